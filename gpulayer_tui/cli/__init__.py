@@ -1,0 +1,1 @@
+"""The ``gpulayer-tui`` command line (lean: stdlib only until a subcommand needs more)."""

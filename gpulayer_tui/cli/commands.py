@@ -1,0 +1,186 @@
+"""The subcommands: each turns parsed arguments into API calls and prints the result."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..client import ApiError, Client, EngineNotRunning
+from ..engine.paths import Paths
+from .format import format_gpus, format_job, format_jobs
+from .main import EXIT_FAILED, EXIT_NO_ENGINE, EXIT_OK, EXIT_USAGE
+
+NOT_COMPLETED = {"failed", "cancelled", "orphaned"}
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _error(message: str) -> None:
+    print(f"gpulayer-tui: {message}", file=sys.stderr)
+
+
+def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    for key in ("name", "project", "gpus", "vram_gb", "timeout"):
+        value = getattr(args, key)
+        if value is not None:
+            spec[key] = value
+    if args.domain:
+        spec["domain"] = args.domain[0] if len(args.domain) == 1 else args.domain
+    if args.exclusive:
+        spec["exclusive"] = True
+    if args.priority:
+        spec["priority"] = args.priority
+    deps: list[Any] = list(args.after)
+    deps += [{"job": i, "any_exit": True} for i in args.after_any]
+    if deps:
+        spec["depends_on"] = deps
+    spec["cwd"] = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
+    env: dict[str, str] = {} if args.no_inherit_env else dict(os.environ)
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--env expects KEY=VALUE, got {item!r}")
+        env[key] = value
+    if env:
+        spec["env"] = env
+    return spec
+
+
+def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    base = _spec_from_args(args, parser)
+    if args.file:
+        if cmd:
+            parser.error("give either --file or a command, not both")
+        stream = sys.stdin if args.file == "-" else open(args.file)
+        with stream:
+            lines = [ln.strip() for ln in stream]
+        specs = [dict(base, shell=ln) for ln in lines if ln and not ln.startswith("#")]
+        if not specs:
+            _error(f"{args.file}: no command lines found")
+            return EXIT_USAGE
+        jobs = client.submit_many(specs)
+    else:
+        if not cmd:
+            parser.error("submit needs a command: gpulayer-tui submit [OPTIONS] -- CMD ARGS...")
+        if args.shell:
+            base["shell"] = " ".join(cmd)
+        else:
+            base["command"] = cmd
+        jobs = [client.submit(base)]
+    if args.json:
+        _print_json(jobs if args.file else jobs[0])
+    else:
+        for job in jobs:
+            print(job["id"])
+    failed = [j for j in jobs if j["status"] in NOT_COMPLETED]
+    for job in failed:
+        _error(f"job {job['id']} {job['status']} ({job['termination_reason']}): {job['message']}")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    statuses = [s for item in args.status for s in item.split(",") if s]
+    jobs = client.jobs(statuses, args.limit or 50)
+    if args.json:
+        _print_json(jobs)
+    else:
+        print(format_jobs(jobs, time.time()))
+    return EXIT_OK
+
+
+def _status(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    data = client.job(args.job)
+    if args.json:
+        _print_json(data)
+    else:
+        print(format_job(data["job"], data["events"], time.time()))
+    return EXIT_FAILED if data["job"]["status"] in NOT_COMPLETED else EXIT_OK
+
+
+def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    path = f"/jobs/{args.job}/logs" + ("?follow=1" if args.follow else "")
+    out = sys.stdout.buffer
+    for chunk in client.stream(path):
+        out.write(chunk)
+        out.flush()
+    return EXIT_OK
+
+
+def _report_end(job: dict[str, Any], as_json: bool, data: Any) -> int:
+    if as_json:
+        _print_json(data)
+    else:
+        code = "" if job["exit_code"] is None else f", exit code {job['exit_code']}"
+        print(f"job {job['id']} {job['status']}{code}: {job['message']}")
+    return EXIT_OK if job["status"] == "completed" else EXIT_FAILED
+
+
+def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    data = client.wait(args.job, args.timeout)
+    job = data["job"]
+    if data.get("timed_out"):
+        _error(f"job {job['id']} still {job['status']} after {args.timeout:g} s")
+        return EXIT_FAILED
+    return _report_end(job, args.json, data)
+
+
+def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    job = client.cancel(args.job)
+    if job["status"] == "running" and not args.no_wait:
+        job = client.wait(args.job)["job"]
+    if args.json:
+        _print_json(job)
+    else:
+        print(f"job {job['id']} {job['status']}: {job['message']}")
+    return EXIT_OK
+
+
+def _gpus(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    data = client.gpus()
+    if args.json:
+        _print_json(data)
+    else:
+        print(format_gpus(data))
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[Client, argparse.Namespace, argparse.ArgumentParser], int]] = {
+    "submit": _submit,
+    "jobs": _jobs,
+    "status": _status,
+    "logs": _logs,
+    "wait": _wait,
+    "cancel": _cancel,
+    "gpus": _gpus,
+}
+
+
+def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser) -> int:
+    """Run one subcommand; map errors to messages and exit codes."""
+    client = Client(paths)
+    try:
+        return COMMANDS[args.command](client, args, parser)
+    except EngineNotRunning as err:
+        _error(str(err))
+        return EXIT_NO_ENGINE
+    except ApiError as err:
+        _error(str(err))
+        return EXIT_USAGE if err.status in (400, 404) else EXIT_FAILED
+    except BrokenPipeError:
+        return EXIT_OK
+    except OSError as err:
+        _error(f"{err.strerror or err}" + (f": {err.filename}" if err.filename else ""))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,162 @@
+"""Plain-text tables for the CLI (no rich: it would double the CLI's start-up time)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+GIB = 1024**3
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """Left-aligned columns separated by two spaces."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def duration(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``2h07m``, ``3d04h``."""
+    s = int(max(0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def gib(value: int | None) -> str:
+    """Bytes as GiB with one decimal; ``?`` when unknown."""
+    return "?" if value is None else f"{value / GIB:.1f}"
+
+
+def _runtime(job: dict[str, Any], now: float) -> str:
+    if not job.get("started_at"):
+        return ""
+    return duration((job.get("ended_at") or now) - job["started_at"])
+
+
+def format_jobs(jobs: list[dict[str, Any]], now: float) -> str:
+    """The ``jobs`` table."""
+    if not jobs:
+        return "no jobs"
+    rows = []
+    for job in jobs:
+        spec = job.get("spec", {})
+        rows.append(
+            [
+                str(job["id"]),
+                job["name"][:24],
+                job["status"],
+                ",".join(job["domains"]),
+                "" if spec.get("vram_gb") is None else f"{spec['vram_gb']:g}",
+                _runtime(job, now),
+                "" if job["exit_code"] is None else str(job["exit_code"]),
+                job["message"][:70],
+            ]
+        )
+    return table(["ID", "NAME", "STATUS", "DOMAINS", "VRAM", "RUNTIME", "EXIT", "REASON"], rows)
+
+
+def _when(ts: float | None) -> str:
+    return "" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def format_job(job: dict[str, Any], events: list[dict[str, Any]], now: float) -> str:
+    """The ``status`` view: fields, then the timeline."""
+    spec = job.get("spec", {})
+    command = spec.get("command")
+    shown = " ".join(command) if command else f"sh -c {spec.get('shell', '')!r}"
+    lines = [
+        f"job {job['id']}  {job['name']}  [{job['kind']}]",
+        f"  status      {job['status']}"
+        + (f" ({job['termination_reason']})" if job["termination_reason"] else ""),
+        f"  message     {job['message']}",
+        f"  command     {shown}",
+        f"  domains     {', '.join(job['domains']) or '-'}"
+        + (f"  (GPUs {','.join(map(str, job['gpus']))})" if job["gpus"] else ""),
+        f"  exit code   {'-' if job['exit_code'] is None else job['exit_code']}",
+        f"  created     {_when(job['created_at'])}",
+    ]
+    if job.get("started_at"):
+        lines.append(f"  started     {_when(job['started_at'])}  runtime {_runtime(job, now)}")
+    if job.get("pid"):
+        lines.append(f"  pid         {job['pid']}")
+    lines.append("  timeline")
+    for ev in events:
+        what = ev.get("status") or ev["kind"]
+        extra = f" ({ev['reason']})" if ev.get("reason") else ""
+        message = f": {ev['message']}" if ev.get("message") else ""
+        lines.append(f"    {_when(ev['at'])}  {what}{extra}{message}")
+    return "\n".join(lines)
+
+
+def format_gpus(data: dict[str, Any]) -> str:
+    """The ``gpus`` view: one row per domain, then foreign (unregistered) processes."""
+    lines = []
+    if data.get("message"):
+        lines.append(f"note: {data['message']}")
+    rows = []
+    foreign = []
+    for dom in data["domains"]:
+        gpu, vram = dom.get("gpu"), dom.get("vram")
+        util = "" if not gpu or gpu["utilization"] is None else f"{gpu['utilization']}%"
+        temp = "" if not gpu or gpu["temperature"] is None else f"{gpu['temperature']}C"
+        rows.append(
+            [
+                dom["name"],
+                "" if dom["gpu_index"] is None else str(dom["gpu_index"]),
+                (gpu or {}).get("name", "CPU pool" if dom["gpu_index"] is None else "?"),
+                f"{dom['used_slots']}/{dom['slots']}",
+                util,
+                temp,
+                "" if not vram else f"{gib(vram['used'])}/{gib(vram['total'])}",
+                "" if not vram else gib(vram["owned"]),
+                "" if not vram else gib(vram["unregistered"]),
+                "" if not vram else gib(vram["unattributed"]),
+                "" if not vram else gib(vram["free"]),
+                dom["state"] + (f" ({gpu['error']})" if gpu and gpu.get("error") else ""),
+            ]
+        )
+        for proc in dom["processes"]:
+            if proc["job_id"] is None:
+                foreign.append(
+                    [
+                        str(proc["pid"]),
+                        dom["name"],
+                        gib(proc["used_bytes"]),
+                        proc["user"],
+                        proc["command"][:60],
+                    ]
+                )
+    lines.append(
+        table(
+            [
+                "DOMAIN",
+                "GPU",
+                "MODEL",
+                "SLOTS",
+                "UTIL",
+                "TEMP",
+                "USED/TOTAL GiB",
+                "JOBS",
+                "UNREG",
+                "UNATTR",
+                "FREE",
+                "STATE",
+            ],
+            rows,
+        )
+    )
+    lines.append(f"unregistered VRAM: {gib(data['unregistered_total'])} GiB")
+    if foreign:
+        lines.append("")
+        lines.append(table(["PID", "DOMAIN", "GiB", "USER", "COMMAND"], foreign))
+    return "\n".join(lines)

@@ -1,0 +1,169 @@
+"""Command line: ``gpulayer-tui [--serve] [SUBCOMMAND ...]``.
+
+Kept lean on purpose: parsing and the stdlib client only. The engine (pydantic, aiosqlite,
+aiohttp) is imported for ``--serve`` alone, so a ``submit`` starts about as fast as Python.
+
+Exit codes: 0 success; 1 the job did not complete / the engine refused; 2 bad usage or
+invalid input; 3 no engine is running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_ENGINE = 0, 1, 2, 3
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _job_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a job id is a number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a job id is 1 or more, got {value}")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command-line grammar."""
+    parser = argparse.ArgumentParser(
+        prog="gpulayer-tui",
+        description="A terminal workstation manager for GPU machines.",
+        epilog="Without a subcommand: --serve runs the headless engine. "
+        "GPULAYER_HOME sets the state and config dir.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpulayer-tui {__version__}")
+    parser.add_argument("--serve", action="store_true", help="run the engine headless")
+    parser.add_argument("--simulate", metavar="SPEC", help="simulated GPUs, e.g. 2xA100-80GB")
+    parser.add_argument(
+        "--simulate-if-no-gpu",
+        metavar="SPEC",
+        help="simulate SPEC only when no NVIDIA driver is present (demos)",
+    )
+    parser.add_argument("--config", metavar="PATH", help="config file (default: see README)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log engine activity")
+    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
+
+    p = sub.add_parser("submit", help="submit a batch job", description="Submit a batch job.")
+    p.add_argument("--name")
+    p.add_argument("--project")
+    p.add_argument("--gpus", type=_positive_int, help="GPUs needed (0 = CPU pool)")
+    p.add_argument("--vram-gb", type=_number, help="GiB needed on each GPU")
+    p.add_argument("--domain", action="append", help="pin to a domain (repeat for a choice)")
+    p.add_argument("--exclusive", action="store_true", help="hold every slot of its domains")
+    p.add_argument(
+        "--after",
+        type=_job_id,
+        action="append",
+        default=[],
+        metavar="ID",
+        help="run after job ID completes (cancelled if it does not)",
+    )
+    p.add_argument(
+        "--after-any",
+        type=_job_id,
+        action="append",
+        default=[],
+        metavar="ID",
+        help="run after job ID ends, whatever its outcome",
+    )
+    p.add_argument("--timeout", type=_number, metavar="SECONDS")
+    p.add_argument("--priority", type=int, default=0, help="higher starts first (default 0)")
+    p.add_argument("--cwd", help="working directory (default: the current one)")
+    p.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment variable"
+    )
+    p.add_argument(
+        "--no-inherit-env",
+        action="store_true",
+        help="do not pass this shell's environment to the job",
+    )
+    p.add_argument("--shell", action="store_true", help="run CMD as one shell line (sh -c)")
+    p.add_argument(
+        "--file",
+        metavar="PATH",
+        help="submit one job per line of PATH ('-' = stdin), each a shell line",
+    )
+    p.add_argument("--json", action="store_true", help="print the job(s) as JSON")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+
+    p = sub.add_parser("jobs", help="list jobs")
+    p.add_argument("--status", action="append", default=[], help="filter (repeat or a,b)")
+    p.add_argument("--limit", type=_positive_int, default=50)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("status", help="show one job (exit 1 if it failed)")
+    p.add_argument("job", type=_job_id)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("logs", help="print a job's output")
+    p.add_argument("job", type=_job_id)
+    p.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
+
+    p = sub.add_parser("wait", help="wait for a job; exit 0 only if it completed")
+    p.add_argument("job", type=_job_id)
+    p.add_argument("--timeout", type=_number, metavar="SECONDS")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("cancel", help="cancel a job (SIGTERM, then SIGKILL)")
+    p.add_argument("job", type=_job_id)
+    p.add_argument("--no-wait", action="store_true", help="return without waiting for the end")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("gpus", help="domains, GPU samples and unregistered VRAM")
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``gpulayer-tui`` command."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from ..engine.paths import resolve_paths
+
+    paths = resolve_paths(args.config)
+    if args.serve:
+        if args.command:
+            parser.error("--serve takes no subcommand")
+        if args.simulate and args.simulate_if_no_gpu:
+            parser.error("give --simulate or --simulate-if-no-gpu, not both")
+        from ..engine.serve import run_serve
+
+        return run_serve(paths, args.simulate, args.simulate_if_no_gpu, args.verbose)
+    if args.command is None:
+        parser.print_help()
+        print(
+            "\nThe interactive TUI is not part of this release yet; run the engine with "
+            "--serve and use the subcommands above.",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.simulate or args.simulate_if_no_gpu:
+        parser.error("--simulate applies to --serve (the engine owns the GPUs)")
+    from . import commands
+
+    return commands.run(args, paths, parser)

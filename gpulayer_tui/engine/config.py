@@ -1,0 +1,188 @@
+"""Paths and the TOML configuration file, validated strictly.
+
+Example ``config.toml``::
+
+    [engine]
+    sample_interval = 1.0   # seconds between GPU samples
+    grace_period = 10.0     # SIGTERM -> SIGKILL delay for launched jobs (seconds)
+
+    [cpu]
+    slots = 8               # concurrent gpus=0 jobs (default: CPU core count)
+
+    [domains.train]         # one domain = one GPU with one owner (record 002)
+    gpu = 0                 # NVML index, or the GPU's UUID string
+    slots = 2
+
+GPUs that no ``[domains.*]`` table names become ``gpu<index>`` domains with one slot,
+unless ``engine.auto_domains = false``.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .gpus import GpuReading
+from .paths import Paths, resolve_paths
+
+__all__ = ["CPU_DOMAIN", "Config", "ConfigError", "Paths", "load_config", "resolve_paths"]
+
+CPU_DOMAIN = "cpu"
+_DOMAIN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key or domain at fault."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class EngineSettings(_Strict):
+    """``[engine]``: timings of the engine itself."""
+
+    sample_interval: float = Field(1.0, gt=0, le=3600)
+    history: int = Field(120, ge=1, le=10_000)
+    probe_timeout: float = Field(5.0, gt=0, le=600)
+    grace_period: float = Field(10.0, ge=0, le=3600)
+    auto_domains: bool = True
+
+
+class CpuSettings(_Strict):
+    """``[cpu]``: the pool that runs ``gpus = 0`` jobs."""
+
+    slots: int | None = Field(None, ge=1, le=4096)
+
+
+class DomainSettings(_Strict):
+    """``[domains.NAME]``: one GPU with one owner."""
+
+    gpu: int | str
+    slots: int = Field(1, ge=1, le=1024)
+
+
+class Config(_Strict):
+    """The whole config file."""
+
+    engine: EngineSettings = EngineSettings()
+    cpu: CpuSettings = CpuSettings()
+    domains: dict[str, DomainSettings] = {}
+
+
+def _format_validation(err: ValidationError, source: str) -> str:
+    lines = []
+    for item in err.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        if item["type"] == "extra_forbidden":
+            lines.append(f"{source}: unknown key '{where}'")
+        else:
+            lines.append(f"{source}: {where}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> Config:
+    """Validate a parsed TOML document.
+
+    Raises:
+        ConfigError: Naming every key at fault.
+    """
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_validation(err, source)) from None
+    for name in config.domains:
+        if name == CPU_DOMAIN:
+            raise ConfigError(f"{source}: domains.{name}: '{CPU_DOMAIN}' is the CPU pool's name")
+        if not _DOMAIN_NAME.match(name):
+            raise ConfigError(
+                f"{source}: domains.{name}: a domain name is a letter then up to 31 "
+                "letters, digits, '-' or '_'"
+            )
+    return config
+
+
+def load_config(path: Path) -> Config:
+    """Read and validate the config file; a missing file is the default config.
+
+    Raises:
+        ConfigError: On unreadable TOML or invalid keys, naming the file and the key.
+    """
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return Config()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    return parse_config(data, str(path))
+
+
+@dataclass(frozen=True, slots=True)
+class DomainPlan:
+    """A domain bound to a real GPU (or the CPU pool when ``gpu_index`` is None)."""
+
+    name: str
+    gpu_index: int | None
+    gpu_uuid: str | None
+    slots: int
+
+
+def plan_domains(
+    config: Config, gpus: tuple[GpuReading, ...], cpu_count: int, source: str = "config"
+) -> list[DomainPlan]:
+    """Bind the configured domains to the GPUs the probe sees.
+
+    Rejects double ownership (the same GPU in two domains), GPUs that do not exist and
+    name clashes with automatic ``gpu<N>`` domains. Returns GPU domains in index order,
+    then the ``cpu`` pool.
+
+    Raises:
+        ConfigError: Naming the domain(s) at fault.
+    """
+    by_index = {g.index: g for g in gpus}
+    by_uuid = {g.uuid: g for g in gpus if g.uuid}
+    owner: dict[int, str] = {}
+    plans: list[DomainPlan] = []
+    visible = (
+        "no GPUs are visible" if not gpus else f"visible GPUs: {', '.join(map(str, by_index))}"
+    )
+    for name, dom in config.domains.items():
+        gpu: GpuReading | None
+        if isinstance(dom.gpu, int):
+            gpu = by_index.get(dom.gpu)
+            shown = f"gpu {dom.gpu}"
+        else:
+            gpu = by_uuid.get(dom.gpu)
+            shown = f"gpu {dom.gpu!r}"
+        if gpu is None:
+            raise ConfigError(f"{source}: domains.{name}: {shown} does not exist ({visible})")
+        if gpu.index in owner:
+            raise ConfigError(
+                f"{source}: domains.{owner[gpu.index]} and domains.{name} both claim GPU "
+                f"{gpu.index}; a GPU has exactly one owning domain"
+            )
+        owner[gpu.index] = name
+        plans.append(DomainPlan(name, gpu.index, gpu.uuid, dom.slots))
+    if config.engine.auto_domains:
+        for gpu in gpus:
+            if gpu.index in owner:
+                continue
+            name = f"gpu{gpu.index}"
+            if name in config.domains:
+                raise ConfigError(
+                    f"{source}: domains.{name} names GPU {config.domains[name].gpu} but "
+                    f"'{name}' is also the automatic name of GPU {gpu.index}; rename it"
+                )
+            plans.append(DomainPlan(name, gpu.index, gpu.uuid, 1))
+    plans.sort(key=lambda p: p.gpu_index if p.gpu_index is not None else -1)
+    plans.append(DomainPlan(CPU_DOMAIN, None, None, config.cpu.slots or max(1, cpu_count)))
+    return plans

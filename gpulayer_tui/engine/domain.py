@@ -1,0 +1,250 @@
+"""A domain: one GPU (or the CPU pool) with exactly one owner (record 002).
+
+Each :class:`Domain` is the single owner of its slots, its VRAM ledger and its service
+state. It is an actor in the asyncio sense: only the engine's event loop touches it, one
+call at a time, so its invariants need no locks, and nothing on one domain reads or writes
+another's state. Multi-GPU placement across domains is the scheduler's job, done in one
+synchronous step so holds are all or nothing.
+
+VRAM accounting (one formula, everywhere; see docs/architecture.md):
+    owned        = memory of processes that are running jobs or their descendants
+    unregistered = memory of the other listed GPU processes
+    unattributed = memory.used - all listed process memory (driver, other namespaces,
+                   processes whose usage NVML reports as "not available")
+    reservation  = max(declared vram, held now), per job
+    free         = total - sum(reservations) - unregistered - unattributed
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from .gpus import GIB, GpuReading
+from .procs import ProcessInfo
+
+
+class DomainState(StrEnum):
+    """Whether a domain takes new work."""
+
+    IN_SERVICE = "in_service"
+    DRAINING = "draining"
+    QUARANTINED = "quarantined"
+
+
+@dataclass(slots=True)
+class Holding:
+    """One job's claim on a domain."""
+
+    job_id: int
+    declared_bytes: int | None
+    exclusive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignProcess:
+    """A GPU process the engine does not own."""
+
+    pid: int
+    used_bytes: int | None
+    user: str
+    command: str
+
+
+@dataclass(frozen=True, slots=True)
+class VramAccount:
+    """The result of the VRAM formula for one domain and one sample (bytes)."""
+
+    total: int
+    used: int
+    owned: int
+    unregistered: int
+    unattributed: int
+    reserved_extra: int
+    free: int
+    held_by_job: dict[int, int] = field(default_factory=dict)
+    foreign: tuple[ForeignProcess, ...] = ()
+
+
+def gib(value: int | float) -> str:
+    """Bytes as ``18.0 GiB``."""
+    return f"{value / GIB:.1f} GiB"
+
+
+class Domain:
+    """One scheduling domain.
+
+    Args:
+        name: ``gpu0``, a configured name, or ``cpu``.
+        gpu_index: NVML index, ``None`` for the CPU pool.
+        gpu_uuid: GPU UUID, when known.
+        slots: Concurrent jobs allowed.
+    """
+
+    def __init__(self, name: str, gpu_index: int | None, gpu_uuid: str | None, slots: int):
+        self.name = name
+        self.gpu_index = gpu_index
+        self.gpu_uuid = gpu_uuid
+        self.slots = slots
+        self.state = DomainState.IN_SERVICE
+        self.state_reason = ""
+        self.holdings: dict[int, Holding] = {}
+        self.reading: GpuReading | None = None
+        self.account: VramAccount | None = None
+
+    @property
+    def is_gpu(self) -> bool:
+        """False for the CPU pool."""
+        return self.gpu_index is not None
+
+    @property
+    def used_slots(self) -> int:
+        """Slots taken (an exclusive job takes them all)."""
+        if any(h.exclusive for h in self.holdings.values()):
+            return self.slots
+        return len(self.holdings)
+
+    @property
+    def free_slots(self) -> int:
+        """Slots available now."""
+        return max(0, self.slots - self.used_slots)
+
+    @property
+    def capacity_bytes(self) -> int | None:
+        """Total memory of the GPU, ``None`` until a good sample arrived."""
+        if self.reading is None or self.reading.lost:
+            return None
+        return self.reading.memory_total
+
+    def hold(self, job_id: int, declared_bytes: int | None, exclusive: bool) -> None:
+        """Take a slot for ``job_id`` and reserve its declared memory."""
+        self.holdings[job_id] = Holding(job_id, declared_bytes, exclusive)
+        self._recount()
+
+    def release(self, job_id: int) -> None:
+        """Give back ``job_id``'s slot and reservation (idempotent)."""
+        if self.holdings.pop(job_id, None) is not None:
+            self._recount()
+
+    def apply_sample(
+        self,
+        reading: GpuReading,
+        owners: dict[int, int | None],
+        info: dict[int, ProcessInfo],
+    ) -> None:
+        """Take a new reading of this domain's GPU.
+
+        Args:
+            reading: The GPU's reading.
+            owners: For each GPU pid, the job id owning it (``None``: not ours).
+            info: Owner and command of foreign pids, for queued reasons and the UI.
+        """
+        self.reading = reading
+        self._owners = owners
+        self._info = info
+        self._recount()
+
+    def _recount(self) -> None:
+        reading = self.reading
+        if reading is None or reading.memory_total is None or reading.memory_used is None:
+            self.account = None
+            return
+        owners: dict[int, int | None] = getattr(self, "_owners", {})
+        info: dict[int, ProcessInfo] = getattr(self, "_info", {})
+        held: dict[int, int] = {}
+        unregistered = 0
+        listed = 0
+        foreign: list[ForeignProcess] = []
+        for proc in reading.processes:
+            used = proc.used_bytes
+            if used is not None:
+                listed += used
+            owner = owners.get(proc.pid)
+            if owner is not None and owner in self.holdings:
+                held[owner] = held.get(owner, 0) + (used or 0)
+                continue
+            if used is not None:
+                unregistered += used
+            pinfo = info.get(proc.pid)
+            foreign.append(
+                ForeignProcess(
+                    proc.pid,
+                    used,
+                    pinfo.user if pinfo else "",
+                    pinfo.command if pinfo else "",
+                )
+            )
+        owned = sum(held.values())
+        unattributed = max(0, reading.memory_used - listed)
+        # reservation = max(declared, held)  =>  extra beyond what is held already
+        extra = sum(
+            max(0, (h.declared_bytes or 0) - held.get(h.job_id, 0)) for h in self.holdings.values()
+        )
+        free = reading.memory_total - owned - extra - unregistered - unattributed
+        foreign.sort(key=lambda p: -(p.used_bytes or 0))
+        self.account = VramAccount(
+            total=reading.memory_total,
+            used=reading.memory_used,
+            owned=owned,
+            unregistered=unregistered,
+            unattributed=unattributed,
+            reserved_extra=extra,
+            free=max(0, free),
+            held_by_job=held,
+            foreign=tuple(foreign),
+        )
+
+    # -- placement questions ----------------------------------------------------------------
+
+    def blocker(self, vram_bytes: int | None, exclusive: bool) -> str | None:
+        """Why this domain cannot take such a job now, or ``None`` if it can.
+
+        The text names the blocker (a job, a pid and its command, a state).
+        """
+        if self.state is DomainState.QUARANTINED:
+            return f"domain {self.name} quarantined: {self.state_reason or 'unhealthy'}"
+        if self.state is DomainState.DRAINING:
+            suffix = f": {self.state_reason}" if self.state_reason else ""
+            return f"domain {self.name} draining{suffix}"
+        if exclusive and self.holdings:
+            jobs = ", ".join(str(j) for j in sorted(self.holdings))
+            return f"{self.name} is not empty (exclusive job): job {jobs} running"
+        if self.free_slots < 1:
+            if not self.is_gpu:
+                # CPU queues get long; a text that changes with every job id would be
+                # rewritten for every queued row on every job end.
+                return f"all {self.slots} cpu slots busy"
+            jobs = ", ".join(str(j) for j in sorted(self.holdings))
+            if self.slots == 1:
+                return f"{self.name}: slot held by job {jobs}"
+            return f"{self.name}: all {self.slots} slots busy (jobs {jobs})"
+        if not self.is_gpu or not vram_bytes:
+            return None
+        account = self.account
+        if account is None:
+            return f"{self.name}: no memory reading yet"
+        if account.free >= vram_bytes:
+            return None
+        holder = self._largest_holder()
+        return f"{self.name}: {holder}; needs {gib(vram_bytes)}, {gib(account.free)} free"
+
+    def _largest_holder(self) -> str:
+        account = self.account
+        assert account is not None
+        best_bytes = 0
+        best = ""
+        for proc in account.foreign:
+            if (proc.used_bytes or 0) > best_bytes:
+                best_bytes = proc.used_bytes or 0
+                who = ", ".join(
+                    x for x in (proc.command, f"user {proc.user}" if proc.user else "") if x
+                )
+                best = f"{gib(best_bytes)} held by pid {proc.pid}" + (f" ({who})" if who else "")
+        for h in self.holdings.values():
+            reserved = max(h.declared_bytes or 0, account.held_by_job.get(h.job_id, 0))
+            if reserved > best_bytes:
+                best_bytes = reserved
+                best = f"{gib(reserved)} held by job {h.job_id}"
+        if account.unattributed > best_bytes:
+            best = f"{gib(account.unattributed)} in use by unlisted processes"
+        return best or f"{gib(account.used)} in use"

@@ -1,0 +1,143 @@
+"""GPU observation: one probe interface, two backends (NVML and simulated).
+
+A probe's :meth:`GpuProbe.read` is a *blocking* call that returns one complete picture of
+every GPU. The engine never calls it on the event loop: the sampler runs it in a worker
+thread with a deadline (see :mod:`gpulayer_tui.engine.sampler`).
+
+Backends:
+    * :class:`gpulayer_tui.engine.nvml.NvmlProbe` reads real GPUs through nvidia-ml-py.
+    * :class:`gpulayer_tui.engine.simulate.SimulatedProbe` reads a spec such as
+      ``2xA100-80GB`` and a ledger file of which pid "holds" how much memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol
+
+GIB = 1024**3
+
+
+class ProbeStatus(StrEnum):
+    """How complete a probe reading is."""
+
+    OK = "ok"
+    """Every GPU was read (individual GPUs may still carry an error)."""
+    NO_DRIVER = "no_driver"
+    """No NVIDIA driver/NVML: the machine has zero usable GPUs. Capacity is known (0)."""
+    ERROR = "error"
+    """The probe failed as a whole: capacity is unknown, not zero."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process holding memory on a GPU.
+
+    Attributes:
+        pid: Host PID as reported by the driver.
+        used_bytes: GPU memory it holds; ``None`` when the driver says "not available"
+            (containers, permissions). Never guess zero: such memory is counted through
+            ``memory.used`` as unattributed.
+    """
+
+    pid: int
+    used_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU at one instant. Any metric may be ``None`` (not supported / failed).
+
+    Attributes:
+        index: NVML index (PCI bus order).
+        uuid: Stable GPU UUID.
+        name: Marketing name, e.g. ``NVIDIA A100-SXM4-80GB``.
+        memory_total: Bytes.
+        memory_used: Bytes, as the driver counts it (includes unlisted users).
+        utilization: GPU busy percent over the driver's last period.
+        temperature: Degrees Celsius.
+        power_watts: Current draw.
+        power_limit_watts: Enforced power limit.
+        processes: Compute (and graphics) processes with their memory.
+        error: Why this reading is incomplete, if it is.
+        lost: True when the driver reports the GPU as lost/fallen off the bus.
+    """
+
+    index: int
+    uuid: str
+    name: str
+    memory_total: int | None
+    memory_used: int | None
+    utilization: int | None = None
+    temperature: int | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    error: str | None = None
+    lost: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """Everything one probe call saw.
+
+    Attributes:
+        status: Whether the reading is complete, impossible (no driver) or failed.
+        gpus: One reading per GPU, by index.
+        message: Human explanation for ``NO_DRIVER``/``ERROR`` (said once, plainly).
+        backend: ``"nvml"`` or ``"simulated"``.
+        driver_version: Driver version string, when known.
+    """
+
+    status: ProbeStatus
+    gpus: tuple[GpuReading, ...] = ()
+    message: str | None = None
+    backend: str = ""
+    driver_version: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class GpuProbe(Protocol):
+    """What the sampler needs from a backend."""
+
+    backend: str
+
+    def read(self) -> ProbeResult:
+        """Read every GPU once. Blocking; must not raise for device or driver errors."""
+        ...
+
+    def close(self) -> None:
+        """Release the backend (e.g. ``nvmlShutdown``)."""
+        ...
+
+
+def make_probe(
+    simulate: str | None, state_dir: Path, simulate_if_no_gpu: str | None = None
+) -> GpuProbe:
+    """Build the probe for this engine.
+
+    Args:
+        simulate: A simulation spec such as ``2xA100-80GB``; ``None`` for real NVML.
+        state_dir: The engine's state dir (the simulated ledger lives there).
+        simulate_if_no_gpu: Simulate this spec only if NVML finds no driver (demos).
+
+    Raises:
+        ValueError: If ``simulate`` is not a valid spec (the message names the problem).
+    """
+    if simulate is not None:
+        from .simulate import SimulatedProbe, parse_simulate_spec
+
+        return SimulatedProbe(parse_simulate_spec(simulate), state_dir)
+    from .nvml import NvmlProbe
+
+    probe = NvmlProbe()
+    if simulate_if_no_gpu is not None:
+        from .simulate import SimulatedProbe, parse_simulate_spec
+
+        gpus = parse_simulate_spec(simulate_if_no_gpu)  # reject a bad spec even with a GPU
+        if probe.read().status is ProbeStatus.NO_DRIVER:
+            probe.close()
+            return SimulatedProbe(gpus, state_dir)
+    return probe

@@ -1,0 +1,500 @@
+"""The job lifecycle: admission, scheduling passes, launch, exits, dependencies, cancel.
+
+Everything here runs on the event loop, synchronously between awaits, so a scheduling
+pass sees a consistent picture and a multi-GPU job's holds are taken in one step.
+
+Only *active* jobs (pending, queued, running) live in memory; history is read from
+SQLite on demand. So the cost of a scheduling decision depends on the queue, never on how
+many jobs ever ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .domain import Domain
+from .models import (
+    EventKind,
+    Job,
+    JobKind,
+    JobStatus,
+    TerminationReason,
+    check_transition,
+)
+from .scheduler import Request
+from .spec import JobSpec, SpecError, parse_spec
+from .store import StoreError
+from .supervisor import EXIT_FILE, Exit, LaunchError, job_dir, read_exit_file
+
+if TYPE_CHECKING:
+    from .config import Config, Paths
+    from .events import EventBus
+    from .scheduler import Scheduler
+    from .store import Store
+    from .supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+Reason = TerminationReason
+# (dependency id, any_exit, its terminal status or None while it is still active)
+ResolvedDep = tuple[int, bool, JobStatus | None]
+
+
+class UnknownJob(LookupError):
+    """No job has this id."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"no job {job_id}")
+        self.job_id = job_id
+
+
+@dataclass(slots=True)
+class _Active:
+    """Runtime state of one active job (what the database row does not need)."""
+
+    job: Job
+    spec: JobSpec | None
+    request: Request | None
+    finished: asyncio.Future[None]
+    waiting_on: dict[int, bool] = field(default_factory=dict)  # dep id -> any_exit
+    capacity_block: str | None = None
+    holds: list[Domain] = field(default_factory=list)
+    stop_reason: TerminationReason | None = None
+    stop_message: str = ""
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """Queue order: higher priority first, then FIFO by id."""
+        return (-self.job.priority, self.job.id)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class Lifecycle:
+    """Job lifecycle mixin for :class:`~gpulayer_tui.engine.engine.Engine`."""
+
+    paths: Paths
+    config: Config
+    bus: EventBus
+    store: Store
+    scheduler: Scheduler
+    supervisor: Supervisor
+
+    def __init__(self) -> None:
+        self._active: dict[int, _Active] = {}
+        self._queue: list[tuple[int, int]] = []
+        self._dependents: dict[int, set[int]] = {}
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._roots: dict[int, tuple[int, int | None]] = {}
+        self._next_id = 0
+        self._schedule_handle: asyncio.Handle | None = None
+
+    # -- transitions --------------------------------------------------------------------------
+
+    def _transition(
+        self,
+        act: _Active,
+        new: JobStatus,
+        *,
+        reason: TerminationReason | None = None,
+        message: str | None = None,
+        exit_code: int | None = None,
+    ) -> None:
+        """The one place a status changes: check, stamp, queue for commit, then publish."""
+        job = act.job
+        check_transition(job.id, job.status, new)
+        old = job.status
+        job.status = new
+        now = time.time()
+        if message is not None:
+            job.message = message
+        if new is JobStatus.QUEUED:
+            job.queued_at = now
+        elif new is JobStatus.RUNNING:
+            job.started_at = now
+        elif new.is_terminal:
+            job.ended_at = now
+            job.termination_reason = reason
+            job.exit_code = exit_code
+        event = self.bus.make(
+            EventKind.TRANSITION,
+            job.id,
+            {
+                "from": old.value,
+                "status": new.value,
+                "reason": reason.value if reason else None,
+                "message": job.message,
+                "exit_code": exit_code,
+                "domains": list(job.domains),
+            },
+        )
+        if not new.is_terminal:
+            self.store.save(job, [event])
+            return
+        done = self.store.save(job, [event], wait=True)
+        assert done is not None
+
+        def committed(fut: asyncio.Future[None]) -> None:
+            if not fut.cancelled():
+                fut.exception()  # a failed write is reported by the store; waiters go on
+            if not act.finished.done():
+                act.finished.set_result(None)
+
+        done.add_done_callback(committed)
+
+    def _set_reason(self, act: _Active, reason: str) -> None:
+        """Put a waiting job in ``queued`` with ``reason``, or refresh the reason if changed."""
+        job = act.job
+        if job.status is JobStatus.PENDING:
+            self._transition(act, JobStatus.QUEUED, message=reason)
+        elif job.message != reason:
+            job.message = reason
+            event = self.bus.make(EventKind.REASON, job.id, {"message": reason})
+            self.store.save(job, [event])
+
+    # -- admission ----------------------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if self.store.failure:
+            raise StoreError(f"the engine refuses new work: {self.store.failure}")
+
+    async def _resolve_dependencies(self, spec: JobSpec) -> list[ResolvedDep]:
+        """``[(dep_id, any_exit, terminal status or None if still active)]``.
+
+        Raises:
+            SpecError: A dependency names no job.
+        """
+        resolved: list[ResolvedDep] = []
+        for dep in spec.dependencies:
+            if dep.job in self._active:
+                resolved.append((dep.job, dep.any_exit, None))
+                continue
+            stored = await self.store.get_job(dep.job)
+            if stored is None:
+                raise SpecError(f"depends_on: no job {dep.job}")
+            resolved.append((dep.job, dep.any_exit, stored.status))
+        return resolved
+
+    def _admit(
+        self,
+        spec: JobSpec,
+        request: Request,
+        deps: list[ResolvedDep],
+        owner_uid: int | None,
+    ) -> Job:
+        self._next_id += 1
+        job = Job(
+            id=self._next_id,
+            name=spec.default_name(),
+            kind=JobKind.COMMAND,
+            spec=spec.model_dump(mode="json", exclude_none=True),
+            priority=spec.priority,
+            owner_uid=owner_uid,
+        )
+        act = _Active(job, spec, request, asyncio.get_running_loop().create_future())
+        self._active[job.id] = act
+        submitted = self.bus.make(
+            EventKind.SUBMITTED, job.id, {"status": JobStatus.PENDING.value, "message": ""}
+        )
+        self.store.save(job, [submitted])
+        self._enqueue(act, deps)
+        return job
+
+    def _enqueue(self, act: _Active, deps: list[ResolvedDep]) -> None:
+        """Decide over capacity and dependencies, then put the job in the queue."""
+        assert act.request is not None
+        verdict = self.scheduler.capacity_verdict(act.request)
+        if verdict.possible is False:
+            self._finish(act, JobStatus.FAILED, Reason.OVER_CAPACITY, verdict.message)
+            return
+        act.capacity_block = verdict.message if verdict.possible is None else None
+        for dep_id, any_exit, status in deps:
+            if status is None:
+                act.waiting_on[dep_id] = any_exit
+                self._dependents.setdefault(dep_id, set()).add(act.job.id)
+            elif status is not JobStatus.COMPLETED and not any_exit:
+                self._finish(
+                    act,
+                    JobStatus.CANCELLED,
+                    Reason.DEPENDENCY_FAILED,
+                    f"dependency job {dep_id} {status.value}",
+                )
+                return
+        bisect.insort(self._queue, act.key)
+
+    def _recheck_capacity(self) -> None:
+        """Capacity changed: re-decide over capacity for every waiting job."""
+        for key in list(self._queue):
+            act = self._active[key[1]]
+            assert act.request is not None
+            verdict = self.scheduler.capacity_verdict(act.request)
+            if verdict.possible is False:
+                self._finish(act, JobStatus.FAILED, Reason.OVER_CAPACITY, verdict.message)
+            else:
+                act.capacity_block = verdict.message if verdict.possible is None else None
+
+    # -- scheduling ---------------------------------------------------------------------------
+
+    def _schedule_soon(self) -> None:
+        if self._schedule_handle is None:
+            self._schedule_handle = asyncio.get_running_loop().call_soon(self._schedule)
+
+    def _schedule(self) -> None:
+        """One pass over the queue: start what fits, give everything else its reason.
+
+        Placement verdicts are memoised per request shape within a pass: resources only
+        shrink during a pass, so a shape that was blocked stays blocked, and a queue of
+        500 identical jobs costs one placement attempt plus 499 dict look-ups.
+        """
+        self._schedule_handle = None
+        blocked: dict[Request, str] = {}
+        for key in list(self._queue):
+            act = self._active[key[1]]
+            if act.waiting_on:
+                ids = sorted(act.waiting_on)
+                noun = "job" if len(ids) == 1 else "jobs"
+                self._set_reason(act, f"waiting for {noun} {', '.join(map(str, ids))}")
+                continue
+            if act.capacity_block is not None:
+                self._set_reason(act, act.capacity_block)
+                continue
+            request = act.request
+            assert request is not None
+            reason = blocked.get(request)
+            if reason is None:
+                placed = self.scheduler.place(request)
+                if isinstance(placed, str):
+                    blocked[request] = reason = placed
+                else:
+                    self._start(act, placed)
+                    continue
+            self._set_reason(act, reason)
+
+    def _job_env(self, act: _Active, gpus: list[int]) -> dict[str, str]:
+        assert act.spec is not None
+        env = dict(os.environ)
+        env.update(act.spec.env)
+        env["GPULAYER_JOB_ID"] = str(act.job.id)
+        # PCI bus order makes CUDA's numbering match NVML's (and ours). CPU jobs see no GPU,
+        # so they cannot take GPU memory behind the scheduler's back.
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+        return env
+
+    def _start(self, act: _Active, domains: list[Domain]) -> None:
+        job, spec, request = act.job, act.spec, act.request
+        assert spec is not None and request is not None
+        self._queue.remove(act.key)
+        for dom in domains:
+            dom.hold(job.id, request.vram_bytes, request.exclusive)
+        act.holds = list(domains)
+        job.domains = [d.name for d in domains]
+        job.gpus = [d.gpu_index for d in domains if d.gpu_index is not None]
+        argv = spec.command if spec.command is not None else ["sh", "-c", spec.shell or ""]
+        cwd = spec.cwd or os.path.expanduser("~")
+        try:
+            pid, ticks = self.supervisor.launch(job.id, argv, cwd, self._job_env(act, job.gpus))
+        except LaunchError as err:
+            self._finish(act, JobStatus.FAILED, Reason.LAUNCH_FAILED, str(err))
+            return
+        job.pid, job.start_ticks = pid, ticks
+        self._roots[pid] = (job.id, ticks)
+        where = ", ".join(job.domains)
+        self._transition(act, JobStatus.RUNNING, message=f"running on {where}")
+        if spec.timeout is not None:
+            self._arm_timeout(act, spec.timeout)
+
+    def _arm_timeout(self, act: _Active, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._timers[act.job.id] = loop.call_later(max(0.0, delay), self._timed_out, act.job.id)
+
+    def _timed_out(self, job_id: int) -> None:
+        self._timers.pop(job_id, None)
+        act = self._active.get(job_id)
+        if act is None or act.job.status is not JobStatus.RUNNING or act.spec is None:
+            return
+        timeout = act.spec.timeout or 0
+        self._stop_running(act, Reason.TIMEOUT, f"timed out after {timeout:g} s")
+
+    # -- stopping and ending ------------------------------------------------------------------
+
+    def _grace_period(self, act: _Active) -> float:
+        return self.config.engine.grace_period
+
+    def _cancel(self, act: _Active, message: str) -> None:
+        if act.job.status in (JobStatus.PENDING, JobStatus.QUEUED):
+            self._finish(act, JobStatus.CANCELLED, Reason.CANCELLED, message)
+        elif act.job.status is JobStatus.RUNNING:
+            self._stop_running(act, Reason.CANCELLED, message)
+
+    def _stop_running(self, act: _Active, reason: TerminationReason, message: str) -> None:
+        if act.stop_reason is not None:
+            return  # already stopping; the first reason stands
+        act.stop_reason, act.stop_message = reason, message
+        grace = self._grace_period(act)
+        if not self.supervisor.terminate(act.job.id, grace):
+            return
+        act.job.message = f"stopping ({message}): SIGTERM sent, SIGKILL after {grace:g} s"
+        self.store.save(
+            act.job, [self.bus.make(EventKind.REASON, act.job.id, {"message": act.job.message})]
+        )
+
+    def _on_exit(self, job_id: int, exit: Exit) -> None:
+        """The supervisor saw the job's process end."""
+        act = self._active.get(job_id)
+        if act is None:
+            return
+        if act.job.pid is not None:
+            self._roots.pop(act.job.pid, None)
+        status, reason, message = self._exit_verdict(act, exit)
+        self._finish(act, status, reason, message, exit.code)
+        self._schedule_soon()
+
+    def _exit_verdict(self, act: _Active, exit: Exit) -> tuple[JobStatus, TerminationReason, str]:
+        code = exit.code
+        if act.stop_reason is Reason.CANCELLED:
+            return JobStatus.CANCELLED, Reason.CANCELLED, act.stop_message
+        if act.stop_reason is Reason.TIMEOUT:
+            return JobStatus.FAILED, Reason.TIMEOUT, act.stop_message
+        if code == 0:
+            return JobStatus.COMPLETED, Reason.EXIT_CODE, "exited with code 0"
+        if code is None:
+            return (
+                JobStatus.FAILED,
+                Reason.ENGINE_LOST,
+                "the process ended but its exit status was not recorded",
+            )
+        if 128 < code <= 128 + 64:
+            name = _signal_name(code - 128)
+            return JobStatus.FAILED, Reason.SIGNAL, f"killed by {name} (exit code {code})"
+        return JobStatus.FAILED, Reason.EXIT_CODE, f"exited with code {code}"
+
+    def _finish(
+        self,
+        act: _Active,
+        status: JobStatus,
+        reason: TerminationReason,
+        message: str,
+        exit_code: int | None = None,
+    ) -> None:
+        """Make a job terminal: free its holds, record it, then settle its dependents."""
+        job = act.job
+        for dom in act.holds:
+            dom.release(job.id)
+        timer = self._timers.pop(job.id, None)
+        if timer is not None:
+            timer.cancel()
+        if job.status is not JobStatus.RUNNING:
+            index = bisect.bisect_left(self._queue, act.key)
+            if index < len(self._queue) and self._queue[index] == act.key:
+                del self._queue[index]
+        self._active.pop(job.id, None)
+        self._transition(act, status, reason=reason, message=message, exit_code=exit_code)
+        for dependent_id in sorted(self._dependents.pop(job.id, ())):
+            dependent = self._active.get(dependent_id)
+            if dependent is None or job.id not in dependent.waiting_on:
+                continue
+            any_exit = dependent.waiting_on.pop(job.id)
+            if status is not JobStatus.COMPLETED and not any_exit:
+                self._finish(
+                    dependent,
+                    JobStatus.CANCELLED,
+                    Reason.DEPENDENCY_FAILED,
+                    f"dependency job {job.id} {status.value}",
+                )
+        if act.holds or status is JobStatus.COMPLETED:
+            self._schedule_soon()
+
+    # -- restart ------------------------------------------------------------------------------
+
+    async def _restore(self, jobs: list[Job]) -> None:
+        """Take back the active jobs of an earlier engine run.
+
+        Waiting jobs are queued again. Running jobs are re-attached by pid + start time; if
+        their process ended meanwhile, the exit status the wrapper recorded is used, and a
+        job is never left ``running`` without a live process.
+        """
+        loop = asyncio.get_running_loop()
+        acts: list[_Active] = []
+        for job in jobs:
+            spec: JobSpec | None = None
+            request: Request | None = None
+            problem = ""
+            try:
+                spec = parse_spec(job.spec)
+                request = self.scheduler.request_for(spec)
+            except SpecError as err:
+                problem = str(err)
+            act = _Active(job, spec, request, loop.create_future())
+            self._active[job.id] = act
+            acts.append(act)
+            if problem and job.status is not JobStatus.RUNNING:
+                self._finish(
+                    act,
+                    JobStatus.FAILED,
+                    Reason.OVER_CAPACITY,
+                    f"can no longer run on this machine: {problem}",
+                )
+        for act in acts:
+            if act.job.status in (JobStatus.PENDING, JobStatus.QUEUED) and act.spec:
+                deps = await self._resolve_stored_dependencies(act.spec)
+                self._enqueue(act, deps)
+        for act in acts:
+            if act.job.status is JobStatus.RUNNING:
+                self._reattach(act)
+
+    async def _resolve_stored_dependencies(self, spec: JobSpec) -> list[ResolvedDep]:
+        resolved: list[ResolvedDep] = []
+        for dep in spec.dependencies:
+            if dep.job in self._active:
+                resolved.append((dep.job, dep.any_exit, None))
+                continue
+            stored = await self.store.get_job(dep.job)
+            # A dependency row that vanished can never complete: treat it as failed.
+            resolved.append((dep.job, dep.any_exit, stored.status if stored else JobStatus.FAILED))
+        return resolved
+
+    def _reattach(self, act: _Active) -> None:
+        job = act.job
+        alive = job.pid is not None and self.supervisor.attach(job.id, job.pid, job.start_ticks)
+        if not alive:
+            code = read_exit_file(job_dir(self.paths.jobs_dir, job.id) / EXIT_FILE)
+            if code is None:
+                self._finish(
+                    act,
+                    JobStatus.FAILED,
+                    Reason.ENGINE_LOST,
+                    "the process ended while no engine was watching; exit status unknown",
+                )
+            else:
+                self._on_exit(job.id, Exit(code, recorded=True))
+            return
+        assert job.pid is not None
+        self._roots[job.pid] = (job.id, job.start_ticks)
+        request = act.request
+        for name in job.domains:
+            dom = self.scheduler.domains.get(name)
+            if dom is not None:
+                dom.hold(
+                    job.id,
+                    request.vram_bytes if request else None,
+                    request.exclusive if request else False,
+                )
+                act.holds.append(dom)
+        if act.spec is not None and act.spec.timeout is not None and job.started_at:
+            self._arm_timeout(act, act.spec.timeout - (time.time() - job.started_at))
+
+    def _roots_snapshot(self) -> dict[int, tuple[int, int | None]]:
+        return dict(self._roots)

@@ -1,0 +1,199 @@
+"""Statuses, termination reasons, event kinds and the job record.
+
+Everything that names a state is an enum defined here once, and the allowed status
+transitions are a table that :func:`check_transition` enforces: an illegal move is a bug
+and raises instead of silently corrupting history.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class JobStatus(StrEnum):
+    """Lifecycle status of a job (record 003)."""
+
+    PENDING = "pending"
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    ORPHANED = "orphaned"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for statuses a job never leaves."""
+        return self in TERMINAL_STATUSES
+
+    @property
+    def is_active(self) -> bool:
+        """True while the job may still run or is running."""
+        return self not in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ORPHANED}
+)
+
+# Allowed moves. `pending` is the instant between the insert and the first verdict; a job
+# that fits at once goes straight to `running`.
+TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.PENDING: frozenset(
+        {JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED, JobStatus.CANCELLED}
+    ),
+    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.FAILED, JobStatus.CANCELLED}),
+    JobStatus.RUNNING: frozenset(
+        {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ORPHANED}
+    ),
+    JobStatus.COMPLETED: frozenset(),
+    JobStatus.FAILED: frozenset(),
+    JobStatus.CANCELLED: frozenset(),
+    JobStatus.ORPHANED: frozenset(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """Raised when code tries a status change the transition table forbids."""
+
+
+def check_transition(job_id: int, old: JobStatus, new: JobStatus) -> None:
+    """Raise :class:`IllegalTransition` unless ``old -> new`` is in the table."""
+    if new not in TRANSITIONS[old]:
+        raise IllegalTransition(f"job {job_id}: illegal transition {old} -> {new}")
+
+
+class TerminationReason(StrEnum):
+    """Why a job reached its terminal status."""
+
+    EXIT_CODE = "exit_code"
+    SIGNAL = "signal"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    OVER_CAPACITY = "over_capacity"
+    DEPENDENCY_FAILED = "dependency_failed"
+    LAUNCH_FAILED = "launch_failed"
+    ENGINE_LOST = "engine_lost"
+    DOMAIN_LOST = "domain_lost"
+    ADOPTED_EXIT_UNOBSERVED = "adopted_exit_unobserved"
+    ADOPT_PID_GONE = "adopt_pid_gone"
+    ADOPT_PID_MISMATCH = "adopt_pid_mismatch"
+    ADOPT_UID_MISMATCH = "adopt_uid_mismatch"
+
+
+class JobKind(StrEnum):
+    """What sort of workload a job is."""
+
+    COMMAND = "command"
+    SERVICE = "service"
+    ADOPTED = "adopted"
+
+
+class EventKind(StrEnum):
+    """Kinds of events the engine publishes (and, for transitions, stores)."""
+
+    SUBMITTED = "job.submitted"
+    TRANSITION = "job.transition"
+    REASON = "job.reason"
+    GPU_SAMPLE = "gpu.sample"
+    ENGINE = "engine"
+
+
+@dataclass(slots=True)
+class Job:
+    """The engine's view of one job; mirrors a row of the ``jobs`` table.
+
+    Attributes:
+        id: Engine-assigned integer id, never reused within a state dir.
+        name: Human label (defaults to the command's basename).
+        kind: The workload kind.
+        spec: The validated submission as a plain dict (JSON-safe).
+        status: Current lifecycle status.
+        message: Human reason: why it is queued, or how it ended.
+        termination_reason: Machine reason once terminal.
+        exit_code: Exit status of the command (128+N for signal N), when known.
+        domains: Names of the domains whose slots the job holds (or last held).
+        gpus: GPU indices assigned (what ``CUDA_VISIBLE_DEVICES`` got).
+        priority: Higher starts first among jobs that fit.
+        pid: PID of the job's process-group leader while running.
+        start_ticks: /proc start time of ``pid``, to tell it from a recycled PID.
+        created_at: Submission time (epoch seconds).
+        started_at: When it started running.
+        ended_at: When it reached a terminal status.
+        owner_uid: Unix uid of the submitter.
+    """
+
+    id: int
+    name: str
+    kind: JobKind
+    spec: dict[str, Any]
+    status: JobStatus = JobStatus.PENDING
+    message: str = ""
+    termination_reason: TerminationReason | None = None
+    exit_code: int | None = None
+    domains: list[str] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)
+    priority: int = 0
+    pid: int | None = None
+    start_ticks: int | None = None
+    created_at: float = field(default_factory=time.time)
+    queued_at: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    owner_uid: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's JSON shape, using the design records' field names."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "kind": self.kind.value,
+            "status": self.status.value,
+            "termination_reason": (
+                self.termination_reason.value if self.termination_reason else None
+            ),
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "domains": list(self.domains),
+            "gpus": list(self.gpus),
+            "priority": self.priority,
+            "pid": self.pid,
+            "created_at": self.created_at,
+            "queued_at": self.queued_at,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "owner_uid": self.owner_uid,
+            "spec": self.spec,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One published engine event.
+
+    Attributes:
+        seq: Monotonic sequence number within one engine run.
+        at: Epoch seconds.
+        kind: What happened.
+        job_id: The job concerned, if any.
+        data: Kind-specific JSON-safe payload.
+    """
+
+    seq: int
+    at: float
+    kind: EventKind
+    job_id: int | None
+    data: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON shape used on the event stream."""
+        return {
+            "seq": self.seq,
+            "at": self.at,
+            "kind": self.kind.value,
+            "job_id": self.job_id,
+            "data": self.data,
+        }

@@ -1,0 +1,363 @@
+"""Real GPUs through NVML (the ``pynvml`` module shipped by nvidia-ml-py).
+
+:class:`NvmlProbe` turns every NVML failure into data: a machine without a driver is a
+``NO_DRIVER`` result with zero GPUs, a GPU that fell off the bus is a reading with
+``lost=True``, and a metric the GPU does not support is ``None``. :meth:`NvmlProbe.read`
+never raises for NVML errors, because it runs in a sampler thread whose crash would blank
+the whole GPU view.
+
+Exception names worth knowing (nvidia-ml-py 13): ``NVMLError_LibraryNotFound``,
+``NVMLError_DriverNotLoaded``, ``NVMLError_NoPermission``, ``NVMLError_NotSupported``,
+``NVMLError_GpuIsLost`` (not ``GPUIsLost``), ``NVMLError_Uninitialized`` and
+``NVMLError_LibRmVersionMismatch``. ``NVMLError(code)`` builds the matching subclass.
+The unversioned process-list functions raise ``NVMLLibraryMismatchError``, which is *not*
+an ``NVMLError``, when the installed driver lacks the ``_v3`` entry points.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .gpus import GpuProcess, GpuReading, ProbeResult, ProbeStatus
+
+try:
+    import pynvml
+except ImportError:  # pragma: no cover - nvidia-ml-py is a hard dependency
+    # A broken install must still let CPU jobs run: treat it like a missing driver.
+    pynvml = None
+
+_T = TypeVar("_T")
+
+BACKEND = "nvml"
+
+# NVML reports "not available" (e.g. per-process memory under WDDM or in some containers)
+# as an all-ones unsigned long long. pynvml already maps it to None in the process lists,
+# but older bindings did not, and 16 EiB "used" would wreck VRAM accounting.
+_NOT_AVAILABLE_ULL = 2**64 - 1
+
+_CPU_STILL_WORKS = "running with 0 GPUs; CPU jobs still work."
+
+
+def _text(value: Any) -> str:
+    """Return an NVML string as ``str`` (bindings before 11.x returned ``bytes``)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _nvml_errors() -> tuple[type[BaseException], ...]:
+    """Exception types the bindings raise for NVML failures.
+
+    ``NVMLLibraryMismatchError`` only exists in newer bindings, hence the lookup.
+    """
+    mismatch = getattr(pynvml, "NVMLLibraryMismatchError", None)
+    if isinstance(mismatch, type) and issubclass(mismatch, BaseException):
+        return (pynvml.NVMLError, mismatch)
+    return (pynvml.NVMLError,)
+
+
+class _GpuLost(Exception):
+    """Internal: a call for this GPU said it is lost; stop reading it."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class NvmlProbe:
+    """GPU probe backed by NVML.
+
+    NVML is initialised lazily on the first :meth:`read`. When the NVML library or the
+    kernel driver is missing the probe remembers it and every later read returns the
+    same ``NO_DRIVER`` result without touching NVML again; other initialisation errors
+    are retried on the next read.
+
+    Attributes:
+        backend: Always ``"nvml"``.
+    """
+
+    backend: str = BACKEND
+
+    def __init__(self) -> None:
+        """Create the probe; nothing is loaded until the first :meth:`read`."""
+        # Guards init/shutdown only. Device reads are not serialised: NVML is thread-safe.
+        self._lock = threading.Lock()
+        self._initialized = False
+        self._no_driver: ProbeResult | None = None
+        self._driver_version: str | None = None
+
+    def read(self) -> ProbeResult:
+        """Read every GPU once.
+
+        Blocking (NVML calls can stall on a wedged driver); call it from a worker thread.
+
+        Returns:
+            ``OK`` with one reading per GPU (a GPU may carry ``error``/``lost``),
+            ``NO_DRIVER`` with no GPUs when there is no NVML library or driver, or
+            ``ERROR`` with a message when NVML failed as a whole.
+        """
+        try:
+            early = self._ensure_init()
+            if early is not None:
+                return early
+            return self._read_all()
+        except Exception as exc:
+            # Last line of defence: the caller's thread must get a result, not a traceback.
+            return self._error(f"GPU probe failed unexpectedly ({type(exc).__name__}: {exc}).")
+
+    def close(self) -> None:
+        """Shut NVML down if this probe initialised it. Never raises for NVML errors.
+
+        A later :meth:`read` initialises NVML again.
+        """
+        # Do not wait long on a stuck init: the process is usually exiting anyway.
+        if not self._lock.acquire(timeout=2.0):
+            return
+        try:
+            if not self._initialized or pynvml is None:
+                return
+            self._initialized = False
+            try:
+                pynvml.nvmlShutdown()
+            except _nvml_errors():
+                pass
+        finally:
+            self._lock.release()
+
+    # --- init -----------------------------------------------------------------------
+
+    def _ensure_init(self) -> ProbeResult | None:
+        """Initialise NVML once.
+
+        Returns:
+            ``None`` when NVML is ready to read, else the result to return instead.
+        """
+        if self._no_driver is not None:
+            return self._no_driver
+        if self._initialized:
+            return None
+        # A second read arriving while an init is stuck must not pile up behind it.
+        if not self._lock.acquire(blocking=False):
+            return self._error("NVML initialisation is still in progress (it may be stuck).")
+        try:
+            return self._init_locked()
+        finally:
+            self._lock.release()
+
+    def _init_locked(self) -> ProbeResult | None:
+        if self._no_driver is not None:
+            return self._no_driver
+        if self._initialized:
+            return None
+        if pynvml is None:
+            self._no_driver = self._no_driver_result(
+                f"No NVIDIA support: the pynvml module cannot be imported; {_CPU_STILL_WORKS}"
+            )
+            return self._no_driver
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError_LibraryNotFound:
+            self._no_driver = self._no_driver_result(
+                f"No NVIDIA driver found (NVML library not found): {_CPU_STILL_WORKS}"
+            )
+            return self._no_driver
+        except pynvml.NVMLError_DriverNotLoaded:
+            self._no_driver = self._no_driver_result(
+                f"No NVIDIA driver loaded (NVML: driver not loaded): {_CPU_STILL_WORKS}"
+            )
+            return self._no_driver
+        except pynvml.NVMLError_NoPermission:
+            return self._error(
+                "NVML refused access (insufficient permissions): this user cannot read the "
+                "GPUs; check the permissions on /dev/nvidia*."
+            )
+        except pynvml.NVMLError_LibRmVersionMismatch:
+            return self._error(
+                "NVML and the loaded NVIDIA kernel driver have different versions (driver "
+                "updated without reboot?): reboot or reload the nvidia module."
+            )
+        except _nvml_errors() as exc:
+            return self._error(f"NVML failed to initialise ({exc}); retrying on the next read.")
+        self._initialized = True
+        self._driver_version = self._read_driver_version()
+        return None
+
+    @staticmethod
+    def _read_driver_version() -> str | None:
+        try:
+            return _text(pynvml.nvmlSystemGetDriverVersion())
+        except _nvml_errors():
+            return None
+
+    # --- reading ----------------------------------------------------------------------
+
+    def _read_all(self) -> ProbeResult:
+        try:
+            count = int(pynvml.nvmlDeviceGetCount())
+        except _nvml_errors() as exc:
+            if isinstance(exc, pynvml.NVMLError_Uninitialized):
+                # Someone shut NVML down under us: initialise again on the next read.
+                self._initialized = False
+            return self._error(f"NVML could not count the GPUs ({exc}).")
+        gpus = tuple(self._read_gpu(index) for index in range(count))
+        return ProbeResult(
+            status=ProbeStatus.OK,
+            gpus=gpus,
+            backend=BACKEND,
+            driver_version=self._driver_version,
+        )
+
+    def _read_gpu(self, index: int) -> GpuReading:
+        """Read one GPU; errors become fields of the reading, never exceptions."""
+        uuid = ""
+        name = ""
+        notes: list[str] = []
+        try:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            except pynvml.NVMLError_GpuIsLost as exc:
+                raise _GpuLost(exc) from exc
+            except _nvml_errors() as exc:
+                return _failed(index, uuid, name, f"cannot open GPU {index} ({exc})")
+
+            uuid = _text(_field(notes, "uuid", lambda: pynvml.nvmlDeviceGetUUID(handle)) or "")
+            name = _text(_field(notes, "name", lambda: pynvml.nvmlDeviceGetName(handle)) or "")
+
+            try:
+                memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                memory_total: int | None = int(memory.total)
+                memory_used: int | None = int(memory.used)
+            except pynvml.NVMLError_GpuIsLost as exc:
+                raise _GpuLost(exc) from exc
+            except pynvml.NVMLError_NotSupported:
+                # Some unified-memory parts (e.g. GB10) have no framebuffer counters.
+                memory_total = memory_used = None
+                notes.append("memory info not supported by this GPU")
+            except _nvml_errors() as exc:
+                return _failed(index, uuid, name, f"cannot read memory ({exc})")
+
+            utilization = _field(
+                notes, "utilization", lambda: int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            )
+            temperature = _field(
+                notes,
+                "temperature",
+                lambda: int(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)),
+            )
+            power = _field(
+                notes, "power", lambda: int(pynvml.nvmlDeviceGetPowerUsage(handle)) / 1000.0
+            )
+            power_limit = _field(
+                notes,
+                "power limit",
+                lambda: int(pynvml.nvmlDeviceGetEnforcedPowerLimit(handle)) / 1000.0,
+            )
+            processes = _read_processes(handle, notes)
+        except _GpuLost as lost:
+            return GpuReading(
+                index=index,
+                uuid=uuid,
+                name=name,
+                memory_total=None,
+                memory_used=None,
+                error=f"GPU is lost: the driver says it fell off the bus ({lost.cause}); "
+                "reset the GPU or reboot.",
+                lost=True,
+            )
+        return GpuReading(
+            index=index,
+            uuid=uuid,
+            name=name,
+            memory_total=memory_total,
+            memory_used=memory_used,
+            utilization=utilization,
+            temperature=temperature,
+            power_watts=power,
+            power_limit_watts=power_limit,
+            processes=processes,
+            error="; ".join(notes) or None,
+        )
+
+    @staticmethod
+    def _no_driver_result(message: str) -> ProbeResult:
+        return ProbeResult(status=ProbeStatus.NO_DRIVER, gpus=(), backend=BACKEND, message=message)
+
+    @staticmethod
+    def _error(message: str) -> ProbeResult:
+        return ProbeResult(status=ProbeStatus.ERROR, gpus=(), backend=BACKEND, message=message)
+
+
+def _failed(index: int, uuid: str, name: str, error: str) -> GpuReading:
+    """A reading for a GPU that could not be read but is not reported lost."""
+    return GpuReading(
+        index=index, uuid=uuid, name=name, memory_total=None, memory_used=None, error=error
+    )
+
+
+def _field(notes: list[str], what: str, call: Callable[[], _T]) -> _T | None:
+    """Run one optional NVML query.
+
+    ``NotSupported`` is normal for many GPUs (e.g. no power sensor) and yields ``None``
+    silently; other failures yield ``None`` and a note; a lost GPU aborts the whole read.
+    """
+    try:
+        return call()
+    except pynvml.NVMLError_GpuIsLost as exc:
+        raise _GpuLost(exc) from exc
+    except pynvml.NVMLError_NotSupported:
+        return None
+    except _nvml_errors() as exc:
+        notes.append(f"{what} failed ({exc})")
+        return None
+
+
+def _read_processes(handle: Any, notes: list[str]) -> tuple[GpuProcess, ...]:
+    """Compute plus graphics processes on one GPU, one entry per pid.
+
+    A pid can appear in both lists (CUDA + OpenGL in one process); NVML reports the same
+    allocation in each, so the larger known figure is kept rather than summed.
+    """
+    used_by_pid: dict[int, int | None] = {}
+    denied = False
+    listers = (
+        ("compute", pynvml.nvmlDeviceGetComputeRunningProcesses),
+        ("graphics", pynvml.nvmlDeviceGetGraphicsRunningProcesses),
+    )
+    for kind, lister in listers:
+        try:
+            infos = lister(handle)
+        except pynvml.NVMLError_GpuIsLost as exc:
+            raise _GpuLost(exc) from exc
+        except pynvml.NVMLError_NoPermission:
+            denied = True
+            continue
+        except pynvml.NVMLError_NotSupported:
+            # e.g. graphics processes on a compute-only board.
+            continue
+        except _nvml_errors() as exc:
+            notes.append(f"{kind} process list failed ({exc})")
+            continue
+        for info in infos:
+            pid = int(info.pid)
+            used = _used_bytes(getattr(info, "usedGpuMemory", None))
+            if pid not in used_by_pid:
+                used_by_pid[pid] = used
+                continue
+            known = used_by_pid[pid]
+            if used is not None and (known is None or used > known):
+                used_by_pid[pid] = used
+    if denied:
+        notes.append("process list not permitted (insufficient permissions)")
+    return tuple(GpuProcess(pid, used) for pid, used in used_by_pid.items())
+
+
+def _used_bytes(value: Any) -> int | None:
+    """Per-process memory, or ``None`` when NVML says it is not available."""
+    if value is None:
+        return None
+    used = int(value)
+    if used < 0 or used >= _NOT_AVAILABLE_ULL:
+        return None
+    return used

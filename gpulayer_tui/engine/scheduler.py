@@ -1,0 +1,223 @@
+"""Placement: queued reasons and over-capacity verdicts (record 003).
+
+Two different questions, never mixed:
+
+* :meth:`Scheduler.capacity_verdict` asks whether a request could *ever* run on this
+  machine as configured, ignoring current use. "No" is terminal (``failed`` /
+  ``over_capacity``); "cannot tell" (capacity unreadable) keeps the job queued.
+* :meth:`Scheduler.place` asks whether it can run *now*, and if so where. If not, it
+  returns the blocker as a human reason for the ``queued`` row.
+
+Multi-GPU requests take slots on several domains in one synchronous step: all or nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .config import CPU_DOMAIN
+from .domain import Domain, DomainState, gib
+from .gpus import GIB
+from .spec import JobSpec, SpecError
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a job needs, resolved against the known domains.
+
+    Attributes:
+        gpus: GPUs (one per domain); 0 means the CPU pool.
+        vram_bytes: Memory needed on each GPU, if declared.
+        pins: Domains the job may use (empty: any GPU domain).
+        exclusive: Needs its domains empty.
+    """
+
+    gpus: int
+    vram_bytes: int | None
+    pins: tuple[str, ...]
+    exclusive: bool
+
+
+class Capacity(StrEnum):
+    """Whether the machine's GPU capacity is known."""
+
+    KNOWN = "known"
+    NO_GPUS = "no_gpus"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Answer to "could this ever run?"."""
+
+    possible: bool | None  # None: cannot tell now
+    message: str = ""
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+class Scheduler:
+    """Placement over a set of domains (GPU domains plus the ``cpu`` pool)."""
+
+    def __init__(self, domains: dict[str, Domain]) -> None:
+        self.domains = domains
+        self.capacity = Capacity.UNKNOWN
+        self.capacity_message = "no GPU sample yet"
+
+    @property
+    def gpu_domains(self) -> list[Domain]:
+        """GPU domains in index order."""
+        return [d for d in self.domains.values() if d.is_gpu]
+
+    def request_for(self, spec: JobSpec) -> Request:
+        """Resolve a spec's GPU needs against the configured domains.
+
+        Raises:
+            SpecError: For unknown domains or contradictory pins.
+        """
+        pins = spec.pinned_domains
+        for name in pins:
+            if name not in self.domains:
+                known = ", ".join(self.domains) or "none"
+                raise SpecError(f"domain: unknown domain '{name}' (known: {known})")
+        if len(set(pins)) != len(pins):
+            raise SpecError("domain: a domain is named twice")
+        gpu_pins = [p for p in pins if self.domains[p].is_gpu]
+        if gpu_pins and len(gpu_pins) != len(pins):
+            raise SpecError(f"domain: cannot mix the '{CPU_DOMAIN}' pool with GPU domains")
+        if spec.gpus is None:
+            gpus = len(gpu_pins) if gpu_pins else (1 if spec.vram_gb is not None else 0)
+        else:
+            gpus = spec.gpus
+        if gpus == 0 and gpu_pins:
+            raise SpecError(
+                f"gpus is 0 but domain {', '.join(gpu_pins)} is a GPU domain; "
+                "drop the pin or ask for a GPU"
+            )
+        if gpus > 0 and pins == [CPU_DOMAIN]:
+            raise SpecError(f"asks for {_plural(gpus, 'GPU')} but is pinned to the cpu pool")
+        vram = None if spec.vram_gb is None else int(spec.vram_gb * GIB)
+        return Request(gpus, vram, tuple(pins), spec.exclusive)
+
+    # -- could it ever run? -----------------------------------------------------------------
+
+    def capacity_verdict(self, req: Request) -> Verdict:
+        """Decide whether ``req`` fits this machine at all (ignoring current use)."""
+        if req.gpus == 0:
+            return Verdict(True)
+        if self.capacity is Capacity.NO_GPUS:
+            return Verdict(
+                False,
+                f"requested {_plural(req.gpus, 'GPU')}, but this machine has no GPUs "
+                f"({self.capacity_message})",
+            )
+        all_gpu = self.gpu_domains
+        if req.gpus > len(all_gpu) and self.capacity is Capacity.KNOWN:
+            return Verdict(
+                False,
+                f"requested {_plural(req.gpus, 'GPU')}, but this machine has {len(all_gpu)}",
+            )
+        candidates = [self.domains[p] for p in req.pins] if req.pins else all_gpu
+        if req.pins and req.gpus > len(candidates):
+            names = ", ".join(req.pins)
+            return Verdict(
+                False,
+                f"requested {_plural(req.gpus, 'GPU')}, but the pinned domain"
+                f"{'s' if len(candidates) > 1 else ''} {names} "
+                f"{'have' if len(candidates) > 1 else 'has'} {len(candidates)}",
+            )
+        if self.capacity is not Capacity.KNOWN:
+            return Verdict(None, f"GPU capacity unknown: {self.capacity_message}")
+        if req.vram_bytes is None:
+            return Verdict(True)
+        sizes = [d.capacity_bytes for d in candidates]
+        if any(s is None for s in sizes):
+            unknown = [d.name for d in candidates if d.capacity_bytes is None]
+            big_known = [s for s in sizes if s is not None and s >= req.vram_bytes]
+            if len(big_known) >= req.gpus:
+                return Verdict(True)
+            return Verdict(
+                None, f"GPU capacity unknown: no memory reading from {', '.join(unknown)}"
+            )
+        big = [s for s in sizes if s is not None and s >= req.vram_bytes]
+        if len(big) >= req.gpus:
+            return Verdict(True)
+        need = gib(req.vram_bytes).replace(".0 GiB", " GiB")
+        if req.gpus == 1 or not big:
+            if len(candidates) == 1:
+                d = candidates[0]
+                name = d.reading.name if d.reading else ""
+                size = gib(d.capacity_bytes or 0).replace(".0 GiB", " GiB")
+                return Verdict(
+                    False,
+                    f"requested {need} per GPU, but {d.name}"
+                    f"{f' ({name})' if name else ''} has {size}",
+                )
+            largest = gib(max(s or 0 for s in sizes)).replace(".0 GiB", " GiB")
+            where = "the largest GPU" if not req.pins else "the largest pinned GPU"
+            return Verdict(False, f"requested {need} per GPU, but {where} has {largest}")
+        return Verdict(
+            False,
+            f"requested {req.gpus} GPUs with {need} each, but only "
+            f"{_plural(len(big), 'GPU')} {'has' if len(big) == 1 else 'have'} that much",
+        )
+
+    # -- can it run now? --------------------------------------------------------------------
+
+    def place(self, req: Request) -> list[Domain] | str:
+        """Return the domains to hold for ``req`` now, or the queued reason.
+
+        Does not hold anything: the caller holds every returned domain in the same
+        synchronous step, so a multi-GPU job never holds part of what it needs.
+        """
+        if req.gpus == 0:
+            cpu = self.domains[CPU_DOMAIN]
+            why = cpu.blocker(None, req.exclusive)
+            return [cpu] if why is None else why
+        candidates = [self.domains[p] for p in req.pins] if req.pins else self.gpu_domains
+        fitting: list[Domain] = []
+        blocked: list[tuple[Domain, str]] = []
+        for dom in candidates:
+            why = dom.blocker(req.vram_bytes, req.exclusive)
+            if why is None:
+                fitting.append(dom)
+            else:
+                blocked.append((dom, why))
+        if len(fitting) >= req.gpus:
+            # Least loaded first, then most free memory, then index: spreads work and
+            # keeps the emptiest GPUs for whoever needs a whole one.
+            fitting.sort(
+                key=lambda d: (
+                    d.used_slots,
+                    -(d.account.free if d.account else 0),
+                    d.gpu_index if d.gpu_index is not None else 0,
+                )
+            )
+            return fitting[: req.gpus]
+        return self._reason(req, candidates, fitting, blocked)
+
+    def _reason(
+        self,
+        req: Request,
+        candidates: list[Domain],
+        fitting: list[Domain],
+        blocked: list[tuple[Domain, str]],
+    ) -> str:
+        if not candidates:
+            return f"GPU capacity unknown: {self.capacity_message}"
+        if len(candidates) == 1:
+            return f"waiting for {blocked[0][1]}"
+        slot_only = all(
+            d.state is DomainState.IN_SERVICE and d.free_slots < 1 and not req.exclusive
+            for d, _ in blocked
+        )
+        if slot_only and not fitting:
+            total = sum(d.slots for d in candidates)
+            return f"all {total} GPU slots busy ({'; '.join(w for _, w in blocked)})"
+        details = "; ".join(w for _, w in blocked)
+        if req.gpus == 1:
+            return f"waiting for a GPU: {details}"
+        return f"needs {req.gpus} GPUs, {len(fitting)} available now; {details}"

@@ -1,0 +1,82 @@
+"""``gpulayer-tui --serve``: the engine and its API, headless, until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from .api import ApiServer
+from .config import ConfigError, Paths
+from .engine import Engine
+from .gpus import make_probe
+from .lock import EngineBusy
+from .store import StoreError
+
+log = logging.getLogger(__name__)
+
+
+async def serve(
+    paths: Paths, simulate: str | None = None, simulate_if_no_gpu: str | None = None
+) -> int:
+    """Run an engine on ``paths`` until asked to stop; return the process exit code.
+
+    Running jobs are left running on shutdown: a later engine re-attaches to them.
+    """
+    try:
+        probe = make_probe(simulate, paths.state_dir, simulate_if_no_gpu)
+        engine = Engine(paths, probe=probe)
+    except (ConfigError, ValueError) as err:
+        print(f"gpulayer-tui: {err}", file=sys.stderr)
+        return 2
+    try:
+        await engine.start()
+    except EngineBusy as err:
+        print(f"gpulayer-tui: {err}", file=sys.stderr)
+        return 1
+    except (ConfigError, StoreError) as err:
+        print(f"gpulayer-tui: {err}", file=sys.stderr)
+        return 2
+    server = ApiServer(engine, paths.socket)
+    try:
+        await server.start()
+    except OSError as err:
+        await engine.stop()
+        print(f"gpulayer-tui: cannot listen on {paths.socket}: {err}", file=sys.stderr)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    gpus = len(engine.scheduler.gpu_domains)
+    notice = f" ({engine.no_gpu_notice})" if engine.no_gpu_notice else ""
+    print(
+        f"gpulayer-tui engine serving {paths.state_dir} on {paths.socket} "
+        f"[{engine.probe.backend}, {gpus} GPU domain{'s' * (gpus != 1)}]{notice}",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await server.stop()
+        await engine.stop()
+    print("gpulayer-tui engine stopped; running jobs keep running", file=sys.stderr)
+    return 0
+
+
+def run_serve(
+    paths: Paths,
+    simulate: str | None = None,
+    simulate_if_no_gpu: str | None = None,
+    verbose: bool = False,
+) -> int:
+    """Blocking entry point for ``--serve``."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return asyncio.run(serve(paths, simulate, simulate_if_no_gpu))

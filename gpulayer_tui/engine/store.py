@@ -1,0 +1,397 @@
+"""SQLite state (aiosqlite, WAL): the one source of truth, with versioned migrations.
+
+Writes go through a group-commit writer: callers enqueue a job snapshot plus the events it
+caused; one writer task commits everything queued so far in a single transaction and only
+then publishes those events. So every transition is durable before anyone sees it, and a
+burst of 500 transitions costs one commit instead of 500.
+
+Reads use a second connection, which in WAL mode sees only committed data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from .models import Event, EventKind, Job, JobKind, JobStatus, TerminationReason
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+
+# Index i holds the statements that move the schema from version i to i + 1. Never edit a
+# released step; append a new one.
+MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE jobs (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            status TEXT NOT NULL,
+            termination_reason TEXT,
+            exit_code INTEGER,
+            message TEXT NOT NULL DEFAULT '',
+            domains TEXT NOT NULL DEFAULT '[]',
+            gpus TEXT NOT NULL DEFAULT '[]',
+            priority INTEGER NOT NULL DEFAULT 0,
+            pid INTEGER,
+            start_ticks INTEGER,
+            created_at REAL NOT NULL,
+            queued_at REAL,
+            started_at REAL,
+            ended_at REAL,
+            owner_uid INTEGER,
+            spec TEXT NOT NULL
+        )""",
+        # Partial index: restart and the scheduler only ever look for active rows, and
+        # this keeps that lookup independent of how much history there is.
+        """CREATE INDEX jobs_active ON jobs(status)
+            WHERE status IN ('pending', 'queued', 'running')""",
+        """CREATE TABLE events (
+            id INTEGER PRIMARY KEY,
+            job_id INTEGER,
+            at REAL NOT NULL,
+            kind TEXT NOT NULL,
+            status TEXT,
+            reason TEXT,
+            message TEXT,
+            data TEXT
+        )""",
+        "CREATE INDEX events_job ON events(job_id, id)",
+        """CREATE TABLE engine_runs (
+            id INTEGER PRIMARY KEY,
+            pid INTEGER NOT NULL,
+            version TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            stopped_at REAL
+        )""",
+    ],
+]
+
+_JOB_COLUMNS = (
+    "id, name, kind, status, termination_reason, exit_code, message, domains, gpus, "
+    "priority, pid, start_ticks, created_at, queued_at, started_at, ended_at, owner_uid, spec"
+)
+_UPSERT = (
+    f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES ({', '.join('?' * 18)}) "
+    "ON CONFLICT(id) DO UPDATE SET status=excluded.status, "
+    "termination_reason=excluded.termination_reason, exit_code=excluded.exit_code, "
+    "message=excluded.message, domains=excluded.domains, gpus=excluded.gpus, "
+    "pid=excluded.pid, start_ticks=excluded.start_ticks, queued_at=excluded.queued_at, "
+    "started_at=excluded.started_at, ended_at=excluded.ended_at"
+)
+_INSERT_EVENT = (
+    "INSERT INTO events (job_id, at, kind, status, reason, message, data) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+class StoreError(RuntimeError):
+    """The database cannot be used (newer schema, corrupt, unwritable)."""
+
+
+def _job_row(job: Job) -> tuple[Any, ...]:
+    return (
+        job.id,
+        job.name,
+        job.kind.value,
+        job.status.value,
+        job.termination_reason.value if job.termination_reason else None,
+        job.exit_code,
+        job.message,
+        json.dumps(job.domains),
+        json.dumps(job.gpus),
+        job.priority,
+        job.pid,
+        job.start_ticks,
+        job.created_at,
+        job.queued_at,
+        job.started_at,
+        job.ended_at,
+        job.owner_uid,
+        json.dumps(job.spec),
+    )
+
+
+def job_from_row(row: Sequence[Any]) -> Job:
+    """Build a :class:`Job` from a row selected with the full column list."""
+    return Job(
+        id=row[0],
+        name=row[1],
+        kind=JobKind(row[2]),
+        status=JobStatus(row[3]),
+        termination_reason=TerminationReason(row[4]) if row[4] else None,
+        exit_code=row[5],
+        message=row[6],
+        domains=json.loads(row[7]),
+        gpus=json.loads(row[8]),
+        priority=row[9],
+        pid=row[10],
+        start_ticks=row[11],
+        created_at=row[12],
+        queued_at=row[13],
+        started_at=row[14],
+        ended_at=row[15],
+        owner_uid=row[16],
+        spec=json.loads(row[17]),
+    )
+
+
+@dataclass(slots=True)
+class _Write:
+    row: tuple[Any, ...] | None
+    events: list[Event]
+    done: asyncio.Future[None] | None
+
+
+class Store:
+    """The engine's database.
+
+    Args:
+        path: SQLite file; created (with its schema) if missing.
+        publish: Called with each committed event, in commit order.
+    """
+
+    def __init__(self, path: Path, publish: Callable[[Event], None]) -> None:
+        self.path = path
+        self._publish = publish
+        self._db: aiosqlite.Connection | None = None
+        self._reader: aiosqlite.Connection | None = None
+        self._queue: list[_Write] = []
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._closing = False
+        self.failure: str | None = None
+        self.run_id = 0
+
+    async def open(self, version: str, pid: int) -> None:
+        """Open, migrate, record this engine run and start the writer.
+
+        Raises:
+            StoreError: If the file is from a newer schema or cannot be opened.
+        """
+        try:
+            self._db = await aiosqlite.connect(self.path, isolation_level=None)
+            await self._db.execute("PRAGMA journal_mode=WAL")
+            # NORMAL is durable across application crashes in WAL mode (only a power
+            # loss can drop the last commits), at a fraction of FULL's fsync cost.
+            await self._db.execute("PRAGMA synchronous=NORMAL")
+            await self._db.execute("PRAGMA busy_timeout=5000")
+            await self._migrate()
+            cursor = await self._db.execute(
+                "INSERT INTO engine_runs (pid, version, started_at) VALUES (?, ?, ?)",
+                (pid, version, time.time()),
+            )
+            self.run_id = cursor.lastrowid or 0
+            self._reader = await aiosqlite.connect(self.path, isolation_level=None)
+            await self._reader.execute("PRAGMA busy_timeout=5000")
+        except sqlite3.Error as err:
+            await self.close()
+            raise StoreError(f"{self.path}: cannot open the database: {err}") from None
+        self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
+
+    async def _migrate(self) -> None:
+        assert self._db is not None
+        async with self._db.execute("PRAGMA user_version") as cur:
+            row = await cur.fetchone()
+        current = int(row[0]) if row else 0
+        if current > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: database schema version {current} is newer than this "
+                f"gpulayer-tui understands ({SCHEMA_VERSION}); upgrade gpulayer-tui"
+            )
+        for version in range(current, SCHEMA_VERSION):
+            await self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in MIGRATIONS[version]:
+                    await self._db.execute(statement)
+                await self._db.execute(f"PRAGMA user_version = {version + 1}")
+                await self._db.execute("COMMIT")
+            except BaseException:
+                await self._db.execute("ROLLBACK")
+                raise
+            log.info("database migrated to schema version %d", version + 1)
+
+    async def close(self) -> None:
+        """Flush pending writes, mark the run stopped and close both connections."""
+        self._closing = True
+        if self._writer is not None:
+            self._wake.set()
+            await self._writer
+            self._writer = None
+        if self._db is not None:
+            try:
+                if self.run_id:
+                    await self._db.execute(
+                        "UPDATE engine_runs SET stopped_at=? WHERE id=?", (time.time(), self.run_id)
+                    )
+            except sqlite3.Error:
+                pass
+            await self._db.close()
+            self._db = None
+        if self._reader is not None:
+            await self._reader.close()
+            self._reader = None
+
+    # -- writes ---------------------------------------------------------------------------
+
+    def save(
+        self, job: Job | None, events: Iterable[Event] = (), wait: bool = False
+    ) -> asyncio.Future[None] | None:
+        """Queue a snapshot of ``job`` and its events for the next group commit.
+
+        Args:
+            job: The job to snapshot now (later mutations are not included).
+            events: Published after the commit. Transition/submission events are also
+                stored in the ``events`` table.
+            wait: Return a future that resolves once committed (or fails with the error).
+        """
+        done: asyncio.Future[None] | None = None
+        if wait:
+            done = asyncio.get_running_loop().create_future()
+        self._queue.append(_Write(_job_row(job) if job else None, list(events), done))
+        self._wake.set()
+        return done
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._queue:
+                batch, self._queue = self._queue, []
+                await self._commit(batch)
+            if self._closing and not self._queue:
+                return
+
+    async def _commit(self, batch: list[_Write]) -> None:
+        assert self._db is not None
+        rows: dict[int, tuple[Any, ...]] = {}
+        stored: list[tuple[Any, ...]] = []
+        for write in batch:
+            if write.row is not None:
+                rows[write.row[0]] = write.row  # the latest snapshot of a job wins
+            for ev in write.events:
+                if ev.kind in (EventKind.SUBMITTED, EventKind.TRANSITION):
+                    stored.append(
+                        (
+                            ev.job_id,
+                            ev.at,
+                            ev.kind.value,
+                            ev.data.get("status"),
+                            ev.data.get("reason"),
+                            ev.data.get("message"),
+                            json.dumps(ev.data),
+                        )
+                    )
+        error: BaseException | None = None
+        try:
+            await self._db.execute("BEGIN")
+            if rows:
+                await self._db.executemany(_UPSERT, list(rows.values()))
+            if stored:
+                await self._db.executemany(_INSERT_EVENT, stored)
+            await self._db.execute("COMMIT")
+        except sqlite3.Error as err:
+            error = err
+            self.failure = f"database write failed: {err}"
+            log.error("%s", self.failure)
+            try:
+                await self._db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        for write in batch:
+            if write.done is not None and not write.done.done():
+                if error is None:
+                    write.done.set_result(None)
+                else:
+                    write.done.set_exception(StoreError(self.failure or str(error)))
+            if error is None:
+                for ev in write.events:
+                    self._publish(ev)
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed."""
+        done = self.save(None, (), wait=True)
+        assert done is not None
+        await done
+
+    # -- reads (committed data only) --------------------------------------------------------
+
+    async def _fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        assert self._reader is not None
+        async with self._reader.execute(sql, args) as cur:
+            return list(await cur.fetchall())
+
+    async def max_job_id(self) -> int:
+        """The largest job id ever used (0 for a new database)."""
+        rows = await self._fetchall("SELECT COALESCE(MAX(id), 0) FROM jobs")
+        return int(rows[0][0])
+
+    async def active_jobs(self) -> list[Job]:
+        """Every job that is pending, queued or running, oldest first."""
+        rows = await self._fetchall(
+            f"SELECT {_JOB_COLUMNS} FROM jobs "
+            "WHERE status IN ('pending', 'queued', 'running') ORDER BY id"
+        )
+        return [job_from_row(r) for r in rows]
+
+    async def get_job(self, job_id: int) -> Job | None:
+        """One job by id, or ``None``."""
+        rows = await self._fetchall(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id=?", (job_id,))
+        return job_from_row(rows[0]) if rows else None
+
+    async def list_jobs(
+        self, statuses: Sequence[str] = (), limit: int = 1000, before_id: int | None = None
+    ) -> list[Job]:
+        """Jobs, newest first, optionally filtered by status; paged by ``before_id``."""
+        where: list[str] = []
+        args: list[Any] = []
+        if statuses:
+            where.append(f"status IN ({', '.join('?' * len(statuses))})")
+            args.extend(statuses)
+        if before_id is not None:
+            where.append("id < ?")
+            args.append(before_id)
+        sql = f"SELECT {_JOB_COLUMNS} FROM jobs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id DESC LIMIT ?"
+        args.append(limit)
+        return [job_from_row(r) for r in await self._fetchall(sql, args)]
+
+    async def job_events(self, job_id: int) -> list[dict[str, Any]]:
+        """The stored timeline of one job, oldest first."""
+        rows = await self._fetchall(
+            "SELECT at, kind, status, reason, message, data FROM events WHERE job_id=? ORDER BY id",
+            (job_id,),
+        )
+        return [
+            {
+                "at": r[0],
+                "kind": r[1],
+                "status": r[2],
+                "reason": r[3],
+                "message": r[4],
+                "data": json.loads(r[5]) if r[5] else {},
+            }
+            for r in rows
+        ]
+
+    async def count_by_status(self, since: float | None = None) -> dict[str, int]:
+        """Number of jobs per status (optionally only those created since ``since``)."""
+        sql = "SELECT status, COUNT(*) FROM jobs"
+        args: list[Any] = []
+        if since is not None:
+            sql += " WHERE created_at >= ?"
+            args.append(since)
+        sql += " GROUP BY status"
+        return {r[0]: int(r[1]) for r in await self._fetchall(sql, args)}

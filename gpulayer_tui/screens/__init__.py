@@ -1,0 +1,1 @@
+"""Textual screens, one per area (the TUI lands in a later change)."""
