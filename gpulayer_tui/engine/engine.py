@@ -179,7 +179,7 @@ class Engine(Lifecycle):
         Raises:
             UnknownJob: No such id.
         """
-        active = self._active.get(job_id)
+        active = self._live(job_id)
         if active is not None:
             return active.job
         job = await self.store.get_job(job_id)
@@ -205,7 +205,8 @@ class Engine(Lifecycle):
                 known = ", ".join(s.value for s in JobStatus)
                 raise SpecError(f"unknown status '{status}' (one of: {known})")
         jobs = await self.store.list_jobs(statuses or [], limit, before_id)
-        return [self._active[j.id].job if j.id in self._active else j for j in jobs]
+        live = (self._live(j.id) for j in jobs)
+        return [act.job if act is not None else j for act, j in zip(live, jobs, strict=True)]
 
     async def cancel(self, job_id: int) -> Job:
         """Cancel a job: at once if it has not started, else SIGTERM then SIGKILL.
@@ -229,7 +230,7 @@ class Engine(Lifecycle):
             UnknownJob: No such id.
             TimeoutError: ``timeout`` passed first.
         """
-        active = self._active.get(job_id)
+        active = self._live(job_id)
         if active is not None:
             await asyncio.wait_for(asyncio.shield(active.finished), timeout)
         return await self.get(job_id)

@@ -94,6 +94,9 @@ class Lifecycle:
 
     def __init__(self) -> None:
         self._active: dict[int, _Active] = {}
+        # Jobs that ended in memory but whose terminal row is not committed yet: reads
+        # must still see them, or a reader could find the stale "running" row in SQLite.
+        self._settling: dict[int, _Active] = {}
         self._queue: list[tuple[int, int]] = []
         self._dependents: dict[int, set[int]] = {}
         self._timers: dict[int, asyncio.TimerHandle] = {}
@@ -149,9 +152,11 @@ class Lifecycle:
         def committed(fut: asyncio.Future[None]) -> None:
             if not fut.cancelled():
                 fut.exception()  # a failed write is reported by the store; waiters go on
+            self._settling.pop(job.id, None)
             if not act.finished.done():
                 act.finished.set_result(None)
 
+        self._settling[job.id] = act
         done.add_done_callback(committed)
 
     def _set_reason(self, act: _Active, reason: str) -> None:
@@ -495,6 +500,10 @@ class Lifecycle:
                 act.holds.append(dom)
         if act.spec is not None and act.spec.timeout is not None and job.started_at:
             self._arm_timeout(act, act.spec.timeout - (time.time() - job.started_at))
+
+    def _live(self, job_id: int) -> _Active | None:
+        """The in-memory record of an active or just-ended (not yet durable) job."""
+        return self._active.get(job_id) or self._settling.get(job_id)
 
     def _roots_snapshot(self) -> dict[int, tuple[int, int | None]]:
         return dict(self._roots)

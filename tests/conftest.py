@@ -1,0 +1,195 @@
+"""Shared fixtures: a temp state dir per test, in-process engines, a real ``--serve``."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpulayer_tui.engine.config import Config, parse_config
+from gpulayer_tui.engine.engine import Engine
+from gpulayer_tui.engine.gpus import GpuProbe
+from gpulayer_tui.engine.paths import Paths, resolve_paths
+
+pytest_plugins = ["tests.fake_nvml"]
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh GPULAYER_HOME for this test."""
+    path = tmp_path / "home"
+    monkeypatch.setenv("GPULAYER_HOME", str(path))
+    return path
+
+
+@pytest.fixture
+def paths(home: Path) -> Paths:
+    """Paths inside the test's GPULAYER_HOME."""
+    return resolve_paths()
+
+
+def make_config(**sections: Any) -> Config:
+    """A config with fast sampling, plus whatever sections the test gives."""
+    data: dict[str, Any] = {"engine": {"sample_interval": 0.2, "grace_period": 2.0}}
+    for key, value in sections.items():
+        if key == "engine":
+            data["engine"].update(value)
+        else:
+            data[key] = value
+    return parse_config(data)
+
+
+EngineFactory = Callable[..., Awaitable[Engine]]
+
+
+@pytest.fixture
+async def make_engine(paths: Paths) -> AsyncIterator[EngineFactory]:
+    """Start engines on the test's state dir; all are stopped (jobs killed) at the end."""
+    engines: list[Engine] = []
+
+    async def factory(
+        simulate: str | None = "2xA100-80GB",
+        probe: GpuProbe | None = None,
+        config: Config | None = None,
+        cpu_count: int = 2,
+    ) -> Engine:
+        engine = Engine(
+            paths,
+            probe=probe,
+            simulate=None if probe is not None else simulate,
+            config=config or make_config(),
+            cpu_count=cpu_count,
+        )
+        await engine.start()
+        engines.append(engine)
+        return engine
+
+    yield factory
+    for engine in engines:
+        for pid in list(engine.supervisor.pids().values()):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if engine.started_at and engine._lock._fd is not None:
+            await engine.stop()
+
+
+async def eventually(
+    predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02
+) -> Any:
+    """Poll ``predicate`` (sync or async) until truthy; fail with a message at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s: {predicate}")
+        await asyncio.sleep(interval)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Synchronous :func:`eventually`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s: {predicate}")
+        time.sleep(interval)
+
+
+def pid_gone(pid: int) -> bool:
+    """True once ``pid`` no longer exists or is a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return True
+    return data[data.rfind(b")") + 2 : data.rfind(b")") + 3] in (b"Z", b"X")
+
+
+@pytest.fixture
+def sleeper() -> Iterator[int]:
+    """A real foreign process (``sleep 600``) to hold simulated GPU memory; killed after."""
+    proc = subprocess.Popen(["sleep", "600"])
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+class Served:
+    """A real ``gpulayer-tui --serve`` process and a way to run the CLI against it."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env = dict(os.environ, GPULAYER_HOME=str(home))
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self, *args: str, wait: bool = True) -> subprocess.Popen[str]:
+        """Start ``--serve`` with ``args``; wait until its socket answers."""
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpulayer_tui", "--serve", *args],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        if wait:
+            proc = self.proc
+            wait_for(
+                lambda: proc.poll() is not None or self.cli("gpus").returncode == 0,
+                timeout=20,
+                interval=0.05,
+            )
+            assert proc.poll() is None, (
+                f"--serve exited: {proc.stderr.read() if proc.stderr else ''}"
+            )
+        return self.proc
+
+    def stop(self) -> str:
+        """SIGTERM the engine; return its stderr."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        _, err = self.proc.communicate(timeout=20)
+        return err
+
+    def cli(
+        self, *args: str, input: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``gpulayer-tui ARGS`` against this engine."""
+        return subprocess.run(
+            [sys.executable, "-m", "gpulayer_tui", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            input=input,
+            timeout=timeout,
+            cwd=REPO,
+        )
+
+
+@pytest.fixture
+def served(home: Path) -> Iterator[Served]:
+    """A ``--serve`` helper; the engine is stopped at the end of the test."""
+    server = Served(home)
+    yield server
+    if server.proc is not None and server.proc.poll() is None:
+        server.proc.kill()
+        server.proc.wait(timeout=10)

@@ -1,0 +1,406 @@
+"""Batch jobs through a real in-process engine: real processes, real SQLite, simulated GPUs."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from gpulayer_tui.engine.models import JobStatus, TerminationReason
+from gpulayer_tui.engine.simulate import SimLedger
+from gpulayer_tui.engine.spec import SpecError
+
+if TYPE_CHECKING:
+    from .fake_nvml import FakeNvml
+
+from .conftest import EngineFactory, eventually, make_config, pid_gone
+
+
+async def test_completed_job_records_exit_code_and_output(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    job = await engine.submit({"command": ["sh", "-c", "echo hello; echo oops >&2"]})
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.COMPLETED
+    assert done.termination_reason is TerminationReason.EXIT_CODE
+    assert done.exit_code == 0
+    assert done.domains == ["cpu"]
+    assert engine.log_path(job.id).read_text() == "hello\noops\n"
+    timeline = [e["status"] for e in await engine.events_of(job.id)]
+    assert timeline == ["pending", "running", "completed"]
+
+
+async def test_nonzero_exit_fails_with_code(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    job = await engine.submit({"shell": "exit 3"})
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.FAILED
+    assert done.termination_reason is TerminationReason.EXIT_CODE
+    assert done.exit_code == 3
+    assert done.message == "exited with code 3"
+
+
+async def test_killed_by_signal_is_named(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    job = await engine.submit({"shell": "kill -KILL $$"})
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.FAILED
+    assert done.termination_reason is TerminationReason.SIGNAL
+    assert done.exit_code == 137
+    assert "SIGKILL" in done.message
+
+
+async def test_launch_failures_fail_the_job_and_engine_carries_on(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine()
+    missing = await engine.submit({"command": ["no-such-program-xyz"]})
+    assert missing.status is JobStatus.FAILED
+    assert missing.termination_reason is TerminationReason.LAUNCH_FAILED
+    assert "command not found" in missing.message and "no-such-program-xyz" in missing.message
+    nodir = await engine.submit({"command": ["true"], "cwd": str(tmp_path / "nope")})
+    assert nodir.termination_reason is TerminationReason.LAUNCH_FAILED
+    assert "working directory does not exist" in nodir.message
+    ok = await engine.submit({"command": ["true"]})
+    assert (await engine.wait(ok.id, timeout=10)).status is JobStatus.COMPLETED
+
+
+async def test_over_capacity_messages_are_terminal_and_kept(make_engine: EngineFactory) -> None:
+    engine = await make_engine("1xH200-141GB,1xL4-24GB")
+    too_many = await engine.submit({"command": ["true"], "gpus": 3})
+    assert too_many.status is JobStatus.FAILED
+    assert too_many.termination_reason is TerminationReason.OVER_CAPACITY
+    assert too_many.message == "requested 3 GPUs, but this machine has 2"
+    too_big = await engine.submit({"command": ["true"], "vram_gb": 200})
+    assert too_big.message == "requested 200 GiB per GPU, but the largest GPU has 141 GiB"
+    pinned = await engine.submit({"command": ["true"], "vram_gb": 40, "domain": "gpu1"})
+    assert pinned.message == "requested 40 GiB per GPU, but gpu1 (Simulated L4) has 24 GiB"
+    pair = await engine.submit({"command": ["true"], "gpus": 2, "vram_gb": 40})
+    assert pair.message == "requested 2 GPUs with 40 GiB each, but only 1 GPU has that much"
+    # the rows stay in history with their status and message
+    listed = {j.id: j for j in await engine.list_jobs()}
+    assert listed[too_many.id].status is JobStatus.FAILED
+    assert listed[too_many.id].message == too_many.message
+    stored = await engine.events_of(too_big.id)
+    assert [e["status"] for e in stored] == ["pending", "failed"]
+    assert stored[-1]["reason"] == "over_capacity"
+
+
+async def test_no_driver_means_gpu_jobs_are_over_capacity(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    import pynvml
+
+    from gpulayer_tui.engine.nvml import NvmlProbe
+
+    fake_nvml.fail("nvmlInit", pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    engine = await make_engine(probe=NvmlProbe())
+    assert engine.scheduler.gpu_domains == []
+    assert engine.no_gpu_notice and "No NVIDIA driver" in engine.no_gpu_notice
+    job = await engine.submit({"command": ["true"], "gpus": 1})
+    assert job.status is JobStatus.FAILED
+    assert job.message.startswith("requested 1 GPU, but this machine has no GPUs")
+    cpu = await engine.submit({"command": ["true"]})
+    assert (await engine.wait(cpu.id, timeout=10)).status is JobStatus.COMPLETED
+
+
+async def test_capacity_unknown_keeps_job_queued_then_runs(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    import pynvml
+
+    from gpulayer_tui.engine.nvml import NvmlProbe
+
+    engine = await make_engine(probe=NvmlProbe())
+    assert len(engine.scheduler.gpu_domains) == 2
+    fake_nvml.fail("nvmlDeviceGetCount", pynvml.NVML_ERROR_UNKNOWN)
+    await engine.sampler.sample_once()
+    job = await engine.submit({"command": ["true"], "gpus": 2, "vram_gb": 1})
+    assert job.status is JobStatus.QUEUED
+    assert job.message.startswith("GPU capacity unknown")
+    fake_nvml.clear_failures()
+    await engine.sampler.sample_once()
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.COMPLETED
+
+
+async def test_queued_reasons_name_the_blocker(make_engine: EngineFactory) -> None:
+    engine = await make_engine("2xA100-80GB")
+    first = await engine.submit({"command": ["sleep", "30"], "gpus": 1})
+    second = await engine.submit({"command": ["sleep", "30"], "gpus": 1})
+    third = await engine.submit({"command": ["true"], "gpus": 1})
+    assert first.status is JobStatus.RUNNING and second.status is JobStatus.RUNNING
+    assert third.status is JobStatus.QUEUED
+    assert third.message == (
+        "all 2 GPU slots busy (gpu0: slot held by job 1; gpu1: slot held by job 2)"
+    )
+    dependent = await engine.submit({"command": ["true"], "depends_on": [third.id]})
+    assert dependent.message == f"waiting for job {third.id}"
+    await engine.cancel(first.id)
+    await engine.cancel(second.id)
+    assert (await engine.wait(third.id, timeout=10)).status is JobStatus.COMPLETED
+
+
+async def test_vram_blocker_names_the_foreign_pid(make_engine: EngineFactory, sleeper: int) -> None:
+    engine = await make_engine("2xA100-80GB")
+    SimLedger(engine.paths.state_dir).hold(1, sleeper, 70.0)
+    await engine.sampler.sample_once()
+    gpus = engine.gpus()
+    gpu1 = gpus["domains"][1]
+    assert gpu1["vram"]["unregistered"] == 70 * 1024**3
+    assert gpus["unregistered_total"] == 70 * 1024**3
+    assert gpu1["processes"][0]["pid"] == sleeper
+    assert gpu1["processes"][0]["job_id"] is None
+    assert "sleep" in gpu1["processes"][0]["command"]
+    job = await engine.submit({"command": ["sleep", "30"], "vram_gb": 20, "domain": "gpu1"})
+    assert job.status is JobStatus.QUEUED
+    assert job.message.startswith(f"waiting for gpu1: 70.0 GiB held by pid {sleeper} (sleep 600")
+    assert job.message.endswith("needs 20.0 GiB, 10.0 GiB free")
+    # an unpinned job goes to the GPU with room
+    other = await engine.submit({"command": ["sleep", "30"], "vram_gb": 20})
+    assert other.status is JobStatus.RUNNING and other.domains == ["gpu0"]
+    # the foreign process exits: its memory frees, the queued job starts
+    os.kill(sleeper, signal.SIGKILL)
+    await eventually(lambda: pid_gone(sleeper))
+    await engine.sampler.sample_once()
+    await eventually(lambda: _status_is(engine, job.id, JobStatus.RUNNING))
+    await engine.cancel(job.id)
+    await engine.cancel(other.id)
+
+
+async def _status_is(engine: object, job_id: int, status: JobStatus) -> bool:
+    return (await engine.get(job_id)).status is status
+
+
+async def test_owned_memory_is_not_unregistered(make_engine: EngineFactory) -> None:
+    engine = await make_engine("1xA100-80GB")
+    job = await engine.submit({"shell": "sleep 30 & wait", "gpus": 1, "vram_gb": 10})
+    assert job.status is JobStatus.RUNNING and job.pid
+    child = await eventually(lambda: _child_of(job.pid or 0))
+    SimLedger(engine.paths.state_dir).hold(0, child, 25.0)
+    await engine.sampler.sample_once()
+    vram = engine.gpus()["domains"][0]["vram"]
+    assert vram["owned"] == 25 * 1024**3
+    assert vram["unregistered"] == 0
+    # reservation = max(declared 10, held 25): nothing extra reserved beyond what is held
+    assert vram["reserved_extra"] == 0
+    assert vram["free"] == 55 * 1024**3
+    assert engine.gpus()["domains"][0]["processes"][0]["job_id"] == job.id
+
+
+def _child_of(pid: int) -> int | None:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        if int(fields[1]) == pid:
+            return int(entry)
+    return None
+
+
+async def test_multi_gpu_holds_are_all_or_nothing(make_engine: EngineFactory) -> None:
+    engine = await make_engine("2xA100-80GB")
+    blocker = await engine.submit({"command": ["sleep", "30"], "domain": "gpu0"})
+    assert blocker.status is JobStatus.RUNNING
+    pair = await engine.submit({"command": ["true"], "gpus": 2})
+    assert pair.status is JobStatus.QUEUED
+    assert pair.message.startswith("needs 2 GPUs, 1 available now; gpu0: slot held by job 1")
+    # the waiting 2-GPU job holds nothing: gpu1 is still free for a 1-GPU job
+    gpu1 = engine.scheduler.domains["gpu1"]
+    assert gpu1.holdings == {}
+    single = await engine.submit({"command": ["sleep", "30"], "gpus": 1})
+    assert single.status is JobStatus.RUNNING and single.domains == ["gpu1"]
+    await engine.cancel(blocker.id)
+    await engine.cancel(single.id)
+    done = await engine.wait(pair.id, timeout=15)
+    assert done.status is JobStatus.COMPLETED
+    assert sorted(done.domains) == ["gpu0", "gpu1"] and sorted(done.gpus) == [0, 1]
+
+
+async def test_gpu_env_is_set(make_engine: EngineFactory) -> None:
+    engine = await make_engine("2xA100-80GB")
+    job = await engine.submit(
+        {
+            "shell": 'echo "$CUDA_VISIBLE_DEVICES|$CUDA_DEVICE_ORDER|$GPULAYER_JOB_ID|$EXTRA"',
+            "gpus": 2,
+            "env": {"EXTRA": "x y"},
+        }
+    )
+    await engine.wait(job.id, timeout=10)
+    assert engine.log_path(job.id).read_text() == f"0,1|PCI_BUS_ID|{job.id}|x y\n"
+    cpu = await engine.submit({"shell": 'echo "[$CUDA_VISIBLE_DEVICES]"'})
+    await engine.wait(cpu.id, timeout=10)
+    assert engine.log_path(cpu.id).read_text() == "[]\n"
+
+
+async def test_dependency_cascade_and_any_exit(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    gate = await engine.submit({"command": ["sleep", "30"]})
+    strict = await engine.submit({"command": ["true"], "depends_on": [gate.id]})
+    grandchild = await engine.submit({"command": ["true"], "depends_on": [strict.id]})
+    lenient = await engine.submit(
+        {"command": ["true"], "depends_on": [{"job": gate.id, "any_exit": True}]}
+    )
+    assert strict.status is JobStatus.QUEUED and lenient.status is JobStatus.QUEUED
+    await engine.cancel(gate.id)
+    strict_done = await engine.wait(strict.id, timeout=10)
+    assert strict_done.status is JobStatus.CANCELLED
+    assert strict_done.termination_reason is TerminationReason.DEPENDENCY_FAILED
+    assert strict_done.message == f"dependency job {gate.id} cancelled"
+    grand_done = await engine.wait(grandchild.id, timeout=10)
+    assert grand_done.termination_reason is TerminationReason.DEPENDENCY_FAILED
+    assert (await engine.wait(lenient.id, timeout=10)).status is JobStatus.COMPLETED
+    # a dependency that already failed cancels a new dependent at once
+    late = await engine.submit({"command": ["true"], "depends_on": [gate.id]})
+    assert late.status is JobStatus.CANCELLED
+    assert late.termination_reason is TerminationReason.DEPENDENCY_FAILED
+    # and one that completed lets it run
+    ok = await engine.submit({"command": ["true"], "depends_on": [lenient.id]})
+    assert (await engine.wait(ok.id, timeout=10)).status is JobStatus.COMPLETED
+
+
+async def test_cancel_kills_the_whole_process_group(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    job = await engine.submit({"shell": "sleep 300 & sleep 300 & wait"})
+    assert job.pid
+    children = await eventually(
+        lambda: _children(job.pid or 0) if len(_children(job.pid or 0)) >= 1 else None
+    )
+    sub = engine.subscribe()
+    await engine.cancel(job.id)
+    stopping = await anext(e async for e in sub if e.kind.value == "job.reason")
+    assert "SIGTERM sent, SIGKILL after 2 s" in stopping.data["message"]
+    sub.close()
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.CANCELLED
+    assert done.termination_reason is TerminationReason.CANCELLED
+    for pid in children:
+        await eventually(lambda pid=pid: pid_gone(pid))
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        if int(fields[2]) == pid and int(entry) != pid:  # same process group
+            found.append(int(entry))
+    return found
+
+
+async def test_cancel_escalates_to_sigkill_after_grace(make_engine: EngineFactory) -> None:
+    engine = await make_engine(config=make_config(engine={"grace_period": 0.5}))
+    job = await engine.submit(
+        {
+            "command": [
+                "python3",
+                "-c",
+                "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(300)",
+            ]
+        }
+    )
+    await eventually(
+        lambda: engine.log_path(job.id).exists() and "ready" in engine.log_path(job.id).read_text()
+    )
+    await engine.cancel(job.id)
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.CANCELLED
+    assert done.exit_code == 137
+
+
+async def test_cancel_queued_and_finished_jobs(make_engine: EngineFactory) -> None:
+    from gpulayer_tui.engine.engine import JobNotActive, UnknownJob
+
+    engine = await make_engine("1xA100-80GB")
+    running = await engine.submit({"command": ["sleep", "30"], "gpus": 1})
+    queued = await engine.submit({"command": ["true"], "gpus": 1})
+    cancelled = await engine.cancel(queued.id)
+    assert cancelled.status is JobStatus.CANCELLED
+    with pytest.raises(JobNotActive, match=f"job {queued.id} already cancelled"):
+        await engine.cancel(queued.id)
+    with pytest.raises(UnknownJob, match="no job 999"):
+        await engine.cancel(999)
+    await engine.cancel(running.id)
+
+
+async def test_timeout_kills_and_fails(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    job = await engine.submit({"command": ["sleep", "30"], "timeout": 0.3})
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.FAILED
+    assert done.termination_reason is TerminationReason.TIMEOUT
+    assert done.message == "timed out after 0.3 s"
+    assert done.exit_code == 143
+
+
+async def test_priority_then_fifo(make_engine: EngineFactory) -> None:
+    engine = await make_engine(cpu_count=1)
+    gate = await engine.submit({"command": ["sleep", "30"]})
+    low = await engine.submit({"shell": "true", "name": "low"})
+    high = await engine.submit({"shell": "true", "name": "high", "priority": 5})
+    low2 = await engine.submit({"shell": "true", "name": "low2"})
+    assert {low.status, high.status, low2.status} == {JobStatus.QUEUED}
+    assert low.message == "all 1 cpu slots busy"
+    await engine.cancel(gate.id)
+    for job in (low, high, low2):
+        await engine.wait(job.id, timeout=10)
+    started = {j.id: (await engine.get(j.id)).started_at or 0 for j in (low, high, low2)}
+    assert started[high.id] <= started[low.id] <= started[low2.id]
+
+
+async def test_exclusive_waits_for_an_empty_domain(make_engine: EngineFactory) -> None:
+    config = make_config(domains={"shared": {"gpu": 0, "slots": 2}})
+    engine = await make_engine("1xA100-80GB", config=config)
+    first = await engine.submit({"command": ["sleep", "30"], "gpus": 1})
+    bench = await engine.submit({"command": ["true"], "gpus": 1, "exclusive": True})
+    assert bench.status is JobStatus.QUEUED
+    assert (
+        bench.message == f"waiting for shared is not empty (exclusive job): job {first.id} running"
+    )
+    await engine.cancel(first.id)
+    assert (await engine.wait(bench.id, timeout=10)).status is JobStatus.COMPLETED
+
+
+async def test_invalid_specs_change_nothing(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    bad = [
+        ({}, "exactly one of 'command'"),
+        ({"command": ["true"], "gpu": 1}, "unknown field 'gpu'"),
+        ({"command": ["true"], "gpus": "2"}, "gpus"),
+        ({"command": ["true"], "gpus": -1}, "gpus"),
+        ({"command": ["true"], "domain": "gpu7"}, "unknown domain 'gpu7'"),
+        ({"command": ["true"], "depends_on": [42]}, "depends_on: no job 42"),
+        ({"command": ["true"], "cwd": "relative/dir"}, "not an absolute path"),
+        ({"command": ["true"], "vram_gb": 0}, "vram_gb"),
+        ({"command": ["true"], "gpus": 0, "domain": "gpu0"}, "gpus is 0"),
+        ("not an object", "must be a JSON object"),
+    ]
+    for spec, expected in bad:
+        with pytest.raises(SpecError, match=expected.replace("(", r"\(")):
+            await engine.submit(spec)
+    with pytest.raises(SpecError, match="job 2 of 2"):
+        await engine.submit_many([{"command": ["true"]}, {"command": []}])
+    assert await engine.list_jobs() == []
+
+
+async def test_batch_submit_drains(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    jobs = await engine.submit_many([{"command": ["true"]} for _ in range(50)])
+    assert [j.id for j in jobs] == list(range(1, 51))
+    for job in jobs:
+        assert (await engine.wait(job.id, timeout=20)).status is JobStatus.COMPLETED
+    counts = await engine.store.count_by_status()
+    assert counts == {"completed": 50}
