@@ -140,17 +140,19 @@ class Served:
         self.home = home
         self.env = dict(os.environ, GPULAYER_HOME=str(home))
         self.proc: subprocess.Popen[str] | None = None
+        self.log = home.parent / "serve.log"
 
     def start(self, *args: str, wait: bool = True) -> subprocess.Popen[str]:
         """Start ``--serve`` with ``args``; wait until its socket answers."""
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpulayer_tui", "--serve", *args],
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )
+        with open(self.log, "a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gpulayer_tui", "--serve", *args],
+                env=self.env,
+                stdout=log,
+                stderr=log,
+                text=True,
+                cwd=REPO,
+            )
         if wait:
             proc = self.proc
             wait_for(
@@ -164,11 +166,11 @@ class Served:
         return self.proc
 
     def stop(self) -> str:
-        """SIGTERM the engine; return its stderr."""
+        """SIGTERM the engine; return what it printed in this test."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
-        _, err = self.proc.communicate(timeout=20)
-        return err
+        self.proc.wait(timeout=20)
+        return self.log.read_text()
 
     def cli(
         self, *args: str, input: str | None = None, timeout: float = 60

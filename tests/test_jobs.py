@@ -308,7 +308,10 @@ async def test_cancel_escalates_to_sigkill_after_grace(make_engine: EngineFactor
             "command": [
                 "python3",
                 "-c",
-                "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(300)",
+                "import signal, time\n"
+                "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                "print('ready', flush=True)\n"
+                "time.sleep(300)",
             ]
         }
     )

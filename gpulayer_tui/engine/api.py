@@ -60,6 +60,11 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(409, str(err))
     except StoreError as err:
         return _error(503, str(err))
+    except web.HTTPException as err:
+        if err.status < 400:
+            raise
+        # Unknown route or method: answer in JSON like every other error.
+        return _error(err.status, f"{request.method} {request.path}: {err.reason}")
 
 
 def peer_uid(request: web.Request) -> int | None:

@@ -118,8 +118,8 @@ class Engine(Lifecycle):
             # to run; over-capacity verdicts wait until the GPUs can be read.
             log.warning("GPUs could not be read at start: %s", result.message)
         if result.status is ProbeStatus.NO_DRIVER:
+            # Said once, by whoever shows the engine (the --serve banner, the TUI header).
             self.no_gpu_notice = result.message
-            log.warning("%s", result.message)
         plans = plan_domains(self.config, result.gpus, self.cpu_count, str(self.paths.config_file))
         domains = {p.name: Domain(p.name, p.gpu_index, p.gpu_uuid, p.slots) for p in plans}
         self.scheduler.domains = domains

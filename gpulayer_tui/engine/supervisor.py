@@ -34,12 +34,17 @@ log = logging.getLogger(__name__)
 
 SH = shutil.which("sh") or "/bin/sh"
 
-# $0 is the exit-status file. "c" is set if TERM/INT arrives before the command starts,
-# so a cancel that races the launch does not start the command at all.
+# $0 is the exit-status file. The wrapper's own stderr goes to /dev/null (fd 3 keeps the
+# log for the command): dash reports "Terminated" for a foreground child killed by a signal
+# on whatever its fd 2 is at that moment, and that is not the user's output. The command
+# runs in a subshell that execs it, so the redirection happens in the child only (no extra
+# process), and it runs in the foreground, so it keeps default SIGINT/SIGQUIT handling.
+# "c" is set if TERM/INT arrives before the command starts, so a cancel that races the
+# launch does not start the command at all.
 WRAPPER = (
-    "trap 'c=1' TERM INT; "
-    'if [ -z "${c:-}" ]; then "$@"; rc=$?; else rc=143; fi; '
-    'printf \'%s\\n\' "$rc" > "$0"; exit "$rc"'
+    "exec 3>&2 2>/dev/null; trap 'c=1' TERM INT; "
+    'if [ -z "${c:-}" ]; then ( exec "$@" 2>&3 3>&- ); rc=$?; else rc=143; fi; '
+    "printf '%s\\n' \"$rc\" > \"$0\"; exit \"$rc\""
 )
 
 EXIT_FILE = "exit"

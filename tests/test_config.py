@@ -1,0 +1,147 @@
+"""Config validation and domain planning (record 002): errors name the domain or key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpulayer_tui.engine.config import ConfigError, load_config, parse_config, plan_domains
+from gpulayer_tui.engine.gpus import GIB, GpuReading
+from gpulayer_tui.engine.paths import resolve_paths
+from gpulayer_tui.engine.simulate import SimulatedProbe, parse_simulate_spec
+
+from .conftest import EngineFactory
+
+
+def gpus(n: int) -> tuple[GpuReading, ...]:
+    return tuple(
+        GpuReading(index=i, uuid=f"GPU-{i}", name="X", memory_total=80 * GIB, memory_used=0)
+        for i in range(n)
+    )
+
+
+def test_default_is_one_domain_per_gpu_plus_cpu_pool() -> None:
+    plans = plan_domains(parse_config({}), gpus(2), cpu_count=8)
+    assert [(p.name, p.gpu_index, p.slots) for p in plans] == [
+        ("gpu0", 0, 1),
+        ("gpu1", 1, 1),
+        ("cpu", None, 8),
+    ]
+
+
+def test_named_domains_by_index_and_uuid() -> None:
+    config = parse_config(
+        {
+            "cpu": {"slots": 3},
+            "domains": {"train": {"gpu": 1, "slots": 2}, "infer": {"gpu": "GPU-0"}},
+        }
+    )
+    plans = plan_domains(config, gpus(3), cpu_count=8)
+    assert [(p.name, p.gpu_index, p.slots) for p in plans] == [
+        ("infer", 0, 1),
+        ("train", 1, 2),
+        ("gpu2", 2, 1),
+        ("cpu", None, 3),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"domains": {"a": {"gpu": 0}, "b": {"gpu": 0}}},
+            "domains.a and domains.b both claim GPU 0",
+        ),
+        (
+            {"domains": {"a": {"gpu": 0}, "b": {"gpu": "GPU-0"}}},
+            "domains.a and domains.b both claim GPU 0",
+        ),
+        (
+            {"domains": {"big": {"gpu": 5}}},
+            "domains.big: gpu 5 does not exist (visible GPUs: 0, 1)",
+        ),
+        ({"domains": {"x": {"gpu": "GPU-nope"}}}, "domains.x: gpu 'GPU-nope' does not exist"),
+        ({"domains": {"gpu1": {"gpu": 0}}}, "'gpu1' is also the automatic name of GPU 1"),
+    ],
+)
+def test_bindings_rejected(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        plan_domains(parse_config(data), gpus(2), cpu_count=2)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"domains": {"a": {"gpu": 0, "slots": 0}}}, "domains.a.slots: Input should be greater"),
+        ({"domains": {"a": {"gpu": 0, "slot": 2}}}, "unknown key 'domains.a.slot'"),
+        ({"domain": {}}, "unknown key 'domain'"),
+        ({"engine": {"sample_interval": "1"}}, "engine.sample_interval"),
+        ({"cpu": {"slots": 0}}, "cpu.slots"),
+        ({"domains": {"cpu": {"gpu": 0}}}, "'cpu' is the CPU pool's name"),
+        ({"domains": {"9bad": {"gpu": 0}}}, "domains.9bad: a domain name is a letter"),
+    ],
+)
+def test_schema_rejected(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(data, "config.toml")
+
+
+def test_no_gpus_visible_names_that(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="gpu 0 does not exist \\(no GPUs are visible\\)"):
+        plan_domains(parse_config({"domains": {"a": {"gpu": 0}}}), (), cpu_count=1)
+
+
+def test_load_config_file_errors(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    assert load_config(path) == parse_config({})  # missing file: defaults
+    path.write_text("[domains.a\n")
+    with pytest.raises(ConfigError, match=f"{path}: not valid TOML"):
+        load_config(path)
+    path.write_text("[domains.a]\ngpu = 0\nslots = 2\nbogus = 1\n")
+    with pytest.raises(ConfigError, match=f"{path}: unknown key 'domains.a.bogus'"):
+        load_config(path)
+
+
+def test_paths_follow_gpulayer_home_then_xdg(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPULAYER_HOME", str(tmp_path / "h"))
+    paths = resolve_paths()
+    assert paths.state_dir == tmp_path / "h"
+    assert paths.config_file == tmp_path / "h" / "config.toml"
+    monkeypatch.delenv("GPULAYER_HOME")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    paths = resolve_paths()
+    assert paths.state_dir == tmp_path / "state" / "gpulayer"
+    assert paths.config_file == tmp_path / "cfg" / "gpulayer" / "config.toml"
+    assert resolve_paths(tmp_path / "other.toml").config_file == tmp_path / "other.toml"
+
+
+async def test_engine_refuses_config_that_does_not_match_the_machine(
+    make_engine: EngineFactory,
+) -> None:
+    config = parse_config({"domains": {"a": {"gpu": 0}, "b": {"gpu": 0}}})
+    with pytest.raises(ConfigError, match="both claim GPU 0"):
+        await make_engine("2xA100-80GB", config=config)
+    # the failed start released the lock: a good config starts on the same dir
+    engine = await make_engine("2xA100-80GB")
+    assert [d.name for d in engine.scheduler.domains.values()] == ["gpu0", "gpu1", "cpu"]
+
+
+def test_simulate_spec_parsing(tmp_path: Path) -> None:
+    parsed = parse_simulate_spec("1xH200-141GB,2xL4-24GB")
+    assert [(g.model, g.memory_gib) for g in parsed] == [
+        ("H200", 141.0),
+        ("L4", 24.0),
+        ("L4", 24.0),
+    ]
+    for bad in ("", "2A100-80GB", "2xA100", "0xA100-80GB", "2xA100-80GB,"):
+        with pytest.raises(ValueError, match="--simulate"):
+            parse_simulate_spec(bad)
+    probe = SimulatedProbe(parsed, tmp_path)
+    result = probe.read()
+    assert [g.memory_total for g in result.gpus] == [141 * GIB, 24 * GIB, 24 * GIB]
+    assert len({g.uuid for g in result.gpus}) == 3
+    assert SimulatedProbe(parsed, tmp_path).read().gpus[0].uuid == result.gpus[0].uuid

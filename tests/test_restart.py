@@ -1,0 +1,139 @@
+"""State across engine restarts: history, re-attached jobs, exit codes, schema versions."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from gpulayer_tui.engine.lock import EngineBusy
+from gpulayer_tui.engine.models import JobStatus, TerminationReason
+from gpulayer_tui.engine.store import StoreError
+
+from .conftest import EngineFactory, eventually, pid_gone
+
+
+def gated(tmp_path: Path, code: int) -> dict[str, object]:
+    """A job that runs until the file ``go`` appears, then exits ``code``."""
+    return {
+        "shell": f"while [ ! -e go ]; do sleep 0.02; done; exit {code}",
+        "cwd": str(tmp_path),
+    }
+
+
+async def test_restart_keeps_history_and_ids(make_engine: EngineFactory) -> None:
+    first = await make_engine()
+    done = await first.submit({"command": ["true"], "name": "one"})
+    await first.wait(done.id, timeout=10)
+    over = await first.submit({"command": ["true"], "gpus": 9})
+    before = [j.to_json() for j in await first.list_jobs()]
+    events_before = await first.events_of(done.id)
+    await first.stop()
+
+    second = await make_engine()
+    assert [j.to_json() for j in await second.list_jobs()] == before
+    assert await second.events_of(done.id) == events_before
+    assert (await second.get(over.id)).termination_reason is TerminationReason.OVER_CAPACITY
+    new = await second.submit({"command": ["true"]})
+    assert new.id == over.id + 1
+
+
+async def test_second_engine_on_the_same_dir_is_refused(make_engine: EngineFactory) -> None:
+    first = await make_engine()
+    with pytest.raises(EngineBusy, match=f"already serving .*\\(pid {os.getpid()}\\)"):
+        await make_engine()
+    assert (await first.submit({"command": ["true"]})).id == 1
+
+
+async def test_running_job_is_reattached_and_its_exit_code_learned(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    first = await make_engine()
+    job = await first.submit(gated(tmp_path, 7))
+    assert job.status is JobStatus.RUNNING
+    await first.stop()
+    assert not pid_gone(job.pid or 0)  # the job outlived its engine
+
+    second = await make_engine()
+    live = await second.get(job.id)
+    assert live.status is JobStatus.RUNNING and live.pid == job.pid
+    (tmp_path / "go").touch()
+    done = await second.wait(job.id, timeout=10)
+    assert done.status is JobStatus.FAILED
+    assert done.exit_code == 7 and done.termination_reason is TerminationReason.EXIT_CODE
+
+
+async def test_job_that_ended_while_engine_was_down(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    first = await make_engine()
+    ok = await first.submit(gated(tmp_path, 0))
+    await first.stop()
+    (tmp_path / "go").touch()
+    exit_file = first.job_dir(ok.id) / "exit"
+    await eventually(lambda: exit_file.exists() and exit_file.read_text().endswith("\n"))
+
+    second = await make_engine()
+    done = await second.wait(ok.id, timeout=10)
+    assert done.status is JobStatus.COMPLETED and done.exit_code == 0
+
+
+async def test_job_killed_while_engine_was_down_is_never_shown_running(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    first = await make_engine()
+    job = await first.submit(gated(tmp_path, 0))
+    queued_dep = await first.submit({"command": ["true"], "depends_on": [job.id]})
+    assert queued_dep.status is JobStatus.QUEUED
+    await first.stop()
+    os.killpg(job.pid or 0, signal.SIGKILL)
+    await eventually(lambda: pid_gone(job.pid or 0))
+
+    second = await make_engine()
+    lost = await second.get(job.id)
+    assert lost.status is JobStatus.FAILED
+    assert lost.termination_reason is TerminationReason.ENGINE_LOST
+    assert "exit status unknown" in lost.message
+    dep = await second.wait(queued_dep.id, timeout=10)
+    assert dep.termination_reason is TerminationReason.DEPENDENCY_FAILED
+
+
+async def test_queued_job_survives_restart(make_engine: EngineFactory, tmp_path: Path) -> None:
+    first = await make_engine("1xA100-80GB")
+    blocker = await first.submit({**gated(tmp_path, 0), "gpus": 1})
+    waiting = await first.submit({"command": ["true"], "gpus": 1})
+    assert waiting.status is JobStatus.QUEUED
+    await first.stop()
+
+    second = await make_engine("1xA100-80GB")
+    assert (await second.get(waiting.id)).status is JobStatus.QUEUED
+    (tmp_path / "go").touch()
+    assert (await second.wait(blocker.id, timeout=10)).status is JobStatus.COMPLETED
+    assert (await second.wait(waiting.id, timeout=10)).status is JobStatus.COMPLETED
+
+
+async def test_database_from_a_newer_schema_is_refused(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine()
+    await engine.stop()
+    with sqlite3.connect(engine.paths.database) as db:
+        db.execute("PRAGMA user_version = 99")
+    with pytest.raises(StoreError, match="schema version 99 is newer"):
+        await make_engine()
+
+
+async def test_new_database_is_migrated_to_current_schema(make_engine: EngineFactory) -> None:
+    from gpulayer_tui.engine.store import SCHEMA_VERSION
+
+    engine = await make_engine()
+    await engine.stop()
+    with sqlite3.connect(engine.paths.database) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"jobs", "events", "engine_runs"} <= tables
+    assert oct(engine.paths.state_dir.stat().st_mode & 0o777) == "0o700"

@@ -1,0 +1,249 @@
+"""The headless engine and the CLI, as users run them: real processes, real Unix socket."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+
+from gpulayer_tui.engine.simulate import SimLedger
+
+from .conftest import Served, wait_for
+
+
+def _ids(served: Served) -> list[int]:
+    out = served.cli("jobs", "--json", "--limit", "1000")
+    assert out.returncode == 0, out.stderr
+    return [j["id"] for j in json.loads(out.stdout)]
+
+
+def test_submit_status_logs_wait_end_to_end(served: Served, tmp_path: object) -> None:
+    served.start("--simulate", "2xA100-80GB")
+    sub = served.cli("submit", "--name", "greet", "--", "sh", "-c", "echo hi from $PWD")
+    assert sub.returncode == 0, sub.stderr
+    job_id = int(sub.stdout.strip())
+    waited = served.cli("wait", str(job_id))
+    assert waited.returncode == 0
+    assert waited.stdout.strip() == f"job {job_id} completed, exit code 0: exited with code 0"
+    logs = served.cli("logs", str(job_id))
+    assert logs.stdout == f"hi from {os.getcwd()}\n" or logs.stdout.startswith("hi from /")
+    status = served.cli("status", str(job_id), "--json")
+    data = json.loads(status.stdout)
+    assert data["job"]["name"] == "greet" and data["job"]["status"] == "completed"
+    assert [e["status"] for e in data["events"]] == ["pending", "running", "completed"]
+    human = served.cli("status", str(job_id))
+    assert "completed (exit_code)" in human.stdout and "timeline" in human.stdout
+    table = served.cli("jobs")
+    assert "greet" in table.stdout and "completed" in table.stdout
+
+
+def test_failed_job_exit_codes(served: Served) -> None:
+    served.start("--simulate", "2xA100-80GB")
+    sub = served.cli("submit", "--shell", "--", "exit 4")
+    job_id = sub.stdout.strip()
+    assert served.cli("wait", job_id).returncode == 1
+    status = served.cli("status", job_id)
+    assert status.returncode == 1 and "exited with code 4" in status.stdout
+    over = served.cli("submit", "--gpus", "3", "--", "true")
+    assert over.returncode == 1
+    assert "over_capacity): requested 3 GPUs, but this machine has 2" in over.stderr
+    assert served.cli("wait", over.stdout.strip()).returncode == 1
+
+
+def test_queued_reason_cancel_and_follow_logs(served: Served) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    running = served.cli(
+        "submit", "--gpus", "1", "--", "sh", "-c", "echo start; sleep 60"
+    ).stdout.strip()
+    queued = served.cli("submit", "--gpus", "1", "--", "true").stdout.strip()
+    data = json.loads(served.cli("status", queued, "--json").stdout)["job"]
+    assert data["status"] == "queued"
+    assert data["message"] == f"waiting for gpu0: slot held by job {running}"
+    follower = subprocess.Popen(
+        [*_cli_argv(), "logs", "-f", running],
+        env=served.env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    cancelled = served.cli("cancel", running)
+    assert cancelled.returncode == 0
+    assert cancelled.stdout.strip() == f"job {running} cancelled: cancelled by user"
+    out, _ = follower.communicate(timeout=20)
+    assert out == "start\n" and follower.returncode == 0
+    assert served.cli("wait", queued).returncode == 0
+    again = served.cli("cancel", running)
+    assert again.returncode == 1 and f"job {running} already cancelled" in again.stderr
+
+
+def _cli_argv() -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "gpulayer_tui"]
+
+
+def test_dependencies_and_batch_file(served: Served) -> None:
+    served.start("--simulate", "2xA100-80GB")
+    lines = "echo one\n# a comment\n\necho two\nexit 2\n"
+    batch = served.cli("submit", "--file", "-", input=lines)
+    assert batch.returncode == 0, batch.stderr
+    first, second, third = batch.stdout.split()
+    assert served.cli("wait", second).returncode == 0
+    after = served.cli("submit", "--after", third, "--", "true").stdout.strip()
+    after_any = served.cli("submit", "--after-any", third, "--", "true").stdout.strip()
+    assert served.cli("wait", after).returncode == 1
+    assert "dependency job" in served.cli("status", after).stdout
+    assert served.cli("wait", after_any).returncode == 0
+    assert served.cli("wait", first).returncode == 0
+
+
+def test_gpus_shows_unregistered_vram_from_the_ledger(served: Served, sleeper: int) -> None:
+    served.start("--simulate", "1xH200-141GB,1xL4-24GB")
+    SimLedger(served.home).hold(1, sleeper, 20.0)
+    wait_for(
+        lambda: (
+            json.loads(served.cli("gpus", "--json").stdout)["unregistered_total"] == 20 * 1024**3
+        )
+    )
+    data = json.loads(served.cli("gpus", "--json").stdout)
+    assert [d["name"] for d in data["domains"]] == ["gpu0", "gpu1", "cpu"]
+    proc = data["domains"][1]["processes"][0]
+    assert proc["pid"] == sleeper and proc["job_id"] is None and "sleep" in proc["command"]
+    human = served.cli("gpus").stdout
+    assert "Simulated L4" in human and "unregistered VRAM: 20.0 GiB" in human
+    assert str(sleeper) in human
+
+
+def test_bad_input_is_refused_and_changes_nothing(served: Served) -> None:
+    served.start("--simulate", "2xA100-80GB")
+    assert served.cli("submit", "--", "true").returncode == 0
+    before = _ids(served)
+    cases = [
+        (["submit", "--gpus", "two", "--", "true"], 2, "expected a whole number"),
+        (["submit", "--vram-gb", "-3", "--", "true"], 2, "must be greater than 0"),
+        (["submit", "--domain", "gpu9", "--", "true"], 2, "unknown domain 'gpu9'"),
+        (["submit", "--after", "77", "--", "true"], 2, "depends_on: no job 77"),
+        (["submit", "--env", "NOEQUALS", "--", "true"], 2, "--env expects KEY=VALUE"),
+        (["submit"], 2, "submit needs a command"),
+        (["submit", "--file", "/nonexistent/list"], 2, "No such file or directory"),
+        (["status", "abc"], 2, "a job id is a number"),
+        (["status", "0"], 2, "a job id is 1 or more"),
+        (["status", "4040"], 2, "no job 4040"),
+        (["wait", "4040"], 2, "no job 4040"),
+        (["logs", "4040"], 2, "no job 4040"),
+        (["cancel", "4040"], 2, "no job 4040"),
+        (["jobs", "--status", "bogus"], 2, "unknown status 'bogus'"),
+    ]
+    for args, code, message in cases:
+        out = served.cli(*args)
+        assert out.returncode == code, (args, out.returncode, out.stderr)
+        assert message in out.stderr, (args, out.stderr)
+    assert _ids(served) == before
+
+
+def _raw_request(path: str, request: bytes) -> bytes:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(path)
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_api_rejects_malformed_requests(served: Served) -> None:
+    served.start("--simulate", "2xA100-80GB")
+    sock = str(served.home / "engine.sock")
+
+    def post(body: bytes, path: str = "/v1/jobs") -> tuple[int, dict[str, object]]:
+        raw = _raw_request(
+            sock,
+            b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body,
+        )
+        head, _, payload = raw.partition(b"\r\n\r\n")
+        return int(head.split()[1]), json.loads(payload)
+
+    status, data = post(b"{not json")
+    assert status == 400 and "not valid JSON" in str(data["error"])
+    status, data = post(b'{"command": ["true"], "bogus": 1}')
+    assert status == 400 and data["error"] == "unknown field 'bogus'"
+    status, data = post(b'{"jobs": []}')
+    assert status == 400 and "non-empty list" in str(data["error"])
+    status, data = post(b"", "/v1/jobs/xyz/cancel")
+    assert status == 400 and "positive integer" in str(data["error"])
+    status, data = post(b'{"command": ["true"]}', "/v1/jobs/nope")
+    assert status == 405 and "POST /v1/jobs/nope: Method Not Allowed" == data["error"]
+    assert _ids(served) == []
+
+
+def test_socket_permissions_second_engine_and_restart(served: Served) -> None:
+    served.start("--simulate", "2xA100-80GB")
+    sock = served.home / "engine.sock"
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+    assert stat.S_IMODE(served.home.stat().st_mode) == 0o700
+    job = served.cli("submit", "--", "true").stdout.strip()
+    assert served.cli("wait", job).returncode == 0
+
+    second = subprocess.run(
+        [*_cli_argv(), "--serve", "--simulate", "2xA100-80GB"],
+        env=served.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert second.returncode == 1
+    assert f"an engine is already serving {served.home}" in second.stderr
+
+    history = served.cli("status", job, "--json").stdout
+    err = served.stop()
+    assert served.proc is not None and served.proc.returncode == 0
+    assert "engine stopped" in err
+    assert not sock.exists()
+
+    down = served.cli("jobs")
+    assert down.returncode == 3
+    assert f"no engine is serving {served.home}" in down.stderr
+    assert "gpulayer-tui --serve" in down.stderr
+
+    served.start("--simulate", "2xA100-80GB")
+    assert served.cli("status", job, "--json").stdout == history
+
+
+def test_bad_simulate_spec_and_config_fail_clearly(served: Served) -> None:
+    bad = subprocess.run(
+        [*_cli_argv(), "--serve", "--simulate", "2xA100"],
+        env=served.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad.returncode == 2 and "--simulate: cannot read '2xA100'" in bad.stderr
+    served.home.mkdir(parents=True, exist_ok=True)
+    (served.home / "config.toml").write_text("[domains.big]\ngpu = 7\n")
+    bad = subprocess.run(
+        [*_cli_argv(), "--serve", "--simulate", "2xA100-80GB"],
+        env=served.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad.returncode == 2
+    assert "domains.big: gpu 7 does not exist (visible GPUs: 0, 1)" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_serve_without_a_driver_says_so_once(served: Served) -> None:
+    served.start()
+    health = json.loads(served.cli("gpus", "--json").stdout)
+    assert health["capacity"] == "no_gpus"
+    assert "No NVIDIA driver" in health["message"]
+    assert [d["name"] for d in health["domains"]] == ["cpu"]
+    over = served.cli("submit", "--gpus", "1", "--", "true")
+    assert over.returncode == 1 and "this machine has no GPUs" in over.stderr
+    err = served.stop()
+    assert err.count("No NVIDIA driver") == 1 and "Traceback" not in err
