@@ -226,13 +226,22 @@ async def engine_phase(n: int, m: int) -> dict[str, Any]:
             t0 = time.perf_counter()
             jobs = await engine.submit_many(specs)
             t_submitted = time.perf_counter()
-            done = await asyncio.gather(*(engine.wait(j.id) for j in jobs))
+            # Many concurrent waiters, as when the API serves many `wait` calls.
+            waited = await asyncio.gather(*(engine.wait(j.id) for j in jobs))
             total = time.perf_counter() - t0
+            # wait() resolves only once the terminal row is committed, so the timing is
+            # right even if the snapshot it returns is stale (see the README: concurrent
+            # reads on the engine's one reader connection can pin an old SQLite snapshot).
+            # Verify with one read at a time, and count what wait() returned stale.
+            stale = [j.id for j in waited if not j.status.is_terminal]
+            done = [await engine.get(j.id) for j in jobs]
             check_jobs("in-process drain", [j.to_json() for j in done], n)
             last_end = max(j.ended_at or 0.0 for j in done)
             out["drain"] = drain_figures(n, total) | {
                 "submit_many_call_s": t_submitted - t0,
                 "last_ended_at_minus_t0_s": last_end - t0_wall,
+                "wait_returned_non_terminal": len(stale),
+                "wait_returned_non_terminal_ids": stale[:20],
             }
 
             # c. submit -> start latency on an idle engine
@@ -326,8 +335,9 @@ def server_phase(n: int, k: int) -> dict[str, Any]:
             out["server_start_s"] = time.perf_counter() - t0
             domains = client.gpus().get("domains", [])
             cpu = [d for d in domains if isinstance(d, dict) and d.get("name") == "cpu"]
-            if cpu and cpu[0].get("slots") not in (None, SLOTS):
-                raise BenchFailure(f"server cpu pool has {cpu[0].get('slots')} slots")
+            if not cpu or cpu[0].get("slots") != SLOTS:
+                found = cpu[0].get("slots") if cpu else "no"
+                raise BenchFailure(f"server cpu pool has {found} slots, expected {SLOTS}")
 
             warm = client.submit_many([{"command": ["true"]}] * WARMUP)
             for job in warm:
@@ -475,6 +485,7 @@ def render(r: dict[str, Any]) -> str:
     fl, eng, srv = r["floor"], r["engine"], r["server"]
     lat, cli = eng["latency"], srv["cli"]
     n = p["jobs"]
+    stale = eng["drain"]["wait_returned_non_terminal"]
 
     def row(name: str, d: dict[str, Any], note: str = "") -> str:
         return f"| {name} | {d['jobs']} | {d['total_s']:.3f} | {d['ms_per_job']:.3f} | {note} |"
@@ -501,7 +512,7 @@ def render(r: dict[str, Any]) -> str:
         f"K={p['cli_runs']} CLI runs, {SLOTS} CPU slots, simulated {SIMULATE}, "
         f"{WARMUP} warm-up jobs before each timed part.",
         "",
-        "## Drain (N × `true`)",
+        "## Drain (N x `true`)",
         "",
         "| what | jobs | total s | ms/job | note |",
         "|---|---:|---:|---:|---|",
@@ -521,65 +532,71 @@ def render(r: dict[str, Any]) -> str:
             "d. `--serve` over the socket, `Client.submit_many`",
             srv["drain"],
             f"server-side {srv['drain']['server_side_ms_per_job']:.3f} ms/job "
-            f"(last `ended_at` − t0); submit call "
+            f"(last `ended_at` - t0); submit call "
             f"{ms(srv['drain']['submit_many_call_s']):.1f} ms",
         ),
         "",
-        "Ratios (ms/job ÷ ms/job):",
+        "Ratios (ms/job / ms/job):",
         "",
         "| ratio | value |",
         "|---|---:|",
-        f"| b. engine ÷ 2-alive floor | {e2:.2f}× |",
-        f"| b. engine ÷ sequential floor | {es:.2f}× |",
-        f"| b. engine ÷ wrapper floor (2 alive) | {x['engine_vs_wrapper2']:.2f}× |",
-        f"| wrapper floor ÷ 2-alive floor | {x['wrapper2_vs_floor2']:.2f}× |",
-        f"| d. server ÷ 2-alive floor | {s2:.2f}× |",
-        f"| d. server ÷ sequential floor | {ss:.2f}× |",
-        f"| d. server ÷ in-process engine | {x['server_vs_engine']:.2f}× |",
+        f"| b. engine / 2-alive floor | {e2:.2f}x |",
+        f"| b. engine / sequential floor | {es:.2f}x |",
+        f"| b. engine / wrapper floor (2 alive) | {x['engine_vs_wrapper2']:.2f}x |",
+        f"| wrapper floor / 2-alive floor | {x['wrapper2_vs_floor2']:.2f}x |",
+        f"| d. server / 2-alive floor | {s2:.2f}x |",
+        f"| d. server / sequential floor | {ss:.2f}x |",
+        f"| d. server / in-process engine | {x['server_vs_engine']:.2f}x |",
         "",
         "## Latency",
         "",
         "| what | n | p50 ms | p95 ms | min ms | max ms |",
         "|---|---:|---:|---:|---:|---:|",
         lrow("a. `Popen(['true'])` call returns", fl["sequential"]["popen_call"]),
-        lrow("c. idle engine: submit → `started_at`", lat["submit_to_started_at"]),
+        lrow("c. idle engine: submit -> `started_at`", lat["submit_to_started_at"]),
         lrow("c. idle engine: `engine.submit` returns", lat["submit_call"]),
     ]
     if "submit_to_running_event" in lat:
         lines.append(
-            lrow("c. idle engine: submit → `running` event seen", lat["submit_to_running_event"])
+            lrow("c. idle engine: submit -> `running` event seen", lat["submit_to_running_event"])
         )
     lines += [
         lrow(f"e. `{cli['cli_command']}`", cli["cli_submit"]),
         lrow(f"e. `{cli['bare_command']}`", cli["python_c_pass"]),
         "",
-        f"Ratios: submit→started p50 ÷ Popen call p50 = "
-        f"{x['started_p50_vs_popen_call_p50']:.2f}×; CLI submit p50 ÷ `python -c pass` p50 "
-        f"= {x['cli_vs_python_p50']:.2f}×.",
+        f"Ratios: submit->started p50 / Popen call p50 = "
+        f"{x['started_p50_vs_popen_call_p50']:.2f}x; CLI submit p50 / `python -c pass` p50 "
+        f"= {x['cli_vs_python_p50']:.2f}x.",
         "",
         "## Reading",
         "",
-        f"Target (from the issue): engine overhead per job within {TARGET_RATIO:g}× the floor.",
+        f"Target (from the issue): engine overhead per job within {TARGET_RATIO:g}x the floor.",
         "",
-        f"- **a. floor** — {fl['concurrent_2']['ms_per_job']:.3f} ms/job with 2 alive, "
+        f"- **a. floor** - {fl['concurrent_2']['ms_per_job']:.3f} ms/job with 2 alive, "
         f"{fl['sequential']['ms_per_job']:.3f} ms/job sequential: the cost of fork/exec/wait "
         "of `true` on this machine, nothing else. The wrapper floor "
-        f"({fl['wrapper_2']['ms_per_job']:.3f} ms/job, {x['wrapper2_vs_floor2']:.2f}× the "
+        f"({fl['wrapper_2']['ms_per_job']:.3f} ms/job, {x['wrapper2_vs_floor2']:.2f}x the "
         "2-alive floor) is what the engine's launch design (sh wrapper, session, log "
         "file, exit file) costs before any engine logic.",
-        f"- **b. in-process drain** — {e2:.2f}× the 2-alive floor "
-        f"(target {verdict(e2)}), {es:.2f}× the sequential floor "
-        f"(target {verdict(es)}); {x['engine_vs_wrapper2']:.2f}× its own launch recipe.",
-        f"- **c. submit → start** — p50 {lat['submit_to_started_at']['p50_ms']:.2f} ms from "
+        f"- **b. in-process drain** - {e2:.2f}x the 2-alive floor "
+        f"(target {verdict(e2)}), {es:.2f}x the sequential floor "
+        f"(target {verdict(es)}); {x['engine_vs_wrapper2']:.2f}x its own launch recipe."
+        + (
+            f" Engine anomaly: `engine.wait()` returned a non-terminal snapshot for "
+            f"{stale} of {n} jobs (all were completed when re-read one at a time)."
+            if stale
+            else " `engine.wait()` returned a terminal snapshot for every job."
+        ),
+        f"- **c. submit -> start** - p50 {lat['submit_to_started_at']['p50_ms']:.2f} ms from "
         "before `engine.submit` to the process launch being stamped; the call returns "
         f"(verdict durable) at p50 {lat['submit_call']['p50_ms']:.2f} ms. "
-        f"{x['started_p50_vs_popen_call_p50']:.2f}× a bare `Popen` call.",
-        f"- **d. server drain** — {s2:.2f}× the 2-alive floor (target {verdict(s2)}), "
-        f"{ss:.2f}× sequential (target {verdict(ss)}); the socket + separate process "
-        f"cost {x['server_vs_engine']:.2f}× the in-process drain.",
-        f"- **e. CLI submit** — p50 {cli['cli_submit']['p50_ms']:.1f} ms vs "
+        f"{x['started_p50_vs_popen_call_p50']:.2f}x a bare `Popen` call.",
+        f"- **d. server drain** - {s2:.2f}x the 2-alive floor (target {verdict(s2)}), "
+        f"{ss:.2f}x sequential (target {verdict(ss)}); the socket + separate process "
+        f"cost {x['server_vs_engine']:.2f}x the in-process drain.",
+        f"- **e. CLI submit** - p50 {cli['cli_submit']['p50_ms']:.1f} ms vs "
         f"{cli['python_c_pass']['p50_ms']:.1f} ms for a bare interpreter start: "
-        f"{x['cli_vs_python_p50']:.2f}×; the difference is imports + one socket round trip.",
+        f"{x['cli_vs_python_p50']:.2f}x; the difference is imports + one socket round trip.",
         "",
         "Timings are wall clock on a shared machine; compare ratios from the same run, not "
         "absolute numbers across runs. Raw figures: the JSON file next to this report.",

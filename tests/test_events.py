@@ -1,0 +1,100 @@
+"""Events: durable before visible, in order, over the real socket; the transition table."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+import pytest
+
+from gpulayer_tui.engine.api import ApiServer
+from gpulayer_tui.engine.events import EventBus
+from gpulayer_tui.engine.models import (
+    TRANSITIONS,
+    EventKind,
+    IllegalTransition,
+    JobStatus,
+    check_transition,
+)
+
+from .conftest import EngineFactory
+
+
+def test_transition_table_forbids_leaving_terminal_states() -> None:
+    for status in JobStatus:
+        if status.is_terminal:
+            assert TRANSITIONS[status] == frozenset()
+            with pytest.raises(IllegalTransition, match=f"job 7: illegal transition {status}"):
+                check_transition(7, status, JobStatus.RUNNING)
+    check_transition(1, JobStatus.PENDING, JobStatus.RUNNING)
+    with pytest.raises(IllegalTransition):
+        check_transition(1, JobStatus.QUEUED, JobStatus.COMPLETED)
+
+
+async def test_events_are_published_only_after_commit(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    sub = engine.subscribe()
+    job = await engine.submit({"command": ["true"]})
+    seen = []
+    async for event in sub:
+        if event.job_id != job.id:
+            continue
+        # at publish time the row is already committed: a fresh read shows this state
+        stored = await engine.store.get_job(job.id)
+        assert stored is not None
+        seen.append((event.data["status"], stored.status.value))
+        if event.data["status"] == "completed":
+            break
+    sub.close()
+    for published, stored_status in seen:
+        order = ["pending", "running", "completed"]
+        assert order.index(stored_status) >= order.index(published)
+    assert [p for p, _ in seen] == ["pending", "running", "completed"]
+
+
+async def test_slow_subscriber_is_cut_off_not_unbounded() -> None:
+    bus = EventBus()
+    slow = bus.subscribe(maxsize=3)
+    fast = bus.subscribe(maxsize=100)
+    for i in range(10):
+        bus.publish(bus.make(EventKind.ENGINE, None, {"i": i}))
+    assert slow.overflowed and not fast.overflowed
+    received = [e.data["i"] async for e in slow]
+    assert len(received) < 10  # it learns it was cut off (iteration ends) ...
+    assert fast.queue.qsize() == 10  # ... while others get everything
+    assert bus.has_subscribers  # the fast one is still subscribed
+    bus.publish(bus.make(EventKind.ENGINE, None, {"i": 10}))
+    assert fast.queue.qsize() == 11
+
+
+async def test_event_stream_over_the_socket(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    server = ApiServer(engine, engine.paths.socket)
+    await server.start()
+    try:
+        connector = aiohttp.UnixConnector(path=str(engine.paths.socket))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.get("http://engine/v1/events") as stream:
+                assert (await stream.content.readline()) == b'{"kind": "hello"}\n'
+                async with session.post(
+                    "http://engine/v1/jobs", json={"command": ["true"], "name": "evt"}
+                ) as resp:
+                    assert resp.status == 201
+                    job_id = (await resp.json())["job"]["id"]
+                statuses = []
+                while "completed" not in statuses:
+                    line = await asyncio.wait_for(stream.content.readline(), 10)
+                    event = json.loads(line)
+                    if event["job_id"] == job_id and event["kind"] in (
+                        "job.submitted",
+                        "job.transition",
+                    ):
+                        statuses.append(event["data"]["status"])
+                assert statuses == ["pending", "running", "completed"]
+            async with session.get(f"http://engine/v1/jobs/{job_id}") as resp:
+                body = await resp.json()
+                assert body["job"]["name"] == "evt"
+                assert body["job"]["owner_uid"] is not None
+    finally:
+        await server.stop()

@@ -1,0 +1,115 @@
+"""The engine over the NVML probe with a faked pynvml: accounting, errors, deadlines."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pynvml
+
+from gpulayer_tui.engine.gpus import GIB, ProbeStatus
+from gpulayer_tui.engine.models import JobStatus
+from gpulayer_tui.engine.nvml import NvmlProbe
+
+from .conftest import EngineFactory, make_config
+
+if TYPE_CHECKING:
+    from .fake_nvml import FakeNvml
+
+
+async def test_domains_and_vram_split_from_nvml(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    fake_nvml.devices[1].compute = [(5151, None)]  # usage "not available"
+    fake_nvml.devices[1].memory_used = 3 * GIB
+    engine = await make_engine(probe=NvmlProbe())
+    view = engine.gpus()
+    assert view["backend"] == "nvml" and view["driver_version"] == "550.54.15"
+    gpu0, gpu1, cpu = view["domains"]
+    assert (gpu0["name"], gpu0["gpu_uuid"]) == ("gpu0", fake_nvml.devices[0].uuid)
+    assert gpu0["gpu"]["name"] == "NVIDIA A100-SXM4-80GB"
+    assert gpu0["gpu"]["utilization"] == 57 and gpu0["gpu"]["power_watts"] == 250.5
+    # 20 GiB used; pid 4242 (not ours) lists 19 GiB: 19 unregistered, 1 unattributed
+    assert gpu0["vram"]["unregistered"] == 19 * GIB
+    assert gpu0["vram"]["unattributed"] == 1 * GIB
+    assert gpu0["vram"]["free"] == 60 * GIB
+    # a process whose usage is unavailable shows None and is counted through memory.used
+    assert gpu1["processes"] == [
+        {"pid": 5151, "used_bytes": None, "job_id": None, "user": "", "command": ""}
+    ]
+    assert gpu1["vram"]["unregistered"] == 0 and gpu1["vram"]["unattributed"] == 3 * GIB
+    assert view["unregistered_total"] == 19 * GIB
+    assert cpu["name"] == "cpu" and cpu["gpu"] is None
+
+
+async def test_hung_nvml_times_out_and_engine_keeps_working(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    config = make_config(engine={"probe_timeout": 0.2, "sample_interval": 60})
+    engine = await make_engine(probe=NvmlProbe(), config=config)
+    hang = fake_nvml.hang("nvmlDeviceGetCount")
+    sample = await engine.sampler.sample_once()
+    assert sample.result.status is ProbeStatus.ERROR
+    assert sample.result.message == "GPU probe did not answer within 0.2 s"
+    again = await engine.sampler.sample_once()
+    assert again.result.message == "GPU probe still busy with a read that timed out"
+    assert engine.scheduler.capacity.value == "unknown"
+    # CPU work goes on; GPU work waits instead of failing wrongly
+    cpu = await engine.submit({"command": ["true"]})
+    assert (await engine.wait(cpu.id, timeout=10)).status is JobStatus.COMPLETED
+    gpu = await engine.submit({"command": ["true"], "gpus": 1})
+    assert gpu.status is JobStatus.QUEUED
+    assert gpu.message == "GPU capacity unknown: GPU probe still busy with a read that timed out"
+    hang.release()
+    await hang_done(engine)
+    assert (await engine.wait(gpu.id, timeout=10)).status is JobStatus.COMPLETED
+
+
+async def hang_done(engine: object) -> None:
+    from .conftest import eventually
+
+    async def recovered() -> bool:
+        sample = await engine.sampler.sample_once()  # type: ignore[attr-defined]
+        return sample.result.status is ProbeStatus.OK
+
+    await eventually(recovered, timeout=10, interval=0.05)
+
+
+async def test_lost_gpu_only_affects_its_domain(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    engine = await make_engine(probe=NvmlProbe())
+    fake_nvml.devices[1].lost = True
+    await engine.sampler.sample_once()
+    view = engine.gpus()
+    assert view["domains"][1]["gpu"]["lost"] is True
+    assert "lost" in view["domains"][1]["gpu"]["error"].lower()
+    assert view["domains"][0]["gpu"]["lost"] is False
+    assert view["domains"][0]["vram"]["free"] == 60 * GIB
+    pinned = await engine.submit({"command": ["true"], "vram_gb": 10, "domain": "gpu1"})
+    assert pinned.status is JobStatus.QUEUED
+    assert pinned.message == "GPU capacity unknown: no memory reading from gpu1"
+    elsewhere = await engine.submit({"command": ["true"], "vram_gb": 10})
+    done = await engine.wait(elsewhere.id, timeout=10)
+    assert done.status is JobStatus.COMPLETED and done.domains == ["gpu0"]
+    await engine.cancel(pinned.id)
+
+
+async def test_history_is_bounded(make_engine: EngineFactory) -> None:
+    engine = await make_engine(config=make_config(engine={"history": 5, "sample_interval": 60}))
+    for _ in range(8):
+        await engine.sampler.sample_once()
+    assert len(engine.sampler.history[0]) == 5
+    assert len(engine.gpus()["domains"][0]["history"]) == 5
+
+
+async def test_nvml_errors_at_field_level_do_not_break_sampling(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    fake_nvml.fail("nvmlDeviceGetUtilizationRates", pynvml.NVML_ERROR_NOT_SUPPORTED, index=1)
+    fake_nvml.fail("nvmlDeviceGetComputeRunningProcesses", pynvml.NVML_ERROR_NO_PERMISSION)
+    engine = await make_engine(probe=NvmlProbe())
+    gpu0, gpu1, _ = engine.gpus()["domains"]
+    assert gpu1["gpu"]["utilization"] is None and gpu0["gpu"]["utilization"] == 57
+    # without the process list, used memory is all unattributed, not ignored
+    assert gpu0["vram"]["unattributed"] == 20 * GIB and gpu0["vram"]["unregistered"] == 0
+    assert "not permitted" in gpu0["gpu"]["error"]
