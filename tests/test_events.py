@@ -78,7 +78,8 @@ async def test_event_stream_over_the_socket(make_engine: EngineFactory) -> None:
             async with session.get("http://engine/v1/events") as stream:
                 assert (await stream.content.readline()) == b'{"kind": "hello"}\n'
                 async with session.post(
-                    "http://engine/v1/jobs", json={"command": ["true"], "name": "evt"}
+                    "http://engine/v1/jobs",
+                    json={"command": ["true"], "name": "evt", "env": {"SECRET": "x"}},
                 ) as resp:
                     assert resp.status == 201
                     job_id = (await resp.json())["job"]["id"]
@@ -91,6 +92,10 @@ async def test_event_stream_over_the_socket(make_engine: EngineFactory) -> None:
                         "job.transition",
                     ):
                         statuses.append(event["data"]["status"])
+                        # events carry the job's current row, without its environment
+                        assert event["job"]["status"] == event["data"]["status"]
+                        assert event["job"]["name"] == "evt"
+                        assert "env" not in event["job"]["spec"]
                 assert statuses == ["pending", "running", "completed"]
             async with session.get(f"http://engine/v1/jobs/{job_id}") as resp:
                 body = await resp.json()

@@ -73,7 +73,7 @@ async def test_job_that_ended_while_engine_was_down(
     ok = await first.submit(gated(tmp_path, 0))
     await first.stop()
     (tmp_path / "go").touch()
-    exit_file = first.job_dir(ok.id) / "exit"
+    exit_file = first.exit_path(ok.id)
     await eventually(lambda: exit_file.exists() and exit_file.read_text().endswith("\n"))
 
     second = await make_engine()

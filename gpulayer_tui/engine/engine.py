@@ -28,7 +28,7 @@ from .sampler import Sample, Sampler
 from .scheduler import Capacity, Scheduler
 from .spec import SpecError, parse_spec
 from .store import Store
-from .supervisor import Supervisor, job_dir
+from .supervisor import Supervisor, exit_path
 
 log = logging.getLogger(__name__)
 
@@ -267,9 +267,9 @@ class Engine(Lifecycle):
             "store_failure": self.store.failure,
         }
 
-    def job_dir(self, job_id: int) -> Path:
-        """The directory holding one job's files."""
-        return job_dir(self.paths.jobs_dir, job_id)
+    def exit_path(self, job_id: int) -> Path:
+        """Where the job's exit status is recorded once it ends."""
+        return exit_path(self.paths.jobs_dir, job_id)
 
     # -- sampling -----------------------------------------------------------------------------
 

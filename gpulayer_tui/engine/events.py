@@ -49,9 +49,15 @@ class EventBus:
         self._subscribers: set[Subscription] = set()
         self._seq = itertools.count(1)
 
-    def make(self, kind: EventKind, job_id: int | None, data: dict[str, Any]) -> Event:
+    def make(
+        self,
+        kind: EventKind,
+        job_id: int | None,
+        data: dict[str, Any],
+        job: dict[str, Any] | None = None,
+    ) -> Event:
         """Create an event with the next sequence number and the current time."""
-        return Event(next(self._seq), time.time(), kind, job_id, data)
+        return Event(next(self._seq), time.time(), kind, job_id, data, job)
 
     @property
     def has_subscribers(self) -> bool:

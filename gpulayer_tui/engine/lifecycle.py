@@ -11,16 +11,16 @@ many jobs ever ran.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
 import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .domain import Domain
 from .models import (
+    Event,
     EventKind,
     Job,
     JobKind,
@@ -28,10 +28,11 @@ from .models import (
     TerminationReason,
     check_transition,
 )
+from .runqueue import RunQueue
 from .scheduler import Request
 from .spec import JobSpec, SpecError, parse_spec
 from .store import StoreError
-from .supervisor import EXIT_FILE, Exit, LaunchError, job_dir, read_exit_file
+from .supervisor import Exit, LaunchError, exit_path, read_exit_file
 
 if TYPE_CHECKING:
     from .config import Config, Paths
@@ -97,11 +98,14 @@ class Lifecycle:
         # Jobs that ended in memory but whose terminal row is not committed yet: reads
         # must still see them, or a reader could find the stale "running" row in SQLite.
         self._settling: dict[int, _Active] = {}
-        self._queue: list[tuple[int, int]] = []
+        self._queue = RunQueue()
+        self._capacity_wait: dict[int, _Active] = {}
         self._dependents: dict[int, set[int]] = {}
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._roots: dict[int, tuple[int, int | None]] = {}
         self._next_id = 0
+        # The engine's environment, copied once: jobs get it plus their spec's env.
+        self._base_env = dict(os.environ)
         self._schedule_handle: asyncio.Handle | None = None
 
     # -- transitions --------------------------------------------------------------------------
@@ -131,9 +135,9 @@ class Lifecycle:
             job.ended_at = now
             job.termination_reason = reason
             job.exit_code = exit_code
-        event = self.bus.make(
+        event = self._job_event(
             EventKind.TRANSITION,
-            job.id,
+            job,
             {
                 "from": old.value,
                 "status": new.value,
@@ -159,6 +163,11 @@ class Lifecycle:
         self._settling[job.id] = act
         done.add_done_callback(committed)
 
+    def _job_event(self, kind: EventKind, job: Job, data: dict[str, Any]) -> Event:
+        """An event about ``job`` carrying its current (slim) JSON for subscribers."""
+        snapshot = job.to_json(slim=True) if self.bus.has_subscribers else None
+        return self.bus.make(kind, job.id, data, snapshot)
+
     def _set_reason(self, act: _Active, reason: str) -> None:
         """Put a waiting job in ``queued`` with ``reason``, or refresh the reason if changed."""
         job = act.job
@@ -166,7 +175,7 @@ class Lifecycle:
             self._transition(act, JobStatus.QUEUED, message=reason)
         elif job.message != reason:
             job.message = reason
-            event = self.bus.make(EventKind.REASON, job.id, {"message": reason})
+            event = self._job_event(EventKind.REASON, job, {"message": reason})
             self.store.save(job, [event])
 
     # -- admission ----------------------------------------------------------------------------
@@ -210,15 +219,15 @@ class Lifecycle:
         )
         act = _Active(job, spec, request, asyncio.get_running_loop().create_future())
         self._active[job.id] = act
-        submitted = self.bus.make(
-            EventKind.SUBMITTED, job.id, {"status": JobStatus.PENDING.value, "message": ""}
+        submitted = self._job_event(
+            EventKind.SUBMITTED, job, {"status": JobStatus.PENDING.value, "message": ""}
         )
         self.store.save(job, [submitted])
         self._enqueue(act, deps)
         return job
 
     def _enqueue(self, act: _Active, deps: list[ResolvedDep]) -> None:
-        """Decide over capacity and dependencies, then put the job in the queue."""
+        """Decide over capacity and dependencies, then make the job wait or ready."""
         assert act.request is not None
         verdict = self.scheduler.capacity_verdict(act.request)
         if verdict.possible is False:
@@ -237,18 +246,43 @@ class Lifecycle:
                     f"dependency job {dep_id} {status.value}",
                 )
                 return
-        bisect.insort(self._queue, act.key)
+        if act.waiting_on:
+            self._set_dependency_reason(act)
+        else:
+            self._ready(act)
+
+    def _set_dependency_reason(self, act: _Active) -> None:
+        ids = sorted(act.waiting_on)
+        noun = "job" if len(ids) == 1 else "jobs"
+        self._set_reason(act, f"waiting for {noun} {', '.join(map(str, ids))}")
+
+    def _ready(self, act: _Active) -> None:
+        """Dependencies are met: queue the job, or park it while capacity is unknown."""
+        assert act.request is not None
+        if act.capacity_block is not None:
+            self._capacity_wait[act.job.id] = act
+            self._set_reason(act, act.capacity_block)
+            return
+        self._queue.push(act.key, act.request)
+        self._schedule_soon()
 
     def _recheck_capacity(self) -> None:
-        """Capacity changed: re-decide over capacity for every waiting job."""
-        for key in list(self._queue):
-            act = self._active[key[1]]
+        """Capacity changed: re-decide over capacity for every job that is ready to run."""
+        ready = [self._active[key[1]] for key, _ in self._queue.items()]
+        ready += list(self._capacity_wait.values())
+        for act in ready:
             assert act.request is not None
             verdict = self.scheduler.capacity_verdict(act.request)
             if verdict.possible is False:
                 self._finish(act, JobStatus.FAILED, Reason.OVER_CAPACITY, verdict.message)
-            else:
-                act.capacity_block = verdict.message if verdict.possible is None else None
+                continue
+            block = verdict.message if verdict.possible is None else None
+            if block == act.capacity_block:
+                continue
+            self._queue.remove(act.key, act.request)
+            self._capacity_wait.pop(act.job.id, None)
+            act.capacity_block = block
+            self._ready(act)
 
     # -- scheduling ---------------------------------------------------------------------------
 
@@ -257,39 +291,43 @@ class Lifecycle:
             self._schedule_handle = asyncio.get_running_loop().call_soon(self._schedule)
 
     def _schedule(self) -> None:
-        """One pass over the queue: start what fits, give everything else its reason.
+        """One pass: start what fits, best first; give everything else its reason.
 
-        Placement verdicts are memoised per request shape within a pass: resources only
-        shrink during a pass, so a shape that was blocked stays blocked, and a queue of
-        500 identical jobs costs one placement attempt plus 499 dict look-ups.
+        Only the head of each request shape is tried (see :mod:`.runqueue`). A shape
+        found blocked stays blocked for the rest of the pass, since resources only shrink
+        during a pass. Rows are rewritten only where a shape's reason changed, plus jobs
+        that are new to the queue.
         """
-        self._schedule_handle = None
+        if self._schedule_handle is not None:
+            self._schedule_handle.cancel()  # called directly: this pass covers it
+            self._schedule_handle = None
         blocked: dict[Request, str] = {}
-        for key in list(self._queue):
-            act = self._active[key[1]]
-            if act.waiting_on:
-                ids = sorted(act.waiting_on)
-                noun = "job" if len(ids) == 1 else "jobs"
-                self._set_reason(act, f"waiting for {noun} {', '.join(map(str, ids))}")
-                continue
-            if act.capacity_block is not None:
-                self._set_reason(act, act.capacity_block)
-                continue
-            request = act.request
-            assert request is not None
-            reason = blocked.get(request)
-            if reason is None:
+        progress = True
+        while progress:
+            progress = False
+            for key, request in self._queue.heads():
+                if request in blocked:
+                    continue
                 placed = self.scheduler.place(request)
                 if isinstance(placed, str):
-                    blocked[request] = reason = placed
-                else:
-                    self._start(act, placed)
+                    blocked[request] = placed
                     continue
-            self._set_reason(act, reason)
+                self._queue.remove(key, request)
+                self._start(self._active[key[1]], placed)
+                progress = True
+                break  # resources changed: look at the heads again, best first
+        for request, reason in blocked.items():
+            if self._queue.update_reason(request, reason):
+                for key in self._queue.jobs_of(request):
+                    self._set_reason(self._active[key[1]], reason)
+        for job_id in self._queue.take_fresh():
+            act = self._active.get(job_id)
+            if act is not None and act.request in blocked:
+                self._set_reason(act, blocked[act.request])
 
     def _job_env(self, act: _Active, gpus: list[int]) -> dict[str, str]:
         assert act.spec is not None
-        env = dict(os.environ)
+        env = dict(self._base_env)
         env.update(act.spec.env)
         env["GPULAYER_JOB_ID"] = str(act.job.id)
         # PCI bus order makes CUDA's numbering match NVML's (and ours). CPU jobs see no GPU,
@@ -301,7 +339,6 @@ class Lifecycle:
     def _start(self, act: _Active, domains: list[Domain]) -> None:
         job, spec, request = act.job, act.spec, act.request
         assert spec is not None and request is not None
-        self._queue.remove(act.key)
         for dom in domains:
             dom.hold(job.id, request.vram_bytes, request.exclusive)
         act.holds = list(domains)
@@ -353,7 +390,7 @@ class Lifecycle:
             return
         act.job.message = f"stopping ({message}): SIGTERM sent, SIGKILL after {grace:g} s"
         self.store.save(
-            act.job, [self.bus.make(EventKind.REASON, act.job.id, {"message": act.job.message})]
+            act.job, [self._job_event(EventKind.REASON, act.job, {"message": act.job.message})]
         )
 
     def _on_exit(self, job_id: int, exit: Exit) -> None:
@@ -365,7 +402,6 @@ class Lifecycle:
             self._roots.pop(act.job.pid, None)
         status, reason, message = self._exit_verdict(act, exit)
         self._finish(act, status, reason, message, exit.code)
-        self._schedule_soon()
 
     def _exit_verdict(self, act: _Active, exit: Exit) -> tuple[JobStatus, TerminationReason, str]:
         code = exit.code
@@ -402,9 +438,8 @@ class Lifecycle:
         if timer is not None:
             timer.cancel()
         if job.status is not JobStatus.RUNNING:
-            index = bisect.bisect_left(self._queue, act.key)
-            if index < len(self._queue) and self._queue[index] == act.key:
-                del self._queue[index]
+            self._queue.remove(act.key, act.request)
+            self._capacity_wait.pop(job.id, None)
         self._active.pop(job.id, None)
         self._transition(act, status, reason=reason, message=message, exit_code=exit_code)
         for dependent_id in sorted(self._dependents.pop(job.id, ())):
@@ -419,7 +454,11 @@ class Lifecycle:
                     Reason.DEPENDENCY_FAILED,
                     f"dependency job {job.id} {status.value}",
                 )
-        if act.holds or status is JobStatus.COMPLETED:
+            elif dependent.waiting_on:
+                self._set_dependency_reason(dependent)
+            else:
+                self._ready(dependent)
+        if act.holds:
             self._schedule_soon()
 
     # -- restart ------------------------------------------------------------------------------
@@ -475,7 +514,7 @@ class Lifecycle:
         job = act.job
         alive = job.pid is not None and self.supervisor.attach(job.id, job.pid, job.start_ticks)
         if not alive:
-            code = read_exit_file(job_dir(self.paths.jobs_dir, job.id) / EXIT_FILE)
+            code = read_exit_file(exit_path(self.paths.jobs_dir, job.id))
             if code is None:
                 self._finish(
                     act,

@@ -145,8 +145,16 @@ class Job:
     ended_at: float | None = None
     owner_uid: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The record's JSON shape, using the design records' field names."""
+    def to_json(self, slim: bool = False) -> dict[str, Any]:
+        """The record's JSON shape, using the design records' field names.
+
+        Args:
+            slim: Leave the spec's ``env`` out (events carry jobs to every subscriber;
+                the environment can be large and is only needed by the detail view).
+        """
+        spec = self.spec
+        if slim and "env" in spec:
+            spec = {k: v for k, v in spec.items() if k != "env"}
         return {
             "id": self.id,
             "name": self.name,
@@ -166,7 +174,7 @@ class Job:
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "owner_uid": self.owner_uid,
-            "spec": self.spec,
+            "spec": spec,
         }
 
 
@@ -179,7 +187,8 @@ class Event:
         at: Epoch seconds.
         kind: What happened.
         job_id: The job concerned, if any.
-        data: Kind-specific JSON-safe payload.
+        data: Kind-specific JSON-safe payload (stored with transitions).
+        job: The job's slim JSON at that moment, for subscribers (never stored).
     """
 
     seq: int
@@ -187,13 +196,17 @@ class Event:
     kind: EventKind
     job_id: int | None
     data: dict[str, Any]
+    job: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """JSON shape used on the event stream."""
-        return {
+        out = {
             "seq": self.seq,
             "at": self.at,
             "kind": self.kind.value,
             "job_id": self.job_id,
             "data": self.data,
         }
+        if self.job is not None:
+            out["job"] = self.job
+        return out

@@ -328,8 +328,10 @@ class Store:
 
     async def _fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
         assert self._reader is not None
-        async with self._reader.execute(sql, args) as cur:
-            return list(await cur.fetchall())
+        # Execute and fetch in one hop to the connection's thread. With a separate
+        # execute and fetch, overlapping reads leave a cursor open, and its read
+        # transaction pins an old WAL snapshot: a later read could miss a commit.
+        return list(await self._reader.execute_fetchall(sql, args))
 
     async def max_job_id(self) -> int:
         """The largest job id ever used (0 for a new database)."""

@@ -5,9 +5,9 @@ Launch path (designed so a restarted engine can re-attach and still learn exit c
 * The job runs under a tiny ``sh`` wrapper, started in its own session, so the wrapper's
   pid is the process-group id. The wrapper runs the command in the *foreground* (so the
   command keeps default SIGINT/SIGQUIT handling and stdin), then writes ``$?`` to
-  ``jobs/<id>/exit``. Its ``trap`` only sets a flag, so a SIGTERM sent to the whole group
+  ``jobs/<id>.exit``. Its ``trap`` only sets a flag, so a SIGTERM sent to the whole group
   reaches the command while the wrapper survives to record 143.
-* stdout and stderr go to ``jobs/<id>/output.log``, readable while the job runs.
+* stdout and stderr go to ``jobs/<id>.log``, readable while the job runs.
 * The engine watches the wrapper through a pidfd (``loop.add_reader``), which also works
   for a process it did not start: after an engine restart it re-opens a pidfd for the
   recorded pid, checks the /proc start time, and reads the exit file when it ends.
@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +45,10 @@ SH = shutil.which("sh") or "/bin/sh"
 WRAPPER = (
     "exec 3>&2 2>/dev/null; trap 'c=1' TERM INT; "
     'if [ -z "${c:-}" ]; then ( exec "$@" 2>&3 3>&- ); rc=$?; else rc=143; fi; '
-    "printf '%s\\n' \"$rc\" > \"$0\"; exit \"$rc\""
+    'printf \'%s\\n\' "$rc" > "$0"; exit "$rc"'
 )
 
-EXIT_FILE = "exit"
-LOG_FILE = "output.log"
+PROGRAM_CACHE_S = 5.0
 
 
 class LaunchError(RuntimeError):
@@ -76,9 +76,15 @@ class _Watch:
     popen: subprocess.Popen[bytes] | None
 
 
-def job_dir(jobs_dir: Path, job_id: int) -> Path:
-    """The directory of one job's files."""
-    return jobs_dir / str(job_id)
+def log_path(jobs_dir: Path, job_id: int) -> Path:
+    """The job's combined stdout/stderr file."""
+    return jobs_dir / f"{job_id}.log"
+
+
+def exit_path(jobs_dir: Path, job_id: int) -> Path:
+    """Where the wrapper records the job's exit status (flat files: a directory per job
+    would cost a mkdir per launch, which is slow on some filesystems)."""
+    return jobs_dir / f"{job_id}.exit"
 
 
 def read_exit_file(path: Path) -> int | None:
@@ -116,10 +122,20 @@ class Supervisor:
         self._on_exit = on_exit
         self._watches: dict[int, _Watch] = {}
         self._kill_timers: dict[int, asyncio.TimerHandle] = {}
+        # (argv0, PATH, cwd) -> (when found, path). A PATH search is ~10 stat calls per
+        # job; a queue of 500 `python ...` jobs need not repeat it. Misses are not cached.
+        self._programs: dict[tuple[str, str, str], tuple[float, str]] = {}
+        self._devnull_fd: int | None = None
+
+    def _devnull(self) -> int:
+        # One /dev/null for every launch instead of an open per job.
+        if self._devnull_fd is None:
+            self._devnull_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        return self._devnull_fd
 
     def log_path(self, job_id: int) -> Path:
         """The job's combined stdout/stderr file."""
-        return job_dir(self.jobs_dir, job_id) / LOG_FILE
+        return log_path(self.jobs_dir, job_id)
 
     def launch(
         self, job_id: int, argv: list[str], cwd: str, env: dict[str, str]
@@ -134,23 +150,19 @@ class Supervisor:
         """
         if not os.path.isdir(cwd):
             raise LaunchError(f"working directory does not exist: {cwd}")
-        if resolve_program(argv[0], cwd, env) is None:
+        if self._find_program(argv[0], cwd, env) is None:
             raise LaunchError(f"command not found or not executable: {argv[0]}")
-        directory = job_dir(self.jobs_dir, job_id)
+        log = log_path(self.jobs_dir, job_id)
         try:
-            directory.mkdir(parents=True, exist_ok=True)
-            (directory / EXIT_FILE).unlink(missing_ok=True)
-            log_fd = os.open(directory / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         except OSError as err:
-            raise LaunchError(
-                f"cannot write the job's log in {directory}: {err.strerror}"
-            ) from None
+            raise LaunchError(f"cannot write the job's log {log}: {err.strerror}") from None
         try:
             popen = subprocess.Popen(
-                [SH, "-c", WRAPPER, str(directory / EXIT_FILE), *argv],
+                [SH, "-c", WRAPPER, str(exit_path(self.jobs_dir, job_id)), *argv],
                 cwd=cwd,
                 env=env,
-                stdin=subprocess.DEVNULL,
+                stdin=self._devnull(),
                 stdout=log_fd,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -163,6 +175,19 @@ class Supervisor:
         ticks = procs.start_ticks(popen.pid) or 0
         self._watch(job_id, popen.pid, os.pidfd_open(popen.pid), popen)
         return popen.pid, ticks
+
+    def _find_program(self, argv0: str, cwd: str, env: dict[str, str]) -> str | None:
+        key = (argv0, env.get("PATH", ""), cwd if "/" in argv0 else "")
+        now = time.monotonic()
+        hit = self._programs.get(key)
+        if hit is not None and now - hit[0] < PROGRAM_CACHE_S:
+            return hit[1]
+        found = resolve_program(argv0, cwd, env)
+        if found is not None:
+            if len(self._programs) > 1024:
+                self._programs.clear()
+            self._programs[key] = (now, found)
+        return found
 
     def attach(self, job_id: int, pid: int, ticks: int | None) -> bool:
         """Watch a job process started by an earlier engine run.
@@ -199,7 +224,7 @@ class Supervisor:
         timer = self._kill_timers.pop(job_id, None)
         if timer is not None:
             timer.cancel()
-        code = read_exit_file(job_dir(self.jobs_dir, job_id) / EXIT_FILE)
+        code = read_exit_file(exit_path(self.jobs_dir, job_id))
         if code is not None:
             if watch.popen is not None:
                 watch.popen.poll()
@@ -266,3 +291,6 @@ class Supervisor:
         for timer in self._kill_timers.values():
             timer.cancel()
         self._kill_timers.clear()
+        if self._devnull_fd is not None:
+            os.close(self._devnull_fd)
+            self._devnull_fd = None

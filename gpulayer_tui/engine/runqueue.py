@@ -1,0 +1,76 @@
+"""The run queue: jobs ready to start, grouped by what they ask for.
+
+Jobs with the same request shape (GPUs, memory, pins, exclusive) are interchangeable for
+placement: if one cannot start, none of them can, and they wait for the same reason. So
+the queue keeps one priority-ordered list per shape, and a scheduling pass looks only at
+the head of each shape. A pass then costs O(shapes x placements), not O(queued jobs), and
+a queued row is rewritten only when its shape's reason actually changes. With 500 jobs
+queued behind 2 slots, a job exit no longer touches 500 rows.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+
+from .scheduler import Request
+
+Key = tuple[int, int]  # (-priority, id): higher priority first, then FIFO
+
+
+class RunQueue:
+    """Ready jobs by request shape, each shape in priority order."""
+
+    def __init__(self) -> None:
+        self._shapes: dict[Request, list[Key]] = {}
+        self._reasons: dict[Request, str] = {}
+        self._fresh: set[int] = set()
+
+    def __len__(self) -> int:
+        return sum(len(keys) for keys in self._shapes.values())
+
+    def push(self, key: Key, request: Request) -> None:
+        """Add a job; it will get its shape's reason at the end of the next pass."""
+        bisect.insort(self._shapes.setdefault(request, []), key)
+        self._fresh.add(key[1])
+
+    def remove(self, key: Key, request: Request | None) -> bool:
+        """Take a job out (it started, ended or became blocked); False if absent."""
+        if request is None:
+            return False
+        keys = self._shapes.get(request)
+        if not keys:
+            return False
+        index = bisect.bisect_left(keys, key)
+        if index == len(keys) or keys[index] != key:
+            return False
+        del keys[index]
+        if not keys:
+            del self._shapes[request]
+            self._reasons.pop(request, None)
+        self._fresh.discard(key[1])
+        return True
+
+    def heads(self) -> list[tuple[Key, Request]]:
+        """The first job of every shape, best first."""
+        return sorted((keys[0], request) for request, keys in self._shapes.items())
+
+    def items(self) -> Iterator[tuple[Key, Request]]:
+        """Every queued job (a copy: callers may remove while iterating)."""
+        return iter([(key, request) for request, keys in self._shapes.items() for key in keys])
+
+    def jobs_of(self, request: Request) -> list[Key]:
+        """The jobs of one shape, in order."""
+        return list(self._shapes.get(request, ()))
+
+    def update_reason(self, request: Request, reason: str) -> bool:
+        """Record a shape's blocker; True if it differs from the last one recorded."""
+        if self._reasons.get(request) == reason:
+            return False
+        self._reasons[request] = reason
+        return True
+
+    def take_fresh(self) -> set[int]:
+        """Ids pushed since the last call (they still need their first reason)."""
+        fresh, self._fresh = self._fresh, set()
+        return fresh
