@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_textual_snapshot
 
 from gpulayer_tui.engine.config import Config, parse_config
 from gpulayer_tui.engine.engine import Engine
@@ -23,6 +24,14 @@ from gpulayer_tui.engine.paths import Paths, resolve_paths
 pytest_plugins = ["tests.fake_nvml"]
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _snapshot_dirname(cls: type, *, test_location: Any) -> str:
+    # SVG snapshots live in the top-level snapshots/ folder, one subfolder per test module.
+    return str(REPO / "snapshots" / test_location.basename)
+
+
+pytest_textual_snapshot.SVGImageExtension.dirname = classmethod(_snapshot_dirname)  # type: ignore[method-assign,assignment]
 
 
 @pytest.fixture
@@ -131,6 +140,37 @@ def sleeper() -> Iterator[int]:
     yield proc.pid
     proc.kill()
     proc.wait()
+
+
+@pytest.fixture
+async def embedded_app(paths: Paths) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
+    """Build the real app over a real embedded engine on simulated GPUs.
+
+    Usage: ``app = await embedded_app("2xA100-80GB")`` then ``async with app.run_test()``.
+    The engine (and any job still running) is stopped at the end.
+    """
+    from gpulayer_tui.app import build_app
+    from gpulayer_tui.backend import EmbeddedBackend
+
+    backends: list[EmbeddedBackend] = []
+
+    async def factory(simulate: str = "2xA100-80GB", cpu_count: int = 2, **kwargs: Any) -> Any:
+        engine = Engine(paths, simulate=simulate, config=make_config(), cpu_count=cpu_count)
+        backend = EmbeddedBackend(engine)
+        await backend.start()
+        backends.append(backend)
+        return build_app(backend, config_file=paths.config_file, refresh_interval=0.05, **kwargs)
+
+    yield factory
+    for backend in backends:
+        engine = backend.engine
+        for pid in list(engine.supervisor.pids().values()):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if engine._lock._fd is not None:
+            await backend.close()
 
 
 class Served:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-GIB = 1024**3
+from ..formatting import duration, gib
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -18,23 +18,6 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     for row in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return "\n".join(lines)
-
-
-def duration(seconds: float) -> str:
-    """``42s``, ``3m05s``, ``2h07m``, ``3d04h``."""
-    s = int(max(0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
-def gib(value: int | None) -> str:
-    """Bytes as GiB with one decimal; ``?`` when unknown."""
-    return "?" if value is None else f"{value / GIB:.1f}"
 
 
 def _runtime(job: dict[str, Any], now: float) -> str:

@@ -10,7 +10,6 @@ invalid input; 3 no engine is running.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
 from .. import __version__
@@ -53,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpulayer-tui",
         description="A terminal workstation manager for GPU machines.",
-        epilog="Without a subcommand: --serve runs the headless engine. "
+        epilog="Without a subcommand it opens the TUI (attaching to a running engine, or "
+        "starting one inside the TUI); --serve runs the engine headless. "
         "GPULAYER_HOME sets the state and config dir.",
     )
     parser.add_argument("--version", action="version", version=f"gpulayer-tui {__version__}")
@@ -149,19 +149,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.serve:
         if args.command:
             parser.error("--serve takes no subcommand")
-        if args.simulate and args.simulate_if_no_gpu:
-            parser.error("give --simulate or --simulate-if-no-gpu, not both")
         from ..engine.serve import run_serve
 
         return run_serve(paths, args.simulate, args.simulate_if_no_gpu, args.verbose)
+    if args.simulate and args.simulate_if_no_gpu:
+        parser.error("give --simulate or --simulate-if-no-gpu, not both")
     if args.command is None:
-        parser.print_help()
-        print(
-            "\nThe interactive TUI is not part of this release yet; run the engine with "
-            "--serve and use the subcommands above.",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        from ..tui import run_tui
+
+        return run_tui(paths, args.simulate, args.simulate_if_no_gpu)
     if args.simulate or args.simulate_if_no_gpu:
         parser.error("--simulate applies to --serve (the engine owns the GPUs)")
     from . import commands

@@ -9,6 +9,9 @@ Example ``config.toml``::
     [cpu]
     slots = 8               # concurrent gpus=0 jobs (default: CPU core count)
 
+    [ui]
+    theme = "gpulayer-dark" # the TUI's theme (it saves the choice here)
+
     [domains.train]         # one domain = one GPU with one owner (record 002)
     gpu = 0                 # NVML index, or the GPU's UUID string
     slots = 2
@@ -67,11 +70,18 @@ class DomainSettings(_Strict):
     slots: int = Field(1, ge=1, le=1024)
 
 
+class UiSettings(_Strict):
+    """``[ui]``: preferences of the TUI (the engine ignores them)."""
+
+    theme: str | None = Field(None, min_length=1, max_length=64)
+
+
 class Config(_Strict):
     """The whole config file."""
 
     engine: EngineSettings = EngineSettings()
     cpu: CpuSettings = CpuSettings()
+    ui: UiSettings = UiSettings()
     domains: dict[str, DomainSettings] = {}
 
 

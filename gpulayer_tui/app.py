@@ -1,0 +1,285 @@
+"""The Textual application: it wires screens, keys, themes and the engine's event stream.
+
+Logic lives in the engine (scheduling, state) and in the widgets (presentation); the App
+holds the shared view state (:class:`~gpulayer_tui.job_store.JobStore`, the latest GPU
+sample and its history) and keeps it current from one long-lived events worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.reactive import reactive
+from textual.screen import Screen
+
+import gpulayer_tui.themes as themes
+
+from .backend import BackendError, EngineBackend
+from .job_store import JobStore
+from .screens.dashboard import DashboardScreen
+from .screens.dialogs import QuitChoice, QuitScreen
+from .screens.help import HelpScreen
+from .screens.job_detail import JobDetailScreen
+from .screens.jobs import JobsScreen
+from .screens.submit import SubmitScreen
+
+HISTORY_POINTS = 120
+
+
+class GpulayerApp(App[str]):
+    """gpulayer-tui. Build it with :func:`build_app`.
+
+    The exit result is ``"handover"`` when the user chose to keep an embedded engine's
+    jobs running in a background engine, else ``""``.
+    """
+
+    CSS_PATH = str(themes.CSS_PATH)
+    TITLE = "gpulayer-tui"
+    MODES = {"dashboard": DashboardScreen, "jobs": JobsScreen}
+    DEFAULT_MODE = "dashboard"
+    BINDINGS = [
+        Binding("d", "show_area('dashboard')", "Dashboard"),
+        Binding("j", "show_area('jobs')", "Jobs"),
+        Binding("n", "new_job", "New job"),
+        Binding("t", "next_theme", "Theme"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("q", "quit_app", "Quit"),
+        Binding("ctrl+c", "quit_app", "Quit", show=False, priority=True),
+    ]
+
+    gpu_state: reactive[dict[str, Any] | None] = reactive(None, always_update=True)
+    """The latest ``/gpus`` view (domains, VRAM split, processes)."""
+    jobs_version: reactive[int] = reactive(0)
+    """Bumped (at most every ``refresh_interval``) when the job store changed."""
+    health: reactive[dict[str, Any] | None] = reactive(None)
+    """The engine's ``/health``, refreshed every few seconds."""
+    connection_problem: reactive[str] = reactive("")
+    """Non-empty while the engine cannot be reached."""
+
+    def __init__(
+        self,
+        backend: EngineBackend,
+        *,
+        clock: Callable[[], float] = time.time,
+        theme: str | None = None,
+        config_file: Path | None = None,
+        refresh_interval: float = 0.25,
+        health_interval: float = 5.0,
+    ) -> None:
+        super().__init__()
+        self.backend = backend
+        self.clock = clock
+        self.job_store = JobStore()
+        self.gpu_history: dict[int, deque[tuple[float, int | None, int | None]]] = {}
+        self.config_file = config_file
+        self.refresh_interval = refresh_interval
+        self.health_interval = health_interval
+        self._initial_theme = theme or themes.DEFAULT_THEME
+        self._stopping = False
+        self._quiet = asyncio.Event()  # set when no job is active (used when quitting)
+        self._quiet.set()
+        for item in themes.THEMES:
+            self.register_theme(item)
+
+    # -- start-up ---------------------------------------------------------------------------
+
+    async def on_mount(self) -> None:
+        """Load the first picture, then follow the engine's events."""
+        if self._initial_theme in self.available_themes:
+            self.theme = self._initial_theme
+        else:
+            self.theme = themes.DEFAULT_THEME
+            self.notify(f"unknown theme '{self._initial_theme}'", severity="warning")
+        await self._load_state()
+        self._follow_events()
+        self.set_interval(self.refresh_interval, self._publish_job_changes)
+        self.set_interval(self.health_interval, self._poll_health)
+
+    async def _load_state(self) -> None:
+        try:
+            self.health = await self.backend.health()
+            gpus = await self.backend.gpus()
+            self.job_store.load(await self.backend.jobs())
+        except BackendError as err:
+            self.connection_problem = str(err)
+            self.notify(str(err), title="engine", severity="error")
+            return
+        self.connection_problem = ""
+        self.gpu_history = {
+            d["gpu_index"]: deque(
+                ((p[0], p[1], p[2]) for p in d.get("history", [])), maxlen=HISTORY_POINTS
+            )
+            for d in gpus["domains"]
+            if d["gpu_index"] is not None
+        }
+        self.gpu_state = gpus
+        self.jobs_version = self.job_store.version
+
+    @work(exclusive=True, group="engine-events", exit_on_error=False)
+    async def _follow_events(self) -> None:
+        """The one long-lived consumer of the engine's events."""
+        while not self._stopping:
+            try:
+                async for event in self.backend.events():
+                    self._apply_event(event)
+            except BackendError:
+                pass
+            if self._stopping:
+                return
+            # The stream ended: the engine went away, or we fell behind and were cut off.
+            self.connection_problem = "event stream lost; reconnecting"
+            await asyncio.sleep(1.0)
+            await self._load_state()
+
+    def _apply_event(self, event: dict[str, Any]) -> None:
+        kind = event.get("kind")
+        if kind == "gpu.sample":
+            data = event["data"]
+            for dom in data["domains"]:
+                gpu = dom.get("gpu")
+                if dom["gpu_index"] is None or gpu is None:
+                    continue
+                points = self.gpu_history.setdefault(dom["gpu_index"], deque(maxlen=HISTORY_POINTS))
+                points.append((event["at"], gpu.get("utilization"), gpu.get("memory_used")))
+            self.gpu_state = data
+        elif "job" in event:
+            self.job_store.apply(event["job"])
+            if not self._quiet.is_set() and self.job_store.active_count() == 0:
+                self._quiet.set()
+
+    def _publish_job_changes(self) -> None:
+        if self.job_store.version != self.jobs_version:
+            self.jobs_version = self.job_store.version
+
+    async def _poll_health(self) -> None:
+        try:
+            self.health = await self.backend.health()
+            self.connection_problem = ""
+        except BackendError as err:
+            self.connection_problem = str(err)
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def action_show_area(self, mode: str) -> None:
+        """Switch to the dashboard or the jobs table."""
+        self.switch_mode(mode)
+
+    def action_new_job(self) -> None:
+        """Open the submit form."""
+        self.push_screen(SubmitScreen())
+
+    def action_help(self) -> None:
+        """Show every key."""
+        self.push_screen(HelpScreen())
+
+    def action_next_theme(self) -> None:
+        """Cycle through our themes and remember the choice in the config file."""
+        names = [t.name for t in themes.THEMES]
+        current = names.index(self.theme) if self.theme in names else -1
+        self.set_theme(names[(current + 1) % len(names)])
+
+    def set_theme(self, name: str) -> None:
+        """Apply a theme and save it as ``[ui] theme`` in the config file."""
+        self.theme = name
+        if self.config_file is not None:
+            from .ui_config import save_theme
+
+            try:
+                save_theme(self.config_file, name)
+            except OSError as err:
+                self.notify(f"theme not saved: {err}", severity="warning")
+        self.notify(f"theme: {name}", timeout=2)
+
+    def open_job(self, job_id: int) -> None:
+        """Show one job's detail (from any area)."""
+        self.push_screen(JobDetailScreen(job_id))
+
+    async def action_quit_app(self) -> None:
+        """Quit; with an embedded engine that has work in flight, ask what to do first."""
+        active = self.job_store.active_count()
+        if self.backend.mode != "embedded" or active == 0:
+            self._stopping = True
+            self.exit("")
+            return
+        self.push_screen(QuitScreen(active), self._on_quit_choice)
+
+    async def _on_quit_choice(self, choice: QuitChoice | None) -> None:
+        if choice is None or choice is QuitChoice.STAY:
+            return
+        if choice is QuitChoice.HANDOVER:
+            self._stopping = True
+            self.exit("handover")
+            return
+        self._stop_all_and_quit()
+
+    @work(exclusive=True, group="quit")
+    async def _stop_all_and_quit(self) -> None:
+        active = [j["id"] for j in self.job_store.jobs.values() if j["status"] in _ACTIVE]
+        self.notify(f"stopping {len(active)} job(s)…", timeout=10)
+        for job_id in active:
+            try:
+                await self.backend.cancel(job_id)
+            except BackendError:
+                pass  # it ended meanwhile
+        if self.job_store.active_count():
+            self._quiet.clear()
+            try:
+                await asyncio.wait_for(self._quiet.wait(), timeout=60)
+            except TimeoutError:
+                self.notify("some jobs did not stop in 60 s", severity="warning")
+        self._stopping = True
+        self.exit("")
+
+    @on(SubmitScreen.Submitted)
+    def _job_submitted(self, message: SubmitScreen.Submitted) -> None:
+        self.job_store.apply(message.job)
+
+    # -- command palette --------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Every action, in the command palette."""
+        yield SystemCommand("Dashboard", "GPU panels and processes (d)", self._cmd("dashboard"))
+        yield SystemCommand("Jobs", "The jobs table (j)", self._cmd("jobs"))
+        yield SystemCommand("New job", "Submit a batch job (n)", self.action_new_job)
+        yield SystemCommand("Help", "Every key (?)", self.action_help)
+        for item in themes.THEMES:
+            yield SystemCommand(
+                f"Theme: {item.name}", "Switch and remember the theme", self._theme_cmd(item.name)
+            )
+        yield SystemCommand("Quit", "Leave gpulayer-tui (q)", self.action_quit_app)
+        yield from super().get_system_commands(screen)
+
+    def _cmd(self, mode: str) -> Callable[[], None]:
+        return lambda: self.action_show_area(mode)
+
+    def _theme_cmd(self, name: str) -> Callable[[], None]:
+        return lambda: self.set_theme(name)
+
+
+_ACTIVE = frozenset({"pending", "queued", "running"})
+
+
+def build_app(
+    backend: EngineBackend,
+    *,
+    clock: Callable[[], float] = time.time,
+    theme: str | None = None,
+    config_file: Path | None = None,
+    refresh_interval: float = 0.25,
+) -> GpulayerApp:
+    """Build the app over ``backend`` (embedded, attached, or a test's fake)."""
+    return GpulayerApp(
+        backend,
+        clock=clock,
+        theme=theme,
+        config_file=config_file,
+        refresh_interval=refresh_interval,
+    )

@@ -1,0 +1,72 @@
+"""The TUI's view of the jobs: every job row by id, kept current by engine events.
+
+Events carry the job's JSON, so the store never has to ask the engine again. Widgets pull
+what changed since the version they last saw (:meth:`JobStore.changed_since`) on their own
+refresh tick, so a burst of 500 events costs one table update, not 500.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+ACTIVE = frozenset({"pending", "queued", "running"})
+NOT_COMPLETED = frozenset({"failed", "cancelled", "orphaned"})
+
+
+class JobStore:
+    """Job rows by id plus a change log."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, dict[str, Any]] = {}
+        self.version = 0
+        self._changed_at: dict[int, int] = {}
+
+    def load(self, jobs: list[dict[str, Any]]) -> None:
+        """Replace everything (initial load, or after the event stream was cut)."""
+        self.jobs = {j["id"]: j for j in jobs}
+        self.version += 1
+        self._changed_at = dict.fromkeys(self.jobs, self.version)
+
+    def apply(self, job: dict[str, Any]) -> None:
+        """Take a newer copy of one job (from an event or an API answer)."""
+        self.version += 1
+        self.jobs[job["id"]] = job
+        self._changed_at[job["id"]] = self.version
+
+    def changed_since(self, version: int) -> list[int]:
+        """Ids of jobs changed after ``version`` (call with 0 for all)."""
+        if version <= 0:
+            return list(self.jobs)
+        return [job_id for job_id, v in self._changed_at.items() if v > version]
+
+    def counts(self, since: float | None = None) -> dict[str, int]:
+        """Jobs per status, optionally only those created at or after ``since``."""
+        out: dict[str, int] = {}
+        for job in self.jobs.values():
+            if since is not None and (job.get("created_at") or 0) < since:
+                continue
+            out[job["status"]] = out.get(job["status"], 0) + 1
+        return out
+
+    def summary(self, now: float | None = None) -> dict[str, int]:
+        """What the dashboard's summary line shows: running, queued, failed today."""
+        now = time.time() if now is None else now
+        local = time.localtime(now)
+        midnight = time.mktime(
+            (local.tm_year, local.tm_mon, local.tm_mday, 0, 0, 0, 0, 0, local.tm_isdst)
+        )
+        running = queued = failed_today = 0
+        for job in self.jobs.values():
+            status = job["status"]
+            if status == "running":
+                running += 1
+            elif status in ("queued", "pending"):
+                queued += 1
+            elif status == "failed" and (job.get("ended_at") or 0) >= midnight:
+                failed_today += 1
+        return {"running": running, "queued": queued, "failed_today": failed_today}
+
+    def active_count(self) -> int:
+        """Jobs that are pending, queued or running."""
+        return sum(1 for j in self.jobs.values() if j["status"] in ACTIVE)

@@ -1,0 +1,94 @@
+"""Small modal dialogs: a yes/no confirmation and the quit choice."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Label, Static
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Ask a yes/no question; dismisses with True only on an explicit yes."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, title: str, question: str, yes_label: str = "Yes") -> None:
+        super().__init__()
+        self._title = title
+        self._question = question
+        self._yes = yes_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self._title, classes="dialog-title")
+            yield Static(self._question)
+            with Horizontal(classes="buttons"):
+                yield Button(f"{self._yes} (y)", id="yes", variant="error")
+                yield Button("No (n)", id="no", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def action_answer(self, yes: bool) -> None:
+        """Close the dialog with the answer."""
+        self.dismiss(yes)
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class QuitChoice(StrEnum):
+    """What to do with an embedded engine's work when quitting."""
+
+    HANDOVER = "handover"
+    STOP = "stop"
+    STAY = "stay"
+
+
+class QuitScreen(ModalScreen[QuitChoice]):
+    """Quitting with jobs in flight in an embedded engine: keep them, stop them, or stay."""
+
+    BINDINGS = [
+        Binding("k", "choose('handover')", "Keep running"),
+        Binding("s", "choose('stop')", "Stop them"),
+        Binding("escape,c", "choose('stay')", "Stay"),
+    ]
+
+    def __init__(self, active: int) -> None:
+        super().__init__()
+        self.active = active
+
+    def compose(self) -> ComposeResult:
+        noun = "job is" if self.active == 1 else "jobs are"
+        with Vertical(classes="dialog", id="quit-dialog"):
+            yield Label("Quit gpulayer-tui?", classes="dialog-title")
+            yield Static(
+                f"{self.active} {noun} running or queued in this window's engine.\n\n"
+                "Keep running: hand them to a background engine (gpulayer-tui --serve);\n"
+                "reopen gpulayer-tui later to attach to it.\n"
+                "Stop them: cancel every job, then quit."
+            )
+            with Horizontal(classes="buttons"):
+                yield Button("Keep running (k)", id="handover", variant="primary")
+                yield Button("Stop them (s)", id="stop", variant="error")
+                yield Button("Stay (esc)", id="stay")
+
+    def on_mount(self) -> None:
+        self.query_one("#handover", Button).focus()
+
+    def action_choose(self, choice: str) -> None:
+        """Close the dialog with a choice."""
+        self.dismiss(QuitChoice(choice))
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(QuitChoice(event.button.id or "stay"))

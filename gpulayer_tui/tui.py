@@ -1,0 +1,121 @@
+"""Running the TUI: attach to a serving engine, or embed one; hand over on quit."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .backend import AttachedBackend, EmbeddedBackend, EngineBackend, engine_is_serving
+from .engine.paths import Paths
+
+
+async def _connect(
+    paths: Paths, simulate: str | None, simulate_if_no_gpu: str | None
+) -> EngineBackend:
+    if await engine_is_serving(paths):
+        if simulate or simulate_if_no_gpu:
+            print(
+                f"gpulayer-tui: an engine already serves {paths.state_dir}; attaching to it "
+                "(--simulate applies only to a new engine)",
+                file=sys.stderr,
+            )
+        return AttachedBackend(paths)
+    from .engine.engine import Engine
+    from .engine.gpus import make_probe
+
+    probe = make_probe(simulate, paths.state_dir, simulate_if_no_gpu)
+    backend = EmbeddedBackend(Engine(paths, probe=probe))
+    await backend.start()
+    return backend
+
+
+def start_background_engine(
+    paths: Paths, simulate: str | None, simulate_if_no_gpu: str | None, timeout: float = 20.0
+) -> int:
+    """Start ``gpulayer-tui --serve`` detached (own session, log in the state dir).
+
+    Returns its pid once its socket answers.
+
+    Raises:
+        RuntimeError: It exited or did not answer in time (the message has its log's tail).
+    """
+    args = [sys.executable, "-m", "gpulayer_tui", "--serve", "--config", str(paths.config_file)]
+    if simulate:
+        args += ["--simulate", simulate]
+    elif simulate_if_no_gpu:
+        args += ["--simulate-if-no-gpu", simulate_if_no_gpu]
+    log_path = paths.state_dir / "serve.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            env=dict(os.environ, GPULAYER_HOME=str(paths.state_dir))
+            if os.environ.get("GPULAYER_HOME")
+            else None,
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the background engine exited: {_tail(log_path)}")
+        if asyncio.run(engine_is_serving(paths)):
+            return proc.pid
+        time.sleep(0.05)
+    raise RuntimeError(f"the background engine did not answer in {timeout:g} s: {_tail(log_path)}")
+
+
+def _tail(path: Path) -> str:
+    try:
+        return path.read_text()[-500:].strip()
+    except OSError:
+        return "(no log)"
+
+
+def run_tui(paths: Paths, simulate: str | None, simulate_if_no_gpu: str | None) -> int:
+    """Open the TUI; return the process exit code."""
+    from .app import build_app
+    from .engine.config import ConfigError, load_config
+    from .engine.lock import EngineBusy
+    from .engine.store import StoreError
+
+    try:
+        theme = load_config(paths.config_file).ui.theme
+    except ConfigError as err:
+        print(f"gpulayer-tui: {err}", file=sys.stderr)
+        return 2
+
+    async def main() -> str:
+        backend = await _connect(paths, simulate, simulate_if_no_gpu)
+        try:
+            app = build_app(backend, theme=theme, config_file=paths.config_file)
+            return await app.run_async() or ""
+        finally:
+            await backend.close()
+
+    try:
+        result = asyncio.run(main())
+    except (ConfigError, StoreError, EngineBusy, ValueError) as err:
+        print(f"gpulayer-tui: {err}", file=sys.stderr)
+        return 2
+    if result == "handover":
+        try:
+            pid = start_background_engine(paths, simulate, simulate_if_no_gpu)
+        except RuntimeError as err:
+            print(f"gpulayer-tui: {err}", file=sys.stderr)
+            print(
+                "gpulayer-tui: your jobs keep running; start an engine with "
+                "`gpulayer-tui --serve` to follow them",
+                file=sys.stderr,
+            )
+            return 1
+        print(
+            f"gpulayer-tui: jobs handed over to a background engine (pid {pid}); "
+            "run gpulayer-tui again to attach"
+        )
+    return 0

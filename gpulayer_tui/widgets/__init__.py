@@ -1,0 +1,1 @@
+"""Widgets, one per module; messages are nested in the widget that sends them."""

@@ -1,0 +1,59 @@
+"""The header line: which engine this is (embedded or attached) and whether it is healthy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Label
+
+
+class EngineStatus(Horizontal):
+    """``gpulayer-tui · dashboard · embedded engine /state · simulated · ok``."""
+
+    DEFAULT_CSS = """
+    EngineStatus {
+        height: 1;
+        background: $panel;
+        color: $foreground;
+    }
+    EngineStatus > #title { text-style: bold; padding: 0 1; color: $primary; }
+    EngineStatus > #area { padding: 0 1; text-style: bold; }
+    EngineStatus > #where { width: 1fr; padding: 0 1; color: $text-muted; }
+    EngineStatus > #health { padding: 0 1; color: $success; }
+    EngineStatus > #health.problem { color: $error; text-style: bold; }
+    """
+
+    def __init__(self, area: str) -> None:
+        super().__init__()
+        self.area = area
+
+    def compose(self) -> ComposeResult:
+        yield Label("gpulayer-tui", id="title")
+        yield Label(self.area, id="area")
+        yield Label("", id="where")
+        yield Label("", id="health")
+
+    def on_mount(self) -> None:
+        app: Any = self.app
+        self.watch(app, "health", self._refresh, init=True)
+        self.watch(app, "connection_problem", self._refresh, init=False)
+
+    def _refresh(self, _value: object = None) -> None:
+        app: Any = self.app
+        backend = app.backend
+        health = app.health or {}
+        mode = "attached to" if backend.mode == "attached" else "embedded engine"
+        backend_name = health.get("backend", "")
+        self.query_one("#where", Label).update(
+            f"{mode} {backend.location}" + (f" · {backend_name}" if backend_name else "")
+        )
+        label = self.query_one("#health", Label)
+        problem = app.connection_problem or health.get("store_failure") or ""
+        if problem:
+            label.update(f"⚠ {problem}")
+            label.add_class("problem")
+        else:
+            label.update("● engine ok" if health else "connecting…")
+            label.remove_class("problem")

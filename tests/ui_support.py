@@ -1,0 +1,401 @@
+"""Fixed data for deterministic TUI snapshots: a static backend with canned GPUs and jobs.
+
+Pilot tests use the real embedded engine (see ``embedded_app`` in conftest). Snapshots
+need data that never changes (times, pids, memory), so they use :class:`StaticBackend`,
+which implements the same :class:`~gpulayer_tui.backend.EngineBackend` interface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+from gpulayer_tui.backend import BackendError
+from gpulayer_tui.engine.spec import SpecError, parse_spec
+
+GIB = 1024**3
+FIXED_NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
+
+MODELS = [
+    ("NVIDIA H100 80GB HBM3", 80),
+    ("NVIDIA A100-SXM4-80GB", 80),
+    ("NVIDIA L4", 24),
+    ("NVIDIA RTX 6000 Ada Generation", 48),
+]
+
+
+def _history(index: int, total: int) -> list[list[float | int]]:
+    points = []
+    for i in range(60):
+        util = (index * 17 + i * 7) % 100
+        points.append([FIXED_NOW - 60 + i, util, int(total * ((i + index * 9) % 60) / 100)])
+    return points
+
+
+def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
+    """A ``/gpus`` answer for ``n_gpus`` GPUs with owned, foreign and free memory."""
+    domains = []
+    unregistered_total = 0
+    for index in range(n_gpus):
+        name, gib = MODELS[index % len(MODELS)]
+        total = gib * GIB
+        owned = (index % 3) * 10 * GIB
+        foreign = 18 * GIB if index == 1 else 0
+        unattributed = GIB // 2 if n_gpus else 0
+        used = owned + foreign + unattributed
+        processes = []
+        jobs = []
+        if owned:
+            jobs = [10 + index]
+            processes.append(
+                {
+                    "pid": 5000 + index,
+                    "used_bytes": owned,
+                    "job_id": 10 + index,
+                    "user": "ana",
+                    "command": f"python train.py --shard {index}",
+                }
+            )
+        if foreign:
+            processes.append(
+                {
+                    "pid": 4242,
+                    "used_bytes": foreign,
+                    "job_id": None,
+                    "user": "ben",
+                    "command": "python notebook_kernel.py",
+                }
+            )
+            unregistered_total += foreign
+        domains.append(
+            {
+                "name": f"gpu{index}",
+                "gpu_index": index,
+                "gpu_uuid": f"GPU-{index:08d}-0000-0000-0000-000000000000",
+                "state": "in_service",
+                "state_reason": "",
+                "slots": 1,
+                "used_slots": len(jobs),
+                "jobs": jobs,
+                "gpu": {
+                    "name": name,
+                    "memory_total": total,
+                    "memory_used": used,
+                    "utilization": (index * 37 + 12) % 100,
+                    "temperature": 40 + index * 4,
+                    "power_watts": 90.0 + index * 35,
+                    "power_limit_watts": 400.0,
+                    "error": None,
+                    "lost": False,
+                },
+                "vram": {
+                    "total": total,
+                    "used": used,
+                    "owned": owned,
+                    "unregistered": foreign,
+                    "unattributed": unattributed,
+                    "reserved_extra": 0,
+                    "free": total - used,
+                },
+                "processes": processes,
+                "history": _history(index, total),
+            }
+        )
+    domains.append(
+        {
+            "name": "cpu",
+            "gpu_index": None,
+            "gpu_uuid": None,
+            "state": "in_service",
+            "state_reason": "",
+            "slots": cpu_slots,
+            "used_slots": 1,
+            "jobs": [3],
+            "gpu": None,
+            "vram": None,
+            "processes": [],
+        }
+    )
+    message = (
+        None
+        if n_gpus
+        else "No NVIDIA driver found (NVML library not found): running with 0 GPUs; "
+        "CPU jobs still work."
+    )
+    return {
+        "backend": "simulated" if n_gpus else "nvml",
+        "capacity": "known" if n_gpus else "no_gpus",
+        "message": message,
+        "driver_version": "simulated",
+        "taken_at": FIXED_NOW,
+        "probe_seconds": 0.001,
+        "unregistered_total": unregistered_total,
+        "domains": domains,
+    }
+
+
+def _job(
+    job_id: int,
+    name: str,
+    status: str,
+    message: str,
+    *,
+    command: list[str] | None = None,
+    gpus: list[int] | None = None,
+    domains: list[str] | None = None,
+    vram_gb: float | None = None,
+    reason: str | None = None,
+    exit_code: int | None = None,
+    started: float | None = None,
+    ended: float | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"kind": "command", "command": command or ["python", f"{name}.py"]}
+    if gpus:
+        spec["gpus"] = len(gpus)
+    if vram_gb is not None:
+        spec["vram_gb"] = vram_gb
+    return {
+        "id": job_id,
+        "name": name,
+        "kind": "command",
+        "status": status,
+        "termination_reason": reason,
+        "exit_code": exit_code,
+        "message": message,
+        "domains": domains or [],
+        "gpus": gpus or [],
+        "priority": 0,
+        "pid": 5000 + job_id if started else None,
+        "created_at": FIXED_NOW - 3600 + job_id * 60,
+        "queued_at": FIXED_NOW - 3600 + job_id * 60,
+        "started_at": started,
+        "ended_at": ended,
+        "owner_uid": 1000,
+        "spec": spec,
+    }
+
+
+def jobs_fixture() -> list[dict[str, Any]]:
+    """Jobs in every status, with queued and failed reasons, newest first."""
+    t = FIXED_NOW
+    jobs = [
+        _job(
+            1,
+            "prep-data",
+            "completed",
+            "exited with code 0",
+            reason="exit_code",
+            exit_code=0,
+            domains=["cpu"],
+            started=t - 3500,
+            ended=t - 3300,
+        ),
+        _job(
+            2,
+            "train-small",
+            "failed",
+            "exited with code 3",
+            reason="exit_code",
+            exit_code=3,
+            domains=["gpu0"],
+            gpus=[0],
+            started=t - 3000,
+            ended=t - 2900,
+        ),
+        _job(3, "tokenize", "running", "running on cpu", domains=["cpu"], started=t - 600),
+        _job(
+            4,
+            "huge",
+            "failed",
+            "requested 3 GPUs, but this machine has 2",
+            reason="over_capacity",
+            gpus=None,
+        ),
+        _job(
+            5,
+            "oom-risk",
+            "failed",
+            "requested 100 GiB per GPU, but the largest GPU has 80 GiB",
+            reason="over_capacity",
+            vram_gb=100,
+        ),
+        _job(
+            10,
+            "train-a",
+            "running",
+            "running on gpu0",
+            domains=["gpu0"],
+            gpus=[0],
+            vram_gb=20,
+            started=t - 1800,
+        ),
+        _job(
+            11,
+            "train-b",
+            "queued",
+            "waiting for gpu1: 18.0 GiB held by pid 4242 (python notebook_kernel.py, user ben); "
+            "needs 70.0 GiB, 43.5 GiB free",
+            vram_gb=70,
+        ),
+        _job(12, "eval", "queued", "waiting for job 10"),
+        _job(13, "sweep", "cancelled", "dependency job 2 failed", reason="dependency_failed"),
+        _job(
+            14,
+            "bench",
+            "cancelled",
+            "cancelled by user",
+            reason="cancelled",
+            exit_code=143,
+            domains=["gpu1"],
+            gpus=[1],
+            started=t - 900,
+            ended=t - 850,
+        ),
+    ]
+    return sorted(jobs, key=lambda j: -j["id"])
+
+
+def events_fixture(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """A plausible timeline for one job."""
+    events = [
+        {
+            "at": job["created_at"],
+            "kind": "job.submitted",
+            "status": "pending",
+            "reason": None,
+            "message": "",
+            "data": {},
+        }
+    ]
+    if job.get("queued_at") and job["status"] != "completed":
+        events.append(
+            {
+                "at": job["queued_at"] + 0.001,
+                "kind": "job.transition",
+                "status": "queued",
+                "reason": None,
+                "message": job["message"] if job["status"] == "queued" else "all 1 GPU slots busy",
+                "data": {},
+            }
+        )
+    if job.get("started_at"):
+        events.append(
+            {
+                "at": job["started_at"],
+                "kind": "job.transition",
+                "status": "running",
+                "reason": None,
+                "message": f"running on {', '.join(job['domains'])}",
+                "data": {},
+            }
+        )
+    if job.get("ended_at") or job["status"] in ("failed", "cancelled", "completed"):
+        events.append(
+            {
+                "at": job.get("ended_at") or job["created_at"] + 0.002,
+                "kind": "job.transition",
+                "status": job["status"],
+                "reason": job["termination_reason"],
+                "message": job["message"],
+                "data": {},
+            }
+        )
+    return events
+
+
+class StaticBackend:
+    """Canned engine answers; ``submit`` validates with the engine's own spec rules."""
+
+    mode = "embedded"
+    location = "/home/ana/.local/state/gpulayer"
+
+    def __init__(
+        self,
+        n_gpus: int = 2,
+        jobs: list[dict[str, Any]] | None = None,
+        logs: dict[int, bytes] | None = None,
+    ) -> None:
+        self._gpus = gpus_view(n_gpus)
+        self._jobs = {j["id"]: j for j in (jobs if jobs is not None else jobs_fixture())}
+        self._logs = logs or {10: b"epoch 1/10 loss=2.31\nepoch 2/10 loss=1.87\n"}
+        self._never = asyncio.Event()
+        self.submitted: list[dict[str, Any]] = []
+        self.cancelled: list[int] = []
+
+    async def close(self) -> None:
+        self._never.set()
+
+    async def health(self) -> dict[str, Any]:
+        return {
+            "engine": "gpulayer-tui",
+            "version": "0.1.0",
+            "backend": self._gpus["backend"],
+            "state_dir": self.location,
+            "capacity": self._gpus["capacity"],
+            "no_gpu_notice": self._gpus["message"],
+            "store_failure": None,
+        }
+
+    async def gpus(self) -> dict[str, Any]:
+        return copy.deepcopy(self._gpus)
+
+    async def jobs(
+        self, statuses: list[str] | None = None, limit: int = 10_000
+    ) -> list[dict[str, Any]]:
+        jobs = sorted(self._jobs.values(), key=lambda j: -j["id"])
+        if statuses:
+            jobs = [j for j in jobs if j["status"] in statuses]
+        return copy.deepcopy(jobs[:limit])
+
+    async def job(self, job_id: int) -> dict[str, Any]:
+        if job_id not in self._jobs:
+            raise BackendError(f"no job {job_id}", 404)
+        job = copy.deepcopy(self._jobs[job_id])
+        return {"job": job, "events": events_fixture(job)}
+
+    async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        try:
+            parsed = parse_spec(spec)
+        except SpecError as err:
+            raise BackendError(str(err), 400) from None
+        machine = len(self._gpus["domains"]) - 1
+        if (parsed.gpus or 0) > machine:
+            status, message, reason = (
+                "failed",
+                f"requested {parsed.gpus} GPUs, but this machine has {machine}",
+                "over_capacity",
+            )
+        else:
+            status, message, reason = "queued", "all 2 GPU slots busy", None
+        job_id = max(self._jobs, default=0) + 1
+        job = _job(
+            job_id,
+            parsed.default_name(),
+            status,
+            message,
+            reason=reason,
+            command=parsed.command or ["sh", "-c", parsed.shell or ""],
+        )
+        self._jobs[job_id] = job
+        self.submitted.append(spec)
+        return copy.deepcopy(job)
+
+    async def cancel(self, job_id: int) -> dict[str, Any]:
+        if job_id not in self._jobs:
+            raise BackendError(f"no job {job_id}", 404)
+        self.cancelled.append(job_id)
+        job = self._jobs[job_id]
+        if job["status"] not in ("pending", "queued", "running"):
+            raise BackendError(f"job {job_id} already {job['status']}", 409)
+        job.update(status="cancelled", termination_reason="cancelled", message="cancelled by user")
+        return copy.deepcopy(job)
+
+    async def read_log(self, job_id: int, offset: int, limit: int = 256 * 1024) -> bytes:
+        return self._logs.get(job_id, b"")[offset : offset + limit]
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        await self._never.wait()
+        return
+        yield {}  # an async generator that never yields
