@@ -35,10 +35,11 @@ async def _connect(
 
 def start_background_engine(
     paths: Paths, simulate: str | None, simulate_if_no_gpu: str | None, timeout: float = 20.0
-) -> int:
+) -> subprocess.Popen[bytes]:
     """Start ``gpulayer-tui --serve`` detached (own session, log in the state dir).
 
-    Returns its pid once its socket answers.
+    Returns its process once its socket answers (the caller may simply exit: the engine
+    lives on in its own session).
 
     Raises:
         RuntimeError: It exited or did not answer in time (the message has its log's tail).
@@ -65,7 +66,7 @@ def start_background_engine(
         if proc.poll() is not None:
             raise RuntimeError(f"the background engine exited: {_tail(log_path)}")
         if asyncio.run(engine_is_serving(paths)):
-            return proc.pid
+            return proc
         time.sleep(0.05)
     raise RuntimeError(f"the background engine did not answer in {timeout:g} s: {_tail(log_path)}")
 
@@ -105,7 +106,7 @@ def run_tui(paths: Paths, simulate: str | None, simulate_if_no_gpu: str | None) 
         return 2
     if result == "handover":
         try:
-            pid = start_background_engine(paths, simulate, simulate_if_no_gpu)
+            pid = start_background_engine(paths, simulate, simulate_if_no_gpu).pid
         except RuntimeError as err:
             print(f"gpulayer-tui: {err}", file=sys.stderr)
             print(

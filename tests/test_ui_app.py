@@ -1,0 +1,178 @@
+"""The app as a whole: areas, help, themes, quitting with work in flight, attaching."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from textual.pilot import Pilot
+from textual.widgets import Static
+
+from gpulayer_tui.app import build_app
+from gpulayer_tui.backend import AttachedBackend
+from gpulayer_tui.engine.config import load_config
+from gpulayer_tui.engine.paths import Paths
+from gpulayer_tui.screens.dialogs import QuitScreen
+from gpulayer_tui.screens.help import HelpScreen
+from gpulayer_tui.tui import _connect, start_background_engine
+
+from .conftest import Served, pid_gone, wait_for
+from .ui_support import FIXED_NOW, StaticBackend
+
+AppFactory = Callable[..., Awaitable[Any]]
+
+
+async def until(pilot: Pilot[Any], predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+    """Let the app run until ``predicate`` holds (fails at the deadline)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout} s: {predicate}")
+        await pilot.pause(0.05)
+
+
+async def test_single_keys_switch_areas_and_help_lists_every_key(
+    embedded_app: AppFactory,
+) -> None:
+    app = await embedded_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.current_mode == "dashboard"
+        await pilot.press("j")
+        await until(pilot, lambda: app.current_mode == "jobs")
+        await pilot.press("d")
+        await until(pilot, lambda: app.current_mode == "dashboard")
+        await pilot.press("question_mark")
+        help_screen = await until(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen)
+        text = "\n".join(str(w.render()) for w in help_screen.query(Static))
+        for binding in app.BINDINGS:
+            if binding.show:
+                assert binding.description in text
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
+
+
+async def test_command_palette_offers_every_action(embedded_app: AppFactory) -> None:
+    app = await embedded_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"Dashboard", "Jobs", "New job", "Help", "Quit"} <= titles
+        assert {"Theme: gpulayer-dark", "Theme: gpulayer-light"} <= titles
+
+
+async def test_theme_switch_is_saved_in_config(embedded_app: AppFactory, paths: Paths) -> None:
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text("# my settings\n[engine]\ngrace_period = 2.0\n")
+    app = await embedded_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert app.theme == "gpulayer-dark"
+        await pilot.press("t")
+        await until(pilot, lambda: app.theme == "gpulayer-light")
+    config = load_config(paths.config_file)
+    assert config.ui.theme == "gpulayer-light"
+    assert config.engine.grace_period == 2.0
+    assert paths.config_file.read_text().startswith("# my settings\n")
+    again = build_app(StaticBackend(), theme=config.ui.theme, clock=lambda: FIXED_NOW)
+    async with again.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert again.theme == "gpulayer-light"
+
+
+async def test_quit_without_work_exits_at_once(embedded_app: AppFactory) -> None:
+    app = await embedded_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running)
+    assert app.return_value == ""
+
+
+async def test_quit_with_running_job_can_stop_it(embedded_app: AppFactory) -> None:
+    app = await embedded_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        job = await app.backend.submit({"command": ["sleep", "600"]})
+        await until(pilot, lambda: app.job_store.active_count() == 1)
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await pilot.press("escape")  # stay
+        await until(pilot, lambda: not isinstance(app.screen, QuitScreen))
+        assert app.is_running
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await pilot.press("s")
+        await until(pilot, lambda: not app.is_running)
+    assert app.job_store.jobs[job["id"]]["status"] == "cancelled"
+    assert pid_gone(job["pid"])
+
+
+async def test_quit_handover_keeps_jobs_running_in_a_background_engine(
+    embedded_app: AppFactory, paths: Paths, served: Served
+) -> None:
+    app = await embedded_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        job = await app.backend.submit({"command": ["sleep", "600"], "name": "long"})
+        queued = await app.backend.submit(
+            {"command": ["true"], "depends_on": [job["id"]], "name": "after"}
+        )
+        await until(pilot, lambda: app.job_store.active_count() == 2)
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await pilot.press("k")
+        await until(pilot, lambda: not app.is_running)
+    assert app.return_value == "handover"
+    await app.backend.close()
+    assert not pid_gone(job["pid"])  # the job outlived the TUI's engine
+
+    served.proc = await asyncio.to_thread(start_background_engine, paths, "2xA100-80GB", None)
+    status = json.loads(served.cli("status", str(job["id"]), "--json").stdout)["job"]
+    assert status["status"] == "running" and status["pid"] == job["pid"]
+    waiting = json.loads(served.cli("status", str(queued["id"]), "--json").stdout)["job"]
+    assert waiting["status"] == "queued" and waiting["message"] == f"waiting for job {job['id']}"
+    assert served.cli("cancel", str(job["id"])).returncode == 0
+    assert served.cli("wait", str(queued["id"])).returncode == 1  # cascade-cancelled
+    wait_for(lambda: pid_gone(job["pid"]))
+
+
+async def test_attaches_to_a_running_serve_and_follows_it(served: Served, paths: Paths) -> None:
+    served.start("--simulate", "2xA100-80GB")
+    first = served.cli("submit", "--name", "from-cli", "--", "true").stdout.strip()
+    assert served.cli("wait", first).returncode == 0
+    backend = await _connect(paths, None, None)
+    assert isinstance(backend, AttachedBackend)
+    app = build_app(backend, refresh_interval=0.05)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: int(first) in app.job_store.jobs)
+            assert app.job_store.jobs[int(first)]["name"] == "from-cli"
+            where = str(app.screen.query_one("#where").render())
+            assert f"attached to {paths.socket}" in where
+            # a job submitted elsewhere arrives through the event stream
+            second = int(served.cli("submit", "--name", "later", "--", "true").stdout)
+            await until(
+                pilot,
+                lambda: app.job_store.jobs.get(second, {}).get("status") == "completed",
+            )
+            # the engine goes away: the app says so and keeps running
+            served.stop()
+            await until(pilot, lambda: app.connection_problem != "", timeout=15)
+            assert app.is_running
+    finally:
+        await backend.close()
+
+
+def test_help_snapshot(snap_compare: Any) -> None:
+    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW)
+    assert snap_compare(app, press=["question_mark"], terminal_size=(100, 40))
+
+
+def test_quit_dialog_snapshot(snap_compare: Any) -> None:
+    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW)
+    assert snap_compare(app, press=["q"], terminal_size=(100, 30))
