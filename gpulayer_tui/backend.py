@@ -71,6 +71,11 @@ class EngineBackend(Protocol):
         """Cancel a job; return it (possibly still stopping)."""
         ...
 
+    async def adopt(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Adopt a process (``{"pid", "start_ticks"?, "name"?, "vram_gb"?, ...}``); return
+        the job (``running``, or ``failed`` with the refusal)."""
+        ...
+
     async def read_log(self, job_id: int, offset: int, limit: int = 256 * 1024) -> bytes:
         """Up to ``limit`` bytes of the job's output from ``offset``."""
         ...
@@ -155,6 +160,16 @@ class EmbeddedBackend:
     async def cancel(self, job_id: int) -> dict[str, Any]:
         """Cancel one job."""
         job = await self._call(self.engine.cancel(job_id))
+        return dict(job.to_json())
+
+    async def adopt(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Adopt a process."""
+        request = dict(request)
+        pid = request.pop("pid", None)
+        unknown = sorted(set(request) - {"start_ticks", "name", "vram_gb", "gpu", "domain"})
+        if unknown:
+            raise BackendError(f"unknown field '{unknown[0]}'", 400)
+        job = await self._call(self.engine.adopt(pid, **request))
         return dict(job.to_json())
 
     async def read_log(self, job_id: int, offset: int, limit: int = 256 * 1024) -> bytes:
@@ -254,6 +269,10 @@ class AttachedBackend:
     async def cancel(self, job_id: int) -> dict[str, Any]:
         """Cancel one job."""
         return dict((await self._request("POST", f"/jobs/{int(job_id)}/cancel"))["job"])
+
+    async def adopt(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Adopt a process."""
+        return dict((await self._request("POST", "/adopt", json=request))["job"])
 
     async def read_log(self, job_id: int, offset: int, limit: int = 256 * 1024) -> bytes:
         """A chunk of the job's output."""

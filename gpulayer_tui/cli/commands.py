@@ -146,6 +146,34 @@ def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     return EXIT_OK
 
 
+def _adopt(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from ..engine.procs import start_ticks
+
+    body: dict[str, Any] = {"pid": args.pid}
+    # Read the start time here, where the user named the pid: if the engine then finds
+    # another start time, the pid was recycled in between and adoption is refused.
+    ticks = start_ticks(args.pid)
+    if ticks is not None:
+        body["start_ticks"] = ticks
+    if args.name:
+        body["name"] = args.name
+    if args.vram_gb is not None:
+        body["vram_gb"] = args.vram_gb
+    if args.gpu:
+        body["gpu"] = True
+    if args.domain:
+        body["domain"] = args.domain
+    job = client.request("POST", "/adopt", body)["job"]
+    if args.json:
+        _print_json(job)
+    elif job["status"] == "running":
+        print(job["id"])
+    if job["status"] != "running":
+        _error(f"job {job['id']} {job['status']} ({job['termination_reason']}): {job['message']}")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
 def _gpus(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     data = client.gpus()
     if args.json:
@@ -163,6 +191,7 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace, argparse.ArgumentParse
     "wait": _wait,
     "cancel": _cancel,
     "gpus": _gpus,
+    "adopt": _adopt,
 }
 
 

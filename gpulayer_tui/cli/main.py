@@ -134,6 +134,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-wait", action="store_true", help="return without waiting for the end")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser(
+        "adopt",
+        help="adopt a running process as a job",
+        description="Adopt a process started elsewhere (nohup, tmux, a notebook): it "
+        "becomes a running job, its GPU memory counts as owned, and it can be waited on "
+        "and cancelled. Its command is never run again by gpulayer-tui.",
+    )
+    p.add_argument("--pid", type=_job_id, required=True, metavar="PID")
+    p.add_argument("--name")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--vram-gb", type=_number, help="declared GiB per GPU")
+    group.add_argument("--gpu", action="store_true", help="on the GPUs where it holds memory")
+    p.add_argument("--domain", action="append", help="adopt it on this domain (repeatable)")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("gpus", help="domains, GPU samples and unregistered VRAM")
     p.add_argument("--json", action="store_true")
     return parser

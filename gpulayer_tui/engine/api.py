@@ -11,6 +11,8 @@ GET      /jobs/ID                    one job and its event timeline
 POST     /jobs/ID/cancel             cancel (SIGTERM, SIGKILL after the grace period)
 GET      /jobs/ID/wait?timeout=S     block until the job is terminal
 GET      /jobs/ID/logs?offset=N      output from byte N; ``follow=1`` streams until it ends
+POST     /adopt                      adopt a running process: {"pid", "start_ticks"?, "name"?,
+                                     "vram_gb"?, "gpu"?, "domain"?}
 GET      /events                     every event as one JSON object per line
 =======  ==========================  =====================================================
 
@@ -157,6 +159,39 @@ async def submit(request: web.Request) -> web.Response:
     return web.json_response({"job": _job(job)}, status=201)
 
 
+ADOPT_FIELDS = {"pid", "start_ticks", "name", "vram_gb", "gpu", "domain"}
+
+
+async def adopt(request: web.Request) -> web.Response:
+    """POST /v1/adopt: 201 with the job (``running``, or ``failed`` with the refusal)."""
+    body = await _read_json(request)
+    if not isinstance(body, dict):
+        raise SpecError("an adopt request must be a JSON object")
+    unknown = sorted(set(body) - ADOPT_FIELDS)
+    if unknown:
+        raise SpecError(f"unknown field '{unknown[0]}'")
+    if "pid" not in body:
+        raise SpecError("pid is required")
+    start_ticks = body.get("start_ticks")
+    if start_ticks is not None and (
+        isinstance(start_ticks, bool) or not isinstance(start_ticks, int)
+    ):
+        raise SpecError("start_ticks must be an integer")
+    gpu = body.get("gpu", False)
+    if not isinstance(gpu, bool):
+        raise SpecError("gpu must be true or false")
+    job = await request.app[ENGINE_KEY].adopt(
+        body["pid"],
+        start_ticks=start_ticks,
+        name=body.get("name"),
+        vram_gb=body.get("vram_gb"),
+        gpu=gpu,
+        domain=body.get("domain"),
+        requester_uid=peer_uid(request),
+    )
+    return web.json_response({"job": _job(job)}, status=201)
+
+
 async def get_job(request: web.Request) -> web.Response:
     """GET /v1/jobs/ID."""
     engine = request.app[ENGINE_KEY]
@@ -255,6 +290,7 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_post("/v1/jobs/{job_id}/cancel", cancel)
     app.router.add_get("/v1/jobs/{job_id}/wait", wait)
     app.router.add_get("/v1/jobs/{job_id}/logs", logs)
+    app.router.add_post("/v1/adopt", adopt)
     app.router.add_get("/v1/events", events)
     return app
 

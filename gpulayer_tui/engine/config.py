@@ -5,6 +5,7 @@ Example ``config.toml``::
     [engine]
     sample_interval = 1.0   # seconds between GPU samples
     grace_period = 10.0     # SIGTERM -> SIGKILL delay for launched jobs (seconds)
+    adopt_grace_period = 60.0  # the same for adopted processes (they never expected us)
 
     [cpu]
     slots = 8               # concurrent gpus=0 jobs (default: CPU core count)
@@ -54,6 +55,7 @@ class EngineSettings(_Strict):
     history: int = Field(120, ge=1, le=10_000)
     probe_timeout: float = Field(5.0, gt=0, le=600)
     grace_period: float = Field(10.0, ge=0, le=3600)
+    adopt_grace_period: float = Field(60.0, ge=0, le=3600)
     auto_domains: bool = True
 
 

@@ -4,7 +4,8 @@ One :class:`Engine` serves one state dir. All state changes happen on the event 
 one place (:meth:`Engine._transition`), which checks the transition table, queues the row
 and its event for the next group commit, and lets the store publish the event once it is
 durable. The job lifecycle itself (scheduling passes, launch, exits, dependencies) lives in
-:class:`~gpulayer_tui.engine.lifecycle.Lifecycle`, which this class extends.
+:class:`~gpulayer_tui.engine.lifecycle.Lifecycle` and adoption in
+:class:`~gpulayer_tui.engine.adoption.Adoption`, which this class extends.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from .adoption import Adoption
 from .config import Config, ConfigError, Paths, load_config, plan_domains
 from .domain import Domain
 from .events import EventBus, Subscription
 from .gpus import GpuProbe, ProbeStatus, make_probe
-from .lifecycle import Lifecycle, UnknownJob
+from .lifecycle import UnknownJob
 from .lock import EngineLock
 from .models import EventKind, Job, JobStatus
 from .sampler import Sample, Sampler
@@ -39,7 +41,7 @@ class JobNotActive(RuntimeError):
     """The job already ended; the operation does not apply."""
 
 
-class Engine(Lifecycle):
+class Engine(Adoption):
     """A running engine over one state dir.
 
     Args:

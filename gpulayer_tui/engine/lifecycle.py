@@ -373,6 +373,8 @@ class Lifecycle:
     # -- stopping and ending ------------------------------------------------------------------
 
     def _grace_period(self, act: _Active) -> float:
+        if act.job.kind is JobKind.ADOPTED:
+            return self.config.engine.adopt_grace_period
         return self.config.engine.grace_period
 
     def _cancel(self, act: _Active, message: str) -> None:
@@ -388,6 +390,7 @@ class Lifecycle:
         grace = self._grace_period(act)
         if not self.supervisor.terminate(act.job.id, grace):
             return
+        act.job.kill_at = time.time() + grace
         act.job.message = f"stopping ({message}): SIGTERM sent, SIGKILL after {grace:g} s"
         self.store.save(
             act.job, [self._job_event(EventKind.REASON, act.job, {"message": act.job.message})]
@@ -405,8 +408,18 @@ class Lifecycle:
 
     def _exit_verdict(self, act: _Active, exit: Exit) -> tuple[JobStatus, TerminationReason, str]:
         code = exit.code
+        act.job.kill_at = None
         if act.stop_reason is Reason.CANCELLED:
             return JobStatus.CANCELLED, Reason.CANCELLED, act.stop_message
+        if act.job.kind is JobKind.ADOPTED:
+            # Only a parent can wait() for a process: the exit status is unknowable, so
+            # the job is never "completed" (record 004).
+            return (
+                JobStatus.ORPHANED,
+                Reason.ADOPTED_EXIT_UNOBSERVED,
+                f"pid {act.job.pid} exited; its exit status cannot be observed "
+                "(it was not started by gpulayer-tui)",
+            )
         if act.stop_reason is Reason.TIMEOUT:
             return JobStatus.FAILED, Reason.TIMEOUT, act.stop_message
         if code == 0:
@@ -476,11 +489,15 @@ class Lifecycle:
             spec: JobSpec | None = None
             request: Request | None = None
             problem = ""
-            try:
-                spec = parse_spec(job.spec)
-                request = self.scheduler.request_for(spec)
-            except SpecError as err:
-                problem = str(err)
+            if job.kind is JobKind.ADOPTED:
+                # Never parsed as a runnable spec: an adopted job's command is a label.
+                request = self._adopted_request(job)
+            else:
+                try:
+                    spec = parse_spec(job.spec)
+                    request = self.scheduler.request_for(spec)
+                except SpecError as err:
+                    problem = str(err)
             act = _Active(job, spec, request, loop.create_future())
             self._active[job.id] = act
             acts.append(act)
@@ -492,7 +509,15 @@ class Lifecycle:
                     f"can no longer run on this machine: {problem}",
                 )
         for act in acts:
-            if act.job.status in (JobStatus.PENDING, JobStatus.QUEUED) and act.spec:
+            if act.job.kind is JobKind.ADOPTED and act.job.status is not JobStatus.RUNNING:
+                # Interrupted between insert and verdict: never run or requeue it.
+                self._finish(
+                    act,
+                    JobStatus.FAILED,
+                    Reason.ADOPT_PID_GONE,
+                    "adoption was interrupted by an engine restart; adopt the pid again",
+                )
+            elif act.job.status in (JobStatus.PENDING, JobStatus.QUEUED) and act.spec:
                 deps = await self._resolve_stored_dependencies(act.spec)
                 self._enqueue(act, deps)
         for act in acts:
@@ -510,9 +535,31 @@ class Lifecycle:
             resolved.append((dep.job, dep.any_exit, stored.status if stored else JobStatus.FAILED))
         return resolved
 
+    def _adopted_request(self, job: Job) -> Request:
+        vram = job.spec.get("vram_gb")
+        return Request(
+            gpus=len([d for d in job.domains if d != "cpu"]),
+            vram_bytes=None if vram is None else int(float(vram) * 1024**3),
+            pins=tuple(job.domains),
+            exclusive=False,
+        )
+
     def _reattach(self, act: _Active) -> None:
         job = act.job
-        alive = job.pid is not None and self.supervisor.attach(job.id, job.pid, job.start_ticks)
+        if job.kind is JobKind.ADOPTED:
+            alive = job.pid is not None and self.supervisor.attach(
+                job.id, job.pid, job.start_ticks, adopted=True
+            )
+            if not alive:
+                self._finish(
+                    act,
+                    JobStatus.ORPHANED,
+                    Reason.ADOPTED_EXIT_UNOBSERVED,
+                    f"pid {job.pid} exited while no engine was watching; exit status unknown",
+                )
+                return
+        else:
+            alive = job.pid is not None and self.supervisor.attach(job.id, job.pid, job.start_ticks)
         if not alive:
             code = read_exit_file(exit_path(self.paths.jobs_dir, job.id))
             if code is None:

@@ -144,6 +144,7 @@ class Job:
     started_at: float | None = None
     ended_at: float | None = None
     owner_uid: int | None = None
+    kill_at: float | None = None  # while stopping: when SIGKILL follows (not stored)
 
     def to_json(self, slim: bool = False) -> dict[str, Any]:
         """The record's JSON shape, using the design records' field names.
@@ -174,6 +175,7 @@ class Job:
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "owner_uid": self.owner_uid,
+            "kill_at": self.kill_at,
             "spec": spec,
         }
 

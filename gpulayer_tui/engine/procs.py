@@ -87,6 +87,26 @@ def read_uid(pid: int) -> int | None:
         return None
 
 
+def read_real_uid(pid: int) -> int | None:
+    """The real uid of ``pid`` (from /proc/PID/status), or ``None`` if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def read_cwd(pid: int) -> str:
+    """The working directory of ``pid`` ('' if unreadable or gone)."""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
 @lru_cache(maxsize=256)
 def user_name(uid: int) -> str:
     """Login name for ``uid`` (the number as text when unknown)."""

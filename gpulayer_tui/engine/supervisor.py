@@ -19,6 +19,7 @@ group id, cannot be recycled until it is reaped), so they never land on a strang
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import shutil
@@ -49,6 +50,7 @@ WRAPPER = (
 )
 
 PROGRAM_CACHE_S = 5.0
+POLL_INTERVAL_S = 0.5  # /proc polling for adopted processes where pidfds are unsupported
 
 
 class LaunchError(RuntimeError):
@@ -72,8 +74,11 @@ class Exit:
 @dataclass(slots=True)
 class _Watch:
     pid: int
-    pidfd: int
+    pidfd: int | None  # None: no pidfd support, polled through /proc instead
     popen: subprocess.Popen[bytes] | None
+    group: bool = True  # signal the whole process group (launched jobs) or the pid alone
+    ticks: int | None = None
+    poller: asyncio.Task[None] | None = None
 
 
 def log_path(jobs_dir: Path, job_id: int) -> Path:
@@ -98,6 +103,19 @@ def read_exit_file(path: Path) -> int | None:
     try:
         return int(text.strip())
     except ValueError:
+        return None
+
+
+def open_pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid``; ``None`` if the process does not exist; -1 if pidfds are
+    not supported here (old kernel), so callers fall back to polling /proc."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    except OSError as err:
+        if err.errno in (errno.ENOSYS, errno.EPERM, errno.EINVAL):
+            return -1
         return None
 
 
@@ -189,8 +207,8 @@ class Supervisor:
             self._programs[key] = (now, found)
         return found
 
-    def attach(self, job_id: int, pid: int, ticks: int | None) -> bool:
-        """Watch a job process started by an earlier engine run.
+    def attach(self, job_id: int, pid: int, ticks: int | None, adopted: bool = False) -> bool:
+        """Watch a job process started by an earlier engine run (or adopted by one).
 
         The pidfd is opened *before* the start-time check, so if the check passes the fd
         is known to refer to that very process and not a later one with the same pid.
@@ -198,15 +216,46 @@ class Supervisor:
         Returns:
             False if the process is gone or the pid now belongs to another process.
         """
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
+        pidfd = open_pidfd(pid)
+        if pidfd is None or (pidfd < 0 and not adopted):
             return False
         if not procs.is_alive(pid, ticks):
-            os.close(pidfd)
+            if pidfd >= 0:
+                os.close(pidfd)
             return False
-        self._watch(job_id, pid, pidfd, None)
+        if adopted:
+            self.watch_adopted(job_id, pid, pidfd if pidfd >= 0 else None, ticks or 0)
+        else:
+            self._watch(job_id, pid, pidfd, None)
         return True
+
+    def watch_adopted(self, job_id: int, pid: int, pidfd: int | None, ticks: int) -> None:
+        """Watch a process this engine did not start (adoption).
+
+        Args:
+            job_id: The adopted job.
+            pid: Its pid.
+            pidfd: A pidfd opened *before* its start time was checked, or ``None`` where
+                pidfds are unsupported: then /proc is polled, comparing the start time on
+                every look, so a recycled pid reads as "exited".
+            ticks: Its /proc start time.
+
+        Signals go to that pid alone, never its process group: the process was started
+        elsewhere, and its group may hold the user's shell or other work.
+        """
+        watch = _Watch(pid, pidfd, None, group=False, ticks=ticks)
+        self._watches[job_id] = watch
+        if pidfd is not None:
+            asyncio.get_running_loop().add_reader(pidfd, self._exited, job_id)
+        else:
+            watch.poller = asyncio.create_task(self._poll(job_id, watch))
+
+    async def _poll(self, job_id: int, watch: _Watch) -> None:
+        # Without a pidfd there is nothing to wait on for a process that is not our child:
+        # polling /proc (start time included) is the only way.
+        while procs.is_alive(watch.pid, watch.ticks):  # noqa: ASYNC110
+            await asyncio.sleep(POLL_INTERVAL_S)
+        self._exited(job_id)
 
     def _watch(
         self, job_id: int, pid: int, pidfd: int, popen: subprocess.Popen[bytes] | None
@@ -214,13 +263,18 @@ class Supervisor:
         self._watches[job_id] = _Watch(pid, pidfd, popen)
         asyncio.get_running_loop().add_reader(pidfd, self._exited, job_id)
 
+    def _unwatch(self, watch: _Watch) -> None:
+        if watch.pidfd is not None:
+            asyncio.get_running_loop().remove_reader(watch.pidfd)
+            os.close(watch.pidfd)
+        if watch.poller is not None and watch.poller is not asyncio.current_task():
+            watch.poller.cancel()
+
     def _exited(self, job_id: int) -> None:
         watch = self._watches.pop(job_id, None)
         if watch is None:
             return
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(watch.pidfd)
-        os.close(watch.pidfd)
+        self._unwatch(watch)
         timer = self._kill_timers.pop(job_id, None)
         if timer is not None:
             timer.cancel()
@@ -254,7 +308,7 @@ class Supervisor:
         watch = self._watches.get(job_id)
         if watch is None:
             return False
-        self._signal_group(watch, signal.SIGTERM)
+        self._signal(watch, signal.SIGTERM)
         if job_id not in self._kill_timers:
             loop = asyncio.get_running_loop()
             self._kill_timers[job_id] = loop.call_later(grace, self._kill, job_id)
@@ -264,10 +318,22 @@ class Supervisor:
         self._kill_timers.pop(job_id, None)
         watch = self._watches.get(job_id)
         if watch is not None:
-            self._signal_group(watch, signal.SIGKILL)
+            self._signal(watch, signal.SIGKILL)
 
     @staticmethod
-    def _signal_group(watch: _Watch, sig: signal.Signals) -> None:
+    def _signal(watch: _Watch, sig: signal.Signals) -> None:
+        if not watch.group:
+            try:
+                if watch.pidfd is not None:
+                    # The pidfd names that very process: a recycled pid cannot be hit.
+                    signal.pidfd_send_signal(watch.pidfd, sig)
+                elif procs.is_alive(watch.pid, watch.ticks):
+                    os.kill(watch.pid, sig)
+            except ProcessLookupError:
+                pass
+            except PermissionError as err:
+                log.warning("cannot signal pid %d: %s", watch.pid, err)
+            return
         try:
             # The leader is unreaped (we are its parent) or held by our pidfd and checked
             # by start time, so its pid, which is the group id, still names our group.
@@ -279,10 +345,8 @@ class Supervisor:
 
     def close(self) -> None:
         """Stop watching (the processes keep running: jobs outlive the engine)."""
-        loop = asyncio.get_running_loop()
         for watch in self._watches.values():
-            loop.remove_reader(watch.pidfd)
-            os.close(watch.pidfd)
+            self._unwatch(watch)
             if watch.popen is not None:
                 # Let the Popen object forget the child without a ResourceWarning; the
                 # orphan is reparented and its exit recorded by the wrapper.

@@ -1,0 +1,318 @@
+"""Adopting running processes (record 004), with real processes and a real engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gpulayer_tui.engine import procs
+from gpulayer_tui.engine.models import JobKind, JobStatus, TerminationReason
+from gpulayer_tui.engine.simulate import SimLedger
+from gpulayer_tui.engine.spec import SpecError
+from gpulayer_tui.engine.supervisor import Supervisor, _Watch
+
+from .conftest import EngineFactory, Served, eventually, make_config, pid_gone
+
+GIB = 1024**3
+
+
+@pytest.fixture
+def spawn() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Start foreign processes (not the engine's); all are killed at the end."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                proc.kill()
+        proc.wait()
+
+
+def start(spawned: list[subprocess.Popen[bytes]], *argv: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(list(argv), start_new_session=True)
+    spawned.append(proc)
+    return proc
+
+
+def unused_pid() -> int:
+    pid = 32000
+    while os.path.exists(f"/proc/{pid}"):
+        pid -= 1
+    return pid
+
+
+async def test_adopted_process_runs_until_it_exits_then_is_orphaned(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    engine = await make_engine()
+    proc = start(spawn, "sleep", "600")
+    job = await engine.adopt(proc.pid, name="nohup-run")
+    assert job.status is JobStatus.RUNNING and job.kind is JobKind.ADOPTED
+    assert job.name == "nohup-run" and job.pid == proc.pid and job.domains == ["cpu"]
+    assert job.spec["command"] == "sleep 600" and job.spec["start_ticks"] == procs.start_ticks(
+        proc.pid
+    )
+    assert [e["status"] for e in await engine.events_of(job.id)] == ["pending", "running"]
+    proc.kill()
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.ORPHANED
+    assert done.termination_reason is TerminationReason.ADOPTED_EXIT_UNOBSERVED
+    assert done.exit_code is None
+    assert "cannot be observed" in done.message
+
+
+async def test_refusals_are_recorded_failed_jobs(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    engine = await make_engine()
+    gone = await engine.adopt(unused_pid())
+    assert gone.status is JobStatus.FAILED
+    assert gone.termination_reason is TerminationReason.ADOPT_PID_GONE
+    assert gone.message.startswith("refused to adopt: no process with pid")
+
+    proc = start(spawn, "sleep", "600")
+    ticks = procs.start_ticks(proc.pid)
+    assert ticks is not None
+    reused = await engine.adopt(proc.pid, start_ticks=ticks - 1)
+    assert reused.termination_reason is TerminationReason.ADOPT_PID_MISMATCH
+    assert "the pid was reused" in reused.message
+
+    stranger = await engine.adopt(proc.pid, requester_uid=os.getuid() + 4242)
+    assert stranger.termination_reason is TerminationReason.ADOPT_UID_MISMATCH
+    # refusals stay in history and nothing was signalled
+    listed = {j.id: j.status for j in await engine.list_jobs()}
+    assert listed == {
+        gone.id: JobStatus.FAILED,
+        reused.id: JobStatus.FAILED,
+        stranger.id: JobStatus.FAILED,
+    }
+    assert proc.poll() is None
+
+
+async def test_process_of_another_user_is_refused(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    if os.getuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to start a process as another user")
+    engine = await make_engine()
+    proc = start(
+        spawn, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "600"
+    )
+    await eventually(lambda: procs.read_real_uid(proc.pid) == 65534)
+    job = await engine.adopt(proc.pid)
+    assert job.termination_reason is TerminationReason.ADOPT_UID_MISMATCH
+    assert "belongs to nobody" in job.message
+
+
+async def test_bad_arguments_record_nothing(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    for kwargs, message in [
+        ({"pid": 0}, "pid must be a positive integer"),
+        ({"pid": "12"}, "pid must be a positive integer"),
+        ({"pid": os.getpid(), "vram_gb": -1}, "vram_gb must be a number greater than 0"),
+        ({"pid": os.getpid(), "domain": "gpu9"}, "unknown domain 'gpu9'"),
+    ]:
+        pid = kwargs.pop("pid")
+        with pytest.raises(SpecError, match=message):
+            await engine.adopt(pid, **kwargs)  # type: ignore[arg-type]
+    assert await engine.list_jobs() == []
+
+
+async def test_cancel_sigterm_then_sigkill_only_that_pid(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    engine = await make_engine(config=make_config(engine={"adopt_grace_period": 0.5}))
+    ready = tmp_path / "ready"
+    # A group of two: a sleep sibling, and the process we adopt, which ignores SIGTERM.
+    leader = start(
+        spawn,
+        "sh",
+        "-c",
+        f'sleep 600 & exec {sys.executable} -c "import signal, time, pathlib; '
+        f"signal.signal(signal.SIGTERM, signal.SIG_IGN); pathlib.Path('{ready}').touch(); "
+        'time.sleep(600)"',
+    )
+    await eventually(ready.exists)
+    sibling = next(c.pid for c in psutil.Process(leader.pid).children() if c.name() == "sleep")
+    job = await engine.adopt(leader.pid)
+    sub = engine.subscribe()
+    await engine.cancel(job.id)
+    stopping = await anext(e async for e in sub if e.kind.value == "job.reason")
+    sub.close()
+    assert "SIGKILL after 0.5 s" in stopping.data["message"]
+    assert stopping.job is not None and stopping.job["kill_at"] is not None
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.CANCELLED
+    assert done.termination_reason is TerminationReason.CANCELLED
+    assert leader.wait(timeout=5) == -signal.SIGKILL  # SIGTERM was ignored
+    assert not pid_gone(sibling)  # its process group was not touched
+
+
+async def test_a_recycled_pid_is_never_signalled(
+    spawn: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    # Without a pidfd, a pid is signalled only if its start time still matches: a process
+    # that took over the pid (same pid, other start time) is left alone.
+    proc = start(spawn, "sleep", "600")
+    ticks = procs.start_ticks(proc.pid)
+    assert ticks is not None
+    stranger = _Watch(proc.pid, None, None, group=False, ticks=ticks + 1)
+    Supervisor._signal(stranger, signal.SIGKILL)
+    assert proc.poll() is None
+    same = _Watch(proc.pid, None, None, group=False, ticks=ticks)
+    Supervisor._signal(same, signal.SIGKILL)
+    assert proc.wait(timeout=5) == -signal.SIGKILL
+
+
+async def test_polling_fallback_without_pidfd(
+    make_engine: EngineFactory,
+    spawn: list[subprocess.Popen[bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import errno
+
+    engine = await make_engine()
+
+    def no_pidfd(pid: int, flags: int = 0) -> int:
+        raise OSError(errno.ENOSYS, "pidfd_open not supported")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    proc = start(spawn, "sleep", "600")
+    job = await engine.adopt(proc.pid)
+    assert job.status is JobStatus.RUNNING
+    proc.kill()
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.ORPHANED
+
+
+async def test_dependents_of_an_adopted_job(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    engine = await make_engine()
+    proc = start(spawn, "sleep", "600")
+    adopted = await engine.adopt(proc.pid)
+    strict = await engine.submit({"command": ["true"], "depends_on": [adopted.id]})
+    lenient = await engine.submit(
+        {"command": ["true"], "depends_on": [{"job": adopted.id, "any_exit": True}]}
+    )
+    proc.kill()
+    strict_done = await engine.wait(strict.id, timeout=10)
+    assert strict_done.termination_reason is TerminationReason.DEPENDENCY_FAILED
+    assert strict_done.message == f"dependency job {adopted.id} orphaned"
+    assert (await engine.wait(lenient.id, timeout=10)).status is JobStatus.COMPLETED
+
+
+async def test_engine_restart_relearns_adopted_jobs(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    first = await make_engine()
+    alive = start(spawn, "sleep", "600")
+    vanishing = start(spawn, "sleep", "600")
+    kept = await first.adopt(alive.pid)
+    lost = await first.adopt(vanishing.pid)
+    await first.stop()
+    assert alive.poll() is None  # shutdown leaves adopted processes alone
+    vanishing.kill()
+    vanishing.wait()
+
+    second = await make_engine()
+    assert (await second.get(kept.id)).status is JobStatus.RUNNING
+    gone = await second.get(lost.id)
+    assert gone.status is JobStatus.ORPHANED
+    assert "while no engine was watching" in gone.message
+    alive.kill()
+    assert (await second.wait(kept.id, timeout=10)).status is JobStatus.ORPHANED
+
+
+async def test_adopted_memory_moves_from_unregistered_to_owned(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    engine = await make_engine("1xA100-80GB")
+    # a shell whose child holds the memory: descendants count for the adopted pid
+    shell = start(spawn, "sh", "-c", "sleep 600 & wait")
+    child = await eventually(lambda: [c.pid for c in psutil.Process(shell.pid).children()])
+    SimLedger(engine.paths.state_dir).hold(0, child[0], 20.0)
+    await engine.sampler.sample_once()
+    before = engine.gpus()["domains"][0]["vram"]
+    assert before["unregistered"] == 20 * GIB and before["owned"] == 0
+    job = await engine.adopt(shell.pid, vram_gb=30, gpu=True)
+    assert job.status is JobStatus.RUNNING and job.domains == ["gpu0"] and job.gpus == [0]
+    await engine.sampler.sample_once()
+    after = engine.gpus()["domains"][0]
+    assert after["vram"]["unregistered"] == 0 and after["vram"]["owned"] == 20 * GIB
+    assert after["vram"]["reserved_extra"] == 10 * GIB  # max(0, declared 30 - held 20)
+    assert after["processes"][0]["job_id"] == job.id
+    # the domain is full now (its one slot): new GPU work waits
+    queued = await engine.submit({"command": ["true"], "gpus": 1})
+    assert queued.status is JobStatus.QUEUED
+    assert queued.message == f"waiting for gpu0: slot held by job {job.id}"
+    await engine.cancel(queued.id)
+
+
+async def test_adopting_onto_a_full_domain_and_on_several_gpus(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    engine = await make_engine("2xA100-80GB")
+    busy = await engine.submit({"command": ["sleep", "600"], "domain": "gpu0"})
+    assert busy.status is JobStatus.RUNNING
+    proc = start(spawn, "sleep", "600")
+    ledger = SimLedger(engine.paths.state_dir)
+    ledger.hold(0, proc.pid, 5.0)
+    ledger.hold(1, proc.pid, 7.0)
+    await engine.sampler.sample_once()
+    job = await engine.adopt(proc.pid, gpu=True)
+    assert job.status is JobStatus.RUNNING
+    assert job.domains == ["gpu0", "gpu1"]
+    gpu0 = engine.scheduler.domains["gpu0"]
+    assert set(gpu0.holdings) == {busy.id, job.id} and gpu0.free_slots == 0
+    await engine.cancel(busy.id)
+
+
+async def test_comm_with_spaces_and_parenthesis(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    weird = tmp_path / "my )weird( sleep"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", weird)
+    proc = start(spawn, str(weird), "600")
+    await eventually(lambda: procs.read_stat(proc.pid) is not None)
+    stat = procs.read_stat(proc.pid)
+    assert stat is not None and stat.ppid == os.getpid() and stat.state in "SR"
+    expected = round(
+        (psutil.Process(proc.pid).create_time() - psutil.boot_time()) * os.sysconf("SC_CLK_TCK")
+    )
+    assert abs(stat.start_ticks - expected) <= 1
+    engine = await make_engine()
+    job = await engine.adopt(proc.pid, start_ticks=stat.start_ticks)
+    assert job.status is JobStatus.RUNNING
+    assert job.name == "my"  # the first word of the command line
+    assert job.spec["command"] == f"{weird} 600"
+
+
+def test_cli_adopt(served: Served, spawn: list[subprocess.Popen[bytes]]) -> None:
+    served.start("--simulate", "2xA100-80GB")
+    proc = start(spawn, "sleep", "600")
+    out = served.cli("adopt", "--pid", str(proc.pid), "--name", "tmux-run")
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip()
+    status = json.loads(served.cli("status", job_id, "--json").stdout)["job"]
+    assert status["kind"] == "adopted" and status["status"] == "running"
+    assert status["owner_uid"] == os.getuid()
+    refused = served.cli("adopt", "--pid", str(unused_pid()))
+    assert refused.returncode == 1 and "adopt_pid_gone" in refused.stderr
+    bad = served.cli("adopt", "--pid", str(proc.pid), "--gpu", "--vram-gb", "3")
+    assert bad.returncode == 2 and "not allowed with argument" in bad.stderr
+    proc.kill()
+    waited = served.cli("wait", job_id)
+    assert waited.returncode == 1 and "orphaned" in waited.stdout
+    assert served.cli("status", job_id).returncode == 1
