@@ -34,7 +34,15 @@ async def test_domains_and_vram_split_from_nvml(
     assert gpu0["vram"]["free"] == 60 * GIB
     # a process whose usage is unavailable shows None and is counted through memory.used
     assert gpu1["processes"] == [
-        {"pid": 5151, "used_bytes": None, "job_id": None, "user": "", "command": ""}
+        {
+            "pid": 5151,
+            "used_bytes": None,
+            "job_id": None,
+            "user": "",
+            "command": "",
+            "start_ticks": None,
+            "started_at": None,
+        }
     ]
     assert gpu1["vram"]["unregistered"] == 0 and gpu1["vram"]["unattributed"] == 3 * GIB
     assert view["unregistered_total"] == 19 * GIB

@@ -126,6 +126,27 @@ class ProcessInfo:
     start_ticks: int | None
 
 
+@lru_cache(maxsize=1)
+def boot_time() -> float:
+    """When the machine booted (epoch seconds, ``btime`` in /proc/stat)."""
+    try:
+        with open("/proc/stat", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"btime"):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def started_at(ticks: int) -> float:
+    """Epoch seconds of a /proc start time."""
+    return boot_time() + ticks / CLOCK_TICKS
+
+
 def describe(pid: int) -> ProcessInfo:
     """Owner, command line and start time of ``pid`` (empty fields if it vanished)."""
     uid = read_uid(pid)

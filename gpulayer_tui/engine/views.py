@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .domain import Domain
+from .procs import started_at
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -43,6 +44,7 @@ def _domain_view(engine: Engine, dom: Domain, history: bool) -> dict[str, Any]:
         for proc in reading.processes:
             owner = owners.get(proc.pid)
             pinfo = info.get(proc.pid)
+            ticks = pinfo.start_ticks if pinfo else None
             view["processes"].append(
                 {
                     "pid": proc.pid,
@@ -50,6 +52,8 @@ def _domain_view(engine: Engine, dom: Domain, history: bool) -> dict[str, Any]:
                     "job_id": owner,
                     "user": pinfo.user if pinfo else "",
                     "command": pinfo.command if pinfo else "",
+                    "start_ticks": ticks,
+                    "started_at": None if ticks is None else started_at(ticks),
                 }
             )
     account = dom.account
