@@ -29,6 +29,7 @@ from .screens.dialogs import QuitChoice, QuitScreen
 from .screens.help import HelpScreen
 from .screens.job_detail import JobDetailScreen
 from .screens.jobs import JobsScreen
+from .screens.strays import StraysScreen
 from .screens.submit import SubmitScreen
 
 HISTORY_POINTS = 120
@@ -43,11 +44,12 @@ class GpulayerApp(App[str]):
 
     CSS_PATH = str(themes.CSS_PATH)
     TITLE = "gpulayer-tui"
-    MODES = {"dashboard": DashboardScreen, "jobs": JobsScreen}
+    MODES = {"dashboard": DashboardScreen, "jobs": JobsScreen, "strays": StraysScreen}
     DEFAULT_MODE = "dashboard"
     BINDINGS = [
         Binding("d", "show_area('dashboard')", "Dashboard"),
         Binding("j", "show_area('jobs')", "Jobs"),
+        Binding("s", "show_area('strays')", "Strays"),
         Binding("n", "new_job", "New job"),
         Binding("t", "next_theme", "Theme"),
         Binding("question_mark", "help", "Help", key_display="?"),
@@ -248,6 +250,9 @@ class GpulayerApp(App[str]):
         """Every action, in the command palette."""
         yield SystemCommand("Dashboard", "GPU panels and processes (d)", self._cmd("dashboard"))
         yield SystemCommand("Jobs", "The jobs table (j)", self._cmd("jobs"))
+        yield SystemCommand(
+            "Strays", "GPU processes no job owns; adopt them (s)", self._cmd("strays")
+        )
         yield SystemCommand("New job", "Submit a batch job (n)", self.action_new_job)
         yield SystemCommand("Help", "Every key (?)", self.action_help)
         for item in themes.THEMES:

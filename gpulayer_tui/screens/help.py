@@ -27,9 +27,11 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close", key_display="esc")]
 
     def compose(self) -> ComposeResult:
+        from .adopt import AdoptScreen
         from .dashboard import DashboardScreen
         from .job_detail import JobDetailScreen
         from .jobs import JobsScreen
+        from .strays import StraysScreen
         from .submit import SubmitScreen
 
         app: Any = self.app
@@ -39,6 +41,8 @@ class HelpScreen(ModalScreen[None]):
             ("Jobs", list(JobsScreen.BINDINGS)),
             ("Job detail", list(JobDetailScreen.BINDINGS)),
             ("New job form", list(SubmitScreen.BINDINGS)),
+            ("Strays", list(StraysScreen.BINDINGS)),
+            ("Adopt dialog", list(AdoptScreen.BINDINGS)),
         ]
         with VerticalScroll(classes="dialog", id="help-dialog"):
             yield Label("Keys", classes="dialog-title")

@@ -1,0 +1,107 @@
+"""The strays table: GPU processes the engine does not own, one row per pid."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.message import Message
+from textual.widgets import DataTable
+
+from ..formatting import GIB, duration
+
+
+def strays_from(gpu_state: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Foreign GPU processes, merged per pid across GPUs, most memory first."""
+    merged: dict[int, dict[str, Any]] = {}
+    for dom in (gpu_state or {}).get("domains", []):
+        for proc in dom.get("processes", []):
+            if proc.get("job_id") is not None:
+                continue
+            row = merged.setdefault(
+                proc["pid"],
+                {
+                    "pid": proc["pid"],
+                    "user": proc.get("user", ""),
+                    "command": proc.get("command", ""),
+                    "start_ticks": proc.get("start_ticks"),
+                    "started_at": proc.get("started_at"),
+                    "gpus": [],
+                    "used_bytes": 0,
+                    "unknown": False,
+                },
+            )
+            row["gpus"].append(dom["gpu_index"])
+            if proc.get("used_bytes") is None:
+                row["unknown"] = True
+            else:
+                row["used_bytes"] += proc["used_bytes"]
+    return sorted(merged.values(), key=lambda r: (-r["used_bytes"], r["pid"]))
+
+
+class StrayTable(DataTable[Any]):
+    """Foreign GPU processes: pid, user, GPUs, VRAM, age, command."""
+
+    DEFAULT_CSS = """
+    StrayTable { height: 1fr; }
+    """
+
+    class AdoptRequested(Message):
+        """The user asked to adopt the process on the cursor row."""
+
+        def __init__(self, process: dict[str, Any]) -> None:
+            super().__init__()
+            self.process = process
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.rows_by_pid: dict[int, dict[str, Any]] = {}
+
+    def on_mount(self) -> None:
+        self.add_column("PID", key="pid")
+        self.add_column("USER", key="user")
+        self.add_column("GPU", key="gpu")
+        self.add_column("VRAM GiB", key="vram")
+        self.add_column("AGE", key="age")
+        self.add_column("COMMAND", key="command")
+
+    def show(self, strays: list[dict[str, Any]], now: float) -> None:
+        """Replace the rows (a handful at most), keeping the cursor on the same pid."""
+        current = self.cursor_pid
+        self.clear()
+        self.rows_by_pid = {s["pid"]: s for s in strays}
+        for stray in strays:
+            vram = (
+                "?"
+                if stray["unknown"] and not stray["used_bytes"]
+                else (f"{stray['used_bytes'] / GIB:.1f}" + ("+?" if stray["unknown"] else ""))
+            )
+            age = duration(now - stray["started_at"]) if stray.get("started_at") else "?"
+            self.add_row(
+                Text(str(stray["pid"]), justify="right"),
+                stray["user"] or "?",
+                ",".join(str(g) for g in stray["gpus"]),
+                Text(vram, justify="right"),
+                Text(age, justify="right"),
+                stray["command"] or "?",
+                key=str(stray["pid"]),
+            )
+        if current in self.rows_by_pid:
+            self.move_cursor(row=self.get_row_index(str(current)))
+
+    @property
+    def cursor_pid(self) -> int | None:
+        """The pid on the cursor row, if any."""
+        if not self.row_count:
+            return None
+        try:
+            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except Exception:
+            return None
+        return int(key) if key else None
+
+    def action_adopt(self) -> None:
+        """Ask to adopt the cursor row's process."""
+        pid = self.cursor_pid
+        if pid is not None:
+            self.post_message(self.AdoptRequested(self.rows_by_pid[pid]))

@@ -1,0 +1,132 @@
+"""The strays screen and the adopt dialog, over a real engine and real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Input
+
+from gpulayer_tui.app import build_app
+from gpulayer_tui.engine.simulate import SimLedger
+from gpulayer_tui.screens.adopt import AdoptScreen
+from gpulayer_tui.widgets.stray_table import StrayTable
+
+from .ui_support import FIXED_NOW, StaticBackend
+
+AppFactory = Callable[..., Awaitable[Any]]
+GIB = 1024**3
+
+
+async def until(pilot: Pilot[Any], predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout} s: {predicate}")
+        await pilot.pause(0.05)
+
+
+@pytest.fixture
+def foreign() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(["sleep", "600"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+async def test_adopt_a_stray_from_the_table(
+    embedded_app: AppFactory, foreign: subprocess.Popen[bytes]
+) -> None:
+    app = await embedded_app("2xA100-80GB")
+    engine = app.backend.engine
+    SimLedger(engine.paths.state_dir).hold(1, foreign.pid, 20.0)
+    await engine.sampler.sample_once()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("s")
+        await until(pilot, lambda: app.current_mode == "strays")
+        table = app.screen.query_one(StrayTable)
+        await until(pilot, lambda: foreign.pid in table.rows_by_pid)
+        row = table.rows_by_pid[foreign.pid]
+        assert row["gpus"] == [1] and row["used_bytes"] == 20 * GIB
+        assert "sleep 600" in row["command"]
+        assert app.gpu_state["unregistered_total"] == 20 * GIB
+        await pilot.press("a")
+        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        assert dialog.query_one("#adopt-vram", Input).value == "20.0"
+        assert dialog.query_one("#adopt-name", Input).value == "sleep"
+        name = dialog.query_one("#adopt-name", Input)
+        name.value = "notebook"
+        await pilot.press("ctrl+s")
+        job = await until(
+            pilot,
+            lambda: next((j for j in app.job_store.jobs.values() if j["kind"] == "adopted"), None),
+        )
+        assert job["status"] == "running" and job["name"] == "notebook"
+        assert job["domains"] == ["gpu1"] and job["spec"]["vram_gb"] == 20.0
+        # on the next sample its memory is owned: the row leaves, unregistered shrinks
+        await engine.sampler.sample_once()
+        await until(pilot, lambda: foreign.pid not in table.rows_by_pid)
+        assert app.gpu_state["unregistered_total"] == 0
+        await app.backend.cancel(job["id"])
+
+
+async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
+    embedded_app: AppFactory, foreign: subprocess.Popen[bytes]
+) -> None:
+    app = await embedded_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("s")
+        await until(pilot, lambda: app.current_mode == "strays")
+        await pilot.press("p")
+        await pilot.press(*str(foreign.pid), "enter")
+        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        assert dialog.query_one("#adopt-vram", Input).value == ""
+        dialog.query_one("#adopt-vram", Input).value = "lots"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert isinstance(app.screen, AdoptScreen)  # invalid: stays open with the message
+        assert "expected a number, got 'lots'" in str(dialog.query_one("#adopt-error").render())
+        dialog.query_one("#adopt-vram", Input).value = ""
+        await pilot.press("ctrl+s")
+        job = await until(
+            pilot,
+            lambda: next((j for j in app.job_store.jobs.values() if j["kind"] == "adopted"), None),
+        )
+        assert job["status"] == "running" and job["domains"] == ["cpu"]
+        # a pid that no longer exists: refused, recorded, and said plainly
+        foreign.kill()
+        foreign.wait()
+        await until(pilot, lambda: app.job_store.jobs[job["id"]]["status"] == "orphaned")
+        await pilot.press("p")
+        await pilot.press(*str(foreign.pid), "enter")
+        await until(pilot, lambda: isinstance(app.screen, AdoptScreen))
+        await pilot.press("ctrl+s")
+        refused = await until(
+            pilot,
+            lambda: next(
+                (
+                    j
+                    for j in app.job_store.jobs.values()
+                    if j["termination_reason"] == "adopt_pid_gone"
+                ),
+                None,
+            ),
+        )
+        assert refused["message"].startswith("refused to adopt: no process with pid")
+
+
+def test_strays_snapshot(snap_compare: Any) -> None:
+    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW)
+    assert snap_compare(app, press=["s"], terminal_size=(120, 24))
+
+
+def test_adopt_dialog_snapshot(snap_compare: Any) -> None:
+    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW)
+    assert snap_compare(app, press=["s", "a"], terminal_size=(120, 32))
