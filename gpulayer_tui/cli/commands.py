@@ -12,7 +12,7 @@ from typing import Any
 
 from ..client import ApiError, Client, EngineNotRunning
 from ..engine.paths import Paths
-from .format import format_gpus, format_job, format_jobs
+from .format import format_gpus, format_job, format_jobs, table
 from .main import EXIT_FAILED, EXIT_NO_ENGINE, EXIT_OK, EXIT_USAGE
 
 NOT_COMPLETED = {"failed", "cancelled", "orphaned"}
@@ -174,6 +174,40 @@ def _adopt(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
     return EXIT_OK
 
 
+def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from urllib.parse import quote
+
+    if args.action == "list":
+        domains = client.request("GET", "/domains")["domains"]
+        if args.json:
+            _print_json(domains)
+        else:
+            rows = [
+                [
+                    d["name"],
+                    "" if d["gpu_index"] is None else str(d["gpu_index"]),
+                    d["state"],
+                    d["health"],
+                    f"{d['used_slots']}/{d['slots']}",
+                    d["state_reason"] or d["last_error"],
+                ]
+                for d in domains
+            ]
+            print(table(["DOMAIN", "GPU", "STATE", "HEALTH", "SLOTS", "REASON"], rows))
+        return EXIT_OK
+    if not args.name:
+        parser.error(f"domain {args.action} needs the domain's name")
+    body = {"reason": args.reason} if args.action == "drain" and args.reason else None
+    dom = client.request("POST", f"/domains/{quote(args.name, safe='')}/{args.action}", body)[
+        "domain"
+    ]
+    if args.json:
+        _print_json(dom)
+    else:
+        print(f"domain {dom['name']}: {dom['state']}")
+    return EXIT_OK
+
+
 def _gpus(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     data = client.gpus()
     if args.json:
@@ -192,6 +226,7 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace, argparse.ArgumentParse
     "cancel": _cancel,
     "gpus": _gpus,
     "adopt": _adopt,
+    "domain": _domain,
 }
 
 

@@ -149,6 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--domain", action="append", help="adopt it on this domain (repeatable)")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("domain", help="list, drain or release domains")
+    p.add_argument("action", choices=["list", "drain", "release"])
+    p.add_argument("name", nargs="?", help="the domain (for drain and release)")
+    p.add_argument("--reason", help="why it is drained (shown to users)")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("gpus", help="domains, GPU samples and unregistered VRAM")
     p.add_argument("--json", action="store_true")
     return parser

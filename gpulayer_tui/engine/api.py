@@ -13,6 +13,10 @@ GET      /jobs/ID/wait?timeout=S     block until the job is terminal
 GET      /jobs/ID/logs?offset=N      output from byte N; ``follow=1`` streams until it ends
 POST     /adopt                      adopt a running process: {"pid", "start_ticks"?, "name"?,
                                      "vram_gb"?, "gpu"?, "domain"?}
+GET      /ready                      200 when every domain is ready, else 503 naming them
+GET      /domains                    every domain's state and health
+POST     /domains/NAME/drain         stop new placements there ({"reason"?})
+POST     /domains/NAME/release       back to service (a quarantined GPU must answer)
 GET      /events                     every event as one JSON object per line
 =======  ==========================  =====================================================
 
@@ -34,6 +38,7 @@ from typing import Any
 from aiohttp import web
 
 from .engine import Engine, JobNotActive
+from .health import DomainRefused
 from .lifecycle import UnknownJob
 from .models import Job
 from .spec import SpecError
@@ -58,7 +63,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(400, str(err))
     except UnknownJob as err:
         return _error(404, str(err))
-    except JobNotActive as err:
+    except (JobNotActive, DomainRefused) as err:
         return _error(409, str(err))
     except StoreError as err:
         return _error(503, str(err))
@@ -157,6 +162,40 @@ async def submit(request: web.Request) -> web.Response:
         return web.json_response({"jobs": [_job(j) for j in jobs]}, status=201)
     job = await engine.submit(body, uid)
     return web.json_response({"job": _job(job)}, status=201)
+
+
+async def ready(request: web.Request) -> web.Response:
+    """GET /v1/ready: 200 if every domain is ready, else 503 with the reason."""
+    ok, reason = request.app[ENGINE_KEY].readiness()
+    return web.json_response({"ready": ok, "reason": reason}, status=200 if ok else 503)
+
+
+async def domains(request: web.Request) -> web.Response:
+    """GET /v1/domains."""
+    engine = request.app[ENGINE_KEY]
+    return web.json_response(
+        {"domains": [engine.domain_json(d) for d in engine.scheduler.domains.values()]}
+    )
+
+
+async def drain(request: web.Request) -> web.Response:
+    """POST /v1/domains/NAME/drain."""
+    body = await _read_json(request) if request.can_read_body else {}
+    if not isinstance(body, dict) or set(body) - {"reason"}:
+        raise SpecError('a drain request is {"reason": "..."} or empty')
+    reason = body.get("reason") or ""
+    if not isinstance(reason, str) or len(reason) > 500:
+        raise SpecError("reason must be text of at most 500 characters")
+    engine = request.app[ENGINE_KEY]
+    return web.json_response(
+        {"domain": await engine.drain_domain(request.match_info["name"], reason)}
+    )
+
+
+async def release(request: web.Request) -> web.Response:
+    """POST /v1/domains/NAME/release."""
+    engine = request.app[ENGINE_KEY]
+    return web.json_response({"domain": await engine.release_domain(request.match_info["name"])})
 
 
 ADOPT_FIELDS = {"pid", "start_ticks", "name", "vram_gb", "gpu", "domain"}
@@ -291,6 +330,10 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_get("/v1/jobs/{job_id}/wait", wait)
     app.router.add_get("/v1/jobs/{job_id}/logs", logs)
     app.router.add_post("/v1/adopt", adopt)
+    app.router.add_get("/v1/ready", ready)
+    app.router.add_get("/v1/domains", domains)
+    app.router.add_post("/v1/domains/{name}/drain", drain)
+    app.router.add_post("/v1/domains/{name}/release", release)
     app.router.add_get("/v1/events", events)
     return app
 

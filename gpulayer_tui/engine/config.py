@@ -10,6 +10,10 @@ Example ``config.toml``::
     [cpu]
     slots = 8               # concurrent gpus=0 jobs (default: CPU core count)
 
+    [health]
+    degrade_after = 2       # consecutive failed reads of a GPU before "degraded"
+    quarantine_after = 5    # ... before its domain is quarantined (a lost GPU: at once)
+
     [ui]
     theme = "gpulayer-dark" # the TUI's theme (it saves the choice here)
 
@@ -72,6 +76,13 @@ class DomainSettings(_Strict):
     slots: int = Field(1, ge=1, le=1024)
 
 
+class HealthSettings(_Strict):
+    """``[health]``: when failed reads of a GPU degrade, then quarantine, its domain."""
+
+    degrade_after: int = Field(2, ge=1, le=1000)
+    quarantine_after: int = Field(5, ge=1, le=1000)
+
+
 class UiSettings(_Strict):
     """``[ui]``: preferences of the TUI (the engine ignores them)."""
 
@@ -83,6 +94,7 @@ class Config(_Strict):
 
     engine: EngineSettings = EngineSettings()
     cpu: CpuSettings = CpuSettings()
+    health: HealthSettings = HealthSettings()
     ui: UiSettings = UiSettings()
     domains: dict[str, DomainSettings] = {}
 

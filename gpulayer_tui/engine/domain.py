@@ -32,6 +32,13 @@ class DomainState(StrEnum):
     QUARANTINED = "quarantined"
 
 
+class DomainHealth(StrEnum):
+    """How its GPU answers: repeated failed reads degrade, then quarantine it."""
+
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+
+
 @dataclass(slots=True)
 class Holding:
     """One job's claim on a domain."""
@@ -88,6 +95,9 @@ class Domain:
         self.slots = slots
         self.state = DomainState.IN_SERVICE
         self.state_reason = ""
+        self.health = DomainHealth.HEALTHY
+        self.failures = 0  # consecutive failed reads of its GPU
+        self.last_error = ""
         self.holdings: dict[int, Holding] = {}
         self.reading: GpuReading | None = None
         self.account: VramAccount | None = None
@@ -115,6 +125,55 @@ class Domain:
         if self.reading is None or self.reading.lost:
             return None
         return self.reading.memory_total
+
+    def observe(
+        self, reading: GpuReading | None, degrade_after: int, quarantine_after: int
+    ) -> DomainState | DomainHealth | None:
+        """Count one tick's read of this domain's GPU against its health.
+
+        A GPU reported lost is quarantined at once; ``degrade_after`` consecutive failed
+        reads (or missing from the device list) degrade it, ``quarantine_after`` quarantine
+        it. A good read resets the count and clears ``degraded``; it never lifts a
+        quarantine, which only an explicit release does.
+
+        Returns:
+            The new state or health if this tick changed it, else ``None``.
+        """
+        if not self.is_gpu:
+            return None
+        if reading is None:
+            failed, lost, error = True, False, "GPU missing from the driver's device list"
+        else:
+            failed, lost, error = reading.failed, reading.lost, reading.error or "read failed"
+        if not failed and not lost:
+            self.failures = 0
+            if self.health is DomainHealth.DEGRADED:
+                self.health = DomainHealth.HEALTHY
+                return DomainHealth.HEALTHY
+            return None
+        self.failures += 1
+        self.last_error = error
+        if self.state is DomainState.QUARANTINED:
+            return None
+        if lost or self.failures >= quarantine_after:
+            why = error if lost else f"{self.failures} failed reads in a row: {error}"
+            self.quarantine(why)
+            return DomainState.QUARANTINED
+        if self.failures >= degrade_after and self.health is DomainHealth.HEALTHY:
+            self.health = DomainHealth.DEGRADED
+            return DomainHealth.DEGRADED
+        return None
+
+    def quarantine(self, reason: str) -> None:
+        """Take no new work until released (running jobs are left alone)."""
+        self.state = DomainState.QUARANTINED
+        self.state_reason = reason
+        self.health = DomainHealth.DEGRADED
+
+    @property
+    def answers(self) -> bool:
+        """True if the latest read of its GPU succeeded (a release needs that)."""
+        return self.failures == 0 and self.reading is not None and not self.reading.lost
 
     def hold(self, job_id: int, declared_bytes: int | None, exclusive: bool) -> None:
         """Take a slot for ``job_id`` and reserve its declared memory."""

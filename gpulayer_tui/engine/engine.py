@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .adoption import Adoption
 from .config import Config, ConfigError, Paths, load_config, plan_domains
 from .domain import Domain
 from .events import EventBus, Subscription
 from .gpus import GpuProbe, ProbeStatus, make_probe
+from .health import DomainControl
 from .lifecycle import UnknownJob
 from .lock import EngineLock
 from .models import EventKind, Job, JobStatus
@@ -41,7 +41,7 @@ class JobNotActive(RuntimeError):
     """The job already ended; the operation does not apply."""
 
 
-class Engine(Adoption):
+class Engine(DomainControl):
     """A running engine over one state dir.
 
     Args:
@@ -101,6 +101,7 @@ class Engine(Adoption):
             await self.store.open(__version__, os.getpid())
             first = await self.sampler.sample_once()
             self._build_domains(first)
+            await self._restore_domain_states()
             self._on_sample(first)
             self._next_id = await self.store.max_job_id()
             await self._restore(await self.store.active_jobs())
@@ -165,6 +166,7 @@ class Engine(Adoption):
             try:
                 spec = parse_spec(data)
                 request = self.scheduler.request_for(spec)
+                self.refuse_quarantined_pins(spec.pinned_domains)
                 deps = await self._resolve_dependencies(spec)
             except SpecError as err:
                 prefix = f"job {index + 1} of {len(items)}: " if len(items) > 1 else ""
@@ -288,6 +290,8 @@ class Engine(Adoption):
                 reading = by_index.get(dom.gpu_index or 0)
                 if reading is not None:
                     dom.apply_sample(reading, sample.owners, sample.info)
+            if self.scheduler.domains:
+                self._observe_health(by_index)
         elif result.status is ProbeStatus.NO_DRIVER:
             self.scheduler.capacity = Capacity.NO_GPUS
             self.scheduler.capacity_message = result.message or "no NVIDIA driver"

@@ -63,6 +63,9 @@ class GpuReading:
         processes: Compute (and graphics) processes with their memory.
         error: Why this reading is incomplete, if it is.
         lost: True when the driver reports the GPU as lost/fallen off the bus.
+        failed: True when the GPU did not answer the basic reads (handle, memory): a
+            failure that counts against its domain's health. Field-level gaps (a metric
+            not supported, the process list not permitted) are not failures.
     """
 
     index: int
@@ -77,6 +80,7 @@ class GpuReading:
     processes: tuple[GpuProcess, ...] = ()
     error: str | None = None
     lost: bool = False
+    failed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

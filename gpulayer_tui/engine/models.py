@@ -99,6 +99,7 @@ class EventKind(StrEnum):
     TRANSITION = "job.transition"
     REASON = "job.reason"
     GPU_SAMPLE = "gpu.sample"
+    DOMAIN = "domain.state"
     ENGINE = "engine"
 
 

@@ -292,7 +292,13 @@ class NvmlProbe:
 def _failed(index: int, uuid: str, name: str, error: str) -> GpuReading:
     """A reading for a GPU that could not be read but is not reported lost."""
     return GpuReading(
-        index=index, uuid=uuid, name=name, memory_total=None, memory_used=None, error=error
+        index=index,
+        uuid=uuid,
+        name=name,
+        memory_total=None,
+        memory_used=None,
+        error=error,
+        failed=True,
     )
 
 

@@ -80,6 +80,9 @@ class SimLedger:
         {"processes": [{"gpu": 1, "pid": 4242, "used_gb": 20.0}],
          "gpus": {"1": {"utilization": 87, "temperature": 71, "unattributed_gb": 0.5}}}
 
+    Per-GPU ``lost``/``failed``/``error`` simulate a GPU that fell off the bus or stopped
+    answering (domain health).
+
     ``used_gb`` may be ``null`` to simulate NVML's "not available".
     """
 
@@ -182,6 +185,7 @@ class SimulatedProbe:
                     processes=tuple(procs),
                     error=overrides.get("error"),
                     lost=bool(overrides.get("lost", False)),
+                    failed=bool(overrides.get("failed", False)),
                 )
             )
         return ProbeResult(

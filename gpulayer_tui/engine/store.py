@@ -26,7 +26,7 @@ from .models import Event, EventKind, Job, JobKind, JobStatus, TerminationReason
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Index i holds the statements that move the schema from version i to i + 1. Never edit a
 # released step; append a new one.
@@ -73,6 +73,15 @@ MIGRATIONS: list[list[str]] = [
             version TEXT NOT NULL,
             started_at REAL NOT NULL,
             stopped_at REAL
+        )""",
+    ],
+    # 1 -> 2: drained and quarantined domains survive an engine restart.
+    [
+        """CREATE TABLE domain_state (
+            name TEXT PRIMARY KEY,
+            state TEXT NOT NULL,
+            reason TEXT NOT NULL,
+            at REAL NOT NULL
         )""",
     ],
 ]
@@ -151,6 +160,7 @@ class _Write:
     row: tuple[Any, ...] | None
     events: list[Event]
     done: asyncio.Future[None] | None
+    statements: list[tuple[str, tuple[Any, ...]]] | None = None
 
 
 class Store:
@@ -280,7 +290,7 @@ class Store:
             if write.row is not None:
                 rows[write.row[0]] = write.row  # the latest snapshot of a job wins
             for ev in write.events:
-                if ev.kind in (EventKind.SUBMITTED, EventKind.TRANSITION):
+                if ev.kind in (EventKind.SUBMITTED, EventKind.TRANSITION, EventKind.DOMAIN):
                     stored.append(
                         (
                             ev.job_id,
@@ -292,9 +302,12 @@ class Store:
                             json.dumps(ev.data),
                         )
                     )
+        extra = [st for write in batch for st in (write.statements or ())]
         error: BaseException | None = None
         try:
             await self._db.execute("BEGIN")
+            for sql, args in extra:
+                await self._db.execute(sql, args)
             if rows:
                 await self._db.executemany(_UPSERT, list(rows.values()))
             if stored:
@@ -317,6 +330,30 @@ class Store:
             if error is None:
                 for ev in write.events:
                     self._publish(ev)
+
+    def save_domain_state(self, name: str, state: str, reason: str) -> None:
+        """Queue a domain's service state for the next commit."""
+        self._queue.append(
+            _Write(
+                None,
+                [],
+                None,
+                [
+                    (
+                        "INSERT INTO domain_state (name, state, reason, at) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT(name) DO UPDATE SET state=excluded.state, "
+                        "reason=excluded.reason, at=excluded.at",
+                        (name, state, reason, time.time()),
+                    )
+                ],
+            )
+        )
+        self._wake.set()
+
+    async def domain_states(self) -> list[tuple[str, str, str]]:
+        """Stored ``(name, state, reason)`` of every domain ever changed."""
+        rows = await self._fetchall("SELECT name, state, reason FROM domain_state")
+        return [(r[0], r[1], r[2]) for r in rows]
 
     async def flush(self) -> None:
         """Wait until everything queued so far is committed."""

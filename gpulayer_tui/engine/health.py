@@ -1,0 +1,160 @@
+"""Domain health and operator control (record 002): quarantine, drain, release, readiness.
+
+Each sample's per-GPU outcome is counted by that GPU's domain alone
+(:meth:`~gpulayer_tui.engine.domain.Domain.observe`): a lost GPU is quarantined at once,
+repeated failed reads degrade and then quarantine it. A quarantined domain takes no new
+work and submissions pinned only to it are refused at once; its running jobs are left
+running (no failover) and carry a warning. Other domains notice nothing. Only an explicit
+release, once the GPU answers again, returns it to service. Drain is the operator's
+maintenance switch for a healthy domain. States survive an engine restart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .adoption import Adoption
+from .domain import Domain, DomainHealth, DomainState
+from .models import EventKind, JobStatus
+from .spec import SpecError
+
+
+class DomainRefused(RuntimeError):
+    """A domain operation does not apply now (the message says why)."""
+
+
+class DomainControl(Adoption):
+    """Health bookkeeping and drain/release, mixed into the engine."""
+
+    def _observe_health(self, readings: dict[int, Any]) -> None:
+        """Count one OK sample against every GPU domain's health."""
+        settings = self.config.health
+        for dom in self.scheduler.gpu_domains:
+            change = dom.observe(
+                readings.get(dom.gpu_index if dom.gpu_index is not None else -1),
+                settings.degrade_after,
+                settings.quarantine_after,
+            )
+            if change is not None:
+                self._domain_changed(dom, str(change))
+
+    def _domain_changed(self, dom: Domain, what: str) -> None:
+        """Record and publish a domain's change, then let the queue see it."""
+        self.store.save_domain_state(dom.name, dom.state.value, dom.state_reason)
+        event = self.bus.make(
+            EventKind.DOMAIN,
+            None,
+            {
+                "domain": dom.name,
+                "change": what,
+                "state": dom.state.value,
+                "health": dom.health.value,
+                "reason": dom.state_reason or dom.last_error,
+            },
+        )
+        self.store.save(None, [event])
+        if dom.state is DomainState.QUARANTINED:
+            for job_id in sorted(dom.holdings):
+                act = self._active.get(job_id)
+                if act is None or act.job.status is not JobStatus.RUNNING:
+                    continue
+                warning = f"running on {', '.join(act.job.domains)}; warning: domain "
+                self._set_reason(act, f"{warning}{dom.name} quarantined: {dom.state_reason}")
+        self._schedule_soon()
+
+    def refuse_quarantined_pins(self, pins: list[str]) -> None:
+        """Refuse a submission whose every pinned domain is quarantined.
+
+        Raises:
+            SpecError: Naming the domain and why.
+        """
+        doms = [self.scheduler.domains[p] for p in pins if p in self.scheduler.domains]
+        if doms and all(d.state is DomainState.QUARANTINED for d in doms):
+            dom = doms[0]
+            raise SpecError(
+                f"domain {dom.name} is quarantined: {dom.state_reason} "
+                f"(release it with `gpulayer-tui domain release {dom.name}` once its GPU "
+                "answers again)"
+            )
+
+    def _domain(self, name: str) -> Domain:
+        dom = self.scheduler.domains.get(name)
+        if dom is None:
+            known = ", ".join(self.scheduler.domains)
+            raise SpecError(f"unknown domain '{name}' (known: {known})")
+        return dom
+
+    async def drain_domain(self, name: str, reason: str = "") -> dict[str, Any]:
+        """Stop new placements on a domain (maintenance); running work is left alone.
+
+        Raises:
+            SpecError: Unknown domain.
+            DomainRefused: It is quarantined (release it first) or already draining.
+        """
+        dom = self._domain(name)
+        if dom.state is DomainState.QUARANTINED:
+            raise DomainRefused(f"domain {name} is quarantined; release it first")
+        if dom.state is DomainState.DRAINING:
+            raise DomainRefused(f"domain {name} is already draining")
+        dom.state = DomainState.DRAINING
+        dom.state_reason = reason or "drained by the operator"
+        self._domain_changed(dom, "draining")
+        await self.store.flush()
+        return self.domain_json(dom)
+
+    async def release_domain(self, name: str) -> dict[str, Any]:
+        """Return a drained or quarantined domain to service.
+
+        Raises:
+            SpecError: Unknown domain.
+            DomainRefused: It is in service already, or its GPU still fails.
+        """
+        dom = self._domain(name)
+        if dom.state is DomainState.IN_SERVICE:
+            raise DomainRefused(f"domain {name} is in service already")
+        if dom.state is DomainState.QUARANTINED and dom.is_gpu and not dom.answers:
+            raise DomainRefused(
+                f"domain {name} cannot be released: its GPU still fails ({dom.last_error})"
+            )
+        dom.state = DomainState.IN_SERVICE
+        dom.state_reason = ""
+        dom.health = DomainHealth.HEALTHY
+        dom.failures = 0
+        self._domain_changed(dom, "released")
+        await self.store.flush()
+        return self.domain_json(dom)
+
+    def domain_json(self, dom: Domain) -> dict[str, Any]:
+        """A domain's state as the API shows it."""
+        return {
+            "name": dom.name,
+            "gpu_index": dom.gpu_index,
+            "state": dom.state.value,
+            "state_reason": dom.state_reason,
+            "health": dom.health.value,
+            "failures": dom.failures,
+            "last_error": dom.last_error,
+            "slots": dom.slots,
+            "used_slots": dom.used_slots,
+        }
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready when every domain is in service and GPU capacity is known."""
+        problems = [
+            f"domain {d.name} {d.state.value}" + (f": {d.state_reason}" if d.state_reason else "")
+            for d in self.scheduler.domains.values()
+            if d.state is not DomainState.IN_SERVICE
+        ]
+        if self.scheduler.capacity.value == "unknown":
+            problems.append(f"GPU capacity unknown: {self.scheduler.capacity_message}")
+        return (not problems, "; ".join(problems) or "every domain is ready")
+
+    async def _restore_domain_states(self) -> None:
+        for name, state, reason in await self.store.domain_states():
+            dom = self.scheduler.domains.get(name)
+            if dom is None or state == DomainState.IN_SERVICE.value:
+                continue
+            dom.state = DomainState(state)
+            dom.state_reason = reason
+            if dom.state is DomainState.QUARANTINED:
+                dom.health = DomainHealth.DEGRADED

@@ -1,0 +1,165 @@
+"""Domain health and isolation (record 002): quarantine, drain, release, readiness."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import TYPE_CHECKING
+
+import pynvml
+import pytest
+
+from gpulayer_tui.engine.health import DomainRefused
+from gpulayer_tui.engine.models import JobStatus
+from gpulayer_tui.engine.nvml import NvmlProbe
+from gpulayer_tui.engine.spec import SpecError
+
+from .conftest import EngineFactory, Served, eventually, make_config
+
+if TYPE_CHECKING:
+    from .fake_nvml import FakeNvml
+
+
+async def _status(engine: object, job_id: int) -> JobStatus:
+    return (await engine.get(job_id)).status  # type: ignore[attr-defined]
+
+
+async def test_lost_gpu_quarantines_only_its_domain(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    engine = await make_engine(probe=NvmlProbe())
+    on_gpu0 = await engine.submit({"command": ["sleep", "600"], "domain": "gpu0"})
+    on_gpu1 = await engine.submit({"command": ["sleep", "600"], "domain": "gpu1"})
+    waiting = await engine.submit({"command": ["true"], "domain": "gpu1"})
+    assert waiting.status is JobStatus.QUEUED
+    gpu0 = engine.scheduler.domains["gpu0"]
+    before = (gpu0.slots, dict(gpu0.holdings), gpu0.account, gpu0.state)
+
+    fake_nvml.devices[1].lost = True
+    await engine.sampler.sample_once()
+    gpu1 = engine.scheduler.domains["gpu1"]
+    assert gpu1.state.value == "quarantined" and "GPU is lost" in gpu1.state_reason
+    # the other domain is untouched: slots, holdings, accounting, state
+    assert (gpu0.slots, dict(gpu0.holdings), gpu0.account, gpu0.state) == before
+    # running work on the lost GPU is left alone, with a warning
+    live = await engine.get(on_gpu1.id)
+    assert live.status is JobStatus.RUNNING
+    assert "warning: domain gpu1 quarantined: GPU is lost" in live.message
+    # a queued job that can only run there says why
+    await eventually(
+        lambda: engine._active[waiting.id].job.message.startswith(
+            "waiting for domain gpu1 quarantined"
+        )
+    )
+    # pinned submissions are refused at once, unpinned work goes elsewhere
+    with pytest.raises(SpecError, match="domain gpu1 is quarantined: GPU is lost"):
+        await engine.submit({"command": ["true"], "domain": "gpu1"})
+    await engine.cancel(on_gpu0.id)
+    elsewhere = await engine.submit({"command": ["true"], "gpus": 1})
+    done = await engine.wait(elsewhere.id, timeout=10)
+    assert done.status is JobStatus.COMPLETED and done.domains == ["gpu0"]
+    ready, reason = engine.readiness()
+    assert not ready and reason.startswith("domain gpu1 quarantined: GPU is lost")
+    # release is refused while the GPU still fails ...
+    with pytest.raises(DomainRefused, match="its GPU still fails"):
+        await engine.release_domain("gpu1")
+    # ... and works once it answers again; the event is recorded
+    fake_nvml.devices[1].lost = False
+    await engine.sampler.sample_once()
+    assert gpu1.state.value == "quarantined"  # never lifted automatically
+    released = await engine.release_domain("gpu1")
+    assert released["state"] == "in_service"
+    assert engine.readiness() == (True, "every domain is ready")
+    await engine.cancel(on_gpu1.id)
+    assert (await engine.wait(waiting.id, timeout=10)).status is JobStatus.COMPLETED
+    changes = [
+        json.loads(r[0])["change"]
+        for r in sqlite3.connect(engine.paths.database).execute(
+            "SELECT data FROM events WHERE kind = 'domain.state' ORDER BY id"
+        )
+    ]
+    # the GPU answering again is recorded too (health), but only the release lifts it
+    assert changes == ["quarantined", "healthy", "released"]
+
+
+async def test_repeated_failed_reads_degrade_then_quarantine(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    config = make_config(health={"degrade_after": 2, "quarantine_after": 4})
+    engine = await make_engine(probe=NvmlProbe(), config=config)
+    gpu0, gpu1 = engine.scheduler.domains["gpu0"], engine.scheduler.domains["gpu1"]
+    fake_nvml.fail("nvmlDeviceGetMemoryInfo", pynvml.NVML_ERROR_UNKNOWN, index=1)
+    await engine.sampler.sample_once()
+    assert gpu1.health.value == "healthy" and gpu1.failures == 1
+    await engine.sampler.sample_once()
+    assert gpu1.health.value == "degraded" and gpu1.state.value == "in_service"
+    await engine.sampler.sample_once()
+    await engine.sampler.sample_once()
+    assert gpu1.state.value == "quarantined"
+    assert gpu1.state_reason.startswith("4 failed reads in a row: cannot read memory")
+    assert gpu0.health.value == "healthy" and gpu0.failures == 0
+    view = {d["name"]: d for d in engine.gpus()["domains"]}
+    assert view["gpu1"]["state"] == "quarantined" and view["gpu1"]["health"] == "degraded"
+    assert view["gpu0"]["state"] == "in_service"
+
+
+async def test_drain_and_release(make_engine: EngineFactory) -> None:
+    engine = await make_engine("2xA100-80GB")
+    running = await engine.submit({"command": ["sleep", "600"], "domain": "gpu0"})
+    drained = await engine.drain_domain("gpu0", "driver update at noon")
+    assert drained["state"] == "draining"
+    assert (await engine.get(running.id)).status is JobStatus.RUNNING  # left alone
+    pinned = await engine.submit({"command": ["true"], "domain": "gpu0"})
+    assert pinned.status is JobStatus.QUEUED
+    assert pinned.message == "waiting for domain gpu0 draining: driver update at noon"
+    free = await engine.submit({"command": ["true"], "gpus": 1})
+    assert (await engine.wait(free.id, timeout=10)).domains == ["gpu1"]
+    assert engine.readiness()[0] is False
+    with pytest.raises(DomainRefused, match="already draining"):
+        await engine.drain_domain("gpu0")
+    with pytest.raises(SpecError, match="unknown domain 'gpu7'"):
+        await engine.drain_domain("gpu7")
+    await engine.cancel(running.id)
+    await engine.release_domain("gpu0")
+    assert (await engine.wait(pinned.id, timeout=10)).status is JobStatus.COMPLETED
+    with pytest.raises(DomainRefused, match="in service already"):
+        await engine.release_domain("gpu0")
+
+
+async def test_domain_state_survives_restart_and_v1_database_is_migrated(
+    make_engine: EngineFactory,
+) -> None:
+    first = await make_engine("2xA100-80GB")
+    job = await first.submit({"command": ["true"]})
+    await first.wait(job.id, timeout=10)
+    await first.stop()
+    # make it a version-1 database, as the first release wrote it
+    with sqlite3.connect(first.paths.database) as db:
+        db.execute("DROP TABLE domain_state")
+        db.execute("PRAGMA user_version = 1")
+    second = await make_engine("2xA100-80GB")
+    assert (await second.get(job.id)).status is JobStatus.COMPLETED  # history kept
+    await second.drain_domain("gpu1", "maintenance")
+    await second.stop()
+    with sqlite3.connect(first.paths.database) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    third = await make_engine("2xA100-80GB")
+    gpu1 = third.scheduler.domains["gpu1"]
+    assert gpu1.state.value == "draining" and gpu1.state_reason == "maintenance"
+
+
+def test_cli_domain_commands_and_ready(served: Served) -> None:
+    served.start("--simulate", "2xA100-80GB")
+    listed = served.cli("domain", "list")
+    assert listed.returncode == 0 and "gpu1" in listed.stdout and "in_service" in listed.stdout
+    drained = served.cli("domain", "drain", "gpu1", "--reason", "swap fan")
+    assert drained.returncode == 0 and drained.stdout.strip() == "domain gpu1: draining"
+    domains = json.loads(served.cli("domain", "list", "--json").stdout)
+    assert {d["name"]: d["state"] for d in domains}["gpu1"] == "draining"
+    again = served.cli("domain", "drain", "gpu1")
+    assert again.returncode == 1 and "already draining" in again.stderr
+    unknown = served.cli("domain", "release", "gpu9")
+    assert unknown.returncode == 2 and "unknown domain 'gpu9'" in unknown.stderr
+    missing = served.cli("domain", "drain")
+    assert missing.returncode == 2 and "needs the domain's name" in missing.stderr
+    assert served.cli("domain", "release", "gpu1").returncode == 0
