@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pynvml
+import pytest
 
 from gpulayer_tui.engine.gpus import GIB, ProbeStatus
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.nvml import NvmlProbe
+from gpulayer_tui.engine.spec import SpecError
 
 from .conftest import EngineFactory, make_config
 
@@ -93,13 +95,12 @@ async def test_lost_gpu_only_affects_its_domain(
     assert "lost" in view["domains"][1]["gpu"]["error"].lower()
     assert view["domains"][0]["gpu"]["lost"] is False
     assert view["domains"][0]["vram"]["free"] == 60 * GIB
-    pinned = await engine.submit({"command": ["true"], "vram_gb": 10, "domain": "gpu1"})
-    assert pinned.status is JobStatus.QUEUED
-    assert pinned.message == "GPU capacity unknown: no memory reading from gpu1"
+    # a lost GPU quarantines its domain at once: work pinned there is refused
+    with pytest.raises(SpecError, match="domain gpu1 is quarantined: GPU is lost"):
+        await engine.submit({"command": ["true"], "vram_gb": 10, "domain": "gpu1"})
     elsewhere = await engine.submit({"command": ["true"], "vram_gb": 10})
     done = await engine.wait(elsewhere.id, timeout=10)
     assert done.status is JobStatus.COMPLETED and done.domains == ["gpu0"]
-    await engine.cancel(pinned.id)
 
 
 async def test_history_is_bounded(make_engine: EngineFactory) -> None:
