@@ -163,3 +163,82 @@ def test_cli_domain_commands_and_ready(served: Served) -> None:
     missing = served.cli("domain", "drain")
     assert missing.returncode == 2 and "needs the domain's name" in missing.stderr
     assert served.cli("domain", "release", "gpu1").returncode == 0
+
+
+def _scrape(served: Served, path: str = "/metrics") -> tuple[int, str]:
+    import socket as socketlib
+
+    with socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM) as sock:
+        sock.connect(str(served.home / "engine.sock"))
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode()
+
+
+def test_metrics_ready_and_doctor_follow_each_step(served: Served) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    served.start("--simulate", "2xA100-80GB")
+    assert served.cli("submit", "--", "true").returncode == 0
+
+    def families() -> dict[str, list[tuple[dict[str, str], float]]]:
+        status, text = _scrape(served)
+        assert status == 200
+        return {
+            f.name: [(s.labels, s.value) for s in f.samples]
+            for f in text_string_to_metric_families(text)
+        }
+
+    metrics = families()
+    assert ({"status": "completed"}, 1.0) in metrics["gpulayer_jobs"] or (
+        {"status": "running"},
+        1.0,
+    ) in metrics["gpulayer_jobs"]
+    assert ({"domain": "gpu1", "kind": "total"}, 1.0) in metrics["gpulayer_domain_slots"]
+    assert ({"domain": "gpu0", "kind": "total"}, float(80 * 1024**3)) in metrics[
+        "gpulayer_domain_vram_bytes"
+    ]
+    assert metrics["gpulayer_ready"] == [({}, 1.0)]
+    assert ({"domain": "gpu1", "state": "in_service"}, 1.0) in metrics["gpulayer_domain_state"]
+    assert metrics["gpulayer_probe_reads"][0][1] >= 1
+    assert _scrape(served, "/v1/ready")[0] == 200
+
+    doctor = served.cli("doctor", "--json")
+    assert doctor.returncode == 0, doctor.stdout
+    assert {c["check"] for c in json.loads(doctor.stdout)} >= {
+        "config",
+        "state dir",
+        "disk space",
+        "engine",
+        "driver",
+        "domain gpu0",
+        "queued jobs",
+        "clock",
+    }
+
+    served.cli("domain", "drain", "gpu1", "--reason", "maintenance")
+    status, body = _scrape(served, "/v1/ready")
+    assert status == 503 and "domain gpu1 draining: maintenance" in body
+    metrics = families()
+    assert metrics["gpulayer_ready"] == [({}, 0.0)]
+    assert ({"domain": "gpu1", "state": "draining"}, 1.0) in metrics["gpulayer_domain_state"]
+    # a queued job that only the drained domain could take: doctor says so
+    served.cli("submit", "--domain", "gpu1", "--", "true")
+    doctor = served.cli("doctor")
+    assert doctor.returncode == 1
+    assert "can only run on domains out of service" in doctor.stdout
+    assert "draining: maintenance" in doctor.stdout
+
+
+def test_doctor_without_an_engine(served: Served) -> None:
+    served.home.mkdir(parents=True)
+    (served.home / "config.toml").write_text("[domains.a]\ngpu = 0\nslots = 0\n")
+    out = served.cli("doctor", "--json")
+    checks = {c["check"]: c for c in json.loads(out.stdout)}
+    assert out.returncode == 1
+    assert checks["config"]["status"] == "fail" and "domains.a.slots" in checks["config"]["detail"]
+    assert checks["engine"]["status"] == "warn"
+    assert checks["driver"]["status"] == "warn" and "No NVIDIA driver" in checks["driver"]["detail"]

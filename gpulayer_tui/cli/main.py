@@ -155,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", help="why it is drained (shown to users)")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("doctor", help="check the driver, config, engine and domains")
+    p.add_argument("--json", action="store_true")
+
     p = sub.add_parser("gpus", help="domains, GPU samples and unregistered VRAM")
     p.add_argument("--json", action="store_true")
     return parser
@@ -181,6 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_tui(paths, args.simulate, args.simulate_if_no_gpu)
     if args.simulate or args.simulate_if_no_gpu:
         parser.error("--simulate applies to --serve (the engine owns the GPUs)")
+    if args.command == "doctor":
+        from .doctor import run_doctor
+
+        return run_doctor(paths, args.json)
     from . import commands
 
     return commands.run(args, paths, parser)

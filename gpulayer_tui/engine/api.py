@@ -17,6 +17,8 @@ GET      /ready                      200 when every domain is ready, else 503 na
 GET      /domains                    every domain's state and health
 POST     /domains/NAME/drain         stop new placements there ({"reason"?})
 POST     /domains/NAME/release       back to service (a quarantined GPU must answer)
+GET      /doctor                     the engine's checks (domains, feasibility, clock)
+GET      /metrics (also /metrics)    Prometheus text format
 GET      /events                     every event as one JSON object per line
 =======  ==========================  =====================================================
 
@@ -198,6 +200,19 @@ async def release(request: web.Request) -> web.Response:
     return web.json_response({"domain": await engine.release_domain(request.match_info["name"])})
 
 
+async def doctor(request: web.Request) -> web.Response:
+    """GET /v1/doctor."""
+    return web.json_response({"checks": await request.app[ENGINE_KEY].doctor_checks()})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """GET /metrics: Prometheus exposition format."""
+    from .metrics import CONTENT_TYPE, render
+
+    body = await render(request.app[ENGINE_KEY])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
 ADOPT_FIELDS = {"pid", "start_ticks", "name", "vram_gb", "gpu", "domain"}
 
 
@@ -331,6 +346,9 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_get("/v1/jobs/{job_id}/logs", logs)
     app.router.add_post("/v1/adopt", adopt)
     app.router.add_get("/v1/ready", ready)
+    app.router.add_get("/v1/doctor", doctor)
+    app.router.add_get("/v1/metrics", metrics)
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/domains", domains)
     app.router.add_post("/v1/domains/{name}/drain", drain)
     app.router.add_post("/v1/domains/{name}/release", release)

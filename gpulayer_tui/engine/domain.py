@@ -97,6 +97,7 @@ class Domain:
         self.state_reason = ""
         self.health = DomainHealth.HEALTHY
         self.failures = 0  # consecutive failed reads of its GPU
+        self.quarantines = 0  # times quarantined in this engine run (metrics)
         self.last_error = ""
         self.holdings: dict[int, Holding] = {}
         self.reading: GpuReading | None = None
@@ -169,6 +170,7 @@ class Domain:
         self.state = DomainState.QUARANTINED
         self.state_reason = reason
         self.health = DomainHealth.DEGRADED
+        self.quarantines += 1
 
     @property
     def answers(self) -> bool:

@@ -11,6 +11,7 @@ maintenance switch for a healthy domain. States survive an engine restart.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .adoption import Adoption
@@ -148,6 +149,65 @@ class DomainControl(Adoption):
         if self.scheduler.capacity.value == "unknown":
             problems.append(f"GPU capacity unknown: {self.scheduler.capacity_message}")
         return (not problems, "; ".join(problems) or "every domain is ready")
+
+    async def doctor_checks(self) -> list[dict[str, str]]:
+        """The engine's own checks: each domain's health, and queued jobs that no domain
+        in service could ever take. Each check is ``{"check", "status", "detail"}`` with
+        status ``ok``, ``warn`` or ``fail``."""
+        checks: list[dict[str, str]] = []
+        for dom in self.scheduler.domains.values():
+            if dom.state is DomainState.QUARANTINED:
+                status, detail = "fail", f"quarantined: {dom.state_reason}"
+            elif dom.state is DomainState.DRAINING:
+                status, detail = "warn", f"draining: {dom.state_reason}"
+            elif dom.health is DomainHealth.DEGRADED:
+                status, detail = "warn", f"degraded: {dom.failures} failed reads ({dom.last_error})"
+            else:
+                what = f"GPU {dom.gpu_index}" if dom.is_gpu else "cpu pool"
+                status, detail = "ok", f"{what}, {dom.used_slots}/{dom.slots} slots used"
+            checks.append({"check": f"domain {dom.name}", "status": status, "detail": detail})
+        stuck = []
+        for key, request in self._queue.items():
+            candidates = (
+                [self.scheduler.domains[p] for p in request.pins if p in self.scheduler.domains]
+                if request.pins
+                else (
+                    self.scheduler.gpu_domains if request.gpus else [self.scheduler.domains["cpu"]]
+                )
+            )
+            usable = [d for d in candidates if d.state is DomainState.IN_SERVICE]
+            if len(usable) < max(1, request.gpus):
+                stuck.append(key[1])
+        if stuck:
+            ids = ", ".join(map(str, sorted(stuck)[:20]))
+            checks.append(
+                {
+                    "check": "queued jobs",
+                    "status": "fail",
+                    "detail": f"{len(stuck)} queued job(s) can only run on domains out of service: "
+                    f"{ids}",
+                }
+            )
+        else:
+            checks.append(
+                {
+                    "check": "queued jobs",
+                    "status": "ok",
+                    "detail": f"{len(self._queue)} ready to run, all placeable",
+                }
+            )
+        newest = (await self.store.newest_job_time()) or 0.0
+        skew = newest - time.time()
+        checks.append(
+            {
+                "check": "clock",
+                "status": "fail" if skew > 5 else "ok",
+                "detail": f"the clock is {skew:.0f} s behind the newest job"
+                if skew > 5
+                else "not behind the newest job",
+            }
+        )
+        return checks
 
     async def _restore_domain_states(self) -> None:
         for name, state, reason in await self.store.domain_states():

@@ -102,6 +102,8 @@ class Sampler:
         self.latest: Sample | None = None
         self.history: dict[int, deque[HistoryPoint]] = {}
         self.timeouts = 0
+        self.reads = 0  # completed reads, and their total duration (metrics)
+        self.read_seconds = 0.0
 
     async def sample_once(self) -> Sample:
         """Take one sample now (respecting the deadline) and deliver it."""
@@ -117,6 +119,9 @@ class Sampler:
             except Exception as err:  # a backend bug must not stop sampling
                 log.error("GPU probe failed: %r", err)
                 sample = self._failed(f"GPU probe failed: {err}")
+        if sample.duration:
+            self.reads += 1
+            self.read_seconds += sample.duration
         self._record(sample)
         self._on_sample(sample)
         return sample

@@ -350,6 +350,11 @@ class Store:
         )
         self._wake.set()
 
+    async def newest_job_time(self) -> float | None:
+        """The latest submission time in the database (to spot a clock gone backwards)."""
+        rows = await self._fetchall("SELECT MAX(created_at) FROM jobs")
+        return float(rows[0][0]) if rows and rows[0][0] is not None else None
+
     async def domain_states(self) -> list[tuple[str, str, str]]:
         """Stored ``(name, state, reason)`` of every domain ever changed."""
         rows = await self._fetchall("SELECT name, state, reason FROM domain_state")

@@ -1,0 +1,131 @@
+"""``gpulayer-tui doctor``: is this machine and its engine in a state to run work?
+
+Runs without an engine too: config, state dir, disk, lock and socket, and the driver are
+checked locally; with an engine, its own checks are added (each domain's health,
+queued jobs no domain in service could take, the clock against the newest job).
+Exit status 1 when any check fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any
+
+from ..client import ApiError, Client, EngineNotRunning
+from ..engine.paths import Paths
+from .format import table
+
+MIB = 1024**2
+
+
+def _check(name: str, status: str, detail: str) -> dict[str, str]:
+    return {"check": name, "status": status, "detail": detail}
+
+
+def _config(paths: Paths) -> dict[str, str]:
+    from ..engine.config import ConfigError, load_config
+
+    if not paths.config_file.exists():
+        return _check("config", "ok", f"{paths.config_file} absent: defaults")
+    try:
+        load_config(paths.config_file)
+    except ConfigError as err:
+        return _check("config", "fail", str(err).replace("\n", "; "))
+    return _check("config", "ok", f"{paths.config_file} is valid")
+
+
+def _state_dir(paths: Paths) -> list[dict[str, str]]:
+    state = paths.state_dir
+    if not state.exists():
+        return [_check("state dir", "warn", f"{state} does not exist yet (created at start)")]
+    checks = []
+    mode = state.stat().st_mode & 0o777
+    if not os.access(state, os.W_OK):
+        checks.append(_check("state dir", "fail", f"{state} is not writable"))
+    elif mode & 0o077:
+        checks.append(_check("state dir", "warn", f"{state} is mode {mode:o}; expected 700"))
+    else:
+        checks.append(_check("state dir", "ok", f"{state} (mode 700)"))
+    free = shutil.disk_usage(state).free
+    status = "fail" if free < 100 * MIB else "warn" if free < 1024 * MIB else "ok"
+    checks.append(_check("disk space", status, f"{free / 1024**3:.1f} GiB free in {state}"))
+    return checks
+
+
+def _driver_locally() -> dict[str, str]:
+    from ..engine.gpus import ProbeStatus
+    from ..engine.nvml import NvmlProbe
+
+    probe = NvmlProbe()
+    try:
+        result = probe.read()
+    finally:
+        probe.close()
+    if result.status is ProbeStatus.OK:
+        return _check("driver", "ok", f"{len(result.gpus)} GPU(s), driver {result.driver_version}")
+    if result.status is ProbeStatus.NO_DRIVER:
+        return _check("driver", "warn", result.message or "no NVIDIA driver")
+    return _check("driver", "fail", result.message or "NVML failed")
+
+
+def _engine(paths: Paths) -> list[dict[str, str]]:
+    from ..engine.lock import EngineLock, lock_holder
+
+    client = Client(paths, timeout=10)
+    try:
+        health = client.health()
+    except EngineNotRunning:
+        if EngineLock(paths.lock).is_held_elsewhere():
+            pid = lock_holder(paths.lock)
+            return [
+                _check(
+                    "engine",
+                    "fail",
+                    f"pid {pid} holds {paths.lock} but {paths.socket} does not answer",
+                ),
+                _driver_locally(),
+            ]
+        return [
+            _check("engine", "warn", f"no engine serving {paths.state_dir} (gpulayer-tui --serve)"),
+            _driver_locally(),
+        ]
+    checks = [
+        _check(
+            "engine",
+            "ok",
+            f"pid {health['pid']} serving {paths.socket} ({health['backend']}), "
+            f"up {health['uptime']:.0f} s",
+        )
+    ]
+    if health.get("store_failure"):
+        checks.append(_check("database", "fail", health["store_failure"]))
+    capacity = health.get("capacity")
+    if capacity == "known":
+        checks.append(_check("driver", "ok", f"GPUs readable through {health['backend']}"))
+    elif capacity == "no_gpus":
+        checks.append(_check("driver", "warn", health.get("no_gpu_notice") or "no GPUs"))
+    else:
+        checks.append(_check("driver", "fail", health.get("capacity_message") or "unknown"))
+    try:
+        checks.extend(client.request("GET", "/doctor")["checks"])
+    except ApiError as err:
+        checks.append(_check("engine checks", "fail", str(err)))
+    return checks
+
+
+def run_doctor(paths: Paths, as_json: bool) -> int:
+    """Print the checks; 1 if any failed."""
+    checks: list[dict[str, Any]] = [_config(paths), *_state_dir(paths), *_engine(paths)]
+    if as_json:
+        print(json.dumps(checks, indent=2))
+    else:
+        marks = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
+        print(
+            table(
+                ["CHECK", "STATUS", "DETAIL"],
+                [[c["check"], marks[c["status"]], c["detail"]] for c in checks],
+            )
+        )
+    return 1 if any(c["status"] == "fail" for c in checks) else 0

@@ -1,0 +1,126 @@
+"""``GET /metrics``: Prometheus text format, machine-wide series plus per-domain ones.
+
+Each scrape builds its families from the engine's current state (nothing is kept between
+scrapes but the counters the engine already has), rendered by prometheus_client so the
+output is valid exposition format. Per-domain series carry a ``domain`` label (record
+002: ``..._domain_...{domain="gpu1"}``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .domain import DomainHealth, DomainState
+from .models import JobStatus
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+VRAM_KINDS = ("total", "used", "owned", "unregistered", "unattributed", "free")
+
+
+class _Snapshot(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return iter(self.families)
+
+
+def _families(engine: Engine, jobs_by_status: dict[str, int]) -> Iterator[Metric]:
+    domains = list(engine.scheduler.domains.values())
+    ready, _ = engine.readiness()
+    yield GaugeMetricFamily("gpulayer_ready", "1 when every domain is ready", value=int(ready))
+
+    jobs = GaugeMetricFamily(
+        "gpulayer_jobs", "Jobs by status (history included)", labels=["status"]
+    )
+    for status in JobStatus:
+        jobs.add_metric([status.value], jobs_by_status.get(status.value, 0))
+    yield jobs
+
+    slots_total = GaugeMetricFamily("gpulayer_slots", "Slots of all domains", labels=["kind"])
+    slots_total.add_metric(["total"], sum(d.slots for d in domains))
+    slots_total.add_metric(["used"], sum(min(d.used_slots, d.slots) for d in domains))
+    yield slots_total
+
+    vram = GaugeMetricFamily("gpulayer_vram_bytes", "GPU memory, all GPUs", labels=["kind"])
+    dvram = GaugeMetricFamily(
+        "gpulayer_domain_vram_bytes", "GPU memory per domain", labels=["domain", "kind"]
+    )
+    for kind in VRAM_KINDS:
+        total = 0
+        for dom in domains:
+            if dom.account is None:
+                continue
+            value = getattr(dom.account, kind)
+            total += value
+            dvram.add_metric([dom.name, kind], value)
+        vram.add_metric([kind], total)
+    yield vram
+    yield dvram
+
+    dslots = GaugeMetricFamily(
+        "gpulayer_domain_slots", "Slots per domain", labels=["domain", "kind"]
+    )
+    util = GaugeMetricFamily(
+        "gpulayer_domain_utilization_percent", "GPU utilization per domain", labels=["domain"]
+    )
+    state = GaugeMetricFamily(
+        "gpulayer_domain_state",
+        "1 for the domain's current service state",
+        labels=["domain", "state"],
+    )
+    health = GaugeMetricFamily(
+        "gpulayer_domain_health", "1 for the domain's current health", labels=["domain", "health"]
+    )
+    failures = GaugeMetricFamily(
+        "gpulayer_domain_read_failures",
+        "Consecutive failed reads of the domain's GPU",
+        labels=["domain"],
+    )
+    quarantines = CounterMetricFamily(
+        "gpulayer_domain_quarantines", "Quarantines in this engine run", labels=["domain"]
+    )
+    for dom in domains:
+        dslots.add_metric([dom.name, "total"], dom.slots)
+        dslots.add_metric([dom.name, "used"], dom.used_slots)
+        if dom.reading is not None and dom.reading.utilization is not None:
+            util.add_metric([dom.name], dom.reading.utilization)
+        for value in DomainState:
+            state.add_metric([dom.name, value.value], int(dom.state is value))
+        for hvalue in DomainHealth:
+            health.add_metric([dom.name, hvalue.value], int(dom.health is hvalue))
+        failures.add_metric([dom.name], dom.failures)
+        quarantines.add_metric([dom.name], dom.quarantines)
+    yield from (dslots, util, state, health, failures, quarantines)
+
+    sampler = engine.sampler
+    reads = CounterMetricFamily("gpulayer_probe_reads", "Completed GPU probe reads")
+    reads.add_metric([], sampler.reads)
+    yield reads
+    seconds = CounterMetricFamily(
+        "gpulayer_probe_read_seconds", "Total time spent in GPU probe reads (NVML latency)"
+    )
+    seconds.add_metric([], sampler.read_seconds)
+    yield seconds
+    timeouts = CounterMetricFamily("gpulayer_probe_timeouts", "GPU probe reads past the deadline")
+    timeouts.add_metric([], sampler.timeouts)
+    yield timeouts
+    last = GaugeMetricFamily("gpulayer_probe_last_read_seconds", "Duration of the latest read")
+    last.add_metric([], sampler.latest.duration if sampler.latest else 0.0)
+    yield last
+
+
+async def render(engine: Engine) -> bytes:
+    """The whole exposition, as bytes."""
+    jobs_by_status = await engine.store.count_by_status()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(list(_families(engine, jobs_by_status))))
+    return generate_latest(registry)
