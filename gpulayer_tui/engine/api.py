@@ -17,6 +17,7 @@ GET      /ready                      200 when every domain is ready, else 503 na
 GET      /domains                    every domain's state and health
 POST     /domains/NAME/drain         stop new placements there ({"reason"?})
 POST     /domains/NAME/release       back to service (a quarantined GPU must answer)
+POST     /config/reload              read the config file again (also done on every edit)
 GET      /doctor                     the engine's checks (domains, feasibility, clock)
 GET      /metrics (also /metrics)    Prometheus text format
 GET      /events                     every event as one JSON object per line
@@ -200,6 +201,12 @@ async def release(request: web.Request) -> web.Response:
     return web.json_response({"domain": await engine.release_domain(request.match_info["name"])})
 
 
+async def reload_config(request: web.Request) -> web.Response:
+    """POST /v1/config/reload: 200 when applied, 400 with the error when rejected."""
+    result = await request.app[ENGINE_KEY].reload_config()
+    return web.json_response(result, status=200 if result["applied"] else 400)
+
+
 async def doctor(request: web.Request) -> web.Response:
     """GET /v1/doctor."""
     return web.json_response({"checks": await request.app[ENGINE_KEY].doctor_checks()})
@@ -347,6 +354,7 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_post("/v1/adopt", adopt)
     app.router.add_get("/v1/ready", ready)
     app.router.add_get("/v1/doctor", doctor)
+    app.router.add_post("/v1/config/reload", reload_config)
     app.router.add_get("/v1/metrics", metrics)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/domains", domains)

@@ -22,10 +22,10 @@ from .config import Config, ConfigError, Paths, load_config, plan_domains
 from .domain import Domain
 from .events import EventBus, Subscription
 from .gpus import GpuProbe, ProbeStatus, make_probe
-from .health import DomainControl
 from .lifecycle import UnknownJob
 from .lock import EngineLock
 from .models import EventKind, Job, JobStatus
+from .reload import ConfigReload
 from .sampler import Sample, Sampler
 from .scheduler import Capacity, Scheduler
 from .spec import SpecError, parse_spec
@@ -41,7 +41,7 @@ class JobNotActive(RuntimeError):
     """The job already ended; the operation does not apply."""
 
 
-class Engine(DomainControl):
+class Engine(ConfigReload):
     """A running engine over one state dir.
 
     Args:
@@ -113,6 +113,7 @@ class Engine(DomainControl):
             raise
         self.started_at = time.time()
         self.sampler.start()
+        self.start_config_watch()
 
     def _build_domains(self, sample: Sample) -> None:
         result = sample.result
@@ -129,6 +130,7 @@ class Engine(DomainControl):
 
     async def stop(self) -> None:
         """Stop sampling and serving. Running jobs keep running (they outlive the engine)."""
+        await self.stop_config_watch()
         await self.sampler.stop()
         for handle in self._timers.values():
             handle.cancel()

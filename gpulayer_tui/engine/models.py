@@ -100,6 +100,7 @@ class EventKind(StrEnum):
     REASON = "job.reason"
     GPU_SAMPLE = "gpu.sample"
     DOMAIN = "domain.state"
+    CONFIG = "engine.config"
     ENGINE = "engine"
 
 

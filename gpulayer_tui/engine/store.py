@@ -104,6 +104,13 @@ _INSERT_EVENT = (
 )
 
 
+# Events that are history (the timeline, domain and config changes); the rest (queued
+# reason refreshes, GPU samples) are only published.
+STORED_KINDS = frozenset(
+    {EventKind.SUBMITTED, EventKind.TRANSITION, EventKind.DOMAIN, EventKind.CONFIG}
+)
+
+
 class StoreError(RuntimeError):
     """The database cannot be used (newer schema, corrupt, unwritable)."""
 
@@ -290,7 +297,7 @@ class Store:
             if write.row is not None:
                 rows[write.row[0]] = write.row  # the latest snapshot of a job wins
             for ev in write.events:
-                if ev.kind in (EventKind.SUBMITTED, EventKind.TRANSITION, EventKind.DOMAIN):
+                if ev.kind in STORED_KINDS:
                     stored.append(
                         (
                             ev.job_id,

@@ -1,0 +1,96 @@
+"""Live configuration: valid edits apply (and are recorded), invalid ones are rejected."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from gpulayer_tui.engine.config import load_config
+from gpulayer_tui.engine.models import JobStatus, TerminationReason
+from gpulayer_tui.engine.paths import Paths
+
+from .conftest import EngineFactory, Served, eventually, wait_for
+
+BASE = "[engine]\nsample_interval = 0.2\ngrace_period = 2.0\n"
+
+
+def _config_events(paths: Paths) -> list[dict[str, object]]:
+    with sqlite3.connect(paths.database) as db:
+        rows = db.execute("SELECT data FROM events WHERE kind = 'engine.config' ORDER BY id")
+        return [json.loads(r[0]) for r in rows]
+
+
+async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE + "[cpu]\nslots = 1\n")
+    engine = await make_engine(config=load_config(paths.config_file))
+    first = await engine.submit({"command": ["sleep", "600"]})
+    second = await engine.submit({"command": ["sleep", "600"]})
+    assert second.status is JobStatus.QUEUED and second.message == "all 1 cpu slots busy"
+
+    # the watcher picks the edit up by itself
+    paths.config_file.write_text(BASE + "[cpu]\nslots = 2\n")
+    await eventually(lambda: engine.scheduler.domains["cpu"].slots == 2, timeout=10)
+    await eventually(lambda: engine._active[second.id].job.status is JobStatus.RUNNING)
+    assert (await engine.get(first.id)).status is JobStatus.RUNNING  # undisturbed
+
+    # a double-owned GPU is rejected, naming the domains; the running config stays
+    paths.config_file.write_text(
+        BASE + "[cpu]\nslots = 3\n[domains.a]\ngpu = 0\n[domains.b]\ngpu = 0\n"
+    )
+    await eventually(lambda: any(e["outcome"] == "rejected" for e in _config_events(paths)))
+    assert engine.scheduler.domains["cpu"].slots == 2
+    rejected = next(e for e in _config_events(paths) if e["outcome"] == "rejected")
+    assert "domains.a and domains.b both claim GPU 0" in str(rejected["error"])
+    applied = next(e for e in _config_events(paths) if e["outcome"] == "applied")
+    assert applied["changes"] == ["cpu: slots 1 -> 2"]
+    await engine.cancel(first.id)
+    await engine.cancel(second.id)
+
+
+async def test_renaming_a_gpu_domain_keeps_running_jobs_and_fails_orphaned_pins(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE)
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    running = await engine.submit({"command": ["sleep", "600"], "domain": "gpu1"})
+    pinned = await engine.submit({"command": ["true"], "domain": "gpu1"})
+    assert pinned.status is JobStatus.QUEUED
+    paths.config_file.write_text(BASE + "[domains.train]\ngpu = 1\nslots = 1\n")
+    result = await engine.reload_config()
+    assert result["applied"] is True
+    assert "GPU 1: domain gpu1 -> train" in result["changes"]
+    assert list(engine.scheduler.domains) == ["gpu0", "train", "cpu"]
+    train = engine.scheduler.domains["train"]
+    assert set(train.holdings) == {running.id}  # carried over, still accounted for
+    live = await engine.get(running.id)
+    assert live.status is JobStatus.RUNNING and live.domains == ["train"]
+    failed = await engine.wait(pinned.id, timeout=10)
+    assert failed.termination_reason is TerminationReason.OVER_CAPACITY
+    assert "can no longer run after a configuration change: domain: unknown domain 'gpu1'" in (
+        failed.message
+    )
+    await engine.cancel(running.id)
+    await engine.wait(running.id, timeout=10)
+    assert not set(train.holdings)  # released from the domain it now belongs to
+
+
+def test_served_engine_follows_config_edits(served: Served) -> None:
+    served.home.mkdir(parents=True)
+    config = served.home / "config.toml"
+    config.write_text("[cpu]\nslots = 1\n")
+    served.start("--simulate", "2xA100-80GB")
+
+    def cpu_slots() -> int:
+        domains = json.loads(served.cli("domain", "list", "--json").stdout)
+        return int({d["name"]: d["slots"] for d in domains}["cpu"])
+
+    assert cpu_slots() == 1
+    config.write_text("[cpu]\nslots = 4\n")
+    wait_for(lambda: cpu_slots() == 4, timeout=15, interval=0.1)
+    config.write_text("[cpu]\nslots = 0\n")  # invalid: stays at 4
+    wait_for(lambda: "cpu.slots" in served.log.read_text(), timeout=15, interval=0.1)
+    assert cpu_slots() == 4
