@@ -142,6 +142,14 @@ class SlowProbe:
         time.sleep(self.delay)
         return self.inner.read()
 
+    def inventory(self) -> Any:
+        time.sleep(self.delay)
+        return self.inner.inventory()
+
+    def read_device(self, index: int) -> Any:
+        time.sleep(self.delay)
+        return self.inner.read_device(index)
+
     def close(self) -> None:
         self.inner.close()
 

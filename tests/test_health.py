@@ -242,3 +242,39 @@ def test_doctor_without_an_engine(served: Served) -> None:
     assert checks["config"]["status"] == "fail" and "domains.a.slots" in checks["config"]["detail"]
     assert checks["engine"]["status"] == "warn"
     assert checks["driver"]["status"] == "warn" and "No NVIDIA driver" in checks["driver"]["detail"]
+
+
+async def test_a_hanging_gpu_degrades_then_quarantines_only_its_domain(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    config = make_config(
+        engine={"probe_timeout": 0.2, "sample_interval": 60},
+        health={"degrade_after": 2, "quarantine_after": 3},
+    )
+    engine = await make_engine(probe=NvmlProbe(), config=config)
+    gpu0, gpu1 = engine.scheduler.domains["gpu0"], engine.scheduler.domains["gpu1"]
+    hang = fake_nvml.hang("nvmlDeviceGetMemoryInfo", index=1)
+    first = await engine.sampler.sample_once()
+    reading = next(g for g in first.result.gpus if g.index == 1)
+    assert reading.failed and reading.error == "GPU 1 did not answer within 0.2 s"
+    assert reading.name == "NVIDIA H100 80GB HBM3"  # identity kept from the last good read
+    # the other GPU's reading arrived as usual, in the same tick
+    assert next(g for g in first.result.gpus if g.index == 0).memory_total == 80 * 1024**3
+    await engine.sampler.sample_once()
+    assert gpu1.health.value == "degraded" and gpu1.state.value == "in_service"
+    third = await engine.sampler.sample_once()
+    assert "still busy" in (next(g for g in third.result.gpus if g.index == 1).error or "")
+    assert gpu1.state.value == "quarantined"
+    assert gpu0.state.value == "in_service" and gpu0.failures == 0
+    # the engine kept answering meanwhile
+    job = await engine.submit({"command": ["true"], "gpus": 1})
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.COMPLETED and done.domains == ["gpu0"]
+    hang.release()
+
+    async def answers() -> bool:
+        await engine.sampler.sample_once()
+        return gpu1.answers
+
+    await eventually(answers, timeout=10, interval=0.05)
+    assert (await engine.release_domain("gpu1"))["state"] == "in_service"

@@ -93,6 +93,7 @@ class ProbeResult:
         message: Human explanation for ``NO_DRIVER``/``ERROR`` (said once, plainly).
         backend: ``"nvml"`` or ``"simulated"``.
         driver_version: Driver version string, when known.
+        device_count: GPUs the driver lists (from :meth:`GpuProbe.inventory`).
     """
 
     status: ProbeStatus
@@ -100,6 +101,7 @@ class ProbeResult:
     message: str | None = None
     backend: str = ""
     driver_version: str | None = None
+    device_count: int = 0
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -110,6 +112,15 @@ class GpuProbe(Protocol):
 
     def read(self) -> ProbeResult:
         """Read every GPU once. Blocking; must not raise for device or driver errors."""
+        ...
+
+    def inventory(self) -> ProbeResult:
+        """Driver state and ``device_count`` (no readings). Blocking; must not raise."""
+        ...
+
+    def read_device(self, index: int) -> GpuReading:
+        """Read one GPU. Blocking; errors become fields of the reading (``failed``,
+        ``lost``, ``error``), never exceptions. Safe to call from several threads."""
         ...
 
     def close(self) -> None:

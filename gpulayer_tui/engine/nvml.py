@@ -107,6 +107,38 @@ class NvmlProbe:
             # Last line of defence: the caller's thread must get a result, not a traceback.
             return self._error(f"GPU probe failed unexpectedly ({type(exc).__name__}: {exc}).")
 
+    def inventory(self) -> ProbeResult:
+        """Initialise if needed and count the GPUs (no per-GPU reads).
+
+        Returns:
+            ``OK`` with ``device_count``, ``NO_DRIVER`` or ``ERROR`` as :meth:`read` does.
+        """
+        try:
+            early = self._ensure_init()
+            if early is not None:
+                return early
+            try:
+                count = int(pynvml.nvmlDeviceGetCount())
+            except _nvml_errors() as exc:
+                if isinstance(exc, pynvml.NVMLError_Uninitialized):
+                    self._initialized = False
+                return self._error(f"NVML could not count the GPUs ({exc}).")
+            return ProbeResult(
+                status=ProbeStatus.OK,
+                backend=BACKEND,
+                driver_version=self._driver_version,
+                device_count=count,
+            )
+        except Exception as exc:
+            return self._error(f"GPU probe failed unexpectedly ({type(exc).__name__}: {exc}).")
+
+    def read_device(self, index: int) -> GpuReading:
+        """Read one GPU (after :meth:`inventory`); never raises."""
+        try:
+            return self._read_gpu(index)
+        except Exception as exc:
+            return _failed(index, "", "", f"unexpected error ({type(exc).__name__}: {exc})")
+
     def close(self) -> None:
         """Shut NVML down if this probe initialised it. Never raises for NVML errors.
 

@@ -1,10 +1,12 @@
-"""One hardware watcher for all domains: one probe read per tick, off the event loop.
+"""One hardware watcher for all domains: one query per tick, off the event loop.
 
-Each tick runs the probe and the /proc look-ups that attribute GPU processes to jobs in a
-dedicated worker thread, under a deadline. A read that hangs (a wedged driver) does not
-block the loop or pile up threads: the tick reports a timeout, and later ticks are skipped
-until that thread returns. The latest sample and a short per-GPU history (for sparklines)
-are kept in memory only.
+Each tick first asks the probe for its inventory (driver up? how many GPUs?), then reads
+every GPU in its own daemon thread, together with the /proc look-ups that attribute its
+processes to jobs, all under one deadline. A GPU whose read hangs (a wedged driver or a
+dying card) gets a failed reading that counts against *its* domain's health only; the
+others' readings arrive as usual, and the loop never blocks. A hung thread is not
+restarted: later ticks report that GPU as still busy until the thread returns. The latest
+sample and a short per-GPU history (for sparklines) are kept in memory only.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from . import procs
-from .gpus import GpuProbe, ProbeResult, ProbeStatus
+from .gpus import GpuProbe, GpuReading, ProbeResult, ProbeStatus
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -53,21 +58,25 @@ class HistoryPoint:
     memory_used: int | None
 
 
-def _read(probe: GpuProbe, roots: Roots) -> Sample:
-    started = time.time()
-    t0 = time.perf_counter()
-    result = probe.read()
+Attributed = tuple[GpuReading, dict[int, int | None], dict[int, procs.ProcessInfo]]
+
+
+def _read_device(probe: GpuProbe, index: int, roots: Roots) -> Attributed:
+    reading = probe.read_device(index)
     owners: dict[int, int | None] = {}
     info: dict[int, procs.ProcessInfo] = {}
-    for gpu in result.gpus:
-        for proc in gpu.processes:
-            if proc.pid in owners:
-                continue
-            owner = procs.find_owner(proc.pid, roots)
-            owners[proc.pid] = owner
-            if owner is None:
-                info[proc.pid] = procs.describe(proc.pid)
-    return Sample(result, owners, info, started, time.perf_counter() - t0)
+    for proc in reading.processes:
+        if proc.pid in owners:
+            continue
+        owner = procs.find_owner(proc.pid, roots)
+        owners[proc.pid] = owner
+        if owner is None:
+            info[proc.pid] = procs.describe(proc.pid)
+    return reading, owners, info
+
+
+class _Busy(Exception):
+    """The previous call with this key is still running (it timed out earlier)."""
 
 
 class Sampler:
@@ -97,7 +106,7 @@ class Sampler:
         self.history_len = history
         self._roots = roots
         self._on_sample = on_sample
-        self._inflight: asyncio.Future[Sample] | None = None
+        self._threads: dict[str, asyncio.Future[Any]] = {}  # per call key: the latest call
         self._task: asyncio.Task[None] | None = None
         self.latest: Sample | None = None
         self.history: dict[int, deque[HistoryPoint]] = {}
@@ -107,18 +116,22 @@ class Sampler:
 
     async def sample_once(self) -> Sample:
         """Take one sample now (respecting the deadline) and deliver it."""
-        if self._inflight is not None and not self._inflight.done():
+        started, t0 = time.time(), time.perf_counter()
+        try:
+            inventory = await self._call("inventory", self.probe.inventory)
+        except _Busy:
             sample = self._failed("GPU probe still busy with a read that timed out")
+        except TimeoutError:
+            self.timeouts += 1
+            sample = self._failed(f"GPU probe did not answer within {self.deadline:g} s")
+        except Exception as err:  # a backend bug must not stop sampling
+            log.error("GPU probe failed: %r", err)
+            sample = self._failed(f"GPU probe failed: {err}")
         else:
-            self._inflight = self._start_read()
-            try:
-                sample = await asyncio.wait_for(asyncio.shield(self._inflight), self.deadline)
-            except TimeoutError:
-                self.timeouts += 1
-                sample = self._failed(f"GPU probe did not answer within {self.deadline:g} s")
-            except Exception as err:  # a backend bug must not stop sampling
-                log.error("GPU probe failed: %r", err)
-                sample = self._failed(f"GPU probe failed: {err}")
+            if inventory.status is ProbeStatus.OK:
+                sample = await self._read_devices(inventory, started, t0)
+            else:
+                sample = Sample(inventory, taken_at=started, duration=time.perf_counter() - t0)
         if sample.duration:
             self.reads += 1
             self.read_seconds += sample.duration
@@ -126,31 +139,99 @@ class Sampler:
         self._on_sample(sample)
         return sample
 
-    def _start_read(self) -> asyncio.Future[Sample]:
-        # A daemon thread per read rather than an executor: a read wedged in the driver
+    async def _read_devices(self, inventory: ProbeResult, started: float, t0: float) -> Sample:
+        roots = self._roots()
+        pending: dict[int, asyncio.Future[Attributed]] = {}
+        readings: dict[int, GpuReading] = {}
+        for index in range(inventory.device_count):
+            key = f"gpu{index}"
+            busy = self._threads.get(key)
+            if busy is not None and not busy.done():
+                readings[index] = self._unanswered(index, "still busy with a read that timed out")
+                continue
+            pending[index] = self._start(key, _read_device, self.probe, index, roots)
+        if pending:
+            await asyncio.wait(list(pending.values()), timeout=self.deadline)
+        owners: dict[int, int | None] = {}
+        info: dict[int, procs.ProcessInfo] = {}
+        for index, future in pending.items():
+            if not future.done():
+                self.timeouts += 1
+                readings[index] = self._unanswered(
+                    index, f"did not answer within {self.deadline:g} s"
+                )
+                continue
+            try:
+                reading, dev_owners, dev_info = future.result()
+            except Exception as err:
+                log.error("reading GPU %d failed: %r", index, err)
+                readings[index] = self._unanswered(index, f"read failed: {err}")
+                continue
+            readings[index] = reading
+            owners.update(dev_owners)
+            info.update(dev_info)
+        result = ProbeResult(
+            status=ProbeStatus.OK,
+            gpus=tuple(readings[i] for i in sorted(readings)),
+            backend=inventory.backend,
+            driver_version=inventory.driver_version,
+            device_count=inventory.device_count,
+        )
+        return Sample(result, owners, info, started, time.perf_counter() - t0)
+
+    def _unanswered(self, index: int, why: str) -> GpuReading:
+        """A failed reading for a GPU whose read did not come back (keeps its identity)."""
+        last = None
+        if self.latest is not None:
+            last = next((g for g in self.latest.result.gpus if g.index == index), None)
+        return GpuReading(
+            index=index,
+            uuid=last.uuid if last else "",
+            name=last.name if last else "",
+            memory_total=None,
+            memory_used=None,
+            error=f"GPU {index} {why}",
+            failed=True,
+        )
+
+    async def _call(self, key: str, fn: Callable[[], ProbeResult]) -> ProbeResult:
+        busy = self._threads.get(key)
+        if busy is not None and not busy.done():
+            raise _Busy(key)
+        future = self._start(key, fn)
+        return await asyncio.wait_for(asyncio.shield(future), self.deadline)
+
+    def _start(self, key: str, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        # A daemon thread per call rather than an executor: a call wedged in the driver
         # must not keep the process from exiting (executor threads are joined at exit).
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Sample] = loop.create_future()
-        roots = self._roots()
+        future: asyncio.Future[T] = loop.create_future()
 
-        def deliver(result: Sample | None, error: BaseException | None) -> None:
+        def deliver(result: Any, error: BaseException | None) -> None:
             if future.done():
                 return
-            if error is not None:
-                future.set_exception(error)
-            else:
-                assert result is not None
+            if error is None:
                 future.set_result(result)
+                return
+            future.set_exception(error)
+            # A call that outlived its deadline has nobody awaiting it any more: mark the
+            # error retrieved so asyncio does not log it as lost (sample_once logs it).
+            future.exception()
 
         def work() -> None:
             try:
-                result = _read(self.probe, roots)
+                result = fn(*args)
             except Exception as err:
-                loop.call_soon_threadsafe(deliver, None, err)
+                outcome: tuple[Any, BaseException | None] = (None, err)
             else:
-                loop.call_soon_threadsafe(deliver, result, None)
+                outcome = (result, None)
+            try:
+                loop.call_soon_threadsafe(deliver, *outcome)
+            except RuntimeError:
+                pass  # the loop is gone (engine stopped while this call hung)
 
-        threading.Thread(target=work, name="gpu-probe", daemon=True).start()
+        self._threads[key] = future
+        threading.Thread(target=work, name=f"gpu-probe-{key}", daemon=True).start()
         return future
 
     def _failed(self, message: str) -> Sample:
@@ -187,7 +268,7 @@ class Sampler:
                 pass
             self._task = None
         # Never wait for a hung read: its daemon thread is abandoned.
-        if self._inflight is None or self._inflight.done():
+        if all(f.done() for f in self._threads.values()):
             try:
                 self.probe.close()
             except Exception:

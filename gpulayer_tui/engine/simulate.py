@@ -195,5 +195,18 @@ class SimulatedProbe:
             driver_version="simulated",
         )
 
+    def inventory(self) -> ProbeResult:
+        """The simulated GPUs are always there."""
+        return ProbeResult(
+            status=ProbeStatus.OK,
+            backend=self.backend,
+            driver_version="simulated",
+            device_count=len(self._gpus),
+        )
+
+    def read_device(self, index: int) -> GpuReading:
+        """Read one simulated GPU (the ledger is re-read each time)."""
+        return self.read().gpus[index]
+
     def close(self) -> None:
         """Nothing to release."""
