@@ -75,8 +75,10 @@ class GpulayerApp(App[str]):
         config_file: Path | None = None,
         refresh_interval: float = 0.25,
         health_interval: float = 5.0,
+        cursor_blink: bool = True,
     ) -> None:
         super().__init__()
+        self.cursor_blink = cursor_blink  # read by text inputs; snapshots turn it off
         self.backend = backend
         self.clock = clock
         self.job_store = JobStore()
@@ -242,7 +244,10 @@ class GpulayerApp(App[str]):
 
     @on(SubmitScreen.Submitted)
     def _job_submitted(self, message: SubmitScreen.Submitted) -> None:
-        self.job_store.apply(message.job)
+        # The event stream may already have brought a newer copy (the job may even have
+        # finished): the submit answer only fills in a job we have not heard of yet.
+        if message.job["id"] not in self.job_store.jobs:
+            self.job_store.apply(message.job)
 
     # -- command palette --------------------------------------------------------------------
 
@@ -279,6 +284,7 @@ def build_app(
     theme: str | None = None,
     config_file: Path | None = None,
     refresh_interval: float = 0.25,
+    cursor_blink: bool = True,
 ) -> GpulayerApp:
     """Build the app over ``backend`` (embedded, attached, or a test's fake)."""
     return GpulayerApp(
@@ -287,4 +293,5 @@ def build_app(
         theme=theme,
         config_file=config_file,
         refresh_interval=refresh_interval,
+        cursor_blink=cursor_blink,
     )

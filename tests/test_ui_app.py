@@ -169,10 +169,10 @@ async def test_attaches_to_a_running_serve_and_follows_it(served: Served, paths:
 
 
 def test_help_snapshot(snap_compare: Any) -> None:
-    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW)
+    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
     assert snap_compare(app, press=["question_mark"], terminal_size=(100, 40))
 
 
 def test_quit_dialog_snapshot(snap_compare: Any) -> None:
-    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW)
+    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
     assert snap_compare(app, press=["q"], terminal_size=(100, 30))

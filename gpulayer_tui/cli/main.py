@@ -17,7 +17,7 @@ from .. import __version__
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_ENGINE = 0, 1, 2, 3
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -27,7 +27,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _job_id(text: str) -> int:
+def job_id_arg(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -37,7 +37,7 @@ def _job_id(text: str) -> int:
     return value
 
 
-def _number(text: str) -> float:
+def positive_number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -71,13 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("submit", help="submit a batch job", description="Submit a batch job.")
     p.add_argument("--name")
     p.add_argument("--project")
-    p.add_argument("--gpus", type=_positive_int, help="GPUs needed (0 = CPU pool)")
-    p.add_argument("--vram-gb", type=_number, help="GiB needed on each GPU")
+    p.add_argument("--gpus", type=positive_int, help="GPUs needed (0 = CPU pool)")
+    p.add_argument("--vram-gb", type=positive_number, help="GiB needed on each GPU")
     p.add_argument("--domain", action="append", help="pin to a domain (repeat for a choice)")
     p.add_argument("--exclusive", action="store_true", help="hold every slot of its domains")
     p.add_argument(
         "--after",
-        type=_job_id,
+        type=job_id_arg,
         action="append",
         default=[],
         metavar="ID",
@@ -85,13 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--after-any",
-        type=_job_id,
+        type=job_id_arg,
         action="append",
         default=[],
         metavar="ID",
         help="run after job ID ends, whatever its outcome",
     )
-    p.add_argument("--timeout", type=_number, metavar="SECONDS")
+    p.add_argument("--timeout", type=positive_number, metavar="SECONDS")
     p.add_argument("--priority", type=int, default=0, help="higher starts first (default 0)")
     p.add_argument("--cwd", help="working directory (default: the current one)")
     p.add_argument(
@@ -113,24 +113,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("jobs", help="list jobs")
     p.add_argument("--status", action="append", default=[], help="filter (repeat or a,b)")
-    p.add_argument("--limit", type=_positive_int, default=50)
+    p.add_argument("--limit", type=positive_int, default=50)
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("status", help="show one job (exit 1 if it failed)")
-    p.add_argument("job", type=_job_id)
+    p.add_argument("job", type=job_id_arg)
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("logs", help="print a job's output")
-    p.add_argument("job", type=_job_id)
+    p.add_argument("job", type=job_id_arg)
     p.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
 
     p = sub.add_parser("wait", help="wait for a job; exit 0 only if it completed")
-    p.add_argument("job", type=_job_id)
-    p.add_argument("--timeout", type=_number, metavar="SECONDS")
+    p.add_argument("job", type=job_id_arg)
+    p.add_argument("--timeout", type=positive_number, metavar="SECONDS")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("cancel", help="cancel a job (SIGTERM, then SIGKILL)")
-    p.add_argument("job", type=_job_id)
+    p.add_argument("job", type=job_id_arg)
     p.add_argument("--no-wait", action="store_true", help="return without waiting for the end")
     p.add_argument("--json", action="store_true")
 
@@ -141,10 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
         "becomes a running job, its GPU memory counts as owned, and it can be waited on "
         "and cancelled. Its command is never run again by gpulayer-tui.",
     )
-    p.add_argument("--pid", type=_job_id, required=True, metavar="PID")
+    p.add_argument("--pid", type=job_id_arg, required=True, metavar="PID")
     p.add_argument("--name")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--vram-gb", type=_number, help="declared GiB per GPU")
+    group.add_argument("--vram-gb", type=positive_number, help="declared GiB per GPU")
     group.add_argument("--gpu", action="store_true", help="on the GPUs where it holds memory")
     p.add_argument("--domain", action="append", help="adopt it on this domain (repeatable)")
     p.add_argument("--json", action="store_true")

@@ -65,6 +65,9 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
                 yield Button("Cancel (esc)", id="cancel")
 
     def on_mount(self) -> None:
+        blink = bool(getattr(self.app, "cursor_blink", True))
+        for field in self.query(Input):
+            field.cursor_blink = blink
         self.query_one("#adopt-name", Input).focus()
 
     def _request(self) -> dict[str, Any] | None:

@@ -1,23 +1,259 @@
-"""Jobs: the table of every job, with sort, filter and status filter."""
+"""Jobs: the table of every job, with sort, filter as you type and a status filter."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from textual import on
 from textual.app import ComposeResult
-from textual.binding import BindingType
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.timer import Timer
+from textual.widgets import Footer, Input, Label
 
+from ..backend import BackendError
 from ..widgets.engine_status import EngineStatus
+from ..widgets.job_table import ACTIVE_STATUSES, SORTS, STATUS_FILTERS, JobTable
+from .dialogs import ConfirmScreen
+
+FILTER_DEBOUNCE = 0.15
+"""Seconds of quiet typing before the filter is applied (each apply rebuilds the rows)."""
+
+
+def ask_to_cancel(screen: Screen[Any], job: dict[str, Any]) -> None:
+    """Confirm, then cancel ``job``; the outcome (or the engine's refusal) is a notification.
+
+    The request runs in an app-level worker, so leaving the screen does not abort it.
+    """
+    app: Any = screen.app
+    job_id = int(job["id"])
+    status = job.get("status", "")
+    if status not in ACTIVE_STATUSES:
+        app.notify(f"job {job_id} already {status}", severity="warning")
+        return
+
+    async def cancel() -> None:
+        try:
+            result = await app.backend.cancel(job_id)
+        except BackendError as err:
+            app.notify(str(err), title=f"cancel job {job_id}", severity="error")
+            return
+        if result.get("status") == "cancelled":
+            app.notify(f"job {job_id} cancelled")
+        else:
+            app.notify(f"job {job_id}: stopping (SIGTERM, then SIGKILL)")
+
+    def answered(yes: bool | None) -> None:
+        if yes:
+            app.run_worker(cancel(), group=f"cancel-{job_id}", exclusive=True)
+
+    what = "It has not started yet." if status != "running" else "It gets SIGTERM, then SIGKILL."
+    app.push_screen(
+        ConfirmScreen(
+            f"Cancel job {job_id}?",
+            f"{job.get('name', '')} is {status}. {what}",
+            "Cancel job",
+        ),
+        answered,
+    )
 
 
 class JobsScreen(Screen[None]):
-    """The jobs table (placeholder until the table lands)."""
+    """Every job in a table: ``/`` filters as you type, ``f`` by status, ``o``/``r`` sort."""
 
-    BINDINGS: ClassVar[list[BindingType]] = []
+    DEFAULT_CSS = """
+    JobsScreen #jobs-bar {
+        height: 1;
+        padding: 0 1;
+        background: $surface;
+    }
+    JobsScreen #jobs-view { width: 1fr; }
+    JobsScreen #jobs-count { width: auto; color: $text-muted; }
+    JobsScreen #filter-row {
+        height: 1;
+        display: none;
+        background: $surface;
+    }
+    JobsScreen #filter-row.-open { display: block; }
+    JobsScreen #filter-prompt { width: 3; padding: 0 1; color: $accent; text-style: bold; }
+    JobsScreen #filter {
+        width: 1fr;
+        background: $surface;
+    }
+    JobsScreen #filter:focus { background: $boost; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open_job", "Open"),
+        Binding("c", "cancel_job", "Cancel job"),
+        Binding("slash", "start_filter", "Filter", key_display="/"),
+        Binding("f", "cycle_status(1)", "Status filter"),
+        Binding("F,shift+f", "cycle_status(-1)", "Status filter back", show=False, key_display="F"),
+        Binding("o", "cycle_sort(1)", "Sort"),
+        Binding(
+            "O,shift+o", "cycle_sort(-1)", "Sort by previous column", show=False, key_display="O"
+        ),
+        Binding("r", "reverse_sort", "Reverse sort", show=False),
+        Binding("escape", "clear_filter", "Clear filter", key_display="esc"),
+        Binding("down", "focus_table", "Leave the filter line", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen_version = 0
+        self._filter_timer: Timer | None = None
 
     def compose(self) -> ComposeResult:
         yield EngineStatus("jobs")
-        yield Static("jobs", id="jobs-body")
+        with Horizontal(id="jobs-bar"):
+            yield Label("", id="jobs-view")
+            yield Label("", id="jobs-count")
+        with Horizontal(id="filter-row"):
+            yield Label("/", id="filter-prompt")
+            yield Input(
+                placeholder="filter on id, name, command or message (esc clears)",
+                compact=True,
+                id="filter",
+            )
+        yield JobTable(id="jobs-table")
         yield Footer()
+
+    def on_mount(self) -> None:
+        app: Any = self.app
+        self.query_one("#filter", Input).cursor_blink = getattr(app, "cursor_blink", True)
+        self.watch(app, "jobs_version", self._jobs_changed, init=True)
+        self.query_one(JobTable).focus()
+
+    @property
+    def table(self) -> JobTable:
+        """The jobs table."""
+        return self.query_one(JobTable)
+
+    # -- keeping current --------------------------------------------------------------------
+
+    def _jobs_changed(self, _version: int = 0) -> None:
+        app: Any = self.app
+        self._seen_version = self.table.sync(app.job_store, self._seen_version)
+        self._update_bar()
+
+    def _update_bar(self) -> None:
+        table = self.table
+        parts: list[str | tuple[str, str]] = [
+            ("status ", "$foreground-muted"),
+            (table.status_filter, "bold $accent"),
+            ("   sort ", "$foreground-muted"),
+            (SORTS[table.sort_key][0] + (" ▼" if table.sort_reverse else " ▲"), "bold $accent"),
+        ]
+        if table.filter_text:
+            parts += [("   filter ", "$foreground-muted"), (table.filter_text, "bold $accent")]
+        self.query_one("#jobs-view", Label).update(Content.assemble(*parts))
+        shown, total = table.row_count, table.total_count
+        count = f"{total:,} jobs" if shown == total else f"{shown:,} of {total:,} jobs"
+        self.query_one("#jobs-count", Label).update(count)
+        self.refresh_bindings()  # "clear filters" shows only while filtering
+
+    # -- filtering --------------------------------------------------------------------------
+
+    def action_start_filter(self) -> None:
+        """Show the filter line and type into it."""
+        self.query_one("#filter-row").add_class("-open")
+        self.query_one("#filter", Input).focus()
+        self.refresh_bindings()
+
+    @on(Input.Changed, "#filter")
+    def _filter_typed(self, event: Input.Changed) -> None:
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+        self._filter_timer = self.set_timer(FILTER_DEBOUNCE, self._apply_filter)
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        self._apply_filter()
+        if not event.value.strip():
+            self.query_one("#filter-row").remove_class("-open")
+        self.table.focus()
+
+    def _apply_filter(self) -> None:
+        if self._filter_timer is not None:
+            self._filter_timer.stop()
+            self._filter_timer = None
+        self.table.set_filters(text=self.query_one("#filter", Input).value)
+        self._update_bar()
+
+    def action_clear_filter(self) -> None:
+        """Clear the text filter (or, with none, the status filter); back to the table."""
+        filter_row = self.query_one("#filter-row")
+        filter_input = self.query_one("#filter", Input)
+        if filter_row.has_class("-open") or self.table.filter_text:
+            with filter_input.prevent(Input.Changed):
+                filter_input.value = ""
+            if self._filter_timer is not None:
+                self._filter_timer.stop()
+                self._filter_timer = None
+            filter_row.remove_class("-open")
+            self.table.set_filters(text="")
+        else:
+            self.table.set_filters(status="all")
+        self.table.focus()
+        self._update_bar()
+
+    def action_focus_table(self) -> None:
+        """Leave the filter line for the table (the filter stays)."""
+        self._apply_filter()
+        self.table.focus()
+
+    def action_cycle_status(self, step: int) -> None:
+        """Show the next (or previous) group of statuses."""
+        names = list(STATUS_FILTERS)
+        current = names.index(self.table.status_filter)
+        self.table.set_filters(status=names[(current + step) % len(names)])
+        self._update_bar()
+
+    # -- sorting ----------------------------------------------------------------------------
+
+    def action_cycle_sort(self, step: int = 1) -> None:
+        """Sort by the next (or previous) column: newest, status, name, started, runtime, VRAM."""
+        names = list(SORTS)
+        current = names.index(self.table.sort_key)
+        self.table.set_sort(names[(current + step) % len(names)])
+        self._update_bar()
+
+    def action_reverse_sort(self) -> None:
+        """Reverse the sort order."""
+        self.table.set_sort(self.table.sort_key, not self.table.sort_reverse)
+        self._update_bar()
+
+    # -- acting on a job --------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Offer "clear filters" only while a filter is set."""
+        if action == "clear_filter":
+            table = self.table
+            filtering = bool(table.filter_text) or table.status_filter != "all"
+            return filtering or self.query_one("#filter-row").has_class("-open")
+        return True
+
+    def action_open_job(self) -> None:
+        """Open the job under the cursor."""
+        job_id = self.table.cursor_job_id
+        if job_id is not None:
+            self._open(job_id)
+
+    @on(JobTable.JobChosen)
+    def _job_chosen(self, event: JobTable.JobChosen) -> None:
+        self._open(event.job_id)
+
+    def _open(self, job_id: int) -> None:
+        app: Any = self.app
+        app.open_job(job_id)
+
+    def action_cancel_job(self) -> None:
+        """Cancel the job under the cursor (after a confirmation)."""
+        job_id = self.table.cursor_job_id
+        job = None if job_id is None else self.table.job(job_id)
+        if job is None:
+            self.app.notify("no job selected", severity="warning")
+            return
+        ask_to_cancel(self, job)

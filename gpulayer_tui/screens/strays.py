@@ -51,6 +51,7 @@ class StraysScreen(Screen[None]):
     def on_mount(self) -> None:
         app: Any = self.app
         self.watch(app, "gpu_state", self._refresh, init=True)
+        self.query_one("#pid-input", Input).cursor_blink = bool(getattr(app, "cursor_blink", True))
         self.query_one(StrayTable).focus()
 
     def _refresh(self, _state: object = None) -> None:

@@ -1,20 +1,146 @@
-"""The submit form: the same spec and rules as ``gpulayer-tui submit``."""
+"""The submit form: the same spec and rules as ``gpulayer-tui submit``.
+
+Each field is checked as you type with the CLI's own argument types (so the messages are
+the CLI's) and then against the engine's spec for ranges; what only the engine can judge
+(unknown domain, missing dependency, over capacity) comes back from it and is shown at
+the top of the form.
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
+import shlex
+from collections.abc import Callable
 from typing import Any, ClassVar
 
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.suggester import Suggester
+from textual.widget import Widget
+from textual.widgets import Button, Checkbox, Input, Label, Static
+
+from ..backend import BackendError
+
+# The CLI's argparse types: the form accepts exactly what ``submit`` accepts, with the
+# same messages ("expected a whole number, got 'two'").
+from ..cli.main import job_id_arg, positive_int, positive_number
+from ..engine.spec import SpecError, parse_spec
+
+_FIELDS = ("command", "name", "gpus", "vram", "domain", "after", "timeout", "priority")
+"""Input ids in form order (enter moves along them; enter on the last one submits)."""
+
+_REFUSED_AT_ADMISSION = frozenset({"over_capacity", "dependency_failed"})
+"""Termination reasons of a job the engine ended as it was submitted."""
+
+_SPEC_FIELD = {
+    "command": "command",
+    "shell": "command",
+    "name": "name",
+    "gpus": "gpus",
+    "vram_gb": "vram",
+    "domain": "domain",
+    "depends_on": "after",
+    "timeout": "timeout",
+    "priority": "priority",
+}
+"""Spec field (as named in the engine's messages) -> the input that sets it."""
+
+
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _split_list(text: str) -> list[str]:
+    return [item for item in text.replace(",", " ").split() if item]
+
+
+def _job_ids(text: str) -> list[int]:
+    return [job_id_arg(item) for item in _split_list(text)]
+
+
+def _spec_rule(field: str, value: Any) -> None:
+    """Check one field against the engine's spec (ranges, characters)."""
+    try:
+        parse_spec({"shell": "true", field: value})
+    except SpecError as err:
+        message = str(err).removeprefix(f"{field}: ").replace("Input should be", "must be")
+        raise argparse.ArgumentTypeError(message) from None
+
+
+class _ListSuggester(Suggester):
+    """Completes the last item of a comma-separated list from known names."""
+
+    def __init__(self, names: Callable[[], list[str]]) -> None:
+        super().__init__(use_cache=False, case_sensitive=True)
+        self._names = names
+
+    async def get_suggestion(self, value: str) -> str | None:
+        head, sep, last = value.rpartition(",")
+        prefix = head + sep + (" " if sep and last.startswith(" ") else "")
+        stem = last.strip()
+        if not stem:
+            return None
+        for name in self._names():
+            if name.startswith(stem) and name != stem:
+                return prefix + name
+        return None
 
 
 class SubmitScreen(ModalScreen[dict[str, Any] | None]):
-    """New job form (placeholder until the form lands)."""
+    """The new-job form: validated as you type, submitted to the engine in a worker.
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "Cancel")]
+    Dismisses with the accepted job, or None when cancelled. A job the engine accepted but
+    failed at once (over capacity) keeps the form open with the engine's message.
+    """
+
+    DEFAULT_CSS = """
+    SubmitScreen #form-error {
+        display: none;
+        height: auto;
+        color: $error;
+        border-left: thick $error;
+        padding: 0 1;
+        margin-bottom: 1;
+    }
+    SubmitScreen #form-error.-shown { display: block; }
+    SubmitScreen #form-error.-busy { color: $text-muted; border-left: thick $primary; }
+    SubmitScreen .field { height: auto; }
+    SubmitScreen .field-row { height: 1; margin-top: 1; }
+    SubmitScreen #command-field .field-row { margin-top: 0; }
+    SubmitScreen .field-label { width: 14; color: $text-muted; }
+    SubmitScreen .field-row Input {
+        width: 1fr;
+        background: $panel;
+        padding: 0 1;
+    }
+    SubmitScreen .field-row Input:focus { background: $primary 30%; }
+    SubmitScreen .field-row Input.-invalid { background: $error 30%; }
+    SubmitScreen .field-row Input.-invalid:focus { background: $error 45%; }
+    SubmitScreen .field-row Input.short { width: 12; }
+    SubmitScreen .field-hint { width: 1fr; color: $text-muted; padding: 0 0 0 2; }
+    SubmitScreen .field-error {
+        display: none;
+        height: auto;
+        margin-left: 14;
+        color: $error;
+    }
+    SubmitScreen .field-error.-shown { display: block; }
+    SubmitScreen .option-row { height: 1; margin-left: 14; }
+    SubmitScreen .buttons Static { width: 1fr; color: $text-muted; padding-top: 1; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+s", "submit", "Submit", priority=True),
+        Binding("escape", "cancel", "Cancel", key_display="esc"),
+    ]
 
     class Submitted(Message):
         """A job was accepted by the engine (it may have failed over capacity)."""
@@ -22,6 +148,303 @@ class SubmitScreen(ModalScreen[dict[str, Any] | None]):
         def __init__(self, job: dict[str, Any]) -> None:
             super().__init__()
             self.job = job
+            """The job as the engine returned it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._busy = False
+
+    # -- layout -----------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Static("new job", classes="dialog")
+        with VerticalScroll(classes="dialog", id="submit-dialog"):
+            yield Label("New job", classes="dialog-title")
+            yield Static("", id="form-error")
+            yield self._field(
+                "Command",
+                Input(placeholder="python train.py --epochs 10", id="command"),
+            )
+            with Horizontal(classes="option-row"):
+                yield Checkbox("run without a shell (split into argv)", id="no-shell", compact=True)
+            yield self._field("Name", Input(placeholder="default: the program's name", id="name"))
+            yield self._field(
+                "GPUs",
+                Input(placeholder="auto", id="gpus", classes="short"),
+                "0 = CPU job · empty: 1 if VRAM set",
+            )
+            yield self._field(
+                "VRAM GiB",
+                Input(placeholder="-", id="vram", classes="short"),
+                "needed on each GPU",
+            )
+            yield self._field(
+                "Domain",
+                Input(
+                    placeholder="any",
+                    id="domain",
+                    suggester=_ListSuggester(self._domain_names),
+                ),
+                "",
+                hint_id="domain-hint",
+            )
+            yield self._field(
+                "Depends on",
+                Input(placeholder="job ids, e.g. 12, 13", id="after"),
+            )
+            with Horizontal(classes="option-row"):
+                yield Checkbox(
+                    "run even if they fail or are cancelled",
+                    id="after-any",
+                    compact=True,
+                )
+            yield self._field(
+                "Timeout s",
+                Input(placeholder="none", id="timeout", classes="short"),
+                "seconds of running, then SIGTERM",
+            )
+            yield self._field(
+                "Priority",
+                Input(placeholder="0", id="priority", classes="short"),
+                "higher starts first",
+            )
+            with Horizontal(classes="buttons"):
+                yield Static("ctrl+s submit · esc cancel")
+                yield Button("Submit", id="submit", variant="primary")
+                yield Button("Cancel", id="cancel")
+
+    @staticmethod
+    def _field(
+        label: str, field: Input, hint: str | None = None, hint_id: str | None = None
+    ) -> Widget:
+        field.compact = True
+        # Validation is ours (see _problem); Input's own would clear -invalid on blur.
+        field.validate_on = set()
+        row: list[Widget] = [Label(label, classes="field-label"), field]
+        if hint is not None:
+            row.append(Label(hint, classes="field-hint", id=hint_id))
+        return Vertical(
+            Horizontal(*row, classes="field-row"),
+            Label("", classes="field-error", id=f"{field.id}-error"),
+            classes="field",
+            id=f"{field.id}-field",
+        )
+
+    def on_mount(self) -> None:
+        blink = bool(getattr(self.app, "cursor_blink", True))
+        for field in self.query(Input):
+            field.cursor_blink = blink
+        names = self._domain_names()
+        if names:
+            self.query_one("#domain-hint", Label).update(", ".join(names))
+        self.query_one("#command", Input).focus()
+
+    def _domain_names(self) -> list[str]:
+        state = getattr(self.app, "gpu_state", None) or {}
+        return [str(d["name"]) for d in state.get("domains", []) if d.get("name")]
+
+    # -- validation -------------------------------------------------------------------------
+
+    def _value(self, field_id: str) -> str:
+        return self.query_one(f"#{field_id}", Input).value.strip()
+
+    def _checked(self, checkbox_id: str) -> bool:
+        return self.query_one(f"#{checkbox_id}", Checkbox).value
+
+    def _problem(self, field_id: str) -> str:
+        """What is wrong with one field ("" when nothing)."""
+        text = self._value(field_id)
+        try:
+            if field_id == "command":
+                if not text:
+                    return "a command is needed"
+                if self._checked("no-shell"):
+                    try:
+                        words = shlex.split(text)
+                    except ValueError as err:
+                        return f"cannot split into words: {err}"
+                    _spec_rule("command", words)
+                else:
+                    _spec_rule("shell", text)
+            elif not text:
+                return ""
+            elif field_id == "name":
+                _spec_rule("name", text)
+            elif field_id == "gpus":
+                _spec_rule("gpus", positive_int(text))
+            elif field_id == "vram":
+                vram = positive_number(text)
+                _spec_rule("vram_gb", vram)
+                gpus = self._value("gpus")
+                if gpus.isdigit() and int(gpus) == 0:
+                    return "VRAM is per GPU, but GPUs is 0 (a CPU job)"
+            elif field_id == "domain":
+                if not _split_list(text):
+                    return "name a domain, or leave it empty"
+            elif field_id == "after":
+                _job_ids(text)
+            elif field_id == "timeout":
+                _spec_rule("timeout", positive_number(text))
+            elif field_id == "priority":
+                _spec_rule("priority", _whole_number(text))
+        except argparse.ArgumentTypeError as err:
+            return str(err)
+        return ""
+
+    def _show_problem(self, field_id: str, problem: str) -> None:
+        field = self.query_one(f"#{field_id}", Input)
+        field.set_class(bool(problem), "-invalid")
+        label = self.query_one(f"#{field_id}-error", Label)
+        label.update(problem)
+        label.set_class(bool(problem), "-shown")
+
+    def _check(self, field_id: str, *, empty_is_fine: bool = False) -> bool:
+        problem = self._problem(field_id)
+        if empty_is_fine and not self._value(field_id):
+            problem = ""
+        self._show_problem(field_id, problem)
+        return not problem
+
+    @on(Input.Changed)
+    def _typed(self, event: Input.Changed) -> None:
+        field_id = event.input.id or ""
+        if field_id not in _FIELDS:
+            return
+        # An empty command is only an error once the user tries to submit.
+        self._check(field_id, empty_is_fine=field_id == "command")
+        if field_id == "gpus":
+            self._check("vram")
+        self._show_form_message("")
+
+    @on(Checkbox.Changed, "#no-shell")
+    def _shell_toggled(self, event: Checkbox.Changed) -> None:
+        self._check("command", empty_is_fine=True)
+
+    # -- the spec ---------------------------------------------------------------------------
+
+    def build_spec(self) -> dict[str, Any]:
+        """The spec the form describes, built like the CLI's ``submit`` builds it.
+
+        Raises:
+            argparse.ArgumentTypeError: A field does not parse (validate first).
+        """
+        spec: dict[str, Any] = {}
+        command = self._value("command")
+        if self._checked("no-shell"):
+            spec["command"] = shlex.split(command)
+        else:
+            spec["shell"] = command
+        if name := self._value("name"):
+            spec["name"] = name
+        if gpus := self._value("gpus"):
+            spec["gpus"] = positive_int(gpus)
+        if vram := self._value("vram"):
+            spec["vram_gb"] = positive_number(vram)
+        domains = _split_list(self._value("domain"))
+        if domains:
+            spec["domain"] = domains[0] if len(domains) == 1 else domains
+        ids = _job_ids(self._value("after"))
+        if ids:
+            any_exit = self._checked("after-any")
+            spec["depends_on"] = [{"job": i, "any_exit": True} for i in ids] if any_exit else ids
+        if timeout := self._value("timeout"):
+            spec["timeout"] = positive_number(timeout)
+        if (priority := self._value("priority")) and _whole_number(priority):
+            spec["priority"] = _whole_number(priority)
+        spec["cwd"] = os.getcwd()
+        env = dict(os.environ)
+        if env:
+            spec["env"] = env
+        return spec
+
+    # -- submitting -------------------------------------------------------------------------
+
+    def action_submit(self) -> None:
+        """Validate every field, then send the job to the engine."""
+        if self._busy:
+            return
+        bad = [f for f in _FIELDS if not self._check(f)]
+        if bad:
+            self.query_one(f"#{bad[0]}", Input).focus()
+            self._show_form_message("fix the fields marked in red")
+            return
+        self._submit(self.build_spec())
+
+    @work(exclusive=True, group="submit")
+    async def _submit(self, spec: dict[str, Any]) -> None:
+        app: Any = self.app
+        self._set_busy(True)
+        try:
+            job = await app.backend.submit(spec)
+        except BackendError as err:
+            self._engine_refused(str(err))
+            return
+        finally:
+            self._set_busy(False)
+        self.post_message(self.Submitted(job))
+        job_id, status = job["id"], job.get("status", "")
+        reason = job.get("termination_reason")
+        if reason not in _REFUSED_AT_ADMISSION:
+            # Queued or running; or a quick command that already ended on its own.
+            app.notify(f"job {job_id} {status}")
+            self.dismiss(job)
+            return
+        # Accepted, but the engine ended it at admission (it can never fit, or a
+        # dependency already failed): the job is in the table; keep the form so the
+        # request can be fixed.
+        message = job.get("message") or status
+        self._show_form_message(f"job {job_id} {status} ({reason}): {message}")
+        app.notify(message, title=f"job {job_id} {status}", severity="error")
+
+    def _engine_refused(self, message: str) -> None:
+        self._show_form_message(message)
+        field_id = _SPEC_FIELD.get(message.split(":", 1)[0].strip())
+        if field_id is not None:
+            self.query_one(f"#{field_id}", Input).add_class("-invalid")
+            self.query_one(f"#{field_id}", Input).focus()
+
+    def _set_busy(self, busy: bool) -> None:
+        self._busy = busy
+        self.query_one("#submit", Button).disabled = busy
+        if busy:
+            self._show_form_message("submitting…", busy=True)
+        else:
+            self.query_one("#form-error").remove_class("-busy")
+
+    def _show_form_message(self, message: str, *, busy: bool = False) -> None:
+        box = self.query_one("#form-error", Static)
+        box.update(message)
+        box.set_class(bool(message), "-shown")
+        box.set_class(busy, "-busy")
+
+    @property
+    def form_message(self) -> str:
+        """The message at the top of the form (the engine's, or a summary)."""
+        box = self.query_one("#form-error", Static)
+        return str(box.content) if box.has_class("-shown") else ""
+
+    # -- keys -------------------------------------------------------------------------------
+
+    @on(Input.Submitted)
+    def _enter(self, event: Input.Submitted) -> None:
+        field_id = event.input.id or ""
+        if field_id not in _FIELDS:
+            return
+        event.stop()
+        if field_id == _FIELDS[-1]:
+            self.action_submit()
+        else:
+            # The next field, not the next widget: enter must not land on a checkbox
+            # (where the next enter would toggle it).
+            self.query_one(f"#{_FIELDS[_FIELDS.index(field_id) + 1]}", Input).focus()
+
+    @on(Button.Pressed, "#submit")
+    def _submit_pressed(self) -> None:
+        self.action_submit()
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel_pressed(self) -> None:
+        self.action_cancel()
+
+    def action_cancel(self) -> None:
+        """Close the form without submitting."""
+        self.dismiss(None)

@@ -1,0 +1,704 @@
+"""The jobs table: one row per job, keyed by id, updated in place from the job store.
+
+Built for a long history (10,000 jobs and more):
+
+* :meth:`JobTable.sync` touches only the jobs the store reports as changed: a changed
+  cell is updated in place, a new job is added, and the rows are re-sorted only when a row
+  was added or a sort key moved. Nothing is cleared and re-added on a change.
+* Cells are light objects that format their job only when drawn (the table caches what
+  it drew); columns have set widths, so adding 10,000 rows formats and measures
+  nothing, and rows are added in one batch.
+* Colours come from component classes, looked up when a cell is drawn, so switching the
+  theme recolours every row without touching one.
+* Filtering (text and status) rebuilds the rows that match; the screen debounces typing.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from rich.console import Console, ConsoleOptions
+from rich.style import Style
+from rich.text import Text
+from textual import events, on
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.widgets import DataTable
+from textual.widgets.data_table import (
+    CellDoesNotExist,
+    Column,
+    ColumnKey,
+    DuplicateKey,
+    Row,
+    RowDoesNotExist,
+    RowKey,
+)
+
+from ..formatting import duration
+from ..job_store import JobStore
+
+ACTIVE_STATUSES = frozenset({"pending", "queued", "running"})
+
+STATUS_FILTERS: dict[str, frozenset[str] | None] = {
+    "all": None,
+    "active": ACTIVE_STATUSES,
+    "queued": frozenset({"pending", "queued"}),
+    "running": frozenset({"running"}),
+    "failed": frozenset({"failed", "orphaned"}),
+    "completed": frozenset({"completed"}),
+    "cancelled": frozenset({"cancelled"}),
+}
+"""The status filter's choices, in the order ``f`` cycles through them."""
+
+SORTS: dict[str, tuple[str, bool]] = {
+    "id": ("newest", True),
+    "status": ("status", False),
+    "name": ("name", False),
+    "started": ("started", True),
+    "runtime": ("runtime", True),
+    "vram": ("VRAM", True),
+}
+"""Sort keys: column key -> (label, whether it starts descending), in cycling order."""
+
+# Where each status sorts when sorting by status: what needs attention first.
+_STATUS_RANK = {
+    "running": 0,
+    "queued": 1,
+    "pending": 2,
+    "failed": 3,
+    "orphaned": 4,
+    "cancelled": 5,
+    "completed": 6,
+}
+
+_KILL_AFTER = re.compile(r"SIGKILL after [0-9.]+ s")
+
+# Termination reasons that the message already says (no prefix needed).
+_UNSPOKEN_REASONS = frozenset({"exit_code", "cancelled"})
+
+# Beyond this many rows leaving the table in one sync, rebuilding is cheaper than
+# removing them one at a time (each removal renumbers every row).
+_REMOVE_IN_PLACE_LIMIT = 64
+# Likewise for changed rows: each in-place update touches every cell of its row.
+_UPDATE_IN_PLACE_LIMIT = 2_000
+
+Justify = Literal["left", "right"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    key: str
+    label: str
+    width: int  # 0: the flexible message column
+    justify: Justify = "left"
+
+
+_COLUMNS = (
+    _Column("id", "ID", 5, "right"),
+    _Column("name", "NAME", 16),
+    _Column("kind", "KIND", 7),
+    _Column("status", "STATUS", 9),
+    _Column("message", "REASON / MESSAGE", 0),
+    _Column("domains", "DOMAINS", 9),
+    _Column("gpus", "GPUS", 4, "right"),
+    _Column("vram", "VRAM", 5, "right"),
+    _Column("started", "STARTED", 8),
+    _Column("runtime", "RUNTIME", 7, "right"),
+    _Column("exit", "EXIT", 4, "right"),
+)
+_BY_KEY = {c.key: c for c in _COLUMNS}
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    min_width: int
+    hidden: frozenset[str]
+    name_width: int
+
+
+# Narrower terminals drop the columns that matter least (the detail view has them all)
+# and keep the message column readable: it says why a job waits or how it ended.
+_LAYOUTS = (
+    _Layout(130, frozenset(), 16),
+    _Layout(100, frozenset({"kind", "started"}), 14),
+    _Layout(0, frozenset({"kind", "domains", "vram", "started", "exit"}), 12),
+)
+_MIN_MESSAGE_WIDTH = 16
+
+Parts = tuple[tuple[str, str], ...]
+"""A cell's text as (text, component class or "") pieces."""
+
+
+class _Cell:
+    """One cell of a job's row, drawn from the job when it is drawn.
+
+    Nothing is formatted until the table draws the cell (and the table caches what it
+    drew), so adding 10,000 rows costs one small object per cell. Colours come from the
+    table's component classes at that moment, so a theme switch recolours every row.
+    ``str(cell)`` is the cell's plain text. There is no ``__rich_measure__`` on purpose:
+    every column has a set width, and a cell that cannot be measured costs DataTable
+    nothing when rows arrive.
+    """
+
+    __slots__ = ("job", "key", "table")
+
+    def __init__(self, table: JobTable, job: dict[str, Any], key: str) -> None:
+        self.table = table
+        self.job = job
+        self.key = key
+
+    def __str__(self) -> str:
+        return "".join(text for text, _ in self.table.cell_parts(self.job, self.key))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
+        table = self.table
+        text = Text(no_wrap=True, overflow="ellipsis", justify=_BY_KEY[self.key].justify, end="")
+        for part, component in table.cell_parts(self.job, self.key):
+            text.append(part, table.component_style(component) if component else None)
+        yield text
+
+
+def _job_spec(job: dict[str, Any]) -> dict[str, Any]:
+    spec = job.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def command_text(job: dict[str, Any]) -> str:
+    """The job's command as one line (argv joined, or the shell line)."""
+    spec = _job_spec(job)
+    command = spec.get("command")
+    if command:
+        return " ".join(str(word) for word in command)
+    return str(spec.get("shell") or "")
+
+
+def gpus_text(job: dict[str, Any]) -> str:
+    """Assigned GPU indices (``0,1``), else the requested count (times sign, 2), else empty."""
+    if job.get("gpus"):
+        return ",".join(str(g) for g in job["gpus"])
+    wanted = _job_spec(job).get("gpus")
+    return f"\N{MULTIPLICATION SIGN}{wanted}" if wanted else ""
+
+
+def vram_text(job: dict[str, Any]) -> str:
+    """GiB per GPU from the spec (``20``, ``0.5``), or empty."""
+    vram = _job_spec(job).get("vram_gb")
+    return "" if vram is None else f"{vram:g}"
+
+
+def runtime_seconds(job: dict[str, Any], now: float) -> float | None:
+    """Seconds from start to end (or to ``now`` while it runs); None if it never started."""
+    started = job.get("started_at")
+    if not started:
+        return None
+    return max(0.0, float(job.get("ended_at") or now) - float(started))
+
+
+def started_text(started: float | None, now: float) -> str:
+    """Local ``HH:MM:SS`` if it started on ``now``'s day, else the date."""
+    if not started:
+        return ""
+    when = time.localtime(started)
+    today = time.localtime(now)
+    if when[:3] == today[:3]:
+        return time.strftime("%H:%M:%S", when)
+    if when.tm_year == today.tm_year:
+        return time.strftime("%b %d", when)
+    return time.strftime("%y-%m-%d", when)
+
+
+def reason_prefix(job: dict[str, Any]) -> str:
+    """The termination reason, when the message does not already say it."""
+    reason = job.get("termination_reason")
+    if not reason or reason in _UNSPOKEN_REASONS:
+        return ""
+    return str(reason).replace("_", " ")
+
+
+class JobTable(DataTable[Any]):
+    """Every job, one row each (keyed by job id), with sort, text filter and status filter.
+
+    Feed it with :meth:`sync` whenever the job store changed; select a row (enter or a
+    click) to post :class:`JobTable.JobChosen`.
+    """
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "jobtable--pending",
+        "jobtable--queued",
+        "jobtable--running",
+        "jobtable--completed",
+        "jobtable--failed",
+        "jobtable--cancelled",
+        "jobtable--orphaned",
+        "jobtable--reason",
+        "jobtable--muted",
+    }
+
+    DEFAULT_CSS = """
+    JobTable {
+        height: 1fr;
+        max-height: 100%;
+        scrollbar-gutter: stable;
+        background: $surface;
+    }
+    JobTable > .jobtable--pending { color: $text-muted; }
+    JobTable > .jobtable--queued { color: $warning; }
+    JobTable > .jobtable--running { color: $primary; text-style: bold; }
+    JobTable > .jobtable--completed { color: $success; }
+    JobTable > .jobtable--failed { color: $error; text-style: bold; }
+    JobTable > .jobtable--cancelled { color: $text-muted; text-style: italic; }
+    JobTable > .jobtable--orphaned { color: $error; text-style: italic; }
+    JobTable > .jobtable--reason { color: $accent; }
+    JobTable > .jobtable--muted { color: $text-muted; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("g,home", "scroll_top", "First job", show=False),
+        Binding("G,shift+g,end", "scroll_bottom", "Last job", show=False),
+    ]
+
+    _column_order: tuple[int, list[Column]] | None = None
+    """Cache of :attr:`ordered_columns` (a class default: DataTable asks during __init__)."""
+
+    class JobChosen(Message):
+        """The user chose a job (enter or click on its row)."""
+
+        def __init__(self, job_id: int) -> None:
+            super().__init__()
+            self.job_id = job_id
+            """The chosen job's id."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] | None = None,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(
+            cursor_type="row",
+            zebra_stripes=True,
+            cell_padding=1,
+            name=name,
+            id=id,
+            classes=classes,
+        )
+        self._clock = clock
+        self._jobs: dict[int, dict[str, Any]] = {}
+        """Every job the table knows (shown or filtered out)."""
+        self._shown: set[int] = set()
+        """Jobs with a row in the table."""
+        self._haystack: dict[int, str] = {}
+        self._running_ids: set[int] = set()
+        self._filter_text = ""
+        self._status_filter = "all"
+        self._sort_key = "id"
+        self._sort_reverse = True
+        self._layout = _LAYOUTS[0]
+        self._message_width = 40
+
+    # -- public state -----------------------------------------------------------------------
+
+    @property
+    def filter_text(self) -> str:
+        """The text filter (matched case-insensitively on id, name, command, message)."""
+        return self._filter_text
+
+    @property
+    def status_filter(self) -> str:
+        """The status filter: a key of :data:`STATUS_FILTERS`."""
+        return self._status_filter
+
+    @property
+    def sort_key(self) -> str:
+        """The sort column: a key of :data:`SORTS`."""
+        return self._sort_key
+
+    @property
+    def sort_reverse(self) -> bool:
+        """True when sorted descending."""
+        return self._sort_reverse
+
+    @property
+    def total_count(self) -> int:
+        """Jobs known, shown or not."""
+        return len(self._jobs)
+
+    @property
+    def cursor_job_id(self) -> int | None:
+        """The job under the cursor (None when the table is empty)."""
+        if not self.row_count:
+            return None
+        try:
+            row_key, _ = self.coordinate_to_cell_key(self.cursor_coordinate)
+        except CellDoesNotExist:  # the cursor can briefly point past a shrinking table
+            return None
+        return None if row_key.value is None else int(row_key.value)
+
+    def job(self, job_id: int) -> dict[str, Any] | None:
+        """The latest copy of one job the table knows."""
+        return self._jobs.get(job_id)
+
+    def component_style(self, component: str) -> Style:
+        """The Rich style of one of our component classes (for cells as they are drawn).
+
+        Colours are resolved against the table's background (``$text-muted`` is a
+        translucent colour), but the background itself is left to the row, so zebra
+        stripes and the cursor still show.
+        """
+        style = self.get_component_rich_style(component)
+        return style.without_color + Style(color=style.color)
+
+    # -- feeding ----------------------------------------------------------------------------
+
+    def sync(self, job_store: JobStore, since_version: int) -> int:
+        """Apply what changed in ``job_store`` after ``since_version`` (0: everything).
+
+        Returns:
+            The store's version now (pass it back next time).
+        """
+        changed = job_store.changed_since(since_version)
+        store_jobs: dict[int, dict[str, Any]] = job_store.jobs
+        gone: list[int] = []
+        if (
+            since_version <= 0
+            or len(changed) >= len(store_jobs)
+            or len(self._jobs) > len(store_jobs)
+        ):
+            # A (re)load replaced the store: drop the jobs it no longer has.
+            gone = [job_id for job_id in self._jobs if job_id not in store_jobs]
+        if not changed and not gone:
+            return int(job_store.version)
+        self.apply_jobs((store_jobs[i] for i in changed if i in store_jobs), removed=gone)
+        return int(job_store.version)
+
+    def apply_jobs(self, jobs: Iterable[dict[str, Any]], removed: Iterable[int] = ()) -> None:
+        """Take new copies of ``jobs`` (added or updated) and drop the ``removed`` ids."""
+        now = self._now()
+        cursor_job = self.cursor_job_id
+        was_empty = self.row_count == 0
+        jobs = list(jobs)
+        to_add: list[dict[str, Any]] = []
+        to_remove: list[int] = []
+        resort = False
+        for job_id in removed:
+            self._forget(job_id)
+            if job_id in self._shown:
+                to_remove.append(job_id)
+        if len(jobs) > _UPDATE_IN_PLACE_LIMIT and not was_empty:
+            # A reload (the event stream was cut): starting over is cheaper.
+            for job in jobs:
+                self._remember(job)
+            self._rebuild(cursor_job)
+            return
+        for job in jobs:
+            job_id = job["id"]
+            old = self._jobs.get(job_id)
+            self._remember(job)
+            if not self._matches(job):
+                if job_id in self._shown:
+                    to_remove.append(job_id)
+                continue
+            if job_id not in self._shown:
+                to_add.append(job)
+                continue
+            self._update_row(job)
+            if old is not None and self._sort_value(old, now) != self._sort_value(job, now):
+                resort = True
+        if len(to_remove) > _REMOVE_IN_PLACE_LIMIT:
+            self._rebuild(cursor_job)
+            return
+        for job_id in to_remove:
+            self._remove_row(job_id)
+        if to_add:
+            if was_empty and not to_remove:
+                # A first load: add the rows in order and skip the sort.
+                to_add.sort(key=lambda j: self._sort_value(j, now), reverse=self._sort_reverse)
+                resort = False
+            else:
+                resort = True
+            self._add_rows(to_add)
+        if resort:
+            self._sort(now)
+        self._restore_cursor(cursor_job)
+
+    def set_filters(self, text: str | None = None, status: str | None = None) -> None:
+        """Change the text and/or status filter; rebuilds the rows that match."""
+        new_text = self._filter_text if text is None else text.strip()
+        new_status = self._status_filter if status is None else status
+        if new_status not in STATUS_FILTERS:
+            raise ValueError(f"unknown status filter {new_status!r}")
+        if (new_text, new_status) == (self._filter_text, self._status_filter):
+            return
+        self._filter_text = new_text
+        self._status_filter = new_status
+        self._rebuild(self.cursor_job_id)
+
+    def set_sort(self, key: str, reverse: bool | None = None) -> None:
+        """Sort by ``key`` (a key of :data:`SORTS`); ``reverse`` defaults to the key's own."""
+        if key not in SORTS:
+            raise ValueError(f"unknown sort {key!r}")
+        self._sort_key = key
+        self._sort_reverse = SORTS[key][1] if reverse is None else reverse
+        cursor_job = self.cursor_job_id
+        self._update_labels()
+        self._sort(self._now())
+        self._restore_cursor(cursor_job)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self._add_columns()
+        self.set_interval(1.0, self._tick_runtimes)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit_columns(event.size.width)
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self.post_message(self.JobChosen(int(event.row_key.value)))
+
+    # -- rows -------------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        clock = self._clock or getattr(self.app, "clock", None) or time.time
+        return float(clock())
+
+    def _remember(self, job: dict[str, Any]) -> None:
+        job_id = job["id"]
+        self._jobs[job_id] = job
+        self._haystack[job_id] = "\n".join(
+            (str(job_id), str(job.get("name", "")), command_text(job), str(job.get("message", "")))
+        ).lower()
+        if job.get("status") == "running":
+            self._running_ids.add(job_id)
+        else:
+            self._running_ids.discard(job_id)
+
+    def _forget(self, job_id: int) -> None:
+        self._jobs.pop(job_id, None)
+        self._haystack.pop(job_id, None)
+        self._running_ids.discard(job_id)
+
+    def _matches(self, job: dict[str, Any]) -> bool:
+        statuses = STATUS_FILTERS[self._status_filter]
+        if statuses is not None and job.get("status") not in statuses:
+            return False
+        if self._filter_text:
+            return self._filter_text.lower() in self._haystack.get(job["id"], "")
+        return True
+
+    def cell_parts(self, job: dict[str, Any], key: str) -> Parts:
+        """What the ``key`` column shows for ``job``, in styled pieces."""
+        if key == "id":
+            return ((str(job["id"]), ""),)
+        if key == "name":
+            return ((str(job.get("name", "")), ""),)
+        if key == "kind":
+            return ((str(job.get("kind", "")), "jobtable--muted"),)
+        if key == "status":
+            status = str(job.get("status", ""))
+            return ((status, f"jobtable--{status}"),)
+        if key == "message":
+            message = " ".join(str(job.get("message") or "").split())
+            if job.get("kill_at") and job.get("status") == "running":
+                # Being stopped: count down to the SIGKILL (refreshed every second).
+                left = max(0.0, float(job["kill_at"]) - self._now())
+                message = _KILL_AFTER.sub(f"SIGKILL in {left:.0f} s", message)
+            muted = "jobtable--muted" if job.get("status") == "completed" else ""
+            prefix = reason_prefix(job)
+            if not prefix:
+                return ((message, muted),)
+            return ((prefix, "jobtable--reason"), (" · " if message else "", ""), (message, muted))
+        if key == "domains":
+            return ((",".join(job.get("domains") or []), ""),)
+        if key == "gpus":
+            return ((gpus_text(job), ""),)
+        if key == "vram":
+            return ((vram_text(job), ""),)
+        if key == "started":
+            return ((started_text(job.get("started_at"), self._now()), ""),)
+        if key == "runtime":
+            runtime = runtime_seconds(job, self._now())
+            return (("" if runtime is None else duration(runtime), ""),)
+        if key == "exit":
+            code = job.get("exit_code")
+            return (("" if code is None else str(code), "" if code == 0 else "jobtable--reason"),)
+        raise KeyError(key)
+
+    def _visible_columns(self) -> list[_Column]:
+        return [c for c in _COLUMNS if c.key not in self._layout.hidden]
+
+    def _width(self, column: _Column) -> int:
+        if column.key == "name":
+            return self._layout.name_width
+        return column.width or self._message_width
+
+    def _add_rows(self, jobs: list[dict[str, Any]]) -> None:
+        """Add ``jobs`` at the bottom, in the order given."""
+        keys = [c.key for c in self._visible_columns()]
+        self._shown.update(job["id"] for job in jobs)
+        self._append_rows([(str(job["id"]), [_Cell(self, job, k) for k in keys]) for job in jobs])
+
+    def _append_rows(self, rows: list[tuple[str, list[_Cell]]]) -> None:
+        """Add rows at the bottom in one go.
+
+        This does per row what :meth:`DataTable.add_row` does (cells, row metadata and
+        location), but moves the cursor, bumps the update counter and schedules the idle
+        re-layout once for the whole batch instead of once a row: that bookkeeping is most
+        of the cost of loading 10,000 rows. Rows are not queued for measuring, as every
+        column has a set width and every row is one line high.
+        """
+        if not rows:
+            return
+        was_empty = self.row_count == 0
+        keys = [column.key for column in self.ordered_columns]
+        locations = self._row_locations
+        data = self._data
+        metadata = self.rows
+        index = len(metadata)
+        for key, cells in rows:
+            row_key = RowKey(key)
+            if row_key in locations:
+                raise DuplicateKey(f"The row key {row_key!r} already exists.")
+            locations[row_key] = index
+            data[row_key] = dict(zip(keys, cells, strict=True))
+            metadata[row_key] = Row(row_key, 1)
+            index += 1
+        self._require_update_dimensions = True
+        self._update_count += 1
+        self.cursor_coordinate = self.cursor_coordinate
+        if was_empty and self.show_cursor:
+            self._highlight_cursor()
+        self.check_idle()
+        self.refresh()
+
+    def _update_row(self, job: dict[str, Any]) -> None:
+        row_key = str(job["id"])
+        for column in self._visible_columns():
+            self.update_cell(row_key, column.key, _Cell(self, job, column.key))
+
+    def _remove_row(self, job_id: int) -> None:
+        self._shown.discard(job_id)
+        try:
+            self.remove_row(str(job_id))
+        except RowDoesNotExist:
+            pass
+
+    def _rebuild(self, cursor_job: int | None) -> None:
+        now = self._now()
+        self.clear()
+        self._shown.clear()
+        jobs = [job for job in self._jobs.values() if self._matches(job)]
+        jobs.sort(key=lambda j: self._sort_value(j, now), reverse=self._sort_reverse)
+        self._add_rows(jobs)
+        self._restore_cursor(cursor_job)
+
+    def _restore_cursor(self, job_id: int | None) -> None:
+        if job_id is None or job_id not in self._shown:
+            return
+        index = self.get_row_index(str(job_id))
+        if index != self.cursor_row:
+            self.move_cursor(row=index)
+
+    def _tick_runtimes(self) -> None:
+        """Running jobs' runtimes grow: redraw those cells, if they are on screen.
+
+        Any cell update makes DataTable redraw every visible row, so off-screen rows wait
+        for the tick after they scroll into view.
+        """
+        if not self._running_ids:
+            return
+        runtime_shown = "runtime" not in self._layout.hidden
+        top = int(self.scroll_y)
+        bottom = top + self.size.height
+        for job_id in self._running_ids & self._shown:
+            if top <= self.get_row_index(str(job_id)) <= bottom:
+                job = self._jobs[job_id]
+                if runtime_shown:
+                    self.update_cell(str(job_id), "runtime", _Cell(self, job, "runtime"))
+                if job.get("kill_at"):
+                    self.update_cell(str(job_id), "message", _Cell(self, job, "message"))
+
+    # -- sorting ----------------------------------------------------------------------------
+
+    def _sort_value(self, job: dict[str, Any], now: float) -> tuple[Any, ...]:
+        key = self._sort_key
+        job_id = job["id"]
+        if key == "status":
+            return (_STATUS_RANK.get(job.get("status", ""), 9), -job_id)
+        if key == "name":
+            return (str(job.get("name", "")).lower(), -job_id)
+        if key == "started":
+            return (job.get("started_at") or 0.0, job_id)
+        if key == "runtime":
+            return (runtime_seconds(job, now) or 0.0, job_id)
+        if key == "vram":
+            return (_job_spec(job).get("vram_gb") or 0.0, job_id)
+        return (job_id,)
+
+    def _sort(self, now: float) -> None:
+        def key(cell: _Cell) -> tuple[Any, ...]:
+            return self._sort_value(cell.job, now)
+
+        self.sort("id", key=key, reverse=self._sort_reverse)
+
+    # -- columns ----------------------------------------------------------------------------
+
+    @property
+    def ordered_columns(self) -> list[Column]:
+        """The columns in display order (cached: DataTable asks twice per added row)."""
+        # Columns change only in _add_columns (after a clear); the count keys the cache.
+        cached = self._column_order
+        if cached is None or cached[0] != len(self.columns):
+            cached = self._column_order = (len(self.columns), super().ordered_columns)
+        return cached[1]
+
+    def _label(self, column: _Column) -> Text:
+        label = column.label
+        if column.key == self._sort_key:
+            label += " ▼" if self._sort_reverse else " ▲"
+        return Text(label, justify=column.justify, no_wrap=True, overflow="ellipsis")
+
+    def _add_columns(self) -> None:
+        for column in self._visible_columns():
+            self.add_column(self._label(column), width=self._width(column), key=column.key)
+        self._column_order = None
+
+    def _update_labels(self) -> None:
+        for column in self._visible_columns():
+            self.columns[ColumnKey(column.key)].label = self._label(column)
+
+    def _fit_columns(self, width: int) -> None:
+        """Choose the columns for this width and give the message column what is left."""
+        layout = next(layout for layout in _LAYOUTS if width >= layout.min_width)
+        visible = [c for c in _COLUMNS if c.key not in layout.hidden]
+        fixed = sum(layout.name_width if c.key == "name" else c.width for c in visible)
+        padding = 2 * self.cell_padding * len(visible)
+        gutter = self.styles.scrollbar_size_vertical
+        message_width = max(_MIN_MESSAGE_WIDTH, width - gutter - fixed - padding)
+        if layout != self._layout:
+            self._layout = layout
+            self._message_width = message_width
+            cursor_job = self.cursor_job_id
+            self.clear(columns=True)
+            self._add_columns()
+            self._rebuild(cursor_job)
+            return
+        if message_width != self._message_width:
+            self._message_width = message_width
+            column = self.columns.get(ColumnKey("message"))
+            if column is not None:
+                column.width = message_width
+                # DataTable has no public way to resize a column: ask it to recompute
+                # its virtual size on idle, as it does after adding rows.
+                self._require_update_dimensions = True
+                self.check_idle()
+                self.refresh()

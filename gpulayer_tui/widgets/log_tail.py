@@ -1,0 +1,94 @@
+"""A job's output as it grows: raw bytes in, complete lines shown, progress bars kept tidy."""
+
+from __future__ import annotations
+
+import codecs
+import re
+
+from textual.reactive import reactive
+from textual.widgets import Log
+
+# CSI and OSC escape sequences (colours, cursor moves, titles) and the C0 controls other
+# than tab; the log shows plain text.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def clean_line(line: str) -> str:
+    """What a terminal would end up showing for one line of output.
+
+    A carriage return (progress bars) restarts the line, so only the text after the
+    last one is kept; escape sequences and other control characters are dropped.
+    """
+    if "\r" in line:
+        line = line.rstrip("\r").rsplit("\r", 1)[-1]
+    return _CONTROLS.sub("", _ESCAPES.sub("", line))
+
+
+class LogTail(Log):
+    """The tail of a job's output, fed in raw chunks with :meth:`feed`.
+
+    Complete lines go into the log. The unfinished last line (a progress bar redrawn with
+    carriage returns, a prompt) is shown in the border subtitle until its newline arrives,
+    or until :meth:`finish` says no more output will come.
+    """
+
+    DEFAULT_CSS = """
+    LogTail {
+        height: 1fr;
+        border: round $panel-lighten-2;
+        border-title-color: $foreground;
+        border-subtitle-color: $text-muted;
+        background: $surface;
+        padding: 0 1;
+        overflow: auto auto;
+    }
+    LogTail:focus {
+        border: round $primary;
+    }
+    """
+
+    follow: reactive[bool] = reactive(True)
+    """Scroll to the newest line as output arrives."""
+
+    def __init__(
+        self,
+        *,
+        max_lines: int | None = 10_000,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(max_lines=max_lines, auto_scroll=True, id=id, classes=classes)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._partial = ""
+        self.bytes_read = 0
+        """Bytes fed so far (the offset to read from next)."""
+
+    @property
+    def partial_line(self) -> str:
+        """The unfinished last line, as shown."""
+        return clean_line(self._partial)
+
+    def feed(self, data: bytes) -> None:
+        """Take the next chunk of raw output."""
+        if not data:
+            return
+        self.bytes_read += len(data)
+        text = self._partial + self._decoder.decode(data)
+        *complete, self._partial = text.replace("\r\n", "\n").split("\n")
+        if complete:
+            self.write_lines([clean_line(line) for line in complete], scroll_end=self.follow)
+        self.border_subtitle = self.partial_line
+
+    def finish(self) -> None:
+        """No more output will come: show the unfinished last line, if any."""
+        rest = self._partial + self._decoder.decode(b"", final=True)
+        self._partial = ""
+        if rest:
+            self.write_line(clean_line(rest), scroll_end=self.follow)
+        self.border_subtitle = ""
+
+    def watch_follow(self, follow: bool) -> None:
+        self.auto_scroll = follow
+        if follow:
+            self.scroll_end(animate=False)

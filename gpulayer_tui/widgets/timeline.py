@@ -1,0 +1,133 @@
+"""A job's timeline: every stored transition with its time, status, reason and message."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from collections.abc import Callable
+from typing import Any
+
+from textual.content import Content
+from textual.widget import Widget
+
+STATUS_STYLES: dict[str, str] = {
+    "pending": "$foreground-muted",
+    "queued": "$warning",
+    "running": "bold $primary",
+    "completed": "$success",
+    "failed": "bold $error",
+    "cancelled": "italic $foreground-muted",
+    "orphaned": "italic $error",
+}
+"""How a status is drawn (theme variables only); the job detail view uses it too."""
+
+_STATUS_WIDTH = max(len(s) for s in STATUS_STYLES)
+
+
+def clock_time(at: float, now: float) -> str:
+    """Local ``HH:MM:SS`` on ``now``'s day, else ``Mon DD HH:MM:SS``."""
+    when = time.localtime(at)
+    if when[:3] == time.localtime(now)[:3]:
+        return time.strftime("%H:%M:%S", when)
+    return time.strftime("%b %d %H:%M:%S", when)
+
+
+def gap_text(seconds: float) -> str:
+    """Time since the previous event: ``+0.4s``, ``+12s``, ``+20m00s``, ``+3h05m``."""
+    if seconds < 10:
+        return f"+{seconds:.1f}s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"+{whole}s"
+    if whole < 3600:
+        return f"+{whole // 60}m{whole % 60:02d}s"
+    return f"+{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+class Timeline(Widget):
+    """The transitions of one job, oldest first.
+
+    ``07:30:00  +20m00s  running    running on gpu0``: local time, time since the
+    previous event, status, then the termination reason (when there is one) and the
+    message, wrapped under itself so the first columns stay readable.
+    """
+
+    DEFAULT_CSS = """
+    Timeline {
+        width: 1fr;
+        height: auto;
+        padding: 0 1;
+        color: $foreground;
+    }
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(id=id, classes=classes)
+        self._clock = clock
+        self._events: list[dict[str, Any]] = []
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """The events shown, oldest first."""
+        return list(self._events)
+
+    def set_events(self, events: list[dict[str, Any]]) -> None:
+        """Show ``events`` (the API's ``{"at", "kind", "status", "reason", "message"}``)."""
+        self._events = sorted(events, key=lambda e: e.get("at") or 0.0)
+        self.refresh(layout=True)
+
+    def _now(self) -> float:
+        clock = self._clock or getattr(self.app, "clock", None) or time.time
+        return float(clock())
+
+    def render(self) -> Content:
+        """One block per event, the message wrapped to the width we have."""
+        if not self._events:
+            return Content.styled("no events yet", "$foreground-muted")
+        now = self._now()
+        width = max(20, self.content_region.width or self.size.width or 80)
+        lines: list[Content] = []
+        previous: float | None = None
+        for event in self._events:
+            at = float(event.get("at") or 0.0)
+            status = str(event.get("status") or event.get("kind") or "")
+            gap = "" if previous is None else gap_text(max(0.0, at - previous))
+            previous = at
+            head = Content.assemble(
+                (clock_time(at, now), "$foreground-muted"),
+                "  ",
+                (gap.rjust(7), "$foreground-muted"),
+                "  ",
+                (status.ljust(_STATUS_WIDTH), STATUS_STYLES.get(status, "")),
+                "  ",
+            )
+            lines.extend(self._event_lines(head, event, width))
+        return Content("\n").join(lines)
+
+    @staticmethod
+    def _event_lines(head: Content, event: dict[str, Any], width: int) -> list[Content]:
+        reason = event.get("reason")
+        status = event.get("status")
+        message = " ".join(str(event.get("message") or "").split())
+        if not message and event.get("kind") == "job.submitted":
+            message = "submitted"
+        reason_text = str(reason).replace("_", " ") if reason and reason != status else ""
+        text = f"{reason_text} · {message}" if reason_text and message else reason_text or message
+        indent = head.cell_length
+        wrapped = textwrap.wrap(text, max(10, width - indent), break_on_hyphens=False) or [""]
+        out = []
+        for number, line in enumerate(wrapped):
+            parts: list[str | tuple[str, str]] = []
+            if number == 0 and reason_text:
+                # The reason leads the first line, in its own colour.
+                parts = [(line[: len(reason_text)], "$accent"), line[len(reason_text) :]]
+            else:
+                parts = [line]
+            out.append(Content.assemble(head if number == 0 else " " * indent, *parts))
+        return out

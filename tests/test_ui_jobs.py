@@ -1,0 +1,490 @@
+"""Jobs UI: the table, the detail view, the submit form and cancelling.
+
+Pilot tests drive the real app over a real embedded engine on simulated GPUs; the
+10,000-row test feeds a JobTable directly; snapshots use the fixed StaticBackend data.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from textual.app import App, ComposeResult
+from textual.pilot import Pilot
+from textual.widgets import Input, Label
+
+from gpulayer_tui.job_store import JobStore
+from gpulayer_tui.screens.dialogs import ConfirmScreen
+from gpulayer_tui.screens.job_detail import JobDetailScreen
+from gpulayer_tui.screens.jobs import JobsScreen
+from gpulayer_tui.screens.submit import SubmitScreen
+from gpulayer_tui.widgets.job_table import JobTable
+from gpulayer_tui.widgets.log_tail import LogTail
+from gpulayer_tui.widgets.timeline import Timeline
+from tests.conftest import pid_gone
+from tests.ui_support import FIXED_NOW, StaticBackend
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Local times in cells and timelines are UTC, so snapshots match on any machine."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+async def until(
+    pilot: Pilot[Any], predicate: Callable[[], Any], what: str, timeout: float = 10.0
+) -> Any:
+    """Let the app run until ``predicate()`` is truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def table_of(app: App[Any]) -> JobTable:
+    screen = app.screen
+    assert isinstance(screen, JobsScreen), screen
+    return screen.query_one(JobTable)
+
+
+def cell(table: JobTable, job_id: int, column: str) -> str:
+    return str(table.get_cell(str(job_id), column))
+
+
+def status_of(table: JobTable, job_id: int) -> str | None:
+    try:
+        return cell(table, job_id, "status")
+    except Exception:
+        return None
+
+
+def spec(shell: str, **extra: Any) -> dict[str, Any]:
+    return {"shell": shell, "cwd": os.getcwd(), **extra}
+
+
+async def type_text(pilot: Pilot[Any], text: str) -> None:
+    await pilot.press(*text)
+
+
+async def open_form(pilot: Pilot[Any]) -> SubmitScreen:
+    await pilot.press("n")
+    screen = await until(
+        pilot, lambda: isinstance(pilot.app.screen, SubmitScreen) and pilot.app.screen, "form"
+    )
+    assert isinstance(screen, SubmitScreen)
+    return screen
+
+
+async def fill(pilot: Pilot[Any], form: SubmitScreen, field: str, text: str) -> None:
+    form.query_one(f"#{field}", Input).focus()
+    await pilot.pause()
+    await type_text(pilot, text)
+
+
+async def clear(pilot: Pilot[Any], form: SubmitScreen, field: str) -> None:
+    form.query_one(f"#{field}", Input).focus()
+    await pilot.press("end", "ctrl+u")
+
+
+def field_error(form: SubmitScreen, field: str) -> str:
+    label = form.query_one(f"#{field}-error", Label)
+    return str(label.content) if label.has_class("-shown") else ""
+
+
+# -- with the real engine -------------------------------------------------------------------
+
+
+async def test_submit_through_the_form_then_follow_it_to_completed(embedded_app: Any) -> None:
+    app = await embedded_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("j")
+        form = await open_form(pilot)
+        await type_text(pilot, "echo hello-from-form")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the form to close")
+        table = table_of(app)
+        job_id = await until(pilot, lambda: table.cursor_job_id, "the new row")
+        assert cell(table, job_id, "name") == "echo"
+        await until(pilot, lambda: status_of(table, job_id) == "completed", "completed row")
+        assert cell(table, job_id, "exit") == "0"
+        assert form.is_attached is False
+
+        await pilot.press("g", "enter")
+        detail = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
+        )
+        assert detail.job_id == job_id
+        log = detail.query_one(LogTail)
+        await until(pilot, lambda: "hello-from-form" in log.lines, "the log line")
+        timeline = detail.query_one(Timeline)
+        await until(
+            pilot,
+            lambda: [e["status"] for e in timeline.events][-1:] == ["completed"],
+            "the completed transition",
+        )
+        statuses = [e["status"] for e in timeline.events]
+        assert statuses[0] == "pending" and "running" in statuses
+        await until(pilot, lambda: "complete" in str(log.border_title), "the drained log")
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "back to the table")
+
+
+async def test_cancel_from_the_table_and_from_the_detail(embedded_app: Any) -> None:
+    app = await embedded_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        first = await app.backend.submit(spec("sleep 600", name="sleeper-1", gpus=0))
+        second = await app.backend.submit(spec("sleep 600", name="sleeper-2", gpus=0))
+        await pilot.press("j")
+        table = table_of(app)
+        for job in (first, second):
+            await until(pilot, lambda job=job: status_of(table, job["id"]) == "running", "running")
+        pid = app.job_store.jobs[first["id"]]["pid"]
+        second_pid = app.job_store.jobs[second["id"]]["pid"]
+        assert pid and second_pid and not pid_gone(pid)
+
+        # Newest first: the second job is on top; go down to the first one.
+        await pilot.press("g", "down")
+        assert table.cursor_job_id == first["id"]
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "confirm")
+        await pilot.press("y")
+        await until(pilot, lambda: status_of(table, first["id"]) == "cancelled", "cancelled row")
+        await until(pilot, lambda: pid_gone(pid), "the process to go", timeout=15)
+        assert table.cursor_job_id == first["id"]
+
+        # From the detail view: c, then y.
+        await pilot.press("g", "enter")
+        detail = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
+        )
+        assert detail.job_id == second["id"]
+        await until(pilot, lambda: detail.job is not None, "the job to load")
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "confirm")
+        await pilot.press("y")
+        await until(
+            pilot,
+            lambda: detail.job is not None and detail.job["status"] == "cancelled",
+            "the detail to show cancelled",
+            timeout=15,
+        )
+        await pilot.press("escape")
+        await until(pilot, lambda: status_of(table, second["id"]) == "cancelled", "row update")
+        await until(pilot, lambda: pid_gone(second_pid), "the second process to go")
+
+        # Cancelling an ended job is refused politely: no dialog.
+        await pilot.press("c")
+        await pilot.pause()
+        assert isinstance(app.screen, JobsScreen)
+
+
+async def test_filter_as_you_type_and_by_status(embedded_app: Any) -> None:
+    app = await embedded_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        ids = {}
+        for name, shell in (
+            ("alpha-train", "true"),
+            ("beta-eval", "true"),
+            ("gamma-train", "true"),
+            ("delta", "exit 3"),
+        ):
+            ids[name] = (await app.backend.submit(spec(shell, name=name, gpus=0)))["id"]
+        await pilot.press("j")
+        screen = app.screen
+        table = table_of(app)
+        await until(
+            pilot,
+            lambda: (
+                table.row_count == 4
+                and {status_of(table, i) for i in ids.values()} == {"completed", "failed"}
+            ),
+            "four ended rows",
+        )
+
+        await pilot.press("slash")
+        assert isinstance(app.focused, Input)
+        await type_text(pilot, "train")
+        await until(pilot, lambda: table.row_count == 2, "the text filter")
+        shown = {table.get_row_at(i)[0].__str__() for i in range(table.row_count)}
+        assert shown == {str(ids["alpha-train"]), str(ids["gamma-train"])}
+        assert "2 of 4 jobs" in str(screen.query_one("#jobs-count", Label).content)
+
+        # By id, too, and escape clears and returns to the table.
+        await pilot.press(*["backspace"] * 5)
+        await type_text(pilot, str(ids["delta"]))
+        await until(pilot, lambda: table.row_count == 1, "the id filter")
+        await pilot.press("escape")
+        await until(pilot, lambda: table.row_count == 4, "the cleared filter")
+        assert app.focused is table
+        assert not screen.query_one("#filter-row").has_class("-open")
+
+        # f cycles all -> active -> queued -> running -> failed.
+        await pilot.press("f")
+        assert table.status_filter == "active" and table.row_count == 0
+        await pilot.press("f", "f", "f")
+        assert table.status_filter == "failed"
+        assert table.row_count == 1 and table.cursor_job_id == ids["delta"]
+        await pilot.press("f")
+        assert table.status_filter == "completed" and table.row_count == 3
+        await pilot.press("F")
+        assert table.status_filter == "failed"
+
+        # Escape clears the text first, then (pressed again) the status filter.
+        await pilot.press("slash")
+        await type_text(pilot, "zzz")
+        await until(pilot, lambda: table.row_count == 0, "no match")
+        await pilot.press("escape")
+        assert (table.status_filter, table.filter_text, table.row_count) == ("failed", "", 1)
+
+        # o cycles the sort, r reverses it.
+        await pilot.press("escape", "o", "o")
+        assert table.sort_key == "name" and not table.sort_reverse
+        assert cell(table, int(str(table.get_row_at(0)[0])), "name") == "alpha-train"
+        await pilot.press("r")
+        assert cell(table, int(str(table.get_row_at(0)[0])), "name") == "gamma-train"
+        await pilot.press("O")
+        assert table.sort_key == "status"
+
+
+async def test_over_capacity_shows_the_engines_message(embedded_app: Any) -> None:
+    app = await embedded_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("j")
+        form = await open_form(pilot)
+        await type_text(pilot, "python big.py")
+        await fill(pilot, form, "gpus", "3")
+        await pilot.press("ctrl+s")
+        message = "requested 3 GPUs, but this machine has 2"
+        await until(pilot, lambda: message in form.form_message, "the engine's message")
+        assert app.screen is form
+        assert "over_capacity" in form.form_message
+
+        await pilot.press("escape")
+        table = table_of(app)
+        job_id = await until(pilot, lambda: table.cursor_job_id, "the failed row")
+        await until(pilot, lambda: status_of(table, job_id) == "failed", "the failed row")
+        assert message in cell(table, job_id, "message")
+        assert "over capacity" in cell(table, job_id, "message")
+
+
+async def test_inline_validation_and_engine_errors_submit_nothing(embedded_app: Any) -> None:
+    app = await embedded_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("j")
+        form = await open_form(pilot)
+
+        # As you type, with the CLI's own messages.
+        await fill(pilot, form, "gpus", "two")
+        assert field_error(form, "gpus") == "expected a whole number, got 'two'"
+        assert form.query_one("#gpus", Input).has_class("-invalid")
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert field_error(form, "command") == "a command is needed"
+        assert app.focused is form.query_one("#command", Input)
+        await clear(pilot, form, "gpus")
+        assert field_error(form, "gpus") == ""
+        await fill(pilot, form, "vram", "-1")
+        assert field_error(form, "vram") == "must be greater than 0, got -1"
+        await clear(pilot, form, "vram")
+        await fill(pilot, form, "after", "1, x")
+        assert field_error(form, "after") == "a job id is a number, got 'x'"
+        await clear(pilot, form, "after")
+        await fill(pilot, form, "gpus", "0")
+        await fill(pilot, form, "vram", "8")
+        assert field_error(form, "vram") == "VRAM is per GPU, but GPUs is 0 (a CPU job)"
+        await clear(pilot, form, "vram")
+        await clear(pilot, form, "gpus")
+
+        # What only the engine knows comes back at the top of the form.
+        await fill(pilot, form, "command", "true")
+        await fill(pilot, form, "after", "999")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: "depends_on: no job 999" in form.form_message, "the refusal")
+        assert form.query_one("#after", Input).has_class("-invalid")
+        await clear(pilot, form, "after")
+        await fill(pilot, form, "domain", "gpu9")
+        # Enter moves to the next field (domain, depends on, timeout, priority), then submits.
+        await pilot.press("enter", "enter", "enter", "enter")
+        await until(
+            pilot, lambda: "domain: unknown domain 'gpu9'" in form.form_message, "the refusal"
+        )
+        assert app.screen is form
+        assert await app.backend.jobs() == []
+
+
+# -- 10,000 rows, no engine -----------------------------------------------------------------
+
+
+def _job(job_id: int, status: str = "completed") -> dict[str, Any]:
+    running = status == "running"
+    return {
+        "id": job_id,
+        "name": f"sweep-{job_id}",
+        "kind": "command",
+        "status": status,
+        "termination_reason": None if running else "exit_code",
+        "exit_code": None if running else 0,
+        "message": "running on gpu0" if running else "exited with code 0",
+        "domains": ["gpu0"],
+        "gpus": [0],
+        "priority": 0,
+        "pid": None,
+        "created_at": FIXED_NOW - 20_000 + job_id,
+        "queued_at": FIXED_NOW - 20_000 + job_id,
+        "started_at": FIXED_NOW - 20_000 + job_id,
+        "ended_at": None if running else FIXED_NOW - 19_000 + job_id,
+        "owner_uid": 1000,
+        "spec": {"shell": f"python sweep.py --seed {job_id}", "vram_gb": 8},
+    }
+
+
+class _TableApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield JobTable(clock=lambda: FIXED_NOW)
+
+
+async def test_ten_thousand_rows_load_and_update_in_place() -> None:
+    store = JobStore()
+    store.load([_job(i) for i in range(10_000, 0, -1)])
+    app = _TableApp()
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = app.query_one(JobTable)
+        version = table.sync(store, 0)
+        await pilot.pause()
+        assert table.row_count == 10_000
+        assert str(table.get_row_at(0)[0]) == "10000"  # newest first
+        assert str(table.get_row_at(9_999)[0]) == "1"
+        assert cell(table, 4321, "name") == "sweep-4321"
+        assert cell(table, 4321, "status") == "completed"
+        assert cell(table, 4321, "vram") == "8"
+        assert cell(table, 4321, "runtime") == "16m40s"
+
+        await pilot.press("down", "down")
+        assert table.cursor_job_id == 9_998
+        for job_id in range(1, 10_001, 20):  # 500 changes
+            store.apply(_job(job_id, "running"))
+        store.apply(_job(10_001, "running"))  # and one new job
+        version = table.sync(store, version)
+        await pilot.pause()
+        assert table.row_count == 10_001
+        assert str(table.get_row_at(0)[0]) == "10001"
+        assert table.cursor_job_id == 9_998  # the cursor stayed on its job
+        assert cell(table, 4321, "status") == "running"
+        assert cell(table, 4321, "runtime") == "4h21m"  # 15,679 s by the app clock
+        assert cell(table, 4322, "status") == "completed"
+
+        table.set_filters(status="running")
+        assert table.row_count == 501
+        assert table.sync(store, version) == version
+        table.set_filters(status="all")
+
+        # A reload (after the event stream was cut) replaces everything.
+        store.load([_job(i) for i in range(9_000, 0, -1)])
+        table.sync(store, version)
+        await pilot.pause()
+        assert table.row_count == table.total_count == 9_000
+        assert str(table.get_row_at(0)[0]) == "9000"
+        assert cell(table, 4321, "status") == "completed"
+
+
+class _LogApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield LogTail()
+
+
+async def test_log_tail_shows_lines_like_a_terminal_would() -> None:
+    app = _LogApp()
+    async with app.run_test() as pilot:
+        log = app.query_one(LogTail)
+        snowman = "☃".encode()
+        chunks = [
+            b"\x1b[32mok\x1b[0m\r\nstep 1\rstep 2\rstep 3\n10%|#",
+            b"\r50%|#####",
+            b"\r100%\ndone " + snowman[:1],  # a character split across reads
+            snowman[1:] + b"\nno newline",
+        ]
+        log.feed(chunks[0])
+        log.feed(chunks[1])
+        await pilot.pause()
+        assert list(log.lines[:2]) == ["ok", "step 3"]
+        assert log.partial_line == "50%|#####"  # the live progress line, in the subtitle
+        assert str(log.border_subtitle) == "50%|#####"
+        log.feed(chunks[2])
+        log.feed(chunks[3])
+        log.finish()
+        assert list(log.lines) == ["ok", "step 3", "100%", "done ☃", "no newline"]
+        assert log.bytes_read == sum(len(c) for c in chunks)
+
+
+# -- snapshots (fixed data, fixed clock) ----------------------------------------------------
+
+
+def _static_app() -> Any:
+    from gpulayer_tui.app import build_app
+
+    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW)
+    app.cursor_blink = False  # read by the form and the filter line
+    return app
+
+
+async def _show_jobs(pilot: Pilot[Any]) -> None:
+    await pilot.press("j")
+    await until(pilot, lambda: table_of(pilot.app).row_count == 10, "rows")
+
+
+def _open_detail(down: int) -> Callable[[Pilot[Any]], Any]:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await _show_jobs(pilot)
+        await pilot.press(*["down"] * down, "enter")
+        screen = await until(
+            pilot,
+            lambda: isinstance(pilot.app.screen, JobDetailScreen) and pilot.app.screen,
+            "detail",
+        )
+        await until(pilot, lambda: screen.job is not None, "the job")
+        await until(pilot, lambda: screen.query_one(Timeline).events, "the timeline")
+        if screen.job_id == 10:
+            await until(pilot, lambda: screen.query_one(LogTail).line_count == 2, "log lines")
+
+    return run_before
+
+
+def test_snapshot_jobs_table(snap_compare: Any) -> None:
+    assert snap_compare(_static_app(), terminal_size=(140, 30), run_before=_show_jobs)
+
+
+def test_snapshot_jobs_table_narrow(snap_compare: Any) -> None:
+    assert snap_compare(_static_app(), terminal_size=(80, 24), run_before=_show_jobs)
+
+
+def test_snapshot_job_detail_running_with_output(snap_compare: Any) -> None:
+    # Rows: 14 13 12 11 10 ...: job 10 is four down.
+    assert snap_compare(_static_app(), terminal_size=(140, 40), run_before=_open_detail(4))
+
+
+def test_snapshot_job_detail_over_capacity(snap_compare: Any) -> None:
+    assert snap_compare(_static_app(), terminal_size=(140, 40), run_before=_open_detail(5))
+
+
+def test_snapshot_submit_form_with_an_error(snap_compare: Any) -> None:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await _show_jobs(pilot)
+        form = await open_form(pilot)
+        await type_text(pilot, "python train.py --epochs 10")
+        await fill(pilot, form, "gpus", "two")
+        await until(pilot, lambda: field_error(form, "gpus"), "the error")
+
+    assert snap_compare(_static_app(), terminal_size=(100, 40), run_before=run_before)
