@@ -93,6 +93,12 @@ class GpulayerApp(App[str]):
         for item in themes.THEMES:
             self.register_theme(item)
 
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        """Our extra variables for every theme, Textual's built-in ones included."""
+        defaults = super().get_theme_variable_defaults()
+        defaults.update(themes.DARK.variables)
+        return defaults
+
     # -- start-up ---------------------------------------------------------------------------
 
     async def on_mount(self) -> None:

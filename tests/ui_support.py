@@ -66,6 +66,8 @@ def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
                     "job_id": None,
                     "user": "ben",
                     "command": "python notebook_kernel.py",
+                    "start_ticks": 123456,
+                    "started_at": FIXED_NOW - 2 * 3600 - 300,
                 }
             )
             unregistered_total += foreign

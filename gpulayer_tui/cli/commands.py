@@ -16,6 +16,7 @@ from .format import format_gpus, format_job, format_jobs, table
 from .main import EXIT_FAILED, EXIT_NO_ENGINE, EXIT_OK, EXIT_USAGE
 
 NOT_COMPLETED = {"failed", "cancelled", "orphaned"}
+REFUSED = {"over_capacity", "dependency_failed", "launch_failed"}
 
 
 def _print_json(data: Any) -> None:
@@ -83,7 +84,9 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     else:
         for job in jobs:
             print(job["id"])
-    failed = [j for j in jobs if j["status"] in NOT_COMPLETED]
+    # Only a job the engine would not run is a failed submission; one that already ran
+    # and ended (fast jobs can, before this call returns) is an ordinary outcome.
+    failed = [j for j in jobs if j["termination_reason"] in REFUSED]
     for job in failed:
         _error(f"job {job['id']} {job['status']} ({job['termination_reason']}): {job['message']}")
     return EXIT_FAILED if failed else EXIT_OK

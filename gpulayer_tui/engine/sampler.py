@@ -37,7 +37,7 @@ class Sample:
     Attributes:
         result: What the probe returned.
         owners: GPU pid -> owning job id (``None``: not ours).
-        info: User and command of pids that are not ours.
+        info: User, command and start time of every GPU pid.
         taken_at: Epoch seconds at the start of the read.
         duration: Seconds the read took.
     """
@@ -68,10 +68,9 @@ def _read_device(probe: GpuProbe, index: int, roots: Roots) -> Attributed:
     for proc in reading.processes:
         if proc.pid in owners:
             continue
-        owner = procs.find_owner(proc.pid, roots)
-        owners[proc.pid] = owner
-        if owner is None:
-            info[proc.pid] = procs.describe(proc.pid)
+        owners[proc.pid] = procs.find_owner(proc.pid, roots)
+        # Users and commands of job processes too: the process table shows every one.
+        info[proc.pid] = procs.describe(proc.pid)
     return reading, owners, info
 
 

@@ -1,23 +1,290 @@
-"""Dashboard: one panel per domain, a summary line and the GPU process table."""
+"""Dashboard: one panel per domain, a summary line and the GPU process table.
+
+The layout follows the terminal: panel columns from the width (1 under 100 cells, 2 under
+160, up to 4 wider) and panel density from the height, so the process table always keeps
+room. With many GPUs on a small terminal the panels become one line each, like nvitop's
+rows; ``v`` overrides the automatic choice.
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import math
+from dataclasses import replace
+from typing import Any, ClassVar
 
+from textual import on
 from textual.app import ComposeResult
-from textual.binding import BindingType
+from textual.binding import Binding, BindingType
+from textual.containers import ScrollableContainer
+from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ..widgets.engine_status import EngineStatus
+from ..widgets.gpu_panel import GpuPanel
+from ..widgets.memory_bar import BAR_CHAR
+from ..widgets.process_table import ProcessRow, ProcessTable, rows_from_state
+from ..widgets.summary_line import SummaryLine
+
+DENSITY_CYCLE: tuple[str | None, ...] = (None, "full", "compact", "row")
+"""What ``v`` cycles through; ``None`` is automatic."""
+
+TABLE_MIN_LINES = 8
+"""Lines the process table keeps (title, header, six rows) when choosing the density."""
+
+
+def grid_columns(width: int, panels: int) -> int:
+    """Panel columns for a terminal ``width`` cells wide, balanced over the rows."""
+    most = 1 if width < 100 else 2 if width < 160 else 4
+    if panels <= 1:
+        return 1
+    rows = math.ceil(panels / most)
+    return math.ceil(panels / rows)
+
+
+def full_height(graph_height: int) -> int:
+    """Lines of a ``full`` panel: border, stats, memory bar and figures, two graphs."""
+    return 2 + 1 + 2 + 2 * graph_height
+
+
+def choose_density(panels: int, columns: int, lines: int) -> tuple[str, int]:
+    """``(density, graph_height)`` for ``panels`` GPUs in ``columns`` with ``lines`` to spare."""
+    rows = math.ceil(panels / columns)
+    for graph_height in (4, 3, 2, 1):
+        if rows * full_height(graph_height) <= lines:
+            return "full", graph_height
+    if rows * 4 - 1 <= lines:
+        return "compact", 1
+    return "row", 1
 
 
 class DashboardScreen(Screen[None]):
-    """The GPU dashboard (placeholder until the panels land)."""
+    """The GPU dashboard: summary, per-GPU panels, the CPU pool and every GPU process."""
 
-    BINDINGS: ClassVar[list[BindingType]] = []
+    BINDINGS: ClassVar[list[BindingType]] = [
+        # < > and o as in htop/nvitop; s is the app's (Strays), so it is not used here.
+        Binding("greater_than_sign", "sort(1)", "Sort", key_display=">"),  # help: next column
+        Binding("less_than_sign", "sort(-1)", "Sort: previous column", key_display="<", show=False),
+        Binding("o", "reverse_sort", "Reverse sort", show=False),
+        Binding("v", "cycle_density", "Panel view (auto/full/compact/rows)", show=False),
+        Binding("enter", "open_job", "Open the process's job", show=False),
+    ]
+
+    AUTO_FOCUS = "ProcessTable"
+
+    DEFAULT_CSS = """
+    DashboardScreen {
+        & #gpu-grid {
+            layout: grid;
+            grid-size: 1;
+            grid-gutter: 0 1;
+            height: auto;
+            overflow-y: auto;
+            scrollbar-size-vertical: 1;
+            &.-compact { grid-gutter: 1 1; }
+            &.-empty { display: none; }
+        }
+        & #gpu-head { display: none; height: 1; padding: 0 1; }
+        & #gpu-grid.-row #gpu-head { display: block; }
+        & #cpu-pool { height: 1; padding: 0 1; }
+    }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._panels: dict[str, GpuPanel] = {}
+        self._density_override: str | None = None
+        self._stale = False
 
     def compose(self) -> ComposeResult:
         yield EngineStatus("dashboard")
-        yield Static("dashboard", id="dashboard-body")
-        yield Footer()
+        yield SummaryLine(id="summary")
+        with ScrollableContainer(id="gpu-grid", classes="-empty"):
+            yield Static(id="gpu-head")
+        yield Static(id="cpu-pool")
+        yield ProcessTable(id="processes")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        app: Any = self.app
+        self.watch(app, "gpu_state", self._on_gpu_state, init=True)
+        self.watch(app, "jobs_version", self._on_jobs_version, init=True)
+
+    def on_resize(self) -> None:
+        self._relayout()
+
+    def on_screen_resume(self) -> None:
+        if self._stale:
+            self._stale = False
+            self._show_state()
+            self._show_summary()
+
+    # -- updates --------------------------------------------------------------------------
+
+    def _on_gpu_state(self, _state: object = None) -> None:
+        if not self.is_current and self.is_mounted:
+            self._stale = True  # hidden: catch up when shown again
+            return
+        self._show_state()
+        self._show_summary()
+
+    def _on_jobs_version(self, _version: object = None) -> None:
+        if not self.is_current and self.is_mounted:
+            self._stale = True
+            return
+        self._show_summary()
+
+    def _show_summary(self) -> None:
+        app: Any = self.app
+        summary = self.query_one(SummaryLine)
+        had_notice = summary.has_class("-notice")
+        summary.show(app.job_store.summary(app.clock()), app.gpu_state)
+        if summary.has_class("-notice") != had_notice:
+            # The notice takes lines from the panels: choose the density again.
+            self.call_after_refresh(self._relayout)
+
+    def _show_state(self) -> None:
+        app: Any = self.app
+        state: dict[str, Any] | None = app.gpu_state
+        if state is None:
+            return
+        domains = [d for d in state.get("domains", []) if d.get("gpu_index") is not None]
+        names = [d["name"] for d in domains]
+        if names != list(self._panels):
+            self._replace_panels(names)
+        name_width = max((len(n) for n in names), default=4)
+        for domain in domains:
+            history = app.gpu_history.get(domain["gpu_index"], ())
+            self._panels[domain["name"]].update_domain(domain, history, name_width)
+        cpu = next((d for d in state.get("domains", []) if d.get("gpu_index") is None), None)
+        self._show_cpu_pool(cpu)
+        self.query_one(ProcessTable).update_processes(self._with_job_commands(state))
+
+    def _with_job_commands(self, state: dict[str, Any]) -> list[ProcessRow]:
+        """Process rows; a job's process without a command line shows the job's command."""
+        app: Any = self.app
+        rows = rows_from_state(state)
+        for n, row in enumerate(rows):
+            if row.job_id is None or row.command:
+                continue
+            job = app.job_store.jobs.get(row.job_id)
+            if job is None:
+                continue
+            spec = job.get("spec") or {}
+            command = " ".join(spec.get("command") or []) or spec.get("shell") or job.get("name")
+            rows[n] = replace(row, command=str(command or ""))
+        return rows
+
+    def _replace_panels(self, names: list[str]) -> None:
+        """The set of GPUs changed (first sample, or a GPU appeared/vanished): new panels."""
+        grid = self.query_one("#gpu-grid")
+        for panel in self._panels.values():
+            panel.remove()
+        self._panels = {name: GpuPanel(name, id=f"panel-{name}") for name in names}
+        grid.set_class(not names, "-empty")
+        if names:
+            grid.mount_all(self._panels.values())
+        self._relayout()
+
+    def _show_cpu_pool(self, cpu: dict[str, Any] | None) -> None:
+        line = self.query_one("#cpu-pool", Static)
+        line.display = cpu is not None
+        if cpu is None:
+            return
+        slots, used = int(cpu.get("slots") or 0), int(cpu.get("used_slots") or 0)
+        width = max(4, min(16, slots))
+        filled = 0 if not slots else round(used / slots * width)
+        if used and not filled:
+            filled = 1
+        jobs = [str(j) for j in cpu.get("jobs", [])]
+        job_text = ""
+        if jobs:
+            shown = ", ".join(jobs[:6]) + (f" +{len(jobs) - 6}" if len(jobs) > 6 else "")
+            job_text = f"job{'s' if len(jobs) > 1 else ''} {shown}"
+        state = cpu.get("state", "in_service")
+        mark, style = ("●", "$success") if state == "in_service" else ("◐", "$warning")
+        pieces: list[tuple[str, str]] = [
+            (mark, style),
+            (" cpu pool ", "bold"),
+            (BAR_CHAR * filled, "$secondary"),
+            (BAR_CHAR * (width - filled), "$memory-free"),
+            (f" {used}/{slots}", "bold"),
+            (" slots", "$text-muted"),
+        ]
+        if state != "in_service":
+            pieces.append((f" · {state}", "$warning"))
+        if job_text:
+            pieces += [(" · ", "$text-muted"), (job_text, "")]
+        line.update(Content.assemble(*pieces))
+
+    # -- layout ---------------------------------------------------------------------------
+
+    def _relayout(self) -> None:
+        if not self.is_mounted:
+            return
+        panels = list(self._panels.values())
+        grid = self.query_one("#gpu-grid")
+        width, height = self.size
+        if not panels or width <= 0:
+            return
+        summary_lines = max(1, self.query_one(SummaryLine).outer_size.height)
+        spare = height - 1 - summary_lines - 1 - 1 - TABLE_MIN_LINES
+        columns = grid_columns(width, len(panels))
+        density, graph_height = choose_density(len(panels), columns, spare)
+        if self._density_override is not None:
+            density = self._density_override
+            graph_height = 2 if density == "full" else 1
+        if density == "row":
+            columns = 1
+        grid.styles.grid_size_columns = columns
+        # Row heights: one line per GPU in the row density; else each panel's own height.
+        grid.styles.grid_rows = "1" if density == "row" else "auto"
+        for item in ("full", "compact", "row"):
+            grid.set_class(item == density, f"-{item}")
+        head = self.query_one("#gpu-head", Static)
+        head.styles.column_span = columns
+        grid.styles.max_height = max(3, spare + (TABLE_MIN_LINES - 4))
+        for panel in panels:
+            panel.density = density
+            panel.graph_height = graph_height
+
+    @on(GpuPanel.RowWidthChanged)
+    def _row_width_changed(self, message: GpuPanel.RowWidthChanged) -> None:
+        # The header is as wide as every row (same column, same padding): draw it for the
+        # width the rows were drawn for, so the columns line up exactly.
+        self.query_one("#gpu-head", Static).update(
+            GpuPanel.row_header(message.width, message.name_width)
+        )
+
+    # -- actions --------------------------------------------------------------------------
+
+    def action_sort(self, step: int) -> None:
+        """Sort the process table by the next (or previous) column."""
+        self.query_one(ProcessTable).cycle_sort(step)
+
+    def action_reverse_sort(self) -> None:
+        """Reverse the process table's order."""
+        self.query_one(ProcessTable).reverse_sort()
+
+    def action_cycle_density(self) -> None:
+        """Cycle the panels through automatic, full, compact and one-line rows."""
+        index = DENSITY_CYCLE.index(self._density_override)
+        self._density_override = DENSITY_CYCLE[(index + 1) % len(DENSITY_CYCLE)]
+        self._relayout()
+        self.notify(f"panels: {self._density_override or 'automatic'}", timeout=2)
+
+    def action_open_job(self) -> None:
+        """Open the job that owns the process under the table's cursor."""
+        job_id = self.query_one(ProcessTable).chosen_job()
+        if job_id is None:
+            self.notify("this process is not a gpulayer job", timeout=2)
+            return
+        self._open_job(job_id)
+
+    @on(ProcessTable.JobChosen)
+    def _job_chosen(self, message: ProcessTable.JobChosen) -> None:
+        self._open_job(message.job_id)
+
+    def _open_job(self, job_id: int) -> None:
+        app: Any = self.app
+        app.open_job(job_id)

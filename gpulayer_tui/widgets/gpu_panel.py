@@ -1,0 +1,458 @@
+"""One GPU domain: health, utilization, temperature, power, slots, VRAM split and history.
+
+A panel has three densities, chosen by the dashboard from the terminal size:
+
+``full``
+    A bordered card: title ``gpu1 · NVIDIA A100-SXM4-80GB``, a stats line, the memory bar
+    with its GiB figures, and utilization / memory history graphs ``graph_height`` lines
+    tall each.
+``compact``
+    Three lines without a border: name and stats, the memory bar, its figures.
+``row``
+    One line, like a row of nvitop's table; :meth:`GpuPanel.row_header` gives the
+    matching header line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.content import Content
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from .memory_bar import BAR_CHAR, MemoryBar
+
+DENSITIES = ("full", "compact", "row")
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+# (text, style) pieces, joined into one line of Content; styles are theme $variables.
+Piece = tuple[str, str]
+
+
+def short_model(name: str) -> str:
+    """``NVIDIA A100-SXM4-80GB`` -> ``A100-SXM4-80GB`` (the vendor is the same on every GPU)."""
+    for prefix in ("NVIDIA GeForce ", "NVIDIA "):
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
+def graph_lines(values: Iterable[float | None], width: int, height: int) -> list[str]:
+    """A bar graph of ``values`` (fractions 0..1), newest at the right, top line first.
+
+    One value per cell: with more values than ``width`` the oldest are dropped; with fewer
+    the graph is right-aligned (blank on the left). ``None`` (unknown) is a blank column.
+    """
+    if width <= 0 or height <= 0:
+        return [""] * max(height, 0)
+    points = list(values)[-width:]
+    columns: list[str] = []
+    for value in points:
+        if value is None:
+            columns.append(" " * height)
+            continue
+        eighths = round(max(0.0, min(1.0, value)) * height * 8)
+        column = "".join(BLOCKS[max(0, min(8, eighths - row * 8))] for row in range(height))
+        columns.append(column)  # bottom row first
+    pad = width - len(columns)
+    lines = []
+    for row in range(height - 1, -1, -1):
+        lines.append(" " * pad + "".join(col[row] for col in columns))
+    return lines
+
+
+def _fit(text: str, width: int) -> str:
+    """Pad or cut ``text`` to exactly ``width`` cells (with an ellipsis when cut)."""
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text.ljust(width)
+    return text[: width - 1] + "…"
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """Column widths of the one-line (``row``) density at a given content width."""
+
+    name: int
+    model: int
+    bar: int
+    power_limit: bool
+    stats: int
+    spark: int
+
+    @classmethod
+    def for_width(cls, width: int, name_width: int = 4) -> RowLayout:
+        """The widths that fit ``width`` cells (the memory bar takes what is left)."""
+        power_limit = width >= 100
+        bar = 10 if width >= 120 else 5
+        spark = min(40, width // 5) if width >= 110 else 0
+        # "● " name " " model " " "100% " bar "  " "85°C" "  " power "  " slots " "
+        fixed = 2 + name_width + 1 + 1 + 5 + bar + 2 + 4 + 2 + (8 if power_limit else 5) + 2 + 5
+        fixed += 1
+        memory_min = 24
+        room = width - fixed - memory_min - (spark + 1 if spark else 0)
+        model = max(8, min(24 if width >= 100 else 14, room))
+        return cls(name_width, model, bar, power_limit, fixed + model, spark)
+
+
+class GpuPanel(Vertical):
+    """One GPU domain of the dashboard.
+
+    Feed it with :meth:`update_domain` on every sample; it keeps the last domain and
+    history and redraws on resize, density or graph-height changes.
+    """
+
+    class RowWidthChanged(Message):
+        """In the ``row`` density, the panel's content width changed (redraw the header)."""
+
+        def __init__(self, width: int, name_width: int) -> None:
+            super().__init__()
+            self.width = width
+            """Content width of the panel, in cells."""
+            self.name_width = name_width
+            """Width of the domain-name column."""
+
+    DEFAULT_CSS = """
+    GpuPanel {
+        height: auto;
+        padding: 0 1;
+        & > #stats { height: 1; }
+        & > #graphs { height: auto; }
+        &.-full {
+            border: round $primary 35%;
+            border-title-color: $foreground;
+            border-title-style: bold;
+            &.-warn { border: round $warning 70%; }
+            &.-problem { border: round $error; }
+        }
+        &.-compact {
+            background: $surface;
+            & > #graphs { display: none; }
+        }
+        &.-row {
+            layout: horizontal;
+            height: 1;
+            & > #stats { width: auto; }
+            & > MemoryBar { width: 1fr; }
+            & > #graphs { width: auto; height: 1; padding-left: 1; }
+            &:odd { background: $surface; }
+        }
+    }
+    """
+
+    density: reactive[str] = reactive("full")
+    """``full``, ``compact`` or ``row``."""
+    graph_height: reactive[int] = reactive(1)
+    """Lines per history graph in the ``full`` density."""
+
+    DEFAULT_CLASSES = "-full"
+
+    # The colour of each service state (see :meth:`health` and :meth:`title`).
+    _STATE_STYLE: ClassVar[dict[str, str]] = {
+        "in_service": "$success",
+        "draining": "$warning",
+        "quarantined": "$error",
+    }
+
+    def __init__(self, domain_name: str, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.domain_name = domain_name
+        self.domain: dict[str, Any] = {}
+        self.history: list[tuple[float, int | None, int | None]] = []
+        self._name_width = 4
+        self._row_width: tuple[int, int] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="stats")
+        yield MemoryBar()
+        yield Static(id="graphs")
+
+    def on_mount(self) -> None:
+        self._redraw()
+
+    def on_resize(self) -> None:
+        self._redraw()
+
+    def watch_density(self, density: str) -> None:
+        for item in DENSITIES:
+            self.set_class(item == density, f"-{item}")
+        self._redraw()
+
+    def watch_graph_height(self) -> None:
+        self._redraw()
+
+    # -- data -----------------------------------------------------------------------------
+
+    def update_domain(
+        self,
+        domain: Mapping[str, Any],
+        history: Iterable[tuple[float, int | None, int | None]] = (),
+        name_width: int = 4,
+    ) -> None:
+        """Show one domain of a ``/gpus`` view and its history points (at, util, mem)."""
+        self.domain = dict(domain)
+        self.history = list(history)
+        self._name_width = name_width
+        self._redraw()
+
+    @property
+    def gpu(self) -> dict[str, Any]:
+        """The domain's reading (empty when there is none)."""
+        return self.domain.get("gpu") or {}
+
+    @property
+    def model(self) -> str:
+        """The GPU's model name as NVML reports it."""
+        return str(self.gpu.get("name") or "unknown GPU")
+
+    def health(self) -> tuple[str, str, str]:
+        """``(mark, word, style)``: ``● ok``, ``◐ draining``, ``✖ LOST`` and so on."""
+        gpu = self.domain.get("gpu")
+        state = self.domain.get("state", "in_service")
+        if gpu is None:
+            return "?", "no reading", "$warning"
+        if gpu.get("lost"):
+            return "✖", "LOST", "$error"
+        if gpu.get("error"):
+            return "✖", "error", "$error"
+        if state == "in_service":
+            return "●", "ok", "$success"
+        return ("◐" if state == "draining" else "✖"), state, self._STATE_STYLE.get(state, "$error")
+
+    def title(self) -> Content:
+        """``gpu1 · NVIDIA A100-SXM4-80GB`` plus the state and any error."""
+        pieces: list[Piece] = [(f"{self.domain_name} · {self.model}", "")]
+        state = self.domain.get("state", "in_service")
+        if state != "in_service":
+            pieces.append((f" · {state}", f"{self._STATE_STYLE.get(state, '$error')} bold"))
+            reason = self.domain.get("state_reason")
+            if reason:
+                pieces.append((f" ({reason})", "$text-muted"))
+        if self.gpu.get("lost"):
+            pieces.append((" · LOST", "$error bold"))
+        if self.gpu.get("error"):
+            pieces.append((f" · {self.gpu['error']}", "$error"))
+        return Content.assemble(*pieces)
+
+    # -- drawing --------------------------------------------------------------------------
+
+    def _redraw(self) -> None:
+        if not self.is_mounted or not self.domain:
+            return
+        width = self.content_size.width
+        if width <= 0:
+            return
+        mark, _word, _style = self.health()
+        self.set_class(mark == "✖", "-problem")
+        self.set_class(mark in ("◐", "?"), "-warn")
+        bar = self.query_one(MemoryBar)
+        bar.legend = self.density != "row"
+        bar.update_vram(self.domain.get("vram"))
+        stats = self.query_one("#stats", Static)
+        graphs = self.query_one("#graphs", Static)
+        if self.density == "row":
+            if (width, self._name_width) != self._row_width:
+                self._row_width = (width, self._name_width)
+                self.post_message(self.RowWidthChanged(width, self._name_width))
+            layout = RowLayout.for_width(width, self._name_width)
+            stats.styles.width = layout.stats
+            stats.update(self._row_stats(layout))
+            graphs.display = layout.spark > 0
+            if layout.spark:
+                graphs.styles.width = layout.spark + 1
+                graphs.update(self._graph("util", layout.spark, 1, label=False))
+            return
+        if self.density == "full":
+            title = self.title()
+            if title.markup != self.border_title:
+                self.border_title = title
+            stats.update(self._full_stats(width))
+            height = max(1, self.graph_height)
+            graphs.update(
+                Content("\n").join(
+                    [self._graph("util", width, height), self._graph("mem", width, height)]
+                )
+            )
+        else:
+            if self.border_title:
+                self.border_title = None
+            stats.update(self._compact_stats(width))
+
+    def _util_pieces(self, bar_width: int) -> list[Piece]:
+        util = self.gpu.get("utilization")
+        if util is None:
+            return [("  ? ", "$text-muted"), (" ", ""), (BAR_CHAR * bar_width, "$memory-free")]
+        filled = round(util / 100 * bar_width)
+        if util > 0:
+            filled = max(1, filled)
+        return [
+            (f"{util:>3}%", "bold"),
+            (" ", ""),
+            (BAR_CHAR * filled, "$secondary"),
+            (BAR_CHAR * (bar_width - filled), "$memory-free"),
+        ]
+
+    def _temp_piece(self) -> Piece:
+        temp = self.gpu.get("temperature")
+        if temp is None:
+            return " ?°C", "$text-muted"
+        style = "$error bold" if temp >= 85 else "$warning" if temp >= 75 else ""
+        return f"{temp:>2}°C", style
+
+    def _power_piece(self, with_limit: bool, unit_space: bool = False) -> Piece:
+        """Power draw (and limit), right-aligned to the widest value the limit allows.
+
+        The fixed width keeps the bars of neighbouring panels the same length.
+        """
+        watts = self.gpu.get("power_watts")
+        limit = self.gpu.get("power_limit_watts")
+        unit = " W" if unit_space else "W"
+        if with_limit and limit:
+            widest = len(f"{limit:.0f}/{limit:.0f}{unit}")
+        else:
+            widest = len(f"{limit or 999:.0f}{unit}")
+        if watts is None:
+            return "?".rjust(widest - len(unit)) + unit, "$text-muted"
+        style = "$warning" if limit and watts >= 0.9 * limit else ""
+        if with_limit and limit:
+            return f"{watts:.0f}/{limit:.0f}{unit}".rjust(widest), style
+        return f"{watts:.0f}{unit}".rjust(widest), style
+
+    def _slots_piece(self) -> Piece:
+        used, slots = self.domain.get("used_slots", 0), self.domain.get("slots", 0)
+        return f"{used}/{slots}", "$warning bold" if slots and used >= slots else ""
+
+    def _full_stats(self, width: int) -> Content:
+        mark, word, health_style = self.health()
+        health: list[Piece] = [(f"{mark} {word}", health_style)]
+        temp, power, slots = self._temp_piece(), self._power_piece(True, True), self._slots_piece()
+        wide: list[Piece] = [
+            ("   temp ", "$text-muted"),
+            temp,
+            ("   power ", "$text-muted"),
+            power,
+            ("   slots ", "$text-muted"),
+            slots,
+        ]
+        narrow: list[Piece] = [
+            ("  ", ""),
+            temp,
+            ("  ", ""),
+            self._power_piece(True),
+            ("  slots ", "$text-muted"),
+            slots,
+        ]
+        tiny: list[Piece] = [(" ", ""), temp, (" ", ""), self._power_piece(False), (" ", ""), slots]
+        for lead, rest, bar_min in (("util ", wide, 10), ("", narrow, 6), ("", tiny, 3)):
+            fixed = len(lead) + 5 + sum(len(t) for t, _ in rest) + 2 + len(mark) + 1 + len(word)
+            bar_width = min(24, width - fixed)
+            if bar_width >= bar_min:
+                break
+        bar_width = max(1, bar_width)
+        pieces: list[Piece] = [(lead, "$text-muted"), *self._util_pieces(bar_width), *rest]
+        used = sum(len(t) for t, _ in pieces)
+        gap = width - used - len(mark) - 1 - len(word)
+        if gap < 1:  # not even room for the health word: the mark alone
+            health = [(mark, health_style)]
+            gap = width - used - len(mark)
+        return Content.assemble(*pieces, (" " * max(1, gap), ""), *health)
+
+    def _compact_stats(self, width: int) -> Content:
+        mark, _word, health_style = self.health()
+        tail: list[Piece] = [
+            ("  ", ""),
+            self._temp_piece(),
+            ("  ", ""),
+            self._power_piece(width >= 70),
+            ("  slots " if width >= 70 else "  ", "$text-muted"),
+            self._slots_piece(),
+        ]
+        tail_len = sum(len(t) for t, _ in tail)
+        bar_width = 10 if width >= 90 else 5
+        name = f"{mark} {self.domain_name} "
+        model_width = width - len(name) - (5 + bar_width) - tail_len - 1
+        return Content.assemble(
+            (mark, health_style),
+            (f" {self.domain_name} ", "bold"),
+            (_fit(short_model(self.model), model_width), ""),
+            (" ", ""),
+            *self._util_pieces(bar_width),
+            *tail,
+        )
+
+    def _row_stats(self, layout: RowLayout) -> Content:
+        mark, _word, health_style = self.health()
+        return Content.assemble(
+            (mark, health_style),
+            (" ", ""),
+            (self.domain_name.ljust(layout.name), "bold"),
+            (" ", ""),
+            (_fit(short_model(self.model), layout.model), ""),
+            (" ", ""),
+            *self._util_pieces(layout.bar),
+            ("  ", ""),
+            self._temp_piece(),
+            ("  ", ""),
+            _rjust(self._power_piece(layout.power_limit), 8 if layout.power_limit else 5),
+            ("  ", ""),
+            _rjust(self._slots_piece(), 5),
+            (" ", ""),
+        )
+
+    @staticmethod
+    def row_header(width: int, name_width: int = 4) -> Content:
+        """The header line matching the ``row`` density's columns at ``width``."""
+        layout = RowLayout.for_width(width, name_width)
+        stats = (
+            "  "
+            + "GPU".ljust(layout.name)
+            + " "
+            + "MODEL".ljust(layout.model)
+            + " "
+            + "UTIL".ljust(5 + layout.bar)
+            + "  "
+            + "TEMP"
+            + "  "
+            + "POWER".rjust(8 if layout.power_limit else 5)
+            + "  "
+            + "SLOTS"
+            + " "
+        )
+        memory_width = width - layout.stats - (layout.spark + 1 if layout.spark else 0)
+        memory = "MEMORY own·unreg·unattr·free"
+        if len(memory) + 11 > memory_width:
+            memory = "MEMORY"
+        if len(memory) + 11 <= memory_width:
+            memory = memory.ljust(memory_width - 10) + "USED/TOTAL"
+        memory = _fit(memory, memory_width)
+        history = (" " + "UTIL HISTORY".ljust(layout.spark)) if layout.spark else ""
+        return Content.styled(stats + memory + history, "$text-muted bold")
+
+    def _graph(self, which: str, width: int, height: int, *, label: bool = True) -> Content:
+        total = self.gpu.get("memory_total") or (self.domain.get("vram") or {}).get("total")
+        if which == "util":
+            values = [None if u is None else u / 100 for _at, u, _m in self.history]
+            style = "$secondary"
+        else:
+            values = [None if m is None or not total else m / total for _at, _u, m in self.history]
+            style = "$primary"
+        lead = 5 if label else 0
+        lines = graph_lines(values, width - lead, height)
+        out: list[Content] = []
+        for n, line in enumerate(lines):
+            head = ""
+            if label:
+                head = ("util " if which == "util" else "mem  ") if n == 0 else " " * lead
+            out.append(Content.assemble((head, "$text-muted"), (line, style)))
+        return Content("\n").join(out)
+
+
+def _rjust(piece: Piece, width: int) -> Piece:
+    return piece[0].rjust(width), piece[1]

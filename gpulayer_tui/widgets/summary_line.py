@@ -1,0 +1,115 @@
+"""The dashboard's one-line summary: jobs, unregistered VRAM, GPUs (and the no-GPU notice)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.content import Content
+from textual.widgets import Static
+
+from ..formatting import GIB
+
+Piece = tuple[str, str]
+
+
+class SummaryLine(Vertical):
+    """``3 running · 2 queued · 1 failed today · unregistered VRAM 18.0 GiB · 2 GPUs``.
+
+    Under it, only when the engine has something to say about capacity (``/gpus``
+    ``message``), a notice: with 0 GPUs a clear CPU-only notice with the reason (e.g. no
+    NVIDIA driver) and that CPU jobs still work; with GPUs, the message as a warning.
+    """
+
+    DEFAULT_CSS = """
+    SummaryLine {
+        height: auto;
+        & > #counts { height: 1; padding: 0 1; background: $surface; }
+        & > #notice {
+            display: none;
+            height: auto;
+            margin: 1 1 0 1;
+            padding: 0 1;
+            border: round $warning;
+            border-title-color: $warning;
+            border-title-style: bold;
+        }
+        &.-notice > #notice { display: block; }
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.summary: dict[str, int] = {}
+        self.gpu_state: dict[str, Any] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(self.counts(), id="counts")
+        yield Static(id="notice")
+
+    def show(self, summary: Mapping[str, int], gpu_state: Mapping[str, Any] | None) -> None:
+        """Redraw from a job summary (:meth:`JobStore.summary`) and a ``/gpus`` view."""
+        self.summary = dict(summary)
+        self.gpu_state = dict(gpu_state) if gpu_state is not None else None
+        self.query_one("#counts", Static).update(self.counts())
+        message = (self.gpu_state or {}).get("message")
+        notice = self.query_one("#notice", Static)
+        self.set_class(bool(message), "-notice")
+        if message:
+            title = "CPU-only" if self.gpu_count == 0 else "capacity"
+            if notice.border_title != title:
+                notice.border_title = title
+            notice.update(self.notice())
+
+    @property
+    def gpu_count(self) -> int:
+        """GPU domains in the last ``/gpus`` view."""
+        domains = (self.gpu_state or {}).get("domains", [])
+        return sum(1 for d in domains if d.get("gpu_index") is not None)
+
+    def counts(self) -> Content:
+        """The summary line itself."""
+        running = self.summary.get("running", 0)
+        queued = self.summary.get("queued", 0)
+        failed = self.summary.get("failed_today", 0)
+        sep: Piece = (" · ", "$text-muted")
+        pieces: list[Piece] = [
+            (str(running), "$success bold" if running else "bold"),
+            (" running", "$text-muted"),
+            sep,
+            (str(queued), "$warning bold" if queued else "bold"),
+            (" queued", "$text-muted"),
+            sep,
+            (str(failed), "$error bold" if failed else "bold"),
+            (" failed today", "$text-muted"),
+        ]
+        state = self.gpu_state
+        if state is None:
+            pieces += [sep, ("waiting for the first GPU sample…", "$text-muted")]
+            return Content.assemble(*pieces)
+        unregistered = int(state.get("unregistered_total") or 0)
+        gpus = self.gpu_count
+        pieces += [
+            sep,
+            ("unregistered VRAM ", "$text-muted"),
+            (f"{unregistered / GIB:.1f} GiB", "$error bold" if unregistered else "bold"),
+            sep,
+            (f"{gpus} GPU{'' if gpus == 1 else 's'}", "bold"),
+        ]
+        return Content.assemble(*pieces)
+
+    def notice(self) -> Content:
+        """The capacity notice (empty when the engine has none)."""
+        message = str((self.gpu_state or {}).get("message") or "")
+        if not message:
+            return Content()
+        if self.gpu_count == 0:
+            return Content.assemble(
+                (message, ""),
+                ("\nJobs that need no GPU run in the CPU pool below; ", "$text-muted"),
+                ("n", "$accent bold"),
+                (" submits one.", "$text-muted"),
+            )
+        return Content.styled(message, "$warning")

@@ -1,0 +1,355 @@
+"""The dashboard: panels, memory bar, process table and summary, over a real engine.
+
+Pilot tests run the real embedded engine on simulated GPUs (``embedded_app``); a real
+``sleep`` process registered in the simulated ledger plays the foreign GPU process.
+Snapshots use the static backend with a fixed clock and time zone, so they never change.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psutil
+import pytest
+from textual.pilot import Pilot
+
+from gpulayer_tui.app import build_app
+from gpulayer_tui.engine.simulate import SimLedger
+from gpulayer_tui.screens.dashboard import (
+    DashboardScreen,
+    choose_density,
+    full_height,
+    grid_columns,
+)
+from gpulayer_tui.widgets.gpu_panel import GpuPanel, RowLayout, graph_lines
+from gpulayer_tui.widgets.memory_bar import MemoryBar, split_cells
+from gpulayer_tui.widgets.process_table import ProcessTable
+from gpulayer_tui.widgets.summary_line import SummaryLine
+from tests.ui_support import FIXED_NOW, StaticBackend
+
+GIB = 1024**3
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+async def until(pilot: Pilot[Any], predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
+    """Poll ``predicate`` between short pauses; fail with a message at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        await pilot.pause(0.05)
+
+
+def table_keys(app: Any) -> list[str]:
+    """Row keys of the process table (``gpu:pid``) in display order."""
+    table = app.screen.query_one(ProcessTable)
+    return [table.coordinate_to_cell_key((row, 0)).row_key.value for row in range(table.row_count)]
+
+
+def table_row(app: Any, key: str) -> list[str]:
+    """The plain cells of one process-table row."""
+    table = app.screen.query_one(ProcessTable)
+    return [str(cell) for cell in table.get_row(key)]
+
+
+def summary_text(app: Any) -> str:
+    """The summary line as plain text."""
+    return app.screen.query_one(SummaryLine).counts().plain
+
+
+@pytest.fixture
+def foreign() -> Iterator[Callable[[], int]]:
+    """Start real ``sleep 600`` processes on demand; every one is killed at the end."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start() -> int:
+        proc = subprocess.Popen(["sleep", "600"])
+        procs.append(proc)
+        return proc.pid
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+# -- pure layout helpers ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sizes", "width", "expected"),
+    [
+        ([20, 0, 18, 0.5, 41.5], 40, [10, 0, 9, 1, 20]),
+        ([0, 0, 0, 0, 80], 10, [0, 0, 0, 0, 10]),
+        ([0.001, 0, 0, 0, 80], 10, [1, 0, 0, 0, 9]),
+        ([1, 1, 1, 1, 100], 4, [1, 1, 1, 0, 1]),  # too narrow: the largest win
+        ([1, 2, 3], 2, [0, 1, 1]),
+        ([0, 0, 0], 7, [0, 0, 7]),
+        ([5, 5], 0, [0, 0]),
+    ],
+)
+def test_split_cells(sizes: list[float], width: int, expected: list[int]) -> None:
+    assert split_cells(sizes, width) == expected
+
+
+def test_split_cells_always_fills_the_bar_and_shows_every_part() -> None:
+    cases = 0
+    for width in range(4, 90, 7):
+        for a in (0, 1, 7, 40):
+            for b in (0, 2, 500):
+                for c in (0, 3):
+                    sizes = [a * GIB, b * GIB // 100, c * GIB // 10, 80 * GIB - a * GIB]
+                    cells = split_cells(sizes, width)
+                    assert sum(cells) == width
+                    assert all(n >= 1 for n, s in zip(cells, sizes, strict=True) if s > 0)
+                    assert all(n == 0 for n, s in zip(cells, sizes, strict=True) if s == 0)
+                    cases += 1
+    assert cases > 100
+
+
+def test_graph_lines_scale_and_alignment() -> None:
+    assert graph_lines([0.0, 0.5, 1.0], 5, 1) == ["   ▄█"]
+    assert graph_lines([1.0, None, 0.5], 3, 2) == ["█  ", "█ █"]
+    assert graph_lines([0.25] * 10, 4, 1) == ["▂▂▂▂"]
+
+
+def test_layout_choices() -> None:
+    assert grid_columns(80, 8) == 1
+    assert grid_columns(120, 8) == 2
+    assert grid_columns(200, 8) == 4
+    assert grid_columns(200, 5) == 3  # balanced: 3 + 2, not 4 + 1
+    assert grid_columns(200, 1) == 1
+    assert choose_density(8, 1, 12) == ("row", 1)  # 80x24
+    assert choose_density(2, 1, 12) == ("compact", 1)
+    assert choose_density(2, 2, 28) == ("full", 4)  # 120x40
+    assert choose_density(8, 4, 48) == ("full", 4)  # 200x60
+    assert choose_density(8, 4, 20) == ("full", 2)
+    assert full_height(1) == 7
+
+
+def test_row_header_lines_up_with_rows() -> None:
+    for width in (60, 77, 117, 197):
+        layout = RowLayout.for_width(width)
+        header = GpuPanel.row_header(width).plain
+        assert len(header) == width
+        assert header.index("MEMORY") == layout.stats
+
+
+# -- pilot tests over the real engine ---------------------------------------------------------
+
+
+async def test_a_panel_per_gpu_with_its_model(embedded_app: Any) -> None:
+    app = await embedded_app("1xH200-141GB,1xL4-24GB")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await until(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen)
+        panels = await until(pilot, lambda: list(screen.query(GpuPanel)))
+        assert [p.domain_name for p in panels] == ["gpu0", "gpu1"]
+        await until(pilot, lambda: all(p.domain for p in panels))
+        assert panels[0].model == "Simulated H200"
+        assert panels[1].model == "Simulated L4"
+        assert "gpu0 · Simulated H200" in panels[0].title().plain
+        bar = panels[0].query_one(MemoryBar)
+        await until(pilot, lambda: "/141.0 GiB" in bar.render().plain)
+        assert {p.density for p in panels} == {"full"}
+        assert "2 GPUs" in summary_text(app)
+        assert "cpu pool" in str(screen.query_one("#cpu-pool").render())
+
+
+async def test_foreign_process_shows_as_unregistered_everywhere(
+    embedded_app: Any, foreign: Callable[[], int]
+) -> None:
+    app = await embedded_app("2xA100-80GB")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.screen.query(GpuPanel))
+        pid = foreign()
+        SimLedger(app.backend.engine.paths.state_dir).hold(1, pid, 20.0)
+        await app.backend.engine.sampler.sample_once()
+        key = f"1:{pid}"
+        await until(pilot, lambda: key in table_keys(app))
+        pid_cell, _user, gpu, vram, owner, command = table_row(app, key)
+        assert (pid_cell, gpu, vram, owner) == (str(pid), "1", "20.0", "unregistered")
+        assert "sleep 600" in command
+        await until(pilot, lambda: "unregistered VRAM 20.0 GiB" in summary_text(app))
+        bar = app.screen.query_one("#panel-gpu1", GpuPanel).query_one(MemoryBar)
+        await until(pilot, lambda: "unreg 20.0" in bar.legend_text())
+        assert "unreg" not in app.screen.query_one("#panel-gpu0").query_one(MemoryBar).legend_text()
+
+
+async def test_submitted_job_counts_as_running_and_enter_opens_it(
+    embedded_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = await embedded_app("2xA100-80GB")
+    opened: list[int] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.screen.query(GpuPanel))
+        assert summary_text(app).startswith("0 running")
+        job = await app.backend.submit({"command": ["sleep", "30"], "gpus": 1})
+        await until(pilot, lambda: summary_text(app).startswith("1 running"))
+        # The job's command (a child of its wrapper, as a CUDA program would be) holds
+        # memory: it is owned, not unregistered.
+        leader = await until(pilot, lambda: app.job_store.jobs.get(job["id"], {}).get("pid"))
+        detail = await until(pilot, lambda: [c.pid for c in psutil.Process(leader).children()])
+        detail = detail[0]
+        gpu = app.job_store.jobs[job["id"]]["gpus"][0]
+        SimLedger(app.backend.engine.paths.state_dir).hold(gpu, detail, 6.0)
+        await app.backend.engine.sampler.sample_once()
+        key = f"{gpu}:{detail}"
+        await until(pilot, lambda: key in table_keys(app))
+        assert table_row(app, key)[4] == f"job {job['id']}"
+        assert "sleep 30" in table_row(app, key)[5]
+        monkeypatch.setattr(app, "open_job", opened.append)
+        table = app.screen.query_one(ProcessTable)
+        table.focus()
+        table.move_cursor(row=table_keys(app).index(key))
+        await pilot.press("enter")
+        await until(pilot, lambda: opened)
+        assert opened == [job["id"]]
+
+
+async def test_sort_keys_change_the_row_order(
+    embedded_app: Any, foreign: Callable[[], int]
+) -> None:
+    app = await embedded_app("2xA100-80GB")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.screen.query(GpuPanel))
+        small, big = foreign(), foreign()
+        ledger = SimLedger(app.backend.engine.paths.state_dir)
+        ledger.hold(0, small, 2.0)
+        ledger.hold(1, big, 30.0)
+        await app.backend.engine.sampler.sample_once()
+        small_key, big_key = f"0:{small}", f"1:{big}"
+        await until(pilot, lambda: len(table_keys(app)) == 2)
+        assert table_keys(app) == [big_key, small_key]  # VRAM, largest first
+        table = app.screen.query_one(ProcessTable)
+        table.move_cursor(row=1)
+        by_pid = [key for _pid, key in sorted([(small, small_key), (big, big_key)])]
+        await pilot.press("greater_than_sign")  # PID, ascending
+        assert table_keys(app) == by_pid
+        # The cursor stays on the process it was on, wherever the sort puts it.
+        assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value == small_key
+        await pilot.press("o")  # reversed
+        assert table_keys(app) == by_pid[::-1]
+        await pilot.press("less_than_sign")  # back to VRAM, its natural order again
+        assert table_keys(app) == [big_key, small_key]
+        await pilot.press("o")  # VRAM, smallest first
+        assert table_keys(app) == [small_key, big_key]
+        header = [str(c.label) for c in app.screen.query_one(ProcessTable).columns.values()]
+        assert "VRAM GiB ▲" in header
+
+
+async def test_eight_gpus_at_80x24(embedded_app: Any) -> None:
+    app = await embedded_app("8xA100-80GB")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: len(app.screen.query(GpuPanel)) == 8)
+        panels = list(app.screen.query(GpuPanel))
+        await until(pilot, lambda: all(p.domain for p in panels))
+        assert [p.domain_name for p in panels] == [f"gpu{i}" for i in range(8)]
+        assert {p.density for p in panels} == {"row"}
+        await pilot.pause()
+        # Every row is on screen, and the process table keeps room under them.
+        for panel in panels:
+            assert panel.region.height == 1
+            assert 0 < panel.region.y < 24
+        assert app.screen.query_one(ProcessTable).region.height >= 4
+        head = str(app.screen.query_one("#gpu-head").render())
+        assert head.split()[:3] == ["GPU", "MODEL", "UTIL"]
+
+
+# -- pilot tests over the static backend (fast, fixed data) -----------------------------------
+
+
+async def test_layout_follows_the_terminal_and_v_overrides_it() -> None:
+    app = build_app(StaticBackend(n_gpus=8), clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(80, 24)) as pilot:
+        panels = await until(pilot, lambda: list(app.screen.query(GpuPanel)))
+        await until(pilot, lambda: all(p.density == "row" for p in panels))
+        await pilot.resize_terminal(200, 60)
+        await until(pilot, lambda: all(p.density == "full" for p in panels))
+        grid = app.screen.query_one("#gpu-grid")
+        assert grid.styles.grid_size_columns == 4
+        await pilot.press("v")
+        await pilot.press("v")
+        assert {p.density for p in panels} == {"compact"}
+        await pilot.press("v", "v")  # rows, then automatic again
+        assert {p.density for p in panels} == {"full"}
+
+
+async def test_theme_switch_restyles_the_table() -> None:
+    app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: table_keys(app))
+        table = app.screen.query_one(ProcessTable)
+        before = table.get_row("1:4242")[4].style
+        await pilot.press("t")
+        await until(pilot, lambda: table.get_row("1:4242")[4].style != before)
+        assert app.theme == "gpulayer-light"
+
+
+async def test_cpu_only_notice() -> None:
+    app = build_app(StaticBackend(n_gpus=0), clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(80, 24)) as pilot:
+        summary = await until(pilot, lambda: app.screen.query_one(SummaryLine))
+        await until(pilot, lambda: summary.has_class("-notice"))
+        assert "No NVIDIA driver found" in summary.notice().plain
+        assert "0 GPUs" in summary_text(app)
+        assert not app.screen.query(GpuPanel)
+
+
+# -- snapshots --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Pin the time zone: "failed today" depends on the local midnight."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def settled(n_gpus: int) -> Callable[[Pilot[Any]], Any]:
+    """Wait until the dashboard shows every panel, drawn."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        app: Any = pilot.app
+        await until(pilot, lambda: app.gpu_state is not None)
+        await until(pilot, lambda: len(app.screen.query(GpuPanel)) == n_gpus)
+        await until(pilot, lambda: all(p.domain for p in app.screen.query(GpuPanel)))
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
+
+    return run_before
+
+
+def _snap(snap_compare: Any, n_gpus: int, size: tuple[int, int], theme: str | None = None) -> bool:
+    app = build_app(StaticBackend(n_gpus=n_gpus), clock=lambda: FIXED_NOW, theme=theme)
+    return bool(snap_compare(app, terminal_size=size, run_before=settled(n_gpus)))
+
+
+def test_snapshot_no_gpus_80x24(snap_compare: Any, utc: None) -> None:
+    assert _snap(snap_compare, 0, (80, 24))
+
+
+def test_snapshot_two_gpus_120x40(snap_compare: Any, utc: None) -> None:
+    assert _snap(snap_compare, 2, (120, 40))
+
+
+def test_snapshot_eight_gpus_80x24(snap_compare: Any, utc: None) -> None:
+    assert _snap(snap_compare, 8, (80, 24))
+
+
+def test_snapshot_eight_gpus_200x60(snap_compare: Any, utc: None) -> None:
+    assert _snap(snap_compare, 8, (200, 60))
+
+
+def test_snapshot_two_gpus_light_theme(snap_compare: Any, utc: None) -> None:
+    assert _snap(snap_compare, 2, (120, 40), theme="gpulayer-light")
