@@ -210,8 +210,11 @@ def main() -> None:
     started = time.time()
     idle = idle_and_first_frame(args.jobs, args.idle_seconds)
     keys = asyncio.run(keypress_latency(args.presses, 2.0))
-    results = {"idle": idle, "keys": keys, "args": vars(args) | {"out": str(args.out),
-               "json": str(args.json)}}
+    results = {
+        "idle": idle,
+        "keys": keys,
+        "args": vars(args) | {"out": str(args.out), "json": str(args.json)},
+    }
     args.json.write_text(json.dumps(results, indent=2))
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started))
     cpu_ok = "met" if idle["idle_cpu_pct"] < 3.0 else "NOT met"
