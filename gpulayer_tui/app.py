@@ -160,10 +160,26 @@ class GpulayerApp(App[str]):
                 points = self.gpu_history.setdefault(dom["gpu_index"], deque(maxlen=HISTORY_POINTS))
                 points.append((event["at"], gpu.get("utilization"), gpu.get("memory_used")))
             self.gpu_state = data
+        elif kind == "domain.state":
+            self._domain_notice(event["data"])
         elif "job" in event:
             self.job_store.apply(event["job"])
             if not self._quiet.is_set() and self.job_store.active_count() == 0:
                 self._quiet.set()
+
+    def _domain_notice(self, data: dict[str, Any]) -> None:
+        change, name, reason = data.get("change"), data.get("domain"), data.get("reason") or ""
+        if change == "quarantined":
+            self.notify(
+                f"{reason}\nNo new work goes there; release it (ctrl+p) once the GPU answers.",
+                title=f"domain {name} quarantined",
+                severity="error",
+                timeout=15,
+            )
+        elif change == "degraded":
+            self.notify(reason, title=f"domain {name} degraded", severity="warning")
+        elif change in ("released", "draining", "healthy"):
+            self.notify(f"domain {name}: {change}", timeout=4)
 
     def _publish_job_changes(self) -> None:
         if self.job_store.version != self.jobs_version:
@@ -270,6 +286,20 @@ class GpulayerApp(App[str]):
             yield SystemCommand(
                 f"Theme: {item.name}", "Switch and remember the theme", self._theme_cmd(item.name)
             )
+        for dom in (self.gpu_state or {}).get("domains", []):
+            name, state = dom["name"], dom.get("state")
+            if state == "in_service":
+                yield SystemCommand(
+                    f"Drain {name}",
+                    "Stop new placements there (maintenance)",
+                    self._domain_cmd(name, "drain"),
+                )
+            else:
+                yield SystemCommand(
+                    f"Release {name}",
+                    f"Return it to service (now {state})",
+                    self._domain_cmd(name, "release"),
+                )
         yield SystemCommand("Quit", "Leave gpulayer-tui (q)", self.action_quit_app)
         yield from super().get_system_commands(screen)
 
@@ -278,6 +308,22 @@ class GpulayerApp(App[str]):
 
     def _theme_cmd(self, name: str) -> Callable[[], None]:
         return lambda: self.set_theme(name)
+
+    def _domain_cmd(self, name: str, action: str) -> Callable[[], None]:
+        def run() -> None:
+            self.domain_action(name, action)
+
+        return run
+
+    @work(group="domains", exit_on_error=False)
+    async def domain_action(self, name: str, action: str) -> None:
+        """Drain or release a domain; the engine's refusal is shown, never raised."""
+        try:
+            await self.backend.domain_action(name, action)
+        except BackendError as err:
+            self.notify(str(err), title=f"{action} {name}", severity="error")
+            return
+        self.gpu_state = await self.backend.gpus()
 
 
 _ACTIVE = frozenset({"pending", "queued", "running"})

@@ -14,6 +14,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
+from urllib.parse import quote
 
 from .engine.paths import Paths
 
@@ -78,6 +79,10 @@ class EngineBackend(Protocol):
 
     async def read_log(self, job_id: int, offset: int, limit: int = 256 * 1024) -> bytes:
         """Up to ``limit`` bytes of the job's output from ``offset``."""
+        ...
+
+    async def domain_action(self, name: str, action: str) -> dict[str, Any]:
+        """``drain`` or ``release`` a domain; return its new state."""
         ...
 
     def events(self) -> AsyncIterator[dict[str, Any]]:
@@ -171,6 +176,19 @@ class EmbeddedBackend:
             raise BackendError(f"unknown field '{unknown[0]}'", 400)
         job = await self._call(self.engine.adopt(pid, **request))
         return dict(job.to_json())
+
+    async def domain_action(self, name: str, action: str) -> dict[str, Any]:
+        """Drain or release a domain."""
+        from .engine.health import DomainRefused
+
+        try:
+            if action == "drain":
+                return dict(
+                    await self._call(self.engine.drain_domain(name, "drained from the TUI"))
+                )
+            return dict(await self._call(self.engine.release_domain(name)))
+        except DomainRefused as err:
+            raise BackendError(str(err), 409) from None
 
     async def read_log(self, job_id: int, offset: int, limit: int = 256 * 1024) -> bytes:
         """A chunk of the job's output (read in a thread)."""
@@ -273,6 +291,12 @@ class AttachedBackend:
     async def adopt(self, request: dict[str, Any]) -> dict[str, Any]:
         """Adopt a process."""
         return dict((await self._request("POST", "/adopt", json=request))["job"])
+
+    async def domain_action(self, name: str, action: str) -> dict[str, Any]:
+        """Drain or release a domain."""
+        body = {"reason": "drained from the TUI"} if action == "drain" else None
+        path = f"/domains/{quote(name, safe='')}/{action}"
+        return dict((await self._request("POST", path, json=body))["domain"])
 
     async def read_log(self, job_id: int, offset: int, limit: int = 256 * 1024) -> bytes:
         """A chunk of the job's output."""

@@ -1,0 +1,101 @@
+"""Domain health in the TUI: notifications, the release command, stopping countdowns."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from gpulayer_tui.engine.simulate import SimLedger
+from gpulayer_tui.widgets.job_table import JobTable
+
+AppFactory = Callable[..., Awaitable[Any]]
+
+
+async def until(pilot: Pilot[Any], predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout} s: {predicate}")
+        await pilot.pause(0.05)
+
+
+def _notes(app: Any) -> list[str]:
+    return [f"{n.title}: {n.message}" for n in app._notifications]
+
+
+def _state(app: Any, name: str) -> str:
+    return next(d["state"] for d in app.gpu_state["domains"] if d["name"] == name)
+
+
+async def test_quarantine_is_notified_and_release_is_offered(embedded_app: AppFactory) -> None:
+    app = await embedded_app("2xA100-80GB")
+    engine = app.backend.engine
+    ledger = SimLedger(engine.paths.state_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        ledger.set_gpu(1, lost=True, error="GPU is lost: fell off the bus")
+        await engine.sampler.sample_once()
+        await until(pilot, lambda: any("domain gpu1 quarantined" in n for n in _notes(app)))
+        await until(pilot, lambda: _state(app, "gpu1") == "quarantined")
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert "Release gpu1" in titles and "Drain gpu0" in titles
+        # still lost: the engine refuses, and the app says why
+        await app.domain_action("gpu1", "release").wait()
+        assert any("its GPU still fails" in n for n in _notes(app))
+        ledger.set_gpu(1, lost=False, error=None)
+        await engine.sampler.sample_once()
+        await app.domain_action("gpu1", "release").wait()
+        await until(pilot, lambda: _state(app, "gpu1") == "in_service")
+
+
+@pytest.fixture
+def stubborn(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """A foreign process that ignores SIGTERM, and the file it touches once it does."""
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import pathlib, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            f"pathlib.Path({str(ready)!r}).touch(); time.sleep(600)",
+        ]
+    )
+    yield proc, ready
+    proc.kill()
+    proc.wait()
+
+
+async def test_cancelling_an_adopted_job_counts_down_to_sigkill(
+    embedded_app: AppFactory, stubborn: tuple[subprocess.Popen[bytes], Path]
+) -> None:
+    proc, ready = stubborn
+    app = await embedded_app("2xA100-80GB")
+    async with app.run_test(size=(140, 30)) as pilot:
+        await until(pilot, ready.exists)
+        job = await app.backend.adopt({"pid": proc.pid, "name": "stubborn"})
+        await pilot.press("j")
+        table = await until(
+            pilot, lambda: app.screen.query(JobTable) and app.screen.query_one(JobTable)
+        )
+        await until(pilot, lambda: table.row_count == 1)
+        await pilot.press("c")
+        await pilot.pause()
+        await pilot.press("y")
+
+        def message() -> str:
+            return str(table.get_cell(str(job["id"]), "message"))
+
+        await until(pilot, lambda: "SIGKILL in" in message())
+        first = message()
+        await until(pilot, lambda: message() != first, timeout=5)  # it counts down
+        assert "SIGTERM sent" in message()
