@@ -375,7 +375,11 @@ class ApiServer:
     async def start(self) -> None:
         """Bind the socket. A leftover socket file is removed: we hold the engine lock."""
         self.path.unlink(missing_ok=True)
-        self._runner = web.AppRunner(make_app(self.engine), handle_signals=False, access_log=None)
+        # A short shutdown grace: open streams (a TUI following /events, `logs -f`) are
+        # ended by bus.close(); nothing else should keep a stopping engine waiting 60 s.
+        self._runner = web.AppRunner(
+            make_app(self.engine), handle_signals=False, access_log=None, shutdown_timeout=3.0
+        )
         await self._runner.setup()
         old_umask = os.umask(0o177)
         try:

@@ -215,7 +215,7 @@ class DashboardScreen(Screen[None]):
             pieces.append((f" · {state}", "$warning"))
         if job_text:
             pieces += [(" · ", "$text-muted"), (job_text, "")]
-        line.update(Content.assemble(*pieces))
+        line.update(Content.assemble(*pieces), layout=False)  # always one line
 
     # -- layout ---------------------------------------------------------------------------
 

@@ -168,6 +168,7 @@ class GpuPanel(Vertical):
         self.history: list[tuple[float, int | None, int | None]] = []
         self._name_width = 4
         self._row_width: tuple[int, int] | None = None
+        self._drawn_shape: tuple[str, int, int, int] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="stats")
@@ -257,33 +258,39 @@ class GpuPanel(Vertical):
         bar.update_vram(self.domain.get("vram"))
         stats = self.query_one("#stats", Static)
         graphs = self.query_one("#graphs", Static)
+        # A new sample changes text, not sizes: skip the (costly) screen re-layout unless
+        # the panel's shape changed since the last draw.
+        shape = (self.density, self.graph_height, width, self._name_width)
+        relayout = shape != self._drawn_shape
+        self._drawn_shape = shape
         if self.density == "row":
             if (width, self._name_width) != self._row_width:
                 self._row_width = (width, self._name_width)
                 self.post_message(self.RowWidthChanged(width, self._name_width))
             layout = RowLayout.for_width(width, self._name_width)
             stats.styles.width = layout.stats
-            stats.update(self._row_stats(layout))
+            stats.update(self._row_stats(layout), layout=relayout)
             graphs.display = layout.spark > 0
             if layout.spark:
                 graphs.styles.width = layout.spark + 1
-                graphs.update(self._graph("util", layout.spark, 1, label=False))
+                graphs.update(self._graph("util", layout.spark, 1, label=False), layout=relayout)
             return
         if self.density == "full":
             title = self.title()
             if title.markup != self.border_title:
                 self.border_title = title
-            stats.update(self._full_stats(width))
+            stats.update(self._full_stats(width), layout=relayout)
             height = max(1, self.graph_height)
             graphs.update(
                 Content("\n").join(
                     [self._graph("util", width, height), self._graph("mem", width, height)]
-                )
+                ),
+                layout=relayout,
             )
         else:
             if self.border_title:
                 self.border_title = None
-            stats.update(self._compact_stats(width))
+            stats.update(self._compact_stats(width), layout=relayout)
 
     def _util_pieces(self, bar_width: int) -> list[Piece]:
         util = self.gpu.get("utilization")

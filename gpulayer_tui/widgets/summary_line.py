@@ -53,7 +53,7 @@ class SummaryLine(Vertical):
         """Redraw from a job summary (:meth:`JobStore.summary`) and a ``/gpus`` view."""
         self.summary = dict(summary)
         self.gpu_state = dict(gpu_state) if gpu_state is not None else None
-        self.query_one("#counts", Static).update(self.counts())
+        self.query_one("#counts", Static).update(self.counts(), layout=False)  # one line
         message = (self.gpu_state or {}).get("message")
         notice = self.query_one("#notice", Static)
         self.set_class(bool(message), "-notice")
