@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from textual.pilot import Pilot
 from textual.widgets import Static
 
 from gpulayer_tui.app import build_app
@@ -20,21 +18,9 @@ from gpulayer_tui.screens.help import HelpScreen
 from gpulayer_tui.tui import _connect, start_background_engine
 
 from .conftest import Served, pid_gone, wait_for
-from .ui_support import FIXED_NOW, StaticBackend
+from .ui_support import FIXED_NOW, StaticBackend, until
 
 AppFactory = Callable[..., Awaitable[Any]]
-
-
-async def until(pilot: Pilot[Any], predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    """Let the app run until ``predicate`` holds (fails at the deadline)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout} s: {predicate}")
-        await pilot.pause(0.05)
 
 
 async def test_single_keys_switch_areas_and_help_lists_every_key(

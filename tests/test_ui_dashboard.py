@@ -28,23 +28,11 @@ from gpulayer_tui.widgets.gpu_panel import GpuPanel, RowLayout, graph_lines
 from gpulayer_tui.widgets.memory_bar import MemoryBar, split_cells
 from gpulayer_tui.widgets.process_table import ProcessTable
 from gpulayer_tui.widgets.summary_line import SummaryLine
-from tests.ui_support import FIXED_NOW, StaticBackend
+from tests.ui_support import FIXED_NOW, StaticBackend, until
 
 GIB = 1024**3
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-async def until(pilot: Pilot[Any], predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
-    """Poll ``predicate`` between short pauses; fail with a message at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        await pilot.pause(0.05)
 
 
 def table_keys(app: Any) -> list[str]:

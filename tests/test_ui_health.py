@@ -4,29 +4,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.pilot import Pilot
 
 from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.widgets.job_table import JobTable
 
+from .ui_support import until
+
 AppFactory = Callable[..., Awaitable[Any]]
-
-
-async def until(pilot: Pilot[Any], predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout} s: {predicate}")
-        await pilot.pause(0.05)
 
 
 def _notes(app: Any) -> list[str]:

@@ -28,6 +28,7 @@ from tests.conftest import pid_gone
 from tests.ui_support import FIXED_NOW, StaticBackend
 
 # -- helpers --------------------------------------------------------------------------------
+from .ui_support import until
 
 
 @pytest.fixture(autouse=True)
@@ -38,20 +39,6 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     monkeypatch.undo()
     time.tzset()
-
-
-async def until(
-    pilot: Pilot[Any], predicate: Callable[[], Any], what: str, timeout: float = 10.0
-) -> Any:
-    """Let the app run until ``predicate()`` is truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await pilot.pause(0.05)
 
 
 def table_of(app: App[Any]) -> JobTable:

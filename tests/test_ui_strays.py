@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-from textual.pilot import Pilot
 from textual.widgets import Input
 
 from gpulayer_tui.app import build_app
@@ -16,21 +14,10 @@ from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.screens.adopt import AdoptScreen
 from gpulayer_tui.widgets.stray_table import StrayTable
 
-from .ui_support import FIXED_NOW, StaticBackend
+from .ui_support import FIXED_NOW, StaticBackend, until
 
 AppFactory = Callable[..., Awaitable[Any]]
 GIB = 1024**3
-
-
-async def until(pilot: Pilot[Any], predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout} s: {predicate}")
-        await pilot.pause(0.05)
 
 
 @pytest.fixture

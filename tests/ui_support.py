@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+from textual.pilot import Pilot
 
 from gpulayer_tui.backend import BackendError
 from gpulayer_tui.engine.spec import SpecError, parse_spec
@@ -401,3 +404,17 @@ class StaticBackend:
         await self._never.wait()
         return
         yield {}  # an async generator that never yields
+
+
+async def until(
+    pilot: Pilot[Any], predicate: Callable[[], Any], what: str = "", timeout: float = 10.0
+) -> Any:
+    """Let the app run until ``predicate()`` is truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout} s: {what or predicate}")
+        await pilot.pause(0.05)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from .gpus import GpuProcess, GpuReading, ProbeResult, ProbeStatus
@@ -98,14 +99,13 @@ class NvmlProbe:
             ``NO_DRIVER`` with no GPUs when there is no NVML library or driver, or
             ``ERROR`` with a message when NVML failed as a whole.
         """
-        try:
-            early = self._ensure_init()
-            if early is not None:
-                return early
-            return self._read_all()
-        except Exception as exc:
-            # Last line of defence: the caller's thread must get a result, not a traceback.
-            return self._error(f"GPU probe failed unexpectedly ({type(exc).__name__}: {exc}).")
+        inventory = self.inventory()
+        if inventory.status is not ProbeStatus.OK:
+            return inventory
+        return replace(
+            inventory,
+            gpus=tuple(self.read_device(index) for index in range(inventory.device_count)),
+        )
 
     def inventory(self) -> ProbeResult:
         """Initialise if needed and count the GPUs (no per-GPU reads).
@@ -121,6 +121,7 @@ class NvmlProbe:
                 count = int(pynvml.nvmlDeviceGetCount())
             except _nvml_errors() as exc:
                 if isinstance(exc, pynvml.NVMLError_Uninitialized):
+                    # Someone shut NVML down under us: initialise again on the next read.
                     self._initialized = False
                 return self._error(f"NVML could not count the GPUs ({exc}).")
             return ProbeResult(
@@ -224,22 +225,6 @@ class NvmlProbe:
             return None
 
     # --- reading ----------------------------------------------------------------------
-
-    def _read_all(self) -> ProbeResult:
-        try:
-            count = int(pynvml.nvmlDeviceGetCount())
-        except _nvml_errors() as exc:
-            if isinstance(exc, pynvml.NVMLError_Uninitialized):
-                # Someone shut NVML down under us: initialise again on the next read.
-                self._initialized = False
-            return self._error(f"NVML could not count the GPUs ({exc}).")
-        gpus = tuple(self._read_gpu(index) for index in range(count))
-        return ProbeResult(
-            status=ProbeStatus.OK,
-            gpus=gpus,
-            backend=BACKEND,
-            driver_version=self._driver_version,
-        )
 
     def _read_gpu(self, index: int) -> GpuReading:
         """Read one GPU; errors become fields of the reading, never exceptions."""
