@@ -95,6 +95,7 @@ class DashboardScreen(Screen[None]):
         self._panels: dict[str, GpuPanel] = {}
         self._density_override: str | None = None
         self._stale = False
+        self._cpu_shown: str | None = None
 
     def compose(self) -> ComposeResult:
         yield EngineStatus("dashboard")
@@ -215,7 +216,10 @@ class DashboardScreen(Screen[None]):
             pieces.append((f" · {state}", "$warning"))
         if job_text:
             pieces += [(" · ", "$text-muted"), (job_text, "")]
-        line.update(Content.assemble(*pieces), layout=False)  # always one line
+        content = Content.assemble(*pieces)
+        if content.markup != self._cpu_shown:  # unchanged samples cost no repaint
+            self._cpu_shown = content.markup
+            line.update(content, layout=False)  # always one line
 
     # -- layout ---------------------------------------------------------------------------
 

@@ -169,6 +169,7 @@ class GpuPanel(Vertical):
         self._name_width = 4
         self._row_width: tuple[int, int] | None = None
         self._drawn_shape: tuple[str, int, int, int] | None = None
+        self._shown: dict[str, str] = {}  # widget id -> markup last shown
 
     def compose(self) -> ComposeResult:
         yield Static(id="stats")
@@ -269,19 +270,22 @@ class GpuPanel(Vertical):
                 self.post_message(self.RowWidthChanged(width, self._name_width))
             layout = RowLayout.for_width(width, self._name_width)
             stats.styles.width = layout.stats
-            stats.update(self._row_stats(layout), layout=relayout)
+            self._show(stats, self._row_stats(layout), layout=relayout)
             graphs.display = layout.spark > 0
             if layout.spark:
                 graphs.styles.width = layout.spark + 1
-                graphs.update(self._graph("util", layout.spark, 1, label=False), layout=relayout)
+                self._show(
+                    graphs, self._graph("util", layout.spark, 1, label=False), layout=relayout
+                )
             return
         if self.density == "full":
             title = self.title()
             if title.markup != self.border_title:
                 self.border_title = title
-            stats.update(self._full_stats(width), layout=relayout)
+            self._show(stats, self._full_stats(width), layout=relayout)
             height = max(1, self.graph_height)
-            graphs.update(
+            self._show(
+                graphs,
                 Content("\n").join(
                     [self._graph("util", width, height), self._graph("mem", width, height)]
                 ),
@@ -290,7 +294,16 @@ class GpuPanel(Vertical):
         else:
             if self.border_title:
                 self.border_title = None
-            stats.update(self._compact_stats(width), layout=relayout)
+            self._show(stats, self._compact_stats(width), layout=relayout)
+
+    def _show(self, widget: Static, content: Content, layout: bool = True) -> None:
+        """Update ``widget`` only if what it shows changed: an idle GPU's sample repeats
+        the last one, and skipping those repaints is most of the dashboard's idle cost."""
+        key = content.markup
+        if not layout and self._shown.get(widget.id or "") == key:
+            return
+        self._shown[widget.id or ""] = key
+        widget.update(content, layout=layout)
 
     def _util_pieces(self, bar_width: int) -> list[Piece]:
         util = self.gpu.get("utilization")

@@ -44,6 +44,7 @@ class SummaryLine(Vertical):
         super().__init__(id=id)
         self.summary: dict[str, int] = {}
         self.gpu_state: dict[str, Any] | None = None
+        self._shown_counts: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(self.counts(), id="counts")
@@ -53,7 +54,10 @@ class SummaryLine(Vertical):
         """Redraw from a job summary (:meth:`JobStore.summary`) and a ``/gpus`` view."""
         self.summary = dict(summary)
         self.gpu_state = dict(gpu_state) if gpu_state is not None else None
-        self.query_one("#counts", Static).update(self.counts(), layout=False)  # one line
+        counts = self.counts()
+        if counts.markup != self._shown_counts:  # unchanged samples cost no repaint
+            self._shown_counts = counts.markup
+            self.query_one("#counts", Static).update(counts, layout=False)  # one line
         message = (self.gpu_state or {}).get("message")
         notice = self.query_one("#notice", Static)
         self.set_class(bool(message), "-notice")
