@@ -164,7 +164,7 @@ class GpulayerApp(App[str]):
             self._domain_notice(event["data"])
         elif "job" in event:
             self.job_store.apply(event["job"])
-            if not self._quiet.is_set() and self.job_store.active_count() == 0:
+            if not self._quiet.is_set() and self.job_store.active_count(launched_only=True) == 0:
                 self._quiet.set()
 
     def _domain_notice(self, data: dict[str, Any]) -> None:
@@ -248,14 +248,20 @@ class GpulayerApp(App[str]):
 
     @work(exclusive=True, group="quit")
     async def _stop_all_and_quit(self) -> None:
-        active = [j["id"] for j in self.job_store.jobs.values() if j["status"] in _ACTIVE]
+        # Adopted processes are left alone (record 004): they were started elsewhere, and
+        # quitting the TUI is no reason to kill them. A later engine re-learns them.
+        active = [
+            j["id"]
+            for j in self.job_store.jobs.values()
+            if j["status"] in _ACTIVE and j.get("kind") != "adopted"
+        ]
         self.notify(f"stopping {len(active)} job(s)…", timeout=10)
         for job_id in active:
             try:
                 await self.backend.cancel(job_id)
             except BackendError:
                 pass  # it ended meanwhile
-        if self.job_store.active_count():
+        if self.job_store.active_count(launched_only=True):
             self._quiet.clear()
             try:
                 await asyncio.wait_for(self._quiet.wait(), timeout=60)

@@ -67,6 +67,10 @@ class JobStore:
                 failed_today += 1
         return {"running": running, "queued": queued, "failed_today": failed_today}
 
-    def active_count(self) -> int:
-        """Jobs that are pending, queued or running."""
-        return sum(1 for j in self.jobs.values() if j["status"] in ACTIVE)
+    def active_count(self, launched_only: bool = False) -> int:
+        """Jobs that are pending, queued or running (``launched_only``: not adopted)."""
+        return sum(
+            1
+            for j in self.jobs.values()
+            if j["status"] in ACTIVE and not (launched_only and j.get("kind") == "adopted")
+        )

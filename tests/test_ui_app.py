@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+import subprocess
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import pytest
 from textual.widgets import Static
 
 from gpulayer_tui.app import build_app
@@ -72,6 +74,14 @@ async def test_theme_switch_is_saved_in_config(embedded_app: AppFactory, paths: 
         assert again.theme == "gpulayer-light"
 
 
+@pytest.fixture
+def foreign_sleep() -> Iterator[int]:
+    proc = subprocess.Popen(["sleep", "600"])
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
 async def test_quit_without_work_exits_at_once(embedded_app: AppFactory) -> None:
     app = await embedded_app()
     async with app.run_test(size=(100, 30)) as pilot:
@@ -81,11 +91,14 @@ async def test_quit_without_work_exits_at_once(embedded_app: AppFactory) -> None
     assert app.return_value == ""
 
 
-async def test_quit_with_running_job_can_stop_it(embedded_app: AppFactory) -> None:
+async def test_quit_with_running_job_can_stop_it(
+    embedded_app: AppFactory, foreign_sleep: int
+) -> None:
     app = await embedded_app()
     async with app.run_test(size=(100, 30)) as pilot:
         job = await app.backend.submit({"command": ["sleep", "600"]})
-        await until(pilot, lambda: app.job_store.active_count() == 1)
+        adopted = await app.backend.adopt({"pid": foreign_sleep})
+        await until(pilot, lambda: app.job_store.active_count() == 2)
         await pilot.press("q")
         await until(pilot, lambda: isinstance(app.screen, QuitScreen))
         await pilot.press("escape")  # stay
@@ -97,6 +110,9 @@ async def test_quit_with_running_job_can_stop_it(embedded_app: AppFactory) -> No
         await until(pilot, lambda: not app.is_running)
     assert app.job_store.jobs[job["id"]]["status"] == "cancelled"
     assert pid_gone(job["pid"])
+    # adopted processes are left alone when the TUI quits
+    assert app.job_store.jobs[adopted["id"]]["status"] == "running"
+    assert not pid_gone(foreign_sleep)
 
 
 async def test_quit_handover_keeps_jobs_running_in_a_background_engine(

@@ -73,9 +73,10 @@ class QuitScreen(ModalScreen[QuitChoice]):
             yield Label("Quit gpulayer-tui?", classes="dialog-title")
             yield Static(
                 f"{self.active} {noun} running or queued in this window's engine.\n\n"
-                "Keep running: hand them to a background engine (gpulayer-tui --serve);\n"
-                "reopen gpulayer-tui later to attach to it.\n"
-                "Stop them: cancel every job, then quit."
+                "Keep running: a background engine (gpulayer-tui --serve) takes them over; "
+                "reopen gpulayer-tui later to attach to it.\n\n"
+                "Stop them: cancel every job, then quit. Adopted processes are left alone "
+                "(a later engine re-learns them)."
             )
             with Horizontal(classes="buttons"):
                 yield Button("Keep running (k)", id="handover", variant="primary")
