@@ -278,3 +278,90 @@ async def test_a_hanging_gpu_degrades_then_quarantines_only_its_domain(
 
     await eventually(answers, timeout=10, interval=0.05)
     assert (await engine.release_domain("gpu1"))["state"] == "in_service"
+
+
+async def test_doctor_checks_name_quarantine_and_a_clock_gone_backwards(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    engine = await make_engine(probe=NvmlProbe())
+    job = await engine.submit({"command": ["true"]})
+    await engine.wait(job.id, timeout=10)
+    fake_nvml.devices[1].lost = True
+    await engine.sampler.sample_once()
+    with sqlite3.connect(engine.paths.database) as db:
+        db.execute("UPDATE jobs SET created_at = created_at + 3600 WHERE id = ?", (job.id,))
+    checks = {c["check"]: c for c in await engine.doctor_checks()}
+    assert checks["domain gpu1"]["status"] == "fail"
+    assert checks["domain gpu1"]["detail"].startswith("quarantined: GPU is lost")
+    assert checks["domain gpu0"]["status"] == "ok"
+    assert (
+        checks["clock"]["status"] == "fail" and "behind the newest job" in checks["clock"]["detail"]
+    )
+
+
+def test_doctor_sees_a_lock_without_a_socket_and_low_disk(
+    served: Served, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import sys
+
+    from gpulayer_tui.cli import doctor
+    from gpulayer_tui.engine.paths import resolve_paths
+
+    served.home.mkdir(parents=True, mode=0o700)
+    lock = served.home / "engine.lock"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode()); "
+            "print('locked', flush=True); time.sleep(600)",
+            str(lock),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+
+        class Usage:
+            free = 50 * 1024**2
+
+        monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: Usage())
+        monkeypatch.setenv("GPULAYER_HOME", str(served.home))
+        assert doctor.run_doctor(resolve_paths(), as_json=True) == 1
+        checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)}
+        assert checks["engine"]["status"] == "fail"
+        assert f"pid {holder.pid} holds" in checks["engine"]["detail"]
+        assert checks["disk space"]["status"] == "fail"
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
+async def test_jobs_dying_of_device_errors_count_against_their_gpu(
+    make_engine: EngineFactory,
+) -> None:
+    config = make_config(health={"degrade_after": 2, "quarantine_after": 3})
+    engine = await make_engine("2xA100-80GB", config=config)
+    gpu0, gpu1 = engine.scheduler.domains["gpu0"], engine.scheduler.domains["gpu1"]
+    cuda_dead = {
+        "shell": "echo 'RuntimeError: CUDA error: no CUDA-capable device is detected' >&2; exit 1",
+        "domain": "gpu1",
+    }
+    program_bug = {"shell": "echo 'AssertionError: shapes differ' >&2; exit 1", "domain": "gpu0"}
+    for _ in range(2):
+        await engine.wait((await engine.submit(program_bug)).id, timeout=10)
+    assert gpu0.launch_failures == 0 and gpu0.health.value == "healthy"  # not the GPU's fault
+    await engine.wait((await engine.submit(cuda_dead)).id, timeout=10)
+    await engine.wait((await engine.submit(cuda_dead)).id, timeout=10)
+    assert gpu1.health.value == "degraded" and gpu1.state.value == "in_service"
+    ok = await engine.submit({"command": ["true"], "domain": "gpu1"})
+    await engine.wait(ok.id, timeout=10)
+    assert gpu1.launch_failures == 0  # a clean run resets the count
+    for _ in range(3):
+        await engine.wait((await engine.submit(cuda_dead)).id, timeout=10)
+    assert gpu1.state.value == "quarantined"
+    assert gpu1.state_reason == "3 jobs in a row failed with: no CUDA-capable device"
+    assert gpu0.state.value == "in_service"

@@ -98,6 +98,7 @@ class Domain:
         self.health = DomainHealth.HEALTHY
         self.failures = 0  # consecutive failed reads of its GPU
         self.quarantines = 0  # times quarantined in this engine run (metrics)
+        self.launch_failures = 0  # GPU jobs in a row that died of a device error
         self.last_error = ""
         self.holdings: dict[int, Holding] = {}
         self.reading: GpuReading | None = None
@@ -148,7 +149,9 @@ class Domain:
             failed, lost, error = reading.failed, reading.lost, reading.error or "read failed"
         if not failed and not lost:
             self.failures = 0
-            if self.health is DomainHealth.DEGRADED:
+            # Good reads clear a degradation from failed reads, not one from jobs dying of
+            # device errors (record_job_end): only a clean job run clears that.
+            if self.health is DomainHealth.DEGRADED and self.launch_failures < degrade_after:
                 self.health = DomainHealth.HEALTHY
                 return DomainHealth.HEALTHY
             return None
@@ -161,6 +164,34 @@ class Domain:
             self.quarantine(why)
             return DomainState.QUARANTINED
         if self.failures >= degrade_after and self.health is DomainHealth.HEALTHY:
+            self.health = DomainHealth.DEGRADED
+            return DomainHealth.DEGRADED
+        return None
+
+    def record_job_end(
+        self, device_error: str | None, degrade_after: int, quarantine_after: int
+    ) -> DomainState | DomainHealth | None:
+        """Count a GPU job's end: one that died of a device error (``device_error``) counts
+        against this GPU; any other end resets the count.
+
+        Returns:
+            The new state or health if this changed it, else ``None``.
+        """
+        if device_error is None:
+            self.launch_failures = 0
+            if self.health is DomainHealth.DEGRADED and self.state is not DomainState.QUARANTINED:
+                if self.failures < degrade_after:
+                    self.health = DomainHealth.HEALTHY
+                    return DomainHealth.HEALTHY
+            return None
+        self.launch_failures += 1
+        self.last_error = device_error
+        if self.state is DomainState.QUARANTINED:
+            return None
+        if self.launch_failures >= quarantine_after:
+            self.quarantine(f"{self.launch_failures} jobs in a row failed with: {device_error}")
+            return DomainState.QUARANTINED
+        if self.launch_failures >= degrade_after and self.health is DomainHealth.HEALTHY:
             self.health = DomainHealth.DEGRADED
             return DomainHealth.DEGRADED
         return None

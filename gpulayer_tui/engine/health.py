@@ -11,13 +11,38 @@ maintenance switch for a healthy domain. States survive an engine restart.
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 from .adoption import Adoption
 from .domain import Domain, DomainHealth, DomainState
-from .models import EventKind, JobStatus
+from .models import EventKind, Job, JobKind, JobStatus, TerminationReason
 from .spec import SpecError
+
+# What CUDA/NVML print when the *device* is at fault (not the program): no device, device
+# busy/unavailable, ECC, a lost GPU. A program's own bug (an assert, out of memory) is not.
+_DEVICE_ERROR = re.compile(
+    r"(no CUDA-capable device|CUDA-capable device\(s\) (is|are) busy or unavailable|"
+    r"cudaError(NoDevice|DevicesUnavailable|ECCUncorrectable|InitializationError)|"
+    r"CUDA_ERROR_(NO_DEVICE|ECC_UNCORRECTABLE|NOT_INITIALIZED|DEVICE_UNAVAILABLE)|"
+    r"uncorrectable ECC error|GPU is lost|fallen off the bus)",
+    re.IGNORECASE,
+)
+TAIL_BYTES = 8192
+
+
+def device_error_in(log: Path) -> str | None:
+    """The device error a job's output ends with, if any (reads the last 8 KiB only)."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, log.stat().st_size - TAIL_BYTES))
+            tail = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    match = _DEVICE_ERROR.search(tail)
+    return match.group(0) if match else None
 
 
 class DomainRefused(RuntimeError):
@@ -62,6 +87,23 @@ class DomainControl(Adoption):
                 warning = f"running on {', '.join(act.job.domains)}; warning: domain "
                 self._set_reason(act, f"{warning}{dom.name} quarantined: {dom.state_reason}")
         self._schedule_soon()
+
+    def _job_ended_on(self, domains: list[Domain], job: Job) -> None:
+        """A GPU job that died of a device error counts against its GPUs' health."""
+        gpu_domains = [d for d in domains if d.is_gpu]
+        if not gpu_domains or job.kind is not JobKind.COMMAND:
+            return
+        error = None
+        if job.status is JobStatus.FAILED and job.termination_reason in (
+            TerminationReason.EXIT_CODE,
+            TerminationReason.SIGNAL,
+        ):
+            error = device_error_in(self.supervisor.log_path(job.id))
+        settings = self.config.health
+        for dom in gpu_domains:
+            change = dom.record_job_end(error, settings.degrade_after, settings.quarantine_after)
+            if change is not None:
+                self._domain_changed(dom, str(change))
 
     def refuse_quarantined_pins(self, pins: list[str]) -> None:
         """Refuse a submission whose every pinned domain is quarantined.

@@ -404,7 +404,12 @@ class Lifecycle:
         if act.job.pid is not None:
             self._roots.pop(act.job.pid, None)
         status, reason, message = self._exit_verdict(act, exit)
+        holds = list(act.holds)
         self._finish(act, status, reason, message, exit.code)
+        self._job_ended_on(holds, act.job)
+
+    def _job_ended_on(self, domains: list[Domain], job: Job) -> None:
+        """Hook: a launched or adopted job ended on ``domains`` (domain health uses it)."""
 
     def _exit_verdict(self, act: _Active, exit: Exit) -> tuple[JobStatus, TerminationReason, str]:
         code = exit.code
