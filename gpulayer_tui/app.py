@@ -162,6 +162,8 @@ class GpulayerApp(App[str]):
             self.gpu_state = data
         elif kind == "domain.state":
             self._domain_notice(event["data"])
+        elif kind == "engine.config":
+            self._config_notice(event["data"])
         elif "job" in event:
             self.job_store.apply(event["job"])
             if not self._quiet.is_set() and self.job_store.active_count(launched_only=True) == 0:
@@ -180,6 +182,21 @@ class GpulayerApp(App[str]):
             self.notify(reason, title=f"domain {name} degraded", severity="warning")
         elif change in ("released", "draining", "healthy"):
             self.notify(f"domain {name}: {change}", timeout=4)
+
+    def _config_notice(self, data: dict[str, Any]) -> None:
+        if data.get("outcome") == "rejected":
+            self.notify(str(data.get("error")), title="config edit rejected", severity="error")
+            return
+        if "ui" in data.get("changes", []) and self.config_file is not None:
+            # The theme was edited in the config file: apply it live.
+            from .engine.config import ConfigError, load_config
+
+            try:
+                theme = load_config(self.config_file).ui.theme
+            except ConfigError:
+                return
+            if theme and theme in self.available_themes and theme != self.theme:
+                self.theme = theme
 
     def _publish_job_changes(self) -> None:
         if self.job_store.version != self.jobs_version:

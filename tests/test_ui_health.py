@@ -88,3 +88,18 @@ async def test_cancelling_an_adopted_job_counts_down_to_sigkill(
         first = message()
         await until(pilot, lambda: message() != first, timeout=5)  # it counts down
         assert "SIGTERM sent" in message()
+
+
+async def test_config_edits_reach_the_tui(embedded_app: AppFactory) -> None:
+    app = await embedded_app("2xA100-80GB")
+    engine = app.backend.engine
+    config = engine.paths.config_file
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.theme == "gpulayer-dark"
+        config.write_text('[ui]\ntheme = "gpulayer-light"\n')
+        await engine.reload_config()
+        await until(pilot, lambda: app.theme == "gpulayer-light")
+        config.write_text("[cpu]\nslots = 0\n")
+        await engine.reload_config()
+        await until(pilot, lambda: any("config edit rejected" in n for n in _notes(app)))
