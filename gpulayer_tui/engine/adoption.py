@@ -20,8 +20,9 @@ from typing import Any
 from . import procs
 from .domain import Domain
 from .gpus import GIB
-from .lifecycle import Lifecycle, _Active
+from .lifecycle import _Active
 from .models import EventKind, Job, JobKind, JobStatus, TerminationReason
+from .restore import Restore
 from .sampler import Sampler
 from .scheduler import Request
 from .spec import SpecError
@@ -58,7 +59,7 @@ def read_process(pid: int) -> ProcessSnapshot | None:
     )
 
 
-class Adoption(Lifecycle):
+class Adoption(Restore):
     """The ``adopt`` operation, mixed into :class:`~gpulayer_tui.engine.engine.Engine`."""
 
     sampler: Sampler
