@@ -214,10 +214,6 @@ class EmbeddedBackend:
         finally:
             subscription.close()
 
-    async def active_count(self) -> int:
-        """Jobs that are pending, queued or running."""
-        return len(self.engine._active)
-
 
 class AttachedBackend:
     """A ``--serve`` engine reached over its Unix socket."""
@@ -325,10 +321,6 @@ class AttachedBackend:
                             yield event
         except aiohttp.ClientConnectionError:
             return
-
-    async def active_count(self) -> int:
-        """Jobs that are pending, queued or running."""
-        return len(await self.jobs(["pending", "queued", "running"]))
 
 
 async def engine_is_serving(paths: Paths) -> bool:

@@ -40,15 +40,6 @@ class JobStore:
             return list(self.jobs)
         return [job_id for job_id, v in self._changed_at.items() if v > version]
 
-    def counts(self, since: float | None = None) -> dict[str, int]:
-        """Jobs per status, optionally only those created at or after ``since``."""
-        out: dict[str, int] = {}
-        for job in self.jobs.values():
-            if since is not None and (job.get("created_at") or 0) < since:
-                continue
-            out[job["status"]] = out.get(job["status"], 0) + 1
-        return out
-
     def summary(self, now: float | None = None) -> dict[str, int]:
         """What the dashboard's summary line shows: running, queued, failed today."""
         now = time.time() if now is None else now

@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psutil
 import pytest
 
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
@@ -191,18 +192,8 @@ async def test_owned_memory_is_not_unregistered(make_engine: EngineFactory) -> N
 
 
 def _child_of(pid: int) -> int | None:
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2 :].split()
-        if int(fields[1]) == pid:
-            return int(entry)
-    return None
+    children = psutil.Process(pid).children()
+    return children[0].pid if children else None
 
 
 async def test_multi_gpu_holds_are_all_or_nothing(make_engine: EngineFactory) -> None:
@@ -285,19 +276,15 @@ async def test_cancel_kills_the_whole_process_group(make_engine: EngineFactory) 
         await eventually(lambda pid=pid: pid_gone(pid))
 
 
-def _children(pid: int) -> list[int]:
+def _children(pgid: int) -> list[int]:
+    """Other members of the process group ``pgid``."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for proc in psutil.process_iter():
         try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                data = fh.read()
-        except OSError:
+            if proc.pid != pgid and os.getpgid(proc.pid) == pgid:
+                found.append(proc.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
             continue
-        fields = data[data.rfind(b")") + 2 :].split()
-        if int(fields[2]) == pid and int(entry) != pid:  # same process group
-            found.append(int(entry))
     return found
 
 

@@ -291,10 +291,6 @@ class Supervisor:
             returncode = 128 - returncode  # killed by signal N -> 128+N, as a shell says
         self._on_exit(job_id, Exit(returncode, recorded=False))
 
-    def is_watching(self, job_id: int) -> bool:
-        """True while the job's process is being watched (it has not exited)."""
-        return job_id in self._watches
-
     def pids(self) -> dict[int, int]:
         """``{job_id: leader pid}`` of every watched process."""
         return {job_id: w.pid for job_id, w in self._watches.items()}

@@ -12,22 +12,8 @@ if TYPE_CHECKING:
 
 
 def _domain_view(engine: Engine, dom: Domain, history: bool) -> dict[str, Any]:
-    view: dict[str, Any] = {
-        "name": dom.name,
-        "gpu_index": dom.gpu_index,
-        "gpu_uuid": dom.gpu_uuid,
-        "state": dom.state.value,
-        "state_reason": dom.state_reason,
-        "health": dom.health.value,
-        "failures": dom.failures,
-        "last_error": dom.last_error,
-        "slots": dom.slots,
-        "used_slots": dom.used_slots,
-        "jobs": sorted(dom.holdings),
-        "gpu": None,
-        "vram": None,
-        "processes": [],
-    }
+    view: dict[str, Any] = engine.domain_json(dom)
+    view.update(gpu_uuid=dom.gpu_uuid, jobs=sorted(dom.holdings), gpu=None, vram=None, processes=[])
     reading = dom.reading
     if reading is not None:
         view["gpu"] = {
