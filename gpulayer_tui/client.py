@@ -1,18 +1,19 @@
 """A small synchronous client for the engine's Unix-socket API (stdlib only).
 
-The CLI uses it, so it must stay cheap to import: no aiohttp, no pydantic, no engine.
+The CLI uses it, so it must stay cheap to import: no aiohttp, no pydantic, no engine, and
+not even ``http.client``, which pulls in ``email`` and ``ssl`` (about 16 ms of a ~40 ms
+``gpulayer-tui submit``). The engine speaks plain HTTP/1.1 on a local socket, so the few
+lines below (one request per connection; a body by length, chunked or until close) are all
+the protocol needed.
 """
 
 from __future__ import annotations
 
 import errno
-import http.client
 import json
 import socket
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
 
 from .engine.paths import Paths
 
@@ -36,20 +37,75 @@ class ApiError(RuntimeError):
         self.status = status
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path, timeout: float | None) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = str(path)
+def _quote(value: int | str) -> str:
+    """A path segment, percent-encoded (urllib loads only for the calls that need it)."""
+    from urllib.parse import quote
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
+    return quote(str(value), safe="")
+
+
+def _urlencode(query: dict[str, Any]) -> str:
+    from urllib.parse import urlencode
+
+    return urlencode(query)
+
+
+class _Response:
+    """One HTTP response read from a socket that the server closes after it."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._file = sock.makefile("rb")
+        status_line = self._file.readline(65537)
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
+            self.close()
+            raise OSError(errno.EPROTO, f"not an HTTP response: {status_line[:80]!r}")
+        self.status = int(parts[1])
+        self.headers: dict[str, str] = {}
+        while True:
+            line = self._file.readline(65537)
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            self.headers[name.strip().lower()] = value.strip()
+
+    def chunks(self) -> Iterator[bytes]:
+        """The body as it arrives (for streams: logs, events), then close."""
         try:
-            sock.connect(self._path)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+            if "chunked" in self.headers.get("transfer-encoding", "").lower():
+                yield from self._chunked()
+            elif "content-length" in self.headers:
+                data = self._file.read(int(self.headers["content-length"]))
+                if data:
+                    yield data
+            else:
+                while chunk := self._file.read1(65536):
+                    yield chunk
+        finally:
+            self.close()
+
+    def _chunked(self) -> Iterator[bytes]:
+        while True:
+            size_line = self._file.readline(65537)
+            if not size_line:
+                return  # the connection ended early: what arrived is all there is
+            size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                return  # trailers, if any, are not needed
+            data = self._file.read(size)
+            self._file.readline(65537)  # the CRLF after the chunk
+            if data:
+                yield data
+
+    def read(self) -> bytes:
+        """The whole body."""
+        return b"".join(self.chunks())
+
+    def close(self) -> None:
+        """Release the socket."""
+        self._file.close()
+        self._sock.close()
 
 
 class Client:
@@ -66,18 +122,22 @@ class Client:
 
     def _open(
         self, method: str, path: str, body: Any = None, timeout: float | None = -1.0
-    ) -> http.client.HTTPResponse:
-        conn = _UnixConnection(self.paths.socket, self.timeout if timeout == -1.0 else timeout)
-        headers = {}
-        payload = None
+    ) -> _Response:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout if timeout == -1.0 else timeout)
+        head = f"{method} /v1{path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+        payload = b""
         if body is not None:
             payload = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
+            head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+        elif method != "GET":
+            head += "Content-Length: 0\r\n"
         try:
-            conn.request(method, "/v1" + path, body=payload, headers=headers)
-            return conn.getresponse()
+            sock.connect(str(self.paths.socket))
+            sock.sendall(head.encode("latin-1") + b"\r\n" + payload)
+            return _Response(sock)
         except OSError as err:
-            conn.close()
+            sock.close()
             if isinstance(err, (FileNotFoundError, ConnectionRefusedError)) or err.errno in (
                 errno.ENOENT,
                 errno.ECONNREFUSED,
@@ -115,11 +175,7 @@ class Client:
             except (ValueError, AttributeError):
                 message = None
             raise ApiError(response.status, message or f"HTTP {response.status}")
-        while True:
-            chunk = response.read1(65536)
-            if not chunk:
-                return
-            yield chunk
+        yield from response.chunks()
 
     # Convenience wrappers ------------------------------------------------------------------
 
@@ -133,27 +189,25 @@ class Client:
 
     def job(self, job_id: int | str) -> dict[str, Any]:
         """One job with its ``events``."""
-        return dict(self.request("GET", f"/jobs/{quote(str(job_id), safe='')}"))
+        return dict(self.request("GET", f"/jobs/{_quote(job_id)}"))
 
     def jobs(self, statuses: list[str] | None = None, limit: int = 1000) -> list[dict[str, Any]]:
         """Jobs, newest first."""
         query: dict[str, Any] = {"limit": limit}
         if statuses:
             query["status"] = ",".join(statuses)
-        return list(self.request("GET", "/jobs?" + urlencode(query))["jobs"])
+        return list(self.request("GET", "/jobs?" + _urlencode(query))["jobs"])
 
     def cancel(self, job_id: int | str) -> dict[str, Any]:
         """Cancel a job; returns it (possibly still stopping)."""
-        return dict(self.request("POST", f"/jobs/{quote(str(job_id), safe='')}/cancel")["job"])
+        return dict(self.request("POST", f"/jobs/{_quote(job_id)}/cancel")["job"])
 
     def wait(self, job_id: int | str, timeout: float | None = None) -> dict[str, Any]:
         """Block until the job ends (or ``timeout``); returns ``{"job", "timed_out"}``."""
-        query = "" if timeout is None else "?" + urlencode({"timeout": timeout})
+        query = "" if timeout is None else "?" + _urlencode({"timeout": timeout})
         sock_timeout = None if timeout is None else timeout + 30
         return dict(
-            self.request(
-                "GET", f"/jobs/{quote(str(job_id), safe='')}/wait{query}", timeout=sock_timeout
-            )
+            self.request("GET", f"/jobs/{_quote(job_id)}/wait{query}", timeout=sock_timeout)
         )
 
     def gpus(self) -> dict[str, Any]:
