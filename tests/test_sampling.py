@@ -122,3 +122,68 @@ async def test_nvml_errors_at_field_level_do_not_break_sampling(
     # without the process list, used memory is all unattributed, not ignored
     assert gpu0["vram"]["unattributed"] == 20 * GIB and gpu0["vram"]["unregistered"] == 0
     assert "not permitted" in gpu0["gpu"]["error"]
+
+
+async def test_a_gpu_hanging_mid_sweep_leaves_the_later_gpus_read_in_the_same_tick(
+    fake_nvml: FakeNvml,
+) -> None:
+    # The sampler reads GPUs one after another in one thread; when GPU 0 hangs, GPUs 1
+    # and 2 must still be read in that tick (in parallel), within two deadlines.
+    import asyncio
+    import time
+
+    from gpulayer_tui.engine.sampler import Sampler
+
+    from .fake_nvml import default_devices
+
+    fake_nvml.devices.append(default_devices()[1])
+    fake_nvml.devices[2].uuid = "GPU-22222222-2222-2222-2222-222222222222"
+    samples = []
+    sampler = Sampler(NvmlProbe(), 60.0, 0.2, 10, dict, samples.append)
+    await sampler.sample_once()  # a good read first: identities are known
+    hang = fake_nvml.hang("nvmlDeviceGetMemoryInfo", index=0)
+    t0 = time.perf_counter()
+    tick = await sampler.sample_once()
+    elapsed = time.perf_counter() - t0
+    gpus = {g.index: g for g in tick.result.gpus}
+    assert gpus[0].failed and gpus[0].error == "GPU 0 did not answer within 0.2 s"
+    assert not gpus[1].failed and not gpus[2].failed
+    assert gpus[2].memory_total == 80 * GIB
+    assert elapsed < 2 * 0.2 + 1.0  # two deadlines, plus slack for a loaded machine
+    later = await sampler.sample_once()
+    assert "still busy" in (later.result.gpus[0].error or "")
+    assert not later.result.gpus[1].failed and not later.result.gpus[2].failed
+    hang.release()
+    await asyncio.sleep(0.05)
+    await sampler.stop()
+
+
+def test_process_cache_attributes_by_incarnation(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ancestry and description are read once per process incarnation; a recycled pid
+    # (same pid, new start time) is walked again and never inherits the old owner.
+    from gpulayer_tui.engine import procs
+    from gpulayer_tui.engine.sampler import ProcessCache
+
+    table = {300: procs.ProcStat(300, "S", 200, 7), 200: procs.ProcStat(200, "S", 1, 5)}
+    reads: list[int] = []
+
+    def read_stat(pid: int) -> procs.ProcStat | None:
+        reads.append(pid)
+        return table.get(pid)
+
+    monkeypatch.setattr(procs, "read_stat", read_stat)
+    monkeypatch.setattr(procs, "describe", lambda pid: procs.ProcessInfo(pid, "ana", "x", 7))
+    cache = ProcessCache()
+    roots = {200: (42, 5)}
+    assert cache.attribute(300, roots)[0] == 42
+    assert reads == [300, 200]
+    reads.clear()
+    assert cache.attribute(300, roots)[0] == 42
+    assert reads == [300]  # only the pid itself is re-checked
+    assert cache.attribute(300, {200: (42, 6)})[0] is None  # root's start time differs
+    table[300] = procs.ProcStat(300, "S", 1, 9)  # pid 300 recycled, not under 200 now
+    assert cache.attribute(300, roots)[0] is None
+    cache.keep_only(set())
+    reads.clear()
+    cache.attribute(300, roots)
+    assert reads == [300]  # forgotten, then re-read (its parent is init: no walk)
