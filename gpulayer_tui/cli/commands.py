@@ -246,6 +246,15 @@ def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser)
         return EXIT_USAGE if err.status in (400, 404) else EXIT_FAILED
     except BrokenPipeError:
         return EXIT_OK
+    except PermissionError as err:
+        if err.filename is not None:  # a file named on the command line
+            _error(f"{err.strerror}: {err.filename}")
+            return EXIT_USAGE
+        _error(
+            f"cannot reach the engine's socket {paths.socket}: permission denied; an engine "
+            "serves only its own user unless its config lists yours in [security]"
+        )
+        return EXIT_FAILED
     except OSError as err:
         _error(f"{err.strerror or err}" + (f": {err.filename}" if err.filename else ""))
         return EXIT_USAGE

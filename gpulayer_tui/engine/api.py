@@ -23,8 +23,14 @@ GET      /metrics (also /metrics)    Prometheus text format
 GET      /events                     every event as one JSON object per line
 =======  ==========================  =====================================================
 
-Errors are ``{"error": "..."}`` with 400 (bad input), 404 (unknown id), 409 (not
-applicable, e.g. cancelling a finished job) or 503 (the engine refuses new work).
+Errors are ``{"error": "..."}`` with 400 (bad input), 403 (this uid may not do that),
+404 (unknown id), 409 (not applicable, e.g. cancelling a finished job), 429 (back-pressure:
+too many submissions at once or too many active jobs; retry later) or 503 (the engine
+refuses new work, e.g. its database cannot be written).
+
+Access: every request's peer credentials are read with ``SO_PEERCRED``. The engine's own
+user and root may do everything; uids and groups listed in ``[security]`` may use the API
+but cancel only their own jobs, and may not drain, release or reload; anyone else gets 403.
 """
 
 from __future__ import annotations
@@ -32,15 +38,19 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pwd
 import socket
+import sqlite3
 import struct
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from .engine import Engine, JobNotActive
+from .config import SecuritySettings
+from .engine import Engine, JobNotActive, Overloaded
 from .health import DomainRefused
 from .lifecycle import UnknownJob
 from .models import Job
@@ -51,6 +61,24 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ENGINE_KEY: web.AppKey[Engine] = web.AppKey("engine", Engine)
 MAX_BODY = 64 * 1024 * 1024
 LOG_CHUNK = 256 * 1024
+MAX_INT = 2**63 - 1  # SQLite's INTEGER; a larger id or offset names nothing
+MAX_WAIT_S = 10 * 365 * 86400.0
+
+
+@dataclass(slots=True)
+class _Gate:
+    """Submit requests being handled now (bounded by ``[limits] submissions_in_flight``)."""
+
+    busy: int = 0
+    peak: int = 0
+    refused: int = 0
+
+
+GATE_KEY: web.AppKey[_Gate] = web.AppKey("gate", _Gate)
+
+
+class Forbidden(RuntimeError):
+    """This caller may not do this (403); the message names the uid and the rule."""
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -66,10 +94,18 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(400, str(err))
     except UnknownJob as err:
         return _error(404, str(err))
+    except Forbidden as err:
+        return _error(403, str(err))
     except (JobNotActive, DomainRefused) as err:
         return _error(409, str(err))
+    except Overloaded as err:
+        response = _error(429, str(err))
+        response.headers["Retry-After"] = "1"
+        return response
     except StoreError as err:
         return _error(503, str(err))
+    except sqlite3.Error as err:
+        return _error(503, f"the engine's database cannot be read: {err}")
     except web.HTTPException as err:
         if err.status < 400:
             raise
@@ -77,20 +113,91 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(err.status, f"{request.method} {request.path}: {err.reason}")
 
 
-def peer_uid(request: web.Request) -> int | None:
-    """The connecting process's uid, from ``SO_PEERCRED`` on the Unix socket."""
+_PEERCRED = "iII"  # struct ucred: pid_t pid; uid_t uid; gid_t gid
+
+
+def peer_creds(request: web.Request) -> tuple[int, int, int] | None:
+    """``(pid, uid, gid)`` of the connecting process, from ``SO_PEERCRED``."""
     sock = request.transport.get_extra_info("socket") if request.transport else None
     if sock is None or sock.family != socket.AF_UNIX:
         return None
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return int(uid)
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize(_PEERCRED))
+    pid, uid, gid = struct.unpack(_PEERCRED, raw)
+    return int(pid), int(uid), int(gid)
+
+
+def peer_uid(request: web.Request) -> int | None:
+    """The connecting process's uid, from ``SO_PEERCRED`` on the Unix socket."""
+    creds = peer_creds(request)
+    return creds[1] if creds is not None else None
+
+
+def user_name(uid: int) -> str:
+    """``uid 1000 (ana)``, or ``uid 1000`` where the user database has no name."""
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (KeyError, OverflowError):
+        return f"uid {uid}"
+
+
+def _peer_groups(pid: int, gid: int) -> set[int]:
+    """The peer's primary gid plus its supplementary groups (from /proc, if readable)."""
+    groups = {gid}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Groups:"):
+                    groups.update(int(g) for g in line.split()[1:] if g.isdigit())
+                    break
+    except OSError:
+        pass
+    return groups
+
+
+def is_admin(uid: int | None) -> bool:
+    """The engine's own user and root may do everything (jobs run as the engine's user)."""
+    return uid is not None and uid in (0, os.geteuid())
+
+
+def access_refusal(security: SecuritySettings, creds: tuple[int, int, int] | None) -> str | None:
+    """Why this peer may not use the engine at all, or ``None`` if it may."""
+    if creds is None:
+        return "the caller cannot be identified (SO_PEERCRED works on the Unix socket only)"
+    pid, uid, gid = creds
+    if is_admin(uid) or uid in security.allowed_uids:
+        return None
+    if security.allowed_groups and _peer_groups(pid, gid) & security.group_ids():
+        return None
+    return (
+        f"{user_name(uid)} may not use this engine: it serves {user_name(os.geteuid())}; "
+        "list the uid in [security] allowed_uids, or one of its groups in allowed_groups, "
+        "of the engine's config.toml"
+    )
+
+
+@web.middleware
+async def _access(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse every request from a uid the engine does not serve (403)."""
+    engine = request.app[ENGINE_KEY]
+    refusal = access_refusal(engine.config.security, peer_creds(request))
+    if refusal is not None:
+        return _error(403, refusal)
+    return await handler(request)
+
+
+def _require_admin(request: web.Request, what: str) -> None:
+    uid = peer_uid(request)
+    if not is_admin(uid):
+        who = user_name(uid) if uid is not None else "an unidentified caller"
+        raise Forbidden(
+            f"{who} may not {what}: only {user_name(os.geteuid())} (the engine's user) and root may"
+        )
 
 
 def _job_id(request: web.Request) -> int:
     raw = request.match_info["job_id"]
-    if not raw.isdigit() or int(raw) < 1:
-        raise SpecError(f"a job id is a positive integer, not {raw!r}")
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_INT:
+        raise SpecError(f"a job id is a positive integer, not {raw[:100]!r}")
     return int(raw)
 
 
@@ -101,9 +208,11 @@ def _int_query(request: web.Request, name: str, default: int | None) -> int | No
     try:
         value = int(raw)
     except ValueError:
-        raise SpecError(f"{name} must be an integer, not {raw!r}") from None
+        raise SpecError(f"{name} must be an integer, not {raw[:100]!r}") from None
     if value < 0:
         raise SpecError(f"{name} must not be negative")
+    if value > MAX_INT:
+        raise SpecError(f"{name} must be at most {MAX_INT}")
     return value
 
 
@@ -114,9 +223,9 @@ def _float_query(request: web.Request, name: str) -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise SpecError(f"{name} must be a number, not {raw!r}") from None
-    if not value >= 0:
-        raise SpecError(f"{name} must not be negative")
+        raise SpecError(f"{name} must be a number, not {raw[:100]!r}") from None
+    if not 0 <= value <= MAX_WAIT_S:
+        raise SpecError(f"{name} must be a number of seconds from 0 to {MAX_WAIT_S:g}")
     return value
 
 
@@ -129,6 +238,8 @@ async def _read_json(request: web.Request) -> Any:
         return await request.json()
     except (ValueError, UnicodeDecodeError) as err:
         raise SpecError(f"the request body is not valid JSON: {err}") from None
+    except RecursionError:
+        raise SpecError("the request body is not valid JSON: nested too deeply") from None
 
 
 async def health(request: web.Request) -> web.Response:
@@ -145,7 +256,7 @@ async def list_jobs(request: web.Request) -> web.Response:
     """GET /v1/jobs."""
     engine = request.app[ENGINE_KEY]
     raw = request.query.get("status", "")
-    statuses = [s for s in raw.split(",") if s]
+    statuses = list(dict.fromkeys(s for s in raw.split(",") if s))
     limit = _int_query(request, "limit", 1000) or 1000
     before = _int_query(request, "before", None)
     jobs = await engine.list_jobs(statuses, min(limit, 100_000), before)
@@ -153,18 +264,35 @@ async def list_jobs(request: web.Request) -> web.Response:
 
 
 async def submit(request: web.Request) -> web.Response:
-    """POST /v1/jobs."""
+    """POST /v1/jobs: 201 with the job(s), or 429 when too many submissions are in flight.
+
+    The in-flight bound is checked before the body is read, so a flood of requests costs
+    no memory beyond ``[limits] submissions_in_flight`` bodies.
+    """
     engine = request.app[ENGINE_KEY]
-    body = await _read_json(request)
-    uid = peer_uid(request)
-    if isinstance(body, dict) and "jobs" in body and set(body) == {"jobs"}:
-        items = body["jobs"]
-        if not isinstance(items, list) or not items:
-            raise SpecError("'jobs' must be a non-empty list of job specs")
-        jobs = await engine.submit_many(items, uid)
-        return web.json_response({"jobs": [_job(j) for j in jobs]}, status=201)
-    job = await engine.submit(body, uid)
-    return web.json_response({"job": _job(job)}, status=201)
+    gate = request.app[GATE_KEY]
+    limit = engine.config.limits.submissions_in_flight
+    if gate.busy >= limit:
+        gate.refused += 1
+        raise Overloaded(
+            f"too many submissions at once: {gate.busy} are being handled (limit {limit}, "
+            "[limits] submissions_in_flight); nothing was stored, retry shortly"
+        )
+    gate.busy += 1
+    gate.peak = max(gate.peak, gate.busy)
+    try:
+        body = await _read_json(request)
+        uid = peer_uid(request)
+        if isinstance(body, dict) and "jobs" in body and set(body) == {"jobs"}:
+            items = body["jobs"]
+            if not isinstance(items, list) or not items:
+                raise SpecError("'jobs' must be a non-empty list of job specs")
+            jobs = await engine.submit_many(items, uid)
+            return web.json_response({"jobs": [_job(j) for j in jobs]}, status=201)
+        job = await engine.submit(body, uid)
+        return web.json_response({"job": _job(job)}, status=201)
+    finally:
+        gate.busy -= 1
 
 
 async def ready(request: web.Request) -> web.Response:
@@ -183,6 +311,7 @@ async def domains(request: web.Request) -> web.Response:
 
 async def drain(request: web.Request) -> web.Response:
     """POST /v1/domains/NAME/drain."""
+    _require_admin(request, "drain a domain")
     body = await _read_json(request) if request.can_read_body else {}
     if not isinstance(body, dict) or set(body) - {"reason"}:
         raise SpecError('a drain request is {"reason": "..."} or empty')
@@ -197,12 +326,14 @@ async def drain(request: web.Request) -> web.Response:
 
 async def release(request: web.Request) -> web.Response:
     """POST /v1/domains/NAME/release."""
+    _require_admin(request, "release a domain")
     engine = request.app[ENGINE_KEY]
     return web.json_response({"domain": await engine.release_domain(request.match_info["name"])})
 
 
 async def reload_config(request: web.Request) -> web.Response:
     """POST /v1/config/reload: 200 when applied, 400 with the error when rejected."""
+    _require_admin(request, "reload the configuration")
     result = await request.app[ENGINE_KEY].reload_config()
     return web.json_response(result, status=200 if result["applied"] else 400)
 
@@ -221,6 +352,11 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 ADOPT_FIELDS = {"pid", "start_ticks", "name", "vram_gb", "gpu", "domain"}
+PID_MAX = 4_194_304  # PID_MAX_LIMIT: no Linux pid is larger
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 async def adopt(request: web.Request) -> web.Response:
@@ -233,21 +369,32 @@ async def adopt(request: web.Request) -> web.Response:
         raise SpecError(f"unknown field '{unknown[0]}'")
     if "pid" not in body:
         raise SpecError("pid is required")
+    pid = body["pid"]
+    if _is_int(pid) and pid > PID_MAX:
+        raise SpecError(f"pid must be a positive integer up to {PID_MAX}, not {pid}")
     start_ticks = body.get("start_ticks")
-    if start_ticks is not None and (
-        isinstance(start_ticks, bool) or not isinstance(start_ticks, int)
+    if start_ticks is not None and (not _is_int(start_ticks) or not 0 <= start_ticks <= MAX_INT):
+        raise SpecError(f"start_ticks must be an integer from 0 to {MAX_INT}")
+    vram_gb = body.get("vram_gb")
+    if isinstance(vram_gb, int | float) and not isinstance(vram_gb, bool):
+        if not 0 < vram_gb <= 1_000_000:  # also refuses NaN and infinity
+            raise SpecError(f"vram_gb must be a number greater than 0, not {vram_gb!r}")
+    domain = body.get("domain")
+    if domain is not None and not (
+        isinstance(domain, str)
+        or (isinstance(domain, list) and all(isinstance(d, str) for d in domain))
     ):
-        raise SpecError("start_ticks must be an integer")
+        raise SpecError("domain must be a domain name or a list of domain names")
     gpu = body.get("gpu", False)
     if not isinstance(gpu, bool):
         raise SpecError("gpu must be true or false")
     job = await request.app[ENGINE_KEY].adopt(
-        body["pid"],
+        pid,
         start_ticks=start_ticks,
         name=body.get("name"),
-        vram_gb=body.get("vram_gb"),
+        vram_gb=vram_gb,
         gpu=gpu,
-        domain=body.get("domain"),
+        domain=domain,
         requester_uid=peer_uid(request),
     )
     return web.json_response({"job": _job(job)}, status=201)
@@ -262,8 +409,20 @@ async def get_job(request: web.Request) -> web.Response:
 
 
 async def cancel(request: web.Request) -> web.Response:
-    """POST /v1/jobs/ID/cancel."""
-    job = await request.app[ENGINE_KEY].cancel(_job_id(request))
+    """POST /v1/jobs/ID/cancel: the engine's user and root cancel any job, others their own."""
+    engine = request.app[ENGINE_KEY]
+    job_id = _job_id(request)
+    uid = peer_uid(request)
+    if not is_admin(uid):
+        job = await engine.get(job_id)
+        # Jobs without a recorded submitter came from inside the engine (the embedded TUI).
+        owner = job.owner_uid if job.owner_uid is not None else os.geteuid()
+        if owner != uid:
+            who = user_name(uid) if uid is not None else "an unidentified caller"
+            raise Forbidden(
+                f"job {job_id} belongs to {user_name(owner)}; {who} may cancel only its own jobs"
+            )
+    job = await engine.cancel(job_id)
     return web.json_response({"job": _job(job)}, status=202)
 
 
@@ -341,8 +500,9 @@ async def events(request: web.Request) -> web.StreamResponse:
 
 def make_app(engine: Engine) -> web.Application:
     """The aiohttp application serving ``engine``."""
-    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[_access, _errors], client_max_size=MAX_BODY)
     app[ENGINE_KEY] = engine
+    app[GATE_KEY] = _Gate()
     app.router.add_get("/v1/health", health)
     app.router.add_get("/v1/gpus", gpus)
     app.router.add_get("/v1/jobs", list_jobs)
@@ -365,7 +525,14 @@ def make_app(engine: Engine) -> web.Application:
 
 
 class ApiServer:
-    """Serves an engine on its Unix socket (mode 0600, in the 0700 state dir)."""
+    """Serves an engine on its Unix socket (mode 0600, in the 0700 state dir).
+
+    When ``[security]`` allows other users, they must be able to reach the socket: it is
+    then mode 0666 in a state dir of mode 0711 (others may traverse it but not list it,
+    and the database is made 0600, like the logs in the 0700 ``jobs/`` dir), and every
+    request is checked against ``SO_PEERCRED`` instead. The mode is set when serving
+    starts; who is allowed is read from the live config on every request.
+    """
 
     def __init__(self, engine: Engine, path: Path) -> None:
         self.engine = engine
@@ -387,7 +554,20 @@ class ApiServer:
             await site.start()
         finally:
             os.umask(old_umask)
-        os.chmod(self.path, 0o600)
+        self._set_modes()
+
+    def _set_modes(self) -> None:
+        state = self.engine.paths.state_dir
+        if not self.engine.config.security.opens_socket:
+            os.chmod(self.path, 0o600)
+            return
+        database = self.engine.paths.database
+        for path in (database, Path(f"{database}-wal"), Path(f"{database}-shm")):
+            if path.exists():
+                os.chmod(path, 0o600)
+        os.chmod(self.path, 0o666)
+        if self.path.parent == state:
+            os.chmod(state, 0o711)
 
     async def stop(self) -> None:
         """Close the socket and every open connection (event streams included)."""

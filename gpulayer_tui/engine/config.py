@@ -21,17 +21,26 @@ Example ``config.toml``::
     gpu = 0                 # NVML index, or the GPU's UUID string
     slots = 2
 
+    [security]              # who besides the engine's user (and root) may use the socket
+    allowed_uids = [1001]   # these users...
+    allowed_groups = ["gpu"]  # ... and members of these groups (names or gids)
+
+    [limits]                # back-pressure: beyond these, submissions get 429
+    active_jobs = 50000     # pending + queued + running jobs
+    submissions_in_flight = 64  # submit requests being handled at once
+
 GPUs that no ``[domains.*]`` table names become ``gpu<index>`` domains with one slot,
 unless ``engine.auto_domains = false``.
 """
 
 from __future__ import annotations
 
+import grp
 import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -89,6 +98,49 @@ class UiSettings(_Strict):
     theme: str | None = Field(None, min_length=1, max_length=64)
 
 
+MAX_ID = 2**32 - 2  # the largest valid uid/gid ((uid_t) -1 means "no change")
+
+
+class SecuritySettings(_Strict):
+    """``[security]``: who, besides the engine's own user and root, may use the socket.
+
+    Anyone allowed can run commands as the engine's user (jobs run as that user), so
+    list only people trusted with that account. They can cancel only their own jobs.
+    """
+
+    allowed_uids: list[Annotated[int, Field(ge=0, le=MAX_ID)]] = Field(
+        default_factory=list, max_length=4096
+    )
+    allowed_groups: list[Annotated[int, Field(ge=0, le=MAX_ID)] | str] = Field(
+        default_factory=list, max_length=4096
+    )
+
+    @property
+    def opens_socket(self) -> bool:
+        """True if users other than the engine's own may connect."""
+        return bool(self.allowed_uids or self.allowed_groups)
+
+    def group_ids(self) -> frozenset[int]:
+        """The allowed groups as gids (a name that no longer resolves is skipped)."""
+        gids: set[int] = set()
+        for group in self.allowed_groups:
+            if isinstance(group, int):
+                gids.add(group)
+                continue
+            try:
+                gids.add(grp.getgrnam(group).gr_gid)
+            except (KeyError, ValueError):
+                continue
+        return frozenset(gids)
+
+
+class LimitsSettings(_Strict):
+    """``[limits]``: back-pressure; submissions beyond these are refused with 429."""
+
+    active_jobs: int = Field(50_000, ge=1, le=10_000_000)
+    submissions_in_flight: int = Field(64, ge=1, le=100_000)
+
+
 class Config(_Strict):
     """The whole config file."""
 
@@ -97,6 +149,8 @@ class Config(_Strict):
     health: HealthSettings = HealthSettings()
     ui: UiSettings = UiSettings()
     domains: dict[str, DomainSettings] = {}
+    security: SecuritySettings = SecuritySettings()
+    limits: LimitsSettings = LimitsSettings()
 
 
 def _format_validation(err: ValidationError, source: str) -> str:
@@ -128,6 +182,14 @@ def parse_config(data: dict[str, Any], source: str = "config") -> Config:
                 f"{source}: domains.{name}: a domain name is a letter then up to 31 "
                 "letters, digits, '-' or '_'"
             )
+    for group in config.security.allowed_groups:
+        if isinstance(group, str):
+            try:
+                grp.getgrnam(group)
+            except (KeyError, ValueError):
+                raise ConfigError(
+                    f"{source}: security.allowed_groups: no group named {group!r} on this machine"
+                ) from None
     return config
 
 
@@ -143,11 +205,24 @@ def load_config(path: Path) -> Config:
         return Config()
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text: {err.reason} at byte {err.start}") from None
+    return parse_config_text(text, str(path))
+
+
+def parse_config_text(text: str, source: str = "config") -> Config:
+    """Parse and validate the text of a config file.
+
+    Raises:
+        ConfigError: On invalid TOML or invalid keys, naming ``source`` and the key.
+    """
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: not valid TOML: {err}") from None
-    return parse_config(data, str(path))
+        raise ConfigError(f"{source}: not valid TOML: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: not valid TOML: nested too deeply") from None
+    return parse_config(data, source)
 
 
 @dataclass(frozen=True, slots=True)

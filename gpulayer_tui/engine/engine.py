@@ -29,16 +29,20 @@ from .reload import ConfigReload
 from .sampler import Sample, Sampler
 from .scheduler import Capacity, Scheduler
 from .spec import SpecError, parse_spec
-from .store import Store
+from .store import Store, StoreError
 from .supervisor import Supervisor, exit_path
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConfigError", "Engine", "JobNotActive", "SpecError", "UnknownJob"]
+__all__ = ["ConfigError", "Engine", "JobNotActive", "Overloaded", "SpecError", "UnknownJob"]
 
 
 class JobNotActive(RuntimeError):
     """The job already ended; the operation does not apply."""
+
+
+class Overloaded(RuntimeError):
+    """Back-pressure: the engine takes no more work now (retry later); nothing was stored."""
 
 
 class Engine(ConfigReload):
@@ -93,10 +97,13 @@ class Engine(ConfigReload):
             StoreError: The database cannot be used.
         """
         state = self.paths.state_dir
-        state.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(state, 0o700)
-        self.paths.jobs_dir.mkdir(exist_ok=True, mode=0o700)
-        self._lock.acquire()
+        try:
+            state.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(state, 0o700)
+            self.paths.jobs_dir.mkdir(exist_ok=True, mode=0o700)
+            self._lock.acquire()
+        except OSError as err:
+            raise StoreError(f"the state dir {state} cannot be written: {err.strerror}") from None
         try:
             await self.store.open(__version__, os.getpid())
             first = await self.sampler.sample_once()
@@ -161,8 +168,11 @@ class Engine(ConfigReload):
 
         Raises:
             SpecError: Naming the first invalid item by index; nothing is stored.
+            Overloaded: ``[limits] active_jobs`` would be exceeded; nothing is stored.
+            StoreError: The database cannot be written: the engine refuses new work.
         """
         self._check_writable()
+        self._check_room(len(items))
         prepared = []
         for index, data in enumerate(items):
             try:
@@ -174,10 +184,31 @@ class Engine(ConfigReload):
                 prefix = f"job {index + 1} of {len(items)}: " if len(items) > 1 else ""
                 raise SpecError(f"{prefix}{err}") from None
             prepared.append((spec, request, deps))
+        # Again, with no await before the admission: other submissions ran meanwhile.
+        self._check_writable()
+        self._check_room(len(items))
         jobs = [self._admit(spec, req, deps, owner_uid) for spec, req, deps in prepared]
         self._schedule()
-        await self.store.flush()
+        try:
+            await self.store.flush()
+        except StoreError as err:
+            # Refused means not run: jobs that could not be recorded are cancelled (their
+            # rows are kept for the store's retry, so history shows them once it writes).
+            for job in jobs:
+                act = self._active.get(job.id)
+                if act is not None:
+                    self._cancel(act, f"not recorded: {err}")
+            raise StoreError(f"the engine refuses new work: {err}") from None
         return jobs
+
+    def _check_room(self, count: int) -> None:
+        limit = self.config.limits.active_jobs
+        if len(self._active) + count > limit:
+            raise Overloaded(
+                f"too many active jobs: {len(self._active)} pending, queued or running, "
+                f"{count} more would pass the limit of {limit} ([limits] active_jobs); "
+                "nothing was stored, retry when jobs have ended"
+            )
 
     async def get(self, job_id: int) -> Job:
         """One job: the live record if active, else the stored one.

@@ -7,7 +7,7 @@ so the rules are written once.
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -16,12 +16,16 @@ class SpecError(ValueError):
     """A submission is invalid; the message names the field and the problem."""
 
 
+# A job id: SQLite's INTEGER range (a larger number names no job and cannot be looked up).
+JobId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+
+
 class Dependency(BaseModel):
     """One dependency: wait for ``job`` to end; with ``any_exit`` run whatever its outcome."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    job: int = Field(ge=1)
+    job: JobId
     any_exit: bool = False
 
 
@@ -63,7 +67,7 @@ class JobSpec(BaseModel):
     vram_gb: float | None = Field(None, gt=0, le=1_000_000)
     domain: str | list[str] | None = None
     exclusive: bool = False
-    depends_on: list[Dependency | int] = Field(default_factory=list, max_length=1024)
+    depends_on: list[Dependency | JobId] = Field(default_factory=list, max_length=1024)
     timeout: float | None = Field(None, gt=0, le=10 * 365 * 86400)
     priority: int = Field(0, ge=-1_000_000, le=1_000_000)
 

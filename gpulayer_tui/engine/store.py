@@ -111,6 +111,18 @@ STORED_KINDS = frozenset(
 )
 
 
+RETRY_FIRST_S = 0.25  # a failed commit is tried again after this, doubling up to:
+RETRY_MAX_S = 5.0
+
+
+def _escaped(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``values`` with text that UTF-8 cannot encode written as ``\\udcff`` escapes."""
+    return tuple(
+        v.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(v, str) else v
+        for v in values
+    )
+
+
 class StoreError(RuntimeError):
     """The database cannot be used (newer schema, corrupt, unwritable)."""
 
@@ -187,6 +199,10 @@ class Store:
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
+        self._closed = asyncio.Event()
+        # Writes whose commit failed (disk full, read-only): kept and tried again.
+        self._retry: list[_Write] = []
+        self._retry_delay = RETRY_FIRST_S
         self.failure: str | None = None
         self.run_id = 0
 
@@ -241,6 +257,7 @@ class Store:
     async def close(self) -> None:
         """Flush pending writes, mark the run stopped and close both connections."""
         self._closing = True
+        self._closed.set()
         if self._writer is not None:
             self._wake.set()
             await self._writer
@@ -270,73 +287,132 @@ class Store:
             job: The job to snapshot now (later mutations are not included).
             events: Published after the commit. Transition/submission events are also
                 stored in the ``events`` table.
-            wait: Return a future that resolves once committed (or fails with the error).
+            wait: Return a future that resolves once committed (or fails with the error;
+                at once while writes are failing, see :attr:`failure`).
         """
         done: asyncio.Future[None] | None = None
         if wait:
             done = asyncio.get_running_loop().create_future()
-        self._queue.append(_Write(_job_row(job) if job else None, list(events), done))
+        write = _Write(_job_row(job) if job else None, list(events), done)
+        if done is not None and self.failure is not None:
+            # Writes are failing: say so now rather than at the next retry. The data stays
+            # queued and is committed once the database takes writes again.
+            done.set_exception(StoreError(self.failure))
+            write.done = None
+        self._queue.append(write)
         self._wake.set()
         return done
 
     async def _write_loop(self) -> None:
         while True:
-            await self._wake.wait()
+            if self._retry and not self._closing:
+                # The last commit failed: try again after a pause, or at once on close.
+                try:
+                    await asyncio.wait_for(self._closed.wait(), self._retry_delay)
+                except TimeoutError:
+                    pass
+                self._retry_delay = min(self._retry_delay * 2, RETRY_MAX_S)
+            else:
+                await self._wake.wait()
             self._wake.clear()
-            if self._queue:
-                batch, self._queue = self._queue, []
+            batch = self._retry + self._queue
+            self._retry, self._queue = [], []
+            if batch:
                 await self._commit(batch)
             if self._closing and not self._queue:
+                if self._retry:
+                    log.error(
+                        "stopping with %d job rows not saved: %s",
+                        sum(1 for w in self._retry if w.row is not None),
+                        self.failure,
+                    )
                 return
 
     async def _commit(self, batch: list[_Write]) -> None:
         assert self._db is not None
         rows: dict[int, tuple[Any, ...]] = {}
-        stored: list[tuple[Any, ...]] = []
+        events: list[Event] = []
         for write in batch:
             if write.row is not None:
                 rows[write.row[0]] = write.row  # the latest snapshot of a job wins
-            for ev in write.events:
-                if ev.kind in STORED_KINDS:
-                    stored.append(
-                        (
-                            ev.job_id,
-                            ev.at,
-                            ev.kind.value,
-                            ev.data.get("status"),
-                            ev.data.get("reason"),
-                            ev.data.get("message"),
-                            json.dumps(ev.data),
-                        )
-                    )
+            events.extend(write.events)
+        history = [ev for ev in events if ev.kind in STORED_KINDS]
         extra = [st for write in batch for st in (write.statements or ())]
-        error: BaseException | None = None
+        error: Exception | None = None
         try:
-            await self._db.execute("BEGIN")
-            for sql, args in extra:
-                await self._db.execute(sql, args)
-            if rows:
-                await self._db.executemany(_UPSERT, list(rows.values()))
-            if stored:
-                await self._db.executemany(_INSERT_EVENT, stored)
-            await self._db.execute("COMMIT")
-        except sqlite3.Error as err:
+            stored = [
+                (
+                    ev.job_id,
+                    ev.at,
+                    ev.kind.value,
+                    ev.data.get("status"),
+                    ev.data.get("reason"),
+                    ev.data.get("message"),
+                    json.dumps(ev.data),
+                )
+                for ev in history
+            ]
+            job_rows = list(rows.values())
+            try:
+                await self._transaction(extra, job_rows, stored)
+            except UnicodeEncodeError:
+                # Text that is not valid Unicode (lone surrogates: a JSON "\udcff" escape,
+                # or a non-UTF-8 environment read with surrogateescape) cannot be bound as
+                # TEXT. Store it escaped rather than lose the batch.
+                extra = [(sql, _escaped(args)) for sql, args in extra]
+                job_rows, stored = [_escaped(r) for r in job_rows], [_escaped(r) for r in stored]
+                await self._transaction(extra, job_rows, stored)
+        except Exception as err:  # sqlite3.Error above all; the writer must never die
             error = err
-            self.failure = f"database write failed: {err}"
-            log.error("%s", self.failure)
             try:
                 await self._db.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
+        if error is None:
+            if self.failure is not None:
+                log.warning("database writes work again; the engine takes new work")
+                self.failure = None
+            self._retry_delay = RETRY_FIRST_S
+        elif not isinstance(error, sqlite3.Error):
+            # A value SQLite cannot take (a bug, not the disk): retrying cannot help, and
+            # keeping it would block every later write. Report it to the waiters and go on.
+            log.error("database write failed; this batch is dropped", exc_info=error)
+        else:
+            if self.failure is None:
+                log.error("database write failed, refusing new work until it succeeds: %s", error)
+            self.failure = f"database write failed: {error}"
+            # Keep what must not be lost for the retry: each job's latest row, the history
+            # events and statements. Reason refreshes (not history) are dropped, as the
+            # rows carry the latest message: an outage costs memory per job, not per event.
+            self._retry = [_Write(row, [], None) for row in rows.values()]
+            self._retry.append(_Write(None, history, None, extra))
         for write in batch:
             if write.done is not None and not write.done.done():
                 if error is None:
                     write.done.set_result(None)
                 else:
-                    write.done.set_exception(StoreError(self.failure or str(error)))
-            if error is None:
-                for ev in write.events:
-                    self._publish(ev)
+                    write.done.set_exception(StoreError(f"database write failed: {error}"))
+        if error is None:
+            for ev in events:
+                self._publish(ev)
+
+    async def _transaction(
+        self,
+        extra: list[tuple[str, tuple[Any, ...]]],
+        rows: list[tuple[Any, ...]],
+        stored: list[tuple[Any, ...]],
+    ) -> None:
+        assert self._db is not None
+        if self._db.in_transaction:
+            await self._db.execute("ROLLBACK")  # left open by an earlier failure
+        await self._db.execute("BEGIN")
+        for sql, args in extra:
+            await self._db.execute(sql, args)
+        if rows:
+            await self._db.executemany(_UPSERT, rows)
+        if stored:
+            await self._db.executemany(_INSERT_EVENT, stored)
+        await self._db.execute("COMMIT")
 
     def save_domain_state(self, name: str, state: str, reason: str) -> None:
         """Queue a domain's service state for the next commit."""

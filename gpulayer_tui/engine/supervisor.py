@@ -127,6 +127,18 @@ def resolve_program(argv0: str, cwd: str, env: dict[str, str]) -> str | None:
     return shutil.which(argv0, path=env.get("PATH", os.defpath))
 
 
+def why_not_runnable(argv0: str, cwd: str) -> str:
+    """The reason ``argv0`` cannot be run (it was not found, or is not executable)."""
+    if "/" not in argv0:
+        return f"command not found: {argv0} (no such program in PATH)"
+    path = argv0 if os.path.isabs(argv0) else os.path.join(cwd, argv0)
+    if not os.path.exists(path):
+        return f"command not found: {argv0} (no such file)"
+    if os.path.isdir(path):
+        return f"cannot run {argv0}: it is a directory"
+    return f"permission denied: {argv0} is not executable"
+
+
 class Supervisor:
     """Starts job processes and reports their exits.
 
@@ -167,9 +179,10 @@ class Supervisor:
             LaunchError: Missing cwd, program not found or not executable, log not writable.
         """
         if not os.path.isdir(cwd):
-            raise LaunchError(f"working directory does not exist: {cwd}")
+            missing = "is not a directory" if os.path.exists(cwd) else "does not exist"
+            raise LaunchError(f"working directory {missing}: {cwd}")
         if self._find_program(argv[0], cwd, env) is None:
-            raise LaunchError(f"command not found or not executable: {argv[0]}")
+            raise LaunchError(why_not_runnable(argv[0], cwd))
         log = log_path(self.jobs_dir, job_id)
         try:
             log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
@@ -187,7 +200,8 @@ class Supervisor:
                 close_fds=True,
             )
         except OSError as err:
-            raise LaunchError(f"cannot start {argv[0]}: {err.strerror}") from None
+            where = f" ({err.filename})" if err.filename else ""
+            raise LaunchError(f"cannot start {argv[0]}: {err.strerror}{where}") from None
         finally:
             os.close(log_fd)
         ticks = procs.start_ticks(popen.pid) or 0

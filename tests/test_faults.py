@@ -1,0 +1,367 @@
+"""Faults: a database that cannot be written, launch failures, a flood of submissions.
+
+Real engines, real SQLite files, real processes. The write failures are made at the write
+boundary (SQLite's own "database or disk is full" and "readonly database" errors on the
+engine's writer connection) everywhere, and with a real full or read-only filesystem (a
+tiny tmpfs) where the tests run as root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gpulayer_tui.engine.api import ApiServer
+from gpulayer_tui.engine.engine import Engine, Overloaded
+from gpulayer_tui.engine.models import JobStatus, TerminationReason
+from gpulayer_tui.engine.paths import Paths
+from gpulayer_tui.engine.store import StoreError
+
+from .conftest import REPO, EngineFactory, Served, eventually, make_config, wait_for
+from .raw_http import UnixHTTPConnection, request
+
+
+def _db_rows(paths: Paths, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Read the engine's database from a separate connection (what a restart would see)."""
+    with sqlite3.connect(paths.database) as db:
+        return list(db.execute(sql, args))
+
+
+async def _cli(paths: Paths, *args: str) -> tuple[int, str, str]:
+    """Run the real CLI against an in-process engine (without blocking its loop)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gpulayer_tui",
+        *args,
+        env=dict(os.environ, GPULAYER_HOME=str(paths.state_dir)),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+# -- the database cannot be written -----------------------------------------------------------
+
+
+async def _break_writes(engine: Engine, how: str) -> None:
+    db = engine.store._db
+    assert db is not None
+    if how == "full":
+        # SQLite's SQLITE_FULL, exactly what ENOSPC gives: no page may be added.
+        async with db.execute("PRAGMA page_count") as cur:
+            row = await cur.fetchone()
+        assert row is not None
+        await db.execute(f"PRAGMA max_page_count = {int(row[0])}")
+    else:
+        await db.execute("PRAGMA query_only = 1")
+
+
+async def _mend_writes(engine: Engine, how: str) -> None:
+    db = engine.store._db
+    assert db is not None
+    if how == "full":
+        await db.execute("PRAGMA max_page_count = 1073741823")
+    else:
+        await db.execute("PRAGMA query_only = 0")
+
+
+@pytest.mark.parametrize(
+    ("how", "error"),
+    [("full", "database or disk is full"), ("read-only", "attempt to write a readonly database")],
+)
+async def test_unwritable_database_refuses_new_work_and_loses_nothing(
+    make_engine: EngineFactory, tmp_path: Path, how: str, error: str
+) -> None:
+    engine = await make_engine()
+    server = ApiServer(engine, engine.paths.socket)
+    await server.start()
+    try:
+        go = tmp_path / "go"
+        running = await engine.submit({"shell": f"while [ ! -e {go} ]; do sleep 0.02; done"})
+        assert running.status is JobStatus.RUNNING
+        await _break_writes(engine, how)
+        # The first write that fails: a submission that needs new pages. It is refused
+        # (503 over the API), and its job is cancelled, not left to run unrecorded.
+        big = {f"BIG{i}": "x" * 50_000 for i in range(4)}
+        with pytest.raises(StoreError, match=f"refuses new work: database write failed: {error}"):
+            await engine.submit({"command": ["true"], "env": big, "depends_on": [running.id]})
+        assert engine.health()["store_failure"] == f"database write failed: {error}"
+        # Now every new submission is refused at once, with the reason; the CLI says so.
+        with pytest.raises(StoreError, match=error):
+            await engine.submit({"command": ["true"]})
+        rc, out, err = await _cli(engine.paths, "submit", "--", "true")
+        assert rc == 1 and out == ""
+        assert f"gpulayer-tui: the engine refuses new work: database write failed: {error}" in err
+        # Meanwhile the running job ends; its end cannot be written yet.
+        go.touch()
+        await eventually(lambda: running.id not in engine._active)
+        # Reads still work and the engine carries on.
+        rc, out, _ = await _cli(engine.paths, "jobs", "--json")
+        assert rc == 0 and json.loads(out)
+        # Writes work again: everything held back is committed, nothing was lost.
+        await _mend_writes(engine, how)
+        await eventually(lambda: engine.store.failure is None)
+        rows = dict(
+            (r[0], r[1:]) for r in _db_rows(engine.paths, "SELECT id, status, message FROM jobs")
+        )
+        assert rows[running.id][0] == "completed"
+        refused = max(rows)
+        assert rows[refused][0] == "cancelled"
+        assert rows[refused][1] == f"not recorded: database write failed: {error}"
+        timeline = [e["status"] for e in await engine.events_of(running.id)]
+        assert timeline == ["pending", "running", "completed"]
+        later = await engine.submit({"command": ["true"]})
+        assert (await engine.wait(later.id, timeout=10)).status is JobStatus.COMPLETED
+    finally:
+        await server.stop()
+
+
+# -- a real full or read-only filesystem (root: a tiny tmpfs) ----------------------------------
+
+
+@pytest.fixture
+def tiny_fs(home: Path) -> Iterator[Path]:
+    """Mount a 3 MiB tmpfs as the test's GPULAYER_HOME (root only; skipped otherwise)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a small tmpfs for a real full/read-only disk")
+    home.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", str(home)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield home
+    finally:
+        subprocess.run(["umount", "-l", str(home)], check=False)
+
+
+def _fill(path: Path) -> None:
+    """Write ``path`` until the filesystem has no space left."""
+    with open(path, "wb") as fh:
+        block = b"\0" * 65536
+        try:
+            while True:
+                fh.write(block)
+                fh.flush()
+        except OSError as err:
+            assert err.errno == 28, err  # ENOSPC
+
+
+def test_full_disk_refuses_work_with_the_reason_then_recovers(
+    served: Served, tiny_fs: Path
+) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    done = served.cli("submit", "--", "true").stdout.strip()
+    assert served.cli("wait", done).returncode == 0
+    filler = tiny_fs / "filler"
+    _fill(filler)
+    sock = tiny_fs / "engine.sock"
+    # A submission whose rows need new space fails to commit: refused, 503, with the reason.
+    big = {f"BIG{i}": "x" * 100_000 for i in range(5)}
+    status, data = request(sock, "POST", "/v1/jobs", {"command": ["true"], "env": big})
+    assert status == 503
+    assert data["error"].startswith("the engine refuses new work: database write failed")
+    assert "full" in data["error"]
+    cli = served.cli("submit", "--", "true")
+    assert cli.returncode == 1 and "refuses new work" in cli.stderr and "full" in cli.stderr
+    assert served.cli("status", done).returncode == 0  # reads keep working
+    filler.unlink()
+    wait_for(lambda: request(sock, "GET", "/v1/health")[1]["store_failure"] is None, timeout=20)
+    again = served.cli("submit", "--", "true")
+    assert again.returncode == 0, again.stderr
+    assert served.cli("wait", again.stdout.strip()).returncode == 0
+    assert served.proc is not None and served.proc.poll() is None
+    assert "Traceback" not in served.stop()
+
+
+def test_read_only_state_dir_refuses_to_start_with_the_reason(
+    served: Served, tiny_fs: Path
+) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    job = served.cli("submit", "--", "true").stdout.strip()
+    assert served.cli("wait", job).returncode == 0
+    served.stop()
+    subprocess.run(["mount", "-o", "remount,ro", str(tiny_fs)], check=True)
+    proc = served.start("--simulate", "1xA100-80GB", wait=False)
+    assert proc.wait(timeout=30) == 2
+    log = served.log.read_text()
+    assert f"the state dir {tiny_fs} cannot be written: Read-only file system" in log
+    assert "Traceback" not in log
+    subprocess.run(["mount", "-o", "remount,rw", str(tiny_fs)], check=True)
+    served.start("--simulate", "1xA100-80GB")
+    assert served.cli("status", job).returncode == 0  # history intact
+
+
+def test_database_from_a_newer_schema_stops_serve_with_the_reason(served: Served) -> None:
+    served.home.mkdir(parents=True)
+    with sqlite3.connect(served.home / "gpulayer.db") as db:
+        db.execute("PRAGMA user_version = 999")
+    proc = served.start("--simulate", "1xA100-80GB", wait=False)
+    assert proc.wait(timeout=30) == 2
+    log = served.log.read_text()
+    assert "database schema version 999 is newer than this gpulayer-tui understands" in log
+    assert "upgrade gpulayer-tui" in log and "Traceback" not in log
+
+
+# -- launch failures ----------------------------------------------------------------------------
+
+
+async def test_launch_failures_name_the_reason_and_the_engine_carries_on(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine()
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\necho never\n")
+    script.chmod(0o644)  # not executable
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    cases = [
+        ({"command": [str(script)]}, f"permission denied: {script} is not executable"),
+        ({"command": ["./script.sh"], "cwd": str(tmp_path)}, "./script.sh is not executable"),
+        ({"command": [str(tmp_path)]}, f"cannot run {tmp_path}: it is a directory"),
+        ({"command": ["no-such-program-xyz"]}, "command not found: no-such-program-xyz"),
+        ({"command": [str(tmp_path / "nope")]}, "(no such file)"),
+        (
+            {"command": ["true"], "cwd": str(tmp_path / "gone")},
+            f"working directory does not exist: {tmp_path / 'gone'}",
+        ),
+        (
+            {"command": ["true"], "cwd": str(a_file)},
+            f"working directory is not a directory: {a_file}",
+        ),
+    ]
+    for spec, message in cases:
+        job = await engine.submit(spec)
+        assert job.status is JobStatus.FAILED, spec
+        assert job.termination_reason is TerminationReason.LAUNCH_FAILED
+        assert message in job.message, (spec, job.message)
+    # A log that cannot be written: the next job's log path is taken by a directory.
+    first = await engine.submit({"command": ["true"]})
+    await engine.wait(first.id, timeout=10)
+    blocked = engine.log_path(first.id + 1)
+    blocked.mkdir()
+    nolog = await engine.submit({"command": ["true"]})
+    assert nolog.id == first.id + 1
+    assert nolog.termination_reason is TerminationReason.LAUNCH_FAILED
+    assert nolog.message == f"cannot write the job's log {blocked}: Is a directory"
+    # The reasons are stored, and the engine carries on.
+    stored = {j.id: j for j in await engine.list_jobs()}
+    assert stored[nolog.id].message == nolog.message
+    ok = await engine.submit({"command": ["sh", "-c", "echo fine"]})
+    assert (await engine.wait(ok.id, timeout=10)).status is JobStatus.COMPLETED
+    assert engine.log_path(ok.id).read_text() == "fine\n"
+
+
+# -- back-pressure ------------------------------------------------------------------------------
+
+
+async def test_active_job_limit_refuses_with_the_reason_and_stores_nothing(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine(config=make_config(limits={"active_jobs": 3}))
+    first = [await engine.submit({"command": ["sleep", "60"]}) for _ in range(2)]
+    before = await engine.list_jobs()
+    with pytest.raises(Overloaded, match=r"too many active jobs: 2 .* limit of 3 "):
+        await engine.submit_many([{"command": ["true"]}] * 2)
+    assert await engine.list_jobs() == before
+    third = await engine.submit({"command": ["sleep", "60"]})
+    with pytest.raises(Overloaded, match=r"\[limits\] active_jobs"):
+        await engine.submit({"command": ["true"]})
+    for job in [*first, third]:
+        await engine.cancel(job.id)
+    for job in [*first, third]:
+        assert (await engine.wait(job.id, timeout=10)).status is JobStatus.CANCELLED
+    assert (await engine.submit({"command": ["true"]})).status is not JobStatus.FAILED
+
+
+def _flood(
+    socket_path: Path, total: int, connections: int
+) -> tuple[list[int], list[tuple[int, str]]]:
+    """POST ``total`` submissions over ``connections`` keep-alive connections at once."""
+    accepted: list[int] = []
+    refused: list[tuple[int, str]] = []
+    lock = threading.Lock()
+    body = json.dumps({"command": ["true"], "depends_on": [1]}).encode()
+
+    def worker(count: int) -> None:
+        conn = UnixHTTPConnection(socket_path, timeout=120)
+        try:
+            for _ in range(count):
+                status, data, raw = conn.call("POST", "/v1/jobs", body)
+                with lock:
+                    if status == 201:
+                        accepted.append(int(data["job"]["id"]))
+                    else:
+                        error = data.get("error", "") if isinstance(data, dict) else raw
+                        refused.append((status, str(error)))
+        finally:
+            conn.close()
+
+    per = [total // connections + (i < total % connections) for i in range(connections)]
+    threads = [threading.Thread(target=worker, args=(n,)) for n in per]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return accepted, refused
+
+
+@pytest.mark.parametrize(
+    ("limits", "refusals"),
+    [
+        ({}, False),
+        ({"active_jobs": 1500, "submissions_in_flight": 3}, True),
+    ],
+    ids=["default-limits", "tight-limits"],
+)
+def test_a_flood_of_submissions_is_accepted_or_refused_never_dropped(
+    served: Served, limits: dict[str, int], refusals: bool
+) -> None:
+    served.home.mkdir(parents=True)
+    lines = [f"{key} = {value}" for key, value in limits.items()]
+    (served.home / "config.toml").write_text("[limits]\n" + "\n".join(lines) + "\n")
+    served.start("--simulate", "1xA100-80GB")
+    paths = Paths(served.home, served.home / "config.toml")
+    # Job 1 never runs (its only domain is drained), so the flood queues behind it.
+    assert served.cli("domain", "drain", "gpu0").returncode == 0
+    status, data = request(paths.socket, "POST", "/v1/jobs", {"command": ["true"], "gpus": 1})
+    assert status == 201 and data["job"]["id"] == 1 and data["job"]["status"] == "queued"
+    accepted, refused = _flood(paths.socket, 5000, connections=12)
+    assert len(accepted) + len(refused) == 5000
+    assert len(set(accepted)) == len(accepted)
+    for status, message in refused:
+        assert status == 429, (status, message)
+        assert message.startswith("too many ") and "nothing was stored" in message
+    if refusals:
+        assert refused and len(accepted) <= 1500 - 1
+    else:
+        assert not refused
+    # Every accepted submission is in the database, and nothing else is.
+    counted = _db_rows(paths, "SELECT COUNT(*) FROM jobs WHERE id > 1")[0][0]
+    assert counted == len(accepted)
+    assert served.proc is not None and served.proc.poll() is None
+    rss = psutil.Process(served.proc.pid).memory_info().rss
+    assert rss < 400 * 2**20, f"engine RSS {rss / 2**20:.0f} MiB after the flood"
+    assert served.cli("cancel", "1").returncode == 0  # the flood ends as dependency_failed
+    queued = "/v1/jobs?status=queued,pending&limit=10"
+    wait_for(lambda: not request(paths.socket, "GET", queued)[1]["jobs"], timeout=60)
+    assert "Traceback" not in served.stop()

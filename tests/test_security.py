@@ -1,0 +1,313 @@
+"""Security on a multi-user box: who may use the socket, who may cancel what, and that
+names, env values and paths in specs never reach a shell, a file path or SQL.
+
+Requests from another uid are made by a real client started as ``nobody`` (``setpriv``),
+which needs root; those tests are skipped with the reason elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpulayer_tui.engine.config import ConfigError, parse_config
+from gpulayer_tui.engine.engine import Engine
+from gpulayer_tui.engine.models import JobStatus
+from gpulayer_tui.engine.paths import Paths
+from gpulayer_tui.engine.spec import SpecError
+
+from .conftest import REPO, EngineFactory, Served, make_config, wait_for
+from .raw_http import request
+
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+def _nobody_can_run_the_cli() -> str | None:
+    """Why a client cannot run as ``nobody`` here, or ``None`` if it can."""
+    if os.geteuid() != 0:
+        return "needs root to start a client as another user (setpriv)"
+    if shutil.which("setpriv") is None:
+        return "setpriv (util-linux) is not installed"
+    probe = subprocess.run(
+        [*NOBODY, sys.executable, "-c", "import gpulayer_tui.cli.main"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        return f"nobody cannot import gpulayer_tui here: {probe.stderr.strip()[-200:]}"
+    return None
+
+
+@pytest.fixture
+def open_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A state dir whose parents ``nobody`` may traverse (pytest's tmp dirs are 0700)."""
+    why = _nobody_can_run_the_cli()
+    if why is not None:
+        pytest.skip(why)
+    base = Path(tempfile.mkdtemp(prefix="gpulayer-security-", dir="/tmp"))
+    base.chmod(0o711)
+    home = base / "home"
+    monkeypatch.setenv("GPULAYER_HOME", str(home))
+    try:
+        yield home
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _as_nobody(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*NOBODY, sys.executable, "-m", "gpulayer_tui", *args],
+        env=served.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+
+
+def _job_count(home: Path) -> int:
+    with sqlite3.connect(home / "gpulayer.db") as db:
+        return int(db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
+
+
+def test_private_socket_cannot_even_be_reached_by_another_user(open_home: Path) -> None:
+    served = Served(open_home)
+    try:
+        served.start("--simulate", "1xA100-80GB")
+        assert stat.S_IMODE(open_home.stat().st_mode) == 0o700
+        assert stat.S_IMODE((open_home / "engine.sock").stat().st_mode) == 0o600
+        refused = _as_nobody(served, "jobs")
+        assert refused.returncode == 1
+        assert f"cannot reach the engine's socket {open_home / 'engine.sock'}" in refused.stderr
+        assert "permission denied" in refused.stderr
+    finally:
+        if served.proc is not None and served.proc.poll() is None:
+            served.stop()
+
+
+def test_other_uids_are_refused_unless_allowed_and_cancel_only_their_own(
+    open_home: Path,
+) -> None:
+    served = Served(open_home)
+    open_home.mkdir()
+    config = open_home / "config.toml"
+    # Listing anyone opens the socket (0666 in a 0711 dir); SO_PEERCRED decides per request.
+    config.write_text("[security]\nallowed_uids = [12345]\n")
+    sock = open_home / "engine.sock"
+
+    def call(method: str, path: str, body: Any = None) -> Any:
+        status, data = request(sock, method, "/v1" + path, body)
+        assert status < 300, (status, data)
+        return data
+
+    try:
+        served.start("--simulate", "1xA100-80GB")
+        assert stat.S_IMODE(open_home.stat().st_mode) == 0o711
+        assert stat.S_IMODE((open_home / "engine.sock").stat().st_mode) == 0o666
+        for name in ("gpulayer.db", "gpulayer.db-wal", "gpulayer.db-shm"):
+            assert stat.S_IMODE((open_home / name).stat().st_mode) == 0o600, name
+        assert stat.S_IMODE((open_home / "jobs").stat().st_mode) == 0o700
+
+        # nobody (uid 65534) is not listed: every request is refused, naming the uid.
+        refused = _as_nobody(served, "submit", "--", "true")
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert "uid 65534 (nobody) may not use this engine" in refused.stderr
+        assert "[security] allowed_uids" in refused.stderr
+        assert _as_nobody(served, "jobs").returncode == 1
+        assert _job_count(open_home) == 0
+
+        # Allowing its group applies live (the socket is already open to others).
+        config.write_text('[security]\nallowed_groups = ["nogroup"]\n')
+        assert call("POST", "/config/reload")["applied"] is True
+        mine = call("POST", "/jobs", {"command": ["sleep", "60"], "name": "root's"})["job"]
+        theirs_out = _as_nobody(served, "submit", "--", "sh", "-c", "id -u; sleep 60")
+        assert theirs_out.returncode == 0, theirs_out.stderr
+        theirs = int(theirs_out.stdout)
+        status = json.loads(served.cli("status", str(theirs), "--json").stdout)["job"]
+        assert status["owner_uid"] == 65534  # recorded from SO_PEERCRED
+        assert mine["owner_uid"] == os.geteuid()
+        # Jobs run as the engine's user, whoever submitted them.
+        wait_for(lambda: served.cli("logs", str(theirs)).stdout == f"{os.geteuid()}\n")
+
+        # A user cancels only its own jobs; drain, release and reload are the owner's.
+        other = _as_nobody(served, "cancel", str(mine["id"]))
+        assert other.returncode == 1
+        assert (
+            f"job {mine['id']} belongs to uid 0 (root); uid 65534 (nobody) may cancel only "
+            "its own jobs"
+        ) in other.stderr
+        assert call("GET", f"/jobs/{mine['id']}")["job"]["status"] == "running"
+        drain = _as_nobody(served, "domain", "drain", "gpu0")
+        assert drain.returncode == 1
+        assert "uid 65534 (nobody) may not drain a domain" in drain.stderr
+        assert call("GET", "/domains")["domains"][0]["state"] == "in_service"
+        own = _as_nobody(served, "cancel", str(theirs))
+        assert own.returncode == 0, own.stderr
+        assert _as_nobody(served, "wait", str(theirs)).returncode == 1  # cancelled
+        # The engine's user (here root) cancels anyone's jobs.
+        assert served.cli("cancel", str(mine["id"])).returncode == 0
+        assert call("GET", f"/jobs/{mine['id']}/wait")["job"]["status"] == "cancelled"
+        assert call("GET", f"/jobs/{theirs}")["job"]["status"] == "cancelled"
+    finally:
+        if served.proc is not None and served.proc.poll() is None:
+            served.stop()
+
+
+@pytest.mark.parametrize(
+    ("security", "message"),
+    [
+        ({"allowed_uids": [-1]}, "security.allowed_uids.0: Input should be greater than"),
+        ({"allowed_uids": [2**32]}, "security.allowed_uids.0: Input should be less than"),
+        ({"allowed_uids": ["ana"]}, "security.allowed_uids.0: Input should be a valid integer"),
+        ({"allowed_uids": 1000}, "security.allowed_uids: Input should be a valid list"),
+        (
+            {"allowed_groups": ["no-such-group-xyz"]},
+            "security.allowed_groups: no group named 'no-such-group-xyz' on this machine",
+        ),
+        ({"allowed_groups": ["a\0b"]}, "security.allowed_groups: no group named 'a\\x00b'"),
+        ({"allowed_users": ["ana"]}, "unknown key 'security.allowed_users'"),
+    ],
+)
+def test_security_config_is_validated_with_the_key_named(
+    security: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({"security": security}, "config.toml")
+    assert message in str(err.value)
+    assert str(err.value).startswith("config.toml: ")
+
+
+def test_security_config_accepts_uids_group_names_and_gids() -> None:
+    config = parse_config({"security": {"allowed_uids": [0, 1000], "allowed_groups": ["root", 7]}})
+    assert config.security.opens_socket
+    assert config.security.group_ids() == {0, 7}
+    assert not parse_config({}).security.opens_socket
+
+
+# -- names, env values and paths never reach a shell, a path or SQL ---------------------------
+
+HOSTILE = [
+    "../../x",
+    "'; DROP TABLE jobs; --",
+    '"); DELETE FROM events; --',
+    "$(touch pwned-name)",
+    "`touch pwned-tick`",
+    "a/b\\c",
+    "名前 🚀 ﷽",
+    "x" * 200,
+]
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+async def test_hostile_names_and_env_are_stored_verbatim_and_never_interpreted(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    before = _files(tmp_path)
+    ids = {}
+    for name in HOSTILE:
+        job = await engine.submit(
+            {
+                "command": ["printenv", "EVIL"],
+                "name": name,
+                "project": name,
+                "cwd": str(outside),
+                "env": {"EVIL": name + " $(touch pwned-env); `touch pwned-env2`"},
+            }
+        )
+        ids[job.id] = name
+    for job_id, name in ids.items():
+        done = await engine.wait(job_id, timeout=10)
+        assert done.status is JobStatus.COMPLETED
+        assert done.name == name
+        out = engine.log_path(job_id).read_text()
+        assert out == name + " $(touch pwned-env); `touch pwned-env2`\n"
+    listed = {j.id: j.name for j in await engine.list_jobs()}
+    assert {i: listed[i] for i in ids} == ids
+    # Nothing was created but each job's log and exit file, and the tables are intact.
+    created = _files(tmp_path) - before
+    state = engine.paths.state_dir.relative_to(tmp_path)
+    expected = {f"{state}/jobs/{i}.{ext}" for i in ids for ext in ("log", "exit")}
+    assert {p for p in created if "/jobs/" in p} == expected
+    assert not [p for p in created if "pwned" in p or p.endswith("x.log")]
+    assert not list(outside.iterdir())
+    with sqlite3.connect(engine.paths.database) as db:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"jobs", "events"} <= tables
+        assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] >= 3 * len(ids)
+
+
+async def test_a_command_is_argv_and_only_a_shell_line_goes_through_a_shell(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine()
+    words = ["$(touch X)", "`touch Y`", "; touch Z", "' \" \\", "$HOME", "*"]
+    argv = await engine.submit({"command": ["printf", "%s|", *words], "cwd": str(tmp_path)})
+    done = await engine.wait(argv.id, timeout=10)
+    assert done.status is JobStatus.COMPLETED
+    assert engine.log_path(argv.id).read_text() == "".join(f"{w}|" for w in words)
+    assert sorted(os.listdir(tmp_path)) == ["home"]  # no X, Y or Z
+    shell = await engine.submit({"shell": "echo $((6 * 7))", "cwd": str(tmp_path)})
+    await engine.wait(shell.id, timeout=10)
+    assert engine.log_path(shell.id).read_text() == "42\n"
+    whoami = await engine.submit({"command": ["id", "-u"]})
+    await engine.wait(whoami.id, timeout=10)
+    assert engine.log_path(whoami.id).read_text() == f"{os.geteuid()}\n"
+
+
+async def test_a_state_dir_with_shell_characters_in_its_path_is_safe(tmp_path: Path) -> None:
+    state = tmp_path / "st ate '$(touch pwned)' \"`touch pwned2`\";x"
+    paths = Paths(state, state / "config.toml")
+    engine = Engine(paths, simulate="1xA100-80GB", config=make_config(), cpu_count=2)
+    await engine.start()
+    try:
+        job = await engine.submit({"shell": "exit 7", "cwd": str(tmp_path)})
+        done = await engine.wait(job.id, timeout=10)
+        # The wrapper wrote the exit status to its file: the path was an argument, not code.
+        assert done.exit_code == 7
+        assert engine.exit_path(job.id).read_text() == "7\n"
+        assert not [p for p in _files(tmp_path) if Path(p).name.startswith("pwned")]
+    finally:
+        await engine.stop()
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"command": ["true"], "name": "a\0b"}, "name: control characters are not allowed"),
+        ({"command": ["true"], "name": "x" * 10_000}, "name: String should have at most 200"),
+        ({"command": ["true"], "cwd": "../../x"}, "cwd: '../../x' is not an absolute path"),
+        ({"command": ["true"], "cwd": "/tmp\0/x"}, "cwd contains a NUL byte"),
+        ({"command": ["true\0rm"]}, "command contains a NUL byte"),
+        ({"command": ["true"], "env": {"A=B": "x"}}, "env: 'A=B' is not a valid variable name"),
+        ({"command": ["true"], "env": {"A": "x\0y"}}, "env[A] contains a NUL byte"),
+        ({"shell": "echo\0hi"}, "shell contains a NUL byte"),
+    ],
+)
+async def test_hostile_specs_are_refused_with_the_reason_and_store_nothing(
+    make_engine: EngineFactory, spec: dict[str, object], message: str
+) -> None:
+    engine = await make_engine()
+    with pytest.raises(SpecError) as err:
+        await engine.submit(spec)
+    assert message in str(err.value)
+    assert await engine.list_jobs() == []
+    with pytest.raises(SpecError, match="unknown status"):
+        await engine.list_jobs(["queued') OR 1=1 --"])
