@@ -14,8 +14,8 @@ It reports and never fails on speed; it exits non-zero only if jobs fail to comp
 Usage::
 
     python bench/bench_drain.py [--jobs N] [--rounds R] [--latency M] [--cli-runs K]
-                                [--tmpdir DIR] [--out bench/results.md]
-                                [--json bench/results.json]
+                                [--tmpdir DIR] [--out bench/results-drain.md]
+                                [--json bench/results-drain.json]
     python bench/bench_drain.py --quick      # N=50, M=10, K=3 (CI smoke run)
 """
 
@@ -23,16 +23,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
 import logging
 import os
-import platform
-import resource
 import select
 import shlex
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -43,127 +38,25 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+import common
+from common import (
+    BenchFailure,
+    Meter,
+    check_jobs,
+    drain_figures,
+    gpulayer_home,
+    machine,
+    ms,
+    serving,
+    summary,
+    temp_home,
+)
+
+ROOT = common.ROOT
 SIMULATE = "2xA100-80GB"
 SLOTS = 2
 TARGET_RATIO = 2.0  # the issue's target: engine overhead per job within 2x the floor
 WARMUP = 4
-TMP_BASE: str | None = None  # --tmpdir: where the temp state dirs go (None: the system's)
-
-
-class BenchFailure(RuntimeError):
-    """Jobs did not complete (or the server did not come up): the run is invalid."""
-
-
-# -- helpers -------------------------------------------------------------------------------
-
-
-def ms(seconds: float) -> float:
-    return seconds * 1000.0
-
-
-def pct(values: list[float], q: float) -> float:
-    """Nearest-rank percentile of ``values`` (``q`` in 0..100)."""
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    rank = max(1, min(len(ordered), round(q / 100.0 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
-
-
-def summary(values_s: list[float]) -> dict[str, float]:
-    """p50/p95/min/max/mean in milliseconds."""
-    vals = [ms(v) for v in values_s]
-    return {
-        "n": len(vals),
-        "p50_ms": statistics.median(vals),
-        "p95_ms": pct(vals, 95),
-        "min_ms": min(vals),
-        "max_ms": max(vals),
-        "mean_ms": statistics.fmean(vals),
-    }
-
-
-@contextmanager
-def temp_home(tag: str) -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix=f"gpulayer-bench-{tag}-", dir=TMP_BASE))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@contextmanager
-def gpulayer_home(path: Path) -> Iterator[None]:
-    old = os.environ.get("GPULAYER_HOME")
-    os.environ["GPULAYER_HOME"] = str(path)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("GPULAYER_HOME", None)
-        else:
-            os.environ["GPULAYER_HOME"] = old
-
-
-def check_jobs(where: str, jobs: list[dict[str, Any]], expected: int) -> None:
-    """Raise unless ``expected`` jobs all completed with exit code 0."""
-    bad = [j for j in jobs if j.get("status") != "completed" or j.get("exit_code") != 0]
-    if len(jobs) != expected or bad:
-        sample = "; ".join(
-            f"job {j.get('id')}: {j.get('status')} exit={j.get('exit_code')} {j.get('message')}"
-            for j in bad[:5]
-        )
-        raise BenchFailure(
-            f"{where}: {len(jobs) - len(bad)}/{expected} jobs completed with exit 0"
-            + (f" ({sample})" if sample else "")
-        )
-
-
-class Meter:
-    """Wall time plus CPU time (user + sys) of a process and of its reaped children.
-
-    CPU time hardly grows when other work competes for the cores, so CPU ms/job is the
-    load-robust companion of wall ms/job. ``pid=None`` meters this process (all threads);
-    otherwise ``/proc/PID/stat`` is read (clock-tick resolution).
-    """
-
-    def __init__(self, pid: int | None = None) -> None:
-        self.pid = pid
-        self.t0 = time.perf_counter()
-        self.cpu0 = self._cpu()
-
-    def _cpu(self) -> tuple[float, float]:
-        if self.pid is None:
-            me = resource.getrusage(resource.RUSAGE_SELF)
-            kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-            return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
-        text = Path(f"/proc/{self.pid}/stat").read_text()
-        fields = text[text.rindex(")") + 2 :].split()  # fields from 3 (state) on
-        utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
-        tick = os.sysconf("SC_CLK_TCK")
-        return (utime + stime) / tick, (cutime + cstime) / tick
-
-    def stop(self) -> dict[str, float]:
-        total = time.perf_counter() - self.t0
-        cpu = self._cpu()
-        return {
-            "total_s": total,
-            "self_cpu_s": cpu[0] - self.cpu0[0],
-            "children_cpu_s": cpu[1] - self.cpu0[1],
-        }
-
-
-def drain_figures(n: int, meter: dict[str, float]) -> dict[str, float]:
-    """Per-job figures from a :meth:`Meter.stop` result."""
-    own, kids = meter["self_cpu_s"], meter["children_cpu_s"]
-    return meter | {
-        "jobs": n,
-        "ms_per_job": ms(meter["total_s"]) / n,
-        "self_cpu_ms_per_job": ms(own) / n,
-        "children_cpu_ms_per_job": ms(kids) / n,
-        "cpu_ms_per_job": ms(own + kids) / n,
-    }
 
 
 # -- a. launch floor ----------------------------------------------------------------------
@@ -220,7 +113,7 @@ def floor_wrapper(n: int) -> dict[str, Any]:
     output to a log file, exit status written to a file, 2 alive at a time."""
     from gpulayer_tui.engine.supervisor import SH, WRAPPER, exit_path, log_path
 
-    with tempfile.TemporaryDirectory(prefix="gpulayer-bench-wrap-", dir=TMP_BASE) as tmp:
+    with tempfile.TemporaryDirectory(prefix="gpulayer-bench-wrap-", dir=common.TMP_BASE) as tmp:
         env = dict(os.environ)
 
         def make(i: int) -> subprocess.Popen[bytes]:
@@ -244,6 +137,67 @@ def floor_wrapper(n: int) -> dict[str, Any]:
         bad = [i for i in range(n) if exit_path(Path(tmp), i).read_text() != "0\n"]
         if bad:
             raise BenchFailure(f"wrapper floor: {len(bad)} processes did not record exit 0")
+    return drain_figures(n, metered)
+
+
+def floor_no_wrapper(n: int) -> dict[str, Any]:
+    """Bench only: the launch without the ``sh`` wrapper. ``true`` itself in a new session
+    with its output to a log file, 2 alive; its exit status comes from the wait, so
+    nothing is written after it ends (what the wrapper is there for: an exit status that
+    survives an engine restart). Separates the wrapper's cost from the log file's."""
+    from gpulayer_tui.engine.supervisor import log_path
+
+    with tempfile.TemporaryDirectory(prefix="gpulayer-bench-nowrap-", dir=common.TMP_BASE) as tmp:
+        env = dict(os.environ)
+
+        def make(i: int) -> subprocess.Popen[bytes]:
+            fd = os.open(log_path(Path(tmp), i), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                return subprocess.Popen(
+                    ["true"],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=fd,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            finally:
+                os.close(fd)
+
+        _keep_two(WARMUP, lambda i: make(n + i))
+        return drain_figures(n, _keep_two(n, make))
+
+
+def floor_wrapper_child_log(n: int) -> dict[str, Any]:
+    """Prototype launch recipe (bench only): like :func:`floor_wrapper`, but the ``sh``
+    wrapper opens its own log (``exec >>LOG 2>&1``) instead of the parent.
+
+    Creating a file is the slowest step of a launch on some filesystems (see the "create a
+    log file" row). In the parent it is serial work on the engine's event loop; in the
+    wrapper it runs in the new process, beside the loop. The log lands in the 0700 jobs
+    dir, so the wrapper's default umask cannot expose it.
+    """
+    from gpulayer_tui.engine.supervisor import SH, WRAPPER
+
+    script = 'exec >>"$0.log" 2>&1; ' + WRAPPER.replace('> "$0"', '> "$0.exit"')
+    with tempfile.TemporaryDirectory(prefix="gpulayer-bench-wrap2-", dir=common.TMP_BASE) as tmp:
+        env = dict(os.environ)
+
+        def make(i: int) -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                [SH, "-c", script, f"{tmp}/{i}", "true"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+
+        _keep_two(WARMUP, lambda i: make(n + i))
+        metered = _keep_two(n, make)
+        bad = [i for i in range(n) if Path(f"{tmp}/{i}.exit").read_text() != "0\n"]
+        if bad:
+            raise BenchFailure(f"prototype wrapper: {len(bad)} processes did not record exit 0")
     return drain_figures(n, metered)
 
 
@@ -382,68 +336,17 @@ async def _latency(engine: Any, m: int) -> dict[str, Any]:
 def running_server() -> Iterator[tuple[Any, dict[str, str], float, int]]:
     """Start ``--serve`` on a fresh temp home with 2 CPU slots; yield (client, env, start
     seconds, pid). The server is stopped with SIGTERM and the home removed, even on error."""
-    from gpulayer_tui.client import Client, EngineNotRunning
-    from gpulayer_tui.engine.paths import resolve_paths
-
-    with temp_home("serve") as home:
-        (home / "config.toml").write_text(f"[cpu]\nslots = {SLOTS}\n")
-        env = dict(os.environ, GPULAYER_HOME=str(home))
-        with gpulayer_home(home):
-            paths = resolve_paths()
-        client = Client(paths)
-        log_path = home.parent / f"{home.name}.serve.log"
-        log = open(log_path, "wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gpulayer_tui", "--serve", "--simulate", SIMULATE],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-        try:
-            t0 = time.perf_counter()
-            while True:
-                if proc.poll() is not None:
-                    raise BenchFailure(f"server exited with {proc.returncode} at start")
-                try:
-                    client.health()
-                    break
-                except (EngineNotRunning, OSError):
-                    pass
-                if time.perf_counter() - t0 > 30:
-                    raise BenchFailure("server did not answer within 30 s")
-                time.sleep(0.02)
-            start_s = time.perf_counter() - t0
-            domains = client.gpus().get("domains", [])
-            cpu = [d for d in domains if isinstance(d, dict) and d.get("name") == "cpu"]
-            if not cpu or cpu[0].get("slots") != SLOTS:
-                found = cpu[0].get("slots") if cpu else "no"
-                raise BenchFailure(f"server cpu pool has {found} slots, expected {SLOTS}")
-            warm = client.submit_many([{"command": ["true"]}] * WARMUP)
-            for job in warm:
-                client.wait(job["id"])
-            yield client, env, start_s, proc.pid
-        except BaseException:
-            log.flush()
-            tail = log_path.read_text(errors="replace")[-2000:]
-            if tail:
-                print(f"--- server log (tail) ---\n{tail}", file=sys.stderr)
-            raise
-        finally:
-            _stop_server(proc)
-            log.close()
-            log_path.unlink(missing_ok=True)
-
-
-def _stop_server(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with temp_home("serve") as home, serving(home, SIMULATE, f"[cpu]\nslots = {SLOTS}\n") as srv:
+        client = srv.client
+        domains = client.gpus().get("domains", [])
+        cpu = [d for d in domains if isinstance(d, dict) and d.get("name") == "cpu"]
+        if not cpu or cpu[0].get("slots") != SLOTS:
+            found = cpu[0].get("slots") if cpu else "no"
+            raise BenchFailure(f"server cpu pool has {found} slots, expected {SLOTS}")
+        warm = client.submit_many([{"command": ["true"]}] * WARMUP)
+        for job in warm:
+            client.wait(job["id"])
+        yield client, srv.env, srv.start_s, srv.proc.pid
 
 
 def server_drain(client: Any, n: int, pid: int) -> dict[str, Any]:
@@ -504,38 +407,12 @@ def cli_latency(client: Any, env: dict[str, str], k: int) -> dict[str, Any]:
 # -- report -------------------------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-    except OSError:
-        commit, dirty = "", ""
-    return {
-        "nproc": os.cpu_count(),
-        "usable_cpus": len(os.sched_getaffinity(0)),
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        "git": commit + ("+dirty" if dirty else ""),
-        "loadavg_start": os.getloadavg(),
-    }
-
-
 FIGURES = {
     "floor_sequential": "a. floor: `Popen(['true']).wait()` sequential",
     "floor_2": "a. floor: `Popen(['true'])`, 2 alive",
     "wrapper_2": "a. floor: engine's `sh` wrapper + `true`, 2 alive",
+    "wrapper_child_log_2": "a. prototype: the wrapper opens its own log, 2 alive",
+    "no_wrapper_2": "a. prototype: no wrapper (`true` + log file + new session), 2 alive",
     "engine": "b. engine in-process, one `submit_many`",
     "server": "d. `--serve` over the socket, one `Client.submit_many`",
 }
@@ -545,6 +422,13 @@ RATIOS = [
     ("engine_vs_floor_seq", "engine", "floor_sequential", "b. engine / sequential floor"),
     ("engine_vs_wrapper2", "engine", "wrapper_2", "b. engine / wrapper floor"),
     ("wrapper2_vs_floor2", "wrapper_2", "floor_2", "wrapper floor / 2-alive floor"),
+    ("nowrap_vs_floor2", "no_wrapper_2", "floor_2", "no-wrapper prototype / 2-alive floor"),
+    (
+        "proto_vs_wrapper2",
+        "wrapper_child_log_2",
+        "wrapper_2",
+        "prototype (child opens log) / wrapper floor",
+    ),
     ("server_vs_floor2", "server", "floor_2", "d. server / 2-alive floor"),
     ("server_vs_floor_seq", "server", "floor_sequential", "d. server / sequential floor"),
     ("server_vs_engine", "server", "engine", "d. server / in-process engine"),
@@ -597,6 +481,8 @@ def render(r: dict[str, Any]) -> str:
     notes = {
         "floor_2": "the reference floor",
         "wrapper_2": "launch recipe without the engine",
+        "wrapper_child_log_2": "bench-only prototype: `exec >>LOG` in the wrapper",
+        "no_wrapper_2": "bench-only: no exit file, so no restart-proof exit status",
         "engine": f"submit_many call {ms(best_eng['submit_many_call_s']):.1f} ms",
         "server": f"server-side {best_srv['server_side_ms_per_job']:.3f} ms/job "
         f"(last `ended_at` - t0); submit call {ms(best_srv['submit_many_call_s']):.1f} ms",
@@ -743,15 +629,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved drain rounds (5)")
     parser.add_argument("--latency", type=int, default=None, help="M latency samples (50)")
     parser.add_argument("--cli-runs", type=int, default=None, help="K CLI runs (20)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results.md")
-    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results-drain.md")
+    parser.add_argument("--json", type=Path, default=ROOT / "bench" / "results-drain.json")
     parser.add_argument("--quick", action="store_true", help="N=50, M=10, K=3 (CI smoke run)")
     parser.add_argument(
         "--tmpdir", default=None, help="where temp state dirs go (default: the system's)"
     )
     args = parser.parse_args(argv)
-    global TMP_BASE
-    TMP_BASE = args.tmpdir
+    common.TMP_BASE = args.tmpdir
     n = args.jobs or (50 if args.quick else 500)
     m = args.latency or (10 if args.quick else 50)
     k = args.cli_runs or (3 if args.quick else 20)
@@ -787,6 +672,8 @@ def main(argv: list[str] | None = None) -> int:
                         "floor_sequential": floor_sequential(n),
                         "floor_2": floor_concurrent(n),
                         "wrapper_2": floor_wrapper(n),
+                        "wrapper_child_log_2": floor_wrapper_child_log(n),
+                        "no_wrapper_2": floor_no_wrapper(n),
                         "engine": asyncio.run(engine_drain(n)),
                         "server": server_drain(client, n, server_pid),
                     }
