@@ -77,8 +77,10 @@ class EngineBackend(Protocol):
         the job (``running``, or ``failed`` with the refusal)."""
         ...
 
-    async def read_log(self, job_id: int, offset: int, limit: int = 256 * 1024) -> bytes:
-        """Up to ``limit`` bytes of the job's output from ``offset``."""
+    async def read_log(
+        self, job_id: int, offset: int, limit: int = 256 * 1024, replica: int | None = None
+    ) -> bytes:
+        """Up to ``limit`` bytes of the job's (or a service replica's) output from ``offset``."""
         ...
 
     async def domain_action(self, name: str, action: str) -> dict[str, Any]:
@@ -190,10 +192,16 @@ class EmbeddedBackend:
         except DomainRefused as err:
             raise BackendError(str(err), 409) from None
 
-    async def read_log(self, job_id: int, offset: int, limit: int = 256 * 1024) -> bytes:
-        """A chunk of the job's output (read in a thread)."""
-        await self._call(self.engine.get(job_id))
-        path = self.engine.log_path(job_id)
+    async def read_log(
+        self, job_id: int, offset: int, limit: int = 256 * 1024, replica: int | None = None
+    ) -> bytes:
+        """A chunk of the job's (or a service replica's) output (read in a thread)."""
+        job = await self._call(self.engine.get(job_id))
+        try:
+            self.engine.check_replica(job, replica)
+        except ValueError as err:
+            raise BackendError(str(err), 400) from None
+        path = self.engine.log_path(job_id, replica)
 
         def read() -> bytes:
             try:
@@ -294,14 +302,17 @@ class AttachedBackend:
         path = f"/domains/{quote(name, safe='')}/{action}"
         return dict((await self._request("POST", path, json=body))["domain"])
 
-    async def read_log(self, job_id: int, offset: int, limit: int = 256 * 1024) -> bytes:
-        """A chunk of the job's output."""
+    async def read_log(
+        self, job_id: int, offset: int, limit: int = 256 * 1024, replica: int | None = None
+    ) -> bytes:
+        """A chunk of the job's (or a service replica's) output."""
         import aiohttp
 
+        params = {"offset": str(offset)}
+        if replica is not None:
+            params["replica"] = str(replica)
         try:
-            async with self._client().get(
-                f"/v1/jobs/{int(job_id)}/logs", params={"offset": str(offset)}
-            ) as resp:
+            async with self._client().get(f"/v1/jobs/{int(job_id)}/logs", params=params) as resp:
                 if resp.status >= 400:
                     raise BackendError(f"cannot read the log of job {job_id}", resp.status)
                 return bytes(await resp.content.read(limit))

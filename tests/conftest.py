@@ -72,6 +72,7 @@ async def make_engine(paths: Paths) -> AsyncIterator[EngineFactory]:
         probe: GpuProbe | None = None,
         config: Config | None = None,
         cpu_count: int = 2,
+        service_clock: Any = None,
     ) -> Engine:
         engine = Engine(
             paths,
@@ -79,6 +80,7 @@ async def make_engine(paths: Paths) -> AsyncIterator[EngineFactory]:
             simulate=None if probe is not None else simulate,
             config=config or make_config(),
             cpu_count=cpu_count,
+            service_clock=service_clock,
         )
         await engine.start()
         engines.append(engine)

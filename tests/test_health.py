@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pynvml
 import pytest
@@ -13,6 +13,7 @@ from gpulayer_tui.engine.health import DomainRefused
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.spec import SpecError
+from gpulayer_tui.engine.store import MIGRATIONS, SCHEMA_VERSION
 
 from .conftest import EngineFactory, Served, eventually, make_config
 
@@ -127,25 +128,32 @@ async def test_drain_and_release(make_engine: EngineFactory) -> None:
 
 
 async def test_domain_state_survives_restart_and_v1_database_is_migrated(
-    make_engine: EngineFactory,
+    make_engine: EngineFactory, paths: Any
 ) -> None:
-    first = await make_engine("2xA100-80GB")
-    job = await first.submit({"command": ["true"]})
-    await first.wait(job.id, timeout=10)
-    await first.stop()
-    # make it a version-1 database, as the first release wrote it
-    with sqlite3.connect(first.paths.database) as db:
-        db.execute("DROP TABLE domain_state")
+    # a version-1 database, as the first release wrote it, with one finished job in it
+    paths.state_dir.mkdir(parents=True, mode=0o700)
+    with sqlite3.connect(paths.database) as db:
+        for statement in MIGRATIONS[0]:
+            db.execute(statement)
+        db.execute(
+            "INSERT INTO jobs (id, name, kind, status, termination_reason, exit_code, message, "
+            "created_at, started_at, ended_at, spec) VALUES (1, 'true', 'command', "
+            "'completed', 'exit_code', 0, 'exited with code 0', 1.0, 2.0, 3.0, "
+            '\'{"command": ["true"]}\')'
+        )
         db.execute("PRAGMA user_version = 1")
     second = await make_engine("2xA100-80GB")
-    assert (await second.get(job.id)).status is JobStatus.COMPLETED  # history kept
+    old = await second.get(1)
+    assert old.status is JobStatus.COMPLETED and old.exit_code == 0  # history kept
+    assert old.replicas == [] and old.attempt == 0
     await second.drain_domain("gpu1", "maintenance")
     await second.stop()
-    with sqlite3.connect(first.paths.database) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    with sqlite3.connect(paths.database) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     third = await make_engine("2xA100-80GB")
     gpu1 = third.scheduler.domains["gpu1"]
     assert gpu1.state.value == "draining" and gpu1.state_reason == "maintenance"
+    assert (await third.submit({"command": ["true"]})).id == 2  # ids go on after history
 
 
 def test_cli_domain_commands_and_ready(served: Served) -> None:

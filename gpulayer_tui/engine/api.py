@@ -449,13 +449,16 @@ def _read_chunk(path: Path, offset: int) -> bytes:
 
 
 async def logs(request: web.Request) -> web.StreamResponse:
-    """GET /v1/jobs/ID/logs: the job's output from ``offset``; ``follow=1`` streams."""
+    """GET /v1/jobs/ID/logs: output from ``offset``; ``follow=1`` streams; a service's
+    ``replica=K`` (default 0)."""
     engine = request.app[ENGINE_KEY]
     job_id = _job_id(request)
     job = await engine.get(job_id)
     offset = _int_query(request, "offset", 0) or 0
     follow = request.query.get("follow") in ("1", "true", "yes")
-    path = engine.log_path(job_id)
+    replica = _int_query(request, "replica", None)
+    engine.check_replica(job, replica)
+    path = engine.log_path(job_id, replica)
     response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
     response.headers["X-Job-Status"] = job.status.value
     await response.prepare(request)

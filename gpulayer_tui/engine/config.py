@@ -36,13 +36,14 @@ unless ``engine.auto_domains = false``.
 from __future__ import annotations
 
 import grp
+import ipaddress
 import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .gpus import GpuReading
 from .paths import Paths, resolve_paths
@@ -55,6 +56,9 @@ _DOMAIN_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 
 class ConfigError(ValueError):
     """The configuration is invalid; the message names the key or domain at fault."""
+
+
+_HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253}[A-Za-z0-9])?")
 
 
 class _Strict(BaseModel):
@@ -90,6 +94,23 @@ class HealthSettings(_Strict):
 
     degrade_after: int = Field(2, ge=1, le=1000)
     quarantine_after: int = Field(5, ge=1, le=1000)
+
+
+class ServiceSettings(_Strict):
+    """``[services]``: how replicas are reached and when a restart counts as steady."""
+
+    host: str = Field("127.0.0.1", min_length=1, max_length=255)
+    steady_after: float = Field(60.0, gt=0, le=86400)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            if not _HOSTNAME.fullmatch(value):
+                raise ValueError(f"{value!r} is not an IP address or host name") from None
+        return value
 
 
 class UiSettings(_Strict):
@@ -147,6 +168,7 @@ class Config(_Strict):
     engine: EngineSettings = EngineSettings()
     cpu: CpuSettings = CpuSettings()
     health: HealthSettings = HealthSettings()
+    services: ServiceSettings = ServiceSettings()
     ui: UiSettings = UiSettings()
     domains: dict[str, DomainSettings] = {}
     security: SecuritySettings = SecuritySettings()

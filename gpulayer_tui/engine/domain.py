@@ -46,6 +46,7 @@ class Holding:
     job_id: int
     declared_bytes: int | None
     exclusive: bool
+    slots: int = 1  # a service's CPU replicas share the pool: one slot each
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +115,7 @@ class Domain:
         """Slots taken (an exclusive job takes them all)."""
         if any(h.exclusive for h in self.holdings.values()):
             return self.slots
-        return len(self.holdings)
+        return sum(h.slots for h in self.holdings.values())
 
     @property
     def free_slots(self) -> int:
@@ -208,9 +209,11 @@ class Domain:
         """True if the latest read of its GPU succeeded (a release needs that)."""
         return self.failures == 0 and self.reading is not None and not self.reading.lost
 
-    def hold(self, job_id: int, declared_bytes: int | None, exclusive: bool) -> None:
-        """Take a slot for ``job_id`` and reserve its declared memory."""
-        self.holdings[job_id] = Holding(job_id, declared_bytes, exclusive)
+    def hold(
+        self, job_id: int, declared_bytes: int | None, exclusive: bool, slots: int = 1
+    ) -> None:
+        """Take ``slots`` slots for ``job_id`` and reserve its declared memory."""
+        self.holdings[job_id] = Holding(job_id, declared_bytes, exclusive, slots)
         self._recount()
 
     def release(self, job_id: int) -> None:
@@ -288,7 +291,7 @@ class Domain:
 
     # -- placement questions ----------------------------------------------------------------
 
-    def blocker(self, vram_bytes: int | None, exclusive: bool) -> str | None:
+    def blocker(self, vram_bytes: int | None, exclusive: bool, slots: int = 1) -> str | None:
         """Why this domain cannot take such a job now, or ``None`` if it can.
 
         The text names the blocker (a job, a pid and its command, a state).
@@ -301,6 +304,8 @@ class Domain:
         if exclusive and self.holdings:
             jobs = ", ".join(str(j) for j in sorted(self.holdings))
             return f"{self.name} is not empty (exclusive job): job {jobs} running"
+        if slots > 1 and 0 < self.free_slots < slots:
+            return f"needs {slots} {self.name} slots, {self.free_slots} free"
         if self.free_slots < 1:
             if not self.is_gpu:
                 # CPU queues get long; a text that changes with every job id would be

@@ -24,10 +24,11 @@ from .events import EventBus, Subscription
 from .gpus import GpuProbe, ProbeStatus, make_probe
 from .lifecycle import UnknownJob
 from .lock import EngineLock
-from .models import EventKind, Job, JobStatus
+from .models import EventKind, Job, JobKind, JobStatus
 from .reload import ConfigReload
 from .sampler import Sample, Sampler
 from .scheduler import Capacity, Scheduler
+from .services import ServiceClock
 from .spec import SpecError, parse_spec
 from .store import Store, StoreError
 from .supervisor import Supervisor, exit_path
@@ -54,6 +55,7 @@ class Engine(ConfigReload):
         simulate: Simulation spec (``2xA100-80GB``) when no probe is given.
         config: Parsed config; read from ``paths.config_file`` when omitted.
         cpu_count: Size of the default CPU pool (defaults to the core count).
+        service_clock: Clock for service restart back-off (tests step it by hand).
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class Engine(ConfigReload):
         simulate: str | None = None,
         config: Config | None = None,
         cpu_count: int | None = None,
+        service_clock: ServiceClock | None = None,
     ) -> None:
         self.paths = paths
         self.config = config if config is not None else load_config(paths.config_file)
@@ -85,6 +88,8 @@ class Engine(ConfigReload):
         self.started_at = 0.0
         self.no_gpu_notice: str | None = None
         super().__init__()
+        if service_clock is not None:
+            self.service_clock = service_clock
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -142,6 +147,10 @@ class Engine(ConfigReload):
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
+        for act in self._active.values():
+            # Back-off timers and port probes are re-armed from the stored replica state by
+            # the next engine; the processes themselves keep running.
+            self._drop_service_runtime(act)
         if self._schedule_handle is not None:
             self._schedule_handle.cancel()
         self.supervisor.close()
@@ -272,9 +281,35 @@ class Engine(ConfigReload):
             await asyncio.wait_for(asyncio.shield(active.finished), timeout)
         return await self.get(job_id)
 
-    def log_path(self, job_id: int) -> Path:
-        """Where the job's output is (it may not exist yet)."""
-        return self.supervisor.log_path(job_id)
+    def log_path(self, job_id: int, replica: int | None = None) -> Path:
+        """Where the job's output is (it may not exist yet).
+
+        A service writes one log per replica; without ``replica`` its replica 0's log is
+        meant. Use :meth:`check_replica` first to validate a user's replica number.
+        """
+        if replica is not None:
+            return self.supervisor.log_path((job_id, replica))
+        path = self.supervisor.log_path(job_id)
+        if not path.exists():
+            first = self.supervisor.log_path((job_id, 0))
+            if first.exists():
+                return first
+        return path
+
+    @staticmethod
+    def check_replica(job: Job, replica: int | None) -> None:
+        """Validate a replica number against a job.
+
+        Raises:
+            SpecError: The job is not a service, or has no such replica.
+        """
+        if replica is None:
+            return
+        if job.kind is not JobKind.SERVICE:
+            raise SpecError(f"job {job.id} is not a service; it has no replicas")
+        count = len(job.replicas) or int(job.spec.get("replicas", 1))
+        if not 0 <= replica < count:
+            raise SpecError(f"job {job.id} has replicas 0-{count - 1}, not {replica}")
 
     def subscribe(self) -> Subscription:
         """Receive every event published from now on."""

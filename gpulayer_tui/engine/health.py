@@ -84,6 +84,10 @@ class DomainControl(Adoption):
                 act = self._active.get(job_id)
                 if act is None or act.job.status is not JobStatus.RUNNING:
                     continue
+                if act.job.kind is JobKind.SERVICE:
+                    # Record 000: a service that lost a domain is placed again elsewhere.
+                    self._replace_service(act, f"domain {dom.name} quarantined: {dom.state_reason}")
+                    continue
                 warning = f"running on {', '.join(act.job.domains)}; warning: domain "
                 self._set_reason(act, f"{warning}{dom.name} quarantined: {dom.state_reason}")
         self._schedule_soon()

@@ -32,12 +32,13 @@ from .runqueue import RunQueue
 from .scheduler import Request
 from .spec import JobSpec, SpecError
 from .store import StoreError
-from .supervisor import Exit, LaunchError
+from .supervisor import Exit, LaunchError, TaskKey
 
 if TYPE_CHECKING:
     from .config import Config, Paths
     from .events import EventBus
     from .scheduler import Scheduler
+    from .services import Cancellable
     from .store import Store
     from .supervisor import Supervisor
 
@@ -69,6 +70,12 @@ class _Active:
     holds: list[Domain] = field(default_factory=list)
     stop_reason: TerminationReason | None = None
     stop_message: str = ""
+    # Services only (engine/services.py): how it ends once its replicas are down, why it
+    # is being placed again, pending restarts and port probes by replica index.
+    end: tuple[JobStatus, TerminationReason, str, int | None] | None = None
+    replacing: str | None = None
+    restart_timers: dict[int, Cancellable] = field(default_factory=dict)
+    probes: dict[int, asyncio.Task[None]] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -212,7 +219,7 @@ class Lifecycle:
         job = Job(
             id=self._next_id,
             name=spec.default_name(),
-            kind=JobKind.COMMAND,
+            kind=JobKind.SERVICE if spec.is_service else JobKind.COMMAND,
             spec=spec.model_dump(mode="json", exclude_none=True),
             priority=spec.priority,
             owner_uid=owner_uid,
@@ -340,10 +347,15 @@ class Lifecycle:
         job, spec, request = act.job, act.spec, act.request
         assert spec is not None and request is not None
         for dom in domains:
-            dom.hold(job.id, request.vram_bytes, request.exclusive)
+            dom.hold(job.id, request.vram_bytes, request.exclusive, max(1, request.cpu_slots))
         act.holds = list(domains)
         job.domains = [d.name for d in domains]
         job.gpus = [d.gpu_index for d in domains if d.gpu_index is not None]
+        if job.kind is JobKind.SERVICE:
+            self._start_service(act)
+            if spec.timeout is not None and act.end is None and job.id not in self._timers:
+                self._arm_timeout(act, spec.timeout)
+            return
         argv = spec.command if spec.command is not None else ["sh", "-c", spec.shell or ""]
         cwd = spec.cwd or os.path.expanduser("~")
         try:
@@ -384,6 +396,9 @@ class Lifecycle:
             self._stop_running(act, Reason.CANCELLED, message)
 
     def _stop_running(self, act: _Active, reason: TerminationReason, message: str) -> None:
+        if act.job.kind is JobKind.SERVICE:
+            self._stop_service(act, reason, message)
+            return
         if act.stop_reason is not None:
             return  # already stopping; the first reason stands
         act.stop_reason, act.stop_message = reason, message
@@ -396,8 +411,12 @@ class Lifecycle:
             act.job, [self._job_event(EventKind.REASON, act.job, {"message": act.job.message})]
         )
 
-    def _on_exit(self, job_id: int, exit: Exit) -> None:
-        """The supervisor saw the job's process end."""
+    def _on_exit(self, key: TaskKey, exit: Exit) -> None:
+        """The supervisor saw a job's (or a service replica's) process end."""
+        if isinstance(key, tuple):
+            self._on_replica_exit(key[0], key[1], exit)
+            return
+        job_id = key
         act = self._active.get(job_id)
         if act is None:
             return
@@ -452,6 +471,8 @@ class Lifecycle:
         job = act.job
         for dom in act.holds:
             dom.release(job.id)
+        if job.kind is JobKind.SERVICE:
+            self._drop_service_runtime(act)
         timer = self._timers.pop(job.id, None)
         if timer is not None:
             timer.cancel()
@@ -478,6 +499,20 @@ class Lifecycle:
                 self._ready(dependent)
         if act.holds:
             self._schedule_soon()
+
+    # -- services (engine/services.py implements these) ---------------------------------------
+
+    def _start_service(self, act: _Active) -> None:
+        raise NotImplementedError
+
+    def _stop_service(self, act: _Active, reason: TerminationReason, message: str) -> None:
+        raise NotImplementedError
+
+    def _on_replica_exit(self, job_id: int, index: int, exit: Exit) -> None:
+        raise NotImplementedError
+
+    def _drop_service_runtime(self, act: _Active) -> None:
+        raise NotImplementedError
 
     def _live(self, job_id: int) -> _Active | None:
         """The in-memory record of an active or just-ended (not yet durable) job."""

@@ -46,8 +46,16 @@ TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
         {JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED, JobStatus.CANCELLED}
     ),
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.FAILED, JobStatus.CANCELLED}),
+    # running -> queued is a service being placed again after it lost a domain (record 000);
+    # batch and adopted jobs never take it.
     JobStatus.RUNNING: frozenset(
-        {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ORPHANED}
+        {
+            JobStatus.QUEUED,
+            JobStatus.COMPLETED,
+            JobStatus.FAILED,
+            JobStatus.CANCELLED,
+            JobStatus.ORPHANED,
+        }
     ),
     JobStatus.COMPLETED: frozenset(),
     JobStatus.FAILED: frozenset(),
@@ -98,10 +106,121 @@ class EventKind(StrEnum):
     SUBMITTED = "job.submitted"
     TRANSITION = "job.transition"
     REASON = "job.reason"
+    REPLICA = "job.replica"
     GPU_SAMPLE = "gpu.sample"
     DOMAIN = "domain.state"
     CONFIG = "engine.config"
     ENGINE = "engine"
+
+
+class ReplicaState(StrEnum):
+    """Lifecycle state of one replica of a service (record 000)."""
+
+    PENDING = "pending"  # not launched yet (the service is being placed)
+    STARTING = "starting"  # its process runs; its $PORT does not accept connections yet
+    UP = "up"  # running (and its endpoint answers, when it has a port)
+    BACKOFF = "backoff"  # exited; restarts at ``next_restart_at``
+    STOPPING = "stopping"  # SIGTERM sent, SIGKILL follows after the grace period
+    EXITED = "exited"  # ended for good (or stopped with its service)
+
+    @property
+    def has_process(self) -> bool:
+        """True while a process of this replica may be alive."""
+        return self in (ReplicaState.STARTING, ReplicaState.UP, ReplicaState.STOPPING)
+
+
+_R = ReplicaState
+REPLICA_TRANSITIONS: dict[ReplicaState, frozenset[ReplicaState]] = {
+    _R.PENDING: frozenset({_R.STARTING, _R.UP, _R.EXITED}),
+    _R.STARTING: frozenset({_R.UP, _R.BACKOFF, _R.STOPPING, _R.EXITED}),
+    _R.UP: frozenset({_R.BACKOFF, _R.STOPPING, _R.EXITED}),
+    _R.BACKOFF: frozenset({_R.STARTING, _R.UP, _R.EXITED}),
+    _R.STOPPING: frozenset({_R.EXITED}),
+    # A service placed again after losing a domain starts its replicas afresh.
+    _R.EXITED: frozenset({_R.PENDING}),
+}
+
+
+def check_replica_transition(job_id: int, index: int, old: ReplicaState, new: ReplicaState) -> None:
+    """Raise :class:`IllegalTransition` unless ``old -> new`` is in the replica table."""
+    if new not in REPLICA_TRANSITIONS[old]:
+        raise IllegalTransition(f"job {job_id} replica {index}: illegal transition {old} -> {new}")
+
+
+@dataclass(slots=True)
+class Replica:
+    """One copy of a service's command (stored as JSON in the job's row).
+
+    Attributes:
+        index: 0-based replica number (its ``$GPULAYER_REPLICA``).
+        state: Current replica state.
+        domains: Domains it runs on (one per GPU, or ``cpu``).
+        gpus: GPU indices it sees.
+        pid: Group-leader pid of its current process.
+        start_ticks: /proc start time of ``pid``.
+        port: The ``$PORT`` of its current process.
+        endpoint: ``host:port`` once the port accepted a connection.
+        restarts: How often it was restarted (never reset).
+        backoff_step: Restarts in a row without a steady run (sets the next delay).
+        next_restart_at: When a replica in back-off starts again (epoch seconds).
+        started_at: When its current process started.
+        last_exit_code: Exit status of its previous process.
+        message: Human state (why it is starting, what it exited with).
+    """
+
+    index: int
+    state: ReplicaState = ReplicaState.PENDING
+    domains: list[str] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)
+    pid: int | None = None
+    start_ticks: int | None = None
+    port: int | None = None
+    endpoint: str | None = None
+    restarts: int = 0
+    backoff_step: int = 0
+    next_restart_at: float | None = None
+    started_at: float | None = None
+    last_exit_code: int | None = None
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON shape (also what the database stores)."""
+        return {
+            "index": self.index,
+            "state": self.state.value,
+            "domains": list(self.domains),
+            "gpus": list(self.gpus),
+            "pid": self.pid,
+            "start_ticks": self.start_ticks,
+            "port": self.port,
+            "endpoint": self.endpoint,
+            "restarts": self.restarts,
+            "backoff_step": self.backoff_step,
+            "next_restart_at": self.next_restart_at,
+            "started_at": self.started_at,
+            "last_exit_code": self.last_exit_code,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Replica:
+        """Inverse of :meth:`to_json`."""
+        return cls(
+            index=int(data["index"]),
+            state=ReplicaState(data["state"]),
+            domains=list(data.get("domains", [])),
+            gpus=list(data.get("gpus", [])),
+            pid=data.get("pid"),
+            start_ticks=data.get("start_ticks"),
+            port=data.get("port"),
+            endpoint=data.get("endpoint"),
+            restarts=int(data.get("restarts", 0)),
+            backoff_step=int(data.get("backoff_step", 0)),
+            next_restart_at=data.get("next_restart_at"),
+            started_at=data.get("started_at"),
+            last_exit_code=data.get("last_exit_code"),
+            message=str(data.get("message", "")),
+        )
 
 
 @dataclass(slots=True)
@@ -126,6 +245,8 @@ class Job:
         started_at: When it started running.
         ended_at: When it reached a terminal status.
         owner_uid: Unix uid of the submitter.
+        replicas: A service's replicas (empty for other kinds).
+        attempt: How often a service was placed (1 on its first start).
     """
 
     id: int
@@ -146,6 +267,8 @@ class Job:
     started_at: float | None = None
     ended_at: float | None = None
     owner_uid: int | None = None
+    replicas: list[Replica] = field(default_factory=list)
+    attempt: int = 0
     kill_at: float | None = None  # while stopping: when SIGKILL follows (not stored)
 
     def to_json(self, slim: bool = False) -> dict[str, Any]:
@@ -158,7 +281,7 @@ class Job:
         spec = self.spec
         if slim and "env" in spec:
             spec = {k: v for k, v in spec.items() if k != "env"}
-        return {
+        out: dict[str, Any] = {
             "id": self.id,
             "name": self.name,
             "kind": self.kind.value,
@@ -180,6 +303,10 @@ class Job:
             "kill_at": self.kill_at,
             "spec": spec,
         }
+        if self.kind is JobKind.SERVICE:
+            out["replicas"] = [r.to_json() for r in self.replicas]
+            out["attempt"] = self.attempt
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import time
 
-from .lifecycle import Lifecycle, Reason, ResolvedDep, _Active
+from .lifecycle import Reason, ResolvedDep, _Active
 from .models import Job, JobKind, JobStatus
 from .scheduler import Request
+from .services import Services
 from .spec import JobSpec, SpecError, parse_spec
 from .supervisor import Exit, exit_path, read_exit_file
 
 
-class Restore(Lifecycle):
+class Restore(Services):
     """Restart recovery, mixed into the engine."""
 
     async def _restore(self, jobs: list[Job]) -> None:
@@ -91,6 +92,9 @@ class Restore(Lifecycle):
 
     def _reattach(self, act: _Active) -> None:
         job = act.job
+        if job.kind is JobKind.SERVICE:
+            self._reattach_service(act)
+            return
         if job.kind is JobKind.ADOPTED:
             alive = job.pid is not None and self.supervisor.attach(
                 job.id, job.pid, job.start_ticks, adopted=True

@@ -31,12 +31,20 @@ class Request:
         vram_bytes: Memory needed on each GPU, if declared.
         pins: Domains the job may use (empty: any GPU domain).
         exclusive: Needs its domains empty.
+        replicas: A service's replicas: ``gpus`` is then the total, one GPU replica per
+            ``gpus // replicas`` domains; CPU replicas take one cpu slot each.
     """
 
     gpus: int
     vram_bytes: int | None
     pins: tuple[str, ...]
     exclusive: bool
+    replicas: int = 1
+
+    @property
+    def cpu_slots(self) -> int:
+        """Slots taken in the cpu pool (0 for a GPU request)."""
+        return self.replicas if self.gpus == 0 else 0
 
 
 class Capacity(StrEnum):
@@ -100,13 +108,29 @@ class Scheduler:
         if gpus > 0 and pins == [CPU_DOMAIN]:
             raise SpecError(f"asks for {_plural(gpus, 'GPU')} but is pinned to the cpu pool")
         vram = None if spec.vram_gb is None else int(spec.vram_gb * GIB)
-        return Request(gpus, vram, tuple(pins), spec.exclusive)
+        replicas = spec.replica_count
+        return Request(gpus * replicas, vram, tuple(pins), spec.exclusive, replicas)
 
     # -- could it ever run? -----------------------------------------------------------------
 
     def capacity_verdict(self, req: Request) -> Verdict:
         """Decide whether ``req`` fits this machine at all (ignoring current use)."""
+        verdict = self._capacity_verdict(req)
+        if req.replicas > 1 and verdict.possible is not True and req.gpus:
+            per = req.gpus // req.replicas
+            what = f"{req.replicas} replicas x {_plural(per, 'GPU')}, each on its own GPU"
+            return Verdict(verdict.possible, f"{what}: {verdict.message}")
+        return verdict
+
+    def _capacity_verdict(self, req: Request) -> Verdict:
         if req.gpus == 0:
+            cpu = self.domains.get(CPU_DOMAIN)
+            if cpu is not None and req.cpu_slots > cpu.slots:
+                return Verdict(
+                    False,
+                    f"requested {req.replicas} replicas on the cpu pool, but it has "
+                    f"{_plural(cpu.slots, 'slot')}",
+                )
             return Verdict(True)
         if self.capacity is Capacity.NO_GPUS:
             return Verdict(
@@ -175,7 +199,7 @@ class Scheduler:
         """
         if req.gpus == 0:
             cpu = self.domains[CPU_DOMAIN]
-            why = cpu.blocker(None, req.exclusive)
+            why = cpu.blocker(None, req.exclusive, req.cpu_slots)
             return [cpu] if why is None else why
         candidates = [self.domains[p] for p in req.pins] if req.pins else self.gpu_domains
         fitting: list[Domain] = []

@@ -1,4 +1,4 @@
-"""The submission spec of a batch job (pydantic, strict: unknown fields are rejected).
+"""The submission spec of a job or service (pydantic, strict: unknown fields are rejected).
 
 The CLI, the API and the TUI's form all send this shape; the engine validates it here,
 so the rules are written once.
@@ -34,6 +34,17 @@ def _no_nul(value: str, field: str) -> None:
         raise ValueError(f"{field} contains a NUL byte")
 
 
+class RetrySpec(BaseModel):
+    """How often a service is placed again after losing a domain (record 000)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    max_attempts: int = Field(10, ge=1, le=1000)
+
+
+SERVICE_ONLY = ("replicas", "restart", "max_restarts", "port", "retry")
+
+
 class JobSpec(BaseModel):
     """What to run and what it needs.
 
@@ -52,11 +63,18 @@ class JobSpec(BaseModel):
             cancels this job (``dependency_failed``), ``any_exit`` waits for any end.
         timeout: Seconds of running before SIGTERM (then SIGKILL after the grace period).
         priority: Higher starts first among jobs that fit; equal priority is FIFO.
+        kind: ``command`` (a batch job that finishes) or ``service`` (kept running).
+        replicas: Copies of a service; GPU replicas go to distinct domains (1-64).
+        restart: When a service's replica is started again: ``always`` or
+            ``on_failure`` (non-zero exit only).
+        max_restarts: Restarts allowed per replica (unlimited when omitted).
+        port: Give each replica a free TCP port as ``$PORT`` and report its endpoint.
+        retry: ``max_attempts``: placements of a service after losing a domain.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    kind: Literal["command"] = "command"
+    kind: Literal["command", "service"] = "command"
     command: list[str] | None = Field(None, min_length=1, max_length=4096)
     shell: str | None = Field(None, min_length=1, max_length=65536)
     cwd: str | None = None
@@ -70,9 +88,21 @@ class JobSpec(BaseModel):
     depends_on: list[Dependency | JobId] = Field(default_factory=list, max_length=1024)
     timeout: float | None = Field(None, gt=0, le=10 * 365 * 86400)
     priority: int = Field(0, ge=-1_000_000, le=1_000_000)
+    replicas: int | None = Field(None, ge=1, le=64)
+    restart: Literal["always", "on_failure"] | None = None
+    max_restarts: int | None = Field(None, ge=0, le=1_000_000)
+    port: bool | None = None
+    retry: RetrySpec | None = None
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
+        if self.kind != "service":
+            given = [name for name in SERVICE_ONLY if getattr(self, name) is not None]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)}: only services have "
+                    f'{"this" if len(given) == 1 else "these"} (set kind = "service")'
+                )
         if (self.command is None) == (self.shell is None):
             raise ValueError("give exactly one of 'command' (argv) or 'shell' (a shell line)")
         if self.command is not None:
@@ -102,6 +132,31 @@ class JobSpec(BaseModel):
     def dependencies(self) -> list[Dependency]:
         """``depends_on`` with bare ids expanded to default-policy dependencies."""
         return [d if isinstance(d, Dependency) else Dependency(job=d) for d in self.depends_on]
+
+    @property
+    def is_service(self) -> bool:
+        """True for a long-running service."""
+        return self.kind == "service"
+
+    @property
+    def replica_count(self) -> int:
+        """Replicas to run (1 for a batch job)."""
+        return self.replicas or 1
+
+    @property
+    def wants_port(self) -> bool:
+        """A service gets ``$PORT`` unless it said ``port = false``."""
+        return self.is_service and self.port is not False
+
+    @property
+    def restart_policy(self) -> str:
+        """``always`` (the default for services) or ``on_failure``."""
+        return self.restart or "always"
+
+    @property
+    def max_attempts(self) -> int:
+        """Placements allowed for a service that loses domains (default 10)."""
+        return self.retry.max_attempts if self.retry is not None else 10
 
     @property
     def pinned_domains(self) -> list[str]:

@@ -22,11 +22,11 @@ from typing import Any
 
 import aiosqlite
 
-from .models import Event, EventKind, Job, JobKind, JobStatus, TerminationReason
+from .models import Event, EventKind, Job, JobKind, JobStatus, Replica, TerminationReason
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Index i holds the statements that move the schema from version i to i + 1. Never edit a
 # released step; append a new one.
@@ -84,19 +84,26 @@ MIGRATIONS: list[list[str]] = [
             at REAL NOT NULL
         )""",
     ],
+    # 2 -> 3: services keep their replicas (state, pid, port, restarts) and placements.
+    [
+        "ALTER TABLE jobs ADD COLUMN replicas TEXT",
+        "ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0",
+    ],
 ]
 
 _JOB_COLUMNS = (
     "id, name, kind, status, termination_reason, exit_code, message, domains, gpus, "
-    "priority, pid, start_ticks, created_at, queued_at, started_at, ended_at, owner_uid, spec"
+    "priority, pid, start_ticks, created_at, queued_at, started_at, ended_at, owner_uid, spec, "
+    "replicas, attempt"
 )
 _UPSERT = (
-    f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES ({', '.join('?' * 18)}) "
+    f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES ({', '.join('?' * 20)}) "
     "ON CONFLICT(id) DO UPDATE SET status=excluded.status, "
     "termination_reason=excluded.termination_reason, exit_code=excluded.exit_code, "
     "message=excluded.message, domains=excluded.domains, gpus=excluded.gpus, "
     "pid=excluded.pid, start_ticks=excluded.start_ticks, queued_at=excluded.queued_at, "
-    "started_at=excluded.started_at, ended_at=excluded.ended_at"
+    "started_at=excluded.started_at, ended_at=excluded.ended_at, "
+    "replicas=excluded.replicas, attempt=excluded.attempt"
 )
 _INSERT_EVENT = (
     "INSERT INTO events (job_id, at, kind, status, reason, message, data) "
@@ -107,7 +114,13 @@ _INSERT_EVENT = (
 # Events that are history (the timeline, domain and config changes); the rest (queued
 # reason refreshes, GPU samples) are only published.
 STORED_KINDS = frozenset(
-    {EventKind.SUBMITTED, EventKind.TRANSITION, EventKind.DOMAIN, EventKind.CONFIG}
+    {
+        EventKind.SUBMITTED,
+        EventKind.TRANSITION,
+        EventKind.REPLICA,
+        EventKind.DOMAIN,
+        EventKind.CONFIG,
+    }
 )
 
 
@@ -147,6 +160,8 @@ def _job_row(job: Job) -> tuple[Any, ...]:
         job.ended_at,
         job.owner_uid,
         json.dumps(job.spec),
+        json.dumps([r.to_json() for r in job.replicas]) if job.replicas else None,
+        job.attempt,
     )
 
 
@@ -171,6 +186,8 @@ def job_from_row(row: Sequence[Any]) -> Job:
         ended_at=row[15],
         owner_uid=row[16],
         spec=json.loads(row[17]),
+        replicas=[Replica.from_json(r) for r in json.loads(row[18])] if row[18] else [],
+        attempt=row[19] or 0,
     )
 
 

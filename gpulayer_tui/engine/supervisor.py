@@ -53,6 +53,15 @@ PROGRAM_CACHE_S = 5.0
 POLL_INTERVAL_S = 0.5  # /proc polling for adopted processes where pidfds are unsupported
 
 
+# What a watched process belongs to: a job id, or (job id, replica index) for a service.
+TaskKey = int | tuple[int, int]
+
+
+def task_name(key: TaskKey) -> str:
+    """``7`` for job 7, ``7.1`` for replica 1 of service 7 (file names, log lines)."""
+    return f"{key[0]}.{key[1]}" if isinstance(key, tuple) else str(key)
+
+
 class LaunchError(RuntimeError):
     """The command could not be started; the message says why (for the job's record)."""
 
@@ -81,15 +90,15 @@ class _Watch:
     poller: asyncio.Task[None] | None = None
 
 
-def log_path(jobs_dir: Path, job_id: int) -> Path:
-    """The job's combined stdout/stderr file."""
-    return jobs_dir / f"{job_id}.log"
+def log_path(jobs_dir: Path, key: TaskKey) -> Path:
+    """The job's (or replica's) combined stdout/stderr file."""
+    return jobs_dir / f"{task_name(key)}.log"
 
 
-def exit_path(jobs_dir: Path, job_id: int) -> Path:
-    """Where the wrapper records the job's exit status (flat files: a directory per job
-    would cost a mkdir per launch, which is slow on some filesystems)."""
-    return jobs_dir / f"{job_id}.exit"
+def exit_path(jobs_dir: Path, key: TaskKey) -> Path:
+    """Where the wrapper records the exit status (flat files: a directory per job would
+    cost a mkdir per launch, which is slow on some filesystems)."""
+    return jobs_dir / f"{task_name(key)}.exit"
 
 
 def read_exit_file(path: Path) -> int | None:
@@ -144,14 +153,15 @@ class Supervisor:
 
     Args:
         jobs_dir: Root of the per-job directories.
-        on_exit: Called on the event loop as ``on_exit(job_id, Exit)``.
+        on_exit: Called on the event loop as ``on_exit(key, Exit)``, where ``key`` is the
+            job id or ``(job id, replica index)``.
     """
 
-    def __init__(self, jobs_dir: Path, on_exit: Callable[[int, Exit], None]) -> None:
+    def __init__(self, jobs_dir: Path, on_exit: Callable[[TaskKey, Exit], None]) -> None:
         self.jobs_dir = jobs_dir
         self._on_exit = on_exit
-        self._watches: dict[int, _Watch] = {}
-        self._kill_timers: dict[int, asyncio.TimerHandle] = {}
+        self._watches: dict[TaskKey, _Watch] = {}
+        self._kill_timers: dict[TaskKey, asyncio.TimerHandle] = {}
         # (argv0, PATH, cwd) -> (when found, path). A PATH search is ~10 stat calls per
         # job; a queue of 500 `python ...` jobs need not repeat it. Misses are not cached.
         self._programs: dict[tuple[str, str, str], tuple[float, str]] = {}
@@ -163,14 +173,14 @@ class Supervisor:
             self._devnull_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         return self._devnull_fd
 
-    def log_path(self, job_id: int) -> Path:
-        """The job's combined stdout/stderr file."""
-        return log_path(self.jobs_dir, job_id)
+    def log_path(self, key: TaskKey) -> Path:
+        """The job's (or replica's) combined stdout/stderr file."""
+        return log_path(self.jobs_dir, key)
 
     def launch(
-        self, job_id: int, argv: list[str], cwd: str, env: dict[str, str]
+        self, key: TaskKey, argv: list[str], cwd: str, env: dict[str, str]
     ) -> tuple[int, int]:
-        """Start ``argv`` for ``job_id``; return ``(pid, start_ticks)`` of the group leader.
+        """Start ``argv`` for a job or replica; return ``(pid, start_ticks)`` of its leader.
 
         Runs on the event loop on purpose: a fork/exec of ``sh`` costs about half a
         millisecond, less than a hop to a worker thread and back.
@@ -183,14 +193,14 @@ class Supervisor:
             raise LaunchError(f"working directory {missing}: {cwd}")
         if self._find_program(argv[0], cwd, env) is None:
             raise LaunchError(why_not_runnable(argv[0], cwd))
-        log = log_path(self.jobs_dir, job_id)
+        log = log_path(self.jobs_dir, key)
         try:
             log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         except OSError as err:
             raise LaunchError(f"cannot write the job's log {log}: {err.strerror}") from None
         try:
             popen = subprocess.Popen(
-                [SH, "-c", WRAPPER, str(exit_path(self.jobs_dir, job_id)), *argv],
+                [SH, "-c", WRAPPER, str(exit_path(self.jobs_dir, key)), *argv],
                 cwd=cwd,
                 env=env,
                 stdin=self._devnull(),
@@ -205,7 +215,7 @@ class Supervisor:
         finally:
             os.close(log_fd)
         ticks = procs.start_ticks(popen.pid) or 0
-        self._watch(job_id, popen.pid, os.pidfd_open(popen.pid), popen)
+        self._watch(key, popen.pid, os.pidfd_open(popen.pid), popen)
         return popen.pid, ticks
 
     def _find_program(self, argv0: str, cwd: str, env: dict[str, str]) -> str | None:
@@ -221,7 +231,7 @@ class Supervisor:
             self._programs[key] = (now, found)
         return found
 
-    def attach(self, job_id: int, pid: int, ticks: int | None, adopted: bool = False) -> bool:
+    def attach(self, key: TaskKey, pid: int, ticks: int | None, adopted: bool = False) -> bool:
         """Watch a job process started by an earlier engine run (or adopted by one).
 
         The pidfd is opened *before* the start-time check, so if the check passes the fd
@@ -238,9 +248,10 @@ class Supervisor:
                 os.close(pidfd)
             return False
         if adopted:
-            self.watch_adopted(job_id, pid, pidfd if pidfd >= 0 else None, ticks or 0)
+            assert isinstance(key, int)
+            self.watch_adopted(key, pid, pidfd if pidfd >= 0 else None, ticks or 0)
         else:
-            self._watch(job_id, pid, pidfd, None)
+            self._watch(key, pid, pidfd, None)
         return True
 
     def watch_adopted(self, job_id: int, pid: int, pidfd: int | None, ticks: int) -> None:
@@ -272,10 +283,10 @@ class Supervisor:
         self._exited(job_id)
 
     def _watch(
-        self, job_id: int, pid: int, pidfd: int, popen: subprocess.Popen[bytes] | None
+        self, key: TaskKey, pid: int, pidfd: int, popen: subprocess.Popen[bytes] | None
     ) -> None:
-        self._watches[job_id] = _Watch(pid, pidfd, popen)
-        asyncio.get_running_loop().add_reader(pidfd, self._exited, job_id)
+        self._watches[key] = _Watch(pid, pidfd, popen)
+        asyncio.get_running_loop().add_reader(pidfd, self._exited, key)
 
     def _unwatch(self, watch: _Watch) -> None:
         if watch.pidfd is not None:
@@ -284,49 +295,49 @@ class Supervisor:
         if watch.poller is not None and watch.poller is not asyncio.current_task():
             watch.poller.cancel()
 
-    def _exited(self, job_id: int) -> None:
-        watch = self._watches.pop(job_id, None)
+    def _exited(self, key: TaskKey) -> None:
+        watch = self._watches.pop(key, None)
         if watch is None:
             return
         self._unwatch(watch)
-        timer = self._kill_timers.pop(job_id, None)
+        timer = self._kill_timers.pop(key, None)
         if timer is not None:
             timer.cancel()
-        code = read_exit_file(exit_path(self.jobs_dir, job_id))
+        code = read_exit_file(exit_path(self.jobs_dir, key))
         if code is not None:
             if watch.popen is not None:
                 watch.popen.poll()
-            self._on_exit(job_id, Exit(code, recorded=True))
+            self._on_exit(key, Exit(code, recorded=True))
             return
         returncode: int | None = None
         if watch.popen is not None:
             returncode = watch.popen.poll()
         if returncode is not None and returncode < 0:
             returncode = 128 - returncode  # killed by signal N -> 128+N, as a shell says
-        self._on_exit(job_id, Exit(returncode, recorded=False))
+        self._on_exit(key, Exit(returncode, recorded=False))
 
-    def pids(self) -> dict[int, int]:
-        """``{job_id: leader pid}`` of every watched process."""
-        return {job_id: w.pid for job_id, w in self._watches.items()}
+    def pids(self) -> dict[TaskKey, int]:
+        """``{key: leader pid}`` of every watched process."""
+        return {key: w.pid for key, w in self._watches.items()}
 
-    def terminate(self, job_id: int, grace: float) -> bool:
-        """SIGTERM the job's process group, then SIGKILL it after ``grace`` seconds.
+    def terminate(self, key: TaskKey, grace: float) -> bool:
+        """SIGTERM the process group, then SIGKILL it after ``grace`` seconds.
 
         Returns:
-            False if the job has no live process.
+            False if the job (or replica) has no live process.
         """
-        watch = self._watches.get(job_id)
+        watch = self._watches.get(key)
         if watch is None:
             return False
         self._signal(watch, signal.SIGTERM)
-        if job_id not in self._kill_timers:
+        if key not in self._kill_timers:
             loop = asyncio.get_running_loop()
-            self._kill_timers[job_id] = loop.call_later(grace, self._kill, job_id)
+            self._kill_timers[key] = loop.call_later(grace, self._kill, key)
         return True
 
-    def _kill(self, job_id: int) -> None:
-        self._kill_timers.pop(job_id, None)
-        watch = self._watches.get(job_id)
+    def _kill(self, key: TaskKey) -> None:
+        self._kill_timers.pop(key, None)
+        watch = self._watches.get(key)
         if watch is not None:
             self._signal(watch, signal.SIGKILL)
 

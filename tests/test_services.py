@@ -1,0 +1,409 @@
+"""Long-running services (record 000) with real processes, real ports and real SQLite.
+
+Back-off is stepped with :class:`ManualClock` instead of waited for; endpoints are real TCP
+ports the tests connect to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+import pytest
+
+from gpulayer_tui.engine.engine import Engine, SpecError
+from gpulayer_tui.engine.models import JobStatus, ReplicaState, TerminationReason
+from gpulayer_tui.engine.nvml import NvmlProbe
+from gpulayer_tui.engine.services import backoff_delay
+
+from .conftest import EngineFactory, eventually, make_config, pid_gone
+from .fake_nvml import FakeNvml
+
+HTTP_SERVER = [sys.executable, "-m", "http.server", "--bind", "127.0.0.1"]
+NO_PORT_SERVER = ["sleep", "600"]
+
+
+@dataclass(repr=False)
+class _Entry:
+    due: float
+    callback: Callable[[], None]
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+@dataclass(repr=False)
+class ManualClock:
+    """A service clock the test steps by hand: nothing fires until :meth:`advance`."""
+
+    at: float = field(default_factory=time.time)
+    entries: list[_Entry] = field(default_factory=list)
+
+    def now(self) -> float:
+        return self.at
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> _Entry:
+        entry = _Entry(self.at + delay, callback)
+        self.entries.append(entry)
+        return entry
+
+    def pending(self) -> list[float]:
+        """Delays (from now) of the callbacks not yet run."""
+        return sorted(e.due - self.at for e in self.entries if not e.cancelled)
+
+    def advance(self, seconds: float) -> None:
+        self.at += seconds
+        due = [e for e in self.entries if e.due <= self.at and not e.cancelled]
+        self.entries = [e for e in self.entries if e not in due and not e.cancelled]
+        for entry in due:
+            entry.callback()
+
+
+def _http_get(endpoint: str) -> int:
+    with urllib.request.urlopen(f"http://{endpoint}/", timeout=5) as resp:
+        return int(resp.status)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _replicas(engine: Engine, job_id: int) -> list[Any]:
+    return engine._active[job_id].job.replicas
+
+
+async def _all_up(engine: Engine, job_id: int) -> bool:
+    job = await engine.get(job_id)
+    return bool(job.replicas) and all(r.state is ReplicaState.UP for r in job.replicas)
+
+
+def _service(command: list[str], **extra: Any) -> dict[str, Any]:
+    return {"kind": "service", "command": command, **extra}
+
+
+def _http_service(**extra: Any) -> dict[str, Any]:
+    """A web server on ``$PORT`` (a shell line: argv is never expanded by a shell)."""
+    return {"kind": "service", "shell": f"exec {' '.join(HTTP_SERVER)} $PORT", **extra}
+
+
+async def test_two_replicas_get_distinct_working_endpoints(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    engine = await make_engine(simulate=None, cpu_count=4)
+    job = await engine.submit(_http_service(replicas=2, cwd=str(tmp_path)))
+    assert job.status is JobStatus.RUNNING
+    await eventually(lambda: _all_up(engine, job.id), timeout=20)
+    live = await engine.get(job.id)
+    endpoints = [r.endpoint for r in live.replicas]
+    assert len(set(endpoints)) == 2 and all(e and e.startswith("127.0.0.1:") for e in endpoints)
+    for endpoint in endpoints:
+        assert await asyncio.to_thread(_http_get, str(endpoint)) == 200
+    assert live.message.startswith("2/2 up on cpu")
+    # the state survives in SQLite, and the API shape carries it
+    stored = await engine.store.get_job(job.id)
+    assert stored is not None and [r.endpoint for r in stored.replicas] == endpoints
+    shape = live.to_json()
+    assert [r["endpoint"] for r in shape["replicas"]] == endpoints and shape["attempt"] == 1
+    # each replica knows its number; the job log is replica 0's
+    assert engine.log_path(job.id).name == f"{job.id}.0.log"
+    assert engine.log_path(job.id, 1).name == f"{job.id}.1.log"
+
+
+async def test_killed_replica_restarts_after_backoff_with_a_new_endpoint(
+    make_engine: EngineFactory,
+) -> None:
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, cpu_count=4, service_clock=clock)
+    job = await engine.submit(_http_service(replicas=2))
+    await eventually(lambda: _all_up(engine, job.id), timeout=20)
+    first, other = _replicas(engine, job.id)
+    old_pid, old_endpoint, other_pid = first.pid, first.endpoint, other.pid
+    os.killpg(old_pid, signal.SIGKILL)
+    await eventually(lambda: first.state is ReplicaState.BACKOFF)
+    assert first.last_exit_code == 137 and first.next_restart_at == pytest.approx(clock.at + 1)
+    assert "killed by SIGKILL" in first.message and "restart 1 in 1 s" in first.message
+    assert clock.pending() == [1.0]
+    assert (await engine.get(job.id)).status is JobStatus.RUNNING
+    clock.advance(1.0)
+    await eventually(lambda: first.state is ReplicaState.UP, timeout=20)
+    assert first.restarts == 1 and first.pid != old_pid and pid_gone(old_pid)
+    assert first.endpoint != old_endpoint
+    assert await asyncio.to_thread(_http_get, str(first.endpoint)) == 200
+    assert other.pid == other_pid and other.restarts == 0  # the other replica was not touched
+    events = [e for e in await engine.events_of(job.id) if e["kind"] == "job.replica"]
+    backoff = [e for e in events if e["data"]["state"] == "backoff"]
+    assert backoff and backoff[0]["data"]["exit_code"] == 137
+
+
+async def test_crash_loop_backoff_doubles_and_caps_at_30_seconds(
+    make_engine: EngineFactory,
+) -> None:
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, service_clock=clock)
+    job = await engine.submit(_service(["sh", "-c", "exit 3"], port=False))
+    replica = _replicas(engine, job.id)[0]
+    seen: list[float] = []
+    for restart in range(8):
+        await eventually(lambda: replica.state is ReplicaState.BACKOFF and clock.pending())
+        assert (replica.restarts, replica.last_exit_code) == (restart, 3)
+        (delay,) = clock.pending()
+        seen.append(delay)
+        clock.advance(delay)
+    assert seen == [1, 2, 4, 8, 16, 30, 30, 30]
+    assert [backoff_delay(n) for n in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+    await eventually(lambda: replica.state is ReplicaState.BACKOFF)
+    live = await engine.get(job.id)
+    assert live.status is JobStatus.RUNNING and "restarting after it exited with code 3" in (
+        live.message
+    )
+
+
+async def test_steady_run_resets_the_backoff(make_engine: EngineFactory, tmp_path: Any) -> None:
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, service_clock=clock)
+    gate = tmp_path / "gate"
+    # exits as soon as the gate file exists
+    script = f"while [ ! -e {gate} ]; do sleep 0.02; done; rm -f {gate}; exit 1"
+    job = await engine.submit(_service(["sh", "-c", script], port=False))
+    replica = _replicas(engine, job.id)[0]
+    for expected in (1.0, 2.0):
+        gate.touch()
+        await eventually(lambda: replica.state is ReplicaState.BACKOFF)
+        assert clock.pending() == [expected]
+        clock.advance(expected)
+        await eventually(lambda: replica.state is ReplicaState.UP)
+    clock.advance(60)  # it ran steadily for the configured 60 s
+    gate.touch()
+    await eventually(lambda: replica.state is ReplicaState.BACKOFF)
+    assert clock.pending() == [1.0] and replica.restarts == 2
+
+
+async def test_on_failure_does_not_restart_after_exit_0(make_engine: EngineFactory) -> None:
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, service_clock=clock)
+    job = await engine.submit(_service(["true"], restart="on_failure", port=False))
+    done = await engine.wait(job.id, timeout=20)
+    assert done.status is JobStatus.COMPLETED and done.exit_code == 0
+    assert done.termination_reason is TerminationReason.EXIT_CODE
+    assert "not restarted (restart = on_failure)" in done.message
+    assert done.replicas[0].state is ReplicaState.EXITED and done.replicas[0].restarts == 0
+    assert clock.pending() == []
+
+
+async def test_max_restarts_exhausted_fails_and_stops_the_other_replica(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, cpu_count=4, service_clock=clock)
+    # replica 0 crashes at once; replica 1 runs until stopped
+    script = '[ "$GPULAYER_REPLICA" = 0 ] && exit 5; exec sleep 600'
+    job = await engine.submit(
+        _service(["sh", "-c", script], replicas=2, max_restarts=2, port=False)
+    )
+    crashing, steady = _replicas(engine, job.id)
+    await eventually(lambda: steady.state is ReplicaState.UP and steady.pid)
+    steady_pid = steady.pid
+    for _ in range(2):
+        await eventually(lambda: crashing.state is ReplicaState.BACKOFF and clock.pending())
+        clock.advance(clock.pending()[0])
+    done = await engine.wait(job.id, timeout=20)
+    assert done.status is JobStatus.FAILED and done.exit_code == 5
+    assert "replica 0 exited with code 5; not restarted (max_restarts = 2 reached)" in (
+        done.message
+    )
+    assert crashing.restarts == 2
+    assert steady.state is ReplicaState.EXITED and pid_gone(steady_pid)
+    assert engine.scheduler.domains["cpu"].used_slots == 0
+
+
+async def test_cancel_leaves_no_process_and_no_listening_port(make_engine: EngineFactory) -> None:
+    engine = await make_engine(simulate=None, cpu_count=4)
+    job = await engine.submit(_http_service(replicas=2))
+    await eventually(lambda: _all_up(engine, job.id), timeout=20)
+    replicas = _replicas(engine, job.id)
+    pids = [r.pid for r in replicas]
+    ports = [r.port for r in replicas]
+    assert all(_listening(p) for p in ports)
+    await engine.cancel(job.id)
+    done = await engine.wait(job.id, timeout=20)
+    assert done.status is JobStatus.CANCELLED
+    assert all(pid_gone(p) for p in pids)
+    assert not any(_listening(p) for p in ports)
+    assert all(r.state is ReplicaState.EXITED for r in done.replicas)
+    assert engine.scheduler.domains["cpu"].used_slots == 0
+
+
+async def test_cancel_during_backoff_ends_at_once(make_engine: EngineFactory) -> None:
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, service_clock=clock)
+    job = await engine.submit(_service(["false"], port=False))
+    replica = _replicas(engine, job.id)[0]
+    await eventually(lambda: replica.state is ReplicaState.BACKOFF)
+    await engine.cancel(job.id)
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.CANCELLED and done.replicas[0].state is ReplicaState.EXITED
+    clock.advance(60)  # the cancelled restart timer must not start anything
+    assert (await engine.get(job.id)).replicas[0].restarts == 0
+
+
+async def test_service_that_never_opens_its_port_stays_starting(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine(simulate=None)
+    job = await engine.submit(_service(NO_PORT_SERVER))
+    replica = _replicas(engine, job.id)[0]
+    assert replica.state is ReplicaState.STARTING and replica.port
+    # give the prober several rounds: it must not invent an endpoint
+    await asyncio.sleep(0)
+    await eventually(lambda: len(engine._active[job.id].probes) == 1)
+    live = await engine.get(job.id)
+    assert live.status is JobStatus.RUNNING and replica.endpoint is None
+    assert f"port {replica.port} not answering yet" in live.message
+    assert live.message.startswith("0/1 up")
+    assert "waiting for port" in replica.message
+    # the stored row says the same
+    await engine.store.flush()
+    stored = await engine.store.get_job(job.id)
+    assert stored is not None and stored.replicas[0].state is ReplicaState.STARTING
+    # $PORT was really passed
+    environ = psutil.Process(replica.pid).children()[0].environ()
+    assert environ["PORT"] == str(replica.port) and environ["GPULAYER_REPLICA"] == "0"
+
+
+async def test_domain_loss_places_the_whole_service_again(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    clock = ManualClock()
+    engine = await make_engine(
+        probe=NvmlProbe(), config=make_config(engine={"grace_period": 1.0}), service_clock=clock
+    )
+    job = await engine.submit(
+        _service(["sleep", "600"], gpus=1, port=False, retry={"max_attempts": 2})
+    )
+    first = await engine.get(job.id)
+    assert first.status is JobStatus.RUNNING and first.attempt == 1
+    lost_domain = first.domains[0]
+    old_pid = first.replicas[0].pid
+    index = int(lost_domain.removeprefix("gpu"))
+    fake_nvml.devices[index].lost = True
+    await engine.sampler.sample_once()
+    await eventually(lambda: engine._active[job.id].job.attempt == 2, timeout=20)
+    moved = await engine.get(job.id)
+    assert moved.status is JobStatus.RUNNING and moved.domains != [lost_domain]
+    assert moved.replicas[0].pid != old_pid and pid_gone(old_pid)
+    assert "placement 2 of 2" in moved.message or moved.message.startswith("1/1 up")
+    events = await engine.events_of(job.id)
+    statuses = [e["status"] for e in events if e["kind"] == "job.transition"]
+    assert statuses[-2:] == ["queued", "running"]
+    requeue = [e for e in events if e.get("status") == "queued"][-1]
+    assert f"domain {lost_domain} quarantined" in requeue["message"]
+    # the second domain goes too: max_attempts (2) is spent, the service fails
+    other = int(moved.domains[0].removeprefix("gpu"))
+    fake_nvml.devices[other].lost = True
+    await engine.sampler.sample_once()
+    done = await engine.wait(job.id, timeout=20)
+    assert done.status is JobStatus.FAILED
+    assert done.termination_reason is TerminationReason.DOMAIN_LOST
+    assert "gave up after 2 placements (retry.max_attempts = 2)" in done.message
+
+
+async def test_over_capacity_services_fail_at_once(make_engine: EngineFactory) -> None:
+    engine = await make_engine(simulate="2xA100-80GB", cpu_count=2)
+    gpu = await engine.submit(_service(["sleep", "1"], replicas=3, gpus=1))
+    assert gpu.status is JobStatus.FAILED
+    assert gpu.termination_reason is TerminationReason.OVER_CAPACITY
+    assert gpu.message == (
+        "3 replicas x 1 GPU, each on its own GPU: requested 3 GPUs, but this machine has 2"
+    )
+    cpu = await engine.submit(_service(["sleep", "1"], replicas=3))
+    assert cpu.status is JobStatus.FAILED
+    assert cpu.message == "requested 3 replicas on the cpu pool, but it has 2 slots"
+
+
+async def test_gpu_replicas_go_to_distinct_domains(make_engine: EngineFactory) -> None:
+    engine = await make_engine(simulate="2xA100-80GB")
+    job = await engine.submit(_service(["sleep", "600"], replicas=2, gpus=1, port=False))
+    live = await engine.get(job.id)
+    assert sorted(live.domains) == ["gpu0", "gpu1"]
+    assert [r.gpus for r in live.replicas] in ([[0], [1]], [[1], [0]])
+    env = psutil.Process(live.replicas[1].pid).children()[0].environ()
+    assert env["CUDA_VISIBLE_DEVICES"] == str(live.replicas[1].gpus[0])
+    # a batch job that needs a GPU now waits for the service
+    batch = await engine.submit({"command": ["true"], "gpus": 1})
+    assert batch.status is JobStatus.QUEUED and f"job {job.id}" in batch.message
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"replicas": 2}, "replicas: only services have this"),
+        ({"restart": "always", "port": False}, "restart, port: only services have these"),
+        (
+            {"kind": "service", "replicas": 0},
+            "replicas: Input should be greater than or equal to 1",
+        ),
+        ({"kind": "service", "replicas": 65}, "replicas: Input should be less than or equal to 64"),
+        ({"kind": "service", "restart": "sometimes"}, "restart: Input should be 'always' or"),
+        ({"kind": "service", "retry": {"max_attempts": 0}}, "retry.max_attempts: Input should be"),
+        ({"kind": "daemon"}, "kind: Input should be 'command' or 'service'"),
+    ],
+)
+async def test_invalid_service_specs_are_refused(
+    make_engine: EngineFactory, extra: dict[str, Any], message: str
+) -> None:
+    engine = await make_engine(simulate=None)
+    with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+        await engine.submit({"command": ["sleep", "1"], **extra})
+    assert await engine.store.max_job_id() == 0
+
+
+async def test_restarted_engine_finds_replicas_again(
+    make_engine: EngineFactory,
+) -> None:
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, cpu_count=4, service_clock=clock)
+    job = await engine.submit(_service(["sleep", "600"], replicas=2, port=False))
+    alive, dying = _replicas(engine, job.id)
+    await eventually(lambda: alive.state is ReplicaState.UP and dying.state is ReplicaState.UP)
+    alive_pid, dying_pid = alive.pid, dying.pid
+    await engine.stop()
+    os.killpg(dying_pid, signal.SIGTERM)  # ends while no engine watches
+    await eventually(lambda: pid_gone(dying_pid))
+
+    clock2 = ManualClock()
+    again = await make_engine(simulate=None, cpu_count=4, service_clock=clock2)
+    live = await again.get(job.id)
+    assert live.status is JobStatus.RUNNING
+    first, second = live.replicas
+    assert first.state is ReplicaState.UP and first.pid == alive_pid
+    assert second.state is ReplicaState.BACKOFF and second.last_exit_code == 143
+    assert clock2.pending() == [1.0]
+    clock2.advance(1.0)
+    await eventually(lambda: second.state is ReplicaState.UP)
+    assert second.restarts == 1 and second.pid != dying_pid
+    assert again.scheduler.domains["cpu"].used_slots == 2
+    await again.cancel(job.id)
+    done = await again.wait(job.id, timeout=20)
+    assert done.status is JobStatus.CANCELLED and pid_gone(alive_pid)
+
+
+async def test_log_of_an_unknown_replica_is_refused(make_engine: EngineFactory) -> None:
+    engine = await make_engine(simulate=None)
+    svc = await engine.submit(_service(["sleep", "600"], port=False))
+    batch = await engine.submit({"command": ["true"]})
+    with pytest.raises(SpecError, match=f"job {svc.id} has replicas 0-0, not 3"):
+        engine.check_replica(await engine.get(svc.id), 3)
+    with pytest.raises(SpecError, match=f"job {batch.id} is not a service"):
+        engine.check_replica(await engine.get(batch.id), 0)
