@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 GIB = 1024**3
 
 
@@ -20,3 +22,25 @@ def duration(seconds: float) -> str:
 def gib(value: int | None) -> str:
     """Bytes as GiB with one decimal; ``?`` when unknown."""
     return "?" if value is None else f"{value / GIB:.1f}"
+
+
+def replica_health(job: dict[str, Any]) -> str:
+    """``2/2 up`` for a service's job JSON; ``""`` for other kinds."""
+    replicas = job.get("replicas")
+    if job.get("kind") != "service" or not replicas:
+        return ""
+    up = sum(1 for r in replicas if r.get("state") == "up")
+    return f"{up}/{len(replicas)} up"
+
+
+def replica_state(replica: dict[str, Any], now: float) -> str:
+    """What a replica is doing, with live countdowns: ``backoff (restart in 4s)``,
+    ``starting for 12s (port 41234 not answering)``."""
+    state = str(replica.get("state", "?"))
+    if state == "backoff" and replica.get("next_restart_at"):
+        return f"backoff (restart in {duration(replica['next_restart_at'] - now)})"
+    if state == "starting" and replica.get("started_at"):
+        waited = duration(now - replica["started_at"])
+        port = replica.get("port")
+        return f"starting for {waited}" + (f" (port {port} not answering)" if port else "")
+    return state

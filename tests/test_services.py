@@ -7,6 +7,7 @@ ports the tests connect to.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -25,7 +26,7 @@ from gpulayer_tui.engine.models import JobStatus, ReplicaState, TerminationReaso
 from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.services import backoff_delay
 
-from .conftest import EngineFactory, eventually, make_config, pid_gone
+from .conftest import EngineFactory, Served, eventually, make_config, pid_gone, wait_for
 from .fake_nvml import FakeNvml
 
 HTTP_SERVER = [sys.executable, "-m", "http.server", "--bind", "127.0.0.1"]
@@ -407,3 +408,68 @@ async def test_log_of_an_unknown_replica_is_refused(make_engine: EngineFactory) 
         engine.check_replica(await engine.get(svc.id), 3)
     with pytest.raises(SpecError, match=f"job {batch.id} is not a service"):
         engine.check_replica(await engine.get(batch.id), 0)
+
+
+def test_cli_submit_status_logs_and_cancel_a_service(served: Served, tmp_path: Any) -> None:
+    served.start("--simulate", "2xA100-80GB")
+    script = "echo replica $GPULAYER_REPLICA on $PORT; exec " + " ".join(HTTP_SERVER) + " $PORT"
+    submitted = served.cli(
+        "submit", "--service", "--replicas", "2", "--restart", "on_failure",
+        "--max-restarts", "3", "--shell", "--", script,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+
+    def status() -> dict[str, Any]:
+        out = served.cli("status", job_id, "--json")
+        return dict(json.loads(out.stdout)["job"])
+
+    wait_for(lambda: all(r["state"] == "up" for r in status()["replicas"]), timeout=30)
+    job = status()
+    assert job["kind"] == "service" and job["spec"]["restart"] == "on_failure"
+    endpoints = [r["endpoint"] for r in job["replicas"]]
+    for endpoint in endpoints:
+        assert _http_get(endpoint) == 200
+    text = served.cli("status", job_id).stdout
+    assert "replicas    2/2 up  restart on_failure, max 3  placement 1 of 10" in text
+    assert all(e in text for e in endpoints)
+    listed = served.cli("jobs").stdout
+    assert "running 2/2 up" in listed
+    wait_for(lambda: "replica 1 on" in served.cli("logs", job_id, "--replica", "1").stdout)
+    bad = served.cli("logs", job_id, "--replica", "2")
+    assert bad.returncode == 2 and f"job {job_id} has replicas 0-1, not 2" in bad.stderr
+    cancelled = served.cli("cancel", job_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert status()["status"] == "cancelled"
+    assert not any(_listening(int(e.rsplit(":", 1)[1])) for e in endpoints)
+
+
+def test_cli_service_flags_and_spec_files(served: Served, tmp_path: Any) -> None:
+    served.start("--simulate", "2xA100-80GB")
+    lonely = served.cli("submit", "--replicas", "2", "--no-port", "--", "sleep", "1")
+    assert lonely.returncode == 2
+    assert "--replicas, --no-port only apply to services: add --service" in lonely.stderr
+    spec = tmp_path / "svc.toml"
+    spec.write_text(
+        'kind = "service"\ncommand = ["sleep", "600"]\nport = false\ncwd = "."\n'
+        'env = {GREETING = "hi"}\n'
+    )
+    out = served.cli("submit", "--spec", str(spec), "--json")
+    assert out.returncode == 0, out.stderr
+    (job,) = json.loads(out.stdout)
+    assert job["kind"] == "service" and job["spec"]["cwd"] == str(tmp_path)
+    assert job["spec"]["env"]["GREETING"] == "hi" and "PATH" in job["spec"]["env"]
+    batch = tmp_path / "batch.json"
+    batch.write_text(json.dumps({"jobs": [{"command": ["true"]}, {"shell": "exit 3"}]}))
+    both = served.cli("submit", "--spec", str(batch))
+    assert both.returncode == 0 and len(both.stdout.split()) == 2
+    broken = tmp_path / "broken.toml"
+    broken.write_text("kind = ")
+    refused = served.cli("submit", "--spec", str(broken))
+    assert refused.returncode == 2 and f"{broken}: not valid TOML" in refused.stderr
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"kind": "service", "command": ["x"], "replicas": 99}))
+    refused = served.cli("submit", "--spec", str(wrong))
+    assert refused.returncode == 2
+    assert "replicas: Input should be less than or equal to 64" in refused.stderr
+    assert served.cli("cancel", str(job["id"])).returncode == 0

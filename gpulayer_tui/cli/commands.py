@@ -17,6 +17,13 @@ from .main import EXIT_FAILED, EXIT_NO_ENGINE, EXIT_OK, EXIT_USAGE
 
 NOT_COMPLETED = {"failed", "cancelled", "orphaned"}
 REFUSED = {"over_capacity", "dependency_failed", "launch_failed"}
+SERVICE_FLAGS = {
+    "replicas": "--replicas",
+    "restart": "--restart",
+    "max_restarts": "--max-restarts",
+    "port": "--no-port",
+    "retry": "--max-attempts",
+}
 
 
 def _print_json(data: Any) -> None:
@@ -52,7 +59,66 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         env[key] = value
     if env:
         spec["env"] = env
+    service = {
+        "replicas": args.replicas,
+        "restart": args.restart,
+        "max_restarts": args.max_restarts,
+        "port": False if args.no_port else None,
+        "retry": None if args.max_attempts is None else {"max_attempts": args.max_attempts},
+    }
+    given = {k: v for k, v in service.items() if v is not None}
+    if args.service:
+        spec["kind"] = "service"
+        spec.update(given)
+    elif given:
+        flags = ", ".join(SERVICE_FLAGS[k] for k in given)
+        parser.error(f"{flags} only apply to services: add --service")
     return spec
+
+
+def _read_spec_file(path: str) -> list[dict[str, Any]]:
+    """Specs from a TOML or JSON file: one spec, or ``jobs = [...]`` / a JSON list.
+
+    Raises:
+        ValueError: Unreadable file or wrong shape, with the file named.
+    """
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as err:
+        raise ValueError(f"{path}: {err.strerror or err}") from None
+    data: Any
+    if path.endswith(".json"):
+        try:
+            data = json.loads(raw)
+        except ValueError as err:
+            raise ValueError(f"{path}: not valid JSON: {err}") from None
+    else:
+        import tomllib
+
+        try:
+            data = tomllib.loads(raw.decode("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"{path}: not valid TOML: {err}") from None
+    if isinstance(data, dict) and set(data) == {"jobs"}:
+        data = data["jobs"]
+    items = data if isinstance(data, list) else [data]
+    if not items or not all(isinstance(item, dict) for item in items):
+        raise ValueError(f"{path}: expected a spec table, or a non-empty 'jobs' list of them")
+    base = os.path.dirname(os.path.abspath(path))
+    for item in items:
+        cwd = item.get("cwd")
+        if isinstance(cwd, str) and not os.path.isabs(cwd):
+            item["cwd"] = os.path.normpath(os.path.join(base, os.path.expanduser(cwd)))
+    return items
+
+
+def _merge(base: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+    """A file's spec on top of the command line's defaults (cwd, environment)."""
+    merged = dict(base, **item)
+    if isinstance(item.get("env"), dict) and isinstance(base.get("env"), dict):
+        merged["env"] = {**base["env"], **item["env"]}
+    return merged
 
 
 def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -60,7 +126,16 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     base = _spec_from_args(args, parser)
-    if args.file:
+    if args.spec:
+        if cmd or args.file:
+            parser.error("give either --spec, --file or a command, not two of them")
+        try:
+            items = _read_spec_file(args.spec)
+        except ValueError as err:
+            _error(str(err))
+            return EXIT_USAGE
+        jobs = client.submit_many([_merge(base, item) for item in items])
+    elif args.file:
         if cmd:
             parser.error("give either --file or a command, not both")
         stream = sys.stdin if args.file == "-" else open(args.file)
@@ -80,7 +155,7 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
             base["command"] = cmd
         jobs = [client.submit(base)]
     if args.json:
-        _print_json(jobs if args.file else jobs[0])
+        _print_json(jobs if args.file or args.spec else jobs[0])
     else:
         for job in jobs:
             print(job["id"])
@@ -112,7 +187,12 @@ def _status(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
 
 
 def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    path = f"/jobs/{args.job}/logs" + ("?follow=1" if args.follow else "")
+    query = []
+    if args.follow:
+        query.append("follow=1")
+    if args.replica is not None:
+        query.append(f"replica={args.replica}")
+    path = f"/jobs/{args.job}/logs" + ("?" + "&".join(query) if query else "")
     out = sys.stdout.buffer
     for chunk in client.stream(path):
         out.write(chunk)

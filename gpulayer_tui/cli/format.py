@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..formatting import duration, gib
+from ..formatting import duration, gib, replica_health, replica_state
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -37,7 +37,7 @@ def format_jobs(jobs: list[dict[str, Any]], now: float) -> str:
             [
                 str(job["id"]),
                 job["name"][:24],
-                job["status"],
+                job["status"] + (f" {health}" if (health := replica_health(job)) else ""),
                 ",".join(job["domains"]),
                 "" if spec.get("vram_gb") is None else f"{spec['vram_gb']:g}",
                 _runtime(job, now),
@@ -72,6 +72,8 @@ def format_job(job: dict[str, Any], events: list[dict[str, Any]], now: float) ->
         lines.append(f"  started     {_when(job['started_at'])}  runtime {_runtime(job, now)}")
     if job.get("pid"):
         lines.append(f"  pid         {job['pid']}")
+    if job.get("kind") == "service":
+        lines.extend(_replica_lines(job, now))
     lines.append("  timeline")
     for ev in events:
         what = ev.get("status") or ev["kind"]
@@ -79,6 +81,36 @@ def format_job(job: dict[str, Any], events: list[dict[str, Any]], now: float) ->
         message = f": {ev['message']}" if ev.get("message") else ""
         lines.append(f"    {_when(ev['at'])}  {what}{extra}{message}")
     return "\n".join(lines)
+
+
+def _replica_lines(job: dict[str, Any], now: float) -> list[str]:
+    spec = job.get("spec", {})
+    policy = spec.get("restart", "always")
+    limit = spec.get("max_restarts")
+    lines = [
+        f"  replicas    {replica_health(job) or '-'}  restart {policy}"
+        + ("" if limit is None else f", max {limit}")
+        + f"  placement {job.get('attempt', 0)} of "
+        + f"{spec.get('retry', {}).get('max_attempts', 10)}"
+    ]
+    rows = [
+        [
+            str(r["index"]),
+            replica_state(r, now),
+            r.get("endpoint") or "-",
+            ",".join(r.get("domains", [])),
+            "-"
+            if r.get("pid") is None or r.get("state") in ("backoff", "exited")
+            else str(r["pid"]),
+            str(r.get("restarts", 0)),
+            "-" if r.get("last_exit_code") is None else str(r["last_exit_code"]),
+        ]
+        for r in job.get("replicas", [])
+    ]
+    if rows:
+        headers = ["#", "STATE", "ENDPOINT", "DOMAINS", "PID", "RESTARTS", "LAST EXIT"]
+        lines.extend("    " + line for line in table(headers, rows).splitlines())
+    return lines
 
 
 def format_gpus(data: dict[str, Any]) -> str:

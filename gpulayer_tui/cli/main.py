@@ -68,7 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log engine activity")
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
 
-    p = sub.add_parser("submit", help="submit a batch job", description="Submit a batch job.")
+    p = sub.add_parser(
+        "submit",
+        help="submit a batch job or a service",
+        description="Submit a batch job, or with --service a long-running service.",
+    )
     p.add_argument("--name")
     p.add_argument("--project")
     p.add_argument("--gpus", type=positive_int, help="GPUs needed (0 = CPU pool)")
@@ -108,6 +112,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="submit one job per line of PATH ('-' = stdin), each a shell line",
     )
+    p.add_argument(
+        "--spec",
+        metavar="PATH",
+        help="submit the spec(s) in a TOML or JSON file (one spec, or a 'jobs' list)",
+    )
+    svc = p.add_argument_group("services (record 000)")
+    svc.add_argument(
+        "--service", action="store_true", help="keep CMD running: restart it, give it $PORT"
+    )
+    svc.add_argument("--replicas", type=positive_int, help="copies to run (default 1)")
+    svc.add_argument(
+        "--restart",
+        choices=["always", "on_failure"],
+        help="restart a replica after any exit (default) or a non-zero one only",
+    )
+    svc.add_argument("--max-restarts", type=positive_int, metavar="N", help="per replica")
+    svc.add_argument("--no-port", action="store_true", help="do not give replicas a $PORT")
+    svc.add_argument(
+        "--max-attempts", type=positive_int, metavar="N", help="placements after a lost GPU"
+    )
     p.add_argument("--json", action="store_true", help="print the job(s) as JSON")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
@@ -122,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("logs", help="print a job's output")
     p.add_argument("job", type=job_id_arg)
+    p.add_argument("--replica", type=positive_int, help="a service's replica (default 0)")
     p.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
 
     p = sub.add_parser("wait", help="wait for a job; exit 0 only if it completed")
