@@ -166,9 +166,8 @@ async def test_crash_loop_backoff_doubles_and_caps_at_30_seconds(
     assert [backoff_delay(n) for n in range(7)] == [1, 2, 4, 8, 16, 30, 30]
     await eventually(lambda: replica.state is ReplicaState.BACKOFF)
     live = await engine.get(job.id)
-    assert live.status is JobStatus.RUNNING and "restarting after it exited with code 3" in (
-        live.message
-    )
+    assert live.status is JobStatus.RUNNING
+    assert "replica 0 in back-off: exited with code 3; restart 9 in 30 s" in live.message
 
 
 async def test_steady_run_resets_the_backoff(make_engine: EngineFactory, tmp_path: Any) -> None:

@@ -320,7 +320,7 @@ class StaticBackend:
         self,
         n_gpus: int = 2,
         jobs: list[dict[str, Any]] | None = None,
-        logs: dict[int, bytes] | None = None,
+        logs: dict[Any, bytes] | None = None,
     ) -> None:
         self._gpus = gpus_view(n_gpus)
         self._jobs = {j["id"]: j for j in (jobs if jobs is not None else jobs_fixture())}
@@ -397,8 +397,11 @@ class StaticBackend:
         job.update(status="cancelled", termination_reason="cancelled", message="cancelled by user")
         return copy.deepcopy(job)
 
-    async def read_log(self, job_id: int, offset: int, limit: int = 256 * 1024) -> bytes:
-        return self._logs.get(job_id, b"")[offset : offset + limit]
+    async def read_log(
+        self, job_id: int, offset: int, limit: int = 256 * 1024, replica: int | None = None
+    ) -> bytes:
+        key: Any = job_id if replica is None else (job_id, replica)
+        return self._logs.get(key, b"")[offset : offset + limit]
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         await self._never.wait()

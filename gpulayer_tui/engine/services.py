@@ -267,7 +267,7 @@ class Services(Lifecycle):
             if r.state is R.STARTING:
                 text += f"; replica {r.index} starting (port {r.port} not answering yet)"
             elif r.state is R.BACKOFF:
-                text += f"; replica {r.index} restarting after it {r.message}"
+                text += f"; replica {r.index} in back-off: {r.message}"
         return text
 
     # -- exits and restarts -------------------------------------------------------------------

@@ -14,7 +14,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 
 from ..backend import BackendError, ConnectionLost
-from ..formatting import duration
+from ..formatting import duration, replica_health, replica_state
 from ..widgets.engine_status import EngineStatus
 from ..widgets.job_table import ACTIVE_STATUSES, command_text, reason_prefix, runtime_seconds
 from ..widgets.log_tail import LogTail
@@ -32,6 +32,7 @@ FIELDS = (
     ("command", "command"),
     ("cwd", "cwd"),
     ("domains", "domains"),
+    ("replicas", "replicas"),
     ("vram", "VRAM"),
     ("timeout", "timeout"),
     ("depends", "depends on"),
@@ -75,6 +76,47 @@ def _placement(job: dict[str, Any], spec: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
+_REPLICA_STYLES = {
+    "up": "$success",
+    "starting": "$warning",
+    "backoff": "bold $warning",
+    "stopping": "$foreground-muted",
+    "exited": "$foreground-muted",
+    "pending": "$foreground-muted",
+}
+
+
+def replica_lines(job: dict[str, Any], now: float) -> Content:
+    """A service's replicas, one line each: state (with countdowns), endpoint, restarts."""
+    replicas = job.get("replicas") or []
+    if job.get("kind") != "service":
+        return Content("")
+    spec = job.get("spec") or {}
+    limit = spec.get("max_restarts")
+    head = (
+        f"{replica_health(job) or '0 up'} · restart {spec.get('restart', 'always')}"
+        + ("" if limit is None else f", at most {limit}")
+        + f" · placement {job.get('attempt', 0)} of "
+        + f"{(spec.get('retry') or {}).get('max_attempts', 10)}"
+    )
+    lines = [Content.styled(head, "$foreground-muted")]
+    for replica in replicas:
+        state = str(replica.get("state", ""))
+        restarts = int(replica.get("restarts", 0))
+        code = replica.get("last_exit_code")
+        lines.append(
+            Content.assemble(
+                (f"{replica.get('index', 0)} ", "$foreground-muted"),
+                (replica_state(replica, now), _REPLICA_STYLES.get(state, "")),
+                f"  {replica.get('endpoint') or ''}".rstrip(),
+                (f"  {','.join(replica.get('domains') or [])}", "$foreground-muted"),
+                f"  restarts {restarts}" if restarts else "",
+                (f"  last exit {code}", "$accent") if code is not None else "",
+            )
+        )
+    return Content("\n").join(lines)
+
+
 def job_fields(job: dict[str, Any], now: float) -> dict[str, Content]:
     """The value of each field of :data:`FIELDS` for one job."""
     spec = job.get("spec") or {}
@@ -107,6 +149,7 @@ def job_fields(job: dict[str, Any], now: float) -> dict[str, Content]:
         "command": Content(command_line),
         "cwd": _or_dash(str(spec.get("cwd") or "")),
         "domains": _or_dash(_placement(job, spec)),
+        "replicas": replica_lines(job, now),
         "vram": _or_dash("" if vram is None else f"{vram:g} GiB per GPU"),
         "timeout": _or_dash(_seconds(spec.get("timeout"))),
         "depends": _or_dash(_dependencies(spec)),
@@ -145,6 +188,7 @@ class JobDetailScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "cancel_job", "Cancel job"),
         Binding("f", "toggle_follow", "Follow"),
+        Binding("r", "next_replica", "Next replica"),
         Binding("escape,backspace", "back", "Back", key_display="esc"),
     ]
 
@@ -154,6 +198,7 @@ class JobDetailScreen(Screen[None]):
         self._job: dict[str, Any] | None = None
         self._seen_version = 0
         self._log_done = False
+        self._replica = 0  # whose output the log shows, for a service
 
     def compose(self) -> ComposeResult:
         yield EngineStatus(f"job {self.job_id}")
@@ -230,13 +275,31 @@ class JobDetailScreen(Screen[None]):
         self.query_one("#fields-box").add_class("-loaded")
         for key, value in job_fields(job, app.clock()).items():
             self.query_one(f"#field-{key}", Static).update(value)
+        replicas = self.query_one("#field-replicas", Static)
+        assert replicas.parent is not None
+        replicas.parent.display = self.is_service
+        self._update_log_title()
+        self.refresh_bindings()
+
+    @property
+    def is_service(self) -> bool:
+        """True when the job is a service (its log is per replica)."""
+        return self._job is not None and self._job.get("kind") == "service"
 
     def _tick(self) -> None:
-        """A running job's runtime grows."""
+        """A running job's runtime grows; back-off countdowns run down."""
         if self._job is not None and self._job.get("status") == "running":
             app: Any = self.app
-            runtime = job_fields(self._job, app.clock())["runtime"]
-            self.query_one("#field-runtime", Static).update(runtime)
+            fields = job_fields(self._job, app.clock())
+            self.query_one("#field-runtime", Static).update(fields["runtime"])
+            if self.is_service:
+                self.query_one("#field-replicas", Static).update(fields["replicas"])
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """``r`` (next replica) exists for services only."""
+        if action == "next_replica":
+            return self.is_service
+        return True
 
     # -- the output -------------------------------------------------------------------------
 
@@ -250,7 +313,8 @@ class JobDetailScreen(Screen[None]):
             # just before the end is then read on this pass, not lost.
             finished = self.finished
             try:
-                chunk = await app.backend.read_log(self.job_id, log.bytes_read)
+                replica = self._replica if self.is_service else None
+                chunk = await app.backend.read_log(self.job_id, log.bytes_read, replica=replica)
             except ConnectionLost as err:
                 log.border_subtitle = str(err)
                 await asyncio.sleep(2.0)
@@ -273,7 +337,11 @@ class JobDetailScreen(Screen[None]):
         state = "following" if log.follow else "paused (f follows)"
         if self._log_done:
             state = "no output" if log.bytes_read == 0 else "complete"
-        log.border_title = f"output · {state}"
+        which = ""
+        if self.is_service:
+            count = len((self._job or {}).get("replicas") or []) or 1
+            which = f" · replica {self._replica} of 0-{count - 1} (r: next)"
+        log.border_title = f"output{which} · {state}"
 
     # -- keys -------------------------------------------------------------------------------
 
@@ -282,6 +350,17 @@ class JobDetailScreen(Screen[None]):
         log = self.query_one(LogTail)
         log.follow = not log.follow
         self._update_log_title()
+
+    def action_next_replica(self) -> None:
+        """Show the next replica's output (services write one log per replica)."""
+        if not self.is_service:
+            return
+        count = len((self._job or {}).get("replicas") or []) or 1
+        self._replica = (self._replica + 1) % count
+        self.query_one(LogTail).reset()
+        self._log_done = False
+        self._update_log_title()
+        self._follow_log()
 
     def action_cancel_job(self) -> None:
         """Cancel this job (after a confirmation)."""

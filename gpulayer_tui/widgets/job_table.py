@@ -211,6 +211,18 @@ def started_text(started: float | None, now: float) -> str:
     return time.strftime("%y-%m-%d", when)
 
 
+def kind_parts(job: dict[str, Any]) -> Parts:
+    """The kind column: a running service shows its replica health (``svc 2/2``)."""
+    kind = str(job.get("kind", ""))
+    replicas = job.get("replicas") or []
+    if kind != "service" or job.get("status") != "running" or not replicas:
+        return ((kind, "jobtable--muted"),)
+    up = sum(1 for r in replicas if r.get("state") == "up")
+    health = f"{up}/{len(replicas)}"
+    text = f"svc {health}" if len(health) <= 3 else health  # fits the 7-cell column
+    return ((text, "jobtable--replicas-up" if up == len(replicas) else "jobtable--replicas-down"),)
+
+
 def reason_prefix(job: dict[str, Any]) -> str:
     """The termination reason, when the message does not already say it."""
     reason = job.get("termination_reason")
@@ -236,6 +248,8 @@ class JobTable(DataTable[Any]):
         "jobtable--orphaned",
         "jobtable--reason",
         "jobtable--muted",
+        "jobtable--replicas-up",
+        "jobtable--replicas-down",
     }
 
     DEFAULT_CSS = """
@@ -254,6 +268,8 @@ class JobTable(DataTable[Any]):
     JobTable > .jobtable--orphaned { color: $error; text-style: italic; }
     JobTable > .jobtable--reason { color: $accent; }
     JobTable > .jobtable--muted { color: $text-muted; }
+    JobTable > .jobtable--replicas-up { color: $success; }
+    JobTable > .jobtable--replicas-down { color: $warning; text-style: bold; }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -502,7 +518,7 @@ class JobTable(DataTable[Any]):
         if key == "name":
             return ((str(job.get("name", "")), ""),)
         if key == "kind":
-            return ((str(job.get("kind", "")), "jobtable--muted"),)
+            return kind_parts(job)
         if key == "status":
             status = str(job.get("status", ""))
             return ((status, f"jobtable--{status}"),)

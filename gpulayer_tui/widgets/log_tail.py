@@ -80,6 +80,14 @@ class LogTail(Log):
             self.write_lines([clean_line(line) for line in complete], scroll_end=self.follow)
         self.border_subtitle = self.partial_line
 
+    def reset(self) -> None:
+        """Forget everything shown, to read another output from its start."""
+        self.clear()
+        self._decoder.reset()
+        self._partial = ""
+        self.bytes_read = 0
+        self.border_subtitle = ""
+
     def finish(self) -> None:
         """No more output will come: show the unfinished last line, if any."""
         rest = self._partial + self._decoder.decode(b"", final=True)

@@ -23,6 +23,8 @@ STATUS_STYLES: dict[str, str] = {
 
 _STATUS_WIDTH = max(len(s) for s in STATUS_STYLES)
 
+_KIND_LABELS = {"job.replica": "replica"}  # the message names which replica and how
+
 
 def clock_time(at: float, now: float) -> str:
     """Local ``HH:MM:SS`` on ``now``'s day, else ``Mon DD HH:MM:SS``."""
@@ -96,7 +98,8 @@ class Timeline(Widget):
         previous: float | None = None
         for event in self._events:
             at = float(event.get("at") or 0.0)
-            status = str(event.get("status") or event.get("kind") or "")
+            kind = str(event.get("kind") or "")
+            status = str(event.get("status") or _KIND_LABELS.get(kind, kind))
             gap = "" if previous is None else gap_text(max(0.0, at - previous))
             previous = at
             head = Content.assemble(

@@ -1,0 +1,233 @@
+"""Services in the TUI: replica health in the jobs table, replicas and per-replica logs in
+the detail view (a real engine under Pilot, then deterministic snapshots)."""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+from textual.pilot import Pilot
+from textual.widgets import Static
+
+from gpulayer_tui.screens.dialogs import ConfirmScreen
+from gpulayer_tui.screens.job_detail import JobDetailScreen
+from gpulayer_tui.widgets.log_tail import LogTail
+from gpulayer_tui.widgets.timeline import Timeline
+
+from .conftest import pid_gone
+from .test_ui_jobs import cell, status_of, table_of
+from .ui_support import FIXED_NOW, StaticBackend, jobs_fixture, until
+
+SCRIPT = "echo hello from replica $GPULAYER_REPLICA; exec sleep 600"
+
+
+async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
+    embedded_app: Any,
+) -> None:
+    app = await embedded_app("2xA100-80GB", cpu_count=4)
+    async with app.run_test(size=(140, 40)) as pilot:
+        job = await app.backend.submit(
+            {"kind": "service", "shell": SCRIPT, "replicas": 2, "port": False, "cwd": os.getcwd()}
+        )
+        await pilot.press("j")
+        table = table_of(app)
+        await until(pilot, lambda: cell(table, job["id"], "kind") == "svc 2/2", "2/2 up")
+        assert status_of(table, job["id"]) == "running"
+        pids = [r["pid"] for r in app.job_store.jobs[job["id"]]["replicas"]]
+
+        await pilot.press("g", "enter")
+        detail = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
+        )
+        replicas = detail.query_one("#field-replicas", Static)
+        await until(pilot, lambda: "2/2 up" in str(replicas.render()), "the replicas field")
+        log = detail.query_one(LogTail)
+        await until(pilot, lambda: "hello from replica 0" in log.lines, "replica 0's output")
+        assert "replica 0 of 0-1" in str(log.border_title)
+        await pilot.press("r")
+        await until(pilot, lambda: "hello from replica 1" in log.lines, "replica 1's output")
+        assert "hello from replica 0" not in log.lines
+        assert "replica 1 of 0-1" in str(log.border_title)
+        timeline = detail.query_one(Timeline)
+        await until(
+            pilot,
+            lambda: any(e["kind"] == "job.replica" for e in timeline.events),
+            "replica events",
+        )
+
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "confirm")
+        await pilot.press("y")
+        await until(
+            pilot,
+            lambda: (detail.job or {}).get("status") == "cancelled",
+            "cancelled",
+            timeout=20,
+        )
+        assert all(pid_gone(pid) for pid in pids)
+
+
+async def test_next_replica_key_is_only_for_services(embedded_app: Any) -> None:
+    app = await embedded_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        job = await app.backend.submit({"shell": "echo batch", "cwd": os.getcwd()})
+        await pilot.press("j")
+        table = table_of(app)
+        await until(pilot, lambda: status_of(table, job["id"]) == "completed", "completed")
+        assert cell(table, job["id"], "kind") == "command"
+        await pilot.press("g", "enter")
+        detail = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
+        )
+        await until(pilot, lambda: detail.job is not None, "the job")
+        assert detail.check_action("next_replica", ()) is False
+        assert detail.query_one("#field-replicas").parent.display is False  # type: ignore[union-attr]
+
+
+# -- snapshots ------------------------------------------------------------------------------
+
+
+def _service_job(
+    job_id: int, name: str, replica_list: list[dict[str, Any]], **spec: Any
+) -> dict[str, Any]:
+    replicas = replica_list
+    up = sum(r["state"] == "up" for r in replicas)
+    message = f"{up}/{len(replicas)} up on {', '.join(d for r in replicas for d in r['domains'])}"
+    for r in replicas:
+        if r["state"] == "backoff":
+            message += f"; replica {r['index']} in back-off: {r['message']}"
+    return {
+        "id": job_id,
+        "name": name,
+        "kind": "service",
+        "status": "running",
+        "termination_reason": None,
+        "exit_code": None,
+        "message": message,
+        "domains": [d for r in replicas for d in r["domains"]],
+        "gpus": [g for r in replicas for g in r["gpus"]],
+        "priority": 0,
+        "pid": None,
+        "created_at": FIXED_NOW - 900,
+        "queued_at": None,
+        "started_at": FIXED_NOW - 890,
+        "ended_at": None,
+        "owner_uid": 1000,
+        "attempt": 1,
+        "replicas": replicas,
+        "spec": {"kind": "service", "command": ["vllm", "serve", "model"], "gpus": 1, **spec},
+    }
+
+
+def _replica(index: int, state: str, gpu: int, **extra: Any) -> dict[str, Any]:
+    base = {
+        "index": index,
+        "state": state,
+        "domains": [f"gpu{gpu}"],
+        "gpus": [gpu],
+        "pid": 7000 + index,
+        "start_ticks": 1,
+        "port": 41000 + index,
+        "endpoint": f"127.0.0.1:{41000 + index}" if state == "up" else None,
+        "restarts": 0,
+        "backoff_step": 0,
+        "next_restart_at": None,
+        "started_at": FIXED_NOW - 880,
+        "last_exit_code": None,
+        "message": "",
+    }
+    return base | extra
+
+
+def service_jobs() -> list[dict[str, Any]]:
+    """Two services (all up; one replica in back-off) beside the usual batch jobs."""
+    healthy = _service_job(
+        20,
+        "llm-api",
+        [_replica(0, "up", 0), _replica(1, "up", 1)],
+        replicas=2,
+    )
+    flapping = _service_job(
+        21,
+        "embedder",
+        [
+            _replica(0, "up", 0, restarts=1, last_exit_code=1),
+            _replica(
+                1,
+                "backoff",
+                1,
+                restarts=3,
+                backoff_step=4,
+                next_restart_at=FIXED_NOW + 7,
+                last_exit_code=137,
+                message="killed by SIGKILL (exit code 137); restart 4 in 8 s",
+            ),
+        ],
+        replicas=2,
+        restart="on_failure",
+        max_restarts=5,
+    )
+    flapping["spec"]["command"] = ["python", "-m", "embedder"]
+    return [*jobs_fixture(), healthy, flapping]
+
+
+class ServiceBackend(StaticBackend):
+    """Static jobs plus services whose timelines include replica events."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            jobs=service_jobs(),
+            logs={
+                (21, 0): b"serving embeddings on :41000\n",
+                (21, 1): b"loading weights\nKilled\n",
+            },
+        )
+
+    async def job(self, job_id: int) -> dict[str, Any]:
+        data = await super().job(job_id)
+        job = data["job"]
+        if job["kind"] == "service":
+            for r in job["replicas"]:
+                data["events"].append(
+                    {
+                        "at": FIXED_NOW - 60 + r["index"],
+                        "kind": "job.replica",
+                        "status": None,
+                        "reason": None,
+                        "message": f"replica {r['index']}: "
+                        + (r["message"] or f"up at {r['endpoint']}"),
+                        "data": {"replica": r["index"], "state": r["state"]},
+                    }
+                )
+        return copy.deepcopy(data)
+
+
+def _service_app() -> Any:
+    from gpulayer_tui.app import build_app
+
+    return build_app(ServiceBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
+
+
+async def _show_jobs(pilot: Pilot[Any]) -> None:
+    await pilot.press("j")
+    await until(pilot, lambda: table_of(pilot.app).row_count == 12, "rows")
+
+
+async def _open_flapping(pilot: Pilot[Any]) -> None:
+    await _show_jobs(pilot)
+    await pilot.press("g", "enter")  # newest first: the flapping service is on top
+    screen = await until(
+        pilot, lambda: isinstance(pilot.app.screen, JobDetailScreen) and pilot.app.screen, "detail"
+    )
+    await until(pilot, lambda: screen.job is not None, "the job")
+    await until(pilot, lambda: screen.query_one(Timeline).events, "the timeline")
+    await until(pilot, lambda: screen.query_one(LogTail).line_count == 1, "replica 0's log")
+
+
+def test_snapshot_jobs_table_with_services(snap_compare: Any) -> None:
+    assert snap_compare(_service_app(), terminal_size=(140, 30), run_before=_show_jobs)
+
+
+def test_snapshot_service_detail_with_backoff(snap_compare: Any) -> None:
+    assert snap_compare(_service_app(), terminal_size=(140, 40), run_before=_open_flapping)
