@@ -102,6 +102,11 @@ async def test_unwritable_database_refuses_new_work_and_loses_nothing(
         with pytest.raises(StoreError, match=f"refuses new work: database write failed: {error}"):
             await engine.submit({"command": ["true"], "env": big, "depends_on": [running.id]})
         assert engine.health()["store_failure"] == f"database write failed: {error}"
+        ready, why = engine.readiness()
+        assert not ready and f"not accepting work: database write failed: {error}" in why
+        checks = {c["check"]: c for c in await engine.doctor_checks()}
+        assert checks["database writes"]["status"] == "fail"
+        assert checks["database writes"]["detail"] == f"database write failed: {error}"
         # Now every new submission is refused at once, with the reason; the CLI says so.
         with pytest.raises(StoreError, match=error):
             await engine.submit({"command": ["true"]})
@@ -117,6 +122,7 @@ async def test_unwritable_database_refuses_new_work_and_loses_nothing(
         # Writes work again: everything held back is committed, nothing was lost.
         await _mend_writes(engine, how)
         await eventually(lambda: engine.store.failure is None)
+        assert engine.readiness()[0]
         rows = dict(
             (r[0], r[1:]) for r in _db_rows(engine.paths, "SELECT id, status, message FROM jobs")
         )

@@ -194,6 +194,8 @@ class DomainControl(Adoption):
         ]
         if self.scheduler.capacity.value == "unknown":
             problems.append(f"GPU capacity unknown: {self.scheduler.capacity_message}")
+        if self.store.failure:
+            problems.append(f"not accepting work: {self.store.failure}")
         return (not problems, "; ".join(problems) or "every domain is ready")
 
     async def doctor_checks(self) -> list[dict[str, str]]:
@@ -242,6 +244,13 @@ class DomainControl(Adoption):
                     "detail": f"{len(self._queue)} ready to run, all placeable",
                 }
             )
+        checks.append(
+            {
+                "check": "database writes",
+                "status": "fail" if self.store.failure else "ok",
+                "detail": self.store.failure or f"{self.paths.database} is being written",
+            }
+        )
         newest = (await self.store.newest_job_time()) or 0.0
         skew = newest - time.time()
         checks.append(

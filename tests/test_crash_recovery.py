@@ -1,0 +1,251 @@
+"""Nothing lost (issue 7): kill -9 the engine with work of every kind in flight, let some of
+it finish while no engine runs, restart, and check every job's final status and exit code.
+The same through the TUI's quit-and-hand-over path, and a kill during heavy writes.
+
+Everything is real: a ``--serve`` process killed with SIGKILL, job processes, a service on
+real ports, an adopted process started by the test, the SQLite file on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gpulayer_tui.engine.paths import Paths
+from gpulayer_tui.screens.dialogs import QuitScreen
+from gpulayer_tui.tui import start_background_engine
+
+from .conftest import Served, pid_gone, wait_for
+from .ui_support import until
+
+RUNNING = 10
+QUEUED = 20
+
+
+@pytest.fixture
+def strays() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes the test starts outside any engine; killed at the end."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _job(served: Served, job_id: int) -> dict[str, Any]:
+    out = served.cli("status", str(job_id), "--json")
+    assert out.stdout, out.stderr
+    return dict(json.loads(out.stdout)["job"])
+
+
+def _jobs(served: Served) -> dict[int, dict[str, Any]]:
+    out = served.cli("jobs", "--limit", "1000", "--json")
+    return {j["id"]: j for j in json.loads(out.stdout)}
+
+
+def _kill_engine(served: Served) -> None:
+    assert served.proc is not None
+    served.proc.send_signal(signal.SIGKILL)
+    served.proc.wait(timeout=10)
+
+
+def _integrity(paths: Paths) -> str:
+    with sqlite3.connect(paths.database) as db:
+        return str(db.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def test_kill_9_with_running_queued_service_and_adopted_work(
+    served: Served, paths: Paths, tmp_path: Path, strays: list[subprocess.Popen[bytes]]
+) -> None:
+    paths.config_file.parent.mkdir(parents=True, exist_ok=True)
+    # 10 batch slots + 2 for the service's replicas; the 20 others queue behind them
+    paths.config_file.write_text("[cpu]\nslots = 12\n[engine]\ngrace_period = 2.0\n")
+    served.start("--simulate", "2xA100-80GB")
+    gates = tmp_path / "gates"
+    gates.mkdir()
+
+    service = served.cli(
+        "submit", "--service", "--replicas", "2", "--shell", "--",
+        "exec python3 -m http.server --bind 127.0.0.1 $PORT",
+    )  # fmt: skip
+    assert service.returncode == 0, service.stderr
+    service_id = int(service.stdout)
+    lines = [
+        f"while [ ! -e {gates}/{i} ]; do sleep 0.05; done; exit {i}" for i in range(RUNNING)
+    ] + [f"exit {i % 4}" for i in range(QUEUED)]
+    out = served.cli("submit", "--file", "-", input="\n".join(lines) + "\n")
+    assert out.returncode == 0, out.stderr
+    ids = [int(x) for x in out.stdout.split()]
+    gated, queued = ids[:RUNNING], ids[RUNNING:]
+    adopted_proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    strays.append(adopted_proc)
+    adopted = served.cli("adopt", "--pid", str(adopted_proc.pid), "--name", "notebook")
+    assert adopted.returncode == 0, adopted.stderr
+    adopted_id = int(adopted.stdout)
+
+    def settled() -> bool:
+        jobs = _jobs(served)
+        replicas = jobs[service_id].get("replicas", [])
+        return (
+            all(jobs[i]["status"] == "running" for i in gated)
+            and all(jobs[i]["status"] == "queued" for i in queued)
+            and len(replicas) == 2
+            and all(r["state"] == "up" for r in replicas)
+        )
+
+    wait_for(settled, timeout=30)
+    before = _jobs(served)
+    gated_pids = {i: before[i]["pid"] for i in gated}
+    replica_pids = [r["pid"] for r in before[service_id]["replicas"]]
+
+    _kill_engine(served)
+    # while no engine runs: half the running jobs end, one replica dies
+    for n in range(5):
+        (gates / str(n)).touch()
+    server = psutil.Process(replica_pids[1]).children()[0]  # the command, not its wrapper
+    server.kill()
+    wait_for(lambda: all(pid_gone(gated_pids[gated[n]]) for n in range(5)))
+    wait_for(lambda: pid_gone(replica_pids[1]))
+
+    served.start("--simulate", "2xA100-80GB")
+    after = _jobs(served)
+    for n, job_id in enumerate(gated[:5]):  # ended while down: real exit codes
+        job = after[job_id]
+        assert job["exit_code"] == n, job
+        assert job["status"] == ("completed" if n == 0 else "failed"), job
+    for job_id in gated[5:]:  # still running: re-attached to the same process
+        assert after[job_id]["status"] == "running" and after[job_id]["pid"] == gated_pids[job_id]
+    assert after[adopted_id]["status"] == "running"
+    assert after[adopted_id]["pid"] == adopted_proc.pid  # re-verified by pid + start time
+    svc = after[service_id]
+    assert svc["status"] == "running" and svc["replicas"][0]["pid"] == replica_pids[0]
+    assert svc["replicas"][1]["last_exit_code"] == 137
+    # the dead replica is restarted after its back-off, counted as restart 1
+    wait_for(lambda: _job(served, service_id)["replicas"][1]["state"] == "up", timeout=20)
+    assert _job(served, service_id)["replicas"][1]["restarts"] == 1
+
+    for n in range(5, RUNNING):
+        (gates / str(n)).touch()
+    final = served.cli("wait", str(queued[-1]), "--timeout", "60")
+    assert final.returncode in (0, 1), final.stderr
+    wait_for(lambda: all(_jobs(served)[i]["status"] in ("completed", "failed") for i in ids))
+    done = _jobs(served)
+    for n, job_id in enumerate(gated):
+        assert done[job_id]["exit_code"] == n
+    for n, job_id in enumerate(queued):
+        assert done[job_id]["exit_code"] == n % 4
+        assert done[job_id]["status"] == ("completed" if n % 4 == 0 else "failed")
+    # queued jobs kept their order: they started in submission order
+    starts = [done[i]["started_at"] for i in queued]
+    assert starts == sorted(starts)
+
+    adopted_proc.kill()
+    adopted_proc.wait()
+    wait_for(lambda: _job(served, adopted_id)["status"] == "orphaned")
+    assert served.cli("cancel", str(service_id)).returncode == 0
+    ended = _job(served, service_id)
+    assert ended["status"] == "cancelled"
+    assert all(pid_gone(r["pid"]) for r in ended["replicas"])
+    served.stop()
+    assert _integrity(paths) == "ok"
+
+
+def test_kill_9_during_heavy_writes_keeps_a_consistent_database(
+    served: Served, paths: Paths
+) -> None:
+    paths.config_file.parent.mkdir(parents=True, exist_ok=True)
+    paths.config_file.write_text("[cpu]\nslots = 2\n")
+    served.start("--simulate", "2xA100-80GB")
+    accepted: list[int] = []
+    stop = threading.Event()
+
+    def submit_in_a_loop() -> None:
+        while not stop.is_set():
+            out = served.cli("submit", "--file", "-", input="true\n" * 200)
+            if out.returncode != 0:
+                return  # the engine is gone
+            accepted.extend(int(x) for x in out.stdout.split())
+
+    writer = threading.Thread(target=submit_in_a_loop)
+    writer.start()
+    wait_for(lambda: len(accepted) >= 600, timeout=60)
+    _kill_engine(served)  # mid-stream: submissions and job ends are being written
+    stop.set()
+    writer.join(timeout=60)
+    assert _integrity(paths) == "ok"
+
+    served.start("--simulate", "2xA100-80GB")
+    with sqlite3.connect(paths.database) as db:
+        stored = {r[0] for r in db.execute("SELECT id FROM jobs")}
+    # every acknowledged submission survived the kill, and every job ends completed
+    assert set(accepted) <= stored
+    assert served.cli("wait", str(max(stored)), "--timeout", "60").returncode == 0
+
+    def all_completed() -> bool:
+        with sqlite3.connect(paths.database) as db:
+            return not db.execute("SELECT 1 FROM jobs WHERE status != 'completed'").fetchone()
+
+    wait_for(all_completed, timeout=60)
+    with sqlite3.connect(paths.database) as db:
+        rows = db.execute("SELECT COUNT(*), SUM(status = 'completed') FROM jobs").fetchone()
+        assert rows[0] == rows[1] and rows[0] >= len(accepted)
+        ids = [r[0] for r in db.execute("SELECT id FROM jobs ORDER BY id")]
+    assert ids == list(range(1, len(ids) + 1))  # no gaps, no duplicates
+    served.stop()
+
+
+async def test_tui_quit_handover_keeps_service_queue_and_running_jobs(
+    embedded_app: Any, paths: Paths, served: Served, tmp_path: Path
+) -> None:
+    app = await embedded_app("2xA100-80GB", cpu_count=2)
+    gate = tmp_path / "gate"
+    async with app.run_test(size=(100, 30)) as pilot:
+        service = await app.backend.submit(
+            {"kind": "service", "command": ["sleep", "600"], "port": False, "name": "svc"}
+        )
+        running = await app.backend.submit(
+            {"shell": f"while [ ! -e {gate} ]; do sleep 0.05; done; exit 7", "name": "gated"}
+        )
+        queued = [
+            await app.backend.submit({"shell": f"exit {n}", "name": f"q{n}"}) for n in range(3)
+        ]
+        await until(
+            pilot,
+            lambda: all(
+                app.job_store.jobs.get(q["id"], {}).get("status") == "queued" for q in queued
+            ),
+        )
+        replica_pid = app.job_store.jobs[service["id"]]["replicas"][0]["pid"]
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await pilot.press("k")  # keep everything: hand over to a background engine
+        await until(pilot, lambda: not app.is_running)
+    assert app.return_value == "handover"
+    await app.backend.close()
+    gate.touch()  # the running job ends between the two engines
+    wait_for(lambda: pid_gone(running["pid"]))
+
+    served.proc = await asyncio.to_thread(start_background_engine, paths, "2xA100-80GB", None)
+    svc = _job(served, service["id"])
+    assert svc["status"] == "running" and svc["replicas"][0]["pid"] == replica_pid
+    assert svc["replicas"][0]["state"] == "up" and svc["replicas"][0]["restarts"] == 0
+    ended = _job(served, running["id"])
+    assert ended["status"] == "failed" and ended["exit_code"] == 7
+    for n, job in enumerate(queued):
+        assert served.cli("wait", str(job["id"]), "--timeout", "30").returncode == (
+            0 if n == 0 else 1
+        )
+        assert _job(served, job["id"])["exit_code"] == n
+    assert served.cli("cancel", str(service["id"])).returncode == 0
+    wait_for(lambda: pid_gone(replica_pid))
