@@ -472,3 +472,29 @@ def test_cli_service_flags_and_spec_files(served: Served, tmp_path: Any) -> None
     assert refused.returncode == 2
     assert "replicas: Input should be less than or equal to 64" in refused.stderr
     assert served.cli("cancel", str(job["id"])).returncode == 0
+
+
+async def test_service_timeout_stops_every_replica(make_engine: EngineFactory) -> None:
+    engine = await make_engine(simulate=None, cpu_count=4)
+    job = await engine.submit(_service(["sleep", "600"], replicas=2, port=False, timeout=0.3))
+    pids = [r.pid for r in _replicas(engine, job.id)]
+    done = await engine.wait(job.id, timeout=20)
+    assert done.status is JobStatus.FAILED and done.termination_reason is TerminationReason.TIMEOUT
+    assert done.message == "timed out after 0.3 s"
+    assert all(pid_gone(p) for p in pids)
+    assert all(r.state is ReplicaState.EXITED for r in done.replicas)
+
+
+async def test_service_waits_for_its_dependency_then_starts(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    engine = await make_engine(simulate=None, cpu_count=4)
+    gate = tmp_path / "gate"
+    first = await engine.submit({"shell": f"while [ ! -e {gate} ]; do sleep 0.02; done"})
+    svc = await engine.submit(_service(["sleep", "600"], port=False, depends_on=[first.id]))
+    assert svc.status is JobStatus.QUEUED and svc.message == f"waiting for job {first.id}"
+    assert svc.replicas == []
+    gate.touch()
+    await eventually(lambda: _all_up(engine, svc.id))
+    await engine.cancel(svc.id)
+    assert (await engine.wait(svc.id, timeout=20)).status is JobStatus.CANCELLED
