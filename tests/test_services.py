@@ -498,3 +498,28 @@ async def test_service_waits_for_its_dependency_then_starts(
     await eventually(lambda: _all_up(engine, svc.id))
     await engine.cancel(svc.id)
     assert (await engine.wait(svc.id, timeout=20)).status is JobStatus.CANCELLED
+
+
+async def test_metrics_count_replicas_by_state_and_restarts(make_engine: EngineFactory) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpulayer_tui.engine import metrics
+
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, cpu_count=4, service_clock=clock)
+    script = '[ "$GPULAYER_REPLICA" = 0 ] && exit 1; exec sleep 600'
+    job = await engine.submit(_service(["sh", "-c", script], replicas=2, port=False, name="api"))
+    crashing = _replicas(engine, job.id)[0]
+    await eventually(lambda: crashing.state is ReplicaState.BACKOFF)
+    clock.advance(1.0)
+    await eventually(lambda: crashing.restarts == 1 and crashing.state is ReplicaState.BACKOFF)
+    text = (await metrics.render(engine)).decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    label = f"{job.id}:api"
+    assert samples[("gpulayer_service_replicas", (("service", label), ("state", "up")))] == 1
+    assert samples[("gpulayer_service_replicas", (("service", label), ("state", "backoff")))] == 1
+    assert samples[("gpulayer_service_restarts_total", (("service", label),))] == 1

@@ -339,6 +339,12 @@ class Engine(ConfigReload):
             "store_failure": self.store.failure,
         }
 
+    def active_services(self) -> list[Job]:
+        """Services that are queued or running, in id order (live records)."""
+        return [
+            act.job for _, act in sorted(self._active.items()) if act.job.kind is JobKind.SERVICE
+        ]
+
     def exit_path(self, job_id: int) -> Path:
         """Where the job's exit status is recorded once it ends."""
         return exit_path(self.paths.jobs_dir, job_id)

@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from .domain import DomainHealth, DomainState
-from .models import JobStatus
+from .models import JobStatus, ReplicaState
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -101,6 +101,8 @@ def _families(engine: Engine, jobs_by_status: dict[str, int]) -> Iterator[Metric
         quarantines.add_metric([dom.name], dom.quarantines)
     yield from (dslots, util, state, health, failures, quarantines)
 
+    yield from _service_families(engine)
+
     sampler = engine.sampler
     reads = CounterMetricFamily("gpulayer_probe_reads", "Completed GPU probe reads")
     reads.add_metric([], sampler.reads)
@@ -116,6 +118,25 @@ def _families(engine: Engine, jobs_by_status: dict[str, int]) -> Iterator[Metric
     last = GaugeMetricFamily("gpulayer_probe_last_read_seconds", "Duration of the latest read")
     last.add_metric([], sampler.latest.duration if sampler.latest else 0.0)
     yield last
+
+
+def _service_families(engine: Engine) -> Iterator[Metric]:
+    """Replicas of running services by state, and their restarts (record 000)."""
+    replicas = GaugeMetricFamily(
+        "gpulayer_service_replicas",
+        "Replicas of active services by state",
+        labels=["service", "state"],
+    )
+    restarts = CounterMetricFamily(
+        "gpulayer_service_restarts", "Replica restarts of active services", labels=["service"]
+    )
+    for job in engine.active_services():
+        label = f"{job.id}:{job.name}"
+        for value in ReplicaState:
+            count = sum(r.state is value for r in job.replicas)
+            replicas.add_metric([label, value.value], count)
+        restarts.add_metric([label], sum(r.restarts for r in job.replicas))
+    yield from (replicas, restarts)
 
 
 async def render(engine: Engine) -> bytes:
