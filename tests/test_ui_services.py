@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from textual.pilot import Pilot
-from textual.widgets import Static
+from textual.widgets import Checkbox, Static
 
 from gpulayer_tui.screens.dialogs import ConfirmScreen
 from gpulayer_tui.screens.job_detail import JobDetailScreen
@@ -16,7 +16,7 @@ from gpulayer_tui.widgets.log_tail import LogTail
 from gpulayer_tui.widgets.timeline import Timeline
 
 from .conftest import pid_gone
-from .test_ui_jobs import cell, status_of, table_of
+from .test_ui_jobs import cell, clear, field_error, fill, open_form, status_of, table_of
 from .ui_support import FIXED_NOW, StaticBackend, jobs_fixture, until
 
 SCRIPT = "echo hello from replica $GPULAYER_REPLICA; exec sleep 600"
@@ -83,6 +83,39 @@ async def test_next_replica_key_is_only_for_services(embedded_app: Any) -> None:
         await until(pilot, lambda: detail.job is not None, "the job")
         assert detail.check_action("next_replica", ()) is False
         assert detail.query_one("#field-replicas").parent.display is False  # type: ignore[union-attr]
+
+
+async def test_submit_a_service_through_the_form(embedded_app: Any) -> None:
+    app = await embedded_app("2xA100-80GB")
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.press("j")
+        form = await open_form(pilot)
+        await fill(pilot, form, "command", "exec python3 -m http.server --bind 127.0.0.1 $PORT")
+        await fill(pilot, form, "replicas", "2")
+        assert field_error(form, "replicas") == "replicas are for services: tick 'service'"
+        form.query_one("#service", Checkbox).value = True
+        await until(pilot, lambda: field_error(form, "replicas") == "", "the error to clear")
+        await fill(pilot, form, "gpus", "1")
+        await clear(pilot, form, "replicas")
+        await fill(pilot, form, "replicas", "3")
+        await pilot.press("ctrl+s")
+        await until(
+            pilot,
+            lambda: "requested 3 GPUs, but this machine has 2" in form.form_message,
+            "the over-capacity refusal",
+        )
+        await clear(pilot, form, "replicas")
+        await fill(pilot, form, "replicas", "2")
+        await pilot.press("ctrl+s")
+        # the refused submission stays in history as a failed row; this is the next one
+        await until(pilot, lambda: len(app.job_store.jobs) == 2, "the new row")
+        table = table_of(app)
+        job_id = max(app.job_store.jobs)
+        await until(pilot, lambda: cell(table, job_id, "kind") == "svc 2/2", "2/2 up")
+        job = app.job_store.jobs[job_id]
+        assert sorted(job["domains"]) == ["gpu0", "gpu1"] and job["spec"]["replicas"] == 2
+        await app.backend.cancel(job_id)
+        await until(pilot, lambda: status_of(table, job_id) == "cancelled", "cancelled")
 
 
 # -- snapshots ------------------------------------------------------------------------------

@@ -29,9 +29,19 @@ from ..backend import BackendError
 # The CLI's argparse types: the form accepts exactly what ``submit`` accepts, with the
 # same messages ("expected a whole number, got 'two'").
 from ..cli.main import job_id_arg, positive_int, positive_number
-from ..engine.spec import SpecError, parse_spec
+from ..engine.spec import SERVICE_ONLY, SpecError, parse_spec
 
-_FIELDS = ("command", "name", "gpus", "vram", "domain", "after", "timeout", "priority")
+_FIELDS = (
+    "command",
+    "name",
+    "gpus",
+    "vram",
+    "domain",
+    "after",
+    "timeout",
+    "priority",
+    "replicas",
+)
 """Input ids in form order (enter moves along them; enter on the last one submits)."""
 
 _REFUSED_AT_ADMISSION = frozenset({"over_capacity", "dependency_failed"})
@@ -47,6 +57,7 @@ _SPEC_FIELD = {
     "depends_on": "after",
     "timeout": "timeout",
     "priority": "priority",
+    "replicas": "replicas",
 }
 """Spec field (as named in the engine's messages) -> the input that sets it."""
 
@@ -69,7 +80,8 @@ def _job_ids(text: str) -> list[int]:
 def _spec_rule(field: str, value: Any) -> None:
     """Check one field against the engine's spec (ranges, characters)."""
     try:
-        parse_spec({"shell": "true", field: value})
+        service = {"kind": "service"} if field in SERVICE_ONLY else {}
+        parse_spec({"shell": "true", field: value, **service})
     except SpecError as err:
         message = str(err).removeprefix(f"{field}: ").replace("Input should be", "must be")
         raise argparse.ArgumentTypeError(message) from None
@@ -207,6 +219,17 @@ class SubmitScreen(ModalScreen[dict[str, Any] | None]):
                 Input(placeholder="0", id="priority", classes="short"),
                 "higher starts first",
             )
+            with Horizontal(classes="option-row"):
+                yield Checkbox(
+                    "service: keep it running (restarts, $PORT)",
+                    id="service",
+                    compact=True,
+                )
+            yield self._field(
+                "Replicas",
+                Input(placeholder="1", id="replicas", classes="short"),
+                "service copies, each on its own GPU",
+            )
             with Horizontal(classes="buttons"):
                 yield Static("ctrl+s submit · esc cancel")
                 yield Button("Submit", id="submit", variant="primary")
@@ -286,6 +309,10 @@ class SubmitScreen(ModalScreen[dict[str, Any] | None]):
                 _spec_rule("timeout", positive_number(text))
             elif field_id == "priority":
                 _spec_rule("priority", _whole_number(text))
+            elif field_id == "replicas":
+                if not self._checked("service"):
+                    return "replicas are for services: tick 'service'"
+                _spec_rule("replicas", positive_int(text))
         except argparse.ArgumentTypeError as err:
             return str(err)
         return ""
@@ -319,6 +346,10 @@ class SubmitScreen(ModalScreen[dict[str, Any] | None]):
     def _shell_toggled(self, event: Checkbox.Changed) -> None:
         self._check("command", empty_is_fine=True)
 
+    @on(Checkbox.Changed, "#service")
+    def _service_toggled(self, event: Checkbox.Changed) -> None:
+        self._check("replicas")
+
     # -- the spec ---------------------------------------------------------------------------
 
     def build_spec(self) -> dict[str, Any]:
@@ -350,6 +381,10 @@ class SubmitScreen(ModalScreen[dict[str, Any] | None]):
             spec["timeout"] = positive_number(timeout)
         if (priority := self._value("priority")) and _whole_number(priority):
             spec["priority"] = _whole_number(priority)
+        if self._checked("service"):
+            spec["kind"] = "service"
+            if replicas := self._value("replicas"):
+                spec["replicas"] = positive_int(replicas)
         spec["cwd"] = os.getcwd()
         env = dict(os.environ)
         if env:
