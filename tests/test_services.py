@@ -523,3 +523,27 @@ async def test_metrics_count_replicas_by_state_and_restarts(make_engine: EngineF
     assert samples[("gpulayer_service_replicas", (("service", label), ("state", "up")))] == 1
     assert samples[("gpulayer_service_replicas", (("service", label), ("state", "backoff")))] == 1
     assert samples[("gpulayer_service_restarts_total", (("service", label),))] == 1
+
+
+async def test_replica_that_cannot_start_or_restart_fails_the_service(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, cpu_count=4, service_clock=clock)
+    missing = await engine.submit(_service(["no-such-program-xyz"], port=False))
+    assert missing.status is JobStatus.FAILED
+    assert missing.termination_reason is TerminationReason.LAUNCH_FAILED
+    assert missing.message.startswith("replica 0 could not start: ")
+    assert "no-such-program-xyz" in missing.message
+    # a restart that finds its working directory gone fails the service with that reason
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    job = await engine.submit(_service(["false"], port=False, cwd=str(workdir)))
+    replica = _replicas(engine, job.id)[0]
+    await eventually(lambda: replica.state is ReplicaState.BACKOFF)
+    workdir.rmdir()
+    clock.advance(1.0)
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.FAILED
+    assert done.termination_reason is TerminationReason.LAUNCH_FAILED
+    assert done.message.startswith("replica 0 could not restart: ") and str(workdir) in done.message

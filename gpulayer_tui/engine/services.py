@@ -156,16 +156,7 @@ class Services(Lifecycle):
         where = ", ".join(job.domains)
         self._transition(act, JobStatus.RUNNING, message=f"starting on {where}{attempt}")
         for replica in job.replicas:
-            try:
-                self._launch_replica(act, replica)
-            except LaunchError as err:
-                self._set_replica(act, replica, R.EXITED, f"could not start: {err}")
-                self._end_service(
-                    act,
-                    JobStatus.FAILED,
-                    Reason.LAUNCH_FAILED,
-                    f"replica {replica.index} could not start: {err}",
-                )
+            if not self._launch_or_fail(act, replica, "start"):
                 return
 
     def _ports_in_use(self) -> set[int]:
@@ -202,6 +193,21 @@ class Services(Lifecycle):
             act, replica, R.STARTING, f"pid {pid} started; waiting for port {port} to accept"
         )
         self._watch_port(act, replica)
+
+    def _launch_or_fail(self, act: _Active, replica: Replica, verb: str) -> bool:
+        """Launch a replica; if it cannot start, fail the service with the reason."""
+        try:
+            self._launch_replica(act, replica)
+        except LaunchError as err:
+            self._set_replica(act, replica, R.EXITED, f"could not {verb}: {err}")
+            self._end_service(
+                act,
+                JobStatus.FAILED,
+                Reason.LAUNCH_FAILED,
+                f"replica {replica.index} could not {verb}: {err}",
+            )
+            return False
+        return True
 
     def _watch_port(self, act: _Active, replica: Replica) -> None:
         assert replica.pid is not None and replica.port is not None
@@ -341,16 +347,7 @@ class Services(Lifecycle):
         if replica.state is not R.BACKOFF:
             return
         replica.restarts += 1
-        try:
-            self._launch_replica(act, replica)
-        except LaunchError as err:
-            self._set_replica(act, replica, R.EXITED, f"could not restart: {err}")
-            self._end_service(
-                act,
-                JobStatus.FAILED,
-                Reason.LAUNCH_FAILED,
-                f"replica {index} could not be restarted: {err}",
-            )
+        self._launch_or_fail(act, replica, "restart")
 
     # -- stopping -----------------------------------------------------------------------------
 
@@ -505,15 +502,8 @@ class Services(Lifecycle):
                 act.restart_timers[replica.index] = self.service_clock.call_later(
                     delay, functools.partial(self._restart_replica, job.id, replica.index)
                 )
-            elif replica.state is R.PENDING:
-                try:
-                    self._launch_replica(act, replica)
-                except LaunchError as err:
-                    self._set_replica(act, replica, R.EXITED, f"could not start: {err}")
-                    self._end_service(
-                        act, JobStatus.FAILED, Reason.LAUNCH_FAILED, f"could not start: {err}"
-                    )
-                    return
+            elif replica.state is R.PENDING and not self._launch_or_fail(act, replica, "start"):
+                return
         if interrupted_stop and act.end is None:
             # The engine stopped while the service was stopping; the reason did not survive.
             self._end_service(
