@@ -547,3 +547,27 @@ async def test_replica_that_cannot_start_or_restart_fails_the_service(
     assert done.status is JobStatus.FAILED
     assert done.termination_reason is TerminationReason.LAUNCH_FAILED
     assert done.message.startswith("replica 0 could not restart: ") and str(workdir) in done.message
+
+
+async def test_restarted_engine_resumes_watching_a_starting_replicas_port(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    engine = await make_engine(simulate=None)
+    gate = tmp_path / "gate"
+    server = " ".join(HTTP_SERVER)
+    job = await engine.submit(
+        {"kind": "service", "shell": f"while [ ! -e {gate} ]; do sleep 0.02; done; "
+         f"exec {server} $PORT"}
+    )  # fmt: skip
+    replica = _replicas(engine, job.id)[0]
+    port, pid = replica.port, replica.pid
+    await engine.stop()  # before the server listens: the next engine must find out
+    again = await make_engine(simulate=None)
+    live = await again.get(job.id)
+    assert live.replicas[0].state is ReplicaState.STARTING
+    assert live.replicas[0].pid == pid and live.replicas[0].port == port
+    gate.touch()
+    await eventually(lambda: _all_up(again, job.id), timeout=20)
+    assert (await again.get(job.id)).replicas[0].endpoint == f"127.0.0.1:{port}"
+    await again.cancel(job.id)
+    await again.wait(job.id, timeout=20)
