@@ -394,3 +394,26 @@ async def test_batch_submit_drains(make_engine: EngineFactory) -> None:
         assert (await engine.wait(job.id, timeout=20)).status is JobStatus.COMPLETED
     counts = await engine.store.count_by_status()
     assert counts == {"completed": 50}
+
+
+async def test_killing_the_wrapper_leaves_nothing_of_the_job_running(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine()
+    job = await engine.submit({"command": ["sleep", "300"], "gpus": 1})
+    (command,) = psutil.Process(job.pid).children()
+    os.kill(job.pid, signal.SIGKILL)  # the wrapper dies without recording a status
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.FAILED and done.exit_code == 137
+    await eventually(lambda: pid_gone(command.pid))  # the GPU slot is not given away to it
+
+
+async def test_background_children_do_not_outlive_their_job(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine()
+    pidfile = tmp_path / "bg.pid"
+    job = await engine.submit({"shell": f"sleep 300 & echo $! > {pidfile}; exit 0"})
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.COMPLETED
+    await eventually(lambda: pidfile.exists() and pid_gone(int(pidfile.read_text())))

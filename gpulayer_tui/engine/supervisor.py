@@ -303,6 +303,7 @@ class Supervisor:
         timer = self._kill_timers.pop(key, None)
         if timer is not None:
             timer.cancel()
+        self._stop_leftovers(watch)
         code = read_exit_file(exit_path(self.jobs_dir, key))
         if code is not None:
             if watch.popen is not None:
@@ -315,6 +316,24 @@ class Supervisor:
         if returncode is not None and returncode < 0:
             returncode = 128 - returncode  # killed by signal N -> 128+N, as a shell says
         self._on_exit(key, Exit(returncode, recorded=False))
+
+    @staticmethod
+    def _stop_leftovers(watch: _Watch) -> None:
+        """SIGKILL what is left in an ended job's process group.
+
+        The job is over once its wrapper ends; anything still in its group (the command
+        itself when the wrapper was killed, or children left in the background) would run
+        on untracked, holding GPU memory and ports the scheduler has already given away.
+        This is done only for our own unreaped child: its pid, which is the group id,
+        cannot be reused before we reap it, so the signal cannot reach a stranger. (A
+        wrapper re-attached after an engine restart was reaped by init already.)
+        """
+        if not watch.group or watch.popen is None or watch.popen.returncode is not None:
+            return
+        try:
+            os.killpg(watch.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def pids(self) -> dict[TaskKey, int]:
         """``{key: leader pid}`` of every watched process."""
