@@ -371,3 +371,24 @@ def test_a_flood_of_submissions_is_accepted_or_refused_never_dropped(
     queued = "/v1/jobs?status=queued,pending&limit=10"
     wait_for(lambda: not request(paths.socket, "GET", queued)[1]["jobs"], timeout=60)
     assert "Traceback" not in served.stop()
+
+
+async def test_adoption_that_cannot_be_recorded_is_undone_and_the_pid_left_alone(
+    make_engine: EngineFactory, sleeper: int
+) -> None:
+    engine = await make_engine()
+    await _break_writes(engine, "read-only")
+    with pytest.raises(StoreError, match="attempt to write a readonly database"):
+        await engine.adopt(sleeper)
+    assert psutil.pid_exists(sleeper)  # never signalled
+    assert engine.supervisor.pids() == {}  # no longer watched
+    assert not any(a.job.kind.value == "adopted" for a in engine._active.values())
+    await _mend_writes(engine, "read-only")
+    await eventually(lambda: engine.store.failure is None)
+    (row,) = _db_rows(engine.paths, "SELECT kind, status, message FROM jobs")
+    assert row[0] == "adopted" and row[1] == "cancelled"
+    assert row[2].startswith("not recorded: database write failed: attempt to write")
+    assert row[2].endswith("; pid left alone")
+    # it can be adopted again once writes work
+    again = await engine.adopt(sleeper)
+    assert again.status is JobStatus.RUNNING

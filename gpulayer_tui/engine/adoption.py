@@ -26,6 +26,7 @@ from .restore import Restore
 from .sampler import Sampler
 from .scheduler import Request
 from .spec import SpecError
+from .store import StoreError
 from .supervisor import open_pidfd
 
 Reason = TerminationReason
@@ -130,8 +131,23 @@ class Adoption(Restore):
         else:
             assert snapshot is not None
             job = self._accept(snapshot, pidfd, name, vram_gb, domains, requester_uid)
-        await self.store.flush()
+        try:
+            await self.store.flush()
+        except StoreError as err:
+            self._unadopt(job, f"not recorded: {err}")
+            raise
         return job
+
+    def _unadopt(self, job: Job, message: str) -> None:
+        """An adoption that could not be recorded is undone: stop watching the process
+        (never signal it: it was not ours to start) and end the job ``cancelled``."""
+        act = self._active.get(job.id)
+        if act is None or job.status is not JobStatus.RUNNING:
+            return
+        self.supervisor.forget(job.id)
+        if job.pid is not None:
+            self._roots.pop(job.pid, None)
+        self._finish(act, JobStatus.CANCELLED, Reason.CANCELLED, f"{message}; pid left alone")
 
     def _refusal(
         self,

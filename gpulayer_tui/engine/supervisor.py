@@ -335,6 +335,15 @@ class Supervisor:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def forget(self, key: TaskKey) -> None:
+        """Stop watching a process without signalling it (an adoption that is undone)."""
+        watch = self._watches.pop(key, None)
+        if watch is not None:
+            self._unwatch(watch)
+        timer = self._kill_timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+
     def pids(self) -> dict[TaskKey, int]:
         """``{key: leader pid}`` of every watched process."""
         return {key: w.pid for key, w in self._watches.items()}
