@@ -28,9 +28,10 @@ Errors are ``{"error": "..."}`` with 400 (bad input), 403 (this uid may not do t
 too many submissions at once or too many active jobs; retry later) or 503 (the engine
 refuses new work, e.g. its database cannot be written).
 
-Access: every request's peer credentials are read with ``SO_PEERCRED``. The engine's own
-user and root may do everything; uids and groups listed in ``[security]`` may use the API
-but cancel only their own jobs, and may not drain, release or reload; anyone else gets 403.
+Access (:mod:`.access`): every request's peer credentials are read with ``SO_PEERCRED``.
+The engine's own user and root may do everything; uids and groups listed in ``[security]``
+may use the API but cancel only their own jobs, and may not drain, release or reload;
+anyone else gets 403.
 """
 
 from __future__ import annotations
@@ -38,10 +39,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import pwd
-import socket
 import sqlite3
-import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +47,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .config import SecuritySettings
+from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
 from .engine import Engine, JobNotActive, Overloaded
 from .health import DomainRefused
 from .lifecycle import UnknownJob
@@ -75,10 +73,6 @@ class _Gate:
 
 
 GATE_KEY: web.AppKey[_Gate] = web.AppKey("gate", _Gate)
-
-
-class Forbidden(RuntimeError):
-    """This caller may not do this (403); the message names the uid and the rule."""
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -111,68 +105,6 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise
         # Unknown route or method: answer in JSON like every other error.
         return _error(err.status, f"{request.method} {request.path}: {err.reason}")
-
-
-_PEERCRED = "iII"  # struct ucred: pid_t pid; uid_t uid; gid_t gid
-
-
-def peer_creds(request: web.Request) -> tuple[int, int, int] | None:
-    """``(pid, uid, gid)`` of the connecting process, from ``SO_PEERCRED``."""
-    sock = request.transport.get_extra_info("socket") if request.transport else None
-    if sock is None or sock.family != socket.AF_UNIX:
-        return None
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize(_PEERCRED))
-    pid, uid, gid = struct.unpack(_PEERCRED, raw)
-    return int(pid), int(uid), int(gid)
-
-
-def peer_uid(request: web.Request) -> int | None:
-    """The connecting process's uid, from ``SO_PEERCRED`` on the Unix socket."""
-    creds = peer_creds(request)
-    return creds[1] if creds is not None else None
-
-
-def user_name(uid: int) -> str:
-    """``uid 1000 (ana)``, or ``uid 1000`` where the user database has no name."""
-    try:
-        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
-    except (KeyError, OverflowError):
-        return f"uid {uid}"
-
-
-def _peer_groups(pid: int, gid: int) -> set[int]:
-    """The peer's primary gid plus its supplementary groups (from /proc, if readable)."""
-    groups = {gid}
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("Groups:"):
-                    groups.update(int(g) for g in line.split()[1:] if g.isdigit())
-                    break
-    except OSError:
-        pass
-    return groups
-
-
-def is_admin(uid: int | None) -> bool:
-    """The engine's own user and root may do everything (jobs run as the engine's user)."""
-    return uid is not None and uid in (0, os.geteuid())
-
-
-def access_refusal(security: SecuritySettings, creds: tuple[int, int, int] | None) -> str | None:
-    """Why this peer may not use the engine at all, or ``None`` if it may."""
-    if creds is None:
-        return "the caller cannot be identified (SO_PEERCRED works on the Unix socket only)"
-    pid, uid, gid = creds
-    if is_admin(uid) or uid in security.allowed_uids:
-        return None
-    if security.allowed_groups and _peer_groups(pid, gid) & security.group_ids():
-        return None
-    return (
-        f"{user_name(uid)} may not use this engine: it serves {user_name(os.geteuid())}; "
-        "list the uid in [security] allowed_uids, or one of its groups in allowed_groups, "
-        "of the engine's config.toml"
-    )
 
 
 @web.middleware
