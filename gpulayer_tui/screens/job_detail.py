@@ -16,7 +16,7 @@ from textual.widgets import Footer, Label, Static
 from ..backend import BackendError, ConnectionLost
 from ..formatting import duration, replica_health, replica_state
 from ..widgets.engine_status import EngineStatus
-from ..widgets.job_table import ACTIVE_STATUSES, command_text, reason_prefix, runtime_seconds
+from ..widgets.job_columns import ACTIVE_STATUSES, command_text, reason_prefix, runtime_seconds
 from ..widgets.log_tail import LogTail
 from ..widgets.timeline import STATUS_STYLES, Timeline, clock_time
 from .jobs import ask_to_cancel

@@ -15,7 +15,8 @@ from textual.widgets import Footer, Input, Label
 
 from ..backend import BackendError
 from ..widgets.engine_status import EngineStatus
-from ..widgets.job_table import ACTIVE_STATUSES, SORTS, STATUS_FILTERS, JobTable
+from ..widgets.job_columns import ACTIVE_STATUSES, SORTS, STATUS_FILTERS
+from ..widgets.job_table import JobTable
 from .dialogs import ConfirmScreen
 
 FILTER_DEBOUNCE = 0.15

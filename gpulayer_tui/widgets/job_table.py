@@ -15,11 +15,9 @@ Built for a long history (10,000 jobs and more):
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from rich.console import Console, ConsoleOptions
 from rich.style import Style
@@ -40,97 +38,32 @@ from textual.widgets.data_table import (
 
 from ..formatting import duration
 from ..job_store import JobStore
-
-ACTIVE_STATUSES = frozenset({"pending", "queued", "running"})
-
-STATUS_FILTERS: dict[str, frozenset[str] | None] = {
-    "all": None,
-    "active": ACTIVE_STATUSES,
-    "queued": frozenset({"pending", "queued"}),
-    "running": frozenset({"running"}),
-    "failed": frozenset({"failed", "orphaned"}),
-    "completed": frozenset({"completed"}),
-    "cancelled": frozenset({"cancelled"}),
-}
-"""The status filter's choices, in the order ``f`` cycles through them."""
-
-SORTS: dict[str, tuple[str, bool]] = {
-    "id": ("newest", True),
-    "status": ("status", False),
-    "name": ("name", False),
-    "started": ("started", True),
-    "runtime": ("runtime", True),
-    "vram": ("VRAM", True),
-}
-"""Sort keys: column key -> (label, whether it starts descending), in cycling order."""
-
-# Where each status sorts when sorting by status: what needs attention first.
-_STATUS_RANK = {
-    "running": 0,
-    "queued": 1,
-    "pending": 2,
-    "failed": 3,
-    "orphaned": 4,
-    "cancelled": 5,
-    "completed": 6,
-}
-
-_KILL_AFTER = re.compile(r"SIGKILL after [0-9.]+ s")
-
-# Termination reasons that the message already says (no prefix needed).
-_UNSPOKEN_REASONS = frozenset({"exit_code", "cancelled"})
+from .job_columns import (
+    BY_KEY,
+    COLUMNS,
+    KILL_AFTER,
+    LAYOUTS,
+    MIN_MESSAGE_WIDTH,
+    SORTS,
+    STATUS_FILTERS,
+    STATUS_RANK,
+    ColumnSpec,
+    Parts,
+    command_text,
+    gpus_text,
+    job_spec,
+    kind_parts,
+    reason_prefix,
+    runtime_seconds,
+    started_text,
+    vram_text,
+)
 
 # Beyond this many rows leaving the table in one sync, rebuilding is cheaper than
 # removing them one at a time (each removal renumbers every row).
 _REMOVE_IN_PLACE_LIMIT = 64
 # Likewise for changed rows: each in-place update touches every cell of its row.
 _UPDATE_IN_PLACE_LIMIT = 2_000
-
-Justify = Literal["left", "right"]
-
-
-@dataclass(frozen=True, slots=True)
-class _Column:
-    key: str
-    label: str
-    width: int  # 0: the flexible message column
-    justify: Justify = "left"
-
-
-_COLUMNS = (
-    _Column("id", "ID", 5, "right"),
-    _Column("name", "NAME", 16),
-    _Column("kind", "KIND", 7),
-    _Column("status", "STATUS", 9),
-    _Column("message", "REASON / MESSAGE", 0),
-    _Column("domains", "DOMAINS", 9),
-    _Column("gpus", "GPUS", 4, "right"),
-    _Column("vram", "VRAM", 5, "right"),
-    _Column("started", "STARTED", 8),
-    _Column("runtime", "RUNTIME", 7, "right"),
-    _Column("exit", "EXIT", 4, "right"),
-)
-_BY_KEY = {c.key: c for c in _COLUMNS}
-
-
-@dataclass(frozen=True, slots=True)
-class _Layout:
-    min_width: int
-    hidden: frozenset[str]
-    name_width: int
-
-
-# Narrower terminals drop the columns that matter least (the detail view has them all)
-# and keep the message column readable: it says why a job waits or how it ended.
-_LAYOUTS = (
-    _Layout(130, frozenset(), 16),
-    _Layout(100, frozenset({"kind", "started"}), 14),
-    _Layout(0, frozenset({"kind", "domains", "vram", "started", "exit"}), 12),
-)
-_MIN_MESSAGE_WIDTH = 16
-
-Parts = tuple[tuple[str, str], ...]
-"""A cell's text as (text, component class or "") pieces."""
 
 
 class _Cell:
@@ -156,79 +89,10 @@ class _Cell:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
         table = self.table
-        text = Text(no_wrap=True, overflow="ellipsis", justify=_BY_KEY[self.key].justify, end="")
+        text = Text(no_wrap=True, overflow="ellipsis", justify=BY_KEY[self.key].justify, end="")
         for part, component in table.cell_parts(self.job, self.key):
             text.append(part, table.component_style(component) if component else None)
         yield text
-
-
-def _job_spec(job: dict[str, Any]) -> dict[str, Any]:
-    spec = job.get("spec")
-    return spec if isinstance(spec, dict) else {}
-
-
-def command_text(job: dict[str, Any]) -> str:
-    """The job's command as one line (argv joined, or the shell line)."""
-    spec = _job_spec(job)
-    command = spec.get("command")
-    if command:
-        return " ".join(str(word) for word in command)
-    return str(spec.get("shell") or "")
-
-
-def gpus_text(job: dict[str, Any]) -> str:
-    """Assigned GPU indices (``0,1``), else the requested count (times sign, 2), else empty."""
-    if job.get("gpus"):
-        return ",".join(str(g) for g in job["gpus"])
-    wanted = _job_spec(job).get("gpus")
-    return f"\N{MULTIPLICATION SIGN}{wanted}" if wanted else ""
-
-
-def vram_text(job: dict[str, Any]) -> str:
-    """GiB per GPU from the spec (``20``, ``0.5``), or empty."""
-    vram = _job_spec(job).get("vram_gb")
-    return "" if vram is None else f"{vram:g}"
-
-
-def runtime_seconds(job: dict[str, Any], now: float) -> float | None:
-    """Seconds from start to end (or to ``now`` while it runs); None if it never started."""
-    started = job.get("started_at")
-    if not started:
-        return None
-    return max(0.0, float(job.get("ended_at") or now) - float(started))
-
-
-def started_text(started: float | None, now: float) -> str:
-    """Local ``HH:MM:SS`` if it started on ``now``'s day, else the date."""
-    if not started:
-        return ""
-    when = time.localtime(started)
-    today = time.localtime(now)
-    if when[:3] == today[:3]:
-        return time.strftime("%H:%M:%S", when)
-    if when.tm_year == today.tm_year:
-        return time.strftime("%b %d", when)
-    return time.strftime("%y-%m-%d", when)
-
-
-def kind_parts(job: dict[str, Any]) -> Parts:
-    """The kind column: a running service shows its replica health (``svc 2/2``)."""
-    kind = str(job.get("kind", ""))
-    replicas = job.get("replicas") or []
-    if kind != "service" or job.get("status") != "running" or not replicas:
-        return ((kind, "jobtable--muted"),)
-    up = sum(1 for r in replicas if r.get("state") == "up")
-    health = f"{up}/{len(replicas)}"
-    text = f"svc {health}" if len(health) <= 3 else health  # fits the 7-cell column
-    return ((text, "jobtable--replicas-up" if up == len(replicas) else "jobtable--replicas-down"),)
-
-
-def reason_prefix(job: dict[str, Any]) -> str:
-    """The termination reason, when the message does not already say it."""
-    reason = job.get("termination_reason")
-    if not reason or reason in _UNSPOKEN_REASONS:
-        return ""
-    return str(reason).replace("_", " ")
 
 
 class JobTable(DataTable[Any]):
@@ -315,7 +179,7 @@ class JobTable(DataTable[Any]):
         self._status_filter = "all"
         self._sort_key = "id"
         self._sort_reverse = True
-        self._layout = _LAYOUTS[0]
+        self._layout = LAYOUTS[0]
         self._message_width = 40
 
     # -- public state -----------------------------------------------------------------------
@@ -527,7 +391,7 @@ class JobTable(DataTable[Any]):
             if job.get("kill_at") and job.get("status") == "running":
                 # Being stopped: count down to the SIGKILL (refreshed every second).
                 left = max(0.0, float(job["kill_at"]) - self._now())
-                message = _KILL_AFTER.sub(f"SIGKILL in {left:.0f} s", message)
+                message = KILL_AFTER.sub(f"SIGKILL in {left:.0f} s", message)
             muted = "jobtable--muted" if job.get("status") == "completed" else ""
             prefix = reason_prefix(job)
             if not prefix:
@@ -549,10 +413,10 @@ class JobTable(DataTable[Any]):
             return (("" if code is None else str(code), "" if code == 0 else "jobtable--reason"),)
         raise KeyError(key)
 
-    def _visible_columns(self) -> list[_Column]:
-        return [c for c in _COLUMNS if c.key not in self._layout.hidden]
+    def _visible_columns(self) -> list[ColumnSpec]:
+        return [c for c in COLUMNS if c.key not in self._layout.hidden]
 
-    def _width(self, column: _Column) -> int:
+    def _width(self, column: ColumnSpec) -> int:
         if column.key == "name":
             return self._layout.name_width
         return column.width or self._message_width
@@ -649,7 +513,7 @@ class JobTable(DataTable[Any]):
         key = self._sort_key
         job_id = job["id"]
         if key == "status":
-            return (_STATUS_RANK.get(job.get("status", ""), 9), -job_id)
+            return (STATUS_RANK.get(job.get("status", ""), 9), -job_id)
         if key == "name":
             return (str(job.get("name", "")).lower(), -job_id)
         if key == "started":
@@ -657,7 +521,7 @@ class JobTable(DataTable[Any]):
         if key == "runtime":
             return (runtime_seconds(job, now) or 0.0, job_id)
         if key == "vram":
-            return (_job_spec(job).get("vram_gb") or 0.0, job_id)
+            return (job_spec(job).get("vram_gb") or 0.0, job_id)
         return (job_id,)
 
     def _sort(self, now: float) -> None:
@@ -677,7 +541,7 @@ class JobTable(DataTable[Any]):
             cached = self._column_order = (len(self.columns), super().ordered_columns)
         return cached[1]
 
-    def _label(self, column: _Column) -> Text:
+    def _label(self, column: ColumnSpec) -> Text:
         label = column.label
         if column.key == self._sort_key:
             label += " ▼" if self._sort_reverse else " ▲"
@@ -694,12 +558,12 @@ class JobTable(DataTable[Any]):
 
     def _fit_columns(self, width: int) -> None:
         """Choose the columns for this width and give the message column what is left."""
-        layout = next(layout for layout in _LAYOUTS if width >= layout.min_width)
-        visible = [c for c in _COLUMNS if c.key not in layout.hidden]
+        layout = next(layout for layout in LAYOUTS if width >= layout.min_width)
+        visible = [c for c in COLUMNS if c.key not in layout.hidden]
         fixed = sum(layout.name_width if c.key == "name" else c.width for c in visible)
         padding = 2 * self.cell_padding * len(visible)
         gutter = self.styles.scrollbar_size_vertical
-        message_width = max(_MIN_MESSAGE_WIDTH, width - gutter - fixed - padding)
+        message_width = max(MIN_MESSAGE_WIDTH, width - gutter - fixed - padding)
         if layout != self._layout:
             self._layout = layout
             self._message_width = message_width

@@ -1,0 +1,165 @@
+"""What the jobs table shows: its columns, layouts, filters, sorts and cell texts.
+
+Pure data and formatting (no widget), shared by the table and the job detail view.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+ACTIVE_STATUSES = frozenset({"pending", "queued", "running"})
+
+STATUS_FILTERS: dict[str, frozenset[str] | None] = {
+    "all": None,
+    "active": ACTIVE_STATUSES,
+    "queued": frozenset({"pending", "queued"}),
+    "running": frozenset({"running"}),
+    "failed": frozenset({"failed", "orphaned"}),
+    "completed": frozenset({"completed"}),
+    "cancelled": frozenset({"cancelled"}),
+}
+"""The status filter's choices, in the order ``f`` cycles through them."""
+
+SORTS: dict[str, tuple[str, bool]] = {
+    "id": ("newest", True),
+    "status": ("status", False),
+    "name": ("name", False),
+    "started": ("started", True),
+    "runtime": ("runtime", True),
+    "vram": ("VRAM", True),
+}
+"""Sort keys: column key -> (label, whether it starts descending), in cycling order."""
+
+# Where each status sorts when sorting by status: what needs attention first.
+STATUS_RANK = {
+    "running": 0,
+    "queued": 1,
+    "pending": 2,
+    "failed": 3,
+    "orphaned": 4,
+    "cancelled": 5,
+    "completed": 6,
+}
+
+KILL_AFTER = re.compile(r"SIGKILL after [0-9.]+ s")
+
+# Termination reasons that the message already says (no prefix needed).
+UNSPOKEN_REASONS = frozenset({"exit_code", "cancelled"})
+
+Justify = Literal["left", "right"]
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnSpec:
+    key: str
+    label: str
+    width: int  # 0: the flexible message column
+    justify: Justify = "left"
+
+
+COLUMNS = (
+    ColumnSpec("id", "ID", 5, "right"),
+    ColumnSpec("name", "NAME", 16),
+    ColumnSpec("kind", "KIND", 7),
+    ColumnSpec("status", "STATUS", 9),
+    ColumnSpec("message", "REASON / MESSAGE", 0),
+    ColumnSpec("domains", "DOMAINS", 9),
+    ColumnSpec("gpus", "GPUS", 4, "right"),
+    ColumnSpec("vram", "VRAM", 5, "right"),
+    ColumnSpec("started", "STARTED", 8),
+    ColumnSpec("runtime", "RUNTIME", 7, "right"),
+    ColumnSpec("exit", "EXIT", 4, "right"),
+)
+BY_KEY = {c.key: c for c in COLUMNS}
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    min_width: int
+    hidden: frozenset[str]
+    name_width: int
+
+
+# Narrower terminals drop the columns that matter least (the detail view has them all)
+# and keep the message column readable: it says why a job waits or how it ended.
+LAYOUTS = (
+    Layout(130, frozenset(), 16),
+    Layout(100, frozenset({"kind", "started"}), 14),
+    Layout(0, frozenset({"kind", "domains", "vram", "started", "exit"}), 12),
+)
+MIN_MESSAGE_WIDTH = 16
+
+Parts = tuple[tuple[str, str], ...]
+"""A cell's text as (text, component class or "") pieces."""
+
+
+def job_spec(job: dict[str, Any]) -> dict[str, Any]:
+    spec = job.get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def command_text(job: dict[str, Any]) -> str:
+    """The job's command as one line (argv joined, or the shell line)."""
+    spec = job_spec(job)
+    command = spec.get("command")
+    if command:
+        return " ".join(str(word) for word in command)
+    return str(spec.get("shell") or "")
+
+
+def gpus_text(job: dict[str, Any]) -> str:
+    """Assigned GPU indices (``0,1``), else the requested count (times sign, 2), else empty."""
+    if job.get("gpus"):
+        return ",".join(str(g) for g in job["gpus"])
+    wanted = job_spec(job).get("gpus")
+    return f"\N{MULTIPLICATION SIGN}{wanted}" if wanted else ""
+
+
+def vram_text(job: dict[str, Any]) -> str:
+    """GiB per GPU from the spec (``20``, ``0.5``), or empty."""
+    vram = job_spec(job).get("vram_gb")
+    return "" if vram is None else f"{vram:g}"
+
+
+def runtime_seconds(job: dict[str, Any], now: float) -> float | None:
+    """Seconds from start to end (or to ``now`` while it runs); None if it never started."""
+    started = job.get("started_at")
+    if not started:
+        return None
+    return max(0.0, float(job.get("ended_at") or now) - float(started))
+
+
+def started_text(started: float | None, now: float) -> str:
+    """Local ``HH:MM:SS`` if it started on ``now``'s day, else the date."""
+    if not started:
+        return ""
+    when = time.localtime(started)
+    today = time.localtime(now)
+    if when[:3] == today[:3]:
+        return time.strftime("%H:%M:%S", when)
+    if when.tm_year == today.tm_year:
+        return time.strftime("%b %d", when)
+    return time.strftime("%y-%m-%d", when)
+
+
+def kind_parts(job: dict[str, Any]) -> Parts:
+    """The kind column: a running service shows its replica health (``svc 2/2``)."""
+    kind = str(job.get("kind", ""))
+    replicas = job.get("replicas") or []
+    if kind != "service" or job.get("status") != "running" or not replicas:
+        return ((kind, "jobtable--muted"),)
+    up = sum(1 for r in replicas if r.get("state") == "up")
+    health = f"{up}/{len(replicas)}"
+    text = f"svc {health}" if len(health) <= 3 else health  # fits the 7-cell column
+    return ((text, "jobtable--replicas-up" if up == len(replicas) else "jobtable--replicas-down"),)
+
+
+def reason_prefix(job: dict[str, Any]) -> str:
+    """The termination reason, when the message does not already say it."""
+    reason = job.get("termination_reason")
+    if not reason or reason in UNSPOKEN_REASONS:
+        return ""
+    return str(reason).replace("_", " ")
