@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import sys
 import time
 import urllib.request
@@ -571,3 +572,21 @@ async def test_restarted_engine_resumes_watching_a_starting_replicas_port(
     assert (await again.get(job.id)).replicas[0].endpoint == f"127.0.0.1:{port}"
     await again.cancel(job.id)
     await again.wait(job.id, timeout=20)
+
+
+async def test_service_with_an_unreadable_stored_spec_is_watched_but_never_restarted(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine(simulate=None)
+    job = await engine.submit(_service(["sleep", "600"], port=False))
+    pid = _replicas(engine, job.id)[0].pid
+    await engine.stop()
+    with sqlite3.connect(engine.paths.database) as db:  # as a newer, stricter version would
+        db.execute("UPDATE jobs SET spec = json_set(spec, '$.bogus', 1) WHERE id = ?", (job.id,))
+    again = await make_engine(simulate=None)
+    live = await again.get(job.id)
+    assert live.status is JobStatus.RUNNING and live.replicas[0].pid == pid  # re-attached
+    os.killpg(pid, signal.SIGTERM)
+    done = await again.wait(job.id, timeout=20)
+    assert done.status is JobStatus.FAILED
+    assert "not restarted (its stored spec can no longer be read)" in done.message

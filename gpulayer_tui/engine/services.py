@@ -197,6 +197,8 @@ class Services(Lifecycle):
     def _launch_or_fail(self, act: _Active, replica: Replica, verb: str) -> bool:
         """Launch a replica; if it cannot start, fail the service with the reason."""
         try:
+            if act.spec is None:  # restored from a row this version cannot parse
+                raise LaunchError("its stored spec can no longer be read")
             self._launch_replica(act, replica)
         except LaunchError as err:
             self._set_replica(act, replica, R.EXITED, f"could not {verb}: {err}")
@@ -297,16 +299,13 @@ class Services(Lifecycle):
                 self._set_replica(act, replica, R.EXITED, f"stopped ({what})", code)
             self._settle_service(act)
             return
-        spec = act.spec
-        assert spec is not None
         now = self.service_clock.now()
         if replica.started_at is not None and now - replica.started_at >= (
             self.config.services.steady_after
         ):
             replica.backoff_step = 0  # it ran steadily: a fresh crash starts at 1 s again
-        wants = spec.restart_policy == "always" or code != 0
-        allowed = spec.max_restarts is None or replica.restarts < spec.max_restarts
-        if wants and allowed:
+        why = self._no_restart_because(act, replica, code)
+        if why is None:
             delay = backoff_delay(replica.backoff_step)
             replica.backoff_step += 1
             replica.next_restart_at = now + delay
@@ -321,10 +320,6 @@ class Services(Lifecycle):
                 delay, functools.partial(self._restart_replica, job_id, index)
             )
             return
-        if not wants:
-            why = f"restart = {spec.restart_policy}"
-        else:
-            why = f"max_restarts = {spec.max_restarts} reached"
         self._set_replica(act, replica, R.EXITED, f"{what}; not restarted ({why})", code)
         if code == 0:
             status, reason = JobStatus.COMPLETED, Reason.EXIT_CODE
@@ -337,6 +332,19 @@ class Services(Lifecycle):
         others = " (the other replicas were stopped)" if len(act.job.replicas) > 1 else ""
         message = f"replica {index} {what}; not restarted ({why}){others}"
         self._end_service(act, status, reason, message, code)
+
+    @staticmethod
+    def _no_restart_because(act: _Active, replica: Replica, code: int | None) -> str | None:
+        """Why the policy says this exit is final, or ``None`` to restart the replica."""
+        spec = act.spec
+        if spec is None:
+            # Restored from a row this version cannot parse: no policy to apply.
+            return "its stored spec can no longer be read"
+        if spec.restart_policy != "always" and code == 0:
+            return f"restart = {spec.restart_policy}"
+        if spec.max_restarts is not None and replica.restarts >= spec.max_restarts:
+            return f"max_restarts = {spec.max_restarts} reached"
+        return None
 
     def _restart_replica(self, job_id: int, index: int) -> None:
         act = self._active.get(job_id)
