@@ -247,3 +247,28 @@ def test_serve_without_a_driver_says_so_once(served: Served) -> None:
     assert over.returncode == 1 and "this machine has no GPUs" in over.stderr
     err = served.stop()
     assert err.count("No NVIDIA driver") == 1 and "Traceback" not in err
+
+
+def test_batch_file_lines_run_as_argv_unless_they_need_a_shell(served: Served) -> None:
+    served.start("--simulate", "2xA100-80GB")
+    lines = [
+        "echo plain words",  # a program on PATH with plain words: argv, no extra shell
+        "true --flag=x,y:z",
+        'echo "$HOME"',  # quotes and expansion: a shell line
+        "exit 3",  # a builtin, not a program: a shell line
+        "./run.sh",  # a path (resolved from the job's cwd): a shell line
+        "FOO=1 env",  # an assignment: a shell line
+        "echo a > out.txt",  # a redirection: a shell line
+    ]
+    out = served.cli("submit", "--file", "-", "--json", input="\n".join(lines) + "\n")
+    assert out.returncode == 0, out.stderr
+    specs = [job["spec"] for job in json.loads(out.stdout)]
+    assert [s.get("command") for s in specs[:2]] == [
+        ["echo", "plain", "words"],
+        ["true", "--flag=x,y:z"],
+    ]
+    assert [s.get("shell") for s in specs[2:]] == lines[2:]
+    ids = [str(job["id"]) for job in json.loads(out.stdout)]
+    assert served.cli("wait", ids[0]).returncode == 0
+    assert served.cli("logs", ids[0]).stdout == "plain words\n"
+    assert served.cli("wait", ids[3]).returncode == 1

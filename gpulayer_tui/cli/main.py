@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--file",
         metavar="PATH",
-        help="submit one job per line of PATH ('-' = stdin), each a shell line",
+        help="submit one job per line of PATH ('-' = stdin); lines with shell syntax run in sh",
     )
     p.add_argument(
         "--spec",
