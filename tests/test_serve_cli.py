@@ -258,7 +258,7 @@ def test_batch_file_lines_run_as_argv_unless_they_need_a_shell(served: Served) -
         "exit 3",  # a builtin, not a program: a shell line
         "./run.sh",  # a path (resolved from the job's cwd): a shell line
         "FOO=1 env",  # an assignment: a shell line
-        "echo a > out.txt",  # a redirection: a shell line
+        "echo a > /dev/null",  # a redirection: a shell line
     ]
     out = served.cli("submit", "--file", "-", "--json", input="\n".join(lines) + "\n")
     assert out.returncode == 0, out.stderr
