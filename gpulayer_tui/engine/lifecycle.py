@@ -90,6 +90,22 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
+def exit_verdict(code: int | None) -> tuple[JobStatus, TerminationReason, str]:
+    """How a process that ended with ``code`` (128+N: signal N) ends its job."""
+    if code == 0:
+        return JobStatus.COMPLETED, Reason.EXIT_CODE, "exited with code 0"
+    if code is None:
+        return (
+            JobStatus.FAILED,
+            Reason.ENGINE_LOST,
+            "the process ended but its exit status was not recorded",
+        )
+    if 128 < code <= 128 + 64:
+        name = _signal_name(code - 128)
+        return JobStatus.FAILED, Reason.SIGNAL, f"killed by {name} (exit code {code})"
+    return JobStatus.FAILED, Reason.EXIT_CODE, f"exited with code {code}"
+
+
 class Lifecycle:
     """Job lifecycle mixin for :class:`~gpulayer_tui.engine.engine.Engine`."""
 
@@ -446,18 +462,7 @@ class Lifecycle:
             )
         if act.stop_reason is Reason.TIMEOUT:
             return JobStatus.FAILED, Reason.TIMEOUT, act.stop_message
-        if code == 0:
-            return JobStatus.COMPLETED, Reason.EXIT_CODE, "exited with code 0"
-        if code is None:
-            return (
-                JobStatus.FAILED,
-                Reason.ENGINE_LOST,
-                "the process ended but its exit status was not recorded",
-            )
-        if 128 < code <= 128 + 64:
-            name = _signal_name(code - 128)
-            return JobStatus.FAILED, Reason.SIGNAL, f"killed by {name} (exit code {code})"
-        return JobStatus.FAILED, Reason.EXIT_CODE, f"exited with code {code}"
+        return exit_verdict(code)
 
     def _finish(
         self,

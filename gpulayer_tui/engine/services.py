@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from .lifecycle import Lifecycle, Reason, _Active, _signal_name
+from .lifecycle import Lifecycle, Reason, _Active, _signal_name, exit_verdict
 from .models import (
     EventKind,
     JobKind,
@@ -321,14 +321,7 @@ class Services(Lifecycle):
             )
             return
         self._set_replica(act, replica, R.EXITED, f"{what}; not restarted ({why})", code)
-        if code == 0:
-            status, reason = JobStatus.COMPLETED, Reason.EXIT_CODE
-        elif code is None:
-            status, reason = JobStatus.FAILED, Reason.ENGINE_LOST
-        elif 128 < code <= 128 + 64:
-            status, reason = JobStatus.FAILED, Reason.SIGNAL
-        else:
-            status, reason = JobStatus.FAILED, Reason.EXIT_CODE
+        status, reason, _ = exit_verdict(code)
         others = " (the other replicas were stopped)" if len(act.job.replicas) > 1 else ""
         message = f"replica {index} {what}; not restarted ({why}){others}"
         self._end_service(act, status, reason, message, code)
