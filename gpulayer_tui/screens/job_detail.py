@@ -270,6 +270,8 @@ class JobDetailScreen(Screen[None]):
     def _show_job(self, job: dict[str, Any]) -> None:
         app: Any = self.app
         self._job = job
+        if self._widgets_gone:
+            return
         self.query_one("#fields-box").border_title = f"job {self.job_id} · {job.get('name', '')}"
         self.query_one("#field-loading").display = False
         self.query_one("#fields-box").add_class("-loaded")
@@ -332,7 +334,14 @@ class JobDetailScreen(Screen[None]):
         self._log_done = True
         self._update_log_title()
 
+    @property
+    def _widgets_gone(self) -> bool:
+        """True once the screen's widgets are going away (workers may still finish)."""
+        return not self.is_attached or not self.query(LogTail)
+
     def _update_log_title(self) -> None:
+        if self._widgets_gone:
+            return
         log = self.query_one(LogTail)
         state = "following" if log.follow else "paused (f follows)"
         if self._log_done:
