@@ -91,6 +91,13 @@ async def _all_up(engine: Engine, job_id: int) -> bool:
     return bool(job.replicas) and all(r.state is ReplicaState.UP for r in job.replicas)
 
 
+async def _command_env(wrapper_pid: int | None) -> dict[str, str]:
+    """The environment of the command under a replica's wrapper (once it has forked)."""
+    assert wrapper_pid is not None
+    children = await eventually(lambda: psutil.Process(wrapper_pid).children())
+    return dict(children[0].environ())
+
+
 def _service(command: list[str], **extra: Any) -> dict[str, Any]:
     return {"kind": "service", "command": command, **extra}
 
@@ -279,7 +286,7 @@ async def test_service_that_never_opens_its_port_stays_starting(
     stored = await engine.store.get_job(job.id)
     assert stored is not None and stored.replicas[0].state is ReplicaState.STARTING
     # $PORT was really passed
-    environ = psutil.Process(replica.pid).children()[0].environ()
+    environ = await _command_env(replica.pid)
     assert environ["PORT"] == str(replica.port) and environ["GPULAYER_REPLICA"] == "0"
 
 
@@ -339,7 +346,7 @@ async def test_gpu_replicas_go_to_distinct_domains(make_engine: EngineFactory) -
     live = await engine.get(job.id)
     assert sorted(live.domains) == ["gpu0", "gpu1"]
     assert [r.gpus for r in live.replicas] in ([[0], [1]], [[1], [0]])
-    env = psutil.Process(live.replicas[1].pid).children()[0].environ()
+    env = await _command_env(live.replicas[1].pid)
     assert env["CUDA_VISIBLE_DEVICES"] == str(live.replicas[1].gpus[0])
     # a batch job that needs a GPU now waits for the service
     batch = await engine.submit({"command": ["true"], "gpus": 1})
