@@ -278,7 +278,8 @@ class Engine(ConfigReload):
         """
         active = self._live(job_id)
         if active is not None:
-            await asyncio.wait_for(asyncio.shield(active.finished), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(active.finished)
         return await self.get(job_id)
 
     def log_path(self, job_id: int, replica: int | None = None) -> Path:

@@ -20,6 +20,7 @@ from .domain import Domain
 from .health import DomainControl
 from .models import EventKind, JobStatus, TerminationReason
 from .spec import SpecError
+from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +42,7 @@ class ConfigReload(DomainControl):
     async def stop_config_watch(self) -> None:
         """Stop following the config file."""
         if self._config_task is not None:
-            self._config_task.cancel()
-            try:
-                await self._config_task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._config_task)
             self._config_task = None
 
     async def _watch_config(self) -> None:

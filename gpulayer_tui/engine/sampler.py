@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from . import procs
 from .gpus import GpuProbe, GpuReading, ProbeResult, ProbeStatus
+from .tasks import cancel_and_wait
 
 T = TypeVar("T")
 
@@ -363,7 +364,10 @@ class Sampler:
         if busy is not None and not busy.done():
             raise _Busy(key)
         future = self._start(key, fn)
-        return await asyncio.wait_for(asyncio.shield(future), self.deadline)
+        # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that
+        # arrives just as the read completes, and the sampler task would never stop.
+        async with asyncio.timeout(self.deadline):
+            return await asyncio.shield(future)
 
     def _start(self, key: str, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         # A daemon thread per call rather than an executor: a call wedged in the driver
@@ -411,11 +415,7 @@ class Sampler:
     async def stop(self) -> None:
         """Stop ticking and release the probe."""
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await cancel_and_wait(self._task)
             self._task = None
         # Never wait for a hung read: its daemon thread is abandoned.
         if all(f.done() for f in self._threads.values()):

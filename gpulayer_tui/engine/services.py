@@ -224,9 +224,8 @@ class Services(Lifecycle):
         delay = 0.02
         while replica.pid == pid and replica.state is R.STARTING:
             try:
-                _, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, port), PROBE_TIMEOUT_S
-                )
+                async with asyncio.timeout(PROBE_TIMEOUT_S):
+                    _, writer = await asyncio.open_connection(host, port)
             except (OSError, TimeoutError):
                 await asyncio.sleep(delay)
                 delay = min(PROBE_INTERVAL_MAX_S, delay * 1.5)
