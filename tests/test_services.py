@@ -119,7 +119,7 @@ async def test_two_replicas_get_distinct_working_endpoints(
     assert len(set(endpoints)) == 2 and all(e and e.startswith("127.0.0.1:") for e in endpoints)
     for endpoint in endpoints:
         assert await asyncio.to_thread(_http_get, str(endpoint)) == 200
-    assert live.message.startswith("2/2 up on cpu")
+    assert live.message == f"2/2 up on cpu at {endpoints[0]}, {endpoints[1]}"
     # the state survives in SQLite, and the API shape carries it
     stored = await engine.store.get_job(job.id)
     assert stored is not None and [r.endpoint for r in stored.replicas] == endpoints

@@ -127,6 +127,8 @@ def _service_job(
     replicas = replica_list
     up = sum(r["state"] == "up" for r in replicas)
     message = f"{up}/{len(replicas)} up on {', '.join(d for r in replicas for d in r['domains'])}"
+    endpoints = [r["endpoint"] for r in replicas if r["state"] == "up"]
+    message += f" at {', '.join(endpoints)}" if endpoints else ""
     for r in replicas:
         if r["state"] == "backoff":
             message += f"; replica {r['index']} in back-off: {r['message']}"

@@ -270,6 +270,9 @@ class Services(Lifecycle):
         replicas = act.job.replicas
         up = sum(r.state is R.UP for r in replicas)
         text = f"{up}/{len(replicas)} up on {', '.join(act.job.domains)}"
+        endpoints = [r.endpoint for r in replicas if r.state is R.UP and r.endpoint]
+        if endpoints:
+            text += f" at {', '.join(endpoints)}"
         for r in replicas:
             if r.state is R.STARTING:
                 text += f"; replica {r.index} starting (port {r.port} not answering yet)"
