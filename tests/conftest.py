@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import pytest_textual_snapshot
 
@@ -240,3 +241,15 @@ def served(home: Path) -> Iterator[Served]:
     if server.proc is not None and server.proc.poll() is None:
         server.proc.kill()
         server.proc.wait(timeout=10)
+    kill_jobs_of(home)
+
+
+def kill_jobs_of(home: Path) -> None:
+    """Kill what jobs of this test's engine left running (jobs outlive their engine, and a
+    test that failed half-way did not cancel them): processes whose GPULAYER_HOME is ours."""
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get("GPULAYER_HOME") == str(home):
+                proc.kill()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
