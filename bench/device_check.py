@@ -1,0 +1,278 @@
+"""Check the real NVML path on a machine with an NVIDIA GPU (the prepared device script).
+
+What it does, in one run, against the real driver (never the fakes):
+
+1. NVML through ``NvmlProbe``: every device (name, UUID, memory, utilisation, processes) and
+   the read latency.
+2. A real CUDA process holding memory, started *outside* the engine (``libcuda`` through
+   ctypes: no PyTorch needed): an in-process engine on a temp state dir must count it as
+   unregistered VRAM and list it as a foreign process.
+3. The same allocator submitted as a job with ``gpus = 1``: its memory must count as owned
+   by that job (``CUDA_VISIBLE_DEVICES`` is honoured, the pid is attributed).
+4. Adopting the stray process: its memory moves from unregistered to owned.
+5. Cancelling both: the processes end and the memory is freed.
+
+Usage: ``python bench/device_check.py [--out DIR] [--gib 1]``. It writes
+``device-check.md`` and ``device-check.json`` into ``--out`` (default: the current dir) and
+prints the report. Without a driver it says so and exits 0; it exits 1 if a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpulayer_tui.engine.config import parse_config
+from gpulayer_tui.engine.engine import Engine
+from gpulayer_tui.engine.gpus import GIB, ProbeStatus
+from gpulayer_tui.engine.nvml import NvmlProbe
+from gpulayer_tui.engine.paths import Paths
+
+# A CUDA process holding memory: cuInit, a context on device 0 (as CUDA_VISIBLE_DEVICES
+# maps it), cuMemAlloc, then sleep. Prints "held" once the memory is allocated.
+ALLOCATOR = r"""
+import ctypes, sys, time
+gib, seconds = float(sys.argv[1]), float(sys.argv[2])
+cuda = ctypes.CDLL("libcuda.so.1")
+def ok(rc, what):
+    if rc != 0:
+        sys.exit(f"{what} failed with CUDA error {rc}")
+ok(cuda.cuInit(0), "cuInit")
+dev = ctypes.c_int()
+ok(cuda.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+ctx = ctypes.c_void_p()
+ok(cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev), "cuCtxCreate")
+ptr = ctypes.c_uint64()
+ok(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(int(gib * 2**30))), "cuMemAlloc")
+print("held", flush=True)
+time.sleep(seconds)
+"""
+
+
+def _check(results: dict[str, Any], name: str, ok: bool, detail: str) -> None:
+    results["checks"].append({"check": name, "ok": bool(ok), "detail": detail})
+    print(f"[{'ok' if ok else 'FAIL'}] {name}: {detail}", flush=True)
+
+
+def _devices(probe: NvmlProbe) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    result = probe.read()
+    took = time.perf_counter() - t0
+    return {
+        "status": result.status.value,
+        "message": result.message,
+        "driver_version": result.driver_version,
+        "read_ms": round(took * 1000, 2),
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "uuid": g.uuid,
+                "memory_total": g.memory_total,
+                "memory_used": g.memory_used,
+                "utilization": g.utilization,
+                "temperature": g.temperature,
+                "error": g.error,
+                "processes": [{"pid": p.pid, "used_bytes": p.used_bytes} for p in g.processes],
+            }
+            for g in result.gpus
+        ],
+    }
+
+
+def _cuda_available() -> str | None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libcuda.so.1")
+    except OSError as err:
+        return str(err)
+    return None
+
+
+async def _until(predicate: Any, timeout: float, engine: Engine) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await engine.sampler.sample_once()
+        if predicate():
+            return True
+        await asyncio.sleep(0.5)
+    return False
+
+
+def _account(engine: Engine, name: str) -> Any:
+    return engine.scheduler.domains[name].account
+
+
+def _start_stray(gib: float) -> subprocess.Popen[str]:
+    """The allocator as a process the engine did not start (GPU 0)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", ALLOCATOR, str(gib), "600"],
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES="0", CUDA_DEVICE_ORDER="PCI_BUS_ID"),
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+async def _engine_checks(
+    results: dict[str, Any], gib: float, state: Path, stray: subprocess.Popen[str]
+) -> None:
+    engine = Engine(
+        Paths(state, state / "config.toml"),
+        probe=NvmlProbe(),
+        config=parse_config({"engine": {"grace_period": 2.0}}),
+        cpu_count=2,
+    )
+    await engine.start()
+    try:
+        line = await asyncio.wait_for(asyncio.to_thread(stray.stdout.readline), 60)  # type: ignore[union-attr]
+        _check(results, "stray CUDA process allocates", line.strip() == "held", repr(line))
+        need = int(gib * GIB * 0.9)
+
+        def stray_seen() -> bool:
+            acc = _account(engine, "gpu0")
+            return acc is not None and any(
+                p.pid == stray.pid and (p.used_bytes or 0) >= need for p in acc.foreign
+            )
+
+        seen = await _until(stray_seen, 30, engine)
+        acc = _account(engine, "gpu0")
+        _check(
+            results,
+            "stray memory is unregistered VRAM",
+            seen and acc is not None and acc.unregistered >= need,
+            f"unregistered {acc.unregistered if acc else None} bytes, foreign pids "
+            f"{[p.pid for p in acc.foreign] if acc else []}",
+        )
+
+        job = await engine.submit(
+            {
+                "command": [sys.executable, "-c", ALLOCATOR, str(gib), "600"],
+                "gpus": 1,
+                "domain": "gpu0",
+                "cwd": str(state),
+                "name": "device-check-alloc",
+            }
+        )
+        _check(results, "job with gpus=1 starts", job.status.value == "running", job.message)
+
+        def job_owns() -> bool:
+            acc = _account(engine, "gpu0")
+            return acc is not None and acc.held_by_job.get(job.id, 0) >= need
+
+        owned = await _until(job_owns, 60, engine)
+        acc = _account(engine, "gpu0")
+        _check(
+            results,
+            "job's memory is owned by the job",
+            owned,
+            f"held_by_job {acc.held_by_job if acc else None}, owned {acc.owned if acc else None}",
+        )
+
+        adopted = await engine.adopt(stray.pid)
+        _check(results, "stray process adopted", adopted.status.value == "running", adopted.message)
+        moved = await _until(
+            lambda: (_account(engine, "gpu0") or acc).held_by_job.get(adopted.id, 0) >= need,
+            30,
+            engine,
+        )
+        _check(results, "adopted memory moves to owned", moved, f"domains {adopted.domains}")
+
+        for job_id in (job.id, adopted.id):
+            await engine.cancel(job_id)
+        ended = [await engine.wait(j, timeout=30) for j in (job.id, adopted.id)]
+        _check(
+            results,
+            "both cancelled",
+            [e.status.value for e in ended] == ["cancelled", "cancelled"],
+            ", ".join(f"{e.id}: {e.status.value} ({e.message})" for e in ended),
+        )
+        freed = await _until(
+            lambda: (
+                (_account(engine, "gpu0") or acc).owned == 0
+                and not any(p.pid == stray.pid for p in (_account(engine, "gpu0") or acc).foreign)
+            ),
+            30,
+            engine,
+        )
+        _check(results, "memory freed after cancel", freed, "owned 0, stray gone from NVML")
+        results["sampler"] = {
+            "reads": engine.sampler.reads,
+            "read_ms_mean": round(
+                1000 * engine.sampler.read_seconds / max(1, engine.sampler.reads), 2
+            ),
+            "timeouts": engine.sampler.timeouts,
+        }
+    finally:
+        await engine.stop()
+
+
+def _report(results: dict[str, Any]) -> str:
+    lines = ["# Device check (real NVML)", "", f"Host: {results['host']}", ""]
+    nvml = results["nvml"]
+    lines.append(
+        f"NVML: {nvml['status']} (driver {nvml['driver_version']}, read {nvml['read_ms']} ms)"
+    )
+    for gpu in nvml["gpus"]:
+        lines.append(
+            f"- GPU {gpu['index']}: {gpu['name']} {gpu['uuid']}, memory "
+            f"{(gpu['memory_used'] or 0) / GIB:.1f}/{(gpu['memory_total'] or 0) / GIB:.1f} GiB, "
+            f"util {gpu['utilization']}%, {len(gpu['processes'])} processes"
+        )
+    lines += ["", "| check | ok | detail |", "|---|---|---|"]
+    for check in results["checks"]:
+        lines.append(f"| {check['check']} | {'yes' if check['ok'] else 'NO'} | {check['detail']} |")
+    if "sampler" in results:
+        lines += ["", f"Engine sampler: {results['sampler']}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every check; write the report; 1 if a check failed."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=".", help="where device-check.md/.json go")
+    parser.add_argument("--gib", type=float, default=1.0, help="GiB each test process holds")
+    args = parser.parse_args(argv)
+    results: dict[str, Any] = {"host": os.uname().nodename, "checks": []}
+    probe = NvmlProbe()
+    results["nvml"] = _devices(probe)
+    probe.close()
+    status = results["nvml"]["status"]
+    _check(results, "NVML read", status == ProbeStatus.OK.value, results["nvml"]["message"] or "ok")
+    if status == ProbeStatus.OK.value and results["nvml"]["gpus"]:
+        missing = _cuda_available()
+        if missing is None:
+            stray = _start_stray(args.gib)
+            try:
+                with tempfile.TemporaryDirectory(prefix="gpulayer-device-") as tmp:
+                    asyncio.run(_engine_checks(results, args.gib, Path(tmp) / "home", stray))
+            finally:
+                if stray.poll() is None:
+                    stray.kill()
+                stray.wait()
+        else:
+            _check(results, "libcuda available", False, missing)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = _report(results)
+    (out / "device-check.md").write_text(report)
+    (out / "device-check.json").write_text(json.dumps(results, indent=2, default=str))
+    print(report)
+    if status == ProbeStatus.NO_DRIVER.value:
+        return 0  # nothing to check here
+    return 0 if all(c["ok"] for c in results["checks"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
