@@ -362,9 +362,7 @@ class Lifecycle:
     def _start(self, act: _Active, domains: list[Domain]) -> None:
         job, spec, request = act.job, act.spec, act.request
         assert spec is not None and request is not None
-        for dom in domains:
-            dom.hold(job.id, request.vram_bytes, request.exclusive, max(1, request.cpu_slots))
-        act.holds = list(domains)
+        self._hold(act, domains)
         job.domains = [d.name for d in domains]
         job.gpus = [d.gpu_index for d in domains if d.gpu_index is not None]
         if job.kind is JobKind.SERVICE:
@@ -385,6 +383,16 @@ class Lifecycle:
         self._transition(act, JobStatus.RUNNING, message=f"running on {where}")
         if spec.timeout is not None:
             self._arm_timeout(act, spec.timeout)
+
+    def _hold(self, act: _Active, domains: list[Domain]) -> None:
+        """Take the job's slots (and declared memory) on ``domains``, in one step."""
+        request = act.request
+        for dom in domains:
+            if request is None:  # a restored job whose spec can no longer be read
+                dom.hold(act.job.id, None, False)
+            else:
+                dom.hold(act.job.id, request.vram_bytes, request.exclusive, request.slots_on(dom))
+        act.holds = list(domains)
 
     def _arm_timeout(self, act: _Active, delay: float) -> None:
         loop = asyncio.get_running_loop()

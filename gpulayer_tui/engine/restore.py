@@ -123,15 +123,7 @@ class Restore(Services):
             return
         assert job.pid is not None
         self._roots[job.pid] = (job.id, job.start_ticks)
-        request = act.request
-        for name in job.domains:
-            dom = self.scheduler.domains.get(name)
-            if dom is not None:
-                dom.hold(
-                    job.id,
-                    request.vram_bytes if request else None,
-                    request.exclusive if request else False,
-                )
-                act.holds.append(dom)
+        domains = self.scheduler.domains
+        self._hold(act, [domains[name] for name in job.domains if name in domains])
         if act.spec is not None and act.spec.timeout is not None and job.started_at:
             self._arm_timeout(act, act.spec.timeout - (time.time() - job.started_at))

@@ -46,6 +46,10 @@ class Request:
         """Slots taken in the cpu pool (0 for a GPU request)."""
         return self.replicas if self.gpus == 0 else 0
 
+    def slots_on(self, dom: Domain) -> int:
+        """Slots this request holds on ``dom``: one per GPU domain, ``cpu_slots`` in the pool."""
+        return 1 if dom.is_gpu else max(1, self.cpu_slots)
+
 
 class Capacity(StrEnum):
     """Whether the machine's GPU capacity is known."""

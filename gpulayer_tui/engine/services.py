@@ -465,13 +465,8 @@ class Services(Lifecycle):
         recorded; back-off timers are armed for what is left of their delay.
         """
         job = act.job
-        request = act.request
-        for name in job.domains:
-            dom = self.scheduler.domains.get(name)
-            if dom is not None and request is not None:
-                slots = request.cpu_slots if not dom.is_gpu else 1
-                dom.hold(job.id, request.vram_bytes, request.exclusive, max(1, slots))
-                act.holds.append(dom)
+        domains = self.scheduler.domains
+        self._hold(act, [domains[name] for name in job.domains if name in domains])
         if not job.replicas:
             # A row from before replicas were recorded: place the service afresh.
             for dom in act.holds:

@@ -295,14 +295,20 @@ class Supervisor:
         if watch.poller is not None and watch.poller is not asyncio.current_task():
             watch.poller.cancel()
 
-    def _exited(self, key: TaskKey) -> None:
+    def _drop_watch(self, key: TaskKey) -> _Watch | None:
+        """Stop watching ``key``'s process and forget its pending SIGKILL."""
         watch = self._watches.pop(key, None)
-        if watch is None:
-            return
-        self._unwatch(watch)
+        if watch is not None:
+            self._unwatch(watch)
         timer = self._kill_timers.pop(key, None)
         if timer is not None:
             timer.cancel()
+        return watch
+
+    def _exited(self, key: TaskKey) -> None:
+        watch = self._drop_watch(key)
+        if watch is None:
+            return
         self._stop_leftovers(watch)
         code = read_exit_file(exit_path(self.jobs_dir, key))
         if code is not None:
@@ -337,12 +343,7 @@ class Supervisor:
 
     def forget(self, key: TaskKey) -> None:
         """Stop watching a process without signalling it (an adoption that is undone)."""
-        watch = self._watches.pop(key, None)
-        if watch is not None:
-            self._unwatch(watch)
-        timer = self._kill_timers.pop(key, None)
-        if timer is not None:
-            timer.cancel()
+        self._drop_watch(key)
 
     def pids(self) -> dict[TaskKey, int]:
         """``{key: leader pid}`` of every watched process."""
