@@ -513,12 +513,14 @@ def main(argv: list[str] | None = None) -> int:
     except BenchFailure as err:
         print(f"bench_peers: FAILED: {err}", file=sys.stderr)
         return 1
-    results["machine"]["loadavg_end"] = os.getloadavg()
-    results["elapsed_s"] = time.perf_counter() - started
-    results["headline"] = headline(results)
-    report = render(results)
-    common.write_outputs(args.out, args.json, report, results)
-    print(report)
+    common.finish(
+        results,
+        started,
+        args.out,
+        args.json,
+        lambda r: r.update(headline=headline(r)),
+        render,
+    )
     return 0
 
 

@@ -441,12 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     except BenchFailure as err:
         print(f"bench_scale: FAILED: {err}", file=sys.stderr)
         return 1
-    results["machine"]["loadavg_end"] = os.getloadavg()
-    results["elapsed_s"] = time.perf_counter() - started
-    results["targets"] = targets(results)
-    report = render(results)
-    common.write_outputs(args.out, args.json, report, results)
-    print(report)
+    common.finish(
+        results, started, args.out, args.json, lambda r: r.update(targets=targets(r)), render
+    )
     return 0
 
 

@@ -949,14 +949,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         kill_marked(mark)  # the engine's SIGTERM stops watching; services outlive it
-    results["machine"]["loadavg_end"] = os.getloadavg()
-    results["elapsed_s"] = time.perf_counter() - started
-    results["targets"] = targets(results)
-    ok = functional_ok(results)
-    results["functional_ok"] = ok
-    report = render(results)
-    common.write_outputs(args.out, args.json, report, results)
-    print(report)
+    common.finish(
+        results,
+        started,
+        args.out,
+        args.json,
+        lambda r: r.update(targets=targets(r), functional_ok=functional_ok(r)),
+        render,
+    )
+    ok = bool(results["functional_ok"])
     if not ok:
         print("bench_soak: FAILED: jobs did not complete or a service did not end", file=sys.stderr)
     return 0 if ok else 1

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -364,3 +364,22 @@ def write_outputs(out: Path, json_path: Path, report: str, results: dict[str, An
     out.write_text(report)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+
+
+def finish(
+    results: dict[str, Any],
+    started: float,
+    out: Path,
+    json_path: Path,
+    extra: Callable[[dict[str, Any]], None],
+    render: Callable[[dict[str, Any]], str],
+) -> str:
+    """Stamp the end of a run (load average, elapsed time), add the verdicts ``extra`` computes
+    from the results, then render, write and print the report; returns it."""
+    results["machine"]["loadavg_end"] = os.getloadavg()
+    results["elapsed_s"] = time.perf_counter() - started
+    extra(results)
+    report = render(results)
+    write_outputs(out, json_path, report, results)
+    print(report)
+    return report
