@@ -33,47 +33,64 @@ from .raw_http import request
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 
 
-def _nobody_can_run_the_cli() -> str | None:
-    """Why a client cannot run as ``nobody`` here, or ``None`` if it can."""
+_NOBODY_CLIENT: list[str] = []  # argv prefix that runs the CLI as nobody, once found
+_NOBODY_CWD: list[Path] = []  # where that copy of the package is importable from
+
+
+def _nobody_client(readable: Path) -> list[str] | str:
+    """An argv prefix that runs ``gpulayer-tui`` as ``nobody``, or why there is none.
+
+    This interpreter (a venv in the checkout) may sit under a dir ``nobody`` cannot enter
+    (a clone in a 0700 temp dir, a pyenv under /root). The CLI's client needs only the
+    standard library, so the package is copied to ``readable`` and run with a system Python
+    when this one cannot be used.
+    """
     if os.geteuid() != 0:
         return "needs root to start a client as another user (setpriv)"
     if shutil.which("setpriv") is None:
         return "setpriv (util-linux) is not installed"
-    probe = subprocess.run(
-        [*NOBODY, sys.executable, "-c", "import gpulayer_tui.cli.main"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
-    if probe.returncode != 0:
-        return f"nobody cannot import gpulayer_tui here: {probe.stderr.strip()[-200:]}"
-    return None
+    src = readable / "src"
+    shutil.copytree(REPO / "gpulayer_tui", src / "gpulayer_tui", dirs_exist_ok=True)
+    for path in [src, *src.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    candidates = [[sys.executable], ["/usr/bin/python3"]]
+    why = ""
+    for python in candidates:
+        argv = [*NOBODY, *python, "-c", "import gpulayer_tui.cli.main, gpulayer_tui.client"]
+        probe = subprocess.run(argv, cwd=src, capture_output=True, text=True)
+        if probe.returncode == 0:
+            return [*NOBODY, *python, "-m", "gpulayer_tui"]
+        why = probe.stderr.strip()[-200:]
+    return f"nobody cannot run the CLI here: {why}"
 
 
 @pytest.fixture
 def open_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A state dir whose parents ``nobody`` may traverse (pytest's tmp dirs are 0700)."""
-    why = _nobody_can_run_the_cli()
-    if why is not None:
-        pytest.skip(why)
     base = Path(tempfile.mkdtemp(prefix="gpulayer-security-", dir="/tmp"))
     base.chmod(0o711)
     home = base / "home"
     monkeypatch.setenv("GPULAYER_HOME", str(home))
     try:
+        client = _nobody_client(base)
+        if isinstance(client, str):
+            pytest.skip(client)
+        _NOBODY_CLIENT[:] = client
+        _NOBODY_CWD[:] = [base / "src"]
         yield home
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
 def _as_nobody(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
+    assert _NOBODY_CLIENT, "use the open_home fixture"
     return subprocess.run(
-        [*NOBODY, sys.executable, "-m", "gpulayer_tui", *args],
+        [*_NOBODY_CLIENT, *args],
         env=served.env,
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=REPO,
+        cwd=_NOBODY_CWD[0],
     )
 
 
