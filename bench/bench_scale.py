@@ -144,13 +144,13 @@ def _blocked_pass(engine: Any, passes: int) -> float:
     microseconds, so callers keep the best of a few batches to shed timer noise)."""
     c0 = time.process_time()
     for _ in range(passes):
-        engine._schedule()
+        engine.queue.schedule()
     return (time.process_time() - c0) / passes
 
 
 def _time_passes(engine: Any) -> dict[str, float]:
-    """Wrap ``engine._schedule`` to add up the CPU of every pass from now on."""
-    inner = engine._schedule
+    """Wrap ``engine.queue.schedule`` to add up the CPU of every pass from now on."""
+    inner = engine.queue.schedule
     totals = {"cpu": 0.0, "calls": 0}
 
     def timed() -> None:
@@ -159,7 +159,7 @@ def _time_passes(engine: Any) -> dict[str, float]:
         totals["cpu"] += time.process_time() - c0
         totals["calls"] += 1
 
-    engine._schedule = timed  # the loop calls the bound attribute, so this takes over
+    engine.queue.schedule = timed  # the queue calls the bound attribute, so this takes over
     return totals
 
 
@@ -191,7 +191,7 @@ TUI_CHILD = r"""
 import asyncio, json, sys, time
 t_start = float(sys.argv[1]); presses = int(sys.argv[2])
 from gpulayer_tui.app import build_app
-from gpulayer_tui.backend import AttachedBackend
+from gpulayer_tui.backend import SocketBackend
 from gpulayer_tui.engine.paths import resolve_paths
 from gpulayer_tui.widgets.job_table import JobTable
 
@@ -202,7 +202,7 @@ async def timed(pilot, key):
     return time.perf_counter() - t
 
 async def main():
-    backend = AttachedBackend(resolve_paths())
+    backend = SocketBackend(resolve_paths())
     app = build_app(backend)
     out = {}
     async with app.run_test(size=(160, 50)) as pilot:

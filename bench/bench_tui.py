@@ -39,11 +39,11 @@ IDLE_CHILD = r"""
 import asyncio, json, os, sys, time
 t_start = float(sys.argv[1]); idle = float(sys.argv[2])
 from gpulayer_tui.app import build_app
-from gpulayer_tui.backend import AttachedBackend
+from gpulayer_tui.backend import SocketBackend
 from gpulayer_tui.engine.paths import resolve_paths
 
 async def main():
-    backend = AttachedBackend(resolve_paths())
+    backend = SocketBackend(resolve_paths())
     app = build_app(backend)
     out = {}
     async with app.run_test(size=(160, 50)) as pilot:

@@ -37,6 +37,7 @@ from gpulayer_tui.engine.engine import Engine
 from gpulayer_tui.engine.gpus import GIB, ProbeStatus
 from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.paths import Paths
+from gpulayer_tui.wire import parse_adopt_request
 
 # A CUDA process holding memory: cuInit, a context on device 0 (as CUDA_VISIBLE_DEVICES
 # maps it), cuMemAlloc, then sleep. Prints "held" once the memory is allocated.
@@ -180,7 +181,7 @@ async def _engine_checks(
             f"held_by_job {acc.held_by_job if acc else None}, owned {acc.owned if acc else None}",
         )
 
-        adopted = await engine.adopt(stray.pid)
+        adopted = await engine.adopt(parse_adopt_request({"pid": stray.pid}))
         _check(results, "stray process adopted", adopted.status.value == "running", adopted.message)
         moved = await _until(
             lambda: (_account(engine, "gpu0") or acc).held_by_job.get(adopted.id, 0) >= need,

@@ -12,13 +12,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from textual import on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.worker import Worker, WorkerState
 
 import gpulayer_tui.themes as themes
 
@@ -31,6 +32,8 @@ from .screens.job_detail import JobDetailScreen
 from .screens.jobs import JobsScreen
 from .screens.strays import StraysScreen
 from .screens.submit import SubmitScreen
+from .view import HistoryPoint
+from .wire import ACTIVE_STATUSES, EventJSON, GpusJSON, HealthJSON
 
 HISTORY_POINTS = 120
 
@@ -57,11 +60,11 @@ class GpulayerApp(App[str]):
         Binding("ctrl+c", "quit_app", "Quit", show=False, priority=True),
     ]
 
-    gpu_state: reactive[dict[str, Any] | None] = reactive(None, always_update=True)
+    gpu_state: reactive[GpusJSON | None] = reactive(None, always_update=True)
     """The latest ``/gpus`` view (domains, VRAM split, processes)."""
     jobs_version: reactive[int] = reactive(0)
     """Bumped (at most every ``refresh_interval``) when the job store changed."""
-    health: reactive[dict[str, Any] | None] = reactive(None)
+    health: reactive[HealthJSON | None] = reactive(None)
     """The engine's ``/health``, refreshed every few seconds."""
     connection_problem: reactive[str] = reactive("")
     """Non-empty while the engine cannot be reached."""
@@ -82,7 +85,7 @@ class GpulayerApp(App[str]):
         self.backend = backend
         self.clock = clock
         self.job_store = JobStore()
-        self.gpu_history: dict[int, deque[tuple[float, int | None, int | None]]] = {}
+        self.gpu_history: dict[int, deque[HistoryPoint]] = {}
         self.config_file = config_file
         self.refresh_interval = refresh_interval
         self.health_interval = health_interval
@@ -124,9 +127,7 @@ class GpulayerApp(App[str]):
             return
         self.connection_problem = ""
         self.gpu_history = {
-            d["gpu_index"]: deque(
-                ((p[0], p[1], p[2]) for p in d.get("history", [])), maxlen=HISTORY_POINTS
-            )
+            d["gpu_index"]: deque(map(_point, d.get("history", [])), maxlen=HISTORY_POINTS)
             for d in gpus["domains"]
             if d["gpu_index"] is not None
         }
@@ -149,7 +150,7 @@ class GpulayerApp(App[str]):
             await asyncio.sleep(1.0)
             await self._load_state()
 
-    def _apply_event(self, event: dict[str, Any]) -> None:
+    def _apply_event(self, event: EventJSON) -> None:
         kind = event.get("kind")
         if kind == "gpu.sample":
             data = event["data"]
@@ -159,7 +160,7 @@ class GpulayerApp(App[str]):
                     continue
                 points = self.gpu_history.setdefault(dom["gpu_index"], deque(maxlen=HISTORY_POINTS))
                 points.append((event["at"], gpu.get("utilization"), gpu.get("memory_used")))
-            self.gpu_state = data
+            self.gpu_state = cast(GpusJSON, data)
         elif kind == "domain.state":
             self._domain_notice(event["data"])
         elif kind == "engine.config":
@@ -263,14 +264,14 @@ class GpulayerApp(App[str]):
             return
         self._stop_all_and_quit()
 
-    @work(exclusive=True, group="quit")
+    @work(exclusive=True, group="quit", exit_on_error=False)
     async def _stop_all_and_quit(self) -> None:
         # Adopted processes are left alone (record 004): they were started elsewhere, and
         # quitting the TUI is no reason to kill them. A later engine re-learns them.
         active = [
             j["id"]
             for j in self.job_store.jobs.values()
-            if j["status"] in _ACTIVE and j.get("kind") != "adopted"
+            if j["status"] in ACTIVE_STATUSES and j.get("kind") != "adopted"
         ]
         self.notify(f"stopping {len(active)} job(s)…", timeout=10)
         for job_id in active:
@@ -286,6 +287,16 @@ class GpulayerApp(App[str]):
                 self.notify("some jobs did not stop in 60 s", severity="warning")
         self._stopping = True
         self.exit("")
+
+    @on(Worker.StateChanged)
+    def _worker_failed(self, event: Worker.StateChanged) -> None:
+        # A worker that fails (a bug, or an answer nobody expected) is shown, never raised:
+        # no user action may end the app (and, embedded, the engine with it).
+        if event.state is WorkerState.ERROR and event.worker.error is not None:
+            error = event.worker.error
+            self.notify(
+                f"{type(error).__name__}: {error}", title="something went wrong", severity="error"
+            )
 
     @on(SubmitScreen.Submitted)
     def _job_submitted(self, message: SubmitScreen.Submitted) -> None:
@@ -309,7 +320,7 @@ class GpulayerApp(App[str]):
             yield SystemCommand(
                 f"Theme: {item.name}", "Switch and remember the theme", self._theme_cmd(item.name)
             )
-        for dom in (self.gpu_state or {}).get("domains", []):
+        for dom in self.gpu_state["domains"] if self.gpu_state else []:
             name, state = dom["name"], dom.get("state")
             if state == "in_service":
                 yield SystemCommand(
@@ -349,7 +360,14 @@ class GpulayerApp(App[str]):
         self.gpu_state = await self.backend.gpus()
 
 
-_ACTIVE = frozenset({"pending", "queued", "running"})
+def _point(raw: list[float | int | None]) -> HistoryPoint:
+    """A history point from ``GET /gpus``: ``[at, utilization, memory_used]``."""
+    at, util, used = raw
+    return (
+        float(at or 0),
+        None if util is None else int(util),
+        None if used is None else int(used),
+    )
 
 
 def build_app(

@@ -1,30 +1,48 @@
-"""One interface to the engine for the TUI, whether it runs in-process or behind a socket.
+"""How the TUI reaches an engine: always through its socket API, embedded or attached.
 
-The screens only ever see :class:`EngineBackend` and plain JSON-shaped dicts (the API's
-shapes), so they cannot tell an embedded engine from an attached one.
-
-* :class:`EmbeddedBackend` runs an :class:`~gpulayer_tui.engine.engine.Engine` in the
-  TUI's own event loop and also serves its API socket, so the CLI can attach meanwhile.
-* :class:`AttachedBackend` talks to a running ``--serve`` over its Unix socket (aiohttp).
+There is one client (:class:`SocketBackend`, aiohttp over the Unix socket), so the TUI gets
+the same answers, checks and errors whether the engine runs in another process
+(``gpulayer-tui --serve``) or inside the TUI: an embedded engine (:class:`EmbeddedBackend`)
+starts the engine and its API server in the TUI's event loop and then talks to it through
+that same client. The screens only ever see :class:`EngineBackend` and the wire contract's
+JSON shapes (:mod:`gpulayer_tui.wire`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import quote
 
 from .engine.paths import Paths
+from .wire import (
+    DomainJSON,
+    EventJSON,
+    GpusJSON,
+    HealthJSON,
+    JobDetailJSON,
+    JobJSON,
+    ProcessInfoJSON,
+)
+
+if TYPE_CHECKING:
+    from .engine.engine import Engine
 
 
 class BackendError(RuntimeError):
-    """The engine refused a request (bad input, unknown id, ...); the text is its message."""
+    """The engine refused a request; the text is its message.
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    Attributes:
+        status: The HTTP status (400 bad input, 404 unknown, 409 not applicable, 429
+            back-pressure, 503 refusing work or unreachable).
+        field: The input at fault, when the engine named one (a form marks that field).
+    """
+
+    def __init__(self, message: str, status: int = 400, field: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.field = field
 
 
 class ConnectionLost(BackendError):
@@ -46,35 +64,37 @@ class EngineBackend(Protocol):
         """Release the engine (embedded: stop it; jobs keep running)."""
         ...
 
-    async def health(self) -> dict[str, Any]:
+    async def health(self) -> HealthJSON:
         """Engine identity and overall state."""
         ...
 
-    async def gpus(self) -> dict[str, Any]:
+    async def gpus(self) -> GpusJSON:
         """Domains, samples, VRAM accounting and history."""
         ...
 
-    async def jobs(
-        self, statuses: list[str] | None = None, limit: int = 10_000
-    ) -> list[dict[str, Any]]:
+    async def jobs(self, statuses: list[str] | None = None, limit: int = 10_000) -> list[JobJSON]:
         """Jobs, newest first."""
         ...
 
-    async def job(self, job_id: int) -> dict[str, Any]:
-        """``{"job": ..., "events": [...]}`` for one job."""
+    async def job(self, job_id: int) -> JobDetailJSON:
+        """One job and its timeline."""
         ...
 
-    async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+    async def submit(self, spec: dict[str, Any]) -> JobJSON:
         """Submit a job spec; return the job (which may be ``failed``: over capacity)."""
         ...
 
-    async def cancel(self, job_id: int) -> dict[str, Any]:
+    async def cancel(self, job_id: int) -> JobJSON:
         """Cancel a job; return it (possibly still stopping)."""
         ...
 
-    async def adopt(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def adopt(self, request: dict[str, Any]) -> JobJSON:
         """Adopt a process (``{"pid", "start_ticks"?, "name"?, "vram_gb"?, ...}``); return
         the job (``running``, or ``failed`` with the refusal)."""
+        ...
+
+    async def process(self, pid: int) -> ProcessInfoJSON:
+        """What the engine sees of a process (its command, user and start time)."""
         ...
 
     async def read_log(
@@ -83,148 +103,17 @@ class EngineBackend(Protocol):
         """Up to ``limit`` bytes of the job's (or a service replica's) output from ``offset``."""
         ...
 
-    async def domain_action(self, name: str, action: str) -> dict[str, Any]:
+    async def domain_action(self, name: str, action: str) -> DomainJSON:
         """``drain`` or ``release`` a domain; return its new state."""
         ...
 
-    def events(self) -> AsyncIterator[dict[str, Any]]:
-        """Every engine event from now on, as JSON dicts; ends if the engine goes away."""
+    def events(self) -> AsyncIterator[EventJSON]:
+        """Every engine event from now on; ends if the engine goes away."""
         ...
 
 
-class EmbeddedBackend:
-    """An engine living in this process (and serving its socket for the CLI)."""
-
-    mode = "embedded"
-
-    def __init__(self, engine: Any, serve_socket: bool = True) -> None:
-        self.engine = engine
-        self.location = str(engine.paths.state_dir)
-        self._serve_socket = serve_socket
-        self._server: Any = None
-
-    async def start(self) -> None:
-        """Start the engine and its API socket.
-
-        Raises:
-            EngineBusy, ConfigError, StoreError: From :meth:`Engine.start`.
-        """
-        from .engine.api import ApiServer
-
-        await self.engine.start()
-        if self._serve_socket:
-            self._server = ApiServer(self.engine, self.engine.paths.socket)
-            await self._server.start()
-
-    async def close(self) -> None:
-        """Stop serving and stop the engine; running jobs keep running."""
-        if self._server is not None:
-            await self._server.stop()
-            self._server = None
-        await self.engine.stop()
-
-    async def _call(self, coro: Any) -> Any:
-        from .engine.engine import JobNotActive, SpecError, UnknownJob
-        from .engine.store import StoreError
-
-        try:
-            return await coro
-        except SpecError as err:
-            raise BackendError(str(err), 400) from None
-        except UnknownJob as err:
-            raise BackendError(str(err), 404) from None
-        except JobNotActive as err:
-            raise BackendError(str(err), 409) from None
-        except StoreError as err:
-            raise BackendError(str(err), 503) from None
-
-    async def health(self) -> dict[str, Any]:
-        """Engine identity and overall state."""
-        return dict(self.engine.health())
-
-    async def gpus(self) -> dict[str, Any]:
-        """Domains, samples, VRAM accounting and history."""
-        return dict(self.engine.gpus())
-
-    async def jobs(
-        self, statuses: list[str] | None = None, limit: int = 10_000
-    ) -> list[dict[str, Any]]:
-        """Jobs, newest first."""
-        jobs = await self._call(self.engine.list_jobs(statuses or [], limit))
-        return [j.to_json() for j in jobs]
-
-    async def job(self, job_id: int) -> dict[str, Any]:
-        """One job and its timeline."""
-        job = await self._call(self.engine.get(job_id))
-        events = await self._call(self.engine.events_of(job_id))
-        return {"job": job.to_json(), "events": events}
-
-    async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """Submit one job."""
-        job = await self._call(self.engine.submit(spec, None))
-        return dict(job.to_json())
-
-    async def cancel(self, job_id: int) -> dict[str, Any]:
-        """Cancel one job."""
-        job = await self._call(self.engine.cancel(job_id))
-        return dict(job.to_json())
-
-    async def adopt(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Adopt a process."""
-        request = dict(request)
-        pid = request.pop("pid", None)
-        unknown = sorted(set(request) - {"start_ticks", "name", "vram_gb", "gpu", "domain"})
-        if unknown:
-            raise BackendError(f"unknown field '{unknown[0]}'", 400)
-        job = await self._call(self.engine.adopt(pid, **request))
-        return dict(job.to_json())
-
-    async def domain_action(self, name: str, action: str) -> dict[str, Any]:
-        """Drain or release a domain."""
-        from .engine.health import DomainRefused
-
-        try:
-            if action == "drain":
-                return dict(
-                    await self._call(self.engine.drain_domain(name, "drained from the TUI"))
-                )
-            return dict(await self._call(self.engine.release_domain(name)))
-        except DomainRefused as err:
-            raise BackendError(str(err), 409) from None
-
-    async def read_log(
-        self, job_id: int, offset: int, limit: int = 256 * 1024, replica: int | None = None
-    ) -> bytes:
-        """A chunk of the job's (or a service replica's) output (read in a thread)."""
-        job = await self._call(self.engine.get(job_id))
-        try:
-            self.engine.check_replica(job, replica)
-        except ValueError as err:
-            raise BackendError(str(err), 400) from None
-        path = self.engine.log_path(job_id, replica)
-
-        def read() -> bytes:
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(offset)
-                    return fh.read(limit)
-            except FileNotFoundError:
-                return b""
-
-        return await asyncio.to_thread(read)
-
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
-        """Engine events as JSON dicts."""
-        subscription = self.engine.subscribe()
-        try:
-            async for event in subscription:
-                yield event.to_json()
-        finally:
-            subscription.close()
-
-
-class AttachedBackend:
-    """A ``--serve`` engine reached over its Unix socket."""
+class SocketBackend:
+    """An engine reached over its Unix socket (the one client the TUI has)."""
 
     mode = "attached"
 
@@ -247,6 +136,9 @@ class AttachedBackend:
             await self._session.close()
             self._session = None
 
+    def _lost(self) -> ConnectionLost:
+        return ConnectionLost(f"lost the connection to the engine at {self.location}")
+
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         import aiohttp
 
@@ -254,53 +146,51 @@ class AttachedBackend:
             async with self._client().request(method, "/v1" + path, **kwargs) as resp:
                 data = await resp.read()
                 if resp.status >= 400:
-                    try:
-                        message = json.loads(data).get("error")
-                    except (ValueError, AttributeError):
-                        message = None
-                    raise BackendError(message or f"HTTP {resp.status}", resp.status)
+                    raise _refusal(resp.status, data)
                 return json.loads(data) if data else None
         except (aiohttp.ClientConnectionError, FileNotFoundError, ConnectionRefusedError):
-            raise ConnectionLost(f"lost the connection to the engine at {self.location}") from None
+            raise self._lost() from None
 
-    async def health(self) -> dict[str, Any]:
+    async def health(self) -> HealthJSON:
         """Engine identity and overall state."""
-        return dict(await self._request("GET", "/health"))
+        return cast(HealthJSON, await self._request("GET", "/health"))
 
-    async def gpus(self) -> dict[str, Any]:
+    async def gpus(self) -> GpusJSON:
         """Domains, samples, VRAM accounting and history."""
-        return dict(await self._request("GET", "/gpus"))
+        return cast(GpusJSON, await self._request("GET", "/gpus"))
 
-    async def jobs(
-        self, statuses: list[str] | None = None, limit: int = 10_000
-    ) -> list[dict[str, Any]]:
+    async def jobs(self, statuses: list[str] | None = None, limit: int = 10_000) -> list[JobJSON]:
         """Jobs, newest first."""
         params = {"limit": str(limit)}
         if statuses:
             params["status"] = ",".join(statuses)
-        return list((await self._request("GET", "/jobs", params=params))["jobs"])
+        return cast(list[JobJSON], (await self._request("GET", "/jobs", params=params))["jobs"])
 
-    async def job(self, job_id: int) -> dict[str, Any]:
+    async def job(self, job_id: int) -> JobDetailJSON:
         """One job and its timeline."""
-        return dict(await self._request("GET", f"/jobs/{int(job_id)}"))
+        return cast(JobDetailJSON, await self._request("GET", f"/jobs/{int(job_id)}"))
 
-    async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+    async def submit(self, spec: dict[str, Any]) -> JobJSON:
         """Submit one job."""
-        return dict((await self._request("POST", "/jobs", json=spec))["job"])
+        return cast(JobJSON, (await self._request("POST", "/jobs", json=spec))["job"])
 
-    async def cancel(self, job_id: int) -> dict[str, Any]:
+    async def cancel(self, job_id: int) -> JobJSON:
         """Cancel one job."""
-        return dict((await self._request("POST", f"/jobs/{int(job_id)}/cancel"))["job"])
+        return cast(JobJSON, (await self._request("POST", f"/jobs/{int(job_id)}/cancel"))["job"])
 
-    async def adopt(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def adopt(self, request: dict[str, Any]) -> JobJSON:
         """Adopt a process."""
-        return dict((await self._request("POST", "/adopt", json=request))["job"])
+        return cast(JobJSON, (await self._request("POST", "/adopt", json=request))["job"])
 
-    async def domain_action(self, name: str, action: str) -> dict[str, Any]:
+    async def process(self, pid: int) -> ProcessInfoJSON:
+        """What the engine sees of a process."""
+        return cast(ProcessInfoJSON, await self._request("GET", f"/processes/{int(pid)}"))
+
+    async def domain_action(self, name: str, action: str) -> DomainJSON:
         """Drain or release a domain."""
         body = {"reason": "drained from the TUI"} if action == "drain" else None
         path = f"/domains/{quote(name, safe='')}/{action}"
-        return dict((await self._request("POST", path, json=body))["domain"])
+        return cast(DomainJSON, (await self._request("POST", path, json=body))["domain"])
 
     async def read_log(
         self, job_id: int, offset: int, limit: int = 256 * 1024, replica: int | None = None
@@ -314,13 +204,13 @@ class AttachedBackend:
         try:
             async with self._client().get(f"/v1/jobs/{int(job_id)}/logs", params=params) as resp:
                 if resp.status >= 400:
-                    raise BackendError(f"cannot read the log of job {job_id}", resp.status)
+                    raise _refusal(resp.status, await resp.read())
                 return bytes(await resp.content.read(limit))
         except aiohttp.ClientConnectionError:
-            raise ConnectionLost(f"lost the connection to the engine at {self.location}") from None
+            raise self._lost() from None
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
-        """Engine events from the NDJSON stream."""
+    async def events(self) -> AsyncIterator[EventJSON]:
+        """Engine events from the NDJSON stream; ends when the stream does."""
         import aiohttp
 
         try:
@@ -330,15 +220,73 @@ class AttachedBackend:
                         event = json.loads(line)
                         if event.get("kind") != "hello":
                             yield event
-        except aiohttp.ClientConnectionError:
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError):
             return
+
+
+def _refusal(status: int, data: bytes) -> BackendError:
+    """The engine's error answer as an exception (its message and field)."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        return BackendError(f"HTTP {status}", status)
+    field = body.get("field")
+    return BackendError(
+        str(body.get("error") or f"HTTP {status}"),
+        status,
+        field if isinstance(field, str) else None,
+    )
+
+
+class EmbeddedBackend(SocketBackend):
+    """An engine living in the TUI's process, reached through its own socket like any other.
+
+    :meth:`start` starts the engine and its API server (so the CLI works meanwhile too);
+    every request then goes through :class:`SocketBackend`.
+    """
+
+    mode = "embedded"
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine.paths)
+        self.engine = engine
+        self.location = str(engine.paths.state_dir)
+        self._server: Any = None
+
+    async def start(self) -> None:
+        """Start the engine and its API socket.
+
+        Raises:
+            EngineBusy, ConfigError, StoreError: From :meth:`Engine.start`.
+        """
+        from .engine.api import ApiServer
+
+        await self.engine.start()
+        server = ApiServer(self.engine, self.engine.paths.socket)
+        try:
+            await server.start()
+        except BaseException:
+            await self.engine.stop()
+            raise
+        self._server = server
+
+    async def close(self) -> None:
+        """Stop serving and stop the engine; running jobs keep running."""
+        await super().close()
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
+        if self.engine.running:
+            await self.engine.stop()
 
 
 async def engine_is_serving(paths: Paths) -> bool:
     """True if an engine answers on the state dir's socket."""
     if not paths.socket.exists():
         return False
-    backend = AttachedBackend(paths)
+    backend = SocketBackend(paths)
     try:
         await backend.health()
         return True

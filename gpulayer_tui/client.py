@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .engine.paths import Paths
+from .wire import JobDetailJSON, JobJSON
 
 
 class EngineNotRunning(RuntimeError):
@@ -187,16 +188,18 @@ class Client:
         """Submit several jobs in one request (one commit on the engine side)."""
         return list(self.request("POST", "/jobs", {"jobs": specs})["jobs"])
 
-    def job(self, job_id: int | str) -> dict[str, Any]:
+    def job(self, job_id: int | str) -> JobDetailJSON:
         """One job with its ``events``."""
-        return dict(self.request("GET", f"/jobs/{_quote(job_id)}"))
+        detail: JobDetailJSON = self.request("GET", f"/jobs/{_quote(job_id)}")
+        return detail
 
-    def jobs(self, statuses: list[str] | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+    def jobs(self, statuses: list[str] | None = None, limit: int = 1000) -> list[JobJSON]:
         """Jobs, newest first."""
         query: dict[str, Any] = {"limit": limit}
         if statuses:
             query["status"] = ",".join(statuses)
-        return list(self.request("GET", "/jobs?" + _urlencode(query))["jobs"])
+        jobs: list[JobJSON] = self.request("GET", "/jobs?" + _urlencode(query))["jobs"]
+        return jobs
 
     def cancel(self, job_id: int | str) -> dict[str, Any]:
         """Cancel a job; returns it (possibly still stopping)."""

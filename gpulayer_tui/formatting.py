@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from .wire import JobJSON, ReplicaJSON
 
 GIB = 1024**3
 
@@ -24,7 +24,7 @@ def gib(value: int | None) -> str:
     return "?" if value is None else f"{value / GIB:.1f}"
 
 
-def replica_health(job: dict[str, Any]) -> str:
+def replica_health(job: JobJSON) -> str:
     """``2/2 up`` for a service's job JSON; ``""`` for other kinds."""
     replicas = job.get("replicas")
     if job.get("kind") != "service" or not replicas:
@@ -33,14 +33,15 @@ def replica_health(job: dict[str, Any]) -> str:
     return f"{up}/{len(replicas)} up"
 
 
-def replica_state(replica: dict[str, Any], now: float) -> str:
+def replica_state(replica: ReplicaJSON, now: float) -> str:
     """What a replica is doing, with live countdowns: ``backoff (restart in 4s)``,
     ``starting for 12s (port 41234 not answering)``."""
     state = str(replica.get("state", "?"))
-    if state == "backoff" and replica.get("next_restart_at"):
-        return f"backoff (restart in {duration(replica['next_restart_at'] - now)})"
-    if state == "starting" and replica.get("started_at"):
-        waited = duration(now - replica["started_at"])
+    restart_at, started_at = replica.get("next_restart_at"), replica.get("started_at")
+    if state == "backoff" and restart_at:
+        return f"backoff (restart in {duration(restart_at - now)})"
+    if state == "starting" and started_at:
+        waited = duration(now - started_at)
         port = replica.get("port")
         return f"starting for {waited}" + (f" (port {port} not answering)" if port else "")
     return state

@@ -8,27 +8,25 @@ refresh tick, so a burst of 500 events costs one table update, not 500.
 from __future__ import annotations
 
 import time
-from typing import Any
 
-ACTIVE = frozenset({"pending", "queued", "running"})
-NOT_COMPLETED = frozenset({"failed", "cancelled", "orphaned"})
+from .wire import ACTIVE_STATUSES, JobJSON
 
 
 class JobStore:
     """Job rows by id plus a change log."""
 
     def __init__(self) -> None:
-        self.jobs: dict[int, dict[str, Any]] = {}
+        self.jobs: dict[int, JobJSON] = {}
         self.version = 0
         self._changed_at: dict[int, int] = {}
 
-    def load(self, jobs: list[dict[str, Any]]) -> None:
+    def load(self, jobs: list[JobJSON]) -> None:
         """Replace everything (initial load, or after the event stream was cut)."""
         self.jobs = {j["id"]: j for j in jobs}
         self.version += 1
         self._changed_at = dict.fromkeys(self.jobs, self.version)
 
-    def apply(self, job: dict[str, Any]) -> None:
+    def apply(self, job: JobJSON) -> None:
         """Take a newer copy of one job (from an event or an API answer)."""
         self.version += 1
         self.jobs[job["id"]] = job
@@ -63,5 +61,5 @@ class JobStore:
         return sum(
             1
             for j in self.jobs.values()
-            if j["status"] in ACTIVE and not (launched_only and j.get("kind") == "adopted")
+            if j["status"] in ACTIVE_STATUSES and not (launched_only and j.get("kind") == "adopted")
         )

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from .backend import AttachedBackend, EmbeddedBackend, EngineBackend, engine_is_serving
+from .backend import EmbeddedBackend, EngineBackend, SocketBackend, engine_is_serving
 from .engine.paths import Paths
 
 
@@ -23,9 +23,9 @@ async def _connect(
                 "(--simulate applies only to a new engine)",
                 file=sys.stderr,
             )
-        return AttachedBackend(paths)
+        return SocketBackend(paths)
     from .engine.engine import Engine
-    from .engine.gpus import make_probe
+    from .engine.probes import make_probe
 
     probe = make_probe(simulate, paths.state_dir, simulate_if_no_gpu)
     backend = EmbeddedBackend(Engine(paths, probe=probe))
@@ -82,8 +82,8 @@ def run_tui(paths: Paths, simulate: str | None, simulate_if_no_gpu: str | None) 
     """Open the TUI; return the process exit code."""
     from .app import build_app
     from .engine.config import ConfigError, load_config
+    from .engine.errors import StoreError
     from .engine.lock import EngineBusy
-    from .engine.store import StoreError
 
     try:
         theme = load_config(paths.config_file).ui.theme

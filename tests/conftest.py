@@ -35,6 +35,18 @@ def _snapshot_dirname(cls: type, *, test_location: Any) -> str:
 pytest_textual_snapshot.SVGImageExtension.dirname = classmethod(_snapshot_dirname)  # type: ignore[method-assign,assignment]
 
 
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every test runs in UTC, whatever the machine's zone: local times in cells,
+    timelines and snapshots are then the same everywhere (CI also runs the snapshots with
+    another TZ in the environment to prove it)."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh GPULAYER_HOME for this test."""
@@ -89,12 +101,12 @@ async def make_engine(paths: Paths) -> AsyncIterator[EngineFactory]:
 
     yield factory
     for engine in engines:
-        for pid in list(engine.supervisor.pids().values()):
+        for pid in list(engine.executor.pids().values()):
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if engine.started_at and engine._lock._fd is not None:
+        if engine.running:
             await engine.stop()
 
 
@@ -126,6 +138,16 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: floa
         time.sleep(interval)
 
 
+async def adopt(
+    engine: Engine, pid: object, requester_uid: int | None = None, **fields: Any
+) -> Any:
+    """Adopt ``pid`` on ``engine`` with a request checked by the wire contract, as the API
+    does (``fields``: start_ticks, name, vram_gb, gpu, domain)."""
+    from gpulayer_tui.wire import parse_adopt_request
+
+    return await engine.adopt(parse_adopt_request({"pid": pid, **fields}), requester_uid)
+
+
 def pid_gone(pid: int) -> bool:
     """True once ``pid`` no longer exists or is a zombie."""
     try:
@@ -145,38 +167,82 @@ def sleeper() -> Iterator[int]:
     proc.wait()
 
 
-@pytest.fixture
-async def embedded_app(paths: Paths) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
-    """Build the real app over a real embedded engine on simulated GPUs.
+async def _start_app_engine(
+    paths: Paths, mode: str, simulate: str, cpu_count: int, config: Config | None
+) -> tuple[Any, Engine]:
+    """A real engine on simulated GPUs and the backend the app gets for it, in ``mode``."""
+    from gpulayer_tui.backend import EmbeddedBackend, SocketBackend
+    from gpulayer_tui.engine.api import ApiServer
 
-    Usage: ``app = await embedded_app("2xA100-80GB")`` then ``async with app.run_test()``.
-    The engine (and any job still running) is stopped at the end.
-    """
-    from gpulayer_tui.app import build_app
-    from gpulayer_tui.backend import EmbeddedBackend
-
-    backends: list[EmbeddedBackend] = []
-
-    async def factory(simulate: str = "2xA100-80GB", cpu_count: int = 2, **kwargs: Any) -> Any:
-        engine = Engine(paths, simulate=simulate, config=make_config(), cpu_count=cpu_count)
+    engine = Engine(paths, simulate=simulate, config=config or make_config(), cpu_count=cpu_count)
+    if mode == "embedded":
         backend = EmbeddedBackend(engine)
         await backend.start()
-        backends.append(backend)
-        return build_app(backend, config_file=paths.config_file, refresh_interval=0.05, **kwargs)
+        return backend, engine
+    # Attached: the engine serves its socket like a `--serve` would, and the app is handed
+    # a plain socket client that does not own it (so quitting never stops the engine).
+    await engine.start()
+    server = ApiServer(engine, paths.socket)
+    await server.start()
+    backend = SocketBackend(paths)
+    backend.engine = engine  # type: ignore[attr-defined]  # for tests that poke the engine
+    backend.server = server  # type: ignore[attr-defined]
+    return backend, engine
 
-    yield factory
-    for backend in backends:
-        engine = backend.engine
-        for job_id, pid in list(engine.supervisor.pids().items()):
-            act = engine._active.get(job_id)
-            if act is not None and act.job.kind.value == "adopted":
-                continue  # not ours to kill, and not a group leader: its test kills it
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if engine._lock._fd is not None:
-            await asyncio.wait_for(backend.close(), timeout=30)
+
+async def _stop_app_engine(backend: Any, engine: Engine) -> None:
+    for job_id, pid in list(engine.executor.pids().items()):
+        act = engine.book.get(job_id) if isinstance(job_id, int) else None
+        if act is not None and act.job.kind.value == "adopted":
+            continue  # not ours to kill, and not a group leader: its test kills it
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    await asyncio.wait_for(backend.close(), timeout=30)
+    server = getattr(backend, "server", None)
+    if server is not None:
+        await server.stop()
+    if engine.running:
+        await asyncio.wait_for(engine.stop(), timeout=30)
+
+
+def _app_fixture(mode_of: Callable[[pytest.FixtureRequest], str]) -> Any:
+    async def fixture(
+        paths: Paths, request: pytest.FixtureRequest
+    ) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
+        from gpulayer_tui.app import build_app
+
+        started: list[tuple[Any, Engine]] = []
+
+        async def factory(
+            simulate: str = "2xA100-80GB",
+            cpu_count: int = 2,
+            config: Config | None = None,
+            **kwargs: Any,
+        ) -> Any:
+            backend, engine = await _start_app_engine(
+                paths, mode_of(request), simulate, cpu_count, config
+            )
+            started.append((backend, engine))
+            return build_app(
+                backend, config_file=paths.config_file, refresh_interval=0.05, **kwargs
+            )
+
+        yield factory
+        for backend, engine in started:
+            await _stop_app_engine(backend, engine)
+
+    return fixture
+
+
+embedded_app = pytest.fixture(_app_fixture(lambda request: "embedded"))
+"""The real app over a real engine embedded in it (simulated GPUs). Usage:
+``app = await embedded_app("2xA100-80GB")`` then ``async with app.run_test()``."""
+
+ui_app = pytest.fixture(params=["embedded", "attached"])(_app_fixture(lambda r: r.param))
+"""Like ``embedded_app``, once per way the TUI reaches an engine: embedded, and attached to
+an engine serving its socket (``app.backend.engine`` is that engine in both)."""
 
 
 class Served:

@@ -19,8 +19,9 @@ from gpulayer_tui.engine.models import JobKind, JobStatus, TerminationReason
 from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.engine.spec import SpecError
 from gpulayer_tui.engine.supervisor import Supervisor, _Watch
+from gpulayer_tui.wire import FieldError
 
-from .conftest import EngineFactory, Served, eventually, make_config, pid_gone
+from .conftest import EngineFactory, Served, adopt, eventually, make_config, pid_gone
 
 GIB = 1024**3
 
@@ -59,7 +60,7 @@ async def test_adopted_process_runs_until_it_exits_then_is_orphaned(
 ) -> None:
     engine = await make_engine()
     proc = start(spawn, "sleep", "600")
-    job = await engine.adopt(proc.pid, name="nohup-run")
+    job = await adopt(engine, proc.pid, name="nohup-run")
     assert job.status is JobStatus.RUNNING and job.kind is JobKind.ADOPTED
     assert job.name == "nohup-run" and job.pid == proc.pid and job.domains == ["cpu"]
     assert job.spec["command"] == "sleep 600" and job.spec["start_ticks"] == procs.start_ticks(
@@ -78,7 +79,7 @@ async def test_refusals_are_recorded_failed_jobs(
     make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
 ) -> None:
     engine = await make_engine()
-    gone = await engine.adopt(unused_pid())
+    gone = await adopt(engine, unused_pid())
     assert gone.status is JobStatus.FAILED
     assert gone.termination_reason is TerminationReason.ADOPT_PID_GONE
     assert gone.message.startswith("refused to adopt: no process with pid")
@@ -86,11 +87,11 @@ async def test_refusals_are_recorded_failed_jobs(
     proc = start(spawn, "sleep", "600")
     ticks = procs.start_ticks(proc.pid)
     assert ticks is not None
-    reused = await engine.adopt(proc.pid, start_ticks=ticks - 1)
+    reused = await adopt(engine, proc.pid, start_ticks=ticks - 1)
     assert reused.termination_reason is TerminationReason.ADOPT_PID_MISMATCH
     assert "the pid was reused" in reused.message
 
-    stranger = await engine.adopt(proc.pid, requester_uid=os.getuid() + 4242)
+    stranger = await adopt(engine, proc.pid, requester_uid=os.getuid() + 4242)
     assert stranger.termination_reason is TerminationReason.ADOPT_UID_MISMATCH
     # refusals stay in history and nothing was signalled
     listed = {j.id: j.status for j in await engine.list_jobs()}
@@ -112,22 +113,23 @@ async def test_process_of_another_user_is_refused(
         spawn, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "600"
     )
     await eventually(lambda: procs.read_real_uid(proc.pid) == 65534)
-    job = await engine.adopt(proc.pid)
+    job = await adopt(engine, proc.pid)
     assert job.termination_reason is TerminationReason.ADOPT_UID_MISMATCH
     assert "belongs to nobody" in job.message
 
 
 async def test_bad_arguments_record_nothing(make_engine: EngineFactory) -> None:
     engine = await make_engine()
-    for kwargs, message in [
-        ({"pid": 0}, "pid must be a positive integer"),
-        ({"pid": "12"}, "pid must be a positive integer"),
-        ({"pid": os.getpid(), "vram_gb": -1}, "vram_gb must be a number greater than 0"),
-        ({"pid": os.getpid(), "domain": "gpu9"}, "unknown domain 'gpu9'"),
+    for kwargs, error, message in [
+        ({"pid": 0}, FieldError, "pid: must be a process id"),
+        ({"pid": "12"}, FieldError, "pid: must be a whole number"),
+        ({"pid": os.getpid(), "vram_gb": -1}, FieldError, "vram_gb: must be greater than 0"),
+        ({"pid": os.getpid(), "vram_gb": 1e9}, FieldError, "vram_gb: must be at most"),
+        ({"pid": os.getpid(), "domain": "gpu9"}, SpecError, "unknown domain 'gpu9'"),
     ]:
         pid = kwargs.pop("pid")
-        with pytest.raises(SpecError, match=message):
-            await engine.adopt(pid, **kwargs)  # type: ignore[arg-type]
+        with pytest.raises(error, match=message):
+            await adopt(engine, pid, **kwargs)
     assert await engine.list_jobs() == []
 
 
@@ -147,7 +149,7 @@ async def test_cancel_sigterm_then_sigkill_only_that_pid(
     )
     await eventually(ready.exists)
     sibling = next(c.pid for c in psutil.Process(leader.pid).children() if c.name() == "sleep")
-    job = await engine.adopt(leader.pid)
+    job = await adopt(engine, leader.pid)
     sub = engine.subscribe()
     await engine.cancel(job.id)
     stopping = await anext(e async for e in sub if e.kind.value == "job.reason")
@@ -169,10 +171,10 @@ async def test_a_recycled_pid_is_never_signalled(
     proc = start(spawn, "sleep", "600")
     ticks = procs.start_ticks(proc.pid)
     assert ticks is not None
-    stranger = _Watch(proc.pid, None, None, group=False, ticks=ticks + 1)
+    stranger = _Watch(lambda exit: None, proc.pid, None, None, group=False, ticks=ticks + 1)
     Supervisor._signal(stranger, signal.SIGKILL)
     assert proc.poll() is None
-    same = _Watch(proc.pid, None, None, group=False, ticks=ticks)
+    same = _Watch(lambda exit: None, proc.pid, None, None, group=False, ticks=ticks)
     Supervisor._signal(same, signal.SIGKILL)
     assert proc.wait(timeout=5) == -signal.SIGKILL
 
@@ -191,7 +193,7 @@ async def test_polling_fallback_without_pidfd(
 
     monkeypatch.setattr(os, "pidfd_open", no_pidfd)
     proc = start(spawn, "sleep", "600")
-    job = await engine.adopt(proc.pid)
+    job = await adopt(engine, proc.pid)
     assert job.status is JobStatus.RUNNING
     proc.kill()
     done = await engine.wait(job.id, timeout=10)
@@ -203,7 +205,7 @@ async def test_dependents_of_an_adopted_job(
 ) -> None:
     engine = await make_engine()
     proc = start(spawn, "sleep", "600")
-    adopted = await engine.adopt(proc.pid)
+    adopted = await adopt(engine, proc.pid)
     strict = await engine.submit({"command": ["true"], "depends_on": [adopted.id]})
     lenient = await engine.submit(
         {"command": ["true"], "depends_on": [{"job": adopted.id, "any_exit": True}]}
@@ -221,8 +223,8 @@ async def test_engine_restart_relearns_adopted_jobs(
     first = await make_engine()
     alive = start(spawn, "sleep", "600")
     vanishing = start(spawn, "sleep", "600")
-    kept = await first.adopt(alive.pid)
-    lost = await first.adopt(vanishing.pid)
+    kept = await adopt(first, alive.pid)
+    lost = await adopt(first, vanishing.pid)
     await first.stop()
     assert alive.poll() is None  # shutdown leaves adopted processes alone
     vanishing.kill()
@@ -248,7 +250,7 @@ async def test_adopted_memory_moves_from_unregistered_to_owned(
     await engine.sampler.sample_once()
     before = engine.gpus()["domains"][0]["vram"]
     assert before["unregistered"] == 20 * GIB and before["owned"] == 0
-    job = await engine.adopt(shell.pid, vram_gb=30, gpu=True)
+    job = await adopt(engine, shell.pid, vram_gb=30, gpu=True)
     assert job.status is JobStatus.RUNNING and job.domains == ["gpu0"] and job.gpus == [0]
     await engine.sampler.sample_once()
     after = engine.gpus()["domains"][0]
@@ -273,7 +275,7 @@ async def test_adopting_onto_a_full_domain_and_on_several_gpus(
     ledger.hold(0, proc.pid, 5.0)
     ledger.hold(1, proc.pid, 7.0)
     await engine.sampler.sample_once()
-    job = await engine.adopt(proc.pid, gpu=True)
+    job = await adopt(engine, proc.pid, gpu=True)
     assert job.status is JobStatus.RUNNING
     assert job.domains == ["gpu0", "gpu1"]
     gpu0 = engine.scheduler.domains["gpu0"]
@@ -295,7 +297,7 @@ async def test_comm_with_spaces_and_parenthesis(
     )
     assert abs(stat.start_ticks - expected) <= 1
     engine = await make_engine()
-    job = await engine.adopt(proc.pid, start_ticks=stat.start_ticks)
+    job = await adopt(engine, proc.pid, start_ticks=stat.start_ticks)
     assert job.status is JobStatus.RUNNING
     assert job.name == "my"  # the first word of the command line
     assert job.spec["command"] == f"{weird} 600"

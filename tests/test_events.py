@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 
 import aiohttp
 import pytest
@@ -15,6 +16,7 @@ from gpulayer_tui.engine.models import (
     EventKind,
     IllegalTransition,
     JobStatus,
+    TerminationReason,
     check_transition,
 )
 
@@ -103,3 +105,31 @@ async def test_event_stream_over_the_socket(make_engine: EngineFactory) -> None:
                 assert body["job"]["owner_uid"] is not None
     finally:
         await server.stop()
+
+
+async def test_a_job_and_its_timeline_are_read_together(make_engine: EngineFactory) -> None:
+    # The timeline must include every transition the job shows, also in the instant before
+    # the group commit writes it (reading committed rows only made a service test flaky
+    # under load, and let GET /v1/jobs/ID show a status whose transition was missing).
+    engine = await make_engine()
+    first = await engine.submit({"command": ["sleep", "600"], "gpus": 0})
+    waiting = await engine.submit({"command": ["true"], "gpus": 0, "depends_on": [first.id]})
+    assert waiting.status is JobStatus.QUEUED
+    act = engine.book.get(waiting.id)
+    assert act is not None
+    engine.book.finish(act, JobStatus.CANCELLED, TerminationReason.CANCELLED, "by this test")
+    # Nothing has awaited since: the cancellation is not committed yet...
+    with sqlite3.connect(engine.paths.database) as db:
+        row = db.execute("SELECT status FROM jobs WHERE id=?", (waiting.id,)).fetchone()
+    assert row == ("queued",)
+    # ...and the job, read with its timeline, shows it in both.
+    job, events = await engine.job_detail(waiting.id)
+    assert job["status"] == "cancelled"
+    assert [e["status"] for e in events if e["kind"] == "job.transition"] == [
+        "queued",
+        "cancelled",
+    ]
+    assert events[-1]["message"] == "by this test"
+    # Once committed, the same read gives the same answer (no event twice).
+    await engine.store.flush()
+    assert (await engine.job_detail(waiting.id))[1] == events

@@ -25,11 +25,11 @@ import pytest
 
 from gpulayer_tui.engine.api import ApiServer
 from gpulayer_tui.engine.engine import Engine, Overloaded
+from gpulayer_tui.engine.errors import StoreError
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
 from gpulayer_tui.engine.paths import Paths
-from gpulayer_tui.engine.store import StoreError
 
-from .conftest import REPO, EngineFactory, Served, eventually, make_config, wait_for
+from .conftest import REPO, EngineFactory, Served, adopt, eventually, make_config, wait_for
 from .raw_http import UnixHTTPConnection, request
 
 
@@ -102,9 +102,9 @@ async def test_unwritable_database_refuses_new_work_and_loses_nothing(
         with pytest.raises(StoreError, match=f"refuses new work: database write failed: {error}"):
             await engine.submit({"command": ["true"], "env": big, "depends_on": [running.id]})
         assert engine.health()["store_failure"] == f"database write failed: {error}"
-        ready, why = engine.readiness()
+        ready, why = engine.domain_ops.readiness()
         assert not ready and f"not accepting work: database write failed: {error}" in why
-        checks = {c["check"]: c for c in await engine.doctor_checks()}
+        checks = {c["check"]: c for c in await engine.domain_ops.doctor_checks()}
         assert checks["database writes"]["status"] == "fail"
         assert checks["database writes"]["detail"] == f"database write failed: {error}"
         # Now every new submission is refused at once, with the reason; the CLI says so.
@@ -115,14 +115,14 @@ async def test_unwritable_database_refuses_new_work_and_loses_nothing(
         assert f"gpulayer-tui: the engine refuses new work: database write failed: {error}" in err
         # Meanwhile the running job ends; its end cannot be written yet.
         go.touch()
-        await eventually(lambda: running.id not in engine._active)
+        await eventually(lambda: running.id not in engine.book)
         # Reads still work and the engine carries on.
         rc, out, _ = await _cli(engine.paths, "jobs", "--json")
         assert rc == 0 and json.loads(out)
         # Writes work again: everything held back is committed, nothing was lost.
         await _mend_writes(engine, how)
         await eventually(lambda: engine.store.failure is None)
-        assert engine.readiness()[0]
+        assert engine.domain_ops.readiness()[0]
         rows = dict(
             (r[0], r[1:]) for r in _db_rows(engine.paths, "SELECT id, status, message FROM jobs")
         )
@@ -379,10 +379,10 @@ async def test_adoption_that_cannot_be_recorded_is_undone_and_the_pid_left_alone
     engine = await make_engine()
     await _break_writes(engine, "read-only")
     with pytest.raises(StoreError, match="attempt to write a readonly database"):
-        await engine.adopt(sleeper)
+        await adopt(engine, sleeper)
     assert psutil.pid_exists(sleeper)  # never signalled
-    assert engine.supervisor.pids() == {}  # no longer watched
-    assert not any(a.job.kind.value == "adopted" for a in engine._active.values())
+    assert engine.executor.pids() == {}  # no longer watched
+    assert not any(a.job.kind.value == "adopted" for a in engine.book)
     await _mend_writes(engine, "read-only")
     await eventually(lambda: engine.store.failure is None)
     (row,) = _db_rows(engine.paths, "SELECT kind, status, message FROM jobs")
@@ -390,5 +390,5 @@ async def test_adoption_that_cannot_be_recorded_is_undone_and_the_pid_left_alone
     assert row[2].startswith("not recorded: database write failed: attempt to write")
     assert row[2].endswith("; pid left alone")
     # it can be adopted again once writes work
-    again = await engine.adopt(sleeper)
+    again = await adopt(engine, sleeper)
     assert again.status is JobStatus.RUNNING

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pynvml
 import pytest
 
-from gpulayer_tui.engine.health import DomainRefused
+from gpulayer_tui.engine.errors import DomainRefused
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.spec import SpecError
@@ -48,7 +48,7 @@ async def test_lost_gpu_quarantines_only_its_domain(
     assert "warning: domain gpu1 quarantined: GPU is lost" in live.message
     # a queued job that can only run there says why
     await eventually(
-        lambda: engine._active[waiting.id].job.message.startswith(
+        lambda: engine.book.get(waiting.id).job.message.startswith(
             "waiting for domain gpu1 quarantined"
         )
     )
@@ -59,18 +59,18 @@ async def test_lost_gpu_quarantines_only_its_domain(
     elsewhere = await engine.submit({"command": ["true"], "gpus": 1})
     done = await engine.wait(elsewhere.id, timeout=10)
     assert done.status is JobStatus.COMPLETED and done.domains == ["gpu0"]
-    ready, reason = engine.readiness()
+    ready, reason = engine.domain_ops.readiness()
     assert not ready and reason.startswith("domain gpu1 quarantined: GPU is lost")
     # release is refused while the GPU still fails ...
     with pytest.raises(DomainRefused, match="its GPU still fails"):
-        await engine.release_domain("gpu1")
+        await engine.domain_ops.release("gpu1")
     # ... and works once it answers again; the event is recorded
     fake_nvml.devices[1].lost = False
     await engine.sampler.sample_once()
     assert gpu1.state.value == "quarantined"  # never lifted automatically
-    released = await engine.release_domain("gpu1")
+    released = await engine.domain_ops.release("gpu1")
     assert released["state"] == "in_service"
-    assert engine.readiness() == (True, "every domain is ready")
+    assert engine.domain_ops.readiness() == (True, "every domain is ready")
     await engine.cancel(on_gpu1.id)
     assert (await engine.wait(waiting.id, timeout=10)).status is JobStatus.COMPLETED
     changes = [
@@ -107,7 +107,7 @@ async def test_repeated_failed_reads_degrade_then_quarantine(
 async def test_drain_and_release(make_engine: EngineFactory) -> None:
     engine = await make_engine("2xA100-80GB")
     running = await engine.submit({"command": ["sleep", "600"], "domain": "gpu0"})
-    drained = await engine.drain_domain("gpu0", "driver update at noon")
+    drained = await engine.domain_ops.drain("gpu0", "driver update at noon")
     assert drained["state"] == "draining"
     assert (await engine.get(running.id)).status is JobStatus.RUNNING  # left alone
     pinned = await engine.submit({"command": ["true"], "domain": "gpu0"})
@@ -115,16 +115,16 @@ async def test_drain_and_release(make_engine: EngineFactory) -> None:
     assert pinned.message == "waiting for domain gpu0 draining: driver update at noon"
     free = await engine.submit({"command": ["true"], "gpus": 1})
     assert (await engine.wait(free.id, timeout=10)).domains == ["gpu1"]
-    assert engine.readiness()[0] is False
+    assert engine.domain_ops.readiness()[0] is False
     with pytest.raises(DomainRefused, match="already draining"):
-        await engine.drain_domain("gpu0")
+        await engine.domain_ops.drain("gpu0")
     with pytest.raises(SpecError, match="unknown domain 'gpu7'"):
-        await engine.drain_domain("gpu7")
+        await engine.domain_ops.drain("gpu7")
     await engine.cancel(running.id)
-    await engine.release_domain("gpu0")
+    await engine.domain_ops.release("gpu0")
     assert (await engine.wait(pinned.id, timeout=10)).status is JobStatus.COMPLETED
     with pytest.raises(DomainRefused, match="in service already"):
-        await engine.release_domain("gpu0")
+        await engine.domain_ops.release("gpu0")
 
 
 async def test_domain_state_survives_restart_and_v1_database_is_migrated(
@@ -146,7 +146,7 @@ async def test_domain_state_survives_restart_and_v1_database_is_migrated(
     old = await second.get(1)
     assert old.status is JobStatus.COMPLETED and old.exit_code == 0  # history kept
     assert old.replicas == [] and old.attempt == 0
-    await second.drain_domain("gpu1", "maintenance")
+    await second.domain_ops.drain("gpu1", "maintenance")
     await second.stop()
     with sqlite3.connect(paths.database) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
@@ -285,7 +285,7 @@ async def test_a_hanging_gpu_degrades_then_quarantines_only_its_domain(
         return gpu1.answers
 
     await eventually(answers, timeout=10, interval=0.05)
-    assert (await engine.release_domain("gpu1"))["state"] == "in_service"
+    assert (await engine.domain_ops.release("gpu1"))["state"] == "in_service"
 
 
 async def test_doctor_checks_name_quarantine_and_a_clock_gone_backwards(
@@ -298,7 +298,7 @@ async def test_doctor_checks_name_quarantine_and_a_clock_gone_backwards(
     await engine.sampler.sample_once()
     with sqlite3.connect(engine.paths.database) as db:
         db.execute("UPDATE jobs SET created_at = created_at + 3600 WHERE id = ?", (job.id,))
-    checks = {c["check"]: c for c in await engine.doctor_checks()}
+    checks = {c["check"]: c for c in await engine.domain_ops.doctor_checks()}
     assert checks["domain gpu1"]["status"] == "fail"
     assert checks["domain gpu1"]["detail"].startswith("quarantined: GPU is lost")
     assert checks["domain gpu0"]["status"] == "ok"

@@ -33,7 +33,7 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
     # the watcher picks the edit up by itself
     paths.config_file.write_text(BASE + "[cpu]\nslots = 2\n")
     await eventually(lambda: engine.scheduler.domains["cpu"].slots == 2, timeout=10)
-    await eventually(lambda: engine._active[second.id].job.status is JobStatus.RUNNING)
+    await eventually(lambda: engine.book.get(second.id).job.status is JobStatus.RUNNING)
     assert (await engine.get(first.id)).status is JobStatus.RUNNING  # undisturbed
 
     # a double-owned GPU is rejected, naming the domains; the running config stays
@@ -60,7 +60,7 @@ async def test_renaming_a_gpu_domain_keeps_running_jobs_and_fails_orphaned_pins(
     pinned = await engine.submit({"command": ["true"], "domain": "gpu1"})
     assert pinned.status is JobStatus.QUEUED
     paths.config_file.write_text(BASE + "[domains.train]\ngpu = 1\nslots = 1\n")
-    result = await engine.reload_config()
+    result = await engine.config_reload.reload()
     assert result["applied"] is True
     assert "GPU 1: domain gpu1 -> train" in result["changes"]
     assert list(engine.scheduler.domains) == ["gpu0", "train", "cpu"]

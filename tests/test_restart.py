@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from gpulayer_tui.engine.errors import StoreError
 from gpulayer_tui.engine.lock import EngineBusy
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
-from gpulayer_tui.engine.store import StoreError
+from gpulayer_tui.engine.supervisor import exit_path
 
 from .conftest import EngineFactory, eventually, pid_gone
 
@@ -73,7 +74,7 @@ async def test_job_that_ended_while_engine_was_down(
     ok = await first.submit(gated(tmp_path, 0))
     await first.stop()
     (tmp_path / "go").touch()
-    exit_file = first.exit_path(ok.id)
+    exit_file = exit_path(first.paths.jobs_dir, ok.id)
     await eventually(lambda: exit_file.exists() and exit_file.read_text().endswith("\n"))
 
     second = await make_engine()

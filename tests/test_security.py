@@ -26,6 +26,7 @@ from gpulayer_tui.engine.engine import Engine
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.engine.spec import SpecError
+from gpulayer_tui.engine.supervisor import exit_path
 
 from .conftest import REPO, EngineFactory, Served, make_config, wait_for
 from .raw_http import request
@@ -299,7 +300,7 @@ async def test_a_state_dir_with_shell_characters_in_its_path_is_safe(tmp_path: P
         done = await engine.wait(job.id, timeout=10)
         # The wrapper wrote the exit status to its file: the path was an argument, not code.
         assert done.exit_code == 7
-        assert engine.exit_path(job.id).read_text() == "7\n"
+        assert exit_path(engine.paths.jobs_dir, job.id).read_text() == "7\n"
         assert not [p for p in _files(tmp_path) if Path(p).name.startswith("pwned")]
     finally:
         await engine.stop()
@@ -309,13 +310,13 @@ async def test_a_state_dir_with_shell_characters_in_its_path_is_safe(tmp_path: P
     ("spec", "message"),
     [
         ({"command": ["true"], "name": "a\0b"}, "name: control characters are not allowed"),
-        ({"command": ["true"], "name": "x" * 10_000}, "name: String should have at most 200"),
+        ({"command": ["true"], "name": "x" * 10_000}, "name: must be at most 200 characters"),
         ({"command": ["true"], "cwd": "../../x"}, "cwd: '../../x' is not an absolute path"),
         ({"command": ["true"], "cwd": "/tmp\0/x"}, "cwd contains a NUL byte"),
-        ({"command": ["true\0rm"]}, "command contains a NUL byte"),
+        ({"command": ["true\0rm"]}, "command: contains a NUL byte"),
         ({"command": ["true"], "env": {"A=B": "x"}}, "env: 'A=B' is not a valid variable name"),
         ({"command": ["true"], "env": {"A": "x\0y"}}, "env[A] contains a NUL byte"),
-        ({"shell": "echo\0hi"}, "shell contains a NUL byte"),
+        ({"shell": "echo\0hi"}, "shell: contains a NUL byte"),
     ],
 )
 async def test_hostile_specs_are_refused_with_the_reason_and_store_nothing(

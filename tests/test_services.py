@@ -83,7 +83,7 @@ def _listening(port: int) -> bool:
 
 
 def _replicas(engine: Engine, job_id: int) -> list[Any]:
-    return engine._active[job_id].job.replicas
+    return engine.book.get(job_id).job.replicas
 
 
 async def _all_up(engine: Engine, job_id: int) -> bool:
@@ -275,7 +275,7 @@ async def test_service_that_never_opens_its_port_stays_starting(
     assert replica.state is ReplicaState.STARTING and replica.port
     # give the prober several rounds: it must not invent an endpoint
     await asyncio.sleep(0)
-    await eventually(lambda: len(engine._active[job.id].probes) == 1)
+    await eventually(lambda: len(engine.services.runtime(job.id).probes) == 1)
     live = await engine.get(job.id)
     assert live.status is JobStatus.RUNNING and replica.endpoint is None
     assert f"port {replica.port} not answering yet" in live.message
@@ -307,7 +307,7 @@ async def test_domain_loss_places_the_whole_service_again(
     index = int(lost_domain.removeprefix("gpu"))
     fake_nvml.devices[index].lost = True
     await engine.sampler.sample_once()
-    await eventually(lambda: engine._active[job.id].job.attempt == 2, timeout=20)
+    await eventually(lambda: engine.book.get(job.id).job.attempt == 2, timeout=20)
     moved = await engine.get(job.id)
     assert moved.status is JobStatus.RUNNING and moved.domains != [lost_domain]
     assert moved.replicas[0].pid != old_pid and pid_gone(old_pid)
@@ -360,11 +360,11 @@ async def test_gpu_replicas_go_to_distinct_domains(make_engine: EngineFactory) -
         ({"restart": "always", "port": False}, "restart, port: only services have these"),
         (
             {"kind": "service", "replicas": 0},
-            "replicas: Input should be greater than or equal to 1",
+            "replicas: must be from 1 to 64, not 0",
         ),
-        ({"kind": "service", "replicas": 65}, "replicas: Input should be less than or equal to 64"),
+        ({"kind": "service", "replicas": 65}, "replicas: must be from 1 to 64, not 65"),
         ({"kind": "service", "restart": "sometimes"}, "restart: Input should be 'always' or"),
-        ({"kind": "service", "retry": {"max_attempts": 0}}, "retry.max_attempts: Input should be"),
+        ({"kind": "service", "retry": {"max_attempts": 0}}, "retry.max_attempts: must be from 1"),
         ({"kind": "daemon"}, "kind: Input should be 'command' or 'service'"),
     ],
 )
@@ -412,9 +412,9 @@ async def test_log_of_an_unknown_replica_is_refused(make_engine: EngineFactory) 
     svc = await engine.submit(_service(["sleep", "600"], port=False))
     batch = await engine.submit({"command": ["true"]})
     with pytest.raises(SpecError, match=f"job {svc.id} has replicas 0-0, not 3"):
-        engine.check_replica(await engine.get(svc.id), 3)
+        engine.reads.check_replica(await engine.get(svc.id), 3)
     with pytest.raises(SpecError, match=f"job {batch.id} is not a service"):
-        engine.check_replica(await engine.get(batch.id), 0)
+        engine.reads.check_replica(await engine.get(batch.id), 0)
 
 
 def test_cli_submit_status_logs_and_cancel_a_service(served: Served, tmp_path: Any) -> None:
@@ -478,7 +478,7 @@ def test_cli_service_flags_and_spec_files(served: Served, tmp_path: Any) -> None
     wrong.write_text(json.dumps({"kind": "service", "command": ["x"], "replicas": 99}))
     refused = served.cli("submit", "--spec", str(wrong))
     assert refused.returncode == 2
-    assert "replicas: Input should be less than or equal to 64" in refused.stderr
+    assert "replicas: must be from 1 to 64, not 99" in refused.stderr
     assert served.cli("cancel", str(job["id"])).returncode == 0
 
 

@@ -12,7 +12,7 @@ import pytest
 from textual.widgets import Static
 
 from gpulayer_tui.app import build_app
-from gpulayer_tui.backend import AttachedBackend
+from gpulayer_tui.backend import SocketBackend
 from gpulayer_tui.engine.config import load_config
 from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.screens.dialogs import QuitScreen
@@ -148,7 +148,7 @@ async def test_attaches_to_a_running_serve_and_follows_it(served: Served, paths:
     first = served.cli("submit", "--name", "from-cli", "--", "true").stdout.strip()
     assert served.cli("wait", first).returncode == 0
     backend = await _connect(paths, None, None)
-    assert isinstance(backend, AttachedBackend)
+    assert isinstance(backend, SocketBackend)
     app = build_app(backend, refresh_interval=0.05)
     try:
         async with app.run_test(size=(120, 40)) as pilot:

@@ -1,6 +1,6 @@
 """The dashboard: panels, memory bar, process table and summary, over a real engine.
 
-Pilot tests run the real embedded engine on simulated GPUs (``embedded_app``); a real
+Pilot tests run the real embedded engine on simulated GPUs (``ui_app``); a real
 ``sleep`` process registered in the simulated ledger plays the foreign GPU process.
 Snapshots use the static backend with a fixed clock and time zone, so they never change.
 """
@@ -8,7 +8,6 @@ Snapshots use the static backend with a fixed clock and time zone, so they never
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -133,8 +132,8 @@ def test_row_header_lines_up_with_rows() -> None:
 # -- pilot tests over the real engine ---------------------------------------------------------
 
 
-async def test_a_panel_per_gpu_with_its_model(embedded_app: Any) -> None:
-    app = await embedded_app("1xH200-141GB,1xL4-24GB")
+async def test_a_panel_per_gpu_with_its_model(ui_app: Any) -> None:
+    app = await ui_app("1xH200-141GB,1xL4-24GB")
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await until(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen)
         panels = await until(pilot, lambda: list(screen.query(GpuPanel)))
@@ -151,9 +150,9 @@ async def test_a_panel_per_gpu_with_its_model(embedded_app: Any) -> None:
 
 
 async def test_foreign_process_shows_as_unregistered_everywhere(
-    embedded_app: Any, foreign: Callable[[], int]
+    ui_app: Any, foreign: Callable[[], int]
 ) -> None:
-    app = await embedded_app("2xA100-80GB")
+    app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.screen.query(GpuPanel))
         pid = foreign()
@@ -171,9 +170,9 @@ async def test_foreign_process_shows_as_unregistered_everywhere(
 
 
 async def test_submitted_job_counts_as_running_and_enter_opens_it(
-    embedded_app: Any, monkeypatch: pytest.MonkeyPatch
+    ui_app: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = await embedded_app("2xA100-80GB")
+    app = await ui_app("2xA100-80GB")
     opened: list[int] = []
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.screen.query(GpuPanel))
@@ -201,10 +200,8 @@ async def test_submitted_job_counts_as_running_and_enter_opens_it(
         assert opened == [job["id"]]
 
 
-async def test_sort_keys_change_the_row_order(
-    embedded_app: Any, foreign: Callable[[], int]
-) -> None:
-    app = await embedded_app("2xA100-80GB")
+async def test_sort_keys_change_the_row_order(ui_app: Any, foreign: Callable[[], int]) -> None:
+    app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.screen.query(GpuPanel))
         small, big = foreign(), foreign()
@@ -232,8 +229,8 @@ async def test_sort_keys_change_the_row_order(
         assert "VRAM GiB ▲" in header
 
 
-async def test_eight_gpus_at_80x24(embedded_app: Any) -> None:
-    app = await embedded_app("8xA100-80GB")
+async def test_eight_gpus_at_80x24(ui_app: Any) -> None:
+    app = await ui_app("8xA100-80GB")
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: len(app.screen.query(GpuPanel)) == 8)
         panels = list(app.screen.query(GpuPanel))
@@ -293,16 +290,6 @@ async def test_cpu_only_notice() -> None:
 # -- snapshots --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Pin the time zone: "failed today" depends on the local midnight."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
 def settled(n_gpus: int) -> Callable[[Pilot[Any]], Any]:
     """Wait until the dashboard shows every panel, drawn."""
 
@@ -323,21 +310,21 @@ def _snap(snap_compare: Any, n_gpus: int, size: tuple[int, int], theme: str | No
     return bool(snap_compare(app, terminal_size=size, run_before=settled(n_gpus)))
 
 
-def test_snapshot_no_gpus_80x24(snap_compare: Any, utc: None) -> None:
+def test_snapshot_no_gpus_80x24(snap_compare: Any) -> None:
     assert _snap(snap_compare, 0, (80, 24))
 
 
-def test_snapshot_two_gpus_120x40(snap_compare: Any, utc: None) -> None:
+def test_snapshot_two_gpus_120x40(snap_compare: Any) -> None:
     assert _snap(snap_compare, 2, (120, 40))
 
 
-def test_snapshot_eight_gpus_80x24(snap_compare: Any, utc: None) -> None:
+def test_snapshot_eight_gpus_80x24(snap_compare: Any) -> None:
     assert _snap(snap_compare, 8, (80, 24))
 
 
-def test_snapshot_eight_gpus_200x60(snap_compare: Any, utc: None) -> None:
+def test_snapshot_eight_gpus_200x60(snap_compare: Any) -> None:
     assert _snap(snap_compare, 8, (200, 60))
 
 
-def test_snapshot_two_gpus_light_theme(snap_compare: Any, utc: None) -> None:
+def test_snapshot_two_gpus_light_theme(snap_compare: Any) -> None:
     assert _snap(snap_compare, 2, (120, 40), theme="gpulayer-light")

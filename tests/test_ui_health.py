@@ -26,8 +26,8 @@ def _state(app: Any, name: str) -> str:
     return next(d["state"] for d in app.gpu_state["domains"] if d["name"] == name)
 
 
-async def test_quarantine_is_notified_and_release_is_offered(embedded_app: AppFactory) -> None:
-    app = await embedded_app("2xA100-80GB")
+async def test_quarantine_is_notified_and_release_is_offered(ui_app: AppFactory) -> None:
+    app = await ui_app("2xA100-80GB")
     engine = app.backend.engine
     ledger = SimLedger(engine.paths.state_dir)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -65,10 +65,10 @@ def stubborn(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
 
 
 async def test_cancelling_an_adopted_job_counts_down_to_sigkill(
-    embedded_app: AppFactory, stubborn: tuple[subprocess.Popen[bytes], Path]
+    ui_app: AppFactory, stubborn: tuple[subprocess.Popen[bytes], Path]
 ) -> None:
     proc, ready = stubborn
-    app = await embedded_app("2xA100-80GB")
+    app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 30)) as pilot:
         await until(pilot, ready.exists)
         job = await app.backend.adopt({"pid": proc.pid, "name": "stubborn"})
@@ -90,16 +90,16 @@ async def test_cancelling_an_adopted_job_counts_down_to_sigkill(
         assert "SIGTERM sent" in message()
 
 
-async def test_config_edits_reach_the_tui(embedded_app: AppFactory) -> None:
-    app = await embedded_app("2xA100-80GB")
+async def test_config_edits_reach_the_tui(ui_app: AppFactory) -> None:
+    app = await ui_app("2xA100-80GB")
     engine = app.backend.engine
     config = engine.paths.config_file
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         assert app.theme == "gpulayer-dark"
         config.write_text('[ui]\ntheme = "gpulayer-light"\n')
-        await engine.reload_config()
+        await engine.config_reload.reload()
         await until(pilot, lambda: app.theme == "gpulayer-light")
         config.write_text("[cpu]\nslots = 0\n")
-        await engine.reload_config()
+        await engine.config_reload.reload()
         await until(pilot, lambda: any("config edit rejected" in n for n in _notes(app)))

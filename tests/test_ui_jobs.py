@@ -7,8 +7,7 @@ Pilot tests drive the real app over a real embedded engine on simulated GPUs; th
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.widgets import Input, Label
 
+from gpulayer_tui.backend import BackendError
 from gpulayer_tui.job_store import JobStore
 from gpulayer_tui.screens.dialogs import ConfirmScreen
 from gpulayer_tui.screens.job_detail import JobDetailScreen
@@ -24,21 +24,11 @@ from gpulayer_tui.screens.submit import SubmitScreen
 from gpulayer_tui.widgets.job_table import JobTable
 from gpulayer_tui.widgets.log_tail import LogTail
 from gpulayer_tui.widgets.timeline import Timeline
-from tests.conftest import pid_gone
+from tests.conftest import make_config, pid_gone
 from tests.ui_support import FIXED_NOW, StaticBackend
 
 # -- helpers --------------------------------------------------------------------------------
 from .ui_support import until
-
-
-@pytest.fixture(autouse=True)
-def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Local times in cells and timelines are UTC, so snapshots match on any machine."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def table_of(app: App[Any]) -> JobTable:
@@ -94,8 +84,8 @@ def field_error(form: SubmitScreen, field: str) -> str:
 # -- with the real engine -------------------------------------------------------------------
 
 
-async def test_submit_through_the_form_then_follow_it_to_completed(embedded_app: Any) -> None:
-    app = await embedded_app("2xA100-80GB")
+async def test_submit_through_the_form_then_follow_it_to_completed(ui_app: Any) -> None:
+    app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("j")
         form = await open_form(pilot)
@@ -129,8 +119,8 @@ async def test_submit_through_the_form_then_follow_it_to_completed(embedded_app:
         await until(pilot, lambda: isinstance(app.screen, JobsScreen), "back to the table")
 
 
-async def test_cancel_from_the_table_and_from_the_detail(embedded_app: Any) -> None:
-    app = await embedded_app("2xA100-80GB")
+async def test_cancel_from_the_table_and_from_the_detail(ui_app: Any) -> None:
+    app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
         first = await app.backend.submit(spec("sleep 600", name="sleeper-1", gpus=0))
         second = await app.backend.submit(spec("sleep 600", name="sleeper-2", gpus=0))
@@ -178,8 +168,8 @@ async def test_cancel_from_the_table_and_from_the_detail(embedded_app: Any) -> N
         assert isinstance(app.screen, JobsScreen)
 
 
-async def test_filter_as_you_type_and_by_status(embedded_app: Any) -> None:
-    app = await embedded_app("2xA100-80GB")
+async def test_filter_as_you_type_and_by_status(ui_app: Any) -> None:
+    app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
         ids = {}
         for name, shell in (
@@ -246,8 +236,8 @@ async def test_filter_as_you_type_and_by_status(embedded_app: Any) -> None:
         assert table.sort_key == "status"
 
 
-async def test_over_capacity_shows_the_engines_message(embedded_app: Any) -> None:
-    app = await embedded_app("2xA100-80GB")
+async def test_over_capacity_shows_the_engines_message(ui_app: Any) -> None:
+    app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("j")
         form = await open_form(pilot)
@@ -267,8 +257,8 @@ async def test_over_capacity_shows_the_engines_message(embedded_app: Any) -> Non
         assert "over capacity" in cell(table, job_id, "message")
 
 
-async def test_inline_validation_and_engine_errors_submit_nothing(embedded_app: Any) -> None:
-    app = await embedded_app("2xA100-80GB")
+async def test_inline_validation_and_engine_errors_submit_nothing(ui_app: Any) -> None:
+    app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("j")
         form = await open_form(pilot)
@@ -310,6 +300,61 @@ async def test_inline_validation_and_engine_errors_submit_nothing(embedded_app: 
             pilot, lambda: "domain: unknown domain 'gpu9'" in form.form_message, "the refusal"
         )
         assert app.screen is form
+        assert await app.backend.jobs() == []
+
+
+async def test_a_refusal_the_engine_makes_under_load_is_shown_not_raised(ui_app: Any) -> None:
+    # Past [limits] active_jobs the engine answers 429. An embedded TUI used to call the
+    # engine in-process, where that refusal was not mapped, and the form's worker ended the
+    # app (WorkerFailed); one client path now gives both modes the same answer.
+    app = await ui_app(config=make_config(limits={"active_jobs": 2}))
+    async with app.run_test(size=(140, 40)) as pilot:
+        for name in ("first", "second"):
+            await app.backend.submit(spec("sleep 600", name=name, gpus=0))
+        await pilot.press("j")
+        form = await open_form(pilot)
+        await type_text(pilot, "true")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: "too many active jobs" in form.form_message, "the refusal")
+        assert "[limits] active_jobs" in form.form_message
+        assert app.is_running and app.screen is form
+        assert len(await app.backend.jobs()) == 2
+
+
+async def test_the_engine_names_the_field_it_refuses_and_the_form_marks_it(
+    ui_app: Any,
+) -> None:
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        with pytest.raises(BackendError) as refused:
+            await app.backend.submit(spec("true", domain="gpu9"))
+        assert refused.value.status == 400 and refused.value.field == "domain"
+        with pytest.raises(BackendError) as refused:
+            await app.backend.submit(spec("true", gpus=65))
+        assert refused.value.field == "gpus" and "gpus: must be from 0 to 64" in str(refused.value)
+        await pilot.press("j")
+        form = await open_form(pilot)
+        await type_text(pilot, "true")
+        await fill(pilot, form, "domain", "gpu9")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: "unknown domain 'gpu9'" in form.form_message, "the refusal")
+        assert form.query_one("#domain", Input).has_class("-invalid")
+
+
+async def test_adopt_rules_are_the_same_in_both_modes(ui_app: Any, sleeper: int) -> None:
+    # vram_gb = 1e9 was refused over the socket but accepted by an embedded engine.
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)):
+        for body, field in [
+            ({"pid": sleeper, "vram_gb": 1e9}, "vram_gb"),
+            ({"pid": sleeper, "vram_gb": 0}, "vram_gb"),
+            ({"pid": 0}, "pid"),
+            ({"pid": sleeper, "bogus": 1}, "bogus"),
+            ({"pid": sleeper, "domain": "gpu9"}, "domain"),
+        ]:
+            with pytest.raises(BackendError) as refused:
+                await app.backend.adopt(body)
+            assert (refused.value.status, refused.value.field) == (400, field), body
         assert await app.backend.jobs() == []
 
 

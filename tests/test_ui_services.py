@@ -23,9 +23,9 @@ SCRIPT = "echo hello from replica $GPULAYER_REPLICA; exec sleep 600"
 
 
 async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
-    embedded_app: Any,
+    ui_app: Any,
 ) -> None:
-    app = await embedded_app("2xA100-80GB", cpu_count=4)
+    app = await ui_app("2xA100-80GB", cpu_count=4)
     async with app.run_test(size=(140, 40)) as pilot:
         job = await app.backend.submit(
             {"kind": "service", "shell": SCRIPT, "replicas": 2, "port": False, "cwd": os.getcwd()}
@@ -68,8 +68,8 @@ async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
         assert all(pid_gone(pid) for pid in pids)
 
 
-async def test_next_replica_key_is_only_for_services(embedded_app: Any) -> None:
-    app = await embedded_app("2xA100-80GB")
+async def test_next_replica_key_is_only_for_services(ui_app: Any) -> None:
+    app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
         job = await app.backend.submit({"shell": "echo batch", "cwd": os.getcwd()})
         await pilot.press("j")
@@ -85,8 +85,8 @@ async def test_next_replica_key_is_only_for_services(embedded_app: Any) -> None:
         assert detail.query_one("#field-replicas").parent.display is False  # type: ignore[union-attr]
 
 
-async def test_submit_a_service_through_the_form(embedded_app: Any) -> None:
-    app = await embedded_app("2xA100-80GB")
+async def test_submit_a_service_through_the_form(ui_app: Any) -> None:
+    app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 45)) as pilot:
         await pilot.press("j")
         form = await open_form(pilot)

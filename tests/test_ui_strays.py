@@ -29,9 +29,9 @@ def foreign() -> Iterator[subprocess.Popen[bytes]]:
 
 
 async def test_adopt_a_stray_from_the_table(
-    embedded_app: AppFactory, foreign: subprocess.Popen[bytes]
+    ui_app: AppFactory, foreign: subprocess.Popen[bytes]
 ) -> None:
-    app = await embedded_app("2xA100-80GB")
+    app = await ui_app("2xA100-80GB")
     engine = app.backend.engine
     SimLedger(engine.paths.state_dir).hold(1, foreign.pid, 20.0)
     await engine.sampler.sample_once()
@@ -65,9 +65,9 @@ async def test_adopt_a_stray_from_the_table(
 
 
 async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
-    embedded_app: AppFactory, foreign: subprocess.Popen[bytes]
+    ui_app: AppFactory, foreign: subprocess.Popen[bytes]
 ) -> None:
-    app = await embedded_app("2xA100-80GB")
+    app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("s")
         await until(pilot, lambda: app.current_mode == "strays")

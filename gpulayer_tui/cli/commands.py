@@ -13,10 +13,10 @@ from typing import Any
 
 from ..client import ApiError, Client, EngineNotRunning
 from ..engine.paths import Paths
+from ..wire import NOT_COMPLETED_STATUSES
+from .exits import EXIT_FAILED, EXIT_NO_ENGINE, EXIT_OK, EXIT_USAGE
 from .format import format_gpus, format_job, format_jobs, table
-from .main import EXIT_FAILED, EXIT_NO_ENGINE, EXIT_OK, EXIT_USAGE
 
-NOT_COMPLETED = {"failed", "cancelled", "orphaned"}
 REFUSED = {"over_capacity", "dependency_failed", "launch_failed"}
 SERVICE_FLAGS = {
     "replicas": "--replicas",
@@ -212,7 +212,7 @@ def _status(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         _print_json(data)
     else:
         print(format_job(data["job"], data["events"], time.time()))
-    return EXIT_FAILED if data["job"]["status"] in NOT_COMPLETED else EXIT_OK
+    return EXIT_FAILED if data["job"]["status"] in NOT_COMPLETED_STATUSES else EXIT_OK
 
 
 def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

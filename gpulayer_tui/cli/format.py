@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from ..formatting import duration, gib, replica_health, replica_state
+from ..wire import JobJSON, TimelineEntryJSON
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -20,13 +21,14 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _runtime(job: dict[str, Any], now: float) -> str:
-    if not job.get("started_at"):
+def _runtime(job: JobJSON, now: float) -> str:
+    started = job.get("started_at")
+    if not started:
         return ""
-    return duration((job.get("ended_at") or now) - job["started_at"])
+    return duration((job.get("ended_at") or now) - started)
 
 
-def format_jobs(jobs: list[dict[str, Any]], now: float) -> str:
+def format_jobs(jobs: list[JobJSON], now: float) -> str:
     """The ``jobs`` table."""
     if not jobs:
         return "no jobs"
@@ -52,7 +54,7 @@ def _when(ts: float | None) -> str:
     return "" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
-def format_job(job: dict[str, Any], events: list[dict[str, Any]], now: float) -> str:
+def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str:
     """The ``status`` view: fields, then the timeline."""
     spec = job.get("spec", {})
     command = spec.get("command")
@@ -83,7 +85,7 @@ def format_job(job: dict[str, Any], events: list[dict[str, Any]], now: float) ->
     return "\n".join(lines)
 
 
-def _replica_lines(job: dict[str, Any], now: float) -> list[str]:
+def _replica_lines(job: JobJSON, now: float) -> list[str]:
     spec = job.get("spec", {})
     policy = spec.get("restart", "always")
     limit = spec.get("max_restarts")

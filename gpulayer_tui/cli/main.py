@@ -10,41 +10,51 @@ invalid input; 3 no engine is running.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from .. import __version__
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_ENGINE = 0, 1, 2, 3
+from .. import __version__, wire
 
 
 def positive_int(text: str) -> int:
+    """A whole number, 0 or more (limits, replica numbers)."""
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        value = wire.parse_whole("value", text)
+    except wire.FieldError as err:
+        raise argparse.ArgumentTypeError(err.detail) from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
     return value
 
 
 def job_id_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a job id is a number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"a job id is 1 or more, got {value}")
-    return value
+    """A job id."""
+    return _field("job")(text)  # type: ignore[no-any-return]
 
 
 def positive_number(text: str) -> float:
+    """A number greater than 0 (seconds to wait)."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        value = wire.parse_number("value", text)
+    except wire.FieldError as err:
+        raise argparse.ArgumentTypeError(err.detail) from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
     return value
+
+
+def _field(name: str) -> Callable[[str], Any]:
+    """An argparse type that applies the wire contract's rule for ``name`` (the same one the
+    engine and the TUI's form apply), so a bad value is refused here with the same words."""
+
+    def parse(text: str) -> Any:
+        try:
+            return wire.parse_field(name, text)
+        except wire.FieldError as err:
+            raise argparse.ArgumentTypeError(err.detail) from None
+
+    parse.__name__ = name  # argparse names the type in "invalid <name> value"
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,8 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--name")
     p.add_argument("--project")
-    p.add_argument("--gpus", type=positive_int, help="GPUs needed (0 = CPU pool)")
-    p.add_argument("--vram-gb", type=positive_number, help="GiB needed on each GPU")
+    p.add_argument("--gpus", type=_field("gpus"), help="GPUs needed (0 = CPU pool)")
+    p.add_argument("--vram-gb", type=_field("vram_gb"), help="GiB needed on each GPU")
     p.add_argument("--domain", action="append", help="pin to a domain (repeat for a choice)")
     p.add_argument("--exclusive", action="store_true", help="hold every slot of its domains")
     p.add_argument(
@@ -95,8 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="run after job ID ends, whatever its outcome",
     )
-    p.add_argument("--timeout", type=positive_number, metavar="SECONDS")
-    p.add_argument("--priority", type=int, default=0, help="higher starts first (default 0)")
+    p.add_argument("--timeout", type=_field("timeout"), metavar="SECONDS")
+    p.add_argument(
+        "--priority", type=_field("priority"), default=0, help="higher starts first (default 0)"
+    )
     p.add_argument("--cwd", help="working directory (default: the current one)")
     p.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment variable"
@@ -121,16 +133,19 @@ def build_parser() -> argparse.ArgumentParser:
     svc.add_argument(
         "--service", action="store_true", help="keep CMD running: restart it, give it $PORT"
     )
-    svc.add_argument("--replicas", type=positive_int, help="copies to run (default 1)")
+    svc.add_argument("--replicas", type=_field("replicas"), help="copies to run (default 1)")
     svc.add_argument(
         "--restart",
         choices=["always", "on_failure"],
         help="restart a replica after any exit (default) or a non-zero one only",
     )
-    svc.add_argument("--max-restarts", type=positive_int, metavar="N", help="per replica")
+    svc.add_argument("--max-restarts", type=_field("max_restarts"), metavar="N", help="per replica")
     svc.add_argument("--no-port", action="store_true", help="do not give replicas a $PORT")
     svc.add_argument(
-        "--max-attempts", type=positive_int, metavar="N", help="placements after a lost GPU"
+        "--max-attempts",
+        type=_field("max_attempts"),
+        metavar="N",
+        help="placements after a lost GPU",
     )
     p.add_argument("--json", action="store_true", help="print the job(s) as JSON")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
@@ -166,10 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
         "becomes a running job, its GPU memory counts as owned, and it can be waited on "
         "and cancelled. Its command is never run again by gpulayer-tui.",
     )
-    p.add_argument("--pid", type=job_id_arg, required=True, metavar="PID")
+    p.add_argument("--pid", type=_field("pid"), required=True, metavar="PID")
     p.add_argument("--name")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--vram-gb", type=positive_number, help="declared GiB per GPU")
+    group.add_argument("--vram-gb", type=_field("vram_gb"), help="declared GiB per GPU")
     group.add_argument("--gpu", action="store_true", help="on the GPUs where it holds memory")
     p.add_argument("--domain", action="append", help="adopt it on this domain (repeatable)")
     p.add_argument("--json", action="store_true")

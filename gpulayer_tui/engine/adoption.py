@@ -14,20 +14,26 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..wire import AdoptRequest
 from . import procs
-from .domain import Domain
+from .batch import terminate
+from .errors import SpecError, StoreError
+from .executor import Exit
 from .gpus import GIB
-from .lifecycle import _Active
-from .models import EventKind, Job, JobKind, JobStatus, TerminationReason
-from .restore import Restore
-from .sampler import Sampler
+from .jobbook import ActiveJob, JobBook, take_holds
+from .models import Job, JobKind, JobStatus, TerminationReason
 from .scheduler import Request
-from .spec import SpecError
-from .store import StoreError
-from .supervisor import open_pidfd
+from .supervisor import Supervisor, open_pidfd
+
+if TYPE_CHECKING:
+    from .config import EngineSettings
+    from .sampler import Sample
+    from .scheduler import Scheduler
+    from .store import Store
 
 Reason = TerminationReason
 
@@ -60,64 +66,87 @@ def read_process(pid: int) -> ProcessSnapshot | None:
     )
 
 
-class Adoption(Restore):
-    """The ``adopt`` operation, mixed into :class:`~gpulayer_tui.engine.engine.Engine`."""
+def adopted_request(spec: dict[str, Any]) -> Request:
+    """What an adopted job holds: its domains (no capacity check: it runs there already)
+    and, if declared, its memory per GPU."""
+    domains = list(spec.get("domain") or [])
+    vram = spec.get("vram_gb")
+    return Request(
+        gpus=len([d for d in domains if d != "cpu"]),
+        vram_bytes=None if vram is None else int(float(vram) * GIB),
+        pins=tuple(domains),
+        exclusive=False,
+    )
 
-    sampler: Sampler
 
-    async def adopt(
+class Adopter:
+    """Adopts running processes as jobs (see the module docstring).
+
+    Args:
+        book: The active jobs.
+        scheduler: The domains (an adopted job holds its domains like any other job).
+        executor: Watches and signals the process through its pidfd.
+        store: Adoptions are answered once durable; none is taken while writes fail.
+        latest_sample: The sampler's latest sample (which GPUs a process uses).
+        settings: ``[engine]`` (``adopt_grace_period``).
+    """
+
+    def __init__(
         self,
-        pid: Any,
-        *,
-        start_ticks: int | None = None,
-        name: str | None = None,
-        vram_gb: float | None = None,
-        gpu: bool = False,
-        domain: str | list[str] | None = None,
-        requester_uid: int | None = None,
-    ) -> Job:
+        book: JobBook,
+        scheduler: Scheduler,
+        executor: Supervisor,
+        store: Store,
+        latest_sample: Callable[[], Sample | None],
+        settings: EngineSettings,
+    ) -> None:
+        self._book = book
+        self._scheduler = scheduler
+        self._executor = executor
+        self._store = store
+        self._latest_sample = latest_sample
+        self._settings = settings
+
+    def reconfigure(self, settings: EngineSettings) -> None:
+        """Use new ``[engine]`` settings from now on."""
+        self._settings = settings
+
+    async def adopt(self, request: AdoptRequest, requester_uid: int | None = None) -> Job:
         """Adopt a running process as a job.
 
         Args:
-            pid: The process.
-            start_ticks: Its /proc start time as the caller saw it; a different value now
-                means the pid was recycled (``adopt_pid_mismatch``).
-            name: Label (defaults to the program's name).
-            vram_gb: Declared GiB per GPU; reserves ``max(0, declared - held)``.
-            gpu: Adopt it on the GPUs where it (or a descendant) holds memory; an error
-                if it holds none.
-            domain: Adopt it on these domains instead of finding them.
-            requester_uid: The asking user's uid (``SO_PEERCRED``); ``None`` in-process.
+            request: The validated request (:func:`~gpulayer_tui.wire.parse_adopt_request`):
+                ``pid``; ``start_ticks`` as the caller saw them (a different value now means
+                the pid was recycled: ``adopt_pid_mismatch``); ``name``; ``vram_gb``
+                declared per GPU (reserves ``max(0, declared - held)``); ``gpu`` (adopt it
+                on the GPUs where it or a descendant holds memory, an error if none);
+                ``domain`` (adopt it on these domains instead of finding them).
+            requester_uid: The asking user's uid (``SO_PEERCRED``).
 
         Returns:
             The job: ``running``, or ``failed`` with an ``adopt_*`` reason (kept in history).
 
         Raises:
             SpecError: Invalid arguments (nothing is recorded).
+            StoreError: The database cannot be written (nothing is adopted).
         """
-        self._check_writable()
-        if isinstance(pid, bool) or not isinstance(pid, int) or pid < 1:
-            raise SpecError(f"pid must be a positive integer, not {pid!r}")
-        if vram_gb is not None and (
-            isinstance(vram_gb, bool) or not isinstance(vram_gb, int | float) or vram_gb <= 0
-        ):
-            raise SpecError(f"vram_gb must be a number greater than 0, not {vram_gb!r}")
-        if name is not None and (not isinstance(name, str) or not name or len(name) > 200):
-            raise SpecError("name must be 1 to 200 characters")
-        pins = [domain] if isinstance(domain, str) else list(domain or [])
+        if self._store.failure:
+            raise StoreError(f"the engine refuses new work: {self._store.failure}")
+        pid = request["pid"]
+        pins = request["domain"]
         for pin in pins:
-            if pin not in self.scheduler.domains:
-                known = ", ".join(self.scheduler.domains)
-                raise SpecError(f"domain: unknown domain '{pin}' (known: {known})")
-
+            if pin not in self._scheduler.domains:
+                known = ", ".join(self._scheduler.domains)
+                raise SpecError(f"domain: unknown domain '{pin}' (known: {known})", "domain")
+        name, vram_gb = request["name"], request["vram_gb"]
         pidfd = open_pidfd(pid)
         snapshot = read_process(pid) if pidfd is not None else None
         try:
-            refusal = self._refusal(pid, snapshot, start_ticks, requester_uid)
+            refusal = self._refusal(pid, snapshot, request["start_ticks"], requester_uid)
             if refusal is None:
                 assert snapshot is not None
                 domains = pins or await asyncio.to_thread(
-                    self._domains_of, pid, snapshot, gpu, vram_gb
+                    self._domains_of, pid, snapshot, request["gpu"], vram_gb
                 )
         except BaseException:
             if pidfd is not None and pidfd >= 0:
@@ -132,7 +161,7 @@ class Adoption(Restore):
             assert snapshot is not None
             job = self._accept(snapshot, pidfd, name, vram_gb, domains, requester_uid)
         try:
-            await self.store.flush()
+            await self._store.flush()
         except StoreError as err:
             self._unadopt(job, f"not recorded: {err}")
             raise
@@ -141,16 +170,15 @@ class Adoption(Restore):
     def _unadopt(self, job: Job, message: str) -> None:
         """An adoption that could not be recorded is undone: stop watching the process
         (never signal it: it was not ours to start) and end the job ``cancelled``."""
-        act = self._active.get(job.id)
+        act = self._book.get(job.id)
         if act is None or job.status is not JobStatus.RUNNING:
             return
-        self.supervisor.forget(job.id)
-        if job.pid is not None:
-            self._roots.pop(job.pid, None)
-        self._finish(act, JobStatus.CANCELLED, Reason.CANCELLED, f"{message}; pid left alone")
+        self._executor.forget(job.id)
+        self._book.roots.drop(job.pid)
+        self._book.finish(act, JobStatus.CANCELLED, Reason.CANCELLED, f"{message}; pid left alone")
 
+    @staticmethod
     def _refusal(
-        self,
         pid: int,
         snapshot: ProcessSnapshot | None,
         start_ticks: int | None,
@@ -183,10 +211,10 @@ class Adoption(Restore):
         self, pid: int, snapshot: ProcessSnapshot, gpu: bool, vram_gb: float | None
     ) -> list[str]:
         """The GPU domains where ``pid`` or a descendant holds memory (blocking: /proc)."""
-        sample = self.sampler.latest
+        sample = self._latest_sample()
         roots: dict[int, tuple[int, int | None]] = {pid: (0, snapshot.start_ticks)}
         found: list[str] = []
-        by_index = {d.gpu_index: d for d in self.scheduler.gpu_domains}
+        by_index = {d.gpu_index: d for d in self._scheduler.gpu_domains}
         if sample is not None:
             for reading in sample.result.gpus:
                 dom = by_index.get(reading.index)
@@ -197,35 +225,33 @@ class Adoption(Restore):
         if found:
             return found
         if gpu or vram_gb is not None:
-            gpus = self.scheduler.gpu_domains
+            gpus = self._scheduler.gpu_domains
             if len(gpus) == 1:
                 return [gpus[0].name]
-            raise SpecError(f"pid {pid} holds no GPU memory now; name its GPU domain (--domain)")
+            raise SpecError(
+                f"pid {pid} holds no GPU memory now; name its GPU domain (--domain)", "domain"
+            )
         return ["cpu"]
 
-    def _new_adopted_job(
+    def _new_job(
         self,
         pid: int,
         snapshot: ProcessSnapshot | None,
         name: str | None,
         spec: dict[str, Any],
         owner_uid: int | None,
-    ) -> _Active:
-        self._next_id += 1
+        request: Request | None,
+    ) -> ActiveJob:
         command = snapshot.command if snapshot else ""
         label = name or (os.path.basename(command.split(" ", 1)[0]) if command else f"pid {pid}")
-        job = Job(
-            id=self._next_id,
+        return self._book.create(
             name=label,
             kind=JobKind.ADOPTED,
-            spec=spec,
+            spec_json=spec,
+            spec=None,
+            request=request,
             owner_uid=owner_uid,
         )
-        act = _Active(job, None, None, asyncio.get_running_loop().create_future())
-        self._active[job.id] = act
-        event = self._job_event(EventKind.SUBMITTED, job, {"status": "pending", "message": ""})
-        self.store.save(job, [event])
-        return act
 
     def _record_refusal(
         self,
@@ -239,8 +265,8 @@ class Adoption(Restore):
         spec: dict[str, Any] = {"kind": "adopted", "pid": pid}
         if snapshot is not None:
             spec.update(command=snapshot.command, start_ticks=snapshot.start_ticks)
-        act = self._new_adopted_job(pid, snapshot, name, spec, owner_uid)
-        self._finish(act, JobStatus.FAILED, reason, f"refused to adopt: {message}")
+        act = self._new_job(pid, snapshot, name, spec, owner_uid, None)
+        self._book.finish(act, JobStatus.FAILED, reason, f"refused to adopt: {message}")
         return act.job
 
     def _accept(
@@ -263,33 +289,72 @@ class Adoption(Restore):
         }
         if vram_gb is not None:
             spec["vram_gb"] = vram_gb
-        act = self._new_adopted_job(snapshot.pid, snapshot, name, spec, owner_uid)
+        act = self._new_job(snapshot.pid, snapshot, name, spec, owner_uid, adopted_request(spec))
         job = act.job
-        holds: list[Domain] = [self.scheduler.domains[d] for d in domains]
-        declared = None if vram_gb is None else int(vram_gb * GIB)
-        act.request = Request(
-            gpus=len([d for d in holds if d.is_gpu]),
-            vram_bytes=declared,
-            pins=tuple(domains),
-            exclusive=False,
-        )
-        for dom in holds:
-            # Even on a full domain: the process runs there already; this only stops new
-            # placements until room frees (record 004).
-            dom.hold(job.id, declared if dom.is_gpu else None, False)
-        act.holds = holds
+        # Even on a full domain: the process runs there already; this only stops new
+        # placements until room frees (record 004).
+        holds = [self._scheduler.domains[d] for d in domains]
+        take_holds(act, holds)
         job.domains = list(domains)
         job.gpus = [d.gpu_index for d in holds if d.gpu_index is not None]
         job.pid, job.start_ticks = snapshot.pid, snapshot.start_ticks
-        self._roots[snapshot.pid] = (job.id, snapshot.start_ticks)
-        self.supervisor.watch_adopted(
+        self._book.roots.add(snapshot.pid, job.id, snapshot.start_ticks)
+        self._executor.watch_adopted(
             job.id,
             snapshot.pid,
             pidfd if pidfd is not None and pidfd >= 0 else None,
             snapshot.start_ticks,
+            self._exit_handler(job.id),
         )
-        self._transition(
+        self._book.transition(
             act, JobStatus.RUNNING, message=f"adopted pid {snapshot.pid} on {', '.join(domains)}"
         )
-        self._schedule_soon()
         return job
+
+    def _exit_handler(self, job_id: int) -> Callable[[Exit], None]:
+        return lambda exit: self._exited(job_id)
+
+    def _exited(self, job_id: int) -> None:
+        act = self._book.get(job_id)
+        if act is None:
+            return
+        job = act.job
+        self._book.roots.drop(job.pid)
+        job.kill_at = None
+        if act.stop_reason is Reason.CANCELLED:
+            self._book.finish(act, JobStatus.CANCELLED, Reason.CANCELLED, act.stop_message)
+            return
+        # Only a parent can wait() for a process: the exit status is unknowable, so the job
+        # is never "completed" (record 004).
+        self._book.finish(
+            act,
+            JobStatus.ORPHANED,
+            Reason.ADOPTED_EXIT_UNOBSERVED,
+            f"pid {job.pid} exited; its exit status cannot be observed "
+            "(it was not started by gpulayer-tui)",
+        )
+
+    def stop(self, act: ActiveJob, reason: TerminationReason, message: str) -> None:
+        """SIGTERM that pid alone (never its group), SIGKILL after ``adopt_grace_period``."""
+        grace = self._settings.adopt_grace_period
+        terminate(self._book, self._executor, act, reason, message, grace)
+
+    def reattach(self, act: ActiveJob) -> None:
+        """Watch an adopted process again after an engine restart, by pid + start time;
+        a process that vanished meanwhile ends the job ``orphaned``."""
+        job = act.job
+        alive = job.pid is not None and self._executor.attach(
+            job.id, job.pid, job.start_ticks, self._exit_handler(job.id), adopted=True
+        )
+        if not alive:
+            self._book.finish(
+                act,
+                JobStatus.ORPHANED,
+                Reason.ADOPTED_EXIT_UNOBSERVED,
+                f"pid {job.pid} exited while no engine was watching; exit status unknown",
+            )
+            return
+        assert job.pid is not None
+        self._book.roots.add(job.pid, job.id, job.start_ticks)
+        domains = self._scheduler.domains
+        take_holds(act, [domains[name] for name in job.domains if name in domains])

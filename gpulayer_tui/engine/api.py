@@ -19,11 +19,13 @@ POST     /domains/NAME/drain         stop new placements there ({"reason"?})
 POST     /domains/NAME/release       back to service (a quarantined GPU must answer)
 POST     /config/reload              read the config file again (also done on every edit)
 GET      /doctor                     the engine's checks (domains, feasibility, clock)
+GET      /processes/PID              what the engine sees of a process (to adopt it)
 GET      /metrics (also /metrics)    Prometheus text format
 GET      /events                     every event as one JSON object per line
 =======  ==========================  =====================================================
 
-Errors are ``{"error": "..."}`` with 400 (bad input), 403 (this uid may not do that),
+Errors are ``{"error": "...", "field"?: "..."}`` (``field`` names the input at fault) with
+400 (bad input), 403 (this uid may not do that),
 404 (unknown id), 409 (not applicable, e.g. cancelling a finished job), 429 (back-pressure:
 too many submissions at once or too many active jobs; retry later) or 503 (the engine
 refuses new work, e.g. its database cannot be written).
@@ -32,6 +34,9 @@ Access (:mod:`.access`): every request's peer credentials are read with ``SO_PEE
 The engine's own user and root may do everything; uids and groups listed in ``[security]``
 may use the API but cancel only their own jobs, and may not drain, release or reload;
 anyone else gets 403.
+
+Why this module is longer than ~400 lines: one handler per route (each short), plus the
+error mapping and the server's socket modes; the routes are read side by side.
 """
 
 from __future__ import annotations
@@ -47,20 +52,18 @@ from typing import Any
 
 from aiohttp import web
 
+from .. import wire
 from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
-from .engine import Engine, JobNotActive, Overloaded
-from .health import DomainRefused
-from .lifecycle import UnknownJob
+from .engine import Engine
+from .errors import DomainRefused, JobNotActive, Overloaded, SpecError, StoreError, UnknownJob
 from .models import Job
-from .spec import SpecError
-from .store import StoreError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ENGINE_KEY: web.AppKey[Engine] = web.AppKey("engine", Engine)
 MAX_BODY = 64 * 1024 * 1024
 LOG_CHUNK = 256 * 1024
-MAX_INT = 2**63 - 1  # SQLite's INTEGER; a larger id or offset names nothing
-MAX_WAIT_S = 10 * 365 * 86400.0
+MAX_INT = wire.MAX_INT  # SQLite's INTEGER; a larger id or offset names nothing
+MAX_WAIT_S = wire.MAX_SECONDS
 
 
 @dataclass(slots=True)
@@ -75,8 +78,8 @@ class _Gate:
 GATE_KEY: web.AppKey[_Gate] = web.AppKey("gate", _Gate)
 
 
-def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+def _error(status: int, message: str, field: str | None = None) -> web.Response:
+    return web.json_response(wire.error_body(message, field), status=status)
 
 
 @web.middleware
@@ -85,7 +88,9 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except SpecError as err:
-        return _error(400, str(err))
+        return _error(400, str(err), err.field)
+    except wire.FieldError as err:
+        return _error(400, str(err), err.field)
     except UnknownJob as err:
         return _error(404, str(err))
     except Forbidden as err:
@@ -129,7 +134,7 @@ def _require_admin(request: web.Request, what: str) -> None:
 def _job_id(request: web.Request) -> int:
     raw = request.match_info["job_id"]
     if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_INT:
-        raise SpecError(f"a job id is a positive integer, not {raw[:100]!r}")
+        raise SpecError(f"a job id is a positive integer, not {raw[:100]!r}", "job")
     return int(raw)
 
 
@@ -140,11 +145,11 @@ def _int_query(request: web.Request, name: str, default: int | None) -> int | No
     try:
         value = int(raw)
     except ValueError:
-        raise SpecError(f"{name} must be an integer, not {raw[:100]!r}") from None
+        raise SpecError(f"{name} must be an integer, not {raw[:100]!r}", name) from None
     if value < 0:
-        raise SpecError(f"{name} must not be negative")
+        raise SpecError(f"{name} must not be negative", name)
     if value > MAX_INT:
-        raise SpecError(f"{name} must be at most {MAX_INT}")
+        raise SpecError(f"{name} must be at most {MAX_INT}", name)
     return value
 
 
@@ -155,13 +160,13 @@ def _float_query(request: web.Request, name: str) -> float | None:
     try:
         value = float(raw)
     except ValueError:
-        raise SpecError(f"{name} must be a number, not {raw[:100]!r}") from None
+        raise SpecError(f"{name} must be a number, not {raw[:100]!r}", name) from None
     if not 0 <= value <= MAX_WAIT_S:
-        raise SpecError(f"{name} must be a number of seconds from 0 to {MAX_WAIT_S:g}")
+        raise SpecError(f"{name} must be a number of seconds from 0 to {MAX_WAIT_S:g}", name)
     return value
 
 
-def _job(job: Job) -> dict[str, Any]:
+def _job(job: Job) -> wire.JobJSON:
     return job.to_json()
 
 
@@ -229,16 +234,14 @@ async def submit(request: web.Request) -> web.Response:
 
 async def ready(request: web.Request) -> web.Response:
     """GET /v1/ready: 200 if every domain is ready, else 503 with the reason."""
-    ok, reason = request.app[ENGINE_KEY].readiness()
+    ok, reason = request.app[ENGINE_KEY].domain_ops.readiness()
     return web.json_response({"ready": ok, "reason": reason}, status=200 if ok else 503)
 
 
 async def domains(request: web.Request) -> web.Response:
     """GET /v1/domains."""
     engine = request.app[ENGINE_KEY]
-    return web.json_response(
-        {"domains": [engine.domain_json(d) for d in engine.scheduler.domains.values()]}
-    )
+    return web.json_response({"domains": [d.to_json() for d in engine.scheduler.domains.values()]})
 
 
 async def drain(request: web.Request) -> web.Response:
@@ -249,10 +252,10 @@ async def drain(request: web.Request) -> web.Response:
         raise SpecError('a drain request is {"reason": "..."} or empty')
     reason = body.get("reason") or ""
     if not isinstance(reason, str) or len(reason) > 500:
-        raise SpecError("reason must be text of at most 500 characters")
+        raise SpecError("reason must be text of at most 500 characters", "reason")
     engine = request.app[ENGINE_KEY]
     return web.json_response(
-        {"domain": await engine.drain_domain(request.match_info["name"], reason)}
+        {"domain": await engine.domain_ops.drain(request.match_info["name"], reason)}
     )
 
 
@@ -260,19 +263,21 @@ async def release(request: web.Request) -> web.Response:
     """POST /v1/domains/NAME/release."""
     _require_admin(request, "release a domain")
     engine = request.app[ENGINE_KEY]
-    return web.json_response({"domain": await engine.release_domain(request.match_info["name"])})
+    return web.json_response(
+        {"domain": await engine.domain_ops.release(request.match_info["name"])}
+    )
 
 
 async def reload_config(request: web.Request) -> web.Response:
     """POST /v1/config/reload: 200 when applied, 400 with the error when rejected."""
     _require_admin(request, "reload the configuration")
-    result = await request.app[ENGINE_KEY].reload_config()
+    result = await request.app[ENGINE_KEY].config_reload.reload()
     return web.json_response(result, status=200 if result["applied"] else 400)
 
 
 async def doctor(request: web.Request) -> web.Response:
     """GET /v1/doctor."""
-    return web.json_response({"checks": await request.app[ENGINE_KEY].doctor_checks()})
+    return web.json_response({"checks": await request.app[ENGINE_KEY].domain_ops.doctor_checks()})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -283,61 +288,27 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
-ADOPT_FIELDS = {"pid", "start_ticks", "name", "vram_gb", "gpu", "domain"}
-PID_MAX = 4_194_304  # PID_MAX_LIMIT: no Linux pid is larger
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 async def adopt(request: web.Request) -> web.Response:
     """POST /v1/adopt: 201 with the job (``running``, or ``failed`` with the refusal)."""
-    body = await _read_json(request)
-    if not isinstance(body, dict):
-        raise SpecError("an adopt request must be a JSON object")
-    unknown = sorted(set(body) - ADOPT_FIELDS)
-    if unknown:
-        raise SpecError(f"unknown field '{unknown[0]}'")
-    if "pid" not in body:
-        raise SpecError("pid is required")
-    pid = body["pid"]
-    if _is_int(pid) and pid > PID_MAX:
-        raise SpecError(f"pid must be a positive integer up to {PID_MAX}, not {pid}")
-    start_ticks = body.get("start_ticks")
-    if start_ticks is not None and (not _is_int(start_ticks) or not 0 <= start_ticks <= MAX_INT):
-        raise SpecError(f"start_ticks must be an integer from 0 to {MAX_INT}")
-    vram_gb = body.get("vram_gb")
-    if isinstance(vram_gb, int | float) and not isinstance(vram_gb, bool):
-        if not 0 < vram_gb <= 1_000_000:  # also refuses NaN and infinity
-            raise SpecError(f"vram_gb must be a number greater than 0, not {vram_gb!r}")
-    domain = body.get("domain")
-    if domain is not None and not (
-        isinstance(domain, str)
-        or (isinstance(domain, list) and all(isinstance(d, str) for d in domain))
-    ):
-        raise SpecError("domain must be a domain name or a list of domain names")
-    gpu = body.get("gpu", False)
-    if not isinstance(gpu, bool):
-        raise SpecError("gpu must be true or false")
-    job = await request.app[ENGINE_KEY].adopt(
-        pid,
-        start_ticks=start_ticks,
-        name=body.get("name"),
-        vram_gb=vram_gb,
-        gpu=gpu,
-        domain=domain,
-        requester_uid=peer_uid(request),
-    )
+    adopt_request = wire.parse_adopt_request(await _read_json(request))
+    job = await request.app[ENGINE_KEY].adopt(adopt_request, peer_uid(request))
     return web.json_response({"job": _job(job)}, status=201)
+
+
+async def process(request: web.Request) -> web.Response:
+    """GET /v1/processes/PID: what /proc says about a process (to confirm an adoption)."""
+    raw = request.match_info["pid"]
+    pid = wire.check_pid(int(raw)) if raw.isascii() and raw.isdigit() else wire.check_pid(raw)
+    info = request.app[ENGINE_KEY].process_info(pid)
+    if info is None:
+        return _error(404, f"no process with pid {pid}", "pid")
+    return web.json_response(info)
 
 
 async def get_job(request: web.Request) -> web.Response:
     """GET /v1/jobs/ID."""
-    engine = request.app[ENGINE_KEY]
-    job_id = _job_id(request)
-    job = await engine.get(job_id)
-    return web.json_response({"job": _job(job), "events": await engine.events_of(job_id)})
+    job, events = await request.app[ENGINE_KEY].job_detail(_job_id(request))
+    return web.json_response({"job": job, "events": events})
 
 
 async def cancel(request: web.Request) -> web.Response:
@@ -389,7 +360,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
     offset = _int_query(request, "offset", 0) or 0
     follow = request.query.get("follow") in ("1", "true", "yes")
     replica = _int_query(request, "replica", None)
-    engine.check_replica(job, replica)
+    engine.reads.check_replica(job, replica)
     path = engine.log_path(job_id, replica)
     response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
     response.headers["X-Job-Status"] = job.status.value
@@ -447,6 +418,7 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_get("/v1/jobs/{job_id}/wait", wait)
     app.router.add_get("/v1/jobs/{job_id}/logs", logs)
     app.router.add_post("/v1/adopt", adopt)
+    app.router.add_get("/v1/processes/{pid}", process)
     app.router.add_get("/v1/ready", ready)
     app.router.add_get("/v1/doctor", doctor)
     app.router.add_post("/v1/config/reload", reload_config)

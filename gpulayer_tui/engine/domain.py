@@ -18,25 +18,13 @@ VRAM accounting (one formula, everywhere; see docs/architecture.md):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
+from ..wire import DomainJSON
 from .gpus import GIB, GpuReading
+from .models import DomainHealth, DomainState, check_domain_transition
 from .procs import ProcessInfo
 
-
-class DomainState(StrEnum):
-    """Whether a domain takes new work."""
-
-    IN_SERVICE = "in_service"
-    DRAINING = "draining"
-    QUARANTINED = "quarantined"
-
-
-class DomainHealth(StrEnum):
-    """How its GPU answers: repeated failed reads degrade, then quarantine it."""
-
-    HEALTHY = "healthy"
-    DEGRADED = "degraded"
+__all__ = ["Domain", "DomainHealth", "DomainState", "ForeignProcess", "Holding", "VramAccount"]
 
 
 @dataclass(slots=True)
@@ -104,6 +92,8 @@ class Domain:
         self.holdings: dict[int, Holding] = {}
         self.reading: GpuReading | None = None
         self.account: VramAccount | None = None
+        self._owners: dict[int, int | None] = {}
+        self._info: dict[int, ProcessInfo] = {}
 
     @property
     def is_gpu(self) -> bool:
@@ -197,12 +187,63 @@ class Domain:
             return DomainHealth.DEGRADED
         return None
 
+    def set_state(self, new: DomainState, reason: str = "") -> None:
+        """Move to ``new`` (checked against the domain transition table).
+
+        Raises:
+            IllegalTransition: The table does not allow it.
+        """
+        check_domain_transition(self.name, self.state, new)
+        self.state = new
+        self.state_reason = reason
+
+    def restore_state(self, state: DomainState, reason: str) -> None:
+        """Take a state stored by an earlier engine run (at start, before any work)."""
+        if state is DomainState.IN_SERVICE:
+            return
+        self.set_state(state, reason)
+        if state is DomainState.QUARANTINED:
+            self.health = DomainHealth.DEGRADED
+
     def quarantine(self, reason: str) -> None:
         """Take no new work until released (running jobs are left alone)."""
-        self.state = DomainState.QUARANTINED
-        self.state_reason = reason
+        self.set_state(DomainState.QUARANTINED, reason)
         self.health = DomainHealth.DEGRADED
         self.quarantines += 1
+
+    def drain(self, reason: str) -> None:
+        """Take no new work (the operator's maintenance switch); work already here stays."""
+        self.set_state(DomainState.DRAINING, reason)
+
+    def release(self) -> None:
+        """Back to service: drained or quarantined, with a clean health count."""
+        self.set_state(DomainState.IN_SERVICE)
+        self.health = DomainHealth.HEALTHY
+        self.failures = 0
+
+    def take_over(self, previous: Domain) -> None:
+        """Become the owner of ``previous``'s GPU (a rename on reload): its reading, health,
+        state and holdings move here, so the jobs running there stay accounted for."""
+        self.holdings, previous.holdings = previous.holdings, {}
+        self.reading, self.account = previous.reading, previous.account
+        self._owners, self._info = previous._owners, previous._info
+        self.state, self.state_reason = previous.state, previous.state_reason
+        self.health, self.failures = previous.health, previous.failures
+        self.last_error = previous.last_error
+
+    def to_json(self) -> DomainJSON:
+        """The domain's state as the API shows it."""
+        return {
+            "name": self.name,
+            "gpu_index": self.gpu_index,
+            "state": self.state.value,
+            "state_reason": self.state_reason,
+            "health": self.health.value,
+            "failures": self.failures,
+            "last_error": self.last_error,
+            "slots": self.slots,
+            "used_slots": self.used_slots,
+        }
 
     @property
     def answers(self) -> bool:
@@ -216,7 +257,7 @@ class Domain:
         self.holdings[job_id] = Holding(job_id, declared_bytes, exclusive, slots)
         self._recount()
 
-    def release(self, job_id: int) -> None:
+    def unhold(self, job_id: int) -> None:
         """Give back ``job_id``'s slot and reservation (idempotent)."""
         if self.holdings.pop(job_id, None) is not None:
             self._recount()
@@ -244,8 +285,7 @@ class Domain:
         if reading is None or reading.memory_total is None or reading.memory_used is None:
             self.account = None
             return
-        owners: dict[int, int | None] = getattr(self, "_owners", {})
-        info: dict[int, ProcessInfo] = getattr(self, "_info", {})
+        owners, info = self._owners, self._info
         held: dict[int, int] = {}
         unregistered = 0
         listed = 0

@@ -1,16 +1,24 @@
-"""The engine facade: submit, cancel, list, wait, GPUs, events; and its lifecycle.
+"""The engine: a thin facade that builds the parts, wires them and answers callers.
 
-One :class:`Engine` serves one state dir. All state changes happen on the event loop, in
-one place (:meth:`Engine._transition`), which checks the transition table, queues the row
-and its event for the next group commit, and lets the store publish the event once it is
-durable. The job lifecycle itself (scheduling passes, launch, exits, dependencies) lives in
-:class:`~gpulayer_tui.engine.lifecycle.Lifecycle` and adoption in
-:class:`~gpulayer_tui.engine.adoption.Adoption`, which this class extends.
+It keeps no state of its own. Each part owns its state and is reached through small
+methods (see docs/architecture.md for who calls whom):
+
+* :class:`~.jobbook.JobBook` (``book``): active jobs, ids, the one transition point;
+* :class:`~.jobqueue.JobQueue` (``queue``): waiting jobs, their reasons, the pass;
+* :class:`~.scheduler.Scheduler` (``scheduler``): domains, capacity, placement;
+* runners, one per kind: :class:`~.batch.BatchRunner`, :class:`~.services.ServiceRunner`,
+  :class:`~.adoption.Adopter`, over one :class:`~.executor.Executor` (``executor``);
+* :class:`~.health.DomainOps` (``domain_ops``): health, drain, release, doctor;
+* :class:`~.admission.Admission` (``admission``) and :class:`~.reads.JobReader` (``reads``):
+  taking submissions, answering reads;
+* :class:`~.recovery.Recovery`, :class:`~.reload.ConfigReloader` (``config_reload``);
+* the store, the event bus and the GPU sampler.
+
+Reactions that cross parts are listeners wired in :meth:`Engine._wire`, in one place.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -18,35 +26,39 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..wire import AdoptRequest, GpusJSON, HealthJSON, JobJSON, ProcessInfoJSON
+from . import procs
+from .admission import Admission
+from .adoption import Adopter, read_process
+from .batch import BatchRunner
 from .config import Config, ConfigError, Paths, load_config, plan_domains
 from .domain import Domain
+from .errors import JobNotActive, Overloaded, SpecError, StoreError, UnknownJob
 from .events import EventBus, Subscription
-from .gpus import GpuProbe, ProbeStatus, make_probe
-from .lifecycle import UnknownJob
+from .gpus import GpuProbe, ProbeStatus
+from .health import DomainOps
+from .jobbook import ActiveJob, JobBook, Runner, release_holds
+from .jobqueue import JobQueue
 from .lock import EngineLock
-from .models import EventKind, Job, JobKind, JobStatus
-from .reload import ConfigReload
+from .models import EventKind, Job, JobKind, JobStatus, TerminationReason
+from .probes import make_probe
+from .reads import JobReader
+from .recovery import Recovery
+from .reload import ConfigReloader
 from .sampler import Sample, Sampler
-from .scheduler import Capacity, Scheduler
-from .services import ServiceClock
-from .spec import SpecError, parse_spec
-from .store import Store, StoreError
-from .supervisor import Supervisor, exit_path
+from .scheduler import Scheduler
+from .service_runtime import ServiceClock
+from .services import ServiceRunner
+from .store import Store
+from .supervisor import Supervisor
+from .views import gpus_view
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ConfigError", "Engine", "JobNotActive", "Overloaded", "SpecError", "UnknownJob"]
 
 
-class JobNotActive(RuntimeError):
-    """The job already ended; the operation does not apply."""
-
-
-class Overloaded(RuntimeError):
-    """Back-pressure: the engine takes no more work now (retry later); nothing was stored."""
-
-
-class Engine(ConfigReload):
+class Engine:
     """A running engine over one state dir.
 
     Args:
@@ -71,25 +83,100 @@ class Engine(ConfigReload):
         self.config = config if config is not None else load_config(paths.config_file)
         self.probe = probe if probe is not None else make_probe(simulate, paths.state_dir)
         self.cpu_count = cpu_count or os.cpu_count() or 1
+        settings = self.config.engine
+        base_env = dict(os.environ)  # jobs get it plus their spec's env
         self.bus = EventBus()
         self.store = Store(paths.database, self.bus.publish)
-        self.supervisor = Supervisor(paths.jobs_dir, self._on_exit)
-        self.scheduler = Scheduler({})
-        settings = self.config.engine
+        self.executor = Supervisor(paths.jobs_dir)
+        self.scheduler = Scheduler()
+        self.book = JobBook(self.store, self.bus)
+        self.queue = JobQueue(self.book, self.scheduler, self.store.get_job, self._start_job)
+        self.batch = BatchRunner(self.book, self.scheduler, self.executor, settings, base_env)
+        self.services = ServiceRunner(
+            self.book,
+            self.scheduler,
+            self.queue,
+            self.executor,
+            self.config,
+            base_env,
+            service_clock,
+        )
         self.sampler = Sampler(
             self.probe,
             settings.sample_interval,
             settings.probe_timeout,
             settings.history,
-            self._roots_snapshot,
+            self.book.roots.snapshot,
             self._on_sample,
+        )
+        self.adopter = Adopter(
+            self.book, self.scheduler, self.executor, self.store, self._latest_sample, settings
+        )
+        self.domain_ops = DomainOps(
+            self.scheduler,
+            self.book,
+            self.queue,
+            self.store,
+            self.bus,
+            self.config.health,
+            self.executor.log_path,
+        )
+        self._runners: dict[JobKind, Runner] = {
+            JobKind.COMMAND: self.batch,
+            JobKind.SERVICE: self.services,
+            JobKind.ADOPTED: self.adopter,
+        }
+        self.recovery = Recovery(self.book, self.scheduler, self.queue, self._runners)
+        self.admission = Admission(
+            self.book,
+            self.scheduler,
+            self.queue,
+            self.domain_ops,
+            self.store,
+            self.config.limits,
+            self._cancel,
+        )
+        self.reads = JobReader(self.book, self.store, self.executor)
+        self.config_reload = ConfigReloader(
+            paths,
+            self.cpu_count,
+            self.sampler,
+            self.scheduler,
+            self.book,
+            self.queue,
+            self.store,
+            self.bus,
+            lambda: self.config,
+            self._reconfigure,
         )
         self._lock = EngineLock(paths.lock)
         self.started_at = 0.0
         self.no_gpu_notice: str | None = None
-        super().__init__()
-        if service_clock is not None:
-            self.service_clock = service_clock
+        self._wire()
+
+    def _wire(self) -> None:
+        """Every reaction that crosses parts, in the order it runs."""
+        # A job that ends: its holds go back first, then its runner forgets its timers,
+        # then the queue settles its dependents and runs a pass.
+        self.book.on_end(release_holds)
+        self.book.on_end(self.batch.job_ended)
+        self.book.on_end(self.services.job_ended)
+        self.book.on_end(self.queue.job_ended)
+        # A GPU job that died of a device error counts against its GPUs' health.
+        self.batch.on_process_end(self.domain_ops.job_ended_on)
+        # A quarantined domain's services are placed again elsewhere (record 000).
+        self.domain_ops.on_quarantine(self.services.domain_quarantined)
+
+    def _reconfigure(self, config: Config) -> None:
+        """A reloaded configuration: each part takes its section."""
+        self.config = config
+        engine = config.engine
+        self.sampler.reconfigure(engine.sample_interval, engine.probe_timeout, engine.history)
+        self.batch.reconfigure(engine)
+        self.adopter.reconfigure(engine)
+        self.services.reconfigure(config)
+        self.domain_ops.reconfigure(config.health)
+        self.admission.reconfigure(config.limits)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -113,11 +200,11 @@ class Engine(ConfigReload):
             await self.store.open(__version__, os.getpid())
             first = await self.sampler.sample_once()
             self._build_domains(first)
-            await self._restore_domain_states()
+            await self.domain_ops.restore_states()
             self._on_sample(first)
-            self._next_id = await self.store.max_job_id()
-            await self._restore(await self.store.active_jobs())
-            self._schedule()
+            self.book.resume_ids(await self.store.max_job_id())
+            await self.recovery.restore(await self.store.active_jobs())
+            self.queue.schedule()
             await self.store.flush()
         except BaseException:
             await self.store.close()
@@ -125,134 +212,73 @@ class Engine(ConfigReload):
             raise
         self.started_at = time.time()
         self.sampler.start()
-        self.start_config_watch()
+        self.config_reload.start()
 
     def _build_domains(self, sample: Sample) -> None:
         result = sample.result
         if result.status is ProbeStatus.ERROR:
-            # Capacity unknown: keep configured GPU domains unverified rather than refusing
-            # to run; over-capacity verdicts wait until the GPUs can be read.
             log.warning("GPUs could not be read at start: %s", result.message)
         if result.status is ProbeStatus.NO_DRIVER:
             # Said once, by whoever shows the engine (the --serve banner, the TUI header).
             self.no_gpu_notice = result.message
+        # With capacity unknown (ERROR) the configured domains stay unverified rather than
+        # refusing to run; over-capacity verdicts wait until the GPUs can be read.
         plans = plan_domains(self.config, result.gpus, self.cpu_count, str(self.paths.config_file))
-        domains = {p.name: Domain(p.name, p.gpu_index, p.gpu_uuid, p.slots) for p in plans}
-        self.scheduler.domains = domains
+        self.scheduler.replace_domains(
+            Domain(p.name, p.gpu_index, p.gpu_uuid, p.slots) for p in plans
+        )
 
     async def stop(self) -> None:
         """Stop sampling and serving. Running jobs keep running (they outlive the engine)."""
-        await self.stop_config_watch()
+        await self.config_reload.stop()
         await self.sampler.stop()
-        for handle in self._timers.values():
-            handle.cancel()
-        self._timers.clear()
-        for act in self._active.values():
-            # Back-off timers and port probes are re-armed from the stored replica state by
-            # the next engine; the processes themselves keep running.
-            self._drop_service_runtime(act)
-        if self._schedule_handle is not None:
-            self._schedule_handle.cancel()
-        self.supervisor.close()
+        self.batch.close()
+        self.services.close()
+        self.queue.close()
+        self.executor.close()
         await self.store.close()
         self.bus.close()
         self._lock.release()
 
-    # -- API ----------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """True between a successful :meth:`start` and :meth:`stop`."""
+        return self._lock.held
+
+    # -- jobs ---------------------------------------------------------------------------------
 
     async def submit(self, data: Any, owner_uid: int | None = None) -> Job:
-        """Validate and submit one job; return it after its first verdict is durable.
-
-        The returned job is ``running``, ``queued`` (with the reason), or ``failed`` with
-        ``over_capacity`` (the row stays in history).
-
-        Raises:
-            SpecError: Invalid spec, unknown domain or unknown dependency (nothing stored).
-        """
-        jobs = await self.submit_many([data], owner_uid)
-        return jobs[0]
+        """Validate and submit one job (see :meth:`submit_many`)."""
+        return (await self.admission.submit_many([data], owner_uid))[0]
 
     async def submit_many(self, items: list[Any], owner_uid: int | None = None) -> list[Job]:
-        """Submit several jobs at once: all are validated first, then stored in one commit.
+        """Submit several jobs in one commit (see :meth:`.Admission.submit_many`)."""
+        return await self.admission.submit_many(items, owner_uid)
 
-        Raises:
-            SpecError: Naming the first invalid item by index; nothing is stored.
-            Overloaded: ``[limits] active_jobs`` would be exceeded; nothing is stored.
-            StoreError: The database cannot be written: the engine refuses new work.
-        """
-        self._check_writable()
-        self._check_room(len(items))
-        prepared = []
-        for index, data in enumerate(items):
-            try:
-                spec = parse_spec(data)
-                request = self.scheduler.request_for(spec)
-                self.refuse_quarantined_pins(spec.pinned_domains)
-                deps = await self._resolve_dependencies(spec)
-            except SpecError as err:
-                prefix = f"job {index + 1} of {len(items)}: " if len(items) > 1 else ""
-                raise SpecError(f"{prefix}{err}") from None
-            prepared.append((spec, request, deps))
-        # Again, with no await before the admission: other submissions ran meanwhile.
-        self._check_writable()
-        self._check_room(len(items))
-        jobs = [self._admit(spec, req, deps, owner_uid) for spec, req, deps in prepared]
-        self._schedule()
-        try:
-            await self.store.flush()
-        except StoreError as err:
-            # Refused means not run: jobs that could not be recorded are cancelled (their
-            # rows are kept for the store's retry, so history shows them once it writes).
-            for job in jobs:
-                act = self._active.get(job.id)
-                if act is not None:
-                    self._cancel(act, f"not recorded: {err}")
-            raise StoreError(f"the engine refuses new work: {err}") from None
-        return jobs
-
-    def _check_room(self, count: int) -> None:
-        limit = self.config.limits.active_jobs
-        if len(self._active) + count > limit:
-            raise Overloaded(
-                f"too many active jobs: {len(self._active)} pending, queued or running, "
-                f"{count} more would pass the limit of {limit} ([limits] active_jobs); "
-                "nothing was stored, retry when jobs have ended"
-            )
+    def _start_job(self, act: ActiveJob, domains: list[Domain]) -> None:
+        """The queue placed a job: its runner holds the domains and launches it."""
+        if act.job.kind is JobKind.SERVICE:
+            self.services.start(act, domains)
+        else:
+            self.batch.start(act, domains)
 
     async def get(self, job_id: int) -> Job:
-        """One job: the live record if active, else the stored one.
+        """One job (see :meth:`.JobReader.get`)."""
+        return await self.reads.get(job_id)
 
-        Raises:
-            UnknownJob: No such id.
-        """
-        active = self._live(job_id)
-        if active is not None:
-            return active.job
-        job = await self.store.get_job(job_id)
-        if job is None:
-            raise UnknownJob(job_id)
-        return job
+    async def job_detail(self, job_id: int) -> tuple[JobJSON, list[dict[str, Any]]]:
+        """One job and its timeline, read together (see :meth:`.JobReader.detail`)."""
+        return await self.reads.detail(job_id)
 
     async def events_of(self, job_id: int) -> list[dict[str, Any]]:
-        """The job's stored timeline (every transition with time, reason and message)."""
-        await self.get(job_id)
-        return await self.store.job_events(job_id)
+        """The job's timeline (every transition with time, reason and message)."""
+        return (await self.reads.detail(job_id))[1]
 
     async def list_jobs(
         self, statuses: list[str] | None = None, limit: int = 1000, before_id: int | None = None
     ) -> list[Job]:
-        """Jobs newest first; active rows reflect the live state.
-
-        Raises:
-            SpecError: For an unknown status name.
-        """
-        for status in statuses or []:
-            if status not in JobStatus.__members__.values():
-                known = ", ".join(s.value for s in JobStatus)
-                raise SpecError(f"unknown status '{status}' (one of: {known})")
-        jobs = await self.store.list_jobs(statuses or [], limit, before_id)
-        live = (self._live(j.id) for j in jobs)
-        return [act.job if act is not None else j for act, j in zip(live, jobs, strict=True)]
+        """Jobs newest first (see :meth:`.JobReader.list`)."""
+        return await self.reads.list(statuses, limit, before_id)
 
     async def cancel(self, job_id: int) -> Job:
         """Cancel a job: at once if it has not started, else SIGTERM then SIGKILL.
@@ -261,13 +287,19 @@ class Engine(ConfigReload):
             UnknownJob: No such id.
             JobNotActive: It already ended (the message says how).
         """
-        active = self._active.get(job_id)
-        if active is None:
+        act = self.book.get(job_id)
+        if act is None:
             job = await self.get(job_id)
             raise JobNotActive(f"job {job_id} already {job.status.value}")
-        self._cancel(active, "cancelled by user")
+        self._cancel(act, "cancelled by user")
         await self.store.flush()
-        return active.job
+        return act.job
+
+    def _cancel(self, act: ActiveJob, message: str) -> None:
+        if act.job.status in (JobStatus.PENDING, JobStatus.QUEUED):
+            self.book.finish(act, JobStatus.CANCELLED, TerminationReason.CANCELLED, message)
+        elif act.job.status is JobStatus.RUNNING:
+            self._runners[act.job.kind].stop(act, TerminationReason.CANCELLED, message)
 
     async def wait(self, job_id: int, timeout: float | None = None) -> Job:
         """Wait until the job is terminal (and durable); return it.
@@ -276,53 +308,30 @@ class Engine(ConfigReload):
             UnknownJob: No such id.
             TimeoutError: ``timeout`` passed first.
         """
-        active = self._live(job_id)
-        if active is not None:
-            async with asyncio.timeout(timeout):
-                await asyncio.shield(active.finished)
+        await self.book.wait(job_id, timeout)
         return await self.get(job_id)
 
+    async def adopt(self, request: AdoptRequest, requester_uid: int | None = None) -> Job:
+        """Adopt a running process as a job (see :meth:`.Adopter.adopt`)."""
+        job = await self.adopter.adopt(request, requester_uid)
+        self.queue.schedule_soon()  # its holds change what can start
+        return job
+
     def log_path(self, job_id: int, replica: int | None = None) -> Path:
-        """Where the job's output is (it may not exist yet).
+        """Where the job's output is (see :meth:`.JobReader.log_path`)."""
+        return self.reads.log_path(job_id, replica)
 
-        A service writes one log per replica; without ``replica`` its replica 0's log is
-        meant. Use :meth:`check_replica` first to validate a user's replica number.
-        """
-        if replica is not None:
-            return self.supervisor.log_path((job_id, replica))
-        path = self.supervisor.log_path(job_id)
-        if not path.exists():
-            first = self.supervisor.log_path((job_id, 0))
-            if first.exists():
-                return first
-        return path
-
-    @staticmethod
-    def check_replica(job: Job, replica: int | None) -> None:
-        """Validate a replica number against a job.
-
-        Raises:
-            SpecError: The job is not a service, or has no such replica.
-        """
-        if replica is None:
-            return
-        if job.kind is not JobKind.SERVICE:
-            raise SpecError(f"job {job.id} is not a service; it has no replicas")
-        count = len(job.replicas) or int(job.spec.get("replicas", 1))
-        if not 0 <= replica < count:
-            raise SpecError(f"job {job.id} has replicas 0-{count - 1}, not {replica}")
+    # -- machine ------------------------------------------------------------------------------
 
     def subscribe(self) -> Subscription:
         """Receive every event published from now on."""
         return self.bus.subscribe()
 
-    def gpus(self) -> dict[str, Any]:
+    def gpus(self) -> GpusJSON:
         """Domains with their latest sample, VRAM accounting and history."""
-        from .views import gpus_view
+        return gpus_view(self.scheduler, self.sampler, self.probe.backend, self.no_gpu_notice)
 
-        return gpus_view(self)
-
-    def health(self) -> dict[str, Any]:
+    def health(self) -> HealthJSON:
         """Engine identity and overall state."""
         return {
             "engine": "gpulayer-tui",
@@ -336,52 +345,40 @@ class Engine(ConfigReload):
             "no_gpu_notice": self.no_gpu_notice,
             "started_at": self.started_at,
             "uptime": time.time() - self.started_at if self.started_at else 0.0,
-            "active_jobs": len(self._active),
+            "active_jobs": len(self.book),
             "store_failure": self.store.failure,
         }
 
-    def active_services(self) -> list[Job]:
-        """Services that are queued or running, in id order (live records)."""
-        return [
-            act.job for _, act in sorted(self._active.items()) if act.job.kind is JobKind.SERVICE
-        ]
+    @staticmethod
+    def process_info(pid: int) -> ProcessInfoJSON | None:
+        """What /proc says about ``pid`` (to confirm an adoption), or ``None`` if gone."""
+        snapshot = read_process(pid)
+        if snapshot is None:
+            return None
+        return {
+            "pid": pid,
+            "start_ticks": snapshot.start_ticks,
+            "uid": snapshot.uid,
+            "user": procs.user_name(snapshot.uid),
+            "command": snapshot.command,
+            "started_at": procs.started_at(snapshot.start_ticks),
+        }
 
-    def exit_path(self, job_id: int) -> Path:
-        """Where the job's exit status is recorded once it ends."""
-        return exit_path(self.paths.jobs_dir, job_id)
-
-    # -- sampling -----------------------------------------------------------------------------
+    def _latest_sample(self) -> Sample | None:
+        return self.sampler.latest
 
     def _on_sample(self, sample: Sample) -> None:
-        result = sample.result
-        before = (self.scheduler.capacity, self._capacity_signature())
-        if result.status is ProbeStatus.OK:
-            self.scheduler.capacity = Capacity.KNOWN if result.gpus else Capacity.NO_GPUS
-            self.scheduler.capacity_message = (
-                "" if result.gpus else "the GPU driver reports no devices"
-            )
-            by_index = {g.index: g for g in result.gpus}
-            for dom in self.scheduler.gpu_domains:
-                reading = by_index.get(dom.gpu_index or 0)
-                if reading is not None:
-                    dom.apply_sample(reading, sample.owners, sample.info)
-            if self.scheduler.domains:
-                self._observe_health(by_index)
-        elif result.status is ProbeStatus.NO_DRIVER:
-            self.scheduler.capacity = Capacity.NO_GPUS
-            self.scheduler.capacity_message = result.message or "no NVIDIA driver"
-        else:
-            self.scheduler.capacity = Capacity.UNKNOWN
-            self.scheduler.capacity_message = result.message or "GPU probe failed"
+        before = self.scheduler.capacity_signature()
+        readings = self.scheduler.observe(sample.result, sample.owners, sample.info)
         if not self.scheduler.domains:
             return  # the first sample, before the domains exist
-        if (self.scheduler.capacity, self._capacity_signature()) != before:
-            self._recheck_capacity()
-        self._schedule_soon()
+        if sample.result.status is ProbeStatus.OK:
+            self.domain_ops.observe(readings)
+        if self.scheduler.capacity_signature() != before:
+            self.queue.recheck_capacity()
+        self.queue.schedule_soon()
         if self.bus.has_subscribers:
-            from .views import sample_event_data
-
-            self.bus.publish(self.bus.make(EventKind.GPU_SAMPLE, None, sample_event_data(self)))
-
-    def _capacity_signature(self) -> tuple[tuple[str, int | None], ...]:
-        return tuple((d.name, d.capacity_bytes) for d in self.scheduler.gpu_domains)
+            view = gpus_view(
+                self.scheduler, self.sampler, self.probe.backend, self.no_gpu_notice, False
+            )
+            self.bus.publish(self.bus.make(EventKind.GPU_SAMPLE, None, dict(view)))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
 from typing import Protocol
 
 GIB = 1024**3
@@ -126,33 +125,3 @@ class GpuProbe(Protocol):
     def close(self) -> None:
         """Release the backend (e.g. ``nvmlShutdown``)."""
         ...
-
-
-def make_probe(
-    simulate: str | None, state_dir: Path, simulate_if_no_gpu: str | None = None
-) -> GpuProbe:
-    """Build the probe for this engine.
-
-    Args:
-        simulate: A simulation spec such as ``2xA100-80GB``; ``None`` for real NVML.
-        state_dir: The engine's state dir (the simulated ledger lives there).
-        simulate_if_no_gpu: Simulate this spec only if NVML finds no driver (demos).
-
-    Raises:
-        ValueError: If ``simulate`` is not a valid spec (the message names the problem).
-    """
-    if simulate is not None:
-        from .simulate import SimulatedProbe, parse_simulate_spec
-
-        return SimulatedProbe(parse_simulate_spec(simulate), state_dir)
-    from .nvml import NvmlProbe
-
-    probe = NvmlProbe()
-    if simulate_if_no_gpu is not None:
-        from .simulate import SimulatedProbe, parse_simulate_spec
-
-        gpus = parse_simulate_spec(simulate_if_no_gpu)  # reject a bad spec even with a GPU
-        if probe.read().status is ProbeStatus.NO_DRIVER:
-            probe.close()
-            return SimulatedProbe(gpus, state_dir)
-    return probe

@@ -13,13 +13,25 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from .adoption import Adoption
+from ..wire import DomainJSON
 from .domain import Domain, DomainHealth, DomainState
+from .errors import DomainRefused, SpecError
+from .events import EventBus
+from .jobbook import JobBook
 from .models import EventKind, Job, JobKind, JobStatus, TerminationReason
-from .spec import SpecError
+
+if TYPE_CHECKING:
+    from .config import HealthSettings
+    from .gpus import GpuReading
+    from .jobqueue import JobQueue
+    from .scheduler import Scheduler
+    from .store import Store
+
+QuarantineListener = Callable[[Domain], None]
 
 # What CUDA/NVML print when the *device* is at fault (not the program): no device, device
 # busy/unavailable, ECC, a lost GPU. A program's own bug (an assert, out of memory) is not.
@@ -45,29 +57,64 @@ def device_error_in(log: Path) -> str | None:
     return match.group(0) if match else None
 
 
-class DomainRefused(RuntimeError):
-    """A domain operation does not apply now (the message says why)."""
+class DomainOps:
+    """Domain health, drain and release, readiness and the engine's ``doctor`` checks.
 
+    Args:
+        scheduler: The domains.
+        book: Running jobs get a warning when their domain is quarantined.
+        queue: A changed domain changes what can start (and what ``doctor`` reports).
+        store: Domain states survive restarts; changes are history events.
+        bus: Makes the ``domain.state`` events.
+        settings: ``[health]`` thresholds.
+        log_path: A job's log (read for device errors when a GPU job fails).
+    """
 
-class DomainControl(Adoption):
-    """Health bookkeeping and drain/release, mixed into the engine."""
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        book: JobBook,
+        queue: JobQueue,
+        store: Store,
+        bus: EventBus,
+        settings: HealthSettings,
+        log_path: Callable[[int], Path],
+    ) -> None:
+        self._scheduler = scheduler
+        self._book = book
+        self._queue = queue
+        self._store = store
+        self._bus = bus
+        self._settings = settings
+        self._log_path = log_path
+        self._quarantine_listeners: list[QuarantineListener] = []
 
-    def _observe_health(self, readings: dict[int, Any]) -> None:
+    def reconfigure(self, settings: HealthSettings) -> None:
+        """Use new ``[health]`` thresholds from now on."""
+        self._settings = settings
+
+    def on_quarantine(self, listener: QuarantineListener) -> None:
+        """Call ``listener(domain)`` when a domain is quarantined (before jobs are warned)."""
+        self._quarantine_listeners.append(listener)
+
+    # -- health -------------------------------------------------------------------------------
+
+    def observe(self, readings: dict[int, GpuReading]) -> None:
         """Count one OK sample against every GPU domain's health."""
-        settings = self.config.health
-        for dom in self.scheduler.gpu_domains:
+        settings = self._settings
+        for dom in self._scheduler.gpu_domains:
             change = dom.observe(
                 readings.get(dom.gpu_index if dom.gpu_index is not None else -1),
                 settings.degrade_after,
                 settings.quarantine_after,
             )
             if change is not None:
-                self._domain_changed(dom, str(change))
+                self._changed(dom, str(change))
 
-    def _domain_changed(self, dom: Domain, what: str) -> None:
+    def _changed(self, dom: Domain, what: str) -> None:
         """Record and publish a domain's change, then let the queue see it."""
-        self.store.save_domain_state(dom.name, dom.state.value, dom.state_reason)
-        event = self.bus.make(
+        self._store.save_domain_state(dom.name, dom.state.value, dom.state_reason)
+        event = self._bus.make(
             EventKind.DOMAIN,
             None,
             {
@@ -78,22 +125,23 @@ class DomainControl(Adoption):
                 "reason": dom.state_reason or dom.last_error,
             },
         )
-        self.store.save(None, [event])
+        self._store.save(None, [event])
         if dom.state is DomainState.QUARANTINED:
+            for listener in self._quarantine_listeners:
+                listener(dom)
             for job_id in sorted(dom.holdings):
-                act = self._active.get(job_id)
+                act = self._book.get(job_id)
                 if act is None or act.job.status is not JobStatus.RUNNING:
                     continue
                 if act.job.kind is JobKind.SERVICE:
-                    # Record 000: a service that lost a domain is placed again elsewhere.
-                    self._replace_service(act, f"domain {dom.name} quarantined: {dom.state_reason}")
-                    continue
+                    continue  # placed again by its runner (a quarantine listener)
                 warning = f"running on {', '.join(act.job.domains)}; warning: domain "
-                self._set_reason(act, f"{warning}{dom.name} quarantined: {dom.state_reason}")
-        self._schedule_soon()
+                self._book.set_reason(act, f"{warning}{dom.name} quarantined: {dom.state_reason}")
+        self._queue.schedule_soon()
 
-    def _job_ended_on(self, domains: list[Domain], job: Job) -> None:
-        """A GPU job that died of a device error counts against its GPUs' health."""
+    def job_ended_on(self, job: Job, domains: list[Domain]) -> None:
+        """Process-end listener: a GPU job that died of a device error counts against its
+        GPUs' health; any other end of a GPU job resets that count."""
         gpu_domains = [d for d in domains if d.is_gpu]
         if not gpu_domains or job.kind is not JobKind.COMMAND:
             return
@@ -102,12 +150,12 @@ class DomainControl(Adoption):
             TerminationReason.EXIT_CODE,
             TerminationReason.SIGNAL,
         ):
-            error = device_error_in(self.supervisor.log_path(job.id))
-        settings = self.config.health
+            error = device_error_in(self._log_path(job.id))
+        settings = self._settings
         for dom in gpu_domains:
             change = dom.record_job_end(error, settings.degrade_after, settings.quarantine_after)
             if change is not None:
-                self._domain_changed(dom, str(change))
+                self._changed(dom, str(change))
 
     def refuse_quarantined_pins(self, pins: list[str]) -> None:
         """Refuse a submission whose every pinned domain is quarantined.
@@ -115,87 +163,75 @@ class DomainControl(Adoption):
         Raises:
             SpecError: Naming the domain and why.
         """
-        doms = [self.scheduler.domains[p] for p in pins if p in self.scheduler.domains]
+        domains = self._scheduler.domains
+        doms = [domains[p] for p in pins if p in domains]
         if doms and all(d.state is DomainState.QUARANTINED for d in doms):
             dom = doms[0]
             raise SpecError(
                 f"domain {dom.name} is quarantined: {dom.state_reason} "
                 f"(release it with `gpulayer-tui domain release {dom.name}` once its GPU "
-                "answers again)"
+                "answers again)",
+                "domain",
             )
 
-    def _domain(self, name: str) -> Domain:
-        dom = self.scheduler.domains.get(name)
-        if dom is None:
-            known = ", ".join(self.scheduler.domains)
-            raise SpecError(f"unknown domain '{name}' (known: {known})")
-        return dom
+    # -- operator control ---------------------------------------------------------------------
 
-    async def drain_domain(self, name: str, reason: str = "") -> dict[str, Any]:
+    async def drain(self, name: str, reason: str = "") -> DomainJSON:
         """Stop new placements on a domain (maintenance); running work is left alone.
 
         Raises:
             SpecError: Unknown domain.
             DomainRefused: It is quarantined (release it first) or already draining.
         """
-        dom = self._domain(name)
+        dom = self._scheduler.domain(name)
         if dom.state is DomainState.QUARANTINED:
             raise DomainRefused(f"domain {name} is quarantined; release it first")
         if dom.state is DomainState.DRAINING:
             raise DomainRefused(f"domain {name} is already draining")
-        dom.state = DomainState.DRAINING
-        dom.state_reason = reason or "drained by the operator"
-        self._domain_changed(dom, "draining")
-        await self.store.flush()
-        return self.domain_json(dom)
+        dom.drain(reason or "drained by the operator")
+        self._changed(dom, "draining")
+        await self._store.flush()
+        return dom.to_json()
 
-    async def release_domain(self, name: str) -> dict[str, Any]:
+    async def release(self, name: str) -> DomainJSON:
         """Return a drained or quarantined domain to service.
 
         Raises:
             SpecError: Unknown domain.
             DomainRefused: It is in service already, or its GPU still fails.
         """
-        dom = self._domain(name)
+        dom = self._scheduler.domain(name)
         if dom.state is DomainState.IN_SERVICE:
             raise DomainRefused(f"domain {name} is in service already")
         if dom.state is DomainState.QUARANTINED and dom.is_gpu and not dom.answers:
             raise DomainRefused(
                 f"domain {name} cannot be released: its GPU still fails ({dom.last_error})"
             )
-        dom.state = DomainState.IN_SERVICE
-        dom.state_reason = ""
-        dom.health = DomainHealth.HEALTHY
-        dom.failures = 0
-        self._domain_changed(dom, "released")
-        await self.store.flush()
-        return self.domain_json(dom)
+        dom.release()
+        self._changed(dom, "released")
+        await self._store.flush()
+        return dom.to_json()
 
-    def domain_json(self, dom: Domain) -> dict[str, Any]:
-        """A domain's state as the API shows it."""
-        return {
-            "name": dom.name,
-            "gpu_index": dom.gpu_index,
-            "state": dom.state.value,
-            "state_reason": dom.state_reason,
-            "health": dom.health.value,
-            "failures": dom.failures,
-            "last_error": dom.last_error,
-            "slots": dom.slots,
-            "used_slots": dom.used_slots,
-        }
+    async def restore_states(self) -> None:
+        """Take back the drained and quarantined states stored by earlier runs."""
+        for name, state, reason in await self._store.domain_states():
+            dom = self._scheduler.domains.get(name)
+            if dom is not None:
+                dom.restore_state(DomainState(state), reason)
+
+    # -- reports ------------------------------------------------------------------------------
 
     def readiness(self) -> tuple[bool, str]:
-        """Ready when every domain is in service and GPU capacity is known."""
+        """Ready when every domain is in service, GPU capacity is known and writes work."""
         problems = [
             f"domain {d.name} {d.state.value}" + (f": {d.state_reason}" if d.state_reason else "")
-            for d in self.scheduler.domains.values()
+            for d in self._scheduler.domains.values()
             if d.state is not DomainState.IN_SERVICE
         ]
-        if self.scheduler.capacity.value == "unknown":
-            problems.append(f"GPU capacity unknown: {self.scheduler.capacity_message}")
-        if self.store.failure:
-            problems.append(f"not accepting work: {self.store.failure}")
+        if self._scheduler.capacity.value == "unknown":
+            problems.append(f"GPU capacity unknown: {self._scheduler.capacity_message}")
+        if self._store.failure:
+            problems.append(f"not accepting work: {self._store.failure}")
         return (not problems, "; ".join(problems) or "every domain is ready")
 
     async def doctor_checks(self) -> list[dict[str, str]]:
@@ -203,7 +239,8 @@ class DomainControl(Adoption):
         in service could ever take. Each check is ``{"check", "status", "detail"}`` with
         status ``ok``, ``warn`` or ``fail``."""
         checks: list[dict[str, str]] = []
-        for dom in self.scheduler.domains.values():
+        domains = self._scheduler.domains
+        for dom in domains.values():
             if dom.state is DomainState.QUARANTINED:
                 status, detail = "fail", f"quarantined: {dom.state_reason}"
             elif dom.state is DomainState.DRAINING:
@@ -215,17 +252,17 @@ class DomainControl(Adoption):
                 status, detail = "ok", f"{what}, {dom.used_slots}/{dom.slots} slots used"
             checks.append({"check": f"domain {dom.name}", "status": status, "detail": detail})
         stuck = []
-        for key, request in self._queue.items():
-            candidates = (
-                [self.scheduler.domains[p] for p in request.pins if p in self.scheduler.domains]
-                if request.pins
-                else (
-                    self.scheduler.gpu_domains if request.gpus else [self.scheduler.domains["cpu"]]
-                )
-            )
+        ready = self._queue.ready_requests()
+        for job_id, request in ready:
+            if request.pins:
+                candidates = [domains[p] for p in request.pins if p in domains]
+            elif request.gpus:
+                candidates = self._scheduler.gpu_domains
+            else:
+                candidates = [domains["cpu"]]
             usable = [d for d in candidates if d.state is DomainState.IN_SERVICE]
             if len(usable) < max(1, request.gpus):
-                stuck.append(key[1])
+                stuck.append(job_id)
         if stuck:
             ids = ", ".join(map(str, sorted(stuck)[:20]))
             checks.append(
@@ -241,17 +278,17 @@ class DomainControl(Adoption):
                 {
                     "check": "queued jobs",
                     "status": "ok",
-                    "detail": f"{len(self._queue)} ready to run, all placeable",
+                    "detail": f"{len(ready)} ready to run, all placeable",
                 }
             )
         checks.append(
             {
                 "check": "database writes",
-                "status": "fail" if self.store.failure else "ok",
-                "detail": self.store.failure or f"{self.paths.database} is being written",
+                "status": "fail" if self._store.failure else "ok",
+                "detail": self._store.failure or f"{self._store.path} is being written",
             }
         )
-        newest = (await self.store.newest_job_time()) or 0.0
+        newest = (await self._store.newest_job_time()) or 0.0
         skew = newest - time.time()
         checks.append(
             {
@@ -263,13 +300,3 @@ class DomainControl(Adoption):
             }
         )
         return checks
-
-    async def _restore_domain_states(self) -> None:
-        for name, state, reason in await self.store.domain_states():
-            dom = self.scheduler.domains.get(name)
-            if dom is None or state == DomainState.IN_SERVICE.value:
-                continue
-            dom.state = DomainState(state)
-            dom.state_reason = reason
-            if dom.state is DomainState.QUARANTINED:
-                dom.health = DomainHealth.DEGRADED

@@ -47,6 +47,11 @@ class EngineLock:
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
 
+    @property
+    def held(self) -> bool:
+        """True while this object holds the lock."""
+        return self._fd is not None
+
     def is_held_elsewhere(self) -> bool:
         """True if some other process holds the lock now (used by clients)."""
         try:

@@ -35,7 +35,7 @@ class _Snapshot(Collector):
 
 def _families(engine: Engine, jobs_by_status: dict[str, int]) -> Iterator[Metric]:
     domains = list(engine.scheduler.domains.values())
-    ready, _ = engine.readiness()
+    ready, _ = engine.domain_ops.readiness()
     yield GaugeMetricFamily("gpulayer_ready", "1 when every domain is ready", value=int(ready))
 
     jobs = GaugeMetricFamily(
@@ -130,7 +130,7 @@ def _service_families(engine: Engine) -> Iterator[Metric]:
     restarts = CounterMetricFamily(
         "gpulayer_service_restarts", "Replica restarts of active services", labels=["service"]
     )
-    for job in engine.active_services():
+    for job in engine.services.active():
         label = f"{job.id}:{job.name}"
         for value in ReplicaState:
             count = sum(r.state is value for r in job.replicas)

@@ -1,43 +1,52 @@
-"""Statuses, termination reasons, event kinds and the job record.
+"""The engine's records and the transition tables of its state machines.
 
-Everything that names a state is an enum defined here once, and the allowed status
-transitions are a table that :func:`check_transition` enforces: an illegal move is a bug
-and raises instead of silently corrupting history.
+The names themselves (statuses, reasons, kinds, event kinds, replica and domain states)
+are the wire contract's (:mod:`gpulayer_tui.wire`) and re-exported here. This module says
+how they may change: each state machine is a table that a ``check_*`` function enforces,
+so an illegal move is a bug that raises instead of silently corrupting history.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-
-class JobStatus(StrEnum):
-    """Lifecycle status of a job (record 003)."""
-
-    PENDING = "pending"
-    QUEUED = "queued"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    ORPHANED = "orphaned"
-
-    @property
-    def is_terminal(self) -> bool:
-        """True for statuses a job never leaves."""
-        return self in TERMINAL_STATUSES
-
-    @property
-    def is_active(self) -> bool:
-        """True while the job may still run or is running."""
-        return self not in TERMINAL_STATUSES
-
-
-TERMINAL_STATUSES = frozenset(
-    {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.ORPHANED}
+from ..wire import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    DomainHealth,
+    DomainState,
+    EventKind,
+    JobJSON,
+    JobKind,
+    JobStatus,
+    ReplicaJSON,
+    ReplicaState,
+    TerminationReason,
 )
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "DOMAIN_TRANSITIONS",
+    "REPLICA_TRANSITIONS",
+    "TERMINAL_STATUSES",
+    "TRANSITIONS",
+    "DomainHealth",
+    "DomainState",
+    "Event",
+    "EventKind",
+    "IllegalTransition",
+    "Job",
+    "JobKind",
+    "JobStatus",
+    "Replica",
+    "ReplicaState",
+    "TerminationReason",
+    "check_domain_transition",
+    "check_replica_transition",
+    "check_transition",
+]
 
 # Allowed moves. `pending` is the instant between the insert and the first verdict; a job
 # that fits at once goes straight to `running`.
@@ -74,61 +83,6 @@ def check_transition(job_id: int, old: JobStatus, new: JobStatus) -> None:
         raise IllegalTransition(f"job {job_id}: illegal transition {old} -> {new}")
 
 
-class TerminationReason(StrEnum):
-    """Why a job reached its terminal status."""
-
-    EXIT_CODE = "exit_code"
-    SIGNAL = "signal"
-    CANCELLED = "cancelled"
-    TIMEOUT = "timeout"
-    OVER_CAPACITY = "over_capacity"
-    DEPENDENCY_FAILED = "dependency_failed"
-    LAUNCH_FAILED = "launch_failed"
-    ENGINE_LOST = "engine_lost"
-    DOMAIN_LOST = "domain_lost"
-    ADOPTED_EXIT_UNOBSERVED = "adopted_exit_unobserved"
-    ADOPT_PID_GONE = "adopt_pid_gone"
-    ADOPT_PID_MISMATCH = "adopt_pid_mismatch"
-    ADOPT_UID_MISMATCH = "adopt_uid_mismatch"
-
-
-class JobKind(StrEnum):
-    """What sort of workload a job is."""
-
-    COMMAND = "command"
-    SERVICE = "service"
-    ADOPTED = "adopted"
-
-
-class EventKind(StrEnum):
-    """Kinds of events the engine publishes (and, for transitions, stores)."""
-
-    SUBMITTED = "job.submitted"
-    TRANSITION = "job.transition"
-    REASON = "job.reason"
-    REPLICA = "job.replica"
-    GPU_SAMPLE = "gpu.sample"
-    DOMAIN = "domain.state"
-    CONFIG = "engine.config"
-    ENGINE = "engine"
-
-
-class ReplicaState(StrEnum):
-    """Lifecycle state of one replica of a service (record 000)."""
-
-    PENDING = "pending"  # not launched yet (the service is being placed)
-    STARTING = "starting"  # its process runs; its $PORT does not accept connections yet
-    UP = "up"  # running (and its endpoint answers, when it has a port)
-    BACKOFF = "backoff"  # exited; restarts at ``next_restart_at``
-    STOPPING = "stopping"  # SIGTERM sent, SIGKILL follows after the grace period
-    EXITED = "exited"  # ended for good (or stopped with its service)
-
-    @property
-    def has_process(self) -> bool:
-        """True while a process of this replica may be alive."""
-        return self in (ReplicaState.STARTING, ReplicaState.UP, ReplicaState.STOPPING)
-
-
 _R = ReplicaState
 REPLICA_TRANSITIONS: dict[ReplicaState, frozenset[ReplicaState]] = {
     _R.PENDING: frozenset({_R.STARTING, _R.UP, _R.EXITED}),
@@ -145,6 +99,22 @@ def check_replica_transition(job_id: int, index: int, old: ReplicaState, new: Re
     """Raise :class:`IllegalTransition` unless ``old -> new`` is in the replica table."""
     if new not in REPLICA_TRANSITIONS[old]:
         raise IllegalTransition(f"job {job_id} replica {index}: illegal transition {old} -> {new}")
+
+
+_D = DomainState
+# A domain's service state (record 002). Drain is the operator's switch for a healthy domain;
+# quarantine comes from its health (or a lost GPU) and only an explicit release lifts it.
+DOMAIN_TRANSITIONS: dict[DomainState, frozenset[DomainState]] = {
+    _D.IN_SERVICE: frozenset({_D.DRAINING, _D.QUARANTINED}),
+    _D.DRAINING: frozenset({_D.IN_SERVICE, _D.QUARANTINED}),
+    _D.QUARANTINED: frozenset({_D.IN_SERVICE}),
+}
+
+
+def check_domain_transition(name: str, old: DomainState, new: DomainState) -> None:
+    """Raise :class:`IllegalTransition` unless ``old -> new`` is in the domain table."""
+    if new not in DOMAIN_TRANSITIONS[old]:
+        raise IllegalTransition(f"domain {name}: illegal transition {old} -> {new}")
 
 
 @dataclass(slots=True)
@@ -183,7 +153,7 @@ class Replica:
     last_exit_code: int | None = None
     message: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReplicaJSON:
         """JSON shape (also what the database stores)."""
         return {
             "index": self.index,
@@ -203,7 +173,7 @@ class Replica:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Replica:
+    def from_json(cls, data: ReplicaJSON | dict[str, Any]) -> Replica:
         """Inverse of :meth:`to_json`."""
         return cls(
             index=int(data["index"]),
@@ -271,7 +241,7 @@ class Job:
     attempt: int = 0
     kill_at: float | None = None  # while stopping: when SIGKILL follows (not stored)
 
-    def to_json(self, slim: bool = False) -> dict[str, Any]:
+    def to_json(self, slim: bool = False) -> JobJSON:
         """The record's JSON shape, using the design records' field names.
 
         Args:
@@ -281,7 +251,7 @@ class Job:
         spec = self.spec
         if slim and "env" in spec:
             spec = {k: v for k, v in spec.items() if k != "env"}
-        out: dict[str, Any] = {
+        out: JobJSON = {
             "id": self.id,
             "name": self.name,
             "kind": self.kind.value,

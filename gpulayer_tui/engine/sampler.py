@@ -14,6 +14,9 @@ the reads themselves (thread start-up, and the GIL handed back and forth at ever
 read: 9 ms of CPU per tick for 8 GPUs instead of about 1.5 ms). If a GPU does not answer in
 time, the sweep is abandoned there and the GPUs after it are read in parallel, one thread
 each, under one more deadline: a tick with hung GPUs still ends within two deadlines.
+
+Why this module is longer than ~400 lines: the deadlines, the sweep and its parallel
+fallback, and the per-process cache share one set of threads and futures.
 """
 
 from __future__ import annotations
@@ -204,6 +207,14 @@ class Sampler:
         self.timeouts = 0
         self.reads = 0  # completed reads, and their total duration (metrics)
         self.read_seconds = 0.0
+
+    def reconfigure(self, interval: float, deadline: float, history: int) -> None:
+        """New ``[engine]`` timings: the tick, each read's deadline, the history length."""
+        self.interval = interval
+        self.deadline = deadline
+        if history != self.history_len:
+            self.history_len = history
+            self.history = {i: deque(points, maxlen=history) for i, points in self.history.items()}
 
     async def sample_once(self) -> Sample:
         """Take one sample now (respecting the deadline) and deliver it."""

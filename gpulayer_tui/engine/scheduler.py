@@ -13,13 +13,18 @@ Multi-GPU requests take slots on several domains in one synchronous step: all or
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 
+from ..wire import Capacity
 from .config import CPU_DOMAIN
 from .domain import Domain, DomainState, gib
-from .gpus import GIB
-from .spec import JobSpec, SpecError
+from .errors import SpecError
+from .gpus import GIB, GpuReading, ProbeResult, ProbeStatus
+from .procs import ProcessInfo
+from .spec import JobSpec
+
+__all__ = ["Capacity", "Request", "Scheduler", "Verdict"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,14 +56,6 @@ class Request:
         return 1 if dom.is_gpu else max(1, self.cpu_slots)
 
 
-class Capacity(StrEnum):
-    """Whether the machine's GPU capacity is known."""
-
-    KNOWN = "known"
-    NO_GPUS = "no_gpus"
-    UNKNOWN = "unknown"
-
-
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """Answer to "could this ever run?"."""
@@ -72,17 +69,103 @@ def _plural(n: int, word: str) -> str:
 
 
 class Scheduler:
-    """Placement over a set of domains (GPU domains plus the ``cpu`` pool)."""
+    """The domains (GPU domains plus the ``cpu`` pool), what the machine's capacity is, and
+    placement over them: the one owner of every domain's holds."""
 
-    def __init__(self, domains: dict[str, Domain]) -> None:
-        self.domains = domains
-        self.capacity = Capacity.UNKNOWN
-        self.capacity_message = "no GPU sample yet"
+    def __init__(self, domains: dict[str, Domain] | None = None) -> None:
+        self._domains: dict[str, Domain] = dict(domains or {})
+        self._capacity = Capacity.UNKNOWN
+        self._capacity_message = "no GPU sample yet"
+
+    @property
+    def domains(self) -> dict[str, Domain]:
+        """Every domain by name (GPU domains in index order, then ``cpu``); read-only use."""
+        return self._domains
 
     @property
     def gpu_domains(self) -> list[Domain]:
         """GPU domains in index order."""
-        return [d for d in self.domains.values() if d.is_gpu]
+        return [d for d in self._domains.values() if d.is_gpu]
+
+    @property
+    def capacity(self) -> Capacity:
+        """Whether the GPU capacity is known, known to be none, or unknown."""
+        return self._capacity
+
+    @property
+    def capacity_message(self) -> str:
+        """Why capacity is what it is (empty when known)."""
+        return self._capacity_message
+
+    def replace_domains(self, domains: Iterable[Domain]) -> None:
+        """Take a new set of domains (at start, or after a config reload)."""
+        self._domains = {d.name: d for d in domains}
+
+    def domain(self, name: str) -> Domain:
+        """One domain by name.
+
+        Raises:
+            SpecError: No such domain (the message lists the known ones).
+        """
+        dom = self._domains.get(name)
+        if dom is None:
+            known = ", ".join(self._domains) or "none"
+            raise SpecError(f"unknown domain '{name}' (known: {known})", "domain")
+        return dom
+
+    def capacity_signature(self) -> tuple[object, ...]:
+        """What over-capacity verdicts depend on: changes mean "decide again"."""
+        sizes = tuple((d.name, d.capacity_bytes) for d in self.gpu_domains)
+        return (self._capacity, sizes)
+
+    def observe(
+        self,
+        result: ProbeResult,
+        owners: dict[int, int | None],
+        info: dict[int, ProcessInfo],
+    ) -> dict[int, GpuReading]:
+        """Take one sample: the capacity it implies and each GPU domain's reading.
+
+        Returns:
+            The readings by GPU index (empty unless the probe answered).
+        """
+        if result.status is ProbeStatus.OK:
+            self._capacity = Capacity.KNOWN if result.gpus else Capacity.NO_GPUS
+            self._capacity_message = "" if result.gpus else "the GPU driver reports no devices"
+            by_index = {g.index: g for g in result.gpus}
+            for dom in self.gpu_domains:
+                reading = by_index.get(dom.gpu_index or 0)
+                if reading is not None:
+                    dom.apply_sample(reading, owners, info)
+            return by_index
+        if result.status is ProbeStatus.NO_DRIVER:
+            self._capacity = Capacity.NO_GPUS
+            self._capacity_message = result.message or "no NVIDIA driver"
+        else:
+            self._capacity = Capacity.UNKNOWN
+            self._capacity_message = result.message or "GPU probe failed"
+        return {}
+
+    # -- holds ------------------------------------------------------------------------------
+
+    @staticmethod
+    def hold(job_id: int, request: Request | None, domains: list[Domain]) -> None:
+        """Take a job's slots (and declared memory) on ``domains``, all in one step.
+
+        ``request`` is ``None`` for a restored job whose spec can no longer be read: it
+        holds one slot and no memory, so the running process stays accounted for.
+        """
+        for dom in domains:
+            if request is None:
+                dom.hold(job_id, None, False)
+            else:
+                dom.hold(job_id, request.vram_bytes, request.exclusive, request.slots_on(dom))
+
+    @staticmethod
+    def release(job_id: int, domains: list[Domain]) -> None:
+        """Give back what ``job_id`` holds on ``domains`` (idempotent)."""
+        for dom in domains:
+            dom.unhold(job_id)
 
     def request_for(self, spec: JobSpec) -> Request:
         """Resolve a spec's GPU needs against the configured domains.
@@ -94,12 +177,14 @@ class Scheduler:
         for name in pins:
             if name not in self.domains:
                 known = ", ".join(self.domains) or "none"
-                raise SpecError(f"domain: unknown domain '{name}' (known: {known})")
+                raise SpecError(f"domain: unknown domain '{name}' (known: {known})", "domain")
         if len(set(pins)) != len(pins):
-            raise SpecError("domain: a domain is named twice")
+            raise SpecError("domain: a domain is named twice", "domain")
         gpu_pins = [p for p in pins if self.domains[p].is_gpu]
         if gpu_pins and len(gpu_pins) != len(pins):
-            raise SpecError(f"domain: cannot mix the '{CPU_DOMAIN}' pool with GPU domains")
+            raise SpecError(
+                f"domain: cannot mix the '{CPU_DOMAIN}' pool with GPU domains", "domain"
+            )
         if spec.gpus is None:
             gpus = len(gpu_pins) if gpu_pins else (1 if spec.vram_gb is not None else 0)
         else:
@@ -107,10 +192,13 @@ class Scheduler:
         if gpus == 0 and gpu_pins:
             raise SpecError(
                 f"gpus is 0 but domain {', '.join(gpu_pins)} is a GPU domain; "
-                "drop the pin or ask for a GPU"
+                "drop the pin or ask for a GPU",
+                "gpus",
             )
         if gpus > 0 and pins == [CPU_DOMAIN]:
-            raise SpecError(f"asks for {_plural(gpus, 'GPU')} but is pinned to the cpu pool")
+            raise SpecError(
+                f"asks for {_plural(gpus, 'GPU')} but is pinned to the cpu pool", "domain"
+            )
         vram = None if spec.vram_gb is None else int(spec.vram_gb * GIB)
         replicas = spec.replica_count
         return Request(gpus * replicas, vram, tuple(pins), spec.exclusive, replicas)

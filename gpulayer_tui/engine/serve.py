@@ -10,9 +10,9 @@ import sys
 from .api import ApiServer
 from .config import ConfigError, Paths
 from .engine import Engine
-from .gpus import make_probe
+from .errors import StoreError
 from .lock import EngineBusy
-from .store import StoreError
+from .probes import make_probe
 
 log = logging.getLogger(__name__)
 

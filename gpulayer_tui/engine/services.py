@@ -18,6 +18,12 @@ own transition table), stored with the job's row and published as ``job.replica`
   (``running -> queued``), up to ``retry.max_attempts`` placements (10 by default).
 
 Back-off timers use :class:`ServiceClock`, so tests can step time instead of sleeping.
+
+Why this module is longer than ~400 lines: it is one state machine (the replicas of
+a service, their restarts and the service's own end) whose halves (start, exit, stop,
+re-attach) all read and write the same runtime; split, each half would reach into the
+other's state. The parts that stand alone (clock, back-off, ports, the runtime record)
+are in :mod:`.service_runtime`.
 """
 
 from __future__ import annotations
@@ -25,15 +31,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
-import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from .lifecycle import Lifecycle, Reason, _Active, _signal_name, exit_verdict
+from .batch import argv_of, assign, exit_verdict, job_env
+from .executor import Executor, Exit, LaunchError
+from .jobbook import ActiveJob, JobBook, release_holds, take_holds
 from .models import (
     EventKind,
+    Job,
     JobKind,
     JobStatus,
     Replica,
@@ -41,98 +48,81 @@ from .models import (
     TerminationReason,
     check_replica_transition,
 )
-from .supervisor import Exit, LaunchError, exit_path, read_exit_file
+from .service_runtime import (
+    PROBE_INTERVAL_MAX_S,
+    PROBE_TIMEOUT_S,
+    LoopClock,
+    ServiceClock,
+    ServiceRuntime,
+    backoff_delay,
+    describe_exit,
+    endpoint_of,
+    free_port,
+)
 
 if TYPE_CHECKING:
+    from .config import Config
     from .domain import Domain
+    from .jobqueue import JobQueue
+    from .scheduler import Scheduler
 
 R = ReplicaState
-BACKOFF_FIRST_S = 1.0
-BACKOFF_MAX_S = 30.0
-PROBE_TIMEOUT_S = 1.0
-PROBE_INTERVAL_MAX_S = 1.0
+Reason = TerminationReason
 
 
-class Cancellable(Protocol):
-    """A scheduled callback (``asyncio.TimerHandle`` or a test clock's entry)."""
+class ServiceRunner:
+    """Runs ``service`` jobs: their replicas, ports, restarts and re-placements.
 
-    def cancel(self) -> None:
-        """Do not run it."""
-
-
-class ServiceClock(Protocol):
-    """Time as the restart logic sees it: wall time and delayed calls."""
-
-    def now(self) -> float:
-        """Epoch seconds."""
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> Cancellable:
-        """Run ``callback`` on the event loop after ``delay`` seconds."""
-
-
-class LoopClock:
-    """The real clock: ``time.time`` and the running loop's timers."""
-
-    def now(self) -> float:
-        """Epoch seconds."""
-        return time.time()
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> Cancellable:
-        """Schedule on the running event loop."""
-        return asyncio.get_running_loop().call_later(delay, callback)
-
-
-def backoff_delay(step: int) -> float:
-    """Seconds before the next restart after ``step`` restarts without a steady run."""
-    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * float(1 << min(step, 16)))
-
-
-def free_port(host: str, taken: set[int]) -> int:
-    """A TCP port nothing listens on now (the kernel picks it), not in ``taken``.
-
-    Raises:
-        LaunchError: No port could be bound on ``host``.
+    Args:
+        book: The active jobs.
+        scheduler: The domains (holds on start, restart recovery and re-placement).
+        queue: Where a service placed again waits.
+        executor: Starts and watches the replicas' processes.
+        config: The engine's configuration (``[engine]`` grace, ``[services]``).
+        base_env: The environment every replica starts from.
+        clock: Time for back-off (tests step a manual clock).
     """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    for _ in range(32):
-        try:
-            with socket.socket(family, socket.SOCK_STREAM) as sock:
-                sock.bind((host, 0))
-                port: int = sock.getsockname()[1]
-        except OSError as err:
-            raise LaunchError(f"cannot pick a port on {host}: {err.strerror or err}") from None
-        if port not in taken:
-            return port
-    raise LaunchError(f"cannot pick a free port on {host}")
 
+    def __init__(
+        self,
+        book: JobBook,
+        scheduler: Scheduler,
+        queue: JobQueue,
+        executor: Executor,
+        config: Config,
+        base_env: dict[str, str],
+        clock: ServiceClock | None = None,
+    ) -> None:
+        self._book = book
+        self._scheduler = scheduler
+        self._queue = queue
+        self._executor = executor
+        self._config = config
+        self._base_env = base_env
+        self.clock: ServiceClock = clock or LoopClock()
+        self._runtimes: dict[int, ServiceRuntime] = {}
+        self._timeouts: dict[int, asyncio.TimerHandle] = {}
 
-def endpoint_of(host: str, port: int) -> str:
-    """``host:port`` (IPv6 literals in brackets)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    def reconfigure(self, config: Config) -> None:
+        """Use a new configuration from now on (grace period, host, steady time)."""
+        self._config = config
 
+    def runtime(self, job_id: int) -> ServiceRuntime | None:
+        """The runtime of a running service (its pending restarts and port probes)."""
+        return self._runtimes.get(job_id)
 
-def describe_exit(code: int | None) -> str:
-    """``exited with code 3`` / ``killed by SIGKILL`` / ``ended, exit status unknown``."""
-    if code is None:
-        return "ended, exit status unknown"
-    if 128 < code <= 128 + 64:
-        return f"killed by {_signal_name(code - 128)} (exit code {code})"
-    return f"exited with code {code}"
-
-
-class Services(Lifecycle):
-    """Service replicas, mixed into the engine (see the module docstring)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.service_clock: ServiceClock = LoopClock()
+    def active(self) -> list[Job]:
+        """Services that are queued or running, in id order (live records)."""
+        return [act.job for act in self._book if act.job.kind is JobKind.SERVICE]
 
     # -- placement and launch -----------------------------------------------------------------
 
-    def _start_service(self, act: _Active) -> None:
-        """The service was placed (its holds are taken): mark it running, start replicas."""
+    def start(self, act: ActiveJob, domains: list[Domain]) -> None:
+        """The service was placed on ``domains``: hold them, mark it running, start replicas."""
         job, spec, request = act.job, act.spec, act.request
         assert spec is not None and request is not None
+        assign(act, domains)
+        runtime = self._runtimes.setdefault(job.id, ServiceRuntime())
         job.attempt += 1
         per_replica = request.gpus // request.replicas
         old = {r.index: r for r in job.replicas}
@@ -150,42 +140,52 @@ class Services(Lifecycle):
             replica.domains = [d.name for d in mine]
             replica.gpus = [d.gpu_index for d in mine if d.gpu_index is not None]
             job.replicas.append(replica)
-        act.end = None
+        runtime.end = None
         act.stop_reason = None
         attempt = f" (placement {job.attempt} of {spec.max_attempts})" if job.attempt > 1 else ""
         where = ", ".join(job.domains)
-        self._transition(act, JobStatus.RUNNING, message=f"starting on {where}{attempt}")
+        self._book.transition(act, JobStatus.RUNNING, message=f"starting on {where}{attempt}")
+        if spec.timeout is not None and job.id not in self._timeouts:
+            loop = asyncio.get_running_loop()
+            self._timeouts[job.id] = loop.call_later(spec.timeout, self._timed_out, job.id)
         for replica in job.replicas:
             if not self._launch_or_fail(act, replica, "start"):
                 return
 
+    def _timed_out(self, job_id: int) -> None:
+        self._timeouts.pop(job_id, None)
+        act = self._book.get(job_id)
+        if act is None or act.job.status is not JobStatus.RUNNING or act.spec is None:
+            return  # (a service being placed again drops its timeout)
+        self.stop(act, Reason.TIMEOUT, f"timed out after {act.spec.timeout or 0:g} s")
+
     def _ports_in_use(self) -> set[int]:
         return {
             r.port
-            for a in self._active.values()
-            if a.job.kind is JobKind.SERVICE
-            for r in a.job.replicas
+            for job in self.active()
+            for r in job.replicas
             if r.port is not None and r.state.has_process
         }
 
-    def _launch_replica(self, act: _Active, replica: Replica) -> None:
+    def _launch_replica(self, act: ActiveJob, replica: Replica) -> None:
         """Start one replica's process (raises :class:`LaunchError`)."""
         job, spec = act.job, act.spec
         assert spec is not None
-        env = self._job_env(act, replica.gpus)
+        env = job_env(self._base_env, spec, job.id, replica.gpus)
         env["GPULAYER_REPLICA"] = str(replica.index)
         port: int | None = None
         if spec.wants_port:
-            port = free_port(self.config.services.host, self._ports_in_use())
+            port = free_port(self._config.services.host, self._ports_in_use())
             env["PORT"] = str(port)
-        argv = spec.command if spec.command is not None else ["sh", "-c", spec.shell or ""]
-        cwd = spec.cwd or os.path.expanduser("~")
-        pid, ticks = self.supervisor.launch((job.id, replica.index), argv, cwd, env)
-        replica.pid, replica.start_ticks, replica.port = pid, ticks, port
+        argv, cwd = argv_of(spec)
+        key = (job.id, replica.index)
+        started = self._executor.start(key, argv, cwd, env, self._exit_handler(job.id, replica))
+        pid = started.pid
+        replica.pid, replica.start_ticks, replica.port = pid, started.start_ticks, port
         replica.endpoint = None
         replica.next_restart_at = None
-        replica.started_at = self.service_clock.now()
-        self._roots[pid] = (job.id, ticks)
+        replica.started_at = self.clock.now()
+        self._book.roots.add(pid, job.id, started.start_ticks)
         if port is None:
             self._set_replica(act, replica, R.UP, f"running (pid {pid})")
             return
@@ -194,7 +194,10 @@ class Services(Lifecycle):
         )
         self._watch_port(act, replica)
 
-    def _launch_or_fail(self, act: _Active, replica: Replica, verb: str) -> bool:
+    def _exit_handler(self, job_id: int, replica: Replica) -> Callable[[Exit], None]:
+        return lambda exit: self._replica_exited(job_id, replica.index, exit)
+
+    def _launch_or_fail(self, act: ActiveJob, replica: Replica, verb: str) -> bool:
         """Launch a replica; if it cannot start, fail the service with the reason."""
         try:
             if act.spec is None:  # restored from a row this version cannot parse
@@ -202,7 +205,7 @@ class Services(Lifecycle):
             self._launch_replica(act, replica)
         except LaunchError as err:
             self._set_replica(act, replica, R.EXITED, f"could not {verb}: {err}")
-            self._end_service(
+            self._end(
                 act,
                 JobStatus.FAILED,
                 Reason.LAUNCH_FAILED,
@@ -211,16 +214,16 @@ class Services(Lifecycle):
             return False
         return True
 
-    def _watch_port(self, act: _Active, replica: Replica) -> None:
+    def _watch_port(self, act: ActiveJob, replica: Replica) -> None:
         assert replica.pid is not None and replica.port is not None
         task = asyncio.get_running_loop().create_task(
             self._probe_port(act, replica, replica.pid, replica.port)
         )
-        act.probes[replica.index] = task
+        self._runtimes[act.job.id].probes[replica.index] = task
 
-    async def _probe_port(self, act: _Active, replica: Replica, pid: int, port: int) -> None:
+    async def _probe_port(self, act: ActiveJob, replica: Replica, pid: int, port: int) -> None:
         """Poll ``host:port`` until it accepts a connection, then mark the replica up."""
-        host = self.config.services.host
+        host = self._config.services.host
         delay = 0.02
         while replica.pid == pid and replica.state is R.STARTING:
             try:
@@ -242,7 +245,7 @@ class Services(Lifecycle):
 
     def _set_replica(
         self,
-        act: _Active,
+        act: ActiveJob,
         replica: Replica,
         state: ReplicaState,
         message: str,
@@ -253,8 +256,10 @@ class Services(Lifecycle):
         check_replica_transition(job.id, replica.index, replica.state, state)
         replica.state = state
         replica.message = message
-        if job.status is JobStatus.RUNNING and act.end is None and act.replacing is None:
-            job.message = self._service_summary(act)
+        runtime = self._runtimes.get(job.id)
+        steady = runtime is None or (runtime.end is None and runtime.replacing is None)
+        if job.status is JobStatus.RUNNING and steady:
+            job.message = self._summary(job)
         data = {
             "replica": replica.index,
             "state": state.value,
@@ -264,12 +269,13 @@ class Services(Lifecycle):
             "endpoint": replica.endpoint,
             "next_restart_at": replica.next_restart_at,
         }
-        self.store.save(job, [self._job_event(EventKind.REPLICA, job, data)])
+        self._book.record(act, EventKind.REPLICA, data)
 
-    def _service_summary(self, act: _Active) -> str:
-        replicas = act.job.replicas
+    @staticmethod
+    def _summary(job: Job) -> str:
+        replicas = job.replicas
         up = sum(r.state is R.UP for r in replicas)
-        text = f"{up}/{len(replicas)} up on {', '.join(act.job.domains)}"
+        text = f"{up}/{len(replicas)} up on {', '.join(job.domains)}"
         endpoints = [r.endpoint for r in replicas if r.state is R.UP and r.endpoint]
         if endpoints:
             text += f" at {', '.join(endpoints)}"
@@ -282,28 +288,28 @@ class Services(Lifecycle):
 
     # -- exits and restarts -------------------------------------------------------------------
 
-    def _on_replica_exit(self, job_id: int, index: int, exit: Exit) -> None:
+    def _replica_exited(self, job_id: int, index: int, exit: Exit) -> None:
         """A replica's process ended: restart it, end the service, or finish stopping."""
-        act = self._active.get(job_id)
-        if act is None or index >= len(act.job.replicas):
+        act = self._book.get(job_id)
+        runtime = self._runtimes.get(job_id)
+        if act is None or runtime is None or index >= len(act.job.replicas):
             return
         replica = act.job.replicas[index]
-        if replica.pid is not None:
-            self._roots.pop(replica.pid, None)
-        probe = act.probes.pop(index, None)
+        self._book.roots.drop(replica.pid)
+        probe = runtime.probes.pop(index, None)
         if probe is not None:
             probe.cancel()
         code = exit.code
         replica.last_exit_code = code
         what = describe_exit(code)
-        if replica.state is R.STOPPING or act.end is not None or act.replacing is not None:
+        if replica.state is R.STOPPING or runtime.end is not None or runtime.replacing is not None:
             if replica.state.has_process:
                 self._set_replica(act, replica, R.EXITED, f"stopped ({what})", code)
-            self._settle_service(act)
+            self._settle(act)
             return
-        now = self.service_clock.now()
+        now = self.clock.now()
         if replica.started_at is not None and now - replica.started_at >= (
-            self.config.services.steady_after
+            self._config.services.steady_after
         ):
             replica.backoff_step = 0  # it ran steadily: a fresh crash starts at 1 s again
         why = self._no_restart_because(act, replica, code)
@@ -318,7 +324,7 @@ class Services(Lifecycle):
                 f"{what}; restart {replica.restarts + 1} in {delay:g} s",
                 code,
             )
-            act.restart_timers[index] = self.service_clock.call_later(
+            runtime.restart_timers[index] = self.clock.call_later(
                 delay, functools.partial(self._restart_replica, job_id, index)
             )
             return
@@ -326,10 +332,10 @@ class Services(Lifecycle):
         status, reason, _ = exit_verdict(code)
         others = " (the other replicas were stopped)" if len(act.job.replicas) > 1 else ""
         message = f"replica {index} {what}; not restarted ({why}){others}"
-        self._end_service(act, status, reason, message, code)
+        self._end(act, status, reason, message, code)
 
     @staticmethod
-    def _no_restart_because(act: _Active, replica: Replica, code: int | None) -> str | None:
+    def _no_restart_because(act: ActiveJob, replica: Replica, code: int | None) -> str | None:
         """Why the policy says this exit is final, or ``None`` to restart the replica."""
         spec = act.spec
         if spec is None:
@@ -342,10 +348,13 @@ class Services(Lifecycle):
         return None
 
     def _restart_replica(self, job_id: int, index: int) -> None:
-        act = self._active.get(job_id)
-        if act is None or act.end is not None or act.replacing is not None:
+        act = self._book.get(job_id)
+        runtime = self._runtimes.get(job_id)
+        if act is None or runtime is None or runtime.end is not None:
             return
-        act.restart_timers.pop(index, None)
+        if runtime.replacing is not None:
+            return
+        runtime.restart_timers.pop(index, None)
         replica = act.job.replicas[index]
         if replica.state is not R.BACKOFF:
             return
@@ -354,81 +363,85 @@ class Services(Lifecycle):
 
     # -- stopping -----------------------------------------------------------------------------
 
-    def _stop_service(self, act: _Active, reason: TerminationReason, message: str) -> None:
+    def stop(self, act: ActiveJob, reason: TerminationReason, message: str) -> None:
         """Cancel or time out a running service: stop every replica, then end it."""
         status = JobStatus.CANCELLED if reason is Reason.CANCELLED else JobStatus.FAILED
-        self._end_service(act, status, reason, message)
+        self._end(act, status, reason, message)
 
-    def _end_service(
+    def _end(
         self,
-        act: _Active,
+        act: ActiveJob,
         status: JobStatus,
         reason: TerminationReason,
         message: str,
         exit_code: int | None = None,
     ) -> None:
         """Decide how the service ends; it does once no replica process is left."""
-        if act.end is not None:
+        runtime = self._runtimes.setdefault(act.job.id, ServiceRuntime())
+        if runtime.end is not None:
             return  # already ending; the first verdict stands
-        act.end = (status, reason, message, exit_code)
+        runtime.end = (status, reason, message, exit_code)
         act.stop_reason = reason
-        self._stop_replicas(act, f"stopping ({message})")
-        self._settle_service(act)
+        self._stop_replicas(act, runtime, f"stopping ({message})")
+        self._settle(act)
 
-    def _replace_service(self, act: _Active, why: str) -> None:
+    def domain_quarantined(self, dom: Domain) -> None:
+        """A domain was quarantined: every service on it is placed again (record 000)."""
+        for job_id in sorted(dom.holdings):
+            act = self._book.get(job_id)
+            if act is not None and act.job.kind is JobKind.SERVICE:
+                self.replace(act, f"domain {dom.name} quarantined: {dom.state_reason}")
+
+    def replace(self, act: ActiveJob, why: str) -> None:
         """A domain of the service was lost: stop it and place it again (record 000)."""
-        if act.end is not None or act.replacing is not None:
+        runtime = self._runtimes.get(act.job.id)
+        if runtime is None or runtime.end is not None or runtime.replacing is not None:
             return
         if act.job.status is not JobStatus.RUNNING:
             return
-        act.replacing = why
-        self._stop_replicas(act, f"placing again: {why}")
-        self._settle_service(act)
+        runtime.replacing = why
+        self._stop_replicas(act, runtime, f"placing again: {why}")
+        self._settle(act)
 
-    def _stop_replicas(self, act: _Active, summary: str) -> None:
+    def _stop_replicas(self, act: ActiveJob, runtime: ServiceRuntime, summary: str) -> None:
         job = act.job
-        for timer in act.restart_timers.values():
-            timer.cancel()
-        act.restart_timers.clear()
-        grace = self.config.engine.grace_period
+        runtime.cancel_restarts()
+        grace = self._config.engine.grace_period
         stopping = False
         for replica in job.replicas:
             if replica.state.has_process and replica.state is not R.STOPPING:
-                if self.supervisor.terminate((job.id, replica.index), grace):
+                if self._executor.terminate((job.id, replica.index), grace):
                     stopping = True
                     self._set_replica(act, replica, R.STOPPING, "SIGTERM sent")
                     continue
             if replica.state in (R.PENDING, R.BACKOFF):
                 replica.next_restart_at = None
                 self._set_replica(act, replica, R.EXITED, "not started again")
-        job.message = summary
         if stopping:
             job.kill_at = time.time() + grace
-            job.message = f"{summary}: SIGTERM sent, SIGKILL after {grace:g} s"
-        self.store.save(job, [self._job_event(EventKind.REASON, job, {"message": job.message})])
+            summary = f"{summary}: SIGTERM sent, SIGKILL after {grace:g} s"
+        self._book.note(act, summary)
 
-    def _settle_service(self, act: _Active) -> None:
+    def _settle(self, act: ActiveJob) -> None:
         """Once no replica process is left, end the service or queue it again."""
-        replicas = act.job.replicas
-        if any(r.state.has_process for r in replicas):
+        if any(r.state.has_process for r in act.job.replicas):
             return
         act.job.kill_at = None
-        if act.replacing is not None:
-            self._requeue_service(act)
-        elif act.end is not None:
-            status, reason, message, code = act.end
-            self._finish(act, status, reason, message, code)
+        runtime = self._runtimes[act.job.id]
+        if runtime.replacing is not None:
+            self._requeue(act, runtime)
+        elif runtime.end is not None:
+            status, reason, message, code = runtime.end
+            self._book.finish(act, status, reason, message, code)
 
-    def _requeue_service(self, act: _Active) -> None:
+    def _requeue(self, act: ActiveJob, runtime: ServiceRuntime) -> None:
         job, spec = act.job, act.spec
-        assert spec is not None and act.replacing is not None
-        why, act.replacing = act.replacing, None
-        holds: list[Domain] = list(act.holds)
-        for dom in holds:
-            dom.release(job.id)
+        assert spec is not None and runtime.replacing is not None
+        why, runtime.replacing = runtime.replacing, None
+        release_holds(act)
         act.holds = []
         if job.attempt >= spec.max_attempts:
-            self._finish(
+            self._book.finish(
                 act,
                 JobStatus.FAILED,
                 Reason.DOMAIN_LOST,
@@ -437,27 +450,35 @@ class Services(Lifecycle):
             )
             return
         job.domains, job.gpus = [], []
-        self._transition(
+        self._book.transition(
             act,
             JobStatus.QUEUED,
             message=f"placing again after {why} (placement {job.attempt + 1} "
             f"of {spec.max_attempts})",
         )
-        self._ready(act)
-        self._schedule_soon()
+        self._queue.ready(act)
 
-    def _drop_service_runtime(self, act: _Active) -> None:
-        """The service ended: cancel its timers and port probes."""
-        for timer in act.restart_timers.values():
+    def job_ended(self, act: ActiveJob) -> None:
+        """End listener: cancel the service's timers and port probes."""
+        runtime = self._runtimes.pop(act.job.id, None)
+        if runtime is not None:
+            runtime.close()
+        timer = self._timeouts.pop(act.job.id, None)
+        if timer is not None:
             timer.cancel()
-        act.restart_timers.clear()
-        for task in act.probes.values():
-            task.cancel()
-        act.probes.clear()
+
+    def close(self) -> None:
+        """Engine stop: back-off timers and port probes are re-armed by the next engine from
+        the stored replica states; the processes themselves keep running."""
+        for runtime in self._runtimes.values():
+            runtime.close()
+        for timer in self._timeouts.values():
+            timer.cancel()
+        self._timeouts.clear()
 
     # -- restart recovery ---------------------------------------------------------------------
 
-    def _reattach_service(self, act: _Active) -> None:
+    def reattach(self, act: ActiveJob) -> None:
         """Take back a running service after an engine restart.
 
         Live replicas are watched again (pid + start time); replicas that ended while no
@@ -465,46 +486,48 @@ class Services(Lifecycle):
         recorded; back-off timers are armed for what is left of their delay.
         """
         job = act.job
-        domains = self.scheduler.domains
-        self._hold(act, [domains[name] for name in job.domains if name in domains])
+        domains = self._scheduler.domains
+        take_holds(act, [domains[name] for name in job.domains if name in domains])
+        runtime = self._runtimes.setdefault(job.id, ServiceRuntime())
         if not job.replicas:
             # A row from before replicas were recorded: place the service afresh.
-            for dom in act.holds:
-                dom.release(job.id)
+            release_holds(act)
             act.holds = []
             job.domains, job.gpus = [], []
-            self._transition(
+            self._book.transition(
                 act, JobStatus.QUEUED, message="placing again: its replicas were not recorded"
             )
-            self._ready(act)
+            self._queue.ready(act)
             return
-        now = self.service_clock.now()
+        now = self.clock.now()
         interrupted_stop = False
         for replica in job.replicas:
             key = (job.id, replica.index)
             if replica.state.has_process:
                 pid = replica.pid
-                if pid is not None and self.supervisor.attach(key, pid, replica.start_ticks):
-                    self._roots[pid] = (job.id, replica.start_ticks)
+                if pid is not None and self._executor.attach(
+                    key, pid, replica.start_ticks, self._exit_handler(job.id, replica)
+                ):
+                    self._book.roots.add(pid, job.id, replica.start_ticks)
                     if replica.state is R.STARTING:
                         self._watch_port(act, replica)
                     elif replica.state is R.STOPPING:
                         interrupted_stop = True
                     continue
-                code = read_exit_file(exit_path(self.paths.jobs_dir, key))
+                code = self._executor.recorded_exit(key)
                 if replica.state is R.STOPPING:
                     interrupted_stop = True
-                self._on_replica_exit(job.id, replica.index, Exit(code, code is not None))
+                self._replica_exited(job.id, replica.index, Exit(code, code is not None))
             elif replica.state is R.BACKOFF:
                 delay = max(0.0, (replica.next_restart_at or now) - now)
-                act.restart_timers[replica.index] = self.service_clock.call_later(
+                runtime.restart_timers[replica.index] = self.clock.call_later(
                     delay, functools.partial(self._restart_replica, job.id, replica.index)
                 )
             elif replica.state is R.PENDING and not self._launch_or_fail(act, replica, "start"):
                 return
-        if interrupted_stop and act.end is None:
+        if interrupted_stop and runtime.end is None:
             # The engine stopped while the service was stopping; the reason did not survive.
-            self._end_service(
+            self._end(
                 act,
                 JobStatus.CANCELLED,
                 Reason.CANCELLED,

@@ -1,7 +1,9 @@
 """The submission spec of a job or service (pydantic, strict: unknown fields are rejected).
 
-The CLI, the API and the TUI's form all send this shape; the engine validates it here,
-so the rules are written once.
+The CLI, the API and the TUI's form all send this shape; the engine validates it here.
+Types and the relations between fields are checked by the model; each field's own rule
+(ranges, characters) is the wire contract's (:mod:`gpulayer_tui.wire`), the same function
+argparse and the form use, so the rules are written once.
 """
 
 from __future__ import annotations
@@ -9,15 +11,20 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .. import wire
+from .errors import SpecError
+
+__all__ = ["SERVICE_ONLY", "Dependency", "JobSpec", "RetrySpec", "SpecError", "parse_spec"]
 
 
-class SpecError(ValueError):
-    """A submission is invalid; the message names the field and the problem."""
+def _rule(check: Any) -> AfterValidator:
+    return AfterValidator(check)
 
 
 # A job id: SQLite's INTEGER range (a larger number names no job and cannot be looked up).
-JobId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+JobId = Annotated[int, _rule(wire.check_job_id)]
 
 
 class Dependency(BaseModel):
@@ -39,7 +46,7 @@ class RetrySpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    max_attempts: int = Field(10, ge=1, le=1000)
+    max_attempts: Annotated[int, _rule(wire.check_max_attempts)] = 10
 
 
 SERVICE_ONLY = ("replicas", "restart", "max_restarts", "port", "retry")
@@ -75,22 +82,22 @@ class JobSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     kind: Literal["command", "service"] = "command"
-    command: list[str] | None = Field(None, min_length=1, max_length=4096)
-    shell: str | None = Field(None, min_length=1, max_length=65536)
+    command: Annotated[list[str], _rule(wire.check_command)] | None = None
+    shell: Annotated[str, _rule(wire.check_shell)] | None = None
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
-    name: str | None = Field(None, min_length=1, max_length=200)
-    project: str | None = Field(None, min_length=1, max_length=200)
-    gpus: int | None = Field(None, ge=0, le=64)
-    vram_gb: float | None = Field(None, gt=0, le=1_000_000)
+    name: Annotated[str, _rule(lambda v: wire.check_label("name", v))] | None = None
+    project: Annotated[str, _rule(lambda v: wire.check_label("project", v))] | None = None
+    gpus: Annotated[int, _rule(wire.check_gpus)] | None = None
+    vram_gb: Annotated[float, _rule(wire.check_vram_gb)] | None = None
     domain: str | list[str] | None = None
     exclusive: bool = False
     depends_on: list[Dependency | JobId] = Field(default_factory=list, max_length=1024)
-    timeout: float | None = Field(None, gt=0, le=10 * 365 * 86400)
-    priority: int = Field(0, ge=-1_000_000, le=1_000_000)
-    replicas: int | None = Field(None, ge=1, le=64)
+    timeout: Annotated[float, _rule(wire.check_timeout)] | None = None
+    priority: Annotated[int, _rule(wire.check_priority)] = 0
+    replicas: Annotated[int, _rule(wire.check_replicas)] | None = None
     restart: Literal["always", "on_failure"] | None = None
-    max_restarts: int | None = Field(None, ge=0, le=1_000_000)
+    max_restarts: Annotated[int, _rule(wire.check_max_restarts)] | None = None
     port: bool | None = None
     retry: RetrySpec | None = None
 
@@ -105,13 +112,6 @@ class JobSpec(BaseModel):
                 )
         if (self.command is None) == (self.shell is None):
             raise ValueError("give exactly one of 'command' (argv) or 'shell' (a shell line)")
-        if self.command is not None:
-            if not self.command[0]:
-                raise ValueError("command: the program name (first word) is empty")
-            for word in self.command:
-                _no_nul(word, "command")
-        if self.shell is not None:
-            _no_nul(self.shell, "shell")
         if self.cwd is not None:
             _no_nul(self.cwd, "cwd")
             if not os.path.isabs(self.cwd):
@@ -120,8 +120,6 @@ class JobSpec(BaseModel):
             if not key or "=" in key or "\0" in key:
                 raise ValueError(f"env: {key!r} is not a valid variable name")
             _no_nul(value, f"env[{key}]")
-        if self.name is not None and any(ord(c) < 32 for c in self.name):
-            raise ValueError("name: control characters are not allowed")
         if isinstance(self.domain, list) and not self.domain:
             raise ValueError("domain: an empty list pins to nothing; omit it instead")
         if self.vram_gb is not None and self.gpus == 0:
@@ -175,11 +173,19 @@ class JobSpec(BaseModel):
         return os.path.basename(first[0]) if first else "shell"
 
 
-def _describe(err: ValidationError) -> str:
+def _describe(err: ValidationError) -> tuple[str, str | None]:
     parts = []
+    field: str | None = None
     for item in err.errors():
-        where = ".".join(str(p) for p in item["loc"])
-        msg = item["msg"].removeprefix("Value error, ")
+        # Validator wrappers ("function-after[check_job_id(), int]") name no field.
+        where = ".".join(str(p) for p in item["loc"] if "function-" not in str(p))
+        if field is None and item["loc"] and isinstance(item["loc"][0], str):
+            field = item["loc"][0]
+        error = item.get("ctx", {}).get("error")
+        if isinstance(error, wire.FieldError):
+            msg = error.detail  # the rule's own words, without its field name
+        else:
+            msg = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             parts.append(f"unknown field '{where}'")
         elif where:
@@ -187,7 +193,7 @@ def _describe(err: ValidationError) -> str:
         else:
             parts.append(msg)
     # A union field reports one error per member; keep each distinct line once.
-    return "; ".join(dict.fromkeys(parts))
+    return "; ".join(dict.fromkeys(parts)), field
 
 
 def parse_spec(data: Any) -> JobSpec:
@@ -201,4 +207,5 @@ def parse_spec(data: Any) -> JobSpec:
     try:
         return JobSpec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(_describe(err)) from None
+        message, field = _describe(err)
+        raise SpecError(message, field) from None

@@ -6,6 +6,10 @@ then publishes those events. So every transition is durable before anyone sees i
 burst of 500 transitions costs one commit instead of 500.
 
 Reads use a second connection, which in WAL mode sees only committed data.
+
+Why this module is longer than ~400 lines: the schema, its migrations, the one writer
+and the reads that must agree with it (a timeline merges what is committed with what is
+queued) change together; most of the length is the schema and the column lists.
 """
 
 from __future__ import annotations
@@ -15,13 +19,14 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
+from .errors import StoreError
 from .models import Event, EventKind, Job, JobKind, JobStatus, Replica, TerminationReason
 
 log = logging.getLogger(__name__)
@@ -106,8 +111,8 @@ _UPSERT = (
     "replicas=excluded.replicas, attempt=excluded.attempt"
 )
 _INSERT_EVENT = (
-    "INSERT INTO events (job_id, at, kind, status, reason, message, data) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO events (id, job_id, at, kind, status, reason, message, data) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -134,10 +139,6 @@ def _escaped(values: tuple[Any, ...]) -> tuple[Any, ...]:
         v.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(v, str) else v
         for v in values
     )
-
-
-class StoreError(RuntimeError):
-    """The database cannot be used (newer schema, corrupt, unwritable)."""
 
 
 def _job_row(job: Job) -> tuple[Any, ...]:
@@ -194,9 +195,23 @@ def job_from_row(row: Sequence[Any]) -> Job:
 @dataclass(slots=True)
 class _Write:
     row: tuple[Any, ...] | None
-    events: list[Event]
+    events: list[Event]  # published after the commit
     done: asyncio.Future[None] | None
     statements: list[tuple[str, tuple[Any, ...]]] | None = None
+    # The history events among ``events`` (stored), each with the row id it will get: ids
+    # are given when queued, so a read can merge what is committed with what is not yet.
+    history: list[tuple[int, Event]] | None = None
+
+
+def _timeline_entry(ev: Event) -> dict[str, Any]:
+    return {
+        "at": ev.at,
+        "kind": ev.kind.value,
+        "status": ev.data.get("status"),
+        "reason": ev.data.get("reason"),
+        "message": ev.data.get("message"),
+        "data": ev.data,
+    }
 
 
 class Store:
@@ -213,6 +228,8 @@ class Store:
         self._db: aiosqlite.Connection | None = None
         self._reader: aiosqlite.Connection | None = None
         self._queue: list[_Write] = []
+        self._inflight: list[_Write] = []  # the batch being committed now
+        self._next_event_id = 0
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
@@ -242,6 +259,9 @@ class Store:
                 (pid, version, time.time()),
             )
             self.run_id = cursor.lastrowid or 0
+            async with self._db.execute("SELECT COALESCE(MAX(id), 0) FROM events") as cur:
+                row = await cur.fetchone()
+            self._next_event_id = int(row[0]) if row else 0
             self._reader = await aiosqlite.connect(self.path, isolation_level=None)
             await self._reader.execute("PRAGMA busy_timeout=5000")
         except sqlite3.Error as err:
@@ -310,7 +330,14 @@ class Store:
         done: asyncio.Future[None] | None = None
         if wait:
             done = asyncio.get_running_loop().create_future()
-        write = _Write(_job_row(job) if job else None, list(events), done)
+        published = list(events)
+        history = None
+        for ev in published:
+            if ev.kind in STORED_KINDS:
+                self._next_event_id += 1
+                history = history or []
+                history.append((self._next_event_id, ev))
+        write = _Write(_job_row(job) if job else None, published, done, None, history)
         if done is not None and self.failure is not None:
             # Writes are failing: say so now rather than at the next retry. The data stays
             # queued and is committed once the database takes writes again.
@@ -335,7 +362,11 @@ class Store:
             batch = self._retry + self._queue
             self._retry, self._queue = [], []
             if batch:
-                await self._commit(batch)
+                self._inflight = batch
+                try:
+                    await self._commit(batch)
+                finally:
+                    self._inflight = []
             if self._closing and not self._queue:
                 if self._retry:
                     log.error(
@@ -349,16 +380,18 @@ class Store:
         assert self._db is not None
         rows: dict[int, tuple[Any, ...]] = {}
         events: list[Event] = []
+        history: list[tuple[int, Event]] = []
         for write in batch:
             if write.row is not None:
                 rows[write.row[0]] = write.row  # the latest snapshot of a job wins
             events.extend(write.events)
-        history = [ev for ev in events if ev.kind in STORED_KINDS]
+            history.extend(write.history or ())
         extra = [st for write in batch for st in (write.statements or ())]
         error: Exception | None = None
         try:
             stored = [
                 (
+                    row_id,
                     ev.job_id,
                     ev.at,
                     ev.kind.value,
@@ -367,7 +400,7 @@ class Store:
                     ev.data.get("message"),
                     json.dumps(ev.data),
                 )
-                for ev in history
+                for row_id, ev in history
             ]
             job_rows = list(rows.values())
             try:
@@ -402,7 +435,8 @@ class Store:
             # events and statements. Reason refreshes (not history) are dropped, as the
             # rows carry the latest message: an outage costs memory per job, not per event.
             self._retry = [_Write(row, [], None) for row in rows.values()]
-            self._retry.append(_Write(None, history, None, extra))
+            kept = [ev for _, ev in history]
+            self._retry.append(_Write(None, kept, None, extra, history))
         for write in batch:
             if write.done is not None and not write.done.done():
                 if error is None:
@@ -512,23 +546,43 @@ class Store:
         args.append(limit)
         return [job_from_row(r) for r in await self._fetchall(sql, args)]
 
-    async def job_events(self, job_id: int) -> list[dict[str, Any]]:
-        """The stored timeline of one job, oldest first."""
+    def job_events(self, job_id: int) -> Coroutine[Any, Any, list[dict[str, Any]]]:
+        """The timeline of one job, oldest first: what is committed plus what is queued.
+
+        What is queued is taken when this is *called* (before any await), so a caller that
+        snapshots the job in the same step gets a timeline that includes every transition
+        the job shows, even while the commit is still on its way (or failing).
+        """
+        pending = [
+            (row_id, ev)
+            for write in (*self._retry, *self._inflight, *self._queue)
+            for row_id, ev in write.history or ()
+            if ev.job_id == job_id
+        ]
+        return self._job_events(job_id, pending)
+
+    async def _job_events(
+        self, job_id: int, pending: list[tuple[int, Event]]
+    ) -> list[dict[str, Any]]:
         rows = await self._fetchall(
-            "SELECT at, kind, status, reason, message, data FROM events WHERE job_id=? ORDER BY id",
+            "SELECT id, at, kind, status, reason, message, data FROM events "
+            "WHERE job_id=? ORDER BY id",
             (job_id,),
         )
-        return [
-            {
-                "at": r[0],
-                "kind": r[1],
-                "status": r[2],
-                "reason": r[3],
-                "message": r[4],
-                "data": json.loads(r[5]) if r[5] else {},
+        timeline = {
+            r[0]: {
+                "at": r[1],
+                "kind": r[2],
+                "status": r[3],
+                "reason": r[4],
+                "message": r[5],
+                "data": json.loads(r[6]) if r[6] else {},
             }
             for r in rows
-        ]
+        }
+        for row_id, ev in pending:
+            timeline.setdefault(row_id, _timeline_entry(ev))
+        return [timeline[k] for k in sorted(timeline)]
 
     async def count_by_status(self, since: float | None = None) -> dict[str, int]:
         """Number of jobs per status (optionally only those created since ``since``)."""

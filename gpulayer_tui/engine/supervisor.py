@@ -1,4 +1,4 @@
-"""Launching, watching and signalling job processes.
+"""The local executor: launching, watching and signalling job processes on this machine.
 
 Launch path (designed so a restarted engine can re-attach and still learn exit codes):
 
@@ -14,6 +14,9 @@ Launch path (designed so a restarted engine can re-attach and still learn exit c
 
 Signals go to the process group while the leader is alive and unreaped (its pid, hence the
 group id, cannot be recycled until it is reaped), so they never land on a stranger.
+
+Why this module is longer than ~400 lines: launching, watching (pidfd or /proc
+polling), signalling and reaping one process are one job with one set of watches.
 """
 
 from __future__ import annotations
@@ -26,11 +29,22 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import procs
+from .executor import Exit, LaunchError, OnExit, Started, TaskKey, task_name
+
+__all__ = [
+    "Exit",
+    "LaunchError",
+    "Supervisor",
+    "TaskKey",
+    "exit_path",
+    "log_path",
+    "open_pidfd",
+    "read_exit_file",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,35 +67,9 @@ PROGRAM_CACHE_S = 5.0
 POLL_INTERVAL_S = 0.5  # /proc polling for adopted processes where pidfds are unsupported
 
 
-# What a watched process belongs to: a job id, or (job id, replica index) for a service.
-TaskKey = int | tuple[int, int]
-
-
-def task_name(key: TaskKey) -> str:
-    """``7`` for job 7, ``7.1`` for replica 1 of service 7 (file names, log lines)."""
-    return f"{key[0]}.{key[1]}" if isinstance(key, tuple) else str(key)
-
-
-class LaunchError(RuntimeError):
-    """The command could not be started; the message says why (for the job's record)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Exit:
-    """How a watched process ended.
-
-    Attributes:
-        code: The command's exit status (128+N when killed by signal N); ``None`` when
-            nobody could observe it (the wrapper was killed and nothing was recorded).
-        recorded: True when the wrapper's exit file supplied ``code``.
-    """
-
-    code: int | None
-    recorded: bool
-
-
 @dataclass(slots=True)
 class _Watch:
+    on_exit: OnExit
     pid: int
     pidfd: int | None  # None: no pidfd support, polled through /proc instead
     popen: subprocess.Popen[bytes] | None
@@ -149,17 +137,14 @@ def why_not_runnable(argv0: str, cwd: str) -> str:
 
 
 class Supervisor:
-    """Starts job processes and reports their exits.
+    """Starts job processes and reports their exits (the local :class:`.Executor`).
 
     Args:
-        jobs_dir: Root of the per-job directories.
-        on_exit: Called on the event loop as ``on_exit(key, Exit)``, where ``key`` is the
-            job id or ``(job id, replica index)``.
+        jobs_dir: Where logs and exit files go.
     """
 
-    def __init__(self, jobs_dir: Path, on_exit: Callable[[TaskKey, Exit], None]) -> None:
+    def __init__(self, jobs_dir: Path) -> None:
         self.jobs_dir = jobs_dir
-        self._on_exit = on_exit
         self._watches: dict[TaskKey, _Watch] = {}
         self._kill_timers: dict[TaskKey, asyncio.TimerHandle] = {}
         # (argv0, PATH, cwd) -> (when found, path). A PATH search is ~10 stat calls per
@@ -177,10 +162,14 @@ class Supervisor:
         """The job's (or replica's) combined stdout/stderr file."""
         return log_path(self.jobs_dir, key)
 
-    def launch(
-        self, key: TaskKey, argv: list[str], cwd: str, env: dict[str, str]
-    ) -> tuple[int, int]:
-        """Start ``argv`` for a job or replica; return ``(pid, start_ticks)`` of its leader.
+    def recorded_exit(self, key: TaskKey) -> int | None:
+        """The exit status the wrapper recorded for ``key``, if it did."""
+        return read_exit_file(exit_path(self.jobs_dir, key))
+
+    def start(
+        self, key: TaskKey, argv: list[str], cwd: str, env: dict[str, str], on_exit: OnExit
+    ) -> Started:
+        """Start ``argv`` for a job or replica; return its leader's pid and start time.
 
         Runs on the event loop on purpose: a fork/exec of ``sh`` costs about half a
         millisecond, less than a hop to a worker thread and back.
@@ -215,8 +204,8 @@ class Supervisor:
         finally:
             os.close(log_fd)
         ticks = procs.start_ticks(popen.pid) or 0
-        self._watch(key, popen.pid, os.pidfd_open(popen.pid), popen)
-        return popen.pid, ticks
+        self._watch(key, on_exit, popen.pid, os.pidfd_open(popen.pid), popen)
+        return Started(popen.pid, ticks)
 
     def _find_program(self, argv0: str, cwd: str, env: dict[str, str]) -> str | None:
         key = (argv0, env.get("PATH", ""), cwd if "/" in argv0 else "")
@@ -231,7 +220,9 @@ class Supervisor:
             self._programs[key] = (now, found)
         return found
 
-    def attach(self, key: TaskKey, pid: int, ticks: int | None, adopted: bool = False) -> bool:
+    def attach(
+        self, key: TaskKey, pid: int, ticks: int | None, on_exit: OnExit, adopted: bool = False
+    ) -> bool:
         """Watch a job process started by an earlier engine run (or adopted by one).
 
         The pidfd is opened *before* the start-time check, so if the check passes the fd
@@ -249,12 +240,14 @@ class Supervisor:
             return False
         if adopted:
             assert isinstance(key, int)
-            self.watch_adopted(key, pid, pidfd if pidfd >= 0 else None, ticks or 0)
+            self.watch_adopted(key, pid, pidfd if pidfd >= 0 else None, ticks or 0, on_exit)
         else:
-            self._watch(key, pid, pidfd, None)
+            self._watch(key, on_exit, pid, pidfd, None)
         return True
 
-    def watch_adopted(self, job_id: int, pid: int, pidfd: int | None, ticks: int) -> None:
+    def watch_adopted(
+        self, job_id: int, pid: int, pidfd: int | None, ticks: int, on_exit: OnExit
+    ) -> None:
         """Watch a process this engine did not start (adoption).
 
         Args:
@@ -268,7 +261,7 @@ class Supervisor:
         Signals go to that pid alone, never its process group: the process was started
         elsewhere, and its group may hold the user's shell or other work.
         """
-        watch = _Watch(pid, pidfd, None, group=False, ticks=ticks)
+        watch = _Watch(on_exit, pid, pidfd, None, group=False, ticks=ticks)
         self._watches[job_id] = watch
         if pidfd is not None:
             asyncio.get_running_loop().add_reader(pidfd, self._exited, job_id)
@@ -283,9 +276,14 @@ class Supervisor:
         self._exited(job_id)
 
     def _watch(
-        self, key: TaskKey, pid: int, pidfd: int, popen: subprocess.Popen[bytes] | None
+        self,
+        key: TaskKey,
+        on_exit: OnExit,
+        pid: int,
+        pidfd: int,
+        popen: subprocess.Popen[bytes] | None,
     ) -> None:
-        self._watches[key] = _Watch(pid, pidfd, popen)
+        self._watches[key] = _Watch(on_exit, pid, pidfd, popen)
         asyncio.get_running_loop().add_reader(pidfd, self._exited, key)
 
     def _unwatch(self, watch: _Watch) -> None:
@@ -314,14 +312,14 @@ class Supervisor:
         if code is not None:
             if watch.popen is not None:
                 watch.popen.poll()
-            self._on_exit(key, Exit(code, recorded=True))
+            watch.on_exit(Exit(code, recorded=True))
             return
         returncode: int | None = None
         if watch.popen is not None:
             returncode = watch.popen.poll()
         if returncode is not None and returncode < 0:
             returncode = 128 - returncode  # killed by signal N -> 128+N, as a shell says
-        self._on_exit(key, Exit(returncode, recorded=False))
+        watch.on_exit(Exit(returncode, recorded=False))
 
     @staticmethod
     def _stop_leftovers(watch: _Watch) -> None:

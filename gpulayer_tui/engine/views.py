@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..wire import GpusJSON
 from .domain import Domain
 from .procs import started_at
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .sampler import Sample, Sampler
+    from .scheduler import Scheduler
 
 
-def _domain_view(engine: Engine, dom: Domain, history: bool) -> dict[str, Any]:
-    view: dict[str, Any] = engine.domain_json(dom)
+def _domain_view(
+    dom: Domain, sample: Sample | None, sampler: Sampler, history: bool
+) -> dict[str, Any]:
+    view: dict[str, Any] = dict(dom.to_json())
     view.update(gpu_uuid=dom.gpu_uuid, jobs=sorted(dom.holdings), gpu=None, vram=None, processes=[])
     reading = dom.reading
     if reading is not None:
@@ -27,7 +31,6 @@ def _domain_view(engine: Engine, dom: Domain, history: bool) -> dict[str, Any]:
             "error": reading.error,
             "lost": reading.lost,
         }
-        sample = engine.sampler.latest
         owners = sample.owners if sample else {}
         info = sample.info if sample else {}
         for proc in reading.processes:
@@ -57,19 +60,29 @@ def _domain_view(engine: Engine, dom: Domain, history: bool) -> dict[str, Any]:
             "free": account.free,
         }
     if history and dom.gpu_index is not None:
-        points = engine.sampler.history.get(dom.gpu_index, ())
+        points = sampler.history.get(dom.gpu_index, ())
         view["history"] = [[p.at, p.utilization, p.memory_used] for p in points]
     return view
 
 
-def gpus_view(engine: Engine, history: bool = True) -> dict[str, Any]:
-    """Domains (GPU ones in index order, then ``cpu``) with readings and VRAM accounting."""
-    sample = engine.sampler.latest
-    domains = [_domain_view(engine, d, history) for d in engine.scheduler.domains.values()]
-    return {
-        "backend": engine.probe.backend,
-        "capacity": engine.scheduler.capacity.value,
-        "message": engine.no_gpu_notice or engine.scheduler.capacity_message or None,
+def gpus_view(
+    scheduler: Scheduler, sampler: Sampler, backend: str, notice: str | None, history: bool = True
+) -> GpusJSON:
+    """Domains (GPU ones in index order, then ``cpu``) with readings and VRAM accounting.
+
+    Args:
+        scheduler: The domains and the capacity.
+        sampler: The latest sample and each GPU's history.
+        backend: ``nvml`` or ``simulated``.
+        notice: Said once when there is no GPU driver.
+        history: Include each GPU's history points (``GET /gpus``; events leave them out).
+    """
+    sample = sampler.latest
+    domains = [_domain_view(d, sample, sampler, history) for d in scheduler.domains.values()]
+    view: dict[str, Any] = {
+        "backend": backend,
+        "capacity": scheduler.capacity.value,
+        "message": notice or scheduler.capacity_message or None,
         "driver_version": sample.result.driver_version if sample else None,
         "taken_at": sample.taken_at if sample else None,
         "probe_seconds": sample.duration if sample else None,
@@ -78,8 +91,4 @@ def gpus_view(engine: Engine, history: bool = True) -> dict[str, Any]:
         ),
         "domains": domains,
     }
-
-
-def sample_event_data(engine: Engine) -> dict[str, Any]:
-    """Payload of a ``gpu.sample`` event (no history: subscribers keep their own)."""
-    return gpus_view(engine, history=False)
+    return view  # type: ignore[return-value]  # built field by field above

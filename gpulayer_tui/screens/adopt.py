@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from .. import wire
 from ..formatting import GIB
 
 
@@ -81,14 +82,10 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
             request["name"] = name
         if raw:
             try:
-                vram = float(raw)
-            except ValueError:
-                error.update(f"declared VRAM: expected a number, got {raw!r}")
+                request["vram_gb"] = wire.parse_field("vram_gb", raw)
+            except wire.FieldError as err:
+                error.update(f"declared VRAM: {err.detail}")
                 return None
-            if not vram > 0:
-                error.update(f"declared VRAM: must be greater than 0, got {raw}")
-                return None
-            request["vram_gb"] = vram
         if self.process.get("gpus"):
             request["gpu"] = True
         error.update("")

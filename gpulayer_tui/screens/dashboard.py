@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -20,11 +20,13 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from ..view import view_of
 from ..widgets.engine_status import EngineStatus
 from ..widgets.gpu_panel import GpuPanel
 from ..widgets.memory_bar import BAR_CHAR
 from ..widgets.process_table import ProcessRow, ProcessTable, rows_from_state
 from ..widgets.summary_line import SummaryLine
+from ..wire import DomainViewJSON, GpusJSON
 
 DENSITY_CYCLE: tuple[str | None, ...] = (None, "full", "compact", "row")
 """What ``v`` cycles through; ``None`` is automatic."""
@@ -107,9 +109,8 @@ class DashboardScreen(Screen[None]):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        app: Any = self.app
-        self.watch(app, "gpu_state", self._on_gpu_state, init=True)
-        self.watch(app, "jobs_version", self._on_jobs_version, init=True)
+        self.watch(self.app, "gpu_state", self._on_gpu_state, init=True)
+        self.watch(self.app, "jobs_version", self._on_jobs_version, init=True)
 
     def on_resize(self) -> None:
         self._relayout()
@@ -136,7 +137,7 @@ class DashboardScreen(Screen[None]):
         self._show_summary()
 
     def _show_summary(self) -> None:
-        app: Any = self.app
+        app = view_of(self)
         summary = self.query_one(SummaryLine)
         had_notice = summary.has_class("-notice")
         summary.show(app.job_store.summary(app.clock()), app.gpu_state)
@@ -145,8 +146,8 @@ class DashboardScreen(Screen[None]):
             self.call_after_refresh(self._relayout)
 
     def _show_state(self) -> None:
-        app: Any = self.app
-        state: dict[str, Any] | None = app.gpu_state
+        app = view_of(self)
+        state = app.gpu_state
         if state is None:
             return
         domains = [d for d in state.get("domains", []) if d.get("gpu_index") is not None]
@@ -155,15 +156,16 @@ class DashboardScreen(Screen[None]):
             self._replace_panels(names)
         name_width = max((len(n) for n in names), default=4)
         for domain in domains:
-            history = app.gpu_history.get(domain["gpu_index"], ())
+            index = domain["gpu_index"]
+            history = app.gpu_history.get(index, ()) if index is not None else ()
             self._panels[domain["name"]].update_domain(domain, history, name_width)
         cpu = next((d for d in state.get("domains", []) if d.get("gpu_index") is None), None)
         self._show_cpu_pool(cpu)
         self.query_one(ProcessTable).update_processes(self._with_job_commands(state))
 
-    def _with_job_commands(self, state: dict[str, Any]) -> list[ProcessRow]:
+    def _with_job_commands(self, state: GpusJSON) -> list[ProcessRow]:
         """Process rows; a job's process without a command line shows the job's command."""
-        app: Any = self.app
+        app = view_of(self)
         rows = rows_from_state(state)
         for n, row in enumerate(rows):
             if row.job_id is None or row.command:
@@ -187,7 +189,7 @@ class DashboardScreen(Screen[None]):
             grid.mount_all(self._panels.values())
         self._relayout()
 
-    def _show_cpu_pool(self, cpu: dict[str, Any] | None) -> None:
+    def _show_cpu_pool(self, cpu: DomainViewJSON | None) -> None:
         line = self.query_one("#cpu-pool", Static)
         line.display = cpu is not None
         if cpu is None:
@@ -290,5 +292,5 @@ class DashboardScreen(Screen[None]):
         self._open_job(message.job_id)
 
     def _open_job(self, job_id: int) -> None:
-        app: Any = self.app
+        app = view_of(self)
         app.open_job(job_id)

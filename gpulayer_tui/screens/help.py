@@ -34,9 +34,8 @@ class HelpScreen(ModalScreen[None]):
         from .strays import StraysScreen
         from .submit import SubmitScreen
 
-        app: Any = self.app
         sections: list[tuple[str, list[BindingType]]] = [
-            ("Everywhere", list(app.BINDINGS)),
+            ("Everywhere", list(self.app.BINDINGS)),
             ("Dashboard", list(DashboardScreen.BINDINGS)),
             ("Jobs", list(JobsScreen.BINDINGS)),
             ("Job detail", list(JobDetailScreen.BINDINGS)),

@@ -15,10 +15,12 @@ from textual.widgets import Footer, Label, Static
 
 from ..backend import BackendError, ConnectionLost
 from ..formatting import duration, replica_health, replica_state
+from ..view import view_of
 from ..widgets.engine_status import EngineStatus
-from ..widgets.job_columns import ACTIVE_STATUSES, command_text, reason_prefix, runtime_seconds
+from ..widgets.job_columns import command_text, reason_prefix, runtime_seconds
 from ..widgets.log_tail import LogTail
 from ..widgets.timeline import STATUS_STYLES, Timeline, clock_time
+from ..wire import ACTIVE_STATUSES, JobJSON
 from .jobs import ask_to_cancel
 
 LOG_POLL_INTERVAL = 0.5
@@ -62,7 +64,7 @@ def _dependencies(spec: dict[str, Any]) -> str:
     return ", ".join(out)
 
 
-def _placement(job: dict[str, Any], spec: dict[str, Any]) -> str:
+def _placement(job: JobJSON, spec: dict[str, Any]) -> str:
     parts = []
     if job.get("domains"):
         parts.append(", ".join(job["domains"]))
@@ -86,7 +88,7 @@ _REPLICA_STYLES = {
 }
 
 
-def replica_lines(job: dict[str, Any], now: float) -> Content:
+def replica_lines(job: JobJSON, now: float) -> Content:
     """A service's replicas, one line each: state (with countdowns), endpoint, restarts."""
     replicas = job.get("replicas") or []
     if job.get("kind") != "service":
@@ -117,7 +119,7 @@ def replica_lines(job: dict[str, Any], now: float) -> Content:
     return Content("\n").join(lines)
 
 
-def job_fields(job: dict[str, Any], now: float) -> dict[str, Content]:
+def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
     """The value of each field of :data:`FIELDS` for one job."""
     spec = job.get("spec") or {}
     status = str(job.get("status", ""))
@@ -132,15 +134,12 @@ def job_fields(job: dict[str, Any], now: float) -> dict[str, Content]:
     vram = spec.get("vram_gb")
     runtime = runtime_seconds(job, now)
     command_line = command_text(job) if spec.get("command") else f"sh -c {spec.get('shell', '')!r}"
-    times = [
-        f"{label} {clock_time(job[key], now)}"
-        for label, key in (
-            ("created", "created_at"),
-            ("started", "started_at"),
-            ("ended", "ended_at"),
-        )
-        if job.get(key)
-    ]
+    stamps = (
+        ("created", job["created_at"]),
+        ("started", job.get("started_at")),
+        ("ended", job.get("ended_at")),
+    )
+    times = [f"{label} {clock_time(at, now)}" for label, at in stamps if at]
     return {
         "name": Content.styled(str(job.get("name", "")), "bold"),
         "status": status_value,
@@ -195,7 +194,7 @@ class JobDetailScreen(Screen[None]):
     def __init__(self, job_id: int) -> None:
         super().__init__()
         self.job_id = job_id
-        self._job: dict[str, Any] | None = None
+        self._job: JobJSON | None = None
         self._seen_version = 0
         self._log_done = False
         self._replica = 0  # whose output the log shows, for a service
@@ -215,7 +214,7 @@ class JobDetailScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        app: Any = self.app
+        app = view_of(self)
         self.query_one("#fields-box").border_title = f"job {self.job_id}"
         self.query_one("#timeline-box").border_title = "timeline"
         self._update_log_title()
@@ -223,7 +222,7 @@ class JobDetailScreen(Screen[None]):
         if known is not None:
             self._show_job(known)
         self._seen_version = app.job_store.version
-        self.watch(app, "jobs_version", self._jobs_changed, init=False)
+        self.watch(self.app, "jobs_version", self._jobs_changed, init=False)
         self.set_interval(1.0, self._tick)
         self.query_one(LogTail).focus()
         self._fetch()
@@ -232,7 +231,7 @@ class JobDetailScreen(Screen[None]):
     # -- the job ----------------------------------------------------------------------------
 
     @property
-    def job(self) -> dict[str, Any] | None:
+    def job(self) -> JobJSON | None:
         """The latest copy of the job (None until it is loaded)."""
         return self._job
 
@@ -242,7 +241,7 @@ class JobDetailScreen(Screen[None]):
         return self._job is not None and self._job.get("status") not in ACTIVE_STATUSES
 
     def _jobs_changed(self, _version: int) -> None:
-        app: Any = self.app
+        app = view_of(self)
         store = app.job_store
         if self.job_id in store.changed_since(self._seen_version):
             job = store.jobs.get(self.job_id)
@@ -251,10 +250,10 @@ class JobDetailScreen(Screen[None]):
             self._fetch()
         self._seen_version = store.version
 
-    @work(exclusive=True, group="job-fetch")
+    @work(exclusive=True, group="job-fetch", exit_on_error=False)
     async def _fetch(self) -> None:
         """Reload the job and its timeline from the engine."""
-        app: Any = self.app
+        app = view_of(self)
         try:
             data = await app.backend.job(self.job_id)
         except BackendError as err:
@@ -262,13 +261,13 @@ class JobDetailScreen(Screen[None]):
                 loading = self.query_one("#field-loading", Static)
                 loading.update(str(err))
                 loading.add_class("-error")
-            app.notify(str(err), title=f"job {self.job_id}", severity="error")
+            self.app.notify(str(err), title=f"job {self.job_id}", severity="error")
             return
         self._show_job(data["job"])
         self.query_one(Timeline).set_events(data.get("events") or [])
 
-    def _show_job(self, job: dict[str, Any]) -> None:
-        app: Any = self.app
+    def _show_job(self, job: JobJSON) -> None:
+        app = view_of(self)
         self._job = job
         if self._widgets_gone:
             return
@@ -291,7 +290,7 @@ class JobDetailScreen(Screen[None]):
     def _tick(self) -> None:
         """A running job's runtime grows; back-off countdowns run down."""
         if self._job is not None and self._job.get("status") == "running":
-            app: Any = self.app
+            app = view_of(self)
             fields = job_fields(self._job, app.clock())
             self.query_one("#field-runtime", Static).update(fields["runtime"])
             if self.is_service:
@@ -305,10 +304,10 @@ class JobDetailScreen(Screen[None]):
 
     # -- the output -------------------------------------------------------------------------
 
-    @work(exclusive=True, group="log-tail")
+    @work(exclusive=True, group="log-tail", exit_on_error=False)
     async def _follow_log(self) -> None:
         """Read the output until the job has ended and everything it wrote is shown."""
-        app: Any = self.app
+        app = view_of(self)
         log = self.query_one(LogTail)
         while True:
             # Decide "drained" from the status seen before the read: output written
@@ -322,7 +321,7 @@ class JobDetailScreen(Screen[None]):
                 await asyncio.sleep(2.0)
                 continue
             except BackendError as err:
-                app.notify(str(err), title=f"output of job {self.job_id}", severity="error")
+                self.app.notify(str(err), title=f"output of job {self.job_id}", severity="error")
                 break
             if chunk:
                 log.feed(chunk)
@@ -348,7 +347,7 @@ class JobDetailScreen(Screen[None]):
             state = "no output" if log.bytes_read == 0 else "complete"
         which = ""
         if self.is_service:
-            count = len((self._job or {}).get("replicas") or []) or 1
+            count = (len(self._job.get("replicas") or []) if self._job else 0) or 1
             which = f" · replica {self._replica} of 0-{count - 1} (r: next)"
         log.border_title = f"output{which} · {state}"
 
@@ -364,7 +363,7 @@ class JobDetailScreen(Screen[None]):
         """Show the next replica's output (services write one log per replica)."""
         if not self.is_service:
             return
-        count = len((self._job or {}).get("replicas") or []) or 1
+        count = (len(self._job.get("replicas") or []) if self._job else 0) or 1
         self._replica = (self._replica + 1) % count
         self.query_one(LogTail).reset()
         self._log_done = False

@@ -14,44 +14,46 @@ from textual.timer import Timer
 from textual.widgets import Footer, Input, Label
 
 from ..backend import BackendError
+from ..view import view_of
 from ..widgets.engine_status import EngineStatus
-from ..widgets.job_columns import ACTIVE_STATUSES, SORTS, STATUS_FILTERS
+from ..widgets.job_columns import SORTS, STATUS_FILTERS
 from ..widgets.job_table import JobTable
+from ..wire import ACTIVE_STATUSES, JobJSON
 from .dialogs import ConfirmScreen
 
 FILTER_DEBOUNCE = 0.15
 """Seconds of quiet typing before the filter is applied (each apply rebuilds the rows)."""
 
 
-def ask_to_cancel(screen: Screen[Any], job: dict[str, Any]) -> None:
+def ask_to_cancel(screen: Screen[Any], job: JobJSON) -> None:
     """Confirm, then cancel ``job``; the outcome (or the engine's refusal) is a notification.
 
     The request runs in an app-level worker, so leaving the screen does not abort it.
     """
-    app: Any = screen.app
+    app, ui = view_of(screen), screen.app
     job_id = int(job["id"])
     status = job.get("status", "")
     if status not in ACTIVE_STATUSES:
-        app.notify(f"job {job_id} already {status}", severity="warning")
+        ui.notify(f"job {job_id} already {status}", severity="warning")
         return
 
     async def cancel() -> None:
         try:
             result = await app.backend.cancel(job_id)
         except BackendError as err:
-            app.notify(str(err), title=f"cancel job {job_id}", severity="error")
+            ui.notify(str(err), title=f"cancel job {job_id}", severity="error")
             return
         if result.get("status") == "cancelled":
-            app.notify(f"job {job_id} cancelled")
+            ui.notify(f"job {job_id} cancelled")
         else:
-            app.notify(f"job {job_id}: stopping (SIGTERM, then SIGKILL)")
+            ui.notify(f"job {job_id}: stopping (SIGTERM, then SIGKILL)")
 
     def answered(yes: bool | None) -> None:
         if yes:
-            app.run_worker(cancel(), group=f"cancel-{job_id}", exclusive=True)
+            ui.run_worker(cancel(), group=f"cancel-{job_id}", exclusive=True)
 
     what = "It has not started yet." if status != "running" else "It gets SIGTERM, then SIGKILL."
-    app.push_screen(
+    ui.push_screen(
         ConfirmScreen(
             f"Cancel job {job_id}?",
             f"{job.get('name', '')} is {status}. {what}",
@@ -122,9 +124,9 @@ class JobsScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        app: Any = self.app
+        app = view_of(self)
         self.query_one("#filter", Input).cursor_blink = getattr(app, "cursor_blink", True)
-        self.watch(app, "jobs_version", self._jobs_changed, init=True)
+        self.watch(self.app, "jobs_version", self._jobs_changed, init=True)
         self.query_one(JobTable).focus()
 
     @property
@@ -135,7 +137,7 @@ class JobsScreen(Screen[None]):
     # -- keeping current --------------------------------------------------------------------
 
     def _jobs_changed(self, _version: int = 0) -> None:
-        app: Any = self.app
+        app = view_of(self)
         self._seen_version = self.table.sync(app.job_store, self._seen_version)
         self._update_bar()
 
@@ -247,7 +249,7 @@ class JobsScreen(Screen[None]):
         self._open(event.job_id)
 
     def _open(self, job_id: int) -> None:
-        app: Any = self.app
+        app = view_of(self)
         app.open_job(job_id)
 
     def action_cancel_job(self) -> None:

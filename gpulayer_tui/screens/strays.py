@@ -10,8 +10,9 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
+from .. import wire
 from ..backend import BackendError
-from ..engine.procs import read_cmdline, read_uid, start_ticks, started_at, user_name
+from ..view import view_of
 from ..widgets.engine_status import EngineStatus
 from ..widgets.stray_table import StrayTable, strays_from
 from .adopt import AdoptScreen
@@ -49,13 +50,13 @@ class StraysScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        app: Any = self.app
-        self.watch(app, "gpu_state", self._refresh, init=True)
+        app = view_of(self)
+        self.watch(self.app, "gpu_state", self._refresh, init=True)
         self.query_one("#pid-input", Input).cursor_blink = bool(getattr(app, "cursor_blink", True))
         self.query_one(StrayTable).focus()
 
     def _refresh(self, _state: object = None) -> None:
-        app: Any = self.app
+        app = view_of(self)
         strays = strays_from(app.gpu_state)
         self.query_one(StrayTable).show(strays, app.clock())
         self.query_one("#strays-empty").display = not strays
@@ -81,25 +82,29 @@ class StraysScreen(Screen[None]):
 
     @on(Input.Submitted, "#pid-input")
     def _pid_entered(self, event: Input.Submitted) -> None:
-        text = event.value.strip()
-        if not text.isdigit() or int(text) < 1:
-            self.app.notify(f"a pid is a positive number, not {text!r}", severity="error")
+        try:
+            pid = wire.parse_field("pid", event.value)
+        except wire.FieldError as err:
+            self.app.notify(err.detail, title="pid", severity="error")
             return
-        pid = int(text)
         self.action_close_pid()
         known = self.query_one(StrayTable).rows_by_pid.get(pid)
-        if known is None:
-            ticks = start_ticks(pid)
-            uid = read_uid(pid)
-            known = {
-                "pid": pid,
-                "start_ticks": ticks,
-                "started_at": started_at(ticks) if ticks is not None else None,
-                "command": read_cmdline(pid),
-                "user": user_name(uid) if uid is not None else "",
-                "gpus": [],
-                "used_bytes": 0,
-            }
+        if known is not None:
+            self.app.push_screen(AdoptScreen(known), self._confirmed)
+        else:
+            self._confirm_any(pid)
+
+    @work(exclusive=True, group="adopt", exit_on_error=False)
+    async def _confirm_any(self, pid: int) -> None:
+        """Ask the engine what the process is (it reads /proc), then confirm."""
+        known: dict[str, Any] = {"pid": pid, "gpus": [], "used_bytes": 0}
+        try:
+            known.update(await view_of(self).backend.process(pid))
+        except BackendError as err:
+            if err.status != 404:
+                self.app.notify(str(err), title="adopt", severity="error")
+                return
+            # Gone (or never was): asking anyway records the refusal, loudly (record 004).
         self.app.push_screen(AdoptScreen(known), self._confirmed)
 
     @on(StrayTable.AdoptRequested)
@@ -112,14 +117,16 @@ class StraysScreen(Screen[None]):
 
     @work(exclusive=True, group="adopt", exit_on_error=False)
     async def _adopt(self, request: dict[str, Any]) -> None:
-        app: Any = self.app
+        app = view_of(self)
         try:
             job = await app.backend.adopt(request)
         except BackendError as err:
-            app.notify(str(err), title="adopt", severity="error")
+            self.app.notify(str(err), title="adopt", severity="error")
             return
         app.job_store.apply(job)
         if job["status"] == "running":
-            app.notify(f"pid {request['pid']} adopted as job {job['id']}", title="adopt")
+            self.app.notify(f"pid {request['pid']} adopted as job {job['id']}", title="adopt")
         else:
-            app.notify(job["message"], title=f"job {job['id']} {job['status']}", severity="error")
+            self.app.notify(
+                job["message"], title=f"job {job['id']} {job['status']}", severity="error"
+            )

@@ -1,14 +1,13 @@
 """The submit form: the same spec and rules as ``gpulayer-tui submit``.
 
-Each field is checked as you type with the CLI's own argument types (so the messages are
-the CLI's) and then against the engine's spec for ranges; what only the engine can judge
-(unknown domain, missing dependency, over capacity) comes back from it and is shown at
-the top of the form.
+Each field is checked as you type by the wire contract's rules (:mod:`gpulayer_tui.wire`),
+the same ones the engine's spec and the CLI apply, so the messages match; what only the
+engine can judge (unknown domain, missing dependency, over capacity) comes back from it,
+is shown at the top of the form, and marks the field the engine names.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 from collections.abc import Callable
@@ -24,12 +23,10 @@ from textual.suggester import Suggester
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
+from .. import wire
 from ..backend import BackendError
-
-# The CLI's argparse types: the form accepts exactly what ``submit`` accepts, with the
-# same messages ("expected a whole number, got 'two'").
-from ..cli.main import job_id_arg, positive_int, positive_number
-from ..engine.spec import SERVICE_ONLY, SpecError, parse_spec
+from ..view import view_of
+from ..wire import JobJSON
 
 _FIELDS = (
     "command",
@@ -62,29 +59,8 @@ _SPEC_FIELD = {
 """Spec field (as named in the engine's messages) -> the input that sets it."""
 
 
-def _whole_number(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-
-
 def _split_list(text: str) -> list[str]:
     return [item for item in text.replace(",", " ").split() if item]
-
-
-def _job_ids(text: str) -> list[int]:
-    return [job_id_arg(item) for item in _split_list(text)]
-
-
-def _spec_rule(field: str, value: Any) -> None:
-    """Check one field against the engine's spec (ranges, characters)."""
-    try:
-        service = {"kind": "service"} if field in SERVICE_ONLY else {}
-        parse_spec({"shell": "true", field: value, **service})
-    except SpecError as err:
-        message = str(err).removeprefix(f"{field}: ").replace("Input should be", "must be")
-        raise argparse.ArgumentTypeError(message) from None
 
 
 class _ListSuggester(Suggester):
@@ -106,7 +82,7 @@ class _ListSuggester(Suggester):
         return None
 
 
-class SubmitScreen(ModalScreen[dict[str, Any] | None]):
+class SubmitScreen(ModalScreen[JobJSON | None]):
     """The new-job form: validated as you type, submitted to the engine in a worker.
 
     Dismisses with the accepted job, or None when cancelled. A job the engine accepted but
@@ -157,7 +133,7 @@ class SubmitScreen(ModalScreen[dict[str, Any] | None]):
     class Submitted(Message):
         """A job was accepted by the engine (it may have failed over capacity)."""
 
-        def __init__(self, job: dict[str, Any]) -> None:
+        def __init__(self, job: JobJSON) -> None:
             super().__init__()
             self.job = job
             """The job as the engine returned it."""
@@ -285,18 +261,15 @@ class SubmitScreen(ModalScreen[dict[str, Any] | None]):
                         words = shlex.split(text)
                     except ValueError as err:
                         return f"cannot split into words: {err}"
-                    _spec_rule("command", words)
+                    wire.check_command(words)
                 else:
-                    _spec_rule("shell", text)
+                    wire.check_shell(text)
             elif not text:
                 return ""
             elif field_id == "name":
-                _spec_rule("name", text)
-            elif field_id == "gpus":
-                _spec_rule("gpus", positive_int(text))
+                wire.check_label("name", text)
             elif field_id == "vram":
-                vram = positive_number(text)
-                _spec_rule("vram_gb", vram)
+                wire.parse_field("vram_gb", text)
                 gpus = self._value("gpus")
                 if gpus.isdigit() and int(gpus) == 0:
                     return "VRAM is per GPU, but GPUs is 0 (a CPU job)"
@@ -304,17 +277,15 @@ class SubmitScreen(ModalScreen[dict[str, Any] | None]):
                 if not _split_list(text):
                     return "name a domain, or leave it empty"
             elif field_id == "after":
-                _job_ids(text)
-            elif field_id == "timeout":
-                _spec_rule("timeout", positive_number(text))
-            elif field_id == "priority":
-                _spec_rule("priority", _whole_number(text))
+                wire.parse_job_ids(text)
             elif field_id == "replicas":
                 if not self._checked("service"):
                     return "replicas are for services: tick 'service'"
-                _spec_rule("replicas", positive_int(text))
-        except argparse.ArgumentTypeError as err:
-            return str(err)
+                wire.parse_field("replicas", text)
+            elif field_id in ("gpus", "timeout", "priority"):
+                wire.parse_field(field_id, text)
+        except wire.FieldError as err:
+            return err.detail
         return ""
 
     def _show_problem(self, field_id: str, problem: str) -> None:
@@ -356,7 +327,7 @@ class SubmitScreen(ModalScreen[dict[str, Any] | None]):
         """The spec the form describes, built like the CLI's ``submit`` builds it.
 
         Raises:
-            argparse.ArgumentTypeError: A field does not parse (validate first).
+            wire.FieldError: A field does not parse (validate first).
         """
         spec: dict[str, Any] = {}
         command = self._value("command")
@@ -367,24 +338,24 @@ class SubmitScreen(ModalScreen[dict[str, Any] | None]):
         if name := self._value("name"):
             spec["name"] = name
         if gpus := self._value("gpus"):
-            spec["gpus"] = positive_int(gpus)
+            spec["gpus"] = wire.parse_field("gpus", gpus)
         if vram := self._value("vram"):
-            spec["vram_gb"] = positive_number(vram)
+            spec["vram_gb"] = wire.parse_field("vram_gb", vram)
         domains = _split_list(self._value("domain"))
         if domains:
             spec["domain"] = domains[0] if len(domains) == 1 else domains
-        ids = _job_ids(self._value("after"))
+        ids = wire.parse_job_ids(self._value("after"))
         if ids:
             any_exit = self._checked("after-any")
             spec["depends_on"] = [{"job": i, "any_exit": True} for i in ids] if any_exit else ids
         if timeout := self._value("timeout"):
-            spec["timeout"] = positive_number(timeout)
-        if (priority := self._value("priority")) and _whole_number(priority):
-            spec["priority"] = _whole_number(priority)
+            spec["timeout"] = wire.parse_field("timeout", timeout)
+        if (priority := self._value("priority")) and wire.parse_field("priority", priority):
+            spec["priority"] = wire.parse_field("priority", priority)
         if self._checked("service"):
             spec["kind"] = "service"
             if replicas := self._value("replicas"):
-                spec["replicas"] = positive_int(replicas)
+                spec["replicas"] = wire.parse_field("replicas", replicas)
         spec["cwd"] = os.getcwd()
         env = dict(os.environ)
         if env:
@@ -404,14 +375,14 @@ class SubmitScreen(ModalScreen[dict[str, Any] | None]):
             return
         self._submit(self.build_spec())
 
-    @work(exclusive=True, group="submit")
+    @work(exclusive=True, group="submit", exit_on_error=False)
     async def _submit(self, spec: dict[str, Any]) -> None:
-        app: Any = self.app
+        app = view_of(self)
         self._set_busy(True)
         try:
             job = await app.backend.submit(spec)
         except BackendError as err:
-            self._engine_refused(str(err))
+            self._engine_refused(str(err), err.field)
             return
         finally:
             self._set_busy(False)
@@ -420,7 +391,7 @@ class SubmitScreen(ModalScreen[dict[str, Any] | None]):
         reason = job.get("termination_reason")
         if reason not in _REFUSED_AT_ADMISSION:
             # Queued or running; or a quick command that already ended on its own.
-            app.notify(f"job {job_id} {status}")
+            self.app.notify(f"job {job_id} {status}")
             self.dismiss(job)
             return
         # Accepted, but the engine ended it at admission (it can never fit, or a
@@ -428,11 +399,11 @@ class SubmitScreen(ModalScreen[dict[str, Any] | None]):
         # request can be fixed.
         message = job.get("message") or status
         self._show_form_message(f"job {job_id} {status} ({reason}): {message}")
-        app.notify(message, title=f"job {job_id} {status}", severity="error")
+        self.app.notify(message, title=f"job {job_id} {status}", severity="error")
 
-    def _engine_refused(self, message: str) -> None:
+    def _engine_refused(self, message: str, field: str | None) -> None:
         self._show_form_message(message)
-        field_id = _SPEC_FIELD.get(message.split(":", 1)[0].strip())
+        field_id = _SPEC_FIELD.get(field or "")
         if field_id is not None:
             self.query_one(f"#{field_id}", Input).add_class("-invalid")
             self.query_one(f"#{field_id}", Input).focus()

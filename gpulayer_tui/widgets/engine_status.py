@@ -8,6 +8,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Label
 
+from ..view import view_of
+
 
 class EngineStatus(Horizontal):
     """``gpulayer-tui · dashboard · embedded engine /state · simulated · ok``."""
@@ -36,14 +38,13 @@ class EngineStatus(Horizontal):
         yield Label("", id="health")
 
     def on_mount(self) -> None:
-        app: Any = self.app
-        self.watch(app, "health", self._refresh, init=True)
-        self.watch(app, "connection_problem", self._refresh, init=False)
+        self.watch(self.app, "health", self._refresh, init=True)
+        self.watch(self.app, "connection_problem", self._refresh, init=False)
 
     def _refresh(self, _value: object = None) -> None:
-        app: Any = self.app
+        app = view_of(self)
         backend = app.backend
-        health = app.health or {}
+        health: dict[str, Any] = dict(app.health or {})
         mode = "attached to" if backend.mode == "attached" else "embedded engine"
         backend_name = health.get("backend", "")
         self.query_one("#where", Label).update(

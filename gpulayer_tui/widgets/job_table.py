@@ -38,6 +38,7 @@ from textual.widgets.data_table import (
 
 from ..formatting import duration
 from ..job_store import JobStore
+from ..wire import JobJSON
 from .job_columns import (
     BY_KEY,
     COLUMNS,
@@ -79,7 +80,7 @@ class _Cell:
 
     __slots__ = ("job", "key", "table")
 
-    def __init__(self, table: JobTable, job: dict[str, Any], key: str) -> None:
+    def __init__(self, table: JobTable, job: JobJSON, key: str) -> None:
         self.table = table
         self.job = job
         self.key = key
@@ -169,7 +170,7 @@ class JobTable(DataTable[Any]):
             classes=classes,
         )
         self._clock = clock
-        self._jobs: dict[int, dict[str, Any]] = {}
+        self._jobs: dict[int, JobJSON] = {}
         """Every job the table knows (shown or filtered out)."""
         self._shown: set[int] = set()
         """Jobs with a row in the table."""
@@ -220,7 +221,7 @@ class JobTable(DataTable[Any]):
             return None
         return None if row_key.value is None else int(row_key.value)
 
-    def job(self, job_id: int) -> dict[str, Any] | None:
+    def job(self, job_id: int) -> JobJSON | None:
         """The latest copy of one job the table knows."""
         return self._jobs.get(job_id)
 
@@ -243,7 +244,7 @@ class JobTable(DataTable[Any]):
             The store's version now (pass it back next time).
         """
         changed = job_store.changed_since(since_version)
-        store_jobs: dict[int, dict[str, Any]] = job_store.jobs
+        store_jobs: dict[int, JobJSON] = job_store.jobs
         gone: list[int] = []
         if (
             since_version <= 0
@@ -257,13 +258,13 @@ class JobTable(DataTable[Any]):
         self.apply_jobs((store_jobs[i] for i in changed if i in store_jobs), removed=gone)
         return int(job_store.version)
 
-    def apply_jobs(self, jobs: Iterable[dict[str, Any]], removed: Iterable[int] = ()) -> None:
+    def apply_jobs(self, jobs: Iterable[JobJSON], removed: Iterable[int] = ()) -> None:
         """Take new copies of ``jobs`` (added or updated) and drop the ``removed`` ids."""
         now = self._now()
         cursor_job = self.cursor_job_id
         was_empty = self.row_count == 0
         jobs = list(jobs)
-        to_add: list[dict[str, Any]] = []
+        to_add: list[JobJSON] = []
         to_remove: list[int] = []
         resort = False
         for job_id in removed:
@@ -351,7 +352,7 @@ class JobTable(DataTable[Any]):
         clock = self._clock or getattr(self.app, "clock", None) or time.time
         return float(clock())
 
-    def _remember(self, job: dict[str, Any]) -> None:
+    def _remember(self, job: JobJSON) -> None:
         job_id = job["id"]
         self._jobs[job_id] = job
         self._haystack[job_id] = "\n".join(
@@ -367,7 +368,7 @@ class JobTable(DataTable[Any]):
         self._haystack.pop(job_id, None)
         self._running_ids.discard(job_id)
 
-    def _matches(self, job: dict[str, Any]) -> bool:
+    def _matches(self, job: JobJSON) -> bool:
         statuses = STATUS_FILTERS[self._status_filter]
         if statuses is not None and job.get("status") not in statuses:
             return False
@@ -375,7 +376,7 @@ class JobTable(DataTable[Any]):
             return self._filter_text.lower() in self._haystack.get(job["id"], "")
         return True
 
-    def cell_parts(self, job: dict[str, Any], key: str) -> Parts:
+    def cell_parts(self, job: JobJSON, key: str) -> Parts:
         """What the ``key`` column shows for ``job``, in styled pieces."""
         if key == "id":
             return ((str(job["id"]), ""),)
@@ -388,9 +389,10 @@ class JobTable(DataTable[Any]):
             return ((status, f"jobtable--{status}"),)
         if key == "message":
             message = " ".join(str(job.get("message") or "").split())
-            if job.get("kill_at") and job.get("status") == "running":
+            kill_at = job.get("kill_at")
+            if kill_at and job.get("status") == "running":
                 # Being stopped: count down to the SIGKILL (refreshed every second).
-                left = max(0.0, float(job["kill_at"]) - self._now())
+                left = max(0.0, float(kill_at) - self._now())
                 message = KILL_AFTER.sub(f"SIGKILL in {left:.0f} s", message)
             muted = "jobtable--muted" if job.get("status") == "completed" else ""
             prefix = reason_prefix(job)
@@ -421,7 +423,7 @@ class JobTable(DataTable[Any]):
             return self._layout.name_width
         return column.width or self._message_width
 
-    def _add_rows(self, jobs: list[dict[str, Any]]) -> None:
+    def _add_rows(self, jobs: list[JobJSON]) -> None:
         """Add ``jobs`` at the bottom, in the order given."""
         keys = [c.key for c in self._visible_columns()]
         self._shown.update(job["id"] for job in jobs)
@@ -460,7 +462,7 @@ class JobTable(DataTable[Any]):
         self.check_idle()
         self.refresh()
 
-    def _update_row(self, job: dict[str, Any]) -> None:
+    def _update_row(self, job: JobJSON) -> None:
         row_key = str(job["id"])
         for column in self._visible_columns():
             self.update_cell(row_key, column.key, _Cell(self, job, column.key))
@@ -509,7 +511,7 @@ class JobTable(DataTable[Any]):
 
     # -- sorting ----------------------------------------------------------------------------
 
-    def _sort_value(self, job: dict[str, Any], now: float) -> tuple[Any, ...]:
+    def _sort_value(self, job: JobJSON, now: float) -> tuple[Any, ...]:
         key = self._sort_key
         job_id = job["id"]
         if key == "status":

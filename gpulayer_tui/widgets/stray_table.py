@@ -9,13 +9,14 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from ..formatting import GIB, duration
+from ..wire import GpusJSON
 
 
-def strays_from(gpu_state: dict[str, Any] | None) -> list[dict[str, Any]]:
+def strays_from(gpu_state: GpusJSON | None) -> list[dict[str, Any]]:
     """Foreign GPU processes, merged per pid across GPUs, most memory first."""
     merged: dict[int, dict[str, Any]] = {}
-    for dom in (gpu_state or {}).get("domains", []):
-        for proc in dom.get("processes", []):
+    for dom in gpu_state["domains"] if gpu_state else []:
+        for proc in dom["processes"]:
             if proc.get("job_id") is not None:
                 continue
             row = merged.setdefault(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -11,6 +10,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from ..formatting import GIB
+from ..wire import GpusJSON
 
 Piece = tuple[str, str]
 
@@ -43,22 +43,22 @@ class SummaryLine(Vertical):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.summary: dict[str, int] = {}
-        self.gpu_state: dict[str, Any] | None = None
+        self.gpu_state: GpusJSON | None = None
         self._shown_counts: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(self.counts(), id="counts")
         yield Static(id="notice")
 
-    def show(self, summary: Mapping[str, int], gpu_state: Mapping[str, Any] | None) -> None:
+    def show(self, summary: Mapping[str, int], gpu_state: GpusJSON | None) -> None:
         """Redraw from a job summary (:meth:`JobStore.summary`) and a ``/gpus`` view."""
         self.summary = dict(summary)
-        self.gpu_state = dict(gpu_state) if gpu_state is not None else None
+        self.gpu_state = gpu_state
         counts = self.counts()
         if counts.markup != self._shown_counts:  # unchanged samples cost no repaint
             self._shown_counts = counts.markup
             self.query_one("#counts", Static).update(counts, layout=False)  # one line
-        message = (self.gpu_state or {}).get("message")
+        message = self.gpu_state["message"] if self.gpu_state else None
         notice = self.query_one("#notice", Static)
         self.set_class(bool(message), "-notice")
         if message:
@@ -70,7 +70,7 @@ class SummaryLine(Vertical):
     @property
     def gpu_count(self) -> int:
         """GPU domains in the last ``/gpus`` view."""
-        domains = (self.gpu_state or {}).get("domains", [])
+        domains = self.gpu_state["domains"] if self.gpu_state else []
         return sum(1 for d in domains if d.get("gpu_index") is not None)
 
     def counts(self) -> Content:
@@ -106,7 +106,7 @@ class SummaryLine(Vertical):
 
     def notice(self) -> Content:
         """The capacity notice (empty when the engine has none)."""
-        message = str((self.gpu_state or {}).get("message") or "")
+        message = str(self.gpu_state["message"] or "") if self.gpu_state else ""
         if not message:
             return Content()
         if self.gpu_count == 0:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import textwrap
 import time
 from collections.abc import Callable
-from typing import Any
 
 from textual.content import Content
 from textual.widget import Widget
+
+from ..wire import TimelineEntryJSON
 
 STATUS_STYLES: dict[str, str] = {
     "pending": "$foreground-muted",
@@ -72,14 +73,14 @@ class Timeline(Widget):
     ) -> None:
         super().__init__(id=id, classes=classes)
         self._clock = clock
-        self._events: list[dict[str, Any]] = []
+        self._events: list[TimelineEntryJSON] = []
 
     @property
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> list[TimelineEntryJSON]:
         """The events shown, oldest first."""
         return list(self._events)
 
-    def set_events(self, events: list[dict[str, Any]]) -> None:
+    def set_events(self, events: list[TimelineEntryJSON]) -> None:
         """Show ``events`` (the API's ``{"at", "kind", "status", "reason", "message"}``)."""
         self._events = sorted(events, key=lambda e: e.get("at") or 0.0)
         self.refresh(layout=True)
@@ -114,7 +115,7 @@ class Timeline(Widget):
         return Content("\n").join(lines)
 
     @staticmethod
-    def _event_lines(head: Content, event: dict[str, Any], width: int) -> list[Content]:
+    def _event_lines(head: Content, event: TimelineEntryJSON, width: int) -> list[Content]:
         reason = event.get("reason")
         status = event.get("status")
         message = " ".join(str(event.get("message") or "").split())

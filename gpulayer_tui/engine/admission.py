@@ -1,0 +1,129 @@
+"""Admission: a submission is validated whole, then stored and answered in one commit.
+
+Every spec of a request is parsed (pydantic), resolved against the domains (unknown domain,
+contradictory pins, quarantined pins) and its dependencies (they must exist); any error
+refuses the whole request with nothing stored. Then each job gets the next id, is queued
+for commit ``pending`` and gets its first verdict (over capacity, a failed dependency, or
+the queue), one scheduling pass runs, and the answer waits for the commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import Overloaded, SpecError, StoreError
+from .jobbook import ActiveJob, JobBook
+from .models import Job, JobKind
+from .spec import parse_spec
+
+if TYPE_CHECKING:
+    from .config import LimitsSettings
+    from .health import DomainOps
+    from .jobqueue import JobQueue
+    from .scheduler import Scheduler
+    from .store import Store
+
+Cancel = Callable[[ActiveJob, str], None]
+
+
+class Admission:
+    """Takes submissions.
+
+    Args:
+        book: Where new jobs are created.
+        scheduler: Resolves what each job needs.
+        queue: Decides each job's first verdict and runs the pass.
+        domain_ops: Refuses work pinned only to quarantined domains.
+        store: Answers wait for the commit; no work is taken while writes fail.
+        limits: ``[limits]`` (``active_jobs``).
+        cancel: Stops a job that was admitted but could not be recorded.
+    """
+
+    def __init__(
+        self,
+        book: JobBook,
+        scheduler: Scheduler,
+        queue: JobQueue,
+        domain_ops: DomainOps,
+        store: Store,
+        limits: LimitsSettings,
+        cancel: Cancel,
+    ) -> None:
+        self._book = book
+        self._scheduler = scheduler
+        self._queue = queue
+        self._domain_ops = domain_ops
+        self._store = store
+        self._limits = limits
+        self._cancel = cancel
+
+    def reconfigure(self, limits: LimitsSettings) -> None:
+        """Use new ``[limits]`` from now on."""
+        self._limits = limits
+
+    async def submit_many(self, items: list[Any], owner_uid: int | None = None) -> list[Job]:
+        """Submit several jobs at once: all are validated first, then stored in one commit.
+
+        Each job comes back ``running``, ``queued`` (with the reason), or ``failed`` with
+        ``over_capacity`` (the row stays in history).
+
+        Raises:
+            SpecError: Naming the first invalid item by index; nothing is stored.
+            Overloaded: ``[limits] active_jobs`` would be exceeded; nothing is stored.
+            StoreError: The database cannot be written: the engine refuses new work.
+        """
+        self._check_writable()
+        self._check_room(len(items))
+        prepared = []
+        for index, data in enumerate(items):
+            try:
+                spec = parse_spec(data)
+                request = self._scheduler.request_for(spec)
+                self._domain_ops.refuse_quarantined_pins(spec.pinned_domains)
+                deps = await self._queue.resolve_dependencies(spec)
+            except SpecError as err:
+                prefix = f"job {index + 1} of {len(items)}: " if len(items) > 1 else ""
+                raise SpecError(f"{prefix}{err}", err.field) from None
+            prepared.append((spec, request, deps))
+        # Again, with no await before the admission: other submissions ran meanwhile.
+        self._check_writable()
+        self._check_room(len(items))
+        acts = []
+        for spec, request, deps in prepared:
+            act = self._book.create(
+                name=spec.default_name(),
+                kind=JobKind.SERVICE if spec.is_service else JobKind.COMMAND,
+                spec_json=spec.model_dump(mode="json", exclude_none=True),
+                spec=spec,
+                request=request,
+                priority=spec.priority,
+                owner_uid=owner_uid,
+            )
+            self._queue.enqueue(act, deps)
+            acts.append(act)
+        self._queue.schedule()
+        try:
+            await self._store.flush()
+        except StoreError as err:
+            # Refused means not run: jobs that could not be recorded are cancelled (their
+            # rows are kept for the store's retry, so history shows them once it writes).
+            for act in acts:
+                if act.job.id in self._book:
+                    self._cancel(act, f"not recorded: {err}")
+            raise StoreError(f"the engine refuses new work: {err}") from None
+        return [act.job for act in acts]
+
+    def _check_writable(self) -> None:
+        if self._store.failure:
+            raise StoreError(f"the engine refuses new work: {self._store.failure}")
+
+    def _check_room(self, count: int) -> None:
+        limit = self._limits.active_jobs
+        active = len(self._book)
+        if active + count > limit:
+            raise Overloaded(
+                f"too many active jobs: {active} pending, queued or running, "
+                f"{count} more would pass the limit of {limit} ([limits] active_jobs); "
+                "nothing was stored, retry when jobs have ended"
+            )

@@ -1,0 +1,42 @@
+"""The engine's refusals, one class per answer a caller can act on.
+
+The API maps each to one HTTP status (:mod:`.api`), so every client (the CLI, the TUI,
+embedded or attached) sees the same answer for the same refusal.
+"""
+
+from __future__ import annotations
+
+
+class SpecError(ValueError):
+    """Invalid input: the message names the problem, ``field`` the input at fault (if one).
+
+    Nothing was stored (400).
+    """
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class UnknownJob(LookupError):
+    """No job has this id (404)."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"no job {job_id}")
+        self.job_id = job_id
+
+
+class JobNotActive(RuntimeError):
+    """The job already ended; the operation does not apply (409)."""
+
+
+class DomainRefused(RuntimeError):
+    """A domain operation does not apply now; the message says why (409)."""
+
+
+class Overloaded(RuntimeError):
+    """Back-pressure: the engine takes no more work now; nothing was stored (429)."""
+
+
+class StoreError(RuntimeError):
+    """The database cannot be used (newer schema, corrupt, unwritable) (503)."""

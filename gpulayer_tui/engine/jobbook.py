@@ -1,0 +1,348 @@
+"""The job book: every active job, the ids, and the one place a job's status changes.
+
+Only *active* jobs (pending, queued, running) live here; history is read from SQLite on
+demand, so nothing here grows with how many jobs ever ran. The book is the only writer of a
+job's status: :meth:`JobBook.transition` checks the transition table, stamps the times,
+and queues the row and its event for the next group commit; the store publishes the event
+once it is durable. A job that becomes terminal is announced to the *end listeners* (the
+queue settles its dependents, the scheduler takes back its holds, runners drop their
+timers), in the order they were registered.
+
+Parts never keep their own copy of a job's status: they read it here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .models import Event, EventKind, Job, JobKind, JobStatus, TerminationReason, check_transition
+
+if TYPE_CHECKING:
+    from .domain import Domain
+    from .events import EventBus
+    from .scheduler import Request
+    from .spec import JobSpec
+
+
+class Journal(Protocol):
+    """Where job rows and events go (the store's group-commit writer)."""
+
+    def save(
+        self, job: Job | None, events: Iterable[Event] = (), wait: bool = False
+    ) -> asyncio.Future[None] | None:
+        """Queue ``job``'s row and ``events``; with ``wait``, a future for the commit."""
+        ...
+
+
+@dataclass(slots=True, eq=False)
+class ActiveJob:
+    """The runtime record of one active job (what its database row does not need).
+
+    Attributes:
+        job: The job record itself (its status changes only through the book).
+        spec: The parsed spec; ``None`` for adopted jobs and rows this version cannot parse.
+        request: What it needs, resolved against the domains (``None``: unknown).
+        holds: The domains whose slots it holds (set by :func:`take_holds`).
+        stop_reason: Why a stop was asked for, while it is stopping (the first one stands).
+        stop_message: The words of that stop.
+    """
+
+    job: Job
+    spec: JobSpec | None
+    request: Request | None
+    holds: list[Domain] = field(default_factory=list)
+    stop_reason: TerminationReason | None = None
+    stop_message: str = ""
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """Queue order: higher priority first, then FIFO by id."""
+        return (-self.job.priority, self.job.id)
+
+
+class Runner(Protocol):
+    """A part that runs one kind of job (batch commands, services, adopted processes)."""
+
+    def stop(self, act: ActiveJob, reason: TerminationReason, message: str) -> None:
+        """Stop a running job (cancel or timeout); it ends once its process does."""
+        ...
+
+    def reattach(self, act: ActiveJob) -> None:
+        """Take back a job that was running when an earlier engine stopped."""
+        ...
+
+
+class ProcessRoots:
+    """The process-group leader (or adopted pid) of every running job, with its start time.
+
+    The sampler attributes GPU processes to jobs by walking up to one of these, so the VRAM
+    a job's processes hold counts as owned (and a recycled pid is not taken for a job's).
+    """
+
+    def __init__(self) -> None:
+        self._roots: dict[int, tuple[int, int | None]] = {}
+
+    def add(self, pid: int, job_id: int, ticks: int | None) -> None:
+        """``pid`` (started at ``ticks``) is job ``job_id``'s process."""
+        self._roots[pid] = (job_id, ticks)
+
+    def drop(self, pid: int | None) -> None:
+        """``pid`` no longer runs for a job."""
+        if pid is not None:
+            self._roots.pop(pid, None)
+
+    def snapshot(self) -> dict[int, tuple[int, int | None]]:
+        """A copy for another thread (the sampler reads it off the loop)."""
+        return dict(self._roots)
+
+
+EndListener = Callable[[ActiveJob], None]
+
+
+def take_holds(act: ActiveJob, domains: list[Domain]) -> None:
+    """Give ``act`` the slots (and declared memory) of ``domains``, all in one step."""
+    for dom in domains:
+        if act.request is None:  # a restored job whose spec can no longer be read
+            dom.hold(act.job.id, None, False)
+        else:
+            request = act.request
+            dom.hold(act.job.id, request.vram_bytes, request.exclusive, request.slots_on(dom))
+    act.holds = list(domains)
+
+
+def release_holds(act: ActiveJob) -> None:
+    """Give back every slot ``act`` holds (``act.holds`` keeps naming the domains)."""
+    for dom in act.holds:
+        dom.unhold(act.job.id)
+
+
+class JobBook:
+    """Active jobs by id, the id counter, transitions and end listeners.
+
+    Args:
+        journal: Where rows and events are queued for commit.
+        bus: Makes events (sequence numbers) and tells whether anyone listens.
+    """
+
+    def __init__(self, journal: Journal, bus: EventBus) -> None:
+        self._journal = journal
+        self._bus = bus
+        self._active: dict[int, ActiveJob] = {}
+        # Jobs that ended in memory but whose terminal row is not committed yet: reads must
+        # still see them, or a reader could find the stale "running" row in SQLite.
+        self._settling: dict[int, ActiveJob] = {}
+        self._waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._last_id = 0
+        self._end_listeners: list[EndListener] = []
+        self.roots = ProcessRoots()
+
+    # -- ids and membership -------------------------------------------------------------------
+
+    def resume_ids(self, last_id: int) -> None:
+        """Continue numbering after ``last_id`` (the largest id ever stored)."""
+        self._last_id = max(self._last_id, last_id)
+
+    def create(
+        self,
+        *,
+        name: str,
+        kind: JobKind,
+        spec_json: dict[str, Any],
+        spec: JobSpec | None,
+        request: Request | None,
+        priority: int = 0,
+        owner_uid: int | None = None,
+    ) -> ActiveJob:
+        """A new job with the next id, ``pending``, queued for commit with its submission."""
+        self._last_id += 1
+        job = Job(
+            id=self._last_id,
+            name=name,
+            kind=kind,
+            spec=spec_json,
+            priority=priority,
+            owner_uid=owner_uid,
+        )
+        act = ActiveJob(job, spec, request)
+        self._active[job.id] = act
+        submitted = self.event(
+            EventKind.SUBMITTED, job, {"status": JobStatus.PENDING.value, "message": ""}
+        )
+        self._journal.save(job, [submitted])
+        return act
+
+    def restore(self, job: Job, spec: JobSpec | None, request: Request | None) -> ActiveJob:
+        """Take back an active job stored by an earlier engine run (nothing is written)."""
+        act = ActiveJob(job, spec, request)
+        self._active[job.id] = act
+        self._last_id = max(self._last_id, job.id)
+        return act
+
+    def get(self, job_id: int) -> ActiveJob | None:
+        """The active job ``job_id``, or ``None``."""
+        return self._active.get(job_id)
+
+    def live(self, job_id: int) -> ActiveJob | None:
+        """The in-memory record of an active or just-ended (not yet durable) job."""
+        return self._active.get(job_id) or self._settling.get(job_id)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._active
+
+    def __len__(self) -> int:
+        return len(self._active)
+
+    def __iter__(self) -> Iterator[ActiveJob]:
+        """Active jobs in id order (a copy: callers may end jobs while iterating)."""
+        return iter([self._active[k] for k in sorted(self._active)])
+
+    # -- changes ------------------------------------------------------------------------------
+
+    def on_end(self, listener: EndListener) -> None:
+        """Call ``listener(act)`` whenever a job becomes terminal (after its transition)."""
+        self._end_listeners.append(listener)
+
+    def event(self, kind: EventKind, job: Job, data: dict[str, Any]) -> Event:
+        """An event about ``job`` carrying its current (slim) JSON for subscribers."""
+        snapshot = job.to_json(slim=True) if self._bus.has_subscribers else None
+        return self._bus.make(kind, job.id, data, dict(snapshot) if snapshot else None)
+
+    def transition(
+        self,
+        act: ActiveJob,
+        new: JobStatus,
+        *,
+        reason: TerminationReason | None = None,
+        message: str | None = None,
+        exit_code: int | None = None,
+    ) -> None:
+        """Move a job to a non-terminal status (:meth:`finish` ends jobs).
+
+        Check, stamp, queue for commit; the store publishes the event once it is durable.
+
+        Raises:
+            IllegalTransition: The table does not allow the move (a bug).
+        """
+        if new.is_terminal:
+            raise ValueError(f"job {act.job.id}: use finish() to end a job")
+        self._change(act, new, reason=reason, message=message, exit_code=exit_code)
+
+    def _change(
+        self,
+        act: ActiveJob,
+        new: JobStatus,
+        *,
+        reason: TerminationReason | None,
+        message: str | None,
+        exit_code: int | None,
+    ) -> None:
+        """The one place a status changes."""
+        job = act.job
+        check_transition(job.id, job.status, new)
+        old = job.status
+        job.status = new
+        now = time.time()
+        if message is not None:
+            job.message = message
+        if new is JobStatus.QUEUED:
+            job.queued_at = now
+        elif new is JobStatus.RUNNING:
+            job.started_at = now
+        elif new.is_terminal:
+            job.ended_at = now
+            job.termination_reason = reason
+            job.exit_code = exit_code
+        event = self.event(
+            EventKind.TRANSITION,
+            job,
+            {
+                "from": old.value,
+                "status": new.value,
+                "reason": reason.value if reason else None,
+                "message": job.message,
+                "exit_code": exit_code,
+                "domains": list(job.domains),
+            },
+        )
+        if not new.is_terminal:
+            self._journal.save(job, [event])
+            return
+        self._active.pop(job.id, None)
+        self._settling[job.id] = act
+        done = self._journal.save(job, [event], wait=True)
+        if done is None:
+            self._settled(job.id)
+            return
+
+        def committed(fut: asyncio.Future[None]) -> None:
+            if not fut.cancelled():
+                fut.exception()  # a failed write is reported by the store; waiters go on
+            self._settled(job.id)
+
+        done.add_done_callback(committed)
+
+    def _settled(self, job_id: int) -> None:
+        self._settling.pop(job_id, None)
+        for waiter in self._waiters.pop(job_id, ()):
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def finish(
+        self,
+        act: ActiveJob,
+        status: JobStatus,
+        reason: TerminationReason,
+        message: str,
+        exit_code: int | None = None,
+    ) -> None:
+        """Make a job terminal (checked like every move), then tell every end listener."""
+        if not status.is_terminal:
+            raise ValueError(f"job {act.job.id}: {status} is not an end")
+        self._change(act, status, reason=reason, message=message, exit_code=exit_code)
+        for listener in self._end_listeners:
+            listener(act)
+
+    def set_reason(self, act: ActiveJob, reason: str) -> None:
+        """Put a waiting job in ``queued`` with ``reason``, or refresh the reason if changed.
+
+        A refresh updates the row's message and publishes a ``job.reason`` event; it is not
+        part of the stored timeline.
+        """
+        job = act.job
+        if job.status is JobStatus.PENDING:
+            self.transition(act, JobStatus.QUEUED, message=reason)
+        elif job.message != reason:
+            self.note(act, reason)
+
+    def note(self, act: ActiveJob, message: str) -> None:
+        """Change a job's message (e.g. "stopping: SIGTERM sent") and publish it."""
+        act.job.message = message
+        self._journal.save(act.job, [self.event(EventKind.REASON, act.job, {"message": message})])
+
+    def record(self, act: ActiveJob, kind: EventKind, data: dict[str, Any]) -> None:
+        """Queue the job's row with an event of ``kind`` (e.g. a replica's change)."""
+        self._journal.save(act.job, [self.event(kind, act.job, data)])
+
+    async def wait(self, job_id: int, timeout: float | None = None) -> None:
+        """Return once ``job_id`` is terminal and durable (at once if it is not live).
+
+        Raises:
+            TimeoutError: ``timeout`` passed first.
+        """
+        if self.live(job_id) is None:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(job_id, []).append(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                await waiter
+        finally:
+            waiters = self._waiters.get(job_id)
+            if waiters is not None and waiter in waiters:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self._waiters[job_id]

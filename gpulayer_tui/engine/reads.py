@@ -1,0 +1,110 @@
+"""Reading jobs: the live record of an active job, the stored one of the rest.
+
+Active jobs are read from the job book (their row in SQLite may be a commit behind);
+history from SQLite. A job and its timeline are read in one step, so the timeline always
+includes the transition the job shows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..wire import JobJSON
+from .errors import SpecError, UnknownJob
+from .jobbook import JobBook
+from .models import Job, JobKind, JobStatus
+
+if TYPE_CHECKING:
+    from .executor import Executor
+    from .store import Store
+
+
+class JobReader:
+    """Answers questions about jobs.
+
+    Args:
+        book: Active and just-ended jobs.
+        store: History.
+        executor: Where logs are.
+    """
+
+    def __init__(self, book: JobBook, store: Store, executor: Executor) -> None:
+        self._book = book
+        self._store = store
+        self._executor = executor
+
+    async def get(self, job_id: int) -> Job:
+        """One job: the live record if active, else the stored one.
+
+        Raises:
+            UnknownJob: No such id.
+        """
+        live = self._book.live(job_id)
+        if live is not None:
+            return live.job
+        job = await self._store.get_job(job_id)
+        if job is None:
+            raise UnknownJob(job_id)
+        return job
+
+    async def detail(self, job_id: int) -> tuple[JobJSON, list[dict[str, Any]]]:
+        """One job and its timeline, read together: the timeline includes every transition
+        the job shows, even one whose commit is still on its way.
+
+        Raises:
+            UnknownJob: No such id.
+        """
+        live = self._book.live(job_id)
+        if live is not None:
+            # No await between the snapshot and the timeline's pending part.
+            snapshot = live.job.to_json()
+            return snapshot, await self._store.job_events(job_id)
+        job = await self.get(job_id)
+        return job.to_json(), await self._store.job_events(job_id)
+
+    async def list(
+        self, statuses: list[str] | None = None, limit: int = 1000, before_id: int | None = None
+    ) -> list[Job]:
+        """Jobs newest first; active rows reflect the live state.
+
+        Raises:
+            SpecError: For an unknown status name.
+        """
+        for status in statuses or []:
+            if status not in JobStatus.__members__.values():
+                known = ", ".join(s.value for s in JobStatus)
+                raise SpecError(f"unknown status '{status}' (one of: {known})", "status")
+        jobs = await self._store.list_jobs(statuses or [], limit, before_id)
+        live = (self._book.live(j.id) for j in jobs)
+        return [act.job if act is not None else j for act, j in zip(live, jobs, strict=True)]
+
+    def log_path(self, job_id: int, replica: int | None = None) -> Path:
+        """Where the job's output is (it may not exist yet).
+
+        A service writes one log per replica; without ``replica`` its replica 0's log is
+        meant. Use :meth:`check_replica` first to validate a user's replica number.
+        """
+        if replica is not None:
+            return self._executor.log_path((job_id, replica))
+        path = self._executor.log_path(job_id)
+        if not path.exists():
+            first = self._executor.log_path((job_id, 0))
+            if first.exists():
+                return first
+        return path
+
+    @staticmethod
+    def check_replica(job: Job, replica: int | None) -> None:
+        """Validate a replica number against a job.
+
+        Raises:
+            SpecError: The job is not a service, or has no such replica.
+        """
+        if replica is None:
+            return
+        if job.kind is not JobKind.SERVICE:
+            raise SpecError(f"job {job.id} is not a service; it has no replicas", "replica")
+        count = len(job.replicas) or int(job.spec.get("replicas", 1))
+        if not 0 <= replica < count:
+            raise SpecError(f"job {job.id} has replicas 0-{count - 1}, not {replica}", "replica")

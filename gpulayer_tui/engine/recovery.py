@@ -1,0 +1,89 @@
+"""Taking back the active jobs of an earlier engine run (restart, crash, hand-over).
+
+Waiting jobs are queued again. Running jobs go back to the runner of their kind, which
+re-attaches them by pid + /proc start time (pidfd opened first); if their process ended
+meanwhile, the exit status their wrapper recorded is used, and a job is never left
+``running`` without a live process. Adopted jobs are re-verified the same way, never
+requeued, and end ``orphaned`` if they vanished.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .adoption import adopted_request
+from .errors import SpecError
+from .jobbook import ActiveJob, JobBook, Runner
+from .jobqueue import JobQueue
+from .models import Job, JobKind, JobStatus, TerminationReason
+from .scheduler import Request, Scheduler
+from .spec import JobSpec, parse_spec
+
+Reason = TerminationReason
+
+
+class Recovery:
+    """Restores active jobs at engine start.
+
+    Args:
+        book: Where the jobs are taken back.
+        scheduler: Resolves their requests against today's domains.
+        queue: Where waiting jobs wait again.
+        runners: The runner of each kind, which re-attaches its running jobs.
+    """
+
+    def __init__(
+        self,
+        book: JobBook,
+        scheduler: Scheduler,
+        queue: JobQueue,
+        runners: Mapping[JobKind, Runner],
+    ) -> None:
+        self._book = book
+        self._scheduler = scheduler
+        self._queue = queue
+        self._runners = runners
+
+    async def restore(self, jobs: list[Job]) -> None:
+        """Take back ``jobs`` (every active row, oldest first)."""
+        acts: list[ActiveJob] = []
+        for job in jobs:
+            spec: JobSpec | None = None
+            request: Request | None = None
+            problem = ""
+            if job.kind is JobKind.ADOPTED:
+                # Never parsed as a runnable spec: an adopted job's command is a label.
+                request = adopted_request({**job.spec, "domain": job.domains})
+            else:
+                try:
+                    spec = parse_spec(job.spec)
+                    request = self._scheduler.request_for(spec)
+                except SpecError as err:
+                    problem = str(err)
+            act = self._book.restore(job, spec, request)
+            acts.append(act)
+            if problem and job.status is not JobStatus.RUNNING:
+                self._book.finish(
+                    act,
+                    JobStatus.FAILED,
+                    Reason.OVER_CAPACITY,
+                    f"can no longer run on this machine: {problem}",
+                )
+        for act in acts:
+            if act.job.status.is_terminal:
+                continue
+            if act.job.kind is JobKind.ADOPTED and act.job.status is not JobStatus.RUNNING:
+                # Interrupted between insert and verdict: never run or requeue it.
+                self._book.finish(
+                    act,
+                    JobStatus.FAILED,
+                    Reason.ADOPT_PID_GONE,
+                    "adoption was interrupted by an engine restart; adopt the pid again",
+                )
+            elif act.job.status in (JobStatus.PENDING, JobStatus.QUEUED) and act.spec:
+                deps = await self._queue.resolve_dependencies(act.spec, restoring=True)
+                if act.job.id in self._book:  # (a dependency's end may have settled it)
+                    self._queue.enqueue(act, deps)
+        for act in acts:
+            if act.job.status is JobStatus.RUNNING and act.job.id in self._book:
+                self._runners[act.job.kind].reattach(act)

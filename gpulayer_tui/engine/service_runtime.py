@@ -1,0 +1,113 @@
+"""What a running service needs besides its row: the clock its restarts run on, back-off,
+ports and endpoints, and its per-service runtime (pending restarts, port probes, how it
+ends). Used by :mod:`.services`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .batch import signal_name
+from .executor import LaunchError
+from .models import JobStatus, TerminationReason
+
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 30.0
+PROBE_TIMEOUT_S = 1.0
+PROBE_INTERVAL_MAX_S = 1.0
+
+
+class Cancellable(Protocol):
+    """A scheduled callback (``asyncio.TimerHandle`` or a test clock's entry)."""
+
+    def cancel(self) -> None:
+        """Do not run it."""
+
+
+class ServiceClock(Protocol):
+    """Time as the restart logic sees it: wall time and delayed calls."""
+
+    def now(self) -> float:
+        """Epoch seconds."""
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Cancellable:
+        """Run ``callback`` on the event loop after ``delay`` seconds."""
+
+
+class LoopClock:
+    """The real clock: ``time.time`` and the running loop's timers."""
+
+    def now(self) -> float:
+        """Epoch seconds."""
+        return time.time()
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Cancellable:
+        """Schedule on the running event loop."""
+        return asyncio.get_running_loop().call_later(delay, callback)
+
+
+def backoff_delay(step: int) -> float:
+    """Seconds before the next restart after ``step`` restarts without a steady run."""
+    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * float(1 << min(step, 16)))
+
+
+def free_port(host: str, taken: set[int]) -> int:
+    """A TCP port nothing listens on now (the kernel picks it), not in ``taken``.
+
+    Raises:
+        LaunchError: No port could be bound on ``host``.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for _ in range(32):
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.bind((host, 0))
+                port: int = sock.getsockname()[1]
+        except OSError as err:
+            raise LaunchError(f"cannot pick a port on {host}: {err.strerror or err}") from None
+        if port not in taken:
+            return port
+    raise LaunchError(f"cannot pick a free port on {host}")
+
+
+def endpoint_of(host: str, port: int) -> str:
+    """``host:port`` (IPv6 literals in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def describe_exit(code: int | None) -> str:
+    """``exited with code 3`` / ``killed by SIGKILL`` / ``ended, exit status unknown``."""
+    if code is None:
+        return "ended, exit status unknown"
+    if 128 < code <= 128 + 64:
+        return f"killed by {signal_name(code - 128)} (exit code {code})"
+    return f"exited with code {code}"
+
+
+@dataclass(slots=True)
+class ServiceRuntime:
+    """What a running service needs beyond its row: how it ends once its replicas are down,
+    why it is being placed again, and its pending restarts and port probes by replica."""
+
+    end: tuple[JobStatus, TerminationReason, str, int | None] | None = None
+    replacing: str | None = None
+    restart_timers: dict[int, Cancellable] = field(default_factory=dict)
+    probes: dict[int, asyncio.Task[None]] = field(default_factory=dict)
+
+    def cancel_restarts(self) -> None:
+        """Forget every pending restart."""
+        for timer in self.restart_timers.values():
+            timer.cancel()
+        self.restart_timers.clear()
+
+    def close(self) -> None:
+        """Cancel every timer and port probe."""
+        self.cancel_restarts()
+        for task in self.probes.values():
+            task.cancel()
+        self.probes.clear()

@@ -1,0 +1,46 @@
+"""What screens and widgets may read from the app: its view state, typed.
+
+Screens and widgets never import the App (it imports them); they reach its shared state
+through :func:`view_of`, which names exactly what there is. The App's own methods
+(``notify``, ``push_screen``) are reached through ``self.app`` as usual.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, cast
+
+from .wire import GpusJSON, HealthJSON
+
+if TYPE_CHECKING:
+    from textual.message_pump import MessagePump
+
+    from .backend import EngineBackend
+    from .job_store import JobStore
+
+HistoryPoint = tuple[float, int | None, int | None]
+"""One point of a GPU's history: time, utilisation %, memory used (bytes)."""
+
+
+class AppView(Protocol):
+    """The app's view state (see :class:`~gpulayer_tui.app.GpulayerApp`)."""
+
+    backend: EngineBackend
+    job_store: JobStore
+    gpu_state: GpusJSON | None
+    gpu_history: dict[int, deque[HistoryPoint]]
+    health: HealthJSON | None
+    connection_problem: str
+    jobs_version: int
+    cursor_blink: bool
+    clock: Callable[[], float]
+
+    def open_job(self, job_id: int) -> None:
+        """Show one job's detail."""
+        ...
+
+
+def view_of(node: MessagePump) -> AppView:
+    """The view state of the app ``node`` runs in."""
+    return cast(AppView, node.app)

@@ -1,0 +1,338 @@
+"""The engine's parts, each built alone: no event loop, no SQLite, no processes.
+
+These are plain (synchronous) tests on purpose: a part that needed a running loop or a
+database to be constructed and driven would fail here. The job book writes to an in-memory
+journal; the queue schedules its passes through a list the test drains by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+
+from gpulayer_tui.engine.domain import Domain
+from gpulayer_tui.engine.errors import SpecError
+from gpulayer_tui.engine.events import EventBus
+from gpulayer_tui.engine.gpus import GIB, GpuProcess, GpuReading, ProbeResult, ProbeStatus
+from gpulayer_tui.engine.jobbook import ActiveJob, JobBook, release_holds, take_holds
+from gpulayer_tui.engine.jobqueue import JobQueue
+from gpulayer_tui.engine.models import (
+    DomainState,
+    Event,
+    EventKind,
+    IllegalTransition,
+    Job,
+    JobKind,
+    JobStatus,
+    TerminationReason,
+)
+from gpulayer_tui.engine.runqueue import RunQueue
+from gpulayer_tui.engine.scheduler import Capacity, Request, Scheduler
+from gpulayer_tui.engine.spec import parse_spec
+
+Reason = TerminationReason
+
+
+class Journal:
+    """An in-memory stand-in for the store's group-commit writer (commits at once)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.events: list[Event] = []
+
+    def save(self, job: Job | None, events: Iterable[Event] = (), wait: bool = False) -> None:
+        if job is not None:
+            self.rows.append(dict(job.to_json()))
+        self.events.extend(events)
+
+    def statuses(self, job_id: int) -> list[str]:
+        return [
+            e.data["status"]
+            for e in self.events
+            if e.job_id == job_id and e.kind is EventKind.TRANSITION
+        ]
+
+
+class Soon:
+    """Collects the passes the queue asks for; ``run()`` runs them."""
+
+    def __init__(self) -> None:
+        self.calls: list[Callable[[], None]] = []
+
+    def __call__(self, callback: Callable[[], None]) -> Soon:
+        self.calls.append(callback)
+        return self
+
+    def cancel(self) -> None:
+        self.calls.clear()
+
+    def run(self) -> None:
+        while self.calls:
+            self.calls.pop(0)()
+
+
+def gpu(index: int, total_gib: float = 80, used_gib: float = 0, procs: tuple[Any, ...] = ()) -> Any:
+    return GpuReading(
+        index=index,
+        uuid=f"GPU-{index}",
+        name="NVIDIA A100-SXM4-80GB",
+        memory_total=int(total_gib * GIB),
+        memory_used=int(used_gib * GIB),
+        processes=tuple(GpuProcess(pid, None if b is None else int(b * GIB)) for pid, b in procs),
+    )
+
+
+def machine(*readings: GpuReading, cpu_slots: int = 2) -> Scheduler:
+    scheduler = Scheduler()
+    domains = [Domain(f"gpu{r.index}", r.index, r.uuid, 1) for r in readings]
+    scheduler.replace_domains([*domains, Domain("cpu", None, None, cpu_slots)])
+    scheduler.observe(ProbeResult(ProbeStatus.OK, tuple(readings)), {}, {})
+    return scheduler
+
+
+class World:
+    """A book, a scheduler and a queue wired like the engine wires them."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.journal = Journal()
+        self.scheduler = scheduler
+        self.book = JobBook(self.journal, EventBus())
+        self.soon = Soon()
+        self.started: list[int] = []
+        self.queue = JobQueue(self.book, scheduler, self._lookup, self._start, self.soon)
+        self.book.on_end(release_holds)
+        self.book.on_end(self.queue.job_ended)
+        self.stored: dict[int, Job] = {}
+
+    async def _lookup(self, job_id: int) -> Job | None:
+        return self.stored.get(job_id)
+
+    def _start(self, act: ActiveJob, domains: list[Domain]) -> None:
+        take_holds(act, domains)
+        act.job.domains = [d.name for d in domains]
+        self.book.transition(act, JobStatus.RUNNING, message="running")
+        self.started.append(act.job.id)
+
+    def submit(self, priority: int = 0, deps: Any = (), **spec: Any) -> ActiveJob:
+        parsed = parse_spec({"command": ["true"], "priority": priority, **spec})
+        act = self.book.create(
+            name="t",
+            kind=JobKind.COMMAND,
+            spec_json=parsed.model_dump(mode="json", exclude_none=True),
+            spec=parsed,
+            request=self.scheduler.request_for(parsed),
+            priority=priority,
+        )
+        self.queue.enqueue(act, list(deps))
+        return act
+
+    def end(self, act: ActiveJob, status: JobStatus = JobStatus.COMPLETED) -> None:
+        self.book.finish(act, status, Reason.EXIT_CODE, "ended", 0)
+
+
+# -- the job book ---------------------------------------------------------------------------
+
+
+def test_the_book_moves_jobs_only_along_the_table_and_announces_ends_in_order() -> None:
+    journal = Journal()
+    book = JobBook(journal, EventBus())
+    heard: list[str] = []
+    book.on_end(lambda act: heard.append(f"first {act.job.id} {act.job.status}"))
+    book.on_end(lambda act: heard.append(f"second {act.job.id}"))
+    act = book.create(name="a", kind=JobKind.COMMAND, spec_json={}, spec=None, request=None)
+    assert act.job.id == 1 and book.get(1) is act and 1 in book
+    book.set_reason(act, "waiting for a GPU")  # pending -> queued
+    book.set_reason(act, "waiting for a GPU")  # unchanged: nothing written
+    book.set_reason(act, "waiting for job 9")  # a refresh, not a transition
+    book.transition(act, JobStatus.RUNNING, message="running on gpu0")
+    with pytest.raises(ValueError, match="use finish"):
+        book.transition(act, JobStatus.COMPLETED)
+    book.finish(act, JobStatus.COMPLETED, Reason.EXIT_CODE, "exited with code 0", 0)
+    assert heard == ["first 1 completed", "second 1"]
+    assert journal.statuses(1) == ["queued", "running", "completed"]
+    kinds = [e.kind for e in journal.events]
+    assert kinds == [
+        EventKind.SUBMITTED,
+        EventKind.TRANSITION,
+        EventKind.REASON,
+        EventKind.TRANSITION,
+        EventKind.TRANSITION,
+    ]
+    assert act.job.exit_code == 0 and act.job.ended_at is not None
+    assert book.get(1) is None and book.live(1) is None  # the journal committed at once
+    with pytest.raises(IllegalTransition, match="completed -> running"):
+        book.transition(act, JobStatus.RUNNING)
+    again = book.create(name="b", kind=JobKind.COMMAND, spec_json={}, spec=None, request=None)
+    assert again.job.id == 2  # ids are never reused
+    book.resume_ids(41)
+    assert (
+        book.create(name="c", kind=JobKind.COMMAND, spec_json={}, spec=None, request=None).job.id
+        == 42
+    )
+
+
+def test_a_queued_job_cannot_go_back_to_pending_or_end_orphaned() -> None:
+    book = JobBook(Journal(), EventBus())
+    act = book.create(name="a", kind=JobKind.COMMAND, spec_json={}, spec=None, request=None)
+    book.transition(act, JobStatus.QUEUED, message="waiting")
+    with pytest.raises(IllegalTransition):
+        book.transition(act, JobStatus.PENDING)
+    with pytest.raises(IllegalTransition):
+        book.finish(act, JobStatus.ORPHANED, Reason.ADOPTED_EXIT_UNOBSERVED, "?")
+    assert act.job.status is JobStatus.QUEUED
+
+
+# -- the queue and the pass -----------------------------------------------------------------
+
+
+def test_the_pass_starts_the_best_job_that_fits_and_gives_the_rest_a_reason() -> None:
+    world = World(machine(gpu(0), gpu(1), cpu_slots=1))
+    low = world.submit(priority=0)
+    high = world.submit(priority=5)
+    third = world.submit(priority=0)
+    assert world.started == []  # nothing starts before the pass
+    world.soon.run()
+    assert world.started == [high.job.id]
+    assert low.job.status is JobStatus.QUEUED and low.job.message == "all 1 cpu slots busy"
+    assert third.job.message == "all 1 cpu slots busy"
+    assert world.scheduler.domains["cpu"].used_slots == 1
+    world.end(high)
+    world.soon.run()
+    assert world.started == [high.job.id, low.job.id]  # FIFO within a priority
+    world.end(low)
+    world.soon.run()
+    assert world.started[-1] == third.job.id
+    assert len(world.queue) == 0
+
+
+def test_dependencies_wait_release_and_cancel() -> None:
+    world = World(machine(gpu(0), gpu(1)))
+    first = world.submit(gpus=1)
+    waits = world.submit(gpus=1, depends_on=[first.job.id], deps=[(first.job.id, False, None)])
+    any_exit = world.submit(
+        gpus=1,
+        depends_on=[{"job": first.job.id, "any_exit": True}],
+        deps=[(first.job.id, True, None)],
+    )
+    world.soon.run()
+    assert world.started == [first.job.id]
+    assert waits.job.message == f"waiting for job {first.job.id}"
+    world.end(first, JobStatus.FAILED)
+    assert waits.job.status is JobStatus.CANCELLED
+    assert waits.job.termination_reason is Reason.DEPENDENCY_FAILED
+    assert waits.job.message == f"dependency job {first.job.id} failed"
+    world.soon.run()
+    assert world.started == [first.job.id, any_exit.job.id]  # any_exit runs whatever the end
+
+
+def test_a_dependency_that_already_failed_cancels_at_admission() -> None:
+    world = World(machine(gpu(0)))
+    act = world.submit(depends_on=[7], deps=[(7, False, JobStatus.FAILED)])
+    assert act.job.status is JobStatus.CANCELLED
+    assert world.journal.statuses(act.job.id) == ["cancelled"]
+
+
+def test_over_capacity_fails_at_once_and_unknown_capacity_waits() -> None:
+    world = World(machine(gpu(0), gpu(1)))
+    big = world.submit(gpus=3)
+    assert big.job.status is JobStatus.FAILED
+    assert big.job.termination_reason is Reason.OVER_CAPACITY
+    assert big.job.message == "requested 3 GPUs, but this machine has 2"
+    huge = world.submit(gpus=1, vram_gb=100)
+    assert huge.job.message == "requested 100 GiB per GPU, but the largest GPU has 80 GiB"
+    # The probe fails: capacity cannot be read, so a GPU job waits instead of failing.
+    world.scheduler.observe(ProbeResult(ProbeStatus.ERROR, message="NVML timed out"), {}, {})
+    waiting = world.submit(gpus=1, vram_gb=40)
+    world.soon.run()
+    assert waiting.job.status is JobStatus.QUEUED
+    assert waiting.job.message == "GPU capacity unknown: NVML timed out"
+    world.scheduler.observe(ProbeResult(ProbeStatus.OK, (gpu(0), gpu(1))), {}, {})
+    world.queue.recheck_capacity()
+    world.soon.run()
+    assert waiting.job.status is JobStatus.RUNNING
+
+
+# -- placement and accounting ---------------------------------------------------------------
+
+
+def test_placement_picks_the_emptiest_fitting_gpu_and_names_the_blocker() -> None:
+    scheduler = machine(gpu(0, used_gib=60, procs=((4242, 60),)), gpu(1))
+    need_40 = Request(gpus=1, vram_bytes=40 * GIB, pins=(), exclusive=False)
+    assert [d.name for d in scheduler.place(need_40)] == ["gpu1"]  # type: ignore[union-attr]
+    scheduler.hold(1, need_40, [scheduler.domains["gpu1"]])
+    reason = scheduler.place(need_40)
+    assert isinstance(reason, str)
+    assert "gpu0: 60.0 GiB held by pid 4242; needs 40.0 GiB, 20.0 GiB free" in reason
+    assert "gpu1: slot held by job 1" in reason
+    both = Request(gpus=2, vram_bytes=None, pins=(), exclusive=False)
+    assert scheduler.place(both) == "needs 2 GPUs, 1 available now; gpu1: slot held by job 1"
+    scheduler.release(1, [scheduler.domains["gpu1"]])
+    assert len(scheduler.place(both)) == 2  # type: ignore[arg-type]
+
+
+def test_request_resolution_refuses_contradictions_with_the_field() -> None:
+    scheduler = machine(gpu(0))
+    for spec, field, message in [
+        ({"domain": "gpu9"}, "domain", "unknown domain 'gpu9'"),
+        ({"domain": ["gpu0", "gpu0"]}, "domain", "named twice"),
+        ({"domain": ["gpu0", "cpu"], "gpus": 1}, "domain", "cannot mix"),
+        ({"domain": "gpu0", "gpus": 0}, "gpus", "gpus is 0 but domain gpu0"),
+    ]:
+        with pytest.raises(SpecError, match=message) as refused:
+            scheduler.request_for(parse_spec({"command": ["x"], **spec}))
+        assert refused.value.field == field
+    assert scheduler.capacity is Capacity.KNOWN
+
+
+def test_vram_formula_owned_unregistered_unattributed_and_reservations() -> None:
+    dom = Domain("gpu0", 0, "GPU-0", 2)
+    reading = gpu(
+        0,
+        total_gib=80,
+        used_gib=40,
+        procs=((100, 10), (200, 12), (300, None)),  # ours, a stranger, "not available"
+    )
+    dom.hold(7, 16 * GIB, False)  # declared 16 GiB, holds 10 now: 6 more are reserved
+    dom.apply_sample(reading, {100: 7, 200: None, 300: None}, {})
+    account = dom.account
+    assert account is not None
+    assert account.owned == 10 * GIB
+    assert account.unregistered == 12 * GIB
+    assert account.unattributed == 18 * GIB  # 40 used - 22 listed (pid 300 counts here)
+    assert account.reserved_extra == 6 * GIB
+    assert account.free == (80 - 10 - 6 - 12 - 18) * GIB
+    assert [p.pid for p in account.foreign] == [200, 300]
+    dom.unhold(7)
+    assert dom.account is not None and dom.account.owned == 0  # no longer ours
+    assert dom.account.unregistered == 22 * GIB
+
+
+def test_domain_states_follow_their_table() -> None:
+    dom = Domain("gpu0", 0, None, 1)
+    dom.drain("maintenance")
+    assert dom.state is DomainState.DRAINING
+    assert dom.blocker(None, False) == "domain gpu0 draining: maintenance"
+    dom.quarantine("GPU is lost")
+    with pytest.raises(IllegalTransition, match="quarantined -> draining"):
+        dom.drain("again")
+    dom.release()
+    assert dom.state is DomainState.IN_SERVICE and dom.failures == 0
+    with pytest.raises(IllegalTransition, match="in_service -> in_service"):
+        dom.release()
+
+
+def test_run_queue_orders_by_priority_then_id_and_groups_shapes() -> None:
+    queue = RunQueue()
+    one = Request(gpus=1, vram_bytes=None, pins=(), exclusive=False)
+    cpu = Request(gpus=0, vram_bytes=None, pins=(), exclusive=False)
+    queue.push((0, 3), one)
+    queue.push((-5, 4), cpu)
+    queue.push((0, 1), one)
+    assert queue.heads() == [((-5, 4), cpu), ((0, 1), one)]
+    assert queue.jobs_of(one) == [(0, 1), (0, 3)]
+    assert queue.update_reason(one, "busy") and not queue.update_reason(one, "busy")
+    assert queue.take_fresh() == {1, 3, 4} and queue.take_fresh() == set()
+    assert queue.remove((0, 1), one) and not queue.remove((0, 1), one)
+    assert len(queue) == 2
