@@ -87,6 +87,7 @@ class EventKind(StrEnum):
 
     SUBMITTED = "job.submitted"
     TRANSITION = "job.transition"
+    STARTED = "job.started"  # its process runs now (pid); the launcher journaled it
     REASON = "job.reason"
     REPLICA = "job.replica"
     GPU_SAMPLE = "gpu.sample"
@@ -154,6 +155,7 @@ class ReplicaJSON(TypedDict):
     started_at: float | None
     last_exit_code: int | None
     message: str
+    launches: int
 
 
 class JobJSON(TypedDict):
@@ -176,6 +178,7 @@ class JobJSON(TypedDict):
     ended_at: float | None
     owner_uid: int | None
     kill_at: float | None
+    stop_reason: str | None
     spec: dict[str, Any]
     replicas: NotRequired[list[ReplicaJSON]]
     attempt: NotRequired[int]

@@ -63,7 +63,9 @@ def paths(home: Path) -> Paths:
 
 def make_config(**sections: Any) -> Config:
     """A config with fast sampling, plus whatever sections the test gives."""
-    data: dict[str, Any] = {"engine": {"sample_interval": 0.2, "grace_period": 2.0}}
+    data: dict[str, Any] = {
+        "engine": {"sample_interval": 0.2, "grace_period": 2.0, "launcher_idle": 2.0}
+    }
     for key, value in sections.items():
         if key == "engine":
             data["engine"].update(value)

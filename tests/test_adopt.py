@@ -21,7 +21,7 @@ from gpulayer_tui.engine.spec import SpecError
 from gpulayer_tui.engine.supervisor import Supervisor, _Watch
 from gpulayer_tui.wire import FieldError
 
-from .conftest import EngineFactory, Served, adopt, eventually, make_config, pid_gone
+from .conftest import EngineFactory, Served, adopt, eventually, make_config, pid_gone, wait_for
 
 GIB = 1024**3
 
@@ -45,6 +45,9 @@ def spawn() -> Iterator[list[subprocess.Popen[bytes]]]:
 def start(spawned: list[subprocess.Popen[bytes]], *argv: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(list(argv), start_new_session=True)
     spawned.append(proc)
+    # Popen returns as the exec closes its pipe, a moment before the kernel shows the new
+    # command line: wait for it, as a user who found the process in a list would have.
+    wait_for(lambda: not procs.read_cmdline(proc.pid).startswith("["))
     return proc
 
 

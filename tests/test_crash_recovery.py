@@ -113,8 +113,7 @@ def test_kill_9_with_running_queued_service_and_adopted_work(
     # while no engine runs: half the running jobs end, one replica dies
     for n in range(5):
         (gates / str(n)).touch()
-    server = psutil.Process(replica_pids[1]).children()[0]  # the command, not its wrapper
-    server.kill()
+    psutil.Process(replica_pids[1]).kill()  # the replica's command itself (no wrapper)
     wait_for(lambda: all(pid_gone(gated_pids[gated[n]]) for n in range(5)))
     wait_for(lambda: pid_gone(replica_pids[1]))
 

@@ -60,25 +60,25 @@ async def _cli(paths: Paths, *args: str) -> tuple[int, str, str]:
 
 
 async def _break_writes(engine: Engine, how: str) -> None:
-    db = engine.store._db
-    assert db is not None
-    if how == "full":
-        # SQLite's SQLITE_FULL, exactly what ENOSPC gives: no page may be added.
-        async with db.execute("PRAGMA page_count") as cur:
-            row = await cur.fetchone()
-        assert row is not None
-        await db.execute(f"PRAGMA max_page_count = {int(row[0])}")
-    else:
-        await db.execute("PRAGMA query_only = 1")
+    def apply(db: sqlite3.Connection) -> None:
+        if how == "full":
+            # SQLite's SQLITE_FULL, exactly what ENOSPC gives: no page may be added.
+            pages = int(db.execute("PRAGMA page_count").fetchone()[0])
+            db.execute(f"PRAGMA max_page_count = {pages}")
+        else:
+            db.execute("PRAGMA query_only = 1")
+
+    await engine.store.run_on_writer(apply)
 
 
 async def _mend_writes(engine: Engine, how: str) -> None:
-    db = engine.store._db
-    assert db is not None
-    if how == "full":
-        await db.execute("PRAGMA max_page_count = 1073741823")
-    else:
-        await db.execute("PRAGMA query_only = 0")
+    def apply(db: sqlite3.Connection) -> None:
+        if how == "full":
+            db.execute("PRAGMA max_page_count = 1073741823")
+        else:
+            db.execute("PRAGMA query_only = 0")
+
+    await engine.store.run_on_writer(apply)
 
 
 @pytest.mark.parametrize(
@@ -162,14 +162,15 @@ def tiny_fs(home: Path) -> Iterator[Path]:
 
 def _fill(path: Path) -> None:
     """Write ``path`` until the filesystem has no space left."""
-    with open(path, "wb") as fh:
-        block = b"\0" * 65536
-        try:
-            while True:
-                fh.write(block)
-                fh.flush()
-        except OSError as err:
-            assert err.errno == 28, err  # ENOSPC
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    block = b"\0" * 4096
+    try:
+        while True:
+            os.write(fd, block)  # unbuffered: nothing is left to fail at close
+    except OSError as err:
+        assert err.errno == 28, err  # ENOSPC
+    finally:
+        os.close(fd)
 
 
 def test_full_disk_refuses_work_with_the_reason_then_recovers(

@@ -396,16 +396,21 @@ async def test_batch_submit_drains(make_engine: EngineFactory) -> None:
     assert counts == {"completed": 50}
 
 
-async def test_killing_the_wrapper_leaves_nothing_of_the_job_running(
-    make_engine: EngineFactory,
+async def test_a_job_killed_by_a_signal_leaves_nothing_of_itself_running(
+    make_engine: EngineFactory, tmp_path: Path
 ) -> None:
     engine = await make_engine()
-    job = await engine.submit({"command": ["sleep", "300"], "gpus": 1})
-    (command,) = psutil.Process(job.pid).children()
-    os.kill(job.pid, signal.SIGKILL)  # the wrapper dies without recording a status
+    pidfile = tmp_path / "child.pid"
+    # The job runs without a shell of ours: its pid is the command's own.
+    job = await engine.submit({"shell": f"sleep 300 & echo $! > {pidfile}; wait", "gpus": 1})
+    assert psutil.Process(job.pid).name() == "sh"
+    await eventually(pidfile.exists)
+    child = int(pidfile.read_text())
+    os.kill(job.pid, signal.SIGKILL)
     done = await engine.wait(job.id, timeout=10)
     assert done.status is JobStatus.FAILED and done.exit_code == 137
-    await eventually(lambda: pid_gone(command.pid))  # the GPU slot is not given away to it
+    assert done.termination_reason is TerminationReason.SIGNAL
+    await eventually(lambda: pid_gone(child))  # the GPU slot is not given away to it
 
 
 async def test_background_children_do_not_outlive_their_job(

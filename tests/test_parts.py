@@ -42,10 +42,15 @@ class Journal:
         self.rows: list[dict[str, Any]] = []
         self.events: list[Event] = []
 
-    def save(self, job: Job | None, events: Iterable[Event] = (), wait: bool = False) -> None:
+    def save(
+        self, job: Job | None, events: Iterable[Event] = (), wait: bool = False, new: bool = False
+    ) -> None:
         if job is not None:
             self.rows.append(dict(job.to_json()))
         self.events.extend(events)
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        callback()
 
     def statuses(self, job_id: int) -> list[str]:
         return [

@@ -12,7 +12,6 @@ import pytest
 from gpulayer_tui.engine.errors import StoreError
 from gpulayer_tui.engine.lock import EngineBusy
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
-from gpulayer_tui.engine.supervisor import exit_path
 
 from .conftest import EngineFactory, eventually, pid_gone
 
@@ -74,8 +73,7 @@ async def test_job_that_ended_while_engine_was_down(
     ok = await first.submit(gated(tmp_path, 0))
     await first.stop()
     (tmp_path / "go").touch()
-    exit_file = exit_path(first.paths.jobs_dir, ok.id)
-    await eventually(lambda: exit_file.exists() and exit_file.read_text().endswith("\n"))
+    await eventually(lambda: pid_gone(ok.pid or 0))  # its launcher reaps it and records 0
 
     second = await make_engine()
     done = await second.wait(ok.id, timeout=10)
@@ -94,10 +92,10 @@ async def test_job_killed_while_engine_was_down_is_never_shown_running(
     await eventually(lambda: pid_gone(job.pid or 0))
 
     second = await make_engine()
-    lost = await second.get(job.id)
-    assert lost.status is JobStatus.FAILED
-    assert lost.termination_reason is TerminationReason.ENGINE_LOST
-    assert "exit status unknown" in lost.message
+    killed = await second.get(job.id)
+    # Its launcher, its parent, saw how it ended while no engine ran.
+    assert killed.status is JobStatus.FAILED and killed.exit_code == 137
+    assert killed.termination_reason is TerminationReason.SIGNAL
     dep = await second.wait(queued_dep.id, timeout=10)
     assert dep.termination_reason is TerminationReason.DEPENDENCY_FAILED
 

@@ -26,7 +26,6 @@ from gpulayer_tui.engine.engine import Engine
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.engine.spec import SpecError
-from gpulayer_tui.engine.supervisor import exit_path
 
 from .conftest import REPO, EngineFactory, Served, make_config, wait_for
 from .raw_http import request
@@ -259,10 +258,11 @@ async def test_hostile_names_and_env_are_stored_verbatim_and_never_interpreted(
         assert out == name + " $(touch pwned-env); `touch pwned-env2`\n"
     listed = {j.id: j.name for j in await engine.list_jobs()}
     assert {i: listed[i] for i in ids} == ids
-    # Nothing was created but each job's log and exit file, and the tables are intact.
+    # Nothing was created but each job's log (exits are in the launcher's journal), and
+    # the tables are intact.
     created = _files(tmp_path) - before
     state = engine.paths.state_dir.relative_to(tmp_path)
-    expected = {f"{state}/jobs/{i}.{ext}" for i in ids for ext in ("log", "exit")}
+    expected = {f"{state}/jobs/{i}.log" for i in ids}
     assert {p for p in created if "/jobs/" in p} == expected
     assert not [p for p in created if "pwned" in p or p.endswith("x.log")]
     assert not list(outside.iterdir())
@@ -298,9 +298,10 @@ async def test_a_state_dir_with_shell_characters_in_its_path_is_safe(tmp_path: P
     try:
         job = await engine.submit({"shell": "exit 7", "cwd": str(tmp_path)})
         done = await engine.wait(job.id, timeout=10)
-        # The wrapper wrote the exit status to its file: the path was an argument, not code.
+        # The launcher ran in that state dir (its socket, journal and logs are there): the
+        # path was always an argument, never code.
         assert done.exit_code == 7
-        assert exit_path(engine.paths.jobs_dir, job.id).read_text() == "7\n"
+        assert f"E {job.id} 7\n" in (state / "launcher.journal").read_text()
         assert not [p for p in _files(tmp_path) if Path(p).name.startswith("pwned")]
     finally:
         await engine.stop()

@@ -91,11 +91,13 @@ async def _all_up(engine: Engine, job_id: int) -> bool:
     return bool(job.replicas) and all(r.state is ReplicaState.UP for r in job.replicas)
 
 
-async def _command_env(wrapper_pid: int | None) -> dict[str, str]:
-    """The environment of the command under a replica's wrapper (once it has forked)."""
-    assert wrapper_pid is not None
-    children = await eventually(lambda: psutil.Process(wrapper_pid).children())
-    return dict(children[0].environ())
+async def _command_env(pid: int | None) -> dict[str, str]:
+    """The environment of a replica's command (its pid is the command's own: no wrapper).
+
+    A process's environment shows in /proc a moment after its exec returns to the launcher.
+    """
+    assert pid is not None
+    return dict(await eventually(lambda: psutil.Process(pid).environ()))
 
 
 def _service(command: list[str], **extra: Any) -> dict[str, Any]:

@@ -177,10 +177,10 @@ async def test_submitted_job_counts_as_running_and_enter_opens_it(
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.screen.query(GpuPanel))
         assert summary_text(app).startswith("0 running")
-        job = await app.backend.submit({"command": ["sleep", "30"], "gpus": 1})
+        job = await app.backend.submit({"shell": "sleep 30; true", "gpus": 1})
         await until(pilot, lambda: summary_text(app).startswith("1 running"))
-        # The job's command (a child of its wrapper, as a CUDA program would be) holds
-        # memory: it is owned, not unregistered.
+        # A child of the job's command (as a CUDA worker process would be) holds memory:
+        # it is owned, not unregistered.
         leader = await until(pilot, lambda: app.job_store.jobs.get(job["id"], {}).get("pid"))
         detail = await until(pilot, lambda: [c.pid for c in psutil.Process(leader).children()])
         detail = detail[0]

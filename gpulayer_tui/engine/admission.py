@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .store import Store
 
 Cancel = Callable[[ActiveJob, str], None]
+LAUNCH_WAIT_S = 5.0  # at most this long does a submission wait for its starts
 
 
 class Admission:
@@ -112,6 +113,8 @@ class Admission:
                 if act.job.id in self._book:
                     self._cancel(act, f"not recorded: {err}")
             raise StoreError(f"the engine refuses new work: {err}") from None
+        # The answer says what runs, with its pid: wait (briefly) for the launches.
+        await self._book.wait_started([act.job.id for act in acts], LAUNCH_WAIT_S)
         return [act.job for act in acts]
 
     def _check_writable(self) -> None:

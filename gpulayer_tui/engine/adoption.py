@@ -13,14 +13,16 @@ descendants count as owned VRAM. When it exits the job is ``orphaned`` with
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..wire import AdoptRequest
 from . import procs
-from .batch import terminate
+from .batch import decide_stop
 from .errors import SpecError, StoreError
 from .executor import Exit
 from .gpus import GIB
@@ -321,8 +323,8 @@ class Adopter:
         job = act.job
         self._book.roots.drop(job.pid)
         job.kill_at = None
-        if act.stop_reason is Reason.CANCELLED:
-            self._book.finish(act, JobStatus.CANCELLED, Reason.CANCELLED, act.stop_message)
+        if job.stop_reason is Reason.CANCELLED:
+            self._book.finish(act, JobStatus.CANCELLED, Reason.CANCELLED, job.stop_message)
             return
         # Only a parent can wait() for a process: the exit status is unknowable, so the job
         # is never "completed" (record 004).
@@ -335,9 +337,15 @@ class Adopter:
         )
 
     def stop(self, act: ActiveJob, reason: TerminationReason, message: str) -> None:
-        """SIGTERM that pid alone (never its group), SIGKILL after ``adopt_grace_period``."""
+        """Record the stop, then (once durable) SIGTERM that pid alone (never its group);
+        SIGKILL after ``adopt_grace_period``."""
         grace = self._settings.adopt_grace_period
-        terminate(self._book, self._executor, act, reason, message, grace)
+        if decide_stop(self._book, act, reason, message, grace):
+            self._book.after_commit(functools.partial(self._signal_stop, act.job.id, grace))
+
+    def _signal_stop(self, job_id: int, grace: float) -> None:
+        if job_id in self._book:
+            self._executor.terminate(job_id, grace)
 
     def reattach(self, act: ActiveJob) -> None:
         """Watch an adopted process again after an engine restart, by pid + start time;
@@ -358,3 +366,7 @@ class Adopter:
         self._book.roots.add(job.pid, job.id, job.start_ticks)
         domains = self._scheduler.domains
         take_holds(act, [domains[name] for name in job.domains if name in domains])
+        if job.stop_reason is not None:
+            # Being stopped when the engine stopped: go on, keeping the stored deadline.
+            left = max(0.0, (job.kill_at or time.time()) - time.time())
+            self._executor.terminate(job.id, left)

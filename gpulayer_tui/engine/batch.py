@@ -10,13 +10,14 @@ its log for device errors).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .executor import Executor, Exit, LaunchError
+from .executor import Executor, Exit, LaunchError, Started
 from .jobbook import ActiveJob, JobBook, take_holds
 from .models import Job, JobStatus, TerminationReason
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from .domain import Domain
     from .scheduler import Scheduler
     from .spec import JobSpec
+    from .supervisor import Supervisor
 
 Reason = TerminationReason
 ProcessEndListener = Callable[[Job, list["Domain"]], None]
@@ -72,28 +74,6 @@ def argv_of(spec: JobSpec) -> tuple[list[str], str]:
     return argv, spec.cwd or os.path.expanduser("~")
 
 
-def terminate(
-    book: JobBook,
-    executor: Executor,
-    act: ActiveJob,
-    reason: TerminationReason,
-    message: str,
-    grace: float,
-) -> None:
-    """Ask a running job's process to stop: SIGTERM now, SIGKILL after ``grace`` seconds.
-
-    The first reason stands (a cancel during a timeout's grace changes nothing); the job's
-    message counts down to the SIGKILL. The job ends when the process does.
-    """
-    if act.stop_reason is not None:
-        return
-    act.stop_reason, act.stop_message = reason, message
-    if not executor.terminate(act.job.id, grace):
-        return
-    act.job.kill_at = time.time() + grace
-    book.note(act, f"stopping ({message}): SIGTERM sent, SIGKILL after {grace:g} s")
-
-
 def assign(act: ActiveJob, domains: list[Domain]) -> None:
     """Hold ``domains`` for ``act`` and record them on the job (names and GPU indices)."""
     take_holds(act, domains)
@@ -101,13 +81,51 @@ def assign(act: ActiveJob, domains: list[Domain]) -> None:
     act.job.gpus = [d.gpu_index for d in domains if d.gpu_index is not None]
 
 
+def decide_stop(
+    book: JobBook, act: ActiveJob, reason: TerminationReason, message: str, grace: float
+) -> bool:
+    """Record the decision to stop a running job: why, and when SIGKILL follows.
+
+    It is stored with the job (so a restarted engine still kills on time and still ends the
+    job ``cancelled``, whatever its exit code); the caller signals only once it is durable.
+    The first reason stands (a cancel during a timeout's grace changes nothing).
+
+    Returns:
+        False if the job was already being stopped.
+    """
+    job = act.job
+    if job.stop_reason is not None:
+        return False
+    job.stop_reason, job.stop_message = reason, message
+    job.kill_at = time.time() + grace
+    book.note(act, f"stopping ({message}): SIGTERM sent, SIGKILL after {grace:g} s")
+    return True
+
+
+def stop_verdict(job: Job, exit: Exit) -> tuple[JobStatus, TerminationReason, str]:
+    """How a job whose process ended ends: a decided stop wins over the exit code."""
+    if job.stop_reason is Reason.CANCELLED:
+        return JobStatus.CANCELLED, Reason.CANCELLED, job.stop_message
+    if exit.error is not None:
+        return JobStatus.FAILED, Reason.LAUNCH_FAILED, exit.error
+    if job.stop_reason is Reason.TIMEOUT:
+        return JobStatus.FAILED, Reason.TIMEOUT, job.stop_message
+    return exit_verdict(exit.code)
+
+
 class BatchRunner:
     """Runs ``command`` jobs.
 
+    Every step is decided, committed, then done: a placed job is marked ``running`` and
+    started once that is durable; a stop is recorded, then signalled. After a restart each
+    running job is found again through the executor (or, for a job started by an older
+    version's shell wrapper, through ``legacy``).
+
     Args:
         book: The active jobs.
-        scheduler: The domains (a re-attached job takes its holds back).
-        executor: Starts and watches the processes.
+        scheduler: The domains (a found-again job takes its holds back).
+        executor: Starts and watches the processes (the launcher).
+        legacy: Watches processes started by an earlier version's per-job wrapper.
         settings: ``[engine]`` (grace period).
         base_env: The environment every job starts from.
     """
@@ -117,12 +135,14 @@ class BatchRunner:
         book: JobBook,
         scheduler: Scheduler,
         executor: Executor,
+        legacy: Supervisor,
         settings: EngineSettings,
         base_env: dict[str, str],
     ) -> None:
         self._book = book
         self._scheduler = scheduler
         self._executor = executor
+        self._legacy = legacy
         self._settings = settings
         self._base_env = base_env
         self._timers: dict[int, asyncio.TimerHandle] = {}
@@ -139,26 +159,49 @@ class BatchRunner:
     # -- start --------------------------------------------------------------------------------
 
     def start(self, act: ActiveJob, domains: list[Domain]) -> None:
-        """The job was placed on ``domains``: hold them and launch it."""
+        """The job was placed on ``domains``: hold them, mark it running, start it once that
+        is durable (one commit covers every start of a scheduling pass)."""
         job, spec = act.job, act.spec
         assert spec is not None
         assign(act, domains)
-        argv, cwd = argv_of(spec)
-        env = job_env(self._base_env, spec, job.id, job.gpus)
-        try:
-            started = self._executor.start(job.id, argv, cwd, env, self._exit_handler(job.id))
-        except LaunchError as err:
-            self._book.finish(act, JobStatus.FAILED, Reason.LAUNCH_FAILED, str(err))
-            return
-        job.pid, job.start_ticks = started.pid, started.start_ticks
-        self._book.roots.add(started.pid, job.id, started.start_ticks)
-        where = ", ".join(job.domains)
-        self._book.transition(act, JobStatus.RUNNING, message=f"running on {where}")
+        self._book.transition(
+            act, JobStatus.RUNNING, message=f"running on {', '.join(job.domains)}"
+        )
         if spec.timeout is not None:
             self._arm_timeout(act, spec.timeout)
+        self._book.after_commit(functools.partial(self._launch, job.id))
 
-    def _exit_handler(self, job_id: int) -> Callable[[Exit], None]:
-        return lambda exit: self._exited(job_id, exit)
+    def _launch(self, job_id: int) -> None:
+        act = self._book.get(job_id)
+        if act is None or act.job.status is not JobStatus.RUNNING or act.spec is None:
+            return  # it ended before its start was durable (a refused submission)
+        job = act.job
+        if job.stop_reason is not None:
+            # Stopped before it started: it never runs.
+            self._end(act, Exit(None, recorded=False, error="stopped before it started"))
+            return
+        argv, cwd = argv_of(act.spec)
+        env = job_env(self._base_env, act.spec, job.id, job.gpus)
+        try:
+            self._executor.start(
+                job.id,
+                argv,
+                cwd,
+                env,
+                functools.partial(self._started, job_id),
+                functools.partial(self._exited, job_id),
+            )
+        except LaunchError as err:
+            self._book.finish(act, JobStatus.FAILED, Reason.LAUNCH_FAILED, str(err))
+
+    def _started(self, job_id: int, started: Started) -> None:
+        act = self._book.get(job_id)
+        if act is None:
+            return
+        act.job.pid, act.job.start_ticks = started.pid, started.start_ticks
+        self._book.roots.add(started.pid, job_id, started.start_ticks)
+        act.launched = True
+        self._book.started(job_id)
 
     def _arm_timeout(self, act: ActiveJob, delay: float) -> None:
         loop = asyncio.get_running_loop()
@@ -175,25 +218,38 @@ class BatchRunner:
     # -- stop and end -------------------------------------------------------------------------
 
     def stop(self, act: ActiveJob, reason: TerminationReason, message: str) -> None:
-        """SIGTERM the job's process group, SIGKILL after the grace period."""
-        terminate(self._book, self._executor, act, reason, message, self._settings.grace_period)
+        """Record the stop, then (once durable) SIGTERM the job's process group; SIGKILL
+        follows after the grace period (the launcher keeps that deadline)."""
+        grace = self._settings.grace_period
+        if decide_stop(self._book, act, reason, message, grace):
+            self._book.after_commit(functools.partial(self._signal_stop, act.job.id, grace))
+
+    def _signal_stop(self, job_id: int, grace: float) -> None:
+        act = self._book.get(job_id)
+        if act is None:
+            return
+        if job_id in self._legacy.pids():
+            self._legacy.terminate(job_id, grace)
+        else:
+            # Not started yet: _launch sees the stop and ends it without a process.
+            self._executor.terminate(job_id, grace)
 
     def _exited(self, job_id: int, exit: Exit) -> None:
         act = self._book.get(job_id)
         if act is None:
             return
+        self._end(act, exit)
+        self._book.after_commit(functools.partial(self._executor.done, job_id))
+
+    def _end(self, act: ActiveJob, exit: Exit) -> None:
         self._book.roots.drop(act.job.pid)
         act.job.kill_at = None
-        if act.stop_reason is Reason.CANCELLED:
-            status, reason, message = JobStatus.CANCELLED, Reason.CANCELLED, act.stop_message
-        elif act.stop_reason is Reason.TIMEOUT:
-            status, reason, message = JobStatus.FAILED, Reason.TIMEOUT, act.stop_message
-        else:
-            status, reason, message = exit_verdict(exit.code)
+        status, reason, message = stop_verdict(act.job, exit)
         holds = list(act.holds)
         self._book.finish(act, status, reason, message, exit.code)
-        for listener in self._process_end:
-            listener(act.job, holds)
+        if exit.error is None:
+            for listener in self._process_end:
+                listener(act.job, holds)
 
     def job_ended(self, act: ActiveJob) -> None:
         """End listener: drop the job's timeout."""
@@ -204,13 +260,41 @@ class BatchRunner:
     # -- restart ------------------------------------------------------------------------------
 
     def reattach(self, act: ActiveJob) -> None:
-        """Watch a job an earlier engine started; end it from its exit record if it is gone."""
+        """Take back a job that was running when an earlier engine stopped: watch it again,
+        end it from what its launcher recorded, or start it if it never started."""
         job = act.job
-        alive = job.pid is not None and self._executor.attach(
-            job.id, job.pid, job.start_ticks, self._exit_handler(job.id)
+        found = self._executor.find(
+            job.id,
+            functools.partial(self._started, job.id),
+            functools.partial(self._exited, job.id),
         )
-        if not alive:
-            code = self._executor.recorded_exit(job.id)
+        if isinstance(found, Exit):
+            self._end(act, found)
+            self._book.after_commit(functools.partial(self._executor.done, job.id))
+            return
+        domains = self._scheduler.domains
+        if found is None and job.pid is not None:
+            self._reattach_legacy(act)
+            return
+        take_holds(act, [domains[name] for name in job.domains if name in domains])
+        if isinstance(found, Started):
+            self._started(job.id, found)
+        if act.spec is not None and act.spec.timeout is not None and job.started_at:
+            self._arm_timeout(act, act.spec.timeout - (time.time() - job.started_at))
+        if found is None:
+            self._launch(job.id)  # decided (and durable) but never started: start it once
+        elif job.stop_reason is not None:
+            # Stopping when the engine stopped: signal again, keeping the stored deadline.
+            grace = max(0.0, (job.kill_at or time.time()) - time.time())
+            self._executor.terminate(job.id, grace)
+
+    def _reattach_legacy(self, act: ActiveJob) -> None:
+        """A job an older version started under its per-job ``sh`` wrapper."""
+        job = act.job
+        assert job.pid is not None
+        on_exit = functools.partial(self._exited_legacy, job.id)
+        if not self._legacy.attach(job.id, job.pid, job.start_ticks, on_exit):
+            code = self._legacy.recorded_exit(job.id)
             if code is None:
                 self._book.finish(
                     act,
@@ -219,14 +303,18 @@ class BatchRunner:
                     "the process ended while no engine was watching; exit status unknown",
                 )
             else:
-                self._exited(job.id, Exit(code, recorded=True))
+                self._end(act, Exit(code, recorded=True))
             return
-        assert job.pid is not None
         self._book.roots.add(job.pid, job.id, job.start_ticks)
         domains = self._scheduler.domains
         take_holds(act, [domains[name] for name in job.domains if name in domains])
         if act.spec is not None and act.spec.timeout is not None and job.started_at:
             self._arm_timeout(act, act.spec.timeout - (time.time() - job.started_at))
+
+    def _exited_legacy(self, job_id: int, exit: Exit) -> None:
+        act = self._book.get(job_id)
+        if act is not None:
+            self._end(act, exit)
 
     def close(self) -> None:
         """Engine stop: drop the timers (a restarted engine re-arms them)."""

@@ -74,6 +74,7 @@ class EngineSettings(_Strict):
     grace_period: float = Field(10.0, ge=0, le=3600)
     adopt_grace_period: float = Field(60.0, ge=0, le=3600)
     auto_domains: bool = True
+    launcher_idle: float = Field(60.0, ge=0.1, le=86400)
 
 
 class CpuSettings(_Strict):

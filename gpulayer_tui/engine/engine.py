@@ -39,6 +39,7 @@ from .gpus import GpuProbe, ProbeStatus
 from .health import DomainOps
 from .jobbook import ActiveJob, JobBook, Runner, release_holds
 from .jobqueue import JobQueue
+from .launch_client import LauncherExecutor
 from .lock import EngineLock
 from .models import EventKind, Job, JobKind, JobStatus, TerminationReason
 from .probes import make_probe
@@ -87,16 +88,22 @@ class Engine:
         base_env = dict(os.environ)  # jobs get it plus their spec's env
         self.bus = EventBus()
         self.store = Store(paths.database, self.bus.publish)
-        self.executor = Supervisor(paths.jobs_dir)
+        # Jobs start through the state dir's launcher; adopted processes (and jobs an older
+        # version started under its per-job wrapper) are watched directly.
+        self.executor = LauncherExecutor(paths.state_dir, paths.jobs_dir, settings.launcher_idle)
+        self.watcher = Supervisor(paths.jobs_dir)
         self.scheduler = Scheduler()
         self.book = JobBook(self.store, self.bus)
         self.queue = JobQueue(self.book, self.scheduler, self.store.get_job, self._start_job)
-        self.batch = BatchRunner(self.book, self.scheduler, self.executor, settings, base_env)
+        self.batch = BatchRunner(
+            self.book, self.scheduler, self.executor, self.watcher, settings, base_env
+        )
         self.services = ServiceRunner(
             self.book,
             self.scheduler,
             self.queue,
             self.executor,
+            self.watcher,
             self.config,
             base_env,
             service_clock,
@@ -110,7 +117,7 @@ class Engine:
             self._on_sample,
         )
         self.adopter = Adopter(
-            self.book, self.scheduler, self.executor, self.store, self._latest_sample, settings
+            self.book, self.scheduler, self.watcher, self.store, self._latest_sample, settings
         )
         self.domain_ops = DomainOps(
             self.scheduler,
@@ -198,6 +205,7 @@ class Engine:
             raise StoreError(f"the state dir {state} cannot be written: {err.strerror}") from None
         try:
             await self.store.open(__version__, os.getpid())
+            await self.executor.open()
             first = await self.sampler.sample_once()
             self._build_domains(first)
             await self.domain_ops.restore_states()
@@ -207,6 +215,7 @@ class Engine:
             self.queue.schedule()
             await self.store.flush()
         except BaseException:
+            await self.executor.close()
             await self.store.close()
             self._lock.release()
             raise
@@ -235,8 +244,9 @@ class Engine:
         self.batch.close()
         self.services.close()
         self.queue.close()
-        self.executor.close()
-        await self.store.close()
+        await self.store.close()  # (commits what is queued; after-commit acks go out)
+        await self.executor.close()
+        self.watcher.close()
         self.bus.close()
         self._lock.release()
 

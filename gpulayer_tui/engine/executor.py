@@ -1,10 +1,11 @@
-"""The executor interface: how the engine starts, signals, watches and re-attaches work.
+"""The executor interface: how the engine starts, signals, watches and finds again its work.
 
-The runners (batch jobs, service replicas) decide *what* runs and *when*; an executor
-carries it out and reports each exit through the callback given with the work. Today's
-implementation is the local one (:class:`~gpulayer_tui.engine.supervisor.Supervisor`:
-processes on this machine); a long-lived launcher and a Slurm cluster plug in behind the
-same methods.
+The runners (batch jobs, service replicas) decide *what* runs and *when*, and commit that
+decision first; an executor carries it out and reports each start and end through the
+callbacks given with the work. The implementation for this machine is the launcher
+(:class:`~gpulayer_tui.engine.launch_client.LauncherExecutor`: one long-lived parent of
+every job); a Slurm cluster plugs in behind the same methods. Adopted processes, which
+nobody starts, are watched by :class:`~gpulayer_tui.engine.supervisor.Supervisor`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-# What a watched process belongs to: a job id, or (job id, replica index) for a service.
+# What a task belongs to: a job id, or (job id, replica index) for a service.
 TaskKey = int | tuple[int, int]
 
 
@@ -29,58 +30,68 @@ class LaunchError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class Exit:
-    """How a watched process ended.
+    """How a task ended.
 
     Attributes:
         code: The command's exit status (128+N when killed by signal N); ``None`` when
-            nobody could observe it (the wrapper was killed and nothing was recorded).
-        recorded: True when the executor's exit record supplied ``code``.
+            nobody could observe it.
+        recorded: True when the executor observed ``code`` itself.
+        error: Set when the task never ran (it could not be started): the reason.
     """
 
     code: int | None
     recorded: bool
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Started:
-    """Identity of a started (or re-attached) task's process: pid plus its start time, so a
+    """Identity of a started (or found again) task's process: pid plus its start time, so a
     recycled pid is never taken for it."""
 
     pid: int
     start_ticks: int
 
 
+OnStart = Callable[[Started], None]
+"""Called on the event loop once the task's process runs."""
 OnExit = Callable[[Exit], None]
-"""Called on the event loop, once, when the task's process has ended."""
+"""Called on the event loop, once, when the task has ended (or could not start)."""
 
 
 class Executor(Protocol):
     """Runs tasks for the engine's runners."""
 
     def start(
-        self, key: TaskKey, argv: list[str], cwd: str, env: dict[str, str], on_exit: OnExit
-    ) -> Started:
-        """Start ``argv`` as task ``key``; ``on_exit`` hears of its end.
+        self,
+        key: TaskKey,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        on_start: OnStart,
+        on_exit: OnExit,
+        run: int = 0,
+    ) -> None:
+        """Start ``argv`` as the ``run``-th start of task ``key`` (a replica restarts under
+        the same key). Call only once the decision to start it is durable.
 
         Raises:
-            LaunchError: It cannot start (the message is the job's reason).
+            LaunchError: It cannot start (checked before anything is started).
         """
         ...
 
-    def attach(self, key: TaskKey, pid: int, ticks: int | None, on_exit: OnExit) -> bool:
-        """Watch a task started by an earlier engine run; False if it is gone."""
+    def find(self, key: TaskKey, on_start: OnStart, on_exit: OnExit, run: int = 0) -> object:
+        """After a restart: what became of a task. :class:`Started` (it runs and is watched
+        again: ``on_exit`` follows), :class:`Exit` (it ended meanwhile), or ``None`` (it
+        never started: starting it now runs it once)."""
         ...
 
-    def terminate(self, key: TaskKey, grace: float) -> bool:
+    def terminate(self, key: TaskKey, grace: float, run: int = 0) -> bool:
         """SIGTERM the task now and SIGKILL it after ``grace`` s; False if nothing runs."""
         ...
 
-    def forget(self, key: TaskKey) -> None:
-        """Stop watching without signalling (the work is left alone)."""
-        ...
-
-    def recorded_exit(self, key: TaskKey) -> int | None:
-        """The exit status recorded for a task that ended unwatched (``None``: unknown)."""
+    def done(self, key: TaskKey, run: int = 0) -> None:
+        """The engine recorded the task's end: the executor may forget it."""
         ...
 
     def log_path(self, key: TaskKey) -> Path:
@@ -88,9 +99,5 @@ class Executor(Protocol):
         ...
 
     def pids(self) -> dict[TaskKey, int]:
-        """The process of every task being watched."""
-        ...
-
-    def close(self) -> None:
-        """Stop watching everything; the processes keep running."""
+        """The process of every task running now."""
         ...

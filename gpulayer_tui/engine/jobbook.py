@@ -32,9 +32,18 @@ class Journal(Protocol):
     """Where job rows and events go (the store's group-commit writer)."""
 
     def save(
-        self, job: Job | None, events: Iterable[Event] = (), wait: bool = False
+        self,
+        job: Job | None,
+        events: Iterable[Event] = (),
+        wait: bool = False,
+        new: bool = False,
     ) -> asyncio.Future[None] | None:
-        """Queue ``job``'s row and ``events``; with ``wait``, a future for the commit."""
+        """Queue ``job``'s row (``new``: its first) and ``events``; with ``wait``, a future
+        for the commit."""
+        ...
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once everything queued so far is durable."""
         ...
 
 
@@ -47,16 +56,13 @@ class ActiveJob:
         spec: The parsed spec; ``None`` for adopted jobs and rows this version cannot parse.
         request: What it needs, resolved against the domains (``None``: unknown).
         holds: The domains whose slots it holds (set by :func:`take_holds`).
-        stop_reason: Why a stop was asked for, while it is stopping (the first one stands).
-        stop_message: The words of that stop.
     """
 
     job: Job
     spec: JobSpec | None
     request: Request | None
     holds: list[Domain] = field(default_factory=list)
-    stop_reason: TerminationReason | None = None
-    stop_message: str = ""
+    launched: bool = False  # its processes run (set by its runner)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -136,6 +142,7 @@ class JobBook:
         # still see them, or a reader could find the stale "running" row in SQLite.
         self._settling: dict[int, ActiveJob] = {}
         self._waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._start_waiters: dict[int, list[asyncio.Future[None]]] = {}
         self._last_id = 0
         self._end_listeners: list[EndListener] = []
         self.roots = ProcessRoots()
@@ -172,7 +179,7 @@ class JobBook:
         submitted = self.event(
             EventKind.SUBMITTED, job, {"status": JobStatus.PENDING.value, "message": ""}
         )
-        self._journal.save(job, [submitted])
+        self._journal.save(job, [submitted], new=True)
         return act
 
     def restore(self, job: Job, spec: JobSpec | None, request: Request | None) -> ActiveJob:
@@ -287,9 +294,37 @@ class JobBook:
 
     def _settled(self, job_id: int) -> None:
         self._settling.pop(job_id, None)
-        for waiter in self._waiters.pop(job_id, ()):
+        for waiters in (self._waiters, self._start_waiters):
+            for waiter in waiters.pop(job_id, ()):
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def started(self, job_id: int) -> None:
+        """A running job's processes run now (its runner says so): tell subscribers (its
+        pid is durable in the launcher's journal, not a row of ours) and wake waiters."""
+        act = self._active.get(job_id)
+        if act is not None and self._bus.has_subscribers:
+            pid = act.job.pid
+            data = {"status": act.job.status.value, "pid": pid}
+            self._bus.publish(self.event(EventKind.STARTED, act.job, data))
+        for waiter in self._start_waiters.pop(job_id, ()):
             if not waiter.done():
                 waiter.set_result(None)
+
+    async def wait_started(self, job_ids: list[int], timeout: float) -> None:
+        """Return once each of ``job_ids`` that is running has its processes started (or
+        it ended), or after ``timeout``: a submission answers with the real pid."""
+        loop = asyncio.get_running_loop()
+        waiters = []
+        for job_id in job_ids:
+            act = self._active.get(job_id)
+            if act is None or act.job.status is not JobStatus.RUNNING or act.launched:
+                continue
+            waiter = loop.create_future()
+            self._start_waiters.setdefault(job_id, []).append(waiter)
+            waiters.append(waiter)
+        if waiters:
+            await asyncio.wait(waiters, timeout=timeout)
 
     def finish(
         self,
@@ -322,6 +357,15 @@ class JobBook:
         """Change a job's message (e.g. "stopping: SIGTERM sent") and publish it."""
         act.job.message = message
         self._journal.save(act.job, [self.event(EventKind.REASON, act.job, {"message": message})])
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once every change queued so far is durable: a decision (to
+        start, signal, stop) is acted on only then."""
+        self._journal.after_commit(callback)
+
+    def save(self, act: ActiveJob) -> None:
+        """Queue the job's row (a change that is not an event: its pid, its stop)."""
+        self._journal.save(act.job)
 
     def record(self, act: ActiveJob, kind: EventKind, data: dict[str, Any]) -> None:
         """Queue the job's row with an event of ``kind`` (e.g. a replica's change)."""

@@ -136,6 +136,8 @@ class Replica:
         started_at: When its current process started.
         last_exit_code: Exit status of its previous process.
         message: Human state (why it is starting, what it exited with).
+        launches: How often a start was decided (numbers each start for the executor, so a
+            start decided before a crash is carried out once, never twice).
     """
 
     index: int
@@ -152,6 +154,7 @@ class Replica:
     started_at: float | None = None
     last_exit_code: int | None = None
     message: str = ""
+    launches: int = 0
 
     def to_json(self) -> ReplicaJSON:
         """JSON shape (also what the database stores)."""
@@ -170,6 +173,7 @@ class Replica:
             "started_at": self.started_at,
             "last_exit_code": self.last_exit_code,
             "message": self.message,
+            "launches": self.launches,
         }
 
     @classmethod
@@ -190,6 +194,7 @@ class Replica:
             started_at=data.get("started_at"),
             last_exit_code=data.get("last_exit_code"),
             message=str(data.get("message", "")),
+            launches=int(data.get("launches", 0)),
         )
 
 
@@ -217,6 +222,10 @@ class Job:
         owner_uid: Unix uid of the submitter.
         replicas: A service's replicas (empty for other kinds).
         attempt: How often a service was placed (1 on its first start).
+        stop_reason: Why it is being stopped (cancel, timeout), once that is decided: it
+            decides the job's end whatever the exit code, also after a restart.
+        stop_message: The words of that stop.
+        kill_at: While stopping: when SIGKILL follows (epoch seconds).
     """
 
     id: int
@@ -239,7 +248,9 @@ class Job:
     owner_uid: int | None = None
     replicas: list[Replica] = field(default_factory=list)
     attempt: int = 0
-    kill_at: float | None = None  # while stopping: when SIGKILL follows (not stored)
+    stop_reason: TerminationReason | None = None
+    stop_message: str = ""
+    kill_at: float | None = None
 
     def to_json(self, slim: bool = False) -> JobJSON:
         """The record's JSON shape, using the design records' field names.
@@ -271,6 +282,7 @@ class Job:
             "ended_at": self.ended_at,
             "owner_uid": self.owner_uid,
             "kill_at": self.kill_at,
+            "stop_reason": self.stop_reason.value if self.stop_reason else None,
             "spec": spec,
         }
         if self.kind is JobKind.SERVICE:

@@ -32,11 +32,10 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .batch import argv_of, assign, exit_verdict, job_env
-from .executor import Executor, Exit, LaunchError
+from .executor import Executor, Exit, LaunchError, Started
 from .jobbook import ActiveJob, JobBook, release_holds, take_holds
 from .models import (
     EventKind,
@@ -65,6 +64,7 @@ if TYPE_CHECKING:
     from .domain import Domain
     from .jobqueue import JobQueue
     from .scheduler import Scheduler
+    from .supervisor import Supervisor
 
 R = ReplicaState
 Reason = TerminationReason
@@ -77,7 +77,8 @@ class ServiceRunner:
         book: The active jobs.
         scheduler: The domains (holds on start, restart recovery and re-placement).
         queue: Where a service placed again waits.
-        executor: Starts and watches the replicas' processes.
+        executor: Starts and watches the replicas' processes (the launcher).
+        legacy: Watches replicas started by an earlier version's per-job wrapper.
         config: The engine's configuration (``[engine]`` grace, ``[services]``).
         base_env: The environment every replica starts from.
         clock: Time for back-off (tests step a manual clock).
@@ -89,6 +90,7 @@ class ServiceRunner:
         scheduler: Scheduler,
         queue: JobQueue,
         executor: Executor,
+        legacy: Supervisor,
         config: Config,
         base_env: dict[str, str],
         clock: ServiceClock | None = None,
@@ -97,6 +99,7 @@ class ServiceRunner:
         self._scheduler = scheduler
         self._queue = queue
         self._executor = executor
+        self._legacy = legacy
         self._config = config
         self._base_env = base_env
         self.clock: ServiceClock = clock or LoopClock()
@@ -124,6 +127,7 @@ class ServiceRunner:
         assign(act, domains)
         runtime = self._runtimes.setdefault(job.id, ServiceRuntime())
         job.attempt += 1
+        act.launched = False
         per_replica = request.gpus // request.replicas
         old = {r.index: r for r in job.replicas}
         job.replicas = []
@@ -141,7 +145,7 @@ class ServiceRunner:
             replica.gpus = [d.gpu_index for d in mine if d.gpu_index is not None]
             job.replicas.append(replica)
         runtime.end = None
-        act.stop_reason = None
+        job.stop_reason, job.stop_message, job.kill_at = None, "", None
         attempt = f" (placement {job.attempt} of {spec.max_attempts})" if job.attempt > 1 else ""
         where = ", ".join(job.domains)
         self._book.transition(act, JobStatus.RUNNING, message=f"starting on {where}{attempt}")
@@ -149,7 +153,7 @@ class ServiceRunner:
             loop = asyncio.get_running_loop()
             self._timeouts[job.id] = loop.call_later(spec.timeout, self._timed_out, job.id)
         for replica in job.replicas:
-            if not self._launch_or_fail(act, replica, "start"):
+            if not self._decide_launch(act, replica, "start"):
                 return
 
     def _timed_out(self, job_id: int) -> None:
@@ -167,52 +171,107 @@ class ServiceRunner:
             if r.port is not None and r.state.has_process
         }
 
-    def _launch_replica(self, act: ActiveJob, replica: Replica) -> None:
-        """Start one replica's process (raises :class:`LaunchError`)."""
+    def _decide_launch(self, act: ActiveJob, replica: Replica, verb: str) -> bool:
+        """Decide the replica's next start (its port, its run number) and record it; the
+        process is started once that is durable (:meth:`_spawn`).
+
+        Returns:
+            False if it cannot start (then the service is failing, with the reason).
+        """
         job, spec = act.job, act.spec
-        assert spec is not None
-        env = job_env(self._base_env, spec, job.id, replica.gpus)
-        env["GPULAYER_REPLICA"] = str(replica.index)
         port: int | None = None
-        if spec.wants_port:
-            port = free_port(self._config.services.host, self._ports_in_use())
-            env["PORT"] = str(port)
-        argv, cwd = argv_of(spec)
-        key = (job.id, replica.index)
-        started = self._executor.start(key, argv, cwd, env, self._exit_handler(job.id, replica))
-        pid = started.pid
-        replica.pid, replica.start_ticks, replica.port = pid, started.start_ticks, port
-        replica.endpoint = None
-        replica.next_restart_at = None
-        replica.started_at = self.clock.now()
-        self._book.roots.add(pid, job.id, started.start_ticks)
-        if port is None:
-            self._set_replica(act, replica, R.UP, f"running (pid {pid})")
-            return
-        self._set_replica(
-            act, replica, R.STARTING, f"pid {pid} started; waiting for port {port} to accept"
-        )
-        self._watch_port(act, replica)
-
-    def _exit_handler(self, job_id: int, replica: Replica) -> Callable[[Exit], None]:
-        return lambda exit: self._replica_exited(job_id, replica.index, exit)
-
-    def _launch_or_fail(self, act: ActiveJob, replica: Replica, verb: str) -> bool:
-        """Launch a replica; if it cannot start, fail the service with the reason."""
         try:
-            if act.spec is None:  # restored from a row this version cannot parse
+            if spec is None:  # restored from a row this version cannot parse
                 raise LaunchError("its stored spec can no longer be read")
-            self._launch_replica(act, replica)
+            if spec.wants_port:
+                port = free_port(self._config.services.host, self._ports_in_use())
         except LaunchError as err:
-            self._set_replica(act, replica, R.EXITED, f"could not {verb}: {err}")
-            self._end(
-                act,
-                JobStatus.FAILED,
-                Reason.LAUNCH_FAILED,
-                f"replica {replica.index} could not {verb}: {err}",
-            )
+            self._launch_failed(act, replica, verb, str(err))
             return False
+        replica.launches += 1
+        replica.pid = replica.start_ticks = None
+        replica.port, replica.endpoint, replica.next_restart_at = port, None, None
+        replica.started_at = self.clock.now()
+        if port is None:
+            self._set_replica(act, replica, R.UP, "starting")
+        else:
+            self._set_replica(act, replica, R.STARTING, f"starting with $PORT {port}")
+        self._book.after_commit(
+            functools.partial(self._spawn, job.id, replica.index, replica.launches, verb)
+        )
         return True
+
+    def _spawn(self, job_id: int, index: int, run: int, verb: str) -> None:
+        """The decision to start is durable: start the replica's process."""
+        act = self._book.get(job_id)
+        runtime = self._runtimes.get(job_id)
+        if act is None or runtime is None or index >= len(act.job.replicas):
+            return
+        replica = act.job.replicas[index]
+        if replica.launches != run or replica.pid is not None:
+            return  # superseded, or already running
+        if replica.state is R.STOPPING:
+            # Stopped before it started: it never runs.
+            self._set_replica(act, replica, R.EXITED, "stopped before it started")
+            self._settle(act)
+            return
+        if replica.state not in (R.STARTING, R.UP):
+            return
+        spec = act.spec
+        assert spec is not None
+        env = job_env(self._base_env, spec, job_id, replica.gpus)
+        env["GPULAYER_REPLICA"] = str(index)
+        if replica.port is not None:
+            env["PORT"] = str(replica.port)
+        argv, cwd = argv_of(spec)
+        try:
+            self._executor.start(
+                (job_id, index),
+                argv,
+                cwd,
+                env,
+                functools.partial(self._replica_started, job_id, index, run),
+                functools.partial(self._replica_exited, job_id, index, run),
+                run,
+            )
+        except LaunchError as err:
+            self._launch_failed(act, replica, verb, str(err))
+
+    def _replica_started(self, job_id: int, index: int, run: int, started: Started) -> None:
+        act = self._book.get(job_id)
+        if act is None or index >= len(act.job.replicas):
+            return
+        replica = act.job.replicas[index]
+        if replica.launches != run:
+            return
+        pid = started.pid
+        replica.pid, replica.start_ticks = pid, started.start_ticks
+        self._book.roots.add(pid, job_id, started.start_ticks)
+        if all(r.pid is not None or not r.state.has_process for r in act.job.replicas):
+            act.launched = True
+            self._book.started(job_id)
+        if replica.state is R.STARTING:
+            assert replica.port is not None
+            self._set_replica(
+                act,
+                replica,
+                R.STARTING,
+                f"pid {pid} started; waiting for port {replica.port} to accept",
+            )
+            self._watch_port(act, replica)
+        elif replica.state is R.UP:
+            self._set_replica(act, replica, R.UP, f"running (pid {pid})")
+
+    def _launch_failed(self, act: ActiveJob, replica: Replica, verb: str, error: str) -> None:
+        """A replica cannot start: the service fails with the reason."""
+        if replica.state is not R.EXITED:
+            self._set_replica(act, replica, R.EXITED, f"could not {verb}: {error}")
+        self._end(
+            act,
+            JobStatus.FAILED,
+            Reason.LAUNCH_FAILED,
+            f"replica {replica.index} could not {verb}: {error}",
+        )
 
     def _watch_port(self, act: ActiveJob, replica: Replica) -> None:
         assert replica.pid is not None and replica.port is not None
@@ -251,9 +310,11 @@ class ServiceRunner:
         message: str,
         exit_code: int | None = None,
     ) -> None:
-        """The one place a replica's state changes: check, update the summary, record."""
+        """The one place a replica's state changes (or its message, in the same state):
+        check, update the summary, record."""
         job = act.job
-        check_replica_transition(job.id, replica.index, replica.state, state)
+        if state is not replica.state:
+            check_replica_transition(job.id, replica.index, replica.state, state)
         replica.state = state
         replica.message = message
         runtime = self._runtimes.get(job.id)
@@ -288,20 +349,32 @@ class ServiceRunner:
 
     # -- exits and restarts -------------------------------------------------------------------
 
-    def _replica_exited(self, job_id: int, index: int, exit: Exit) -> None:
+    def _replica_exited(self, job_id: int, index: int, run: int, exit: Exit) -> None:
         """A replica's process ended: restart it, end the service, or finish stopping."""
+        self._book.after_commit(functools.partial(self._executor.done, (job_id, index), run))
         act = self._book.get(job_id)
         runtime = self._runtimes.get(job_id)
         if act is None or runtime is None or index >= len(act.job.replicas):
             return
         replica = act.job.replicas[index]
+        if replica.launches != run:
+            return  # an older start of this replica (its end was already handled)
+        self._replica_ended(act, runtime, replica, exit)
+
+    def _replica_ended(
+        self, act: ActiveJob, runtime: ServiceRuntime, replica: Replica, exit: Exit
+    ) -> None:
+        job_id, index = act.job.id, replica.index
         self._book.roots.drop(replica.pid)
         probe = runtime.probes.pop(index, None)
         if probe is not None:
             probe.cancel()
+        if exit.error is not None and replica.state is not R.STOPPING:
+            self._launch_failed(act, replica, "start", exit.error)
+            return
         code = exit.code
         replica.last_exit_code = code
-        what = describe_exit(code)
+        what = describe_exit(code) if exit.error is None else "not started"
         if replica.state is R.STOPPING or runtime.end is not None or runtime.replacing is not None:
             if replica.state.has_process:
                 self._set_replica(act, replica, R.EXITED, f"stopped ({what})", code)
@@ -359,7 +432,7 @@ class ServiceRunner:
         if replica.state is not R.BACKOFF:
             return
         replica.restarts += 1
-        self._launch_or_fail(act, replica, "restart")
+        self._decide_launch(act, replica, "restart")
 
     # -- stopping -----------------------------------------------------------------------------
 
@@ -381,7 +454,7 @@ class ServiceRunner:
         if runtime.end is not None:
             return  # already ending; the first verdict stands
         runtime.end = (status, reason, message, exit_code)
-        act.stop_reason = reason
+        act.job.stop_reason, act.job.stop_message = reason, message
         self._stop_replicas(act, runtime, f"stopping ({message})")
         self._settle(act)
 
@@ -404,23 +477,35 @@ class ServiceRunner:
         self._settle(act)
 
     def _stop_replicas(self, act: ActiveJob, runtime: ServiceRuntime, summary: str) -> None:
+        """Record that every replica stops; signal them once that is durable."""
         job = act.job
         runtime.cancel_restarts()
         grace = self._config.engine.grace_period
-        stopping = False
+        stopping = []
         for replica in job.replicas:
             if replica.state.has_process and replica.state is not R.STOPPING:
-                if self._executor.terminate((job.id, replica.index), grace):
-                    stopping = True
-                    self._set_replica(act, replica, R.STOPPING, "SIGTERM sent")
-                    continue
-            if replica.state in (R.PENDING, R.BACKOFF):
+                self._set_replica(act, replica, R.STOPPING, "SIGTERM sent")
+                stopping.append((replica.index, replica.launches))
+            elif replica.state in (R.PENDING, R.BACKOFF):
                 replica.next_restart_at = None
                 self._set_replica(act, replica, R.EXITED, "not started again")
         if stopping:
             job.kill_at = time.time() + grace
             summary = f"{summary}: SIGTERM sent, SIGKILL after {grace:g} s"
         self._book.note(act, summary)
+        if stopping:
+            self._book.after_commit(
+                functools.partial(self._signal_replicas, job.id, stopping, grace)
+            )
+
+    def _signal_replicas(self, job_id: int, replicas: list[tuple[int, int]], grace: float) -> None:
+        for index, run in replicas:
+            key = (job_id, index)
+            if key in self._legacy.pids():
+                self._legacy.terminate(key, grace)
+            else:
+                # Not started yet: _spawn sees the stop and never starts it.
+                self._executor.terminate(key, grace, run)
 
     def _settle(self, act: ActiveJob) -> None:
         """Once no replica process is left, end the service or queue it again."""
@@ -502,34 +587,66 @@ class ServiceRunner:
         now = self.clock.now()
         interrupted_stop = False
         for replica in job.replicas:
-            key = (job.id, replica.index)
             if replica.state.has_process:
-                pid = replica.pid
-                if pid is not None and self._executor.attach(
-                    key, pid, replica.start_ticks, self._exit_handler(job.id, replica)
-                ):
-                    self._book.roots.add(pid, job.id, replica.start_ticks)
-                    if replica.state is R.STARTING:
-                        self._watch_port(act, replica)
-                    elif replica.state is R.STOPPING:
-                        interrupted_stop = True
-                    continue
-                code = self._executor.recorded_exit(key)
-                if replica.state is R.STOPPING:
-                    interrupted_stop = True
-                self._replica_exited(job.id, replica.index, Exit(code, code is not None))
+                interrupted_stop |= replica.state is R.STOPPING
+                if not self._find_replica(act, runtime, replica):
+                    return
             elif replica.state is R.BACKOFF:
                 delay = max(0.0, (replica.next_restart_at or now) - now)
                 runtime.restart_timers[replica.index] = self.clock.call_later(
                     delay, functools.partial(self._restart_replica, job.id, replica.index)
                 )
-            elif replica.state is R.PENDING and not self._launch_or_fail(act, replica, "start"):
+            elif replica.state is R.PENDING and not self._decide_launch(act, replica, "start"):
                 return
-        if interrupted_stop and runtime.end is None:
-            # The engine stopped while the service was stopping; the reason did not survive.
-            self._end(
-                act,
-                JobStatus.CANCELLED,
-                Reason.CANCELLED,
-                "stopped: the engine restarted while the service was stopping",
-            )
+        if interrupted_stop and runtime.end is None and act.job.id in self._book:
+            # The engine stopped while the service was stopping: finish what was decided.
+            reason = job.stop_reason or Reason.CANCELLED
+            status = JobStatus.CANCELLED if reason is Reason.CANCELLED else JobStatus.FAILED
+            message = job.stop_message or "stopped: the engine restarted while it was stopping"
+            job.stop_reason = None  # (_end decides it again)
+            self._end(act, status, reason, message)
+
+    def _find_replica(self, act: ActiveJob, runtime: ServiceRuntime, replica: Replica) -> bool:
+        """Watch a replica again, end it from its recorded exit, or start it if its start
+        was decided but never happened. False if the service ended meanwhile."""
+        job_id, index, run = act.job.id, replica.index, replica.launches
+        key = (job_id, index)
+        found = self._executor.find(
+            key,
+            functools.partial(self._replica_started, job_id, index, run),
+            functools.partial(self._replica_exited, job_id, index, run),
+            run,
+        )
+        if isinstance(found, Started):
+            replica.pid, replica.start_ticks = found.pid, found.start_ticks
+            self._book.roots.add(found.pid, job_id, found.start_ticks)
+            if replica.state is R.STARTING:
+                self._watch_port(act, replica)
+            elif replica.state is R.STOPPING:
+                grace = max(0.0, (act.job.kill_at or time.time()) - time.time())
+                self._executor.terminate(key, grace, run)
+        elif isinstance(found, Exit):
+            self._book.after_commit(functools.partial(self._executor.done, key, run))
+            self._replica_ended(act, runtime, replica, found)
+        elif replica.pid is not None:
+            self._find_legacy(act, runtime, replica)
+        else:
+            self._spawn(job_id, index, run, "start")  # decided, durable, never started
+        return job_id in self._book
+
+    def _find_legacy(self, act: ActiveJob, runtime: ServiceRuntime, replica: Replica) -> None:
+        """A replica an older version started under its per-job ``sh`` wrapper."""
+        key = (act.job.id, replica.index)
+        assert replica.pid is not None
+
+        def exited(exit: Exit) -> None:
+            if act.job.id in self._book:
+                self._replica_ended(act, runtime, replica, exit)
+
+        if self._legacy.attach(key, replica.pid, replica.start_ticks, exited):
+            self._book.roots.add(replica.pid, act.job.id, replica.start_ticks)
+            if replica.state is R.STARTING:
+                self._watch_port(act, replica)
+            return
+        code = self._legacy.recorded_exit(key)
+        self._replica_ended(act, runtime, replica, Exit(code, code is not None))

@@ -1,11 +1,16 @@
-"""SQLite state (aiosqlite, WAL): the one source of truth, with versioned migrations.
+"""SQLite state (WAL): the one source of truth, with versioned migrations.
 
 Writes go through a group-commit writer: callers enqueue a job snapshot plus the events it
 caused; one writer task commits everything queued so far in a single transaction and only
-then publishes those events. So every transition is durable before anyone sees it, and a
-burst of 500 transitions costs one commit instead of 500.
+then publishes those events and runs the *after-commit* callbacks (a launch, a signal: the
+decision is durable before it is acted on). So every transition is durable before anyone
+sees it, and a burst of 500 transitions costs one commit instead of 500.
 
-Reads use a second connection, which in WAL mode sees only committed data.
+The writer's transaction runs as one call on its own thread with a plain ``sqlite3``
+connection: one thread hop per commit (aiosqlite would hop once per statement). A job's
+row is inserted once, with its spec and environment; later snapshots update only the
+columns that change. Reads use a second connection (aiosqlite), which in WAL mode sees
+only committed data.
 
 Why this module is longer than ~400 lines: the schema, its migrations, the one writer
 and the reads that must agree with it (a timeline merges what is committed with what is
@@ -20,6 +25,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +37,7 @@ from .models import Event, EventKind, Job, JobKind, JobStatus, Replica, Terminat
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Index i holds the statements that move the schema from version i to i + 1. Never edit a
 # released step; append a new one.
@@ -94,22 +100,45 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE jobs ADD COLUMN replicas TEXT",
         "ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0",
     ],
+    # 3 -> 4: a stop (cancel, timeout) and its SIGKILL deadline survive a restart.
+    [
+        "ALTER TABLE jobs ADD COLUMN stop_reason TEXT",
+        "ALTER TABLE jobs ADD COLUMN stop_message TEXT",
+        "ALTER TABLE jobs ADD COLUMN kill_at REAL",
+    ],
 ]
 
 _JOB_COLUMNS = (
     "id, name, kind, status, termination_reason, exit_code, message, domains, gpus, "
     "priority, pid, start_ticks, created_at, queued_at, started_at, ended_at, owner_uid, spec, "
-    "replicas, attempt"
+    "replicas, attempt, stop_reason, stop_message, kill_at"
 )
-_UPSERT = (
-    f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES ({', '.join('?' * 20)}) "
-    "ON CONFLICT(id) DO UPDATE SET status=excluded.status, "
-    "termination_reason=excluded.termination_reason, exit_code=excluded.exit_code, "
-    "message=excluded.message, domains=excluded.domains, gpus=excluded.gpus, "
-    "pid=excluded.pid, start_ticks=excluded.start_ticks, queued_at=excluded.queued_at, "
-    "started_at=excluded.started_at, ended_at=excluded.ended_at, "
-    "replicas=excluded.replicas, attempt=excluded.attempt"
+# What changes after a job is created (the rest, its spec above all, is written once).
+_DYNAMIC = (
+    "status",
+    "termination_reason",
+    "exit_code",
+    "message",
+    "domains",
+    "gpus",
+    "pid",
+    "start_ticks",
+    "queued_at",
+    "started_at",
+    "ended_at",
+    "replicas",
+    "attempt",
+    "stop_reason",
+    "stop_message",
+    "kill_at",
 )
+_STATIC = ("id", "name", "kind", "priority", "created_at", "owner_uid", "spec")
+_INSERT = (
+    f"INSERT INTO jobs ({', '.join(_STATIC + _DYNAMIC)}) "
+    f"VALUES ({', '.join('?' * (len(_STATIC) + len(_DYNAMIC)))}) "
+    f"ON CONFLICT(id) DO UPDATE SET {', '.join(f'{c}=excluded.{c}' for c in _DYNAMIC)}"
+)
+_UPDATE = f"UPDATE jobs SET {', '.join(f'{c}=?' for c in _DYNAMIC)} WHERE id=?"
 _INSERT_EVENT = (
     "INSERT INTO events (id, job_id, at, kind, status, reason, message, data) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -141,28 +170,36 @@ def _escaped(values: tuple[Any, ...]) -> tuple[Any, ...]:
     )
 
 
-def _job_row(job: Job) -> tuple[Any, ...]:
+def _static_row(job: Job) -> tuple[Any, ...]:
     return (
         job.id,
         job.name,
         job.kind.value,
+        job.priority,
+        job.created_at,
+        job.owner_uid,
+        json.dumps(job.spec),
+    )
+
+
+def _dynamic_row(job: Job) -> tuple[Any, ...]:
+    return (
         job.status.value,
         job.termination_reason.value if job.termination_reason else None,
         job.exit_code,
         job.message,
         json.dumps(job.domains),
         json.dumps(job.gpus),
-        job.priority,
         job.pid,
         job.start_ticks,
-        job.created_at,
         job.queued_at,
         job.started_at,
         job.ended_at,
-        job.owner_uid,
-        json.dumps(job.spec),
         json.dumps([r.to_json() for r in job.replicas]) if job.replicas else None,
         job.attempt,
+        job.stop_reason.value if job.stop_reason else None,
+        job.stop_message,
+        job.kill_at,
     )
 
 
@@ -189,18 +226,32 @@ def job_from_row(row: Sequence[Any]) -> Job:
         spec=json.loads(row[17]),
         replicas=[Replica.from_json(r) for r in json.loads(row[18])] if row[18] else [],
         attempt=row[19] or 0,
+        stop_reason=TerminationReason(row[20]) if row[20] else None,
+        stop_message=row[21] or "",
+        kill_at=row[22],
     )
 
 
 @dataclass(slots=True)
+class _Row:
+    """A job's snapshot: what changes, and (the first time) what never does."""
+
+    job_id: int
+    dynamic: tuple[Any, ...]
+    static: tuple[Any, ...] | None = None
+
+
+@dataclass(slots=True)
 class _Write:
-    row: tuple[Any, ...] | None
+    row: _Row | None
     events: list[Event]  # published after the commit
     done: asyncio.Future[None] | None
     statements: list[tuple[str, tuple[Any, ...]]] | None = None
     # The history events among ``events`` (stored), each with the row id it will get: ids
     # are given when queued, so a read can merge what is committed with what is not yet.
     history: list[tuple[int, Event]] | None = None
+    # Run once what came before is durable (a launch, a signal: acted on only then).
+    then: Callable[[], None] | None = None
 
 
 def _timeline_entry(ev: Event) -> dict[str, Any]:
@@ -225,7 +276,8 @@ class Store:
     def __init__(self, path: Path, publish: Callable[[Event], None]) -> None:
         self.path = path
         self._publish = publish
-        self._db: aiosqlite.Connection | None = None
+        self._pool: ThreadPoolExecutor | None = None  # the writer's one thread
+        self._db: sqlite3.Connection | None = None  # used on that thread only
         self._reader: aiosqlite.Connection | None = None
         self._queue: list[_Write] = []
         self._inflight: list[_Write] = []  # the batch being committed now
@@ -246,33 +298,51 @@ class Store:
         Raises:
             StoreError: If the file is from a newer schema or cannot be opened.
         """
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
         try:
-            self._db = await aiosqlite.connect(self.path, isolation_level=None)
-            await self._db.execute("PRAGMA journal_mode=WAL")
-            # NORMAL is durable across application crashes in WAL mode (only a power
-            # loss can drop the last commits), at a fraction of FULL's fsync cost.
-            await self._db.execute("PRAGMA synchronous=NORMAL")
-            await self._db.execute("PRAGMA busy_timeout=5000")
-            await self._migrate()
-            cursor = await self._db.execute(
-                "INSERT INTO engine_runs (pid, version, started_at) VALUES (?, ?, ?)",
-                (pid, version, time.time()),
-            )
-            self.run_id = cursor.lastrowid or 0
-            async with self._db.execute("SELECT COALESCE(MAX(id), 0) FROM events") as cur:
-                row = await cur.fetchone()
-            self._next_event_id = int(row[0]) if row else 0
+            await self._on_writer(self._open_writer, version, pid)
             self._reader = await aiosqlite.connect(self.path, isolation_level=None)
             await self._reader.execute("PRAGMA busy_timeout=5000")
         except sqlite3.Error as err:
             await self.close()
             raise StoreError(f"{self.path}: cannot open the database: {err}") from None
+        except StoreError:
+            await self.close()
+            raise
         self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
 
-    async def _migrate(self) -> None:
+    async def _on_writer(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` on the writer's thread (the one hop of a commit)."""
+        assert self._pool is not None
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def run_on_writer(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``fn(connection)`` on the writer's connection (for fault-injection tests
+        and maintenance; the writer's own commits are never interleaved with it)."""
+        return await self._on_writer(lambda: fn(self._connection()))
+
+    def _connection(self) -> sqlite3.Connection:
         assert self._db is not None
-        async with self._db.execute("PRAGMA user_version") as cur:
-            row = await cur.fetchone()
+        return self._db
+
+    def _open_writer(self, version: str, pid: int) -> None:
+        db = self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL is durable across application crashes in WAL mode (only a power loss can
+        # drop the last commits), at a fraction of FULL's fsync cost.
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=5000")
+        self._migrate(db)
+        cursor = db.execute(
+            "INSERT INTO engine_runs (pid, version, started_at) VALUES (?, ?, ?)",
+            (pid, version, time.time()),
+        )
+        self.run_id = cursor.lastrowid or 0
+        row = db.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()
+        self._next_event_id = int(row[0]) if row else 0
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        row = db.execute("PRAGMA user_version").fetchone()
         current = int(row[0]) if row else 0
         if current > SCHEMA_VERSION:
             raise StoreError(
@@ -280,14 +350,14 @@ class Store:
                 f"gpulayer-tui understands ({SCHEMA_VERSION}); upgrade gpulayer-tui"
             )
         for version in range(current, SCHEMA_VERSION):
-            await self._db.execute("BEGIN IMMEDIATE")
+            db.execute("BEGIN IMMEDIATE")
             try:
                 for statement in MIGRATIONS[version]:
-                    await self._db.execute(statement)
-                await self._db.execute(f"PRAGMA user_version = {version + 1}")
-                await self._db.execute("COMMIT")
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {version + 1}")
+                db.execute("COMMIT")
             except BaseException:
-                await self._db.execute("ROLLBACK")
+                db.execute("ROLLBACK")
                 raise
             log.info("database migrated to schema version %d", version + 1)
 
@@ -299,24 +369,35 @@ class Store:
             self._wake.set()
             await self._writer
             self._writer = None
-        if self._db is not None:
-            try:
-                if self.run_id:
-                    await self._db.execute(
-                        "UPDATE engine_runs SET stopped_at=? WHERE id=?", (time.time(), self.run_id)
-                    )
-            except sqlite3.Error:
-                pass
-            await self._db.close()
-            self._db = None
+        if self._pool is not None:
+            if self._db is not None:
+                await self._on_writer(self._close_writer)
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
 
+    def _close_writer(self) -> None:
+        db = self._connection()
+        try:
+            if self.run_id:
+                db.execute(
+                    "UPDATE engine_runs SET stopped_at=? WHERE id=?", (time.time(), self.run_id)
+                )
+        except sqlite3.Error:
+            pass
+        db.close()
+        self._db = None
+
     # -- writes ---------------------------------------------------------------------------
 
     def save(
-        self, job: Job | None, events: Iterable[Event] = (), wait: bool = False
+        self,
+        job: Job | None,
+        events: Iterable[Event] = (),
+        wait: bool = False,
+        new: bool = False,
     ) -> asyncio.Future[None] | None:
         """Queue a snapshot of ``job`` and its events for the next group commit.
 
@@ -326,6 +407,8 @@ class Store:
                 stored in the ``events`` table.
             wait: Return a future that resolves once committed (or fails with the error;
                 at once while writes are failing, see :attr:`failure`).
+            new: The job's first snapshot: its spec and the rest of what never changes are
+                written with it (once).
         """
         done: asyncio.Future[None] | None = None
         if wait:
@@ -337,7 +420,10 @@ class Store:
                 self._next_event_id += 1
                 history = history or []
                 history.append((self._next_event_id, ev))
-        write = _Write(_job_row(job) if job else None, published, done, None, history)
+        row = None
+        if job is not None:
+            row = _Row(job.id, _dynamic_row(job), _static_row(job) if new else None)
+        write = _Write(row, published, done, None, history)
         if done is not None and self.failure is not None:
             # Writes are failing: say so now rather than at the next retry. The data stays
             # queued and is committed once the database takes writes again.
@@ -347,12 +433,22 @@ class Store:
         self._wake.set()
         return done
 
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` (on the loop) once everything queued so far is committed.
+
+        While writes fail it waits for the retry that succeeds: what is decided is acted on
+        only once it is durable (a job is started, signalled or answered only then).
+        """
+        self._queue.append(_Write(None, [], None, then=callback))
+        self._wake.set()
+
     async def _write_loop(self) -> None:
         while True:
             if self._retry and not self._closing:
                 # The last commit failed: try again after a pause, or at once on close.
                 try:
-                    await asyncio.wait_for(self._closed.wait(), self._retry_delay)
+                    async with asyncio.timeout(self._retry_delay):
+                        await self._closed.wait()
                 except TimeoutError:
                     pass
                 self._retry_delay = min(self._retry_delay * 2, RETRY_MAX_S)
@@ -377,47 +473,42 @@ class Store:
                 return
 
     async def _commit(self, batch: list[_Write]) -> None:
-        assert self._db is not None
-        rows: dict[int, tuple[Any, ...]] = {}
+        rows: dict[int, _Row] = {}
         events: list[Event] = []
         history: list[tuple[int, Event]] = []
+        callbacks: list[Callable[[], None]] = []
         for write in batch:
             if write.row is not None:
-                rows[write.row[0]] = write.row  # the latest snapshot of a job wins
+                latest = write.row
+                earlier = rows.get(latest.job_id)
+                if earlier is not None and earlier.static is not None and latest.static is None:
+                    latest = _Row(latest.job_id, latest.dynamic, earlier.static)
+                rows[latest.job_id] = latest  # the latest snapshot of a job wins
             events.extend(write.events)
             history.extend(write.history or ())
+            if write.then is not None:
+                callbacks.append(write.then)
         extra = [st for write in batch for st in (write.statements or ())]
+        stored = [
+            (
+                row_id,
+                ev.job_id,
+                ev.at,
+                ev.kind.value,
+                ev.data.get("status"),
+                ev.data.get("reason"),
+                ev.data.get("message"),
+                json.dumps(ev.data),
+            )
+            for row_id, ev in history
+        ]
+        inserts = [r.static + r.dynamic for r in rows.values() if r.static is not None]
+        updates = [(*r.dynamic, r.job_id) for r in rows.values() if r.static is None]
         error: Exception | None = None
         try:
-            stored = [
-                (
-                    row_id,
-                    ev.job_id,
-                    ev.at,
-                    ev.kind.value,
-                    ev.data.get("status"),
-                    ev.data.get("reason"),
-                    ev.data.get("message"),
-                    json.dumps(ev.data),
-                )
-                for row_id, ev in history
-            ]
-            job_rows = list(rows.values())
-            try:
-                await self._transaction(extra, job_rows, stored)
-            except UnicodeEncodeError:
-                # Text that is not valid Unicode (lone surrogates: a JSON "\udcff" escape,
-                # or a non-UTF-8 environment read with surrogateescape) cannot be bound as
-                # TEXT. Store it escaped rather than lose the batch.
-                extra = [(sql, _escaped(args)) for sql, args in extra]
-                job_rows, stored = [_escaped(r) for r in job_rows], [_escaped(r) for r in stored]
-                await self._transaction(extra, job_rows, stored)
+            await self._on_writer(self._transaction, extra, inserts, updates, stored)
         except Exception as err:  # sqlite3.Error above all; the writer must never die
             error = err
-            try:
-                await self._db.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
         if error is None:
             if self.failure is not None:
                 log.warning("database writes work again; the engine takes new work")
@@ -432,11 +523,13 @@ class Store:
                 log.error("database write failed, refusing new work until it succeeds: %s", error)
             self.failure = f"database write failed: {error}"
             # Keep what must not be lost for the retry: each job's latest row, the history
-            # events and statements. Reason refreshes (not history) are dropped, as the
-            # rows carry the latest message: an outage costs memory per job, not per event.
+            # events, statements and after-commit callbacks. Reason refreshes (not
+            # history) are dropped, as the rows carry the latest message: an outage costs
+            # memory per job touched, not per event.
             self._retry = [_Write(row, [], None) for row in rows.values()]
             kept = [ev for _, ev in history]
             self._retry.append(_Write(None, kept, None, extra, history))
+            self._retry += [_Write(None, [], None, then=cb) for cb in callbacks]
         for write in batch:
             if write.done is not None and not write.done.done():
                 if error is None:
@@ -446,24 +539,58 @@ class Store:
         if error is None:
             for ev in events:
                 self._publish(ev)
+            for callback in callbacks:
+                try:
+                    callback()
+                except Exception:  # one failing reaction must not stop the others
+                    log.exception("an after-commit reaction failed")
 
-    async def _transaction(
+    def _transaction(
         self,
         extra: list[tuple[str, tuple[Any, ...]]],
-        rows: list[tuple[Any, ...]],
+        inserts: list[tuple[Any, ...]],
+        updates: list[tuple[Any, ...]],
         stored: list[tuple[Any, ...]],
     ) -> None:
-        assert self._db is not None
-        if self._db.in_transaction:
-            await self._db.execute("ROLLBACK")  # left open by an earlier failure
-        await self._db.execute("BEGIN")
-        for sql, args in extra:
-            await self._db.execute(sql, args)
-        if rows:
-            await self._db.executemany(_UPSERT, rows)
-        if stored:
-            await self._db.executemany(_INSERT_EVENT, stored)
-        await self._db.execute("COMMIT")
+        """One commit, on the writer's thread."""
+        try:
+            self._statements(extra, inserts, updates, stored)
+        except UnicodeEncodeError:
+            # Text that is not valid Unicode (lone surrogates: a JSON "\udcff" escape, or a
+            # non-UTF-8 environment read with surrogateescape) cannot be bound as TEXT.
+            # Store it escaped rather than lose the batch.
+            self._statements(
+                [(sql, _escaped(args)) for sql, args in extra],
+                [_escaped(r) for r in inserts],
+                [_escaped(r) for r in updates],
+                [_escaped(r) for r in stored],
+            )
+
+    def _statements(
+        self,
+        extra: list[tuple[str, tuple[Any, ...]]],
+        inserts: list[tuple[Any, ...]],
+        updates: list[tuple[Any, ...]],
+        stored: list[tuple[Any, ...]],
+    ) -> None:
+        db = self._connection()
+        if db.in_transaction:
+            db.execute("ROLLBACK")  # left open by an earlier failure
+        db.execute("BEGIN")
+        try:
+            for sql, args in extra:
+                db.execute(sql, args)
+            if inserts:
+                db.executemany(_INSERT, inserts)
+            if updates:
+                db.executemany(_UPDATE, updates)
+            if stored:
+                db.executemany(_INSERT_EVENT, stored)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
 
     def save_domain_state(self, name: str, state: str, reason: str) -> None:
         """Queue a domain's service state for the next commit."""

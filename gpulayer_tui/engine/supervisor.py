@@ -1,22 +1,13 @@
-"""The local executor: launching, watching and signalling job processes on this machine.
+"""Watching processes the engine did not start through its launcher: adopted processes, and
+jobs an earlier version started under its per-job ``sh`` wrapper (so an upgrade does not
+lose what is running).
 
-Launch path (designed so a restarted engine can re-attach and still learn exit codes):
-
-* The job runs under a tiny ``sh`` wrapper, started in its own session, so the wrapper's
-  pid is the process-group id. The wrapper runs the command in the *foreground* (so the
-  command keeps default SIGINT/SIGQUIT handling and stdin), then writes ``$?`` to
-  ``jobs/<id>.exit``. Its ``trap`` only sets a flag, so a SIGTERM sent to the whole group
-  reaches the command while the wrapper survives to record 143.
-* stdout and stderr go to ``jobs/<id>.log``, readable while the job runs.
-* The engine watches the wrapper through a pidfd (``loop.add_reader``), which also works
-  for a process it did not start: after an engine restart it re-opens a pidfd for the
-  recorded pid, checks the /proc start time, and reads the exit file when it ends.
-
-Signals go to the process group while the leader is alive and unreaped (its pid, hence the
-group id, cannot be recycled until it is reaped), so they never land on a stranger.
-
-Why this module is longer than ~400 lines: launching, watching (pidfd or /proc
-polling), signalling and reaping one process are one job with one set of watches.
+A process is watched through a pidfd (``loop.add_reader``), which works for processes that
+are not our children; after an engine restart the pidfd is opened *before* the /proc start
+time is checked, so a passing check means the fd names that very process. An adopted
+process is signalled alone (``pidfd_send_signal``), never its group; a wrapper-era job's
+group is signalled while its leader is alive. A wrapper-era job's exit status is the one
+its wrapper recorded in ``jobs/<id>.exit``.
 """
 
 from __future__ import annotations
@@ -25,15 +16,13 @@ import asyncio
 import errno
 import logging
 import os
-import shutil
 import signal
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import procs
-from .executor import Exit, LaunchError, OnExit, Started, TaskKey, task_name
+from .executor import Exit, LaunchError, OnExit, TaskKey, task_name
 
 __all__ = [
     "Exit",
@@ -48,22 +37,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SH = shutil.which("sh") or "/bin/sh"
-
-# $0 is the exit-status file. The wrapper's own stderr goes to /dev/null (fd 3 keeps the
-# log for the command): dash reports "Terminated" for a foreground child killed by a signal
-# on whatever its fd 2 is at that moment, and that is not the user's output. The command
-# runs in a subshell that execs it, so the redirection happens in the child only (no extra
-# process), and it runs in the foreground, so it keeps default SIGINT/SIGQUIT handling.
-# "c" is set if TERM/INT arrives before the command starts, so a cancel that races the
-# launch does not start the command at all.
-WRAPPER = (
-    "exec 3>&2 2>/dev/null; trap 'c=1' TERM INT; "
-    'if [ -z "${c:-}" ]; then ( exec "$@" 2>&3 3>&- ); rc=$?; else rc=143; fi; '
-    'printf \'%s\\n\' "$rc" > "$0"; exit "$rc"'
-)
-
-PROGRAM_CACHE_S = 5.0
 POLL_INTERVAL_S = 0.5  # /proc polling for adopted processes where pidfds are unsupported
 
 
@@ -116,26 +89,6 @@ def open_pidfd(pid: int) -> int | None:
         return None
 
 
-def resolve_program(argv0: str, cwd: str, env: dict[str, str]) -> str | None:
-    """Where ``argv0`` would be found, or ``None`` if it cannot be executed."""
-    if "/" in argv0:
-        path = argv0 if os.path.isabs(argv0) else os.path.join(cwd, argv0)
-        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
-    return shutil.which(argv0, path=env.get("PATH", os.defpath))
-
-
-def why_not_runnable(argv0: str, cwd: str) -> str:
-    """The reason ``argv0`` cannot be run (it was not found, or is not executable)."""
-    if "/" not in argv0:
-        return f"command not found: {argv0} (no such program in PATH)"
-    path = argv0 if os.path.isabs(argv0) else os.path.join(cwd, argv0)
-    if not os.path.exists(path):
-        return f"command not found: {argv0} (no such file)"
-    if os.path.isdir(path):
-        return f"cannot run {argv0}: it is a directory"
-    return f"permission denied: {argv0} is not executable"
-
-
 class Supervisor:
     """Starts job processes and reports their exits (the local :class:`.Executor`).
 
@@ -152,12 +105,6 @@ class Supervisor:
         self._programs: dict[tuple[str, str, str], tuple[float, str]] = {}
         self._devnull_fd: int | None = None
 
-    def _devnull(self) -> int:
-        # One /dev/null for every launch instead of an open per job.
-        if self._devnull_fd is None:
-            self._devnull_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        return self._devnull_fd
-
     def log_path(self, key: TaskKey) -> Path:
         """The job's (or replica's) combined stdout/stderr file."""
         return log_path(self.jobs_dir, key)
@@ -165,60 +112,6 @@ class Supervisor:
     def recorded_exit(self, key: TaskKey) -> int | None:
         """The exit status the wrapper recorded for ``key``, if it did."""
         return read_exit_file(exit_path(self.jobs_dir, key))
-
-    def start(
-        self, key: TaskKey, argv: list[str], cwd: str, env: dict[str, str], on_exit: OnExit
-    ) -> Started:
-        """Start ``argv`` for a job or replica; return its leader's pid and start time.
-
-        Runs on the event loop on purpose: a fork/exec of ``sh`` costs about half a
-        millisecond, less than a hop to a worker thread and back.
-
-        Raises:
-            LaunchError: Missing cwd, program not found or not executable, log not writable.
-        """
-        if not os.path.isdir(cwd):
-            missing = "is not a directory" if os.path.exists(cwd) else "does not exist"
-            raise LaunchError(f"working directory {missing}: {cwd}")
-        if self._find_program(argv[0], cwd, env) is None:
-            raise LaunchError(why_not_runnable(argv[0], cwd))
-        log = log_path(self.jobs_dir, key)
-        try:
-            log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        except OSError as err:
-            raise LaunchError(f"cannot write the job's log {log}: {err.strerror}") from None
-        try:
-            popen = subprocess.Popen(
-                [SH, "-c", WRAPPER, str(exit_path(self.jobs_dir, key)), *argv],
-                cwd=cwd,
-                env=env,
-                stdin=self._devnull(),
-                stdout=log_fd,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError as err:
-            where = f" ({err.filename})" if err.filename else ""
-            raise LaunchError(f"cannot start {argv[0]}: {err.strerror}{where}") from None
-        finally:
-            os.close(log_fd)
-        ticks = procs.start_ticks(popen.pid) or 0
-        self._watch(key, on_exit, popen.pid, os.pidfd_open(popen.pid), popen)
-        return Started(popen.pid, ticks)
-
-    def _find_program(self, argv0: str, cwd: str, env: dict[str, str]) -> str | None:
-        key = (argv0, env.get("PATH", ""), cwd if "/" in argv0 else "")
-        now = time.monotonic()
-        hit = self._programs.get(key)
-        if hit is not None and now - hit[0] < PROGRAM_CACHE_S:
-            return hit[1]
-        found = resolve_program(argv0, cwd, env)
-        if found is not None:
-            if len(self._programs) > 1024:
-                self._programs.clear()
-            self._programs[key] = (now, found)
-        return found
 
     def attach(
         self, key: TaskKey, pid: int, ticks: int | None, on_exit: OnExit, adopted: bool = False
@@ -403,6 +296,3 @@ class Supervisor:
         for timer in self._kill_timers.values():
             timer.cancel()
         self._kill_timers.clear()
-        if self._devnull_fd is not None:
-            os.close(self._devnull_fd)
-            self._devnull_fd = None

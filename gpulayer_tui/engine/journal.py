@@ -1,0 +1,148 @@
+"""The launcher's journal: what it started, as which process, and how each ended.
+
+One append-only text file per state dir (``launcher.journal``), one line per event, each
+written with a single ``write`` to a file opened ``O_APPEND | O_NOFOLLOW``: a line is
+either all there or (after a crash in the middle of a write) missing its newline and
+ignored. The page cache keeps what was written when a process dies, so the journal is
+exact across crashes of the engine and of the launcher (not across a power loss: the same
+promise as the database's ``synchronous=NORMAL``).
+
+Lines (a key is a job id, ``7``, or a service replica, ``7.1``):
+
+=============================  ====================================================
+``S key ticks``                about to start ``key`` (boot-relative clock ticks)
+``P key pid ticks``            ``key`` runs as ``pid``, started at ``ticks``
+``F key``                      ``key`` could not be started (never ran)
+``N key``                      ``key`` was found never to have started (see keeper)
+``E key code``                 ``key`` ended with ``code`` (``-``: nobody could see)
+``K key deadline``             SIGKILL ``key`` at ``deadline`` (epoch s) if still running
+``A key``                      the engine recorded ``key``'s end; it may be forgotten
+=============================  ====================================================
+
+The journal is the only thing written on the launch path; there is no file per job but
+its log. Stdlib only: the launcher imports it, and must start fast.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+NAME = "launcher.journal"
+
+INTENT, RUNNING, EXITED = "intent", "running", "exited"
+
+
+class Entry:
+    """What the journal says about one key."""
+
+    __slots__ = ("code", "intent_ticks", "kill_at", "pid", "state", "ticks")
+
+    def __init__(self, state: str) -> None:
+        self.state = state
+        self.pid: int | None = None
+        self.ticks: int | None = None
+        self.code: int | None = None
+        self.kill_at: float | None = None
+        self.intent_ticks = 0
+
+    def __repr__(self) -> str:
+        return f"Entry({self.state}, pid={self.pid}, code={self.code})"
+
+
+def boot_ticks() -> int:
+    """Now, in the clock ticks /proc uses for start times (since boot)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+
+
+def replay(path: str) -> dict[str, Entry]:
+    """The journal's last word on every key that the engine has not acknowledged."""
+    entries: dict[str, Entry] = {}
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return entries
+    for raw in data.split(b"\n")[:-1]:  # the last piece has no newline: ignore it
+        fields = raw.decode("utf-8", "replace").split(" ")
+        try:
+            _apply(entries, fields)
+        except (IndexError, ValueError):
+            continue  # a damaged line says nothing
+    return entries
+
+
+def _apply(entries: dict[str, Entry], fields: list[str]) -> None:
+    op, key = fields[0], fields[1]
+    if op == "S":
+        entry = entries[key] = Entry(INTENT)
+        entry.intent_ticks = int(fields[2])
+    elif op == "P":
+        entry = entries.setdefault(key, Entry(RUNNING))
+        entry.state, entry.pid, entry.ticks = RUNNING, int(fields[2]), int(fields[3])
+    elif op == "E":
+        entry = entries.setdefault(key, Entry(EXITED))
+        entry.state = EXITED
+        entry.code = None if fields[2] == "-" else int(fields[2])
+    elif op == "K":
+        if key in entries:
+            entries[key].kill_at = float(fields[2])
+    elif op in ("F", "N", "A"):
+        entries.pop(key, None)
+
+
+def line(*fields: object) -> bytes:
+    """One journal line."""
+    return (" ".join("-" if f is None else str(f) for f in fields) + "\n").encode()
+
+
+def entry_lines(key: str, entry: Entry) -> bytes:
+    """The lines that say ``entry`` again (for compaction)."""
+    out = b""
+    if entry.state == INTENT:
+        return line("S", key, entry.intent_ticks)
+    if entry.pid is not None:
+        out += line("P", key, entry.pid, entry.ticks or 0)
+    if entry.kill_at is not None:
+        out += line("K", key, entry.kill_at)
+    if entry.state == EXITED:
+        out += line("E", key, entry.code)
+    return out
+
+
+class Journal:
+    """The writer side (only the spawner writes; the keeper only reads).
+
+    Args:
+        path: The journal file.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = self._open(path)
+
+    @staticmethod
+    def _open(path: str) -> int:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(path, flags, 0o600)
+
+    def write(self, *fields: object) -> None:
+        """Append one line (a single write: all of it, or nothing usable)."""
+        os.write(self._fd, line(*fields))
+
+    def compact(self, entries: dict[str, Entry]) -> None:
+        """Rewrite the journal with only ``entries`` (at start, before any other write)."""
+        tmp = f"{self.path}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o600)
+        try:
+            os.write(fd, b"".join(entry_lines(k, e) for k, e in entries.items()))
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        os.close(self._fd)
+        self._fd = self._open(self.path)
+
+    def close(self) -> None:
+        """Close the file."""
+        os.close(self._fd)

@@ -1,0 +1,238 @@
+"""The launcher's keeper: the subreaper above the spawner, so no job's exit is lost with it.
+
+The keeper holds ``launcher.lock`` (one launcher per state dir), marks itself a child
+subreaper (``PR_SET_CHILD_SUBREAPER``) and starts the spawner (:mod:`.launcher`) as its
+only child. Jobs are the spawner's children; if the spawner dies, the kernel hands them to
+the keeper, which from then on reaps them (SIGKILLing what their process group leaves,
+while the leader is an unreaped zombie) and passes each one's exit status to the next
+spawner through a pipe (fd 3 of the spawner).
+
+When the spawner dies the keeper also settles the one start it may have been in the middle
+of: a journal ``S key`` without ``P key``. The spawner starts jobs one at a time, so there is
+at most one. Its process, if it ever existed, is now the keeper's child: alive (recognised
+by ``GPULAYER_TASK`` in its environment) or a zombie started after the ``S`` line. Found, it
+is journaled ``P`` (and ``E`` if it already ended); not found, ``N``: it never started, and
+the engine starts it (once). Only then does a new spawner start, and it reads the journal.
+
+The keeper ends when its spawner retires (exit 0: idle, no engine) and it has no child
+left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import signal
+import sys
+import time
+
+from . import journal, procs
+from .launcher import KEEPER_FD, LOCK, TASK_ENV, exit_code
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _set_subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def _children() -> list[int]:
+    """This process's children (alive or zombies)."""
+    pid = os.getpid()
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(p) for p in fh.read().split()]
+    except OSError:
+        found = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                stat = procs.read_stat(int(name))
+                if stat is not None and stat.ppid == pid:
+                    found.append(stat.pid)
+        return found
+
+
+def _task_key(pid: int, state_dir: str) -> str | None:
+    """The ``GPULAYER_TASK`` key a live process of this state dir carries, if any."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            environ = fh.read()
+    except OSError:
+        return None
+    prefix = f"{TASK_ENV}={state_dir}/".encode()
+    for item in environ.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix) :].decode(errors="replace")
+    return None
+
+
+class Keeper:
+    """See the module docstring.
+
+    Args:
+        state_dir: The engine's state dir.
+        idle: The spawner's idle timeout (passed on).
+    """
+
+    def __init__(self, state_dir: str, idle: float) -> None:
+        self.state_dir = state_dir
+        self.idle = idle
+        self.journal_path = os.path.join(state_dir, journal.NAME)
+        self.pending: list[bytes] = []  # lines for the next spawner
+        self.pipe: int | None = None
+        self.spawner = 0
+        self.unknown: list[tuple[int, int, int]] = []  # reaped strangers: pid, ticks, code
+
+    def run(self) -> int:
+        """Start spawners until one retires; reap everything in between."""
+        while True:
+            self._start_spawner()
+            status = self._reap_until_spawner_ends()
+            if exit_code(status) == 0 and not _children():
+                return 0
+            self._settle_interrupted_start()
+
+    def _start_spawner(self) -> None:
+        read, write = os.pipe()
+        args = [
+            sys.executable,
+            "-m",
+            "gpulayer_tui.engine.launcher",
+            self.state_dir,
+            "--idle",
+            str(self.idle),
+        ]
+        self.spawner = os.posix_spawn(
+            sys.executable, args, os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, read, KEEPER_FD)]
+        )
+        os.close(read)
+        self.pipe = write
+        lines, self.pending = self.pending, []
+        for data in lines:
+            self._tell(data)
+
+    def _tell(self, data: bytes) -> None:
+        """Pass a line to the spawner (kept for the next one if it is gone)."""
+        if self.pipe is not None:
+            try:
+                os.write(self.pipe, data)
+                return
+            except BrokenPipeError:
+                os.close(self.pipe)
+                self.pipe = None
+        self.pending.append(data)
+
+    def _reap_until_spawner_ends(self) -> int:
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+            except ChildProcessError:
+                time.sleep(0.1)  # (no child at all: the spawner is starting)
+                continue
+            if info is None:
+                continue
+            pid = info.si_pid
+            if pid == self.spawner:
+                _, status = os.waitpid(pid, 0)
+                if self.pipe is not None:
+                    os.close(self.pipe)
+                    self.pipe = None
+                return status
+            self._reap_orphan(pid)
+
+    def _reap_orphan(self, pid: int) -> None:
+        """A job the spawner left us ended: kill its leftovers, reap it, say its code."""
+        stat = procs.read_stat(pid)
+        key = self._key_of(pid)
+        if key is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)  # its group id is safe: it is unreaped
+        _, status = os.waitpid(pid, 0)
+        code = exit_code(status)
+        if key is not None:
+            self._tell(f"exit {key} {code}\n".encode())
+        else:
+            self.unknown.append((pid, stat.start_ticks if stat else 0, code))
+
+    def _key_of(self, pid: int) -> str | None:
+        for key, entry in journal.replay(self.journal_path).items():
+            if entry.pid == pid and entry.state == journal.RUNNING:
+                return key
+        return None
+
+    def _settle_interrupted_start(self) -> None:
+        """The spawner died: decide the start it may have been in the middle of."""
+        entries = journal.replay(self.journal_path)
+        intents = sorted(
+            (e.intent_ticks, key) for key, e in entries.items() if e.state == journal.INTENT
+        )
+        if not intents:
+            return
+        known = {e.pid for e in entries.values() if e.pid is not None}
+        writer = journal.Journal(self.journal_path)  # the only writer while no spawner runs
+        try:
+            for since, key in intents:
+                if not self._find(key, since, known, writer):
+                    writer.write("N", key)  # no trace: it never started; the engine will
+        finally:
+            writer.close()
+
+    def _find(self, key: str, since: int, known: set[int], writer: journal.Journal) -> bool:
+        for child in _children():
+            if child in known:
+                continue
+            stat = procs.read_stat(child)
+            if stat is None:
+                continue
+            if stat.state not in ("Z", "X"):
+                if _task_key(child, self.state_dir) == key:
+                    writer.write("P", key, child, stat.start_ticks)
+                    return True
+            elif stat.start_ticks >= since - 1:
+                writer.write("P", key, child, stat.start_ticks)
+                _, status = os.waitpid(child, 0)
+                writer.write("E", key, exit_code(status))
+                return True
+        for index, (pid, ticks, code) in enumerate(self.unknown):
+            if ticks >= since - 1:
+                del self.unknown[index]
+                writer.write("P", key, pid, ticks)
+                writer.write("E", key, code)
+                return True
+        return False
+
+
+def keep(state_dir: str, idle: float) -> int:
+    """Run a keeper for ``state_dir``, unless one already does (then exit 0)."""
+    fd = os.open(
+        os.path.join(state_dir, LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+    )
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0  # another keeper serves this state dir
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)  # jobs outlive a stopping engine; so do we
+    _set_subreaper()
+    return Keeper(state_dir, idle).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpulayer_tui.engine.keeper STATE_DIR [--idle S]`` (the engine runs it)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="gpulayer-tui launcher")
+    parser.add_argument("state_dir")
+    parser.add_argument("--idle", type=float, default=60.0, help="exit after idle seconds")
+    args = parser.parse_args(argv)
+    return keep(os.path.abspath(args.state_dir), args.idle)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

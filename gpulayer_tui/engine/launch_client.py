@@ -1,0 +1,396 @@
+"""The engine's side of the launcher: an :class:`~.executor.Executor` over its socket.
+
+The engine starts the launcher (``python -m gpulayer_tui.engine.keeper``, in its own
+session) if none serves the state dir, and talks to it in JSON lines (see
+:mod:`.launcher`). Requests are never awaited: a start's answer comes back as an event and
+goes to the callbacks given with it. If the connection breaks (the spawner died: its
+keeper starts another at once), requests wait in an outbox; after reconnecting, the engine
+asks for the launcher's table and reconciles: tasks that ended meanwhile are reported,
+starts the dead spawner never received are sent again (the launcher never starts a key
+twice, so sending again is safe), and only then does the outbox go out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .executor import Exit, LaunchError, OnExit, OnStart, Started, TaskKey, task_name
+from .launcher import LOCK, LOG, SOCKET, SocketPath, why_not_runnable
+from .tasks import cancel_and_wait
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 15.0
+PROGRAM_CACHE_S = 5.0
+
+
+def launcher_key(key: TaskKey, run: int = 0) -> str:
+    """The launcher's name for the ``run``-th start of a task (``7``, ``7.1.3``)."""
+    return f"{key[0]}.{key[1]}.{run}" if isinstance(key, tuple) else str(key)
+
+
+class _Watch:
+    __slots__ = ("key", "on_exit", "on_start", "pid")
+
+    def __init__(self, key: TaskKey, on_start: OnStart, on_exit: OnExit) -> None:
+        self.key = key
+        self.on_start = on_start
+        self.on_exit = on_exit
+        self.pid: int | None = None
+
+
+class LauncherExecutor:
+    """Starts and watches jobs through the state dir's launcher.
+
+    Args:
+        state_dir: The engine's state dir.
+        jobs_dir: Where job logs go.
+        idle_timeout: How long an idle launcher with no engine waits before it exits.
+    """
+
+    def __init__(self, state_dir: Path, jobs_dir: Path, idle_timeout: float = 60.0) -> None:
+        self.state_dir = state_dir
+        self.jobs_dir = jobs_dir
+        self.idle_timeout = idle_timeout
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._watches: dict[str, _Watch] = {}
+        self._pending: dict[str, dict[str, Any]] = {}  # starts not answered yet
+        self._outbox: list[bytes] = []
+        self._acks: list[str] = []
+        self._table: dict[str, Any] = {}
+        self._table_ready: asyncio.Future[dict[str, Any]] | None = None
+        self._started_at: float | None = None
+        self._programs: dict[tuple[str, str, str], tuple[float, str]] = {}
+        self._closing = False
+
+    # -- connection ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect (starting a launcher if none serves the state dir) and learn its table.
+
+        Raises:
+            OSError: No launcher could be reached or started.
+        """
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while True:
+            await self._connect()
+            try:
+                self._table = await self._query()
+                break
+            except OSError:
+                # A launcher that was retiring (idle, its engine gone) closed on us: the
+                # next one answers.
+                if self._writer is not None:
+                    self._writer.close()
+                self._reader = self._writer = None
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+        self._loop_task = asyncio.create_task(self._read_loop(), name="launcher-events")
+
+    async def _connect(self) -> None:
+        sock = str(self.state_dir / SOCKET)
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        delay = 0.005
+        while True:
+            where = SocketPath(str(self.state_dir), SOCKET)
+            try:
+                self._reader, self._writer = await asyncio.open_unix_connection(
+                    where.path, limit=64 * 1024 * 1024
+                )
+                return
+            except (FileNotFoundError, ConnectionRefusedError):
+                if not self._launcher_alive():
+                    self._start_launcher()
+            finally:
+                where.close()
+            if time.monotonic() > deadline:
+                raise OSError(f"the launcher did not answer on {sock} in {CONNECT_TIMEOUT_S} s")
+            await asyncio.sleep(delay)
+            delay = min(0.1, delay * 2)
+
+    def _launcher_alive(self) -> bool:
+        """True if a keeper holds the state dir's launcher lock."""
+        try:
+            fd = os.open(self.state_dir / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    def _start_launcher(self) -> None:
+        if self._started_at is not None and time.monotonic() - self._started_at < 0.5:
+            return  # ours is still starting
+        self._started_at = time.monotonic()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        log_fd = os.open(self.state_dir / LOG, flags, 0o600)
+        try:
+            # Started in the background by a shell that exits at once: the launcher is then
+            # nobody's child here (it outlives this engine, and is never our zombie).
+            starter = subprocess.Popen(
+                [
+                    "/bin/sh",
+                    "-c",
+                    'exec "$@" &',
+                    "sh",
+                    sys.executable,
+                    "-m",
+                    "gpulayer_tui.engine.keeper",
+                    str(self.state_dir),
+                    "--idle",
+                    str(self.idle_timeout),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                cwd="/",
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            os.close(log_fd)
+        starter.wait()
+
+    async def _query(self) -> dict[str, Any]:
+        self._table_ready = asyncio.get_running_loop().create_future()
+        self._write({"op": "query"})
+        if self._loop_task is None:
+            # Before the event loop runs: read the answer here.
+            assert self._reader is not None
+            while not self._table_ready.done():
+                line = await self._reader.readline()
+                if not line:
+                    raise OSError("the launcher closed the connection")
+                self._dispatch(line)
+        return await self._table_ready
+
+    async def _read_loop(self) -> None:
+        while not self._closing:
+            assert self._reader is not None
+            try:
+                line = await self._reader.readline()
+            except (OSError, ValueError):
+                line = b""
+            if line:
+                self._dispatch(line)
+                continue
+            if self._closing:
+                return
+            log.warning("lost the launcher; reconnecting")
+            await self._reconnect()
+
+    async def _reconnect(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+        while not self._closing:
+            try:
+                await self._connect()
+                break
+            except OSError as err:
+                log.error("cannot reach the launcher (%s); trying again", err)
+                await asyncio.sleep(1.0)
+        if self._closing:
+            return
+        self._table_ready = asyncio.get_running_loop().create_future()
+        self._write_now({"op": "query"})
+        assert self._reader is not None
+        while not self._table_ready.done():
+            line = await self._reader.readline()
+            if not line:
+                return await self._reconnect()
+            self._dispatch(line)
+        self._reconcile(self._table_ready.result())
+
+    def _reconcile(self, table: dict[str, Any]) -> None:
+        """After a reconnect: report what ended, send again what never arrived."""
+        resend = []
+        for lkey, watch in list(self._watches.items()):
+            info = table.get(lkey)
+            if info is None:
+                if lkey in self._pending:
+                    resend.append(self._pending[lkey])
+                else:
+                    self._exited(lkey, None)  # lost with both launcher processes
+            elif info["state"] == "running" and watch.pid is None:
+                self._started(lkey, info["pid"], info["ticks"])
+            elif info["state"] == "exited":
+                if watch.pid is None:
+                    self._started(lkey, info["pid"], info["ticks"])
+                self._exited(lkey, info["code"])
+        outbox, self._outbox = self._outbox, []
+        for request in resend:
+            self._write_now(request)
+        for data in outbox:
+            assert self._writer is not None
+            self._writer.write(data)
+
+    def _write(self, request: dict[str, Any]) -> None:
+        data = json.dumps(request, separators=(",", ":")).encode() + b"\n"
+        if self._writer is None or self._outbox:
+            self._outbox.append(data)  # (sent after the reconnect, in order)
+        else:
+            self._writer.write(data)
+
+    def _write_now(self, request: dict[str, Any]) -> None:
+        assert self._writer is not None
+        self._writer.write(json.dumps(request, separators=(",", ":")).encode() + b"\n")
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            event = json.loads(line)
+            kind = event["ev"]
+        except (ValueError, KeyError, TypeError):
+            return
+        if kind == "started":
+            self._started(str(event["key"]), int(event["pid"]), int(event["ticks"]))
+        elif kind == "exited":
+            self._exited(str(event["key"]), event.get("code"))
+        elif kind == "failed":
+            self._failed(str(event["key"]), str(event["error"]))
+        elif kind == "table" and self._table_ready is not None:
+            if not self._table_ready.done():
+                self._table_ready.set_result(event["tasks"])
+
+    def _started(self, lkey: str, pid: int, ticks: int) -> None:
+        self._pending.pop(lkey, None)
+        watch = self._watches.get(lkey)
+        if watch is None or watch.pid is not None:
+            return
+        watch.pid = pid
+        watch.on_start(Started(pid, ticks))
+
+    def _exited(self, lkey: str, code: int | None) -> None:
+        self._pending.pop(lkey, None)
+        watch = self._watches.pop(lkey, None)
+        if watch is not None:
+            watch.on_exit(Exit(code, recorded=code is not None))
+
+    def _failed(self, lkey: str, error: str) -> None:
+        self._pending.pop(lkey, None)
+        watch = self._watches.pop(lkey, None)
+        if watch is not None:
+            watch.on_exit(Exit(None, recorded=False, error=error))
+
+    async def close(self) -> None:
+        """Stop listening; the launcher keeps running what runs (it exits once idle)."""
+        self._closing = True
+        if self._writer is not None:
+            self._flush_acks()
+            with contextlib.suppress(OSError):
+                self._write_now({"op": "quit_if_idle"})
+                async with asyncio.timeout(5):
+                    await self._writer.drain()
+            self._writer.close()
+        if self._loop_task is not None:
+            await cancel_and_wait(self._loop_task)
+
+    # -- the executor interface -----------------------------------------------------------------
+
+    def log_path(self, key: TaskKey) -> Path:
+        """The task's combined stdout/stderr file."""
+        return self.jobs_dir / f"{task_name(key)}.log"
+
+    def start(
+        self,
+        key: TaskKey,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        on_start: OnStart,
+        on_exit: OnExit,
+        run: int = 0,
+    ) -> None:
+        """Ask the launcher to start a task (see :meth:`.Executor.start`).
+
+        Raises:
+            LaunchError: Missing cwd, or a program that is not there or not executable.
+        """
+        if not os.path.isdir(cwd):
+            missing = "is not a directory" if os.path.exists(cwd) else "does not exist"
+            raise LaunchError(f"working directory {missing}: {cwd}")
+        self._check_program(argv[0], cwd, env)
+        lkey = launcher_key(key, run)
+        request = {
+            "op": "spawn",
+            "key": lkey,
+            "argv": argv,
+            "cwd": cwd,
+            "env": env,
+            "log": str(self.log_path(key)),
+            "fresh": run == 0,
+        }
+        self._watches[lkey] = _Watch(key, on_start, on_exit)
+        self._pending[lkey] = request
+        self._write(request)
+
+    def _check_program(self, argv0: str, cwd: str, env: dict[str, str]) -> None:
+        cache_key = (argv0, env.get("PATH", ""), cwd if "/" in argv0 else "")
+        now = time.monotonic()
+        hit = self._programs.get(cache_key)
+        if hit is not None and now - hit[0] < PROGRAM_CACHE_S:
+            return
+        path, why = why_not_runnable(argv0, cwd, env)
+        if path is None:
+            raise LaunchError(why)
+        if len(self._programs) > 1024:
+            self._programs.clear()
+        self._programs[cache_key] = (now, path)
+
+    def find(self, key: TaskKey, on_start: OnStart, on_exit: OnExit, run: int = 0) -> object:
+        """What the launcher knows of a task after a restart (see :meth:`.Executor.find`)."""
+        lkey = launcher_key(key, run)
+        info = self._table.get(lkey)
+        if info is None:
+            return None
+        if info["state"] == "exited":
+            return Exit(info["code"], recorded=info["code"] is not None)
+        watch = _Watch(key, on_start, on_exit)
+        watch.pid = int(info["pid"])
+        self._watches[lkey] = watch
+        return Started(int(info["pid"]), int(info["ticks"] or 0))
+
+    def terminate(self, key: TaskKey, grace: float, run: int = 0) -> bool:
+        """SIGTERM the task's process group, SIGKILL after ``grace`` (the launcher keeps
+        the deadline, also while no engine runs)."""
+        lkey = launcher_key(key, run)
+        if lkey not in self._watches:
+            return False
+        self._write({"op": "terminate", "key": lkey, "grace": grace})
+        return True
+
+    def done(self, key: TaskKey, run: int = 0) -> None:
+        """The engine recorded the task's end: the launcher may forget it."""
+        self._acks.append(launcher_key(key, run))
+        if len(self._acks) == 1:
+            asyncio.get_running_loop().call_soon(self._flush_acks)
+
+    def _flush_acks(self) -> None:
+        if self._acks:
+            keys, self._acks = self._acks, []
+            self._write({"op": "ack", "keys": keys})
+
+    def pids(self) -> dict[TaskKey, int]:
+        """The process of every task running now."""
+        return {w.key: w.pid for w in self._watches.values() if w.pid is not None}
+
+    def watching(self, key: TaskKey, run: int = 0) -> bool:
+        """True while a task is started or running (its end not reported yet)."""
+        return launcher_key(key, run) in self._watches

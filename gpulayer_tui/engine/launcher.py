@@ -1,0 +1,568 @@
+"""The launcher: one long-lived parent of every job of a state dir (like task-spooler's
+server), so jobs start without a shell and their exits are recorded while no engine runs.
+
+It is two processes, started by the engine as ``python -m gpulayer_tui.engine.keeper``:
+
+* the **keeper** (:mod:`.keeper`): a child subreaper that only starts the spawner, reaps
+  what the spawner leaves when it dies (so a job's exit status survives its launcher), and
+  starts a new spawner;
+* the **spawner** (this module): serves the engine on ``launcher.sock`` (JSON lines),
+  ``posix_spawn``s each job directly into its own session with its log, watches it by
+  pidfd, reaps it, kills what its process group leaves, and records every step in the
+  journal (:mod:`.journal`) before it tells anyone.
+
+Exactly once: the engine commits its decision to start a job before it asks (write-ahead);
+the spawner journals ``S key`` before the spawn and ``P key pid`` after it. So after any
+crash a key is known to have run (``P``/``E``), known never to have run (no line, ``F``,
+``N``), or caught in the instant between ``S`` and ``P`` (``S`` alone): then the keeper,
+the only process that can inherit the child, tells which (see :mod:`.keeper`). Nothing is
+ever started twice.
+
+Requests (engine -> spawner) and events (spawner -> engine), one JSON object per line:
+
+=================================================  =========================================
+``{"op": "spawn", "key", "argv", "cwd", "env",      start ``key`` (idempotent: a known key
+"log", "fresh"}``                                  answers with what is known of it)
+``{"op": "terminate", "key", "grace"}``             SIGTERM the group; SIGKILL after grace
+``{"op": "signal", "key", "signal"}``               send a signal to the group
+``{"op": "query"}``                                 -> ``{"ev": "table", "tasks": {...}}``
+``{"op": "ack", "keys": [...]}``                    the engine recorded these ends
+``{"op": "quit_if_idle"}``                          exit now if nothing runs
+``{"ev": "started", "key", "pid", "ticks"}``        it runs
+``{"ev": "failed", "key", "error"}``                it could not start (never ran)
+``{"ev": "exited", "key", "code"}``                 it ended (``code`` null: unobservable)
+=================================================  =========================================
+
+Stdlib only (and :mod:`.journal`, :mod:`.procs`): it must start fast.
+
+Why this module is longer than ~400 lines: one single-threaded loop owns every child,
+fd and timer of the spawner; its handlers share that state and are read together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import stat
+import sys
+import time
+from typing import Any
+
+from . import journal, procs
+
+SOCKET = "launch.sock"  # (no longer than engine.sock: AF_UNIX paths are short)
+LOCK = "launcher.lock"
+LOG = "launcher.log"
+TASK_ENV = "GPULAYER_TASK"  # "<state dir>/<key>": lets the keeper recognise a job's process
+KEEPER_FD = 3  # the keeper's pipe to the spawner (found-again pids and exits)
+TICK_S = 0.2
+KEEPER_WAIT_S = 2.0  # how long a task found dead waits for the keeper's word on its code
+DEFAULT_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGINT,
+    signal.SIGQUIT,
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+)
+OUTBOX_LIMIT = 64 * 1024 * 1024  # an engine this far behind is disconnected (it re-queries)
+
+
+class SocketPath:
+    """A Unix socket's path that fits ``sun_path`` (108 bytes) however long the state dir:
+    a long one is reached through ``/proc/self/fd/N/`` of the directory, held open."""
+
+    def __init__(self, directory: str, name: str) -> None:
+        self.fd: int | None = None
+        full = os.path.join(directory, name)
+        if len(os.fsencode(full)) < 100:
+            self.path = full
+        else:
+            self.fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.path = f"/proc/self/fd/{self.fd}/{name}"
+
+    def close(self) -> None:
+        """Let go of the directory (once bound or connected)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def exit_code(status: int) -> int:
+    """A wait status as a shell would say it: the code, or 128+N for signal N."""
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
+def why_not_runnable(argv0: str, cwd: str, env: dict[str, str]) -> tuple[str | None, str]:
+    """``(path, "")`` for a program that can be run, else ``(None, reason)``."""
+    if "/" in argv0:
+        path = argv0 if os.path.isabs(argv0) else os.path.join(cwd, argv0)
+        if os.path.isdir(path):
+            return None, f"cannot run {argv0}: it is a directory"
+        if not os.path.exists(path):
+            return None, f"command not found: {argv0} (no such file)"
+        if not os.access(path, os.X_OK):
+            return None, f"permission denied: {argv0} is not executable"
+        return path, ""
+    found = shutil.which(argv0, path=env.get("PATH", os.defpath))
+    if found is None:
+        return None, f"command not found: {argv0} (no such program in PATH)"
+    return found, ""
+
+
+class Task:
+    """A running job the spawner watches."""
+
+    __slots__ = ("child", "dead_at", "key", "kill_at", "pid", "pidfd", "ticks")
+
+    def __init__(self, key: str, pid: int, ticks: int, pidfd: int, child: bool) -> None:
+        self.key = key
+        self.pid = pid
+        self.ticks = ticks
+        self.pidfd = pidfd  # -1 once it is known to have ended
+        self.child = child  # ours to reap; False: the keeper's (found again after a crash)
+        self.kill_at: float | None = None
+        self.dead_at: float | None = None  # ended, its code not known yet (keeper's word)
+
+
+class Spawner:
+    """The spawner's state and loop (see the module docstring).
+
+    Args:
+        state_dir: The engine's state dir (socket, journal, logs live there).
+        idle_timeout: Exit after this many seconds with no engine and nothing running.
+        keeper_fd: The keeper's pipe (``None`` when run without a keeper, in tests).
+    """
+
+    def __init__(self, state_dir: str, idle_timeout: float, keeper_fd: int | None) -> None:
+        self.state_dir = state_dir
+        self.idle_timeout = idle_timeout
+        self.journal = journal.Journal(os.path.join(state_dir, journal.NAME))
+        self.entries = journal.replay(self.journal.path)
+        self.tasks: dict[str, Task] = {}
+        self.by_pidfd: dict[int, Task] = {}
+        self.keeper_exits: dict[str, int | None] = {}  # exits the keeper saw before we did
+        self.sel = selectors.DefaultSelector()
+        self.client: socket.socket | None = None
+        self.inbox = b""
+        self.outbox = bytearray()
+        self.idle_since = time.monotonic()
+        self.quit = False
+        self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self.programs: dict[tuple[str, str, str], str] = {}
+        self.listener = self._listen()
+        self.keeper_fd = keeper_fd
+        self.keeper_buf = b""
+        if keeper_fd is not None:
+            os.set_inheritable(keeper_fd, False)
+            os.set_blocking(keeper_fd, False)
+            self.sel.register(keeper_fd, selectors.EVENT_READ, self._keeper_readable)
+        self._resume()
+
+    # -- start-up -----------------------------------------------------------------------------
+
+    def _listen(self) -> socket.socket:
+        try:
+            # A leftover: the keeper holds the lock, so it is not in use.
+            os.unlink(os.path.join(self.state_dir, SOCKET))
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        where = SocketPath(self.state_dir, SOCKET)
+        old = os.umask(0o177)
+        try:
+            sock.bind(where.path)
+        finally:
+            os.umask(old)
+            where.close()
+        sock.listen(8)
+        sock.setblocking(False)
+        self.sel.register(sock, selectors.EVENT_READ, self._accept)
+        return sock
+
+    def _resume(self) -> None:
+        """Watch what an earlier spawner started and left running (its keeper reaps it)."""
+        for key, entry in list(self.entries.items()):
+            if entry.state != journal.RUNNING or entry.pid is None:
+                continue
+            pidfd = _pidfd(entry.pid)
+            if pidfd is not None and procs.is_alive(entry.pid, entry.ticks):
+                task = Task(key, entry.pid, entry.ticks or 0, pidfd, child=False)
+                task.kill_at = entry.kill_at
+                self._watch(task)
+                continue
+            if pidfd is not None:
+                os.close(pidfd)
+            # Ended while no spawner watched: the keeper reaped it and tells us its code
+            # through the pipe; _tick() gives up waiting after KEEPER_WAIT_S.
+            task = Task(key, entry.pid, entry.ticks or 0, -1, child=False)
+            task.dead_at = time.monotonic()
+            self.tasks[key] = task
+        self.journal.compact(self.entries)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Serve until idle (no engine, nothing running) or asked to quit."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # jobs outlive a stopping engine
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        while not self.quit:
+            for sel_key, events in self.sel.select(TICK_S):
+                sel_key.data(sel_key.fileobj, events)
+            self._tick()
+        # Retiring: no new engine may connect to a launcher that is going away.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.state_dir, SOCKET))
+        return 0
+
+    def _tick(self) -> None:
+        now = time.time()
+        for task in list(self.tasks.values()):
+            if task.dead_at is not None:
+                if task.key in self.keeper_exits:
+                    self._ended(task, self.keeper_exits.pop(task.key))
+                elif time.monotonic() - task.dead_at > KEEPER_WAIT_S:
+                    self._ended(task, None)  # nobody could see its exit status
+            elif task.kill_at is not None and now >= task.kill_at:
+                task.kill_at = None
+                self._killpg(task, signal.SIGKILL)
+        idle = not self.tasks and self.client is None
+        if not idle:
+            self.idle_since = time.monotonic()
+        elif time.monotonic() - self.idle_since >= self.idle_timeout:
+            self.quit = True
+
+    # -- the engine's connection --------------------------------------------------------------
+
+    def _accept(self, sock: Any, _events: int) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        if self.client is not None:
+            self._drop_client()  # a new engine replaces an old one (it was restarted)
+        conn.setblocking(False)
+        self.client = conn
+        self.inbox = b""
+        self.outbox.clear()
+        self.sel.register(conn, selectors.EVENT_READ, self._client_io)
+
+    def _drop_client(self) -> None:
+        assert self.client is not None
+        self.sel.unregister(self.client)
+        self.client.close()
+        self.client = None
+        self.outbox.clear()
+
+    def _client_io(self, conn: Any, events: int) -> None:
+        if events & selectors.EVENT_WRITE:
+            self._flush()
+        if not events & selectors.EVENT_READ or self.client is None:
+            return
+        try:
+            data = conn.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop_client()
+            return
+        self.inbox += data
+        *lines, self.inbox = self.inbox.split(b"\n")
+        for raw in lines:
+            if raw.strip():
+                self._handle(raw)
+
+    def _send(self, event: dict[str, Any]) -> None:
+        if self.client is None:
+            return  # the journal keeps it; a reconnecting engine asks with "query"
+        self.outbox += json.dumps(event, separators=(",", ":")).encode() + b"\n"
+        if len(self.outbox) > OUTBOX_LIMIT:
+            self._drop_client()
+            return
+        self._flush()
+
+    def _flush(self) -> None:
+        if self.client is None:
+            return
+        try:
+            sent = self.client.send(self.outbox)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self._drop_client()
+            return
+        del self.outbox[:sent]
+        mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.outbox else 0)
+        self.sel.modify(self.client, mask, self._client_io)
+
+    def _handle(self, raw: bytes) -> None:
+        try:
+            request = json.loads(raw)
+            op = request["op"]
+        except (ValueError, KeyError, TypeError):
+            return
+        if op == "spawn":
+            self._spawn(request)
+        elif op == "terminate":
+            self._terminate(str(request["key"]), float(request["grace"]))
+        elif op == "signal":
+            task = self.tasks.get(str(request["key"]))
+            if task is not None:
+                self._killpg(task, int(request["signal"]))
+        elif op == "query":
+            self._send({"ev": "table", "tasks": self._table()})
+        elif op == "ack":
+            for key in request.get("keys", ()):
+                if key in self.entries and self.entries[key].state == journal.EXITED:
+                    del self.entries[key]
+                    self.journal.write("A", key)
+        elif op == "quit_if_idle":
+            if not self.tasks:
+                self.quit = True
+
+    def _table(self) -> dict[str, Any]:
+        table: dict[str, Any] = {}
+        for key, entry in self.entries.items():
+            if entry.state == journal.INTENT:
+                continue  # (the keeper resolves these before a spawner starts)
+            table[key] = {
+                "state": entry.state,
+                "pid": entry.pid,
+                "ticks": entry.ticks,
+                "code": entry.code,
+                "kill_at": entry.kill_at,
+            }
+        return table
+
+    # -- spawning -----------------------------------------------------------------------------
+
+    def _spawn(self, request: dict[str, Any]) -> None:
+        key = str(request["key"])
+        known = self.entries.get(key)
+        if known is not None:
+            # Asked again (the engine reconnected, or restarted): answer what is known;
+            # never start a key twice.
+            if known.state == journal.RUNNING:
+                self._send({"ev": "started", "key": key, "pid": known.pid, "ticks": known.ticks})
+            elif known.state == journal.EXITED:
+                self._send({"ev": "exited", "key": key, "code": known.code})
+            return
+        argv = [str(a) for a in request["argv"]]
+        cwd = str(request["cwd"])
+        env = {str(k): str(v) for k, v in request["env"].items()}
+        env[TASK_ENV] = f"{self.state_dir}/{key}"
+        error = self._start(key, argv, cwd, env, str(request["log"]), bool(request.get("fresh")))
+        if error is not None:
+            self._send({"ev": "failed", "key": key, "error": error})
+
+    def _program(self, argv0: str, cwd: str, env: dict[str, str]) -> tuple[str | None, str]:
+        # A PATH search is ~10 stat calls; a queue of 500 `python ...` need not repeat it.
+        cache_key = (argv0, env.get("PATH", ""), cwd if "/" in argv0 else "")
+        hit = self.programs.get(cache_key)
+        if hit is not None and os.access(hit, os.X_OK):
+            return hit, ""
+        path, why = why_not_runnable(argv0, cwd, env)
+        if path is not None:
+            if len(self.programs) > 1024:
+                self.programs.clear()
+            self.programs[cache_key] = path
+        return path, why
+
+    def _start(
+        self, key: str, argv: list[str], cwd: str, env: dict[str, str], log: str, fresh: bool
+    ) -> str | None:
+        """Start ``key``; return why it could not start (it then never ran)."""
+        if not os.path.isdir(cwd):
+            missing = "is not a directory" if os.path.exists(cwd) else "does not exist"
+            return f"working directory {missing}: {cwd}"
+        program, why = self._program(argv[0], cwd, env)
+        if program is None:
+            return why
+        try:
+            log_fd = _open_log(log, fresh)
+        except OSError as err:
+            return f"cannot write the job's log {log}: {err.strerror}"
+        self.journal.write("S", key, journal.boot_ticks())
+        try:
+            os.chdir(cwd)  # posix_spawn has no cwd; this process is single-threaded
+            pid = os.posix_spawn(
+                program,
+                argv,
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, self.devnull, 0),
+                    (os.POSIX_SPAWN_DUP2, log_fd, 1),
+                    (os.POSIX_SPAWN_DUP2, log_fd, 2),
+                ],
+                setsid=True,
+                # Signals this process ignores would stay ignored in the job (SIGTERM
+                # among them): give the job the defaults, and an empty signal mask.
+                setsigdef=DEFAULT_SIGNALS,
+                setsigmask=(),
+            )
+        except OSError as err:
+            self.journal.write("F", key)
+            where = f" ({err.filename})" if err.filename else ""
+            return f"cannot start {argv[0]}: {err.strerror}{where}"
+        finally:
+            os.close(log_fd)
+            os.chdir("/")
+        ticks = procs.start_ticks(pid) or 0
+        self.journal.write("P", key, pid, ticks)
+        entry = self.entries[key] = journal.Entry(journal.RUNNING)
+        entry.pid, entry.ticks = pid, ticks
+        self._watch(Task(key, pid, ticks, os.pidfd_open(pid), child=True))
+        self._send({"ev": "started", "key": key, "pid": pid, "ticks": ticks})
+        return None
+
+    def _watch(self, task: Task) -> None:
+        self.tasks[task.key] = task
+        self.by_pidfd[task.pidfd] = task
+        self.sel.register(task.pidfd, selectors.EVENT_READ, self._pidfd_readable)
+
+    # -- ends ---------------------------------------------------------------------------------
+
+    def _pidfd_readable(self, pidfd: Any, _events: int) -> None:
+        task = self.by_pidfd.pop(pidfd, None)
+        self.sel.unregister(pidfd)
+        os.close(pidfd)
+        if task is None:
+            return
+        task.pidfd = -1
+        if not task.child:
+            # Found again after a crash: the keeper is its parent and tells us its code.
+            task.dead_at = time.monotonic()
+            if task.key in self.keeper_exits:
+                self._ended(task, self.keeper_exits.pop(task.key))
+            return
+        # Whatever is left in its process group would run on untracked, holding memory
+        # and ports already given away: kill it while the leader is our unreaped child
+        # (its pid, the group id, cannot be reused until we reap it).
+        self._killpg(task, signal.SIGKILL)
+        try:
+            _, status = os.waitpid(task.pid, 0)
+            code: int | None = exit_code(status)
+        except ChildProcessError:
+            code = None
+        self._ended(task, code)
+
+    def _ended(self, task: Task, code: int | None) -> None:
+        self.tasks.pop(task.key, None)
+        self.journal.write("E", task.key, code)
+        entry = self.entries.setdefault(task.key, journal.Entry(journal.EXITED))
+        entry.state, entry.code = journal.EXITED, code
+        self._send({"ev": "exited", "key": task.key, "code": code})
+
+    def _terminate(self, key: str, grace: float) -> None:
+        task = self.tasks.get(key)
+        if task is None or task.pidfd < 0:
+            return
+        if task.kill_at is None:
+            task.kill_at = time.time() + max(0.0, grace)
+            self.journal.write("K", key, task.kill_at)
+            entry = self.entries.get(key)
+            if entry is not None:
+                entry.kill_at = task.kill_at
+        self._killpg(task, signal.SIGTERM)
+
+    @staticmethod
+    def _killpg(task: Task, sig: int) -> None:
+        """Signal the task's process group, only while its leader holds the group id."""
+        try:
+            if not task.child:
+                # Not our child (found again after a crash): its leader is alive or an
+                # unreaped zombie of the keeper while its pidfd can still be signalled.
+                if task.pidfd < 0:
+                    return
+                signal.pidfd_send_signal(task.pidfd, 0)
+            os.killpg(task.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    # -- the keeper's pipe --------------------------------------------------------------------
+
+    def _keeper_readable(self, fd: Any, _events: int) -> None:
+        try:
+            data = os.read(int(fd), 65536)
+        except BlockingIOError:
+            return
+        if not data:
+            self.sel.unregister(fd)
+            return
+        self.keeper_buf += data
+        *lines, self.keeper_buf = self.keeper_buf.split(b"\n")
+        for raw in lines:
+            fields = raw.decode().split(" ")
+            if fields[0] == "exit":
+                self._keeper_exit(fields[1], None if fields[2] == "-" else int(fields[2]))
+
+    def _keeper_exit(self, key: str, code: int | None) -> None:
+        task = self.tasks.get(key)
+        if task is not None and task.dead_at is not None:
+            self._ended(task, code)
+        else:
+            self.keeper_exits[key] = code  # its pidfd has not fired yet
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def _open_log(path: str, fresh: bool) -> int:
+    """The job's log, never through a symlink; a first start never appends to an old file.
+
+    Raises:
+        OSError: It cannot be created (the message names why: a directory, a symlink,
+            a full disk, no permission).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    if fresh:
+        try:
+            return os.open(path, flags | os.O_EXCL, 0o600)
+        except FileExistsError:
+            mode = os.lstat(path).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(errno.EISDIR, "Is a directory", path) from None
+            if not stat.S_ISREG(mode):
+                raise OSError(errno.ELOOP, "not a regular file (a symlink?)", path) from None
+            # Left by something else (an id used before this journal existed): keep it
+            # aside rather than mix two jobs' output.
+            os.replace(path, f"{path}.old-{int(time.time())}")
+            return os.open(path, flags | os.O_EXCL, 0o600)
+    return os.open(path, flags, 0o600)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpulayer_tui.engine.launcher STATE_DIR [--idle S]`` (the keeper runs it)."""
+    parser = argparse.ArgumentParser(prog="gpulayer-tui launcher (spawner)")
+    parser.add_argument("state_dir")
+    parser.add_argument("--idle", type=float, default=60.0, help="exit after idle seconds")
+    args = parser.parse_args(argv)
+    keeper_fd = KEEPER_FD if _fd_open(KEEPER_FD) else None
+    return Spawner(os.path.abspath(args.state_dir), args.idle, keeper_fd).run()
+
+
+def _fd_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError as err:
+        return err.errno != errno.EBADF
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
