@@ -3,9 +3,10 @@
 Measures, in one run (see ``bench/README.md``):
 
 a. the launch floor: ``Popen(['true']).wait()`` sequentially and 2 at a time, plus the
-   engine's own launch recipe (the ``sh`` exit-recording wrapper) 2 at a time;
+   engine's launcher alone (keeper + spawner, driven over its socket) 2 at a time;
 b. an in-process engine (2 CPU slots) draining N ``true`` jobs from one ``submit_many``;
-c. submit -> start latency on an idle engine (``started_at`` and the submit call);
+c. submit -> process running on an idle engine (the ``job.started`` event: the launcher
+   spawned it; and the submit call, which answers once the process runs);
 d. the same drain through a real ``--serve`` process over the Unix socket;
 e. end-to-end latency of ``python -m gpulayer_tui submit -- true`` vs ``python -c pass``.
 
@@ -108,96 +109,82 @@ def floor_concurrent(n: int) -> dict[str, Any]:
     return drain_figures(n, _keep_two(n, lambda i: subprocess.Popen(["true"])))
 
 
-def floor_wrapper(n: int) -> dict[str, Any]:
-    """The engine's launch recipe without the engine: ``sh`` wrapper + ``true``, own session,
-    output to a log file, exit status written to a file, 2 alive at a time."""
-    from gpulayer_tui.engine.supervisor import SH, WRAPPER, exit_path, log_path
+def floor_launcher(n: int) -> dict[str, Any]:
+    """The engine's launcher without the engine: a keeper and its spawner on a temp state
+    dir, driven over ``launch.sock`` with the documented JSON-lines protocol, 2 alive. Each
+    job is journaled, spawned directly (no shell) into its own session with its log, reaped
+    and acknowledged, as in the engine; what is left is the engine's own work."""
+    import socket
 
-    with tempfile.TemporaryDirectory(prefix="gpulayer-bench-wrap-", dir=common.TMP_BASE) as tmp:
-        env = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="gpulayer-bench-launcher-", dir=common.TMP_BASE) as tmp:
+        home = Path(tmp)
+        (home / "jobs").mkdir(mode=0o700)
+        keeper = subprocess.Popen(
+            [sys.executable, "-m", "gpulayer_tui.engine.keeper", tmp, "--idle", "30"],
+            stdin=subprocess.DEVNULL,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+        try:
+            spawner = common.launcher_pid(home)
+            sock = socket.socket(socket.AF_UNIX)
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    sock.connect(str(home / "launch.sock"))
+                    break
+                except OSError as err:
+                    if time.monotonic() > deadline:
+                        raise BenchFailure("launcher floor: no launch.sock") from err
+                    time.sleep(0.01)
+            lines = sock.makefile("rb")
+            env = {"op": "env", "id": 1, "env": dict(os.environ)}
+            sock.sendall(json.dumps(env).encode() + b"\n")
 
-        def make(i: int) -> subprocess.Popen[bytes]:
-            log = log_path(Path(tmp), i)
-            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            def drain(first: int, count: int) -> dict[str, float]:
+                meter = Meter(also=spawner)
+                sent = done = alive = 0
+                codes: list[int | None] = []
+                while done < count:
+                    while alive < SLOTS and sent < count:
+                        key = str(first + sent)
+                        spawn = {
+                            "op": "spawn",
+                            "key": key,
+                            "argv": ["true"],
+                            "cwd": "/",
+                            "env_id": 1,
+                            "extra": {},
+                            "log": f"{tmp}/jobs/{key}.log",
+                            "fresh": True,
+                        }
+                        sock.sendall(json.dumps(spawn).encode() + b"\n")
+                        sent += 1
+                        alive += 1
+                    event = json.loads(lines.readline())
+                    if event["ev"] == "failed":
+                        raise BenchFailure(f"launcher floor: {event}")
+                    if event["ev"] == "exited":
+                        alive -= 1
+                        done += 1
+                        codes.append(event["code"])
+                        ack = {"op": "ack", "keys": [event["key"]]}
+                        sock.sendall(json.dumps(ack).encode() + b"\n")
+                metered = meter.stop()
+                if any(code != 0 for code in codes):
+                    raise BenchFailure(f"launcher floor: exit codes {set(codes)}")
+                return metered
+
+            drain(10 * n, WARMUP)
+            metered = drain(0, n)
+            sock.sendall(b'{"op": "quit_if_idle"}\n')
+            sock.close()
+        finally:
             try:
-                return subprocess.Popen(
-                    [SH, "-c", WRAPPER, str(exit_path(Path(tmp), i)), "true"],
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=fd,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            finally:
-                os.close(fd)
-
-        _keep_two(WARMUP, lambda i: make(n + i))
-        metered = _keep_two(n, make)
-        bad = [i for i in range(n) if exit_path(Path(tmp), i).read_text() != "0\n"]
-        if bad:
-            raise BenchFailure(f"wrapper floor: {len(bad)} processes did not record exit 0")
-    return drain_figures(n, metered)
-
-
-def floor_no_wrapper(n: int) -> dict[str, Any]:
-    """Bench only: the launch without the ``sh`` wrapper. ``true`` itself in a new session
-    with its output to a log file, 2 alive; its exit status comes from the wait, so
-    nothing is written after it ends (what the wrapper is there for: an exit status that
-    survives an engine restart). Separates the wrapper's cost from the log file's."""
-    from gpulayer_tui.engine.supervisor import log_path
-
-    with tempfile.TemporaryDirectory(prefix="gpulayer-bench-nowrap-", dir=common.TMP_BASE) as tmp:
-        env = dict(os.environ)
-
-        def make(i: int) -> subprocess.Popen[bytes]:
-            fd = os.open(log_path(Path(tmp), i), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            try:
-                return subprocess.Popen(
-                    ["true"],
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=fd,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            finally:
-                os.close(fd)
-
-        _keep_two(WARMUP, lambda i: make(n + i))
-        return drain_figures(n, _keep_two(n, make))
-
-
-def floor_wrapper_child_log(n: int) -> dict[str, Any]:
-    """Prototype launch recipe (bench only): like :func:`floor_wrapper`, but the ``sh``
-    wrapper opens its own log (``exec >>LOG 2>&1``) instead of the parent.
-
-    Creating a file is the slowest step of a launch on some filesystems (see the "create a
-    log file" row). In the parent it is serial work on the engine's event loop; in the
-    wrapper it runs in the new process, beside the loop. The log lands in the 0700 jobs
-    dir, so the wrapper's default umask cannot expose it.
-    """
-    from gpulayer_tui.engine.supervisor import SH, WRAPPER
-
-    script = 'exec >>"$0.log" 2>&1; ' + WRAPPER.replace('> "$0"', '> "$0.exit"')
-    with tempfile.TemporaryDirectory(prefix="gpulayer-bench-wrap2-", dir=common.TMP_BASE) as tmp:
-        env = dict(os.environ)
-
-        def make(i: int) -> subprocess.Popen[bytes]:
-            return subprocess.Popen(
-                [SH, "-c", script, f"{tmp}/{i}", "true"],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                close_fds=True,
-            )
-
-        _keep_two(WARMUP, lambda i: make(n + i))
-        metered = _keep_two(n, make)
-        bad = [i for i in range(n) if Path(f"{tmp}/{i}.exit").read_text() != "0\n"]
-        if bad:
-            raise BenchFailure(f"prototype wrapper: {len(bad)} processes did not record exit 0")
+                keeper.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                keeper.kill()
+                keeper.wait()
     return drain_figures(n, metered)
 
 
@@ -251,7 +238,7 @@ async def engine_drain(n: int) -> dict[str, Any]:
         try:
             specs = [{"command": ["true"]}] * n
             t0_wall = time.time()
-            meter = Meter()
+            meter = Meter(also=common.launcher_pid(engine.paths.state_dir))
             jobs = await engine.submit_many(specs)
             submit_call = time.perf_counter() - meter.t0
             # Many concurrent waiters, as when the API serves many `wait` calls.
@@ -273,6 +260,7 @@ async def engine_drain(n: int) -> dict[str, Any]:
             }
         finally:
             await engine.stop()
+            common.stop_launcher(engine.paths.state_dir)
 
 
 async def engine_latency(m: int) -> dict[str, Any]:
@@ -283,19 +271,19 @@ async def engine_latency(m: int) -> dict[str, Any]:
             return await _latency(engine, m)
         finally:
             await engine.stop()
+            common.stop_launcher(engine.paths.state_dir)
 
 
 async def _latency(engine: Any, m: int) -> dict[str, Any]:
-    running_seen: dict[int, float] = {}
+    started_seen: dict[int, float] = {}
     sub = engine.subscribe()
 
     async def watch() -> None:
         async for ev in sub:
-            if ev.kind.value == "job.transition" and ev.data.get("status") == "running":
-                running_seen[ev.job_id] = time.time()
+            if ev.kind.value == "job.started":
+                started_seen[ev.job_id] = time.time()
 
     watcher = asyncio.create_task(watch())
-    to_started: list[float] = []
     call: list[float] = []
     to_event: list[float] = []
     finished: list[dict[str, Any]] = []
@@ -306,12 +294,12 @@ async def _latency(engine: Any, m: int) -> dict[str, Any]:
             p0 = time.perf_counter()
             job = await engine.submit({"command": ["true"]})
             call.append(time.perf_counter() - p0)
-            if job.started_at is None:
+            if job.pid is None:
                 raise BenchFailure(f"latency: job {job.id} did not start at once ({job.message})")
-            to_started.append(job.started_at - t0)
             finished.append((await engine.wait(job.id)).to_json())
-            if job.id in running_seen:
-                to_event.append(running_seen[job.id] - t0)
+            if job.id not in started_seen:
+                raise BenchFailure(f"latency: no job.started event for job {job.id}")
+            to_event.append(started_seen[job.id] - t0)
     finally:
         sub.close()
         watcher.cancel()
@@ -320,22 +308,17 @@ async def _latency(engine: Any, m: int) -> dict[str, Any]:
         except asyncio.CancelledError:
             pass
     check_jobs("latency", finished, m)
-    result: dict[str, Any] = {
-        "submit_to_started_at": summary(to_started),
-        "submit_call": summary(call),
-    }
-    if to_event:
-        result["submit_to_running_event"] = summary(to_event)
-    return result
+    return {"submit_to_started_event": summary(to_event), "submit_call": summary(call)}
 
 
 # -- d, e. the real server ----------------------------------------------------------------
 
 
 @contextmanager
-def running_server() -> Iterator[tuple[Any, dict[str, str], float, int]]:
+def running_server() -> Iterator[tuple[Any, dict[str, str], float, int, Path]]:
     """Start ``--serve`` on a fresh temp home with 2 CPU slots; yield (client, env, start
-    seconds, pid). The server is stopped with SIGTERM and the home removed, even on error."""
+    seconds, pid, state dir). The server is stopped with SIGTERM and the home removed,
+    even on error."""
     with temp_home("serve") as home, serving(home, SIMULATE, f"[cpu]\nslots = {SLOTS}\n") as srv:
         client = srv.client
         domains = client.gpus().get("domains", [])
@@ -346,14 +329,15 @@ def running_server() -> Iterator[tuple[Any, dict[str, str], float, int]]:
         warm = client.submit_many([{"command": ["true"]}] * WARMUP)
         for job in warm:
             client.wait(job["id"])
-        yield client, srv.env, srv.start_s, srv.proc.pid
+        yield client, srv.env, srv.start_s, srv.proc.pid, home
 
 
-def server_drain(client: Any, n: int, pid: int) -> dict[str, Any]:
-    """d. The server drains N jobs from one ``submit_many``; CPU is the server's."""
+def server_drain(client: Any, n: int, pid: int, home: Path) -> dict[str, Any]:
+    """d. The server drains N jobs from one ``submit_many``; CPU is the server's and its
+    launcher's."""
     specs = [{"command": ["true"]}] * n
     t0_wall = time.time()
-    meter = Meter(pid)
+    meter = Meter(pid, also=common.launcher_pid(home))
     jobs = client.submit_many(specs)
     submit_call = time.perf_counter() - meter.t0
     ids = {j["id"] for j in jobs}
@@ -410,9 +394,7 @@ def cli_latency(client: Any, env: dict[str, str], k: int) -> dict[str, Any]:
 FIGURES = {
     "floor_sequential": "a. floor: `Popen(['true']).wait()` sequential",
     "floor_2": "a. floor: `Popen(['true'])`, 2 alive",
-    "wrapper_2": "a. floor: engine's `sh` wrapper + `true`, 2 alive",
-    "wrapper_child_log_2": "a. prototype: the wrapper opens its own log, 2 alive",
-    "no_wrapper_2": "a. prototype: no wrapper (`true` + log file + new session), 2 alive",
+    "launcher_2": "a. the launcher alone (no engine), 2 alive",
     "engine": "b. engine in-process, one `submit_many`",
     "server": "d. `--serve` over the socket, one `Client.submit_many`",
 }
@@ -420,15 +402,8 @@ FIGURES = {
 RATIOS = [
     ("engine_vs_floor2", "engine", "floor_2", "b. engine / 2-alive floor"),
     ("engine_vs_floor_seq", "engine", "floor_sequential", "b. engine / sequential floor"),
-    ("engine_vs_wrapper2", "engine", "wrapper_2", "b. engine / wrapper floor"),
-    ("wrapper2_vs_floor2", "wrapper_2", "floor_2", "wrapper floor / 2-alive floor"),
-    ("nowrap_vs_floor2", "no_wrapper_2", "floor_2", "no-wrapper prototype / 2-alive floor"),
-    (
-        "proto_vs_wrapper2",
-        "wrapper_child_log_2",
-        "wrapper_2",
-        "prototype (child opens log) / wrapper floor",
-    ),
+    ("engine_vs_launcher2", "engine", "launcher_2", "b. engine / launcher alone"),
+    ("launcher2_vs_floor2", "launcher_2", "floor_2", "launcher alone / 2-alive floor"),
     ("server_vs_floor2", "server", "floor_2", "d. server / 2-alive floor"),
     ("server_vs_floor_seq", "server", "floor_sequential", "d. server / sequential floor"),
     ("server_vs_engine", "server", "engine", "d. server / in-process engine"),
@@ -442,7 +417,12 @@ def aggregate(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     median = {f: statistics.median(v) for f, v in per_job.items()}
     cpu = {
         key: {f: statistics.median(r[f][key] for r in rounds) for f in FIGURES}
-        for key in ("cpu_ms_per_job", "self_cpu_ms_per_job", "children_cpu_ms_per_job")
+        for key in (
+            "cpu_ms_per_job",
+            "self_cpu_ms_per_job",
+            "children_cpu_ms_per_job",
+            "launcher_cpu_ms_per_job",
+        )
     }
     total_cpu = cpu["cpu_ms_per_job"]
     ratios: dict[str, Any] = {}
@@ -480,9 +460,7 @@ def render(r: dict[str, Any]) -> str:
     best_eng = min(r["rounds"], key=lambda d: d["engine"]["ms_per_job"])["engine"]
     notes = {
         "floor_2": "the reference floor",
-        "wrapper_2": "launch recipe without the engine",
-        "wrapper_child_log_2": "bench-only prototype: `exec >>LOG` in the wrapper",
-        "no_wrapper_2": "bench-only: no exit file, so no restart-proof exit status",
+        "launcher_2": "journal, spawn, log, reap, exit record; no engine",
         "engine": f"submit_many call {ms(best_eng['submit_many_call_s']):.1f} ms",
         "server": f"server-side {best_srv['server_side_ms_per_job']:.3f} ms/job "
         f"(last `ended_at` - t0); submit call {ms(best_srv['submit_many_call_s']):.1f} ms",
@@ -522,21 +500,23 @@ def render(r: dict[str, Any]) -> str:
         "figures, with the per-round ratios alongside.",
         "",
         "Wall ms/job is what the target is about. CPU ms/job (median over rounds) is the "
-        "CPU time spent per job by the process doing the work (this one, or the server) "
-        "and by its reaped children (`sh`, `true`). It hardly moves when other work "
-        "competes for the cores, so it is the load-robust view of overhead.",
+        "CPU time spent per job by the process doing the work (this one, or the server), "
+        "by its reaped children (`true`) and by the launcher's spawner (nobody's child "
+        "here, metered on its own). It hardly moves when other work competes for the "
+        "cores, so it is the load-robust view of overhead.",
         "",
         "| what | best wall ms/job | median wall ms/job | every round (wall ms/job) "
-        "| CPU ms/job: self + children | note |",
+        "| CPU ms/job: self + children + launcher | note |",
         "|---|---:|---:|---|---:|---|",
     ]
     for fig, label in FIGURES.items():
         every = ", ".join(f"{v:.3f}" for v in agg["ms_per_job"][fig])
         own = agg["median_cpu"]["self_cpu_ms_per_job"][fig]
         kids = agg["median_cpu"]["children_cpu_ms_per_job"][fig]
+        launcher = agg["median_cpu"]["launcher_cpu_ms_per_job"][fig]
         lines.append(
             f"| {label} | {best[fig]:.3f} | {med[fig]:.3f} | {every} "
-            f"| {own:.3f} + {kids:.3f} | {notes.get(fig, '')} |"
+            f"| {own:.3f} + {kids:.3f} + {launcher:.3f} | {notes.get(fig, '')} |"
         )
     lines += [
         "",
@@ -556,14 +536,10 @@ def render(r: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|",
         lrow("a. `Popen(['true'])` call returns", popen_call),
         lrow("a. create a log file (in the state dirs' filesystem)", fs),
-        lrow("c. idle engine: submit -> `started_at`", lat["submit_to_started_at"]),
-        lrow("c. idle engine: `engine.submit` returns", lat["submit_call"]),
+        lrow("c. idle engine: submit -> `job.started` (it runs)", lat["submit_to_started_event"]),
+        lrow("c. idle engine: `engine.submit` returns (it runs)", lat["submit_call"]),
     ]
-    if "submit_to_running_event" in lat:
-        lines.append(
-            lrow("c. idle engine: submit -> `running` event seen", lat["submit_to_running_event"])
-        )
-    started_vs_popen = lat["submit_to_started_at"]["p50_ms"] / popen_call["p50_ms"]
+    started_vs_popen = lat["submit_to_started_event"]["p50_ms"] / popen_call["p50_ms"]
     cli_vs_python = cli["cli_submit"]["p50_ms"] / cli["python_c_pass"]["p50_ms"]
     lines += [
         lrow(f"e. `{cli['cli_command']}`", cli["cli_submit"]),
@@ -578,19 +554,23 @@ def render(r: dict[str, Any]) -> str:
         "",
         f"- **a. floor** - {best['floor_2']:.3f} ms/job with 2 alive, "
         f"{best['floor_sequential']:.3f} ms/job sequential: fork/exec/wait of `true` on "
-        f"this machine, nothing else. The wrapper floor ({best['wrapper_2']:.3f} ms/job, "
-        f"{ratio('wrapper2_vs_floor2')} the 2-alive floor) is what the engine's launch "
-        "design (sh wrapper, new session, log file, exit file) costs before any engine "
-        f"logic. Creating one log file takes p50 {fs['p50_ms']:.3f} ms "
-        f"under `{r['fs']['dir']}` (the engine also writes an exit file per job), so a slow "
-        "filesystem there raises the wrapper floor and the engine alike.",
+        f"this machine, nothing else. The launcher alone ({best['launcher_2']:.3f} ms/job, "
+        f"{ratio('launcher2_vs_floor2')} the 2-alive floor) is what the engine's launch "
+        "design (journal lines, direct spawn into a new session, log file, pidfd, reap) "
+        f"costs before any engine logic. Creating one log file takes p50 {fs['p50_ms']:.3f} "
+        f"ms under `{r['fs']['dir']}`, so a slow filesystem there raises the launcher and "
+        "the engine alike.",
         f"- **b. in-process drain** - {ratio('engine_vs_floor2')} the 2-alive floor: target "
         f"{verdict(x['engine_vs_floor2']['best_over_best'])} (per round: "
         f"{rounds_of('engine_vs_floor2')}; CPU per job "
         f"{x['engine_vs_floor2']['cpu_median_over_median']:.2f}x); "
         f"{ratio('engine_vs_floor_seq')} the sequential "
         f"floor: target {verdict(x['engine_vs_floor_seq']['best_over_best'])}; "
-        f"{ratio('engine_vs_wrapper2')} its own launch recipe."
+        f"{ratio('engine_vs_launcher2')} its launcher alone. Engine CPU per job (its own "
+        f"process, median): {agg['median_cpu']['self_cpu_ms_per_job']['engine']:.3f} ms "
+        "in-process (this process also runs the waiters), "
+        f"{agg['median_cpu']['self_cpu_ms_per_job']['server']:.3f} ms as `--serve`; "
+        f"launcher {agg['median_cpu']['launcher_cpu_ms_per_job']['server']:.3f} ms."
         + (
             f" Engine anomaly: `engine.wait()` returned a non-terminal snapshot for "
             f"{stale} of {n * p['rounds']} jobs (all were completed when re-read one at a "
@@ -598,10 +578,11 @@ def render(r: dict[str, Any]) -> str:
             if stale
             else " `engine.wait()` returned a terminal snapshot for every job."
         ),
-        f"- **c. submit -> start** - p50 {lat['submit_to_started_at']['p50_ms']:.2f} ms from "
-        "before `engine.submit` to the launch being stamped; the call returns (verdict "
-        f"durable) at p50 {lat['submit_call']['p50_ms']:.2f} ms; {started_vs_popen:.2f}x a "
-        "bare `Popen` call.",
+        f"- **c. submit -> process running** - p50 "
+        f"{lat['submit_to_started_event']['p50_ms']:.2f} ms from before `engine.submit` to "
+        "the `job.started` event (decision committed, launcher spawned the process and "
+        f"reported its pid); the call itself returns at p50 {lat['submit_call']['p50_ms']:.2f}"
+        f" ms; {started_vs_popen:.2f}x a bare `Popen` call.",
         f"- **d. server drain** - {ratio('server_vs_floor2')} the 2-alive floor: target "
         f"{verdict(x['server_vs_floor2']['best_over_best'])} (per round: "
         f"{rounds_of('server_vs_floor2')}; CPU per job "
@@ -662,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         step("starting the server")
-        with running_server() as (client, env, server_start_s, server_pid):
+        with running_server() as (client, env, server_start_s, server_pid, server_home):
             results["server_start_s"] = server_start_s
             rounds: list[dict[str, Any]] = []
             for i in range(args.rounds):
@@ -671,11 +652,9 @@ def main(argv: list[str] | None = None) -> int:
                     {
                         "floor_sequential": floor_sequential(n),
                         "floor_2": floor_concurrent(n),
-                        "wrapper_2": floor_wrapper(n),
-                        "wrapper_child_log_2": floor_wrapper_child_log(n),
-                        "no_wrapper_2": floor_no_wrapper(n),
+                        "launcher_2": floor_launcher(n),
                         "engine": asyncio.run(engine_drain(n)),
-                        "server": server_drain(client, n, server_pid),
+                        "server": server_drain(client, n, server_pid, server_home),
                     }
                 )
             step("a. file-creation cost in the temp dir")

@@ -145,6 +145,39 @@ def proc_cpu(pid: int) -> tuple[float, float]:
     return (utime + stime) / tick, (cutime + cstime) / tick
 
 
+def launcher_pid(state_dir: Path, timeout: float = 10.0) -> int:
+    """The spawner serving ``state_dir`` (the parent of its jobs). It is nobody's child
+    here, so its CPU is metered on its own (``Meter(also=...)``), never as reaped
+    children's time."""
+    import psutil
+
+    needle = str(state_dir)
+    deadline = time.monotonic() + timeout
+    while True:
+        for proc in psutil.process_iter(["cmdline"]):
+            cmd = proc.info["cmdline"] or []
+            if "gpulayer_tui.engine.launcher" in cmd and needle in cmd:
+                return int(proc.pid)
+        if time.monotonic() > deadline:
+            raise BenchFailure(f"no launcher serves {state_dir}")
+        time.sleep(0.02)
+
+
+def stop_launcher(state_dir: Path) -> None:
+    """Ask the launcher of ``state_dir`` to retire now if nothing runs (it would otherwise
+    wait out its idle timeout over a deleted temp dir)."""
+    import socket
+
+    path = state_dir / "launch.sock"
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(2.0)
+            sock.connect(str(path))
+            sock.sendall(b'{"op": "quit_if_idle"}\n')
+    except OSError:
+        pass
+
+
 def proc_rss_mib(pid: int) -> float:
     """Resident set size of ``pid`` in MiB (``VmRSS``)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -161,10 +194,12 @@ class Meter:
     otherwise ``/proc/PID/stat`` is read (clock-tick resolution).
     """
 
-    def __init__(self, pid: int | None = None) -> None:
+    def __init__(self, pid: int | None = None, also: int | None = None) -> None:
         self.pid = pid
+        self.also = also  # the launcher: its own CPU, reported as ``launcher_cpu_s``
         self.t0 = time.perf_counter()
         self.cpu0 = self._cpu()
+        self.also0 = proc_cpu(also)[0] if also else 0.0
 
     def _cpu(self) -> tuple[float, float]:
         if self.pid is None:
@@ -181,18 +216,21 @@ class Meter:
             "total_s": total,
             "self_cpu_s": cpu[0] - self.cpu0[0],
             "children_cpu_s": cpu[1] - self.cpu0[1],
+            "launcher_cpu_s": proc_cpu(self.also)[0] - self.also0 if self.also else 0.0,
         }
 
 
 def drain_figures(n: int, meter: dict[str, float]) -> dict[str, float]:
     """Per-job figures from a :meth:`Meter.stop` result."""
     own, kids = meter["self_cpu_s"], meter["children_cpu_s"]
+    launcher = meter.get("launcher_cpu_s", 0.0)
     return meter | {
         "jobs": n,
         "ms_per_job": ms(meter["total_s"]) / n,
         "self_cpu_ms_per_job": ms(own) / n,
         "children_cpu_ms_per_job": ms(kids) / n,
-        "cpu_ms_per_job": ms(own + kids) / n,
+        "launcher_cpu_ms_per_job": ms(launcher) / n,
+        "cpu_ms_per_job": ms(own + kids + launcher) / n,
     }
 
 
@@ -321,6 +359,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        stop_launcher(self.home)
         self._log.close()
         self._log_path.unlink(missing_ok=True)
 

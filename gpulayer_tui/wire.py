@@ -89,6 +89,7 @@ class EventKind(StrEnum):
     TRANSITION = "job.transition"
     STARTED = "job.started"  # its process runs now (pid); the launcher journaled it
     REASON = "job.reason"
+    LOG = "job.log"  # its log was cut back (it passed [logs] max_bytes)
     REPLICA = "job.replica"
     GPU_SAMPLE = "gpu.sample"
     DOMAIN = "domain.state"

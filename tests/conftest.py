@@ -274,9 +274,7 @@ class Served:
                 timeout=20,
                 interval=0.05,
             )
-            assert proc.poll() is None, (
-                f"--serve exited: {proc.stderr.read() if proc.stderr else ''}"
-            )
+            assert proc.poll() is None, f"--serve exited: {self.log.read_text()[-2000:]}"
         return self.proc
 
     def stop(self) -> str:

@@ -154,6 +154,8 @@ def tiny_fs(home: Path) -> Iterator[Path]:
     )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    # No free-space floor: these tests are about the disk filling up under the engine.
+    (home / "config.toml").write_text("[logs]\nmin_free_mb = 0\n")
     try:
         yield home
     finally:

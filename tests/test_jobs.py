@@ -403,8 +403,9 @@ async def test_a_job_killed_by_a_signal_leaves_nothing_of_itself_running(
     pidfile = tmp_path / "child.pid"
     # The job runs without a shell of ours: its pid is the command's own.
     job = await engine.submit({"shell": f"sleep 300 & echo $! > {pidfile}; wait", "gpus": 1})
+    # Non-empty, not just there: the shell creates the file before `echo` writes to it.
+    await eventually(lambda: pidfile.exists() and pidfile.read_text().strip() != "")
     assert psutil.Process(job.pid).name() == "sh"
-    await eventually(pidfile.exists)
     child = int(pidfile.read_text())
     os.kill(job.pid, signal.SIGKILL)
     done = await engine.wait(job.id, timeout=10)

@@ -320,6 +320,22 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     return EXIT_OK
 
 
+def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.older_than is None and args.keep is None:
+        parser.error("clean needs --older-than DAYS and/or --keep N")
+    body: dict[str, Any] = {}
+    if args.older_than is not None:
+        body["older_than_days"] = args.older_than
+    if args.keep is not None:
+        body["keep"] = args.keep
+    done = client.request("POST", "/clean", body)
+    if args.json:
+        _print_json(done)
+    else:
+        print(f"removed {done['jobs']} finished job(s) and {done['files']} file(s)")
+    return EXIT_OK
+
+
 def _gpus(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     data = client.gpus()
     if args.json:
@@ -339,6 +355,7 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace, argparse.ArgumentParse
     "gpus": _gpus,
     "adopt": _adopt,
     "domain": _domain,
+    "clean": _clean,
 }
 
 

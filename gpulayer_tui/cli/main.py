@@ -43,6 +43,17 @@ def positive_number(text: str) -> float:
     return value
 
 
+def days_arg(text: str) -> float:
+    """A number of days, 0 or more."""
+    try:
+        value = wire.parse_number("days", text)
+    except wire.FieldError as err:
+        raise argparse.ArgumentTypeError(err.detail) from None
+    if not 0 <= value <= 36500:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 36500 days, got {text}")
+    return value
+
+
 def _field(name: str) -> Callable[[str], Any]:
     """An argparse type that applies the wire contract's rule for ``name`` (the same one the
     engine and the TUI's form apply), so a bad value is refused here with the same words."""
@@ -193,6 +204,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["list", "drain", "release"])
     p.add_argument("name", nargs="?", help="the domain (for drain and release)")
     p.add_argument("--reason", help="why it is drained (shown to users)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser(
+        "clean",
+        help="remove old finished jobs (their rows, timelines and logs)",
+        description="Remove finished jobs that ended more than DAYS ago and/or all but the "
+        "newest N finished ones: their rows, timelines and log files. Running and queued jobs "
+        "are never touched; ids are never given again. [history] keep_days in the config "
+        "does this every hour.",
+    )
+    p.add_argument("--older-than", type=days_arg, metavar="DAYS")
+    p.add_argument("--keep", type=positive_int, metavar="N", help="keep the newest N finished")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("doctor", help="check the driver, config, engine and domains")

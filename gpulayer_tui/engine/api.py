@@ -20,6 +20,7 @@ POST     /domains/NAME/release       back to service (a quarantined GPU must ans
 POST     /config/reload              read the config file again (also done on every edit)
 GET      /doctor                     the engine's checks (domains, feasibility, clock)
 GET      /processes/PID              what the engine sees of a process (to adopt it)
+POST     /clean                      remove old finished jobs ({"older_than_days"?, "keep"?})
 GET      /metrics (also /metrics)    Prometheus text format
 GET      /events                     every event as one JSON object per line
 =======  ==========================  =====================================================
@@ -45,6 +46,7 @@ import asyncio
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -275,6 +277,26 @@ async def reload_config(request: web.Request) -> web.Response:
     return web.json_response(result, status=200 if result["applied"] else 400)
 
 
+async def clean(request: web.Request) -> web.Response:
+    """POST /v1/clean: remove finished jobs older than ``older_than_days`` and/or all but the
+    newest ``keep`` finished ones (rows, timelines, logs)."""
+    _require_admin(request, "clean the history")
+    body = await _read_json(request) if request.can_read_body else {}
+    if not isinstance(body, dict) or set(body) - {"older_than_days", "keep"} or not body:
+        raise SpecError('a clean request is {"older_than_days": D} and/or {"keep": N}')
+    days, keep = body.get("older_than_days"), body.get("keep")
+    before = None
+    if days is not None:
+        if isinstance(days, bool) or not isinstance(days, int | float) or not 0 <= days <= 36500:
+            raise SpecError(
+                "older_than_days must be a number of days from 0 to 36500", "older_than_days"
+            )
+        before = time.time() - float(days) * 86400
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 0):
+        raise SpecError("keep must be a whole number, 0 or more", "keep")
+    return web.json_response(await request.app[ENGINE_KEY].retention.clean(before, keep))
+
+
 async def doctor(request: web.Request) -> web.Response:
     """GET /v1/doctor."""
     return web.json_response({"checks": await request.app[ENGINE_KEY].domain_ops.doctor_checks()})
@@ -342,13 +364,18 @@ async def wait(request: web.Request) -> web.Response:
     return web.json_response({"job": _job(job), "timed_out": False})
 
 
-def _read_chunk(path: Path, offset: int) -> bytes:
+def _read_chunk(path: Path, offset: int) -> tuple[bytes, int]:
+    """Up to LOG_CHUNK bytes from ``offset``, and the offset they start at: 0 when the log
+    is now shorter than ``offset`` (it was cut back past its limit; it starts with a note
+    saying so)."""
     try:
         with open(path, "rb") as fh:
+            if offset and offset > os.fstat(fh.fileno()).st_size:
+                offset = 0
             fh.seek(offset)
-            return fh.read(LOG_CHUNK)
+            return fh.read(LOG_CHUNK), offset
     except FileNotFoundError:
-        return b""
+        return b"", offset
 
 
 async def logs(request: web.Request) -> web.StreamResponse:
@@ -366,14 +393,14 @@ async def logs(request: web.Request) -> web.StreamResponse:
     response.headers["X-Job-Status"] = job.status.value
     await response.prepare(request)
     while True:
-        chunk = await asyncio.to_thread(_read_chunk, path, offset)
+        chunk, offset = await asyncio.to_thread(_read_chunk, path, offset)
         if chunk:
             offset += len(chunk)
             await response.write(chunk)
             continue
         if not follow or not (await engine.get(job_id)).status.is_active:
             # One last read: output written just before the exit.
-            chunk = await asyncio.to_thread(_read_chunk, path, offset)
+            chunk, offset = await asyncio.to_thread(_read_chunk, path, offset)
             if chunk:
                 offset += len(chunk)
                 await response.write(chunk)
@@ -421,6 +448,7 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_get("/v1/processes/{pid}", process)
     app.router.add_get("/v1/ready", ready)
     app.router.add_get("/v1/doctor", doctor)
+    app.router.add_post("/v1/clean", clean)
     app.router.add_post("/v1/config/reload", reload_config)
     app.router.add_get("/v1/metrics", metrics)
     app.router.add_get("/metrics", metrics)

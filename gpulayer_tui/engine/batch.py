@@ -56,16 +56,42 @@ def exit_verdict(code: int | None) -> tuple[JobStatus, TerminationReason, str]:
     return JobStatus.FAILED, Reason.EXIT_CODE, f"exited with code {code}"
 
 
-def job_env(base: dict[str, str], spec: JobSpec, job_id: int, gpus: list[int]) -> dict[str, str]:
-    """A job's environment: the engine's, the spec's, and what gpulayer-tui sets."""
-    env = dict(base)
-    env.update(spec.env)
-    env["GPULAYER_JOB_ID"] = str(job_id)
-    # PCI bus order makes CUDA's numbering match NVML's (and ours). CPU jobs see no GPU, so
-    # they cannot take GPU memory behind the scheduler's back.
-    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
-    return env
+class JobEnv:
+    """Job environments: the engine's, plus the spec's, plus what gpulayer-tui sets.
+
+    The first two are shared by every job whose spec sets the same variables (one dict,
+    kept here), so the executor can send each such environment once; only the per-job
+    part changes from job to job.
+
+    Args:
+        base: The engine's environment.
+    """
+
+    def __init__(self, base: dict[str, str]) -> None:
+        self._base = base
+        self._shared: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+
+    def shared(self, spec: JobSpec) -> dict[str, str]:
+        """The engine's environment with the spec's on top (the same dict for equal specs;
+        never to be changed)."""
+        key = tuple(sorted(spec.env.items()))
+        env = self._shared.get(key)
+        if env is None:
+            if len(self._shared) >= 256:
+                self._shared.pop(next(iter(self._shared)))
+            env = self._shared[key] = {**self._base, **spec.env}
+        return env
+
+    @staticmethod
+    def own(job_id: int, gpus: list[int]) -> dict[str, str]:
+        """What gpulayer-tui sets for one job."""
+        return {
+            "GPULAYER_JOB_ID": str(job_id),
+            # PCI bus order makes CUDA's numbering match NVML's (and ours). CPU jobs see no
+            # GPU, so they cannot take GPU memory behind the scheduler's back.
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)),
+        }
 
 
 def argv_of(spec: JobSpec) -> tuple[list[str], str]:
@@ -127,7 +153,7 @@ class BatchRunner:
         executor: Starts and watches the processes (the launcher).
         legacy: Watches processes started by an earlier version's per-job wrapper.
         settings: ``[engine]`` (grace period).
-        base_env: The environment every job starts from.
+        env: Builds each job's environment.
     """
 
     def __init__(
@@ -137,14 +163,14 @@ class BatchRunner:
         executor: Executor,
         legacy: Supervisor,
         settings: EngineSettings,
-        base_env: dict[str, str],
+        env: JobEnv,
     ) -> None:
         self._book = book
         self._scheduler = scheduler
         self._executor = executor
         self._legacy = legacy
         self._settings = settings
-        self._base_env = base_env
+        self._env = env
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._process_end: list[ProcessEndListener] = []
 
@@ -181,13 +207,13 @@ class BatchRunner:
             self._end(act, Exit(None, recorded=False, error="stopped before it started"))
             return
         argv, cwd = argv_of(act.spec)
-        env = job_env(self._base_env, act.spec, job.id, job.gpus)
         try:
             self._executor.start(
                 job.id,
                 argv,
                 cwd,
-                env,
+                self._env.shared(act.spec),
+                self._env.own(job.id, job.gpus),
                 functools.partial(self._started, job_id),
                 functools.partial(self._exited, job_id),
             )

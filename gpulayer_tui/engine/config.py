@@ -163,6 +163,21 @@ class LimitsSettings(_Strict):
     submissions_in_flight: int = Field(64, ge=1, le=100_000)
 
 
+class LogSettings(_Strict):
+    """``[logs]``: how much output a job may keep, and the disk space kept free."""
+
+    # A job's log is cut back to its last part (with a note) once it passes this.
+    max_bytes: int = Field(1024**3, ge=64 * 1024, le=2**50)
+    # New jobs wait (with the reason) while the state dir's filesystem has less free.
+    min_free_mb: int = Field(256, ge=0, le=2**30)
+
+
+class HistorySettings(_Strict):
+    """``[history]``: how long finished jobs are kept (rows, timelines and logs)."""
+
+    keep_days: float | None = Field(None, gt=0, le=36500)  # None: forever
+
+
 class Config(_Strict):
     """The whole config file."""
 
@@ -174,6 +189,8 @@ class Config(_Strict):
     domains: dict[str, DomainSettings] = {}
     security: SecuritySettings = SecuritySettings()
     limits: LimitsSettings = LimitsSettings()
+    logs: LogSettings = LogSettings()
+    history: HistorySettings = HistorySettings()
 
 
 def _format_validation(err: ValidationError, source: str) -> str:

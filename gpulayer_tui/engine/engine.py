@@ -30,11 +30,13 @@ from ..wire import AdoptRequest, GpusJSON, HealthJSON, JobJSON, ProcessInfoJSON
 from . import procs
 from .admission import Admission
 from .adoption import Adopter, read_process
-from .batch import BatchRunner
+from .batch import BatchRunner, JobEnv
 from .config import Config, ConfigError, Paths, load_config, plan_domains
+from .disk import DiskSpace
 from .domain import Domain
 from .errors import JobNotActive, Overloaded, SpecError, StoreError, UnknownJob
 from .events import EventBus, Subscription
+from .executor import TaskKey
 from .gpus import GpuProbe, ProbeStatus
 from .health import DomainOps
 from .jobbook import ActiveJob, JobBook, Runner, release_holds
@@ -46,6 +48,7 @@ from .probes import make_probe
 from .reads import JobReader
 from .recovery import Recovery
 from .reload import ConfigReloader
+from .retention import Retention
 from .sampler import Sample, Sampler
 from .scheduler import Scheduler
 from .service_runtime import ServiceClock
@@ -85,18 +88,23 @@ class Engine:
         self.probe = probe if probe is not None else make_probe(simulate, paths.state_dir)
         self.cpu_count = cpu_count or os.cpu_count() or 1
         settings = self.config.engine
-        base_env = dict(os.environ)  # jobs get it plus their spec's env
+        env = JobEnv(dict(os.environ))  # jobs get the engine's env plus their spec's
         self.bus = EventBus()
         self.store = Store(paths.database, self.bus.publish)
         # Jobs start through the state dir's launcher; adopted processes (and jobs an older
         # version started under its per-job wrapper) are watched directly.
-        self.executor = LauncherExecutor(paths.state_dir, paths.jobs_dir, settings.launcher_idle)
+        self.executor = LauncherExecutor(
+            paths.state_dir, paths.jobs_dir, settings.launcher_idle, self.config.logs.max_bytes
+        )
         self.watcher = Supervisor(paths.jobs_dir)
         self.scheduler = Scheduler()
         self.book = JobBook(self.store, self.bus)
-        self.queue = JobQueue(self.book, self.scheduler, self.store.get_job, self._start_job)
+        self.disk = DiskSpace(paths.state_dir, self.config.logs.min_free_mb)
+        self.queue = JobQueue(
+            self.book, self.scheduler, self.store.get_job, self._start_job, gate=self.disk.blocker
+        )
         self.batch = BatchRunner(
-            self.book, self.scheduler, self.executor, self.watcher, settings, base_env
+            self.book, self.scheduler, self.executor, self.watcher, settings, env
         )
         self.services = ServiceRunner(
             self.book,
@@ -105,7 +113,7 @@ class Engine:
             self.executor,
             self.watcher,
             self.config,
-            base_env,
+            env,
             service_clock,
         )
         self.sampler = Sampler(
@@ -144,6 +152,7 @@ class Engine:
             self._cancel,
         )
         self.reads = JobReader(self.book, self.store, self.executor)
+        self.retention = Retention(self.store, paths.jobs_dir, self.config.history)
         self.config_reload = ConfigReloader(
             paths,
             self.cpu_count,
@@ -173,6 +182,8 @@ class Engine:
         self.batch.on_process_end(self.domain_ops.job_ended_on)
         # A quarantined domain's services are placed again elsewhere (record 000).
         self.domain_ops.on_quarantine(self.services.domain_quarantined)
+        # A log cut back to its limit is said in the job's timeline.
+        self.executor.log_cut.append(self._log_cut)
 
     def _reconfigure(self, config: Config) -> None:
         """A reloaded configuration: each part takes its section."""
@@ -183,6 +194,9 @@ class Engine:
         self.adopter.reconfigure(engine)
         self.services.reconfigure(config)
         self.domain_ops.reconfigure(config.health)
+        self.executor.max_log = config.logs.max_bytes
+        self.retention.reconfigure(config.history)
+        self.disk.min_free_mb = config.logs.min_free_mb
         self.admission.reconfigure(config.limits)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -222,6 +236,7 @@ class Engine:
         self.started_at = time.time()
         self.sampler.start()
         self.config_reload.start()
+        self.retention.start()
 
     def _build_domains(self, sample: Sample) -> None:
         result = sample.result
@@ -239,6 +254,7 @@ class Engine:
 
     async def stop(self) -> None:
         """Stop sampling and serving. Running jobs keep running (they outlive the engine)."""
+        await self.retention.stop()
         await self.config_reload.stop()
         await self.sampler.stop()
         self.batch.close()
@@ -373,6 +389,17 @@ class Engine:
             "command": snapshot.command,
             "started_at": procs.started_at(snapshot.start_ticks),
         }
+
+    def _log_cut(self, key: TaskKey, dropped: int, kept: int) -> None:
+        act = self.book.get(key[0] if isinstance(key, tuple) else key)
+        if act is None:
+            return
+        which = f"replica {key[1]}'s log" if isinstance(key, tuple) else "its log"
+        message = (
+            f"{which} passed [logs] max_bytes ({self.config.logs.max_bytes} bytes): "
+            f"the first {dropped} bytes were dropped, the last {kept} kept"
+        )
+        self.book.log_cut(act, message)
 
     def _latest_sample(self) -> Sample | None:
         return self.sampler.latest

@@ -68,12 +68,14 @@ class Executor(Protocol):
         argv: list[str],
         cwd: str,
         env: dict[str, str],
+        extra_env: dict[str, str],
         on_start: OnStart,
         on_exit: OnExit,
         run: int = 0,
     ) -> None:
         """Start ``argv`` as the ``run``-th start of task ``key`` (a replica restarts under
-        the same key). Call only once the decision to start it is durable.
+        the same key), with ``env`` (shared by many tasks: never changed) and ``extra_env``
+        on top. Call only once the decision to start it is durable.
 
         Raises:
             LaunchError: It cannot start (checked before anything is started).

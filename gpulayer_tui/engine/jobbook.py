@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .models import Event, EventKind, Job, JobKind, JobStatus, TerminationReason, check_transition
 
+LOG_CUT = "log cut: "  # how a job's message starts while it says its log was cut
+
 if TYPE_CHECKING:
     from .domain import Domain
     from .events import EventBus
@@ -63,6 +65,7 @@ class ActiveJob:
     request: Request | None
     holds: list[Domain] = field(default_factory=list)
     launched: bool = False  # its processes run (set by its runner)
+    log_note: str = ""  # its log was cut: said again in its final message
 
     @property
     def key(self) -> tuple[int, int]:
@@ -185,6 +188,8 @@ class JobBook:
     def restore(self, job: Job, spec: JobSpec | None, request: Request | None) -> ActiveJob:
         """Take back an active job stored by an earlier engine run (nothing is written)."""
         act = ActiveJob(job, spec, request)
+        if job.message.startswith(LOG_CUT):
+            act.log_note = job.message
         self._active[job.id] = act
         self._last_id = max(self._last_id, job.id)
         return act
@@ -337,6 +342,8 @@ class JobBook:
         """Make a job terminal (checked like every move), then tell every end listener."""
         if not status.is_terminal:
             raise ValueError(f"job {act.job.id}: {status} is not an end")
+        if act.log_note:
+            message = f"{message}; {act.log_note}" if message else act.log_note
         self._change(act, status, reason=reason, message=message, exit_code=exit_code)
         for listener in self._end_listeners:
             listener(act)
@@ -352,6 +359,14 @@ class JobBook:
             self.transition(act, JobStatus.QUEUED, message=reason)
         elif job.message != reason:
             self.note(act, reason)
+
+    def log_cut(self, act: ActiveJob, message: str) -> None:
+        """The job's log was cut to its limit: a stored ``job.log`` event, and the job's
+        message until it ends (its final message repeats it)."""
+        act.log_note = f"{LOG_CUT}{message}"
+        self.record(act, EventKind.LOG, {"message": message})
+        if act.job.kind is JobKind.COMMAND:  # a service's message is its replicas' summary
+            self.note(act, act.log_note)
 
     def note(self, act: ActiveJob, message: str) -> None:
         """Change a job's message (e.g. "stopping: SIGTERM sent") and publish it."""

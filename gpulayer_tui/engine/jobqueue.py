@@ -64,6 +64,7 @@ class JobQueue:
             in the same step (see :func:`~.jobbook.take_holds`).
         call_soon: Schedules the next pass (the event loop's ``call_soon``; tests that
             run without a loop pass their own).
+        gate: Why nothing may start now (e.g. the disk is nearly full), or ``None``.
     """
 
     def __init__(
@@ -73,6 +74,7 @@ class JobQueue:
         lookup: LookupJob,
         start: StartJob,
         call_soon: CallSoon = _loop_call_soon,
+        gate: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._book = book
         self._scheduler = scheduler
@@ -84,6 +86,7 @@ class JobQueue:
         self._waiting_on: dict[int, dict[int, bool]] = {}  # job -> {dependency: any_exit}
         self._dependents: dict[int, set[int]] = {}
         self._call_soon = call_soon
+        self._gate = gate
         self._handle: Handle | None = None
 
     def __len__(self) -> int:
@@ -234,7 +237,10 @@ class JobQueue:
             self._handle.cancel()  # called directly: this pass covers it
             self._handle = None
         blocked: dict[Request, str] = {}
-        progress = True
+        closed = self._gate()
+        if closed is not None:
+            blocked = {request: closed for _, request in self._ready.heads()}
+        progress = closed is None
         while progress:
             progress = False
             for key, request in self._ready.heads():

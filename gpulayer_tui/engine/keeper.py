@@ -32,6 +32,7 @@ from . import journal, procs
 from .launcher import KEEPER_FD, LOCK, TASK_ENV, exit_code
 
 PR_SET_CHILD_SUBREAPER = 36
+ENVIRON_WAIT_S = 1.0
 
 
 def _set_subreaper() -> None:
@@ -41,33 +42,52 @@ def _set_subreaper() -> None:
 
 
 def _children() -> list[int]:
-    """This process's children (alive or zombies)."""
+    """This process's children (alive or zombies), from every process's parent pid.
+
+    (``/proc/PID/task/TID/children`` would be cheaper, but the kernel documents it as
+    unreliable while the list changes, and this runs just as a spawner died and its
+    children were handed over.)
+    """
     pid = os.getpid()
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fh:
-            return [int(p) for p in fh.read().split()]
-    except OSError:
-        found = []
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                stat = procs.read_stat(int(name))
-                if stat is not None and stat.ppid == pid:
-                    found.append(stat.pid)
-        return found
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = procs.read_stat(int(name))
+            if stat is not None and stat.ppid == pid:
+                found.append(stat.pid)
+    return found
+
+
+ENDED = "(ended)"
 
 
 def _task_key(pid: int, state_dir: str) -> str | None:
-    """The ``GPULAYER_TASK`` key a live process of this state dir carries, if any."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            environ = fh.read()
-    except OSError:
-        return None
+    """The ``GPULAYER_TASK`` key a live process of this state dir carries, if any;
+    :data:`ENDED` if it ended while we looked (it is then a zombie to reap).
+
+    A child caught between its spawn and its exec shows its parent's environment (the
+    spawner's, without the key), then for a moment none at all: that is waited out, for
+    up to a second, until the key shows.
+    """
     prefix = f"{TASK_ENV}={state_dir}/".encode()
-    for item in environ.split(b"\0"):
-        if item.startswith(prefix):
-            return item[len(prefix) :].decode(errors="replace")
-    return None
+    deadline = time.monotonic() + ENVIRON_WAIT_S
+    while True:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                environ = fh.read()
+        except OSError:
+            return None
+        for item in environ.split(b"\0"):
+            if item.startswith(prefix):
+                return item[len(prefix) :].decode(errors="replace")
+        stat = procs.read_stat(pid)
+        if stat is None:
+            return None
+        if stat.state in ("Z", "X"):
+            return ENDED
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.002)
 
 
 class Keeper:
@@ -86,6 +106,9 @@ class Keeper:
         self.pipe: int | None = None
         self.spawner = 0
         self.unknown: list[tuple[int, int, int]] = []  # reaped strangers: pid, ticks, code
+        # Exits of jobs reaped here, told to a spawner: told again to the next one until the
+        # journal has them (a spawner may die before it reads its pipe).
+        self.reaped: dict[str, int] = {}
 
     def run(self) -> int:
         """Start spawners until one retires; reap everything in between."""
@@ -95,6 +118,13 @@ class Keeper:
             if exit_code(status) == 0 and not _children():
                 return 0
             self._settle_interrupted_start()
+            entries = journal.replay(self.journal_path)
+            for key, code in list(self.reaped.items()):
+                entry = entries.get(key)
+                if entry is None or entry.state == journal.EXITED:
+                    del self.reaped[key]  # the journal has it: told for good
+                else:
+                    self.pending.append(f"exit {key} {code}\n".encode())
 
     def _start_spawner(self) -> None:
         read, write = os.pipe()
@@ -147,20 +177,23 @@ class Keeper:
     def _reap_orphan(self, pid: int) -> None:
         """A job the spawner left us ended: kill its leftovers, reap it, say its code."""
         stat = procs.read_stat(pid)
-        key = self._key_of(pid)
+        key = self._key_of(pid, stat.start_ticks if stat else None)
         if key is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)  # its group id is safe: it is unreaped
         _, status = os.waitpid(pid, 0)
         code = exit_code(status)
         if key is not None:
+            self.reaped[key] = code
             self._tell(f"exit {key} {code}\n".encode())
         else:
             self.unknown.append((pid, stat.start_ticks if stat else 0, code))
 
-    def _key_of(self, pid: int) -> str | None:
+    def _key_of(self, pid: int, ticks: int | None) -> str | None:
+        """The running key whose process this is: same pid *and* start time (pids are
+        recycled fast, and the journal remembers ended jobs until the engine says so)."""
         for key, entry in journal.replay(self.journal_path).items():
-            if entry.pid == pid and entry.state == journal.RUNNING:
+            if entry.state == journal.RUNNING and entry.pid == pid and entry.ticks == ticks:
                 return key
         return None
 
@@ -172,7 +205,9 @@ class Keeper:
         )
         if not intents:
             return
-        known = {e.pid for e in entries.values() if e.pid is not None}
+        # Processes the journal already names, by pid *and* start time: a pid alone may be
+        # an ended job's, recycled for the very start being settled.
+        known = {(e.pid, e.ticks) for e in entries.values() if e.state == journal.RUNNING}
         writer = journal.Journal(self.journal_path)  # the only writer while no spawner runs
         try:
             for since, key in intents:
@@ -181,22 +216,32 @@ class Keeper:
         finally:
             writer.close()
 
-    def _find(self, key: str, since: int, known: set[int], writer: journal.Journal) -> bool:
+    def _find(
+        self,
+        key: str,
+        since: int,
+        known: set[tuple[int | None, int | None]],
+        writer: journal.Journal,
+    ) -> bool:
+        """Look for the process of the start of ``key`` begun at ``since`` (boot ticks)."""
         for child in _children():
-            if child in known:
-                continue
             stat = procs.read_stat(child)
-            if stat is None:
+            if stat is None or (child, stat.start_ticks) in known:
                 continue
+            if stat.start_ticks < since - 1:
+                continue  # it started before this start was begun: not it
             if stat.state not in ("Z", "X"):
-                if _task_key(child, self.state_dir) == key:
+                found = _task_key(child, self.state_dir)
+                if found == key:
                     writer.write("P", key, child, stat.start_ticks)
                     return True
-            elif stat.start_ticks >= since - 1:
-                writer.write("P", key, child, stat.start_ticks)
-                _, status = os.waitpid(child, 0)
-                writer.write("E", key, exit_code(status))
-                return True
+                if found != ENDED:
+                    continue
+            # Ended already (a zombie now ours): that was it; its status is here.
+            writer.write("P", key, child, stat.start_ticks)
+            _, status = os.waitpid(child, 0)
+            writer.write("E", key, exit_code(status))
+            return True
         for index, (pid, ticks, code) in enumerate(self.unknown):
             if ticks >= since - 1:
                 del self.unknown[index]

@@ -21,11 +21,12 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .executor import Exit, LaunchError, OnExit, OnStart, Started, TaskKey, task_name
-from .launcher import LOCK, LOG, SOCKET, SocketPath, why_not_runnable
+from .launcher import ENV_CACHE, LOCK, LOG, SOCKET, SocketPath, why_not_runnable
 from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -58,10 +59,18 @@ class LauncherExecutor:
         idle_timeout: How long an idle launcher with no engine waits before it exits.
     """
 
-    def __init__(self, state_dir: Path, jobs_dir: Path, idle_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        jobs_dir: Path,
+        idle_timeout: float = 60.0,
+        max_log: int = 1024**3,
+    ) -> None:
         self.state_dir = state_dir
         self.jobs_dir = jobs_dir
         self.idle_timeout = idle_timeout
+        self.max_log = max_log  # a job's log is cut back past this ([logs] max_bytes)
+        self.log_cut: list[Callable[[TaskKey, int, int], None]] = []  # (key, dropped, kept)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._loop_task: asyncio.Task[None] | None = None
@@ -73,6 +82,9 @@ class LauncherExecutor:
         self._table_ready: asyncio.Future[dict[str, Any]] | None = None
         self._started_at: float | None = None
         self._programs: dict[tuple[str, str, str], tuple[float, str]] = {}
+        # Environments sent to the launcher: id(env) -> (its id there, the env kept alive).
+        self._envs: dict[int, tuple[int, dict[str, str]]] = {}
+        self._next_env_id = 0
         self._closing = False
 
     # -- connection ---------------------------------------------------------------------------
@@ -235,6 +247,9 @@ class LauncherExecutor:
                 if watch.pid is None:
                     self._started(lkey, info["pid"], info["ticks"])
                 self._exited(lkey, info["code"])
+        # A new spawner knows no environment: send every one again, before anything else.
+        for env_id, env in self._envs.values():
+            self._write_now({"op": "env", "id": env_id, "env": env})
         outbox, self._outbox = self._outbox, []
         for request in resend:
             self._write_now(request)
@@ -265,6 +280,11 @@ class LauncherExecutor:
             self._exited(str(event["key"]), event.get("code"))
         elif kind == "failed":
             self._failed(str(event["key"]), str(event["error"]))
+        elif kind == "log_cut":
+            watch = self._watches.get(str(event["key"]))
+            if watch is not None:
+                for listener in self.log_cut:
+                    listener(watch.key, int(event["dropped"]), int(event["kept"]))
         elif kind == "table" and self._table_ready is not None:
             if not self._table_ready.done():
                 self._table_ready.set_result(event["tasks"])
@@ -314,6 +334,7 @@ class LauncherExecutor:
         argv: list[str],
         cwd: str,
         env: dict[str, str],
+        extra_env: dict[str, str],
         on_start: OnStart,
         on_exit: OnExit,
         run: int = 0,
@@ -326,20 +347,39 @@ class LauncherExecutor:
         if not os.path.isdir(cwd):
             missing = "is not a directory" if os.path.exists(cwd) else "does not exist"
             raise LaunchError(f"working directory {missing}: {cwd}")
-        self._check_program(argv[0], cwd, env)
+        self._check_program(argv[0], cwd, {**env, **extra_env} if "PATH" in extra_env else env)
         lkey = launcher_key(key, run)
         request = {
             "op": "spawn",
             "key": lkey,
             "argv": argv,
             "cwd": cwd,
-            "env": env,
+            "env_id": self._env_id(env),
+            "extra": extra_env,
             "log": str(self.log_path(key)),
-            "fresh": run == 0,
+            "fresh": run <= 1,
+            "max_log": self.max_log,
         }
         self._watches[lkey] = _Watch(key, on_start, on_exit)
         self._pending[lkey] = request
         self._write(request)
+
+    def _env_id(self, env: dict[str, str]) -> int:
+        """The launcher's id for ``env``, sending it first if it has not seen it.
+
+        Many jobs share one environment object (the engine's, plus their spec's): sending
+        it once instead of with every start saves a few kilobytes of JSON per job.
+        """
+        known = self._envs.get(id(env))
+        if known is not None and known[1] is env:
+            return known[0]
+        if len(self._envs) >= ENV_CACHE:
+            self._envs.pop(next(iter(self._envs)))
+        self._next_env_id += 1
+        env_id = self._next_env_id
+        self._envs[id(env)] = (env_id, env)
+        self._write({"op": "env", "id": env_id, "env": env})
+        return env_id
 
     def _check_program(self, argv0: str, cwd: str, env: dict[str, str]) -> None:
         cache_key = (argv0, env.get("PATH", ""), cwd if "/" in argv0 else "")

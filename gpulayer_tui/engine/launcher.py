@@ -21,8 +21,10 @@ ever started twice.
 Requests (engine -> spawner) and events (spawner -> engine), one JSON object per line:
 
 =================================================  =========================================
-``{"op": "spawn", "key", "argv", "cwd", "env",      start ``key`` (idempotent: a known key
-"log", "fresh"}``                                  answers with what is known of it)
+``{"op": "env", "id", "env"}``                       an environment many spawns share
+``{"op": "spawn", "key", "argv", "cwd", "env_id",   start ``key`` with that environment plus
+"extra", "log", "fresh", "max_log"}``             ``extra`` (idempotent: a known key
+                                                   answers with what is known of it)
 ``{"op": "terminate", "key", "grace"}``             SIGTERM the group; SIGKILL after grace
 ``{"op": "signal", "key", "signal"}``               send a signal to the group
 ``{"op": "query"}``                                 -> ``{"ev": "table", "tasks": {...}}``
@@ -31,6 +33,7 @@ Requests (engine -> spawner) and events (spawner -> engine), one JSON object per
 ``{"ev": "started", "key", "pid", "ticks"}``        it runs
 ``{"ev": "failed", "key", "error"}``                it could not start (never ran)
 ``{"ev": "exited", "key", "code"}``                 it ended (``code`` null: unobservable)
+``{"ev": "log_cut", "key", "dropped", "kept"}``      its log passed ``max_log`` and was cut
 =================================================  =========================================
 
 Stdlib only (and :mod:`.journal`, :mod:`.procs`): it must start fast.
@@ -63,7 +66,7 @@ LOG = "launcher.log"
 TASK_ENV = "GPULAYER_TASK"  # "<state dir>/<key>": lets the keeper recognise a job's process
 KEEPER_FD = 3  # the keeper's pipe to the spawner (found-again pids and exits)
 TICK_S = 0.2
-KEEPER_WAIT_S = 2.0  # how long a task found dead waits for the keeper's word on its code
+KEEPER_WAIT_S = 10.0  # how long a task found dead waits for the keeper's word on its code
 DEFAULT_SIGNALS = (
     signal.SIGTERM,
     signal.SIGHUP,
@@ -72,7 +75,13 @@ DEFAULT_SIGNALS = (
     signal.SIGPIPE,
     signal.SIGXFSZ,
 )
-OUTBOX_LIMIT = 64 * 1024 * 1024  # an engine this far behind is disconnected (it re-queries)
+OUTBOX_LIMIT = 64 * 1024 * 1024
+ENV_CACHE = 256  # environments kept (a spawn names one by id)
+LOG_CHECK_S = 1.0  # how often running jobs' logs are measured against their limit
+LOG_KEEP_MAX = 32 * 1024 * 1024  # at most this much of a cut log's end is kept
+TICK_NS = 1_000_000_000 // os.sysconf(
+    "SC_CLK_TCK"
+)  # an engine this far behind is disconnected (it re-queries)
 
 
 class SocketPath:
@@ -121,7 +130,7 @@ def why_not_runnable(argv0: str, cwd: str, env: dict[str, str]) -> tuple[str | N
 class Task:
     """A running job the spawner watches."""
 
-    __slots__ = ("child", "dead_at", "key", "kill_at", "pid", "pidfd", "ticks")
+    __slots__ = ("child", "dead_at", "key", "kill_at", "log_fd", "max_log", "pid", "pidfd", "ticks")
 
     def __init__(self, key: str, pid: int, ticks: int, pidfd: int, child: bool) -> None:
         self.key = key
@@ -131,6 +140,8 @@ class Task:
         self.child = child  # ours to reap; False: the keeper's (found again after a crash)
         self.kill_at: float | None = None
         self.dead_at: float | None = None  # ended, its code not known yet (keeper's word)
+        self.log_fd = -1  # ours, to cut the log back when it grows past max_log
+        self.max_log = 0
 
 
 class Spawner:
@@ -155,9 +166,11 @@ class Spawner:
         self.inbox = b""
         self.outbox = bytearray()
         self.idle_since = time.monotonic()
+        self.logs_checked = 0.0
         self.quit = False
         self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self.programs: dict[tuple[str, str, str], str] = {}
+        self.envs: dict[int, dict[str, str]] = {}  # environments the engine sent, by id
         self.listener = self._listen()
         self.keeper_fd = keeper_fd
         self.keeper_buf = b""
@@ -235,6 +248,11 @@ class Spawner:
             elif task.kill_at is not None and now >= task.kill_at:
                 task.kill_at = None
                 self._killpg(task, signal.SIGKILL)
+        if time.monotonic() - self.logs_checked >= LOG_CHECK_S:
+            self.logs_checked = time.monotonic()
+            for task in self.tasks.values():
+                if task.log_fd >= 0 and task.max_log:
+                    self._cap_log(task)
         idle = not self.tasks and self.client is None
         if not idle:
             self.idle_since = time.monotonic()
@@ -314,6 +332,11 @@ class Spawner:
             return
         if op == "spawn":
             self._spawn(request)
+        elif op == "env":
+            # A job environment many jobs share, sent once (a spawn names it by id).
+            if len(self.envs) >= ENV_CACHE:
+                self.envs.pop(next(iter(self.envs)))
+            self.envs[int(request["id"])] = {str(k): str(v) for k, v in request["env"].items()}
         elif op == "terminate":
             self._terminate(str(request["key"]), float(request["grace"]))
         elif op == "signal":
@@ -360,9 +383,16 @@ class Spawner:
             return
         argv = [str(a) for a in request["argv"]]
         cwd = str(request["cwd"])
-        env = {str(k): str(v) for k, v in request["env"].items()}
+        shared = self.envs.get(int(request.get("env_id", -1)))
+        if shared is None:
+            self._send({"ev": "failed", "key": key, "error": "its environment was not sent"})
+            return
+        env = {**shared, **{str(k): str(v) for k, v in request.get("extra", {}).items()}}
         env[TASK_ENV] = f"{self.state_dir}/{key}"
-        error = self._start(key, argv, cwd, env, str(request["log"]), bool(request.get("fresh")))
+        max_log = int(request.get("max_log") or 0)
+        error = self._start(
+            key, argv, cwd, env, str(request["log"]), bool(request.get("fresh")), max_log
+        )
         if error is not None:
             self._send({"ev": "failed", "key": key, "error": error})
 
@@ -380,7 +410,14 @@ class Spawner:
         return path, why
 
     def _start(
-        self, key: str, argv: list[str], cwd: str, env: dict[str, str], log: str, fresh: bool
+        self,
+        key: str,
+        argv: list[str],
+        cwd: str,
+        env: dict[str, str],
+        log: str,
+        fresh: bool,
+        max_log: int,
     ) -> str | None:
         """Start ``key``; return why it could not start (it then never ran)."""
         if not os.path.isdir(cwd):
@@ -396,6 +433,7 @@ class Spawner:
         self.journal.write("S", key, journal.boot_ticks())
         try:
             os.chdir(cwd)  # posix_spawn has no cwd; this process is single-threaded
+            before = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
             pid = os.posix_spawn(
                 program,
                 argv,
@@ -413,16 +451,18 @@ class Spawner:
             )
         except OSError as err:
             self.journal.write("F", key)
+            os.close(log_fd)
             where = f" ({err.filename})" if err.filename else ""
             return f"cannot start {argv[0]}: {err.strerror}{where}"
         finally:
-            os.close(log_fd)
             os.chdir("/")
-        ticks = procs.start_ticks(pid) or 0
+        ticks = _start_ticks(pid, before, time.clock_gettime_ns(time.CLOCK_BOOTTIME))
         self.journal.write("P", key, pid, ticks)
         entry = self.entries[key] = journal.Entry(journal.RUNNING)
         entry.pid, entry.ticks = pid, ticks
-        self._watch(Task(key, pid, ticks, os.pidfd_open(pid), child=True))
+        task = Task(key, pid, ticks, os.pidfd_open(pid), child=True)
+        task.log_fd, task.max_log = log_fd, max_log
+        self._watch(task)
         self._send({"ev": "started", "key": key, "pid": pid, "ticks": ticks})
         return None
 
@@ -459,10 +499,38 @@ class Spawner:
 
     def _ended(self, task: Task, code: int | None) -> None:
         self.tasks.pop(task.key, None)
+        if task.log_fd >= 0:
+            os.close(task.log_fd)
+            task.log_fd = -1
         self.journal.write("E", task.key, code)
         entry = self.entries.setdefault(task.key, journal.Entry(journal.EXITED))
         entry.state, entry.code = journal.EXITED, code
         self._send({"ev": "exited", "key": task.key, "code": code})
+
+    def _cap_log(self, task: Task) -> None:
+        """Cut a log that grew past its limit back to its last part, with a note.
+
+        The job writes with ``O_APPEND``, so after the cut its next write lands at the new
+        end. What it writes during the cut itself may be lost; a runaway writer loses more
+        than that anyway.
+        """
+        try:
+            size = os.fstat(task.log_fd).st_size
+            if size <= task.max_log:
+                return
+            keep = min(task.max_log // 2, LOG_KEEP_MAX)
+            tail = os.pread(task.log_fd, keep, size - keep)
+            os.ftruncate(task.log_fd, 0)
+            dropped = size - len(tail)
+            note = (
+                f"[gpulayer-tui: this log passed {task.max_log} bytes ([logs] max_bytes); "
+                f"its first {dropped} bytes were dropped, the last {len(tail)} follow]\n"
+            )
+            os.write(task.log_fd, note.encode() + tail)
+        except OSError as err:
+            print(f"launcher: cannot cut back the log of {task.key}: {err}", file=sys.stderr)
+            return
+        self._send({"ev": "log_cut", "key": task.key, "dropped": dropped, "kept": len(tail)})
 
     def _terminate(self, key: str, grace: float) -> None:
         task = self.tasks.get(key)
@@ -515,6 +583,20 @@ class Spawner:
             self.keeper_exits[key] = code  # its pidfd has not fired yet
 
 
+def _start_ticks(pid: int, before_ns: int, after_ns: int) -> int:
+    """The child's /proc start time, in clock ticks since boot.
+
+    The kernel stamps it with the boot-time clock as it forks, between ``before_ns`` and
+    ``after_ns``; when both fall in the same tick (nearly always: a tick is 10 ms) that is
+    it. Otherwise /proc says, but reading /proc/PID/stat waits until the child's exec is
+    done (a quarter of a millisecond), so that is the exception.
+    """
+    before, after = before_ns // TICK_NS, after_ns // TICK_NS
+    if before == after:
+        return before
+    return procs.start_ticks(pid) or 0
+
+
 def _pidfd(pid: int) -> int | None:
     try:
         return os.pidfd_open(pid)
@@ -529,7 +611,8 @@ def _open_log(path: str, fresh: bool) -> int:
         OSError: It cannot be created (the message names why: a directory, a symlink,
             a full disk, no permission).
     """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    # Read-write: the launcher reads the end back when it cuts a log to its limit.
+    flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     if fresh:
         try:
             return os.open(path, flags | os.O_EXCL, 0o600)

@@ -38,6 +38,9 @@ async def serve(
     except (ConfigError, StoreError) as err:
         print(f"gpulayer-tui: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # the launcher could not be started or reached
+        print(f"gpulayer-tui: cannot start jobs: {err}", file=sys.stderr)
+        return 1
     server = ApiServer(engine, paths.socket)
     try:
         await server.start()

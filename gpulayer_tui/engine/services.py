@@ -34,7 +34,7 @@ import functools
 import time
 from typing import TYPE_CHECKING
 
-from .batch import argv_of, assign, exit_verdict, job_env
+from .batch import JobEnv, argv_of, assign, exit_verdict
 from .executor import Executor, Exit, LaunchError, Started
 from .jobbook import ActiveJob, JobBook, release_holds, take_holds
 from .models import (
@@ -80,7 +80,7 @@ class ServiceRunner:
         executor: Starts and watches the replicas' processes (the launcher).
         legacy: Watches replicas started by an earlier version's per-job wrapper.
         config: The engine's configuration (``[engine]`` grace, ``[services]``).
-        base_env: The environment every replica starts from.
+        env: Builds each replica's environment.
         clock: Time for back-off (tests step a manual clock).
     """
 
@@ -92,7 +92,7 @@ class ServiceRunner:
         executor: Executor,
         legacy: Supervisor,
         config: Config,
-        base_env: dict[str, str],
+        env: JobEnv,
         clock: ServiceClock | None = None,
     ) -> None:
         self._book = book
@@ -101,7 +101,7 @@ class ServiceRunner:
         self._executor = executor
         self._legacy = legacy
         self._config = config
-        self._base_env = base_env
+        self._env = env
         self.clock: ServiceClock = clock or LoopClock()
         self._runtimes: dict[int, ServiceRuntime] = {}
         self._timeouts: dict[int, asyncio.TimerHandle] = {}
@@ -219,17 +219,18 @@ class ServiceRunner:
             return
         spec = act.spec
         assert spec is not None
-        env = job_env(self._base_env, spec, job_id, replica.gpus)
-        env["GPULAYER_REPLICA"] = str(index)
+        own = self._env.own(job_id, replica.gpus)
+        own["GPULAYER_REPLICA"] = str(index)
         if replica.port is not None:
-            env["PORT"] = str(replica.port)
+            own["PORT"] = str(replica.port)
         argv, cwd = argv_of(spec)
         try:
             self._executor.start(
                 (job_id, index),
                 argv,
                 cwd,
-                env,
+                self._env.shared(spec),
+                own,
                 functools.partial(self._replica_started, job_id, index, run),
                 functools.partial(self._replica_exited, job_id, index, run),
                 run,

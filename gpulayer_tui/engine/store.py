@@ -100,11 +100,14 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE jobs ADD COLUMN replicas TEXT",
         "ALTER TABLE jobs ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0",
     ],
-    # 3 -> 4: a stop (cancel, timeout) and its SIGKILL deadline survive a restart.
+    # 3 -> 4: a stop (cancel, timeout) and its SIGKILL deadline survive a restart; the
+    # largest job id is kept apart from the rows, so cleaning history never reuses an id.
     [
         "ALTER TABLE jobs ADD COLUMN stop_reason TEXT",
         "ALTER TABLE jobs ADD COLUMN stop_message TEXT",
         "ALTER TABLE jobs ADD COLUMN kill_at REAL",
+        "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+        "CREATE INDEX jobs_ended ON jobs(ended_at) WHERE ended_at IS NOT NULL",
     ],
 ]
 
@@ -152,6 +155,7 @@ STORED_KINDS = frozenset(
         EventKind.SUBMITTED,
         EventKind.TRANSITION,
         EventKind.REPLICA,
+        EventKind.LOG,
         EventKind.DOMAIN,
         EventKind.CONFIG,
     }
@@ -454,6 +458,10 @@ class Store:
                 self._retry_delay = min(self._retry_delay * 2, RETRY_MAX_S)
             else:
                 await self._wake.wait()
+                # Let what is already scheduled on the loop run first (the scheduling
+                # pass after a job's end, say), so it joins this commit instead of
+                # needing the next one: one commit per pass, not one per change.
+                await asyncio.sleep(0)
             self._wake.clear()
             batch = self._retry + self._queue
             self._retry, self._queue = [], []
@@ -637,9 +645,59 @@ class Store:
         return list(await self._reader.execute_fetchall(sql, args))
 
     async def max_job_id(self) -> int:
-        """The largest job id ever used (0 for a new database)."""
-        rows = await self._fetchall("SELECT COALESCE(MAX(id), 0) FROM jobs")
+        """The largest job id ever used (0 for a new database), cleaned history included."""
+        rows = await self._fetchall(
+            "SELECT MAX(COALESCE((SELECT MAX(id) FROM jobs), 0), "
+            "COALESCE((SELECT value FROM counters WHERE name = 'job_id'), 0))"
+        )
         return int(rows[0][0])
+
+    async def prune(self, ended_before: float | None, keep: int | None, limit: int) -> list[int]:
+        """Delete up to ``limit`` finished jobs (rows and timelines): those that ended
+        before ``ended_before``, and/or all but the newest ``keep`` finished ones.
+
+        Returns:
+            The ids deleted (their files are the caller's to remove).
+        """
+        return list(await self._on_writer(self._prune, ended_before, keep, limit))
+
+    def _prune(self, ended_before: float | None, keep: int | None, limit: int) -> list[int]:
+        db = self._connection()
+        finished = "status IN ('completed', 'failed', 'cancelled', 'orphaned')"
+        ids: set[int] = set()
+        if ended_before is not None:
+            rows = db.execute(
+                f"SELECT id FROM jobs WHERE ended_at < ? AND {finished} ORDER BY id LIMIT ?",
+                (ended_before, limit),
+            ).fetchall()
+            ids.update(r[0] for r in rows)
+        if keep is not None and len(ids) < limit:
+            rows = db.execute(
+                f"SELECT id FROM jobs WHERE {finished} ORDER BY id DESC LIMIT ? OFFSET ?",
+                (limit - len(ids), keep),
+            ).fetchall()
+            ids.update(r[0] for r in rows)
+        if not ids:
+            return []
+        chosen = sorted(ids)
+        marks = ", ".join("?" * len(chosen))
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        db.execute("BEGIN")
+        try:
+            db.execute(
+                "INSERT INTO counters (name, value) VALUES ('job_id', "
+                "(SELECT COALESCE(MAX(id), 0) FROM jobs)) ON CONFLICT(name) DO UPDATE SET "
+                "value = MAX(value, excluded.value)"
+            )
+            db.execute(f"DELETE FROM events WHERE job_id IN ({marks})", chosen)
+            db.execute(f"DELETE FROM jobs WHERE id IN ({marks})", chosen)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return chosen
 
     async def active_jobs(self) -> list[Job]:
         """Every job that is pending, queued or running, oldest first."""

@@ -1,0 +1,54 @@
+"""The state dir's free space: below a floor, new jobs wait instead of filling the disk.
+
+Logs live in the state dir, beside the database; a full disk would stop both the jobs'
+output and the engine's writes. So while the filesystem has less than ``[logs]
+min_free_mb`` free, the queue starts nothing and says why; running jobs go on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+CHECK_S = 1.0  # statvfs at most this often (the queue asks on every pass)
+
+
+class DiskSpace:
+    """Answers "may jobs start?" for the state dir's filesystem.
+
+    Args:
+        path: The state dir.
+        min_free_mb: The floor (0: no floor).
+    """
+
+    def __init__(self, path: Path, min_free_mb: int) -> None:
+        self.path = path
+        self.min_free_mb = min_free_mb
+        self._checked = 0.0
+        self._reason: str | None = None
+
+    def free_mb(self) -> float | None:
+        """Free space for an unprivileged writer, in MiB (``None``: cannot tell)."""
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize / 1024**2
+
+    def blocker(self) -> str | None:
+        """Why new jobs must wait for disk space now, or ``None``."""
+        if not self.min_free_mb:
+            return None
+        now = time.monotonic()
+        if now - self._checked >= CHECK_S:
+            self._checked = now
+            free = self.free_mb()
+            self._reason = None
+            if free is not None and free < self.min_free_mb:
+                self._reason = (
+                    f"waiting for disk space: {free:.0f} MiB free where gpulayer-tui keeps "
+                    f"its state and logs ({self.path}), below [logs] min_free_mb = "
+                    f"{self.min_free_mb}"
+                )
+        return self._reason

@@ -1,0 +1,106 @@
+"""History retention: old finished jobs go, with their timelines and their files.
+
+``gpulayer-tui clean`` (``POST /v1/clean``) removes finished jobs that ended before a time
+and/or all but the newest N; with ``[history] keep_days`` the engine does it by itself at
+start and every hour. A job's row, its events and its files (``jobs/ID.log``, a service's
+``jobs/ID.K.log``, an older version's ``jobs/ID.exit``) go together; active jobs are never
+touched, and ids are never given again (the largest is kept apart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .tasks import cancel_and_wait
+
+if TYPE_CHECKING:
+    from .config import HistorySettings
+    from .store import Store
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1000  # jobs deleted per transaction (the writer stays responsive)
+EVERY_S = 3600.0  # how often [history] keep_days is applied
+
+
+def _files_of(jobs_dir: Path, ids: set[int]) -> list[Path]:
+    """The files of the jobs ``ids`` (names start with ``ID.``), read off the loop."""
+    found = []
+    with contextlib.suppress(FileNotFoundError), os.scandir(jobs_dir) as entries:
+        for entry in entries:
+            head = entry.name.split(".", 1)[0]
+            if head.isdigit() and int(head) in ids:
+                found.append(Path(entry.path))
+    return found
+
+
+def _unlink(paths: list[Path]) -> int:
+    removed = 0
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed += 1
+    return removed
+
+
+class Retention:
+    """Cleans history on demand and on schedule.
+
+    Args:
+        store: The database.
+        jobs_dir: Where job files are.
+        settings: ``[history]``.
+    """
+
+    def __init__(self, store: Store, jobs_dir: Path, settings: HistorySettings) -> None:
+        self._store = store
+        self._jobs_dir = jobs_dir
+        self._settings = settings
+        self._task: asyncio.Task[None] | None = None
+
+    def reconfigure(self, settings: HistorySettings) -> None:
+        """Use new ``[history]`` settings from now on (the next hourly round)."""
+        self._settings = settings
+
+    async def clean(self, ended_before: float | None, keep: int | None) -> dict[str, Any]:
+        """Remove finished jobs that ended before ``ended_before`` and/or all but the newest
+        ``keep`` finished ones; return ``{"jobs": n, "files": m}``."""
+        jobs = files = 0
+        while True:
+            ids = await self._store.prune(ended_before, keep, CHUNK)
+            if not ids:
+                break
+            jobs += len(ids)
+            paths = await asyncio.to_thread(_files_of, self._jobs_dir, set(ids))
+            files += await asyncio.to_thread(_unlink, paths)
+            if keep is not None and ended_before is None and len(ids) < CHUNK:
+                break
+        if jobs:
+            log.info("history cleaned: %d finished jobs and %d files removed", jobs, files)
+        return {"jobs": jobs, "files": files}
+
+    def start(self) -> None:
+        """Apply ``[history] keep_days`` now and every hour."""
+        self._task = asyncio.create_task(self._every_hour(), name="history-retention")
+
+    async def _every_hour(self) -> None:
+        while True:
+            days = self._settings.keep_days
+            if days is not None:
+                try:
+                    await self.clean(time.time() - days * 86400, None)
+                except Exception:  # a failed round is tried again at the next
+                    log.exception("cleaning history failed")
+            await asyncio.sleep(EVERY_S)
+
+    async def stop(self) -> None:
+        """Stop the hourly round."""
+        if self._task is not None:
+            await cancel_and_wait(self._task)
+            self._task = None

@@ -1,0 +1,252 @@
+"""The launcher: the parent of every job, outliving engines and its own spawner.
+
+Real processes throughout: an engine in the test's loop, the launcher it starts (keeper and
+spawner), jobs, and SIGKILL for whichever part a test takes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gpulayer_tui.engine import journal
+from gpulayer_tui.engine.engine import Engine
+from gpulayer_tui.engine.models import Job, JobStatus, TerminationReason
+
+from .conftest import EngineFactory, eventually, make_config, pid_gone
+
+
+def _find(state_dir: Path, role: str) -> psutil.Process | None:
+    """The keeper or spawner serving ``state_dir``, if one runs."""
+    module = "gpulayer_tui.engine.keeper" if role == "keeper" else "gpulayer_tui.engine.launcher"
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if module in cmdline and str(state_dir) in cmdline:
+            return proc
+    return None
+
+
+def _launcher(state_dir: Path, role: str) -> psutil.Process:
+    found = _find(state_dir, role)
+    assert found is not None, f"no {role} serves {state_dir}"
+    return found
+
+
+def _replaced(state_dir: Path, role: str, old: psutil.Process) -> bool:
+    found = _find(state_dir, role)
+    return found is not None and found.pid != old.pid
+
+
+def test_the_journal_replays_the_last_word_on_each_key(tmp_path: Path) -> None:
+    path = tmp_path / journal.NAME
+    writer = journal.Journal(str(path))
+    for fields in [
+        ("S", "1", 100),
+        ("P", "1", 4242, 101),
+        ("S", "2", 102),  # caught mid-start
+        ("S", "3", 103),
+        ("F", "3"),  # could not start
+        ("S", "4", 104),
+        ("P", "4", 4243, 104),
+        ("K", "4", 1234.5),
+        ("E", "4", 137),
+        ("S", "5", 105),
+        ("P", "5", 4244, 105),
+        ("E", "5", 0),
+        ("A", "5"),  # its end recorded by the engine: forgotten
+    ]:
+        writer.write(*fields)
+    with open(path, "ab") as fh:
+        fh.write(b"E 1 0")  # a torn last line (no newline) says nothing
+    entries = journal.replay(str(path))
+    assert set(entries) == {"1", "2", "4"}
+    assert (entries["1"].state, entries["1"].pid, entries["1"].ticks) == ("running", 4242, 101)
+    assert entries["2"].state == "intent" and entries["2"].intent_ticks == 102
+    assert (entries["4"].state, entries["4"].code, entries["4"].kill_at) == ("exited", 137, 1234.5)
+    writer.compact(entries)
+    assert journal.replay(str(path)).keys() == entries.keys()
+    writer.write("E", "1", None)  # the writer goes on after compacting
+    writer.close()
+    again = journal.replay(str(path))
+    assert again["1"].state == "exited" and again["1"].code is None
+
+
+async def _gated(engine: Engine, tmp_path: Path, exit_code: int) -> tuple[Path, Job]:
+    """A job that runs until ``gate`` exists, then exits ``exit_code``."""
+    gate = tmp_path / "go"
+    script = f"while [ ! -e {gate} ]; do sleep 0.02; done; exit {exit_code}"
+    return gate, await engine.submit({"shell": script, "gpus": 0})
+
+
+async def test_jobs_run_without_a_shell_of_ours_and_outlive_the_engine(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine()
+    gate, job = await _gated(engine, tmp_path, exit_code=3)
+    proc = psutil.Process(job.pid)
+    # posix_spawn returns once the old image is gone, a moment before the kernel shows
+    # the new one's argv.
+    await eventually(lambda: proc.cmdline() != [])
+    assert proc.cmdline()[:2] == ["sh", "-c"]  # the job's own shell line, nothing around it
+    spawner = _launcher(engine.paths.state_dir, "spawner")
+    assert proc.ppid() == spawner.pid and os.getsid(job.pid) == job.pid
+    assert proc.environ()["GPULAYER_JOB_ID"] == str(job.id)
+    await engine.stop()
+    gate.touch()
+    await eventually(lambda: pid_gone(job.pid or 0))
+    second = await make_engine()
+    done = await second.wait(job.id, timeout=10)  # its launcher saw how it ended
+    assert done.status is JobStatus.FAILED and done.exit_code == 3
+
+
+async def test_a_spawner_killed_mid_job_loses_no_exit_code(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine()
+    gate, job = await _gated(engine, tmp_path, exit_code=5)
+    spawner = _launcher(engine.paths.state_dir, "spawner")
+    keeper = _launcher(engine.paths.state_dir, "keeper")
+    spawner.kill()
+    # The kernel hands the job to the keeper; the keeper starts another spawner.
+    await eventually(lambda: psutil.Process(job.pid).ppid() == keeper.pid)
+    await eventually(lambda: _replaced(engine.paths.state_dir, "spawner", spawner))
+    gate.touch()
+    done = await engine.wait(job.id, timeout=15)
+    assert done.status is JobStatus.FAILED and done.exit_code == 5
+    # ...and the engine goes on starting jobs through the new spawner.
+    again = await engine.submit({"command": ["true"], "gpus": 0})
+    assert (await engine.wait(again.id, timeout=15)).status is JobStatus.COMPLETED
+
+
+async def test_losing_the_whole_launcher_loses_exit_codes_but_never_a_job(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # The documented double fault: keeper and spawner both killed. Jobs run on (now
+    # children of init); the engine starts a new launcher, which finds them again by pid
+    # and start time, but nobody can see how they end.
+    engine = await make_engine()
+    gate, job = await _gated(engine, tmp_path, exit_code=5)
+    keeper = _launcher(engine.paths.state_dir, "keeper")
+    spawner = _launcher(engine.paths.state_dir, "spawner")
+    keeper.kill()
+    spawner.kill()
+    await eventually(lambda: _replaced(engine.paths.state_dir, "spawner", spawner))
+    assert (await engine.get(job.id)).status is JobStatus.RUNNING
+    assert not pid_gone(job.pid or 0)
+    gate.touch()
+    done = await engine.wait(job.id, timeout=15)
+    assert done.status is JobStatus.FAILED
+    assert done.termination_reason is TerminationReason.ENGINE_LOST
+    assert done.exit_code is None
+
+
+async def test_a_cancel_outlives_the_engine_and_decides_the_end(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A job that ignores SIGTERM, cancelled, then the engine goes away before the grace
+    # period ends: the SIGKILL still comes on time (the launcher keeps the deadline) and
+    # the job ends cancelled, not failed by a signal.
+    engine = await make_engine(config=make_config(engine={"grace_period": 1.0}))
+    ready = tmp_path / "ready"
+    script = (
+        "import signal, time, pathlib; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"pathlib.Path({str(ready)!r}).touch(); time.sleep(600)"
+    )
+    job = await engine.submit({"command": [sys.executable, "-c", script], "gpus": 0})
+    await eventually(ready.exists)
+    stopping = await engine.cancel(job.id)
+    assert stopping.status is JobStatus.RUNNING and stopping.stop_reason is not None
+    await engine.stop()
+    await eventually(lambda: pid_gone(job.pid or 0), timeout=10)
+    second = await make_engine()
+    done = await second.wait(job.id, timeout=10)
+    assert done.status is JobStatus.CANCELLED
+    assert done.termination_reason is TerminationReason.CANCELLED
+    assert done.exit_code == 137  # what really happened, kept
+
+
+async def test_a_cancelled_job_that_exits_0_is_still_cancelled_after_a_restart(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine(config=make_config(engine={"grace_period": 30.0}))
+    ready = tmp_path / "ready"
+    # It catches SIGTERM and exits 0 (later, when told): a clean exit after a cancel.
+    script = (
+        f"trap 'while [ ! -e {tmp_path}/go ]; do sleep 0.02; done; exit 0' TERM; "
+        f"touch {ready}; while :; do sleep 0.05; done"
+    )
+    job = await engine.submit({"shell": script, "gpus": 0})
+    await eventually(ready.exists)
+    dependent = await engine.submit({"command": ["true"], "depends_on": [job.id]})
+    await engine.cancel(job.id)
+    await engine.stop()
+    (tmp_path / "go").touch()
+    await eventually(lambda: pid_gone(job.pid or 0), timeout=10)
+    second = await make_engine()
+    done = await second.wait(job.id, timeout=10)
+    assert (done.status, done.exit_code) == (JobStatus.CANCELLED, 0)
+    dep = await second.wait(dependent.id, timeout=10)
+    assert dep.termination_reason is TerminationReason.DEPENDENCY_FAILED  # it never ran
+
+
+async def test_nothing_starts_before_the_decision_is_durable(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Hold the database writer busy: a job placed now is "running" in memory, but its
+    # start waits for the commit. Cancelled in that window, it never runs at all.
+    engine = await make_engine()
+    marker = tmp_path / "ran"
+    release = threading.Event()
+    busy = asyncio.create_task(engine.store.run_on_writer(lambda db: release.wait(10)))
+    submitting = asyncio.create_task(engine.submit({"shell": f"touch {marker}", "gpus": 0}))
+    act = await eventually(lambda: next(iter(engine.book), None))
+    assert act.job.status is JobStatus.RUNNING and act.job.pid is None
+    cancelling = asyncio.create_task(engine.cancel(act.job.id))
+    await asyncio.sleep(0.2)
+    assert not marker.exists()  # not started: its start is not durable yet
+    release.set()
+    await busy
+    job = await submitting
+    await cancelling
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.CANCELLED and done.pid is None
+    await asyncio.sleep(0.2)
+    assert not marker.exists()
+    assert engine.executor.pids() == {}
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_the_launcher_outlives_signals_meant_for_its_engine(
+    signal_name: str, tmp_path: Path
+) -> None:
+    # Stopping an engine (SIGTERM, ^C in its terminal, a closed terminal) must not take the
+    # jobs' parent with it: both launcher processes ignore these signals.
+    import subprocess
+    import time
+
+    state = tmp_path / "state"
+    state.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui.engine.keeper", str(state), "--idle", "2"],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not (state / "launch.sock").exists():
+            assert time.monotonic() < deadline, "the launcher did not start"
+            time.sleep(0.02)
+        spawner = _launcher(state, "spawner")
+        os.killpg(proc.pid, getattr(signal, signal_name))
+        time.sleep(0.3)
+        assert proc.poll() is None and spawner.is_running()
+    finally:
+        proc.kill()
+        proc.wait()
+        _launcher(state, "spawner").kill()

@@ -1,0 +1,101 @@
+"""Logs with limits, a free-space floor, and history retention (``clean``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from gpulayer_tui.engine.models import JobStatus
+
+from .conftest import EngineFactory, Served, eventually, make_config
+
+
+async def test_a_log_past_its_limit_is_cut_back_to_its_end_with_a_note(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    limit = 64 * 1024
+    engine = await make_engine(config=make_config(logs={"max_bytes": limit}))
+    gate = tmp_path / "go"
+    # 300 KB of numbered lines, then it waits: the launcher measures logs every second.
+    script = (
+        f"i=0; while [ $i -lt 30000 ]; do echo line-$i; i=$((i+1)); done; "
+        f"while [ ! -e {gate} ]; do sleep 0.05; done; echo last"
+    )
+    job = await engine.submit({"shell": script, "gpus": 0})
+
+    async def cut() -> bool:
+        return any(e["kind"] == "job.log" for e in await engine.events_of(job.id))
+
+    await eventually(cut, timeout=15)
+    running = await engine.get(job.id)
+    assert running.message.startswith("log cut: its log passed [logs] max_bytes")
+    # The note outlives an engine restart and ends up in the job's final message.
+    await engine.stop()
+    engine = await make_engine()
+    gate.touch()
+    done = await engine.wait(job.id, timeout=15)
+    assert done.status is JobStatus.COMPLETED
+    assert "log cut: its log passed [logs] max_bytes (65536 bytes)" in done.message
+    text = engine.log_path(job.id).read_text()
+    assert len(text) <= limit
+    first, *rest = text.splitlines()
+    assert first.startswith("[gpulayer-tui: this log passed 65536 bytes ([logs] max_bytes)")
+    assert rest[-2:] == ["line-29999", "last"]  # the end is kept, in order
+    events = [e for e in await engine.events_of(job.id) if e["kind"] == "job.log"]
+    assert "passed [logs] max_bytes (65536 bytes)" in events[0]["message"]
+
+
+async def test_jobs_wait_for_disk_space_with_the_reason(make_engine: EngineFactory) -> None:
+    engine = await make_engine(config=make_config(logs={"min_free_mb": 2**30}))
+    job = await engine.submit({"command": ["true"], "gpus": 0})
+    assert job.status is JobStatus.QUEUED
+    assert job.message.startswith("waiting for disk space: ")
+    assert "below [logs] min_free_mb = 1073741824" in job.message
+    # The floor is a live setting: lowered in the config file, the job starts.
+    engine.paths.config_file.write_text("[logs]\nmin_free_mb = 0\n")
+    assert (await engine.config_reload.reload())["applied"]
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.COMPLETED
+
+
+async def test_clean_removes_old_finished_jobs_and_never_reuses_an_id(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine()
+    jobs = [await engine.submit({"shell": f"echo {i}", "gpus": 0}) for i in range(5)]
+    for job in jobs:
+        await engine.wait(job.id, timeout=10)
+    running = await engine.submit({"command": ["sleep", "600"], "gpus": 0})
+    assert all(engine.log_path(j.id).exists() for j in jobs)
+    done = await engine.retention.clean(None, keep=2)
+    assert done == {"jobs": 3, "files": 3}
+    left = {j.id for j in await engine.list_jobs()}
+    assert left == {jobs[3].id, jobs[4].id, running.id}  # the running one is never touched
+    assert not engine.log_path(jobs[0].id).exists() and engine.log_path(jobs[4].id).exists()
+    assert await engine.events_of(jobs[4].id)  # the kept ones keep their timelines
+    # Everything finished goes; the next id still follows the largest ever given.
+    await engine.cancel(running.id)
+    await engine.wait(running.id, timeout=10)
+    assert (await engine.retention.clean(time.time() + 1, None))["jobs"] == 3
+    assert await engine.list_jobs() == []
+    await engine.stop()
+    again = await make_engine()
+    fresh = await again.submit({"command": ["true"], "gpus": 0})
+    assert fresh.id == running.id + 1
+
+
+def test_clean_from_the_cli(served: Served) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    ids = [served.cli("submit", "--", "true").stdout.strip() for _ in range(3)]
+    for job_id in ids:
+        assert served.cli("wait", job_id).returncode == 0
+    refused = served.cli("clean")
+    assert refused.returncode == 2 and "--older-than DAYS and/or --keep N" in refused.stderr
+    out = served.cli("clean", "--keep", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"jobs": 2, "files": 2}
+    listed = json.loads(served.cli("jobs", "--json").stdout)
+    assert [j["id"] for j in listed] == [int(ids[-1])]
+    said = served.cli("clean", "--older-than", "0")
+    assert said.stdout.strip() == "removed 1 finished job(s) and 1 file(s)"
