@@ -186,22 +186,21 @@ def drain_tsp(tsp: str, n: int) -> dict[str, Any]:
 
 
 def api_latency(srv: Server, m: int) -> dict[str, Any]:
-    """Submit -> start through the API on an idle slot: ``started_at`` minus the time just
-    before the request, and the request's round trip (the verdict is durable by then)."""
-    to_start, call, ids = [], [], []
+    """Submit -> process running through the API on an idle slot: the request's round trip,
+    since the answer comes once the decision is durable and the launcher reports the
+    process's pid."""
+    call, ids = [], []
     for _ in range(m):
         time.sleep(0.01)  # the previous job has ended: the slot is idle
-        t0 = time.time()
         p0 = time.perf_counter()
         job = srv.client.submit({"command": ["true"]})
         call.append(time.perf_counter() - p0)
-        if job.get("started_at") is None:
+        if job.get("pid") is None:
             raise BenchFailure(f"API latency: job {job['id']} did not start at once")
-        to_start.append(job["started_at"] - t0)
         ids.append(job["id"])
         srv.client.wait(job["id"])
     check_jobs("API latency", wait_all(srv.client, ids), m)
-    return {"submit_to_started_at": summary(to_start), "submit_call": summary(call)}
+    return {"submit_to_running": summary(call)}
 
 
 def cli_latency(srv: Server, k: int) -> dict[str, Any]:
@@ -336,10 +335,10 @@ def headline(r: dict[str, Any]) -> dict[str, Any]:
             "met": ratios["cli_file_vs_tsp"] < 1.0 if tsp else None,
         },
         {
-            "target": "submit -> start through the API, p50 < 2 ms",
-            "value": f"p50 {lat['submit_to_started_at']['p50_ms']:.2f} ms, "
-            f"p95 {lat['submit_to_started_at']['p95_ms']:.2f} ms",
-            "met": lat["submit_to_started_at"]["p50_ms"] < 2.0,
+            "target": "submit -> process running through the API (HTTP included), p50 < 2 ms",
+            "value": f"p50 {lat['submit_to_running']['p50_ms']:.2f} ms, "
+            f"p95 {lat['submit_to_running']['p95_ms']:.2f} ms",
+            "met": lat["submit_to_running"]["p50_ms"] < 2.0,
         },
         {
             "target": "CLI submit p50 < 2x bare `python -c pass`",
@@ -418,8 +417,10 @@ def render(r: dict[str, Any]) -> str:
         "## Submit latency",
         "",
         *common.LAT_HEADER,
-        common.lat_row("API: submit -> `started_at` (idle slot)", lat["submit_to_started_at"]),
-        common.lat_row("API: `POST /v1/jobs` round trip", lat["submit_call"]),
+        common.lat_row(
+            "API: `POST /v1/jobs` -> answer with the running pid (idle slot)",
+            lat["submit_to_running"],
+        ),
         common.lat_row(f"CLI: `{cli['cli_command']}`", cli["cli_submit"]),
         common.lat_row("bare `python -c pass`", cli["python_c_pass"]),
         "",

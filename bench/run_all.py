@@ -63,18 +63,25 @@ def run_one(name: str, quick: bool, tmpdir: str | None, work: Path) -> dict[str,
 def drain_targets(d: dict[str, Any]) -> list[dict[str, Any]]:
     """Targets from ``bench_drain.py``'s JSON."""
     x = d["aggregate"]["ratios"]
-    lat = d["latency"]["submit_to_started_at"]
+    lat = d["latency"]["submit_to_started_event"]
+    cpu = d["aggregate"]["median_cpu"]["self_cpu_ms_per_job"]["server"]
     cli = d["cli"]["cli_submit"]["p50_ms"] / d["cli"]["python_c_pass"]["p50_ms"]
     return [
         {
-            "target": "in-process engine drain within 2x the 2-alive floor",
-            "value": f"{x['engine_vs_floor2']['best_over_best']:.2f}x",
-            "met": x["engine_vs_floor2"]["best_over_best"] <= 2.0,
+            "target": "`--serve` drain (one API batch) within 2x the 2-alive floor",
+            "value": f"{x['server_vs_floor2']['best_over_best']:.2f}x",
+            "met": x["server_vs_floor2"]["best_over_best"] <= 2.0,
         },
         {
-            "target": "in-process submit -> start p50 < 2 ms",
+            "target": "engine CPU per trivial job (`--serve`, median) < 0.6 ms",
+            "value": f"{cpu:.3f} ms (+ launcher "
+            f"{d['aggregate']['median_cpu']['launcher_cpu_ms_per_job']['server']:.3f} ms)",
+            "met": cpu < 0.6,
+        },
+        {
+            "target": "engine side: submit -> process running, p50 < 1 ms",
             "value": f"p50 {lat['p50_ms']:.2f} ms, p95 {lat['p95_ms']:.2f} ms",
-            "met": lat["p50_ms"] < 2.0,
+            "met": lat["p50_ms"] < 1.0,
         },
         {
             "target": "`python -m gpulayer_tui submit` < 2x `python -c pass`",

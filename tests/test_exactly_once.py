@@ -52,6 +52,7 @@ def _submit_all(paths: Paths, side: Path, acknowledged: list[int], done: threadi
             continue
         acknowledged.extend(j["id"] for j in jobs)
         sent += BATCH
+        time.sleep(0.1)  # paced, so the drain spans the kills
     done.set()
 
 
@@ -94,17 +95,24 @@ def _active(paths: Paths) -> int:
 
 
 def _drain(served: Served, paths: Paths, side: Path, kill_launcher: bool) -> list[int]:
-    """Drain JOBS jobs while the engine is killed KILLS times (and the launcher once)."""
+    """Drain JOBS jobs while the engine is killed KILLS times mid-drain (and, with
+    ``kill_launcher``, the spawner every fourth time)."""
     rng = random.Random(1)
     busy_kills = 0
     acknowledged: list[int] = []
     submitted = threading.Event()
     submitter = threading.Thread(target=_submit_all, args=(paths, side, acknowledged, submitted))
     submitter.start()
+    kills = 0
     try:
-        for kill in range(KILLS):
+        # Kill until KILLS kills have landed mid-drain (a kill after the drain proves
+        # nothing), within a bound.
+        while busy_kills < KILLS and kills < 3 * KILLS:
+            if submitted.is_set() and _active(paths) == 0:
+                break  # drained
+            kills += 1
             time.sleep(rng.uniform(0.05, 0.3))
-            if kill_launcher and kill % 4 == 1:
+            if kill_launcher and kills % 4 == 2:
                 _spawner(served.home).kill()  # its keeper starts another; the engine reconnects
                 time.sleep(rng.uniform(0.1, 0.3))
             _kill(served)
@@ -115,7 +123,7 @@ def _drain(served: Served, paths: Paths, side: Path, kill_launcher: bool) -> lis
         submitter.join(timeout=120)
     assert submitted.is_set(), "the submitter did not finish"
     # The kills must land in the middle of the drain, or this proves nothing.
-    assert busy_kills >= 10, busy_kills
+    assert busy_kills >= 10, (busy_kills, kills)
     return acknowledged
 
 
@@ -149,7 +157,7 @@ def test_every_acknowledged_job_runs_exactly_once_through_crashes(
     served: Served, paths: Paths, tmp_path: Path, kill_launcher: bool
 ) -> None:
     paths.config_file.parent.mkdir(parents=True, exist_ok=True)
-    paths.config_file.write_text("[cpu]\nslots = 4\n[limits]\nactive_jobs = 100000\n")
+    paths.config_file.write_text("[cpu]\nslots = 2\n[limits]\nactive_jobs = 100000\n")
     side = tmp_path / "side"
     side.touch()
     served.start("--simulate", "1xA100-80GB")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -18,9 +19,10 @@ import pytest
 
 from gpulayer_tui.engine import journal
 from gpulayer_tui.engine.engine import Engine
+from gpulayer_tui.engine.keeper import Keeper
 from gpulayer_tui.engine.models import Job, JobStatus, TerminationReason
 
-from .conftest import EngineFactory, eventually, make_config, pid_gone
+from .conftest import EngineFactory, eventually, make_config, pid_gone, wait_for
 
 
 def _find(state_dir: Path, role: str) -> psutil.Process | None:
@@ -250,3 +252,39 @@ def test_the_launcher_outlives_signals_meant_for_its_engine(
         proc.kill()
         proc.wait()
         _launcher(state, "spawner").kill()
+
+
+def _zombie(proc: subprocess.Popen[bytes]) -> bool:
+    return psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_keeper_tells_an_interrupted_start_by_its_process(tmp_path: Path) -> None:
+    # A spawner killed between "S key" and "P key": its child is now the keeper's. The
+    # keeper must tell whether that start happened (run once, never again) from the child
+    # itself: its environment while it lives; once dead, that it leads its own session
+    # (every job does) and began after the "S" line.
+    keeper = Keeper(str(tmp_path), idle=1.0)
+    writer = journal.Journal(str(tmp_path / journal.NAME))
+    since = journal.boot_ticks()
+    ran = subprocess.Popen(["sh", "-c", "exit 7"], start_new_session=True)
+    env = dict(os.environ, GPULAYER_TASK=f"{tmp_path}/8")
+    alive = subprocess.Popen(["sleep", "30"], env=env, start_new_session=True)
+    descendant = subprocess.Popen(["sh", "-c", "exit 4"])  # a job's child: no session of its own
+    try:
+        wait_for(lambda: _zombie(ran) and _zombie(descendant))
+        assert keeper._find("7", since, set(), writer)  # ended: recorded with its code
+        assert keeper._find("8", since, set(), writer)  # alive: recognised by its key
+        assert not keeper._find("9", since, set(), writer)  # nothing of its own: never ran
+        entries = journal.replay(str(tmp_path / journal.NAME))
+        assert (entries["7"].state, entries["7"].pid, entries["7"].code) == (
+            journal.EXITED,
+            ran.pid,
+            7,
+        )
+        assert (entries["8"].state, entries["8"].pid) == (journal.RUNNING, alive.pid)
+        assert "9" not in entries
+    finally:
+        alive.kill()
+        for proc in (alive, descendant, ran):
+            proc.wait()  # (ran was reaped by the keeper: Popen takes that as gone)
+        writer.close()

@@ -8,6 +8,8 @@ import socket
 import stat
 import subprocess
 
+import psutil
+
 from gpulayer_tui.engine.simulate import SimLedger
 
 from .conftest import Served, wait_for
@@ -249,26 +251,28 @@ def test_serve_without_a_driver_says_so_once(served: Served) -> None:
     assert err.count("No NVIDIA driver") == 1 and "Traceback" not in err
 
 
-def test_batch_file_lines_run_as_argv_unless_they_need_a_shell(served: Served) -> None:
+def test_batch_file_lines_are_stored_as_written_and_plain_ones_skip_the_shell(
+    served: Served,
+) -> None:
     served.start("--simulate", "2xA100-80GB")
     lines = [
-        "echo plain words",  # a program on PATH with plain words: argv, no extra shell
-        "true --flag=x,y:z",
+        "sleep 30",  # plain words: run as argv, no shell of ours
         'echo "$HOME"',  # quotes and expansion: a shell line
         "exit 3",  # a builtin, not a program: a shell line
-        "./run.sh",  # a path (resolved from the job's cwd): a shell line
-        "FOO=1 env",  # an assignment: a shell line
-        "echo a > /dev/null",  # a redirection: a shell line
+        "./no-such-script.sh",  # plain, but nothing to run: the shell says so (127)
     ]
     out = served.cli("submit", "--file", "-", "--json", input="\n".join(lines) + "\n")
     assert out.returncode == 0, out.stderr
-    specs = [job["spec"] for job in json.loads(out.stdout)]
-    assert [s.get("command") for s in specs[:2]] == [
-        ["echo", "plain", "words"],
-        ["true", "--flag=x,y:z"],
-    ]
-    assert [s.get("shell") for s in specs[2:]] == lines[2:]
-    ids = [str(job["id"]) for job in json.loads(out.stdout)]
-    assert served.cli("wait", ids[0]).returncode == 0
-    assert served.cli("logs", ids[0]).stdout == "plain words\n"
-    assert served.cli("wait", ids[3]).returncode == 1
+    jobs = json.loads(out.stdout)
+    assert [job["spec"]["shell"] for job in jobs] == lines
+    ids = [str(job["id"]) for job in jobs]
+    sleeper = psutil.Process(jobs[0]["pid"])
+    wait_for(lambda: sleeper.cmdline() != [])  # (argv shows a moment after the exec)
+    assert sleeper.cmdline() == ["sleep", "30"]
+    assert served.cli("cancel", ids[0]).returncode == 0
+    assert served.cli("wait", ids[1]).returncode == 0
+    assert served.cli("logs", ids[1]).stdout == os.environ["HOME"] + "\n"
+    for job_id, code in ((ids[2], 3), (ids[3], 127)):
+        assert served.cli("wait", job_id).returncode == 1
+        status = json.loads(served.cli("status", job_id, "--json").stdout)
+        assert status["job"]["exit_code"] == code

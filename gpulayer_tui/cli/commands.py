@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -77,28 +76,6 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     return spec
 
 
-# Words a shell would pass through unchanged: no quotes, expansions, globs, redirections,
-# separators, comments or assignments.
-_PLAIN_WORDS = re.compile(r"[A-Za-z0-9_./,:+@%-]+(?: +[A-Za-z0-9_./,:+@%=-]+)*")
-
-
-def _line_command(line: str, path: str, found: dict[str, bool]) -> dict[str, Any]:
-    """One ``--file`` line as a spec's command: plain words whose program is on PATH run
-    as argv (a shell would run exactly that, so skip one exec per job); anything else is a
-    shell line. ``found`` caches PATH lookups across the file."""
-    if _PLAIN_WORDS.fullmatch(line):
-        words = line.split()
-        program = words[0]
-        if "/" not in program:  # a path would be looked up from the job's cwd, not ours
-            if program not in found:
-                import shutil  # only --file needs it
-
-                found[program] = shutil.which(program, path=path) is not None
-            if found[program]:
-                return {"command": words}
-    return {"shell": line}
-
-
 def _read_spec_file(path: str) -> list[dict[str, Any]]:
     """Specs from a TOML or JSON file: one spec, or ``jobs = [...]`` / a JSON list.
 
@@ -164,13 +141,9 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         stream = sys.stdin if args.file == "-" else open(args.file)
         with stream:
             lines = [ln.strip() for ln in stream]
-        found: dict[str, bool] = {}
-        path = str(base.get("env", {}).get("PATH", os.environ.get("PATH", os.defpath)))
-        specs = [
-            dict(base, **_line_command(ln, path, found))
-            for ln in lines
-            if ln and not ln.startswith("#")
-        ]
+        # Each line is a shell line as written; the engine runs a plain one without a
+        # shell (see engine/commandline.py).
+        specs = [dict(base, shell=ln) for ln in lines if ln and not ln.startswith("#")]
         if not specs:
             _error(f"{args.file}: no command lines found")
             return EXIT_USAGE

@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .executor import Executor, Exit, LaunchError, Started
+from .commandline import plain_argv, shell_argv
+from .executor import Executor, Exit, LaunchError, Started, TaskKey
 from .jobbook import ActiveJob, JobBook, take_holds
 from .models import Job, JobStatus, TerminationReason
 
@@ -95,9 +96,41 @@ class JobEnv:
 
 
 def argv_of(spec: JobSpec) -> tuple[list[str], str]:
-    """The argv (a ``shell`` spec runs as ``sh -c LINE``) and working directory."""
-    argv = spec.command if spec.command is not None else ["sh", "-c", spec.shell or ""]
+    """The argv and working directory. A ``shell`` spec runs as ``sh -c LINE``, or as its
+    words when the line is a plain command (see :mod:`.commandline`)."""
+    if spec.command is not None:
+        argv = spec.command
+    else:
+        line = spec.shell or ""
+        argv = plain_argv(line) or shell_argv(line)
     return argv, spec.cwd or os.path.expanduser("~")
+
+
+def start_task(
+    executor: Executor,
+    key: TaskKey,
+    spec: JobSpec,
+    env: dict[str, str],
+    own_env: dict[str, str],
+    on_start: Callable[[Started], None],
+    on_exit: Callable[[Exit], None],
+    run: int = 0,
+) -> None:
+    """Ask ``executor`` to start ``spec``'s command as ``key``.
+
+    A plain shell line whose program cannot be run goes through ``sh -c`` after all, so it
+    fails the way the shell makes it fail (exit 127, the shell's message in the log).
+
+    Raises:
+        LaunchError: The command cannot be started (its cwd, its program).
+    """
+    argv, cwd = argv_of(spec)
+    try:
+        executor.start(key, argv, cwd, env, own_env, on_start, on_exit, run)
+    except LaunchError:
+        if spec.shell is None or argv[:2] == ["sh", "-c"]:
+            raise
+        executor.start(key, shell_argv(spec.shell), cwd, env, own_env, on_start, on_exit, run)
 
 
 def assign(act: ActiveJob, domains: list[Domain]) -> None:
@@ -206,12 +239,11 @@ class BatchRunner:
             # Stopped before it started: it never runs.
             self._end(act, Exit(None, recorded=False, error="stopped before it started"))
             return
-        argv, cwd = argv_of(act.spec)
         try:
-            self._executor.start(
+            start_task(
+                self._executor,
                 job.id,
-                argv,
-                cwd,
+                act.spec,
                 self._env.shared(act.spec),
                 self._env.own(job.id, job.gpus),
                 functools.partial(self._started, job_id),

@@ -35,6 +35,11 @@ PR_SET_CHILD_SUBREAPER = 36
 ENVIRON_WAIT_S = 1.0
 
 
+def _say(message: str) -> None:
+    """One line in ``launcher.log`` (where the engine points our stderr)."""
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} keeper: {message}", file=sys.stderr, flush=True)
+
+
 def _set_subreaper() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
@@ -66,25 +71,26 @@ def _task_key(pid: int, state_dir: str) -> str | None:
     :data:`ENDED` if it ended while we looked (it is then a zombie to reap).
 
     A child caught between its spawn and its exec shows its parent's environment (the
-    spawner's, without the key), then for a moment none at all: that is waited out, for
-    up to a second, until the key shows.
+    spawner's, without the key), then for a moment none at all; one that is exiting has
+    no memory left to read (the read fails while /proc still says it runs). Both are
+    waited out, for up to a second: until the key shows, or the process is a zombie.
     """
     prefix = f"{TASK_ENV}={state_dir}/".encode()
     deadline = time.monotonic() + ENVIRON_WAIT_S
     while True:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                environ = fh.read()
-        except OSError:
-            return None
-        for item in environ.split(b"\0"):
-            if item.startswith(prefix):
-                return item[len(prefix) :].decode(errors="replace")
         stat = procs.read_stat(pid)
         if stat is None:
             return None
         if stat.state in ("Z", "X"):
             return ENDED
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                environ = fh.read()
+        except OSError:
+            environ = b""  # exiting: look again, it is about to be a zombie
+        for item in environ.split(b"\0"):
+            if item.startswith(prefix):
+                return item[len(prefix) :].decode(errors="replace")
         if time.monotonic() > deadline:
             return None
         time.sleep(0.002)
@@ -105,7 +111,8 @@ class Keeper:
         self.pending: list[bytes] = []  # lines for the next spawner
         self.pipe: int | None = None
         self.spawner = 0
-        self.unknown: list[tuple[int, int, int]] = []  # reaped strangers: pid, ticks, code
+        # Reaped children the journal did not name: pid, start ticks, code, led a session.
+        self.unknown: list[tuple[int, int, int, bool]] = []
         # Exits of jobs reaped here, told to a spawner: told again to the next one until the
         # journal has them (a spawner may die before it reads its pipe).
         self.reaped: dict[str, int] = {}
@@ -187,7 +194,10 @@ class Keeper:
             self.reaped[key] = code
             self._tell(f"exit {key} {code}\n".encode())
         else:
-            self.unknown.append((pid, stat.start_ticks if stat else 0, code))
+            leader = stat is not None and stat.session == pid
+            self.unknown.append((pid, stat.start_ticks if stat else 0, code, leader))
+            del self.unknown[:-64]  # only the newest can be a start being settled
+            _say(f"reaped pid {pid}, which the journal does not name (exit {code})")
 
     def _key_of(self, pid: int, ticks: int | None) -> str | None:
         """The running key whose process this is: same pid *and* start time (pids are
@@ -213,6 +223,7 @@ class Keeper:
             for since, key in intents:
                 if not self._find(key, since, known, writer):
                     writer.write("N", key)  # no trace: it never started; the engine will
+                    _say(f"the start of {key} was interrupted before it began: never ran")
         finally:
             writer.close()
 
@@ -223,31 +234,48 @@ class Keeper:
         known: set[tuple[int | None, int | None]],
         writer: journal.Journal,
     ) -> bool:
-        """Look for the process of the start of ``key`` begun at ``since`` (boot ticks)."""
+        """Look for the process of the start of ``key`` begun at ``since`` (boot ticks).
+
+        Candidates are this keeper's children that the journal does not name and that
+        started at or after ``since``. A live one says whose it is (``GPULAYER_TASK``);
+        a dead one cannot, but the spawner starts each job as the leader of a new session
+        and only the interrupted start can have begun after ``since``: a zombie that leads
+        its own session is taken for it. (A job's escaped descendant that died in that
+        same tick could be mistaken for it: the start is then recorded with that exit
+        status, never run a second time.)
+        """
+        seen = []
+        ended = []
         for child in _children():
             stat = procs.read_stat(child)
             if stat is None or (child, stat.start_ticks) in known:
                 continue
             if stat.start_ticks < since - 1:
                 continue  # it started before this start was begun: not it
-            if stat.state not in ("Z", "X"):
-                found = _task_key(child, self.state_dir)
-                if found == key:
-                    writer.write("P", key, child, stat.start_ticks)
-                    return True
-                if found != ENDED:
-                    continue
-            # Ended already (a zombie now ours): that was it; its status is here.
-            writer.write("P", key, child, stat.start_ticks)
+            found = ENDED if stat.state in ("Z", "X") else _task_key(child, self.state_dir)
+            seen.append((child, stat.start_ticks, stat.session, found))
+            if found == key:
+                writer.write("P", key, child, stat.start_ticks)
+                _say(f"the interrupted start of {key} runs as pid {child}")
+                return True
+            if found == ENDED and stat.session == child:
+                ended.append((child, stat.start_ticks))
+        if ended:
+            child, ticks = ended[0]
+            writer.write("P", key, child, ticks)
             _, status = os.waitpid(child, 0)
             writer.write("E", key, exit_code(status))
+            _say(f"the interrupted start of {key} ran as pid {child} and ended (of {ended})")
             return True
-        for index, (pid, ticks, code) in enumerate(self.unknown):
-            if ticks >= since - 1:
+        for index, (pid, ticks, code, leader) in enumerate(self.unknown):
+            if ticks >= since - 1 and leader:
                 del self.unknown[index]
                 writer.write("P", key, pid, ticks)
                 writer.write("E", key, code)
+                _say(f"the interrupted start of {key} ran as pid {pid} (reaped) and ended")
                 return True
+        if seen:
+            _say(f"no process for {key} (begun at tick {since}); others: {seen}")
         return False
 
 

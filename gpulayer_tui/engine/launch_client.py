@@ -76,7 +76,9 @@ class LauncherExecutor:
         self._loop_task: asyncio.Task[None] | None = None
         self._watches: dict[str, _Watch] = {}
         self._pending: dict[str, dict[str, Any]] = {}  # starts not answered yet
-        self._outbox: list[bytes] = []
+        self._outbox: list[bytes] = []  # held while no launcher is connected
+        self._batch: list[bytes] = []  # this loop iteration's requests, sent as one write
+        self._flush_handle: asyncio.Handle | None = None
         self._acks: list[str] = []
         self._table: dict[str, Any] = {}
         self._table_ready: asyncio.Future[dict[str, Any]] | None = None
@@ -86,6 +88,7 @@ class LauncherExecutor:
         self._envs: dict[int, tuple[int, dict[str, str]]] = {}
         self._next_env_id = 0
         self._closing = False
+        self._syncing = False  # reconnected, not yet told the launcher what it must know
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -212,6 +215,10 @@ class LauncherExecutor:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+        # Until the new launcher has its environments and the starts it missed, every
+        # request waits in the outbox (a spawn naming an environment it does not know yet
+        # would fail).
+        self._syncing = True
         while not self._closing:
             try:
                 await self._connect()
@@ -225,9 +232,12 @@ class LauncherExecutor:
         self._write_now({"op": "query"})
         assert self._reader is not None
         while not self._table_ready.done():
-            line = await self._reader.readline()
+            try:
+                line = await self._reader.readline()
+            except (OSError, ValueError):
+                line = b""
             if not line:
-                return await self._reconnect()
+                return await self._reconnect()  # that one went away too: the next
             self._dispatch(line)
         self._reconcile(self._table_ready.result())
 
@@ -256,10 +266,28 @@ class LauncherExecutor:
         for data in outbox:
             assert self._writer is not None
             self._writer.write(data)
+        self._syncing = False
 
     def _write(self, request: dict[str, Any]) -> None:
-        data = json.dumps(request, separators=(",", ":")).encode() + b"\n"
-        if self._writer is None or self._outbox:
+        """Send ``request`` at the end of this loop iteration, with the others made in it
+        (the starts of one scheduling pass, the acks of the ends it saw): one system call
+        and one wake-up of the launcher for all of them."""
+        self._batch.append(json.dumps(request, separators=(",", ":")).encode() + b"\n")
+        self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        if self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush_batch)
+
+    def _flush_batch(self) -> None:
+        self._flush_handle = None
+        if self._acks:
+            keys, self._acks = self._acks, []
+            self._batch.append(json.dumps({"op": "ack", "keys": keys}).encode() + b"\n")
+        data, self._batch = b"".join(self._batch), []
+        if not data:
+            return
+        if self._writer is None or self._outbox or self._syncing:
             self._outbox.append(data)  # (sent after the reconnect, in order)
         else:
             self._writer.write(data)
@@ -313,7 +341,7 @@ class LauncherExecutor:
         """Stop listening; the launcher keeps running what runs (it exits once idle)."""
         self._closing = True
         if self._writer is not None:
-            self._flush_acks()
+            self._flush_batch()
             with contextlib.suppress(OSError):
                 self._write_now({"op": "quit_if_idle"})
                 async with asyncio.timeout(5):
@@ -419,13 +447,7 @@ class LauncherExecutor:
     def done(self, key: TaskKey, run: int = 0) -> None:
         """The engine recorded the task's end: the launcher may forget it."""
         self._acks.append(launcher_key(key, run))
-        if len(self._acks) == 1:
-            asyncio.get_running_loop().call_soon(self._flush_acks)
-
-    def _flush_acks(self) -> None:
-        if self._acks:
-            keys, self._acks = self._acks, []
-            self._write({"op": "ack", "keys": keys})
+        self._flush_soon()
 
     def pids(self) -> dict[TaskKey, int]:
         """The process of every task running now."""

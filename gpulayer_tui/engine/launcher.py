@@ -165,6 +165,7 @@ class Spawner:
         self.client: socket.socket | None = None
         self.inbox = b""
         self.outbox = bytearray()
+        self.writing = False  # the client socket is registered for EVENT_WRITE
         self.idle_since = time.monotonic()
         self.logs_checked = 0.0
         self.quit = False
@@ -219,6 +220,9 @@ class Spawner:
             task = Task(key, entry.pid, entry.ticks or 0, -1, child=False)
             task.dead_at = time.monotonic()
             self.tasks[key] = task
+        ended = sum(1 for task in self.tasks.values() if task.dead_at is not None)
+        if self.tasks:
+            _say(f"took over {len(self.tasks)} running jobs ({ended} ended meanwhile)")
         self.journal.compact(self.entries)
 
     # -- the loop -----------------------------------------------------------------------------
@@ -232,6 +236,10 @@ class Spawner:
             for sel_key, events in self.sel.select(TICK_S):
                 sel_key.data(sel_key.fileobj, events)
             self._tick()
+            # What this round said goes out in one send (a spawn's "started" and another
+            # job's "exited" share it), not one system call per event.
+            if self.outbox and not self.writing:
+                self._flush()
         # Retiring: no new engine may connect to a launcher that is going away.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.state_dir, SOCKET))
@@ -244,6 +252,7 @@ class Spawner:
                 if task.key in self.keeper_exits:
                     self._ended(task, self.keeper_exits.pop(task.key))
                 elif time.monotonic() - task.dead_at > KEEPER_WAIT_S:
+                    _say(f"{task.key} (pid {task.pid}) ended unseen: exit status unknown")
                     self._ended(task, None)  # nobody could see its exit status
             elif task.kill_at is not None and now >= task.kill_at:
                 task.kill_at = None
@@ -272,6 +281,7 @@ class Spawner:
         self.client = conn
         self.inbox = b""
         self.outbox.clear()
+        self.writing = False
         self.sel.register(conn, selectors.EVENT_READ, self._client_io)
 
     def _drop_client(self) -> None:
@@ -280,6 +290,7 @@ class Spawner:
         self.client.close()
         self.client = None
         self.outbox.clear()
+        self.writing = False
 
     def _client_io(self, conn: Any, events: int) -> None:
         if events & selectors.EVENT_WRITE:
@@ -307,8 +318,6 @@ class Spawner:
         self.outbox += json.dumps(event, separators=(",", ":")).encode() + b"\n"
         if len(self.outbox) > OUTBOX_LIMIT:
             self._drop_client()
-            return
-        self._flush()
 
     def _flush(self) -> None:
         if self.client is None:
@@ -321,8 +330,11 @@ class Spawner:
             self._drop_client()
             return
         del self.outbox[:sent]
-        mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.outbox else 0)
-        self.sel.modify(self.client, mask, self._client_io)
+        writing = bool(self.outbox)  # the engine reads slowly: wait until it can take more
+        if writing != self.writing:
+            self.writing = writing
+            mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if writing else 0)
+            self.sel.modify(self.client, mask, self._client_io)
 
     def _handle(self, raw: bytes) -> None:
         try:
@@ -528,7 +540,7 @@ class Spawner:
             )
             os.write(task.log_fd, note.encode() + tail)
         except OSError as err:
-            print(f"launcher: cannot cut back the log of {task.key}: {err}", file=sys.stderr)
+            _say(f"cannot cut back the log of {task.key}: {err}")
             return
         self._send({"ev": "log_cut", "key": task.key, "dropped": dropped, "kept": len(tail)})
 
@@ -583,6 +595,11 @@ class Spawner:
             self.keeper_exits[key] = code  # its pidfd has not fired yet
 
 
+def _say(message: str) -> None:
+    """One line in ``launcher.log`` (where the engine points our stderr)."""
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} launcher: {message}", file=sys.stderr, flush=True)
+
+
 def _start_ticks(pid: int, before_ns: int, after_ns: int) -> int:
     """The child's /proc start time, in clock ticks since boot.
 
@@ -625,6 +642,7 @@ def _open_log(path: str, fresh: bool) -> int:
             # Left by something else (an id used before this journal existed): keep it
             # aside rather than mix two jobs' output.
             os.replace(path, f"{path}.old-{int(time.time())}")
+            _say(f"{path} was there before its first start: kept aside as .old-*")
             return os.open(path, flags | os.O_EXCL, 0o600)
     return os.open(path, flags, 0o600)
 

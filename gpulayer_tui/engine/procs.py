@@ -22,6 +22,7 @@ class ProcStat:
     state: str
     ppid: int
     start_ticks: int
+    session: int = 0
 
 
 def read_stat(pid: int) -> ProcStat | None:
@@ -42,7 +43,11 @@ def read_stat(pid: int) -> ProcStat | None:
     # rest[0] is field 3 (state); field N is rest[N - 3].
     try:
         return ProcStat(
-            pid=pid, state=rest[0].decode(), ppid=int(rest[1]), start_ticks=int(rest[19])
+            pid=pid,
+            state=rest[0].decode(),
+            ppid=int(rest[1]),
+            start_ticks=int(rest[19]),
+            session=int(rest[3]),
         )
     except (IndexError, ValueError):
         return None

@@ -34,7 +34,7 @@ import functools
 import time
 from typing import TYPE_CHECKING
 
-from .batch import JobEnv, argv_of, assign, exit_verdict
+from .batch import JobEnv, assign, exit_verdict, start_task
 from .executor import Executor, Exit, LaunchError, Started
 from .jobbook import ActiveJob, JobBook, release_holds, take_holds
 from .models import (
@@ -223,12 +223,11 @@ class ServiceRunner:
         own["GPULAYER_REPLICA"] = str(index)
         if replica.port is not None:
             own["PORT"] = str(replica.port)
-        argv, cwd = argv_of(spec)
         try:
-            self._executor.start(
+            start_task(
+                self._executor,
                 (job_id, index),
-                argv,
-                cwd,
+                spec,
                 self._env.shared(spec),
                 own,
                 functools.partial(self._replica_started, job_id, index, run),

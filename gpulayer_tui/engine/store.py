@@ -186,14 +186,19 @@ def _static_row(job: Job) -> tuple[Any, ...]:
     )
 
 
+def _json_list(values: list[Any]) -> str:
+    # Most snapshots are of jobs not placed yet, or without GPUs: skip the encoder.
+    return json.dumps(values) if values else "[]"
+
+
 def _dynamic_row(job: Job) -> tuple[Any, ...]:
     return (
         job.status.value,
         job.termination_reason.value if job.termination_reason else None,
         job.exit_code,
         job.message,
-        json.dumps(job.domains),
-        json.dumps(job.gpus),
+        _json_list(job.domains),
+        _json_list(job.gpus),
         job.pid,
         job.start_ticks,
         job.queued_at,

@@ -1,0 +1,79 @@
+"""Plain shell lines run without a shell; everything else still goes through ``sh -c``."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from gpulayer_tui.engine.commandline import plain_argv
+from gpulayer_tui.engine.models import JobStatus
+
+from .conftest import EngineFactory, eventually
+
+
+@pytest.mark.parametrize(
+    ("line", "argv"),
+    [
+        ("true", ["true"]),
+        ("  python train.py --lr 0.1  ", ["python", "train.py", "--lr", "0.1"]),
+        (
+            "./run.sh data/x.csv a=1 user@host:8080 50%",
+            ["./run.sh", "data/x.csv", "a=1", "user@host:8080", "50%"],
+        ),
+        ("echo $HOME", None),
+        ("echo 'quoted'", None),
+        ('echo "quoted"', None),
+        ("ls *.py", None),
+        ("ls ~", None),
+        ("a | b", None),
+        ("a && b", None),
+        ("a; b", None),
+        ("a > out", None),
+        ("sleep 1 &", None),
+        ("echo a\\ b", None),
+        ("a\tb", None),
+        ("a\nb", None),
+        ("echo `date`", None),
+        ("FOO=1 env", None),  # an assignment
+        ("cd /tmp", None),  # builtins and keywords the shell runs itself
+        ("exit 3", None),
+        ("export A", None),
+        (": nothing", None),
+        (". ./env.sh", None),
+        ("if", None),
+        ("", None),
+        ("   ", None),
+    ],
+)
+def test_plain_lines_become_argv_and_nothing_else_does(line: str, argv: list[str] | None) -> None:
+    assert plain_argv(line) == argv
+
+
+async def test_a_plain_shell_line_runs_its_program_directly(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    job = await engine.submit({"shell": "sleep 30", "gpus": 0})
+    proc = psutil.Process(job.pid)
+    await eventually(lambda: proc.cmdline() != [])
+    assert proc.cmdline() == ["sleep", "30"]  # no `sh -c` around it
+    await engine.cancel(job.id)
+    assert (await engine.wait(job.id, timeout=10)).status is JobStatus.CANCELLED
+
+
+async def test_a_line_that_needs_the_shell_gets_it(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    job = await engine.submit({"shell": "echo $((6 * 7)) && exit 3", "gpus": 0})
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.FAILED and done.exit_code == 3
+    assert engine.log_path(job.id).read_text() == "42\n"
+    builtin = await engine.submit({"shell": "exit 4", "gpus": 0})
+    assert (await engine.wait(builtin.id, timeout=10)).exit_code == 4
+
+
+async def test_a_plain_line_with_an_unknown_program_fails_as_the_shell_would(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine()
+    job = await engine.submit({"shell": "no-such-program-gpulayer --flag", "gpus": 0})
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.FAILED and done.exit_code == 127
+    assert "no-such-program-gpulayer" in engine.log_path(job.id).read_text()
