@@ -87,7 +87,7 @@ async def fill_history(home: Path, count: int) -> float:
                 {"from": "running", "status": "completed", "reason": "exit_code", "exit_code": 0},
             ),
         ]
-        store.save(job, events)
+        store.save(job, events, new=True)  # its first (and only) row: inserted whole
         if i % 5000 == 0:
             await store.flush()  # bounded batches, as a long-lived engine writes them
     await store.close()

@@ -9,6 +9,10 @@ queue settles its dependents, the scheduler takes back its holds, runners drop t
 timers), in the order they were registered.
 
 Parts never keep their own copy of a job's status: they read it here.
+
+Why this module is a little over ~400 lines: ids, membership, transitions, waiters and end
+listeners all guard one invariant (a job's status changes only through :meth:`JobBook._change`,
+and whoever waits on it is told after the commit); split, each half would reach into the other.
 """
 
 from __future__ import annotations

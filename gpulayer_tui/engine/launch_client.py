@@ -8,6 +8,10 @@ keeper starts another at once), requests wait in an outbox; after reconnecting, 
 asks for the launcher's table and reconciles: tasks that ended meanwhile are reported,
 starts the dead spawner never received are sent again (the launcher never starts a key
 twice, so sending again is safe), and only then does the outbox go out.
+
+Why this module is over ~400 lines: connecting (and starting a launcher), the executor
+interface and the reconnect/reconcile path share the watches, the pending starts and the
+outbox; they are read together when reasoning about exactly-once.
 """
 
 from __future__ import annotations

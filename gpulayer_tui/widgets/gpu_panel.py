@@ -11,6 +11,9 @@ A panel has three densities, chosen by the dashboard from the terminal size:
 ``row``
     One line, like a row of nvitop's table; :meth:`GpuPanel.row_header` gives the
     matching header line.
+
+Why this module is over ~400 lines: the three layouts render the same reading (and its
+stale, lost and quarantined states) differently; one widget keeps them consistent.
 """
 
 from __future__ import annotations

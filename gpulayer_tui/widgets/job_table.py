@@ -11,6 +11,9 @@ Built for a long history (10,000 jobs and more):
 * Colours come from component classes, looked up when a cell is drawn, so switching the
   theme recolours every row without touching one.
 * Filtering (text and status) rebuilds the rows that match; the screen debounces typing.
+
+Why this module is over ~400 lines: the row cache, incremental updates, sorting, filtering
+and the per-cell theme lookup work on the same row store, for speed at 10,000 rows.
 """
 
 from __future__ import annotations
