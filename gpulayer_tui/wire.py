@@ -22,7 +22,27 @@ modules to learn one vocabulary, and the CLI pay for each import.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, NotRequired, TypedDict
+
+TYPE_CHECKING = False  # (not typing's: the CLI loads this module; typing costs ~2 ms)
+if TYPE_CHECKING:
+    from typing import Any
+
+    # Re-exported: the shapes are part of this contract (see SHAPES below).
+    from .shapes import AdoptRequest as AdoptRequest
+    from .shapes import DomainJSON as DomainJSON
+    from .shapes import DomainViewJSON as DomainViewJSON
+    from .shapes import ErrorJSON as ErrorJSON
+    from .shapes import EventJSON as EventJSON
+    from .shapes import GpuJSON as GpuJSON
+    from .shapes import GpusJSON as GpusJSON
+    from .shapes import HealthJSON as HealthJSON
+    from .shapes import JobDetailJSON as JobDetailJSON
+    from .shapes import JobJSON as JobJSON
+    from .shapes import ProcessInfoJSON as ProcessInfoJSON
+    from .shapes import ProcessJSON as ProcessJSON
+    from .shapes import ReplicaJSON as ReplicaJSON
+    from .shapes import TimelineEntryJSON as TimelineEntryJSON
+    from .shapes import VramJSON as VramJSON
 
 # -- names -------------------------------------------------------------------------------
 
@@ -139,202 +159,35 @@ class Capacity(StrEnum):
 # -- JSON shapes -------------------------------------------------------------------------
 
 
-class ReplicaJSON(TypedDict):
-    """One replica of a service."""
+# (defined in :mod:`.shapes`; see there why)
 
-    index: int
-    state: str
-    domains: list[str]
-    gpus: list[int]
-    pid: int | None
-    start_ticks: int | None
-    port: int | None
-    endpoint: str | None
-    restarts: int
-    backoff_step: int
-    next_restart_at: float | None
-    started_at: float | None
-    last_exit_code: int | None
-    message: str
-    launches: int
-
-
-class JobJSON(TypedDict):
-    """A job as the API, the event stream and the CLI's ``--json`` show it."""
-
-    id: int
-    name: str
-    kind: str
-    status: str
-    termination_reason: str | None
-    exit_code: int | None
-    message: str
-    domains: list[str]
-    gpus: list[int]
-    priority: int
-    pid: int | None
-    created_at: float
-    queued_at: float | None
-    started_at: float | None
-    ended_at: float | None
-    owner_uid: int | None
-    kill_at: float | None
-    stop_reason: str | None
-    spec: dict[str, Any]
-    replicas: NotRequired[list[ReplicaJSON]]
-    attempt: NotRequired[int]
+SHAPES = frozenset(
+    (
+        "ReplicaJSON",
+        "JobJSON",
+        "TimelineEntryJSON",
+        "JobDetailJSON",
+        "DomainJSON",
+        "GpuJSON",
+        "VramJSON",
+        "ProcessJSON",
+        "DomainViewJSON",
+        "GpusJSON",
+        "HealthJSON",
+        "EventJSON",
+        "ProcessInfoJSON",
+        "ErrorJSON",
+        "AdoptRequest",
+    )
+)
 
 
-class TimelineEntryJSON(TypedDict):
-    """One stored event of a job's timeline."""
+def __getattr__(name: str) -> Any:
+    if name in SHAPES:
+        from . import shapes
 
-    at: float
-    kind: str
-    status: str | None
-    reason: str | None
-    message: str | None
-    data: dict[str, Any]
-
-
-class JobDetailJSON(TypedDict):
-    """``GET /v1/jobs/ID``: the job and its timeline (which includes its current status)."""
-
-    job: JobJSON
-    events: list[TimelineEntryJSON]
-
-
-class DomainJSON(TypedDict):
-    """A domain's state (``GET /v1/domains``, drain and release answers)."""
-
-    name: str
-    gpu_index: int | None
-    state: str
-    state_reason: str
-    health: str
-    failures: int
-    last_error: str
-    slots: int
-    used_slots: int
-
-
-class GpuJSON(TypedDict):
-    """The latest reading of a domain's GPU."""
-
-    name: str
-    memory_total: int | None
-    memory_used: int | None
-    utilization: int | None
-    temperature: int | None
-    power_watts: float | None
-    power_limit_watts: float | None
-    error: str | None
-    lost: bool
-
-
-class VramJSON(TypedDict):
-    """The VRAM formula's result for one domain (bytes)."""
-
-    total: int
-    used: int
-    owned: int
-    unregistered: int
-    unattributed: int
-    reserved_extra: int
-    free: int
-
-
-class ProcessJSON(TypedDict):
-    """A process listed on a GPU; ``job_id`` is ``None`` when no job owns it."""
-
-    pid: int
-    used_bytes: int | None
-    job_id: int | None
-    user: str
-    command: str
-    start_ticks: int | None
-    started_at: float | None
-
-
-class DomainViewJSON(DomainJSON):
-    """A domain in ``GET /v1/gpus``: its state plus reading, accounting and processes."""
-
-    gpu_uuid: str | None
-    jobs: list[int]
-    gpu: GpuJSON | None
-    vram: VramJSON | None
-    processes: list[ProcessJSON]
-    history: NotRequired[list[list[float | int | None]]]
-
-
-class GpusJSON(TypedDict):
-    """``GET /v1/gpus`` and the data of ``gpu.sample`` events."""
-
-    backend: str
-    capacity: str
-    message: str | None
-    driver_version: str | None
-    taken_at: float | None
-    probe_seconds: float | None
-    unregistered_total: int
-    domains: list[DomainViewJSON]
-
-
-class HealthJSON(TypedDict):
-    """``GET /v1/health``."""
-
-    engine: str
-    version: str
-    pid: int
-    state_dir: str
-    config_file: str
-    backend: str
-    capacity: str
-    capacity_message: str
-    no_gpu_notice: str | None
-    started_at: float
-    uptime: float
-    active_jobs: int
-    store_failure: str | None
-
-
-class EventJSON(TypedDict):
-    """One event on ``GET /v1/events`` (one JSON object per line)."""
-
-    seq: int
-    at: float
-    kind: str
-    job_id: int | None
-    data: dict[str, Any]
-    job: NotRequired[JobJSON]
-
-
-class ProcessInfoJSON(TypedDict):
-    """``GET /v1/processes/PID``: what the engine sees of a process (to adopt it)."""
-
-    pid: int
-    start_ticks: int
-    uid: int
-    user: str
-    command: str
-    started_at: float
-
-
-class ErrorJSON(TypedDict):
-    """Every error answer; ``field`` names the input at fault, when there is one."""
-
-    error: str
-    field: NotRequired[str]
-
-
-class AdoptRequest(TypedDict):
-    """A validated adopt request (see :func:`parse_adopt_request`)."""
-
-    pid: int
-    start_ticks: int | None
-    name: str | None
-    vram_gb: float | None
-    gpu: bool
-    domain: list[str]
+        return getattr(shapes, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- field rules -------------------------------------------------------------------------

@@ -8,6 +8,7 @@ functions, not those under ``if TYPE_CHECKING:``) and check the contracts of the
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import os
@@ -112,17 +113,22 @@ def test_the_import_graph_was_read() -> None:
         ("gpulayer_tui.screens", ("gpulayer_tui.engine", "gpulayer_tui.cli", "gpulayer_tui.app")),
         ("gpulayer_tui.widgets", ("gpulayer_tui.engine", "gpulayer_tui.cli", "gpulayer_tui.app")),
         # The wire contract stands alone.
+        # The wire contract stands alone (its JSON shapes live in a module of their own,
+        # loaded only when used: see wire.py).
         ("gpulayer_tui.wire", ("gpulayer_tui.",)),
+        ("gpulayer_tui.shapes", ("gpulayer_tui.",)),
     ],
 )
 def test_layer_contracts(layer: str, forbidden: tuple[str, ...]) -> None:
     modules = _layer(layer)
     assert modules, layer
+    allowed = {("gpulayer_tui.wire", "gpulayer_tui.shapes")}
     broken = sorted(
         f"{module} imports {dep}"
         for module, deps in modules.items()
         for dep in deps
         if any(dep == f or dep.startswith(f if f.endswith(".") else f + ".") for f in forbidden)
+        and (module, dep) not in allowed
     )
     assert broken == []
 
@@ -131,8 +137,10 @@ def test_the_wire_contract_is_stdlib_only() -> None:
     stdlib = sys.stdlib_module_names
     outside = sorted(
         name
-        for name in _imports(PACKAGE / "wire.py")
-        if name.split(".")[0] not in stdlib and name != "__future__"
+        for module in ("wire.py", "shapes.py")
+        for name in _imports(PACKAGE / module)
+        if name.split(".")[0] not in stdlib
+        and name not in ("__future__", "gpulayer_tui", "gpulayer_tui.shapes")
     )
     assert outside == []
 
@@ -230,8 +238,15 @@ def test_a_cli_submit_loads_neither_the_engine_nor_heavy_libraries(tmp_path: Pat
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     env = dict(os.environ, GPULAYER_HOME=str(tmp_path / "home"))
+    # -S: no site-packages, so an editable install's import finder (which loads pathlib
+    # and more itself) does not hide what the CLI loads; the package comes from REPO.
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO, env=env
+        [sys.executable, "-S", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        env=env,
     )
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
     assert "gpulayer_tui.cli.commands" in loaded  # the submit path really ran
@@ -240,4 +255,29 @@ def test_a_cli_submit_loads_neither_the_engine_nor_heavy_libraries(tmp_path: Pat
     engine = sorted(m for m in loaded if m.startswith("gpulayer_tui.engine.") and m not in allowed)
     ui = sorted(m for m in loaded if m in ("gpulayer_tui.app", "gpulayer_tui.tui"))
     assert (heavy, engine, ui) == ([], [], [])
-    assert "http.client" not in loaded
+    # Each of these is a few ms of every call (issue 15): annotations and the wire rules
+    # are imported only where an option or an error needs them.
+    slow = {"http.client", "pathlib", "typing", "gpulayer_tui.wire", "urllib.parse", "argparse"}
+    assert slow & loaded == {"argparse"}  # (argparse: the one parser, built for `submit` only)
+
+
+def test_each_subcommand_built_alone_is_the_same_as_in_the_whole_grammar() -> None:
+    # The CLI builds only the parser of the subcommand it runs (a CLI start cost): each must
+    # still be exactly the one the full grammar (--help, the TUI) knows.
+    from gpulayer_tui.cli.main import SUBCOMMANDS, _subcommand, build_parser
+
+    def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return dict(action.choices)
+
+    full = subparsers(build_parser())
+    assert set(full) == SUBCOMMANDS
+    for name in SUBCOMMANDS:
+        alone = subparsers(build_parser(only=name))[name]
+        assert [a.option_strings or a.dest for a in alone._actions] == [
+            a.option_strings or a.dest for a in full[name]._actions
+        ], name
+    assert _subcommand(["--config", "c.toml", "jobs", "--limit", "5"]) == "jobs"
+    assert _subcommand(["--simulate", "jobs"]) is None  # "jobs" is --simulate's value
+    assert _subcommand(["submit", "--", "status"]) == "submit"
+    assert _subcommand(["--serve"]) is None

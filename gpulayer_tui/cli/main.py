@@ -10,14 +10,19 @@ invalid input; 3 no engine is running.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
-from typing import Any
 
-from .. import __version__, wire
+from .. import __version__
+
+TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
+if TYPE_CHECKING:  # (annotations only; the wire rules load when an option needs one)
+    from collections.abc import Callable, Sequence
+    from typing import Any
 
 
 def positive_int(text: str) -> int:
     """A whole number, 0 or more (limits, replica numbers)."""
+    from .. import wire
+
     try:
         value = wire.parse_whole("value", text)
     except wire.FieldError as err:
@@ -34,6 +39,8 @@ def job_id_arg(text: str) -> int:
 
 def positive_number(text: str) -> float:
     """A number greater than 0 (seconds to wait)."""
+    from .. import wire
+
     try:
         value = wire.parse_number("value", text)
     except wire.FieldError as err:
@@ -45,6 +52,8 @@ def positive_number(text: str) -> float:
 
 def days_arg(text: str) -> float:
     """A number of days, 0 or more."""
+    from .. import wire
+
     try:
         value = wire.parse_number("days", text)
     except wire.FieldError as err:
@@ -59,6 +68,8 @@ def _field(name: str) -> Callable[[str], Any]:
     engine and the TUI's form apply), so a bad value is refused here with the same words."""
 
     def parse(text: str) -> Any:
+        from .. import wire
+
         try:
             return wire.parse_field(name, text)
         except wire.FieldError as err:
@@ -68,10 +79,50 @@ def _field(name: str) -> Callable[[str], Any]:
     return parse
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command-line grammar."""
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, sized without importing :mod:`shutil` (~2 ms of every call:
+    argparse builds a formatter for each argument it adds, and the stock one imports
+    shutil for the terminal width)."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        if width is None:
+            width = _columns() - 2  # (as the stock formatter does)
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def _columns() -> int:
+    """The terminal's width the way :func:`shutil.get_terminal_size` finds it."""
+    import os
+    import sys
+
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command-line grammar.
+
+    Args:
+        only: The subcommand being run: only its arguments are built (building all of
+            them is ~5 ms of every CLI call); ``None`` builds everything.
+    """
     parser = argparse.ArgumentParser(
         prog="gpulayer-tui",
+        formatter_class=_Formatter,
         description="A terminal workstation manager for GPU machines.",
         epilog="Without a subcommand it opens the TUI (attaching to a running engine, or "
         "starting one inside the TUI); --serve runs the engine headless. "
@@ -88,12 +139,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="PATH", help="config file (default: see README)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log engine activity")
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
+    for name, (summary, description, add_args) in _SUBCOMMAND_TABLE.items():
+        p = sub.add_parser(
+            name, formatter_class=_Formatter, help=summary, description=description or None
+        )
+        if only in (None, name):
+            add_args(p)
+    return parser
 
-    p = sub.add_parser(
-        "submit",
-        help="submit a batch job or a service",
-        description="Submit a batch job, or with --service a long-running service.",
-    )
+
+def _submit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name")
     p.add_argument("--project")
     p.add_argument("--gpus", type=_field("gpus"), help="GPUs needed (0 = CPU pool)")
@@ -161,37 +216,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the job(s) as JSON")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
-    p = sub.add_parser("jobs", help="list jobs")
+
+def _jobs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--status", action="append", default=[], help="filter (repeat or a,b)")
     p.add_argument("--limit", type=positive_int, default=50)
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("status", help="show one job (exit 1 if it failed)")
+
+def _status_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_id_arg)
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("logs", help="print a job's output")
+
+def _logs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_id_arg)
     p.add_argument("--replica", type=positive_int, help="a service's replica (default 0)")
     p.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
 
-    p = sub.add_parser("wait", help="wait for a job; exit 0 only if it completed")
+
+def _wait_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_id_arg)
     p.add_argument("--timeout", type=positive_number, metavar="SECONDS")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("cancel", help="cancel a job (SIGTERM, then SIGKILL)")
+
+def _cancel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_id_arg)
     p.add_argument("--no-wait", action="store_true", help="return without waiting for the end")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser(
-        "adopt",
-        help="adopt a running process as a job",
-        description="Adopt a process started elsewhere (nohup, tmux, a notebook): it "
-        "becomes a running job, its GPU memory counts as owned, and it can be waited on "
-        "and cancelled. Its command is never run again by gpulayer-tui.",
-    )
+
+def _adopt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pid", type=_field("pid"), required=True, metavar="PID")
     p.add_argument("--name")
     group = p.add_mutually_exclusive_group()
@@ -200,36 +255,85 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--domain", action="append", help="adopt it on this domain (repeatable)")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("domain", help="list, drain or release domains")
+
+def _domain_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["list", "drain", "release"])
     p.add_argument("name", nargs="?", help="the domain (for drain and release)")
     p.add_argument("--reason", help="why it is drained (shown to users)")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser(
-        "clean",
-        help="remove old finished jobs (their rows, timelines and logs)",
-        description="Remove finished jobs that ended more than DAYS ago and/or all but the "
-        "newest N finished ones: their rows, timelines and log files. Running and queued jobs "
-        "are never touched; ids are never given again. [history] keep_days in the config "
-        "does this every hour.",
-    )
+
+def _clean_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--older-than", type=days_arg, metavar="DAYS")
     p.add_argument("--keep", type=positive_int, metavar="N", help="keep the newest N finished")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("doctor", help="check the driver, config, engine and domains")
+
+def _doctor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("gpus", help="domains, GPU samples and unregistered VRAM")
+
+def _gpus_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
-    return parser
+
+
+_SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None]]] = {
+    "submit": (
+        "submit a batch job or a service",
+        "Submit a batch job, or with --service a long-running service.",
+        _submit_args,
+    ),
+    "jobs": ("list jobs", "", _jobs_args),
+    "status": ("show one job (exit 1 if it failed)", "", _status_args),
+    "logs": ("print a job's output", "", _logs_args),
+    "wait": ("wait for a job; exit 0 only if it completed", "", _wait_args),
+    "cancel": ("cancel a job (SIGTERM, then SIGKILL)", "", _cancel_args),
+    "adopt": (
+        "adopt a running process as a job",
+        "Adopt a process started elsewhere (nohup, tmux, a notebook): it becomes a running "
+        "job, its GPU memory counts as owned, and it can be waited on and cancelled. Its "
+        "command is never run again by gpulayer-tui.",
+        _adopt_args,
+    ),
+    "domain": ("list, drain or release domains", "", _domain_args),
+    "clean": (
+        "remove old finished jobs (their rows, timelines and logs)",
+        "Remove finished jobs that ended more than DAYS ago and/or all but the newest N "
+        "finished ones: their rows, timelines and log files. Running and queued jobs are "
+        "never touched; ids are never given again. [history] keep_days in the config does "
+        "this every hour.",
+        _clean_args,
+    ),
+    "doctor": ("check the driver, config, engine and domains", "", _doctor_args),
+    "gpus": ("domains, GPU samples and unregistered VRAM", "", _gpus_args),
+}
+"""Each subcommand: its one-line help, its description, and what adds its arguments."""
+SUBCOMMANDS = frozenset(_SUBCOMMAND_TABLE)
+_GLOBAL_WITH_VALUE = frozenset(("--simulate", "--simulate-if-no-gpu", "--config"))
+
+
+def _subcommand(words: Sequence[str]) -> str | None:
+    """The subcommand ``words`` name, found the way argparse will (global options come
+    first); ``None`` if there is none or it is unknown (then the whole grammar is built,
+    for the TUI, ``--help`` and argparse's own error)."""
+    it = iter(words)
+    for word in it:
+        if word in _GLOBAL_WITH_VALUE:
+            next(it, None)
+        elif word == "--":
+            return None
+        elif not word.startswith("-"):
+            return word if word in SUBCOMMANDS else None
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpulayer-tui`` command."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    import sys
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=_subcommand(words))
+    args = parser.parse_args(words)
     from ..engine.paths import resolve_paths
 
     paths = resolve_paths(args.config)
