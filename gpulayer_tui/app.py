@@ -24,6 +24,7 @@ from textual.worker import Worker, WorkerState
 import gpulayer_tui.themes as themes
 
 from .backend import BackendError, EngineBackend
+from .job_feed import JobFeed, JobView
 from .job_store import JobStore
 from .screens.dashboard import DashboardScreen
 from .screens.dialogs import QuitChoice, QuitScreen
@@ -33,7 +34,7 @@ from .screens.jobs import JobsScreen
 from .screens.strays import StraysScreen
 from .screens.submit import SubmitScreen
 from .view import HistoryPoint
-from .wire import ACTIVE_STATUSES, EventJSON, GpusJSON, HealthJSON
+from .wire import ACTIVE_STATUSES, MAX_PAGE, EventJSON, GpusJSON, HealthJSON
 
 HISTORY_POINTS = 120
 
@@ -64,6 +65,8 @@ class GpulayerApp(App[str]):
     """The latest ``/gpus`` view (domains, VRAM split, processes)."""
     jobs_version: reactive[int] = reactive(0)
     """Bumped (at most every ``refresh_interval``) when the job store changed."""
+    job_pages: reactive[int] = reactive(0)
+    """Bumped when a page of history arrived (the jobs bar says whether more remain)."""
     health: reactive[HealthJSON | None] = reactive(None)
     """The engine's ``/health``, refreshed every few seconds."""
     connection_problem: reactive[str] = reactive("")
@@ -85,6 +88,8 @@ class GpulayerApp(App[str]):
         self.backend = backend
         self.clock = clock
         self.job_store = JobStore()
+        self.job_feed = JobFeed()
+        self._job_pages: Worker[None] | None = None
         self.gpu_history: dict[int, deque[HistoryPoint]] = {}
         self.config_file = config_file
         self.refresh_interval = refresh_interval
@@ -120,7 +125,14 @@ class GpulayerApp(App[str]):
         try:
             self.health = await self.backend.health()
             gpus = await self.backend.gpus()
-            self.job_store.load(await self.backend.jobs())
+            # The active jobs (the dashboard's, whatever the view) and the view's first page.
+            active = await self.backend.jobs_page(
+                status=",".join(sorted(ACTIVE_STATUSES)), limit=MAX_PAGE
+            )
+            generation = self.job_feed.generation
+            page = await self.backend.jobs_page(**self.job_feed.next_query())
+            self.job_store.load([*active["jobs"], *page["jobs"]])
+            self.job_feed.took(generation, page["jobs"], page["more"])
         except BackendError as err:
             self.connection_problem = str(err)
             self.notify(str(err), title="engine", severity="error")
@@ -198,6 +210,37 @@ class GpulayerApp(App[str]):
                 return
             if theme and theme in self.available_themes and theme != self.theme:
                 self.theme = theme
+
+    def show_jobs(self, view: JobView) -> None:
+        """Make ``view`` the jobs table's view; load its first page if it is a new one."""
+        if self.job_feed.show(view):
+            if self._job_pages is not None:
+                self._job_pages.cancel()  # its page is for the old view
+            self.fetch_more_jobs()
+
+    def fetch_more_jobs(self) -> None:
+        """Load the next page of the current view (the table nears its end); a page
+        already on its way is not asked for twice."""
+        if not self.job_feed.more:
+            return
+        if self._job_pages is not None and not self._job_pages.is_finished:
+            return
+        self._job_pages = self.run_worker(
+            self._fetch_job_page(), group="job-pages", exit_on_error=False
+        )
+
+    async def _fetch_job_page(self) -> None:
+        feed = self.job_feed
+        generation = feed.generation
+        try:
+            page = await self.backend.jobs_page(**feed.next_query())
+        except BackendError as err:
+            self.notify(str(err), title="jobs", severity="error")
+            return
+        if feed.took(generation, page["jobs"], page["more"]):
+            self.job_store.extend(page["jobs"])
+            self._publish_job_changes()
+            self.job_pages += 1
 
     def _publish_job_changes(self) -> None:
         if self.job_store.version != self.jobs_version:

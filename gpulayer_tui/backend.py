@@ -23,6 +23,7 @@ from .wire import (
     HealthJSON,
     JobDetailJSON,
     JobJSON,
+    JobPageJSON,
     ProcessInfoJSON,
 )
 
@@ -73,7 +74,12 @@ class EngineBackend(Protocol):
         ...
 
     async def jobs(self, statuses: list[str] | None = None, limit: int = 10_000) -> list[JobJSON]:
-        """Jobs, newest first."""
+        """Job rows, newest first (one page: at most 10,000)."""
+        ...
+
+    async def jobs_page(self, **query: Any) -> JobPageJSON:
+        """One page of job rows and whether more follow (``GET /v1/jobs``'s parameters:
+        ``status``, ``q``, ``sort``, ``order``, ``before``, ``after``, ``offset``, ``limit``)."""
         ...
 
     async def job(self, job_id: int) -> JobDetailJSON:
@@ -160,11 +166,13 @@ class SocketBackend:
         return cast(GpusJSON, await self._request("GET", "/gpus"))
 
     async def jobs(self, statuses: list[str] | None = None, limit: int = 10_000) -> list[JobJSON]:
-        """Jobs, newest first."""
-        params = {"limit": str(limit)}
-        if statuses:
-            params["status"] = ",".join(statuses)
-        return cast(list[JobJSON], (await self._request("GET", "/jobs", params=params))["jobs"])
+        """Job rows, newest first (one page: at most 10,000)."""
+        return (await self.jobs_page(status=",".join(statuses or ()), limit=limit))["jobs"]
+
+    async def jobs_page(self, **query: Any) -> JobPageJSON:
+        """One page of job rows and whether more follow."""
+        params = {k: str(v) for k, v in query.items() if v not in (None, "")}
+        return cast(JobPageJSON, await self._request("GET", "/jobs", params=params))
 
     async def job(self, job_id: int) -> JobDetailJSON:
         """One job and its timeline."""

@@ -236,13 +236,45 @@ class Client:
         detail: JobDetailJSON = self.request("GET", f"/jobs/{quote(job_id)}")
         return detail
 
-    def jobs(self, statuses: list[str] | None = None, limit: int = 1000) -> list[JobJSON]:
-        """Jobs, newest first."""
-        query: dict[str, Any] = {"limit": limit}
-        if statuses:
-            query["status"] = ",".join(statuses)
-        jobs: list[JobJSON] = self.request("GET", "/jobs?" + _urlencode(query))["jobs"]
-        return jobs
+    def jobs_page(self, **query: Any) -> dict[str, Any]:
+        """One page of job rows: ``{"jobs": [...], "more": bool}``.
+
+        Args:
+            **query: ``GET /v1/jobs``'s parameters: ``status`` (a list), ``limit`` (at most
+                10,000), ``before``/``after`` (ids), ``q``, ``sort``, ``order``, ``offset``.
+        """
+        if isinstance(query.get("status"), list):
+            query["status"] = ",".join(query["status"])
+        params = {k: v for k, v in query.items() if v not in (None, "", [])}
+        return dict(self.request("GET", "/jobs?" + _urlencode(params)))
+
+    def iter_jobs(
+        self, limit: int, page_size: int = 10_000, **query: Any
+    ) -> Iterator[list[JobJSON]]:
+        """Pages of job rows until ``limit`` rows or the end: a page is at most
+        ``page_size`` (the engine answers at most 10,000), and the next continues by key
+        (id order, from ``before``/``after``) or by offset (other sorts)."""
+        offset = int(query.pop("offset", 0) or 0)
+        while limit > 0:
+            page = self.jobs_page(limit=min(limit, page_size), offset=offset, **query)
+            rows: list[JobJSON] = page["jobs"]
+            if rows:
+                yield rows
+            limit -= len(rows)
+            if not page["more"] or not rows:
+                return
+            if query.get("sort", "id") == "id":
+                key = "after" if query.get("after") is not None else "before"
+                query[key] = rows[-1]["id"]
+                offset = 0
+            else:
+                offset += len(rows)
+
+    def jobs(
+        self, statuses: list[str] | None = None, limit: int = 1000, **query: Any
+    ) -> list[JobJSON]:
+        """Job rows, newest first (paging through the engine's pages up to ``limit``)."""
+        return [row for page in self.iter_jobs(limit, status=statuses, **query) for row in page]
 
     def cancel(self, job_id: int | str) -> dict[str, Any]:
         """Cancel a job; returns it (possibly still stopping)."""

@@ -1,4 +1,7 @@
-"""The TUI's view of the jobs: every job row by id, kept current by engine events.
+"""The TUI's view of the jobs: the job rows it loaded, by id, kept current by engine events.
+
+It holds the active jobs and the pages of history the user has reached (see
+:mod:`.job_feed`), never the whole history.
 
 Events carry the job's JSON, so the store never has to ask the engine again. Widgets pull
 what changed since the version they last saw (:meth:`JobStore.changed_since`) on their own
@@ -25,6 +28,21 @@ class JobStore:
         self.jobs = {j["id"]: j for j in jobs}
         self.version += 1
         self._changed_at = dict.fromkeys(self.jobs, self.version)
+
+    def extend(self, jobs: list[JobJSON]) -> int:
+        """Add a page of rows from the history; rows already known are kept as they are
+        (events keep those current, and a page may be older than the latest event).
+
+        Returns:
+            How many rows were new.
+        """
+        new = [job for job in jobs if job["id"] not in self.jobs]
+        if new:
+            self.version += 1
+            for job in new:
+                self.jobs[job["id"]] = job
+                self._changed_at[job["id"]] = self.version
+        return len(new)
 
     def apply(self, job: JobJSON) -> None:
         """Take a newer copy of one job (from an event or an API answer)."""

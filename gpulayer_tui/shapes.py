@@ -57,6 +57,14 @@ class JobJSON(TypedDict):
     attempt: NotRequired[int]
 
 
+class JobPageJSON(TypedDict):
+    """``GET /v1/jobs``: one page of job rows (the spec cut to ``ROW_SPEC_KEYS``)."""
+
+    jobs: list[JobJSON]
+    more: bool
+    """True when another page follows."""
+
+
 class TimelineEntryJSON(TypedDict):
     """One stored event of a job's timeline."""
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from textual.message_pump import MessagePump
 
     from .backend import EngineBackend
+    from .job_feed import JobFeed, JobView
     from .job_store import JobStore
 
 HistoryPoint = tuple[float, int | None, int | None]
@@ -28,16 +29,26 @@ class AppView(Protocol):
 
     backend: EngineBackend
     job_store: JobStore
+    job_feed: JobFeed
     gpu_state: GpusJSON | None
     gpu_history: dict[int, deque[HistoryPoint]]
     health: HealthJSON | None
     connection_problem: str
     jobs_version: int
+    job_pages: int
     cursor_blink: bool
     clock: Callable[[], float]
 
     def open_job(self, job_id: int) -> None:
         """Show one job's detail."""
+        ...
+
+    def show_jobs(self, view: JobView) -> None:
+        """Make ``view`` the jobs table's view (its first page is fetched if new)."""
+        ...
+
+    def fetch_more_jobs(self) -> None:
+        """Load the next page of the jobs table's view (a worker)."""
         ...
 
 

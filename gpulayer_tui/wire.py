@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .shapes import HealthJSON as HealthJSON
     from .shapes import JobDetailJSON as JobDetailJSON
     from .shapes import JobJSON as JobJSON
+    from .shapes import JobPageJSON as JobPageJSON
     from .shapes import ProcessInfoJSON as ProcessInfoJSON
     from .shapes import ProcessJSON as ProcessJSON
     from .shapes import ReplicaJSON as ReplicaJSON
@@ -74,6 +75,29 @@ class JobStatus(StrEnum):
 ACTIVE_STATUSES: frozenset[str] = frozenset({"pending", "queued", "running"})
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "orphaned"})
 NOT_COMPLETED_STATUSES: frozenset[str] = TERMINAL_STATUSES - {"completed"}
+
+STATUS_RANK: dict[str, int] = {
+    "running": 0,
+    "queued": 1,
+    "pending": 2,
+    "failed": 3,
+    "orphaned": 4,
+    "cancelled": 5,
+    "completed": 6,
+}
+"""Where each status sorts when jobs are sorted by status: what needs attention first."""
+
+JOB_SORTS: tuple[str, ...] = ("id", "status", "name", "started", "runtime", "vram")
+"""What ``GET /v1/jobs?sort=`` takes. Ties are broken by id: newest first under ``status``
+and ``name`` ascending, in the sort's direction for the rest (as the TUI's table does)."""
+
+ROW_SPEC_KEYS: tuple[str, ...] = ("command", "shell", "gpus", "vram_gb", "replicas", "domain")
+"""The spec fields a job's *row* carries (lists, events): what a table shows. The whole
+spec (environment, working directory, dependencies, policies) comes only with the job
+itself (``GET /v1/jobs/ID``, ``status``)."""
+
+MAX_PAGE = 10_000
+"""The most jobs one ``GET /v1/jobs`` answers; more are read page by page."""
 
 
 class TerminationReason(StrEnum):
@@ -167,6 +191,7 @@ SHAPES = frozenset(
         "JobJSON",
         "TimelineEntryJSON",
         "JobDetailJSON",
+        "JobPageJSON",
         "DomainJSON",
         "GpuJSON",
         "VramJSON",

@@ -24,7 +24,7 @@ from gpulayer_tui.screens.submit import SubmitScreen
 from gpulayer_tui.widgets.job_table import JobTable
 from gpulayer_tui.widgets.log_tail import LogTail
 from gpulayer_tui.widgets.timeline import Timeline
-from tests.conftest import make_config, pid_gone
+from tests.conftest import eventually, make_config, pid_gone
 from tests.ui_support import FIXED_NOW, StaticBackend
 
 # -- helpers --------------------------------------------------------------------------------
@@ -521,3 +521,49 @@ def test_snapshot_submit_form_with_an_error(snap_compare: Any) -> None:
         await until(pilot, lambda: field_error(form, "gpus"), "the error")
 
     assert snap_compare(_static_app(), terminal_size=(100, 40), run_before=run_before)
+
+
+async def test_the_table_loads_history_a_page_at_a_time_and_asks_the_engine_per_view(
+    ui_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("gpulayer_tui.job_feed.PAGE", 20)
+    monkeypatch.setattr("gpulayer_tui.widgets.job_table.NEAR_END_ROWS", 3)
+    app = await ui_app("1xA100-80GB")
+    for n in range(60):
+        await app.backend.submit(spec("true", name=f"run-{n:02d}", gpus=0))
+
+    async def all_ended() -> bool:
+        return not (await app.backend.jobs_page(status="pending,queued,running"))["jobs"]
+
+    await eventually(all_ended, timeout=30)
+    async with app.run_test(size=(140, 20)) as pilot:
+        await pilot.press("j")
+        screen = app.screen
+        table = table_of(app)
+        count = screen.query_one("#jobs-count", Label)
+        # Only the newest page is loaded ...
+        await until(pilot, lambda: table.row_count == 20, "the newest page")
+        assert str(count.content) == "20+ jobs"
+        assert "run-03" not in {j["name"] for j in app.job_store.jobs.values()}
+        # ... but a filter is a view the engine serves: it finds an old job never loaded.
+        await pilot.press("slash")
+        await type_text(pilot, "run-03")
+        await until(pilot, lambda: table.row_count == 1, "the old job, found by the engine")
+        await pilot.press("escape")
+        # So is a sort: by name, the first names of all history come on top.
+        await pilot.press("o", "o")
+        assert table.sort_key == "name"
+        await until(
+            pilot,
+            lambda: table.row_count > 0 and str(table.get_row_at(0)[1]) == "run-00",
+            "the first name of all history on top",
+        )
+        # Back to newest first: reaching the end of the table loads the next page, until
+        # there is no more.
+        await pilot.press("o", "o", "o", "o")
+        assert table.sort_key == "id"
+        for _ in range(6):
+            await pilot.press("G")
+            await pilot.pause(0.05)
+        await until(pilot, lambda: table.row_count == 60, "every page, reached by scrolling")
+        await until(pilot, lambda: str(count.content) == "60 jobs", "no '+' once all are in")

@@ -17,6 +17,7 @@ from textual.pilot import Pilot
 
 from gpulayer_tui.backend import BackendError
 from gpulayer_tui.engine.spec import SpecError, parse_spec
+from gpulayer_tui.wire import ROW_SPEC_KEYS
 
 GIB = 1024**3
 FIXED_NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
@@ -353,6 +354,31 @@ class StaticBackend:
         if statuses:
             jobs = [j for j in jobs if j["status"] in statuses]
         return copy.deepcopy(jobs[:limit])
+
+    async def jobs_page(self, **query: Any) -> dict[str, Any]:
+        """``GET /v1/jobs`` over the fixed jobs (rows as the engine cuts them)."""
+        from gpulayer_tui.widgets.job_columns import command_text, sort_value
+
+        jobs = list(self._jobs.values())
+        if statuses := [s for s in str(query.get("status") or "").split(",") if s]:
+            jobs = [j for j in jobs if j["status"] in statuses]
+        if text := str(query.get("q") or "").lower():
+            jobs = [
+                j
+                for j in jobs
+                if any(text in str(v).lower() for v in (j["id"], j["name"], j["message"]))
+                or text in command_text(j).lower()
+            ]
+        if query.get("before") is not None:
+            jobs = [j for j in jobs if j["id"] < int(query["before"])]
+        key = str(query.get("sort") or "id")
+        jobs.sort(key=lambda j: sort_value(key, j, 0.0), reverse=query.get("order") != "asc")
+        offset, limit = int(query.get("offset") or 0), int(query.get("limit") or 500)
+        rows = [
+            {**j, "spec": {k: v for k, v in j["spec"].items() if k in ROW_SPEC_KEYS}}
+            for j in jobs[offset : offset + limit]
+        ]
+        return {"jobs": copy.deepcopy(rows), "more": offset + limit < len(jobs)}
 
     async def job(self, job_id: int) -> dict[str, Any]:
         if job_id not in self._jobs:

@@ -172,13 +172,40 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     return EXIT_FAILED if failed else EXIT_OK
 
 
+# Sorts that start ascending (the TUI's table starts them the same way).
+_ASCENDING_SORTS = ("status", "name")
+
+
 def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     statuses = [s for item in args.status for s in item.split(",") if s]
-    jobs = client.jobs(statuses, args.limit or 50)
+    if args.sort != "id" and (args.before or args.after):
+        parser.error("--before/--after page the newest-first order; use --page with --sort")
+    ascending = (args.sort in _ASCENDING_SORTS) != args.reverse
+    query: dict[str, Any] = {
+        "status": statuses,
+        "q": args.filter,
+        "before": args.before,
+        "after": args.after,
+        "offset": (args.page - 1) * args.limit if args.page else 0,
+    }
+    if args.sort != "id":
+        query["sort"] = args.sort
+    if args.sort != "id" or args.reverse:
+        query["order"] = "asc" if ascending else "desc"
+    pages = client.iter_jobs(args.limit, **query)
     if args.json:
-        _print_json(jobs)
-    else:
-        print(format_jobs(jobs, time.time()))
+        # One row per line: as valid JSON as a list, and greppable; printed page by page.
+        first = True
+        for page in pages:
+            for job in page:
+                sys.stdout.write(("[\n" if first else ",\n") + json.dumps(job, sort_keys=True))
+                first = False
+        sys.stdout.write("[]\n" if first else "\n]\n")
+        return EXIT_OK
+    jobs = [job for page in pages for job in page]
+    print(format_jobs(jobs, time.time()))
+    if len(jobs) == args.limit and args.sort == "id" and not args.after and not args.reverse:
+        print(f"older: --before {jobs[-1]['id']}", file=sys.stderr)
     return EXIT_OK
 
 

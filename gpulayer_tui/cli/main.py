@@ -219,8 +219,27 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
 
 def _jobs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--status", action="append", default=[], help="filter (repeat or a,b)")
-    p.add_argument("--limit", type=positive_int, default=50)
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--filter",
+        metavar="TEXT",
+        default="",
+        help="only jobs whose id, name, command or message contains TEXT (any case)",
+    )
+    p.add_argument("--limit", type=positive_int, default=50, help="rows per page (default 50)")
+    paging = p.add_mutually_exclusive_group()
+    paging.add_argument("--before", type=job_id_arg, metavar="ID", help="jobs older than ID")
+    paging.add_argument(
+        "--after", type=job_id_arg, metavar="ID", help="jobs newer than ID, oldest first"
+    )
+    paging.add_argument("--page", type=positive_int, metavar="N", help="page N of --limit rows")
+    p.add_argument(
+        "--sort",
+        choices=("id", "status", "name", "started", "runtime", "vram"),
+        default="id",
+        help="order (default id, newest first; name and status ascend)",
+    )
+    p.add_argument("--reverse", action="store_true", help="reverse the order")
+    p.add_argument("--json", action="store_true", help="one JSON row per line, in a JSON list")
 
 
 def _status_args(p: argparse.ArgumentParser) -> None:

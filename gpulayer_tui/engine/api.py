@@ -5,7 +5,9 @@ Routes (all under ``/v1``):
 =======  ==========================  =====================================================
 GET      /health                     engine identity, backend, capacity
 GET      /gpus                       domains, latest sample, VRAM accounting, history
-GET      /jobs?status=a,b&limit=N    jobs, newest first (``before=ID`` pages back)
+GET      /jobs?status=a,b&limit=N    job rows, newest first, and whether there are ``more``:
+                                     ``before=ID``/``after=ID`` page by id, ``q=TEXT`` filters,
+                                     ``sort=KEY&order=asc`` (+ ``offset=N``) sorts
 POST     /jobs                       submit one spec, or ``{"jobs": [spec, ...]}`` at once
 GET      /jobs/ID                    one job and its event timeline
 POST     /jobs/ID/cancel             cancel (SIGTERM, SIGKILL after the grace period)
@@ -58,7 +60,7 @@ from .. import wire
 from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
 from .engine import Engine
 from .errors import DomainRefused, JobNotActive, Overloaded, SpecError, StoreError, UnknownJob
-from .models import Job
+from .models import Job, JobQuery
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ENGINE_KEY: web.AppKey[Engine] = web.AppKey("engine", Engine)
@@ -191,15 +193,53 @@ async def gpus(request: web.Request) -> web.Response:
     return web.json_response(request.app[ENGINE_KEY].gpus())
 
 
-async def list_jobs(request: web.Request) -> web.Response:
-    """GET /v1/jobs."""
-    engine = request.app[ENGINE_KEY]
+def _job_query(request: web.Request) -> JobQuery:
     raw = request.query.get("status", "")
-    statuses = list(dict.fromkeys(s for s in raw.split(",") if s))
-    limit = _int_query(request, "limit", 1000) or 1000
-    before = _int_query(request, "before", None)
-    jobs = await engine.list_jobs(statuses, min(limit, 100_000), before)
-    return web.json_response({"jobs": [_job(j) for j in jobs]})
+    order = request.query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise SpecError(f"order must be asc or desc, not {order[:100]!r}", "order")
+    return JobQuery(
+        statuses=tuple(dict.fromkeys(s for s in raw.split(",") if s)),
+        text=request.query.get("q", ""),
+        sort=request.query.get("sort", "id"),
+        descending=order == "desc",
+        before=_int_query(request, "before", None),
+        after=_int_query(request, "after", None),
+        offset=_int_query(request, "offset", 0) or 0,
+        limit=min(_int_query(request, "limit", 500) or 500, wire.MAX_PAGE),
+    )
+
+
+async def list_jobs(request: web.Request) -> web.StreamResponse:
+    """GET /v1/jobs: job rows, written as SQLite yields them (a chunk at a time, so a big
+    page never sits in the engine's memory whole); ``more`` says another page follows."""
+    query = _job_query(request)
+    rows = request.app[ENGINE_KEY].job_rows(query)
+    try:
+        # The first chunk before the answer starts: a bad query is still a 400.
+        chunk: list[wire.JobJSON] | None = await anext(rows, None)
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"jobs":[')
+        sent = 0
+        more = False
+        while chunk is not None:
+            take = chunk[: query.limit - sent]
+            more = len(take) < len(chunk)
+            if take:
+                text = json.dumps(take, separators=(",", ":"))[1:-1]
+                await response.write((b"," if sent else b"") + text.encode())
+                sent += len(take)
+            if more:
+                break
+            chunk = await anext(rows, None)
+        await response.write(b'],"more":' + (b"true" if more else b"false") + b"}")
+        await response.write_eof()
+    except ConnectionResetError:
+        pass  # the client left (a TUI that moved on to another view): nothing to answer
+    finally:
+        await rows.aclose()
+    return response
 
 
 async def submit(request: web.Request) -> web.Response:

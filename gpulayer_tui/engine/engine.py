@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ from .jobbook import ActiveJob, JobBook, Runner, release_holds
 from .jobqueue import JobQueue
 from .launch_client import LauncherExecutor
 from .lock import EngineLock
-from .models import EventKind, Job, JobKind, JobStatus, TerminationReason
+from .models import EventKind, Job, JobKind, JobQuery, JobStatus, TerminationReason
 from .probes import make_probe
 from .reads import JobReader
 from .recovery import Recovery
@@ -309,6 +310,11 @@ class Engine:
     ) -> list[Job]:
         """Jobs newest first (see :meth:`.JobReader.list`)."""
         return await self.reads.list(statuses, limit, before_id)
+
+    def job_rows(self, query: JobQuery) -> AsyncGenerator[list[JobJSON], None]:
+        """Job rows (the spec cut to what a table shows), in chunks, with paging, filter
+        and sort served by SQLite (see :meth:`.JobReader.rows`)."""
+        return self.reads.rows(query)
 
     async def cancel(self, job_id: int) -> Job:
         """Cancel a job: at once if it has not started, else SIGTERM then SIGKILL.

@@ -14,6 +14,9 @@ from typing import Any
 
 from ..wire import (
     ACTIVE_STATUSES,
+    JOB_SORTS,
+    MAX_PAGE,
+    ROW_SPEC_KEYS,
     TERMINAL_STATUSES,
     DomainHealth,
     DomainState,
@@ -30,6 +33,7 @@ __all__ = [
     "ACTIVE_STATUSES",
     "DOMAIN_TRANSITIONS",
     "REPLICA_TRANSITIONS",
+    "ROW_SPEC_KEYS",
     "TERMINAL_STATUSES",
     "TRANSITIONS",
     "DomainHealth",
@@ -39,6 +43,7 @@ __all__ = [
     "IllegalTransition",
     "Job",
     "JobKind",
+    "JobQuery",
     "JobStatus",
     "Replica",
     "ReplicaState",
@@ -256,12 +261,13 @@ class Job:
         """The record's JSON shape, using the design records' field names.
 
         Args:
-            slim: Leave the spec's ``env`` out (events carry jobs to every subscriber;
-                the environment can be large and is only needed by the detail view).
+            slim: The job's *row*: the spec cut to :data:`ROW_SPEC_KEYS` (what a table
+                shows). Lists and events carry rows; the environment alone can be
+                kilobytes, and only the job's own view needs the whole spec.
         """
         spec = self.spec
-        if slim and "env" in spec:
-            spec = {k: v for k, v in spec.items() if k != "env"}
+        if slim:
+            spec = {k: spec[k] for k in ROW_SPEC_KEYS if spec.get(k) is not None}
         out: JobJSON = {
             "id": self.id,
             "name": self.name,
@@ -323,3 +329,55 @@ class Event:
         if self.job is not None:
             out["job"] = self.job
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    """Which jobs a list asks for, in what order, and which page.
+
+    Paging by id is by key (``before``/``after``: stable while jobs are added); pages of
+    another order are by ``offset``.
+
+    Attributes:
+        statuses: Only these statuses (empty: all).
+        text: Only jobs whose id, name, command or message contains this (any case).
+        sort: One of :data:`JOB_SORTS`.
+        descending: The sort's direction.
+        before: Only ids below this (newest first); ``sort="id"`` only.
+        after: Only ids above this, oldest first whatever ``descending`` says (to walk
+            forward from a known job); ``sort="id"`` only.
+        offset: Skip this many (other sorts).
+        limit: At most this many (at most :data:`MAX_PAGE`).
+    """
+
+    statuses: tuple[str, ...] = ()
+    text: str = ""
+    sort: str = "id"
+    descending: bool = True
+    before: int | None = None
+    after: int | None = None
+    offset: int = 0
+    limit: int = 500
+
+    def check(self) -> None:
+        """Refuse a query that names something unknown or mixes ways of paging.
+
+        Raises:
+            ValueError: With a message naming the field at fault first (``status: ...``).
+        """
+        known = ", ".join(s.value for s in JobStatus)
+        for status in self.statuses:
+            if status not in JobStatus.__members__.values():
+                raise ValueError(f"status: unknown status '{status}' (one of: {known})")
+        if self.sort not in JOB_SORTS:
+            raise ValueError(f"sort: unknown sort '{self.sort}' (one of: {', '.join(JOB_SORTS)})")
+        if self.before is not None and self.after is not None:
+            raise ValueError("after: give before or after, not both")
+        if (self.before is not None or self.after is not None) and self.sort != "id":
+            raise ValueError("sort: before/after page by id; page other sorts with offset")
+        if (self.before is not None or self.after is not None) and self.offset:
+            raise ValueError("offset: page by before/after or by offset, not both")
+        if not 1 <= self.limit <= MAX_PAGE:
+            raise ValueError(f"limit: must be 1-{MAX_PAGE} (read more page by page)")
+        if len(self.text) > 1000:
+            raise ValueError("q: the text filter is over 1000 characters")

@@ -7,17 +7,22 @@ includes the transition the job shows.
 
 from __future__ import annotations
 
+import time
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..wire import JobJSON
 from .errors import SpecError, UnknownJob
 from .jobbook import JobBook
-from .models import Job, JobKind, JobStatus
+from .models import Job, JobKind, JobQuery, JobStatus
 
 if TYPE_CHECKING:
     from .executor import Executor
     from .store import Store
+
+
+_Rows = list[JobJSON]  # (``list`` is a method's name inside JobReader)
 
 
 class JobReader:
@@ -78,6 +83,31 @@ class JobReader:
         jobs = await self._store.list_jobs(statuses or [], limit, before_id)
         live = (self._book.live(j.id) for j in jobs)
         return [act.job if act is not None else j for act, j in zip(live, jobs, strict=True)]
+
+    async def rows(self, query: JobQuery) -> AsyncGenerator[_Rows, None]:
+        """The rows of the jobs ``query`` asks for, in chunks (see :meth:`.Store.job_rows`);
+        an active job's row is its live record's. After ``query.limit`` rows, one more
+        comes when there are more.
+
+        Raises:
+            SpecError: The query names an unknown status or sort, or mixes ways of paging.
+        """
+        try:
+            query.check()
+        except ValueError as err:
+            field, _, message = str(err).partition(": ")
+            raise SpecError(message, field) from None
+        async for chunk in self._store.job_rows(query, time.time()):
+            rows = []
+            for row in chunk:
+                live = self._book.live(row["id"])
+                if live is not None:
+                    row = live.job.to_json(slim=True)
+                    # Its row was a commit behind: keep the filter's promise.
+                    if query.statuses and row["status"] not in query.statuses:
+                        continue
+                rows.append(row)
+            yield rows
 
     def log_path(self, job_id: int, replica: int | None = None) -> Path:
         """Where the job's output is (it may not exist yet).

@@ -24,7 +24,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +32,18 @@ from typing import Any
 
 import aiosqlite
 
+from ..wire import ROW_SPEC_KEYS, STATUS_RANK, JobJSON
 from .errors import StoreError
-from .models import Event, EventKind, Job, JobKind, JobStatus, Replica, TerminationReason
+from .models import (
+    Event,
+    EventKind,
+    Job,
+    JobKind,
+    JobQuery,
+    JobStatus,
+    Replica,
+    TerminationReason,
+)
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +220,84 @@ def _dynamic_row(job: Job) -> tuple[Any, ...]:
         job.stop_message,
         job.kill_at,
     )
+
+
+# A job's row (lists and events: see ROW_SPEC_KEYS), read without parsing its whole spec:
+# SQLite picks the row's spec fields out in one JSON array.
+_ROW_SELECT = (
+    "SELECT id, name, kind, status, termination_reason, exit_code, message, domains, gpus, "
+    "priority, pid, created_at, queued_at, started_at, ended_at, owner_uid, kill_at, "
+    "stop_reason, replicas, attempt, json_extract(spec, "
+    + ", ".join(f"'$.{key}'" for key in ROW_SPEC_KEYS)
+    + ") FROM jobs"
+)
+_STATUS_RANK_SQL = (
+    "CASE status "
+    + " ".join(f"WHEN '{status}' THEN {rank}" for status, rank in STATUS_RANK.items())
+    + " ELSE 9 END"
+)
+# Each sort's SQL value, and whether ties go newest first when the sort ascends (the TUI's
+# table breaks ties the same way, so a page from here is a true prefix of its order).
+_SORT_SQL: dict[str, tuple[str, bool]] = {
+    "id": ("id", False),
+    "status": (_STATUS_RANK_SQL, True),
+    "name": ("lower(name)", True),
+    "started": ("COALESCE(started_at, 0)", False),
+    "runtime": (
+        "CASE WHEN started_at IS NULL THEN 0 "
+        "ELSE MAX(0, COALESCE(ended_at, :now) - started_at) END",
+        False,
+    ),
+    "vram": ("COALESCE(json_extract(spec, '$.vram_gb'), 0)", False),
+}
+
+
+def job_row_json(row: Sequence[Any]) -> JobJSON:
+    """A job's row JSON from a row selected with ``_ROW_SELECT``: the same shape as
+    ``Job.to_json(slim=True)``."""
+    values = json.loads(row[20]) if row[20] else ()
+    out: JobJSON = {
+        "id": row[0],
+        "name": row[1],
+        "kind": row[2],
+        "status": row[3],
+        "termination_reason": row[4],
+        "exit_code": row[5],
+        "message": row[6],
+        "domains": json.loads(row[7]),
+        "gpus": json.loads(row[8]),
+        "priority": row[9],
+        "pid": row[10],
+        "created_at": row[11],
+        "queued_at": row[12],
+        "started_at": row[13],
+        "ended_at": row[14],
+        "owner_uid": row[15],
+        "kill_at": row[16],
+        "stop_reason": row[17],
+        "spec": {k: v for k, v in zip(ROW_SPEC_KEYS, values, strict=True) if v is not None},
+    }
+    if row[2] == JobKind.SERVICE:
+        out["replicas"] = json.loads(row[18]) if row[18] else []
+        out["attempt"] = row[19] or 0
+    return out
+
+
+# What the text filter looks in (the TUI's filter matches the same: id, name, command,
+# message).
+_TEXT_COLUMNS = (
+    "CAST(id AS TEXT)",
+    "name",
+    "message",
+    "json_extract(spec, '$.shell')",
+    # The command's JSON array with its items joined by spaces, as a shell shows it.
+    "replace(json_extract(spec, '$.command'), '\",\"', ' ')",
+)
+
+
+def _like(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
 
 
 def job_from_row(row: Sequence[Any]) -> Job:
@@ -642,7 +730,9 @@ class Store:
 
     # -- reads (committed data only) --------------------------------------------------------
 
-    async def _fetchall(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    async def _fetchall(
+        self, sql: str, args: Sequence[Any] | dict[str, Any] = ()
+    ) -> list[sqlite3.Row]:
         assert self._reader is not None
         # Execute and fetch in one hop to the connection's thread. With a separate
         # execute and fetch, overlapping reads leave a cursor open, and its read
@@ -735,6 +825,59 @@ class Store:
         sql += " ORDER BY id DESC LIMIT ?"
         args.append(limit)
         return [job_from_row(r) for r in await self._fetchall(sql, args)]
+
+    async def job_rows(
+        self, query: JobQuery, now: float, chunk: int = 1000
+    ) -> AsyncGenerator[list[JobJSON], None]:
+        """The rows ``query`` asks for (see :class:`JobQuery`), in chunks of ``chunk``, so
+        a page of 10,000 never lives in memory at once; plus, past ``query.limit``, one
+        more row when there is one (the caller's "more" flag). ``now`` ends the runtime
+        of running jobs for ``sort="runtime"``.
+
+        Each chunk is its own query (no cursor stays open across awaits): chunks of the
+        id order continue by key, other orders by offset.
+        """
+        where: list[str] = []
+        params: dict[str, Any] = {"now": now}
+        if query.statuses:
+            names = [f":status{n}" for n in range(len(query.statuses))]
+            where.append(f"status IN ({', '.join(names)})")
+            params.update(zip((n[1:] for n in names), query.statuses, strict=True))
+        if query.text:
+            params["text"] = _like(query.text)
+            matches = (f"{column} LIKE :text ESCAPE '\\'" for column in _TEXT_COLUMNS)
+            where.append("(" + " OR ".join(matches) + ")")
+        value, ties_newest_first = _SORT_SQL[query.sort]
+        ascending = query.after is not None or not query.descending
+        direction = "ASC" if ascending else "DESC"
+        order = f" ORDER BY {value} {direction}"
+        if query.sort != "id":
+            order += f", id {('DESC' if ascending else 'ASC') if ties_newest_first else direction}"
+        keyed = query.sort == "id"
+        cursor = query.after if query.after is not None else query.before
+        offset = query.offset
+        wanted = query.limit + 1
+        while wanted > 0:
+            clauses = list(where)
+            if keyed and cursor is not None:
+                params["cursor"] = cursor
+                clauses.append("id > :cursor" if ascending else "id < :cursor")
+            size = min(chunk, wanted)
+            sql = _ROW_SELECT
+            if clauses:
+                sql += " WHERE " + " AND ".join(clauses)
+            sql += f"{order} LIMIT {size}" + (f" OFFSET {offset}" if offset else "")
+            rows = await self._fetchall(sql, params)
+            if not rows:
+                return
+            wanted -= len(rows)
+            if keyed:
+                cursor, offset = rows[-1][0], 0
+            else:
+                offset += len(rows)
+            yield [job_row_json(r) for r in rows]
+            if len(rows) < size:
+                return
 
     def job_events(self, job_id: int) -> Coroutine[Any, Any, list[dict[str, Any]]]:
         """The timeline of one job, oldest first: what is committed plus what is queued.

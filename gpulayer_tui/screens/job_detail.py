@@ -246,7 +246,9 @@ class JobDetailScreen(Screen[None]):
         if self.job_id in store.changed_since(self._seen_version):
             job = store.jobs.get(self.job_id)
             if job is not None:
-                self._show_job(job)
+                # The store's row carries a cut spec; the whole one came with the fetch
+                # (a spec never changes after submission).
+                self._show_job({**job, "spec": self._job["spec"]} if self._job else job)
             self._fetch()
         self._seen_version = store.version
 

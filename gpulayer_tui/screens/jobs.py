@@ -1,4 +1,9 @@
-"""Jobs: the table of every job, with sort, filter as you type and a status filter."""
+"""Jobs: the table of jobs, with sort, filter as you type and a status filter.
+
+The table holds the active jobs and the pages of history reached so far: a filter or sort
+asks the engine for that view's first page, and nearing the end of the table loads the
+next one (see :mod:`..job_feed`).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Input, Label
 
 from ..backend import BackendError
+from ..job_feed import JobView
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
 from ..widgets.job_columns import SORTS, STATUS_FILTERS
@@ -127,6 +133,7 @@ class JobsScreen(Screen[None]):
         app = view_of(self)
         self.query_one("#filter", Input).cursor_blink = getattr(app, "cursor_blink", True)
         self.watch(self.app, "jobs_version", self._jobs_changed, init=True)
+        self.watch(self.app, "job_pages", self._update_bar, init=False)
         self.query_one(JobTable).focus()
 
     @property
@@ -141,7 +148,26 @@ class JobsScreen(Screen[None]):
         self._seen_version = self.table.sync(app.job_store, self._seen_version)
         self._update_bar()
 
-    def _update_bar(self) -> None:
+    def _view_changed(self) -> None:
+        """The filter or sort changed: the bar says so, and the engine serves the view's
+        first page (across all of history, not only what is loaded)."""
+        table = self.table
+        statuses = STATUS_FILTERS[table.status_filter]
+        view_of(self).show_jobs(
+            JobView(
+                text=table.filter_text,
+                statuses=tuple(sorted(statuses or ())),
+                sort=table.sort_key,
+                descending=table.sort_reverse,
+            )
+        )
+        self._update_bar()
+
+    @on(JobTable.NearEnd)
+    def _near_end(self) -> None:
+        view_of(self).fetch_more_jobs()
+
+    def _update_bar(self, _pages: int = 0) -> None:
         table = self.table
         parts: list[str | tuple[str, str]] = [
             ("status ", "$foreground-muted"),
@@ -153,7 +179,8 @@ class JobsScreen(Screen[None]):
             parts += [("   filter ", "$foreground-muted"), (table.filter_text, "bold $accent")]
         self.query_one("#jobs-view", Label).update(Content.assemble(*parts))
         shown, total = table.row_count, table.total_count
-        count = f"{total:,} jobs" if shown == total else f"{shown:,} of {total:,} jobs"
+        more = "+" if view_of(self).job_feed.known_more else ""  # (older pages load on scroll)
+        count = f"{total:,}{more} jobs" if shown == total else f"{shown:,} of {total:,}{more} jobs"
         self.query_one("#jobs-count", Label).update(count)
         self.refresh_bindings()  # "clear filters" shows only while filtering
 
@@ -183,7 +210,7 @@ class JobsScreen(Screen[None]):
             self._filter_timer.stop()
             self._filter_timer = None
         self.table.set_filters(text=self.query_one("#filter", Input).value)
-        self._update_bar()
+        self._view_changed()
 
     def action_clear_filter(self) -> None:
         """Clear the text filter (or, with none, the status filter); back to the table."""
@@ -200,7 +227,7 @@ class JobsScreen(Screen[None]):
         else:
             self.table.set_filters(status="all")
         self.table.focus()
-        self._update_bar()
+        self._view_changed()
 
     def action_focus_table(self) -> None:
         """Leave the filter line for the table (the filter stays)."""
@@ -212,7 +239,7 @@ class JobsScreen(Screen[None]):
         names = list(STATUS_FILTERS)
         current = names.index(self.table.status_filter)
         self.table.set_filters(status=names[(current + step) % len(names)])
-        self._update_bar()
+        self._view_changed()
 
     # -- sorting ----------------------------------------------------------------------------
 
@@ -221,12 +248,12 @@ class JobsScreen(Screen[None]):
         names = list(SORTS)
         current = names.index(self.table.sort_key)
         self.table.set_sort(names[(current + step) % len(names)])
-        self._update_bar()
+        self._view_changed()
 
     def action_reverse_sort(self) -> None:
         """Reverse the sort order."""
         self.table.set_sort(self.table.sort_key, not self.table.sort_reverse)
-        self._update_bar()
+        self._view_changed()
 
     # -- acting on a job --------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..wire import ACTIVE_STATUSES, JobJSON
+from ..wire import ACTIVE_STATUSES, STATUS_RANK, JobJSON
 
 STATUS_FILTERS: dict[str, frozenset[str] | None] = {
     "all": None,
@@ -33,16 +33,6 @@ SORTS: dict[str, tuple[str, bool]] = {
 }
 """Sort keys: column key -> (label, whether it starts descending), in cycling order."""
 
-# Where each status sorts when sorting by status: what needs attention first.
-STATUS_RANK = {
-    "running": 0,
-    "queued": 1,
-    "pending": 2,
-    "failed": 3,
-    "orphaned": 4,
-    "cancelled": 5,
-    "completed": 6,
-}
 
 KILL_AFTER = re.compile(r"SIGKILL after [0-9.]+ s")
 
@@ -163,3 +153,24 @@ def reason_prefix(job: JobJSON) -> str:
     if not reason or reason in UNSPOKEN_REASONS:
         return ""
     return str(reason).replace("_", " ")
+
+
+def sort_value(key: str, job: JobJSON, now: float) -> tuple[Any, ...]:
+    """Where ``job`` sorts under the sort ``key`` (a key of :data:`SORTS`), ascending.
+
+    Ties go by id: newest first under status and name, in the sort's direction for the
+    rest. The engine's ``GET /v1/jobs?sort=`` orders the same way, so a page fetched from
+    it is a true prefix of the table's order.
+    """
+    job_id = job["id"]
+    if key == "status":
+        return (STATUS_RANK.get(job.get("status", ""), 9), -job_id)
+    if key == "name":
+        return (str(job.get("name", "")).lower(), -job_id)
+    if key == "started":
+        return (job.get("started_at") or 0.0, job_id)
+    if key == "runtime":
+        return (runtime_seconds(job, now) or 0.0, job_id)
+    if key == "vram":
+        return (job_spec(job).get("vram_gb") or 0.0, job_id)
+    return (job_id,)

@@ -27,6 +27,7 @@ from rich.style import Style
 from rich.text import Text
 from textual import events, on
 from textual.binding import Binding, BindingType
+from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable
 from textual.widgets.data_table import (
@@ -50,18 +51,20 @@ from .job_columns import (
     MIN_MESSAGE_WIDTH,
     SORTS,
     STATUS_FILTERS,
-    STATUS_RANK,
     ColumnSpec,
     Parts,
     command_text,
     gpus_text,
-    job_spec,
     kind_parts,
     reason_prefix,
     runtime_seconds,
+    sort_value,
     started_text,
     vram_text,
 )
+
+NEAR_END_ROWS = 100
+"""How close to the last row the cursor or the view gets before more history is loaded."""
 
 # Beyond this many rows leaving the table in one sync, rebuilding is cheaper than
 # removing them one at a time (each removal renumbers every row).
@@ -155,6 +158,10 @@ class JobTable(DataTable[Any]):
             super().__init__()
             self.job_id = job_id
             """The chosen job's id."""
+
+    class NearEnd(Message):
+        """The cursor or the scrolled view came within :data:`NEAR_END_ROWS` rows of the
+        last row: the screen loads the next page of history."""
 
     def __init__(
         self,
@@ -292,7 +299,9 @@ class JobTable(DataTable[Any]):
                 to_add.append(job)
                 continue
             self._update_row(job)
-            if old is not None and self._sort_value(old, now) != self._sort_value(job, now):
+            if old is not None and sort_value(self._sort_key, old, now) != sort_value(
+                self._sort_key, job, now
+            ):
                 resort = True
         if len(to_remove) > _REMOVE_IN_PLACE_LIMIT:
             self._rebuild(cursor_job)
@@ -302,7 +311,9 @@ class JobTable(DataTable[Any]):
         if to_add:
             if was_empty and not to_remove:
                 # A first load: add the rows in order and skip the sort.
-                to_add.sort(key=lambda j: self._sort_value(j, now), reverse=self._sort_reverse)
+                to_add.sort(
+                    key=lambda j: sort_value(self._sort_key, j, now), reverse=self._sort_reverse
+                )
                 resort = False
             else:
                 resort = True
@@ -310,6 +321,25 @@ class JobTable(DataTable[Any]):
         if resort:
             self._sort(now)
         self._restore_cursor(cursor_job)
+
+    # -- reaching the end ------------------------------------------------------------------
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        """Scrolling near the end asks for more history."""
+        super().watch_scroll_y(old_value, new_value)
+        self._check_near_end()
+
+    def watch_cursor_coordinate(
+        self, old_coordinate: Coordinate, new_coordinate: Coordinate
+    ) -> None:
+        """Moving the cursor near the end asks for more history."""
+        super().watch_cursor_coordinate(old_coordinate, new_coordinate)
+        self._check_near_end()
+
+    def _check_near_end(self) -> None:
+        last_seen = max(self.cursor_row, int(self.scroll_y) + self.scrollable_content_region.height)
+        if last_seen >= self.row_count - NEAR_END_ROWS:
+            self.post_message(self.NearEnd())
 
     def set_filters(self, text: str | None = None, status: str | None = None) -> None:
         """Change the text and/or status filter; rebuilds the rows that match."""
@@ -482,7 +512,7 @@ class JobTable(DataTable[Any]):
         self.clear()
         self._shown.clear()
         jobs = [job for job in self._jobs.values() if self._matches(job)]
-        jobs.sort(key=lambda j: self._sort_value(j, now), reverse=self._sort_reverse)
+        jobs.sort(key=lambda j: sort_value(self._sort_key, j, now), reverse=self._sort_reverse)
         self._add_rows(jobs)
         self._restore_cursor(cursor_job)
 
@@ -514,24 +544,9 @@ class JobTable(DataTable[Any]):
 
     # -- sorting ----------------------------------------------------------------------------
 
-    def _sort_value(self, job: JobJSON, now: float) -> tuple[Any, ...]:
-        key = self._sort_key
-        job_id = job["id"]
-        if key == "status":
-            return (STATUS_RANK.get(job.get("status", ""), 9), -job_id)
-        if key == "name":
-            return (str(job.get("name", "")).lower(), -job_id)
-        if key == "started":
-            return (job.get("started_at") or 0.0, job_id)
-        if key == "runtime":
-            return (runtime_seconds(job, now) or 0.0, job_id)
-        if key == "vram":
-            return (job_spec(job).get("vram_gb") or 0.0, job_id)
-        return (job_id,)
-
     def _sort(self, now: float) -> None:
         def key(cell: _Cell) -> tuple[Any, ...]:
-            return self._sort_value(cell.job, now)
+            return sort_value(self._sort_key, cell.job, now)
 
         self.sort("id", key=key, reverse=self._sort_reverse)
 

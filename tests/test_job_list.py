@@ -1,0 +1,215 @@
+"""Job lists: slim rows, paging by key and by offset, filter and sort served by SQLite, and
+the CLI's paging, against a real engine, its socket and its SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from gpulayer_tui.client import ApiError, Client
+from gpulayer_tui.engine.api import ApiServer
+from gpulayer_tui.engine.engine import Engine
+from gpulayer_tui.engine.models import JobQuery
+from gpulayer_tui.engine.store import job_row_json
+from gpulayer_tui.widgets.job_columns import SORTS, sort_value
+from gpulayer_tui.wire import ROW_SPEC_KEYS
+
+from .conftest import EngineFactory, Served, eventually
+
+# Names, exits and VRAM chosen to tie: equal names, equal VRAM, equal status.
+HISTORY: list[dict[str, Any]] = [
+    {"name": "Beta", "command": ["true"], "vram_gb": 2},
+    {"name": "alpha", "command": ["false"]},
+    {"name": "beta", "shell": "echo 100%_done", "vram_gb": 2},
+    {"name": "gamma", "command": ["python3", "-c", "pass"], "vram_gb": 1.5},
+    {"name": "alpha", "command": ["true"], "gpus": 2},
+    {"name": "delta", "command": ["sh", "-c", "exit 3"]},
+    {"name": "beta", "command": ["true"], "vram_gb": 2},
+]
+
+
+@pytest.fixture
+async def listed(make_engine: EngineFactory) -> AsyncIterator[tuple[Engine, Client]]:
+    """An engine serving its socket, with HISTORY run to its end plus one job running and
+    one queued behind it."""
+    engine = await make_engine()
+    server = ApiServer(engine, engine.paths.socket)
+    await server.start()
+    try:
+        for spec in HISTORY:
+            await engine.submit({**spec, "env": {"SECRET": "x" * 100}, "cwd": "/tmp"})
+        ids = [j.id for j in await engine.list_jobs()]
+        await eventually(lambda: all(engine.book.get(i) is None for i in ids), timeout=20)
+        await engine.submit({"name": "runner", "command": ["sleep", "60"], "gpus": 2})
+        await engine.submit({"name": "waiter", "command": ["true"], "gpus": 2})
+        yield engine, Client(engine.paths)
+    finally:
+        await server.stop()
+
+
+async def _all(engine: Engine, **query: Any) -> list[dict[str, Any]]:
+    return [row async for chunk in engine.job_rows(JobQuery(**query)) for row in chunk]
+
+
+async def test_rows_carry_what_a_table_shows_and_the_job_carries_its_whole_spec(
+    listed: tuple[Engine, Client],
+) -> None:
+    engine, client = listed
+    page = await asyncio.to_thread(client.jobs_page, limit=100)
+    assert page["more"] is False and len(page["jobs"]) == len(HISTORY) + 2
+    for row in page["jobs"]:
+        assert set(row["spec"]) <= set(ROW_SPEC_KEYS), row["spec"]
+        assert "env" not in row["spec"] and "cwd" not in row["spec"]
+    shell_job = next(r for r in page["jobs"] if r["spec"].get("shell"))
+    assert shell_job["spec"] == {"shell": "echo 100%_done", "vram_gb": 2}
+    detail = await asyncio.to_thread(client.job, shell_job["id"])
+    assert detail["job"]["spec"]["env"]["SECRET"] == "x" * 100
+    assert detail["job"]["spec"]["cwd"] == "/tmp"
+    # A stored row read by SQLite is the same JSON as the job's own slim record.
+    for row in page["jobs"]:
+        job = await engine.get(row["id"])
+        assert row == job.to_json(slim=True)
+
+
+async def test_paging_by_key_visits_every_job_once_in_order(
+    listed: tuple[Engine, Client],
+) -> None:
+    _, client = listed
+    newest_first = [r["id"] for r in await asyncio.to_thread(client.jobs, None, 100)]
+    assert newest_first == sorted(newest_first, reverse=True)
+    walked = [
+        r["id"]
+        for page in await asyncio.to_thread(lambda: list(client.iter_jobs(100, page_size=3)))
+        for r in page
+    ]
+    assert walked == newest_first
+    forward = await asyncio.to_thread(
+        lambda: [r["id"] for p in client.iter_jobs(100, page_size=2, after=0) for r in p]
+    )
+    assert forward == newest_first[::-1]
+    page = await asyncio.to_thread(client.jobs_page, limit=3, before=newest_first[2])
+    assert [r["id"] for r in page["jobs"]] == newest_first[3:6] and page["more"] is True
+    last = await asyncio.to_thread(client.jobs_page, limit=3, before=newest_first[-3])
+    assert [r["id"] for r in last["jobs"]] == newest_first[-2:] and last["more"] is False
+    by_offset = await asyncio.to_thread(client.jobs_page, limit=4, offset=4)
+    assert [r["id"] for r in by_offset["jobs"]] == newest_first[4:8]
+
+
+async def test_status_and_text_filters_are_served_by_sqlite(
+    listed: tuple[Engine, Client],
+) -> None:
+    engine, _ = listed
+    failed = await _all(engine, statuses=("failed",))
+    assert sorted(r["name"] for r in failed) == ["alpha", "delta"]
+    # LIKE's wildcards are plain text; any case; the command as a shell shows it.
+    assert [r["name"] for r in await _all(engine, text="100%_")] == ["beta"]
+    assert await _all(engine, text="0%x") == []
+    assert {r["name"] for r in await _all(engine, text="BETA")} == {"beta", "Beta"}
+    assert [r["name"] for r in await _all(engine, text="python3 -c")] == ["gamma"]
+    assert [r["name"] for r in await _all(engine, text="with CODE 3")] == ["delta"]
+    running = await _all(engine, statuses=("running",))
+    assert [r["name"] for r in running] == ["runner"]
+    queued = await _all(engine, statuses=("queued", "pending"), text="wait")
+    assert [r["name"] for r in queued] == ["waiter"]
+
+
+@pytest.mark.parametrize("sort", list(SORTS))
+async def test_each_sort_orders_as_the_table_does(listed: tuple[Engine, Client], sort: str) -> None:
+    engine, _ = listed
+    for descending in (True, False):
+        now = time.time()
+        rows = await _all(engine, sort=sort, descending=descending, limit=100)
+        expected = sorted(rows, key=lambda j: sort_value(sort, j, now), reverse=descending)
+        if sort == "runtime":  # the running job's runtime grows between the two clocks
+            rows = [r for r in rows if r["status"] != "running"]
+            expected = [r for r in expected if r["status"] != "running"]
+        assert [r["id"] for r in rows] == [r["id"] for r in expected], (sort, descending)
+        # Pages by offset of the same order join up to the whole order.
+        paged: list[int] = []
+        for offset in range(0, len(rows) + 3, 3):
+            page = await _all(engine, sort=sort, descending=descending, offset=offset, limit=3)
+            paged += [r["id"] for r in page[:3] if r["status"] != "running" or sort != "runtime"]
+        assert paged == [r["id"] for r in rows]
+
+
+@pytest.mark.parametrize(
+    ("query", "field", "says"),
+    [
+        ("sort=size", "sort", "unknown sort 'size'"),
+        ("status=done", "status", "unknown status 'done'"),
+        ("before=3&after=1", "after", "before or after, not both"),
+        ("sort=name&before=3", "sort", "page other sorts with offset"),
+        ("before=3&offset=2", "offset", "not both"),
+        ("order=up", "order", "asc or desc"),
+        ("limit=x", "limit", "integer"),
+        ("before=-1", "before", "negative"),
+    ],
+)
+async def test_a_bad_list_query_is_refused_and_names_its_field(
+    listed: tuple[Engine, Client], query: str, field: str, says: str
+) -> None:
+    _, client = listed
+    with pytest.raises(ApiError) as refused:
+        await asyncio.to_thread(client.request, "GET", "/jobs?" + query)
+    assert refused.value.status == 400 and says in str(refused.value)
+    status, body = await asyncio.to_thread(_raw_get, client, "/v1/jobs?" + query)
+    assert status == 400 and json.loads(body)["field"] == field
+
+
+def _raw_get(client: Client, path: str) -> tuple[int, bytes]:
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(client.paths.socket))
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: e\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+async def test_a_page_is_capped_and_says_there_is_more(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    await engine.submit_many([{"command": ["true"]} for _ in range(30)])
+    rows = await _all(engine, limit=20)
+    assert len(rows) == 21  # the one past the limit is the caller's "more"
+    with pytest.raises(ValueError, match="limit: must be 1-10000"):
+        JobQuery(limit=10_001).check()
+
+
+def test_job_row_json_reads_a_row_without_its_spec_fields() -> None:
+    row = (7, "n", "command", "queued", None, None, "", "[]", "[]", 0, None, 1.0, 1.0)
+    row += (None, None, 0, None, None, None, 0, "[null,null,null,null,null,null]")
+    assert job_row_json(row)["spec"] == {}
+
+
+def test_the_cli_pages_filters_and_prints_json_rows(served: Served) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    out = served.cli("submit", "--file", "-", input="".join(f"echo job {i}\n" for i in range(7)))
+    assert out.returncode == 0, out.stderr
+    for job_id in range(1, 8):
+        assert served.cli("wait", str(job_id)).returncode == 0
+    first = served.cli("jobs", "--limit", "3")
+    assert [line.split()[0] for line in first.stdout.splitlines()[1:]] == ["7", "6", "5"]
+    assert first.stderr.strip() == "older: --before 5"
+    second = served.cli("jobs", "--limit", "3", "--before", "5", "--json")
+    rows = json.loads(second.stdout)
+    assert [r["id"] for r in rows] == [4, 3, 2]
+    assert len(second.stdout.splitlines()) == 5  # "[", a row per line, "]"
+    page3 = json.loads(served.cli("jobs", "--limit", "3", "--page", "3", "--json").stdout)
+    assert [r["id"] for r in page3] == [1]
+    forward = json.loads(served.cli("jobs", "--after", "5", "--json").stdout)
+    assert [r["id"] for r in forward] == [6, 7]
+    found = json.loads(served.cli("jobs", "--filter", "JOB 4", "--json").stdout)
+    assert [r["id"] for r in found] == [5]
+    assert json.loads(served.cli("jobs", "--filter", "nothing", "--json").stdout) == []
+    by_name = served.cli("jobs", "--sort", "id", "--reverse", "--limit", "2", "--json")
+    assert [r["id"] for r in json.loads(by_name.stdout)] == [1, 2]
+    mixed = served.cli("jobs", "--sort", "name", "--before", "3")
+    assert mixed.returncode == 2 and "use --page with --sort" in mixed.stderr
