@@ -24,6 +24,7 @@ from .wire import (
     JobDetailJSON,
     JobJSON,
     JobPageJSON,
+    JobRowJSON,
     ProcessInfoJSON,
 )
 
@@ -73,7 +74,9 @@ class EngineBackend(Protocol):
         """Domains, samples, VRAM accounting and history."""
         ...
 
-    async def jobs(self, statuses: list[str] | None = None, limit: int = 10_000) -> list[JobJSON]:
+    async def jobs(
+        self, statuses: list[str] | None = None, limit: int = 10_000
+    ) -> list[JobRowJSON]:
         """Job rows, newest first (one page: at most 10,000)."""
         ...
 
@@ -165,7 +168,9 @@ class SocketBackend:
         """Domains, samples, VRAM accounting and history."""
         return cast(GpusJSON, await self._request("GET", "/gpus"))
 
-    async def jobs(self, statuses: list[str] | None = None, limit: int = 10_000) -> list[JobJSON]:
+    async def jobs(
+        self, statuses: list[str] | None = None, limit: int = 10_000
+    ) -> list[JobRowJSON]:
         """Job rows, newest first (one page: at most 10,000)."""
         return (await self.jobs_page(status=",".join(statuses or ()), limit=limit))["jobs"]
 

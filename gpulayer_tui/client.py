@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # (annotations only: typing and the wire module cost a CLI ca
     from typing import Any
 
     from .engine.paths import Paths
-    from .wire import JobDetailJSON, JobJSON
+    from .wire import JobDetailJSON, JobRowJSON
 
 
 class EngineNotRunning(RuntimeError):
@@ -250,14 +250,14 @@ class Client:
 
     def iter_jobs(
         self, limit: int, page_size: int = 10_000, **query: Any
-    ) -> Iterator[list[JobJSON]]:
+    ) -> Iterator[list[JobRowJSON]]:
         """Pages of job rows until ``limit`` rows or the end: a page is at most
         ``page_size`` (the engine answers at most 10,000), and the next continues by key
         (id order, from ``before``/``after``) or by offset (other sorts)."""
         offset = int(query.pop("offset", 0) or 0)
         while limit > 0:
             page = self.jobs_page(limit=min(limit, page_size), offset=offset, **query)
-            rows: list[JobJSON] = page["jobs"]
+            rows: list[JobRowJSON] = page["jobs"]
             if rows:
                 yield rows
             limit -= len(rows)
@@ -272,7 +272,7 @@ class Client:
 
     def jobs(
         self, statuses: list[str] | None = None, limit: int = 1000, **query: Any
-    ) -> list[JobJSON]:
+    ) -> list[JobRowJSON]:
         """Job rows, newest first (paging through the engine's pages up to ``limit``)."""
         return [row for page in self.iter_jobs(limit, status=statuses, **query) for row in page]
 

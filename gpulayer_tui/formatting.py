@@ -4,7 +4,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (the CLI imports this module: no wire, no typing at run time)
-    from .wire import JobJSON, ReplicaJSON
+    from .wire import JobRowJSON, ReplicaJSON
 
 GIB = 1024**3
 
@@ -26,7 +26,7 @@ def gib(value: int | None) -> str:
     return "?" if value is None else f"{value / GIB:.1f}"
 
 
-def replica_health(job: JobJSON) -> str:
+def replica_health(job: JobRowJSON) -> str:
     """``2/2 up`` for a service's job JSON; ``""`` for other kinds."""
     replicas = job.get("replicas")
     if job.get("kind") != "service" or not replicas:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .wire import JobJSON
+from .wire import JobRowJSON
 
 PAGE = 500
 """Rows per page."""
@@ -86,7 +86,7 @@ class JobFeed:
             query["offset"] = self._offset
         return query
 
-    def took(self, generation: int, rows: list[JobJSON], more: bool) -> bool:
+    def took(self, generation: int, rows: list[JobRowJSON], more: bool) -> bool:
         """Record a page fetched for ``generation``; False (and nothing changes) if the view
         changed since it was asked for."""
         if generation != self.generation:

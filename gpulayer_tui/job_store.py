@@ -12,24 +12,24 @@ from __future__ import annotations
 
 import time
 
-from .wire import ACTIVE_STATUSES, JobJSON
+from .wire import ACTIVE_STATUSES, JobRowJSON
 
 
 class JobStore:
     """Job rows by id plus a change log."""
 
     def __init__(self) -> None:
-        self.jobs: dict[int, JobJSON] = {}
+        self.jobs: dict[int, JobRowJSON] = {}
         self.version = 0
         self._changed_at: dict[int, int] = {}
 
-    def load(self, jobs: list[JobJSON]) -> None:
+    def load(self, jobs: list[JobRowJSON]) -> None:
         """Replace everything (initial load, or after the event stream was cut)."""
         self.jobs = {j["id"]: j for j in jobs}
         self.version += 1
         self._changed_at = dict.fromkeys(self.jobs, self.version)
 
-    def extend(self, jobs: list[JobJSON]) -> int:
+    def extend(self, jobs: list[JobRowJSON]) -> int:
         """Add a page of rows from the history; rows already known are kept as they are
         (events keep those current, and a page may be older than the latest event).
 
@@ -44,7 +44,7 @@ class JobStore:
                 self._changed_at[job["id"]] = self.version
         return len(new)
 
-    def apply(self, job: JobJSON) -> None:
+    def apply(self, job: JobRowJSON) -> None:
         """Take a newer copy of one job (from an event or an API answer)."""
         self.version += 1
         self.jobs[job["id"]] = job

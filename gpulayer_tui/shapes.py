@@ -31,8 +31,10 @@ class ReplicaJSON(TypedDict):
     launches: int
 
 
-class JobJSON(TypedDict):
-    """A job as the API, the event stream and the CLI's ``--json`` show it."""
+class JobRowJSON(TypedDict):
+    """A job's *row*: what a table shows. Lists (``GET /v1/jobs``) and events carry rows:
+    the spec cut to ``ROW_SPEC_KEYS``, times to the millisecond, ``kill_at`` only while a
+    stop is under way. The whole job is :class:`JobJSON`."""
 
     id: int
     name: str
@@ -43,24 +45,31 @@ class JobJSON(TypedDict):
     message: str
     domains: list[str]
     gpus: list[int]
-    priority: int
     pid: int | None
-    created_at: float
-    queued_at: float | None
     started_at: float | None
     ended_at: float | None
-    owner_uid: int | None
-    kill_at: float | None
-    stop_reason: str | None
+    kill_at: NotRequired[float | None]
     spec: dict[str, Any]
     replicas: NotRequired[list[ReplicaJSON]]
+
+
+class JobJSON(JobRowJSON):
+    """A whole job (``GET /v1/jobs/ID``, ``POST /v1/jobs``, ``status --json``): its row
+    with the whole spec, plus when it was created and queued, its owner, priority, why it
+    was asked to stop, and (services) its placement attempt."""
+
+    priority: int
+    created_at: float
+    queued_at: float | None
+    owner_uid: int | None
+    stop_reason: str | None
     attempt: NotRequired[int]
 
 
 class JobPageJSON(TypedDict):
     """``GET /v1/jobs``: one page of job rows (the spec cut to ``ROW_SPEC_KEYS``)."""
 
-    jobs: list[JobJSON]
+    jobs: list[JobRowJSON]
     more: bool
     """True when another page follows."""
 
@@ -185,7 +194,7 @@ class EventJSON(TypedDict):
     kind: str
     job_id: int | None
     data: dict[str, Any]
-    job: NotRequired[JobJSON]
+    job: NotRequired[JobRowJSON]
 
 
 class ProcessInfoJSON(TypedDict):

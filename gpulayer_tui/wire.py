@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .shapes import JobDetailJSON as JobDetailJSON
     from .shapes import JobJSON as JobJSON
     from .shapes import JobPageJSON as JobPageJSON
+    from .shapes import JobRowJSON as JobRowJSON
     from .shapes import ProcessInfoJSON as ProcessInfoJSON
     from .shapes import ProcessJSON as ProcessJSON
     from .shapes import ReplicaJSON as ReplicaJSON
@@ -92,9 +93,9 @@ JOB_SORTS: tuple[str, ...] = ("id", "status", "name", "started", "runtime", "vra
 and ``name`` ascending, in the sort's direction for the rest (as the TUI's table does)."""
 
 ROW_SPEC_KEYS: tuple[str, ...] = ("command", "shell", "gpus", "vram_gb", "replicas", "domain")
-"""The spec fields a job's *row* carries (lists, events): what a table shows. The whole
-spec (environment, working directory, dependencies, policies) comes only with the job
-itself (``GET /v1/jobs/ID``, ``status``)."""
+"""The spec fields a job's *row* (``JobRowJSON``: lists, events) carries: what a table
+shows. The whole spec (environment, working directory, dependencies, policies) comes only
+with the job itself (``GET /v1/jobs/ID``, ``status``)."""
 
 MAX_PAGE = 10_000
 """The most jobs one ``GET /v1/jobs`` answers; more are read page by page."""
@@ -192,6 +193,7 @@ SHAPES = frozenset(
         "TimelineEntryJSON",
         "JobDetailJSON",
         "JobPageJSON",
+        "JobRowJSON",
         "DomainJSON",
         "GpuJSON",
         "VramJSON",

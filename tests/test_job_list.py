@@ -70,10 +70,25 @@ async def test_rows_carry_what_a_table_shows_and_the_job_carries_its_whole_spec(
     detail = await asyncio.to_thread(client.job, shell_job["id"])
     assert detail["job"]["spec"]["env"]["SECRET"] == "x" * 100
     assert detail["job"]["spec"]["cwd"] == "/tmp"
-    # A stored row read by SQLite is the same JSON as the job's own slim record.
+    # A stored row read by SQLite is the same JSON as the job's own row; it is the whole
+    # job less what a table does not show.
     for row in page["jobs"]:
         job = await engine.get(row["id"])
-        assert row == job.to_json(slim=True)
+        assert row == job.to_row()
+        whole = job.to_json()
+        assert set(whole) - set(row) - {"kill_at"} == {
+            "priority",
+            "created_at",
+            "queued_at",
+            "owner_uid",
+            "stop_reason",
+        }
+        assert ("kill_at" in row) == (whole["kill_at"] is not None)
+        for key, value in row.items():
+            if key.endswith("_at") and value is not None:  # rows carry milliseconds
+                assert abs(whole[key] - value) <= 0.0005, key  # type: ignore[literal-required]
+            elif key != "spec":
+                assert whole[key] == value, key  # type: ignore[literal-required]
 
 
 async def test_paging_by_key_visits_every_job_once_in_order(
@@ -121,19 +136,22 @@ async def test_status_and_text_filters_are_served_by_sqlite(
 @pytest.mark.parametrize("sort", list(SORTS))
 async def test_each_sort_orders_as_the_table_does(listed: tuple[Engine, Client], sort: str) -> None:
     engine, _ = listed
+    # A running job's runtime grows between two reads (and between two pages): under the
+    # runtime sort, the ended and waiting jobs are compared.
+    held = ("completed", "failed", "queued") if sort == "runtime" else ()
     for descending in (True, False):
         now = time.time()
-        rows = await _all(engine, sort=sort, descending=descending, limit=100)
+        rows = await _all(engine, sort=sort, descending=descending, statuses=held, limit=100)
+        assert len(rows) == len(HISTORY) + (1 if held else 2)
         expected = sorted(rows, key=lambda j: sort_value(sort, j, now), reverse=descending)
-        if sort == "runtime":  # the running job's runtime grows between the two clocks
-            rows = [r for r in rows if r["status"] != "running"]
-            expected = [r for r in expected if r["status"] != "running"]
         assert [r["id"] for r in rows] == [r["id"] for r in expected], (sort, descending)
         # Pages by offset of the same order join up to the whole order.
         paged: list[int] = []
         for offset in range(0, len(rows) + 3, 3):
-            page = await _all(engine, sort=sort, descending=descending, offset=offset, limit=3)
-            paged += [r["id"] for r in page[:3] if r["status"] != "running" or sort != "runtime"]
+            page = await _all(
+                engine, sort=sort, descending=descending, statuses=held, offset=offset, limit=3
+            )
+            paged += [r["id"] for r in page[:3]]
         assert paged == [r["id"] for r in rows]
 
 
@@ -184,8 +202,8 @@ async def test_a_page_is_capped_and_says_there_is_more(make_engine: EngineFactor
 
 
 def test_job_row_json_reads_a_row_without_its_spec_fields() -> None:
-    row = (7, "n", "command", "queued", None, None, "", "[]", "[]", 0, None, 1.0, 1.0)
-    row += (None, None, 0, None, None, None, 0, "[null,null,null,null,null,null]")
+    row = (7, "n", "command", "queued", None, None, "", "[]", "[]", None, None, None, None)
+    row += (None, "[null,null,null,null,null,null]")
     assert job_row_json(row)["spec"] == {}
 
 
@@ -213,3 +231,18 @@ def test_the_cli_pages_filters_and_prints_json_rows(served: Served) -> None:
     assert [r["id"] for r in json.loads(by_name.stdout)] == [1, 2]
     mixed = served.cli("jobs", "--sort", "name", "--before", "3")
     assert mixed.returncode == 2 and "use --page with --sort" in mixed.stderr
+
+
+async def test_a_row_carries_kill_at_only_while_a_stop_is_under_way(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine()
+    stubborn = await engine.submit({"shell": "trap '' TERM; sleep 60"})
+    await eventually(lambda: engine.book.get(stubborn.id).job.pid is not None)  # type: ignore[union-attr]
+    before = await _all(engine)
+    assert "kill_at" not in before[0]
+    await engine.cancel(stubborn.id)
+    during = (await _all(engine))[0]
+    live = engine.book.get(stubborn.id)
+    assert live is not None and live.job.kill_at is not None
+    assert during["kill_at"] == round(live.job.kill_at, 3) and during["status"] == "running"

@@ -17,7 +17,7 @@ from textual.pilot import Pilot
 
 from gpulayer_tui.backend import BackendError
 from gpulayer_tui.engine.spec import SpecError, parse_spec
-from gpulayer_tui.wire import ROW_SPEC_KEYS
+from gpulayer_tui.wire import ROW_SPEC_KEYS, JobRowJSON
 
 GIB = 1024**3
 FIXED_NOW = 1_800_000_000.0  # 2027-01-15 08:00:00 UTC
@@ -374,8 +374,10 @@ class StaticBackend:
         key = str(query.get("sort") or "id")
         jobs.sort(key=lambda j: sort_value(key, j, 0.0), reverse=query.get("order") != "asc")
         offset, limit = int(query.get("offset") or 0), int(query.get("limit") or 500)
+        row_keys = JobRowJSON.__required_keys__ | JobRowJSON.__optional_keys__
         rows = [
-            {**j, "spec": {k: v for k, v in j["spec"].items() if k in ROW_SPEC_KEYS}}
+            {k: v for k, v in j.items() if k in row_keys}
+            | {"spec": {k: v for k, v in j["spec"].items() if k in ROW_SPEC_KEYS}}
             for j in jobs[offset : offset + limit]
         ]
         return {"jobs": copy.deepcopy(rows), "more": offset + limit < len(jobs)}

@@ -198,7 +198,10 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         first = True
         for page in pages:
             for job in page:
-                sys.stdout.write(("[\n" if first else ",\n") + json.dumps(job, sort_keys=True))
+                sys.stdout.write(
+                    ("[\n" if first else ",\n")
+                    + json.dumps(job, sort_keys=True, separators=(",", ":"))
+                )
                 first = False
         sys.stdout.write("[]\n" if first else "\n]\n")
         return EXIT_OK

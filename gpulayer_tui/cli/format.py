@@ -10,7 +10,7 @@ TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI ca
 if TYPE_CHECKING:
     from typing import Any
 
-    from ..wire import JobJSON, TimelineEntryJSON
+    from ..wire import JobJSON, JobRowJSON, TimelineEntryJSON
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -25,14 +25,14 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _runtime(job: JobJSON, now: float) -> str:
+def _runtime(job: JobRowJSON, now: float) -> str:
     started = job.get("started_at")
     if not started:
         return ""
     return duration((job.get("ended_at") or now) - started)
 
 
-def format_jobs(jobs: list[JobJSON], now: float) -> str:
+def format_jobs(jobs: list[JobRowJSON], now: float) -> str:
     """The ``jobs`` table."""
     if not jobs:
         return "no jobs"
@@ -89,7 +89,7 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
     return "\n".join(lines)
 
 
-def _replica_lines(job: JobJSON, now: float) -> list[str]:
+def _replica_lines(job: JobRowJSON, now: float) -> list[str]:
     spec = job.get("spec", {})
     policy = spec.get("restart", "always")
     limit = spec.get("max_restarts")

@@ -217,7 +217,7 @@ async def list_jobs(request: web.Request) -> web.StreamResponse:
     rows = request.app[ENGINE_KEY].job_rows(query)
     try:
         # The first chunk before the answer starts: a bad query is still a 400.
-        chunk: list[wire.JobJSON] | None = await anext(rows, None)
+        chunk: list[wire.JobRowJSON] | None = await anext(rows, None)
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
         await response.prepare(request)
         await response.write(b'{"jobs":[')

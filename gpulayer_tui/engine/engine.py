@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..wire import AdoptRequest, GpusJSON, HealthJSON, JobJSON, ProcessInfoJSON
+from ..wire import AdoptRequest, GpusJSON, HealthJSON, JobJSON, JobRowJSON, ProcessInfoJSON
 from . import procs
 from .admission import Admission
 from .adoption import Adopter, read_process
@@ -311,7 +311,7 @@ class Engine:
         """Jobs newest first (see :meth:`.JobReader.list`)."""
         return await self.reads.list(statuses, limit, before_id)
 
-    def job_rows(self, query: JobQuery) -> AsyncGenerator[list[JobJSON], None]:
+    def job_rows(self, query: JobQuery) -> AsyncGenerator[list[JobRowJSON], None]:
         """Job rows (the spec cut to what a table shows), in chunks, with paging, filter
         and sort served by SQLite (see :meth:`.JobReader.rows`)."""
         return self.reads.rows(query)

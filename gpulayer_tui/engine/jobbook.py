@@ -223,8 +223,8 @@ class JobBook:
         self._end_listeners.append(listener)
 
     def event(self, kind: EventKind, job: Job, data: dict[str, Any]) -> Event:
-        """An event about ``job`` carrying its current (slim) JSON for subscribers."""
-        snapshot = job.to_json(slim=True) if self._bus.has_subscribers else None
+        """An event about ``job`` carrying its current row for subscribers."""
+        snapshot = job.to_row() if self._bus.has_subscribers else None
         return self._bus.make(kind, job.id, data, dict(snapshot) if snapshot else None)
 
     def transition(

@@ -23,6 +23,7 @@ from ..wire import (
     EventKind,
     JobJSON,
     JobKind,
+    JobRowJSON,
     JobStatus,
     ReplicaJSON,
     ReplicaState,
@@ -257,17 +258,37 @@ class Job:
     stop_message: str = ""
     kill_at: float | None = None
 
-    def to_json(self, slim: bool = False) -> JobJSON:
-        """The record's JSON shape, using the design records' field names.
-
-        Args:
-            slim: The job's *row*: the spec cut to :data:`ROW_SPEC_KEYS` (what a table
-                shows). Lists and events carry rows; the environment alone can be
-                kilobytes, and only the job's own view needs the whole spec.
-        """
+    def to_row(self) -> JobRowJSON:
+        """The job's *row* (lists, events): what a table shows, the spec cut to
+        :data:`ROW_SPEC_KEYS`, times to the millisecond, ``kill_at`` only while set. The
+        environment alone can be kilobytes, and only the job's own view needs the whole
+        spec; a listed row is ~300 bytes."""
         spec = self.spec
-        if slim:
-            spec = {k: spec[k] for k in ROW_SPEC_KEYS if spec.get(k) is not None}
+        out: JobRowJSON = {
+            "id": self.id,
+            "name": self.name,
+            "kind": self.kind.value,
+            "status": self.status.value,
+            "termination_reason": (
+                self.termination_reason.value if self.termination_reason else None
+            ),
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "domains": list(self.domains),
+            "gpus": list(self.gpus),
+            "pid": self.pid,
+            "started_at": _ms(self.started_at),
+            "ended_at": _ms(self.ended_at),
+            "spec": {k: spec[k] for k in ROW_SPEC_KEYS if spec.get(k) is not None},
+        }
+        if self.kill_at is not None:
+            out["kill_at"] = _ms(self.kill_at)
+        if self.kind is JobKind.SERVICE:
+            out["replicas"] = [r.to_json() for r in self.replicas]
+        return out
+
+    def to_json(self) -> JobJSON:
+        """The whole record's JSON shape, using the design records' field names."""
         out: JobJSON = {
             "id": self.id,
             "name": self.name,
@@ -289,12 +310,18 @@ class Job:
             "owner_uid": self.owner_uid,
             "kill_at": self.kill_at,
             "stop_reason": self.stop_reason.value if self.stop_reason else None,
-            "spec": spec,
+            "spec": self.spec,
         }
         if self.kind is JobKind.SERVICE:
             out["replicas"] = [r.to_json() for r in self.replicas]
             out["attempt"] = self.attempt
         return out
+
+
+def _ms(at: float | None) -> float | None:
+    """A time to the millisecond (a row's times: a table shows seconds, and full
+    precision would make every listed row ~8 bytes longer)."""
+    return None if at is None else round(at, 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +334,7 @@ class Event:
         kind: What happened.
         job_id: The job concerned, if any.
         data: Kind-specific JSON-safe payload (stored with transitions).
-        job: The job's slim JSON at that moment, for subscribers (never stored).
+        job: The job's row at that moment, for subscribers (never stored).
     """
 
     seq: int

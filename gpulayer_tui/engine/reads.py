@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..wire import JobJSON
+from ..wire import JobJSON, JobRowJSON
 from .errors import SpecError, UnknownJob
 from .jobbook import JobBook
 from .models import Job, JobKind, JobQuery, JobStatus
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .store import Store
 
 
-_Rows = list[JobJSON]  # (``list`` is a method's name inside JobReader)
+_Rows = list[JobRowJSON]  # (``list`` is a method's name inside JobReader)
 
 
 class JobReader:
@@ -102,7 +102,7 @@ class JobReader:
             for row in chunk:
                 live = self._book.live(row["id"])
                 if live is not None:
-                    row = live.job.to_json(slim=True)
+                    row = live.job.to_row()
                     # Its row was a commit behind: keep the filter's promise.
                     if query.statuses and row["status"] not in query.statuses:
                         continue

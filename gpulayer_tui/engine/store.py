@@ -32,7 +32,7 @@ from typing import Any
 
 import aiosqlite
 
-from ..wire import ROW_SPEC_KEYS, STATUS_RANK, JobJSON
+from ..wire import ROW_SPEC_KEYS, STATUS_RANK, JobRowJSON
 from .errors import StoreError
 from .models import (
     Event,
@@ -226,8 +226,7 @@ def _dynamic_row(job: Job) -> tuple[Any, ...]:
 # SQLite picks the row's spec fields out in one JSON array.
 _ROW_SELECT = (
     "SELECT id, name, kind, status, termination_reason, exit_code, message, domains, gpus, "
-    "priority, pid, created_at, queued_at, started_at, ended_at, owner_uid, kill_at, "
-    "stop_reason, replicas, attempt, json_extract(spec, "
+    "pid, started_at, ended_at, kill_at, replicas, json_extract(spec, "
     + ", ".join(f"'$.{key}'" for key in ROW_SPEC_KEYS)
     + ") FROM jobs"
 )
@@ -242,21 +241,22 @@ _SORT_SQL: dict[str, tuple[str, bool]] = {
     "id": ("id", False),
     "status": (_STATUS_RANK_SQL, True),
     "name": ("lower(name)", True),
-    "started": ("COALESCE(started_at, 0)", False),
+    # Times as rows carry them (milliseconds), so jobs within a millisecond tie here too.
+    "started": ("COALESCE(round(started_at, 3), 0)", False),
     "runtime": (
         "CASE WHEN started_at IS NULL THEN 0 "
-        "ELSE MAX(0, COALESCE(ended_at, :now) - started_at) END",
+        "ELSE MAX(0, COALESCE(round(ended_at, 3), :now) - round(started_at, 3)) END",
         False,
     ),
     "vram": ("COALESCE(json_extract(spec, '$.vram_gb'), 0)", False),
 }
 
 
-def job_row_json(row: Sequence[Any]) -> JobJSON:
-    """A job's row JSON from a row selected with ``_ROW_SELECT``: the same shape as
-    ``Job.to_json(slim=True)``."""
-    values = json.loads(row[20]) if row[20] else ()
-    out: JobJSON = {
+def job_row_json(row: Sequence[Any]) -> JobRowJSON:
+    """A job's row from a row selected with ``_ROW_SELECT``: the same JSON as
+    ``Job.to_row()``."""
+    values = json.loads(row[14]) if row[14] else ()
+    out: JobRowJSON = {
         "id": row[0],
         "name": row[1],
         "kind": row[2],
@@ -266,20 +266,15 @@ def job_row_json(row: Sequence[Any]) -> JobJSON:
         "message": row[6],
         "domains": json.loads(row[7]),
         "gpus": json.loads(row[8]),
-        "priority": row[9],
-        "pid": row[10],
-        "created_at": row[11],
-        "queued_at": row[12],
-        "started_at": row[13],
-        "ended_at": row[14],
-        "owner_uid": row[15],
-        "kill_at": row[16],
-        "stop_reason": row[17],
+        "pid": row[9],
+        "started_at": None if row[10] is None else round(row[10], 3),
+        "ended_at": None if row[11] is None else round(row[11], 3),
         "spec": {k: v for k, v in zip(ROW_SPEC_KEYS, values, strict=True) if v is not None},
     }
+    if row[12] is not None:
+        out["kill_at"] = round(row[12], 3)
     if row[2] == JobKind.SERVICE:
-        out["replicas"] = json.loads(row[18]) if row[18] else []
-        out["attempt"] = row[19] or 0
+        out["replicas"] = json.loads(row[13]) if row[13] else []
     return out
 
 
@@ -828,7 +823,7 @@ class Store:
 
     async def job_rows(
         self, query: JobQuery, now: float, chunk: int = 1000
-    ) -> AsyncGenerator[list[JobJSON], None]:
+    ) -> AsyncGenerator[list[JobRowJSON], None]:
         """The rows ``query`` asks for (see :class:`JobQuery`), in chunks of ``chunk``, so
         a page of 10,000 never lives in memory at once; plus, past ``query.limit``, one
         more row when there is one (the caller's "more" flag). ``now`` ends the runtime

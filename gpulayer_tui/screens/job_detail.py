@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from textual import work
 from textual.app import ComposeResult
@@ -135,7 +135,7 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
     runtime = runtime_seconds(job, now)
     command_line = command_text(job) if spec.get("command") else f"sh -c {spec.get('shell', '')!r}"
     stamps = (
-        ("created", job["created_at"]),
+        ("created", job.get("created_at")),
         ("started", job.get("started_at")),
         ("ended", job.get("ended_at")),
     )
@@ -220,7 +220,9 @@ class JobDetailScreen(Screen[None]):
         self._update_log_title()
         known = app.job_store.jobs.get(self.job_id)
         if known is not None:
-            self._show_job(known)
+            # Only its row until the fetch brings the whole job (fields use .get for the
+            # rest meanwhile).
+            self._show_job(cast(JobJSON, known))
         self._seen_version = app.job_store.version
         self.watch(self.app, "jobs_version", self._jobs_changed, init=False)
         self.set_interval(1.0, self._tick)
@@ -246,9 +248,11 @@ class JobDetailScreen(Screen[None]):
         if self.job_id in store.changed_since(self._seen_version):
             job = store.jobs.get(self.job_id)
             if job is not None:
-                # The store's row carries a cut spec; the whole one came with the fetch
-                # (a spec never changes after submission).
-                self._show_job({**job, "spec": self._job["spec"]} if self._job else job)
+                # The row is current but cut (its spec, and fields a table does not show):
+                # over the whole job last fetched, until the fetch below brings a new one.
+                last: dict[str, Any] = dict(self._job or {})
+                merged = {**last, **job, "spec": last.get("spec", job["spec"])}
+                self._show_job(cast(JobJSON, merged))
             self._fetch()
         self._seen_version = store.version
 

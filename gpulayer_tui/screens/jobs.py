@@ -24,14 +24,14 @@ from ..view import view_of
 from ..widgets.engine_status import EngineStatus
 from ..widgets.job_columns import SORTS, STATUS_FILTERS
 from ..widgets.job_table import JobTable
-from ..wire import ACTIVE_STATUSES, JobJSON
+from ..wire import ACTIVE_STATUSES, JobRowJSON
 from .dialogs import ConfirmScreen
 
 FILTER_DEBOUNCE = 0.15
 """Seconds of quiet typing before the filter is applied (each apply rebuilds the rows)."""
 
 
-def ask_to_cancel(screen: Screen[Any], job: JobJSON) -> None:
+def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
     """Confirm, then cancel ``job``; the outcome (or the engine's refusal) is a notification.
 
     The request runs in an app-level worker, so leaving the screen does not abort it.

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..wire import ACTIVE_STATUSES, STATUS_RANK, JobJSON
+from ..wire import ACTIVE_STATUSES, STATUS_RANK, JobRowJSON
 
 STATUS_FILTERS: dict[str, frozenset[str] | None] = {
     "all": None,
@@ -86,12 +86,12 @@ Parts = tuple[tuple[str, str], ...]
 """A cell's text as (text, component class or "") pieces."""
 
 
-def job_spec(job: JobJSON) -> dict[str, Any]:
+def job_spec(job: JobRowJSON) -> dict[str, Any]:
     spec = job.get("spec")
     return spec if isinstance(spec, dict) else {}
 
 
-def command_text(job: JobJSON) -> str:
+def command_text(job: JobRowJSON) -> str:
     """The job's command as one line (argv joined, or the shell line)."""
     spec = job_spec(job)
     command = spec.get("command")
@@ -100,7 +100,7 @@ def command_text(job: JobJSON) -> str:
     return str(spec.get("shell") or "")
 
 
-def gpus_text(job: JobJSON) -> str:
+def gpus_text(job: JobRowJSON) -> str:
     """Assigned GPU indices (``0,1``), else the requested count (times sign, 2), else empty."""
     if job.get("gpus"):
         return ",".join(str(g) for g in job["gpus"])
@@ -108,13 +108,13 @@ def gpus_text(job: JobJSON) -> str:
     return f"\N{MULTIPLICATION SIGN}{wanted}" if wanted else ""
 
 
-def vram_text(job: JobJSON) -> str:
+def vram_text(job: JobRowJSON) -> str:
     """GiB per GPU from the spec (``20``, ``0.5``), or empty."""
     vram = job_spec(job).get("vram_gb")
     return "" if vram is None else f"{vram:g}"
 
 
-def runtime_seconds(job: JobJSON, now: float) -> float | None:
+def runtime_seconds(job: JobRowJSON, now: float) -> float | None:
     """Seconds from start to end (or to ``now`` while it runs); None if it never started."""
     started = job.get("started_at")
     if not started:
@@ -135,7 +135,7 @@ def started_text(started: float | None, now: float) -> str:
     return time.strftime("%y-%m-%d", when)
 
 
-def kind_parts(job: JobJSON) -> Parts:
+def kind_parts(job: JobRowJSON) -> Parts:
     """The kind column: a running service shows its replica health (``svc 2/2``)."""
     kind = str(job.get("kind", ""))
     replicas = job.get("replicas") or []
@@ -147,7 +147,7 @@ def kind_parts(job: JobJSON) -> Parts:
     return ((text, "jobtable--replicas-up" if up == len(replicas) else "jobtable--replicas-down"),)
 
 
-def reason_prefix(job: JobJSON) -> str:
+def reason_prefix(job: JobRowJSON) -> str:
     """The termination reason, when the message does not already say it."""
     reason = job.get("termination_reason")
     if not reason or reason in UNSPOKEN_REASONS:
@@ -155,7 +155,7 @@ def reason_prefix(job: JobJSON) -> str:
     return str(reason).replace("_", " ")
 
 
-def sort_value(key: str, job: JobJSON, now: float) -> tuple[Any, ...]:
+def sort_value(key: str, job: JobRowJSON, now: float) -> tuple[Any, ...]:
     """Where ``job`` sorts under the sort ``key`` (a key of :data:`SORTS`), ascending.
 
     Ties go by id: newest first under status and name, in the sort's direction for the

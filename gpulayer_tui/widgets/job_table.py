@@ -42,7 +42,7 @@ from textual.widgets.data_table import (
 
 from ..formatting import duration
 from ..job_store import JobStore
-from ..wire import JobJSON
+from ..wire import JobRowJSON
 from .job_columns import (
     BY_KEY,
     COLUMNS,
@@ -86,7 +86,7 @@ class _Cell:
 
     __slots__ = ("job", "key", "table")
 
-    def __init__(self, table: JobTable, job: JobJSON, key: str) -> None:
+    def __init__(self, table: JobTable, job: JobRowJSON, key: str) -> None:
         self.table = table
         self.job = job
         self.key = key
@@ -180,7 +180,7 @@ class JobTable(DataTable[Any]):
             classes=classes,
         )
         self._clock = clock
-        self._jobs: dict[int, JobJSON] = {}
+        self._jobs: dict[int, JobRowJSON] = {}
         """Every job the table knows (shown or filtered out)."""
         self._shown: set[int] = set()
         """Jobs with a row in the table."""
@@ -231,7 +231,7 @@ class JobTable(DataTable[Any]):
             return None
         return None if row_key.value is None else int(row_key.value)
 
-    def job(self, job_id: int) -> JobJSON | None:
+    def job(self, job_id: int) -> JobRowJSON | None:
         """The latest copy of one job the table knows."""
         return self._jobs.get(job_id)
 
@@ -254,7 +254,7 @@ class JobTable(DataTable[Any]):
             The store's version now (pass it back next time).
         """
         changed = job_store.changed_since(since_version)
-        store_jobs: dict[int, JobJSON] = job_store.jobs
+        store_jobs: dict[int, JobRowJSON] = job_store.jobs
         gone: list[int] = []
         if (
             since_version <= 0
@@ -268,13 +268,13 @@ class JobTable(DataTable[Any]):
         self.apply_jobs((store_jobs[i] for i in changed if i in store_jobs), removed=gone)
         return int(job_store.version)
 
-    def apply_jobs(self, jobs: Iterable[JobJSON], removed: Iterable[int] = ()) -> None:
+    def apply_jobs(self, jobs: Iterable[JobRowJSON], removed: Iterable[int] = ()) -> None:
         """Take new copies of ``jobs`` (added or updated) and drop the ``removed`` ids."""
         now = self._now()
         cursor_job = self.cursor_job_id
         was_empty = self.row_count == 0
         jobs = list(jobs)
-        to_add: list[JobJSON] = []
+        to_add: list[JobRowJSON] = []
         to_remove: list[int] = []
         resort = False
         for job_id in removed:
@@ -385,7 +385,7 @@ class JobTable(DataTable[Any]):
         clock = self._clock or getattr(self.app, "clock", None) or time.time
         return float(clock())
 
-    def _remember(self, job: JobJSON) -> None:
+    def _remember(self, job: JobRowJSON) -> None:
         job_id = job["id"]
         self._jobs[job_id] = job
         self._haystack[job_id] = "\n".join(
@@ -401,7 +401,7 @@ class JobTable(DataTable[Any]):
         self._haystack.pop(job_id, None)
         self._running_ids.discard(job_id)
 
-    def _matches(self, job: JobJSON) -> bool:
+    def _matches(self, job: JobRowJSON) -> bool:
         statuses = STATUS_FILTERS[self._status_filter]
         if statuses is not None and job.get("status") not in statuses:
             return False
@@ -409,7 +409,7 @@ class JobTable(DataTable[Any]):
             return self._filter_text.lower() in self._haystack.get(job["id"], "")
         return True
 
-    def cell_parts(self, job: JobJSON, key: str) -> Parts:
+    def cell_parts(self, job: JobRowJSON, key: str) -> Parts:
         """What the ``key`` column shows for ``job``, in styled pieces."""
         if key == "id":
             return ((str(job["id"]), ""),)
@@ -456,7 +456,7 @@ class JobTable(DataTable[Any]):
             return self._layout.name_width
         return column.width or self._message_width
 
-    def _add_rows(self, jobs: list[JobJSON]) -> None:
+    def _add_rows(self, jobs: list[JobRowJSON]) -> None:
         """Add ``jobs`` at the bottom, in the order given."""
         keys = [c.key for c in self._visible_columns()]
         self._shown.update(job["id"] for job in jobs)
@@ -495,7 +495,7 @@ class JobTable(DataTable[Any]):
         self.check_idle()
         self.refresh()
 
-    def _update_row(self, job: JobJSON) -> None:
+    def _update_row(self, job: JobRowJSON) -> None:
         row_key = str(job["id"])
         for column in self._visible_columns():
             self.update_cell(row_key, column.key, _Cell(self, job, column.key))
