@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..wire import (
     ACTIVE_STATUSES,
@@ -264,6 +264,32 @@ class Job:
         environment alone can be kilobytes, and only the job's own view needs the whole
         spec; a listed row is ~300 bytes."""
         spec = self.spec
+        out = self._json_base(
+            {k: spec[k] for k in ROW_SPEC_KEYS if spec.get(k) is not None},
+            _ms(self.started_at),
+            _ms(self.ended_at),
+        )
+        if self.kill_at is not None:
+            out["kill_at"] = _ms(self.kill_at)
+        return out
+
+    def to_json(self) -> JobJSON:
+        """The whole record's JSON shape, using the design records' field names."""
+        out = cast(JobJSON, self._json_base(self.spec, self.started_at, self.ended_at))
+        out["priority"] = self.priority
+        out["created_at"] = self.created_at
+        out["queued_at"] = self.queued_at
+        out["owner_uid"] = self.owner_uid
+        out["kill_at"] = self.kill_at
+        out["stop_reason"] = self.stop_reason.value if self.stop_reason else None
+        if self.kind is JobKind.SERVICE:
+            out["attempt"] = self.attempt
+        return out
+
+    def _json_base(
+        self, spec: dict[str, Any], started_at: float | None, ended_at: float | None
+    ) -> JobRowJSON:
+        """What a row and the whole job share."""
         out: JobRowJSON = {
             "id": self.id,
             "name": self.name,
@@ -277,44 +303,12 @@ class Job:
             "domains": list(self.domains),
             "gpus": list(self.gpus),
             "pid": self.pid,
-            "started_at": _ms(self.started_at),
-            "ended_at": _ms(self.ended_at),
-            "spec": {k: spec[k] for k in ROW_SPEC_KEYS if spec.get(k) is not None},
-        }
-        if self.kill_at is not None:
-            out["kill_at"] = _ms(self.kill_at)
-        if self.kind is JobKind.SERVICE:
-            out["replicas"] = [r.to_json() for r in self.replicas]
-        return out
-
-    def to_json(self) -> JobJSON:
-        """The whole record's JSON shape, using the design records' field names."""
-        out: JobJSON = {
-            "id": self.id,
-            "name": self.name,
-            "kind": self.kind.value,
-            "status": self.status.value,
-            "termination_reason": (
-                self.termination_reason.value if self.termination_reason else None
-            ),
-            "exit_code": self.exit_code,
-            "message": self.message,
-            "domains": list(self.domains),
-            "gpus": list(self.gpus),
-            "priority": self.priority,
-            "pid": self.pid,
-            "created_at": self.created_at,
-            "queued_at": self.queued_at,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "owner_uid": self.owner_uid,
-            "kill_at": self.kill_at,
-            "stop_reason": self.stop_reason.value if self.stop_reason else None,
-            "spec": self.spec,
+            "started_at": started_at,
+            "ended_at": ended_at,
+            "spec": spec,
         }
         if self.kind is JobKind.SERVICE:
             out["replicas"] = [r.to_json() for r in self.replicas]
-            out["attempt"] = self.attempt
         return out
 
 
