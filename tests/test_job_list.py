@@ -246,3 +246,25 @@ async def test_a_row_carries_kill_at_only_while_a_stop_is_under_way(
     live = engine.book.get(stubborn.id)
     assert live is not None and live.job.kill_at is not None
     assert during["kill_at"] == round(live.job.kill_at, 3) and during["status"] == "running"
+
+
+async def test_an_active_status_filter_reads_the_active_index_not_all_history(
+    make_engine: EngineFactory,
+) -> None:
+    import sqlite3
+
+    from gpulayer_tui.engine import store
+
+    engine = await make_engine()
+    await engine.stop()
+    db = sqlite3.connect(engine.paths.database)
+    (index_sql,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'jobs_active'").fetchone()
+    # The condition the query repeats is the index's own, character for character ...
+    assert " ".join(index_sql.split()).endswith("WHERE " + store._ACTIVE_INDEX_WHERE)
+    # ... so the planner searches the index (a scan would read every finished job).
+    plan = db.execute(
+        f"EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE {store._ACTIVE_INDEX_WHERE} "
+        "AND status IN ('queued') ORDER BY id DESC LIMIT 501"
+    ).fetchall()
+    assert "USING COVERING INDEX jobs_active" in str(plan)
+    db.close()

@@ -99,3 +99,20 @@ def test_clean_from_the_cli(served: Served) -> None:
     assert [j["id"] for j in listed] == [int(ids[-1])]
     said = served.cli("clean", "--older-than", "0")
     assert said.stdout.strip() == "removed 1 finished job(s) and 1 file(s)"
+
+
+async def test_keep_jobs_in_the_config_keeps_the_newest_finished_ones(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine()
+    jobs = [await engine.submit({"command": ["true"], "gpus": 0}) for _ in range(5)]
+    for job in jobs:
+        await engine.wait(job.id, timeout=10)
+    await engine.stop()
+    kept = await make_engine(config=make_config(history={"keep_jobs": 2}))
+
+    async def only_the_newest_two() -> bool:
+        return {j.id for j in await kept.list_jobs()} == {jobs[3].id, jobs[4].id}
+
+    await eventually(only_the_newest_two, timeout=10)
+    assert not kept.log_path(jobs[0].id).exists() and kept.log_path(jobs[4].id).exists()

@@ -173,9 +173,11 @@ class LogSettings(_Strict):
 
 
 class HistorySettings(_Strict):
-    """``[history]``: how long finished jobs are kept (rows, timelines and logs)."""
+    """``[history]``: which finished jobs are kept (rows, timelines and logs): those that
+    ended in the last ``keep_days``, and at most the newest ``keep_jobs``."""
 
     keep_days: float | None = Field(None, gt=0, le=36500)  # None: forever
+    keep_jobs: int | None = Field(None, ge=1, le=10**9)  # the newest N finished; None: all
 
 
 class Config(_Strict):

@@ -1,10 +1,11 @@
 """History retention: old finished jobs go, with their timelines and their files.
 
 ``gpulayer-tui clean`` (``POST /v1/clean``) removes finished jobs that ended before a time
-and/or all but the newest N; with ``[history] keep_days`` the engine does it by itself at
-start and every hour. A job's row, its events and its files (``jobs/ID.log``, a service's
-``jobs/ID.K.log``, an older version's ``jobs/ID.exit``) go together; active jobs are never
-touched, and ids are never given again (the largest is kept apart).
+and/or all but the newest N; with ``[history] keep_days`` and/or ``keep_jobs`` the engine
+does it by itself at start and every hour. A job's row, its events and its files
+(``jobs/ID.log``, a service's ``jobs/ID.K.log``, an older version's ``jobs/ID.exit``) go
+together; active jobs are never touched, and ids are never given again (the largest is
+kept apart).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHUNK = 1000  # jobs deleted per transaction (the writer stays responsive)
-EVERY_S = 3600.0  # how often [history] keep_days is applied
+EVERY_S = 3600.0  # how often [history] is applied
 
 
 def _files_of(jobs_dir: Path, ids: set[int]) -> list[Path]:
@@ -86,17 +87,19 @@ class Retention:
         return {"jobs": jobs, "files": files}
 
     def start(self) -> None:
-        """Apply ``[history] keep_days`` now and every hour."""
+        """Apply ``[history] keep_days`` and ``keep_jobs`` now and every hour."""
         self._task = asyncio.create_task(self._every_hour(), name="history-retention")
 
     async def _every_hour(self) -> None:
         while True:
-            days = self._settings.keep_days
-            if days is not None:
-                try:
+            days, count = self._settings.keep_days, self._settings.keep_jobs
+            try:
+                if days is not None:
                     await self.clean(time.time() - days * 86400, None)
-                except Exception:  # a failed round is tried again at the next
-                    log.exception("cleaning history failed")
+                if count is not None:
+                    await self.clean(None, count)
+            except Exception:  # a failed round is tried again at the next
+                log.exception("cleaning history failed")
             await asyncio.sleep(EVERY_S)
 
     async def stop(self) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 import aiosqlite
 
-from ..wire import ROW_SPEC_KEYS, STATUS_RANK, JobRowJSON
+from ..wire import ACTIVE_STATUSES, ROW_SPEC_KEYS, STATUS_RANK, JobRowJSON
 from .errors import StoreError
 from .models import (
     Event,
@@ -48,6 +48,9 @@ from .models import (
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 4
+
+# jobs_active's condition, exactly as created: a query that repeats it may use the index.
+_ACTIVE_INDEX_WHERE = "status IN ('pending', 'queued', 'running')"
 
 # Index i holds the statements that move the schema from version i to i + 1. Never edit a
 # released step; append a new one.
@@ -835,9 +838,16 @@ class Store:
         where: list[str] = []
         params: dict[str, Any] = {"now": now}
         if query.statuses:
-            names = [f":status{n}" for n in range(len(query.statuses))]
-            where.append(f"status IN ({', '.join(names)})")
-            params.update(zip((n[1:] for n in names), query.statuses, strict=True))
+            # As literals (checked against JobStatus first), and for active statuses with
+            # the partial index's own condition beside them: SQLite uses jobs_active only
+            # for a query that repeats its WHERE, and then reads the few active rows
+            # instead of scanning all history for them.
+            known = {status.value for status in JobStatus}
+            if not set(query.statuses) <= known:
+                raise ValueError(f"unknown status in {query.statuses!r}")
+            if set(query.statuses) <= ACTIVE_STATUSES:
+                where.append(_ACTIVE_INDEX_WHERE)
+            where.append(f"status IN ({', '.join(repr(s) for s in query.statuses)})")
         if query.text:
             params["text"] = _like(query.text)
             matches = (f"{column} LIKE :text ESCAPE '\\'" for column in _TEXT_COLUMNS)
