@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import _socket  # not socket.py: it imports selectors and builds enums (~3 ms of a CLI call)
 import errno
-import json
+
+from . import jsonlite
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (annotations only: typing and the wire module cost a CLI call ~5 ms)
@@ -172,7 +173,7 @@ class Client:
         head = f"{method} /v1{path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
         payload = b""
         if body is not None:
-            payload = json.dumps(body).encode()
+            payload = jsonlite.dumps(body).encode()
             head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
         elif method != "GET":
             head += "Content-Length: 0\r\n"
@@ -201,7 +202,7 @@ class Client:
         response = self._open(method, path, body, timeout)
         data = response.read()
         try:
-            decoded = json.loads(data) if data else None
+            decoded = jsonlite.loads(data.decode()) if data else None
         except ValueError:
             decoded = None
         if response.status >= 400:
@@ -215,7 +216,7 @@ class Client:
         if response.status >= 400:
             data = response.read()
             try:
-                message = json.loads(data).get("error")
+                message = jsonlite.loads(data.decode()).get("error")
             except (ValueError, AttributeError):
                 message = None
             raise ApiError(response.status, message or f"HTTP {response.status}")

@@ -23,6 +23,33 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+# The field rules are defined in .fields (no enum there, for the CLI's quick path) and
+# are part of this contract.
+from .fields import MAX_INT as MAX_INT
+from .fields import MAX_SECONDS as MAX_SECONDS
+from .fields import NAME_MAX as NAME_MAX
+from .fields import PID_MAX as PID_MAX
+from .fields import RULES as RULES
+from .fields import FieldError as FieldError
+from .fields import check_command as check_command
+from .fields import check_gpus as check_gpus
+from .fields import check_job_id as check_job_id
+from .fields import check_label as check_label
+from .fields import check_max_attempts as check_max_attempts
+from .fields import check_max_restarts as check_max_restarts
+from .fields import check_pid as check_pid
+from .fields import check_priority as check_priority
+from .fields import check_replicas as check_replicas
+from .fields import check_shell as check_shell
+from .fields import check_start_ticks as check_start_ticks
+from .fields import check_timeout as check_timeout
+from .fields import check_vram_gb as check_vram_gb
+from .fields import parse_field as parse_field
+from .fields import parse_job_id as parse_job_id
+from .fields import parse_job_ids as parse_job_ids
+from .fields import parse_number as parse_number
+from .fields import parse_whole as parse_whole
+
 TYPE_CHECKING = False  # (not typing's: the CLI loads this module; typing costs ~2 ms)
 if TYPE_CHECKING:
     from typing import Any
@@ -215,209 +242,6 @@ def __getattr__(name: str) -> Any:
 
         return getattr(shapes, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# -- field rules -------------------------------------------------------------------------
-
-MAX_INT = 2**63 - 1  # SQLite's INTEGER: a larger id names nothing
-PID_MAX = 4_194_304  # PID_MAX_LIMIT: no Linux pid is larger
-MAX_SECONDS = 10 * 365 * 86400.0
-NAME_MAX = 200
-
-
-class FieldError(ValueError):
-    """A value breaks a field's rule; ``field`` names the field, ``detail`` the problem."""
-
-    def __init__(self, field: str, detail: str) -> None:
-        super().__init__(f"{field}: {detail}")
-        self.field = field
-        self.detail = detail
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _whole(field: str, value: object, low: int, high: int, what: str = "") -> int:
-    if not _is_int(value):
-        raise FieldError(field, f"must be a whole number, not {value!r}"[:200])
-    assert isinstance(value, int)
-    if not low <= value <= high:
-        raise FieldError(field, what or f"must be from {low} to {high}, not {value}")
-    return value
-
-
-def _number(field: str, value: object, high: float, unit: str = "") -> float:
-    if not _is_number(value):
-        raise FieldError(field, f"must be a number, not {value!r}"[:200])
-    number = float(value)  # type: ignore[arg-type]
-    if number != number or number in (float("inf"), float("-inf")):
-        raise FieldError(field, f"must be a finite number, not {number}")
-    if not 0 < number:
-        raise FieldError(field, f"must be greater than 0, got {number:g}")
-    if not number <= high:
-        raise FieldError(field, f"must be at most {high:g}{unit}, got {number:g}")
-    return number
-
-
-def check_label(field: str, value: object) -> str:
-    """A name or project: 1-200 characters, no control characters (they would reach
-    terminals)."""
-    if not isinstance(value, str) or not value:
-        raise FieldError(field, f"must be text of 1 to {NAME_MAX} characters")
-    if len(value) > NAME_MAX:
-        raise FieldError(field, f"must be at most {NAME_MAX} characters, not {len(value)}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise FieldError(field, "control characters are not allowed")
-    return value
-
-
-def check_command(value: object) -> list[str]:
-    """An argv: 1 to 4,096 words, the first (the program) not empty, no NUL bytes."""
-    if not isinstance(value, list) or not all(isinstance(w, str) for w in value):
-        raise FieldError("command", "must be a list of words")
-    if not value:
-        raise FieldError("command", "a command is needed")
-    if len(value) > 4096:
-        raise FieldError("command", f"at most 4096 words, not {len(value)}")
-    if not value[0]:
-        raise FieldError("command", "the program name (first word) is empty")
-    if any("\0" in word for word in value):
-        raise FieldError("command", "contains a NUL byte")
-    return value
-
-
-def check_shell(value: object) -> str:
-    """A shell line: 1 to 65,536 characters, no NUL bytes."""
-    if not isinstance(value, str) or not value:
-        raise FieldError("shell", "a command is needed")
-    if len(value) > 65536:
-        raise FieldError("shell", f"at most 65536 characters, not {len(value)}")
-    if "\0" in value:
-        raise FieldError("shell", "contains a NUL byte")
-    return value
-
-
-def check_gpus(value: object) -> int:
-    """GPUs a job needs, each on its own domain (0 = the CPU pool)."""
-    return _whole("gpus", value, 0, 64)
-
-
-def check_vram_gb(value: object, field: str = "vram_gb") -> float:
-    """GiB needed on each GPU: more than 0, at most a million."""
-    return _number(field, value, 1_000_000, " GiB")
-
-
-def check_timeout(value: object) -> float:
-    """Seconds of running before the job is stopped."""
-    return _number("timeout", value, MAX_SECONDS, " s")
-
-
-def check_priority(value: object) -> int:
-    """Higher starts first; -1,000,000 to 1,000,000."""
-    return _whole("priority", value, -1_000_000, 1_000_000)
-
-
-def check_replicas(value: object) -> int:
-    """Copies of a service: 1 to 64."""
-    return _whole("replicas", value, 1, 64)
-
-
-def check_max_restarts(value: object) -> int:
-    """Restarts allowed per replica."""
-    return _whole("max_restarts", value, 0, 1_000_000)
-
-
-def check_max_attempts(value: object) -> int:
-    """Placements of a service after losing a domain."""
-    return _whole("max_attempts", value, 1, 1000)
-
-
-def check_job_id(value: object, field: str = "job") -> int:
-    """A job id: 1 up to SQLite's largest integer."""
-    if _is_int(value) and value < 1:  # type: ignore[operator]
-        raise FieldError(field, f"a job id is 1 or more, got {value}")
-    return _whole(field, value, 1, MAX_INT, f"a job id is at most {MAX_INT}, got {value}")
-
-
-def check_pid(value: object) -> int:
-    """A Linux process id."""
-    return _whole("pid", value, 1, PID_MAX, f"must be a process id from 1 to {PID_MAX}")
-
-
-def check_start_ticks(value: object) -> int:
-    """A /proc start time in clock ticks."""
-    return _whole("start_ticks", value, 0, MAX_INT)
-
-
-# Rules by field name, for code that checks a field it knows only by name (the TUI's form).
-RULES: dict[str, Any] = {
-    "command": check_command,
-    "shell": check_shell,
-    "name": lambda v: check_label("name", v),
-    "project": lambda v: check_label("project", v),
-    "gpus": check_gpus,
-    "vram_gb": check_vram_gb,
-    "timeout": check_timeout,
-    "priority": check_priority,
-    "replicas": check_replicas,
-    "max_restarts": check_max_restarts,
-    "max_attempts": check_max_attempts,
-    "pid": check_pid,
-    "start_ticks": check_start_ticks,
-}
-
-
-# -- text parsers (argparse types, form fields) --------------------------------------------
-
-
-def parse_whole(field: str, text: str) -> int:
-    """A whole number typed by a person."""
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise FieldError(field, f"expected a whole number, got {text!r}") from None
-
-
-def parse_number(field: str, text: str) -> float:
-    """A number typed by a person."""
-    try:
-        return float(text.strip())
-    except ValueError:
-        raise FieldError(field, f"expected a number, got {text!r}") from None
-
-
-def parse_field(field: str, text: str) -> Any:
-    """Parse ``text`` for ``field`` and check it by the field's rule.
-
-    Raises:
-        FieldError: It does not parse or breaks the rule.
-    """
-    if field in ("vram_gb", "timeout"):
-        return RULES[field](parse_number(field, text))
-    if field in ("name", "project"):
-        return RULES[field](text)
-    if field == "job":
-        return parse_job_id(text)
-    return RULES[field](parse_whole(field, text))
-
-
-def parse_job_id(text: str, field: str = "job") -> int:
-    """A job id typed by a person."""
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise FieldError(field, f"a job id is a number, got {text!r}") from None
-    return check_job_id(value, field)
-
-
-def parse_job_ids(text: str, field: str = "depends_on") -> list[int]:
-    """Job ids separated by commas or spaces."""
-    return [parse_job_id(item, field) for item in text.replace(",", " ").split()]
 
 
 # -- requests --------------------------------------------------------------------------------

@@ -112,17 +112,22 @@ def test_the_import_graph_was_read() -> None:
         # Screens and widgets see the engine only through the backend and the wire contract.
         ("gpulayer_tui.screens", ("gpulayer_tui.engine", "gpulayer_tui.cli", "gpulayer_tui.app")),
         ("gpulayer_tui.widgets", ("gpulayer_tui.engine", "gpulayer_tui.cli", "gpulayer_tui.app")),
-        # The wire contract stands alone.
-        # The wire contract stands alone (its JSON shapes live in a module of their own,
-        # loaded only when used: see wire.py).
+        # The wire contract stands alone (its JSON shapes and its field rules live in
+        # modules of their own: shapes are loaded only when used, and the CLI's quick path
+        # checks a value without the contract's enums; see wire.py).
         ("gpulayer_tui.wire", ("gpulayer_tui.",)),
         ("gpulayer_tui.shapes", ("gpulayer_tui.",)),
+        ("gpulayer_tui.fields", ("gpulayer_tui.",)),
+        ("gpulayer_tui.jsonlite", ("gpulayer_tui.",)),
     ],
 )
 def test_layer_contracts(layer: str, forbidden: tuple[str, ...]) -> None:
     modules = _layer(layer)
     assert modules, layer
-    allowed = {("gpulayer_tui.wire", "gpulayer_tui.shapes")}
+    allowed = {
+        ("gpulayer_tui.wire", "gpulayer_tui.shapes"),
+        ("gpulayer_tui.wire", "gpulayer_tui.fields"),
+    }
     broken = sorted(
         f"{module} imports {dep}"
         for module, deps in modules.items()
@@ -137,10 +142,11 @@ def test_the_wire_contract_is_stdlib_only() -> None:
     stdlib = sys.stdlib_module_names
     outside = sorted(
         name
-        for module in ("wire.py", "shapes.py")
+        for module in ("wire.py", "shapes.py", "fields.py", "jsonlite.py")
         for name in _imports(PACKAGE / module)
         if name.split(".")[0] not in stdlib
         and name not in ("__future__", "gpulayer_tui", "gpulayer_tui.shapes")
+        and not name.startswith("gpulayer_tui.fields")
     )
     assert outside == []
 
@@ -228,14 +234,16 @@ def test_a_cli_submit_loads_neither_the_engine_nor_heavy_libraries(tmp_path: Pat
     # start-up time is most of a submit, so the budget is strict: only the state-dir helper
     # of the engine package, and no http.client (it pulls in email and ssl).
     code = (
-        "import sys, json\n"
+        "import sys\n"
         "from gpulayer_tui.__main__ import main\n"
-        "sys.argv = ['gpulayer-tui', 'submit', '--', 'true']\n"
+        "sys.argv = ['gpulayer-tui', 'submit', '--gpus', '1', '--', 'true']\n"
         "try:\n"
         "    main()\n"
         "except SystemExit as exit:\n"
         "    assert exit.code == 3, exit.code\n"
-        "print(json.dumps(sorted(sys.modules)))\n"
+        "loaded = sorted(sys.modules)\n"
+        "import json\n"
+        "print(json.dumps(loaded))\n"
     )
     env = dict(os.environ, GPULAYER_HOME=str(tmp_path / "home"))
     # -S: no site-packages, so an editable install's import finder (which loads pathlib
@@ -255,16 +263,29 @@ def test_a_cli_submit_loads_neither_the_engine_nor_heavy_libraries(tmp_path: Pat
     engine = sorted(m for m in loaded if m.startswith("gpulayer_tui.engine.") and m not in allowed)
     ui = sorted(m for m in loaded if m in ("gpulayer_tui.app", "gpulayer_tui.tui"))
     assert (heavy, engine, ui) == ([], [], [])
-    # Each of these is a few ms of every call (issue 15): annotations and the wire rules
-    # are imported only where an option or an error needs them.
-    slow = {"http.client", "pathlib", "typing", "gpulayer_tui.wire", "urllib.parse", "argparse"}
-    assert slow & loaded == {"argparse"}  # (argparse: the one parser, built for `submit` only)
+    # Each of these is a few ms of every call (issue 15): the common submit is read without
+    # argparse (cli/quick.py), its JSON through _json (jsonlite.py), its values checked by
+    # the field rules without the wire contract's enums.
+    slow = {
+        "http.client",
+        "pathlib",
+        "typing",
+        "gpulayer_tui.wire",
+        "urllib.parse",
+        "argparse",
+        "re",
+        "json",
+        "enum",
+        "gettext",
+        "locale",
+    }
+    assert slow & loaded == set()
 
 
 def test_each_subcommand_built_alone_is_the_same_as_in_the_whole_grammar() -> None:
     # The CLI builds only the parser of the subcommand it runs (a CLI start cost): each must
     # still be exactly the one the full grammar (--help, the TUI) knows.
-    from gpulayer_tui.cli.main import SUBCOMMANDS, _subcommand, build_parser
+    from gpulayer_tui.cli.grammar import SUBCOMMANDS, build_parser, subcommand_of
 
     def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
         (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -277,7 +298,7 @@ def test_each_subcommand_built_alone_is_the_same_as_in_the_whole_grammar() -> No
         assert [a.option_strings or a.dest for a in alone._actions] == [
             a.option_strings or a.dest for a in full[name]._actions
         ], name
-    assert _subcommand(["--config", "c.toml", "jobs", "--limit", "5"]) == "jobs"
-    assert _subcommand(["--simulate", "jobs"]) is None  # "jobs" is --simulate's value
-    assert _subcommand(["submit", "--", "status"]) == "submit"
-    assert _subcommand(["--serve"]) is None
+    assert subcommand_of(["--config", "c.toml", "jobs", "--limit", "5"]) == "jobs"
+    assert subcommand_of(["--simulate", "jobs"]) is None  # "jobs" is --simulate's value
+    assert subcommand_of(["submit", "--", "status"]) == "submit"
+    assert subcommand_of(["--serve"]) is None

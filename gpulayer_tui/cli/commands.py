@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
 
+from .. import jsonlite
 from ..client import ApiError, Client, EngineNotRunning, quote
 from .exits import EXIT_FAILED, EXIT_NO_ENGINE, EXIT_OK, EXIT_USAGE
-from .format import format_gpus, format_job, format_jobs, table
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (annotations only: keep `submit` cheap to start)
+    import argparse
     from collections.abc import Callable
     from typing import Any
 
@@ -30,6 +29,8 @@ SERVICE_FLAGS = {
 
 
 def _print_json(data: Any) -> None:
+    import json  # (not on the quick path's default output: it imports re)
+
     print(json.dumps(data, indent=2, sort_keys=True))
 
 
@@ -93,6 +94,8 @@ def _read_spec_file(path: str) -> list[dict[str, Any]]:
     data: Any
     if path.endswith(".json"):
         try:
+            import json
+
             data = json.loads(raw)
         except ValueError as err:
             raise ValueError(f"{path}: not valid JSON: {err}") from None
@@ -198,14 +201,13 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         first = True
         for page in pages:
             for job in page:
-                sys.stdout.write(
-                    ("[\n" if first else ",\n")
-                    + json.dumps(job, sort_keys=True, separators=(",", ":"))
-                )
+                sys.stdout.write(("[\n" if first else ",\n") + jsonlite.dumps(job, sort_keys=True))
                 first = False
         sys.stdout.write("[]\n" if first else "\n]\n")
         return EXIT_OK
     jobs = [job for page in pages for job in page]
+    from .format import format_jobs
+
     print(format_jobs(jobs, time.time()))
     if len(jobs) == args.limit and args.sort == "id" and not args.after and not args.reverse:
         print(f"older: --before {jobs[-1]['id']}", file=sys.stderr)
@@ -217,6 +219,8 @@ def _status(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     if args.json:
         _print_json(data)
     else:
+        from .format import format_job
+
         print(format_job(data["job"], data["events"], time.time()))
     from ..wire import NOT_COMPLETED_STATUSES
 
@@ -311,6 +315,8 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
                 ]
                 for d in domains
             ]
+            from .format import table
+
             print(table(["DOMAIN", "GPU", "STATE", "HEALTH", "SLOTS", "REASON"], rows))
         return EXIT_OK
     if not args.name:
@@ -345,6 +351,8 @@ def _gpus(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     if args.json:
         _print_json(data)
     else:
+        from .format import format_gpus
+
         print(format_gpus(data))
     return EXIT_OK
 

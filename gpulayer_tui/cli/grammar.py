@@ -1,0 +1,344 @@
+"""The command line's grammar (argparse): every subcommand and option, with help.
+
+Built only when needed (see :mod:`.main`): the common forms of ``submit``, ``status`` and
+``jobs`` are read by :mod:`.quick` without argparse; and then only the running
+subcommand's arguments are built.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import __version__
+
+TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
+if TYPE_CHECKING:  # (annotations only; the wire rules load when an option needs one)
+    from collections.abc import Callable, Sequence
+    from typing import Any
+
+
+def positive_int(text: str) -> int:
+    """A whole number, 0 or more (limits, replica numbers)."""
+    from .. import fields as wire
+
+    try:
+        value = wire.parse_whole("value", text)
+    except wire.FieldError as err:
+        raise argparse.ArgumentTypeError(err.detail) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def job_id_arg(text: str) -> int:
+    """A job id."""
+    return _field("job")(text)  # type: ignore[no-any-return]
+
+
+def positive_number(text: str) -> float:
+    """A number greater than 0 (seconds to wait)."""
+    from .. import fields as wire
+
+    try:
+        value = wire.parse_number("value", text)
+    except wire.FieldError as err:
+        raise argparse.ArgumentTypeError(err.detail) from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def days_arg(text: str) -> float:
+    """A number of days, 0 or more."""
+    from .. import fields as wire
+
+    try:
+        value = wire.parse_number("days", text)
+    except wire.FieldError as err:
+        raise argparse.ArgumentTypeError(err.detail) from None
+    if not 0 <= value <= 36500:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 36500 days, got {text}")
+    return value
+
+
+def _field(name: str) -> Callable[[str], Any]:
+    """An argparse type that applies the wire contract's rule for ``name`` (the same one the
+    engine and the TUI's form apply), so a bad value is refused here with the same words."""
+
+    def parse(text: str) -> Any:
+        from .. import fields as wire
+
+        try:
+            return wire.parse_field(name, text)
+        except wire.FieldError as err:
+            raise argparse.ArgumentTypeError(err.detail) from None
+
+    parse.__name__ = name  # argparse names the type in "invalid <name> value"
+    return parse
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, sized without importing :mod:`shutil` (~2 ms of every call:
+    argparse builds a formatter for each argument it adds, and the stock one imports
+    shutil for the terminal width)."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        if width is None:
+            width = _columns() - 2  # (as the stock formatter does)
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def _columns() -> int:
+    """The terminal's width the way :func:`shutil.get_terminal_size` finds it."""
+    import os
+    import sys
+
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command-line grammar.
+
+    Args:
+        only: The subcommand being run: only its arguments are built (building all of
+            them is ~5 ms of every CLI call); ``None`` builds everything.
+    """
+    parser = argparse.ArgumentParser(
+        prog="gpulayer-tui",
+        formatter_class=_Formatter,
+        description="A terminal workstation manager for GPU machines.",
+        epilog="Without a subcommand it opens the TUI (attaching to a running engine, or "
+        "starting one inside the TUI); --serve runs the engine headless. "
+        "GPULAYER_HOME sets the state and config dir.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpulayer-tui {__version__}")
+    parser.add_argument("--serve", action="store_true", help="run the engine headless")
+    parser.add_argument("--simulate", metavar="SPEC", help="simulated GPUs, e.g. 2xA100-80GB")
+    parser.add_argument(
+        "--simulate-if-no-gpu",
+        metavar="SPEC",
+        help="simulate SPEC only when no NVIDIA driver is present (demos)",
+    )
+    parser.add_argument("--config", metavar="PATH", help="config file (default: see README)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log engine activity")
+    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
+    for name, (summary, description, add_args) in _SUBCOMMAND_TABLE.items():
+        p = sub.add_parser(
+            name, formatter_class=_Formatter, help=summary, description=description or None
+        )
+        if only in (None, name):
+            add_args(p)
+    return parser
+
+
+def _submit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name")
+    p.add_argument("--project")
+    p.add_argument("--gpus", type=_field("gpus"), help="GPUs needed (0 = CPU pool)")
+    p.add_argument("--vram-gb", type=_field("vram_gb"), help="GiB needed on each GPU")
+    p.add_argument("--domain", action="append", help="pin to a domain (repeat for a choice)")
+    p.add_argument("--exclusive", action="store_true", help="hold every slot of its domains")
+    p.add_argument(
+        "--after",
+        type=job_id_arg,
+        action="append",
+        default=[],
+        metavar="ID",
+        help="run after job ID completes (cancelled if it does not)",
+    )
+    p.add_argument(
+        "--after-any",
+        type=job_id_arg,
+        action="append",
+        default=[],
+        metavar="ID",
+        help="run after job ID ends, whatever its outcome",
+    )
+    p.add_argument("--timeout", type=_field("timeout"), metavar="SECONDS")
+    p.add_argument(
+        "--priority", type=_field("priority"), default=0, help="higher starts first (default 0)"
+    )
+    p.add_argument("--cwd", help="working directory (default: the current one)")
+    p.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment variable"
+    )
+    p.add_argument(
+        "--no-inherit-env",
+        action="store_true",
+        help="do not pass this shell's environment to the job",
+    )
+    p.add_argument("--shell", action="store_true", help="run CMD as one shell line (sh -c)")
+    p.add_argument(
+        "--file",
+        metavar="PATH",
+        help="submit one job per line of PATH ('-' = stdin); lines with shell syntax run in sh",
+    )
+    p.add_argument(
+        "--spec",
+        metavar="PATH",
+        help="submit the spec(s) in a TOML or JSON file (one spec, or a 'jobs' list)",
+    )
+    svc = p.add_argument_group("services (record 000)")
+    svc.add_argument(
+        "--service", action="store_true", help="keep CMD running: restart it, give it $PORT"
+    )
+    svc.add_argument("--replicas", type=_field("replicas"), help="copies to run (default 1)")
+    svc.add_argument(
+        "--restart",
+        choices=["always", "on_failure"],
+        help="restart a replica after any exit (default) or a non-zero one only",
+    )
+    svc.add_argument("--max-restarts", type=_field("max_restarts"), metavar="N", help="per replica")
+    svc.add_argument("--no-port", action="store_true", help="do not give replicas a $PORT")
+    svc.add_argument(
+        "--max-attempts",
+        type=_field("max_attempts"),
+        metavar="N",
+        help="placements after a lost GPU",
+    )
+    p.add_argument("--json", action="store_true", help="print the job(s) as JSON")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+
+
+def _jobs_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--status", action="append", default=[], help="filter (repeat or a,b)")
+    p.add_argument(
+        "--filter",
+        metavar="TEXT",
+        default="",
+        help="only jobs whose id, name, command or message contains TEXT (any case)",
+    )
+    p.add_argument("--limit", type=positive_int, default=50, help="rows per page (default 50)")
+    paging = p.add_mutually_exclusive_group()
+    paging.add_argument("--before", type=job_id_arg, metavar="ID", help="jobs older than ID")
+    paging.add_argument(
+        "--after", type=job_id_arg, metavar="ID", help="jobs newer than ID, oldest first"
+    )
+    paging.add_argument("--page", type=positive_int, metavar="N", help="page N of --limit rows")
+    p.add_argument(
+        "--sort",
+        choices=("id", "status", "name", "started", "runtime", "vram"),
+        default="id",
+        help="order (default id, newest first; name and status ascend)",
+    )
+    p.add_argument("--reverse", action="store_true", help="reverse the order")
+    p.add_argument("--json", action="store_true", help="one JSON row per line, in a JSON list")
+
+
+def _status_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", type=job_id_arg)
+    p.add_argument("--json", action="store_true")
+
+
+def _logs_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", type=job_id_arg)
+    p.add_argument("--replica", type=positive_int, help="a service's replica (default 0)")
+    p.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
+
+
+def _wait_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", type=job_id_arg)
+    p.add_argument("--timeout", type=positive_number, metavar="SECONDS")
+    p.add_argument("--json", action="store_true")
+
+
+def _cancel_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", type=job_id_arg)
+    p.add_argument("--no-wait", action="store_true", help="return without waiting for the end")
+    p.add_argument("--json", action="store_true")
+
+
+def _adopt_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pid", type=_field("pid"), required=True, metavar="PID")
+    p.add_argument("--name")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--vram-gb", type=_field("vram_gb"), help="declared GiB per GPU")
+    group.add_argument("--gpu", action="store_true", help="on the GPUs where it holds memory")
+    p.add_argument("--domain", action="append", help="adopt it on this domain (repeatable)")
+    p.add_argument("--json", action="store_true")
+
+
+def _domain_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["list", "drain", "release"])
+    p.add_argument("name", nargs="?", help="the domain (for drain and release)")
+    p.add_argument("--reason", help="why it is drained (shown to users)")
+    p.add_argument("--json", action="store_true")
+
+
+def _clean_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--older-than", type=days_arg, metavar="DAYS")
+    p.add_argument("--keep", type=positive_int, metavar="N", help="keep the newest N finished")
+    p.add_argument("--json", action="store_true")
+
+
+def _doctor_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true")
+
+
+def _gpus_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true")
+
+
+_SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None]]] = {
+    "submit": (
+        "submit a batch job or a service",
+        "Submit a batch job, or with --service a long-running service.",
+        _submit_args,
+    ),
+    "jobs": ("list jobs", "", _jobs_args),
+    "status": ("show one job (exit 1 if it failed)", "", _status_args),
+    "logs": ("print a job's output", "", _logs_args),
+    "wait": ("wait for a job; exit 0 only if it completed", "", _wait_args),
+    "cancel": ("cancel a job (SIGTERM, then SIGKILL)", "", _cancel_args),
+    "adopt": (
+        "adopt a running process as a job",
+        "Adopt a process started elsewhere (nohup, tmux, a notebook): it becomes a running "
+        "job, its GPU memory counts as owned, and it can be waited on and cancelled. Its "
+        "command is never run again by gpulayer-tui.",
+        _adopt_args,
+    ),
+    "domain": ("list, drain or release domains", "", _domain_args),
+    "clean": (
+        "remove old finished jobs (their rows, timelines and logs)",
+        "Remove finished jobs that ended more than DAYS ago and/or all but the newest N "
+        "finished ones: their rows, timelines and log files. Running and queued jobs are "
+        "never touched; ids are never given again. [history] keep_days in the config does "
+        "this every hour.",
+        _clean_args,
+    ),
+    "doctor": ("check the driver, config, engine and domains", "", _doctor_args),
+    "gpus": ("domains, GPU samples and unregistered VRAM", "", _gpus_args),
+}
+"""Each subcommand: its one-line help, its description, and what adds its arguments."""
+SUBCOMMANDS = frozenset(_SUBCOMMAND_TABLE)
+_GLOBAL_WITH_VALUE = frozenset(("--simulate", "--simulate-if-no-gpu", "--config"))
+
+
+def subcommand_of(words: Sequence[str]) -> str | None:
+    """The subcommand ``words`` name, found the way argparse will (global options come
+    first); ``None`` if there is none or it is unknown (then the whole grammar is built,
+    for the TUI, ``--help`` and argparse's own error)."""
+    it = iter(words)
+    for word in it:
+        if word in _GLOBAL_WITH_VALUE:
+            next(it, None)
+        elif word == "--":
+            return None
+        elif not word.startswith("-"):
+            return word if word in SUBCOMMANDS else None
+    return None
