@@ -1,5 +1,5 @@
 """Field rules: what a value of each spec field may be (ranges, characters), one function
-per field, raising :class:`FieldError` (which names the field).
+per field, raising :class:`FieldError` (which names the field); and the status sets.
 
 Part of the wire contract (:mod:`gpulayer_tui.wire` re-exports every name here): the
 engine's spec model, argparse and the TUI's forms apply the same rules with the same
@@ -13,6 +13,12 @@ from __future__ import annotations
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:
     from typing import Any
+
+# Plain strings, so a reader of JSON can test ``job["status"] in ACTIVE_STATUSES`` directly
+# (a StrEnum member equals its value, so ``JobStatus.RUNNING in ACTIVE_STATUSES`` holds too).
+ACTIVE_STATUSES: frozenset[str] = frozenset({"pending", "queued", "running"})
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "orphaned"})
+NOT_COMPLETED_STATUSES: frozenset[str] = TERMINAL_STATUSES - {"completed"}
 
 MAX_INT = 2**63 - 1  # SQLite's INTEGER: a larger id names nothing
 PID_MAX = 4_194_304  # PID_MAX_LIMIT: no Linux pid is larger

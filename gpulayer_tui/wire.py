@@ -25,11 +25,14 @@ from enum import StrEnum
 
 # The field rules are defined in .fields (no enum there, for the CLI's quick path) and
 # are part of this contract.
+from .fields import ACTIVE_STATUSES as ACTIVE_STATUSES
 from .fields import MAX_INT as MAX_INT
 from .fields import MAX_SECONDS as MAX_SECONDS
 from .fields import NAME_MAX as NAME_MAX
+from .fields import NOT_COMPLETED_STATUSES as NOT_COMPLETED_STATUSES
 from .fields import PID_MAX as PID_MAX
 from .fields import RULES as RULES
+from .fields import TERMINAL_STATUSES as TERMINAL_STATUSES
 from .fields import FieldError as FieldError
 from .fields import check_command as check_command
 from .fields import check_gpus as check_gpus
@@ -98,11 +101,8 @@ class JobStatus(StrEnum):
         return self.value in ACTIVE_STATUSES
 
 
-# Plain strings, so a reader of JSON can test ``job["status"] in ACTIVE_STATUSES`` directly
-# (a StrEnum member equals its value, so ``JobStatus.RUNNING in ACTIVE_STATUSES`` holds too).
-ACTIVE_STATUSES: frozenset[str] = frozenset({"pending", "queued", "running"})
-TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "orphaned"})
-NOT_COMPLETED_STATUSES: frozenset[str] = TERMINAL_STATUSES - {"completed"}
+# ACTIVE_STATUSES, TERMINAL_STATUSES and NOT_COMPLETED_STATUSES: see .fields (imported
+# above): plain strings, so a reader of JSON can test ``job["status"] in ACTIVE_STATUSES``.
 
 STATUS_RANK: dict[str, int] = {
     "running": 0,

@@ -222,7 +222,7 @@ def _status(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         from .format import format_job
 
         print(format_job(data["job"], data["events"], time.time()))
-    from ..wire import NOT_COMPLETED_STATUSES
+    from ..fields import NOT_COMPLETED_STATUSES
 
     return EXIT_FAILED if data["job"]["status"] in NOT_COMPLETED_STATUSES else EXIT_OK
 
