@@ -17,6 +17,7 @@ from typing import Any, cast
 from textual import on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
@@ -100,6 +101,20 @@ class GpulayerApp(App[str]):
         self._quiet.set()
         for item in themes.THEMES:
             self.register_theme(item)
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Every notification is plain text, whoever asks for markup: messages quote job
+        names, commands, domain names and the engine's words, and a ``[/bold]`` in one
+        must show as written, not end the app with a ``MarkupError``."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         """Our extra variables for every theme, Textual's built-in ones included."""

@@ -65,6 +65,18 @@ def _number(field: str, value: object, high: float, unit: str = "") -> float:
     return number
 
 
+def printable(text: str) -> str:
+    """``text`` with every unprintable character (controls, escapes, bidi overrides, other
+    format characters) written as ``\\xNN``/``\\uNNNN``: safe to put on a terminal, and
+    still says what was there."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+        for c in text
+    )
+
+
 def check_label(field: str, value: object) -> str:
     """A name or project: 1-200 characters, no control characters (they would reach
     terminals)."""

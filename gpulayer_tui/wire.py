@@ -52,6 +52,7 @@ from .fields import parse_job_id as parse_job_id
 from .fields import parse_job_ids as parse_job_ids
 from .fields import parse_number as parse_number
 from .fields import parse_whole as parse_whole
+from .fields import printable as printable
 
 TYPE_CHECKING = False  # (not typing's: the CLI loads this module; typing costs ~2 ms)
 if TYPE_CHECKING:

@@ -35,7 +35,9 @@ def _print_json(data: Any) -> None:
 
 
 def _error(message: str) -> None:
-    print(f"gpulayer-tui: {message}", file=sys.stderr)
+    from ..fields import printable  # (an engine's message can quote what a user wrote)
+
+    print(f"gpulayer-tui: {printable(message)}", file=sys.stderr)
 
 
 def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from ..fields import printable
 from ..formatting import duration, gib, replica_health, replica_state
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
@@ -14,7 +15,9 @@ if TYPE_CHECKING:
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
-    """Left-aligned columns separated by two spaces."""
+    """Left-aligned columns separated by two spaces; unprintable characters in a cell are
+    escaped (see :func:`printable`)."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
@@ -86,7 +89,8 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
         extra = f" ({ev['reason']})" if ev.get("reason") else ""
         message = f": {ev['message']}" if ev.get("message") else ""
         lines.append(f"    {_when(ev['at'])}  {what}{extra}{message}")
-    return "\n".join(lines)
+    # Names, commands and messages are users' text: escaped, never sent as escapes.
+    return "\n".join(printable(line) for line in lines)
 
 
 def _replica_lines(job: JobRowJSON, now: float) -> list[str]:
@@ -123,7 +127,7 @@ def format_gpus(data: dict[str, Any]) -> str:
     """The ``gpus`` view: one row per domain, then foreign (unregistered) processes."""
     lines = []
     if data.get("message"):
-        lines.append(f"note: {data['message']}")
+        lines.append(printable(f"note: {data['message']}"))
     rows = []
     foreign = []
     for dom in data["domains"]:

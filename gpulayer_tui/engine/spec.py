@@ -164,13 +164,17 @@ class JobSpec(BaseModel):
         return [self.domain] if isinstance(self.domain, str) else list(self.domain)
 
     def default_name(self) -> str:
-        """``name`` or the program's basename."""
+        """``name`` or the program's basename, held to the name rule: at most
+        ``NAME_MAX`` characters, control and other unprintable characters escaped (a
+        program's name reaches every table and terminal)."""
         if self.name:
             return self.name
         if self.command:
-            return os.path.basename(self.command[0]) or self.command[0]
-        first = (self.shell or "").strip().split(maxsplit=1)
-        return os.path.basename(first[0]) if first else "shell"
+            base = os.path.basename(self.command[0]) or self.command[0]
+        else:
+            first = (self.shell or "").strip().split(maxsplit=1)
+            base = os.path.basename(first[0]) if first else "shell"
+        return wire.printable(base)[: wire.NAME_MAX] or "job"
 
 
 def _describe(err: ValidationError) -> tuple[str, str | None]:

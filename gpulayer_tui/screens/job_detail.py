@@ -277,7 +277,9 @@ class JobDetailScreen(Screen[None]):
         self._job = job
         if self._widgets_gone:
             return
-        self.query_one("#fields-box").border_title = f"job {self.job_id} · {job.get('name', '')}"
+        # (Content: a name is the user's text, never markup)
+        name = Content(f"job {self.job_id} · {job.get('name', '')}")
+        self.query_one("#fields-box").border_title = name
         self.query_one("#field-loading").display = False
         self.query_one("#fields-box").add_class("-loaded")
         for key, value in job_fields(job, app.clock()).items():
@@ -323,7 +325,7 @@ class JobDetailScreen(Screen[None]):
                 replica = self._replica if self.is_service else None
                 chunk = await app.backend.read_log(self.job_id, log.bytes_read, replica=replica)
             except ConnectionLost as err:
-                log.border_subtitle = str(err)
+                log.border_subtitle = Content(str(err))
                 await asyncio.sleep(2.0)
                 continue
             except BackendError as err:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import re
 
+from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Log
 
@@ -78,7 +79,7 @@ class LogTail(Log):
         *complete, self._partial = text.replace("\r\n", "\n").split("\n")
         if complete:
             self.write_lines([clean_line(line) for line in complete], scroll_end=self.follow)
-        self.border_subtitle = self.partial_line
+        self.border_subtitle = Content(self.partial_line)  # the job's output: text, not markup
 
     def reset(self) -> None:
         """Forget everything shown, to read another output from its start."""

@@ -1,0 +1,113 @@
+"""Hostile text: every string a user supplied is shown as text (never markup, never a
+terminal escape) by every screen and every CLI table, and nothing a user types ends the
+app or the engine."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from textual.widgets import Input
+
+from gpulayer_tui.cli.format import format_job, format_jobs, printable, table
+
+from .conftest import Served
+from .ui_support import until
+
+# Names pass the name rule (no control characters); commands, shell lines and the job's
+# output may hold anything but NUL.
+NAMES = ["[/bold]x", "[red]r[/red]", "[@click=app.quit]q[/]", "[b]unclosed", "\\[x]", "é[/]"]
+COMMANDS: list[list[str]] = [
+    ["sh", "-c", "printf '[/bold]\\033[2J\\033]0;pwned\\007 [link=x]y[/link]\\n'; exit 3"],
+    ["sh", "-c", "echo '[/]'", "\x1b[31m", "\u202e"],
+]
+
+
+async def test_hostile_names_commands_and_output_never_end_the_tui(embedded_app: Any) -> None:
+    app = await embedded_app("2xA100-80GB")
+    ids = []
+    for n, name in enumerate(NAMES):
+        command = COMMANDS[n % len(COMMANDS)]
+        job = await app.backend.submit({"name": name, "command": command, "gpus": n % 2})
+        ids.append(job["id"])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("j")
+        await until(pilot, lambda: app.screen.query_one("#jobs-table").row_count == len(NAMES))
+        for job_id in ids:
+            app.open_job(job_id)
+            await until(pilot, lambda: getattr(app.screen, "job", None) is not None, "detail")
+            await pilot.pause(0.2)  # its log and timeline arrive
+            assert app.is_running
+            await pilot.press("escape")
+            await pilot.pause()
+        # The form: a hostile domain name comes back in the engine's refusal.
+        await pilot.press("n")
+        await pilot.pause()
+        form = app.screen
+        form.query_one("#command", Input).value = "true"
+        form.query_one("#domain", Input).value = "[/bold][@click=app.quit]"
+        await pilot.press("ctrl+s")
+        await until(
+            pilot,
+            lambda: "[/bold][@click=app.quit]" in form.form_message,  # type: ignore[attr-defined]
+            "the engine's refusal, quoting the name as written",
+        )
+        assert app.is_running
+        await pilot.press("escape")
+        await pilot.press("d")
+        await pilot.pause(0.2)
+        assert app.is_running
+        # What the table shows is the name itself.
+        await pilot.press("j")
+        await pilot.pause()
+        table = app.screen.query_one("#jobs-table")
+        shown = {str(table.get_row_at(i)[1]) for i in range(table.row_count)}
+        assert set(NAMES) <= shown
+
+
+@pytest.mark.parametrize("text", ["\x1b[2J", "a\x07b", "\x9b31m", "tab\there", "\u202e", "ok"])
+def test_cli_tables_escape_control_characters(text: str) -> None:
+    shown = printable(text)
+    assert not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in shown)
+    assert shown == text if text == "ok" else shown != text
+    cell = table(["NAME"], [[text]])
+    assert printable(text) in cell and ("\x1b" not in cell) and ("\x07" not in cell)
+
+
+def test_cli_job_views_escape_what_users_wrote() -> None:
+    job: dict[str, Any] = {
+        "id": 1,
+        "name": "n",
+        "kind": "command",
+        "status": "failed",
+        "termination_reason": "exit_code",
+        "exit_code": 3,
+        "message": "exited with code 3 \x1b[2J",
+        "domains": ["cpu"],
+        "gpus": [],
+        "pid": 5,
+        "started_at": 1.0,
+        "ended_at": 2.0,
+        "spec": {"command": ["sh", "-c", "\x1b]0;pwned\x07"], "cwd": "/tmp/\x1b[31m"},
+        "priority": 0,
+        "created_at": 1.0,
+        "queued_at": None,
+        "owner_uid": 0,
+        "kill_at": None,
+        "stop_reason": None,
+    }
+    out = format_job(job, [], 3.0) + format_jobs([job], 3.0)
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]0;pwned\\x07" in out
+
+
+def test_the_cli_json_keeps_the_exact_text(served: Served) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    done = served.cli("submit", "--name", "[/bold]x", "--json", "--", "sh", "-c", "echo \x1b[31m")
+    assert done.returncode == 0, done.stderr
+    job = json.loads(done.stdout)
+    assert job["name"] == "[/bold]x" and job["spec"]["command"][2] == "echo \x1b[31m"
+    listed = served.cli("jobs")
+    assert "[/bold]x" in listed.stdout and "\x1b" not in listed.stdout
