@@ -416,9 +416,11 @@ def test_api_survives_deep_nesting_huge_numbers_and_odd_encodings(api: Api) -> N
         assert status in (200, 400, 404), (path, status)
     assert api.snapshot() == before
     # Text that is not valid Unicode (a lone surrogate escape) is accepted and stored
-    # escaped; it never wedges the database writer.
+    # escaped; it never wedges the database writer. The name taken from it is held to the
+    # name rule: printable, the character written as an escape.
     status, data = api.call("POST", "/v1/jobs", b'{"command": ["\\udcff"], "depends_on": [1]}')
-    assert status == 201 and data["job"]["name"] == "\udcff"
+    assert status == 201 and data["job"]["name"] == "\\udcff"
+    assert data["job"]["spec"]["command"] == ["\udcff"]
     stored = api.db.execute("SELECT name FROM jobs WHERE id = ?", (data["job"]["id"],))
     assert stored.fetchone()[0] == "\\udcff"
     status, data = api.call("POST", "/v1/jobs", b'{"command": ["true"], "depends_on": [1]}')

@@ -23,6 +23,7 @@ included); the bodies are one-line delegations to the parts.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
@@ -58,6 +59,7 @@ from .sampler import Sample, Sampler
 from .scheduler import Scheduler
 from .service_runtime import ServiceClock
 from .services import ServiceRunner
+from .statedir import check_state_dir
 from .store import Store
 from .supervisor import Supervisor
 from .views import gpus_view
@@ -217,11 +219,17 @@ class Engine:
         state = self.paths.state_dir
         try:
             state.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.chmod(state, 0o700)
             self.paths.jobs_dir.mkdir(exist_ok=True, mode=0o700)
+            # Before anything is written there: no other user may control these dirs.
+            check_state_dir(state, self.paths.jobs_dir)
+            os.chmod(state, 0o700)  # (the API opens it to 0711 if [security] lets others in)
             self._lock.acquire()
         except OSError as err:
-            raise StoreError(f"the state dir {state} cannot be written: {err.strerror}") from None
+            if err.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+                why = f"{err.filename} is a symlink; the engine never writes through one"
+            else:
+                why = f"{err.strerror}" + (f" ({err.filename})" if err.filename else "")
+            raise StoreError(f"the state dir {state} cannot be written: {why}") from None
         try:
             await self.store.open(__version__, os.getpid())
             await self.executor.open()

@@ -1,0 +1,114 @@
+"""The engine refuses a state dir another user could change, and never writes through a
+link someone planted there (issue 14: "state dir followed blindly")."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpulayer_tui.engine.statedir import UnsafeStateDir, check_state_dir
+
+from .conftest import REPO
+
+NOBODY = pwd.getpwnam("nobody").pw_uid
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a dir to nobody")
+
+
+def _serve(home: Path) -> subprocess.CompletedProcess[str]:
+    """``--serve`` on ``home``: here it must refuse at once."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpulayer_tui", "--serve", "--simulate", "1xA100-80GB"],
+        env=dict(os.environ, GPULAYER_HOME=str(home)),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
+
+
+def _bait(tmp_path: Path) -> Path:
+    """A file only its owner may write: what a planted link would point at."""
+    bait = tmp_path / "only-root.txt"
+    bait.write_text("precious\n")
+    bait.chmod(0o600)
+    return bait
+
+
+@as_root
+def test_a_state_dir_another_user_owns_is_refused_and_its_links_never_followed(
+    tmp_path: Path,
+) -> None:
+    bait, other = _bait(tmp_path), _bait(tmp_path / ".." / tmp_path.name)
+    home = tmp_path / "x"
+    (home / "jobs").mkdir(parents=True)
+    (home / "engine.lock").symlink_to(bait)
+    (home / "jobs" / "1.log").symlink_to(other)
+    for path in (home, home / "jobs"):
+        os.chown(path, NOBODY, -1)
+        path.chmod(0o777)
+    done = _serve(home)
+    assert done.returncode == 2, done.stderr
+    assert f"{home} belongs to nobody, not to root" in done.stderr
+    assert bait.read_text() == "precious\n"
+    assert sorted(p.name for p in home.iterdir()) == ["engine.lock", "jobs"]  # nothing new
+
+
+def test_a_state_dir_others_may_write_is_refused(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    home.chmod(0o777)
+    done = _serve(home)
+    assert done.returncode == 2
+    assert f"{home} is writable by others (mode 0777)" in done.stderr
+    assert f"chmod 700 {home}" in done.stderr
+    assert not (home / "engine.lock").exists() and not (home / "gpulayer.db").exists()
+
+
+def test_jobs_must_be_a_real_private_directory(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (home / "jobs").symlink_to(elsewhere)
+    with pytest.raises(UnsafeStateDir, match="jobs is a symlink"):
+        check_state_dir(home, home / "jobs")
+    (home / "jobs").unlink()
+    (home / "jobs").mkdir(mode=0o700)
+    (home / "jobs").chmod(0o770)
+    with pytest.raises(UnsafeStateDir, match="jobs is writable by its group"):
+        check_state_dir(home, home / "jobs")
+    (home / "jobs").chmod(0o700)
+    check_state_dir(home, home / "jobs")  # and now it is fine
+
+
+@as_root
+def test_a_directory_above_that_another_user_controls_is_refused(tmp_path: Path) -> None:
+    above = tmp_path / "theirs"
+    home = above / "home"
+    (home / "jobs").mkdir(parents=True, mode=0o700)
+    os.chown(above, NOBODY, -1)
+    with pytest.raises(UnsafeStateDir, match=f"{above}, above the state dir .* belongs to nobody"):
+        check_state_dir(home, home / "jobs")
+    os.chown(above, 0, -1)
+    above.chmod(0o777)
+    with pytest.raises(UnsafeStateDir, match="is writable by others .*not sticky"):
+        check_state_dir(home, home / "jobs")
+    above.chmod(0o1777)  # sticky, like /tmp: only an entry's owner may rename it
+    check_state_dir(home, home / "jobs")
+
+
+def test_the_lock_is_never_taken_through_a_link(tmp_path: Path) -> None:
+    bait = _bait(tmp_path)
+    home = tmp_path / "home"
+    (home / "jobs").mkdir(parents=True, mode=0o700)
+    home.chmod(0o700)
+    (home / "engine.lock").symlink_to(bait)
+    done = _serve(home)
+    assert done.returncode == 2, done.stderr
+    assert "engine.lock" in done.stderr
+    assert bait.read_text() == "precious\n"
