@@ -148,7 +148,12 @@ def test_other_uids_are_refused_unless_allowed_and_cancel_only_their_own(
         # Allowing its group applies live (the socket is already open to others).
         config.write_text('[security]\nallowed_groups = ["nogroup"]\n')
         assert call("POST", "/config/reload")["applied"] is True
-        mine = call("POST", "/jobs", {"command": ["sleep", "60"], "name": "root's"})["job"]
+        secret = {"AWS_SECRET_ACCESS_KEY": "s3cr3t"}
+        mine = call(
+            "POST",
+            "/jobs",
+            {"shell": "echo root-only; sleep 60", "name": "root's", "env": secret},
+        )["job"]
         theirs_out = _as_nobody(served, "submit", "--", "sh", "-c", "id -u; sleep 60")
         assert theirs_out.returncode == 0, theirs_out.stderr
         theirs = int(theirs_out.stdout)
@@ -157,6 +162,23 @@ def test_other_uids_are_refused_unless_allowed_and_cancel_only_their_own(
         assert mine["owner_uid"] == os.geteuid()
         # Jobs run as the engine's user, whoever submitted them.
         wait_for(lambda: served.cli("logs", str(theirs)).stdout == f"{os.geteuid()}\n")
+
+        # Another user sees a job's environment names, never its values; its own in full.
+        seen = json.loads(_as_nobody(served, "status", str(mine["id"]), "--json").stdout)
+        assert seen["job"]["spec"]["env"] == {"AWS_SECRET_ACCESS_KEY": "(hidden)"}
+        assert call("GET", f"/jobs/{mine['id']}")["job"]["spec"]["env"] == secret
+        own_env = json.loads(_as_nobody(served, "status", str(theirs), "--json").stdout)
+        assert "(hidden)" not in own_env["job"]["spec"]["env"].values()
+        listed = json.loads(_as_nobody(served, "jobs", "--json").stdout)
+        assert all("env" not in row["spec"] for row in listed)
+        # ... and reads another user's output only where [security] shares it.
+        wait_for(lambda: served.cli("logs", str(mine["id"])).stdout == "root-only\n")
+        unshared = _as_nobody(served, "logs", str(mine["id"]))
+        assert unshared.returncode == 1 and unshared.stdout == ""
+        assert "may read only its own jobs' output" in unshared.stderr
+        config.write_text('[security]\nallowed_groups = ["nogroup"]\nshare_logs = true\n')
+        assert call("POST", "/config/reload")["applied"] is True
+        assert _as_nobody(served, "logs", str(mine["id"])).stdout == "root-only\n"
 
         # A user cancels only its own jobs; drain, release and reload are the owner's.
         other = _as_nobody(served, "cancel", str(mine["id"]))

@@ -174,6 +174,30 @@ def _job(job: Job) -> wire.JobJSON:
     return job.to_json()
 
 
+def _owner(owner_uid: int | None) -> int:
+    # Jobs without a recorded submitter came from inside the engine (the embedded TUI).
+    return owner_uid if owner_uid is not None else os.geteuid()
+
+
+def _others(request: web.Request, owner_uid: int | None) -> bool:
+    """True when the caller is neither the job's submitter nor the engine's user or root."""
+    uid = peer_uid(request)
+    return not is_admin(uid) and _owner(owner_uid) != uid
+
+
+HIDDEN = "(hidden)"
+
+
+def _shown(request: web.Request, job: wire.JobJSON) -> wire.JobJSON:
+    """``job`` as the caller may see it: another user's environment values are hidden
+    (names are kept). The CLI sends the submitter's whole environment: tokens and keys."""
+    env = job["spec"].get("env")
+    if not env or not _others(request, job.get("owner_uid")):
+        return job
+    spec = dict(job["spec"], env=dict.fromkeys(env, HIDDEN))
+    return {**job, "spec": spec}
+
+
 async def _read_json(request: web.Request) -> Any:
     try:
         return await request.json()
@@ -370,7 +394,7 @@ async def process(request: web.Request) -> web.Response:
 async def get_job(request: web.Request) -> web.Response:
     """GET /v1/jobs/ID."""
     job, events = await request.app[ENGINE_KEY].job_detail(_job_id(request))
-    return web.json_response({"job": job, "events": events})
+    return web.json_response({"job": _shown(request, job), "events": events})
 
 
 async def cancel(request: web.Request) -> web.Response:
@@ -378,15 +402,13 @@ async def cancel(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
     job_id = _job_id(request)
     uid = peer_uid(request)
-    if not is_admin(uid):
-        job = await engine.get(job_id)
-        # Jobs without a recorded submitter came from inside the engine (the embedded TUI).
-        owner = job.owner_uid if job.owner_uid is not None else os.geteuid()
-        if owner != uid:
-            who = user_name(uid) if uid is not None else "an unidentified caller"
-            raise Forbidden(
-                f"job {job_id} belongs to {user_name(owner)}; {who} may cancel only its own jobs"
-            )
+    job = await engine.get(job_id)
+    if _others(request, job.owner_uid):
+        who = user_name(uid) if uid is not None else "an unidentified caller"
+        raise Forbidden(
+            f"job {job_id} belongs to {user_name(_owner(job.owner_uid))}; {who} may cancel "
+            "only its own jobs"
+        )
     job = await engine.cancel(job_id)
     return web.json_response({"job": _job(job)}, status=202)
 
@@ -400,8 +422,8 @@ async def wait(request: web.Request) -> web.Response:
         job = await engine.wait(job_id, timeout)
     except TimeoutError:
         job = await engine.get(job_id)
-        return web.json_response({"job": _job(job), "timed_out": True}, status=200)
-    return web.json_response({"job": _job(job), "timed_out": False})
+        return web.json_response({"job": _shown(request, _job(job)), "timed_out": True})
+    return web.json_response({"job": _shown(request, _job(job)), "timed_out": False})
 
 
 def _read_chunk(path: Path, offset: int) -> tuple[bytes, int]:
@@ -424,6 +446,13 @@ async def logs(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE_KEY]
     job_id = _job_id(request)
     job = await engine.get(job_id)
+    if _others(request, job.owner_uid) and not engine.config.security.share_logs:
+        uid = peer_uid(request)
+        who = user_name(uid) if uid is not None else "an unidentified caller"
+        raise Forbidden(
+            f"job {job_id} belongs to {user_name(_owner(job.owner_uid))}; {who} may read only "
+            "its own jobs' output ([security] share_logs = true shares every job's)"
+        )
     offset = _int_query(request, "offset", 0) or 0
     follow = request.query.get("follow") in ("1", "true", "yes")
     replica = _int_query(request, "replica", None)

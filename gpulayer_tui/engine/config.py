@@ -127,7 +127,9 @@ class SecuritySettings(_Strict):
     """``[security]``: who, besides the engine's own user and root, may use the socket.
 
     Anyone allowed can run commands as the engine's user (jobs run as that user), so
-    list only people trusted with that account. They can cancel only their own jobs.
+    list only people trusted with that account. They can cancel only their own jobs, see
+    other users' jobs without their environment values, and read other users' output only
+    with ``share_logs``.
     """
 
     allowed_uids: list[Annotated[int, Field(ge=0, le=MAX_ID)]] = Field(
@@ -136,6 +138,9 @@ class SecuritySettings(_Strict):
     allowed_groups: list[Annotated[int, Field(ge=0, le=MAX_ID)] | str] = Field(
         default_factory=list, max_length=4096
     )
+    # Whether an allowed user may read the output of other users' jobs (their own, always;
+    # the engine's user and root, always). Environment values are never shown to others.
+    share_logs: bool = False
 
     @property
     def opens_socket(self) -> bool:
