@@ -145,6 +145,7 @@ class TerminationReason(StrEnum):
     ADOPT_PID_GONE = "adopt_pid_gone"
     ADOPT_PID_MISMATCH = "adopt_pid_mismatch"
     ADOPT_UID_MISMATCH = "adopt_uid_mismatch"
+    ADOPT_REFUSED = "adopt_refused"  # a process no one may adopt (init, a kernel thread, ...)
 
 
 class JobKind(StrEnum):

@@ -323,3 +323,44 @@ def test_cli_adopt(served: Served, spawn: list[subprocess.Popen[bytes]]) -> None
     waited = served.cli("wait", job_id)
     assert waited.returncode == 1 and "orphaned" in waited.stdout
     assert served.cli("status", job_id).returncode == 1
+
+
+async def test_what_no_one_may_adopt_is_refused_with_its_reason(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    engine = await make_engine()
+    refused: dict[str, int] = {"init": 1, "this engine": os.getpid()}
+    kernel = next(
+        (
+            pid
+            for pid in (int(p) for p in os.listdir("/proc") if p.isdigit())
+            if (st := procs.read_stat(pid)) is not None and st.flags & procs.PF_KTHREAD
+        ),
+        None,
+    )
+    if kernel is not None:  # (a container may show none)
+        refused["kernel thread"] = kernel
+    launched = await engine.submit({"shell": "sleep 600 & wait", "gpus": 0})
+    await eventually(lambda: engine.book.get(launched.id).job.pid is not None)  # type: ignore[union-attr]
+    root = engine.book.get(launched.id).job.pid  # type: ignore[union-attr]
+    assert root is not None
+    refused["a job's own process"] = root
+    adopted = start(spawn, "sleep", "600")
+    first = await adopt(engine, adopted.pid)
+    assert first.status is JobStatus.RUNNING
+    refused["a pid adopted already"] = adopted.pid
+    says = {
+        "init": "pid 1 is the init process",
+        "this engine": "is this engine",
+        "kernel thread": "is a kernel thread",
+        "a job's own process": f"belongs to job {launched.id} already",
+        "a pid adopted already": f"belongs to job {first.id} already",
+    }
+    for what, pid in refused.items():
+        job = await adopt(engine, pid)
+        assert job.status is JobStatus.FAILED, what
+        assert job.termination_reason is TerminationReason.ADOPT_REFUSED, what
+        assert says[what] in job.message, (what, job.message)
+    # Nothing was signalled: the adopted process and the job run on.
+    assert adopted.poll() is None
+    assert engine.book.get(launched.id) is not None and engine.book.get(first.id) is not None

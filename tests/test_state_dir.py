@@ -96,7 +96,7 @@ def test_a_directory_above_that_another_user_controls_is_refused(tmp_path: Path)
         check_state_dir(home, home / "jobs")
     os.chown(above, 0, -1)
     above.chmod(0o777)
-    with pytest.raises(UnsafeStateDir, match="is writable by others .*not sticky"):
+    with pytest.raises(UnsafeStateDir, match=r"is writable by others .*not sticky"):
         check_state_dir(home, home / "jobs")
     above.chmod(0o1777)  # sticky, like /tmp: only an entry's owner may rename it
     check_state_dir(home, home / "jobs")

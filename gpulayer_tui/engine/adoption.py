@@ -3,11 +3,12 @@
 ``adopt(pid)`` opens a pidfd first, then reads /proc/PID (start time, owner, command line,
 working directory), so once the checks pass the fd is known to name the process the user
 meant. Refusals are loud and kept in history: a terminal ``failed`` job with reason
-``adopt_pid_gone``, ``adopt_pid_mismatch`` or ``adopt_uid_mismatch``. An accepted process
-becomes a ``running`` job at once (never queued, so no requeue or retry path can ever see
-it), holds its domains (even a full one: it already runs there), and its pid and
-descendants count as owned VRAM. When it exits the job is ``orphaned`` with
-``adopted_exit_unobserved``: only a parent can learn an exit status.
+``adopt_pid_gone``, ``adopt_pid_mismatch``, ``adopt_uid_mismatch`` or ``adopt_refused``
+(init, this engine, a kernel thread, gpulayer-tui's own processes, a process a job has
+already). An accepted process becomes a ``running`` job at once (never queued, so no
+requeue or retry path can ever see it), holds its domains (even a full one: it already
+runs there), and its pid and descendants count as owned VRAM. When it exits the job is
+``orphaned`` with ``adopted_exit_unobserved``: only a parent can learn an exit status.
 """
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ if TYPE_CHECKING:
     from .store import Store
 
 Reason = TerminationReason
+
+# gpulayer-tui's own long-lived processes (any engine's): never a job.
+_OWN_MODULES = (
+    "gpulayer_tui.engine.keeper",
+    "gpulayer_tui.engine.launcher",
+    "gpulayer-tui --serve",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +187,8 @@ class Adopter:
         self._book.roots.drop(job.pid)
         self._book.finish(act, JobStatus.CANCELLED, Reason.CANCELLED, f"{message}; pid left alone")
 
-    @staticmethod
     def _refusal(
+        self,
         pid: int,
         snapshot: ProcessSnapshot | None,
         start_ticks: int | None,
@@ -188,6 +196,9 @@ class Adopter:
     ) -> tuple[TerminationReason, str] | None:
         if snapshot is None:
             return Reason.ADOPT_PID_GONE, f"no process with pid {pid} (it exited, or never was)"
+        never = self._never_adoptable(pid, snapshot)
+        if never is not None:
+            return Reason.ADOPT_REFUSED, never
         if start_ticks is not None and start_ticks != snapshot.start_ticks:
             return (
                 Reason.ADOPT_PID_MISMATCH,
@@ -207,6 +218,23 @@ class Adopter:
                 f"pid {pid} belongs to {procs.user_name(snapshot.uid)}, not to the user "
                 f"asking ({procs.user_name(requester_uid)})",
             )
+        return None
+
+    def _never_adoptable(self, pid: int, snapshot: ProcessSnapshot) -> str | None:
+        """Why no one may adopt ``pid`` (cancelling it would stop the machine or the engine,
+        or it could never be stopped, or it is watched already), or ``None``."""
+        if pid == 1:
+            return "pid 1 is the init process: stopping it would stop the machine"
+        if pid == os.getpid():
+            return f"pid {pid} is this engine"
+        stat = procs.read_stat(pid)
+        if stat is not None and stat.flags & procs.PF_KTHREAD:
+            return f"pid {pid} is a kernel thread: it holds no GPU memory and cannot be stopped"
+        if any(module in snapshot.command for module in _OWN_MODULES):
+            return f"pid {pid} is part of gpulayer-tui itself ({snapshot.command[:80]})"
+        owner = procs.find_owner(pid, self._book.roots.snapshot())
+        if owner is not None:
+            return f"pid {pid} belongs to job {owner} already (it or an ancestor is that job's)"
         return None
 
     def _domains_of(

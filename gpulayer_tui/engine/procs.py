@@ -23,6 +23,7 @@ class ProcStat:
     ppid: int
     start_ticks: int
     session: int = 0
+    flags: int = 0  # field 9: PF_* (PF_KTHREAD marks a kernel thread)
 
 
 def read_stat(pid: int) -> ProcStat | None:
@@ -48,9 +49,13 @@ def read_stat(pid: int) -> ProcStat | None:
             ppid=int(rest[1]),
             start_ticks=int(rest[19]),
             session=int(rest[3]),
+            flags=int(rest[6]),
         )
     except (IndexError, ValueError):
         return None
+
+
+PF_KTHREAD = 0x00200000
 
 
 def start_ticks(pid: int) -> int | None:
