@@ -81,7 +81,7 @@ class GpulayerApp(App[str]):
         theme: str | None = None,
         config_file: Path | None = None,
         refresh_interval: float = 0.25,
-        health_interval: float = 5.0,
+        health_interval: float = 2.0,
         cursor_blink: bool = True,
     ) -> None:
         super().__init__()
@@ -168,8 +168,12 @@ class GpulayerApp(App[str]):
             try:
                 async for event in self.backend.events():
                     self._apply_event(event)
-            except BackendError:
-                pass
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:
+                # A cut stream (a killed engine), a torn line, an engine answering garbage:
+                # the only way on is to reconnect and load everything again.
+                self.log.warning(f"event stream failed: {err!r}")
             if self._stopping:
                 return
             # The stream ended: the engine went away, or we fell behind and were cut off.

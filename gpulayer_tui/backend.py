@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from .engine.engine import Engine
 
 
+HEALTH_S = 2.0
+"""Seconds a health check waits for the engine before it counts as not answering."""
+
+
 class BackendError(RuntimeError):
     """The engine refused a request; the text is its message.
 
@@ -148,21 +152,31 @@ class SocketBackend:
     def _lost(self) -> ConnectionLost:
         return ConnectionLost(f"lost the connection to the engine at {self.location}")
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def _request(
+        self, method: str, path: str, answer_within: float | None = None, **kwargs: Any
+    ) -> Any:
         import aiohttp
 
+        if answer_within is not None:
+            kwargs["timeout"] = aiohttp.ClientTimeout(total=answer_within)
         try:
             async with self._client().request(method, "/v1" + path, **kwargs) as resp:
                 data = await resp.read()
                 if resp.status >= 400:
                     raise _refusal(resp.status, data)
                 return json.loads(data) if data else None
+        except TimeoutError:  # (aiohttp's timeouts are TimeoutErrors)
+            raise ConnectionLost(
+                f"the engine at {self.location} is not answering (no answer in "
+                f"{answer_within or 300:g} s: stopped, or overloaded)"
+            ) from None
         except (aiohttp.ClientConnectionError, FileNotFoundError, ConnectionRefusedError):
             raise self._lost() from None
 
     async def health(self) -> HealthJSON:
         """Engine identity and overall state."""
-        return cast(HealthJSON, await self._request("GET", "/health"))
+        # A short deadline: the app polls this to say "not answering" within seconds.
+        return cast(HealthJSON, await self._request("GET", "/health", answer_within=HEALTH_S))
 
     async def gpus(self) -> GpusJSON:
         """Domains, samples, VRAM accounting and history."""

@@ -1,0 +1,54 @@
+"""The attached TUI under a misbehaving engine: it says "not answering" within seconds of
+a frozen engine, and after the engine is killed mid-stream and started again it
+reconnects and its tables follow the new engine (issue 14)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from gpulayer_tui.app import build_app
+from gpulayer_tui.backend import SocketBackend
+from gpulayer_tui.engine.paths import resolve_paths
+
+from .conftest import Served
+from .ui_support import until
+
+
+async def test_a_frozen_then_killed_engine_is_said_and_survived(served: Served, home: Path) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    backend = SocketBackend(resolve_paths())
+    app = build_app(backend, refresh_interval=0.05)  # the default health poll: every 2 s
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.health is not None, "the first health answer")
+        assert served.proc is not None
+        pid = served.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await until(
+                pilot,
+                lambda: "not answering" in app.connection_problem,
+                "a frozen engine said",
+                timeout=5,
+            )
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await until(pilot, lambda: app.connection_problem == "", "the engine back", timeout=10)
+
+        # Killed mid-stream (SIGKILL: no goodbye), then started again.
+        served.proc.kill()
+        served.proc.wait()
+        await until(pilot, lambda: app.connection_problem != "", "the lost engine said")
+        served.start("--simulate", "1xA100-80GB")
+        submitted = served.cli("submit", "--", "true")
+        assert submitted.returncode == 0, submitted.stderr
+        job_id = int(submitted.stdout)
+        await until(
+            pilot,
+            lambda: app.job_store.jobs.get(job_id, {}).get("status") == "completed",
+            "the new engine's job, through the reconnected stream",
+            timeout=20,
+        )
+        assert app.connection_problem == ""
+    await backend.close()
