@@ -120,9 +120,16 @@ def check_gpus(value: object) -> int:
     return _whole("gpus", value, 0, 64)
 
 
+VRAM_MIN_GB = 1 / 1024
+"""The least VRAM a job may declare: 1 MiB (less rounds to nothing on any GPU)."""
+
+
 def check_vram_gb(value: object, field: str = "vram_gb") -> float:
-    """GiB needed on each GPU: more than 0, at most a million."""
-    return _number(field, value, 1_000_000, " GiB")
+    """GiB needed on each GPU: at least 1 MiB, at most a million GiB."""
+    number = _number(field, value, 1_000_000, " GiB")
+    if number < VRAM_MIN_GB:
+        raise FieldError(field, f"must be at least {VRAM_MIN_GB:g} GiB (1 MiB), got {number:g}")
+    return number
 
 
 def check_timeout(value: object) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,10 @@ def test_bindings_rejected(data: dict[str, object], message: str) -> None:
         ({"cpu": {"slots": 0}}, "cpu.slots"),
         ({"domains": {"cpu": {"gpu": 0}}}, "'cpu' is the CPU pool's name"),
         ({"domains": {"9bad": {"gpu": 0}}}, "domains.9bad: a domain name is a letter"),
+        # Every timing has a floor: these would spin a core for ever.
+        ({"engine": {"sample_interval": 1e-9}}, "engine.sample_interval: Input should be great"),
+        ({"engine": {"probe_timeout": 1e-9}}, "engine.probe_timeout: Input should be greater"),
+        ({"services": {"steady_after": 1e-9}}, "services.steady_after: Input should be great"),
     ],
 )
 def test_schema_rejected(data: dict[str, object], message: str) -> None:
@@ -100,6 +105,11 @@ def test_load_config_file_errors(tmp_path: Path) -> None:
         load_config(path)
     path.write_text("[domains.a]\ngpu = 0\nslots = 2\nbogus = 1\n")
     with pytest.raises(ConfigError, match=f"{path}: unknown key 'domains.a.bogus'"):
+        load_config(path)
+    # A FIFO would block the read (and the engine's start) for ever: refused at once.
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(ConfigError, match=f"{path}: not a regular file"):
         load_config(path)
 
 

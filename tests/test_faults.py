@@ -395,3 +395,26 @@ async def test_adoption_that_cannot_be_recorded_is_undone_and_the_pid_left_alone
     # it can be adopted again once writes work
     again = await adopt(engine, sleeper)
     assert again.status is JobStatus.RUNNING
+
+
+async def test_a_damaged_database_is_refused_at_start_and_left_as_it_was(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    engine = await make_engine()
+    await engine.submit_many([{"command": ["true"], "name": "x" * 150} for _ in range(200)])
+    await engine.stop()
+    db = paths.state_dir / "gpulayer.db"
+    with sqlite3.connect(db) as conn:  # (fold the WAL in, so the damage is in the file)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page = conn.execute("PRAGMA page_size").fetchone()[0]
+    _tear(db, page * 3, page)  # a page of the jobs table's tree
+    damaged = db.read_bytes()
+    with pytest.raises(StoreError, match=f"{db} is damaged .*Move it aside"):
+        await make_engine()
+    assert db.read_bytes() == damaged  # nothing was written, no id was given again
+
+
+def _tear(path: Path, offset: int, size: int) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(b"\xa5" * size)

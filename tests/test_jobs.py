@@ -375,6 +375,7 @@ async def test_invalid_specs_change_nothing(make_engine: EngineFactory) -> None:
         ({"command": ["true"], "depends_on": [42]}, "depends_on: no job 42"),
         ({"command": ["true"], "cwd": "relative/dir"}, "not an absolute path"),
         ({"command": ["true"], "vram_gb": 0}, "vram_gb"),
+        ({"command": ["true"], "vram_gb": 1e-300}, "vram_gb: must be at least 0.000976562 GiB"),
         ({"command": ["true"], "gpus": 0, "domain": "gpu0"}, "gpus is 0"),
         ("not an object", "must be a JSON object"),
     ]

@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import grp
 import ipaddress
+import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,9 +70,10 @@ class _Strict(BaseModel):
 class EngineSettings(_Strict):
     """``[engine]``: timings of the engine itself."""
 
-    sample_interval: float = Field(1.0, gt=0, le=3600)
+    # Every timing has a floor: 1e-9 s between samples would spin a core for ever.
+    sample_interval: float = Field(1.0, ge=0.05, le=3600)
     history: int = Field(120, ge=1, le=10_000)
-    probe_timeout: float = Field(5.0, gt=0, le=600)
+    probe_timeout: float = Field(5.0, ge=0.05, le=600)
     grace_period: float = Field(10.0, ge=0, le=3600)
     adopt_grace_period: float = Field(60.0, ge=0, le=3600)
     auto_domains: bool = True
@@ -101,7 +104,7 @@ class ServiceSettings(_Strict):
     """``[services]``: how replicas are reached and when a restart counts as steady."""
 
     host: str = Field("127.0.0.1", min_length=1, max_length=255)
-    steady_after: float = Field(60.0, gt=0, le=86400)
+    steady_after: float = Field(60.0, ge=0.1, le=86400)
 
     @field_validator("host")
     @classmethod
@@ -181,7 +184,7 @@ class HistorySettings(_Strict):
     """``[history]``: which finished jobs are kept (rows, timelines and logs): those that
     ended in the last ``keep_days``, and at most the newest ``keep_jobs``."""
 
-    keep_days: float | None = Field(None, gt=0, le=36500)  # None: forever
+    keep_days: float | None = Field(None, ge=0.001, le=36500)  # None: forever
     keep_jobs: int | None = Field(None, ge=1, le=10**9)  # the newest N finished; None: all
 
 
@@ -247,6 +250,9 @@ def load_config(path: Path) -> Config:
         ConfigError: On unreadable TOML or invalid keys, naming the file and the key.
     """
     try:
+        # Only a regular file: reading a FIFO (or a device) would block the start for ever.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise ConfigError(f"{path}: not a regular file; the config is a TOML file")
         text = path.read_text()
     except FileNotFoundError:
         return Config()

@@ -427,6 +427,7 @@ class Store:
         # drop the last commits), at a fraction of FULL's fsync cost.
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=5000")
+        self._check_integrity(db)
         self._migrate(db)
         cursor = db.execute(
             "INSERT INTO engine_runs (pid, version, started_at) VALUES (?, ?, ?)",
@@ -435,6 +436,22 @@ class Store:
         self.run_id = cursor.lastrowid or 0
         row = db.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()
         self._next_event_id = int(row[0]) if row else 0
+
+    def _check_integrity(self, db: sqlite3.Connection) -> None:
+        """Refuse a damaged database before using it: a corrupt page could hide jobs (the
+        engine would serve "no jobs" and give id 1 again). ``quick_check`` reads every
+        page once (it skips the slower index-content checks of ``integrity_check``).
+
+        Raises:
+            StoreError: Naming the file, what SQLite found and what to do.
+        """
+        rows = [" ".join(str(r[0]).split()) for r in db.execute("PRAGMA quick_check(5)")]
+        if rows != ["ok"]:
+            raise StoreError(
+                f"{self.path} is damaged ({'; '.join(rows)[:300]}). Nothing was changed. "
+                "Move it aside to start with an empty history (jobs/ keeps the logs), or "
+                "restore a copy; `sqlite3 FILE .recover` may save what is readable."
+            )
 
     def _migrate(self, db: sqlite3.Connection) -> None:
         row = db.execute("PRAGMA user_version").fetchone()
