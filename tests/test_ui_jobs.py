@@ -567,3 +567,19 @@ async def test_the_table_loads_history_a_page_at_a_time_and_asks_the_engine_per_
             await pilot.pause(0.05)
         await until(pilot, lambda: table.row_count == 60, "every page, reached by scrolling")
         await until(pilot, lambda: str(count.content) == "60 jobs", "no '+' once all are in")
+
+
+async def test_leaving_a_detail_while_its_log_grows_never_ends_the_app(ui_app: Any) -> None:
+    # The Log widget measures new lines in a thread that outlived the detail screen and
+    # raised NoActiveAppError, which ended the app (issue 20).
+    app = await ui_app("1xA100-80GB")
+    job = await app.backend.submit(spec("while true; do echo line $RANDOM; done", gpus=0))
+    async with app.run_test(size=(100, 30)) as pilot:
+        for _ in range(6):
+            app.open_job(job["id"])
+            await pilot.pause(0.1)
+            await pilot.press("escape")
+            await pilot.pause(0.02)
+        await pilot.pause(0.3)
+        assert app.is_running
+        await app.backend.cancel(job["id"])

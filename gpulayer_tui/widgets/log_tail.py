@@ -5,6 +5,9 @@ from __future__ import annotations
 import codecs
 import re
 
+from rich.cells import cell_len
+from textual import work
+from textual._context import NoActiveAppError
 from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Log
@@ -64,6 +67,27 @@ class LogTail(Log):
         self._partial = ""
         self.bytes_read = 0
         """Bytes fed so far (the offset to read from next)."""
+
+    @work(thread=True, exit_on_error=False)
+    def _update_size(self, updates: int, lines: list[str]) -> None:
+        """Textual's own size thread, made safe to outlive the widget.
+
+        Log measures new lines in a thread worker that then asks ``self.app`` to apply the
+        width. When the screen was left meanwhile (escape while output pours in), the
+        widget has no app any more: Textual's version raised ``NoActiveAppError``, and a
+        failed worker ends the app. Measuring a log no one shows is pointless: stop.
+        """
+        if not lines:
+            return
+        try:
+            app = self.app
+        except NoActiveAppError:
+            return
+        width = max(cell_len(self._process_line(line)) for line in lines)
+        try:
+            app.call_from_thread(self._update_maximum_width, updates, width)
+        except RuntimeError:  # the app is stopping, or the widget left it meanwhile
+            return
 
     @property
     def partial_line(self) -> str:
