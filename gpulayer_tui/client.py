@@ -34,6 +34,11 @@ class EngineNotRunning(RuntimeError):
         )
 
 
+class EngineLost(OSError):
+    """The engine took the request but stopped answering (it was stopped, killed or is
+    overloaded): whether it acted on the request is unknown."""
+
+
 class ApiError(RuntimeError):
     """The engine answered with an error; ``status`` is the HTTP status."""
 
@@ -121,7 +126,10 @@ class _Response:
             if "chunked" in self.headers.get("transfer-encoding", "").lower():
                 yield from self._chunked()
             elif "content-length" in self.headers:
-                data = self._file.read(int(self.headers["content-length"]))
+                length = int(self.headers["content-length"])
+                data = self._file.read(length)
+                if len(data) < length:
+                    raise EngineLost(errno.ECONNRESET, "the engine closed the answer mid-way")
                 if data:
                     yield data
             else:
@@ -134,7 +142,8 @@ class _Response:
         while True:
             size_line = self._file.readline(65537)
             if not size_line:
-                return  # the connection ended early: what arrived is all there is
+                # A stream ends with an empty chunk; a cut one means the engine went away.
+                raise EngineLost(errno.ECONNRESET, "the engine closed the stream mid-way")
             size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
             if size == 0:
                 return  # trailers, if any, are not needed
@@ -166,11 +175,19 @@ class Client:
         self.timeout = timeout
 
     def _open(
-        self, method: str, path: str, body: Any = None, timeout: float | None = -1.0
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float | None = -1.0,
+        headers: dict[str, str] | None = None,
     ) -> _Response:
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-        sock.settimeout(self.timeout if timeout == -1.0 else timeout)
+        wait = self.timeout if timeout == -1.0 else timeout
+        sock.settimeout(wait)
         head = f"{method} /v1{path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n"
+        for name, value in (headers or {}).items():
+            head += f"{name}: {value}\r\n"
         payload = b""
         if body is not None:
             payload = jsonlite.dumps(body).encode()
@@ -179,8 +196,6 @@ class Client:
             head += "Content-Length: 0\r\n"
         try:
             sock.connect(self.paths.socket_file)
-            sock.sendall(head.encode("latin-1") + b"\r\n" + payload)
-            return _Response(sock)
         except OSError as err:
             sock.close()
             if isinstance(err, (FileNotFoundError, ConnectionRefusedError)) or err.errno in (
@@ -188,19 +203,51 @@ class Client:
                 errno.ECONNREFUSED,
             ):
                 raise EngineNotRunning(self.paths) from None
+            if isinstance(err, TimeoutError):
+                raise self._lost(wait) from None
             raise
+        try:
+            sock.sendall(head.encode("latin-1") + b"\r\n" + payload)
+            return _Response(sock)
+        except OSError as err:
+            sock.close()
+            if isinstance(err, EngineLost):
+                raise
+            raise self._lost(wait, err) from None
+
+    def _lost(self, wait: float | None, err: OSError | None = None) -> EngineLost:
+        if err is None or isinstance(err, TimeoutError):
+            why = f"did not answer in {wait:g} s (stopped, or overloaded)"
+        else:
+            why = f"went away mid-request ({err.strerror or err})"
+        return EngineLost(
+            errno.ETIMEDOUT,
+            f"the engine at {self.paths.socket_file} {why}: whether it acted on the request "
+            "is unknown (`gpulayer-tui jobs` shows what it did)",
+        )
 
     def request(
-        self, method: str, path: str, body: Any = None, timeout: float | None = -1.0
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float | None = -1.0,
+        headers: dict[str, str] | None = None,
     ) -> Any:
         """Send a request and return the decoded JSON.
 
         Raises:
             EngineNotRunning: No engine listens on the socket.
+            EngineLost: It took the request but did not answer (in ``timeout``).
             ApiError: The engine answered 4xx/5xx (the message is the engine's).
         """
-        response = self._open(method, path, body, timeout)
-        data = response.read()
+        response = self._open(method, path, body, timeout, headers)
+        try:
+            data = response.read()
+        except EngineLost:
+            raise
+        except OSError as err:
+            raise self._lost(self.timeout if timeout == -1.0 else timeout, err) from None
         try:
             decoded = jsonlite.loads(data.decode()) if data else None
         except ValueError:
@@ -220,17 +267,28 @@ class Client:
             except (ValueError, AttributeError):
                 message = None
             raise ApiError(response.status, message or f"HTTP {response.status}")
-        yield from response.chunks()
+        try:
+            yield from response.chunks()
+        except EngineLost:
+            raise
+        except OSError as err:
+            raise self._lost(None, err) from None
 
     # Convenience wrappers ------------------------------------------------------------------
 
-    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """Submit one job; returns its JSON."""
-        return dict(self.request("POST", "/jobs", spec)["job"])
+    def submit(self, spec: dict[str, Any], key: str | None = None) -> dict[str, Any]:
+        """Submit one job; returns its JSON. With ``key`` (an idempotency key), sending the
+        same submission again returns the job the first one made instead of a second."""
+        headers = {"Idempotency-Key": key} if key else None
+        return dict(self.request("POST", "/jobs", spec, headers=headers)["job"])
 
-    def submit_many(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Submit several jobs in one request (one commit on the engine side)."""
-        return list(self.request("POST", "/jobs", {"jobs": specs})["jobs"])
+    def submit_many(
+        self, specs: list[dict[str, Any]], key: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Submit several jobs in one request (one commit on the engine side); ``key`` as
+        for :meth:`submit`."""
+        headers = {"Idempotency-Key": key} if key else None
+        return list(self.request("POST", "/jobs", {"jobs": specs}, headers=headers)["jobs"])
 
     def job(self, job_id: int | str) -> JobDetailJSON:
         """One job with its ``events``."""
@@ -284,7 +342,7 @@ class Client:
     def wait(self, job_id: int | str, timeout: float | None = None) -> dict[str, Any]:
         """Block until the job ends (or ``timeout``); returns ``{"job", "timed_out"}``."""
         query = "" if timeout is None else "?" + _urlencode({"timeout": timeout})
-        sock_timeout = None if timeout is None else timeout + 30
+        sock_timeout = None if timeout is None else timeout + (self.timeout or 30.0)
         return dict(self.request("GET", f"/jobs/{quote(job_id)}/wait{query}", timeout=sock_timeout))
 
     def gpus(self) -> dict[str, Any]:

@@ -7,8 +7,8 @@ import sys
 import time
 
 from .. import jsonlite
-from ..client import ApiError, Client, EngineNotRunning, quote
-from .exits import EXIT_FAILED, EXIT_NO_ENGINE, EXIT_OK, EXIT_USAGE
+from ..client import ApiError, Client, EngineLost, EngineNotRunning, quote
+from .exits import EXIT_FAILED, EXIT_LOST, EXIT_NO_ENGINE, EXIT_OK, EXIT_USAGE
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (annotations only: keep `submit` cheap to start)
@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # (annotations only: keep `submit` cheap to start)
 
     from ..engine.paths import Paths
 
+WAIT_SLICE_S = 20.0  # `wait` asks the engine in slices of this (see _wait)
 REFUSED = {"over_capacity", "dependency_failed", "launch_failed"}
 SERVICE_FLAGS = {
     "replicas": "--replicas",
@@ -129,6 +130,33 @@ def _merge(base: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _submit_once(client: Client, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Submit ``specs`` so that they are created at most once: the request carries a fresh
+    idempotency key, and if the engine took it but did not answer, it is sent once more
+    with the same key (the engine returns what the first made, or makes it now). If that
+    is not answered either, :class:`EngineLost` says the outcome is unknown."""
+    key = os.urandom(16).hex()
+    try:
+        return _submit_keyed(client, specs, key)
+    except EngineLost:
+        time.sleep(0.2)
+    try:
+        return _submit_keyed(client, specs, key)
+    except EngineNotRunning:
+        # Gone after taking the first attempt: it may have stored the jobs.
+        raise EngineLost(
+            0,
+            f"the engine at {client.paths.socket_file} went away during the submission: "
+            "whether it stored the job(s) is unknown (`gpulayer-tui jobs` shows them)",
+        ) from None
+
+
+def _submit_keyed(client: Client, specs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    if len(specs) == 1:
+        return [client.submit(specs[0], key=key)]
+    return client.submit_many(specs, key=key)
+
+
 def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -142,7 +170,7 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         except ValueError as err:
             _error(str(err))
             return EXIT_USAGE
-        jobs = client.submit_many([_merge(base, item) for item in items])
+        jobs = _submit_once(client, [_merge(base, item) for item in items])
     elif args.file:
         if cmd:
             parser.error("give either --file or a command, not both")
@@ -155,7 +183,7 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         if not specs:
             _error(f"{args.file}: no command lines found")
             return EXIT_USAGE
-        jobs = client.submit_many(specs)
+        jobs = _submit_once(client, specs)
     else:
         if not cmd:
             parser.error("submit needs a command: gpulayer-tui submit [OPTIONS] -- CMD ARGS...")
@@ -163,7 +191,7 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
             base["shell"] = " ".join(cmd)
         else:
             base["command"] = cmd
-        jobs = [client.submit(base)]
+        jobs = _submit_once(client, [base])
     if args.json:
         _print_json(jobs if args.file or args.spec else jobs[0])
     else:
@@ -235,12 +263,42 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         query.append("follow=1")
     if args.replica is not None:
         query.append(f"replica={args.replica}")
-    path = f"/jobs/{args.job}/logs" + ("?" + "&".join(query) if query else "")
     out = sys.stdout.buffer
-    for chunk in client.stream(path):
-        out.write(chunk)
-        out.flush()
-    return EXIT_OK
+    written = 0
+    while True:
+        path = f"/jobs/{args.job}/logs?" + "&".join([*query, f"offset={written}"])
+        try:
+            for chunk in client.stream(path):
+                out.write(chunk)
+                out.flush()
+                written += len(chunk)
+            return EXIT_OK
+        except EngineLost:
+            if not args.follow:
+                raise
+        # Following, and the engine went away (a restart): reading is safe to resume where
+        # it stopped, once an engine answers again.
+        _error(f"lost the engine; reconnecting to follow job {args.job} from byte {written}")
+        _wait_for_engine(client)
+
+
+def _wait_for_engine(client: Client) -> None:
+    """Wait (up to the client's timeout) for an engine to answer again.
+
+    Raises:
+        EngineLost: None answered in time.
+    """
+    deadline = time.monotonic() + (client.timeout or 30.0)
+    while time.monotonic() < deadline:
+        try:
+            client.health()
+            return
+        except (EngineNotRunning, EngineLost):
+            time.sleep(0.25)
+    raise EngineLost(
+        0,
+        f"no engine answered at {client.paths.socket_file} for {client.timeout or 30:g} s",
+    )
 
 
 def _report_end(job: dict[str, Any], as_json: bool, data: Any) -> int:
@@ -253,7 +311,20 @@ def _report_end(job: dict[str, Any], as_json: bool, data: Any) -> int:
 
 
 def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    data = client.wait(args.job, args.timeout)
+    # In slices the engine answers within, so a stopped engine is noticed (exit 4) instead
+    # of waited on for ever; a restarted one is waited on again (waiting changes nothing).
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    piece = min(WAIT_SLICE_S, client.timeout or WAIT_SLICE_S)
+    while True:
+        left = piece if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            data = client.wait(args.job, min(left, piece))
+        except EngineLost:
+            _error(f"lost the engine; waiting for job {args.job} again once it answers")
+            _wait_for_engine(client)
+            continue
+        if not data.get("timed_out") or (deadline is not None and time.monotonic() >= deadline):
+            break
     job = data["job"]
     if data.get("timed_out"):
         _error(f"job {job['id']} still {job['status']} after {args.timeout:g} s")
@@ -373,14 +444,26 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace, argparse.ArgumentParse
 }
 
 
+def _answer_within() -> float:
+    """Seconds to wait for the engine's answer: ``GPULAYER_TIMEOUT``, else 30."""
+    try:
+        value = float(os.environ.get("GPULAYER_TIMEOUT", "30"))
+    except ValueError:
+        value = 30.0
+    return value if 0 < value <= 86400 else 30.0
+
+
 def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser) -> int:
     """Run one subcommand; map errors to messages and exit codes."""
-    client = Client(paths)
+    client = Client(paths, timeout=_answer_within())
     try:
         return COMMANDS[args.command](client, args, parser)
     except EngineNotRunning as err:
         _error(str(err))
         return EXIT_NO_ENGINE
+    except EngineLost as err:
+        _error(str(err))
+        return EXIT_LOST
     except ApiError as err:
         _error(str(err))
         return EXIT_USAGE if err.status in (400, 404) else EXIT_FAILED

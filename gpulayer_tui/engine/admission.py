@@ -9,6 +9,7 @@ the queue), one scheduling pass runs, and the answer waits for the commit.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 Cancel = Callable[[ActiveJob, str], None]
 LAUNCH_WAIT_S = 5.0  # at most this long does a submission wait for its starts
+RECENT_KEYS = 10_000  # idempotency keys remembered in memory (older ones: from SQLite)
 
 
 class Admission:
@@ -58,22 +60,69 @@ class Admission:
         self._store = store
         self._limits = limits
         self._cancel = cancel
+        # Idempotency keys of recent submissions: in flight (a pending future) or just done.
+        self._keys: dict[tuple[int | None, str], asyncio.Future[list[int]]] = {}
 
     def reconfigure(self, limits: LimitsSettings) -> None:
         """Use new ``[limits]`` from now on."""
         self._limits = limits
 
-    async def submit_many(self, items: list[Any], owner_uid: int | None = None) -> list[Job]:
+    async def submit_many(
+        self, items: list[Any], owner_uid: int | None = None, key: str | None = None
+    ) -> list[Job]:
         """Submit several jobs at once: all are validated first, then stored in one commit.
 
         Each job comes back ``running``, ``queued`` (with the reason), or ``failed`` with
         ``over_capacity`` (the row stays in history).
+
+        Args:
+            items: The specs.
+            owner_uid: Who submits (``SO_PEERCRED``).
+            key: An idempotency key: a submission with a key this user already used
+                (while it is being handled, or stored, even by an earlier engine run)
+                returns the jobs the first one made, now, and creates none.
 
         Raises:
             SpecError: Naming the first invalid item by index; nothing is stored.
             Overloaded: ``[limits] active_jobs`` would be exceeded; nothing is stored.
             StoreError: The database cannot be written: the engine refuses new work.
         """
+        if key is None:
+            return await self._submit(items, owner_uid, None)
+        slot = (owner_uid, key)
+        first = self._keys.get(slot)
+        if first is not None:  # the same submission is being handled, or was just now
+            return await self._current(await asyncio.shield(first))
+        stored = await self._store.jobs_with_key(key, owner_uid)
+        if stored:
+            return await self._current([job.id for job in stored])
+        if slot in self._keys:  # (another retry got here during that read)
+            return await self._current(await asyncio.shield(self._keys[slot]))
+        made: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._keys[slot] = made
+        try:
+            jobs = await self._submit(items, owner_uid, key)
+        except BaseException as err:
+            del self._keys[slot]  # nothing was made: a retry may try again
+            made.set_exception(err)
+            made.exception()  # (retrieved: a lone attempt has no waiter)
+            raise
+        made.set_result([job.id for job in jobs])
+        while len(self._keys) > RECENT_KEYS:  # stored ones are found in SQLite
+            del self._keys[next(iter(self._keys))]
+        return jobs
+
+    async def _current(self, ids: list[int]) -> list[Job]:
+        """The jobs ``ids`` as they are now."""
+        out = []
+        for job_id in ids:
+            live = self._book.live(job_id)
+            job = live.job if live is not None else await self._store.get_job(job_id)
+            if job is not None:  # (a job cleaned from history since is left out)
+                out.append(job)
+        return out
+
+    async def _submit(self, items: list[Any], owner_uid: int | None, key: str | None) -> list[Job]:
         self._check_writable()
         self._check_room(len(items))
         prepared = []
@@ -100,6 +149,7 @@ class Admission:
                 request=request,
                 priority=spec.priority,
                 owner_uid=owner_uid,
+                submit_key=key,
             )
             self._queue.enqueue(act, deps)
             acts.append(act)

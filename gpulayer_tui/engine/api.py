@@ -8,7 +8,9 @@ GET      /gpus                       domains, latest sample, VRAM accounting, hi
 GET      /jobs?status=a,b&limit=N    job rows, newest first, and whether there are ``more``:
                                      ``before=ID``/``after=ID`` page by id, ``q=TEXT`` filters,
                                      ``sort=KEY&order=asc`` (+ ``offset=N``) sorts
-POST     /jobs                       submit one spec, or ``{"jobs": [spec, ...]}`` at once
+POST     /jobs                       submit one spec, or ``{"jobs": [spec, ...]}`` at once;
+                                     an ``Idempotency-Key`` header makes a retry return the
+                                     first attempt's jobs
 GET      /jobs/ID                    one job and its event timeline
 POST     /jobs/ID/cancel             cancel (SIGTERM, SIGKILL after the grace period)
 GET      /jobs/ID/wait?timeout=S     block until the job is terminal
@@ -266,6 +268,22 @@ async def list_jobs(request: web.Request) -> web.StreamResponse:
     return response
 
 
+_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
+
+
+def _submit_key(request: web.Request) -> str | None:
+    """The ``Idempotency-Key`` header: 1-128 letters, digits or ``._:-``."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not 0 < len(key) <= 128 or not set(key) <= _KEY_CHARS:
+        raise SpecError(
+            "Idempotency-Key must be 1-128 letters, digits or ._:- (the CLI sends 32 hex digits)",
+            "Idempotency-Key",
+        )
+    return key
+
+
 async def submit(request: web.Request) -> web.Response:
     """POST /v1/jobs: 201 with the job(s), or 429 when too many submissions are in flight.
 
@@ -284,15 +302,16 @@ async def submit(request: web.Request) -> web.Response:
     gate.busy += 1
     gate.peak = max(gate.peak, gate.busy)
     try:
+        key = _submit_key(request)
         body = await _read_json(request)
         uid = peer_uid(request)
         if isinstance(body, dict) and "jobs" in body and set(body) == {"jobs"}:
             items = body["jobs"]
             if not isinstance(items, list) or not items:
                 raise SpecError("'jobs' must be a non-empty list of job specs")
-            jobs = await engine.submit_many(items, uid)
+            jobs = await engine.submit_many(items, uid, key)
             return web.json_response({"jobs": [_job(j) for j in jobs]}, status=201)
-        job = await engine.submit(body, uid)
+        job = await engine.submit(body, uid, key)
         return web.json_response({"job": _job(job)}, status=201)
     finally:
         gate.busy -= 1

@@ -286,13 +286,16 @@ class Engine:
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    async def submit(self, data: Any, owner_uid: int | None = None) -> Job:
+    async def submit(self, data: Any, owner_uid: int | None = None, key: str | None = None) -> Job:
         """Validate and submit one job (see :meth:`submit_many`)."""
-        return (await self.admission.submit_many([data], owner_uid))[0]
+        return (await self.admission.submit_many([data], owner_uid, key))[0]
 
-    async def submit_many(self, items: list[Any], owner_uid: int | None = None) -> list[Job]:
-        """Submit several jobs in one commit (see :meth:`.Admission.submit_many`)."""
-        return await self.admission.submit_many(items, owner_uid)
+    async def submit_many(
+        self, items: list[Any], owner_uid: int | None = None, key: str | None = None
+    ) -> list[Job]:
+        """Submit several jobs in one commit; ``key`` makes a retry return the first
+        attempt's jobs (see :meth:`.Admission.submit_many`)."""
+        return await self.admission.submit_many(items, owner_uid, key)
 
     def _start_job(self, act: ActiveJob, domains: list[Domain]) -> None:
         """The queue placed a job: its runner holds the domains and launches it."""

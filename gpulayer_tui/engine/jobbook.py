@@ -170,6 +170,7 @@ class JobBook:
         request: Request | None,
         priority: int = 0,
         owner_uid: int | None = None,
+        submit_key: str | None = None,
     ) -> ActiveJob:
         """A new job with the next id, ``pending``, queued for commit with its submission."""
         self._last_id += 1
@@ -180,6 +181,7 @@ class JobBook:
             spec=spec_json,
             priority=priority,
             owner_uid=owner_uid,
+            submit_key=submit_key,
         )
         act = ActiveJob(job, spec, request)
         self._active[job.id] = act

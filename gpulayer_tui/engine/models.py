@@ -257,6 +257,7 @@ class Job:
     stop_reason: TerminationReason | None = None
     stop_message: str = ""
     kill_at: float | None = None
+    submit_key: str | None = None  # the submission's idempotency key (never shown)
 
     def to_row(self) -> JobRowJSON:
         """The job's *row* (lists, events): what a table shows, the spec cut to

@@ -47,7 +47,7 @@ from .models import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # jobs_active's condition, exactly as created: a query that repeats it may use the index.
 _ACTIVE_INDEX_WHERE = "status IN ('pending', 'queued', 'running')"
@@ -122,6 +122,12 @@ MIGRATIONS: list[list[str]] = [
         "CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
         "CREATE INDEX jobs_ended ON jobs(ended_at) WHERE ended_at IS NOT NULL",
     ],
+    # 4 -> 5: a submission's idempotency key, so a retry after a lost answer (even across
+    # an engine restart) returns the jobs the first attempt made.
+    [
+        "ALTER TABLE jobs ADD COLUMN submit_key TEXT",
+        "CREATE INDEX jobs_submit_key ON jobs(submit_key) WHERE submit_key IS NOT NULL",
+    ],
 ]
 
 _JOB_COLUMNS = (
@@ -148,7 +154,7 @@ _DYNAMIC = (
     "stop_message",
     "kill_at",
 )
-_STATIC = ("id", "name", "kind", "priority", "created_at", "owner_uid", "spec")
+_STATIC = ("id", "name", "kind", "priority", "created_at", "owner_uid", "spec", "submit_key")
 _INSERT = (
     f"INSERT INTO jobs ({', '.join(_STATIC + _DYNAMIC)}) "
     f"VALUES ({', '.join('?' * (len(_STATIC) + len(_DYNAMIC)))}) "
@@ -196,6 +202,7 @@ def _static_row(job: Job) -> tuple[Any, ...]:
         job.created_at,
         job.owner_uid,
         json.dumps(job.spec),
+        job.submit_key,
     )
 
 
@@ -753,6 +760,15 @@ class Store:
         # execute and fetch, overlapping reads leave a cursor open, and its read
         # transaction pins an old WAL snapshot: a later read could miss a commit.
         return list(await self._reader.execute_fetchall(sql, args))
+
+    async def jobs_with_key(self, key: str, owner_uid: int | None) -> list[Job]:
+        """The jobs a submission with idempotency ``key`` by ``owner_uid`` made (committed
+        ones; oldest first)."""
+        rows = await self._fetchall(
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE submit_key = ? AND owner_uid IS ? ORDER BY id",
+            (key, owner_uid),
+        )
+        return [job_from_row(r) for r in rows]
 
     async def max_job_id(self) -> int:
         """The largest job id ever used (0 for a new database), cleaned history included."""

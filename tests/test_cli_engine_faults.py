@@ -1,0 +1,87 @@
+"""The CLI tells the truth when the engine misbehaves (issue 14): a stopped engine is
+exit 4 ("outcome unknown") within the client's timeout, a submission retried after a lost
+answer is created once, and `logs -f` / `wait` resume across an engine restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from gpulayer_tui.engine.engine import Engine
+
+from .conftest import REPO, EngineFactory, Served, wait_for
+
+
+def _jobs(served: Served) -> list[dict[str, object]]:
+    done = served.cli("jobs", "--json")
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout))
+
+
+def test_a_stopped_engine_is_exit_4_and_a_retried_submit_makes_one_job(served: Served) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    assert served.proc is not None
+    served.env["GPULAYER_TIMEOUT"] = "1"
+    os.kill(served.proc.pid, signal.SIGSTOP)
+    try:
+        submitted = served.cli("submit", "--", "true", timeout=30)
+        status = served.cli("status", "1", timeout=30)
+        waited = served.cli("wait", "1", timeout=30)
+    finally:
+        os.kill(served.proc.pid, signal.SIGCONT)
+    for done in (submitted, status, waited):
+        assert done.returncode == 4, (done.returncode, done.stderr)
+        assert "did not answer in 1 s" in done.stderr or "no engine answered" in done.stderr
+    assert "whether it acted on the request is unknown" in submitted.stderr
+    # Both attempts reach the engine once it runs again; they carried one key: one job.
+    served.env["GPULAYER_TIMEOUT"] = "30"
+    wait_for(lambda: len(_jobs(served)) == 1 and _jobs(served)[0]["status"] == "completed")
+    assert len(_jobs(served)) == 1
+
+
+def test_logs_follow_and_wait_resume_across_an_engine_restart(served: Served) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    job = served.cli(
+        "submit", "--", "sh", "-c", "for i in 1 2 3 4 5 6; do echo $i; sleep 0.4; done"
+    )
+    job_id = job.stdout.strip()
+    env = dict(served.env, GPULAYER_TIMEOUT="20")
+
+    def cli(*args: str) -> subprocess.Popen[str]:
+        argv = [sys.executable, "-m", "gpulayer_tui", *args]
+        return subprocess.Popen(
+            argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    follow, waiting = cli("logs", "-f", job_id), cli("wait", job_id)
+    wait_for(lambda: "2" in served.cli("logs", job_id).stdout)
+    assert served.proc is not None
+    served.proc.kill()  # no goodbye: the streams are cut mid-way
+    served.proc.wait()
+    served.start("--simulate", "1xA100-80GB")  # the job ran on meanwhile (the launcher)
+    out, err = follow.communicate(timeout=60)
+    assert follow.returncode == 0, err
+    assert out == "1\n2\n3\n4\n5\n6\n"  # each line once: it resumed from its offset
+    assert "reconnecting" in err
+    w_out, w_err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, w_err
+    assert f"job {job_id} completed" in w_out
+
+
+async def test_a_key_returns_the_first_submissions_jobs_even_after_a_restart(
+    make_engine: EngineFactory,
+) -> None:
+    engine: Engine = await make_engine()
+    first = await engine.submit_many([{"command": ["true"]}, {"command": ["true"]}], 0, "k1")
+    again = await engine.submit_many([{"command": ["false"]}], 0, "k1")
+    assert [j.id for j in again] == [j.id for j in first]
+    other_user = await engine.submit({"command": ["true"]}, 1000, "k1")  # keys are per user
+    assert other_user.id not in {j.id for j in first}
+    await engine.stop()
+    later = await make_engine()
+    replay = await later.submit_many([{"command": ["true"]}], 0, "k1")
+    assert [j.id for j in replay] == [j.id for j in first]
+    assert len(await later.list_jobs()) == 3
