@@ -583,3 +583,24 @@ async def test_leaving_a_detail_while_its_log_grows_never_ends_the_app(ui_app: A
         await pilot.pause(0.3)
         assert app.is_running
         await app.backend.cancel(job["id"])
+
+
+async def test_a_followed_log_shows_its_end_and_a_finished_one_opens_there(ui_app: Any) -> None:
+    # The title said "following" while the view stayed on line 1 (issue 20).
+    app = await ui_app("1xA100-80GB")
+    lines = "for i in $(seq 1 80); do echo line $i; done"
+    running = await app.backend.submit(spec(f"{lines}; sleep 60", gpus=0))
+    failed = await app.backend.submit(spec(f"{lines}; exit 3", gpus=0))
+    async with app.run_test(size=(100, 30)) as pilot:
+        for job in (running, failed):
+            app.open_job(job["id"])
+            await pilot.pause()
+            log = app.screen.query_one(LogTail)
+            await until(pilot, lambda: log.line_count >= 80, "the output")  # noqa: B023
+            await until(
+                pilot,
+                lambda: log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y,  # noqa: B023
+                "the last line in view",
+            )
+            await pilot.press("escape")
+        await app.backend.cancel(running["id"])

@@ -103,6 +103,7 @@ class LogTail(Log):
         *complete, self._partial = text.replace("\r\n", "\n").split("\n")
         if complete:
             self.write_lines([clean_line(line) for line in complete], scroll_end=self.follow)
+            self._keep_end_in_view()
         self.border_subtitle = Content(self.partial_line)  # the job's output: text, not markup
 
     def reset(self) -> None:
@@ -120,6 +121,32 @@ class LogTail(Log):
         if rest:
             self.write_line(clean_line(rest), scroll_end=self.follow)
         self.border_subtitle = ""
+        self._keep_end_in_view()
+
+    def _keep_end_in_view(self) -> None:
+        """Following means the last line is visible, and stays so.
+
+        Log scrolls to its end as it writes, but only while it is at the end already and
+        while it may scroll: output that arrives before the first layout (a new screen)
+        finds no scrollbar yet, ``scroll_end`` does nothing, and the view stayed at the
+        top while the title said "following". So the position is set once the new lines
+        are laid out, whether the scrollbar exists yet or not.
+        """
+        if self.follow:
+            self.call_after_refresh(self._to_end)
+
+    def _to_end(self) -> None:
+        if self.follow and self.scroll_y < self.max_scroll_y:
+            self.set_scroll(None, self.max_scroll_y)
+
+    def on_resize(self) -> None:
+        """A resize keeps a followed log at its end."""
+        self._keep_end_in_view()
+
+    def _update_maximum_width(self, updates: int, size: int) -> None:
+        """Log's size thread reports back (the virtual size grows only now): scroll again."""
+        super()._update_maximum_width(updates, size)
+        self._keep_end_in_view()
 
     def watch_follow(self, follow: bool) -> None:
         self.auto_scroll = follow
