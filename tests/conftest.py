@@ -35,6 +35,25 @@ def _snapshot_dirname(cls: type, *, test_location: Any) -> str:
 pytest_textual_snapshot.SVGImageExtension.dirname = classmethod(_snapshot_dirname)  # type: ignore[method-assign,assignment]
 
 
+# Tests that need root (another user's process, a tmpfs, a state dir given to nobody) skip
+# without it; where root is there (CI), a skip of one of them is a failure, so they cannot
+# silently stop running (GPULAYER_REQUIRE_ROOT=1, set by .ci/run when it runs as root).
+ROOT_FIXTURES = frozenset({"tiny_fs", "open_home"})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if not (report.skipped and os.environ.get("GPULAYER_REQUIRE_ROOT") == "1"):
+        return
+    if item.get_closest_marker("needs_root") or ROOT_FIXTURES & set(
+        getattr(item, "fixturenames", ())
+    ):
+        report.outcome = "failed"
+        report.longrepr = f"a root-only test skipped where root is required: {report.longrepr}"
+
+
 @pytest.fixture(autouse=True)
 def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every test runs in UTC, whatever the machine's zone: local times in cells,

@@ -106,6 +106,7 @@ async def test_refusals_are_recorded_failed_jobs(
     assert proc.poll() is None
 
 
+@pytest.mark.needs_root
 async def test_process_of_another_user_is_refused(
     make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
 ) -> None:

@@ -8,6 +8,7 @@ import pwd
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,10 @@ from gpulayer_tui.engine.statedir import UnsafeStateDir, check_state_dir
 from .conftest import REPO
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a dir to nobody")
+def as_root(test: Any) -> Any:
+    """Root only: it gives a directory to nobody."""
+    skip = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a dir to nobody")
+    return pytest.mark.needs_root(skip(test))
 
 
 def _serve(home: Path) -> subprocess.CompletedProcess[str]:
