@@ -276,3 +276,38 @@ def test_batch_file_lines_are_stored_as_written_and_plain_ones_skip_the_shell(
         assert served.cli("wait", job_id).returncode == 1
         status = json.loads(served.cli("status", job_id, "--json").stdout)
         assert status["job"]["exit_code"] == code
+
+
+def test_malformed_requests_and_readers_leaving_log_one_line_not_a_traceback(
+    served: Served,
+) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    served.start("--simulate", "1xA100-80GB", "--verbose")
+    sock_path = str(served.home / "engine.sock")
+    for payload in (
+        b"GARBAGE\r\n\r\n",
+        b"GET /v1/health HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+        b"GET / HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n",
+    ):
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(sock_path)
+            sock.sendall(payload)
+            sock.settimeout(10)
+            assert sock.recv(64).startswith(b"HTTP/1.0 400 Bad Request")
+    job = served.cli("submit", "--", "sh", "-c", "while :; do echo x; sleep 0.05; done")
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui", "logs", "-f", job.stdout.strip()],
+        env=served.env,
+        stdout=subprocess.PIPE,
+    )
+    assert follow.stdout is not None and follow.stdout.readline() == b"x\n"
+    follow.kill()  # the reader leaves mid-stream
+    follow.wait()
+    follow.stdout.close()
+    served.cli("cancel", job.stdout.strip())
+    log = served.stop()
+    assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
+    assert "a client's bad request was refused" in log

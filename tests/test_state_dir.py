@@ -17,6 +17,8 @@ from gpulayer_tui.engine.statedir import UnsafeStateDir, check_state_dir
 from .conftest import REPO
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
+
+
 def as_root(test: Any) -> Any:
     """Root only: it gives a directory to nobody."""
     skip = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a dir to nobody")

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -57,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import wire
 from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
@@ -65,6 +67,8 @@ from .errors import DomainRefused, JobNotActive, Overloaded, SpecError, StoreErr
 from .models import Job, JobQuery
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+log = logging.getLogger(__name__)
+
 ENGINE_KEY: web.AppKey[Engine] = web.AppKey("engine", Engine)
 MAX_BODY = 64 * 1024 * 1024
 LOG_CHUNK = 256 * 1024
@@ -480,6 +484,22 @@ async def logs(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
     response.headers["X-Job-Status"] = job.status.value
     await response.prepare(request)
+    try:
+        await _send_log(engine, job_id, path, offset, follow, response)
+    except ConnectionResetError:
+        # The reader left (Ctrl-C on `logs -f`, a TUI that moved on): an ordinary end.
+        log.debug("a log reader of job %s left", job_id)
+    return response
+
+
+async def _send_log(
+    engine: Engine,
+    job_id: int,
+    path: Path,
+    offset: int,
+    follow: bool,
+    response: web.StreamResponse,
+) -> None:
     while True:
         chunk, offset = await asyncio.to_thread(_read_chunk, path, offset)
         if chunk:
@@ -499,7 +519,21 @@ async def logs(request: web.Request) -> web.StreamResponse:
         except TimeoutError:
             pass
     await response.write_eof()
-    return response
+
+
+class _QuietBadRequests(logging.Filter):
+    """aiohttp logs a malformed request (a bad header, a line too long: a client's fault,
+    answered 400) as an ERROR with a traceback; it becomes one INFO line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError | ConnectionResetError):
+            log.info("a client's bad request was refused: %s", " ".join(str(error).split()))
+            return False
+        return True
+
+
+logging.getLogger("aiohttp.server").addFilter(_QuietBadRequests())
 
 
 async def events(request: web.Request) -> web.StreamResponse:
