@@ -318,6 +318,7 @@ def submit_to_start(client: Any, samples: int) -> dict[str, Any]:
         each.append(time.perf_counter() - t0)
         if job["status"] not in ("running", "completed") or job["pid"] is None:
             raise BenchFailure(f"scale: a submit onto a free slot did not start: {job}")
+        client.wait(job["id"])  # its slot is free again before the next one
     return summary(each)
 
 
