@@ -111,3 +111,29 @@ def test_the_cli_json_keeps_the_exact_text(served: Served) -> None:
     assert job["name"] == "[/bold]x" and job["spec"]["command"][2] == "echo \x1b[31m"
     listed = served.cli("jobs")
     assert "[/bold]x" in listed.stdout and "\x1b" not in listed.stdout
+
+
+def test_the_jobs_table_keeps_each_reason_whole_and_fits_a_terminal_only() -> None:
+    from gpulayer_tui.cli.format import fit
+
+    reason = "waiting for job 12 and job 13 to complete; " * 4
+    row: dict[str, Any] = {
+        "id": 7,
+        "name": "n",
+        "kind": "command",
+        "status": "queued",
+        "termination_reason": None,
+        "exit_code": None,
+        "message": reason.strip(),
+        "domains": [],
+        "gpus": [],
+        "pid": None,
+        "started_at": None,
+        "ended_at": None,
+        "spec": {},
+    }
+    text = format_jobs([row], 0.0)  # type: ignore[list-item]
+    assert reason.strip() in text  # piped: whole (it was cut at 70 characters)
+    cut = fit(text, 60)
+    assert all(len(line) <= 60 for line in cut.splitlines()) and cut.splitlines()[1].endswith("…")
+    assert fit(text, None) == text

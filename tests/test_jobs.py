@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pytest
@@ -424,3 +424,19 @@ async def test_background_children_do_not_outlive_their_job(
     done = await engine.wait(job.id, timeout=10)
     assert done.status is JobStatus.COMPLETED
     await eventually(lambda: pidfile.exists() and pid_gone(int(pidfile.read_text())))
+
+
+@pytest.mark.parametrize(
+    ("spec", "name"),
+    [
+        ({"shell": "exec python3 -m http.server $PORT"}, "python3"),
+        ({"shell": "FOO=1 env BAR=2 nohup ./train.sh --lr 3"}, "train.sh"),
+        ({"shell": "   "}, "shell"),
+        ({"command": ["/usr/bin/python3", "x.py"]}, "python3"),
+        ({"command": ["./a\x1b[2Jb"]}, "a\\x1b[2Jb"),
+    ],
+)
+def test_a_default_name_is_the_program_a_job_runs(spec: dict[str, Any], name: str) -> None:
+    from gpulayer_tui.engine.spec import parse_spec
+
+    assert parse_spec(spec).default_name() == name

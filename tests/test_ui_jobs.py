@@ -604,3 +604,35 @@ async def test_a_followed_log_shows_its_end_and_a_finished_one_opens_there(ui_ap
             )
             await pilot.press("escape")
         await app.backend.cancel(running["id"])
+
+
+async def test_small_words_say_what_is_true(ui_app: Any) -> None:
+    # "1 jobs", "failed (exit_code)", "c" offered on an ended job, "no events yet" while
+    # loading (issue 20).
+    app = await ui_app("1xA100-80GB")
+    failed = await app.backend.submit(spec("exit 3", gpus=0))
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("j")
+        screen = app.screen
+        table = table_of(app)
+        await until(pilot, lambda: status_of(table, failed["id"]) == "failed", "the ended job")
+        assert str(screen.query_one("#jobs-count", Label).content) == "1 job"
+        assert screen.check_action("cancel_job", ()) is None  # shown, but dimmed
+        running = await app.backend.submit(spec("sleep 60", gpus=0))
+        await until(pilot, lambda: status_of(table, running["id"]) == "running", "a running job")
+        await pilot.press("home")  # newest first: the running job
+        await pilot.pause()
+        assert screen.check_action("cancel_job", ()) is True
+        app.open_job(failed["id"])
+        await pilot.pause()
+        await until(pilot, lambda: app.screen.query_one(Timeline).events, "the timeline")
+        status = str(app.screen.query_one("#field-status").render())
+        assert status.startswith("failed") and "exit_code" not in status
+        await app.backend.cancel(running["id"])
+
+
+def test_a_timeline_says_loading_until_its_first_answer() -> None:
+    timeline = Timeline()
+    assert str(timeline.render()) == "loading…"
+    timeline.set_events([])
+    assert str(timeline.render()) == "no events yet"

@@ -236,9 +236,12 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         sys.stdout.write("[]\n" if first else "\n]\n")
         return EXIT_OK
     jobs = [job for page in pages for job in page]
-    from .format import format_jobs
+    from .format import fit, format_jobs
 
-    print(format_jobs(jobs, time.time()))
+    # On a terminal, a row longer than the window is cut at its edge (the reason column is
+    # last); piped, every reason is whole (it used to be cut at 70 characters always).
+    width = os.get_terminal_size().columns if sys.stdout.isatty() else None
+    print(fit(format_jobs(jobs, time.time()), width))
     if len(jobs) == args.limit and args.sort == "id" and not args.after and not args.reverse:
         print(f"older: --before {jobs[-1]['id']}", file=sys.stderr)
     return EXIT_OK

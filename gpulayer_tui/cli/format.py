@@ -35,6 +35,16 @@ def _runtime(job: JobRowJSON, now: float) -> str:
     return duration((job.get("ended_at") or now) - started)
 
 
+def fit(text: str, width: int | None) -> str:
+    """Each line cut to ``width`` columns with an ellipsis (``None``: as it is, for a pipe,
+    where nothing a script may grep for should be lost)."""
+    if width is None:
+        return text
+    return "\n".join(
+        line if len(line) <= width else line[: max(1, width - 1)] + "…" for line in text.split("\n")
+    )
+
+
 def format_jobs(jobs: list[JobRowJSON], now: float) -> str:
     """The ``jobs`` table."""
     if not jobs:
@@ -51,7 +61,7 @@ def format_jobs(jobs: list[JobRowJSON], now: float) -> str:
                 "" if spec.get("vram_gb") is None else f"{spec['vram_gb']:g}",
                 _runtime(job, now),
                 "" if job["exit_code"] is None else str(job["exit_code"]),
-                job["message"][:70],
+                job["message"],
             ]
         )
     return table(["ID", "NAME", "STATUS", "DOMAINS", "VRAM", "RUNTIME", "EXIT", "REASON"], rows)

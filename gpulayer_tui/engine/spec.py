@@ -172,9 +172,18 @@ class JobSpec(BaseModel):
         if self.command:
             base = os.path.basename(self.command[0]) or self.command[0]
         else:
-            first = (self.shell or "").strip().split(maxsplit=1)
-            base = os.path.basename(first[0]) if first else "shell"
+            # The program a shell line runs: past `exec`, `env` and VAR=value words (a
+            # service written `exec python3 -m http.server $PORT` is not named "exec").
+            words = (self.shell or "").split()
+            while words and (words[0] in ("exec", "env", "nohup") or _is_assignment(words[0])):
+                words.pop(0)
+            base = os.path.basename(words[0]) if words else "shell"
         return wire.printable(base)[: wire.NAME_MAX] or "job"
+
+
+def _is_assignment(word: str) -> bool:
+    name, sep, _ = word.partition("=")
+    return bool(sep) and name.isidentifier()
 
 
 def _describe(err: ValidationError) -> tuple[str, str | None]:

@@ -17,7 +17,7 @@ from ..backend import BackendError, ConnectionLost
 from ..formatting import duration, replica_health, replica_state
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
-from ..widgets.job_columns import command_text, reason_prefix, runtime_seconds
+from ..widgets.job_columns import UNSPOKEN_REASONS, command_text, reason_prefix, runtime_seconds
 from ..widgets.log_tail import LogTail
 from ..widgets.timeline import STATUS_STYLES, Timeline, clock_time
 from ..wire import ACTIVE_STATUSES, JobJSON
@@ -126,8 +126,9 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
     reason = job.get("termination_reason")
     status_value = Content.assemble(
         (status, STATUS_STYLES.get(status, "")),
+        # (not "failed (exit_code)": the message says how it exited)
         (f"  ({reason})", "$accent" if reason_prefix(job) else "$foreground-muted")
-        if reason
+        if reason and reason not in UNSPOKEN_REASONS
         else "",
     )
     exit_code = job.get("exit_code")

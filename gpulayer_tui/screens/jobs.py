@@ -167,6 +167,10 @@ class JobsScreen(Screen[None]):
     def _near_end(self) -> None:
         view_of(self).fetch_more_jobs()
 
+    @on(JobTable.RowHighlighted)
+    def _row_moved(self) -> None:
+        self.refresh_bindings()  # "cancel" follows the job under the cursor
+
     def _update_bar(self, _pages: int = 0) -> None:
         table = self.table
         parts: list[str | tuple[str, str]] = [
@@ -180,7 +184,10 @@ class JobsScreen(Screen[None]):
         self.query_one("#jobs-view", Label).update(Content.assemble(*parts))
         shown, total = table.row_count, table.total_count
         more = "+" if view_of(self).job_feed.known_more else ""  # (older pages load on scroll)
-        count = f"{total:,}{more} jobs" if shown == total else f"{shown:,} of {total:,}{more} jobs"
+        noun = "job" if total == 1 and not more else "jobs"
+        count = (
+            f"{total:,}{more} {noun}" if shown == total else f"{shown:,} of {total:,}{more} {noun}"
+        )
         self.query_one("#jobs-count", Label).update(count)
         self.refresh_bindings()  # "clear filters" shows only while filtering
 
@@ -258,7 +265,12 @@ class JobsScreen(Screen[None]):
     # -- acting on a job --------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Offer "clear filters" only while a filter is set."""
+        """Offer "clear filters" only while a filter is set, and "cancel" (dimmed
+        otherwise) only on a job that can still be cancelled."""
+        if action == "cancel_job":
+            job_id = self.table.cursor_job_id
+            job = None if job_id is None else self.table.job(job_id)
+            return True if job is not None and job.get("status") in ACTIVE_STATUSES else None
         if action == "clear_filter":
             table = self.table
             filtering = bool(table.filter_text) or table.status_filter != "all"

@@ -74,6 +74,7 @@ class Timeline(Widget):
         super().__init__(id=id, classes=classes)
         self._clock = clock
         self._events: list[TimelineEntryJSON] = []
+        self._loaded = False  # set by the first set_events
 
     @property
     def events(self) -> list[TimelineEntryJSON]:
@@ -83,6 +84,7 @@ class Timeline(Widget):
     def set_events(self, events: list[TimelineEntryJSON]) -> None:
         """Show ``events`` (the API's ``{"at", "kind", "status", "reason", "message"}``)."""
         self._events = sorted(events, key=lambda e: e.get("at") or 0.0)
+        self._loaded = True
         self.refresh(layout=True)
 
     def _now(self) -> float:
@@ -92,7 +94,9 @@ class Timeline(Widget):
     def render(self) -> Content:
         """One block per event, the message wrapped to the width we have."""
         if not self._events:
-            return Content.styled("no events yet", "$foreground-muted")
+            # (before the first answer there is nothing to say yet, not "no events")
+            said = "no events yet" if self._loaded else "loading…"
+            return Content.styled(said, "$foreground-muted")
         now = self._now()
         width = max(20, self.content_region.width or self.size.width or 80)
         lines: list[Content] = []
