@@ -57,7 +57,8 @@ class JobStore:
         return [job_id for job_id, v in self._changed_at.items() if v > version]
 
     def summary(self, now: float | None = None) -> dict[str, int]:
-        """What the dashboard's summary line shows: running, queued, failed today."""
+        """What the dashboard's summary line shows: running, queued, and runs that failed
+        today (refused submissions, ``over_capacity``, are not runs)."""
         now = time.time() if now is None else now
         local = time.localtime(now)
         midnight = time.mktime(
@@ -70,7 +71,12 @@ class JobStore:
                 running += 1
             elif status in ("queued", "pending"):
                 queued += 1
-            elif status == "failed" and (job.get("ended_at") or 0) >= midnight:
+            elif (
+                status == "failed"
+                and (job.get("ended_at") or 0) >= midnight
+                # A refused submission (it could never run) is not a run that failed.
+                and job.get("termination_reason") != "over_capacity"
+            ):
                 failed_today += 1
         return {"running": running, "queued": queued, "failed_today": failed_today}
 

@@ -311,3 +311,17 @@ def test_malformed_requests_and_readers_leaving_log_one_line_not_a_traceback(
     log = served.stop()
     assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
     assert "a client's bad request was refused" in log
+
+
+def test_stop_ends_the_background_engine_and_its_jobs_go_on(served: Served) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    job = served.cli("submit", "--", "sleep", "30").stdout.strip()
+    stopped = served.cli("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stopped the engine (pid" in stopped.stdout
+    assert served.proc is not None and served.proc.wait(timeout=5) == 0
+    again = served.cli("stop")
+    assert again.returncode == 3 and "no engine is serving" in again.stderr
+    served.start("--simulate", "1xA100-80GB")  # the next engine takes the job back
+    assert json.loads(served.cli("status", job, "--json").stdout)["job"]["status"] == "running"
+    assert served.cli("cancel", job).returncode == 0

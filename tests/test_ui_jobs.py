@@ -636,3 +636,18 @@ def test_a_timeline_says_loading_until_its_first_answer() -> None:
     assert str(timeline.render()) == "loading…"
     timeline.set_events([])
     assert str(timeline.render()) == "no events yet"
+
+
+def test_failed_today_counts_runs_not_refused_submissions() -> None:
+    store = JobStore()
+    now = FIXED_NOW
+    base: dict[str, Any] = {"kind": "command", "spec": {}, "ended_at": now - 60}
+    store.load(
+        [
+            {**base, "id": 1, "status": "failed", "termination_reason": "exit_code"},
+            {**base, "id": 2, "status": "failed", "termination_reason": "over_capacity"},
+            {**base, "id": 3, "status": "running", "termination_reason": None, "ended_at": None},
+            {**base, "id": 4, "status": "queued", "termination_reason": None, "ended_at": None},
+        ]  # type: ignore[list-item]
+    )
+    assert store.summary(now) == {"running": 1, "queued": 1, "failed_today": 1}

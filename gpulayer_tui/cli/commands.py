@@ -433,6 +433,40 @@ def _gpus(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     return EXIT_OK
 
 
+def _stop(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    import signal
+
+    from ..engine.lock import EngineLock, lock_holder
+
+    lock = EngineLock(client.paths.lock)
+    pid = lock_holder(client.paths.lock)
+    if not lock.is_held_elsewhere() or pid is None:
+        raise EngineNotRunning(client.paths)
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            command = fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        command = ""
+    if "--serve" not in command:
+        _error(f"the engine (pid {pid}) runs inside a TUI: quit that TUI to stop it")
+        return EXIT_FAILED
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except PermissionError:
+        _error(f"the engine (pid {pid}) belongs to another user: only they or root may stop it")
+        return EXIT_FAILED
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + args.timeout
+    while lock.is_held_elsewhere():
+        if time.monotonic() > deadline:
+            _error(f"the engine (pid {pid}) is still stopping after {args.timeout:g} s")
+            return EXIT_FAILED
+        time.sleep(0.05)
+    print(f"stopped the engine (pid {pid}); running jobs go on, the next engine takes them back")
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[Client, argparse.Namespace, argparse.ArgumentParser], int]] = {
     "submit": _submit,
     "jobs": _jobs,
@@ -444,6 +478,7 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace, argparse.ArgumentParse
     "adopt": _adopt,
     "domain": _domain,
     "clean": _clean,
+    "stop": _stop,
 }
 
 

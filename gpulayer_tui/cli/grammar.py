@@ -294,6 +294,16 @@ def _gpus_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _stop_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--timeout",
+        type=positive_number,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for it to stop (default 30)",
+    )
+
+
 _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None]]] = {
     "submit": (
         "submit a batch job or a service",
@@ -323,6 +333,13 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
     ),
     "doctor": ("check the driver, config, engine and domains", "", _doctor_args),
     "gpus": ("domains, GPU samples and unregistered VRAM", "", _gpus_args),
+    "stop": (
+        "stop the background engine (--serve); its running jobs go on",
+        "Stop the engine serving this state dir (SIGTERM, as systemd would) and wait for "
+        "it to end. Running jobs go on under the launcher; the next engine takes them "
+        "back. An engine inside a TUI is stopped by quitting that TUI.",
+        _stop_args,
+    ),
 }
 """Each subcommand: its one-line help, its description, and what adds its arguments."""
 SUBCOMMANDS = frozenset(_SUBCOMMAND_TABLE)
