@@ -14,6 +14,7 @@ import signal
 import sqlite3
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,20 @@ async def test_tui_quit_handover_keeps_service_queue_and_running_jobs(
         assert _job(served, job["id"])["exit_code"] == n
     assert served.cli("cancel", str(service["id"])).returncode == 0
     wait_for(lambda: pid_gone(replica_pid))
+
+
+def test_a_job_that_ends_while_no_engine_runs_keeps_its_real_end_time(served: Served) -> None:
+    # ended_at used to be when the next engine noticed the end (issue 14).
+    served.start("--simulate", "1xA100-80GB")
+    job_id = served.cli("submit", "--", "sleep", "1").stdout.strip()
+    pid = wait_for(lambda: json.loads(served.cli("status", job_id, "--json").stdout)["job"]["pid"])
+    assert served.proc is not None
+    served.proc.kill()
+    served.proc.wait()
+    wait_for(lambda: pid_gone(pid), timeout=10)  # it ended while no engine ran
+    seen_gone = time.time()
+    served.start("--simulate", "1xA100-80GB")
+    job = json.loads(served.cli("wait", job_id, "--json").stdout)["job"]
+    assert job["status"] == "completed"
+    assert job["ended_at"] <= seen_gone  # the launcher's time, not the new engine's
+    assert 0.9 <= job["ended_at"] - job["started_at"] < 2.0

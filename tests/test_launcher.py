@@ -288,3 +288,12 @@ def test_the_keeper_tells_an_interrupted_start_by_its_process(tmp_path: Path) ->
         for proc in (alive, descendant, ran):
             proc.wait()  # (ran was reaped by the keeper: Popen takes that as gone)
         writer.close()
+
+
+def test_the_journal_keeps_when_a_job_ended_and_reads_older_lines(tmp_path: Path) -> None:
+    path = tmp_path / "launcher.journal"
+    path.write_bytes(b"S 1 5\nP 1 100 5\nE 1 3\nS 2 5\nP 2 101 5\nE 2 - 1796000000.25\n")
+    entries = journal.replay(str(path))
+    assert (entries["1"].code, entries["1"].ended_at) == (3, None)  # written before the time
+    assert (entries["2"].code, entries["2"].ended_at) == (None, 1796000000.25)
+    assert journal.entry_lines("2", entries["2"]).endswith(b"E 2 - 1796000000.25\n")

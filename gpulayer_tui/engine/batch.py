@@ -304,7 +304,7 @@ class BatchRunner:
         act.job.kill_at = None
         status, reason, message = stop_verdict(act.job, exit)
         holds = list(act.holds)
-        self._book.finish(act, status, reason, message, exit.code)
+        self._book.finish(act, status, reason, message, exit.code, ended_at=exit.at)
         if exit.error is None:
             for listener in self._process_end:
                 listener(act.job, holds)

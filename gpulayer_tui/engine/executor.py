@@ -37,11 +37,13 @@ class Exit:
             nobody could observe it.
         recorded: True when the executor observed ``code`` itself.
         error: Set when the task never ran (it could not be started): the reason.
+        at: When it ended, as the executor saw it (``None``: when the engine learns it).
     """
 
     code: int | None
     recorded: bool
     error: str | None = None
+    at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -257,6 +257,7 @@ class JobBook:
         reason: TerminationReason | None,
         message: str | None,
         exit_code: int | None,
+        ended_at: float | None = None,
     ) -> None:
         """The one place a status changes."""
         job = act.job
@@ -271,7 +272,8 @@ class JobBook:
         elif new is JobStatus.RUNNING:
             job.started_at = now
         elif new.is_terminal:
-            job.ended_at = now
+            # Never before it started, never in the future.
+            job.ended_at = now if ended_at is None else min(now, max(ended_at, job.started_at or 0))
             job.termination_reason = reason
             job.exit_code = exit_code
         event = self.event(
@@ -344,13 +346,20 @@ class JobBook:
         reason: TerminationReason,
         message: str,
         exit_code: int | None = None,
+        ended_at: float | None = None,
     ) -> None:
-        """Make a job terminal (checked like every move), then tell every end listener."""
+        """Make a job terminal (checked like every move), then tell every end listener.
+
+        ``ended_at``: when it really ended, if known (a launcher saw the exit while no
+        engine ran); otherwise now.
+        """
         if not status.is_terminal:
             raise ValueError(f"job {act.job.id}: {status} is not an end")
         if act.log_note:
             message = f"{message}; {act.log_note}" if message else act.log_note
-        self._change(act, status, reason=reason, message=message, exit_code=exit_code)
+        self._change(
+            act, status, reason=reason, message=message, exit_code=exit_code, ended_at=ended_at
+        )
         for listener in self._end_listeners:
             listener(act)
 

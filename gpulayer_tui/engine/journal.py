@@ -36,13 +36,14 @@ INTENT, RUNNING, EXITED = "intent", "running", "exited"
 class Entry:
     """What the journal says about one key."""
 
-    __slots__ = ("code", "intent_ticks", "kill_at", "pid", "state", "ticks")
+    __slots__ = ("code", "ended_at", "intent_ticks", "kill_at", "pid", "state", "ticks")
 
     def __init__(self, state: str) -> None:
         self.state = state
         self.pid: int | None = None
         self.ticks: int | None = None
         self.code: int | None = None
+        self.ended_at: float | None = None  # when the launcher saw it end (wall clock)
         self.kill_at: float | None = None
         self.intent_ticks = 0
 
@@ -84,6 +85,8 @@ def _apply(entries: dict[str, Entry], fields: list[str]) -> None:
         entry = entries.setdefault(key, Entry(EXITED))
         entry.state = EXITED
         entry.code = None if fields[2] == "-" else int(fields[2])
+        # (a line written before the time was kept has no fourth field)
+        entry.ended_at = float(fields[3]) if len(fields) > 3 and fields[3] != "-" else None
     elif op == "K":
         if key in entries:
             entries[key].kill_at = float(fields[2])
@@ -106,7 +109,7 @@ def entry_lines(key: str, entry: Entry) -> bytes:
     if entry.kill_at is not None:
         out += line("K", key, entry.kill_at)
     if entry.state == EXITED:
-        out += line("E", key, entry.code)
+        out += line("E", key, entry.code, entry.ended_at)
     return out
 
 

@@ -260,7 +260,7 @@ class LauncherExecutor:
             elif info["state"] == "exited":
                 if watch.pid is None:
                     self._started(lkey, info["pid"], info["ticks"])
-                self._exited(lkey, info["code"])
+                self._exited(lkey, info["code"], info.get("at"))
         # A new spawner knows no environment: send every one again, before anything else.
         for env_id, env in self._envs.values():
             self._write_now({"op": "env", "id": env_id, "env": env})
@@ -309,7 +309,7 @@ class LauncherExecutor:
         if kind == "started":
             self._started(str(event["key"]), int(event["pid"]), int(event["ticks"]))
         elif kind == "exited":
-            self._exited(str(event["key"]), event.get("code"))
+            self._exited(str(event["key"]), event.get("code"), event.get("at"))
         elif kind == "failed":
             self._failed(str(event["key"]), str(event["error"]))
         elif kind == "log_cut":
@@ -329,11 +329,11 @@ class LauncherExecutor:
         watch.pid = pid
         watch.on_start(Started(pid, ticks))
 
-    def _exited(self, lkey: str, code: int | None) -> None:
+    def _exited(self, lkey: str, code: int | None, at: float | None = None) -> None:
         self._pending.pop(lkey, None)
         watch = self._watches.pop(lkey, None)
         if watch is not None:
-            watch.on_exit(Exit(code, recorded=code is not None))
+            watch.on_exit(Exit(code, recorded=code is not None, at=at))
 
     def _failed(self, lkey: str, error: str) -> None:
         self._pending.pop(lkey, None)
@@ -433,7 +433,7 @@ class LauncherExecutor:
         if info is None:
             return None
         if info["state"] == "exited":
-            return Exit(info["code"], recorded=info["code"] is not None)
+            return Exit(info["code"], recorded=info["code"] is not None, at=info.get("at"))
         watch = _Watch(key, on_start, on_exit)
         watch.pid = int(info["pid"])
         self._watches[lkey] = watch

@@ -32,7 +32,7 @@ Requests (engine -> spawner) and events (spawner -> engine), one JSON object per
 ``{"op": "quit_if_idle"}``                          exit now if nothing runs
 ``{"ev": "started", "key", "pid", "ticks"}``        it runs
 ``{"ev": "failed", "key", "error"}``                it could not start (never ran)
-``{"ev": "exited", "key", "code"}``                 it ended (``code`` null: unobservable)
+``{"ev": "exited", "key", "code", "at"}``           it ended at ``at`` (``code`` null: unobservable)
 ``{"ev": "log_cut", "key", "dropped", "kept"}``      its log passed ``max_log`` and was cut
 =================================================  =========================================
 
@@ -376,6 +376,7 @@ class Spawner:
                 "pid": entry.pid,
                 "ticks": entry.ticks,
                 "code": entry.code,
+                "at": entry.ended_at,
                 "kill_at": entry.kill_at,
             }
         return table
@@ -391,7 +392,7 @@ class Spawner:
             if known.state == journal.RUNNING:
                 self._send({"ev": "started", "key": key, "pid": known.pid, "ticks": known.ticks})
             elif known.state == journal.EXITED:
-                self._send({"ev": "exited", "key": key, "code": known.code})
+                self._send({"ev": "exited", "key": key, "code": known.code, "at": known.ended_at})
             return
         argv = [str(a) for a in request["argv"]]
         cwd = str(request["cwd"])
@@ -514,10 +515,15 @@ class Spawner:
         if task.log_fd >= 0:
             os.close(task.log_fd)
             task.log_fd = -1
-        self.journal.write("E", task.key, code)
+        # When it ended: the keeper's word if it saw the death first, else now (this is
+        # called as soon as the pidfd says so). The engine may learn it much later.
+        at = time.time()
+        if task.dead_at is not None:  # (a monotonic time: moved onto the wall clock)
+            at -= time.monotonic() - task.dead_at
+        self.journal.write("E", task.key, code, at)
         entry = self.entries.setdefault(task.key, journal.Entry(journal.EXITED))
-        entry.state, entry.code = journal.EXITED, code
-        self._send({"ev": "exited", "key": task.key, "code": code})
+        entry.state, entry.code, entry.ended_at = journal.EXITED, code, at
+        self._send({"ev": "exited", "key": task.key, "code": code, "at": at})
 
     def _cap_log(self, task: Task) -> None:
         """Cut a log that grew past its limit back to its last part, with a note.
