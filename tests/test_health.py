@@ -86,7 +86,11 @@ async def test_lost_gpu_quarantines_only_its_domain(
 async def test_repeated_failed_reads_degrade_then_quarantine(
     make_engine: EngineFactory, fake_nvml: FakeNvml
 ) -> None:
-    config = make_config(health={"degrade_after": 2, "quarantine_after": 4})
+    # Only the ticks below: the background sampler waits an hour (its own ticks between
+    # them would make the exact failure counts race).
+    config = make_config(
+        health={"degrade_after": 2, "quarantine_after": 4}, engine={"sample_interval": 3600}
+    )
     engine = await make_engine(probe=NvmlProbe(), config=config)
     gpu0, gpu1 = engine.scheduler.domains["gpu0"], engine.scheduler.domains["gpu1"]
     fake_nvml.fail("nvmlDeviceGetMemoryInfo", pynvml.NVML_ERROR_UNKNOWN, index=1)

@@ -12,7 +12,7 @@ from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.spec import SpecError
 
-from .conftest import EngineFactory, make_config
+from .conftest import EngineFactory, eventually, make_config
 
 if TYPE_CHECKING:
     from .fake_nvml import FakeNvml
@@ -129,8 +129,6 @@ async def test_a_gpu_hanging_mid_sweep_leaves_the_later_gpus_read_in_the_same_ti
 ) -> None:
     # The sampler reads GPUs one after another in one thread; when GPU 0 hangs, GPUs 1
     # and 2 must still be read in that tick (in parallel), within two deadlines.
-    import asyncio
-    import time
 
     from gpulayer_tui.engine.sampler import Sampler
 
@@ -142,19 +140,20 @@ async def test_a_gpu_hanging_mid_sweep_leaves_the_later_gpus_read_in_the_same_ti
     sampler = Sampler(NvmlProbe(), 60.0, 0.2, 10, dict, samples.append)
     await sampler.sample_once()  # a good read first: identities are known
     hang = fake_nvml.hang("nvmlDeviceGetMemoryInfo", index=0)
-    t0 = time.perf_counter()
+    # The tick returns while GPU 0's read still hangs (the hang is released only below):
+    # it did not wait for it, and the other GPUs were read. (How fast is the benchmark's
+    # business, not a timed assert's.)
     tick = await sampler.sample_once()
-    elapsed = time.perf_counter() - t0
     gpus = {g.index: g for g in tick.result.gpus}
     assert gpus[0].failed and gpus[0].error == "GPU 0 did not answer within 0.2 s"
     assert not gpus[1].failed and not gpus[2].failed
     assert gpus[2].memory_total == 80 * GIB
-    assert elapsed < 2 * 0.2 + 1.0  # two deadlines, plus slack for a loaded machine
     later = await sampler.sample_once()
     assert "still busy" in (later.result.gpus[0].error or "")
     assert not later.result.gpus[1].failed and not later.result.gpus[2].failed
     hang.release()
-    await asyncio.sleep(0.05)
+    # Once the abandoned read returns, stop() may close the probe.
+    await eventually(lambda: all(f.done() for f in sampler._threads.values()))
     await sampler.stop()
 
 
