@@ -57,7 +57,7 @@ COLUMNS = (
     ColumnSpec("status", "STATUS", 9),
     ColumnSpec("message", "REASON / MESSAGE", 0),
     ColumnSpec("domains", "DOMAINS", 9),
-    ColumnSpec("gpus", "GPUS", 4, "right"),
+    ColumnSpec("gpus", "GPUS", 5, "right"),
     ColumnSpec("vram", "VRAM", 5, "right"),
     ColumnSpec("started", "STARTED", 8),
     ColumnSpec("runtime", "RUNTIME", 7, "right"),
@@ -101,9 +101,10 @@ def command_text(job: JobRowJSON) -> str:
 
 
 def gpus_text(job: JobRowJSON) -> str:
-    """Assigned GPU indices (``0,1``), else the requested count (times sign, 2), else empty."""
+    """Assigned GPUs by index (``#0``, ``#0,1``: a bare ``0`` read as "no GPUs"), else the
+    requested count (times sign, ``×2``), else empty."""
     if job.get("gpus"):
-        return ",".join(str(g) for g in job["gpus"])
+        return "#" + ",".join(str(g) for g in job["gpus"])
     wanted = job_spec(job).get("gpus")
     return f"\N{MULTIPLICATION SIGN}{wanted}" if wanted else ""
 
