@@ -102,7 +102,7 @@ def command_text(job: JobRowJSON) -> str:
 
 def gpus_text(job: JobRowJSON) -> str:
     """Assigned GPUs by index (``#0``, ``#0,1``: a bare ``0`` read as "no GPUs"), else the
-    requested count (times sign, ``×2``), else empty."""
+    requested count after a times sign (``\N{MULTIPLICATION SIGN}2``), else empty."""
     if job.get("gpus"):
         return "#" + ",".join(str(g) for g in job["gpus"])
     wanted = job_spec(job).get("gpus")
