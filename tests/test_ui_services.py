@@ -149,6 +149,8 @@ def _service_job(
         "started_at": FIXED_NOW - 890,
         "ended_at": None,
         "owner_uid": 1000,
+        "kill_at": None,
+        "stop_reason": None,
         "attempt": 1,
         "replicas": replicas,
         "spec": {"kind": "service", "command": ["vllm", "serve", "model"], "gpus": 1, **spec},

@@ -38,6 +38,10 @@ def _history(index: int, total: int) -> list[list[float | int]]:
     return points
 
 
+RUNNING_ON_GPU = {0: (10, 20 * GIB)}
+"""GPU index -> (job id, bytes it holds): the running GPU jobs of :func:`jobs_fixture`."""
+
+
 def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
     """A ``/gpus`` answer for ``n_gpus`` GPUs with owned, foreign and free memory."""
     domains = []
@@ -45,19 +49,21 @@ def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
     for index in range(n_gpus):
         name, gib = MODELS[index % len(MODELS)]
         total = gib * GIB
-        owned = (index % 3) * 10 * GIB
+        # Memory is owned only where a job of jobs_fixture() runs: job 10 on gpu0.
+        owner = RUNNING_ON_GPU.get(index)
+        owned = owner[1] if owner else 0
         foreign = 18 * GIB if index == 1 else 0
         unattributed = GIB // 2 if n_gpus else 0
         used = owned + foreign + unattributed
         processes = []
         jobs = []
-        if owned:
-            jobs = [10 + index]
+        if owner:
+            jobs = [owner[0]]
             processes.append(
                 {
-                    "pid": 5000 + index,
+                    "pid": 5000 + owner[0],
                     "used_bytes": owned,
-                    "job_id": 10 + index,
+                    "job_id": owner[0],
                     "user": "ana",
                     "command": f"python train.py --shard {index}",
                 }
@@ -82,6 +88,9 @@ def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
                 "gpu_uuid": f"GPU-{index:08d}-0000-0000-0000-000000000000",
                 "state": "in_service",
                 "state_reason": "",
+                "health": "healthy",
+                "failures": 0,
+                "last_error": "",
                 "slots": 1,
                 "used_slots": len(jobs),
                 "jobs": jobs,
@@ -116,6 +125,9 @@ def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
             "gpu_uuid": None,
             "state": "in_service",
             "state_reason": "",
+            "health": "healthy",
+            "failures": 0,
+            "last_error": "",
             "slots": cpu_slots,
             "used_slots": 1,
             "jobs": [3],
@@ -175,10 +187,13 @@ def _job(
         "priority": 0,
         "pid": 5000 + job_id if started else None,
         "created_at": FIXED_NOW - 3600 + job_id * 60,
-        "queued_at": FIXED_NOW - 3600 + job_id * 60,
+        # (a job refused at submission goes pending -> failed, never queued)
+        "queued_at": None if reason == "over_capacity" else FIXED_NOW - 3600 + job_id * 60,
         "started_at": started,
         "ended_at": ended,
         "owner_uid": 1000,
+        "kill_at": None,
+        "stop_reason": None,
         "spec": spec,
     }
 
@@ -218,6 +233,7 @@ def jobs_fixture() -> list[dict[str, Any]]:
             "requested 3 GPUs, but this machine has 2",
             reason="over_capacity",
             gpus=None,
+            ended=t - 3600 + 4 * 60,  # refused at submission: it ended as it was created
         ),
         _job(
             5,
@@ -226,6 +242,7 @@ def jobs_fixture() -> list[dict[str, Any]]:
             "requested 100 GiB per GPU, but the largest GPU has 80 GiB",
             reason="over_capacity",
             vram_gb=100,
+            ended=t - 3600 + 5 * 60,
         ),
         _job(
             10,
@@ -246,7 +263,14 @@ def jobs_fixture() -> list[dict[str, Any]]:
             vram_gb=70,
         ),
         _job(12, "eval", "queued", "waiting for job 10"),
-        _job(13, "sweep", "cancelled", "dependency job 2 failed", reason="dependency_failed"),
+        _job(
+            13,
+            "sweep",
+            "cancelled",
+            "dependency job 2 failed",
+            reason="dependency_failed",
+            ended=t - 2900,
+        ),
         _job(
             14,
             "bench",

@@ -1,0 +1,83 @@
+"""The hand-written backends behind the snapshots (``StaticBackend``, ``ServiceBackend``)
+answer in the engine's shapes and tell one consistent story (issue 21: they had drifted:
+fields the engine returns were missing, and a queued job owned memory and a slot)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpulayer_tui.shapes import JobJSON, JobRowJSON
+from gpulayer_tui.wire import ACTIVE_STATUSES, JobKind, JobStatus, TerminationReason
+
+from .conftest import EngineFactory
+from .test_ui_services import service_jobs
+from .ui_support import StaticBackend, gpus_view, jobs_fixture
+
+# Keys a shape may leave out (its NotRequired ones: with postponed annotations, Python 3.11
+# does not tell them from the required ones in __required_keys__).
+OPTIONAL = {JobJSON: {"replicas", "attempt"}, JobRowJSON: {"replicas", "kill_at"}}
+
+
+def _keys(shape: Any) -> tuple[set[str], set[str]]:
+    allowed = set(shape.__annotations__)  # (a TypedDict's include its bases')
+    return allowed - OPTIONAL[shape], allowed
+
+
+def _fixture_jobs() -> list[dict[str, Any]]:
+    return service_jobs()  # (the batch jobs of jobs_fixture() and two services)
+
+
+def test_every_fake_job_has_the_engines_fields_and_values() -> None:
+    required, allowed = _keys(JobJSON)
+    for job in _fixture_jobs():
+        assert required <= set(job) <= allowed, (job["id"], set(job) ^ required)
+        assert job["status"] in {s.value for s in JobStatus}
+        assert job["kind"] in {k.value for k in JobKind}
+        reason = job["termination_reason"]
+        assert reason is None or reason in {r.value for r in TerminationReason}
+        # A job's shape follows its status, as the engine's do.
+        active = job["status"] in ACTIVE_STATUSES
+        assert (reason is None) == active, job["id"]
+        assert (job["ended_at"] is None) == active, job["id"]
+        if job["status"] in ("queued", "pending"):
+            assert job["pid"] is None and not job["gpus"] and job["started_at"] is None
+        if reason == "over_capacity":  # refused at submission: never queued, never ran
+            assert job["queued_at"] is None and job["started_at"] is None
+
+
+async def test_the_fake_rows_are_the_engines_rows() -> None:
+    required, allowed = _keys(JobRowJSON)
+    page = await StaticBackend().jobs_page(limit=100)
+    for row in page["jobs"]:
+        assert required <= set(row) <= allowed, (row["id"], set(row) ^ required)
+
+
+async def test_the_fake_shapes_match_a_real_engines(make_engine: EngineFactory) -> None:
+    engine = await make_engine("2xA100-80GB")
+    job = await engine.submit({"command": ["sleep", "60"], "gpus": 1, "vram_gb": 1})
+    real_job = job.to_json()
+    real_gpus = engine.gpus()
+    fake_job = jobs_fixture()[0]
+    assert set(fake_job) == set(real_job), set(fake_job) ^ set(real_job)
+    fake_gpus = gpus_view(2)
+    assert set(fake_gpus) == set(real_gpus), set(fake_gpus) ^ set(real_gpus)
+    real = {d["gpu_index"] is None: d for d in real_gpus["domains"]}  # a GPU one, the cpu one
+    for domain in fake_gpus["domains"]:
+        same_kind = real[domain["gpu_index"] is None]
+        assert set(domain) == set(same_kind), (domain["name"], set(domain) ^ set(same_kind))
+    await engine.cancel(job.id)
+
+
+def test_who_holds_what_is_consistent() -> None:
+    jobs = {j["id"]: j for j in jobs_fixture()}
+    for n_gpus in (0, 2, 8):
+        for domain in gpus_view(n_gpus)["domains"]:
+            for job_id in domain["jobs"]:
+                # Only a job that runs there holds a domain (never a queued or ended one).
+                assert job_id in jobs, (domain["name"], job_id)
+                assert jobs[job_id]["status"] == "running", (domain["name"], job_id)
+                assert domain["name"] in jobs[job_id]["domains"], (domain["name"], job_id)
+            for process in domain["processes"]:
+                if process.get("job_id") is not None:
+                    assert process["job_id"] in domain["jobs"], (domain["name"], process)
+            assert domain["used_slots"] == len(domain["jobs"]), domain["name"]
