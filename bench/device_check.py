@@ -11,6 +11,12 @@ What it does, in one run, against the real driver (never the fakes):
    by that job (``CUDA_VISIBLE_DEVICES`` is honoured, the pid is attributed).
 4. Adopting the stray process: its memory moves from unregistered to owned.
 5. Cancelling both: the processes end and the memory is freed.
+6. What the engine sees of an idle GPU (memory the driver reserves with no process) before
+   anything runs, and the sampler's cost per read through the engine.
+7. NVML capabilities the per-job accounting issue will build on, read raw while the job holds
+   memory (informational, never a failed check): total energy counter, power, memory
+   bandwidth utilisation, per-process utilisation samples, the v2 memory info (reserved),
+   MIG mode, accounting mode, each with its latency or the error NVML gave.
 
 Usage: ``python bench/device_check.py [--out DIR] [--gib 1]``. It writes
 ``device-check.md`` and ``device-check.json`` into ``--out`` (default: the current dir) and
@@ -91,6 +97,81 @@ def _devices(probe: NvmlProbe) -> dict[str, Any]:
     }
 
 
+def _timed(call: Any) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        value = call()
+    except Exception as err:  # any NVML error is a finding here, not a failure
+        return {"ok": False, "error": f"{type(err).__name__}: {err}"}
+    return {"ok": True, "value": value, "ms": round((time.perf_counter() - t0) * 1000, 3)}
+
+
+def _nvml_capabilities(pids: list[int]) -> dict[str, Any]:
+    """Raw pynvml reads on GPU 0 that per-job accounting would need; errors are findings."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+
+        def rates() -> dict[str, int]:
+            r = pynvml.nvmlDeviceGetUtilizationRates(handle)
+            return {"gpu": int(r.gpu), "memory": int(r.memory)}
+
+        def process_samples() -> list[dict[str, int]]:
+            samples = pynvml.nvmlDeviceGetProcessUtilization(handle, 0)
+            return [
+                {"pid": int(s.pid), "sm": int(s.smUtil), "mem": int(s.memUtil)} for s in samples
+            ]
+
+        def memory_v2() -> dict[str, int]:
+            m = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+            return {k: int(getattr(m, k)) for k in ("total", "reserved", "free", "used")}
+
+        def compute_processes() -> list[dict[str, Any]]:
+            return [
+                {"pid": int(p.pid), "used": p.usedGpuMemory}
+                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            ]
+
+        def accounting() -> dict[str, Any]:
+            mode = int(pynvml.nvmlDeviceGetAccountingMode(handle))
+            stats: dict[int, Any] = {}
+            for pid in pids:
+                try:
+                    st = pynvml.nvmlDeviceGetAccountingStats(handle, pid)
+                    stats[pid] = {
+                        "gpu": int(st.gpuUtilization),
+                        "memory": int(st.memoryUtilization),
+                        "max_memory": int(st.maxMemoryUsage),
+                        "time_ms": int(st.time),
+                    }
+                except Exception as err:
+                    stats[pid] = f"{type(err).__name__}: {err}"
+            return {"mode": mode, "stats": stats}
+
+        return {
+            "total_energy_mj": _timed(
+                lambda: int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+            ),
+            "power_mw": _timed(lambda: int(pynvml.nvmlDeviceGetPowerUsage(handle))),
+            "utilization_rates": _timed(rates),
+            "process_utilization": _timed(process_samples),
+            "memory_info_v2": _timed(memory_v2),
+            "compute_processes": _timed(compute_processes),
+            "mig_mode": _timed(lambda: list(pynvml.nvmlDeviceGetMigMode(handle))),
+            "accounting": _timed(accounting),
+            "pcie_link": _timed(
+                lambda: [
+                    int(pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle)),
+                    int(pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle)),
+                ]
+            ),
+        }
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def _cuda_available() -> str | None:
     try:
         import ctypes
@@ -127,7 +208,7 @@ def _start_stray(gib: float) -> subprocess.Popen[str]:
 
 
 async def _engine_checks(
-    results: dict[str, Any], gib: float, state: Path, stray: subprocess.Popen[str]
+    results: dict[str, Any], gib: float, state: Path, strays: list[subprocess.Popen[str]]
 ) -> None:
     engine = Engine(
         Paths(state, state / "config.toml"),
@@ -137,6 +218,21 @@ async def _engine_checks(
     )
     await engine.start()
     try:
+        await engine.sampler.sample_once()
+        idle = _account(engine, "gpu0")
+        results["idle"] = {
+            "unregistered": idle.unregistered if idle else None,
+            "owned": idle.owned if idle else None,
+            "foreign": [p.pid for p in idle.foreign] if idle else None,
+        }
+        _check(
+            results,
+            "an idle GPU shows no foreign process",
+            idle is not None and not idle.foreign,
+            f"{results['idle']}",
+        )
+        stray = _start_stray(gib)
+        strays.append(stray)
         line = await asyncio.wait_for(asyncio.to_thread(stray.stdout.readline), 60)  # type: ignore[union-attr]
         _check(results, "stray CUDA process allocates", line.strip() == "held", repr(line))
         need = int(gib * GIB * 0.9)
@@ -181,6 +277,11 @@ async def _engine_checks(
             f"held_by_job {acc.held_by_job if acc else None}, owned {acc.owned if acc else None}",
         )
 
+        job_pid = (await engine.get(job.id)).pid
+        pids = [stray.pid] + ([job_pid] if job_pid else [])
+        results["nvml_capabilities"] = await asyncio.wait_for(
+            asyncio.to_thread(_nvml_capabilities, pids), 60
+        )
         adopted = await engine.adopt(parse_adopt_request({"pid": stray.pid}))
         _check(results, "stray process adopted", adopted.status.value == "running", adopted.message)
         moved = await _until(
@@ -234,8 +335,16 @@ def _report(results: dict[str, Any]) -> str:
     lines += ["", "| check | ok | detail |", "|---|---|---|"]
     for check in results["checks"]:
         lines.append(f"| {check['check']} | {'yes' if check['ok'] else 'NO'} | {check['detail']} |")
+    if "idle" in results:
+        lines += ["", f"Idle GPU 0 as the engine sees it: {results['idle']}"]
     if "sampler" in results:
         lines += ["", f"Engine sampler: {results['sampler']}"]
+    if "nvml_capabilities" in results:
+        lines += ["", "NVML capabilities (GPU 0, while the job held memory):", ""]
+        lines += ["| read | result | ms |", "|---|---|---|"]
+        for name, got in results["nvml_capabilities"].items():
+            shown = got["value"] if got["ok"] else f"unsupported: {got['error']}"
+            lines.append(f"| {name} | {shown} | {got.get('ms', '')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -254,14 +363,15 @@ def main(argv: list[str] | None = None) -> int:
     if status == ProbeStatus.OK.value and results["nvml"]["gpus"]:
         missing = _cuda_available()
         if missing is None:
-            stray = _start_stray(args.gib)
+            strays: list[subprocess.Popen[str]] = []
             try:
                 with tempfile.TemporaryDirectory(prefix="gpulayer-device-") as tmp:
-                    asyncio.run(_engine_checks(results, args.gib, Path(tmp) / "home", stray))
+                    asyncio.run(_engine_checks(results, args.gib, Path(tmp) / "home", strays))
             finally:
-                if stray.poll() is None:
-                    stray.kill()
-                stray.wait()
+                for stray in strays:
+                    if stray.poll() is None:
+                        stray.kill()
+                    stray.wait()
         else:
             _check(results, "libcuda available", False, missing)
     out = Path(args.out)
