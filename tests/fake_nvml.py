@@ -41,6 +41,7 @@ PATCHED_FUNCTIONS = (
     "nvmlDeviceGetTemperature",
     "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetTotalEnergyConsumption",
     "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetGraphicsRunningProcesses",
 )
@@ -57,7 +58,8 @@ class FakeDevice:
     ``compute``/``graphics`` hold ``(pid, used_bytes)`` pairs; ``used_bytes`` may be
     ``None`` (what pynvml returns for "not available") or any raw int, such as the
     ``2**64 - 1`` sentinel, to exercise the probe's own guard. ``power_mw`` /
-    ``power_limit_mw`` are milliwatts, as NVML reports them. ``name`` may be ``bytes`` to
+    ``power_limit_mw`` are milliwatts, as NVML reports them; ``energy_mj`` is the
+    total-energy counter in millijoules (``None``: the GPU has none, NOT_SUPPORTED). ``name`` may be ``bytes`` to
     imitate old bindings. ``lost=True`` makes every call for this GPU raise GPU_IS_LOST.
     """
 
@@ -66,9 +68,11 @@ class FakeDevice:
     memory_total: int
     memory_used: int
     utilization: int = 0
+    memory_utilization: int = 0
     temperature: int = 35
     power_mw: int = 60_000
     power_limit_mw: int = 300_000
+    energy_mj: int | None = None
     compute: list[tuple[int, int | None]] = field(default_factory=list)
     graphics: list[tuple[int, int | None]] = field(default_factory=list)
     lost: bool = False
@@ -285,7 +289,7 @@ class FakeNvml:
 
     def _nvmlDeviceGetUtilizationRates(self, handle: Any) -> SimpleNamespace:
         device = self._device("nvmlDeviceGetUtilizationRates", handle)
-        return SimpleNamespace(gpu=device.utilization, memory=0)
+        return SimpleNamespace(gpu=device.utilization, memory=device.memory_utilization)
 
     def _nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
         device = self._device("nvmlDeviceGetTemperature", handle)
@@ -298,6 +302,12 @@ class FakeNvml:
 
     def _nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
         return self._device("nvmlDeviceGetEnforcedPowerLimit", handle).power_limit_mw
+
+    def _nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+        device = self._device("nvmlDeviceGetTotalEnergyConsumption", handle)
+        if device.energy_mj is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return device.energy_mj
 
     def _nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
         device = self._device("nvmlDeviceGetComputeRunningProcesses", handle)

@@ -55,10 +55,14 @@ class GpuReading:
         name: Marketing name, e.g. ``NVIDIA A100-SXM4-80GB``.
         memory_total: Bytes.
         memory_used: Bytes, as the driver counts it (includes unlisted users).
-        utilization: GPU busy percent over the driver's last period.
+        utilization: GPU busy percent over the driver's last period (SM activity).
+        memory_utilization: Percent of that period the memory was being read or written
+            (memory-bandwidth use).
         temperature: Degrees Celsius.
         power_watts: Current draw.
         power_limit_watts: Enforced power limit.
+        energy_mj: The driver's total-energy counter (millijoules since the driver
+            loaded); ``None`` where the GPU has none (energy is then estimated from power).
         processes: Compute (and graphics) processes with their memory.
         error: Why this reading is incomplete, if it is.
         lost: True when the driver reports the GPU as lost/fallen off the bus.
@@ -76,6 +80,8 @@ class GpuReading:
     temperature: int | None = None
     power_watts: float | None = None
     power_limit_watts: float | None = None
+    memory_utilization: int | None = None
+    energy_mj: int | None = None
     processes: tuple[GpuProcess, ...] = ()
     error: str | None = None
     lost: bool = False

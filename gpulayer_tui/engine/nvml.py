@@ -255,9 +255,11 @@ class NvmlProbe:
             except _nvml_errors() as exc:
                 return _failed(index, uuid, name, f"cannot read memory ({exc})")
 
-            utilization = _field(
-                notes, "utilization", lambda: int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            rates = _field(
+                notes, "utilization", lambda: pynvml.nvmlDeviceGetUtilizationRates(handle)
             )
+            utilization = None if rates is None else int(rates.gpu)
+            memory_utilization = None if rates is None else int(rates.memory)
             temperature = _field(
                 notes,
                 "temperature",
@@ -270,6 +272,9 @@ class NvmlProbe:
                 notes,
                 "power limit",
                 lambda: int(pynvml.nvmlDeviceGetEnforcedPowerLimit(handle)) / 1000.0,
+            )
+            energy = _field(
+                notes, "energy", lambda: int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))
             )
             processes = _read_processes(handle, notes)
         except _GpuLost as lost:
@@ -293,6 +298,8 @@ class NvmlProbe:
             temperature=temperature,
             power_watts=power,
             power_limit_watts=power_limit,
+            memory_utilization=memory_utilization,
+            energy_mj=energy,
             processes=processes,
             error="; ".join(notes) or None,
         )

@@ -182,6 +182,8 @@ class SimulatedProbe:
                     temperature=int(overrides.get("temperature", 35 + int(util) // 3)),
                     power_watts=float(overrides.get("power_watts", 60 + 3 * int(util))),
                     power_limit_watts=float(overrides.get("power_limit_watts", 400)),
+                    memory_utilization=int(overrides.get("memory_utilization", int(util) // 2)),
+                    energy_mj=overrides.get("energy_mj"),
                     processes=tuple(procs),
                     error=overrides.get("error"),
                     lost=bool(overrides.get("lost", False)),
