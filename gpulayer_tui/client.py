@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # (annotations only: typing and the wire module cost a CLI ca
     from typing import Any
 
     from .engine.paths import Paths
-    from .wire import JobDetailJSON, JobRowJSON
+    from .wire import JobDetailJSON, JobRowJSON, UsageJSON
 
 
 class EngineNotRunning(RuntimeError):
@@ -294,6 +294,12 @@ class Client:
         """One job with its ``events``."""
         detail: JobDetailJSON = self.request("GET", f"/jobs/{quote(job_id)}")
         return detail
+
+    def usage(self, job_id: int | str) -> UsageJSON:
+        """What a job used of its GPUs: summary and per-GPU series (``summary`` is
+        ``None`` for a job never seen holding a GPU)."""
+        usage: UsageJSON = self.request("GET", f"/jobs/{quote(job_id)}/usage")
+        return usage
 
     def jobs_page(self, **query: Any) -> dict[str, Any]:
         """One page of job rows: ``{"jobs": [...], "more": bool}``.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (the CLI imports this module: no wire, no typing at run time)
-    from .wire import JobRowJSON, ReplicaJSON
+    from .wire import JobRowJSON, ReplicaJSON, UsageJSON, UsageSummaryJSON
 
 GIB = 1024**3
 
@@ -47,3 +47,84 @@ def replica_state(replica: ReplicaJSON, now: float) -> str:
         port = replica.get("port")
         return f"starting for {waited}" + (f" (port {port} not answering)" if port else "")
     return state
+
+
+def usage_lines(summary: UsageSummaryJSON) -> list[tuple[str, str]]:
+    """What a job used, as ``(label, text)`` lines (``status`` and the job detail)."""
+    util = summary.get("util_mean")
+    p95 = summary.get("util_p95")
+    mem = summary.get("mem_util_mean")
+    idle = summary.get("idle_share")
+    gpus = ",".join(f"#{g}" for g in summary.get("gpus", []))
+    lines = [
+        (
+            "GPU memory",
+            f"peak {gib(summary['peak_vram'])} GiB, mean {gib(summary['mean_vram'])} GiB per GPU"
+            + (f" ({gpus})" if gpus else ""),
+        ),
+        (
+            "GPU use",
+            ("util ?" if util is None else f"util mean {util:g}%")
+            + ("" if p95 is None else f", p95 {p95}%")
+            + ("" if mem is None else f", memory bandwidth {mem:g}%")
+            + ("" if idle is None else f", idle {idle:.0%} of the time")
+            + (" (GPU shared with other jobs)" if summary.get("shared") else ""),
+        ),
+        (
+            "energy",
+            f"{summary['energy_wh']:g} Wh"
+            + (" (estimated from power)" if summary.get("energy_estimated") else "")
+            + f", {summary['gpu_hours']:.3f} GPU-hours",
+        ),
+    ]
+    if summary.get("advice"):
+        lines.append(("advice", str(summary["advice"])))
+    if summary.get("idle_warning"):
+        lines.append(("warning", str(summary["idle_warning"])))
+    return lines
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float | None], width: int, top: float | None = None) -> str:
+    """``values`` as one line of block characters, ``width`` wide at most (neighbours
+    are merged by their peak); a gap where a value is unknown."""
+    if not values or width <= 0:
+        return ""
+    if len(values) > width:
+        merged: list[float | None] = []
+        for col in range(width):
+            chunk = [
+                v
+                for v in values[col * len(values) // width : (col + 1) * len(values) // width]
+                if v is not None
+            ]
+            merged.append(max(chunk) if chunk else None)
+        values = merged
+    known = [v for v in values if v is not None]
+    high = top if top is not None else (max(known) if known else 0)
+    if high <= 0:
+        return "".join(" " if v is None else SPARK[0] for v in values)
+    last = len(SPARK) - 1
+    return "".join(
+        " " if v is None else SPARK[max(0, min(last, round(v / high * last)))] for v in values
+    )
+
+
+def usage_plot(usage: UsageJSON, width: int = 60) -> str:
+    """Each GPU's VRAM and utilisation over the job's life, as labelled sparklines."""
+    summary = usage.get("summary")
+    if summary is None:
+        return f"job {usage['job']}: no GPU usage (it never held a GPU while running)"
+    lines = []
+    for series in usage["series"]:
+        times = series["t"]
+        span = duration(times[-1] if times else 0)
+        vram: list[float | None] = [float(v) for v in series["vram_mib"]]
+        peak = max((v for v in vram if v is not None), default=0.0)
+        util: list[float | None] = [None if v is None else float(v) for v in series["util"]]
+        lines.append(f"GPU #{series['gpu']}  ({len(times)} points over {span})")
+        lines.append(f"  VRAM {sparkline(vram, width)}  peak {peak / 1024:.1f} GiB")
+        lines.append(f"  util {sparkline(util, width, top=100)}  0-100%")
+    return "\n".join(lines)

@@ -31,6 +31,68 @@ class ReplicaJSON(TypedDict):
     launches: int
 
 
+class UsageSummaryJSON(TypedDict):
+    """What a job used of its GPUs (issue 17): on every GPU job that was seen running.
+
+    VRAM in bytes per GPU (what the job's processes held there); utilisation figures in
+    percent of the GPU (the whole GPU's: ``shared`` says another job held it too); energy
+    from the driver's counter, or from power x time when ``energy_estimated``.
+    """
+
+    gpus: list[int]
+    samples: int
+    seconds: float
+    gpu_hours: float
+    peak_vram: int
+    mean_vram: int
+    util_mean: float | None
+    util_p95: int | None
+    mem_util_mean: float | None
+    energy_wh: float
+    energy_estimated: bool
+    idle_share: float | None
+    """Share of the time its GPUs were under ``[policy] idle_below`` percent."""
+    shared: bool
+    declared_vram: int | None
+    suggest_vram_gb: float | None
+    advice: str | None
+    """Right-sizing: the declared ``vram_gb`` against what was held, in words."""
+    idle_warning: str | None
+
+
+class UsageSeriesJSON(TypedDict):
+    """One GPU's series for one job: ``t`` in seconds since ``t0`` (each point a bucket of
+    ``step`` seconds, 0 while each point is one tick), VRAM in MiB (the bucket's peak),
+    the rest the bucket's means."""
+
+    gpu: int
+    t0: float
+    step: float
+    t: list[float]
+    vram_mib: list[int]
+    util: list[int | None]
+    mem_util: list[int | None]
+    power_w: list[float | None]
+
+
+class UsageJSON(TypedDict):
+    """``GET /v1/jobs/ID/usage``: the summary and every GPU's series (``totals``: the
+    running sums the engine goes on from after a restart)."""
+
+    job: int
+    summary: UsageSummaryJSON | None
+    series: list[UsageSeriesJSON]
+    totals: NotRequired[dict[str, Any]]
+
+
+class RowUsageJSON(TypedDict):
+    """The usage figures a jobs table can show (a row's ``use``)."""
+
+    peak_vram: int
+    util_mean: float | None
+    energy_wh: float
+
+
 class JobRowJSON(TypedDict):
     """A job's *row*: what a table shows. Lists (``GET /v1/jobs``) and events carry rows:
     the spec cut to ``ROW_SPEC_KEYS``, times to the millisecond, ``kill_at`` only while a
@@ -51,6 +113,8 @@ class JobRowJSON(TypedDict):
     kill_at: NotRequired[float | None]
     spec: dict[str, Any]
     replicas: NotRequired[list[ReplicaJSON]]
+    use: NotRequired[RowUsageJSON]
+    """GPU jobs that were seen running: peak VRAM, mean utilisation, energy."""
 
 
 class JobJSON(JobRowJSON):
@@ -64,6 +128,7 @@ class JobJSON(JobRowJSON):
     owner_uid: int | None
     stop_reason: str | None
     attempt: NotRequired[int]
+    usage: NotRequired[UsageSummaryJSON]
 
 
 class JobPageJSON(TypedDict):

@@ -74,7 +74,11 @@ if TYPE_CHECKING:
     from .shapes import ProcessInfoJSON as ProcessInfoJSON
     from .shapes import ProcessJSON as ProcessJSON
     from .shapes import ReplicaJSON as ReplicaJSON
+    from .shapes import RowUsageJSON as RowUsageJSON
     from .shapes import TimelineEntryJSON as TimelineEntryJSON
+    from .shapes import UsageJSON as UsageJSON
+    from .shapes import UsageSeriesJSON as UsageSeriesJSON
+    from .shapes import UsageSummaryJSON as UsageSummaryJSON
     from .shapes import VramJSON as VramJSON
 
 # -- names -------------------------------------------------------------------------------
@@ -164,6 +168,7 @@ class EventKind(StrEnum):
     STARTED = "job.started"  # its process runs now (pid); the launcher journaled it
     REASON = "job.reason"
     LOG = "job.log"  # its log was cut back (it passed [logs] max_bytes)
+    IDLE = "job.idle"  # it held its GPUs idle past [policy] idle_after
     REPLICA = "job.replica"
     GPU_SAMPLE = "gpu.sample"
     DOMAIN = "domain.state"
@@ -234,6 +239,10 @@ SHAPES = frozenset(
         "ProcessInfoJSON",
         "ErrorJSON",
         "AdoptRequest",
+        "UsageSummaryJSON",
+        "UsageSeriesJSON",
+        "UsageJSON",
+        "RowUsageJSON",
     )
 )
 

@@ -15,7 +15,10 @@ from .ui_support import StaticBackend, gpus_view, jobs_fixture
 
 # Keys a shape may leave out (its NotRequired ones: with postponed annotations, Python 3.11
 # does not tell them from the required ones in __required_keys__).
-OPTIONAL = {JobJSON: {"replicas", "attempt"}, JobRowJSON: {"replicas", "kill_at"}}
+OPTIONAL = {
+    JobJSON: {"replicas", "attempt", "usage", "use"},
+    JobRowJSON: {"replicas", "kill_at", "use"},
+}
 
 
 def _keys(shape: Any) -> tuple[set[str], set[str]]:

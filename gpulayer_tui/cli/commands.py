@@ -157,12 +157,59 @@ def _submit_keyed(client: Client, specs: list[dict[str, Any]], key: str) -> list
     return client.submit_many(specs, key=key)
 
 
+def _like(
+    client: Client, args: argparse.Namespace, base: dict[str, Any], cmd: list[str]
+) -> dict[str, Any]:
+    """``submit --like ID``: job ID's spec again, with what this command line gives on top
+    and, unless ``--vram-gb`` is given, the VRAM its usage suggests."""
+    detail = client.job(args.like)
+    old = detail["job"]
+    spec: dict[str, Any] = {k: v for k, v in old["spec"].items() if v is not None}
+    for key in ("name", "project", "gpus", "vram_gb", "timeout", "domain", "depends_on"):
+        if key in base:
+            spec[key] = base[key]
+    if args.exclusive:
+        spec["exclusive"] = True
+    if args.priority:
+        spec["priority"] = args.priority
+    if args.cwd:
+        spec["cwd"] = base["cwd"]
+    hidden = any(v is None for v in (old["spec"].get("env") or {}).values())
+    if args.env or args.no_inherit_env or hidden or "env" not in spec:
+        # Another user's job shows its environment's names only: this shell's is used.
+        spec["env"] = (
+            {**(spec.get("env") or {}), **base.get("env", {})}
+            if not hidden
+            else (base.get("env", {}))
+        )
+    if cmd:
+        spec.pop("command", None)
+        spec.pop("shell", None)
+        spec["shell" if args.shell else "command"] = " ".join(cmd) if args.shell else cmd
+    usage = old.get("usage")
+    suggestion = None if usage is None else usage.get("suggest_vram_gb")
+    if args.vram_gb is None and suggestion is not None and spec.get("gpus", 1) != 0:
+        was = spec.get("vram_gb")
+        spec["vram_gb"] = suggestion
+        said = "none" if was is None else f"{was:g}"
+        print(
+            f"vram_gb {said} -> {suggestion:g}: job {old['id']} held at most "
+            f"{usage['peak_vram'] / 1024**3:.1f} GiB per GPU",  # type: ignore[index]
+            file=sys.stderr,
+        )
+    return spec
+
+
 def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     base = _spec_from_args(args, parser)
-    if args.spec:
+    if getattr(args, "like", None) is not None:
+        if args.spec or args.file:
+            parser.error("give either --like, --spec or --file, not two of them")
+        jobs = _submit_once(client, [_like(client, args, base, cmd)])
+    elif args.spec:
         if cmd or args.file:
             parser.error("give either --spec, --file or a command, not two of them")
         try:
@@ -255,6 +302,11 @@ def _status(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         from .format import format_job
 
         print(format_job(data["job"], data["events"], time.time()))
+    if getattr(args, "plot", False):
+        from ..formatting import usage_plot
+
+        width = os.get_terminal_size().columns - 30 if sys.stdout.isatty() else 60
+        print(usage_plot(client.usage(args.job), max(10, width)))
     from ..fields import NOT_COMPLETED_STATUSES
 
     return EXIT_FAILED if data["job"]["status"] in NOT_COMPLETED_STATUSES else EXIT_OK

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from ..fields import printable
-from ..formatting import duration, gib, replica_health, replica_state
+from ..formatting import duration, gib, replica_health, replica_state, usage_lines
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:
@@ -93,6 +93,9 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
         lines.append(f"  pid         {job['pid']}")
     if job.get("kind") == "service":
         lines.extend(_replica_lines(job, now))
+    usage = job.get("usage")
+    if usage is not None:
+        lines.extend(f"  {label:<11} {text}" for label, text in usage_lines(usage))
     lines.append("  timeline")
     for ev in events:
         what = ev.get("status") or ev["kind"]

@@ -193,6 +193,13 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="submit the spec(s) in a TOML or JSON file (one spec, or a 'jobs' list)",
     )
+    p.add_argument(
+        "--like",
+        type=job_id_arg,
+        metavar="ID",
+        help="job ID's spec again (options and a command given here replace its own), with "
+        "the vram_gb its usage suggests unless --vram-gb is given",
+    )
     svc = p.add_argument_group("services (record 000)")
     svc.add_argument(
         "--service", action="store_true", help="keep CMD running: restart it, give it $PORT"
@@ -243,6 +250,7 @@ def _jobs_args(p: argparse.ArgumentParser) -> None:
 def _status_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_id_arg)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--plot", action="store_true", help="also plot each GPU's VRAM and utilisation")
 
 
 def _logs_args(p: argparse.ArgumentParser) -> None:

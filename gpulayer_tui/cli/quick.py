@@ -76,6 +76,7 @@ _SUBMIT: dict[str, _Option] = {
 }
 _SUBMIT_DEFAULTS: dict[str, Any] = {
     "name": None,
+    "like": None,
     "project": None,
     "gpus": None,
     "vram_gb": None,
@@ -99,7 +100,7 @@ _SUBMIT_DEFAULTS: dict[str, Any] = {
     "max_attempts": None,
     "json": False,
 }
-_STATUS: dict[str, _Option] = {"--json": ("json", "flag", None)}
+_STATUS: dict[str, _Option] = {"--json": ("json", "flag", None), "--plot": ("plot", "flag", None)}
 _JOBS: dict[str, _Option] = {
     "--status": ("status", "append", str),
     "--limit": ("limit", "value", _positive_int),
@@ -153,7 +154,7 @@ def _submit(words: Sequence[str]) -> Args | None:
 
 def _status(words: Sequence[str]) -> Args | None:
     job: int | None = None
-    values: dict[str, Any] = {"json": False}
+    values: dict[str, Any] = {"json": False, "plot": False}
     at = 0
     while at < len(words):
         word = words[at]

@@ -420,6 +420,13 @@ async def get_job(request: web.Request) -> web.Response:
     return web.json_response({"job": _shown(request, job), "events": events})
 
 
+async def job_usage(request: web.Request) -> web.Response:
+    """GET /v1/jobs/ID/usage: what the job used of its GPUs (summary and per-GPU series;
+    live while it runs)."""
+    usage = await request.app[ENGINE_KEY].usage_of(_job_id(request))
+    return web.json_response(usage)
+
+
 async def cancel(request: web.Request) -> web.Response:
     """POST /v1/jobs/ID/cancel: the engine's user and root cancel any job, others their own."""
     engine = request.app[ENGINE_KEY]
@@ -563,6 +570,7 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_get("/v1/jobs", list_jobs)
     app.router.add_post("/v1/jobs", submit)
     app.router.add_get("/v1/jobs/{job_id}", get_job)
+    app.router.add_get("/v1/jobs/{job_id}/usage", job_usage)
     app.router.add_post("/v1/jobs/{job_id}/cancel", cancel)
     app.router.add_get("/v1/jobs/{job_id}/wait", wait)
     app.router.add_get("/v1/jobs/{job_id}/logs", logs)

@@ -29,6 +29,15 @@ Example ``config.toml``::
     active_jobs = 50000     # pending + queued + running jobs
     submissions_in_flight = 64  # submit requests being handled at once
 
+    [usage]                 # per-job GPU series: VRAM, utilisation, power, energy
+    series = true
+    max_points = 1000       # per GPU of a job; older points merge as the job goes on
+
+    [policy]
+    idle_after = 1800       # warn when a job holds its GPUs under idle_below % this long
+    idle_below = 5
+    idle_action = "warn"    # or "stop": cancel it with the reason
+
 GPUs that no ``[domains.*]`` table names become ``gpu<index>`` domains with one slot,
 unless ``engine.auto_domains = false``.
 """
@@ -43,7 +52,7 @@ import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -188,6 +197,28 @@ class HistorySettings(_Strict):
     keep_jobs: int | None = Field(None, ge=1, le=10**9)  # the newest N finished; None: all
 
 
+class UsageSettings(_Strict):
+    """``[usage]``: the per-job GPU series (VRAM, utilisation, power, energy) and its size."""
+
+    series: bool = True  # off: no per-job series, summaries or idle warnings
+    # Points kept per GPU of a job; past it, neighbours merge and the step doubles.
+    max_points: int = Field(1000, ge=16, le=100_000)
+    # How often a running job's series is written (it is always written when the job ends).
+    save_interval: float = Field(60.0, ge=1, le=86400)
+
+
+class PolicySettings(_Strict):
+    """``[policy]``: what the engine says (or does) about a job that holds a GPU idle."""
+
+    # Seconds a running job may hold all its GPUs under ``idle_below`` percent utilisation
+    # before it is warned; ``None`` (the default) never warns.
+    idle_after: float | None = Field(None, ge=1, le=30 * 86400)
+    idle_below: int = Field(5, ge=1, le=100)
+    # "warn": a warning on the job (its timeline, its message, the dashboard, a metric);
+    # "stop": the warning, then the job is cancelled with the reason.
+    idle_action: Literal["warn", "stop"] = "warn"
+
+
 class Config(_Strict):
     """The whole config file."""
 
@@ -201,6 +232,8 @@ class Config(_Strict):
     limits: LimitsSettings = LimitsSettings()
     logs: LogSettings = LogSettings()
     history: HistorySettings = HistorySettings()
+    usage: UsageSettings = UsageSettings()
+    policy: PolicySettings = PolicySettings()
 
 
 def _format_validation(err: ValidationError, source: str) -> str:

@@ -32,7 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..wire import AdoptRequest, GpusJSON, HealthJSON, JobJSON, JobRowJSON, ProcessInfoJSON
+from ..wire import (
+    AdoptRequest,
+    GpusJSON,
+    HealthJSON,
+    JobJSON,
+    JobRowJSON,
+    ProcessInfoJSON,
+    UsageJSON,
+)
 from . import procs
 from .admission import Admission
 from .adoption import Adopter, read_process
@@ -43,7 +51,7 @@ from .domain import Domain
 from .errors import JobNotActive, Overloaded, SpecError, StoreError, UnknownJob
 from .events import EventBus, Subscription
 from .executor import TaskKey
-from .gpus import GpuProbe, ProbeStatus
+from .gpus import GIB, GpuProbe, ProbeStatus
 from .health import DomainOps
 from .jobbook import ActiveJob, JobBook, Runner, release_holds
 from .jobqueue import JobQueue
@@ -62,6 +70,7 @@ from .services import ServiceRunner
 from .statedir import check_state_dir
 from .store import Store
 from .supervisor import Supervisor
+from .usage import UsageRecorder
 from .views import gpus_view
 
 log = logging.getLogger(__name__)
@@ -158,7 +167,14 @@ class Engine:
             self.config.limits,
             self._cancel,
         )
-        self.reads = JobReader(self.book, self.store, self.executor)
+        self.usage = UsageRecorder(
+            self.config.usage,
+            self.config.policy,
+            self._usage_facts,
+            self.store.save_usage,
+            self._idle_warning,
+        )
+        self.reads = JobReader(self.book, self.store, self.executor, self.usage)
         self.retention = Retention(self.store, paths.jobs_dir, self.config.history)
         self.config_reload = ConfigReloader(
             paths,
@@ -179,8 +195,9 @@ class Engine:
 
     def _wire(self) -> None:
         """Every reaction that crosses parts, in the order it runs."""
-        # A job that ends: its holds go back first, then its runner forgets its timers,
-        # then the queue settles its dependents and runs a pass.
+        # A job that ends: what it used is written, its holds go back, then its runner
+        # forgets its timers, then the queue settles its dependents and runs a pass.
+        self.book.on_end(lambda act: self.usage.job_ended(act.job.id))
         self.book.on_end(release_holds)
         self.book.on_end(self.batch.job_ended)
         self.book.on_end(self.services.job_ended)
@@ -205,6 +222,7 @@ class Engine:
         self.retention.reconfigure(config.history)
         self.disk.min_free_mb = config.logs.min_free_mb
         self.admission.reconfigure(config.limits)
+        self.usage.reconfigure(config.usage, config.policy)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -238,7 +256,12 @@ class Engine:
             await self.domain_ops.restore_states()
             self._on_sample(first)
             self.book.resume_ids(await self.store.max_job_id())
-            await self.recovery.restore(await self.store.active_jobs())
+            active = await self.store.active_jobs()
+            await self.recovery.restore(active)
+            # Running jobs' usage goes on from what was written before the restart.
+            self.usage.restore(
+                await self.store.usage([j.id for j in active if j.status is JobStatus.RUNNING])
+            )
             self.queue.schedule()
             await self.store.flush()
         except BaseException:
@@ -270,6 +293,7 @@ class Engine:
         await self.retention.stop()
         await self.config_reload.stop()
         await self.sampler.stop()
+        self.usage.save_all()  # (running jobs' series go on after the next start)
         self.batch.close()
         self.services.close()
         self.queue.close()
@@ -326,6 +350,30 @@ class Engine:
         """Job rows (the spec cut to what a table shows), in chunks, with paging, filter
         and sort served by SQLite (see :meth:`.JobReader.rows`)."""
         return self.reads.rows(query)
+
+    async def usage_of(self, job_id: int) -> UsageJSON:
+        """What a job used of its GPUs (see :meth:`.JobReader.usage`)."""
+        return await self.reads.usage(job_id)
+
+    def _usage_facts(self, job_id: int) -> tuple[float | None, int | None] | None:
+        """When a running job started and the VRAM it declared per GPU (bytes)."""
+        act = self.book.live(job_id)
+        if act is None or act.job.status is not JobStatus.RUNNING:
+            return None
+        vram_gb = act.spec.vram_gb if act.spec is not None else None
+        return act.job.started_at, None if vram_gb is None else int(vram_gb * GIB)
+
+    def _idle_warning(self, job_id: int, message: str, stop: bool) -> None:
+        """[policy] idle_after passed: say so in the job's timeline and message; with
+        ``idle_action = "stop"``, cancel it with that reason."""
+        act = self.book.live(job_id)
+        if act is None or act.job.status is not JobStatus.RUNNING:
+            return
+        self.book.record(act, EventKind.IDLE, {"message": message})
+        if stop:
+            self._cancel(act, f"stopped by [policy]: {message}")
+        elif act.job.kind is JobKind.COMMAND:
+            self.book.note(act, message)
 
     async def cancel(self, job_id: int) -> Job:
         """Cancel a job: at once if it has not started, else SIGTERM then SIGKILL.
@@ -430,6 +478,7 @@ class Engine:
         readings = self.scheduler.observe(sample.result, sample.owners, sample.info)
         if not self.scheduler.domains:
             return  # the first sample, before the domains exist
+        self.usage.observe(sample.taken_at, self.scheduler.domains.values())
         if sample.result.status is ProbeStatus.OK:
             self.domain_ops.observe(readings)
         if self.scheduler.capacity_signature() != before:

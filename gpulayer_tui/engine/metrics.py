@@ -102,6 +102,7 @@ def _families(engine: Engine, jobs_by_status: dict[str, int]) -> Iterator[Metric
     yield from (dslots, util, state, health, failures, quarantines)
 
     yield from _service_families(engine)
+    yield from _usage_families(engine)
 
     sampler = engine.sampler
     reads = CounterMetricFamily("gpulayer_probe_reads", "Completed GPU probe reads")
@@ -137,6 +138,43 @@ def _service_families(engine: Engine) -> Iterator[Metric]:
             replicas.add_metric([label, value.value], count)
         restarts.add_metric([label], sum(r.restarts for r in job.replicas))
     yield from (replicas, restarts)
+
+
+def _usage_families(engine: Engine) -> Iterator[Metric]:
+    """What each running GPU job uses (issue 17). Labels are bounded: running jobs only,
+    as ``job="ID:NAME"`` (finished jobs' figures are in their history, not here)."""
+    gpu_seconds = CounterMetricFamily(
+        "gpulayer_job_gpu_seconds", "GPU-seconds held by a running job", labels=["job"]
+    )
+    energy = CounterMetricFamily(
+        "gpulayer_job_energy_joules",
+        "Energy of the GPUs a running job holds (split between jobs sharing a GPU)",
+        labels=["job"],
+    )
+    idle = CounterMetricFamily(
+        "gpulayer_job_idle_seconds",
+        "GPU-seconds a running job held its GPUs under [policy] idle_below percent",
+        labels=["job"],
+    )
+    vram = GaugeMetricFamily(
+        "gpulayer_job_vram_peak_bytes", "Peak VRAM on one GPU of a running job", labels=["job"]
+    )
+    warned = GaugeMetricFamily(
+        "gpulayer_jobs_idle", "Running jobs warned as idle that are still idle"
+    )
+    idle_now = 0
+    for usage in engine.usage.running():
+        act = engine.book.live(usage.job_id)
+        if act is None:
+            continue
+        label = [f"{usage.job_id}:{act.job.name}"]
+        gpu_seconds.add_metric(label, usage.gpu_seconds)
+        energy.add_metric(label, usage.energy_j)
+        idle.add_metric(label, usage.idle_seconds)
+        vram.add_metric(label, usage.vram_peak)
+        idle_now += engine.usage.idle_now(usage.job_id)
+    warned.add_metric([], idle_now)
+    yield from (gpu_seconds, energy, idle, vram, warned)
 
 
 async def render(engine: Engine) -> bytes:

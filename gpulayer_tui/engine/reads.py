@@ -12,10 +12,11 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..wire import JobJSON, JobRowJSON
+from ..wire import JobJSON, JobRowJSON, UsageJSON
 from .errors import SpecError, UnknownJob
 from .jobbook import JobBook
 from .models import Job, JobKind, JobQuery, JobStatus
+from .usage import UsageRecorder
 
 if TYPE_CHECKING:
     from .executor import Executor
@@ -32,12 +33,16 @@ class JobReader:
         book: Active and just-ended jobs.
         store: History.
         executor: Where logs are.
+        usage: What running jobs use of their GPUs (finished jobs': the store).
     """
 
-    def __init__(self, book: JobBook, store: Store, executor: Executor) -> None:
+    def __init__(
+        self, book: JobBook, store: Store, executor: Executor, usage: UsageRecorder
+    ) -> None:
         self._book = book
         self._store = store
         self._executor = executor
+        self._usage = usage
 
     async def get(self, job_id: int) -> Job:
         """One job: the live record if active, else the stored one.
@@ -64,9 +69,37 @@ class JobReader:
         if live is not None:
             # No await between the snapshot and the timeline's pending part.
             snapshot = live.job.to_json()
-            return snapshot, await self._store.job_events(job_id)
+            events = self._store.job_events(job_id)
+            usage = self._usage.live(job_id)
+            if usage is not None:
+                snapshot["usage"] = usage.summary()
+                return snapshot, await events
+            summary = await self._store.usage_summary(job_id)  # it just ended
+            if summary is not None:
+                snapshot["usage"] = summary
+            return snapshot, await events
         job = await self.get(job_id)
-        return job.to_json(), await self._store.job_events(job_id)
+        whole = job.to_json()
+        summary = await self._store.usage_summary(job_id)
+        if summary is not None:
+            whole["usage"] = summary
+        return whole, await self._store.job_events(job_id)
+
+    async def usage(self, job_id: int) -> UsageJSON:
+        """What a job used of its GPUs: its summary and per-GPU series, live while it
+        runs; ``summary`` is ``None`` for a job never seen holding a GPU while running.
+
+        Raises:
+            UnknownJob: No such id.
+        """
+        live = self._usage.live(job_id)
+        if live is not None:
+            return live.to_json()
+        records = await self._store.usage([job_id])
+        if records:
+            return records[0]
+        await self.get(job_id)  # UnknownJob for an id that never was
+        return {"job": job_id, "summary": None, "series": []}
 
     async def list(
         self, statuses: list[str] | None = None, limit: int = 1000, before_id: int | None = None
@@ -106,6 +139,9 @@ class JobReader:
                     # Its row was a commit behind: keep the filter's promise.
                     if query.statuses and row["status"] not in query.statuses:
                         continue
+                    usage = self._usage.live(row["id"])
+                    if usage is not None:
+                        row["use"] = usage.row()
                 rows.append(row)
             yield rows
 

@@ -32,7 +32,14 @@ from typing import Any
 
 import aiosqlite
 
-from ..wire import ACTIVE_STATUSES, ROW_SPEC_KEYS, STATUS_RANK, JobRowJSON
+from ..wire import (
+    ACTIVE_STATUSES,
+    ROW_SPEC_KEYS,
+    STATUS_RANK,
+    JobRowJSON,
+    UsageJSON,
+    UsageSummaryJSON,
+)
 from .errors import StoreError
 from .models import (
     Event,
@@ -47,7 +54,7 @@ from .models import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # jobs_active's condition, exactly as created: a query that repeats it may use the index.
 _ACTIVE_INDEX_WHERE = "status IN ('pending', 'queued', 'running')"
@@ -128,6 +135,15 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE jobs ADD COLUMN submit_key TEXT",
         "CREATE INDEX jobs_submit_key ON jobs(submit_key) WHERE submit_key IS NOT NULL",
     ],
+    # 5 -> 6: what each GPU job used (issue 17): its summary, apart for lists, and its
+    # bounded per-GPU series.
+    [
+        """CREATE TABLE job_usage (
+            job_id INTEGER PRIMARY KEY,
+            summary TEXT NOT NULL,
+            record TEXT NOT NULL
+        )""",
+    ],
 ]
 
 _JOB_COLUMNS = (
@@ -175,6 +191,7 @@ STORED_KINDS = frozenset(
         EventKind.TRANSITION,
         EventKind.REPLICA,
         EventKind.LOG,
+        EventKind.IDLE,
         EventKind.DOMAIN,
         EventKind.CONFIG,
     }
@@ -238,7 +255,9 @@ _ROW_SELECT = (
     "SELECT id, name, kind, status, termination_reason, exit_code, message, domains, gpus, "
     "pid, started_at, ended_at, kill_at, replicas, json_extract(spec, "
     + ", ".join(f"'$.{key}'" for key in ROW_SPEC_KEYS)
-    + ") FROM jobs"
+    + "), (SELECT json_array(json_extract(summary, '$.peak_vram'), "
+    "json_extract(summary, '$.util_mean'), json_extract(summary, '$.energy_wh')) "
+    "FROM job_usage WHERE job_usage.job_id = jobs.id) FROM jobs"
 )
 _STATUS_RANK_SQL = (
     "CASE status "
@@ -285,6 +304,9 @@ def job_row_json(row: Sequence[Any]) -> JobRowJSON:
         out["kill_at"] = round(row[12], 3)
     if row[2] == JobKind.SERVICE:
         out["replicas"] = json.loads(row[13]) if row[13] else []
+    if len(row) > 15 and row[15] is not None:
+        peak, util, energy = json.loads(row[15])
+        out["use"] = {"peak_vram": peak, "util_mean": util, "energy_wh": energy}
     return out
 
 
@@ -734,6 +756,46 @@ class Store:
         )
         self._wake.set()
 
+    def save_usage(self, job_id: int, record: UsageJSON) -> None:
+        """Queue what a job used (its summary and series) for the next commit."""
+        self._queue.append(
+            _Write(
+                None,
+                [],
+                None,
+                [
+                    (
+                        "INSERT INTO job_usage (job_id, summary, record) VALUES (?, ?, ?) "
+                        "ON CONFLICT(job_id) DO UPDATE SET summary=excluded.summary, "
+                        "record=excluded.record",
+                        (
+                            job_id,
+                            json.dumps(record["summary"], separators=(",", ":")),
+                            json.dumps(record, separators=(",", ":")),
+                        ),
+                    )
+                ],
+            )
+        )
+        self._wake.set()
+
+    async def usage(self, job_ids: Sequence[int]) -> list[UsageJSON]:
+        """The stored usage records of ``job_ids`` (those that have one)."""
+        records: list[UsageJSON] = []
+        for start in range(0, len(job_ids), 500):
+            chunk = list(job_ids[start : start + 500])
+            rows = await self._fetchall(
+                f"SELECT record FROM job_usage WHERE job_id IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+            records.extend(json.loads(r[0]) for r in rows)
+        return records
+
+    async def usage_summary(self, job_id: int) -> UsageSummaryJSON | None:
+        """A job's stored usage summary, or ``None``."""
+        rows = await self._fetchall("SELECT summary FROM job_usage WHERE job_id=?", (job_id,))
+        return json.loads(rows[0][0]) if rows else None
+
     async def newest_job_time(self) -> float | None:
         """The latest submission time in the database (to spot a clock gone backwards)."""
         rows = await self._fetchall("SELECT MAX(created_at) FROM jobs")
@@ -817,6 +879,7 @@ class Store:
                 "value = MAX(value, excluded.value)"
             )
             db.execute(f"DELETE FROM events WHERE job_id IN ({marks})", chosen)
+            db.execute(f"DELETE FROM job_usage WHERE job_id IN ({marks})", chosen)
             db.execute(f"DELETE FROM jobs WHERE id IN ({marks})", chosen)
             db.execute("COMMIT")
         except BaseException:
