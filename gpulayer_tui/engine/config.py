@@ -29,6 +29,14 @@ Example ``config.toml``::
     active_jobs = 50000     # pending + queued + running jobs
     submissions_in_flight = 64  # submit requests being handled at once
 
+    [notify]                # when jobs end: a command gets the job's JSON on stdin, a URL
+    command = ["notify-send-job"]  # ... (argv, no shell) and/or it is POSTed to a URL
+    url = "http://127.0.0.1:8080/hook"
+    jobs = "marked"         # "marked": jobs submitted with --notify; "all": every job
+    on = ["failed", "orphaned"]  # which ends (default: every terminal status)
+    replicas = true         # also a service replica's restart or give-up
+    timeout = 10.0          # seconds per notification (the command is then killed)
+
 GPUs that no ``[domains.*]`` table names become ``gpu<index>`` domains with one slot,
 unless ``engine.auto_domains = false``.
 """
@@ -43,10 +51,12 @@ import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..wire import TERMINAL_STATUSES
 from .gpus import GpuReading
 from .paths import Paths, resolve_paths
 
@@ -188,6 +198,54 @@ class HistorySettings(_Strict):
     keep_jobs: int | None = Field(None, ge=1, le=10**9)  # the newest N finished; None: all
 
 
+class NotifySettings(_Strict):
+    """``[notify]``: tell someone when a job ends (or a service replica restarts or gives
+    up). Each notification is the job's JSON (see ``engine/notify.py``): on the stdin of
+    ``command`` (argv, run without a shell) and/or POSTed to ``url``. A notification that
+    fails is logged; it never changes the job."""
+
+    command: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
+        None, min_length=1, max_length=256
+    )
+    url: str | None = Field(None, min_length=1, max_length=2048)
+    # "marked": only jobs submitted with --notify (spec ``notify = true``); "all": every job.
+    jobs: Literal["marked", "all"] = "marked"
+    on: list[str] = Field(default_factory=lambda: sorted(TERMINAL_STATUSES), max_length=16)
+    replicas: bool = True  # a replica's restart or give-up (of the services ``jobs`` picks)
+    timeout: float = Field(10.0, ge=0.1, le=3600)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+        if any(ch.isspace() or ord(ch) < 32 for ch in value):
+            raise ValueError("the URL contains white space or a control character")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if any("\0" in word for word in value):
+            raise ValueError("the command contains a NUL byte")
+        return value
+
+    @field_validator("on")
+    @classmethod
+    def _on(cls, value: list[str]) -> list[str]:
+        for status in value:
+            if status not in TERMINAL_STATUSES:
+                known = ", ".join(sorted(TERMINAL_STATUSES))
+                raise ValueError(f"{status!r} is not a terminal status (one of: {known})")
+        return value
+
+    @property
+    def enabled(self) -> bool:
+        """True when there is somewhere to send notifications."""
+        return bool(self.command or self.url)
+
+
 class Config(_Strict):
     """The whole config file."""
 
@@ -201,6 +259,7 @@ class Config(_Strict):
     limits: LimitsSettings = LimitsSettings()
     logs: LogSettings = LogSettings()
     history: HistorySettings = HistorySettings()
+    notify: NotifySettings = NotifySettings()
 
 
 def _format_validation(err: ValidationError, source: str) -> str:
