@@ -35,7 +35,7 @@ from .screens.jobs import JobsScreen
 from .screens.strays import StraysScreen
 from .screens.submit import SubmitScreen
 from .view import HistoryPoint
-from .wire import ACTIVE_STATUSES, MAX_PAGE, EventJSON, GpusJSON, HealthJSON
+from .wire import ACTIVE_STATUSES, MAX_PAGE, TERMINAL_STATUSES, EventJSON, GpusJSON, HealthJSON
 
 HISTORY_POINTS = 120
 
@@ -198,8 +198,23 @@ class GpulayerApp(App[str]):
             self._config_notice(event["data"])
         elif "job" in event:
             self.job_store.apply(event["job"])
+            if kind == "job.transition":
+                self._end_notice(event)
             if not self._quiet.is_set() and self.job_store.active_count(launched_only=True) == 0:
                 self._quiet.set()
+
+    def _end_notice(self, event: EventJSON) -> None:
+        """A job submitted with ``notify`` ended: ring the terminal's bell and say how."""
+        job, status = event["job"], event["data"].get("status")
+        if status not in TERMINAL_STATUSES or not job["spec"].get("notify"):
+            return
+        code = job.get("exit_code")
+        self.bell()
+        self.notify(
+            f"{job['name']}: {status}" + (f" (exit code {code})" if code is not None else ""),
+            title=f"job {job['id']} ended",
+            severity="information" if status == "completed" else "warning",
+        )
 
     def _domain_notice(self, data: dict[str, Any]) -> None:
         change, name, reason = data.get("change"), data.get("domain"), data.get("reason") or ""

@@ -124,10 +124,19 @@ JOB_SORTS: tuple[str, ...] = ("id", "status", "name", "started", "runtime", "vra
 """What ``GET /v1/jobs?sort=`` takes. Ties are broken by id: newest first under ``status``
 and ``name`` ascending, in the sort's direction for the rest (as the TUI's table does)."""
 
-ROW_SPEC_KEYS: tuple[str, ...] = ("command", "shell", "gpus", "vram_gb", "replicas", "domain")
+ROW_SPEC_KEYS: tuple[str, ...] = (
+    "command",
+    "shell",
+    "gpus",
+    "vram_gb",
+    "replicas",
+    "domain",
+    "notify",
+)
 """The spec fields a job's *row* (``JobRowJSON``: lists, events) carries: what a table
-shows. The whole spec (environment, working directory, dependencies, policies) comes only
-with the job itself (``GET /v1/jobs/ID``, ``status``)."""
+shows, and ``notify`` (stored only when true: the TUI rings when such a job ends). The
+whole spec (environment, working directory, dependencies, policies) comes only with the
+job itself (``GET /v1/jobs/ID``, ``status``)."""
 
 MAX_PAGE = 10_000
 """The most jobs one ``GET /v1/jobs`` answers; more are read page by page."""

@@ -59,8 +59,9 @@ class FakeDevice:
     ``None`` (what pynvml returns for "not available") or any raw int, such as the
     ``2**64 - 1`` sentinel, to exercise the probe's own guard. ``power_mw`` /
     ``power_limit_mw`` are milliwatts, as NVML reports them; ``energy_mj`` is the
-    total-energy counter in millijoules (``None``: the GPU has none, NOT_SUPPORTED). ``name`` may be ``bytes`` to
-    imitate old bindings. ``lost=True`` makes every call for this GPU raise GPU_IS_LOST.
+    total-energy counter in millijoules (``None``: the GPU has none, NOT_SUPPORTED).
+    ``name`` may be ``bytes`` to imitate old bindings. ``lost=True`` makes every call for
+    this GPU raise GPU_IS_LOST.
     """
 
     uuid: str

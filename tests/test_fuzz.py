@@ -45,6 +45,7 @@ SPEC_FIELDS = [
     "vram_gb",
     "domain",
     "exclusive",
+    "notify",
     "depends_on",
     "timeout",
     "priority",

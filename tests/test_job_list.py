@@ -193,7 +193,7 @@ async def test_a_page_is_capped_and_says_there_is_more(make_engine: EngineFactor
 
 def test_job_row_json_reads_a_row_without_its_spec_fields() -> None:
     row = (7, "n", "command", "queued", None, None, "", "[]", "[]", None, None, None, None)
-    row += (None, "[null,null,null,null,null,null]")
+    row += (None, "[" + ",".join(["null"] * len(ROW_SPEC_KEYS)) + "]")
     assert job_row_json(row)["spec"] == {}
 
 

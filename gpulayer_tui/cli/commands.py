@@ -51,6 +51,8 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         spec["domain"] = args.domain[0] if len(args.domain) == 1 else args.domain
     if args.exclusive:
         spec["exclusive"] = True
+    if args.notify:
+        spec["notify"] = True
     if args.priority:
         spec["priority"] = args.priority
     deps: list[Any] = list(args.after)

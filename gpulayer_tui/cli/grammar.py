@@ -154,6 +154,9 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--domain", action="append", help="pin to a domain (repeat for a choice)")
     p.add_argument("--exclusive", action="store_true", help="hold every slot of its domains")
     p.add_argument(
+        "--notify", action="store_true", help="notify when it ends (as [notify] in the config says)"
+    )
+    p.add_argument(
         "--after",
         type=job_id_arg,
         action="append",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from ..wire import JobJSON
     from .config import SecuritySettings
 
 
@@ -83,3 +84,15 @@ def access_refusal(security: SecuritySettings, creds: tuple[int, int, int] | Non
         "list the uid in [security] allowed_uids, or one of its groups in allowed_groups, "
         "of the engine's config.toml"
     )
+
+
+HIDDEN = "(hidden)"  # what an environment value reads as where it is not shown
+
+
+def env_values_hidden(job: JobJSON) -> JobJSON:
+    """``job`` with every environment value replaced by :data:`HIDDEN` (names kept): what
+    leaves the machine's users, such as a notification, never carries tokens or keys."""
+    env = job["spec"].get("env")
+    if not env:
+        return job
+    return {**job, "spec": dict(job["spec"], env=dict.fromkeys(env, HIDDEN))}

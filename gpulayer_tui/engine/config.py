@@ -38,6 +38,14 @@ Example ``config.toml``::
     idle_below = 5
     idle_action = "warn"    # or "stop": cancel it with the reason
 
+    [notify]                # when jobs end: a command gets the job's JSON on stdin, a URL
+    command = ["notify-send-job"]  # ... (argv, no shell) and/or it is POSTed to a URL
+    url = "http://127.0.0.1:8080/hook"
+    jobs = "marked"         # "marked": jobs submitted with --notify; "all": every job
+    on = ["failed", "orphaned"]  # which ends (default: every terminal status)
+    replicas = true         # also a service replica's restart or give-up
+    timeout = 10.0          # seconds per notification (the command is then killed)
+
 GPUs that no ``[domains.*]`` table names become ``gpu<index>`` domains with one slot,
 unless ``engine.auto_domains = false``.
 """
@@ -53,9 +61,11 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..wire import TERMINAL_STATUSES
 from .gpus import GpuReading
 from .paths import Paths, resolve_paths
 
@@ -219,6 +229,54 @@ class PolicySettings(_Strict):
     idle_action: Literal["warn", "stop"] = "warn"
 
 
+class NotifySettings(_Strict):
+    """``[notify]``: tell someone when a job ends (or a service replica restarts or gives
+    up). Each notification is the job's JSON (see ``engine/notify.py``): on the stdin of
+    ``command`` (argv, run without a shell) and/or POSTed to ``url``. A notification that
+    fails is logged; it never changes the job."""
+
+    command: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
+        None, min_length=1, max_length=256
+    )
+    url: str | None = Field(None, min_length=1, max_length=2048)
+    # "marked": only jobs submitted with --notify (spec ``notify = true``); "all": every job.
+    jobs: Literal["marked", "all"] = "marked"
+    on: list[str] = Field(default_factory=lambda: sorted(TERMINAL_STATUSES), max_length=16)
+    replicas: bool = True  # a replica's restart or give-up (of the services ``jobs`` picks)
+    timeout: float = Field(10.0, ge=0.1, le=3600)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+        if any(ch.isspace() or ord(ch) < 32 for ch in value):
+            raise ValueError("the URL contains white space or a control character")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if any("\0" in word for word in value):
+            raise ValueError("the command contains a NUL byte")
+        return value
+
+    @field_validator("on")
+    @classmethod
+    def _on(cls, value: list[str]) -> list[str]:
+        for status in value:
+            if status not in TERMINAL_STATUSES:
+                known = ", ".join(sorted(TERMINAL_STATUSES))
+                raise ValueError(f"{status!r} is not a terminal status (one of: {known})")
+        return value
+
+    @property
+    def enabled(self) -> bool:
+        """True when there is somewhere to send notifications."""
+        return bool(self.command or self.url)
+
+
 class Config(_Strict):
     """The whole config file."""
 
@@ -234,6 +292,7 @@ class Config(_Strict):
     history: HistorySettings = HistorySettings()
     usage: UsageSettings = UsageSettings()
     policy: PolicySettings = PolicySettings()
+    notify: NotifySettings = NotifySettings()
 
 
 def _format_validation(err: ValidationError, source: str) -> str:

@@ -58,6 +58,7 @@ from .jobqueue import JobQueue
 from .launch_client import LauncherExecutor
 from .lock import EngineLock
 from .models import EventKind, Job, JobKind, JobQuery, JobStatus, TerminationReason
+from .notify import Notifier
 from .probes import make_probe
 from .reads import JobReader
 from .recovery import Recovery
@@ -175,6 +176,7 @@ class Engine:
             self._idle_warning,
         )
         self.reads = JobReader(self.book, self.store, self.executor, self.usage)
+        self.notifier = Notifier(self.bus, self.config.notify, self.reads.get)
         self.retention = Retention(self.store, paths.jobs_dir, self.config.history)
         self.config_reload = ConfigReloader(
             paths,
@@ -223,6 +225,7 @@ class Engine:
         self.disk.min_free_mb = config.logs.min_free_mb
         self.admission.reconfigure(config.limits)
         self.usage.reconfigure(config.usage, config.policy)
+        self.notifier.reconfigure(config.notify)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -249,6 +252,7 @@ class Engine:
                 why = f"{err.strerror}" + (f" ({err.filename})" if err.filename else "")
             raise StoreError(f"the state dir {state} cannot be written: {why}") from None
         try:
+            self.notifier.start()  # (before recovery: a job that ended meanwhile notifies)
             await self.store.open(__version__, os.getpid())
             await self.executor.open()
             first = await self.sampler.sample_once()
@@ -265,6 +269,7 @@ class Engine:
             self.queue.schedule()
             await self.store.flush()
         except BaseException:
+            await self.notifier.stop()
             await self.executor.close()
             await self.store.close()
             self._lock.release()
@@ -290,6 +295,7 @@ class Engine:
 
     async def stop(self) -> None:
         """Stop sampling and serving. Running jobs keep running (they outlive the engine)."""
+        await self.notifier.stop()
         await self.retention.stop()
         await self.config_reload.stop()
         await self.sampler.stop()

@@ -173,6 +173,8 @@ class ConfigReloader:
             changes.append("health thresholds")
         if config.ui != old.ui:
             changes.append("ui")
+        if config.notify != old.notify:
+            changes.append("notify")
         self._apply_config(config)
         fresh, moved, domain_changes = rebuild_domains(self._scheduler.domains, plans)
         for previous, dom in moved:

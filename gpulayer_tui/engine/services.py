@@ -265,7 +265,7 @@ class ServiceRunner:
     def _launch_failed(self, act: ActiveJob, replica: Replica, verb: str, error: str) -> None:
         """A replica cannot start: the service fails with the reason."""
         if replica.state is not R.EXITED:
-            self._set_replica(act, replica, R.EXITED, f"could not {verb}: {error}")
+            self._set_replica(act, replica, R.EXITED, f"could not {verb}: {error}", gave_up=True)
         self._end(
             act,
             JobStatus.FAILED,
@@ -309,9 +309,11 @@ class ServiceRunner:
         state: ReplicaState,
         message: str,
         exit_code: int | None = None,
+        gave_up: bool = False,
     ) -> None:
         """The one place a replica's state changes (or its message, in the same state):
-        check, update the summary, record."""
+        check, update the summary, record. ``gave_up``: it exited for good on its own (no
+        restart left, or it could not start); the event says so (notifications use it)."""
         job = act.job
         if state is not replica.state:
             check_replica_transition(job.id, replica.index, replica.state, state)
@@ -330,6 +332,8 @@ class ServiceRunner:
             "endpoint": replica.endpoint,
             "next_restart_at": replica.next_restart_at,
         }
+        if gave_up:
+            data["gave_up"] = True
         self._book.record(act, EventKind.REPLICA, data)
 
     @staticmethod
@@ -401,7 +405,9 @@ class ServiceRunner:
                 delay, functools.partial(self._restart_replica, job_id, index)
             )
             return
-        self._set_replica(act, replica, R.EXITED, f"{what}; not restarted ({why})", code)
+        self._set_replica(
+            act, replica, R.EXITED, f"{what}; not restarted ({why})", code, gave_up=True
+        )
         status, reason, _ = exit_verdict(code)
         others = " (the other replicas were stopped)" if len(act.job.replicas) > 1 else ""
         message = f"replica {index} {what}; not restarted ({why}){others}"

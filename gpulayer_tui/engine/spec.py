@@ -11,7 +11,16 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from .. import wire
 from .errors import SpecError
@@ -77,6 +86,9 @@ class JobSpec(BaseModel):
         max_restarts: Restarts allowed per replica (unlimited when omitted).
         port: Give each replica a free TCP port as ``$PORT`` and report its endpoint.
         retry: ``max_attempts``: placements of a service after losing a domain.
+        notify: Send a notification when it ends (and, for a service, when a replica
+            restarts or gives up), as ``[notify]`` in the config says. Stored only when
+            true, so the rows of other jobs do not carry it.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -100,6 +112,7 @@ class JobSpec(BaseModel):
     max_restarts: Annotated[int, _rule(wire.check_max_restarts)] | None = None
     port: bool | None = None
     retry: RetrySpec | None = None
+    notify: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -125,6 +138,13 @@ class JobSpec(BaseModel):
         if self.vram_gb is not None and self.gpus == 0:
             raise ValueError("vram_gb is per GPU, but gpus is 0 (a CPU job)")
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if not out.get("notify"):
+            out.pop("notify", None)  # (absent means false: old rows, other jobs' rows)
+        return out
 
     @property
     def dependencies(self) -> list[Dependency]:

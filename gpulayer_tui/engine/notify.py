@@ -1,0 +1,343 @@
+"""Notifications: when a job ends, or a service replica restarts or gives up (``[notify]``).
+
+The :class:`Notifier` listens on the event bus, so it hears only what is durable: the store
+publishes an event after its commit, never before. For each notification it reads the
+job as ``GET /v1/jobs/ID`` answers it (environment values replaced by ``(hidden)``: a
+notification leaves the engine's users, tokens and keys must not) and adds:
+
+* ``event``: ``job.ended``, ``replica.restarted`` (a replica exited and will start again
+  after its back-off) or ``replica.gave_up`` (it exited for good: no restart left, or it
+  could not start);
+* ``event_at``: when that happened (epoch seconds);
+* ``replica`` (replica events only): the replica event's data (index, state, message,
+  exit code, restarts).
+
+That JSON goes to the stdin of ``[notify] command`` (argv, no shell, its own session,
+``GPULAYER_JOB_ID`` and ``GPULAYER_NOTIFY_EVENT`` in its environment, stdout discarded,
+the end of its stderr logged if it fails) and/or is POSTed to ``[notify] url``
+(``Content-Type: application/json``). Each delivery has ``[notify] timeout`` seconds; a
+command still running then is killed with its process group.
+
+Nothing here can hold the engine up or change a job: events are taken from the bus
+without waiting, notifications wait in a bounded queue (one that is full drops the new
+one, with a warning) and at most :data:`WORKERS` are delivered at once; a failure (a
+command that cannot start, exits non-zero or is killed at the timeout; a refused
+connection, an HTTP status of 400 or more) is logged with the job's id and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from .access import env_values_hidden
+from .config import NotifySettings
+from .events import EventBus, Subscription
+from .models import Event, EventKind, Job, ReplicaState
+
+log = logging.getLogger(__name__)
+
+__all__ = ["JOB_ENDED", "REPLICA_GAVE_UP", "REPLICA_RESTARTED", "Notifier"]
+
+JOB_ENDED = "job.ended"
+REPLICA_RESTARTED = "replica.restarted"
+REPLICA_GAVE_UP = "replica.gave_up"
+
+WORKERS = 4  # notifications delivered at once
+QUEUE_MAX = 256  # notifications waiting; beyond this a new one is dropped (logged)
+STOP_WAIT_S = 2.0  # how long a stopping engine waits for notifications under way
+STDERR_KEEP = 1000  # bytes of a failed command's stderr that reach the log
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """One notification to deliver, with the settings of the moment it was decided."""
+
+    event: str
+    job_id: int
+    at: float
+    replica: dict[str, Any] | None
+    settings: NotifySettings
+
+
+class Notifier:
+    """Sends ``[notify]`` notifications; owns its subscription, queue, workers and HTTP
+    session.
+
+    Args:
+        bus: The engine's event bus (events arrive only once durable).
+        settings: ``[notify]``.
+        read_job: Reads a job as the API does (live record, else the stored one).
+
+    Attributes:
+        sent: Notifications delivered (each command run or POST that succeeded).
+        failed: Deliveries that failed (logged).
+        dropped: Notifications dropped because the queue was full (logged).
+    """
+
+    def __init__(
+        self,
+        bus: EventBus,
+        settings: NotifySettings,
+        read_job: Callable[[int], Awaitable[Job]],
+    ) -> None:
+        self._bus = bus
+        self._settings = settings
+        self._read_job = read_job
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue(QUEUE_MAX)
+        self._sub: Subscription | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self._session: aiohttp.ClientSession | None = None
+        self._started = False
+        self.sent = 0
+        self.failed = 0
+        self.dropped = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start listening if ``[notify]`` has somewhere to send (otherwise the bus does
+        not know it exists: with no subscriber, publishers skip building job rows)."""
+        self._started = True
+        if self._settings.enabled:
+            self._listen()
+
+    def reconfigure(self, settings: NotifySettings) -> None:
+        """A reloaded ``[notify]``: applies to notifications decided from now on."""
+        self._settings = settings
+        if not self._started:
+            return
+        if settings.enabled:
+            self._listen()
+        else:
+            self._unlisten()
+
+    async def stop(self) -> None:
+        """Stop listening; wait up to :data:`STOP_WAIT_S` for notifications under way, then
+        cancel what is left (a command still running is killed)."""
+        self._started = False
+        self._unlisten()
+        if self._workers:
+            try:
+                async with asyncio.timeout(STOP_WAIT_S):
+                    await self._queue.join()
+            except TimeoutError:
+                log.warning(
+                    "notifications: stopping with %d not delivered", self._queue.qsize() + 1
+                )
+            for task in self._workers:
+                task.cancel()
+            await asyncio.gather(*self._workers, return_exceptions=True)
+            self._workers.clear()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _listen(self) -> None:
+        if self._listener is None:
+            self._sub = self._bus.subscribe()
+            self._listener = asyncio.get_running_loop().create_task(self._follow(self._sub))
+        while len(self._workers) < WORKERS:
+            self._workers.append(asyncio.get_running_loop().create_task(self._work()))
+
+    def _unlisten(self) -> None:
+        if self._sub is not None:
+            self._sub.close()
+            self._sub = None
+        if self._listener is not None:
+            self._listener.cancel()
+            self._listener = None
+
+    # -- deciding -----------------------------------------------------------------------------
+
+    async def _follow(self, sub: Subscription) -> None:
+        while True:
+            async for event in sub:
+                self.consider(event)
+            if not sub.overflowed:
+                return  # the bus closed (engine stop)
+            # Cut off for falling behind (the bus never waits for anyone): listen again.
+            log.warning("notifications: fell behind the engine's events; some were missed")
+            sub = self._sub = self._bus.subscribe()
+
+    def consider(self, event: Event) -> None:
+        """Queue a notification if ``event`` calls for one (never waits)."""
+        settings = self._settings
+        replica: dict[str, Any] | None = None
+        if event.kind is EventKind.TRANSITION:
+            if event.data.get("status") not in settings.on:
+                return  # (``on`` holds terminal statuses only)
+            what = JOB_ENDED
+        elif event.kind is EventKind.REPLICA and settings.replicas:
+            replica = event.data
+            if event.data.get("gave_up"):
+                what = REPLICA_GAVE_UP
+            elif event.data.get("state") == ReplicaState.BACKOFF:
+                what = REPLICA_RESTARTED
+            else:
+                return
+        else:
+            return
+        if event.job_id is None:
+            return
+        if settings.jobs == "marked" and event.job is not None:
+            if not event.job.get("spec", {}).get("notify"):
+                return  # (with no row in the event, the worker checks the whole job)
+        pending = _Pending(what, event.job_id, event.at, replica, settings)
+        try:
+            self._queue.put_nowait(pending)
+        except asyncio.QueueFull:
+            self.dropped += 1
+            log.warning(
+                "job %d: %s notification dropped: %d notifications already wait",
+                event.job_id,
+                what,
+                QUEUE_MAX,
+            )
+
+    # -- delivering ---------------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        while True:
+            pending = await self._queue.get()
+            try:
+                await self._deliver(pending)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.failed += 1
+                log.exception("job %d: %s notification failed", pending.job_id, pending.event)
+            finally:
+                self._queue.task_done()
+
+    async def _deliver(self, pending: _Pending) -> None:
+        job = await self._read_job(pending.job_id)
+        settings = pending.settings
+        if settings.jobs == "marked" and not job.spec.get("notify"):
+            return
+        body = json.dumps(payload(pending.event, pending.at, job, pending.replica)).encode()
+        sends: list[Awaitable[bool]] = []
+        if settings.command:
+            sends.append(self._run(settings.command, body, pending, settings.timeout))
+        if settings.url:
+            sends.append(self._post(settings.url, body, pending, settings.timeout))
+        for ok in await asyncio.gather(*sends):
+            if ok:
+                self.sent += 1
+            else:
+                self.failed += 1
+
+    async def _run(self, argv: list[str], body: bytes, pending: _Pending, timeout: float) -> bool:
+        """Run the command with ``body`` on its stdin; True if it exited 0 in time."""
+        job_id, what = pending.job_id, pending.event
+        env = dict(os.environ, GPULAYER_JOB_ID=str(job_id), GPULAYER_NOTIFY_EVENT=what)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,  # its own group: a timeout kills all of it
+                env=env,
+            )
+        except (OSError, ValueError) as err:
+            log.warning("job %d: %s notification: cannot run %s: %s", job_id, what, argv[0], err)
+            return False
+        try:
+            async with asyncio.timeout(timeout):
+                assert proc.stdin is not None and proc.stderr is not None
+                _, tail = await asyncio.gather(_feed(proc.stdin, body), _tail(proc.stderr))
+                code = await proc.wait()
+        except TimeoutError:
+            log.warning(
+                "job %d: %s notification: %s killed after %g s ([notify] timeout)",
+                job_id,
+                what,
+                argv[0],
+                timeout,
+            )
+            return False
+        finally:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        if code != 0:
+            text = tail.decode(errors="replace").strip()
+            log.warning(
+                "job %d: %s notification: %s exited %d%s",
+                job_id,
+                what,
+                argv[0],
+                code,
+                f": {text}" if text else "",
+            )
+            return False
+        return True
+
+    async def _post(self, url: str, body: bytes, pending: _Pending, timeout: float) -> bool:
+        """POST ``body`` to ``url``; True on an answer under 400 in time."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        try:
+            async with (
+                asyncio.timeout(timeout),
+                self._session.post(
+                    url, data=body, headers={"Content-Type": "application/json"}
+                ) as answer,
+            ):
+                status = answer.status
+        except TimeoutError:
+            why = f"no answer within {timeout:g} s ([notify] timeout)"
+        except (aiohttp.ClientError, OSError) as err:
+            why = str(err) or type(err).__name__
+        else:
+            if status < 400:
+                return True
+            why = f"HTTP {status}"
+        log.warning(
+            "job %d: %s notification to %s failed: %s", pending.job_id, pending.event, url, why
+        )
+        return False
+
+
+def payload(event: str, at: float, job: Job, replica: dict[str, Any] | None) -> dict[str, Any]:
+    """What a notification sends: the job's JSON (environment values hidden) with
+    ``event``, ``event_at`` and, for replica events, ``replica``."""
+    out: dict[str, Any] = dict(env_values_hidden(job.to_json()))
+    out["event"] = event
+    out["event_at"] = at
+    if replica is not None:
+        out["replica"] = replica
+    return out
+
+
+async def _feed(stdin: asyncio.StreamWriter, body: bytes) -> None:
+    """Write ``body`` and close; a command that does not read its stdin is fine."""
+    try:
+        stdin.write(body)
+        await stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        stdin.close()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            await stdin.wait_closed()
+
+
+async def _tail(stream: asyncio.StreamReader) -> bytes:
+    """Read ``stream`` to its end, keeping only its last :data:`STDERR_KEEP` bytes."""
+    kept = b""
+    while chunk := await stream.read(65536):
+        kept = (kept + chunk)[-STDERR_KEEP:]
+    return kept

@@ -1,0 +1,338 @@
+"""Notifications ([notify], ``submit --notify``): a real engine, real processes, a real
+command reading its stdin and a real HTTP server on 127.0.0.1; and the TUI's bell."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from gpulayer_tui.cli.commands import _spec_from_args
+from gpulayer_tui.cli.grammar import build_parser
+from gpulayer_tui.cli.quick import parse
+from gpulayer_tui.engine.config import ConfigError, parse_config_text
+from gpulayer_tui.engine.engine import Engine
+from gpulayer_tui.engine.models import JobStatus
+from gpulayer_tui.engine.spec import parse_spec
+
+from .conftest import EngineFactory, eventually, make_config, pid_gone
+from .test_services import ManualClock
+from .ui_support import until
+
+# Writes its stdin, with the variables the notifier sets, to a new file in DIR.
+RECORD = (
+    "import json, os, sys, tempfile\n"
+    "body = json.load(sys.stdin)\n"
+    "body['_env'] = {k: os.environ.get(k) for k in ('GPULAYER_JOB_ID', 'GPULAYER_NOTIFY_EVENT')}\n"
+    "fd, path = tempfile.mkstemp(dir=sys.argv[1], suffix='.part')\n"
+    "os.write(fd, json.dumps(body).encode()); os.close(fd)\n"
+    "os.rename(path, path[:-5] + '.json')\n"
+)
+LOGGER = "gpulayer_tui.engine.notify"
+
+
+def _recorder(out: Path) -> list[str]:
+    out.mkdir(exist_ok=True)
+    return [sys.executable, "-c", RECORD, str(out)]
+
+
+def _received(out: Path) -> list[dict[str, Any]]:
+    """What the command received, in the order of the jobs and events."""
+    bodies = [json.loads(p.read_text()) for p in out.glob("*.json")]
+    return sorted(bodies, key=lambda b: (b["id"], b["event_at"]))
+
+
+async def _engine(make_engine: EngineFactory, **notify: Any) -> Engine:
+    return await make_engine(simulate=None, config=make_config(notify=notify))
+
+
+async def test_a_marked_job_that_ends_sends_its_json_to_the_command(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    out = tmp_path / "got"
+    engine = await _engine(make_engine, command=_recorder(out))
+    plain = await engine.submit({"command": ["true"]})
+    await engine.wait(plain.id, timeout=20)
+    marked = await engine.submit(
+        {"command": ["sh", "-c", "exit 3"], "notify": True, "env": {"TOKEN": "s3cret"}}
+    )
+    assert marked.spec["notify"] is True and "notify" not in plain.spec
+    await engine.wait(marked.id, timeout=20)
+    await eventually(lambda: engine.notifier.sent == 1, timeout=20)
+    await engine.stop()  # (waits for notifications under way: none may follow)
+    [body] = _received(out)  # the unmarked job sent nothing
+    assert body["event"] == "job.ended" and body["id"] == marked.id
+    assert body["status"] == "failed" and body["exit_code"] == 3
+    assert body["termination_reason"] == "exit_code" and body["ended_at"] is not None
+    assert body["spec"]["env"] == {"TOKEN": "(hidden)"}  # names only, never values
+    assert body["_env"] == {"GPULAYER_JOB_ID": str(marked.id), "GPULAYER_NOTIFY_EVENT": "job.ended"}
+    assert engine.notifier.failed == 0 and engine.notifier.dropped == 0
+
+
+async def test_all_jobs_notify_and_on_picks_the_statuses(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    out = tmp_path / "got"
+    engine = await _engine(make_engine, command=_recorder(out), jobs="all", on=["failed"])
+    ok = await engine.submit({"command": ["true"]})
+    bad = await engine.submit({"command": ["false"]})
+    for job in (ok, bad):
+        await engine.wait(job.id, timeout=20)
+    await eventually(lambda: engine.notifier.sent == 1, timeout=20)
+    await engine.stop()
+    assert [(b["id"], b["status"]) for b in _received(out)] == [(bad.id, "failed")]
+
+
+async def test_no_notify_section_means_no_subscriber(make_engine: EngineFactory) -> None:
+    engine = await make_engine(simulate=None)
+    assert not engine.bus.has_subscribers  # publishers still skip building rows
+    job = await engine.submit({"command": ["true"], "notify": True})
+    assert (await engine.wait(job.id, timeout=20)).status is JobStatus.COMPLETED
+
+
+class _Hook:
+    """A webhook on 127.0.0.1 that answers ``status`` and keeps what it was sent."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.status = status
+        self.got: list[dict[str, Any]] = []
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def _post(self, request: web.Request) -> web.Response:
+        assert request.content_type == "application/json"
+        self.got.append(await request.json())
+        return web.Response(status=self.status)
+
+    async def __aenter__(self) -> _Hook:
+        app = web.Application()
+        app.router.add_post("/hook", self._post)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = self.runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}/hook"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.runner is not None
+        await self.runner.cleanup()
+
+
+async def test_the_webhook_receives_the_json(make_engine: EngineFactory) -> None:
+    async with _Hook() as hook:
+        engine = await _engine(make_engine, url=hook.url)
+        job = await engine.submit({"command": ["sh", "-c", "exit 0"], "notify": True})
+        await engine.wait(job.id, timeout=20)
+        await eventually(lambda: hook.got, timeout=20)
+        [body] = hook.got
+        assert (body["event"], body["id"], body["status"], body["exit_code"]) == (
+            "job.ended",
+            job.id,
+            "completed",
+            0,
+        )
+        await eventually(lambda: engine.notifier.sent == 1)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_a_failing_webhook_is_logged_and_changes_nothing(
+    make_engine: EngineFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, LOGGER)
+    async with _Hook(status=500) as hook:
+        engine = await _engine(make_engine, url=hook.url)
+        first = await engine.submit({"command": ["true"], "notify": True})
+        assert (await engine.wait(first.id, timeout=20)).status is JobStatus.COMPLETED
+        await eventually(lambda: engine.notifier.failed == 1, timeout=20)
+        assert len(hook.got) == 1
+        assert f"job {first.id}: job.ended notification to {hook.url} failed: HTTP 500" in (
+            caplog.text
+        )
+        # Nobody listening: the connection is refused.
+        refused = f"http://127.0.0.1:{_closed_port()}/hook"
+        engine.notifier.reconfigure(make_config(notify={"url": refused}).notify)
+        second = await engine.submit({"command": ["true"], "notify": True})
+        assert (await engine.wait(second.id, timeout=20)).status is JobStatus.COMPLETED
+        await eventually(lambda: engine.notifier.failed == 2, timeout=20)
+        assert f"job {second.id}: job.ended notification to {refused} failed" in caplog.text
+        # The engine goes on: jobs run, and a working hook is notified again.
+        engine.notifier.reconfigure(make_config(notify={"url": hook.url}).notify)
+        hook.status = 200
+        third = await engine.submit({"command": ["true"], "notify": True})
+        assert (await engine.wait(third.id, timeout=20)).status is JobStatus.COMPLETED
+        await eventually(lambda: engine.notifier.sent == 1, timeout=20)
+        assert [b["id"] for b in hook.got] == [first.id, third.id]
+        for job in (first, second, third):
+            assert (await engine.get(job.id)).status is JobStatus.COMPLETED
+
+
+async def test_a_hanging_command_is_killed_at_the_timeout(
+    make_engine: EngineFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, LOGGER)
+    pids = tmp_path / "pids"
+    hang = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen(['sleep', '600'])\n"
+        f"open({str(pids)!r}, 'w').write(f'{{__import__(\"os\").getpid()}} {{child.pid}}')\n"
+        "time.sleep(600)\n"
+    )
+    engine = await _engine(make_engine, command=[sys.executable, "-c", hang], timeout=1.0)
+    job = await engine.submit({"command": ["true"], "notify": True})
+    assert (await engine.wait(job.id, timeout=20)).status is JobStatus.COMPLETED
+    await eventually(lambda: engine.notifier.failed == 1, timeout=20)
+    # Killed with its process group: the command and what it started.
+    for pid in map(int, pids.read_text().split()):
+        await eventually(lambda pid=pid: pid_gone(pid))
+    assert f"job {job.id}: job.ended notification: {sys.executable} killed after 1 s" in (
+        caplog.text
+    )
+    assert (await engine.get(job.id)).status is JobStatus.COMPLETED
+
+
+async def test_a_command_that_fails_or_cannot_run_is_logged(
+    make_engine: EngineFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, LOGGER)
+    fail = "import sys; sys.stdin.read(); print('no route to pager', file=sys.stderr); sys.exit(4)"
+    engine = await _engine(make_engine, command=[sys.executable, "-c", fail])
+    job = await engine.submit({"command": ["true"], "notify": True})
+    await engine.wait(job.id, timeout=20)
+    await eventually(lambda: engine.notifier.failed == 1, timeout=20)
+    assert f"job {job.id}: job.ended notification: {sys.executable} exited 4: no route" in (
+        caplog.text
+    )
+    missing = str(tmp_path / "no-such-program")
+    engine.notifier.reconfigure(make_config(notify={"command": [missing]}).notify)
+    job = await engine.submit({"command": ["true"], "notify": True})
+    await engine.wait(job.id, timeout=20)
+    await eventually(lambda: engine.notifier.failed == 2, timeout=20)
+    assert f"job {job.id}: job.ended notification: cannot run {missing}" in caplog.text
+
+
+async def test_a_replica_restart_and_give_up_notify(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    out = tmp_path / "got"
+    clock = ManualClock()
+    engine = await make_engine(
+        simulate=None,
+        config=make_config(notify={"command": _recorder(out)}),
+        service_clock=clock,
+    )
+    spec = {"kind": "service", "command": ["sh", "-c", "exit 5"], "port": False}
+    job = await engine.submit({**spec, "max_restarts": 1, "notify": True})
+    await eventually(lambda: clock.pending(), timeout=20)  # in back-off
+    await eventually(lambda: engine.notifier.sent == 1, timeout=20)
+    clock.advance(clock.pending()[0])
+    await engine.wait(job.id, timeout=20)
+    await eventually(lambda: engine.notifier.sent == 3, timeout=20)
+    await engine.stop()
+    bodies = _received(out)
+    assert [b["event"] for b in bodies] == ["replica.restarted", "replica.gave_up", "job.ended"]
+    restarted, gave_up, ended = bodies
+    assert restarted["replica"]["replica"] == 0 and restarted["replica"]["exit_code"] == 5
+    assert "restart 1 in 1 s" in restarted["replica"]["message"]
+    assert "not restarted (max_restarts = 1 reached)" in gave_up["replica"]["message"]
+    assert ended["status"] == "failed" and ended["exit_code"] == 5
+
+
+async def test_replicas_false_notifies_only_the_end(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    out = tmp_path / "got"
+    clock = ManualClock()
+    config = make_config(notify={"command": _recorder(out), "replicas": False})
+    engine = await make_engine(simulate=None, config=config, service_clock=clock)
+    spec = {"kind": "service", "command": ["sh", "-c", "exit 5"], "port": False}
+    job = await engine.submit({**spec, "max_restarts": 1, "notify": True})
+    await eventually(lambda: clock.pending(), timeout=20)
+    clock.advance(clock.pending()[0])
+    await engine.wait(job.id, timeout=20)
+    await eventually(lambda: engine.notifier.sent == 1, timeout=20)
+    await engine.stop()
+    assert [b["event"] for b in _received(out)] == ["job.ended"]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('url = "ftp://example.org/x"', "notify.url: Value error, 'ftp://example.org/x' is not"),
+        ('url = "http://"', "notify.url"),
+        ('on = ["failed", "running"]', "notify.on: Value error, 'running' is not a terminal"),
+        ('jobs = "mine"', "notify.jobs"),
+        ("command = []", "notify.command"),
+        ('command = "notify-send"', "notify.command"),
+        ("timeout = 0", "notify.timeout"),
+        ("when = 1", "unknown key 'notify.when'"),
+    ],
+)
+def test_a_bad_notify_section_is_refused_naming_the_key(text: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config_text(f"[notify]\n{text}\n", "config.toml")
+    assert words in str(err.value)
+
+
+def test_notify_defaults() -> None:
+    notify = parse_config_text('[notify]\nurl = "https://hooks.example.org/x"\n').notify
+    assert notify.enabled and notify.jobs == "marked" and notify.replicas
+    assert sorted(notify.on) == ["cancelled", "completed", "failed", "orphaned"]
+    assert not parse_config_text("").notify.enabled
+
+
+def test_submit_notify_sets_the_spec_field_on_both_paths() -> None:
+    words = ["submit", "--notify", "--", "true"]
+    quick = parse(words)
+    parser = build_parser()
+    full = parser.parse_args(words)
+    assert quick is not None and vars(quick) == vars(full)
+    assert _spec_from_args(quick, parser)["notify"] is True
+    assert "notify" not in _spec_from_args(parser.parse_args(["submit", "true"]), parser)
+    # A spec file says it as `notify = true`.
+    assert parse_spec({"command": ["true"], "notify": True}).notify
+    assert (
+        not parse_spec({"command": ["true"], "notify": False})
+        .model_dump(exclude_none=True)
+        .get("notify")
+    )
+
+
+async def test_the_tui_rings_when_a_notify_job_ends(embedded_app: Any) -> None:
+    app = await embedded_app(simulate="1xA100-80GB")
+    rang: list[int] = []
+    app.bell = lambda: rang.append(1)  # (the terminal's bell, observed)
+    async with app.run_test(size=(120, 40)) as pilot:
+        plain = await app.backend.submit({"command": ["true"]})
+        await until(pilot, lambda: app.job_store.jobs.get(plain["id"], {}).get("ended_at"))
+        assert rang == []
+        job = await app.backend.submit({"command": ["sh", "-c", "exit 2"], "notify": True})
+        await until(pilot, lambda: rang == [1])
+        toast = next(n for n in app._notifications if n.title == f"job {job['id']} ended")
+        assert toast.message == "sh: failed (exit code 2)" and toast.severity == "warning"
+        assert not toast.markup
+
+
+def test_notify_payload_keeps_env_names_only() -> None:
+    from gpulayer_tui.engine.models import Job, JobKind
+    from gpulayer_tui.engine.notify import payload
+
+    job = Job(1, "n", JobKind.COMMAND, {"command": ["x"], "env": {"A": "1", "B": "2"}})
+    body = payload("job.ended", 5.0, job, None)
+    assert body["spec"]["env"] == {"A": "(hidden)", "B": "(hidden)"}
+    assert job.spec["env"] == {"A": "1", "B": "2"}  # the job itself is untouched
+    assert (body["event"], body["event_at"]) == ("job.ended", 5.0) and "replica" not in body
+    assert os.environ.get("GPULAYER_NOTIFY_EVENT") is None
