@@ -5,6 +5,11 @@
   from a table; each GPU lists 2 processes that exist, so the /proc attribution runs too),
   with the simulated backend, and with the real driver when one is present. Wall and CPU
   (``time.process_time``: every thread of this process) per tick.
+* **Per-job usage series** (issue 17): an in-process engine over the fake NVML with 8 GPUs
+  and 50 running jobs (each a real ``sleep`` whose pid the fake lists with memory): engine
+  CPU per tick (``sample_once`` and everything the engine does with the sample) with
+  ``[usage] series`` on and off, in alternating blocks of the same run (target: under 5 %
+  more), plus the recorder's own time per tick.
 * **Engine idle**: ``--serve --simulate 8xA100-80GB`` sampling every 1 s with 1,000
   finished jobs in history and nobody attached: CPU over a window as a percentage of one
   core, and RSS (targets: under 1 % of a core, under 80 MiB).
@@ -119,6 +124,132 @@ async def real_nvml(ticks: int) -> dict[str, Any]:
         GPUS = saved
 
 
+# -- per-job usage series ---------------------------------------------------------------------
+
+USAGE_JOBS = 50
+USAGE_TARGET_PCT = 5.0
+
+
+async def usage_cost(ticks: int, state_dir: Path) -> dict[str, Any]:
+    """Engine CPU per tick with the per-job series on and off (8 GPUs, 50 running jobs)."""
+    import pytest
+
+    from gpulayer_tui.engine.config import UsageSettings, parse_config
+    from gpulayer_tui.engine.engine import Engine
+    from gpulayer_tui.engine.nvml import NvmlProbe
+    from gpulayer_tui.engine.paths import Paths
+    from tests.fake_nvml import GIB, FakeDevice, FakeNvml
+
+    devices = [
+        FakeDevice(
+            uuid=f"GPU-{i:08d}-0000-0000-0000-000000000000",
+            name="NVIDIA A100-SXM4-80GB",
+            memory_total=80 * GIB,
+            memory_used=0,
+            utilization=50,
+            energy_mj=0,
+        )
+        for i in range(GPUS)
+    ]
+    patch = pytest.MonkeyPatch()
+    FakeNvml(devices).install(patch)
+    home = state_dir / "usage"
+    config = parse_config(
+        {
+            "engine": {"sample_interval": 3600, "grace_period": 1.0},
+            "domains": {f"gpu{i}": {"gpu": i, "slots": 8} for i in range(GPUS)},
+        }
+    )
+    engine = Engine(Paths(home, home / "config.toml"), probe=NvmlProbe(), config=config)
+    await engine.start()
+    try:
+        jobs = await engine.submit_many(
+            [
+                {"command": ["sleep", "600"], "gpus": 1, "domain": f"gpu{i % GPUS}"}
+                for i in range(USAGE_JOBS)
+            ]
+        )
+        if any(j.status.value != "running" or not j.pid for j in jobs):
+            raise BenchFailure("usage: not every job started")
+        for job in jobs:
+            device = devices[job.gpus[0]]
+            device.compute.append((job.pid or 0, GIB))
+            device.memory_used += GIB
+        # Ticks here come back to back, not 1 s apart: the default point interval (5 s:
+        # a point every 5th tick at 1 s sampling) is scaled to this run's tick spacing.
+        t0 = time.perf_counter()
+        for _ in range(10):
+            await engine.sampler.sample_once()
+        spacing = (time.perf_counter() - t0) / 10
+        on = UsageSettings(point_interval=5 * spacing * 0.99)
+        every = UsageSettings(point_interval=0)  # the worst case: a series point each tick
+        # "off" skips the recorder as ``series = false`` does, without dropping its state
+        # (switching it off for real would make each "on" block start every job afresh).
+        modes = {"on": on, "off": on, "every": every}
+        policy = engine.config.policy
+        observe = engine.usage.observe
+        spent = [0.0]
+
+        skip = [False]
+
+        def timed(at: float, domains: Any) -> None:
+            if skip[0]:
+                return
+            t0 = time.perf_counter()
+            observe(at, domains)
+            spent[0] += time.perf_counter() - t0
+
+        engine.usage.observe = timed  # type: ignore[method-assign]
+        cpu = dict.fromkeys(modes, 0.0)
+        done = dict.fromkeys(modes, 0)
+        block = max(5, ticks // 10)
+        for _ in range(3):
+            await engine.sampler.sample_once()
+        order = ("on", "off", "every", "off")
+        for round_ in range(len(order) * max(1, ticks // block // 2)):
+            mode = order[round_ % len(order)]
+            engine.usage.reconfigure(modes[mode], policy)
+            skip[0] = mode == "off"
+            for device in devices:
+                device.energy_mj = (device.energy_mj or 0) + 250_000
+            c0 = time.process_time()
+            for _ in range(block):
+                await engine.sampler.sample_once()
+            cpu[mode] += time.process_time() - c0
+            done[mode] += block
+        engine.usage.reconfigure(on, policy)
+        skip[0] = False
+        await engine.sampler.sample_once()
+        watched = len(engine.usage.running())
+        spent[0] = 0.0  # (the recorder's own time: default settings, measured below)
+        c_on = 0
+        for _ in range(block):
+            await engine.sampler.sample_once()
+            c_on += 1
+        if watched != USAGE_JOBS:
+            raise BenchFailure(f"usage: {watched} of {USAGE_JOBS} jobs have a series")
+        for job in jobs:
+            await engine.cancel(job.id)
+        for job in jobs:
+            await engine.wait(job.id, timeout=30)
+    finally:
+        await engine.stop()
+        patch.undo()
+    on_ms = 1000 * cpu["on"] / done["on"]
+    off_ms = 1000 * cpu["off"] / done["off"]
+    every_ms = 1000 * cpu["every"] / done["every"]
+    return {
+        "jobs": USAGE_JOBS,
+        "ticks": sum(done.values()),
+        "cpu_ms_on": on_ms,
+        "cpu_ms_off": off_ms,
+        "cpu_ms_every": every_ms,
+        "more_pct": 100.0 * (on_ms - off_ms) / off_ms,
+        "every_more_pct": 100.0 * (every_ms - off_ms) / off_ms,
+        "observe_ms": 1000 * spent[0] / c_on,
+    }
+
+
 # -- engine idle ------------------------------------------------------------------------------
 
 
@@ -150,8 +281,15 @@ def engine_idle(jobs: int, seconds: float) -> dict[str, Any]:
 
 def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
     """Target verdicts."""
-    idle = r["idle"]
+    idle, usage = r["idle"], r["usage"]
     return [
+        {
+            "target": f"per-job usage series: < {USAGE_TARGET_PCT:g} % more engine CPU per "
+            f"tick ({GPUS} GPUs, {usage['jobs']} running jobs, default settings)",
+            "value": f"{usage['more_pct']:+.1f} % ({usage['cpu_ms_off']:.2f} -> "
+            f"{usage['cpu_ms_on']:.2f} ms)",
+            "met": usage["more_pct"] < USAGE_TARGET_PCT,
+        },
         {
             "target": f"idle engine CPU < {CPU_TARGET_PCT:g} % of a core "
             f"(8 simulated GPUs, {idle['jobs']:,} jobs, 1 s interval)",
@@ -199,6 +337,18 @@ def render(r: dict[str, Any]) -> str:
         "its own deadline (plus the /proc look-ups that attribute each GPU process to a job), "
         "and hands the sample over.",
         "",
+        f"Per-job usage series (issue 17): an in-process engine over the fake NVML, {GPUS} "
+        f"GPUs, {r['usage']['jobs']} running jobs listed with memory, {r['usage']['ticks']} "
+        "ticks in alternating blocks: engine CPU per tick "
+        f"**{r['usage']['cpu_ms_off']:.2f} ms** with `[usage] series = false`, "
+        f"**{r['usage']['cpu_ms_on']:.2f} ms** with it on ({r['usage']['more_pct']:+.1f} %; "
+        "a series point every 5th tick, as 5 s points at 1 s sampling give), "
+        f"**{r['usage']['cpu_ms_every']:.2f} ms** with a point every tick "
+        f"({r['usage']['every_more_pct']:+.1f} %, the worst case); "
+        f"the recorder itself {r['usage']['observe_ms']:.3f} ms per tick. Per-job work "
+        "happens only when a job comes, goes or changes its VRAM, and at series points: "
+        "each GPU keeps running sums and a job's figures are the difference since it came.",
+        "",
         f"Idle engine: `--serve --simulate {GPUS}xA100-80GB`, 1 s sampling, "
         f"{idle['jobs']:,} finished jobs, nobody attached, {idle['window_s']:.0f} s window: "
         f"**{idle['cpu_pct']:.2f} % of a core**, RSS max **{idle['rss_mib_max']:.1f} MiB**.",
@@ -236,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         with temp_home("ticks") as tmp:
             common.step(f"cost per tick, {GPUS} GPUs")
             results["ticks"] = asyncio.run(tick_costs(ticks, tmp))
+            common.step(f"per-job usage series, {GPUS} GPUs, {USAGE_JOBS} jobs")
+            results["usage"] = asyncio.run(usage_cost(ticks * 2, tmp))
         common.step(f"idle engine, {jobs} jobs, {idle_s:g} s window")
         results["idle"] = engine_idle(jobs, idle_s)
     except BenchFailure as err:

@@ -8,12 +8,14 @@ figures are exact.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from gpulayer_tui.engine.gpus import GIB
+from gpulayer_tui.engine.config import PolicySettings, UsageSettings
+from gpulayer_tui.engine.domain import Domain
+from gpulayer_tui.engine.gpus import GIB, GpuProcess, GpuReading
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.nvml import NvmlProbe
-from gpulayer_tui.engine.usage import GpuSeries, JobUsage, suggest_vram_gb
+from gpulayer_tui.engine.usage import GpuSeries, UsageRecorder, suggest_vram_gb
 
 from .conftest import EngineFactory, Served, eventually, make_config, wait_for
 
@@ -52,49 +54,161 @@ def test_a_series_goes_on_from_its_stored_form() -> None:
     assert len(again.to_json()["t"]) <= 17 and again.gpu == 1
 
 
-def test_the_summary_reports_p95_idle_share_and_advice() -> None:
-    usage = JobUsage(7, declared_vram=40 * GIB, max_points=100)
+class _Box:
+    """Real domains fed hand-made readings at chosen times: a recorder's exact figures."""
+
+    def __init__(self, gpus: int = 1, **policy: Any) -> None:
+        self.domains = [Domain(f"gpu{i}", i, f"GPU-{i}", 4) for i in range(gpus)]
+        self.declared: dict[int, int | None] = {}
+        self.warnings: list[tuple[int, str, bool]] = []
+        self.saved: dict[int, Any] = {}
+        self.recorder = UsageRecorder(
+            UsageSettings(point_interval=0),
+            PolicySettings(**policy),
+            lambda job: (None, self.declared[job]) if job in self.declared else None,
+            self.saved.__setitem__,
+            lambda job, text, stop: self.warnings.append((job, text, stop)),
+        )
+
+    def run(self, job: int, gpu: int = 0, declared: int | None = None) -> None:
+        self.declared[job] = declared
+        self.domains[gpu].hold(job, declared, False)
+
+    def read(self, gpu: int = 0, held: dict[int, int] | None = None, **fields: Any) -> None:
+        """Give ``gpu`` a reading: ``held`` is job -> bytes its process holds there."""
+        held = held or {}
+        reading = GpuReading(
+            gpu,
+            f"GPU-{gpu}",
+            "test",
+            80 * GIB,
+            sum(held.values()),
+            processes=tuple(GpuProcess(1000 + job, used) for job, used in held.items()),
+            **fields,
+        )
+        self.domains[gpu].apply_sample(reading, {1000 + j: j for j in held}, {})
+
+    def tick(
+        self, at: float, gpu: int = 0, held: dict[int, int] | None = None, **fields: Any
+    ) -> None:
+        """One GPU's reading, then a tick at ``at``."""
+        self.read(gpu, held, **fields)
+        self.recorder.observe(at, self.domains)
+
+
+def test_the_summary_reports_p95_idle_share_energy_and_advice() -> None:
+    box = _Box()
+    box.run(7, declared=40 * GIB)
     utils = [0] * 10 + [90] * 90  # 10 % of the time idle
-    for tick, util in enumerate(utils):
-        usage.observe(float(tick), 1.0, 0, 8 * GIB, util, 30, 200.0, 200.0, True, 5)
-        usage.samples += 1
+    box.tick(0.0, held={7: 8 * GIB}, utilization=50, power_watts=200.0)  # seen: counts from here
+    for tick, util in enumerate(utils, start=1):
+        box.tick(
+            float(tick),
+            held={7: 8 * GIB},
+            utilization=util,
+            memory_utilization=30,
+            power_watts=200.0,
+        )
+    usage = box.recorder.live(7)
+    assert usage is not None
     summary = usage.summary()
+    assert summary["samples"] == 100 and summary["seconds"] == 100.0
     assert summary["util_p95"] == 90
-    assert summary["util_mean"] == 81.0
+    assert summary["util_mean"] == 81.0 and summary["mem_util_mean"] == 30.0
     assert summary["idle_share"] == 0.1
     assert summary["gpu_hours"] == round(100 / 3600, 4)
+    # No energy counter: power x time, said to be an estimate.
     assert summary["energy_wh"] == round(200 * 100 / 3600, 3) and summary["energy_estimated"]
     assert summary["peak_vram"] == summary["mean_vram"] == 8 * GIB
     assert summary["suggest_vram_gb"] == suggest_vram_gb(8 * GIB) == 9.5
     assert summary["advice"] is not None and "declared 40 GiB" in summary["advice"]
     assert "vram_gb = 9.5" in summary["advice"]
+    assert summary["shared"] is False
+
+
+def test_energy_comes_from_the_counter_and_is_split_between_sharers() -> None:
+    box = _Box()
+    box.run(1)
+    box.run(2)
+    box.tick(10.0, held={1: GIB, 2: 3 * GIB}, energy_mj=1_000_000)
+    box.tick(11.0, held={1: GIB, 2: 3 * GIB}, energy_mj=8_200_000)  # 7,200 J = 2 Wh
+    one, two = box.recorder.live(1), box.recorder.live(2)
+    assert one is not None and two is not None
+    for usage in (one, two):
+        summary = usage.summary()
+        assert summary["energy_wh"] == 1.0 and not summary["energy_estimated"]
+        assert summary["shared"] is True
+    assert (one.vram_peak, two.vram_peak) == (GIB, 3 * GIB)
+
+
+def test_a_job_s_series_keeps_what_each_tick_read() -> None:
+    box = _Box()
+    box.run(3)
+    for at, gib in ((0.0, 8), (1.0, 12), (2.0, 12), (3.0, 4), (4.0, 4)):
+        box.tick(at, held={3: gib * GIB}, utilization=int(at) * 10)
+    usage = box.recorder.live(3)
+    assert usage is not None
+    (series,) = usage.to_json()["series"]
+    assert series["vram_mib"] == [8 * 1024, 12 * 1024, 12 * 1024, 4 * 1024, 4 * 1024]
+    assert series["util"] == [0, 10, 20, 30, 40]
+    # mean VRAM: 12 GiB for 2 s, 4 GiB for 1 s ... over the 4 s counted after the first tick
+    assert usage.summary()["mean_vram"] == int((8 * 1 + 12 * 2 + 4 * 1) * GIB / 4)
+
+
+def test_a_job_idle_past_the_policy_is_warned_once_and_a_busy_one_never() -> None:
+    box = _Box(gpus=2, idle_after=30, idle_below=5)
+    box.run(1, gpu=0)
+    box.run(2, gpu=1)
+    for at in range(0, 61, 10):
+        box.read(0, held={1: GIB}, utilization=2)
+        box.read(1, held={2: GIB}, utilization=2 if at < 20 else 70)
+        box.recorder.observe(float(at), box.domains)
+    assert [w[0] for w in box.warnings] == [1]
+    job, text, stop = box.warnings[0]
+    assert text.startswith("idle: its GPUs were under 5% utilisation for 30 s") and not stop
+    assert box.recorder.idle_now(1) and not box.recorder.idle_now(2)
+    box.tick(70.0, gpu=0, held={1: GIB}, utilization=50)
+    assert not box.recorder.idle_now(1)  # busy again: warned, but not idle now
+
+
+def test_a_job_that_ends_is_saved_once_more_and_forgotten() -> None:
+    box = _Box()
+    box.run(5)
+    box.tick(0.0, held={5: GIB}, utilization=10)
+    box.tick(1.0, held={5: 2 * GIB}, utilization=10)
+    box.recorder.job_ended(5)
+    assert box.recorder.live(5) is None
+    assert box.saved[5]["summary"]["peak_vram"] == 2 * GIB
 
 
 def test_advice_says_when_a_job_held_more_than_it_declared_or_declared_nothing() -> None:
-    under = JobUsage(1, declared_vram=8 * GIB, max_points=10)
-    unsaid = JobUsage(2, declared_vram=None, max_points=10)
-    fitting = JobUsage(3, declared_vram=10 * GIB, max_points=10)
-    for usage in (under, unsaid, fitting):
-        for tick in range(3):
-            usage.observe(float(tick), 1.0, 0, 9 * GIB, 50, None, None, 0.0, True, 5)
-            usage.samples += 1
-    assert "more than the 8 GiB declared" in (under.summary()["advice"] or "")
-    assert "declare vram_gb = 10.5 so it can share" in (unsaid.summary()["advice"] or "")
-    assert fitting.summary()["advice"] is None  # 10 declared for 9 held: right-sized
+    box = _Box()
+    box.run(1, declared=8 * GIB)
+    box.run(2, declared=None)
+    box.run(3, declared=10 * GIB)
+    for at in range(4):
+        box.tick(float(at), held={1: 9 * GIB, 2: 9 * GIB, 3: 9 * GIB}, utilization=50)
+    advice = {j: (box.recorder.live(j).summary()["advice"] or "") for j in (1, 2, 3)}  # type: ignore[union-attr]
+    assert "more than the 8 GiB declared" in advice[1]
+    assert "declare vram_gb = 10.5 so it can share" in advice[2]
+    assert advice[3] == ""  # 10 declared for 9 held: right-sized
 
 
 def test_no_advice_from_a_job_seen_once() -> None:
-    usage = JobUsage(1, declared_vram=80 * GIB, max_points=10)
-    usage.observe(0.0, 0.0, 0, GIB, 50, None, None, 0.0, True, 5)
-    usage.samples += 1
-    assert usage.summary()["advice"] is None
+    box = _Box()
+    box.run(1, declared=80 * GIB)
+    box.tick(0.0, held={1: GIB}, utilization=50)
+    box.tick(1.0, held={1: GIB}, utilization=50)
+    usage = box.recorder.live(1)
+    assert usage is not None and usage.summary()["advice"] is None
 
 
 # -- through the engine, over the fake NVML --------------------------------------------------
 
 
-async def _engine(make_engine: EngineFactory, **sections: object) -> Engine:
-    config = make_config(engine={"sample_interval": 3600}, **sections)
+async def _engine(make_engine: EngineFactory, **sections: Any) -> Engine:
+    usage = {"point_interval": 0, **sections.pop("usage", {})}
+    config = make_config(engine={"sample_interval": 3600}, usage=usage, **sections)
     return await make_engine(probe=NvmlProbe(), config=config)
 
 
@@ -119,18 +233,19 @@ async def test_a_job_s_series_summary_and_energy_from_the_counter(
     gpu0.utilization = 0
     gpu0.energy_mj += 1_800_000
     await engine.sampler.sample_once()
+    await engine.sampler.sample_once()  # (the same again)
 
     live = await engine.usage_of(job.id)
     summary = live["summary"]
     assert summary is not None
-    assert summary["gpus"] == [0] and summary["samples"] == 3
+    assert summary["gpus"] == [0] and summary["samples"] == 3  # (ticks after the first)
     assert summary["peak_vram"] == 12 * GIB
     assert summary["energy_wh"] == 1.5 and summary["energy_estimated"] is False
     assert summary["shared"] is False
     assert summary["suggest_vram_gb"] == 14.0 and "vram_gb = 14" in (summary["advice"] or "")
     (series,) = live["series"]
-    assert series["vram_mib"] == [8 * 1024, 12 * 1024, 4 * 1024]
-    assert series["util"] == [50, 100, 0] and series["mem_util"] == [20, 20, 20]
+    assert series["vram_mib"] == [8 * 1024, 12 * 1024, 4 * 1024, 4 * 1024]
+    assert series["util"] == [50, 100, 0, 0] and series["mem_util"] == [20] * 4
     detail, _ = await engine.job_detail(job.id)
     assert detail["usage"] == summary  # the whole job carries it while it runs
 
@@ -201,7 +316,7 @@ async def test_the_series_is_bounded_through_the_engine(
         await engine.sampler.sample_once()
     (series,) = (await engine.usage_of(job.id))["series"]
     assert len(series["t"]) <= 17
-    assert (await engine.usage_of(job.id))["summary"]["samples"] == 60  # type: ignore[index]
+    assert (await engine.usage_of(job.id))["summary"]["samples"] == 59  # type: ignore[index]
 
 
 async def test_usage_survives_an_engine_restart(
@@ -216,9 +331,14 @@ async def test_usage_survives_an_engine_restart(
     again = await _engine(make_engine)
     assert again.usage.live(job.id) is not None
     fake_nvml.devices[1].compute = [(job.pid or 0, 6 * GIB)]
+    await again.sampler.sample_once()  # seen again: counts from here
     await again.sampler.sample_once()
-    summary = (await again.usage_of(job.id))["summary"]
-    assert summary is not None and summary["samples"] == 4 and summary["peak_vram"] == 6 * GIB
+    usage = await again.usage_of(job.id)
+    summary = usage["summary"]
+    # 2 ticks counted before the restart (after the first), 1 after it; one series.
+    assert summary is not None and summary["samples"] == 3 and summary["peak_vram"] == 6 * GIB
+    (series,) = usage["series"]
+    assert series["vram_mib"] == [5 * 1024] * 3 + [6 * 1024] * 2
 
 
 async def test_a_cpu_job_has_no_usage_and_an_unknown_id_is_named(

@@ -213,6 +213,8 @@ class UsageSettings(_Strict):
     series: bool = True  # off: no per-job series, summaries or idle warnings
     # Points kept per GPU of a job; past it, neighbours merge and the step doubles.
     max_points: int = Field(1000, ge=16, le=100_000)
+    # Seconds between a job's series points (0: one per sampling tick).
+    point_interval: float = Field(5.0, ge=0, le=3600)
     # How often a running job's series is written (it is always written when the job ends).
     save_interval: float = Field(60.0, ge=1, le=86400)
 

@@ -78,8 +78,17 @@ class GpuSeries:
     def add(
         self, at: float, vram: int, util: int | None, mem: int | None, power: float | None
     ) -> None:
-        """One tick's reading (``vram`` in bytes)."""
+        """One reading (``vram`` in bytes)."""
         offset = at - self.t0
+        if not self.step:  # each reading its own point (until the first merge): no bucket
+            self.t.append(round(offset, 1))
+            self.vram.append(vram // MIB)
+            self.util.append(util)
+            self.mem.append(mem)
+            self.power.append(None if power is None else round(power, 1))
+            if len(self.t) > self.max_points:
+                self._halve()
+            return
         bucket = self._open
         if bucket is not None and offset - bucket[0] >= self.step * 0.95:
             self._close()
@@ -173,92 +182,248 @@ def _mean2(a: float | None, b: float | None) -> Any:
     return round((a + b) / 2) if isinstance(a, int) and isinstance(b, int) else (a + b) / 2
 
 
-@dataclass(slots=True)
-class _GpuClock:
-    """What the last tick saw of one GPU: when, and its energy counter."""
+_SCALARS = (
+    "ticks",
+    "seconds",
+    "util_weighted",
+    "util_seconds",
+    "mem_weighted",
+    "mem_seconds",
+    "idle_seconds",
+    "energy_j",
+    "estimated_ticks",
+    "shared_ticks",
+)
 
-    at: float
-    energy_mj: int | None
+
+class GpuTotals:
+    """One GPU's running sums since the engine began watching it (all monotonic).
+
+    A job's share of any of them is the difference between now and when it was first
+    seen on the GPU, so a tick costs the same with 1 job or 50: per-job work happens only
+    when a job appears, leaves, or its VRAM changes (and once per series point).
+    """
+
+    __slots__ = (
+        *_SCALARS,
+        "at",
+        "counter_mj",
+        "energy_per_holder_j",
+        "held",
+        "histogram",
+        "idle_since",
+        "members",
+        "mem",
+        "power",
+        "util",
+    )
+
+    def __init__(self) -> None:
+        self.ticks = 0
+        self.seconds = 0.0
+        self.util_weighted = 0.0
+        self.util_seconds = 0.0
+        self.mem_weighted = 0.0
+        self.mem_seconds = 0.0
+        self.idle_seconds = 0.0
+        self.energy_j = 0.0  # (unused: energy is kept per holder, below)
+        self.estimated_ticks = 0
+        self.shared_ticks = 0
+        self.energy_per_holder_j = 0.0
+        self.histogram = [0] * 101
+        self.at: float | None = None
+        self.counter_mj: int | None = None
+        self.held: dict[int, int] = {}
+        self.members: set[int] = set()
+        self.idle_since: float | None = None
+        self.util: int | None = None
+        self.mem: int | None = None
+        self.power: float | None = None
+
+    def snapshot(self) -> tuple[float, ...]:
+        """The sums now (a job's base), energy per holder in place of ``energy_j``."""
+        return (
+            self.ticks,
+            self.seconds,
+            self.util_weighted,
+            self.util_seconds,
+            self.mem_weighted,
+            self.mem_seconds,
+            self.idle_seconds,
+            self.energy_per_holder_j,
+            self.estimated_ticks,
+            self.shared_ticks,
+        )
+
+
+@dataclass(slots=True)
+class _OnGpu:
+    """A job on one GPU: the GPU's sums when the job was first seen there, and its VRAM."""
+
+    totals: GpuTotals
+    base: tuple[float, ...]
+    base_histogram: list[int]
+    held: int = 0
+    since: float = 0.0  # when ``held`` began
+    window_peak: int = 0  # the peak read since the last series point
+    point_ticks: float = 0  # the GPU's tick count at the last series point
 
 
 class JobUsage:
-    """One job's running totals and series (all GPUs it held)."""
+    """One job's usage: what it carried over from before a restart plus, for each GPU it
+    holds, the GPU's sums since it was first seen there; its VRAM and its series."""
 
     def __init__(self, job_id: int, declared_vram: int | None, max_points: int) -> None:
         self.job_id = job_id
         self.declared_vram = declared_vram
         self.max_points = max_points
         self.series: dict[int, GpuSeries] = {}
+        self.on: dict[int, _OnGpu] = {}  # by GPU index, while it holds the GPU
+        self.carried = dict.fromkeys(_SCALARS, 0.0)  # before a restart, or GPUs it left
+        self.carried_histogram = [0] * 101
         self.first_at: float | None = None
         self.last_at: float | None = None
-        self.samples = 0
-        self.gpu_seconds = 0.0
         self.vram_peak = 0
         self.vram_byte_seconds = 0.0
-        self.util_weighted = 0.0
-        self.util_seconds = 0.0
-        self.util_histogram = [0] * 101
-        self.mem_weighted = 0.0
-        self.mem_seconds = 0.0
-        self.energy_j = 0.0
-        self.estimated = False
-        self.idle_seconds = 0.0
-        self.shared = False
-        self.idle_streak = 0.0
         self.idle_warning: str | None = None
         self.saved_at = 0.0
 
-    def observe(
-        self,
-        at: float,
-        seconds: float,
-        gpu: int,
-        vram: int,
-        util: int | None,
-        mem: int | None,
-        power: float | None,
-        energy_j: float,
-        estimated: bool,
-        idle_below: int,
-    ) -> None:
-        """One GPU's reading for this job, standing for the last ``seconds``."""
+    # -- what the recorder calls ---------------------------------------------------------
+
+    def join(self, gpu: int, totals: GpuTotals, at: float, held: int) -> None:
+        """First seen on ``gpu`` at ``at`` (its sums count from here)."""
         if self.first_at is None:
             self.first_at = at
-        self.last_at = at
+        on = self.on[gpu] = _OnGpu(
+            totals, totals.snapshot(), list(totals.histogram), held, at, held, totals.ticks
+        )
+        self.vram_peak = max(self.vram_peak, held)
+        self._point(gpu, on, at)  # its first point now, not at the next series point
+
+    def leave(self, gpu: int, at: float) -> None:
+        """No longer on ``gpu``: what it used there is kept."""
+        on = self.on.pop(gpu, None)
+        if on is None:
+            return
+        self.vram_byte_seconds += on.held * max(0.0, at - on.since)
+        now = on.totals.snapshot()
+        for i, key in enumerate(_SCALARS):
+            # (ticks are the same ticks on each of its GPUs: counted once, from the last)
+            if key != "ticks" or not self.on:
+                self.carried[key] += now[i] - on.base[i]
+        self.carried_histogram = [
+            c + n - b
+            for c, n, b in zip(
+                self.carried_histogram, on.totals.histogram, on.base_histogram, strict=True
+            )
+        ]
+
+    def held_now(self, gpu: int, at: float, held: int) -> None:
+        """Its processes hold ``held`` bytes on ``gpu`` from ``at``."""
+        on = self.on[gpu]
+        if held == on.held:
+            return
+        self.vram_byte_seconds += on.held * max(0.0, at - on.since)
+        if on.totals.ticks - 1 > on.point_ticks:  # a tick since the last point read the old
+            on.window_peak = max(on.window_peak, on.held)
+        on.held, on.since = held, at
+        on.window_peak = max(on.window_peak, held)
+        self.vram_peak = max(self.vram_peak, held)
+
+    def point(self, at: float) -> None:
+        """A series point for each GPU it holds: the VRAM peak since the last point, the
+        GPU's latest utilisation, memory bandwidth and power."""
+        series = self.series
+        for gpu, on in self.on.items():
+            totals = on.totals
+            if on.point_ticks != totals.ticks and gpu in series:
+                # (the common case, inline: this runs for every job at every point)
+                held = on.held
+                peak = on.window_peak
+                series[gpu].add(
+                    at, peak if peak > held else held, totals.util, totals.mem, totals.power
+                )
+                on.window_peak, on.point_ticks = 0, totals.ticks
+            elif gpu not in series:
+                self._point(gpu, on, at)
+
+    def _point(self, gpu: int, on: _OnGpu, at: float) -> None:
         series = self.series.get(gpu)
         if series is None:
             series = self.series[gpu] = GpuSeries(gpu, at, self.max_points)
-        series.add(at, vram, util, mem, power)
-        self.vram_peak = max(self.vram_peak, vram)
-        self.gpu_seconds += seconds
-        self.vram_byte_seconds += vram * seconds
-        if util is not None:
-            self.util_histogram[max(0, min(100, util))] += 1
-            self.util_weighted += util * seconds
-            self.util_seconds += seconds
-            if util < idle_below:
-                self.idle_seconds += seconds
-        if mem is not None:
-            self.mem_weighted += mem * seconds
-            self.mem_seconds += seconds
-        self.energy_j += energy_j
-        self.estimated = self.estimated or estimated
+        totals = on.totals
+        series.add(at, max(on.window_peak, on.held), totals.util, totals.mem, totals.power)
+        on.window_peak, on.point_ticks = 0, totals.ticks
 
-    def _p95(self) -> int | None:
-        total = sum(self.util_histogram)
+    # -- figures ---------------------------------------------------------------------------
+
+    def totals(self) -> dict[str, float]:
+        """Every sum: what was carried plus each GPU's difference since the job came."""
+        out = dict(self.carried)
+        ticks = 0.0
+        for on in self.on.values():
+            now = on.totals.snapshot()
+            for i, key in enumerate(_SCALARS):
+                if key == "ticks":
+                    ticks = max(ticks, now[i] - on.base[i])  # the same ticks on each GPU
+                else:
+                    out[key] += now[i] - on.base[i]
+        out["ticks"] += ticks
+        return out
+
+    def histogram(self) -> list[int]:
+        """How many GPU-ticks were at each utilisation percent (0-100)."""
+        out = list(self.carried_histogram)
+        for on in self.on.values():
+            for i, (now, base) in enumerate(
+                zip(on.totals.histogram, on.base_histogram, strict=True)
+            ):
+                out[i] += now - base
+        return out
+
+    @property
+    def samples(self) -> int:
+        """Ticks it was seen in."""
+        return int(self.totals()["ticks"])
+
+    @property
+    def gpu_seconds(self) -> float:
+        """GPU-seconds held."""
+        return self.totals()["seconds"]
+
+    @property
+    def energy_j(self) -> float:
+        """Its share of its GPUs' energy, joules."""
+        return self.totals()["energy_j"]
+
+    @property
+    def idle_seconds(self) -> float:
+        """GPU-seconds under ``[policy] idle_below`` percent."""
+        return self.totals()["idle_seconds"]
+
+    def _byte_seconds(self) -> float:
+        total = self.vram_byte_seconds
+        for on in self.on.values():
+            if on.totals.at is not None:
+                total += on.held * max(0.0, on.totals.at - on.since)
+        return total
+
+    def _p95(self, histogram: list[int]) -> int | None:
+        total = sum(histogram)
         if not total:
             return None
         rank = math.ceil(0.95 * total)
         seen = 0
-        for value, count in enumerate(self.util_histogram):
+        for value, count in enumerate(histogram):
             seen += count
             if seen >= rank:
                 return value
         return 100  # pragma: no cover - the loop always reaches rank
 
-    def advice(self) -> tuple[float | None, str | None]:
+    def advice(self, samples: int | None = None) -> tuple[float | None, str | None]:
         """``(suggested vram_gb, advice)`` from the peak and what was declared."""
-        if self.samples < MIN_SAMPLES_FOR_ADVICE or self.vram_peak <= 0:
+        samples = self.samples if samples is None else samples
+        if samples < MIN_SAMPLES_FOR_ADVICE or self.vram_peak <= 0:
             return None, None
         peak = self.vram_peak
         suggestion = suggest_vram_gb(peak)
@@ -280,66 +445,60 @@ class JobUsage:
             )
         return None, None
 
+    def _last_at(self) -> float | None:
+        times = [on.totals.at for on in self.on.values() if on.totals.at is not None]
+        return max(times) if times else self.last_at
+
     def summary(self) -> UsageSummaryJSON:
         """The figures every finished job shows (and a running one, so far)."""
-        suggestion, advice = self.advice()
-        gpu_s = self.gpu_seconds
-        out: UsageSummaryJSON = {
-            "gpus": sorted(self.series),
-            "samples": self.samples,
-            "seconds": round((self.last_at or 0) - (self.first_at or 0), 1),
+        sums = self.totals()
+        samples = int(sums["ticks"])
+        suggestion, advice = self.advice(samples)
+        gpu_s, util_s, mem_s = sums["seconds"], sums["util_seconds"], sums["mem_seconds"]
+        gpus = sorted(set(self.series) | set(self.on))
+        return {
+            "gpus": gpus,
+            "samples": samples,
+            "seconds": round(_or0(self._last_at()) - _or0(self.first_at), 1),
             "gpu_hours": round(gpu_s / 3600, 4),
             "peak_vram": self.vram_peak,
-            "mean_vram": int(self.vram_byte_seconds / gpu_s) if gpu_s else self.vram_peak,
-            "util_mean": (
-                round(self.util_weighted / self.util_seconds, 1) if self.util_seconds else None
-            ),
-            "util_p95": self._p95(),
-            "mem_util_mean": (
-                round(self.mem_weighted / self.mem_seconds, 1) if self.mem_seconds else None
-            ),
-            "energy_wh": round(self.energy_j / 3600, 3),
-            "energy_estimated": self.estimated,
-            "idle_share": round(self.idle_seconds / self.util_seconds, 3)
-            if self.util_seconds
-            else None,
-            "shared": self.shared,
+            "mean_vram": int(self._byte_seconds() / gpu_s) if gpu_s else self.vram_peak,
+            "util_mean": round(sums["util_weighted"] / util_s, 1) if util_s else None,
+            "util_p95": self._p95(self.histogram()),
+            "mem_util_mean": round(sums["mem_weighted"] / mem_s, 1) if mem_s else None,
+            "energy_wh": round(sums["energy_j"] / 3600, 3),
+            "energy_estimated": sums["estimated_ticks"] > 0,
+            "idle_share": round(sums["idle_seconds"] / util_s, 3) if util_s else None,
+            "shared": sums["shared_ticks"] > 0,
             "declared_vram": self.declared_vram,
             "suggest_vram_gb": suggestion,
             "advice": advice,
             "idle_warning": self.idle_warning,
         }
-        return out
 
     def row(self) -> RowUsageJSON:
         """The figures a jobs table shows (a row's ``use``)."""
+        sums = self.totals()
+        util_s = sums["util_seconds"]
         return {
             "peak_vram": self.vram_peak,
-            "util_mean": (
-                round(self.util_weighted / self.util_seconds, 1) if self.util_seconds else None
-            ),
-            "energy_wh": round(self.energy_j / 3600, 3),
+            "util_mean": round(sums["util_weighted"] / util_s, 1) if util_s else None,
+            "energy_wh": round(sums["energy_j"] / 3600, 3),
         }
 
     def to_json(self) -> UsageJSON:
         """Summary plus every GPU's series, as stored and as the API answers."""
+        sums = self.totals()
         return {
             "job": self.job_id,
             "summary": self.summary(),
             "series": [self.series[g].to_json() for g in sorted(self.series)],
             "totals": {
-                "samples": self.samples,
+                **sums,
+                "histogram": self.histogram(),
                 "first_at": self.first_at,
-                "last_at": self.last_at,
-                "gpu_seconds": self.gpu_seconds,
-                "vram_byte_seconds": self.vram_byte_seconds,
-                "util_weighted": self.util_weighted,
-                "util_seconds": self.util_seconds,
-                "util_histogram": list(self.util_histogram),
-                "mem_weighted": self.mem_weighted,
-                "mem_seconds": self.mem_seconds,
-                "energy_j": self.energy_j,
-                "idle_seconds": self.idle_seconds,
+                "last_at": self._last_at(),
+                "vram_byte_seconds": self._byte_seconds(),
             },
         }
 
@@ -350,29 +509,21 @@ class JobUsage:
         assert summary is not None  # (only records with a summary are stored)
         usage = cls(data["job"], summary.get("declared_vram"), max_points)
         totals = data.get("totals") or {}
-        usage.samples = int(totals.get("samples", summary.get("samples", 0)))
+        for key in _SCALARS:
+            usage.carried[key] = float(totals.get(key, 0.0))
+        histogram = list(totals.get("histogram") or [])
+        if len(histogram) == 101:
+            usage.carried_histogram = [int(v) for v in histogram]
         usage.first_at = totals.get("first_at")
         usage.last_at = totals.get("last_at")
-        usage.gpu_seconds = float(totals.get("gpu_seconds", 0.0))
         usage.vram_peak = int(summary.get("peak_vram", 0))
         usage.vram_byte_seconds = float(totals.get("vram_byte_seconds", 0.0))
-        usage.util_weighted = float(totals.get("util_weighted", 0.0))
-        usage.util_seconds = float(totals.get("util_seconds", 0.0))
-        histogram = list(totals.get("util_histogram") or [])
-        if len(histogram) == 101:
-            usage.util_histogram = [int(v) for v in histogram]
-        usage.mem_weighted = float(totals.get("mem_weighted", 0.0))
-        usage.mem_seconds = float(totals.get("mem_seconds", 0.0))
-        usage.energy_j = float(totals.get("energy_j", 0.0))
-        usage.estimated = bool(summary.get("energy_estimated", False))
-        usage.idle_seconds = float(totals.get("idle_seconds", 0.0))
-        usage.shared = bool(summary.get("shared", False))
         usage.idle_warning = summary.get("idle_warning")
         usage.series = {int(s["gpu"]): GpuSeries.from_json(s, max_points) for s in data["series"]}
         return usage
 
 
-# (job id) -> (started_at, declared VRAM per GPU in bytes), or None for a job not running.
+# (job id) -> (declared VRAM per GPU in bytes), or None for a job that is not running.
 JobFacts = Callable[[int], tuple[float | None, int | None] | None]
 # (job id, warning, stop it) -> None
 IdleWarn = Callable[[int, str, bool], None]
@@ -397,7 +548,8 @@ class UsageRecorder:
         self._save = save
         self._warn = warn
         self._jobs: dict[int, JobUsage] = {}
-        self._clocks: dict[int, _GpuClock] = {}
+        self._gpus: dict[int, GpuTotals] = {}
+        self._last_point = 0.0
 
     def reconfigure(self, settings: UsageSettings, policy: PolicySettings) -> None:
         """A reloaded ``[usage]`` / ``[policy]``."""
@@ -405,9 +557,10 @@ class UsageRecorder:
         self._policy = policy
         if not settings.series:
             self._jobs.clear()
+            self._gpus.clear()
 
     def restore(self, records: Iterable[UsageJSON]) -> None:
-        """Running jobs' records from before a restart: their series go on."""
+        """Running jobs' records from before a restart: their sums and series go on."""
         for record in records:
             usage = JobUsage.from_json(record, self._settings.max_points)
             self._jobs[usage.job_id] = usage
@@ -421,110 +574,159 @@ class UsageRecorder:
         return list(self._jobs.values())
 
     def observe(self, at: float, domains: Iterable[Domain]) -> None:
-        """Book one tick (read at ``at``): every job holding a GPU domain gets that GPU's
-        reading."""
+        """Book one tick (read at ``at``): each GPU's sums move on; jobs are touched only
+        when they come, go or change their VRAM, and once per series point."""
         if not self._settings.series:
             return
-        idle_below = self._policy.idle_below
-        seen: dict[int, bool] = {}  # job id -> every GPU it holds was idle this tick
-        longest: dict[int, float] = {}
+        below = self._policy.idle_below
+        idle_gpus: list[GpuTotals] = []
         for domain in domains:
             reading = domain.reading
-            if domain.gpu_index is None or reading is None or not domain.holdings:
+            if domain.gpu_index is None or reading is None:
                 continue
-            account = domain.account
-            clock = self._clocks.get(reading.index)
-            self._clocks[reading.index] = _GpuClock(at, reading.energy_mj)
-            tick = 0.0 if clock is None else min(MAX_TICK_SECONDS, max(0.0, at - clock.at))
-            counter_j: float | None = None
-            if (
-                clock is not None
-                and clock.energy_mj is not None
-                and reading.energy_mj is not None
-                and reading.energy_mj >= clock.energy_mj
-            ):
-                counter_j = (reading.energy_mj - clock.energy_mj) / 1000.0
-            holders = list(domain.holdings)
-            shared = len(holders) > 1
-            for job_id in holders:
-                facts = self._facts(job_id)
-                if facts is None:
-                    continue
-                started_at, declared = facts
+            totals = self._gpus.get(reading.index)
+            if totals is None:
+                totals = self._gpus[reading.index] = GpuTotals()
+            holders = domain.holdings
+            tick = 0.0
+            if totals.at is not None:
+                tick = min(MAX_TICK_SECONDS, max(0.0, at - totals.at))
+            util, counter = reading.utilization, reading.energy_mj
+            last = totals.counter_mj
+            totals.at, totals.counter_mj = at, counter
+            totals.util, totals.mem, totals.power = (
+                util,
+                reading.memory_utilization,
+                (reading.power_watts),
+            )
+            if util is not None and util < below:
+                if totals.idle_since is None:
+                    totals.idle_since = at - tick
+                idle_gpus.append(totals)
+            else:
+                totals.idle_since = None
+            if holders and tick:
+                totals.ticks += 1
+                totals.seconds += tick
+                if util is not None:
+                    totals.histogram[max(0, min(100, util))] += 1
+                    totals.util_weighted += util * tick
+                    totals.util_seconds += tick
+                    if util < below:
+                        totals.idle_seconds += tick
+                mem = reading.memory_utilization
+                if mem is not None:
+                    totals.mem_weighted += mem * tick
+                    totals.mem_seconds += tick
+                if last is not None and counter is not None and counter >= last:
+                    energy = (counter - last) / 1000.0
+                else:  # no counter on this GPU (or it went back): power x time
+                    energy = (reading.power_watts or 0.0) * tick
+                    totals.estimated_ticks += 1
+                totals.energy_per_holder_j += energy / len(holders)
+                if len(holders) > 1:
+                    totals.shared_ticks += 1
+            elif holders:
+                totals.ticks += 1
+            self._members(reading.index, totals, holders.keys(), domain, at)
+        if self._policy.idle_after is not None and idle_gpus:
+            self._idle(at, idle_gpus)
+        if at - self._last_point >= self._settings.point_interval:
+            self._last_point = at
+            for usage in self._jobs.values():
+                usage.point(at)
+            self._save_due(at)
+
+    def _members(
+        self, gpu: int, totals: GpuTotals, holders: Any, domain: Domain, at: float
+    ) -> None:
+        """Jobs that came to or left this GPU, and VRAM that changed."""
+        account = domain.account
+        held = account.held_by_job if account is not None else {}
+        if holders != totals.members:
+            for job_id in totals.members - holders:
+                gone = self._jobs.get(job_id)
+                if gone is not None:
+                    gone.leave(gpu, at)
+            for job_id in holders - totals.members:
                 usage = self._jobs.get(job_id)
                 if usage is None:
+                    facts = self._facts(job_id)
+                    if facts is None:
+                        continue
                     usage = self._jobs[job_id] = JobUsage(
-                        job_id, declared, self._settings.max_points
+                        job_id, facts[1], self._settings.max_points
                     )
-                seconds = tick
-                if started_at is not None:
-                    seconds = min(seconds, max(0.0, at - started_at))
-                if counter_j is not None:
-                    energy, estimated = counter_j * (seconds / tick if tick else 0.0), False
-                elif seconds > 0:  # no counter on this GPU (or it went back): power x time
-                    energy, estimated = (reading.power_watts or 0.0) * seconds, True
-                else:  # its first reading: no time behind it yet
-                    energy, estimated = 0.0, False
-                held = account.held_by_job.get(job_id, 0) if account is not None else 0
-                usage.shared = usage.shared or shared
-                usage.observe(
-                    at,
-                    seconds,
-                    reading.index,
-                    held,
-                    reading.utilization,
-                    reading.memory_utilization,
-                    reading.power_watts,
-                    energy / len(holders),
-                    estimated,
-                    idle_below,
-                )
-                idle = reading.utilization is not None and reading.utilization < idle_below
-                seen[job_id] = seen.get(job_id, True) and idle
-                longest[job_id] = max(longest.get(job_id, 0.0), seconds)
-        now_saved: list[JobUsage] = []
-        for job_id, idle in seen.items():
-            usage = self._jobs[job_id]
-            usage.samples += 1
-            self._idle(usage, idle, longest[job_id])
-            if usage.last_at is not None and usage.last_at - usage.saved_at >= (
-                self._settings.save_interval
-            ):
-                now_saved.append(usage)
-        for usage in now_saved:
-            self._store(usage)
+                usage.join(gpu, totals, at, held.get(job_id, 0))
+            totals.members = {j for j in holders if j in self._jobs}
+        if held != totals.held:
+            for job_id in totals.members:
+                usage = self._jobs.get(job_id)
+                if usage is not None and gpu in usage.on:
+                    usage.held_now(gpu, at, held.get(job_id, 0))
+            totals.held = dict(held)
 
-    def _idle(self, usage: JobUsage, idle: bool, seconds: float) -> None:
-        usage.idle_streak = usage.idle_streak + seconds if idle else 0.0
+    def _idle(self, at: float, idle_gpus: list[GpuTotals]) -> None:
         after = self._policy.idle_after
-        if after is None or usage.idle_warning is not None or usage.idle_streak < after:
-            return
-        stop = self._policy.idle_action == "stop"
-        usage.idle_warning = (
-            f"idle: its GPUs were under {self._policy.idle_below}% utilisation for "
-            f"{_duration(usage.idle_streak)} ([policy] idle_after = {after:g} s)"
-        )
-        self._warn(usage.job_id, usage.idle_warning, stop)
+        assert after is not None
+        for totals in idle_gpus:
+            if totals.idle_since is None or at - totals.idle_since < after:
+                continue
+            for job_id in totals.members:
+                usage = self._jobs.get(job_id)
+                if usage is None or usage.idle_warning is not None:
+                    continue
+                since = [on.totals.idle_since for on in usage.on.values()]
+                if any(s is None for s in since):
+                    continue  # another of its GPUs is busy
+                first = at if usage.first_at is None else usage.first_at
+                start = max([first, *(s for s in since if s is not None)])
+                streak = at - start
+                if streak < after:
+                    continue
+                usage.idle_warning = (
+                    f"idle: its GPUs were under {self._policy.idle_below}% utilisation for "
+                    f"{_duration(streak)} ([policy] idle_after = {after:g} s)"
+                )
+                self._warn(job_id, usage.idle_warning, self._policy.idle_action == "stop")
 
     def idle_now(self, job_id: int) -> bool:
         """True while a warned job is still idle (the dashboard's count)."""
         usage = self._jobs.get(job_id)
-        return bool(usage and usage.idle_warning and usage.idle_streak > 0)
+        if usage is None or usage.idle_warning is None or not usage.on:
+            return False
+        return all(on.totals.idle_since is not None for on in usage.on.values())
 
-    def _store(self, usage: JobUsage) -> None:
-        usage.saved_at = usage.last_at or 0.0
+    def _save_due(self, at: float) -> None:
+        interval = self._settings.save_interval
+        for usage in self._jobs.values():
+            if at - usage.saved_at >= interval and usage.on:
+                if usage.saved_at == 0.0:
+                    usage.saved_at = at  # (a job just seen: its first save comes later)
+                    continue
+                self._store(usage, at)
+
+    def _store(self, usage: JobUsage, at: float) -> None:
+        usage.saved_at = at
         self._save(usage.job_id, usage.to_json())
 
     def save_all(self) -> None:
         """Queue every running job's record (the engine is stopping; its jobs go on)."""
         for usage in self._jobs.values():
-            self._store(usage)
+            self._store(usage, usage.saved_at)
 
     def job_ended(self, job_id: int) -> None:
         """The job ended: its record is written one last time and forgotten here."""
         usage = self._jobs.pop(job_id, None)
-        if usage is not None:
-            self._save(job_id, usage.to_json())
+        if usage is None:
+            return
+        for totals in self._gpus.values():
+            totals.members.discard(job_id)
+        self._save(job_id, usage.to_json())
+
+
+def _or0(value: float | None) -> float:
+    return 0.0 if value is None else value
 
 
 def _duration(seconds: float) -> str:
