@@ -164,7 +164,7 @@ def test_a_job_idle_past_the_policy_is_warned_once_and_a_busy_one_never() -> Non
         box.read(1, held={2: GIB}, utilization=2 if at < 20 else 70)
         box.recorder.observe(float(at), box.domains)
     assert [w[0] for w in box.warnings] == [1]
-    job, text, stop = box.warnings[0]
+    _job, text, stop = box.warnings[0]
     assert text.startswith("idle: its GPUs were under 5% utilisation for 30 s") and not stop
     assert box.recorder.idle_now(1) and not box.recorder.idle_now(2)
     box.tick(70.0, gpu=0, held={1: GIB}, utilization=50)
