@@ -11,6 +11,9 @@ What it does, in one run, against the real driver (never the fakes):
    by that job (``CUDA_VISIBLE_DEVICES`` is honoured, the pid is attributed).
 4. Adopting the stray process: its memory moves from unregistered to owned.
 5. Cancelling both: the processes end and the memory is freed.
+   Per-job usage (issue 17) on the real path: while the job runs its series and summary
+   read the real GPU (peak VRAM, utilisation, energy from the driver's counter), and once
+   it ends its record is stored.
 6. What the engine sees of an idle GPU (memory the driver reserves with no process) before
    anything runs, and the sampler's cost per read through the engine.
 7. NVML capabilities the per-job accounting issue will build on, read raw while the job holds
@@ -277,6 +280,32 @@ async def _engine_checks(
             f"held_by_job {acc.held_by_job if acc else None}, owned {acc.owned if acc else None}",
         )
 
+        def series_grown() -> bool:
+            usage = engine.usage.live(job.id)
+            return usage is not None and usage.samples >= 3
+
+        await _until(series_grown, 30, engine)
+        usage = engine.usage.live(job.id)
+        summary = usage.summary() if usage is not None else None
+        _check(
+            results,
+            "the job's usage series reads the real GPU",
+            summary is not None
+            and summary["peak_vram"] >= need
+            and summary["samples"] >= 3
+            and summary["gpu_hours"] > 0
+            and summary["energy_wh"] > 0
+            and summary["util_mean"] is not None,
+            f"{summary}",
+        )
+        results["usage_summary_running"] = summary
+        _check(
+            results,
+            "energy from the driver's counter (not estimated)",
+            summary is not None and summary["energy_estimated"] is False,
+            f"energy_wh {summary and summary['energy_wh']}, estimated "
+            f"{summary and summary['energy_estimated']}",
+        )
         job_pid = (await engine.get(job.id)).pid
         pids = [stray.pid] + ([job_pid] if job_pid else [])
         results["nvml_capabilities"] = await asyncio.wait_for(
@@ -299,6 +328,16 @@ async def _engine_checks(
             "both cancelled",
             [e.status.value for e in ended] == ["cancelled", "cancelled"],
             ", ".join(f"{e.id}: {e.status.value} ({e.message})" for e in ended),
+        )
+        stored = await engine.usage_of(job.id)
+        _check(
+            results,
+            "the finished job's usage is stored",
+            stored["summary"] is not None
+            and stored["summary"]["peak_vram"] >= need
+            and bool(stored["series"])
+            and len(stored["series"][0]["t"]) >= 1,  # (a point every 5 s: a short job has few)
+            f"summary {stored['summary']}, points {[len(x['t']) for x in stored['series']]}",
         )
         freed = await _until(
             lambda: (

@@ -130,8 +130,8 @@ def test_energy_comes_from_the_counter_and_is_split_between_sharers() -> None:
     box = _Box()
     box.run(1)
     box.run(2)
-    box.tick(10.0, held={1: GIB, 2: 3 * GIB}, energy_mj=1_000_000)
-    box.tick(11.0, held={1: GIB, 2: 3 * GIB}, energy_mj=8_200_000)  # 7,200 J = 2 Wh
+    box.tick(10.0, held={1: GIB, 2: 3 * GIB}, energy_mj=1_000_000, energy_at=10.0)
+    box.tick(11.0, held={1: GIB, 2: 3 * GIB}, energy_mj=8_200_000, energy_at=11.0)  # 2 Wh
     one, two = box.recorder.live(1), box.recorder.live(2)
     assert one is not None and two is not None
     for usage in (one, two):
@@ -139,6 +139,30 @@ def test_energy_comes_from_the_counter_and_is_split_between_sharers() -> None:
         assert summary["energy_wh"] == 1.0 and not summary["energy_estimated"]
         assert summary["shared"] is True
     assert (one.vram_peak, two.vram_peak) == (GIB, 3 * GIB)
+
+
+def test_a_counter_read_now_and_then_corrects_the_power_estimate_of_its_window() -> None:
+    box = _Box()
+    box.run(1)
+    box.tick(0.0, held={1: GIB}, power_watts=100.0, energy_mj=0, energy_at=0.0)
+    # Ten ticks at 100 W, the counter not read again: booked as power x time.
+    for at in range(1, 11):
+        if at == 6:
+            box.run(2)  # job 2 comes at 6 s: it shares the GPU (and counts) from there
+        held = {1: GIB, 2: GIB} if at >= 6 else {1: GIB}
+        box.tick(float(at), held=held, power_watts=100.0, energy_mj=0, energy_at=0.0)
+    one, two = box.recorder.live(1), box.recorder.live(2)
+    assert one is not None and two is not None
+    assert one.energy_j == 100 * 5 + 50 * 5 and two.energy_j == 50 * 4  # (2 counts from 6 s)
+    # The counter, read at 10 s, says the GPU took 1,500 J, not 1,000: the window is
+    # corrected to each holder's share of it (by its share of the power x time).
+    box.tick(10.0, held={1: GIB, 2: GIB}, power_watts=100.0, energy_mj=1_500_000, energy_at=10.0)
+    assert abs(one.energy_j - 1500 * 750 / 1000) < 1e-6
+    assert abs(two.energy_j - 1500 * 200 / 1000) < 1e-6  # its part of the window only
+    # The next window is booked at the counter's rate (1.5x the power figure).
+    box.tick(11.0, held={1: GIB, 2: GIB}, power_watts=100.0, energy_mj=1_500_000, energy_at=10.0)
+    assert abs(one.energy_j - (1125 + 75)) < 1e-6
+    assert not one.summary()["energy_estimated"]
 
 
 def test_a_job_s_series_keeps_what_each_tick_read() -> None:
@@ -209,7 +233,7 @@ def test_no_advice_from_a_job_seen_once() -> None:
 async def _engine(make_engine: EngineFactory, **sections: Any) -> Engine:
     usage = {"point_interval": 0, **sections.pop("usage", {})}
     config = make_config(engine={"sample_interval": 3600}, usage=usage, **sections)
-    return await make_engine(probe=NvmlProbe(), config=config)
+    return await make_engine(probe=NvmlProbe(energy_interval=0), config=config)
 
 
 async def test_a_job_s_series_summary_and_energy_from_the_counter(
@@ -362,7 +386,9 @@ async def test_a_job_idle_past_the_policy_is_warned(
     gpu1 = fake_nvml.devices[1]
     gpu1.utilization = 1
     config = make_config(policy={"idle_after": 1, "idle_below": 5})
-    engine = await make_engine(probe=NvmlProbe(), config=config)  # ticks every 0.2 s
+    engine = await make_engine(
+        probe=NvmlProbe(energy_interval=0), config=config
+    )  # ticks every 0.2 s
     job = await engine.submit({"command": ["sleep", "60"], "gpus": 1, "domain": "gpu1"})
     gpu1.compute = [(job.pid or 0, GIB)]
     live = await eventually(lambda: engine.book.live(job.id), timeout=5)
@@ -381,7 +407,7 @@ async def test_a_job_idle_past_the_policy_is_stopped_when_asked(
     gpu1 = fake_nvml.devices[1]
     gpu1.utilization = 0
     config = make_config(policy={"idle_after": 1, "idle_action": "stop"})
-    engine = await make_engine(probe=NvmlProbe(), config=config)
+    engine = await make_engine(probe=NvmlProbe(energy_interval=0), config=config)
     job = await engine.submit({"command": ["sleep", "60"], "gpus": 1, "domain": "gpu1"})
     gpu1.compute = [(job.pid or 0, GIB)]
     done = await engine.wait(job.id, timeout=20)
@@ -393,7 +419,7 @@ async def test_a_busy_job_is_never_warned(make_engine: EngineFactory, fake_nvml:
     gpu1 = fake_nvml.devices[1]
     gpu1.utilization = 60
     config = make_config(policy={"idle_after": 1})
-    engine = await make_engine(probe=NvmlProbe(), config=config)
+    engine = await make_engine(probe=NvmlProbe(energy_interval=0), config=config)
     job = await engine.submit({"command": ["sleep", "60"], "gpus": 1, "domain": "gpu1"})
     gpu1.compute = [(job.pid or 0, GIB)]
     # Past the idle time, by the engine's own ticks: no warning.

@@ -62,7 +62,11 @@ class GpuReading:
         power_watts: Current draw.
         power_limit_watts: Enforced power limit.
         energy_mj: The driver's total-energy counter (millijoules since the driver
-            loaded); ``None`` where the GPU has none (energy is then estimated from power).
+            loaded) as last read; ``None`` where the GPU has none (energy is then
+            estimated from power). Reading it is costly on some GPUs (2.4 ms on an H200,
+            300 times a power read), so a probe may read it only every few seconds.
+        energy_at: When ``energy_mj`` was read (``time.monotonic()``); a new value means
+            a new read.
         processes: Compute (and graphics) processes with their memory.
         error: Why this reading is incomplete, if it is.
         lost: True when the driver reports the GPU as lost/fallen off the bus.
@@ -82,6 +86,7 @@ class GpuReading:
     power_limit_watts: float | None = None
     memory_utilization: int | None = None
     energy_mj: int | None = None
+    energy_at: float | None = None
     processes: tuple[GpuProcess, ...] = ()
     error: str | None = None
     lost: bool = False

@@ -17,6 +17,7 @@ an ``NVMLError``, when the installed driver lacks the ``_v3`` entry points.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -32,6 +33,8 @@ except ImportError:  # pragma: no cover - nvidia-ml-py is a hard dependency
 _T = TypeVar("_T")
 
 BACKEND = "nvml"
+# Seconds between reads of each GPU's total-energy counter (see NvmlProbe).
+ENERGY_INTERVAL_S = 10.0
 
 # NVML reports "not available" (e.g. per-process memory under WDDM or in some containers)
 # as an all-ones unsigned long long. pynvml already maps it to None in the process lists,
@@ -81,8 +84,17 @@ class NvmlProbe:
 
     backend: str = BACKEND
 
-    def __init__(self) -> None:
-        """Create the probe; nothing is loaded until the first :meth:`read`."""
+    def __init__(self, energy_interval: float = ENERGY_INTERVAL_S) -> None:
+        """Create the probe; nothing is loaded until the first :meth:`read`.
+
+        Args:
+            energy_interval: Seconds between reads of a GPU's total-energy counter (0:
+                every read). The counter is cumulative, so reading it less often loses
+                nothing; it costs 2.4 ms per call on an H200 (a power read: 0.007 ms).
+        """
+        self.energy_interval = energy_interval
+        # GPU index -> (monotonic time, counter) of its last energy read; None: no counter.
+        self._energy: dict[int, tuple[float, int | None]] = {}
         # Guards init/shutdown only. Device reads are not serialised: NVML is thread-safe.
         self._lock = threading.Lock()
         self._initialized = False
@@ -217,6 +229,20 @@ class NvmlProbe:
         self._driver_version = self._read_driver_version()
         return None
 
+    def _energy_counter(
+        self, index: int, handle: Any, notes: list[str]
+    ) -> tuple[int | None, float | None]:
+        """The GPU's energy counter and when it was read: read again once it is due."""
+        now = time.monotonic()
+        last = self._energy.get(index)
+        if last is not None and now - last[0] < self.energy_interval:
+            return last[1], (None if last[1] is None else last[0])
+        value = _field(
+            notes, "energy", lambda: int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+        )
+        self._energy[index] = (now, value)
+        return value, (None if value is None else now)
+
     @staticmethod
     def _read_driver_version() -> str | None:
         try:
@@ -273,9 +299,7 @@ class NvmlProbe:
                 "power limit",
                 lambda: int(pynvml.nvmlDeviceGetEnforcedPowerLimit(handle)) / 1000.0,
             )
-            energy = _field(
-                notes, "energy", lambda: int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))
-            )
+            energy, energy_at = self._energy_counter(index, handle, notes)
             processes = _read_processes(handle, notes)
         except _GpuLost as lost:
             return GpuReading(
@@ -300,6 +324,7 @@ class NvmlProbe:
             power_limit_watts=power_limit,
             memory_utilization=memory_utilization,
             energy_mj=energy,
+            energy_at=energy_at,
             processes=processes,
             error="; ".join(notes) or None,
         )

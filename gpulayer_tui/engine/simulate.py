@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,6 +185,7 @@ class SimulatedProbe:
                     power_limit_watts=float(overrides.get("power_limit_watts", 400)),
                     memory_utilization=int(overrides.get("memory_utilization", int(util) // 2)),
                     energy_mj=overrides.get("energy_mj"),
+                    energy_at=None if overrides.get("energy_mj") is None else time.monotonic(),
                     processes=tuple(procs),
                     error=overrides.get("error"),
                     lost=bool(overrides.get("lost", False)),

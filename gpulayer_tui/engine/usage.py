@@ -7,7 +7,9 @@ account), the GPU's utilisation, memory-bandwidth utilisation and power, and the
 the GPU took since the last tick (the driver's total-energy counter where it has one,
 power x time otherwise, marked estimated). Utilisation and energy are the GPU's, not a
 process's: when several jobs share a GPU, energy is split between them and the summary
-says ``shared``.
+says ``shared``. Reading the energy counter is costly on some GPUs, so the probe reads it
+every few seconds: between reads energy is booked as power x time, and each read corrects
+the window it closes to what the counter says (see :meth:`UsageRecorder._counter_read`).
 
 Each job's series is bounded (:class:`GpuSeries`: at most ``[usage] max_points`` points
 per GPU; when full, neighbours merge and the step doubles), kept in memory while the job
@@ -196,6 +198,9 @@ _SCALARS = (
 )
 
 
+_ENERGY = _SCALARS.index("energy_j")  # (where a snapshot keeps energy per holder)
+
+
 class GpuTotals:
     """One GPU's running sums since the engine began watching it (all monotonic).
 
@@ -207,8 +212,10 @@ class GpuTotals:
     __slots__ = (
         *_SCALARS,
         "at",
+        "counter_at",
         "counter_mj",
         "energy_per_holder_j",
+        "factor",
         "held",
         "histogram",
         "idle_since",
@@ -216,6 +223,10 @@ class GpuTotals:
         "mem",
         "power",
         "util",
+        "window_booked_per_holder",
+        "window_est",
+        "window_mark",
+        "window_est_per_holder",
     )
 
     def __init__(self) -> None:
@@ -233,6 +244,14 @@ class GpuTotals:
         self.histogram = [0] * 101
         self.at: float | None = None
         self.counter_mj: int | None = None
+        self.counter_at: float | None = None
+        self.factor = 1.0  # counter / (power x time) over the last window
+        # Since the last counter read: power x time (all of it, and per holder), and what
+        # was booked per holder.
+        self.window_est = 0.0
+        self.window_est_per_holder = 0.0
+        self.window_booked_per_holder = 0.0
+        self.window_mark = 0.0  # energy_per_holder_j when the window began
         self.held: dict[int, int] = {}
         self.members: set[int] = set()
         self.idle_since: float | None = None
@@ -591,9 +610,8 @@ class UsageRecorder:
             tick = 0.0
             if totals.at is not None:
                 tick = min(MAX_TICK_SECONDS, max(0.0, at - totals.at))
-            util, counter = reading.utilization, reading.energy_mj
-            last = totals.counter_mj
-            totals.at, totals.counter_mj = at, counter
+            util = reading.utilization
+            totals.at = at
             totals.util, totals.mem, totals.power = (
                 util,
                 reading.memory_utilization,
@@ -618,16 +636,21 @@ class UsageRecorder:
                 if mem is not None:
                     totals.mem_weighted += mem * tick
                     totals.mem_seconds += tick
-                if last is not None and counter is not None and counter >= last:
-                    energy = (counter - last) / 1000.0
-                else:  # no counter on this GPU (or it went back): power x time
-                    energy = (reading.power_watts or 0.0) * tick
-                    totals.estimated_ticks += 1
-                totals.energy_per_holder_j += energy / len(holders)
+                # Each tick, power x time (scaled by what the counter said of the last
+                # window); when the counter is read again, its window is made exact.
+                share = (reading.power_watts or 0.0) * tick / len(holders)
+                totals.window_est_per_holder += share
+                totals.window_booked_per_holder += share * totals.factor
+                totals.energy_per_holder_j += share * totals.factor
+                if reading.energy_at is None:
+                    totals.estimated_ticks += 1  # this GPU has no counter
                 if len(holders) > 1:
                     totals.shared_ticks += 1
             elif holders:
                 totals.ticks += 1
+            totals.window_est += (reading.power_watts or 0.0) * tick
+            if reading.energy_at is not None and reading.energy_at != totals.counter_at:
+                self._counter_read(reading.index, totals, reading.energy_mj, reading.energy_at)
             self._members(reading.index, totals, holders.keys(), domain, at)
         if self._policy.idle_after is not None and idle_gpus:
             self._idle(at, idle_gpus)
@@ -636,6 +659,35 @@ class UsageRecorder:
             for usage in self._jobs.values():
                 usage.point(at)
             self._save_due(at)
+
+    def _counter_read(
+        self, gpu: int, totals: GpuTotals, counter: int | None, read_at: float
+    ) -> None:
+        """A new read of the GPU's energy counter closes a window: what the window booked
+        for each job there (power x time) is corrected to the job's share of what the
+        counter says the GPU took; the ratio scales the next window's bookings."""
+        last = totals.counter_mj
+        if last is not None and counter is not None and counter >= last:
+            took = (counter - last) / 1000.0
+            booked = totals.window_booked_per_holder
+            if totals.window_est > 0:
+                exact = took * totals.window_est_per_holder / totals.window_est
+                totals.factor = min(4.0, max(0.25, took / totals.window_est))
+            else:  # no power figure: split what it took between who holds it now
+                exact = took / len(totals.members) if totals.members else 0.0
+            mark, now = totals.window_mark, totals.energy_per_holder_j
+            for job_id in totals.members:
+                usage = self._jobs.get(job_id)
+                on = usage.on.get(gpu) if usage is not None else None
+                if usage is None or on is None:
+                    continue
+                # Its part of the window: all of it, or from when it came.
+                mine = now - max(mark, on.base[_ENERGY])
+                share = mine / booked if booked > 0 else float(on.base[_ENERGY] <= mark)
+                usage.carried["energy_j"] += (exact - booked) * share
+        totals.counter_mj, totals.counter_at = counter, read_at
+        totals.window_mark = totals.energy_per_holder_j
+        totals.window_est = totals.window_est_per_holder = totals.window_booked_per_holder = 0.0
 
     def _members(
         self, gpu: int, totals: GpuTotals, holders: Any, domain: Domain, at: float
