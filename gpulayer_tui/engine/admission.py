@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import Overloaded, SpecError, StoreError
+from .fairness import owner_of, user_label
 from .jobbook import ActiveJob, JobBook
 from .models import Job, JobKind
 from .spec import parse_spec
@@ -139,6 +140,7 @@ class Admission:
         # Again, with no await before the admission: other submissions ran meanwhile.
         self._check_writable()
         self._check_room(len(items))
+        self._check_user_queue(owner_uid, len(items))
         acts = []
         for spec, request, deps in prepared:
             act = self._book.create(
@@ -170,6 +172,19 @@ class Admission:
     def _check_writable(self) -> None:
         if self._store.failure:
             raise StoreError(f"the engine refuses new work: {self._store.failure}")
+
+    def _check_user_queue(self, owner_uid: int | None, count: int) -> None:
+        uid = owner_of(owner_uid)
+        limits = self._queue.limits
+        most = limits.of(uid).max_queued
+        if most is None:
+            return
+        waiting = self._queue.waiting_of(uid)
+        if waiting + count > most:
+            raise Overloaded(
+                f"user {user_label(uid)} has {waiting} jobs waiting; {count} more would pass "
+                f"{most} ({limits.where(uid)} max_queued); nothing was stored"
+            )
 
     def _check_room(self, count: int) -> None:
         limit = self._limits.active_jobs

@@ -55,6 +55,7 @@ from __future__ import annotations
 import grp
 import ipaddress
 import os
+import pwd
 import re
 import stat
 import tomllib
@@ -279,6 +280,45 @@ class NotifySettings(_Strict):
         return bool(self.command or self.url)
 
 
+class UserLimits(_Strict):
+    """``[users.NAME]`` / ``[users.default]``: what one user may hold or queue at once.
+
+    Jobs past a running limit wait with a reason naming it; a submission past
+    ``max_queued`` is refused. ``share`` weighs the user's fair share (2: counts half its
+    usage). Unset limits fall back to ``[users.default]``, then to none.
+    """
+
+    max_gpus: int | None = Field(None, ge=0, le=4096)  # GPUs held by its running jobs
+    max_vram_gb: float | None = Field(None, ge=0, le=1e6)  # declared VRAM of running jobs
+    max_queued: int | None = Field(None, ge=0, le=10_000_000)  # jobs waiting to run
+    share: float | None = Field(None, gt=0, le=1000)
+
+
+class SchedulingSettings(_Strict):
+    """``[scheduling]``: fair share, reservations and preemption (the shared box)."""
+
+    # GPU-seconds used count half as much after this many seconds (Slurm's decay).
+    fairshare_half_life: float = Field(7 * 86400.0, ge=60, le=365 * 86400)
+    # The best waiting job that cannot start keeps the domains it will get (others only
+    # backfill them when their timeout ends before it can start).
+    reserve: bool = True
+    # A job that has waited this long may preempt lower-priority preemptible jobs whose
+    # domains would let it start (None: never preempt).
+    preempt_after: float | None = Field(None, ge=0, le=30 * 86400)
+    # Sent this many seconds before SIGTERM to a job being preempted (None: no warning).
+    checkpoint_signal: str | None = Field("SIGUSR1", min_length=4, max_length=16)
+    checkpoint_grace: float = Field(30.0, ge=0, le=3600)
+
+    @field_validator("checkpoint_signal")
+    @classmethod
+    def _signal(cls, value: str | None) -> str | None:
+        import signal as _signal
+
+        if value is not None and not isinstance(getattr(_signal, value, None), _signal.Signals):
+            raise ValueError(f"{value!r} is not a signal name (e.g. SIGUSR1)")
+        return value
+
+
 class Config(_Strict):
     """The whole config file."""
 
@@ -295,6 +335,8 @@ class Config(_Strict):
     usage: UsageSettings = UsageSettings()
     policy: PolicySettings = PolicySettings()
     notify: NotifySettings = NotifySettings()
+    users: dict[str, UserLimits] = {}
+    scheduling: SchedulingSettings = SchedulingSettings()
 
 
 def _format_validation(err: ValidationError, source: str) -> str:
@@ -326,6 +368,15 @@ def parse_config(data: dict[str, Any], source: str = "config") -> Config:
                 f"{source}: domains.{name}: a domain name is a letter then up to 31 "
                 "letters, digits, '-' or '_'"
             )
+    for name in config.users:
+        if name == "default":
+            continue
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            raise ConfigError(
+                f"{source}: users.{name}: no user named {name!r} on this machine"
+            ) from None
     for group in config.security.allowed_groups:
         if isinstance(group, str):
             try:

@@ -51,6 +51,7 @@ from .domain import Domain
 from .errors import JobNotActive, Overloaded, SpecError, StoreError, UnknownJob
 from .events import EventBus, Subscription
 from .executor import TaskKey
+from .fairness import Limits
 from .gpus import GIB, GpuProbe, ProbeStatus
 from .health import DomainOps
 from .jobbook import ActiveJob, JobBook, Runner, release_holds
@@ -118,7 +119,13 @@ class Engine:
         self.book = JobBook(self.store, self.bus)
         self.disk = DiskSpace(paths.state_dir, self.config.logs.min_free_mb)
         self.queue = JobQueue(
-            self.book, self.scheduler, self.store.get_job, self._start_job, gate=self.disk.blocker
+            self.book,
+            self.scheduler,
+            self.store.get_job,
+            self._start_job,
+            gate=self.disk.blocker,
+            settings=self.config.scheduling,
+            limits=Limits(self.config.users),
         )
         self.batch = BatchRunner(
             self.book, self.scheduler, self.executor, self.watcher, settings, env
@@ -225,6 +232,7 @@ class Engine:
         self.disk.min_free_mb = config.logs.min_free_mb
         self.admission.reconfigure(config.limits)
         self.usage.reconfigure(config.usage, config.policy)
+        self.queue.reconfigure(config.scheduling, Limits(config.users))
         self.notifier.reconfigure(config.notify)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -260,6 +268,12 @@ class Engine:
             await self.domain_ops.restore_states()
             self._on_sample(first)
             self.book.resume_ids(await self.store.max_job_id())
+            # Fair share starts from the GPU use of jobs that ended lately.
+            half_life = self.config.scheduling.fairshare_half_life
+            for uid, gpus, started, ended in await self.store.gpu_history(
+                time.time() - 10 * half_life
+            ):
+                self.queue.fair.charge(uid, gpus * max(0.0, ended - started), ended)
             active = await self.store.active_jobs()
             await self.recovery.restore(active)
             # Running jobs' usage goes on from what was written before the restart.

@@ -8,9 +8,14 @@ A waiting job is in exactly one of three places:
 * in the run queue (:class:`~.runqueue.RunQueue`), ready to start when it fits.
 
 A pass (:meth:`JobQueue.schedule`) starts what fits, best first, and gives everything else
-its reason. Passes run on submit, job end and every GPU sample, coalesced with
-``call_soon``. Over capacity (record 003) is decided at admission and again whenever the
-machine's capacity changes: a job that can never run fails at once instead of waiting.
+its reason. Best first means: higher priority, then (issue 18) the user with the least
+recent GPU use (fair share), then FIFO. A user past a ``[users.*]`` limit waits with the
+limit as its reason. The best job that cannot start keeps (reserves) the domains it will
+get first; other jobs use them only if their timeout ends before it can start (backfill),
+so a 2-GPU job is not starved by a stream of 1-GPU jobs. Passes run on submit, job end
+and every GPU sample, coalesced with ``call_soon``. Over capacity (record 003) is decided
+at admission and again whenever the machine's capacity changes: a job that can never run
+fails at once instead of waiting.
 
 Everything here runs on the event loop between awaits, so a pass sees one consistent
 picture and a multi-GPU job's holds are taken in one step.
@@ -19,13 +24,25 @@ picture and a multi-GPU job's holds are taken in one step.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
+from .config import SchedulingSettings
 from .errors import SpecError
+from .fairness import (
+    FairShare,
+    Limits,
+    Reservation,
+    Running,
+    gpu_seconds,
+    limit_blocker,
+    owner_of,
+    reservation,
+)
 from .jobbook import ActiveJob, JobBook
 from .models import Job, JobStatus, TerminationReason
-from .runqueue import Key, RunQueue
+from .runqueue import Group, Key, RunQueue
 from .scheduler import Request, Scheduler
 
 if TYPE_CHECKING:
@@ -33,6 +50,7 @@ if TYPE_CHECKING:
     from .spec import JobSpec
 
 Reason = TerminationReason
+RESERVED_MARK = "waiting: "  # how a reason kept off a reservation begins
 # (dependency id, any_exit, its terminal status or None while it is still active)
 ResolvedDep = tuple[int, bool, JobStatus | None]
 StartJob = Callable[[ActiveJob, list["Domain"]], None]
@@ -65,6 +83,9 @@ class JobQueue:
         call_soon: Schedules the next pass (the event loop's ``call_soon``; tests that
             run without a loop pass their own).
         gate: Why nothing may start now (e.g. the disk is nearly full), or ``None``.
+        settings: ``[scheduling]`` (fair share, reservations).
+        limits: ``[users.*]`` resolved per uid.
+        clock: Wall-clock time (tests pass their own).
     """
 
     def __init__(
@@ -75,6 +96,9 @@ class JobQueue:
         start: StartJob,
         call_soon: CallSoon = _loop_call_soon,
         gate: Callable[[], str | None] = lambda: None,
+        settings: SchedulingSettings | None = None,
+        limits: Limits | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._book = book
         self._scheduler = scheduler
@@ -88,6 +112,67 @@ class JobQueue:
         self._call_soon = call_soon
         self._gate = gate
         self._handle: Handle | None = None
+        self.settings = settings or SchedulingSettings()
+        self.limits = limits or Limits({})
+        self.fair = FairShare(self.settings.fairshare_half_life)
+        self._clock = clock
+        self._waiting_of: dict[int, int] = {}  # waiting job -> its user
+        self._waiting_count: dict[int, int] = {}  # user -> waiting jobs
+        self.reservation: Reservation | None = None  # (the last pass's)
+
+    def reconfigure(self, settings: SchedulingSettings, limits: Limits) -> None:
+        """A reloaded ``[scheduling]`` / ``[users.*]``."""
+        self.settings, self.limits = settings, limits
+        self.fair.half_life = settings.fairshare_half_life
+        self.schedule_soon()
+
+    # -- users ----------------------------------------------------------------------------------
+
+    def waiting_of(self, uid: int) -> int:
+        """Jobs of ``uid`` waiting to run (dependencies, capacity or the run queue)."""
+        return self._waiting_count.get(uid, 0)
+
+    def _wait(self, act: ActiveJob) -> None:
+        if act.job.id not in self._waiting_of:
+            uid = owner_of(act.job.owner_uid)
+            self._waiting_of[act.job.id] = uid
+            self._waiting_count[uid] = self._waiting_count.get(uid, 0) + 1
+
+    def _unwait(self, job_id: int) -> None:
+        uid = self._waiting_of.pop(job_id, None)
+        if uid is not None:
+            left = self._waiting_count[uid] - 1
+            if left:
+                self._waiting_count[uid] = left
+            else:
+                del self._waiting_count[uid]
+
+    def _group(self, act: ActiveJob) -> Group | None:
+        if act.request is None:
+            return None
+        return (act.request, owner_of(act.job.owner_uid))
+
+    def running_by_user(self, now: float) -> dict[int, Running]:
+        """What each user's running jobs hold now: GPUs, declared VRAM, GPU-seconds."""
+        out: dict[int, Running] = {}
+        for dom in self._scheduler.gpu_domains:
+            for job_id, holding in dom.holdings.items():
+                act = self._book.get(job_id)
+                if act is None:
+                    continue
+                held = out.setdefault(owner_of(act.job.owner_uid), Running())
+                held.gpus += 1
+                held.vram_bytes += holding.declared_bytes or 0
+                started = act.job.started_at
+                held.gpu_seconds += max(0.0, now - started) if started else 0.0
+        return out
+
+    def fair_usage(self, uid: int, running: dict[int, Running], now: float) -> float:
+        """The user's fair-share usage: recent GPU-seconds (decayed) plus its running
+        jobs' so far, divided by its share."""
+        held = running.get(uid)
+        used = self.fair.usage(uid, now) + (held.gpu_seconds if held else 0.0)
+        return used / self.limits.share(uid)
 
     def __len__(self) -> int:
         """Jobs ready to run (not those waiting for dependencies or capacity)."""
@@ -95,7 +180,7 @@ class JobQueue:
 
     def ready_requests(self) -> list[tuple[int, Request]]:
         """``(job id, request)`` of every job ready to run (for ``doctor``)."""
-        return [(key[1], request) for key, request in self._ready.items()]
+        return [(key[1], group[0]) for key, group in self._ready.items()]
 
     # -- admission ----------------------------------------------------------------------------
 
@@ -127,6 +212,7 @@ class JobQueue:
             self._book.finish(act, JobStatus.FAILED, Reason.OVER_CAPACITY, verdict.message)
             return
         job_id = act.job.id
+        self._wait(act)
         if verdict.possible is None:
             self._capacity_block[job_id] = verdict.message
         waiting: dict[int, bool] = {}
@@ -158,12 +244,15 @@ class JobQueue:
     def ready(self, act: ActiveJob) -> None:
         """Dependencies are met: queue the job, or park it while capacity is unknown."""
         assert act.request is not None
+        self._wait(act)
         block = self._capacity_block.get(act.job.id)
         if block is not None:
             self._capacity_wait[act.job.id] = act
             self._book.set_reason(act, block)
             return
-        self._ready.push(act.key, act.request)
+        group = self._group(act)
+        assert group is not None
+        self._ready.push(act.key, group)
         self.schedule_soon()
 
     def recheck_capacity(self) -> None:
@@ -180,7 +269,7 @@ class JobQueue:
             block = verdict.message if verdict.possible is None else None
             if block == self._capacity_block.get(act.job.id):
                 continue
-            self._ready.remove(act.key, act.request)
+            self._ready.remove(act.key, self._group(act))
             self._capacity_wait.pop(act.job.id, None)
             if block is None:
                 self._capacity_block.pop(act.job.id, None)
@@ -213,10 +302,11 @@ class JobQueue:
                 )
                 continue
             if request != act.request:
-                in_queue = self._ready.remove(act.key, act.request)
+                in_queue = self._ready.remove(act.key, self._group(act))
                 act.request = request
-                if in_queue:
-                    self._ready.push(act.key, request)
+                group = self._group(act)
+                if in_queue and group is not None:
+                    self._ready.push(act.key, group)
 
     # -- the pass -----------------------------------------------------------------------------
 
@@ -228,42 +318,129 @@ class JobQueue:
     def schedule(self) -> None:
         """One pass: start what fits, best first; give everything else its reason.
 
-        Only the head of each request shape is tried (see :mod:`.runqueue`). A shape
+        Only the head of each (shape, user) group is tried (see :mod:`.runqueue`). A group
         found blocked stays blocked for the rest of the pass, since resources only shrink
-        during a pass. Rows are rewritten only where a shape's reason changed, plus jobs
-        that are new to the queue.
+        during a pass. The best head that cannot start reserves the domains it will get
+        first (:func:`.fairness.reservation`); later heads avoid them unless they are sure
+        to end before it can start. Rows are rewritten only where a group's reason
+        changed, plus jobs that are new to the queue.
         """
         if self._handle is not None:
             self._handle.cancel()  # called directly: this pass covers it
             self._handle = None
-        blocked: dict[Request, str] = {}
+        blocked: dict[Group, str] = {}
         closed = self._gate()
         if closed is not None:
-            blocked = {request: closed for _, request in self._ready.heads()}
+            blocked = {group: closed for _, group in self._ready.heads()}
+        now = self._clock()
+        running = self.running_by_user(now) if len(self._ready) else {}
+        reserved: Reservation | None = None
+        reserved_group: Group | None = None
+        kept_off = False  # someone was kept off the reserved domains
         progress = closed is None
         while progress:
             progress = False
-            for key, request in self._ready.heads():
-                if request in blocked:
+            for key, group in self._ordered_heads(running, now):
+                if group in blocked:
                     continue
-                placed = self._scheduler.place(request)
+                request, uid = group
+                why = limit_blocker(
+                    self.limits, uid, running.get(uid, Running()), request.gpus, request.vram_bytes
+                )
+                if why is not None:
+                    blocked[group] = why
+                    continue
+                placed = self._place(key[1], request, reserved, now)
                 if isinstance(placed, str):
-                    blocked[request] = placed
+                    if reserved is None and request.gpus and self.settings.reserve:
+                        reserved = self._reserve(key[1], request, now)
+                        reserved_group = group
+                    elif reserved is not None and placed.startswith(RESERVED_MARK):
+                        kept_off = True
+                    blocked[group] = placed
                     continue
-                self._ready.remove(key, request)
+                self._ready.remove(key, group)
                 act = self._book.get(key[1])
                 if act is not None:
+                    self._unwait(act.job.id)
                     self._start(act, placed)
+                    held = running.setdefault(uid, Running())
+                    held.gpus += sum(1 for d in placed if d.is_gpu)
+                    held.vram_bytes += (request.vram_bytes or 0) * request.gpus
                 progress = True
                 break  # resources changed: look at the heads again, best first
-        for request, reason in blocked.items():
-            if self._ready.update_reason(request, reason):
-                for key in self._ready.jobs_of(request):
+        self.reservation = reserved
+        if reserved is not None and kept_off and reserved_group in blocked:
+            # Said on the reserved job only when it kept someone off its domains.
+            blocked[reserved_group] += (
+                f"; {', '.join(sorted(reserved.domains))} reserved for it {reserved.when(now)}"
+            )
+        for group, reason in blocked.items():
+            if self._ready.update_reason(group, reason):
+                for key in self._ready.jobs_of(group):
                     self._reason(key, reason)
         for job_id in self._ready.take_fresh():
             act = self._book.get(job_id)
-            if act is not None and act.request in blocked:
-                self._book.set_reason(act, blocked[act.request])
+            fresh = self._group(act) if act is not None else None
+            if act is not None and fresh is not None and fresh in blocked:
+                self._book.set_reason(act, blocked[fresh])
+
+    def _ordered_heads(self, running: dict[int, Running], now: float) -> list[tuple[Key, Group]]:
+        """Each group's first job: higher priority, then less recent use, then older."""
+        heads = self._ready.heads()
+        users = {group[1] for _, group in heads}
+        if len(users) < 2:
+            return heads
+        usage = {uid: self.fair_usage(uid, running, now) for uid in users}
+        return sorted(heads, key=lambda head: (head[0][0], usage[head[1][1]], head[0][1]))
+
+    def _place(
+        self, job_id: int, request: Request, reserved: Reservation | None, now: float
+    ) -> list[Domain] | str:
+        """Where the job goes now, or why not: around the reservation, unless it ends
+        before the reservation starts (backfill)."""
+        if reserved is None or reserved.job_id == job_id:
+            return self._scheduler.place(request)
+        placed = self._scheduler.place(request, avoid=reserved.domains)
+        if not isinstance(placed, str):
+            return placed
+        anywhere = self._scheduler.place(request)
+        if isinstance(anywhere, str):
+            return anywhere  # it would not fit even without the reservation
+        act = self._book.get(job_id)
+        timeout = act.spec.timeout if act is not None and act.spec is not None else None
+        if reserved.allows(now, timeout):
+            return anywhere
+        return (
+            f"{RESERVED_MARK}{', '.join(sorted(reserved.domains))} reserved for job "
+            f"{reserved.job_id} {reserved.when(now)} (a job with a timeout that ends before "
+            "may use them)"
+        )
+
+    def _reserve(self, job_id: int, request: Request, now: float) -> Reservation | None:
+        scheduler = self._scheduler
+        candidates = (
+            [scheduler.domains[p] for p in request.pins] if request.pins else scheduler.gpu_domains
+        )
+        if request.replicas > 1:
+            return None  # (services place replica by replica; not reserved)
+        return reservation(
+            job_id,
+            request.gpus,
+            request.vram_bytes,
+            request.exclusive,
+            candidates,
+            self._ends_at,
+            now,
+        )
+
+    def _ends_at(self, job_id: int) -> float | None:
+        """When a running job will have ended at the latest (its timeout), if known."""
+        act = self._book.get(job_id)
+        if act is None or act.spec is None or act.spec.timeout is None:
+            return None
+        started = act.job.started_at
+        return None if started is None else started + act.spec.timeout
 
     def _reason(self, key: Key, reason: str) -> None:
         act = self._book.get(key[1])
@@ -280,7 +457,8 @@ class JobQueue:
 
     def _forget(self, act: ActiveJob) -> None:
         job_id = act.job.id
-        self._ready.remove(act.key, act.request)
+        self._ready.remove(act.key, self._group(act))
+        self._unwait(job_id)
         self._capacity_wait.pop(job_id, None)
         self._capacity_block.pop(job_id, None)
         for dep_id in self._waiting_on.pop(job_id, {}):
@@ -291,9 +469,16 @@ class JobQueue:
                     del self._dependents[dep_id]
 
     def job_ended(self, act: ActiveJob) -> None:
-        """End listener: take the job out of the queue and settle its dependents."""
+        """End listener: take the job out of the queue, book its GPU use to its user's
+        fair share, and settle its dependents."""
         self._forget(act)
         job = act.job
+        gpus = sum(1 for dom in act.holds if dom.is_gpu)
+        if gpus and job.started_at is not None:
+            ended = job.ended_at or self._clock()
+            self.fair.charge(
+                owner_of(job.owner_uid), gpu_seconds(gpus, job.started_at, ended), ended
+            )
         for dependent_id in sorted(self._dependents.pop(job.id, ())):
             dependent = self._book.get(dependent_id)
             waiting = self._waiting_on.get(dependent_id)

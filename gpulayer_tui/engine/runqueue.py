@@ -1,11 +1,12 @@
-"""The run queue: jobs ready to start, grouped by what they ask for.
+"""The run queue: jobs ready to start, grouped by what they ask for and whose they are.
 
-Jobs with the same request shape (GPUs, memory, pins, exclusive) are interchangeable for
-placement: if one cannot start, none of them can, and they wait for the same reason. So
-the queue keeps one priority-ordered list per shape, and a scheduling pass looks only at
-the head of each shape. A pass then costs O(shapes x placements), not O(queued jobs), and
-a queued row is rewritten only when its shape's reason actually changes. With 500 jobs
-queued behind 2 slots, a job exit no longer touches 500 rows.
+Jobs with the same request shape (GPUs, memory, pins, exclusive) of the same user are
+interchangeable for placement and for fairness: if one cannot start, none of them can,
+and they wait for the same reason. So the queue keeps one priority-ordered list per
+(shape, user) group, and a scheduling pass looks only at the head of each group. A pass
+then costs O(groups x placements), not O(queued jobs), and a queued row is rewritten only
+when its group's reason actually changes. With 500 jobs queued behind 2 slots, a job exit
+no longer touches 500 rows.
 """
 
 from __future__ import annotations
@@ -16,29 +17,30 @@ from collections.abc import Iterator
 from .scheduler import Request
 
 Key = tuple[int, int]  # (-priority, id): higher priority first, then FIFO
+Group = tuple[Request, int]  # (what it asks for, the uid it counts against)
 
 
 class RunQueue:
-    """Ready jobs by request shape, each shape in priority order."""
+    """Ready jobs by group (shape, user), each group in priority order."""
 
     def __init__(self) -> None:
-        self._shapes: dict[Request, list[Key]] = {}
-        self._reasons: dict[Request, str] = {}
+        self._shapes: dict[Group, list[Key]] = {}
+        self._reasons: dict[Group, str] = {}
         self._fresh: set[int] = set()
 
     def __len__(self) -> int:
         return sum(len(keys) for keys in self._shapes.values())
 
-    def push(self, key: Key, request: Request) -> None:
+    def push(self, key: Key, group: Group) -> None:
         """Add a job; it will get its shape's reason at the end of the next pass."""
-        bisect.insort(self._shapes.setdefault(request, []), key)
+        bisect.insort(self._shapes.setdefault(group, []), key)
         self._fresh.add(key[1])
 
-    def remove(self, key: Key, request: Request | None) -> bool:
+    def remove(self, key: Key, group: Group | None) -> bool:
         """Take a job out (it started, ended or became blocked); False if absent."""
-        if request is None:
+        if group is None:
             return False
-        keys = self._shapes.get(request)
+        keys = self._shapes.get(group)
         if not keys:
             return False
         index = bisect.bisect_left(keys, key)
@@ -46,28 +48,28 @@ class RunQueue:
             return False
         del keys[index]
         if not keys:
-            del self._shapes[request]
-            self._reasons.pop(request, None)
+            del self._shapes[group]
+            self._reasons.pop(group, None)
         self._fresh.discard(key[1])
         return True
 
-    def heads(self) -> list[tuple[Key, Request]]:
+    def heads(self) -> list[tuple[Key, Group]]:
         """The first job of every shape, best first."""
-        return sorted((keys[0], request) for request, keys in self._shapes.items())
+        return sorted((keys[0], group) for group, keys in self._shapes.items())
 
-    def items(self) -> Iterator[tuple[Key, Request]]:
+    def items(self) -> Iterator[tuple[Key, Group]]:
         """Every queued job (a copy: callers may remove while iterating)."""
-        return iter([(key, request) for request, keys in self._shapes.items() for key in keys])
+        return iter([(key, group) for group, keys in self._shapes.items() for key in keys])
 
-    def jobs_of(self, request: Request) -> list[Key]:
+    def jobs_of(self, group: Group) -> list[Key]:
         """The jobs of one shape, in order."""
-        return list(self._shapes.get(request, ()))
+        return list(self._shapes.get(group, ()))
 
-    def update_reason(self, request: Request, reason: str) -> bool:
+    def update_reason(self, group: Group, reason: str) -> bool:
         """Record a shape's blocker; True if it differs from the last one recorded."""
-        if self._reasons.get(request) == reason:
+        if self._reasons.get(group) == reason:
             return False
-        self._reasons[request] = reason
+        self._reasons[group] = reason
         return True
 
     def take_fresh(self) -> set[int]:

@@ -283,17 +283,23 @@ class Scheduler:
 
     # -- can it run now? --------------------------------------------------------------------
 
-    def place(self, req: Request) -> list[Domain] | str:
+    def place(self, req: Request, avoid: frozenset[str] = frozenset()) -> list[Domain] | str:
         """Return the domains to hold for ``req`` now, or the queued reason.
 
         Does not hold anything: the caller holds every returned domain in the same
         synchronous step, so a multi-GPU job never holds part of what it needs.
+
+        Args:
+            req: What the job needs.
+            avoid: Domains it may not take (reserved for a better job).
         """
         if req.gpus == 0:
             cpu = self.domains[CPU_DOMAIN]
             why = cpu.blocker(None, req.exclusive, req.cpu_slots)
             return [cpu] if why is None else why
         candidates = [self.domains[p] for p in req.pins] if req.pins else self.gpu_domains
+        if avoid:
+            candidates = [d for d in candidates if d.name not in avoid]
         fitting: list[Domain] = []
         blocked: list[tuple[Domain, str]] = []
         for dom in candidates:

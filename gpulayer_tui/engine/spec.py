@@ -89,6 +89,11 @@ class JobSpec(BaseModel):
         notify: Send a notification when it ends (and, for a service, when a replica
             restarts or gives up), as ``[notify]`` in the config says. Stored only when
             true, so the rows of other jobs do not carry it.
+        preemptible: A higher-priority job that has waited ``[scheduling]
+            preempt_after`` may stop it (checkpoint signal, SIGTERM, SIGKILL). Stored
+            only when true.
+        requeue: A preempted job goes back to the queue (the default); ``false``: it
+            fails instead. Stored only when false.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -113,6 +118,8 @@ class JobSpec(BaseModel):
     port: bool | None = None
     retry: RetrySpec | None = None
     notify: bool = False
+    preemptible: bool = False
+    requeue: bool = True
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -137,6 +144,10 @@ class JobSpec(BaseModel):
             raise ValueError("domain: an empty list pins to nothing; omit it instead")
         if self.vram_gb is not None and self.gpus == 0:
             raise ValueError("vram_gb is per GPU, but gpus is 0 (a CPU job)")
+        if self.preemptible and self.kind == "service":
+            raise ValueError("preemptible: services are never preempted (record 004)")
+        if not self.requeue and not self.preemptible:
+            raise ValueError("requeue: only a preemptible job is requeued (add preemptible)")
         return self
 
     @model_serializer(mode="wrap")
@@ -144,6 +155,10 @@ class JobSpec(BaseModel):
         out: dict[str, Any] = handler(self)
         if not out.get("notify"):
             out.pop("notify", None)  # (absent means false: old rows, other jobs' rows)
+        if not out.get("preemptible"):
+            out.pop("preemptible", None)
+        if out.get("requeue", True):
+            out.pop("requeue", None)
         return out
 
     @property

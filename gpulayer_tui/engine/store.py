@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Sequence
@@ -795,6 +796,18 @@ class Store:
         """A job's stored usage summary, or ``None``."""
         rows = await self._fetchall("SELECT summary FROM job_usage WHERE job_id=?", (job_id,))
         return json.loads(rows[0][0]) if rows else None
+
+    async def gpu_history(self, since: float) -> list[tuple[int, int, float, float]]:
+        """``(uid, GPUs, started_at, ended_at)`` of GPU jobs that ended after ``since``,
+        oldest end first (the engine's own jobs as its uid)."""
+        rows = await self._fetchall(
+            "SELECT owner_uid, json_array_length(gpus), started_at, ended_at FROM jobs "
+            "WHERE ended_at > ? AND started_at IS NOT NULL AND gpus != '[]' "
+            "ORDER BY ended_at",
+            (since,),
+        )
+        me = os.geteuid()
+        return [(me if r[0] is None else r[0], r[1], r[2], r[3]) for r in rows]
 
     async def newest_job_time(self) -> float | None:
         """The latest submission time in the database (to spot a clock gone backwards)."""

@@ -1,0 +1,234 @@
+"""A shared box: fair share between users, per-user limits, reservations (issue 18).
+
+Three questions the scheduling pass asks, each answered here:
+
+* **Whose turn?** Within a priority, the user with the least recent GPU use goes first:
+  :class:`FairShare` keeps each user's GPU-seconds with a half-life (Slurm's decay), plus
+  what their running jobs have used so far. A user's ``share`` divides their usage.
+* **May this user start more?** :class:`UserLimits` from ``[users.NAME]`` (falling back to
+  ``[users.default]``): GPUs and declared VRAM of running jobs, jobs queued.
+* **Who keeps what for the best waiting job?** :func:`reservation` picks the domains the
+  best blocked job will get first and when; other jobs may use them only if they end
+  before (backfill).
+
+Users are uids (``SO_PEERCRED``; the engine's own uid for in-process callers).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pwd
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from .config import SchedulingSettings, UserLimits
+from .domain import Domain, DomainState
+from .gpus import GIB
+
+# A user's usage, by uid: decayed GPU-seconds and when it was last decayed.
+_Usage = tuple[float, float]
+
+
+def user_label(uid: int) -> str:
+    """A uid as its user name (the number when it has none)."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return str(uid)
+
+
+def owner_of(owner_uid: int | None) -> int:
+    """The user a job counts against: its submitter, or the engine's own user."""
+    return owner_uid if owner_uid is not None else os.geteuid()
+
+
+class FairShare:
+    """Each user's recent GPU use: GPU-seconds, halved every ``half_life`` seconds."""
+
+    def __init__(self, half_life: float) -> None:
+        self.half_life = half_life
+        self._usage: dict[int, _Usage] = {}
+
+    def _decayed(self, uid: int, now: float) -> float:
+        value, at = self._usage.get(uid, (0.0, now))
+        if now <= at or not value:
+            return value
+        return value * math.pow(0.5, (now - at) / self.half_life)
+
+    def charge(self, uid: int, gpu_seconds: float, at: float | None = None) -> None:
+        """Book ``gpu_seconds`` of use (a job that ended) at ``at``."""
+        if gpu_seconds <= 0:
+            return
+        now = time.time() if at is None else at
+        self._usage[uid] = (self._decayed(uid, now) + gpu_seconds, now)
+
+    def usage(self, uid: int, now: float) -> float:
+        """The user's decayed GPU-seconds (finished jobs only)."""
+        return self._decayed(uid, now)
+
+    def users(self) -> list[int]:
+        """Every user with recorded use."""
+        return list(self._usage)
+
+
+def gpu_seconds(gpus: int, started_at: float | None, until: float) -> float:
+    """GPU-seconds of a job holding ``gpus`` GPUs from ``started_at`` to ``until``."""
+    if not gpus or started_at is None:
+        return 0.0
+    return gpus * max(0.0, until - started_at)
+
+
+class Limits:
+    """``[users.*]`` resolved per uid (names looked up once)."""
+
+    def __init__(self, users: dict[str, UserLimits]) -> None:
+        self._by_uid: dict[int, UserLimits] = {}
+        self._default = users.get("default", UserLimits())
+        for name, limits in users.items():
+            if name == "default":
+                continue
+            try:
+                uid = pwd.getpwnam(name).pw_uid
+            except KeyError:
+                continue  # (the config check refuses unknown names; a user deleted since)
+            self._by_uid[uid] = limits
+
+    @property
+    def any(self) -> bool:
+        """True if some running or queue limit is set for someone."""
+        limits = [self._default, *self._by_uid.values()]
+        return any(
+            x.max_gpus is not None or x.max_vram_gb is not None or x.max_queued is not None
+            for x in limits
+        )
+
+    def of(self, uid: int) -> UserLimits:
+        """The user's limits, each unset one taken from ``[users.default]``."""
+        own = self._by_uid.get(uid)
+        if own is None:
+            return self._default
+        base = self._default
+        return UserLimits(
+            max_gpus=own.max_gpus if own.max_gpus is not None else base.max_gpus,
+            max_vram_gb=own.max_vram_gb if own.max_vram_gb is not None else base.max_vram_gb,
+            max_queued=own.max_queued if own.max_queued is not None else base.max_queued,
+            share=own.share if own.share is not None else base.share,
+        )
+
+    def share(self, uid: int) -> float:
+        """The user's fair-share weight (1 unless set)."""
+        return self.of(uid).share or 1.0
+
+    def where(self, uid: int) -> str:
+        """Which table a user's limits come from, for messages."""
+        return f"[users.{user_label(uid)}]" if uid in self._by_uid else "[users.default]"
+
+
+@dataclass(slots=True)
+class Running:
+    """What one user's running jobs hold (for limits and fair share)."""
+
+    gpus: int = 0
+    vram_bytes: int = 0
+    gpu_seconds: float = 0.0
+
+
+def limit_blocker(
+    limits: Limits, uid: int, held: Running, gpus: int, vram_bytes: int | None
+) -> str | None:
+    """Why ``uid`` may not start a job of ``gpus`` x ``vram_bytes`` now, or ``None``."""
+    own = limits.of(uid)
+    who = user_label(uid)
+    if own.max_gpus is not None and gpus and held.gpus + gpus > own.max_gpus:
+        return (
+            f"user {who}'s limit: {own.max_gpus} GPUs running at once ({limits.where(uid)} "
+            f"max_gpus), {held.gpus} running now"
+        )
+    if own.max_vram_gb is not None and vram_bytes and gpus:
+        wanted = held.vram_bytes + vram_bytes * gpus
+        if wanted > own.max_vram_gb * GIB:
+            return (
+                f"user {who}'s limit: {own.max_vram_gb:g} GiB of declared VRAM running "
+                f"({limits.where(uid)} max_vram_gb), {held.vram_bytes / GIB:g} GiB now"
+            )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Domains kept for the best waiting job, and when it should be able to start."""
+
+    job_id: int
+    domains: frozenset[str]
+    start: float | None  # None: not known (a holder has no time limit)
+
+    def when(self, now: float) -> str:
+        """``from ~14:05`` or ``until they free up`` (``now``: the queue's clock)."""
+        if self.start is None:
+            return "until they free up"
+        if self.start <= now:
+            return "now"
+        return "from ~" + time.strftime("%H:%M", time.localtime(self.start))
+
+    def allows(self, now: float, timeout: float | None) -> bool:
+        """Whether a job with ``timeout`` may backfill the reserved domains: only one that
+        is sure to end before the reservation starts."""
+        return timeout is not None and self.start is not None and now + timeout <= self.start
+
+
+def reservation(
+    job_id: int,
+    gpus: int,
+    vram_bytes: int | None,
+    exclusive: bool,
+    candidates: Iterable[Domain],
+    ends_at: Callable[[int], float | None],
+    now: float,
+) -> Reservation | None:
+    """The domains the job will get first, and when: free ones now, then those whose
+    holders (our own jobs, never foreign processes) end soonest. ``None`` when fewer than
+    ``gpus`` domains can ever free up for it without someone else leaving the GPU."""
+    timed: list[tuple[float, int, Domain]] = []
+    for dom in candidates:
+        if dom.state is not DomainState.IN_SERVICE or not dom.is_gpu:
+            continue
+        if dom.blocker(vram_bytes, exclusive) is None:
+            timed.append((now, dom.gpu_index or 0, dom))
+            continue
+        if not _frees_up(dom, vram_bytes):
+            continue
+        ends = [ends_at(j) for j in dom.holdings]
+        if not ends:
+            continue
+        if exclusive:  # every holder must go
+            known = None if any(e is None for e in ends) else max(e for e in ends if e)
+        else:  # a slot frees when the first holder ends
+            known_ends = [e for e in ends if e is not None]
+            known = min(known_ends) if known_ends else None
+        timed.append((math.inf if known is None else known, dom.gpu_index or 0, dom))
+    if len(timed) < gpus:
+        return None
+    timed.sort(key=lambda t: (t[0], t[1]))
+    chosen = timed[:gpus]
+    start = max(t[0] for t in chosen)
+    return Reservation(
+        job_id, frozenset(t[2].name for t in chosen), None if math.isinf(start) else start
+    )
+
+
+def _frees_up(dom: Domain, vram_bytes: int | None) -> bool:
+    """True if the domain could take the job once our own jobs there leave (foreign
+    processes and unlisted memory stay)."""
+    if not vram_bytes:
+        return True
+    account = dom.account
+    if account is None:
+        return False
+    return account.total - account.unregistered - account.unattributed >= vram_bytes
+
+
+def scheduling_defaults() -> SchedulingSettings:
+    """The default ``[scheduling]`` section (for callers without a config)."""
+    return SchedulingSettings()

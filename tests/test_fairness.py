@@ -1,0 +1,265 @@
+"""A shared box (issue 18): reservations and backfill, per-user limits, fair share.
+
+The scheduler's parts are driven alone, as in tests/test_parts.py (no loop, no SQLite, no
+processes): a book, a scheduler over hand-made GPU readings, and the queue, with a clock
+the test sets. The limits that reach admission run through a real engine.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+
+from gpulayer_tui.engine.config import SchedulingSettings, UserLimits
+from gpulayer_tui.engine.errors import Overloaded
+from gpulayer_tui.engine.events import EventBus
+from gpulayer_tui.engine.fairness import Limits, user_label
+from gpulayer_tui.engine.jobbook import ActiveJob, JobBook, release_holds
+from gpulayer_tui.engine.jobqueue import JobQueue
+from gpulayer_tui.engine.models import JobKind, JobStatus
+from gpulayer_tui.engine.spec import parse_spec
+
+from .conftest import EngineFactory, make_config
+from .test_parts import Journal, Reason, Soon, World, gpu, machine
+
+ME, OTHER = 0, 65534  # root and nobody: users every test machine has
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Box(World):
+    """World with users, a clock, ``[scheduling]`` and ``[users.*]``."""
+
+    def __init__(
+        self,
+        gpus: int = 2,
+        users: dict[str, UserLimits] | None = None,
+        **scheduling: Any,
+    ) -> None:
+        self.clock = Clock()
+        scheduler = machine(*(gpu(i) for i in range(gpus)))
+        self.journal = Journal()
+        self.scheduler = scheduler
+        self.book = JobBook(self.journal, EventBus())
+        self.soon = Soon()
+        self.started = []
+        self.queue = JobQueue(
+            self.book,
+            scheduler,
+            self._lookup,
+            self._start,
+            self.soon,
+            settings=SchedulingSettings(**scheduling),
+            limits=Limits(users or {}),
+            clock=self.clock,
+        )
+        self.book.on_end(release_holds)
+        self.book.on_end(self.queue.job_ended)
+        self.stored = {}
+
+    def _start(self, act: ActiveJob, domains: list[Any]) -> None:
+        super()._start(act, domains)
+        act.job.started_at = self.clock.now
+
+    def run(self, uid: int = ME, priority: int = 0, **spec: Any) -> ActiveJob:
+        parsed = parse_spec({"command": ["true"], "priority": priority, **spec})
+        act = self.book.create(
+            name="t",
+            kind=JobKind.COMMAND,
+            spec_json=parsed.model_dump(mode="json", exclude_none=True),
+            spec=parsed,
+            request=self.scheduler.request_for(parsed),
+            priority=priority,
+            owner_uid=uid,
+        )
+        self.queue.enqueue(act, [])
+        self.soon.run()
+        return act
+
+    def end(self, act: ActiveJob, status: JobStatus = JobStatus.COMPLETED) -> None:
+        self.book.finish(act, status, Reason.EXIT_CODE, "ended", 0, ended_at=self.clock.now)
+        self.soon.run()
+
+
+def status(act: ActiveJob) -> str:
+    return act.job.status.value
+
+
+# -- reservations and backfill ----------------------------------------------------------------
+
+
+def test_a_two_gpu_job_is_not_starved_by_a_stream_of_one_gpu_jobs() -> None:
+    box = Box(gpus=2)
+    first, second = box.run(gpus=1), box.run(gpus=1)
+    big = box.run(gpus=2)
+    stream = [box.run(gpus=1) for _ in range(4)]
+    assert status(big) == "queued" and all(status(s) == "queued" for s in stream)
+    box.end(first)  # gpu0 frees: it is kept for the 2-GPU job, not given to the stream
+    assert status(big) == "queued"
+    assert all(status(s) == "queued" for s in stream)
+    assert stream[0].job.message.startswith("waiting: gpu0, gpu1 reserved for job 3")
+    assert big.job.message.endswith("gpu0, gpu1 reserved for it until they free up")
+    box.end(second)  # both free: the 2-GPU job starts at once
+    assert status(big) == "running" and sorted(big.job.domains) == ["gpu0", "gpu1"]
+    box.end(big)
+    assert [status(s) for s in stream] == ["running", "running", "queued", "queued"]
+
+
+def test_without_reservations_the_stream_starves_the_big_job() -> None:
+    box = Box(gpus=2, reserve=False)
+    first, second = box.run(gpus=1), box.run(gpus=1)
+    big = box.run(gpus=2)
+    stream = [box.run(gpus=1) for _ in range(2)]
+    box.end(first)
+    assert status(stream[0]) == "running" and status(big) == "queued"
+    box.end(second)
+    assert status(stream[1]) == "running" and status(big) == "queued"  # (what issue 18 saw)
+
+
+def test_a_job_that_ends_before_the_reservation_backfills_it() -> None:
+    box = Box(gpus=2)
+    box.run(gpus=1)
+    timed = box.run(gpus=1, timeout=3600)  # gpu1 frees within the hour at the latest
+    big = box.run(gpus=2)
+    short = box.run(gpus=1, timeout=600)  # sure to end before: may use the free GPU
+    untimed = box.run(gpus=1)
+    assert status(big) == "queued"
+    box.end(box.book.get(1))  # type: ignore[arg-type]
+    assert status(short) == "running" and status(untimed) == "queued"
+    box.end(short)  # gpu0 free again: a job with no time limit is kept off it
+    assert status(untimed) == "queued" and status(big) == "queued"
+    assert untimed.job.message.startswith("waiting: gpu0, gpu1 reserved for job 3 from ~")
+    assert status(timed) == "running"
+
+
+def test_a_reservation_never_waits_on_a_foreign_process() -> None:
+    # gpu1 is taken by memory the engine does not own: it is not reserved (it may never
+    # free up), so jobs that fit elsewhere keep running.
+    box = Box(gpus=2)
+    box.scheduler = machine(gpu(0), gpu(1, used_gib=79, procs=((4242, 79),)))
+    box.queue._scheduler = box.scheduler
+    big = box.run(gpus=2, vram_gb=40)
+    small = box.run(gpus=1, vram_gb=10)
+    assert status(small) == "running" and status(big) == "queued"
+
+
+# -- per-user limits ---------------------------------------------------------------------------
+
+
+def test_a_user_past_its_gpu_limit_waits_and_others_go_on() -> None:
+    box = Box(gpus=3, users={"default": UserLimits(max_gpus=1)})
+    mine = [box.run(uid=ME, gpus=1) for _ in range(2)]
+    theirs = box.run(uid=OTHER, gpus=1)
+    assert [status(a) for a in mine] == ["running", "queued"]
+    assert status(theirs) == "running"
+    assert mine[1].job.message == (
+        f"user {user_label(ME)}'s limit: 1 GPUs running at once ([users.default] "
+        "max_gpus), 1 running now"
+    )
+    box.end(mine[0])
+    assert status(mine[1]) == "running"
+
+
+def test_a_users_own_table_overrides_the_default() -> None:
+    users = {"default": UserLimits(max_gpus=1), user_label(OTHER): UserLimits(max_gpus=2)}
+    box = Box(gpus=3, users=users)
+    theirs = [box.run(uid=OTHER, gpus=1) for _ in range(3)]
+    assert [status(a) for a in theirs] == ["running", "running", "queued"]
+    assert f"[users.{user_label(OTHER)}] max_gpus" in theirs[2].job.message
+
+
+def test_the_declared_vram_limit_counts_running_jobs() -> None:
+    box = Box(gpus=2, users={"default": UserLimits(max_vram_gb=50)})
+    first = box.run(gpus=1, vram_gb=30)
+    second = box.run(gpus=1, vram_gb=30)
+    assert status(first) == "running" and status(second) == "queued"
+    assert "50 GiB of declared VRAM running" in second.job.message
+
+
+# -- fair share ------------------------------------------------------------------------------
+
+
+def test_the_user_with_less_recent_use_goes_first_within_a_priority() -> None:
+    box = Box(gpus=1)
+    blocker = box.run(uid=ME, gpus=1)
+    box.queue.fair.charge(ME, 36_000, box.clock.now)  # 10 GPU-hours lately
+    heavy = box.run(uid=ME, gpus=1)  # submitted first...
+    light = box.run(uid=OTHER, gpus=1)  # ... but this user used less
+    box.end(blocker)
+    assert status(light) == "running" and status(heavy) == "queued"
+
+
+def test_priority_comes_before_fair_share() -> None:
+    box = Box(gpus=1)
+    blocker = box.run(uid=ME, gpus=1)
+    box.queue.fair.charge(ME, 36_000, box.clock.now)
+    urgent = box.run(uid=ME, gpus=1, priority=5)
+    light = box.run(uid=OTHER, gpus=1)
+    box.end(blocker)
+    assert status(urgent) == "running" and status(light) == "queued"
+
+
+def test_recent_use_decays_with_the_half_life_and_running_jobs_count() -> None:
+    box = Box(gpus=2, fairshare_half_life=3600)
+    box.queue.fair.charge(ME, 1000, box.clock.now)
+    box.clock.now += 3600
+    assert box.queue.fair.usage(ME, box.clock.now) == pytest.approx(500)
+    running = box.run(uid=OTHER, gpus=1)
+    box.clock.now += 100
+    held = box.queue.running_by_user(box.clock.now)
+    assert held[OTHER].gpus == 1 and held[OTHER].gpu_seconds == pytest.approx(100)
+    box.end(running)  # its 100 GPU-seconds are booked to its user
+    assert box.queue.fair.usage(OTHER, box.clock.now) == pytest.approx(100)
+
+
+def test_a_users_share_divides_its_usage() -> None:
+    users = {user_label(ME): UserLimits(share=10)}
+    box = Box(gpus=1, users=users)
+    blocker = box.run(uid=OTHER, gpus=1)
+    box.queue.fair.charge(ME, 5000, box.clock.now)
+    box.queue.fair.charge(OTHER, 1000, box.clock.now)
+    mine = box.run(uid=ME, gpus=1)
+    theirs = box.run(uid=OTHER, gpus=1)
+    box.end(blocker)
+    # 5000 / 10 < 1000 (+ its running job's time): ME goes first.
+    assert status(mine) == "running" and status(theirs) == "queued"
+
+
+# -- through a real engine ---------------------------------------------------------------------
+
+
+async def test_a_submission_past_max_queued_is_refused_and_nothing_is_stored(
+    make_engine: EngineFactory,
+) -> None:
+    config = make_config(users={"default": {"max_queued": 2}})
+    engine = await make_engine("1xA100-80GB", config=config)
+    await engine.submit({"command": ["sleep", "60"], "gpus": 1})  # runs
+    for _ in range(2):
+        await engine.submit({"command": ["true"], "gpus": 1})  # wait
+    before = len(await engine.list_jobs())
+    with pytest.raises(Overloaded, match=r"max_queued\); nothing was stored"):
+        await engine.submit({"command": ["true"], "gpus": 1})
+    assert len(await engine.list_jobs()) == before
+
+
+async def test_fair_share_is_rebuilt_from_history_after_a_restart(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine("1xA100-80GB")
+    job = await engine.submit({"command": ["sleep", "0.3"], "gpus": 1})
+    await engine.wait(job.id, timeout=10)
+    uid = os.geteuid()
+    used = engine.queue.fair.usage(uid, time.time())
+    assert used > 0
+    await engine.stop()
+    again = await make_engine("1xA100-80GB")
+    assert again.queue.fair.usage(uid, time.time()) == pytest.approx(used, rel=0.05)
