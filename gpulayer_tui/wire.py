@@ -159,6 +159,7 @@ class TerminationReason(StrEnum):
     ADOPT_PID_MISMATCH = "adopt_pid_mismatch"
     ADOPT_UID_MISMATCH = "adopt_uid_mismatch"
     ADOPT_REFUSED = "adopt_refused"  # a process no one may adopt (init, a kernel thread, ...)
+    PREEMPTED = "preempted"  # stopped for a higher-priority job, and not to be requeued
 
 
 class JobKind(StrEnum):

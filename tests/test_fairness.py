@@ -263,3 +263,103 @@ async def test_fair_share_is_rebuilt_from_history_after_a_restart(
     await engine.stop()
     again = await make_engine("1xA100-80GB")
     assert again.queue.fair.usage(uid, time.time()) == pytest.approx(used, rel=0.05)
+
+
+# -- preemption ------------------------------------------------------------------------------
+
+
+def test_a_job_that_waited_long_enough_preempts_lower_priority_preemptible_jobs() -> None:
+    box = Box(gpus=2, preempt_after=60)
+    stopped: list[tuple[int, int]] = []
+    box.queue.preempt = lambda victim, by: stopped.append((victim.job.id, by.job.id))
+    keeper = box.run(gpus=1, priority=0)  # not preemptible: never chosen
+    victim = box.run(gpus=1, priority=0, preemptible=True)
+    urgent = box.run(gpus=1, priority=5)
+    urgent.job.queued_at = box.clock.now
+    box.clock.now += 30
+    box.queue.schedule()
+    assert stopped == []  # it has not waited long enough
+    box.clock.now += 31
+    box.queue.schedule()
+    assert stopped == [(victim.job.id, urgent.job.id)]
+    assert urgent.job.message.endswith(f"stopping preemptible job {victim.job.id} for it")
+    box.queue.schedule()
+    assert len(stopped) == 1  # once: the stop is under way
+    assert keeper.job.status is JobStatus.RUNNING
+
+
+def test_equal_priority_never_preempts() -> None:
+    box = Box(gpus=1, preempt_after=0)
+    stopped: list[int] = []
+    box.queue.preempt = lambda victim, by: stopped.append(victim.job.id)
+    box.run(gpus=1, preemptible=True)
+    waiting = box.run(gpus=1)
+    waiting.job.queued_at = box.clock.now - 100
+    box.queue.schedule()
+    assert stopped == []
+
+
+PREEMPTIBLE = r"""
+import os, signal, sys, time
+log = sys.argv[1]
+def say(word):
+    with open(log, "a") as f:
+        f.write(word + "\n")
+def checkpoint(*_):
+    say("checkpoint")
+def term(*_):
+    say("term")
+    sys.exit(3)
+signal.signal(signal.SIGUSR1, checkpoint)
+signal.signal(signal.SIGTERM, term)
+runs = open(log).read().count("start") if os.path.exists(log) else 0
+say("start")
+if runs:  # its second run: done at once
+    sys.exit(0)
+time.sleep(60)
+"""
+
+
+async def test_preemption_end_to_end_checkpoint_signal_then_requeue(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    from .conftest import eventually
+
+    config = make_config(
+        scheduling={"preempt_after": 0, "checkpoint_signal": "SIGUSR1", "checkpoint_grace": 0.5}
+    )
+    engine = await make_engine("1xA100-80GB", config=config)
+    log = tmp_path / "victim.log"
+    script = tmp_path / "victim.py"
+    script.write_text(PREEMPTIBLE)
+    victim = await engine.submit(
+        {"command": ["python3", str(script), str(log)], "gpus": 1, "preemptible": True}
+    )
+    await eventually(lambda: log.exists() and "start" in log.read_text(), timeout=10)
+    urgent = await engine.submit({"command": ["true"], "gpus": 1, "priority": 5})
+    done = await engine.wait(urgent.id, timeout=30)
+    assert done.status is JobStatus.COMPLETED
+    again = await engine.wait(victim.id, timeout=30)
+    assert again.status is JobStatus.COMPLETED and again.attempt == 1
+    assert log.read_text().split() == ["start", "checkpoint", "term", "start"]
+    events = await engine.events_of(victim.id)
+    requeued = [
+        e for e in events if e.get("status") == "queued" and "preempted" in (e.get("message") or "")
+    ]
+    assert requeued and "preempted by job" in requeued[0]["message"]
+    assert "requeued once" in requeued[0]["message"]
+
+
+async def test_a_preempted_job_that_asked_not_to_be_requeued_fails(
+    make_engine: EngineFactory,
+) -> None:
+    config = make_config(scheduling={"preempt_after": 0, "checkpoint_signal": None})
+    engine = await make_engine("1xA100-80GB", config=config)
+    victim = await engine.submit(
+        {"command": ["sleep", "60"], "gpus": 1, "preemptible": True, "requeue": False}
+    )
+    await engine.submit({"command": ["true"], "gpus": 1, "priority": 1})
+    ended = await engine.wait(victim.id, timeout=20)
+    assert ended.status is JobStatus.FAILED
+    assert ended.termination_reason is Reason.PREEMPTED
+    assert ended.message.startswith("preempted by job 2 (priority 1) (not requeued)")

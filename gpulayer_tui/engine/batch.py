@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from .commandline import plain_argv, shell_argv
 from .executor import Executor, Exit, LaunchError, Started, TaskKey
-from .jobbook import ActiveJob, JobBook, take_holds
+from .jobbook import ActiveJob, JobBook, release_holds, take_holds
 from .models import Job, JobStatus, TerminationReason
 
 if TYPE_CHECKING:
@@ -165,6 +165,8 @@ def stop_verdict(job: Job, exit: Exit) -> tuple[JobStatus, TerminationReason, st
     """How a job whose process ended ends: a decided stop wins over the exit code."""
     if job.stop_reason is Reason.CANCELLED:
         return JobStatus.CANCELLED, Reason.CANCELLED, job.stop_message
+    if job.stop_reason is Reason.PREEMPTED and exit.error is None:
+        return JobStatus.FAILED, Reason.PREEMPTED, f"{job.stop_message} (not requeued)"
     if exit.error is not None:
         return JobStatus.FAILED, Reason.LAUNCH_FAILED, exit.error
     if job.stop_reason is Reason.TIMEOUT:
@@ -205,7 +207,9 @@ class BatchRunner:
         self._settings = settings
         self._env = env
         self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._checkpoints: dict[int, asyncio.TimerHandle] = {}
         self._process_end: list[ProcessEndListener] = []
+        self._requeued: list[Callable[[ActiveJob], None]] = []
 
     def reconfigure(self, settings: EngineSettings) -> None:
         """Use new ``[engine]`` settings from now on."""
@@ -214,6 +218,10 @@ class BatchRunner:
     def on_process_end(self, listener: ProcessEndListener) -> None:
         """Call ``listener(job, domains)`` when a watched job's process ended it."""
         self._process_end.append(listener)
+
+    def on_requeue(self, listener: Callable[[ActiveJob], None]) -> None:
+        """Call ``listener(act)`` when a preempted job is back in ``queued``."""
+        self._requeued.append(listener)
 
     # -- start --------------------------------------------------------------------------------
 
@@ -248,6 +256,7 @@ class BatchRunner:
                 self._env.own(job.id, job.gpus),
                 functools.partial(self._started, job_id),
                 functools.partial(self._exited, job_id),
+                run=job.attempt,
             )
         except LaunchError as err:
             self._book.finish(act, JobStatus.FAILED, Reason.LAUNCH_FAILED, str(err))
@@ -290,17 +299,81 @@ class BatchRunner:
             self._legacy.terminate(job_id, grace)
         else:
             # Not started yet: _launch sees the stop and ends it without a process.
-            self._executor.terminate(job_id, grace)
+            self._executor.terminate(job_id, grace, act.job.attempt)
+
+    def preempt(
+        self, act: ActiveJob, message: str, checkpoint_signal: str | None, checkpoint: float
+    ) -> None:
+        """Stop a preemptible job for a better one: ``checkpoint_signal`` first, SIGTERM
+        ``checkpoint`` s later, SIGKILL after the grace period. It goes back to the queue
+        when it exits (or fails, if it asked not to be requeued). Decided and stored
+        first; signalled once durable."""
+        job = act.job
+        if job.stop_reason is not None or job.status is not JobStatus.RUNNING:
+            return
+        grace = self._settings.grace_period
+        lead = checkpoint if checkpoint_signal else 0.0
+        job.stop_reason, job.stop_message = Reason.PREEMPTED, message
+        job.kill_at = time.time() + lead + grace
+        said = f"{checkpoint_signal} sent, SIGTERM in {lead:g} s, " if lead else "SIGTERM sent, "
+        self._book.note(act, f"stopping ({message}): {said}SIGKILL {grace:g} s after that")
+        self._book.after_commit(
+            functools.partial(self._signal_preempt, job.id, checkpoint_signal, lead, grace)
+        )
+
+    def _signal_preempt(self, job_id: int, sent: str | None, lead: float, grace: float) -> None:
+        act = self._book.get(job_id)
+        if act is None:
+            return
+        pid = act.job.pid
+        if sent and lead and pid:
+            try:
+                os.killpg(pid, getattr(signal, sent))
+            except (ProcessLookupError, PermissionError):
+                pass  # (it is gone: its exit follows)
+            loop = asyncio.get_running_loop()
+            self._checkpoints[job_id] = loop.call_later(
+                lead, functools.partial(self._signal_stop, job_id, grace)
+            )
+            return
+        self._signal_stop(job_id, grace)
 
     def _exited(self, job_id: int, exit: Exit) -> None:
         act = self._book.get(job_id)
         if act is None:
             return
+        run = act.job.attempt
         self._end(act, exit)
-        self._book.after_commit(functools.partial(self._executor.done, job_id))
+        self._book.after_commit(functools.partial(self._executor.done, job_id, run))
+
+    def _requeue(self, act: ActiveJob) -> None:
+        """A preempted job exited: back to ``queued`` (its next start is a new run)."""
+        job = act.job
+        for timers in (self._timers, self._checkpoints):
+            timer = timers.pop(job.id, None)
+            if timer is not None:
+                timer.cancel()
+        release_holds(act)
+        by = job.stop_message
+        job.attempt += 1
+        job.pid = job.start_ticks = job.kill_at = job.started_at = None
+        job.stop_reason, job.stop_message = None, ""
+        job.domains, job.gpus = [], []
+        act.launched = False
+        times = "once" if job.attempt == 1 else f"{job.attempt} times"
+        self._book.transition(
+            act, JobStatus.QUEUED, message=f"{by}; back in the queue (requeued {times})"
+        )
+        for listener in self._requeued:
+            listener(act)
 
     def _end(self, act: ActiveJob, exit: Exit) -> None:
         self._book.roots.drop(act.job.pid)
+        job = act.job
+        spec = act.spec
+        if job.stop_reason is Reason.PREEMPTED and exit.error is None and spec and spec.requeue:
+            self._requeue(act)
+            return
         act.job.kill_at = None
         status, reason, message = stop_verdict(act.job, exit)
         holds = list(act.holds)
@@ -310,10 +383,11 @@ class BatchRunner:
                 listener(act.job, holds)
 
     def job_ended(self, act: ActiveJob) -> None:
-        """End listener: drop the job's timeout."""
-        timer = self._timers.pop(act.job.id, None)
-        if timer is not None:
-            timer.cancel()
+        """End listener: drop the job's timeout (and a preemption's pending SIGTERM)."""
+        for timers in (self._timers, self._checkpoints):
+            timer = timers.pop(act.job.id, None)
+            if timer is not None:
+                timer.cancel()
 
     # -- restart ------------------------------------------------------------------------------
 
@@ -321,14 +395,16 @@ class BatchRunner:
         """Take back a job that was running when an earlier engine stopped: watch it again,
         end it from what its launcher recorded, or start it if it never started."""
         job = act.job
+        run = job.attempt
         found = self._executor.find(
             job.id,
             functools.partial(self._started, job.id),
             functools.partial(self._exited, job.id),
+            run,
         )
         if isinstance(found, Exit):
             self._end(act, found)
-            self._book.after_commit(functools.partial(self._executor.done, job.id))
+            self._book.after_commit(functools.partial(self._executor.done, job.id, run))
             return
         domains = self._scheduler.domains
         if found is None and job.pid is not None:
@@ -344,7 +420,7 @@ class BatchRunner:
         elif job.stop_reason is not None:
             # Stopping when the engine stopped: signal again, keeping the stored deadline.
             grace = max(0.0, (job.kill_at or time.time()) - time.time())
-            self._executor.terminate(job.id, grace)
+            self._executor.terminate(job.id, grace, run)
 
     def _reattach_legacy(self, act: ActiveJob) -> None:
         """A job an older version started under its per-job ``sh`` wrapper."""
@@ -376,6 +452,7 @@ class BatchRunner:
 
     def close(self) -> None:
         """Engine stop: drop the timers (a restarted engine re-arms them)."""
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
+        for timers in (self._timers, self._checkpoints):
+            for timer in timers.values():
+                timer.cancel()
+            timers.clear()

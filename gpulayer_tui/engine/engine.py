@@ -213,6 +213,10 @@ class Engine:
         self.book.on_end(self.queue.job_ended)
         # A GPU job that died of a device error counts against its GPUs' health.
         self.batch.on_process_end(self.domain_ops.job_ended_on)
+        # Preemption (issue 18): the queue picks whom to stop, the batch runner stops it
+        # and hands it back to the queue when it has exited.
+        self.queue.preempt = self._preempt
+        self.batch.on_requeue(self.queue.requeued)
         # A quarantined domain's services are placed again elsewhere (record 000).
         self.domain_ops.on_quarantine(self.services.domain_quarantined)
         # A log cut back to its limit is said in the job's timeline.
@@ -382,6 +386,16 @@ class Engine:
             return None
         vram_gb = act.spec.vram_gb if act.spec is not None else None
         return act.job.started_at, None if vram_gb is None else int(vram_gb * GIB)
+
+    def _preempt(self, victim: ActiveJob, by: ActiveJob) -> None:
+        """Stop ``victim`` (preemptible, lower priority) so that ``by`` can start."""
+        settings = self.config.scheduling
+        self.batch.preempt(
+            victim,
+            f"preempted by job {by.job.id} (priority {by.job.priority})",
+            settings.checkpoint_signal,
+            settings.checkpoint_grace,
+        )
 
     def _idle_warning(self, job_id: int, message: str, stop: bool) -> None:
         """[policy] idle_after passed: say so in the job's timeline and message; with

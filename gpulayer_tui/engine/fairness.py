@@ -197,7 +197,7 @@ def reservation(
         if dom.blocker(vram_bytes, exclusive) is None:
             timed.append((now, dom.gpu_index or 0, dom))
             continue
-        if not _frees_up(dom, vram_bytes):
+        if not frees_up(dom, vram_bytes):
             continue
         ends = [ends_at(j) for j in dom.holdings]
         if not ends:
@@ -218,7 +218,7 @@ def reservation(
     )
 
 
-def _frees_up(dom: Domain, vram_bytes: int | None) -> bool:
+def frees_up(dom: Domain, vram_bytes: int | None) -> bool:
     """True if the domain could take the job once our own jobs there leave (foreign
     processes and unlisted memory stay)."""
     if not vram_bytes:

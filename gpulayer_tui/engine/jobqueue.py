@@ -29,12 +29,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from .config import SchedulingSettings
+from .domain import DomainState
 from .errors import SpecError
 from .fairness import (
     FairShare,
     Limits,
     Reservation,
     Running,
+    frees_up,
     gpu_seconds,
     limit_blocker,
     owner_of,
@@ -119,6 +121,9 @@ class JobQueue:
         self._waiting_of: dict[int, int] = {}  # waiting job -> its user
         self._waiting_count: dict[int, int] = {}  # user -> waiting jobs
         self.reservation: Reservation | None = None  # (the last pass's)
+        # Stops a preemptible job for a better one (wired by the engine to its runner).
+        self.preempt: Callable[[ActiveJob, ActiveJob], None] | None = None
+        self._preempting: dict[int, set[int]] = {}  # waiting job -> jobs stopped for it
 
     def reconfigure(self, settings: SchedulingSettings, limits: Limits) -> None:
         """A reloaded ``[scheduling]`` / ``[users.*]``."""
@@ -255,6 +260,11 @@ class JobQueue:
         self._ready.push(act.key, group)
         self.schedule_soon()
 
+    def requeued(self, act: ActiveJob) -> None:
+        """A preempted job is back in ``queued``: it waits again (its dependencies were
+        met long ago)."""
+        self.ready(act)
+
     def recheck_capacity(self) -> None:
         """Capacity changed: re-decide over capacity for every job that is ready to run."""
         ready = [self._book.get(key[1]) for key, _ in self._ready.items()]
@@ -337,6 +347,7 @@ class JobQueue:
         reserved: Reservation | None = None
         reserved_group: Group | None = None
         kept_off = False  # someone was kept off the reserved domains
+        first_blocked: tuple[int, Group] | None = None  # the best job that cannot start
         progress = closed is None
         while progress:
             progress = False
@@ -352,6 +363,8 @@ class JobQueue:
                     continue
                 placed = self._place(key[1], request, reserved, now)
                 if isinstance(placed, str):
+                    if first_blocked is None and request.gpus:
+                        first_blocked = (key[1], group)
                     if reserved is None and request.gpus and self.settings.reserve:
                         reserved = self._reserve(key[1], request, now)
                         reserved_group = group
@@ -363,6 +376,7 @@ class JobQueue:
                 act = self._book.get(key[1])
                 if act is not None:
                     self._unwait(act.job.id)
+                    self._preempting.pop(act.job.id, None)
                     self._start(act, placed)
                     held = running.setdefault(uid, Running())
                     held.gpus += sum(1 for d in placed if d.is_gpu)
@@ -370,6 +384,12 @@ class JobQueue:
                 progress = True
                 break  # resources changed: look at the heads again, best first
         self.reservation = reserved
+        if first_blocked is not None and self.settings.preempt_after is not None:
+            job_id, group = first_blocked
+            stopping = self._maybe_preempt(job_id, group[0], now)
+            if stopping and group in blocked:
+                ids = ", ".join(map(str, sorted(stopping)))
+                blocked[group] += f"; stopping preemptible job {ids} for it"
         if reserved is not None and kept_off and reserved_group in blocked:
             # Said on the reserved job only when it kept someone off its domains.
             blocked[reserved_group] += (
@@ -417,6 +437,64 @@ class JobQueue:
             "may use them)"
         )
 
+    def _maybe_preempt(self, job_id: int, request: Request, now: float) -> set[int]:
+        """Stop lower-priority preemptible jobs for the best waiting job once it has waited
+        ``[scheduling] preempt_after``, if stopping them lets it start (the fewest, lowest
+        priority and newest first). Returns the jobs being stopped for it."""
+        already = self._preempting.get(job_id)
+        if already:
+            still = {j for j in already if j in self._book}
+            self._preempting[job_id] = still
+            if still:
+                return still
+        act = self._book.get(job_id)
+        after = self.settings.preempt_after
+        if act is None or after is None or self.preempt is None or request.replicas > 1:
+            return set()
+        if now - (act.job.queued_at or now) < after:
+            return set()
+        scheduler = self._scheduler
+        candidates = (
+            [scheduler.domains[p] for p in request.pins] if request.pins else scheduler.gpu_domains
+        )
+        victims: dict[int, ActiveJob] = {}
+        for dom in candidates:
+            for holder in dom.holdings:
+                other = self._book.get(holder)
+                if (
+                    other is not None
+                    and other.spec is not None
+                    and other.spec.preemptible
+                    and other.job.priority < act.job.priority
+                    and other.job.stop_reason is None
+                ):
+                    victims[holder] = other
+        order = sorted(
+            victims.values(), key=lambda v: (v.job.priority, -(v.job.started_at or 0), -v.job.id)
+        )
+        chosen: list[ActiveJob] = []
+        for victim in order:
+            chosen.append(victim)
+            if self._fits_without(request, candidates, {v.job.id for v in chosen}):
+                for stopped in chosen:
+                    self.preempt(stopped, act)
+                self._preempting[job_id] = {v.job.id for v in chosen}
+                return self._preempting[job_id]
+        return set()
+
+    @staticmethod
+    def _fits_without(request: Request, candidates: list[Domain], gone: set[int]) -> bool:
+        """Whether ``request`` would fit once the jobs ``gone`` left their domains."""
+        usable = 0
+        for dom in candidates:
+            if dom.state is not DomainState.IN_SERVICE:
+                continue
+            if dom.blocker(request.vram_bytes, request.exclusive) is None:
+                usable += 1
+            elif set(dom.holdings) <= gone and frees_up(dom, request.vram_bytes):
+                usable += 1
+        return usable >= request.gpus
+
     def _reserve(self, job_id: int, request: Request, now: float) -> Reservation | None:
         scheduler = self._scheduler
         candidates = (
@@ -459,6 +537,7 @@ class JobQueue:
         job_id = act.job.id
         self._ready.remove(act.key, self._group(act))
         self._unwait(job_id)
+        self._preempting.pop(job_id, None)
         self._capacity_wait.pop(job_id, None)
         self._capacity_block.pop(job_id, None)
         for dep_id in self._waiting_on.pop(job_id, {}):
