@@ -363,3 +363,27 @@ async def test_a_preempted_job_that_asked_not_to_be_requeued_fails(
     assert ended.status is JobStatus.FAILED
     assert ended.termination_reason is Reason.PREEMPTED
     assert ended.message.startswith("preempted by job 2 (priority 1) (not requeued)")
+
+
+def test_why_explains_a_waiting_job_through_the_cli(served: Any) -> None:
+    import json
+
+    served.start("--simulate", "1xA100-80GB")
+    first = served.cli("submit", "--gpus", "1", "--", "sleep", "60").stdout.strip()
+    second = served.cli("submit", "--gpus", "1", "--preemptible", "--", "true").stdout.strip()
+    text = served.cli("why", second)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith(f"job {second} (queued, priority 0, user ")
+    assert any(line.startswith("  place       1 of 1 ready (ahead: none)") for line in lines)
+    assert any("gpu0: slot held by job" in line for line in lines)
+    assert any(line.startswith("  fair share  ") for line in lines)
+    data = json.loads(served.cli("why", second, "--json").stdout)
+    assert data["waiting"] is True and data["place"] == 1 and data["limits"]["max_gpus"] is None
+    assert "running" in served.cli("why", first).stdout
+    spec = json.loads(served.cli("status", second, "--json").stdout)["job"]["spec"]
+    assert spec["preemptible"] is True and "requeue" not in spec
+    unknown = served.cli("why", "999")
+    assert unknown.returncode != 0 and "999" in unknown.stderr
+    refused = served.cli("submit", "--no-requeue", "--", "true")
+    assert refused.returncode == 2 and "only a preemptible job is requeued" in refused.stderr

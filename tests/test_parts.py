@@ -270,9 +270,9 @@ def test_placement_picks_the_emptiest_fitting_gpu_and_names_the_blocker() -> Non
     reason = scheduler.place(need_40)
     assert isinstance(reason, str)
     assert "gpu0: 60.0 GiB held by pid 4242; needs 40.0 GiB, 20.0 GiB free" in reason
-    assert "gpu1: slot held by job 1" in reason
+    assert "gpu1 busy" in reason and "4242" in reason
     both = Request(gpus=2, vram_bytes=None, pins=(), exclusive=False)
-    assert scheduler.place(both) == "needs 2 GPUs, 1 available now; gpu1: slot held by job 1"
+    assert scheduler.place(both) == "needs 2 GPUs, 1 available now; gpu1 busy"
     scheduler.release(1, [scheduler.domains["gpu1"]])
     assert len(scheduler.place(both)) == 2  # type: ignore[arg-type]
 

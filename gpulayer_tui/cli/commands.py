@@ -53,6 +53,10 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         spec["exclusive"] = True
     if args.notify:
         spec["notify"] = True
+    if args.preemptible:
+        spec["preemptible"] = True
+    if args.no_requeue:
+        spec["requeue"] = False
     if args.priority:
         spec["priority"] = args.priority
     deps: list[Any] = list(args.after)
@@ -521,7 +525,64 @@ def _stop(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     return EXIT_OK
 
 
+def _why(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    data = client.request("GET", f"/jobs/{quote(args.job)}/why")
+    if args.json:
+        _print_json(data)
+        return EXIT_OK
+    from ..fields import printable
+
+    print("\n".join(printable(line) for line in why_lines(data)))
+    return EXIT_OK
+
+
+def why_lines(data: dict[str, Any]) -> list[str]:
+    """``gpulayer-tui why``'s text: one fact per line."""
+    job = data["job"]
+    if not data.get("waiting"):
+        return [f"job {job} is {data.get('status')}: {data.get('reason', '')}".rstrip(": ")]
+    lines = [f"job {job} ({data['status']}, priority {data['priority']}, user {data['user']})"]
+    lines.append(f"  reason      {data.get('reason') or '-'}")
+    if data.get("waiting_for_jobs"):
+        lines.append(f"  waits for   jobs {', '.join(map(str, data['waiting_for_jobs']))}")
+    if data.get("capacity"):
+        lines.append(f"  capacity    {data['capacity']}")
+    if data.get("place"):
+        ahead = ", ".join(map(str, data.get("ahead") or [])) or "none"
+        lines.append(f"  place       {data['place']} of {data['ready']} ready (ahead: {ahead})")
+    reservation = data.get("reservation")
+    if reservation:
+        mine = reservation["job"] == job
+        whose = "for this job" if mine else f"for job {reservation['job']}"
+        lines.append(
+            f"  reserved    {', '.join(reservation['domains'])} {whose} {reservation['when']}"
+        )
+    limits = data.get("limits") or {}
+    set_ = [
+        f"{key} {limits[key]:g}"
+        for key in ("max_gpus", "max_vram_gb", "max_queued")
+        if limits.get(key) is not None
+    ]
+    lines.append(
+        f"  limits      {', '.join(set_) or 'none'} ({limits.get('from')}); running "
+        f"{limits.get('running_gpus', 0)} GPUs, {limits.get('running_vram_gb', 0):g} GiB "
+        f"declared; {limits.get('waiting', 0)} jobs waiting"
+    )
+    order = data.get("fair_share") or []
+    if order:
+        shown = ", ".join(
+            f"{row['user']} {row['gpu_hours']:g} GPU-h"
+            + (f" (share {row['share']:g})" if row["share"] != 1 else "")
+            for row in order
+        )
+        lines.append(f"  fair share  {shown} (least recent use first)")
+    if data.get("preempting"):
+        lines.append(f"  preempting  jobs {', '.join(map(str, data['preempting']))}")
+    return lines
+
+
 COMMANDS: dict[str, Callable[[Client, argparse.Namespace, argparse.ArgumentParser], int]] = {
+    "why": _why,
     "submit": _submit,
     "jobs": _jobs,
     "status": _status,

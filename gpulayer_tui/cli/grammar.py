@@ -157,6 +157,16 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
         "--notify", action="store_true", help="notify when it ends (as [notify] in the config says)"
     )
     p.add_argument(
+        "--preemptible",
+        action="store_true",
+        help="a higher-priority job that waited [scheduling] preempt_after may stop it",
+    )
+    p.add_argument(
+        "--no-requeue",
+        action="store_true",
+        help="with --preemptible: fail when preempted instead of going back to the queue",
+    )
+    p.add_argument(
         "--after",
         type=job_id_arg,
         action="append",
@@ -297,6 +307,11 @@ def _clean_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _why_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", type=job_id_arg)
+    p.add_argument("--json", action="store_true")
+
+
 def _doctor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
@@ -323,6 +338,12 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
     ),
     "jobs": ("list jobs", "", _jobs_args),
     "status": ("show one job (exit 1 if it failed)", "", _status_args),
+    "why": (
+        "say why a job waits",
+        "Why a waiting job waits: its place in the queue and what is ahead of it, what it "
+        "waits for, the reservation, its user's limits and the fair-share order.",
+        _why_args,
+    ),
     "logs": ("print a job's output", "", _logs_args),
     "wait": ("wait for a job; exit 0 only if it completed", "", _wait_args),
     "cancel": ("cancel a job (SIGTERM, then SIGKILL)", "", _cancel_args),

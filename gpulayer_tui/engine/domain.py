@@ -90,6 +90,8 @@ class Domain:
         self.launch_failures = 0  # GPU jobs in a row that died of a device error
         self.last_error = ""
         self.holdings: dict[int, Holding] = {}
+        self._exclusive_held = False
+        self._slots_held = 0
         self.reading: GpuReading | None = None
         self.account: VramAccount | None = None
         self._owners: dict[int, int | None] = {}
@@ -103,9 +105,14 @@ class Domain:
     @property
     def used_slots(self) -> int:
         """Slots taken (an exclusive job takes them all)."""
-        if any(h.exclusive for h in self.holdings.values()):
-            return self.slots
-        return sum(h.slots for h in self.holdings.values())
+        # Counted when the holdings change, not on each ask: a scheduling pass asks for
+        # every domain of every request shape it tries.
+        return self.slots if self._exclusive_held else self._slots_held
+
+    def _count_slots(self) -> None:
+        held = self.holdings.values()
+        self._exclusive_held = any(h.exclusive for h in held)
+        self._slots_held = sum(h.slots for h in held)
 
     @property
     def free_slots(self) -> int:
@@ -225,6 +232,8 @@ class Domain:
         """Become the owner of ``previous``'s GPU (a rename on reload): its reading, health,
         state and holdings move here, so the jobs running there stay accounted for."""
         self.holdings, previous.holdings = previous.holdings, {}
+        self._count_slots()
+        previous._count_slots()
         self.reading, self.account = previous.reading, previous.account
         self._owners, self._info = previous._owners, previous._info
         self.state, self.state_reason = previous.state, previous.state_reason
@@ -255,11 +264,13 @@ class Domain:
     ) -> None:
         """Take ``slots`` slots for ``job_id`` and reserve its declared memory."""
         self.holdings[job_id] = Holding(job_id, declared_bytes, exclusive, slots)
+        self._count_slots()
         self._recount()
 
     def unhold(self, job_id: int) -> None:
         """Give back ``job_id``'s slot and reservation (idempotent)."""
         if self.holdings.pop(job_id, None) is not None:
+            self._count_slots()
             self._recount()
 
     def apply_sample(

@@ -375,6 +375,23 @@ class Engine:
         and sort served by SQLite (see :meth:`.JobReader.rows`)."""
         return self.reads.rows(query)
 
+    async def why(self, job_id: int) -> dict[str, Any]:
+        """Why a job waits (see :meth:`.JobQueue.explain`); a job that is not active says
+        how it ended.
+
+        Raises:
+            UnknownJob: No such id.
+        """
+        job = await self.get(job_id)
+        if job.id not in self.book:
+            return {
+                "job": job_id,
+                "status": job.status.value,
+                "waiting": False,
+                "reason": job.message,
+            }
+        return self.queue.explain(job_id)
+
     async def usage_of(self, job_id: int) -> UsageJSON:
         """What a job used of its GPUs (see :meth:`.JobReader.usage`)."""
         return await self.reads.usage(job_id)

@@ -41,7 +41,9 @@ from .fairness import (
     limit_blocker,
     owner_of,
     reservation,
+    user_label,
 )
+from .gpus import GIB
 from .jobbook import ActiveJob, JobBook
 from .models import Job, JobStatus, TerminationReason
 from .runqueue import Group, Key, RunQueue
@@ -318,6 +320,70 @@ class JobQueue:
                 if in_queue and group is not None:
                     self._ready.push(act.key, group)
 
+    # -- explaining ---------------------------------------------------------------------------
+
+    def explain(self, job_id: int) -> dict[str, object]:
+        """Why a waiting job waits: where it stands, what it waits for, the reservation,
+        its user's limits and the fair-share order (``gpulayer-tui why``)."""
+        act = self._book.get(job_id)
+        if act is None:
+            return {"job": job_id, "waiting": False}
+        now = self._clock()
+        running = self.running_by_user(now)
+        uid = owner_of(act.job.owner_uid)
+        order = sorted(
+            self._ready.items(),
+            key=lambda item: (item[0][0], self.fair_usage(item[1][1], running, now), item[0][1]),
+        )
+        ids = [key[1] for key, _ in order]
+        users = {group[1] for _, group in order} | {uid} | set(running)
+        own = self.limits.of(uid)
+        held = running.get(uid, Running())
+        out: dict[str, object] = {
+            "job": job_id,
+            "status": act.job.status.value,
+            "waiting": act.job.status is not JobStatus.RUNNING,
+            "reason": act.job.message,
+            "priority": act.job.priority,
+            "user": user_label(uid),
+            "place": ids.index(job_id) + 1 if job_id in ids else None,
+            "ready": len(ids),
+            "ahead": ids[: ids.index(job_id)][:10] if job_id in ids else [],
+            "waiting_for_jobs": sorted(self._waiting_on.get(job_id, ())),
+            "capacity": self._capacity_block.get(job_id),
+            "limits": {
+                "max_gpus": own.max_gpus,
+                "max_vram_gb": own.max_vram_gb,
+                "max_queued": own.max_queued,
+                "running_gpus": held.gpus,
+                "running_vram_gb": round(held.vram_bytes / GIB, 1),
+                "waiting": self.waiting_of(uid),
+                "from": self.limits.where(uid),
+            },
+            "fair_share": sorted(
+                (
+                    {
+                        "user": user_label(u),
+                        "gpu_hours": round(self.fair_usage(u, running, now) / 3600, 2),
+                        "share": self.limits.share(u),
+                    }
+                    for u in users
+                ),
+                key=lambda row: (row["gpu_hours"], row["user"]),
+            ),
+            "reservation": None,
+            "preempting": sorted(self._preempting.get(job_id, ())),
+        }
+        reserved = self.reservation
+        if reserved is not None:
+            out["reservation"] = {
+                "job": reserved.job_id,
+                "domains": sorted(reserved.domains),
+                "start": reserved.start,
+                "when": reserved.when(now),
+            }
+        return out
+
     # -- the pass -----------------------------------------------------------------------------
 
     def schedule_soon(self) -> None:
@@ -348,6 +414,7 @@ class JobQueue:
         reserved_group: Group | None = None
         kept_off = False  # someone was kept off the reserved domains
         first_blocked: tuple[int, Group] | None = None  # the best job that cannot start
+        shapes: dict[Request, str] = {}  # request shapes that fit nowhere now
         progress = closed is None
         while progress:
             progress = False
@@ -361,7 +428,15 @@ class JobQueue:
                 if why is not None:
                     blocked[group] = why
                     continue
+                shape_reason = shapes.get(request)
+                if shape_reason is not None:
+                    blocked[group] = shape_reason  # (the same shape, another user)
+                    continue
                 placed = self._place(key[1], request, reserved, now)
+                if isinstance(placed, str) and not placed.startswith(RESERVED_MARK):
+                    # Blocked wherever it goes: so is every job of this shape, whoever's
+                    # it is, for the rest of the pass (resources only shrink in a pass).
+                    shapes[request] = placed
                 if isinstance(placed, str):
                     if first_blocked is None and request.gpus:
                         first_blocked = (key[1], group)

@@ -14,7 +14,7 @@ Multi-GPU requests take slots on several domains in one synchronous step: all or
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..wire import Capacity
 from .config import CPU_DOMAIN
@@ -45,6 +45,15 @@ class Request:
     pins: tuple[str, ...]
     exclusive: bool
     replicas: int = 1
+    # Hashed once: a request is a dict key in every scheduling pass, many times over.
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        key = (self.gpus, self.vram_bytes, self.pins, self.exclusive, self.replicas)
+        object.__setattr__(self, "_hash", hash(key))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def cpu_slots(self) -> int:
@@ -332,14 +341,19 @@ class Scheduler:
             return f"GPU capacity unknown: {self.capacity_message}"
         if len(candidates) == 1:
             return f"waiting for {blocked[0][1]}"
-        slot_only = all(
-            d.state is DomainState.IN_SERVICE and d.free_slots < 1 and not req.exclusive
+        # Domains that are only busy are named, not their jobs: with many domains a text
+        # naming jobs changes with every job end, and each change rewrites the row of
+        # every job waiting for this shape (hundreds). `why` and the GPU view say who.
+        busy = [
+            d.name
             for d, _ in blocked
-        )
-        if slot_only and not fitting:
+            if d.state is DomainState.IN_SERVICE and d.free_slots < 1 and not req.exclusive
+        ]
+        if len(busy) == len(blocked) and not fitting:
             total = sum(d.slots for d in candidates)
-            return f"all {total} GPU slots busy ({'; '.join(w for _, w in blocked)})"
-        details = "; ".join(w for _, w in blocked)
+            return f"all {total} GPU slots busy"
+        others = [w for d, w in blocked if d.name not in busy]
+        details = "; ".join(([f"{', '.join(busy)} busy"] if busy else []) + others)
         if req.gpus == 1:
             return f"waiting for a GPU: {details}"
         return f"needs {req.gpus} GPUs, {len(fitting)} available now; {details}"
