@@ -26,6 +26,7 @@ from .wire import (
     JobPageJSON,
     JobRowJSON,
     ProcessInfoJSON,
+    UsageJSON,
 )
 
 if TYPE_CHECKING:
@@ -91,6 +92,11 @@ class EngineBackend(Protocol):
 
     async def job(self, job_id: int) -> JobDetailJSON:
         """One job and its timeline."""
+        ...
+
+    async def usage(self, job_id: int) -> UsageJSON:
+        """What a job used of its GPUs: its summary (``None`` for a job never seen holding
+        a GPU) and per-GPU series, live while it runs."""
         ...
 
     async def submit(self, spec: dict[str, Any]) -> JobJSON:
@@ -196,6 +202,10 @@ class SocketBackend:
     async def job(self, job_id: int) -> JobDetailJSON:
         """One job and its timeline."""
         return cast(JobDetailJSON, await self._request("GET", f"/jobs/{int(job_id)}"))
+
+    async def usage(self, job_id: int) -> UsageJSON:
+        """What a job used of its GPUs (summary and per-GPU series)."""
+        return cast(UsageJSON, await self._request("GET", f"/jobs/{int(job_id)}/usage"))
 
     async def submit(self, spec: dict[str, Any]) -> JobJSON:
         """Submit one job."""

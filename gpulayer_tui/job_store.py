@@ -46,6 +46,10 @@ class JobStore:
 
     def apply(self, job: JobRowJSON) -> None:
         """Take a newer copy of one job (from an event or an API answer)."""
+        old = self.jobs.get(job["id"])
+        if old is not None and "use" in old and "use" not in job:
+            # Event rows carry no usage figures: keep the last a page brought.
+            job = {**job, "use": old["use"]}
         self.version += 1
         self.jobs[job["id"]] = job
         self._changed_at[job["id"]] = self.version
@@ -79,6 +83,15 @@ class JobStore:
             ):
                 failed_today += 1
         return {"running": running, "queued": queued, "failed_today": failed_today}
+
+    def idle_warned(self) -> int:
+        """Running jobs the engine warned for holding their GPUs idle (``[policy]
+        idle_after``: their message says ``idle: ...``)."""
+        return sum(
+            1
+            for j in self.jobs.values()
+            if j["status"] == "running" and str(j.get("message") or "").startswith("idle:")
+        )
 
     def active_count(self, launched_only: bool = False) -> int:
         """Jobs that are pending, queued or running (``launched_only``: not adopted)."""

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpulayer_tui.engine.models import JobQuery
+from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.shapes import JobJSON, JobRowJSON
 from gpulayer_tui.wire import ACTIVE_STATUSES, JobKind, JobStatus, TerminationReason
 
 from .conftest import EngineFactory
 from .test_ui_services import service_jobs
-from .ui_support import StaticBackend, gpus_view, jobs_fixture
+from .ui_support import FIXED_NOW, StaticBackend, gpus_view, jobs_fixture
+
+MIB = 1024**2
 
 # Keys a shape may leave out (its NotRequired ones: with postponed annotations, Python 3.11
 # does not tell them from the required ones in __required_keys__).
@@ -84,3 +88,44 @@ def test_who_holds_what_is_consistent() -> None:
                 if process.get("job_id") is not None:
                     assert process["job_id"] in domain["jobs"], (domain["name"], process)
             assert domain["used_slots"] == len(domain["jobs"]), domain["name"]
+
+
+async def test_the_fake_usage_matches_a_real_engines(make_engine: EngineFactory) -> None:
+    """``GET /v1/jobs/ID/usage``, the whole job's ``usage`` and a row's ``use``: the fakes'
+    keys are the engine's, and the fakes' figures agree with their jobs."""
+    engine = await make_engine("2xA100-80GB")
+    job = await engine.submit({"command": ["sleep", "60"], "gpus": 1, "vram_gb": 1})
+    assert job.pid is not None
+    SimLedger(engine.paths.state_dir).hold(job.gpus[0], job.pid, 2.0)
+    await engine.sampler.sample_once()
+    await engine.sampler.sample_once()
+    real = await engine.usage_of(job.id)
+    real_job, _events = await engine.reads.detail(job.id)
+    real_row = next(r for rows in [r async for r in engine.reads.rows(JobQuery())] for r in rows)
+    fake = StaticBackend()
+    fake_usage = await fake.usage(10)
+    assert set(fake_usage) == set(real) - {"totals"}  # (totals: the engine's running sums)
+    assert real["summary"] is not None and fake_usage["summary"] is not None
+    assert set(fake_usage["summary"]) == set(real["summary"])
+    assert set(fake_usage["series"][0]) == set(real["series"][0])
+    assert "usage" in real_job and (await fake.job(10))["job"]["usage"] == fake_usage["summary"]
+    fake_row = next(r for r in (await fake.jobs_page(limit=100))["jobs"] if r["id"] == 10)
+    assert set(fake_row["use"]) == set(real_row["use"])
+    await engine.cancel(job.id)
+    # The fakes' usage tells the same story as their jobs: jobs that ran on GPUs have it,
+    # on the GPUs they ran on, over the time they ran; the others have none.
+    for one in jobs_fixture():
+        usage = await fake.usage(one["id"])
+        summary = usage["summary"]
+        if not (one["gpus"] and one["started_at"]):
+            assert summary is None and usage["series"] == [], one["id"]
+            continue
+        assert summary is not None and summary["gpus"] == one["gpus"], one["id"]
+        assert [s["gpu"] for s in usage["series"]] == one["gpus"]
+        ran = (one["ended_at"] or FIXED_NOW) - one["started_at"]
+        assert abs(summary["seconds"] - ran) < 1e-6, one["id"]
+        assert all(s["t0"] == one["started_at"] for s in usage["series"])
+        assert summary["peak_vram"] == max(max(s["vram_mib"]) for s in usage["series"]) * MIB
+    # The running job's VRAM is what /gpus says it holds.
+    held = next(d for d in gpus_view(2)["domains"] if d["name"] == "gpu0")["vram"]["owned"]
+    assert (await fake.usage(10))["summary"]["peak_vram"] == held  # type: ignore[index]

@@ -17,6 +17,7 @@ from textual.pilot import Pilot
 
 from gpulayer_tui.backend import BackendError
 from gpulayer_tui.engine.spec import SpecError, parse_spec
+from gpulayer_tui.engine.usage import JobUsage
 from gpulayer_tui.wire import ROW_SPEC_KEYS, JobRowJSON
 
 GIB = 1024**3
@@ -287,6 +288,46 @@ def jobs_fixture() -> list[dict[str, Any]]:
     return sorted(jobs, key=lambda j: -j["id"])
 
 
+USAGE_TICKS = 48
+"""Points in each GPU series of :func:`usage_fixture`."""
+
+
+def usage_fixture(job: dict[str, Any], gpus: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A ``GET /v1/jobs/ID/usage`` answer for one job of :func:`jobs_fixture`, built by the
+    engine's own :class:`JobUsage` from fixed readings (no clock): every job that ran on
+    GPUs has one; a running job's last point is its GPUs' reading in ``gpus`` (``/gpus``)."""
+    job_id, started = job["id"], job.get("started_at")
+    if not job.get("gpus") or not started:
+        return {"job": job_id, "summary": None, "series": []}
+    end = job.get("ended_at") or FIXED_NOW
+    step = (end - started) / USAGE_TICKS
+    declared = job["spec"].get("vram_gb")
+    usage = JobUsage(job_id, None if declared is None else int(declared * GIB), 1000)
+    readings = {d["gpu_index"]: d for d in (gpus or {}).get("domains", [])}
+    for tick in range(USAGE_TICKS + 1):
+        for gpu in job["gpus"]:
+            held = RUNNING_ON_GPU.get(gpu, (0, 6 * GIB))[1] if job_id == 10 else 6 * GIB
+            vram = held * min(tick, 8) // 8 // (1024 * 1024) * 1024 * 1024  # ramps up
+            util = 0 if tick < 2 else 35 + (tick * 13 + gpu * 29) % 60
+            if job_id == 14 and tick >= 8:
+                util = 0  # the bench hung: idle, warned, then cancelled
+            now = readings.get(gpu)
+            if tick == USAGE_TICKS and job["status"] == "running" and now and now["gpu"]:
+                util = now["gpu"]["utilization"]
+            power = 80.0 + util * 2.5
+            seconds = step if tick else 0.0
+            at = started + tick * step
+            usage.observe(at, seconds, gpu, vram, util, util // 2, power, power * seconds, True, 5)
+        usage.samples += 1
+    if job_id == 14:
+        usage.idle_warning = (
+            "idle: its GPUs were under 5% utilisation for 30 s ([policy] idle_after = 30 s)"
+        )
+    out = usage.to_json()
+    del out["totals"]  # (the engine's running sums: nothing a client reads)
+    return dict(out)
+
+
 def events_fixture(job: dict[str, Any]) -> list[dict[str, Any]]:
     """A plausible timeline for one job."""
     events = [
@@ -402,6 +443,7 @@ class StaticBackend:
         rows = [
             {k: v for k, v in j.items() if k in row_keys}
             | {"spec": {k: v for k, v in j["spec"].items() if k in ROW_SPEC_KEYS}}
+            | self._row_use(j)
             for j in jobs[offset : offset + limit]
         ]
         return {"jobs": copy.deepcopy(rows), "more": offset + limit < len(jobs)}
@@ -410,7 +452,23 @@ class StaticBackend:
         if job_id not in self._jobs:
             raise BackendError(f"no job {job_id}", 404)
         job = copy.deepcopy(self._jobs[job_id])
+        summary = usage_fixture(job, self._gpus)["summary"]
+        if summary is not None:  # (as the engine's: GPU jobs seen running)
+            job["usage"] = summary
         return {"job": job, "events": events_fixture(job)}
+
+    async def usage(self, job_id: int) -> dict[str, Any]:
+        if job_id not in self._jobs:
+            raise BackendError(f"no job {job_id}", 404)
+        return usage_fixture(self._jobs[job_id], self._gpus)
+
+    def _row_use(self, job: dict[str, Any]) -> dict[str, Any]:
+        """A row's ``use`` (GPU jobs seen running), from the same usage as :meth:`usage`."""
+        summary = usage_fixture(job, self._gpus)["summary"]
+        if summary is None:
+            return {}
+        keys = ("peak_vram", "util_mean", "energy_wh")
+        return {"use": {k: summary[k] for k in keys}}
 
     async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         try:

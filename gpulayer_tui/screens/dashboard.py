@@ -140,7 +140,8 @@ class DashboardScreen(Screen[None]):
         app = view_of(self)
         summary = self.query_one(SummaryLine)
         had_notice = summary.has_class("-notice")
-        summary.show(app.job_store.summary(app.clock()), app.gpu_state)
+        store = app.job_store
+        summary.show({**store.summary(app.clock()), "idle": store.idle_warned()}, app.gpu_state)
         if summary.has_class("-notice") != had_notice:
             # The notice takes lines from the panels: choose the density again.
             self.call_after_refresh(self._relayout)

@@ -1,4 +1,4 @@
-"""Job detail: spec, timeline, live log tail, exit code and termination reason."""
+"""Job detail: spec, timeline, GPU usage, live log tail, exit code and termination reason."""
 
 from __future__ import annotations
 
@@ -20,11 +20,25 @@ from ..widgets.engine_status import EngineStatus
 from ..widgets.job_columns import UNSPOKEN_REASONS, command_text, reason_prefix, runtime_seconds
 from ..widgets.log_tail import LogTail
 from ..widgets.timeline import STATUS_STYLES, Timeline, clock_time
-from ..wire import ACTIVE_STATUSES, JobJSON
+from ..widgets.usage_panel import UsagePanel
+from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
 from .jobs import ask_to_cancel
 
 LOG_POLL_INTERVAL = 0.5
 """Seconds between reads of a running job's output."""
+
+USAGE_POLL_INTERVAL = 2.0
+"""Seconds between reads of a running GPU job's usage (the engine adds a point a tick)."""
+
+EXPAND_USAGE_FROM = 36
+"""Screens at least this tall show the usage panel expanded at first (else one line)."""
+
+
+def uses_gpus(job: JobRowJSON) -> bool:
+    """True for a job that asked for (or was given) GPUs: it has a usage panel."""
+    spec = job.get("spec") or {}
+    return bool(job.get("gpus") or spec.get("gpus"))
+
 
 FIELDS = (
     ("name", "name"),
@@ -189,6 +203,7 @@ class JobDetailScreen(Screen[None]):
         Binding("c", "cancel_job", "Cancel job"),
         Binding("f", "toggle_follow", "Follow"),
         Binding("r", "next_replica", "Next replica"),
+        Binding("u", "toggle_usage", "GPU usage"),
         Binding("escape,backspace", "back", "Back", key_display="esc"),
     ]
 
@@ -199,6 +214,7 @@ class JobDetailScreen(Screen[None]):
         self._seen_version = 0
         self._log_done = False
         self._replica = 0  # whose output the log shows, for a service
+        self._usage_chosen = False  # the user pressed u: the height no longer decides
 
     def compose(self) -> ComposeResult:
         yield EngineStatus(f"job {self.job_id}")
@@ -211,6 +227,7 @@ class JobDetailScreen(Screen[None]):
                         yield Static("", id=f"field-{key}", classes="field-value")
             with VerticalScroll(id="timeline-box"):
                 yield Timeline(id="timeline")
+        yield UsagePanel(id="usage")
         yield LogTail(id="log")
         yield Footer()
 
@@ -228,8 +245,12 @@ class JobDetailScreen(Screen[None]):
         self.watch(self.app, "jobs_version", self._jobs_changed, init=False)
         self.set_interval(1.0, self._tick)
         self.query_one(LogTail).focus()
+        usage = self.query_one(UsagePanel)
+        usage.display = known is not None and uses_gpus(known)
+        usage.expanded = self.app.size.height >= EXPAND_USAGE_FROM
         self._fetch()
         self._follow_log()
+        self._follow_usage()
 
     # -- the job ----------------------------------------------------------------------------
 
@@ -254,6 +275,8 @@ class JobDetailScreen(Screen[None]):
                 last: dict[str, Any] = dict(self._job or {})
                 merged = {**last, **job, "spec": last.get("spec", job["spec"])}
                 self._show_job(cast(JobJSON, merged))
+                if self.finished:
+                    self._follow_usage()  # at once: its stored usage (the worker is exclusive)
             self._fetch()
         self._seen_version = store.version
 
@@ -288,6 +311,10 @@ class JobDetailScreen(Screen[None]):
         replicas = self.query_one("#field-replicas", Static)
         assert replicas.parent is not None
         replicas.parent.display = self.is_service
+        usage = self.query_one(UsagePanel)
+        usage.display = uses_gpus(job)
+        if "usage" in job or usage.summary is None:
+            usage.show_summary(job.get("usage"), active=not self.finished)
         self._update_log_title()
         self.refresh_bindings()
 
@@ -306,10 +333,50 @@ class JobDetailScreen(Screen[None]):
                 self.query_one("#field-replicas", Static).update(fields["replicas"])
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """``r`` (next replica) exists for services only."""
+        """``r`` (next replica) exists for services only, ``u`` for GPU jobs only."""
         if action == "next_replica":
             return self.is_service
+        if action == "toggle_usage":
+            return self._job is not None and uses_gpus(self._job)
         return True
+
+    def on_resize(self) -> None:
+        if not self._usage_chosen:
+            self.query_one(UsagePanel).expanded = self.size.height >= EXPAND_USAGE_FROM
+
+    # -- GPU usage --------------------------------------------------------------------------
+
+    @work(exclusive=True, group="job-usage", exit_on_error=False)
+    async def _follow_usage(self) -> None:
+        """Read a GPU job's usage every few seconds while it runs, then once more (its
+        stored usage) when it has ended; nothing for a job that uses no GPU."""
+        app = view_of(self)
+        lost = False
+        while not self._widgets_gone:
+            job = self._job
+            if job is not None and not uses_gpus(job):
+                return
+            finished = self.finished  # (seen before the read: the read is then the last)
+            try:
+                usage = await app.backend.usage(self.job_id)
+            except ConnectionLost as err:
+                if not lost:  # once per outage; the reads go on
+                    self.app.notify(
+                        str(err), title=f"usage of job {self.job_id}", severity="warning"
+                    )
+                lost = True
+                await asyncio.sleep(USAGE_POLL_INTERVAL)
+                continue
+            except BackendError as err:
+                self.app.notify(str(err), title=f"usage of job {self.job_id}", severity="error")
+                return
+            lost = False
+            if self._widgets_gone:
+                return
+            self.query_one(UsagePanel).show(usage, active=not finished)
+            if finished:
+                return
+            await asyncio.sleep(USAGE_POLL_INTERVAL)
 
     # -- the output -------------------------------------------------------------------------
 
@@ -367,6 +434,12 @@ class JobDetailScreen(Screen[None]):
         log = self.query_one(LogTail)
         log.follow = not log.follow
         self._update_log_title()
+
+    def action_toggle_usage(self) -> None:
+        """Show the GPU usage as one line, or with its lines and plots."""
+        panel = self.query_one(UsagePanel)
+        panel.expanded = not panel.expanded
+        self._usage_chosen = True
 
     def action_next_replica(self) -> None:
         """Show the next replica's output (services write one log per replica)."""

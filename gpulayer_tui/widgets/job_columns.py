@@ -59,6 +59,9 @@ COLUMNS = (
     ColumnSpec("domains", "DOMAINS", 9),
     ColumnSpec("gpus", "GPUS", 5, "right"),
     ColumnSpec("vram", "VRAM", 5, "right"),
+    ColumnSpec("peak", "PEAK", 5, "right"),
+    ColumnSpec("util", "UTIL", 4, "right"),
+    ColumnSpec("energy", "ENERGY", 7, "right"),
     ColumnSpec("started", "STARTED", 8),
     ColumnSpec("runtime", "RUNTIME", 7, "right"),
     ColumnSpec("exit", "EXIT", 4, "right"),
@@ -73,13 +76,21 @@ class Layout:
     name_width: int
 
 
+USAGE_COLUMNS = frozenset({"peak", "util", "energy"})
+"""What GPU jobs used (a row's ``use``): only wide terminals show them."""
+
 # Narrower terminals drop the columns that matter least (the detail view has them all)
 # and keep the message column readable: it says why a job waits or how it ended.
 LAYOUTS = (
-    Layout(130, frozenset(), 16),
-    Layout(100, frozenset({"kind", "started"}), 14),
-    Layout(0, frozenset({"kind", "domains", "vram", "started", "exit"}), 12),
+    Layout(170, frozenset(), 16),
+    Layout(130, USAGE_COLUMNS, 16),
+    Layout(100, frozenset({"kind", "started"}) | USAGE_COLUMNS, 14),
+    Layout(0, frozenset({"kind", "domains", "vram", "started", "exit"}) | USAGE_COLUMNS, 12),
 )
+START_LAYOUT = LAYOUTS[1]
+"""The layout a table starts in, before its width is known: the common terminal's. (A
+switch of layout rebuilds the rows, and a rebuild that leaves the view near the end asks
+for the next page of history, so a table should not switch on its first resize.)"""
 MIN_MESSAGE_WIDTH = 16
 
 Parts = tuple[tuple[str, str], ...]
@@ -113,6 +124,21 @@ def vram_text(job: JobRowJSON) -> str:
     """GiB per GPU from the spec (``20``, ``0.5``), or empty."""
     vram = job_spec(job).get("vram_gb")
     return "" if vram is None else f"{vram:g}"
+
+
+def use_texts(job: JobRowJSON) -> tuple[str, str, str]:
+    """Peak VRAM (GiB per GPU), mean utilisation and energy from the row's ``use`` (GPU
+    jobs seen running), else empty."""
+    use = job.get("use")
+    if not use:
+        return "", "", ""
+    util = use.get("util_mean")
+    energy = float(use.get("energy_wh") or 0.0)
+    return (
+        f"{use['peak_vram'] / 1024**3:.1f}",
+        "" if util is None else f"{util:.0f}%",
+        f"{energy:.1f}Wh" if energy < 1000 else f"{energy / 1000:.1f}kWh",
+    )
 
 
 def runtime_seconds(job: JobRowJSON, now: float) -> float | None:

@@ -50,6 +50,7 @@ from .job_columns import (
     LAYOUTS,
     MIN_MESSAGE_WIDTH,
     SORTS,
+    START_LAYOUT,
     STATUS_FILTERS,
     ColumnSpec,
     Parts,
@@ -60,6 +61,7 @@ from .job_columns import (
     runtime_seconds,
     sort_value,
     started_text,
+    use_texts,
     vram_text,
 )
 
@@ -190,7 +192,7 @@ class JobTable(DataTable[Any]):
         self._status_filter = "all"
         self._sort_key = "id"
         self._sort_reverse = True
-        self._layout = LAYOUTS[0]
+        self._layout = START_LAYOUT
         self._message_width = 40
 
     # -- public state -----------------------------------------------------------------------
@@ -438,6 +440,9 @@ class JobTable(DataTable[Any]):
             return ((gpus_text(job), ""),)
         if key == "vram":
             return ((vram_text(job), ""),)
+        if key in ("peak", "util", "energy"):
+            peak, util, energy = use_texts(job)
+            return (({"peak": peak, "util": util, "energy": energy}[key], ""),)
         if key == "started":
             return ((started_text(job.get("started_at"), self._now()), ""),)
         if key == "runtime":

@@ -16,7 +16,8 @@ Piece = tuple[str, str]
 
 
 class SummaryLine(Vertical):
-    """``3 running · 2 queued · 1 failed today · unregistered VRAM 18.0 GiB · 2 GPUs``.
+    """``3 running · 2 queued · 1 failed today · unregistered VRAM 18.0 GiB · 2 GPUs``
+    (and ``· 1 idle`` after ``failed today`` while running jobs are warned idle).
 
     Under it, only when the engine has something to say about capacity (``/gpus``
     ``message``), a notice: with 0 GPUs a clear CPU-only notice with the reason (e.g. no
@@ -89,6 +90,9 @@ class SummaryLine(Vertical):
             (str(failed), "$error bold" if failed else "bold"),
             (" failed today", "$text-muted"),
         ]
+        idle = self.summary.get("idle", 0)
+        if idle:  # (running jobs warned for holding their GPUs idle)
+            pieces += [sep, (str(idle), "$warning bold"), (" idle", "$text-muted")]
         state = self.gpu_state
         if state is None:
             pieces += [sep, ("waiting for the first GPU sample…", "$text-muted")]

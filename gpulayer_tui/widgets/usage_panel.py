@@ -1,0 +1,211 @@
+"""What a GPU job used of its GPUs: the summary lines and, per GPU, VRAM and utilisation
+sparklines over the job's life (issue 17).
+
+Two densities: *collapsed*, one line without a border (peak VRAM, mean utilisation,
+energy), for small terminals; *expanded*, a bordered box with :func:`usage_lines` (the
+same lines the CLI's ``status`` prints) beside (or, when narrow, above) one pair of
+sparklines per GPU. The screen chooses the density from its height and ``u`` toggles it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
+from textual.events import Resize
+from textual.reactive import reactive
+from textual.widgets import Label, Sparkline, Static
+
+from ..formatting import duration, gib, usage_lines
+from ..wire import UsageJSON, UsageSeriesJSON, UsageSummaryJSON
+
+STACK_BELOW = 150
+"""Content widths under this put the plots under the text instead of beside it."""
+
+_LINE_STYLES = {"warning": "$warning", "advice": "$accent"}
+
+
+def collapsed_line(summary: UsageSummaryJSON | None, active: bool) -> Content:
+    """The one-line form: ``GPU usage  peak 20.0 GiB · util 45% · 12.3 Wh``."""
+    head = Content.styled("GPU usage  ", "bold")
+    if summary is None:
+        text = "none seen yet" if active else "none recorded"
+        return Content.assemble(head, (text, "$text-muted"))
+    util = summary.get("util_mean")
+    sep = (" · ", "$text-muted")
+    pieces: list[Content | tuple[str, str] | str] = [
+        head,
+        f"peak {gib(summary['peak_vram'])} GiB",
+        sep,
+        "util ?" if util is None else f"util {util:g}%",
+        sep,
+        f"{summary['energy_wh']:g} Wh",
+    ]
+    if summary.get("idle_warning"):
+        pieces += [sep, ("idle warning", "$warning bold")]
+    elif summary.get("advice"):
+        pieces += [sep, ("advice", "$accent")]
+    return Content.assemble(*pieces)
+
+
+def summary_text(summary: UsageSummaryJSON | None, active: bool) -> Content:
+    """The expanded text: one ``label  text`` line per :func:`usage_lines` entry."""
+    if summary is None:
+        return Content.styled(
+            "no GPU usage seen yet" if active else "no GPU usage recorded", "$text-muted"
+        )
+    lines = [
+        Content.assemble(
+            (f"{label:<11}", "$text-muted"),
+            # (the engine's words, shown as text: never markup)
+            (text, _LINE_STYLES.get(label, "")),
+        )
+        for label, text in usage_lines(summary)
+    ]
+    return Content("\n").join(lines)
+
+
+def _values(values: list[int | None] | list[int]) -> list[float]:
+    # (Sparkline takes numbers only: an unknown reading draws as 0)
+    return [0.0 if v is None else float(v) for v in values]
+
+
+def vram_figure(series: UsageSeriesJSON) -> str:
+    """The text beside a GPU's VRAM sparkline: its peak."""
+    peak = max(series["vram_mib"], default=0)
+    return f"peak {peak / 1024:.1f} GiB"
+
+
+def util_figure(series: UsageSeriesJSON) -> str:
+    """The text beside a GPU's utilisation sparkline: mean and top."""
+    known = [v for v in series["util"] if v is not None]
+    if not known:
+        return "util ?"
+    return f"mean {sum(known) / len(known):.0f}% max {max(known)}%"
+
+
+class UsagePanel(VerticalScroll, can_focus=False):
+    """A GPU job's usage: feed it with :meth:`show` (the whole job's summary, then the
+    ``/usage`` answer as it comes)."""
+
+    DEFAULT_CSS = """
+    UsagePanel {
+        height: auto;
+        max-height: 45%;
+        padding: 0 1;
+        background: $surface;
+        & > #usage-line { height: 1; }
+        & > #usage-body { height: auto; display: none; }
+        &.-expanded {
+            border: round $panel-lighten-2;
+            border-title-color: $foreground;
+            border-subtitle-color: $text-muted;
+        }
+        &.-expanded > #usage-line { display: none; }
+        &.-expanded > #usage-body { display: block; }
+        &.-stacked #usage-body { layout: vertical; }
+        #usage-text { width: 1fr; height: auto; }
+        #usage-plots { width: 1fr; height: auto; }
+        &.-stacked #usage-plots { margin-top: 1; }
+        .usage-plot { height: 1; }
+        .usage-plot-label { width: 12; color: $text-muted; }
+        .usage-plot-figure { width: 24; padding-left: 1; color: $text-muted; }
+        Sparkline { width: 1fr; }
+        Sparkline.-vram > .sparkline--max-color { color: $memory-owned; }
+        Sparkline.-vram > .sparkline--min-color { color: $memory-owned 30%; }
+        Sparkline.-util > .sparkline--max-color { color: $success; }
+        Sparkline.-util > .sparkline--min-color { color: $success 30%; }
+    }
+    """
+
+    expanded: reactive[bool] = reactive(False)
+    """Whether the summary lines and plots show (else one line)."""
+
+    BORDER_TITLE: ClassVar[str] = "GPU usage"
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.usage: UsageJSON | None = None
+        self.summary: UsageSummaryJSON | None = None
+        self.active = True
+        self._plotted: list[int] = []  # the GPUs that have a pair of plots
+
+    def compose(self) -> ComposeResult:
+        yield Static(collapsed_line(None, True), id="usage-line")
+        with Horizontal(id="usage-body"):
+            yield Static(summary_text(None, True), id="usage-text")
+            yield Vertical(id="usage-plots")
+
+    def watch_expanded(self, expanded: bool) -> None:
+        self.set_class(expanded, "-expanded")
+
+    def on_resize(self, event: Resize) -> None:
+        self.set_class(event.size.width < STACK_BELOW, "-stacked")
+
+    @property
+    def points(self) -> int:
+        """Points in the longest GPU series shown (0 before any)."""
+        return max((len(s["t"]) for s in self.usage["series"]), default=0) if self.usage else 0
+
+    def show_summary(self, summary: UsageSummaryJSON | None, active: bool) -> None:
+        """Redraw the text from a summary (the whole job's ``usage``)."""
+        self.summary = summary
+        self.active = active
+        self.query_one("#usage-line", Static).update(collapsed_line(summary, active))
+        self.query_one("#usage-text", Static).update(summary_text(summary, active))
+        self._update_subtitle()
+
+    def show(self, usage: UsageJSON, active: bool) -> None:
+        """Redraw from a ``GET /v1/jobs/ID/usage`` answer (``active``: the job runs on)."""
+        self.usage = usage
+        self.show_summary(usage.get("summary"), active)
+        series = usage.get("series") or []
+        plots = self.query_one("#usage-plots", Vertical)
+        gpus = [s["gpu"] for s in series]
+        if gpus != self._plotted:
+            self._plotted = gpus
+            plots.remove_children()
+            plots.mount_all(self._plot_rows(series))
+            return
+        for one in series:
+            gpu = one["gpu"]
+            self.query_one(f"#usage-vram-{gpu}", Sparkline).data = _values(one["vram_mib"])
+            self.query_one(f"#usage-util-{gpu}", Sparkline).data = _values(one["util"])
+            self.query_one(f"#usage-vram-figure-{gpu}", Label).update(vram_figure(one))
+            self.query_one(f"#usage-util-figure-{gpu}", Label).update(util_figure(one))
+
+    @staticmethod
+    def _plot_rows(series: list[UsageSeriesJSON]) -> list[Horizontal]:
+        rows = []
+        for one in series:
+            gpu = one["gpu"]
+            rows.append(
+                Horizontal(
+                    Label(f"GPU #{gpu} VRAM", classes="usage-plot-label"),
+                    Sparkline(_values(one["vram_mib"]), id=f"usage-vram-{gpu}", classes="-vram"),
+                    Label(
+                        vram_figure(one), id=f"usage-vram-figure-{gpu}", classes="usage-plot-figure"
+                    ),
+                    classes="usage-plot",
+                )
+            )
+            rows.append(
+                Horizontal(
+                    Label("       util", classes="usage-plot-label"),
+                    Sparkline(_values(one["util"]), id=f"usage-util-{gpu}", classes="-util"),
+                    Label(
+                        util_figure(one), id=f"usage-util-figure-{gpu}", classes="usage-plot-figure"
+                    ),
+                    classes="usage-plot",
+                )
+            )
+        return rows
+
+    def _update_subtitle(self) -> None:
+        series = self.usage.get("series") if self.usage else None
+        span = max((s["t"][-1] for s in series or [] if s["t"]), default=None)
+        over = "" if span is None else f" over {duration(span)}"
+        state = "live" if self.active else "stored"
+        self.border_subtitle = f"{self.points} points{over} · {state} · u: fewer"
