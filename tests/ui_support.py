@@ -16,8 +16,11 @@ from typing import Any
 from textual.pilot import Pilot
 
 from gpulayer_tui.backend import BackendError
+from gpulayer_tui.engine.config import PolicySettings, UsageSettings
+from gpulayer_tui.engine.domain import Domain
+from gpulayer_tui.engine.gpus import GpuProcess, GpuReading
 from gpulayer_tui.engine.spec import SpecError, parse_spec
-from gpulayer_tui.engine.usage import JobUsage
+from gpulayer_tui.engine.usage import UsageRecorder
 from gpulayer_tui.wire import ROW_SPEC_KEYS, JobRowJSON
 
 GIB = 1024**3
@@ -293,19 +296,30 @@ USAGE_TICKS = 48
 
 
 def usage_fixture(job: dict[str, Any], gpus: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A ``GET /v1/jobs/ID/usage`` answer for one job of :func:`jobs_fixture`, built by the
-    engine's own :class:`JobUsage` from fixed readings (no clock): every job that ran on
-    GPUs has one; a running job's last point is its GPUs' reading in ``gpus`` (``/gpus``)."""
+    """A ``GET /v1/jobs/ID/usage`` answer for one job of :func:`jobs_fixture`, made by the
+    engine's own :class:`UsageRecorder` from fixed readings at fixed times (no clock): every
+    job that ran on GPUs has one; a running job's last point is its GPUs' reading in
+    ``gpus`` (``/gpus``)."""
     job_id, started = job["id"], job.get("started_at")
     if not job.get("gpus") or not started:
         return {"job": job_id, "summary": None, "series": []}
     end = job.get("ended_at") or FIXED_NOW
     step = (end - started) / USAGE_TICKS
     declared = job["spec"].get("vram_gb")
-    usage = JobUsage(job_id, None if declared is None else int(declared * GIB), 1000)
+    declared_bytes = None if declared is None else int(declared * GIB)
+    domains = {g: Domain(f"gpu{g}", g, f"GPU-{g}", 4) for g in job["gpus"]}
+    for dom in domains.values():
+        dom.hold(job_id, declared_bytes, False)
+    recorder = UsageRecorder(
+        UsageSettings(point_interval=0),
+        PolicySettings(),
+        lambda _: (started, declared_bytes),
+        lambda *_: None,
+        lambda *_: None,
+    )
     readings = {d["gpu_index"]: d for d in (gpus or {}).get("domains", [])}
     for tick in range(USAGE_TICKS + 1):
-        for gpu in job["gpus"]:
+        for gpu, dom in domains.items():
             held = RUNNING_ON_GPU.get(gpu, (0, 6 * GIB))[1] if job_id == 10 else 6 * GIB
             vram = held * min(tick, 8) // 8 // (1024 * 1024) * 1024 * 1024  # ramps up
             util = 0 if tick < 2 else 35 + (tick * 13 + gpu * 29) % 60
@@ -314,11 +328,21 @@ def usage_fixture(job: dict[str, Any], gpus: dict[str, Any] | None = None) -> di
             now = readings.get(gpu)
             if tick == USAGE_TICKS and job["status"] == "running" and now and now["gpu"]:
                 util = now["gpu"]["utilization"]
-            power = 80.0 + util * 2.5
-            seconds = step if tick else 0.0
-            at = started + tick * step
-            usage.observe(at, seconds, gpu, vram, util, util // 2, power, power * seconds, True, 5)
-        usage.samples += 1
+            reading = GpuReading(
+                gpu,
+                f"GPU-{gpu}",
+                "NVIDIA A100-SXM4-80GB",
+                80 * GIB,
+                vram,
+                utilization=util,
+                memory_utilization=util // 2,
+                power_watts=80.0 + util * 2.5,
+                processes=(GpuProcess(100_000 + job_id, vram),),
+            )
+            dom.apply_sample(reading, {100_000 + job_id: job_id}, {})
+        recorder.observe(started + tick * step, domains.values())
+    usage = recorder.live(job_id)
+    assert usage is not None
     if job_id == 14:
         usage.idle_warning = (
             "idle: its GPUs were under 5% utilisation for 30 s ([policy] idle_after = 30 s)"
