@@ -77,6 +77,14 @@ def _field(name: str) -> Callable[[str], Any]:
     return parse
 
 
+def completes(action: argparse.Action, kind: str) -> argparse.Action:
+    """Mark what shell completion offers for ``action``'s value (``"domains"``,
+    ``"dirs"``); job ids (a ``job_id_arg`` type) and files (metavar ``PATH``) need no
+    mark. See :mod:`.completion`."""
+    action.completes = kind  # type: ignore[attr-defined]
+    return action
+
+
 class _Formatter(argparse.HelpFormatter):
     """argparse's formatter, sized without importing :mod:`shutil` (~2 ms of every call:
     argparse builds a formatter for each argument it adds, and the stock one imports
@@ -151,7 +159,10 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--project")
     p.add_argument("--gpus", type=_field("gpus"), help="GPUs needed (0 = CPU pool)")
     p.add_argument("--vram-gb", type=_field("vram_gb"), help="GiB needed on each GPU")
-    p.add_argument("--domain", action="append", help="pin to a domain (repeat for a choice)")
+    completes(
+        p.add_argument("--domain", action="append", help="pin to a domain (repeat for a choice)"),
+        "domains",
+    )
     p.add_argument("--exclusive", action="store_true", help="hold every slot of its domains")
     p.add_argument(
         "--notify", action="store_true", help="notify when it ends (as [notify] in the config says)"
@@ -186,7 +197,7 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--priority", type=_field("priority"), default=0, help="higher starts first (default 0)"
     )
-    p.add_argument("--cwd", help="working directory (default: the current one)")
+    completes(p.add_argument("--cwd", help="working directory (default: the current one)"), "dirs")
     p.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment variable"
     )
@@ -290,13 +301,18 @@ def _adopt_args(p: argparse.ArgumentParser) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--vram-gb", type=_field("vram_gb"), help="declared GiB per GPU")
     group.add_argument("--gpu", action="store_true", help="on the GPUs where it holds memory")
-    p.add_argument("--domain", action="append", help="adopt it on this domain (repeatable)")
+    completes(
+        p.add_argument("--domain", action="append", help="adopt it on this domain (repeatable)"),
+        "domains",
+    )
     p.add_argument("--json", action="store_true")
 
 
 def _domain_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["list", "drain", "release"])
-    p.add_argument("name", nargs="?", help="the domain (for drain and release)")
+    completes(
+        p.add_argument("name", nargs="?", help="the domain (for drain and release)"), "domains"
+    )
     p.add_argument("--reason", help="why it is drained (shown to users)")
     p.add_argument("--json", action="store_true")
 
@@ -328,6 +344,37 @@ def _stop_args(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long to wait for it to stop (default 30)",
     )
+
+
+def _install_service_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--system",
+        action="store_true",
+        help="a system-wide unit (/etc/systemd/system) for a shared machine; needs root",
+    )
+    p.add_argument(
+        "--user",
+        metavar="NAME",
+        help="with --system: the account the engine (and every job) runs as (default: the "
+        "invoking user, $SUDO_USER under sudo)",
+    )
+    p.add_argument(
+        "--print", dest="print_unit", action="store_true", help="print the unit, write nothing"
+    )
+    p.add_argument("--force", action="store_true", help="replace an existing, different unit")
+    completes(
+        p.add_argument(
+            "--unit-dir",
+            metavar="DIR",
+            help="write it into DIR (default: $XDG_CONFIG_HOME/systemd/user, or "
+            "/etc/systemd/system with --system)",
+        ),
+        "dirs",
+    )
+
+
+def _completion_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell to complete in")
 
 
 _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None]]] = {
@@ -371,6 +418,22 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
         "it to end. Running jobs go on under the launcher; the next engine takes them "
         "back. An engine inside a TUI is stopped by quitting that TUI.",
         _stop_args,
+    ),
+    "install-service": (
+        "write a systemd unit that runs the engine (--serve)",
+        "Write a systemd user unit (or with --system a system-wide one) that runs this "
+        "installation's `gpulayer-tui --serve` (Type=notify; stopping it leaves running "
+        "jobs running), then print the systemctl commands that start it. An existing, "
+        "different unit is replaced only with --force.",
+        _install_service_args,
+    ),
+    "completion": (
+        "print a shell completion script (bash, zsh, fish)",
+        'Print a completion script: add `eval "$(gpulayer-tui completion bash)"` to '
+        '~/.bashrc, `eval "$(gpulayer-tui completion zsh)"` to ~/.zshrc (after compinit), '
+        "or run `gpulayer-tui completion fish | source` in ~/.config/fish/config.fish. It "
+        "completes subcommands, options, job ids and domain names (from a running engine).",
+        _completion_args,
     ),
 }
 """Each subcommand: its one-line help, its description, and what adds its arguments."""

@@ -35,6 +35,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0] == "__complete":  # (hidden: the completion scripts' fast path)
+        from .complete import run_complete
+
+        return run_complete(words[1:])
     from .quick import parse
 
     quick = parse(words)
@@ -63,6 +67,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_tui(paths, args.simulate, args.simulate_if_no_gpu)
     if args.simulate or args.simulate_if_no_gpu:
         parser.error("--simulate applies to --serve (the engine owns the GPUs)")
+    if args.command == "install-service":
+        from .install_service import run_install_service
+
+        return run_install_service(args, paths)
+    if args.command == "completion":
+        from .completion import completion_script
+
+        sys.stdout.write(completion_script(args.shell))
+        return 0
     if args.command == "doctor":
         from .doctor import run_doctor
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -13,6 +14,7 @@ from .engine import Engine
 from .errors import StoreError
 from .lock import EngineBusy
 from .probes import make_probe
+from .sdnotify import SystemdNotifier
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +24,11 @@ async def serve(
 ) -> int:
     """Run an engine on ``paths`` until asked to stop; return the process exit code.
 
-    Running jobs are left running on shutdown: a later engine re-attaches to them.
+    Running jobs are left running on shutdown: a later engine re-attaches to them. Under
+    systemd (``Type=notify``) it says ``READY=1`` once its socket answers and
+    ``STOPPING=1`` when asked to stop.
     """
+    systemd = SystemdNotifier.from_environ()
     try:
         probe = make_probe(simulate, paths.state_dir, simulate_if_no_gpu)
         engine = Engine(paths, probe=probe)
@@ -60,8 +65,15 @@ async def serve(
         file=sys.stderr,
         flush=True,
     )
+    if systemd.enabled:
+        if await _answers(str(paths.socket)):
+            where = str(paths.socket).replace("\n", "\\n")  # (one line per state)
+            systemd.notify("READY=1", f"STATUS=serving on {where}")
+        else:
+            log.warning("the API socket %s does not answer; not telling systemd", paths.socket)
     try:
         await stop.wait()
+        systemd.notify("STOPPING=1", "STATUS=stopping; running jobs keep running")
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
@@ -69,6 +81,26 @@ async def serve(
         await engine.stop()
     print("gpulayer-tui engine stopped; running jobs keep running", file=sys.stderr)
     return 0
+
+
+async def _answers(socket_path: str, timeout: float = 10.0) -> bool:
+    """Whether the API on ``socket_path`` answers a request (what a client would do)."""
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_unix_connection(socket_path)
+            try:
+                writer.write(
+                    b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+                )
+                await writer.drain()
+                status = await reader.readline()
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+    except (OSError, TimeoutError):
+        return False
+    return status.startswith(b"HTTP/1.1 200")
 
 
 def run_serve(

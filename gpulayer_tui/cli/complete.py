@@ -1,0 +1,80 @@
+"""``gpulayer-tui __complete jobs|domains [PREFIX]``: the values the completion scripts
+(:mod:`.completion`) offer, from the running engine, one per line as ``VALUE<TAB>TEXT``
+(``TEXT`` describes it, for zsh and fish; bash keeps ``VALUE``).
+
+Hidden, and called on every <Tab>, so it must be quick and quiet: the light client (no
+argparse, no engine stack), a short timeout, and with no engine (or any trouble) nothing
+at all on stdout or stderr, exit 0.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from ..client import Client
+
+ACTIVE = ["pending", "queued", "running"]
+RECENT = 300  # the newest ids offered after the active ones
+TIMEOUT_S = 0.5  # per request: a <Tab> must not hang on a stuck engine
+
+
+def _text(value: object) -> str:
+    from ..fields import printable
+
+    return printable(str(value)).replace("\t", " ")
+
+
+def _jobs(client: Client, prefix: str) -> list[str]:
+    if prefix and not prefix.isdigit():
+        return []
+    active = client.jobs_page(status=ACTIVE, limit=1000)["jobs"]
+    recent = client.jobs_page(limit=RECENT)["jobs"]
+    lines: list[str] = []
+    seen: set[int] = set()
+    for row in (*active, *recent):
+        job_id = row["id"]
+        if job_id in seen or not str(job_id).startswith(prefix):
+            continue
+        seen.add(job_id)
+        lines.append(f"{job_id}\t{_text(row['status'])} {_text(row['name'])}")
+    return lines
+
+
+def _domains(client: Client, prefix: str) -> list[str]:
+    domains = client.request("GET", "/domains")["domains"]
+    lines = []
+    for domain in domains:
+        name = str(domain["name"])
+        if name.startswith(prefix) and name.isprintable() and "\t" not in name:
+            gpu = domain.get("gpu_index")
+            where = "cpu pool" if gpu is None else f"GPU {gpu}"
+            lines.append(f"{name}\t{where}, {_text(domain['state'])}")
+    return lines
+
+
+def run_complete(words: Sequence[str]) -> int:
+    """Print the candidates for ``words`` (``jobs|domains [PREFIX]``); always exit 0."""
+    import os
+    import sys
+
+    if not words or words[0] not in ("jobs", "domains") or len(words) > 2:
+        return 0
+    prefix = words[1] if len(words) == 2 else ""
+    try:
+        from ..client import Client
+        from ..engine.paths import resolve_paths
+
+        timeout = float(os.environ.get("GPULAYER_COMPLETE_TIMEOUT", TIMEOUT_S))
+        client = Client(resolve_paths(), timeout=timeout if 0 < timeout <= 10 else TIMEOUT_S)
+        lines = _jobs(client, prefix) if words[0] == "jobs" else _domains(client, prefix)
+        if lines:
+            sys.stdout.write("\n".join(lines) + "\n")
+            sys.stdout.flush()
+    except Exception:  # (no engine, a stuck one, a closed pipe: offer nothing)
+        try:  # and no "Exception ignored" from the flush at exit into a closed pipe
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+    return 0

@@ -1,0 +1,397 @@
+"""``gpulayer-tui completion bash|zsh|fish``: a completion script for that shell.
+
+The word lists are read from the argparse grammar (:mod:`.grammar`) when the script is
+generated, so they cannot drift from the command line: every subcommand, every option
+(with its help for zsh and fish), which options take a value and what kind (a job id: a
+``job_id_arg`` type; a domain or a directory: marked with ``grammar.completes``; a file:
+metavar ``PATH``; a choice). Job ids and domain names come from the running engine through
+the hidden ``gpulayer-tui __complete jobs|domains PREFIX`` (:mod:`.complete`).
+
+bash and zsh share the scanner (which subcommand, which positional, is an option's value
+wanted) and the tables, written in the syntax both read; fish has its own ``complete``
+lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .grammar import build_parser, job_id_arg
+
+TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,")
+
+
+class Option:
+    """One option of the grammar: its flags, the kind of value it takes ("" for none)."""
+
+    def __init__(self, flags: list[str], kind: str, help_text: str) -> None:
+        self.flags = flags
+        self.kind = kind
+        self.help = help_text
+
+
+class Command:
+    """A subcommand: its help, its options, and the kind of each positional."""
+
+    def __init__(self, name: str, help_text: str) -> None:
+        self.name = name
+        self.help = help_text
+        self.options: list[Option] = []
+        self.positionals: list[str] = []
+
+
+def _kind(action: argparse.Action) -> str:
+    """What a value of ``action`` is: jobs, domains, dirs, files, command, choice:A B, or
+    value (anything); "" when it takes none."""
+    if action.option_strings and action.nargs == 0:
+        return ""
+    marked = getattr(action, "completes", None)
+    if marked:
+        return str(marked)
+    if action.type is job_id_arg:
+        return "jobs"
+    if action.choices:
+        words = [str(c) for c in action.choices]
+        assert all(w and set(w) <= SAFE for w in words), words  # (they go into scripts)
+        return "choice:" + " ".join(words)
+    if action.metavar == "PATH":
+        return "files"
+    if action.nargs == argparse.REMAINDER:
+        return "command"
+    return "value"
+
+
+def _help(action: argparse.Action) -> str:
+    text = action.help if action.help and action.help != argparse.SUPPRESS else ""
+    return " ".join(text.split())
+
+
+def _options(parser: argparse.ArgumentParser) -> list[Option]:
+    return [
+        Option(list(a.option_strings), _kind(a), _help(a))
+        for a in parser._actions
+        if a.option_strings and a.help != argparse.SUPPRESS
+    ]
+
+
+def grammar() -> tuple[list[Option], list[Command]]:
+    """The global options and the subcommands, as the argparse grammar has them."""
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    helps = {a.dest: _help(a) for a in sub._choices_actions}
+    commands = []
+    for name, subparser in sub.choices.items():
+        command = Command(name, helps.get(name, ""))
+        command.options = _options(subparser)
+        command.positionals = [
+            _kind(a) for a in subparser._actions if not a.option_strings and a.dest != "help"
+        ]
+        commands.append(command)
+    return _options(parser), commands
+
+
+def _check_word(word: str) -> str:
+    # Flags and names come from our own grammar; refuse anything a shell would read twice.
+    assert word and set(word) <= SAFE, word
+    return word
+
+
+def _case_lines(pairs: Iterable[tuple[list[str], str]], variable: str) -> str:
+    """``case`` branches (sh syntax: bash and zsh read it alike) setting ``variable``."""
+    groups: dict[str, list[str]] = {}
+    for patterns, value in pairs:
+        groups.setdefault(value, []).extend(patterns)
+    return "\n".join(
+        f"        {'|'.join(patterns)}) {variable}='{value}' ;;"
+        for value, patterns in groups.items()
+    )
+
+
+def _shared(global_options: list[Option], commands: list[Command]) -> str:
+    """The functions bash and zsh share: the tables and the scanner."""
+    kinds = [
+        ([f"{c.name}:{_check_word(f)}" for f in o.flags], o.kind)
+        for c in commands
+        for o in c.options
+        if o.kind
+    ]
+    kinds += [([f":{_check_word(f)}" for f in o.flags], o.kind) for o in global_options if o.kind]
+    options = [
+        ([_check_word(c.name)], " ".join(f for o in c.options for f in o.flags)) for c in commands
+    ]
+    positionals = [
+        ([f"{c.name}:{i}"], kind)
+        for c in commands
+        for i, kind in enumerate(c.positionals, start=1)
+        if kind != "command"
+    ]
+    positionals += [([f"{c.name}:*"], "command") for c in commands if "command" in c.positionals]
+    global_words = " ".join(f for o in global_options for f in o.flags)
+    names = " ".join(c.name for c in commands)
+    return f"""\
+_gpulayer_tui_subcommands='{names}'
+
+# What the value of option $2 of subcommand $1 is ("" for a flag or an unknown option).
+_gpulayer_tui_kind() {{
+    case "$1:$2" in
+{_case_lines(kinds, "_gpl_kind")}
+        *) _gpl_kind='' ;;
+    esac
+}}
+
+# The options of subcommand $1 (the global ones without a subcommand).
+_gpulayer_tui_options() {{
+    case "$1" in
+{_case_lines(options, "_gpl_words")}
+        *) _gpl_words='{global_words}' ;;
+    esac
+}}
+
+# What positional $2 of subcommand $1 is.
+_gpulayer_tui_positional() {{
+    case "$1:$2" in
+{_case_lines(positionals, "_gpl_kind")}
+        *) _gpl_kind='' ;;
+    esac
+}}
+
+# Read the words before the cursor: the subcommand (_gpl_sub), positionals seen
+# (_gpl_pos), inside submit's command (_gpl_rest=1), an option's value wanted next
+# (_gpl_want: its kind). bash splits --opt=value into three words at the "=".
+_gpulayer_tui_scan() {{
+    _gpl_sub='' _gpl_pos=0 _gpl_rest=0 _gpl_want=''
+    while [ $# -gt 0 ]; do
+        if [ "$_gpl_rest" = 1 ]; then
+            _gpl_pos=$((_gpl_pos + 1))
+        else
+            case "$1" in
+                --) [ "$_gpl_sub" = submit ] && _gpl_rest=1 ;;
+                -*=*) ;;
+                -*)
+                    _gpulayer_tui_kind "$_gpl_sub" "$1"
+                    if [ -n "$_gpl_kind" ]; then
+                        shift
+                        if [ "${{1-}}" = "=" ]; then shift; fi
+                        if [ $# -eq 0 ]; then _gpl_want=$_gpl_kind; return; fi
+                    fi ;;
+                *)
+                    if [ -z "$_gpl_sub" ]; then
+                        _gpl_sub=$1
+                    else
+                        _gpl_pos=$((_gpl_pos + 1))
+                        _gpulayer_tui_positional "$_gpl_sub" '*'
+                        [ "$_gpl_kind" = command ] && _gpl_rest=1
+                    fi ;;
+            esac
+        fi
+        shift
+    done
+}}
+"""
+
+
+def bash_script() -> str:
+    """The bash completion script."""
+    global_options, commands = grammar()
+    return f"""\
+# gpulayer-tui completion for bash: eval "$(gpulayer-tui completion bash)" in ~/.bashrc
+# (generated from this installation's grammar by `gpulayer-tui completion bash`)
+{_shared(global_options, commands)}
+# Add the candidates of kind $1 for the word $2 to COMPREPLY.
+_gpulayer_tui_values() {{
+    local line
+    case "$1" in
+        jobs|domains)
+            while IFS= read -r line; do
+                [ -n "$line" ] && COMPREPLY+=("${{line%%$'\\t'*}}")
+            done < <("$_gpl_cmd" __complete "$1" "$2" 2>/dev/null) ;;
+        choice:*) COMPREPLY=($(compgen -W "${{1#choice:}}" -- "$2")) ;;
+        dirs) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -d -- "$2")) ;;
+        files) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f -- "$2")) ;;
+        command)
+            if [ "$_gpl_pos" -gt 0 ]; then  # the command's arguments
+                compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f -- "$2"))
+            else
+                COMPREPLY=($(compgen -c -- "$2"))
+            fi ;;
+    esac
+}}
+
+_gpulayer_tui() {{
+    local cur=${{COMP_WORDS[COMP_CWORD]}} _gpl_cmd=${{COMP_WORDS[0]}}
+    local _gpl_sub _gpl_pos _gpl_rest _gpl_want _gpl_kind _gpl_words
+    COMPREPLY=()
+    [[ $_gpl_cmd == "~/"* ]] && _gpl_cmd=$HOME/${{_gpl_cmd#"~/"}}
+    _gpulayer_tui_scan "${{COMP_WORDS[@]:1:COMP_CWORD-1}}"
+    if [ "$cur" = "=" ] && [ -n "$_gpl_want" ]; then cur=''; fi
+    if [ -n "$_gpl_want" ]; then
+        _gpulayer_tui_values "$_gpl_want" "$cur"
+    elif [[ $cur == -* && $_gpl_rest != 1 ]]; then
+        _gpulayer_tui_options "$_gpl_sub"
+        COMPREPLY=($(compgen -W "$_gpl_words" -- "$cur"))
+    elif [ -z "$_gpl_sub" ]; then
+        COMPREPLY=($(compgen -W "$_gpulayer_tui_subcommands" -- "$cur"))
+    else
+        _gpulayer_tui_positional "$_gpl_sub" $((_gpl_pos + 1))
+        [ -z "$_gpl_kind" ] && _gpulayer_tui_positional "$_gpl_sub" '*'
+        _gpulayer_tui_values "$_gpl_kind" "$cur"
+    fi
+    return 0
+}}
+complete -F _gpulayer_tui gpulayer-tui
+"""
+
+
+def _zsh_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def zsh_script() -> str:
+    """The zsh completion script (also an autoloadable ``_gpulayer-tui`` in $fpath)."""
+    global_options, commands = grammar()
+    described = " ".join(_zsh_quote(f"{c.name}:{c.help}" if c.help else c.name) for c in commands)
+    return f"""\
+#compdef gpulayer-tui
+# gpulayer-tui completion for zsh: eval "$(gpulayer-tui completion zsh)" in ~/.zshrc, after
+# compinit (or save it as _gpulayer-tui in a directory of $fpath).
+# (generated from this installation's grammar by `gpulayer-tui completion zsh`)
+{_shared(global_options, commands)}
+_gpulayer_tui_values() {{
+    local line
+    local -a values shown
+    case "$1" in
+        jobs|domains)
+            for line in "${{(@f)$("$_gpl_cmd" __complete "$1" "$PREFIX" 2>/dev/null)}}"; do
+                [[ -z $line ]] && continue
+                values+=("${{line%%$'\\t'*}}")
+                shown+=("${{line%%$'\\t'*}}  ${{line#*$'\\t'}}")
+            done
+            (( ${{#values}} )) && compadd -V "gpulayer-$1" -l -d shown -- "${{values[@]}}" ;;
+        choice:*) compadd -- ${{=1#choice:}} ;;
+        dirs) _files -/ ;;
+        files) _files ;;
+        command) if (( _gpl_pos > 0 )); then _files; else _command_names -e; fi ;;
+    esac
+}}
+
+_gpulayer_tui() {{
+    local _gpl_cmd=${{words[1]}} _gpl_sub _gpl_pos _gpl_rest _gpl_want _gpl_kind _gpl_words
+    local -a subcommands
+    _gpl_cmd=${{~_gpl_cmd}}
+    _gpulayer_tui_scan "${{(@)words[2,CURRENT-1]}}"
+    if [[ -z $_gpl_want && $_gpl_rest != 1 && $PREFIX == --*=* ]]; then
+        _gpulayer_tui_kind "$_gpl_sub" "${{PREFIX%%=*}}"
+        _gpl_want=$_gpl_kind
+        compset -P '*='
+    fi
+    if [[ -n $_gpl_want ]]; then
+        _gpulayer_tui_values "$_gpl_want"
+    elif [[ $PREFIX == -* && $_gpl_rest != 1 ]]; then
+        _gpulayer_tui_options "$_gpl_sub"
+        compadd -- ${{=_gpl_words}}
+    elif [[ -z $_gpl_sub ]]; then
+        subcommands=({described})
+        _describe -t subcommands 'gpulayer-tui subcommand' subcommands
+    else
+        _gpulayer_tui_positional "$_gpl_sub" $((_gpl_pos + 1))
+        [[ -z $_gpl_kind ]] && _gpulayer_tui_positional "$_gpl_sub" '*'
+        _gpulayer_tui_values "$_gpl_kind"
+    fi
+}}
+
+if [[ ${{zsh_eval_context[-1]}} == loadautofunc ]]; then
+    _gpulayer_tui "$@"
+else
+    compdef _gpulayer_tui gpulayer-tui
+fi
+"""
+
+
+def _fish_quote(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _fish_option(condition: str, option: Option) -> str:
+    parts = ["complete -c gpulayer-tui", f"-n {_fish_quote(condition)}"]
+    for flag in option.flags:
+        parts.append(f"-l {flag[2:]}" if flag.startswith("--") else f"-s {flag[1:]}")
+    kind = option.kind
+    if kind in ("jobs", "domains"):
+        parts.append(f"-x -k -a {_fish_quote(f'(__gpulayer_tui_values {kind})')}")
+    elif kind.startswith("choice:"):
+        parts.append(f"-x -a {_fish_quote(kind[len('choice:') :])}")
+    elif kind == "files":
+        parts.append("-r -F")
+    elif kind == "dirs":
+        parts.append("-x -a '(__fish_complete_directories)'")
+    elif kind:
+        parts.append("-x")
+    if option.help:
+        parts.append(f"-d {_fish_quote(option.help)}")
+    return " ".join(parts)
+
+
+def fish_script() -> str:
+    """The fish completion script."""
+    global_options, commands = grammar()
+    lines = [
+        "# gpulayer-tui completion for fish: gpulayer-tui completion fish | source",
+        "# (in ~/.config/fish/config.fish; or save it as",
+        "# ~/.config/fish/completions/gpulayer-tui.fish)",
+        "# (generated from this installation's grammar by `gpulayer-tui completion fish`)",
+        "function __gpulayer_tui_values",
+        "    set -l cmd (commandline -opc)[1]",
+        "    command $cmd __complete $argv[1] (commandline -ct | string replace -r '^-[^=]*=' '')"
+        " 2>/dev/null",
+        "end",
+        "# The number of positionals after subcommand $argv[1] is $argv[2].",
+        "function __gpulayer_tui_at",
+        "    set -l words (commandline -opc)",
+        "    set -l seen 0",
+        "    set -l count 0",
+        "    for word in $words[2..-1]",
+        "        if test $seen = 0",
+        "            test $word = $argv[1]; and set seen 1",
+        "        else if not string match -q -- '-*' $word",
+        "            set count (math $count + 1)",
+        "        end",
+        "    end",
+        "    test $seen = 1; and test $count = $argv[2]",
+        "end",
+        "complete -c gpulayer-tui -f",
+    ]
+    for option in global_options:
+        lines.append(_fish_option("__fish_use_subcommand", option))
+    for command in commands:
+        lines.append(
+            f"complete -c gpulayer-tui -n __fish_use_subcommand -a {command.name}"
+            + (f" -d {_fish_quote(command.help)}" if command.help else "")
+        )
+    for command in commands:
+        seen = f"__fish_seen_subcommand_from {command.name}"
+        for option in command.options:
+            lines.append(_fish_option(seen, option))
+        for index, kind in enumerate(command.positionals):
+            condition = f"__gpulayer_tui_at {command.name} {index}"
+            if kind in ("jobs", "domains"):
+                lines.append(
+                    f"complete -c gpulayer-tui -n {_fish_quote(condition)}"
+                    f" -k -a {_fish_quote(f'(__gpulayer_tui_values {kind})')}"
+                )
+            elif kind.startswith("choice:"):
+                lines.append(
+                    f"complete -c gpulayer-tui -n {_fish_quote(condition)}"
+                    f" -a {_fish_quote(kind[len('choice:') :])}"
+                )
+            elif kind == "command":
+                lines.append(f"complete -c gpulayer-tui -n {_fish_quote(seen)} -F")
+    return "\n".join(lines) + "\n"
+
+
+def completion_script(shell: str) -> str:
+    """The completion script for ``shell`` (bash, zsh or fish)."""
+    return {"bash": bash_script, "zsh": zsh_script, "fish": fish_script}[shell]()
