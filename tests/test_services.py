@@ -350,9 +350,11 @@ async def test_gpu_replicas_go_to_distinct_domains(make_engine: EngineFactory) -
     assert [r.gpus for r in live.replicas] in ([[0], [1]], [[1], [0]])
     env = await _command_env(live.replicas[1].pid)
     assert env["CUDA_VISIBLE_DEVICES"] == str(live.replicas[1].gpus[0])
-    # a batch job that needs a GPU now waits for the service
+    # a batch job that needs a GPU now waits for the service (which `why` and the GPU
+    # view name: the reason names busy domains, not their jobs, see scheduler._reason)
     batch = await engine.submit({"command": ["true"], "gpus": 1})
-    assert batch.status is JobStatus.QUEUED and f"job {job.id}" in batch.message
+    assert batch.status is JobStatus.QUEUED and batch.message == "all 2 GPU slots busy"
+    assert all(job.id in d.holdings for d in engine.scheduler.gpu_domains)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# A real single-node Slurm for the tests (issue 16), started without systemd.
+#
+#   tests/slurm/cluster.sh start DIR   # munged + slurmctld + slurmd; prints "SLURM_CONF=..."
+#   tests/slurm/cluster.sh stop DIR
+#
+# Needs the Debian packages slurm-wlm and munge, and root (slurmd runs jobs as their
+# users). The node has 4 fake GPUs (gres.conf File= entries on files in DIR: Slurm sets
+# CUDA_VISIBLE_DEVICES from them) in partition "gpu" (MaxTime 60 min); finished jobs stay
+# known to the controller for an hour (MinJobAge), since there is no accounting database.
+set -euo pipefail
+cmd=${1:?start|stop}
+dir=$(realpath -m "${2:?state dir}")
+conf="$dir/slurm.conf"
+host=$(hostname -s)
+
+stop() {
+    for pidfile in "$dir"/slurmd.pid "$dir"/slurmctld.pid "$dir"/munged.pid; do
+        [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
+    done
+    for _ in $(seq 50); do
+        pgrep -f "slurm(ctld|d) -f $conf" >/dev/null || break
+        sleep 0.1
+    done
+}
+
+if [ "$cmd" = stop ]; then stop; exit 0; fi
+
+mkdir -p "$dir"/{state,spool,munge,log}
+chmod 755 "$dir" "$dir/munge"  # (munged wants its socket's dir reachable by all)
+# Character devices (like /dev/null): Slurm sets CUDA_VISIBLE_DEVICES only for device files.
+for i in 0 1 2 3; do [ -c "$dir/nvidia$i" ] || { rm -f "$dir/nvidia$i"; mknod -m 666 "$dir/nvidia$i" c 1 3; }; done
+cpus=$(nproc)
+mem=$(awk '/MemTotal/ {print int($2 / 1024 / 2)}' /proc/meminfo)
+cat >"$conf" <<CONF
+ClusterName=gpulayer-test
+SlurmctldHost=$host
+SlurmctldPort=16817
+SlurmdPort=16818
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/munge.socket
+CryptoType=crypto/munge
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+ReturnToService=2
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmdSpoolDir=$dir/spool
+StateSaveLocation=$dir/state
+SlurmUser=root
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+MinJobAge=3600
+KillWait=5
+InactiveLimit=0
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+PropagateResourceLimitsExcept=ALL
+NodeName=$host CPUs=$cpus RealMemory=$mem Gres=gpu:4 State=UNKNOWN
+PartitionName=gpu Nodes=$host Default=YES MaxTime=60 State=UP
+CONF
+cat >"$dir/gres.conf" <<CONF
+Name=gpu File=$dir/nvidia[0-3]
+CONF
+cp "$dir/gres.conf" "$(dirname "$conf")/gres.conf" 2>/dev/null || true
+stop
+# munge: its own key and socket in DIR, so a system munged is not needed.
+[ -f "$dir/munge/munge.key" ] || dd if=/dev/urandom bs=1 count=1024 of="$dir/munge/munge.key" 2>/dev/null
+chmod 400 "$dir/munge/munge.key"
+munged --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
+    --pid-file="$dir/munged.pid" --log-file="$dir/log/munged.log" --seed-file="$dir/munge/seed"
+export SLURM_CONF="$conf"
+slurmctld -f "$conf" -i
+slurmd -f "$conf"
+for _ in $(seq 100); do
+    if sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'; then
+        echo "SLURM_CONF=$conf"
+        exit 0
+    fi
+    sleep 0.2
+done
+echo "slurm did not come up; see $dir/log" >&2
+tail -20 "$dir"/log/*.log >&2 || true
+exit 1
