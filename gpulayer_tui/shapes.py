@@ -129,6 +129,9 @@ class JobJSON(JobRowJSON):
     stop_reason: str | None
     attempt: NotRequired[int]
     usage: NotRequired[UsageSummaryJSON]
+    cluster: NotRequired[str]
+    """A Slurm cluster's job (issue 16): the cluster's name, and its id there."""
+    cluster_job_id: NotRequired[str | None]
 
 
 class JobPageJSON(TypedDict):
@@ -231,6 +234,9 @@ class GpusJSON(TypedDict):
     probe_seconds: float | None
     unregistered_total: int
     domains: list[DomainViewJSON]
+    clusters: NotRequired[list[dict[str, Any]]]
+    """Each ``[clusters.NAME]`` (issue 16): partition, nodes, GPUs total/allocated/idle,
+    whether it answers."""
 
 
 class HealthJSON(TypedDict):

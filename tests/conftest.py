@@ -45,6 +45,14 @@ ROOT_FIXTURES = frozenset({"tiny_fs", "open_home"})
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
+    if (
+        report.skipped
+        and os.environ.get("GPULAYER_REQUIRE_SLURM") == "1"
+        and item.get_closest_marker("needs_slurm")
+    ):
+        report.outcome = "failed"
+        report.longrepr = f"a Slurm test skipped where Slurm is required: {report.longrepr}"
+        return
     if not (report.skipped and os.environ.get("GPULAYER_REQUIRE_ROOT") == "1"):
         return
     if item.get_closest_marker("needs_root") or ROOT_FIXTURES & set(

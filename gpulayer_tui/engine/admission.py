@@ -61,6 +61,7 @@ class Admission:
         self._store = store
         self._limits = limits
         self._cancel = cancel
+        self.clusters: list[str] = []  # the configured clusters (the engine keeps it current)
         # Idempotency keys of recent submissions: in flight (a pending future) or just done.
         self._keys: dict[tuple[int | None, str], asyncio.Future[list[int]]] = {}
 
@@ -130,6 +131,11 @@ class Admission:
         for index, data in enumerate(items):
             try:
                 spec = parse_spec(data)
+                if spec.cluster is not None and spec.cluster not in self.clusters:
+                    known = ", ".join(self.clusters) or "none configured"
+                    raise SpecError(
+                        f"cluster: unknown cluster '{spec.cluster}' (known: {known})", "cluster"
+                    )
                 request = self._scheduler.request_for(spec)
                 self._domain_ops.refuse_quarantined_pins(spec.pinned_domains)
                 deps = await self._queue.resolve_dependencies(spec)

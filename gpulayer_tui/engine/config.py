@@ -319,6 +319,22 @@ class SchedulingSettings(_Strict):
         return value
 
 
+class ClusterSettings(_Strict):
+    """``[clusters.NAME]``: a Slurm cluster jobs may be sent to (issue 16)."""
+
+    kind: Literal["slurm"] = "slurm"
+    partition: str = Field(min_length=1, max_length=128)
+    account: str | None = Field(None, min_length=1, max_length=128)
+    qos: str | None = Field(None, min_length=1, max_length=128)
+    time_limit: float | None = Field(None, gt=0, le=365 * 86400)  # default run time, s
+    # How to reach the cluster's commands, e.g. ["ssh", "login1"] (argv, no shell).
+    command_prefix: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        default_factory=list, max_length=64
+    )
+    poll_interval: float = Field(5.0, ge=0.2, le=3600)
+    command_timeout: float = Field(30.0, ge=1, le=600)
+
+
 class Config(_Strict):
     """The whole config file."""
 
@@ -337,6 +353,7 @@ class Config(_Strict):
     notify: NotifySettings = NotifySettings()
     users: dict[str, UserLimits] = {}
     scheduling: SchedulingSettings = SchedulingSettings()
+    clusters: dict[str, ClusterSettings] = {}
 
 
 def _format_validation(err: ValidationError, source: str) -> str:

@@ -24,6 +24,7 @@ included); the bodies are one-line delegations to the parts.
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import time
@@ -45,6 +46,7 @@ from . import procs
 from .admission import Admission
 from .adoption import Adopter, read_process
 from .batch import BatchRunner, JobEnv
+from .cluster_runner import ClusterRunner
 from .config import Config, ConfigError, Paths, load_config, plan_domains
 from .disk import DiskSpace
 from .domain import Domain
@@ -160,8 +162,20 @@ class Engine:
             self.config.health,
             self.executor.log_path,
         )
+        # Cluster jobs (issue 16): batch jobs that Slurm runs; the queue hands them over.
+        # (Named on the cluster by this state dir's id, read at start.)
+        tag = hashlib.sha256(str(paths.state_dir).encode()).hexdigest()[:8]
+        self.clusters = ClusterRunner(
+            self.book,
+            self.config.clusters,
+            self.executor.log_path,
+            tag,
+            recheck=self.queue.recheck_capacity,
+        )
+        self.queue.cluster_verdict = self.clusters.verdict
+        self.queue.cluster_start = self.clusters.start
         self._runners: dict[JobKind, Runner] = {
-            JobKind.COMMAND: self.batch,
+            JobKind.COMMAND: _ByPlace(self.batch, self.clusters),
             JobKind.SERVICE: self.services,
             JobKind.ADOPTED: self.adopter,
         }
@@ -175,6 +189,7 @@ class Engine:
             self.config.limits,
             self._cancel,
         )
+        self.admission.clusters = self.clusters.names
         self.usage = UsageRecorder(
             self.config.usage,
             self.config.policy,
@@ -236,6 +251,8 @@ class Engine:
         self.disk.min_free_mb = config.logs.min_free_mb
         self.admission.reconfigure(config.limits)
         self.usage.reconfigure(config.usage, config.policy)
+        self.clusters.reconfigure(config.clusters)
+        self.admission.clusters = self.clusters.names
         self.queue.reconfigure(config.scheduling, Limits(config.users))
         self.notifier.reconfigure(config.notify)
 
@@ -266,6 +283,7 @@ class Engine:
         try:
             self.notifier.start()  # (before recovery: a job that ended meanwhile notifies)
             await self.store.open(__version__, os.getpid())
+            self.clusters.tag = self._state_id()
             await self.executor.open()
             first = await self.sampler.sample_once()
             self._build_domains(first)
@@ -293,9 +311,28 @@ class Engine:
             self._lock.release()
             raise
         self.started_at = time.time()
+        self.clusters.start_polling()
         self.sampler.start()
         self.config_reload.start()
         self.retention.start()
+
+    def _state_id(self) -> str:
+        """This state dir's random id (made once): names its jobs on a shared cluster, so
+        another state dir's job of the same number is never taken for one of ours."""
+        path = self.paths.state_dir / "state-id"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd) as existing:
+                text = existing.read().strip()
+            if text.isalnum() and 8 <= len(text) <= 32:
+                return text
+            raise StoreError(f"{path} holds no valid state id; remove it") from None
+        made = os.urandom(6).hex()
+        with os.fdopen(fd, "w") as new:
+            new.write(made + "\n")
+        return made
 
     def _build_domains(self, sample: Sample) -> None:
         result = sample.result
@@ -317,6 +354,7 @@ class Engine:
         await self.retention.stop()
         await self.config_reload.stop()
         await self.sampler.stop()
+        await self.clusters.close()
         self.usage.save_all()  # (running jobs' series go on after the next start)
         self.batch.close()
         self.services.close()
@@ -442,6 +480,9 @@ class Engine:
         return act.job
 
     def _cancel(self, act: ActiveJob, message: str) -> None:
+        if act.spec is not None and act.spec.cluster is not None:
+            self.clusters.stop(act, TerminationReason.CANCELLED, message)
+            return
         if act.job.status in (JobStatus.PENDING, JobStatus.QUEUED):
             self.book.finish(act, JobStatus.CANCELLED, TerminationReason.CANCELLED, message)
         elif act.job.status is JobStatus.RUNNING:
@@ -475,7 +516,10 @@ class Engine:
 
     def gpus(self) -> GpusJSON:
         """Domains with their latest sample, VRAM accounting and history."""
-        return gpus_view(self.scheduler, self.sampler, self.probe.backend, self.no_gpu_notice)
+        view = gpus_view(self.scheduler, self.sampler, self.probe.backend, self.no_gpu_notice)
+        if self.clusters.names:
+            view["clusters"] = self.clusters.views()
+        return view
 
     def health(self) -> HealthJSON:
         """Engine identity and overall state."""
@@ -540,3 +584,23 @@ class Engine:
                 self.scheduler, self.sampler, self.probe.backend, self.no_gpu_notice, False
             )
             self.bus.publish(self.bus.make(EventKind.GPU_SAMPLE, None, dict(view)))
+
+
+class _ByPlace:
+    """The runner of ``command`` jobs: this machine's, or its cluster's (issue 16)."""
+
+    def __init__(self, local: BatchRunner, clusters: ClusterRunner) -> None:
+        self._local = local
+        self._clusters = clusters
+
+    def _of(self, act: ActiveJob) -> Runner:
+        on_cluster = act.spec is not None and act.spec.cluster is not None
+        return self._clusters if on_cluster else self._local
+
+    def stop(self, act: ActiveJob, reason: TerminationReason, message: str) -> None:
+        """Stop it where it runs."""
+        self._of(act).stop(act, reason, message)
+
+    def reattach(self, act: ActiveJob) -> None:
+        """Take it back where it runs."""
+        self._of(act).reattach(act)

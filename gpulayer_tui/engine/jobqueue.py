@@ -47,7 +47,7 @@ from .gpus import GIB
 from .jobbook import ActiveJob, JobBook
 from .models import Job, JobStatus, TerminationReason
 from .runqueue import Group, Key, RunQueue
-from .scheduler import Request, Scheduler
+from .scheduler import Request, Scheduler, Verdict
 
 if TYPE_CHECKING:
     from .domain import Domain
@@ -125,6 +125,9 @@ class JobQueue:
         self.reservation: Reservation | None = None  # (the last pass's)
         # Stops a preemptible job for a better one (wired by the engine to its runner).
         self.preempt: Callable[[ActiveJob, ActiveJob], None] | None = None
+        # Cluster jobs (issue 16): their verdict and their start are the cluster's.
+        self.cluster_verdict: Callable[[ActiveJob], Verdict] | None = None
+        self.cluster_start: Callable[[ActiveJob], None] | None = None
         self._preempting: dict[int, set[int]] = {}  # waiting job -> jobs stopped for it
 
     def reconfigure(self, settings: SchedulingSettings, limits: Limits) -> None:
@@ -214,7 +217,7 @@ class JobQueue:
     def enqueue(self, act: ActiveJob, deps: list[ResolvedDep]) -> None:
         """Decide over capacity and dependencies, then make the job wait or ready."""
         assert act.request is not None
-        verdict = self._scheduler.capacity_verdict(act.request)
+        verdict = self._verdict(act)
         if verdict.possible is False:
             self._book.finish(act, JobStatus.FAILED, Reason.OVER_CAPACITY, verdict.message)
             return
@@ -257,10 +260,29 @@ class JobQueue:
             self._capacity_wait[act.job.id] = act
             self._book.set_reason(act, block)
             return
+        if self._on_cluster(act):
+            assert self.cluster_start is not None
+            self._unwait(act.job.id)
+            self.cluster_start(act)
+            return
         group = self._group(act)
         assert group is not None
         self._ready.push(act.key, group)
         self.schedule_soon()
+
+    def _on_cluster(self, act: ActiveJob) -> bool:
+        return (
+            act.spec is not None
+            and act.spec.cluster is not None
+            and (self.cluster_start is not None)
+        )
+
+    def _verdict(self, act: ActiveJob) -> Verdict:
+        """Could it ever run: on this machine, or on its cluster's partition."""
+        if self._on_cluster(act) and self.cluster_verdict is not None:
+            return self.cluster_verdict(act)
+        assert act.request is not None
+        return self._scheduler.capacity_verdict(act.request)
 
     def requeued(self, act: ActiveJob) -> None:
         """A preempted job is back in ``queued``: it waits again (its dependencies were
@@ -274,7 +296,7 @@ class JobQueue:
         for act in ready:
             if act is None or act.request is None or act.job.id not in self._book:
                 continue  # (or it ended while this loop ran)
-            verdict = self._scheduler.capacity_verdict(act.request)
+            verdict = self._verdict(act)
             if verdict.possible is False:
                 self._book.finish(act, JobStatus.FAILED, Reason.OVER_CAPACITY, verdict.message)
                 continue

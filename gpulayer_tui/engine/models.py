@@ -258,6 +258,7 @@ class Job:
     stop_message: str = ""
     kill_at: float | None = None
     submit_key: str | None = None  # the submission's idempotency key (never shown)
+    cluster_job_id: str | None = None  # its id on its Slurm cluster (issue 16)
 
     def to_row(self) -> JobRowJSON:
         """The job's *row* (lists, events): what a table shows, the spec cut to
@@ -283,8 +284,12 @@ class Job:
         out["owner_uid"] = self.owner_uid
         out["kill_at"] = self.kill_at
         out["stop_reason"] = self.stop_reason.value if self.stop_reason else None
-        if self.kind is JobKind.SERVICE:
+        if self.kind is JobKind.SERVICE or self.attempt:
             out["attempt"] = self.attempt
+        cluster = self.spec.get("cluster")
+        if cluster is not None:
+            out["cluster"] = cluster
+            out["cluster_job_id"] = self.cluster_job_id
         return out
 
     def _json_base(

@@ -94,6 +94,9 @@ class JobSpec(BaseModel):
             only when true.
         requeue: A preempted job goes back to the queue (the default); ``false``: it
             fails instead. Stored only when false.
+        cluster: Run it on this ``[clusters.NAME]`` Slurm cluster instead of here.
+        cpus: CPUs per node (cluster jobs).
+        mem_gb: Memory per node in GB (cluster jobs).
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -120,6 +123,9 @@ class JobSpec(BaseModel):
     notify: bool = False
     preemptible: bool = False
     requeue: bool = True
+    cluster: Annotated[str, Field(min_length=1, max_length=64)] | None = None
+    cpus: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    mem_gb: Annotated[float, Field(gt=0, le=1_000_000)] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -146,6 +152,13 @@ class JobSpec(BaseModel):
             raise ValueError("vram_gb is per GPU, but gpus is 0 (a CPU job)")
         if self.preemptible and self.kind == "service":
             raise ValueError("preemptible: services are never preempted (record 004)")
+        if self.cluster is None and (self.cpus is not None or self.mem_gb is not None):
+            raise ValueError("cpus, mem_gb: only cluster jobs have these (set cluster)")
+        if self.cluster is not None and (self.is_service or self.preemptible or self.domain):
+            raise ValueError(
+                "cluster: a cluster job is a batch job placed by Slurm (no service, "
+                "preemptible or domain)"
+            )
         if not self.requeue and not self.preemptible:
             raise ValueError("requeue: only a preemptible job is requeued (add preemptible)")
         return self

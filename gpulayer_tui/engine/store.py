@@ -55,7 +55,7 @@ from .models import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # jobs_active's condition, exactly as created: a query that repeats it may use the index.
 _ACTIVE_INDEX_WHERE = "status IN ('pending', 'queued', 'running')"
@@ -145,12 +145,17 @@ MIGRATIONS: list[list[str]] = [
             record TEXT NOT NULL
         )""",
     ],
+    # 6 -> 7: a cluster job's id on its cluster (issue 16), so a restarted engine finds
+    # every cluster job again.
+    [
+        "ALTER TABLE jobs ADD COLUMN cluster_job_id TEXT",
+    ],
 ]
 
 _JOB_COLUMNS = (
     "id, name, kind, status, termination_reason, exit_code, message, domains, gpus, "
     "priority, pid, start_ticks, created_at, queued_at, started_at, ended_at, owner_uid, spec, "
-    "replicas, attempt, stop_reason, stop_message, kill_at"
+    "replicas, attempt, stop_reason, stop_message, kill_at, cluster_job_id"
 )
 # What changes after a job is created (the rest, its spec above all, is written once).
 _DYNAMIC = (
@@ -170,6 +175,7 @@ _DYNAMIC = (
     "stop_reason",
     "stop_message",
     "kill_at",
+    "cluster_job_id",
 )
 _STATIC = ("id", "name", "kind", "priority", "created_at", "owner_uid", "spec", "submit_key")
 _INSERT = (
@@ -247,6 +253,7 @@ def _dynamic_row(job: Job) -> tuple[Any, ...]:
         job.stop_reason.value if job.stop_reason else None,
         job.stop_message,
         job.kill_at,
+        job.cluster_job_id,
     )
 
 
@@ -354,6 +361,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
         stop_reason=TerminationReason(row[20]) if row[20] else None,
         stop_message=row[21] or "",
         kill_at=row[22],
+        cluster_job_id=row[23],
     )
 
 

@@ -2,6 +2,8 @@
 # A real single-node Slurm for the tests (issue 16), started without systemd.
 #
 #   tests/slurm/cluster.sh start DIR   # munged + slurmctld + slurmd; prints "SLURM_CONF=..."
+#                                      # (a cluster already up in DIR is used as it is)
+#   tests/slurm/cluster.sh status DIR  # exit 0 if it answers
 #   tests/slurm/cluster.sh stop DIR
 #
 # Needs the Debian packages slurm-wlm and munge, and root (slurmd runs jobs as their
@@ -25,6 +27,14 @@ stop() {
 }
 
 if [ "$cmd" = stop ]; then stop; exit 0; fi
+if [ "$cmd" = status ] || { [ -f "$conf" ] && SLURM_CONF="$conf" timeout 10 sinfo -h >/dev/null 2>&1; }; then
+    # Already up (started by another test worker or an earlier run): use it.
+    if SLURM_CONF="$conf" timeout 10 sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'; then
+        echo "SLURM_CONF=$conf"
+        exit 0
+    fi
+    [ "$cmd" = status ] && exit 1
+fi
 
 mkdir -p "$dir"/{state,spool,munge,log}
 chmod 755 "$dir" "$dir/munge"  # (munged wants its socket's dir reachable by all)
@@ -85,5 +95,5 @@ for _ in $(seq 100); do
     sleep 0.2
 done
 echo "slurm did not come up; see $dir/log" >&2
-tail -20 "$dir"/log/*.log >&2 || true
+tail -n 20 "$dir"/log/*.log >&2 || true
 exit 1

@@ -1,0 +1,437 @@
+"""Cluster jobs: the same jobs, run by a Slurm cluster instead of this machine (issue 16).
+
+A job with ``cluster = "NAME"`` never enters the local run queue: once its dependencies
+are met the queue hands it here. Record 003 carries over:
+
+* **Over capacity** is decided from the partition (largest node's GPUs, memory, CPUs;
+  the partition's time limit) when the job is submitted; a request no node can ever
+  satisfy fails at once, naming the partition and the largest node.
+* **Queued with a reason**: a pending job shows Slurm's reason in plain words.
+* **Cannot tell**: while the cluster does not answer, jobs keep their state and say
+  since when it has not answered; nothing is failed on a guess.
+
+Durable before acted on: the decision to submit is committed (the job says "submitting
+to cluster NAME") before ``sbatch`` runs, and the cluster's job id is stored with the job
+at once; a restarted engine looks a job without an id up by its Slurm name before
+submitting it, so a job is never submitted twice. A cancel is stored, then ``scancel``
+is sent. One ``squeue`` per cluster per tick follows every job, however many there are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .batch import JobEnv, argv_of
+from .config import ClusterSettings
+from .jobbook import ActiveJob, JobBook
+from .models import JobStatus, TerminationReason
+from .scheduler import Verdict
+from .slurm import (
+    PENDING_STATES,
+    RUNNING_STATES,
+    ClusterError,
+    Partition,
+    SlurmCluster,
+    SlurmJob,
+    end_of,
+    minutes,
+    pending_words,
+)
+from .tasks import cancel_and_wait
+
+Reason = TerminationReason
+log = logging.getLogger(__name__)
+
+SUBMITTING = "submitting to cluster "  # how the decision to submit reads (and is found)
+PROBE_EVERY = 6  # partitions are read again every this many polls
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+class ClusterRunner:
+    """Runs cluster jobs through their Slurm cluster (see the module docstring).
+
+    Args:
+        book: The active jobs.
+        settings: ``[clusters.*]``.
+        log_path: Where a job's output goes (the cluster writes it; a shared filesystem).
+        tag: Names this engine's jobs on a cluster (``gpulayer-TAG-ID``).
+        recheck: Asks the queue to decide again for jobs whose verdict waited on a
+            cluster that had not answered.
+    """
+
+    def __init__(
+        self,
+        book: JobBook,
+        settings: dict[str, ClusterSettings],
+        log_path: Callable[[int], Path],
+        tag: str,
+        recheck: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._book = book
+        self._log_path = log_path
+        self.tag = tag
+        self._recheck = recheck
+        self._clusters: dict[str, SlurmCluster] = {}
+        self._partitions: dict[str, Partition] = {}
+        self._errors: dict[str, str] = {}
+        self._down_since: dict[str, float] = {}
+        self._tracked: dict[int, str] = {}  # job id -> its cluster
+        self._submitting: set[int] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.Task[None] | None = None
+        self._polls = 0
+        self.reconfigure(settings)
+
+    def reconfigure(self, settings: dict[str, ClusterSettings]) -> None:
+        """A reloaded ``[clusters.*]``."""
+        self._clusters = {name: SlurmCluster(name, s) for name, s in settings.items()}
+
+    @property
+    def names(self) -> list[str]:
+        """The configured clusters."""
+        return list(self._clusters)
+
+    # -- verdicts -------------------------------------------------------------------------------
+
+    def verdict(self, act: ActiveJob) -> Verdict:
+        """Could this job ever run on its cluster's partition? (record 003)"""
+        spec = act.spec
+        assert spec is not None and spec.cluster is not None
+        name = spec.cluster
+        if name not in self._clusters:
+            return Verdict(False, f"cluster {name} is no longer configured")
+        part = self._partitions.get(name)
+        if part is None:
+            why = self._errors.get(name, "not read yet")
+            return Verdict(None, f"cluster {name} not answering: {why}")
+        where = f"partition {part.name}"
+        gpus = spec.gpus or 0
+        if part.nodes == 0:
+            return Verdict(False, f"{where} on cluster {name} has no nodes")
+        if gpus > part.max_gpus:
+            return Verdict(
+                False,
+                f"requested {_plural(gpus, 'GPU')} on one node, but the largest node in "
+                f"{where} has {part.max_gpus}",
+            )
+        if spec.mem_gb is not None and spec.mem_gb * 1024 > part.max_mem_mb:
+            return Verdict(
+                False,
+                f"requested {spec.mem_gb:g} GB of memory on one node, but the largest node "
+                f"in {where} has {part.max_mem_mb / 1024:.1f} GB",
+            )
+        if spec.cpus is not None and spec.cpus > part.max_cpus:
+            return Verdict(
+                False,
+                f"requested {_plural(spec.cpus, 'CPU')} on one node, but the largest node "
+                f"in {where} has {part.max_cpus}",
+            )
+        limit = spec.timeout or self._clusters[name].settings.time_limit
+        if limit is not None and part.max_time_s is not None and limit > part.max_time_s:
+            return Verdict(
+                False,
+                f"asks for {minutes(limit)} min of run time, but {where} allows at most "
+                f"{minutes(part.max_time_s)} min",
+            )
+        return Verdict(True)
+
+    # -- submitting -----------------------------------------------------------------------------
+
+    def start(self, act: ActiveJob) -> None:
+        """The job may go to its cluster: say so (durably), then submit it."""
+        job, spec = act.job, act.spec
+        assert spec is not None and spec.cluster is not None
+        if job.cluster_job_id is not None:  # (found again after a restart)
+            self._tracked[job.id] = spec.cluster
+            return
+        self._book.set_reason(act, f"{SUBMITTING}{spec.cluster}")
+        self._book.after_commit(functools.partial(self._spawn, self._submit(job.id)))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _submit(self, job_id: int) -> None:
+        act = self._book.get(job_id)
+        if act is None or act.spec is None or act.job.cluster_job_id is not None:
+            return
+        if job_id in self._submitting:
+            return
+        job, spec = act.job, act.spec
+        name = spec.cluster
+        assert name is not None
+        cluster = self._clusters.get(name)
+        if cluster is None:
+            self._book.finish(
+                act, JobStatus.FAILED, Reason.LAUNCH_FAILED, f"cluster {name} not configured"
+            )
+            return
+        self._submitting.add(job_id)
+        try:
+            slurm_name = f"gpulayer-{self.tag}-{job_id}"
+            # A submission decided before a crash may have reached the cluster: find it.
+            found = await cluster.find(slurm_name)
+            if found:
+                cluster_id = found[0].job_id
+            else:
+                cluster_id = await cluster.submit(*self._sbatch(job_id, spec, cluster, slurm_name))
+        except ClusterError as err:
+            if err.unreachable:
+                self._unanswered(name, str(err))  # the next poll tries again
+            elif job_id in self._book:
+                self._book.finish(
+                    act, JobStatus.FAILED, Reason.LAUNCH_FAILED, f"cluster {name} refused it: {err}"
+                )
+            return
+        finally:
+            self._submitting.discard(job_id)
+        if job_id not in self._book:
+            return
+        job.cluster_job_id = cluster_id
+        self._tracked[job_id] = name
+        self._book.note(act, f"cluster {name} job {cluster_id}: submitted")
+        if job.stop_reason is not None:  # cancelled while it was being submitted
+            self._spawn(self._scancel(name, cluster_id))
+
+    def _sbatch(
+        self, job_id: int, spec: Any, cluster: SlurmCluster, slurm_name: str
+    ) -> tuple[list[str], list[str], dict[str, str]]:
+        settings = cluster.settings
+        argv, cwd = argv_of(spec)
+        options = [
+            "-p",
+            settings.partition,
+            "-J",
+            slurm_name,
+            "-o",
+            str(self._log_path(job_id)),
+            "-D",
+            cwd,
+        ]
+        if spec.gpus:
+            options.append(f"--gres=gpu:{spec.gpus}")
+        if spec.cpus:
+            options.append(f"--cpus-per-task={spec.cpus}")
+        if spec.mem_gb:
+            options.append(f"--mem={int(spec.mem_gb * 1024)}M")
+        limit = spec.timeout or settings.time_limit
+        if limit:
+            options.append(f"--time={minutes(limit)}")
+        if settings.account:
+            options += ["-A", settings.account]
+        if settings.qos:
+            options += ["--qos", settings.qos]
+        env = {**spec.env, **JobEnv.own(job_id, [])}
+        env.pop("CUDA_VISIBLE_DEVICES", None)  # (Slurm sets it from the job's GPUs)
+        env.pop("CUDA_DEVICE_ORDER", None)
+        return argv, options, env
+
+    # -- following ------------------------------------------------------------------------------
+
+    def start_polling(self) -> None:
+        """Follow every cluster job from now on (one squeue per cluster per tick)."""
+        if self._loop is None and self._clusters:
+            self._loop = asyncio.get_running_loop().create_task(self._poll_forever())
+
+    async def close(self) -> None:
+        """Stop following (cluster jobs run on; a restarted engine finds them again)."""
+        if self._loop is not None:
+            await cancel_and_wait(self._loop)
+            self._loop = None
+        for task in list(self._tasks):
+            await cancel_and_wait(task)
+
+    async def _poll_forever(self) -> None:
+        while True:
+            try:
+                await self.poll_once()
+            except Exception:  # one bad answer must not stop following the others
+                log.exception("following cluster jobs failed")
+            interval = min((c.settings.poll_interval for c in self._clusters.values()), default=5)
+            await asyncio.sleep(interval)
+
+    async def poll_once(self) -> None:
+        """One round: each cluster's partition now and then, and its jobs."""
+        self._polls += 1
+        for name, cluster in list(self._clusters.items()):
+            if name not in self._partitions or self._polls % PROBE_EVERY == 1:
+                await self._probe(name, cluster)
+            for job_id in [j for j, c in self._tracked.items() if c == name]:
+                act = self._book.get(job_id)
+                if act is None:
+                    self._tracked.pop(job_id, None)
+            waiting = [
+                act.job.id
+                for act in self._book
+                if act.spec is not None
+                and act.spec.cluster == name
+                and act.job.cluster_job_id is None
+                and act.job.message.startswith(SUBMITTING)
+                and act.job.id not in self._submitting
+            ]
+            for job_id in waiting:  # (the cluster did not answer when they were decided)
+                self._spawn(self._submit(job_id))
+            await self._follow(name, cluster)
+
+    async def _probe(self, name: str, cluster: SlurmCluster) -> None:
+        try:
+            part = await cluster.partition()
+        except ClusterError as err:
+            self._errors[name] = str(err)
+            if err.unreachable:
+                self._unanswered(name, str(err))
+            return
+        had = name in self._partitions
+        self._partitions[name] = part
+        self._errors.pop(name, None)
+        if not had:
+            self._recheck()  # jobs waiting for a verdict on this cluster get one
+
+    async def _follow(self, name: str, cluster: SlurmCluster) -> None:
+        ids = {
+            act.job.cluster_job_id: act
+            for job_id, cname in self._tracked.items()
+            if cname == name
+            and (act := self._book.get(job_id)) is not None
+            and act.job.cluster_job_id is not None
+        }
+        if not ids:
+            return
+        try:
+            jobs = await cluster.jobs([i for i in ids if i is not None])
+        except ClusterError as err:
+            self._unanswered(name, str(err))
+            return
+        if name in self._down_since:
+            del self._down_since[name]
+            log.warning("cluster %s answers again", name)
+        seen = {j.job_id: j for j in jobs}
+        for cluster_id, act in ids.items():
+            if act.job.id not in self._book:
+                continue
+            found = seen.get(str(cluster_id))
+            if found is None:
+                self._book.finish(
+                    act,
+                    JobStatus.FAILED,
+                    Reason.ENGINE_LOST,
+                    f"cluster {name} no longer knows job {cluster_id}: its exit status is unknown",
+                )
+                continue
+            self._apply(name, act, found)
+
+    def _apply(self, name: str, act: ActiveJob, found: SlurmJob) -> None:
+        job = act.job
+        label = f"cluster {name} job {found.job_id}"
+        if found.state in PENDING_STATES:
+            partition = self._clusters[name].settings.partition
+            words = pending_words(found.reason, partition)
+            if job.status is JobStatus.RUNNING:  # Slurm requeued it
+                self._book.transition(act, JobStatus.QUEUED, message=f"{label}: {words}")
+            else:
+                self._book.set_reason(act, f"{label}: {words}")
+        elif found.state in RUNNING_STATES:
+            if job.status is not JobStatus.RUNNING:
+                self._book.transition(act, JobStatus.RUNNING, message=f"running on {label}")
+                if found.start_time:
+                    job.started_at = found.start_time
+        else:
+            status, reason, message = end_of(found, job.stop_message)
+            if job.status is not JobStatus.RUNNING and (
+                found.start_time or status is JobStatus.COMPLETED
+            ):
+                # It ran (and ended) between two looks: its run is in the timeline too.
+                self._book.transition(act, JobStatus.RUNNING, message=f"running on {label}")
+                if found.start_time:
+                    job.started_at = found.start_time
+            self._book.finish(
+                act, status, reason, message, found.exit_code, ended_at=found.end_time
+            )
+            self._tracked.pop(job.id, None)
+
+    def _unanswered(self, name: str, why: str) -> None:
+        """The cluster did not answer: its jobs keep their state and say since when."""
+        since = self._down_since.setdefault(name, time.time())
+        text = (
+            f"cluster {name} not answering since "
+            f"{time.strftime('%H:%M:%S', time.localtime(since))}: {why}"
+        )
+        for act in list(self._book):
+            if act.spec is not None and act.spec.cluster == name and not act.job.status.is_terminal:
+                if not act.job.message.startswith(f"cluster {name} not answering"):
+                    if act.job.status is JobStatus.RUNNING:
+                        self._book.note(act, text)
+                    else:
+                        self._book.set_reason(act, text)
+
+    # -- stopping and restarting ----------------------------------------------------------------
+
+    def stop(self, act: ActiveJob, reason: TerminationReason, message: str) -> None:
+        """Cancel: stored first, then ``scancel``; it ends when the cluster says it has."""
+        job, spec = act.job, act.spec
+        if job.cluster_job_id is None and job.id not in self._submitting:
+            # Never reached the cluster: it ends here and now.
+            self._book.finish(act, JobStatus.CANCELLED, Reason.CANCELLED, message)
+            return
+        if job.stop_reason is not None:
+            return
+        job.stop_reason, job.stop_message = reason, message
+        name = spec.cluster if spec is not None else None
+        self._book.note(act, f"stopping ({message}): scancel sent to cluster {name}")
+        if job.cluster_job_id is not None and name is not None:
+            self._book.after_commit(
+                functools.partial(self._spawn, self._scancel(name, job.cluster_job_id))
+            )
+
+    async def _scancel(self, name: str, cluster_id: str) -> None:
+        cluster = self._clusters.get(name)
+        if cluster is None:
+            return
+        try:
+            await cluster.cancel(cluster_id)
+        except ClusterError as err:
+            log.warning("scancel %s on cluster %s failed: %s", cluster_id, name, err)
+
+    def reattach(self, act: ActiveJob) -> None:
+        """A cluster job that was running when the engine stopped: follow it again."""
+        spec = act.spec
+        if spec is not None and spec.cluster is not None:
+            self._tracked[act.job.id] = spec.cluster
+
+    # -- the view -----------------------------------------------------------------------------
+
+    def views(self) -> list[dict[str, Any]]:
+        """Each cluster: its partition's nodes and GPUs, and whether it answers."""
+        out = []
+        for name, cluster in self._clusters.items():
+            part = self._partitions.get(name)
+            row: dict[str, Any] = {
+                "name": name,
+                "kind": "slurm",
+                "partition": cluster.settings.partition,
+                "answering": name not in self._down_since and name not in self._errors,
+                "error": self._errors.get(name),
+                "jobs": sum(1 for c in self._tracked.values() if c == name),
+            }
+            if part is not None:
+                row.update(
+                    state=part.state,
+                    nodes=part.nodes,
+                    node_states=part.node_states,
+                    gpus_total=part.gpus_total,
+                    gpus_allocated=part.gpus_used,
+                    gpus_idle=max(0, part.gpus_total - part.gpus_used),
+                    max_time_s=part.max_time_s,
+                )
+            out.append(row)
+        return out

@@ -1,0 +1,315 @@
+"""Talking to a Slurm cluster through its own commands (issue 16).
+
+Every call is ``[command_prefix...] sbatch|squeue|sinfo|scontrol|scancel ...`` run as a
+subprocess with a deadline (never on the event loop's time), so a cluster reached through
+``ssh login1`` works the same as a local one. Output is read as JSON where the command
+offers it (``squeue --json``, ``sinfo --json``), else in its one-line forms.
+
+This module only talks and translates: what a cluster job's state means for the job
+(record 003's queued / over capacity / ended) is :mod:`.cluster_runner`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import ClusterSettings
+from .models import JobStatus, TerminationReason
+
+Reason = TerminationReason
+
+
+class ClusterError(Exception):
+    """A cluster command failed or did not answer; the message says which and why."""
+
+    def __init__(self, message: str, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """What a partition can ever give one job (for over-capacity verdicts)."""
+
+    name: str
+    nodes: int
+    max_gpus: int  # GPUs on its largest node (by GPU count)
+    max_mem_mb: int
+    max_cpus: int
+    max_time_s: float | None  # None: unlimited
+    state: str
+    gpus_total: int
+    gpus_used: int
+    node_states: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    """One job as ``squeue`` shows it."""
+
+    job_id: str
+    state: str
+    reason: str
+    exit_code: int | None  # the command's exit status (None while it runs)
+    signal: int | None
+    start_time: float | None
+    end_time: float | None
+    name: str = ""
+
+
+_GRES_GPUS = re.compile(r"gpu(?::[^:,()]+)?:(\d+)")
+
+
+def gres_gpus(gres: str | None) -> int:
+    """GPUs in a gres string (``gpu:4``, ``gpu:a100:2(S:0-1)``, ``gpu:(null):1(IDX:0)``)."""
+    if not gres:
+        return 0
+    return sum(int(n) for n in _GRES_GPUS.findall(gres.replace("(null)", "x")))
+
+
+def slurm_time(text: str) -> float | None:
+    """Seconds in a Slurm time (``01:00:00``, ``2-00:00:00``, ``30``); None: UNLIMITED."""
+    text = text.strip()
+    if not text or text.upper() in ("UNLIMITED", "INFINITE", "NONE"):
+        return None
+    days = 0
+    if "-" in text:
+        day, text = text.split("-", 1)
+        days = int(day)
+    parts = [int(p) for p in text.split(":")]
+    if len(parts) == 1:
+        seconds = parts[0] * 60  # a bare number is minutes
+    elif len(parts) == 2:
+        seconds = parts[0] * 60 + parts[1]
+    else:
+        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    return float(days * 86400 + seconds)
+
+
+def minutes(seconds: float) -> int:
+    """Slurm's ``--time`` in whole minutes (rounded up, at least 1)."""
+    return max(1, math.ceil(seconds / 60))
+
+
+def _number(value: Any) -> Any:
+    """Slurm's JSON numbers: a plain number, or ``{"set": true, "number": N}`` (23.x)."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        return value.get("number")
+    return value
+
+
+def _exit(job: dict[str, Any]) -> tuple[int | None, int | None]:
+    """``(exit status, signal)`` of a squeue job (a wait status, or 23.x's object)."""
+    raw = job.get("exit_code")
+    if isinstance(raw, dict):  # 23.x: {"status": [...], "return_code": N, "signal": {...}}
+        code = _number(raw.get("return_code"))
+        sig = raw.get("signal", {})
+        signal_id = _number(sig.get("id")) if isinstance(sig, dict) else None
+        return code, signal_id or None
+    if raw is None:
+        return None, None
+    status = int(raw)
+    if status & 0x7F:
+        return None, status & 0x7F
+    return status >> 8, None
+
+
+def parse_jobs(text: str) -> list[SlurmJob]:
+    """``squeue --json``'s jobs."""
+    data = json.loads(text)
+    out = []
+    for job in data.get("jobs", []):
+        state = job.get("job_state")
+        if isinstance(state, list):
+            state = state[0] if state else ""
+        code, sig = _exit(job)
+        start = _number(job.get("start_time"))
+        end = _number(job.get("end_time"))
+        out.append(
+            SlurmJob(
+                job_id=str(job.get("job_id")),
+                state=str(state or ""),
+                reason=str(job.get("state_reason") or ""),
+                exit_code=code,
+                signal=sig,
+                start_time=float(start) if start else None,
+                end_time=float(end) if end else None,
+                name=str(job.get("name") or ""),
+            )
+        )
+    return out
+
+
+def parse_partition(sinfo: str, scontrol: str, name: str) -> Partition:
+    """A partition from ``sinfo --json -p NAME`` and ``scontrol show partition NAME -o``."""
+    nodes = [n for n in json.loads(sinfo).get("nodes", []) if name in (n.get("partitions") or [])]
+    fields = dict(item.split("=", 1) for item in shlex.split(scontrol.strip()) if "=" in item)
+    if not fields.get("PartitionName"):
+        raise ClusterError(f"partition {name} does not exist")
+    states: dict[str, int] = {}
+    for node in nodes:
+        state = node.get("state")
+        state = state[0] if isinstance(state, list) and state else state
+        states[str(state).lower()] = states.get(str(state).lower(), 0) + 1
+    return Partition(
+        name=name,
+        nodes=len(nodes),
+        max_gpus=max((gres_gpus(n.get("gres")) for n in nodes), default=0),
+        max_mem_mb=max((int(_number(n.get("real_memory")) or 0) for n in nodes), default=0),
+        max_cpus=max((int(_number(n.get("cpus")) or 0) for n in nodes), default=0),
+        max_time_s=slurm_time(fields.get("MaxTime", "UNLIMITED")),
+        state=fields.get("State", "UNKNOWN"),
+        gpus_total=sum(gres_gpus(n.get("gres")) for n in nodes),
+        gpus_used=sum(gres_gpus(n.get("gres_used")) for n in nodes),
+        node_states=states,
+    )
+
+
+# Slurm's pending reasons in plain words (what the job waits for).
+_PENDING: dict[str, str] = {
+    "Resources": "waiting for resources: the nodes of partition {p} are busy",
+    "Priority": "waiting behind higher-priority jobs in partition {p}",
+    "Dependency": "waiting for its Slurm dependencies",
+    "ReqNodeNotAvail": "a node it needs is not available (down, drained or reserved)",
+    "PartitionDown": "partition {p} is down",
+    "PartitionInactive": "partition {p} is inactive",
+    "JobHeldUser": "held by its user (scontrol release)",
+    "JobHeldAdmin": "held by an administrator",
+    "BeginTime": "waiting for its begin time",
+    "None": "pending: Slurm has not looked at it yet",
+}
+
+
+def pending_words(reason: str, partition: str) -> str:
+    """A pending job's Slurm reason, in plain words."""
+    if reason in _PENDING:
+        return _PENDING[reason].format(p=partition)
+    if reason.startswith(("QOS", "Assoc")):
+        return f"held by a QOS or association limit ({reason})"
+    return f"pending in Slurm ({reason})" if reason else "pending in Slurm"
+
+
+RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING"})
+PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
+
+
+def end_of(job: SlurmJob, stop_message: str) -> tuple[JobStatus, TerminationReason, str]:
+    """How a cluster job that left Slurm's queue ends (the same reasons as local jobs)."""
+    state = job.state
+    if state == "COMPLETED":
+        return JobStatus.COMPLETED, Reason.EXIT_CODE, "exited with code 0"
+    if state == "CANCELLED":
+        return JobStatus.CANCELLED, Reason.CANCELLED, stop_message or "cancelled on the cluster"
+    if state in ("TIMEOUT", "DEADLINE"):
+        return JobStatus.FAILED, Reason.TIMEOUT, f"Slurm stopped it at its time limit ({state})"
+    if state == "NODE_FAIL":
+        return JobStatus.FAILED, Reason.DOMAIN_LOST, "its node failed (Slurm NODE_FAIL)"
+    if state == "OUT_OF_MEMORY":
+        return JobStatus.FAILED, Reason.SIGNAL, "killed: out of memory (Slurm OUT_OF_MEMORY)"
+    if state == "PREEMPTED":
+        return JobStatus.FAILED, Reason.PREEMPTED, "preempted on the cluster"
+    if state == "BOOT_FAIL":
+        return JobStatus.FAILED, Reason.LAUNCH_FAILED, "its node failed to boot (BOOT_FAIL)"
+    if job.signal:
+        return JobStatus.FAILED, Reason.SIGNAL, f"killed by signal {job.signal}"
+    code = job.exit_code
+    return JobStatus.FAILED, Reason.EXIT_CODE, f"exited with code {code} ({state.lower()})"
+
+
+class SlurmCluster:
+    """One ``[clusters.NAME]``: its commands, run with a deadline."""
+
+    def __init__(self, name: str, settings: ClusterSettings) -> None:
+        self.name = name
+        self.settings = settings
+
+    async def run(self, *argv: str, stdin: str | None = None) -> str:
+        """Run a Slurm command; its stdout.
+
+        Raises:
+            ClusterError: It failed (its stderr), or did not answer in time (unreachable).
+        """
+        full = [*self.settings.command_prefix, *argv]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *full,
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as failed:
+            raise ClusterError(
+                f"cannot run {full[0]}: {failed.strerror}", unreachable=True
+            ) from None
+        try:
+            out, err = await asyncio.wait_for(
+                proc.communicate(None if stdin is None else stdin.encode()),
+                self.settings.command_timeout,
+            )
+        except TimeoutError:
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            await proc.wait()
+            raise ClusterError(
+                f"{argv[0]} did not answer within {self.settings.command_timeout:g} s",
+                unreachable=True,
+            ) from None
+        if proc.returncode != 0:
+            text = err.decode(errors="replace").strip().splitlines()
+            why = text[-1] if text else f"exit code {proc.returncode}"
+            # A controller that does not answer is not a refusal of the job.
+            unreachable = any(
+                w in why for w in ("Unable to contact", "Connection refused", "timed out")
+            )
+            raise ClusterError(f"{argv[0]}: {why}", unreachable=unreachable)
+        return out.decode(errors="replace")
+
+    async def partition(self) -> Partition:
+        """What the configured partition has (nodes, GPUs, memory, time limit)."""
+        name = self.settings.partition
+        sinfo = await self.run("sinfo", "--json", "-p", name)
+        scontrol = await self.run("scontrol", "show", "partition", name, "-o")
+        return parse_partition(sinfo, scontrol, name)
+
+    async def submit(self, argv: list[str], options: list[str], env: dict[str, str]) -> str:
+        """``sbatch --parsable`` with a script that sets ``env`` and execs ``argv``; the
+        job's id on the cluster. (The environment travels in the script, not sbatch's
+        ``--export``, so values may hold commas and a ``command_prefix`` such as ssh does
+        not lose it.)"""
+        lines = ["#!/bin/sh"]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items() if k.isidentifier()]
+        lines.append("exec " + shlex.join(argv))
+        out = await self.run(
+            "sbatch", "--parsable", "--export=ALL", *options, stdin="\n".join(lines) + "\n"
+        )
+        return out.strip().split(";")[0]
+
+    async def jobs(self, ids: list[str]) -> list[SlurmJob]:
+        """Every one of ``ids`` Slurm still knows (one squeue call)."""
+        if not ids:
+            return []
+        # (Filtered here too: some versions' --json answers every job, whatever was asked.)
+        wanted = set(ids)
+        found = parse_jobs(await self.run("squeue", "--json", "-t", "all", "--jobs", ",".join(ids)))
+        return [job for job in found if job.job_id in wanted]
+
+    async def find(self, name: str) -> list[SlurmJob]:
+        """Jobs by name (a submission whose id was not recorded before a crash)."""
+        found = parse_jobs(await self.run("squeue", "--json", "-t", "all", "--name", name))
+        return [job for job in found if job.name == name]
+
+    async def cancel(self, job_id: str) -> None:
+        """``scancel`` (TERM, then KILL as the cluster is configured)."""
+        await self.run("scancel", job_id)

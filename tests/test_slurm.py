@@ -1,0 +1,211 @@
+"""Cluster jobs on a real Slurm (issue 16): one node, 4 fake GPUs, partition "gpu".
+
+tests/slurm/cluster.sh starts munged, slurmctld and slurmd without systemd (root and the
+Debian packages slurm-wlm and munge needed; .ci/run installs them and sets
+GPULAYER_REQUIRE_SLURM=1 so these tests cannot silently skip there). All of them run on
+one xdist worker: they share the cluster, and one fills its node on purpose.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpulayer_tui.engine.models import JobStatus, TerminationReason
+from gpulayer_tui.engine.slurm import (
+    SlurmJob,
+    end_of,
+    gres_gpus,
+    parse_jobs,
+    pending_words,
+    slurm_time,
+)
+
+from .conftest import REPO, EngineFactory, eventually, make_config
+
+pytestmark = [pytest.mark.needs_slurm, pytest.mark.xdist_group(name="slurm")]
+
+CLUSTER_DIR = Path(f"/tmp/gpulayer-slurm-test-{os.getuid()}")
+SCRIPT = REPO / "tests" / "slurm" / "cluster.sh"
+
+
+@pytest.fixture(scope="module")
+def slurm_conf() -> Iterator[str]:
+    """A running single-node cluster; its SLURM_CONF."""
+    if shutil.which("sbatch") is None or shutil.which("munged") is None:
+        pytest.skip("Slurm is not installed (Debian: slurm-wlm, munge)")
+    if os.geteuid() != 0:
+        pytest.skip("a test Slurm needs root (slurmd runs jobs as their users)")
+    CLUSTER_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CLUSTER_DIR.parent / f"{CLUSTER_DIR.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # (one start, whichever worker comes first)
+        done = subprocess.run(
+            [str(SCRIPT), "start", str(CLUSTER_DIR)], capture_output=True, text=True, timeout=120
+        )
+    if done.returncode != 0:
+        pytest.fail(f"the test Slurm did not start: {done.stderr[-2000:]}")
+    yield done.stdout.strip().split("=", 1)[1]
+
+
+@pytest.fixture
+async def cluster_engine(
+    make_engine: EngineFactory, slurm_conf: str, monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    monkeypatch.setenv("SLURM_CONF", slurm_conf)
+    config = make_config(
+        clusters={"test": {"partition": "gpu", "poll_interval": 0.3, "command_timeout": 3}}
+    )
+    engine = await make_engine("1xA100-80GB", config=config)
+    await eventually(lambda: engine.clusters.views()[0].get("nodes") == 1, timeout=20)
+    return engine
+
+
+def _spec(command: str, **extra: Any) -> dict[str, Any]:
+    return {"shell": command, "cluster": "test", "cwd": "/tmp", **extra}
+
+
+async def test_a_cluster_job_runs_with_its_gpus_and_its_exit_code(cluster_engine: Any) -> None:
+    engine = cluster_engine
+    ok = await engine.submit(_spec("echo gpus=$CUDA_VISIBLE_DEVICES job=$GPULAYER_JOB_ID", gpus=2))
+    bad = await engine.submit(_spec("echo failing; exit 3"))
+    done = await engine.wait(ok.id, timeout=60)
+    assert done.status is JobStatus.COMPLETED, done.message
+    assert done.cluster_job_id is not None
+    log = engine.log_path(ok.id).read_text()
+    assert f"gpus=0,1 job={ok.id}" in log  # Slurm set the GPUs; we set our job id
+    failed = await engine.wait(bad.id, timeout=60)
+    assert failed.status is JobStatus.FAILED and failed.exit_code == 3
+    assert failed.termination_reason is TerminationReason.EXIT_CODE
+    detail, events = await engine.job_detail(ok.id)
+    assert detail["cluster"] == "test" and detail["cluster_job_id"] == done.cluster_job_id
+    statuses = [e["status"] for e in events if e["status"]]
+    assert statuses[:2] == ["pending", "queued"] and statuses[-2:] == ["running", "completed"]
+    view = engine.gpus()["clusters"][0]
+    assert view["gpus_total"] == 4 and view["partition"] == "gpu" and view["answering"]
+
+
+async def test_a_request_no_node_can_hold_fails_over_capacity_at_once(cluster_engine: Any) -> None:
+    engine = cluster_engine
+    too_many = await engine.submit(_spec("true", gpus=8))
+    assert too_many.status is JobStatus.FAILED
+    assert too_many.termination_reason is TerminationReason.OVER_CAPACITY
+    assert too_many.message == (
+        "requested 8 GPUs on one node, but the largest node in partition gpu has 4"
+    )
+    too_long = await engine.submit(_spec("true", timeout=7200))
+    assert (
+        too_long.message == "asks for 120 min of run time, but partition gpu allows at most 60 min"
+    )
+    with pytest.raises(Exception, match="unknown cluster 'nowhere'"):
+        await engine.submit({"shell": "true", "cluster": "nowhere"})
+
+
+async def test_pending_reason_in_plain_words_and_cancel_pending_and_running(
+    cluster_engine: Any,
+) -> None:
+    engine = cluster_engine
+    hog = await engine.submit(_spec("sleep 120", gpus=4))
+    await eventually(lambda: engine.book.get(hog.id).job.status is JobStatus.RUNNING, timeout=30)
+    waiting = await engine.submit(_spec("true", gpus=1))
+    await eventually(
+        lambda: "waiting for resources" in engine.book.get(waiting.id).job.message, timeout=30
+    )
+    live = engine.book.get(waiting.id).job
+    assert live.status is JobStatus.QUEUED
+    assert live.message.startswith(f"cluster test job {live.cluster_job_id}: waiting for resources")
+    await engine.cancel(waiting.id)
+    await engine.cancel(hog.id)
+    for job in (waiting, hog):
+        ended = await engine.wait(job.id, timeout=60)
+        assert ended.status is JobStatus.CANCELLED and ended.message == "cancelled by user"
+
+
+async def test_an_engine_restart_finds_every_cluster_job_again(
+    cluster_engine: Any, make_engine: EngineFactory
+) -> None:
+    engine = cluster_engine
+    job = await engine.submit(_spec("sleep 3; echo finished"))
+    await eventually(lambda: engine.book.get(job.id).job.cluster_job_id is not None, timeout=30)
+    cluster_id = engine.book.get(job.id).job.cluster_job_id
+    await engine.stop()
+    again = await make_engine("1xA100-80GB", config=engine.config)
+    done = await again.wait(job.id, timeout=60)
+    assert done.status is JobStatus.COMPLETED and done.cluster_job_id == cluster_id
+    assert "finished" in again.log_path(job.id).read_text()
+
+
+async def test_a_silent_controller_keeps_jobs_as_they_are(
+    cluster_engine: Any, slurm_conf: str
+) -> None:
+    engine = cluster_engine
+    job = await engine.submit(_spec("sleep 8"))
+    await eventually(lambda: engine.book.get(job.id).job.status is JobStatus.RUNNING, timeout=30)
+    pid = int((CLUSTER_DIR / "slurmctld.pid").read_text())
+    os.kill(pid, 19)  # SIGSTOP: the controller hangs (no answer, no refusal)
+    try:
+
+        def message() -> str:
+            act = engine.book.get(job.id)
+            return act.job.message if act is not None else f"ended: {act}"
+
+        await eventually(lambda: "not answering since" in message(), timeout=60)
+        assert engine.book.get(job.id).job.status is JobStatus.RUNNING  # nothing guessed
+    finally:
+        os.kill(pid, 18)  # SIGCONT
+    done = await engine.wait(job.id, timeout=60)
+    assert done.status is JobStatus.COMPLETED
+
+
+# -- translating Slurm's words --------------------------------------------------------------
+
+
+def test_slurm_words_and_numbers() -> None:
+    assert gres_gpus("gpu:4") == 4 and gres_gpus("gpu:a100:2(S:0-1)") == 2
+    assert gres_gpus("gpu:(null):1(IDX:0)") == 1 and gres_gpus(None) == 0
+    assert slurm_time("01:00:00") == 3600 and slurm_time("2-00:00:00") == 172800
+    assert slurm_time("30") == 1800 and slurm_time("UNLIMITED") is None
+    assert (
+        pending_words("Priority", "gpu") == "waiting behind higher-priority jobs in partition gpu"
+    )
+    assert pending_words("QOSMaxGRESPerUser", "gpu") == (
+        "held by a QOS or association limit (QOSMaxGRESPerUser)"
+    )
+    job = {"job_id": 7, "job_state": "FAILED", "exit_code": 3 << 8, "state_reason": "x"}
+    (parsed,) = parse_jobs(json.dumps({"jobs": [job]}))
+    assert parsed.exit_code == 3 and parsed.signal is None
+    newer = {
+        "job_id": 8,
+        "job_state": ["TIMEOUT"],
+        "exit_code": {
+            "return_code": {"set": True, "number": 0},
+            "signal": {"id": {"set": True, "number": 15}},
+        },
+    }
+    (later,) = parse_jobs(json.dumps({"jobs": [newer]}))
+    assert later.state == "TIMEOUT" and later.signal == 15
+
+
+@pytest.mark.parametrize(
+    ("state", "status", "reason"),
+    [
+        ("COMPLETED", JobStatus.COMPLETED, TerminationReason.EXIT_CODE),
+        ("TIMEOUT", JobStatus.FAILED, TerminationReason.TIMEOUT),
+        ("NODE_FAIL", JobStatus.FAILED, TerminationReason.DOMAIN_LOST),
+        ("OUT_OF_MEMORY", JobStatus.FAILED, TerminationReason.SIGNAL),
+        ("CANCELLED", JobStatus.CANCELLED, TerminationReason.CANCELLED),
+        ("PREEMPTED", JobStatus.FAILED, TerminationReason.PREEMPTED),
+    ],
+)
+def test_slurm_ends_map_to_the_local_reasons(
+    state: str, status: JobStatus, reason: TerminationReason
+) -> None:
+    job = SlurmJob("1", state, "", 0, None, None, None)
+    assert end_of(job, "")[:2] == (status, reason)
