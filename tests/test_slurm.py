@@ -209,3 +209,39 @@ def test_slurm_ends_map_to_the_local_reasons(
 ) -> None:
     job = SlurmJob("1", state, "", 0, None, None, None)
     assert end_of(job, "")[:2] == (status, reason)
+
+
+def test_the_cli_submits_to_a_cluster_and_shows_it(slurm_conf: str, served: Any) -> None:
+    served.env["SLURM_CONF"] = slurm_conf
+    served.home.mkdir(mode=0o700, exist_ok=True)
+    (served.home / "config.toml").write_text(
+        '[clusters.test]\npartition = "gpu"\npoll_interval = 0.3\ncommand_timeout = 5\n'
+    )
+    served.start("--simulate", "1xA100-80GB")
+    out = served.cli(
+        "submit",
+        "--cluster",
+        "test",
+        "--gpus",
+        "1",
+        "--cpus",
+        "1",
+        "--mem-gb",
+        "1",
+        "--cwd",
+        "/tmp",
+        "--",
+        "sh",
+        "-c",
+        "echo on-the-cluster",
+    )
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip()
+    assert served.cli("wait", job_id).returncode == 0
+    status = json.loads(served.cli("status", job_id, "--json").stdout)["job"]
+    assert status["cluster"] == "test" and status["cluster_job_id"]
+    assert "on-the-cluster" in served.cli("logs", job_id).stdout
+    gpus = served.cli("gpus").stdout
+    assert "CLUSTER" in gpus and "test" in gpus and "gpu" in gpus
+    refused = served.cli("submit", "--cpus", "2", "--", "true")
+    assert refused.returncode == 2 and "only cluster jobs have these" in refused.stderr

@@ -55,6 +55,9 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         spec["notify"] = True
     if args.preemptible:
         spec["preemptible"] = True
+    for key in ("cluster", "cpus", "mem_gb"):
+        if getattr(args, key, None) is not None:
+            spec[key] = getattr(args, key)
     if args.no_requeue:
         spec["requeue"] = False
     if args.priority:

@@ -197,4 +197,27 @@ def format_gpus(data: dict[str, Any]) -> str:
     if foreign:
         lines.append("")
         lines.append(table(["PID", "DOMAIN", "GiB", "USER", "COMMAND"], foreign))
+    clusters = data.get("clusters") or []
+    if clusters:
+        lines.append("")
+        lines.append(
+            table(
+                ["CLUSTER", "PARTITION", "STATE", "NODES", "GPUS", "ALLOC", "IDLE", "JOBS"],
+                [
+                    [
+                        c["name"],
+                        c["partition"],
+                        (c.get("state") or "?").lower()
+                        if c.get("answering")
+                        else f"not answering: {c.get('error') or 'no answer'}",
+                        str(c.get("nodes", "?")),
+                        str(c.get("gpus_total", "?")),
+                        str(c.get("gpus_allocated", "?")),
+                        str(c.get("gpus_idle", "?")),
+                        str(c.get("jobs", 0)),
+                    ]
+                    for c in clusters
+                ],
+            )
+        )
     return "\n".join(lines)

@@ -167,6 +167,9 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--notify", action="store_true", help="notify when it ends (as [notify] in the config says)"
     )
+    p.add_argument("--cluster", metavar="NAME", help="run it on the [clusters.NAME] Slurm cluster")
+    p.add_argument("--cpus", type=positive_int, metavar="N", help="CPUs (cluster jobs)")
+    p.add_argument("--mem-gb", type=positive_number, metavar="GB", help="memory (cluster jobs)")
     p.add_argument(
         "--preemptible",
         action="store_true",
