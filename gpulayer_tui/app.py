@@ -473,6 +473,7 @@ class MessageApp(App[None]):
     it cannot show the TUI (no engine serves; see :func:`gpulayer_tui.tui.run_tui`)."""
 
     TITLE = "gpulayer-tui"
+    CSS = "#message { padding: 1 2; }"
     BINDINGS = [Binding("q", "quit", "Close")]
 
     def __init__(self, text: str) -> None:
@@ -480,8 +481,6 @@ class MessageApp(App[None]):
         self._text = text
 
     def compose(self) -> Iterable[Widget]:
-        from textual.widgets import Footer, Header, Static
+        from textual.widgets import Static
 
-        yield Header()
         yield Static(self._text, markup=False, id="message")
-        yield Footer()
