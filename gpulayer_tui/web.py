@@ -95,6 +95,11 @@ class TokenGate:
         self._token = token.encode()
         self.cookie = cookie
 
+    @property
+    def token(self) -> str:
+        """The token (for the URL printed at start)."""
+        return self._token.decode()
+
     def _matches(self, value: str | None) -> bool:
         # Bytes, not str: compare_digest refuses a non-ASCII str (a TypeError, a 500).
         return value is not None and hmac.compare_digest(value.encode(), self._token)
@@ -115,7 +120,7 @@ class TokenGate:
             if by_query:
                 response.set_cookie(
                     self.cookie,
-                    self._token.decode(),
+                    self.token,
                     httponly=True,
                     samesite="Strict",
                     path="/",
@@ -221,9 +226,8 @@ async def _serve(server: WebServer, host: str, port: int, paths: Paths) -> int:
             "(or the unit from `gpulayer-tui install-service`)",
             file=sys.stderr,
         )
-    token = server.gate._token.decode()
     print("gpulayer-tui web: serving the TUI to browsers (Ctrl+C stops); open", flush=True)
-    print(f"    http://{url_host(host)}:{bound_port}/?token={token}", flush=True)
+    print(f"    http://{url_host(host)}:{bound_port}/?token={server.gate.token}", flush=True)
     try:
         await stop.wait()
     finally:
