@@ -20,6 +20,7 @@ from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.worker import Worker, WorkerState
 
 import gpulayer_tui.themes as themes
@@ -465,3 +466,21 @@ def build_app(
         refresh_interval=refresh_interval,
         cursor_blink=cursor_blink,
     )
+
+
+class MessageApp(App[None]):
+    """A page of text and nothing else (``q`` closes it): what a browser session shows when
+    it cannot show the TUI (no engine serves; see :func:`gpulayer_tui.tui.run_tui`)."""
+
+    TITLE = "gpulayer-tui"
+    CSS = "#message { padding: 1 2; }"
+    BINDINGS = [Binding("q", "quit", "Close")]
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self._text = text
+
+    def compose(self) -> Iterable[Widget]:
+        from textual.widgets import Static
+
+        yield Static(self._text, markup=False, id="message")

@@ -14,8 +14,10 @@ from .engine.paths import Paths
 
 
 async def _connect(
-    paths: Paths, simulate: str | None, simulate_if_no_gpu: str | None
-) -> EngineBackend:
+    paths: Paths, simulate: str | None, simulate_if_no_gpu: str | None, attach_only: bool = False
+) -> EngineBackend | None:
+    """The backend the app uses: the engine serving ``paths``, else (unless
+    ``attach_only``, then ``None``) a new engine embedded in this process."""
     if await engine_is_serving(paths):
         if simulate or simulate_if_no_gpu:
             print(
@@ -24,6 +26,8 @@ async def _connect(
                 file=sys.stderr,
             )
         return SocketBackend(paths)
+    if attach_only:
+        return None
     from .engine.engine import Engine
     from .engine.probes import make_probe
 
@@ -78,8 +82,30 @@ def _tail(path: Path) -> str:
         return "(no log)"
 
 
-def run_tui(paths: Paths, simulate: str | None, simulate_if_no_gpu: str | None) -> int:
-    """Open the TUI; return the process exit code."""
+def no_engine_text(paths: Paths) -> str:
+    """What an attach-only TUI (a browser session) says when no engine serves."""
+    return (
+        f"No gpulayer-tui engine serves {paths.state_text}.\n\n"
+        "The TUI in a browser attaches to a running engine; it never starts one (a browser "
+        "tab must not own the GPUs and their jobs). Start one on this machine:\n\n"
+        "    gpulayer-tui --serve\n\n"
+        "or run it as a service (gpulayer-tui install-service prints how), then reload "
+        "this page.\n\n(q closes this session)"
+    )
+
+
+def run_tui(
+    paths: Paths,
+    simulate: str | None,
+    simulate_if_no_gpu: str | None,
+    *,
+    attach_only: bool = False,
+) -> int:
+    """Open the TUI; return the process exit code.
+
+    With ``attach_only`` (a browser session) it only attaches to a serving engine; without
+    one it shows :func:`no_engine_text` and returns 3 (the CLI's "no engine" code).
+    """
     from .app import build_app
     from .engine.config import ConfigError, load_config
     from .engine.errors import StoreError
@@ -92,7 +118,13 @@ def run_tui(paths: Paths, simulate: str | None, simulate_if_no_gpu: str | None) 
         return 2
 
     async def main() -> str:
-        backend = await _connect(paths, simulate, simulate_if_no_gpu)
+        backend = await _connect(paths, simulate, simulate_if_no_gpu, attach_only)
+        if backend is None:
+            from .app import MessageApp
+
+            print(f"gpulayer-tui: no engine serves {paths.state_text}", file=sys.stderr)
+            await MessageApp(no_engine_text(paths)).run_async()
+            return "no-engine"
         try:
             app = build_app(backend, theme=theme, config_file=paths.config_file)
             return await app.run_async() or ""
@@ -104,6 +136,8 @@ def run_tui(paths: Paths, simulate: str | None, simulate_if_no_gpu: str | None) 
     except (ConfigError, StoreError, EngineBusy, ValueError) as err:
         print(f"gpulayer-tui: {err}", file=sys.stderr)
         return 2
+    if result == "no-engine":
+        return 3
     if result == "handover":
         try:
             pid = start_background_engine(paths, simulate, simulate_if_no_gpu).pid

@@ -185,7 +185,17 @@ def test_no_import_circles() -> None:
     assert circles == []
 
 
-HEAVY = ("textual", "rich", "aiohttp", "pydantic", "aiosqlite", "pynvml", "prometheus_client")
+HEAVY = (
+    "textual",
+    "rich",
+    "aiohttp",
+    "pydantic",
+    "aiosqlite",
+    "pynvml",
+    "prometheus_client",
+    "textual_serve",  # (and its jinja2: `web` alone loads them)
+    "jinja2",
+)
 
 ENGINE_MODULES = [
     "gpulayer_tui.engine.engine",

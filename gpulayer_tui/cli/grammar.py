@@ -376,6 +376,17 @@ def _install_service_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _web_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: reach it through an SSH tunnel)",
+    )
+    p.add_argument(
+        "--port", type=positive_int, default=8765, help="TCP port (default 8765; 0: any free)"
+    )
+
+
 def _completion_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell to complete in")
 
@@ -429,6 +440,14 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
         "jobs running), then print the systemctl commands that start it. An existing, "
         "different unit is replaced only with --force.",
         _install_service_args,
+    ),
+    "web": (
+        "serve the TUI to a browser (token in the URL; 127.0.0.1 unless --host)",
+        "Serve the TUI to web browsers (textual-serve) on 127.0.0.1:8765 until Ctrl+C or "
+        "SIGTERM. It prints a URL with a random token; requests without it get 403. Each "
+        "browser tab runs its own TUI attached to the engine already serving (it never starts "
+        "one). From another machine: ssh -L 8765:127.0.0.1:8765 box, then open the URL.",
+        _web_args,
     ),
     "completion": (
         "print a shell completion script (bash, zsh, fish)",

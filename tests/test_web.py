@@ -1,0 +1,271 @@
+"""``gpulayer-tui web``: the token, the binding warning, the session command, shutdown; and
+a headless Chromium that drives the page (marked ``browser``; skipped without Chromium)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from gpulayer_tui.engine.paths import Paths, resolve_paths
+from gpulayer_tui.web import WebServer, exposure_warning, is_loopback, session_command
+
+from .cdp import CAPTURE_TERMINAL, Chromium, chromium_path
+from .conftest import REPO, Served, wait_for
+
+TOKEN = "s3cret-token_value"
+URL_LINE = re.compile(r"http://(\S+?):(\d+)/\?token=(\S+)")
+
+
+# --- the gate, in process ---------------------------------------------------------------
+
+
+@pytest.fixture
+async def gated(paths: Paths) -> AsyncIterator[str]:
+    """A WebServer with TOKEN on a free port (no session is opened); its base URL."""
+    from aiohttp import web
+
+    server = WebServer(session_command(paths), "127.0.0.1", 0, TOKEN)
+    runner = web.AppRunner(await server._make_app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    yield f"http://{host}:{port}"
+    await runner.cleanup()
+
+
+async def test_the_page_needs_the_token(gated: str) -> None:
+    # (unsafe: aiohttp's client keeps no cookie of an IP address otherwise; browsers do)
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
+        for query in ("", "?token=", "?token=wrong", "?token=%C3%A9t%C3%A9", f"?token={TOKEN}x"):
+            async with session.get(f"{gated}/{query}") as response:
+                assert response.status == 403, query
+                assert "token" in await response.text()
+        async with session.get(f"{gated}/?token={TOKEN}") as response:
+            assert response.status == 200
+            page = await response.text()
+            assert response.headers["Referrer-Policy"] == "no-referrer"
+            cookie = response.cookies[next(iter(response.cookies))]
+            assert cookie.value == TOKEN and cookie["httponly"] and cookie["samesite"] == "Strict"
+        # The page's websocket and scripts point at the host the browser used.
+        assert f'"ws://{gated.removeprefix("http://")}/ws"' in page
+        # The page's own requests carry the cookie (this session keeps it).
+        async with session.get(f"{gated}/static/js/textual.js") as response:
+            assert response.status == 200
+
+
+async def test_static_files_and_the_websocket_need_the_token_too(gated: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        for path in ("/static/js/textual.js", "/ws", "/download/x"):
+            async with session.get(gated + path) as response:
+                assert response.status == 403, path
+    # A page of another site cannot open the websocket, even with the cookie sent.
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
+        async with session.get(f"{gated}/?token={TOKEN}") as response:
+            assert response.status == 200
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await session.ws_connect(f"{gated}/ws", headers={"Origin": "http://evil.example"})
+        assert refused.value.status == 403
+
+
+def test_loopback_hosts_and_the_warning_for_others() -> None:
+    for host in ("127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"):
+        assert is_loopback(host) and exposure_warning(host, 8765) is None, host
+    for host in ("0.0.0.0", "::", "192.168.1.5", "box.example"):
+        warning = exposure_warning(host, 8765)
+        assert warning is not None and not is_loopback(host), host
+        assert f"anyone who can reach {host}:8765 and has the token controls your jobs" in warning
+
+
+def test_the_session_command_textual_serve_runs(tmp_path: Path) -> None:
+    # textual-serve runs it through a shell: a config path with spaces and quotes survives.
+    paths = resolve_paths(tmp_path / "my conf's dir" / "config.toml")
+    words = shlex.split(session_command(paths))
+    assert words == [
+        sys.executable,
+        "-m",
+        "gpulayer_tui.web_session",
+        "--config",
+        str(paths.config_file),
+    ]
+
+
+# --- the command, as a process ----------------------------------------------------------
+
+
+class WebProcess:
+    """``gpulayer-tui web ARGS`` running; its URL once printed."""
+
+    def __init__(self, env: dict[str, str], log: Path, *args: str) -> None:
+        self.log = log
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gpulayer_tui", "web", "--port", "0", *args],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
+        match = wait_for(lambda: self.proc.poll() is not None or URL_LINE.search(self.output()))
+        assert self.proc.poll() is None, self.output()
+        assert isinstance(match, re.Match)
+        self.url = match.group(0)
+        self.base = self.url.split("/?", 1)[0]
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=20)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def web_process(home: Path, tmp_path: Path) -> Iterator[type[WebProcess]]:
+    started: list[WebProcess] = []
+    env = dict(os.environ, GPULAYER_HOME=str(home))
+
+    def start(*args: str) -> WebProcess:
+        proc = WebProcess(env, tmp_path / f"web{len(started)}.log", *args)
+        started.append(proc)
+        return proc
+
+    yield start  # type: ignore[misc]
+    for proc in started:
+        proc.kill()
+
+
+def test_web_warns_off_loopback_and_stops_on_sigint(web_process: type[WebProcess]) -> None:
+    web = web_process("--host", "0.0.0.0")
+    assert web.url.startswith("http://0.0.0.0:")
+    assert "WARNING: bound to 0.0.0.0" in web.output()
+    assert "and has the token controls your jobs" in web.output()
+    assert "no engine serves" in web.output()  # and it says what sessions will do
+    assert web.stop(signal.SIGINT) == 0
+
+
+def test_web_on_loopback_does_not_warn_and_stops_on_sigterm(
+    web_process: type[WebProcess],
+) -> None:
+    web = web_process()
+    assert web.url.startswith("http://127.0.0.1:")
+    assert "WARNING" not in web.output()
+    assert web.stop(signal.SIGTERM) == 0
+    assert "stopping (0 browser session(s))" in web.output()
+
+
+# --- a browser --------------------------------------------------------------------------
+
+CHROMIUM = chromium_path()
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)"
+)
+
+
+@pytest.fixture
+async def browser(tmp_path: Path) -> AsyncIterator[Chromium]:
+    assert CHROMIUM is not None
+    chromium = Chromium(CHROMIUM, tmp_path / "profile")
+    yield chromium
+    await chromium.close()
+
+
+def _screenshot_dir(tmp_path: Path) -> Path:
+    # GPULAYER_SCREENSHOTS=DIR keeps them for a person to look at; else the test's tmp dir.
+    path = Path(os.environ.get("GPULAYER_SCREENSHOTS") or tmp_path)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.mark.browser
+@needs_chromium
+async def test_the_tui_in_a_browser_shows_the_dashboard_the_jobs_and_cancels_a_job(
+    served: Served, web_process: type[WebProcess], browser: Chromium, tmp_path: Path
+) -> None:
+    shots = _screenshot_dir(tmp_path)
+    await asyncio.to_thread(served.start, "--simulate", "1xA100-80GB")
+    for name in ("train-a", "train-b"):
+        result = await asyncio.to_thread(served.cli, "submit", "--name", name, "--", "sleep", "600")
+        assert result.returncode == 0, result.stderr
+    web = await asyncio.to_thread(web_process)
+
+    page = await browser.page()
+    await page.send("Page.enable")
+    await page.send("Page.addScriptToEvaluateOnNewDocument", source=CAPTURE_TERMINAL)
+    await page.send("Page.navigate", url=web.url)
+
+    # The dashboard: the simulated GPU's panel, the two running jobs, attached.
+    screen = await page.wait_for_text(
+        lambda text: "gpu0 · Simulated A100" in text and "2 running" in text
+    )
+    assert f"attached to {served.home}/engine.sock" in screen
+    await page.screenshot(shots / "web-1-dashboard.png")
+
+    await page.evaluate("window.__terminals.find((t) => t.buffer).focus()")
+    await page.press("j")
+    screen = await page.wait_for_text(lambda text: "train-a" in text and "train-b" in text)
+    assert "Cancel job" in screen  # the jobs screen's footer
+    await page.screenshot(shots / "web-2-jobs.png")
+
+    await page.press("c")
+    screen = await page.wait_for_text(lambda text: re.search(r"Cancel job \d+\?", text) is not None)
+    match = re.search(r"Cancel job (\d+)\?", screen)
+    assert match is not None
+    job_id = match.group(1)
+    await page.screenshot(shots / "web-3-confirm.png")
+    await page.press("y")
+
+    def cancelled() -> bool:
+        result = served.cli("status", job_id, "--json")
+        return json.loads(result.stdout)["job"]["status"] == "cancelled"
+
+    await asyncio.to_thread(wait_for, cancelled, 20, 0.1)
+    await page.wait_for_text(lambda text: "cancelled" in text)
+    await page.screenshot(shots / "web-4-cancelled.png")
+    statuses = json.loads((await asyncio.to_thread(served.cli, "jobs", "--json")).stdout)
+    assert sorted(row["status"] for row in statuses) == ["cancelled", "running"]
+
+    # Stopping the server ends the session (its process too) and the page says so.
+    assert await asyncio.to_thread(web.stop) == 0
+    assert "stopping (1 browser session(s))" in web.output()
+    await page.close()
+
+
+@pytest.mark.browser
+@needs_chromium
+async def test_without_an_engine_the_page_says_how_to_start_one(
+    home: Path, web_process: type[WebProcess], browser: Chromium, tmp_path: Path
+) -> None:
+    web = await asyncio.to_thread(web_process)
+    page = await browser.page()
+    await page.send("Page.enable")
+    await page.send("Page.addScriptToEvaluateOnNewDocument", source=CAPTURE_TERMINAL)
+    await page.send("Page.navigate", url=web.url)
+    screen = await page.wait_for_text(lambda text: "gpulayer-tui --serve" in text)
+    assert f"No gpulayer-tui engine serves {home}" in screen
+    await page.screenshot(_screenshot_dir(tmp_path) / "web-5-no-engine.png")
+    assert not (home / "engine.sock").exists()  # no engine was started for the tab
+    # q closes the session: the page says so (textual-serve's "Session ended").
+    await page.evaluate("window.__terminals.find((t) => t.buffer).focus()")
+    await page.press("q")
+    await page.wait_for(
+        "document.body.classList.contains('-closed')", "the page never showed the session ended"
+    )
+    assert await asyncio.to_thread(web.stop) == 0
+    await page.close()
