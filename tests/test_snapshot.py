@@ -6,6 +6,7 @@ keeps the snapshot job queued while its files are edited), real processes.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -18,7 +19,7 @@ from gpulayer_tui.engine.engine import Engine
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.spec import SpecError
 
-from .conftest import EngineFactory, make_config
+from .conftest import EngineFactory, Served, make_config, wait_for
 
 
 def git(repo: Path, *args: str) -> str:
@@ -328,3 +329,27 @@ async def test_a_services_restarts_run_from_the_same_snapshot(
     done = await engine.wait(job.id, timeout=20)
     assert done.status is JobStatus.COMPLETED, done.message
     assert engine.log_path(job.id, 0).read_text() == "v1\nv1\n"
+
+
+def test_submit_snapshot_through_the_cli(served: Served, tmp_path: Path) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    repo = make_repo(tmp_path / "repo")
+    done = served.cli("submit", "--snapshot", "--cwd", str(repo), "--json", "--", "cat", "code.txt")
+    assert done.returncode == 0, done.stderr
+    job_id = json.loads(done.stdout)["id"]
+    wait_for(lambda: served.cli("wait", str(job_id)).returncode == 0, timeout=20)
+    status = served.cli("status", str(job_id))
+    commit = git(repo, "rev-parse", "HEAD")
+    assert f"snapshot    commit {commit[:12]} (dirty)  4 files" in status.stdout
+    detail = json.loads(served.cli("status", str(job_id), "--json").stdout)
+    assert detail["job"]["spec"]["snapshot"]["commit"] == commit
+    assert served.cli("logs", str(job_id)).stdout == "code v1\n"
+    # Refused with the reason and the limit; nothing stored.
+    big = tmp_path / "big"
+    big.mkdir()
+    with open(big / "w", "wb") as fh:  # (sparse: its size is what counts)
+        fh.truncate(600 * 1024 * 1024 + 1)
+    refused = served.cli("submit", "--snapshot", "--cwd", str(big), "--", "true")
+    assert refused.returncode != 0
+    assert "over [snapshot] max_mb = 512" in refused.stderr
+    assert len(json.loads(served.cli("jobs", "--json").stdout)) == 1
