@@ -265,8 +265,9 @@ class Admission:
     async def _place_snapshots(
         self, specs: list[JobSpec], built: dict[int, Built]
     ) -> list[JobSpec]:
-        """Give each built tree to the job it is for (the ids ``create`` will give next,
-        with no await before it) and record it in that job's spec."""
+        """Give each built tree to the job it is for (the ids ``create`` will give next)
+        and record it in that job's spec. Nothing here awaits unless it fails (a rename
+        each, on the loop), so no other submission takes those ids first."""
         assert self._snapshots is not None
         first = self._book.next_id
         placed: list[int] = []

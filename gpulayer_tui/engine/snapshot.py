@@ -108,8 +108,9 @@ class _Budget:
             )
 
     def check_size(self, total: int, partial: bool = False) -> None:
+        """Refuse past the limit; ``partial``: ``total`` is what was counted so far."""
         if total > self.max_bytes:
-            what = "is over" if partial else "is"
+            what = "is at least" if partial else "is"
             raise SnapshotError(
                 f"snapshot of {self.cwd} {what} {_mb(total)}, over [snapshot] max_mb = "
                 f"{self.max_bytes // MB}; nothing was stored (add a .gitignore or "
@@ -205,8 +206,12 @@ def _unreadable(source: str, rel: str, err: OSError) -> SnapshotError:
     )
 
 
-def _walk(root: str, budget: _Budget, rules: list[tuple[str, bool]], rel: str = "") -> list[_Entry]:
-    """Every entry under ``root/rel`` by the plain rules, without following symlinks."""
+def _walk(
+    root: str, budget: _Budget, rules: list[tuple[str, bool]], rel: str = "", total: int = 0
+) -> list[_Entry]:
+    """Every entry under ``root/rel`` by the plain rules, without following symlinks. A
+    tree past the size limit is refused as soon as it is (a cwd of ``/`` is not walked to
+    its end)."""
     out: list[_Entry] = []
     stack = [rel]
     while stack:
@@ -233,6 +238,8 @@ def _walk(root: str, budget: _Budget, rules: list[tuple[str, bool]], rel: str = 
                 out.append(_Entry(child, "link", 0))
             elif stat.S_ISREG(info.st_mode):
                 out.append(_Entry(child, "file", info.st_size))
+                total += info.st_size
+                budget.check_size(total, partial=True)
             # (sockets, FIFOs, devices: skipped)
     return out
 
