@@ -106,6 +106,11 @@ async def test_a_git_snapshot_runs_the_code_as_submitted(
     # The detail shows it: the job's JSON carries the record.
     detail, _ = await engine.job_detail(job.id)
     assert detail["spec"]["snapshot"]["commit"] == snap["commit"]
+    # ... and the TUI's detail says it on the cwd line.
+    from gpulayer_tui.screens.job_detail import job_fields
+
+    line = job_fields(detail, time.time())["cwd"].plain
+    assert line == f"{repo / 'sub'}  (snapshot: commit {snap['commit'][:12]} dirty)"
 
 
 async def test_a_clean_repo_is_not_dirty_and_a_plain_job_is_not_copied(
