@@ -221,6 +221,7 @@ async def test_a_snapshot_too_big_is_refused_and_nothing_is_stored(
     assert await engine.list_jobs() == []
     assert list(engine.snapshots.jobs.iterdir()) == []
     assert list(engine.snapshots.tmp.iterdir()) == []
+    assert list(engine.snapshots.objects.iterdir()) == []  # (the small one's went too)
 
 
 async def test_a_git_failure_or_an_unreadable_file_refuses_the_submission(

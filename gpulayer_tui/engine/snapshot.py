@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecError
+from .statedir import UnsafeStateDir
 
 SKIP_NAMES = frozenset({".git", "__pycache__", ".venv", "venv", "node_modules"})
 IGNORE_FILE = ".gpulayerignore"
@@ -291,13 +292,17 @@ class SnapshotStore:
                 os.mkdir(path, 0o700)
             info = os.lstat(path)
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-                raise OSError(errno.ELOOP, "not a directory of the engine's user", str(path))
+                raise UnsafeStateDir(
+                    f"{path} is not a directory of the engine's own: the engine keeps "
+                    "snapshots only in a real directory it owns"
+                )
             if stat.S_IMODE(info.st_mode) != 0o700:
                 os.chmod(path, 0o700)
         with os.scandir(self.tmp) as entries:
             stale = [Path(e.path) for e in entries]
         for path in stale:
             _remove_tree(path)
+        self.collect()  # (objects of snapshots that never became a job's)
 
     def job_tree(self, job_id: int) -> Path:
         """Where job ``job_id``'s tree is (or would be)."""
@@ -482,10 +487,10 @@ class SnapshotStore:
         )
 
     def discard(self, built: list[Built]) -> None:
-        """Remove trees that did not become a job's (their new objects go at the next
-        :meth:`collect`)."""
+        """Remove trees that did not become a job's, and the objects only they held."""
         for item in built:
             _remove_tree(item.tree)
+        self.collect()
 
     # -- becoming a job's (on the loop: one rename) -------------------------------------------
 
