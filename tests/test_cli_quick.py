@@ -25,6 +25,8 @@ READ = [
     ["submit", "--name", "[/bold]x", "--project", "p", "--priority", "7", "--", "sleep", "1"],
     ["submit", "--domain", "gpu0", "--domain", "gpu1", "--exclusive", "--", "true"],
     ["submit", "--notify", "--gpus", "1", "--", "python", "train.py"],
+    ["submit", "--snapshot", "--gpus", "1", "--", "python", "train.py"],
+    ["submit", "--no-snapshot", "--cwd", "/tmp", "--", "true"],
     ["submit", "--after", "3", "--after", "4", "--after-any", "5", "--", "true"],
     ["submit", "--timeout", "3600", "--cwd", "/tmp", "--env", "A=1", "--env", "B=", "x"],
     ["submit", "--no-inherit-env", "--shell", "--json", "--", "echo $HOME"],
@@ -54,6 +56,8 @@ LEFT = [
     ["submit", "--name"],
     ["submit", "--exclusive=1", "--", "true"],
     ["submit", "--notify=yes", "--", "true"],
+    ["submit", "--snapshot=1", "--", "true"],
+    ["submit", "--snap", "--", "true"],  # an abbreviation
     ["status"],
     ["status", "x"],
     ["status", "0"],

@@ -69,7 +69,7 @@ async def test_clean_removes_old_finished_jobs_and_never_reuses_an_id(
     running = await engine.submit({"command": ["sleep", "600"], "gpus": 0})
     assert all(engine.log_path(j.id).exists() for j in jobs)
     done = await engine.retention.clean(None, keep=2)
-    assert done == {"jobs": 3, "files": 3}
+    assert done == {"jobs": 3, "files": 3, "snapshots": 0}
     left = {j.id for j in await engine.list_jobs()}
     assert left == {jobs[3].id, jobs[4].id, running.id}  # the running one is never touched
     assert not engine.log_path(jobs[0].id).exists() and engine.log_path(jobs[4].id).exists()
@@ -94,7 +94,7 @@ def test_clean_from_the_cli(served: Served) -> None:
     assert refused.returncode == 2 and "--older-than DAYS and/or --keep N" in refused.stderr
     out = served.cli("clean", "--keep", "1", "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {"jobs": 2, "files": 2}
+    assert json.loads(out.stdout) == {"jobs": 2, "files": 2, "snapshots": 0}
     listed = json.loads(served.cli("jobs", "--json").stdout)
     assert [j["id"] for j in listed] == [int(ids[-1])]
     said = served.cli("clean", "--older-than", "0")

@@ -60,6 +60,10 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             spec[key] = getattr(args, key)
     if args.no_requeue:
         spec["requeue"] = False
+    if args.snapshot and args.no_snapshot:
+        parser.error("give either --snapshot or --no-snapshot, not both")
+    if args.snapshot or args.no_snapshot:
+        spec["snapshot"] = bool(args.snapshot)
     if args.priority:
         spec["priority"] = args.priority
     deps: list[Any] = list(args.after)
@@ -181,6 +185,10 @@ def _like(
         spec["exclusive"] = True
     if args.priority:
         spec["priority"] = args.priority
+    if "snapshot" in spec:  # (job ID's record of its copy: a new copy is made now)
+        spec["snapshot"] = bool(spec["snapshot"])
+    if "snapshot" in base:
+        spec["snapshot"] = base["snapshot"]
     if args.cwd:
         spec["cwd"] = base["cwd"]
     hidden = any(v is None for v in (old["spec"].get("env") or {}).values())
@@ -479,7 +487,11 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
     if args.json:
         _print_json(done)
     else:
-        print(f"removed {done['jobs']} finished job(s) and {done['files']} file(s)")
+        trees = done.get("snapshots", 0)
+        print(
+            f"removed {done['jobs']} finished job(s) and {done['files']} file(s)"
+            + (f", {trees} snapshot(s)" if trees else "")
+        )
     return EXIT_OK
 
 

@@ -82,6 +82,7 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
         + (f" ({job['termination_reason']})" if job["termination_reason"] else ""),
         f"  message     {job['message']}",
         f"  command     {shown}",
+        *_snapshot_lines(spec),
         f"  domains     {', '.join(job['domains']) or '-'}"
         + (f"  (GPUs {','.join(map(str, job['gpus']))})" if job["gpus"] else ""),
         f"  exit code   {'-' if job['exit_code'] is None else job['exit_code']}",
@@ -104,6 +105,26 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
         lines.append(f"    {_when(ev['at'])}  {what}{extra}{message}")
     # Names, commands and messages are users' text: escaped, never sent as escapes.
     return "\n".join(printable(line) for line in lines)
+
+
+def _snapshot_lines(spec: dict[str, Any]) -> list[str]:
+    """The snapshot a job runs in (``submit --snapshot``): where, which commit, how big."""
+    snap = spec.get("snapshot")
+    if not isinstance(snap, dict):
+        return []
+    commit = snap.get("commit")
+    if commit:
+        source = f"commit {commit[:12]}" + (" (dirty)" if snap.get("dirty") else " (clean)")
+    elif snap.get("dirty") is not None:
+        source = "git, no commit yet"
+    else:
+        source = "not a git tree"
+    size = snap.get("bytes", 0)
+    shown = f"{size / 1024**2:.1f} MB" if size >= 1024**2 else f"{size} bytes"
+    return [
+        f"  snapshot    {source}  {snap.get('files', 0)} files, {shown}",
+        f"  runs in     {snap.get('path', '-')}  (copy of {snap.get('source', '-')})",
+    ]
 
 
 def _replica_lines(job: JobRowJSON, now: float) -> list[str]:

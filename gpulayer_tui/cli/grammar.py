@@ -181,6 +181,14 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
         help="with --preemptible: fail when preempted instead of going back to the queue",
     )
     p.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="run a copy of the working directory made now (git: tracked + untracked files)",
+    )
+    p.add_argument(
+        "--no-snapshot", action="store_true", help="run in place, whatever [snapshot] default says"
+    )
+    p.add_argument(
         "--after",
         type=job_id_arg,
         action="append",

@@ -10,6 +10,7 @@ the queue), one scheduling pass runs, and the answer waits for the commit.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,10 +18,11 @@ from .errors import Overloaded, SpecError, StoreError
 from .fairness import owner_of, user_label
 from .jobbook import ActiveJob, JobBook
 from .models import Job, JobKind
-from .spec import parse_spec
+from .snapshot import Built, SnapshotError, SnapshotStore
+from .spec import JobSpec, SnapshotInfo, parse_spec
 
 if TYPE_CHECKING:
-    from .config import LimitsSettings
+    from .config import LimitsSettings, SnapshotSettings
     from .health import DomainOps
     from .jobqueue import JobQueue
     from .scheduler import Scheduler
@@ -42,6 +44,8 @@ class Admission:
         store: Answers wait for the commit; no work is taken while writes fail.
         limits: ``[limits]`` (``active_jobs``).
         cancel: Stops a job that was admitted but could not be recorded.
+        snapshots: Where ``snapshot`` submissions are copied (none: refused).
+        snapshot_settings: ``[snapshot]`` (``default``, ``max_mb``, ``timeout``).
     """
 
     def __init__(
@@ -53,6 +57,8 @@ class Admission:
         store: Store,
         limits: LimitsSettings,
         cancel: Cancel,
+        snapshots: SnapshotStore | None = None,
+        snapshot_settings: SnapshotSettings | None = None,
     ) -> None:
         self._book = book
         self._scheduler = scheduler
@@ -62,12 +68,16 @@ class Admission:
         self._limits = limits
         self._cancel = cancel
         self.clusters: list[str] = []  # the configured clusters (the engine keeps it current)
+        self._snapshots = snapshots
+        self._snapshot_settings = snapshot_settings
         # Idempotency keys of recent submissions: in flight (a pending future) or just done.
         self._keys: dict[tuple[int | None, str], asyncio.Future[list[int]]] = {}
 
-    def reconfigure(self, limits: LimitsSettings) -> None:
-        """Use new ``[limits]`` from now on."""
+    def reconfigure(self, limits: LimitsSettings, snapshot: SnapshotSettings | None = None) -> None:
+        """Use new ``[limits]`` (and ``[snapshot]``) from now on."""
         self._limits = limits
+        if snapshot is not None:
+            self._snapshot_settings = snapshot
 
     async def submit_many(
         self, items: list[Any], owner_uid: int | None = None, key: str | None = None
@@ -143,10 +153,19 @@ class Admission:
                 prefix = f"job {index + 1} of {len(items)}: " if len(items) > 1 else ""
                 raise SpecError(f"{prefix}{err}", err.field) from None
             prepared.append((spec, request, deps))
-        # Again, with no await before the admission: other submissions ran meanwhile.
-        self._check_writable()
-        self._check_room(len(items))
-        self._check_user_queue(owner_uid, len(items))
+        # Snapshots are made before anything is stored (a refusal stores nothing).
+        built = await self._build_snapshots([p[0] for p in prepared], owner_uid)
+        try:
+            # Again, with no await before the admission: other submissions ran meanwhile.
+            self._check_writable()
+            self._check_room(len(items))
+            self._check_user_queue(owner_uid, len(items))
+        except BaseException:
+            await self._discard(list(built.values()))
+            raise
+        if built:
+            specs = await self._place_snapshots([p[0] for p in prepared], built)
+            prepared = [(specs[i], r, d) for i, (_, r, d) in enumerate(prepared)]
         acts = []
         for spec, request, deps in prepared:
             act = self._book.create(
@@ -174,6 +193,108 @@ class Admission:
         # The answer says what runs, with its pid: wait (briefly) for the launches.
         await self._book.wait_started([act.job.id for act in acts], LAUNCH_WAIT_S)
         return [act.job for act in acts]
+
+    def _wanted(self, spec: JobSpec, owner_uid: int | None) -> bool:
+        """Does ``spec`` get a snapshot? (``[snapshot] default`` when it does not say.)"""
+        if isinstance(spec.snapshot, SnapshotInfo):
+            raise SpecError(
+                "snapshot: give true or false; where the copy lies is the engine's to record",
+                "snapshot",
+            )
+        me = os.geteuid()
+        other = owner_uid is not None and owner_uid != me
+        settings = self._snapshot_settings
+        wanted = spec.snapshot if spec.snapshot is not None else bool(settings and settings.default)
+        if not wanted or (spec.snapshot is None and other):
+            return False  # ([snapshot] default applies to the engine's user only)
+        if other:
+            # The engine would read the directory with its own rights, not the submitter's.
+            raise SpecError(
+                f"snapshot: only the engine's user (uid {me}) may submit with a snapshot; "
+                f"uid {owner_uid} may not (see docs/security.md)",
+                "snapshot",
+            )
+        if spec.cwd is None:
+            raise SpecError("snapshot: needs cwd (the directory to copy)", "snapshot")
+        if self._snapshots is None or settings is None:
+            raise SpecError("snapshot: this engine keeps no snapshots", "snapshot")
+        return True
+
+    async def _build_snapshots(
+        self, specs: list[JobSpec], owner_uid: int | None
+    ) -> dict[int, Built]:
+        """Each wanted snapshot, built in a thread under ``[snapshot] timeout``; jobs of
+        one submission with the same cwd share one reading (their trees are linked)."""
+        built: dict[int, Built] = {}
+        by_cwd: dict[str, Built] = {}
+        try:
+            for index, spec in enumerate(specs):
+                try:
+                    if not self._wanted(spec, owner_uid):
+                        continue
+                    assert self._snapshots is not None and self._snapshot_settings is not None
+                    assert spec.cwd is not None
+                    store, settings = self._snapshots, self._snapshot_settings
+                    first = by_cwd.get(spec.cwd)
+                    if first is not None:
+                        built[index] = await asyncio.to_thread(store.clone, first)
+                        continue
+                    try:
+                        made = await asyncio.wait_for(
+                            asyncio.to_thread(
+                                store.build,
+                                spec.cwd,
+                                settings.max_mb * 1024 * 1024,
+                                settings.timeout,
+                            ),
+                            settings.timeout + 10,  # (the thread keeps its own deadline)
+                        )
+                    except TimeoutError:
+                        raise SnapshotError(
+                            f"snapshot of {spec.cwd} took longer than [snapshot] timeout = "
+                            f"{settings.timeout:g} s; nothing was stored"
+                        ) from None
+                    except OSError as err:
+                        raise SnapshotError(
+                            f"snapshot of {spec.cwd} failed: {err.strerror or err}; nothing "
+                            "was stored"
+                        ) from None
+                    built[index] = by_cwd[spec.cwd] = made
+                except SpecError as err:
+                    prefix = f"job {index + 1} of {len(specs)}: " if len(specs) > 1 else ""
+                    raise SpecError(f"{prefix}{err}", err.field) from None
+        except BaseException:
+            await self._discard(list(built.values()))
+            raise
+        return built
+
+    async def _place_snapshots(
+        self, specs: list[JobSpec], built: dict[int, Built]
+    ) -> list[JobSpec]:
+        """Give each built tree to the job it is for (the ids ``create`` will give next)
+        and record it in that job's spec. Nothing here awaits unless it fails (a rename
+        each, on the loop), so no other submission takes those ids first."""
+        assert self._snapshots is not None
+        first = self._book.next_id
+        placed: list[int] = []
+        out = list(specs)
+        try:
+            for index, made in built.items():
+                info = self._snapshots.place(made, first + index)
+                placed.append(first + index)
+                out[index] = specs[index].model_copy(update={"snapshot": SnapshotInfo(**info)})
+        except OSError as err:
+            left = [b for i, b in built.items() if first + i not in placed]
+            await self._discard(left)
+            await asyncio.to_thread(self._snapshots.remove_jobs, set(placed))
+            raise SnapshotError(
+                f"snapshot could not be stored: {err.strerror or err}; nothing was stored"
+            ) from None
+        return out
+
+    async def _discard(self, built: list[Built]) -> None:
+        if built and self._snapshots is not None:
+            await asyncio.to_thread(self._snapshots.discard, built)
 
     def _check_writable(self) -> None:
         if self._store.failure:

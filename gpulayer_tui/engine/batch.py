@@ -103,7 +103,7 @@ def argv_of(spec: JobSpec) -> tuple[list[str], str]:
     else:
         line = spec.shell or ""
         argv = plain_argv(line) or shell_argv(line)
-    return argv, spec.cwd or os.path.expanduser("~")
+    return argv, spec.run_dir
 
 
 def start_task(

@@ -29,6 +29,11 @@ Example ``config.toml``::
     active_jobs = 50000     # pending + queued + running jobs
     submissions_in_flight = 64  # submit requests being handled at once
 
+    [snapshot]              # submit --snapshot: the job runs a copy of its cwd
+    default = false         # snapshot every submission of the engine's user
+    max_mb = 512            # a bigger working directory is refused
+    timeout = 120.0         # seconds a snapshot may take
+
     [usage]                 # per-job GPU series: VRAM, utilisation, power, energy
     series = true
     max_points = 1000       # per GPU of a job; older points merge as the job goes on
@@ -208,6 +213,15 @@ class HistorySettings(_Strict):
     keep_jobs: int | None = Field(None, ge=1, le=10**9)  # the newest N finished; None: all
 
 
+class SnapshotSettings(_Strict):
+    """``[snapshot]``: copy a job's working directory at submission (``submit --snapshot``)
+    so that it runs the code as it was then (see ``engine/snapshot.py``)."""
+
+    default: bool = False  # snapshot submissions that do not say (the engine's user's)
+    max_mb: int = Field(512, ge=1, le=10**7)  # a bigger working directory is refused
+    timeout: float = Field(120.0, ge=1, le=3600)  # seconds a snapshot may take
+
+
 class UsageSettings(_Strict):
     """``[usage]``: the per-job GPU series (VRAM, utilisation, power, energy) and its size."""
 
@@ -348,6 +362,7 @@ class Config(_Strict):
     limits: LimitsSettings = LimitsSettings()
     logs: LogSettings = LogSettings()
     history: HistorySettings = HistorySettings()
+    snapshot: SnapshotSettings = SnapshotSettings()
     usage: UsageSettings = UsageSettings()
     policy: PolicySettings = PolicySettings()
     notify: NotifySettings = NotifySettings()

@@ -71,6 +71,7 @@ from .sampler import Sample, Sampler
 from .scheduler import Scheduler
 from .service_runtime import ServiceClock
 from .services import ServiceRunner
+from .snapshot import SnapshotStore
 from .statedir import check_state_dir
 from .store import Store
 from .supervisor import Supervisor
@@ -180,6 +181,7 @@ class Engine:
             JobKind.ADOPTED: self.adopter,
         }
         self.recovery = Recovery(self.book, self.scheduler, self.queue, self._runners)
+        self.snapshots = SnapshotStore(paths.state_dir)
         self.admission = Admission(
             self.book,
             self.scheduler,
@@ -188,6 +190,8 @@ class Engine:
             self.store,
             self.config.limits,
             self._cancel,
+            self.snapshots,
+            self.config.snapshot,
         )
         self.admission.clusters = self.clusters.names
         self.usage = UsageRecorder(
@@ -199,7 +203,7 @@ class Engine:
         )
         self.reads = JobReader(self.book, self.store, self.executor, self.usage)
         self.notifier = Notifier(self.bus, self.config.notify, self.reads.get)
-        self.retention = Retention(self.store, paths.jobs_dir, self.config.history)
+        self.retention = Retention(self.store, paths.jobs_dir, self.config.history, self.snapshots)
         self.config_reload = ConfigReloader(
             paths,
             self.cpu_count,
@@ -249,7 +253,7 @@ class Engine:
         self.executor.max_log = config.logs.max_bytes
         self.retention.reconfigure(config.history)
         self.disk.min_free_mb = config.logs.min_free_mb
-        self.admission.reconfigure(config.limits)
+        self.admission.reconfigure(config.limits, config.snapshot)
         self.usage.reconfigure(config.usage, config.policy)
         self.clusters.reconfigure(config.clusters)
         self.admission.clusters = self.clusters.names
@@ -273,6 +277,7 @@ class Engine:
             # Before anything is written there: no other user may control these dirs.
             check_state_dir(state, self.paths.jobs_dir)
             os.chmod(state, 0o700)  # (the API opens it to 0711 if [security] lets others in)
+            self.snapshots.prepare()  # (snapshots/, 0700; what a crash left in tmp/ goes)
             self._lock.acquire()
         except OSError as err:
             if err.errno == errno.ELOOP:  # O_NOFOLLOW met a link

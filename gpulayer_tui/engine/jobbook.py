@@ -160,6 +160,11 @@ class JobBook:
         """Continue numbering after ``last_id`` (the largest id ever stored)."""
         self._last_id = max(self._last_id, last_id)
 
+    @property
+    def next_id(self) -> int:
+        """The id :meth:`create` gives next (the ones after it follow in order)."""
+        return self._last_id + 1
+
     def create(
         self,
         *,

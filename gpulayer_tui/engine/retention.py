@@ -3,7 +3,8 @@
 ``gpulayer-tui clean`` (``POST /v1/clean``) removes finished jobs that ended before a time
 and/or all but the newest N; with ``[history] keep_days`` and/or ``keep_jobs`` the engine
 does it by itself at start and every hour. A job's row, its events and its files
-(``jobs/ID.log``, a service's ``jobs/ID.K.log``, an older version's ``jobs/ID.exit``) go
+(``jobs/ID.log``, a service's ``jobs/ID.K.log``, an older version's ``jobs/ID.exit``) and
+its snapshot (``snapshots/jobs/ID/``, then the objects no other snapshot links) go
 together; active jobs are never touched, and ids are never given again (the largest is
 kept apart).
 """
@@ -22,6 +23,7 @@ from .tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from .config import HistorySettings
+    from .snapshot import SnapshotStore
     from .store import Store
 
 log = logging.getLogger(__name__)
@@ -57,11 +59,19 @@ class Retention:
         store: The database.
         jobs_dir: Where job files are.
         settings: ``[history]``.
+        snapshots: The jobs' snapshots (removed with them).
     """
 
-    def __init__(self, store: Store, jobs_dir: Path, settings: HistorySettings) -> None:
+    def __init__(
+        self,
+        store: Store,
+        jobs_dir: Path,
+        settings: HistorySettings,
+        snapshots: SnapshotStore | None = None,
+    ) -> None:
         self._store = store
         self._jobs_dir = jobs_dir
+        self._snapshots = snapshots
         self._settings = settings
         self._task: asyncio.Task[None] | None = None
 
@@ -71,8 +81,9 @@ class Retention:
 
     async def clean(self, ended_before: float | None, keep: int | None) -> dict[str, Any]:
         """Remove finished jobs that ended before ``ended_before`` and/or all but the newest
-        ``keep`` finished ones; return ``{"jobs": n, "files": m}``."""
-        jobs = files = 0
+        ``keep`` finished ones; return ``{"jobs": n, "files": m, "snapshots": k}`` (``k``:
+        snapshot trees removed, with the objects only they held)."""
+        jobs = files = trees = 0
         while True:
             ids = await self._store.prune(ended_before, keep, CHUNK)
             if not ids:
@@ -80,11 +91,18 @@ class Retention:
             jobs += len(ids)
             paths = await asyncio.to_thread(_files_of, self._jobs_dir, set(ids))
             files += await asyncio.to_thread(_unlink, paths)
+            if self._snapshots is not None:
+                trees += await asyncio.to_thread(self._snapshots.remove_jobs, set(ids))
             if keep is not None and ended_before is None and len(ids) < CHUNK:
                 break
         if jobs:
-            log.info("history cleaned: %d finished jobs and %d files removed", jobs, files)
-        return {"jobs": jobs, "files": files}
+            log.info(
+                "history cleaned: %d finished jobs, %d files and %d snapshots removed",
+                jobs,
+                files,
+                trees,
+            )
+        return {"jobs": jobs, "files": files, "snapshots": trees}
 
     def start(self) -> None:
         """Apply ``[history] keep_days`` and ``keep_jobs`` now and every hour."""

@@ -25,7 +25,15 @@ from pydantic import (
 from .. import wire
 from .errors import SpecError
 
-__all__ = ["SERVICE_ONLY", "Dependency", "JobSpec", "RetrySpec", "SpecError", "parse_spec"]
+__all__ = [
+    "SERVICE_ONLY",
+    "Dependency",
+    "JobSpec",
+    "RetrySpec",
+    "SnapshotInfo",
+    "SpecError",
+    "parse_spec",
+]
 
 
 def _rule(check: Any) -> AfterValidator:
@@ -56,6 +64,20 @@ class RetrySpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     max_attempts: Annotated[int, _rule(wire.check_max_attempts)] = 10
+
+
+class SnapshotInfo(BaseModel):
+    """Where a job's snapshot lies and what it holds (set by the engine at admission, see
+    :mod:`.snapshot`; a submission gives only ``snapshot = true``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    path: str  # the copy of the job's cwd: where it runs
+    source: str  # what was copied (the git root, or the cwd)
+    commit: str | None = None
+    dirty: bool | None = None
+    files: int = 0
+    bytes: int = 0
 
 
 SERVICE_ONLY = ("replicas", "restart", "max_restarts", "port", "retry")
@@ -97,6 +119,9 @@ class JobSpec(BaseModel):
         cluster: Run it on this ``[clusters.NAME]`` Slurm cluster instead of here.
         cpus: CPUs per node (cluster jobs).
         mem_gb: Memory per node in GB (cluster jobs).
+        snapshot: ``true``: run a copy of ``cwd`` made at submission (``[snapshot]
+            default`` when omitted). The engine stores what it made in its place (a
+            :class:`SnapshotInfo`); ``false`` and omitted are not stored.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -126,6 +151,7 @@ class JobSpec(BaseModel):
     cluster: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     cpus: Annotated[int, Field(ge=1, le=100_000)] | None = None
     mem_gb: Annotated[float, Field(gt=0, le=1_000_000)] | None = None
+    snapshot: bool | SnapshotInfo | None = None
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -172,12 +198,22 @@ class JobSpec(BaseModel):
             out.pop("preemptible", None)
         if out.get("requeue", True):
             out.pop("requeue", None)
+        if not out.get("snapshot"):
+            out.pop("snapshot", None)
         return out
 
     @property
     def dependencies(self) -> list[Dependency]:
         """``depends_on`` with bare ids expanded to default-policy dependencies."""
         return [d if isinstance(d, Dependency) else Dependency(job=d) for d in self.depends_on]
+
+    @property
+    def run_dir(self) -> str:
+        """Where the job runs: its snapshot's copy of ``cwd``, else ``cwd`` (the engine
+        user's home when omitted)."""
+        if isinstance(self.snapshot, SnapshotInfo):
+            return self.snapshot.path
+        return self.cwd or os.path.expanduser("~")
 
     @property
     def is_service(self) -> bool:

@@ -60,6 +60,17 @@ FIELDS = (
 """The fields block: key (widget id ``field-<key>``) and label, in display order."""
 
 
+def _cwd(spec: dict[str, Any]) -> Content:
+    """The working directory and, for ``submit --snapshot``, the copy's commit (one line)."""
+    cwd = str(spec.get("cwd") or "")
+    snap = spec.get("snapshot")
+    if not cwd or not isinstance(snap, dict):
+        return _or_dash(cwd)
+    commit = str(snap.get("commit") or "")
+    said = f"commit {commit[:12]}" + (" dirty" if snap.get("dirty") else "") if commit else "copy"
+    return Content.assemble(cwd, (f"  (snapshot: {said})", "$foreground-muted"))
+
+
 def _or_dash(text: str) -> Content:
     return Content(text) if text else Content.styled("-", "$foreground-muted")
 
@@ -161,7 +172,7 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
         "exit": _or_dash("" if exit_code is None else str(exit_code)),
         "message": _or_dash(" ".join(str(job.get("message") or "").split())),
         "command": Content(command_line),
-        "cwd": _or_dash(str(spec.get("cwd") or "")),
+        "cwd": _cwd(spec),
         "domains": _or_dash(_placement(job, spec)),
         "replicas": replica_lines(job, now),
         "vram": _or_dash("" if vram is None else f"{vram:g} GiB per GPU"),

@@ -1,0 +1,571 @@
+"""Snapshots at submit (record 000's source bundle): a queued job runs the code as it was.
+
+``submit --snapshot`` (spec ``snapshot = true``, or ``[snapshot] default``) copies the
+job's working directory when it is submitted, and the job runs in the copy:
+
+* inside a git work tree, the whole tree's git-tracked files plus untracked files that are
+  not ignored (``git ls-files -co --exclude-standard -z``), with the commit
+  (``git rev-parse HEAD``) and whether the tree was dirty (``git status --porcelain``);
+  the job runs at the same place inside the copy (``repo/sub`` -> ``copy/sub``);
+* elsewhere, the directory itself, skipping ``.git``, ``__pycache__``, ``.venv``,
+  ``venv``, ``node_modules`` and what a ``.gpulayerignore`` there names (``fnmatch``
+  patterns, one a line, matched against the relative path and the name; a trailing ``/``
+  matches directories only).
+
+Symlinks are copied as symlinks (never followed, so nothing outside the tree is read);
+sockets, FIFOs and devices are skipped; a file that cannot be read refuses the whole
+snapshot. The size (the sum of the files' sizes) is bounded by ``[snapshot] max_mb``.
+
+The store, under ``$STATE/snapshots`` (0700, like the rest of the state dir):
+
+* ``objects/<sha256>`` (``<sha256>.x`` for executables): one file per content, read-only
+  (0444 or 0555: the copies share the inode, so a job must not write into one);
+* ``jobs/<id>/``: the job's tree, each file a hard link to its object (deduplicated across
+  jobs); directories are 0700 and writable, so a job may create files in its cwd;
+* ``tmp/``: trees being built, and objects being written (emptied at start).
+
+An object whose link count is 1 is held by the store alone: :meth:`SnapshotStore.remove_jobs`
+(history retention) removes job trees and then such objects.
+
+Everything here blocks (it reads the user's files and runs git): it runs in a thread
+(``asyncio.to_thread``), under a deadline checked between files and chunks, and git runs
+with a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fnmatch
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import SpecError
+from .statedir import UnsafeStateDir
+
+SKIP_NAMES = frozenset({".git", "__pycache__", ".venv", "venv", "node_modules"})
+IGNORE_FILE = ".gpulayerignore"
+CHUNK = 1 << 20
+MB = 1024 * 1024
+GIT_TIMEOUT_S = 30.0
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class SnapshotError(SpecError):
+    """The working directory cannot be snapshotted (too big, unreadable, git failing, the
+    deadline passed); the submission is refused (400) and nothing is stored."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "snapshot")
+
+
+@dataclass(frozen=True)
+class _Entry:
+    rel: str  # path relative to the copied root
+    kind: str  # "file", "link" or "dir"
+    size: int
+
+
+@dataclass
+class Built:
+    """A snapshot built in ``tmp/``, not yet a job's (see :meth:`SnapshotStore.place`)."""
+
+    tree: Path
+    source: str  # the directory that was copied (the git root, or the cwd)
+    rel_cwd: str  # where the job runs, relative to ``tree``
+    commit: str | None
+    dirty: bool | None
+    files: int
+    bytes: int
+
+
+def _mb(size: int) -> str:
+    return f"{size / MB:.0f} MB" if size >= MB else f"{size} bytes"
+
+
+class _Budget:
+    """The size limit and the deadline of one snapshot."""
+
+    def __init__(self, cwd: str, max_bytes: int, deadline: float) -> None:
+        self.cwd = cwd
+        self.max_bytes = max_bytes
+        self.deadline = deadline
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise SnapshotError(
+                f"snapshot of {self.cwd} took longer than [snapshot] timeout; nothing was "
+                "stored (submit from a smaller directory, or without --snapshot)"
+            )
+
+    def check_size(self, total: int, partial: bool = False) -> None:
+        """Refuse past the limit; ``partial``: ``total`` is what was counted so far."""
+        if total > self.max_bytes:
+            what = "is at least" if partial else "is"
+            raise SnapshotError(
+                f"snapshot of {self.cwd} {what} {_mb(total)}, over [snapshot] max_mb = "
+                f"{self.max_bytes // MB}; nothing was stored (add a .gitignore or "
+                f"{IGNORE_FILE} entry, or submit without --snapshot)"
+            )
+
+    def seconds_left(self) -> float:
+        return max(0.1, self.deadline - time.monotonic())
+
+
+def _git(args: list[str], cwd: str, budget: _Budget) -> subprocess.CompletedProcess[bytes]:
+    """Run git (its own config only from the repo: no pager, no prompts)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+    try:
+        return subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=min(GIT_TIMEOUT_S, budget.seconds_left()),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise SnapshotError(
+            f"snapshot of {cwd}: `git {' '.join(args[:2])}` did not answer in time; nothing "
+            "was stored"
+        ) from None
+
+
+def _git_root(cwd: str, budget: _Budget) -> str | None:
+    """The work tree's top directory, or ``None`` outside git (or without git)."""
+    try:
+        done = _git(["rev-parse", "--show-toplevel"], cwd, budget)
+    except FileNotFoundError:  # no git on this machine: the directory is copied as such
+        return None
+    if done.returncode != 0:
+        return None
+    top = done.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
+    return top or None
+
+
+def _git_listing(root: str, budget: _Budget) -> tuple[list[str], str | None, bool]:
+    listed = _git(["ls-files", "-co", "--exclude-standard", "-z"], root, budget)
+    if listed.returncode != 0:
+        why = listed.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise SnapshotError(
+            f"snapshot of {root}: `git ls-files` failed: {why[0] if why else listed.returncode}"
+            "; nothing was stored"
+        )
+    names = [os.fsdecode(n) for n in listed.stdout.split(b"\0") if n]
+    head = _git(["rev-parse", "--verify", "-q", "HEAD"], root, budget)
+    commit = head.stdout.decode().strip() if head.returncode == 0 else None  # (no commit yet)
+    status = _git(["status", "--porcelain", "-z"], root, budget)
+    if status.returncode != 0:
+        raise SnapshotError(f"snapshot of {root}: `git status` failed; nothing was stored")
+    return list(dict.fromkeys(names)), commit or None, bool(status.stdout.strip(b"\0"))
+
+
+def _ignore_rules(root: str) -> list[tuple[str, bool]]:
+    """``.gpulayerignore``'s patterns: (pattern, directories only)."""
+    try:
+        fd = os.open(os.path.join(root, IGNORE_FILE), _READ_FLAGS)
+    except OSError:
+        return []
+    with os.fdopen(fd, "rb") as fh:
+        text = fh.read(1 << 20).decode("utf-8", "replace")
+    rules = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        rules.append((line.rstrip("/").lstrip("/"), line.endswith("/")))
+    return rules
+
+
+def _ignored(rel: str, name: str, is_dir: bool, rules: list[tuple[str, bool]]) -> bool:
+    if name in SKIP_NAMES:
+        return True
+    for pattern, dirs_only in rules:
+        if dirs_only and not is_dir:
+            continue
+        if fnmatch.fnmatchcase(rel, pattern) or fnmatch.fnmatchcase(name, pattern):
+            return True
+    return False
+
+
+def _unreadable(source: str, rel: str, err: OSError) -> SnapshotError:
+    return SnapshotError(
+        f"snapshot of {source}: cannot read {rel or '.'} ({err.strerror or err}); nothing "
+        "was stored"
+    )
+
+
+def _walk(
+    root: str, budget: _Budget, rules: list[tuple[str, bool]], rel: str = "", total: int = 0
+) -> list[_Entry]:
+    """Every entry under ``root/rel`` by the plain rules, without following symlinks. A
+    tree past the size limit is refused as soon as it is (a cwd of ``/`` is not walked to
+    its end)."""
+    out: list[_Entry] = []
+    stack = [rel]
+    while stack:
+        budget.check_time()
+        here = stack.pop()
+        try:
+            with os.scandir(os.path.join(root, here) if here else root) as entries:
+                items = sorted(entries, key=lambda e: e.name)
+        except OSError as err:
+            raise _unreadable(root, here, err) from None
+        for entry in items:
+            child = f"{here}/{entry.name}" if here else entry.name
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            is_dir = stat.S_ISDIR(info.st_mode)
+            if _ignored(child, entry.name, is_dir, rules):
+                continue
+            if is_dir:
+                out.append(_Entry(child, "dir", 0))
+                stack.append(child)
+            elif stat.S_ISLNK(info.st_mode):
+                out.append(_Entry(child, "link", 0))
+            elif stat.S_ISREG(info.st_mode):
+                out.append(_Entry(child, "file", info.st_size))
+                total += info.st_size
+                budget.check_size(total, partial=True)
+            # (sockets, FIFOs, devices: skipped)
+    return out
+
+
+def _git_entries(root: str, names: list[str], budget: _Budget) -> list[_Entry]:
+    out: list[_Entry] = []
+    for index, rel in enumerate(names):
+        if index % 256 == 0:
+            budget.check_time()
+        parts = rel.split("/")
+        if rel.startswith("/") or ".." in parts or "" in parts:
+            continue  # (git never lists these; a path must stay inside the tree)
+        try:
+            info = os.lstat(os.path.join(root, rel))
+        except FileNotFoundError:
+            continue  # deleted in the work tree: not part of it now
+        except OSError as err:
+            raise _unreadable(root, rel, err) from None
+        if stat.S_ISLNK(info.st_mode):
+            out.append(_Entry(rel, "link", 0))
+        elif stat.S_ISREG(info.st_mode):
+            out.append(_Entry(rel, "file", info.st_size))
+        elif stat.S_ISDIR(info.st_mode):  # a submodule: copied by the plain rules
+            out.append(_Entry(rel, "dir", 0))
+            out.extend(_walk(root, budget, [], rel))
+    return out
+
+
+class SnapshotStore:
+    """The content-addressed store of snapshots in the state dir.
+
+    Args:
+        state_dir: The engine's state dir (already checked by :mod:`.statedir`).
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self.root = state_dir / "snapshots"
+        self.objects = self.root / "objects"
+        self.jobs = self.root / "jobs"
+        self.tmp = self.root / "tmp"
+
+    # -- layout -------------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Make the store's directories (0700, real directories of the engine's user) and
+        empty ``tmp/`` (no snapshot is in flight before the engine takes submissions)."""
+        for path in (self.root, self.objects, self.jobs, self.tmp):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path, 0o700)
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                raise UnsafeStateDir(
+                    f"{path} is not a directory of the engine's own: the engine keeps "
+                    "snapshots only in a real directory it owns"
+                )
+            if stat.S_IMODE(info.st_mode) != 0o700:
+                os.chmod(path, 0o700)
+        with os.scandir(self.tmp) as entries:
+            stale = [Path(e.path) for e in entries]
+        for path in stale:
+            _remove_tree(path)
+        self.collect()  # (objects of snapshots that never became a job's)
+
+    def job_tree(self, job_id: int) -> Path:
+        """Where job ``job_id``'s tree is (or would be)."""
+        return self.jobs / str(job_id)
+
+    # -- building (in a thread) ---------------------------------------------------------------
+
+    def build(self, cwd: str, max_bytes: int, timeout: float) -> Built:
+        """Copy ``cwd`` (see the module's docstring) into a new tree in ``tmp/``.
+
+        Raises:
+            SnapshotError: Too big, unreadable, git failing or out of time; nothing is left.
+        """
+        budget = _Budget(cwd, max_bytes, time.monotonic() + timeout)
+        if not os.path.isdir(cwd):
+            raise SnapshotError(f"snapshot: {cwd} is not a directory; nothing was stored")
+        real = os.path.realpath(cwd)
+        top = _git_root(real, budget)
+        commit: str | None = None
+        dirty: bool | None = None
+        if top is not None:
+            source = os.path.realpath(top)
+            names, commit, dirty = _git_listing(source, budget)
+            entries = _git_entries(source, names, budget)
+            rel_cwd = os.path.relpath(real, source)
+        else:
+            source = real
+            entries = _walk(source, budget, _ignore_rules(source))
+            rel_cwd = "."
+        budget.cwd = source
+        budget.check_size(sum(e.size for e in entries))
+        tree = Path(tempfile.mkdtemp(prefix="tree-", dir=self.tmp))
+        try:
+            files, size = self._copy(source, tree, entries, budget)
+            os.makedirs(tree / rel_cwd, 0o700, exist_ok=True)  # (an empty cwd has no files)
+        except BaseException:
+            _remove_tree(tree)
+            raise
+        return Built(tree, source, rel_cwd, commit, dirty, files, size)
+
+    def _copy(
+        self, source: str, tree: Path, entries: list[_Entry], budget: _Budget
+    ) -> tuple[int, int]:
+        made_dirs: set[str] = {""}
+        files = total = 0
+        for entry in entries:
+            budget.check_time()
+            parent = os.path.dirname(entry.rel)
+            if not self._make_dirs(tree, parent, made_dirs):
+                continue  # (its parent is a link in the copy: never written through)
+            target = tree / entry.rel
+            src = os.path.join(source, entry.rel)
+            if entry.kind == "dir":
+                self._make_dirs(tree, entry.rel, made_dirs)  # (kept even when empty)
+                continue
+            if entry.kind == "link":
+                try:
+                    os.symlink(os.readlink(src), target)
+                except FileNotFoundError:
+                    continue
+                except OSError as err:
+                    raise _unreadable(source, entry.rel, err) from None
+                files += 1
+                continue
+            copied = self._copy_file(src, entry.rel, target, budget, total)
+            if copied is None:
+                continue
+            files += 1
+            total += copied
+        return files, total
+
+    @staticmethod
+    def _make_dirs(tree: Path, rel: str, made: set[str]) -> bool:
+        """Make ``tree/rel`` and its parents (0700); ``False`` if a part is not a directory
+        of ours (a symlink copied there)."""
+        if rel in made:
+            return True
+        parent = os.path.dirname(rel)
+        if not SnapshotStore._make_dirs(tree, parent, made):
+            return False
+        path = tree / rel
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                return False
+        made.add(rel)
+        return True
+
+    def _copy_file(
+        self, src: str, rel: str, target: Path, budget: _Budget, so_far: int
+    ) -> int | None:
+        """Link ``src``'s content into ``target`` through the object store; its size, or
+        ``None`` if it is gone or no longer a regular file."""
+        try:
+            fd = os.open(src, _READ_FLAGS)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            if err.errno == errno.ELOOP:  # it became a symlink since it was listed
+                return None
+            raise _unreadable(budget.cwd, rel, err) from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            suffix = ".x" if info.st_mode & 0o111 else ""
+            mode = 0o555 if suffix else 0o444
+            try:
+                digest, size = _hash(fd, budget, so_far)
+            except OSError as err:
+                raise _unreadable(budget.cwd, rel, err) from None
+            name = self.objects / (digest + suffix)
+            with contextlib.suppress(FileNotFoundError):
+                os.link(name, target, follow_symlinks=False)
+                return size  # (deduplicated: the content is already stored)
+            os.lseek(fd, 0, os.SEEK_SET)
+            return self._store_new(fd, rel, target, mode, suffix, budget, so_far)
+        finally:
+            os.close(fd)
+
+    def _store_new(
+        self, fd: int, rel: str, target: Path, mode: int, suffix: str, budget: _Budget, so_far: int
+    ) -> int:
+        tmp = self.tmp / f"obj-{os.urandom(8).hex()}"
+        out = os.open(tmp, _NEW_FLAGS, 0o600)
+        try:
+            digest = hashlib.sha256()
+            size = 0
+            while True:
+                try:
+                    chunk = os.read(fd, CHUNK)
+                except OSError as err:
+                    raise _unreadable(budget.cwd, rel, err) from None
+                if not chunk:
+                    break
+                size += len(chunk)
+                budget.check_size(so_far + size, partial=True)
+                digest.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view) :]
+            os.fchmod(out, mode)
+            os.fsync(out)  # durable before the job that runs it is visible
+        except BaseException:
+            os.close(out)
+            tmp.unlink()
+            raise
+        os.close(out)
+        name = self.objects / (digest.hexdigest() + suffix)
+        try:
+            os.link(tmp, name, follow_symlinks=False)
+        except FileExistsError:
+            # Stored meanwhile (the file changed since it was hashed, to a known content).
+            with contextlib.suppress(FileNotFoundError):
+                os.link(name, target, follow_symlinks=False)
+                tmp.unlink()
+                return size
+        os.rename(tmp, target)
+        return size
+
+    def clone(self, built: Built) -> Built:
+        """Another tree of the same snapshot (hard links: one submission's jobs with the
+        same working directory read it once)."""
+        tree = Path(tempfile.mkdtemp(prefix="tree-", dir=self.tmp))
+        try:
+            for here, dirs, names in os.walk(built.tree):
+                rel = os.path.relpath(here, built.tree)
+                for name in dirs:
+                    os.mkdir(tree / rel / name, 0o700)
+                for name in names:
+                    src = os.path.join(here, name)
+                    if os.path.islink(src):
+                        os.symlink(os.readlink(src), tree / rel / name)
+                    else:
+                        os.link(src, tree / rel / name, follow_symlinks=False)
+        except BaseException:
+            _remove_tree(tree)
+            raise
+        return Built(
+            tree, built.source, built.rel_cwd, built.commit, built.dirty, built.files, built.bytes
+        )
+
+    def discard(self, built: list[Built]) -> None:
+        """Remove trees that did not become a job's, and the objects only they held."""
+        for item in built:
+            _remove_tree(item.tree)
+        self.collect()
+
+    # -- becoming a job's (on the loop: one rename) -------------------------------------------
+
+    def place(self, built: Built, job_id: int) -> dict[str, Any]:
+        """Make ``built`` job ``job_id``'s tree; what the job's spec records about it."""
+        dest = self.job_tree(job_id)
+        os.rename(built.tree, dest)
+        return {
+            "path": os.path.normpath(os.path.join(dest, built.rel_cwd)),
+            "source": built.source,
+            "commit": built.commit,
+            "dirty": built.dirty,
+            "files": built.files,
+            "bytes": built.bytes,
+        }
+
+    # -- pruning (in a thread) ----------------------------------------------------------------
+
+    def remove_jobs(self, ids: set[int]) -> int:
+        """Remove the trees of jobs ``ids`` (history retention), then objects no tree links
+        any more; the number of trees removed."""
+        removed = 0
+        for job_id in ids:
+            tree = self.job_tree(job_id)
+            if os.path.lexists(tree):
+                _remove_tree(tree)
+                removed += 1
+        if removed:
+            self.collect()
+        return removed
+
+    def collect(self) -> int:
+        """Remove objects whose link count is 1 (only the store holds them)."""
+        gone = 0
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.objects) as entries:
+            for entry in entries:
+                try:
+                    if entry.stat(follow_symlinks=False).st_nlink == 1:
+                        os.unlink(entry.path)
+                        gone += 1
+                except FileNotFoundError:
+                    continue
+        return gone
+
+
+def _hash(fd: int, budget: _Budget, so_far: int) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    while True:
+        chunk = os.read(fd, CHUNK)
+        if not chunk:
+            return digest.hexdigest(), size
+        size += len(chunk)
+        budget.check_size(so_far + size, partial=True)
+        if size % (64 * CHUNK) == 0:
+            budget.check_time()
+        digest.update(chunk)
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a tree we made (a job may have made parts of it read-only); never follows a
+    symlink out of it."""
+
+    def retry(func: Any, name: str, _info: Any) -> None:
+        parent = os.path.dirname(name)
+        with contextlib.suppress(OSError):
+            if not os.path.islink(parent):
+                os.chmod(parent, 0o700)
+            func(name)
+
+    if os.path.islink(path) or not os.path.isdir(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=retry)
+    else:  # pragma: no cover (3.11)
+        shutil.rmtree(path, onerror=retry)

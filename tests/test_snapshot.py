@@ -1,0 +1,366 @@
+"""Snapshots at submit: a queued job runs its working directory as it was when submitted.
+
+Real git repositories in temp dirs, a real engine on one simulated GPU (a job holding it
+keeps the snapshot job queued while its files are edited), real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpulayer_tui.engine.engine import Engine
+from gpulayer_tui.engine.models import JobStatus
+from gpulayer_tui.engine.spec import SpecError
+
+from .conftest import EngineFactory, Served, make_config, wait_for
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+    done = subprocess.run(
+        ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def make_repo(path: Path) -> Path:
+    """A repo: tracked code.txt, sub/run.sh (executable), .gitignore ignoring *.log; then
+    an untracked new.txt and an ignored secret.log."""
+    (path / "sub").mkdir(parents=True)
+    git(path, "init", "-q")
+    (path / "code.txt").write_text("code v1\n")
+    (path / "sub" / "run.sh").write_text("#!/bin/sh\necho run v1\n")
+    (path / "sub" / "run.sh").chmod(0o755)
+    (path / ".gitignore").write_text("*.log\n")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "one")
+    (path / "new.txt").write_text("untracked v1\n")
+    (path / "secret.log").write_text("ignored\n")
+    return path
+
+
+async def hold_the_gpu(engine: Engine, gate: Path) -> int:
+    """A job that holds the only GPU until ``gate`` exists (what comes next waits)."""
+    job = await engine.submit(
+        {"shell": f"while [ ! -e {gate} ]; do sleep 0.05; done", "gpus": 1, "name": "holder"}
+    )
+    assert job.status is JobStatus.RUNNING
+    return job.id
+
+
+def snapshot_of(engine: Engine, job: Any) -> dict[str, Any]:
+    snap = job.spec.get("snapshot")
+    assert isinstance(snap, dict), job.spec
+    return snap
+
+
+def tree_files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() or p.is_symlink()}
+
+
+async def test_a_git_snapshot_runs_the_code_as_submitted(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine(simulate="1xA100-80GB")
+    repo = make_repo(tmp_path / "repo")
+    gate = tmp_path / "go"
+    await hold_the_gpu(engine, gate)
+    line = "cat ../code.txt ../new.txt; ./run.sh; test -e ../secret.log && echo LEAK; pwd"
+    job = await engine.submit(
+        {"shell": line, "gpus": 1, "cwd": str(repo / "sub"), "snapshot": True}
+    )
+    assert job.status is JobStatus.QUEUED
+    snap = snapshot_of(engine, job)
+    assert snap["commit"] == git(repo, "rev-parse", "HEAD")
+    assert snap["dirty"] is True  # (new.txt is untracked)
+    tree = engine.snapshots.job_tree(job.id)
+    assert snap["path"] == str(tree / "sub") and snap["source"] == str(repo.resolve())
+    assert tree_files(tree) == {"code.txt", "new.txt", ".gitignore", "sub/run.sh"}
+    assert snap["files"] == 4
+    assert snap["bytes"] == sum((tree / f).stat().st_size for f in tree_files(tree))
+    # The working tree moves on after the submission.
+    (repo / "code.txt").write_text("code v2\n")
+    (repo / "new.txt").write_text("untracked v2\n")
+    (repo / "sub" / "run.sh").write_text("#!/bin/sh\necho run v2\n")
+    gate.touch()
+    done = await engine.wait(job.id, timeout=15)
+    assert done.status is JobStatus.COMPLETED, done.message
+    out = engine.log_path(job.id).read_text().splitlines()
+    assert out == ["code v1", "untracked v1", "run v1", str(tree / "sub")]
+    # Shared, read-only content; the executable stays executable.
+    assert (tree / "sub" / "run.sh").stat().st_mode & 0o777 == 0o555
+    assert (tree / "code.txt").stat().st_mode & 0o777 == 0o444
+    # The detail shows it: the job's JSON carries the record.
+    detail, _ = await engine.job_detail(job.id)
+    assert detail["spec"]["snapshot"]["commit"] == snap["commit"]
+    # ... and the TUI's detail says it on the cwd line.
+    from gpulayer_tui.screens.job_detail import job_fields
+
+    line = job_fields(detail, time.time())["cwd"].plain
+    assert line == f"{repo / 'sub'}  (snapshot: commit {snap['commit'][:12]} dirty)"
+
+
+async def test_a_clean_repo_is_not_dirty_and_a_plain_job_is_not_copied(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine()
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "a.txt").write_text("a\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "a")
+    job = await engine.submit(
+        {"command": ["cat", "a.txt"], "gpus": 0, "cwd": str(repo), "snapshot": True}
+    )
+    assert snapshot_of(engine, job)["dirty"] is False
+    plain = await engine.submit({"command": ["true"], "gpus": 0, "cwd": str(repo)})
+    assert "snapshot" not in plain.spec
+    assert not engine.snapshots.job_tree(plain.id).exists()
+    assert (await engine.wait(job.id, timeout=10)).status is JobStatus.COMPLETED
+
+
+async def test_outside_git_the_directory_is_copied_by_the_plain_rules(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine(simulate="1xA100-80GB")
+    work = tmp_path / "work"
+    for skipped in (".git", "__pycache__", ".venv", "venv", "node_modules", "out"):
+        (work / skipped).mkdir(parents=True)
+        (work / skipped / "f").write_text("no\n")
+    (work / "data.txt").write_text("data v1\n")
+    (work / "model.ckpt").write_text("big\n")
+    (work / "keep" / "deep").mkdir(parents=True)
+    (work / "keep" / "deep" / "x.py").write_text("print(1)\n")
+    (work / ".gpulayerignore").write_text("# comments\n*.ckpt\nout/\n")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("outside secret\n")
+    (work / "out-link").symlink_to(outside)
+    (work / "in-link").symlink_to("data.txt")
+    os.mkfifo(work / "fifo")  # (a FIFO would block a reader: skipped)
+    gate = tmp_path / "go"
+    await hold_the_gpu(engine, gate)
+    job = await engine.submit(
+        {"shell": "cat data.txt in-link", "gpus": 1, "cwd": str(work), "snapshot": True}
+    )
+    snap = snapshot_of(engine, job)
+    assert "commit" not in snap and "dirty" not in snap  # (not a git tree)
+    tree = engine.snapshots.job_tree(job.id)
+    assert snap["path"] == str(tree)
+    assert tree_files(tree) == {
+        "data.txt",
+        ".gpulayerignore",
+        "keep/deep/x.py",
+        "out-link",
+        "in-link",
+    }
+    # Symlinks are copied as symlinks: the one pointing out of the tree is not followed.
+    assert os.readlink(tree / "out-link") == str(outside)
+    stored = [p.read_bytes() for p in engine.snapshots.objects.iterdir()]
+    assert b"outside secret\n" not in stored
+    (work / "data.txt").write_text("data v2\n")
+    gate.touch()
+    done = await engine.wait(job.id, timeout=15)
+    assert done.status is JobStatus.COMPLETED, done.message
+    assert engine.log_path(job.id).read_text() == "data v1\ndata v1\n"
+
+
+async def test_two_jobs_of_one_tree_share_its_objects(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine()
+    repo = make_repo(tmp_path / "repo")
+    spec = {"command": ["true"], "gpus": 0, "cwd": str(repo), "snapshot": True}
+    one = await engine.submit(spec)
+    two = await engine.submit(spec)
+    # One submission of two jobs reads the tree once; its trees share the objects too.
+    three, four = await engine.submit_many([spec, spec])
+    trees = [engine.snapshots.job_tree(j.id) for j in (one, two, three, four)]
+    inodes = {(t / "code.txt").stat().st_ino for t in trees}
+    assert len(inodes) == 1
+    assert (trees[0] / "code.txt").stat().st_nlink == 5  # four trees and the store
+    assert len(list(engine.snapshots.objects.iterdir())) == 4
+
+
+async def test_a_snapshot_too_big_is_refused_and_nothing_is_stored(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine(config=make_config(snapshot={"max_mb": 1}))
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "weights.bin").write_bytes(b"\0" * (3 * 1024 * 1024))
+    spec = {"command": ["true"], "gpus": 0, "cwd": str(work), "snapshot": True}
+    with pytest.raises(
+        SpecError, match=r"snapshot of .*work is at least 3 MB, over \[snapshot\] max_mb = 1"
+    ):
+        await engine.submit(spec)
+    # In a git tree the whole listing is measured: the message says its size.
+    repo = make_repo(tmp_path / "repo")
+    (repo / "weights.bin").write_bytes(b"\0" * (3 * 1024 * 1024))
+    with pytest.raises(SpecError, match=r"snapshot of .*repo is 3 MB, over \[snapshot\] max_mb"):
+        await engine.submit({**spec, "cwd": str(repo)})
+    # One job of a submission that cannot be snapshotted refuses the whole submission.
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "a").write_text("a")
+    with pytest.raises(SpecError, match="job 2 of 2: snapshot of"):
+        await engine.submit_many([{**spec, "cwd": str(small)}, spec])
+    assert await engine.list_jobs() == []
+    assert list(engine.snapshots.jobs.iterdir()) == []
+    assert list(engine.snapshots.tmp.iterdir()) == []
+    assert list(engine.snapshots.objects.iterdir()) == []  # (the small one's went too)
+
+
+async def test_a_git_failure_or_an_unreadable_file_refuses_the_submission(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine()
+    repo = make_repo(tmp_path / "repo")
+    (repo / ".git" / "index").write_bytes(b"not an index")
+    spec = {"command": ["true"], "gpus": 0, "cwd": str(repo), "snapshot": True}
+    with pytest.raises(SpecError, match="git ls-files` failed") as err:
+        await engine.submit(spec)
+    assert err.value.field == "snapshot"
+    with pytest.raises(SpecError, match="is not a directory"):
+        await engine.submit({**spec, "cwd": str(tmp_path / "missing")})
+    if os.geteuid() != 0:  # (root reads everything)
+        work = tmp_path / "work"
+        work.mkdir()
+        (work / "locked").write_text("x")
+        (work / "locked").chmod(0)
+        with pytest.raises(SpecError, match="cannot read locked"):
+            await engine.submit({**spec, "cwd": str(work)})
+    assert await engine.list_jobs() == []
+
+
+async def test_who_may_snapshot_and_what_a_spec_may_say(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine(config=make_config(snapshot={"default": True}))
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "a").write_text("a")
+    spec: dict[str, Any] = {"command": ["true"], "gpus": 0, "cwd": str(work)}
+    # [snapshot] default = true: the engine's user's submissions get one unless they say.
+    assert "snapshot" in (await engine.submit(spec, os.geteuid())).spec
+    assert "snapshot" not in (await engine.submit({**spec, "snapshot": False})).spec
+    # Another user's: the default does not apply, and asking is refused (the engine
+    # would read their directory with its own rights).
+    other = os.geteuid() + 1000
+    assert "snapshot" not in (await engine.submit(spec, other)).spec
+    with pytest.raises(SpecError, match="only the engine's user"):
+        await engine.submit({**spec, "snapshot": True}, other)
+    # Where a copy lies is the engine's to say, never the submitter's.
+    made = {"path": "/etc", "source": "/etc"}
+    with pytest.raises(SpecError, match="snapshot: give true or false"):
+        await engine.submit({**spec, "snapshot": made})
+    with pytest.raises(SpecError, match="needs cwd"):
+        await engine.submit({"command": ["true"], "gpus": 0, "snapshot": True})
+
+
+async def test_clean_removes_a_jobs_tree_and_the_objects_only_it_held(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine()
+    repo = make_repo(tmp_path / "repo")
+    spec = {"command": ["true"], "gpus": 0, "cwd": str(repo), "snapshot": True}
+    first = await engine.submit(spec)
+    await engine.wait(first.id, timeout=10)
+    (repo / "new.txt").write_text("untracked v2\n")  # this content is only the second's
+    second = await engine.submit(spec)
+    await engine.wait(second.id, timeout=10)
+    objects = engine.snapshots.objects
+    before = {p.name for p in objects.iterdir()}
+    assert len(before) == 5
+    done = await engine.retention.clean(None, keep=1)
+    assert done == {"jobs": 1, "files": 1, "snapshots": 1}
+    assert not engine.snapshots.job_tree(first.id).exists()
+    kept = engine.snapshots.job_tree(second.id)
+    assert (kept / "new.txt").read_text() == "untracked v2\n"
+    after = {p.name for p in objects.iterdir()}
+    assert len(after) == 4 and after < before  # the shared ones stay
+    assert all((objects / name).stat().st_nlink == 2 for name in after)
+    # The last job goes: its tree and every object with it.
+    assert (await engine.retention.clean(time.time() + 1, None))["snapshots"] == 1
+    assert not kept.exists() and list(objects.iterdir()) == []
+
+
+async def test_a_queued_snapshot_job_survives_an_engine_restart(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine(simulate="1xA100-80GB")
+    repo = make_repo(tmp_path / "repo")
+    gate = tmp_path / "go"
+    await hold_the_gpu(engine, gate)
+    job = await engine.submit(
+        {"command": ["cat", "code.txt"], "gpus": 1, "cwd": str(repo), "snapshot": True}
+    )
+    (repo / "code.txt").write_text("code v2\n")
+    await engine.stop()
+    engine = await make_engine(simulate="1xA100-80GB")
+    gate.touch()
+    done = await engine.wait(job.id, timeout=15)
+    assert done.status is JobStatus.COMPLETED, done.message
+    assert engine.log_path(job.id).read_text() == "code v1\n"
+
+
+async def test_a_services_restarts_run_from_the_same_snapshot(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "v.txt").write_text("v1\n")
+    job = await engine.submit(
+        {
+            "kind": "service",
+            "command": ["cat", "v.txt"],
+            "gpus": 0,
+            "port": False,
+            "restart": "always",
+            "max_restarts": 1,
+            "cwd": str(work),
+            "snapshot": True,
+        }
+    )
+    (work / "v.txt").write_text("v2\n")
+    done = await engine.wait(job.id, timeout=20)
+    assert done.status is JobStatus.COMPLETED, done.message
+    assert engine.log_path(job.id, 0).read_text() == "v1\nv1\n"
+
+
+def test_submit_snapshot_through_the_cli(served: Served, tmp_path: Path) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    repo = make_repo(tmp_path / "repo")
+    done = served.cli("submit", "--snapshot", "--cwd", str(repo), "--json", "--", "cat", "code.txt")
+    assert done.returncode == 0, done.stderr
+    job_id = json.loads(done.stdout)["id"]
+    wait_for(lambda: served.cli("wait", str(job_id)).returncode == 0, timeout=20)
+    status = served.cli("status", str(job_id))
+    commit = git(repo, "rev-parse", "HEAD")
+    assert f"snapshot    commit {commit[:12]} (dirty)  4 files" in status.stdout
+    detail = json.loads(served.cli("status", str(job_id), "--json").stdout)
+    assert detail["job"]["spec"]["snapshot"]["commit"] == commit
+    assert served.cli("logs", str(job_id)).stdout == "code v1\n"
+    # Refused with the reason and the limit; nothing stored.
+    big = tmp_path / "big"
+    big.mkdir()
+    with open(big / "w", "wb") as fh:  # (sparse: its size is what counts)
+        fh.truncate(600 * 1024 * 1024 + 1)
+    refused = served.cli("submit", "--snapshot", "--cwd", str(big), "--", "true")
+    assert refused.returncode != 0
+    assert "over [snapshot] max_mb = 512" in refused.stderr
+    assert len(json.loads(served.cli("jobs", "--json").stdout)) == 1
