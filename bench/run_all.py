@@ -36,6 +36,7 @@ BENCHES = {
     "sampling": ("bench_sampling.py", ["--quick"]),
     "tui": ("bench_tui.py", ["--quick"]),
     "cli": ("bench_cli.py", ["--quick"]),
+    "sched": ("bench_sched.py", ["--quick"]),
 }
 
 
