@@ -385,5 +385,11 @@ def test_why_explains_a_waiting_job_through_the_cli(served: Any) -> None:
     assert spec["preemptible"] is True and "requeue" not in spec
     unknown = served.cli("why", "999")
     assert unknown.returncode != 0 and "999" in unknown.stderr
+    users = served.cli("users")
+    assert users.returncode == 0, users.stderr
+    header, *rows = users.stdout.splitlines()
+    assert header.split() == ["USER", "GPU-H", "SHARE", "GPUS/MAX", "VRAM", "GB/MAX", "WAITING/MAX"]
+    assert len(rows) == 1 and rows[0].split()[3:6] == ["1/-", "0/-", "1/-"]
+    assert json.loads(served.cli("users", "--json").stdout)["users"][0]["waiting"] == 1
     refused = served.cli("submit", "--no-requeue", "--", "true")
     assert refused.returncode == 2 and "only a preemptible job is requeued" in refused.stderr

@@ -551,6 +551,31 @@ def _why(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPars
     return EXIT_OK
 
 
+def _users(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    data = client.request("GET", "/users")
+    if args.json:
+        _print_json(data)
+        return EXIT_OK
+    from .format import table
+
+    def limit(value: Any) -> str:
+        return "-" if value is None else f"{value:g}"
+
+    rows = [
+        [
+            str(u["user"]),
+            f"{u['gpu_hours']:g}",
+            f"{u['share']:g}",
+            f"{u['running_gpus']}/{limit(u['max_gpus'])}",
+            f"{u['running_vram_gb']:g}/{limit(u['max_vram_gb'])}",
+            f"{u['waiting']}/{limit(u['max_queued'])}",
+        ]
+        for u in data["users"]
+    ]
+    print(table(["USER", "GPU-H", "SHARE", "GPUS/MAX", "VRAM GB/MAX", "WAITING/MAX"], rows))
+    return EXIT_OK
+
+
 def why_lines(data: dict[str, Any]) -> list[str]:
     """``gpulayer-tui why``'s text: one fact per line."""
     job = data["job"]
@@ -598,6 +623,7 @@ def why_lines(data: dict[str, Any]) -> list[str]:
 
 COMMANDS: dict[str, Callable[[Client, argparse.Namespace, argparse.ArgumentParser], int]] = {
     "why": _why,
+    "users": _users,
     "submit": _submit,
     "jobs": _jobs,
     "status": _status,

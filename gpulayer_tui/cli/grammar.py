@@ -334,6 +334,10 @@ def _clean_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _users_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true")
+
+
 def _why_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_id_arg)
     p.add_argument("--json", action="store_true")
@@ -407,6 +411,12 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
     ),
     "jobs": ("list jobs", "", _jobs_args),
     "status": ("show one job (exit 1 if it failed)", "", _status_args),
+    "users": (
+        "fair share: each user's recent GPU use, running and waiting jobs, limits",
+        "Users in fair-share order (least recent GPU use first: within a priority, their "
+        "jobs start first), with what they run, what waits and their [users.*] limits.",
+        _users_args,
+    ),
     "why": (
         "say why a job waits",
         "Why a waiting job waits: its place in the queue and what is ahead of it, what it "

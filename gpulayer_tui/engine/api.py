@@ -420,6 +420,11 @@ async def get_job(request: web.Request) -> web.Response:
     return web.json_response({"job": _shown(request, job), "events": events})
 
 
+async def users(request: web.Request) -> web.Response:
+    """GET /v1/users: fair-share order, running and waiting per user, limits."""
+    return web.json_response({"users": request.app[ENGINE_KEY].queue.users_view()})
+
+
 async def job_why(request: web.Request) -> web.Response:
     """GET /v1/jobs/ID/why: why a job waits (place, reservation, limits, fair share)."""
     return web.json_response(await request.app[ENGINE_KEY].why(_job_id(request)))
@@ -577,6 +582,7 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_get("/v1/jobs/{job_id}", get_job)
     app.router.add_get("/v1/jobs/{job_id}/usage", job_usage)
     app.router.add_get("/v1/jobs/{job_id}/why", job_why)
+    app.router.add_get("/v1/users", users)
     app.router.add_post("/v1/jobs/{job_id}/cancel", cancel)
     app.router.add_get("/v1/jobs/{job_id}/wait", wait)
     app.router.add_get("/v1/jobs/{job_id}/logs", logs)

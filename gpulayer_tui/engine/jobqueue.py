@@ -406,6 +406,33 @@ class JobQueue:
             }
         return out
 
+    def users_view(self) -> list[dict[str, object]]:
+        """Every user with recent use, running or waiting jobs: fair-share usage (the
+        order within a priority, least first), what runs, what waits, the limits."""
+        now = self._clock()
+        running = self.running_by_user(now)
+        uids = set(running) | set(self._waiting_count) | set(self.fair.users())
+        rows: list[dict[str, object]] = []
+        for uid in uids:
+            held = running.get(uid, Running())
+            own = self.limits.of(uid)
+            rows.append(
+                {
+                    "user": user_label(uid),
+                    "uid": uid,
+                    "gpu_hours": round(self.fair_usage(uid, running, now) / 3600, 2),
+                    "share": self.limits.share(uid),
+                    "running_gpus": held.gpus,
+                    "running_vram_gb": round(held.vram_bytes / GIB, 1),
+                    "waiting": self.waiting_of(uid),
+                    "max_gpus": own.max_gpus,
+                    "max_vram_gb": own.max_vram_gb,
+                    "max_queued": own.max_queued,
+                }
+            )
+        rows.sort(key=lambda row: (float(row["gpu_hours"]), str(row["user"])))  # type: ignore[arg-type]
+        return rows
+
     # -- the pass -----------------------------------------------------------------------------
 
     def schedule_soon(self) -> None:
