@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 SUBMITTING = "submitting to cluster "  # how the decision to submit reads (and is found)
 PROBE_EVERY = 6  # partitions are read again every this many polls
+SBATCH_AT_ONCE = 8  # sbatch calls in flight at once
 
 
 def _plural(n: int, word: str) -> str:
@@ -89,6 +90,7 @@ class ClusterRunner:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.Task[None] | None = None
         self._polls = 0
+        self._sbatch_slots = asyncio.Semaphore(SBATCH_AT_ONCE)
         self.reconfigure(settings)
 
     def reconfigure(self, settings: dict[str, ClusterSettings]) -> None:
@@ -153,15 +155,20 @@ class ClusterRunner:
         if job.cluster_job_id is not None:  # (found again after a restart)
             self._tracked[job.id] = spec.cluster
             return
+        # A job restored with the decision already stored may have reached the cluster
+        # before the engine stopped: it is looked up by name before it is submitted.
+        restored = job.message.startswith(SUBMITTING)
         self._book.set_reason(act, f"{SUBMITTING}{spec.cluster}")
-        self._book.after_commit(functools.partial(self._spawn, self._submit(job.id)))
+        self._book.after_commit(
+            functools.partial(self._spawn, self._submit(job.id, restored=restored))
+        )
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _submit(self, job_id: int) -> None:
+    async def _submit(self, job_id: int, restored: bool = False) -> None:
         act = self._book.get(job_id)
         if act is None or act.spec is None or act.job.cluster_job_id is not None:
             return
@@ -179,12 +186,14 @@ class ClusterRunner:
         self._submitting.add(job_id)
         try:
             slurm_name = f"gpulayer-{self.tag}-{job_id}"
-            # A submission decided before a crash may have reached the cluster: find it.
-            found = await cluster.find(slurm_name)
-            if found:
-                cluster_id = found[0].job_id
-            else:
-                cluster_id = await cluster.submit(*self._sbatch(job_id, spec, cluster, slurm_name))
+            async with self._sbatch_slots:  # (500 at once would crowd the controller)
+                # A submission decided before a crash may have reached the cluster.
+                found = await cluster.find(slurm_name) if restored else []
+                if found:
+                    cluster_id = found[0].job_id
+                else:
+                    options = self._sbatch(job_id, spec, cluster, slurm_name)
+                    cluster_id = await cluster.submit(*options)
         except ClusterError as err:
             if err.unreachable:
                 self._unanswered(name, str(err))  # the next poll tries again
@@ -280,7 +289,7 @@ class ClusterRunner:
                 and act.job.id not in self._submitting
             ]
             for job_id in waiting:  # (the cluster did not answer when they were decided)
-                self._spawn(self._submit(job_id))
+                self._spawn(self._submit(job_id, restored=True))
             await self._follow(name, cluster)
 
     async def _probe(self, name: str, cluster: SlurmCluster) -> None:
