@@ -37,6 +37,7 @@ BENCHES = {
     "tui": ("bench_tui.py", ["--quick"]),
     "cli": ("bench_cli.py", ["--quick"]),
     "sched": ("bench_sched.py", ["--quick"]),
+    "cluster": ("bench_cluster.py", ["--quick"]),
 }
 
 

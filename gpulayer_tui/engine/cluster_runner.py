@@ -24,6 +24,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -325,8 +326,17 @@ class ClusterRunner:
             del self._down_since[name]
             log.warning("cluster %s answers again", name)
         seen = {j.job_id: j for j in jobs}
+        later: set[str] = set()
+        for job in jobs:  # the few that ended: their exit codes (one scontrol each)
+            if job.state not in PENDING_STATES and job.state not in RUNNING_STATES:
+                try:
+                    code, sig = await cluster.exit_of(job.job_id)
+                except ClusterError:
+                    later.add(job.job_id)  # (read again at the next poll)
+                    continue
+                seen[job.job_id] = replace(job, exit_code=code, signal=sig)
         for cluster_id, act in ids.items():
-            if act.job.id not in self._book:
+            if act.job.id not in self._book or cluster_id in later:
                 continue
             found = seen.get(str(cluster_id))
             if found is None:

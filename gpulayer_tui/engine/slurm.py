@@ -17,6 +17,7 @@ import math
 import os
 import re
 import shlex
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +145,40 @@ def parse_jobs(text: str) -> list[SlurmJob]:
                 start_time=float(start) if start else None,
                 end_time=float(end) if end else None,
                 name=str(job.get("name") or ""),
+            )
+        )
+    return out
+
+
+SQUEUE_FORMAT = "%i|%T|%r|%S|%e|%j"
+
+
+def _stamp(text: str) -> float | None:
+    """Epoch seconds of a Slurm local time (``2026-12-01T01:44:43``); None for N/A."""
+    try:
+        return time.mktime(time.strptime(text.strip(), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def parse_squeue(text: str) -> list[SlurmJob]:
+    """``squeue -h -o SQUEUE_FORMAT`` lines (the name last: it may hold ``|``)."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split("|", 5)
+        if len(parts) < 6:
+            continue
+        job_id, state, reason, start, end, name = parts
+        out.append(
+            SlurmJob(
+                job_id=job_id.strip(),
+                state=state.strip(),
+                reason=reason.strip(),
+                exit_code=None,
+                signal=None,
+                start_time=_stamp(start),
+                end_time=_stamp(end),
+                name=name,
             )
         )
     return out
@@ -297,13 +332,34 @@ class SlurmCluster:
         return out.strip().split(";")[0]
 
     async def jobs(self, ids: list[str]) -> list[SlurmJob]:
-        """Every one of ``ids`` Slurm still knows (one squeue call)."""
+        """Every one of ``ids`` Slurm still knows (one squeue call), without exit codes
+        (:meth:`exit_of` reads those for the few that ended).
+
+        Text, not ``--json``: some versions' JSON answers every job the controller
+        remembers whatever was asked (thousands, parsed on every poll), the text form
+        only those asked for.
+        """
         if not ids:
             return []
-        # (Filtered here too: some versions' --json answers every job, whatever was asked.)
+        try:
+            out = await self.run(
+                "squeue", "-h", "-t", "all", "--jobs", ",".join(ids), "-o", SQUEUE_FORMAT
+            )
+        except ClusterError as err:
+            if "Invalid job id" in str(err):
+                return []  # (none of them is known any more)
+            raise
         wanted = set(ids)
-        found = parse_jobs(await self.run("squeue", "--json", "-t", "all", "--jobs", ",".join(ids)))
-        return [job for job in found if job.job_id in wanted]
+        return [job for job in parse_squeue(out) if job.job_id in wanted]
+
+    async def exit_of(self, job_id: str) -> tuple[int | None, int | None]:
+        """``(exit status, signal)`` of an ended job (``scontrol show job``)."""
+        out = await self.run("scontrol", "show", "job", "-o", job_id)
+        match = re.search(r"\bExitCode=(\d+):(\d+)", out)
+        if match is None:
+            return None, None
+        code, sig = int(match.group(1)), int(match.group(2))
+        return (None, sig) if sig else (code, None)
 
     async def find(self, name: str) -> list[SlurmJob]:
         """Jobs by name (a submission whose id was not recorded before a crash)."""
