@@ -23,6 +23,10 @@ if TYPE_CHECKING:  # (annotations only: typing and the wire module cost a CLI ca
     from .wire import JobDetailJSON, JobRowJSON, UsageJSON
 
 
+class StreamIdle(Exception):
+    """A stream sent nothing for its idle time (see :meth:`Client.stream`)."""
+
+
 class EngineNotRunning(RuntimeError):
     """Nothing is serving the state dir."""
 
@@ -257,9 +261,14 @@ class Client:
             raise ApiError(response.status, message or f"HTTP {response.status}")
         return decoded
 
-    def stream(self, path: str) -> Iterator[bytes]:
-        """Yield raw chunks of a streaming response (logs, events)."""
-        response = self._open("GET", path, timeout=None)
+    def stream(self, path: str, idle: float | None = None) -> Iterator[bytes]:
+        """Yield raw chunks of a streaming response (logs, events).
+
+        Raises:
+            StreamIdle: Nothing came for ``idle`` seconds (a quiet stream, or a frozen
+                engine: the caller asks the engine which).
+        """
+        response = self._open("GET", path, timeout=idle)
         if response.status >= 400:
             data = response.read()
             try:
@@ -271,6 +280,8 @@ class Client:
             yield from response.chunks()
         except EngineLost:
             raise
+        except TimeoutError:
+            raise StreamIdle(idle) from None
         except OSError as err:
             raise self._lost(None, err) from None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -69,6 +70,48 @@ def test_logs_follow_and_wait_resume_across_an_engine_restart(served: Served) ->
     w_out, w_err = waiting.communicate(timeout=60)
     assert waiting.returncode == 0, w_err
     assert f"job {job_id} completed" in w_out
+
+
+def test_logs_follow_says_when_the_engine_freezes_and_goes_on_through_a_quiet_job(
+    served: Served,
+) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    assert served.proc is not None
+    # A quiet job (nothing for longer than the idle time) is followed to its end.
+    quiet = served.cli("submit", "--", "sh", "-c", "echo early; sleep 3; echo late")
+    env = dict(served.env, GPULAYER_TIMEOUT="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "gpulayer_tui", "logs", "-f", quiet.stdout.strip()],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["early", "late"]
+    # A frozen engine (SIGSTOP) is said, exit 4, instead of a follow that waits for ever.
+    loud = served.cli("submit", "--", "sh", "-c", "echo start; sleep 60")
+    wait_for(lambda: "start" in served.cli("logs", loud.stdout.strip()).stdout)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui", "logs", "-f", loud.stdout.strip()],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follow.stdout is not None
+    ready, _, _ = select.select([follow.stdout], [], [], 30)  # it follows: "start" came
+    assert ready and follow.stdout.readline().strip() == "start"
+    os.kill(served.proc.pid, signal.SIGSTOP)
+    try:
+        out, err = follow.communicate(timeout=30)
+    finally:
+        os.kill(served.proc.pid, signal.SIGCONT)
+    assert follow.returncode == 4, err
+    assert out == ""  # (nothing more, nothing repeated)
+    assert "did not answer in 1 s" in err or "no engine answered" in err
 
 
 async def test_a_key_returns_the_first_submissions_jobs_even_after_a_restart(

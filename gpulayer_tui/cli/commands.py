@@ -7,7 +7,7 @@ import sys
 import time
 
 from .. import jsonlite
-from ..client import ApiError, Client, EngineLost, EngineNotRunning, quote
+from ..client import ApiError, Client, EngineLost, EngineNotRunning, StreamIdle, quote
 from .exits import EXIT_FAILED, EXIT_LOST, EXIT_NO_ENGINE, EXIT_OK, EXIT_USAGE
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # (annotations only: keep `submit` cheap to start)
     from ..engine.paths import Paths
 
 WAIT_SLICE_S = 20.0  # `wait` asks the engine in slices of this (see _wait)
+FOLLOW_IDLE_S = 10.0  # `logs -f` asks whether the engine answers after this long quiet
 REFUSED = {"over_capacity", "dependency_failed", "launch_failed"}
 SERVICE_FLAGS = {
     "replicas": "--replicas",
@@ -337,14 +338,20 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         query.append(f"replica={args.replica}")
     out = sys.stdout.buffer
     written = 0
+    # Following, a quiet stream is asked about after this long: a quiet job, or an engine
+    # that stopped answering (frozen: a stream would wait on it for ever)?
+    idle = min(FOLLOW_IDLE_S, client.timeout or FOLLOW_IDLE_S) if args.follow else None
     while True:
         path = f"/jobs/{args.job}/logs?" + "&".join([*query, f"offset={written}"])
         try:
-            for chunk in client.stream(path):
+            for chunk in client.stream(path, idle=idle):
                 out.write(chunk)
                 out.flush()
                 written += len(chunk)
             return EXIT_OK
+        except StreamIdle:
+            client.health()  # EngineLost (exit 4) if it does not answer; else go on
+            continue
         except EngineLost:
             if not args.follow:
                 raise
