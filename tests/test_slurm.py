@@ -245,3 +245,23 @@ def test_the_cli_submits_to_a_cluster_and_shows_it(slurm_conf: str, served: Any)
     assert "CLUSTER" in gpus and "test" in gpus and "gpu" in gpus
     refused = served.cli("submit", "--cpus", "2", "--", "true")
     assert refused.returncode == 2 and "only cluster jobs have these" in refused.stderr
+
+
+async def test_dependencies_between_cluster_jobs_are_slurms_own(cluster_engine: Any) -> None:
+    engine = cluster_engine
+    first = await engine.submit(_spec("sleep 2"))
+    await eventually(lambda: engine.book.get(first.id).job.cluster_job_id is not None, timeout=30)
+    after = await engine.submit(_spec("echo after", depends_on=[first.id]))
+    # Submitted at once, held by Slurm (not by the engine) until the first completes.
+    await eventually(
+        lambda: "waiting for its Slurm dependencies" in engine.book.get(after.id).job.message,
+        timeout=30,
+    )
+    assert (await engine.wait(after.id, timeout=60)).status is JobStatus.COMPLETED
+    failing = await engine.submit(_spec("sleep 3; exit 1"))  # (still there to depend on)
+    await eventually(lambda: engine.book.get(failing.id).job.cluster_job_id is not None, timeout=30)
+    doomed = await engine.submit(_spec("echo never", depends_on=[failing.id]))
+    ended = await engine.wait(doomed.id, timeout=60)
+    assert ended.status is JobStatus.CANCELLED
+    assert ended.termination_reason is TerminationReason.DEPENDENCY_FAILED
+    assert f"dependency job {failing.id}" in ended.message

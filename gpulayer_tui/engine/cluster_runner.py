@@ -92,6 +92,8 @@ class ClusterRunner:
         self._loop: asyncio.Task[None] | None = None
         self._polls = 0
         self._sbatch_slots = asyncio.Semaphore(SBATCH_AT_ONCE)
+        # job -> [(dependency job, its cluster id, any exit)] that Slurm holds it for
+        self._deps: dict[int, list[tuple[int, str, bool]]] = {}
         self.reconfigure(settings)
 
     def reconfigure(self, settings: dict[str, ClusterSettings]) -> None:
@@ -146,6 +148,29 @@ class ClusterRunner:
                 f"{minutes(part.max_time_s)} min",
             )
         return Verdict(True)
+
+    # -- dependencies -----------------------------------------------------------------------------
+
+    def take_dependencies(self, act: ActiveJob, waiting: dict[int, bool]) -> bool:
+        """If every job ``act`` waits for is a submitted job of the same cluster, Slurm's
+        ``--dependency`` holds it (``afterok``, or ``afterany`` for any exit) and it is
+        submitted at once; True then. Otherwise the engine holds it (False)."""
+        spec = act.spec
+        if spec is None or spec.cluster is None:
+            return False
+        native: list[tuple[int, str, bool]] = []
+        for dep_id, any_exit in waiting.items():
+            dep = self._book.get(dep_id)
+            if (
+                dep is None
+                or dep.spec is None
+                or dep.spec.cluster != spec.cluster
+                or dep.job.cluster_job_id is None
+            ):
+                return False
+            native.append((dep_id, dep.job.cluster_job_id, any_exit))
+        self._deps[act.job.id] = native
+        return True
 
     # -- submitting -----------------------------------------------------------------------------
 
@@ -237,6 +262,10 @@ class ClusterRunner:
         limit = spec.timeout or settings.time_limit
         if limit:
             options.append(f"--time={minutes(limit)}")
+        deps = self._deps.get(job_id)
+        if deps:
+            parts = [f"{'afterany' if any_exit else 'afterok'}:{cid}" for _, cid, any_exit in deps]
+            options += [f"--dependency={','.join(parts)}", "--kill-on-invalid-dep=yes"]
         if settings.account:
             options += ["-A", settings.account]
         if settings.qos:
@@ -366,9 +395,14 @@ class ClusterRunner:
                     job.started_at = found.start_time
         else:
             status, reason, message = end_of(found, job.stop_message)
-            if job.status is not JobStatus.RUNNING and (
-                found.start_time or status is JobStatus.COMPLETED
-            ):
+            if found.state == "CANCELLED" and found.reason == "DependencyNeverSatisfied":
+                ids = ", ".join(str(d[0]) for d in self._deps.get(job.id, [])) or "?"
+                status, reason = JobStatus.CANCELLED, Reason.DEPENDENCY_FAILED
+                message = f"dependency job {ids} did not complete (Slurm cancelled it)"
+            ran = status is JobStatus.COMPLETED or (
+                found.start_time is not None and status is not JobStatus.CANCELLED
+            )
+            if job.status is not JobStatus.RUNNING and ran:
                 # It ran (and ended) between two looks: its run is in the timeline too.
                 self._book.transition(act, JobStatus.RUNNING, message=f"running on {label}")
                 if found.start_time:
@@ -377,6 +411,7 @@ class ClusterRunner:
                 act, status, reason, message, found.exit_code, ended_at=found.end_time
             )
             self._tracked.pop(job.id, None)
+            self._deps.pop(job.id, None)
 
     def _unanswered(self, name: str, why: str) -> None:
         """The cluster did not answer: its jobs keep their state and say since when."""

@@ -175,6 +175,7 @@ class Engine:
         )
         self.queue.cluster_verdict = self.clusters.verdict
         self.queue.cluster_start = self.clusters.start
+        self.queue.cluster_deps = self.clusters.take_dependencies
         self._runners: dict[JobKind, Runner] = {
             JobKind.COMMAND: _ByPlace(self.batch, self.clusters),
             JobKind.SERVICE: self.services,

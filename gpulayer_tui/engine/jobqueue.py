@@ -128,6 +128,8 @@ class JobQueue:
         # Cluster jobs (issue 16): their verdict and their start are the cluster's.
         self.cluster_verdict: Callable[[ActiveJob], Verdict] | None = None
         self.cluster_start: Callable[[ActiveJob], None] | None = None
+        # (job, {dependency: any_exit}) -> True if Slurm takes the dependencies over.
+        self.cluster_deps: Callable[[ActiveJob, dict[int, bool]], bool] | None = None
         self._preempting: dict[int, set[int]] = {}  # waiting job -> jobs stopped for it
 
     def reconfigure(self, settings: SchedulingSettings, limits: Limits) -> None:
@@ -240,6 +242,13 @@ class JobQueue:
                     f"dependency job {dep_id} {status.value}",
                 )
                 return
+        if waiting and self._on_cluster(act) and self.cluster_deps is not None:
+            # Every job it waits for runs on its cluster, submitted: Slurm's own
+            # dependencies hold it there (it is submitted now and starts at once after).
+            if self.cluster_deps(act, waiting):
+                for dep_id in waiting:
+                    self._dependents.get(dep_id, set()).discard(job_id)
+                waiting = {}
         if waiting:
             self._waiting_on[job_id] = waiting
             self._set_dependency_reason(act)
