@@ -255,6 +255,8 @@ class HealthJSON(TypedDict):
     uptime: float
     active_jobs: int
     store_failure: str | None
+    paused_at: NotRequired[float | None]
+    """When the queue was paused (``gpulayer-tui pause``); ``None`` while it runs."""
 
 
 class EventJSON(TypedDict):

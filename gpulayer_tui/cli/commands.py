@@ -558,6 +558,28 @@ def _why(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPars
     return EXIT_OK
 
 
+def _pause(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    data = client.request("POST", "/queue/pause")
+    when = time.strftime("%H:%M:%S", time.localtime(data["paused_at"]))
+    print(f"queue paused since {when}: nothing new starts until `gpulayer-tui resume`")
+    return EXIT_OK
+
+
+def _resume(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    client.request("POST", "/queue/resume")
+    print("queue resumed")
+    return EXIT_OK
+
+
+def _restart(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    job = client.request("POST", f"/jobs/{quote(args.job)}/restart")["job"]
+    if args.json:
+        _print_json(job)
+    else:
+        print(job["id"])
+    return EXIT_FAILED if job["status"] == "failed" else EXIT_OK
+
+
 def _users(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     data = client.request("GET", "/users")
     if args.json:
@@ -631,6 +653,9 @@ def why_lines(data: dict[str, Any]) -> list[str]:
 COMMANDS: dict[str, Callable[[Client, argparse.Namespace, argparse.ArgumentParser], int]] = {
     "why": _why,
     "users": _users,
+    "pause": _pause,
+    "resume": _resume,
+    "restart": _restart,
     "submit": _submit,
     "jobs": _jobs,
     "status": _status,

@@ -334,6 +334,11 @@ def _clean_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _restart_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", type=job_id_arg)
+    p.add_argument("--json", action="store_true")
+
+
 def _users_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
@@ -411,6 +416,19 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
     ),
     "jobs": ("list jobs", "", _jobs_args),
     "status": ("show one job (exit 1 if it failed)", "", _status_args),
+    "pause": (
+        "pause the queue: nothing new starts (running jobs go on)",
+        "Pause the queue: waiting jobs stay waiting (they say so) and running jobs go on, "
+        "until `gpulayer-tui resume`; kept across an engine restart.",
+        lambda p: None,
+    ),
+    "resume": ("let the queue start jobs again", "", lambda p: None),
+    "restart": (
+        "submit an ended job again (same spec, a new id)",
+        "Submit an ended job's spec again as a new job whose spec says restart_of; a "
+        "snapshot is taken afresh from where the first was taken.",
+        _restart_args,
+    ),
     "users": (
         "fair share: each user's recent GPU use, running and waiting jobs, limits",
         "Users in fair-share order (least recent GPU use first: within a priority, their "

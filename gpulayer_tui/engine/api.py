@@ -425,6 +425,43 @@ async def users(request: web.Request) -> web.Response:
     return web.json_response({"users": request.app[ENGINE_KEY].queue.users_view()})
 
 
+def _admin_only(request: web.Request, what: str) -> None:
+    uid = peer_uid(request)
+    if uid is not None and not is_admin(uid):
+        raise Forbidden(f"only the engine's user and root may {what}; {user_name(uid)} may not")
+
+
+async def queue_pause(request: web.Request) -> web.Response:
+    """POST /v1/queue/pause: nothing new starts until resumed (the engine's user, root)."""
+    _admin_only(request, "pause the queue")
+    paused_at = await request.app[ENGINE_KEY].pause()
+    return web.json_response({"paused_at": paused_at})
+
+
+async def queue_resume(request: web.Request) -> web.Response:
+    """POST /v1/queue/resume."""
+    _admin_only(request, "resume the queue")
+    await request.app[ENGINE_KEY].resume()
+    return web.json_response({"paused_at": None})
+
+
+async def job_restart(request: web.Request) -> web.Response:
+    """POST /v1/jobs/ID/restart: the ended job's spec again, as a new job (its owner's, or
+    the engine's user and root)."""
+    engine = request.app[ENGINE_KEY]
+    job_id = _job_id(request)
+    job = await engine.get(job_id)
+    if _others(request, job.owner_uid):
+        uid = peer_uid(request)
+        who = user_name(uid) if uid is not None else "an unidentified caller"
+        raise Forbidden(
+            f"job {job_id} belongs to {user_name(_owner(job.owner_uid))}; {who} may restart "
+            "only its own jobs"
+        )
+    new = await engine.restart(job_id, peer_uid(request))
+    return web.json_response({"job": _job(new)}, status=201)
+
+
 async def job_why(request: web.Request) -> web.Response:
     """GET /v1/jobs/ID/why: why a job waits (place, reservation, limits, fair share)."""
     return web.json_response(await request.app[ENGINE_KEY].why(_job_id(request)))
@@ -583,6 +620,9 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_get("/v1/jobs/{job_id}/usage", job_usage)
     app.router.add_get("/v1/jobs/{job_id}/why", job_why)
     app.router.add_get("/v1/users", users)
+    app.router.add_post("/v1/queue/pause", queue_pause)
+    app.router.add_post("/v1/queue/resume", queue_resume)
+    app.router.add_post("/v1/jobs/{job_id}/restart", job_restart)
     app.router.add_post("/v1/jobs/{job_id}/cancel", cancel)
     app.router.add_get("/v1/jobs/{job_id}/wait", wait)
     app.router.add_get("/v1/jobs/{job_id}/logs", logs)

@@ -126,7 +126,7 @@ class Engine:
             self.scheduler,
             self.store.get_job,
             self._start_job,
-            gate=self.disk.blocker,
+            gate=self._gate,
             settings=self.config.scheduling,
             limits=Limits(self.config.users),
         )
@@ -219,6 +219,7 @@ class Engine:
         )
         self._lock = EngineLock(paths.lock)
         self.started_at = 0.0
+        self.paused_at: float | None = None  # the queue's pause (gpulayer-tui pause)
         self.no_gpu_notice: str | None = None
         self._wire()
 
@@ -302,6 +303,8 @@ class Engine:
                 time.time() - 10 * half_life
             ):
                 self.queue.fair.charge(uid, gpus * max(0.0, ended - started), ended)
+            paused = await self.store.setting("queue_paused_at")
+            self.paused_at = float(paused) if paused else None
             active = await self.store.active_jobs()
             await self.recovery.restore(active)
             # Running jobs' usage goes on from what was written before the restart.
@@ -321,6 +324,52 @@ class Engine:
         self.sampler.start()
         self.config_reload.start()
         self.retention.start()
+
+    def _gate(self) -> str | None:
+        """Why nothing may start now: the queue is paused, or the disk is nearly full."""
+        if self.paused_at is not None:
+            since = time.strftime("%H:%M:%S", time.localtime(self.paused_at))
+            return f"the queue is paused since {since} (gpulayer-tui resume)"
+        return self.disk.blocker()
+
+    async def pause(self) -> float:
+        """Pause the queue: nothing new starts (running jobs go on) until :meth:`resume`.
+        Stored first, so a restarted engine stays paused. Returns when it was paused."""
+        if self.paused_at is None:
+            self.paused_at = time.time()
+            self.store.save_setting("queue_paused_at", int(self.paused_at))
+            await self.store.flush()
+            self.queue.schedule()  # (waiting jobs say why)
+            await self.store.flush()
+        return self.paused_at
+
+    async def resume(self) -> None:
+        """Let the queue start jobs again."""
+        if self.paused_at is not None:
+            self.paused_at = None
+            self.store.save_setting("queue_paused_at", 0)
+            await self.store.flush()
+            self.queue.schedule()
+            await self.store.flush()
+
+    async def restart(self, job_id: int, owner_uid: int | None = None) -> Job:
+        """Submit a finished job again: its spec, a new id, ``restart_of`` naming the old
+        one (a snapshot is made afresh from where the old one was taken).
+
+        Raises:
+            UnknownJob: No such id.
+            JobNotActive: (inverted) It has not ended yet: there is nothing to restart.
+        """
+        job = await self.get(job_id)
+        if not job.status.is_terminal:
+            raise JobNotActive(f"job {job_id} is {job.status.value}: only an ended job restarts")
+        spec = {k: v for k, v in job.spec.items() if k not in ("restart_of",)}
+        snapshot = spec.get("snapshot")
+        if isinstance(snapshot, dict):
+            spec["snapshot"] = True
+            spec["cwd"] = snapshot.get("source") or spec.get("cwd")
+        spec["restart_of"] = job_id
+        return await self.submit(spec, owner_uid)
 
     def _state_id(self) -> str:
         """This state dir's random id (made once): names its jobs on a shared cluster, so
@@ -543,6 +592,7 @@ class Engine:
             "uptime": time.time() - self.started_at if self.started_at else 0.0,
             "active_jobs": len(self.book),
             "store_failure": self.store.failure,
+            "paused_at": self.paused_at,
         }
 
     @staticmethod

@@ -131,6 +131,7 @@ class JobQueue:
         # (job, {dependency: any_exit}) -> True if Slurm takes the dependencies over.
         self.cluster_deps: Callable[[ActiveJob, dict[int, bool]], bool] | None = None
         self._preempting: dict[int, set[int]] = {}  # waiting job -> jobs stopped for it
+        self._cluster_held: dict[int, ActiveJob] = {}  # cluster jobs the gate holds back
 
     def reconfigure(self, settings: SchedulingSettings, limits: Limits) -> None:
         """A reloaded ``[scheduling]`` / ``[users.*]``."""
@@ -271,6 +272,12 @@ class JobQueue:
             return
         if self._on_cluster(act):
             assert self.cluster_start is not None
+            closed = self._gate()
+            if closed is not None:  # (paused, or the disk: it goes once that passes)
+                self._cluster_held[act.job.id] = act
+                self._book.set_reason(act, closed)
+                self.schedule_soon()
+                return
             self._unwait(act.job.id)
             self.cluster_start(act)
             return
@@ -466,6 +473,11 @@ class JobQueue:
         closed = self._gate()
         if closed is not None:
             blocked = {group: closed for _, group in self._ready.heads()}
+        elif self._cluster_held:
+            released, self._cluster_held = self._cluster_held, {}
+            for waiting in released.values():
+                if waiting.job.id in self._book:
+                    self.ready(waiting)
         now = self._clock()
         running = self.running_by_user(now) if len(self._ready) else {}
         reserved: Reservation | None = None
@@ -671,6 +683,7 @@ class JobQueue:
         self._ready.remove(act.key, self._group(act))
         self._unwait(job_id)
         self._preempting.pop(job_id, None)
+        self._cluster_held.pop(job_id, None)
         self._capacity_wait.pop(job_id, None)
         self._capacity_block.pop(job_id, None)
         for dep_id in self._waiting_on.pop(job_id, {}):

@@ -148,6 +148,7 @@ class JobSpec(BaseModel):
     notify: bool = False
     preemptible: bool = False
     requeue: bool = True
+    restart_of: Annotated[int, Field(ge=1)] | None = None  # the job this one restarts
     cluster: Annotated[str, Field(min_length=1, max_length=64)] | None = None
     cpus: Annotated[int, Field(ge=1, le=100_000)] | None = None
     mem_gb: Annotated[float, Field(gt=0, le=1_000_000)] | None = None

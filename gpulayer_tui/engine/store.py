@@ -853,6 +853,29 @@ class Store:
         )
         return [job_from_row(r) for r in rows]
 
+    def save_setting(self, name: str, value: int) -> None:
+        """Queue an engine setting (an integer in ``counters``) for the next commit."""
+        self._queue.append(
+            _Write(
+                None,
+                [],
+                None,
+                [
+                    (
+                        "INSERT INTO counters (name, value) VALUES (?, ?) "
+                        "ON CONFLICT(name) DO UPDATE SET value=excluded.value",
+                        (name, value),
+                    )
+                ],
+            )
+        )
+        self._wake.set()
+
+    async def setting(self, name: str) -> int | None:
+        """A stored engine setting, or ``None``."""
+        rows = await self._fetchall("SELECT value FROM counters WHERE name = ?", (name,))
+        return int(rows[0][0]) if rows else None
+
     async def max_job_id(self) -> int:
         """The largest job id ever used (0 for a new database), cleaned history included."""
         rows = await self._fetchall(

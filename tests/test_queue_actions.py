@@ -1,0 +1,50 @@
+"""Actions users reach for (issue 20): pause and resume the queue, restart an ended job."""
+
+from __future__ import annotations
+
+import json
+
+from .conftest import Served
+
+
+def _status(served: Served, job_id: str) -> dict[str, object]:
+    return dict(json.loads(served.cli("status", job_id, "--json").stdout)["job"])
+
+
+def test_pause_holds_new_starts_across_a_restart_and_resume_lets_them_go(served: Served) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    running = served.cli("submit", "--", "sleep", "30").stdout.strip()
+    paused = served.cli("pause")
+    assert paused.returncode == 0 and "queue paused since" in paused.stdout
+    waiting = served.cli("submit", "--", "true").stdout.strip()
+    job = _status(served, waiting)
+    assert job["status"] == "queued"
+    assert str(job["message"]).startswith("the queue is paused since")
+    assert _status(served, running)["status"] == "running"  # (running jobs go on)
+    served.stop()
+    served.start("--simulate", "1xA100-80GB")  # still paused after a restart
+    assert _status(served, waiting)["status"] == "queued"
+    assert served.cli("resume").returncode == 0
+    assert served.cli("wait", waiting).returncode == 0
+
+
+def test_restart_submits_an_ended_job_again_and_refuses_an_active_one(served: Served) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    first = served.cli("submit", "--name", "again", "--", "sh", "-c", "echo run").stdout.strip()
+    assert served.cli("wait", first).returncode == 0
+    again = served.cli("restart", first)
+    assert again.returncode == 0, again.stderr
+    new_id = again.stdout.strip()
+    assert new_id != first
+    assert served.cli("wait", new_id).returncode == 0
+    job = _status(served, new_id)
+    assert job["name"] == "again"
+    assert job["spec"]["restart_of"] == int(first)  # type: ignore[index]
+    assert served.cli("logs", new_id).stdout == "run\n"
+    busy = served.cli("submit", "--", "sleep", "30").stdout.strip()
+    refused = served.cli("restart", busy)
+    assert refused.returncode != 0 and "only an ended job restarts" in refused.stderr
+    assert (
+        "no job 999" in served.cli("restart", "999").stderr
+        or served.cli("restart", "999").returncode != 0
+    )
