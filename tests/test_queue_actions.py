@@ -48,3 +48,30 @@ def test_restart_submits_an_ended_job_again_and_refuses_an_active_one(served: Se
         "no job 999" in served.cli("restart", "999").stderr
         or served.cli("restart", "999").returncode != 0
     )
+
+
+def test_edit_changes_a_waiting_job_and_refuses_what_cannot_be(served: Served) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    served.cli("submit", "--gpus", "1", "--", "sleep", "30")
+    low = served.cli("submit", "--gpus", "1", "--", "true").stdout.strip()
+    high = served.cli("submit", "--gpus", "1", "--", "true").stdout.strip()
+    edited = served.cli("edit", low, "--priority", "5", "--vram-gb", "10", "--name", "urgent")
+    assert edited.returncode == 0, edited.stderr
+    job = _status(served, low)
+    assert job["priority"] == 5 and job["name"] == "urgent" and job["status"] == "queued"
+    assert job["spec"]["vram_gb"] == 10  # type: ignore[index]
+    why = json.loads(served.cli("why", high, "--json").stdout)
+    assert why["ahead"] == [int(low)]  # priority 5 now goes before
+    detail = json.loads(served.cli("status", low, "--json").stdout)
+    edits = [e for e in detail["events"] if e["kind"] == "job.edited"]
+    assert edits and "priority 0 -> 5" in edits[0]["message"]
+    # Refused, the job unchanged: more GPUs than the machine has, a field not editable.
+    too_big = served.cli("edit", low, "--gpus", "4")
+    assert too_big.returncode == 2 and "unable to ever run" in too_big.stderr
+    assert _status(served, low)["spec"].get("gpus") == 1  # type: ignore[union-attr]
+    running = served.cli("edit", "1", "--priority", "1")
+    assert running.returncode != 0 and "only a waiting job is edited" in running.stderr
+    served.stop()  # the edit is stored: a restarted engine has it
+    served.start("--simulate", "1xA100-80GB")
+    job = _status(served, low)
+    assert job["priority"] == 5 and job["name"] == "urgent"

@@ -558,6 +558,24 @@ def _why(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPars
     return EXIT_OK
 
 
+def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    changes = {
+        key: getattr(args, key)
+        for key in ("priority", "gpus", "vram_gb", "timeout", "name", "project")
+        if getattr(args, key) is not None
+    }
+    if not changes:
+        parser.error("edit needs at least one of --priority --gpus --vram-gb --timeout --name")
+    job = client.request("PATCH", f"/jobs/{quote(args.job)}", changes)["job"]
+    if args.json:
+        _print_json(job)
+    else:
+        from ..fields import printable
+
+        print(printable(f"job {job['id']} {job['status']}: {job['message']}"))
+    return EXIT_OK
+
+
 def _pause(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     data = client.request("POST", "/queue/pause")
     when = time.strftime("%H:%M:%S", time.localtime(data["paused_at"]))
@@ -656,6 +674,7 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace, argparse.ArgumentParse
     "pause": _pause,
     "resume": _resume,
     "restart": _restart,
+    "edit": _edit,
     "submit": _submit,
     "jobs": _jobs,
     "status": _status,

@@ -334,6 +334,17 @@ def _clean_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _edit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("job", type=job_id_arg)
+    p.add_argument("--priority", type=_field("priority"))
+    p.add_argument("--gpus", type=_field("gpus"))
+    p.add_argument("--vram-gb", type=_field("vram_gb"))
+    p.add_argument("--timeout", type=_field("timeout"), metavar="SECONDS")
+    p.add_argument("--name")
+    p.add_argument("--project")
+    p.add_argument("--json", action="store_true")
+
+
 def _restart_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_id_arg)
     p.add_argument("--json", action="store_true")
@@ -428,6 +439,12 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
         "Submit an ended job's spec again as a new job whose spec says restart_of; a "
         "snapshot is taken afresh from where the first was taken.",
         _restart_args,
+    ),
+    "edit": (
+        "change a waiting job (priority, GPUs, VRAM, timeout, name, project)",
+        "Change a job that has not started: it goes back into the queue under its new "
+        "priority and needs. Refused (the job unchanged) if it could then never run.",
+        _edit_args,
     ),
     "users": (
         "fair share: each user's recent GPU use, running and waiting jobs, limits",

@@ -462,6 +462,26 @@ async def job_restart(request: web.Request) -> web.Response:
     return web.json_response({"job": _job(new)}, status=201)
 
 
+async def job_edit(request: web.Request) -> web.Response:
+    """PATCH /v1/jobs/ID: change a waiting job (priority, gpus, vram_gb, timeout, name,
+    project); its owner, or the engine's user and root."""
+    engine = request.app[ENGINE_KEY]
+    job_id = _job_id(request)
+    job = await engine.get(job_id)
+    if _others(request, job.owner_uid):
+        uid = peer_uid(request)
+        who = user_name(uid) if uid is not None else "an unidentified caller"
+        raise Forbidden(
+            f"job {job_id} belongs to {user_name(_owner(job.owner_uid))}; {who} may edit "
+            "only its own jobs"
+        )
+    changes = await _read_json(request)
+    if not isinstance(changes, dict) or not changes:
+        raise SpecError("expected a JSON object of the fields to change")
+    edited = await engine.edit(job_id, changes)
+    return web.json_response({"job": _job(edited)})
+
+
 async def job_why(request: web.Request) -> web.Response:
     """GET /v1/jobs/ID/why: why a job waits (place, reservation, limits, fair share)."""
     return web.json_response(await request.app[ENGINE_KEY].why(_job_id(request)))
@@ -623,6 +643,7 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_post("/v1/queue/pause", queue_pause)
     app.router.add_post("/v1/queue/resume", queue_resume)
     app.router.add_post("/v1/jobs/{job_id}/restart", job_restart)
+    app.router.add_patch("/v1/jobs/{job_id}", job_edit)
     app.router.add_post("/v1/jobs/{job_id}/cancel", cancel)
     app.router.add_get("/v1/jobs/{job_id}/wait", wait)
     app.router.add_get("/v1/jobs/{job_id}/logs", logs)

@@ -72,6 +72,7 @@ from .scheduler import Scheduler
 from .service_runtime import ServiceClock
 from .services import ServiceRunner
 from .snapshot import SnapshotStore
+from .spec import parse_spec
 from .statedir import check_state_dir
 from .store import Store
 from .supervisor import Supervisor
@@ -351,6 +352,57 @@ class Engine:
             await self.store.flush()
             self.queue.schedule()
             await self.store.flush()
+
+    EDITABLE = ("priority", "gpus", "vram_gb", "timeout", "name", "project")
+
+    async def edit(self, job_id: int, changes: dict[str, Any]) -> Job:
+        """Change a waiting job: its priority, GPUs, VRAM, timeout, name or project.
+        Checked like a submission (and for over capacity: an edit that would make it
+        unable to ever run is refused, the job unchanged); stored, with a ``job.edited``
+        timeline entry, before the queue acts on it.
+
+        Raises:
+            UnknownJob: No such id.
+            JobNotActive: It runs or ended (only a waiting job is edited).
+            SpecError: A field that cannot be edited, or an invalid value.
+        """
+        act = self.book.get(job_id)
+        if act is None or act.job.status not in (JobStatus.PENDING, JobStatus.QUEUED):
+            job = await self.get(job_id)
+            raise JobNotActive(f"job {job_id} is {job.status.value}: only a waiting job is edited")
+        unknown = sorted(set(changes) - set(self.EDITABLE))
+        if unknown:
+            raise SpecError(
+                f"{unknown[0]}: cannot be edited (one of: {', '.join(self.EDITABLE)})", unknown[0]
+            )
+        if act.job.cluster_job_id is not None:
+            raise JobNotActive(f"job {job_id} was submitted to its cluster already")
+        if act.spec is None:
+            raise JobNotActive(f"job {job_id} has no spec this version can edit")
+        spec = parse_spec({**act.job.spec, **changes})
+        request = self.scheduler.request_for(spec)
+        old = act.job.spec
+        trial = ActiveJob(act.job, spec, request)
+        verdict = self.queue.verdict(trial)
+        if verdict.possible is False:
+            raise SpecError(f"the edit would make it unable to ever run: {verdict.message}")
+        said = (
+            ", ".join(
+                f"{key} {old.get(key)} -> {value}"
+                for key, value in changes.items()
+                if old.get(key) != value
+            )
+            or "nothing changed"
+        )
+        # (All before the next await: the queue's next pass, which may start it, is
+        # committed after the edit.)
+        self.queue.edit(act, spec, request)  # (out under the old key, in under the new)
+        act.job.spec = spec.model_dump(mode="json", exclude_none=True)
+        act.job.name = spec.default_name()
+        self.store.save_edit(act.job)
+        self.book.record(act, EventKind.EDITED, {"message": f"edited: {said}"})
+        await self.store.flush()
+        return act.job
 
     async def restart(self, job_id: int, owner_uid: int | None = None) -> Job:
         """Submit a finished job again: its spec, a new id, ``restart_of`` naming the old

@@ -220,7 +220,7 @@ class JobQueue:
     def enqueue(self, act: ActiveJob, deps: list[ResolvedDep]) -> None:
         """Decide over capacity and dependencies, then make the job wait or ready."""
         assert act.request is not None
-        verdict = self._verdict(act)
+        verdict = self.verdict(act)
         if verdict.possible is False:
             self._book.finish(act, JobStatus.FAILED, Reason.OVER_CAPACITY, verdict.message)
             return
@@ -293,12 +293,31 @@ class JobQueue:
             and (self.cluster_start is not None)
         )
 
-    def _verdict(self, act: ActiveJob) -> Verdict:
+    def verdict(self, act: ActiveJob) -> Verdict:
         """Could it ever run: on this machine, or on its cluster's partition."""
         if self._on_cluster(act) and self.cluster_verdict is not None:
             return self.cluster_verdict(act)
         assert act.request is not None
         return self._scheduler.capacity_verdict(act.request)
+
+    def edit(self, act: ActiveJob, spec: JobSpec, request: Request) -> None:
+        """Give a waiting job a new spec and request (``gpulayer-tui edit``): out of the
+        queue under its old shape and priority, back in under the new ones. A job still
+        waiting for its dependencies stays waiting for them."""
+        job_id = act.job.id
+        in_queue = self._ready.remove(act.key, self._group(act))
+        parked = self._capacity_wait.pop(job_id, None) is not None
+        held = self._cluster_held.pop(job_id, None) is not None
+        self._capacity_block.pop(job_id, None)
+        act.spec, act.request = spec, request
+        act.job.priority = spec.priority
+        if job_id in self._waiting_on:
+            return
+        if in_queue or parked or held:
+            verdict = self.verdict(act)
+            if verdict.possible is None:
+                self._capacity_block[job_id] = verdict.message
+            self.ready(act)
 
     def requeued(self, act: ActiveJob) -> None:
         """A preempted job is back in ``queued``: it waits again (its dependencies were
@@ -312,7 +331,7 @@ class JobQueue:
         for act in ready:
             if act is None or act.request is None or act.job.id not in self._book:
                 continue  # (or it ended while this loop ran)
-            verdict = self._verdict(act)
+            verdict = self.verdict(act)
             if verdict.possible is False:
                 self._book.finish(act, JobStatus.FAILED, Reason.OVER_CAPACITY, verdict.message)
                 continue

@@ -199,6 +199,7 @@ STORED_KINDS = frozenset(
         EventKind.REPLICA,
         EventKind.LOG,
         EventKind.IDLE,
+        EventKind.EDITED,
         EventKind.DOMAIN,
         EventKind.CONFIG,
     }
@@ -852,6 +853,24 @@ class Store:
             (key, owner_uid),
         )
         return [job_from_row(r) for r in rows]
+
+    def save_edit(self, job: Job) -> None:
+        """Queue what an edit changes of a waiting job that is otherwise written once: its
+        spec, name and priority."""
+        self._queue.append(
+            _Write(
+                None,
+                [],
+                None,
+                [
+                    (
+                        "UPDATE jobs SET spec=?, name=?, priority=? WHERE id=?",
+                        (json.dumps(job.spec), job.name, job.priority, job.id),
+                    )
+                ],
+            )
+        )
+        self._wake.set()
 
     def save_setting(self, name: str, value: int) -> None:
         """Queue an engine setting (an integer in ``counters``) for the next commit."""
