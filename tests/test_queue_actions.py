@@ -75,3 +75,33 @@ def test_edit_changes_a_waiting_job_and_refuses_what_cannot_be(served: Served) -
     served.start("--simulate", "1xA100-80GB")
     job = _status(served, low)
     assert job["priority"] == 5 and job["name"] == "urgent"
+
+
+def test_signal_a_stray_gpu_process_and_nothing_else(served: Served, sleeper: int) -> None:
+    import subprocess
+
+    from gpulayer_tui.engine.simulate import SimLedger
+
+    from .conftest import pid_gone, wait_for
+
+    served.start("--simulate", "1xA100-80GB")
+    SimLedger(served.home).hold(0, sleeper, 10.0)
+    wait_for(lambda: str(sleeper) in served.cli("gpus").stdout)
+    bad = served.cli("signal", str(sleeper), "--signal", "SEGV")
+    assert bad.returncode == 2 and "signal: one of TERM" in bad.stderr
+    init = served.cli("signal", "1")
+    assert init.returncode == 2 and "init process" in init.stderr
+    job = served.cli("submit", "--", "sleep", "30").stdout.strip()
+    job_pid = str(_status(served, job)["pid"])
+    owned = served.cli("signal", job_pid)
+    assert owned.returncode == 2 and f"belongs to job {job}" in owned.stderr
+    with subprocess.Popen(["sleep", "60"]) as elsewhere:
+        not_gpu = served.cli("signal", str(elsewhere.pid))
+        elsewhere.kill()
+    assert not_gpu.returncode == 2 and "not a stray GPU process" in not_gpu.stderr
+    wrong = served.cli("signal", str(sleeper), "--start-ticks", "1")
+    assert wrong.returncode == 2 and "the pid was reused" in wrong.stderr
+    done = served.cli("signal", str(sleeper))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"SIGTERM sent to pid {sleeper} (sleep 600")
+    wait_for(lambda: pid_gone(sleeper))

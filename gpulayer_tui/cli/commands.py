@@ -558,6 +558,17 @@ def _why(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPars
     return EXIT_OK
 
 
+def _signal(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    body: dict[str, Any] = {"signal": args.signal}
+    if args.start_ticks is not None:
+        body["start_ticks"] = args.start_ticks
+    done = client.request("POST", f"/processes/{args.pid}/signal", body)["done"]
+    from ..fields import printable
+
+    print(printable(done))
+    return EXIT_OK
+
+
 def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     changes = {
         key: getattr(args, key)
@@ -675,6 +686,7 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace, argparse.ArgumentParse
     "resume": _resume,
     "restart": _restart,
     "edit": _edit,
+    "signal": _signal,
     "submit": _submit,
     "jobs": _jobs,
     "status": _status,

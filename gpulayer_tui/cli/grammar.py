@@ -334,6 +334,14 @@ def _clean_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _signal_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("pid", type=_field("pid"))
+    p.add_argument(
+        "--signal", default="TERM", metavar="NAME", help="TERM (default), INT, HUP, KILL, ..."
+    )
+    p.add_argument("--start-ticks", type=int, help="only if the pid is still this process")
+
+
 def _edit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_id_arg)
     p.add_argument("--priority", type=_field("priority"))
@@ -439,6 +447,12 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
         "Submit an ended job's spec again as a new job whose spec says restart_of; a "
         "snapshot is taken afresh from where the first was taken.",
         _restart_args,
+    ),
+    "signal": (
+        "signal a stray GPU process (one no job owns)",
+        "Send a signal (default TERM) to a process the GPU view lists as unregistered: "
+        "your own, or anyone's as root; never a job's (cancel the job), init, the engine.",
+        _signal_args,
     ),
     "edit": (
         "change a waiting job (priority, GPUs, VRAM, timeout, name, project)",

@@ -220,6 +220,10 @@ class Adopter:
             )
         return None
 
+    def never_touched(self, pid: int, snapshot: ProcessSnapshot) -> str | None:
+        """Why no one may adopt or signal ``pid`` through gpulayer-tui, or ``None``."""
+        return self._never_adoptable(pid, snapshot)
+
     def _never_adoptable(self, pid: int, snapshot: ProcessSnapshot) -> str | None:
         """Why no one may adopt ``pid`` (cancelling it would stop the machine or the engine,
         or it could never be stopped, or it is watched already), or ``None``."""

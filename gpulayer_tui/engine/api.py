@@ -414,6 +414,23 @@ async def process(request: web.Request) -> web.Response:
     return web.json_response(info)
 
 
+async def process_signal(request: web.Request) -> web.Response:
+    """POST /v1/processes/PID/signal ``{"signal": "TERM", "start_ticks": N}``: signal a
+    stray GPU process (the requester's own; root's: any)."""
+    raw = request.match_info["pid"]
+    pid = wire.check_pid(int(raw)) if raw.isascii() and raw.isdigit() else wire.check_pid(raw)
+    body = await _read_json(request)
+    if not isinstance(body, dict):
+        raise SpecError("expected a JSON object with 'signal'")
+    ticks = body.get("start_ticks")
+    if ticks is not None and (not isinstance(ticks, int) or isinstance(ticks, bool)):
+        raise SpecError("start_ticks: a whole number", "start_ticks")
+    done = request.app[ENGINE_KEY].signal_process(
+        pid, str(body.get("signal", "TERM")), ticks, peer_uid(request)
+    )
+    return web.json_response({"done": done})
+
+
 async def get_job(request: web.Request) -> web.Response:
     """GET /v1/jobs/ID."""
     job, events = await request.app[ENGINE_KEY].job_detail(_job_id(request))
@@ -649,6 +666,7 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_get("/v1/jobs/{job_id}/logs", logs)
     app.router.add_post("/v1/adopt", adopt)
     app.router.add_get("/v1/processes/{pid}", process)
+    app.router.add_post("/v1/processes/{pid}/signal", process_signal)
     app.router.add_get("/v1/ready", ready)
     app.router.add_get("/v1/doctor", doctor)
     app.router.add_post("/v1/clean", clean)

@@ -27,6 +27,7 @@ import errno
 import hashlib
 import logging
 import os
+import signal
 import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -646,6 +647,63 @@ class Engine:
             "store_failure": self.store.failure,
             "paused_at": self.paused_at,
         }
+
+    SIGNALS = ("TERM", "INT", "HUP", "KILL", "USR1", "USR2", "STOP", "CONT")
+
+    def signal_process(
+        self, pid: int, name: str, start_ticks: int | None, requester_uid: int | None
+    ) -> str:
+        """Send ``SIG<name>`` to a stray GPU process (one the latest sample shows on a GPU,
+        owned by no job): the same process only (pid + start time, through a pidfd), the
+        requester's own (or anyone's for root), never init, this engine, gpulayer-tui's own
+        processes or a kernel thread (a job's processes: cancel the job). Returns what was
+        done, in words.
+
+        Raises:
+            SpecError: The signal, the process or the requester is refused (the message
+                says which and why).
+        """
+        if name.upper().removeprefix("SIG") not in self.SIGNALS:
+            raise SpecError(f"signal: one of {', '.join(self.SIGNALS)}, not {name!r}", "signal")
+        signum = getattr(signal, "SIG" + name.upper().removeprefix("SIG"))
+        snapshot = read_process(pid)
+        if snapshot is None:
+            raise SpecError(f"no process with pid {pid} (it exited, or never was)", "pid")
+        never = self.adopter.never_touched(pid, snapshot)
+        if never is not None:
+            raise SpecError(never, "pid")
+        if start_ticks is not None and start_ticks != snapshot.start_ticks:
+            raise SpecError(f"pid {pid} is a different process now: the pid was reused", "pid")
+        sample = self.sampler.latest
+        on_gpu = sample is not None and pid in sample.owners and sample.owners[pid] is None
+        if not on_gpu:
+            raise SpecError(f"pid {pid} is not a stray GPU process (none is seen on a GPU)", "pid")
+        if requester_uid not in (None, 0) and requester_uid != snapshot.uid:
+            raise SpecError(
+                f"pid {pid} belongs to {procs.user_name(snapshot.uid)}; "
+                f"{procs.user_name(requester_uid)} may signal only its own processes",
+                "pid",
+            )
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            raise SpecError(f"no process with pid {pid} (it exited)", "pid") from None
+        try:
+            again = read_process(pid)
+            if again is None or again.start_ticks != snapshot.start_ticks:
+                raise SpecError(f"pid {pid} exited or was reused while asked", "pid")
+            signal.pidfd_send_signal(fd, signum)
+        except PermissionError:
+            raise SpecError(
+                f"pid {pid} belongs to {procs.user_name(snapshot.uid)}: this engine may not "
+                "signal it",
+                "pid",
+            ) from None
+        finally:
+            os.close(fd)
+        what = f"SIG{name.upper().removeprefix('SIG')} sent to pid {pid} ({snapshot.command[:80]})"
+        log.warning("%s, asked by uid %s", what, requester_uid)
+        return what
 
     @staticmethod
     def process_info(pid: int) -> ProcessInfoJSON | None:
