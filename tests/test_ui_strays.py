@@ -111,9 +111,9 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
 
 def test_strays_snapshot(snap_compare: Any) -> None:
     app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
-    assert snap_compare(app, press=["s"], terminal_size=(120, 24))
+    assert snap_compare(app, press=["3"], terminal_size=(120, 24))
 
 
 def test_adopt_dialog_snapshot(snap_compare: Any) -> None:
     app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
-    assert snap_compare(app, press=["s", "a"], terminal_size=(120, 32))
+    assert snap_compare(app, press=["3", "a"], terminal_size=(120, 32))
