@@ -12,22 +12,26 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from textual import on, work
 from textual.app import App, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
+from textual.command import Provider
 from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widget import Widget
+from textual.widgets import DataTable
 from textual.worker import Worker, WorkerState
 
 import gpulayer_tui.themes as themes
 
+from . import keymap
 from .backend import BackendError, EngineBackend
 from .job_feed import JobFeed, JobView
 from .job_store import JobStore
+from .palette import KeymapCommands
 from .screens.dashboard import DashboardScreen
 from .screens.dialogs import QuitChoice, QuitScreen
 from .screens.help import HelpScreen
@@ -52,16 +56,11 @@ class GpulayerApp(App[str]):
     TITLE = "gpulayer-tui"
     MODES = {"dashboard": DashboardScreen, "jobs": JobsScreen, "strays": StraysScreen}
     DEFAULT_MODE = "dashboard"
-    BINDINGS = [
-        Binding("d", "show_area('dashboard')", "Dashboard"),
-        Binding("j", "show_area('jobs')", "Jobs"),
-        Binding("s", "show_area('strays')", "Strays"),
-        Binding("n", "new_job", "New job"),
-        Binding("t", "next_theme", "Theme"),
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("q", "quit_app", "Quit"),
-        Binding("ctrl+c", "quit_app", "Quit", show=False, priority=True),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings(keymap.APP))
+    COMMANDS: ClassVar[set[type[Provider] | Callable[[], type[Provider]]]] = {
+        *App.COMMANDS,
+        KeymapCommands,
+    }
 
     gpu_state: reactive[GpusJSON | None] = reactive(None, always_update=True)
     """The latest ``/gpus`` view (domains, VRAM split, processes)."""
@@ -299,8 +298,10 @@ class GpulayerApp(App[str]):
         self.push_screen(SubmitScreen())
 
     def action_help(self) -> None:
-        """Show every key."""
-        self.push_screen(HelpScreen())
+        """Show every key, the current screen's first."""
+        screen = self.screen
+        has_table = bool(screen.query(DataTable))
+        self.push_screen(HelpScreen(getattr(screen, "KEYMAP_SCOPE", None), has_table))
 
     def action_next_theme(self) -> None:
         """Cycle through our themes and remember the choice in the config file."""
@@ -386,14 +387,10 @@ class GpulayerApp(App[str]):
     # -- command palette --------------------------------------------------------------------
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        """Every action, in the command palette."""
-        yield SystemCommand("Dashboard", "GPU panels and processes (d)", self._cmd("dashboard"))
-        yield SystemCommand("Jobs", "The jobs table (j)", self._cmd("jobs"))
-        yield SystemCommand(
-            "Strays", "GPU processes no job owns; adopt them (s)", self._cmd("strays")
-        )
-        yield SystemCommand("New job", "Submit a batch job (n)", self.action_new_job)
-        yield SystemCommand("Help", "Every key (?)", self.action_help)
+        """Our themes (saved as ``t`` saves them), the domains' drain and release, and
+        Textual's own commands but its theme picker (its themes would not be saved) and its
+        quit (ours asks first). The keymap's actions come from
+        :class:`~gpulayer_tui.palette.KeymapCommands`."""
         for item in themes.THEMES:
             yield SystemCommand(
                 f"Theme: {item.name}", "Switch and remember the theme", self._theme_cmd(item.name)
@@ -412,11 +409,9 @@ class GpulayerApp(App[str]):
                     f"Return it to service (now {state})",
                     self._domain_cmd(name, "release"),
                 )
-        yield SystemCommand("Quit", "Leave gpulayer-tui (q)", self.action_quit_app)
-        yield from super().get_system_commands(screen)
-
-    def _cmd(self, mode: str) -> Callable[[], None]:
-        return lambda: self.action_show_area(mode)
+        for command in super().get_system_commands(screen):
+            if command.title not in ("Theme", "Quit"):
+                yield command
 
     def _theme_cmd(self, name: str) -> Callable[[], None]:
         return lambda: self.set_theme(name)

@@ -140,7 +140,8 @@ class Page:
 
     async def press(self, key: str) -> None:
         """Type one key (a character, ``Enter`` or ``Escape``) as a keyboard would."""
-        code, vk, text = _KEYS.get(key, (f"Key{key.upper()}", ord(key.upper()), key))
+        physical = f"Digit{key}" if key.isdigit() else f"Key{key.upper()}"
+        code, vk, text = _KEYS.get(key, (physical, ord(key.upper()), key))
         common = {"key": key, "code": code, "windowsVirtualKeyCode": vk}
         await self.send("Input.dispatchKeyEvent", type="keyDown", text=text, **common)
         await self.send("Input.dispatchKeyEvent", type="keyUp", **common)

@@ -33,7 +33,7 @@ async def test_hostile_names_commands_and_output_never_end_the_tui(embedded_app:
         ids.append(job["id"])
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        await pilot.press("j")
+        await pilot.press("2")
         await until(pilot, lambda: app.screen.query_one("#jobs-table").row_count == len(NAMES))
         for job_id in ids:
             app.open_job(job_id)
@@ -56,11 +56,11 @@ async def test_hostile_names_commands_and_output_never_end_the_tui(embedded_app:
         )
         assert app.is_running
         await pilot.press("escape")
-        await pilot.press("d")
+        await pilot.press("1")
         await pilot.pause(0.2)
         assert app.is_running
         # What the table shows is the name itself.
-        await pilot.press("j")
+        await pilot.press("2")
         await pilot.pause()
         table = app.screen.query_one("#jobs-table")
         shown = {str(table.get_row_at(i)[1]) for i in range(table.row_count)}

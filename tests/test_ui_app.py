@@ -32,9 +32,9 @@ async def test_single_keys_switch_areas_and_help_lists_every_key(
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
         assert app.current_mode == "dashboard"
-        await pilot.press("j")
+        await pilot.press("2")
         await until(pilot, lambda: app.current_mode == "jobs")
-        await pilot.press("d")
+        await pilot.press("1")
         await until(pilot, lambda: app.current_mode == "dashboard")
         await pilot.press("question_mark")
         help_screen = await until(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen)
@@ -50,8 +50,11 @@ async def test_command_palette_offers_every_action(embedded_app: AppFactory) -> 
     app = await embedded_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
-        titles = {c.title for c in app.get_system_commands(app.screen)}
+        from gpulayer_tui.palette import KeymapCommands
+
+        titles = {str(h.display) async for h in KeymapCommands(app.screen).discover()}
         assert {"Dashboard", "Jobs", "New job", "Help", "Quit"} <= titles
+        titles = {c.title for c in app.get_system_commands(app.screen)}
         assert {"Theme: gpulayer-dark", "Theme: gpulayer-light"} <= titles
 
 

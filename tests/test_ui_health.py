@@ -72,7 +72,7 @@ async def test_cancelling_an_adopted_job_counts_down_to_sigkill(
     async with app.run_test(size=(140, 30)) as pilot:
         await until(pilot, ready.exists)
         job = await app.backend.adopt({"pid": proc.pid, "name": "stubborn"})
-        await pilot.press("j")
+        await pilot.press("2")
         table = await until(
             pilot, lambda: app.screen.query(JobTable) and app.screen.query_one(JobTable)
         )

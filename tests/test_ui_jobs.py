@@ -87,7 +87,7 @@ def field_error(form: SubmitScreen, field: str) -> str:
 async def test_submit_through_the_form_then_follow_it_to_completed(ui_app: Any) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
-        await pilot.press("j")
+        await pilot.press("2")
         form = await open_form(pilot)
         await type_text(pilot, "echo hello-from-form")
         await pilot.press("ctrl+s")
@@ -124,7 +124,7 @@ async def test_cancel_from_the_table_and_from_the_detail(ui_app: Any) -> None:
     async with app.run_test(size=(140, 40)) as pilot:
         first = await app.backend.submit(spec("sleep 600", name="sleeper-1", gpus=0))
         second = await app.backend.submit(spec("sleep 600", name="sleeper-2", gpus=0))
-        await pilot.press("j")
+        await pilot.press("2")
         table = table_of(app)
         for job in (first, second):
             await until(pilot, lambda job=job: status_of(table, job["id"]) == "running", "running")
@@ -179,7 +179,7 @@ async def test_filter_as_you_type_and_by_status(ui_app: Any) -> None:
             ("delta", "exit 3"),
         ):
             ids[name] = (await app.backend.submit(spec(shell, name=name, gpus=0)))["id"]
-        await pilot.press("j")
+        await pilot.press("2")
         screen = app.screen
         table = table_of(app)
         await until(
@@ -209,14 +209,14 @@ async def test_filter_as_you_type_and_by_status(ui_app: Any) -> None:
         assert not screen.query_one("#filter-row").has_class("-open")
 
         # f cycles all -> active -> queued -> running -> failed.
-        await pilot.press("f")
+        await pilot.press("s")
         assert table.status_filter == "active" and table.row_count == 0
-        await pilot.press("f", "f", "f")
+        await pilot.press("s", "s", "s")
         assert table.status_filter == "failed"
         assert table.row_count == 1 and table.cursor_job_id == ids["delta"]
-        await pilot.press("f")
+        await pilot.press("s")
         assert table.status_filter == "completed" and table.row_count == 3
-        await pilot.press("F")
+        await pilot.press("S")
         assert table.status_filter == "failed"
 
         # Escape clears the text first, then (pressed again) the status filter.
@@ -239,7 +239,7 @@ async def test_filter_as_you_type_and_by_status(ui_app: Any) -> None:
 async def test_over_capacity_shows_the_engines_message(ui_app: Any) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
-        await pilot.press("j")
+        await pilot.press("2")
         form = await open_form(pilot)
         await type_text(pilot, "python big.py")
         await fill(pilot, form, "gpus", "3")
@@ -260,7 +260,7 @@ async def test_over_capacity_shows_the_engines_message(ui_app: Any) -> None:
 async def test_inline_validation_and_engine_errors_submit_nothing(ui_app: Any) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
-        await pilot.press("j")
+        await pilot.press("2")
         form = await open_form(pilot)
 
         # As you type, with the CLI's own messages.
@@ -311,7 +311,7 @@ async def test_a_refusal_the_engine_makes_under_load_is_shown_not_raised(ui_app:
     async with app.run_test(size=(140, 40)) as pilot:
         for name in ("first", "second"):
             await app.backend.submit(spec("sleep 600", name=name, gpus=0))
-        await pilot.press("j")
+        await pilot.press("2")
         form = await open_form(pilot)
         await type_text(pilot, "true")
         await pilot.press("ctrl+s")
@@ -332,7 +332,7 @@ async def test_the_engine_names_the_field_it_refuses_and_the_form_marks_it(
         with pytest.raises(BackendError) as refused:
             await app.backend.submit(spec("true", gpus=65))
         assert refused.value.field == "gpus" and "gpus: must be from 0 to 64" in str(refused.value)
-        await pilot.press("j")
+        await pilot.press("2")
         form = await open_form(pilot)
         await type_text(pilot, "true")
         await fill(pilot, form, "domain", "gpu9")
@@ -474,7 +474,7 @@ def _static_app() -> Any:
 
 
 async def _show_jobs(pilot: Pilot[Any]) -> None:
-    await pilot.press("j")
+    await pilot.press("2")
     await until(pilot, lambda: table_of(pilot.app).row_count == 10, "rows")
 
 
@@ -537,7 +537,7 @@ async def test_the_table_loads_history_a_page_at_a_time_and_asks_the_engine_per_
 
     await eventually(all_ended, timeout=30)
     async with app.run_test(size=(140, 20)) as pilot:
-        await pilot.press("j")
+        await pilot.press("2")
         screen = app.screen
         table = table_of(app)
         count = screen.query_one("#jobs-count", Label)
@@ -612,7 +612,7 @@ async def test_small_words_say_what_is_true(ui_app: Any) -> None:
     app = await ui_app("1xA100-80GB")
     failed = await app.backend.submit(spec("exit 3", gpus=0))
     async with app.run_test(size=(140, 40)) as pilot:
-        await pilot.press("j")
+        await pilot.press("2")
         screen = app.screen
         table = table_of(app)
         await until(pilot, lambda: status_of(table, failed["id"]) == "failed", "the ended job")

@@ -30,7 +30,7 @@ async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
         job = await app.backend.submit(
             {"kind": "service", "shell": SCRIPT, "replicas": 2, "port": False, "cwd": os.getcwd()}
         )
-        await pilot.press("j")
+        await pilot.press("2")
         table = table_of(app)
         await until(pilot, lambda: cell(table, job["id"], "kind") == "svc 2/2", "2/2 up")
         assert status_of(table, job["id"]) == "running"
@@ -45,7 +45,7 @@ async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
         log = detail.query_one(LogTail)
         await until(pilot, lambda: "hello from replica 0" in log.lines, "replica 0's output")
         assert "replica 0 of 0-1" in str(log.border_title)
-        await pilot.press("r")
+        await pilot.press("right_square_bracket")
         await until(pilot, lambda: "hello from replica 1" in log.lines, "replica 1's output")
         assert "hello from replica 0" not in log.lines
         assert "replica 1 of 0-1" in str(log.border_title)
@@ -72,7 +72,7 @@ async def test_next_replica_key_is_only_for_services(ui_app: Any) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
         job = await app.backend.submit({"shell": "echo batch", "cwd": os.getcwd()})
-        await pilot.press("j")
+        await pilot.press("2")
         table = table_of(app)
         await until(pilot, lambda: status_of(table, job["id"]) == "completed", "completed")
         assert cell(table, job["id"], "kind") == "command"
@@ -88,7 +88,7 @@ async def test_next_replica_key_is_only_for_services(ui_app: Any) -> None:
 async def test_submit_a_service_through_the_form(ui_app: Any) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 45)) as pilot:
-        await pilot.press("j")
+        await pilot.press("2")
         form = await open_form(pilot)
         await fill(pilot, form, "command", "exec python3 -m http.server --bind 127.0.0.1 $PORT")
         await fill(pilot, form, "replicas", "2")
@@ -247,7 +247,7 @@ def _service_app() -> Any:
 
 
 async def _show_jobs(pilot: Pilot[Any]) -> None:
-    await pilot.press("j")
+    await pilot.press("2")
     await until(pilot, lambda: table_of(pilot.app).row_count == 12, "rows")
 
 

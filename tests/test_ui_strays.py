@@ -36,7 +36,7 @@ async def test_adopt_a_stray_from_the_table(
     SimLedger(engine.paths.state_dir).hold(1, foreign.pid, 20.0)
     await engine.sampler.sample_once()
     async with app.run_test(size=(140, 40)) as pilot:
-        await pilot.press("s")
+        await pilot.press("3")
         await until(pilot, lambda: app.current_mode == "strays")
         table = app.screen.query_one(StrayTable)
         await until(pilot, lambda: foreign.pid in table.rows_by_pid)
@@ -69,7 +69,7 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
 ) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
-        await pilot.press("s")
+        await pilot.press("3")
         await until(pilot, lambda: app.current_mode == "strays")
         await pilot.press("p")
         await pilot.press(*str(foreign.pid), "enter")
@@ -111,9 +111,9 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
 
 def test_strays_snapshot(snap_compare: Any) -> None:
     app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
-    assert snap_compare(app, press=["s"], terminal_size=(120, 24))
+    assert snap_compare(app, press=["3"], terminal_size=(120, 24))
 
 
 def test_adopt_dialog_snapshot(snap_compare: Any) -> None:
     app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
-    assert snap_compare(app, press=["s", "a"], terminal_size=(120, 32))
+    assert snap_compare(app, press=["3", "a"], terminal_size=(120, 32))

@@ -195,7 +195,7 @@ def _row(pilot: Pilot[Any], job_id: int) -> list[str]:
 async def test_wide_tables_show_what_gpu_jobs_used() -> None:
     app = _static_app()
     async with app.run_test(size=(180, 30)) as pilot:
-        await pilot.press("j")
+        await pilot.press("2")
         table = await until(
             pilot, lambda: app.screen.query(JobTable) and app.screen.query_one(JobTable)
         )

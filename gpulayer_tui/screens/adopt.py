@@ -7,12 +7,12 @@ from typing import Any, ClassVar
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Footer, Input, Label, Static
 
-from .. import wire
+from .. import keymap, wire
 from ..formatting import GIB
 
 
@@ -24,10 +24,9 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
             ``command``, ``user``, ``gpus`` (indices) and ``used_bytes`` (held now).
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "cancel", "Cancel"),
-        Binding("ctrl+s", "adopt", "Adopt"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("adopt"))
+    KEYMAP_SCOPE: ClassVar[str] = "adopt"
+    """Its part of :data:`~gpulayer_tui.keymap.KEYMAP` (help and the palette show it)."""
 
     def __init__(self, process: dict[str, Any]) -> None:
         super().__init__()
@@ -64,6 +63,7 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
             with Horizontal(classes="buttons"):
                 yield Button("Adopt (ctrl+s)", id="adopt", variant="primary")
                 yield Button("Cancel (esc)", id="cancel")
+        yield Footer()
 
     def on_mount(self) -> None:
         blink = bool(getattr(self.app, "cursor_blink", True))

@@ -14,12 +14,13 @@ from typing import ClassVar
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import ScrollableContainer
 from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
+from .. import keymap
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
 from ..widgets.gpu_panel import GpuPanel
@@ -63,14 +64,9 @@ def choose_density(panels: int, columns: int, lines: int) -> tuple[str, int]:
 class DashboardScreen(Screen[None]):
     """The GPU dashboard: summary, per-GPU panels, the CPU pool and every GPU process."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        # < > and o as in htop/nvitop; s is the app's (Strays), so it is not used here.
-        Binding("greater_than_sign", "sort(1)", "Sort", key_display=">"),  # help: next column
-        Binding("less_than_sign", "sort(-1)", "Sort: previous column", key_display="<", show=False),
-        Binding("o", "reverse_sort", "Reverse sort", show=False),
-        Binding("v", "cycle_density", "Panel view (auto/full/compact/rows)", show=False),
-        Binding("enter", "open_job", "Open the process's job", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("dashboard"))
+    KEYMAP_SCOPE: ClassVar[str] = "dashboard"
+    """Its part of :data:`~gpulayer_tui.keymap.KEYMAP` (help and the palette show it)."""
 
     AUTO_FOCUS = "ProcessTable"
 

@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import ClassVar
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Label, Static
+from textual.widgets import Button, Footer, Label, Static
+
+from .. import keymap
 
 
 class ConfirmScreen(ModalScreen[bool]):
     """Ask a yes/no question; dismisses with True only on an explicit yes."""
 
-    BINDINGS = [
-        Binding("y", "answer(True)", "Yes"),
-        Binding("n,escape", "answer(False)", "No"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("confirm"))
+    KEYMAP_SCOPE: ClassVar[str] = "confirm"
 
     def __init__(self, title: str, question: str, yes_label: str = "Yes") -> None:
         super().__init__()
@@ -33,6 +34,7 @@ class ConfirmScreen(ModalScreen[bool]):
             with Horizontal(classes="buttons"):
                 yield Button(f"{self._yes} (y)", id="yes", variant="error")
                 yield Button("No (n)", id="no", variant="primary")
+        yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
@@ -57,11 +59,8 @@ class QuitChoice(StrEnum):
 class QuitScreen(ModalScreen[QuitChoice]):
     """Quitting with jobs in flight in an embedded engine: keep them, stop them, or stay."""
 
-    BINDINGS = [
-        Binding("k", "choose('handover')", "Keep running"),
-        Binding("s", "choose('stop')", "Stop them"),
-        Binding("escape,c", "choose('stay')", "Stay"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("quit"))
+    KEYMAP_SCOPE: ClassVar[str] = "quit"
 
     def __init__(self, active: int) -> None:
         super().__init__()
@@ -82,6 +81,7 @@ class QuitScreen(ModalScreen[QuitChoice]):
                 yield Button("Keep running (k)", id="handover", variant="primary")
                 yield Button("Stop them (s)", id="stop", variant="error")
                 yield Button("Stay (esc)", id="stay")
+        yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#handover", Button).focus()

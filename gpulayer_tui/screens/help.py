@@ -1,61 +1,64 @@
-"""Help: every key, per area, taken from the bindings themselves so it cannot drift."""
+"""Help: the keys of the current screen first, then the rest, generated from the keymap
+(:mod:`..keymap`) so it cannot drift from the bindings."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Label, Static
+from textual.widgets import Footer, Label, Static
+
+from .. import keymap
 
 
-def _rows(bindings: list[BindingType]) -> list[tuple[str, str]]:
-    rows = []
-    for item in bindings:
-        if not isinstance(item, Binding) or not item.description:
-            continue
-        keys = item.key_display or ", ".join(k.strip() for k in item.key.split(","))
-        rows.append((keys, item.description))
-    return rows
+def _rows(scope: str) -> list[tuple[str, str]]:
+    return [(k.shown_keys, k.description) for k in keymap.keys_of(scope) if k.description]
+
+
+def help_scopes(scope: str | None, has_table: bool) -> list[str]:
+    """The keymap scopes help lists, in order: the screen's own, the tables' (when it has
+    one), the global ones, then every other screen's."""
+    first = [s for s in (scope, keymap.TABLE if has_table else None, keymap.APP) if s]
+    rest = [s for s in keymap.SCREEN_TITLES if s not in first and s != "help"]
+    return first + rest
 
 
 class HelpScreen(ModalScreen[None]):
-    """Lists the global keys and those of each area."""
+    """Lists the keys of the screen it was opened on, the global ones, then the rest."""
 
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close", key_display="esc")]
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("help"))
+    KEYMAP_SCOPE: ClassVar[str] = "help"
+
+    def __init__(self, scope: str | None = None, has_table: bool = False) -> None:
+        super().__init__()
+        self.scope = scope
+        self.has_table = has_table
 
     def compose(self) -> ComposeResult:
-        from .adopt import AdoptScreen
-        from .dashboard import DashboardScreen
-        from .job_detail import JobDetailScreen
-        from .jobs import JobsScreen
-        from .strays import StraysScreen
-        from .submit import SubmitScreen
-
-        sections: list[tuple[str, list[BindingType]]] = [
-            ("Everywhere", list(self.app.BINDINGS)),
-            ("Dashboard", list(DashboardScreen.BINDINGS)),
-            ("Jobs", list(JobsScreen.BINDINGS)),
-            ("Job detail", list(JobDetailScreen.BINDINGS)),
-            ("New job form", list(SubmitScreen.BINDINGS)),
-            ("Strays", list(StraysScreen.BINDINGS)),
-            ("Adopt dialog", list(AdoptScreen.BINDINGS)),
-        ]
         with VerticalScroll(classes="dialog", id="help-dialog"):
             yield Label("Keys", classes="dialog-title")
-            for title, bindings in sections:
-                rows = _rows(bindings)
+            for scope in help_scopes(self.scope, self.has_table):
+                rows = _rows(scope)
                 if not rows:
                     continue
+                title = keymap.SCREEN_TITLES[scope]
+                if scope == self.scope:
+                    title += " (this screen)"
                 yield Label(title, classes="help-section")
                 width = max(len(k) for k, _ in rows)
-                yield Static("\n".join(f"  {k.ljust(width)}  {d}" for k, d in rows))
+                yield Static(
+                    "\n".join(f"  {k.ljust(width)}  {d}" for k, d in rows),
+                    markup=False,
+                    classes=f"help-{scope}",
+                )
             yield Static(
-                "\nctrl+p opens the command palette: every action, searchable.",
+                "\nctrl+p or : opens the command palette: every action of this screen, searchable.",
                 classes="muted",
             )
+        yield Footer()
 
     async def action_dismiss(self, result: Any = None) -> None:
         """Close help."""

@@ -7,12 +7,13 @@ from typing import Any, ClassVar, cast
 
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Label, Static
 
+from .. import keymap
 from ..backend import BackendError, ConnectionLost
 from ..formatting import duration, replica_health, replica_state
 from ..view import view_of
@@ -210,13 +211,9 @@ class JobDetailScreen(Screen[None]):
     JobDetailScreen #field-loading.-error { color: $error; }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("c", "cancel_job", "Cancel job"),
-        Binding("f", "toggle_follow", "Follow"),
-        Binding("r", "next_replica", "Next replica"),
-        Binding("u", "toggle_usage", "GPU usage"),
-        Binding("escape,backspace", "back", "Back", key_display="esc"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("detail"))
+    KEYMAP_SCOPE: ClassVar[str] = "detail"
+    """Its part of :data:`~gpulayer_tui.keymap.KEYMAP` (help and the palette show it)."""
 
     def __init__(self, job_id: int) -> None:
         super().__init__()
@@ -435,7 +432,7 @@ class JobDetailScreen(Screen[None]):
         which = ""
         if self.is_service:
             count = (len(self._job.get("replicas") or []) if self._job else 0) or 1
-            which = f" · replica {self._replica} of 0-{count - 1} (r: next)"
+            which = f" · replica {self._replica} of 0-{count - 1} (]: next)"
         log.border_title = f"output{which} · {state}"
 
     # -- keys -------------------------------------------------------------------------------

@@ -11,13 +11,14 @@ from typing import Any, ClassVar
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal
 from textual.content import Content
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Label
 
+from .. import keymap
 from ..backend import BackendError
 from ..job_feed import JobView
 from ..view import view_of
@@ -70,7 +71,7 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
 
 
 class JobsScreen(Screen[None]):
-    """Every job in a table: ``/`` filters as you type, ``f`` by status, ``o``/``r`` sort."""
+    """Every job in a table: ``/`` filters as you type, ``s`` by status, ``o``/``r`` sort."""
 
     DEFAULT_CSS = """
     JobsScreen #jobs-bar {
@@ -94,20 +95,9 @@ class JobsScreen(Screen[None]):
     JobsScreen #filter:focus { background: $boost; }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "open_job", "Open"),
-        Binding("c", "cancel_job", "Cancel job"),
-        Binding("slash", "start_filter", "Filter", key_display="/"),
-        Binding("f", "cycle_status(1)", "Status filter"),
-        Binding("F,shift+f", "cycle_status(-1)", "Status filter back", show=False, key_display="F"),
-        Binding("o", "cycle_sort(1)", "Sort"),
-        Binding(
-            "O,shift+o", "cycle_sort(-1)", "Sort by previous column", show=False, key_display="O"
-        ),
-        Binding("r", "reverse_sort", "Reverse sort", show=False),
-        Binding("escape", "clear_filter", "Clear filter", key_display="esc"),
-        Binding("down", "focus_table", "Leave the filter line", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("jobs"))
+    KEYMAP_SCOPE: ClassVar[str] = "jobs"
+    """Its part of :data:`~gpulayer_tui.keymap.KEYMAP` (help and the palette show it)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -250,7 +240,7 @@ class JobsScreen(Screen[None]):
 
     # -- sorting ----------------------------------------------------------------------------
 
-    def action_cycle_sort(self, step: int = 1) -> None:
+    def action_sort(self, step: int = 1) -> None:
         """Sort by the next (or previous) column: newest, status, name, started, runtime, VRAM."""
         names = list(SORTS)
         current = names.index(self.table.sort_key)

@@ -6,11 +6,11 @@ from typing import Any, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from .. import wire
+from .. import keymap, wire
 from ..backend import BackendError
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
@@ -21,11 +21,9 @@ from .adopt import AdoptScreen
 class StraysScreen(Screen[None]):
     """Lists foreign GPU processes; ``a`` adopts the selected one, ``p`` any pid."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("a", "adopt_selected", "Adopt"),
-        Binding("p", "adopt_pid", "Adopt a pid"),
-        Binding("escape", "close_pid", "Close", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("strays"))
+    KEYMAP_SCOPE: ClassVar[str] = "strays"
+    """Its part of :data:`~gpulayer_tui.keymap.KEYMAP` (help and the palette show it)."""
 
     DEFAULT_CSS = """
     StraysScreen #strays-hint { height: auto; padding: 0 1; color: $text-muted; }

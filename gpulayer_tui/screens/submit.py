@@ -19,15 +19,15 @@ from typing import Any, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.suggester import Suggester
 from textual.widget import Widget
-from textual.widgets import Button, Checkbox, Input, Label, Static
+from textual.widgets import Button, Checkbox, Footer, Input, Label, Static
 
-from .. import wire
+from .. import keymap, wire
 from ..backend import BackendError
 from ..view import view_of
 from ..wire import JobJSON
@@ -126,13 +126,11 @@ class SubmitScreen(ModalScreen[JobJSON | None]):
     }
     SubmitScreen .field-error.-shown { display: block; }
     SubmitScreen .option-row { height: 1; margin-left: 14; }
-    SubmitScreen .buttons Static { width: 1fr; color: $text-muted; padding-top: 1; }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+s", "submit", "Submit", priority=True),
-        Binding("escape", "cancel", "Cancel", key_display="esc"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("submit"))
+    KEYMAP_SCOPE: ClassVar[str] = "submit"
+    """Its part of :data:`~gpulayer_tui.keymap.KEYMAP` (help and the palette show it)."""
 
     class Submitted(Message):
         """A job was accepted by the engine (it may have failed over capacity)."""
@@ -211,9 +209,9 @@ class SubmitScreen(ModalScreen[JobJSON | None]):
                 "service copies, each on its own GPU",
             )
             with Horizontal(classes="buttons"):
-                yield Static("ctrl+s submit · esc cancel")
-                yield Button("Submit", id="submit", variant="primary")
-                yield Button("Cancel", id="cancel")
+                yield Button("Submit (ctrl+s)", id="submit", variant="primary")
+                yield Button("Cancel (esc)", id="cancel")
+        yield Footer()  # the form's keys, visible however far the form scrolls
 
     @staticmethod
     def _field(

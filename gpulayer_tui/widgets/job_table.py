@@ -26,7 +26,7 @@ from rich.console import Console, ConsoleOptions
 from rich.style import Style
 from rich.text import Text
 from textual import events, on
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable
@@ -40,6 +40,7 @@ from textual.widgets.data_table import (
     RowKey,
 )
 
+from .. import keymap
 from ..formatting import duration
 from ..job_store import JobStore
 from ..wire import JobRowJSON
@@ -145,10 +146,7 @@ class JobTable(DataTable[Any]):
     JobTable > .jobtable--replicas-down { color: $warning; text-style: bold; }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("g,home", "scroll_top", "First job", show=False),
-        Binding("G,shift+g,end", "scroll_bottom", "Last job", show=False),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings(keymap.TABLE))
 
     _column_order: tuple[int, list[Column]] | None = None
     """Cache of :attr:`ordered_columns` (a class default: DataTable asks during __init__)."""

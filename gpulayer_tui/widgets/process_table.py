@@ -9,9 +9,11 @@ from typing import Any, ClassVar
 from rich.style import Style
 from rich.text import Text
 from textual import on
+from textual.binding import BindingType
 from textual.message import Message
 from textual.widgets import DataTable
 
+from .. import keymap
 from ..formatting import GIB
 
 
@@ -91,6 +93,8 @@ class ProcessTable(DataTable[Text]):
 
     Press enter on a row owned by a job to get :class:`ProcessTable.JobChosen`.
     """
+
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings(keymap.TABLE))
 
     class JobChosen(Message):
         """The user chose a process row that belongs to a job."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
+from textual.binding import BindingType
 from textual.message import Message
 from textual.widgets import DataTable
 
+from .. import keymap
 from ..formatting import GIB, duration
 from ..wire import GpusJSON
 
@@ -42,6 +44,8 @@ def strays_from(gpu_state: GpusJSON | None) -> list[dict[str, Any]]:
 
 class StrayTable(DataTable[Any]):
     """Foreign GPU processes: pid, user, GPUs, VRAM, age, command."""
+
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings(keymap.TABLE))
 
     DEFAULT_CSS = """
     StrayTable { height: 1fr; }

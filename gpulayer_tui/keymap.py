@@ -1,0 +1,164 @@
+"""Every key of the TUI, designed once and written here once.
+
+Screens and tables build their ``BINDINGS`` from :func:`bindings`; the help screen (``?``)
+and the command palette (``ctrl+p`` or ``:``) are generated from :data:`KEYMAP`, so the
+footer, the help and the palette cannot drift apart.
+
+The design, k9s- and lazygit-like:
+
+- ``1`` ``2`` ``3`` switch screens (dashboard, jobs, strays), so no letter is taken from
+  the screens: vim movement works in every table (``j``/``k``, ``g``/``G``).
+- One key, one idea, on every screen: ``/`` filters, ``o``/``O`` order by the next /
+  previous column, ``r`` reverses the order, ``s``/``S`` cycle the status filter, ``f``
+  follows output, ``]`` shows the next replica, ``c`` cancels, ``enter`` opens,
+  ``esc`` goes back (or clears, or closes).
+- Modal forms say their own keys in a footer line: ``ctrl+s`` submits, ``esc`` cancels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+APP = "app"
+"""Bindings of the App itself: they work on every (non-modal) screen."""
+TABLE = "table"
+"""Movement in the tables (jobs, GPU processes, strays)."""
+
+SCREEN_TITLES: dict[str, str] = {
+    APP: "Everywhere",
+    TABLE: "In tables",
+    "dashboard": "Dashboard",
+    "jobs": "Jobs",
+    "detail": "Job detail",
+    "strays": "Strays",
+    "submit": "New job form",
+    "adopt": "Adopt dialog",
+    "confirm": "Confirmation",
+    "quit": "Quit dialog",
+    "help": "Help",
+}
+"""Every keymap scope, in the order the help screen lists them."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """One binding: what it does, where, and whether the footer and palette show it."""
+
+    keys: str
+    """Textual key names, comma-separated (the first is the main one)."""
+    action: str
+    """The action, run on the scope's node (the App for :data:`APP`)."""
+    description: str
+    """What it does, as the footer, help and palette say it."""
+    scopes: tuple[str, ...]
+    """Where it works: screen names from :data:`SCREEN_TITLES`."""
+    show: bool = True
+    """Shown in the footer."""
+    display: str | None = None
+    """How help and the footer write the key(s), when not as named."""
+    palette: bool = True
+    """Offered in the command palette (movement and dialog answers are not)."""
+    priority: bool = False
+
+    @property
+    def shown_keys(self) -> str:
+        """The key(s) as help writes them: ``o / O``, ``ctrl+s``."""
+        return self.display or ", ".join(k.strip() for k in self.keys.split(","))
+
+    def binding(self) -> Binding:
+        """The Textual binding."""
+        return Binding(
+            self.keys,
+            self.action,
+            self.description,
+            show=self.show,
+            key_display=self.display,
+            priority=self.priority,
+        )
+
+
+KEYMAP: tuple[Key, ...] = (
+    # -- everywhere ---------------------------------------------------------------------------
+    Key("1", "show_area('dashboard')", "Dashboard", (APP,)),
+    Key("2", "show_area('jobs')", "Jobs", (APP,)),
+    Key("3", "show_area('strays')", "Strays", (APP,)),
+    Key("n", "new_job", "New job", (APP,)),
+    Key("t", "next_theme", "Theme", (APP,), show=False),
+    Key("ctrl+p,colon", "command_palette", "palette", (APP,), show=False, palette=False),
+    Key("question_mark", "help", "Help", (APP,), display="?"),
+    Key("q", "quit_app", "Quit", (APP,)),
+    Key("ctrl+c", "quit_app", "Quit", (APP,), show=False, priority=True, palette=False),
+    # -- movement in tables -------------------------------------------------------------------
+    Key("j", "cursor_down", "Down", (TABLE,), show=False, palette=False),
+    Key("k", "cursor_up", "Up", (TABLE,), show=False, palette=False),
+    Key(
+        "g,home", "scroll_top", "First row", (TABLE,), show=False, display="g, home", palette=False
+    ),
+    Key(
+        "G,shift+g,end",
+        "scroll_bottom",
+        "Last row",
+        (TABLE,),
+        show=False,
+        display="G, end",
+        palette=False,
+    ),
+    # -- dashboard ----------------------------------------------------------------------------
+    Key("enter", "open_job", "Open the process's job", ("dashboard",), show=False),
+    Key("o,greater_than_sign", "sort(1)", "Sort", ("dashboard", "jobs"), display="o, >"),
+    Key(
+        "O,shift+o,less_than_sign",
+        "sort(-1)",
+        "Sort by previous column",
+        ("dashboard", "jobs"),
+        show=False,
+        display="O, <",
+    ),
+    Key("r", "reverse_sort", "Reverse sort", ("dashboard", "jobs"), show=False),
+    Key("v", "cycle_density", "Panel view (auto/full/compact/rows)", ("dashboard",), show=False),
+    # -- jobs ---------------------------------------------------------------------------------
+    Key("enter", "open_job", "Open", ("jobs",)),
+    Key("c", "cancel_job", "Cancel job", ("jobs", "detail")),
+    Key("slash", "start_filter", "Filter", ("jobs",), display="/"),
+    Key("s", "cycle_status(1)", "Status filter", ("jobs",)),
+    Key("S,shift+s", "cycle_status(-1)", "Status filter back", ("jobs",), show=False, display="S"),
+    Key("escape", "clear_filter", "Clear filter", ("jobs",), display="esc"),
+    Key("down", "focus_table", "Leave the filter line", ("jobs",), show=False, palette=False),
+    # -- job detail ---------------------------------------------------------------------------
+    Key("f", "toggle_follow", "Follow output", ("detail",)),
+    Key("right_square_bracket", "next_replica", "Next replica", ("detail",), display="]"),
+    Key("u", "toggle_usage", "GPU usage", ("detail",)),
+    Key("escape,backspace", "back", "Back", ("detail",), display="esc"),
+    # -- strays -------------------------------------------------------------------------------
+    Key("a", "adopt_selected", "Adopt", ("strays",)),
+    Key("p", "adopt_pid", "Adopt a pid", ("strays",)),
+    Key("escape", "close_pid", "Close the pid field", ("strays",), show=False, palette=False),
+    # -- modal forms and dialogs (they say their keys in their own footer) ---------------------
+    Key("ctrl+s", "submit", "Submit", ("submit",), priority=True),
+    Key("escape", "cancel", "Cancel", ("submit",), display="esc"),
+    Key("ctrl+s", "adopt", "Adopt", ("adopt",), priority=True),
+    Key("escape", "cancel", "Cancel", ("adopt",), display="esc"),
+    Key("y", "answer(True)", "Yes", ("confirm",), palette=False),
+    Key("n,escape", "answer(False)", "No", ("confirm",), display="n, esc", palette=False),
+    Key("k", "choose('handover')", "Keep running", ("quit",), palette=False),
+    Key("s", "choose('stop')", "Stop them", ("quit",), palette=False),
+    Key("escape,c", "choose('stay')", "Stay", ("quit",), display="esc, c", palette=False),
+    Key("escape,q,question_mark", "dismiss", "Close", ("help",), display="esc", palette=False),
+)
+
+
+def keys_of(scope: str) -> list[Key]:
+    """The keymap entries of one scope, in the keymap's order."""
+    return [k for k in KEYMAP if scope in k.scopes]
+
+
+def bindings(scope: str) -> list[Binding]:
+    """The Textual bindings of one scope (a screen's or table's ``BINDINGS``)."""
+    return [k.binding() for k in keys_of(scope)]
+
+
+def key_names(key: Key) -> list[str]:
+    """Every key name a binding answers to, normalised as Textual matches them."""
+    return [name.strip() for name in key.keys.split(",")]

@@ -1,0 +1,52 @@
+"""The command palette's actions, generated from :mod:`.keymap` for the screen it was
+opened on: every action of that screen and every global one, each with its key."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+from textual.actions import parse
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.dom import DOMNode
+
+from .keymap import APP, SCREEN_TITLES, Key, keys_of
+
+
+def _offered(node: DOMNode, key: Key) -> bool:
+    """False when the node hides the action now (a dimmed one is still offered)."""
+    _, name, params = parse(key.action)
+    return node.check_action(name, params) is not False
+
+
+class KeymapCommands(Provider):
+    """Every keymap action of the current screen and of the App, with its key."""
+
+    def _commands(self) -> Iterator[tuple[str, str, Callable[[], Any]]]:
+        screen = self.screen
+        scope = getattr(screen, "KEYMAP_SCOPE", None)
+        targets: list[tuple[str, DOMNode]] = [(APP, self.app)]
+        if scope is not None:
+            targets.insert(0, (scope, screen))
+        for name, node in targets:
+            for key in keys_of(name):
+                if key.palette and _offered(node, key):
+                    yield (
+                        key.description,
+                        f"{SCREEN_TITLES[name]} · key {key.shown_keys}",
+                        partial(self.app.run_action, key.action, node),
+                    )
+
+    async def discover(self) -> Hits:
+        """Every command, before anything is typed."""
+        for title, help_text, run in self._commands():
+            yield DiscoveryHit(title, run, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        """The commands whose title matches what was typed."""
+        matcher = self.matcher(query)
+        for title, help_text, run in self._commands():
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), run, help=help_text)

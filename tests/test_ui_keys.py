@@ -1,0 +1,141 @@
+"""The key map (gpulayer_tui/keymap.py): one key, one meaning per screen; vim movement;
+number keys switch screens; help and the palette are generated from it; modal forms say
+their own keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.widgets import Footer, Input, Static
+from textual.widgets._footer import FooterKey
+
+from gpulayer_tui import keymap
+from gpulayer_tui.app import build_app
+from gpulayer_tui.palette import KeymapCommands
+from gpulayer_tui.screens.help import HelpScreen
+from gpulayer_tui.screens.job_detail import JobDetailScreen
+from gpulayer_tui.screens.jobs import JobsScreen
+from gpulayer_tui.screens.submit import SubmitScreen
+from gpulayer_tui.widgets.job_table import JobTable
+from tests.ui_support import FIXED_NOW, StaticBackend, until
+
+SCREENS = ("dashboard", "jobs", "detail", "strays")
+"""Non-modal screens: the App's keys and the tables' keys work there too."""
+MODALS = ("submit", "adopt", "confirm", "quit", "help")
+
+
+def _static_app() -> Any:
+    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW)
+    app.cursor_blink = False
+    return app
+
+
+def test_no_key_means_two_things_on_one_screen_and_every_key_says_what_it_does() -> None:
+    for screen in (*SCREENS, *MODALS):
+        scopes = (screen, keymap.APP, keymap.TABLE) if screen in SCREENS else (screen,)
+        seen: dict[str, str] = {}
+        for key in (k for scope in scopes for k in keymap.keys_of(scope)):
+            assert key.description.strip(), key
+            for name in keymap.key_names(key):
+                assert seen.setdefault(name, key.action) == key.action, (screen, name)
+    for key in keymap.KEYMAP:
+        assert set(key.scopes) <= set(keymap.SCREEN_TITLES), key
+
+
+def test_one_idea_one_key_across_screens() -> None:
+    # A key used on several screens does one thing (sort, reverse, cancel...) wherever it is.
+    by_key: dict[str, set[str]] = {}
+    for key in keymap.KEYMAP:
+        if any(s in SCREENS or s in (keymap.APP, keymap.TABLE) for s in key.scopes):
+            for name in keymap.key_names(key):
+                by_key.setdefault(name, set()).add(key.action)
+    clashes = {k: a for k, a in by_key.items() if len(a) > 1}
+    # escape is "back out" everywhere: leave the detail, clear the filter, close the pid field.
+    assert set(clashes) <= {"escape"}, clashes
+
+
+async def test_number_keys_switch_screens_and_vim_keys_move() -> None:
+    app = _static_app()
+    async with app.run_test(size=(140, 30)) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: app.current_mode == "jobs")
+        table = app.screen.query_one(JobTable)
+        await until(pilot, lambda: table.row_count == 10, "rows")
+        assert table.cursor_row == 0
+        await pilot.press("j", "j")
+        assert table.cursor_row == 2
+        await pilot.press("k")
+        assert table.cursor_row == 1
+        await pilot.press("G")
+        assert table.cursor_row == 9
+        await pilot.press("g")
+        assert table.cursor_row == 0
+        assert app.current_mode == "jobs"  # j/k/g moved, they did not switch screens
+        await pilot.press("slash")
+        assert app.focused is app.screen.query_one("#filter", Input)
+        assert app.screen.query_one("#filter-row").has_class("-open")
+        await pilot.press("escape", "1")
+        await until(pilot, lambda: app.current_mode == "dashboard")
+        await pilot.press("3")
+        await until(pilot, lambda: app.current_mode == "strays")
+
+
+async def _palette_titles(screen: Any) -> set[str]:
+    provider = KeymapCommands(screen)
+    return {str(hit.display) async for hit in provider.discover()}
+
+
+async def test_palette_offers_each_screens_actions() -> None:
+    app = _static_app()
+    async with app.run_test(size=(140, 30)) as pilot:
+        everywhere = {"Dashboard", "Jobs", "Strays", "New job", "Help", "Quit"}
+        dashboard = await _palette_titles(app.screen)
+        assert everywhere | {"Sort", "Reverse sort"} <= dashboard
+        assert "Cancel job" not in dashboard
+        await pilot.press("2")
+        await until(pilot, lambda: app.current_mode == "jobs")
+        await until(pilot, lambda: app.screen.query_one(JobTable).row_count == 10, "rows")
+        jobs = await _palette_titles(app.screen)
+        assert (
+            everywhere | {"Cancel job", "Filter", "Sort", "Reverse sort", "Status filter"} <= jobs
+        )
+        await pilot.press("enter")
+        detail = await until(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen)
+        offered = await _palette_titles(detail)
+        assert {"Cancel job", "Follow output", "GPU usage", "Back"} <= offered
+        assert "Next replica" not in offered  # a batch job has no replicas (services do)
+        await pilot.press("escape", "3")
+        await until(pilot, lambda: app.current_mode == "strays")
+        assert {"Adopt", "Adopt a pid"} <= await _palette_titles(app.screen)
+        # Our themes only (saved as t saves them), not Textual's unsaved theme picker.
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"Theme: gpulayer-dark", "Theme: gpulayer-light"} <= titles
+        assert "Theme" not in titles
+
+
+async def test_help_lists_every_key_of_the_current_screen() -> None:
+    app = _static_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen))
+        await pilot.press("question_mark")
+        help_screen = await until(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen)
+        for scope in ("jobs", keymap.TABLE, keymap.APP):
+            text = str(help_screen.query_one(f".help-{scope}", Static).render())
+            for key in keymap.keys_of(scope):
+                assert key.description in text and key.shown_keys in text, key
+        first = help_screen.query(".help-section").first()
+        assert "Jobs" in str(first.render())  # this screen's keys come first
+
+
+async def test_new_job_form_shows_its_submit_key_at_80x24() -> None:
+    app = _static_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("n")
+        form = await until(pilot, lambda: isinstance(app.screen, SubmitScreen) and app.screen)
+        footer = form.query_one(Footer)
+        await until(pilot, lambda: footer.query(FooterKey), "footer keys")
+        keys = {k.action: k for k in footer.query(FooterKey)}
+        assert {"submit", "cancel"} <= set(keys)
+        region = keys["submit"].region
+        assert region.height == 1 and 0 <= region.y < 24 and region.right <= 80
