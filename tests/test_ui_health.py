@@ -103,3 +103,20 @@ async def test_config_edits_reach_the_tui(ui_app: AppFactory) -> None:
         config.write_text("[cpu]\nslots = 0\n")
         await engine.config_reload.reload()
         await until(pilot, lambda: any("config edit rejected" in n for n in _notes(app)))
+
+
+async def test_a_paused_queue_is_said_in_the_header(ui_app: AppFactory) -> None:
+    from textual.widgets import Label
+
+    app = await ui_app("1xA100-80GB")
+    engine = app.backend.engine
+    async with app.run_test(size=(120, 40)) as pilot:
+
+        def health_text() -> str:
+            return str(app.screen.query_one("#health", Label).render())
+
+        await until(pilot, lambda: "engine ok" in health_text(), "engine ok")
+        await engine.pause()
+        await until(pilot, lambda: "queue paused" in health_text(), "paused in the header")
+        await engine.resume()
+        await until(pilot, lambda: "engine ok" in health_text(), "ok again")

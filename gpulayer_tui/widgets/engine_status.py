@@ -55,6 +55,10 @@ class EngineStatus(Horizontal):
         if problem:
             label.update(f"⚠ {problem}")
             label.add_class("problem")
+        elif health.get("paused_at"):
+            # The queue holds new starts (gpulayer-tui pause): say it where it is seen.
+            label.update("⏸ queue paused (gpulayer-tui resume)")
+            label.add_class("problem")
         else:
             label.update("● engine ok" if health else "connecting…")
             label.remove_class("problem")
