@@ -188,6 +188,13 @@ def test_config_validator_accepts_or_names_the_key(data: dict[str, Any]) -> None
         parse_config(data, "fuzz.toml")
     except ConfigError as err:
         assert str(err).startswith("fuzz.toml: "), err
+        # ... and names where: a key under one of the sections given, or the top level (a
+        # section's name that is not text, or an empty one: "unknown key '(top level)'")
+        where = str(err).removeprefix("fuzz.toml: ").removeprefix("unknown key '")
+        named = [
+            where.startswith((f"{section}:", f"{section}.", f"{section}'")) for section in data
+        ]
+        assert any(named) or where.startswith("(top level)"), err
 
 
 toml_lines = st.lists(

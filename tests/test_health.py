@@ -194,7 +194,9 @@ def test_metrics_ready_and_doctor_follow_each_step(served: Served) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     served.start("--simulate", "2xA100-80GB")
-    assert served.cli("submit", "--", "true").returncode == 0
+    submitted = served.cli("submit", "--", "true")
+    assert submitted.returncode == 0, submitted.stderr
+    assert served.cli("wait", submitted.stdout.strip()).returncode == 0
 
     def families() -> dict[str, list[tuple[dict[str, str], float]]]:
         status, text = _scrape(served)
@@ -205,10 +207,8 @@ def test_metrics_ready_and_doctor_follow_each_step(served: Served) -> None:
         }
 
     metrics = families()
-    assert ({"status": "completed"}, 1.0) in metrics["gpulayer_jobs"] or (
-        {"status": "running"},
-        1.0,
-    ) in metrics["gpulayer_jobs"]
+    jobs = {labels["status"]: value for labels, value in metrics["gpulayer_jobs"]}
+    assert jobs["completed"] == 1.0 and jobs.get("running", 0.0) == 0.0, jobs
     assert ({"domain": "gpu1", "kind": "total"}, 1.0) in metrics["gpulayer_domain_slots"]
     assert ({"domain": "gpu0", "kind": "total"}, float(80 * 1024**3)) in metrics[
         "gpulayer_domain_vram_bytes"

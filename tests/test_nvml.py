@@ -253,7 +253,7 @@ def test_handle_error_gives_empty_identity(fake_nvml: FakeNvml, probe: NvmlProbe
     assert gpu.name == ""
     assert gpu.memory_used is None
     assert gpu.lost is False
-    assert gpu.error is not None
+    assert gpu.error == "cannot open GPU 1 (Unknown Error)" and gpu.failed
 
 
 def test_not_supported_metrics_are_none_without_error(

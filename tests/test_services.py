@@ -310,13 +310,16 @@ async def test_domain_loss_places_the_whole_service_again(
     fake_nvml.devices[index].lost = True
     await engine.sampler.sample_once()
     await eventually(lambda: engine.book.get(job.id).job.attempt == 2, timeout=20)
+    # (its message says "starting on ..." until the replica is up, then the summary)
+    await eventually(lambda: engine.book.get(job.id).job.message.startswith("1/1 up"))
     moved = await engine.get(job.id)
     assert moved.status is JobStatus.RUNNING and moved.domains != [lost_domain]
     assert moved.replicas[0].pid != old_pid and pid_gone(old_pid)
-    assert "placement 2 of 2" in moved.message or moved.message.startswith("1/1 up")
+    assert moved.message == f"1/1 up on {moved.domains[0]}"
     events = await engine.events_of(job.id)
-    statuses = [e["status"] for e in events if e["kind"] == "job.transition"]
-    assert statuses[-2:] == ["queued", "running"]
+    transitions = [e for e in events if e["kind"] == "job.transition"]
+    assert [e["status"] for e in transitions][-2:] == ["queued", "running"]
+    assert transitions[-1]["message"] == f"starting on {moved.domains[0]} (placement 2 of 2)"
     requeue = [e for e in events if e.get("status") == "queued"][-1]
     assert f"domain {lost_domain} quarantined" in requeue["message"]
     # the second domain goes too: max_attempts (2) is spent, the service fails

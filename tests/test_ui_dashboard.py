@@ -23,6 +23,7 @@ from gpulayer_tui.screens.dashboard import (
     full_height,
     grid_columns,
 )
+from gpulayer_tui.screens.job_detail import JobDetailScreen
 from gpulayer_tui.widgets.gpu_panel import GpuPanel, RowLayout, graph_lines
 from gpulayer_tui.widgets.memory_bar import MemoryBar, split_cells
 from gpulayer_tui.widgets.process_table import ProcessTable
@@ -169,11 +170,8 @@ async def test_foreign_process_shows_as_unregistered_everywhere(
         assert "unreg" not in app.screen.query_one("#panel-gpu0").query_one(MemoryBar).legend_text()
 
 
-async def test_submitted_job_counts_as_running_and_enter_opens_it(
-    ui_app: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_submitted_job_counts_as_running_and_enter_opens_it(ui_app: Any) -> None:
     app = await ui_app("2xA100-80GB")
-    opened: list[int] = []
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.screen.query(GpuPanel))
         assert summary_text(app).startswith("0 running")
@@ -191,13 +189,17 @@ async def test_submitted_job_counts_as_running_and_enter_opens_it(
         await until(pilot, lambda: key in table_keys(app))
         assert table_row(app, key)[4] == f"job {job['id']}"
         assert "sleep 30" in table_row(app, key)[5]
-        monkeypatch.setattr(app, "open_job", opened.append)
         table = app.screen.query_one(ProcessTable)
         table.focus()
         table.move_cursor(row=table_keys(app).index(key))
         await pilot.press("enter")
-        await until(pilot, lambda: opened)
-        assert opened == [job["id"]]
+        # The real detail opens, on the owning job (not the process's pid), and loads it.
+        screen = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "the detail"
+        )
+        assert screen.job_id == job["id"]
+        await until(pilot, lambda: screen.job is not None, "the job")
+        assert screen.job["id"] == job["id"]
 
 
 async def test_sort_keys_change_the_row_order(ui_app: Any, foreign: Callable[[], int]) -> None:
