@@ -223,7 +223,7 @@ async def main():
         out["loaded_s"] = time.time() - t_start
         out["jobs_loaded"] = len(app.job_store.jobs)
         t = time.perf_counter()
-        await pilot.press("j")
+        await pilot.press("2")  # (the jobs screen)
         while app.current_mode != "jobs":
             await pilot.pause(0.001)
         table = app.screen.query_one(JobTable)

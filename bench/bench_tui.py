@@ -177,7 +177,7 @@ async def keypress_latency(presses: int, delay: float) -> dict[str, Any]:
             async with app.run_test(size=(160, 50)) as pilot:
                 await pilot.pause(0.5)
                 for i in range(presses):
-                    key, mode = ("j", "jobs") if i % 2 == 0 else ("d", "dashboard")
+                    key, mode = ("2", "jobs") if i % 2 == 0 else ("1", "dashboard")
                     t = time.perf_counter()
                     await pilot.press(key)
                     while app.current_mode != mode:
