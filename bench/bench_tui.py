@@ -235,7 +235,7 @@ def main() -> None:
         f"loaded) | {idle['first_frame_s']:.3f} s | < 1 s ({frame_ok}) |",
         f"| bare `python -c pass`, same run | {idle['bare_python_s']:.3f} s | |",
         f"| first frame / bare python | {idle['first_frame_s'] / idle['bare_python_s']:.1f}x | |",
-        f"| keypress to repaint (d/j), probe wedged {keys['probe_delay_s']:g} s per read, "
+        f"| keypress to repaint (1/2), probe wedged {keys['probe_delay_s']:g} s per read, "
         f"p50 / p95 / max | {keys['p50_ms']:.1f} / {keys['p95_ms']:.1f} / "
         f"{keys['max_ms']:.1f} ms | UI keeps answering |",
         "",
