@@ -160,6 +160,7 @@ class TerminationReason(StrEnum):
     ADOPT_UID_MISMATCH = "adopt_uid_mismatch"
     ADOPT_REFUSED = "adopt_refused"  # a process no one may adopt (init, a kernel thread, ...)
     PREEMPTED = "preempted"  # stopped for a higher-priority job, and not to be requeued
+    UNKILLABLE = "unkillable"  # outlived SIGKILL past [engine] release_after: released
 
 
 class JobKind(StrEnum):

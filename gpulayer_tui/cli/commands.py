@@ -414,12 +414,53 @@ def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
 def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     job = client.cancel(args.job)
     if job["status"] == "running" and not args.no_wait:
-        job = client.wait(args.job)["job"]
+        job = _await_stop(client, job, args.timeout)
     if args.json:
         _print_json(job)
-    else:
+    if job["status"] == "running":
+        _error(
+            f"job {job['id']} is still running {_since_kill(job)}: its process may be stuck "
+            "in the kernel (uninterruptible sleep); the engine releases it [engine] "
+            f"release_after seconds after SIGKILL (see `gpulayer-tui status {job['id']}`)"
+        )
+        return EXIT_FAILED
+    if not args.json:
         print(f"job {job['id']} {job['status']}: {job['message']}")
     return EXIT_OK
+
+
+CANCEL_PAST_KILL_S = 60.0  # how long `cancel` waits past SIGKILL by default
+
+
+def _await_stop(client: Client, job: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    """Wait for a cancelled job's end, bounded, and say what it waits for when it is slow."""
+    kill_at = job.get("kill_at") or time.time()
+    deadline = time.time() + (
+        timeout if timeout is not None else max(0.0, kill_at - time.time()) + CANCEL_PAST_KILL_S
+    )
+    waited = client.wait(job["id"], timeout=min(1.0, max(0.0, deadline - time.time())))
+    if not waited["timed_out"]:
+        return dict(waited["job"])
+    clock = time.strftime("%H:%M:%S", time.localtime(kill_at))
+    until = time.strftime("%H:%M:%S", time.localtime(deadline))
+    print(
+        f"job {job['id']} is stopping: SIGTERM sent, SIGKILL at {clock} if it still runs; "
+        f"waiting until {until}",
+        file=sys.stderr,
+        flush=True,
+    )
+    left = max(0.0, deadline - time.time())
+    return dict(client.wait(job["id"], timeout=left)["job"])
+
+
+def _since_kill(job: dict[str, Any]) -> str:
+    kill_at = job.get("kill_at")
+    if not kill_at:
+        return "after the wait"
+    past = time.time() - kill_at
+    if past < 0:
+        return f"{-past:.0f} s before its SIGKILL"
+    return f"{past:.0f} s after SIGKILL"
 
 
 def _adopt(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

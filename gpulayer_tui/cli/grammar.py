@@ -303,6 +303,12 @@ def _wait_args(p: argparse.ArgumentParser) -> None:
 def _cancel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_id_arg)
     p.add_argument("--no-wait", action="store_true", help="return without waiting for the end")
+    p.add_argument(
+        "--timeout",
+        type=positive_number,
+        metavar="SECONDS",
+        help="wait at most this long for the end (default: until 60 s past its SIGKILL)",
+    )
     p.add_argument("--json", action="store_true")
 
 

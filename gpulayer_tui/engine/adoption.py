@@ -31,6 +31,7 @@ from .jobbook import ActiveJob, JobBook, take_holds
 from .models import Job, JobKind, JobStatus, TerminationReason
 from .scheduler import Request
 from .supervisor import Supervisor, open_pidfd
+from .unkillable import StuckReleaser
 
 if TYPE_CHECKING:
     from .config import EngineSettings
@@ -116,6 +117,7 @@ class Adopter:
         self._store = store
         self._latest_sample = latest_sample
         self._settings = settings
+        self._stuck = StuckReleaser(book, lambda: self._settings.release_after, self._let_go)
 
     def reconfigure(self, settings: EngineSettings) -> None:
         """Use new ``[engine]`` settings from now on."""
@@ -376,8 +378,23 @@ class Adopter:
             self._book.after_commit(functools.partial(self._signal_stop, act.job.id, grace))
 
     def _signal_stop(self, job_id: int, grace: float) -> None:
-        if job_id in self._book:
+        act = self._book.get(job_id)
+        if act is not None:
             self._executor.terminate(job_id, grace)
+            self._stuck.arm(act)
+
+    def _let_go(self, act: ActiveJob) -> None:
+        """Stop watching a process that outlived SIGKILL (its job ends ``unkillable``)."""
+        self._executor.forget(act.job.id)
+        self._book.roots.drop(act.job.pid)
+
+    def job_ended(self, act: ActiveJob) -> None:
+        """End listener: no release is due for a job that ended."""
+        self._stuck.job_ended(act)
+
+    def close(self) -> None:
+        """Engine stop: drop the release timers (a restarted engine re-arms them)."""
+        self._stuck.close()
 
     def reattach(self, act: ActiveJob) -> None:
         """Watch an adopted process again after an engine restart, by pid + start time;
@@ -402,3 +419,4 @@ class Adopter:
             # Being stopped when the engine stopped: go on, keeping the stored deadline.
             left = max(0.0, (job.kill_at or time.time()) - time.time())
             self._executor.terminate(job.id, left)
+            self._stuck.arm(act)

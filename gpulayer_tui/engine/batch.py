@@ -21,6 +21,7 @@ from .commandline import plain_argv, shell_argv
 from .executor import Executor, Exit, LaunchError, Started, TaskKey
 from .jobbook import ActiveJob, JobBook, release_holds, take_holds
 from .models import Job, JobStatus, TerminationReason
+from .unkillable import StuckReleaser
 
 if TYPE_CHECKING:
     from .config import EngineSettings
@@ -210,6 +211,7 @@ class BatchRunner:
         self._checkpoints: dict[int, asyncio.TimerHandle] = {}
         self._process_end: list[ProcessEndListener] = []
         self._requeued: list[Callable[[ActiveJob], None]] = []
+        self._stuck = StuckReleaser(book, lambda: self._settings.release_after, self._let_go)
 
     def reconfigure(self, settings: EngineSettings) -> None:
         """Use new ``[engine]`` settings from now on."""
@@ -300,6 +302,16 @@ class BatchRunner:
         else:
             # Not started yet: _launch sees the stop and ends it without a process.
             self._executor.terminate(job_id, grace, act.job.attempt)
+        self._stuck.arm(act)
+
+    def _let_go(self, act: ActiveJob) -> None:
+        """Stop watching a process that outlived SIGKILL (its job ends ``unkillable``)."""
+        job = act.job
+        if job.id in self._legacy.pids():
+            self._legacy.forget(job.id)
+        else:
+            self._executor.release(job.id, job.attempt)
+        self._book.roots.drop(job.pid)
 
     def preempt(
         self, act: ActiveJob, message: str, checkpoint_signal: str | None, checkpoint: float
@@ -388,6 +400,7 @@ class BatchRunner:
             timer = timers.pop(act.job.id, None)
             if timer is not None:
                 timer.cancel()
+        self._stuck.job_ended(act)
 
     # -- restart ------------------------------------------------------------------------------
 
@@ -421,6 +434,7 @@ class BatchRunner:
             # Stopping when the engine stopped: signal again, keeping the stored deadline.
             grace = max(0.0, (job.kill_at or time.time()) - time.time())
             self._executor.terminate(job.id, grace, run)
+            self._stuck.arm(act)
 
     def _reattach_legacy(self, act: ActiveJob) -> None:
         """A job an older version started under its per-job ``sh`` wrapper."""
@@ -456,3 +470,4 @@ class BatchRunner:
             for timer in timers.values():
                 timer.cancel()
             timers.clear()
+        self._stuck.close()

@@ -6,6 +6,7 @@ Example ``config.toml``::
     sample_interval = 1.0   # seconds between GPU samples
     grace_period = 10.0     # SIGTERM -> SIGKILL delay for launched jobs (seconds)
     adopt_grace_period = 60.0  # the same for adopted processes (they never expected us)
+    release_after = 30.0    # a process alive this long after SIGKILL is released (unkillable)
 
     [cpu]
     slots = 8               # concurrent gpus=0 jobs (default: CPU core count)
@@ -101,6 +102,9 @@ class EngineSettings(_Strict):
     probe_timeout: float = Field(5.0, ge=0.05, le=600)
     grace_period: float = Field(10.0, ge=0, le=3600)
     adopt_grace_period: float = Field(60.0, ge=0, le=3600)
+    # How long a process may outlive SIGKILL before its job is released (a process in
+    # uninterruptible sleep, stuck in a GPU driver, may never die).
+    release_after: float = Field(30.0, ge=0.1, le=86400)
     auto_domains: bool = True
     launcher_idle: float = Field(60.0, ge=0.1, le=86400)
 

@@ -232,6 +232,7 @@ class Engine:
         self.book.on_end(lambda act: self.usage.job_ended(act.job.id))
         self.book.on_end(release_holds)
         self.book.on_end(self.batch.job_ended)
+        self.book.on_end(self.adopter.job_ended)
         self.book.on_end(self.services.job_ended)
         self.book.on_end(self.queue.job_ended)
         # A GPU job that died of a device error counts against its GPUs' health.
@@ -465,6 +466,7 @@ class Engine:
         await self.clusters.close()
         self.usage.save_all()  # (running jobs' series go on after the next start)
         self.batch.close()
+        self.adopter.close()
         self.services.close()
         self.queue.close()
         await self.store.close()  # (commits what is queued; after-commit acks go out)

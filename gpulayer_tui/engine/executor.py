@@ -98,6 +98,11 @@ class Executor(Protocol):
         """The engine recorded the task's end: the executor may forget it."""
         ...
 
+    def release(self, key: TaskKey, run: int = 0) -> None:
+        """Stop watching a task that outlived SIGKILL (see :mod:`.unkillable`); it is not
+        signalled again, and its end, if it comes, reports to no one."""
+        ...
+
     def log_path(self, key: TaskKey) -> Path:
         """Where the task's output goes."""
         ...

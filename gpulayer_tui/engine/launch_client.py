@@ -84,6 +84,7 @@ class LauncherExecutor:
         self._batch: list[bytes] = []  # this loop iteration's requests, sent as one write
         self._flush_handle: asyncio.Handle | None = None
         self._acks: list[str] = []
+        self._released: set[str] = set()  # tasks let go of as unkillable (still running)
         self._table: dict[str, Any] = {}
         self._table_ready: asyncio.Future[dict[str, Any]] | None = None
         self._started_at: float | None = None
@@ -334,6 +335,11 @@ class LauncherExecutor:
         watch = self._watches.pop(lkey, None)
         if watch is not None:
             watch.on_exit(Exit(code, recorded=code is not None, at=at))
+        elif lkey in self._released:
+            # Released as unkillable, it ended after all: its job is over already.
+            self._released.discard(lkey)
+            self._acks.append(lkey)
+            self._flush_soon()
 
     def _failed(self, lkey: str, error: str) -> None:
         self._pending.pop(lkey, None)
@@ -447,6 +453,13 @@ class LauncherExecutor:
             return False
         self._write({"op": "terminate", "key": lkey, "grace": grace})
         return True
+
+    def release(self, key: TaskKey, run: int = 0) -> None:
+        """Stop watching a task that outlived SIGKILL (its job ended ``unkillable``); the
+        launcher still reaps it whenever it dies, and its end is then acknowledged."""
+        lkey = launcher_key(key, run)
+        if self._watches.pop(lkey, None) is not None:
+            self._released.add(lkey)
 
     def done(self, key: TaskKey, run: int = 0) -> None:
         """The engine recorded the task's end: the launcher may forget it."""
