@@ -138,6 +138,36 @@ async def test_unwritable_database_refuses_new_work_and_loses_nothing(
         await server.stop()
 
 
+async def test_a_job_that_ends_during_a_write_outage_reads_ended_and_is_waited_for_until_durable(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine()
+    go = tmp_path / "go"
+    job = await engine.submit({"shell": f"while [ ! -e {go} ]; do sleep 0.02; done"})
+    await _break_writes(engine, "read-only")
+    with pytest.raises(StoreError):
+        await engine.submit({"command": ["true"]})  # (the outage is noticed)
+    waiting = asyncio.create_task(engine.wait(job.id))
+    go.touch()
+    await eventually(lambda: job.id not in engine.book)
+    # Its end cannot be written: reads show what happened, never the stale "running",
+    # and a waiter is not told "ended" while the database still says "running".
+    assert (await engine.get(job.id)).status is JobStatus.COMPLETED
+    assert _db_rows(engine.paths, "SELECT status FROM jobs WHERE id = ?", (job.id,)) == [
+        ("running",)
+    ]
+    with pytest.raises(TimeoutError):
+        await engine.wait(job.id, timeout=0.3)
+    assert not waiting.done()
+    await _mend_writes(engine, "read-only")
+    done = await asyncio.wait_for(waiting, timeout=20)
+    assert done.status is JobStatus.COMPLETED
+    # It returned once the end was durable.
+    assert _db_rows(engine.paths, "SELECT status FROM jobs WHERE id = ?", (job.id,)) == [
+        ("completed",)
+    ]
+
+
 # -- a real full or read-only filesystem (root: a tiny tmpfs) ----------------------------------
 
 

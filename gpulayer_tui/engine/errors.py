@@ -40,3 +40,8 @@ class Overloaded(RuntimeError):
 
 class StoreError(RuntimeError):
     """The database cannot be used (newer schema, corrupt, unwritable) (503)."""
+
+
+class WriteDeferred(StoreError):
+    """A write failed and is kept: it is committed once the database takes writes again
+    (what waits for it to be durable waits on :meth:`.Store.after_commit`)."""

@@ -18,11 +18,13 @@ and whoever waits on it is told after the commit); split, each half would reach 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .errors import WriteDeferred
 from .models import Event, EventKind, Job, JobKind, JobStatus, TerminationReason, check_transition
 
 LOG_CUT = "log cut: "  # how a job's message starts while it says its log was cut
@@ -304,9 +306,14 @@ class JobBook:
             return
 
         def committed(fut: asyncio.Future[None]) -> None:
-            if not fut.cancelled():
-                fut.exception()  # a failed write is reported by the store; waiters go on
-            self._settled(job.id)
+            error = None if fut.cancelled() else fut.exception()
+            if isinstance(error, WriteDeferred):
+                # Writes fail now; the row is kept and retried. Until it is durable the job
+                # stays live (reads show its end) and `wait` goes on waiting: a waiter is
+                # never told "ended" while the database still says "running".
+                self._journal.after_commit(functools.partial(self._settled, job.id))
+                return
+            self._settled(job.id)  # (committed; or dropped by the store, which says so)
 
         done.add_done_callback(committed)
 

@@ -41,7 +41,7 @@ from ..wire import (
     UsageJSON,
     UsageSummaryJSON,
 )
-from .errors import StoreError
+from .errors import StoreError, WriteDeferred
 from .models import (
     Event,
     EventKind,
@@ -578,7 +578,7 @@ class Store:
         if done is not None and self.failure is not None:
             # Writes are failing: say so now rather than at the next retry. The data stays
             # queued and is committed once the database takes writes again.
-            done.set_exception(StoreError(self.failure))
+            done.set_exception(WriteDeferred(self.failure))
             write.done = None
         self._queue.append(write)
         self._wake.set()
@@ -685,12 +685,14 @@ class Store:
             kept = [ev for _, ev in history]
             self._retry.append(_Write(None, kept, None, extra, history))
             self._retry += [_Write(None, [], None, then=cb) for cb in callbacks]
+        retried = isinstance(error, sqlite3.Error)  # (kept for the retry: see above)
         for write in batch:
             if write.done is not None and not write.done.done():
                 if error is None:
                     write.done.set_result(None)
                 else:
-                    write.done.set_exception(StoreError(f"database write failed: {error}"))
+                    failed = WriteDeferred if retried else StoreError
+                    write.done.set_exception(failed(f"database write failed: {error}"))
         if error is None:
             for ev in events:
                 self._publish(ev)
