@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from gpulayer_tui.engine.api import ApiServer
 from gpulayer_tui.engine.engine import Engine, Overloaded
 from gpulayer_tui.engine.errors import StoreError
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
-from gpulayer_tui.engine.paths import Paths
+from gpulayer_tui.engine.paths import Paths, resolve_paths
 
 from .conftest import REPO, EngineFactory, Served, adopt, eventually, make_config, wait_for
 from .raw_http import UnixHTTPConnection, request
@@ -405,6 +406,42 @@ def test_a_flood_of_submissions_is_accepted_or_refused_never_dropped(
     queued = "/v1/jobs?status=queued,pending&limit=10"
     wait_for(lambda: not request(paths.socket, "GET", queued)[1]["jobs"], timeout=60)
     assert "Traceback" not in served.stop()
+
+
+def _closed_by_server(sock: socket.socket, within: float) -> bool:
+    """True once the engine closes ``sock`` (reads end), False if it is open at ``within``."""
+    sock.settimeout(within)
+    try:
+        return sock.recv(4096) == b""
+    except TimeoutError:
+        return False
+
+
+def test_half_open_connections_are_closed_and_streams_are_not(served: Served) -> None:
+    served.home.mkdir(parents=True)
+    (served.home / "config.toml").write_text("[limits]\nidle_connection = 0.5\n")
+    served.start("--simulate", "1xA100-80GB")
+    path = str(resolve_paths().socket)
+    silent, half, stream = (socket.socket(socket.AF_UNIX) for _ in range(3))
+    for sock in (silent, half, stream):
+        sock.connect(path)
+    half.sendall(b"GET /v1/health HTTP/1.1\r\nHost: engine\r\n")  # never finished
+    stream.sendall(b"GET /v1/events HTTP/1.1\r\nHost: engine\r\n\r\n")
+    assert _closed_by_server(silent, within=10)
+    assert _closed_by_server(half, within=10)
+    # A request being served (a stream) is not idle: it stays open past the limit and
+    # still carries what happens.
+    assert not _closed_by_server(stream, within=1.5), "the stream was cut"
+    submitted = served.cli("submit", "--name", "after-the-limit", "--", "true")
+    assert submitted.returncode == 0, submitted.stderr
+    stream.settimeout(10)
+    seen = b""
+    while b"after-the-limit" not in seen:
+        chunk = stream.recv(65536)
+        assert chunk, "the stream ended"
+        seen += chunk
+    for sock in (silent, half, stream):
+        sock.close()
 
 
 async def test_adoption_that_cannot_be_recorded_is_undone_and_the_pid_left_alone(

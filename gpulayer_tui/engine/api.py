@@ -700,8 +700,16 @@ class ApiServer:
         self.path.unlink(missing_ok=True)
         # A short shutdown grace: open streams (a TUI following /events, `logs -f`) are
         # ended by bus.close(); nothing else should keep a stopping engine waiting 60 s.
+        # keepalive_timeout also bounds a new connection's wait for its first request
+        # (aiohttp arms it at connection_made): a client that connects and sends nothing,
+        # or half a header, is closed instead of holding a descriptor for ever. A request
+        # being served (a stream) is never cut by it.
         self._runner = web.AppRunner(
-            make_app(self.engine), handle_signals=False, access_log=None, shutdown_timeout=3.0
+            make_app(self.engine),
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=3.0,
+            keepalive_timeout=self.engine.config.limits.idle_connection,
         )
         await self._runner.setup()
         old_umask = os.umask(0o177)

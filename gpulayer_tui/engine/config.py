@@ -29,6 +29,7 @@ Example ``config.toml``::
     [limits]                # back-pressure: beyond these, submissions get 429
     active_jobs = 50000     # pending + queued + running jobs
     submissions_in_flight = 64  # submit requests being handled at once
+    idle_connection = 30.0  # seconds a connection may wait without a whole request
 
     [snapshot]              # submit --snapshot: the job runs a copy of its cwd
     default = false         # snapshot every submission of the engine's user
@@ -198,6 +199,9 @@ class LimitsSettings(_Strict):
 
     active_jobs: int = Field(50_000, ge=1, le=10_000_000)
     submissions_in_flight: int = Field(64, ge=1, le=100_000)
+    # A connection to the socket that has not sent a whole request within this many
+    # seconds (a half-open or stalled client) is closed: it would hold a file descriptor.
+    idle_connection: float = Field(30.0, ge=0.1, le=86400)
 
 
 class LogSettings(_Strict):
