@@ -125,6 +125,20 @@ def test_without_reservations_the_stream_starves_the_big_job() -> None:
     assert status(stream[1]) == "running" and status(big) == "queued"  # (what issue 18 saw)
 
 
+def test_a_service_of_several_replicas_is_not_starved_either() -> None:
+    box = Box(gpus=3)
+    first, second, third = (box.run(gpus=1) for _ in range(3))
+    service = box.run(gpus=1, replicas=2, kind="service")
+    stream = [box.run(gpus=1) for _ in range(3)]
+    box.end(first)  # gpu0 frees: it is kept for the service's replicas
+    assert status(service) == "queued" and all(status(s) == "queued" for s in stream)
+    assert service.job.message.endswith("reserved for it until they free up")
+    box.end(second)
+    assert status(service) == "running" and sorted(service.job.domains) == ["gpu0", "gpu1"]
+    box.end(third)
+    assert status(stream[0]) == "running"
+
+
 def test_a_job_that_ends_before_the_reservation_backfills_it() -> None:
     box = Box(gpus=2)
     box.run(gpus=1)

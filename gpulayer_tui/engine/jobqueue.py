@@ -664,8 +664,8 @@ class JobQueue:
         candidates = (
             [scheduler.domains[p] for p in request.pins] if request.pins else scheduler.gpu_domains
         )
-        if request.replicas > 1:
-            return None  # (services place replica by replica; not reserved)
+        # A service's GPU replicas each take their own domains, so it needs
+        # ``request.gpus`` distinct domains in all, like one job of that many GPUs.
         return reservation(
             job_id,
             request.gpus,
