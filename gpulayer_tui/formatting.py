@@ -26,6 +26,22 @@ def gib(value: int | None) -> str:
     return "?" if value is None else f"{value / GIB:.1f}"
 
 
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """``1 job``, ``2 jobs`` (``words``: an irregular plural)."""
+    return f"{count} {word if count == 1 else (words or word + 's')}"
+
+
+def gpus_text(job: JobRowJSON) -> str:
+    """Assigned GPUs by index (``#0``, ``#0,1``: a bare ``0`` read as "no GPUs"), else the
+    requested count after a times sign (``\N{MULTIPLICATION SIGN}2``), else empty. The TUI's
+    GPUS column and the CLI's ``jobs`` say it alike."""
+    if job.get("gpus"):
+        return "#" + ",".join(str(g) for g in job["gpus"])
+    spec = job.get("spec")
+    wanted = spec.get("gpus") if isinstance(spec, dict) else None
+    return f"\N{MULTIPLICATION SIGN}{wanted}" if wanted else ""
+
+
 def replica_health(job: JobRowJSON) -> str:
     """``2/2 up`` for a service's job JSON; ``""`` for other kinds."""
     replicas = job.get("replicas")

@@ -176,7 +176,7 @@ def test_a_user_past_its_gpu_limit_waits_and_others_go_on() -> None:
     assert [status(a) for a in mine] == ["running", "queued"]
     assert status(theirs) == "running"
     assert mine[1].job.message == (
-        f"user {user_label(ME)}'s limit: 1 GPUs running at once ([users.default] "
+        f"user {user_label(ME)}'s limit: 1 GPU running at once ([users.default] "
         "max_gpus), 1 running now"
     )
     box.end(mine[0])

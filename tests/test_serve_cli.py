@@ -63,6 +63,12 @@ def test_queued_reason_cancel_and_follow_logs(served: Served) -> None:
     data = json.loads(served.cli("status", queued, "--json").stdout)["job"]
     assert data["status"] == "queued"
     assert data["message"] == f"waiting for gpu0: slot held by job {running}"
+    # GPUS: where a job runs (#0, never a bare 0 that reads as "no GPUs"), else how many
+    # it asks for (x1), as the TUI's jobs table says it.
+    table = served.cli("jobs").stdout.splitlines()
+    assert table[0].split()[:5] == ["ID", "NAME", "STATUS", "DOMAINS", "GPUS"]
+    rows = {line.split()[0]: line.split() for line in table[1:]}
+    assert "#0" in rows[running] and "\N{MULTIPLICATION SIGN}1" in rows[queued]
     follower = subprocess.Popen(
         [*_cli_argv(), "logs", "-f", running],
         env=served.env,

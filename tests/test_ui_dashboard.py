@@ -119,7 +119,7 @@ def test_layout_choices() -> None:
     assert choose_density(2, 2, 28) == ("full", 4)  # 120x40
     assert choose_density(8, 4, 48) == ("full", 4)  # 200x60
     assert choose_density(8, 4, 20) == ("full", 2)
-    assert full_height(1) == 7
+    assert full_height(1) == 8
 
 
 def test_row_header_lines_up_with_rows() -> None:
@@ -246,7 +246,7 @@ async def test_eight_gpus_at_80x24(ui_app: Any) -> None:
             assert 0 < panel.region.y < 24
         assert app.screen.query_one(ProcessTable).region.height >= 4
         head = str(app.screen.query_one("#gpu-head").render())
-        assert head.split()[:3] == ["GPU", "MODEL", "UTIL"]
+        assert head.split()[:4] == ["GPU", "MODEL", "JOB", "UTIL"]
 
 
 # -- pilot tests over the static backend (fast, fixed data) -----------------------------------
@@ -330,3 +330,104 @@ def test_snapshot_eight_gpus_200x60(snap_compare: Any) -> None:
 
 def test_snapshot_two_gpus_light_theme(snap_compare: Any) -> None:
     assert _snap(snap_compare, 2, (120, 40), theme="gpulayer-light")
+
+
+# -- resizing ---------------------------------------------------------------------------------
+
+
+def assert_panels_laid_out(app: Any) -> None:
+    """Layout invariants of the GPU panels at the app's current size."""
+    panels = list(app.screen.query(GpuPanel))
+    assert panels
+    densities = {p.density for p in panels}
+    assert len(densities) == 1, densities
+    density = densities.pop()
+    heights = {p.region.height for p in panels}
+    assert len(heights) == 1, f"panels of different heights: {heights}"
+    for panel in panels:
+        inner = panel.content_region
+        stats = panel.query_one("#stats")
+        graphs = panel.query_one("#graphs")
+        assert stats.region.right <= inner.right, (panel.domain_name, stats.region, inner)
+        if density == "row":
+            assert panel.region.height == 1
+            continue
+        if density == "compact":
+            assert not graphs.display or graphs.region.height == 0
+            continue
+        # full: both graphs there, graph_height lines each, inside the panel.
+        assert graphs.display and graphs.region.height == 2 * panel.graph_height
+        assert inner.contains_region(graphs.region), (panel.domain_name, graphs.region, inner)
+        lines = str(graphs.render()).splitlines()
+        assert len(lines) == 2 * panel.graph_height
+        assert lines[0].startswith("util ") and lines[panel.graph_height].startswith("mem  ")
+        assert all(len(line) <= graphs.region.width for line in lines)
+        assert panel.region.height == full_height(panel.graph_height)
+
+
+async def test_panels_mend_after_any_sequence_of_resizes(ui_app: Any) -> None:
+    app = await ui_app("8xA100-80GB")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: len(app.screen.query(GpuPanel)) == 8)
+        await until(pilot, lambda: all(p.domain for p in app.screen.query(GpuPanel)))
+        await pilot.pause()
+        assert_panels_laid_out(app)
+        for size in [(200, 50), (80, 24), (200, 50), (120, 40), (80, 24), (200, 50), (100, 30)]:
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            await pilot.wait_for_scheduled_animations()
+            await pilot.pause()
+            assert app.size == size
+            assert_panels_laid_out(app)
+        await pilot.resize_terminal(200, 50)
+        await pilot.pause()
+        assert {p.density for p in app.screen.query(GpuPanel)} == {"full"}
+
+
+async def test_panels_name_the_job_holding_each_gpu_as_text(ui_app: Any) -> None:
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: len(app.screen.query(GpuPanel)) == 2)
+        name = "[b]big[/b] run"  # markup in a name is shown as typed
+        job = await app.backend.submit(
+            {"command": ["sleep", "30"], "gpus": 1, "domain": "gpu1", "name": name}
+        )
+        panel = app.screen.query_one("#panel-gpu1", GpuPanel)
+        jobs = panel.query_one("#jobs")
+        await until(pilot, lambda: f"job {job['id']} {name}" in str(jobs.render()))
+        assert str(app.screen.query_one("#panel-gpu0").query_one("#jobs").render()) == "no job"
+        # The header keeps the word "simulated" at 80 columns (the location gives way).
+        backend = app.screen.query_one("#backend")
+        await until(pilot, lambda: "simulated" in str(backend.render()))
+        assert backend.region.width > 0 and backend.region.right <= 80
+        # In the one-line rows of 8 GPUs, the JOB column names it too.
+        await pilot.press("v", "v", "v")  # full, compact, rows
+        await until(pilot, lambda: panel.density == "row")
+        stats = str(panel.query_one("#stats").render())
+        assert f" {job['id']} [b]" in stats
+        assert "JOB" in str(app.screen.query_one("#gpu-head").render())
+        await app.backend.cancel(job["id"])
+
+
+def resized(n_gpus: int, *sizes: tuple[int, int]) -> Callable[[Pilot[Any]], Any]:
+    """Settle, then resize through ``sizes`` (settling after each)."""
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await settled(n_gpus)(pilot)
+        for size in sizes:
+            await pilot.resize_terminal(*size)
+            await settled(n_gpus)(pilot)
+
+    return run_before
+
+
+def test_snapshot_eight_gpus_80x24_after_resizes(snap_compare: Any) -> None:
+    app = build_app(StaticBackend(n_gpus=8), clock=lambda: FIXED_NOW)
+    run_before = resized(8, (200, 50), (80, 24))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_snapshot_eight_gpus_200x50_after_resizes(snap_compare: Any) -> None:
+    app = build_app(StaticBackend(n_gpus=8), clock=lambda: FIXED_NOW)
+    run_before = resized(8, (80, 24), (200, 50))
+    assert snap_compare(app, terminal_size=(200, 50), run_before=run_before)

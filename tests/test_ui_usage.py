@@ -171,8 +171,9 @@ async def test_the_usage_panel_survives_the_engine_going_away(served: Served) ->
 async def test_an_idle_gpu_job_is_counted_on_the_dashboard_and_warned_in_its_detail(
     embedded_app: AppFactory,
 ) -> None:
-    # Nothing of the job's holds the simulated GPU: it reads 0 % busy, idle at once.
-    app = await embedded_app("2xA100-80GB", config=make_config(policy={"idle_after": 1}))
+    # The job's simulated process keeps its GPU 0 % busy ([simulate]): idle at once.
+    config = make_config(policy={"idle_after": 1}, simulate={"utilization": 0})
+    app = await embedded_app("2xA100-80GB", config=config)
     job = await app.backend.submit(_gpu_job("idler"))
     async with app.run_test(size=(140, 40)) as pilot:
         counts = app.screen.query_one(SummaryLine)

@@ -677,6 +677,8 @@ def _users(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
 
 def why_lines(data: dict[str, Any]) -> list[str]:
     """``gpulayer-tui why``'s text: one fact per line."""
+    from ..formatting import plural
+
     job = data["job"]
     if not data.get("waiting"):
         return [f"job {job} is {data.get('status')}: {data.get('reason', '')}".rstrip(": ")]
@@ -704,8 +706,9 @@ def why_lines(data: dict[str, Any]) -> list[str]:
     ]
     lines.append(
         f"  limits      {', '.join(set_) or 'none'} ({limits.get('from')}); running "
-        f"{limits.get('running_gpus', 0)} GPUs, {limits.get('running_vram_gb', 0):g} GiB "
-        f"declared; {limits.get('waiting', 0)} jobs waiting"
+        f"{plural(limits.get('running_gpus', 0), 'GPU')}, "
+        f"{limits.get('running_vram_gb', 0):g} GiB "
+        f"declared; {plural(limits.get('waiting', 0), 'job')} waiting"
     )
     order = data.get("fair_share") or []
     if order:

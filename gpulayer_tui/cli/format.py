@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from ..fields import printable
-from ..formatting import duration, gib, replica_health, replica_state, usage_lines
+from ..formatting import duration, gib, gpus_text, replica_health, replica_state, usage_lines
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:
@@ -58,13 +58,16 @@ def format_jobs(jobs: list[JobRowJSON], now: float) -> str:
                 job["name"][:24],
                 job["status"] + (f" {health}" if (health := replica_health(job)) else ""),
                 ",".join(job["domains"]),
+                gpus_text(job),
                 "" if spec.get("vram_gb") is None else f"{spec['vram_gb']:g}",
                 _runtime(job, now),
                 "" if job["exit_code"] is None else str(job["exit_code"]),
                 job["message"],
             ]
         )
-    return table(["ID", "NAME", "STATUS", "DOMAINS", "VRAM", "RUNTIME", "EXIT", "REASON"], rows)
+    return table(
+        ["ID", "NAME", "STATUS", "DOMAINS", "GPUS", "VRAM", "RUNTIME", "EXIT", "REASON"], rows
+    )
 
 
 def _when(ts: float | None) -> str:

@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .domain import plural
 from .errors import Overloaded, SpecError, StoreError
 from .fairness import owner_of, user_label
 from .jobbook import ActiveJob, JobBook
@@ -309,7 +310,8 @@ class Admission:
         waiting = self._queue.waiting_of(uid)
         if waiting + count > most:
             raise Overloaded(
-                f"user {user_label(uid)} has {waiting} jobs waiting; {count} more would pass "
+                f"user {user_label(uid)} has {plural(waiting, 'job')} waiting; "
+                f"{count} more would pass "
                 f"{most} ({limits.where(uid)} max_queued); nothing was stored"
             )
 

@@ -53,6 +53,11 @@ Example ``config.toml``::
     replicas = true         # also a service replica's restart or give-up
     timeout = 10.0          # seconds per notification (the command is then killed)
 
+    [simulate]              # --simulate only: jobs on simulated GPUs look busy
+    utilization = 70        # % each job adds to its GPU ...
+    jitter = 15             # ... moved by up to 15 points a tick (seeded, repeatable)
+    memory_fraction = 0.9   # of a job's vram_gb it holds (memory_gb when it declared none)
+
 GPUs that no ``[domains.*]`` table names become ``gpu<index>`` domains with one slot,
 unless ``engine.auto_domains = false``.
 """
@@ -357,6 +362,24 @@ class ClusterSettings(_Strict):
     command_timeout: float = Field(30.0, ge=1, le=600)
 
 
+class SimulateSettings(_Strict):
+    """``[simulate]``: how jobs look on simulated GPUs (``--simulate`` only).
+
+    Each running job, service replica and adopted process placed on a simulated GPU
+    shows there as a GPU process (its real pid) holding ``memory_fraction`` of its
+    declared ``vram_gb`` (``memory_gb`` when it declared none) and adding
+    ``utilization`` % to the GPU, moved by up to ``jitter`` points per tick by a pattern
+    seeded with ``seed`` (the same seed, job and tick always give the same value).
+    """
+
+    jobs: bool = True  # off: only the ledger (sim-ledger.json) puts processes on GPUs
+    utilization: int = Field(70, ge=0, le=100)
+    jitter: int = Field(0, ge=0, le=100)
+    memory_fraction: float = Field(1.0, ge=0, le=1)
+    memory_gb: float = Field(1.0, ge=0, le=1e6)
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+
+
 class Config(_Strict):
     """The whole config file."""
 
@@ -377,6 +400,7 @@ class Config(_Strict):
     users: dict[str, UserLimits] = {}
     scheduling: SchedulingSettings = SchedulingSettings()
     clusters: dict[str, ClusterSettings] = {}
+    simulate: SimulateSettings = SimulateSettings()
 
 
 def _format_validation(err: ValidationError, source: str) -> str:

@@ -67,6 +67,11 @@ def gib(value: int | float) -> str:
     return f"{value / GIB:.1f} GiB"
 
 
+def plural(count: int, word: str) -> str:
+    """``1 GPU``, ``2 GPUs``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 class Domain:
     """One scheduling domain.
 
@@ -187,7 +192,10 @@ class Domain:
         if self.state is DomainState.QUARANTINED:
             return None
         if self.launch_failures >= quarantine_after:
-            self.quarantine(f"{self.launch_failures} jobs in a row failed with: {device_error}")
+            in_a_row = "" if self.launch_failures == 1 else " in a row"
+            self.quarantine(
+                f"{plural(self.launch_failures, 'job')}{in_a_row} failed with: {device_error}"
+            )
             return DomainState.QUARANTINED
         if self.launch_failures >= degrade_after and self.health is DomainHealth.HEALTHY:
             self.health = DomainHealth.DEGRADED

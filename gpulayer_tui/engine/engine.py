@@ -72,6 +72,7 @@ from .sampler import Sample, Sampler
 from .scheduler import Scheduler
 from .service_runtime import ServiceClock
 from .services import ServiceRunner
+from .simulate import SimulatedProbe, placed_processes
 from .snapshot import SnapshotStore
 from .spec import parse_spec
 from .statedir import check_state_dir
@@ -152,7 +153,10 @@ class Engine:
             settings.history,
             self.book.roots.snapshot,
             self._on_sample,
+            self._place_simulated if isinstance(self.probe, SimulatedProbe) else None,
         )
+        if isinstance(self.probe, SimulatedProbe):
+            self.probe.settings = self.config.simulate
         self.adopter = Adopter(
             self.book, self.scheduler, self.watcher, self.store, self._latest_sample, settings
         )
@@ -251,6 +255,8 @@ class Engine:
         self.config = config
         engine = config.engine
         self.sampler.reconfigure(engine.sample_interval, engine.probe_timeout, engine.history)
+        if isinstance(self.probe, SimulatedProbe):
+            self.probe.settings = config.simulate
         self.batch.reconfigure(engine)
         self.adopter.reconfigure(engine)
         self.services.reconfigure(config)
@@ -327,6 +333,12 @@ class Engine:
         self.sampler.start()
         self.config_reload.start()
         self.retention.start()
+
+    def _place_simulated(self) -> None:
+        """Simulated GPUs (before each tick): every running job's processes, where they
+        run, so the GPUs show them as a driver would (``[simulate]``)."""
+        assert isinstance(self.probe, SimulatedProbe)
+        self.probe.place(placed_processes(self.book.roots.snapshot(), self.book.get))
 
     def _gate(self) -> str | None:
         """Why nothing may start now: the queue is paused, or the disk is nearly full."""

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .config import SchedulingSettings, UserLimits
-from .domain import Domain, DomainState
+from .domain import Domain, DomainState, plural
 from .gpus import GIB
 
 # A user's usage, by uid: decayed GPU-seconds and when it was last decayed.
@@ -152,7 +152,7 @@ def limit_blocker(
     own = limits.of(uid)
     if own.max_gpus is not None and gpus and held.gpus + gpus > own.max_gpus:
         return (
-            f"user {user_label(uid)}'s limit: {own.max_gpus} GPUs running at once "
+            f"user {user_label(uid)}'s limit: {plural(own.max_gpus, 'GPU')} running at once "
             f"({limits.where(uid)} max_gpus), {held.gpus} running now"
         )
     if own.max_vram_gb is not None and vram_bytes and gpus:

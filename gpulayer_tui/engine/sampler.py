@@ -182,6 +182,8 @@ class Sampler:
         history: Points kept per GPU.
         roots: Returns ``{leader_pid: (job_id, start_ticks)}`` of running jobs.
         on_sample: Called on the loop with every sample (including failed ones).
+        prepare: Called on the loop at the start of every tick, before the probe is
+            read (the engine hands simulated GPUs its placements there).
     """
 
     def __init__(
@@ -192,6 +194,7 @@ class Sampler:
         history: int,
         roots: Callable[[], Roots],
         on_sample: Callable[[Sample], None],
+        prepare: Callable[[], None] | None = None,
     ) -> None:
         self.probe = probe
         self.interval = interval
@@ -199,6 +202,7 @@ class Sampler:
         self.history_len = history
         self._roots = roots
         self._on_sample = on_sample
+        self._prepare = prepare
         self._threads: dict[str, asyncio.Future[Any]] = {}  # per call key: the latest call
         self._task: asyncio.Task[None] | None = None
         self.latest: Sample | None = None
@@ -219,6 +223,8 @@ class Sampler:
     async def sample_once(self) -> Sample:
         """Take one sample now (respecting the deadline) and deliver it."""
         started, t0 = time.time(), time.perf_counter()
+        if self._prepare is not None:
+            self._prepare()
         try:
             inventory = await self._call("inventory", self.probe.inventory)
         except _Busy:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..wire import Capacity
 from .config import CPU_DOMAIN
-from .domain import Domain, DomainState, gib
+from .domain import Domain, DomainState, gib, plural
 from .errors import SpecError
 from .gpus import GIB, GpuReading, ProbeResult, ProbeStatus
 from .procs import ProcessInfo
@@ -71,10 +71,6 @@ class Verdict:
 
     possible: bool | None  # None: cannot tell now
     message: str = ""
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'s' if n != 1 else ''}"
 
 
 class Scheduler:
@@ -206,7 +202,7 @@ class Scheduler:
             )
         if gpus > 0 and pins == [CPU_DOMAIN]:
             raise SpecError(
-                f"asks for {_plural(gpus, 'GPU')} but is pinned to the cpu pool", "domain"
+                f"asks for {plural(gpus, 'GPU')} but is pinned to the cpu pool", "domain"
             )
         vram = None if spec.vram_gb is None else int(spec.vram_gb * GIB)
         replicas = spec.replica_count
@@ -219,7 +215,7 @@ class Scheduler:
         verdict = self._capacity_verdict(req)
         if req.replicas > 1 and verdict.possible is not True and req.gpus:
             per = req.gpus // req.replicas
-            what = f"{req.replicas} replicas x {_plural(per, 'GPU')}, each on its own GPU"
+            what = f"{req.replicas} replicas x {plural(per, 'GPU')}, each on its own GPU"
             return Verdict(verdict.possible, f"{what}: {verdict.message}")
         return verdict
 
@@ -230,27 +226,27 @@ class Scheduler:
                 return Verdict(
                     False,
                     f"requested {req.replicas} replicas on the cpu pool, but it has "
-                    f"{_plural(cpu.slots, 'slot')}",
+                    f"{plural(cpu.slots, 'slot')}",
                 )
             return Verdict(True)
         if self.capacity is Capacity.NO_GPUS:
             return Verdict(
                 False,
-                f"requested {_plural(req.gpus, 'GPU')}, but this machine has no GPUs "
+                f"requested {plural(req.gpus, 'GPU')}, but this machine has no GPUs "
                 f"({self.capacity_message})",
             )
         all_gpu = self.gpu_domains
         if req.gpus > len(all_gpu) and self.capacity is Capacity.KNOWN:
             return Verdict(
                 False,
-                f"requested {_plural(req.gpus, 'GPU')}, but this machine has {len(all_gpu)}",
+                f"requested {plural(req.gpus, 'GPU')}, but this machine has {len(all_gpu)}",
             )
         candidates = [self.domains[p] for p in req.pins] if req.pins else all_gpu
         if req.pins and req.gpus > len(candidates):
             names = ", ".join(req.pins)
             return Verdict(
                 False,
-                f"requested {_plural(req.gpus, 'GPU')}, but the pinned domain"
+                f"requested {plural(req.gpus, 'GPU')}, but the pinned domain"
                 f"{'s' if len(candidates) > 1 else ''} {names} "
                 f"{'have' if len(candidates) > 1 else 'has'} {len(candidates)}",
             )
@@ -286,8 +282,8 @@ class Scheduler:
             return Verdict(False, f"requested {need} per GPU, but {where} has {largest}")
         return Verdict(
             False,
-            f"requested {req.gpus} GPUs with {need} each, but only "
-            f"{_plural(len(big), 'GPU')} {'has' if len(big) == 1 else 'have'} that much",
+            f"requested {plural(req.gpus, 'GPU')} with {need} each, but only "
+            f"{plural(len(big), 'GPU')} {'has' if len(big) == 1 else 'have'} that much",
         )
 
     # -- can it run now? --------------------------------------------------------------------
@@ -356,4 +352,4 @@ class Scheduler:
         details = "; ".join(([f"{', '.join(busy)} busy"] if busy else []) + others)
         if req.gpus == 1:
             return f"waiting for a GPU: {details}"
-        return f"needs {req.gpus} GPUs, {len(fitting)} available now; {details}"
+        return f"needs {plural(req.gpus, 'GPU')}, {len(fitting)} available now; {details}"

@@ -5,21 +5,30 @@ Which process "holds" how much memory comes from a ledger file in the state dir 
 tests and demos write (see :class:`SimLedger`), so a real ``sleep`` process can hold 20 GiB
 on GPU 1 and the engine's VRAM accounting, queued reasons and over-capacity verdicts are
 exercised end to end. Ledger entries whose pid has exited are ignored, as the driver would
-free their memory.
+free their memory. The engine's own jobs need no ledger: it hands the probe where each runs
+(:func:`placed_processes`), and ``[simulate]`` says what they hold and how busy they keep
+their GPUs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .config import SimulateSettings
 from .gpus import GIB, GpuProcess, GpuReading, ProbeResult, ProbeStatus
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .jobbook import ActiveJob
 
 LEDGER_FILENAME = "sim-ledger.json"
 
@@ -61,16 +70,63 @@ def parse_simulate_spec(spec: str) -> list[SimulatedGpu]:
     return gpus
 
 
-def _pid_alive(pid: int) -> bool:
+def _session_of(pid: int) -> int | None:
+    """The session id of a live ``pid``; ``None`` when it is gone (or a zombie)."""
     # A zombie still has /proc/PID; read its state so an exited-but-unreaped holder frees
     # its simulated memory at once, as a real driver does when the context is destroyed.
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             data = fh.read()
     except OSError:
-        return False
-    state = data[data.rfind(b")") + 2 : data.rfind(b")") + 3]
-    return state not in (b"Z", b"X")
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    if len(fields) < 4 or fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[3])
+
+
+def _pid_alive(pid: int) -> bool:
+    return _session_of(pid) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedProcess:
+    """A process the engine placed on a simulated GPU: a job's group leader, a service
+    replica's, or an adopted pid.
+
+    Attributes:
+        gpu: The GPU's index.
+        pid: The process.
+        job_id: Its job (seeds its utilisation pattern).
+        declared: The job's declared memory per GPU (bytes), if any.
+    """
+
+    gpu: int
+    pid: int
+    job_id: int
+    declared: int | None
+
+
+def placed_processes(
+    roots: dict[int, tuple[int, int | None]], lookup: Callable[[int], ActiveJob | None]
+) -> tuple[PlacedProcess, ...]:
+    """Where the engine's processes run: each root pid (a job's group leader, a replica's,
+    an adopted pid) on each GPU its job (or replica) was given."""
+    placed: list[PlacedProcess] = []
+    for pid, (job_id, _ticks) in roots.items():
+        act = lookup(job_id)
+        if act is None:
+            continue
+        job = act.job
+        gpus = job.gpus
+        if job.replicas:
+            gpus = next((r.gpus for r in job.replicas if r.pid == pid), [])
+        declared = act.request.vram_bytes if act.request is not None else None
+        if declared is None and act.request is None:
+            raw = job.spec.get("vram_gb")
+            declared = int(float(raw) * GIB) if isinstance(raw, int | float) else None
+        placed.extend(PlacedProcess(gpu, pid, job_id, declared) for gpu in gpus)
+    return tuple(placed)
 
 
 class SimLedger:
@@ -132,75 +188,57 @@ class SimLedger:
 
 
 class SimulatedProbe:
-    """A :class:`~gpulayer_tui.engine.gpus.GpuProbe` over simulated GPUs."""
+    """A :class:`~gpulayer_tui.engine.gpus.GpuProbe` over simulated GPUs.
+
+    Two sources put processes on the GPUs: the ledger (tests and demos write it) and the
+    engine's placements (:meth:`place`), so that a job on a simulated GPU shows its
+    process, memory and utilisation as on a real box (``[simulate]`` says how much). The
+    ledger speaks for a job where it names the job's process, or a process of the job's
+    session (as a CUDA worker under the job's shell would be), on that GPU.
+
+    Each tick is read once: :meth:`inventory` loads the ledger and builds every GPU's
+    reading, and :meth:`read_device` hands out that tick's reading of one GPU.
+    """
 
     backend = "simulated"
 
-    def __init__(self, gpus: list[SimulatedGpu], state_dir: Path) -> None:
+    def __init__(
+        self,
+        gpus: list[SimulatedGpu],
+        state_dir: Path,
+        settings: SimulateSettings | None = None,
+    ) -> None:
         self._gpus = gpus
         self._ledger = SimLedger(state_dir)
+        self.settings = settings or SimulateSettings()
         # Deterministic UUIDs so config files can name simulated GPUs by uuid too.
         self._uuids = [
             "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpulayer-sim/{i}/{g.model}"))
             for i, g in enumerate(gpus)
         ]
+        self._placed: tuple[PlacedProcess, ...] = ()
+        self._tick = 0
+        self._readings: tuple[GpuReading, ...] | None = None
+
+    def place(self, processes: tuple[PlacedProcess, ...]) -> None:
+        """The engine's placements as of now (called on the loop before each tick; the
+        tuple is replaced whole, so a reading thread sees one or the other)."""
+        self._placed = processes
 
     def read(self) -> ProbeResult:
         """Read the ledger and return one reading per simulated GPU."""
-        ledger = self._ledger.load()
-        held: dict[int, list[GpuProcess]] = {i: [] for i in range(len(self._gpus))}
-        for entry in ledger["processes"]:
-            try:
-                gpu_index = int(entry["gpu"])
-                pid = int(entry["pid"])
-                raw = entry.get("used_gb")
-                used = None if raw is None else int(float(raw) * GIB)
-            except (KeyError, TypeError, ValueError):
-                continue
-            if gpu_index in held and _pid_alive(pid):
-                held[gpu_index].append(GpuProcess(pid, used))
-        readings = []
-        for index, gpu in enumerate(self._gpus):
-            overrides: dict[str, Any] = ledger["gpus"].get(str(index), {})
-            total = int(gpu.memory_gib * GIB)
-            procs = held[index]
-            used = sum(p.used_bytes or 0 for p in procs)
-            # A process whose usage is "not available" still uses memory: simulate it as
-            # 1 GiB that only memory.used shows, like the real driver.
-            used += GIB * sum(1 for p in procs if p.used_bytes is None)
-            used += int(float(overrides.get("unattributed_gb", 0)) * GIB)
-            util = overrides.get("utilization")
-            if util is None:
-                util = min(100, 40 * len(procs))
-            readings.append(
-                GpuReading(
-                    index=index,
-                    uuid=self._uuids[index],
-                    name=f"Simulated {gpu.model}",
-                    memory_total=total,
-                    memory_used=min(total, used),
-                    utilization=int(util),
-                    temperature=int(overrides.get("temperature", 35 + int(util) // 3)),
-                    power_watts=float(overrides.get("power_watts", 60 + 3 * int(util))),
-                    power_limit_watts=float(overrides.get("power_limit_watts", 400)),
-                    memory_utilization=int(overrides.get("memory_utilization", int(util) // 2)),
-                    energy_mj=overrides.get("energy_mj"),
-                    energy_at=None if overrides.get("energy_mj") is None else time.monotonic(),
-                    processes=tuple(procs),
-                    error=overrides.get("error"),
-                    lost=bool(overrides.get("lost", False)),
-                    failed=bool(overrides.get("failed", False)),
-                )
-            )
+        readings = self._read_all()
         return ProbeResult(
             status=ProbeStatus.OK,
-            gpus=tuple(readings),
+            gpus=readings,
             backend=self.backend,
             driver_version="simulated",
+            device_count=len(readings),
         )
 
     def inventory(self) -> ProbeResult:
-        """The simulated GPUs are always there."""
+        """The simulated GPUs are always there; this tick's readings are built here."""
+        self._read_all()
         return ProbeResult(
             status=ProbeStatus.OK,
             backend=self.backend,
@@ -209,8 +247,107 @@ class SimulatedProbe:
         )
 
     def read_device(self, index: int) -> GpuReading:
-        """Read one simulated GPU (the ledger is re-read each time)."""
-        return self.read().gpus[index]
+        """This tick's reading of one simulated GPU (the ledger is read once a tick, by
+        :meth:`inventory`)."""
+        readings = self._readings
+        if readings is None:
+            readings = self._read_all()
+        return readings[index]
 
     def close(self) -> None:
         """Nothing to release."""
+
+    # -- one tick ------------------------------------------------------------------------
+
+    def _read_all(self) -> tuple[GpuReading, ...]:
+        self._tick += 1
+        ledger = self._ledger.load()
+        held: dict[int, list[GpuProcess]] = {i: [] for i in range(len(self._gpus))}
+        # (gpu, pid) and (gpu, session) of every live ledger entry: the ledger speaks there.
+        spoken: set[tuple[int, int]] = set()
+        for entry in ledger["processes"]:
+            try:
+                gpu_index = int(entry["gpu"])
+                pid = int(entry["pid"])
+                raw = entry.get("used_gb")
+                used = None if raw is None else int(float(raw) * GIB)
+            except (KeyError, TypeError, ValueError):
+                continue
+            if gpu_index not in held:
+                continue
+            session = _session_of(pid)
+            if session is None:
+                continue
+            held[gpu_index].append(GpuProcess(pid, used))
+            spoken.update(((gpu_index, pid), (gpu_index, session)))
+        ledger_count = {index: len(procs) for index, procs in held.items()}
+        job_util: dict[int, int] = dict.fromkeys(held, 0)
+        settings = self.settings
+        if settings.jobs:
+            for placed in self._placed:
+                if placed.gpu not in held or (placed.gpu, placed.pid) in spoken:
+                    continue
+                if not _pid_alive(placed.pid):
+                    continue
+                spoken.add((placed.gpu, placed.pid))
+                if placed.declared is None:
+                    used = int(settings.memory_gb * GIB)
+                else:
+                    used = int(placed.declared * settings.memory_fraction)
+                held[placed.gpu].append(GpuProcess(placed.pid, used))
+                job_util[placed.gpu] += self._utilization(placed)
+        readings = tuple(
+            self._reading(
+                index, gpu, held[index], 40 * ledger_count[index] + job_util[index], ledger["gpus"]
+            )
+            for index, gpu in enumerate(self._gpus)
+        )
+        self._readings = readings
+        return readings
+
+    def _utilization(self, placed: PlacedProcess) -> int:
+        """What one job's process adds to its GPU this tick: the set level, moved by a
+        pattern seeded by (seed, job, GPU, tick), so a run repeats exactly."""
+        settings = self.settings
+        level = settings.utilization
+        if settings.jitter:
+            rng = random.Random(f"{settings.seed}/{placed.job_id}/{placed.gpu}/{self._tick}")
+            level += rng.randint(-settings.jitter, settings.jitter)
+        return max(0, min(100, level))
+
+    def _reading(
+        self,
+        index: int,
+        gpu: SimulatedGpu,
+        procs: list[GpuProcess],
+        busy: int,
+        overrides_by_gpu: dict[str, Any],
+    ) -> GpuReading:
+        overrides: dict[str, Any] = overrides_by_gpu.get(str(index), {})
+        total = int(gpu.memory_gib * GIB)
+        used = sum(p.used_bytes or 0 for p in procs)
+        # A process whose usage is "not available" still uses memory: simulate it as
+        # 1 GiB that only memory.used shows, like the real driver.
+        used += GIB * sum(1 for p in procs if p.used_bytes is None)
+        used += int(float(overrides.get("unattributed_gb", 0)) * GIB)
+        util = overrides.get("utilization")
+        if util is None:  # (ledger processes count 40 % each; placed jobs [simulate]'s)
+            util = min(100, busy)
+        return GpuReading(
+            index=index,
+            uuid=self._uuids[index],
+            name=f"Simulated {gpu.model}",
+            memory_total=total,
+            memory_used=min(total, used),
+            utilization=int(util),
+            temperature=int(overrides.get("temperature", 35 + int(util) // 3)),
+            power_watts=float(overrides.get("power_watts", 60 + 3 * int(util))),
+            power_limit_watts=float(overrides.get("power_limit_watts", 400)),
+            memory_utilization=int(overrides.get("memory_utilization", int(util) // 2)),
+            energy_mj=overrides.get("energy_mj"),
+            energy_at=None if overrides.get("energy_mj") is None else time.monotonic(),
+            processes=tuple(procs),
+            error=overrides.get("error"),
+            lost=bool(overrides.get("lost", False)),
+            failed=bool(overrides.get("failed", False)),
+        )

@@ -46,8 +46,8 @@ def grid_columns(width: int, panels: int) -> int:
 
 
 def full_height(graph_height: int) -> int:
-    """Lines of a ``full`` panel: border, stats, memory bar and figures, two graphs."""
-    return 2 + 1 + 2 + 2 * graph_height
+    """Lines of a ``full`` panel: border, stats, memory bar and figures, jobs, two graphs."""
+    return 2 + 1 + 2 + 1 + 2 * graph_height
 
 
 def choose_density(panels: int, columns: int, lines: int) -> tuple[str, int]:
@@ -56,7 +56,7 @@ def choose_density(panels: int, columns: int, lines: int) -> tuple[str, int]:
     for graph_height in (4, 3, 2, 1):
         if rows * full_height(graph_height) <= lines:
             return "full", graph_height
-    if rows * 4 - 1 <= lines:
+    if rows * 5 - 1 <= lines:  # (four lines and a gutter each)
         return "compact", 1
     return "row", 1
 
@@ -131,6 +131,20 @@ class DashboardScreen(Screen[None]):
             self._stale = True
             return
         self._show_summary()
+        # A job's row (its name) may come after the sample that shows it on a GPU.
+        for panel in self._panels.values():
+            holders = self._holders(panel.domain.get("jobs", []))
+            if holders != panel.holders:
+                panel.update_domain(panel.domain, panel.history, panel.name_width, holders)
+
+    def _holders(self, job_ids: list[int]) -> list[tuple[int, str]]:
+        """(id, name) of the jobs holding a GPU's slots, names from the job store."""
+        jobs = view_of(self).job_store.jobs
+        named = []
+        for job_id in job_ids:
+            row = jobs.get(job_id)
+            named.append((job_id, "" if row is None else str(row.get("name") or "")))
+        return named
 
     def _show_summary(self) -> None:
         app = view_of(self)
@@ -155,7 +169,9 @@ class DashboardScreen(Screen[None]):
         for domain in domains:
             index = domain["gpu_index"]
             history = app.gpu_history.get(index, ()) if index is not None else ()
-            self._panels[domain["name"]].update_domain(domain, history, name_width)
+            self._panels[domain["name"]].update_domain(
+                domain, history, name_width, self._holders(domain.get("jobs", []))
+            )
         cpu = next((d for d in state.get("domains", []) if d.get("gpu_index") is None), None)
         self._show_cpu_pool(cpu)
         self.query_one(ProcessTable).update_processes(self._with_job_commands(state))

@@ -6,13 +6,18 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.content import Content
 from textual.widgets import Label
 
 from ..view import view_of
 
 
 class EngineStatus(Horizontal):
-    """``gpulayer-tui · dashboard · embedded engine /state · simulated · ok``."""
+    """``gpulayer-tui · dashboard · embedded engine /state · simulated · ok``.
+
+    The location gives way first (cut with an ellipsis): the backend word (``simulated``)
+    and the health keep their room at 80 columns. Every part is text, never markup.
+    """
 
     DEFAULT_CSS = """
     EngineStatus {
@@ -22,7 +27,15 @@ class EngineStatus(Horizontal):
     }
     EngineStatus > #title { text-style: bold; padding: 0 1; color: $primary; }
     EngineStatus > #area { padding: 0 1; text-style: bold; }
-    EngineStatus > #where { width: 1fr; padding: 0 1; color: $text-muted; }
+    EngineStatus > #where {
+        width: 1fr;
+        padding: 0 0 0 1;
+        color: $text-muted;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
+    EngineStatus > #backend { padding: 0 1 0 0; color: $text-muted; }
+    EngineStatus > #backend.-simulated { color: $warning; }
     EngineStatus > #health { padding: 0 1; color: $success; }
     EngineStatus > #health.problem { color: $error; text-style: bold; }
     """
@@ -35,6 +48,7 @@ class EngineStatus(Horizontal):
         yield Label("gpulayer-tui", id="title")
         yield Label(self.area, id="area")
         yield Label("", id="where")
+        yield Label("", id="backend")
         yield Label("", id="health")
 
     def on_mount(self) -> None:
@@ -46,14 +60,15 @@ class EngineStatus(Horizontal):
         backend = app.backend
         health: dict[str, Any] = dict(app.health or {})
         mode = "attached to" if backend.mode == "attached" else "embedded engine"
-        backend_name = health.get("backend", "")
-        self.query_one("#where", Label).update(
-            f"{mode} {backend.location}" + (f" · {backend_name}" if backend_name else "")
-        )
+        backend_name = str(health.get("backend") or "")
+        self.query_one("#where", Label).update(Content(f"{mode} {backend.location}"))
+        shown = self.query_one("#backend", Label)
+        shown.update(Content(f" · {backend_name}" if backend_name else ""))
+        shown.set_class(backend_name == "simulated", "-simulated")
         label = self.query_one("#health", Label)
         problem = app.connection_problem or health.get("store_failure") or ""
         if problem:
-            label.update(f"⚠ {problem}")
+            label.update(Content(f"⚠ {problem}"))
             label.add_class("problem")
         elif health.get("paused_at"):
             # The queue holds new starts (gpulayer-tui pause): say it where it is seen.

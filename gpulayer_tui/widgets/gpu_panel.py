@@ -4,13 +4,15 @@ A panel has three densities, chosen by the dashboard from the terminal size:
 
 ``full``
     A bordered card: title ``gpu1 · NVIDIA A100-SXM4-80GB``, a stats line, the memory bar
-    with its GiB figures, and utilization / memory history graphs ``graph_height`` lines
-    tall each.
+    with its GiB figures, the jobs holding its slots, and utilization / memory history
+    graphs ``graph_height`` lines tall each.
 ``compact``
-    Three lines without a border: name and stats, the memory bar, its figures.
+    Four lines without a border: name and stats, the memory bar, its figures, its jobs.
 ``row``
-    One line, like a row of nvitop's table; :meth:`GpuPanel.row_header` gives the
-    matching header line.
+    One line, like a row of nvitop's table (the jobs in a JOB column when there is room);
+    :meth:`GpuPanel.row_header` gives the matching header line.
+
+Job names are the users' words: shown as text, never read as markup.
 
 Why this module is over ~400 lines: the three layouts render the same reading (and its
 stale, lost and quarantined states) differently; one widget keeps them consistent.
@@ -89,6 +91,7 @@ class RowLayout:
     power_limit: bool
     stats: int
     spark: int
+    job: int = 0
 
     @classmethod
     def for_width(cls, width: int, name_width: int = 4) -> RowLayout:
@@ -101,8 +104,11 @@ class RowLayout:
         fixed += 1
         memory_min = 24
         room = width - fixed - memory_min - (spark + 1 if spark else 0)
-        model = max(8, min(24 if width >= 100 else 14, room))
-        return cls(name_width, model, bar, power_limit, fixed + model, spark)
+        # The job holding the GPU gets a column once the model has 8 cells (" " + job).
+        job = max(0, min(24, room - 8 - 1)) if room >= 8 + 1 + 6 else 0
+        model = max(8, min(24 if width >= 100 else 14, room - (job + 1 if job else 0)))
+        stats = fixed + model + (job + 1 if job else 0)
+        return cls(name_width, model, bar, power_limit, stats, spark, job)
 
 
 class GpuPanel(Vertical):
@@ -127,6 +133,7 @@ class GpuPanel(Vertical):
         height: auto;
         padding: 0 1;
         & > #stats { height: 1; }
+        & > #jobs { height: 1; }
         & > #graphs { height: auto; }
         &.-full {
             border: round $primary 35%;
@@ -143,8 +150,10 @@ class GpuPanel(Vertical):
             layout: horizontal;
             height: 1;
             & > #stats { width: auto; }
+            & > #jobs { display: none; }
             & > MemoryBar { width: 1fr; }
             & > #graphs { width: auto; height: 1; padding-left: 1; }
+            &.-no-spark > #graphs { display: none; }
             &:odd { background: $surface; }
         }
     }
@@ -169,7 +178,8 @@ class GpuPanel(Vertical):
         self.domain_name = domain_name
         self.domain: dict[str, Any] = {}
         self.history: list[tuple[float, int | None, int | None]] = []
-        self._name_width = 4
+        self.holders: list[tuple[int, str]] = []
+        self.name_width = 4
         self._row_width: tuple[int, int] | None = None
         self._drawn_shape: tuple[str, int, int, int] | None = None
         self._shown: dict[str, str] = {}  # widget id -> markup last shown
@@ -177,6 +187,7 @@ class GpuPanel(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(id="stats")
         yield MemoryBar()
+        yield Static(id="jobs")
         yield Static(id="graphs")
 
     def on_mount(self) -> None:
@@ -200,11 +211,14 @@ class GpuPanel(Vertical):
         domain: Mapping[str, Any],
         history: Iterable[tuple[float, int | None, int | None]] = (),
         name_width: int = 4,
+        holders: Iterable[tuple[int, str]] = (),
     ) -> None:
-        """Show one domain of a ``/gpus`` view and its history points (at, util, mem)."""
+        """Show one domain of a ``/gpus`` view, its history points (at, util, mem) and the
+        jobs holding its slots (id, name)."""
         self.domain = dict(domain)
         self.history = list(history)
-        self._name_width = name_width
+        self.holders = list(holders)
+        self.name_width = name_width
         self._redraw()
 
     @property
@@ -261,31 +275,39 @@ class GpuPanel(Vertical):
         bar.legend = self.density != "row"
         bar.update_vram(self.domain.get("vram"))
         stats = self.query_one("#stats", Static)
+        jobs = self.query_one("#jobs", Static)
         graphs = self.query_one("#graphs", Static)
         # A new sample changes text, not sizes: skip the (costly) screen re-layout unless
         # the panel's shape changed since the last draw.
-        shape = (self.density, self.graph_height, width, self._name_width)
+        shape = (self.density, self.graph_height, width, self.name_width)
         relayout = shape != self._drawn_shape
         self._drawn_shape = shape
         if self.density == "row":
-            if (width, self._name_width) != self._row_width:
-                self._row_width = (width, self._name_width)
-                self.post_message(self.RowWidthChanged(width, self._name_width))
-            layout = RowLayout.for_width(width, self._name_width)
+            if (width, self.name_width) != self._row_width:
+                self._row_width = (width, self.name_width)
+                self.post_message(self.RowWidthChanged(width, self.name_width))
+            layout = RowLayout.for_width(width, self.name_width)
             stats.styles.width = layout.stats
             self._show(stats, self._row_stats(layout), layout=relayout)
-            graphs.display = layout.spark > 0
+            # (A class, not an inline ``display``: inline styles outlive the density.)
+            self.set_class(not layout.spark, "-no-spark")
             if layout.spark:
                 graphs.styles.width = layout.spark + 1
                 self._show(
                     graphs, self._graph("util", layout.spark, 1, label=False), layout=relayout
                 )
             return
+        if relayout:
+            # Leaving the row density: its inline widths must not size the other layouts.
+            stats.styles.width = None
+            graphs.styles.width = None
+            self.remove_class("-no-spark")
         if self.density == "full":
             title = self.title()
             if title.markup != self.border_title:
                 self.border_title = title
             self._show(stats, self._full_stats(width), layout=relayout)
+            self._show(jobs, self._jobs_line(width), layout=relayout)
             height = max(1, self.graph_height)
             self._show(
                 graphs,
@@ -298,6 +320,7 @@ class GpuPanel(Vertical):
             if self.border_title:
                 self.border_title = None
             self._show(stats, self._compact_stats(width), layout=relayout)
+            self._show(jobs, self._jobs_line(width), layout=relayout)
 
     def _show(self, widget: Static, content: Content, layout: bool = True) -> None:
         """Update ``widget`` only if what it shows changed: an idle GPU's sample repeats
@@ -307,6 +330,20 @@ class GpuPanel(Vertical):
             return
         self._shown[widget.id or ""] = key
         widget.update(content, layout=layout)
+
+    def holder_text(self, width: int, word: str = "job ") -> str:
+        """``job 10 train-a · job 12 eval`` cut to ``width`` cells; empty when none (in
+        the rows' JOB column, without the word: ``10 train-a``)."""
+        text = " · ".join(
+            f"{word}{job_id} {_printable(name)}".rstrip() for job_id, name in self.holders
+        )
+        return _fit(text, width).rstrip() if text else ""
+
+    def _jobs_line(self, width: int) -> Content:
+        text = self.holder_text(width)
+        if not text:
+            return Content.styled("no job", "$text-muted")
+        return Content.styled(text, "$accent")
 
     def _util_pieces(self, bar_width: int) -> list[Piece]:
         util = self.gpu.get("utilization")
@@ -418,6 +455,7 @@ class GpuPanel(Vertical):
             (self.domain_name.ljust(layout.name), "bold"),
             (" ", ""),
             (_fit(short_model(self.model), layout.model), ""),
+            *self._row_job(layout),
             (" ", ""),
             *self._util_pieces(layout.bar),
             ("  ", ""),
@@ -429,6 +467,14 @@ class GpuPanel(Vertical):
             (" ", ""),
         )
 
+    def _row_job(self, layout: RowLayout) -> list[Piece]:
+        if not layout.job:
+            return []
+        text = self.holder_text(layout.job, word="")
+        if not text:
+            return [(" ", ""), (_fit("-", layout.job), "$text-muted")]
+        return [(" ", ""), (_fit(text, layout.job), "$accent")]
+
     @staticmethod
     def row_header(width: int, name_width: int = 4) -> Content:
         """The header line matching the ``row`` density's columns at ``width``."""
@@ -438,6 +484,7 @@ class GpuPanel(Vertical):
             + "GPU".ljust(layout.name)
             + " "
             + "MODEL".ljust(layout.model)
+            + (" " + "JOB".ljust(layout.job) if layout.job else "")
             + " "
             + "UTIL".ljust(5 + layout.bar)
             + "  "
@@ -475,6 +522,11 @@ class GpuPanel(Vertical):
                 head = ("util " if which == "util" else "mem  ") if n == 0 else " " * lead
             out.append(Content.assemble((head, "$text-muted"), (line, style)))
         return Content("\n").join(out)
+
+
+def _printable(text: str) -> str:
+    """A name on one line: control characters (newlines, escapes) become spaces."""
+    return "".join(c if c.isprintable() else " " for c in text)
 
 
 def _rjust(piece: Piece, width: int) -> Piece:

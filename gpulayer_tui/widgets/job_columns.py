@@ -10,7 +10,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..formatting import gpus_text
 from ..wire import ACTIVE_STATUSES, STATUS_RANK, JobRowJSON
+
+__all__ = ["gpus_text"]  # (the GPUS column's text, shared with the CLI's jobs table)
 
 STATUS_FILTERS: dict[str, frozenset[str] | None] = {
     "all": None,
@@ -109,15 +112,6 @@ def command_text(job: JobRowJSON) -> str:
     if command:
         return " ".join(str(word) for word in command)
     return str(spec.get("shell") or "")
-
-
-def gpus_text(job: JobRowJSON) -> str:
-    """Assigned GPUs by index (``#0``, ``#0,1``: a bare ``0`` read as "no GPUs"), else the
-    requested count after a times sign (``\N{MULTIPLICATION SIGN}2``), else empty."""
-    if job.get("gpus"):
-        return "#" + ",".join(str(g) for g in job["gpus"])
-    wanted = job_spec(job).get("gpus")
-    return f"\N{MULTIPLICATION SIGN}{wanted}" if wanted else ""
 
 
 def vram_text(job: JobRowJSON) -> str:

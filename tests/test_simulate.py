@@ -1,0 +1,145 @@
+"""Simulated GPUs that come alive: jobs, replicas and adopted processes placed on them show
+as GPU processes (their real pids) with memory and utilisation (``[simulate]``).
+
+Real engines, real processes; the ledger plays the foreign processes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpulayer_tui.engine.gpus import GIB
+from gpulayer_tui.engine.models import JobStatus
+from gpulayer_tui.engine.simulate import (
+    PlacedProcess,
+    SimLedger,
+    SimulatedProbe,
+    parse_simulate_spec,
+)
+
+from .conftest import EngineFactory, adopt, eventually, make_config
+
+
+def _domain(engine: Any, name: str) -> Any:
+    return next(d for d in engine.gpus()["domains"] if d["name"] == name)
+
+
+async def test_a_job_on_a_simulated_gpu_shows_its_process_memory_and_utilisation(
+    make_engine: EngineFactory, sleeper: int
+) -> None:
+    config = make_config(simulate={"utilization": 55, "memory_fraction": 0.5})
+    engine = await make_engine("2xA100-80GB", config=config)
+    job = await engine.submit({"command": ["sleep", "30"], "gpus": 1, "vram_gb": 20})
+    assert job.status is JobStatus.RUNNING and job.pid and job.gpus == [0]
+    SimLedger(engine.paths.state_dir).hold(0, sleeper, 4.0)  # a stray beside it
+    await engine.sampler.sample_once()
+    gpu0 = _domain(engine, "gpu0")
+    by_pid = {p["pid"]: p for p in gpu0["processes"]}
+    assert by_pid[job.pid]["job_id"] == job.id
+    assert by_pid[job.pid]["used_bytes"] == 10 * GIB  # half its 20 GiB
+    assert by_pid[sleeper]["job_id"] is None
+    # Our job's memory is owned; only the stray's is unregistered.
+    assert gpu0["vram"]["owned"] == 10 * GIB
+    assert gpu0["vram"]["unregistered"] == 4 * GIB
+    assert gpu0["vram"]["reserved_extra"] == 10 * GIB  # declared 20, holds 10
+    assert gpu0["gpu"]["utilization"] == 55 + 40  # the job's level + a ledger process
+    gpu1 = _domain(engine, "gpu1")
+    assert gpu1["processes"] == [] and gpu1["gpu"]["utilization"] == 0
+    # It ends: its process and its memory leave the GPU.
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=10)
+    await engine.sampler.sample_once()
+    gpu0 = _domain(engine, "gpu0")
+    assert [p["pid"] for p in gpu0["processes"]] == [sleeper]
+    assert gpu0["vram"]["owned"] == 0
+
+
+async def test_a_job_without_vram_holds_memory_gb_and_jobs_false_turns_it_off(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine("1xA100-80GB", config=make_config(simulate={"memory_gb": 3}))
+    job = await engine.submit({"command": ["sleep", "30"], "gpus": 1})
+    await engine.sampler.sample_once()
+    gpu0 = _domain(engine, "gpu0")
+    assert [(p["pid"], p["used_bytes"]) for p in gpu0["processes"]] == [(job.pid, 3 * GIB)]
+    assert gpu0["gpu"]["utilization"] == 70  # the default level
+    # A live config edit turns the jobs off: the ledger alone puts processes on GPUs.
+    engine._reconfigure(make_config(simulate={"jobs": False}))
+    await engine.sampler.sample_once()
+    gpu0 = _domain(engine, "gpu0")
+    assert gpu0["processes"] == [] and gpu0["gpu"]["utilization"] == 0
+    await engine.cancel(job.id)
+
+
+async def test_each_service_replica_shows_on_its_own_gpu(make_engine: EngineFactory) -> None:
+    engine = await make_engine("2xA100-80GB")
+    spec = {"kind": "service", "command": ["sleep", "60"], "port": False, "replicas": 2}
+    job = await engine.submit({**spec, "gpus": 1, "vram_gb": 8})
+    assert job.status is JobStatus.RUNNING
+
+    async def replica_pids() -> dict[int, int] | None:
+        live = await engine.get(job.id)
+        found = {r.gpus[0]: r.pid for r in live.replicas if r.pid and r.gpus}
+        return found if len(found) == 2 else None
+
+    pids = await eventually(replica_pids)
+    await engine.sampler.sample_once()
+    for gpu, pid in pids.items():
+        procs = _domain(engine, f"gpu{gpu}")["processes"]
+        assert [(p["pid"], p["job_id"], p["used_bytes"]) for p in procs] == [(pid, job.id, 8 * GIB)]
+    await engine.cancel(job.id)
+
+
+async def test_an_adopted_process_shows_on_its_gpu_as_owned(
+    make_engine: EngineFactory, sleeper: int
+) -> None:
+    engine = await make_engine("1xA100-80GB")
+    await eventually(lambda: Path(f"/proc/{sleeper}/cmdline").read_bytes().startswith(b"sleep"))
+    job = await adopt(engine, sleeper, vram_gb=12, gpu=True)
+    assert job.status is JobStatus.RUNNING and job.gpus == [0]
+    await engine.sampler.sample_once()
+    gpu0 = _domain(engine, "gpu0")
+    assert [(p["pid"], p["job_id"]) for p in gpu0["processes"]] == [(sleeper, job.id)]
+    assert gpu0["vram"]["owned"] == 12 * GIB and gpu0["vram"]["unregistered"] == 0
+
+
+def test_the_utilisation_pattern_is_seeded_and_repeats(tmp_path: Path) -> None:
+    def series(seed: int) -> list[int | None]:
+        settings = make_config(simulate={"utilization": 50, "jitter": 20, "seed": seed}).simulate
+        probe = SimulatedProbe(parse_simulate_spec("1xL4-24GB"), tmp_path, settings)
+        probe.place((PlacedProcess(0, os.getpid(), 7, None),))
+        out = []
+        for _ in range(12):
+            probe.inventory()
+            out.append(probe.read_device(0).utilization)
+        return out
+
+    first = series(1)
+    assert first == series(1)  # the same seed, the same run
+    assert first != series(2)
+    assert all(u is not None and 30 <= u <= 70 for u in first)
+    assert len(set(first)) > 1  # it moves
+
+
+def test_the_ledger_is_read_once_per_tick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = SimulatedProbe(parse_simulate_spec("8xA100-80GB"), tmp_path)
+    SimLedger(tmp_path).set_gpu(3, utilization=9)
+    loads = 0
+    load = SimLedger.load
+
+    def counting(self: SimLedger) -> dict[str, Any]:
+        nonlocal loads
+        loads += 1
+        return load(self)
+
+    monkeypatch.setattr(SimLedger, "load", counting)
+    for _tick in range(3):
+        inventory = probe.inventory()
+        readings = [probe.read_device(i) for i in range(inventory.device_count)]
+        assert [r.index for r in readings] == list(range(8))
+        assert readings[3].utilization == 9
+    assert loads == 3
