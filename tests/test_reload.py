@@ -94,3 +94,71 @@ def test_served_engine_follows_config_edits(served: Served) -> None:
     config.write_text("[cpu]\nslots = 0\n")  # invalid: stays at 4
     wait_for(lambda: "cpu.slots" in served.log.read_text(), timeout=15, interval=0.1)
     assert cpu_slots() == 4
+
+
+async def test_slots_lowered_below_use_stop_nothing_and_hold_new_work_until_below(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE + "[cpu]\nslots = 2\n")
+    engine = await make_engine(config=load_config(paths.config_file))
+    first = await engine.submit({"command": ["sleep", "600"]})
+    second = await engine.submit({"command": ["sleep", "600"]})
+    paths.config_file.write_text(BASE + "[cpu]\nslots = 1\n")
+    result = await engine.config_reload.reload()
+    assert result["changes"] == ["cpu: slots 2 -> 1"]
+    # Both keep running: a lower limit stops nothing; new work waits for room under it.
+    assert [(await engine.get(j.id)).status for j in (first, second)] == [JobStatus.RUNNING] * 2
+    third = await engine.submit({"command": ["true"]})
+    assert third.status is JobStatus.QUEUED and third.message == "all 1 cpu slots busy"
+    await engine.cancel(first.id)
+    await engine.wait(first.id, timeout=10)
+    assert (await engine.get(third.id)).status is JobStatus.QUEUED  # 1 running: still full
+    await engine.cancel(second.id)
+    assert (await engine.wait(third.id, timeout=10)).status is JobStatus.COMPLETED
+
+
+async def test_a_domain_removed_while_it_holds_a_job_lets_the_job_finish(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    paths.state_dir.mkdir(parents=True)
+    unmanaged = BASE + "auto_domains = false\n"
+    paths.config_file.write_text(unmanaged + "[domains.train]\ngpu = 1\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    running = await engine.submit({"command": ["sleep", "600"], "domain": "train"})
+    waiting = await engine.submit({"command": ["true"], "domain": "train"})
+    assert waiting.status is JobStatus.QUEUED
+    paths.config_file.write_text(unmanaged)
+    result = await engine.config_reload.reload()
+    assert result["applied"] is True and "domain train removed" in result["changes"]
+    assert "train" not in engine.scheduler.domains
+    # The running job is not stopped: it ends as it would have.
+    assert (await engine.get(running.id)).status is JobStatus.RUNNING
+    failed = await engine.wait(waiting.id, timeout=10)
+    assert failed.termination_reason is TerminationReason.OVER_CAPACITY
+    assert "domain: unknown domain 'train'" in failed.message
+    await engine.cancel(running.id)
+    ended = await engine.wait(running.id, timeout=10)
+    assert ended.status is JobStatus.CANCELLED
+    after = await engine.submit({"command": ["true"]})  # and the engine carries on
+    assert (await engine.wait(after.id, timeout=10)).status is JobStatus.COMPLETED
+
+
+async def test_renaming_a_gpu_domain_moves_a_running_services_replicas_too(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE)
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    service = await engine.submit(
+        {"kind": "service", "command": ["sleep", "600"], "gpus": 1, "domain": "gpu1"}
+    )
+    await eventually(lambda: engine.book.get(service.id).job.replicas[0].pid)
+    paths.config_file.write_text(BASE + "[domains.train]\ngpu = 1\n")
+    assert (await engine.config_reload.reload())["applied"] is True
+    live = await engine.get(service.id)
+    assert live.domains == ["train"]
+    assert [r.domains for r in live.replicas] == [["train"]]
+    await engine.cancel(service.id)
+    await engine.wait(service.id, timeout=10)
+    assert not engine.scheduler.domains["train"].holdings
