@@ -77,6 +77,11 @@ def test_bindings_rejected(data: dict[str, object], message: str) -> None:
         ({"domains": {"a": {"gpu": 0, "slots": 0}}}, "domains.a.slots: Input should be greater"),
         ({"domains": {"a": {"gpu": 0, "slot": 2}}}, "unknown key 'domains.a.slot'"),
         ({"domain": {}}, "unknown key 'domain'"),
+        # Keys that are not bare are quoted as TOML writes them (an empty one is "").
+        ({"": 1}, "unknown key '\"\"'"),
+        ({"engine": {"": 1}}, "unknown key 'engine.\"\"'"),
+        ({"engine": {"a b": 1}}, "unknown key 'engine.\"a b\"'"),
+        ({"engine": {"é": 1}}, "unknown key 'engine.\"é\"'"),
         ({"engine": {"sample_interval": "1"}}, "engine.sample_interval"),
         ({"cpu": {"slots": 0}}, "cpu.slots"),
         ({"domains": {"cpu": {"gpu": 0}}}, "'cpu' is the CPU pool's name"),

@@ -9,6 +9,7 @@ are derandomized (the same examples every time) and small enough for CI.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -188,11 +189,17 @@ def test_config_validator_accepts_or_names_the_key(data: dict[str, Any]) -> None
         parse_config(data, "fuzz.toml")
     except ConfigError as err:
         assert str(err).startswith("fuzz.toml: "), err
-        # ... and names where: a key under one of the sections given, or the top level (a
-        # section's name that is not text, or an empty one: "unknown key '(top level)'")
+        # ... and names where: a key under one of the sections given, written as TOML
+        # writes it (quoted unless bare: an empty one is ""), or the top level
         where = str(err).removeprefix("fuzz.toml: ").removeprefix("unknown key '")
         named = [
-            where.startswith((f"{section}:", f"{section}.", f"{section}'")) for section in data
+            where.startswith((f"{key}:", f"{key}.", f"{key}'"))
+            for key in (
+                s
+                if re.fullmatch(r"[A-Za-z0-9_-]+", str(s))
+                else json.dumps(str(s), ensure_ascii=False)
+                for s in data
+            )
         ]
         assert any(named) or where.startswith("(top level)"), err
 

@@ -64,6 +64,8 @@ unless ``engine.auto_domains = false``.
 
 from __future__ import annotations
 
+import json
+
 import grp
 import ipaddress
 import os
@@ -403,10 +405,20 @@ class Config(_Strict):
     simulate: SimulateSettings = SimulateSettings()
 
 
+def _toml_key(part: object) -> str:
+    """A key as TOML writes it: bare when it can be, else quoted (an empty key is ``""``)."""
+    text = str(part)
+    if isinstance(part, int) or (
+        text.isascii() and text and all(c.isalnum() or c in "_-" for c in text)
+    ):
+        return text
+    return json.dumps(text, ensure_ascii=False)  # (control characters stay escaped)
+
+
 def _format_validation(err: ValidationError, source: str) -> str:
     lines = []
     for item in err.errors():
-        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        where = ".".join(_toml_key(p) for p in item["loc"]) or "(top level)"
         if item["type"] == "extra_forbidden":
             lines.append(f"{source}: unknown key '{where}'")
         else:
