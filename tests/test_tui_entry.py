@@ -1,0 +1,93 @@
+"""The TUI's entry point (``gpulayer-tui`` with no subcommand, ``tui.run_tui``) in a real
+terminal (tmux): it embeds an engine, and on quit hands running jobs to a background engine;
+when that engine cannot start it says so, says the jobs keep running, and exits 1."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, Served, wait_for
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+
+
+class Terminal:
+    """A tmux session of its own (own server socket) running one command."""
+
+    def __init__(self, socket: Path, env: dict[str, str]) -> None:
+        self.socket = str(socket)
+        self.env = env
+
+    def tmux(self, *args: str) -> str:
+        done = subprocess.run(
+            ["tmux", "-S", self.socket, *args], capture_output=True, text=True, env=self.env
+        )
+        return done.stdout
+
+    def start(self, command: str) -> None:
+        self.tmux("new-session", "-d", "-x", "400", "-y", "40", "-s", "t", command)
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "t")
+
+    def keys(self, *keys: str) -> None:
+        self.tmux("send-keys", "-t", "t", *keys)
+
+
+@pytest.fixture
+def terminal(served: Served, tmp_path: Path) -> Iterator[Terminal]:
+    term = Terminal(tmp_path / "tmux.sock", dict(served.env, TERM="xterm-256color"))
+    yield term
+    term.tmux("kill-server")
+
+
+def test_quit_handover_that_cannot_start_an_engine_says_the_jobs_go_on(
+    served: Served, terminal: Terminal, tmp_path: Path
+) -> None:
+    served.home.mkdir(parents=True)
+    config = served.home / "config.toml"
+    config.write_text("[engine]\nsample_interval = 0.5\n")
+    # (Textual draws on stderr: what the entry point says after the app shows on the pane)
+    terminal.start(
+        f"{sys.executable} -m gpulayer_tui --simulate 1xA100-80GB; echo EXIT=$?; sleep 600"
+    )
+    wait_for(lambda: served.cli("gpus").returncode == 0, timeout=30)  # embedded, serving
+    submitted = served.cli("submit", "--", "sleep", "600")
+    assert submitted.returncode == 0, submitted.stderr
+    job = json.loads(served.cli("status", submitted.stdout.strip(), "--json").stdout)["job"]
+    # The config goes bad while the TUI runs (the live engine keeps its own): the
+    # background engine the hand-over starts refuses it and exits.
+    config.write_text("[engine]\nsample_interval = 'often'\n")
+    wait_for(lambda: "1 running" in terminal.screen(), timeout=30)  # the app has it
+    terminal.keys("q")
+    wait_for(lambda: "Keep running" in terminal.screen(), timeout=20)
+    terminal.keys("k")
+    wait_for(lambda: "EXIT=" in terminal.screen(), timeout=60)
+    err = " ".join(terminal.screen().split())  # (400 columns: no line of it wraps)
+    assert "EXIT=1" in err
+    assert "gpulayer-tui: the background engine exited:" in err
+    assert "sample_interval" in err  # its log's tail says why
+    assert "your jobs keep running; start an engine with `gpulayer-tui --serve` to follow" in err
+    assert Path(f"/proc/{job['pid']}").exists()  # and they do
+
+
+def test_a_bad_config_stops_the_tui_before_it_starts(served: Served, terminal: Terminal) -> None:
+    served.home.mkdir(parents=True)
+    (served.home / "config.toml").write_text("[ui]\ntheme = 3\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "gpulayer_tui", "--simulate", "1xA100-80GB"],
+        env=served.env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "ui.theme" in out.stderr and "Traceback" not in out.stderr
