@@ -8,6 +8,7 @@ one xdist worker: they share the cluster, and one fills its node on purpose.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
@@ -25,6 +26,7 @@ from gpulayer_tui.engine.slurm import (
     end_of,
     gres_gpus,
     parse_jobs,
+    parse_sacct,
     pending_words,
     slurm_time,
 )
@@ -55,15 +57,18 @@ def slurm_conf() -> Iterator[str]:
     yield done.stdout.strip().split("=", 1)[1]
 
 
+def _cluster_config() -> Any:
+    return make_config(
+        clusters={"test": {"partition": "gpu", "poll_interval": 0.3, "command_timeout": 3}}
+    )
+
+
 @pytest.fixture
 async def cluster_engine(
     make_engine: EngineFactory, slurm_conf: str, monkeypatch: pytest.MonkeyPatch
 ) -> Any:
     monkeypatch.setenv("SLURM_CONF", slurm_conf)
-    config = make_config(
-        clusters={"test": {"partition": "gpu", "poll_interval": 0.3, "command_timeout": 3}}
-    )
-    engine = await make_engine("1xA100-80GB", config=config)
+    engine = await make_engine("1xA100-80GB", config=_cluster_config())
     await eventually(lambda: engine.clusters.views()[0].get("nodes") == 1, timeout=20)
     return engine
 
@@ -142,6 +147,90 @@ async def test_an_engine_restart_finds_every_cluster_job_again(
     assert "finished" in again.log_path(job.id).read_text()
 
 
+def _slurm(slurm_conf: str, *argv: str) -> str:
+    """A Slurm command's output (run in a thread by the tests: it blocks)."""
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SLURM_CONF": slurm_conf},
+        timeout=10,
+    )
+    return done.stdout
+
+
+def _forgotten(slurm_conf: str, cluster_id: str) -> bool:
+    """Whether the controller no longer knows a job (MinJobAge: 10 s in the test Slurm)."""
+    return cluster_id not in _slurm(
+        slurm_conf, "squeue", "-h", "-t", "all", "-j", cluster_id, "-o", "%i"
+    )
+
+
+@pytest.mark.timeout(150)
+async def test_ends_the_controller_forgot_come_from_accounting_after_a_restart(
+    cluster_engine: Any, make_engine: EngineFactory, slurm_conf: str
+) -> None:
+    engine = cluster_engine
+    ok = await engine.submit(_spec("echo done"))
+    bad = await engine.submit(_spec("exit 3"))
+    killed = await engine.submit(_spec("kill -9 $$"))
+    jobs = (ok, bad, killed)
+    await eventually(
+        lambda: all(engine.book.get(j.id).job.cluster_job_id for j in jobs), timeout=30
+    )
+    cluster_ids = [engine.book.get(j.id).job.cluster_job_id for j in jobs]
+    await engine.stop()  # (they end while no engine follows them)
+    for cluster_id in cluster_ids:
+        await eventually(
+            lambda c=cluster_id: asyncio.to_thread(_forgotten, slurm_conf, c),
+            timeout=90,
+            interval=1,
+        )
+    again = await make_engine("1xA100-80GB", config=engine.config)
+    done = await again.wait(ok.id, timeout=30)
+    assert done.status is JobStatus.COMPLETED and done.exit_code == 0, done.message
+    failed = await again.wait(bad.id, timeout=30)
+    assert (failed.status, failed.termination_reason) == (
+        JobStatus.FAILED,
+        TerminationReason.EXIT_CODE,
+    )
+    assert failed.exit_code == 3, failed.message
+    signalled = await again.wait(killed.id, timeout=30)
+    assert signalled.termination_reason is TerminationReason.SIGNAL
+    assert signalled.message == "killed by signal 9"
+    assert again.clusters._clusters["test"].accounting == "jobcomp"  # (sacct -c)
+
+
+async def test_without_accounting_exit_codes_come_from_the_controller(
+    cluster_engine: Any,
+) -> None:
+    engine = cluster_engine
+    engine.clusters._clusters["test"].accounting = "none"  # (as a cluster that keeps none)
+    bad = await engine.submit(_spec("exit 4"))
+    failed = await engine.wait(bad.id, timeout=60)
+    assert failed.status is JobStatus.FAILED and failed.exit_code == 4, failed.message
+
+
+@pytest.mark.timeout(200)  # (Slurm's time limits are whole minutes, checked every 30 s)
+async def test_a_cluster_timeout_ends_like_a_local_one(cluster_engine: Any) -> None:
+    engine = cluster_engine
+    local = await engine.submit({"shell": "sleep 60", "timeout": 1})
+    remote = await engine.submit(_spec("sleep 600", timeout=30))  # (--time=1: whole minutes)
+    local_end = await engine.wait(local.id, timeout=30)
+    remote_end = await engine.wait(remote.id, timeout=150)
+    assert (
+        (remote_end.status, remote_end.termination_reason)
+        == (
+            local_end.status,
+            local_end.termination_reason,
+        )
+        == (JobStatus.FAILED, TerminationReason.TIMEOUT)
+    )
+    assert remote_end.message.startswith("timed out: Slurm stopped it at its time limit of 1 min")
+    assert remote_end.started_at is not None and remote_end.ended_at is not None
+    assert remote_end.ended_at - remote_end.started_at >= 60
+
+
 async def test_a_silent_controller_keeps_jobs_as_they_are(
     cluster_engine: Any, slurm_conf: str
 ) -> None:
@@ -191,6 +280,21 @@ def test_slurm_words_and_numbers() -> None:
     }
     (later,) = parse_jobs(json.dumps({"jobs": [newer]}))
     assert later.state == "TIMEOUT" and later.signal == 15
+
+
+def test_sacct_lines() -> None:
+    text = (
+        "12|FAILED|3:0|2026-12-01T03:12:20|2026-12-01T03:12:21|gpulayer-x-1\n"
+        "13|CANCELLED by 0|0:0|None|2026-12-01T03:12:21|a|b\n"
+        "14|FAILED|0:9|2026-12-01T03:12:20|Unknown|n\n"
+    )
+    failed, cancelled, killed = parse_sacct(text)
+    assert (failed.job_id, failed.exit_code, failed.signal) == ("12", 3, None)
+    assert failed.name == "gpulayer-x-1" and failed.end_time is not None
+    assert cancelled.state == "CANCELLED" and cancelled.name == "a|b"
+    assert cancelled.start_time is None
+    assert (killed.exit_code, killed.signal, killed.end_time) == (None, 9, None)
+    assert end_of(killed, "")[1:] == (TerminationReason.SIGNAL, "killed by signal 9")
 
 
 @pytest.mark.parametrize(
