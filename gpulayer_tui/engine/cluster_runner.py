@@ -338,6 +338,8 @@ class ClusterRunner:
         had = name in self._partitions
         self._partitions[name] = part
         self._errors.pop(name, None)
+        if self._down_since.pop(name, None) is not None:
+            log.warning("cluster %s answers again", name)
         if not had:
             self._recheck()  # jobs waiting for a verdict on this cluster get one
 
@@ -521,6 +523,8 @@ class ClusterRunner:
                 "partition": cluster.settings.partition,
                 "answering": name not in self._down_since and name not in self._errors,
                 "error": self._errors.get(name),
+                # since when it has not answered (epoch seconds), or None
+                "down_since": self._down_since.get(name),
                 "jobs": sum(1 for c in self._tracked.values() if c == name),
             }
             if part is not None:
