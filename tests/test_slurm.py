@@ -32,6 +32,7 @@ from gpulayer_tui.engine.slurm import (
 )
 
 from .conftest import REPO, EngineFactory, eventually, make_config
+from .ui_support import until
 
 pytestmark = [pytest.mark.needs_slurm, pytest.mark.xdist_group(name="slurm")]
 
@@ -369,3 +370,78 @@ async def test_dependencies_between_cluster_jobs_are_slurms_own(cluster_engine: 
     assert ended.status is JobStatus.CANCELLED
     assert ended.termination_reason is TerminationReason.DEPENDENCY_FAILED
     assert f"dependency job {failing.id}" in ended.message
+
+
+# -- the TUI --------------------------------------------------------------------------------
+
+
+async def test_the_tui_shows_the_cluster_and_its_jobs_with_logs_and_cancel(
+    embedded_app: Any, slurm_conf: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpulayer_tui.screens.dialogs import ConfirmScreen
+    from gpulayer_tui.screens.job_detail import JobDetailScreen
+    from gpulayer_tui.screens.jobs import JobsScreen
+    from gpulayer_tui.widgets.cluster_panel import ClusterPanel
+    from gpulayer_tui.widgets.job_table import JobTable
+    from gpulayer_tui.widgets.log_tail import LogTail
+
+    monkeypatch.setenv("SLURM_CONF", slurm_conf)
+    app = await embedded_app("1xA100-80GB", config=_cluster_config())
+    async with app.run_test(size=(160, 45)) as pilot:
+        panel = app.screen.query_one(ClusterPanel)
+
+        def panel_text() -> str:
+            return str(panel.content) if panel.display else ""
+
+        await until(pilot, lambda: "4 total" in panel_text(), "the cluster panel", timeout=30)
+        assert panel_text().startswith("● cluster test · partition gpu · up · 1 node")
+        job = await app.backend.submit(_spec("echo from-slurm; sleep 300", gpus=1))
+        # The panel follows the cluster: one GPU allocated (partitions are read every
+        # few polls), one job.
+        await until(
+            pilot,
+            lambda: "1 allocated · 3 idle · 1 job" in panel_text(),
+            "the allocated GPU",
+            timeout=30,
+        )
+
+        await pilot.press("2")
+        assert isinstance(app.screen, JobsScreen)
+        table = app.screen.query_one(JobTable)
+
+        def cell(column: str) -> str:
+            try:
+                return str(table.get_cell(str(job["id"]), column))
+            except Exception:
+                return ""
+
+        await until(pilot, lambda: cell("status") == "running", "the running row", timeout=30)
+        assert cell("domains") == "@test"
+        assert "running on cluster test job" in cell("message")
+
+        # Its log and its cancel, as for a local job: open it, read, c then y.
+        await pilot.press("g", "enter")
+        detail = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
+        )
+        await until(pilot, lambda: detail.job is not None, "the job to load")
+        assert "cluster test, Slurm job " in str(detail.query_one("#field-domains").content)
+        log = detail.query_one(LogTail)
+        await until(pilot, lambda: "from-slurm" in log.lines, "the Slurm output", timeout=20)
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "confirm")
+        await pilot.press("y")
+        await until(
+            pilot,
+            lambda: detail.job is not None and detail.job["status"] == "cancelled",
+            "the detail to show cancelled",
+            timeout=30,
+        )
+        assert detail.job["message"] == "cancelled by user"
+        cluster_id = detail.job["cluster_job_id"]
+        await pilot.press("escape")
+        await until(pilot, lambda: cell("status") == "cancelled", "the cancelled row")
+    state = await asyncio.to_thread(
+        _slurm, slurm_conf, "sacct", "-c", "-X", "-P", "-n", "-o", "State", "-j", cluster_id
+    )
+    assert state.split() == ["CANCELLED"]  # (scancel reached Slurm)

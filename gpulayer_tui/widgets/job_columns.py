@@ -120,6 +120,14 @@ def gpus_text(job: JobRowJSON) -> str:
     return f"\N{MULTIPLICATION SIGN}{wanted}" if wanted else ""
 
 
+def domains_text(job: JobRowJSON) -> str:
+    """Where it runs: its domains, or ``@NAME`` for a Slurm cluster's job (issue 16)."""
+    cluster = job_spec(job).get("cluster")
+    if cluster and not job.get("domains"):
+        return f"@{cluster}"
+    return ",".join(job.get("domains") or [])
+
+
 def vram_text(job: JobRowJSON) -> str:
     """GiB per GPU from the spec (``20``, ``0.5``), or empty."""
     vram = job_spec(job).get("vram_gb")
