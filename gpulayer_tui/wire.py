@@ -132,11 +132,13 @@ ROW_SPEC_KEYS: tuple[str, ...] = (
     "replicas",
     "domain",
     "notify",
+    "cluster",
 )
 """The spec fields a job's *row* (``JobRowJSON``: lists, events) carries: what a table
-shows, and ``notify`` (stored only when true: the TUI rings when such a job ends). The
-whole spec (environment, working directory, dependencies, policies) comes only with the
-job itself (``GET /v1/jobs/ID``, ``status``)."""
+shows (``cluster``: the Slurm cluster a job runs on), and ``notify`` (stored only when
+true: the TUI rings when such a job ends). The whole spec (environment, working
+directory, dependencies, policies) comes only with the job itself (``GET /v1/jobs/ID``,
+``status``)."""
 
 MAX_PAGE = 10_000
 """The most jobs one ``GET /v1/jobs`` answers; more are read page by page."""

@@ -8,6 +8,7 @@ one xdist worker: they share the cluster, and one fills its node on purpose.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
@@ -25,11 +26,13 @@ from gpulayer_tui.engine.slurm import (
     end_of,
     gres_gpus,
     parse_jobs,
+    parse_sacct,
     pending_words,
     slurm_time,
 )
 
 from .conftest import REPO, EngineFactory, eventually, make_config
+from .ui_support import until
 
 pytestmark = [pytest.mark.needs_slurm, pytest.mark.xdist_group(name="slurm")]
 
@@ -55,15 +58,18 @@ def slurm_conf() -> Iterator[str]:
     yield done.stdout.strip().split("=", 1)[1]
 
 
+def _cluster_config() -> Any:
+    return make_config(
+        clusters={"test": {"partition": "gpu", "poll_interval": 0.3, "command_timeout": 3}}
+    )
+
+
 @pytest.fixture
 async def cluster_engine(
     make_engine: EngineFactory, slurm_conf: str, monkeypatch: pytest.MonkeyPatch
 ) -> Any:
     monkeypatch.setenv("SLURM_CONF", slurm_conf)
-    config = make_config(
-        clusters={"test": {"partition": "gpu", "poll_interval": 0.3, "command_timeout": 3}}
-    )
-    engine = await make_engine("1xA100-80GB", config=config)
+    engine = await make_engine("1xA100-80GB", config=_cluster_config())
     await eventually(lambda: engine.clusters.views()[0].get("nodes") == 1, timeout=20)
     return engine
 
@@ -142,6 +148,90 @@ async def test_an_engine_restart_finds_every_cluster_job_again(
     assert "finished" in again.log_path(job.id).read_text()
 
 
+def _slurm(slurm_conf: str, *argv: str) -> str:
+    """A Slurm command's output (run in a thread by the tests: it blocks)."""
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SLURM_CONF": slurm_conf},
+        timeout=10,
+    )
+    return done.stdout
+
+
+def _forgotten(slurm_conf: str, cluster_id: str) -> bool:
+    """Whether the controller no longer knows a job (MinJobAge: 10 s in the test Slurm)."""
+    return cluster_id not in _slurm(
+        slurm_conf, "squeue", "-h", "-t", "all", "-j", cluster_id, "-o", "%i"
+    )
+
+
+@pytest.mark.timeout(150)
+async def test_ends_the_controller_forgot_come_from_accounting_after_a_restart(
+    cluster_engine: Any, make_engine: EngineFactory, slurm_conf: str
+) -> None:
+    engine = cluster_engine
+    ok = await engine.submit(_spec("echo done"))
+    bad = await engine.submit(_spec("exit 3"))
+    killed = await engine.submit(_spec("kill -9 $$"))
+    jobs = (ok, bad, killed)
+    await eventually(
+        lambda: all(engine.book.get(j.id).job.cluster_job_id for j in jobs), timeout=30
+    )
+    cluster_ids = [engine.book.get(j.id).job.cluster_job_id for j in jobs]
+    await engine.stop()  # (they end while no engine follows them)
+    for cluster_id in cluster_ids:
+        await eventually(
+            lambda c=cluster_id: asyncio.to_thread(_forgotten, slurm_conf, c),
+            timeout=90,
+            interval=1,
+        )
+    again = await make_engine("1xA100-80GB", config=engine.config)
+    done = await again.wait(ok.id, timeout=30)
+    assert done.status is JobStatus.COMPLETED and done.exit_code == 0, done.message
+    failed = await again.wait(bad.id, timeout=30)
+    assert (failed.status, failed.termination_reason) == (
+        JobStatus.FAILED,
+        TerminationReason.EXIT_CODE,
+    )
+    assert failed.exit_code == 3, failed.message
+    signalled = await again.wait(killed.id, timeout=30)
+    assert signalled.termination_reason is TerminationReason.SIGNAL
+    assert signalled.message == "killed by signal 9"
+    assert again.clusters._clusters["test"].accounting == "jobcomp"  # (sacct -c)
+
+
+async def test_without_accounting_exit_codes_come_from_the_controller(
+    cluster_engine: Any,
+) -> None:
+    engine = cluster_engine
+    engine.clusters._clusters["test"].accounting = "none"  # (as a cluster that keeps none)
+    bad = await engine.submit(_spec("exit 4"))
+    failed = await engine.wait(bad.id, timeout=60)
+    assert failed.status is JobStatus.FAILED and failed.exit_code == 4, failed.message
+
+
+@pytest.mark.timeout(200)  # (Slurm's time limits are whole minutes, checked every 30 s)
+async def test_a_cluster_timeout_ends_like_a_local_one(cluster_engine: Any) -> None:
+    engine = cluster_engine
+    local = await engine.submit({"shell": "sleep 60", "timeout": 1})
+    remote = await engine.submit(_spec("sleep 600", timeout=30))  # (--time=1: whole minutes)
+    local_end = await engine.wait(local.id, timeout=30)
+    remote_end = await engine.wait(remote.id, timeout=150)
+    assert (
+        (remote_end.status, remote_end.termination_reason)
+        == (
+            local_end.status,
+            local_end.termination_reason,
+        )
+        == (JobStatus.FAILED, TerminationReason.TIMEOUT)
+    )
+    assert remote_end.message.startswith("timed out: Slurm stopped it at its time limit of 1 min")
+    assert remote_end.started_at is not None and remote_end.ended_at is not None
+    assert remote_end.ended_at - remote_end.started_at >= 60
+
+
 async def test_a_silent_controller_keeps_jobs_as_they_are(
     cluster_engine: Any, slurm_conf: str
 ) -> None:
@@ -191,6 +281,21 @@ def test_slurm_words_and_numbers() -> None:
     }
     (later,) = parse_jobs(json.dumps({"jobs": [newer]}))
     assert later.state == "TIMEOUT" and later.signal == 15
+
+
+def test_sacct_lines() -> None:
+    text = (
+        "12|FAILED|3:0|2026-12-01T03:12:20|2026-12-01T03:12:21|gpulayer-x-1\n"
+        "13|CANCELLED by 0|0:0|None|2026-12-01T03:12:21|a|b\n"
+        "14|FAILED|0:9|2026-12-01T03:12:20|Unknown|n\n"
+    )
+    failed, cancelled, killed = parse_sacct(text)
+    assert (failed.job_id, failed.exit_code, failed.signal) == ("12", 3, None)
+    assert failed.name == "gpulayer-x-1" and failed.end_time is not None
+    assert cancelled.state == "CANCELLED" and cancelled.name == "a|b"
+    assert cancelled.start_time is None
+    assert (killed.exit_code, killed.signal, killed.end_time) == (None, 9, None)
+    assert end_of(killed, "")[1:] == (TerminationReason.SIGNAL, "killed by signal 9")
 
 
 @pytest.mark.parametrize(
@@ -265,3 +370,78 @@ async def test_dependencies_between_cluster_jobs_are_slurms_own(cluster_engine: 
     assert ended.status is JobStatus.CANCELLED
     assert ended.termination_reason is TerminationReason.DEPENDENCY_FAILED
     assert f"dependency job {failing.id}" in ended.message
+
+
+# -- the TUI --------------------------------------------------------------------------------
+
+
+async def test_the_tui_shows_the_cluster_and_its_jobs_with_logs_and_cancel(
+    embedded_app: Any, slurm_conf: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpulayer_tui.screens.dialogs import ConfirmScreen
+    from gpulayer_tui.screens.job_detail import JobDetailScreen
+    from gpulayer_tui.screens.jobs import JobsScreen
+    from gpulayer_tui.widgets.cluster_panel import ClusterPanel
+    from gpulayer_tui.widgets.job_table import JobTable
+    from gpulayer_tui.widgets.log_tail import LogTail
+
+    monkeypatch.setenv("SLURM_CONF", slurm_conf)
+    app = await embedded_app("1xA100-80GB", config=_cluster_config())
+    async with app.run_test(size=(160, 45)) as pilot:
+        panel = app.screen.query_one(ClusterPanel)
+
+        def panel_text() -> str:
+            return str(panel.content) if panel.display else ""
+
+        await until(pilot, lambda: "4 total" in panel_text(), "the cluster panel", timeout=30)
+        assert panel_text().startswith("● cluster test · partition gpu · up · 1 node")
+        job = await app.backend.submit(_spec("echo from-slurm; sleep 300", gpus=1))
+        # The panel follows the cluster: one GPU allocated (partitions are read every
+        # few polls), one job.
+        await until(
+            pilot,
+            lambda: "1 allocated · 3 idle · 1 job" in panel_text(),
+            "the allocated GPU",
+            timeout=30,
+        )
+
+        await pilot.press("2")
+        assert isinstance(app.screen, JobsScreen)
+        table = app.screen.query_one(JobTable)
+
+        def cell(column: str) -> str:
+            try:
+                return str(table.get_cell(str(job["id"]), column))
+            except Exception:
+                return ""
+
+        await until(pilot, lambda: cell("status") == "running", "the running row", timeout=30)
+        assert cell("domains") == "@test"
+        assert "running on cluster test job" in cell("message")
+
+        # Its log and its cancel, as for a local job: open it, read, c then y.
+        await pilot.press("g", "enter")
+        detail = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
+        )
+        await until(pilot, lambda: detail.job is not None, "the job to load")
+        assert "cluster test, Slurm job " in str(detail.query_one("#field-domains").content)
+        log = detail.query_one(LogTail)
+        await until(pilot, lambda: "from-slurm" in log.lines, "the Slurm output", timeout=20)
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "confirm")
+        await pilot.press("y")
+        await until(
+            pilot,
+            lambda: detail.job is not None and detail.job["status"] == "cancelled",
+            "the detail to show cancelled",
+            timeout=30,
+        )
+        assert detail.job["message"] == "cancelled by user"
+        cluster_id = detail.job["cluster_job_id"]
+        await pilot.press("escape")
+        await until(pilot, lambda: cell("status") == "cancelled", "the cancelled row")
+    state = await asyncio.to_thread(
+        _slurm, slurm_conf, "sacct", "-c", "-X", "-P", "-n", "-o", "State", "-j", cluster_id
+    )
+    assert state.split() == ["CANCELLED"]  # (scancel reached Slurm)

@@ -41,6 +41,7 @@ from .slurm import (
     SlurmCluster,
     SlurmJob,
     end_of,
+    ended,
     minutes,
     pending_words,
 )
@@ -52,6 +53,9 @@ log = logging.getLogger(__name__)
 SUBMITTING = "submitting to cluster "  # how the decision to submit reads (and is found)
 PROBE_EVERY = 6  # partitions are read again every this many polls
 SBATCH_AT_ONCE = 8  # sbatch calls in flight at once
+# Seconds a job may be missing from both squeue and accounting before it is given up on
+# (slurmdbd may store an end a moment after the controller forgot the job).
+FORGOTTEN_AFTER_S = 30.0
 
 
 def _plural(n: int, word: str) -> str:
@@ -94,6 +98,7 @@ class ClusterRunner:
         self._sbatch_slots = asyncio.Semaphore(SBATCH_AT_ONCE)
         # job -> [(dependency job, its cluster id, any exit)] that Slurm holds it for
         self._deps: dict[int, list[tuple[int, str, bool]]] = {}
+        self._missing: dict[int, float] = {}  # job -> since when neither squeue nor sacct has it
         self.reconfigure(settings)
 
     def reconfigure(self, settings: dict[str, ClusterSettings]) -> None:
@@ -211,7 +216,7 @@ class ClusterRunner:
             return
         self._submitting.add(job_id)
         try:
-            slurm_name = f"gpulayer-{self.tag}-{job_id}"
+            slurm_name = self.slurm_name(job_id)
             async with self._sbatch_slots:  # (500 at once would crowd the controller)
                 # A submission decided before a crash may have reached the cluster.
                 found = await cluster.find(slurm_name) if restored else []
@@ -333,6 +338,8 @@ class ClusterRunner:
         had = name in self._partitions
         self._partitions[name] = part
         self._errors.pop(name, None)
+        if self._down_since.pop(name, None) is not None:
+            log.warning("cluster %s answers again", name)
         if not had:
             self._recheck()  # jobs waiting for a verdict on this cluster get one
 
@@ -355,28 +362,58 @@ class ClusterRunner:
             del self._down_since[name]
             log.warning("cluster %s answers again", name)
         seen = {j.job_id: j for j in jobs}
-        later: set[str] = set()
-        for job in jobs:  # the few that ended: their exit codes (one scontrol each)
-            if job.state not in PENDING_STATES and job.state not in RUNNING_STATES:
-                try:
-                    code, sig = await cluster.exit_of(job.job_id)
-                except ClusterError:
-                    later.add(job.job_id)  # (read again at the next poll)
-                    continue
-                seen[job.job_id] = replace(job, exit_code=code, signal=sig)
+        # Those that left the queue (ended, or forgotten by the controller): their ends
+        # from accounting, one sacct call for all of them.
+        left = [cid for cid in ids if (j := seen.get(cid)) is None or ended(j.state)]
+        accounted: dict[str, SlurmJob] | None = {}
+        unsure = False  # (accounting failed this time: nothing is decided on its silence)
+        if left:
+            try:
+                accounted = await cluster.ends(left)
+            except ClusterError as err:
+                log.warning("sacct on cluster %s failed: %s", name, err)
+                unsure = True
         for cluster_id, act in ids.items():
-            if act.job.id not in self._book or cluster_id in later:
+            job_id = act.job.id
+            if job_id not in self._book:
                 continue
-            found = seen.get(str(cluster_id))
-            if found is None:
+            found = seen.get(cluster_id)
+            if found is not None and not ended(found.state):
+                self._missing.pop(job_id, None)
+                self._apply(name, act, found)
+                continue
+            record = (accounted or {}).get(cluster_id)
+            if record is not None and record.name not in ("", self.slurm_name(job_id)):
+                record = None  # (an id the cluster gave again, to another job)
+            if record is not None:
+                if found is not None:  # (squeue's reason: why Slurm cancelled it)
+                    record = replace(record, reason=found.reason)
+                self._apply(name, act, record)
+            elif found is not None:
+                # Ended, and accounting has no record (none kept, or not written yet):
+                # the controller's, while it remembers the job (MinJobAge).
+                try:
+                    code, sig = await cluster.exit_of(found.job_id)
+                except ClusterError:
+                    continue  # (read again at the next poll)
+                self._apply(name, act, replace(found, exit_code=code, signal=sig))
+            elif not unsure:
+                since = self._missing.setdefault(job_id, time.monotonic())
+                if accounted is not None and time.monotonic() - since < FORGOTTEN_AFTER_S:
+                    continue  # (accounting may not have it yet)
+                if accounted is None:
+                    why = f"cluster {name} no longer knows job {cluster_id} and keeps no accounting"
+                else:
+                    why = f"neither cluster {name} nor its accounting knows job {cluster_id}"
                 self._book.finish(
-                    act,
-                    JobStatus.FAILED,
-                    Reason.ENGINE_LOST,
-                    f"cluster {name} no longer knows job {cluster_id}: its exit status is unknown",
+                    act, JobStatus.FAILED, Reason.ENGINE_LOST, f"{why}: its exit status is unknown"
                 )
-                continue
-            self._apply(name, act, found)
+                self._missing.pop(job_id, None)
+                self._tracked.pop(job_id, None)
+
+    def slurm_name(self, job_id: int) -> str:
+        """A job's name on its cluster (how a restarted engine finds it again)."""
+        return f"gpulayer-{self.tag}-{job_id}"
 
     def _apply(self, name: str, act: ActiveJob, found: SlurmJob) -> None:
         job = act.job
@@ -394,8 +431,18 @@ class ClusterRunner:
                 if found.start_time:
                     job.started_at = found.start_time
         else:
-            status, reason, message = end_of(found, job.stop_message)
-            if found.state == "CANCELLED" and found.reason == "DependencyNeverSatisfied":
+            spec = act.spec
+            limit = (spec.timeout if spec is not None else None) or (
+                self._clusters[name].settings.time_limit if name in self._clusters else None
+            )
+            status, reason, message = end_of(found, job.stop_message, limit)
+            # Slurm cancels a job whose dependency failed (--kill-on-invalid-dep); squeue
+            # says so while it remembers the job, accounting does not: a cancel nobody
+            # here asked for, of a job Slurm held for its dependencies, is that.
+            if found.state == "CANCELLED" and (
+                found.reason == "DependencyNeverSatisfied"
+                or (job.stop_reason is None and self._deps.get(job.id))
+            ):
                 ids = ", ".join(str(d[0]) for d in self._deps.get(job.id, [])) or "?"
                 status, reason = JobStatus.CANCELLED, Reason.DEPENDENCY_FAILED
                 message = f"dependency job {ids} did not complete (Slurm cancelled it)"
@@ -412,6 +459,7 @@ class ClusterRunner:
             )
             self._tracked.pop(job.id, None)
             self._deps.pop(job.id, None)
+            self._missing.pop(job.id, None)
 
     def _unanswered(self, name: str, why: str) -> None:
         """The cluster did not answer: its jobs keep their state and say since when."""
@@ -475,6 +523,8 @@ class ClusterRunner:
                 "partition": cluster.settings.partition,
                 "answering": name not in self._down_since and name not in self._errors,
                 "error": self._errors.get(name),
+                # since when it has not answered (epoch seconds), or None
+                "down_since": self._down_since.get(name),
                 "jobs": sum(1 for c in self._tracked.values() if c == name),
             }
             if part is not None:

@@ -64,10 +64,9 @@ unless ``engine.auto_domains = false``.
 
 from __future__ import annotations
 
-import json
-
 import grp
 import ipaddress
+import json
 import os
 import pwd
 import re

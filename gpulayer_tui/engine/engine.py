@@ -763,6 +763,8 @@ class Engine:
             view = gpus_view(
                 self.scheduler, self.sampler, self.probe.backend, self.no_gpu_notice, False
             )
+            if self.clusters.names:  # (the dashboard's cluster panel follows these)
+                view["clusters"] = self.clusters.views()
             self.bus.publish(self.bus.make(EventKind.GPU_SAMPLE, None, dict(view)))
 
 

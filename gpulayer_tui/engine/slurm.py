@@ -1,6 +1,6 @@
 """Talking to a Slurm cluster through its own commands (issue 16).
 
-Every call is ``[command_prefix...] sbatch|squeue|sinfo|scontrol|scancel ...`` run as a
+Every call is ``[command_prefix...] sbatch|squeue|sacct|sinfo|scontrol|scancel ...`` run as a
 subprocess with a deadline (never on the event loop's time), so a cluster reached through
 ``ssh login1`` works the same as a local one. Output is read as JSON where the command
 offers it (``squeue --json``, ``sinfo --json``), else in its one-line forms.
@@ -161,27 +161,56 @@ def _stamp(text: str) -> float | None:
         return None
 
 
-def parse_squeue(text: str) -> list[SlurmJob]:
-    """``squeue -h -o SQUEUE_FORMAT`` lines (the name last: it may hold ``|``)."""
+def exit_pair(text: str) -> tuple[int | None, int | None]:
+    """``(exit status, signal)`` of Slurm's ``ExitCode`` (``3:0``, ``0:9``)."""
+    match = re.fullmatch(r"(\d+):(\d+)", text.strip())
+    if match is None:
+        return None, None
+    code, sig = int(match.group(1)), int(match.group(2))
+    return (None, sig) if sig else (code, None)
+
+
+def _parsable(text: str, third: str) -> list[SlurmJob]:
+    """Jobs from ``ID|STATE|THIRD|START|END|NAME`` lines (the name last: it may hold
+    ``|``); ``third`` is squeue's ``reason`` or sacct's ``exit`` code."""
     out = []
     for line in text.splitlines():
         parts = line.split("|", 5)
         if len(parts) < 6:
             continue
-        job_id, state, reason, start, end, name = parts
+        job_id, state, extra, start, end, name = parts
+        code, sig = exit_pair(extra) if third == "exit" else (None, None)
         out.append(
             SlurmJob(
                 job_id=job_id.strip(),
-                state=state.strip(),
-                reason=reason.strip(),
-                exit_code=None,
-                signal=None,
+                state=(state.split() or [""])[0],  # (sacct: "CANCELLED by 0")
+                reason=extra.strip() if third == "reason" else "",
+                exit_code=code,
+                signal=sig,
                 start_time=_stamp(start),
                 end_time=_stamp(end),
                 name=name,
             )
         )
     return out
+
+
+def parse_squeue(text: str) -> list[SlurmJob]:
+    """``squeue -h -o SQUEUE_FORMAT`` lines."""
+    return _parsable(text, "reason")
+
+
+# Ends from accounting: one line per job (-X: the allocation, not its steps); the name
+# last, since it may hold ``|``.
+SACCT_FORMAT = "JobID,State,ExitCode,Start,End,JobName"
+# sacct's words for "this cluster keeps no such records" (slurmdbd, job completion log).
+NO_ACCOUNTING = ("accounting storage is disabled", "job completion is disabled")
+
+
+def parse_sacct(text: str) -> list[SlurmJob]:
+    """``sacct -X -P -n -o SACCT_FORMAT`` lines (``CANCELLED by 0`` reads ``CANCELLED``;
+    ``ExitCode`` is ``status:signal``)."""
+    return _parsable(text, "exit")
 
 
 def parse_partition(sinfo: str, scontrol: str, name: str) -> Partition:
@@ -237,15 +266,28 @@ RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT",
 PENDING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
 
 
-def end_of(job: SlurmJob, stop_message: str) -> tuple[JobStatus, TerminationReason, str]:
-    """How a cluster job that left Slurm's queue ends (the same reasons as local jobs)."""
+def ended(state: str) -> bool:
+    """Whether a Slurm job state is an end (neither pending nor running)."""
+    return bool(state) and state not in PENDING_STATES and state not in RUNNING_STATES
+
+
+def end_of(
+    job: SlurmJob, stop_message: str, limit_s: float | None = None
+) -> tuple[JobStatus, TerminationReason, str]:
+    """How a cluster job that left Slurm's queue ends (the same reasons as local jobs;
+    ``limit_s``: the time limit it was submitted with, for a timeout's message)."""
     state = job.state
     if state == "COMPLETED":
         return JobStatus.COMPLETED, Reason.EXIT_CODE, "exited with code 0"
     if state == "CANCELLED":
         return JobStatus.CANCELLED, Reason.CANCELLED, stop_message or "cancelled on the cluster"
     if state in ("TIMEOUT", "DEADLINE"):
-        return JobStatus.FAILED, Reason.TIMEOUT, f"Slurm stopped it at its time limit ({state})"
+        limit = f" of {minutes(limit_s)} min" if limit_s else ""
+        return (
+            JobStatus.FAILED,
+            Reason.TIMEOUT,
+            f"timed out: Slurm stopped it at its time limit{limit} ({state})",
+        )
     if state == "NODE_FAIL":
         return JobStatus.FAILED, Reason.DOMAIN_LOST, "its node failed (Slurm NODE_FAIL)"
     if state == "OUT_OF_MEMORY":
@@ -266,6 +308,9 @@ class SlurmCluster:
     def __init__(self, name: str, settings: ClusterSettings) -> None:
         self.name = name
         self.settings = settings
+        # Where ends are read: "sacct" (slurmdbd), "jobcomp" (``sacct -c``: the job
+        # completion log), "none" (neither is kept); None until the first try.
+        self.accounting: str | None = None
 
     async def run(self, *argv: str, stdin: str | None = None) -> str:
         """Run a Slurm command; its stdout.
@@ -332,8 +377,8 @@ class SlurmCluster:
         return out.strip().split(";")[0]
 
     async def jobs(self, ids: list[str]) -> list[SlurmJob]:
-        """Every one of ``ids`` Slurm still knows (one squeue call), without exit codes
-        (:meth:`exit_of` reads those for the few that ended).
+        """Every one of ``ids`` the controller still knows (one squeue call), without exit
+        codes (:meth:`ends` reads those for the jobs that left the queue).
 
         Text, not ``--json``: some versions' JSON answers every job the controller
         remembers whatever was asked (thousands, parsed on every poll), the text form
@@ -352,14 +397,44 @@ class SlurmCluster:
         wanted = set(ids)
         return [job for job in parse_squeue(out) if job.job_id in wanted]
 
+    async def ends(self, ids: list[str]) -> dict[str, SlurmJob] | None:
+        """How ``ids`` ended, from accounting, in one ``sacct`` call: slurmdbd's, else the
+        job completion log's (``sacct -c``, ``JobCompType=jobcomp/filetxt``); None when the
+        cluster keeps neither (then only ``scontrol`` knows, while the controller remembers
+        the job: ``MinJobAge``). Jobs it has no end for (yet) are left out; of several
+        records for one id (requeued, or ids reused) the last.
+
+        Raises:
+            ClusterError: sacct failed (or did not answer) for another reason.
+        """
+        if not ids or self.accounting == "none":
+            return None if self.accounting == "none" else {}
+        modes = ["sacct", "jobcomp"] if self.accounting is None else [self.accounting]
+        for mode in modes:
+            flags = ["-c"] if mode == "jobcomp" else []
+            try:
+                out = await self.run(
+                    "sacct", *flags, "-X", "-P", "-n", "-o", SACCT_FORMAT, "-j", ",".join(ids)
+                )
+            except ClusterError as err:
+                if any(words in str(err) for words in NO_ACCOUNTING):
+                    continue
+                raise
+            self.accounting = mode
+            wanted = set(ids)
+            return {
+                job.job_id: job
+                for job in parse_sacct(out)
+                if job.job_id in wanted and ended(job.state)
+            }
+        self.accounting = "none"
+        return None
+
     async def exit_of(self, job_id: str) -> tuple[int | None, int | None]:
         """``(exit status, signal)`` of an ended job (``scontrol show job``)."""
         out = await self.run("scontrol", "show", "job", "-o", job_id)
-        match = re.search(r"\bExitCode=(\d+):(\d+)", out)
-        if match is None:
-            return None, None
-        code, sig = int(match.group(1)), int(match.group(2))
-        return (None, sig) if sig else (code, None)
+        match = re.search(r"\bExitCode=(\S+)", out)
+        return (None, None) if match is None else exit_pair(match.group(1))
 
     async def find(self, name: str) -> list[SlurmJob]:
         """Jobs by name (a submission whose id was not recorded before a crash)."""

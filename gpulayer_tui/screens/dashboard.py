@@ -22,6 +22,7 @@ from textual.widgets import Footer, Static
 
 from .. import keymap
 from ..view import view_of
+from ..widgets.cluster_panel import ClusterPanel
 from ..widgets.engine_status import EngineStatus
 from ..widgets.gpu_panel import GpuPanel
 from ..widgets.memory_bar import BAR_CHAR
@@ -101,6 +102,7 @@ class DashboardScreen(Screen[None]):
         with ScrollableContainer(id="gpu-grid", classes="-empty"):
             yield Static(id="gpu-head")
         yield Static(id="cpu-pool")
+        yield ClusterPanel(id="clusters")
         yield ProcessTable(id="processes")
         yield Footer(compact=True)
 

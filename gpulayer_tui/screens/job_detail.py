@@ -92,6 +92,10 @@ def _dependencies(spec: dict[str, Any]) -> str:
 
 def _placement(job: JobJSON, spec: dict[str, Any]) -> str:
     parts = []
+    cluster = job.get("cluster") or spec.get("cluster")
+    if cluster:  # (a Slurm cluster's job: issue 16)
+        cluster_id = job.get("cluster_job_id")
+        parts.append(f"cluster {cluster}" + (f", Slurm job {cluster_id}" if cluster_id else ""))
     if job.get("domains"):
         parts.append(", ".join(job["domains"]))
     if job.get("gpus"):

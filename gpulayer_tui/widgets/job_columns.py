@@ -114,6 +114,14 @@ def command_text(job: JobRowJSON) -> str:
     return str(spec.get("shell") or "")
 
 
+def domains_text(job: JobRowJSON) -> str:
+    """Where it runs: its domains, or ``@NAME`` for a Slurm cluster's job (issue 16)."""
+    cluster = job_spec(job).get("cluster")
+    if cluster and not job.get("domains"):
+        return f"@{cluster}"
+    return ",".join(job.get("domains") or [])
+
+
 def vram_text(job: JobRowJSON) -> str:
     """GiB per GPU from the spec (``20``, ``0.5``), or empty."""
     vram = job_spec(job).get("vram_gb")

@@ -56,6 +56,7 @@ from .job_columns import (
     ColumnSpec,
     Parts,
     command_text,
+    domains_text,
     gpus_text,
     kind_parts,
     reason_prefix,
@@ -433,7 +434,7 @@ class JobTable(DataTable[Any]):
                 return ((message, muted),)
             return ((prefix, "jobtable--reason"), (" · " if message else "", ""), (message, muted))
         if key == "domains":
-            return ((",".join(job.get("domains") or []), ""),)
+            return ((domains_text(job), ""),)
         if key == "gpus":
             return ((gpus_text(job), ""),)
         if key == "vram":

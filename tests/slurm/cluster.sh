@@ -8,8 +8,11 @@
 #
 # Needs the Debian packages slurm-wlm and munge, and root (slurmd runs jobs as their
 # users). The node has 4 fake GPUs (gres.conf File= entries on files in DIR: Slurm sets
-# CUDA_VISIBLE_DEVICES from them) in partition "gpu" (MaxTime 60 min); finished jobs stay
-# known to the controller for an hour (MinJobAge), since there is no accounting database.
+# CUDA_VISIBLE_DEVICES from them) in partition "gpu" (MaxTime 60 min). Accounting without
+# slurmdbd (and its database): Slurm 22.05 has no accounting_storage/filetxt any more, but
+# its job completion log (JobCompType=jobcomp/filetxt) is what `sacct -c` reads, so ends
+# come from sacct as on a cluster with slurmdbd. The controller forgets a finished job
+# after 10 s (MinJobAge), so the tests see ends that only accounting still knows.
 set -euo pipefail
 cmd=${1:?start|stop}
 dir=$(realpath -m "${2:?state dir}")
@@ -27,13 +30,10 @@ stop() {
 }
 
 if [ "$cmd" = stop ]; then stop; exit 0; fi
-if [ "$cmd" = status ] || { [ -f "$conf" ] && SLURM_CONF="$conf" timeout 10 sinfo -h >/dev/null 2>&1; }; then
-    # Already up (started by another test worker or an earlier run): use it.
-    if SLURM_CONF="$conf" timeout 10 sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'; then
-        echo "SLURM_CONF=$conf"
-        exit 0
-    fi
-    [ "$cmd" = status ] && exit 1
+up() { SLURM_CONF="$conf" timeout 10 sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'; }
+if [ "$cmd" = status ]; then
+    if [ -f "$conf" ] && up; then echo "SLURM_CONF=$conf"; exit 0; fi
+    exit 1
 fi
 
 mkdir -p "$dir"/{state,spool,munge,log}
@@ -42,7 +42,7 @@ chmod 755 "$dir" "$dir/munge"  # (munged wants its socket's dir reachable by all
 for i in 0 1 2 3; do [ -c "$dir/nvidia$i" ] || { rm -f "$dir/nvidia$i"; mknod -m 666 "$dir/nvidia$i" c 1 3; }; done
 cpus=$(nproc)
 mem=$(awk '/MemTotal/ {print int($2 / 1024 / 2)}' /proc/meminfo)
-cat >"$conf" <<CONF
+cat >"$conf.new" <<CONF
 ClusterName=gpulayer-test
 SlurmctldHost=$host
 SlurmctldPort=16817
@@ -65,10 +65,11 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
-MinJobAge=3600
+MinJobAge=10
 KillWait=5
 InactiveLimit=0
-JobCompType=jobcomp/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$dir/jobcomp.txt
 AccountingStorageType=accounting_storage/none
 PropagateResourceLimitsExcept=ALL
 NodeName=$host CPUs=$cpus RealMemory=$mem Gres=gpu:4 State=UNKNOWN
@@ -78,7 +79,14 @@ cat >"$dir/gres.conf" <<CONF
 Name=gpu File=$dir/nvidia[0-3]
 CONF
 cp "$dir/gres.conf" "$(dirname "$conf")/gres.conf" 2>/dev/null || true
+if [ -f "$conf" ] && cmp -s "$conf.new" "$conf" && up; then
+    # Already up with this configuration (another test worker, an earlier run): use it.
+    rm -f "$conf.new"
+    echo "SLURM_CONF=$conf"
+    exit 0
+fi
 stop
+mv "$conf.new" "$conf"
 # munge: its own key and socket in DIR, so a system munged is not needed.
 [ -f "$dir/munge/munge.key" ] || dd if=/dev/urandom bs=1 count=1024 of="$dir/munge/munge.key" 2>/dev/null
 chmod 400 "$dir/munge/munge.key"
