@@ -39,7 +39,7 @@ class StraysScreen(Screen[None]):
         yield EngineStatus("strays")
         yield Static(
             "GPU processes that no job owns (their memory shows as unregistered). "
-            "a: adopt the selected one · p: adopt any pid · x: signal (SIGTERM/SIGKILL)",
+            "a: adopt · p: adopt any pid · x: signal",
             id="strays-hint",
         )
         # Disabled while hidden, so it never takes the focus (and the keys) from the table.
