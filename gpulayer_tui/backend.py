@@ -116,6 +116,21 @@ class EngineBackend(Protocol):
         """What the engine sees of a process (its command, user and start time)."""
         ...
 
+    async def restart(self, job_id: int) -> JobJSON:
+        """Submit an ended job's spec again as a new job (``restart_of`` names the old one);
+        return the new job (which may be ``failed``: over capacity)."""
+        ...
+
+    async def edit(self, job_id: int, changes: dict[str, Any]) -> JobJSON:
+        """Change a waiting job (``priority``, ``gpus``, ``vram_gb``, ``timeout``, ...);
+        return it as edited."""
+        ...
+
+    async def signal_process(self, pid: int, signal: str, start_ticks: int | None) -> str:
+        """Send ``SIG<signal>`` to a stray GPU process (only while it is the process that
+        started at ``start_ticks``); return what was done, in the engine's words."""
+        ...
+
     async def read_log(
         self, job_id: int, offset: int, limit: int = 256 * 1024, replica: int | None = None
     ) -> bytes:
@@ -222,6 +237,24 @@ class SocketBackend:
     async def process(self, pid: int) -> ProcessInfoJSON:
         """What the engine sees of a process."""
         return cast(ProcessInfoJSON, await self._request("GET", f"/processes/{int(pid)}"))
+
+    async def restart(self, job_id: int) -> JobJSON:
+        """Run an ended job again, as a new job."""
+        path = f"/jobs/{int(job_id)}/restart"
+        return cast(JobJSON, (await self._request("POST", path))["job"])
+
+    async def edit(self, job_id: int, changes: dict[str, Any]) -> JobJSON:
+        """Change a waiting job."""
+        path = f"/jobs/{int(job_id)}"
+        return cast(JobJSON, (await self._request("PATCH", path, json=changes))["job"])
+
+    async def signal_process(self, pid: int, signal: str, start_ticks: int | None) -> str:
+        """Signal a stray GPU process."""
+        body: dict[str, Any] = {"signal": signal}
+        if start_ticks is not None:
+            body["start_ticks"] = start_ticks
+        path = f"/processes/{int(pid)}/signal"
+        return str((await self._request("POST", path, json=body))["done"])
 
     async def domain_action(self, name: str, action: str) -> DomainJSON:
         """Drain or release a domain."""

@@ -21,6 +21,18 @@ def duration(seconds: float) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
+def dependencies_text(spec: dict[str, object]) -> str:
+    """A spec's ``depends_on`` in words: ``12, 13 (any outcome)``; ``""`` for none."""
+    out = []
+    deps = spec.get("depends_on")
+    for dep in deps if isinstance(deps, list) else []:
+        if isinstance(dep, dict):
+            out.append(f"{dep.get('job')}" + (" (any outcome)" if dep.get("any_exit") else ""))
+        else:
+            out.append(str(dep))
+    return ", ".join(out)
+
+
 def gib(value: int | None) -> str:
     """Bytes as GiB with one decimal; ``?`` when unknown."""
     return "?" if value is None else f"{value / GIB:.1f}"

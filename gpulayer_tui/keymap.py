@@ -10,9 +10,17 @@ The design, k9s- and lazygit-like:
   the screens: vim movement works in every table (``j``/``k``, ``g``/``G``).
 - One key, one idea, on every screen: ``/`` filters, ``o``/``O`` order by the next /
   previous column, ``r`` reverses the order, ``s``/``S`` cycle the status filter, ``f``
-  follows output, ``]`` shows the next replica, ``c`` cancels, ``enter`` opens,
-  ``esc`` goes back (or clears, or closes).
+  follows output, ``]`` shows the next replica, ``c`` cancels, ``R`` restarts an ended
+  job, ``e`` edits a waiting one, ``x`` signals a process, ``enter`` opens, ``esc`` goes
+  back (or clears, or closes).
+- ``/`` finds: it filters the jobs table and searches the job detail's log.
 - Modal forms say their own keys in a footer line: ``ctrl+s`` submits, ``esc`` cancels.
+
+Scoping of ``n``: it is the App's "new job" on every screen, but in the job detail, while
+a search of the log is active (after ``/``), ``n`` / ``N`` go to the next / previous
+match, as in ``less`` and vim. Such a key is declared with ``when``: the screen's
+``check_action`` declines it outside that state, so the key falls through to the App's
+binding (and the footer shows "New job" again); ``esc`` ends the search.
 """
 
 from __future__ import annotations
@@ -34,7 +42,9 @@ SCREEN_TITLES: dict[str, str] = {
     "detail": "Job detail",
     "strays": "Strays",
     "submit": "New job form",
+    "edit": "Edit job form",
     "adopt": "Adopt dialog",
+    "signal": "Signal dialog",
     "confirm": "Confirmation",
     "quit": "Quit dialog",
     "help": "Help",
@@ -61,6 +71,10 @@ class Key:
     palette: bool = True
     """Offered in the command palette (movement and dialog answers are not)."""
     priority: bool = False
+    when: str | None = None
+    """The state it acts in, when not always (say "while searching"): outside it the
+    screen's ``check_action`` declines the action and the key falls through to the next
+    binding of the same key (the App's). Only such a key may shadow an App key."""
 
     @property
     def shown_keys(self) -> str:
@@ -121,6 +135,8 @@ KEYMAP: tuple[Key, ...] = (
     # -- jobs ---------------------------------------------------------------------------------
     Key("enter", "open_job", "Open", ("jobs",)),
     Key("c", "cancel_job", "Cancel job", ("jobs", "detail")),
+    Key("R,shift+r", "restart_job", "Restart job", ("jobs", "detail"), display="R"),
+    Key("e", "edit_job", "Edit job", ("jobs", "detail")),
     Key("slash", "start_filter", "Filter", ("jobs",), display="/"),
     Key("s", "cycle_status(1)", "Status filter", ("jobs",)),
     Key("S,shift+s", "cycle_status(-1)", "Status filter back", ("jobs",), show=False, display="S"),
@@ -130,16 +146,38 @@ KEYMAP: tuple[Key, ...] = (
     Key("f", "toggle_follow", "Follow output", ("detail",)),
     Key("right_square_bracket", "next_replica", "Next replica", ("detail",), display="]"),
     Key("u", "toggle_usage", "GPU usage", ("detail",)),
+    Key("slash", "search_log", "Search the log", ("detail",), display="/"),
+    Key("n", "next_match", "Next match", ("detail",), when="while searching"),
+    Key(
+        "N,shift+n",
+        "previous_match",
+        "Previous match",
+        ("detail",),
+        show=False,
+        display="N",
+        when="while searching",
+    ),
+    Key("g", "scroll_top", "Top of the log", ("detail",), show=False),
+    Key("G,shift+g", "scroll_bottom", "End of the log", ("detail",), show=False, display="G"),
+    # (in help and the palette; kept out of the footer so that "esc Back" stays in it)
+    Key("w", "toggle_wrap", "Wrap lines", ("detail",), show=False),
+    Key("P,shift+p", "open_pager", "Open in $PAGER", ("detail",), show=False, display="P"),
     Key("escape,backspace", "back", "Back", ("detail",), display="esc"),
-    # -- strays -------------------------------------------------------------------------------
+    # -- strays (and the dashboard's process table) -------------------------------------------
+    Key("x", "signal_process", "Signal the process", ("dashboard", "strays")),
     Key("a", "adopt_selected", "Adopt", ("strays",)),
     Key("p", "adopt_pid", "Adopt a pid", ("strays",)),
     Key("escape", "close_pid", "Close the pid field", ("strays",), show=False, palette=False),
     # -- modal forms and dialogs (they say their keys in their own footer) ---------------------
     Key("ctrl+s", "submit", "Submit", ("submit",), priority=True),
     Key("escape", "cancel", "Cancel", ("submit",), display="esc"),
+    Key("ctrl+s", "save", "Save", ("edit",), priority=True),
+    Key("escape", "cancel", "Cancel", ("edit",), display="esc"),
     Key("ctrl+s", "adopt", "Adopt", ("adopt",), priority=True),
     Key("escape", "cancel", "Cancel", ("adopt",), display="esc"),
+    Key("y", "send", "Send the signal", ("signal",), palette=False),
+    Key("k", "toggle_kill", "SIGKILL instead of SIGTERM", ("signal",), palette=False),
+    Key("n,escape", "cancel", "Cancel", ("signal",), display="n, esc", palette=False),
     Key("y", "answer(True)", "Yes", ("confirm",), palette=False),
     Key("n,escape", "answer(False)", "No", ("confirm",), display="n, esc", palette=False),
     Key("k", "choose('handover')", "Keep running", ("quit",), palette=False),

@@ -531,6 +531,41 @@ class StaticBackend:
         job.update(status="cancelled", termination_reason="cancelled", message="cancelled by user")
         return copy.deepcopy(job)
 
+    async def restart(self, job_id: int) -> dict[str, Any]:
+        """The ended job's spec again, as the engine would (a new queued job)."""
+        old = self._jobs.get(job_id)
+        if old is None:
+            raise BackendError(f"no job {job_id}", 404)
+        if old["status"] in ("pending", "queued", "running"):
+            raise BackendError(f"job {job_id} is {old['status']}: only an ended job restarts", 409)
+        return await self.submit({**old["spec"], "restart_of": job_id})
+
+    async def edit(self, job_id: int, changes: dict[str, Any]) -> dict[str, Any]:
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise BackendError(f"no job {job_id}", 404)
+        if job["status"] not in ("pending", "queued"):
+            raise BackendError(
+                f"job {job_id} is {job['status']}: only a waiting job is edited", 409
+            )
+        job["spec"].update(changes)
+        job["priority"] = job["spec"].get("priority", 0)
+        return copy.deepcopy(job)
+
+    async def signal_process(self, pid: int, signal: str, start_ticks: int | None) -> str:
+        """The engine's rule for someone else's process (every fixed stray is ben's, and
+        the fixed data's user is ana)."""
+        for dom in self._gpus["domains"]:
+            for proc in dom["processes"]:
+                if proc["pid"] == pid and proc.get("job_id") is None:
+                    raise BackendError(
+                        f"pid {pid} belongs to {proc['user']}; ana may signal "
+                        "only its own processes",
+                        400,
+                        "pid",
+                    )
+        raise BackendError(f"no process with pid {pid} (it exited, or never was)", 400, "pid")
+
     async def read_log(
         self, job_id: int, offset: int, limit: int = 256 * 1024, replica: int | None = None
     ) -> bytes:

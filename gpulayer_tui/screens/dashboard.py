@@ -29,6 +29,7 @@ from ..widgets.memory_bar import BAR_CHAR
 from ..widgets.process_table import ProcessRow, ProcessTable, rows_from_state
 from ..widgets.summary_line import SummaryLine
 from ..wire import DomainViewJSON, GpusJSON
+from .actions import ask_to_signal
 
 DENSITY_CYCLE: tuple[str | None, ...] = (None, "full", "compact", "row")
 """What ``v`` cycles through; ``None`` is automatic."""
@@ -301,6 +302,31 @@ class DashboardScreen(Screen[None]):
             self.notify("this process is not a gpulayer job", timeout=2)
             return
         self._open_job(job_id)
+
+    def action_signal_process(self) -> None:
+        """Signal the unregistered process under the table's cursor (after a
+        confirmation); a job's process is stopped by cancelling its job."""
+        row = self.query_one(ProcessTable).cursor_process()
+        if row is None:
+            self.notify("no process selected", severity="warning")
+            return
+        if row.job_id is not None:
+            self.notify(
+                f"pid {row.pid} is job {row.job_id}'s: cancel the job instead (c, in its detail)",
+                severity="warning",
+            )
+            return
+        gpus = sorted({r.gpu for r in self.query_one(ProcessTable).processes if r.pid == row.pid})
+        held = [r.used_bytes for r in self.query_one(ProcessTable).processes if r.pid == row.pid]
+        process = {
+            "pid": row.pid,
+            "user": row.user,
+            "command": row.command,
+            "start_ticks": row.start_ticks,
+            "gpus": gpus,
+            "used_bytes": sum(b for b in held if b is not None),
+        }
+        ask_to_signal(self, process)
 
     @on(ProcessTable.JobChosen)
     def _job_chosen(self, message: ProcessTable.JobChosen) -> None:

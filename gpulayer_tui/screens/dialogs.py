@@ -1,18 +1,25 @@
-"""Small modal dialogs: a yes/no confirmation and the quit choice."""
+"""Small modal dialogs: a yes/no confirmation, signalling a process and the quit choice.
+
+Their texts quote job names, commands and users: they are shown as text (``Content``),
+never read as markup.
+"""
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Label, Static
+from textual.widgets import Button, Checkbox, Footer, Label, Static
 
 from .. import keymap
+from ..formatting import GIB
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -29,8 +36,8 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self._title, classes="dialog-title")
-            yield Static(self._question)
+            yield Label(Content(self._title), classes="dialog-title")
+            yield Static(Content(self._question), id="question")
             with Horizontal(classes="buttons"):
                 yield Button(f"{self._yes} (y)", id="yes", variant="error")
                 yield Button("No (n)", id="no", variant="primary")
@@ -46,6 +53,96 @@ class ConfirmScreen(ModalScreen[bool]):
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
+
+
+def _user_name() -> str:
+    """This TUI's user, as the engine names users (its name, else its uid)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
+class SignalScreen(ModalScreen[str | None]):
+    """Signal a stray GPU process: SIGTERM, or SIGKILL when chosen. Dismisses with the
+    signal's name (``"TERM"`` / ``"KILL"``), or ``None`` when cancelled.
+
+    Args:
+        process: ``pid``, ``user``, ``command`` and, when known, ``gpus`` (indices) and
+            ``used_bytes`` (held now).
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("signal"))
+    KEYMAP_SCOPE: ClassVar[str] = "signal"
+
+    def __init__(self, process: dict[str, Any]) -> None:
+        super().__init__()
+        self.process = process
+
+    def compose(self) -> ComposeResult:
+        proc = self.process
+        user = str(proc.get("user") or "")
+        gpus = ", ".join(f"gpu{g}" for g in proc.get("gpus") or [])
+        held = proc.get("used_bytes")
+        facts = [f"pid {proc['pid']}", f"user {user or '?'}"]
+        if gpus:
+            facts.append(gpus)
+        if held:
+            facts.append(f"holds {held / GIB:.1f} GiB")
+        with Vertical(classes="dialog", id="signal-dialog"):
+            yield Label(f"Signal pid {proc['pid']}?", classes="dialog-title")
+            yield Static(Content(str(proc.get("command") or "(command unknown)")), id="signal-what")
+            yield Static(Content(" · ".join(facts)), classes="muted")
+            me = _user_name()
+            if user and user != me and os.getuid() != 0:
+                yield Static(
+                    Content(
+                        f"This is {user}'s process and you are {me}: the engine signals "
+                        "only its caller's own processes (anyone's for root), so it will "
+                        "most likely refuse."
+                    ),
+                    id="signal-owner",
+                    classes="error-text",
+                )
+            yield Checkbox("SIGKILL instead of SIGTERM (k): no chance to clean up", id="kill")
+            with Horizontal(classes="buttons"):
+                yield Button("Send SIGTERM (y)", id="send", variant="error")
+                yield Button("No (n)", id="no", variant="primary")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    @property
+    def signal_name(self) -> str:
+        """The signal the dialog would send now."""
+        return "KILL" if self.query_one("#kill", Checkbox).value else "TERM"
+
+    @on(Checkbox.Changed, "#kill")
+    def _kill_toggled(self) -> None:
+        self.query_one("#send", Button).label = f"Send SIG{self.signal_name} (y)"
+
+    def action_toggle_kill(self) -> None:
+        """SIGKILL instead of SIGTERM, or back."""
+        box = self.query_one("#kill", Checkbox)
+        box.value = not box.value
+
+    def action_send(self) -> None:
+        """Close the dialog: send the chosen signal."""
+        self.dismiss(self.signal_name)
+
+    def action_cancel(self) -> None:
+        """Close the dialog without signalling."""
+        self.dismiss(None)
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "send":
+            self.action_send()
+        else:
+            self.action_cancel()
 
 
 class QuitChoice(StrEnum):

@@ -15,7 +15,11 @@ from .. import keymap
 
 
 def _rows(scope: str) -> list[tuple[str, str]]:
-    return [(k.shown_keys, k.description) for k in keymap.keys_of(scope) if k.description]
+    return [
+        (k.shown_keys, k.description + (f" ({k.when})" if k.when else ""))
+        for k in keymap.keys_of(scope)
+        if k.description
+    ]
 
 
 def help_scopes(scope: str | None, has_table: bool) -> list[str]:

@@ -1,21 +1,30 @@
-"""Job detail: spec, timeline, GPU usage, live log tail, exit code and termination reason."""
+"""Job detail: spec, timeline, GPU usage, live log tail, exit code and termination reason.
+
+The log is searched (``/``, then ``n`` / ``N``), wrapped (``w``), moved in (``g`` / ``G``)
+and opened in ``$PAGER`` (``P``); an ended job is restarted (``R``), a waiting one edited
+(``e``).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
+from pathlib import Path
 from typing import Any, ClassVar, cast
 
-from textual import work
-from textual.app import ComposeResult
+from textual import on, work
+from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Footer, Input, Label, Static
 
 from .. import keymap
 from ..backend import BackendError, ConnectionLost
-from ..formatting import duration, replica_health, replica_state
+from ..formatting import dependencies_text, duration, replica_health, replica_state
+from ..pager import page_file
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
 from ..widgets.job_columns import UNSPOKEN_REASONS, command_text, reason_prefix, runtime_seconds
@@ -23,7 +32,7 @@ from ..widgets.log_tail import LogTail
 from ..widgets.timeline import STATUS_STYLES, Timeline, clock_time
 from ..widgets.usage_panel import UsagePanel
 from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
-from .jobs import ask_to_cancel
+from .actions import ask_to_cancel, ask_to_edit, ask_to_restart, can_edit, can_restart
 
 LOG_POLL_INTERVAL = 0.5
 """Seconds between reads of a running job's output."""
@@ -78,16 +87,6 @@ def _or_dash(text: str) -> Content:
 
 def _seconds(value: Any) -> str:
     return f"{value:g} s ({duration(float(value))})" if value else ""
-
-
-def _dependencies(spec: dict[str, Any]) -> str:
-    out = []
-    for dep in spec.get("depends_on") or []:
-        if isinstance(dep, dict):
-            out.append(f"{dep.get('job')}" + (" (any outcome)" if dep.get("any_exit") else ""))
-        else:
-            out.append(str(dep))
-    return ", ".join(out)
 
 
 def _placement(job: JobJSON, spec: dict[str, Any]) -> str:
@@ -182,7 +181,7 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
         "replicas": replica_lines(job, now),
         "vram": _or_dash("" if vram is None else f"{vram:g} GiB per GPU"),
         "timeout": _or_dash(_seconds(spec.get("timeout"))),
-        "depends": _or_dash(_dependencies(spec)),
+        "depends": _or_dash(dependencies_text(spec)),
         "priority": Content(str(job.get("priority", spec.get("priority", 0)))),
         "times": _or_dash("  ·  ".join(times)),
         "runtime": _or_dash("" if runtime is None else duration(runtime)),
@@ -213,6 +212,11 @@ class JobDetailScreen(Screen[None]):
     JobDetailScreen .field-value { width: 1fr; }
     JobDetailScreen #field-loading { color: $text-muted; }
     JobDetailScreen #field-loading.-error { color: $error; }
+    JobDetailScreen #search-row { height: 1; display: none; background: $surface; }
+    JobDetailScreen #search-row.-open { display: block; }
+    JobDetailScreen #search-prompt { width: 3; padding: 0 1; color: $accent; text-style: bold; }
+    JobDetailScreen #log-search { width: 1fr; background: $surface; }
+    JobDetailScreen #log-search:focus { background: $boost; }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("detail"))
@@ -227,6 +231,7 @@ class JobDetailScreen(Screen[None]):
         self._log_done = False
         self._replica = 0  # whose output the log shows, for a service
         self._usage_chosen = False  # the user pressed u: the height no longer decides
+        self._search_from = 0  # the line the search started from (it finds as you type)
 
     def compose(self) -> ComposeResult:
         yield EngineStatus(f"job {self.job_id}")
@@ -241,6 +246,15 @@ class JobDetailScreen(Screen[None]):
                 yield Timeline(id="timeline")
         yield UsagePanel(id="usage")
         yield LogTail(id="log")
+        with Horizontal(id="search-row"):
+            yield Label("/", id="search-prompt")
+            # Disabled while hidden, so it never takes the focus (and the keys) from the log.
+            yield Input(
+                placeholder="search the log (enter: to the log, n / N: next / previous, esc: end)",
+                compact=True,
+                id="log-search",
+                disabled=True,
+            )
         yield Footer()
 
     def on_mount(self) -> None:
@@ -257,6 +271,7 @@ class JobDetailScreen(Screen[None]):
         self.watch(self.app, "jobs_version", self._jobs_changed, init=False)
         self.set_interval(1.0, self._tick)
         self.query_one(LogTail).focus()
+        self.query_one("#log-search", Input).cursor_blink = app.cursor_blink
         usage = self.query_one(UsagePanel)
         usage.display = known is not None and uses_gpus(known)
         usage.expanded = self.app.size.height >= EXPAND_USAGE_FROM
@@ -345,11 +360,22 @@ class JobDetailScreen(Screen[None]):
                 self.query_one("#field-replicas", Static).update(fields["replicas"])
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """``r`` (next replica) exists for services only, ``u`` for GPU jobs only."""
+        """``]`` (next replica) exists for services only, ``u`` for GPU jobs only; ``R``
+        (restart) is for an ended job and ``e`` (edit) for a waiting one (dimmed
+        otherwise); ``n`` / ``N`` are the log's only while it is searched (else ``n`` is
+        the App's: new job); ``P`` needs a terminal (not a browser)."""
         if action == "next_replica":
             return self.is_service
         if action == "toggle_usage":
             return self._job is not None and uses_gpus(self._job)
+        if action == "restart_job":
+            return True if self._job is not None and can_restart(self._job) else None
+        if action == "edit_job":
+            return True if can_edit(self._job) else None
+        if action in ("next_match", "previous_match"):
+            return not self._widgets_gone and bool(self.query_one(LogTail).search_term)
+        if action == "open_pager":
+            return not self.app.is_web
         return True
 
     def on_resize(self) -> None:
@@ -437,7 +463,16 @@ class JobDetailScreen(Screen[None]):
         if self.is_service:
             count = (len(self._job.get("replicas") or []) if self._job else 0) or 1
             which = f" · replica {self._replica} of 0-{count - 1} (]: next)"
-        log.border_title = f"output{which} · {state}"
+        extra = " · wrapped" if log.wrap else ""
+        if log.search_term:
+            found = (
+                f"match {(log.match_index or 0) + 1} of {len(log.matches)}"
+                if log.matches
+                else "no match"
+            )
+            extra += f" · /{log.search_term}: {found}"
+        # (Content: the search term is the user's text, never markup)
+        log.border_title = Content(f"output{which} · {state}{extra}")
 
     # -- keys -------------------------------------------------------------------------------
 
@@ -446,6 +481,108 @@ class JobDetailScreen(Screen[None]):
         log = self.query_one(LogTail)
         log.follow = not log.follow
         self._update_log_title()
+
+    def action_toggle_wrap(self) -> None:
+        """Wrap long lines of the log, or show them as one row (scrolled sideways)."""
+        log = self.query_one(LogTail)
+        log.wrap = not log.wrap
+        self._update_log_title()
+
+    def action_scroll_top(self) -> None:
+        """The log's first line (following stops)."""
+        self.query_one(LogTail).scroll_to_top()
+        self._update_log_title()
+
+    def action_scroll_bottom(self) -> None:
+        """The log's last line."""
+        self.query_one(LogTail).scroll_to_bottom()
+
+    # -- search -----------------------------------------------------------------------------
+
+    def action_search_log(self) -> None:
+        """Type a term: the log goes to its matches as you type."""
+        log = self.query_one(LogTail)
+        current = log.row_of_current_match()
+        self._search_from = current[1] if current else log.top_line()
+        field = self.query_one("#log-search", Input)
+        field.disabled = False
+        self.query_one("#search-row").add_class("-open")
+        field.focus()
+
+    @on(Input.Changed, "#log-search")
+    def _search_typed(self, event: Input.Changed) -> None:
+        self.query_one(LogTail).search(event.value, from_line=self._search_from)
+        self._update_log_title()
+        self.refresh_bindings()
+
+    @on(Input.Submitted, "#log-search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        self._close_search_field()
+        if not event.value:
+            self._end_search()
+
+    def _close_search_field(self) -> None:
+        field = self.query_one("#log-search", Input)
+        self.query_one("#search-row").remove_class("-open")
+        self.query_one(LogTail).focus()
+        field.disabled = True
+
+    def _end_search(self) -> None:
+        field = self.query_one("#log-search", Input)
+        with field.prevent(Input.Changed):
+            field.value = ""
+        self.query_one(LogTail).end_search()
+        self._update_log_title()
+        self.refresh_bindings()
+
+    def action_next_match(self) -> None:
+        """The next match of the search (from the last, the first)."""
+        self._step_match(1)
+
+    def action_previous_match(self) -> None:
+        """The previous match of the search (from the first, the last)."""
+        self._step_match(-1)
+
+    def _step_match(self, step: int) -> None:
+        log = self.query_one(LogTail)
+        if not log.next_match(step):
+            self.app.notify(f"no match for {log.search_term!r}", severity="warning", timeout=2)
+        self._update_log_title()
+
+    # -- $PAGER -----------------------------------------------------------------------------
+
+    def action_open_pager(self) -> None:
+        """Read the whole output in $PAGER (less by default); the TUI comes back after."""
+        self._open_pager()
+
+    @work(exclusive=True, group="pager", exit_on_error=False)
+    async def _open_pager(self) -> None:
+        app = view_of(self)
+        replica = self._replica if self.is_service else None
+        fd, name = tempfile.mkstemp(prefix=f"gpulayer-job{self.job_id}-", suffix=".log")
+        path = Path(name)
+        try:
+            # A private copy of what the engine serves (the TUI may be attached as another
+            # user, who may read the output but not the engine's files).
+            with os.fdopen(fd, "wb") as out:
+                offset = 0
+                while chunk := await app.backend.read_log(self.job_id, offset, replica=replica):
+                    await asyncio.to_thread(out.write, chunk)
+                    offset += len(chunk)
+            status = await page_file(self.app, path)
+        except BackendError as err:
+            self.app.notify(str(err), title=f"output of job {self.job_id}", severity="error")
+            return
+        except SuspendNotSupported:
+            self.app.notify("a pager needs a terminal (not a browser)", severity="warning")
+            return
+        except OSError as err:
+            self.app.notify(f"cannot run the pager: {err}", title="$PAGER", severity="error")
+            return
+        finally:
+            await asyncio.to_thread(path.unlink, missing_ok=True)
+        if status != 0:
+            self.app.notify(f"the pager exited with status {status}", severity="warning")
 
     def action_toggle_usage(self) -> None:
         """Show the GPU usage as one line, or with its lines and plots."""
@@ -471,6 +608,31 @@ class JobDetailScreen(Screen[None]):
             return
         ask_to_cancel(self, self._job)
 
+    def action_restart_job(self) -> None:
+        """Run this ended job again as a new job (after a confirmation); the new job's
+        detail replaces this one."""
+        if self._job is None:
+            self.app.notify("the job is still loading", severity="warning")
+            return
+        ask_to_restart(self, self._job, self._show_restarted)
+
+    def _show_restarted(self, job: JobJSON) -> None:
+        if self.is_current:
+            self.app.switch_screen(JobDetailScreen(job["id"]))
+
+    def action_edit_job(self) -> None:
+        """Edit this waiting job (priority, GPUs, VRAM, timeout)."""
+        if self._job is None:
+            self.app.notify("the job is still loading", severity="warning")
+            return
+        ask_to_edit(self, self._job)
+
     def action_back(self) -> None:
-        """Back to where the job was opened from."""
-        self.dismiss(None)
+        """End the search (its field first), else back to where the job was opened from."""
+        if self.query_one("#search-row").has_class("-open"):
+            self._close_search_field()
+            self._end_search()
+        elif self.query_one(LogTail).search_term:
+            self._end_search()
+        else:
+            self.dismiss(None)

@@ -7,7 +7,7 @@ next one (see :mod:`..job_feed`).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -19,55 +19,16 @@ from textual.timer import Timer
 from textual.widgets import Footer, Input, Label
 
 from .. import keymap
-from ..backend import BackendError
 from ..job_feed import JobView
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
 from ..widgets.job_columns import SORTS, STATUS_FILTERS
 from ..widgets.job_table import JobTable
-from ..wire import ACTIVE_STATUSES, JobRowJSON
-from .dialogs import ConfirmScreen
+from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
+from .actions import ask_to_cancel, ask_to_edit, ask_to_restart, can_edit, can_restart
 
 FILTER_DEBOUNCE = 0.15
 """Seconds of quiet typing before the filter is applied (each apply rebuilds the rows)."""
-
-
-def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
-    """Confirm, then cancel ``job``; the outcome (or the engine's refusal) is a notification.
-
-    The request runs in an app-level worker, so leaving the screen does not abort it.
-    """
-    app, ui = view_of(screen), screen.app
-    job_id = int(job["id"])
-    status = job.get("status", "")
-    if status not in ACTIVE_STATUSES:
-        ui.notify(f"job {job_id} already {status}", severity="warning")
-        return
-
-    async def cancel() -> None:
-        try:
-            result = await app.backend.cancel(job_id)
-        except BackendError as err:
-            ui.notify(str(err), title=f"cancel job {job_id}", severity="error")
-            return
-        if result.get("status") == "cancelled":
-            ui.notify(f"job {job_id} cancelled")
-        else:
-            ui.notify(f"job {job_id}: stopping (SIGTERM, then SIGKILL)")
-
-    def answered(yes: bool | None) -> None:
-        if yes:
-            ui.run_worker(cancel(), group=f"cancel-{job_id}", exclusive=True)
-
-    what = "It has not started yet." if status != "running" else "It gets SIGTERM, then SIGKILL."
-    ui.push_screen(
-        ConfirmScreen(
-            f"Cancel job {job_id}?",
-            f"{job.get('name', '')} is {status}. {what}",
-            "Cancel job",
-        ),
-        answered,
-    )
 
 
 class JobsScreen(Screen[None]):
@@ -103,6 +64,7 @@ class JobsScreen(Screen[None]):
         super().__init__()
         self._seen_version = 0
         self._filter_timer: Timer | None = None
+        self._select_when_shown: int | None = None  # a restarted job's new id
 
     def compose(self) -> ComposeResult:
         yield EngineStatus("jobs")
@@ -136,6 +98,8 @@ class JobsScreen(Screen[None]):
     def _jobs_changed(self, _version: int = 0) -> None:
         app = view_of(self)
         self._seen_version = self.table.sync(app.job_store, self._seen_version)
+        if self._select_when_shown is not None and self.table.select_job(self._select_when_shown):
+            self._select_when_shown = None
         self._update_bar()
 
     def _view_changed(self) -> None:
@@ -255,11 +219,15 @@ class JobsScreen(Screen[None]):
     # -- acting on a job --------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Offer "clear filters" only while a filter is set, and "cancel" (dimmed
-        otherwise) only on a job that can still be cancelled."""
-        if action == "cancel_job":
+        """Offer "clear filters" only while a filter is set; "cancel", "restart" and
+        "edit" (dimmed otherwise) only on a job they apply to (active, ended, waiting)."""
+        if action in ("cancel_job", "restart_job", "edit_job"):
             job_id = self.table.cursor_job_id
             job = None if job_id is None else self.table.job(job_id)
+            if action == "restart_job":
+                return True if can_restart(job) else None
+            if action == "edit_job":
+                return True if can_edit(job) else None
             return True if job is not None and job.get("status") in ACTIVE_STATUSES else None
         if action == "clear_filter":
             table = self.table
@@ -283,9 +251,30 @@ class JobsScreen(Screen[None]):
 
     def action_cancel_job(self) -> None:
         """Cancel the job under the cursor (after a confirmation)."""
+        job = self._cursor_job()
+        if job is not None:
+            ask_to_cancel(self, job)
+
+    def _cursor_job(self) -> JobRowJSON | None:
         job_id = self.table.cursor_job_id
         job = None if job_id is None else self.table.job(job_id)
         if job is None:
             self.app.notify("no job selected", severity="warning")
-            return
-        ask_to_cancel(self, job)
+        return job
+
+    def action_restart_job(self) -> None:
+        """Run the ended job under the cursor again (after a confirmation); the cursor
+        goes to the new job."""
+        job = self._cursor_job()
+        if job is not None:
+            ask_to_restart(self, job, self._select_new)
+
+    def _select_new(self, job: JobJSON) -> None:
+        if not self.table.select_job(job["id"]):
+            self._select_when_shown = job["id"]  # once the table has it (filters allowing)
+
+    def action_edit_job(self) -> None:
+        """Edit the waiting job under the cursor (priority, GPUs, VRAM, timeout)."""
+        job = self._cursor_job()
+        if job is not None:
+            ask_to_edit(self, job)

@@ -1,4 +1,5 @@
-"""Strays: GPU processes the engine does not own, and adopting them (record 004)."""
+"""Strays: GPU processes the engine does not own, adopting them (record 004) and
+signalling them."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from ..backend import BackendError
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
 from ..widgets.stray_table import StrayTable, strays_from
+from .actions import ask_to_signal
 from .adopt import AdoptScreen
 
 
 class StraysScreen(Screen[None]):
-    """Lists foreign GPU processes; ``a`` adopts the selected one, ``p`` any pid."""
+    """Lists foreign GPU processes; ``a`` adopts the selected one, ``p`` any pid, ``x``
+    signals the selected one."""
 
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("strays"))
     KEYMAP_SCOPE: ClassVar[str] = "strays"
@@ -36,7 +39,7 @@ class StraysScreen(Screen[None]):
         yield EngineStatus("strays")
         yield Static(
             "GPU processes that no job owns (their memory shows as unregistered). "
-            "a: adopt the selected one · p: adopt any pid",
+            "a: adopt · p: adopt any pid · x: signal",
             id="strays-hint",
         )
         # Disabled while hidden, so it never takes the focus (and the keys) from the table.
@@ -62,6 +65,14 @@ class StraysScreen(Screen[None]):
     def action_adopt_selected(self) -> None:
         """Adopt the process on the cursor row."""
         self.query_one(StrayTable).action_adopt()
+
+    def action_signal_process(self) -> None:
+        """Signal the process on the cursor row (after a confirmation)."""
+        process = self.query_one(StrayTable).cursor_process
+        if process is None:
+            self.app.notify("no process selected", severity="warning")
+            return
+        ask_to_signal(self, process)
 
     def action_adopt_pid(self) -> None:
         """Type a pid to adopt (any process, e.g. one not on a GPU yet)."""

@@ -20,17 +20,16 @@ from typing import Any, ClassVar
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import BindingType
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen
 from textual.suggester import Suggester
-from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Static
 
 from .. import keymap, wire
 from ..backend import BackendError
 from ..view import view_of
 from ..wire import JobJSON
+from .form import FormScreen, form_field
 
 _FIELDS = (
     "command",
@@ -86,46 +85,11 @@ class _ListSuggester(Suggester):
         return None
 
 
-class SubmitScreen(ModalScreen[JobJSON | None]):
+class SubmitScreen(FormScreen[JobJSON | None]):
     """The new-job form: validated as you type, submitted to the engine in a worker.
 
     Dismisses with the accepted job, or None when cancelled. A job the engine accepted but
     failed at once (over capacity) keeps the form open with the engine's message.
-    """
-
-    DEFAULT_CSS = """
-    SubmitScreen #form-error {
-        display: none;
-        height: auto;
-        color: $error;
-        border-left: thick $error;
-        padding: 0 1;
-        margin-bottom: 1;
-    }
-    SubmitScreen #form-error.-shown { display: block; }
-    SubmitScreen #form-error.-busy { color: $text-muted; border-left: thick $primary; }
-    SubmitScreen .field { height: auto; }
-    SubmitScreen .field-row { height: 1; margin-top: 1; }
-    SubmitScreen #command-field .field-row { margin-top: 0; }
-    SubmitScreen .field-label { width: 14; color: $text-muted; }
-    SubmitScreen .field-row Input {
-        width: 1fr;
-        background: $panel;
-        padding: 0 1;
-    }
-    SubmitScreen .field-row Input:focus { background: $primary 30%; }
-    SubmitScreen .field-row Input.-invalid { background: $error 30%; }
-    SubmitScreen .field-row Input.-invalid:focus { background: $error 45%; }
-    SubmitScreen .field-row Input.short { width: 12; }
-    SubmitScreen .field-hint { width: 1fr; color: $text-muted; padding: 0 0 0 2; }
-    SubmitScreen .field-error {
-        display: none;
-        height: auto;
-        margin-left: 14;
-        color: $error;
-    }
-    SubmitScreen .field-error.-shown { display: block; }
-    SubmitScreen .option-row { height: 1; margin-left: 14; }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("submit"))
@@ -150,24 +114,24 @@ class SubmitScreen(ModalScreen[JobJSON | None]):
         with VerticalScroll(classes="dialog", id="submit-dialog"):
             yield Label("New job", classes="dialog-title")
             yield Static("", id="form-error")
-            yield self._field(
+            yield form_field(
                 "Command",
                 Input(placeholder="python train.py --epochs 10", id="command"),
             )
             with Horizontal(classes="option-row"):
                 yield Checkbox("run without a shell (split into argv)", id="no-shell", compact=True)
-            yield self._field("Name", Input(placeholder="default: the program's name", id="name"))
-            yield self._field(
+            yield form_field("Name", Input(placeholder="default: the program's name", id="name"))
+            yield form_field(
                 "GPUs",
                 Input(placeholder="auto", id="gpus", classes="short"),
                 "0 = CPU job · empty: 1 if VRAM set",
             )
-            yield self._field(
+            yield form_field(
                 "VRAM GiB",
                 Input(placeholder="-", id="vram", classes="short"),
                 "needed on each GPU",
             )
-            yield self._field(
+            yield form_field(
                 "Domain",
                 Input(
                     placeholder="any",
@@ -177,7 +141,7 @@ class SubmitScreen(ModalScreen[JobJSON | None]):
                 "",
                 hint_id="domain-hint",
             )
-            yield self._field(
+            yield form_field(
                 "Depends on",
                 Input(placeholder="job ids, e.g. 12, 13", id="after"),
             )
@@ -187,12 +151,12 @@ class SubmitScreen(ModalScreen[JobJSON | None]):
                     id="after-any",
                     compact=True,
                 )
-            yield self._field(
+            yield form_field(
                 "Timeout s",
                 Input(placeholder="none", id="timeout", classes="short"),
                 "seconds of running, then SIGTERM",
             )
-            yield self._field(
+            yield form_field(
                 "Priority",
                 Input(placeholder="0", id="priority", classes="short"),
                 "higher starts first",
@@ -203,7 +167,7 @@ class SubmitScreen(ModalScreen[JobJSON | None]):
                     id="service",
                     compact=True,
                 )
-            yield self._field(
+            yield form_field(
                 "Replicas",
                 Input(placeholder="1", id="replicas", classes="short"),
                 "service copies, each on its own GPU",
@@ -212,23 +176,6 @@ class SubmitScreen(ModalScreen[JobJSON | None]):
                 yield Button("Submit (ctrl+s)", id="submit", variant="primary")
                 yield Button("Cancel (esc)", id="cancel")
         yield Footer()  # the form's keys, visible however far the form scrolls
-
-    @staticmethod
-    def _field(
-        label: str, field: Input, hint: str | None = None, hint_id: str | None = None
-    ) -> Widget:
-        field.compact = True
-        # Validation is ours (see _problem); Input's own would clear -invalid on blur.
-        field.validate_on = set()
-        row: list[Widget] = [Label(label, classes="field-label"), field]
-        if hint is not None:
-            row.append(Label(hint, classes="field-hint", id=hint_id))
-        return Vertical(
-            Horizontal(*row, classes="field-row"),
-            Label("", classes="field-error", id=f"{field.id}-error"),
-            classes="field",
-            id=f"{field.id}-field",
-        )
 
     def on_mount(self) -> None:
         blink = bool(getattr(self.app, "cursor_blink", True))
@@ -244,9 +191,6 @@ class SubmitScreen(ModalScreen[JobJSON | None]):
         return [str(d["name"]) for d in state.get("domains", []) if d.get("name")]
 
     # -- validation -------------------------------------------------------------------------
-
-    def _value(self, field_id: str) -> str:
-        return self.query_one(f"#{field_id}", Input).value.strip()
 
     def _checked(self, checkbox_id: str) -> bool:
         return self.query_one(f"#{checkbox_id}", Checkbox).value
@@ -289,13 +233,6 @@ class SubmitScreen(ModalScreen[JobJSON | None]):
         except wire.FieldError as err:
             return err.detail
         return ""
-
-    def _show_problem(self, field_id: str, problem: str) -> None:
-        field = self.query_one(f"#{field_id}", Input)
-        field.set_class(bool(problem), "-invalid")
-        label = self.query_one(f"#{field_id}-error", Label)
-        label.update(problem)
-        label.set_class(bool(problem), "-shown")
 
     def _check(self, field_id: str, *, empty_is_fine: bool = False) -> bool:
         problem = self._problem(field_id)
@@ -417,18 +354,6 @@ class SubmitScreen(ModalScreen[JobJSON | None]):
             self._show_form_message("submitting…", busy=True)
         else:
             self.query_one("#form-error").remove_class("-busy")
-
-    def _show_form_message(self, message: str, *, busy: bool = False) -> None:
-        box = self.query_one("#form-error", Static)
-        box.update(message)
-        box.set_class(bool(message), "-shown")
-        box.set_class(busy, "-busy")
-
-    @property
-    def form_message(self) -> str:
-        """The message at the top of the form (the engine's, or a summary)."""
-        box = self.query_one("#form-error", Static)
-        return str(box.content) if box.has_class("-shown") else ""
 
     # -- keys -------------------------------------------------------------------------------
 

@@ -520,6 +520,13 @@ class JobTable(DataTable[Any]):
         self._add_rows(jobs)
         self._restore_cursor(cursor_job)
 
+    def select_job(self, job_id: int) -> bool:
+        """Put the cursor on a job's row; False when the table does not show it (yet)."""
+        if job_id not in self._shown:
+            return False
+        self._restore_cursor(job_id)
+        return True
+
     def _restore_cursor(self, job_id: int | None) -> None:
         if job_id is None or job_id not in self._shown:
             return

@@ -1,21 +1,30 @@
-"""A job's output as it grows: raw bytes in, complete lines shown, progress bars kept tidy."""
+"""A job's output as it grows: raw bytes in, complete lines shown, progress bars kept tidy;
+searched (matches highlighted, next / previous), wrapped or not."""
 
 from __future__ import annotations
 
 import codecs
 import re
+from bisect import bisect_right
+from typing import ClassVar
 
-from rich.cells import cell_len
+from rich.cells import cell_len, chop_cells
+from rich.highlighter import Highlighter
+from rich.style import Style
+from rich.text import Text
 from textual import work
 from textual._context import NoActiveAppError
 from textual.content import Content
 from textual.reactive import reactive
+from textual.strip import Strip
 from textual.widgets import Log
 
 # CSI and OSC escape sequences (colours, cursor moves, titles) and the C0 controls other
 # than tab; the log shows plain text.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.")
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# (and the line separators str.splitlines() would split a line at: one line of output is
+# one line of the log)
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029]")
 
 
 def clean_line(line: str) -> str:
@@ -29,13 +38,43 @@ def clean_line(line: str) -> str:
     return _CONTROLS.sub("", _ESCAPES.sub("", line))
 
 
+def _finder(term: str) -> re.Pattern[str]:
+    """The search's pattern: the term as typed (no regex), case-insensitive unless it has
+    a capital letter (smart case, as in vim and ``less -i``)."""
+    return re.compile(re.escape(term), 0 if term != term.lower() else re.IGNORECASE)
+
+
+class _MatchHighlighter(Highlighter):
+    """Marks the search's matches in the line being drawn (the current one apart)."""
+
+    def __init__(self, log: LogTail) -> None:
+        self.log = log
+
+    def highlight(self, text: Text) -> None:
+        log = self.log
+        if log.search_pattern is None:
+            return
+        current = log.row_of_current_match()
+        on_current = current is not None and log._line_at_row(log._drawing) == current[1]
+        style = log.match_style(on_current)
+        for found in log.search_pattern.finditer(text.plain):
+            text.stylize(style, found.start(), found.end())
+
+
 class LogTail(Log):
     """The tail of a job's output, fed in raw chunks with :meth:`feed`.
 
     Complete lines go into the log. The unfinished last line (a progress bar redrawn with
     carriage returns, a prompt) is shown in the border subtitle until its newline arrives,
     or until :meth:`finish` says no more output will come.
+
+    The log keeps its lines (``source_lines``) apart from the rows it shows: with
+    :attr:`wrap` a line longer than the width is shown as several rows. :meth:`search`
+    finds a term in the lines; its matches are highlighted, and :meth:`next_match` moves
+    to the next (or previous) one.
     """
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"log-tail--match", "log-tail--current-match"}
 
     DEFAULT_CSS = """
     LogTail {
@@ -50,10 +89,14 @@ class LogTail(Log):
     LogTail:focus {
         border: round $primary;
     }
+    LogTail > .log-tail--match { background: $warning 35%; }
+    LogTail > .log-tail--current-match { background: $accent; color: $text; text-style: bold; }
     """
 
     follow: reactive[bool] = reactive(True)
     """Scroll to the newest line as output arrives."""
+    wrap: reactive[bool] = reactive(False)
+    """Show a long line as several rows (else it is one row, scrolled sideways)."""
 
     def __init__(
         self,
@@ -67,6 +110,19 @@ class LogTail(Log):
         self._partial = ""
         self.bytes_read = 0
         """Bytes fed so far (the offset to read from next)."""
+        self._limit = max_lines
+        self._source: list[str] = []
+        self._starts: list[int] = []  # wrapped: the first row of each line
+        self._wrap_width = 0  # wrapped: the width the rows were cut for
+        self._term = ""
+        self.search_pattern: re.Pattern[str] | None = None
+        """What the search looks for (None: no search)."""
+        self.matches: list[int] = []
+        """The lines (indices into ``source_lines``) where the search term is."""
+        self.match_index: int | None = None
+        """Which of :attr:`matches` is the current one."""
+        self._drawing = -1  # the row being drawn (for the highlighter)
+        self.highlighter = _MatchHighlighter(self)
 
     @work(thread=True, exit_on_error=False)
     def _update_size(self, updates: int, lines: list[str]) -> None:
@@ -102,13 +158,17 @@ class LogTail(Log):
         text = self._partial + self._decoder.decode(data)
         *complete, self._partial = text.replace("\r\n", "\n").split("\n")
         if complete:
-            self.write_lines([clean_line(line) for line in complete], scroll_end=self.follow)
+            self._add_lines([clean_line(line) for line in complete])
             self._keep_end_in_view()
         self.border_subtitle = Content(self.partial_line)  # the job's output: text, not markup
 
     def reset(self) -> None:
         """Forget everything shown, to read another output from its start."""
         self.clear()
+        self._source.clear()
+        self._starts.clear()
+        self.matches = []
+        self.match_index = None
         self._decoder.reset()
         self._partial = ""
         self.bytes_read = 0
@@ -119,7 +179,7 @@ class LogTail(Log):
         rest = self._partial + self._decoder.decode(b"", final=True)
         self._partial = ""
         if rest:
-            self.write_line(clean_line(rest), scroll_end=self.follow)
+            self._add_lines([clean_line(rest)])
         self.border_subtitle = ""
         self._keep_end_in_view()
 
@@ -140,7 +200,9 @@ class LogTail(Log):
             self.set_scroll(None, self.max_scroll_y)
 
     def on_resize(self) -> None:
-        """A resize keeps a followed log at its end."""
+        """A resize keeps a followed log at its end (and cuts wrapped rows anew)."""
+        if self.wrap and self._content_width() != self._wrap_width:
+            self._show_all()
         self._keep_end_in_view()
 
     def _update_maximum_width(self, updates: int, size: int) -> None:
@@ -152,3 +214,184 @@ class LogTail(Log):
         self.auto_scroll = follow
         if follow:
             self.scroll_end(animate=False)
+
+    # -- lines and rows ---------------------------------------------------------------------
+
+    @property
+    def source_lines(self) -> list[str]:
+        """The complete lines of output kept (the newest ``max_lines``), as shown."""
+        return self._source
+
+    def _content_width(self) -> int:
+        return self.scrollable_content_region.width
+
+    def _rows(self, line: str) -> list[str]:
+        """The rows one line is shown as (never none: an empty line is a blank row)."""
+        if not self.wrap or self._wrap_width <= 0:
+            return [line or " "]
+        return chop_cells(self._process_line(line), self._wrap_width) or [" "]
+
+    def _add_lines(self, lines: list[str]) -> None:
+        """New complete lines: kept, shown, searched."""
+        first = len(self._source)
+        self._source.extend(lines)
+        if self.search_pattern is not None:
+            find = self.search_pattern.search
+            self.matches.extend(first + i for i, line in enumerate(lines) if find(line))
+        if not self.wrap:
+            # (one row per line: Log drops the oldest rows past max_lines as lines are)
+            self.write_lines([line or " " for line in lines], scroll_end=self.follow)
+            self._drop_oldest(len(self._source) - (self._limit or len(self._source)))
+            return
+        rows: list[str] = []
+        start = len(self.lines)
+        for line in lines:
+            self._starts.append(start + len(rows))
+            rows.extend(self._rows(line))
+        self.write_lines(rows, scroll_end=self.follow)
+        if self._limit is not None and len(self._source) > self._limit:
+            # Wrapped rows are not one per line: drop a tenth at once, then show anew.
+            self._drop_oldest(len(self._source) - self._limit * 9 // 10)
+            self._show_all()
+
+    def _drop_oldest(self, count: int) -> None:
+        if count <= 0:
+            return
+        del self._source[:count]
+        self.matches = [m - count for m in self.matches if m >= count]
+        if self.match_index is not None:
+            self.match_index = (
+                min(self.match_index, len(self.matches) - 1) if self.matches else None
+            )
+
+    def _show_all(self) -> None:
+        """Show every kept line again (wrap switched, or the width changed), keeping the
+        top line in view (or the end, when following)."""
+        top = self.top_line()
+        self.clear()
+        self._starts.clear()
+        self._wrap_width = self._content_width() if self.wrap else 0
+        self.max_lines = None if self.wrap else self._limit
+        rows: list[str] = []
+        for line in self._source:
+            self._starts.append(len(rows))
+            rows.extend(self._rows(line))
+        if not self.wrap:
+            self._starts.clear()
+        self.write_lines(rows, scroll_end=False)
+        if self.follow:
+            self._keep_end_in_view()
+        else:
+            self.call_after_refresh(self.scroll_to, None, self.row_of_line(top), animate=False)
+
+    def row_of_line(self, index: int) -> int:
+        """The first row that shows line ``index`` of :attr:`source_lines`."""
+        if not self._starts:
+            return index
+        return self._starts[max(0, min(index, len(self._starts) - 1))]
+
+    def _line_at_row(self, row: int) -> int:
+        if not self._starts:
+            return row
+        return max(0, bisect_right(self._starts, row) - 1)
+
+    def top_line(self) -> int:
+        """The line (of :attr:`source_lines`) at the top of the view."""
+        return self._line_at_row(round(self.scroll_y))
+
+    def watch_wrap(self, _wrap: bool) -> None:
+        self._show_all()
+
+    # -- search -----------------------------------------------------------------------------
+
+    @property
+    def search_term(self) -> str:
+        """The term searched for, as typed (``""``: no search)."""
+        return self._term
+
+    def search(self, term: str, *, from_line: int | None = None) -> bool:
+        """Find ``term`` in every line kept and go to the first match at or after
+        ``from_line`` (default: the top line in view), wrapping around to the first.
+        An empty term ends the search. Returns whether there is a match."""
+        if not term:
+            self.end_search()
+            return False
+        self._term = term
+        self.search_pattern = _finder(term)
+        find = self.search_pattern.search
+        self.matches = [i for i, line in enumerate(self._source) if find(line)]
+        self.match_index = None
+        if self.matches:
+            start = self.top_line() if from_line is None else from_line
+            at = next((n for n, line in enumerate(self.matches) if line >= start), 0)
+            self._go_to_match(at)
+        self._redraw()
+        return bool(self.matches)
+
+    def end_search(self) -> None:
+        """No search: no highlights, and ``n`` is the App's again."""
+        self._term = ""
+        self.search_pattern = None
+        self.matches = []
+        self.match_index = None
+        self._redraw()
+
+    def next_match(self, step: int = 1) -> bool:
+        """Go to the next (``step`` 1) or previous (-1) match, wrapping around."""
+        if not self.matches:
+            return False
+        here = -1 if self.match_index is None and step > 0 else (self.match_index or 0)
+        self._go_to_match((here + step) % len(self.matches))
+        self._redraw()
+        return True
+
+    def row_of_current_match(self) -> tuple[int, int] | None:
+        """(row, line) of the current match, if any."""
+        if self.match_index is None or not self.matches:
+            return None
+        line = self.matches[self.match_index]
+        return self.row_of_line(line), line
+
+    def _go_to_match(self, index: int) -> None:
+        """Scroll so the match is in view (a third down), and stop following."""
+        self.match_index = index
+        line = self.matches[index]
+        self.follow = False
+        row = self.row_of_line(line)
+        x = None
+        pattern = self.search_pattern
+        if not self.wrap and pattern is not None:
+            text = self._process_line(self._source[line])
+            found = pattern.search(text)
+            column = cell_len(text[: found.start()]) if found else 0
+            width = self._content_width()
+            if not self.scroll_x <= column < self.scroll_x + width - 1:
+                x = max(0, column - width // 2)
+        self.scroll_to(x, max(0, row - self.scrollable_content_region.height // 3), animate=False)
+
+    def match_style(self, current: bool) -> Style:
+        """The style of a match (the current one's apart)."""
+        name = "log-tail--current-match" if current else "log-tail--match"
+        full = self.get_component_rich_style(name)
+        return Style(color=full.color, bgcolor=full.bgcolor, bold=full.bold)
+
+    def _redraw(self) -> None:
+        self.highlight = self.search_pattern is not None
+        self._render_line_cache.clear()
+        self.refresh()
+
+    def _render_line_strip(self, y: int, rich_style: Style) -> Strip:
+        # (the highlighter is told which row it draws: the current match stands out)
+        self._drawing = y
+        return super()._render_line_strip(y, rich_style)
+
+    # -- moving -----------------------------------------------------------------------------
+
+    def scroll_to_top(self) -> None:
+        """The first line kept (following stops)."""
+        self.follow = False
+        self.scroll_home(animate=False)
+
+    def scroll_to_bottom(self) -> None:
+        """The last line."""
+        self.scroll_end(animate=False)

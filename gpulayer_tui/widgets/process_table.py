@@ -27,6 +27,8 @@ class ProcessRow:
     used_bytes: int | None
     job_id: int | None
     command: str
+    start_ticks: int | None = None
+    """When the process started (with the pid, it names this very process)."""
 
     @property
     def key(self) -> str:
@@ -83,6 +85,7 @@ def rows_from_state(gpu_state: Mapping[str, Any] | None) -> list[ProcessRow]:
                     used_bytes=proc.get("used_bytes"),
                     job_id=proc.get("job_id"),
                     command=proc.get("command") or "",
+                    start_ticks=proc.get("start_ticks"),
                 )
             )
     return rows
@@ -182,13 +185,15 @@ class ProcessTable(DataTable[Text]):
 
     def chosen_job(self) -> int | None:
         """The job owning the process under the cursor, if any."""
+        row = self.cursor_process()
+        return None if row is None else row.job_id
+
+    def cursor_process(self) -> ProcessRow | None:
+        """The process under the cursor, if any."""
         if not self.row_count:
             return None
         key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
-        for row in self.processes:
-            if row.key == key:
-                return row.job_id
-        return None
+        return next((row for row in self.processes if row.key == key), None)
 
     # -- internals ------------------------------------------------------------------------
 

@@ -82,13 +82,15 @@ class StrayTable(DataTable[Any]):
                 else (f"{stray['used_bytes'] / GIB:.1f}" + ("+?" if stray["unknown"] else ""))
             )
             age = duration(now - stray["started_at"]) if stray.get("started_at") else "?"
+            # (Text: a user name and a command line are shown as written, never as
+            # markup: DataTable reads a str cell as markup)
             self.add_row(
                 Text(str(stray["pid"]), justify="right"),
-                stray["user"] or "?",
+                Text(stray["user"] or "?"),
                 ",".join(str(g) for g in stray["gpus"]),
                 Text(vram, justify="right"),
                 Text(age, justify="right"),
-                stray["command"] or "?",
+                Text(stray["command"] or "?"),
                 key=str(stray["pid"]),
             )
         if current in self.rows_by_pid:
@@ -110,3 +112,9 @@ class StrayTable(DataTable[Any]):
         pid = self.cursor_pid
         if pid is not None:
             self.post_message(self.AdoptRequested(self.rows_by_pid[pid]))
+
+    @property
+    def cursor_process(self) -> dict[str, Any] | None:
+        """The stray on the cursor row, if any."""
+        pid = self.cursor_pid
+        return None if pid is None else self.rows_by_pid.get(pid)

@@ -1,0 +1,165 @@
+"""Acting on a job or a GPU process from any screen: cancel, restart, edit, signal.
+
+Each asks first (a dialog that names what it acts on, as text), then asks the engine in an
+app-level worker, so leaving the screen does not abort the request; the outcome, or the
+engine's refusal, is a notification, never an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from textual.screen import Screen
+
+from ..backend import BackendError
+from ..view import view_of
+from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
+from .dialogs import ConfirmScreen, SignalScreen
+from .edit import EditScreen
+
+WAITING = frozenset({"pending", "queued"})
+"""The statuses of a job the engine still edits."""
+
+
+def can_restart(job: JobRowJSON | None) -> bool:
+    """True for a job that has ended (``R`` restarts it)."""
+    return job is not None and job.get("status") not in ACTIVE_STATUSES
+
+
+def can_edit(job: JobRowJSON | None) -> bool:
+    """True for a job that waits to start (``e`` edits it)."""
+    return job is not None and job.get("status") in WAITING
+
+
+def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
+    """Confirm, then cancel ``job``; the outcome (or the engine's refusal) is a notification."""
+    app, ui = view_of(screen), screen.app
+    job_id = int(job["id"])
+    status = job.get("status", "")
+    if status not in ACTIVE_STATUSES:
+        ui.notify(f"job {job_id} already {status}", severity="warning")
+        return
+
+    async def cancel() -> None:
+        try:
+            result = await app.backend.cancel(job_id)
+        except BackendError as err:
+            ui.notify(str(err), title=f"cancel job {job_id}", severity="error")
+            return
+        if result.get("status") == "cancelled":
+            ui.notify(f"job {job_id} cancelled")
+        else:
+            ui.notify(f"job {job_id}: stopping (SIGTERM, then SIGKILL)")
+
+    def answered(yes: bool | None) -> None:
+        if yes:
+            ui.run_worker(cancel(), group=f"cancel-{job_id}", exclusive=True, exit_on_error=False)
+
+    what = "It has not started yet." if status != "running" else "It gets SIGTERM, then SIGKILL."
+    ui.push_screen(
+        ConfirmScreen(
+            f"Cancel job {job_id}?",
+            f"{job.get('name', '')} is {status}. {what}",
+            "Cancel job",
+        ),
+        answered,
+    )
+
+
+def ask_to_restart(
+    screen: Screen[Any], job: JobRowJSON, then: Callable[[JobJSON], None] | None = None
+) -> None:
+    """Confirm, then run an ended ``job`` again as a new job (the same spec, a new id);
+    ``then`` gets the new job (the caller shows it)."""
+    app, ui = view_of(screen), screen.app
+    job_id = int(job["id"])
+    status = job.get("status", "")
+    if not can_restart(job):
+        ui.notify(f"job {job_id} is {status}: only an ended job restarts", severity="warning")
+        return
+
+    async def restart() -> None:
+        try:
+            new = await app.backend.restart(job_id)
+        except BackendError as err:
+            ui.notify(str(err), title=f"restart job {job_id}", severity="error")
+            return
+        if new["id"] not in app.job_store.jobs:  # (the event stream may have brought it)
+            app.job_store.apply(new)
+        new_status = new.get("status", "")
+        if new.get("termination_reason") is not None:  # ended at admission (over capacity)
+            ui.notify(
+                str(new.get("message") or new_status),
+                title=f"job {job_id} restarted as job {new['id']}: {new_status}",
+                severity="error",
+            )
+        else:
+            ui.notify(f"job {job_id} restarted as job {new['id']} ({new_status})")
+        if then is not None:
+            then(new)
+
+    def answered(yes: bool | None) -> None:
+        if yes:
+            ui.run_worker(restart(), group=f"restart-{job_id}", exclusive=True, exit_on_error=False)
+
+    ui.push_screen(
+        ConfirmScreen(
+            f"Restart job {job_id}?",
+            f"{job.get('name', '')} {status}. Its spec runs again as a new job (a new id; "
+            f"job {job_id} stays as it is).",
+            "Restart",
+        ),
+        answered,
+    )
+
+
+def ask_to_edit(screen: Screen[Any], job: JobRowJSON) -> None:
+    """Open the edit form of a waiting ``job`` (its whole spec is fetched first: a table's
+    row carries only part of it)."""
+    app, ui = view_of(screen), screen.app
+    job_id = int(job["id"])
+    if not can_edit(job):
+        ui.notify(
+            f"job {job_id} is {job.get('status', '')}: only a waiting job is edited",
+            severity="warning",
+        )
+        return
+
+    async def open_form() -> None:
+        try:
+            detail = await app.backend.job(job_id)
+        except BackendError as err:
+            ui.notify(str(err), title=f"edit job {job_id}", severity="error")
+            return
+        ui.push_screen(EditScreen(detail["job"]))
+
+    ui.run_worker(open_form(), group=f"edit-{job_id}", exclusive=True, exit_on_error=False)
+
+
+def ask_to_signal(screen: Screen[Any], process: dict[str, Any]) -> None:
+    """Confirm (SIGTERM, or SIGKILL if chosen), then signal a stray GPU process through
+    the engine; what the engine did, or why it refused, is a notification.
+
+    Args:
+        process: ``pid``, ``user``, ``command``, ``start_ticks`` (when known: the engine
+            then signals only that very process, not a later one with its pid), ``gpus``,
+            ``used_bytes``.
+    """
+    app, ui = view_of(screen), screen.app
+    pid = int(process["pid"])
+    ticks = process.get("start_ticks")
+
+    async def send(name: str) -> None:
+        try:
+            done = await app.backend.signal_process(pid, name, ticks)
+        except BackendError as err:
+            ui.notify(str(err), title=f"SIG{name} to pid {pid} refused", severity="error")
+            return
+        ui.notify(done, title=f"SIG{name}")
+
+    def answered(name: str | None) -> None:
+        if name:
+            ui.run_worker(send(name), group=f"signal-{pid}", exit_on_error=False)
+
+    ui.push_screen(SignalScreen(process), answered)

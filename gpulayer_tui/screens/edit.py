@@ -1,0 +1,217 @@
+"""The edit form: change a waiting job's priority, GPUs, VRAM and timeout
+(``PATCH /v1/jobs/ID``, as ``gpulayer-tui edit`` does).
+
+Fields start from the job's spec and are checked as you type by the wire contract's rules;
+only the fields that differ are sent. What only the engine can judge (a change it could
+never run with, a job that started meanwhile) comes back from it and is shown at the top
+of the form, which stays open.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import BindingType
+from textual.containers import Horizontal, VerticalScroll
+from textual.content import Content
+from textual.widgets import Button, Footer, Input, Label, Static
+
+from .. import keymap, wire
+from ..backend import BackendError
+from ..formatting import dependencies_text
+from ..view import view_of
+from ..wire import JobJSON
+from .form import FormScreen, form_field
+
+EDITED = (
+    ("priority", "priority", "Priority", "higher starts first"),
+    ("gpus", "gpus", "GPUs", "0 = CPU job · empty: 1 if VRAM set"),
+    ("vram", "vram_gb", "VRAM GiB", "needed on each GPU · empty: none declared"),
+    ("timeout", "timeout", "Timeout s", "seconds of running, then SIGTERM · empty: none"),
+)
+"""The form's inputs: input id, spec field, label and hint, in form order."""
+
+_INPUT_OF = {spec_field: input_id for input_id, spec_field, _, _ in EDITED}
+
+
+def _shown(value: Any) -> str:
+    """A spec value as its input shows it (``""`` for none)."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+class EditScreen(FormScreen[JobJSON | None]):
+    """Edit a waiting job; dismisses with the job as the engine stored it, or ``None``.
+
+    Args:
+        job: The whole job (its spec: a table's row carries only part of it).
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("edit"))
+    KEYMAP_SCOPE: ClassVar[str] = "edit"
+    """Its part of :data:`~gpulayer_tui.keymap.KEYMAP` (help and the palette show it)."""
+
+    def __init__(self, job: JobJSON) -> None:
+        super().__init__()
+        self.job = job
+        self._busy = False
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The job's spec as it was when the form opened."""
+        return dict(self.job.get("spec") or {})
+
+    def compose(self) -> ComposeResult:
+        spec = self.spec
+        with VerticalScroll(classes="dialog", id="edit-dialog"):
+            # (Content: the name is the user's text, never markup)
+            yield Label(
+                Content(f"Edit job {self.job['id']} · {self.job.get('name', '')}"),
+                classes="dialog-title",
+            )
+            yield Static("", id="form-error")
+            for input_id, spec_field, label, hint in EDITED:
+                value = spec.get(spec_field)
+                if spec_field == "priority":
+                    value = self.job.get("priority", value)
+                yield form_field(
+                    label,
+                    Input(value=_shown(value), placeholder="none", id=input_id, classes="short"),
+                    hint,
+                )
+            with Horizontal(classes="field-row"):
+                yield Label("Depends on", classes="field-label")
+                yield Label(Content(dependencies_text(spec) or "none"), id="edit-after")
+            yield Static(
+                "Dependencies are kept: the engine edits priority, GPUs, VRAM, timeout, name "
+                "and project (cancel and submit again to change them).",
+                classes="muted",
+            )
+            with Horizontal(classes="buttons"):
+                yield Button("Save (ctrl+s)", id="save", variant="primary")
+                yield Button("Cancel (esc)", id="cancel")
+        yield Footer()  # the form's keys
+
+    def on_mount(self) -> None:
+        blink = bool(getattr(self.app, "cursor_blink", True))
+        for field in self.query(Input):
+            field.cursor_blink = blink
+        self.query_one("#priority", Input).focus()
+
+    # -- validation -------------------------------------------------------------------------
+
+    def _parsed(self, input_id: str, spec_field: str) -> Any:
+        """The field's value as the spec takes it (``None`` when empty).
+
+        Raises:
+            wire.FieldError: It does not parse.
+        """
+        text = self._value(input_id)
+        if not text:
+            return 0 if spec_field == "priority" else None
+        value = wire.parse_field(spec_field, text)
+        if spec_field == "vram_gb" and self._value("gpus") == "0":
+            raise wire.FieldError(spec_field, "VRAM is per GPU, but GPUs is 0 (a CPU job)")
+        return value
+
+    def _check(self, input_id: str, spec_field: str) -> bool:
+        try:
+            self._parsed(input_id, spec_field)
+        except wire.FieldError as err:
+            self._show_problem(input_id, err.detail)
+            return False
+        self._show_problem(input_id, "")
+        return True
+
+    @on(Input.Changed)
+    def _typed(self, event: Input.Changed) -> None:
+        for input_id, spec_field, _, _ in EDITED:
+            if input_id == event.input.id or (input_id == "vram" and event.input.id == "gpus"):
+                self._check(input_id, spec_field)
+        self._show_form_message("")
+
+    def changes(self) -> dict[str, Any]:
+        """The fields whose value differs from the job's (validate first).
+
+        Raises:
+            wire.FieldError: A field does not parse.
+        """
+        spec = self.spec
+        out: dict[str, Any] = {}
+        for input_id, spec_field, _, _ in EDITED:
+            value = self._parsed(input_id, spec_field)
+            before = spec.get(spec_field)
+            if spec_field == "priority":
+                before = self.job.get("priority", before) or 0
+            if value != before:
+                out[spec_field] = value
+        return out
+
+    # -- saving -----------------------------------------------------------------------------
+
+    def action_save(self) -> None:
+        """Validate every field, then send the changes to the engine."""
+        if self._busy:
+            return
+        bad = [i for i, f, _, _ in EDITED if not self._check(i, f)]
+        if bad:
+            self.query_one(f"#{bad[0]}", Input).focus()
+            self._show_form_message("fix the fields marked in red")
+            return
+        changes = self.changes()
+        if not changes:
+            self._show_form_message("nothing changed")
+            return
+        self._save(changes)
+
+    @work(exclusive=True, group="edit", exit_on_error=False)
+    async def _save(self, changes: dict[str, Any]) -> None:
+        app = view_of(self)
+        job_id = int(self.job["id"])
+        self._busy = True
+        self.query_one("#save", Button).disabled = True
+        self._show_form_message("saving…", busy=True)
+        try:
+            edited = await app.backend.edit(job_id, changes)
+        except BackendError as err:
+            self._show_form_message(str(err))
+            input_id = _INPUT_OF.get(err.field or "")
+            if input_id is not None:
+                self.query_one(f"#{input_id}", Input).add_class("-invalid")
+                self.query_one(f"#{input_id}", Input).focus()
+            return
+        finally:
+            self._busy = False
+            self.query_one("#save", Button).disabled = False
+        app.job_store.apply(edited)
+        self.app.notify(f"job {job_id} edited: {edited.get('message') or edited['status']}")
+        self.dismiss(edited)
+
+    # -- keys -------------------------------------------------------------------------------
+
+    @on(Input.Submitted)
+    def _enter(self, event: Input.Submitted) -> None:
+        event.stop()
+        ids = [i for i, _, _, _ in EDITED]
+        here = ids.index(event.input.id or ids[0])
+        if here == len(ids) - 1:
+            self.action_save()
+        else:
+            self.query_one(f"#{ids[here + 1]}", Input).focus()
+
+    @on(Button.Pressed, "#save")
+    def _save_pressed(self) -> None:
+        self.action_save()
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel_pressed(self) -> None:
+        self.action_cancel()
+
+    def action_cancel(self) -> None:
+        """Close the form without saving."""
+        self.dismiss(None)

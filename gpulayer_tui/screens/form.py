@@ -1,0 +1,94 @@
+"""What the job forms (new job, edit job) share: their look, a labelled field with its
+error line, and the message at the top (the engine's refusal, or a summary)."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widget import Widget
+from textual.widgets import Input, Label, Static
+
+ResultType = TypeVar("ResultType")
+
+
+def form_field(
+    label: str, field: Input, hint: str | None = None, hint_id: str | None = None
+) -> Widget:
+    """A labelled input (and a hint after it) over its error line (``#ID-error``)."""
+    field.compact = True
+    # Validation is the form's (see SubmitScreen._problem); Input's own would clear
+    # -invalid on blur.
+    field.validate_on = set()
+    row: list[Widget] = [Label(label, classes="field-label"), field]
+    if hint is not None:
+        row.append(Label(hint, classes="field-hint", id=hint_id))
+    return Vertical(
+        Horizontal(*row, classes="field-row"),
+        Label("", classes="field-error", id=f"{field.id}-error"),
+        classes="field",
+        id=f"{field.id}-field",
+    )
+
+
+class FormScreen(ModalScreen[ResultType]):
+    """A modal job form: fields made with :func:`form_field`, a ``#form-error`` box."""
+
+    DEFAULT_CSS = """
+    FormScreen #form-error {
+        display: none;
+        height: auto;
+        color: $error;
+        border-left: thick $error;
+        padding: 0 1;
+        margin-bottom: 1;
+    }
+    FormScreen #form-error.-shown { display: block; }
+    FormScreen #form-error.-busy { color: $text-muted; border-left: thick $primary; }
+    FormScreen .field { height: auto; }
+    FormScreen .field-row { height: 1; margin-top: 1; }
+    FormScreen #command-field .field-row { margin-top: 0; }
+    FormScreen .field-label { width: 14; color: $text-muted; }
+    FormScreen .field-row Input {
+        width: 1fr;
+        background: $panel;
+        padding: 0 1;
+    }
+    FormScreen .field-row Input:focus { background: $primary 30%; }
+    FormScreen .field-row Input.-invalid { background: $error 30%; }
+    FormScreen .field-row Input.-invalid:focus { background: $error 45%; }
+    FormScreen .field-row Input.short { width: 12; }
+    FormScreen .field-hint { width: 1fr; color: $text-muted; padding: 0 0 0 2; }
+    FormScreen .field-error {
+        display: none;
+        height: auto;
+        margin-left: 14;
+        color: $error;
+    }
+    FormScreen .field-error.-shown { display: block; }
+    FormScreen .option-row { height: 1; margin-left: 14; }
+    """
+
+    def _value(self, field_id: str) -> str:
+        return self.query_one(f"#{field_id}", Input).value.strip()
+
+    def _show_problem(self, field_id: str, problem: str) -> None:
+        field = self.query_one(f"#{field_id}", Input)
+        field.set_class(bool(problem), "-invalid")
+        label = self.query_one(f"#{field_id}-error", Label)
+        label.update(Content(problem))  # (it quotes what was typed: text, not markup)
+        label.set_class(bool(problem), "-shown")
+
+    def _show_form_message(self, message: str, *, busy: bool = False) -> None:
+        box = self.query_one("#form-error", Static)
+        box.update(Content(message))  # (the engine's words quote names: text, not markup)
+        box.set_class(bool(message), "-shown")
+        box.set_class(busy, "-busy")
+
+    @property
+    def form_message(self) -> str:
+        """The message at the top of the form (the engine's, or a summary)."""
+        box = self.query_one("#form-error", Static)
+        return str(box.content) if box.has_class("-shown") else ""

@@ -1,0 +1,268 @@
+"""Acting from the TUI (issue 20): restart an ended job, edit a waiting one, signal a stray
+GPU process; over a real engine (both ways of reaching it) and real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from textual.widgets import Footer, Input, Static
+from textual.widgets._footer import FooterKey
+
+from gpulayer_tui.app import build_app
+from gpulayer_tui.engine.simulate import SimLedger
+from gpulayer_tui.screens.dialogs import ConfirmScreen, SignalScreen
+from gpulayer_tui.screens.edit import EditScreen
+from gpulayer_tui.screens.job_detail import JobDetailScreen
+from gpulayer_tui.screens.jobs import JobsScreen
+from gpulayer_tui.widgets.job_table import JobTable
+from gpulayer_tui.widgets.process_table import ProcessTable
+from gpulayer_tui.widgets.stray_table import StrayTable
+
+from .ui_support import FIXED_NOW, StaticBackend, until
+
+MARKUP_NAME = "[b]oops[/i] [link=x]"
+"""A job name that is invalid Rich markup: shown as written, or the app would crash."""
+
+
+def _spec(shell: str, **extra: Any) -> dict[str, Any]:
+    return {"shell": shell, "cwd": os.getcwd(), **extra}
+
+
+def _notes(app: Any) -> list[str]:
+    return [f"{n.title}: {n.message}" for n in app._notifications]
+
+
+async def _jobs_table(pilot: Any, app: Any, job_id: int) -> JobTable:
+    await pilot.press("2")
+    await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the jobs screen")
+    table = app.screen.query_one(JobTable)
+    await until(pilot, lambda: table.select_job(job_id), f"job {job_id} in the table")
+    await pilot.pause()
+    return table
+
+
+# -- restart ---------------------------------------------------------------------------------
+
+
+async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:
+    app = await ui_app("1xA100-80GB")
+    old = await app.backend.submit(_spec("exit 3", gpus=0, name=MARKUP_NAME))
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = await _jobs_table(pilot, app, old["id"])
+        await until(pilot, lambda: table.job(old["id"])["status"] == "failed", "the failure")
+        await pilot.pause()
+        assert app.screen.check_action("restart_job", ()) is True
+        await pilot.press("R")
+        dialog = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen)
+        question = str(dialog.query_one("#question", Static).render())
+        assert f"Restart job {old['id']}?" in str(dialog.query_one(".dialog-title").render())
+        assert MARKUP_NAME in question  # the name as written, not read as markup
+        await pilot.press("y")
+        # A new job, linked to the old one; the cursor goes to it.
+        new_id = await until(
+            pilot,
+            lambda: next(
+                (
+                    j["id"]
+                    for j in app.job_store.jobs.values()
+                    if j["id"] > old["id"] and j["name"] == MARKUP_NAME
+                ),
+                None,
+            ),
+            "the restarted job",
+        )
+        await until(pilot, lambda: table.cursor_job_id == new_id, "the cursor on the new job")
+        assert any(f"restarted as job {new_id}" in n for n in _notes(app))
+        assert (await app.backend.job(new_id))["job"]["spec"]["restart_of"] == old["id"]
+        # From the detail: the new job's detail replaces the old one's.
+        await until(pilot, lambda: table.job(new_id)["status"] == "failed", "its failure")
+        await pilot.press("enter")
+        detail = await until(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen)
+        await until(pilot, lambda: detail.finished, "the detail's job")
+        await pilot.press("R", "y")
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, JobDetailScreen) and app.screen.job_id > new_id,
+            "the newest job's detail",
+        )
+        # A running job is not restarted: the key is dimmed, and says why when pressed.
+        running = await app.backend.submit(_spec("sleep 60", gpus=0))
+        app.open_job(running["id"])
+        detail = await until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, JobDetailScreen)
+                and app.screen.job_id == running["id"]
+                and app.screen.job is not None
+                and app.screen
+            ),
+        )
+        assert detail.check_action("restart_job", ()) is None
+        assert app.is_running
+        await app.backend.cancel(running["id"])
+
+
+# -- edit ------------------------------------------------------------------------------------
+
+
+async def test_edit_a_queued_job_in_its_form_and_the_engines_refusal_stays_in_it(
+    ui_app: Any,
+) -> None:
+    app = await ui_app("1xA100-80GB")
+    blocker = await app.backend.submit(_spec("sleep 60", gpus=1))
+    waiting = await app.backend.submit(_spec("true", gpus=1, vram_gb=10))
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = await _jobs_table(pilot, app, waiting["id"])
+        await until(pilot, lambda: table.job(waiting["id"])["status"] == "queued", "queued")
+        await pilot.pause()
+        await pilot.press("e")
+        form = await until(pilot, lambda: isinstance(app.screen, EditScreen) and app.screen)
+        values = {i: form.query_one(f"#{i}", Input).value for i in ("priority", "gpus", "vram")}
+        assert values == {"priority": "0", "gpus": "1", "vram": "10"}
+        # The form says its keys in its footer.
+        keys = {k.action for k in form.query_one(Footer).query(FooterKey)}
+        assert {"save", "cancel"} <= keys
+        # Checked as typed, by the wire contract's rules.
+        form.query_one("#vram", Input).value = "lots"
+        await pilot.pause()
+        assert "lots" in str(form.query_one("#vram-error").render())
+        await pilot.press("ctrl+s")
+        assert form.form_message == "fix the fields marked in red"
+        # What only the engine judges comes back into the form, which stays open.
+        form.query_one("#vram", Input).value = "10"
+        form.query_one("#gpus", Input).value = "4"
+        await pilot.press("ctrl+s")
+        await until(
+            pilot, lambda: "unable to ever run" in form.form_message, "the engine's refusal"
+        )
+        assert app.screen is form and app.is_running
+        # A good edit is stored: the job's priority and VRAM change.
+        form.query_one("#gpus", Input).value = "1"
+        form.query_one("#vram", Input).value = "20"
+        form.query_one("#priority", Input).value = "5"
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the form closed")
+        job = (await app.backend.job(waiting["id"]))["job"]
+        assert job["priority"] == 5 and job["spec"]["vram_gb"] == 20
+        await until(pilot, lambda: table.job(waiting["id"])["spec"]["vram_gb"] == 20, "the row")
+        # A running job is not edited.
+        assert table.select_job(blocker["id"])
+        await pilot.pause()
+        assert app.screen.check_action("edit_job", ()) is None
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, JobsScreen)
+        await app.backend.cancel(blocker["id"])
+
+
+# -- signal ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def foreign() -> Iterator[subprocess.Popen[bytes]]:
+    # A command line that is invalid markup: the table and the dialog show it as written.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)", "[/nope]", "[b]"]
+    )
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+async def test_signal_a_stray_from_the_strays_screen(
+    ui_app: Any, foreign: subprocess.Popen[bytes]
+) -> None:
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    SimLedger(engine.paths.state_dir).hold(1, foreign.pid, 4.0)
+    await engine.sampler.sample_once()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("3")
+        table = await until(
+            pilot, lambda: app.current_mode == "strays" and app.screen.query_one(StrayTable)
+        )
+        await until(pilot, lambda: foreign.pid in table.rows_by_pid, "the stray")
+        assert "[/nope] [b]" in str(table.get_cell(str(foreign.pid), "command"))
+        await pilot.press("x")
+        dialog = await until(pilot, lambda: isinstance(app.screen, SignalScreen) and app.screen)
+        said = str(dialog.query_one("#signal-what").render())
+        assert "[/nope] [b]" in said
+        assert dialog.signal_name == "TERM"
+        assert not dialog.query("#signal-owner")  # our own process: no warning
+        await pilot.press("n")  # changed our mind: nothing is sent
+        await until(pilot, lambda: not isinstance(app.screen, SignalScreen))
+        assert foreign.poll() is None
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, SignalScreen))
+        await pilot.press("y")
+        await until(pilot, lambda: foreign.poll() is not None, "the process ended")
+        assert foreign.returncode == -15
+        await until(pilot, lambda: any("SIGTERM sent" in n for n in _notes(app)), "said")
+
+
+async def test_sigkill_from_the_process_table_and_refusals_are_said(
+    ui_app: Any, foreign: subprocess.Popen[bytes]
+) -> None:
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # noqa: ASYNC220
+    try:
+        ledger = SimLedger(engine.paths.state_dir)
+        ledger.hold(0, foreign.pid, 4.0)
+        ledger.hold(1, other.pid, 8.0)  # (the table puts the most VRAM first)
+        await engine.sampler.sample_once()
+        async with app.run_test(size=(140, 40)) as pilot:
+            table = app.screen.query_one(ProcessTable)
+
+            def under_cursor() -> int | None:
+                row = table.cursor_process()
+                return None if row is None else row.pid
+
+            await until(pilot, lambda: under_cursor() == other.pid, "the biggest process")
+            await pilot.press("x")
+            dialog = await until(pilot, lambda: isinstance(app.screen, SignalScreen) and app.screen)
+            await pilot.press("k")
+            assert dialog.signal_name == "KILL"
+            assert "SIGKILL" in str(dialog.query_one("#send").render())
+            await pilot.press("y")
+            await until(pilot, lambda: other.poll() is not None, "the process killed")
+            assert other.returncode == -9
+            # Refused, and said: this process is gone by the time the engine is asked.
+            await engine.sampler.sample_once()
+            await until(pilot, lambda: under_cursor() == foreign.pid, "the other process")
+            await pilot.press("x")
+            await until(pilot, lambda: isinstance(app.screen, SignalScreen))
+            foreign.kill()
+            foreign.wait()
+            await pilot.press("y")
+            await until(pilot, lambda: any("no process with pid" in n for n in _notes(app)))
+            assert app.is_running
+    finally:
+        other.kill()
+        other.wait()
+
+
+async def test_another_users_process_is_refused_with_the_engines_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The fixed data's stray (pid 4242) is ben's: the dialog warns a user who is not root,
+    # and the engine's refusal is said.
+    monkeypatch.setattr(os, "getuid", lambda: 4321)
+    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("3")
+        table = await until(
+            pilot, lambda: app.current_mode == "strays" and app.screen.query_one(StrayTable)
+        )
+        await until(pilot, lambda: table.cursor_pid == 4242, "the stray")
+        await pilot.press("x")
+        dialog = await until(pilot, lambda: isinstance(app.screen, SignalScreen) and app.screen)
+        assert "ben's process" in str(dialog.query_one("#signal-owner").render())
+        await pilot.press("y")
+        await until(pilot, lambda: any("belongs to ben" in n for n in _notes(app)), "refused")
+        assert app.is_running

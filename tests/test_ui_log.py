@@ -1,0 +1,163 @@
+"""The job detail's log (issue 20): search with ``/`` and ``n`` / ``N``, top and end, wrap,
+``$PAGER``; the widget alone, then the real app over a real engine."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.app import App, ComposeResult
+from textual.drivers.headless_driver import HeadlessDriver
+from textual.widgets import Input
+
+from gpulayer_tui.screens.job_detail import JobDetailScreen
+from gpulayer_tui.screens.submit import SubmitScreen
+from gpulayer_tui.widgets.log_tail import LogTail
+
+from .ui_support import until
+
+
+class _LogApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield LogTail(max_lines=50)
+
+
+def _output(count: int) -> bytes:
+    lines = [f"step {i}" + (" NEEDLE" if i % 10 == 3 else "") for i in range(count)]
+    lines[5] = ""  # a blank line is a line too
+    lines[7] = "x" * 150 + " needle at the far end"
+    return ("\n".join(lines) + "\n").encode()
+
+
+async def test_the_log_searches_wraps_and_keeps_its_lines() -> None:
+    app = _LogApp()
+    async with app.run_test(size=(60, 20)) as pilot:
+        log = app.query_one(LogTail)
+        log.feed(_output(40))
+        await pilot.pause()
+        assert len(log.source_lines) == 40 and log.line_count == 40  # one row per line
+        assert log.source_lines[5] == ""
+        # Smart case: lower case finds either case; a capital letter only that case.
+        assert log.search("needle", from_line=0)
+        assert log.matches == [3, 7, 13, 23, 33]
+        assert log.match_index == 0 and not log.follow  # going to a match stops following
+        assert log.search("NEEDLE", from_line=10)
+        assert log.matches == [3, 13, 23, 33] and log.match_index == 1  # from line 10 on
+        assert log.next_match() and log.match_index == 2
+        assert log.next_match(-1) and log.next_match(-1) and log.match_index == 0
+        assert log.next_match(-1) and log.match_index == 3  # wraps around
+        # The far-away match scrolls the view sideways to it.
+        log.search("far end", from_line=0)
+        await pilot.pause()
+        assert log.matches == [7] and log.scroll_x > 0
+        # Wrapped: a long line is several rows; the lines and the matches stay as they were.
+        log.wrap = True
+        await pilot.pause()
+        assert len(log.source_lines) == 40 and log.line_count > 40
+        assert log.max_scroll_x == 0
+        row, line = log.row_of_current_match() or (0, 0)
+        assert line == 7 and row == 7
+        log.search("needle", from_line=10)
+        assert log.row_of_current_match() == (log.row_of_line(13), 13)
+        assert log.row_of_line(13) > 13  # (line 7 took more than one row)
+        # Past max_lines the oldest lines go, and the matches follow them.
+        log.feed(_output(40))
+        await pilot.pause()
+        assert len(log.source_lines) <= 50
+        assert all(log.search_pattern.search(log.source_lines[m]) for m in log.matches)  # type: ignore[union-attr]
+        log.wrap = False
+        await pilot.pause()
+        assert log.line_count == len(log.source_lines)
+        log.end_search()
+        assert log.matches == [] and log.search_term == ""
+
+
+def _detail(app: Any) -> JobDetailScreen | None:
+    screen = app.screen
+    return screen if isinstance(screen, JobDetailScreen) else None
+
+
+async def test_search_keys_in_the_detail_and_n_is_new_job_again_after(ui_app: Any) -> None:
+    app = await ui_app("1xA100-80GB")
+    script = "for i in $(seq 0 199); do echo line $i; [ $((i % 50)) = 7 ] && echo needle $i; done"
+    job = await app.backend.submit({"shell": script, "gpus": 0, "cwd": os.getcwd()})
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.open_job(job["id"])
+        detail = await until(pilot, lambda: _detail(app), "the detail")
+        log = await until(pilot, lambda: next(iter(detail.query(LogTail)), None), "the log")
+        await until(pilot, lambda: detail._log_done and log.line_count == 204, "all the output")
+        # A finished job's log opens at its end.
+        await until(pilot, lambda: log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y)
+        assert detail.check_action("next_match", ()) is False  # n: the App's new job
+        await pilot.press("g")  # top
+        assert log.scroll_y == 0 and not log.follow
+        await pilot.press("slash")
+        assert app.focused is detail.query_one("#log-search", Input)
+        await pilot.press(*"needle", "enter")
+        assert app.focused is log
+        assert log.search_term == "needle" and len(log.matches) == 4
+        assert "/needle: match 1 of 4" in str(log.border_title)
+        await pilot.press("n", "n")
+        assert log.match_index == 2 and "match 3 of 4" in str(log.border_title)
+        await pilot.press("N")
+        assert log.match_index == 1
+        assert isinstance(app.screen, JobDetailScreen)  # n searched, it opened no form
+        await pilot.press("w")
+        assert log.wrap and "wrapped" in str(log.border_title)
+        await pilot.press("G")
+        await until(pilot, lambda: log.scroll_y == log.max_scroll_y, "the end")
+        # esc ends the search (and stays); then n is the new-job key again; esc goes back.
+        await pilot.press("escape")
+        assert log.search_term == "" and isinstance(app.screen, JobDetailScreen)
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, SubmitScreen), "the new-job form")
+        await pilot.press("escape", "escape")
+        await until(pilot, lambda: _detail(app) is None, "back")
+
+
+PAGER_SCRIPT = """\
+import os, shutil, signal, sys
+shutil.copyfile(sys.argv[-1], os.environ["MARKER"])
+# Ctrl+C typed in a pager reaches the whole foreground group: the TUI must live on.
+os.kill(os.getppid(), signal.SIGINT)
+"""
+
+
+async def test_the_log_opens_in_the_pager_with_the_app_suspended(
+    ui_app: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (the headless driver cannot give a terminal away; the real one can)
+    monkeypatch.setattr(HeadlessDriver, "can_suspend", property(lambda self: True), raising=False)
+    script = tmp_path / "pager.py"
+    script.write_text(PAGER_SCRIPT)
+    marker = tmp_path / "paged.log"
+    monkeypatch.setenv("PAGER", f"{sys.executable} {script}")
+    monkeypatch.setenv("MARKER", str(marker))
+    app = await ui_app("1xA100-80GB")
+    job = await app.backend.submit(
+        {"shell": "echo first; echo '[b]second[/i]'", "gpus": 0, "cwd": os.getcwd()}
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.open_job(job["id"])
+        detail = await until(pilot, lambda: _detail(app), "the detail")
+        await until(pilot, lambda: detail.query(LogTail) and detail._log_done, "the output")
+        await pilot.press("P")
+        await until(pilot, marker.exists, "the pager ran")
+        assert marker.read_text() == "first\n[b]second[/i]\n"
+        await until(
+            pilot, lambda: not [w for w in detail.workers if w.group == "pager"], "the pager done"
+        )
+        assert app.is_running and _detail(app) is detail
+        left = list(Path(tempfile.gettempdir()).glob(f"gpulayer-job{job['id']}-*"))  # noqa: ASYNC240
+        assert left == []  # the copy it read is gone
+        # A pager that cannot start is said, not raised.
+        monkeypatch.setenv("PAGER", str(tmp_path / "no-such-pager"))
+        await pilot.press("P")
+        await until(
+            pilot, lambda: any("cannot run the pager" in n.message for n in app._notifications)
+        )
+        assert app.is_running
