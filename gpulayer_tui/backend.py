@@ -126,6 +126,11 @@ class EngineBackend(Protocol):
         return it as edited."""
         ...
 
+    async def why(self, job_id: int) -> dict[str, Any]:
+        """Why a job waits: its place, the reservation, its user's limits, the fair-share
+        order (``gpulayer-tui why``)."""
+        ...
+
     async def signal_process(self, pid: int, signal: str, start_ticks: int | None) -> str:
         """Send ``SIG<signal>`` to a stray GPU process (only while it is the process that
         started at ``start_ticks``); return what was done, in the engine's words."""
@@ -247,6 +252,10 @@ class SocketBackend:
         """Change a waiting job."""
         path = f"/jobs/{int(job_id)}"
         return cast(JobJSON, (await self._request("PATCH", path, json=changes))["job"])
+
+    async def why(self, job_id: int) -> dict[str, Any]:
+        """Why a job waits."""
+        return dict(await self._request("GET", f"/jobs/{int(job_id)}/why"))
 
     async def signal_process(self, pid: int, signal: str, start_ticks: int | None) -> str:
         """Signal a stray GPU process."""

@@ -112,6 +112,9 @@ class JobRowJSON(TypedDict):
     ended_at: float | None
     kill_at: NotRequired[float | None]
     spec: dict[str, Any]
+    owner_uid: int
+    """Who submitted it: the socket peer's uid, or the engine's own user's (in-process
+    submissions, and jobs from before owners were kept)."""
     replicas: NotRequired[list[ReplicaJSON]]
     use: NotRequired[RowUsageJSON]
     """GPU jobs that were seen running: peak VRAM, mean utilisation, energy."""
@@ -125,7 +128,6 @@ class JobJSON(JobRowJSON):
     priority: int
     created_at: float
     queued_at: float | None
-    owner_uid: int | None
     stop_reason: str | None
     attempt: NotRequired[int]
     usage: NotRequired[UsageSummaryJSON]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -83,7 +84,6 @@ async def test_rows_carry_what_a_table_shows_and_the_job_carries_its_whole_spec(
             "priority",
             "created_at",
             "queued_at",
-            "owner_uid",
             "stop_reason",
         }
         assert ("kill_at" in row) == (whole["kill_at"] is not None)
@@ -193,8 +193,10 @@ async def test_a_page_is_capped_and_says_there_is_more(make_engine: EngineFactor
 
 def test_job_row_json_reads_a_row_without_its_spec_fields() -> None:
     row = (7, "n", "command", "queued", None, None, "", "[]", "[]", None, None, None, None)
-    row += (None, "[" + ",".join(["null"] * len(ROW_SPEC_KEYS)) + "]")
-    assert job_row_json(row)["spec"] == {}
+    row += (None, "[" + ",".join(["null"] * len(ROW_SPEC_KEYS)) + "]", None, 1000)
+    read = job_row_json(row)
+    assert read["spec"] == {} and read["owner_uid"] == 1000
+    assert job_row_json((*row[:-1], None))["owner_uid"] == os.geteuid()  # (the engine's)
 
 
 def test_the_cli_pages_filters_and_prints_json_rows(served: Served) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import socket
 import stat
 import subprocess
@@ -66,8 +67,9 @@ def test_queued_reason_cancel_and_follow_logs(served: Served) -> None:
     # GPUS: where a job runs (#0, never a bare 0 that reads as "no GPUs"), else how many
     # it asks for (x1), as the TUI's jobs table says it.
     table = served.cli("jobs").stdout.splitlines()
-    assert table[0].split()[:5] == ["ID", "NAME", "STATUS", "DOMAINS", "GPUS"]
+    assert table[0].split()[:6] == ["ID", "NAME", "USER", "STATUS", "DOMAINS", "GPUS"]
     rows = {line.split()[0]: line.split() for line in table[1:]}
+    assert rows[running][2] == pwd.getpwuid(os.getuid()).pw_name  # whose job each is
     assert "#0" in rows[running] and "\N{MULTIPLICATION SIGN}1" in rows[queued]
     follower = subprocess.Popen(
         [*_cli_argv(), "logs", "-f", running],

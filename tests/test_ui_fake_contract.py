@@ -75,6 +75,23 @@ async def test_the_fake_shapes_match_a_real_engines(make_engine: EngineFactory) 
     await engine.cancel(job.id)
 
 
+async def test_the_fake_why_matches_a_real_engines(make_engine: EngineFactory) -> None:
+    engine = await make_engine(cpu_count=1)
+    running = await engine.submit({"command": ["sleep", "60"]})
+    queued = await engine.submit({"command": ["true"]})
+    real = await engine.why(queued.id)
+    fake_backend = StaticBackend()
+    waiting = next(j["id"] for j in jobs_fixture() if j["status"] == "queued")
+    fake = await fake_backend.why(waiting)
+    assert set(fake) == set(real), set(fake) ^ set(real)
+    assert set(fake["limits"]) == set(real["limits"])
+    assert {k for row in fake["fair_share"] for k in row} == {
+        k for row in real["fair_share"] for k in row
+    }
+    assert fake["waiting"] is real["waiting"] is True
+    await engine.cancel(running.id)
+
+
 def test_who_holds_what_is_consistent() -> None:
     jobs = {j["id"]: j for j in jobs_fixture()}
     for n_gpus in (0, 2, 8):

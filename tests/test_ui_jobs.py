@@ -24,6 +24,7 @@ from gpulayer_tui.screens.submit import SubmitScreen
 from gpulayer_tui.widgets.job_table import JobTable
 from gpulayer_tui.widgets.log_tail import LogTail
 from gpulayer_tui.widgets.timeline import Timeline
+from gpulayer_tui.widgets.why_panel import WhyPanel
 from tests.conftest import eventually, make_config, pid_gone
 from tests.ui_support import FIXED_NOW, StaticBackend
 
@@ -651,3 +652,25 @@ def test_failed_today_counts_runs_not_refused_submissions() -> None:
         ]  # type: ignore[list-item]
     )
     assert store.summary(now) == {"running": 1, "queued": 1, "failed_today": 1}
+
+
+async def test_a_waiting_jobs_detail_says_why_it_waits_until_it_runs(ui_app: Any) -> None:
+    app = await ui_app("1xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        holder = await app.backend.submit(spec("sleep 600", name="holder", gpus=1))
+        waiting = await app.backend.submit(spec("true", name="[b]next[/b]", gpus=1))
+        app.open_job(waiting["id"])
+        detail = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
+        )
+        panel = await until(
+            pilot,
+            lambda: next((p for p in detail.query(WhyPanel) if p.has_class("-waiting")), None),
+            "the why panel",
+        )
+        text = str(panel.render())
+        assert "why it waits" in text
+        assert "place       1 of 1 ready (ahead: none)" in text
+        assert "fair share" in text and "GPU-h" in text
+        await app.backend.cancel(holder["id"])
+        await until(pilot, lambda: not panel.has_class("-waiting"), "the panel gone once it runs")

@@ -195,7 +195,7 @@ def _job(
         "queued_at": None if reason == "over_capacity" else FIXED_NOW - 3600 + job_id * 60,
         "started_at": started,
         "ended_at": ended,
-        "owner_uid": 1000,
+        "owner_uid": 65534,  # (nobody: named alike on every test machine)
         "kill_at": None,
         "stop_reason": None,
         "spec": spec,
@@ -530,6 +530,41 @@ class StaticBackend:
             raise BackendError(f"job {job_id} already {job['status']}", 409)
         job.update(status="cancelled", termination_reason="cancelled", message="cancelled by user")
         return copy.deepcopy(job)
+
+    async def why(self, job_id: int) -> dict[str, Any]:
+        """The engine's answer for the fixture: waiting jobs in id order, no limits, one
+        user (the shape is checked against a real engine's in test_ui_fake_contract)."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise BackendError(f"no job {job_id}", 404)
+        ready = sorted(j["id"] for j in self._jobs.values() if j["status"] == "queued")
+        waiting = job["status"] in ("pending", "queued")
+        place = ready.index(job_id) + 1 if job_id in ready else None
+        return {
+            "job": job_id,
+            "status": job["status"],
+            "waiting": waiting,
+            "reason": job["message"],
+            "priority": job["priority"],
+            "user": "nobody",
+            "place": place,
+            "ready": len(ready),
+            "ahead": ready[: (place or 1) - 1],
+            "waiting_for_jobs": [],
+            "capacity": None,
+            "limits": {
+                "max_gpus": None,
+                "max_vram_gb": None,
+                "max_queued": None,
+                "running_gpus": 1,
+                "running_vram_gb": 20.0,
+                "waiting": len(ready),
+                "from": "[users.default]",
+            },
+            "fair_share": [{"user": "nobody", "gpu_hours": 1.5, "share": 1.0}],
+            "reservation": None,
+            "preempting": [],
+        }
 
     async def restart(self, job_id: int) -> dict[str, Any]:
         """The ended job's spec again, as the engine would (a new queued job)."""

@@ -594,6 +594,7 @@ def _why(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPars
         _print_json(data)
         return EXIT_OK
     from ..fields import printable
+    from ..formatting import why_lines
 
     print("\n".join(printable(line) for line in why_lines(data)))
     return EXIT_OK
@@ -673,54 +674,6 @@ def _users(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
     ]
     print(table(["USER", "GPU-H", "SHARE", "GPUS/MAX", "VRAM GB/MAX", "WAITING/MAX"], rows))
     return EXIT_OK
-
-
-def why_lines(data: dict[str, Any]) -> list[str]:
-    """``gpulayer-tui why``'s text: one fact per line."""
-    from ..formatting import plural
-
-    job = data["job"]
-    if not data.get("waiting"):
-        return [f"job {job} is {data.get('status')}: {data.get('reason', '')}".rstrip(": ")]
-    lines = [f"job {job} ({data['status']}, priority {data['priority']}, user {data['user']})"]
-    lines.append(f"  reason      {data.get('reason') or '-'}")
-    if data.get("waiting_for_jobs"):
-        lines.append(f"  waits for   jobs {', '.join(map(str, data['waiting_for_jobs']))}")
-    if data.get("capacity"):
-        lines.append(f"  capacity    {data['capacity']}")
-    if data.get("place"):
-        ahead = ", ".join(map(str, data.get("ahead") or [])) or "none"
-        lines.append(f"  place       {data['place']} of {data['ready']} ready (ahead: {ahead})")
-    reservation = data.get("reservation")
-    if reservation:
-        mine = reservation["job"] == job
-        whose = "for this job" if mine else f"for job {reservation['job']}"
-        lines.append(
-            f"  reserved    {', '.join(reservation['domains'])} {whose} {reservation['when']}"
-        )
-    limits = data.get("limits") or {}
-    set_ = [
-        f"{key} {limits[key]:g}"
-        for key in ("max_gpus", "max_vram_gb", "max_queued")
-        if limits.get(key) is not None
-    ]
-    lines.append(
-        f"  limits      {', '.join(set_) or 'none'} ({limits.get('from')}); running "
-        f"{plural(limits.get('running_gpus', 0), 'GPU')}, "
-        f"{limits.get('running_vram_gb', 0):g} GiB "
-        f"declared; {plural(limits.get('waiting', 0), 'job')} waiting"
-    )
-    order = data.get("fair_share") or []
-    if order:
-        shown = ", ".join(
-            f"{row['user']} {row['gpu_hours']:g} GPU-h"
-            + (f" (share {row['share']:g})" if row["share"] != 1 else "")
-            for row in order
-        )
-        lines.append(f"  fair share  {shown} (least recent use first)")
-    if data.get("preempting"):
-        lines.append(f"  preempting  jobs {', '.join(map(str, data['preempting']))}")
-    return lines
 
 
 COMMANDS: dict[str, Callable[[Client, argparse.Namespace, argparse.ArgumentParser], int]] = {

@@ -5,7 +5,16 @@ from __future__ import annotations
 import time
 
 from ..fields import printable
-from ..formatting import duration, gib, gpus_text, replica_health, replica_state, usage_lines
+from ..formatting import (
+    domains_text,
+    duration,
+    gib,
+    gpus_text,
+    replica_health,
+    replica_state,
+    usage_lines,
+    user_text,
+)
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:
@@ -56,8 +65,9 @@ def format_jobs(jobs: list[JobRowJSON], now: float) -> str:
             [
                 str(job["id"]),
                 job["name"][:24],
+                user_text(job),
                 job["status"] + (f" {health}" if (health := replica_health(job)) else ""),
-                ",".join(job["domains"]),
+                domains_text(job),
                 gpus_text(job),
                 "" if spec.get("vram_gb") is None else f"{spec['vram_gb']:g}",
                 _runtime(job, now),
@@ -66,7 +76,8 @@ def format_jobs(jobs: list[JobRowJSON], now: float) -> str:
             ]
         )
     return table(
-        ["ID", "NAME", "STATUS", "DOMAINS", "GPUS", "VRAM", "RUNTIME", "EXIT", "REASON"], rows
+        ["ID", "NAME", "USER", "STATUS", "DOMAINS", "GPUS", "VRAM", "RUNTIME", "EXIT", "REASON"],
+        rows,
     )
 
 
@@ -89,6 +100,7 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
         f"  domains     {', '.join(job['domains']) or '-'}"
         + (f"  (GPUs {','.join(map(str, job['gpus']))})" if job["gpus"] else ""),
         f"  exit code   {'-' if job['exit_code'] is None else job['exit_code']}",
+        f"  user        {user_text(job) or '-'}",
         f"  created     {_when(job['created_at'])}",
     ]
     if job.get("started_at"):

@@ -8,6 +8,7 @@ so an illegal move is a bug that raises instead of silently corrupting history.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -281,7 +282,6 @@ class Job:
         out["priority"] = self.priority
         out["created_at"] = self.created_at
         out["queued_at"] = self.queued_at
-        out["owner_uid"] = self.owner_uid
         out["kill_at"] = self.kill_at
         out["stop_reason"] = self.stop_reason.value if self.stop_reason else None
         if self.kind is JobKind.SERVICE or self.attempt:
@@ -312,6 +312,8 @@ class Job:
             "started_at": started_at,
             "ended_at": ended_at,
             "spec": spec,
+            # (kept as None for the engine's own user; said as that uid on the wire)
+            "owner_uid": self.owner_uid if self.owner_uid is not None else os.geteuid(),
         }
         if self.kind is JobKind.SERVICE:
             out["replicas"] = [r.to_json() for r in self.replicas]

@@ -266,7 +266,7 @@ _ROW_SELECT = (
     + ", ".join(f"'$.{key}'" for key in ROW_SPEC_KEYS)
     + "), (SELECT json_array(json_extract(summary, '$.peak_vram'), "
     "json_extract(summary, '$.util_mean'), json_extract(summary, '$.energy_wh')) "
-    "FROM job_usage WHERE job_usage.job_id = jobs.id) FROM jobs"
+    "FROM job_usage WHERE job_usage.job_id = jobs.id), owner_uid FROM jobs"
 )
 _STATUS_RANK_SQL = (
     "CASE status "
@@ -308,12 +308,13 @@ def job_row_json(row: Sequence[Any]) -> JobRowJSON:
         "started_at": None if row[10] is None else round(row[10], 3),
         "ended_at": None if row[11] is None else round(row[11], 3),
         "spec": {k: v for k, v in zip(ROW_SPEC_KEYS, values, strict=True) if v is not None},
+        "owner_uid": row[16] if row[16] is not None else os.geteuid(),
     }
     if row[12] is not None:
         out["kill_at"] = round(row[12], 3)
     if row[2] == JobKind.SERVICE:
         out["replicas"] = json.loads(row[13]) if row[13] else []
-    if len(row) > 15 and row[15] is not None:
+    if row[15] is not None:
         peak, util, energy = json.loads(row[15])
         out["use"] = {"peak_vram": peak, "util_mean": util, "energy_wh": energy}
     return out

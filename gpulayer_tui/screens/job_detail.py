@@ -23,7 +23,7 @@ from textual.widgets import Footer, Input, Label, Static
 
 from .. import keymap
 from ..backend import BackendError, ConnectionLost
-from ..formatting import dependencies_text, duration, replica_health, replica_state
+from ..formatting import dependencies_text, duration, replica_health, replica_state, user_text
 from ..pager import page_file
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
@@ -31,8 +31,12 @@ from ..widgets.job_columns import UNSPOKEN_REASONS, command_text, reason_prefix,
 from ..widgets.log_tail import LogTail
 from ..widgets.timeline import STATUS_STYLES, Timeline, clock_time
 from ..widgets.usage_panel import UsagePanel
+from ..widgets.why_panel import WhyPanel
 from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
 from .actions import ask_to_cancel, ask_to_edit, ask_to_restart, can_edit, can_restart
+
+WAITING_STATUSES = frozenset({"pending", "queued"})
+"""A job in these has a "why it waits" panel."""
 
 LOG_POLL_INTERVAL = 0.5
 """Seconds between reads of a running job's output."""
@@ -63,6 +67,7 @@ FIELDS = (
     ("timeout", "timeout"),
     ("depends", "depends on"),
     ("priority", "priority"),
+    ("user", "user"),
     ("times", "times"),
     ("runtime", "runtime"),
     ("pid", "pid"),
@@ -183,6 +188,7 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
         "timeout": _or_dash(_seconds(spec.get("timeout"))),
         "depends": _or_dash(dependencies_text(spec)),
         "priority": Content(str(job.get("priority", spec.get("priority", 0)))),
+        "user": _or_dash(user_text(job)),
         "times": _or_dash("  ·  ".join(times)),
         "runtime": _or_dash("" if runtime is None else duration(runtime)),
         "pid": _or_dash(str(job["pid"]) if job.get("pid") else ""),
@@ -242,6 +248,7 @@ class JobDetailScreen(Screen[None]):
                     with Horizontal(classes="field"):
                         yield Label(label, classes="field-label")
                         yield Static("", id=f"field-{key}", classes="field-value")
+                yield WhyPanel(id="why")
             with VerticalScroll(id="timeline-box"):
                 yield Timeline(id="timeline")
         yield UsagePanel(id="usage")
@@ -322,6 +329,14 @@ class JobDetailScreen(Screen[None]):
             return
         self._show_job(data["job"])
         self.query_one(Timeline).set_events(data.get("events") or [])
+        why = None
+        if data["job"].get("status") in WAITING_STATUSES:
+            try:
+                why = await app.backend.why(self.job_id)
+            except BackendError:
+                why = None  # (the fields say what is known; the engine's log says why)
+        if not self._widgets_gone:
+            self.query_one(WhyPanel).show_why(why)
 
     def _show_job(self, job: JobJSON) -> None:
         app = view_of(self)

@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..formatting import gpus_text
+from ..formatting import domains_text, gpus_text, user_text
 from ..wire import ACTIVE_STATUSES, STATUS_RANK, JobRowJSON
 
-__all__ = ["gpus_text"]  # (the GPUS column's text, shared with the CLI's jobs table)
+__all__ = ["domains_text", "gpus_text", "user_text"]  # (shared with the CLI's jobs table)
 
 STATUS_FILTERS: dict[str, frozenset[str] | None] = {
     "all": None,
@@ -56,6 +56,7 @@ class ColumnSpec:
 COLUMNS = (
     ColumnSpec("id", "ID", 5, "right"),
     ColumnSpec("name", "NAME", 16),
+    ColumnSpec("user", "USER", 8),
     ColumnSpec("kind", "KIND", 7),
     ColumnSpec("status", "STATUS", 9),
     ColumnSpec("message", "REASON / MESSAGE", 0),
@@ -87,8 +88,10 @@ USAGE_COLUMNS = frozenset({"peak", "util", "energy"})
 LAYOUTS = (
     Layout(170, frozenset(), 16),
     Layout(130, USAGE_COLUMNS, 16),
-    Layout(100, frozenset({"kind", "started"}) | USAGE_COLUMNS, 14),
-    Layout(0, frozenset({"kind", "domains", "vram", "started", "exit"}) | USAGE_COLUMNS, 12),
+    Layout(100, frozenset({"kind", "started", "user"}) | USAGE_COLUMNS, 14),
+    Layout(
+        0, frozenset({"kind", "user", "domains", "vram", "started", "exit"}) | USAGE_COLUMNS, 12
+    ),
 )
 START_LAYOUT = LAYOUTS[1]
 """The layout a table starts in, before its width is known: the common terminal's. (A
@@ -112,14 +115,6 @@ def command_text(job: JobRowJSON) -> str:
     if command:
         return " ".join(str(word) for word in command)
     return str(spec.get("shell") or "")
-
-
-def domains_text(job: JobRowJSON) -> str:
-    """Where it runs: its domains, or ``@NAME`` for a Slurm cluster's job (issue 16)."""
-    cluster = job_spec(job).get("cluster")
-    if cluster and not job.get("domains"):
-        return f"@{cluster}"
-    return ",".join(job.get("domains") or [])
 
 
 def vram_text(job: JobRowJSON) -> str:

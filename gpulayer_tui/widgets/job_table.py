@@ -64,6 +64,7 @@ from .job_columns import (
     sort_value,
     started_text,
     use_texts,
+    user_text,
     vram_text,
 )
 
@@ -416,6 +417,8 @@ class JobTable(DataTable[Any]):
             return ((str(job["id"]), ""),)
         if key == "name":
             return ((str(job.get("name", "")), ""),)
+        if key == "user":
+            return ((user_text(job), ""),)
         if key == "kind":
             return kind_parts(job)
         if key == "status":
