@@ -66,7 +66,11 @@ def _gpu_job(name: str) -> dict[str, Any]:
 async def test_a_running_gpu_jobs_usage_fills_as_ticks_come_then_is_stored(
     embedded_app: AppFactory,
 ) -> None:
-    app = await embedded_app("2xA100-80GB", config=make_config(usage=TICK_POINTS))
+    # (only the ledger puts memory on the GPU: the simulated job's own 8 GiB, sampled
+    # before the ledger's hold is written, would be its peak)
+    app = await embedded_app(
+        "2xA100-80GB", config=make_config(usage=TICK_POINTS, simulate={"jobs": False})
+    )
     job = await app.backend.submit(_gpu_job("trainer"))
     await eventually(lambda: app.backend.engine.book.live(job["id"]).job.pid, timeout=10)
     act = app.backend.engine.book.live(job["id"])
@@ -109,7 +113,11 @@ async def test_a_running_gpu_jobs_usage_fills_as_ticks_come_then_is_stored(
 async def test_a_finished_jobs_stored_usage_and_a_cpu_job_without_any(
     embedded_app: AppFactory,
 ) -> None:
-    app = await embedded_app("2xA100-80GB", config=make_config(usage=TICK_POINTS))
+    # (only the ledger puts memory on the GPU: the simulated job's own 8 GiB, sampled
+    # before the ledger's hold is written, would be its peak)
+    app = await embedded_app(
+        "2xA100-80GB", config=make_config(usage=TICK_POINTS, simulate={"jobs": False})
+    )
     engine = app.backend.engine
     job = await app.backend.submit(_gpu_job("finished"))
     await eventually(lambda: engine.book.live(job["id"]).job.pid, timeout=10)

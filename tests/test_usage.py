@@ -440,7 +440,11 @@ def test_status_shows_usage_plots_it_and_submit_like_takes_the_advice(served: Se
     from gpulayer_tui.engine.simulate import SimLedger
 
     served.home.mkdir(mode=0o700, exist_ok=True)
-    (served.home / "config.toml").write_text("[engine]\nsample_interval = 0.1\n")
+    # (only the ledger puts memory on the GPU: a simulated job's own 40 GiB, sampled
+    # before the ledger's 6 GiB is written, would be its peak)
+    (served.home / "config.toml").write_text(
+        "[engine]\nsample_interval = 0.1\n[simulate]\njobs = false\n"
+    )
     served.start("--simulate", "1xA100-80GB")
     job = served.cli("submit", "--gpus", "1", "--vram-gb", "40", "--", "sleep", "60")
     job_id = job.stdout.strip()
