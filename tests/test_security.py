@@ -114,94 +114,123 @@ def test_private_socket_cannot_even_be_reached_by_another_user(open_home: Path) 
             served.stop()
 
 
-def test_other_uids_are_refused_unless_allowed_and_cancel_only_their_own(
-    open_home: Path,
-) -> None:
-    served = Served(open_home)
-    open_home.mkdir()
-    config = open_home / "config.toml"
-    # Listing anyone opens the socket (0666 in a 0711 dir); SO_PEERCRED decides per request.
-    config.write_text("[security]\nallowed_uids = [12345]\n")
-    sock = open_home / "engine.sock"
+class SharedEngine:
+    """An engine serving ``open_home`` to root and, where allowed, to nobody."""
 
-    def call(method: str, path: str, body: Any = None) -> Any:
-        status, data = request(sock, method, "/v1" + path, body)
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.served = Served(home)
+        self.config = home / "config.toml"
+        self.sock = home / "engine.sock"
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """A request as the engine's own user (root here); it must succeed."""
+        status, data = request(self.sock, method, "/v1" + path, body)
         assert status < 300, (status, data)
         return data
 
+    def allow(self, security: str) -> None:
+        """A new ``[security]`` table, applied live."""
+        self.config.write_text(f"[security]\n{security}\n")
+        assert self.call("POST", "/config/reload")["applied"] is True
+
+    def nobody(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return _as_nobody(self.served, *args)
+
+
+@pytest.fixture
+def shared(open_home: Path) -> Iterator[SharedEngine]:
+    """Listing anyone opens the socket (0666 in a 0711 dir); SO_PEERCRED decides per
+    request. Starts allowing only uid 12345 (not nobody)."""
+    engine = SharedEngine(open_home)
+    open_home.mkdir()
+    engine.config.write_text("[security]\nallowed_uids = [12345]\n")
     try:
-        served.start("--simulate", "1xA100-80GB")
-        assert stat.S_IMODE(open_home.stat().st_mode) == 0o711
-        assert stat.S_IMODE((open_home / "engine.sock").stat().st_mode) == 0o666
-        for name in ("gpulayer.db", "gpulayer.db-wal", "gpulayer.db-shm"):
-            assert stat.S_IMODE((open_home / name).stat().st_mode) == 0o600, name
-        assert stat.S_IMODE((open_home / "jobs").stat().st_mode) == 0o700
-
-        # nobody (uid 65534) is not listed: every request is refused, naming the uid.
-        refused = _as_nobody(served, "submit", "--", "true")
-        assert refused.returncode == 1 and refused.stdout == ""
-        assert "uid 65534 (nobody) may not use this engine" in refused.stderr
-        assert "[security] allowed_uids" in refused.stderr
-        assert _as_nobody(served, "jobs").returncode == 1
-        assert _job_count(open_home) == 0
-
-        # Allowing its group applies live (the socket is already open to others).
-        config.write_text('[security]\nallowed_groups = ["nogroup"]\n')
-        assert call("POST", "/config/reload")["applied"] is True
-        secret = {"AWS_SECRET_ACCESS_KEY": "s3cr3t"}
-        mine = call(
-            "POST",
-            "/jobs",
-            {"shell": "echo root-only; sleep 60", "name": "root's", "env": secret},
-        )["job"]
-        theirs_out = _as_nobody(served, "submit", "--", "sh", "-c", "id -u; sleep 60")
-        assert theirs_out.returncode == 0, theirs_out.stderr
-        theirs = int(theirs_out.stdout)
-        status = json.loads(served.cli("status", str(theirs), "--json").stdout)["job"]
-        assert status["owner_uid"] == 65534  # recorded from SO_PEERCRED
-        assert mine["owner_uid"] == os.geteuid()
-        # Jobs run as the engine's user, whoever submitted them.
-        wait_for(lambda: served.cli("logs", str(theirs)).stdout == f"{os.geteuid()}\n")
-
-        # Another user sees a job's environment names, never its values; its own in full.
-        seen = json.loads(_as_nobody(served, "status", str(mine["id"]), "--json").stdout)
-        assert seen["job"]["spec"]["env"] == {"AWS_SECRET_ACCESS_KEY": "(hidden)"}
-        assert call("GET", f"/jobs/{mine['id']}")["job"]["spec"]["env"] == secret
-        own_env = json.loads(_as_nobody(served, "status", str(theirs), "--json").stdout)
-        assert "(hidden)" not in own_env["job"]["spec"]["env"].values()
-        listed = json.loads(_as_nobody(served, "jobs", "--json").stdout)
-        assert all("env" not in row["spec"] for row in listed)
-        # ... and reads another user's output only where [security] shares it.
-        wait_for(lambda: served.cli("logs", str(mine["id"])).stdout == "root-only\n")
-        unshared = _as_nobody(served, "logs", str(mine["id"]))
-        assert unshared.returncode == 1 and unshared.stdout == ""
-        assert "may read only its own jobs' output" in unshared.stderr
-        config.write_text('[security]\nallowed_groups = ["nogroup"]\nshare_logs = true\n')
-        assert call("POST", "/config/reload")["applied"] is True
-        assert _as_nobody(served, "logs", str(mine["id"])).stdout == "root-only\n"
-
-        # A user cancels only its own jobs; drain, release and reload are the owner's.
-        other = _as_nobody(served, "cancel", str(mine["id"]))
-        assert other.returncode == 1
-        assert (
-            f"job {mine['id']} belongs to uid 0 (root); uid 65534 (nobody) may cancel only "
-            "its own jobs"
-        ) in other.stderr
-        assert call("GET", f"/jobs/{mine['id']}")["job"]["status"] == "running"
-        drain = _as_nobody(served, "domain", "drain", "gpu0")
-        assert drain.returncode == 1
-        assert "uid 65534 (nobody) may not drain a domain" in drain.stderr
-        assert call("GET", "/domains")["domains"][0]["state"] == "in_service"
-        own = _as_nobody(served, "cancel", str(theirs))
-        assert own.returncode == 0, own.stderr
-        assert _as_nobody(served, "wait", str(theirs)).returncode == 1  # cancelled
-        # The engine's user (here root) cancels anyone's jobs.
-        assert served.cli("cancel", str(mine["id"])).returncode == 0
-        assert call("GET", f"/jobs/{mine['id']}/wait")["job"]["status"] == "cancelled"
-        assert call("GET", f"/jobs/{theirs}")["job"]["status"] == "cancelled"
+        engine.served.start("--simulate", "1xA100-80GB")
+        yield engine
     finally:
-        if served.proc is not None and served.proc.poll() is None:
-            served.stop()
+        if engine.served.proc is not None and engine.served.proc.poll() is None:
+            engine.served.stop()
+
+
+def test_unlisted_uids_are_refused_naming_the_uid_and_nothing_is_kept(
+    shared: SharedEngine,
+) -> None:
+    home = shared.home
+    assert stat.S_IMODE(home.stat().st_mode) == 0o711
+    assert stat.S_IMODE((home / "engine.sock").stat().st_mode) == 0o666
+    for name in ("gpulayer.db", "gpulayer.db-wal", "gpulayer.db-shm"):
+        assert stat.S_IMODE((home / name).stat().st_mode) == 0o600, name
+    assert stat.S_IMODE((home / "jobs").stat().st_mode) == 0o700
+    # nobody (uid 65534) is not listed: every request is refused, naming the uid.
+    refused = shared.nobody("submit", "--", "true")
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "uid 65534 (nobody) may not use this engine" in refused.stderr
+    assert "[security] allowed_uids" in refused.stderr
+    assert shared.nobody("jobs").returncode == 1
+    assert _job_count(home) == 0
+    # Allowing its group applies live (the socket is already open to others); its jobs
+    # are its own (SO_PEERCRED) and run as the engine's user.
+    shared.allow('allowed_groups = ["nogroup"]')
+    theirs_out = shared.nobody("submit", "--", "sh", "-c", "id -u; sleep 60")
+    assert theirs_out.returncode == 0, theirs_out.stderr
+    theirs = theirs_out.stdout.strip()
+    status = json.loads(shared.served.cli("status", theirs, "--json").stdout)["job"]
+    assert status["owner_uid"] == 65534
+    wait_for(lambda: shared.served.cli("logs", theirs).stdout == f"{os.geteuid()}\n")
+    shared.served.cli("cancel", theirs)
+
+
+def test_another_user_sees_env_names_not_values_and_logs_only_where_shared(
+    shared: SharedEngine,
+) -> None:
+    shared.allow('allowed_groups = ["nogroup"]')
+    secret = {"AWS_SECRET_ACCESS_KEY": "s3cr3t"}
+    mine = shared.call(
+        "POST", "/jobs", {"shell": "echo root-only; sleep 60", "name": "root's", "env": secret}
+    )["job"]
+    assert mine["owner_uid"] == os.geteuid()
+    theirs = shared.nobody("submit", "--", "sleep", "60").stdout.strip()
+    seen = json.loads(shared.nobody("status", str(mine["id"]), "--json").stdout)
+    assert seen["job"]["spec"]["env"] == {"AWS_SECRET_ACCESS_KEY": "(hidden)"}
+    assert shared.call("GET", f"/jobs/{mine['id']}")["job"]["spec"]["env"] == secret
+    own_env = json.loads(shared.nobody("status", theirs, "--json").stdout)
+    assert "(hidden)" not in own_env["job"]["spec"]["env"].values()
+    listed = json.loads(shared.nobody("jobs", "--json").stdout)
+    assert all("env" not in row["spec"] for row in listed)
+    # ... and reads another user's output only where [security] shares it.
+    wait_for(lambda: shared.served.cli("logs", str(mine["id"])).stdout == "root-only\n")
+    unshared = shared.nobody("logs", str(mine["id"]))
+    assert unshared.returncode == 1 and unshared.stdout == ""
+    assert "may read only its own jobs' output" in unshared.stderr
+    shared.allow('allowed_groups = ["nogroup"]\nshare_logs = true')
+    assert shared.nobody("logs", str(mine["id"])).stdout == "root-only\n"
+    for job in (str(mine["id"]), theirs):
+        shared.served.cli("cancel", job)
+
+
+def test_a_user_cancels_only_its_own_jobs_and_the_engines_user_any(shared: SharedEngine) -> None:
+    shared.allow('allowed_groups = ["nogroup"]')
+    mine = shared.call("POST", "/jobs", {"command": ["sleep", "60"]})["job"]
+    theirs = shared.nobody("submit", "--", "sleep", "60").stdout.strip()
+    other = shared.nobody("cancel", str(mine["id"]))
+    assert other.returncode == 1
+    assert (
+        f"job {mine['id']} belongs to uid 0 (root); uid 65534 (nobody) may cancel only its own jobs"
+    ) in other.stderr
+    assert shared.call("GET", f"/jobs/{mine['id']}")["job"]["status"] == "running"
+    # Drain, release and reload are the owner's.
+    drain = shared.nobody("domain", "drain", "gpu0")
+    assert drain.returncode == 1
+    assert "uid 65534 (nobody) may not drain a domain" in drain.stderr
+    assert shared.call("GET", "/domains")["domains"][0]["state"] == "in_service"
+    own = shared.nobody("cancel", theirs)
+    assert own.returncode == 0, own.stderr
+    assert shared.nobody("wait", theirs).returncode == 1  # cancelled
+    # The engine's user (here root) cancels anyone's jobs.
+    assert shared.served.cli("cancel", str(mine["id"])).returncode == 0
+    assert shared.call("GET", f"/jobs/{mine['id']}/wait")["job"]["status"] == "cancelled"
+    assert shared.call("GET", f"/jobs/{theirs}")["job"]["status"] == "cancelled"
 
 
 @pytest.mark.parametrize(
