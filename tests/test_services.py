@@ -604,3 +604,86 @@ async def test_service_with_an_unreadable_stored_spec_is_watched_but_never_resta
     done = await again.wait(job.id, timeout=20)
     assert done.status is JobStatus.FAILED
     assert "not restarted (its stored spec can no longer be read)" in done.message
+
+
+# -- a restarted engine takes its services back (issue 21: the recovery branches) ---------------
+
+
+async def test_a_replica_in_backoff_when_the_engine_stops_restarts_after_what_is_left(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    clock = ManualClock()
+    first = await make_engine(simulate=None, service_clock=clock)
+    flag = tmp_path / "fail"
+    flag.touch()
+    # Fails while the flag is there, then runs.
+    job = await first.submit(
+        _service(["sh", "-c", f"[ -e {flag} ] && exit 3; exec sleep 600"], port=False)
+    )
+    replica = _replicas(first, job.id)[0]
+    await eventually(lambda: replica.state is ReplicaState.BACKOFF and clock.pending())
+    clock.advance(0.4)  # 0.6 s of its 1 s back-off left
+    await first.stop()
+    flag.unlink()
+
+    later = ManualClock(at=clock.at)
+    second = await make_engine(simulate=None, service_clock=later)
+    again = _replicas(second, job.id)[0]
+    assert again.state is ReplicaState.BACKOFF
+    assert later.pending() == [pytest.approx(0.6)]  # what was left, not a new delay
+    later.advance(0.6)
+    await eventually(lambda: again.state is ReplicaState.UP and again.pid, timeout=20)
+    assert again.restarts == 1
+    await second.cancel(job.id)
+    await second.wait(job.id, timeout=20)
+
+
+async def test_a_replica_that_exited_while_no_engine_ran_goes_through_the_restart_policy(
+    make_engine: EngineFactory,
+) -> None:
+    clock = ManualClock()
+    first = await make_engine(simulate=None, service_clock=clock)
+    job = await first.submit(_service(NO_PORT_SERVER, port=False))
+    replica = _replicas(first, job.id)[0]
+    await eventually(lambda: replica.state is ReplicaState.UP and replica.pid)
+    pid = replica.pid
+    await first.stop()
+    os.killpg(pid, signal.SIGKILL)  # dies while no engine watches: the launcher records it
+    await eventually(lambda: pid_gone(pid))
+
+    later = ManualClock(at=clock.at)
+    second = await make_engine(simulate=None, service_clock=later)
+    again = _replicas(second, job.id)[0]
+    await eventually(lambda: again.state is ReplicaState.BACKOFF)
+    assert again.last_exit_code == 137  # its real end, from the launcher's record
+    assert later.pending() == [1.0]
+    later.advance(1.0)
+    await eventually(lambda: again.state is ReplicaState.UP and again.pid != pid, timeout=20)
+    await second.cancel(job.id)
+    await second.wait(job.id, timeout=20)
+
+
+async def test_an_engine_stopped_while_its_service_stops_finishes_the_stop_after_restart(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    ready = tmp_path / "ready"
+    stubborn = [
+        sys.executable,
+        "-c",
+        "import signal, time, pathlib; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"pathlib.Path('{ready}').touch(); time.sleep(600)",
+    ]
+    config = make_config(engine={"grace_period": 1.5})
+    first = await make_engine(simulate=None, config=config)
+    job = await first.submit(_service(stubborn, port=False))
+    replica = _replicas(first, job.id)[0]
+    await eventually(lambda: replica.state is ReplicaState.UP and ready.exists())
+    pid = replica.pid
+    await first.cancel(job.id)
+    await eventually(lambda: replica.state is ReplicaState.STOPPING)
+    await first.stop()  # it ignores SIGTERM: still stopping when the engine goes
+
+    second = await make_engine(simulate=None, config=config)
+    done = await second.wait(job.id, timeout=20)  # SIGKILL on the stored deadline
+    assert done.status is JobStatus.CANCELLED
+    assert pid is not None and pid_gone(pid)
