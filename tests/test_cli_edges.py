@@ -95,3 +95,20 @@ def _has_socket(pid: int) -> bool:
         return any(fd.readlink().as_posix().startswith("socket:") for fd in fds.iterdir())
     except OSError:
         return False
+
+
+def test_without_an_engine_the_advice_is_on_lines_of_its_own(served: Served) -> None:
+    out = served.cli("jobs")  # (no engine started)
+    assert out.returncode == 3
+    lines = out.stderr.splitlines()
+    assert lines[0] == f"gpulayer-tui: no engine is serving {served.home}"
+    assert lines[1].split() == [
+        "start",
+        "one",
+        "with:",
+        "gpulayer-tui",
+        "--serve",
+        "(real",
+        "GPUs)",
+    ]
+    assert "\\x0a" not in out.stderr  # (line breaks are ours, not escaped as a user's text)

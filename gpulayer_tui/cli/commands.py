@@ -39,7 +39,10 @@ def _print_json(data: Any) -> None:
 def _error(message: str) -> None:
     from ..fields import printable  # (an engine's message can quote what a user wrote)
 
-    print(f"gpulayer-tui: {printable(message)}", file=sys.stderr)
+    # Line by line: our own messages have several lines; what is escaped is what could
+    # act on a terminal (escapes, controls), never the line breaks themselves.
+    lines = "\n".join(printable(line) for line in message.split("\n"))
+    print(f"gpulayer-tui: {lines}", file=sys.stderr)
 
 
 def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:
