@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import quote
 
 from .engine.paths import Paths
+from .unixsock import SocketPath
 from .wire import (
     DomainJSON,
     EventJSON,
@@ -160,12 +161,16 @@ class SocketBackend:
         self.paths = paths
         self.location = str(paths.socket)
         self._session: Any = None
+        self._where: SocketPath | None = None
 
     def _client(self) -> Any:
         import aiohttp
 
         if self._session is None:
-            connector = aiohttp.UnixConnector(path=str(self.paths.socket))
+            # A long path is reached through its directory, held open while the session
+            # may connect (see unixsock).
+            self._where = SocketPath(self.paths.socket)
+            connector = aiohttp.UnixConnector(path=self._where.path)
             self._session = aiohttp.ClientSession(connector=connector, base_url="http://engine")
         return self._session
 
@@ -174,6 +179,9 @@ class SocketBackend:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._where is not None:
+            self._where.close()
+            self._where = None
 
     def _lost(self) -> ConnectionLost:
         return ConnectionLost(f"lost the connection to the engine at {self.location}")

@@ -199,7 +199,10 @@ class Client:
         elif method != "GET":
             head += "Content-Length: 0\r\n"
         try:
-            sock.connect(self.paths.socket_file)
+            from .unixsock import SocketPath
+
+            with SocketPath(self.paths.socket_file) as where:
+                sock.connect(where.path)
         except OSError as err:
             sock.close()
             if isinstance(err, (FileNotFoundError, ConnectionRefusedError)) or err.errno in (

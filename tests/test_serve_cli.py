@@ -8,9 +8,12 @@ import pwd
 import socket
 import stat
 import subprocess
+from pathlib import Path
 
 import psutil
 
+from gpulayer_tui.backend import SocketBackend
+from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.engine.simulate import SimLedger
 
 from .conftest import REPO, Served, wait_for
@@ -333,3 +336,28 @@ def test_stop_ends_the_background_engine_and_its_jobs_go_on(served: Served) -> N
     served.start("--simulate", "1xA100-80GB")  # the next engine takes the job back
     assert json.loads(served.cli("status", job, "--json").stdout)["job"]["status"] == "running"
     assert served.cli("cancel", job).returncode == 0
+
+
+async def test_a_state_dir_deeper_than_a_socket_path_takes_works_for_every_client(
+    tmp_path: Path,
+) -> None:
+    # sun_path holds 108 bytes: this socket's path is longer (reached through its dir).
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    assert len(str(deep / "engine.sock")) > 108
+    deep.parent.mkdir(parents=True)
+    served = Served(deep)
+    try:
+        served.start("--simulate", "1xA100-80GB")
+        job = served.cli("submit", "--", "echo", "deep")
+        assert job.returncode == 0, job.stderr
+        assert served.cli("wait", job.stdout.strip()).returncode == 0
+        assert served.cli("logs", job.stdout.strip()).stdout == "deep\n"
+        # The TUI's client (aiohttp) too.
+        backend = SocketBackend(Paths(deep, deep / "config.toml"))
+        try:
+            assert (await backend.health())["state_dir"] == str(deep)
+        finally:
+            await backend.close()
+    finally:
+        if served.proc is not None and served.proc.poll() is None:
+            served.stop()

@@ -50,6 +50,7 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
@@ -61,6 +62,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import wire
+from ..unixsock import SocketPath
 from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
 from .engine import Engine
 from .errors import DomainRefused, JobNotActive, Overloaded, SpecError, StoreError, UnknownJob
@@ -714,7 +716,15 @@ class ApiServer:
         await self._runner.setup()
         old_umask = os.umask(0o177)
         try:
-            site = web.UnixSite(self._runner, str(self.path))
+            # (bound through the directory when the path is longer than sun_path takes)
+            with SocketPath(self.path) as where:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    sock.bind(where.path)
+                except OSError:
+                    sock.close()
+                    raise
+            site = web.SockSite(self._runner, sock)
             await site.start()
         finally:
             os.umask(old_umask)

@@ -29,8 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..unixsock import SocketPath
 from .executor import Exit, LaunchError, OnExit, OnStart, Started, TaskKey, task_name
-from .launcher import ENV_CACHE, LOCK, LOG, SOCKET, SocketPath, why_not_runnable
+from .launcher import ENV_CACHE, LOCK, LOG, SOCKET, why_not_runnable
 from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ class LauncherExecutor:
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         delay = 0.005
         while True:
-            where = SocketPath(str(self.state_dir), SOCKET)
+            where = SocketPath(self.state_dir / SOCKET)
             try:
                 self._reader, self._writer = await asyncio.open_unix_connection(
                     where.path, limit=64 * 1024 * 1024

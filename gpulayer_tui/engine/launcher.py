@@ -58,6 +58,7 @@ import sys
 import time
 from typing import Any
 
+from ..unixsock import SocketPath
 from . import journal, procs
 
 SOCKET = "launch.sock"  # (no longer than engine.sock: AF_UNIX paths are short)
@@ -82,26 +83,6 @@ LOG_KEEP_MAX = 32 * 1024 * 1024  # at most this much of a cut log's end is kept
 TICK_NS = 1_000_000_000 // os.sysconf(
     "SC_CLK_TCK"
 )  # an engine this far behind is disconnected (it re-queries)
-
-
-class SocketPath:
-    """A Unix socket's path that fits ``sun_path`` (108 bytes) however long the state dir:
-    a long one is reached through ``/proc/self/fd/N/`` of the directory, held open."""
-
-    def __init__(self, directory: str, name: str) -> None:
-        self.fd: int | None = None
-        full = os.path.join(directory, name)
-        if len(os.fsencode(full)) < 100:
-            self.path = full
-        else:
-            self.fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            self.path = f"/proc/self/fd/{self.fd}/{name}"
-
-    def close(self) -> None:
-        """Let go of the directory (once bound or connected)."""
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
 
 def exit_code(status: int) -> int:
@@ -190,7 +171,7 @@ class Spawner:
         except FileNotFoundError:
             pass
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        where = SocketPath(self.state_dir, SOCKET)
+        where = SocketPath(os.path.join(self.state_dir, SOCKET))
         old = os.umask(0o177)
         try:
             sock.bind(where.path)

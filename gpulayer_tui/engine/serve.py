@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 
+from ..unixsock import SocketPath
 from .api import ApiServer
 from .config import ConfigError, Paths
 from .engine import Engine
@@ -87,7 +88,8 @@ async def _answers(socket_path: str, timeout: float = 10.0) -> bool:
     """Whether the API on ``socket_path`` answers a request (what a client would do)."""
     try:
         async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_unix_connection(socket_path)
+            with SocketPath(socket_path) as where:
+                reader, writer = await asyncio.open_unix_connection(where.path)
             try:
                 writer.write(
                     b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
