@@ -200,6 +200,18 @@ async def test_filter_as_you_type_and_by_status(ui_app: Any) -> None:
         assert shown == {str(ids["alpha-train"]), str(ids["gamma-train"])}
         assert "2 of 4 jobs" in str(screen.query_one("#jobs-count", Label).content)
 
+        # By status and by domain name, too (issue 20): "fail" is delta, "cpu" all four.
+        await pilot.press(*["backspace"] * 5)
+        await type_text(pilot, "fail")
+        await until(pilot, lambda: table.row_count == 1, "the status filter by text")
+        assert table.cursor_job_id == ids["delta"]
+        await pilot.press(*["backspace"] * 4)
+        await type_text(pilot, "cpu")
+        await until(pilot, lambda: table.row_count == 4, "the domain filter")
+        await pilot.press(*["backspace"] * 3)
+        await type_text(pilot, "train")
+        await until(pilot, lambda: table.row_count == 2, "the text filter again")
+
         # By id, too, and escape clears and returns to the table.
         await pilot.press(*["backspace"] * 5)
         await type_text(pilot, str(ids["delta"]))

@@ -74,7 +74,7 @@ class JobsScreen(Screen[None]):
         with Horizontal(id="filter-row"):
             yield Label("/", id="filter-prompt")
             yield Input(
-                placeholder="filter on id, name, command or message (esc clears)",
+                placeholder="filter on id, name, command, message, status or domain (esc clears)",
                 compact=True,
                 id="filter",
             )

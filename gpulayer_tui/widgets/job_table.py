@@ -55,8 +55,8 @@ from .job_columns import (
     STATUS_FILTERS,
     ColumnSpec,
     Parts,
-    command_text,
     domains_text,
+    filter_haystack,
     gpus_text,
     kind_parts,
     reason_prefix,
@@ -199,7 +199,8 @@ class JobTable(DataTable[Any]):
 
     @property
     def filter_text(self) -> str:
-        """The text filter (matched case-insensitively on id, name, command, message)."""
+        """The text filter (matched case-insensitively on id, name, command, message,
+        status and domain names: :func:`.job_columns.filter_haystack`)."""
         return self._filter_text
 
     @property
@@ -390,9 +391,7 @@ class JobTable(DataTable[Any]):
     def _remember(self, job: JobRowJSON) -> None:
         job_id = job["id"]
         self._jobs[job_id] = job
-        self._haystack[job_id] = "\n".join(
-            (str(job_id), str(job.get("name", "")), command_text(job), str(job.get("message", "")))
-        ).lower()
+        self._haystack[job_id] = filter_haystack(job)
         if job.get("status") == "running":
             self._running_ids.add(job_id)
         else:
