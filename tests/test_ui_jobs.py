@@ -21,6 +21,7 @@ from gpulayer_tui.screens.dialogs import ConfirmScreen
 from gpulayer_tui.screens.job_detail import JobDetailScreen
 from gpulayer_tui.screens.jobs import JobsScreen
 from gpulayer_tui.screens.submit import SubmitScreen
+from gpulayer_tui.widgets.job_columns import SORTS
 from gpulayer_tui.widgets.job_table import JobTable
 from gpulayer_tui.widgets.log_tail import LogTail
 from gpulayer_tui.widgets.timeline import Timeline
@@ -247,6 +248,41 @@ async def test_filter_as_you_type_and_by_status(ui_app: Any) -> None:
         assert cell(table, int(str(table.get_row_at(0)[0])), "name") == "gamma-train"
         await pilot.press("O")
         assert table.sort_key == "status"
+
+
+async def test_sort_keys_cycle_through_the_columns_shown(ui_app: Any) -> None:
+    # At 80 columns STARTED and VRAM are hidden: o / O never pick them (issue 20). A
+    # resize that hides the sorted column keeps the order and says so.
+    app = await ui_app("1xA100-80GB")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.backend.submit(spec("true", name="one", gpus=0))
+        await pilot.press("2")
+        screen = app.screen
+        table = table_of(app)
+        await until(pilot, lambda: table.row_count == 1, "the row")
+        bar = screen.query_one("#jobs-view", Label)
+        seen = []
+        for _ in range(5):
+            await pilot.press("o")
+            seen.append(table.sort_key)
+        assert seen == ["status", "name", "runtime", "id", "status"]
+        backwards = []
+        for _ in range(4):
+            await pilot.press("O")
+            backwards.append(table.sort_key)
+        assert backwards == ["id", "runtime", "name", "status"]
+
+        await pilot.resize_terminal(140, 30)
+        await pilot.pause()
+        assert table.visible_sorts == list(SORTS)
+        await pilot.press("o", "o", "o", "o")
+        assert table.sort_key == "vram"
+        assert "hidden" not in str(bar.content)
+        await pilot.resize_terminal(80, 24)
+        await until(pilot, lambda: "hidden" in str(bar.content), "the bar says the column hides")
+        assert "VRAM" in str(bar.content) and table.sort_key == "vram"
+        await pilot.press("o")  # on to the first shown column after it
+        assert table.sort_key == "id" and "hidden" not in str(bar.content)
 
 
 async def test_over_capacity_shows_the_engines_message(ui_app: Any) -> None:
