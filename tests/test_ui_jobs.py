@@ -676,8 +676,18 @@ async def test_small_words_say_what_is_true(ui_app: Any) -> None:
         await pilot.pause()
         await until(pilot, lambda: app.screen.query_one(Timeline).events, "the timeline")
         status = str(app.screen.query_one("#field-status").render())
-        assert status.startswith("failed") and "exit_code" not in status
+        assert status == "failed: exited with code 3"  # (not "failed (exit_code)")
         await app.backend.cancel(running["id"])
+        await pilot.press("escape")
+        app.open_job(running["id"])
+        await until(
+            pilot,
+            lambda: (
+                [str(f.render()) for f in app.screen.query("#field-status")]
+                == ["cancelled by user"]
+            ),
+            "a cancelled job's status in plain words",
+        )
 
 
 def test_a_timeline_says_loading_until_its_first_answer() -> None:
