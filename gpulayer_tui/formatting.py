@@ -59,6 +59,14 @@ def gpus_text(job: JobRowJSON) -> str:
 _USER_NAMES: dict[int, str] = {}
 
 
+def short_command(command: str) -> str:
+    """A command line with its program's directory left out, arguments kept
+    (``/opt/conda/envs/x/bin/python3 train.py`` -> ``python3 train.py``): a narrow table
+    spends its width on what tells processes apart."""
+    program, sep, rest = command.partition(" ")
+    return (program.rsplit("/", 1)[-1] or program) + sep + rest
+
+
 def user_name(uid: int) -> str:
     """A uid as its user name (the number when it has none); cached: an NSS lookup is
     ~0.1 ms, and a table names a user on every row."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from gpulayer_tui.engine.commandline import plain_argv
+from gpulayer_tui.engine.commandline import exec_line, plain_argv, shell_argv
 from gpulayer_tui.engine.models import JobStatus
 
 from .conftest import EngineFactory, eventually
@@ -77,3 +77,32 @@ async def test_a_plain_line_with_an_unknown_program_fails_as_the_shell_would(
     done = await engine.wait(job.id, timeout=10)
     assert done.status is JobStatus.FAILED and done.exit_code == 127
     assert "no-such-program-gpulayer" in engine.log_path(job.id).read_text()
+
+
+@pytest.mark.parametrize(
+    ("line", "runs"),
+    [
+        ("python3 -m http.server $PORT", "exec python3 -m http.server $PORT"),
+        ('CUDA=0 A=b python x "$P" 2>&1', 'CUDA=0 A=b exec python x "$P" 2>&1'),
+        ("a >> f", "exec a >> f"),
+        # more than one simple command, or the shell's own words: as written
+        ('A="x y" python', None),
+        ("a && b", None),
+        ("a | b", None),
+        ("x $(y)", None),
+        ("echo `date`", None),
+        ("sleep 1 &", None),
+        ("a &> f", None),
+        ("exec foo", None),
+        ("cd /x", None),
+        ("{ a; }", None),
+        ("exit 3", None),
+        ("A=1", None),
+        ("python 'unclosed", None),
+        ("a\nb", None),
+    ],
+)
+def test_one_simple_command_replaces_the_shell(line: str, runs: str | None) -> None:
+    # (issue 20: the pid a job or replica shows is then its program's)
+    assert exec_line(line) == runs
+    assert shell_argv(line) == ["sh", "-c", runs or line]

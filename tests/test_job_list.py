@@ -17,7 +17,7 @@ from gpulayer_tui.engine.api import ApiServer
 from gpulayer_tui.engine.engine import Engine
 from gpulayer_tui.engine.models import JobQuery
 from gpulayer_tui.engine.store import job_row_json
-from gpulayer_tui.widgets.job_columns import SORTS, sort_value
+from gpulayer_tui.widgets.job_columns import SORTS, filter_haystack, sort_value
 from gpulayer_tui.wire import ROW_SPEC_KEYS
 
 from .conftest import EngineFactory, Served, eventually
@@ -134,6 +134,44 @@ async def test_status_and_text_filters_are_served_by_sqlite(
     assert [r["name"] for r in running] == ["runner"]
     queued = await _all(engine, statuses=("queued", "pending"), text="wait")
     assert [r["name"] for r in queued] == ["waiter"]
+
+
+async def test_the_text_filter_matches_what_the_tuis_filter_matches(
+    listed: tuple[Engine, Client],
+) -> None:
+    # Status and domain names too (issue 20), and the engine and the TUI agree on every
+    # text: what the engine serves for a filter is what the table shows for it.
+    engine, _ = listed
+    # (it waits for gpu1, which the runner holds)
+    await engine.submit({"name": "pinned", "command": ["true"], "gpus": 1, "domain": ["gpu1"]})
+    every = await _all(engine)
+    runner = next(r for r in every if r["name"] == "runner")
+    assert runner["domains"] == ["gpu0", "gpu1"]
+    assert {r["name"] for r in await _all(engine, text="FAIL")} == {"alpha", "delta"}
+    assert {r["name"] for r in await _all(engine, text="gpu0")} >= {"runner"}
+    assert "pinned" in {r["name"] for r in await _all(engine, text="gpu1")}
+    for text in (
+        "fail",
+        "complete",
+        "queued",
+        "run",
+        "gpu",
+        "gpu1",
+        "cpu",
+        '"',
+        ",",
+        "[",
+        "@",
+        "true",
+        "python3 -c",
+        "sh -c exit",
+        "1",
+        "%",
+        "_",
+    ):
+        served = {r["id"] for r in await _all(engine, text=text)}
+        shown = {r["id"] for r in every if text.lower() in filter_haystack(r)}  # type: ignore[arg-type]
+        assert served == shown, text
 
 
 @pytest.mark.parametrize("sort", list(SORTS))

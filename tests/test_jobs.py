@@ -431,8 +431,20 @@ async def test_background_children_do_not_outlive_their_job(
 @pytest.mark.parametrize(
     ("spec", "name"),
     [
-        ({"shell": "exec python3 -m http.server $PORT"}, "python3"),
+        ({"shell": "exec python3 -m http.server $PORT"}, "http.server"),
         ({"shell": "FOO=1 env BAR=2 nohup ./train.sh --lr 3"}, "train.sh"),
+        (
+            {"shell": "nice -n 10 time -p /opt/venv/bin/python -u -m torch.distributed.run"},
+            "torch.distributed.run",
+        ),
+        ({"shell": "sudo -u ana -E nohup python3 train.py"}, "python3"),
+        ({"shell": "env -u DISPLAY CUDA_VISIBLE_DEVICES=0 ./serve --port $PORT"}, "serve"),
+        ({"shell": "exec /usr/bin/time -f %e nice -5 ionice -c 3 ./bench"}, "bench"),
+        ({"shell": "python3 -c 'print(1)' -m x"}, "python3"),
+        ({"shell": "exec"}, "shell"),
+        ({"command": ["/usr/bin/env", "python3", "-m", "http.server", "8000"]}, "http.server"),
+        ({"command": ["nohup", "/usr/bin/python3", "x.py"]}, "python3"),
+        ({"command": ["A=1"]}, "A=1"),
         ({"shell": "   "}, "shell"),
         ({"command": ["/usr/bin/python3", "x.py"]}, "python3"),
         ({"command": ["./a\x1b[2Jb"]}, "a\\x1b[2Jb"),

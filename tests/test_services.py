@@ -158,6 +158,42 @@ async def test_killed_replica_restarts_after_backoff_with_a_new_endpoint(
     assert backoff and backoff[0]["data"]["exit_code"] == 137
 
 
+async def test_a_replicas_pid_is_its_programs_even_without_exec(
+    make_engine: EngineFactory,
+) -> None:
+    # `python3 -m http.server $PORT` needs a shell ($PORT); dash forks for it and waits,
+    # so the replica's pid was the shell's and `kill PID` left the server running (issue
+    # 20). The launcher runs such a line as `exec LINE`: the pid is the program's.
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, cpu_count=4, service_clock=clock)
+    shell = f"PYTHONUNBUFFERED=1 {' '.join(HTTP_SERVER)} $PORT"
+    job = await engine.submit({"kind": "service", "shell": shell})
+    await eventually(lambda: _all_up(engine, job.id), timeout=20)
+    (replica,) = _replicas(engine, job.id)
+    pid, port = replica.pid, replica.port
+    assert psutil.Process(pid).cmdline()[:3] == HTTP_SERVER[:3]
+    assert psutil.Process(pid).children() == []
+    assert psutil.Process(pid).environ().get("PYTHONUNBUFFERED") == "1"
+    os.kill(pid, signal.SIGTERM)  # what a user does with the pid shown
+    await eventually(lambda: replica.state is ReplicaState.BACKOFF)
+    assert not await asyncio.to_thread(_listening, port)
+    await engine.cancel(job.id)
+
+
+async def test_a_batch_jobs_pid_is_its_programs_and_lists_keep_their_shell(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    engine = await make_engine(simulate=None)
+    simple = await engine.submit({"shell": "sleep 60 $NOTHING", "cwd": str(tmp_path)})
+    listed = await engine.submit({"shell": "sleep 60; true", "cwd": str(tmp_path)})
+    await eventually(lambda: engine.book.get(simple.id).job.pid)
+    await eventually(lambda: engine.book.get(listed.id).job.pid)
+    assert psutil.Process(engine.book.get(simple.id).job.pid).name() == "sleep"
+    assert psutil.Process(engine.book.get(listed.id).job.pid).name() == "sh"
+    await engine.cancel(simple.id)
+    await engine.cancel(listed.id)
+
+
 async def test_crash_loop_backoff_doubles_and_caps_at_30_seconds(
     make_engine: EngineFactory,
 ) -> None:

@@ -7,6 +7,7 @@ Snapshots use the static backend with a fixed clock and time zone, so they never
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -54,11 +55,14 @@ def summary_text(app: Any) -> str:
 
 @pytest.fixture
 def foreign() -> Iterator[Callable[[], int]]:
-    """Start real ``sleep 600`` processes on demand; every one is killed at the end."""
+    """Start real ``sleep 600`` processes on demand (started by their full path, as an
+    interpreter in a virtual environment is); every one is killed at the end."""
     procs: list[subprocess.Popen[bytes]] = []
+    sleep = shutil.which("sleep")
+    assert sleep is not None and sleep.startswith("/")
 
     def start() -> int:
-        proc = subprocess.Popen(["sleep", "600"])
+        proc = subprocess.Popen([sleep, "600"])
         procs.append(proc)
         return proc.pid
 
@@ -163,7 +167,13 @@ async def test_foreign_process_shows_as_unregistered_everywhere(
         await until(pilot, lambda: key in table_keys(app))
         pid_cell, _user, gpu, vram, owner, command = table_row(app, key)
         assert (pid_cell, gpu, vram, owner) == (str(pid), "1", "20.0", "unregistered")
-        assert "sleep 600" in command
+        # The program's basename and its arguments; the whole line in the tooltip.
+        assert command == "sleep 600"
+        table = app.screen.query_one(ProcessTable)
+        table.focus()
+        table.move_cursor(row=table.get_row_index(key))
+        await pilot.pause()
+        assert str(table.tooltip) == f"{shutil.which('sleep')} 600"
         await until(pilot, lambda: "unregistered VRAM 20.0 GiB" in summary_text(app))
         bar = app.screen.query_one("#panel-gpu1", GpuPanel).query_one(MemoryBar)
         await until(pilot, lambda: "unreg 20.0" in bar.legend_text())

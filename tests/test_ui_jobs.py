@@ -21,6 +21,7 @@ from gpulayer_tui.screens.dialogs import ConfirmScreen
 from gpulayer_tui.screens.job_detail import JobDetailScreen
 from gpulayer_tui.screens.jobs import JobsScreen
 from gpulayer_tui.screens.submit import SubmitScreen
+from gpulayer_tui.widgets.job_columns import SORTS
 from gpulayer_tui.widgets.job_table import JobTable
 from gpulayer_tui.widgets.log_tail import LogTail
 from gpulayer_tui.widgets.timeline import Timeline
@@ -200,6 +201,18 @@ async def test_filter_as_you_type_and_by_status(ui_app: Any) -> None:
         assert shown == {str(ids["alpha-train"]), str(ids["gamma-train"])}
         assert "2 of 4 jobs" in str(screen.query_one("#jobs-count", Label).content)
 
+        # By status and by domain name, too (issue 20): "fail" is delta, "cpu" all four.
+        await pilot.press(*["backspace"] * 5)
+        await type_text(pilot, "fail")
+        await until(pilot, lambda: table.row_count == 1, "the status filter by text")
+        assert table.cursor_job_id == ids["delta"]
+        await pilot.press(*["backspace"] * 4)
+        await type_text(pilot, "cpu")
+        await until(pilot, lambda: table.row_count == 4, "the domain filter")
+        await pilot.press(*["backspace"] * 3)
+        await type_text(pilot, "train")
+        await until(pilot, lambda: table.row_count == 2, "the text filter again")
+
         # By id, too, and escape clears and returns to the table.
         await pilot.press(*["backspace"] * 5)
         await type_text(pilot, str(ids["delta"]))
@@ -235,6 +248,41 @@ async def test_filter_as_you_type_and_by_status(ui_app: Any) -> None:
         assert cell(table, int(str(table.get_row_at(0)[0])), "name") == "gamma-train"
         await pilot.press("O")
         assert table.sort_key == "status"
+
+
+async def test_sort_keys_cycle_through_the_columns_shown(ui_app: Any) -> None:
+    # At 80 columns STARTED and VRAM are hidden: o / O never pick them (issue 20). A
+    # resize that hides the sorted column keeps the order and says so.
+    app = await ui_app("1xA100-80GB")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.backend.submit(spec("true", name="one", gpus=0))
+        await pilot.press("2")
+        screen = app.screen
+        table = table_of(app)
+        await until(pilot, lambda: table.row_count == 1, "the row")
+        bar = screen.query_one("#jobs-view", Label)
+        seen = []
+        for _ in range(5):
+            await pilot.press("o")
+            seen.append(table.sort_key)
+        assert seen == ["status", "name", "runtime", "id", "status"]
+        backwards = []
+        for _ in range(4):
+            await pilot.press("O")
+            backwards.append(table.sort_key)
+        assert backwards == ["id", "runtime", "name", "status"]
+
+        await pilot.resize_terminal(140, 30)
+        await pilot.pause()
+        assert table.visible_sorts == list(SORTS)
+        await pilot.press("o", "o", "o", "o")
+        assert table.sort_key == "vram"
+        assert "hidden" not in str(bar.content)
+        await pilot.resize_terminal(80, 24)
+        await until(pilot, lambda: "hidden" in str(bar.content), "the bar says the column hides")
+        assert "VRAM" in str(bar.content) and table.sort_key == "vram"
+        await pilot.press("o")  # on to the first shown column after it
+        assert table.sort_key == "id" and "hidden" not in str(bar.content)
 
 
 async def test_over_capacity_shows_the_engines_message(ui_app: Any) -> None:
@@ -628,8 +676,18 @@ async def test_small_words_say_what_is_true(ui_app: Any) -> None:
         await pilot.pause()
         await until(pilot, lambda: app.screen.query_one(Timeline).events, "the timeline")
         status = str(app.screen.query_one("#field-status").render())
-        assert status.startswith("failed") and "exit_code" not in status
+        assert status == "failed: exited with code 3"  # (not "failed (exit_code)")
         await app.backend.cancel(running["id"])
+        await pilot.press("escape")
+        app.open_job(running["id"])
+        await until(
+            pilot,
+            lambda: (
+                [str(f.render()) for f in app.screen.query("#field-status")]
+                == ["cancelled by user"]
+            ),
+            "a cancelled job's status in plain words",
+        )
 
 
 def test_a_timeline_says_loading_until_its_first_answer() -> None:

@@ -109,6 +109,41 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
         assert refused["message"].startswith("refused to adopt: no process with pid")
 
 
+@pytest.fixture
+def markup_stray() -> Iterator[subprocess.Popen[bytes]]:
+    """A process whose argv holds markup: an unmatched closing tag and a pair."""
+    argv = ["python3", "-c", "import time; time.sleep(600)", "[/bold] [b]x[/b]"]
+    proc = subprocess.Popen(argv)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+async def test_the_adopt_dialog_shows_a_command_as_written_never_as_markup(
+    ui_app: AppFactory, markup_stray: subprocess.Popen[bytes]
+) -> None:
+    # An argv with "[/bold]" ended the app (a closing tag with nothing open); "[b]" would
+    # have been swallowed (issue 20).
+    pid = markup_stray.pid
+    app = await ui_app("1xA100-80GB")
+    engine = app.backend.engine
+    SimLedger(engine.paths.state_dir).hold(0, pid, 2.0)
+    await engine.sampler.sample_once()
+    async with app.run_test(size=(120, 32)) as pilot:
+        await pilot.press("3")
+        table = app.screen.query_one(StrayTable)
+        await until(pilot, lambda: pid in table.rows_by_pid, "the stray")
+        await pilot.press("a")
+        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        await pilot.pause()
+        assert "[/bold] [b]x[/b]" in str(dialog.query_one("#adopt-what").render())
+        dialog.query_one("#adopt-vram", Input).value = "[/bold]"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert "got '[/bold]'" in str(dialog.query_one("#adopt-error").render())
+        await pilot.press("escape")
+
+
 def test_strays_snapshot(snap_compare: Any) -> None:
     app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
     assert snap_compare(app, press=["3"], terminal_size=(120, 24))

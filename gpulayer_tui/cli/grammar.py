@@ -263,7 +263,10 @@ def _jobs_args(p: argparse.ArgumentParser) -> None:
         "--filter",
         metavar="TEXT",
         default="",
-        help="only jobs whose id, name, command or message contains TEXT (any case)",
+        help=(
+            "only jobs whose id, name, command, message, status or a domain name "
+            "contains TEXT (any case)"
+        ),
     )
     p.add_argument("--limit", type=positive_int, default=50, help="rows per page (default 50)")
     paging = p.add_mutually_exclusive_group()

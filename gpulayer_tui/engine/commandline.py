@@ -7,11 +7,19 @@ does nothing but look the first word up in ``PATH`` and exec it (dash and bash e
 last simple command of ``-c`` in place), so the launcher can exec it directly and save a
 process per job. Anything else, including shell keywords, builtins without a program of
 their own and variable assignments, still goes through ``sh -c``.
+
+A line that needs the shell but is one simple command (``python3 -m http.server $PORT``:
+an expansion, quotes, redirections, leading ``VAR=value`` words) runs as ``sh -c 'exec
+LINE'``: dash forks for the last command of ``-c`` and waits, so the job's pid would be
+the shell's, and ``kill PID`` would end the shell and leave the program running. With
+``exec`` the program takes the shell's pid. Lists, pipelines, subshells, command
+substitutions, keywords and builtins run as written.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 
 # Characters that mean nothing to a POSIX shell inside a word (no quote, $, `, \, glob,
 # ~, #, redirection, operator, brace or bracket).
@@ -46,6 +54,36 @@ def plain_argv(line: str) -> list[str] | None:
     return words
 
 
+# Leading assignments whose values need no quoting (the value of one that does, stops the
+# match, and the line then runs as written).
+_ASSIGNMENTS = re.compile(r"\s*(?:[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_./:,+@%=-]*\s+)*")
+# Shell operators that make a line more than one simple command (redirections are fine).
+_OPERATOR_CHARS = frozenset(";|()")
+
+
+def exec_line(line: str) -> str | None:
+    """``line`` with ``exec`` before its command, when it is one simple command (so the
+    program replaces the shell); ``None`` when the line is anything else."""
+    if "\n" in line or "`" in line:
+        return None
+    prefix = _ASSIGNMENTS.match(line)
+    head = prefix.group(0) if prefix else ""
+    rest = line[len(head) :]
+    lexer = shlex.shlex(rest, posix=True, punctuation_chars="();<>|&")
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError:  # an unclosed quote: the shell says so
+        return None
+    if not tokens or tokens[0] in _SHELL_WORDS or "=" in tokens[0]:
+        return None
+    for token in tokens:
+        if _OPERATOR_CHARS & set(token) or token.startswith("&"):
+            return None
+    return f"{head}exec {rest}"
+
+
 def shell_argv(line: str) -> list[str]:
-    """How a line runs through the shell."""
-    return ["sh", "-c", line]
+    """How a line runs through the shell: ``sh -c LINE``, or ``sh -c 'exec LINE'`` for one
+    simple command (see the module's docstring)."""
+    return ["sh", "-c", exec_line(line) or line]

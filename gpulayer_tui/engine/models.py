@@ -369,7 +369,8 @@ class JobQuery:
 
     Attributes:
         statuses: Only these statuses (empty: all).
-        text: Only jobs whose id, name, command or message contains this (any case).
+        text: Only jobs whose id, name, command, message, status or a domain name
+            contains this (any case).
         sort: One of :data:`JOB_SORTS`.
         descending: The sort's direction.
         before: Only ids below this (newest first); ``sort="id"`` only.

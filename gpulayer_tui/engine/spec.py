@@ -249,21 +249,70 @@ class JobSpec(BaseModel):
         return [self.domain] if isinstance(self.domain, str) else list(self.domain)
 
     def default_name(self) -> str:
-        """``name`` or the program's basename, held to the name rule: at most
-        ``NAME_MAX`` characters, control and other unprintable characters escaped (a
-        program's name reaches every table and terminal)."""
+        """``name`` or the name of the program it runs (:func:`program_name`), held to the
+        name rule: at most ``NAME_MAX`` characters, control and other unprintable
+        characters escaped (a program's name reaches every table and terminal)."""
         if self.name:
             return self.name
-        if self.command:
-            base = os.path.basename(self.command[0]) or self.command[0]
-        else:
-            # The program a shell line runs: past `exec`, `env` and VAR=value words (a
-            # service written `exec python3 -m http.server $PORT` is not named "exec").
-            words = (self.shell or "").split()
-            while words and (words[0] in ("exec", "env", "nohup") or _is_assignment(words[0])):
-                words.pop(0)
-            base = os.path.basename(words[0]) if words else "shell"
+        words = list(self.command) if self.command else (self.shell or "").split()
+        base = program_name(words, shell=not self.command) or ("job" if self.command else "shell")
         return wire.printable(base)[: wire.NAME_MAX] or "job"
+
+
+WRAPPERS: dict[str, frozenset[str]] = {
+    "exec": frozenset({"-a"}),
+    "env": frozenset({"-u", "--unset", "-C", "--chdir", "-S", "--split-string"}),
+    "nohup": frozenset(),
+    "nice": frozenset({"-n", "--adjustment"}),
+    "time": frozenset({"-f", "--format", "-o", "--output"}),
+    "sudo": frozenset({"-u", "--user", "-g", "--group", "-h", "--host", "-C", "-D", "-r", "-t"}),
+    "doas": frozenset({"-u", "-C"}),
+    "command": frozenset(),
+    "setsid": frozenset(),
+    "stdbuf": frozenset(),
+    "ionice": frozenset({"-c", "--class", "-n", "--classdata", "-p", "--pid"}),
+    "chrt": frozenset(),
+}
+"""Programs that run another program (their basename), and their options that take a
+value as the next word: a default name looks past them."""
+
+
+def program_name(words: list[str], shell: bool = False) -> str:
+    """The name of the program a command runs, for a default job name.
+
+    Past wrappers (:data:`WRAPPERS`: ``exec``, ``env``, ``nohup``, ``nice``, ``time``,
+    ``sudo``, ...) with their options, and, in a shell line, leading ``VAR=value`` words;
+    the program's basename; a Python module run with ``-m`` is named by the module
+    (``exec python3 -m http.server $PORT`` -> ``http.server``). Empty when no word is left.
+    """
+    i = 0
+    while i < len(words):
+        word = words[i]
+        wrapper = os.path.basename(word)
+        if (shell or wrapper == "env" or i > 0) and _is_assignment(word):
+            i += 1
+        elif wrapper in WRAPPERS:
+            i += 1
+            takes_value = WRAPPERS[wrapper]
+            while i < len(words) and words[i].startswith("-") and words[i] != "--":
+                i += 2 if words[i] in takes_value else 1
+            if i < len(words) and words[i] == "--":
+                i += 1
+            if wrapper == "chrt" and i < len(words) and words[i].isdigit():
+                i += 1  # (its priority)
+        else:
+            break
+    if i >= len(words):
+        return ""
+    base = os.path.basename(words[i]) or words[i]
+    if base.startswith("python"):
+        # python3 [-u -O ...] -m MODULE: the module says what it is.
+        for j in range(i + 1, len(words) - 1):
+            if words[j] == "-m":
+                return words[j + 1]
+            if not words[j].startswith("-") or words[j] == "-c":
+                break
+    return base
 
 
 def _is_assignment(word: str) -> bool:

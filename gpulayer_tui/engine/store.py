@@ -320,15 +320,25 @@ def job_row_json(row: Sequence[Any]) -> JobRowJSON:
     return out
 
 
-# What the text filter looks in (the TUI's filter matches the same: id, name, command,
-# message).
-_TEXT_COLUMNS = (
-    "CAST(id AS TEXT)",
-    "name",
-    "message",
-    "json_extract(spec, '$.shell')",
-    # The command's JSON array with its items joined by spaces, as a shell shows it.
-    "replace(json_extract(spec, '$.command'), '\",\"', ' ')",
+# What the text filter looks in: id, name, command, message, status and domain names (each
+# domain held, each pinned to, @CLUSTER). The TUI's filter matches the same
+# (widgets/job_columns.filter_haystack); each is a predicate on :text (a LIKE pattern).
+_TEXT_MATCHES = tuple(
+    f"{value} LIKE :text ESCAPE '\\'"
+    for value in (
+        "CAST(id AS TEXT)",
+        "name",
+        "message",
+        "json_extract(spec, '$.shell')",
+        # The command's words joined by spaces, as a shell shows it (and the TUI).
+        "(SELECT group_concat(value, ' ') FROM json_each(jobs.spec, '$.command'))",
+        "status",
+        "'@' || json_extract(spec, '$.cluster')",
+    )
+) + tuple(
+    # Each name alone (not the JSON text: '"' or ',' must not match every job).
+    f"EXISTS (SELECT 1 FROM json_each({source}) WHERE value LIKE :text ESCAPE '\\')"
+    for source in ("jobs.domains", "jobs.spec, '$.domain'")
 )
 
 
@@ -1012,8 +1022,7 @@ class Store:
             where.append(f"status IN ({', '.join(repr(s) for s in query.statuses)})")
         if query.text:
             params["text"] = _like(query.text)
-            matches = (f"{column} LIKE :text ESCAPE '\\'" for column in _TEXT_COLUMNS)
-            where.append("(" + " OR ".join(matches) + ")")
+            where.append("(" + " OR ".join(_TEXT_MATCHES) + ")")
         value, ties_newest_first = _SORT_SQL[query.sort]
         ascending = query.after is not None or not query.descending
         direction = "ASC" if ascending else "DESC"

@@ -9,6 +9,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static
 
@@ -39,10 +40,14 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
         program = (proc.get("command") or "").split(" ", 1)[0]
         with Vertical(classes="dialog", id="adopt-dialog"):
             yield Label(f"Adopt pid {proc['pid']}?", classes="dialog-title")
+            # (Content: a command line and a user name are shown as written, never as
+            # markup: "[/bold]" in an argv would end the app)
             yield Static(
-                f"{proc.get('command') or '(command unknown)'}\n"
-                f"user {proc.get('user') or '?'} · {gpus}"
-                + (f" · holds {held / GIB:.1f} GiB" if held else ""),
+                Content(
+                    f"{proc.get('command') or '(command unknown)'}\n"
+                    f"user {proc.get('user') or '?'} · {gpus}"
+                    + (f" · holds {held / GIB:.1f} GiB" if held else "")
+                ),
                 id="adopt-what",
             )
             yield Static(
@@ -84,7 +89,7 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
             try:
                 request["vram_gb"] = wire.parse_field("vram_gb", raw)
             except wire.FieldError as err:
-                error.update(f"declared VRAM: {err.detail}")
+                error.update(Content(f"declared VRAM: {err.detail}"))  # (quotes the input)
                 return None
         if self.process.get("gpus"):
             request["gpu"] = True

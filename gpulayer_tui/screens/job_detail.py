@@ -27,7 +27,7 @@ from ..formatting import dependencies_text, duration, replica_health, replica_st
 from ..pager import page_file
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
-from ..widgets.job_columns import UNSPOKEN_REASONS, command_text, reason_prefix, runtime_seconds
+from ..widgets.job_columns import command_text, runtime_seconds
 from ..widgets.log_tail import LogTail
 from ..widgets.timeline import STATUS_STYLES, Timeline, clock_time
 from ..widgets.usage_panel import UsagePanel
@@ -153,18 +153,48 @@ def replica_lines(job: JobJSON, now: float) -> Content:
     return Content("\n").join(lines)
 
 
+REASON_WORDS: dict[str, str] = {
+    "over_capacity": "over capacity",
+    "dependency_failed": "a job it depends on failed",
+    "launch_failed": "it could not be started",
+    "engine_lost": "its end was not seen (the engine lost it)",
+    "domain_lost": "the GPU it ran on was lost",
+    "adopted_exit_unobserved": "its exit was not seen",
+    "adopt_pid_gone": "not adopted: the process was gone",
+    "adopt_pid_mismatch": "not adopted: another process has that pid now",
+    "adopt_uid_mismatch": "not adopted: the process is another user's",
+    "adopt_refused": "not adopted: no one may adopt that process",
+    "unkillable": "it outlived SIGKILL and was released",
+}
+"""How an ended job's status line says a reason whose message gives only the details (the
+message field has them); the other reasons' messages say it in words (``exited with code
+3``, ``killed by SIGKILL``, ``timed out after 5 s``, ``cancelled by user``)."""
+
+
+def status_words(job: JobRowJSON) -> str:
+    """The status in plain words: ``running``; for an ended job how it ended, never the
+    reason's enum: ``failed: exited with code 3``, ``cancelled by user``, ``failed: over
+    capacity``."""
+    status = str(job.get("status", ""))
+    if not status or status in ACTIVE_STATUSES:
+        return status
+    reason = str(job.get("termination_reason") or "")
+    # (the engine's own words for the end: the message up to its first "; ")
+    said = (
+        REASON_WORDS.get(reason) or " ".join(str(job.get("message") or "").split()).split("; ")[0]
+    )
+    if not said and reason == "exit_code" and job.get("exit_code") is not None:
+        said = f"exited with code {job['exit_code']}"
+    if not said or said == status:
+        return status
+    return said if said.lower().startswith(status) else f"{status}: {said}"
+
+
 def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
     """The value of each field of :data:`FIELDS` for one job."""
     spec = job.get("spec") or {}
     status = str(job.get("status", ""))
-    reason = job.get("termination_reason")
-    status_value = Content.assemble(
-        (status, STATUS_STYLES.get(status, "")),
-        # (not "failed (exit_code)": the message says how it exited)
-        (f"  ({reason})", "$accent" if reason_prefix(job) else "$foreground-muted")
-        if reason and reason not in UNSPOKEN_REASONS
-        else "",
-    )
+    status_value = Content.styled(status_words(job), STATUS_STYLES.get(status, ""))
     exit_code = job.get("exit_code")
     vram = spec.get("vram_gb")
     runtime = runtime_seconds(job, now)

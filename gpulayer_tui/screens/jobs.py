@@ -74,7 +74,7 @@ class JobsScreen(Screen[None]):
         with Horizontal(id="filter-row"):
             yield Label("/", id="filter-prompt")
             yield Input(
-                placeholder="filter on id, name, command or message (esc clears)",
+                placeholder="filter on id, name, command, message, status or domain (esc clears)",
                 compact=True,
                 id="filter",
             )
@@ -117,6 +117,10 @@ class JobsScreen(Screen[None]):
         )
         self._update_bar()
 
+    @on(JobTable.ColumnsChanged)
+    def _columns_changed(self) -> None:
+        self._update_bar()
+
     @on(JobTable.NearEnd)
     def _near_end(self) -> None:
         view_of(self).fetch_more_jobs()
@@ -133,6 +137,8 @@ class JobsScreen(Screen[None]):
             ("   sort ", "$foreground-muted"),
             (SORTS[table.sort_key][0] + (" ▼" if table.sort_reverse else " ▲"), "bold $accent"),
         ]
+        if table.sort_hidden:  # (a resize hid the column: the order stays, o moves on)
+            parts.append((" (column hidden at this width)", "$foreground-muted"))
         if table.filter_text:
             parts += [("   filter ", "$foreground-muted"), (table.filter_text, "bold $accent")]
         self.query_one("#jobs-view", Label).update(Content.assemble(*parts))
@@ -205,10 +211,16 @@ class JobsScreen(Screen[None]):
     # -- sorting ----------------------------------------------------------------------------
 
     def action_sort(self, step: int = 1) -> None:
-        """Sort by the next (or previous) column: newest, status, name, started, runtime, VRAM."""
+        """Sort by the next (or previous) column shown at this width: newest, status,
+        name, started, runtime, VRAM (a hidden column is skipped)."""
         names = list(SORTS)
+        shown = self.table.visible_sorts
         current = names.index(self.table.sort_key)
-        self.table.set_sort(names[(current + step) % len(names)])
+        for offset in range(1, len(names) + 1):
+            key = names[(current + step * offset) % len(names)]
+            if key in shown:
+                break
+        self.table.set_sort(key)
         self._view_changed()
 
     def action_reverse_sort(self) -> None:

@@ -117,6 +117,31 @@ def command_text(job: JobRowJSON) -> str:
     return str(spec.get("shell") or "")
 
 
+def filter_haystack(job: JobRowJSON) -> str:
+    """What the jobs filter (``/``) looks in, lower-cased, one field a line (a match never
+    spans two): id, name, command, message, status, and the domain names (each domain it
+    holds or held, each it is pinned to, ``@CLUSTER`` for a Slurm job).
+
+    The engine's ``GET /v1/jobs?q=`` matches the same fields (``store._TEXT_MATCHES``), so
+    a page fetched for a filter holds what the table shows for it.
+    """
+    spec = job_spec(job)
+    pinned = spec.get("domain")
+    cluster = spec.get("cluster")
+    return "\n".join(
+        (
+            str(job["id"]),
+            str(job.get("name", "")),
+            command_text(job),
+            str(job.get("message") or ""),
+            str(job.get("status", "")),
+            *(str(d) for d in job.get("domains") or ()),
+            *((pinned,) if isinstance(pinned, str) else (str(d) for d in pinned or ())),
+            *((f"@{cluster}",) if cluster else ()),
+        )
+    ).lower()
+
+
 def vram_text(job: JobRowJSON) -> str:
     """GiB per GPU from the spec (``20``, ``0.5``), or empty."""
     vram = job_spec(job).get("vram_gb")

@@ -55,8 +55,8 @@ from .job_columns import (
     STATUS_FILTERS,
     ColumnSpec,
     Parts,
-    command_text,
     domains_text,
+    filter_haystack,
     gpus_text,
     kind_parts,
     reason_prefix,
@@ -161,6 +161,9 @@ class JobTable(DataTable[Any]):
             self.job_id = job_id
             """The chosen job's id."""
 
+    class ColumnsChanged(Message):
+        """A resize changed which columns are shown (the sorted one may be hidden now)."""
+
     class NearEnd(Message):
         """The cursor or the scrolled view came within :data:`NEAR_END_ROWS` rows of the
         last row: the screen loads the next page of history."""
@@ -199,7 +202,8 @@ class JobTable(DataTable[Any]):
 
     @property
     def filter_text(self) -> str:
-        """The text filter (matched case-insensitively on id, name, command, message)."""
+        """The text filter (matched case-insensitively on id, name, command, message,
+        status and domain names: :func:`.job_columns.filter_haystack`)."""
         return self._filter_text
 
     @property
@@ -211,6 +215,18 @@ class JobTable(DataTable[Any]):
     def sort_key(self) -> str:
         """The sort column: a key of :data:`SORTS`."""
         return self._sort_key
+
+    @property
+    def visible_sorts(self) -> list[str]:
+        """The sorts of the columns shown at this width, in cycling order (``o``/``O``
+        cycle through these only; ``id`` is always shown)."""
+        return [key for key in SORTS if key not in self._layout.hidden]
+
+    @property
+    def sort_hidden(self) -> bool:
+        """True when the sorted column is not shown at this width (a resize hid it: the
+        order stays, and the jobs screen says so)."""
+        return self._sort_key in self._layout.hidden
 
     @property
     def sort_reverse(self) -> bool:
@@ -390,9 +406,7 @@ class JobTable(DataTable[Any]):
     def _remember(self, job: JobRowJSON) -> None:
         job_id = job["id"]
         self._jobs[job_id] = job
-        self._haystack[job_id] = "\n".join(
-            (str(job_id), str(job.get("name", "")), command_text(job), str(job.get("message", "")))
-        ).lower()
+        self._haystack[job_id] = filter_haystack(job)
         if job.get("status") == "running":
             self._running_ids.add(job_id)
         else:
@@ -605,6 +619,7 @@ class JobTable(DataTable[Any]):
             self.clear(columns=True)
             self._add_columns()
             self._rebuild(cursor_job)
+            self.post_message(self.ColumnsChanged())
             return
         if message_width != self._message_width:
             self._message_width = message_width

@@ -1,4 +1,5 @@
-"""Every GPU process, as nvitop users expect: pid, user, GPU, VRAM, owner and command."""
+"""Every GPU process, as nvitop users expect: pid, user, GPU, VRAM, owner and command
+(the program's basename and its arguments; the whole command line in the tooltip)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from rich.style import Style
 from rich.text import Text
 from textual import on
 from textual.binding import BindingType
+from textual.content import Content
 from textual.message import Message
 from textual.widgets import DataTable
 
 from .. import keymap
-from ..formatting import GIB
+from ..formatting import GIB, short_command
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ COLUMNS: tuple[SortColumn, ...] = (
         "vram", "VRAM GiB", 10, True, True, lambda r: -1 if r.used_bytes is None else r.used_bytes
     ),
     SortColumn("owner", "OWNER", 12, False, False, _owner_order),
-    SortColumn("command", "COMMAND", 0, False, False, lambda r: r.command),
+    SortColumn("command", "COMMAND", 0, False, False, lambda r: short_command(r.command)),
 )
 """Columns in display order; COMMAND (width 0) takes the rest of the width."""
 
@@ -271,7 +273,7 @@ class ProcessTable(DataTable[Text]):
             str(row.gpu),
             _vram(row.used_bytes),
             _owner(row.job_id),
-            row.command,
+            short_command(row.command),
         )
 
     def _cells(self, row: ProcessRow) -> list[Text]:
@@ -289,8 +291,20 @@ class ProcessTable(DataTable[Text]):
                 style=muted if row.used_bytes is None else Style(bold=True),
             ),
             Text(_owner(row.job_id), style=owner_style),
-            Text(row.command or "?", style=Style() if row.command else muted, overflow="ellipsis"),
+            # The program's basename and its arguments (the whole line: the tooltip).
+            Text(
+                short_command(row.command) or "?",
+                style=Style() if row.command else muted,
+                overflow="ellipsis",
+            ),
         ]
+
+    @on(DataTable.RowHighlighted)
+    def _row_highlighted(self) -> None:
+        """The tooltip holds the whole command line of the process under the cursor (as
+        text, never markup)."""
+        row = self.cursor_process()
+        self.tooltip = Content(row.command) if row is not None and row.command else None
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
