@@ -88,29 +88,10 @@ def drain_targets(d: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def tui_targets(d: dict[str, Any]) -> list[dict[str, Any]]:
-    """Targets from ``bench_tui.py``'s JSON."""
-    idle = d["idle"]
-    return [
-        {
-            "target": "attached TUI idle CPU < 3 % of a core",
-            "value": f"{idle['idle_cpu_pct']:.2f} %",
-            "met": idle["idle_cpu_pct"] < 3.0,
-        },
-        {
-            "target": "TUI launch to first frame < 1 s",
-            "value": f"{idle['first_frame_s']:.3f} s",
-            "met": idle["first_frame_s"] < 1.0,
-        },
-    ]
-
-
 def targets_of(name: str, data: dict[str, Any]) -> list[dict[str, Any]]:
     """Every target one benchmark reports."""
     if name == "drain":
         return drain_targets(data)
-    if name == "tui":
-        return tui_targets(data)
     if name == "peers":
         return list(data["headline"]["targets"])
     return list(data.get("targets", []))

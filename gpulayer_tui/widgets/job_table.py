@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar
 
 from rich.console import Console, ConsoleOptions
+from rich.containers import Lines
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events, on
@@ -99,12 +101,16 @@ class _Cell:
     def __str__(self) -> str:
         return "".join(text for text, _ in self.table.cell_parts(self.job, self.key))
 
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
+    def text(self) -> Text:
+        """The cell as styled text (one line, cut with an ellipsis, justified)."""
         table = self.table
         text = Text(no_wrap=True, overflow="ellipsis", justify=BY_KEY[self.key].justify, end="")
         for part, component in table.cell_parts(self.job, self.key):
             text.append(part, table.component_style(component) if component else None)
-        yield text
+        return text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Text]:
+        yield self.text()
 
 
 class JobTable(DataTable[Any]):
@@ -569,6 +575,109 @@ class JobTable(DataTable[Any]):
                     self.update_cell(str(job_id), "runtime", _Cell(self, job, "runtime"))
                 if job.get("kill_at"):
                     self.update_cell(str(job_id), "message", _Cell(self, job, "message"))
+
+    # -- drawing ----------------------------------------------------------------------------
+
+    def _render_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool = False,
+        hover: bool = False,
+    ) -> list[list[Segment]]:
+        """One cell's line, as :meth:`DataTable._render_cell` draws it, without Rich's
+        general path (padding, styling and cropping renderables, one generator each).
+
+        A page of rows is ~700 new cells, and that path cost ~0.1 ms a cell: most of a
+        PageDown. Our cells are one line of text in a column of set width, so the segments
+        are built here; they are the same segments, in the same order and styles
+        (``tests/test_ui_jobs.py`` compares the two). Anything else (the header, a cell
+        that is not ours, a line break or a tab in the text) takes DataTable's own path.
+        """
+        row_key = self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        if (
+            row_index < self.fixed_rows
+            or column_index < self.fixed_columns
+            or row_key is None
+            or column_key is None
+        ):
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        cache_key = (
+            row_key,
+            column_key,
+            base_style,
+            cursor,
+            hover,
+            self._show_hover_cursor,
+            self._update_count,
+            self._pseudo_class_state,
+        )
+        cache = self._cell_render_cache
+        lines = cache.get(cache_key)
+        if lines is not None:
+            return lines
+        cell = self._data.get(row_key, {}).get(column_key)
+        pad = self.cell_padding
+        inner = width - 2 * pad
+        row = self.rows.get(row_key)
+        if not isinstance(cell, _Cell) or inner <= 0 or row is None or row.height != 1:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        text = cell.text()
+        if "\n" in text.plain or "\t" in text.plain:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        lines = cache[cache_key] = [
+            self._cell_segments(text, row_index, column_index, base_style, inner, cursor, hover)
+        ]
+        return lines
+
+    def _cell_segments(
+        self,
+        text: Text,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        inner: int,
+        cursor: bool,
+        hover: bool,
+    ) -> list[Segment]:
+        """What ``Styled(Padding(text, (0, pad)), pre, post)`` renders to, for one line."""
+        component_style, post_style = self._get_styles_to_render_cell(
+            False,
+            False,
+            False,
+            hover,
+            cursor,
+            self.show_cursor,
+            self._show_hover_cursor,
+            self.cursor_foreground_priority == "css",
+            self.cursor_background_priority == "css",
+        )
+        pre = base_style + Style.from_meta({"row": row_index, "column": column_index})
+        pre = pre + component_style
+        console = self.app.console
+        # Text.wrap with no_wrap, for one line: justify, then cut.
+        Lines([text]).justify(
+            console, inner, justify=text.justify or "default", overflow=text.overflow or "ellipsis"
+        )
+        text.truncate(inner, overflow=text.overflow)
+        null = Style.null()
+        body = Segment.adjust_line_length(list(text.render(console)), inner, style=null)
+        margin = Segment(" " * self.cell_padding, null)
+        segments = [margin, *body, margin] if self.cell_padding else body
+        post = post_style if post_style else None
+        styled: list[Segment] = []
+        for part, style, control in segments:
+            if control:
+                styled.append(Segment(part, None, control))
+                continue
+            combined = pre + style
+            if post is not None:
+                combined = combined + post if combined else post
+            styled.append(Segment(part, combined))
+        return styled
 
     # -- sorting ----------------------------------------------------------------------------
 
