@@ -71,6 +71,9 @@ class Key:
     palette: bool = True
     """Offered in the command palette (movement and dialog answers are not)."""
     priority: bool = False
+    footer: str | None = None
+    """The footer's shorter word for it, where ``description`` would crowd out other keys
+    at 80 columns (help and the palette say ``description``)."""
     when: str | None = None
     """The state it acts in, when not always (say "while searching"): outside it the
     screen's ``check_action`` declines the action and the key falls through to the next
@@ -86,7 +89,7 @@ class Key:
         return Binding(
             self.keys,
             self.action,
-            self.description,
+            self.footer or self.description,
             show=self.show,
             key_display=self.display,
             priority=self.priority,
@@ -95,10 +98,10 @@ class Key:
 
 KEYMAP: tuple[Key, ...] = (
     # -- everywhere ---------------------------------------------------------------------------
-    Key("1", "show_area('dashboard')", "Dashboard", (APP,)),
+    Key("1", "show_area('dashboard')", "Dashboard", (APP,), footer="Dash"),
     Key("2", "show_area('jobs')", "Jobs", (APP,)),
     Key("3", "show_area('strays')", "Strays", (APP,)),
-    Key("n", "new_job", "New job", (APP,)),
+    Key("n", "new_job", "New job", (APP,), footer="New"),
     Key("t", "next_theme", "Theme", (APP,), show=False),
     Key("ctrl+p,colon", "command_palette", "palette", (APP,), show=False, palette=False),
     Key("question_mark", "help", "Help", (APP,), display="?"),
@@ -134,19 +137,28 @@ KEYMAP: tuple[Key, ...] = (
     Key("v", "cycle_density", "Panel view (auto/full/compact/rows)", ("dashboard",), show=False),
     # -- jobs ---------------------------------------------------------------------------------
     Key("enter", "open_job", "Open", ("jobs",)),
-    Key("c", "cancel_job", "Cancel job", ("jobs", "detail")),
-    Key("R,shift+r", "restart_job", "Restart job", ("jobs", "detail"), display="R"),
-    Key("e", "edit_job", "Edit job", ("jobs", "detail")),
+    Key("c", "cancel_job", "Cancel job", ("jobs", "detail"), footer="Cancel"),
+    Key(
+        "R,shift+r", "restart_job", "Restart job", ("jobs", "detail"), display="R", footer="Restart"
+    ),
+    Key("e", "edit_job", "Edit job", ("jobs", "detail"), footer="Edit"),
     Key("slash", "start_filter", "Filter", ("jobs",), display="/"),
-    Key("s", "cycle_status(1)", "Status filter", ("jobs",)),
+    Key("s", "cycle_status(1)", "Status filter", ("jobs",), footer="Status"),
     Key("S,shift+s", "cycle_status(-1)", "Status filter back", ("jobs",), show=False, display="S"),
-    Key("escape", "clear_filter", "Clear filter", ("jobs",), display="esc"),
+    Key("escape", "clear_filter", "Clear filter", ("jobs",), display="esc", footer="Clear"),
     Key("down", "focus_table", "Leave the filter line", ("jobs",), show=False, palette=False),
     # -- job detail ---------------------------------------------------------------------------
-    Key("f", "toggle_follow", "Follow output", ("detail",)),
-    Key("right_square_bracket", "next_replica", "Next replica", ("detail",), display="]"),
-    Key("u", "toggle_usage", "GPU usage", ("detail",)),
-    Key("slash", "search_log", "Search the log", ("detail",), display="/"),
+    Key("f", "toggle_follow", "Follow output", ("detail",), footer="Follow"),
+    Key(
+        "right_square_bracket",
+        "next_replica",
+        "Next replica",
+        ("detail",),
+        display="]",
+        footer="Replica",
+    ),
+    Key("u", "toggle_usage", "GPU usage", ("detail",), footer="Usage"),
+    Key("slash", "search_log", "Search the log", ("detail",), display="/", footer="Search"),
     Key("n", "next_match", "Next match", ("detail",), when="while searching"),
     Key(
         "N,shift+n",
@@ -164,9 +176,9 @@ KEYMAP: tuple[Key, ...] = (
     Key("P,shift+p", "open_pager", "Open in $PAGER", ("detail",), show=False, display="P"),
     Key("escape,backspace", "back", "Back", ("detail",), display="esc"),
     # -- strays (and the dashboard's process table) -------------------------------------------
-    Key("x", "signal_process", "Signal the process", ("dashboard", "strays")),
+    Key("x", "signal_process", "Signal the process", ("dashboard", "strays"), footer="Signal"),
     Key("a", "adopt_selected", "Adopt", ("strays",)),
-    Key("p", "adopt_pid", "Adopt a pid", ("strays",)),
+    Key("p", "adopt_pid", "Adopt a pid", ("strays",), footer="By pid"),
     Key("escape", "close_pid", "Close the pid field", ("strays",), show=False, palette=False),
     # -- modal forms and dialogs (they say their keys in their own footer) ---------------------
     Key("ctrl+s", "submit", "Submit", ("submit",), priority=True),

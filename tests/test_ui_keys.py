@@ -148,3 +148,34 @@ async def test_new_job_form_shows_its_submit_key_at_80x24() -> None:
         assert {"submit", "cancel"} <= set(keys)
         region = keys["submit"].region
         assert region.height == 1 and 0 <= region.y < 24 and region.right <= 80
+
+
+async def test_at_80_columns_every_footer_shows_whole_keys_its_own_first() -> None:
+    app = _static_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        for screen_key, name in (
+            ("1", "dashboard"),
+            ("2", "jobs"),
+            ("3", "strays"),
+            ("", "detail"),
+        ):
+            if screen_key:
+                await pilot.press(screen_key)
+            else:
+                await pilot.press("2", "enter")
+                await until(pilot, lambda: isinstance(app.screen, JobDetailScreen), "detail")
+            footer = app.screen.query_one(Footer)
+            await until(pilot, lambda footer=footer: footer.query(FooterKey), "footer keys")
+            keys = [k for k in footer.query(FooterKey) if not k.has_class("-command-palette")]
+            palette = next(k for k in footer.query(FooterKey) if k.has_class("-command-palette"))
+            edge = palette.region.x  # (docked right: keys past it are hidden under it)
+            # No key is cut mid-word: each is shown whole, or not at all.
+            cut = [k.description for k in keys if k.region.x < edge < k.region.right]
+            assert cut == [], (name, cut)
+            shown = [k.action for k in keys if k.region.right <= edge]
+            # The screen's own keys (before the App's) all fit.
+            app_actions = {key.action for key in keymap.KEYMAP if keymap.APP in key.scopes}
+            own = [k.action for k in keys if k.action not in app_actions]
+            assert own and set(own) <= set(shown), (name, shown, own)
+        if isinstance(app.screen, JobDetailScreen):
+            await pilot.press("escape")

@@ -62,7 +62,7 @@ class HelpScreen(ModalScreen[None]):
                 "\nctrl+p or : opens the command palette: every action of this screen, searchable.",
                 classes="muted",
             )
-        yield Footer()
+        yield Footer(compact=True)
 
     async def action_dismiss(self, result: Any = None) -> None:
         """Close help."""

@@ -292,7 +292,7 @@ class JobDetailScreen(Screen[None]):
                 id="log-search",
                 disabled=True,
             )
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         app = view_of(self)

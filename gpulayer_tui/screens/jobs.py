@@ -79,7 +79,7 @@ class JobsScreen(Screen[None]):
                 id="filter",
             )
         yield JobTable(id="jobs-table")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         app = view_of(self)

@@ -48,7 +48,7 @@ class StraysScreen(Screen[None]):
         )
         yield StrayTable(id="strays")
         yield Static("No unregistered GPU processes.", id="strays-empty")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         app = view_of(self)
