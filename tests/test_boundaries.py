@@ -224,6 +224,20 @@ def test_engine_imports_neither_textual_nor_rich() -> None:
     assert ui == []
 
 
+def test_the_launcher_and_keeper_load_only_the_stdlib() -> None:
+    # Their start time matters: psutil (used by engine/procs.py) stays out of them.
+    loaded = _modules_after("import gpulayer_tui.engine.launcher, gpulayer_tui.engine.keeper")
+    assert "gpulayer_tui.engine.keeper" in loaded
+    # (Site hooks such as the editable install's finder load before any import of ours.)
+    before = _modules_after("")
+    foreign = sorted(
+        m
+        for m in loaded - before
+        if m.split(".")[0] not in (*sys.stdlib_module_names, "gpulayer_tui")
+    )
+    assert foreign == []
+
+
 def test_cli_submit_path_does_not_load_the_engine_stack() -> None:
     loaded = _modules_after(
         "import gpulayer_tui.cli.main, gpulayer_tui.cli.commands, gpulayer_tui.client"

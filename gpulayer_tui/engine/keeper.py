@@ -28,7 +28,7 @@ import signal
 import sys
 import time
 
-from . import journal, procs
+from . import journal, procstat
 from .launcher import KEEPER_FD, LOCK, TASK_ENV, exit_code
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -57,7 +57,7 @@ def _children() -> list[int]:
     found = []
     for name in os.listdir("/proc"):
         if name.isdigit():
-            stat = procs.read_stat(int(name))
+            stat = procstat.read_stat(int(name))
             if stat is not None and stat.ppid == pid:
                 found.append(stat.pid)
     return found
@@ -78,7 +78,7 @@ def _task_key(pid: int, state_dir: str) -> str | None:
     prefix = f"{TASK_ENV}={state_dir}/".encode()
     deadline = time.monotonic() + ENVIRON_WAIT_S
     while True:
-        stat = procs.read_stat(pid)
+        stat = procstat.read_stat(pid)
         if stat is None:
             return None
         if stat.state in ("Z", "X"):
@@ -183,7 +183,7 @@ class Keeper:
 
     def _reap_orphan(self, pid: int) -> None:
         """A job the spawner left us ended: kill its leftovers, reap it, say its code."""
-        stat = procs.read_stat(pid)
+        stat = procstat.read_stat(pid)
         key = self._key_of(pid, stat.start_ticks if stat else None)
         if key is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -247,7 +247,7 @@ class Keeper:
         seen = []
         ended = []
         for child in _children():
-            stat = procs.read_stat(child)
+            stat = procstat.read_stat(child)
             if stat is None or (child, stat.start_ticks) in known:
                 continue
             if stat.start_ticks < since - 1:

@@ -36,7 +36,7 @@ Requests (engine -> spawner) and events (spawner -> engine), one JSON object per
 ``{"ev": "log_cut", "key", "dropped", "kept"}``      its log passed ``max_log`` and was cut
 =================================================  =========================================
 
-Stdlib only (and :mod:`.journal`, :mod:`.procs`): it must start fast.
+Stdlib only (and :mod:`.journal`, :mod:`.procstat`): it must start fast.
 
 Why this module is longer than ~400 lines: one single-threaded loop owns every child,
 fd and timer of the spawner; its handlers share that state and are read together.
@@ -59,7 +59,7 @@ import time
 from typing import Any
 
 from ..unixsock import SocketPath
-from . import journal, procs
+from . import journal, procstat
 
 SOCKET = "launch.sock"  # (no longer than engine.sock: AF_UNIX paths are short)
 LOCK = "launcher.lock"
@@ -189,7 +189,7 @@ class Spawner:
             if entry.state != journal.RUNNING or entry.pid is None:
                 continue
             pidfd = _pidfd(entry.pid)
-            if pidfd is not None and procs.is_alive(entry.pid, entry.ticks):
+            if pidfd is not None and procstat.is_alive(entry.pid, entry.ticks):
                 task = Task(key, entry.pid, entry.ticks or 0, pidfd, child=False)
                 task.kill_at = entry.kill_at
                 self._watch(task)
@@ -598,7 +598,7 @@ def _start_ticks(pid: int, before_ns: int, after_ns: int) -> int:
     before, after = before_ns // TICK_NS, after_ns // TICK_NS
     if before == after:
         return before
-    return procs.start_ticks(pid) or 0
+    return procstat.start_ticks(pid) or 0
 
 
 def _pidfd(pid: int) -> int | None:
