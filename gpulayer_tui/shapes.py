@@ -203,7 +203,12 @@ class VramJSON(TypedDict):
 
 
 class ProcessJSON(TypedDict):
-    """A process listed on a GPU; ``job_id`` is ``None`` when no job owns it."""
+    """A process listed on a GPU; ``job_id`` is ``None`` when no job owns it.
+
+    ``user`` is the process's real uid's name; ``started_at`` epoch seconds; ``cpu_percent``
+    its host CPU over the last sample interval (100 = one core; ``None`` on the first
+    sample that sees it, or when unreadable); ``rss`` its resident host memory in bytes.
+    """
 
     pid: int
     used_bytes: int | None
@@ -212,6 +217,8 @@ class ProcessJSON(TypedDict):
     command: str
     start_ticks: int | None
     started_at: float | None
+    cpu_percent: float | None
+    rss: int | None
 
 
 class DomainViewJSON(DomainJSON):

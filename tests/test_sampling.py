@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import pwd
+import subprocess
+import sys
 from typing import TYPE_CHECKING
 
+import psutil
 import pynvml
 import pytest
 
 from gpulayer_tui.engine.gpus import GIB, ProbeStatus
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.nvml import NvmlProbe
+from gpulayer_tui.engine.procs import HostUse
 from gpulayer_tui.engine.spec import SpecError
 
 from .conftest import EngineFactory, eventually, make_config
@@ -44,6 +51,8 @@ async def test_domains_and_vram_split_from_nvml(
             "command": "",
             "start_ticks": None,
             "started_at": None,
+            "cpu_percent": None,
+            "rss": None,
         }
     ]
     assert gpu1["vram"]["unregistered"] == 0 and gpu1["vram"]["unattributed"] == 3 * GIB
@@ -171,18 +180,72 @@ def test_process_cache_attributes_by_incarnation(monkeypatch: pytest.MonkeyPatch
         return table.get(pid)
 
     monkeypatch.setattr(procs, "read_stat", read_stat)
-    monkeypatch.setattr(procs, "describe", lambda pid: procs.ProcessInfo(pid, "ana", "x", 7))
     cache = ProcessCache()
     roots = {200: (42, 5)}
-    assert cache.attribute(300, roots)[0] == 42
+    assert cache.attribute(300, roots).owner == 42
     assert reads == [300, 200]
     reads.clear()
-    assert cache.attribute(300, roots)[0] == 42
+    assert cache.attribute(300, roots).owner == 42
     assert reads == [300]  # only the pid itself is re-checked
-    assert cache.attribute(300, {200: (42, 6)})[0] is None  # root's start time differs
+    assert cache.attribute(300, {200: (42, 6)}).owner is None  # root's start time differs
     table[300] = procs.ProcStat(300, "S", 1, 9)  # pid 300 recycled, not under 200 now
-    assert cache.attribute(300, roots)[0] is None
+    assert cache.attribute(300, roots).owner is None
     cache.keep_only(set())
     reads.clear()
     cache.attribute(300, roots)
     assert reads == [300]  # forgotten, then re-read (its parent is init: no walk)
+
+
+BURNER = """
+import sys, time
+block = bytearray(200 * 1024 * 1024)  # touched: resident, not just reserved
+for i in range(0, len(block), 4096):
+    block[i] = 1
+print("ready", flush=True)
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    pass
+"""
+
+
+async def test_gpu_processes_carry_host_cpu_memory_and_start_time(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # A real process that burns a core and holds 200 MiB, listed on two GPUs: the sample
+    # gives its CPU % over the last tick (none on the first), its RSS and start time, its
+    # real user; it is measured once per tick, and forgotten once it is gone.
+    config = make_config(engine={"sample_interval": 60})
+    engine = await make_engine(probe=NvmlProbe(), config=config)
+    burner = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", BURNER, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert burner.stdout is not None and await burner.stdout.readline() == b"ready\n"
+        fake_nvml.devices[0].compute = [(burner.pid, GIB)]
+        fake_nvml.devices[1].compute = [(burner.pid, 2 * GIB)]
+        first = await engine.sampler.sample_once()
+        assert first.host[burner.pid].cpu_percent is None  # no interval yet
+        await asyncio.sleep(0.5)
+        second = await engine.sampler.sample_once()
+        use = second.host[burner.pid]
+        assert use.cpu_percent is not None and use.cpu_percent > 20  # 2 shared cores
+        assert use.rss is not None and use.rss > 200 * 1024 * 1024
+        view = engine.gpus()
+        on_gpus = [p for d in view["domains"][:2] for p in d["processes"]]
+        assert len(on_gpus) == 2
+        created = psutil.Process(burner.pid).create_time()
+        for proc in on_gpus:
+            # One measure per tick: both GPUs' rows carry the same figures.
+            assert (proc["cpu_percent"], proc["rss"]) == (use.cpu_percent, use.rss)
+            assert proc["started_at"] == pytest.approx(created, abs=0.02)
+            assert proc["user"] == pwd.getpwuid(os.getuid()).pw_name
+            assert proc["command"].startswith(f"{sys.executable} -c")
+    finally:
+        burner.kill()
+        await burner.communicate()  # (reaps it and closes its pipe)
+    gone = await engine.sampler.sample_once()
+    assert gone.host[burner.pid] == HostUse(None, None)  # listed by the driver, but gone
+    fake_nvml.devices[0].compute = []
+    fake_nvml.devices[1].compute = []
+    later = await engine.sampler.sample_once()
+    assert burner.pid not in later.host

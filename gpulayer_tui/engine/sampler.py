@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import psutil
+
 from . import procs
 from .gpus import GpuProbe, GpuReading, ProbeResult, ProbeStatus
 from .tasks import cancel_and_wait
@@ -49,6 +51,7 @@ class Sample:
         result: What the probe returned.
         owners: GPU pid -> owning job id (``None``: not ours).
         info: User, command and start time of every GPU pid.
+        host: Host CPU % and resident memory of every GPU pid, read this tick.
         taken_at: Epoch seconds at the start of the read.
         duration: Seconds the read took.
     """
@@ -56,6 +59,7 @@ class Sample:
     result: ProbeResult
     owners: dict[int, int | None] = field(default_factory=dict)
     info: dict[int, procs.ProcessInfo] = field(default_factory=dict)
+    host: dict[int, procs.HostUse] = field(default_factory=dict)
     taken_at: float = 0.0
     duration: float = 0.0
 
@@ -69,45 +73,86 @@ class HistoryPoint:
     memory_used: int | None
 
 
-Attributed = tuple[GpuReading, dict[int, int | None], dict[int, procs.ProcessInfo]]
-
-
 @dataclass(frozen=True, slots=True)
-class _Known:
-    """What one process incarnation (pid + start time) looked like when first seen."""
+class Seen:
+    """One GPU process as attributed on one tick."""
 
-    start_ticks: int
-    lineage: tuple[tuple[int, int], ...]  # (pid, start ticks): itself, parent, ... up to init
+    owner: int | None
     info: procs.ProcessInfo
+    use: procs.HostUse
+
+
+Attributed = tuple[GpuReading, dict[int, Seen]]
+
+_GONE = procs.HostUse(None, None)
+
+
+class _Known:
+    """One process incarnation (pid + start time): what it looked like when first seen,
+    the psutil handle its CPU % is measured through, and its latest tick's use."""
+
+    __slots__ = ("info", "lineage", "process", "start_ticks", "tick", "use")
+
+    def __init__(
+        self,
+        start_ticks: int,
+        lineage: tuple[tuple[int, int], ...],  # (pid, start ticks): itself, parent, ...
+        process: psutil.Process | None,
+    ) -> None:
+        self.start_ticks = start_ticks
+        self.lineage = lineage
+        self.process = process
+        self.info = (
+            procs.describe_process(process, start_ticks)
+            if process is not None
+            else procs.ProcessInfo(lineage[0][0], "", "", start_ticks)
+        )
+        self.tick = -1
+        self.use = _GONE
 
 
 class ProcessCache:
-    """Attribution and description of GPU processes, kept per process incarnation.
+    """Attribution, description and host use of GPU processes, kept per incarnation.
 
     A GPU process stays on the GPU for many ticks, and its ancestry, user and command do
     not change while it lives, so only its /proc stat is read each tick (to check that the
     pid still names the same process); the ancestor walk and the status/cmdline reads
     happen once. Matching a job's root still compares start times, so a recycled pid is
-    never taken for a job's process. Entries not seen in a tick are dropped.
+    never taken for a job's process. Each incarnation keeps one ``psutil.Process``, so its
+    CPU % is over the time since the previous tick; a process on several GPUs is measured
+    once per tick. Entries not seen in a tick are dropped.
     """
 
     def __init__(self) -> None:
         self._known: dict[int, _Known] = {}
+        self._tick = 0
+        self._lock = threading.Lock()  # a tick's GPUs may be read in parallel threads
 
-    def attribute(self, pid: int, roots: Roots) -> tuple[int | None, procs.ProcessInfo]:
-        """``(owning job id or None, ProcessInfo)`` of a GPU process."""
+    def next_tick(self) -> None:
+        """A new tick begins: each process's host use is read again (once)."""
+        self._tick += 1
+
+    def attribute(self, pid: int, roots: Roots) -> Seen:
+        """Owning job id (or None), description and this tick's host use of a GPU process."""
         stat = procs.read_stat(pid)
         if stat is None:  # gone already: nothing to keep
-            return procs.find_owner(pid, roots), procs.describe(pid)
+            return Seen(procs.find_owner(pid, roots), procs.describe(pid), _GONE)
         known = self._known.get(pid)
         if known is None or known.start_ticks != stat.start_ticks:
-            known = _Known(stat.start_ticks, _lineage(stat), procs.describe(pid))
+            process = procs.open_process(pid, stat.start_ticks)
+            known = _Known(stat.start_ticks, _lineage(stat), process)
             self._known[pid] = known
+        with self._lock:
+            if known.tick != self._tick and known.process is not None:
+                known.use = procs.host_use(known.process, first=known.tick < 0)
+                known.tick = self._tick
+        owner = None
         for ancestor, ticks in known.lineage:
             hit = roots.get(ancestor)
             if hit is not None and hit[1] in (None, ticks):
-                return hit[0], known.info
-        return None, known.info
+                owner = hit[0]
+                break
+        return Seen(owner, known.info, known.use)
 
     def keep_only(self, pids: set[int]) -> None:
         """Forget every process not in ``pids`` (the ones seen in the latest tick)."""
@@ -131,14 +176,12 @@ def _lineage(stat: procs.ProcStat, max_depth: int = 64) -> tuple[tuple[int, int]
 
 def _read_device(probe: GpuProbe, index: int, roots: Roots, cache: ProcessCache) -> Attributed:
     reading = probe.read_device(index)
-    owners: dict[int, int | None] = {}
-    info: dict[int, procs.ProcessInfo] = {}
+    seen: dict[int, Seen] = {}
     for proc in reading.processes:
-        if proc.pid in owners:
-            continue
-        # Users and commands of job processes too: the process table shows every one.
-        owners[proc.pid], info[proc.pid] = cache.attribute(proc.pid, roots)
-    return reading, owners, info
+        if proc.pid not in seen:
+            # Users and commands of job processes too: the process table shows every one.
+            seen[proc.pid] = cache.attribute(proc.pid, roots)
+    return reading, seen
 
 
 def _deliver(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -249,6 +292,7 @@ class Sampler:
 
     async def _read_devices(self, inventory: ProbeResult, started: float, t0: float) -> Sample:
         roots = self._roots()
+        self._processes.next_tick()
         readings: dict[int, GpuReading] = {}
         todo: list[int] = []
         for index in range(inventory.device_count):
@@ -263,10 +307,11 @@ class Sampler:
             await self._in_parallel(rest, roots, done, readings)
         owners: dict[int, int | None] = {}
         info: dict[int, procs.ProcessInfo] = {}
-        for index, (reading, dev_owners, dev_info) in done.items():
+        host: dict[int, procs.HostUse] = {}
+        for index, (reading, seen) in done.items():
             readings[index] = reading
-            owners.update(dev_owners)
-            info.update(dev_info)
+            for pid, one in seen.items():
+                owners[pid], info[pid], host[pid] = one.owner, one.info, one.use
         self._processes.keep_only(set(owners))
         result = ProbeResult(
             status=ProbeStatus.OK,
@@ -275,7 +320,7 @@ class Sampler:
             driver_version=inventory.driver_version,
             device_count=inventory.device_count,
         )
-        return Sample(result, owners, info, started, time.perf_counter() - t0)
+        return Sample(result, owners, info, host, started, time.perf_counter() - t0)
 
     async def _sweep(
         self,

@@ -33,9 +33,11 @@ def _domain_view(
         }
         owners = sample.owners if sample else {}
         info = sample.info if sample else {}
+        host = sample.host if sample else {}
         for proc in reading.processes:
             owner = owners.get(proc.pid)
             pinfo = info.get(proc.pid)
+            use = host.get(proc.pid)
             ticks = pinfo.start_ticks if pinfo else None
             view["processes"].append(
                 {
@@ -46,6 +48,8 @@ def _domain_view(
                     "command": pinfo.command if pinfo else "",
                     "start_ticks": ticks,
                     "started_at": None if ticks is None else started_at(ticks),
+                    "cpu_percent": use.cpu_percent if use else None,
+                    "rss": use.rss if use else None,
                 }
             )
     account = dom.account
