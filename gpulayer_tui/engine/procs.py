@@ -9,13 +9,15 @@ psutil answers everything but that identity check, which stays a raw read of
 /proc/PID/stat (:mod:`.procstat`, re-exported here): the launcher and its keeper import it
 and stay stdlib-only (their start time matters), and the sampler runs it for every GPU
 process on every tick. Measured by ``bench/bench_procstat.py`` (N=10,000, one run, 2-core
-VM, psutil 7.2.2): ``read_stat`` 10.2 µs per call; ``psutil.Process(pid)`` (which reads
-the same file for its create time) 13.1 µs, 1.3x; a kept ``Process``'s ``ppid``,
-``status`` and ``create_time`` under ``oneshot`` 36 µs, 3.5x. The margin of the cheaper
-psutil form is small; what settles it is that psutil gives the start time only as epoch
-seconds (through the boot time), not the kernel's ticks that identify a process here, and
-the ancestor walk needs ppid and ticks together. The host facts the sampler adds on top
-(``host_use``: CPU % and RSS through a kept ``Process``) cost 39 µs per process per tick.
+shared VM, psutil 7.2.2): ``read_stat`` 11.3 µs per call; ``psutil.Process(pid)`` (which
+reads the same file for its create time) 11.9 µs, 1.1x (1.3-1.4x in two earlier runs); a
+kept ``Process``'s ``ppid``, ``status`` and ``create_time`` under ``oneshot`` 32 µs, 2.8x.
+So the raw read is not clearly cheaper than a fresh ``psutil.Process``; it stays because
+psutil gives the start time only as epoch seconds (through the boot time), not the
+kernel's ticks that identify a process here, the ancestor walk needs ppid and ticks
+together, and the launcher needs it without psutil anyway. The host facts the sampler adds
+(``host_use``: CPU % and RSS through a kept ``Process``) cost 27 µs per GPU process per
+tick in the same run.
 """
 
 from __future__ import annotations
@@ -143,10 +145,11 @@ class HostUse:
 
 def host_use(process: psutil.Process, first: bool) -> HostUse:
     """CPU % since the previous call on ``process`` and its RSS (``first``: no CPU % yet)."""
+    # (Not under oneshot(): the two read different files, and oneshot's set-up made the
+    # pair 33 µs instead of 26.)
     try:
-        with process.oneshot():
-            percent = process.cpu_percent(None)
-            rss = int(process.memory_info().rss)
+        percent = process.cpu_percent(None)
+        rss = int(process.memory_info().rss)
     except psutil.Error:
         return HostUse(None, None)
     return HostUse(None if first else percent, rss)
