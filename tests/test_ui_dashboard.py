@@ -7,8 +7,10 @@ Snapshots use the static backend with a fixed clock and time zone, so they never
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,10 +44,10 @@ def table_keys(app: Any) -> list[str]:
     return [table.coordinate_to_cell_key((row, 0)).row_key.value for row in range(table.row_count)]
 
 
-def table_row(app: Any, key: str) -> list[str]:
-    """The plain cells of one process-table row."""
+def table_row(app: Any, key: str) -> dict[str, str]:
+    """The plain cells of one process-table row, by column key (the columns shown)."""
     table = app.screen.query_one(ProcessTable)
-    return [str(cell) for cell in table.get_row(key)]
+    return dict(zip(table.shown_columns, (str(cell) for cell in table.get_row(key)), strict=True))
 
 
 def summary_text(app: Any) -> str:
@@ -165,10 +167,15 @@ async def test_foreign_process_shows_as_unregistered_everywhere(
         await app.backend.engine.sampler.sample_once()
         key = f"1:{pid}"
         await until(pilot, lambda: key in table_keys(app))
-        pid_cell, _user, gpu, vram, owner, command = table_row(app, key)
-        assert (pid_cell, gpu, vram, owner) == (str(pid), "1", "20.0", "unregistered")
+        cells = table_row(app, key)
+        assert (cells["pid"], cells["gpu"], cells["vram"], cells["owner"]) == (
+            str(pid),
+            "1",
+            "20.0",
+            "unregistered",
+        )
         # The program's basename and its arguments; the whole line in the tooltip.
-        assert command == "sleep 600"
+        assert cells["command"] == "sleep 600"
         table = app.screen.query_one(ProcessTable)
         table.focus()
         table.move_cursor(row=table.get_row_index(key))
@@ -197,8 +204,8 @@ async def test_submitted_job_counts_as_running_and_enter_opens_it(ui_app: Any) -
         await app.backend.engine.sampler.sample_once()
         key = f"{gpu}:{detail}"
         await until(pilot, lambda: key in table_keys(app))
-        assert table_row(app, key)[4] == f"job {job['id']}"
-        assert "sleep 30" in table_row(app, key)[5]
+        assert table_row(app, key)["owner"] == f"job {job['id']}"
+        assert "sleep 30" in table_row(app, key)["command"]
         table = app.screen.query_one(ProcessTable)
         table.focus()
         table.move_cursor(row=table_keys(app).index(key))
@@ -239,6 +246,93 @@ async def test_sort_keys_change_the_row_order(ui_app: Any, foreign: Callable[[],
         assert table_keys(app) == [small_key, big_key]
         header = [str(c.label) for c in app.screen.query_one(ProcessTable).columns.values()]
         assert "VRAM GiB ▲" in header
+
+
+BURNER = """
+import time
+block = bytearray(300 * 1024 * 1024)
+for i in range(0, len(block), 4096):
+    block[i] = 1  # touched: resident
+print("ready", flush=True)
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    pass
+"""
+
+
+async def test_host_cpu_memory_and_elapsed_columns_sort(
+    ui_app: Any, foreign: Callable[[], int]
+) -> None:
+    # Two real processes on the GPUs: an idle sleep started first, then a process that
+    # burns a core and holds 300 MiB. Their host CPU %, memory and elapsed time show, and
+    # each of those columns sorts (o/O cycle, r reverses).
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await until(pilot, lambda: app.screen.query(GpuPanel))
+        idle = foreign()
+        burner = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", BURNER, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        try:
+            assert burner.stdout is not None and await burner.stdout.readline() == b"ready\n"
+            ledger = SimLedger(app.backend.engine.paths.state_dir)
+            ledger.hold(0, idle, 30.0)  # the most VRAM: first by default
+            ledger.hold(1, burner.pid, 2.0)
+            await app.backend.engine.sampler.sample_once()
+            await asyncio.sleep(0.5)
+            await app.backend.engine.sampler.sample_once()
+            idle_key, busy_key = f"0:{idle}", f"1:{burner.pid}"
+            await until(pilot, lambda: table_row(app, busy_key)["cpu"] not in ("-", "0.0"))
+            table = app.screen.query_one(ProcessTable)
+            assert table.shown_columns[4:7] == ("cpu", "mem", "elapsed")
+            busy = table_row(app, busy_key)
+            assert float(busy["cpu"]) > 20  # (2 shared cores)
+            assert busy["mem"].endswith("M") and int(busy["mem"][:-1]) >= 300
+            assert busy["elapsed"].endswith("s")  # seconds old, from the app's clock
+            assert table_keys(app) == [idle_key, busy_key]  # VRAM, largest first
+            await pilot.press("less_than_sign")  # ELAPSED: longest-running first
+            assert table_keys(app) == [idle_key, busy_key]
+            assert table.sort_label == "ELAPSED ▲"
+            await pilot.press("less_than_sign")  # MEM: largest first
+            assert table_keys(app) == [busy_key, idle_key]
+            await pilot.press("less_than_sign")  # CPU%: busiest first
+            assert table_keys(app) == [busy_key, idle_key]
+            assert table.sort_label == "CPU% ▼"
+            await pilot.press("r")
+            assert table_keys(app) == [idle_key, busy_key]
+            header = [str(c.label) for c in table.columns.values()]
+            assert "CPU% ▲" in header
+        finally:
+            burner.kill()
+            await burner.communicate()
+
+
+async def test_host_columns_go_first_when_the_table_narrows() -> None:
+    app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = await until(pilot, lambda: app.screen.query_one(ProcessTable))
+        await until(pilot, lambda: table.row_count == 2)
+        seen = []
+        for width in range(140, 69, -2):
+            await pilot.resize_terminal(width, 40)
+            await pilot.pause()
+            shown = table.shown_columns
+            optional = tuple(k for k in shown if k in ("cpu", "mem", "elapsed"))
+            # ELAPSED goes first, then MEM, then CPU%; the rest always stays.
+            assert optional == ("cpu", "mem", "elapsed")[: len(optional)], width
+            assert len(shown) == 6 + len(optional)
+            command = next(c for c in table.columns.values() if c.key == "command")
+            if optional:
+                assert command.width >= 24, width  # COMMAND keeps a useful width
+            seen.append(len(optional))
+        assert seen[0] == 3 and seen[-1] == 0 and seen == sorted(seen, reverse=True)
+        # The fixed data's figures; ELAPSED from the app's clock (FIXED_NOW).
+        await pilot.resize_terminal(140, 40)
+        await pilot.pause()
+        stray = table_row(app, "1:4242")
+        assert (stray["cpu"], stray["mem"], stray["elapsed"]) == ("3.2", "870M", "2h05m")
+        assert table_row(app, "0:5010")["elapsed"] == "30m00s"
+        assert table_row(app, "0:5010")["mem"] == "3.0G"
 
 
 async def test_eight_gpus_at_80x24(ui_app: Any) -> None:
@@ -283,9 +377,10 @@ async def test_theme_switch_restyles_the_table() -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: table_keys(app))
         table = app.screen.query_one(ProcessTable)
-        before = table.get_row("1:4242")[4].style
+        owner = table.shown_columns.index("owner")
+        before = table.get_row("1:4242")[owner].style
         await pilot.press("t")
-        await until(pilot, lambda: table.get_row("1:4242")[4].style != before)
+        await until(pilot, lambda: table.get_row("1:4242")[owner].style != before)
         assert app.theme == "gpulayer-light"
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpulayer_tui.engine.models import JobQuery
 from gpulayer_tui.engine.simulate import SimLedger
-from gpulayer_tui.shapes import JobJSON, JobRowJSON
+from gpulayer_tui.shapes import JobJSON, JobRowJSON, ProcessJSON
 from gpulayer_tui.wire import ACTIVE_STATUSES, JobKind, JobStatus, TerminationReason
 
 from .conftest import EngineFactory
@@ -72,6 +72,10 @@ async def test_the_fake_shapes_match_a_real_engines(make_engine: EngineFactory) 
     for domain in fake_gpus["domains"]:
         same_kind = real[domain["gpu_index"] is None]
         assert set(domain) == set(same_kind), (domain["name"], set(domain) ^ set(same_kind))
+        for proc in domain["processes"]:  # (the real engine lists none here: no GPU holder)
+            assert set(proc) == set(ProcessJSON.__annotations__), set(proc) ^ set(
+                ProcessJSON.__annotations__
+            )
     await engine.cancel(job.id)
 
 

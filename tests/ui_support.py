@@ -70,6 +70,10 @@ def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
                     "job_id": owner[0],
                     "user": "ana",
                     "command": f"python train.py --shard {index}",
+                    "start_ticks": 654321 + index,
+                    "started_at": FIXED_NOW - 1800,  # (the job's own pid: its start)
+                    "cpu_percent": 98.5 + index,
+                    "rss": 3 * GIB + index * 256 * 1024**2,
                 }
             )
         if foreign:
@@ -82,6 +86,8 @@ def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
                     "command": "python notebook_kernel.py",
                     "start_ticks": 123456,
                     "started_at": FIXED_NOW - 2 * 3600 - 300,
+                    "cpu_percent": 3.2,
+                    "rss": 870 * 1024**2,
                 }
             )
             unregistered_total += foreign

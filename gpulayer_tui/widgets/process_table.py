@@ -1,8 +1,11 @@
-"""Every GPU process, as nvitop users expect: pid, user, GPU, VRAM, owner and command
-(the program's basename and its arguments; the whole command line in the tooltip)."""
+"""Every GPU process, as nvitop users expect: pid, user, GPU, VRAM, host CPU %, host
+memory (RSS), elapsed time, owner and command (the program's basename and its arguments;
+the whole command line in the tooltip). CPU %, MEM and ELAPSED are the first to go when
+the table is narrow, so COMMAND keeps a useful width."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -16,7 +19,7 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from .. import keymap
-from ..formatting import GIB, short_command
+from ..formatting import GIB, duration, short_command
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,12 @@ class ProcessRow:
     command: str
     start_ticks: int | None = None
     """When the process started (with the pid, it names this very process)."""
+    started_at: float | None = None
+    """When the process started, epoch seconds."""
+    cpu_percent: float | None = None
+    """Host CPU over the last sample interval (100 = one core)."""
+    rss: int | None = None
+    """Resident host memory, bytes."""
 
     @property
     def key(self) -> str:
@@ -49,6 +58,12 @@ class SortColumn:
     descending: bool
     """The natural direction (VRAM: biggest first; the rest: ascending)."""
     value: Callable[[ProcessRow], Any]
+    optional: bool = False
+    """Hidden when the table is too narrow for it and a useful COMMAND."""
+
+
+def _or_minus(value: float | None) -> float:
+    return -1 if value is None else value
 
 
 def _owner_order(row: ProcessRow) -> tuple[int, int]:
@@ -63,13 +78,23 @@ COLUMNS: tuple[SortColumn, ...] = (
     SortColumn(
         "vram", "VRAM GiB", 10, True, True, lambda r: -1 if r.used_bytes is None else r.used_bytes
     ),
+    SortColumn("cpu", "CPU%", 6, True, True, lambda r: _or_minus(r.cpu_percent), True),
+    SortColumn("mem", "MEM", 6, True, True, lambda r: _or_minus(r.rss), True),
+    # Longest-running first: the earliest start (an unknown start sorts last).
+    SortColumn("elapsed", "ELAPSED", 7, True, False, lambda r: r.started_at or float("inf"), True),
     SortColumn("owner", "OWNER", 12, False, False, _owner_order),
     SortColumn("command", "COMMAND", 0, False, False, lambda r: short_command(r.command)),
 )
 """Columns in display order; COMMAND (width 0) takes the rest of the width."""
 
-SORT_ORDER = ("vram", "pid", "user", "gpu", "owner", "command")
-"""The order ``s`` cycles through."""
+SORT_ORDER = ("vram", "pid", "user", "gpu", "owner", "command", "cpu", "mem", "elapsed")
+"""The order ``o``/``O`` cycle through."""
+
+HIDE_FIRST = ("elapsed", "mem", "cpu")
+"""The optional columns, in the order they are hidden as the table narrows."""
+
+COMMAND_MIN = 24
+"""COMMAND keeps at least this width while optional columns can still be hidden."""
 
 
 def rows_from_state(gpu_state: Mapping[str, Any] | None) -> list[ProcessRow]:
@@ -88,6 +113,9 @@ def rows_from_state(gpu_state: Mapping[str, Any] | None) -> list[ProcessRow]:
                     job_id=proc.get("job_id"),
                     command=proc.get("command") or "",
                     start_ticks=proc.get("start_ticks"),
+                    started_at=proc.get("started_at"),
+                    cpu_percent=proc.get("cpu_percent"),
+                    rss=proc.get("rss"),
                 )
             )
     return rows
@@ -131,13 +159,14 @@ class ProcessTable(DataTable[Text]):
     }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, *, id: str | None = None, clock: Callable[[], float] | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True, cell_padding=1)
         self.processes: list[ProcessRow] = []
         self.sort_key = "vram"
         self.sort_reverse = False
+        self._clock = clock
         self._shown: list[tuple[str, tuple[str, ...]]] = []
-        self._columns_for: tuple[int, str, bool] | None = None
+        self._columns_for: tuple[tuple[str, ...], int, str, bool] | None = None
         self._styles_seen: tuple[Style, ...] = ()
 
     def on_mount(self) -> None:
@@ -217,9 +246,30 @@ class ProcessTable(DataTable[Text]):
         full = self.get_component_rich_style(name)
         return Style(color=full.color, bold=full.bold, italic=full.italic)
 
-    def _command_width(self) -> int:
-        fixed = sum(c.width + 2 * self.cell_padding for c in COLUMNS if c.width)
-        return max(12, self.size.width - fixed - 2 * self.cell_padding - 1)
+    def _now(self) -> float:
+        clock = self._clock or getattr(self.app, "clock", None) or time.time
+        return float(clock())
+
+    def _command_width(self, columns: tuple[SortColumn, ...]) -> int:
+        fixed = sum(c.width + 2 * self.cell_padding for c in columns if c.width)
+        return self.size.width - fixed - 2 * self.cell_padding - 1
+
+    def _layout(self) -> tuple[tuple[SortColumn, ...], int]:
+        """The columns shown at this width, and COMMAND's width: optional columns go
+        (ELAPSED, then MEM, then CPU%) while COMMAND would be narrower than COMMAND_MIN."""
+        hidden: set[str] = set()
+        columns = COLUMNS
+        for key in HIDE_FIRST:
+            if self._command_width(columns) >= COMMAND_MIN:
+                break
+            hidden.add(key)
+            columns = tuple(c for c in COLUMNS if c.key not in hidden)
+        return columns, max(12, self._command_width(columns))
+
+    @property
+    def shown_columns(self) -> tuple[str, ...]:
+        """The keys of the columns shown at the table's present width."""
+        return tuple(c.key for c in self._layout()[0])
 
     def _rebuild(self, force: bool = False) -> None:
         """Redraw what changed: columns (width, sort arrow, theme) and rows (new sample)."""
@@ -230,23 +280,26 @@ class ProcessTable(DataTable[Text]):
         cursor_key, cursor_row = None, self.cursor_row
         if self.row_count:
             cursor_key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
-        columns_for = (self._command_width(), self.sort_key, self._descending)
+        columns, command_width = self._layout()
+        keys = tuple(c.key for c in columns)
+        columns_for = (keys, command_width, self.sort_key, self._descending)
         if force or columns_for != self._columns_for:
             self._columns_for = columns_for
             self._styles_seen = self._cell_styles()
             self.clear(columns=True)
             self._shown = []
-            for column in COLUMNS:
+            for column in columns:
                 label = column.label
                 if column.key == self.sort_key:
                     label += f" {self._arrow}"
                 self.add_column(
                     Text(label, justify="right" if column.right else "left"),
-                    width=column.width or columns_for[0],
+                    width=column.width or command_width,
                     key=column.key,
                 )
         rows = self.sorted_rows()
-        shown = [(r.key, self._plain_cells(r)) for r in rows]
+        now = self._now()
+        shown = [(r.key, self._plain_cells(r, now, keys)) for r in rows]
         count = len(rows)
         title = f" GPU processes · {count} " if count else " GPU processes · none "
         if self.border_title != title:
@@ -255,49 +308,63 @@ class ProcessTable(DataTable[Text]):
             return
         self.clear()
         for row in rows:
-            self.add_row(*self._cells(row), key=row.key)
+            self.add_row(*self._cells(row, now, keys), key=row.key)
         self._shown = shown
-        keys = [r.key for r in rows]
-        if keys:
-            if cursor_key in keys:
-                target = keys.index(cursor_key)
+        row_keys = [r.key for r in rows]
+        if row_keys:
+            if cursor_key in row_keys:
+                target = row_keys.index(cursor_key)
             else:
-                target = min(cursor_row, len(keys) - 1)
+                target = min(cursor_row, len(row_keys) - 1)
             self.move_cursor(row=target, animate=False, scroll=True)
 
     @staticmethod
-    def _plain_cells(row: ProcessRow) -> tuple[str, ...]:
-        return (
-            str(row.pid),
-            row.user,
-            str(row.gpu),
-            _vram(row.used_bytes),
-            _owner(row.job_id),
-            short_command(row.command),
-        )
+    def _plain_cells(row: ProcessRow, now: float, keys: tuple[str, ...]) -> tuple[str, ...]:
+        text = {
+            "pid": str(row.pid),
+            "user": row.user,
+            "gpu": str(row.gpu),
+            "vram": _vram(row.used_bytes),
+            "cpu": _cpu(row.cpu_percent),
+            "mem": _mem(row.rss),
+            "elapsed": _elapsed(row.started_at, now),
+            "owner": _owner(row.job_id),
+            "command": short_command(row.command),
+        }
+        return tuple(text[key] for key in keys)
 
-    def _cells(self, row: ProcessRow) -> list[Text]:
+    def _cells(self, row: ProcessRow, now: float, keys: tuple[str, ...]) -> list[Text]:
         muted = self._cell_style("process-table--muted")
         owner_style = self._cell_style(
             "process-table--unregistered" if row.job_id is None else "process-table--job"
         )
-        return [
-            Text(str(row.pid), justify="right"),
-            Text(row.user or "-", style=Style() if row.user else muted, overflow="ellipsis"),
-            Text(str(row.gpu), justify="right"),
-            Text(
+
+        def number(text: str, known: object) -> Text:
+            return Text(text, justify="right", style=Style() if known is not None else muted)
+
+        cells = {
+            "pid": Text(str(row.pid), justify="right"),
+            "user": Text(
+                row.user or "-", style=Style() if row.user else muted, overflow="ellipsis"
+            ),
+            "gpu": Text(str(row.gpu), justify="right"),
+            "vram": Text(
                 _vram(row.used_bytes),
                 justify="right",
                 style=muted if row.used_bytes is None else Style(bold=True),
             ),
-            Text(_owner(row.job_id), style=owner_style),
+            "cpu": number(_cpu(row.cpu_percent), row.cpu_percent),
+            "mem": number(_mem(row.rss), row.rss),
+            "elapsed": number(_elapsed(row.started_at, now), row.started_at),
+            "owner": Text(_owner(row.job_id), style=owner_style),
             # The program's basename and its arguments (the whole line: the tooltip).
-            Text(
+            "command": Text(
                 short_command(row.command) or "?",
                 style=Style() if row.command else muted,
                 overflow="ellipsis",
             ),
-        ]
+        }
+        return [cells[key] for key in keys]
 
     @on(DataTable.RowHighlighted)
     def _row_highlighted(self) -> None:
@@ -322,6 +389,24 @@ def _column(key: str) -> SortColumn:
 
 def _vram(used: int | None) -> str:
     return "?" if used is None else f"{used / GIB:.1f}"
+
+
+def _cpu(percent: float | None) -> str:
+    if percent is None:
+        return "-"
+    return f"{percent:.0f}" if percent >= 100 else f"{percent:.1f}"
+
+
+def _mem(rss: int | None) -> str:
+    if rss is None:
+        return "-"
+    if rss >= GIB:
+        return f"{rss / GIB:.1f}G"
+    return f"{rss / 1024**2:.0f}M"
+
+
+def _elapsed(started_at: float | None, now: float) -> str:
+    return "-" if started_at is None else duration(now - started_at)
 
 
 def _owner(job_id: int | None) -> str:
