@@ -13,6 +13,7 @@ import psutil
 import pynvml
 import pytest
 
+from gpulayer_tui.engine import sampler as sampler_module
 from gpulayer_tui.engine.gpus import GIB, ProbeStatus
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.nvml import NvmlProbe
@@ -209,13 +210,14 @@ while time.monotonic() < end:
 
 
 async def test_gpu_processes_carry_host_cpu_memory_and_start_time(
-    make_engine: EngineFactory, fake_nvml: FakeNvml
+    make_engine: EngineFactory, fake_nvml: FakeNvml, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A real process that burns a core and holds 200 MiB, listed on two GPUs: the sample
     # gives its CPU % over the last tick (none on the first), its RSS and start time, its
     # real user; it is measured once per tick, and forgotten once it is gone.
     config = make_config(engine={"sample_interval": 60})
     engine = await make_engine(probe=NvmlProbe(), config=config)
+    monkeypatch.setattr(sampler_module, "HOST_EVERY_S", 0.0)  # (2 s: read each tick here)
     burner = await asyncio.create_subprocess_exec(
         sys.executable, "-c", BURNER, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
@@ -229,6 +231,9 @@ async def test_gpu_processes_carry_host_cpu_memory_and_start_time(
         second = await engine.sampler.sample_once()
         use = second.host[burner.pid]
         assert use.cpu_percent is not None and use.cpu_percent > 20  # 2 shared cores
+        # Read at most every HOST_EVERY_S: within it, a tick reuses the last figures.
+        monkeypatch.setattr(sampler_module, "HOST_EVERY_S", 3600.0)
+        assert (await engine.sampler.sample_once()).host[burner.pid] == use
         assert use.rss is not None and use.rss > 200 * 1024 * 1024
         view = engine.gpus()
         on_gpus = [p for d in view["domains"][:2] for p in d["processes"]]
