@@ -18,13 +18,14 @@ from textual.binding import BindingType
 from textual.containers import ScrollableContainer
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from .. import keymap
 from ..view import view_of
 from ..widgets.cluster_panel import ClusterPanel
 from ..widgets.engine_status import EngineStatus
 from ..widgets.gpu_panel import GpuPanel
+from ..widgets.key_footer import KeyFooter
 from ..widgets.memory_bar import BAR_CHAR
 from ..widgets.process_table import ProcessRow, ProcessTable, rows_from_state
 from ..widgets.summary_line import SummaryLine
@@ -105,7 +106,7 @@ class DashboardScreen(Screen[None]):
         yield Static(id="cpu-pool")
         yield ClusterPanel(id="clusters")
         yield ProcessTable(id="processes")
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         self.watch(self.app, "gpu_state", self._on_gpu_state, init=True)

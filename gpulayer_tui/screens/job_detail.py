@@ -19,7 +19,7 @@ from textual.binding import BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Label, Static
+from textual.widgets import Input, Label, Static
 
 from .. import keymap
 from ..backend import BackendError, ConnectionLost
@@ -28,6 +28,7 @@ from ..pager import page_file
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
 from ..widgets.job_columns import command_text, runtime_seconds
+from ..widgets.key_footer import KeyFooter
 from ..widgets.log_tail import LogTail
 from ..widgets.timeline import STATUS_STYLES, Timeline, clock_time
 from ..widgets.usage_panel import UsagePanel
@@ -292,7 +293,7 @@ class JobDetailScreen(Screen[None]):
                 id="log-search",
                 disabled=True,
             )
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         app = view_of(self)
