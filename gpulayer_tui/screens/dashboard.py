@@ -31,6 +31,7 @@ from ..widgets.process_table import ProcessRow, ProcessTable, rows_from_state
 from ..widgets.summary_line import SummaryLine
 from ..wire import DomainViewJSON, GpusJSON
 from .actions import ask_to_signal
+from .resume import KeepsStylesOnResume
 
 DENSITY_CYCLE: tuple[str | None, ...] = (None, "full", "compact", "row")
 """What ``v`` cycles through; ``None`` is automatic."""
@@ -64,7 +65,7 @@ def choose_density(panels: int, columns: int, lines: int) -> tuple[str, int]:
     return "row", 1
 
 
-class DashboardScreen(Screen[None]):
+class DashboardScreen(KeepsStylesOnResume, Screen[None]):
     """The GPU dashboard: summary, per-GPU panels, the CPU pool and every GPU process."""
 
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("dashboard"))

@@ -37,6 +37,7 @@ from ..widgets.usage_panel import UsagePanel
 from ..widgets.why_panel import WhyPanel
 from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
 from .actions import ask_to_cancel, ask_to_edit, ask_to_restart, can_edit, can_restart
+from .resume import KeepsStylesOnResume
 
 WAITING_STATUSES = frozenset({"pending", "queued"})
 """A job in these has a "why it waits" panel."""
@@ -228,7 +229,7 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
     }
 
 
-class JobDetailScreen(Screen[None]):
+class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
     """One job: its fields, its timeline and its output, kept current while it runs."""
 
     DEFAULT_CSS = """

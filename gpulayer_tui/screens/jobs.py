@@ -27,12 +27,13 @@ from ..widgets.job_table import JobTable
 from ..widgets.key_footer import KeyFooter
 from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
 from .actions import ask_to_cancel, ask_to_edit, ask_to_restart, can_edit, can_restart
+from .resume import KeepsStylesOnResume
 
 FILTER_DEBOUNCE = 0.15
 """Seconds of quiet typing before the filter is applied (each apply rebuilds the rows)."""
 
 
-class JobsScreen(Screen[None]):
+class JobsScreen(KeepsStylesOnResume, Screen[None]):
     """Every job in a table: ``/`` filters as you type, ``s`` by status, ``o``/``r`` sort."""
 
     DEFAULT_CSS = """

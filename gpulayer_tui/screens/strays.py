@@ -19,9 +19,10 @@ from ..widgets.key_footer import KeyFooter
 from ..widgets.stray_table import StrayTable, strays_from
 from .actions import ask_to_signal
 from .adopt import AdoptScreen
+from .resume import KeepsStylesOnResume
 
 
-class StraysScreen(Screen[None]):
+class StraysScreen(KeepsStylesOnResume, Screen[None]):
     """Lists foreign GPU processes; ``a`` adopts the selected one, ``p`` any pid, ``x``
     signals the selected one."""
 
