@@ -24,10 +24,15 @@ class KeepsStylesOnResume(Screen[Any]):
     when their own classes change anyway, and Textual refreshes a screen's CSS itself
     when the stylesheet changed while it was hidden; what remains is the app's look
     (theme, classes, pseudo-classes). This screen is restyled on resume only when that
-    changed since it was hidden.
+    changed since it was hidden (or, the first time it is shown, since it was mounted:
+    its widgets were styled then).
     """
 
     _look_when_hidden: tuple[object, ...] | None = None
+
+    def _on_mount(self, event: events.Mount) -> None:
+        # (Screen's own handler runs too: Textual calls each class's handler in turn)
+        self._look_when_hidden = _look(self)
 
     def _on_screen_suspend(self) -> None:
         self._look_when_hidden = _look(self)
