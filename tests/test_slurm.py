@@ -382,6 +382,7 @@ async def test_the_tui_shows_the_cluster_and_its_jobs_with_logs_and_cancel(
     from gpulayer_tui.screens.job_detail import JobDetailScreen
     from gpulayer_tui.screens.jobs import JobsScreen
     from gpulayer_tui.widgets.cluster_panel import ClusterPanel
+    from gpulayer_tui.widgets.field_list import FieldList
     from gpulayer_tui.widgets.job_table import JobTable
     from gpulayer_tui.widgets.log_tail import LogTail
 
@@ -425,7 +426,7 @@ async def test_the_tui_shows_the_cluster_and_its_jobs_with_logs_and_cancel(
             pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
         )
         await until(pilot, lambda: detail.job is not None, "the job to load")
-        assert "cluster test, Slurm job " in str(detail.query_one("#field-domains").content)
+        assert "cluster test, Slurm job " in detail.query_one(FieldList).text("domains")
         log = detail.query_one(LogTail)
         await until(pilot, lambda: "from-slurm" in log.lines, "the Slurm output", timeout=20)
         await pilot.press("c")

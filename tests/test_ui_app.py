@@ -18,6 +18,7 @@ from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.screens.dialogs import QuitScreen
 from gpulayer_tui.screens.help import HelpScreen
 from gpulayer_tui.tui import _connect, start_background_engine
+from gpulayer_tui.widgets.engine_status import EngineStatus
 
 from .conftest import Served, pid_gone, wait_for
 from .ui_support import FIXED_NOW, StaticBackend, until
@@ -56,6 +57,30 @@ async def test_command_palette_offers_every_action(embedded_app: AppFactory) -> 
         assert {"Dashboard", "Jobs", "New job", "Help", "Quit"} <= titles
         titles = {c.title for c in app.get_system_commands(app.screen)}
         assert {"Theme: gpulayer-dark", "Theme: gpulayer-light"} <= titles
+
+
+async def test_a_screen_shown_again_after_a_theme_switch_has_the_new_theme() -> None:
+    # Screens shown again keep their styles unless the app's look changed (KeepsStylesOnResume).
+    app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2")
+        jobs = await until(pilot, lambda: app.current_mode == "jobs" and app.screen)
+        header = jobs.query_one(EngineStatus)
+        dark = header.styles.background
+        await pilot.press("1")
+        await until(pilot, lambda: app.current_mode == "dashboard")
+        await pilot.press("t")
+        await until(pilot, lambda: app.theme == "gpulayer-light")
+        light = app.screen.query_one(EngineStatus).styles.background
+        assert light != dark
+        await pilot.press("2")
+        await until(pilot, lambda: app.current_mode == "jobs")
+        await pilot.pause()
+        assert header.styles.background == light
+        await pilot.press("1", "2")  # (nothing changed: shown as it was)
+        await until(pilot, lambda: app.current_mode == "jobs")
+        await pilot.pause()
+        assert header.styles.background == light
 
 
 async def test_theme_switch_is_saved_in_config(embedded_app: AppFactory, paths: Paths) -> None:

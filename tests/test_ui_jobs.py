@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from textual.app import App, ComposeResult
+from textual.content import Content
 from textual.pilot import Pilot
 from textual.widgets import Input, Label
 
@@ -21,6 +22,7 @@ from gpulayer_tui.screens.dialogs import ConfirmScreen
 from gpulayer_tui.screens.job_detail import JobDetailScreen
 from gpulayer_tui.screens.jobs import JobsScreen
 from gpulayer_tui.screens.submit import SubmitScreen
+from gpulayer_tui.widgets.field_list import FieldList
 from gpulayer_tui.widgets.job_columns import SORTS
 from gpulayer_tui.widgets.job_table import JobTable
 from gpulayer_tui.widgets.log_tail import LogTail
@@ -675,7 +677,7 @@ async def test_small_words_say_what_is_true(ui_app: Any) -> None:
         app.open_job(failed["id"])
         await pilot.pause()
         await until(pilot, lambda: app.screen.query_one(Timeline).events, "the timeline")
-        status = str(app.screen.query_one("#field-status").render())
+        status = app.screen.query_one(FieldList).text("status")
         assert status == "failed: exited with code 3"  # (not "failed (exit_code)")
         await app.backend.cancel(running["id"])
         await pilot.press("escape")
@@ -683,8 +685,7 @@ async def test_small_words_say_what_is_true(ui_app: Any) -> None:
         await until(
             pilot,
             lambda: (
-                [str(f.render()) for f in app.screen.query("#field-status")]
-                == ["cancelled by user"]
+                [f.text("status") for f in app.screen.query(FieldList)] == ["cancelled by user"]
             ),
             "a cancelled job's status in plain words",
         )
@@ -732,3 +733,27 @@ async def test_a_waiting_jobs_detail_says_why_it_waits_until_it_runs(ui_app: Any
         assert "fair share" in text and "GPU-h" in text
         await app.backend.cancel(holder["id"])
         await until(pilot, lambda: not panel.has_class("-waiting"), "the panel gone once it runs")
+
+
+async def test_the_fields_block_wraps_each_value_beside_its_label() -> None:
+    class Fields(App[None]):
+        def compose(self) -> ComposeResult:
+            yield FieldList([("name", "name"), ("command", "command"), ("replicas", "replicas")])
+
+    app = Fields()
+    async with app.run_test(size=(30, 8)) as pilot:
+        fields = app.query_one(FieldList)
+        values = {"name": Content("[b]x[/b]"), "command": Content("aaaa bbbb cccc dddd eeee")}
+        fields.update(values, hidden=["replicas"])
+        await pilot.pause()
+        assert fields.render().plain.splitlines() == [
+            "name       [b]x[/b]",  # the user's text, never markup
+            "command    aaaa bbbb cccc dddd",
+            "           eeee",  # a value's later lines stay in its column
+        ]
+        assert fields.size.height == 3
+        assert fields.text("name") == "[b]x[/b]" and not fields.shown("replicas")
+        fields.hide([])
+        fields.set("replicas", Content("0 up\n1 starting"))
+        await pilot.pause()
+        assert fields.shown("replicas") and fields.size.height == 5

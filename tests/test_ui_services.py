@@ -8,10 +8,11 @@ import os
 from typing import Any
 
 from textual.pilot import Pilot
-from textual.widgets import Checkbox, Static
+from textual.widgets import Checkbox
 
 from gpulayer_tui.screens.dialogs import ConfirmScreen
 from gpulayer_tui.screens.job_detail import JobDetailScreen
+from gpulayer_tui.widgets.field_list import FieldList
 from gpulayer_tui.widgets.log_tail import LogTail
 from gpulayer_tui.widgets.timeline import Timeline
 
@@ -40,8 +41,9 @@ async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
         detail = await until(
             pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
         )
-        replicas = detail.query_one("#field-replicas", Static)
-        await until(pilot, lambda: "2/2 up" in str(replicas.render()), "the replicas field")
+        fields = detail.query_one(FieldList)
+        await until(pilot, lambda: "2/2 up" in fields.text("replicas"), "the replicas field")
+        assert fields.shown("replicas")
         log = detail.query_one(LogTail)
         await until(pilot, lambda: "hello from replica 0" in log.lines, "replica 0's output")
         assert "replica 0 of 0-1" in str(log.border_title)
@@ -82,7 +84,7 @@ async def test_next_replica_key_is_only_for_services(ui_app: Any) -> None:
         )
         await until(pilot, lambda: detail.job is not None, "the job")
         assert detail.check_action("next_replica", ()) is False
-        assert detail.query_one("#field-replicas").parent.display is False  # type: ignore[union-attr]
+        assert not detail.query_one(FieldList).shown("replicas")
 
 
 async def test_submit_a_service_through_the_form(ui_app: Any) -> None:

@@ -11,10 +11,11 @@ from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Input, Label, Static
+from textual.widgets import Button, Input, Label, Static
 
 from .. import keymap, wire
 from ..formatting import GIB
+from ..widgets.key_footer import KeyFooter
 
 
 class AdoptScreen(ModalScreen[dict[str, Any] | None]):
@@ -68,7 +69,7 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
             with Horizontal(classes="buttons"):
                 yield Button("Adopt (ctrl+s)", id="adopt", variant="primary")
                 yield Button("Cancel (esc)", id="cancel")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         blink = bool(getattr(self.app, "cursor_blink", True))

@@ -18,18 +18,20 @@ from textual.binding import BindingType
 from textual.containers import ScrollableContainer
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from .. import keymap
 from ..view import view_of
 from ..widgets.cluster_panel import ClusterPanel
 from ..widgets.engine_status import EngineStatus
 from ..widgets.gpu_panel import GpuPanel
+from ..widgets.key_footer import KeyFooter
 from ..widgets.memory_bar import BAR_CHAR
 from ..widgets.process_table import ProcessRow, ProcessTable, rows_from_state
 from ..widgets.summary_line import SummaryLine
 from ..wire import DomainViewJSON, GpusJSON
 from .actions import ask_to_signal
+from .resume import KeepsStylesOnResume
 
 DENSITY_CYCLE: tuple[str | None, ...] = (None, "full", "compact", "row")
 """What ``v`` cycles through; ``None`` is automatic."""
@@ -63,7 +65,7 @@ def choose_density(panels: int, columns: int, lines: int) -> tuple[str, int]:
     return "row", 1
 
 
-class DashboardScreen(Screen[None]):
+class DashboardScreen(KeepsStylesOnResume, Screen[None]):
     """The GPU dashboard: summary, per-GPU panels, the CPU pool and every GPU process."""
 
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("dashboard"))
@@ -105,7 +107,7 @@ class DashboardScreen(Screen[None]):
         yield Static(id="cpu-pool")
         yield ClusterPanel(id="clusters")
         yield ProcessTable(id="processes")
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         self.watch(self.app, "gpu_state", self._on_gpu_state, init=True)

@@ -16,10 +16,11 @@ from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Footer, Label, Static
+from textual.widgets import Button, Checkbox, Label, Static
 
 from .. import keymap
 from ..formatting import GIB
+from ..widgets.key_footer import KeyFooter
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -41,7 +42,7 @@ class ConfirmScreen(ModalScreen[bool]):
             with Horizontal(classes="buttons"):
                 yield Button(f"{self._yes} (y)", id="yes", variant="error")
                 yield Button("No (n)", id="no", variant="primary")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
@@ -110,7 +111,7 @@ class SignalScreen(ModalScreen[str | None]):
             with Horizontal(classes="buttons"):
                 yield Button("Send SIGTERM (y)", id="send", variant="error")
                 yield Button("No (n)", id="no", variant="primary")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
@@ -178,7 +179,7 @@ class QuitScreen(ModalScreen[QuitChoice]):
                 yield Button("Keep running (k)", id="handover", variant="primary")
                 yield Button("Stop them (s)", id="stop", variant="error")
                 yield Button("Stay (esc)", id="stay")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#handover", Button).focus()

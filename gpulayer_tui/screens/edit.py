@@ -16,12 +16,13 @@ from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
-from textual.widgets import Button, Footer, Input, Label, Static
+from textual.widgets import Button, Input, Label, Static
 
 from .. import keymap, wire
 from ..backend import BackendError
 from ..formatting import dependencies_text
 from ..view import view_of
+from ..widgets.key_footer import KeyFooter
 from ..wire import JobJSON
 from .form import FormScreen, form_field
 
@@ -95,7 +96,7 @@ class EditScreen(FormScreen[JobJSON | None]):
             with Horizontal(classes="buttons"):
                 yield Button("Save (ctrl+s)", id="save", variant="primary")
                 yield Button("Cancel (esc)", id="cancel")
-        yield Footer()  # the form's keys
+        yield KeyFooter()  # the form's keys
 
     def on_mount(self) -> None:
         blink = bool(getattr(self.app, "cursor_blink", True))

@@ -9,9 +9,10 @@ from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 
 from .. import keymap
+from ..widgets.key_footer import KeyFooter
 
 
 def _rows(scope: str) -> list[tuple[str, str]]:
@@ -62,7 +63,7 @@ class HelpScreen(ModalScreen[None]):
                 "\nctrl+p or : opens the command palette: every action of this screen, searchable.",
                 classes="muted",
             )
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     async def action_dismiss(self, result: Any = None) -> None:
         """Close help."""

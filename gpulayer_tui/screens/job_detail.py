@@ -18,8 +18,9 @@ from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Label, Static
+from textual.widgets import Input, Label, Static
 
 from .. import keymap
 from ..backend import BackendError, ConnectionLost
@@ -27,13 +28,16 @@ from ..formatting import dependencies_text, duration, replica_health, replica_st
 from ..pager import page_file
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
+from ..widgets.field_list import FieldList
 from ..widgets.job_columns import command_text, runtime_seconds
+from ..widgets.key_footer import KeyFooter
 from ..widgets.log_tail import LogTail
 from ..widgets.timeline import STATUS_STYLES, Timeline, clock_time
 from ..widgets.usage_panel import UsagePanel
 from ..widgets.why_panel import WhyPanel
 from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
 from .actions import ask_to_cancel, ask_to_edit, ask_to_restart, can_edit, can_restart
+from .resume import KeepsStylesOnResume
 
 WAITING_STATUSES = frozenset({"pending", "queued"})
 """A job in these has a "why it waits" panel."""
@@ -72,7 +76,7 @@ FIELDS = (
     ("runtime", "runtime"),
     ("pid", "pid"),
 )
-"""The fields block: key (widget id ``field-<key>``) and label, in display order."""
+"""The fields block: key (:meth:`FieldList.text` takes it) and label, in display order."""
 
 
 def _cwd(spec: dict[str, Any]) -> Content:
@@ -225,7 +229,7 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
     }
 
 
-class JobDetailScreen(Screen[None]):
+class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
     """One job: its fields, its timeline and its output, kept current while it runs."""
 
     DEFAULT_CSS = """
@@ -242,10 +246,7 @@ class JobDetailScreen(Screen[None]):
     }
     JobDetailScreen #fields-box { width: 3fr; padding: 0 1; }
     JobDetailScreen #timeline-box { width: 4fr; height: 100%; }
-    JobDetailScreen .field { height: auto; display: none; }
-    JobDetailScreen #fields-box.-loaded .field { display: block; }
-    JobDetailScreen .field-label { width: 11; color: $text-muted; }
-    JobDetailScreen .field-value { width: 1fr; }
+    JobDetailScreen #fields { display: none; }
     JobDetailScreen #field-loading { color: $text-muted; }
     JobDetailScreen #field-loading.-error { color: $error; }
     JobDetailScreen #search-row { height: 1; display: none; background: $surface; }
@@ -274,10 +275,7 @@ class JobDetailScreen(Screen[None]):
         with Horizontal(id="detail-top"):
             with VerticalScroll(id="fields-box"):
                 yield Static("loading…", id="field-loading")
-                for key, label in FIELDS:
-                    with Horizontal(classes="field"):
-                        yield Label(label, classes="field-label")
-                        yield Static("", id=f"field-{key}", classes="field-value")
+                yield FieldList(FIELDS, id="fields")
                 yield WhyPanel(id="why")
             with VerticalScroll(id="timeline-box"):
                 yield Timeline(id="timeline")
@@ -292,7 +290,7 @@ class JobDetailScreen(Screen[None]):
                 id="log-search",
                 disabled=True,
             )
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         app = view_of(self)
@@ -377,12 +375,9 @@ class JobDetailScreen(Screen[None]):
         name = Content(f"job {self.job_id} · {job.get('name', '')}")
         self.query_one("#fields-box").border_title = name
         self.query_one("#field-loading").display = False
-        self.query_one("#fields-box").add_class("-loaded")
-        for key, value in job_fields(job, app.clock()).items():
-            self.query_one(f"#field-{key}", Static).update(value)
-        replicas = self.query_one("#field-replicas", Static)
-        assert replicas.parent is not None
-        replicas.parent.display = self.is_service
+        fields = self.query_one(FieldList)
+        fields.update(job_fields(job, app.clock()), hidden=() if self.is_service else ("replicas",))
+        fields.display = True
         usage = self.query_one(UsagePanel)
         usage.display = uses_gpus(job)
         if "usage" in job or usage.summary is None:
@@ -399,10 +394,8 @@ class JobDetailScreen(Screen[None]):
         """A running job's runtime grows; back-off countdowns run down."""
         if self._job is not None and self._job.get("status") == "running":
             app = view_of(self)
-            fields = job_fields(self._job, app.clock())
-            self.query_one("#field-runtime", Static).update(fields["runtime"])
-            if self.is_service:
-                self.query_one("#field-replicas", Static).update(fields["replicas"])
+            values = job_fields(self._job, app.clock())
+            self.query_one(FieldList).update({key: values[key] for key in ("runtime", "replicas")})
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """``]`` (next replica) exists for services only, ``u`` for GPU jobs only; ``R``
@@ -495,7 +488,13 @@ class JobDetailScreen(Screen[None]):
     @property
     def _widgets_gone(self) -> bool:
         """True once the screen's widgets are going away (workers may still finish)."""
-        return not self.is_attached or not self.query(LogTail)
+        if not self.is_attached:
+            return True
+        try:  # (a child: found by id without walking the screen, which footers ask often)
+            self.get_child_by_id("log", LogTail)
+        except NoMatches:
+            return True
+        return False
 
     def _update_log_title(self) -> None:
         if self._widgets_gone:

@@ -16,7 +16,7 @@ from textual.containers import Horizontal
 from textual.content import Content
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Input, Label
+from textual.widgets import Input, Label
 
 from .. import keymap
 from ..job_feed import JobView
@@ -24,14 +24,16 @@ from ..view import view_of
 from ..widgets.engine_status import EngineStatus
 from ..widgets.job_columns import SORTS, STATUS_FILTERS
 from ..widgets.job_table import JobTable
+from ..widgets.key_footer import KeyFooter
 from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
 from .actions import ask_to_cancel, ask_to_edit, ask_to_restart, can_edit, can_restart
+from .resume import KeepsStylesOnResume
 
 FILTER_DEBOUNCE = 0.15
 """Seconds of quiet typing before the filter is applied (each apply rebuilds the rows)."""
 
 
-class JobsScreen(Screen[None]):
+class JobsScreen(KeepsStylesOnResume, Screen[None]):
     """Every job in a table: ``/`` filters as you type, ``s`` by status, ``o``/``r`` sort."""
 
     DEFAULT_CSS = """
@@ -79,7 +81,7 @@ class JobsScreen(Screen[None]):
                 id="filter",
             )
         yield JobTable(id="jobs-table")
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         app = view_of(self)

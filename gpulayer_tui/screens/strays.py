@@ -9,18 +9,20 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from .. import keymap, wire
 from ..backend import BackendError
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
+from ..widgets.key_footer import KeyFooter
 from ..widgets.stray_table import StrayTable, strays_from
 from .actions import ask_to_signal
 from .adopt import AdoptScreen
+from .resume import KeepsStylesOnResume
 
 
-class StraysScreen(Screen[None]):
+class StraysScreen(KeepsStylesOnResume, Screen[None]):
     """Lists foreign GPU processes; ``a`` adopts the selected one, ``p`` any pid, ``x``
     signals the selected one."""
 
@@ -48,7 +50,7 @@ class StraysScreen(Screen[None]):
         )
         yield StrayTable(id="strays")
         yield Static("No unregistered GPU processes.", id="strays-empty")
-        yield Footer(compact=True)
+        yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
         app = view_of(self)

@@ -23,11 +23,12 @@ from textual.binding import BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.suggester import Suggester
-from textual.widgets import Button, Checkbox, Footer, Input, Label, Static
+from textual.widgets import Button, Checkbox, Input, Label, Static
 
 from .. import keymap, wire
 from ..backend import BackendError
 from ..view import view_of
+from ..widgets.key_footer import KeyFooter
 from ..wire import JobJSON
 from .form import FormScreen, form_field
 
@@ -175,7 +176,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             with Horizontal(classes="buttons"):
                 yield Button("Submit (ctrl+s)", id="submit", variant="primary")
                 yield Button("Cancel (esc)", id="cancel")
-        yield Footer()  # the form's keys, visible however far the form scrolls
+        yield KeyFooter()  # the form's keys, visible however far the form scrolls
 
     def on_mount(self) -> None:
         blink = bool(getattr(self.app, "cursor_blink", True))
