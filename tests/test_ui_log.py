@@ -137,6 +137,11 @@ async def test_the_log_opens_in_the_pager_with_the_app_suspended(
     marker = tmp_path / "paged.log"
     monkeypatch.setenv("PAGER", f"{sys.executable} {script}")
     monkeypatch.setenv("MARKER", str(marker))
+    # The pager's copy goes to this test's own temp dir: in the shared one, another test's
+    # job of the same id would look like a copy left behind.
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(copies))
     app = await ui_app("1xA100-80GB")
     job = await app.backend.submit(
         {"shell": "echo first; echo '[b]second[/i]'", "gpus": 0, "cwd": os.getcwd()}
@@ -152,8 +157,7 @@ async def test_the_log_opens_in_the_pager_with_the_app_suspended(
             pilot, lambda: not [w for w in detail.workers if w.group == "pager"], "the pager done"
         )
         assert app.is_running and _detail(app) is detail
-        left = list(Path(tempfile.gettempdir()).glob(f"gpulayer-job{job['id']}-*"))  # noqa: ASYNC240
-        assert left == []  # the copy it read is gone
+        assert list(copies.iterdir()) == []  # the copy it read is gone
         # A pager that cannot start is said, not raised.
         monkeypatch.setenv("PAGER", str(tmp_path / "no-such-pager"))
         await pilot.press("P")
