@@ -99,6 +99,7 @@ class GpulayerApp(App[str]):
         self._stopping = False
         self._quiet = asyncio.Event()  # set when no job is active (used when quitting)
         self._quiet.set()
+        self._first_picture = asyncio.Event()  # set once the first state is loaded
         for item in themes.THEMES:
             self.register_theme(item)
 
@@ -131,8 +132,10 @@ class GpulayerApp(App[str]):
         else:
             self.theme = themes.DEFAULT_THEME
             self.notify(f"unknown theme '{self._initial_theme}'", severity="warning")
-        await self._load_state()
+        # Subscribe first, then load: what changes between the two arrives as an event.
+        # (Loading first lost a job submitted in between until the next reconnect.)
         self._follow_events()
+        await self._first_picture.wait()
         self.set_interval(self.refresh_interval, self._publish_job_changes)
         self.set_interval(self.health_interval, self._poll_health)
 
@@ -167,19 +170,31 @@ class GpulayerApp(App[str]):
         while not self._stopping:
             try:
                 async for event in self.backend.events():
-                    self._apply_event(event)
+                    if event.get("kind") == "hello":
+                        # Subscribed: from here on nothing is missed, so this is the moment
+                        # to load the picture the events then keep current.
+                        await self._load_state()
+                        self._first_picture.set()
+                    else:
+                        self._apply_event(event)
             except asyncio.CancelledError:
                 raise
             except Exception as err:
                 # A cut stream (a killed engine), a torn line, an engine answering garbage:
                 # the only way on is to reconnect and load everything again.
                 self.log.warning(f"event stream failed: {err!r}")
+            if not self._first_picture.is_set():
+                # No stream at all (the engine is not there): show what can be had, and
+                # say what is wrong, rather than keep the first frame waiting.
+                try:
+                    await self._load_state()
+                finally:
+                    self._first_picture.set()
             if self._stopping:
                 return
             # The stream ended: the engine went away, or we fell behind and were cut off.
             self.connection_problem = "event stream lost; reconnecting"
             await asyncio.sleep(1.0)
-            await self._load_state()
 
     def _apply_event(self, event: EventJSON) -> None:
         kind = event.get("kind")
@@ -218,6 +233,7 @@ class GpulayerApp(App[str]):
 
     def _domain_notice(self, data: dict[str, Any]) -> None:
         change, name, reason = data.get("change"), data.get("domain"), data.get("reason") or ""
+        self._domain_changed(data)
         if change == "quarantined":
             self.notify(
                 f"{reason}\nNo new work goes there; release it (ctrl+p) once the GPU answers.",
@@ -229,6 +245,22 @@ class GpulayerApp(App[str]):
             self.notify(reason, title=f"domain {name} degraded", severity="warning")
         elif change in ("released", "draining", "healthy"):
             self.notify(f"domain {name}: {change}", timeout=4)
+
+    def _domain_changed(self, data: dict[str, Any]) -> None:
+        """Take a domain's new state into the GPU view at once, in the stream's order.
+
+        (A ``gpu.sample`` published before a release may arrive after the release's own
+        answer; the change event that follows it sets the state right again.)
+        """
+        state = self.gpu_state
+        if state is None or "state" not in data:
+            return
+        now = {"state": data["state"], "health": data.get("health")}
+        now["state_reason"] = "" if data["state"] == "in_service" else data.get("reason") or ""
+        domains = [
+            {**d, **now} if d.get("name") == data.get("domain") else d for d in state["domains"]
+        ]
+        self.gpu_state = cast(GpusJSON, {**state, "domains": domains})
 
     def _config_notice(self, data: dict[str, Any]) -> None:
         if data.get("outcome") == "rejected":

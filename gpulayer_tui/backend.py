@@ -148,7 +148,12 @@ class EngineBackend(Protocol):
         ...
 
     def events(self) -> AsyncIterator[EventJSON]:
-        """Every engine event from now on; ends if the engine goes away."""
+        """Every engine event from now on; ends if the engine goes away.
+
+        The first item is ``{"kind": "hello"}``, sent once the subscription is live:
+        whatever changes after it arrives as an event, so a picture loaded after the
+        hello misses nothing.
+        """
         ...
 
 
@@ -304,9 +309,7 @@ class SocketBackend:
             async with self._client().get("/v1/events", timeout=aiohttp.ClientTimeout()) as resp:
                 async for line in resp.content:
                     if line.strip():
-                        event = json.loads(line)
-                        if event.get("kind") != "hello":
-                            yield event
+                        yield json.loads(line)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError):
             return
 

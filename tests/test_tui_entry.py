@@ -40,6 +40,15 @@ class Terminal:
     def keys(self, *keys: str) -> None:
         self.tmux("send-keys", "-t", "t", *keys)
 
+    def wait_for_text(self, text: str, timeout: float) -> None:
+        """Wait until ``text`` shows on the pane; a timeout shows what the pane has."""
+        try:
+            wait_for(lambda: text in self.screen(), timeout=timeout)
+        except AssertionError:
+            raise AssertionError(
+                f"{text!r} not shown within {timeout} s; the pane:\n" + self.screen()
+            ) from None
+
 
 @pytest.fixture
 def terminal(served: Served, tmp_path: Path) -> Iterator[Terminal]:
@@ -65,11 +74,11 @@ def test_quit_handover_that_cannot_start_an_engine_says_the_jobs_go_on(
     # The config goes bad while the TUI runs (the live engine keeps its own): the
     # background engine the hand-over starts refuses it and exits.
     config.write_text("[engine]\nsample_interval = 'often'\n")
-    wait_for(lambda: "1 running" in terminal.screen(), timeout=30)  # the app has it
+    terminal.wait_for_text("1 running", timeout=30)  # the app has it
     terminal.keys("q")
-    wait_for(lambda: "Keep running" in terminal.screen(), timeout=20)
+    terminal.wait_for_text("Keep running", timeout=20)
     terminal.keys("k")
-    wait_for(lambda: "EXIT=" in terminal.screen(), timeout=60)
+    terminal.wait_for_text("EXIT=", timeout=60)
     err = " ".join(terminal.screen().split())  # (400 columns: no line of it wraps)
     assert "EXIT=1" in err
     assert "gpulayer-tui: the background engine exited:" in err

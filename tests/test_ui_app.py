@@ -83,6 +83,33 @@ async def test_a_screen_shown_again_after_a_theme_switch_has_the_new_theme() -> 
         assert header.styles.background == light
 
 
+async def test_a_job_submitted_while_the_app_loads_its_first_picture_is_shown(
+    ui_app: AppFactory,
+) -> None:
+    # The app subscribes to events before it loads: a job that arrives after the load read
+    # its page comes as an event. (Loading first lost it until the stream reconnected.)
+    app = await ui_app()
+    engine = app.backend.engine
+    read_page = app.backend.jobs_page
+    submitted: list[int] = []
+
+    async def jobs_page(**query: Any) -> Any:
+        page = await read_page(**query)
+        if not submitted and not query.get("status"):  # the newest page, after the active
+            job = await engine.submit({"command": ["sleep", "600"], "name": "late"})
+            submitted.append(job.id)
+        return page
+
+    app.backend.jobs_page = jobs_page
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: submitted, "the submission during the load")
+        await until(
+            pilot,
+            lambda: submitted[0] in app.job_store.jobs,
+            "the job submitted during the load, in the app's store",
+        )
+
+
 async def test_theme_switch_is_saved_in_config(embedded_app: AppFactory, paths: Paths) -> None:
     paths.state_dir.mkdir(parents=True)
     paths.config_file.write_text("# my settings\n[engine]\ngrace_period = 2.0\n")

@@ -614,9 +614,8 @@ class StaticBackend:
         return self._logs.get(key, b"")[offset : offset + limit]
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
+        yield {"kind": "hello"}  # subscribed; then nothing ever happens
         await self._never.wait()
-        return
-        yield {}  # an async generator that never yields
 
 
 async def until(
