@@ -7,6 +7,7 @@ journal; the queue schedules its passes through a list the test drains by hand.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -326,6 +327,20 @@ def test_domain_states_follow_their_table() -> None:
     assert dom.state is DomainState.IN_SERVICE and dom.failures == 0
     with pytest.raises(IllegalTransition, match="in_service -> in_service"):
         dom.release()
+
+
+def test_a_read_begun_before_a_release_does_not_quarantine_again() -> None:
+    # The sampler reads in a thread: a read that saw the GPU lost may land just after the
+    # operator released the domain. It says nothing about the GPU after the release.
+    dom = Domain("gpu0", 0, None, 1)
+    lost = GpuReading(0, "GPU-0", "A100", 0, 0, error="GPU is lost", lost=True)
+    assert dom.observe(lost, 2, 4, read_at=time.time()) is DomainState.QUARANTINED
+    begun = time.time() - 1.0  # (a read still in flight)
+    dom.observe(gpu(0), 2, 4, read_at=time.time())  # it answers again
+    dom.release()
+    assert dom.observe(lost, 2, 4, read_at=begun) is None  # stale: ignored
+    assert dom.state is DomainState.IN_SERVICE and dom.failures == 0
+    assert dom.observe(lost, 2, 4, read_at=time.time()) is DomainState.QUARANTINED  # a new one
 
 
 def test_run_queue_orders_by_priority_then_id_and_groups_shapes() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -20,6 +21,14 @@ AppFactory = Callable[..., Awaitable[Any]]
 
 def _notes(app: Any) -> list[str]:
     return [f"{n.title}: {n.message}" for n in app._notifications]
+
+
+async def _answers(pilot: Any, engine: Any, name: str) -> None:
+    """Wait until the engine has read the domain's GPU answering again. (One
+    ``sample_once`` is not enough: it finds the probe busy when the background sampler,
+    every 0.2 s here, is in the middle of a read, and a release is then refused.)"""
+    await engine.sampler.sample_once()
+    await until(pilot, lambda: engine.scheduler.domains[name].answers, f"{name} answers")
 
 
 def _state(app: Any, name: str) -> str:
@@ -42,9 +51,40 @@ async def test_quarantine_is_notified_and_release_is_offered(ui_app: AppFactory)
         await app.domain_action("gpu1", "release").wait()
         assert any("its GPU still fails" in n for n in _notes(app))
         ledger.set_gpu(1, lost=False, error=None)
-        await engine.sampler.sample_once()
+        await _answers(pilot, engine, "gpu1")
         await app.domain_action("gpu1", "release").wait()
         await until(pilot, lambda: _state(app, "gpu1") == "in_service")
+
+
+async def test_a_sample_older_than_a_release_does_not_undo_it(ui_app: AppFactory) -> None:
+    # A gpu.sample published before a release can reach the app after the release's own
+    # answer; the domain's change event, next in the stream, sets the state right again.
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    ledger = SimLedger(engine.paths.state_dir)
+    gate = asyncio.Event()
+    gate.set()
+    stream = app.backend.events
+
+    async def held_events() -> Any:
+        async for event in stream():
+            await gate.wait()  # held: what follows waits, in order, in the stream
+            yield event
+
+    app.backend.events = held_events
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        ledger.set_gpu(1, lost=True, error="GPU is lost: fell off the bus")
+        await engine.sampler.sample_once()
+        await until(pilot, lambda: _state(app, "gpu1") == "quarantined")
+        gate.clear()
+        ledger.set_gpu(1, lost=False, error=None)
+        await _answers(pilot, engine, "gpu1")  # samples of the still quarantined domain
+        await app.domain_action("gpu1", "release").wait()
+        assert _state(app, "gpu1") == "in_service"  # the release's answer
+        gate.set()  # now the older sample arrives, then the release's event
+        await until(pilot, lambda: any("domain gpu1: released" in n for n in _notes(app)))
+        assert _state(app, "gpu1") == "in_service"
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ VRAM accounting (one formula, everywhere; see docs/architecture.md):
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from ..wire import DomainJSON
@@ -94,6 +95,9 @@ class Domain:
         self.quarantines = 0  # times quarantined in this engine run (metrics)
         self.launch_failures = 0  # GPU jobs in a row that died of a device error
         self.last_error = ""
+        # When an operator last released it (epoch s): a read begun before says nothing
+        # of the GPU after (it would quarantine the domain again on a stale error).
+        self.released_at = 0.0
         self.holdings: dict[int, Holding] = {}
         self._exclusive_held = False
         self._slots_held = 0
@@ -132,19 +136,26 @@ class Domain:
         return self.reading.memory_total
 
     def observe(
-        self, reading: GpuReading | None, degrade_after: int, quarantine_after: int
+        self,
+        reading: GpuReading | None,
+        degrade_after: int,
+        quarantine_after: int,
+        read_at: float | None = None,
     ) -> DomainState | DomainHealth | None:
         """Count one tick's read of this domain's GPU against its health.
 
         A GPU reported lost is quarantined at once; ``degrade_after`` consecutive failed
         reads (or missing from the device list) degrade it, ``quarantine_after`` quarantine
         it. A good read resets the count and clears ``degraded``; it never lifts a
-        quarantine, which only an explicit release does.
+        quarantine, which only an explicit release does. A read begun (``read_at``, epoch
+        s) before the last release counts for nothing.
 
         Returns:
             The new state or health if this tick changed it, else ``None``.
         """
         if not self.is_gpu:
+            return None
+        if read_at is not None and read_at < self.released_at:
             return None
         if reading is None:
             failed, lost, error = True, False, "GPU missing from the driver's device list"
@@ -235,6 +246,7 @@ class Domain:
         self.set_state(DomainState.IN_SERVICE)
         self.health = DomainHealth.HEALTHY
         self.failures = 0
+        self.released_at = time.time()
 
     def take_over(self, previous: Domain) -> None:
         """Become the owner of ``previous``'s GPU (a rename on reload): its reading, health,
@@ -246,6 +258,7 @@ class Domain:
         self._owners, self._info = previous._owners, previous._info
         self.state, self.state_reason = previous.state, previous.state_reason
         self.health, self.failures = previous.health, previous.failures
+        self.released_at = previous.released_at
         self.last_error = previous.last_error
 
     def to_json(self) -> DomainJSON:

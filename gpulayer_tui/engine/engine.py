@@ -755,7 +755,7 @@ class Engine:
             return  # the first sample, before the domains exist
         self.usage.observe(sample.taken_at, self.scheduler.domains.values())
         if sample.result.status is ProbeStatus.OK:
-            self.domain_ops.observe(readings)
+            self.domain_ops.observe(readings, sample.taken_at)
         if self.scheduler.capacity_signature() != before:
             self.queue.recheck_capacity()
         self.queue.schedule_soon()

@@ -99,14 +99,16 @@ class DomainOps:
 
     # -- health -------------------------------------------------------------------------------
 
-    def observe(self, readings: dict[int, GpuReading]) -> None:
-        """Count one OK sample against every GPU domain's health."""
+    def observe(self, readings: dict[int, GpuReading], read_at: float | None = None) -> None:
+        """Count one OK sample (begun at ``read_at``, epoch s) against every GPU domain's
+        health."""
         settings = self._settings
         for dom in self._scheduler.gpu_domains:
             change = dom.observe(
                 readings.get(dom.gpu_index if dom.gpu_index is not None else -1),
                 settings.degrade_after,
                 settings.quarantine_after,
+                read_at,
             )
             if change is not None:
                 self._changed(dom, str(change))
