@@ -109,12 +109,12 @@ def with_engine(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {name: {} for name in roots}
     with common.temp_home("tui") as tmp, common.serving(tmp / "home", SIMULATE, CONFIG) as srv:
         fill_history(srv, args.jobs, min(args.jobs, args.presses + 5))
-        launch_opts = {"gpus": GPUS, "sizes": SIZES, "idle_s": args.idle_seconds}
+        launch_opts = {"gpus": GPUS, "sizes": SIZES, "idle_s": args.idle_seconds, "busy": True}
         keys_opts = {"gpus": GPUS, "presses": args.presses, "history": args.jobs}
         for name, root in roots.items():
             common.step(f"launch and idle ({name})")
             results[name]["launch"] = session(
-                srv, "launch", launch_opts, root, len(SIZES) * (args.idle_seconds + 5) + 120
+                srv, "launch", launch_opts, root, (len(SIZES) + 1) * (args.idle_seconds + 5) + 150
             )
         for name, root in roots.items():
             common.step(f"keys ({name})")
@@ -215,6 +215,18 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             "value": f"{wide['cpu_pct']:.2f} %",
             "met": wide["cpu_pct"] < 2.0,
         },
+        *(
+            [
+                {
+                    "target": f"attached TUI CPU < 2 % of a core with all {GPUS} GPUs busy "
+                    "(their load moves every 1 s sample; 200x50, no key pressed)",
+                    "value": f"{launch['busy']['cpu_pct']:.2f} %",
+                    "met": launch["busy"]["cpu_pct"] < 2.0,
+                }
+            ]
+            if "busy" in launch
+            else []
+        ),
         {
             "target": "TUI launch to first frame < 1 s",
             "value": f"{launch['first_frame_s']:.3f} s",
@@ -279,6 +291,13 @@ def render(res: dict[str, Any]) -> str:
         lines.append(
             f"| idle CPU, {w['size'][0]}x{w['size'][1]}, dashboard, {w['window_s']:.0f} s "
             f"window | {w['cpu_pct']:.2f} % of a core ({w['frames_per_s']:.1f} frames/s) |"
+        )
+    if "busy" in launch:
+        b = launch["busy"]
+        lines.append(
+            f"| CPU with {b['jobs']} GPU jobs running (simulated load moving), "
+            f"{b['size'][0]}x{b['size'][1]}, dashboard, {b['window_s']:.0f} s window | "
+            f"{b['cpu_pct']:.2f} % of a core ({b['frames_per_s']:.1f} frames/s) |"
         )
     lines += [
         f"| launch to first frame (dashboard with {GPUS} GPU panels, "

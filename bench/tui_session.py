@@ -126,8 +126,45 @@ async def launch(t_start: float, opts: dict[str, Any]) -> dict[str, Any]:
                     "frames_per_s": (frames.count - f0) / (w1 - w0),
                 }
             )
+        if opts.get("busy"):
+            out["busy"] = await busy_window(app, backend, frames, pilot, opts)
     await backend.close()
     return out
+
+
+async def busy_window(
+    app: App[Any], backend: Any, frames: Frames, pilot: Any, opts: dict[str, Any]
+) -> dict[str, Any]:
+    """Idle CPU while every GPU runs a job: simulated load moves every sample, so each
+    sample changes what the panels and the process table show."""
+    gpus = int(opts["gpus"])
+    size = tuple(opts["sizes"][0])
+    await pilot.resize_terminal(*size)
+    ids = [
+        (await backend.submit({"command": ["sleep", "600"], "gpus": 1, "vram_gb": 10}))["id"]
+        for _ in range(gpus)
+    ]
+    try:
+        store = app.job_store  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 30
+        while sum(1 for i in ids if store.jobs.get(i, {}).get("status") == "running") < gpus:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the busy jobs did not all start")
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(3.0)  # settle: their processes show up in the samples
+        c0, w0, f0 = time.process_time(), time.monotonic(), frames.count
+        await asyncio.sleep(float(opts["idle_s"]))
+        c1, w1 = time.process_time(), time.monotonic()
+    finally:
+        for job_id in ids:
+            await backend.cancel(job_id)
+    return {
+        "size": list(size),
+        "jobs": gpus,
+        "cpu_pct": 100.0 * (c1 - c0) / (w1 - w0),
+        "window_s": w1 - w0,
+        "frames_per_s": (frames.count - f0) / (w1 - w0),
+    }
 
 
 async def keys(opts: dict[str, Any]) -> dict[str, Any]:

@@ -62,15 +62,18 @@ class GpulayerApp(App[str]):
         KeymapCommands,
     }
 
-    gpu_state: reactive[GpusJSON | None] = reactive(None, always_update=True)
+    # View state, watched by the widgets that show it; ``repaint=False`` because a
+    # reactive of the App otherwise repaints the whole screen on every change (a full
+    # frame per GPU sample and per health poll, half the idle TUI's CPU).
+    gpu_state: reactive[GpusJSON | None] = reactive(None, always_update=True, repaint=False)
     """The latest ``/gpus`` view (domains, VRAM split, processes)."""
-    jobs_version: reactive[int] = reactive(0)
+    jobs_version: reactive[int] = reactive(0, repaint=False)
     """Bumped (at most every ``refresh_interval``) when the job store changed."""
-    job_pages: reactive[int] = reactive(0)
+    job_pages: reactive[int] = reactive(0, repaint=False)
     """Bumped when a page of history arrived (the jobs bar says whether more remain)."""
-    health: reactive[HealthJSON | None] = reactive(None)
+    health: reactive[HealthJSON | None] = reactive(None, repaint=False)
     """The engine's ``/health``, refreshed every few seconds."""
-    connection_problem: reactive[str] = reactive("")
+    connection_problem: reactive[str] = reactive("", repaint=False)
     """Non-empty while the engine cannot be reached."""
 
     def __init__(

@@ -219,6 +219,36 @@ async def test_submitted_job_counts_as_running_and_enter_opens_it(ui_app: Any) -
         assert screen.job["id"] == job["id"]
 
 
+async def test_a_new_sample_updates_cells_in_place_and_a_new_order_moves_rows(
+    ui_app: Any, foreign: Callable[[], int]
+) -> None:
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.screen.query(GpuPanel))
+        small, big = foreign(), foreign()
+        ledger = SimLedger(app.backend.engine.paths.state_dir)
+        ledger.hold(0, small, 2.0)
+        ledger.hold(1, big, 30.0)
+        await app.backend.engine.sampler.sample_once()
+        small_key, big_key = f"0:{small}", f"1:{big}"
+        await until(pilot, lambda: table_keys(app) == [big_key, small_key])  # VRAM, largest first
+        table = app.screen.query_one(ProcessTable)
+        table.focus()
+        table.move_cursor(row=1)
+        # Same processes, same order: the changed cell is rewritten, the cursor stays put.
+        ledger.hold(0, small, 4.0)
+        await app.backend.engine.sampler.sample_once()
+        await until(pilot, lambda: table_row(app, small_key)["vram"] == "4.0", "the new VRAM")
+        assert table_keys(app) == [big_key, small_key]
+        assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value == small_key
+        # A new order: the rows move, and the cursor goes with its process.
+        ledger.hold(0, small, 40.0)
+        await app.backend.engine.sampler.sample_once()
+        await until(pilot, lambda: table_keys(app) == [small_key, big_key], "the new order")
+        assert table_row(app, small_key)["vram"] == "40.0"
+        assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value == small_key
+
+
 async def test_sort_keys_change_the_row_order(ui_app: Any, foreign: Callable[[], int]) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(120, 40)) as pilot:

@@ -43,6 +43,7 @@ class EngineStatus(Horizontal):
     def __init__(self, area: str) -> None:
         super().__init__()
         self.area = area
+        self._shown: dict[str, str] = {}  # label selector -> text shown
 
     def compose(self) -> ComposeResult:
         yield Label("gpulayer-tui", id="title")
@@ -61,19 +62,25 @@ class EngineStatus(Horizontal):
         health: dict[str, Any] = dict(app.health or {})
         mode = "attached to" if backend.mode == "attached" else "embedded engine"
         backend_name = str(health.get("backend") or "")
-        self.query_one("#where", Label).update(Content(f"{mode} {backend.location}"))
-        shown = self.query_one("#backend", Label)
-        shown.update(Content(f" · {backend_name}" if backend_name else ""))
-        shown.set_class(backend_name == "simulated", "-simulated")
+        self._show("#where", f"{mode} {backend.location}")
+        self._show("#backend", f" · {backend_name}" if backend_name else "")
+        self.query_one("#backend", Label).set_class(backend_name == "simulated", "-simulated")
         label = self.query_one("#health", Label)
         problem = app.connection_problem or health.get("store_failure") or ""
         if problem:
-            label.update(Content(f"⚠ {problem}"))
+            self._show("#health", f"⚠ {problem}")
             label.add_class("problem")
         elif health.get("paused_at"):
             # The queue holds new starts (gpulayer-tui pause): say it where it is seen.
-            label.update("⏸ queue paused (gpulayer-tui resume)")
+            self._show("#health", "⏸ queue paused (gpulayer-tui resume)")
             label.add_class("problem")
         else:
-            label.update("● engine ok" if health else "connecting…")
+            self._show("#health", "● engine ok" if health else "connecting…")
             label.remove_class("problem")
+
+    def _show(self, selector: str, text: str) -> None:
+        """Set a label's text (as text, never markup) only when it changed: an update
+        re-lays the screen out, and the health poll repeats the same words every 2 s."""
+        if self._shown.get(selector) != text:
+            self._shown[selector] = text
+            self.query_one(selector, Label).update(Content(text))

@@ -306,6 +306,18 @@ class ProcessTable(DataTable[Text]):
             self.border_title = title
         if shown == self._shown:
             return
+        if [key for key, _ in shown] == [key for key, _ in self._shown]:
+            # The same processes in the same order (a new sample): rewrite only the cells
+            # that changed. Clearing and adding every row re-lays the screen out, and on a
+            # busy GPU box CPU % and ELAPSED change every second.
+            for row, (key, cells), (_, before) in zip(rows, shown, self._shown, strict=True):
+                if cells != before:
+                    values = self._cells(row, now, keys)
+                    for column, new, old, value in zip(keys, cells, before, values, strict=True):
+                        if new != old:
+                            self.update_cell(key, column, value)
+            self._shown = shown
+            return
         self.clear()
         for row in rows:
             self.add_row(*self._cells(row, now, keys), key=row.key)
