@@ -55,6 +55,20 @@ def summary_text(app: Any) -> str:
     return app.screen.query_one(SummaryLine).counts().plain
 
 
+async def two_processes(
+    app: Any, pilot: Any, foreign: Callable[[], int]
+) -> tuple[SimLedger, tuple[int, str], tuple[int, str]]:
+    """Two foreign processes on the GPUs: 2 GiB on gpu0, 30 GiB on gpu1; the ledger and
+    each one's pid and row key."""
+    await until(pilot, lambda: app.screen.query(GpuPanel))
+    small, big = foreign(), foreign()
+    ledger = SimLedger(app.backend.engine.paths.state_dir)
+    ledger.hold(0, small, 2.0)
+    ledger.hold(1, big, 30.0)
+    await app.backend.engine.sampler.sample_once()
+    return ledger, (small, f"0:{small}"), (big, f"1:{big}")
+
+
 @pytest.fixture
 def foreign() -> Iterator[Callable[[], int]]:
     """Start real ``sleep 600`` processes on demand (started by their full path, as an
@@ -224,13 +238,7 @@ async def test_a_new_sample_updates_cells_in_place_and_a_new_order_moves_rows(
 ) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.screen.query(GpuPanel))
-        small, big = foreign(), foreign()
-        ledger = SimLedger(app.backend.engine.paths.state_dir)
-        ledger.hold(0, small, 2.0)
-        ledger.hold(1, big, 30.0)
-        await app.backend.engine.sampler.sample_once()
-        small_key, big_key = f"0:{small}", f"1:{big}"
+        ledger, (small, small_key), (_big, big_key) = await two_processes(app, pilot, foreign)
         await until(pilot, lambda: table_keys(app) == [big_key, small_key])  # VRAM, largest first
         table = app.screen.query_one(ProcessTable)
         table.focus()
@@ -252,13 +260,7 @@ async def test_a_new_sample_updates_cells_in_place_and_a_new_order_moves_rows(
 async def test_sort_keys_change_the_row_order(ui_app: Any, foreign: Callable[[], int]) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(120, 40)) as pilot:
-        await until(pilot, lambda: app.screen.query(GpuPanel))
-        small, big = foreign(), foreign()
-        ledger = SimLedger(app.backend.engine.paths.state_dir)
-        ledger.hold(0, small, 2.0)
-        ledger.hold(1, big, 30.0)
-        await app.backend.engine.sampler.sample_once()
-        small_key, big_key = f"0:{small}", f"1:{big}"
+        _ledger, (small, small_key), (big, big_key) = await two_processes(app, pilot, foreign)
         await until(pilot, lambda: len(table_keys(app)) == 2)
         assert table_keys(app) == [big_key, small_key]  # VRAM, largest first
         table = app.screen.query_one(ProcessTable)

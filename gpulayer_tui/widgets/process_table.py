@@ -313,9 +313,11 @@ class ProcessTable(DataTable[Text]):
             for row, (key, cells), (_, before) in zip(rows, shown, self._shown, strict=True):
                 if cells != before:
                     values = self._cells(row, now, keys)
-                    for column, new, old, value in zip(keys, cells, before, values, strict=True):
+                    for column_key, new, old, value in zip(
+                        keys, cells, before, values, strict=True
+                    ):
                         if new != old:
-                            self.update_cell(key, column, value)
+                            self.update_cell(key, column_key, value)
             self._shown = shown
             return
         self.clear()
