@@ -73,3 +73,48 @@ async def test_cells_are_drawn_as_datatable_draws_them(width: int) -> None:
         # The header and a row label still take DataTable's own path.
         ours, theirs = _both(table, -1, 0, columns[0])
         assert _plain(ours) == _plain(theirs)
+
+
+async def test_the_next_page_is_drawn_ahead_as_a_draw_would_draw_it() -> None:
+    store = JobStore()
+    jobs = jobs_fixture()
+    base = dict(jobs[0])
+    store.load([{**base, "id": n, "name": f"job-{n}"} for n in range(1, 301)])
+    app = _TableApp()
+    async with app.run_test(size=(140, 30)) as pilot:
+        table = app.query_one(JobTable)
+        table.sync(store, 0)
+        await pilot.pause()
+        table.focus()
+        drawn: list[int] = []
+        draw = table._cell_segments
+
+        def counting(*args: Any) -> Any:
+            drawn.append(args[1])  # the row index
+            return draw(*args)
+
+        table._cell_segments = counting  # type: ignore[method-assign]
+        await pilot.press("pagedown")
+        await pilot.pause()
+        page = table.scrollable_content_region.height
+        top = int(table.scroll_y)
+        # After the frame: the page below was drawn ahead.
+        assert set(range(top + page, top + 2 * page)) - {table.cursor_row} <= set(drawn)
+        drawn.clear()
+        await pilot.press("pagedown")
+        await pilot.pause()
+        shown = set(range(int(table.scroll_y), int(table.scroll_y) + page))
+        # Showing it drew none of its cells again, but the cursor's row (another style).
+        assert not (set(drawn) & shown) - {table.cursor_row}
+        # And what shows is what a table without anything drawn ahead shows.
+        ahead = [table.render_line(y) for y in range(table.size.height)]
+        for cache in (table._cell_render_cache, table._row_render_cache, table._line_cache):
+            cache.clear()
+        fresh = [table.render_line(y) for y in range(table.size.height)]
+        assert [list(s) for s in ahead] == [list(s) for s in fresh]
+        # Scrolling up draws the page above ahead.
+        drawn.clear()
+        await pilot.press("pageup")
+        await pilot.pause()
+        top = int(table.scroll_y)
+        assert set(range(max(0, top - page), top)) - {table.cursor_row} <= set(drawn)
