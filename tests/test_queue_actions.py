@@ -1,10 +1,16 @@
-"""Actions users reach for (issue 20): pause and resume the queue, restart an ended job."""
+"""Actions users reach for (issue 20): pause and resume the queue, restart an ended job,
+edit a waiting one (its dependencies too)."""
 
 from __future__ import annotations
 
 import json
 
-from .conftest import Served
+import pytest
+
+from gpulayer_tui.engine.errors import SpecError
+from gpulayer_tui.engine.models import JobStatus
+
+from .conftest import EngineFactory, Served
 
 
 def _status(served: Served, job_id: str) -> dict[str, object]:
@@ -71,6 +77,14 @@ def test_edit_changes_a_waiting_job_and_refuses_what_cannot_be(served: Served) -
     assert _status(served, low)["spec"].get("gpus") == 1  # type: ignore[union-attr]
     running = served.cli("edit", "1", "--priority", "1")
     assert running.returncode != 0 and "only a waiting job is edited" in running.stderr
+    # Dependencies: replaced as a whole, or cleared.
+    waits = served.cli("edit", high, "--after", low, "--after-any", "1")
+    assert waits.returncode == 0, waits.stderr
+    assert _status(served, high)["message"] == f"waiting for jobs 1, {low}"
+    both = served.cli("edit", high, "--after", low, "--no-deps")
+    assert both.returncode == 2 and "--no-deps contradicts" in both.stderr
+    assert served.cli("edit", high, "--no-deps").returncode == 0
+    assert _status(served, high)["spec"]["depends_on"] == []  # type: ignore[index]
     served.stop()  # the edit is stored: a restarted engine has it
     served.start("--simulate", "1xA100-80GB")
     job = _status(served, low)
@@ -105,3 +119,47 @@ def test_signal_a_stray_gpu_process_and_nothing_else(served: Served, sleeper: in
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"SIGTERM sent to pid {sleeper} (sleep 600")
     wait_for(lambda: pid_gone(sleeper))
+
+
+async def test_edit_replaces_a_waiting_jobs_dependencies_and_refuses_circles(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine("1xA100-80GB")
+    blocker = await engine.submit({"command": ["sleep", "600"], "gpus": 1})
+    other = await engine.submit({"command": ["sleep", "600"]})  # a CPU job, running
+    after = await engine.submit({"command": ["true"], "depends_on": [blocker.id]})
+    assert after.message == f"waiting for job {blocker.id}"
+    # Nothing to wait for any more: it runs now.
+    edited = await engine.edit(after.id, {"depends_on": []})
+    assert edited.spec["depends_on"] == []
+    assert (await engine.wait(after.id, timeout=10)).status is JobStatus.COMPLETED
+    # A job queued for the GPU is made to wait for another job (any outcome) as well.
+    queued = await engine.submit({"command": ["true"], "gpus": 1})
+    assert queued.status is JobStatus.QUEUED
+    await engine.edit(queued.id, {"depends_on": [{"job": other.id, "any_exit": True}]})
+    assert engine.book.get(queued.id).job.message == f"waiting for job {other.id}"
+    follower = await engine.submit({"command": ["true"], "depends_on": [queued.id]})
+    # Refused, the job unchanged: itself, a circle, an unknown id, a failed dependency.
+    for deps, words in [
+        ([queued.id], f"job {queued.id} cannot wait for itself"),
+        ([follower.id], f"job {follower.id} waits for job {queued.id}"),
+        ([999], "no job 999"),
+    ]:
+        with pytest.raises(SpecError, match=words):
+            await engine.edit(queued.id, {"depends_on": deps})
+    failed = await engine.submit({"command": ["false"]})
+    assert (await engine.wait(failed.id, timeout=10)).status is JobStatus.FAILED
+    with pytest.raises(SpecError, match=f"job {failed.id} ended failed"):
+        await engine.edit(queued.id, {"depends_on": [failed.id]})
+    assert engine.book.get(queued.id).job.message == f"waiting for job {other.id}"
+    timeline = await engine.events_of(queued.id)
+    assert any("depends_on" in str(e["data"].get("message")) for e in timeline)
+    # The GPU frees up, but it still waits for the other job; that one's end lets it go.
+    await engine.cancel(blocker.id)
+    await engine.wait(blocker.id, timeout=10)
+    later = await engine.submit({"command": ["true"], "gpus": 1})  # (were it ready, it'd go first)
+    assert (await engine.wait(later.id, timeout=10)).status is JobStatus.COMPLETED
+    assert engine.book.get(queued.id).job.status is JobStatus.QUEUED
+    await engine.cancel(other.id)
+    assert (await engine.wait(queued.id, timeout=10)).status is JobStatus.COMPLETED
+    assert (await engine.wait(follower.id, timeout=10)).status is JobStatus.COMPLETED

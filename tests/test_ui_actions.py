@@ -150,6 +150,24 @@ async def test_edit_a_queued_job_in_its_form_and_the_engines_refusal_stays_in_it
         job = (await app.backend.job(waiting["id"]))["job"]
         assert job["priority"] == 5 and job["spec"]["vram_gb"] == 20
         await until(pilot, lambda: table.job(waiting["id"])["spec"]["vram_gb"] == 20, "the row")
+        # The jobs it waits for: checked as typed, judged by the engine, replaced.
+        await pilot.press("e")
+        form = await until(pilot, lambda: isinstance(app.screen, EditScreen) and app.screen)
+        after = form.query_one("#after", Input)
+        assert after.value == ""
+        after.value = "12 maybe"
+        await pilot.pause()
+        assert "'12 maybe' is not a job id" in str(form.query_one("#after-error").render())
+        after.value = str(waiting["id"])
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: "cannot wait for itself" in form.form_message, "the refusal")
+        assert after.has_class("-invalid")
+        after.value = f"{blocker['id']} (any outcome)"
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the form closed")
+        job = (await app.backend.job(waiting["id"]))["job"]
+        assert job["spec"]["depends_on"] == [{"job": blocker["id"], "any_exit": True}]
+        assert job["message"] == f"waiting for job {blocker['id']}"
         # A running job is not edited.
         assert table.select_job(blocker["id"])
         await pilot.pause()

@@ -70,8 +70,7 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         spec["snapshot"] = bool(args.snapshot)
     if args.priority:
         spec["priority"] = args.priority
-    deps: list[Any] = list(args.after)
-    deps += [{"job": i, "any_exit": True} for i in args.after_any]
+    deps = _dependencies(args.after, args.after_any)
     if deps:
         spec["depends_on"] = deps
     spec["cwd"] = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
@@ -614,14 +613,26 @@ def _signal(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     return EXIT_OK
 
 
+def _dependencies(after: list[int], after_any: list[int]) -> list[Any]:
+    """``--after`` / ``--after-any`` ids as a spec's ``depends_on``."""
+    return [*after, *({"job": i, "any_exit": True} for i in after_any)]
+
+
 def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     changes = {
         key: getattr(args, key)
         for key in ("priority", "gpus", "vram_gb", "timeout", "name", "project")
         if getattr(args, key) is not None
     }
+    if args.after is not None or args.after_any is not None or args.no_deps:
+        if args.no_deps and (args.after or args.after_any):
+            parser.error("--no-deps contradicts --after/--after-any")
+        changes["depends_on"] = _dependencies(args.after or [], args.after_any or [])
     if not changes:
-        parser.error("edit needs at least one of --priority --gpus --vram-gb --timeout --name")
+        parser.error(
+            "edit needs at least one of --priority --gpus --vram-gb --timeout --name "
+            "--project --after --after-any --no-deps"
+        )
     job = client.request("PATCH", f"/jobs/{quote(args.job)}", changes)["job"]
     if args.json:
         _print_json(job)

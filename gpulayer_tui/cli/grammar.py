@@ -359,6 +359,21 @@ def _edit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_field("timeout"), metavar="SECONDS")
     p.add_argument("--name")
     p.add_argument("--project")
+    p.add_argument(
+        "--after",
+        type=job_id_arg,
+        action="append",
+        metavar="ID",
+        help="wait for job ID to complete (replaces what it waits for; repeat for more)",
+    )
+    p.add_argument(
+        "--after-any",
+        type=job_id_arg,
+        action="append",
+        metavar="ID",
+        help="wait for job ID to end, whatever its outcome (replaces, like --after)",
+    )
+    p.add_argument("--no-deps", action="store_true", help="wait for no other job")
     p.add_argument("--json", action="store_true")
 
 
@@ -464,9 +479,10 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
         _signal_args,
     ),
     "edit": (
-        "change a waiting job (priority, GPUs, VRAM, timeout, name, project)",
+        "change a waiting job (priority, GPUs, VRAM, timeout, name, project, dependencies)",
         "Change a job that has not started: it goes back into the queue under its new "
-        "priority and needs. Refused (the job unchanged) if it could then never run.",
+        "priority and needs. Refused (the job unchanged) if it could then never run. "
+        "--after/--after-any/--no-deps replace the jobs it waits for as a whole.",
         _edit_args,
     ),
     "users": (

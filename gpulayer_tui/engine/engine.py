@@ -58,7 +58,7 @@ from .fairness import Limits
 from .gpus import GIB, GpuProbe, ProbeStatus
 from .health import DomainOps
 from .jobbook import ActiveJob, JobBook, Runner, release_holds
-from .jobqueue import JobQueue
+from .jobqueue import JobQueue, ResolvedDep
 from .launch_client import LauncherExecutor
 from .lock import EngineLock
 from .models import EventKind, Job, JobKind, JobQuery, JobStatus, TerminationReason
@@ -74,7 +74,7 @@ from .service_runtime import ServiceClock
 from .services import ServiceRunner
 from .simulate import SimulatedProbe, placed_processes
 from .snapshot import SnapshotStore
-from .spec import parse_spec
+from .spec import JobSpec, parse_spec
 from .statedir import check_state_dir
 from .store import Store
 from .supervisor import Supervisor
@@ -367,33 +367,35 @@ class Engine:
             self.queue.schedule()
             await self.store.flush()
 
-    EDITABLE = ("priority", "gpus", "vram_gb", "timeout", "name", "project")
+    EDITABLE = ("priority", "gpus", "vram_gb", "timeout", "name", "project", "depends_on")
 
     async def edit(self, job_id: int, changes: dict[str, Any]) -> Job:
-        """Change a waiting job: its priority, GPUs, VRAM, timeout, name or project.
-        Checked like a submission (and for over capacity: an edit that would make it
-        unable to ever run is refused, the job unchanged); stored, with a ``job.edited``
-        timeline entry, before the queue acts on it.
+        """Change a waiting job: its priority, GPUs, VRAM, timeout, name, project or
+        dependencies (``depends_on``, replaced as a whole). Checked like a submission
+        (and for over capacity: an edit that would make it unable to ever run is refused,
+        the job unchanged; so is a dependency on itself, on a job that waits for it, or on
+        one that already failed); stored, with a ``job.edited`` timeline entry, before the
+        queue acts on it.
 
         Raises:
             UnknownJob: No such id.
             JobNotActive: It runs or ended (only a waiting job is edited).
             SpecError: A field that cannot be edited, or an invalid value.
         """
-        act = self.book.get(job_id)
-        if act is None or act.job.status not in (JobStatus.PENDING, JobStatus.QUEUED):
-            job = await self.get(job_id)
-            raise JobNotActive(f"job {job_id} is {job.status.value}: only a waiting job is edited")
-        unknown = sorted(set(changes) - set(self.EDITABLE))
-        if unknown:
-            raise SpecError(
-                f"{unknown[0]}: cannot be edited (one of: {', '.join(self.EDITABLE)})", unknown[0]
-            )
-        if act.job.cluster_job_id is not None:
-            raise JobNotActive(f"job {job_id} was submitted to its cluster already")
-        if act.spec is None:
-            raise JobNotActive(f"job {job_id} has no spec this version can edit")
+        act = await self._editable(job_id, changes)
+        assert act.spec is not None
         spec = parse_spec({**act.job.spec, **changes})
+        deps = None
+        if "depends_on" in changes:
+            if spec.cluster is not None:
+                raise SpecError(
+                    "depends_on: a cluster job's dependencies cannot be edited "
+                    "(cancel it and submit it again)",
+                    "depends_on",
+                )
+            deps = await self._edited_dependencies(job_id, spec)
+            # (The look-ups awaited: it may have started or ended meanwhile.)
+            act = await self._editable(job_id, changes)
         request = self.scheduler.request_for(spec)
         old = act.job.spec
         trial = ActiveJob(act.job, spec, request)
@@ -410,13 +412,62 @@ class Engine:
         )
         # (All before the next await: the queue's next pass, which may start it, is
         # committed after the edit.)
-        self.queue.edit(act, spec, request)  # (out under the old key, in under the new)
+        self.queue.edit(act, spec, request, deps)  # (out under the old key, in under the new)
         act.job.spec = spec.model_dump(mode="json", exclude_none=True)
         act.job.name = spec.default_name()
         self.store.save_edit(act.job)
         self.book.record(act, EventKind.EDITED, {"message": f"edited: {said}"})
         await self.store.flush()
         return act.job
+
+    async def _editable(self, job_id: int, changes: dict[str, Any]) -> ActiveJob:
+        """The waiting job ``changes`` may be applied to.
+
+        Raises:
+            UnknownJob, JobNotActive, SpecError: As :meth:`edit` says.
+        """
+        act = self.book.get(job_id)
+        if act is None or act.job.status not in (JobStatus.PENDING, JobStatus.QUEUED):
+            job = await self.get(job_id)
+            raise JobNotActive(f"job {job_id} is {job.status.value}: only a waiting job is edited")
+        unknown = sorted(set(changes) - set(self.EDITABLE))
+        if unknown:
+            raise SpecError(
+                f"{unknown[0]}: cannot be edited (one of: {', '.join(self.EDITABLE)})", unknown[0]
+            )
+        if act.job.cluster_job_id is not None:
+            raise JobNotActive(f"job {job_id} was submitted to its cluster already")
+        if act.spec is None:
+            raise JobNotActive(f"job {job_id} has no spec this version can edit")
+        return act
+
+    async def _edited_dependencies(self, job_id: int, spec: JobSpec) -> list[ResolvedDep]:
+        """``spec``'s dependencies, resolved, for an edit of ``job_id``.
+
+        Raises:
+            SpecError: One names no job, the job itself, a job that waits for it (they
+                would wait for each other for ever), or a job that ended without
+                completing (it would be cancelled at once) unless ``any_exit``.
+        """
+        for dep in spec.dependencies:
+            if dep.job == job_id:
+                raise SpecError(f"depends_on: job {job_id} cannot wait for itself", "depends_on")
+        deps = await self.queue.resolve_dependencies(spec)
+        waits_for_us = self.queue.waits_for(job_id, [dep_id for dep_id, _, _ in deps])
+        if waits_for_us is not None:
+            raise SpecError(
+                f"depends_on: job {waits_for_us} waits for job {job_id} (directly or through "
+                "others): they would wait for each other for ever",
+                "depends_on",
+            )
+        for dep_id, any_exit, status in deps:
+            if status is not None and status is not JobStatus.COMPLETED and not any_exit:
+                raise SpecError(
+                    f"depends_on: job {dep_id} ended {status.value}: job {job_id} would be "
+                    "cancelled at once (wait for any end with any_exit, or leave it out)",
+                    "depends_on",
+                )
+        return deps
 
     async def restart(self, job_id: int, owner_uid: int | None = None) -> Job:
         """Submit a finished job again: its spec, a new id, ``restart_of`` naming the old

@@ -300,10 +300,33 @@ class JobQueue:
         assert act.request is not None
         return self._scheduler.capacity_verdict(act.request)
 
-    def edit(self, act: ActiveJob, spec: JobSpec, request: Request) -> None:
+    def waits_for(self, job_id: int, deps: list[int]) -> int | None:
+        """The first of ``deps`` that waits for ``job_id``, directly or through other
+        jobs' dependencies (``job_id`` waiting for it would close a circle), or ``None``."""
+        seen: set[int] = set()
+        for first in deps:
+            todo = [first]
+            while todo:
+                current = todo.pop()
+                if current == job_id:
+                    return first
+                if current in seen:
+                    continue
+                seen.add(current)
+                todo.extend(self._waiting_on.get(current, ()))
+        return None
+
+    def edit(
+        self,
+        act: ActiveJob,
+        spec: JobSpec,
+        request: Request,
+        deps: list[ResolvedDep] | None = None,
+    ) -> None:
         """Give a waiting job a new spec and request (``gpulayer-tui edit``): out of the
-        queue under its old shape and priority, back in under the new ones. A job still
-        waiting for its dependencies stays waiting for them."""
+        queue under its old shape and priority, back in under the new ones. ``deps`` (when
+        its dependencies were edited: checked by the engine, none failed) replace what it
+        waits for; otherwise a job still waiting for its dependencies stays waiting."""
         job_id = act.job.id
         in_queue = self._ready.remove(act.key, self._group(act))
         parked = self._capacity_wait.pop(job_id, None) is not None
@@ -311,6 +334,23 @@ class JobQueue:
         self._capacity_block.pop(job_id, None)
         act.spec, act.request = spec, request
         act.job.priority = spec.priority
+        if deps is not None:
+            was_waiting = self._waiting_on.pop(job_id, None)
+            for dep_id in was_waiting or ():
+                dependents = self._dependents.get(dep_id)
+                if dependents is not None:
+                    dependents.discard(job_id)
+                    if not dependents:
+                        del self._dependents[dep_id]
+            waiting = {dep_id: any_exit for dep_id, any_exit, status in deps if status is None}
+            if waiting:
+                for dep_id in waiting:
+                    self._dependents.setdefault(dep_id, set()).add(job_id)
+                self._waiting_on[job_id] = waiting
+                self._set_dependency_reason(act)
+                return
+            if was_waiting is not None:
+                in_queue = True  # its dependencies are met now: it is ready
         if job_id in self._waiting_on:
             return
         if in_queue or parked or held:

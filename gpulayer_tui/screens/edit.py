@@ -1,5 +1,5 @@
-"""The edit form: change a waiting job's priority, GPUs, VRAM and timeout
-(``PATCH /v1/jobs/ID``, as ``gpulayer-tui edit`` does).
+"""The edit form: change a waiting job's priority, GPUs, VRAM, timeout and the jobs it
+waits for (``PATCH /v1/jobs/ID``, as ``gpulayer-tui edit`` does).
 
 Fields start from the job's spec and are checked as you type by the wire contract's rules;
 only the fields that differ are sent. What only the engine can judge (a change it could
@@ -31,10 +31,46 @@ EDITED = (
     ("gpus", "gpus", "GPUs", "0 = CPU job · empty: 1 if VRAM set"),
     ("vram", "vram_gb", "VRAM GiB", "needed on each GPU · empty: none declared"),
     ("timeout", "timeout", "Timeout s", "seconds of running, then SIGTERM · empty: none"),
+    ("after", "depends_on", "After jobs", "ids, e.g. 12, 13 (any outcome) · empty: none"),
 )
 """The form's inputs: input id, spec field, label and hint, in form order."""
 
 _INPUT_OF = {spec_field: input_id for input_id, spec_field, _, _ in EDITED}
+
+
+ANY_OUTCOME = "(any outcome)"
+
+
+def parse_dependencies(text: str) -> list[tuple[int, bool]]:
+    """``12, 13 (any outcome)`` (as :func:`~gpulayer_tui.formatting.dependencies_text`
+    writes it; ``13 any`` too) as ``[(12, False), (13, True)]``.
+
+    Raises:
+        wire.FieldError: A part is not a job id.
+    """
+    deps: list[tuple[int, bool]] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        any_exit = part.endswith((ANY_OUTCOME, " any"))
+        number = part.removesuffix(ANY_OUTCOME).removesuffix(" any").strip()
+        if not number.isdigit() or not 0 < int(number) < 2**63:
+            raise wire.FieldError(
+                "depends_on", f"{part!r} is not a job id (ids, e.g. 12, 13 {ANY_OUTCOME})"
+            )
+        deps.append((int(number), any_exit))
+    return deps
+
+
+def _spec_dependencies(spec: dict[str, Any]) -> list[tuple[int, bool]]:
+    deps = spec.get("depends_on")
+    out = []
+    for dep in deps if isinstance(deps, list) else []:
+        if isinstance(dep, dict):
+            out.append((int(dep.get("job") or 0), bool(dep.get("any_exit"))))
+        else:
+            out.append((int(dep), False))
+    return out
 
 
 def _shown(value: Any) -> str:
@@ -80,19 +116,17 @@ class EditScreen(FormScreen[JobJSON | None]):
                 value = spec.get(spec_field)
                 if spec_field == "priority":
                     value = self.job.get("priority", value)
+                shown = dependencies_text(spec) if spec_field == "depends_on" else _shown(value)
                 yield form_field(
                     label,
-                    Input(value=_shown(value), placeholder="none", id=input_id, classes="short"),
+                    Input(
+                        value=shown,
+                        placeholder="none",
+                        id=input_id,
+                        classes="" if spec_field == "depends_on" else "short",
+                    ),
                     hint,
                 )
-            with Horizontal(classes="field-row"):
-                yield Label("Depends on", classes="field-label")
-                yield Label(Content(dependencies_text(spec) or "none"), id="edit-after")
-            yield Static(
-                "Dependencies are kept: the engine edits priority, GPUs, VRAM, timeout, name "
-                "and project (cancel and submit again to change them).",
-                classes="muted",
-            )
             with Horizontal(classes="buttons"):
                 yield Button("Save (ctrl+s)", id="save", variant="primary")
                 yield Button("Cancel (esc)", id="cancel")
@@ -113,6 +147,8 @@ class EditScreen(FormScreen[JobJSON | None]):
             wire.FieldError: It does not parse.
         """
         text = self._value(input_id)
+        if spec_field == "depends_on":
+            return parse_dependencies(text)
         if not text:
             return 0 if spec_field == "priority" else None
         value = wire.parse_field(spec_field, text)
@@ -149,6 +185,13 @@ class EditScreen(FormScreen[JobJSON | None]):
             before = spec.get(spec_field)
             if spec_field == "priority":
                 before = self.job.get("priority", before) or 0
+            if spec_field == "depends_on":
+                if value != _spec_dependencies(spec):
+                    out[spec_field] = [
+                        {"job": job, "any_exit": True} if any_exit else job
+                        for job, any_exit in value
+                    ]
+                continue
             if value != before:
                 out[spec_field] = value
         return out
