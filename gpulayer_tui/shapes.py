@@ -205,13 +205,16 @@ class VramJSON(TypedDict):
 class ProcessJSON(TypedDict):
     """A process listed on a GPU; ``job_id`` is ``None`` when no job owns it.
 
-    ``user`` is the process's real uid's name; ``started_at`` epoch seconds; ``cpu_percent``
+    ``gpu_util`` is its SM utilisation of this GPU in percent (the driver's per-process
+    samples since the last read; ``None`` when it has none). ``user`` is the process's
+    real uid's name; ``started_at`` epoch seconds; ``cpu_percent``
     its host CPU over the last sample interval (100 = one core; ``None`` on the first
     sample that sees it, or when unreadable); ``rss`` its resident host memory in bytes.
     """
 
     pid: int
     used_bytes: int | None
+    gpu_util: int | None
     job_id: int | None
     user: str
     command: str

@@ -17,6 +17,7 @@ Register the ``fake_nvml`` fixture with ``pytest_plugins = ["tests.fake_nvml"]``
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -44,6 +45,7 @@ PATCHED_FUNCTIONS = (
     "nvmlDeviceGetTotalEnergyConsumption",
     "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetProcessUtilization",
 )
 
 #: How long a hung call waits for release before giving up with NVML_ERROR_TIMEOUT, so a
@@ -60,8 +62,10 @@ class FakeDevice:
     ``2**64 - 1`` sentinel, to exercise the probe's own guard. ``power_mw`` /
     ``power_limit_mw`` are milliwatts, as NVML reports them; ``energy_mj`` is the
     total-energy counter in millijoules (``None``: the GPU has none, NOT_SUPPORTED).
-    ``name`` may be ``bytes`` to imitate old bindings. ``lost=True`` makes every call for
-    this GPU raise GPU_IS_LOST.
+    ``name`` may be ``bytes`` to imitate old bindings. ``process_util`` holds
+    ``(pid, smUtil)`` samples, each read handed out stamped now (none: NOT_FOUND, as the
+    driver says when it has no sample). ``lost=True`` makes every call for this GPU raise
+    GPU_IS_LOST.
     """
 
     uuid: str
@@ -76,6 +80,7 @@ class FakeDevice:
     energy_mj: int | None = None
     compute: list[tuple[int, int | None]] = field(default_factory=list)
     graphics: list[tuple[int, int | None]] = field(default_factory=list)
+    process_util: list[tuple[int, int]] = field(default_factory=list)
     lost: bool = False
     index: int = -1
 
@@ -317,6 +322,20 @@ class FakeNvml:
     def _nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
         device = self._device("nvmlDeviceGetGraphicsRunningProcesses", handle)
         return _process_infos(device.graphics)
+
+    def _nvmlDeviceGetProcessUtilization(self, handle: Any, since: int) -> list[SimpleNamespace]:
+        device = self._device("nvmlDeviceGetProcessUtilization", handle)
+        return _process_util_samples(device.process_util, int(since))
+
+
+def _process_util_samples(entries: list[tuple[int, int]], since: int) -> list[SimpleNamespace]:
+    now = int(time.time() * 1_000_000)
+    if not entries or now <= since:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+    return [
+        SimpleNamespace(pid=pid, timeStamp=now, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
+        for pid, sm in entries
+    ]
 
 
 def _matches(want_function: str, want_index: int | None, function: str, index: int | None) -> bool:

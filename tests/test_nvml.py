@@ -102,6 +102,37 @@ def test_compute_and_graphics_processes_merge_by_pid(fake_nvml: FakeNvml, probe:
     )
 
 
+def test_each_process_gets_its_sm_utilisation_from_the_drivers_samples(
+    fake_nvml: FakeNvml, probe: NvmlProbe
+) -> None:
+    device = fake_nvml.devices[1]
+    device.compute = [(10, 1 * GIB), (11, 2 * GIB)]
+    device.process_util = [(10, 70), (10, 80), (12, 50)]  # two samples of 10; 12 is not listed
+
+    gpu = probe.read().gpus[1]
+
+    assert gpu.processes == (GpuProcess(10, 1 * GIB, 75), GpuProcess(11, 2 * GIB, None))
+    assert gpu.error is None
+    # No sample since the last read (the driver says NOT_FOUND): not known, not an error.
+    device.process_util = []
+    gpu = probe.read().gpus[1]
+    assert gpu.processes == (GpuProcess(10, 1 * GIB), GpuProcess(11, 2 * GIB))
+    assert gpu.error is None
+    # A driver without it: the same; a GPU lost in the middle of it: lost.
+    device.process_util = [(10, 90)]
+    fake_nvml.fail("nvmlDeviceGetProcessUtilization", pynvml.NVML_ERROR_NOT_SUPPORTED, index=1)
+    assert probe.read().gpus[1].processes[0].sm_util is None
+    fake_nvml.clear_failures()
+    fake_nvml.fail("nvmlDeviceGetProcessUtilization", pynvml.NVML_ERROR_GPU_IS_LOST, index=1)
+    assert probe.read().gpus[1].lost
+    # An idle GPU (no process) is not asked at all.
+    fake_nvml.clear_failures()
+    calls = fake_nvml.call_count("nvmlDeviceGetProcessUtilization", 0)
+    fake_nvml.devices[0].compute = []
+    probe.read()
+    assert fake_nvml.call_count("nvmlDeviceGetProcessUtilization", 0) == calls
+
+
 def test_bytes_strings_from_old_bindings_are_decoded(fake_nvml: FakeNvml, probe: NvmlProbe) -> None:
     fake_nvml.devices[0].name = b"Tesla V100-SXM2-16GB"
     fake_nvml.driver_version = b"470.256.02"

@@ -47,6 +47,7 @@ async def test_domains_and_vram_split_from_nvml(
         {
             "pid": 5151,
             "used_bytes": None,
+            "gpu_util": None,
             "job_id": None,
             "user": "",
             "command": "",

@@ -41,7 +41,9 @@ async def test_a_job_on_a_simulated_gpu_shows_its_process_memory_and_utilisation
     by_pid = {p["pid"]: p for p in gpu0["processes"]}
     assert by_pid[job.pid]["job_id"] == job.id
     assert by_pid[job.pid]["used_bytes"] == 10 * GIB  # half its 20 GiB
+    assert by_pid[job.pid]["gpu_util"] == 55  # its own share of the GPU's
     assert by_pid[sleeper]["job_id"] is None
+    assert by_pid[sleeper]["gpu_util"] is None  # (a ledger entry says none)
     # Our job's memory is owned; only the stray's is unregistered.
     assert gpu0["vram"]["owned"] == 10 * GIB
     assert gpu0["vram"]["unregistered"] == 4 * GIB

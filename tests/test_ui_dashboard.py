@@ -322,7 +322,7 @@ async def test_host_cpu_memory_and_elapsed_columns_sort(
             idle_key, busy_key = f"0:{idle}", f"1:{burner.pid}"
             await until(pilot, lambda: table_row(app, busy_key)["cpu"] not in ("-", "0.0"))
             table = app.screen.query_one(ProcessTable)
-            assert table.shown_columns[4:7] == ("cpu", "mem", "elapsed")
+            assert table.shown_columns[4:8] == ("sm", "cpu", "mem", "elapsed")
             busy = table_row(app, busy_key)
             assert float(busy["cpu"]) > 20  # (2 shared cores)
             assert busy["mem"].endswith("M") and int(busy["mem"][:-1]) >= 300
@@ -355,20 +355,21 @@ async def test_host_columns_go_first_when_the_table_narrows() -> None:
             await pilot.resize_terminal(width, 40)
             await pilot.pause()
             shown = table.shown_columns
-            optional = tuple(k for k in shown if k in ("cpu", "mem", "elapsed"))
-            # ELAPSED goes first, then MEM, then CPU%; the rest always stays.
-            assert optional == ("cpu", "mem", "elapsed")[: len(optional)], width
+            optional = tuple(k for k in shown if k in ("sm", "cpu", "mem", "elapsed"))
+            # ELAPSED goes first, then MEM, then CPU%, then GPU%; the rest always stays.
+            assert optional == ("sm", "cpu", "mem", "elapsed")[: len(optional)], width
             assert len(shown) == 6 + len(optional)
             command = next(c for c in table.columns.values() if c.key == "command")
             if optional:
                 assert command.width >= 24, width  # COMMAND keeps a useful width
             seen.append(len(optional))
-        assert seen[0] == 3 and seen[-1] == 0 and seen == sorted(seen, reverse=True)
+        assert seen[0] == 4 and seen[-1] == 0 and seen == sorted(seen, reverse=True)
         # The fixed data's figures; ELAPSED from the app's clock (FIXED_NOW).
         await pilot.resize_terminal(140, 40)
         await pilot.pause()
         stray = table_row(app, "1:4242")
         assert (stray["cpu"], stray["mem"], stray["elapsed"]) == ("3.2", "870M", "2h05m")
+        assert (stray["sm"], table_row(app, "0:5010")["sm"]) == ("4", "87")  # GPU%
         assert table_row(app, "0:5010")["elapsed"] == "30m00s"
         assert table_row(app, "0:5010")["mem"] == "3.0G"
 

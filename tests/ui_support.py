@@ -67,6 +67,7 @@ def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
                 {
                     "pid": 5000 + owner[0],
                     "used_bytes": owned,
+                    "gpu_util": 87,
                     "job_id": owner[0],
                     "user": "ana",
                     "command": f"python train.py --shard {index}",
@@ -81,6 +82,7 @@ def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
                 {
                     "pid": 4242,
                     "used_bytes": foreign,
+                    "gpu_util": 4,
                     "job_id": None,
                     "user": "ben",
                     "command": "python notebook_kernel.py",

@@ -39,10 +39,14 @@ class GpuProcess:
         used_bytes: GPU memory it holds; ``None`` when the driver says "not available"
             (containers, permissions). Never guess zero: such memory is counted through
             ``memory.used`` as unattributed.
+        sm_util: Percent of the GPU's time its kernels ran (SM), averaged over the
+            driver's samples since the last read; ``None`` when the driver has none
+            (not supported, or no sample for it yet).
     """
 
     pid: int
     used_bytes: int | None
+    sm_util: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

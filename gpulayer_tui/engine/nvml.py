@@ -95,6 +95,9 @@ class NvmlProbe:
         self.energy_interval = energy_interval
         # GPU index -> (monotonic time, counter) of its last energy read; None: no counter.
         self._energy: dict[int, tuple[float, int | None]] = {}
+        # GPU index -> the newest per-process utilisation sample seen (the driver's
+        # microsecond timestamp): the next read asks only for newer ones.
+        self._util_seen: dict[int, int] = {}
         # Guards init/shutdown only. Device reads are not serialised: NVML is thread-safe.
         self._lock = threading.Lock()
         self._initialized = False
@@ -301,6 +304,8 @@ class NvmlProbe:
             )
             energy, energy_at = self._energy_counter(index, handle, notes)
             processes = _read_processes(handle, notes)
+            if processes:
+                processes = self._with_utilization(index, handle, processes)
         except _GpuLost as lost:
             return GpuReading(
                 index=index,
@@ -327,6 +332,39 @@ class NvmlProbe:
             energy_at=energy_at,
             processes=processes,
             error="; ".join(notes) or None,
+        )
+
+    def _with_utilization(
+        self, index: int, handle: Any, processes: tuple[GpuProcess, ...]
+    ) -> tuple[GpuProcess, ...]:
+        """``processes`` with each one's SM utilisation: the mean of the driver's samples
+        for it since the last read (``nvmlDeviceGetProcessUtilization``; on the first
+        read, the last two seconds'). Optional: a driver without it, or with no sample
+        yet, leaves them ``None``; a lost GPU aborts the read like any other call."""
+        since = self._util_seen.get(index)
+        if since is None:
+            since = int((time.time() - 2.0) * 1_000_000)
+        try:
+            samples = pynvml.nvmlDeviceGetProcessUtilization(handle, since)
+        except pynvml.NVMLError_GpuIsLost as exc:
+            raise _GpuLost(exc) from exc
+        except _nvml_errors():
+            # NOT_FOUND (no sample since then), NOT_SUPPORTED, and pynvml's "error 0"
+            # for an empty list: nothing known, nothing to note.
+            return processes
+        sums: dict[int, list[int]] = {}
+        newest = since
+        for sample in samples:
+            newest = max(newest, int(sample.timeStamp))
+            total = sums.setdefault(int(sample.pid), [0, 0])
+            total[0] += int(sample.smUtil)
+            total[1] += 1
+        self._util_seen[index] = newest
+        return tuple(
+            GpuProcess(p.pid, p.used_bytes, min(100, sums[p.pid][0] // sums[p.pid][1]))
+            if p.pid in sums
+            else p
+            for p in processes
         )
 
     @staticmethod

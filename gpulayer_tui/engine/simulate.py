@@ -294,8 +294,9 @@ class SimulatedProbe:
                     used = int(settings.memory_gb * GIB)
                 else:
                     used = int(placed.declared * settings.memory_fraction)
-                held[placed.gpu].append(GpuProcess(placed.pid, used))
-                job_util[placed.gpu] += self._utilization(placed)
+                util = self._utilization(placed)
+                held[placed.gpu].append(GpuProcess(placed.pid, used, util))
+                job_util[placed.gpu] += util
         readings = tuple(
             self._reading(
                 index, gpu, held[index], 40 * ledger_count[index] + job_util[index], ledger["gpus"]

@@ -43,6 +43,7 @@ def _domain_view(
                 {
                     "pid": proc.pid,
                     "used_bytes": proc.used_bytes,
+                    "gpu_util": proc.sm_util,
                     "job_id": owner,
                     "user": pinfo.user if pinfo else "",
                     "command": pinfo.command if pinfo else "",

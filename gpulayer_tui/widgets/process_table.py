@@ -1,7 +1,7 @@
-"""Every GPU process, as nvitop users expect: pid, user, GPU, VRAM, host CPU %, host
-memory (RSS), elapsed time, owner and command (the program's basename and its arguments;
-the whole command line in the tooltip). CPU %, MEM and ELAPSED are the first to go when
-the table is narrow, so COMMAND keeps a useful width."""
+"""Every GPU process, as nvitop users expect: pid, user, GPU, VRAM, its GPU utilisation
+(SM %), host CPU %, host memory (RSS), elapsed time, owner and command (the program's
+basename and its arguments; the whole command line in the tooltip). ELAPSED, MEM, CPU %
+and GPU% are the first to go when the table is narrow, so COMMAND keeps a useful width."""
 
 from __future__ import annotations
 
@@ -40,6 +40,8 @@ class ProcessRow:
     """Host CPU over the last sample interval (100 = one core)."""
     rss: int | None = None
     """Resident host memory, bytes."""
+    gpu_util: int | None = None
+    """Its SM utilisation of the GPU, percent (``None``: the driver has no figure)."""
 
     @property
     def key(self) -> str:
@@ -78,6 +80,7 @@ COLUMNS: tuple[SortColumn, ...] = (
     SortColumn(
         "vram", "VRAM GiB", 10, True, True, lambda r: -1 if r.used_bytes is None else r.used_bytes
     ),
+    SortColumn("sm", "GPU%", 6, True, True, lambda r: _or_minus(r.gpu_util), True),
     SortColumn("cpu", "CPU%", 6, True, True, lambda r: _or_minus(r.cpu_percent), True),
     SortColumn("mem", "MEM", 6, True, True, lambda r: _or_minus(r.rss), True),
     # Longest-running first: the earliest start (an unknown start sorts last).
@@ -87,10 +90,10 @@ COLUMNS: tuple[SortColumn, ...] = (
 )
 """Columns in display order; COMMAND (width 0) takes the rest of the width."""
 
-SORT_ORDER = ("vram", "pid", "user", "gpu", "owner", "command", "cpu", "mem", "elapsed")
+SORT_ORDER = ("vram", "pid", "user", "gpu", "owner", "command", "sm", "cpu", "mem", "elapsed")
 """The order ``o``/``O`` cycle through."""
 
-HIDE_FIRST = ("elapsed", "mem", "cpu")
+HIDE_FIRST = ("elapsed", "mem", "cpu", "sm")
 """The optional columns, in the order they are hidden as the table narrows."""
 
 COMMAND_MIN = 24
@@ -116,6 +119,7 @@ def rows_from_state(gpu_state: Mapping[str, Any] | None) -> list[ProcessRow]:
                     started_at=proc.get("started_at"),
                     cpu_percent=proc.get("cpu_percent"),
                     rss=proc.get("rss"),
+                    gpu_util=proc.get("gpu_util"),
                 )
             )
     return rows
@@ -339,6 +343,7 @@ class ProcessTable(DataTable[Text]):
             "user": row.user,
             "gpu": str(row.gpu),
             "vram": _vram(row.used_bytes),
+            "sm": _percent(row.gpu_util),
             "cpu": _cpu(row.cpu_percent),
             "mem": _mem(row.rss),
             "elapsed": _elapsed(row.started_at, now),
@@ -367,6 +372,7 @@ class ProcessTable(DataTable[Text]):
                 justify="right",
                 style=muted if row.used_bytes is None else Style(bold=True),
             ),
+            "sm": number(_percent(row.gpu_util), row.gpu_util),
             "cpu": number(_cpu(row.cpu_percent), row.cpu_percent),
             "mem": number(_mem(row.rss), row.rss),
             "elapsed": number(_elapsed(row.started_at, now), row.started_at),
@@ -403,6 +409,10 @@ def _column(key: str) -> SortColumn:
 
 def _vram(used: int | None) -> str:
     return "?" if used is None else f"{used / GIB:.1f}"
+
+
+def _percent(value: int | None) -> str:
+    return "-" if value is None else str(value)
 
 
 def _cpu(percent: float | None) -> str:
