@@ -135,6 +135,14 @@ KEYMAP: tuple[Key, ...] = (
     ),
     Key("r", "reverse_sort", "Reverse sort", ("dashboard", "jobs"), show=False),
     Key("v", "cycle_density", "Panel view (auto/full/compact/rows)", ("dashboard",), show=False),
+    Key(
+        "T,shift+t",
+        "toggle_tree",
+        "Process tree (jobs over their processes)",
+        ("dashboard",),
+        show=False,
+        display="T",
+    ),
     # -- jobs ---------------------------------------------------------------------------------
     Key("enter", "open_job", "Open", ("jobs",)),
     Key("c", "cancel_job", "Cancel job", ("jobs", "detail"), footer="Cancel"),

@@ -207,7 +207,7 @@ class ProcessJSON(TypedDict):
 
     ``gpu_util`` is its SM utilisation of this GPU in percent (the driver's per-process
     samples since the last read; ``None`` when it has none). ``user`` is the process's
-    real uid's name; ``started_at`` epoch seconds; ``cpu_percent``
+    real uid's name; ``ppid`` its parent's pid; ``started_at`` epoch seconds; ``cpu_percent``
     its host CPU over the last sample interval (100 = one core; ``None`` on the first
     sample that sees it, or when unreadable); ``rss`` its resident host memory in bytes.
     """
@@ -219,6 +219,7 @@ class ProcessJSON(TypedDict):
     user: str
     command: str
     start_ticks: int | None
+    ppid: int | None
     started_at: float | None
     cpu_percent: float | None
     rss: int | None

@@ -52,6 +52,7 @@ async def test_domains_and_vram_split_from_nvml(
             "user": "",
             "command": "",
             "start_ticks": None,
+            "ppid": None,
             "started_at": None,
             "cpu_percent": None,
             "rss": None,

@@ -263,6 +263,57 @@ async def test_a_new_sample_updates_cells_in_place_and_a_new_order_moves_rows(
         assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value == small_key
 
 
+async def test_the_process_tree_puts_a_job_over_its_processes(ui_app: Any) -> None:
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await until(pilot, lambda: app.screen.query(GpuPanel))
+        job = await app.backend.submit({"shell": "sleep 30; true", "gpus": 1, "name": "tree"})
+        leader = await until(pilot, lambda: app.job_store.jobs.get(job["id"], {}).get("pid"))
+        child = await until(pilot, lambda: [c.pid for c in psutil.Process(leader).children()])
+        gpu = app.job_store.jobs[job["id"]]["gpus"][0]
+        ledger = SimLedger(app.backend.engine.paths.state_dir)
+        ledger.hold(gpu, leader, 2.0)  # the shell and its child both hold GPU memory
+        ledger.hold(gpu, child[0], 6.0)
+        await app.backend.engine.sampler.sample_once()
+        table = app.screen.query_one(ProcessTable)
+        await until(pilot, lambda: len(table_keys(app)) == 2, "both rows")
+        table.focus()
+        await pilot.press("T")
+        assert table.tree_view
+        keys = [f"job:{job['id']}", f"{gpu}:{leader}", f"{gpu}:{child[0]}"]
+        await until(pilot, lambda: table_keys(app)[:3] == keys, "the tree")
+        rows = [table_row(app, key) for key in keys]
+        assert rows[0]["owner"] == f"job {job['id']}" and rows[0]["command"] == "tree"
+        assert rows[0]["pid"] == str(leader) and rows[0]["gpu"] == str(gpu)
+        assert rows[1]["command"].startswith("└─ sh")
+        assert rows[2]["command"] == "   └─ sleep 30"
+        # The job's line opens the job; a signal asks for one of its processes.
+        table.move_cursor(row=0)
+        await pilot.press("x")
+        assert any(f"job {job['id']}'s line" in n.message for n in app._notifications)
+        await pilot.press("enter")
+        screen = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "the detail"
+        )
+        assert screen.job_id == job["id"]
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen.query(ProcessTable))
+        await pilot.press("T")  # and back to the flat list
+        await until(pilot, lambda: not any(k.startswith("job:") for k in table_keys(app)))
+
+
+def test_snapshot_process_tree(snap_compare: Any) -> None:
+    app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW)
+
+    async def tree(pilot: Any) -> None:
+        await settled(2)(pilot)
+        await pilot.press("T")
+        await until(pilot, lambda: app.screen.query_one(ProcessTable).row_count == 3)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=tree)
+
+
 async def test_sort_keys_change_the_row_order(ui_app: Any, foreign: Callable[[], int]) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(120, 40)) as pilot:

@@ -72,6 +72,7 @@ def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
                     "user": "ana",
                     "command": f"python train.py --shard {index}",
                     "start_ticks": 654321 + index,
+                    "ppid": 1,
                     "started_at": FIXED_NOW - 1800,  # (the job's own pid: its start)
                     "cpu_percent": 98.5 + index,
                     "rss": 3 * GIB + index * 256 * 1024**2,
@@ -87,6 +88,7 @@ def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
                     "user": "ben",
                     "command": "python notebook_kernel.py",
                     "start_ticks": 123456,
+                    "ppid": 4200,
                     "started_at": FIXED_NOW - 2 * 3600 - 300,
                     "cpu_percent": 3.2,
                     "rss": 870 * 1024**2,

@@ -127,6 +127,8 @@ class ProcessInfo:
     user: str
     command: str
     start_ticks: int | None
+    ppid: int | None = None
+    """Its parent's pid when it was first seen (the process table's tree view)."""
 
 
 @dataclass(frozen=True, slots=True)

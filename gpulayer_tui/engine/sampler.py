@@ -27,7 +27,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import psutil
@@ -102,11 +102,12 @@ class _Known:
         self.start_ticks = start_ticks
         self.lineage = lineage
         self.process = process
-        self.info = (
+        info = (
             procs.describe_process(process, start_ticks)
             if process is not None
             else procs.ProcessInfo(lineage[0][0], "", "", start_ticks)
         )
+        self.info = replace(info, ppid=lineage[1][0] if len(lineage) > 1 else None)
         self.tick = -1
         self.read_at = -HOST_EVERY_S  # (monotonic) when its host use was last read
         self.use = _GONE

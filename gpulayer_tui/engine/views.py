@@ -48,6 +48,7 @@ def _domain_view(
                     "user": pinfo.user if pinfo else "",
                     "command": pinfo.command if pinfo else "",
                     "start_ticks": ticks,
+                    "ppid": pinfo.ppid if pinfo else None,
                     "started_at": None if ticks is None else started_at(ticks),
                     "cpu_percent": use.cpu_percent if use else None,
                     "rss": use.rss if use else None,

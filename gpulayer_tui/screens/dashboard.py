@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from .. import keymap
+from ..formatting import user_text
 from ..view import view_of
 from ..widgets.cluster_panel import ClusterPanel
 from ..widgets.engine_status import EngineStatus
@@ -28,6 +29,7 @@ from ..widgets.gpu_panel import GpuPanel
 from ..widgets.key_footer import KeyFooter
 from ..widgets.memory_bar import BAR_CHAR
 from ..widgets.process_table import ProcessRow, ProcessTable, rows_from_state
+from ..widgets.process_tree import JobLine
 from ..widgets.summary_line import SummaryLine
 from ..wire import DomainViewJSON, GpusJSON
 from .actions import ask_to_signal
@@ -179,7 +181,18 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
             )
         cpu = next((d for d in state.get("domains", []) if d.get("gpu_index") is None), None)
         self._show_cpu_pool(cpu)
-        self.query_one(ProcessTable).update_processes(self._with_job_commands(state))
+        rows = self._with_job_commands(state)
+        self.query_one(ProcessTable).update_processes(rows, self._job_lines(rows))
+
+    def _job_lines(self, rows: list[ProcessRow]) -> dict[int, JobLine]:
+        """What the tree view's line for each job owning a process says."""
+        jobs = view_of(self).job_store.jobs
+        lines = {}
+        for job_id in {r.job_id for r in rows if r.job_id is not None}:
+            job = jobs.get(job_id)
+            if job is not None:
+                lines[job_id] = JobLine(job.get("pid"), user_text(job), str(job.get("name") or ""))
+        return lines
 
     def _with_job_commands(self, state: GpusJSON) -> list[ProcessRow]:
         """Process rows; a job's process without a command line shows the job's command."""
@@ -290,6 +303,12 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
         """Reverse the process table's order."""
         self.query_one(ProcessTable).reverse_sort()
 
+    def action_toggle_tree(self) -> None:
+        """Show each job's processes under a line for the job (and children under their
+        parents), or the flat list again."""
+        on = self.query_one(ProcessTable).toggle_tree()
+        self.notify(f"process tree: {'on' if on else 'off'}", timeout=2)
+
     def action_cycle_density(self) -> None:
         """Cycle the panels through automatic, full, compact and one-line rows."""
         index = DENSITY_CYCLE.index(self._density_override)
@@ -308,9 +327,16 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
     def action_signal_process(self) -> None:
         """Signal the unregistered process under the table's cursor (after a
         confirmation); a job's process is stopped by cancelling its job."""
-        row = self.query_one(ProcessTable).cursor_process()
+        table = self.query_one(ProcessTable)
+        row = table.cursor_process()
         if row is None:
-            self.notify("no process selected", severity="warning")
+            job_id = table.chosen_job()
+            self.notify(
+                "no process selected"
+                if job_id is None
+                else f"this is job {job_id}'s line: cancel the job (c, in its detail)",
+                severity="warning",
+            )
             return
         if row.job_id is not None:
             self.notify(

@@ -20,6 +20,7 @@ from textual.widgets import DataTable
 
 from .. import keymap
 from ..formatting import GIB, duration, short_command
+from .process_tree import JobLine, tree_lines
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,19 @@ class ProcessRow:
     """Resident host memory, bytes."""
     gpu_util: int | None = None
     """Its SM utilisation of the GPU, percent (``None``: the driver has no figure)."""
+    ppid: int | None = None
+    """Its parent's pid (the tree view nests it under a listed parent)."""
+    tree_prefix: str = ""
+    """The tree view's glyphs before its COMMAND."""
+    job_line: bool = False
+    """The tree view's line for a job (``job_id``) above its processes, not a process."""
+    gpus: tuple[int, ...] = ()
+    """A job line's GPUs."""
 
     @property
     def key(self) -> str:
         """The row's key in the table."""
-        return f"{self.gpu}:{self.pid}"
+        return f"job:{self.job_id}" if self.job_line else f"{self.gpu}:{self.pid}"
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,7 @@ def rows_from_state(gpu_state: Mapping[str, Any] | None) -> list[ProcessRow]:
                     cpu_percent=proc.get("cpu_percent"),
                     rss=proc.get("rss"),
                     gpu_util=proc.get("gpu_util"),
+                    ppid=proc.get("ppid"),
                 )
             )
     return rows
@@ -166,6 +176,10 @@ class ProcessTable(DataTable[Text]):
     def __init__(self, *, id: str | None = None, clock: Callable[[], float] | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True, cell_padding=1)
         self.processes: list[ProcessRow] = []
+        self.tree_view = False
+        """The tree view: each job's processes under its line, children under parents."""
+        self.jobs: Mapping[int, JobLine] = {}
+        self._lines: list[ProcessRow] = []  # what the rows show, in order
         self.sort_key = "vram"
         self.sort_reverse = False
         self._clock = clock
@@ -187,10 +201,21 @@ class ProcessTable(DataTable[Text]):
 
     # -- public API -----------------------------------------------------------------------
 
-    def update_processes(self, rows: list[ProcessRow]) -> None:
-        """Show a new list of processes (keeps the cursor on the same process)."""
+    def update_processes(
+        self, rows: list[ProcessRow], jobs: Mapping[int, JobLine] | None = None
+    ) -> None:
+        """Show a new list of processes (keeps the cursor on the same process); ``jobs``
+        names the jobs owning them (their lines in the tree view)."""
         self.processes = list(rows)
+        if jobs is not None:
+            self.jobs = jobs
         self._rebuild()
+
+    def toggle_tree(self) -> bool:
+        """Switch the tree view on or off; returns whether it is on."""
+        self.tree_view = not self.tree_view
+        self._rebuild()
+        return self.tree_view
 
     def cycle_sort(self, step: int = 1) -> str:
         """Sort by the next (or previous) column; returns the column's label."""
@@ -219,8 +244,11 @@ class ProcessTable(DataTable[Text]):
         return sorted(rows, key=column.value, reverse=self._descending)
 
     def chosen_job(self) -> int | None:
-        """The job owning the process under the cursor, if any."""
-        row = self.cursor_process()
+        """The job owning the process (or the tree view's job line) under the cursor."""
+        if not self.row_count:
+            return None
+        key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        row = next((line for line in self._lines if line.key == key), None)
         return None if row is None else row.job_id
 
     def cursor_process(self) -> ProcessRow | None:
@@ -302,9 +330,12 @@ class ProcessTable(DataTable[Text]):
                     key=column.key,
                 )
         rows = self.sorted_rows()
+        if self.tree_view:
+            rows = tree_lines(rows, self.jobs)
+        self._lines = rows
         now = self._now()
         shown = [(r.key, self._plain_cells(r, now, keys)) for r in rows]
-        count = len(rows)
+        count = len(self.processes)
         title = f" GPU processes · {count} " if count else " GPU processes · none "
         if self.border_title != title:
             self.border_title = title
@@ -338,6 +369,8 @@ class ProcessTable(DataTable[Text]):
 
     @staticmethod
     def _plain_cells(row: ProcessRow, now: float, keys: tuple[str, ...]) -> tuple[str, ...]:
+        if row.job_line:
+            return tuple(_job_line_text(row).get(key, "") for key in keys)
         text = {
             "pid": str(row.pid),
             "user": row.user,
@@ -348,7 +381,7 @@ class ProcessTable(DataTable[Text]):
             "mem": _mem(row.rss),
             "elapsed": _elapsed(row.started_at, now),
             "owner": _owner(row.job_id),
-            "command": short_command(row.command),
+            "command": row.tree_prefix + short_command(row.command),
         }
         return tuple(text[key] for key in keys)
 
@@ -360,6 +393,20 @@ class ProcessTable(DataTable[Text]):
 
         def number(text: str, known: object) -> Text:
             return Text(text, justify="right", style=Style() if known is not None else muted)
+
+        if row.job_line:
+            words = _job_line_text(row)
+            right = {"pid", "gpu", "vram", "sm"}
+            line = {
+                key: Text(
+                    words.get(key, ""),
+                    justify="right" if key in right else "left",
+                    style=owner_style if key in ("owner", "command") else Style(bold=True),
+                    overflow="ellipsis",
+                )
+                for key in keys
+            }
+            return [line[key] for key in keys]
 
         cells = {
             "pid": Text(str(row.pid), justify="right"),
@@ -378,9 +425,9 @@ class ProcessTable(DataTable[Text]):
             "elapsed": number(_elapsed(row.started_at, now), row.started_at),
             "owner": Text(_owner(row.job_id), style=owner_style),
             # The program's basename and its arguments (the whole line: the tooltip).
-            "command": Text(
-                short_command(row.command) or "?",
-                style=Style() if row.command else muted,
+            "command": Text.assemble(
+                (row.tree_prefix, muted),
+                (short_command(row.command) or "?", Style() if row.command else muted),
                 overflow="ellipsis",
             ),
         }
@@ -401,6 +448,19 @@ class ProcessTable(DataTable[Text]):
             self.post_message(self.JobChosen(job_id))
         else:
             self.notify("this process is not a gpulayer job", timeout=2)
+
+
+def _job_line_text(row: ProcessRow) -> dict[str, str]:
+    """The words of the tree view's line for a job (the columns that say something)."""
+    return {
+        "pid": str(row.pid) if row.pid else "-",
+        "user": row.user,
+        "gpu": ",".join(map(str, row.gpus)),
+        "vram": _vram(row.used_bytes) if row.used_bytes is not None else "",
+        "sm": _percent(row.gpu_util) if row.gpu_util is not None else "",
+        "owner": _owner(row.job_id),
+        "command": row.command,
+    }
 
 
 def _column(key: str) -> SortColumn:

@@ -1,0 +1,49 @@
+"""The process table's tree view, as a function of rows and jobs (no table needed)."""
+
+from __future__ import annotations
+
+from gpulayer_tui.widgets.process_table import ProcessRow
+from gpulayer_tui.widgets.process_tree import JobLine, tree_lines
+
+
+def _row(gpu: int, pid: int, ppid: int | None, job: int | None, user: str = "ana") -> ProcessRow:
+    return ProcessRow(gpu, pid, user, 1 << 30, job, f"python p{pid}.py", ppid=ppid, gpu_util=10)
+
+
+def test_jobs_over_their_processes_and_children_under_parents() -> None:
+    rows = [  # (the table's sort order)
+        _row(0, 200, 50, None, "ben"),
+        _row(1, 102, 100, 7),
+        _row(0, 100, 1, 7),
+        _row(2, 101, 100, 7),
+        _row(3, 103, 102, 7),
+        _row(1, 201, 200, None, "ben"),
+        _row(2, 300, 1, None, "cy"),
+    ]
+    lines = tree_lines(rows, {7: JobLine(99, "ana", "train")})
+    shown = [(line.key, line.tree_prefix) for line in lines]
+    assert shown == [
+        ("0:200", ""),  # ben's processes first: the first row is his
+        ("1:201", "└─ "),
+        ("job:7", ""),
+        ("0:100", "└─ "),
+        ("1:102", "   ├─ "),  # siblings keep the table's order: 102 came before 101
+        ("3:103", "   │  └─ "),
+        ("2:101", "   └─ "),
+        ("2:300", ""),
+    ]
+    job = lines[2]
+    assert job.job_line and (job.pid, job.user, job.command) == (99, "ana", "train")
+    assert job.gpus == (0, 1, 2, 3) and job.used_bytes == 4 << 30 and job.gpu_util == 40
+
+
+def test_a_process_on_two_gpus_has_its_children_once_and_a_job_without_a_record() -> None:
+    rows = [_row(0, 100, 1, 7), _row(1, 100, 1, 7), _row(1, 101, 100, 7)]
+    lines = tree_lines(rows, {})
+    assert [(line.key, line.tree_prefix) for line in lines] == [
+        ("job:7", ""),
+        ("0:100", "├─ "),
+        ("1:101", "│  └─ "),
+        ("1:100", "└─ "),
+    ]
+    assert lines[0].command == "job 7" and lines[0].pid == 0  # (the job is not loaded)
