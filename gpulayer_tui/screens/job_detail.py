@@ -229,14 +229,24 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
     }
 
 
+SHORT_BELOW = 30
+"""Lines below which the detail's top and usage parts get less of the height."""
+
+
 class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
     """One job: its fields, its timeline and its output, kept current while it runs."""
 
     DEFAULT_CSS = """
+    /* The screen never scrolls (its scrollbar took the footer's last column at 80x24):
+       the parts share the height, and the log keeps at least 3 lines. */
+    JobDetailScreen { overflow-y: hidden; }
     JobDetailScreen #detail-top {
         height: auto;
         max-height: 55%;
     }
+    JobDetailScreen #log { min-height: 3; }
+    JobDetailScreen.-short #detail-top { max-height: 50%; }
+    JobDetailScreen.-short #usage { max-height: 35%; }
     JobDetailScreen #fields-box, JobDetailScreen #timeline-box {
         height: auto;
         max-height: 100%;
@@ -417,6 +427,8 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
         return True
 
     def on_resize(self) -> None:
+        # (A short terminal gives the log a few lines more; CSS has no height queries.)
+        self.set_class(self.size.height < SHORT_BELOW, "-short")
         if not self._usage_chosen:
             self.query_one(UsagePanel).expanded = self.size.height >= EXPAND_USAGE_FROM
 
