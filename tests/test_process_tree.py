@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpulayer_tui.widgets.process_table import ProcessRow
+from gpulayer_tui.widgets.process_row import ProcessRow
 from gpulayer_tui.widgets.process_tree import JobLine, tree_lines
 
 

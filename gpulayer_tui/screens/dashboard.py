@@ -28,7 +28,8 @@ from ..widgets.engine_status import EngineStatus
 from ..widgets.gpu_panel import GpuPanel
 from ..widgets.key_footer import KeyFooter
 from ..widgets.memory_bar import BAR_CHAR
-from ..widgets.process_table import ProcessRow, ProcessTable, rows_from_state
+from ..widgets.process_row import ProcessRow
+from ..widgets.process_table import ProcessTable, rows_from_state
 from ..widgets.process_tree import JobLine
 from ..widgets.summary_line import SummaryLine
 from ..wire import DomainViewJSON, GpusJSON

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .process_table import ProcessRow
+from .process_row import ProcessRow
 
 
 @dataclass(frozen=True)
@@ -79,8 +77,6 @@ def _walk(
 
 
 def _job_line(job_id: int, members: list[ProcessRow], job: JobLine | None) -> ProcessRow:
-    from .process_table import ProcessRow
-
     known = [r.used_bytes for r in members if r.used_bytes is not None]
     utils = [r.gpu_util for r in members if r.gpu_util is not None]
     return ProcessRow(
