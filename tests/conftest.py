@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -195,12 +196,35 @@ def pid_gone(pid: int) -> bool:
 
 
 @pytest.fixture
-def sleeper() -> Iterator[int]:
-    """A real foreign process (``sleep 600``) to hold simulated GPU memory; killed after."""
-    proc = subprocess.Popen(["sleep", "600"])
-    yield proc.pid
-    proc.kill()
-    proc.wait()
+def sleepers() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start real foreign processes (``sleep 600``) on demand, to hold simulated GPU memory,
+    be adopted or signalled; every one is killed at the end. ``sleepers(full_path=True)``
+    starts it by its full path, as a virtual environment's interpreter is."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(full_path: bool = False) -> subprocess.Popen[bytes]:
+        program = shutil.which("sleep") if full_path else "sleep"
+        assert program is not None
+        proc = subprocess.Popen([program, "600"])
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def sleeper_proc(sleepers: Callable[..., subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    """One foreign ``sleep 600`` (see :func:`sleepers`)."""
+    return sleepers()
+
+
+@pytest.fixture
+def sleeper(sleeper_proc: subprocess.Popen[bytes]) -> int:
+    """The pid of one foreign ``sleep 600`` (see :func:`sleepers`)."""
+    return sleeper_proc.pid
 
 
 async def _start_app_engine(

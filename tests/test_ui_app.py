@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pytest
 from textual.widgets import Static
 
 from gpulayer_tui.app import build_app
@@ -129,14 +127,6 @@ async def test_theme_switch_is_saved_in_config(embedded_app: AppFactory, paths: 
         assert again.theme == "gpulayer-light"
 
 
-@pytest.fixture
-def foreign_sleep() -> Iterator[int]:
-    proc = subprocess.Popen(["sleep", "600"])
-    yield proc.pid
-    proc.kill()
-    proc.wait()
-
-
 async def test_quit_without_work_exits_at_once(embedded_app: AppFactory) -> None:
     app = await embedded_app()
     async with app.run_test(size=(100, 30)) as pilot:
@@ -146,13 +136,11 @@ async def test_quit_without_work_exits_at_once(embedded_app: AppFactory) -> None
     assert app.return_value == ""
 
 
-async def test_quit_with_running_job_can_stop_it(
-    embedded_app: AppFactory, foreign_sleep: int
-) -> None:
+async def test_quit_with_running_job_can_stop_it(embedded_app: AppFactory, sleeper: int) -> None:
     app = await embedded_app()
     async with app.run_test(size=(100, 30)) as pilot:
         job = await app.backend.submit({"command": ["sleep", "600"]})
-        adopted = await app.backend.adopt({"pid": foreign_sleep})
+        adopted = await app.backend.adopt({"pid": sleeper})
         await until(pilot, lambda: app.job_store.active_count() == 2)
         await pilot.press("q")
         await until(pilot, lambda: isinstance(app.screen, QuitScreen))
@@ -167,7 +155,7 @@ async def test_quit_with_running_job_can_stop_it(
     assert pid_gone(job["pid"])
     # adopted processes are left alone when the TUI quits
     assert app.job_store.jobs[adopted["id"]]["status"] == "running"
-    assert not pid_gone(foreign_sleep)
+    assert not pid_gone(sleeper)
 
 
 async def test_quit_handover_keeps_jobs_running_in_a_background_engine(

@@ -11,7 +11,7 @@ import asyncio
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -70,22 +70,10 @@ async def two_processes(
 
 
 @pytest.fixture
-def foreign() -> Iterator[Callable[[], int]]:
-    """Start real ``sleep 600`` processes on demand (started by their full path, as an
-    interpreter in a virtual environment is); every one is killed at the end."""
-    procs: list[subprocess.Popen[bytes]] = []
-    sleep = shutil.which("sleep")
-    assert sleep is not None and sleep.startswith("/")
-
-    def start() -> int:
-        proc = subprocess.Popen([sleep, "600"])
-        procs.append(proc)
-        return proc.pid
-
-    yield start
-    for proc in procs:
-        proc.kill()
-        proc.wait()
+def foreign(sleepers: Callable[..., subprocess.Popen[bytes]]) -> Callable[[], int]:
+    """Start foreign ``sleep 600`` processes on demand, by their full path (as an
+    interpreter in a virtual environment is): their pids."""
+    return lambda: sleepers(full_path=True).pid
 
 
 # -- pure layout helpers ----------------------------------------------------------------------

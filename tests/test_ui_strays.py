@@ -20,27 +20,19 @@ AppFactory = Callable[..., Awaitable[Any]]
 GIB = 1024**3
 
 
-@pytest.fixture
-def foreign() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(["sleep", "600"])
-    yield proc
-    proc.kill()
-    proc.wait()
-
-
 async def test_adopt_a_stray_from_the_table(
-    ui_app: AppFactory, foreign: subprocess.Popen[bytes]
+    ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
 ) -> None:
     app = await ui_app("2xA100-80GB")
     engine = app.backend.engine
-    SimLedger(engine.paths.state_dir).hold(1, foreign.pid, 20.0)
+    SimLedger(engine.paths.state_dir).hold(1, sleeper_proc.pid, 20.0)
     await engine.sampler.sample_once()
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("3")
         await until(pilot, lambda: app.current_mode == "strays")
         table = app.screen.query_one(StrayTable)
-        await until(pilot, lambda: foreign.pid in table.rows_by_pid)
-        row = table.rows_by_pid[foreign.pid]
+        await until(pilot, lambda: sleeper_proc.pid in table.rows_by_pid)
+        row = table.rows_by_pid[sleeper_proc.pid]
         assert row["gpus"] == [1] and row["used_bytes"] == 20 * GIB
         assert "sleep 600" in row["command"]
         assert app.gpu_state["unregistered_total"] == 20 * GIB
@@ -59,20 +51,20 @@ async def test_adopt_a_stray_from_the_table(
         assert job["domains"] == ["gpu1"] and job["spec"]["vram_gb"] == 20.0
         # on the next sample its memory is owned: the row leaves, unregistered shrinks
         await engine.sampler.sample_once()
-        await until(pilot, lambda: foreign.pid not in table.rows_by_pid)
+        await until(pilot, lambda: sleeper_proc.pid not in table.rows_by_pid)
         assert app.gpu_state["unregistered_total"] == 0
         await app.backend.cancel(job["id"])
 
 
 async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
-    ui_app: AppFactory, foreign: subprocess.Popen[bytes]
+    ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
 ) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("3")
         await until(pilot, lambda: app.current_mode == "strays")
         await pilot.press("p")
-        await pilot.press(*str(foreign.pid), "enter")
+        await pilot.press(*str(sleeper_proc.pid), "enter")
         dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
         assert dialog.query_one("#adopt-vram", Input).value == ""
         dialog.query_one("#adopt-vram", Input).value = "lots"
@@ -88,11 +80,11 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
         )
         assert job["status"] == "running" and job["domains"] == ["cpu"]
         # a pid that no longer exists: refused, recorded, and said plainly
-        foreign.kill()
-        foreign.wait()
+        sleeper_proc.kill()
+        sleeper_proc.wait()
         await until(pilot, lambda: app.job_store.jobs[job["id"]]["status"] == "orphaned")
         await pilot.press("p")
-        await pilot.press(*str(foreign.pid), "enter")
+        await pilot.press(*str(sleeper_proc.pid), "enter")
         await until(pilot, lambda: isinstance(app.screen, AdoptScreen))
         await pilot.press("ctrl+s")
         refused = await until(

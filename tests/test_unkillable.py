@@ -65,40 +65,32 @@ def freezer(tmp_path: Path) -> Iterator[Freezer]:
         path.rmdir()
 
 
-@pytest.fixture
-def sleep_proc() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(["sleep", "600"])
-    yield proc
-    proc.kill()
-    proc.wait()
-
-
 def released(job: object) -> bool:
     return getattr(job, "status", None) is JobStatus.ORPHANED
 
 
 async def test_adopted_process_that_outlives_sigkill_is_released(
-    make_engine: EngineFactory, sleep_proc: subprocess.Popen[bytes], freezer: Freezer
+    make_engine: EngineFactory, sleeper_proc: subprocess.Popen[bytes], freezer: Freezer
 ) -> None:
     engine = await make_engine(
         config=make_config(engine={"adopt_grace_period": 0.2, "release_after": 0.5})
     )
-    job = await adopt(engine, sleep_proc.pid)
-    freezer.add(sleep_proc.pid)
+    job = await adopt(engine, sleeper_proc.pid)
+    freezer.add(sleeper_proc.pid)
     freezer.freeze()
     await engine.cancel(job.id)
     done = await engine.wait(job.id, timeout=15)
     assert done.status is JobStatus.ORPHANED
     assert done.termination_reason is TerminationReason.UNKILLABLE
-    assert f"pid {sleep_proc.pid} outlived SIGKILL" in done.message
+    assert f"pid {sleeper_proc.pid} outlived SIGKILL" in done.message
     assert "uninterruptible sleep" in done.message
     assert "cancelled" in done.message  # what it was being stopped for
-    stat = read_stat(sleep_proc.pid)
+    stat = read_stat(sleeper_proc.pid)
     assert stat is not None and stat.state == "D"  # still there: released, not killed
     assert engine.scheduler.domains["cpu"].used_slots == 0  # its slot is free again
-    assert sleep_proc.pid not in engine.watcher.pids().values()  # no longer watched
+    assert sleeper_proc.pid not in engine.watcher.pids().values()  # no longer watched
     freezer.thaw()  # the kernel lets it go: the queued SIGKILL ends it
-    assert sleep_proc.wait(timeout=10) in (-9, -15)  # the signals it was sent, at last
+    assert sleeper_proc.wait(timeout=10) in (-9, -15)  # the signals it was sent, at last
 
 
 async def test_launched_job_that_outlives_sigkill_is_released_and_its_slot_reused(
@@ -133,12 +125,12 @@ async def test_launched_job_that_outlives_sigkill_is_released_and_its_slot_reuse
 
 
 async def test_a_restarted_engine_still_releases_on_time(
-    make_engine: EngineFactory, sleep_proc: subprocess.Popen[bytes], freezer: Freezer
+    make_engine: EngineFactory, sleeper_proc: subprocess.Popen[bytes], freezer: Freezer
 ) -> None:
     config = make_config(engine={"adopt_grace_period": 0.2, "release_after": 1.0})
     first = await make_engine(config=config)
-    job = await adopt(first, sleep_proc.pid)
-    freezer.add(sleep_proc.pid)
+    job = await adopt(first, sleeper_proc.pid)
+    freezer.add(sleeper_proc.pid)
     freezer.freeze()
     await first.cancel(job.id)
     await first.stop()  # stopped while the job is being stopped: the deadline is stored
@@ -148,15 +140,15 @@ async def test_a_restarted_engine_still_releases_on_time(
 
 
 def test_cli_cancel_waits_with_a_bound_and_says_what_it_waits_for(
-    served: Served, sleep_proc: subprocess.Popen[bytes], freezer: Freezer
+    served: Served, sleeper_proc: subprocess.Popen[bytes], freezer: Freezer
 ) -> None:
     served.home.mkdir(parents=True, exist_ok=True)
     (served.home / "config.toml").write_text(
         "[engine]\nadopt_grace_period = 0.2\nrelease_after = 600\n"
     )
     served.start("--simulate", "1xA100-80GB")
-    job_id = served.cli("adopt", "--pid", str(sleep_proc.pid)).stdout.strip()
-    freezer.add(sleep_proc.pid)
+    job_id = served.cli("adopt", "--pid", str(sleeper_proc.pid)).stdout.strip()
+    freezer.add(sleeper_proc.pid)
     freezer.freeze()
     out = served.cli("cancel", job_id, "--timeout", "2")
     assert out.returncode == 1, out
