@@ -339,6 +339,11 @@ def render(res: dict[str, Any]) -> str:
                 (f"idle CPU % {b['size'][0]}x{b['size'][1]}", b["cpu_pct"], t["cpu_pct"])
                 for b, t in zip(bl["idle"], launch["idle"], strict=True)
             ],
+            *(
+                [("CPU % with every GPU busy", bl["busy"]["cpu_pct"], launch["busy"]["cpu_pct"])]
+                if "busy" in bl and "busy" in launch
+                else []
+            ),
             *[
                 (f"{name} p50 ms", bk[key]["p50_ms"], k[key]["p50_ms"])
                 for name, key in (
