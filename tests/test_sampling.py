@@ -256,3 +256,13 @@ async def test_gpu_processes_carry_host_cpu_memory_and_start_time(
     fake_nvml.devices[1].compute = []
     later = await engine.sampler.sample_once()
     assert burner.pid not in later.host
+
+
+async def test_two_samples_asked_at_once_take_turns(make_engine: EngineFactory) -> None:
+    # (The second used to find the probe busy and publish a failed sample, with no GPU
+    # processes, after the first's good one.)
+    engine = await make_engine("2xA100-80GB")
+    first, second = await asyncio.gather(engine.sampler.sample_once(), engine.sampler.sample_once())
+    assert first.result.status is ProbeStatus.OK, first.result.message
+    assert second.result.status is ProbeStatus.OK, second.result.message
+    assert second.taken_at >= first.taken_at + first.duration - 0.001  # begun after the first

@@ -24,9 +24,7 @@ def _notes(app: Any) -> list[str]:
 
 
 async def _answers(pilot: Any, engine: Any, name: str) -> None:
-    """Wait until the engine has read the domain's GPU answering again. (One
-    ``sample_once`` is not enough: it finds the probe busy when the background sampler,
-    every 0.2 s here, is in the middle of a read, and a release is then refused.)"""
+    """Take a sample, and wait until the engine has read the domain's GPU answering."""
     await engine.sampler.sample_once()
     await until(pilot, lambda: engine.scheduler.domains[name].answers, f"{name} answers")
 

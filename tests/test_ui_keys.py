@@ -168,10 +168,12 @@ async def test_at_80_columns_every_footer_shows_whole_keys_its_own_first() -> No
             await until(pilot, lambda footer=footer: footer.query(FooterKey), "footer keys")
             keys = [k for k in footer.query(FooterKey) if not k.has_class("-command-palette")]
             palette = next(k for k in footer.query(FooterKey) if k.has_class("-command-palette"))
-            edge = palette.region.x  # (docked right: keys past it are hidden under it)
-            # No key is cut mid-word: each is shown whole, or not at all.
-            cut = [k.description for k in keys if k.region.x < edge < k.region.right]
-            assert cut == [], (name, cut)
+            edge = palette.region.x
+            # The palette's key takes the last column (nothing shows through beside it),
+            # and no key runs under it: each is shown whole before it, or not at all.
+            assert palette.region.right == 80, (name, palette.region)
+            under = [k.description for k in keys if k.display and k.region.right > edge]
+            assert under == [], (name, under)
             shown = [k.action for k in keys if k.region.right <= edge]
             # The screen's own keys (before the App's) all fit.
             app_actions = {key.action for key in keymap.KEYMAP if keymap.APP in key.scopes}

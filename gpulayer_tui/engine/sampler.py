@@ -257,6 +257,10 @@ class Sampler:
         self._on_sample = on_sample
         self._prepare = prepare
         self._threads: dict[str, asyncio.Future[Any]] = {}  # per call key: the latest call
+        # One sample at a time: a second caller (a test, the first sample at start-up)
+        # waits for the one in flight, then takes its own, rather than finding the probe
+        # busy and publishing a failed sample (no GPU processes) after a good one.
+        self._one_at_a_time = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self.latest: Sample | None = None
         self.history: dict[int, deque[HistoryPoint]] = {}
@@ -274,7 +278,12 @@ class Sampler:
             self.history = {i: deque(points, maxlen=history) for i, points in self.history.items()}
 
     async def sample_once(self) -> Sample:
-        """Take one sample now (respecting the deadline) and deliver it."""
+        """Take one sample now (respecting the deadline) and deliver it; with one in
+        flight, after that one."""
+        async with self._one_at_a_time:
+            return await self._sample()
+
+    async def _sample(self) -> Sample:
         started, t0 = time.time(), time.perf_counter()
         if self._prepare is not None:
             self._prepare()

@@ -4,14 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual.geometry import Size
 from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
 
 
 class KeyFooter(Footer):
     """Textual's :class:`~textual.widgets.Footer`, which removes and mounts all of its keys
     (20-odd widgets, each styled) on every refresh of the bindings: on each screen switch,
     focus change and ``refresh_bindings``. This one does so only when the keys it would
-    show (their keys, words, enabled state, tooltips) differ from those it shows."""
+    show (their keys, words, enabled state, tooltips) differ from those it shows.
+
+    Keys that do not fit whole before the palette's key are hidden (the screen's own come
+    first), so a narrow terminal shows no key cut in half.
+    """
+
+    # Compact, every key has a 1-cell right margin, the palette's too: docked right, it
+    # then left the last column to whatever key ran under it (a stray letter at 80 cols).
+    DEFAULT_CSS = """
+    KeyFooter.-compact FooterKey.-command-palette { margin-right: 0; }
+    """
 
     _shown: Any = None
 
@@ -37,3 +49,28 @@ class KeyFooter(Footer):
             return
         self._shown = shown
         await super().recompose()
+        self._fit_keys()
+
+    def on_resize(self) -> None:
+        self._fit_keys()
+
+    def _fit_keys(self) -> None:
+        """Show the keys that fit whole, in order, before the palette's key."""
+        keys = [child for child in self.children if isinstance(child, FooterKey)]
+        palette = next((k for k in keys if k.has_class("-command-palette")), None)
+        room = self.size.width
+        if palette is not None:
+            room -= self._width_of(palette)
+        used = 0
+        for key in keys:
+            if key is palette:
+                continue
+            used += self._width_of(key)
+            fits = used <= room + key.styles.margin.right  # (the last needs no margin)
+            if key.display != fits:
+                key.display = fits
+
+    def _width_of(self, key: FooterKey) -> int:
+        styles = key.styles
+        width = key.get_content_width(self.size, Size(0, 0)) + styles.gutter.width
+        return width + styles.margin.width
