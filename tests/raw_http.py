@@ -1,5 +1,6 @@
 """A plain HTTP/1.1 connection over the engine's Unix socket, for tests that send raw or
-many requests (keep-alive, invalid bodies) without the CLI's client."""
+many requests (keep-alive, invalid bodies) without the CLI's client; and :func:`send_raw`
+for bytes no HTTP library would send (malformed request lines and headers)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,15 @@ def request(socket_path: Path, method: str, path: str, body: Any = None) -> tupl
         return status, data
     finally:
         conn.close()
+
+
+def send_raw(path: str | Path, request: bytes) -> bytes:
+    """Send ``request`` as it is on a new connection; everything the engine answers until
+    it closes the connection."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(path))
+        sock.sendall(request)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)

@@ -17,6 +17,7 @@ from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.engine.simulate import SimLedger
 
 from .conftest import REPO, Served, wait_for
+from .raw_http import send_raw
 
 
 def _ids(served: Served) -> list[int]:
@@ -155,22 +156,12 @@ def test_bad_input_is_refused_and_changes_nothing(served: Served) -> None:
     assert _ids(served) == before
 
 
-def _raw_request(path: str, request: bytes) -> bytes:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.connect(path)
-        sock.sendall(request)
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def test_api_rejects_malformed_requests(served: Served) -> None:
     served.start("--simulate", "2xA100-80GB")
     sock = str(served.home / "engine.sock")
 
     def post(body: bytes, path: str = "/v1/jobs") -> tuple[int, dict[str, object]]:
-        raw = _raw_request(
+        raw = send_raw(
             sock,
             b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
             b"Content-Type: application/json\r\nContent-Length: "
@@ -292,7 +283,6 @@ def test_batch_file_lines_are_stored_as_written_and_plain_ones_skip_the_shell(
 def test_malformed_requests_and_readers_leaving_log_one_line_not_a_traceback(
     served: Served,
 ) -> None:
-    import socket
     import subprocess
     import sys
 
