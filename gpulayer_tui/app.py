@@ -45,6 +45,10 @@ from .wire import ACTIVE_STATUSES, MAX_PAGE, TERMINAL_STATUSES, EventJSON, GpusJ
 HISTORY_POINTS = 120
 
 
+FIRST_PICTURE_WAIT_S = 3.0
+"""How long the first frame waits for the event stream's hello before loading anyway."""
+
+
 class GpulayerApp(App[str]):
     """gpulayer-tui. Build it with :func:`build_app`.
 
@@ -138,7 +142,12 @@ class GpulayerApp(App[str]):
         # Subscribe first, then load: what changes between the two arrives as an event.
         # (Loading first lost a job submitted in between until the next reconnect.)
         self._follow_events()
-        await self._first_picture.wait()
+        try:
+            await asyncio.wait_for(self._first_picture.wait(), timeout=FIRST_PICTURE_WAIT_S)
+        except TimeoutError:
+            # The stream has not even said hello (an engine stalled): show what the API
+            # gives rather than a blank screen; the hello, when it comes, loads again.
+            await self._load_state()
         self.set_interval(self.refresh_interval, self._publish_job_changes)
         self.set_interval(self.health_interval, self._poll_health)
 

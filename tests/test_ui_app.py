@@ -108,6 +108,20 @@ async def test_a_job_submitted_while_the_app_loads_its_first_picture_is_shown(
         )
 
 
+async def test_a_stream_that_never_says_hello_still_gets_a_first_picture() -> None:
+    # An engine that accepts the event stream but stalls before its hello: the first
+    # frame waits a moment for it, then loads the state anyway (not a blank screen).
+    class Stalled(StaticBackend):
+        async def events(self) -> Any:
+            await asyncio.Event().wait()
+            yield {}
+
+    app = build_app(Stalled(n_gpus=2), clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.gpu_state is not None, "the first picture", timeout=15)
+        assert len(app.job_store.jobs) > 0
+
+
 async def test_theme_switch_is_saved_in_config(embedded_app: AppFactory, paths: Paths) -> None:
     paths.state_dir.mkdir(parents=True)
     paths.config_file.write_text("# my settings\n[engine]\ngrace_period = 2.0\n")
