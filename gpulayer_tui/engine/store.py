@@ -281,9 +281,12 @@ _SORT_SQL: dict[str, tuple[str, bool]] = {
     "name": ("lower(name)", True),
     # Times as rows carry them (milliseconds), so jobs within a millisecond tie here too.
     "started": ("COALESCE(round(started_at, 3), 0)", False),
+    # Whole milliseconds: SQLite's round() and Python's may differ in the last bit, and
+    # two runtimes equal to the millisecond must tie here as in the TUI (then by id).
     "runtime": (
         "CASE WHEN started_at IS NULL THEN 0 "
-        "ELSE MAX(0, COALESCE(round(ended_at, 3), :now) - round(started_at, 3)) END",
+        "ELSE MAX(0, CAST(round((COALESCE(round(ended_at, 3), :now) - round(started_at, 3))"
+        " * 1000) AS INTEGER)) END",
         False,
     ),
     "vram": ("COALESCE(json_extract(spec, '$.vram_gb'), 0)", False),

@@ -219,7 +219,8 @@ def sort_value(key: str, job: JobRowJSON, now: float) -> tuple[Any, ...]:
     if key == "started":
         return (job.get("started_at") or 0.0, job_id)
     if key == "runtime":
-        return (runtime_seconds(job, now) or 0.0, job_id)
+        # (Whole milliseconds, as the engine sorts: equal runtimes tie, then by id.)
+        return (round((runtime_seconds(job, now) or 0.0) * 1000), job_id)
     if key == "vram":
         return (job_spec(job).get("vram_gb") or 0.0, job_id)
     return (job_id,)
