@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -122,18 +123,24 @@ async def test_process_of_another_user_is_refused(
     assert "belongs to nobody" in job.message
 
 
-async def test_bad_arguments_record_nothing(make_engine: EngineFactory) -> None:
-    engine = await make_engine()
-    for kwargs, error, message in [
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
         ({"pid": 0}, FieldError, "pid: must be a process id"),
         ({"pid": "12"}, FieldError, "pid: must be a whole number"),
         ({"pid": os.getpid(), "vram_gb": -1}, FieldError, "vram_gb: must be greater than 0"),
         ({"pid": os.getpid(), "vram_gb": 1e9}, FieldError, "vram_gb: must be at most"),
         ({"pid": os.getpid(), "domain": "gpu9"}, SpecError, "unknown domain 'gpu9'"),
-    ]:
-        pid = kwargs.pop("pid")
-        with pytest.raises(error, match=message):
-            await adopt(engine, pid, **kwargs)
+    ],
+)
+async def test_bad_arguments_record_nothing(
+    make_engine: EngineFactory, kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    engine = await make_engine()
+    arguments = dict(kwargs)
+    pid = arguments.pop("pid")
+    with pytest.raises(error, match=message):
+        await adopt(engine, pid, **arguments)
     assert await engine.list_jobs() == []
 
 

@@ -278,17 +278,22 @@ def test_placement_picks_the_emptiest_fitting_gpu_and_names_the_blocker() -> Non
     assert len(scheduler.place(both)) == 2  # type: ignore[arg-type]
 
 
-def test_request_resolution_refuses_contradictions_with_the_field() -> None:
-    scheduler = machine(gpu(0))
-    for spec, field, message in [
+@pytest.mark.parametrize(
+    ("spec", "field", "message"),
+    [
         ({"domain": "gpu9"}, "domain", "unknown domain 'gpu9'"),
         ({"domain": ["gpu0", "gpu0"]}, "domain", "named twice"),
         ({"domain": ["gpu0", "cpu"], "gpus": 1}, "domain", "cannot mix"),
         ({"domain": "gpu0", "gpus": 0}, "gpus", "gpus is 0 but domain gpu0"),
-    ]:
-        with pytest.raises(SpecError, match=message) as refused:
-            scheduler.request_for(parse_spec({"command": ["x"], **spec}))
-        assert refused.value.field == field
+    ],
+)
+def test_request_resolution_refuses_contradictions_with_the_field(
+    spec: dict[str, Any], field: str, message: str
+) -> None:
+    scheduler = machine(gpu(0))
+    with pytest.raises(SpecError, match=message) as refused:
+        scheduler.request_for(parse_spec({"command": ["x"], **spec}))
+    assert refused.value.field == field
     assert scheduler.capacity is Capacity.KNOWN
 
 
