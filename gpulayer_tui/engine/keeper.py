@@ -66,6 +66,17 @@ def _children() -> list[int]:
 ENDED = "(ended)"
 
 
+def _own_session() -> int | None:
+    """The session we lead (the engine starts the keeper in a new one), else ``None``.
+
+    Nothing of a job's can be in it: jobs lead sessions of their own and their processes
+    stay in those. So a process of ours still in it was started by the spawner and was
+    cut short before (or without) its ``setsid``, or ran there: it is the interrupted start.
+    """
+    pid = os.getpid()
+    return pid if os.getsid(0) == pid else None
+
+
 def _task_key(pid: int, state_dir: str) -> str | None:
     """The ``GPULAYER_TASK`` key a live process of this state dir carries, if any;
     :data:`ENDED` if it ended while we looked (it is then a zombie to reap).
@@ -194,7 +205,8 @@ class Keeper:
             self.reaped[key] = code
             self._tell(f"exit {key} {code}\n".encode())
         else:
-            leader = stat is not None and stat.session == pid
+            # (A job leads its own session; a start cut short may still be in ours.)
+            leader = stat is not None and stat.session in (pid, _own_session())
             self.unknown.append((pid, stat.start_ticks if stat else 0, code, leader))
             del self.unknown[:-64]  # only the newest can be a start being settled
             _say(f"reaped pid {pid}, which the journal does not name (exit {code})")
@@ -240,12 +252,13 @@ class Keeper:
         started at or after ``since``. A live one says whose it is (``GPULAYER_TASK``);
         a dead one cannot, but the spawner starts each job as the leader of a new session
         and only the interrupted start can have begun after ``since``: a zombie that leads
-        its own session is taken for it. (A job's escaped descendant that died in that
-        same tick could be mistaken for it: the start is then recorded with that exit
-        status, never run a second time.)
+        its own session, or is still in the spawner's (ours), is taken for it. (A job's
+        escaped descendant that died in that same tick could be mistaken for it: the
+        start is then recorded with that exit status, never run a second time.)
         """
         seen = []
         ended = []
+        own_session = _own_session()
         for child in _children():
             stat = procstat.read_stat(child)
             if stat is None or (child, stat.start_ticks) in known:
@@ -258,7 +271,11 @@ class Keeper:
                 writer.write("P", key, child, stat.start_ticks)
                 _say(f"the interrupted start of {key} runs as pid {child}")
                 return True
-            if found == ENDED and stat.session == child:
+            # A zombie leading its own session was started by the spawner as a job; so
+            # was one still in our own session (the spawner's, which nothing else of a
+            # job's joins): seen once in CI's crash test, a job that had run and exited
+            # there, taken for "never ran" and started a second time.
+            if found == ENDED and stat.session in (child, own_session):
                 ended.append((child, stat.start_ticks))
         if ended:
             child, ticks = ended[0]
