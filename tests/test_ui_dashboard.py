@@ -130,12 +130,12 @@ def test_layout_choices() -> None:
     assert full_height(1) == 8
 
 
-def test_row_header_lines_up_with_rows() -> None:
-    for width in (60, 77, 117, 197):
-        layout = RowLayout.for_width(width)
-        header = GpuPanel.row_header(width).plain
-        assert len(header) == width
-        assert header.index("MEMORY") == layout.stats
+@pytest.mark.parametrize("width", [60, 77, 117, 197])
+def test_row_header_lines_up_with_rows(width: int) -> None:
+    layout = RowLayout.for_width(width)
+    header = GpuPanel.row_header(width).plain
+    assert len(header) == width
+    assert header.index("MEMORY") == layout.stats
 
 
 # -- pilot tests over the real engine ---------------------------------------------------------
