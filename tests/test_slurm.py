@@ -213,6 +213,10 @@ async def test_without_accounting_exit_codes_come_from_the_controller(
 
 
 @pytest.mark.timeout(200)  # (Slurm's time limits are whole minutes, checked every 30 s)
+# Its own test worker: Slurm enforces time limits in whole minutes, checked every 30 s, so
+# this test waits over a minute; the others run beside it (on the same cluster, which has
+# the CPUs for both; it takes no GPU, and each engine counts only its own jobs).
+@pytest.mark.xdist_group(name="slurm-timeout")
 async def test_a_cluster_timeout_ends_like_a_local_one(cluster_engine: Any) -> None:
     engine = cluster_engine
     local = await engine.submit({"shell": "sleep 60", "timeout": 1})
