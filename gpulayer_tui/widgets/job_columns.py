@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..formatting import domains_text, gpus_text, user_text
-from ..wire import ACTIVE_STATUSES, STATUS_RANK, JobRowJSON
+from ..wire import ACTIVE_STATUSES, JOB_SORTS, STATUS_RANK, JobRowJSON
 
 __all__ = ["domains_text", "gpus_text", "user_text"]  # (shared with the CLI's jobs table)
 
@@ -26,7 +26,7 @@ STATUS_FILTERS: dict[str, frozenset[str] | None] = {
 }
 """The status filter's choices, in the order ``f`` cycles through them."""
 
-SORTS: dict[str, tuple[str, bool]] = {
+_SORT_LABELS: dict[str, tuple[str, bool]] = {
     "id": ("newest", True),
     "status": ("status", False),
     "name": ("name", False),
@@ -34,7 +34,10 @@ SORTS: dict[str, tuple[str, bool]] = {
     "runtime": ("runtime", True),
     "vram": ("VRAM", True),
 }
-"""Sort keys: column key -> (label, whether it starts descending), in cycling order."""
+SORTS: dict[str, tuple[str, bool]] = {key: _SORT_LABELS[key] for key in JOB_SORTS}
+"""Sort keys: column key -> (label, whether it starts descending), in cycling order. The
+keys are the engine's (:data:`~gpulayer_tui.wire.JOB_SORTS`): a table sort is always one
+the engine can page (a sort added there without a label here fails at import)."""
 
 
 KILL_AFTER = re.compile(r"SIGKILL after [0-9.]+ s")
