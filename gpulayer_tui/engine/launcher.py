@@ -77,6 +77,7 @@ DEFAULT_SIGNALS = (
     signal.SIGXFSZ,
 )
 OUTBOX_LIMIT = 64 * 1024 * 1024
+RECV_BYTES = 64 * 1024
 ENV_CACHE = 256  # environments kept (a spawn names one by id)
 LOG_CHECK_S = 1.0  # how often running jobs' logs are measured against their limit
 LOG_KEEP_MAX = 32 * 1024 * 1024  # at most this much of a cut log's end is kept
@@ -279,7 +280,9 @@ class Spawner:
         if not events & selectors.EVENT_READ or self.client is None:
             return
         try:
-            data = conn.recv(1 << 20)
+            # 64 KiB: a larger buffer is mmap'd and unmapped on every call (strace: three
+            # memory-map calls per request with 1 MiB); a burst of spawns takes more rounds.
+            data = conn.recv(RECV_BYTES)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:

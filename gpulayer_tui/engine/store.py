@@ -26,7 +26,6 @@ import os
 import sqlite3
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ from .models import (
     Replica,
     TerminationReason,
 )
+from .worker_thread import WorkerThread
 
 log = logging.getLogger(__name__)
 
@@ -424,7 +424,7 @@ class Store:
     def __init__(self, path: Path, publish: Callable[[Event], None]) -> None:
         self.path = path
         self._publish = publish
-        self._pool: ThreadPoolExecutor | None = None  # the writer's one thread
+        self._thread: WorkerThread | None = None  # the writer's one thread
         self._db: sqlite3.Connection | None = None  # used on that thread only
         self._reader: aiosqlite.Connection | None = None
         self._queue: list[_Write] = []
@@ -446,7 +446,7 @@ class Store:
         Raises:
             StoreError: If the file is from a newer schema or cannot be opened.
         """
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
+        self._thread = WorkerThread("store-writer")
         try:
             await self._on_writer(self._open_writer, version, pid)
             self._reader = await aiosqlite.connect(self.path, isolation_level=None)
@@ -461,8 +461,8 @@ class Store:
 
     async def _on_writer(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` on the writer's thread (the one hop of a commit)."""
-        assert self._pool is not None
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        assert self._thread is not None
+        return await self._thread.call(fn, *args)
 
     async def run_on_writer(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``fn(connection)`` on the writer's connection (for fault-injection tests
@@ -534,11 +534,11 @@ class Store:
             self._wake.set()
             await self._writer
             self._writer = None
-        if self._pool is not None:
+        if self._thread is not None:
             if self._db is not None:
                 await self._on_writer(self._close_writer)
-            self._pool.shutdown(wait=True)
-            self._pool = None
+            self._thread.stop()
+            self._thread = None
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
