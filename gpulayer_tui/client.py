@@ -297,12 +297,22 @@ class Client:
         return dict(self.request("POST", "/jobs", spec, headers=headers)["job"])
 
     def submit_many(
-        self, specs: list[dict[str, Any]], key: str | None = None
+        self,
+        specs: list[dict[str, Any]],
+        key: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> list[dict[str, Any]]:
         """Submit several jobs in one request (one commit on the engine side); ``key`` as
-        for :meth:`submit`."""
+        for :meth:`submit`. ``env`` is sent once and goes under each spec's own ``env``.
+
+        Returns:
+            The jobs' rows (as :meth:`jobs` lists them), in the order of ``specs``.
+        """
         headers = {"Idempotency-Key": key} if key else None
-        return list(self.request("POST", "/jobs", {"jobs": specs}, headers=headers)["jobs"])
+        body: dict[str, Any] = {"jobs": specs}
+        if env:
+            body["env"] = env
+        return list(self.request("POST", "/jobs", body, headers=headers)["jobs"])
 
     def job(self, job_id: int | str) -> JobDetailJSON:
         """One job with its ``events``."""

@@ -315,6 +315,32 @@ def parse_adopt_request(body: object) -> AdoptRequest:
     }
 
 
+def with_batch_env(items: list[Any], env: object) -> list[Any]:
+    """A batch's specs with its shared ``env`` under each one's own (``POST /v1/jobs``
+    with ``{"jobs": [...], "env": {...}}``): a job's own entries win. Sent once instead of
+    with each of N jobs, a shell's environment (kilobytes) no longer makes a big batch
+    megabytes. Items that are not specs, or whose own ``env`` is not an object, are left
+    as they are: the spec's own check names what is wrong with them.
+
+    Raises:
+        FieldError: ``env`` is not an object of text values.
+    """
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise FieldError("env", "the batch's environment must be an object of NAME: text")
+    merged: list[Any] = []
+    for item in items:
+        if isinstance(item, dict):
+            own = item.get("env")
+            if own is None:
+                item = {**item, "env": env}
+            elif isinstance(own, dict):
+                item = {**item, "env": {**env, **own}}
+        merged.append(item)
+    return merged
+
+
 def error_body(message: str, field: str | None = None) -> ErrorJSON:
     """The JSON of an error answer."""
     body: ErrorJSON = {"error": message}

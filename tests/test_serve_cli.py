@@ -9,12 +9,14 @@ import socket
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from gpulayer_tui.backend import SocketBackend
 from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.engine.simulate import SimLedger
+from gpulayer_tui.wire import ROW_SPEC_KEYS
 
 from .conftest import REPO, Served, wait_for
 from .raw_http import send_raw
@@ -156,21 +158,24 @@ def test_bad_input_is_refused_and_changes_nothing(served: Served) -> None:
     assert _ids(served) == before
 
 
+def _post(served: Served, body: bytes, path: str = "/v1/jobs") -> tuple[int, dict[str, Any]]:
+    raw = send_raw(
+        str(served.home / "engine.sock"),
+        b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        b"Content-Type: application/json\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body,
+    )
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(payload)
+
+
 def test_api_rejects_malformed_requests(served: Served) -> None:
     served.start("--simulate", "2xA100-80GB")
-    sock = str(served.home / "engine.sock")
 
-    def post(body: bytes, path: str = "/v1/jobs") -> tuple[int, dict[str, object]]:
-        raw = send_raw(
-            sock,
-            b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-            b"Content-Type: application/json\r\nContent-Length: "
-            + str(len(body)).encode()
-            + b"\r\n\r\n"
-            + body,
-        )
-        head, _, payload = raw.partition(b"\r\n\r\n")
-        return int(head.split()[1]), json.loads(payload)
+    def post(body: bytes, path: str = "/v1/jobs") -> tuple[int, dict[str, Any]]:
+        return _post(served, body, path)
 
     status, data = post(b"{not json")
     assert status == 400 and "not valid JSON" in str(data["error"])
@@ -251,6 +256,42 @@ def test_serve_without_a_driver_says_so_once(served: Served) -> None:
     assert over.returncode == 1 and "this machine has no GPUs" in over.stderr
     err = served.stop()
     assert err.count("No NVIDIA driver") == 1 and "Traceback" not in err
+
+
+def test_a_batch_sends_its_environment_once_and_is_answered_with_rows(served: Served) -> None:
+    served.start("--simulate", "2xA100-80GB")
+    # The API: one "env" under each job's own (a job's own entries win).
+    body = {
+        "jobs": [{"shell": "echo $A $B", "env": {"A": "own"}}, {"shell": "echo $A $B"}],
+        "env": {"A": "batch", "B": "b"},
+    }
+    status, data = _post(served, json.dumps(body).encode())
+    assert status == 201, data
+    rows = data["jobs"]
+    # Rows, as GET /v1/jobs lists them: no environment echoed back, no whole-job fields.
+    assert all(set(row["spec"]) <= set(ROW_SPEC_KEYS) for row in rows)
+    assert all("created_at" not in row for row in rows)
+    ids = [str(row["id"]) for row in rows]
+    for job_id in ids:
+        assert served.cli("wait", job_id).returncode == 0
+    assert [served.cli("logs", job_id).stdout for job_id in ids] == ["own b\n", "batch b\n"]
+    whole = json.loads(served.cli("status", ids[1], "--json").stdout)["job"]
+    assert whole["spec"]["env"] == {"A": "batch", "B": "b"}
+    # A batch environment that is not NAME: text is refused, naming it; nothing stored.
+    for env in (["A=1"], {"A": 1}, None):
+        bad = {"jobs": [{"command": ["true"]}], "env": env}
+        status, data = _post(served, json.dumps(bad).encode())
+        assert (status, data.get("field")) == (400, "env"), (env, data)
+    assert _ids(served) == [int(i) for i in reversed(ids)]
+    # The CLI: `submit --file` sends this shell's environment once for the whole file.
+    served.env["GPULAYER_TEST_FROM_SHELL"] = "from the shell"
+    out = served.cli("submit", "--file", "-", input="echo $GPULAYER_TEST_FROM_SHELL\ntrue\n")
+    assert out.returncode == 0, out.stderr
+    first, second = out.stdout.split()
+    assert served.cli("wait", first).returncode == 0
+    assert served.cli("logs", first).stdout == "from the shell\n"
+    job = json.loads(served.cli("status", second, "--json").stdout)["job"]
+    assert job["spec"]["env"]["GPULAYER_TEST_FROM_SHELL"] == "from the shell"
 
 
 def test_batch_file_lines_are_stored_as_written_and_plain_ones_skip_the_shell(

@@ -146,18 +146,23 @@ def _merge(base: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _submit_once(client: Client, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _submit_once(
+    client: Client, specs: list[dict[str, Any]], env: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """Submit ``specs`` so that they are created at most once: the request carries a fresh
     idempotency key, and if the engine took it but did not answer, it is sent once more
     with the same key (the engine returns what the first made, or makes it now). If that
-    is not answered either, :class:`EngineLost` says the outcome is unknown."""
+    is not answered either, :class:`EngineLost` says the outcome is unknown.
+
+    ``env`` (this shell's environment, kilobytes) goes under every spec's own, sent once
+    for a batch rather than with each of its jobs."""
     key = os.urandom(16).hex()
     try:
-        return _submit_keyed(client, specs, key)
+        return _submit_keyed(client, specs, key, env)
     except EngineLost:
         time.sleep(0.2)
     try:
-        return _submit_keyed(client, specs, key)
+        return _submit_keyed(client, specs, key, env)
     except EngineNotRunning:
         # Gone after taking the first attempt: it may have stored the jobs.
         raise EngineLost(
@@ -167,10 +172,13 @@ def _submit_once(client: Client, specs: list[dict[str, Any]]) -> list[dict[str, 
         ) from None
 
 
-def _submit_keyed(client: Client, specs: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+def _submit_keyed(
+    client: Client, specs: list[dict[str, Any]], key: str, env: dict[str, str] | None
+) -> list[dict[str, Any]]:
     if len(specs) == 1:
-        return [client.submit(specs[0], key=key)]
-    return client.submit_many(specs, key=key)
+        spec = specs[0] if env is None else _merge({"env": env}, specs[0])
+        return [client.submit(spec, key=key)]
+    return client.submit_many(specs, key=key, env=env)
 
 
 def _like(
@@ -237,7 +245,8 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         except ValueError as err:
             _error(str(err))
             return EXIT_USAGE
-        jobs = _submit_once(client, [_merge(base, item) for item in items])
+        env = base.pop("env", None)
+        jobs = _submit_once(client, [_merge(base, item) for item in items], env)
     elif args.file:
         if cmd:
             parser.error("give either --file or a command, not both")
@@ -246,11 +255,12 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
             lines = [ln.strip() for ln in stream]
         # Each line is a shell line as written; the engine runs a plain one without a
         # shell (see engine/commandline.py).
+        env = base.pop("env", None)
         specs = [dict(base, shell=ln) for ln in lines if ln and not ln.startswith("#")]
         if not specs:
             _error(f"{args.file}: no command lines found")
             return EXIT_USAGE
-        jobs = _submit_once(client, specs)
+        jobs = _submit_once(client, specs, env)
     else:
         if not cmd:
             parser.error("submit needs a command: gpulayer-tui submit [OPTIONS] -- CMD ARGS...")

@@ -253,7 +253,11 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="placements after a lost GPU",
     )
-    p.add_argument("--json", action="store_true", help="print the job(s) as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the job as JSON (several, from --file or --spec: their rows, as jobs --json)",
+    )
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
 

@@ -291,7 +291,8 @@ def _submit_key(request: web.Request) -> str | None:
 
 
 async def submit(request: web.Request) -> web.Response:
-    """POST /v1/jobs: 201 with the job(s), or 429 when too many submissions are in flight.
+    """POST /v1/jobs: 201 with the job, or with a batch's rows (``{"jobs": [...]}``, an
+    optional ``env`` under every job's own); 429 when too many submissions are in flight.
 
     The in-flight bound is checked before the body is read, so a flood of requests costs
     no memory beyond ``[limits] submissions_in_flight`` bodies.
@@ -311,12 +312,19 @@ async def submit(request: web.Request) -> web.Response:
         key = _submit_key(request)
         body = await _read_json(request)
         uid = peer_uid(request)
-        if isinstance(body, dict) and "jobs" in body and set(body) == {"jobs"}:
+        if isinstance(body, dict) and "jobs" in body and set(body) <= {"jobs", "env"}:
             items = body["jobs"]
             if not isinstance(items, list) or not items:
                 raise SpecError("'jobs' must be a non-empty list of job specs")
+            if "env" in body:
+                try:
+                    items = wire.with_batch_env(items, body["env"])
+                except wire.FieldError as err:
+                    raise SpecError(str(err), err.field) from None
             jobs = await engine.submit_many(items, uid, key)
-            return web.json_response({"jobs": [_job(j) for j in jobs]}, status=201)
+            # Rows, as GET /v1/jobs lists them: a batch's answer does not echo every
+            # job's environment back (GET /v1/jobs/ID has the whole job).
+            return web.json_response({"jobs": [j.to_row() for j in jobs]}, status=201)
         job = await engine.submit(body, uid, key)
         return web.json_response({"job": _job(job)}, status=201)
     finally:
