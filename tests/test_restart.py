@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,26 @@ async def test_new_database_is_migrated_to_current_schema(make_engine: EngineFac
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"jobs", "events", "engine_runs"} <= tables
     assert oct(engine.paths.state_dir.stat().st_mode & 0o777) == "0o700"
+
+
+@pytest.mark.parametrize("kind", ["command", "service"])
+async def test_a_timeout_counts_from_the_first_start_across_a_restart(
+    make_engine: EngineFactory, kind: str
+) -> None:
+    engine = await make_engine(simulate=None)
+    spec: dict[str, object] = {"command": ["sleep", "600"], "timeout": 3}
+    if kind == "service":
+        spec |= {"kind": "service", "port": False}
+    job = await engine.submit(spec)
+    started = (await engine.get(job.id)).started_at
+    assert job.status is JobStatus.RUNNING and started is not None
+    await engine.stop()  # its timer goes with this engine
+    # Its limit passes while no engine runs: the next one stops it at once, rather than
+    # giving it the whole limit again from its own start.
+    await eventually(lambda: time.time() > started + 3, timeout=10)
+    restarted_at = time.time()
+    again = await make_engine(simulate=None)
+    done = await again.wait(job.id, timeout=20)
+    assert (done.status, done.termination_reason) == (JobStatus.FAILED, TerminationReason.TIMEOUT)
+    assert done.message == "timed out after 3 s"
+    assert done.ended_at is not None and done.ended_at < restarted_at + 3

@@ -150,11 +150,14 @@ class ServiceRunner:
         where = ", ".join(job.domains)
         self._book.transition(act, JobStatus.RUNNING, message=f"starting on {where}{attempt}")
         if spec.timeout is not None and job.id not in self._timeouts:
-            loop = asyncio.get_running_loop()
-            self._timeouts[job.id] = loop.call_later(spec.timeout, self._timed_out, job.id)
+            self._arm_timeout(job.id, spec.timeout)
         for replica in job.replicas:
             if not self._decide_launch(act, replica, "start"):
                 return
+
+    def _arm_timeout(self, job_id: int, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._timeouts[job_id] = loop.call_later(max(0.0, delay), self._timed_out, job_id)
 
     def _timed_out(self, job_id: int) -> None:
         self._timeouts.pop(job_id, None)
@@ -604,6 +607,11 @@ class ServiceRunner:
                 )
             elif replica.state is R.PENDING and not self._decide_launch(act, replica, "start"):
                 return
+        spec = act.spec
+        if spec and spec.timeout is not None and job.started_at and job.id in self._book:
+            # Its limit counts from its first start, across engine restarts (what is left
+            # of it; at once if it passed while no engine ran).
+            self._arm_timeout(job.id, spec.timeout - (time.time() - job.started_at))
         if interrupted_stop and runtime.end is None and act.job.id in self._book:
             # The engine stopped while the service was stopping: finish what was decided.
             reason = job.stop_reason or Reason.CANCELLED
