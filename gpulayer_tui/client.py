@@ -312,7 +312,19 @@ class Client:
         body: dict[str, Any] = {"jobs": specs}
         if env:
             body["env"] = env
-        return list(self.request("POST", "/jobs", body, headers=headers)["jobs"])
+        try:
+            return list(self.request("POST", "/jobs", body, headers=headers)["jobs"])
+        except ApiError as err:
+            # An engine from before batch environments (still serving across an upgrade)
+            # took the body for one spec and stored nothing: send each job its own.
+            if not env or err.status != 400 or str(err) != "unknown field 'jobs'":
+                raise
+        inlined = [
+            dict(spec, env={**env, **spec["env"]}) if isinstance(spec.get("env"), dict)
+            else dict(spec, env=spec.get("env") or env)
+            for spec in specs
+        ]  # fmt: skip
+        return list(self.request("POST", "/jobs", {"jobs": inlined}, headers=headers)["jobs"])
 
     def job(self, job_id: int | str) -> JobDetailJSON:
         """One job with its ``events``."""

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from gpulayer_tui.engine.paths import Paths
+
 from .conftest import REPO, Served, wait_for
 
 
@@ -112,3 +114,61 @@ def test_without_an_engine_the_advice_is_on_lines_of_its_own(served: Served) -> 
         "GPUs)",
     ]
     assert "\\x0a" not in out.stderr  # (line breaks are ours, not escaped as a user's text)
+
+
+def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
+    paths: Paths, tmp_path: Path
+) -> None:
+    # An engine still serving across an upgrade (from before batch environments) takes
+    # {"jobs", "env"} for one spec and refuses it naming 'jobs', storing nothing; the
+    # client then sends each job the environment itself. One HTTP answer per connection,
+    # as that engine gives them, played from a socket (the old version is not installed).
+    import json
+    import socket
+    import threading
+
+    from gpulayer_tui.client import Client
+
+    bodies: list[dict[str, object]] = []
+    answers = [
+        (400, {"error": "unknown field 'jobs'", "field": "jobs"}),
+        (201, {"jobs": [{"id": 1}, {"id": 2}]}),
+    ]
+    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(paths.socket_file))
+    listener.listen(2)
+
+    def serve() -> None:
+        for status, answer in answers:
+            conn, _ = listener.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                while len(body) < length:
+                    body += conn.recv(65536)
+                bodies.append(json.loads(body))
+                payload = json.dumps(answer).encode()
+                conn.sendall(
+                    f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+                    + payload
+                )
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    specs = [{"shell": "true"}, {"shell": "true", "env": {"A": "own"}}]
+    jobs = Client(paths, timeout=10).submit_many(specs, key="k", env={"A": "x", "B": "y"})
+    server.join(timeout=10)
+    listener.close()
+    assert [job["id"] for job in jobs] == [1, 2]
+    assert bodies[0] == {"jobs": specs, "env": {"A": "x", "B": "y"}}
+    assert bodies[1] == {
+        "jobs": [
+            {"shell": "true", "env": {"A": "x", "B": "y"}},
+            {"shell": "true", "env": {"A": "own", "B": "y"}},
+        ]
+    }
