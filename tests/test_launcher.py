@@ -297,3 +297,53 @@ def test_the_journal_keeps_when_a_job_ended_and_reads_older_lines(tmp_path: Path
     assert (entries["1"].code, entries["1"].ended_at) == (3, None)  # written before the time
     assert (entries["2"].code, entries["2"].ended_at) == (None, 1796000000.25)
     assert journal.entry_lines("2", entries["2"]).endswith(b"E 2 - 1796000000.25\n")
+
+
+def _ended_child(shell: str) -> tuple[int, int]:
+    """A child of this process that ran ``shell`` in a session of its own and ended, not
+    reaped (as a job the spawner left is, to its keeper): its pid and start ticks."""
+    from gpulayer_tui.engine import procstat
+
+    pid = os.posix_spawn("/bin/sh", ["sh", "-c", shell], dict(os.environ), setsid=True)
+    wait_for(lambda: getattr(procstat.read_stat(pid), "state", None) == "Z")
+    stat = procstat.read_stat(pid)
+    assert stat is not None
+    return pid, stat.start_ticks
+
+
+@pytest.mark.parametrize("shell, code", [("exit 7", 7), ("kill -9 $$", 137)])
+def test_an_ended_childs_code_is_read_without_reaping_it(shell: str, code: int) -> None:
+    from gpulayer_tui.engine import procstat
+    from gpulayer_tui.engine.launcher import waited_code
+
+    pid, _ = _ended_child(shell)
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    assert waited_code(info) == code
+    assert procstat.read_stat(pid) is not None  # still there: its end can be journaled first
+    os.waitpid(pid, 0)
+
+
+def test_a_job_whose_end_was_journaled_is_reaped_by_the_keeper_and_never_mistaken(
+    tmp_path: Path,
+) -> None:
+    # The spawner journals a job's end, then reaps it; killed in between, it leaves the
+    # keeper a zombie whose end the journal already has. The keeper reaps it quietly, and
+    # does not take it for the start the spawner was in the middle of (job 10 here: no
+    # process of its own, so it never ran and must be started by the engine).
+    from gpulayer_tui.engine import procstat
+
+    pid, ticks = _ended_child("exit 3")
+    writer = journal.Journal(str(tmp_path / journal.NAME))
+    writer.write("P", "9", pid, ticks)
+    writer.write("E", "9", 3, 1.0)
+    writer.write("S", "10", ticks)
+    writer.close()
+    keeper = Keeper(str(tmp_path), idle=1.0)
+    keeper._settle_interrupted_start()
+    entries = journal.replay(str(tmp_path / journal.NAME))
+    assert "10" not in entries  # "N 10": never ran
+    assert entries["9"].state == journal.EXITED and entries["9"].code == 3
+    assert procstat.read_stat(pid) is not None  # (not reaped by the settling)
+    keeper._reap_orphan(pid)
+    assert procstat.read_stat(pid) is None  # reaped
+    assert (keeper.unknown, keeper.pending, keeper.reaped) == ([], [], {})

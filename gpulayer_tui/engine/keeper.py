@@ -195,7 +195,12 @@ class Keeper:
     def _reap_orphan(self, pid: int) -> None:
         """A job the spawner left us ended: kill its leftovers, reap it, say its code."""
         stat = procstat.read_stat(pid)
-        key = self._key_of(pid, stat.start_ticks if stat else None)
+        key, state = self._key_of(pid, stat.start_ticks if stat else None)
+        if state == journal.EXITED:
+            # Its end is journaled already (the spawner died between that line and the
+            # reap): reap it; nothing to tell.
+            os.waitpid(pid, 0)
+            return
         if key is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)  # its group id is safe: it is unreaped
@@ -211,13 +216,15 @@ class Keeper:
             del self.unknown[:-64]  # only the newest can be a start being settled
             _say(f"reaped pid {pid}, which the journal does not name (exit {code})")
 
-    def _key_of(self, pid: int, ticks: int | None) -> str | None:
-        """The running key whose process this is: same pid *and* start time (pids are
-        recycled fast, and the journal remembers ended jobs until the engine says so)."""
+    def _key_of(self, pid: int, ticks: int | None) -> tuple[str | None, str | None]:
+        """The key whose process this is, and its journal state (running, or exited and
+        not reaped yet): same pid *and* start time (pids are recycled fast, and the
+        journal remembers ended jobs until the engine says so)."""
         for key, entry in journal.replay(self.journal_path).items():
-            if entry.state == journal.RUNNING and entry.pid == pid and entry.ticks == ticks:
-                return key
-        return None
+            if entry.state in (journal.RUNNING, journal.EXITED):
+                if entry.pid == pid and entry.ticks == ticks:
+                    return key, entry.state
+        return None, None
 
     def _settle_interrupted_start(self) -> None:
         """The spawner died: decide the start it may have been in the middle of."""
@@ -228,8 +235,13 @@ class Keeper:
         if not intents:
             return
         # Processes the journal already names, by pid *and* start time: a pid alone may be
-        # an ended job's, recycled for the very start being settled.
-        known = {(e.pid, e.ticks) for e in entries.values() if e.state == journal.RUNNING}
+        # an ended job's, recycled for the very start being settled. (An exited one may
+        # still be an unreaped zombie here, its end journaled just before the spawner died.)
+        known: set[tuple[int | None, int | None]] = {
+            (e.pid, e.ticks)
+            for e in entries.values()
+            if e.state in (journal.RUNNING, journal.EXITED) and e.pid is not None
+        }
         writer = journal.Journal(self.journal_path)  # the only writer while no spawner runs
         try:
             for since, key in intents:

@@ -92,6 +92,15 @@ def exit_code(status: int) -> int:
     return 128 - code if code < 0 else code
 
 
+def waited_code(info: os.waitid_result | None) -> int | None:
+    """What ``waitid`` said of an ended child, as :func:`exit_code` says a wait status."""
+    if info is None:
+        return None
+    if info.si_code == os.CLD_EXITED:
+        return info.si_status
+    return 128 + info.si_status  # killed by (or dumped core on) signal si_status
+
+
 def why_not_runnable(argv0: str, cwd: str, env: dict[str, str]) -> tuple[str | None, str]:
     """``(path, "")`` for a program that can be run, else ``(None, reason)``."""
     if "/" in argv0:
@@ -487,12 +496,16 @@ class Spawner:
         # and ports already given away: kill it while the leader is our unreaped child
         # (its pid, the group id, cannot be reused until we reap it).
         self._killpg(task, signal.SIGKILL)
+        # Its status is read without reaping it and journaled first: killed between a
+        # reap and the journal line, a spawner took the status with it (CI's crash test:
+        # a job's exit code lost). Unreaped, it is the keeper's zombie to reap instead.
         try:
-            _, status = os.waitpid(task.pid, 0)
-            code: int | None = exit_code(status)
+            code: int | None = waited_code(os.waitid(os.P_PID, task.pid, os.WEXITED | os.WNOWAIT))
         except ChildProcessError:
             code = None
         self._ended(task, code)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(task.pid, 0)
 
     def _ended(self, task: Task, code: int | None) -> None:
         self.tasks.pop(task.key, None)
