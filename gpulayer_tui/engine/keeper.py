@@ -29,7 +29,7 @@ import sys
 import time
 
 from . import journal, procstat
-from .launcher import KEEPER_FD, LOCK, TASK_ENV, exit_code
+from .launcher import KEEPER_FD, LOCK, TASK_ENV, exit_code, waited_code
 
 PR_SET_CHILD_SUBREAPER = 36
 ENVIRON_WAIT_S = 1.0
@@ -292,8 +292,9 @@ class Keeper:
         if ended:
             child, ticks = ended[0]
             writer.write("P", key, child, ticks)
-            _, status = os.waitpid(child, 0)
-            writer.write("E", key, exit_code(status))
+            code = waited_code(os.waitid(os.P_PID, child, os.WEXITED | os.WNOWAIT))
+            writer.write("E", key, code)  # (journaled, then reaped: as the spawner does)
+            os.waitpid(child, 0)
             _say(f"the interrupted start of {key} ran as pid {child} and ended (of {ended})")
             return True
         for index, (pid, ticks, code, leader) in enumerate(self.unknown):
