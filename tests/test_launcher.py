@@ -254,40 +254,71 @@ def test_the_launcher_outlives_signals_meant_for_its_engine(
         _launcher(state, "spawner").kill()
 
 
-def _zombie(proc: subprocess.Popen[bytes]) -> bool:
-    return psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
+# Run as a child subreaper of its own, as the keeper is: its children are a spawner's
+# leftovers. It prints what the keeper decided for each start it was asked to settle.
+_KEEPER_SCENE = r"""
+import json, os, subprocess, sys, time
+from gpulayer_tui.engine import journal, procstat
+from gpulayer_tui.engine.keeper import Keeper, _set_subreaper
+
+state = sys.argv[1]
+_set_subreaper()
+writer = journal.Journal(os.path.join(state, journal.NAME))
+since = journal.boot_ticks()
+# Started as jobs are, in sessions of their own: one ran and ended, one runs.
+ran = subprocess.Popen(["sh", "-c", "exit 7"], start_new_session=True)
+env = dict(os.environ, GPULAYER_TASK=f"{state}/8")
+alive = subprocess.Popen(["sleep", "30"], env=env, start_new_session=True)
+# A start cut short in the keeper's own session (which the spawner shares): it ran there.
+cut = subprocess.Popen(["sh", "-c", "exit 5"])
+# A job's descendant, handed to the subreaper when its job ended: in that job's session,
+# which it does not lead. Nothing of a start.
+subprocess.run(["sh", "-c", "sh -c 'sleep 0.2; exit 4' &"], start_new_session=True)
+def zombies(n):
+    kids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    stats = [procstat.read_stat(p) for p in kids]
+    return sum(1 for st in stats if st and st.ppid == os.getpid() and st.state == "Z") >= n
+deadline = time.monotonic() + 10
+while not zombies(3) and time.monotonic() < deadline:
+    time.sleep(0.01)
+keeper = Keeper(state, idle=1.0)
+found = {key: keeper._find(key, since, set(), writer) for key in ("7", "8", "5", "9")}
+entries = journal.replay(os.path.join(state, journal.NAME))
+print(json.dumps({
+    "found": found,
+    "entries": {k: [e.state, e.pid, e.code] for k, e in entries.items()},
+    "pids": {"ran": ran.pid, "alive": alive.pid, "cut": cut.pid},
+    "session_led": os.getsid(0) == os.getpid(),
+}))
+alive.kill()
+"""
 
 
 def test_the_keeper_tells_an_interrupted_start_by_its_process(tmp_path: Path) -> None:
     # A spawner killed between "S key" and "P key": its child is now the keeper's. The
     # keeper must tell whether that start happened (run once, never again) from the child
     # itself: its environment while it lives; once dead, that it leads its own session
-    # (every job does) and began after the "S" line.
-    keeper = Keeper(str(tmp_path), idle=1.0)
-    writer = journal.Journal(str(tmp_path / journal.NAME))
-    since = journal.boot_ticks()
-    ran = subprocess.Popen(["sh", "-c", "exit 7"], start_new_session=True)
-    env = dict(os.environ, GPULAYER_TASK=f"{tmp_path}/8")
-    alive = subprocess.Popen(["sleep", "30"], env=env, start_new_session=True)
-    descendant = subprocess.Popen(["sh", "-c", "exit 4"])  # a job's child: no session of its own
-    try:
-        wait_for(lambda: _zombie(ran) and _zombie(descendant))
-        assert keeper._find("7", since, set(), writer)  # ended: recorded with its code
-        assert keeper._find("8", since, set(), writer)  # alive: recognised by its key
-        assert not keeper._find("9", since, set(), writer)  # nothing of its own: never ran
-        entries = journal.replay(str(tmp_path / journal.NAME))
-        assert (entries["7"].state, entries["7"].pid, entries["7"].code) == (
-            journal.EXITED,
-            ran.pid,
-            7,
-        )
-        assert (entries["8"].state, entries["8"].pid) == (journal.RUNNING, alive.pid)
-        assert "9" not in entries
-    finally:
-        alive.kill()
-        for proc in (alive, descendant, ran):
-            proc.wait()  # (ran was reaped by the keeper: Popen takes that as gone)
-        writer.close()
+    # (every job does) or is still in the keeper's own (which the spawner shares), and
+    # began after the "S" line. A job's descendant handed to the keeper is neither.
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", _KEEPER_SCENE, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    # The keeper is not its session's leader (as when the engine starts it): the case
+    # where its own session was once not recognised, and a start that ran ran again.
+    assert not said["session_led"]
+    assert said["found"] == {"7": True, "8": True, "5": True, "9": False}
+    pids, entries = said["pids"], said["entries"]
+    assert entries["7"] == ["exited", pids["ran"], 7]
+    assert entries["8"] == ["running", pids["alive"], None]
+    assert entries["5"] == ["exited", pids["cut"], 5]
+    assert "9" not in entries
 
 
 def test_the_journal_keeps_when_a_job_ended_and_reads_older_lines(tmp_path: Path) -> None:

@@ -66,15 +66,21 @@ def _children() -> list[int]:
 ENDED = "(ended)"
 
 
-def _own_session() -> int | None:
-    """The session we lead (the engine starts the keeper in a new one), else ``None``.
+def _own_session() -> int:
+    """The keeper's session, which its spawner shares.
 
-    Nothing of a job's can be in it: jobs lead sessions of their own and their processes
-    stay in those. So a process of ours still in it was started by the spawner and was
-    cut short before (or without) its ``setsid``, or ran there: it is the interrupted start.
+    The keeper rarely leads it: the engine starts the keeper through a shell that puts it
+    in the background and exits (``sh -c 'exec "$@" &'`` in a new session), so the session
+    is that shell's, led by a process long gone. Comparing with the keeper's own pid, as
+    this did before, never matched there: CI's crash test then took a start that had run
+    (its process dead in this session) for one that never began, and ran it again.
+
+    Nothing of a job's can be in this session: jobs lead sessions of their own and their
+    processes stay in those. So a child of ours still in it was started by the spawner and
+    was cut short before (or without) its ``setsid``, or ran there: it is the interrupted
+    start.
     """
-    pid = os.getpid()
-    return pid if os.getsid(0) == pid else None
+    return os.getsid(0)
 
 
 def _task_key(pid: int, state_dir: str) -> str | None:
