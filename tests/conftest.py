@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import inspect
 import os
 import shutil
@@ -161,6 +162,22 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s: {predicate}")
         await asyncio.sleep(interval)
+
+
+def launcher_gone(home: Path) -> bool:
+    """True once no keeper holds ``home``'s launcher lock: the launcher (which outlives its
+    engine until it is idle) has exited and holds no file of the state dir open."""
+    try:
+        fd = os.open(home / "launcher.lock", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:

@@ -30,7 +30,16 @@ from gpulayer_tui.engine.errors import StoreError
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
 from gpulayer_tui.engine.paths import Paths, resolve_paths
 
-from .conftest import REPO, EngineFactory, Served, adopt, eventually, make_config, wait_for
+from .conftest import (
+    REPO,
+    EngineFactory,
+    Served,
+    adopt,
+    eventually,
+    launcher_gone,
+    make_config,
+    wait_for,
+)
 from .raw_http import UnixHTTPConnection, request
 
 
@@ -240,6 +249,9 @@ def test_read_only_state_dir_refuses_to_start_with_the_reason(
     job = served.cli("submit", "--", "true").stdout.strip()
     assert served.cli("wait", job).returncode == 0
     served.stop()
+    # Its launcher exits once idle, and holds the journal open for writing until then
+    # (a remount while it is still going is refused: "mount point is busy").
+    wait_for(lambda: launcher_gone(served.home))
     subprocess.run(["mount", "-o", "remount,ro", str(tiny_fs)], check=True)
     proc = served.start("--simulate", "1xA100-80GB", wait=False)
     assert proc.wait(timeout=30) == 2
