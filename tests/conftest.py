@@ -44,12 +44,13 @@ ROOT_FIXTURES = frozenset({"tiny_fs", "open_home"})
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: three workers a core, at least 6. The suite mostly waits (real
-    processes, sockets, a Slurm controller), so one worker per core leaves the cores idle:
-    on 2 idle cores the whole suite took 5:36 with 2 workers, 3:45 with 4 (one run each,
-    before the Slurm tests were split), then 2:48-2:52 with 4 and 2:32-2:38 with 6 (two
-    runs each, 2026-12-01); CI's fresh clone took 2:59-3:12 with 4."""
-    return max(6, 3 * len(os.sched_getaffinity(0)))
+    """``-n auto``: twice the cores, at least 4. The suite mostly waits (real processes,
+    sockets, a Slurm controller), so one worker per core leaves the cores idle: on 2 idle
+    cores the whole suite took 5:36 with 2 workers, 3:45 with 4 (one run each, before the
+    Slurm tests were split), then 2:48-2:52 with 4 and 2:32-2:38 with 6 (two runs each,
+    2026-12-01). Not 6: CI's fresh clone took 3:01 with 6 as with 4 (2:59-3:12; its first
+    run compiles every module), and the more workers, the more load on the tests."""
+    return max(4, 2 * len(os.sched_getaffinity(0)))
 
 
 @pytest.hookimpl(hookwrapper=True)
