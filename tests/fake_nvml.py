@@ -113,6 +113,13 @@ class _Failure:
         return pynvml.NVMLError(self.error)
 
 
+#: Linux never hands out a pid above 2**22 (PID_MAX_LIMIT), so a process listed
+#: with one is never a real process whose facts the engine could read: with
+#: pid_max 32768, a literal 4242 or 5151 can be a test's own engine (it was, in CI).
+NO_SUCH_PID = 2**22 + 1
+STRAY_PID = NO_SUCH_PID + 4242
+
+
 def default_devices() -> list[FakeDevice]:
     """Two GPUs: an A100 running one CUDA process and an idle H100."""
     return [
@@ -125,7 +132,7 @@ def default_devices() -> list[FakeDevice]:
             temperature=61,
             power_mw=250_500,
             power_limit_mw=400_000,
-            compute=[(4242, 19 * GIB)],
+            compute=[(STRAY_PID, 19 * GIB)],
         ),
         FakeDevice(
             uuid="GPU-11111111-1111-1111-1111-111111111111",
@@ -149,7 +156,12 @@ class FakeNvml:
         calls: Every call made, as ``(function, gpu index or None)``.
         refcount: Like NVML: ``nvmlInit`` increments, ``nvmlShutdown`` decrements; calls
             other than ``nvmlInit`` raise NVML_ERROR_UNINITIALIZED while it is zero.
+        stray_pid: The default A100's one CUDA process, never a real process.
+        no_such_pid: Another pid no real process can have, for a test's own listing.
     """
+
+    stray_pid = STRAY_PID
+    no_such_pid = NO_SUCH_PID
 
     def __init__(self, devices: list[FakeDevice] | None = None) -> None:
         """Create the fake with ``devices`` (default: :func:`default_devices`)."""

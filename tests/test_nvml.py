@@ -50,7 +50,7 @@ def test_reads_every_gpu_with_all_fields(fake_nvml: FakeNvml, probe: NvmlProbe) 
     assert a100.temperature == 61
     assert a100.power_watts == pytest.approx(250.5)
     assert a100.power_limit_watts == pytest.approx(400.0)
-    assert a100.processes == (GpuProcess(4242, 19 * GIB),)
+    assert a100.processes == (GpuProcess(fake_nvml.stray_pid, 19 * GIB),)
     assert a100.error is None
     assert a100.lost is False
 
@@ -70,7 +70,7 @@ def test_reads_live_values_each_time(fake_nvml: FakeNvml, probe: NvmlProbe) -> N
     gpu = probe.read().gpus[0]
 
     assert gpu.memory_used == 70 * GIB
-    assert gpu.processes == (GpuProcess(4242, 19 * GIB), GpuProcess(5000, 50 * GIB))
+    assert gpu.processes == (GpuProcess(fake_nvml.stray_pid, 19 * GIB), GpuProcess(5000, 50 * GIB))
     assert fake_nvml.call_count("nvmlInit") == 1
 
 
@@ -329,7 +329,7 @@ def test_memory_not_supported_keeps_other_metrics(fake_nvml: FakeNvml, probe: Nv
     assert gpu.memory_total is None
     assert gpu.memory_used is None
     assert gpu.utilization == 57
-    assert gpu.processes == (GpuProcess(4242, 19 * GIB),)
+    assert gpu.processes == (GpuProcess(fake_nvml.stray_pid, 19 * GIB),)
     assert gpu.lost is False
     assert gpu.error is not None
     assert "memory" in gpu.error
@@ -356,7 +356,7 @@ def test_graphics_list_not_supported_keeps_compute(fake_nvml: FakeNvml, probe: N
 
     gpu = probe.read().gpus[0]
 
-    assert gpu.processes == (GpuProcess(4242, 19 * GIB),)
+    assert gpu.processes == (GpuProcess(fake_nvml.stray_pid, 19 * GIB),)
     assert gpu.error is None
 
 

@@ -20,7 +20,7 @@ from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.procs import HostUse
 from gpulayer_tui.engine.spec import SpecError
 
-from .conftest import EngineFactory, eventually, make_config
+from .conftest import EngineFactory, eventually, make_config, wait_for
 
 if TYPE_CHECKING:
     from .fake_nvml import FakeNvml
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 async def test_domains_and_vram_split_from_nvml(
     make_engine: EngineFactory, fake_nvml: FakeNvml
 ) -> None:
-    fake_nvml.devices[1].compute = [(5151, None)]  # usage "not available"
+    fake_nvml.devices[1].compute = [(fake_nvml.no_such_pid, None)]  # usage "not available"
     fake_nvml.devices[1].memory_used = 3 * GIB
     engine = await make_engine(probe=NvmlProbe())
     view = engine.gpus()
@@ -38,14 +38,14 @@ async def test_domains_and_vram_split_from_nvml(
     assert (gpu0["name"], gpu0["gpu_uuid"]) == ("gpu0", fake_nvml.devices[0].uuid)
     assert gpu0["gpu"]["name"] == "NVIDIA A100-SXM4-80GB"
     assert gpu0["gpu"]["utilization"] == 57 and gpu0["gpu"]["power_watts"] == 250.5
-    # 20 GiB used; pid 4242 (not ours) lists 19 GiB: 19 unregistered, 1 unattributed
+    # 20 GiB used; the stray (not ours) lists 19 GiB: 19 unregistered, 1 unattributed
     assert gpu0["vram"]["unregistered"] == 19 * GIB
     assert gpu0["vram"]["unattributed"] == 1 * GIB
     assert gpu0["vram"]["free"] == 60 * GIB
     # a process whose usage is unavailable shows None and is counted through memory.used
     assert gpu1["processes"] == [
         {
-            "pid": 5151,
+            "pid": fake_nvml.no_such_pid,
             "used_bytes": None,
             "gpu_util": None,
             "job_id": None,
@@ -197,6 +197,32 @@ def test_process_cache_attributes_by_incarnation(monkeypatch: pytest.MonkeyPatch
     reads.clear()
     cache.attribute(300, roots)
     assert reads == [300]  # forgotten, then re-read (its parent is init: no walk)
+
+
+EXECS_ON_INPUT = "import os, sys; sys.stdin.readline(); os.execvp('sleep', ['sleep', '30'])"
+
+
+def test_process_cache_describes_a_process_again_after_it_runs_exec() -> None:
+    # An exec keeps the pid and the start time (the same incarnation) but not the
+    # command: the cache notices through the stat's command name, read every tick anyway.
+    from gpulayer_tui.engine.sampler import ProcessCache
+
+    with subprocess.Popen([sys.executable, "-c", EXECS_ON_INPUT], stdin=subprocess.PIPE) as proc:
+        try:
+            cache = ProcessCache()
+            before = cache.attribute(proc.pid, {})
+            assert before.info.command.startswith(sys.executable)
+            assert "execvp" in before.info.command
+            assert proc.stdin is not None
+            proc.stdin.write(b"go\n")
+            proc.stdin.flush()
+            wait_for(lambda: psutil.Process(proc.pid).cmdline() == ["sleep", "30"])
+            cache.next_tick()
+            after = cache.attribute(proc.pid, {})
+            assert after.info.command == "sleep 30"
+            assert after.info.start_ticks == before.info.start_ticks
+        finally:
+            proc.kill()
 
 
 BURNER = """

@@ -199,7 +199,10 @@ async def test_submitted_job_counts_as_running_and_enter_opens_it(ui_app: Any) -
         # A child of the job's command (as a CUDA worker process would be) holds memory:
         # it is owned, not unregistered.
         leader = await until(pilot, lambda: app.job_store.jobs.get(job["id"], {}).get("pid"))
-        detail = await until(pilot, lambda: [c.pid for c in psutil.Process(leader).children()])
+        detail = await until(
+            pilot,
+            lambda: [c.pid for c in psutil.Process(leader).children() if c.name() == "sleep"],
+        )
         detail = detail[0]
         gpu = app.job_store.jobs[job["id"]]["gpus"][0]
         SimLedger(app.backend.engine.paths.state_dir).hold(gpu, detail, 6.0)
@@ -251,7 +254,11 @@ async def test_the_process_tree_puts_a_job_over_its_processes(ui_app: Any) -> No
         await until(pilot, lambda: app.screen.query(GpuPanel))
         job = await app.backend.submit({"shell": "sleep 30; true", "gpus": 1, "name": "tree"})
         leader = await until(pilot, lambda: app.job_store.jobs.get(job["id"], {}).get("pid"))
-        child = await until(pilot, lambda: [c.pid for c in psutil.Process(leader).children()])
+        # (its child once it runs sleep: forked, it is a copy of the shell until its exec)
+        child = await until(
+            pilot,
+            lambda: [c.pid for c in psutil.Process(leader).children() if c.name() == "sleep"],
+        )
         gpu = app.job_store.jobs[job["id"]]["gpus"][0]
         ledger = SimLedger(app.backend.engine.paths.state_dir)
         ledger.hold(gpu, leader, 2.0)  # the shell and its child both hold GPU memory

@@ -25,6 +25,7 @@ class ProcStat:
     start_ticks: int
     session: int = 0
     flags: int = 0  # field 9: PF_* (PF_KTHREAD marks a kernel thread)
+    comm: bytes = b""  # field 2, the command name: exec (and PR_SET_NAME) change it
 
 
 def read_stat(pid: int) -> ProcStat | None:
@@ -38,8 +39,8 @@ def read_stat(pid: int) -> ProcStat | None:
             data = fh.read()
     except OSError:
         return None
-    end = data.rfind(b")")
-    if end < 0:
+    begin, end = data.find(b"("), data.rfind(b")")
+    if begin < 0 or end < begin:
         return None
     rest = data[end + 2 :].split()
     # rest[0] is field 3 (state); field N is rest[N - 3].
@@ -51,6 +52,7 @@ def read_stat(pid: int) -> ProcStat | None:
             start_ticks=int(rest[19]),
             session=int(rest[3]),
             flags=int(rest[6]),
+            comm=data[begin + 1 : end],
         )
     except (IndexError, ValueError):
         return None

@@ -91,26 +91,32 @@ class _Known:
     """One process incarnation (pid + start time): what it looked like when first seen,
     the psutil handle its CPU % is measured through, and its latest tick's use."""
 
-    __slots__ = ("info", "lineage", "process", "read_at", "start_ticks", "tick", "use")
+    __slots__ = ("comm", "info", "lineage", "process", "read_at", "start_ticks", "tick", "use")
 
     def __init__(
         self,
-        start_ticks: int,
+        stat: procs.ProcStat,
         lineage: tuple[tuple[int, int], ...],  # (pid, start ticks): itself, parent, ...
         process: psutil.Process | None,
     ) -> None:
-        self.start_ticks = start_ticks
+        self.start_ticks = stat.start_ticks
         self.lineage = lineage
         self.process = process
-        info = (
-            procs.describe_process(process, start_ticks)
-            if process is not None
-            else procs.ProcessInfo(lineage[0][0], "", "", start_ticks)
-        )
-        self.info = replace(info, ppid=lineage[1][0] if len(lineage) > 1 else None)
+        self.describe(stat)
         self.tick = -1
         self.read_at = -HOST_EVERY_S  # (monotonic) when its host use was last read
         self.use = _GONE
+
+    def describe(self, stat: procs.ProcStat) -> None:
+        """Read its user and command (again: an exec keeps pid and start time)."""
+        self.comm = stat.comm
+        info = (
+            procs.describe_process(self.process, self.start_ticks)
+            if self.process is not None
+            else procs.ProcessInfo(stat.pid, "", "", self.start_ticks)
+        )
+        lineage = self.lineage
+        self.info = replace(info, ppid=lineage[1][0] if len(lineage) > 1 else None)
 
 
 HOST_EVERY_S = 2.0
@@ -122,13 +128,14 @@ tick from 1.7 to 4.1 ms of CPU); its CPU % is then over those seconds."""
 class ProcessCache:
     """Attribution, description and host use of GPU processes, kept per incarnation.
 
-    A GPU process stays on the GPU for many ticks, and its ancestry, user and command do
-    not change while it lives, so only its /proc stat is read each tick (to check that the
-    pid still names the same process); the ancestor walk and the status/cmdline reads
-    happen once. Matching a job's root still compares start times, so a recycled pid is
-    never taken for a job's process. Each incarnation keeps one ``psutil.Process``, so its
-    CPU % is over the time since the previous tick; a process on several GPUs is measured
-    once per tick. Entries not seen in a tick are dropped.
+    A GPU process stays on the GPU for many ticks, its ancestry is fixed when it is first
+    seen and its user and command seldom change, so only its /proc stat is read each tick
+    (to check that the pid still names the same process); the ancestor walk happens once,
+    the status and cmdline reads again only when the stat's command name changed (an exec
+    keeps the pid and the start time). Matching a job's root still compares start times,
+    so a recycled pid is never taken for a job's process. Each incarnation keeps one
+    ``psutil.Process``, so its CPU % is over the time since the previous tick; a process
+    on several GPUs is measured once per tick. Entries not seen in a tick are dropped.
     """
 
     def __init__(self) -> None:
@@ -148,8 +155,10 @@ class ProcessCache:
         known = self._known.get(pid)
         if known is None or known.start_ticks != stat.start_ticks:
             process = procs.open_process(pid, stat.start_ticks)
-            known = _Known(stat.start_ticks, _lineage(stat), process)
+            known = _Known(stat, _lineage(stat), process)
             self._known[pid] = known
+        elif known.comm != stat.comm:  # the same process ran exec (or renamed itself)
+            known.describe(stat)
         with self._lock:
             now = time.monotonic()
             due = known.tick < 0 or now - known.read_at >= HOST_EVERY_S
