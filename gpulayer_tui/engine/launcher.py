@@ -53,13 +53,13 @@ import selectors
 import shutil
 import signal
 import socket
-import stat
 import sys
 import time
 from typing import Any
 
 from ..unixsock import SocketPath
 from . import journal, procstat
+from .logfiles import LogFiles
 
 SOCKET = "launch.sock"  # (no longer than engine.sock: AF_UNIX paths are short)
 LOCK = "launcher.lock"
@@ -161,6 +161,7 @@ class Spawner:
         self.logs_checked = 0.0
         self.quit = False
         self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self.logs = LogFiles(_say)
         self.programs: dict[tuple[str, str, str], str] = {}
         self.envs: dict[int, dict[str, str]] = {}  # environments the engine sent, by id
         self.listener = self._listen()
@@ -224,8 +225,12 @@ class Spawner:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         while not self.quit:
-            for sel_key, events in self.sel.select(TICK_S):
+            spare_wanted = self.logs.wanted()
+            ready = self.sel.select(0 if spare_wanted else TICK_S)
+            for sel_key, events in ready:
                 sel_key.data(sel_key.fileobj, events)
+            if spare_wanted and not ready:
+                self.logs.make_one()  # only while nothing waits: off every start's path
             self._tick()
             # What this round said goes out in one send (a spawn's "started" and another
             # job's "exited" share it), not one system call per event.
@@ -234,6 +239,7 @@ class Spawner:
         # Retiring: no new engine may connect to a launcher that is going away.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.state_dir, SOCKET))
+        self.logs.close()
         return 0
 
     def _tick(self) -> None:
@@ -433,7 +439,7 @@ class Spawner:
         if program is None:
             return why
         try:
-            log_fd = _open_log(log, fresh)
+            log_fd = self.logs.open(log, fresh)
         except OSError as err:
             return f"cannot write the job's log {log}: {err.strerror}"
         self.journal.write("S", key, journal.boot_ticks())
@@ -622,32 +628,6 @@ def _pidfd(pid: int) -> int | None:
         return os.pidfd_open(pid)
     except OSError:
         return None
-
-
-def _open_log(path: str, fresh: bool) -> int:
-    """The job's log, never through a symlink; a first start never appends to an old file.
-
-    Raises:
-        OSError: It cannot be created (the message names why: a directory, a symlink,
-            a full disk, no permission).
-    """
-    # Read-write: the launcher reads the end back when it cuts a log to its limit.
-    flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-    if fresh:
-        try:
-            return os.open(path, flags | os.O_EXCL, 0o600)
-        except FileExistsError:
-            mode = os.lstat(path).st_mode
-            if stat.S_ISDIR(mode):
-                raise IsADirectoryError(errno.EISDIR, "Is a directory", path) from None
-            if not stat.S_ISREG(mode):
-                raise OSError(errno.ELOOP, "not a regular file (a symlink?)", path) from None
-            # Left by something else (an id used before this journal existed): keep it
-            # aside rather than mix two jobs' output.
-            os.replace(path, f"{path}.old-{int(time.time())}")
-            _say(f"{path} was there before its first start: kept aside as .old-*")
-            return os.open(path, flags | os.O_EXCL, 0o600)
-    return os.open(path, flags, 0o600)
 
 
 def main(argv: list[str] | None = None) -> int:
