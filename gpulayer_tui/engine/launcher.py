@@ -36,7 +36,7 @@ Requests (engine -> spawner) and events (spawner -> engine), one JSON object per
 ``{"ev": "log_cut", "key", "dropped", "kept"}``      its log passed ``max_log`` and was cut
 =================================================  =========================================
 
-Stdlib only (and :mod:`.journal`, :mod:`.procstat`): it must start fast.
+Stdlib only (and :mod:`.journal`, :mod:`.procstat`, :mod:`.logfiles`): it must start fast.
 
 Why this module is longer than ~400 lines: one single-threaded loop owns every child,
 fd and timer of the spawner; its handlers share that state and are read together.

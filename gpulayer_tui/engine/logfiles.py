@@ -1,7 +1,7 @@
 """Job logs for the launcher: opened never through a symlink, and created ahead of need.
 
 Creating a file costs the filesystem an inode. On this project's ext4 test machines that
-took 5 to 140 us per file, changing from run to run (bench/results.md), on the path from a
+took 5 to 290 us per file, changing from run to run (bench/before_after.md), on the path from a
 job's start request to its process. Linking a file that already exists into the directory
 takes 7-8 us, steadily. So the spawner keeps a few unnamed files (``O_TMPFILE``) in the
 logs' directory, made while it has nothing else to do, and gives a first start one of
