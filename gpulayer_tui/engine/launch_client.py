@@ -9,6 +9,10 @@ asks for the launcher's table and reconciles: tasks that ended meanwhile are rep
 starts the dead spawner never received are sent again (the launcher never starts a key
 twice, so sending again is safe), and only then does the outbox go out.
 
+The socket is read by a protocol (:class:`_Connection`) that hands each line to the
+executor as it arrives: no reader task woken per line (a profile of a drain put a loop
+iteration and a future on every ``readline``).
+
 Why this module is over ~400 lines: connecting (and starting a launcher), the executor
 interface and the reconnect/reconcile path share the watches, the pending starts and the
 outbox; they are read together when reasoning about exactly-once.
@@ -17,8 +21,8 @@ outbox; they are read together when reasoning about exactly-once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -37,6 +41,7 @@ from .tasks import cancel_and_wait
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 15.0
+LINE_LIMIT = 64 * 1024 * 1024  # (the table of a launcher with many tasks is one line)
 PROGRAM_CACHE_S = 5.0
 
 
@@ -53,6 +58,40 @@ class _Watch:
         self.on_start = on_start
         self.on_exit = on_exit
         self.pid: int | None = None
+
+
+class _Connection(asyncio.Protocol):
+    """The launcher's socket: each complete line goes to ``on_line`` as it arrives."""
+
+    def __init__(self, on_line: Callable[[bytes], None], on_lost: Callable[[Any], None]) -> None:
+        self._on_line = on_line
+        self._on_lost = on_lost
+        self._buffer = b""
+        self.transport: asyncio.WriteTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self._buffer:
+            data = self._buffer + data
+        *lines, self._buffer = data.split(b"\n")
+        for line in lines:
+            if not line:
+                continue
+            try:
+                self._on_line(line)
+            except Exception:  # one failing reaction must not stop the others
+                log.exception("handling the launcher's %r failed", line[:80])
+        if len(self._buffer) > LINE_LIMIT:
+            log.error("the launcher sent a line over %d bytes; reconnecting", LINE_LIMIT)
+            self._buffer = b""
+            assert self.transport is not None
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_lost(self)
 
 
 class LauncherExecutor:
@@ -76,9 +115,10 @@ class LauncherExecutor:
         self.idle_timeout = idle_timeout
         self.max_log = max_log  # a job's log is cut back past this ([logs] max_bytes)
         self.log_cut: list[Callable[[TaskKey, int, int], None]] = []  # (key, dropped, kept)
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._loop_task: asyncio.Task[None] | None = None
+        self._conn: _Connection | None = None
+        self._transport: asyncio.WriteTransport | None = None
+        self._serving = False  # open() is done: a lost connection is reconnected
+        self._reconnecting: asyncio.Task[None] | None = None
         self._watches: dict[str, _Watch] = {}
         self._pending: dict[str, dict[str, Any]] = {}  # starts not answered yet
         self._outbox: list[bytes] = []  # held while no launcher is connected
@@ -113,13 +153,11 @@ class LauncherExecutor:
             except OSError:
                 # A launcher that was retiring (idle, its engine gone) closed on us: the
                 # next one answers.
-                if self._writer is not None:
-                    self._writer.close()
-                self._reader = self._writer = None
+                self._drop_connection()
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.05)
-        self._loop_task = asyncio.create_task(self._read_loop(), name="launcher-events")
+        self._serving = True
 
     async def _connect(self) -> None:
         sock = str(self.state_dir / SOCKET)
@@ -128,9 +166,10 @@ class LauncherExecutor:
         while True:
             where = SocketPath(self.state_dir / SOCKET)
             try:
-                self._reader, self._writer = await asyncio.open_unix_connection(
-                    where.path, limit=64 * 1024 * 1024
+                _, conn = await asyncio.get_running_loop().create_unix_connection(
+                    functools.partial(_Connection, self._dispatch, self._lost), where.path
                 )
+                self._conn, self._transport = conn, conn.transport
                 return
             except (FileNotFoundError, ConnectionRefusedError):
                 if not self._launcher_alive():
@@ -190,62 +229,57 @@ class LauncherExecutor:
         starter.wait()
 
     async def _query(self) -> dict[str, Any]:
+        """Ask for the launcher's table (sent at once, ahead of any outbox).
+
+        Raises:
+            OSError: The connection closed before the answer.
+        """
         self._table_ready = asyncio.get_running_loop().create_future()
-        self._write({"op": "query"})
-        if self._loop_task is None:
-            # Before the event loop runs: read the answer here.
-            assert self._reader is not None
-            while not self._table_ready.done():
-                line = await self._reader.readline()
-                if not line:
-                    raise OSError("the launcher closed the connection")
-                self._dispatch(line)
+        self._write_now({"op": "query"})
         return await self._table_ready
 
-    async def _read_loop(self) -> None:
-        while not self._closing:
-            assert self._reader is not None
-            try:
-                line = await self._reader.readline()
-            except (OSError, ValueError):
-                line = b""
-            if line:
-                self._dispatch(line)
-                continue
-            if self._closing:
-                return
-            log.warning("lost the launcher; reconnecting")
-            await self._reconnect()
+    def _drop_connection(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+        self._conn = self._transport = None
+
+    def _lost(self, conn: _Connection) -> None:
+        """``conn`` closed (the spawner died, or we closed it)."""
+        if conn is not self._conn:
+            return  # an older one
+        self._conn = self._transport = None
+        if self._table_ready is not None and not self._table_ready.done():
+            self._table_ready.set_exception(OSError("the launcher closed the connection"))
+        if self._closing or not self._serving or self._reconnecting is not None:
+            return  # (open() and a running reconnect handle it themselves)
+        log.warning("lost the launcher; reconnecting")
+        self._reconnecting = asyncio.get_running_loop().create_task(
+            self._reconnect(), name="launcher-reconnect"
+        )
 
     async def _reconnect(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
         # Until the new launcher has its environments and the starts it missed, every
         # request waits in the outbox (a spawn naming an environment it does not know yet
         # would fail).
         self._syncing = True
-        while not self._closing:
-            try:
-                await self._connect()
-                break
-            except OSError as err:
-                log.error("cannot reach the launcher (%s); trying again", err)
-                await asyncio.sleep(1.0)
-        if self._closing:
-            return
-        self._table_ready = asyncio.get_running_loop().create_future()
-        self._write_now({"op": "query"})
-        assert self._reader is not None
-        while not self._table_ready.done():
-            try:
-                line = await self._reader.readline()
-            except (OSError, ValueError):
-                line = b""
-            if not line:
-                return await self._reconnect()  # that one went away too: the next
-            self._dispatch(line)
-        self._reconcile(self._table_ready.result())
+        try:
+            while not self._closing:
+                try:
+                    await self._connect()
+                except OSError as err:
+                    log.error("cannot reach the launcher (%s); trying again", err)
+                    await asyncio.sleep(1.0)
+                    continue
+                if self._closing:
+                    return
+                try:
+                    table = await self._query()
+                except OSError:
+                    continue  # that one went away too: the next
+                self._reconcile(table)
+                return
+        finally:
+            self._reconnecting = None
 
     def _reconcile(self, table: dict[str, Any]) -> None:
         """After a reconnect: report what ended, send again what never arrived."""
@@ -270,8 +304,8 @@ class LauncherExecutor:
         for request in resend:
             self._write_now(request)
         for data in outbox:
-            assert self._writer is not None
-            self._writer.write(data)
+            assert self._transport is not None
+            self._transport.write(data)
         self._syncing = False
 
     def _write(self, request: dict[str, Any]) -> None:
@@ -293,14 +327,14 @@ class LauncherExecutor:
         data, self._batch = b"".join(self._batch), []
         if not data:
             return
-        if self._writer is None or self._outbox or self._syncing:
+        if self._transport is None or self._outbox or self._syncing:
             self._outbox.append(data)  # (sent after the reconnect, in order)
         else:
-            self._writer.write(data)
+            self._transport.write(data)
 
     def _write_now(self, request: dict[str, Any]) -> None:
-        assert self._writer is not None
-        self._writer.write(json.dumps(request, separators=(",", ":")).encode() + b"\n")
+        assert self._transport is not None
+        self._transport.write(json.dumps(request, separators=(",", ":")).encode() + b"\n")
 
     def _dispatch(self, line: bytes) -> None:
         try:
@@ -351,15 +385,19 @@ class LauncherExecutor:
     async def close(self) -> None:
         """Stop listening; the launcher keeps running what runs (it exits once idle)."""
         self._closing = True
-        if self._writer is not None:
+        if self._reconnecting is not None:
+            await cancel_and_wait(self._reconnecting)
+        transport = self._transport
+        if transport is not None:
             self._flush_batch()
-            with contextlib.suppress(OSError):
-                self._write_now({"op": "quit_if_idle"})
-                async with asyncio.timeout(5):
-                    await self._writer.drain()
-            self._writer.close()
-        if self._loop_task is not None:
-            await cancel_and_wait(self._loop_task)
+            self._write_now({"op": "quit_if_idle"})
+            # What is still buffered (the socket was full) goes out before the close.
+            deadline = time.monotonic() + 5.0
+            while transport.get_write_buffer_size() and not transport.is_closing():
+                if time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.01)
+            self._drop_connection()
 
     # -- the executor interface -----------------------------------------------------------------
 
