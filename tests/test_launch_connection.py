@@ -1,20 +1,26 @@
-"""The engine's end of the launcher socket reads lines as they arrive (a real socket pair).
+"""The engine's end of the launcher socket (real sockets; the launcher's end is the test).
 
 The launcher tests cover what goes over it; these cover how lines are cut out of what the
-socket delivers: split across reads, several in one, a reaction that fails, a runaway line.
+socket delivers (split across reads, several in one, a reaction that fails, a runaway
+line), and how a start sent from the store's writer thread keeps the stream whole when the
+socket is full or takes only part of it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from gpulayer_tui.engine import launch_client
-from gpulayer_tui.engine.launch_client import _Connection
+from gpulayer_tui.engine.executor import Exit, Started
+from gpulayer_tui.engine.launch_client import LauncherExecutor, _Connection
+from gpulayer_tui.engine.launcher import SOCKET
 
 from .conftest import eventually
 
@@ -89,3 +95,127 @@ async def test_a_line_without_end_past_the_limit_drops_the_connection(
         assert "over 1000 bytes" in caplog.text
     finally:
         theirs.close()
+
+
+class _Peer:
+    """The launcher's end, played by the test: answers the table query, then reads only
+    when told to."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(state_dir / SOCKET))
+        self.listener.listen(1)
+        self.conn: socket.socket | None = None
+        self.received = b""
+
+    async def accept_and_answer(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.conn, _ = await loop.sock_accept(self.listener)
+        while b"\n" not in self.received:
+            self.received += await loop.sock_recv(self.conn, 65536)
+        assert json.loads(self.received.split(b"\n")[0]) == {"op": "query"}
+        self.received = self.received.split(b"\n", 1)[1]
+        await loop.sock_sendall(self.conn, b'{"ev":"table","tasks":{}}\n')
+
+    async def lines(self, count: int) -> list[dict[str, object]]:
+        """Read until ``count`` whole lines have come; each must be JSON."""
+        assert self.conn is not None
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(10):
+            while self.received.count(b"\n") < count:
+                self.received += await loop.sock_recv(self.conn, 1 << 20)
+        return [json.loads(line) for line in self.received.split(b"\n")[:count]]
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.listener.close()
+
+
+async def _executor_with_peer(tmp_path: Path) -> tuple[LauncherExecutor, _Peer]:
+    peer = _Peer(tmp_path)
+    executor = LauncherExecutor(tmp_path, tmp_path)
+    answering = asyncio.create_task(peer.accept_and_answer())
+    await executor.open()
+    await answering
+    return executor, peer
+
+
+def _ignore(_what: Started | Exit) -> None:
+    pass
+
+
+async def test_a_start_the_socket_takes_only_in_part_is_finished_before_anything_else(
+    tmp_path: Path,
+) -> None:
+    # A request larger than the socket's buffer, sent from another thread while the
+    # launcher does not read: the socket takes part of it, the loop writes the rest, and
+    # what is sent next comes after it, whole.
+    executor, peer = await _executor_with_peer(tmp_path)
+    try:
+        big = "x" * (4 << 20)
+        prepared = executor.prepare(
+            7, ["true", big], str(tmp_path), {"A": "1"}, {}, _ignore, _ignore
+        )
+        (env,) = await peer.lines(1)  # the environment goes out at once (it starts nothing)
+        assert env["op"] == "env"
+        await asyncio.to_thread(prepared.send_now)
+        assert prepared.sent
+        executor.done(6)  # an ack: written by the loop, after the start's last byte
+        lines = await peer.lines(3)
+        assert [line.get("op") for line in lines] == ["env", "spawn", "ack"]
+        assert lines[1]["argv"] == ["true", big] and lines[1]["key"] == "7"
+        assert lines[2]["keys"] == ["6"]
+    finally:
+        await executor.close()
+        peer.close()
+
+
+async def test_a_start_the_full_socket_refuses_is_sent_by_the_loop_in_order(
+    tmp_path: Path,
+) -> None:
+    executor, peer = await _executor_with_peer(tmp_path)
+    env: dict[str, str] = {}
+    try:
+        first = executor.prepare(
+            1, ["true", "y" * (4 << 20)], str(tmp_path), env, {}, _ignore, _ignore
+        )
+        second = executor.prepare(2, ["true"], str(tmp_path), env, {}, _ignore, _ignore)
+        first.send()  # the loop's way: the transport keeps what the socket cannot take
+        await eventually(lambda: first.sent and not executor._batch)
+        await asyncio.to_thread(second.send_now)
+        assert not second.sent  # it would have jumped the queue: the loop sends it
+        second.send()
+        assert second.sent
+        lines = await peer.lines(3)
+        assert [(line.get("op"), line.get("key")) for line in lines] == [
+            ("env", None),
+            ("spawn", "1"),
+            ("spawn", "2"),
+        ]
+    finally:
+        await executor.close()
+        peer.close()
+
+
+async def test_a_discarded_start_is_never_sent(tmp_path: Path) -> None:
+    executor, peer = await _executor_with_peer(tmp_path)
+    env: dict[str, str] = {}
+    try:
+        dropped = executor.prepare(1, ["true"], str(tmp_path), env, {}, _ignore, _ignore)
+        dropped.discard()
+        await peer.lines(1)  # (its environment went out: that starts nothing)
+        await asyncio.to_thread(dropped.send_now)
+        dropped.send()
+        assert not dropped.sent and not executor.watching(1)
+        kept = executor.prepare(2, ["true"], str(tmp_path), env, {}, _ignore, _ignore)
+        await asyncio.to_thread(kept.send_now)
+        assert kept.sent
+        lines = await peer.lines(2)
+        assert [(line.get("op"), line.get("key")) for line in lines] == [
+            ("env", None),
+            ("spawn", "2"),
+        ]
+    finally:
+        await executor.close()
+        peer.close()

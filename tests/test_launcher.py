@@ -13,12 +13,14 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from gpulayer_tui.engine import journal
 from gpulayer_tui.engine.engine import Engine
+from gpulayer_tui.engine.jobbook import ActiveJob
 from gpulayer_tui.engine.keeper import Keeper
 from gpulayer_tui.engine.models import Job, JobStatus, TerminationReason
 
@@ -198,6 +200,18 @@ async def test_a_cancelled_job_that_exits_0_is_still_cancelled_after_a_restart(
     assert dep.termination_reason is TerminationReason.DEPENDENCY_FAILED  # it never ran
 
 
+async def _placed_while_the_writer_is_busy(
+    engine: Engine, marker: Path
+) -> tuple[threading.Event, asyncio.Task[Any], asyncio.Task[Job], ActiveJob]:
+    """Hold the store's writer until the event is set, and submit a job that touches
+    ``marker``: it is placed ("running" in memory) while its commit waits."""
+    release = threading.Event()
+    busy = asyncio.create_task(engine.store.run_on_writer(lambda db: release.wait(10)))
+    submitting = asyncio.create_task(engine.submit({"shell": f"touch {marker}", "gpus": 0}))
+    act = await eventually(lambda: next(iter(engine.book), None))
+    return release, busy, submitting, act
+
+
 async def test_nothing_starts_before_the_decision_is_durable(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:
@@ -205,10 +219,7 @@ async def test_nothing_starts_before_the_decision_is_durable(
     # start waits for the commit. Cancelled in that window, it never runs at all.
     engine = await make_engine()
     marker = tmp_path / "ran"
-    release = threading.Event()
-    busy = asyncio.create_task(engine.store.run_on_writer(lambda db: release.wait(10)))
-    submitting = asyncio.create_task(engine.submit({"shell": f"touch {marker}", "gpus": 0}))
-    act = await eventually(lambda: next(iter(engine.book), None))
+    release, busy, submitting, act = await _placed_while_the_writer_is_busy(engine, marker)
     assert act.job.status is JobStatus.RUNNING and act.job.pid is None
     cancelling = asyncio.create_task(engine.cancel(act.job.id))
     await asyncio.sleep(0.2)
@@ -222,6 +233,41 @@ async def test_nothing_starts_before_the_decision_is_durable(
     await asyncio.sleep(0.2)
     assert not marker.exists()
     assert engine.executor.pids() == {}
+
+
+async def test_a_start_goes_out_as_its_decision_commits_without_waiting_for_the_loop(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # The store's writer thread sends a start the moment its COMMIT returns: the job runs
+    # even while the event loop is held up right after handing over the commit.
+    engine = await make_engine()
+    marker = tmp_path / "ran"
+    seen: list[tuple[str, object, object]] = []
+    subscription = engine.subscribe()
+
+    async def watch() -> None:
+        async for ev in subscription:
+            seen.append((ev.kind.value, ev.data.get("status"), ev.data.get("pid")))
+
+    watcher = asyncio.create_task(watch())
+    release, busy, submitting, act = await _placed_while_the_writer_is_busy(engine, marker)
+    await eventually(lambda: engine.store._inflight)  # its commit waits for the writer
+    assert not marker.exists()
+    release.set()
+    # Hold the loop (no await): only the writer thread and the launcher can act now.
+    ran = wait_for(marker.exists, timeout=10)
+    assert ran and act.job.pid is None  # started, and the loop has not heard of it yet
+    await busy
+    job = await submitting
+    done = await engine.wait(job.id, timeout=10)
+    assert (done.status, done.exit_code) == (JobStatus.COMPLETED, 0)
+    assert done.pid is not None
+    # Subscribers still hear of the decision first, then of the process.
+    await eventually(lambda: ("job.started", "running", done.pid) in seen)
+    subscription.close()
+    watcher.cancel()
+    kinds = [(kind, status) for kind, status, _ in seen]
+    assert kinds.index(("job.transition", "running")) < kinds.index(("job.started", "running"))
 
 
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT", "SIGHUP"])

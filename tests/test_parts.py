@@ -50,7 +50,11 @@ class Journal:
             self.rows.append(dict(job.to_json()))
         self.events.extend(events)
 
-    def after_commit(self, callback: Callable[[], None]) -> None:
+    def after_commit(
+        self, callback: Callable[[], None], early: Callable[[], None] | None = None
+    ) -> None:
+        if early is not None:
+            early()
         callback()
 
     def statuses(self, job_id: int) -> list[str]:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .commandline import plain_argv, shell_argv
-from .executor import Executor, Exit, LaunchError, Started, TaskKey
+from .executor import Executor, Exit, LaunchError, PreparedStart, Started, TaskKey
 from .jobbook import ActiveJob, JobBook, release_holds, take_holds
 from .models import Job, JobStatus, TerminationReason
 from .unkillable import StuckReleaser
@@ -107,7 +107,7 @@ def argv_of(spec: JobSpec) -> tuple[list[str], str]:
     return argv, spec.run_dir
 
 
-def start_task(
+def prepare_task(
     executor: Executor,
     key: TaskKey,
     spec: JobSpec,
@@ -116,8 +116,8 @@ def start_task(
     on_start: Callable[[Started], None],
     on_exit: Callable[[Exit], None],
     run: int = 0,
-) -> None:
-    """Ask ``executor`` to start ``spec``'s command as ``key``.
+) -> PreparedStart:
+    """Have ``executor`` prepare ``spec``'s command as ``key`` (sent once durable).
 
     A plain shell line whose program cannot be run goes through ``sh -c`` after all, so it
     fails the way the shell makes it fail (exit 127, the shell's message in the log).
@@ -127,11 +127,13 @@ def start_task(
     """
     argv, cwd = argv_of(spec)
     try:
-        executor.start(key, argv, cwd, env, own_env, on_start, on_exit, run)
+        return executor.prepare(key, argv, cwd, env, own_env, on_start, on_exit, run)
     except LaunchError:
         if spec.shell is None or argv[:2] == ["sh", "-c"]:
             raise
-        executor.start(key, shell_argv(spec.shell), cwd, env, own_env, on_start, on_exit, run)
+        return executor.prepare(
+            key, shell_argv(spec.shell), cwd, env, own_env, on_start, on_exit, run
+        )
 
 
 def assign(act: ActiveJob, domains: list[Domain]) -> None:
@@ -229,7 +231,11 @@ class BatchRunner:
 
     def start(self, act: ActiveJob, domains: list[Domain]) -> None:
         """The job was placed on ``domains``: hold them, mark it running, start it once that
-        is durable (one commit covers every start of a scheduling pass)."""
+        is durable (one commit covers every start of a scheduling pass).
+
+        The start request is made now, while the decision commits, and sent by the store's
+        writer thread as the commit returns (the loop sends it if that could not).
+        """
         job, spec = act.job, act.spec
         assert spec is not None
         assign(act, domains)
@@ -238,28 +244,63 @@ class BatchRunner:
         )
         if spec.timeout is not None:
             self._arm_timeout(act, spec.timeout)
-        self._book.after_commit(functools.partial(self._launch, job.id))
+        try:
+            prepared: PreparedStart | None = self._prepare(act)
+        except LaunchError:
+            prepared = None  # (_launch tries again once durable, and fails the job then)
+        early = None if prepared is None else functools.partial(self._send_early, job, prepared)
+        self._book.after_commit(functools.partial(self._launch, job.id, prepared), early)
 
-    def _launch(self, job_id: int) -> None:
+    def _prepare(self, act: ActiveJob) -> PreparedStart:
+        """The job's start request.
+
+        Raises:
+            LaunchError: It cannot start (its cwd, its program).
+        """
+        job = act.job
+        assert act.spec is not None
+        return prepare_task(
+            self._executor,
+            job.id,
+            act.spec,
+            self._env.shared(act.spec),
+            self._env.own(job.id, job.gpus),
+            functools.partial(self._started, job.id),
+            functools.partial(self._exited, job.id),
+            run=job.attempt,
+        )
+
+    @staticmethod
+    def _send_early(job: Job, prepared: PreparedStart) -> None:
+        # On the store's writer thread. A stop decided meanwhile (its reason is set on the
+        # loop) keeps it unsent: _launch then ends the job without a process. A stop decided
+        # just after this check finds it started, and signals it once that stop is durable.
+        if job.stop_reason is None:
+            prepared.send_now()
+
+    def _launch(self, job_id: int, prepared: PreparedStart | None) -> None:
+        if prepared is not None and prepared.sent:
+            # Sent as the commit returned: this hands on what the launcher said of it since.
+            prepared.send()
+            return
         act = self._book.get(job_id)
         if act is None or act.job.status is not JobStatus.RUNNING or act.spec is None:
+            if prepared is not None:
+                prepared.discard()
             return  # it ended before its start was durable (a refused submission)
         job = act.job
         if job.stop_reason is not None:
             # Stopped before it started: it never runs.
+            if prepared is not None:
+                prepared.discard()
             self._end(act, Exit(None, recorded=False, error="stopped before it started"))
             return
+        if prepared is not None:
+            prepared.send()
+            return
         try:
-            start_task(
-                self._executor,
-                job.id,
-                act.spec,
-                self._env.shared(act.spec),
-                self._env.own(job.id, job.gpus),
-                functools.partial(self._started, job_id),
-                functools.partial(self._exited, job_id),
-                run=job.attempt,
-            )
+            # (It could not be prepared: this says why, or it can start now after all.)
+            self._prepare(act).send()
         except LaunchError as err:
             self._book.finish(act, JobStatus.FAILED, Reason.LAUNCH_FAILED, str(err))
 
@@ -429,7 +470,7 @@ class BatchRunner:
         if act.spec is not None and act.spec.timeout is not None and job.started_at:
             self._arm_timeout(act, act.spec.timeout - (time.time() - job.started_at))
         if found is None:
-            self._launch(job.id)  # decided (and durable) but never started: start it once
+            self._launch(job.id, None)  # decided (and durable) but never started: start it once
         elif job.stop_reason is not None:
             # Stopping when the engine stopped: signal again, keeping the stored deadline.
             grace = max(0.0, (job.kill_at or time.time()) - time.time())

@@ -61,10 +61,35 @@ OnExit = Callable[[Exit], None]
 """Called on the event loop, once, when the task has ended (or could not start)."""
 
 
+class PreparedStart(Protocol):
+    """A start made ready before its decision is durable, sent only after (see
+    :meth:`Executor.prepare`)."""
+
+    @property
+    def sent(self) -> bool:
+        """True once it went out (it runs, or its failure is reported)."""
+        ...
+
+    def send_now(self) -> None:
+        """From any thread, the moment the decision is committed: send it unless something
+        sent earlier must go first (then :meth:`send` sends it). Never raises."""
+        ...
+
+    def send(self) -> None:
+        """On the loop, once the decision is durable: send it unless it went already.
+        Until this is called, what becomes of it (started, exited) is held back, so the
+        runner takes in its own decision's commit first."""
+        ...
+
+    def discard(self) -> None:
+        """On the loop: it will never be sent (its job ended or was stopped first)."""
+        ...
+
+
 class Executor(Protocol):
     """Runs tasks for the engine's runners."""
 
-    def start(
+    def prepare(
         self,
         key: TaskKey,
         argv: list[str],
@@ -74,10 +99,12 @@ class Executor(Protocol):
         on_start: OnStart,
         on_exit: OnExit,
         run: int = 0,
-    ) -> None:
-        """Start ``argv`` as the ``run``-th start of task ``key`` (a replica restarts under
-        the same key), with ``env`` (shared by many tasks: never changed) and ``extra_env``
-        on top. Call only once the decision to start it is durable.
+    ) -> PreparedStart:
+        """Make ready the ``run``-th start of task ``key`` (a replica restarts under the
+        same key): ``argv`` with ``env`` (shared by many tasks: never changed) and
+        ``extra_env`` on top, checked, its request made and its callbacks in place, while
+        the decision to start it is being committed. Nothing starts until it is sent, and
+        it may be sent only once the decision is durable.
 
         Raises:
             LaunchError: It cannot start (checked before anything is started).

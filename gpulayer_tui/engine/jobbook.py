@@ -50,8 +50,11 @@ class Journal(Protocol):
         for the commit."""
         ...
 
-    def after_commit(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` once everything queued so far is durable."""
+    def after_commit(
+        self, callback: Callable[[], None], early: Callable[[], None] | None = None
+    ) -> None:
+        """Run ``callback`` once everything queued so far is durable (``early``: on the
+        writer's thread as the commit returns; see :meth:`.Store.after_commit`)."""
         ...
 
 
@@ -400,10 +403,13 @@ class JobBook:
         act.job.message = message
         self._journal.save(act.job, [self.event(EventKind.REASON, act.job, {"message": message})])
 
-    def after_commit(self, callback: Callable[[], None]) -> None:
+    def after_commit(
+        self, callback: Callable[[], None], early: Callable[[], None] | None = None
+    ) -> None:
         """Run ``callback`` once every change queued so far is durable: a decision (to
-        start, signal, stop) is acted on only then."""
-        self._journal.after_commit(callback)
+        start, signal, stop) is acted on only then. ``early`` runs on the store's writer
+        thread the moment the commit returns (see :meth:`.Store.after_commit`)."""
+        self._journal.after_commit(callback, early)
 
     def save(self, act: ActiveJob) -> None:
         """Queue the job's row (a change that is not an event: its pid, its stop)."""

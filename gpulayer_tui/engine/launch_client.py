@@ -13,6 +13,14 @@ The socket is read by a protocol (:class:`_Connection`) that hands each line to 
 executor as it arrives: no reader task woken per line (a profile of a drain put a loop
 iteration and a future on every ``readline``).
 
+A start is prepared while its decision commits (:meth:`LauncherExecutor.prepare`) and sent
+from the store's writer thread the moment the ``COMMIT`` returns (:meth:`_Prepared.send_now`),
+through a second descriptor of the same socket, under the lock every write takes: the loop's
+hand-over (a thread wake-up, then the after-commit reactions) is off a start's path. It goes
+that way only when nothing sent earlier still waits (the batch, the outbox, a reconnect, the
+transport's buffer), so the launcher reads requests in the order they were made; otherwise
+the loop sends it after the commit, as every other request.
+
 Why this module is over ~400 lines: connecting (and starting a launcher), the executor
 interface and the reconnect/reconcile path share the watches, the pending starts and the
 outbox; they are read together when reasoning about exactly-once.
@@ -28,6 +36,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,13 +60,24 @@ def launcher_key(key: TaskKey, run: int = 0) -> str:
 
 
 class _Watch:
-    __slots__ = ("key", "on_exit", "on_start", "pid")
+    __slots__ = ("held", "key", "on_exit", "on_start", "pid")
 
     def __init__(self, key: TaskKey, on_start: OnStart, on_exit: OnExit) -> None:
         self.key = key
         self.on_start = on_start
         self.on_exit = on_exit
         self.pid: int | None = None
+        # A prepared start's news (started, exited) waits here until the loop has taken
+        # in the commit that decided it (_Prepared.send): its runner sees its own decision
+        # first, and subscribers get "running" before "started".
+        self.held: list[Callable[[], None]] | None = None
+
+    def hold(self, news: Callable[[], None]) -> bool:
+        """Keep ``news`` for later if the task's start is not taken in yet."""
+        if self.held is None:
+            return False
+        self.held.append(news)
+        return True
 
 
 class _Connection(asyncio.Protocol):
@@ -94,6 +114,33 @@ class _Connection(asyncio.Protocol):
         self._on_lost(self)
 
 
+class _Prepared:
+    """A spawn request made while its decision commits (see :class:`.PreparedStart`)."""
+
+    __slots__ = ("_executor", "data", "discarded", "lkey", "request", "sent")
+
+    def __init__(self, executor: LauncherExecutor, lkey: str, request: dict[str, Any]) -> None:
+        self._executor = executor
+        self.lkey = lkey
+        self.request = request
+        self.data = json.dumps(request, separators=(",", ":")).encode() + b"\n"
+        self.sent = False  # (set under the executor's lock)
+        self.discarded = False
+
+    def send_now(self) -> None:
+        """From the writer thread as the commit returns (see :meth:`.PreparedStart.send_now`)."""
+        self._executor._send_direct(self)
+
+    def send(self) -> None:
+        """On the loop, once durable: send it unless it went already; from now on what
+        the launcher says of it reaches its callbacks (held until then)."""
+        self._executor._send_prepared(self)
+
+    def discard(self) -> None:
+        """On the loop: it will never be sent; its callbacks are forgotten."""
+        self._executor._discard(self)
+
+
 class LauncherExecutor:
     """Starts and watches jobs through the state dir's launcher.
 
@@ -120,7 +167,7 @@ class LauncherExecutor:
         self._serving = False  # open() is done: a lost connection is reconnected
         self._reconnecting: asyncio.Task[None] | None = None
         self._watches: dict[str, _Watch] = {}
-        self._pending: dict[str, dict[str, Any]] = {}  # starts not answered yet
+        self._pending: dict[str, _Prepared] = {}  # starts not answered yet
         self._outbox: list[bytes] = []  # held while no launcher is connected
         self._batch: list[bytes] = []  # this loop iteration's requests, sent as one write
         self._flush_handle: asyncio.Handle | None = None
@@ -135,6 +182,14 @@ class LauncherExecutor:
         self._next_env_id = 0
         self._closing = False
         self._syncing = False  # reconnected, not yet told the launcher what it must know
+        # Every write to the socket holds this lock: the store's writer thread sends a
+        # committed start itself (_send_direct), through its own descriptor of the socket
+        # (one that only we close, under this lock: the transport's may be closed and its
+        # number reused before we hear of it).
+        self._lock = threading.Lock()
+        self._direct_fd = -1
+        self._tail = b""  # what a partial direct write left, sent before anything else
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -144,6 +199,7 @@ class LauncherExecutor:
         Raises:
             OSError: No launcher could be reached or started.
         """
+        self._loop = asyncio.get_running_loop()
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while True:
             await self._connect()
@@ -169,7 +225,12 @@ class LauncherExecutor:
                 _, conn = await asyncio.get_running_loop().create_unix_connection(
                     functools.partial(_Connection, self._dispatch, self._lost), where.path
                 )
-                self._conn, self._transport = conn, conn.transport
+                assert conn.transport is not None
+                sock = conn.transport.get_extra_info("socket")
+                with self._lock:
+                    self._conn, self._transport = conn, conn.transport
+                    self._direct_fd = os.dup(sock.fileno())
+                    self._tail = b""
                 return
             except (FileNotFoundError, ConnectionRefusedError):
                 if not self._launcher_alive():
@@ -238,16 +299,26 @@ class LauncherExecutor:
         self._write_now({"op": "query"})
         return await self._table_ready
 
-    def _drop_connection(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
+    def _forget_connection(self) -> None:
+        """(With the lock held.) No connection: nothing more is written to this one."""
         self._conn = self._transport = None
+        if self._direct_fd >= 0:
+            os.close(self._direct_fd)
+            self._direct_fd = -1
+        self._tail = b""  # (a part of a line: the next connection must not begin with it)
+
+    def _drop_connection(self) -> None:
+        with self._lock:
+            if self._transport is not None:
+                self._transport.close()
+            self._forget_connection()
 
     def _lost(self, conn: _Connection) -> None:
         """``conn`` closed (the spawner died, or we closed it)."""
-        if conn is not self._conn:
-            return  # an older one
-        self._conn = self._transport = None
+        with self._lock:
+            if conn is not self._conn:
+                return  # an older one
+            self._forget_connection()
         if self._table_ready is not None and not self._table_ready.done():
             self._table_ready.set_exception(OSError("the launcher closed the connection"))
         if self._closing or not self._serving or self._reconnecting is not None:
@@ -287,10 +358,12 @@ class LauncherExecutor:
         for lkey, watch in list(self._watches.items()):
             info = table.get(lkey)
             if info is None:
-                if lkey in self._pending:
-                    resend.append(self._pending[lkey])
-                else:
+                prepared = self._pending.get(lkey)
+                if prepared is None:
                     self._exited(lkey, None)  # lost with both launcher processes
+                elif prepared.sent:
+                    resend.append(prepared)
+                # (else its decision is still being committed: it is sent after that)
             elif info["state"] == "running" and watch.pid is None:
                 self._started(lkey, info["pid"], info["ticks"])
             elif info["state"] == "exited":
@@ -300,19 +373,21 @@ class LauncherExecutor:
         # A new spawner knows no environment: send every one again, before anything else.
         for env_id, env in self._envs.values():
             self._write_now({"op": "env", "id": env_id, "env": env})
-        outbox, self._outbox = self._outbox, []
-        for request in resend:
-            self._write_now(request)
-        for data in outbox:
-            assert self._transport is not None
-            self._transport.write(data)
-        self._syncing = False
+        with self._lock:
+            outbox, self._outbox = self._outbox, []
+            for prepared in resend:
+                self._transport_write(prepared.data)
+            for data in outbox:
+                self._transport_write(data)
+            self._syncing = False
 
     def _write(self, request: dict[str, Any]) -> None:
         """Send ``request`` at the end of this loop iteration, with the others made in it
         (the starts of one scheduling pass, the acks of the ends it saw): one system call
         and one wake-up of the launcher for all of them."""
-        self._batch.append(json.dumps(request, separators=(",", ":")).encode() + b"\n")
+        data = json.dumps(request, separators=(",", ":")).encode() + b"\n"
+        with self._lock:
+            self._batch.append(data)
         self._flush_soon()
 
     def _flush_soon(self) -> None:
@@ -321,20 +396,81 @@ class LauncherExecutor:
 
     def _flush_batch(self) -> None:
         self._flush_handle = None
+        acks = b""
         if self._acks:
             keys, self._acks = self._acks, []
-            self._batch.append(json.dumps({"op": "ack", "keys": keys}).encode() + b"\n")
-        data, self._batch = b"".join(self._batch), []
-        if not data:
-            return
-        if self._transport is None or self._outbox or self._syncing:
-            self._outbox.append(data)  # (sent after the reconnect, in order)
-        else:
-            self._transport.write(data)
+            acks = json.dumps({"op": "ack", "keys": keys}).encode() + b"\n"
+        with self._lock:
+            data, self._batch = b"".join(self._batch) + acks, []
+            if not data:
+                return
+            if self._transport is None or self._outbox or self._syncing:
+                self._outbox.append(data)  # (sent after the reconnect, in order)
+            else:
+                self._transport_write(data)
 
     def _write_now(self, request: dict[str, Any]) -> None:
+        with self._lock:
+            self._transport_write(json.dumps(request, separators=(",", ":")).encode() + b"\n")
+
+    def _transport_write(self, data: bytes) -> None:
+        """(With the lock held.) Write ``data`` after what a partial direct write left."""
         assert self._transport is not None
-        self._transport.write(json.dumps(request, separators=(",", ":")).encode() + b"\n")
+        if self._tail:
+            data, self._tail = self._tail + data, b""
+        self._transport.write(data)
+
+    def _flush_tail(self) -> None:
+        with self._lock:
+            if self._tail and self._transport is not None:
+                self._transport_write(b"")
+
+    # -- prepared starts ------------------------------------------------------------------------
+
+    def _send_direct(self, prepared: _Prepared) -> None:
+        """Send a committed start from the calling thread (the store's writer), unless
+        something sent before it still waits; then the loop sends it (:meth:`_send_prepared`)."""
+        try:
+            with self._lock:
+                if prepared.sent or prepared.discarded or self._direct_fd < 0:
+                    return
+                if self._batch or self._outbox or self._syncing or self._tail:
+                    return  # (an earlier request, its environment perhaps, goes first)
+                transport = self._transport
+                if transport is None or transport.get_write_buffer_size():
+                    return
+                written = os.write(self._direct_fd, prepared.data)
+                prepared.sent = True
+                if written < len(prepared.data):
+                    # The socket took part of it: the rest goes first from the loop.
+                    self._tail = prepared.data[written:]
+                    assert self._loop is not None
+                    self._loop.call_soon_threadsafe(self._flush_tail)
+        except OSError:
+            return  # full, or the launcher went away: the loop sends it (or resends it)
+
+    def _send_prepared(self, prepared: _Prepared) -> None:
+        with self._lock:
+            if prepared.discarded:
+                return
+            sent_early, prepared.sent = prepared.sent, True
+            if not sent_early:
+                self._batch.append(prepared.data)
+        if not sent_early:
+            self._flush_soon()
+        watch = self._watches.get(prepared.lkey)
+        if watch is not None and watch.held is not None:
+            held, watch.held = watch.held, None
+            for news in held:  # (what the launcher said while the commit was on its way)
+                news()
+
+    def _discard(self, prepared: _Prepared) -> None:
+        with self._lock:
+            if prepared.sent:
+                return
+            prepared.discarded = True
+        self._pending.pop(prepared.lkey, None)
+        self._watches.pop(prepared.lkey, None)
 
     def _dispatch(self, line: bytes) -> None:
         try:
@@ -362,11 +498,16 @@ class LauncherExecutor:
         watch = self._watches.get(lkey)
         if watch is None or watch.pid is not None:
             return
+        if watch.hold(functools.partial(self._started, lkey, pid, ticks)):
+            return
         watch.pid = pid
         watch.on_start(Started(pid, ticks))
 
     def _exited(self, lkey: str, code: int | None, at: float | None = None) -> None:
         self._pending.pop(lkey, None)
+        held = self._watches.get(lkey)
+        if held is not None and held.hold(functools.partial(self._exited, lkey, code, at)):
+            return
         watch = self._watches.pop(lkey, None)
         if watch is not None:
             watch.on_exit(Exit(code, recorded=code is not None, at=at))
@@ -378,6 +519,9 @@ class LauncherExecutor:
 
     def _failed(self, lkey: str, error: str) -> None:
         self._pending.pop(lkey, None)
+        held = self._watches.get(lkey)
+        if held is not None and held.hold(functools.partial(self._failed, lkey, error)):
+            return
         watch = self._watches.pop(lkey, None)
         if watch is not None:
             watch.on_exit(Exit(None, recorded=False, error=error))
@@ -405,7 +549,7 @@ class LauncherExecutor:
         """The task's combined stdout/stderr file."""
         return self.jobs_dir / f"{task_name(key)}.log"
 
-    def start(
+    def prepare(
         self,
         key: TaskKey,
         argv: list[str],
@@ -415,8 +559,9 @@ class LauncherExecutor:
         on_start: OnStart,
         on_exit: OnExit,
         run: int = 0,
-    ) -> None:
-        """Ask the launcher to start a task (see :meth:`.Executor.start`).
+    ) -> _Prepared:
+        """A start request, ready to send once its decision is durable (see
+        :meth:`.Executor.prepare`); its environment goes to the launcher now.
 
         Raises:
             LaunchError: Missing cwd, or a program that is not there or not executable.
@@ -437,9 +582,10 @@ class LauncherExecutor:
             "fresh": run <= 1,
             "max_log": self.max_log,
         }
-        self._watches[lkey] = _Watch(key, on_start, on_exit)
-        self._pending[lkey] = request
-        self._write(request)
+        watch = self._watches[lkey] = _Watch(key, on_start, on_exit)
+        watch.held = []
+        prepared = self._pending[lkey] = _Prepared(self, lkey, request)
+        return prepared
 
     def _env_id(self, env: dict[str, str]) -> int:
         """The launcher's id for ``env``, sending it first if it has not seen it.

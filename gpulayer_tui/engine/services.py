@@ -34,7 +34,7 @@ import functools
 import time
 from typing import TYPE_CHECKING
 
-from .batch import JobEnv, assign, exit_verdict, start_task
+from .batch import JobEnv, assign, exit_verdict, prepare_task
 from .executor import Executor, Exit, LaunchError, Started
 from .jobbook import ActiveJob, JobBook, release_holds, take_holds
 from .models import (
@@ -227,7 +227,7 @@ class ServiceRunner:
         if replica.port is not None:
             own["PORT"] = str(replica.port)
         try:
-            start_task(
+            prepare_task(
                 self._executor,
                 (job_id, index),
                 spec,
@@ -236,7 +236,7 @@ class ServiceRunner:
                 functools.partial(self._replica_started, job_id, index, run),
                 functools.partial(self._replica_exited, job_id, index, run),
                 run,
-            )
+            ).send()  # (decided and durable: this runs after its commit)
         except LaunchError as err:
             self._launch_failed(act, replica, verb, str(err))
 
