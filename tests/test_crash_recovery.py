@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -269,7 +270,9 @@ def test_a_job_that_ends_while_no_engine_runs_keeps_its_real_end_time(served: Se
     assert served.proc is not None
     served.proc.kill()
     served.proc.wait()
-    wait_for(lambda: pid_gone(pid), timeout=10)  # it ended while no engine ran
+    # It ended while no engine ran. Reaped, not only a zombie: the launcher stamps the end
+    # when it sees it, just before it reaps (a zombie alone may not be seen yet).
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=10)
     seen_gone = time.time()
     served.start("--simulate", "1xA100-80GB")
     job = json.loads(served.cli("wait", job_id, "--json").stdout)["job"]

@@ -219,3 +219,62 @@ async def test_a_discarded_start_is_never_sent(tmp_path: Path) -> None:
     finally:
         await executor.close()
         peer.close()
+
+
+async def test_an_ack_rides_with_the_next_start_or_goes_alone_soon_after(tmp_path: Path) -> None:
+    executor, peer = await _executor_with_peer(tmp_path)
+    env: dict[str, str] = {}
+    try:
+        prepared = executor.prepare(3, ["true"], str(tmp_path), env, {}, _ignore, _ignore)
+        await peer.lines(1)  # its environment
+        executor.done(1)
+        prepared.send_now()  # (from this thread: the ack has had no time to go alone)
+        assert peer.conn is not None
+        peer.received += peer.conn.recv(1 << 20)  # what is in the socket now: one write
+        assert b'"key":"3"' in peer.received and b'"keys": ["1"]' in peer.received
+        executor.done(2)  # nothing follows: it goes alone, a moment later
+        lines = await peer.lines(4)
+        assert [(line.get("op"), line.get("key"), line.get("keys")) for line in lines] == [
+            ("env", None, None),
+            ("ack", None, ["1"]),
+            ("spawn", "3", None),
+            ("ack", None, ["2"]),
+        ]
+    finally:
+        await executor.close()
+        peer.close()
+
+
+async def test_a_rerun_under_the_same_key_goes_after_the_ack_of_the_run_before(
+    tmp_path: Path,
+) -> None:
+    # A batch job's next run (requeued after preemption) has the same launcher key: the
+    # launcher must forget the old run's end before the new start reaches it, or it would
+    # answer with the old run's exit code.
+    executor, peer = await _executor_with_peer(tmp_path)
+    env: dict[str, str] = {}
+    ended: list[Exit] = []
+    try:
+        first = executor.prepare(5, ["true"], str(tmp_path), env, {}, _ignore, ended.append)
+        await peer.lines(1)  # its environment
+        first.send()
+        await peer.lines(2)
+        assert peer.conn is not None
+        await asyncio.get_running_loop().sock_sendall(
+            peer.conn,
+            b'{"ev":"started","key":"5","pid":1,"ticks":1}\n{"ev":"exited","key":"5","code":143}\n',
+        )
+        await eventually(lambda: ended)
+        rerun = executor.prepare(5, ["true"], str(tmp_path), env, {}, _ignore, _ignore, run=1)
+        rerun.send_now()  # the old run's ack is not even queued: not from this thread
+        assert not rerun.sent
+        executor.done(5, 0)  # (the engine recorded the old run's end)
+        rerun.send()
+        lines = await peer.lines(4)
+        assert [(line.get("op"), line.get("key"), line.get("keys")) for line in lines[2:]] == [
+            ("ack", None, ["5"]),
+            ("spawn", "5", None),
+        ]
+    finally:
+        await executor.close()
+        peer.close()

@@ -50,6 +50,7 @@ from .tasks import cancel_and_wait
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 15.0
+ACK_DELAY_S = 0.05  # an ack waits this long for a request to ride with (at most)
 LINE_LIMIT = 64 * 1024 * 1024  # (the table of a launcher with many tasks is one line)
 PROGRAM_CACHE_S = 5.0
 
@@ -57,6 +58,11 @@ PROGRAM_CACHE_S = 5.0
 def launcher_key(key: TaskKey, run: int = 0) -> str:
     """The launcher's name for the ``run``-th start of a task (``7``, ``7.1.3``)."""
     return f"{key[0]}.{key[1]}.{run}" if isinstance(key, tuple) else str(key)
+
+
+def _ack_line(keys: list[str]) -> bytes:
+    """The request that lets the launcher forget ``keys`` (nothing for none)."""
+    return json.dumps({"op": "ack", "keys": keys}).encode() + b"\n" if keys else b""
 
 
 class _Watch:
@@ -171,7 +177,12 @@ class LauncherExecutor:
         self._outbox: list[bytes] = []  # held while no launcher is connected
         self._batch: list[bytes] = []  # this loop iteration's requests, sent as one write
         self._flush_handle: asyncio.Handle | None = None
-        self._acks: list[str] = []
+        self._acks: list[str] = []  # (under the lock: the writer thread takes them too)
+        # Keys whose end the launcher reported and whose ack has not gone out yet: a batch
+        # job's next run has the same key, and the launcher must forget the old run before
+        # it is asked for the new one (else it answers with the old run's exit).
+        self._unacked: set[str] = set()
+        self._ack_timer: asyncio.TimerHandle | None = None
         self._released: set[str] = set()  # tasks let go of as unkillable (still running)
         self._table: dict[str, Any] = {}
         self._table_ready: asyncio.Future[dict[str, Any]] | None = None
@@ -396,18 +407,35 @@ class LauncherExecutor:
 
     def _flush_batch(self) -> None:
         self._flush_handle = None
-        acks = b""
-        if self._acks:
-            keys, self._acks = self._acks, []
-            acks = json.dumps({"op": "ack", "keys": keys}).encode() + b"\n"
         with self._lock:
-            data, self._batch = b"".join(self._batch) + acks, []
+            # Acks first: a rerun's start (same key) must find the old run forgotten.
+            data, self._batch = self._take_acks() + b"".join(self._batch), []
             if not data:
                 return
             if self._transport is None or self._outbox or self._syncing:
                 self._outbox.append(data)  # (sent after the reconnect, in order)
             else:
                 self._transport_write(data)
+
+    def _take_acks(self) -> bytes:
+        """(With the lock held.) The ack line for the ends recorded so far, if any."""
+        keys, self._acks = self._acks, []
+        self._unacked.difference_update(keys)
+        return _ack_line(keys)
+
+    def _ack_soon(self) -> None:
+        # An ack is not urgent (it lets the launcher forget an end the engine recorded): it
+        # rides with the next request, a start sent as its commit returns above all (one
+        # write, one wake-up of the launcher), or goes alone after ACK_DELAY_S.
+        if self._ack_timer is None:
+            self._ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY_S, self._acks_due)
+
+    def _acks_due(self) -> None:
+        self._ack_timer = None
+        with self._lock:
+            pending = bool(self._acks)
+        if pending:
+            self._flush_soon()
 
     def _write_now(self, request: dict[str, Any]) -> None:
         with self._lock:
@@ -436,14 +464,23 @@ class LauncherExecutor:
                     return
                 if self._batch or self._outbox or self._syncing or self._tail:
                     return  # (an earlier request, its environment perhaps, goes first)
+                if prepared.lkey in self._unacked and prepared.lkey not in self._acks:
+                    return  # a rerun whose last run's ack is not queued yet: the loop's turn
                 transport = self._transport
                 if transport is None or transport.get_write_buffer_size():
                     return
-                written = os.write(self._direct_fd, prepared.data)
+                acks, self._acks = self._acks, []
+                data = _ack_line(acks) + prepared.data
+                try:
+                    written = os.write(self._direct_fd, data)
+                except OSError:
+                    self._acks[:0] = acks  # (they go with the loop's next write)
+                    raise
+                self._unacked.difference_update(acks)
                 prepared.sent = True
-                if written < len(prepared.data):
+                if written < len(data):
                     # The socket took part of it: the rest goes first from the loop.
-                    self._tail = prepared.data[written:]
+                    self._tail = data[written:]
                     assert self._loop is not None
                     self._loop.call_soon_threadsafe(self._flush_tail)
         except OSError:
@@ -505,6 +542,8 @@ class LauncherExecutor:
 
     def _exited(self, lkey: str, code: int | None, at: float | None = None) -> None:
         self._pending.pop(lkey, None)
+        with self._lock:
+            self._unacked.add(lkey)
         held = self._watches.get(lkey)
         if held is not None and held.hold(functools.partial(self._exited, lkey, code, at)):
             return
@@ -514,7 +553,8 @@ class LauncherExecutor:
         elif lkey in self._released:
             # Released as unkillable, it ended after all: its job is over already.
             self._released.discard(lkey)
-            self._acks.append(lkey)
+            with self._lock:
+                self._acks.append(lkey)
             self._flush_soon()
 
     def _failed(self, lkey: str, error: str) -> None:
@@ -529,6 +569,8 @@ class LauncherExecutor:
     async def close(self) -> None:
         """Stop listening; the launcher keeps running what runs (it exits once idle)."""
         self._closing = True
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
         if self._reconnecting is not None:
             await cancel_and_wait(self._reconnecting)
         transport = self._transport
@@ -648,8 +690,9 @@ class LauncherExecutor:
 
     def done(self, key: TaskKey, run: int = 0) -> None:
         """The engine recorded the task's end: the launcher may forget it."""
-        self._acks.append(launcher_key(key, run))
-        self._flush_soon()
+        with self._lock:
+            self._acks.append(launcher_key(key, run))
+        self._ack_soon()
 
     def pids(self) -> dict[TaskKey, int]:
         """The process of every task running now."""
