@@ -105,6 +105,7 @@ class _Peer:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(state_dir / SOCKET))
         self.listener.listen(1)
+        self.listener.setblocking(False)  # (the loop's sock_accept waits for a client)
         self.conn: socket.socket | None = None
         self.received = b""
 
@@ -274,6 +275,45 @@ async def test_a_rerun_under_the_same_key_goes_after_the_ack_of_the_run_before(
         assert [(line.get("op"), line.get("key"), line.get("keys")) for line in lines[2:]] == [
             ("ack", None, ["5"]),
             ("spawn", "5", None),
+        ]
+    finally:
+        await executor.close()
+        peer.close()
+
+
+async def test_acks_that_died_with_the_connection_are_sent_again(tmp_path: Path) -> None:
+    # The spawner died with an ack unread: its successor still keeps that end (its table
+    # says "exited"), and would keep it for ever; the engine acks it again.
+    executor, peer = await _executor_with_peer(tmp_path)
+    env: dict[str, str] = {}
+    ended: list[Exit] = []
+    try:
+        started = executor.prepare(5, ["true"], str(tmp_path), env, {}, _ignore, ended.append)
+        started.send()
+        await peer.lines(2)  # its environment and its start
+        assert peer.conn is not None
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(
+            peer.conn,
+            b'{"ev":"started","key":"5","pid":1,"ticks":1}\n{"ev":"exited","key":"5","code":0}\n',
+        )
+        await eventually(lambda: ended)
+        executor.done(5)
+        await peer.lines(3)  # the ack came, and is lost with this connection
+        peer.conn.close()
+        peer.conn, peer.received = None, b""
+        exited = {"state": "exited", "pid": 1, "ticks": 1, "code": 0, "at": 1.0}
+        conn, _ = await loop.sock_accept(peer.listener)
+        peer.conn = conn
+        while b"\n" not in peer.received:
+            peer.received += await loop.sock_recv(conn, 65536)
+        peer.received = peer.received.split(b"\n", 1)[1]  # (the query)
+        table = {"ev": "table", "tasks": {"5": exited}}
+        await loop.sock_sendall(conn, json.dumps(table).encode() + b"\n")
+        lines = await peer.lines(2)
+        assert [(line.get("op"), line.get("keys")) for line in lines] == [
+            ("env", None),  # (a new spawner is told every environment again)
+            ("ack", ["5"]),
         ]
     finally:
         await executor.close()

@@ -29,6 +29,7 @@ outbox; they are read together when reasoning about exactly-once.
 from __future__ import annotations
 
 import asyncio
+import collections
 import fcntl
 import functools
 import json
@@ -51,6 +52,7 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 15.0
 ACK_DELAY_S = 0.05  # an ack waits this long for a request to ride with (at most)
+RECENT_ACKS = 4096  # acks remembered, to send again if a connection dies with them
 LINE_LIMIT = 64 * 1024 * 1024  # (the table of a launcher with many tasks is one line)
 PROGRAM_CACHE_S = 5.0
 
@@ -182,6 +184,9 @@ class LauncherExecutor:
         # job's next run has the same key, and the launcher must forget the old run before
         # it is asked for the new one (else it answers with the old run's exit).
         self._unacked: set[str] = set()
+        # Acks written lately: one still in the socket (or the transport) when the
+        # spawner died is lost, and the launcher would keep that end for ever.
+        self._recent_acks: collections.deque[str] = collections.deque(maxlen=RECENT_ACKS)
         self._ack_timer: asyncio.TimerHandle | None = None
         self._released: set[str] = set()  # tasks let go of as unkillable (still running)
         self._table: dict[str, Any] = {}
@@ -385,6 +390,17 @@ class LauncherExecutor:
         for env_id, env in self._envs.values():
             self._write_now({"op": "env", "id": env_id, "env": env})
         with self._lock:
+            # Ends this engine acked (so recorded) that the launcher still keeps: those acks
+            # died with the connection. (Keys watched again are a rerun's: left alone.)
+            lost = {
+                key
+                for key in self._recent_acks
+                if key not in self._watches and table.get(key, {}).get("state") == "exited"
+            }
+            self._acks[:0] = sorted(lost)
+            acks = self._take_acks()  # (first: a rerun's start below may reuse a key)
+            if acks:
+                self._transport_write(acks)
             outbox, self._outbox = self._outbox, []
             for prepared in resend:
                 self._transport_write(prepared.data)
@@ -421,6 +437,7 @@ class LauncherExecutor:
         """(With the lock held.) The ack line for the ends recorded so far, if any."""
         keys, self._acks = self._acks, []
         self._unacked.difference_update(keys)
+        self._recent_acks.extend(keys)
         return _ack_line(keys)
 
     def _ack_soon(self) -> None:
@@ -477,6 +494,7 @@ class LauncherExecutor:
                     self._acks[:0] = acks  # (they go with the loop's next write)
                     raise
                 self._unacked.difference_update(acks)
+                self._recent_acks.extend(acks)
                 prepared.sent = True
                 if written < len(data):
                     # The socket took part of it: the rest goes first from the loop.
