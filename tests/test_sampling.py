@@ -7,7 +7,7 @@ import os
 import pwd
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pynvml
@@ -210,8 +210,15 @@ def test_process_cache_describes_a_process_again_after_it_runs_exec() -> None:
     with subprocess.Popen([sys.executable, "-c", EXECS_ON_INPUT], stdin=subprocess.PIPE) as proc:
         try:
             cache = ProcessCache()
-            before = cache.attribute(proc.pid, {})
-            assert before.info.command.startswith(sys.executable)
+
+            def described() -> Any:
+                # (Read in the instant of its exec, a process has a name, no command line
+                # yet: the cache reads it again at the next tick.)
+                cache.next_tick()
+                seen = cache.attribute(proc.pid, {})
+                return seen if seen.info.command.startswith(sys.executable) else None
+
+            before = wait_for(described)
             assert "execvp" in before.info.command
             assert proc.stdin is not None
             proc.stdin.write(b"go\n")

@@ -132,7 +132,8 @@ class ProcessCache:
     seen and its user and command seldom change, so only its /proc stat is read each tick
     (to check that the pid still names the same process); the ancestor walk happens once,
     the status and cmdline reads again only when the stat's command name changed (an exec
-    keeps the pid and the start time). Matching a job's root still compares start times,
+    keeps the pid and the start time), or while it had no command line yet (read in the
+    instant of its exec, it shows as ``[name]``). Matching a job's root still compares start times,
     so a recycled pid is never taken for a job's process. Each incarnation keeps one
     ``psutil.Process``, so its CPU % is over the time since the previous tick; a process
     on several GPUs is measured once per tick. Entries not seen in a tick are dropped.
@@ -157,7 +158,9 @@ class ProcessCache:
             process = procs.open_process(pid, stat.start_ticks)
             known = _Known(stat, _lineage(stat), process)
             self._known[pid] = known
-        elif known.comm != stat.comm:  # the same process ran exec (or renamed itself)
+        elif known.comm != stat.comm or known.info.command.startswith("["):
+            # The same process ran exec (or renamed itself); or it was read in the instant
+            # of its exec when its command line was not there yet (only its name).
             known.describe(stat)
         with self._lock:
             now = time.monotonic()
