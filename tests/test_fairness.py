@@ -328,6 +328,7 @@ signal.signal(signal.SIGUSR1, checkpoint)
 signal.signal(signal.SIGTERM, term)
 runs = open(log).read().count("start") if os.path.exists(log) else 0
 say("start")
+print(f"run {runs}", flush=True)  # (to its job's log)
 if runs:  # its second run: done at once
     sys.exit(0)
 time.sleep(60)
@@ -362,6 +363,10 @@ async def test_preemption_end_to_end_checkpoint_signal_then_requeue(
     ]
     assert requeued and "preempted by job" in requeued[0]["message"]
     assert "requeued once" in requeued[0]["message"]
+    # Its second run continued its job's log; nothing was set aside as an older file.
+    job_log = engine.log_path(victim.id)
+    assert job_log.read_text().split("\n")[:2] == ["run 0", "run 1"]
+    assert [p.name for p in job_log.parent.glob("*.old-*")] == []
 
 
 async def test_a_preempted_job_that_asked_not_to_be_requeued_fails(

@@ -101,7 +101,8 @@ class _Peer:
     """The launcher's end, played by the test: answers the table query, then reads only
     when told to."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, tasks: dict[str, object] | None = None) -> None:
+        self.tasks = tasks or {}  # the table it answers the first query with
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(state_dir / SOCKET))
         self.listener.listen(1)
@@ -116,7 +117,8 @@ class _Peer:
             self.received += await loop.sock_recv(self.conn, 65536)
         assert json.loads(self.received.split(b"\n")[0]) == {"op": "query"}
         self.received = self.received.split(b"\n", 1)[1]
-        await loop.sock_sendall(self.conn, b'{"ev":"table","tasks":{}}\n')
+        table = {"ev": "table", "tasks": self.tasks}
+        await loop.sock_sendall(self.conn, json.dumps(table).encode() + b"\n")
 
     async def lines(self, count: int) -> list[dict[str, object]]:
         """Read until ``count`` whole lines have come; each must be JSON."""
@@ -133,8 +135,10 @@ class _Peer:
         self.listener.close()
 
 
-async def _executor_with_peer(tmp_path: Path) -> tuple[LauncherExecutor, _Peer]:
-    peer = _Peer(tmp_path)
+async def _executor_with_peer(
+    tmp_path: Path, tasks: dict[str, object] | None = None
+) -> tuple[LauncherExecutor, _Peer]:
+    peer = _Peer(tmp_path, tasks)
     executor = LauncherExecutor(tmp_path, tmp_path)
     answering = asyncio.create_task(peer.accept_and_answer())
     await executor.open()
@@ -246,12 +250,10 @@ async def test_an_ack_rides_with_the_next_start_or_goes_alone_soon_after(tmp_pat
         peer.close()
 
 
-async def test_a_rerun_under_the_same_key_goes_after_the_ack_of_the_run_before(
-    tmp_path: Path,
-) -> None:
-    # A batch job's next run (requeued after preemption) has the same launcher key: the
-    # launcher must forget the old run's end before the new start reaches it, or it would
-    # answer with the old run's exit code.
+async def test_a_rerun_has_a_key_of_its_own_and_continues_the_log(tmp_path: Path) -> None:
+    # A batch job requeued after preemption runs again: under a key of its own, so the
+    # launcher can never answer it with the old run's end (an ack not read yet, one lost
+    # with a dead spawner), and appending to the first run's log.
     executor, peer = await _executor_with_peer(tmp_path)
     env: dict[str, str] = {}
     ended: list[Exit] = []
@@ -267,14 +269,39 @@ async def test_a_rerun_under_the_same_key_goes_after_the_ack_of_the_run_before(
         )
         await eventually(lambda: ended)
         rerun = executor.prepare(5, ["true"], str(tmp_path), env, {}, _ignore, _ignore, run=1)
-        rerun.send_now()  # the old run's ack is not even queued: not from this thread
-        assert not rerun.sent
-        executor.done(5, 0)  # (the engine recorded the old run's end)
-        rerun.send()
+        await asyncio.to_thread(rerun.send_now)  # the old run not even acked: no matter
+        assert rerun.sent
+        executor.done(5, 0)
         lines = await peer.lines(4)
-        assert [(line.get("op"), line.get("key"), line.get("keys")) for line in lines[2:]] == [
-            ("ack", None, ["5"]),
+        assert [(line.get("op"), line.get("key"), line.get("keys")) for line in lines] == [
+            ("env", None, None),
             ("spawn", "5", None),
+            ("spawn", "5~1", None),
+            ("ack", None, ["5"]),
+        ]
+        assert lines[1]["fresh"] is True and lines[2]["fresh"] is False
+        assert lines[1]["log"] == lines[2]["log"]
+    finally:
+        await executor.close()
+        peer.close()
+
+
+async def test_a_rerun_started_under_the_jobs_own_key_is_found_by_it(tmp_path: Path) -> None:
+    # An engine from before per-run keys started a requeued job's second run as "5": the
+    # engine after it finds that run, stops it and acks it under that key.
+    running = {"state": "running", "pid": 4242, "ticks": 7, "code": None, "at": None}
+    executor, peer = await _executor_with_peer(tmp_path, {"5": running})
+    try:
+        found = executor.find(5, _ignore, _ignore, run=1)
+        assert found == Started(4242, 7)
+        assert executor.watching(5, 1) and executor.pids() == {5: 4242}
+        assert executor.find(6, _ignore, _ignore, run=1) is None
+        assert executor.terminate(5, 2.0, 1)
+        executor.done(5, 1)
+        lines = await peer.lines(2)
+        assert [(line.get("op"), line.get("key"), line.get("keys")) for line in lines] == [
+            ("ack", None, ["5"]),  # (acks go first in any write)
+            ("terminate", "5", None),
         ]
     finally:
         await executor.close()

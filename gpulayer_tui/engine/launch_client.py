@@ -58,8 +58,15 @@ PROGRAM_CACHE_S = 5.0
 
 
 def launcher_key(key: TaskKey, run: int = 0) -> str:
-    """The launcher's name for the ``run``-th start of a task (``7``, ``7.1.3``)."""
-    return f"{key[0]}.{key[1]}.{run}" if isinstance(key, tuple) else str(key)
+    """The launcher's name for the ``run``-th start of a task: ``7`` for job 7's first
+    run, ``7~1`` for its run after one requeue, ``7.1.3`` for replica 1's third start.
+
+    Every run has a key of its own, so the launcher never holds an old run's end under a
+    key the engine asks it to start again (it would answer with that end).
+    """
+    if isinstance(key, tuple):
+        return f"{key[0]}.{key[1]}.{run}"
+    return f"{key}~{run}" if run else str(key)
 
 
 def _ack_line(keys: list[str]) -> bytes:
@@ -180,10 +187,9 @@ class LauncherExecutor:
         self._batch: list[bytes] = []  # this loop iteration's requests, sent as one write
         self._flush_handle: asyncio.Handle | None = None
         self._acks: list[str] = []  # (under the lock: the writer thread takes them too)
-        # Keys whose end the launcher reported and whose ack has not gone out yet: a batch
-        # job's next run has the same key, and the launcher must forget the old run before
-        # it is asked for the new one (else it answers with the old run's exit).
-        self._unacked: set[str] = set()
+        # A requeued job's run that an engine from before per-run keys started (its key
+        # is the job's own): its key here -> the key the launcher knows it by.
+        self._aliases: dict[str, str] = {}
         # Acks written lately: one still in the socket (or the transport) when the
         # spawner died is lost, and the launcher would keep that end for ever.
         self._recent_acks: collections.deque[str] = collections.deque(maxlen=RECENT_ACKS)
@@ -391,14 +397,14 @@ class LauncherExecutor:
             self._write_now({"op": "env", "id": env_id, "env": env})
         with self._lock:
             # Ends this engine acked (so recorded) that the launcher still keeps: those acks
-            # died with the connection. (Keys watched again are a rerun's: left alone.)
+            # died with the connection.
             lost = {
                 key
                 for key in self._recent_acks
                 if key not in self._watches and table.get(key, {}).get("state") == "exited"
             }
             self._acks[:0] = sorted(lost)
-            acks = self._take_acks()  # (first: a rerun's start below may reuse a key)
+            acks = self._take_acks()
             if acks:
                 self._transport_write(acks)
             outbox, self._outbox = self._outbox, []
@@ -424,7 +430,7 @@ class LauncherExecutor:
     def _flush_batch(self) -> None:
         self._flush_handle = None
         with self._lock:
-            # Acks first: a rerun's start (same key) must find the old run forgotten.
+            # (Acks first: the launcher forgets an end before it reads what comes next.)
             data, self._batch = self._take_acks() + b"".join(self._batch), []
             if not data:
                 return
@@ -436,7 +442,6 @@ class LauncherExecutor:
     def _take_acks(self) -> bytes:
         """(With the lock held.) The ack line for the ends recorded so far, if any."""
         keys, self._acks = self._acks, []
-        self._unacked.difference_update(keys)
         self._recent_acks.extend(keys)
         return _ack_line(keys)
 
@@ -481,8 +486,6 @@ class LauncherExecutor:
                     return
                 if self._batch or self._outbox or self._syncing or self._tail:
                     return  # (an earlier request, its environment perhaps, goes first)
-                if prepared.lkey in self._unacked and prepared.lkey not in self._acks:
-                    return  # a rerun whose last run's ack is not queued yet: the loop's turn
                 transport = self._transport
                 if transport is None or transport.get_write_buffer_size():
                     return
@@ -493,7 +496,6 @@ class LauncherExecutor:
                 except OSError:
                     self._acks[:0] = acks  # (they go with the loop's next write)
                     raise
-                self._unacked.difference_update(acks)
                 self._recent_acks.extend(acks)
                 prepared.sent = True
                 if written < len(data):
@@ -560,8 +562,6 @@ class LauncherExecutor:
 
     def _exited(self, lkey: str, code: int | None, at: float | None = None) -> None:
         self._pending.pop(lkey, None)
-        with self._lock:
-            self._unacked.add(lkey)
         held = self._watches.get(lkey)
         if held is not None and held.hold(functools.partial(self._exited, lkey, code, at)):
             return
@@ -639,7 +639,8 @@ class LauncherExecutor:
             "env_id": self._env_id(env),
             "extra": extra_env,
             "log": str(self.log_path(key)),
-            "fresh": run <= 1,
+            # A first start never appends to an older file; a later run continues its log.
+            "fresh": run <= 1 if isinstance(key, tuple) else run == 0,
             "max_log": self.max_log,
         }
         watch = self._watches[lkey] = _Watch(key, on_start, on_exit)
@@ -681,6 +682,12 @@ class LauncherExecutor:
         """What the launcher knows of a task after a restart (see :meth:`.Executor.find`)."""
         lkey = launcher_key(key, run)
         info = self._table.get(lkey)
+        if info is None and run and isinstance(key, int):
+            # A requeued job's run started before every run had a key of its own: the
+            # launcher knows it by the job's key (its earlier run's end was acked first).
+            info = self._table.get(str(key))
+            if info is not None:
+                self._aliases[lkey] = lkey = str(key)
         if info is None:
             return None
         if info["state"] == "exited":
@@ -693,7 +700,7 @@ class LauncherExecutor:
     def terminate(self, key: TaskKey, grace: float, run: int = 0) -> bool:
         """SIGTERM the task's process group, SIGKILL after ``grace`` (the launcher keeps
         the deadline, also while no engine runs)."""
-        lkey = launcher_key(key, run)
+        lkey = self._lkey(key, run)
         if lkey not in self._watches:
             return False
         self._write({"op": "terminate", "key": lkey, "grace": grace})
@@ -702,14 +709,16 @@ class LauncherExecutor:
     def release(self, key: TaskKey, run: int = 0) -> None:
         """Stop watching a task that outlived SIGKILL (its job ended ``unkillable``); the
         launcher still reaps it whenever it dies, and its end is then acknowledged."""
-        lkey = launcher_key(key, run)
+        lkey = self._lkey(key, run)
         if self._watches.pop(lkey, None) is not None:
             self._released.add(lkey)
 
     def done(self, key: TaskKey, run: int = 0) -> None:
         """The engine recorded the task's end: the launcher may forget it."""
+        lkey = launcher_key(key, run)
+        lkey = self._aliases.pop(lkey, lkey)
         with self._lock:
-            self._acks.append(launcher_key(key, run))
+            self._acks.append(lkey)
         self._ack_soon()
 
     def pids(self) -> dict[TaskKey, int]:
@@ -718,4 +727,8 @@ class LauncherExecutor:
 
     def watching(self, key: TaskKey, run: int = 0) -> bool:
         """True while a task is started or running (its end not reported yet)."""
-        return launcher_key(key, run) in self._watches
+        return self._lkey(key, run) in self._watches
+
+    def _lkey(self, key: TaskKey, run: int) -> str:
+        lkey = launcher_key(key, run)
+        return self._aliases.get(lkey, lkey) if self._aliases else lkey
