@@ -29,6 +29,7 @@ import gpulayer_tui.themes as themes
 
 from . import keymap
 from .backend import BackendError, EngineBackend
+from .fields import printable
 from .job_feed import JobFeed, JobView
 from .job_store import JobStore
 from .palette import KeymapCommands
@@ -121,7 +122,9 @@ class GpulayerApp(App[str]):
     ) -> None:
         """Every notification is plain text, whoever asks for markup: messages quote job
         names, commands, domain names and the engine's words, and a ``[/bold]`` in one
-        must show as written, not end the app with a ``MarkupError``."""
+        must show as written, not end the app with a ``MarkupError``; and a terminal escape
+        in one is written as an escape, not sent to the terminal."""
+        message, title = printable(message, keep="\n"), printable(title)
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:

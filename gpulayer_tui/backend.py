@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import quote
 
 from .engine.paths import Paths
+from .fields import printable
 from .unixsock import SocketPath
 from .wire import (
     DomainJSON,
@@ -36,6 +37,36 @@ if TYPE_CHECKING:
 
 HEALTH_S = 2.0
 """Seconds a health check waits for the engine before it counts as not answering."""
+
+
+def shown(value: Any) -> Any:
+    """``value`` (decoded JSON) with every string made safe to draw: what a user or a
+    process wrote (job names, commands, working directories, messages that quote them,
+    other users' command lines) may hold terminal escapes, C1 controls or bidi overrides,
+    and Rich passes those to the terminal as they are. Each such character is written as
+    an escape (:func:`~gpulayer_tui.fields.printable`; line breaks and tabs are kept for
+    the widgets to lay out). Changed in place; most strings pass one ``isprintable()``.
+
+    The screens only show what they get and act by ids, so nothing they send back is
+    changed by this.
+    """
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, str):
+                if not item.isprintable():
+                    value[key] = printable(item, keep="\n\t")
+            elif isinstance(item, dict | list):
+                shown(item)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if isinstance(item, str):
+                if not item.isprintable():
+                    value[index] = printable(item, keep="\n\t")
+            elif isinstance(item, dict | list):
+                shown(item)
+    elif isinstance(value, str) and not value.isprintable():
+        return printable(value, keep="\n\t")
+    return value
 
 
 class BackendError(RuntimeError):
@@ -203,7 +234,7 @@ class SocketBackend:
                 data = await resp.read()
                 if resp.status >= 400:
                     raise _refusal(resp.status, data)
-                return json.loads(data) if data else None
+                return shown(json.loads(data)) if data else None
         except TimeoutError:  # (aiohttp's timeouts are TimeoutErrors)
             raise ConnectionLost(
                 f"the engine at {self.location} is not answering (no answer in "
@@ -309,7 +340,7 @@ class SocketBackend:
             async with self._client().get("/v1/events", timeout=aiohttp.ClientTimeout()) as resp:
                 async for line in resp.content:
                     if line.strip():
-                        yield json.loads(line)
+                        yield shown(json.loads(line))
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError):
             return
 
@@ -324,7 +355,7 @@ def _refusal(status: int, data: bytes) -> BackendError:
         return BackendError(f"HTTP {status}", status)
     field = body.get("field")
     return BackendError(
-        str(body.get("error") or f"HTTP {status}"),
+        shown(str(body.get("error") or f"HTTP {status}")),
         status,
         field if isinstance(field, str) else None,
     )

@@ -65,27 +65,55 @@ def _number(field: str, value: object, high: float, unit: str = "") -> float:
     return number
 
 
-def printable(text: str) -> str:
-    """``text`` with every unprintable character (controls, escapes, bidi overrides, other
-    format characters) written as ``\\xNN``/``\\uNNNN``: safe to put on a terminal, and
-    still says what was there."""
+_JOINERS = "\u200c\u200d"  # format characters that emoji and some scripts need: kept
+
+
+def unsafe_characters(text: str) -> list[str]:
+    """The characters of ``text`` a terminal could act on or that change how the rest
+    reads: controls (C0, DEL, C1: escapes start there), format characters (bidi overrides
+    and isolates, zero-width spaces, BOM; the two joiners apart), line and paragraph
+    separators, lone surrogates. Empty for most text (``isprintable()`` answers first)."""
     if text.isprintable():
+        return []
+    import unicodedata  # (only for text that needs it: a CLI call never loads it)
+
+    return [
+        c
+        for c in text
+        if (category := unicodedata.category(c)) in ("Cc", "Zl", "Zp", "Cs")
+        or (category == "Cf" and c not in _JOINERS)
+    ]
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with each of its :func:`unsafe_characters` but those in ``keep`` written as
+    ``\\xNN``/``\\uNNNN``: safe to put on a terminal, and still says what was there."""
+    unsafe = set(unsafe_characters(text)).difference(keep)
+    if not unsafe:
         return text
     return "".join(
-        c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+        c if c not in unsafe else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
         for c in text
     )
 
 
 def check_label(field: str, value: object) -> str:
-    """A name or project: 1-200 characters, no control characters (they would reach
-    terminals)."""
+    """A name or project: 1-200 characters, none of them unsafe on a terminal (see
+    :func:`unsafe_characters`)."""
     if not isinstance(value, str) or not value:
         raise FieldError(field, f"must be text of 1 to {NAME_MAX} characters")
     if len(value) > NAME_MAX:
         raise FieldError(field, f"must be at most {NAME_MAX} characters, not {len(value)}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise FieldError(field, "control characters are not allowed")
+    unsafe = unsafe_characters(value)
+    if unsafe:
+        if any(c < " " or "\x7f" <= c <= "\x9f" for c in unsafe):
+            raise FieldError(field, "control characters are not allowed")
+        shown = ", ".join(dict.fromkeys(f"U+{ord(c):04X}" for c in unsafe))
+        raise FieldError(
+            field,
+            f"invisible formatting characters (bidi overrides, separators) are not "
+            f"allowed: {shown}",
+        )
     return value
 
 

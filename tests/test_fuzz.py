@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from gpulayer_tui.engine.config import ConfigError, parse_config, parse_config_text
 from gpulayer_tui.engine.spec import JobSpec, SpecError, parse_spec
+from gpulayer_tui.fields import unsafe_characters
 
 from .conftest import Served
 from .raw_http import UnixHTTPConnection
@@ -127,7 +128,8 @@ def test_spec_parser_accepts_or_names_the_problem(data: Any) -> None:
 valid_specs = st.fixed_dictionaries(
     {"command": st.lists(st.text(min_size=1).filter(lambda s: "\0" not in s), min_size=1)},
     optional={
-        "name": st.text(min_size=1, max_size=200).filter(lambda s: all(ord(c) >= 32 for c in s)),
+        # (the name rule: nothing a terminal acts on, see fields.unsafe_characters)
+        "name": st.text(min_size=1, max_size=200).filter(lambda s: not unsafe_characters(s)),
         "env": st.dictionaries(
             st.text(min_size=1).filter(lambda s: "=" not in s and "\0" not in s),
             st.text().filter(lambda s: "\0" not in s),

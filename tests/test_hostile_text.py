@@ -137,3 +137,91 @@ def test_the_jobs_table_keeps_each_reason_whole_and_fits_a_terminal_only() -> No
     cut = fit(text, 60)
     assert all(len(line) <= 60 for line in cut.splitlines()) and cut.splitlines()[1].endswith("…")
     assert fit(text, None) == text
+
+
+def _drawn(app: Any) -> str:
+    """Every character the screen would send now, escape sequences of its own aside."""
+    import io
+
+    from rich.console import Console
+
+    update = app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
+    console = Console(width=app.size[0], file=io.StringIO(), force_terminal=True)
+    return "".join(seg.text for seg in console.render(update) if not seg.control)
+
+
+# What a process, a user or a job's output may hold that a terminal acts on: OSC (a window
+# title), CSI (clear the screen), the one-character C1 CSI, a bidi override, a separator.
+HAZARDS = ["\x1b]0;pwned\x07", "\x1b[2J", "\x9b31m", "\u202eRTL", "\u2028LS"]
+
+
+async def test_escapes_users_and_processes_wrote_never_reach_the_terminal(
+    embedded_app: Any, tmp_path: Any
+) -> None:
+    import subprocess
+    import sys
+
+    from gpulayer_tui.engine.simulate import SimLedger
+    from gpulayer_tui.fields import unsafe_characters
+    from gpulayer_tui.screens.adopt import AdoptScreen
+    from gpulayer_tui.screens.dialogs import SignalScreen
+
+    app = await embedded_app("2xA100-80GB")
+    engine = app.backend.engine
+    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", *HAZARDS])  # noqa: ASYNC220
+    try:
+        SimLedger(engine.paths.state_dir).hold(1, stray.pid, 20.0)
+        odd_dir = tmp_path / "d\x1b[31mRED"
+        odd_dir.mkdir()
+        specs: list[dict[str, Any]] = [
+            {"name": "argv", "command": ["sh", "-c", "sleep 60", *HAZARDS], "gpus": 1},
+            {"name": "cwd", "command": ["true"], "cwd": str(odd_dir)},
+            # (it cannot start: its message quotes the program's name)
+            {"name": "program", "command": [str(tmp_path / "no\x1b[2Jsuch")]},
+            {"name": "output", "shell": "printf '\\302\\233 31m \\342\\200\\256 rtl \\033[2J\\n'"},
+        ]
+        ids = [(await app.backend.submit(spec))["id"] for spec in specs]
+        await engine.sampler.sample_once()
+        seen: dict[str, list[str]] = {}
+
+        def look(where: str) -> None:
+            unsafe = unsafe_characters(_drawn(app).replace("\n", ""))
+            if unsafe:
+                seen[where] = sorted(set(unsafe))
+
+        async with app.run_test(size=(200, 50)) as pilot:
+            table = app.screen.query_one("ProcessTable")
+            await until(pilot, lambda: any(row.pid == stray.pid for row in table.processes))
+            look("dashboard")
+            await pilot.press("T")  # the process tree
+            await pilot.pause(0.2)
+            look("tree")
+            await pilot.press("T", "2")
+            await until(pilot, lambda: app.screen.query_one("#jobs-table").row_count == len(ids))
+            look("jobs")
+            for job_id in ids:
+                app.open_job(job_id)
+                await until(pilot, lambda: getattr(app.screen, "job", None) is not None)
+                await pilot.pause(0.3)  # its output arrives
+                look(f"job {job_id}")
+                await pilot.press("escape")
+            await pilot.press("3")
+            await until(pilot, lambda: stray.pid in app.screen.query_one("StrayTable").rows_by_pid)
+            look("strays")
+            assert "\\x1b[2J \\x9b31m \\u202eRTL" in _drawn(app)  # (as escapes)
+            await pilot.press("a")
+            await until(pilot, lambda: isinstance(app.screen, AdoptScreen))
+            look("adopt")
+            await pilot.press("escape")
+            await pilot.press("x")
+            await until(pilot, lambda: isinstance(app.screen, SignalScreen))
+            look("signal")
+            await pilot.press("escape")
+            app.notify("quoted: \x1b[2J\u202e", title="job \x9b1")
+            await pilot.pause(0.1)
+            look("notification")
+            assert app.is_running
+        assert seen == {}
+    finally:
+        stray.kill()
+        stray.wait()

@@ -22,9 +22,10 @@ from textual.widgets import Log
 # CSI and OSC escape sequences (colours, cursor moves, titles) and the C0 controls other
 # than tab; the log shows plain text.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.")
-# (and the line separators str.splitlines() would split a line at: one line of output is
-# one line of the log)
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029]")
+# (also DEL and the C1 controls, U+009B being a one-character CSI; the bidi embeddings,
+# overrides, isolates and marks, which reorder what follows them; and the line separators
+# str.splitlines() would split a line at: one line of output is one line of the log)
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 def clean_line(line: str) -> str:
