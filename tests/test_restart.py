@@ -115,6 +115,34 @@ async def test_queued_job_survives_restart(make_engine: EngineFactory, tmp_path:
     assert (await second.wait(waiting.id, timeout=10)).status is JobStatus.COMPLETED
 
 
+async def test_after_a_restart_running_jobs_keep_their_slots_before_anything_starts(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A waiting job whose dependency has ended is looked up in the database while the
+    # engine restores; a scheduling pass then ran before the running jobs had taken their
+    # GPUs back, and started the job queued for both GPUs on top of them.
+    first = await make_engine("2xA100-80GB")
+    ended = await first.submit({"command": ["true"]})
+    await first.wait(ended.id, timeout=10)
+    holders = [await first.submit({**gated(tmp_path, 0), "gpus": 1}) for _ in range(2)]
+    both = await first.submit({"command": ["true"], "gpus": 2})
+    after = await first.submit(
+        {"command": ["true"], "gpus": 1, "depends_on": [{"job": ended.id, "any_exit": True}]}
+    )
+    assert both.status is JobStatus.QUEUED and after.status is JobStatus.QUEUED
+    await first.stop()
+
+    second = await make_engine("2xA100-80GB")
+    second.queue.schedule()  # (a pass now must not start them either)
+    await second.store.flush()
+    assert (await second.get(both.id)).status is JobStatus.QUEUED
+    assert (await second.get(after.id)).status is JobStatus.QUEUED
+    assert [(await second.get(h.id)).status for h in holders] == [JobStatus.RUNNING] * 2
+    (tmp_path / "go").touch()
+    for job in (*holders, both, after):
+        assert (await second.wait(job.id, timeout=10)).status is JobStatus.COMPLETED
+
+
 async def test_database_from_a_newer_schema_is_refused(
     make_engine: EngineFactory,
 ) -> None:

@@ -69,6 +69,10 @@ class Recovery:
                     Reason.OVER_CAPACITY,
                     f"can no longer run on this machine: {problem}",
                 )
+        # Every await comes first: a scheduling pass may run at any await, and none may run
+        # before the running jobs have taken their slots back (below), or a waiting job
+        # would be started on a slot that a running one still holds.
+        waiting = []
         for act in acts:
             if act.job.status.is_terminal:
                 continue
@@ -82,8 +86,13 @@ class Recovery:
                 )
             elif act.job.status in (JobStatus.PENDING, JobStatus.QUEUED) and act.spec:
                 deps = await self._queue.resolve_dependencies(act.spec, restoring=True)
-                if act.job.id in self._book:  # (a dependency's end may have settled it)
-                    self._queue.enqueue(act, deps)
+                waiting.append((act, deps))
+        # From here on, no await until the end. The waiting jobs go back in the queue
+        # before the running ones are taken back: a running job found ended meanwhile then
+        # releases its dependents.
+        for act, deps in waiting:
+            if act.job.id in self._book:  # (a dependency's end may have settled it)
+                self._queue.enqueue(act, deps)
         for act in acts:
             if act.job.status is JobStatus.RUNNING and act.job.id in self._book:
                 self._runners[act.job.kind].reattach(act)
