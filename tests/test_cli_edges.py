@@ -3,6 +3,7 @@ that holds nothing or too much, a reader that leaves early, and Ctrl-C (issue 21
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -33,6 +34,67 @@ def test_wait_with_a_timeout_that_runs_out_exits_1_and_says_so(engine: Served) -
     assert out.returncode == 1
     assert out.stderr == f"gpulayer-tui: job {job} still running after 0.3 s\n"
     engine.cli("cancel", job, "--no-wait")
+
+
+def test_cancel_says_a_stop_under_way_as_such(engine: Served) -> None:
+    # --no-wait returns once SIGTERM is sent: that is success, not a process stuck in
+    # the kernel; a --timeout that runs out before the SIGKILL is due says that.
+    job = _submit(engine, "--", "sleep", "600")
+    out = engine.cli("cancel", job, "--no-wait")
+    assert out.returncode == 0, out.stderr
+    assert f"job {job} " in out.stdout and "stuck" not in out.stdout + out.stderr
+    stubborn = _submit(engine, "--", "sh", "-c", "trap '' TERM; while :; do sleep 0.05; done")
+    pid = int(json.loads(engine.cli("status", stubborn, "--json").stdout)["job"]["pid"])
+    wait_for(lambda: _ignores_sigterm(pid))  # (its trap is set: SIGTERM cannot end it)
+    out = engine.cli("cancel", stubborn, "--timeout", "0.3")
+    assert out.returncode == 1
+    assert "is stopping: SIGTERM sent, SIGKILL at" in out.stderr
+    assert "still running after --timeout 0.3 s" in out.stderr and "stuck" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "said"),
+    [
+        (
+            "deep.json",
+            b"[" * 100_000 + b"]" * 100_000,
+            "deep.json: not valid JSON: nested too deeply",
+        ),
+        (
+            "when.toml",
+            b'command = ["true"]\ntimeout = 1979-05-27T07:32:00Z\n',
+            "when.toml: timeout: a TOML date or time (1979-05-27T07:32:00+00:00) is not a spec "
+            "value (a number of seconds)",
+        ),
+        ("env.toml", b'command = ["true"]\n[env]\nA = 12:00:00\n', "env.toml: env.A: a TOML"),
+        ("lines.txt", b"echo a\n\xff\xfebinary\n", "lines.txt: line 2 is not UTF-8 text: \\xff"),
+    ],
+    ids=["deep-json", "toml-datetime", "toml-time", "not-utf8"],
+)
+def test_spec_and_batch_files_that_cannot_be_read_are_refused_by_name(
+    engine: Served, tmp_path: Path, name: str, content: bytes, said: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    option = "--file" if name.endswith(".txt") else "--spec"
+    out = engine.cli("submit", option, str(path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert said in out.stderr
+    assert engine.cli("jobs", "--json").stdout.strip() == "[]"  # nothing was submitted
+
+
+def test_a_spec_is_read_by_its_content_when_its_name_does_not_say(
+    engine: Served, tmp_path: Path
+) -> None:
+    (tmp_path / "spec.txt").write_text('{"command": ["true"], "name": "from-txt"}')
+    out = engine.cli("submit", "--spec", str(tmp_path / "spec.txt"), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)[0]["name"] == "from-txt"
+    piped = engine.cli(
+        "submit", "--spec", "-", "--json", input='name = "from-stdin"\ncommand = ["true"]\n'
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)[0]["name"] == "from-stdin"
 
 
 def test_a_batch_file_of_only_comments_is_refused_and_submits_nothing(
@@ -89,6 +151,13 @@ def test_ctrl_c_exits_130_without_a_traceback(engine: Served, words: list[str]) 
     assert proc.returncode == 130
     assert b"Traceback" not in err
     engine.cli("cancel", job, "--no-wait")
+
+
+def _ignores_sigterm(pid: int) -> bool:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
 
 
 def _has_socket(pid: int) -> bool:
@@ -172,3 +241,32 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
             {"shell": "true", "env": {"A": "own", "B": "y"}},
         ]
     }
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["jobs", "--limit", "0"], "--limit: must not be less than 1, got 0"),
+        (["jobs", "--page", "0"], "--page: must not be less than 1, got 0"),
+        (
+            ["clean", "--keep", "99999999999999999999"],
+            "--keep: must be at most 9223372036854775807",
+        ),
+    ],
+    ids=["limit-0", "page-0", "keep-huge"],
+)
+def test_counts_out_of_range_are_refused_by_name(
+    engine: Served, argv: list[str], said: str
+) -> None:
+    out = engine.cli(*argv)
+    assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_api_refuses_an_empty_page_and_a_keep_past_sqlite(engine: Served, paths: Paths) -> None:
+    from .raw_http import request
+
+    socket_path = paths.socket
+    status, body = request(socket_path, "GET", "/v1/jobs?limit=0")
+    assert status == 400 and "limit must be 1 or more" in body["error"]
+    status, body = request(socket_path, "POST", "/v1/clean", {"keep": 2**63})
+    assert status == 400 and "keep must be a whole number" in body["error"]

@@ -37,7 +37,7 @@ READ = [
     ["status", "--json", "12"],
     ["jobs"],
     ["jobs", "--json", "--limit", "10000"],
-    ["jobs", "--status", "queued,running", "--status", "failed", "--limit", "0"],
+    ["jobs", "--status", "queued,running", "--status", "failed", "--limit", "1"],
 ]
 
 # Command lines left to argparse (its messages, its exit code 2, its other options).

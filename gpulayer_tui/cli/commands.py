@@ -106,18 +106,28 @@ def _read_spec_file(path: str) -> list[dict[str, Any]]:
         ValueError: Unreadable file or wrong shape, with the file named.
     """
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        if path == "-":
+            raw = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as fh:
+                raw = fh.read()
     except OSError as err:
         raise ValueError(f"{path}: {err.strerror or err}") from None
     data: Any
-    if path.endswith(".json"):
-        try:
-            import json
+    # By its name; a name that says neither (stdin, spec.txt) by its first character: a
+    # JSON document starts with "{" or "[" (so may a TOML table: TOML when it is not JSON).
+    as_json = path.lower().endswith(".json") or (
+        not path.lower().endswith(".toml") and raw.lstrip()[:1] in (b"{", b"[") and _is_json(raw)
+    )
+    if as_json:
+        import json
 
+        try:
             data = json.loads(raw)
         except ValueError as err:
             raise ValueError(f"{path}: not valid JSON: {err}") from None
+        except RecursionError:
+            raise ValueError(f"{path}: not valid JSON: nested too deeply") from None
     else:
         import tomllib
 
@@ -125,6 +135,7 @@ def _read_spec_file(path: str) -> list[dict[str, Any]]:
             data = tomllib.loads(raw.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise ValueError(f"{path}: not valid TOML: {err}") from None
+        _no_dates(data, path, "")
     if isinstance(data, dict) and set(data) == {"jobs"}:
         data = data["jobs"]
     items = data if isinstance(data, list) else [data]
@@ -136,6 +147,61 @@ def _read_spec_file(path: str) -> list[dict[str, Any]]:
         if isinstance(cwd, str) and not os.path.isabs(cwd):
             item["cwd"] = os.path.normpath(os.path.join(base, os.path.expanduser(cwd)))
     return items
+
+
+def _command_lines(path: str) -> list[str]:
+    """The lines of a ``--file`` (``-``: standard input), stripped.
+
+    Raises:
+        ValueError: A line that is not UTF-8 text (the engine stores text: such a line
+            would not run as written), with the file and line named.
+    """
+    if path == "-":
+        raw = sys.stdin.buffer.read()
+    else:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    lines = []
+    for number, line in enumerate(raw.splitlines(), 1):
+        try:
+            lines.append(line.decode("utf-8").strip())
+        except UnicodeDecodeError:
+            raise ValueError(
+                f"{path}: line {number} is not UTF-8 text: {repr(line)[2:-1][:80]}"
+            ) from None
+    return lines
+
+
+def _is_json(raw: bytes) -> bool:
+    import json
+
+    try:
+        json.loads(raw)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _no_dates(value: Any, path: str, where: str) -> None:
+    """TOML has dates and times; a spec has none (a timeout is seconds).
+
+    Raises:
+        ValueError: Naming the key that holds one.
+    """
+    import datetime
+
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _no_dates(item, path, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _no_dates(item, path, f"{where}[{index}]")
+    elif isinstance(value, datetime.date | datetime.time):
+        hint = " (a number of seconds)" if where.endswith("timeout") else ""
+        raise ValueError(
+            f"{path}: {where}: a TOML date or time ({value.isoformat()}) is not a spec "
+            f"value{hint}"
+        )
 
 
 def _merge(base: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
@@ -250,9 +316,11 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     elif args.file:
         if cmd:
             parser.error("give either --file or a command, not both")
-        stream = sys.stdin if args.file == "-" else open(args.file)
-        with stream:
-            lines = [ln.strip() for ln in stream]
+        try:
+            lines = _command_lines(args.file)
+        except ValueError as err:
+            _error(str(err))
+            return EXIT_USAGE
         # Each line is a shell line as written; the engine runs a plain one without a
         # shell (see engine/commandline.py).
         env = base.pop("env", None)
@@ -430,6 +498,17 @@ def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     if args.json:
         _print_json(job)
     if job["status"] == "running":
+        kill_at = job.get("kill_at")
+        if args.no_wait or (kill_at and time.time() < kill_at):
+            # Stopping as asked: SIGTERM is sent, its SIGKILL not due yet.
+            clock = time.strftime("%H:%M:%S", time.localtime(kill_at or time.time()))
+            said = f"job {job['id']} is stopping: SIGTERM sent, SIGKILL at {clock} if it still runs"
+            if args.no_wait:
+                if not args.json:
+                    print(said)
+                return EXIT_OK
+            _error(f"{said}; still running after --timeout {args.timeout or 0:g} s")
+            return EXIT_FAILED
         _error(
             f"job {job['id']} is still running {_since_kill(job)}: its process may be stuck "
             "in the kernel (uninterruptible sleep); the engine releases it [engine] "

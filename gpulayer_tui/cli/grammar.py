@@ -18,15 +18,27 @@ if TYPE_CHECKING:  # (annotations only; the wire rules load when an option needs
 
 
 def positive_int(text: str) -> int:
-    """A whole number, 0 or more (limits, replica numbers)."""
+    """A whole number, 0 or more (replica numbers, how many to keep, a port)."""
+    return _whole(text, 0)
+
+
+def count_arg(text: str) -> int:
+    """A whole number, 1 or more (rows per page, a page number, CPUs)."""
+    return _whole(text, 1)
+
+
+def _whole(text: str, low: int) -> int:
     from .. import fields as wire
 
     try:
         value = wire.parse_whole("value", text)
     except wire.FieldError as err:
         raise argparse.ArgumentTypeError(err.detail) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    if not low <= value <= wire.MAX_INT:
+        lowest = "negative" if low == 0 else "less than 1"
+        if value > wire.MAX_INT:
+            raise argparse.ArgumentTypeError(f"must be at most {wire.MAX_INT}, got {value}")
+        raise argparse.ArgumentTypeError(f"must not be {lowest}, got {value}")
     return value
 
 
@@ -168,7 +180,7 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
         "--notify", action="store_true", help="notify when it ends (as [notify] in the config says)"
     )
     p.add_argument("--cluster", metavar="NAME", help="run it on the [clusters.NAME] Slurm cluster")
-    p.add_argument("--cpus", type=positive_int, metavar="N", help="CPUs (cluster jobs)")
+    p.add_argument("--cpus", type=count_arg, metavar="N", help="CPUs (cluster jobs)")
     p.add_argument("--mem-gb", type=positive_number, metavar="GB", help="memory (cluster jobs)")
     p.add_argument(
         "--preemptible",
@@ -272,13 +284,13 @@ def _jobs_args(p: argparse.ArgumentParser) -> None:
             "contains TEXT (any case)"
         ),
     )
-    p.add_argument("--limit", type=positive_int, default=50, help="rows per page (default 50)")
+    p.add_argument("--limit", type=count_arg, default=50, help="rows per page (default 50)")
     paging = p.add_mutually_exclusive_group()
     paging.add_argument("--before", type=job_id_arg, metavar="ID", help="jobs older than ID")
     paging.add_argument(
         "--after", type=job_id_arg, metavar="ID", help="jobs newer than ID, oldest first"
     )
-    paging.add_argument("--page", type=positive_int, metavar="N", help="page N of --limit rows")
+    paging.add_argument("--page", type=count_arg, metavar="N", help="page N of --limit rows")
     p.add_argument(
         "--sort",
         choices=("id", "status", "name", "started", "runtime", "vram"),

@@ -48,10 +48,12 @@ def _typed(name: str) -> Callable[[str], Any]:
     return lambda text: fields.parse_field(name, text)
 
 
-def _positive_int(text: str) -> int:
+def _count(text: str) -> int:
     value = fields.parse_whole("value", text)
-    if value < 0:
-        raise fields.FieldError("value", "must not be negative")
+    if value < 1:
+        raise fields.FieldError("value", f"must not be less than 1, got {value}")
+    if value > fields.MAX_INT:
+        raise fields.FieldError("value", f"must be at most {fields.MAX_INT}, got {value}")
     return value
 
 
@@ -117,7 +119,7 @@ _SUBMIT_DEFAULTS: dict[str, Any] = {
 _STATUS: dict[str, _Option] = {"--json": ("json", "flag", None), "--plot": ("plot", "flag", None)}
 _JOBS: dict[str, _Option] = {
     "--status": ("status", "append", str),
-    "--limit": ("limit", "value", _positive_int),
+    "--limit": ("limit", "value", _count),
     "--json": ("json", "flag", None),
 }
 _JOBS_DEFAULTS: dict[str, Any] = {

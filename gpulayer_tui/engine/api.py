@@ -165,6 +165,13 @@ def _int_query(request: web.Request, name: str, default: int | None) -> int | No
     return value
 
 
+def _limit(request: web.Request) -> int:
+    limit = _int_query(request, "limit", 500)
+    if not limit:
+        raise SpecError("limit must be 1 or more (rows per page)", "limit")
+    return limit
+
+
 def _float_query(request: web.Request, name: str) -> float | None:
     raw = request.query.get(name)
     if raw is None or raw == "":
@@ -238,7 +245,7 @@ def _job_query(request: web.Request) -> JobQuery:
         before=_int_query(request, "before", None),
         after=_int_query(request, "after", None),
         offset=_int_query(request, "offset", 0) or 0,
-        limit=min(_int_query(request, "limit", 500) or 500, wire.MAX_PAGE),
+        limit=min(_limit(request), wire.MAX_PAGE),
     )
 
 
@@ -389,8 +396,10 @@ async def clean(request: web.Request) -> web.Response:
                 "older_than_days must be a number of days from 0 to 36500", "older_than_days"
             )
         before = time.time() - float(days) * 86400
-    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 0):
-        raise SpecError("keep must be a whole number, 0 or more", "keep")
+    if keep is not None and (
+        isinstance(keep, bool) or not isinstance(keep, int) or not 0 <= keep <= MAX_INT
+    ):
+        raise SpecError(f"keep must be a whole number from 0 to {MAX_INT}", "keep")
     return web.json_response(await request.app[ENGINE_KEY].retention.clean(before, keep))
 
 
