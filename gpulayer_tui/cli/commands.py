@@ -199,8 +199,7 @@ def _no_dates(value: Any, path: str, where: str) -> None:
     elif isinstance(value, datetime.date | datetime.time):
         hint = " (a number of seconds)" if where.endswith("timeout") else ""
         raise ValueError(
-            f"{path}: {where}: a TOML date or time ({value.isoformat()}) is not a spec "
-            f"value{hint}"
+            f"{path}: {where}: a TOML date or time ({value.isoformat()}) is not a spec value{hint}"
         )
 
 
