@@ -26,6 +26,7 @@ from enum import StrEnum
 # The field rules are defined in .fields (no enum there, for the CLI's quick path) and
 # are part of this contract.
 from .fields import ACTIVE_STATUSES as ACTIVE_STATUSES
+from .fields import ADOPTED_NOT_RUN as ADOPTED_NOT_RUN
 from .fields import MAX_INT as MAX_INT
 from .fields import MAX_SECONDS as MAX_SECONDS
 from .fields import NAME_MAX as NAME_MAX

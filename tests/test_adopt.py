@@ -331,6 +331,12 @@ def test_cli_adopt(served: Served, spawn: list[subprocess.Popen[bytes]]) -> None
     waited = served.cli("wait", job_id)
     assert waited.returncode == 1 and "orphaned" in waited.stdout
     assert served.cli("status", job_id).returncode == 1
+    # Nobody has its command to run: neither restart nor --like runs it.
+    for argv in (["restart", job_id], ["submit", "--like", job_id]):
+        again = served.cli(*argv)
+        assert again.returncode == 2 and "Traceback" not in again.stderr, argv
+        assert f"job {job_id} is an adopted process" in again.stderr, argv
+    assert served.cli("jobs", "--json").stdout.count('"id"') == 2  # (no job was made)
 
 
 async def test_what_no_one_may_adopt_is_refused_with_its_reason(

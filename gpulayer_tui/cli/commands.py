@@ -253,6 +253,10 @@ def _like(
     and, unless ``--vram-gb`` is given, the VRAM its usage suggests."""
     detail = client.job(args.like)
     old = detail["job"]
+    if old.get("kind") == "adopted":
+        from ..fields import ADOPTED_NOT_RUN
+
+        raise ValueError(f"--like {old['id']}: job {old['id']} {ADOPTED_NOT_RUN}")
     spec: dict[str, Any] = {k: v for k, v in old["spec"].items() if v is not None}
     for key in ("name", "project", "gpus", "vram_gb", "timeout", "domain", "depends_on"):
         if key in base:
@@ -301,7 +305,12 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     if getattr(args, "like", None) is not None:
         if args.spec or args.file:
             parser.error("give either --like, --spec or --file, not two of them")
-        jobs = _submit_once(client, [_like(client, args, base, cmd)])
+        try:
+            like = _like(client, args, base, cmd)
+        except ValueError as err:
+            _error(str(err))
+            return EXIT_USAGE
+        jobs = _submit_once(client, [like])
     elif args.spec:
         if cmd or args.file:
             parser.error("give either --spec, --file or a command, not two of them")

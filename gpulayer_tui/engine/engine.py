@@ -35,6 +35,7 @@ from typing import Any
 
 from .. import __version__
 from ..wire import (
+    ADOPTED_NOT_RUN,
     AdoptRequest,
     GpusJSON,
     HealthJSON,
@@ -476,10 +477,13 @@ class Engine:
         Raises:
             UnknownJob: No such id.
             JobNotActive: (inverted) It has not ended yet: there is nothing to restart.
+            SpecError: It is an adopted process (nobody has its command to run).
         """
         job = await self.get(job_id)
         if not job.status.is_terminal:
             raise JobNotActive(f"job {job_id} is {job.status.value}: only an ended job restarts")
+        if job.kind is JobKind.ADOPTED:
+            raise SpecError(f"job {job_id} {ADOPTED_NOT_RUN}", "job")
         spec = {k: v for k, v in job.spec.items() if k not in ("restart_of",)}
         snapshot = spec.get("snapshot")
         if isinstance(snapshot, dict):

@@ -14,7 +14,7 @@ from textual.screen import Screen
 
 from ..backend import BackendError
 from ..view import view_of
-from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
+from ..wire import ACTIVE_STATUSES, ADOPTED_NOT_RUN, JobJSON, JobRowJSON
 from .dialogs import ConfirmScreen, SignalScreen
 from .edit import EditScreen
 
@@ -23,8 +23,13 @@ WAITING = frozenset({"pending", "queued"})
 
 
 def can_restart(job: JobRowJSON | None) -> bool:
-    """True for a job that has ended (``R`` restarts it)."""
-    return job is not None and job.get("status") not in ACTIVE_STATUSES
+    """True for a job that has ended (``R`` restarts it) and that gpulayer-tui started (an
+    adopted process's command is never run)."""
+    return (
+        job is not None
+        and job.get("status") not in ACTIVE_STATUSES
+        and job.get("kind") != "adopted"
+    )
 
 
 def can_edit(job: JobRowJSON | None) -> bool:
@@ -76,7 +81,12 @@ def ask_to_restart(
     job_id = int(job["id"])
     status = job.get("status", "")
     if not can_restart(job):
-        ui.notify(f"job {job_id} is {status}: only an ended job restarts", severity="warning")
+        why = (
+            ADOPTED_NOT_RUN
+            if job.get("kind") == "adopted"
+            else f"is {status}: only an ended job restarts"
+        )
+        ui.notify(f"job {job_id} {why}", severity="warning")
         return
 
     async def restart() -> None:
