@@ -338,6 +338,19 @@ async def test_timeout_kills_and_fails(make_engine: EngineFactory) -> None:
     assert done.exit_code == 143
 
 
+async def test_a_timeout_shorter_than_the_start_is_still_a_timeout(
+    make_engine: EngineFactory,
+) -> None:
+    # It may end the job before its process is even asked for: that is no launch failure.
+    engine = await make_engine()
+    for _ in range(5):
+        job = await engine.submit({"command": ["sleep", "30"], "timeout": 1e-9})
+        done = await engine.wait(job.id, timeout=10)
+        assert done.status is JobStatus.FAILED
+        assert done.termination_reason is TerminationReason.TIMEOUT, done.message
+        assert done.message.startswith("timed out after 1e-09 s")
+
+
 async def test_priority_then_fifo(make_engine: EngineFactory, tmp_path: Path) -> None:
     engine = await make_engine(cpu_count=1)
     order = tmp_path / "order"

@@ -170,10 +170,12 @@ def stop_verdict(job: Job, exit: Exit) -> tuple[JobStatus, TerminationReason, st
         return JobStatus.CANCELLED, Reason.CANCELLED, job.stop_message
     if job.stop_reason is Reason.PREEMPTED and exit.error is None:
         return JobStatus.FAILED, Reason.PREEMPTED, f"{job.stop_message} (not requeued)"
+    if job.stop_reason is Reason.TIMEOUT:
+        # (a timeout shorter than the start itself ends it before it runs: still a timeout)
+        said = job.stop_message + (f" ({exit.error})" if exit.error is not None else "")
+        return JobStatus.FAILED, Reason.TIMEOUT, said
     if exit.error is not None:
         return JobStatus.FAILED, Reason.LAUNCH_FAILED, exit.error
-    if job.stop_reason is Reason.TIMEOUT:
-        return JobStatus.FAILED, Reason.TIMEOUT, job.stop_message
     return exit_verdict(exit.code)
 
 
