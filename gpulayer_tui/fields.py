@@ -21,9 +21,7 @@ TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled
 NOT_COMPLETED_STATUSES: frozenset[str] = TERMINAL_STATUSES - {"completed"}
 
 # Why an adopted job cannot run again (restart, submit --like): said alike everywhere.
-ADOPTED_NOT_RUN = (
-    "is an adopted process: gpulayer-tui did not start it and never runs its command"
-)
+ADOPTED_NOT_RUN = "is an adopted process: gpulayer-tui did not start it and never runs its command"
 
 MAX_INT = 2**63 - 1  # SQLite's INTEGER: a larger id names nothing
 PID_MAX = 4_194_304  # PID_MAX_LIMIT: no Linux pid is larger
