@@ -20,7 +20,7 @@ from textual.binding import Binding, BindingType
 from textual.command import Provider
 from textual.notifications import SeverityLevel
 from textual.reactive import reactive
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import DataTable
 from textual.worker import Worker, WorkerState
@@ -337,8 +337,13 @@ class GpulayerApp(App[str]):
     # -- actions ----------------------------------------------------------------------------
 
     def action_show_area(self, mode: str) -> None:
-        """Switch to the dashboard or the jobs table."""
-        self.switch_mode(mode)
+        """Switch to the dashboard, the jobs table or the strays; from a job's detail
+        opened in that same area, back to the area itself."""
+        if self.current_mode != mode:
+            self.switch_mode(mode)
+            return
+        while len(self.screen_stack) > 1 and not isinstance(self.screen, ModalScreen):
+            self.pop_screen()
 
     def action_new_job(self) -> None:
         """Open the submit form."""

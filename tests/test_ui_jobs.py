@@ -18,6 +18,7 @@ from textual.widgets import Input, Label
 
 from gpulayer_tui.backend import BackendError
 from gpulayer_tui.job_store import JobStore
+from gpulayer_tui.screens.dashboard import DashboardScreen
 from gpulayer_tui.screens.dialogs import ConfirmScreen
 from gpulayer_tui.screens.job_detail import JobDetailScreen
 from gpulayer_tui.screens.jobs import JobsScreen
@@ -642,6 +643,25 @@ async def test_leaving_a_detail_while_its_log_grows_never_ends_the_app(ui_app: A
         await pilot.pause(0.3)
         assert app.is_running
         await app.backend.cancel(job["id"])
+
+
+async def test_an_areas_key_leaves_a_detail_opened_in_that_area(ui_app: Any) -> None:
+    # "1/2/3 go to the dashboard / jobs / strays, everywhere": from a job's detail opened
+    # on the jobs screen, 2 did nothing (it was the jobs area already).
+    app = await ui_app("1xA100-80GB")
+    job = await app.backend.submit(spec("true", gpus=0))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen))
+        for area, home in (("2", JobsScreen), ("1", DashboardScreen)):
+            if area == "1":
+                await pilot.press("1")
+                await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            app.open_job(job["id"])
+            await until(pilot, lambda: isinstance(app.screen, JobDetailScreen))
+            await pilot.press(area)
+            await until(pilot, lambda: isinstance(app.screen, home), f"back to {home}")  # noqa: B023
+            assert app.is_running
 
 
 async def test_a_followed_log_shows_its_end_and_a_finished_one_opens_there(ui_app: Any) -> None:

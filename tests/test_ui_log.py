@@ -33,6 +33,33 @@ def _output(count: int) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+async def test_a_very_long_line_is_read_in_linear_time_and_cut_where_shown() -> None:
+    # 8 MiB on one line, in the 256 KiB chunks the detail reads: the unfinished line is
+    # never held (or cleaned, or joined) past what is shown, so each chunk costs its own
+    # size; before, each chunk re-joined and re-cleaned the whole line so far.
+    from gpulayer_tui.widgets.log_tail import LINE_SHOWN_MAX
+
+    app = _LogApp()
+    async with app.run_test(size=(60, 20)) as pilot:
+        log = app.query_one(LogTail)
+        chunk = b"a" * (256 * 1024)
+        for _ in range(32):
+            log.feed(chunk)
+            assert log._partial_len <= LINE_SHOWN_MAX  # (the rest only counted)
+        assert len(log.partial_line) == LINE_SHOWN_MAX
+        log.feed(b"\x1b[31mtail\r\nnext line\nlast, unfinished")
+        await pilot.pause()
+        long_line, short = log.source_lines
+        more = 32 * 256 * 1024 + len("\x1b[31mtail") - LINE_SHOWN_MAX  # (counted raw)
+        assert (
+            long_line
+            == "a" * LINE_SHOWN_MAX + f" … ({more:,} more characters of this line not shown)"
+        )
+        assert short == "next line" and log.partial_line == "last, unfinished"
+        log.finish()
+        assert log.source_lines[-1] == "last, unfinished"
+
+
 async def test_the_log_searches_wraps_and_keeps_its_lines() -> None:
     app = _LogApp()
     async with app.run_test(size=(60, 20)) as pilot:

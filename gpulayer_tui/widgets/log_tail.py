@@ -39,6 +39,20 @@ def clean_line(line: str) -> str:
     return _CONTROLS.sub("", _ESCAPES.sub("", line))
 
 
+LINE_SHOWN_MAX = 65_536
+"""Characters of one line of output the log keeps; the rest is counted (a 30 MB line,
+shown whole, took the UI half a minute to read and stalled it at every chunk)."""
+
+
+def _cut(line: str, more: int = 0) -> str:
+    """``line`` (already :func:`clean_line`'d) cut at :data:`LINE_SHOWN_MAX`, saying how
+    much was left out (``more``: characters dropped before it reached here)."""
+    more += max(0, len(line) - LINE_SHOWN_MAX)
+    if not more:
+        return line
+    return f"{line[:LINE_SHOWN_MAX]} … ({more:,} more characters of this line not shown)"
+
+
 def _finder(term: str) -> re.Pattern[str]:
     """The search's pattern: the term as typed (no regex), case-insensitive unless it has
     a capital letter (smart case, as in vim and ``less -i``)."""
@@ -108,7 +122,12 @@ class LogTail(Log):
     ) -> None:
         super().__init__(max_lines=max_lines, auto_scroll=True, id=id, classes=classes)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._partial = ""
+        # The unfinished last line: its first LINE_SHOWN_MAX characters in pieces (joined
+        # once the line ends: never the whole line again at every chunk), and how many
+        # more there were.
+        self._partial: list[str] = []
+        self._partial_len = 0
+        self._partial_more = 0
         self.bytes_read = 0
         """Bytes fed so far (the offset to read from next)."""
         self._limit = max_lines
@@ -149,19 +168,40 @@ class LogTail(Log):
     @property
     def partial_line(self) -> str:
         """The unfinished last line, as shown."""
-        return clean_line(self._partial)
+        return clean_line("".join(self._partial))
 
     def feed(self, data: bytes) -> None:
-        """Take the next chunk of raw output."""
+        """Take the next chunk of raw output (in time linear in its size, however long
+        its lines are)."""
         if not data:
             return
         self.bytes_read += len(data)
-        text = self._partial + self._decoder.decode(data)
-        *complete, self._partial = text.replace("\r\n", "\n").split("\n")
-        if complete:
-            self._add_lines([clean_line(line) for line in complete])
+        # (a CRLF cut in two by the chunks leaves "\r" at a line's end: clean_line drops it)
+        pieces = self._decoder.decode(data).replace("\r\n", "\n").split("\n")
+        self._add_partial(pieces[0])
+        if len(pieces) > 1:
+            complete = [self._take_partial()]
+            complete += [_cut(clean_line(line)) for line in pieces[1:-1]]
+            self._add_partial(pieces[-1])
+            self._add_lines(complete)
             self._keep_end_in_view()
         self.border_subtitle = Content(self.partial_line)  # the job's output: text, not markup
+
+    def _add_partial(self, text: str) -> None:
+        """More of the unfinished line (only its first LINE_SHOWN_MAX characters kept)."""
+        room = LINE_SHOWN_MAX - self._partial_len
+        if room > 0 and text:
+            kept = text[:room]
+            self._partial.append(kept)
+            self._partial_len += len(kept)
+            text = text[room:]
+        self._partial_more += len(text)
+
+    def _take_partial(self) -> str:
+        """The unfinished line has ended: it, as shown (cut if long, the cut said)."""
+        line = _cut(clean_line("".join(self._partial)), self._partial_more)
+        self._partial, self._partial_len, self._partial_more = [], 0, 0
+        return line
 
     def reset(self) -> None:
         """Forget everything shown, to read another output from its start."""
@@ -171,16 +211,15 @@ class LogTail(Log):
         self.matches = []
         self.match_index = None
         self._decoder.reset()
-        self._partial = ""
+        self._partial, self._partial_len, self._partial_more = [], 0, 0
         self.bytes_read = 0
         self.border_subtitle = ""
 
     def finish(self) -> None:
         """No more output will come: show the unfinished last line, if any."""
-        rest = self._partial + self._decoder.decode(b"", final=True)
-        self._partial = ""
-        if rest:
-            self._add_lines([clean_line(rest)])
+        self._add_partial(self._decoder.decode(b"", final=True))
+        if self._partial_len or self._partial_more:
+            self._add_lines([self._take_partial()])
         self.border_subtitle = ""
         self._keep_end_in_view()
 
