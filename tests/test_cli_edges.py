@@ -68,8 +68,9 @@ def test_cancel_says_a_stop_under_way_as_such(engine: Served) -> None:
         ),
         ("env.toml", b'command = ["true"]\n[env]\nA = 12:00:00\n', "env.toml: env.A: a TOML"),
         ("lines.txt", b"echo a\n\xff\xfebinary\n", "lines.txt: line 2 is not UTF-8 text: \\xff"),
+        ("jobs.json", b'{"jobs": {}}', "jobs.json: 'jobs' is a list of spec tables"),
     ],
-    ids=["deep-json", "toml-datetime", "toml-time", "not-utf8"],
+    ids=["deep-json", "toml-datetime", "toml-time", "not-utf8", "jobs-not-a-list"],
 )
 def test_spec_and_batch_files_that_cannot_be_read_are_refused_by_name(
     engine: Served, tmp_path: Path, name: str, content: bytes, said: str
@@ -262,7 +263,9 @@ def test_counts_out_of_range_are_refused_by_name(
     assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr
 
 
-def test_the_api_refuses_an_empty_page_and_a_keep_past_sqlite(engine: Served, paths: Paths) -> None:
+def test_the_api_refuses_an_empty_page_a_keep_past_sqlite_and_a_batch_with_more(
+    engine: Served, paths: Paths
+) -> None:
     from .raw_http import request
 
     socket_path = paths.socket
@@ -270,3 +273,6 @@ def test_the_api_refuses_an_empty_page_and_a_keep_past_sqlite(engine: Served, pa
     assert status == 400 and "limit must be 1 or more" in body["error"]
     status, body = request(socket_path, "POST", "/v1/clean", {"keep": 2**63})
     assert status == 400 and "keep must be a whole number" in body["error"]
+    batch = {"jobs": [{"command": ["true"]}], "extra": 1}
+    status, body = request(socket_path, "POST", "/v1/jobs", batch)
+    assert status == 400 and body["error"].endswith("unknown key 'extra'"), body

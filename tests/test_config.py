@@ -90,6 +90,9 @@ def test_bindings_rejected(data: dict[str, object], message: str) -> None:
         ({"engine": {"sample_interval": 1e-9}}, "engine.sample_interval: Input should be great"),
         ({"engine": {"probe_timeout": 1e-9}}, "engine.probe_timeout: Input should be greater"),
         ({"services": {"steady_after": 1e-9}}, "services.steady_after: Input should be great"),
+        # Not a number at all: said so (a bound's message before).
+        ({"engine": {"sample_interval": float("nan")}}, "sample_interval: Input should be a fin"),
+        ({"engine": {"probe_timeout": float("inf")}}, "probe_timeout: Input should be a finite"),
     ],
 )
 def test_schema_rejected(data: dict[str, object], message: str) -> None:

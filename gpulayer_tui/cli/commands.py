@@ -136,7 +136,9 @@ def _read_spec_file(path: str) -> list[dict[str, Any]]:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise ValueError(f"{path}: not valid TOML: {err}") from None
         _no_dates(data, path, "")
-    if isinstance(data, dict) and set(data) == {"jobs"}:
+    if isinstance(data, dict) and "jobs" in data:  # (a spec has no field "jobs")
+        if set(data) != {"jobs"} or not isinstance(data["jobs"], list):
+            raise ValueError(f"{path}: 'jobs' is a list of spec tables, alone in its file")
         data = data["jobs"]
     items = data if isinstance(data, list) else [data]
     if not items or not all(isinstance(item, dict) for item in items):

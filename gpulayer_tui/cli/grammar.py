@@ -247,7 +247,7 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
         help="job ID's spec again (options and a command given here replace its own), with "
         "the vram_gb its usage suggests unless --vram-gb is given",
     )
-    svc = p.add_argument_group("services (record 000)")
+    svc = p.add_argument_group("services")
     svc.add_argument(
         "--service", action="store_true", help="keep CMD running: restart it, give it $PORT"
     )

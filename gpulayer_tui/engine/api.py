@@ -319,7 +319,13 @@ async def submit(request: web.Request) -> web.Response:
         key = _submit_key(request)
         body = await _read_json(request)
         uid = peer_uid(request)
-        if isinstance(body, dict) and "jobs" in body and set(body) <= {"jobs", "env"}:
+        if isinstance(body, dict) and "jobs" in body:  # (a spec has no field "jobs")
+            extra = sorted(set(body) - {"jobs", "env"})
+            if extra:
+                raise SpecError(
+                    'a batch is {"jobs": [...]} with an optional "env"; unknown key '
+                    + ", ".join(repr(key) for key in extra)
+                )
             items = body["jobs"]
             if not isinstance(items, list) or not items:
                 raise SpecError("'jobs' must be a non-empty list of job specs")
