@@ -87,11 +87,14 @@ def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh GPULAYER_HOME for this test."""
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh GPULAYER_HOME for this test; whatever of it still runs afterwards is killed
+    (:func:`kill_jobs_of`: a service replica restarted just as an in-process engine's test
+    ended outlived it, under the launcher, and loaded the machine for the tests after)."""
     path = tmp_path / "home"
     monkeypatch.setenv("GPULAYER_HOME", str(path))
-    return path
+    yield path
+    kill_jobs_of(path)
 
 
 @pytest.fixture
