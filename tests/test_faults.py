@@ -291,6 +291,8 @@ async def test_launch_failures_name_the_reason_and_the_engine_carries_on(
         ({"command": ["./script.sh"], "cwd": str(tmp_path)}, "./script.sh is not executable"),
         ({"command": [str(tmp_path)]}, f"cannot run {tmp_path}: it is a directory"),
         ({"command": ["no-such-program-xyz"]}, "command not found: no-such-program-xyz"),
+        # What a user wrote is quoted as text: no line break or escape in the message.
+        ({"command": ["prog\nX\x1b[2J"]}, "command not found: prog\\x0aX\\x1b[2J (no such"),
         ({"command": [str(tmp_path / "nope")]}, "(no such file)"),
         (
             {"command": ["true"], "cwd": str(tmp_path / "gone")},

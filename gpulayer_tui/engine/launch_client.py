@@ -43,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..fields import printable
 from ..unixsock import SocketPath
 from .executor import Exit, LaunchError, OnExit, OnStart, Started, TaskKey, task_name
 from .launcher import ENV_CACHE, LOCK, LOG, SOCKET, why_not_runnable
@@ -628,7 +629,7 @@ class LauncherExecutor:
         """
         if not os.path.isdir(cwd):
             missing = "is not a directory" if os.path.exists(cwd) else "does not exist"
-            raise LaunchError(f"working directory {missing}: {cwd}")
+            raise LaunchError(f"working directory {missing}: {printable(cwd)}")
         self._check_program(argv[0], cwd, {**env, **extra_env} if "PATH" in extra_env else env)
         lkey = launcher_key(key, run)
         request = {

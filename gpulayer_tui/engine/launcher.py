@@ -57,6 +57,7 @@ import sys
 import time
 from typing import Any
 
+from ..fields import printable
 from ..unixsock import SocketPath
 from . import journal, procstat
 from .logfiles import LogFiles
@@ -102,19 +103,21 @@ def waited_code(info: os.waitid_result | None) -> int | None:
 
 
 def why_not_runnable(argv0: str, cwd: str, env: dict[str, str]) -> tuple[str | None, str]:
-    """``(path, "")`` for a program that can be run, else ``(None, reason)``."""
+    """``(path, "")`` for a program that can be run, else ``(None, reason)`` (the name in
+    it written as :func:`~gpulayer_tui.fields.printable` does: a line break or an escape
+    in it never reaches a terminal or splits the message)."""
     if "/" in argv0:
         path = argv0 if os.path.isabs(argv0) else os.path.join(cwd, argv0)
         if os.path.isdir(path):
-            return None, f"cannot run {argv0}: it is a directory"
+            return None, f"cannot run {printable(argv0)}: it is a directory"
         if not os.path.exists(path):
-            return None, f"command not found: {argv0} (no such file)"
+            return None, f"command not found: {printable(argv0)} (no such file)"
         if not os.access(path, os.X_OK):
-            return None, f"permission denied: {argv0} is not executable"
+            return None, f"permission denied: {printable(argv0)} is not executable"
         return path, ""
     found = shutil.which(argv0, path=env.get("PATH", os.defpath))
     if found is None:
-        return None, f"command not found: {argv0} (no such program in PATH)"
+        return None, f"command not found: {printable(argv0)} (no such program in PATH)"
     return found, ""
 
 
