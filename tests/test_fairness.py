@@ -369,6 +369,51 @@ async def test_preemption_end_to_end_checkpoint_signal_then_requeue(
     assert [p.name for p in job_log.parent.glob("*.old-*")] == []
 
 
+SURVIVES_CHECKPOINT = r"""
+import os, signal, sys, time
+log, go = sys.argv[1], sys.argv[2]
+signal.signal(signal.SIGUSR1, lambda *_: None)  # saves a checkpoint, runs on
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
+with open(log, "a") as f:
+    f.write("start\n")
+while not os.path.exists(go):
+    time.sleep(0.02)
+"""
+
+
+async def test_a_requeued_jobs_next_run_is_never_released_for_the_stop_before_it(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # The stop that preempted its first run armed "release it if it outlives SIGKILL";
+    # the requeue left that armed, and it went off during the next run: the job ended
+    # orphaned (unkillable) while that run went on, and its GPU was given to another job.
+    from .conftest import eventually
+
+    config = make_config(
+        engine={"release_after": 0.2, "grace_period": 0.3},
+        scheduling={"preempt_after": 0, "checkpoint_signal": "SIGUSR1", "checkpoint_grace": 0.2},
+    )
+    engine = await make_engine("1xA100-80GB", config=config)
+    log, go, script = tmp_path / "runs.log", tmp_path / "go", tmp_path / "victim.py"
+    script.write_text(SURVIVES_CHECKPOINT)
+    victim = await engine.submit(
+        {"command": ["python3", str(script), str(log), str(go)], "gpus": 1, "preemptible": True}
+    )
+    await eventually(lambda: log.exists() and log.read_text().count("start") == 1, timeout=10)
+    urgent = await engine.submit({"command": ["true"], "gpus": 1, "priority": 5})
+    assert (await engine.wait(urgent.id, timeout=30)).status is JobStatus.COMPLETED
+    requeued_by = time.time()
+    await eventually(lambda: log.read_text().count("start") == 2, timeout=10)  # its next run
+    # Past the moment the old stop's release would have come (its SIGKILL deadline was
+    # before the requeue, plus release_after):
+    await eventually(lambda: time.time() > requeued_by + 0.3 + 0.2 + 0.5, timeout=10)
+    again = await engine.get(victim.id)
+    assert again.status is JobStatus.RUNNING, again.message
+    go.touch()
+    done = await engine.wait(victim.id, timeout=10)
+    assert done.status is JobStatus.COMPLETED and done.attempt == 1
+
+
 async def test_a_preempted_job_that_asked_not_to_be_requeued_fails(
     make_engine: EngineFactory,
 ) -> None:

@@ -408,6 +408,7 @@ class BatchRunner:
             timer = timers.pop(job.id, None)
             if timer is not None:
                 timer.cancel()
+        self._stuck.job_ended(act)  # (its stop is over: the next run is not released for it)
         release_holds(act)
         by = job.stop_message
         job.attempt += 1

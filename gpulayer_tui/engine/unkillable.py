@@ -86,14 +86,17 @@ class StuckReleaser:
         kill_at = act.job.kill_at
         if kill_at is None:
             return
-        self._arm(act.job.id, kill_at + self._release_after() - time.time(), late=False)
+        delay = kill_at + self._release_after() - time.time()
+        self._arm(act.job.id, kill_at, delay, late=False)
 
-    def _arm(self, job_id: int, delay: float, late: bool) -> None:
+    def _arm(self, job_id: int, kill_at: float, delay: float, late: bool) -> None:
         old = self._timers.pop(job_id, None)
         if old is not None:
             old.cancel()
         loop = asyncio.get_running_loop()
-        self._timers[job_id] = loop.call_later(max(0.0, delay), self._due, job_id, late)
+        self._timers[job_id] = loop.call_later(
+            max(0.0, delay), self._due, job_id, kill_at, late
+        )
 
     def job_ended(self, act: ActiveJob) -> None:
         """End listener: its process ended (or it was released): nothing left to watch."""
@@ -107,17 +110,19 @@ class StuckReleaser:
             timer.cancel()
         self._timers.clear()
 
-    def _due(self, job_id: int, late: bool) -> None:
+    def _due(self, job_id: int, kill_at: float, late: bool) -> None:
         self._timers.pop(job_id, None)
         act = self._book.get(job_id)
         if act is None or act.job.status is not JobStatus.RUNNING:
             return
         job = act.job
+        if job.kill_at != kill_at:
+            return  # not the stop this was armed for (a requeued job's next run, say)
         pid = job.pid
         if pid is not None and not procs.is_alive(pid, job.start_ticks) and not late:
             # Gone, and its exit is on its way (the launcher reaps, then tells): let the
             # normal end win, with its real exit code.
-            self._arm(job_id, EXIT_LATE_S, late=True)
+            self._arm(job_id, kill_at, EXIT_LATE_S, late=True)
             return
         outlived = time.time() - (job.kill_at or time.time())
         why = job.stop_message or "a stop"
