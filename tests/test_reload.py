@@ -144,6 +144,32 @@ async def test_a_domain_removed_while_it_holds_a_job_lets_the_job_finish(
     assert (await engine.wait(after.id, timeout=10)).status is JobStatus.COMPLETED
 
 
+async def test_a_gpu_given_a_domain_again_keeps_the_job_still_running_there(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # Two edits: the GPU's domain removed while a job ran on it, then a new domain for
+    # that GPU. The new domain started empty, and a second job was placed on the GPU
+    # the first still used (one slot, two jobs).
+    paths.state_dir.mkdir(parents=True)
+    unmanaged = BASE + "auto_domains = false\n"
+    paths.config_file.write_text(unmanaged + "[domains.train]\ngpu = 1\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    running = await engine.submit({"command": ["sleep", "600"], "gpus": 1, "domain": "train"})
+    assert running.status is JobStatus.RUNNING
+    paths.config_file.write_text(unmanaged)
+    assert (await engine.config_reload.reload())["applied"] is True
+    paths.config_file.write_text(unmanaged + "[domains.again]\ngpu = 1\nslots = 1\n")
+    result = await engine.config_reload.reload()
+    assert result["applied"] is True and "GPU 1: domain train -> again" in result["changes"]
+    again = engine.scheduler.domains["again"]
+    assert list(again.holdings) == [running.id]
+    second = await engine.submit({"command": ["true"], "gpus": 1, "domain": "again"})
+    assert second.status is JobStatus.QUEUED  # the slot is the running job's
+    assert (await engine.get(running.id)).domains == ["again"]
+    await engine.cancel(running.id)
+    assert (await engine.wait(second.id, timeout=10)).status is JobStatus.COMPLETED
+
+
 async def test_renaming_a_gpu_domain_moves_a_running_services_replicas_too(
     make_engine: EngineFactory, paths: Paths
 ) -> None:

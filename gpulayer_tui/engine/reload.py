@@ -35,17 +35,24 @@ log = logging.getLogger(__name__)
 
 
 def rebuild_domains(
-    current: dict[str, Domain], plans: list[DomainPlan]
+    current: dict[str, Domain],
+    plans: list[DomainPlan],
+    retired: dict[int, Domain] | None = None,
 ) -> tuple[list[Domain], list[tuple[Domain, Domain]], list[str]]:
     """The domains ``plans`` describe, reusing today's where a GPU keeps its domain.
 
     A GPU that moves to a new domain name hands its reading, health and holdings over to
-    the new domain, so the work running there stays accounted for.
+    the new domain, so the work running there stays accounted for. A GPU left with no
+    domain while jobs still run on it keeps its last domain in ``retired`` (by GPU index;
+    updated here): a domain for that GPU in a later edit takes its holdings over, so
+    nothing new is placed on top of the jobs still running there.
 
     Returns:
         The new domains, the ``(old, new)`` pairs of renamed GPUs, and the changes in words.
     """
-    by_gpu = {d.gpu_index: d for d in current.values()}
+    retired = {} if retired is None else retired
+    by_gpu: dict[int | None, Domain] = {g: d for g, d in retired.items() if d.holdings}
+    by_gpu.update({d.gpu_index: d for d in current.values()})
     fresh: list[Domain] = []
     moved: list[tuple[Domain, Domain]] = []
     changes: list[str] = []
@@ -71,6 +78,10 @@ def rebuild_domains(
     for name, dom in current.items():
         if name not in names and dom.gpu_index not in kept:
             changes.append(f"domain {name} removed")
+            if dom.holdings and dom.gpu_index is not None:
+                retired[dom.gpu_index] = dom  # (its jobs run on: the GPU is not free)
+    for gpu in [gpu for gpu, dom in retired.items() if gpu in kept or not dom.holdings]:
+        del retired[gpu]  # (taken over by a new domain, or nothing runs there any more)
     return fresh, moved, changes
 
 
@@ -114,6 +125,8 @@ class ConfigReloader:
         self._current = current
         self._apply_config = apply
         self._task: asyncio.Task[None] | None = None
+        # GPUs whose domain an edit removed while jobs ran there (see rebuild_domains).
+        self._retired: dict[int, Domain] = {}
 
     def start(self) -> None:
         """Follow the config file (its directory must exist; otherwise nothing to watch)."""
@@ -176,7 +189,9 @@ class ConfigReloader:
         if config.notify != old.notify:
             changes.append("notify")
         self._apply_config(config)
-        fresh, moved, domain_changes = rebuild_domains(self._scheduler.domains, plans)
+        fresh, moved, domain_changes = rebuild_domains(
+            self._scheduler.domains, plans, self._retired
+        )
         for previous, dom in moved:
             self._rehome(previous, dom)
         self._scheduler.replace_domains(fresh)

@@ -94,9 +94,7 @@ class StuckReleaser:
         if old is not None:
             old.cancel()
         loop = asyncio.get_running_loop()
-        self._timers[job_id] = loop.call_later(
-            max(0.0, delay), self._due, job_id, kill_at, late
-        )
+        self._timers[job_id] = loop.call_later(max(0.0, delay), self._due, job_id, kill_at, late)
 
     def job_ended(self, act: ActiveJob) -> None:
         """End listener: its process ended (or it was released): nothing left to watch."""
