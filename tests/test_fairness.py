@@ -166,6 +166,30 @@ def test_a_reservation_never_waits_on_a_foreign_process() -> None:
     assert status(small) == "running" and status(big) == "queued"
 
 
+def test_a_reservation_never_waits_on_a_service() -> None:
+    # A service runs until someone stops it: a 4-GPU job behind two of its replicas
+    # kept the two free GPUs idle for ever ("reserved ... until they free up").
+    box = Box(gpus=4)
+    service = box.run(gpus=1, replicas=2, kind="service")
+    assert status(service) == "running"
+    big = box.run(gpus=4)
+    small = box.run(gpus=1)
+    assert status(big) == "queued" and status(small) == "running"
+    assert "reserved" not in big.job.message
+
+
+def test_a_reservation_whose_start_is_unknown_does_not_offer_backfill() -> None:
+    box = Box(gpus=2)
+    box.run(gpus=1)  # no timeout: when gpu0 frees is not known
+    big = box.run(gpus=2)
+    short = box.run(gpus=1, timeout=60)
+    assert status(big) == "queued" and status(short) == "queued"
+    assert short.job.message == (
+        "waiting: gpu0, gpu1 reserved for job 2 until they free up (it is not known when: "
+        "the jobs there have no timeout)"
+    )
+
+
 # -- per-user limits ---------------------------------------------------------------------------
 
 

@@ -198,7 +198,12 @@ def reservation(
 ) -> Reservation | None:
     """The domains the job will get first, and when: free ones now, then those whose
     holders (our own jobs, never foreign processes) end soonest. ``None`` when fewer than
-    ``gpus`` domains can ever free up for it without someone else leaving the GPU."""
+    ``gpus`` domains can ever free up for it without someone else leaving the GPU.
+
+    ``ends_at`` says when a running job ends at the latest: ``None`` if not known (no
+    timeout), ``math.inf`` if never by itself (a service): a domain only such holders keep
+    is no more a candidate than one a foreign process holds, so a job that needs it does
+    not keep free GPUs idle for ever."""
     timed: list[tuple[float, int, Domain]] = []
     for dom in candidates:
         if dom.state is not DomainState.IN_SERVICE or not dom.is_gpu:
@@ -212,9 +217,14 @@ def reservation(
         if not ends:
             continue
         if exclusive:  # every holder must go
+            if math.inf in ends:
+                continue
             known = None if any(e is None for e in ends) else max(e for e in ends if e)
         else:  # a slot frees when the first holder ends
-            known_ends = [e for e in ends if e is not None]
+            ending = [e for e in ends if e != math.inf]
+            if not ending:
+                continue
+            known_ends = [e for e in ending if e is not None]
             known = min(known_ends) if known_ends else None
         timed.append((math.inf if known is None else known, dom.gpu_index or 0, dom))
     if len(timed) < gpus:

@@ -24,6 +24,7 @@ picture and a multi-GPU job's holds are taken in one step.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
@@ -635,10 +636,14 @@ class JobQueue:
         timeout = act.spec.timeout if act is not None and act.spec is not None else None
         if reserved.allows(now, timeout):
             return anywhere
+        backfill = (
+            "a job with a timeout that ends before may use them"
+            if reserved.start is not None
+            else "it is not known when: the jobs there have no timeout"
+        )
         return (
             f"{RESERVED_MARK}{', '.join(sorted(reserved.domains))} reserved for job "
-            f"{reserved.job_id} {reserved.when(now)} (a job with a timeout that ends before "
-            "may use them)"
+            f"{reserved.job_id} {reserved.when(now)} ({backfill})"
         )
 
     def _maybe_preempt(self, job_id: int, request: Request, now: float) -> set[int]:
@@ -717,9 +722,14 @@ class JobQueue:
         )
 
     def _ends_at(self, job_id: int) -> float | None:
-        """When a running job will have ended at the latest (its timeout), if known."""
+        """When a running job will have ended at the latest (its timeout), if known;
+        ``math.inf`` for a service (it runs until stopped)."""
         act = self._book.get(job_id)
-        if act is None or act.spec is None or act.spec.timeout is None:
+        if act is None or act.spec is None:
+            return None
+        if act.spec.is_service:
+            return math.inf
+        if act.spec.timeout is None:
             return None
         started = act.job.started_at
         return None if started is None else started + act.spec.timeout
