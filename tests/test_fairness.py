@@ -193,6 +193,26 @@ def test_a_reservation_whose_start_is_unknown_does_not_offer_backfill() -> None:
 # -- per-user limits ---------------------------------------------------------------------------
 
 
+def test_a_job_past_its_users_limit_on_its_own_fails_at_once_and_on_a_reload() -> None:
+    # It could never start while the limit stands: it waited for ever, its reason saying
+    # "0 running now".
+    box = Box(gpus=4, users={"default": UserLimits(max_gpus=2, max_vram_gb=100)})
+    too_many = box.run(gpus=3)
+    assert status(too_many) == "failed"
+    assert too_many.job.termination_reason is Reason.OVER_CAPACITY
+    assert too_many.job.message == (
+        f"needs 3 GPUs and user {user_label(ME)} may run 2 GPUs at once ([users.default] max_gpus)"
+    )
+    too_big = box.run(gpus=2, vram_gb=60)
+    assert status(too_big) == "failed" and "declares 120 GiB of VRAM" in too_big.job.message
+    box.run(gpus=2)  # (both GPUs of the limit in use)
+    waiting = box.run(gpus=2)
+    assert status(waiting) == "queued"
+    box.queue.limits = Limits({"default": UserLimits(max_gpus=1)})  # a reload lowers it
+    box.queue.recheck_capacity()
+    assert status(waiting) == "failed" and "may run 1 GPU at once" in waiting.job.message
+
+
 def test_a_user_past_its_gpu_limit_waits_and_others_go_on() -> None:
     box = Box(gpus=3, users={"default": UserLimits(max_gpus=1)})
     mine = [box.run(uid=ME, gpus=1) for _ in range(2)]

@@ -165,6 +165,25 @@ def limit_blocker(
     return None
 
 
+def never_within_limits(limits: Limits, uid: int, gpus: int, vram_bytes: int | None) -> str | None:
+    """Why a job of ``gpus`` x ``vram_bytes`` can never start while ``uid``'s limits stand
+    (it alone is past them), or ``None``."""
+    own = limits.of(uid)
+    if own.max_gpus is not None and gpus > own.max_gpus:
+        return (
+            f"needs {plural(gpus, 'GPU')} and user {user_label(uid)} may run "
+            f"{plural(own.max_gpus, 'GPU')} at once ({limits.where(uid)} max_gpus)"
+        )
+    if own.max_vram_gb is not None and vram_bytes and gpus:
+        wanted = vram_bytes * gpus
+        if wanted > own.max_vram_gb * GIB:
+            return (
+                f"declares {wanted / GIB:g} GiB of VRAM and user {user_label(uid)} may run "
+                f"{own.max_vram_gb:g} GiB at once ({limits.where(uid)} max_vram_gb)"
+            )
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Reservation:
     """Domains kept for the best waiting job, and when it should be able to start."""

@@ -40,6 +40,7 @@ from .fairness import (
     frees_up,
     gpu_seconds,
     limit_blocker,
+    never_within_limits,
     owner_of,
     reservation,
     user_label,
@@ -299,7 +300,13 @@ class JobQueue:
         if self._on_cluster(act) and self.cluster_verdict is not None:
             return self.cluster_verdict(act)
         assert act.request is not None
-        return self._scheduler.capacity_verdict(act.request)
+        verdict = self._scheduler.capacity_verdict(act.request)
+        if verdict.possible is False:
+            return verdict
+        past = never_within_limits(
+            self.limits, owner_of(act.job.owner_uid), act.request.gpus, act.request.vram_bytes
+        )
+        return verdict if past is None else Verdict(False, past)
 
     def waits_for(self, job_id: int, deps: list[int]) -> int | None:
         """The first of ``deps`` that waits for ``job_id``, directly or through other
