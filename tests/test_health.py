@@ -73,14 +73,16 @@ async def test_lost_gpu_quarantines_only_its_domain(
     assert engine.domain_ops.readiness() == (True, "every domain is ready")
     await engine.cancel(on_gpu1.id)
     assert (await engine.wait(waiting.id, timeout=10)).status is JobStatus.COMPLETED
-    changes = [
-        json.loads(r[0])["change"]
+    events = [
+        json.loads(r[0])
         for r in sqlite3.connect(engine.paths.database).execute(
             "SELECT data FROM events WHERE kind = 'domain.state' ORDER BY id"
         )
     ]
     # the GPU answering again is recorded too (health), but only the release lifts it
-    assert changes == ["quarantined", "healthy", "released"]
+    assert [e["change"] for e in events] == ["quarantined", "healthy", "released"]
+    # and a healthy, released GPU is not explained by its old error any more
+    assert events[-1]["reason"] == "" and gpu1.reason == ""
 
 
 async def test_repeated_failed_reads_degrade_then_quarantine(

@@ -605,7 +605,8 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
                     d["state"],
                     d["health"],
                     f"{d['used_slots']}/{d['slots']}",
-                    d["state_reason"] or d["last_error"],
+                    # (an old error does not explain a healthy GPU)
+                    d["state_reason"] or (d["last_error"] if d["health"] != "healthy" else ""),
                 ]
                 for d in domains
             ]
@@ -761,7 +762,12 @@ def _restart(client: Client, args: argparse.Namespace, parser: argparse.Argument
         _print_json(job)
     else:
         print(job["id"])
-    return EXIT_FAILED if job["status"] == "failed" else EXIT_OK
+    if job.get("termination_reason") in REFUSED:
+        # The engine would not run it (over capacity, a dependency that failed): as
+        # submit says it; one that already ran and ended is an ordinary outcome.
+        _error(f"job {job['id']} {job['status']} ({job['termination_reason']}): {job['message']}")
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def _users(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -248,6 +248,14 @@ class Domain:
         self.failures = 0
         self.released_at = time.time()
 
+    @property
+    def reason(self) -> str:
+        """Why it is as it is, in words: its state's reason, else, while its health is not
+        good, the last error (a released, healthy GPU is not explained by an old error)."""
+        if self.state_reason:
+            return self.state_reason
+        return self.last_error if self.health is not DomainHealth.HEALTHY else ""
+
     def take_over(self, previous: Domain) -> None:
         """Become the owner of ``previous``'s GPU (a rename on reload): its reading, health,
         state and holdings move here, so the jobs running there stay accounted for."""

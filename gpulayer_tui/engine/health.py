@@ -124,7 +124,7 @@ class DomainOps:
                 "change": what,
                 "state": dom.state.value,
                 "health": dom.health.value,
-                "reason": dom.state_reason or dom.last_error,
+                "reason": dom.reason,
             },
         )
         self._store.save(None, [event])
