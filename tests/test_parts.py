@@ -244,6 +244,47 @@ def test_a_dependency_that_already_failed_cancels_at_admission() -> None:
     assert world.journal.statuses(act.job.id) == ["cancelled"]
 
 
+async def test_a_dependency_whose_end_is_not_durable_yet_is_taken_as_ended() -> None:
+    # Submitted just as its parent completed: the parent had left the active jobs, its end
+    # still on its way to the database, which said "running", read as a failure: the
+    # dependent was cancelled "dependency job N running" (20 CLI clients at once).
+    import asyncio
+    import dataclasses
+
+    class SlowJournal(Journal):
+        """Commits ends only when told."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.pending: list[asyncio.Future[None]] = []
+
+        def save(  # type: ignore[override]
+            self,
+            job: Job | None,
+            events: Iterable[Event] = (),
+            wait: bool = False,
+            new: bool = False,
+        ) -> asyncio.Future[None] | None:
+            super().save(job, events)
+            if not wait:
+                return None
+            self.pending.append(asyncio.get_running_loop().create_future())
+            return self.pending[-1]
+
+    world = World(machine(gpu(0)))
+    world.journal = journal = SlowJournal()
+    world.book = JobBook(journal, EventBus())
+    world.queue = JobQueue(world.book, world.scheduler, world._lookup, world._start, world.soon)
+    parent = world.submit(gpus=1)
+    world.soon.run()
+    world.stored[parent.job.id] = dataclasses.replace(parent.job)  # the database: running
+    world.end(parent, JobStatus.COMPLETED)
+    assert parent.job.id not in world.book and journal.pending  # ended, not durable yet
+    spec = parse_spec({"command": ["true"], "depends_on": [parent.job.id]})
+    deps = await world.queue.resolve_dependencies(spec)
+    assert deps == [(parent.job.id, False, JobStatus.COMPLETED)]
+
+
 def test_over_capacity_fails_at_once_and_unknown_capacity_waits() -> None:
     world = World(machine(gpu(0), gpu(1)))
     big = world.submit(gpus=3)

@@ -213,6 +213,12 @@ class JobQueue:
             if dep.job in self._book:
                 resolved.append((dep.job, dep.any_exit, None))
                 continue
+            ending = self._book.live(dep.job)
+            if ending is not None:
+                # Ended, the end not committed yet: the database would still say running
+                # (read as "it failed": a dependent cancelled for a parent that completed).
+                resolved.append((dep.job, dep.any_exit, ending.job.status))
+                continue
             stored = await self._lookup(dep.job)
             if stored is None and not restoring:
                 raise SpecError(f"depends_on: no job {dep.job}", "depends_on")
