@@ -300,9 +300,46 @@ async def test_a_rerun_started_under_the_jobs_own_key_is_found_by_it(tmp_path: P
         executor.done(5, 1)
         lines = await peer.lines(2)
         assert [(line.get("op"), line.get("key"), line.get("keys")) for line in lines] == [
-            ("ack", None, ["5"]),  # (acks go first in any write)
-            ("terminate", "5", None),
+            ("terminate", "5", None),  # (a stop is written at once)
+            ("ack", None, ["5"]),
         ]
+    finally:
+        await executor.close()
+        peer.close()
+
+
+async def test_a_stop_that_died_with_the_connection_is_asked_again(tmp_path: Path) -> None:
+    # The spawner died with a terminate unread: its successor took the job over, running,
+    # and never heard of the stop (the job ran on, and was later released as unkillable
+    # without ever being signalled). The engine asks the new spawner again, with what is
+    # left of the grace period.
+    executor, peer = await _executor_with_peer(tmp_path)
+    env: dict[str, str] = {}
+    try:
+        started = executor.prepare(5, ["sleep", "60"], str(tmp_path), env, {}, _ignore, _ignore)
+        started.send()
+        await peer.lines(2)  # its environment and its start
+        assert peer.conn is not None
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(peer.conn, b'{"ev":"started","key":"5","pid":1,"ticks":1}\n')
+        await eventually(lambda: executor.pids() == {5: 1})
+        assert executor.terminate(5, 30.0)
+        (_, _, stop) = await peer.lines(3)  # written at once, and lost with this connection
+        assert stop == {"op": "terminate", "key": "5", "grace": 30.0}
+        peer.conn.close()
+        peer.conn, peer.received = None, b""
+        running = {"state": "running", "pid": 1, "ticks": 1, "code": None, "at": None}
+        conn, _ = await loop.sock_accept(peer.listener)
+        peer.conn = conn
+        while b"\n" not in peer.received:
+            peer.received += await loop.sock_recv(conn, 65536)
+        peer.received = peer.received.split(b"\n", 1)[1]  # (the query)
+        table = {"ev": "table", "tasks": {"5": running}}
+        await loop.sock_sendall(conn, json.dumps(table).encode() + b"\n")
+        lines = await peer.lines(2)
+        assert lines[0]["op"] == "env"  # (a new spawner is told every environment again)
+        assert lines[1]["op"] == "terminate" and lines[1]["key"] == "5"
+        assert 0 < float(lines[1]["grace"]) <= 30.0  # (what is left of it)
     finally:
         await executor.close()
         peer.close()

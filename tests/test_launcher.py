@@ -129,6 +129,25 @@ async def test_a_spawner_killed_mid_job_loses_no_exit_code(
     assert (await engine.wait(again.id, timeout=15)).status is JobStatus.COMPLETED
 
 
+async def test_a_stop_the_dying_spawner_never_read_still_stops_the_job(
+    make_engine: EngineFactory,
+) -> None:
+    # The cancel is stored and written to the spawner, which dies before reading it: the
+    # next spawner takes the job over without it. Before, the job ran on unsignalled and
+    # was later released as unkillable; the stop is now asked of the new spawner.
+    engine = await make_engine()
+    job = await engine.submit({"command": ["sleep", "600"], "gpus": 0})
+    assert job.pid is not None
+    spawner = _launcher(engine.paths.state_dir, "spawner")
+    spawner.suspend()  # (it reads nothing more)
+    stopping = await engine.cancel(job.id)
+    assert stopping.status is JobStatus.RUNNING and stopping.kill_at is not None
+    spawner.kill()
+    done = await engine.wait(job.id, timeout=15)
+    assert done.status is JobStatus.CANCELLED, done.message
+    await eventually(lambda: pid_gone(job.pid or 0))
+
+
 async def test_losing_the_whole_launcher_loses_exit_codes_but_never_a_job(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

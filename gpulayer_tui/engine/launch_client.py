@@ -196,6 +196,11 @@ class LauncherExecutor:
         self._recent_acks: collections.deque[str] = collections.deque(maxlen=RECENT_ACKS)
         self._ack_timer: asyncio.TimerHandle | None = None
         self._released: set[str] = set()  # tasks let go of as unkillable (still running)
+        # Stops asked of the launcher, by key: their SIGKILL deadline (wall clock). A stop
+        # written to a spawner that died before it read it is lost with it: after the
+        # reconnect it is asked again of the new spawner, for what it still runs.
+        # (deadline, the connection it was written to; None: it waits in the outbox)
+        self._stops: dict[str, tuple[float, _Connection | None]] = {}
         self._table: dict[str, Any] = {}
         self._table_ready: asyncio.Future[dict[str, Any]] | None = None
         self._started_at: float | None = None
@@ -408,6 +413,15 @@ class LauncherExecutor:
             acks = self._take_acks()
             if acks:
                 self._transport_write(acks)
+            now = time.time()
+            for lkey, (kill_at, sent_on) in list(self._stops.items()):
+                # (one still in the outbox goes with it, below)
+                running = table.get(lkey, {}).get("state") == "running"
+                if sent_on is not None and lkey in self._watches and running:
+                    grace = max(0.0, kill_at - now)
+                    line = {"op": "terminate", "key": lkey, "grace": grace}
+                    self._transport_write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+                self._stops[lkey] = (kill_at, self._conn)
             outbox, self._outbox = self._outbox, []
             for prepared in resend:
                 self._transport_write(prepared.data)
@@ -566,6 +580,7 @@ class LauncherExecutor:
         held = self._watches.get(lkey)
         if held is not None and held.hold(functools.partial(self._exited, lkey, code, at)):
             return
+        self._stops.pop(lkey, None)
         watch = self._watches.pop(lkey, None)
         if watch is not None:
             watch.on_exit(Exit(code, recorded=code is not None, at=at))
@@ -581,6 +596,7 @@ class LauncherExecutor:
         held = self._watches.get(lkey)
         if held is not None and held.hold(functools.partial(self._failed, lkey, error)):
             return
+        self._stops.pop(lkey, None)
         watch = self._watches.pop(lkey, None)
         if watch is not None:
             watch.on_exit(Exit(None, recorded=False, error=error))
@@ -704,13 +720,21 @@ class LauncherExecutor:
         lkey = self._lkey(key, run)
         if lkey not in self._watches:
             return False
+        with self._lock:
+            live = self._transport is not None and not self._outbox and not self._syncing
+        self._stops[lkey] = (time.time() + grace, self._conn if live else None)
         self._write({"op": "terminate", "key": lkey, "grace": grace})
+        # Out now, not at the end of this loop iteration: the stop is durable and its
+        # caller is about to be told, and a launcher that has it signals on time even if
+        # this engine dies the next instant.
+        self._flush_batch()
         return True
 
     def release(self, key: TaskKey, run: int = 0) -> None:
         """Stop watching a task that outlived SIGKILL (its job ended ``unkillable``); the
         launcher still reaps it whenever it dies, and its end is then acknowledged."""
         lkey = self._lkey(key, run)
+        self._stops.pop(lkey, None)
         if self._watches.pop(lkey, None) is not None:
             self._released.add(lkey)
 
