@@ -94,7 +94,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     path = tmp_path / "home"
     monkeypatch.setenv("GPULAYER_HOME", str(path))
     yield path
-    kill_jobs_of(path)
+    kill_jobs_of(path, launcher=False)
 
 
 @pytest.fixture
@@ -391,12 +391,20 @@ def served(home: Path) -> Iterator[Served]:
     kill_jobs_of(home)
 
 
-def kill_jobs_of(home: Path) -> None:
+LAUNCHER_MODULES = ("gpulayer_tui.engine.keeper", "gpulayer_tui.engine.launcher")
+
+
+def kill_jobs_of(home: Path, launcher: bool = True) -> None:
     """Kill what jobs of this test's engine left running (jobs outlive their engine, and a
-    test that failed half-way did not cancel them): processes whose GPULAYER_HOME is ours."""
+    test that failed half-way did not cancel them): processes whose GPULAYER_HOME is ours.
+    ``launcher=False`` spares the launcher, which retires by itself once idle (killed while
+    it exits, under CI's coverage run, it left a half-written coverage file)."""
     for proc in psutil.process_iter():
         try:
-            if proc.pid != os.getpid() and proc.environ().get("GPULAYER_HOME") == str(home):
-                proc.kill()
+            if proc.pid == os.getpid() or proc.environ().get("GPULAYER_HOME") != str(home):
+                continue
+            if not launcher and any(m in proc.cmdline() for m in LAUNCHER_MODULES):
+                continue
+            proc.kill()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
