@@ -165,6 +165,10 @@ class WebServer(Server):
 
     async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
         """One browser session (textual-serve's), tracked so shutdown can close it."""
+        if not web.WebSocketResponse().can_prepare(request).ok:
+            # (a plain GET: textual-serve's handler raised, logged a traceback, and the
+            # client got no answer at all)
+            raise web.HTTPBadRequest(text="a websocket connection is expected here")
         task = asyncio.current_task()
         assert task is not None
         self.sessions.add(task)

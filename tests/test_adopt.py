@@ -331,6 +331,8 @@ def test_cli_adopt(served: Served, spawn: list[subprocess.Popen[bytes]]) -> None
     waited = served.cli("wait", job_id)
     assert waited.returncode == 1 and "orphaned" in waited.stdout
     assert served.cli("status", job_id).returncode == 1
+    # Its command line is shown as /proc has it (it was "s l e e p   6 0 0").
+    assert "command     sleep 600\n" in served.cli("status", job_id).stdout
     # Nobody has its command to run: neither restart nor --like runs it.
     for argv in (["restart", job_id], ["submit", "--like", job_id]):
         again = served.cli(*argv)
@@ -340,7 +342,7 @@ def test_cli_adopt(served: Served, spawn: list[subprocess.Popen[bytes]]) -> None
 
 
 async def test_what_no_one_may_adopt_is_refused_with_its_reason(
-    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
     engine = await make_engine()
     refused: dict[str, int] = {"init": 1, "this engine": os.getpid()}
@@ -363,12 +365,25 @@ async def test_what_no_one_may_adopt_is_refused_with_its_reason(
     first = await adopt(engine, adopted.pid)
     assert first.status is JobStatus.RUNNING
     refused["a pid adopted already"] = adopted.pid
+    # A gpulayer-tui client (the TUI, web, wait, logs -f: its console script): cancelling
+    # it as a job would stop it.
+    script = tmp_path / "gpulayer-tui"
+    script.write_text("import time\ntime.sleep(600)\n")
+    refused["a gpulayer-tui client"] = start(spawn, sys.executable, str(script), "web").pid
+    # The parent of an adopted process: two jobs would own the same processes.
+    parent = start(spawn, "bash", "-c", "sleep 600 & wait")
+    child = wait_for(lambda: [c.pid for c in psutil.Process(parent.pid).children()])[0]
+    below = await adopt(engine, child)
+    assert below.status is JobStatus.RUNNING
+    refused["the parent of an adopted process"] = parent.pid
     says = {
         "init": "pid 1 is the init process",
         "this engine": "is this engine",
         "kernel thread": "is a kernel thread",
         "a job's own process": f"belongs to job {launched.id} already",
         "a pid adopted already": f"belongs to job {first.id} already",
+        "a gpulayer-tui client": "is part of gpulayer-tui itself",
+        "the parent of an adopted process": f"has job {below.id}'s process (pid {child}) below",
     }
     for what, pid in refused.items():
         job = await adopt(engine, pid)

@@ -79,6 +79,19 @@ async def test_static_files_and_the_websocket_need_the_token_too(gated: str) -> 
         assert refused.value.status == 403
 
 
+async def test_a_plain_get_of_the_websocket_with_the_token_is_a_clean_400(
+    gated: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # It raised inside textual-serve: a logged traceback, and no answer at all.
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
+        async with session.get(f"{gated}/?token={TOKEN}") as response:
+            assert response.status == 200
+        async with session.get(f"{gated}/ws") as response:
+            assert response.status == 400
+            assert "a websocket connection is expected here" in await response.text()
+    assert "Traceback" not in caplog.text and "Unhandled exception" not in caplog.text
+
+
 def test_loopback_hosts_and_the_warning_for_others() -> None:
     for host in ("127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"):
         assert is_loopback(host) and exposure_warning(host, 8765) is None, host

@@ -89,7 +89,10 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
     """The ``status`` view: fields, then the timeline."""
     spec = job.get("spec", {})
     command = spec.get("command")
-    shown = " ".join(command) if command else f"sh -c {spec.get('shell', '')!r}"
+    if isinstance(command, str):  # (an adopted process's command line, as /proc has it)
+        shown = command
+    else:
+        shown = " ".join(command) if command else f"sh -c {spec.get('shell', '')!r}"
     lines = [
         f"job {job['id']}  {job['name']}  [{job['kind']}]",
         f"  status      {job['status']}"

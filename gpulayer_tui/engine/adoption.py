@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import os
 import time
 from collections.abc import Callable
@@ -58,6 +59,35 @@ class ProcessSnapshot:
     uid: int
     command: str
     cwd: str
+
+
+def _is_gpulayer(command: str) -> bool:
+    """True for a process of gpulayer-tui itself: the engine's parts, and every client
+    (the TUI, ``web``, ``wait``, ``logs -f``: its console script or ``-m gpulayer_tui``)."""
+    if any(module in command for module in _OWN_MODULES):
+        return True
+    words = command.split()
+    if any(os.path.basename(word) == "gpulayer-tui" for word in words[:2]):
+        return True
+    return any(
+        word == "-m" and after.split(".")[0] == "gpulayer_tui"
+        for word, after in itertools.pairwise(words[:4])
+    )
+
+
+def _job_below(pid: int, roots: dict[int, tuple[int, int | None]]) -> tuple[int, int] | None:
+    """``(job id, its root pid)`` of a running job whose process descends from ``pid``, if
+    any (each job's ancestors are read: a few /proc reads per job, no scan of them all)."""
+    for root, (job_id, _ticks) in roots.items():
+        current = root
+        for _ in range(64):
+            stat = procs.read_stat(current)
+            if stat is None or stat.ppid <= 1:
+                break
+            if stat.ppid == pid:
+                return job_id, root
+            current = stat.ppid
+    return None
 
 
 def read_process(pid: int) -> ProcessSnapshot | None:
@@ -236,11 +266,19 @@ class Adopter:
         stat = procs.read_stat(pid)
         if stat is not None and stat.flags & procs.PF_KTHREAD:
             return f"pid {pid} is a kernel thread: it holds no GPU memory and cannot be stopped"
-        if any(module in snapshot.command for module in _OWN_MODULES):
+        if _is_gpulayer(snapshot.command):
             return f"pid {pid} is part of gpulayer-tui itself ({snapshot.command[:80]})"
-        owner = procs.find_owner(pid, self._book.roots.snapshot())
+        roots = self._book.roots.snapshot()
+        owner = procs.find_owner(pid, roots)
         if owner is not None:
             return f"pid {pid} belongs to job {owner} already (it or an ancestor is that job's)"
+        below = _job_below(pid, roots)
+        if below is not None:
+            job_id, root = below
+            return (
+                f"pid {pid} has job {job_id}'s process (pid {root}) below it: adopted, the "
+                "two jobs would own the same processes and GPU memory"
+            )
         return None
 
     def _domains_of(

@@ -115,6 +115,8 @@ def command_text(job: JobRowJSON) -> str:
     """The job's command as one line (argv joined, or the shell line)."""
     spec = job_spec(job)
     command = spec.get("command")
+    if isinstance(command, str):  # (an adopted process's command line, as /proc has it)
+        return command
     if command:
         return " ".join(str(word) for word in command)
     return str(spec.get("shell") or "")
