@@ -50,6 +50,15 @@ def table_row(app: Any, key: str) -> dict[str, str]:
     return dict(zip(table.shown_columns, (str(cell) for cell in table.get_row(key)), strict=True))
 
 
+def drawn_row(app: Any, key: str) -> str:
+    """The process-table row of ``key`` as the table draws it (its rendered line, not
+    its data: a cell whose data changed but whose cached render did not shows the old
+    value here)."""
+    table = app.screen.query_one(ProcessTable)
+    row = table.get_row_index(key)
+    return table.render_line(row + table.header_height - table.scroll_offset.y).text
+
+
 def summary_text(app: Any) -> str:
     """The summary line as plain text."""
     return app.screen.query_one(SummaryLine).counts().plain
@@ -235,10 +244,14 @@ async def test_a_new_sample_updates_cells_in_place_and_a_new_order_moves_rows(
         table.focus()
         table.move_cursor(row=1)
         # Same processes, same order: the changed cell is rewritten, the cursor stays put.
+        assert "2.0" in drawn_row(app, small_key) and "30.0" in drawn_row(app, big_key)
         ledger.hold(0, small, 4.0)
         await app.backend.engine.sampler.sample_once()
         await until(pilot, lambda: table_row(app, small_key)["vram"] == "4.0", "the new VRAM")
         assert table_keys(app) == [big_key, small_key]
+        # Drawn, not only stored: the changed cell's render is new, the others' still right.
+        assert "4.0" in drawn_row(app, small_key) and "2.0" not in drawn_row(app, small_key)
+        assert "30.0" in drawn_row(app, big_key)
         assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value == small_key
         # A new order: the rows move, and the cursor goes with its process.
         ledger.hold(0, small, 40.0)
@@ -542,7 +555,7 @@ def assert_panels_laid_out(app: Any) -> None:
         # full: both graphs there, graph_height lines each, inside the panel.
         assert graphs.display and graphs.region.height == 2 * panel.graph_height
         assert inner.contains_region(graphs.region), (panel.domain_name, graphs.region, inner)
-        lines = str(graphs.render()).splitlines()
+        lines = [line.label + line.bars for line in graphs.lines]
         assert len(lines) == 2 * panel.graph_height
         assert lines[0].startswith("util ") and lines[panel.graph_height].startswith("mem  ")
         assert all(len(line) <= graphs.region.width for line in lines)

@@ -32,6 +32,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from .memory_bar import BAR_CHAR, MemoryBar
+from .usage_graphs import GraphLine, UsageGraphs
 
 DENSITIES = ("full", "compact", "row")
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -188,7 +189,7 @@ class GpuPanel(Vertical):
         yield Static(id="stats")
         yield MemoryBar()
         yield Static(id="jobs")
-        yield Static(id="graphs")
+        yield UsageGraphs(id="graphs")
 
     def on_mount(self) -> None:
         self._redraw()
@@ -276,7 +277,7 @@ class GpuPanel(Vertical):
         bar.update_vram(self.domain.get("vram"))
         stats = self.query_one("#stats", Static)
         jobs = self.query_one("#jobs", Static)
-        graphs = self.query_one("#graphs", Static)
+        graphs = self.query_one("#graphs", UsageGraphs)
         # A new sample changes text, not sizes: skip the (costly) screen re-layout unless
         # the panel's shape changed since the last draw.
         shape = (self.density, self.graph_height, width, self.name_width)
@@ -293,9 +294,7 @@ class GpuPanel(Vertical):
             self.set_class(not layout.spark, "-no-spark")
             if layout.spark:
                 graphs.styles.width = layout.spark + 1
-                self._show(
-                    graphs, self._graph("util", layout.spark, 1, label=False), layout=relayout
-                )
+                graphs.show(self._graph("util", layout.spark, 1, label=False), layout=relayout)
             return
         if relayout:
             # Leaving the row density: its inline widths must not size the other layouts.
@@ -309,11 +308,8 @@ class GpuPanel(Vertical):
             self._show(stats, self._full_stats(width), layout=relayout)
             self._show(jobs, self._jobs_line(width), layout=relayout)
             height = max(1, self.graph_height)
-            self._show(
-                graphs,
-                Content("\n").join(
-                    [self._graph("util", width, height), self._graph("mem", width, height)]
-                ),
+            graphs.show(
+                self._graph("util", width, height) + self._graph("mem", width, height),
                 layout=relayout,
             )
         else:
@@ -505,23 +501,23 @@ class GpuPanel(Vertical):
         history = (" " + "UTIL HISTORY".ljust(layout.spark)) if layout.spark else ""
         return Content.styled(stats + memory + history, "$text-muted bold")
 
-    def _graph(self, which: str, width: int, height: int, *, label: bool = True) -> Content:
+    def _graph(
+        self, which: str, width: int, height: int, *, label: bool = True
+    ) -> tuple[GraphLine, ...]:
         total = self.gpu.get("memory_total") or (self.domain.get("vram") or {}).get("total")
         if which == "util":
             values = [None if u is None else u / 100 for _at, u, _m in self.history]
-            style = "$secondary"
         else:
             values = [None if m is None or not total else m / total for _at, _u, m in self.history]
-            style = "$primary"
         lead = 5 if label else 0
         lines = graph_lines(values, width - lead, height)
-        out: list[Content] = []
+        out: list[GraphLine] = []
         for n, line in enumerate(lines):
             head = ""
             if label:
                 head = ("util " if which == "util" else "mem  ") if n == 0 else " " * lead
-            out.append(Content.assemble((head, "$text-muted"), (line, style)))
-        return Content("\n").join(out)
+            out.append(GraphLine(head, line, which))
+        return tuple(out)
 
 
 def _printable(text: str) -> str:
