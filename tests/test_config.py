@@ -86,6 +86,10 @@ def test_bindings_rejected(data: dict[str, object], message: str) -> None:
         ({"cpu": {"slots": 0}}, "cpu.slots"),
         ({"domains": {"cpu": {"gpu": 0}}}, "'cpu' is the CPU pool's name"),
         ({"domains": {"9bad": {"gpu": 0}}}, "domains.9bad: a domain name is a letter"),
+        (
+            {"clusters": {"a b;$(x)": {"partition": "gpu"}}},
+            r"clusters\.a b;\$\(x\): a cluster name is a letter",
+        ),
         # Every timing has a floor: these would spin a core for ever.
         ({"engine": {"sample_interval": 1e-9}}, "engine.sample_interval: Input should be great"),
         ({"engine": {"probe_timeout": 1e-9}}, "engine.probe_timeout: Input should be greater"),

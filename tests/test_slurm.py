@@ -12,8 +12,10 @@ import asyncio
 import fcntl
 import json
 import os
+import shlex
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -112,6 +114,22 @@ async def test_a_request_no_node_can_hold_fails_over_capacity_at_once(cluster_en
     )
     with pytest.raises(Exception, match="unknown cluster 'nowhere'"):
         await engine.submit({"shell": "true", "cluster": "nowhere"})
+    with pytest.raises(Exception, match="vram_gb: Slurm places a cluster job by its GPU count"):
+        await engine.submit(_spec("true", gpus=1, vram_gb=40))
+
+
+async def test_memory_under_a_mib_is_asked_as_one_mib_not_zero(
+    cluster_engine: Any, slurm_conf: str
+) -> None:
+    """``--mem=0`` would ask Slurm for all of the node's memory."""
+    engine = cluster_engine
+    job = await engine.submit(_spec("sleep 5", mem_gb=0.0001))
+    await eventually(lambda: engine.book.get(job.id).job.status is JobStatus.RUNNING, timeout=30)
+    cluster_id = engine.book.get(job.id).job.cluster_job_id
+    shown = await asyncio.to_thread(_slurm, slurm_conf, "scontrol", "show", "job", cluster_id)
+    assert "MinMemoryNode=1M" in shown
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=60)
 
 
 async def test_pending_reason_in_plain_words_and_cancel_pending_and_running(
@@ -258,6 +276,70 @@ async def test_a_silent_controller_keeps_jobs_as_they_are(
     assert done.status is JobStatus.COMPLETED
 
 
+async def test_a_silent_controller_loses_no_submission_and_no_cancel(
+    cluster_engine: Any, slurm_conf: str
+) -> None:
+    """A job decided, and two cancels asked, while the controller does not answer: once it
+    answers again the job is submitted (once) and both cancels reach it."""
+    engine = cluster_engine
+
+    def message(job_id: int) -> str:
+        act = engine.book.get(job_id)
+        return act.job.message if act is not None else "ended"
+
+    hog = await engine.submit(_spec("sleep 120", gpus=4))
+    await eventually(lambda: engine.book.get(hog.id).job.status is JobStatus.RUNNING, timeout=30)
+    pending = await engine.submit(_spec("sleep 30", gpus=1))
+    await eventually(lambda: "waiting for resources" in message(pending.id), timeout=30)
+    pid = int((CLUSTER_DIR / "slurmctld.pid").read_text())
+    os.kill(pid, 19)  # SIGSTOP: the controller hangs (no answer, no refusal)
+    try:
+        late = await engine.submit(_spec("echo late-ran"))
+        await engine.cancel(pending.id)
+        await engine.cancel(hog.id)
+        await eventually(lambda: "not answering since" in message(late.id), timeout=60)
+        # Still "submitting": the next poll (or a restarted engine) knows it was decided.
+        assert message(late.id).startswith("submitting to cluster test, not answering since")
+        await eventually(lambda: "sent again at the next poll" in message(hog.id), timeout=60)
+        assert engine.book.get(hog.id).job.status is JobStatus.RUNNING
+    finally:
+        os.kill(pid, 18)  # SIGCONT
+    ended = await engine.wait(pending.id, timeout=90)
+    assert ended.status is JobStatus.CANCELLED and ended.message == "cancelled by user"
+    assert ended.exit_code is None  # (it never ran: Slurm's 0:0 is no exit status)
+    stopped = await engine.wait(hog.id, timeout=90)
+    assert stopped.status is JobStatus.CANCELLED and stopped.exit_code != 0  # (None or 128+N)
+    done = await engine.wait(late.id, timeout=90)
+    assert done.status is JobStatus.COMPLETED, done.message
+    assert engine.log_path(late.id).read_text().count("late-ran") == 1
+    view = engine.gpus()["clusters"][0]
+    assert view["answering"] and view["error"] is None
+
+
+async def test_a_prefix_that_runs_a_remote_shell_gets_every_argument_quoted(
+    make_engine: EngineFactory, slurm_conf: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """ssh hands its arguments, joined by spaces, to a shell on the login node: a cwd
+    holding shell code, spaces and quotes (and squeue's ``%i|%T`` format) stay text."""
+    monkeypatch.setenv("SLURM_CONF", slurm_conf)
+    ssh = tmp_path / "bin" / "ssh"  # what ssh does with its arguments, on this machine
+    ssh.parent.mkdir()
+    ssh.write_text(f'#!/bin/sh\nshift\ncd {shlex.quote(str(tmp_path))}\nexec sh -c "$*"\n')
+    ssh.chmod(0o755)
+    settings = {"partition": "gpu", "poll_interval": 0.3, "command_timeout": 5}
+    config = make_config(clusters={"remote": {**settings, "command_prefix": [str(ssh), "login1"]}})
+    engine = await make_engine("1xA100-80GB", config=config)
+    await eventually(lambda: engine.clusters.views()[0].get("nodes") == 1, timeout=20)
+    planted = tmp_path / "PLANTED"
+    cwd = tmp_path / "it's a dir $(touch PLANTED) `touch PLANTED`; touch PLANTED"
+    cwd.mkdir()
+    job = await engine.submit({"command": ["pwd"], "cluster": "remote", "cwd": str(cwd)})
+    done = await engine.wait(job.id, timeout=60)
+    assert done.status is JobStatus.COMPLETED, done.message
+    assert engine.log_path(job.id).read_text().strip() == str(cwd)
+    assert not planted.exists()
+
+
 # -- translating Slurm's words --------------------------------------------------------------
 
 
@@ -354,6 +436,18 @@ def test_the_cli_submits_to_a_cluster_and_shows_it(slurm_conf: str, served: Any)
     assert "CLUSTER" in gpus and "test" in gpus and "gpu" in gpus
     refused = served.cli("submit", "--cpus", "2", "--", "true")
     assert refused.returncode == 2 and "only cluster jobs have these" in refused.stderr
+    # A cancel of a running cluster job says Slurm stops it (no SIGKILL of ours).
+    long = served.cli("submit", "--cluster", "test", "--cwd", "/tmp", "--", "sleep", "60")
+    long_id = long.stdout.strip()
+    deadline = time.monotonic() + 30
+    while json.loads(served.cli("status", long_id, "--json").stdout)["job"]["status"] != "running":
+        assert time.monotonic() < deadline, "the cluster job did not start"
+        time.sleep(0.1)
+    cancel = served.cli("cancel", "--no-wait", long_id)
+    assert cancel.returncode == 0, cancel.stderr
+    assert cancel.stdout.startswith(f"job {long_id} is stopping on cluster test: stopping")
+    assert "SIGKILL" not in cancel.stdout
+    assert served.cli("wait", long_id).returncode == 1  # (cancelled)
 
 
 async def test_dependencies_between_cluster_jobs_are_slurms_own(cluster_engine: Any) -> None:

@@ -508,16 +508,23 @@ def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     if args.json:
         _print_json(job)
     if job["status"] == "running":
+        cluster = (job.get("spec") or {}).get("cluster")
         kill_at = job.get("kill_at")
-        if args.no_wait or (kill_at and time.time() < kill_at):
+        said = None
+        if cluster:
+            # Slurm stops it (scancel, then its own KILL): no SIGKILL of ours to wait for.
+            said = f"job {job['id']} is stopping on cluster {cluster}: {job['message']}"
+        elif args.no_wait or (kill_at and time.time() < kill_at):
             # Stopping as asked: SIGTERM is sent, its SIGKILL not due yet.
             clock = time.strftime("%H:%M:%S", time.localtime(kill_at or time.time()))
             said = f"job {job['id']} is stopping: SIGTERM sent, SIGKILL at {clock} if it still runs"
+        if said is not None:
             if args.no_wait:
                 if not args.json:
                     print(said)
                 return EXIT_OK
-            _error(f"{said}; still running after --timeout {args.timeout or 0:g} s")
+            waited = "the wait" if args.timeout is None else f"--timeout {args.timeout:g} s"
+            _error(f"{said}; still running after {waited}")
             return EXIT_FAILED
         _error(
             f"job {job['id']} is still running {_since_kill(job)}: its process may be stuck "

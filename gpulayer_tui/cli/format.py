@@ -248,7 +248,7 @@ def format_gpus(data: dict[str, Any]) -> str:
                         c["partition"],
                         (c.get("state") or "?").lower()
                         if c.get("answering")
-                        else f"not answering: {c.get('error') or 'no answer'}",
+                        else _not_answering(c),
                         str(c.get("nodes", "?")),
                         str(c.get("gpus_total", "?")),
                         str(c.get("gpus_allocated", "?")),
@@ -260,3 +260,13 @@ def format_gpus(data: dict[str, Any]) -> str:
             )
         )
     return "\n".join(lines)
+
+
+def _not_answering(cluster: dict[str, Any]) -> str:
+    """``not answering since 14:02:11: squeue did not answer within 30 s``."""
+    since = cluster.get("down_since")
+    words = "not answering"
+    if since:
+        words += f" since {time.strftime('%H:%M:%S', time.localtime(since))}"
+    why = cluster.get("error")
+    return f"{words}: {why}" if why else words

@@ -147,6 +147,14 @@ class Admission:
                     raise SpecError(
                         f"cluster: unknown cluster '{spec.cluster}' (known: {known})", "cluster"
                     )
+                if spec.cluster is not None and spec.vram_gb is not None:
+                    # (Here, not in the spec's model: jobs stored before still load.)
+                    raise SpecError(
+                        "vram_gb: Slurm places a cluster job by its GPU count and has no VRAM "
+                        "request (leave vram_gb out, or pick a partition whose GPUs are big "
+                        "enough)",
+                        "vram_gb",
+                    )
                 request = self._scheduler.request_for(spec)
                 self._domain_ops.refuse_quarantined_pins(spec.pinned_domains)
                 deps = await self._queue.resolve_dependencies(spec)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -90,6 +91,7 @@ class ClusterRunner:
         self._partitions: dict[str, Partition] = {}
         self._errors: dict[str, str] = {}
         self._down_since: dict[str, float] = {}
+        self._silent_why: dict[str, str] = {}  # the last unanswered call's error, while down
         self._tracked: dict[int, str] = {}  # job id -> its cluster
         self._submitting: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -99,6 +101,10 @@ class ClusterRunner:
         # job -> [(dependency job, its cluster id, any exit)] that Slurm holds it for
         self._deps: dict[int, list[tuple[int, str, bool]]] = {}
         self._missing: dict[int, float] = {}  # job -> since when neither squeue nor sacct has it
+        # job -> (cluster, its cluster id): a stop decided (and stored) whose scancel the
+        # cluster has not taken yet; sent again at each poll until it has.
+        self._cancels: dict[int, tuple[str, str]] = {}
+        self._cancelling: set[int] = set()
         self.reconfigure(settings)
 
     def reconfigure(self, settings: dict[str, ClusterSettings]) -> None:
@@ -185,6 +191,7 @@ class ClusterRunner:
         assert spec is not None and spec.cluster is not None
         if job.cluster_job_id is not None:  # (found again after a restart)
             self._tracked[job.id] = spec.cluster
+            self._cancel_again(act)
             return
         # A job restored with the decision already stored may have reached the cluster
         # before the engine stopped: it is looked up by name before it is submitted.
@@ -241,7 +248,7 @@ class ClusterRunner:
         self._tracked[job_id] = name
         self._book.note(act, f"cluster {name} job {cluster_id}: submitted")
         if job.stop_reason is not None:  # cancelled while it was being submitted
-            self._spawn(self._scancel(name, cluster_id))
+            self._cancel_later(job_id, name, cluster_id)
 
     def _sbatch(
         self, job_id: int, spec: Any, cluster: SlurmCluster, slurm_name: str
@@ -263,7 +270,8 @@ class ClusterRunner:
         if spec.cpus:
             options.append(f"--cpus-per-task={spec.cpus}")
         if spec.mem_gb:
-            options.append(f"--mem={int(spec.mem_gb * 1024)}M")
+            # Whole MiB, rounded up: --mem=0 asks Slurm for all of the node's memory.
+            options.append(f"--mem={max(1, math.ceil(spec.mem_gb * 1024))}M")
         limit = spec.timeout or settings.time_limit
         if limit:
             options.append(f"--time={minutes(limit)}")
@@ -326,6 +334,9 @@ class ClusterRunner:
             for job_id in waiting:  # (the cluster did not answer when they were decided)
                 self._spawn(self._submit(job_id, restored=True))
             await self._follow(name, cluster)
+            for job_id, (cname, cluster_id) in list(self._cancels.items()):
+                if cname == name and job_id not in self._cancelling:
+                    self._spawn(self._scancel(job_id, name, cluster_id))
 
     async def _probe(self, name: str, cluster: SlurmCluster) -> None:
         try:
@@ -339,6 +350,7 @@ class ClusterRunner:
         self._partitions[name] = part
         self._errors.pop(name, None)
         if self._down_since.pop(name, None) is not None:
+            self._silent_why.pop(name, None)
             log.warning("cluster %s answers again", name)
         if not had:
             self._recheck()  # jobs waiting for a verdict on this cluster get one
@@ -360,6 +372,7 @@ class ClusterRunner:
             return
         if name in self._down_since:
             del self._down_since[name]
+            self._silent_why.pop(name, None)
             log.warning("cluster %s answers again", name)
         seen = {j.job_id: j for j in jobs}
         # Those that left the queue (ended, or forgotten by the controller): their ends
@@ -430,6 +443,8 @@ class ClusterRunner:
                 self._book.transition(act, JobStatus.RUNNING, message=f"running on {label}")
                 if found.start_time:
                     job.started_at = found.start_time
+            elif job.message.startswith(f"cluster {name} not answering"):
+                self._book.note(act, f"running on {label}")  # (it answers again)
         else:
             spec = act.spec
             limit = (spec.timeout if spec is not None else None) or (
@@ -454,27 +469,38 @@ class ClusterRunner:
                 self._book.transition(act, JobStatus.RUNNING, message=f"running on {label}")
                 if found.start_time:
                     job.started_at = found.start_time
-            self._book.finish(
-                act, status, reason, message, found.exit_code, ended_at=found.end_time
-            )
+            # As a local job's: 128+N for signal N. Slurm records 0:0 for a cancelled job
+            # (pending, held for its dependencies, or running): no exit status, not 0.
+            code = found.exit_code if found.signal is None else 128 + found.signal
+            if status is JobStatus.CANCELLED and found.signal is None:
+                code = None
+            self._book.finish(act, status, reason, message, code, ended_at=found.end_time)
             self._tracked.pop(job.id, None)
             self._deps.pop(job.id, None)
             self._missing.pop(job.id, None)
+            self._cancels.pop(job.id, None)
 
     def _unanswered(self, name: str, why: str) -> None:
         """The cluster did not answer: its jobs keep their state and say since when."""
         since = self._down_since.setdefault(name, time.time())
-        text = (
-            f"cluster {name} not answering since "
-            f"{time.strftime('%H:%M:%S', time.localtime(since))}: {why}"
-        )
+        self._silent_why[name] = why
+        silent = f"not answering since {time.strftime('%H:%M:%S', time.localtime(since))}: {why}"
+        text = f"cluster {name} {silent}"
+
         for act in list(self._book):
-            if act.spec is not None and act.spec.cluster == name and not act.job.status.is_terminal:
-                if not act.job.message.startswith(f"cluster {name} not answering"):
-                    if act.job.status is JobStatus.RUNNING:
-                        self._book.note(act, text)
-                    else:
-                        self._book.set_reason(act, text)
+            if act.spec is None or act.spec.cluster != name or act.job.status.is_terminal:
+                continue
+            if act.job.cluster_job_id is None and act.job.message.startswith(SUBMITTING):
+                # Still "submitting": how the next poll (and a restarted engine, which
+                # looks the job up on the cluster first) knows the decision was taken.
+                if "not answering since" not in act.job.message:
+                    self._book.set_reason(act, f"{SUBMITTING}{name}, {silent}")
+                continue
+            if not act.job.message.startswith(f"cluster {name} not answering"):
+                if act.job.status is JobStatus.RUNNING:
+                    self._book.note(act, text)
+                else:
+                    self._book.set_reason(act, text)
 
     # -- stopping and restarting ----------------------------------------------------------------
 
@@ -492,23 +518,50 @@ class ClusterRunner:
         self._book.note(act, f"stopping ({message}): scancel sent to cluster {name}")
         if job.cluster_job_id is not None and name is not None:
             self._book.after_commit(
-                functools.partial(self._spawn, self._scancel(name, job.cluster_job_id))
+                functools.partial(self._cancel_later, job.id, name, job.cluster_job_id)
             )
 
-    async def _scancel(self, name: str, cluster_id: str) -> None:
+    def _cancel_later(self, job_id: int, name: str, cluster_id: str) -> None:
+        """Send ``scancel`` now, and at every poll until the cluster has taken it."""
+        self._cancels[job_id] = (name, cluster_id)
+        if job_id not in self._cancelling:
+            self._spawn(self._scancel(job_id, name, cluster_id))
+
+    def _cancel_again(self, act: ActiveJob) -> None:
+        """A job found again after a restart whose stop was stored: its scancel may
+        never have reached the cluster."""
+        job, spec = act.job, act.spec
+        if job.stop_reason is not None and job.cluster_job_id is not None and spec is not None:
+            assert spec.cluster is not None
+            self._cancel_later(job.id, spec.cluster, job.cluster_job_id)
+
+    async def _scancel(self, job_id: int, name: str, cluster_id: str) -> None:
         cluster = self._clusters.get(name)
         if cluster is None:
             return
+        self._cancelling.add(job_id)
         try:
             await cluster.cancel(cluster_id)
         except ClusterError as err:
             log.warning("scancel %s on cluster %s failed: %s", cluster_id, name, err)
+            act = self._book.get(job_id)
+            if act is not None and job_id in self._cancels:
+                self._book.note(
+                    act,
+                    f"stopping ({act.job.stop_message}): scancel to cluster {name} failed "
+                    f"({err}); sent again at the next poll",
+                )
+            return
+        finally:
+            self._cancelling.discard(job_id)
+        self._cancels.pop(job_id, None)
 
     def reattach(self, act: ActiveJob) -> None:
         """A cluster job that was running when the engine stopped: follow it again."""
         spec = act.spec
         if spec is not None and spec.cluster is not None:
             self._tracked[act.job.id] = spec.cluster
+            self._cancel_again(act)
 
     # -- the view -----------------------------------------------------------------------------
 
@@ -522,7 +575,7 @@ class ClusterRunner:
                 "kind": "slurm",
                 "partition": cluster.settings.partition,
                 "answering": name not in self._down_since and name not in self._errors,
-                "error": self._errors.get(name),
+                "error": self._errors.get(name) or self._silent_why.get(name),
                 # since when it has not answered (epoch seconds), or None
                 "down_since": self._down_since.get(name),
                 "jobs": sum(1 for c in self._tracked.values() if c == name),

@@ -360,6 +360,10 @@ class ClusterSettings(_Strict):
     command_prefix: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
         default_factory=list, max_length=64
     )
+    # Whether the prefix hands the command to a shell on the other side, as ssh does (it
+    # joins its arguments with spaces for the remote shell): then every argument after
+    # the prefix is quoted. Unset: true when the prefix runs ssh.
+    prefix_shell: bool | None = None
     poll_interval: float = Field(5.0, ge=0.2, le=3600)
     command_timeout: float = Field(30.0, ge=1, le=600)
 
@@ -442,6 +446,13 @@ def parse_config(data: dict[str, Any], source: str = "config") -> Config:
         if not _DOMAIN_NAME.match(name):
             raise ConfigError(
                 f"{source}: domains.{name}: a domain name is a letter then up to 31 "
+                "letters, digits, '-' or '_'"
+            )
+    for name in config.clusters:
+        # (Typed on command lines and shown in tables, as domain names are.)
+        if not _DOMAIN_NAME.match(name):
+            raise ConfigError(
+                f"{source}: clusters.{name}: a cluster name is a letter then up to 31 "
                 "letters, digits, '-' or '_'"
             )
     for name in config.users:

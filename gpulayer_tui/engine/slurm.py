@@ -312,13 +312,23 @@ class SlurmCluster:
         # completion log), "none" (neither is kept); None until the first try.
         self.accounting: str | None = None
 
+    def quoted(self, argv: tuple[str, ...] | list[str]) -> list[str]:
+        """``argv`` as the prefix should pass it on: each argument quoted for the remote
+        shell when the prefix hands the command to one (ssh joins its arguments with
+        spaces, so a cwd, a job name or squeue's ``%i|%T`` would be read as shell code)."""
+        prefix = self.settings.command_prefix
+        shell = self.settings.prefix_shell
+        if shell is None:
+            shell = any(os.path.basename(part) == "ssh" for part in prefix)
+        return [shlex.quote(a) for a in argv] if prefix and shell else list(argv)
+
     async def run(self, *argv: str, stdin: str | None = None) -> str:
         """Run a Slurm command; its stdout.
 
         Raises:
             ClusterError: It failed (its stderr), or did not answer in time (unreachable).
         """
-        full = [*self.settings.command_prefix, *argv]
+        full = [*self.settings.command_prefix, *self.quoted(argv)]
         try:
             proc = await asyncio.create_subprocess_exec(
                 *full,
