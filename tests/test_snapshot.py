@@ -178,10 +178,14 @@ async def test_outside_git_the_directory_is_copied_by_the_plain_rules(
     assert engine.log_path(job.id).read_text() == "data v1\ndata v1\n"
 
 
+LINKED = make_config(snapshot={"files": "linked"})
+PRIVATE = make_config(snapshot={"files": "private"})
+
+
 async def test_two_jobs_of_one_tree_share_its_objects(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:
-    engine = await make_engine()
+    engine = await make_engine(config=LINKED)
     repo = make_repo(tmp_path / "repo")
     spec = {"command": ["true"], "gpus": 0, "cwd": str(repo), "snapshot": True}
     one = await engine.submit(spec)
@@ -193,6 +197,90 @@ async def test_two_jobs_of_one_tree_share_its_objects(
     assert len(inodes) == 1
     assert (trees[0] / "code.txt").stat().st_nlink == 5  # four trees and the store
     assert len(list(engine.snapshots.objects.iterdir())) == 4
+
+
+async def test_a_dependency_that_ends_while_the_snapshot_is_made_releases_the_job(
+    make_engine: EngineFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dependency is seen running, then ends (and its end is committed) while the copy
+    is made in a thread: the job must not wait for it for ever."""
+    engine = await make_engine()
+    repo = make_repo(tmp_path / "repo")
+    gate = tmp_path / "go"
+    parent = await engine.submit(
+        {"shell": f"while [ ! -e {gate} ]; do sleep 0.01; done", "gpus": 0}
+    )
+    build = engine.snapshots.build
+
+    def build_while_the_parent_ends(*args: Any) -> Any:
+        made = build(*args)
+        gate.touch()
+        deadline = time.monotonic() + 10
+        while parent.id in engine.book or engine.book.live(parent.id) is not None:
+            assert time.monotonic() < deadline, "the parent did not end"
+            time.sleep(0.01)
+        return made
+
+    monkeypatch.setattr(engine.snapshots, "build", build_while_the_parent_ends)
+    child = await engine.submit(
+        {
+            "command": ["true"],
+            "gpus": 0,
+            "cwd": str(repo),
+            "snapshot": True,
+            "depends_on": [parent.id],
+        }
+    )
+    done = await engine.wait(child.id, timeout=15)
+    assert done.status is JobStatus.COMPLETED, done.message
+
+
+# What a job that makes a file of its copy writable and writes it can do (any job of an
+# engine run as root: root ignores the read-only mode).
+TAMPER = "chmod u+w code.txt && echo INJECTED >> code.txt && cat code.txt"
+
+
+async def test_private_copies_keep_a_jobs_writes_to_itself(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine(config=PRIVATE)
+    repo = make_repo(tmp_path / "repo")
+    base = {"gpus": 0, "cwd": str(repo), "snapshot": True}
+    writer, batch_mate = await engine.submit_many(
+        [{**base, "shell": TAMPER}, {**base, "shell": "sleep 0.5; cat code.txt"}]
+    )
+    later = await engine.submit({**base, "shell": "cat code.txt", "depends_on": [writer.id]})
+    trees = [engine.snapshots.job_tree(j.id) for j in (writer, batch_mate, later)]
+    assert len({(t / "code.txt").stat().st_ino for t in trees}) == 3  # copies, not links
+    assert (trees[2] / "code.txt").stat().st_mode & 0o777 == 0o444  # (the writer's: made 0644)
+    assert (trees[2] / "sub" / "run.sh").stat().st_mode & 0o777 == 0o555
+    for job in (writer, batch_mate, later):
+        done = await engine.wait(job.id, timeout=15)
+        assert done.status is JobStatus.COMPLETED, done.message
+    assert engine.log_path(writer.id).read_text() == "code v1\nINJECTED\n"
+    assert engine.log_path(batch_mate.id).read_text() == "code v1\n"
+    assert engine.log_path(later.id).read_text() == "code v1\n"
+    assert list(engine.snapshots.objects.iterdir()) == []  # (no object store)
+
+
+async def test_linked_objects_written_through_a_link_are_never_linked_again(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine(config=LINKED)
+    repo = make_repo(tmp_path / "repo")
+    base = {"gpus": 0, "cwd": str(repo), "snapshot": True}
+    writer = await engine.submit({**base, "shell": TAMPER})
+    done = await engine.wait(writer.id, timeout=15)
+    assert done.status is JobStatus.COMPLETED, done.message
+    # The repo did not change: a new snapshot of it runs what it holds, not the write.
+    later = await engine.submit({**base, "shell": "cat code.txt"})
+    done = await engine.wait(later.id, timeout=15)
+    assert engine.log_path(later.id).read_text() == "code v1\n"
+    tree = engine.snapshots.job_tree(later.id)
+    assert (tree / "code.txt").stat().st_ino != (
+        engine.snapshots.job_tree(writer.id) / "code.txt"
+    ).stat().st_ino
+    assert (tree / "code.txt").stat().st_mtime_ns == 0  # (the store's mark)
 
 
 async def test_a_snapshot_too_big_is_refused_and_nothing_is_stored(
@@ -274,7 +362,7 @@ async def test_who_may_snapshot_and_what_a_spec_may_say(
 async def test_clean_removes_a_jobs_tree_and_the_objects_only_it_held(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:
-    engine = await make_engine()
+    engine = await make_engine(config=LINKED)
     repo = make_repo(tmp_path / "repo")
     spec = {"command": ["true"], "gpus": 0, "cwd": str(repo), "snapshot": True}
     first = await engine.submit(spec)

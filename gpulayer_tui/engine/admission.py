@@ -19,7 +19,7 @@ from .errors import Overloaded, SpecError, StoreError
 from .fairness import owner_of, user_label
 from .jobbook import ActiveJob, JobBook
 from .models import Job, JobKind
-from .snapshot import Built, SnapshotError, SnapshotStore
+from .snapshot import Built, SnapshotError, SnapshotStore, files_mode
 from .spec import JobSpec, SnapshotInfo, parse_spec
 
 if TYPE_CHECKING:
@@ -157,14 +157,18 @@ class Admission:
                     )
                 request = self._scheduler.request_for(spec)
                 self._domain_ops.refuse_quarantined_pins(spec.pinned_domains)
-                deps = await self._queue.resolve_dependencies(spec)
             except SpecError as err:
                 prefix = f"job {index + 1} of {len(items)}: " if len(items) > 1 else ""
                 raise SpecError(f"{prefix}{err}", err.field) from None
-            prepared.append((spec, request, deps))
+            prepared.append((spec, request))
+        specs = [spec for spec, _ in prepared]
+        deps = await self._queue.resolve_all(specs)
         # Snapshots are made before anything is stored (a refusal stores nothing).
-        built = await self._build_snapshots([p[0] for p in prepared], owner_uid)
+        built = await self._build_snapshots(specs, owner_uid)
         try:
+            if built:
+                # A dependency seen running may have ended while the copies were made.
+                deps = await self._queue.resolve_all(specs)
             # Again, with no await before the admission: other submissions ran meanwhile.
             self._check_writable()
             self._check_room(len(items))
@@ -173,10 +177,9 @@ class Admission:
             await self._discard(list(built.values()))
             raise
         if built:
-            specs = await self._place_snapshots([p[0] for p in prepared], built)
-            prepared = [(specs[i], r, d) for i, (_, r, d) in enumerate(prepared)]
+            specs = await self._place_snapshots(specs, built)
         acts = []
-        for spec, request, deps in prepared:
+        for spec, (_, request), job_deps in zip(specs, prepared, deps, strict=True):
             act = self._book.create(
                 name=spec.default_name(),
                 kind=JobKind.SERVICE if spec.is_service else JobKind.COMMAND,
@@ -187,7 +190,7 @@ class Admission:
                 owner_uid=owner_uid,
                 submit_key=key,
             )
-            self._queue.enqueue(act, deps)
+            self._queue.enqueue(act, job_deps)
             acts.append(act)
         self._queue.schedule()
         try:
@@ -255,6 +258,7 @@ class Admission:
                                 spec.cwd,
                                 settings.max_mb * 1024 * 1024,
                                 settings.timeout,
+                                files_mode(settings.files) == "private",
                             ),
                             settings.timeout + 10,  # (the thread keeps its own deadline)
                         )

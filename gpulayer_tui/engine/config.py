@@ -235,6 +235,10 @@ class SnapshotSettings(_Strict):
     default: bool = False  # snapshot submissions that do not say (the engine's user's)
     max_mb: int = Field(512, ge=1, le=10**7)  # a bigger working directory is refused
     timeout: float = Field(120.0, ge=1, le=3600)  # seconds a snapshot may take
+    # How a job's tree holds its files: "linked" (hard links to the store's read-only
+    # objects, deduplicated), "private" (each job's own copies), "auto" (private when the
+    # engine may write read-only files, i.e. runs as root: see engine/snapshot.py).
+    files: Literal["auto", "linked", "private"] = "auto"
 
 
 class UsageSettings(_Strict):

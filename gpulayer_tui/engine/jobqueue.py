@@ -208,22 +208,53 @@ class JobQueue:
             SpecError: A dependency names no job (at submission; a restored job whose
                 dependency row vanished treats it as failed: it can never complete).
         """
-        resolved: list[ResolvedDep] = []
-        for dep in spec.dependencies:
-            if dep.job in self._book:
-                resolved.append((dep.job, dep.any_exit, None))
-                continue
-            ending = self._book.live(dep.job)
-            if ending is not None:
-                # Ended, the end not committed yet: the database would still say running
-                # (read as "it failed": a dependent cancelled for a parent that completed).
-                resolved.append((dep.job, dep.any_exit, ending.job.status))
-                continue
-            stored = await self._lookup(dep.job)
-            if stored is None and not restoring:
-                raise SpecError(f"depends_on: no job {dep.job}", "depends_on")
-            resolved.append((dep.job, dep.any_exit, stored.status if stored else JobStatus.FAILED))
-        return resolved
+        return (await self.resolve_all([spec], restoring=restoring))[0]
+
+    async def resolve_all(
+        self, specs: list[JobSpec], *, restoring: bool = False
+    ) -> list[list[ResolvedDep]]:
+        """:meth:`resolve_dependencies` of each of ``specs`` (one submission's), all read
+        after the last await, so every answer holds until the caller's next await.
+
+        Raises:
+            SpecError: A dependency names no job (``job N of M:`` says whose).
+        """
+        # Every await first: a dependency seen running may end (and its end be committed,
+        # leaving memory) during the lookup of another; the answers are then read in one
+        # pass with no await.
+        stored: dict[int, Job | None] = {}
+        while unknown := {
+            dep.job
+            for spec in specs
+            for dep in spec.dependencies
+            if dep.job not in self._book
+            and self._book.live(dep.job) is None
+            and dep.job not in stored
+        }:
+            for job_id in sorted(unknown):
+                stored[job_id] = await self._lookup(job_id)
+        out: list[list[ResolvedDep]] = []
+        for index, spec in enumerate(specs):
+            resolved: list[ResolvedDep] = []
+            for dep in spec.dependencies:
+                if dep.job in self._book:
+                    resolved.append((dep.job, dep.any_exit, None))
+                    continue
+                ending = self._book.live(dep.job)
+                if ending is not None:
+                    # Ended, the end not committed yet: the database would still say
+                    # running (read as "it failed": a dependent cancelled for a parent
+                    # that completed).
+                    resolved.append((dep.job, dep.any_exit, ending.job.status))
+                    continue
+                found = stored[dep.job]
+                if found is None and not restoring:
+                    prefix = f"job {index + 1} of {len(specs)}: " if len(specs) > 1 else ""
+                    raise SpecError(f"{prefix}depends_on: no job {dep.job}", "depends_on")
+                status = found.status if found else JobStatus.FAILED
+                resolved.append((dep.job, dep.any_exit, status))
+            out.append(resolved)
+        return out
 
     def enqueue(self, act: ActiveJob, deps: list[ResolvedDep]) -> None:
         """Decide over capacity and dependencies, then make the job wait or ready."""

@@ -19,10 +19,21 @@ snapshot. The size (the sum of the files' sizes) is bounded by ``[snapshot] max_
 The store, under ``$STATE/snapshots`` (0700, like the rest of the state dir):
 
 * ``objects/<sha256>`` (``<sha256>.x`` for executables): one file per content, read-only
-  (0444 or 0555: the copies share the inode, so a job must not write into one);
-* ``jobs/<id>/``: the job's tree, each file a hard link to its object (deduplicated across
-  jobs); directories are 0700 and writable, so a job may create files in its cwd;
+  (0444 or 0555), its mtime set to :data:`OBJECT_MTIME_NS`;
+* ``jobs/<id>/``: the job's tree; directories are 0700 and writable, so a job may create
+  files in its cwd;
 * ``tmp/``: trees being built, and objects being written (emptied at start).
+
+How a tree holds its files (``[snapshot] files``):
+
+* ``linked``: each file a hard link to its object, deduplicated across jobs. The mode
+  (0444) is the only guard: a job of an engine not run as root that writes a file fails
+  with EACCES. One that makes the file writable first changes every tree sharing it; an
+  object whose mtime is no longer the store's is then never linked again (it is replaced
+  by a new one), so later snapshots run what was submitted.
+* ``private``: each job's own copies (a reflink where the filesystem makes them, else a
+  copy; no object store). Root ignores file modes, so this is what ``auto`` (the default)
+  picks for an engine that runs as root or with ``CAP_DAC_OVERRIDE``; ``linked`` otherwise.
 
 An object whose link count is 1 is held by the store alone: :meth:`SnapshotStore.remove_jobs`
 (history retention) removes job trees and then such objects.
@@ -36,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import fnmatch
 import hashlib
 import os
@@ -59,6 +71,33 @@ MB = 1024 * 1024
 GIT_TIMEOUT_S = 30.0
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+OBJECT_MTIME_NS = 0
+"""Every object's mtime: a write through a tree's link moves it, and such an object is
+never linked again."""
+_FICLONE = 0x40049409  # ioctl: share the source's extents (btrfs, XFS, bcachefs)
+_CAP_DAC_OVERRIDE = 1
+
+
+def writes_read_only_files() -> bool:
+    """Whether this process may write files whatever their mode (root, or
+    ``CAP_DAC_OVERRIDE``): then a read-only hard link protects nothing."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_DAC_OVERRIDE & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def files_mode(setting: str) -> str:
+    """``[snapshot] files`` resolved: ``linked`` or ``private``."""
+    if setting == "auto":
+        return "private" if writes_read_only_files() else "linked"
+    return setting
 
 
 class SnapshotError(SpecError):
@@ -87,6 +126,7 @@ class Built:
     dirty: bool | None
     files: int
     bytes: int
+    private: bool = False  # the tree's files are its own copies (not links to objects)
 
 
 def _mb(size: int) -> str:
@@ -310,8 +350,9 @@ class SnapshotStore:
 
     # -- building (in a thread) ---------------------------------------------------------------
 
-    def build(self, cwd: str, max_bytes: int, timeout: float) -> Built:
-        """Copy ``cwd`` (see the module's docstring) into a new tree in ``tmp/``.
+    def build(self, cwd: str, max_bytes: int, timeout: float, private: bool = False) -> Built:
+        """Copy ``cwd`` (see the module's docstring) into a new tree in ``tmp/``;
+        ``private``: with copies of its own, not links to the store's objects.
 
         Raises:
             SnapshotError: Too big, unreadable, git failing or out of time; nothing is left.
@@ -336,15 +377,15 @@ class SnapshotStore:
         budget.check_size(sum(e.size for e in entries))
         tree = Path(tempfile.mkdtemp(prefix="tree-", dir=self.tmp))
         try:
-            files, size = self._copy(source, tree, entries, budget)
+            files, size = self._copy(source, tree, entries, budget, private)
             os.makedirs(tree / rel_cwd, 0o700, exist_ok=True)  # (an empty cwd has no files)
         except BaseException:
             _remove_tree(tree)
             raise
-        return Built(tree, source, rel_cwd, commit, dirty, files, size)
+        return Built(tree, source, rel_cwd, commit, dirty, files, size, private)
 
     def _copy(
-        self, source: str, tree: Path, entries: list[_Entry], budget: _Budget
+        self, source: str, tree: Path, entries: list[_Entry], budget: _Budget, private: bool
     ) -> tuple[int, int]:
         made_dirs: set[str] = {""}
         files = total = 0
@@ -367,7 +408,7 @@ class SnapshotStore:
                     raise _unreadable(source, entry.rel, err) from None
                 files += 1
                 continue
-            copied = self._copy_file(src, entry.rel, target, budget, total)
+            copied = self._copy_file(src, entry.rel, target, budget, total, private)
             if copied is None:
                 continue
             files += 1
@@ -393,10 +434,10 @@ class SnapshotStore:
         return True
 
     def _copy_file(
-        self, src: str, rel: str, target: Path, budget: _Budget, so_far: int
+        self, src: str, rel: str, target: Path, budget: _Budget, so_far: int, private: bool
     ) -> int | None:
-        """Link ``src``'s content into ``target`` through the object store; its size, or
-        ``None`` if it is gone or no longer a regular file."""
+        """Link ``src``'s content into ``target`` through the object store (``private``:
+        copy it there); its size, or ``None`` if it is gone or no longer a regular file."""
         try:
             fd = os.open(src, _READ_FLAGS)
         except FileNotFoundError:
@@ -411,18 +452,49 @@ class SnapshotStore:
                 return None
             suffix = ".x" if info.st_mode & 0o111 else ""
             mode = 0o555 if suffix else 0o444
+            if private:
+                return self._write_copy(fd, rel, target, mode, budget, so_far)
             try:
                 digest, size = _hash(fd, budget, so_far)
             except OSError as err:
                 raise _unreadable(budget.cwd, rel, err) from None
             name = self.objects / (digest + suffix)
-            with contextlib.suppress(FileNotFoundError):
-                os.link(name, target, follow_symlinks=False)
-                return size  # (deduplicated: the content is already stored)
+            if self._intact(name, size):
+                with contextlib.suppress(FileNotFoundError):
+                    os.link(name, target, follow_symlinks=False)
+                    return size  # (deduplicated: the content is already stored)
             os.lseek(fd, 0, os.SEEK_SET)
             return self._store_new(fd, rel, target, mode, suffix, budget, so_far)
         finally:
             os.close(fd)
+
+    @staticmethod
+    def _intact(name: Path, size: int) -> bool:
+        """Whether object ``name`` is there as stored (its size, and the store's mtime); one
+        written through a tree's link is unlinked from the store (the trees keep it), so
+        that a new object replaces it."""
+        try:
+            info = os.lstat(name)
+        except FileNotFoundError:
+            return False
+        if info.st_size == size and info.st_mtime_ns == OBJECT_MTIME_NS:
+            return True
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+        return False
+
+    def _write_copy(
+        self, fd: int, rel: str, target: Path, mode: int, budget: _Budget, so_far: int
+    ) -> int:
+        """A private copy of ``fd``'s content at ``target`` (read once, bounded)."""
+        out = os.open(target, _NEW_FLAGS, 0o600)
+        try:
+            size = _pour(fd, out, rel, budget, so_far)
+            os.fchmod(out, mode)
+            os.fsync(out)  # durable before the job that runs it is visible
+        finally:
+            os.close(out)
+        return size
 
     def _store_new(
         self, fd: int, rel: str, target: Path, mode: int, suffix: str, budget: _Budget, so_far: int
@@ -431,21 +503,9 @@ class SnapshotStore:
         out = os.open(tmp, _NEW_FLAGS, 0o600)
         try:
             digest = hashlib.sha256()
-            size = 0
-            while True:
-                try:
-                    chunk = os.read(fd, CHUNK)
-                except OSError as err:
-                    raise _unreadable(budget.cwd, rel, err) from None
-                if not chunk:
-                    break
-                size += len(chunk)
-                budget.check_size(so_far + size, partial=True)
-                digest.update(chunk)
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(out, view) :]
+            size = _pour(fd, out, rel, budget, so_far, digest)
             os.fchmod(out, mode)
+            os.utime(out, ns=(OBJECT_MTIME_NS, OBJECT_MTIME_NS))
             os.fsync(out)  # durable before the job that runs it is visible
         except BaseException:
             os.close(out)
@@ -465,8 +525,8 @@ class SnapshotStore:
         return size
 
     def clone(self, built: Built) -> Built:
-        """Another tree of the same snapshot (hard links: one submission's jobs with the
-        same working directory read it once)."""
+        """Another tree of the same snapshot (one submission's jobs with the same working
+        directory read it once): hard links, or private copies of a private tree."""
         tree = Path(tempfile.mkdtemp(prefix="tree-", dir=self.tmp))
         try:
             for here, dirs, names in os.walk(built.tree):
@@ -477,13 +537,22 @@ class SnapshotStore:
                     src = os.path.join(here, name)
                     if os.path.islink(src):
                         os.symlink(os.readlink(src), tree / rel / name)
+                    elif built.private:
+                        _clone_file(src, tree / rel / name)
                     else:
                         os.link(src, tree / rel / name, follow_symlinks=False)
         except BaseException:
             _remove_tree(tree)
             raise
         return Built(
-            tree, built.source, built.rel_cwd, built.commit, built.dirty, built.files, built.bytes
+            tree,
+            built.source,
+            built.rel_cwd,
+            built.commit,
+            built.dirty,
+            built.files,
+            built.bytes,
+            built.private,
         )
 
     def discard(self, built: list[Built]) -> None:
@@ -536,6 +605,28 @@ class SnapshotStore:
         return gone
 
 
+def _pour(fd: int, out: int, rel: str, budget: _Budget, so_far: int, digest: Any = None) -> int:
+    """Copy ``fd`` to ``out`` within the budget (hashing it into ``digest`` if given);
+    the bytes copied."""
+    size = 0
+    while True:
+        try:
+            chunk = os.read(fd, CHUNK)
+        except OSError as err:
+            raise _unreadable(budget.cwd, rel, err) from None
+        if not chunk:
+            return size
+        size += len(chunk)
+        budget.check_size(so_far + size, partial=True)
+        if size % (64 * CHUNK) == 0:
+            budget.check_time()
+        if digest is not None:
+            digest.update(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(out, view) :]
+
+
 def _hash(fd: int, budget: _Budget, so_far: int) -> tuple[str, int]:
     digest = hashlib.sha256()
     size = 0
@@ -548,6 +639,37 @@ def _hash(fd: int, budget: _Budget, so_far: int) -> tuple[str, int]:
         if size % (64 * CHUNK) == 0:
             budget.check_time()
         digest.update(chunk)
+
+
+def _clone_file(src: str, target: Path) -> None:
+    """``target``: a copy of ``src`` (same mode), sharing its extents where the filesystem
+    can (``FICLONE``), else copied in the kernel."""
+    fd = os.open(src, _READ_FLAGS)
+    try:
+        info = os.fstat(fd)
+        out = os.open(target, _NEW_FLAGS, 0o600)
+        try:
+            try:
+                fcntl.ioctl(out, _FICLONE, fd)
+            except OSError:
+                try:
+                    left = info.st_size
+                    while left > 0 and (done := os.copy_file_range(fd, out, left)):
+                        left -= done
+                except OSError:  # (a kernel or filesystem without it: read and write)
+                    os.lseek(fd, 0, os.SEEK_SET)
+                    os.lseek(out, 0, os.SEEK_SET)
+                    os.ftruncate(out, 0)
+                    while chunk := os.read(fd, CHUNK):
+                        view = memoryview(chunk)
+                        while view:
+                            view = view[os.write(out, view) :]
+            os.fchmod(out, stat.S_IMODE(info.st_mode))
+            os.fsync(out)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
 
 
 def _remove_tree(path: Path) -> None:
