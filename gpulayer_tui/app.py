@@ -32,7 +32,7 @@ from .backend import BackendError, EngineBackend
 from .fields import printable
 from .job_feed import JobFeed, JobView
 from .job_store import JobStore
-from .palette import KeymapCommands
+from .palette import KeymapCommands, SafeCommandPalette
 from .screens.dashboard import DashboardScreen
 from .screens.dialogs import QuitChoice, QuitScreen
 from .screens.help import HelpScreen
@@ -344,6 +344,11 @@ class GpulayerApp(App[str]):
             return
         while len(self.screen_stack) > 1 and not isinstance(self.screen, ModalScreen):
             self.pop_screen()
+
+    def action_command_palette(self) -> None:
+        """Open the command palette (ours: its page keys are safe at any size)."""
+        if self.use_command_palette and not self.screen.has_class("--textual-command-palette"):
+            self.push_screen(SafeCommandPalette(id="--command-palette"))
 
     def action_new_job(self) -> None:
         """Open the submit form."""

@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from textual.actions import parse
-from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.command import CommandPalette, DiscoveryHit, Hit, Hits, Provider
 from textual.dom import DOMNode
 
 from .keymap import APP, SCREEN_TITLES, Key, keys_of
@@ -50,3 +50,16 @@ class KeymapCommands(Provider):
             score = matcher.match(title)
             if score > 0:
                 yield Hit(score, matcher.highlight(title), run, help=help_text)
+
+
+class SafeCommandPalette(CommandPalette):
+    """Textual's command palette, whose page keys cannot end the app at any size."""
+
+    def _action_command_list(self, action: str) -> None:
+        try:
+            super()._action_command_list(action)
+        except (KeyError, IndexError):
+            # Textual 8's OptionList pages through its lines by the index of the
+            # highlighted one, which a list too small to show any line never computed
+            # (a 12x3 terminal): PageDown raised and the app exited. It does nothing now.
+            pass

@@ -7,6 +7,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from textual.widgets import Static
 
 from gpulayer_tui.app import build_app
@@ -55,6 +56,21 @@ async def test_command_palette_offers_every_action(embedded_app: AppFactory) -> 
         assert {"Dashboard", "Jobs", "New job", "Help", "Quit"} <= titles
         titles = {c.title for c in app.get_system_commands(app.screen)}
         assert {"Theme: gpulayer-dark", "Theme: gpulayer-light"} <= titles
+
+
+@pytest.mark.parametrize("keys", [["pagedown"], ["z", "z", "pagedown"], ["r", "up", "pageup"]])
+async def test_the_command_palette_page_keys_are_safe_at_any_size(keys: list[str]) -> None:
+    # At 12x3 Textual's OptionList pages by line numbers it never computed (KeyError).
+    app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(12, 3)) as pilot:
+        await pilot.press("ctrl+p")
+        await until(pilot, lambda: app.screen.id == "--command-palette")
+        for key in keys:
+            await pilot.press(key)
+        await pilot.pause()
+        assert app.is_running and app._exception is None
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen.id != "--command-palette")
 
 
 async def test_a_screen_shown_again_after_a_theme_switch_has_the_new_theme() -> None:
