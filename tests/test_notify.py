@@ -224,6 +224,38 @@ async def test_a_command_that_fails_or_cannot_run_is_logged(
     assert f"job {job.id}: job.ended notification: cannot run {missing}" in caplog.text
 
 
+async def test_a_command_that_exits_0_leaving_a_child_is_a_success(
+    make_engine: EngineFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Done when it exits, though a child it left (in a session of its own) still holds
+    its stderr."""
+    caplog.set_level(logging.WARNING, LOGGER)
+    pid_file = tmp_path / "child"
+    hook = f"cat >/dev/null; setsid sh -c 'echo $$ > {pid_file}; exec sleep 600' & exit 0"
+    engine = await _engine(make_engine, command=["sh", "-c", hook], timeout=2.0)
+    job = await engine.submit({"command": ["true"], "notify": True})
+    await engine.wait(job.id, timeout=20)
+    try:
+        await eventually(lambda: engine.notifier.sent == 1, timeout=20)
+        assert engine.notifier.failed == 0 and "killed after" not in caplog.text
+    finally:
+        await eventually(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+        os.kill(int(pid_file.read_text()), 9)
+
+
+async def test_a_commands_stderr_reaches_the_log_as_text(
+    make_engine: EngineFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, LOGGER)
+    hook = "cat >/dev/null; printf '\\033[31mRED\\033]0;owned\\007\\nforged line\\n' >&2; exit 1"
+    engine = await _engine(make_engine, command=["sh", "-c", hook])
+    job = await engine.submit({"command": ["true"], "notify": True})
+    await engine.wait(job.id, timeout=20)
+    await eventually(lambda: engine.notifier.failed == 1, timeout=20)
+    assert "exited 1: \\x1b[31mRED\\x1b]0;owned\\x07 | forged line" in caplog.text
+    assert "\x1b" not in caplog.text and "\x07" not in caplog.text
+
+
 async def test_a_replica_restart_and_give_up_notify(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

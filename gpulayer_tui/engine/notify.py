@@ -39,10 +39,12 @@ from typing import Any
 
 import aiohttp
 
+from ..fields import printable
 from .access import env_values_hidden
 from .config import NotifySettings
 from .events import EventBus, Subscription
 from .models import Event, EventKind, Job, ReplicaState
+from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ WORKERS = 4  # notifications delivered at once
 QUEUE_MAX = 256  # notifications waiting; beyond this a new one is dropped (logged)
 STOP_WAIT_S = 2.0  # how long a stopping engine waits for notifications under way
 STDERR_KEEP = 1000  # bytes of a failed command's stderr that reach the log
+STDERR_GRACE_S = 0.5  # how long its stderr is read after the command exits
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,23 +244,38 @@ class Notifier:
         """Run the command with ``body`` on its stdin; True if it exited 0 in time."""
         job_id, what = pending.job_id, pending.event
         env = dict(os.environ, GPULAYER_JOB_ID=str(job_id), GPULAYER_NOTIFY_EVENT=what)
+        # stderr through a pipe of our own: asyncio's Process.wait() waits for the pipes it
+        # owns to close too, and a child the command left running may hold them for ever.
+        err_read, err_write = os.pipe2(os.O_CLOEXEC)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
+                stderr=err_write,
                 start_new_session=True,  # its own group: a timeout kills all of it
                 env=env,
             )
         except (OSError, ValueError) as err:
+            os.close(err_read)
             log.warning("job %d: %s notification: cannot run %s: %s", job_id, what, argv[0], err)
             return False
+        finally:
+            os.close(err_write)
+        assert proc.stdin is not None
+        stderr = asyncio.StreamReader()
+        pipe, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stderr), os.fdopen(err_read, "rb", 0)
+        )
+        tail = bytearray()
+        feeding = asyncio.ensure_future(_feed(proc.stdin, body))
+        reading = asyncio.ensure_future(_tail(stderr, tail))
         try:
             async with asyncio.timeout(timeout):
-                assert proc.stdin is not None and proc.stderr is not None
-                _, tail = await asyncio.gather(_feed(proc.stdin, body), _tail(proc.stderr))
                 code = await proc.wait()
+            # Done when it exits: a child it left running (a `notify-send &`) may hold
+            # its stderr open for ever; the rest of what it wrote is read briefly.
+            await asyncio.wait([reading], timeout=STDERR_GRACE_S)
         except TimeoutError:
             log.warning(
                 "job %d: %s notification: %s killed after %g s ([notify] timeout)",
@@ -272,8 +290,14 @@ class Notifier:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 await proc.wait()
+            for task in (feeding, reading):
+                await cancel_and_wait(task)
+            pipe.close()
         if code != 0:
-            text = tail.decode(errors="replace").strip()
+            # As text: a hook's stderr must not put escapes or forged lines in the log.
+            text = printable(bytes(tail).decode(errors="replace").strip(), keep="\n").replace(
+                "\n", " | "
+            )
             log.warning(
                 "job %d: %s notification: %s exited %d%s",
                 job_id,
@@ -335,9 +359,9 @@ async def _feed(stdin: asyncio.StreamWriter, body: bytes) -> None:
             await stdin.wait_closed()
 
 
-async def _tail(stream: asyncio.StreamReader) -> bytes:
-    """Read ``stream`` to its end, keeping only its last :data:`STDERR_KEEP` bytes."""
-    kept = b""
+async def _tail(stream: asyncio.StreamReader, kept: bytearray) -> None:
+    """Read ``stream`` to its end into ``kept``, keeping only its last
+    :data:`STDERR_KEEP` bytes."""
     while chunk := await stream.read(65536):
-        kept = (kept + chunk)[-STDERR_KEEP:]
-    return kept
+        kept += chunk
+        del kept[:-STDERR_KEEP]

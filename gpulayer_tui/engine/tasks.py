@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 
-async def cancel_and_wait(task: asyncio.Task[None]) -> None:
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
     """Cancel ``task`` and wait until it has ended.
 
     ``try: await task except CancelledError: pass`` would also swallow a cancellation of
