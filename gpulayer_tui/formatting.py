@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .fields import TERMINAL_STATUSES
+
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (the CLI imports this module: no wire, no typing at run time)
     from typing import Any
@@ -101,8 +103,8 @@ def domains_text(job: JobRowJSON) -> str:
 def replica_health(job: JobRowJSON) -> str:
     """``2/2 up`` for a service's job JSON; ``""`` for other kinds."""
     replicas = job.get("replicas")
-    if job.get("kind") != "service" or not replicas:
-        return ""
+    if job.get("kind") != "service" or not replicas or job.get("status") in TERMINAL_STATUSES:
+        return ""  # (an ended service's "0/2 up" says nothing its status does not)
     up = sum(1 for r in replicas if r.get("state") == "up")
     return f"{up}/{len(replicas)} up"
 
@@ -188,7 +190,10 @@ def usage_plot(usage: UsageJSON, width: int = 60) -> str:
     """Each GPU's VRAM and utilisation over the job's life, as labelled sparklines."""
     summary = usage.get("summary")
     if summary is None:
-        return f"job {usage['job']}: no GPU usage (it never held a GPU while running)"
+        return (
+            f"job {usage['job']}: no GPU usage recorded (it held no GPU, or ended before "
+            "its GPUs were first sampled)"
+        )
     lines = []
     for series in usage["series"]:
         times = series["t"]

@@ -495,6 +495,8 @@ def test_cli_submit_status_logs_and_cancel_a_service(served: Served, tmp_path: A
     assert cancelled.returncode == 0, cancelled.stderr
     assert status()["status"] == "cancelled"
     assert not any(_listening(int(e.rsplit(":", 1)[1])) for e in endpoints)
+    row = next(line for line in served.cli("jobs").stdout.splitlines() if line.startswith(job_id))
+    assert " cancelled " in row and "up" not in row  # (not "cancelled 0/2 up")
 
 
 def test_cli_service_flags_and_spec_files(served: Served, tmp_path: Any) -> None:

@@ -474,6 +474,14 @@ def test_status_shows_usage_plots_it_and_submit_like_takes_the_advice(served: Se
     usage = json.loads(served.cli("status", "999", "--json").stdout or "{}")
     assert usage == {}  # (an unknown id: nothing on stdout, the error on stderr)
     assert "999" in served.cli("status", "999", "--plot").stderr
+    # A GPU job that ended before its GPU was sampled: not "it never held a GPU".
+    quick = served.cli("submit", "--gpus", "1", "--", "true").stdout.strip()
+    served.cli("wait", quick)
+    plot = served.cli("status", quick, "--plot").stdout
+    assert (
+        f"job {quick}: no GPU usage recorded (it held no GPU, or ended before its GPUs "
+        "were first sampled)"
+    ) in plot
 
 
 async def test_metrics_show_what_running_jobs_use(
