@@ -46,6 +46,25 @@ async def test_a_log_past_its_limit_is_cut_back_to_its_end_with_a_note(
     assert "passed [logs] max_bytes (65536 bytes)" in events[0]["message"]
 
 
+async def test_a_fast_writer_and_a_burst_at_the_end_stay_near_the_limit(
+    make_engine: EngineFactory,
+) -> None:
+    """``yes`` writes a gigabyte a second (a small disk is full before a once-a-second look
+    sees it), and a burst just before the end was never looked at."""
+    limit = 1024 * 1024
+    engine = await make_engine(config=make_config(logs={"max_bytes": limit}))
+    flood = await engine.submit({"command": ["yes", "flood"], "gpus": 0, "timeout": 1.5})
+    burst = await engine.submit({"shell": "head -c 12000000 /dev/zero | tr '\\0' x", "gpus": 0})
+    for job in (flood, burst):
+        await engine.wait(job.id, timeout=20)
+        size = engine.log_path(job.id).stat().st_size
+        # Measured every 10 ms while it grows: what it wrote since the last look at most.
+        assert size <= 64 * limit, (job.id, size)
+    assert engine.log_path(burst.id).stat().st_size <= limit  # (cut after it ended)
+    text = engine.log_path(burst.id).read_text()
+    assert text.startswith("[gpulayer-tui: this log passed 1048576 bytes ([logs] max_bytes)")
+
+
 async def test_jobs_wait_for_disk_space_with_the_reason(make_engine: EngineFactory) -> None:
     engine = await make_engine(config=make_config(logs={"min_free_mb": 2**30}))
     job = await engine.submit({"command": ["true"], "gpus": 0})

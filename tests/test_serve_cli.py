@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import pwd
+import resource
+import signal
 import socket
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from gpulayer_tui.backend import SocketBackend
 from gpulayer_tui.engine.paths import Paths
+from gpulayer_tui.engine.serve import QuietRepeats
 from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.wire import ROW_SPEC_KEYS
 
@@ -367,6 +374,53 @@ def test_stop_ends_the_background_engine_and_its_jobs_go_on(served: Served) -> N
     served.start("--simulate", "1xA100-80GB")  # the next engine takes the job back
     assert json.loads(served.cli("status", job, "--json").stdout)["job"]["status"] == "running"
     assert served.cli("cancel", job).returncode == 0
+
+
+def test_sighup_reads_the_config_again_and_the_engine_goes_on(served: Served) -> None:
+    # (`--serve &` from a shell gets SIGHUP when the terminal goes: an ssh logout.)
+    served.start("--simulate", "1xA100-80GB")
+    assert served.proc is not None
+    served.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "SIGHUP: the engine keeps running" in served.log.read_text(), timeout=10)
+    assert served.proc.poll() is None
+    assert served.cli("submit", "--", "true").returncode == 0
+    assert "the config was read again: applied" in served.log.read_text()
+
+
+def test_the_engine_raises_its_open_files_limit_but_not_its_jobs(served: Served) -> None:
+    with open(served.log, "a") as log:
+        served.proc = subprocess.Popen(
+            ["sh", "-c", 'ulimit -S -n 256; exec "$@"', "sh", sys.executable, "-m",
+             "gpulayer_tui", "--serve", "--simulate", "1xA100-80GB"],
+            env=served.env, stdout=log, stderr=log, text=True, cwd=REPO,
+        )  # fmt: skip
+    wait_for(lambda: served.cli("gpus").returncode == 0, timeout=20)
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    engine = psutil.Process(served.proc.pid).rlimit(psutil.RLIMIT_NOFILE)
+    assert engine[0] == min(hard, 1 << 16) > 256
+    job = served.cli("submit", "--shell", "--", "ulimit -n").stdout.strip()
+    served.cli("wait", job)
+    assert served.cli("logs", job).stdout.strip() == "256"
+
+
+def test_a_repeated_loop_error_is_logged_once_then_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        handler = QuietRepeats()
+        with caplog.at_level(logging.ERROR, "asyncio"):
+            for _ in range(1000):
+                handler(loop, {"message": "socket.accept() out of system resource"})
+            handler(loop, {"message": "another"})
+        assert caplog.text.count("out of system resource") == 1
+        assert caplog.text.count("another") == 1
+        handler._last["socket.accept() out of system resource"] = (-1e9, 999)  # (10 s later)
+        with caplog.at_level(logging.ERROR, "asyncio"):
+            handler(loop, {"message": "socket.accept() out of system resource"})
+        assert "(and 999 more like it)" in caplog.text
+    finally:
+        loop.close()
 
 
 async def test_a_state_dir_deeper_than_a_socket_path_takes_works_for_every_client(

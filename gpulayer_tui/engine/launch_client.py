@@ -75,6 +75,11 @@ def _ack_line(keys: list[str]) -> bytes:
     return json.dumps({"op": "ack", "keys": keys}).encode() + b"\n" if keys else b""
 
 
+JOBS_OPEN_FILES: int | None = None
+"""The open-files soft limit the launcher (and so every job) gets, when the engine raised
+its own (``serve.raise_open_files_limit``): jobs keep the limit they would have had."""
+
+
 class _Watch:
     __slots__ = ("held", "key", "on_exit", "on_start", "pid")
 
@@ -293,11 +298,15 @@ class LauncherExecutor:
         try:
             # Started in the background by a shell that exits at once: the launcher is then
             # nobody's child here (it outlives this engine, and is never our zombie).
+            env = None
+            if JOBS_OPEN_FILES is not None:  # (the engine raised its own: not the jobs')
+                env = dict(os.environ, GPULAYER_OPEN_FILES=str(JOBS_OPEN_FILES))
             starter = subprocess.Popen(
                 [
                     "/bin/sh",
                     "-c",
-                    'exec "$@" &',
+                    '[ -z "$GPULAYER_OPEN_FILES" ] || ulimit -S -n "$GPULAYER_OPEN_FILES"; '
+                    'unset GPULAYER_OPEN_FILES; exec "$@" &',
                     "sh",
                     sys.executable,
                     "-m",
@@ -312,6 +321,7 @@ class LauncherExecutor:
                 cwd="/",
                 start_new_session=True,
                 close_fds=True,
+                env=env,
             )
         finally:
             os.close(log_fd)

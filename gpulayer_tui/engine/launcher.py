@@ -80,7 +80,12 @@ DEFAULT_SIGNALS = (
 OUTBOX_LIMIT = 64 * 1024 * 1024
 RECV_BYTES = 64 * 1024
 ENV_CACHE = 256  # environments kept (a spawn names one by id)
-LOG_CHECK_S = 1.0  # how often running jobs' logs are measured against their limit
+# A capped log is measured LOG_CHECK_FIRST_S after its job starts, then at doubling
+# intervals up to LOG_CHECK_S; while it grows fast (LOG_FAST_BYTES since the last look)
+# at LOG_CHECK_FIRST_S again: `yes` writes ~1 GB/s, a whole small disk within a second.
+LOG_CHECK_S = 1.0
+LOG_CHECK_FIRST_S = 0.01
+LOG_FAST_BYTES = 1024 * 1024
 LOG_KEEP_MAX = 32 * 1024 * 1024  # at most this much of a cut log's end is kept
 TICK_NS = 1_000_000_000 // os.sysconf(
     "SC_CLK_TCK"
@@ -124,7 +129,20 @@ def why_not_runnable(argv0: str, cwd: str, env: dict[str, str]) -> tuple[str | N
 class Task:
     """A running job the spawner watches."""
 
-    __slots__ = ("child", "dead_at", "key", "kill_at", "log_fd", "max_log", "pid", "pidfd", "ticks")
+    __slots__ = (
+        "child",
+        "dead_at",
+        "key",
+        "kill_at",
+        "log_every",
+        "log_fd",
+        "log_next",
+        "log_seen",
+        "max_log",
+        "pid",
+        "pidfd",
+        "ticks",
+    )
 
     def __init__(self, key: str, pid: int, ticks: int, pidfd: int, child: bool) -> None:
         self.key = key
@@ -136,6 +154,9 @@ class Task:
         self.dead_at: float | None = None  # ended, its code not known yet (keeper's word)
         self.log_fd = -1  # ours, to cut the log back when it grows past max_log
         self.max_log = 0
+        self.log_every = LOG_CHECK_FIRST_S  # (see LOG_CHECK_S)
+        self.log_next = time.monotonic() + LOG_CHECK_FIRST_S
+        self.log_seen = 0  # its size at the last look
 
 
 class Spawner:
@@ -161,7 +182,6 @@ class Spawner:
         self.outbox = bytearray()
         self.writing = False  # the client socket is registered for EVENT_WRITE
         self.idle_since = time.monotonic()
-        self.logs_checked = 0.0
         self.quit = False
         self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self.logs = LogFiles(_say)
@@ -229,7 +249,7 @@ class Spawner:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         while not self.quit:
             spare_wanted = self.logs.wanted()
-            ready = self.sel.select(0 if spare_wanted else TICK_S)
+            ready = self.sel.select(0 if spare_wanted else self._wait_s())
             for sel_key, events in ready:
                 sel_key.data(sel_key.fileobj, events)
             if spare_wanted and not ready:
@@ -245,6 +265,14 @@ class Spawner:
         self.logs.close()
         return 0
 
+    def _wait_s(self) -> float:
+        """How long the loop may wait for an event: a tick, or the next log to measure."""
+        wait = TICK_S
+        for task in self.tasks.values():
+            if task.log_fd >= 0 and task.max_log:
+                wait = min(wait, task.log_next - time.monotonic())
+        return max(0.0, wait)
+
     def _tick(self) -> None:
         now = time.time()
         for task in list(self.tasks.values()):
@@ -257,11 +285,14 @@ class Spawner:
             elif task.kill_at is not None and now >= task.kill_at:
                 task.kill_at = None
                 self._killpg(task, signal.SIGKILL)
-        if time.monotonic() - self.logs_checked >= LOG_CHECK_S:
-            self.logs_checked = time.monotonic()
-            for task in self.tasks.values():
-                if task.log_fd >= 0 and task.max_log:
-                    self._cap_log(task)
+        mono = time.monotonic()
+        for task in self.tasks.values():
+            if task.log_fd >= 0 and task.max_log and mono >= task.log_next:
+                size = self._cap_log(task)
+                fast = size - task.log_seen >= LOG_FAST_BYTES
+                task.log_every = LOG_CHECK_FIRST_S if fast else min(LOG_CHECK_S, task.log_every * 2)
+                task.log_seen = min(size, task.max_log)
+                task.log_next = mono + task.log_every
         idle = not self.tasks and self.client is None
         if not idle:
             self.idle_since = time.monotonic()
@@ -519,6 +550,8 @@ class Spawner:
     def _ended(self, task: Task, code: int | None) -> None:
         self.tasks.pop(task.key, None)
         if task.log_fd >= 0:
+            if task.max_log:
+                self._cap_log(task)  # (what it wrote since the last look)
             os.close(task.log_fd)
             task.log_fd = -1
         # When it ended: the keeper's word if it saw the death first, else now (this is
@@ -531,8 +564,9 @@ class Spawner:
         entry.state, entry.code, entry.ended_at = journal.EXITED, code, at
         self._send({"ev": "exited", "key": task.key, "code": code, "at": at})
 
-    def _cap_log(self, task: Task) -> None:
-        """Cut a log that grew past its limit back to its last part, with a note.
+    def _cap_log(self, task: Task) -> int:
+        """Cut a log that grew past its limit back to its last part, with a note; the
+        size it had.
 
         The job writes with ``O_APPEND``, so after the cut its next write lands at the new
         end. What it writes during the cut itself may be lost; a runaway writer loses more
@@ -541,7 +575,7 @@ class Spawner:
         try:
             size = os.fstat(task.log_fd).st_size
             if size <= task.max_log:
-                return
+                return size
             keep = min(task.max_log // 2, LOG_KEEP_MAX)
             tail = os.pread(task.log_fd, keep, size - keep)
             os.ftruncate(task.log_fd, 0)
@@ -553,8 +587,9 @@ class Spawner:
             os.write(task.log_fd, note.encode() + tail)
         except OSError as err:
             _say(f"cannot cut back the log of {task.key}: {err}")
-            return
+            return 0
         self._send({"ev": "log_cut", "key": task.key, "dropped": dropped, "kept": len(tail)})
+        return size
 
     def _terminate(self, key: str, grace: float) -> None:
         task = self.tasks.get(key)

@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 import sys
+import time
+from typing import Any
 
 from ..unixsock import SocketPath
+from . import launch_client
 from .api import ApiServer
 from .config import ConfigError, Paths
 from .engine import Engine
@@ -16,8 +20,11 @@ from .errors import StoreError
 from .lock import EngineBusy
 from .probes import make_probe
 from .sdnotify import SystemdNotifier
+from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
+OPEN_FILES_WANTED = 1 << 16
+REPEAT_EVERY_S = 10.0
 
 
 async def serve(
@@ -30,6 +37,7 @@ async def serve(
     ``STOPPING=1`` when asked to stop.
     """
     systemd = SystemdNotifier.from_environ()
+    raise_open_files_limit()
     try:
         probe = make_probe(simulate, paths.state_dir, simulate_if_no_gpu)
         engine = Engine(paths, probe=probe)
@@ -56,8 +64,19 @@ async def serve(
         return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(QuietRepeats())
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # SIGHUP (the terminal it was started from went away: `&` without nohup, an ssh
+    # logout) must not end it: a daemon's convention, the config is read again.
+    reloads: set[asyncio.Task[None]] = set()
+
+    def hangup() -> None:
+        task = loop.create_task(_reload_on_hangup(engine))
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, hangup)
     gpus = len(engine.scheduler.gpu_domains)
     notice = f" ({engine.no_gpu_notice})" if engine.no_gpu_notice else ""
     print(
@@ -76,12 +95,61 @@ async def serve(
         await stop.wait()
         systemd.notify("STOPPING=1", "STATUS=stopping; running jobs keep running")
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+        for task in list(reloads):
+            await cancel_and_wait(task)
         await server.stop()
         await engine.stop()
     print("gpulayer-tui engine stopped; running jobs keep running", file=sys.stderr)
     return 0
+
+
+def raise_open_files_limit() -> None:
+    """Let the engine hold as many files as its hard limit allows (the soft limit is
+    often 1024: a thousand waiting clients, each a socket, made it unreachable)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = OPEN_FILES_WANTED if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_WANTED)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError):
+        return
+    launch_client.JOBS_OPEN_FILES = soft  # (jobs keep the limit they would have had)
+
+
+class QuietRepeats:
+    """The loop's exception handler: each message logged at most once per
+    :data:`REPEAT_EVERY_S`, then how many more there were. Out of file descriptors,
+    asyncio reported every failed accept (tens of thousands of tracebacks a minute)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, int]] = {}
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message", ""))
+        now = time.monotonic()
+        at, hidden = self._last.get(message, (-REPEAT_EVERY_S, 0))
+        if now - at < REPEAT_EVERY_S:
+            self._last[message] = (at, hidden + 1)
+            return
+        if len(self._last) > 256:
+            self._last.clear()
+        self._last[message] = (now, 0)
+        if hidden:
+            context = {**context, "message": f"{message} (and {hidden} more like it)"}
+        loop.default_exception_handler(context)
+
+
+async def _reload_on_hangup(engine: Engine) -> None:
+    result = await engine.config_reload.reload()
+    outcome = "applied" if result.get("applied") else f"refused ({result.get('error')})"
+    log.warning(
+        "SIGHUP: the engine keeps running (stop it with `gpulayer-tui stop`); the config "
+        "was read again: %s",
+        outcome,
+    )
 
 
 async def _answers(socket_path: str, timeout: float = 10.0) -> bool:
