@@ -114,6 +114,41 @@ def test_logs_follow_says_when_the_engine_freezes_and_goes_on_through_a_quiet_jo
     assert "did not answer in 1 s" in err or "no engine answered" in err
 
 
+def test_logs_follow_goes_on_after_a_freeze_shorter_than_its_patience(served: Served) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    assert served.proc is not None
+    gate = served.home.parent / "go"
+    job = served.cli(
+        "submit",
+        "--",
+        "sh",
+        "-c",
+        f"echo before; while [ ! -e {gate} ]; do sleep 0.05; done; echo after",
+    ).stdout.strip()
+    wait_for(lambda: "before" in served.cli("logs", job).stdout)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui", "logs", "-f", job],
+        env=dict(served.env, GPULAYER_TIMEOUT="1"),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follow.stdout is not None and follow.stderr is not None
+    assert follow.stdout.readline().strip() == "before"
+    os.kill(served.proc.pid, signal.SIGSTOP)
+    try:
+        # Quiet, then no answer: it says so and waits for the engine (it exited 4 here).
+        ready, _, _ = select.select([follow.stderr], [], [], 30)
+        assert ready and "lost the engine; reconnecting" in follow.stderr.readline()
+    finally:
+        os.kill(served.proc.pid, signal.SIGCONT)
+    gate.touch()
+    out, err = follow.communicate(timeout=30)
+    assert follow.returncode == 0, err
+    assert out.split() == ["after"]
+
+
 async def test_a_key_returns_the_first_submissions_jobs_even_after_a_restart(
     make_engine: EngineFactory,
 ) -> None:

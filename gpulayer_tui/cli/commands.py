@@ -440,8 +440,11 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
                 written += len(chunk)
             return EXIT_OK
         except StreamIdle:
-            client.health()  # EngineLost (exit 4) if it does not answer; else go on
-            continue
+            try:
+                client.health()  # a quiet job: go on
+                continue
+            except EngineLost:  # an engine that stopped answering (frozen): as below
+                pass
         except EngineLost:
             if not args.follow:
                 raise
