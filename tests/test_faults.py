@@ -456,6 +456,18 @@ def test_half_open_connections_are_closed_and_streams_are_not(served: Served) ->
         seen += chunk
     for sock in (silent, half, stream):
         sock.close()
+    # A submission whose body stalls gets 408 and its slot back within the same limit.
+    stalled = socket.socket(socket.AF_UNIX)
+    stalled.connect(path)
+    stalled.sendall(
+        b"POST /v1/jobs HTTP/1.1\r\nHost: engine\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 100\r\n\r\n{"
+    )
+    stalled.settimeout(10)
+    answer = stalled.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b"did not arrive within 0.5 s ([limits] idle_connection)" in answer
+    stalled.close()
 
 
 async def test_adoption_that_cannot_be_recorded_is_undone_and_the_pid_left_alone(

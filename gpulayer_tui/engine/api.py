@@ -94,6 +94,10 @@ def _error(status: int, message: str, field: str | None = None) -> web.Response:
     return web.json_response(wire.error_body(message, field), status=status)
 
 
+class BodyTooSlow(Exception):
+    """The request's body did not arrive in time (408; the connection is closed)."""
+
+
 @web.middleware
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Map engine exceptions to clear JSON errors."""
@@ -109,6 +113,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _error(403, str(err))
     except (JobNotActive, DomainRefused) as err:
         return _error(409, str(err))
+    except BodyTooSlow as err:
+        response = _error(408, str(err))
+        response.force_close()
+        return response
     except Overloaded as err:
         response = _error(429, str(err))
         response.headers["Retry-After"] = "1"
@@ -214,8 +222,18 @@ def _shown(request: web.Request, job: wire.JobJSON) -> wire.JobJSON:
 
 
 async def _read_json(request: web.Request) -> Any:
+    """The request's JSON body, read within ``[limits] idle_connection``: a client that
+    sends its headers and then stalls must not hold a submission slot for ever (64 of
+    them refused every submission for as long as they stalled)."""
+    deadline = request.app[ENGINE_KEY].config.limits.idle_connection
     try:
-        return await request.json()
+        async with asyncio.timeout(deadline):
+            return await request.json()
+    except TimeoutError:
+        raise BodyTooSlow(
+            f"the request body did not arrive within {deadline:g} s ([limits] "
+            "idle_connection); nothing was stored"
+        ) from None
     except (ValueError, UnicodeDecodeError) as err:
         raise SpecError(f"the request body is not valid JSON: {err}") from None
     except RecursionError:
