@@ -165,7 +165,7 @@ class GpulayerApp(App[str]):
             generation = self.job_feed.generation
             page = await self.backend.jobs_page(**self.job_feed.next_query())
             self.job_store.load([*active["jobs"], *page["jobs"]])
-            self.job_feed.took(generation, page["jobs"], page["more"])
+            self.job_feed.took(generation, page["jobs"], bool(page.get("more")))
         except BackendError as err:
             self.connection_problem = str(err)
             self.notify(str(err), title="engine", severity="error")
@@ -318,7 +318,7 @@ class GpulayerApp(App[str]):
         except BackendError as err:
             self.notify(str(err), title="jobs", severity="error")
             return
-        if feed.took(generation, page["jobs"], page["more"]):
+        if feed.took(generation, page["jobs"], bool(page.get("more"))):
             self.job_store.extend(page["jobs"])
             self._publish_job_changes()
             self.job_pages += 1

@@ -362,7 +362,7 @@ class Client:
             if rows:
                 yield rows
             limit -= len(rows)
-            if not page["more"] or not rows:
+            if not page.get("more") or not rows:  # (an engine before paging: all of them)
                 return
             if query.get("sort", "id") == "id":
                 key = "after" if query.get("after") is not None else "before"

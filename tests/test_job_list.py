@@ -298,3 +298,48 @@ async def test_an_active_status_filter_reads_the_active_index_not_all_history(
     ).fetchall()
     assert "USING COVERING INDEX jobs_active" in str(plan)
     db.close()
+
+
+def test_the_client_lists_an_older_engines_jobs_which_have_no_more_flag(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine from before paged lists (still serving while a new CLI is installed)
+    answers ``{"jobs": [...]}`` without ``more``: that is the whole list, no traceback."""
+    import socketserver
+    import threading
+    from http.server import BaseHTTPRequestHandler
+
+    from gpulayer_tui.engine.paths import resolve_paths
+
+    monkeypatch.setenv("GPULAYER_HOME", str(tmp_path))
+    paths = resolve_paths()
+    old_rows = [{"id": 2, "name": "b"}, {"id": 1, "name": "a"}]
+
+    class OldEngine(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            body = json.dumps({"jobs": old_rows}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+        daemon_threads = True
+
+        def get_request(self) -> Any:
+            sock, _ = self.socket.accept()
+            return sock, ("local", 0)
+
+    with Server(str(paths.socket), OldEngine) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            pages = list(Client(paths, timeout=10).iter_jobs(limit=100))
+        finally:
+            server.shutdown()
+    assert pages == [old_rows]

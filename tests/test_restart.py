@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -188,3 +189,38 @@ async def test_a_timeout_counts_from_the_first_start_across_a_restart(
     assert (done.status, done.termination_reason) == (JobStatus.FAILED, TerminationReason.TIMEOUT)
     assert done.message == "timed out after 3 s"
     assert done.ended_at is not None and done.ended_at < restarted_at + 3
+
+
+async def test_an_old_wrappers_job_that_ended_while_no_engine_ran_ends_when_its_file_says(
+    make_engine: EngineFactory,
+) -> None:
+    """A job an older version ran under its per-job ``sh`` wrapper, which wrote its exit
+    file 100 s before this engine started: it ended then, not when the engine looked."""
+    from gpulayer_tui import __version__
+    from gpulayer_tui.engine.models import Job, JobKind
+    from gpulayer_tui.engine.store import Store
+
+    engine = await make_engine()
+    paths = engine.paths
+    await engine.stop()
+    gone = await asyncio.create_subprocess_exec("true")
+    await gone.wait()
+    now = time.time()
+    store = Store(paths.database, lambda _event: None)
+    await store.open(__version__, os.getpid())
+    job = Job(id=1, name="old", kind=JobKind.COMMAND, spec={"command": ["true"], "cwd": "/tmp"},
+              priority=0)  # fmt: skip
+    job.created_at = job.queued_at = now - 300
+    job.started_at = now - 200
+    job.status, job.pid, job.domains = JobStatus.RUNNING, gone.pid, ["cpu"]
+    store.save(job, [], new=True)
+    await store.flush()
+    await store.close()
+    exit_file = paths.state_dir / "jobs" / "1.exit"
+    exit_file.parent.mkdir(exist_ok=True)
+    exit_file.write_text("3\n")
+    os.utime(exit_file, (now - 100, now - 100))
+    again = await make_engine()
+    ended = await again.wait(1, timeout=10)
+    assert ended.status is JobStatus.FAILED and ended.exit_code == 3
+    assert ended.ended_at is not None and abs(ended.ended_at - (now - 100)) < 1

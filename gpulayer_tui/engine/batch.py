@@ -486,8 +486,8 @@ class BatchRunner:
         assert job.pid is not None
         on_exit = functools.partial(self._exited_legacy, job.id)
         if not self._legacy.attach(job.id, job.pid, job.start_ticks, on_exit):
-            code = self._legacy.recorded_exit(job.id)
-            if code is None:
+            ended = self._legacy.recorded_end(job.id)
+            if ended.code is None:
                 self._book.finish(
                     act,
                     JobStatus.FAILED,
@@ -495,7 +495,7 @@ class BatchRunner:
                     "the process ended while no engine was watching; exit status unknown",
                 )
             else:
-                self._end(act, Exit(code, recorded=True))
+                self._end(act, ended)  # (ended when its exit file says, not now)
             return
         self._book.roots.add(job.pid, job.id, job.start_ticks)
         domains = self._scheduler.domains

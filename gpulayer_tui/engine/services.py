@@ -662,5 +662,4 @@ class ServiceRunner:
             if replica.state is R.STARTING:
                 self._watch_port(act, replica)
             return
-        code = self._legacy.recorded_exit(key)
-        self._replica_ended(act, runtime, replica, Exit(code, code is not None))
+        self._replica_ended(act, runtime, replica, self._legacy.recorded_end(key))

@@ -113,6 +113,20 @@ class Supervisor:
         """The exit status the wrapper recorded for ``key``, if it did."""
         return read_exit_file(exit_path(self.jobs_dir, key))
 
+    def recorded_end(self, key: TaskKey) -> Exit:
+        """How ``key`` ended by its wrapper's exit file: the status, and when (the file's
+        mtime: the wrapper wrote it as the command ended, maybe long before an engine
+        looked), or an unobserved end."""
+        path = exit_path(self.jobs_dir, key)
+        code = read_exit_file(path)
+        if code is None:
+            return Exit(None, recorded=False)
+        try:
+            at: float | None = path.stat().st_mtime
+        except OSError:
+            at = None
+        return Exit(code, recorded=True, at=at)
+
     def attach(
         self, key: TaskKey, pid: int, ticks: int | None, on_exit: OnExit, adopted: bool = False
     ) -> bool:
