@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
+import os
+import shutil
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from gpulayer_tui.engine.models import JobStatus
+from gpulayer_tui.engine.paths import Paths
 
 from .conftest import EngineFactory, Served, eventually, make_config
 
@@ -137,3 +147,42 @@ async def test_keep_jobs_in_the_config_keeps_the_newest_finished_ones(
 
     await eventually(only_the_newest_two, timeout=10)
     assert kept.log_path(jobs[4].id).exists()
+
+
+@pytest.fixture
+def small_disk(paths: Paths) -> Iterator[Path]:
+    """The state dir on a 6 MB filesystem of its own (tmpfs: root only)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small filesystem needs root")
+    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=6m,mode=0700", "tmpfs", str(paths.state_dir)],
+        check=True,
+    )
+    yield paths.state_dir
+    subprocess.run(["umount", "-l", str(paths.state_dir)], check=False)
+
+
+async def test_clean_makes_room_on_a_full_disk(
+    small_disk: Path, make_engine: EngineFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the disk full the rows cannot be deleted: the files go first, then the rows."""
+    engine = await make_engine(config=make_config(logs={"min_free_mb": 0}))
+    job = await engine.submit({"shell": "head -c 2000000 /dev/zero", "gpus": 0})
+    await engine.wait(job.id, timeout=20)
+    await engine.store.flush()
+
+    def fill() -> None:
+        with open(small_disk / "filler", "wb") as filler, contextlib.suppress(OSError):
+            while True:
+                filler.write(b"\0" * 65536)
+                filler.flush()
+
+    await asyncio.to_thread(fill)
+    with caplog.at_level(logging.WARNING, "gpulayer_tui.engine.retention"):
+        done = await engine.retention.clean(None, keep=0)
+    assert "removing the files of 1 finished jobs first" in caplog.text
+    assert done["jobs"] == 1 and done["files"] >= 1
+    assert not engine.log_path(job.id).exists()
+    with pytest.raises(Exception, match=f"no job {job.id}"):
+        await engine.get(job.id)

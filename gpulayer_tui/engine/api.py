@@ -124,7 +124,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except StoreError as err:
         return _error(503, str(err))
     except sqlite3.Error as err:
-        return _error(503, f"the engine's database cannot be read: {err}")
+        return _error(503, f"the engine's database failed: {err}")
     except web.HTTPException as err:
         if err.status < 400:
             raise

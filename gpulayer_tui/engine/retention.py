@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .errors import StoreError
+from .store import PruneBlocked
 from .tasks import cancel_and_wait
 
 if TYPE_CHECKING:
@@ -85,14 +87,31 @@ class Retention:
         snapshot trees removed, with the objects only they held)."""
         jobs = files = trees = 0
         while True:
-            ids = await self._store.prune(ended_before, keep, CHUNK)
+            try:
+                ids = await self._store.prune(ended_before, keep, CHUNK)
+            except PruneBlocked as full:
+                # The disk is full, so the rows cannot be deleted: their files go first
+                # (what clean is for), then the rows again, in the room that made.
+                log.warning(
+                    "cleaning history: the database cannot be written (%s); removing the "
+                    "files of %d finished jobs first",
+                    full,
+                    len(full.ids),
+                )
+                removed = await self._remove_files(full.ids)
+                files, trees = files + removed[0], trees + removed[1]
+                try:
+                    ids = await self._store.prune(ended_before, keep, CHUNK)
+                except PruneBlocked as still:
+                    raise StoreError(
+                        f"the database cannot be written ({still}): the files of "
+                        f"{len(full.ids)} finished jobs were removed, their rows stay"
+                    ) from None
             if not ids:
                 break
             jobs += len(ids)
-            paths = await asyncio.to_thread(_files_of, self._jobs_dir, set(ids))
-            files += await asyncio.to_thread(_unlink, paths)
-            if self._snapshots is not None:
-                trees += await asyncio.to_thread(self._snapshots.remove_jobs, set(ids))
+            removed = await self._remove_files(ids)
+            files, trees = files + removed[0], trees + removed[1]
             if keep is not None and ended_before is None and len(ids) < CHUNK:
                 break
         if jobs:
@@ -103,6 +122,15 @@ class Retention:
                 trees,
             )
         return {"jobs": jobs, "files": files, "snapshots": trees}
+
+    async def _remove_files(self, ids: list[int]) -> tuple[int, int]:
+        """Remove the files and snapshot trees of jobs ``ids``: (files, trees)."""
+        paths = await asyncio.to_thread(_files_of, self._jobs_dir, set(ids))
+        files = await asyncio.to_thread(_unlink, paths)
+        trees = 0
+        if self._snapshots is not None:
+            trees = await asyncio.to_thread(self._snapshots.remove_jobs, set(ids))
+        return files, trees
 
     def start(self) -> None:
         """Apply ``[history] keep_days`` and ``keep_jobs`` now and every hour."""

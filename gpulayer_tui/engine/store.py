@@ -415,6 +415,15 @@ def _timeline_entry(ev: Event) -> dict[str, Any]:
     }
 
 
+class PruneBlocked(Exception):
+    """The disk is full: the jobs chosen for pruning could not be deleted (yet)."""
+
+    def __init__(self, ids: list[int], why: str) -> None:
+        super().__init__(why)
+        self.ids = ids
+        """The jobs that were to go (their files may go first, to make room)."""
+
+
 class Store:
     """The engine's database.
 
@@ -982,6 +991,12 @@ class Store:
             db.execute(f"DELETE FROM job_usage WHERE job_id IN ({marks})", chosen)
             db.execute(f"DELETE FROM jobs WHERE id IN ({marks})", chosen)
             db.execute("COMMIT")
+        except sqlite3.OperationalError as err:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            if err.sqlite_errorcode == sqlite3.SQLITE_FULL:
+                raise PruneBlocked(chosen, str(err)) from None
+            raise
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
