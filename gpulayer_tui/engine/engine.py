@@ -789,13 +789,15 @@ class Engine:
             "started_at": procs.started_at(snapshot.start_ticks),
         }
 
-    def _log_cut(self, key: TaskKey, dropped: int, kept: int) -> None:
+    def _log_cut(self, key: TaskKey, dropped: int, kept: int, limit: int | None) -> None:
         act = self.book.get(key[0] if isinstance(key, tuple) else key)
         if act is None:
             return
         which = f"replica {key[1]}'s log" if isinstance(key, tuple) else "its log"
+        # (The limit the job was started with: a reload since changes the next jobs'.)
+        limit = self.config.logs.max_bytes if limit is None else limit
         message = (
-            f"{which} passed [logs] max_bytes ({self.config.logs.max_bytes} bytes): "
+            f"{which} passed [logs] max_bytes ({limit} bytes): "
             f"the first {dropped} bytes were dropped, the last {kept} kept"
         )
         self.book.log_cut(act, message)

@@ -182,7 +182,8 @@ class LauncherExecutor:
         self.jobs_dir = jobs_dir
         self.idle_timeout = idle_timeout
         self.max_log = max_log  # a job's log is cut back past this ([logs] max_bytes)
-        self.log_cut: list[Callable[[TaskKey, int, int], None]] = []  # (key, dropped, kept)
+        # (key, dropped, kept, the limit it passed: None from a launcher before it said)
+        self.log_cut: list[Callable[[TaskKey, int, int, int | None], None]] = []
         self._conn: _Connection | None = None
         self._transport: asyncio.WriteTransport | None = None
         self._serving = False  # open() is done: a lost connection is reconnected
@@ -570,7 +571,13 @@ class LauncherExecutor:
             watch = self._watches.get(str(event["key"]))
             if watch is not None:
                 for listener in self.log_cut:
-                    listener(watch.key, int(event["dropped"]), int(event["kept"]))
+                    limit = event.get("limit")
+                    listener(
+                        watch.key,
+                        int(event["dropped"]),
+                        int(event["kept"]),
+                        None if limit is None else int(limit),
+                    )
         elif kind == "table" and self._table_ready is not None:
             if not self._table_ready.done():
                 self._table_ready.set_result(event["tasks"])

@@ -588,7 +588,15 @@ class Spawner:
         except OSError as err:
             _say(f"cannot cut back the log of {task.key}: {err}")
             return 0
-        self._send({"ev": "log_cut", "key": task.key, "dropped": dropped, "kept": len(tail)})
+        self._send(
+            {
+                "ev": "log_cut",
+                "key": task.key,
+                "dropped": dropped,
+                "kept": len(tail),
+                "limit": task.max_log,
+            }
+        )
         return size
 
     def _terminate(self, key: str, grace: float) -> None:
