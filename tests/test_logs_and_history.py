@@ -189,3 +189,22 @@ async def test_clean_makes_room_on_a_full_disk(
     assert not engine.log_path(job.id).exists()
     with pytest.raises(Exception, match=f"no job {job.id}"):
         await engine.get(job.id)
+
+
+async def test_near_the_floor_free_space_is_read_at_every_start(
+    small_disk: Path, make_engine: EngineFactory
+) -> None:
+    """Far from the floor it is read once a second; near it, a second is long enough for
+    the disk to fill: the next job must see what is free now."""
+    engine = await make_engine(config=make_config(logs={"min_free_mb": 3}))
+    first = await engine.submit({"command": ["true"], "gpus": 0})  # (read: ~6 MB free)
+    assert first.status is not JobStatus.QUEUED or "disk" not in first.message
+
+    def fill() -> None:
+        with open(small_disk / "filler", "wb") as filler:
+            filler.write(b"\0" * 4 * 1024 * 1024)
+
+    await asyncio.to_thread(fill)
+    second = await engine.submit({"command": ["true"], "gpus": 0})
+    assert second.status is JobStatus.QUEUED
+    assert second.message.startswith("waiting for disk space: ")

@@ -11,7 +11,8 @@ import os
 import time
 from pathlib import Path
 
-CHECK_S = 1.0  # statvfs at most this often (the queue asks on every pass)
+CHECK_S = 1.0  # statvfs at most this often (the queue asks on every pass)...
+NEAR = 2  # ... unless the last reading was under NEAR times the floor: then every pass
 
 
 class DiskSpace:
@@ -27,6 +28,7 @@ class DiskSpace:
         self.min_free_mb = min_free_mb
         self._checked = 0.0
         self._reason: str | None = None
+        self._near = False
 
     def free_mb(self) -> float | None:
         """Free space for an unprivileged writer, in MiB (``None``: cannot tell)."""
@@ -41,10 +43,13 @@ class DiskSpace:
         if not self.min_free_mb:
             return None
         now = time.monotonic()
-        if now - self._checked >= CHECK_S:
+        if self._near or now - self._checked >= CHECK_S:
             self._checked = now
             free = self.free_mb()
             self._reason = None
+            # Close to the floor a second is long: a job writing fast, or another
+            # program, can take what is left between two looks.
+            self._near = free is not None and free < NEAR * self.min_free_mb
             if free is not None and free < self.min_free_mb:
                 self._reason = (
                     f"waiting for disk space: {free:.0f} MiB free where gpulayer-tui keeps "
