@@ -42,6 +42,10 @@ class EngineLost(OSError):
     """The engine took the request but stopped answering (it was stopped, killed or is
     overloaded): whether it acted on the request is unknown."""
 
+    def __str__(self) -> str:
+        # The sentence alone: OSError would print "[Errno 110] ..." before it.
+        return str(self.strerror) if self.strerror else super().__str__()
+
 
 class ApiError(RuntimeError):
     """The engine answered with an error; ``status`` is the HTTP status."""

@@ -37,6 +37,7 @@ def test_a_stopped_engine_is_exit_4_and_a_retried_submit_makes_one_job(served: S
         assert done.returncode == 4, (done.returncode, done.stderr)
         assert "did not answer in 1 s" in done.stderr or "no engine answered" in done.stderr
     assert "whether it acted on the request is unknown" in submitted.stderr
+    assert "[Errno" not in submitted.stderr + status.stderr + waited.stderr
     # Both attempts reach the engine once it runs again; they carried one key: one job.
     served.env["GPULAYER_TIMEOUT"] = "30"
     wait_for(lambda: len(_jobs(served)) == 1 and _jobs(served)[0]["status"] == "completed")
