@@ -569,8 +569,11 @@ class Spawner:
         size it had.
 
         The job writes with ``O_APPEND``, so after the cut its next write lands at the new
-        end. What it writes during the cut itself may be lost; a runaway writer loses more
-        than that anyway.
+        end. The note and the tail are written at offset 0 through a second descriptor
+        without ``O_APPEND`` (on the job's own, a write at an offset appends), then the
+        file is cut to them: the note comes first even while the job writes. What it
+        writes during the cut itself may be lost; a runaway writer loses more than that
+        anyway.
         """
         try:
             size = os.fstat(task.log_fd).st_size
@@ -578,13 +581,23 @@ class Spawner:
                 return size
             keep = min(task.max_log // 2, LOG_KEEP_MAX)
             tail = os.pread(task.log_fd, keep, size - keep)
-            os.ftruncate(task.log_fd, 0)
             dropped = size - len(tail)
             note = (
                 f"[gpulayer-tui: this log passed {task.max_log} bytes ([logs] max_bytes); "
                 f"its first {dropped} bytes were dropped, the last {len(tail)} follow]\n"
             )
-            os.write(task.log_fd, note.encode() + tail)
+            data = note.encode() + tail
+            try:
+                at_zero = os.open(f"/proc/self/fd/{task.log_fd}", os.O_WRONLY | os.O_CLOEXEC)
+            except OSError:  # (no /proc: cut, then append, as the job does)
+                os.ftruncate(task.log_fd, 0)
+                os.write(task.log_fd, data)
+            else:
+                try:
+                    os.pwrite(at_zero, data, 0)
+                    os.ftruncate(at_zero, len(data))
+                finally:
+                    os.close(at_zero)
         except OSError as err:
             _say(f"cannot cut back the log of {task.key}: {err}")
             return 0
