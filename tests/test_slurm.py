@@ -295,13 +295,18 @@ async def test_a_silent_controller_loses_no_submission_and_no_cancel(
     os.kill(pid, 19)  # SIGSTOP: the controller hangs (no answer, no refusal)
     try:
         late = await engine.submit(_spec("echo late-ran"))
+        doomed = await engine.submit(_spec("sleep 30; echo doomed-ran"))
         await engine.cancel(pending.id)
         await engine.cancel(hog.id)
         await eventually(lambda: "not answering since" in message(late.id), timeout=60)
         # Still "submitting": the next poll (or a restarted engine) knows it was decided.
         assert message(late.id).startswith("submitting to cluster test, not answering since")
+        await engine.cancel(doomed.id)  # (its sbatch went unanswered: the cluster may have it)
         await eventually(lambda: "sent again at the next poll" in message(hog.id), timeout=60)
         assert engine.book.get(hog.id).job.status is JobStatus.RUNNING
+        # Several polls while it is stopped: a stopped controller keeps every sbatch it
+        # was sent and takes them all when it wakes; none may be sent twice.
+        await asyncio.sleep(8)
     finally:
         os.kill(pid, 18)  # SIGCONT
     ended = await engine.wait(pending.id, timeout=90)
@@ -312,8 +317,22 @@ async def test_a_silent_controller_loses_no_submission_and_no_cancel(
     done = await engine.wait(late.id, timeout=90)
     assert done.status is JobStatus.COMPLETED, done.message
     assert engine.log_path(late.id).read_text().count("late-ran") == 1
-    view = engine.gpus()["clusters"][0]
-    assert view["answering"] and view["error"] is None
+    gone = await engine.wait(doomed.id, timeout=90)
+    assert gone.status is JobStatus.CANCELLED, gone.message
+    # What the cluster ran under each one's name: late once, doomed never to its end.
+    ran = await asyncio.to_thread(
+        _slurm, slurm_conf, "sacct", "-c", "-n", "-X", "-P", "-o", "JobName,State"
+    )
+    names = [line.split("|") for line in ran.splitlines() if "|" in line]
+    slurm_name = engine.clusters.slurm_name
+    assert [state for n, state in names if n == slurm_name(late.id)] == ["COMPLETED"]
+    assert "COMPLETED" not in [state for n, state in names if n == slurm_name(doomed.id)]
+
+    def answering() -> bool:
+        view = engine.gpus()["clusters"][0]
+        return bool(view["answering"]) and view["error"] is None
+
+    await eventually(answering, timeout=30)  # (at the next poll and partition read)
 
 
 async def test_a_prefix_that_runs_a_remote_shell_gets_every_argument_quoted(

@@ -54,6 +54,9 @@ log = logging.getLogger(__name__)
 SUBMITTING = "submitting to cluster "  # how the decision to submit reads (and is found)
 PROBE_EVERY = 6  # partitions are read again every this many polls
 SBATCH_AT_ONCE = 8  # sbatch calls in flight at once
+# Seconds an sbatch that went unanswered, and the cluster answering again, must be past
+# before a job it may have submitted is taken as never submitted (see ClusterRunner._unsure).
+UNSURE_WAIT_S = 15.0
 # Seconds a job may be missing from both squeue and accounting before it is given up on
 # (slurmdbd may store an end a moment after the controller forgot the job).
 FORGOTTEN_AFTER_S = 30.0
@@ -94,6 +97,12 @@ class ClusterRunner:
         self._silent_why: dict[str, str] = {}  # the last unanswered call's error, while down
         self._tracked: dict[int, str] = {}  # job id -> its cluster
         self._submitting: set[int] = set()
+        # job -> when an sbatch for it went unanswered: the controller may hold it and
+        # take it later (a stopped controller keeps what it received), so the job is
+        # looked up by name, and submitted again only once the cluster has answered for
+        # UNSURE_WAIT_S without knowing it.
+        self._unsure: dict[int, float] = {}
+        self._up_since: dict[str, float] = {}  # cluster -> since when it answers again
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.Task[None] | None = None
         self._polls = 0
@@ -222,18 +231,30 @@ class ClusterRunner:
             )
             return
         self._submitting.add(job_id)
+        sent = False
         try:
             slurm_name = self.slurm_name(job_id)
             async with self._sbatch_slots:  # (500 at once would crowd the controller)
-                # A submission decided before a crash may have reached the cluster.
+                # A submission decided before a crash, or one whose sbatch went unanswered,
+                # may have reached the cluster: looked up by name first.
                 found = await cluster.find(slurm_name) if restored else []
                 if found:
                     cluster_id = found[0].job_id
+                elif not self._surely_absent(job_id, name):
+                    return  # (looked up again at the next poll)
+                elif job.stop_reason is not None:
+                    # Cancelled, and it never reached the cluster: it ends here.
+                    self._unsure.pop(job_id, None)
+                    self._book.finish(act, JobStatus.CANCELLED, Reason.CANCELLED, job.stop_message)
+                    return
                 else:
                     options = self._sbatch(job_id, spec, cluster, slurm_name)
+                    sent = True
                     cluster_id = await cluster.submit(*options)
         except ClusterError as err:
             if err.unreachable:
+                if sent:
+                    self._unsure.setdefault(job_id, time.monotonic())
                 self._unanswered(name, str(err))  # the next poll tries again
             elif job_id in self._book:
                 self._book.finish(
@@ -242,6 +263,7 @@ class ClusterRunner:
             return
         finally:
             self._submitting.discard(job_id)
+        self._unsure.pop(job_id, None)
         if job_id not in self._book:
             return
         job.cluster_job_id = cluster_id
@@ -249,6 +271,19 @@ class ClusterRunner:
         self._book.note(act, f"cluster {name} job {cluster_id}: submitted")
         if job.stop_reason is not None:  # cancelled while it was being submitted
             self._cancel_later(job_id, name, cluster_id)
+
+    def _surely_absent(self, job_id: int, name: str) -> bool:
+        """Whether a job the cluster does not list was surely never submitted: no sbatch
+        for it went unanswered, or the cluster has answered for UNSURE_WAIT_S since
+        (and since that sbatch) without taking it."""
+        since = self._unsure.get(job_id)
+        if since is None:
+            return True
+        if name in self._down_since:
+            return False
+        now = time.monotonic()
+        up = self._up_since.get(name, since)
+        return now - since >= UNSURE_WAIT_S and now - up >= UNSURE_WAIT_S
 
     def _sbatch(
         self, job_id: int, spec: Any, cluster: SlurmCluster, slurm_name: str
@@ -351,6 +386,7 @@ class ClusterRunner:
         self._errors.pop(name, None)
         if self._down_since.pop(name, None) is not None:
             self._silent_why.pop(name, None)
+            self._up_since[name] = time.monotonic()
             log.warning("cluster %s answers again", name)
         if not had:
             self._recheck()  # jobs waiting for a verdict on this cluster get one
@@ -373,6 +409,7 @@ class ClusterRunner:
         if name in self._down_since:
             del self._down_since[name]
             self._silent_why.pop(name, None)
+            self._up_since[name] = time.monotonic()
             log.warning("cluster %s answers again", name)
         seen = {j.job_id: j for j in jobs}
         # Those that left the queue (ended, or forgotten by the controller): their ends
@@ -507,7 +544,14 @@ class ClusterRunner:
     def stop(self, act: ActiveJob, reason: TerminationReason, message: str) -> None:
         """Cancel: stored first, then ``scancel``; it ends when the cluster says it has."""
         job, spec = act.job, act.spec
-        if job.cluster_job_id is None and job.id not in self._submitting:
+        # Decided for the cluster, and its sbatch under way, unanswered, or sent before a
+        # restart: the cluster may have it.
+        maybe_sent = (
+            job.id in self._submitting
+            or job.id in self._unsure
+            or job.message.startswith(SUBMITTING)
+        )
+        if job.cluster_job_id is None and not maybe_sent:
             # Never reached the cluster: it ends here and now.
             self._book.finish(act, JobStatus.CANCELLED, Reason.CANCELLED, message)
             return
@@ -515,6 +559,12 @@ class ClusterRunner:
             return
         job.stop_reason, job.stop_message = reason, message
         name = spec.cluster if spec is not None else None
+        if job.cluster_job_id is None:
+            # Cancelled once the cluster says whether it has it (looked up by name at the
+            # next poll: scancel'd if found, ended here if surely never submitted). The
+            # message keeps its prefix: it is how the poll knows to look.
+            self._book.note(act, f"{SUBMITTING}{name}: stopping ({message}) once it answers")
+            return
         self._book.note(act, f"stopping ({message}): scancel sent to cluster {name}")
         if job.cluster_job_id is not None and name is not None:
             self._book.after_commit(
