@@ -53,7 +53,15 @@ class KeymapCommands(Provider):
 
 
 class SafeCommandPalette(CommandPalette):
-    """Textual's command palette, whose page keys cannot end the app at any size."""
+    """Textual's command palette, which cannot end the app at any size."""
+
+    # At a width that leaves its list no column (4 cells), Textual 8's OptionList divides
+    # by its content width (a ValueError as it opens): the list is never that narrow.
+    DEFAULT_CSS = """
+    SafeCommandPalette CommandList {
+        min-width: 12;
+    }
+    """
 
     def _action_command_list(self, action: str) -> None:
         try:

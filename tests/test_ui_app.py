@@ -58,11 +58,23 @@ async def test_command_palette_offers_every_action(embedded_app: AppFactory) -> 
         assert {"Theme: gpulayer-dark", "Theme: gpulayer-light"} <= titles
 
 
-@pytest.mark.parametrize("keys", [["pagedown"], ["z", "z", "pagedown"], ["r", "up", "pageup"]])
-async def test_the_command_palette_page_keys_are_safe_at_any_size(keys: list[str]) -> None:
-    # At 12x3 Textual's OptionList pages by line numbers it never computed (KeyError).
+@pytest.mark.parametrize(
+    ("size", "keys"),
+    [
+        ((12, 3), ["pagedown"]),
+        ((12, 3), ["z", "z", "pagedown"]),
+        ((12, 3), ["r", "up", "pageup"]),
+        ((4, 3), ["a", "down", "pagedown"]),
+        ((4, 40), ["r", "end", "home"]),
+    ],
+)
+async def test_the_command_palette_is_safe_at_any_size(
+    size: tuple[int, int], keys: list[str]
+) -> None:
+    # At 12x3 Textual's OptionList pages by line numbers it never computed (KeyError);
+    # 4 columns wide it divides by its content width as it opens (ValueError).
     app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW)
-    async with app.run_test(size=(12, 3)) as pilot:
+    async with app.run_test(size=size) as pilot:
         await pilot.press("ctrl+p")
         await until(pilot, lambda: app.screen.id == "--command-palette")
         for key in keys:
