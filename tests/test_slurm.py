@@ -401,6 +401,8 @@ def test_sacct_lines() -> None:
     assert cancelled.start_time is None
     assert (killed.exit_code, killed.signal, killed.end_time) == (None, 9, None)
     assert end_of(killed, "")[1:] == (TerminationReason.SIGNAL, "killed by signal 9")
+    unknown = SlurmJob("7", "FAILED", "", None, None, None, None)
+    assert end_of(unknown, "")[2] == "failed (failed); exit status unknown"  # (not "code None")
 
 
 @pytest.mark.parametrize(

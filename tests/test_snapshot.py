@@ -263,13 +263,21 @@ async def test_private_copies_keep_a_jobs_writes_to_itself(
     assert list(engine.snapshots.objects.iterdir()) == []  # (no object store)
 
 
+# The same size, and the mtime set back to the store's: only the mode tells.
+SAME_SIZE = (
+    "chmod u+w code.txt && printf 'code v9\\n' | dd of=code.txt conv=notrunc 2>/dev/null "
+    "&& touch -d @0 code.txt"
+)
+
+
+@pytest.mark.parametrize("tamper", [TAMPER, SAME_SIZE], ids=["append", "same-size"])
 async def test_linked_objects_written_through_a_link_are_never_linked_again(
-    make_engine: EngineFactory, tmp_path: Path
+    make_engine: EngineFactory, tmp_path: Path, tamper: str
 ) -> None:
     engine = await make_engine(config=LINKED)
     repo = make_repo(tmp_path / "repo")
     base = {"gpus": 0, "cwd": str(repo), "snapshot": True}
-    writer = await engine.submit({**base, "shell": TAMPER})
+    writer = await engine.submit({**base, "shell": tamper})
     done = await engine.wait(writer.id, timeout=15)
     assert done.status is JobStatus.COMPLETED, done.message
     # The repo did not change: a new snapshot of it runs what it holds, not the write.

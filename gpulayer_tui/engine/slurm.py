@@ -299,6 +299,8 @@ def end_of(
     if job.signal:
         return JobStatus.FAILED, Reason.SIGNAL, f"killed by signal {job.signal}"
     code = job.exit_code
+    if code is None:  # (the accounting kept no exit status: a cwd with a newline, say)
+        return JobStatus.FAILED, Reason.EXIT_CODE, f"failed ({state.lower()}); exit status unknown"
     return JobStatus.FAILED, Reason.EXIT_CODE, f"exited with code {code} ({state.lower()})"
 
 

@@ -459,7 +459,7 @@ class SnapshotStore:
             except OSError as err:
                 raise _unreadable(budget.cwd, rel, err) from None
             name = self.objects / (digest + suffix)
-            if self._intact(name, size):
+            if self._intact(name, size, mode):
                 with contextlib.suppress(FileNotFoundError):
                     os.link(name, target, follow_symlinks=False)
                     return size  # (deduplicated: the content is already stored)
@@ -469,15 +469,20 @@ class SnapshotStore:
             os.close(fd)
 
     @staticmethod
-    def _intact(name: Path, size: int) -> bool:
-        """Whether object ``name`` is there as stored (its size, and the store's mtime); one
-        written through a tree's link is unlinked from the store (the trees keep it), so
-        that a new object replaces it."""
+    def _intact(name: Path, size: int, mode: int) -> bool:
+        """Whether object ``name`` is there as stored (its size, mode and the store's
+        mtime); one written through a tree's link is unlinked from the store (the trees
+        keep it), so that a new object replaces it. (Against accidents: a job that sets
+        all three back on purpose is the engine's own user, who owns the store anyway.)"""
         try:
             info = os.lstat(name)
         except FileNotFoundError:
             return False
-        if info.st_size == size and info.st_mtime_ns == OBJECT_MTIME_NS:
+        if (
+            info.st_size == size
+            and info.st_mtime_ns == OBJECT_MTIME_NS
+            and stat.S_IMODE(info.st_mode) == mode
+        ):
             return True
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name)
