@@ -144,6 +144,22 @@ async def test_bad_arguments_record_nothing(
     assert await engine.list_jobs() == []
 
 
+async def test_declared_vram_beyond_the_gpu_is_refused_and_records_nothing(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    # `adopt --vram-gb 200` on an 80 GiB GPU was accepted: the ledger then showed 200 GiB
+    # owned on it (a submitted job asking that much fails over capacity).
+    engine = await make_engine("1xA100-80GB")
+    proc = start(spawn, "sleep", "600")
+    with pytest.raises(SpecError, match=r"vram_gb: 200 GiB is more than gpu0 has \(80.0 GiB\)"):
+        await adopt(engine, proc.pid, vram_gb=200, gpu=True)
+    with pytest.raises(SpecError, match="vram_gb: domain cpu has no GPU memory to declare"):
+        await adopt(engine, proc.pid, vram_gb=2, domain="cpu")
+    assert await engine.list_jobs() == []
+    job = await adopt(engine, proc.pid, vram_gb=80, gpu=True)  # all of it: fine
+    assert job.status is JobStatus.RUNNING and job.domains == ["gpu0"]
+
+
 async def test_cancel_sigterm_then_sigkill_only_that_pid(
     make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:

@@ -308,6 +308,11 @@ async def test_doctor_checks_name_quarantine_and_a_clock_gone_backwards(
     assert checks["domain gpu1"]["status"] == "fail"
     assert checks["domain gpu1"]["detail"].startswith("quarantined: GPU is lost")
     assert checks["domain gpu0"]["status"] == "ok"
+    assert checks["GPU sampling"] == {
+        "check": "GPU sampling",
+        "status": "ok",
+        "detail": "samples are taken and handled",
+    }
     assert (
         checks["clock"]["status"] == "fail" and "behind the newest job" in checks["clock"]["detail"]
     )

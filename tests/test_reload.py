@@ -176,6 +176,7 @@ async def test_renaming_a_gpu_domain_moves_a_running_services_replicas_too(
     paths.state_dir.mkdir(parents=True)
     paths.config_file.write_text(BASE)
     engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await engine.config_reload.stop()  # only the reload below: none later by the watcher
     service = await engine.submit(
         {"kind": "service", "command": ["sleep", "600"], "gpus": 1, "domain": "gpu1"}
     )
@@ -188,3 +189,65 @@ async def test_renaming_a_gpu_domain_moves_a_running_services_replicas_too(
     await engine.cancel(service.id)
     await engine.wait(service.id, timeout=10)
     assert not engine.scheduler.domains["train"].holdings
+
+
+async def test_a_pinned_service_placed_again_after_its_domain_was_renamed_fails_cleanly(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # The service started pinned to gpu0; a reload renamed gpu0 to "train" (running work
+    # is left alone, so its request still named gpu0); then its GPU was lost and the
+    # service went back to the queue. Its old request made every scheduling pass raise
+    # KeyError: submissions got HTTP 500 and nothing started again.
+    from gpulayer_tui.engine.simulate import SimLedger
+
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE)
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await engine.config_reload.stop()  # only the reload below: none later by the watcher
+    service = await engine.submit(
+        {"kind": "service", "command": ["sleep", "600"], "domain": "gpu0", "port": False}
+    )
+    await eventually(lambda: engine.book.get(service.id).job.status is JobStatus.RUNNING)
+    paths.config_file.write_text(BASE + "[domains.train]\ngpu = 0\n")
+    result = await engine.config_reload.reload()
+    assert "GPU 0: domain gpu0 -> train" in result["changes"]
+    SimLedger(paths.state_dir).set_gpu(0, lost=True, error="GPU is lost: fell off the bus")
+    await engine.sampler.sample_once()
+    failed = await engine.wait(service.id, timeout=20)
+    assert failed.status is JobStatus.FAILED
+    assert failed.termination_reason is TerminationReason.OVER_CAPACITY
+    assert "can no longer run after a configuration change: domain: unknown domain 'gpu0'" in (
+        failed.message
+    )
+    # Scheduling goes on: a new job starts on the GPU that is left, and sampling runs.
+    other = await engine.submit({"command": ["sleep", "600"], "gpus": 1})
+    assert other.status is JobStatus.RUNNING and other.domains == ["gpu1"]
+    await engine.sampler.sample_once()
+    assert engine.sampler.stalled() is None
+    await engine.cancel(other.id)
+
+
+async def test_a_preempted_job_whose_pinned_domain_was_removed_fails_when_requeued(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # The same hole for batch jobs: a preemptible job pinned to a domain a reload removed
+    # is requeued by preemption; it can never run again, and says why.
+    paths.state_dir.mkdir(parents=True)
+    unmanaged = BASE + "auto_domains = false\n[scheduling]\npreempt_after = 0\n"
+    paths.config_file.write_text(unmanaged + "[domains.train]\ngpu = 1\n[domains.other]\ngpu = 0\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await engine.config_reload.stop()  # only the reload below: none later by the watcher
+    victim = await engine.submit(
+        {"command": ["sleep", "600"], "domain": "train", "preemptible": True}
+    )
+    assert victim.status is JobStatus.RUNNING
+    renamed = "[domains.other]\ngpu = 0\n[domains.train2]\ngpu = 1\n"
+    paths.config_file.write_text(unmanaged + renamed)
+    assert (await engine.config_reload.reload())["applied"] is True
+    urgent = await engine.submit({"command": ["sleep", "600"], "domain": "train2", "priority": 10})
+    failed = await engine.wait(victim.id, timeout=20)
+    assert failed.status is JobStatus.FAILED
+    assert failed.termination_reason is TerminationReason.OVER_CAPACITY
+    assert "can no longer run after a configuration change" in failed.message
+    await eventually(lambda: engine.book.get(urgent.id).job.status is JobStatus.RUNNING, timeout=20)
+    await engine.cancel(urgent.id)

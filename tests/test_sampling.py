@@ -299,3 +299,42 @@ async def test_two_samples_asked_at_once_take_turns(make_engine: EngineFactory) 
     assert first.result.status is ProbeStatus.OK, first.result.message
     assert second.result.status is ProbeStatus.OK, second.result.message
     assert second.taken_at >= first.taken_at + first.duration - 0.001  # begun after the first
+
+
+async def test_a_failing_sample_handler_never_stops_sampling_and_is_reported(
+    tmp_path: Any,
+) -> None:
+    # What the engine does with a sample (health, capacity, a scheduling pass) raised
+    # once, and the sampler's task ended: no more samples, no more health checks, while
+    # /ready and doctor still said all was well. Now sampling goes on, and the failure
+    # is reported by stalled() (readiness, doctor) until a sample is handled again.
+    from gpulayer_tui.engine.sampler import Sampler
+    from gpulayer_tui.engine.simulate import SimulatedProbe, parse_simulate_spec
+
+    failing = True
+    handled: list[float] = []
+
+    def on_sample(sample: Any) -> None:
+        if failing:
+            raise KeyError("gpu0")
+        handled.append(sample.taken_at)
+
+    probe = SimulatedProbe(parse_simulate_spec("1xA100-80GB"), tmp_path)
+    sampler = Sampler(probe, 0.05, 1.0, 10, dict, on_sample)
+    first = await sampler.sample_once()
+    assert first.result.gpus
+    assert sampler.stalled() == "handling GPU samples fails: KeyError: 'gpu0'"
+    sampler.start()
+    try:
+        reads = sampler.reads
+        await eventually(lambda: sampler.reads >= reads + 3, timeout=10)  # ticking on
+        assert sampler.stalled() is not None
+        failing = False
+        await eventually(lambda: len(handled) >= 2, timeout=10)
+        assert sampler.stalled() is None
+        # A sample older than a tick can take is reported too (a wedged tick).
+        assert sampler.latest is not None
+        later = sampler.latest.taken_at + 2 * 0.05 + 2 * 1.0 + 5
+        assert "no GPU sample for" in (sampler.stalled(later) or "")
+    finally:
+        await sampler.stop()

@@ -190,6 +190,7 @@ class Adopter:
                 domains = pins or await asyncio.to_thread(
                     self._domains_of, pid, snapshot, request["gpu"], vram_gb
                 )
+                self._check_vram(vram_gb, domains)
         except BaseException:
             if pidfd is not None and pidfd >= 0:
                 os.close(pidfd)
@@ -208,6 +209,23 @@ class Adopter:
             self._unadopt(job, f"not recorded: {err}")
             raise
         return job
+
+    def _check_vram(self, vram_gb: float | None, domains: list[str]) -> None:
+        """``vram_gb`` may not exceed what a GPU it names has: the ledger would show more
+        memory owned than exists (a submitted job asking that much is over capacity)."""
+        if vram_gb is None:
+            return
+        need = int(float(vram_gb) * GIB)
+        for name in domains:
+            dom = self._scheduler.domains[name]
+            if not dom.is_gpu:
+                raise SpecError(f"vram_gb: domain {name} has no GPU memory to declare", "vram_gb")
+            size = dom.capacity_bytes
+            if size is not None and need > size:
+                raise SpecError(
+                    f"vram_gb: {vram_gb:g} GiB is more than {name} has ({size / GIB:.1f} GiB)",
+                    "vram_gb",
+                )
 
     def _unadopt(self, job: Job, message: str) -> None:
         """An adoption that could not be recorded is undone: stop watching the process

@@ -169,6 +169,7 @@ class Engine:
             self.bus,
             self.config.health,
             self.executor.log_path,
+            lambda: self.sampler.stalled(),
         )
         # Cluster jobs (issue 16): batch jobs that Slurm runs; the queue hands them over.
         # (Named on the cluster by this state dir's id, read at start.)

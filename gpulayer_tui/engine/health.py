@@ -68,6 +68,7 @@ class DomainOps:
         bus: Makes the ``domain.state`` events.
         settings: ``[health]`` thresholds.
         log_path: A job's log (read for device errors when a GPU job fails).
+        sampling: Why GPU sampling is not working, or ``None`` (readiness, ``doctor``).
     """
 
     def __init__(
@@ -79,8 +80,10 @@ class DomainOps:
         bus: EventBus,
         settings: HealthSettings,
         log_path: Callable[[int], Path],
+        sampling: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._scheduler = scheduler
+        self._sampling = sampling
         self._book = book
         self._queue = queue
         self._store = store
@@ -234,6 +237,9 @@ class DomainOps:
             problems.append(f"GPU capacity unknown: {self._scheduler.capacity_message}")
         if self._store.failure:
             problems.append(f"not accepting work: {self._store.failure}")
+        stalled = self._sampling()
+        if stalled:
+            problems.append(stalled)
         return (not problems, "; ".join(problems) or "every domain is ready")
 
     async def doctor_checks(self) -> list[dict[str, str]]:
@@ -283,6 +289,14 @@ class DomainOps:
                     "detail": f"{len(ready)} ready to run, all placeable",
                 }
             )
+        stalled = self._sampling()
+        checks.append(
+            {
+                "check": "GPU sampling",
+                "status": "fail" if stalled else "ok",
+                "detail": stalled or "samples are taken and handled",
+            }
+        )
         checks.append(
             {
                 "check": "database writes",

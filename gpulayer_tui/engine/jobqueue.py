@@ -405,8 +405,27 @@ class JobQueue:
             self.ready(act)
 
     def requeued(self, act: ActiveJob) -> None:
-        """A preempted job is back in ``queued``: it waits again (its dependencies were
-        met long ago)."""
+        """A job that ran is back in ``queued`` (preempted, or a service placed again): it
+        waits again (its dependencies were met long ago).
+
+        Its request is resolved again first: a live reload may have renamed or removed a
+        domain it is pinned to, or shrunk what the machine has, since it started (running
+        jobs are never touched by a reload). One that can no longer run fails
+        ``over_capacity`` now, as a waiting job does at the reload itself.
+        """
+        if act.spec is not None:
+            request = self._resolve_again(act, self._scheduler.request_for)
+            if request is None:
+                return
+            act.request = request
+        verdict = self.verdict(act)
+        if verdict.possible is False:
+            self._book.finish(act, JobStatus.FAILED, Reason.OVER_CAPACITY, verdict.message)
+            return
+        if verdict.possible is None:
+            self._capacity_block[act.job.id] = verdict.message
+        else:
+            self._capacity_block.pop(act.job.id, None)
         self.ready(act)
 
     def recheck_capacity(self) -> None:
@@ -445,15 +464,8 @@ class JobQueue:
                 continue  # (or it ended while this loop ran: a dependency failed)
             if act.job.status is JobStatus.RUNNING:
                 continue
-            try:
-                request = request_for(act.spec)
-            except SpecError as err:
-                self._book.finish(
-                    act,
-                    JobStatus.FAILED,
-                    Reason.OVER_CAPACITY,
-                    f"can no longer run after a configuration change: {err}",
-                )
+            request = self._resolve_again(act, request_for)
+            if request is None:
                 continue
             if request != act.request:
                 in_queue = self._ready.remove(act.key, self._group(act))
@@ -461,6 +473,23 @@ class JobQueue:
                 group = self._group(act)
                 if in_queue and group is not None:
                     self._ready.push(act.key, group)
+
+    def _resolve_again(
+        self, act: ActiveJob, request_for: Callable[[JobSpec], Request]
+    ) -> Request | None:
+        """``act``'s request against today's domains; ``None`` once it failed because it
+        can no longer run (a domain it is pinned to was renamed or removed)."""
+        assert act.spec is not None
+        try:
+            return request_for(act.spec)
+        except SpecError as err:
+            self._book.finish(
+                act,
+                JobStatus.FAILED,
+                Reason.OVER_CAPACITY,
+                f"can no longer run after a configuration change: {err}",
+            )
+            return None
 
     # -- explaining ---------------------------------------------------------------------------
 
@@ -707,9 +736,7 @@ class JobQueue:
         if now - (act.job.queued_at or now) < after:
             return set()
         scheduler = self._scheduler
-        candidates = (
-            [scheduler.domains[p] for p in request.pins] if request.pins else scheduler.gpu_domains
-        )
+        candidates = scheduler.candidates(request)
         victims: dict[int, ActiveJob] = {}
         for dom in candidates:
             for holder in dom.holdings:
@@ -750,9 +777,7 @@ class JobQueue:
 
     def _reserve(self, job_id: int, request: Request, now: float) -> Reservation | None:
         scheduler = self._scheduler
-        candidates = (
-            [scheduler.domains[p] for p in request.pins] if request.pins else scheduler.gpu_domains
-        )
+        candidates = scheduler.candidates(request)
         # A service's GPU replicas each take their own domains, so it needs
         # ``request.gpus`` distinct domains in all, like one job of that many GPUs.
         return reservation(

@@ -40,6 +40,8 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
+CALLBACK_LOG_EVERY_S = 10.0  # the same failure of a sample's handling, logged this often
+
 Roots = dict[int, tuple[int, int | None]]
 
 
@@ -280,6 +282,8 @@ class Sampler:
         self.timeouts = 0
         self.reads = 0  # completed reads, and their total duration (metrics)
         self.read_seconds = 0.0
+        self.callback_error: str | None = None  # what handling the last sample raised
+        self._callback_logged = -CALLBACK_LOG_EVERY_S
 
     def reconfigure(self, interval: float, deadline: float, history: int) -> None:
         """New ``[engine]`` timings: the tick, each read's deadline, the history length."""
@@ -318,8 +322,43 @@ class Sampler:
             self.reads += 1
             self.read_seconds += sample.duration
         self._record(sample)
-        self._on_sample(sample)
+        try:
+            self._on_sample(sample)
+        except Exception as err:
+            # What the engine does with a sample (health, capacity, a scheduling pass)
+            # failing must not end sampling: that would stop health checks and the GPU
+            # view for good, silently. Said once per CALLBACK_LOG_EVERY_S, and kept for
+            # readiness and doctor until a sample is handled again.
+            self._callback_failed(err)
+        else:
+            self.callback_error = None
         return sample
+
+    def _callback_failed(self, err: Exception) -> None:
+        text = f"{type(err).__name__}: {err}"
+        now = time.monotonic()
+        if text != self.callback_error or now - self._callback_logged >= CALLBACK_LOG_EVERY_S:
+            log.exception("handling a GPU sample failed (sampling goes on)")
+            self._callback_logged = now
+        self.callback_error = text
+
+    def stalled(self, now: float | None = None) -> str | None:
+        """Why sampling is not working, or ``None``: the ticking task ended, handling
+        samples fails, or no sample was taken for longer than a tick can take (two read
+        deadlines past the interval, and a second of slack). Readiness and ``doctor``
+        report it."""
+        if self._task is not None and self._task.done():
+            error = None if self._task.cancelled() else self._task.exception()
+            return f"GPU sampling stopped: {error!r}" if error else "GPU sampling stopped"
+        if self.callback_error is not None:
+            return f"handling GPU samples fails: {self.callback_error}"
+        if self._task is None or self.latest is None:
+            return None  # (not started: a test driving samples by hand)
+        now = time.time() if now is None else now
+        age = now - self.latest.taken_at
+        if age > 2 * self.interval + 2 * self.deadline + 1.0:
+            return f"no GPU sample for {age:.0f} s (one is taken every {self.interval:g} s)"
+        return None
 
     async def _read_devices(self, inventory: ProbeResult, started: float, t0: float) -> Sample:
         roots = self._roots()

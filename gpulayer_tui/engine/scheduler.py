@@ -210,6 +210,17 @@ class Scheduler:
 
     # -- could it ever run? -----------------------------------------------------------------
 
+    def candidates(self, req: Request) -> list[Domain]:
+        """The domains ``req`` may use: its pins that still exist, or every GPU domain.
+
+        A request resolved before a live reload renamed or removed a pinned domain names
+        a domain that is gone; it is left out here (so such a request never fits), and
+        :meth:`capacity_verdict` says which.
+        """
+        if not req.pins:
+            return self.gpu_domains
+        return [self.domains[p] for p in req.pins if p in self.domains]
+
     def capacity_verdict(self, req: Request) -> Verdict:
         """Decide whether ``req`` fits this machine at all (ignoring current use)."""
         verdict = self._capacity_verdict(req)
@@ -241,7 +252,10 @@ class Scheduler:
                 False,
                 f"requested {plural(req.gpus, 'GPU')}, but this machine has {len(all_gpu)}",
             )
-        candidates = [self.domains[p] for p in req.pins] if req.pins else all_gpu
+        gone = [p for p in req.pins if p not in self.domains]
+        if gone:
+            return Verdict(False, f"unknown domain {', '.join(map(repr, gone))}")
+        candidates = self.candidates(req)
         if req.pins and req.gpus > len(candidates):
             names = ", ".join(req.pins)
             return Verdict(
@@ -302,7 +316,7 @@ class Scheduler:
             cpu = self.domains[CPU_DOMAIN]
             why = cpu.blocker(None, req.exclusive, req.cpu_slots)
             return [cpu] if why is None else why
-        candidates = [self.domains[p] for p in req.pins] if req.pins else self.gpu_domains
+        candidates = self.candidates(req)
         if avoid:
             candidates = [d for d in candidates if d.name not in avoid]
         fitting: list[Domain] = []

@@ -550,7 +550,7 @@ class ServiceRunner:
             message=f"placing again after {why} (placement {job.attempt + 1} "
             f"of {spec.max_attempts})",
         )
-        self._queue.ready(act)
+        self._queue.requeued(act)
 
     def job_ended(self, act: ActiveJob) -> None:
         """End listener: cancel the service's timers and port probes."""
@@ -591,7 +591,7 @@ class ServiceRunner:
             self._book.transition(
                 act, JobStatus.QUEUED, message="placing again: its replicas were not recorded"
             )
-            self._queue.ready(act)
+            self._queue.requeued(act)
             return
         now = self.clock.now()
         interrupted_stop = False
