@@ -97,6 +97,28 @@ def test_bash_completes_subcommands_and_every_options_of_the_grammar(
     assert bash_complete(tmp_path, command, ["submit", "--", "true", "--js"]) == []
 
 
+def test_bash_completes_file_names_with_spaces_whole(tmp_path: Path, command: Path) -> None:
+    # compgen's output was split on spaces: "my spec.toml" was offered as "my" and
+    # "spec.toml", and a typed "my\\ s" was looked up with its backslash. COMP_WORDS holds
+    # the word as typed (a backslash before the space), as bash gives it.
+    folder = tmp_path / "sp"
+    (folder / "dir with space").mkdir(parents=True)
+    for name in ("my spec.toml", "my other.toml", "a*b"):
+        (folder / name).touch()
+    spec = bash_complete(tmp_path, command, ["submit", "--spec", f"{folder}/my"])
+    assert sorted(spec) == [f"{folder}/my other.toml", f"{folder}/my spec.toml"]
+    typed = bash_complete(tmp_path, command, ["submit", "--spec", f"{folder}/my\\ s"])
+    assert typed == [f"{folder}/my spec.toml"]
+    quoted = bash_complete(tmp_path, command, ["submit", "--spec", f"'{folder}/my s"])
+    assert quoted == [f"{folder}/my spec.toml"]
+    assert bash_complete(tmp_path, command, ["submit", "--cwd", f"{folder}/d"]) == [
+        f"{folder}/dir with space"
+    ]
+    # the command's arguments; a name with a glob character is not expanded
+    args = bash_complete(tmp_path, command, ["submit", "--", "cat", f"{folder}/a"])
+    assert args == [f"{folder}/a*b"]
+
+
 def test_bash_completes_job_ids_and_domains_from_a_running_engine(
     tmp_path: Path, command: Path, served: Served
 ) -> None:

@@ -201,6 +201,30 @@ def bash_script() -> str:
 # gpulayer-tui completion for bash: eval "$(gpulayer-tui completion bash)" in ~/.bashrc
 # (generated from this installation's grammar by `gpulayer-tui completion bash`)
 {_shared(global_options, commands)}
+# The word $1 as the shell will read it (its backslashes and an opening quote gone), in
+# _gpl_word: file names are looked up by what they are, not by what was typed.
+_gpulayer_tui_dequote() {{
+    local w=$1 i c
+    _gpl_word=
+    case "$w" in
+        \\'*) w=${{w#\\'}}; _gpl_word=${{w%\\'}}; return ;;
+        \\"*) w=${{w#\\"}}; w=${{w%\\"}} ;;
+    esac
+    for ((i = 0; i < ${{#w}}; i++)); do
+        c=${{w:i:1}}
+        if [[ $c == \\\\ ]]; then ((i++)); c=${{w:i:1}}; fi
+        _gpl_word+=$c
+    done
+}}
+
+# compgen's candidates ($1: -f, -d or -c) for the word $2, one per line (names with
+# spaces stay whole; none is globbed), into COMPREPLY.
+_gpulayer_tui_compgen() {{
+    local _gpl_word
+    _gpulayer_tui_dequote "$2"
+    mapfile -t COMPREPLY < <(compgen "$1" -- "$_gpl_word")
+}}
+
 # Add the candidates of kind $1 for the word $2 to COMPREPLY.
 _gpulayer_tui_values() {{
     local line
@@ -210,13 +234,13 @@ _gpulayer_tui_values() {{
                 [ -n "$line" ] && COMPREPLY+=("${{line%%$'\\t'*}}")
             done < <("$_gpl_cmd" __complete "$1" "$2" 2>/dev/null) ;;
         choice:*) COMPREPLY=($(compgen -W "${{1#choice:}}" -- "$2")) ;;
-        dirs) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -d -- "$2")) ;;
-        files) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f -- "$2")) ;;
+        dirs) compopt -o filenames 2>/dev/null; _gpulayer_tui_compgen -d "$2" ;;
+        files) compopt -o filenames 2>/dev/null; _gpulayer_tui_compgen -f "$2" ;;
         command)
             if [ "$_gpl_pos" -gt 0 ]; then  # the command's arguments
-                compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f -- "$2"))
+                compopt -o filenames 2>/dev/null; _gpulayer_tui_compgen -f "$2"
             else
-                COMPREPLY=($(compgen -c -- "$2"))
+                _gpulayer_tui_compgen -c "$2"
             fi ;;
     esac
 }}
