@@ -100,6 +100,45 @@ def printable(text: str, keep: str = "") -> str:
     )
 
 
+def cell_width(text: str) -> int:
+    """How many terminal columns ``text`` takes: East Asian wide and full-width characters
+    take two, combining marks and zero-width formatting none (``len`` counts both as
+    one, so tables of such names came out of line and wrapped)."""
+    if text.isascii():
+        return len(text)
+    import unicodedata
+
+    width = 0
+    for c in text:
+        if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me", "Cf"):
+            continue
+        width += 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+    return width
+
+
+def cut_to_width(text: str, width: int) -> str:
+    """``text`` cut to at most ``width`` columns, ending with "…" where it was cut."""
+    if cell_width(text) <= width:
+        return text
+    room = max(1, width - 1)
+    if text.isascii():
+        return text[:room] + "…"
+    kept: list[str] = []
+    used = 0
+    for c in text:
+        w = cell_width(c)
+        if used + w > room:
+            break
+        kept.append(c)
+        used += w
+    return "".join(kept) + "…"
+
+
+def pad_to_width(text: str, width: int) -> str:
+    """``text`` followed by spaces up to ``width`` columns."""
+    return text + " " * (width - cell_width(text))
+
+
 def check_label(field: str, value: object) -> str:
     """A name or project: 1-200 characters, none of them unsafe on a terminal (see
     :func:`unsafe_characters`)."""

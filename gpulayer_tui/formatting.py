@@ -61,6 +61,24 @@ def gpus_text(job: JobRowJSON) -> str:
 _USER_NAMES: dict[int, str] = {}
 
 
+_SAFE_IN_WORD = frozenset("@%+=:,./_-")
+
+
+def argv_text(words: list[str]) -> str:
+    """An argv as a shell would need it typed: a word with a space, quote or other
+    special character is single-quoted (``echo 'a b' c``), so word boundaries show; a
+    plain join made ``["echo", "a b", "c"]`` read as four words. (``shlex.join``'s
+    quoting, without importing ``re`` into a CLI call, and letting non-ASCII letters be.)
+    """
+    return " ".join(_quoted(str(word)) for word in words)
+
+
+def _quoted(word: str) -> str:
+    if word and all(c.isalnum() or c in _SAFE_IN_WORD for c in word):
+        return word
+    return "'" + word.replace("'", "'\"'\"'") + "'"
+
+
 def short_command(command: str) -> str:
     """A command line with its program's directory left out, arguments kept
     (``/opt/conda/envs/x/bin/python3 train.py`` -> ``python3 train.py``): a narrow table

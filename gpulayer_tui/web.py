@@ -211,7 +211,12 @@ async def _serve(server: WebServer, host: str, port: int, paths: Paths) -> int:
         await site.start()
     except OSError as err:
         await runner.cleanup()
-        print(f"gpulayer-tui web: cannot listen on {host}:{port}: {err}", file=sys.stderr)
+        from .fields import printable
+
+        print(
+            f"gpulayer-tui web: cannot listen on {printable(f'{host}:{port}: {err}')}",
+            file=sys.stderr,
+        )
         return 2
     bound_port = _bound_port(runner, port)
     if bound_port != port:  # --port 0: a free port, now known; the cookie is named for it

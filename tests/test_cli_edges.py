@@ -109,6 +109,26 @@ def test_a_batch_file_of_only_comments_is_refused_and_submits_nothing(
     assert engine.cli("jobs", "--json").stdout.strip() in ("[]", "")
 
 
+def test_a_batch_files_errors_name_its_line_and_a_byte_order_mark_is_no_command(
+    engine: Served, tmp_path: Path
+) -> None:
+    # The engine's "job 2 of 2" was the second command, not the file's line 5; and a
+    # UTF-8 byte order mark (some editors write one) became part of the first command,
+    # which then failed with 127.
+    batch = tmp_path / "jobs.txt"
+    batch.write_bytes(b"# header\n\necho a\n# c\necho b\x00\n")
+    out = engine.cli("submit", "--file", str(batch))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"{batch}: line 5: shell: " in out.stderr and "job 2 of 2" not in out.stderr
+    assert engine.cli("jobs", "--json").stdout.strip() in ("[]", "")
+    batch.write_bytes(b"\xef\xbb\xbfecho bom\ntrue\n")
+    out = engine.cli("submit", "--file", str(batch), "--json")
+    assert out.returncode == 0, out.stderr
+    first = json.loads(out.stdout)[0]
+    assert first["spec"]["shell"] == "echo bom"
+    assert engine.cli("wait", str(first["id"])).returncode == 0
+
+
 def test_a_spec_file_and_a_command_together_are_refused(engine: Served, tmp_path: Path) -> None:
     spec = tmp_path / "job.toml"
     spec.write_text('command = ["true"]\n')
@@ -276,3 +296,34 @@ def test_the_api_refuses_an_empty_page_a_keep_past_sqlite_and_a_batch_with_more(
     batch = {"jobs": [{"command": ["true"]}], "extra": 1}
     status, body = request(socket_path, "POST", "/v1/jobs", batch)
     assert status == 400 and body["error"].endswith("unknown key 'extra'"), body
+
+
+@pytest.mark.parametrize(
+    ("words", "usage"),
+    [
+        (["status", "1", "\x1b]0;PWN\x07"], "usage: gpulayer-tui status"),
+        (["submit", "--\x1b]0;PWN\x07", "--", "true"], "usage: gpulayer-tui submit"),
+        (["jobs", "--x\x1b[2J"], "usage: gpulayer-tui jobs"),
+        (["submit", "--env", "A\x1b[2J", "--", "true"], "usage: gpulayer-tui submit"),
+        (["domain", "drain"], "usage: gpulayer-tui domain"),
+    ],
+)
+def test_usage_errors_show_what_was_typed_as_text_with_the_subcommands_usage(
+    tmp_path: Path, words: list[str], usage: str
+) -> None:
+    # argparse echoed an unknown argument raw: an OSC sequence retitled the terminal, a
+    # CSI one cleared it; and errors about a subcommand's arguments showed the top level's
+    # usage.
+    out = subprocess.run(
+        [sys.executable, "-m", "gpulayer_tui", *words],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "GPULAYER_HOME": str(tmp_path)},
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert "\x1b" not in out.stderr and "\x07" not in out.stderr
+    assert out.stderr.startswith(usage), out.stderr
+    if "\x1b" in "".join(words):
+        assert "\\x1b" in out.stderr

@@ -103,6 +103,44 @@ def test_cli_job_views_escape_what_users_wrote() -> None:
     assert "\\x1b]0;pwned\\x07" in out
 
 
+def test_a_commands_words_keep_their_boundaries_and_escapes_in_status_and_detail() -> None:
+    # `submit -- echo 'a b' c` read as "echo a b c" (four words); the TUI's detail wrote
+    # a tab or newline in a word as itself (a newline started a new line).
+    from gpulayer_tui.formatting import argv_text
+    from gpulayer_tui.screens.job_detail import job_fields
+
+    assert argv_text(["echo", "a b", "c"]) == "echo 'a b' c"
+    assert argv_text(["sh", "-c", "it's"]) == "sh -c 'it'\"'\"'s'"
+    assert argv_text(["python3", "train.py", "--lr=0.1", "名前", ""]) == (
+        "python3 train.py --lr=0.1 名前 ''"
+    )
+    job: dict[str, Any] = {
+        "id": 1,
+        "name": "n",
+        "kind": "command",
+        "status": "running",
+        "termination_reason": None,
+        "exit_code": None,
+        "message": "",
+        "domains": ["cpu"],
+        "gpus": [],
+        "pid": 5,
+        "started_at": 1.0,
+        "ended_at": None,
+        "spec": {"command": ["printf", "a\tb\nc", "x y"], "cwd": "/tmp/a\nb"},
+        "priority": 0,
+        "created_at": 1.0,
+        "queued_at": None,
+        "owner_uid": 0,
+        "kill_at": None,
+        "stop_reason": None,
+    }
+    assert "  command     printf 'a\\x09b\\x0ac' 'x y'" in format_job(job, [], 3.0)
+    fields = job_fields(job, 3.0)  # type: ignore[arg-type]
+    assert fields["command"].plain == "printf 'a\\x09b\\x0ac' 'x y'"
+    assert fields["cwd"].plain == "/tmp/a\\x0ab"
+
+
 def test_the_cli_json_keeps_the_exact_text(served: Served) -> None:
     served.start("--simulate", "1xA100-80GB")
     done = served.cli("submit", "--name", "[/bold]x", "--json", "--", "sh", "-c", "echo \x1b[31m")
@@ -137,6 +175,56 @@ def test_the_jobs_table_keeps_each_reason_whole_and_fits_a_terminal_only() -> No
     cut = fit(text, 60)
     assert all(len(line) <= 60 for line in cut.splitlines()) and cut.splitlines()[1].endswith("…")
     assert fit(text, None) == text
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["日本語の名前テスト", "e\u0301\u0301\u0301x", "🚀 launch", "名" * 60, "plain"],
+)
+def test_the_jobs_table_lines_up_by_terminal_columns(name: str) -> None:
+    # Widths were counted in characters: a wide (CJK, emoji) or combining name pushed its
+    # row's columns out of line, and a cut "to the terminal" wrapped all the same.
+    from gpulayer_tui.cli.format import fit
+    from gpulayer_tui.fields import cell_width
+
+    def row(job_id: int, job_name: str) -> dict[str, Any]:
+        return {
+            "id": job_id,
+            "name": job_name,
+            "kind": "command",
+            "status": "completed",
+            "termination_reason": None,
+            "exit_code": 0,
+            "message": "done",
+            "domains": [],
+            "gpus": [],
+            "pid": None,
+            "started_at": None,
+            "ended_at": None,
+            "spec": {},
+        }
+
+    text = format_jobs([row(1, name), row(2, "x")], 0.0)  # type: ignore[list-item]
+    header, first, second = text.splitlines()
+    # every column starts at the same terminal column on every line
+    start = cell_width(header[: header.index("STATUS")])
+    assert cell_width(first[: first.index("completed")]) == start
+    assert cell_width(second[: second.index("completed")]) == start
+    assert cell_width(first.split("  ")[1].strip()) <= 24  # the NAME column's cut
+    for width in (20, 37, 60):
+        assert all(cell_width(line) <= width for line in fit(text, width).splitlines())
+
+
+def test_cell_width_counts_terminal_columns() -> None:
+    from gpulayer_tui.fields import cell_width, cut_to_width
+
+    assert cell_width("abc") == 3
+    assert cell_width("日本") == 4
+    assert cell_width("e\u0301x") == 2
+    assert cell_width("a\u200bb") == 2  # zero-width space
+    assert cut_to_width("日本語", 4) == "日…"
+    assert cut_to_width("日本語", 6) == "日本語"
+    assert cut_to_width("abcdef", 4) == "abc…"
 
 
 def _drawn(app: Any) -> str:

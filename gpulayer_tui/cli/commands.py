@@ -163,6 +163,8 @@ def _command_lines(path: str) -> list[str]:
     else:
         with open(path, "rb") as fh:
             raw = fh.read()
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]  # a UTF-8 byte order mark (some editors write one): not a command
     lines = []
     for number, line in enumerate(raw.splitlines(), 1):
         try:
@@ -172,6 +174,19 @@ def _command_lines(path: str) -> list[str]:
                 f"{path}: line {number} is not UTF-8 text: {repr(line)[2:-1][:80]}"
             ) from None
     return lines
+
+
+def _by_line(message: str, path: str, numbers: list[int]) -> str:
+    """The engine's "job K of N: ..." about a ``--file`` batch, as "PATH: line L: ...":
+    comments and blank lines make the job's number differ from its line's."""
+    head, sep, rest = message.partition(" of ")
+    if not sep or not head.startswith("job ") or not head[4:].isdigit():
+        return message
+    count, sep, detail = rest.partition(": ")
+    index = int(head[4:]) - 1
+    if not sep or count != str(len(numbers)) or not 0 <= index < len(numbers):
+        return message
+    return f"{path}: line {numbers[index]}: {detail}"
 
 
 def _is_json(raw: bytes) -> bool:
@@ -334,11 +349,15 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         # Each line is a shell line as written; the engine runs a plain one without a
         # shell (see engine/commandline.py).
         env = base.pop("env", None)
-        specs = [dict(base, shell=ln) for ln in lines if ln and not ln.startswith("#")]
+        numbers = [n for n, ln in enumerate(lines, 1) if ln and not ln.startswith("#")]
+        specs = [dict(base, shell=lines[n - 1]) for n in numbers]
         if not specs:
             _error(f"{args.file}: no command lines found")
             return EXIT_USAGE
-        jobs = _submit_once(client, specs, env)
+        try:
+            jobs = _submit_once(client, specs, env)
+        except ApiError as err:
+            raise ApiError(err.status, _by_line(str(err), args.file, numbers)) from None
     else:
         if not cmd:
             parser.error("submit needs a command: gpulayer-tui submit [OPTIONS] -- CMD ARGS...")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 
-from ..fields import printable
+from ..fields import cell_width, cut_to_width, pad_to_width, printable
 from ..formatting import (
+    argv_text,
     domains_text,
     duration,
     gib,
@@ -30,10 +31,12 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
+            widths[i] = max(widths[i], cell_width(cell))
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
     for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        lines.append(
+            "  ".join(pad_to_width(c, w) for c, w in zip(row, widths, strict=True)).rstrip()
+        )
     return "\n".join(lines)
 
 
@@ -49,9 +52,7 @@ def fit(text: str, width: int | None) -> str:
     where nothing a script may grep for should be lost)."""
     if width is None:
         return text
-    return "\n".join(
-        line if len(line) <= width else line[: max(1, width - 1)] + "…" for line in text.split("\n")
-    )
+    return "\n".join(cut_to_width(line, width) for line in text.split("\n"))
 
 
 def format_jobs(jobs: list[JobRowJSON], now: float) -> str:
@@ -64,7 +65,7 @@ def format_jobs(jobs: list[JobRowJSON], now: float) -> str:
         rows.append(
             [
                 str(job["id"]),
-                job["name"][:24],
+                cut_to_width(job["name"], 24),
                 user_text(job),
                 job["status"] + (f" {health}" if (health := replica_health(job)) else ""),
                 domains_text(job),
@@ -92,7 +93,7 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
     if isinstance(command, str):  # (an adopted process's command line, as /proc has it)
         shown = command
     else:
-        shown = " ".join(command) if command else f"sh -c {spec.get('shell', '')!r}"
+        shown = argv_text(command) if command else f"sh -c {spec.get('shell', '')!r}"
     lines = [
         f"job {job['id']}  {job['name']}  [{job['kind']}]",
         f"  status      {job['status']}"

@@ -14,7 +14,7 @@ from .. import __version__
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (annotations only; the wire rules load when an option needs one)
     from collections.abc import Callable, Sequence
-    from typing import Any
+    from typing import Any, NoReturn
 
 
 def positive_int(text: str) -> int:
@@ -131,6 +131,26 @@ def _columns() -> int:
     return columns or 80
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose error messages show what was typed as text: an argument
+    holding terminal escapes is written escaped (see :func:`printable`), never raw."""
+
+    def error(self, message: str) -> NoReturn:
+        from ..fields import printable
+
+        super().error(printable(message))
+
+
+def parser_for(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    """The parser of subcommand ``command`` (its usage is what an error about its
+    arguments should show), or ``parser`` itself."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The command-line grammar.
 
@@ -138,7 +158,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         only: The subcommand being run: only its arguments are built (building all of
             them is ~5 ms of every CLI call); ``None`` builds everything.
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gpulayer-tui",
         formatter_class=_Formatter,
         description="A terminal workstation manager for GPU machines.",

@@ -25,9 +25,10 @@ class _ParserOnDemand:
         self._words = words
 
     def error(self, message: str) -> None:
-        from .grammar import build_parser, subcommand_of
+        from .grammar import build_parser, parser_for, subcommand_of
 
-        build_parser(only=subcommand_of(self._words)).error(message)
+        command = subcommand_of(self._words)
+        parser_for(build_parser(only=command), command).error(message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,10 +47,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args: Any = quick
         parser: Any = _ParserOnDemand(words)
     else:
-        from .grammar import build_parser, subcommand_of
+        from .grammar import build_parser, parser_for, subcommand_of
 
         parser = build_parser(only=subcommand_of(words))
-        args = parser.parse_args(words)
+        args, extra = parser.parse_known_args(words)
+        if extra:  # (told with the subcommand's usage, not the top level's)
+            parser_for(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
     from ..engine.paths import resolve_paths
 
     paths = resolve_paths(args.config)
@@ -67,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_tui(paths, args.simulate, args.simulate_if_no_gpu)
     if args.simulate or args.simulate_if_no_gpu:
         parser.error("--simulate applies to --serve (the engine owns the GPUs)")
+    if quick is None:  # (errors about a subcommand's arguments show its usage)
+        parser = parser_for(parser, args.command)
     if args.command == "install-service":
         from .install_service import run_install_service
 

@@ -21,7 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from .. import keymap
-from ..formatting import user_text
+from ..formatting import argv_text, user_text
 from ..view import view_of
 from ..widgets.cluster_panel import ClusterPanel
 from ..widgets.engine_status import EngineStatus
@@ -206,7 +206,7 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
             if job is None:
                 continue
             spec = job.get("spec") or {}
-            command = " ".join(spec.get("command") or []) or spec.get("shell") or job.get("name")
+            command = argv_text(spec.get("command") or []) or spec.get("shell") or job.get("name")
             rows[n] = replace(row, command=str(command or ""))
         return rows
 

@@ -24,6 +24,7 @@ from textual.widgets import Input, Label, Static
 
 from .. import keymap
 from ..backend import BackendError, ConnectionLost
+from ..fields import printable
 from ..formatting import dependencies_text, duration, replica_health, replica_state, user_text
 from ..pager import page_file
 from ..view import view_of
@@ -81,7 +82,7 @@ FIELDS = (
 
 def _cwd(spec: dict[str, Any]) -> Content:
     """The working directory and, for ``submit --snapshot``, the copy's commit (one line)."""
-    cwd = str(spec.get("cwd") or "")
+    cwd = printable(str(spec.get("cwd") or ""))
     snap = spec.get("snapshot")
     if not cwd or not isinstance(snap, dict):
         return _or_dash(cwd)
@@ -214,7 +215,7 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
         "status": status_value,
         "exit": _or_dash("" if exit_code is None else str(exit_code)),
         "message": _or_dash(" ".join(str(job.get("message") or "").split())),
-        "command": Content(command_line),
+        "command": Content(printable(command_line)),
         "cwd": _cwd(spec),
         "domains": _or_dash(_placement(job, spec)),
         "replicas": replica_lines(job, now),

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..formatting import domains_text, gpus_text, user_text
+from ..formatting import argv_text, domains_text, gpus_text, user_text
 from ..wire import ACTIVE_STATUSES, JOB_SORTS, STATUS_RANK, JobRowJSON
 
 __all__ = ["domains_text", "gpus_text", "user_text"]  # (shared with the CLI's jobs table)
@@ -111,14 +111,15 @@ def job_spec(job: JobRowJSON) -> dict[str, Any]:
     return spec if isinstance(spec, dict) else {}
 
 
-def command_text(job: JobRowJSON) -> str:
-    """The job's command as one line (argv joined, or the shell line)."""
+def command_text(job: JobRowJSON, quoted: bool = True) -> str:
+    """The job's command as one line: argv shell-quoted (``quoted=False``: joined with
+    spaces, as the engine's text filter matches it), or the shell line."""
     spec = job_spec(job)
     command = spec.get("command")
     if isinstance(command, str):  # (an adopted process's command line, as /proc has it)
         return command
     if command:
-        return " ".join(str(word) for word in command)
+        return argv_text(command) if quoted else " ".join(str(word) for word in command)
     return str(spec.get("shell") or "")
 
 
@@ -137,7 +138,7 @@ def filter_haystack(job: JobRowJSON) -> str:
         (
             str(job["id"]),
             str(job.get("name", "")),
-            command_text(job),
+            command_text(job, quoted=False),
             str(job.get("message") or ""),
             str(job.get("status", "")),
             *(str(d) for d in job.get("domains") or ()),
