@@ -94,10 +94,16 @@ def printable(text: str, keep: str = "") -> str:
     unsafe = set(unsafe_characters(text)).difference(keep)
     if not unsafe:
         return text
-    return "".join(
-        c if c not in unsafe else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
-        for c in text
-    )
+    return "".join(c if c not in unsafe else _escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    if code < 256:
+        return f"\\x{code:02x}"
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape): that byte
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{code:04x}"
 
 
 def cell_width(text: str) -> int:
@@ -267,10 +273,11 @@ RULES: dict[str, Any] = {
 
 def parse_whole(field: str, text: str) -> int:
     """A whole number typed by a person."""
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise FieldError(field, f"expected a whole number, got {text!r}") from None
+    digits = text.strip()
+    unsigned = digits[1:] if digits[:1] in ("-", "+") else digits
+    if not (unsigned.isascii() and unsigned.isdigit()):  # (int() takes "1_0" and "٣")
+        raise FieldError(field, f"expected a whole number, got {text!r}")
+    return int(digits)
 
 
 def parse_number(field: str, text: str) -> float:
@@ -298,11 +305,10 @@ def parse_field(field: str, text: str) -> Any:
 
 def parse_job_id(text: str, field: str = "job") -> int:
     """A job id typed by a person."""
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise FieldError(field, f"a job id is a number, got {text!r}") from None
-    return check_job_id(value, field)
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()):  # (int() takes "1_0" and "٣")
+        raise FieldError(field, f"a job id is a number, got {text!r}")
+    return check_job_id(int(digits), field)
 
 
 def parse_job_ids(text: str, field: str = "depends_on") -> list[int]:

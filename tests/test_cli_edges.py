@@ -327,3 +327,33 @@ def test_usage_errors_show_what_was_typed_as_text_with_the_subcommands_usage(
     assert out.stderr.startswith(usage), out.stderr
     if "\x1b" in "".join(words):
         assert "\\x1b" in out.stderr
+
+
+def test_small_cli_mistakes_are_told_not_ignored(engine: Served, tmp_path: Path) -> None:
+    # Each of these ran quietly on something else than what was typed.
+    first = _submit(engine, "--", "true")
+    second = _submit(engine, "--", "true")
+    both = engine.cli("submit", "--after", f"{first},{second}", "--json", "--", "true")
+    assert both.returncode == 0, both.stderr  # a comma list, as `jobs --status a,b`
+    assert json.loads(both.stdout)["spec"]["depends_on"] == [int(first), int(second)]
+    for typed in ("1_0", "\u0663", "1e1"):  # int() read "1_0" as 10 and "٣" as 3
+        out = engine.cli("status", typed)
+        assert out.returncode == 2 and "a job id is a number" in out.stderr, typed
+    out = engine.cli("submit", "--cwd=", "--", "true")
+    assert out.returncode == 2 and "--cwd needs a folder" in out.stderr
+    out = engine.cli("--config", str(tmp_path / "nope.toml"), "jobs")
+    assert out.returncode == 2 and "--config: no such file" in out.stderr
+    listed = engine.cli("domain", "list", "gpu0", "--json")
+    assert [d["name"] for d in json.loads(listed.stdout)] == ["gpu0"]
+    out = engine.cli("domain", "list", "gpu7")
+    assert out.returncode == 2 and "unknown domain 'gpu7'" in out.stderr
+    out = engine.cli("submit", "--replicas", "2", "--", "true")
+    assert "--replicas only applies to services: add --service" in out.stderr
+
+
+def test_bytes_that_were_not_utf8_are_shown_as_those_bytes() -> None:
+    from gpulayer_tui.fields import printable
+
+    # (a non-UTF-8 argv or environment arrives with surrogateescape: \udcff for 0xff)
+    assert printable("a\udcff\udcfeb") == "a\\xff\\xfeb"
+    assert printable("\x1b\u202e") == "\\x1b\\u202e"

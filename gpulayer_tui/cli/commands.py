@@ -73,6 +73,8 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     deps = _dependencies(args.after, args.after_any)
     if deps:
         spec["depends_on"] = deps
+    if args.cwd == "":
+        parser.error("--cwd needs a folder (it was empty)")
     spec["cwd"] = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
     env: dict[str, str] = {} if args.no_inherit_env else dict(os.environ)
     for item in args.env:
@@ -95,7 +97,8 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         spec.update(given)
     elif given:
         flags = ", ".join(SERVICE_FLAGS[k] for k in given)
-        parser.error(f"{flags} only apply to services: add --service")
+        verb = "applies" if len(given) == 1 else "apply"
+        parser.error(f"{flags} only {verb} to services: add --service")
     return spec
 
 
@@ -624,6 +627,11 @@ def _adopt(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
 def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.action == "list":
         domains = client.request("GET", "/domains")["domains"]
+        if args.name:  # one domain (it was ignored: every domain was listed)
+            domains = [d for d in domains if d["name"] == args.name]
+            if not domains:
+                _error(f"unknown domain {args.name!r}")
+                return EXIT_USAGE
         if args.json:
             _print_json(domains)
         else:

@@ -3,9 +3,10 @@
 The word lists are read from the argparse grammar (:mod:`.grammar`) when the script is
 generated, so they cannot drift from the command line: every subcommand, every option
 (with its help for zsh and fish), which options take a value and what kind (a job id: a
-``job_id_arg`` type; a domain or a directory: marked with ``grammar.completes``; a file:
-metavar ``PATH``; a choice). Job ids and domain names come from the running engine through
-the hidden ``gpulayer-tui __complete jobs|domains PREFIX`` (:mod:`.complete`).
+``job_id_arg`` or ``job_ids_arg`` type; a domain or a directory: marked with
+``grammar.completes``; a file: metavar ``PATH``; a choice). Job ids and domain names
+come from the running engine through the hidden ``gpulayer-tui __complete jobs|domains
+PREFIX`` (:mod:`.complete`).
 
 bash and zsh share the scanner (which subcommand, which positional, is an option's value
 wanted) and the tables, written in the syntax both read; fish has its own ``complete``
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 
-from .grammar import build_parser, job_id_arg
+from .grammar import build_parser, job_id_arg, job_ids_arg
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def _kind(action: argparse.Action) -> str:
     marked = getattr(action, "completes", None)
     if marked:
         return str(marked)
-    if action.type is job_id_arg:
+    if action.type in (job_id_arg, job_ids_arg):
         return "jobs"
     if action.choices:
         words = [str(c) for c in action.choices]

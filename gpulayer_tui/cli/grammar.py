@@ -47,6 +47,20 @@ def job_id_arg(text: str) -> int:
     return _field("job")(text)  # type: ignore[no-any-return]
 
 
+def job_ids_arg(text: str) -> list[int]:
+    """One job id or several, separated by commas (``--after 3,4``, as ``jobs --status``
+    takes a list)."""
+    from .. import fields as wire
+
+    try:
+        ids = wire.parse_job_ids(text, "job")
+    except wire.FieldError as err:
+        raise argparse.ArgumentTypeError(err.detail) from None
+    if not ids:
+        raise argparse.ArgumentTypeError(f"a job id is a number, got {text!r}")
+    return ids
+
+
 def positive_number(text: str) -> float:
     """A number greater than 0 (seconds to wait)."""
     from .. import fields as wire
@@ -222,16 +236,16 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--after",
-        type=job_id_arg,
-        action="append",
+        type=job_ids_arg,
+        action="extend",
         default=[],
         metavar="ID",
-        help="run after job ID completes (cancelled if it does not)",
+        help="run after job ID completes (cancelled if it does not); ID,ID for more",
     )
     p.add_argument(
         "--after-any",
-        type=job_id_arg,
-        action="append",
+        type=job_ids_arg,
+        action="extend",
         default=[],
         metavar="ID",
         help="run after job ID ends, whatever its outcome",
@@ -397,15 +411,15 @@ def _edit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--project")
     p.add_argument(
         "--after",
-        type=job_id_arg,
-        action="append",
+        type=job_ids_arg,
+        action="extend",
         metavar="ID",
         help="wait for job ID to complete (replaces what it waits for; repeat for more)",
     )
     p.add_argument(
         "--after-any",
-        type=job_id_arg,
-        action="append",
+        type=job_ids_arg,
+        action="extend",
         metavar="ID",
         help="wait for job ID to end, whatever its outcome (replaces, like --after)",
     )

@@ -56,6 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..engine.paths import resolve_paths
 
     paths = resolve_paths(args.config)
+    if args.config is not None and args.command != "install-service":
+        import os
+
+        if not os.path.isfile(paths.config_file):  # (a typo ran on the defaults, silently)
+            parser.error(f"--config: no such file: {paths.config_file}")
     if args.serve:
         if args.command:
             parser.error("--serve takes no subcommand")

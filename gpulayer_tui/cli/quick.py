@@ -44,6 +44,13 @@ def _job_id(text: str) -> int:
     return fields.parse_job_id(text)
 
 
+def _job_ids(text: str) -> list[int]:
+    ids = fields.parse_job_ids(text, "job")
+    if not ids:
+        raise fields.FieldError("job", f"a job id is a number, got {text!r}")
+    return ids
+
+
 def _typed(name: str) -> Callable[[str], Any]:
     return lambda text: fields.parse_field(name, text)
 
@@ -72,8 +79,8 @@ _SUBMIT: dict[str, _Option] = {
     "--no-requeue": ("no_requeue", "flag", None),
     "--snapshot": ("snapshot", "flag", None),
     "--no-snapshot": ("no_snapshot", "flag", None),
-    "--after": ("after", "append", _job_id),
-    "--after-any": ("after_any", "append", _job_id),
+    "--after": ("after", "extend", _job_ids),
+    "--after-any": ("after_any", "extend", _job_ids),
     "--timeout": ("timeout", "value", _typed("timeout")),
     "--priority": ("priority", "value", _typed("priority")),
     "--cwd": ("cwd", "value", str),
@@ -236,6 +243,8 @@ def _take(
     value = parse_value(text)
     if kind == "append":
         values[key] = [*(values[key] or []), value]
+    elif kind == "extend":
+        values[key] = [*(values[key] or []), *value]
     else:
         values[key] = value
     return after
