@@ -48,7 +48,11 @@ def start_background_engine(
     Raises:
         RuntimeError: It exited or did not answer in time (the message has its log's tail).
     """
-    args = [sys.executable, "-m", "gpulayer_tui", "--serve", "--config", str(paths.config_file)]
+    args = [sys.executable, "-m", "gpulayer_tui", "--serve"]
+    if paths.config_file.is_file():
+        # (when there is none, it is the default path, which the engine finds by itself:
+        # a --config naming no file is refused)
+        args += ["--config", str(paths.config_file)]
     if simulate:
         args += ["--simulate", simulate]
     elif simulate_if_no_gpu:
