@@ -209,6 +209,50 @@ def test_another_user_sees_env_names_not_values_and_logs_only_where_shared(
         shared.served.cli("cancel", job)
 
 
+def _on_a_terminal(argv: list[str], env: dict[str, str], cwd: Path) -> bytes:
+    """What ``argv`` writes to its standard output when that is a terminal (a pty)."""
+    master, slave = os.openpty()
+    try:
+        subprocess.run(argv, stdout=slave, stderr=subprocess.DEVNULL, env=env, cwd=cwd, timeout=60)
+    finally:
+        os.close(slave)
+    out = b""
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # (EIO: every writer is gone and all was read)
+            break
+        if not data:
+            break
+        out += data
+    os.close(master)
+    return out
+
+
+def test_another_users_output_reaches_a_terminal_with_its_controls_escaped(
+    shared: SharedEngine,
+) -> None:
+    # With share_logs, `logs` wrote another user's bytes raw: their output could retitle,
+    # clear or (on some terminals) write the clipboard of the reader's terminal.
+    shared.allow('allowed_groups = ["nogroup"]\nshare_logs = true')
+    mine = shared.call("POST", "/jobs", {"shell": "printf 'a\\033]0;PWN\\007b\\302\\233c\\n'"})
+    job = str(mine["job"]["id"])
+    assert shared.call("GET", f"/jobs/{job}/wait")["job"]["status"] == "completed"
+    raw = b"a\x1b]0;PWN\x07b\xc2\x9bc\r\n"  # (the pty writes a newline as CR LF)
+    shown = _on_a_terminal([*_NOBODY_CLIENT, "logs", job], shared.served.env, _NOBODY_CWD[0])
+    assert shown == b"a\\x1b]0;PWN\\x07b\\x9bc\r\n"
+    asked = _on_a_terminal(
+        [*_NOBODY_CLIENT, "logs", "--raw", job], shared.served.env, _NOBODY_CWD[0]
+    )
+    assert asked == raw
+    piped = shared.nobody("logs", job)  # not a terminal: the bytes as they are
+    assert piped.stdout == "a\x1b]0;PWN\x07b\x9bc\n"
+    own = _on_a_terminal(
+        [sys.executable, "-m", "gpulayer_tui", "logs", job], shared.served.env, REPO
+    )
+    assert own == raw  # one's own output: colours and progress bars as they are
+
+
 def test_a_user_cancels_only_its_own_jobs_and_the_engines_user_any(shared: SharedEngine) -> None:
     shared.allow('allowed_groups = ["nogroup"]')
     mine = shared.call("POST", "/jobs", {"command": ["sleep", "60"]})["job"]

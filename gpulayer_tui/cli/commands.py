@@ -449,6 +449,7 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     if args.replica is not None:
         query.append(f"replica={args.replica}")
     out = sys.stdout.buffer
+    safe = _OthersOutput() if _shown_as_text(client, args) else None
     written = 0
     # Following, a quiet stream is asked about after this long: a quiet job, or an engine
     # that stopped answering (frozen: a stream would wait on it for ever)?
@@ -457,9 +458,12 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         path = f"/jobs/{args.job}/logs?" + "&".join([*query, f"offset={written}"])
         try:
             for chunk in client.stream(path, idle=idle):
-                out.write(chunk)
+                out.write(chunk if safe is None else safe.text(chunk))
                 out.flush()
                 written += len(chunk)
+            if safe is not None:
+                out.write(safe.text(b"", final=True))
+                out.flush()
             return EXIT_OK
         except StreamIdle:
             try:
@@ -474,6 +478,36 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         # it stopped, once an engine answers again.
         _error(f"lost the engine; reconnecting to follow job {args.job} from byte {written}")
         _wait_for_engine(client)
+
+
+def _shown_as_text(client: Client, args: argparse.Namespace) -> bool:
+    """Whether ``logs`` writes the job's output with its control characters escaped: on
+    a terminal, for another user's job (``[security] share_logs``), unless ``--raw``.
+    Another user's bytes could otherwise set this terminal's title, clear it or (on some
+    terminals) write its clipboard. One's own output goes as it is (colours, progress
+    bars)."""
+    if args.raw or not sys.stdout.isatty():
+        return False
+    owner = client.job(args.job)["job"].get("owner_uid")
+    return owner is not None and owner != os.getuid()
+
+
+class _OthersOutput:
+    """Bytes with their C0 controls but newline, tab and carriage return, DEL and the C1
+    controls (UTF-8 ``\\xc2\\x80``-``\\xc2\\x9f``) written as ``\\xNN``."""
+
+    def __init__(self) -> None:
+        import re  # (only here: a CLI call never loads it otherwise)
+
+        self._controls = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]")
+        self._carry = b""  # a chunk's last byte when it may start a C1 control
+
+    def text(self, chunk: bytes, final: bool = False) -> bytes:
+        data = self._carry + chunk
+        self._carry = b""
+        if data.endswith(b"\xc2") and not final:
+            data, self._carry = data[:-1], b"\xc2"
+        return self._controls.sub(lambda m: b"\\x%02x" % m.group()[-1], data)
 
 
 def _wait_for_engine(client: Client) -> None:
