@@ -263,6 +263,42 @@ def test_read_only_state_dir_refuses_to_start_with_the_reason(
     assert served.cli("status", job).returncode == 0  # history intact
 
 
+def test_a_migration_on_a_full_disk_says_the_disk_is_full_and_keeps_the_database(
+    served: Served, tiny_fs: Path
+) -> None:
+    # SQLite rolls a transaction back itself when the disk fills; our own ROLLBACK then
+    # raised "cannot rollback - no transaction is active", which hid the reason.
+    from gpulayer_tui.engine.store import MIGRATIONS
+
+    database = tiny_fs / "gpulayer.db"
+    with sqlite3.connect(database) as db:
+        for statement in MIGRATIONS[0]:
+            db.execute(statement)
+        db.executemany(
+            "INSERT INTO jobs (id, name, kind, status, message, created_at, ended_at, spec) "
+            "VALUES (?, 'true', 'command', 'completed', ?, 1.0, ?, '{}')",
+            [(i, "x" * 40, float(i)) for i in range(1, 8001)],
+        )
+        db.execute("PRAGMA user_version = 1")
+    db.close()
+    filler = tiny_fs / "filler"
+    _fill(filler)
+    # Room for the engine's start-up files, not for the migration's new index pages.
+    os.truncate(filler, filler.stat().st_size - 100 * 1024)
+    proc = served.start("--simulate", "1xA100-80GB", wait=False)
+    assert proc.wait(timeout=30) == 2
+    log = served.log.read_text()
+    assert "full" in log and "no transaction is active" not in log, log[-2000:]
+    assert "Traceback" not in log
+    with sqlite3.connect(database) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] >= 1
+        assert db.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+        assert db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 8000
+    filler.unlink()
+    served.start("--simulate", "1xA100-80GB")  # with room again, it migrates and serves
+    assert served.cli("status", "8000").returncode == 0
+
+
 def test_database_from_a_newer_schema_stops_serve_with_the_reason(served: Served) -> None:
     served.home.mkdir(parents=True)
     with sqlite3.connect(served.home / "gpulayer.db") as db:

@@ -40,6 +40,7 @@ from ..wire import (
     UsageJSON,
     UsageSummaryJSON,
 )
+from .. import __version__
 from .errors import StoreError, WriteDeferred
 from .models import (
     Event,
@@ -523,7 +524,8 @@ class Store:
         if current > SCHEMA_VERSION:
             raise StoreError(
                 f"{self.path}: database schema version {current} is newer than this "
-                f"gpulayer-tui understands ({SCHEMA_VERSION}); upgrade gpulayer-tui"
+                f"gpulayer-tui understands ({SCHEMA_VERSION}, gpulayer-tui {__version__}): "
+                "it was written by a newer gpulayer-tui; upgrade gpulayer-tui"
             )
         for version in range(current, SCHEMA_VERSION):
             db.execute("BEGIN IMMEDIATE")
@@ -533,7 +535,10 @@ class Store:
                 db.execute(f"PRAGMA user_version = {version + 1}")
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                # SQLite may have rolled back already (a full disk does): a ROLLBACK of
+                # no transaction would raise and hide the real reason.
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
             log.info("database migrated to schema version %d", version + 1)
 
