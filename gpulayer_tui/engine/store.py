@@ -32,6 +32,7 @@ from typing import Any
 
 import aiosqlite
 
+from .. import __version__
 from ..wire import (
     ACTIVE_STATUSES,
     ROW_SPEC_KEYS,
@@ -40,7 +41,6 @@ from ..wire import (
     UsageJSON,
     UsageSummaryJSON,
 )
-from .. import __version__
 from .errors import StoreError, WriteDeferred
 from .models import (
     Event,
