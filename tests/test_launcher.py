@@ -170,6 +170,71 @@ async def test_losing_the_whole_launcher_loses_exit_codes_but_never_a_job(
     assert done.exit_code is None
 
 
+def _all(state_dir: Path, role: str) -> list[psutil.Process]:
+    module = "gpulayer_tui.engine.keeper" if role == "keeper" else "gpulayer_tui.engine.launcher"
+    return [
+        proc
+        for proc in psutil.process_iter(["cmdline"])
+        if module in (proc.info["cmdline"] or []) and str(state_dir) in proc.info["cmdline"]
+    ]
+
+
+async def test_the_launchers_files_removed_under_it_never_start_a_job_twice(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A tmp cleaner (or a person) removed launch.sock, launcher.lock and the journal while
+    # jobs ran: the next engine found no lock, started a second keeper and spawner beside
+    # the first, and their empty journal had it start both jobs again (each ran twice).
+    # With only the socket gone, no engine could start for as long as a job ran.
+    engine = await make_engine()
+    state = engine.paths.state_dir
+    gate = tmp_path / "go"
+    side = tmp_path / "side"
+    script = f"echo $GPULAYER_JOB_ID >> {side}; while [ ! -e {gate} ]; do sleep 0.02; done; exit 5"
+    jobs = [await engine.submit({"shell": script, "gpus": 0}) for _ in range(2)]
+    await eventually(lambda: side.exists() and len(side.read_text().split()) == 2)
+    keeper = _launcher(state, "keeper")
+    spawner = _launcher(state, "spawner")
+    await engine.stop()
+    for name in ("launch.sock", "launcher.lock", journal.NAME):
+        (state / name).unlink()
+    second = await make_engine()
+    assert [p.pid for p in _all(state, "keeper")] == [keeper.pid]  # still the one launcher
+    assert [p.pid for p in _all(state, "spawner")] == [spawner.pid]
+    assert (state / "launch.sock").exists() and (state / journal.NAME).exists()
+    gate.touch()
+    for job in jobs:
+        done = await second.wait(job.id, timeout=15)
+        assert done.status is JobStatus.FAILED and done.exit_code == 5, done.message
+    assert sorted(side.read_text().split()) == sorted(str(j.id) for j in jobs)  # once each
+    log = (state / "launcher.log").read_text()
+    assert "launch.sock was removed or replaced: listening on it again" in log
+
+
+async def test_a_spawner_whose_keeper_died_retires_once_no_job_runs(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A dead keeper went unnoticed: a later spawner crash then lost the exit codes of
+    # every running job (nobody above it to inherit them). The spawner now finishes what
+    # runs, then retires, and the engine starts a new keeper and spawner.
+    engine = await make_engine()
+    state = engine.paths.state_dir
+    gate, job = await _gated(engine, tmp_path, exit_code=5)
+    keeper = _launcher(state, "keeper")
+    spawner = _launcher(state, "spawner")
+    keeper.kill()
+    await eventually(lambda: pid_gone(keeper.pid))
+    assert not pid_gone(spawner.pid)  # it serves on while the job runs
+    gate.touch()
+    done = await engine.wait(job.id, timeout=15)
+    assert done.status is JobStatus.FAILED and done.exit_code == 5  # its code is kept
+    await eventually(lambda: pid_gone(spawner.pid), timeout=15)
+    assert "its keeper is gone" in (state / "launcher.log").read_text()
+    again = await engine.submit({"command": ["true"], "gpus": 0})
+    assert (await engine.wait(again.id, timeout=15)).status is JobStatus.COMPLETED
+    assert _launcher(state, "keeper").pid != keeper.pid
+
+
 async def test_a_cancel_outlives_the_engine_and_decides_the_end(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

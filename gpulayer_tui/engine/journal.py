@@ -133,6 +133,15 @@ class Journal:
         """Append one line (a single write: all of it, or nothing usable)."""
         os.write(self._fd, line(*fields))
 
+    def moved(self) -> bool:
+        """Whether its path no longer names the file it writes (removed or replaced)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        own = os.fstat(self._fd)
+        return (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino)
+
     def compact(self, entries: dict[str, Entry]) -> None:
         """Rewrite the journal with only ``entries`` (at start, before any other write)."""
         tmp = f"{self.path}.tmp"

@@ -29,7 +29,7 @@ import sys
 import time
 
 from . import journal, procstat
-from .launcher import KEEPER_FD, LOCK, TASK_ENV, exit_code, waited_code
+from .launcher import KEEPER_FD, LOCK, TASK_ENV, claim, exit_code, waited_code
 
 PR_SET_CHILD_SUBREAPER = 36
 ENVIRON_WAIT_S = 1.0
@@ -324,6 +324,10 @@ def keep(state_dir: str, idle: float) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return 0  # another keeper serves this state dir
+    held = claim(state_dir)  # (kept open for the keeper's whole life)
+    if held is None:
+        _say("another launcher serves this state dir (its launcher.lock was removed)")
+        return 0
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):

@@ -46,7 +46,7 @@ from typing import Any
 from ..fields import printable
 from ..unixsock import SocketPath
 from .executor import Exit, LaunchError, OnExit, OnStart, Started, TaskKey, task_name
-from .launcher import ENV_CACHE, LOCK, LOG, SOCKET, why_not_runnable
+from .launcher import ENV_CACHE, LOCK, LOG, SOCKET, claimed, why_not_runnable
 from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -277,18 +277,19 @@ class LauncherExecutor:
             delay = min(0.1, delay * 2)
 
     def _launcher_alive(self) -> bool:
-        """True if a keeper holds the state dir's launcher lock."""
+        """True if a keeper holds the state dir's launcher lock, or its abstract name
+        (which outlives a removed lock file: see :func:`.launcher.claim_name`)."""
         try:
             fd = os.open(self.state_dir / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            return False
+            return claimed(str(self.state_dir))
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
         finally:
             os.close(fd)
-        return False
+        return claimed(str(self.state_dir))
 
     def _start_launcher(self) -> None:
         if self._started_at is not None and time.monotonic() - self._started_at < 0.5:

@@ -78,6 +78,53 @@ DEFAULT_SIGNALS = (
     signal.SIGXFSZ,
 )
 OUTBOX_LIMIT = 64 * 1024 * 1024
+FILES_CHECK_S = 1.0  # how often the spawner checks that its socket and journal still exist
+
+
+def claim_name(state_dir: str) -> bytes:
+    """The abstract Unix socket name a keeper holds for ``state_dir`` (by its device and
+    inode, so it names this folder whatever path reaches it).
+
+    ``launcher.lock`` alone did not keep a second launcher out once the file was removed
+    under a running one (a tmp cleaner, a person tidying the folder): a new engine found
+    no lock, started a second keeper and spawner, and their empty journal made it start
+    every running job again. An abstract name lives exactly as long as its keeper and no
+    file removal touches it.
+    """
+    st = os.stat(state_dir)
+    return f"\0gpulayer-tui-launcher:{st.st_dev}:{st.st_ino}".encode()
+
+
+def claim(state_dir: str) -> socket.socket | None:
+    """Hold ``state_dir``'s launcher name (see :func:`claim_name`); ``None`` if another
+    keeper holds it."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # (not inherited by spawns)
+    try:
+        sock.bind(claim_name(state_dir))
+    except OSError as err:
+        sock.close()
+        if err.errno == errno.EADDRINUSE:
+            return None
+        raise
+    sock.listen(64)  # never accepted: a connect that is queued (or refused as full) says
+    return sock  # "held"; one refused outright says nobody holds it
+
+
+def claimed(state_dir: str) -> bool:
+    """Whether a keeper holds ``state_dir``'s launcher name."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        sock.connect(claim_name(state_dir))
+    except (BlockingIOError, InterruptedError):
+        return True  # its queue is full: held
+    except OSError:
+        return False  # ECONNREFUSED: no one listens on that name
+    finally:
+        sock.close()
+    return True
+
+
 RECV_BYTES = 64 * 1024
 ENV_CACHE = 256  # environments kept (a spawn names one by id)
 # A capped log is measured LOG_CHECK_FIRST_S after its job starts, then at doubling
@@ -187,7 +234,10 @@ class Spawner:
         self.logs = LogFiles(_say)
         self.programs: dict[tuple[str, str, str], str] = {}
         self.envs: dict[int, dict[str, str]] = {}  # environments the engine sent, by id
+        self.listening_on = (0, 0)
         self.listener = self._listen()
+        self.files_checked = time.monotonic()
+        self.keeper_lost = False  # its keeper (parent, subreaper) died: retire once idle
         self.keeper_fd = keeper_fd
         self.keeper_buf = b""
         if keeper_fd is not None:
@@ -215,6 +265,8 @@ class Spawner:
         sock.listen(8)
         sock.setblocking(False)
         self.sel.register(sock, selectors.EVENT_READ, self._accept)
+        st = os.stat(os.path.join(self.state_dir, SOCKET))
+        self.listening_on = (st.st_dev, st.st_ino)
         return sock
 
     def _resume(self) -> None:
@@ -293,11 +345,37 @@ class Spawner:
                 task.log_every = LOG_CHECK_FIRST_S if fast else min(LOG_CHECK_S, task.log_every * 2)
                 task.log_seen = min(size, task.max_log)
                 task.log_next = mono + task.log_every
+        if mono - self.files_checked >= FILES_CHECK_S:
+            self.files_checked = mono
+            self._check_files()
+        if self.keeper_lost and not self.tasks:
+            _say("retiring: its keeper is gone (the engine starts a new launcher)")
+            self.quit = True
         idle = not self.tasks and self.client is None
         if not idle:
             self.idle_since = time.monotonic()
         elif time.monotonic() - self.idle_since >= self.idle_timeout:
             self.quit = True
+
+    def _check_files(self) -> None:
+        """Its socket and journal still exist (a tmp cleaner, or a person, may remove
+        them under it): listen again, or write the journal again from what it knows.
+        Without the socket no engine could reach it for as long as any job ran; without
+        the journal a spawner started after this one would not know what runs."""
+        path = os.path.join(self.state_dir, SOCKET)
+        try:
+            st = os.stat(path)
+            here = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            here = None
+        if here != self.listening_on:
+            _say(f"{path} was removed or replaced: listening on it again")
+            self.sel.unregister(self.listener)
+            self.listener.close()
+            self.listener = self._listen()
+        if self.journal.moved():
+            _say(f"{self.journal.path} was removed or replaced: written again")
+            self.journal.compact(self.entries)
 
     # -- the engine's connection --------------------------------------------------------------
 
@@ -647,6 +725,12 @@ class Spawner:
             return
         if not data:
             self.sel.unregister(fd)
+            # Its keeper (the subreaper that outlives a spawner crash and keeps the
+            # jobs' exit statuses) died. Nothing can start a new one above this process:
+            # go on serving, and retire at the first moment no job runs, so that the
+            # engine starts a new keeper and spawner.
+            _say("its keeper is gone: this launcher retires as soon as no job runs")
+            self.keeper_lost = True
             return
         self.keeper_buf += data
         *lines, self.keeper_buf = self.keeper_buf.split(b"\n")
