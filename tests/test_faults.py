@@ -544,6 +544,24 @@ async def test_a_damaged_database_is_refused_at_start_and_left_as_it_was(
     assert db.read_bytes() == damaged  # nothing was written, no id was given again
 
 
+async def test_a_truncated_database_is_refused_with_the_same_advice(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # Cut short (a copy interrupted, a full disk at a checkpoint), SQLite cannot even open
+    # it: "database disk image is malformed", with no word on what to do.
+    engine = await make_engine()
+    await engine.submit_many([{"command": ["true"], "name": "x" * 150} for _ in range(200)])
+    await engine.stop()
+    db = paths.state_dir / "gpulayer.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    os.truncate(db, db.stat().st_size // 2)
+    cut = db.read_bytes()
+    with pytest.raises(StoreError, match="malformed. Nothing was changed. Move it aside"):
+        await make_engine()
+    assert db.read_bytes() == cut
+
+
 def _tear(path: Path, offset: int, size: int) -> None:
     with open(path, "r+b") as fh:
         fh.seek(offset)

@@ -56,6 +56,11 @@ from .worker_thread import WorkerThread
 
 log = logging.getLogger(__name__)
 
+_DAMAGED_ADVICE = (
+    "Move it aside to start with an empty history (jobs/ keeps the logs), or restore a "
+    "copy; `sqlite3 FILE .recover` may save what is readable."
+)
+
 SCHEMA_VERSION = 7
 
 # jobs_active's condition, exactly as created: a query that repeats it may use the index.
@@ -465,7 +470,12 @@ class Store:
             await self._reader.execute("PRAGMA busy_timeout=5000")
         except sqlite3.Error as err:
             await self.close()
-            raise StoreError(f"{self.path}: cannot open the database: {err}") from None
+            advice = ""
+            if isinstance(err, sqlite3.DatabaseError) and (
+                "malformed" in str(err) or "not a database" in str(err)
+            ):
+                advice = f". Nothing was changed. {_DAMAGED_ADVICE}"
+            raise StoreError(f"{self.path}: cannot open the database: {err}{advice}") from None
         except StoreError:
             await self.close()
             raise
@@ -514,8 +524,7 @@ class Store:
         if rows != ["ok"]:
             raise StoreError(
                 f"{self.path} is damaged ({'; '.join(rows)[:300]}). Nothing was changed. "
-                "Move it aside to start with an empty history (jobs/ keeps the logs), or "
-                "restore a copy; `sqlite3 FILE .recover` may save what is readable."
+                + _DAMAGED_ADVICE
             )
 
     def _migrate(self, db: sqlite3.Connection) -> None:
