@@ -557,7 +557,7 @@ async def test_a_truncated_database_is_refused_with_the_same_advice(
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     os.truncate(db, db.stat().st_size // 2)
     cut = db.read_bytes()
-    with pytest.raises(StoreError, match="malformed. Nothing was changed. Move it aside"):
+    with pytest.raises(StoreError, match=r"malformed\. Nothing was changed\. Move it aside"):
         await make_engine()
     assert db.read_bytes() == cut
 
