@@ -251,3 +251,34 @@ async def test_a_preempted_job_whose_pinned_domain_was_removed_fails_when_requeu
     assert "can no longer run after a configuration change" in failed.message
     await eventually(lambda: engine.book.get(urgent.id).job.status is JobStatus.RUNNING, timeout=20)
     await engine.cancel(urgent.id)
+
+
+async def test_a_renamed_domain_is_stored_with_its_running_jobs_and_said_by_services(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # The rename moved running jobs to the new name in memory only: an engine restarted
+    # before their next change read the old name, found no such domain, and started a
+    # second job on the GPU. A service's message still said "1/1 up on gpu1".
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE)
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await engine.config_reload.stop()  # only the reload below: none later by the watcher
+    running = await engine.submit({"command": ["sleep", "600"], "domain": "gpu1"})
+    service = await engine.submit(
+        {"kind": "service", "command": ["sleep", "600"], "domain": "gpu0", "port": False}
+    )
+    await eventually(lambda: engine.book.get(service.id).job.message == "1/1 up on gpu0")
+    paths.config_file.write_text(
+        BASE + "[domains.train]\ngpu = 1\nslots = 1\n[domains.serve]\ngpu = 0\n"
+    )
+    assert (await engine.config_reload.reload())["applied"] is True
+    assert (await engine.get(service.id)).message == "1/1 up on serve"
+    await engine.stop()
+    second = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    assert (await second.get(running.id)).domains == ["train"]
+    assert set(second.scheduler.domains["train"].holdings) == {running.id}
+    assert set(second.scheduler.domains["serve"].holdings) == {service.id}
+    waiting = await second.submit({"command": ["true"], "domain": "train"})
+    assert waiting.status is JobStatus.QUEUED  # its one slot is the running job's
+    for job in (running, service, waiting):
+        await second.cancel(job.id)

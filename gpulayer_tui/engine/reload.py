@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from .config import Config, ConfigError, DomainPlan, load_config, plan_domains
 from .domain import Domain
 from .jobbook import JobBook
-from .models import EventKind
+from .models import EventKind, JobKind
+from .services import service_summary
 from .tasks import cancel_and_wait
 
 if TYPE_CHECKING:
@@ -206,7 +207,16 @@ class ConfigReloader:
             act = self._book.get(job_id)
             if act is None:
                 continue
+            summary = act.job.kind is JobKind.SERVICE and act.job.message == service_summary(
+                act.job
+            )
             act.holds = [new if d is old else d for d in act.holds]
             act.job.domains = [new.name if n == old.name else n for n in act.job.domains]
             for replica in act.job.replicas:
                 replica.domains = [new.name if n == old.name else n for n in replica.domains]
+            # Stored now: an engine restarted before the job's next change read the old
+            # name, found no such domain, and left the GPU free for a second job.
+            if summary:  # (a service's message says where it runs: "1/1 up on gpu0")
+                self._book.note(act, service_summary(act.job))
+            else:
+                self._book.save(act)

@@ -341,18 +341,7 @@ class ServiceRunner:
 
     @staticmethod
     def _summary(job: Job) -> str:
-        replicas = job.replicas
-        up = sum(r.state is R.UP for r in replicas)
-        text = f"{up}/{len(replicas)} up on {', '.join(job.domains)}"
-        endpoints = [r.endpoint for r in replicas if r.state is R.UP and r.endpoint]
-        if endpoints:
-            text += f" at {', '.join(endpoints)}"
-        for r in replicas:
-            if r.state is R.STARTING:
-                text += f"; replica {r.index} starting (port {r.port} not answering yet)"
-            elif r.state is R.BACKOFF:
-                text += f"; replica {r.index} in back-off: {r.message}"
-        return text
+        return service_summary(job)
 
     # -- exits and restarts -------------------------------------------------------------------
 
@@ -663,3 +652,20 @@ class ServiceRunner:
                 self._watch_port(act, replica)
             return
         self._replica_ended(act, runtime, replica, self._legacy.recorded_end(key))
+
+
+def service_summary(job: Job) -> str:
+    """A running service's message: how many replicas are up, where, their endpoints,
+    and what the others are doing."""
+    replicas = job.replicas
+    up = sum(r.state is R.UP for r in replicas)
+    text = f"{up}/{len(replicas)} up on {', '.join(job.domains)}"
+    endpoints = [r.endpoint for r in replicas if r.state is R.UP and r.endpoint]
+    if endpoints:
+        text += f" at {', '.join(endpoints)}"
+    for r in replicas:
+        if r.state is R.STARTING:
+            text += f"; replica {r.index} starting (port {r.port} not answering yet)"
+        elif r.state is R.BACKOFF:
+            text += f"; replica {r.index} in back-off: {r.message}"
+    return text
