@@ -34,7 +34,7 @@ from .job_feed import JobFeed, JobView
 from .job_store import JobStore
 from .palette import KeymapCommands, SafeCommandPalette
 from .screens.dashboard import DashboardScreen
-from .screens.dialogs import QuitChoice, QuitScreen
+from .screens.dialogs import ConfirmScreen, QuitChoice, QuitScreen
 from .screens.help import HelpScreen
 from .screens.job_detail import JobDetailScreen
 from .screens.jobs import JobsScreen
@@ -475,7 +475,25 @@ class GpulayerApp(App[str]):
 
     def _domain_cmd(self, name: str, action: str) -> Callable[[], None]:
         def run() -> None:
-            self.domain_action(name, action)
+            if action != "drain":
+                self.domain_action(name, action)
+                return
+
+            def answered(yes: bool | None) -> None:
+                if yes:
+                    self.domain_action(name, action)
+
+            # (as cancel and restart do: on a shared box a drain holds back everyone's
+            # new work there, and a palette entry is one Enter away)
+            self.push_screen(
+                ConfirmScreen(
+                    f"Drain {name}?",
+                    f"No new job is placed on {name} until it is released; running work "
+                    "stays. This holds for every user of the box.",
+                    "Drain",
+                ),
+                answered,
+            )
 
         return run
 

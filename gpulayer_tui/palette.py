@@ -7,9 +7,12 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
+from textual import on
 from textual.actions import parse
+from textual.await_complete import AwaitComplete
 from textual.command import CommandPalette, DiscoveryHit, Hit, Hits, Provider
 from textual.dom import DOMNode
+from textual.widgets import Button, Input, OptionList
 
 from .keymap import APP, SCREEN_TITLES, Key, keys_of
 
@@ -62,6 +65,28 @@ class SafeCommandPalette(CommandPalette):
         min-width: 12;
     }
     """
+
+    _dismissed_once = False  # dismissed once: it runs its command once, and pops itself once
+
+    def dismiss(self, result: Any = None) -> AwaitComplete:
+        """Close the palette (the first time only)."""
+        self._dismissed_once = True
+        return super().dismiss(result)
+
+    @on(Input.Submitted)
+    @on(Button.Pressed)
+    @on(OptionList.OptionSelected)
+    def _after_closing(
+        self, event: Input.Submitted | Button.Pressed | OptionList.OptionSelected
+    ) -> None:
+        # Two Enters read together (typing ahead, key repeat, a slow ssh link) each
+        # selected the command; the first selection dismissed the palette, the second
+        # dismissed it again (ScreenStackError: the app ended) and would have run the
+        # command twice. This handler runs before Textual's own; once the palette is
+        # dismissed, the event goes no further.
+        if self._dismissed_once:
+            event.prevent_default()
+            event.stop()
 
     def _action_command_list(self, action: str) -> None:
         try:

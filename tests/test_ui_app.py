@@ -85,6 +85,26 @@ async def test_the_command_palette_is_safe_at_any_size(
         await until(pilot, lambda: app.screen.id != "--command-palette")
 
 
+async def test_two_enters_read_together_in_the_palette_run_its_command_once() -> None:
+    # Typed ahead (or over a slow link) two Enters arrive in one read: the first picked
+    # the command and closed the palette, the second closed it again: ScreenStackError,
+    # and the app ended.
+    from textual import events
+
+    app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("ctrl+p")
+        await until(pilot, lambda: app.screen.id == "--command-palette")
+        await pilot.press(*"theme: gpulayer-light")
+        await pilot.pause()
+        for _ in range(2):
+            app.post_message(events.Key("enter", "\r"))
+        await until(pilot, lambda: app.screen.id != "--command-palette")
+        await pilot.pause()
+        assert app.is_running and app._exception is None
+        assert app.theme == "gpulayer-light"
+
+
 async def test_a_screen_shown_again_after_a_theme_switch_has_the_new_theme() -> None:
     # Screens shown again keep their styles unless the app's look changed (KeepsStylesOnResume).
     app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from gpulayer_tui.engine.simulate import SimLedger
+from gpulayer_tui.screens.dialogs import ConfirmScreen
 from gpulayer_tui.widgets.job_table import JobTable
 
 from .ui_support import until
@@ -52,6 +53,22 @@ async def test_quarantine_is_notified_and_release_is_offered(ui_app: AppFactory)
         await _answers(pilot, engine, "gpu1")
         await app.domain_action("gpu1", "release").wait()
         await until(pilot, lambda: _state(app, "gpu1") == "in_service")
+        # Drain from the palette asks first (it holds back every user's new work there).
+        drain = next(c for c in app.get_system_commands(app.screen) if c.title == "Drain gpu0")
+        drain.callback()
+        question = await until(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#question"),
+        )
+        assert "This holds for every user of the box" in str(question.first().render())
+        await pilot.press("n")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        await pilot.pause()
+        assert _state(app, "gpu0") == "in_service"
+        drain.callback()
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, lambda: _state(app, "gpu0") == "draining")
 
 
 async def test_a_sample_older_than_a_release_does_not_undo_it(ui_app: AppFactory) -> None:

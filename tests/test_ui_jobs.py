@@ -393,6 +393,53 @@ async def test_the_engine_names_the_field_it_refuses_and_the_form_marks_it(
         assert form.query_one("#domain", Input).has_class("-invalid")
 
 
+async def test_unicode_digits_in_the_forms_are_refused_not_the_end_of_the_app(
+    ui_app: Any,
+) -> None:
+    # "²".isdigit() is true and int("²") raises: typed into GPUs with VRAM filled (or VRAM
+    # with GPUs "²"), the app ended with a ValueError; so did "²" in the edit form's
+    # "After jobs" (parse_dependencies).
+    from gpulayer_tui.fields import FieldError
+    from gpulayer_tui.screens.edit import parse_dependencies
+
+    with pytest.raises(FieldError, match="is not a job id"):
+        parse_dependencies("12, ²")
+    assert parse_dependencies("12, 13 any") == [(12, False), (13, True)]
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        form = await open_form(pilot)
+        await type_text(pilot, "true")
+        await fill(pilot, form, "vram", "10")
+        await fill(pilot, form, "gpus", "²")
+        await pilot.pause()
+        assert app.is_running and app._exception is None
+        await fill(pilot, form, "vram", "12")  # (its check reads GPUs)
+        await pilot.pause()
+        assert app.is_running and app._exception is None
+        assert form.query_one("#gpus", Input).has_class("-invalid")
+
+
+async def test_a_pasted_script_is_refused_in_the_command_not_cut_to_its_first_line(
+    ui_app: Any,
+) -> None:
+    # Textual's Input keeps a paste's first line: a pasted two-line script ran "echo a".
+    from textual import events
+
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        form = await open_form(pilot)
+        command = form.query_one("#command", Input)
+        command.post_message(events.Paste("echo a\necho b\n"))
+        await until(pilot, lambda: command.has_class("-invalid"), "the refusal")
+        assert command.value == ""
+        error = str(form.query_one("#command-error", Label).render())
+        assert "pasted 2 lines: a command is one line" in error
+        command.post_message(events.Paste("echo one line\n"))  # one line (and its newline)
+        await until(pilot, lambda: command.value == "echo one line", "the paste")
+
+
 async def test_adopt_rules_are_the_same_in_both_modes(ui_app: Any, sleeper: int) -> None:
     # vram_gb = 1e9 was refused over the socket but accepted by an embedded engine.
     app = await ui_app("2xA100-80GB")

@@ -183,7 +183,7 @@ def _by_line(message: str, path: str, numbers: list[int]) -> str:
     """The engine's "job K of N: ..." about a ``--file`` batch, as "PATH: line L: ...":
     comments and blank lines make the job's number differ from its line's."""
     head, sep, rest = message.partition(" of ")
-    if not sep or not head.startswith("job ") or not head[4:].isdigit():
+    if not sep or not head.startswith("job ") or not (head[4:].isascii() and head[4:].isdigit()):
         return message
     count, sep, detail = rest.partition(": ")
     index = int(head[4:]) - 1

@@ -58,7 +58,7 @@ def _peer_groups(pid: int, gid: int) -> set[int]:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
             for line in fh:
                 if line.startswith("Groups:"):
-                    groups.update(int(g) for g in line.split()[1:] if g.isdigit())
+                    groups.update(int(g) for g in line.split()[1:] if g.isascii() and g.isdigit())
                     break
     except OSError:
         pass

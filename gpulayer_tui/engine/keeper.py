@@ -56,7 +56,7 @@ def _children() -> list[int]:
     pid = os.getpid()
     found = []
     for name in os.listdir("/proc"):
-        if name.isdigit():
+        if name.isascii() and name.isdigit():
             stat = procstat.read_stat(int(name))
             if stat is not None and stat.ppid == pid:
                 found.append(stat.pid)

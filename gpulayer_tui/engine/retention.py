@@ -40,7 +40,7 @@ def _files_of(jobs_dir: Path, ids: set[int]) -> list[Path]:
     with contextlib.suppress(FileNotFoundError), os.scandir(jobs_dir) as entries:
         for entry in entries:
             head = entry.name.split(".", 1)[0]
-            if head.isdigit() and int(head) in ids:
+            if head.isascii() and head.isdigit() and int(head) in ids:
                 found.append(Path(entry.path))
     return found
 

@@ -298,7 +298,7 @@ def program_name(words: list[str], shell: bool = False) -> str:
                 i += 2 if words[i] in takes_value else 1
             if i < len(words) and words[i] == "--":
                 i += 1
-            if wrapper == "chrt" and i < len(words) and words[i].isdigit():
+            if wrapper == "chrt" and i < len(words) and words[i].isascii() and words[i].isdigit():
                 i += 1  # (its priority)
         else:
             break

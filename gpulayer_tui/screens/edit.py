@@ -54,7 +54,7 @@ def parse_dependencies(text: str) -> list[tuple[int, bool]]:
             continue
         any_exit = part.endswith((ANY_OUTCOME, " any"))
         number = part.removesuffix(ANY_OUTCOME).removesuffix(" any").strip()
-        if not number.isdigit() or not 0 < int(number) < 2**63:
+        if not (number.isascii() and number.isdigit()) or not 0 < int(number) < 2**63:
             raise wire.FieldError(
                 "depends_on", f"{part!r} is not a job id (ids, e.g. 12, 13 {ANY_OUTCOME})"
             )

@@ -28,6 +28,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Static
 from .. import keymap, wire
 from ..backend import BackendError
 from ..view import view_of
+from ..widgets.command_input import CommandInput
 from ..widgets.key_footer import KeyFooter
 from ..wire import JobJSON
 from .form import FormScreen, form_field
@@ -117,7 +118,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             yield Static("", id="form-error")
             yield form_field(
                 "Command",
-                Input(placeholder="python train.py --epochs 10", id="command"),
+                CommandInput(placeholder="python train.py --epochs 10", id="command"),
             )
             with Horizontal(classes="option-row"):
                 yield Checkbox("run without a shell (split into argv)", id="no-shell", compact=True)
@@ -218,7 +219,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             elif field_id == "vram":
                 wire.parse_field("vram_gb", text)
                 gpus = self._value("gpus")
-                if gpus.isdigit() and int(gpus) == 0:
+                if gpus.isascii() and gpus.isdigit() and int(gpus) == 0:
                     return "VRAM is per GPU, but GPUs is 0 (a CPU job)"
             elif field_id == "domain":
                 if not _split_list(text):
@@ -241,6 +242,14 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             problem = ""
         self._show_problem(field_id, problem)
         return not problem
+
+    @on(CommandInput.ManyLinesPasted)
+    def _many_lines(self, event: CommandInput.ManyLinesPasted) -> None:
+        self._show_problem(
+            "command",
+            f"pasted {event.lines} lines: a command is one line (put them in a script, or "
+            "join them with ';'); nothing was pasted",
+        )
 
     @on(Input.Changed)
     def _typed(self, event: Input.Changed) -> None:
