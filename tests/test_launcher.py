@@ -211,6 +211,46 @@ async def test_the_launchers_files_removed_under_it_never_start_a_job_twice(
     assert "launch.sock was removed or replaced: listening on it again" in log
 
 
+async def test_a_launcher_never_serves_a_folder_its_path_names_later(tmp_path: Path) -> None:
+    # The state dir reached through a symlink, pointed at another folder while a job ran:
+    # the old spawner bound its socket and journal in the new folder, took the new
+    # engine's job 1 for its own job 1 and answered with that job's exit code (the new
+    # job never ran).
+    from gpulayer_tui.engine.paths import Paths
+
+    first, second, link = tmp_path / "a", tmp_path / "b", tmp_path / "home"
+    first.mkdir()
+    second.mkdir()
+    link.symlink_to(first)
+    paths = Paths(link, link / "config.toml")
+    engine = Engine(paths, simulate="1xA100-80GB", config=make_config(), cpu_count=2)
+    await engine.start()
+    gate = tmp_path / "go"
+    old = await engine.submit(
+        {"shell": f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 3", "gpus": 0}
+    )
+    spawner = _launcher(link, "spawner")
+    await engine.stop()
+    link.unlink()
+    link.symlink_to(second)
+    log = first / "launcher.log"
+    await eventually(lambda: "is no longer the folder" in log.read_text(), timeout=10)
+    engine = Engine(paths, simulate="1xA100-80GB", config=make_config(), cpu_count=2)
+    await engine.start()
+    try:
+        side = tmp_path / "side"
+        new = await engine.submit({"shell": f"echo ran > {side}; exit 4", "gpus": 0})
+        assert new.id == old.id == 1  # (the same key in both launchers' books)
+        done = await engine.wait(new.id, timeout=15)
+        assert done.exit_code == 4 and side.read_text() == "ran\n", done.message
+        gate.touch()
+        await eventually(lambda: pid_gone(spawner.pid), timeout=15)  # it retired
+        assert "retiring: its jobs have ended and its folder is gone" in log.read_text()
+    finally:
+        gate.touch()  # (the old folder's job ends whatever happened)
+        await engine.stop()
+
+
 async def test_a_spawner_whose_keeper_died_retires_once_no_job_runs(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

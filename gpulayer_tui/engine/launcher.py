@@ -217,6 +217,8 @@ class Spawner:
 
     def __init__(self, state_dir: str, idle_timeout: float, keeper_fd: int | None) -> None:
         self.state_dir = state_dir
+        st = os.stat(state_dir)
+        self.own_dir = (st.st_dev, st.st_ino)  # the folder it serves, whatever its path
         self.idle_timeout = idle_timeout
         self.journal = journal.Journal(os.path.join(state_dir, journal.NAME))
         self.entries = journal.replay(self.journal.path)
@@ -238,6 +240,7 @@ class Spawner:
         self.listener = self._listen()
         self.files_checked = time.monotonic()
         self.keeper_lost = False  # its keeper (parent, subreaper) died: retire once idle
+        self.orphaned = False  # its state dir's path names another folder: retire once idle
         self.keeper_fd = keeper_fd
         self.keeper_buf = b""
         if keeper_fd is not None:
@@ -311,9 +314,11 @@ class Spawner:
             # job's "exited" share it), not one system call per event.
             if self.outbox and not self.writing:
                 self._flush()
-        # Retiring: no new engine may connect to a launcher that is going away.
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(self.state_dir, SOCKET))
+        # Retiring: no new engine may connect to a launcher that is going away (unless
+        # the path is another folder's now: then the socket there is not ours).
+        if not self.orphaned:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.state_dir, SOCKET))
         self.logs.close()
         return 0
 
@@ -351,6 +356,9 @@ class Spawner:
         if self.keeper_lost and not self.tasks:
             _say("retiring: its keeper is gone (the engine starts a new launcher)")
             self.quit = True
+        if self.orphaned and not self.tasks:
+            _say("retiring: its jobs have ended and its folder is gone")
+            self.quit = True
         idle = not self.tasks and self.client is None
         if not idle:
             self.idle_since = time.monotonic()
@@ -361,7 +369,37 @@ class Spawner:
         """Its socket and journal still exist (a tmp cleaner, or a person, may remove
         them under it): listen again, or write the journal again from what it knows.
         Without the socket no engine could reach it for as long as any job ran; without
-        the journal a spawner started after this one would not know what runs."""
+        the journal a spawner started after this one would not know what runs.
+
+        Only in its own folder: when the state dir's path names another folder now (the
+        folder was removed and made again, or a symlink on the way was pointed
+        elsewhere), that folder is not this launcher's (it would have served another
+        state dir's engine, and answered its job 1 with its own job 1's end). It stops
+        listening, runs what it runs to the end, and retires; that folder's engine starts
+        a launcher of its own (the keeper's name is this folder's, not the path's).
+        """
+        try:
+            st = os.stat(self.state_dir)
+            here_dir: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            here_dir = None
+        if here_dir != self.own_dir:
+            if not self.orphaned:
+                _say(
+                    f"{self.state_dir} is no longer the folder this launcher was started "
+                    "in: it takes no new work, and retires once its jobs have ended"
+                )
+                self.orphaned = True
+                self.sel.unregister(self.listener)
+                self.listener.close()
+                if self.client is not None:
+                    self._drop_client()
+            return
+        if self.orphaned:  # (the path names its folder again: serve it again)
+            _say(f"{self.state_dir} is this launcher's folder again: listening again")
+            self.orphaned = False
+            self.listener = self._listen()
+            return
         path = os.path.join(self.state_dir, SOCKET)
         try:
             st = os.stat(path)
