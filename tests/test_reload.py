@@ -282,3 +282,40 @@ async def test_a_renamed_domain_is_stored_with_its_running_jobs_and_said_by_serv
     assert waiting.status is JobStatus.QUEUED  # its one slot is the running job's
     for job in (running, service, waiting):
         await second.cancel(job.id)
+
+
+async def test_a_domain_renamed_while_no_engine_ran_keeps_its_running_jobs_held(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # Renamed in the file while the engine was down: the restored jobs matched holds by
+    # name only, held nothing, and a second job was started on the 1-slot GPU; a service
+    # there stayed "up" on a lost GPU, never placed again.
+    from gpulayer_tui.engine.simulate import SimLedger
+
+    unmanaged = BASE + "auto_domains = false\n"
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(unmanaged + "[domains.train]\ngpu = 1\n[domains.serve]\ngpu = 0\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await engine.config_reload.stop()
+    running = await engine.submit({"command": ["sleep", "600"], "domain": "train"})
+    service = await engine.submit(
+        {"kind": "service", "command": ["sleep", "600"], "domain": "serve", "port": False}
+    )
+    await eventually(lambda: engine.book.get(service.id).job.message == "1/1 up on serve")
+    await engine.stop()
+    paths.config_file.write_text(
+        unmanaged + "[domains.train2]\ngpu = 1\n[domains.serve2]\ngpu = 0\n"
+    )
+    second = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await second.config_reload.stop()
+    assert (await second.get(running.id)).domains == ["train2"]
+    assert set(second.scheduler.domains["train2"].holdings) == {running.id}
+    waiting = await second.submit({"command": ["true"], "domain": "train2"})
+    assert waiting.status is JobStatus.QUEUED  # its one slot is the running job's
+    assert set(second.scheduler.domains["serve2"].holdings) == {service.id}
+    SimLedger(paths.state_dir).set_gpu(0, lost=True, error="GPU is lost: fell off the bus")
+    await second.sampler.sample_once()
+    failed = await second.wait(service.id, timeout=20)  # (pinned to "serve": gone now)
+    assert "can no longer run after a configuration change" in failed.message
+    await second.cancel(running.id)
+    await second.cancel(waiting.id)

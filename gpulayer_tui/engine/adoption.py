@@ -28,7 +28,7 @@ from .batch import decide_stop
 from .errors import SpecError, StoreError
 from .executor import Exit
 from .gpus import GIB
-from .jobbook import ActiveJob, JobBook, take_holds
+from .jobbook import ActiveJob, JobBook, retake_holds, take_holds
 from .models import Job, JobKind, JobStatus, TerminationReason
 from .scheduler import Request
 from .supervisor import Supervisor, open_pidfd
@@ -470,7 +470,8 @@ class Adopter:
         assert job.pid is not None
         self._book.roots.add(job.pid, job.id, job.start_ticks)
         domains = self._scheduler.domains
-        take_holds(act, [domains[name] for name in job.domains if name in domains])
+        if retake_holds(act, domains):
+            self._book.save(act)  # (its domains' new names)
         if job.stop_reason is not None:
             # Being stopped when the engine stopped: go on, keeping the stored deadline.
             left = max(0.0, (job.kill_at or time.time()) - time.time())

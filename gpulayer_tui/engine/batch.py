@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from .commandline import plain_argv, shell_argv
 from .executor import Executor, Exit, LaunchError, PreparedStart, Started, TaskKey
-from .jobbook import ActiveJob, JobBook, release_holds, take_holds
+from .jobbook import ActiveJob, JobBook, release_holds, retake_holds, take_holds
 from .models import Job, JobStatus, TerminationReason
 from .unkillable import StuckReleaser
 
@@ -467,7 +467,8 @@ class BatchRunner:
         if found is None and job.pid is not None:
             self._reattach_legacy(act)
             return
-        take_holds(act, [domains[name] for name in job.domains if name in domains])
+        if retake_holds(act, domains):
+            self._book.save(act)  # (its domains' new names)
         if isinstance(found, Started):
             self._started(job.id, found)
         if act.spec is not None and act.spec.timeout is not None and job.started_at:
@@ -499,7 +500,8 @@ class BatchRunner:
             return
         self._book.roots.add(job.pid, job.id, job.start_ticks)
         domains = self._scheduler.domains
-        take_holds(act, [domains[name] for name in job.domains if name in domains])
+        if retake_holds(act, domains):
+            self._book.save(act)  # (its domains' new names)
         if act.spec is not None and act.spec.timeout is not None and job.started_at:
             self._arm_timeout(act, act.spec.timeout - (time.time() - job.started_at))
 

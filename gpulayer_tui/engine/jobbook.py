@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -130,6 +130,31 @@ def take_holds(act: ActiveJob, domains: list[Domain]) -> None:
             request = act.request
             dom.hold(act.job.id, request.vram_bytes, request.exclusive, request.slots_on(dom))
     act.holds = list(domains)
+
+
+def retake_holds(act: ActiveJob, domains: Mapping[str, Domain]) -> bool:
+    """A restored running job takes back the slots of the domains it runs on.
+
+    By name, or by its GPU where the config renamed that GPU's domain while no engine
+    ran: matched by name alone, it held nothing, and a second job was started on its
+    GPU. A GPU job's names and GPU indices are recorded side by side (``assign``).
+
+    Returns:
+        Whether its domains were renamed (its row is to be saved).
+    """
+    job = act.job
+    renamed: dict[str, str] = {}
+    if job.gpus and len(job.gpus) == len(job.domains):
+        by_gpu = {d.gpu_index: d.name for d in domains.values() if d.gpu_index is not None}
+        for name, index in zip(job.domains, job.gpus, strict=True):
+            if name not in domains and index in by_gpu:
+                renamed[name] = by_gpu[index]
+    if renamed:
+        job.domains = [renamed.get(n, n) for n in job.domains]
+        for replica in job.replicas:
+            replica.domains = [renamed.get(n, n) for n in replica.domains]
+    take_holds(act, [domains[name] for name in job.domains if name in domains])
+    return bool(renamed)
 
 
 def release_holds(act: ActiveJob) -> None:

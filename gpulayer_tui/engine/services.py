@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from .batch import JobEnv, assign, exit_verdict, prepare_task
 from .executor import Executor, Exit, LaunchError, Started
-from .jobbook import ActiveJob, JobBook, release_holds, take_holds
+from .jobbook import ActiveJob, JobBook, release_holds, retake_holds
 from .models import (
     EventKind,
     Job,
@@ -570,7 +570,8 @@ class ServiceRunner:
         """
         job = act.job
         domains = self._scheduler.domains
-        take_holds(act, [domains[name] for name in job.domains if name in domains])
+        if retake_holds(act, domains):
+            self._book.save(act)  # (its domains' new names)
         runtime = self._runtimes.setdefault(job.id, ServiceRuntime())
         if not job.replicas:
             # A row from before replicas were recorded: place the service afresh.
