@@ -343,6 +343,12 @@ def test_small_cli_mistakes_are_told_not_ignored(engine: Served, tmp_path: Path)
     assert out.returncode == 2 and "--cwd needs a folder" in out.stderr
     out = engine.cli("--config", str(tmp_path / "nope.toml"), "jobs")
     assert out.returncode == 2 and "--config: no such file" in out.stderr
+    out = engine.cli("--config", str(tmp_path / "nope.toml"), "install-service", "--print")
+    assert out.returncode == 2 and "--config: no such file" in out.stderr  # (a dead unit)
+    out = engine.cli("--config", str(tmp_path), "jobs")
+    assert out.returncode == 2 and "--config: not a regular file" in out.stderr
+    out = engine.cli("--config=", "jobs")
+    assert out.returncode == 2 and "--config needs a file (it was empty)" in out.stderr
     listed = engine.cli("domain", "list", "gpu0", "--json")
     assert [d["name"] for d in json.loads(listed.stdout)] == ["gpu0"]
     out = engine.cli("domain", "list", "gpu7")

@@ -81,6 +81,7 @@ def test_run_as_the_script_the_unit_runs_the_script(tmp_path: Path) -> None:
 
 def test_gpulayer_home_and_config_are_pinned_and_quoted_for_systemd(tmp_path: Path) -> None:
     home = tmp_path / 'state dir %h "x" $HOME'
+    (tmp_path / "my config.toml").write_text("")  # (a --config naming no file is refused)
     out = run(
         "--config",
         str(tmp_path / "my config.toml"),

@@ -56,11 +56,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..engine.paths import resolve_paths
 
     paths = resolve_paths(args.config)
-    if args.config is not None and args.command != "install-service":
+    if args.config is not None:  # (a typo ran on the defaults, silently; a unit would too)
         import os
 
-        if not os.path.isfile(paths.config_file):  # (a typo ran on the defaults, silently)
+        if not args.config:
+            parser.error("--config needs a file (it was empty)")
+        if not os.path.exists(paths.config_file):
             parser.error(f"--config: no such file: {paths.config_file}")
+        if not os.path.isfile(paths.config_file):
+            parser.error(f"--config: not a regular file: {paths.config_file}")
     if args.serve:
         if args.command:
             parser.error("--serve takes no subcommand")
