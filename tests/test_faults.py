@@ -263,8 +263,9 @@ def test_read_only_state_dir_refuses_to_start_with_the_reason(
     assert served.cli("status", job).returncode == 0  # history intact
 
 
+@pytest.mark.parametrize("free_kib", [20, 100])
 def test_a_migration_on_a_full_disk_says_the_disk_is_full_and_keeps_the_database(
-    served: Served, tiny_fs: Path
+    served: Served, tiny_fs: Path, free_kib: int
 ) -> None:
     # SQLite rolls a transaction back itself when the disk fills; our own ROLLBACK then
     # raised "cannot rollback - no transaction is active", which hid the reason.
@@ -284,17 +285,21 @@ def test_a_migration_on_a_full_disk_says_the_disk_is_full_and_keeps_the_database
     filler = tiny_fs / "filler"
     _fill(filler)
     # Room for the engine's start-up files, not for the migration's new index pages.
-    os.truncate(filler, filler.stat().st_size - 100 * 1024)
+    # (with a few KiB SQLite says "disk I/O error", not "full": the free space is named)
+    os.truncate(filler, filler.stat().st_size - free_kib * 1024)
+    from gpulayer_tui.engine.store import _free_space_note
+
+    assert f"{free_kib} KiB free on its disk: it is likely full" in _free_space_note(database)
     proc = served.start("--simulate", "1xA100-80GB", wait=False)
     assert proc.wait(timeout=30) == 2
     log = served.log.read_text()
     assert "full" in log and "no transaction is active" not in log, log[-2000:]
     assert "Traceback" not in log
+    filler.unlink()  # (reading it in WAL mode needs room for its -shm file)
     with sqlite3.connect(database) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] >= 1
         assert db.execute("PRAGMA quick_check").fetchone()[0] == "ok"
         assert db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 8000
-    filler.unlink()
     served.start("--simulate", "1xA100-80GB")  # with room again, it migrates and serves
     assert served.cli("status", "8000").returncode == 0
 

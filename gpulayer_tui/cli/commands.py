@@ -493,21 +493,21 @@ def _shown_as_text(client: Client, args: argparse.Namespace) -> bool:
 
 
 class _OthersOutput:
-    """Bytes with their C0 controls but newline, tab and carriage return, DEL and the C1
-    controls (UTF-8 ``\\xc2\\x80``-``\\xc2\\x9f``) written as ``\\xNN``."""
+    """Bytes as text with what a terminal could act on escaped (see :func:`printable`:
+    C0 and C1 controls, bidi overrides, lone bytes that are not UTF-8 as ``\\xNN``),
+    newline, tab and carriage return kept. Decoded incrementally: a character split
+    between two chunks is whole."""
 
     def __init__(self) -> None:
-        import re  # (only here: a CLI call never loads it otherwise)
+        import codecs
 
-        self._controls = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\xc2[\x80-\x9f]")
-        self._carry = b""  # a chunk's last byte when it may start a C1 control
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
 
     def text(self, chunk: bytes, final: bool = False) -> bytes:
-        data = self._carry + chunk
-        self._carry = b""
-        if data.endswith(b"\xc2") and not final:
-            data, self._carry = data[:-1], b"\xc2"
-        return self._controls.sub(lambda m: b"\\x%02x" % m.group()[-1], data)
+        from ..fields import printable
+
+        text = self._decoder.decode(chunk, final=final)
+        return printable(text, keep="\n\t\r").encode("utf-8", "surrogateescape")
 
 
 def _wait_for_engine(client: Client) -> None:

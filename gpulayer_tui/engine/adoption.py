@@ -176,6 +176,8 @@ class Adopter:
             raise StoreError(f"the engine refuses new work: {self._store.failure}")
         pid = request["pid"]
         pins = request["domain"]
+        if len(set(pins)) != len(pins):
+            raise SpecError("domain: a domain is named twice", "domain")
         for pin in pins:
             if pin not in self._scheduler.domains:
                 known = ", ".join(self._scheduler.domains)

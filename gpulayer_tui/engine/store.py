@@ -56,6 +56,20 @@ from .worker_thread import WorkerThread
 
 log = logging.getLogger(__name__)
 
+
+def _free_space_note(path: Path) -> str:
+    """What is free where the database lives, when little is: SQLite says "disk I/O
+    error" for some writes a full disk refused (a migration's, with a few KiB left)."""
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return ""
+    free = st.f_bavail * st.f_frsize
+    if free >= 64 * 1024 * 1024:
+        return ""
+    return f" ({free // 1024} KiB free on its disk: it is likely full)"
+
+
 _DAMAGED_ADVICE = (
     "Move it aside to start with an empty history (jobs/ keeps the logs), or restore a "
     "copy; `sqlite3 FILE .recover` may save what is readable."
@@ -475,6 +489,8 @@ class Store:
                 "malformed" in str(err) or "not a database" in str(err)
             ):
                 advice = f". Nothing was changed. {_DAMAGED_ADVICE}"
+            elif "disk I/O error" in str(err) or "full" in str(err):
+                advice = _free_space_note(self.path)
             raise StoreError(f"{self.path}: cannot open the database: {err}{advice}") from None
         except StoreError:
             await self.close()
