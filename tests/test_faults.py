@@ -567,6 +567,23 @@ async def test_a_truncated_database_is_refused_with_the_same_advice(
     assert db.read_bytes() == cut
 
 
+async def test_an_emptied_database_beside_job_logs_is_refused(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # Cut to nothing, SQLite took it for a new database: history gone, ids from 1 again.
+    engine = await make_engine()
+    job = await engine.submit({"command": ["true"]})
+    await engine.wait(job.id, timeout=10)
+    await engine.stop()
+    db = paths.state_dir / "gpulayer.db"
+    db.write_bytes(b"")
+    for extra in ("-wal", "-shm"):
+        db.with_name(db.name + extra).unlink(missing_ok=True)
+    with pytest.raises(StoreError, match=r"is empty, but .* holds 1 job log\(s\)"):
+        await make_engine()
+    assert db.read_bytes() == b""
+
+
 def _tear(path: Path, offset: int, size: int) -> None:
     with open(path, "r+b") as fh:
         fh.seek(offset)

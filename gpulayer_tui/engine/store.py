@@ -512,6 +512,7 @@ class Store:
         return self._db
 
     def _open_writer(self, version: str, pid: int) -> None:
+        self._refuse_emptied()
         db = self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         # NORMAL is durable across application crashes in WAL mode (only a power loss can
@@ -527,6 +528,27 @@ class Store:
         self.run_id = cursor.lastrowid or 0
         row = db.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()
         self._next_event_id = int(row[0]) if row else 0
+
+    def _refuse_emptied(self) -> None:
+        """An empty database file beside job logs was emptied (cut to nothing), not made
+        new: SQLite would take it for a new database, and the history and the ids with
+        it would start again from job 1.
+
+        Raises:
+            StoreError: Naming the file and what to do.
+        """
+        try:
+            if os.path.getsize(self.path) != 0:
+                return
+            with os.scandir(self.path.parent / "jobs") as entries:
+                logs = sum(1 for e in entries if e.name.endswith(".log"))
+        except OSError:
+            return  # (no file yet, or no jobs folder: a new state dir)
+        if logs:
+            raise StoreError(
+                f"{self.path} is empty, but {self.path.parent / 'jobs'} holds {logs} job "
+                "log(s): the database was emptied. Nothing was changed. " + _DAMAGED_ADVICE
+            )
 
     def _check_integrity(self, db: sqlite3.Connection) -> None:
         """Refuse a damaged database before using it: a corrupt page could hide jobs (the
