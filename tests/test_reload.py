@@ -280,7 +280,7 @@ async def test_a_renamed_domain_is_stored_with_its_running_jobs_and_said_by_serv
     assert set(second.scheduler.domains["serve"].holdings) == {service.id}
     waiting = await second.submit({"command": ["true"], "domain": "train"})
     assert waiting.status is JobStatus.QUEUED  # its one slot is the running job's
-    for job in (running, service, waiting):
+    for job in (waiting, running, service):  # (the waiting one first: it would start)
         await second.cancel(job.id)
 
 
@@ -317,5 +317,5 @@ async def test_a_domain_renamed_while_no_engine_ran_keeps_its_running_jobs_held(
     await second.sampler.sample_once()
     failed = await second.wait(service.id, timeout=20)  # (pinned to "serve": gone now)
     assert "can no longer run after a configuration change" in failed.message
+    await second.cancel(waiting.id)  # (first: it would start once the slot is free)
     await second.cancel(running.id)
-    await second.cancel(waiting.id)
