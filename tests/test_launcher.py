@@ -24,7 +24,7 @@ from gpulayer_tui.engine.jobbook import ActiveJob
 from gpulayer_tui.engine.keeper import Keeper
 from gpulayer_tui.engine.models import Job, JobStatus, TerminationReason
 
-from .conftest import EngineFactory, eventually, make_config, pid_gone, wait_for
+from .conftest import EngineFactory, eventually, launcher_gone, make_config, pid_gone, wait_for
 
 
 def _find(state_dir: Path, role: str) -> psutil.Process | None:
@@ -249,6 +249,9 @@ async def test_a_launcher_never_serves_a_folder_its_path_names_later(tmp_path: P
     finally:
         gate.touch()  # (the old folder's job ends whatever happened)
         await engine.stop()
+    # Both launchers retire by themselves (idle): waited for, so that no launcher of this
+    # test is still writing its coverage data when a coverage run combines it.
+    await eventually(lambda: launcher_gone(first) and launcher_gone(second), timeout=15)
 
 
 async def test_a_spawner_whose_keeper_died_retires_once_no_job_runs(
