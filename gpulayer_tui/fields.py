@@ -312,5 +312,16 @@ def parse_job_id(text: str, field: str = "job") -> int:
 
 
 def parse_job_ids(text: str, field: str = "depends_on") -> list[int]:
-    """Job ids separated by commas or spaces."""
-    return [parse_job_id(item, field) for item in text.replace(",", " ").split()]
+    """Job ids separated by commas or spaces, each named once (``3,,4`` and ``3,3`` are
+    typing slips: told, not read as ``3,4`` and ``3``)."""
+    ids: list[int] = []
+    for part in text.split(","):
+        words = part.split()
+        if not words and "," in text:
+            raise FieldError(field, f"a job id is missing between the commas of {text!r}")
+        for word in words:
+            job = parse_job_id(word, field)
+            if job in ids:
+                raise FieldError(field, f"job {job} is named twice in {text!r}")
+            ids.append(job)
+    return ids

@@ -336,6 +336,9 @@ def test_small_cli_mistakes_are_told_not_ignored(engine: Served, tmp_path: Path)
     both = engine.cli("submit", "--after", f"{first},{second}", "--json", "--", "true")
     assert both.returncode == 0, both.stderr  # a comma list, as `jobs --status a,b`
     assert json.loads(both.stdout)["spec"]["depends_on"] == [int(first), int(second)]
+    for typed, told in (("3,,4", "missing between the commas"), ("3,3", "job 3 is named twice")):
+        out = engine.cli("submit", "--after", typed, "--", "true")
+        assert out.returncode == 2 and told in out.stderr, out.stderr  # (read as 3,4 and 3)
     for typed in ("1_0", "\u0663", "1e1"):  # int() read "1_0" as 10 and "٣" as 3
         out = engine.cli("status", typed)
         assert out.returncode == 2 and "a job id is a number" in out.stderr, typed

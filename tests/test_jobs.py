@@ -390,6 +390,10 @@ async def test_invalid_specs_change_nothing(make_engine: EngineFactory) -> None:
         ({"command": ["true"], "gpus": -1}, "gpus"),
         ({"command": ["true"], "domain": "gpu7"}, "unknown domain 'gpu7'"),
         ({"command": ["true"], "depends_on": [42]}, "depends_on: no job 42"),
+        (
+            {"command": ["true"], "depends_on": [7, {"job": 7, "any_exit": True}]},
+            "depends_on: job 7 is named twice, once to run whatever its outcome",
+        ),
         ({"command": ["true"], "cwd": "relative/dir"}, "not an absolute path"),
         ({"command": ["true"], "vram_gb": 0}, "vram_gb"),
         ({"command": ["true"], "vram_gb": 1e-300}, "vram_gb: must be at least 0.000976562 GiB"),
@@ -402,6 +406,15 @@ async def test_invalid_specs_change_nothing(make_engine: EngineFactory) -> None:
     with pytest.raises(SpecError, match="job 2 of 2"):
         await engine.submit_many([{"command": ["true"]}, {"command": []}])
     assert await engine.list_jobs() == []
+
+
+async def test_a_dependency_named_twice_alike_is_one(make_engine: EngineFactory) -> None:
+    engine = await make_engine()
+    gate = await engine.submit({"command": ["sleep", "30"]})
+    job = await engine.submit({"command": ["true"], "depends_on": [gate.id, {"job": gate.id}]})
+    assert job.spec["depends_on"] == [gate.id]
+    await engine.cancel(job.id)
+    await engine.cancel(gate.id)
 
 
 async def test_batch_submit_drains(make_engine: EngineFactory) -> None:

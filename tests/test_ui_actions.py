@@ -110,6 +110,28 @@ async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:
 # -- edit ------------------------------------------------------------------------------------
 
 
+async def test_the_edit_forms_hints_are_shown_whole_on_a_120_column_terminal(
+    ui_app: Any,
+) -> None:
+    app = await ui_app("1xA100-80GB")
+    blocker = await app.backend.submit(_spec("sleep 60", gpus=1))
+    waiting = await app.backend.submit(_spec("true", gpus=1, vram_gb=10))
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _jobs_table(pilot, app, waiting["id"])
+        await until(pilot, lambda: table.job(waiting["id"])["status"] == "queued", "queued")
+        await pilot.pause()
+        await pilot.press("e")
+        form = await until(pilot, lambda: isinstance(app.screen, EditScreen) and app.screen)
+        await pilot.pause()
+        hints = list(form.query(".field-hint"))
+        assert any(hint.region.height > 1 for hint in hints)  # (so this test can fail)
+        for hint in hints:  # a row of one line cut a wrapped hint to its first line
+            assert hint.parent is not None
+            assert hint.parent.region.contains_region(hint.region), hint.render()
+    await app.backend.cancel(waiting["id"])
+    await app.backend.cancel(blocker["id"])
+
+
 async def test_edit_a_queued_job_in_its_form_and_the_engines_refusal_stays_in_it(
     ui_app: Any,
 ) -> None:

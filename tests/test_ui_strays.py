@@ -64,6 +64,11 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
         await pilot.press("3")
         await until(pilot, lambda: app.current_mode == "strays")
         await pilot.press("p")
+        await pilot.press("\u00b2", "enter")  # not an ASCII digit: the field drops it
+        told = await until(
+            pilot, lambda: next((n for n in app._notifications if n.title == "pid"), None)
+        )
+        assert told.message == "type a process id (digits 0-9), then enter"
         await pilot.press(*str(sleeper_proc.pid), "enter")
         dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
         assert dialog.query_one("#adopt-vram", Input).value == ""

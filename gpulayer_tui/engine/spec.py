@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -153,6 +154,26 @@ class JobSpec(BaseModel):
     cpus: Annotated[int, Field(ge=1, le=100_000)] | None = None
     mem_gb: Annotated[float, Field(gt=0, le=1_000_000)] | None = None
     snapshot: bool | SnapshotInfo | None = None
+
+    @field_validator("depends_on")
+    @classmethod
+    def _one_condition_per_job(cls, deps: list[Dependency | JobId]) -> list[Dependency | JobId]:
+        # The same job twice with the same condition is one dependency (`--after 3 --after
+        # 3`); with two conditions it is a contradiction, told rather than one picked.
+        conditions: dict[int, bool] = {}
+        kept: list[Dependency | JobId] = []
+        for dep in deps:
+            job, any_exit = (dep.job, dep.any_exit) if isinstance(dep, Dependency) else (dep, False)
+            if job in conditions:
+                if conditions[job] != any_exit:
+                    raise ValueError(
+                        f"job {job} is named twice, once to run whatever its outcome "
+                        "(any_exit) and once only if it completes"
+                    )
+                continue
+            conditions[job] = any_exit
+            kept.append(dep)
+        return kept
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:

@@ -48,7 +48,7 @@ class FormScreen(ModalScreen[ResultType]):
     FormScreen #form-error.-shown { display: block; }
     FormScreen #form-error.-busy { color: $text-muted; border-left: thick $primary; }
     FormScreen .field { height: auto; }
-    FormScreen .field-row { height: 1; margin-top: 1; }
+    FormScreen .field-row { height: auto; margin-top: 1; }  /* a long hint wraps */
     FormScreen #command-field .field-row { margin-top: 0; }
     FormScreen .field-label { width: 14; color: $text-muted; }
     FormScreen .field-row Input {

@@ -93,6 +93,10 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
 
     @on(Input.Submitted, "#pid-input")
     def _pid_entered(self, event: Input.Submitted) -> None:
+        if not event.value.strip():
+            # (The integer field drops what is not an ASCII digit, so "got ''" told nothing.)
+            self.app.notify("type a process id (digits 0-9), then enter", title="pid")
+            return
         try:
             pid = wire.parse_field("pid", event.value)
         except wire.FieldError as err:
