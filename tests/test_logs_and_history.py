@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gpulayer_tui.engine.engine import Engine
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.paths import Paths
 
@@ -86,6 +87,31 @@ async def test_jobs_wait_for_disk_space_with_the_reason(make_engine: EngineFacto
     assert (await engine.config_reload.reload())["applied"]
     done = await engine.wait(job.id, timeout=10)
     assert done.status is JobStatus.COMPLETED
+
+
+async def _has_pid(engine: Engine, job_id: int) -> bool:
+    return (await engine.get(job_id)).pid is not None
+
+
+async def test_a_failed_jobs_end_names_a_nearly_full_disk(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A job failing for a full disk often cannot say so: its own error is the write that
+    # fails. Its end says how much space its log's disk had.
+    engine = await make_engine(config=make_config(logs={"min_free_mb": 0}))
+    gate = tmp_path / "gate"
+    wait = f"while [ ! -e {gate} ]; do sleep 0.02; done"
+    failing = await engine.submit({"shell": f"{wait}; exit 3", "gpus": 0})
+    fine = await engine.submit({"shell": wait, "gpus": 0})
+    for job in (failing, fine):
+        await eventually(lambda job=job: _has_pid(engine, job.id))
+    engine.paths.config_file.write_text("[logs]\nmin_free_mb = 1073741824\n")
+    assert (await engine.config_reload.reload())["applied"]
+    gate.touch()
+    failed = await engine.wait(failing.id, timeout=10)
+    assert failed.message.startswith("exited with code 3; the disk of its log (")
+    assert failed.message.endswith("MiB free as it ended, below [logs] min_free_mb = 1073741824")
+    assert (await engine.wait(fine.id, timeout=10)).message == "exited with code 0"
 
 
 async def test_clean_removes_old_finished_jobs_and_never_reuses_an_id(

@@ -25,6 +25,7 @@ from .unkillable import StuckReleaser
 
 if TYPE_CHECKING:
     from .config import EngineSettings
+    from .disk import DiskSpace
     from .domain import Domain
     from .scheduler import Scheduler
     from .spec import JobSpec
@@ -194,6 +195,7 @@ class BatchRunner:
         legacy: Watches processes started by an earlier version's per-job wrapper.
         settings: ``[engine]`` (grace period).
         env: Builds each job's environment.
+        disk: The state dir's free space (a failed job's end names a full disk).
     """
 
     def __init__(
@@ -204,8 +206,10 @@ class BatchRunner:
         legacy: Supervisor,
         settings: EngineSettings,
         env: JobEnv,
+        disk: DiskSpace | None = None,
     ) -> None:
         self._book = book
+        self._disk = disk
         self._scheduler = scheduler
         self._executor = executor
         self._legacy = legacy
@@ -432,6 +436,10 @@ class BatchRunner:
             return
         act.job.kill_at = None
         status, reason, message = stop_verdict(act.job, exit)
+        if reason in (Reason.EXIT_CODE, Reason.SIGNAL) and status is JobStatus.FAILED:
+            note = self._disk.full_note() if self._disk is not None else None
+            if note:
+                message = f"{message}; {note}"
         holds = list(act.holds)
         self._book.finish(act, status, reason, message, exit.code, ended_at=exit.at)
         if exit.error is None:

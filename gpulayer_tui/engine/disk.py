@@ -11,6 +11,7 @@ import os
 import time
 from pathlib import Path
 
+FULL_MB = 64  # below this a failed job's end says the disk may be why (see full_note)
 CHECK_S = 1.0  # statvfs at most this often (the queue asks on every pass)...
 NEAR = 2  # ... unless the last reading was under NEAR times the floor: then every pass
 
@@ -57,3 +58,18 @@ class DiskSpace:
                     f"{self.min_free_mb}"
                 )
         return self._reason
+
+    def full_note(self) -> str | None:
+        """What to add to a failed job's end when its log's disk is (nearly) full, or
+        ``None``.
+
+        A job that fails for a full disk often cannot say so: its own "No space left on
+        device" is the write that fails. So the engine says it (read when the job ends).
+        """
+        free = self.free_mb()
+        if free is None or free >= max(FULL_MB, self.min_free_mb):
+            return None
+        note = f"the disk of its log ({self.path}) had {free:.0f} MiB free as it ended"
+        if free < FULL_MB:
+            return f"{note}: a write there fails with 'No space left on device'"
+        return f"{note}, below [logs] min_free_mb = {self.min_free_mb}"

@@ -135,7 +135,7 @@ class Engine:
             limits=Limits(self.config.users),
         )
         self.batch = BatchRunner(
-            self.book, self.scheduler, self.executor, self.watcher, settings, env
+            self.book, self.scheduler, self.executor, self.watcher, settings, env, self.disk
         )
         self.services = ServiceRunner(
             self.book,
