@@ -136,6 +136,32 @@ async def test_nvml_errors_at_field_level_do_not_break_sampling(
     assert "not permitted" in gpu0["gpu"]["error"]
 
 
+async def test_without_a_process_list_a_jobs_memory_is_not_counted_twice(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # Not permitted (as in many containers): the 20 GiB in use is taken as the running
+    # job's declared 20 GiB, not as its reservation *and* 20 GiB of unattributed memory.
+    fake_nvml.fail("nvmlDeviceGetComputeRunningProcesses", pynvml.NVML_ERROR_NO_PERMISSION)
+    engine = await make_engine(probe=NvmlProbe())
+    job = await engine.submit({"command": ["sleep", "60"], "vram_gb": 20, "domain": "gpu0"})
+    assert job.status is JobStatus.RUNNING
+    await engine.sampler.sample_once()
+    vram = engine.gpus()["domains"][0]["vram"]
+    assert (vram["owned"], vram["unattributed"], vram["reserved_extra"]) == (20 * GIB, 0, 0)
+    assert vram["free"] == 60 * GIB  # (was 40: 80 - 20 declared - 20 unattributed)
+    # Memory beyond what our jobs declared is still unattributed, never hidden.
+    fake_nvml.devices[0].memory_used = 30 * GIB
+    await engine.sampler.sample_once()
+    vram = engine.gpus()["domains"][0]["vram"]
+    assert (vram["owned"], vram["unattributed"], vram["free"]) == (20 * GIB, 10 * GIB, 50 * GIB)
+    # With the list back, the formula is the usual one: the stray's 19 GiB listed again.
+    fake_nvml.clear_failures()
+    await engine.sampler.sample_once()
+    vram = engine.gpus()["domains"][0]["vram"]
+    assert vram["unregistered"] == 19 * GIB and vram["reserved_extra"] == 20 * GIB
+    await engine.cancel(job.id)
+
+
 async def test_a_gpu_hanging_mid_sweep_leaves_the_later_gpus_read_in_the_same_tick(
     fake_nvml: FakeNvml,
 ) -> None:

@@ -355,6 +355,14 @@ class Domain:
         extra = sum(
             max(0, (h.declared_bytes or 0) - held.get(h.job_id, 0)) for h in self.holdings.values()
         )
+        if not reading.processes_listed:
+            # No process list (an NVML error, or not permitted, as in many containers):
+            # memory no listed process explains is taken as our running jobs' declared
+            # memory first. Counted both as their reservation and as unattributed, a job
+            # using the 30 GiB it declared took 60 from the GPU (free = total - max(
+            # declared, used) when nothing is listed).
+            ours = min(unattributed, extra)
+            owned, extra, unattributed = owned + ours, extra - ours, unattributed - ours
         free = reading.memory_total - owned - extra - unregistered - unattributed
         foreign.sort(key=lambda p: -(p.used_bytes or 0))
         self.account = VramAccount(

@@ -72,6 +72,9 @@ class GpuReading:
         energy_at: When ``energy_mj`` was read (``time.monotonic()``); a new value means
             a new read.
         processes: Compute (and graphics) processes with their memory.
+        processes_listed: False when a process list could not be read (an NVML error,
+            or not permitted, as in many containers): memory no listed process explains
+            may then be our own jobs' (see :meth:`.Domain.apply_sample`).
         error: Why this reading is incomplete, if it is.
         lost: True when the driver reports the GPU as lost/fallen off the bus.
         failed: True when the GPU did not answer the basic reads (handle, memory): a
@@ -92,6 +95,7 @@ class GpuReading:
     energy_mj: int | None = None
     energy_at: float | None = None
     processes: tuple[GpuProcess, ...] = ()
+    processes_listed: bool = True
     error: str | None = None
     lost: bool = False
     failed: bool = False

@@ -303,7 +303,9 @@ class NvmlProbe:
                 lambda: int(pynvml.nvmlDeviceGetEnforcedPowerLimit(handle)) / 1000.0,
             )
             energy, energy_at = self._energy_counter(index, handle, notes)
+            listed_before = len(notes)
             processes = _read_processes(handle, notes)
+            processes_listed = len(notes) == listed_before  # (every failure adds a note)
             if processes:
                 processes = self._with_utilization(index, handle, processes)
         except _GpuLost as lost:
@@ -331,6 +333,7 @@ class NvmlProbe:
             energy_mj=energy,
             energy_at=energy_at,
             processes=processes,
+            processes_listed=processes_listed,
             error="; ".join(notes) or None,
         )
 
