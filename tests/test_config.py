@@ -86,6 +86,9 @@ def test_bindings_rejected(data: dict[str, object], message: str) -> None:
         ({"cpu": {"slots": 0}}, "cpu.slots"),
         ({"domains": {"cpu": {"gpu": 0}}}, "'cpu' is the CPU pool's name"),
         ({"domains": {"9bad": {"gpu": 0}}}, "domains.9bad: a domain name is a letter"),
+        # "^...$" took a name ending in a newline (only as $'x\n' could one name it)
+        ({"domains": {"x\n": {"gpu": 0}}}, "a domain name is a letter"),
+        ({"clusters": {"x\n": {"partition": "gpu"}}}, "a cluster name is a letter"),
         (
             {"clusters": {"a b;$(x)": {"partition": "gpu"}}},
             r"clusters\.a b;\$\(x\): a cluster name is a letter",

@@ -319,3 +319,42 @@ async def test_a_domain_renamed_while_no_engine_ran_keeps_its_running_jobs_held(
     assert "can no longer run after a configuration change" in failed.message
     await second.cancel(waiting.id)  # (first: it would start once the slot is free)
     await second.cancel(running.id)
+
+
+async def test_a_drained_gpu_stays_drained_under_its_new_name_across_restarts(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # The state was stored by name: a domain renamed live came back in service after a
+    # restart, and the old names kept their states (revived once a domain took the name).
+    unmanaged = BASE.replace("[engine]\n", "[engine]\nauto_domains = false\n")
+
+    def states(engine: object) -> dict[str, tuple[str, str]]:
+        doms = engine.scheduler.domains  # type: ignore[attr-defined]
+        return {n: (d.state.value, d.state_reason) for n, d in doms.items() if d.is_gpu}
+
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(unmanaged + "[domains.alpha]\ngpu = 0\n[domains.beta]\ngpu = 1\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await engine.config_reload.stop()
+    await engine.domain_ops.drain("beta", "bad fan")
+    paths.config_file.write_text(unmanaged + "[domains.alpha]\ngpu = 0\n[domains.gamma]\ngpu = 1\n")
+    assert (await engine.config_reload.reload())["applied"]
+    assert states(engine)["gamma"] == ("draining", "bad fan")
+    await engine.stop()
+    second = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await second.config_reload.stop()
+    assert states(second) == {"alpha": ("in_service", ""), "gamma": ("draining", "bad fan")}
+    # The names swapped live: each GPU keeps its own state, and so after a restart.
+    paths.config_file.write_text(unmanaged + "[domains.gamma]\ngpu = 0\n[domains.alpha]\ngpu = 1\n")
+    assert (await second.config_reload.reload())["applied"]
+    assert states(second) == {"gamma": ("in_service", ""), "alpha": ("draining", "bad fan")}
+    await second.stop()
+    # Renamed while no engine ran: found by its GPU, not by a name another GPU now has.
+    paths.config_file.write_text(unmanaged + "[domains.alpha]\ngpu = 0\n[domains.delta]\ngpu = 1\n")
+    third = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await third.config_reload.stop()
+    assert states(third) == {"alpha": ("in_service", ""), "delta": ("draining", "bad fan")}
+    await third.stop()
+    with sqlite3.connect(paths.database) as db:
+        rows = db.execute("SELECT name, state FROM domain_state ORDER BY name").fetchall()
+    assert [r for r in rows if r[1] != "in_service"] == [("delta", "draining")]

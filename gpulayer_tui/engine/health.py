@@ -118,7 +118,7 @@ class DomainOps:
 
     def _changed(self, dom: Domain, what: str) -> None:
         """Record and publish a domain's change, then let the queue see it."""
-        self._store.save_domain_state(dom.name, dom.state.value, dom.state_reason)
+        self._store.save_domain_state(dom.name, dom.state.value, dom.state_reason, dom.gpu_uuid)
         event = self._bus.make(
             EventKind.DOMAIN,
             None,
@@ -218,11 +218,25 @@ class DomainOps:
         return dom.to_json()
 
     async def restore_states(self) -> None:
-        """Take back the drained and quarantined states stored by earlier runs."""
-        for name, state, reason in await self._store.domain_states():
-            dom = self._scheduler.domains.get(name)
-            if dom is not None:
-                dom.restore_state(DomainState(state), reason)
+        """Take back the drained and quarantined states stored by earlier runs.
+
+        A GPU's state is found by its UUID, whatever its domain is called now (the config
+        may have renamed it while no engine ran), and stored again under that name; a
+        stored state whose GPU has no domain now is applied to none (not to a domain that
+        took its old name). Rows without a UUID (the cpu pool, older rows) go by name.
+        """
+        domains = self._scheduler.domains
+        by_uuid = {d.gpu_uuid: d for d in domains.values() if d.gpu_uuid is not None}
+        for name, state, reason, uuid in await self._store.domain_states():
+            dom = by_uuid.get(uuid) if uuid is not None else domains.get(name)
+            if uuid is None and dom is not None and dom.gpu_uuid is not None:
+                # (an older row: by name, then kept by UUID from now on)
+                self._store.save_domain_state(dom.name, state, reason, dom.gpu_uuid)
+            if dom is None:
+                continue
+            dom.restore_state(DomainState(state), reason)
+            if dom.name != name:
+                self._store.save_domain_state(dom.name, state, reason, dom.gpu_uuid)
 
     # -- reports ------------------------------------------------------------------------------
 

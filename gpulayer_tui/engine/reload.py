@@ -203,6 +203,9 @@ class ConfigReloader:
 
     def _rehome(self, old: Domain, new: Domain) -> None:
         """Jobs (and their service replicas) on ``old`` now run on ``new``: same GPU."""
+        # The GPU's drained or quarantined state is stored under its new name (and its old
+        # name's row dropped): by name alone, a restart brought it back in service.
+        self._store.save_domain_state(new.name, new.state.value, new.state_reason, new.gpu_uuid)
         for job_id in new.holdings:
             act = self._book.get(job_id)
             if act is None:

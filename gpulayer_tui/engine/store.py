@@ -75,7 +75,7 @@ _DAMAGED_ADVICE = (
     "copy; `sqlite3 FILE .recover` may save what is readable."
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # jobs_active's condition, exactly as created: a query that repeats it may use the index.
 _ACTIVE_INDEX_WHERE = "status IN ('pending', 'queued', 'running')"
@@ -169,6 +169,12 @@ MIGRATIONS: list[list[str]] = [
     # every cluster job again.
     [
         "ALTER TABLE jobs ADD COLUMN cluster_job_id TEXT",
+    ],
+    # 7 -> 8: a drained or quarantined state follows its GPU (by UUID) when the config
+    # renames its domain, live or while no engine ran (stored by name alone, a renamed
+    # domain came back in service after a restart and the old name kept a stale state).
+    [
+        "ALTER TABLE domain_state ADD COLUMN gpu_uuid TEXT",
     ],
 ]
 
@@ -845,23 +851,26 @@ class Store:
                 db.execute("ROLLBACK")
             raise
 
-    def save_domain_state(self, name: str, state: str, reason: str) -> None:
-        """Queue a domain's service state for the next commit."""
-        self._queue.append(
-            _Write(
-                None,
-                [],
-                None,
-                [
-                    (
-                        "INSERT INTO domain_state (name, state, reason, at) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT(name) DO UPDATE SET state=excluded.state, "
-                        "reason=excluded.reason, at=excluded.at",
-                        (name, state, reason, time.time()),
-                    )
-                ],
+    def save_domain_state(
+        self, name: str, state: str, reason: str, gpu_uuid: str | None = None
+    ) -> None:
+        """Queue a domain's service state for the next commit (a GPU's state is kept
+        once: a row of its UUID under another name is dropped)."""
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        if gpu_uuid is not None:
+            statements.append(
+                ("DELETE FROM domain_state WHERE gpu_uuid = ? AND name != ?", (gpu_uuid, name))
+            )
+        statements.append(
+            (
+                "INSERT INTO domain_state (name, state, reason, at, gpu_uuid) "
+                "VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET state=excluded.state, "
+                "reason=excluded.reason, at=excluded.at, gpu_uuid=excluded.gpu_uuid",
+                (name, state, reason, time.time(), gpu_uuid),
             )
         )
+        self._queue.append(_Write(None, [], None, statements))
         self._wake.set()
 
     def save_usage(self, job_id: int, record: UsageJSON) -> None:
@@ -921,10 +930,13 @@ class Store:
         rows = await self._fetchall("SELECT MAX(created_at) FROM jobs")
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
-    async def domain_states(self) -> list[tuple[str, str, str]]:
-        """Stored ``(name, state, reason)`` of every domain ever changed."""
-        rows = await self._fetchall("SELECT name, state, reason FROM domain_state")
-        return [(r[0], r[1], r[2]) for r in rows]
+    async def domain_states(self) -> list[tuple[str, str, str, str | None]]:
+        """Stored ``(name, state, reason, gpu_uuid)`` of every domain ever changed (the
+        UUID is ``None`` for the cpu pool, and for rows from before it was kept)."""
+        rows = await self._fetchall(
+            "SELECT name, state, reason, gpu_uuid FROM domain_state ORDER BY at"
+        )
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     async def flush(self) -> None:
         """Wait until everything queued so far is committed."""
