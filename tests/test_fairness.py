@@ -155,6 +155,18 @@ def test_a_job_that_ends_before_the_reservation_backfills_it() -> None:
     assert status(timed) == "running"
 
 
+def test_a_short_job_backfills_even_behind_a_same_shaped_job_without_a_timeout() -> None:
+    # Grouped by shape and user alone, the short job sat behind the untimed one (only a
+    # group's head is tried) and waited, its reason saying it could have gone.
+    box = Box(gpus=2)
+    box.run(gpus=1, timeout=60)
+    big = box.run(gpus=2)
+    untimed = box.run(gpus=1)
+    short = box.run(gpus=1, timeout=5)
+    assert status(big) == "queued" and status(untimed) == "queued"
+    assert status(short) == "running" and short.job.domains == ["gpu1"]
+
+
 def test_a_reservation_never_waits_on_a_foreign_process() -> None:
     # gpu1 is taken by memory the engine does not own: it is not reserved (it may never
     # free up), so jobs that fit elsewhere keep running.

@@ -165,7 +165,8 @@ class JobQueue:
     def _group(self, act: ActiveJob) -> Group | None:
         if act.request is None:
             return None
-        return (act.request, owner_of(act.job.owner_uid))
+        timeout = act.spec.timeout if act.spec is not None else None
+        return (act.request, owner_of(act.job.owner_uid), timeout)
 
     def running_by_user(self, now: float) -> dict[int, Running]:
         """What each user's running jobs hold now: GPUs, declared VRAM, GPU-seconds."""
@@ -592,7 +593,7 @@ class JobQueue:
     def schedule(self) -> None:
         """One pass: start what fits, best first; give everything else its reason.
 
-        Only the head of each (shape, user) group is tried (see :mod:`.runqueue`). A group
+        Only the head of each (shape, user, timeout) group is tried (see :mod:`.runqueue`). A group
         found blocked stays blocked for the rest of the pass, since resources only shrink
         during a pass. The best head that cannot start reserves the domains it will get
         first (:func:`.fairness.reservation`); later heads avoid them unless they are sure
@@ -624,7 +625,7 @@ class JobQueue:
             for key, group in self._ordered_heads(running, now):
                 if group in blocked:
                     continue
-                request, uid = group
+                request, uid, _ = group
                 why = limit_blocker(
                     self.limits, uid, running.get(uid, Running()), request.gpus, request.vram_bytes
                 )

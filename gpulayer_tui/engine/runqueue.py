@@ -1,12 +1,15 @@
 """The run queue: jobs ready to start, grouped by what they ask for and whose they are.
 
-Jobs with the same request shape (GPUs, memory, pins, exclusive) of the same user are
-interchangeable for placement and for fairness: if one cannot start, none of them can,
-and they wait for the same reason. So the queue keeps one priority-ordered list per
-(shape, user) group, and a scheduling pass looks only at the head of each group. A pass
-then costs O(groups x placements), not O(queued jobs), and a queued row is rewritten only
-when its group's reason actually changes. With 500 jobs queued behind 2 slots, a job exit
-no longer touches 500 rows.
+Jobs with the same request shape (GPUs, memory, pins, exclusive) of the same user and
+the same timeout are interchangeable for placement and for fairness: if one cannot
+start, none of them can, and they wait for the same reason. (The timeout counts because
+a job that surely ends before a reservation starts may use the reserved domains: a job
+with a short timeout queued behind a same-shaped one without was never tried, and
+waited.) So the queue keeps one priority-ordered list per (shape, user, timeout) group,
+and a scheduling pass looks only at the head of each group. A pass then costs O(groups x
+placements), not O(queued jobs), and a queued row is rewritten only when its group's
+reason actually changes. With 500 jobs queued behind 2 slots, a job exit no longer
+touches 500 rows.
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ from collections.abc import Iterator
 from .scheduler import Request
 
 Key = tuple[int, int]  # (-priority, id): higher priority first, then FIFO
-Group = tuple[Request, int]  # (what it asks for, the uid it counts against)
+Group = tuple[Request, int, float | None]  # (what it asks, the uid it counts against, timeout)
 
 
 class RunQueue:
-    """Ready jobs by group (shape, user), each group in priority order."""
+    """Ready jobs by group (shape, user, timeout), each group in priority order."""
 
     def __init__(self) -> None:
         self._shapes: dict[Group, list[Key]] = {}
