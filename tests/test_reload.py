@@ -358,3 +358,28 @@ async def test_a_drained_gpu_stays_drained_under_its_new_name_across_restarts(
     with sqlite3.connect(paths.database) as db:
         rows = db.execute("SELECT name, state FROM domain_state ORDER BY name").fetchall()
     assert [r for r in rows if r[1] != "in_service"] == [("delta", "draining")]
+
+
+async def test_a_shorter_sample_interval_takes_effect_at_once(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # The sampler slept out the old interval first: lowered from 120 s, the engine went
+    # unsampled (and answered "not ready") for up to two minutes.
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text("[engine]\nsample_interval = 120\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await engine.config_reload.stop()
+    first = engine.sampler.latest
+    assert first is not None
+    paths.config_file.write_text("[engine]\nsample_interval = 0.2\n")
+    assert (await engine.config_reload.reload())["applied"]
+    # Two new samples: the one the change asked for, and one on the new interval.
+    seen: set[float] = set()
+
+    def sampled_twice() -> bool:
+        latest = engine.sampler.latest
+        if latest is not None and latest.taken_at > first.taken_at:
+            seen.add(latest.taken_at)
+        return len(seen) >= 2
+
+    await eventually(sampled_twice, timeout=10)

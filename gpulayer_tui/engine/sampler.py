@@ -22,6 +22,7 @@ fallback, and the per-process cache share one set of threads and futures.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -276,6 +277,7 @@ class Sampler:
         # busy and publishing a failed sample (no GPU processes) after a good one.
         self._one_at_a_time = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self._retick = asyncio.Event()  # a new interval: sample now, then keep the new one
         self.latest: Sample | None = None
         self.history: dict[int, deque[HistoryPoint]] = {}
         self._processes = ProcessCache()
@@ -286,7 +288,13 @@ class Sampler:
         self._callback_logged = -CALLBACK_LOG_EVERY_S
 
     def reconfigure(self, interval: float, deadline: float, history: int) -> None:
-        """New ``[engine]`` timings: the tick, each read's deadline, the history length."""
+        """New ``[engine]`` timings: the tick, each read's deadline, the history length.
+
+        A new tick takes effect now, not after the old one ran out: lowered from 600 s,
+        the engine went unsampled (and not ready) for up to ten minutes.
+        """
+        if interval != self.interval:
+            self._retick.set()
         self.interval = interval
         self.deadline = deadline
         if history != self.history_len:
@@ -536,7 +544,9 @@ class Sampler:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.interval)
+            self._retick.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._retick.wait(), self.interval)
             await self.sample_once()
 
     def start(self) -> None:
