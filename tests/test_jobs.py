@@ -12,7 +12,7 @@ import pytest
 
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
 from gpulayer_tui.engine.simulate import SimLedger
-from gpulayer_tui.engine.spec import SpecError
+from gpulayer_tui.engine.spec import SpecError, parse_spec
 
 if TYPE_CHECKING:
     from .fake_nvml import FakeNvml
@@ -406,6 +406,32 @@ async def test_invalid_specs_change_nothing(make_engine: EngineFactory) -> None:
     with pytest.raises(SpecError, match="job 2 of 2"):
         await engine.submit_many([{"command": ["true"]}, {"command": []}])
     assert await engine.list_jobs() == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "message"),
+    [
+        ({"cwd": "rel"}, "cwd", "cwd: 'rel' is not an absolute path"),
+        ({"cwd": "/tmp\0"}, "cwd", "cwd contains a NUL byte"),
+        ({"env": {"A=B": "x"}}, "env", "env: 'A=B' is not a valid variable name"),
+        ({"env": {"A": "x\0"}}, "env", "env[A] contains a NUL byte"),
+        ({"domain": []}, "domain", "domain: an empty list pins to nothing; omit it instead"),
+        ({"shell": "true"}, "command", "command: give exactly one of 'command'"),
+        ({"replicas": 2}, "replicas", "replicas: only services have this"),
+        ({"requeue": False}, "requeue", "requeue: only a preemptible job is requeued"),
+        # Linux passes no string this long to a program: it could only fail at launch.
+        ({"env": {"A": "x" * 200_000}}, "env", "env[A]: 200002 bytes; Linux passes no"),
+        ({"command": ["true", "y" * 131_072]}, "command", "command: 131072 bytes; Linux"),
+    ],
+)
+def test_a_whole_spec_problem_names_its_field(
+    spec: dict[str, object], field: str, message: str
+) -> None:
+    # These said what was wrong but named no field: an API client got no "field".
+    with pytest.raises(SpecError) as refused:
+        parse_spec({"command": ["true"], **spec})
+    assert refused.value.field == field
+    assert str(refused.value).startswith(message)
 
 
 async def test_a_dependency_named_twice_alike_is_one(make_engine: EngineFactory) -> None:

@@ -54,9 +54,25 @@ class Dependency(BaseModel):
     any_exit: bool = False
 
 
-def _no_nul(value: str, field: str) -> None:
+def _no_nul(value: str, what: str, field: str | None = None) -> None:
     if "\0" in value:
-        raise ValueError(f"{field} contains a NUL byte")
+        raise wire.FieldError(field or what, f"{what} contains a NUL byte")
+
+
+# Linux passes no single argument or environment string longer than this to a program
+# (MAX_ARG_STRLEN: 32 pages): such a job could only fail at launch, "Argument list too
+# long", after being stored and echoed back whole.
+MAX_ARG_STRLEN = 32 * 4096
+
+
+def _passable(text: str, field: str, what: str | None = None) -> None:
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size >= MAX_ARG_STRLEN:
+        raise wire.FieldError(
+            field,
+            f"{what or field}: {size} bytes; Linux passes no program an argument or "
+            f"environment string of {MAX_ARG_STRLEN} bytes or more",
+        )
 
 
 class RetrySpec(BaseModel):
@@ -177,38 +193,46 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
+        # Each problem names its field (FieldError), as the field rules' own errors do:
+        # an API client is told which input is at fault ("field" in the 400's body).
+        fail = wire.FieldError
         if self.kind != "service":
             given = [name for name in SERVICE_ONLY if getattr(self, name) is not None]
             if given:
-                raise ValueError(
+                raise fail(
+                    given[0],
                     f"{', '.join(given)}: only services have "
-                    f'{"this" if len(given) == 1 else "these"} (set kind = "service")'
+                    f'{"this" if len(given) == 1 else "these"} (set kind = "service")',
                 )
         if (self.command is None) == (self.shell is None):
-            raise ValueError("give exactly one of 'command' (argv) or 'shell' (a shell line)")
+            raise fail("command", "give exactly one of 'command' (argv) or 'shell' (a shell line)")
+        for word in self.command if self.command is not None else [self.shell or ""]:
+            _passable(word, "shell" if self.shell is not None else "command")
         if self.cwd is not None:
             _no_nul(self.cwd, "cwd")
             if not os.path.isabs(self.cwd):
-                raise ValueError(f"cwd: {self.cwd!r} is not an absolute path")
+                raise fail("cwd", f"{self.cwd!r} is not an absolute path")
         for key, value in self.env.items():
             if not key or "=" in key or "\0" in key:
-                raise ValueError(f"env: {key!r} is not a valid variable name")
-            _no_nul(value, f"env[{key}]")
+                raise fail("env", f"{key!r} is not a valid variable name")
+            _no_nul(value, f"env[{key}]", "env")
+            _passable(f"{key}={value}", "env", f"env[{key}]")
         if isinstance(self.domain, list) and not self.domain:
-            raise ValueError("domain: an empty list pins to nothing; omit it instead")
+            raise fail("domain", "an empty list pins to nothing; omit it instead")
         if self.vram_gb is not None and self.gpus == 0:
-            raise ValueError("vram_gb is per GPU, but gpus is 0 (a CPU job)")
+            raise fail("vram_gb", "vram_gb is per GPU, but gpus is 0 (a CPU job)")
         if self.preemptible and self.kind == "service":
-            raise ValueError("preemptible: services are never preempted (record 004)")
+            raise fail("preemptible", "services are never preempted (record 004)")
         if self.cluster is None and (self.cpus is not None or self.mem_gb is not None):
-            raise ValueError("cpus, mem_gb: only cluster jobs have these (set cluster)")
+            field = "cpus" if self.cpus is not None else "mem_gb"
+            raise fail(field, "cpus, mem_gb: only cluster jobs have these (set cluster)")
         if self.cluster is not None and (self.is_service or self.preemptible or self.domain):
-            raise ValueError(
-                "cluster: a cluster job is a batch job placed by Slurm (no service, "
-                "preemptible or domain)"
+            raise fail(
+                "cluster",
+                "a cluster job is a batch job placed by Slurm (no service, preemptible or domain)",
             )
         if not self.requeue and not self.preemptible:
-            raise ValueError("requeue: only a preemptible job is requeued (add preemptible)")
+            raise fail("requeue", "only a preemptible job is requeued (add preemptible)")
         return self
 
     @model_serializer(mode="wrap")
@@ -352,6 +376,9 @@ def _describe(err: ValidationError) -> tuple[str, str | None]:
         error = item.get("ctx", {}).get("error")
         if isinstance(error, wire.FieldError):
             msg = error.detail  # the rule's own words, without its field name
+            if not where:  # (the whole spec's check: the error names its field)
+                field = field or error.field
+                where = "" if msg.startswith(f"{error.field}") else error.field
         else:
             msg = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
