@@ -255,9 +255,12 @@ def _job_query(request: web.Request) -> JobQuery:
     order = request.query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise SpecError(f"order must be asc or desc, not {order[:100]!r}", "order")
+    text = request.query.get("q", "")
+    if "\0" in text:  # (SQLite's LIKE ends the pattern there: "a\0b" matched as "a")
+        raise SpecError("q contains a NUL byte", "q")
     return JobQuery(
         statuses=tuple(dict.fromkeys(s for s in raw.split(",") if s)),
-        text=request.query.get("q", ""),
+        text=text,
         sort=request.query.get("sort", "id"),
         descending=order == "desc",
         before=_int_query(request, "before", None),

@@ -329,10 +329,32 @@ class Notifier:
             if status < 400:
                 return True
             why = f"HTTP {status}"
+        shown = shown_url(url)
         log.warning(
-            "job %d: %s notification to %s failed: %s", pending.job_id, pending.event, url, why
+            "job %d: %s notification to %s failed: %s",
+            pending.job_id,
+            pending.event,
+            shown,
+            why.replace(url, shown),
         )
         return False
+
+
+def shown_url(url: str) -> str:
+    """``url`` as logs may show it: scheme, host and port. A webhook's secret is often in
+    its path or query (Slack, Teams) or its user info, and logs go to the journal."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return "the [notify] url"
+    if ":" in host:
+        host = f"[{host}]"
+    hidden = "/..." if (parts.path not in ("", "/") or parts.query or parts.fragment) else ""
+    return f"{parts.scheme}://{host}{port}{hidden}"
 
 
 def payload(event: str, at: float, job: Job, replica: dict[str, Any] | None) -> dict[str, Any]:
