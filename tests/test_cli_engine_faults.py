@@ -11,7 +11,10 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from gpulayer_tui.engine.engine import Engine
+from gpulayer_tui.engine.errors import KeyReused
 
 from .conftest import REPO, EngineFactory, Served, wait_for
 
@@ -154,13 +157,45 @@ async def test_a_key_returns_the_first_submissions_jobs_even_after_a_restart(
     make_engine: EngineFactory,
 ) -> None:
     engine: Engine = await make_engine()
-    first = await engine.submit_many([{"command": ["true"]}, {"command": ["true"]}], 0, "k1")
-    again = await engine.submit_many([{"command": ["false"]}], 0, "k1")
+    both = [{"command": ["true"]}, {"command": ["true"]}]
+    first = await engine.submit_many(both, 0, "k1")
+    again = await engine.submit_many(both, 0, "k1")
     assert [j.id for j in again] == [j.id for j in first]
+    # The key reused for another request is refused: answered with the first request's
+    # jobs, the new one was dropped without a word (HTTP 201).
+    with pytest.raises(KeyReused, match="'k1' was used for a different request"):
+        await engine.submit_many([{"command": ["false"]}], 0, "k1")
     other_user = await engine.submit({"command": ["true"]}, 1000, "k1")  # keys are per user
     assert other_user.id not in {j.id for j in first}
     await engine.stop()
     later = await make_engine()
-    replay = await later.submit_many([{"command": ["true"]}], 0, "k1")
+    replay = await later.submit_many(both, 0, "k1")
     assert [j.id for j in replay] == [j.id for j in first]
+    with pytest.raises(KeyReused):  # (known from the database now)
+        await later.submit_many(both[:1], 0, "k1")
     assert len(await later.list_jobs()) == 3
+
+
+def test_a_key_reused_for_another_request_is_a_422_naming_the_header(served: Served) -> None:
+    from .raw_http import UnixHTTPConnection
+
+    served.start("--simulate", "1xA100-80GB")
+
+    def post(spec: dict[str, object]) -> tuple[int, dict[str, object]]:
+        conn = UnixHTTPConnection(served.home / "engine.sock")
+        try:
+            headers = {"Content-Type": "application/json", "Idempotency-Key": "repro-2"}
+            conn.request("POST", "/v1/jobs", json.dumps(spec).encode(), headers)
+            answer = conn.getresponse()
+            return answer.status, json.loads(answer.read())
+        finally:
+            conn.close()
+
+    status, first = post({"command": ["true"], "name": "first"})
+    assert status == 201
+    status, again = post({"command": ["true"], "name": "first"})  # a retry: the same job
+    assert status == 201 and again["job"]["id"] == first["job"]["id"]  # type: ignore[index]
+    status, refused = post({"command": ["true"], "name": "second", "gpus": 2})
+    assert status == 422 and refused["field"] == "Idempotency-Key"
+    assert "'repro-2' was used for a different request" in str(refused["error"])
+    assert [job["name"] for job in _jobs(served)] == ["first"]

@@ -10,12 +10,14 @@ the queue), one scheduling pass runs, and the answer waits for the commit.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .domain import plural
-from .errors import Overloaded, SpecError, StoreError
+from .errors import KeyReused, Overloaded, SpecError, StoreError
 from .fairness import owner_of, user_label
 from .jobbook import ActiveJob, JobBook
 from .models import Job, JobKind
@@ -73,6 +75,7 @@ class Admission:
         self._snapshot_settings = snapshot_settings
         # Idempotency keys of recent submissions: in flight (a pending future) or just done.
         self._keys: dict[tuple[int | None, str], asyncio.Future[list[int]]] = {}
+        self._digests: dict[tuple[int | None, str], str] = {}  # what each of those asked
 
     def reconfigure(self, limits: LimitsSettings, snapshot: SnapshotSettings | None = None) -> None:
         """Use new ``[limits]`` (and ``[snapshot]``) from now on."""
@@ -93,36 +96,46 @@ class Admission:
             owner_uid: Who submits (``SO_PEERCRED``).
             key: An idempotency key: a submission with a key this user already used
                 (while it is being handled, or stored, even by an earlier engine run)
-                returns the jobs the first one made, now, and creates none.
+                returns the jobs the first one made, now, and creates none. The same
+                request only: the key reused for other items is refused (``KeyReused``).
 
         Raises:
             SpecError: Naming the first invalid item by index; nothing is stored.
+            KeyReused: ``key`` was used for a different request; nothing is stored.
             Overloaded: ``[limits] active_jobs`` would be exceeded; nothing is stored.
             StoreError: The database cannot be written: the engine refuses new work.
         """
         if key is None:
             return await self._submit(items, owner_uid, None)
         slot = (owner_uid, key)
+        digest = request_digest(items)
         first = self._keys.get(slot)
         if first is not None:  # the same submission is being handled, or was just now
+            _same_request(key, self._digests.get(slot), digest)
             return await self._current(await asyncio.shield(first))
-        stored = await self._store.jobs_with_key(key, owner_uid)
+        stored, stored_digest = await self._store.jobs_with_key(key, owner_uid)
         if stored:
+            _same_request(key, stored_digest, digest)
             return await self._current([job.id for job in stored])
         if slot in self._keys:  # (another retry got here during that read)
+            _same_request(key, self._digests.get(slot), digest)
             return await self._current(await asyncio.shield(self._keys[slot]))
         made: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
         self._keys[slot] = made
+        self._digests[slot] = digest
         try:
-            jobs = await self._submit(items, owner_uid, key)
+            jobs = await self._submit(items, owner_uid, key, digest)
         except BaseException as err:
             del self._keys[slot]  # nothing was made: a retry may try again
+            del self._digests[slot]
             made.set_exception(err)
             made.exception()  # (retrieved: a lone attempt has no waiter)
             raise
         made.set_result([job.id for job in jobs])
         while len(self._keys) > RECENT_KEYS:  # stored ones are found in SQLite
-            del self._keys[next(iter(self._keys))]
+            oldest = next(iter(self._keys))
+            del self._keys[oldest]
+            self._digests.pop(oldest, None)
         return jobs
 
     async def _current(self, ids: list[int]) -> list[Job]:
@@ -135,7 +148,13 @@ class Admission:
                 out.append(job)
         return out
 
-    async def _submit(self, items: list[Any], owner_uid: int | None, key: str | None) -> list[Job]:
+    async def _submit(
+        self,
+        items: list[Any],
+        owner_uid: int | None,
+        key: str | None,
+        digest: str | None = None,
+    ) -> list[Job]:
         self._check_writable()
         self._check_room(len(items))
         prepared = []
@@ -189,6 +208,7 @@ class Admission:
                 priority=spec.priority,
                 owner_uid=owner_uid,
                 submit_key=key,
+                submit_digest=digest,
             )
             self._queue.enqueue(act, job_deps)
             acts.append(act)
@@ -336,3 +356,20 @@ class Admission:
                 f"{count} more would pass the limit of {limit} ([limits] active_jobs); "
                 "nothing was stored, retry when jobs have ended"
             )
+
+
+def request_digest(items: list[Any]) -> str:
+    """What a submission asked for, as a short digest (its items as canonical JSON)."""
+    text = json.dumps(items, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _same_request(key: str, first: str | None, digest: str) -> None:
+    """Refuse ``key`` reused for another request (``first`` is ``None`` for submissions
+    stored before digests were kept: those are taken as retries)."""
+    if first is not None and first != digest:
+        raise KeyReused(
+            f"Idempotency-Key {key!r} was used for a different request; nothing was "
+            "stored (send a new key for a new submission)",
+            "Idempotency-Key",
+        )

@@ -65,7 +65,15 @@ from .. import wire
 from ..unixsock import SocketPath
 from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
 from .engine import Engine
-from .errors import DomainRefused, JobNotActive, Overloaded, SpecError, StoreError, UnknownJob
+from .errors import (
+    DomainRefused,
+    JobNotActive,
+    KeyReused,
+    Overloaded,
+    SpecError,
+    StoreError,
+    UnknownJob,
+)
 from .models import Job, JobQuery
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -103,6 +111,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Map engine exceptions to clear JSON errors."""
     try:
         return await handler(request)
+    except KeyReused as err:
+        return _error(422, str(err), err.field)
     except SpecError as err:
         return _error(400, str(err), err.field)
     except wire.FieldError as err:

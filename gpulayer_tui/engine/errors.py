@@ -18,6 +18,11 @@ class SpecError(ValueError):
         self.field = field
 
 
+class KeyReused(SpecError):
+    """An idempotency key already used for a different request; nothing was stored (422,
+    as the IETF Idempotency-Key draft answers: only the same request is a retry)."""
+
+
 class UnknownJob(LookupError):
     """No job has this id (404)."""
 

@@ -206,6 +206,7 @@ class JobBook:
         priority: int = 0,
         owner_uid: int | None = None,
         submit_key: str | None = None,
+        submit_digest: str | None = None,
     ) -> ActiveJob:
         """A new job with the next id, ``pending``, queued for commit with its submission."""
         self._last_id += 1
@@ -217,6 +218,7 @@ class JobBook:
             priority=priority,
             owner_uid=owner_uid,
             submit_key=submit_key,
+            submit_digest=submit_digest,
         )
         act = ActiveJob(job, spec, request)
         self._active[job.id] = act

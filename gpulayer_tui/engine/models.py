@@ -259,6 +259,8 @@ class Job:
     stop_message: str = ""
     kill_at: float | None = None
     submit_key: str | None = None  # the submission's idempotency key (never shown)
+    submit_digest: str | None = None  # what that submission asked for (a key reused for
+    # another request is refused: see Admission.submit_many)
     cluster_job_id: str | None = None  # its id on its Slurm cluster (issue 16)
 
     def to_row(self) -> JobRowJSON:

@@ -175,6 +175,9 @@ MIGRATIONS: list[list[str]] = [
     # domain came back in service after a restart and the old name kept a stale state).
     [
         "ALTER TABLE domain_state ADD COLUMN gpu_uuid TEXT",
+        # What a submission with an idempotency key asked for: the key reused for another
+        # request is refused, not answered with the first one's jobs.
+        "ALTER TABLE jobs ADD COLUMN submit_digest TEXT",
     ],
 ]
 
@@ -203,7 +206,17 @@ _DYNAMIC = (
     "kill_at",
     "cluster_job_id",
 )
-_STATIC = ("id", "name", "kind", "priority", "created_at", "owner_uid", "spec", "submit_key")
+_STATIC = (
+    "id",
+    "name",
+    "kind",
+    "priority",
+    "created_at",
+    "owner_uid",
+    "spec",
+    "submit_key",
+    "submit_digest",
+)
 _INSERT = (
     f"INSERT INTO jobs ({', '.join(_STATIC + _DYNAMIC)}) "
     f"VALUES ({', '.join('?' * (len(_STATIC) + len(_DYNAMIC)))}) "
@@ -254,6 +267,7 @@ def _static_row(job: Job) -> tuple[Any, ...]:
         job.owner_uid,
         json.dumps(job.spec),
         job.submit_key,
+        job.submit_digest,
     )
 
 
@@ -955,14 +969,16 @@ class Store:
         # transaction pins an old WAL snapshot: a later read could miss a commit.
         return list(await self._reader.execute_fetchall(sql, args))
 
-    async def jobs_with_key(self, key: str, owner_uid: int | None) -> list[Job]:
+    async def jobs_with_key(self, key: str, owner_uid: int | None) -> tuple[list[Job], str | None]:
         """The jobs a submission with idempotency ``key`` by ``owner_uid`` made (committed
-        ones; oldest first)."""
+        ones; oldest first), and the digest of what it asked for (``None`` for jobs from
+        before digests were kept)."""
         rows = await self._fetchall(
-            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE submit_key = ? AND owner_uid IS ? ORDER BY id",
+            f"SELECT {_JOB_COLUMNS}, submit_digest FROM jobs WHERE submit_key = ? "
+            "AND owner_uid IS ? ORDER BY id",
             (key, owner_uid),
         )
-        return [job_from_row(r) for r in rows]
+        return [job_from_row(r[:-1]) for r in rows], (rows[0][-1] if rows else None)
 
     def save_edit(self, job: Job) -> None:
         """Queue what an edit changes of a waiting job that is otherwise written once: its
