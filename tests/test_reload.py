@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
+from pathlib import Path
+
+import pytest
 
 from gpulayer_tui.engine.config import load_config
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
@@ -383,3 +387,72 @@ async def test_a_shorter_sample_interval_takes_effect_at_once(
         return len(seen) >= 2
 
     await eventually(sampled_twice, timeout=10)
+
+
+async def test_a_removed_config_file_keeps_the_running_configuration(
+    make_engine: EngineFactory, paths: Paths, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Moved away and back (a save), or removed a moment: the defaults were applied, the
+    # configured domain vanished and a waiting job pinned to it failed for good.
+    caplog.set_level(logging.WARNING, "gpulayer_tui.engine.reload")
+    paths.state_dir.mkdir(parents=True)
+    config = BASE + "[domains.work]\ngpu = 0\nslots = 1\n"
+    paths.config_file.write_text(config)
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    running = await engine.submit({"command": ["sleep", "600"], "domain": "work"})
+    waiting = await engine.submit({"command": ["true"], "domain": "work"})
+    assert waiting.status is JobStatus.QUEUED
+
+    def watched() -> bool:  # (an edit seen: the watcher, started after the engine, runs)
+        if engine.scheduler.domains["cpu"].slots == 3:
+            return True
+        paths.config_file.write_text(config + "[cpu]\nslots = 3\n")
+        return False
+
+    await eventually(watched, timeout=10, interval=0.3)
+    aside = paths.config_file.with_name("config.toml~")
+    paths.config_file.rename(aside)
+    await eventually(lambda: "was removed: the running configuration stays" in caplog.text)
+    assert "work" in engine.scheduler.domains
+    assert engine.book.get(waiting.id).job.status is JobStatus.QUEUED
+    aside.rename(paths.config_file)
+    # Asked on purpose (SIGHUP, POST /v1/config/reload), its absence is applied.
+    paths.config_file.unlink()
+    await eventually(lambda: caplog.text.count("was removed") >= 2)
+    assert (await engine.config_reload.reload())["applied"]
+    assert "work" not in engine.scheduler.domains
+    failed = await engine.wait(waiting.id, timeout=10)
+    assert "can no longer run after a configuration change" in failed.message
+    await engine.cancel(running.id)
+
+
+async def test_a_symlinked_config_is_followed_into_its_files_folder(
+    make_engine: EngineFactory, paths: Paths, tmp_path: Path
+) -> None:
+    # (a dotfile manager's link: edits to the file it names were not seen, only SIGHUP)
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    real = dotfiles / "gpulayer.toml"
+    real.write_text(BASE + "[cpu]\nslots = 1\n")
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.symlink_to(real)
+    engine = await make_engine(config=load_config(paths.config_file))
+
+    def edited(file: Path, slots: int) -> bool:
+        # Written until seen: the watcher starts (and starts again in a new folder) a
+        # moment after the engine, and an edit before that is not an edit it sees.
+        if engine.scheduler.domains["cpu"].slots == slots:
+            return True
+        file.write_text(BASE + f"[cpu]\nslots = {slots}\n")
+        return False
+
+    await eventually(lambda: edited(real, 3), timeout=10, interval=0.3)
+    # Pointed at another file: that file's edits are followed from then on.
+    other = tmp_path / "elsewhere" / "other.toml"
+    other.parent.mkdir()
+    other.write_text(BASE + "[cpu]\nslots = 4\n")
+    paths.config_file.unlink()
+    paths.config_file.symlink_to(other)
+    await eventually(lambda: engine.scheduler.domains["cpu"].slots == 4, timeout=10)
+    await eventually(lambda: edited(other, 5), timeout=10, interval=0.3)
+    assert real.read_text().endswith("slots = 3\n")  # (the old file is not read again)

@@ -144,12 +144,37 @@ class ConfigReloader:
             self._task = None
 
     async def _watch(self) -> None:
+        """Reload on each change of the config file.
+
+        A config that is a symlink (a dotfile manager's) is followed into the folder of
+        the file it names too, and watched again there when it is pointed elsewhere. A
+        removed file is not applied: the running configuration stays (a save that moves
+        the old file away first, or a moment's removal, reverted to the defaults and
+        failed every waiting job pinned to a configured domain); SIGHUP or ``POST
+        /v1/config/reload`` applies its absence (the defaults) on purpose.
+        """
         from watchfiles import awatch
 
         target = self._paths.config_file
-        async for changes in awatch(target.parent, recursive=False, debounce=200):
-            if any(path == str(target) for _, path in changes):
+        while True:
+            real = target.resolve()
+            folders = {target.parent, real.parent}
+            watched = {str(target), str(real)}
+            async for changes in awatch(
+                *(f for f in folders if f.is_dir()), recursive=False, debounce=200
+            ):
+                if not any(path in watched for _, path in changes):
+                    continue
+                if not target.exists():
+                    log.warning(
+                        "%s was removed: the running configuration stays (SIGHUP or "
+                        "POST /v1/config/reload applies the defaults)",
+                        target,
+                    )
+                    continue
                 await self.reload()
+                if target.resolve() != real:
+                    break  # (the symlink names another file: watch its folder instead)
 
     async def reload(self) -> dict[str, Any]:
         """Read the config file again and apply it if valid.
