@@ -384,3 +384,69 @@ async def test_jobs_dying_of_device_errors_count_against_their_gpu(
     assert gpu1.state.value == "quarantined"
     assert gpu1.state_reason == "3 jobs in a row failed with: no CUDA-capable device"
     assert gpu0.state.value == "in_service"
+
+
+async def test_doctor_checks_the_config_file_as_the_engine_would_and_a_closed_queue(
+    make_engine: EngineFactory, paths: Any
+) -> None:
+    # doctor said "config ok, is valid" for a file the engine refused (a GPU that does not
+    # exist), and "queued jobs ok" while every new job waited for disk space.
+    from gpulayer_tui.engine.config import load_config
+
+    paths.state_dir.mkdir(parents=True, mode=0o700)
+    paths.config_file.write_text("[cpu]\nslots = 2\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await engine.config_reload.stop()  # (the reloads below only)
+
+    async def check(name: str) -> dict[str, str]:
+        return next(c for c in await engine.doctor_checks() if c["check"] == name)
+
+    assert (await check("config"))["status"] == "ok"
+    assert (await check("config"))["detail"].endswith("is valid and applied")
+    paths.config_file.write_text("[cpu]\nslots = 2\n[domains.other]\ngpu = 7\n")
+    assert not (await engine.config_reload.reload())["applied"]
+    said = await check("config")
+    assert said["status"] == "fail" and "gpu 7 does not exist" in said["detail"]
+    assert said["detail"].endswith("(the engine runs on the last valid configuration)")
+    paths.config_file.write_text("[cpu]\nslots = 3\n")
+    assert (await check("config"))["status"] == "warn"  # valid, not applied yet
+    paths.config_file.unlink()
+    said = await check("config")
+    assert said["status"] == "warn" and "runs on the configuration it last read" in said["detail"]
+    # A queue that starts nothing says why: paused (a choice), or the disk (a fault).
+    await engine.pause()
+    waiting = await engine.submit({"command": ["true"]})
+    said = await check("queued jobs")
+    assert said["status"] == "warn" and said["detail"].startswith("1 wait: the queue is paused")
+    await engine.resume()
+    await engine.wait(waiting.id, timeout=10)
+
+
+def test_doctor_without_an_engine_binds_the_config_to_the_gpus_and_knows_the_floor(
+    served: Served,
+    fake_nvml: FakeNvml,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from gpulayer_tui.cli import doctor
+    from gpulayer_tui.engine.paths import resolve_paths
+
+    served.home.mkdir(parents=True, mode=0o700)
+    config = served.home / "config.toml"
+    config.write_text("[logs]\nmin_free_mb = 1073741824\n[domains.other]\ngpu = 7\n")
+    monkeypatch.setenv("GPULAYER_HOME", str(served.home))
+    assert doctor.run_doctor(resolve_paths(), as_json=True) == 1
+    checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)}
+    assert checks["config"]["status"] == "fail"
+    assert "gpu 7 does not exist (visible GPUs: 0, 1)" in checks["config"]["detail"]
+    # The floor is read even from a file whose domains are wrong.
+    assert checks["disk space"]["status"] == "fail"
+    assert "below [logs] min_free_mb = 1073741824, new jobs wait" in checks["disk space"]["detail"]
+    config.write_text("[domains.other]\ngpu = 1\n")
+    doctor.run_doctor(resolve_paths(), as_json=True)
+    checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)}
+    assert checks["config"] == {
+        "check": "config",
+        "status": "ok",
+        "detail": f"{config} is valid",
+    }

@@ -25,15 +25,46 @@ def _check(name: str, status: str, detail: str) -> dict[str, str]:
 
 
 def _config(paths: Paths) -> dict[str, str]:
-    from ..engine.config import ConfigError, load_config
+    """The config file, read here (an engine that answers checks it itself, against the
+    GPUs it sees: see :func:`run_doctor`). Its domains are bound to this machine's GPUs
+    when the driver answers: a GPU that does not exist, or one claimed twice, is what
+    makes an engine refuse to start."""
+    from ..engine.config import ConfigError, load_config, plan_domains
+    from ..engine.gpus import ProbeStatus
+    from ..engine.nvml import NvmlProbe
 
     if not paths.config_file.exists():
         return _check("config", "ok", f"{paths.config_file} absent: defaults")
     try:
-        load_config(paths.config_file)
+        config = load_config(paths.config_file)
+        if not config.domains:
+            return _check("config", "ok", f"{paths.config_file} is valid")
+        probe = NvmlProbe()
+        try:
+            result = probe.read()
+        finally:
+            probe.close()
+        if result.status is not ProbeStatus.OK:
+            return _check(
+                "config",
+                "ok",
+                f"{paths.config_file} is valid (its GPU domains are checked against the GPUs "
+                "when the engine starts: the driver does not answer here)",
+            )
+        plan_domains(config, result.gpus, os.cpu_count() or 1, str(paths.config_file))
     except ConfigError as err:
         return _check("config", "fail", str(err).replace("\n", "; "))
     return _check("config", "ok", f"{paths.config_file} is valid")
+
+
+def _free_floor_mb(paths: Paths) -> int:
+    """``[logs] min_free_mb`` from the config file (the default when it cannot be read)."""
+    from ..engine.config import Config, ConfigError, load_config
+
+    try:
+        return load_config(paths.config_file).logs.min_free_mb
+    except ConfigError:
+        return Config().logs.min_free_mb
 
 
 def _state_dir(paths: Paths) -> list[dict[str, str]]:
@@ -49,8 +80,13 @@ def _state_dir(paths: Paths) -> list[dict[str, str]]:
     else:
         checks.append(_check("state dir", "ok", f"{state} (mode 700)"))
     free = shutil.disk_usage(state).free
+    floor = _free_floor_mb(paths)
     status = "fail" if free < 100 * MIB else "warn" if free < 1024 * MIB else "ok"
-    checks.append(_check("disk space", status, f"{free / 1024**3:.1f} GiB free in {state}"))
+    detail = f"{free / 1024**3:.1f} GiB free in {state}"
+    if free < floor * MIB:
+        status = "fail"
+        detail += f": below [logs] min_free_mb = {floor}, new jobs wait"
+    checks.append(_check("disk space", status, detail))
     return checks
 
 
@@ -117,7 +153,11 @@ def _engine(paths: Paths) -> list[dict[str, str]]:
 
 def run_doctor(paths: Paths, as_json: bool) -> int:
     """Print the checks; 1 if any failed."""
-    checks: list[dict[str, Any]] = [_config(paths), *_state_dir(paths), *_engine(paths)]
+    engine = _engine(paths)
+    # An engine that answers checks the config itself (bound to the GPUs it sees, and
+    # whether it is applied); only without one is the file read here.
+    local = [] if any(c["check"] == "config" for c in engine) else [_config(paths)]
+    checks: list[dict[str, Any]] = [*local, *_state_dir(paths), *engine]
     if as_json:
         print(json.dumps(checks, indent=2))
     else:

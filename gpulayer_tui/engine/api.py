@@ -22,7 +22,7 @@ GET      /domains                    every domain's state and health
 POST     /domains/NAME/drain         stop new placements there ({"reason"?})
 POST     /domains/NAME/release       back to service (a quarantined GPU must answer)
 POST     /config/reload              read the config file again (also done on every edit)
-GET      /doctor                     the engine's checks (domains, feasibility, clock)
+GET      /doctor                     the engine's checks (config, domains, queue, clock)
 GET      /processes/PID              what the engine sees of a process (to adopt it)
 POST     /clean                      remove old finished jobs ({"older_than_days"?, "keep"?})
 GET      /metrics (also /metrics)    Prometheus text format
@@ -442,7 +442,7 @@ async def clean(request: web.Request) -> web.Response:
 
 async def doctor(request: web.Request) -> web.Response:
     """GET /v1/doctor."""
-    return web.json_response({"checks": await request.app[ENGINE_KEY].domain_ops.doctor_checks()})
+    return web.json_response({"checks": await request.app[ENGINE_KEY].doctor_checks()})
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -170,6 +170,7 @@ class Engine:
             self.config.health,
             self.executor.log_path,
             lambda: self.sampler.stalled(),
+            self._gate,
         )
         # Cluster jobs (issue 16): batch jobs that Slurm runs; the queue hands them over.
         # (Named on the cluster by this state dir's id, read at start.)
@@ -348,6 +349,11 @@ class Engine:
             since = time.strftime("%H:%M:%S", time.localtime(self.paused_at))
             return f"the queue is paused since {since} (gpulayer-tui resume)"
         return self.disk.blocker()
+
+    async def doctor_checks(self) -> list[dict[str, str]]:
+        """``GET /v1/doctor``: the config file as a reload would find it, then the domains,
+        the queue, sampling, writes and the clock (:meth:`.DomainOps.doctor_checks`)."""
+        return [await self.config_reload.check_file(), *await self.domain_ops.doctor_checks()]
 
     async def pause(self) -> float:
         """Pause the queue: nothing new starts (running jobs go on) until :meth:`resume`.

@@ -81,9 +81,11 @@ class DomainOps:
         settings: HealthSettings,
         log_path: Callable[[int], Path],
         sampling: Callable[[], str | None] = lambda: None,
+        gate: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._scheduler = scheduler
         self._sampling = sampling
+        self._gate = gate
         self._book = book
         self._queue = queue
         self._store = store
@@ -285,7 +287,17 @@ class DomainOps:
             usable = [d for d in candidates if d.state is DomainState.IN_SERVICE]
             if len(usable) < max(1, request.gpus):
                 stuck.append(job_id)
-        if stuck:
+        closed = self._gate() if ready else None
+        if closed is not None:
+            # (Paused is someone's choice; a disk below the floor is a fault to fix.)
+            checks.append(
+                {
+                    "check": "queued jobs",
+                    "status": "warn" if "paused" in closed else "fail",
+                    "detail": f"{len(ready)} wait: {closed}",
+                }
+            )
+        elif stuck:
             ids = ", ".join(map(str, sorted(stuck)[:20]))
             checks.append(
                 {

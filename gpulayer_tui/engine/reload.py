@@ -199,6 +199,36 @@ class ConfigReloader:
         await self._store.flush()
         return {"applied": True, "changes": changes}
 
+    async def check_file(self) -> dict[str, str]:
+        """The config file as a reload would find it now (read and bound to the GPUs,
+        nothing applied): a doctor check ``{"check", "status", "detail"}``."""
+        target = self._paths.config_file
+        running_defaults = self._current() == Config()
+        if not target.exists():
+            if running_defaults:
+                return _check("config", "ok", f"{target} absent: defaults")
+            return _check(
+                "config",
+                "warn",
+                f"{target} absent: the engine runs on the configuration it last read "
+                "(SIGHUP or POST /v1/config/reload applies the defaults)",
+            )
+        try:
+            config = await asyncio.to_thread(load_config, target)
+            sample = self._sampler.latest
+            gpus = sample.result.gpus if sample is not None else ()
+            plan_domains(config, gpus, self._cpu_count, str(target))
+        except ConfigError as err:
+            said = str(err).replace("\n", "; ")
+            return _check(
+                "config", "fail", f"{said} (the engine runs on the last valid configuration)"
+            )
+        if config != self._current():
+            return _check(
+                "config", "warn", f"{target} is valid but not applied yet (a reload is due)"
+            )
+        return _check("config", "ok", f"{target} is valid and applied")
+
     def _event(self, outcome: str, data: dict[str, Any]) -> None:
         event = self._bus.make(EventKind.CONFIG, None, {"outcome": outcome, **data})
         self._store.save(None, [event])
@@ -248,3 +278,7 @@ class ConfigReloader:
                 self._book.note(act, service_summary(act.job))
             else:
                 self._book.save(act)
+
+
+def _check(name: str, status: str, detail: str) -> dict[str, str]:
+    return {"check": name, "status": status, "detail": detail}
