@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,6 +56,35 @@ async def test_a_log_past_its_limit_is_cut_back_to_its_end_with_a_note(
     assert rest[-2:] == ["line-29999", "last"]  # the end is kept, in order
     events = [e for e in await engine.events_of(job.id) if e["kind"] == "job.log"]
     assert "passed [logs] max_bytes (65536 bytes)" in events[0]["message"]
+
+
+async def test_a_lower_log_cap_applies_to_jobs_already_running(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A lower cap is what one sets to stop a runaway log; it reached only jobs started
+    # after the edit.
+    engine = await make_engine(config=make_config(logs={"max_bytes": 1024**3}))
+    gate = tmp_path / "gate"
+    writer = (
+        "import os, sys, time\n"
+        "while not os.path.exists(sys.argv[1]):\n"
+        "    sys.stdout.write('x' * 9999 + '\\n'); sys.stdout.flush(); time.sleep(0.01)\n"
+    )
+    job = await engine.submit({"command": [sys.executable, "-c", writer, str(gate)], "gpus": 0})
+    log = engine.log_path(job.id)
+    await eventually(lambda: log.exists() and log.stat().st_size > 200_000)
+    engine.paths.config_file.write_text("[logs]\nmax_bytes = 65536\n")
+    assert (await engine.config_reload.reload())["applied"]
+
+    def cut() -> bool:
+        with open(log, "rb") as f:
+            return f.read(100).startswith(b"[gpulayer-tui: this log passed 65536 bytes")
+
+    await eventually(cut, timeout=15)
+    gate.touch()
+    done = await engine.wait(job.id, timeout=15)
+    assert done.status is JobStatus.COMPLETED
+    assert log.stat().st_size <= 65536
 
 
 async def test_a_fast_writer_and_a_burst_at_the_end_stay_near_the_limit(

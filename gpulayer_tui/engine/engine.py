@@ -264,7 +264,7 @@ class Engine:
         self.adopter.reconfigure(engine)
         self.services.reconfigure(config)
         self.domain_ops.reconfigure(config.health)
-        self.executor.max_log = config.logs.max_bytes
+        self.executor.set_max_log(config.logs.max_bytes)
         self.retention.reconfigure(config.history)
         self.disk.min_free_mb = config.logs.min_free_mb
         self.admission.reconfigure(config.limits, config.snapshot)

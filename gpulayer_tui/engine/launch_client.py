@@ -732,6 +732,16 @@ class LauncherExecutor:
         self._watches[lkey] = watch
         return Started(int(info["pid"]), int(info["ticks"] or 0))
 
+    def set_max_log(self, limit: int) -> None:
+        """A new ``[logs] max_bytes``: for the starts from now on, and for the logs of the
+        jobs running now (a lower cap is what one sets to stop a runaway log)."""
+        if limit == self.max_log:
+            return
+        self.max_log = limit
+        if self._serving:
+            self._write({"op": "max_log", "bytes": limit})
+            self._flush_batch()
+
     def terminate(self, key: TaskKey, grace: float, run: int = 0) -> bool:
         """SIGTERM the task's process group, SIGKILL after ``grace`` (the launcher keeps
         the deadline, also while no engine runs)."""

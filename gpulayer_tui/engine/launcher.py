@@ -27,6 +27,7 @@ Requests (engine -> spawner) and events (spawner -> engine), one JSON object per
                                                    answers with what is known of it)
 ``{"op": "terminate", "key", "grace"}``             SIGTERM the group; SIGKILL after grace
 ``{"op": "signal", "key", "signal"}``               send a signal to the group
+``{"op": "max_log", "bytes"}``                       a new cap for running jobs' logs too
 ``{"op": "query"}``                                 -> ``{"ev": "table", "tasks": {...}}``
 ``{"op": "ack", "keys": [...]}``                    the engine recorded these ends
 ``{"op": "quit_if_idle"}``                          exit now if nothing runs
@@ -504,6 +505,12 @@ class Spawner:
             task = self.tasks.get(str(request["key"]))
             if task is not None:
                 self._killpg(task, int(request["signal"]))
+        elif op == "max_log":
+            limit = int(request["bytes"])
+            now = time.monotonic()
+            for task in self.tasks.values():
+                if task.log_fd >= 0 and limit > 0:
+                    task.max_log, task.log_next, task.log_every = limit, now, LOG_CHECK_FIRST_S
         elif op == "query":
             self._send({"ev": "table", "tasks": self._table()})
         elif op == "ack":
