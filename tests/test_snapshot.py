@@ -6,6 +6,7 @@ keeps the snapshot job queued while its files are edited), real processes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -460,3 +461,84 @@ def test_submit_snapshot_through_the_cli(served: Served, tmp_path: Path) -> None
     assert refused.returncode != 0
     assert "over [snapshot] max_mb = 512" in refused.stderr
     assert len(json.loads(served.cli("jobs", "--json").stdout)) == 1
+
+
+def _deep(root: Path, levels: int) -> Path:
+    """``root/d/d/.../d`` (``levels`` folders) with a file at the bottom, made through
+    descriptors (no path grows past what the kernel takes)."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(levels):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir("d", dir_fd=fd)
+        deeper = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = deeper
+    os.close(os.open("bottom", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd))
+    os.close(fd)
+    return root
+
+
+async def test_deep_trees_are_refused_and_a_jobs_own_deep_tree_is_cleaned(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # shutil.rmtree recursed: a 1,100-deep tree left in tmp/ stopped every later engine
+    # start (RecursionError), and clean answered 500 after removing the rows, leaking
+    # every later job's tree.
+    engine = await make_engine()
+    deep = _deep(tmp_path / "deep", 300)
+    spec = {"command": ["true"], "gpus": 0, "cwd": str(deep), "snapshot": True}
+    with pytest.raises(SpecError, match=r"d/\.\.\. is more than 256 folders deep"):
+        await engine.submit_many([spec, spec])
+    assert list(engine.snapshots.tmp.iterdir()) == []
+    # Within the limit, two jobs of one folder share a reading: the second's tree is a
+    # copy of the first's (os.walk recursed there too).
+    fine = _deep(tmp_path / "fine", 200)
+    jobs = await engine.submit_many([{**spec, "cwd": str(fine)}] * 2)
+    for job in jobs:
+        assert (await engine.wait(job.id, timeout=10)).status is JobStatus.COMPLETED
+    # A job may make its own tree as deep as it likes; clean removes it, and the others.
+    _deep(engine.snapshots.job_tree(jobs[0].id), 1100)
+    done = await engine.retention.clean(time.time() + 1, None)
+    assert done["snapshots"] == 2 and list(engine.snapshots.jobs.iterdir()) == []
+    # One left in tmp/ (an engine killed while building) never stops the next start.
+    _deep(engine.snapshots.tmp / "tree-left", 1100)
+    (engine.snapshots.tmp / "tree-left" / "d").chmod(0o500)
+    await engine.stop()
+    again = await make_engine()
+    assert list(again.snapshots.tmp.iterdir()) == []
+
+
+async def test_the_tree_is_all_that_is_copied(
+    make_engine: EngineFactory, tmp_path: Path, paths: Any
+) -> None:
+    engine = await make_engine(config=make_config(snapshot={"max_mb": 1}))
+    # A tracked file under a folder that is now an ignored symlink: git still lists it,
+    # and its copy was read through the link, from outside the tree.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x.txt").write_text("SECRET-OUTSIDE")
+    repo = make_repo(tmp_path / "repo")
+    (repo / "data").mkdir()
+    (repo / "data" / "x.txt").write_text("tracked")
+    git(repo, "add", "data")
+    git(repo, "commit", "-q", "-m", "data")
+    (repo / "data" / "x.txt").unlink()
+    (repo / "data").rmdir()
+    (repo / "data").symlink_to(outside)
+    with (repo / ".gitignore").open("a") as ignore:
+        ignore.write("data\n")
+    spec = {"command": ["true"], "gpus": 0, "cwd": str(repo), "snapshot": True}
+    job = await engine.submit(spec)
+    tree = Path(snapshot_of(engine, job)["path"])
+    assert not (tree / "data").exists() and "code.txt" in tree_files(tree)
+    # The state dir is never copied into itself: refused as the cwd, left out inside it.
+    with pytest.raises(SpecError, match="is in the engine's state dir"):
+        await engine.submit({**spec, "cwd": str(engine.paths.state_dir)})
+    # Folders count toward max_mb (4 KiB each on disk): 20,000 empty ones were 80 MB of
+    # store, "0 bytes" by the files' sizes.
+    many = tmp_path / "many"
+    for i in range(300):
+        (many / f"d{i}").mkdir(parents=True)
+    with pytest.raises(SpecError, match=r"over \[snapshot\] max_mb = 1"):
+        await engine.submit({**spec, "cwd": str(many)})

@@ -269,7 +269,13 @@ class Admission:
                     store, settings = self._snapshots, self._snapshot_settings
                     first = by_cwd.get(spec.cwd)
                     if first is not None:
-                        built[index] = await asyncio.to_thread(store.clone, first)
+                        try:
+                            built[index] = await asyncio.to_thread(store.clone, first)
+                        except OSError as err:
+                            raise SnapshotError(
+                                f"snapshot of {spec.cwd} could not be copied for this job: "
+                                f"{err.strerror or err}; nothing was stored"
+                            ) from None
                         continue
                     try:
                         made = await asyncio.wait_for(

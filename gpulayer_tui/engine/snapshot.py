@@ -12,9 +12,13 @@ job's working directory when it is submitted, and the job runs in the copy:
   patterns, one a line, matched against the relative path and the name; a trailing ``/``
   matches directories only).
 
-Symlinks are copied as symlinks (never followed, so nothing outside the tree is read);
-sockets, FIFOs and devices are skipped; a file that cannot be read refuses the whole
-snapshot. The size (the sum of the files' sizes) is bounded by ``[snapshot] max_mb``.
+Symlinks are copied as symlinks (never followed, so nothing outside the tree is read: a
+file git lists under a folder that is now a symlink is left out); sockets, FIFOs and
+devices are skipped; a file that cannot be read refuses the whole snapshot. The state
+dir is never copied (a cwd inside it is refused; inside the cwd it is left out). The
+size (the files' sizes plus :data:`DIR_BYTES` a folder) is bounded by ``[snapshot]
+max_mb``, the depth by :data:`MAX_DEPTH`. Trees are removed by a loop over descriptors
+(:func:`_remove_tree`): a job may make its own tree as deep as it likes.
 
 The store, under ``$STATE/snapshots`` (0700, like the rest of the state dir):
 
@@ -50,11 +54,10 @@ import errno
 import fcntl
 import fnmatch
 import hashlib
+import logging
 import os
-import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -64,10 +67,15 @@ from typing import Any
 from .errors import SpecError
 from .statedir import UnsafeStateDir
 
+log = logging.getLogger(__name__)
+
 SKIP_NAMES = frozenset({".git", "__pycache__", ".venv", "venv", "node_modules"})
 IGNORE_FILE = ".gpulayerignore"
 CHUNK = 1 << 20
 MB = 1024 * 1024
+MAX_DEPTH = 256  # folders deep; deeper trees are refused (no project's is, and every
+# walk over a tree of ours must stay bounded: see _remove_tree)
+DIR_BYTES = 4096  # what a folder costs its filesystem: counted toward [snapshot] max_mb
 GIT_TIMEOUT_S = 30.0
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -240,6 +248,13 @@ def _ignored(rel: str, name: str, is_dir: bool, rules: list[tuple[str, bool]]) -
     return False
 
 
+def _too_deep(source: str, rel: str) -> SnapshotError:
+    return SnapshotError(
+        f"snapshot of {source}: {rel.split('/')[0]}/... is more than {MAX_DEPTH} folders "
+        f"deep; nothing was stored (leave it out with a .gitignore or {IGNORE_FILE} entry)"
+    )
+
+
 def _unreadable(source: str, rel: str, err: OSError) -> SnapshotError:
     return SnapshotError(
         f"snapshot of {source}: cannot read {rel or '.'} ({err.strerror or err}); nothing "
@@ -248,11 +263,17 @@ def _unreadable(source: str, rel: str, err: OSError) -> SnapshotError:
 
 
 def _walk(
-    root: str, budget: _Budget, rules: list[tuple[str, bool]], rel: str = "", total: int = 0
+    root: str,
+    budget: _Budget,
+    rules: list[tuple[str, bool]],
+    rel: str = "",
+    total: int = 0,
+    skip: frozenset[tuple[int, int]] = frozenset(),
 ) -> list[_Entry]:
     """Every entry under ``root/rel`` by the plain rules, without following symlinks. A
-    tree past the size limit is refused as soon as it is (a cwd of ``/`` is not walked to
-    its end)."""
+    tree past the size limit (folders count :data:`DIR_BYTES` each) or deeper than
+    :data:`MAX_DEPTH` is refused as soon as it is (a cwd of ``/`` is not walked to its
+    end); folders in ``skip`` (device, inode: the state dir) are left out."""
     out: list[_Entry] = []
     stack = [rel]
     while stack:
@@ -273,8 +294,14 @@ def _walk(
             if _ignored(child, entry.name, is_dir, rules):
                 continue
             if is_dir:
+                if (info.st_dev, info.st_ino) in skip:
+                    continue  # (the engine's own state dir: its database, its snapshots)
+                if child.count("/") >= MAX_DEPTH:
+                    raise _too_deep(root, child)
                 out.append(_Entry(child, "dir", 0))
                 stack.append(child)
+                total += DIR_BYTES
+                budget.check_size(total, partial=True)
             elif stat.S_ISLNK(info.st_mode):
                 out.append(_Entry(child, "link", 0))
             elif stat.S_ISREG(info.st_mode):
@@ -285,14 +312,27 @@ def _walk(
     return out
 
 
-def _git_entries(root: str, names: list[str], budget: _Budget) -> list[_Entry]:
+def _git_entries(
+    root: str,
+    names: list[str],
+    budget: _Budget,
+    skip: frozenset[tuple[int, int]] = frozenset(),
+) -> list[_Entry]:
     out: list[_Entry] = []
+    folders: dict[str, bool] = {"": True}  # parent folder -> a real folder of the tree
     for index, rel in enumerate(names):
         if index % 256 == 0:
             budget.check_time()
         parts = rel.split("/")
         if rel.startswith("/") or ".." in parts or "" in parts:
             continue  # (git never lists these; a path must stay inside the tree)
+        if len(parts) > MAX_DEPTH:
+            raise _too_deep(root, rel)
+        if not _inside(root, parts[:-1], folders, skip):
+            # A tracked file under a folder that is now a symlink (an ignored `data ->
+            # /datasets`), or under the state dir: read through it, the copy held what
+            # lies outside the tree.
+            continue
         try:
             info = os.lstat(os.path.join(root, rel))
         except FileNotFoundError:
@@ -305,8 +345,30 @@ def _git_entries(root: str, names: list[str], budget: _Budget) -> list[_Entry]:
             out.append(_Entry(rel, "file", info.st_size))
         elif stat.S_ISDIR(info.st_mode):  # a submodule: copied by the plain rules
             out.append(_Entry(rel, "dir", 0))
-            out.extend(_walk(root, budget, [], rel))
+            out.extend(_walk(root, budget, [], rel, skip=skip))
     return out
+
+
+def _inside(
+    root: str, parents: list[str], known: dict[str, bool], skip: frozenset[tuple[int, int]]
+) -> bool:
+    """Whether every folder of ``parents`` (under ``root``) is a real folder, not a symlink
+    and not a skipped one (each looked at once: ``known``)."""
+    rel = ""
+    for part in parents:
+        rel = f"{rel}/{part}" if rel else part
+        ok = known.get(rel)
+        if ok is None:
+            try:
+                info = os.lstat(os.path.join(root, rel))
+            except OSError:
+                ok = False
+            else:
+                ok = stat.S_ISDIR(info.st_mode) and (info.st_dev, info.st_ino) not in skip
+            known[rel] = ok
+        if not ok:
+            return False
+    return True
 
 
 class SnapshotStore:
@@ -341,7 +403,10 @@ class SnapshotStore:
         with os.scandir(self.tmp) as entries:
             stale = [Path(e.path) for e in entries]
         for path in stale:
-            _remove_tree(path)
+            try:
+                _remove_tree(path)
+            except Exception as err:  # (what is left there must never stop an engine)
+                log.warning("cannot remove %s (left from an earlier run): %s", path, err)
         self.collect()  # (objects of snapshots that never became a job's)
 
     def job_tree(self, job_id: int) -> Path:
@@ -361,26 +426,38 @@ class SnapshotStore:
         if not os.path.isdir(cwd):
             raise SnapshotError(f"snapshot: {cwd} is not a directory; nothing was stored")
         real = os.path.realpath(cwd)
+        state = os.stat(self.root.parent)
+        skip = frozenset({(state.st_dev, state.st_ino)})  # (never copied into itself)
+        state_dir = os.path.realpath(self.root.parent)
+        if os.path.commonpath([real, state_dir]) == state_dir:
+            raise SnapshotError(
+                f"snapshot: {cwd} is in the engine's state dir ({state_dir}), which holds "
+                "its database and every snapshot; nothing was stored"
+            )
         top = _git_root(real, budget)
         commit: str | None = None
         dirty: bool | None = None
         if top is not None:
             source = os.path.realpath(top)
             names, commit, dirty = _git_listing(source, budget)
-            entries = _git_entries(source, names, budget)
+            entries = _git_entries(source, names, budget, skip)
             rel_cwd = os.path.relpath(real, source)
         else:
             source = real
-            entries = _walk(source, budget, _ignore_rules(source))
+            entries = _walk(source, budget, _ignore_rules(source), skip=skip)
             rel_cwd = "."
         budget.cwd = source
-        budget.check_size(sum(e.size for e in entries))
+        folders = {os.path.dirname(e.rel) for e in entries} | {
+            e.rel for e in entries if e.kind == "dir"
+        }
+        budget.check_size(sum(e.size for e in entries) + DIR_BYTES * len(folders))
         tree = Path(tempfile.mkdtemp(prefix="tree-", dir=self.tmp))
         try:
             files, size = self._copy(source, tree, entries, budget, private)
             os.makedirs(tree / rel_cwd, 0o700, exist_ok=True)  # (an empty cwd has no files)
         except BaseException:
             _remove_tree(tree)
+            self.collect()  # (objects this tree was the first to store: nobody's now)
             raise
         return Built(tree, source, rel_cwd, commit, dirty, files, size, private)
 
@@ -419,18 +496,18 @@ class SnapshotStore:
     def _make_dirs(tree: Path, rel: str, made: set[str]) -> bool:
         """Make ``tree/rel`` and its parents (0700); ``False`` if a part is not a directory
         of ours (a symlink copied there)."""
-        if rel in made:
-            return True
-        parent = os.path.dirname(rel)
-        if not SnapshotStore._make_dirs(tree, parent, made):
-            return False
-        path = tree / rel
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            if not stat.S_ISDIR(os.lstat(path).st_mode):
-                return False
-        made.add(rel)
+        missing = []
+        while rel not in made:  # (a loop, not recursion: a deep tree ran out of stack)
+            missing.append(rel)
+            rel = os.path.dirname(rel)
+        for rel in reversed(missing):
+            path = tree / rel
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                if not stat.S_ISDIR(os.lstat(path).st_mode):
+                    return False
+            made.add(rel)
         return True
 
     def _copy_file(
@@ -534,18 +611,22 @@ class SnapshotStore:
         directory read it once): hard links, or private copies of a private tree."""
         tree = Path(tempfile.mkdtemp(prefix="tree-", dir=self.tmp))
         try:
-            for here, dirs, names in os.walk(built.tree):
-                rel = os.path.relpath(here, built.tree)
-                for name in dirs:
-                    os.mkdir(tree / rel / name, 0o700)
-                for name in names:
-                    src = os.path.join(here, name)
-                    if os.path.islink(src):
-                        os.symlink(os.readlink(src), tree / rel / name)
+            stack = [""]  # (a loop, not os.walk's recursion: a deep tree ran out of stack)
+            while stack:
+                rel = stack.pop()
+                with os.scandir(built.tree / rel if rel else built.tree) as entries:
+                    items = list(entries)
+                for entry in items:
+                    child = f"{rel}/{entry.name}" if rel else entry.name
+                    if entry.is_dir(follow_symlinks=False):
+                        os.mkdir(tree / child, 0o700)
+                        stack.append(child)
+                    elif entry.is_symlink():
+                        os.symlink(os.readlink(entry.path), tree / child)
                     elif built.private:
-                        _clone_file(src, tree / rel / name)
+                        _clone_file(entry.path, tree / child)
                     else:
-                        os.link(src, tree / rel / name, follow_symlinks=False)
+                        os.link(entry.path, tree / child, follow_symlinks=False)
         except BaseException:
             _remove_tree(tree)
             raise
@@ -590,7 +671,11 @@ class SnapshotStore:
         for job_id in ids:
             tree = self.job_tree(job_id)
             if os.path.lexists(tree):
-                _remove_tree(tree)
+                try:
+                    _remove_tree(tree)
+                except OSError as err:  # (the others, and the objects, are removed still)
+                    log.warning("cannot remove job %d's snapshot %s: %s", job_id, tree, err)
+                    continue
                 removed += 1
         if removed:
             self.collect()
@@ -677,22 +762,88 @@ def _clone_file(src: str, target: Path) -> None:
         os.close(fd)
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FLATTEN_AT = 32  # folders deeper than this are moved up before they are emptied
+
+
 def _remove_tree(path: Path) -> None:
-    """Remove a tree we made (a job may have made parts of it read-only); never follows a
-    symlink out of it."""
-
-    def retry(func: Any, name: str, _info: Any) -> None:
-        parent = os.path.dirname(name)
-        with contextlib.suppress(OSError):
-            if not os.path.islink(parent):
-                os.chmod(parent, 0o700)
-            func(name)
-
+    """Remove a tree we made, whatever a job did to it: read-only folders, and folders
+    as deep as it liked (``shutil.rmtree`` recursed: a job's 1,100-deep tree raised
+    RecursionError, and the engine could not start while one lay in ``tmp/``). A loop
+    over descriptors, each folder read once, never following a symlink; a folder more
+    than :data:`_FLATTEN_AT` deep is first moved up to the top, so neither the
+    descriptors held nor any path grows with the depth."""
     if os.path.islink(path) or not os.path.isdir(path):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         return
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=retry)
-    else:  # pragma: no cover (3.11)
-        shutil.rmtree(path, onerror=retry)
+    top = os.open(path, _DIR_FLAGS)
+    # Each frame: a folder's descriptor, its name, its parent's descriptor, and its
+    # subfolders still to remove (None: not read yet).
+    stack: list[tuple[int, str, int, list[str] | None]] = [(top, "", -1, None)]
+    try:
+        while stack:
+            fd, name, parent, pending = stack[-1]
+            if pending is None:
+                pending = _empty_but_folders(fd, top if len(stack) > _FLATTEN_AT else None)
+                if not pending and parent < 0:
+                    # (the top: folders moved up meanwhile are read on its next turn)
+                    pending = _empty_but_folders(fd, None)
+                stack[-1] = (fd, name, parent, pending)
+            if pending:
+                deeper = pending.pop()
+                try:
+                    child = os.open(deeper, _DIR_FLAGS, dir_fd=fd)
+                except PermissionError:
+                    os.chmod(deeper, 0o700, dir_fd=fd)
+                    child = os.open(deeper, _DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    continue
+                stack.append((child, deeper, fd, None))
+                continue
+            if parent < 0:
+                if _empty_but_folders(fd, None):  # (moved up while its last ones went)
+                    stack[-1] = (fd, name, parent, None)
+                    continue
+                break
+            stack.pop()
+            os.close(fd)
+            _retry_writable(parent, lambda p=parent, n=name: os.rmdir(n, dir_fd=p))
+    finally:
+        for fd, _, _, _ in stack[1:]:
+            os.close(fd)
+        os.close(top)
+    os.rmdir(path)
+
+
+def _empty_but_folders(fd: int, top: int | None) -> list[str]:
+    """Unlink every entry of folder ``fd`` but its subfolders, and return their names;
+    with ``top``, move the subfolders up there instead (returning none)."""
+    folders: list[str] = []
+    with os.scandir(fd) as entries:
+        items = list(entries)
+    for entry in items:
+        if not entry.is_dir(follow_symlinks=False):
+            _retry_writable(fd, lambda e=entry.name: os.unlink(e, dir_fd=fd))
+        elif top is not None:
+            moved = f".flat-{os.urandom(8).hex()}"
+            _retry_writable(
+                fd,
+                lambda e=entry.name, m=moved: os.rename(e, m, src_dir_fd=fd, dst_dir_fd=top),
+            )
+        else:
+            folders.append(entry.name)
+    return folders
+
+
+def _retry_writable(folder: int, action: Any) -> None:
+    """``action`` on an entry of ``folder``; again once the folder is writable (a job may
+    have made it read-only). A name already gone is no error."""
+    try:
+        action()
+    except FileNotFoundError:
+        pass
+    except PermissionError:
+        os.fchmod(folder, 0o700)
+        with contextlib.suppress(FileNotFoundError):
+            action()
