@@ -264,3 +264,28 @@ async def test_near_the_floor_free_space_is_read_at_every_start(
     second = await engine.submit({"command": ["true"], "gpus": 0})
     assert second.status is JobStatus.QUEUED
     assert second.message.startswith("waiting for disk space: ")
+
+
+async def test_clean_keeps_the_jobs_that_waiting_jobs_depend_on(
+    make_engine: EngineFactory,
+) -> None:
+    # Cleaned away, a completed dependency read as failed after a restart: its waiting
+    # dependent was cancelled "dependency job N failed".
+    engine = await make_engine()
+    done = await engine.submit({"command": ["true"], "gpus": 0})
+    failed = await engine.submit({"command": ["false"], "gpus": 0})
+    for job in (done, failed):
+        await engine.wait(job.id, timeout=10)
+    await engine.pause()
+    strict = await engine.submit({"command": ["true"], "gpus": 0, "depends_on": [done.id]})
+    lenient = await engine.submit(
+        {"command": ["true"], "gpus": 0, "depends_on": [{"job": failed.id, "any_exit": True}]}
+    )
+    assert (await engine.retention.clean(None, keep=0))["jobs"] == 0
+    await engine.stop()
+    engine = await make_engine()
+    await engine.resume()
+    for job in (strict, lenient):
+        assert (await engine.wait(job.id, timeout=10)).status is JobStatus.COMPLETED
+    # Once nothing waits for them, they go like any other finished job.
+    assert (await engine.retention.clean(None, keep=0))["jobs"] == 4

@@ -213,7 +213,9 @@ class Engine:
         )
         self.reads = JobReader(self.book, self.store, self.executor, self.usage)
         self.notifier = Notifier(self.bus, self.config.notify, self.reads.get)
-        self.retention = Retention(self.store, paths.jobs_dir, self.config.history, self.snapshots)
+        self.retention = Retention(
+            self.store, paths.jobs_dir, self.config.history, self.snapshots, self._depended_on
+        )
         self.config_reload = ConfigReloader(
             paths,
             self.cpu_count,
@@ -349,6 +351,15 @@ class Engine:
             since = time.strftime("%H:%M:%S", time.localtime(self.paused_at))
             return f"the queue is paused since {since} (gpulayer-tui resume)"
         return self.disk.blocker()
+
+    def _depended_on(self) -> frozenset[int]:
+        """The jobs that active jobs depend on (history cleaning keeps them)."""
+        return frozenset(
+            dep.job
+            for act in self.book
+            if act.spec is not None and act.job.status.is_active
+            for dep in act.spec.dependencies
+        )
 
     async def doctor_checks(self) -> list[dict[str, str]]:
         """``GET /v1/doctor``: the config file as a reload would find it, then the domains,

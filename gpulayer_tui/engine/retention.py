@@ -5,7 +5,8 @@ and/or all but the newest N; with ``[history] keep_days`` and/or ``keep_jobs`` t
 does it by itself at start and every hour. A job's row, its events and its files
 (``jobs/ID.log``, a service's ``jobs/ID.K.log``, an older version's ``jobs/ID.exit``) and
 its snapshot (``snapshots/jobs/ID/``, then the objects no other snapshot links) go
-together; active jobs are never touched, and ids are never given again (the largest is
+together; active jobs are never touched, nor finished ones that active jobs depend on (a
+restarted engine looks their outcome up), and ids are never given again (the largest is
 kept apart).
 """
 
@@ -16,6 +17,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +64,9 @@ class Retention:
         jobs_dir: Where job files are.
         settings: ``[history]``.
         snapshots: The jobs' snapshots (removed with them).
+        spared: The finished jobs that waiting jobs depend on: kept (a restarted engine
+            looks their outcome up; one cleaned away read as failed, and cancelled its
+            dependents).
     """
 
     def __init__(
@@ -70,8 +75,10 @@ class Retention:
         jobs_dir: Path,
         settings: HistorySettings,
         snapshots: SnapshotStore | None = None,
+        spared: Callable[[], frozenset[int]] = frozenset,
     ) -> None:
         self._store = store
+        self._spared = spared
         self._jobs_dir = jobs_dir
         self._snapshots = snapshots
         self._settings = settings
@@ -88,7 +95,7 @@ class Retention:
         jobs = files = trees = 0
         while True:
             try:
-                ids = await self._store.prune(ended_before, keep, CHUNK)
+                ids = await self._store.prune(ended_before, keep, CHUNK, self._spared())
             except PruneBlocked as full:
                 # The disk is full, so the rows cannot be deleted: their files go first
                 # (what clean is for), then the rows again, in the room that made.
@@ -101,7 +108,7 @@ class Retention:
                 removed = await self._remove_files(full.ids)
                 files, trees = files + removed[0], trees + removed[1]
                 try:
-                    ids = await self._store.prune(ended_before, keep, CHUNK)
+                    ids = await self._store.prune(ended_before, keep, CHUNK, self._spared())
                 except PruneBlocked as still:
                     raise StoreError(
                         f"the database cannot be written ({still}): the files of "

@@ -1029,18 +1029,33 @@ class Store:
         )
         return int(rows[0][0])
 
-    async def prune(self, ended_before: float | None, keep: int | None, limit: int) -> list[int]:
+    async def prune(
+        self,
+        ended_before: float | None,
+        keep: int | None,
+        limit: int,
+        spared: frozenset[int] = frozenset(),
+    ) -> list[int]:
         """Delete up to ``limit`` finished jobs (rows and timelines): those that ended
-        before ``ended_before``, and/or all but the newest ``keep`` finished ones.
+        before ``ended_before``, and/or all but the newest ``keep`` finished ones; never
+        those in ``spared``.
 
         Returns:
             The ids deleted (their files are the caller's to remove).
         """
-        return list(await self._on_writer(self._prune, ended_before, keep, limit))
+        return list(await self._on_writer(self._prune, ended_before, keep, limit, spared))
 
-    def _prune(self, ended_before: float | None, keep: int | None, limit: int) -> list[int]:
+    def _prune(
+        self,
+        ended_before: float | None,
+        keep: int | None,
+        limit: int,
+        spared: frozenset[int] = frozenset(),
+    ) -> list[int]:
         db = self._connection()
         finished = "status IN ('completed', 'failed', 'cancelled', 'orphaned')"
+        if spared:
+            finished += f" AND id NOT IN ({', '.join(str(int(i)) for i in sorted(spared))})"
         ids: set[int] = set()
         if ended_before is not None:
             rows = db.execute(
