@@ -126,6 +126,11 @@ async def test_unwritable_database_refuses_new_work_and_loses_nothing(
         # Meanwhile the running job ends; its end cannot be written yet.
         go.touch()
         await eventually(lambda: running.id not in engine.book)
+        # clean cannot see that end either: it says why it removed nothing (it reported
+        # 0 removed while a job's log filled the disk), and where the space went.
+        said = f"nothing was cleaned: database write failed: {error}"
+        with pytest.raises(StoreError, match=said):
+            await engine.retention.clean(None, keep=0)
         # Reads still work and the engine carries on.
         rc, out, _ = await _cli(engine.paths, "jobs", "--json")
         assert rc == 0 and json.loads(out)

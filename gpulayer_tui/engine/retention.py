@@ -47,6 +47,18 @@ def _files_of(jobs_dir: Path, ids: set[int]) -> list[Path]:
     return found
 
 
+def _largest(jobs_dir: Path, count: int = 3) -> str:
+    """The ``count`` largest files of ``jobs_dir``, with their sizes, in words."""
+    sizes = []
+    with contextlib.suppress(FileNotFoundError), os.scandir(jobs_dir) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False):
+                    sizes.append((entry.stat(follow_symlinks=False).st_size, entry.path))
+    sizes.sort(reverse=True)
+    return ", ".join(f"{path} ({size / 1024**2:.0f} MiB)" for size, path in sizes[:count])
+
+
 def _unlink(paths: list[Path]) -> int:
     removed = 0
     for path in paths:
@@ -121,6 +133,16 @@ class Retention:
             files, trees = files + removed[0], trees + removed[1]
             if keep is not None and ended_before is None and len(ids) < CHUNK:
                 break
+        if not jobs and not files and self._store.failure:
+            # Nothing recorded as finished could go, and nothing can be recorded: a job
+            # that filled the disk may have ended unrecorded (its row still says running).
+            biggest = await asyncio.to_thread(_largest, self._jobs_dir)
+            raise StoreError(
+                f"nothing was cleaned: {self._store.failure}, so the ends of jobs that "
+                "finished meanwhile are not recorded yet and clean cannot see them. Free "
+                "space on that disk by hand"
+                + (f"; the largest job files: {biggest}" if biggest else "")
+            )
         if jobs:
             log.info(
                 "history cleaned: %d finished jobs, %d files and %d snapshots removed",
