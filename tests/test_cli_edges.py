@@ -68,9 +68,10 @@ def test_cancel_says_a_stop_under_way_as_such(engine: Served) -> None:
         ),
         ("env.toml", b'command = ["true"]\n[env]\nA = 12:00:00\n', "env.toml: env.A: a TOML"),
         ("lines.txt", b"echo a\n\xff\xfebinary\n", "lines.txt: line 2 is not UTF-8 text: \\xff"),
+        ("nul.txt", b"echo a\n\necho \0b\n", "nul.txt: line 3 holds a NUL byte"),
         ("jobs.json", b'{"jobs": {}}', "jobs.json: 'jobs' is a list of spec tables"),
     ],
-    ids=["deep-json", "toml-datetime", "toml-time", "not-utf8", "jobs-not-a-list"],
+    ids=["deep-json", "toml-datetime", "toml-time", "not-utf8", "nul", "jobs-not-a-list"],
 )
 def test_spec_and_batch_files_that_cannot_be_read_are_refused_by_name(
     engine: Served, tmp_path: Path, name: str, content: bytes, said: str
@@ -366,3 +367,17 @@ def test_bytes_that_were_not_utf8_are_shown_as_those_bytes() -> None:
     # (a non-UTF-8 argv or environment arrives with surrogateescape: \udcff for 0xff)
     assert printable("a\udcff\udcfeb") == "a\\xff\\xfeb"
     assert printable("\x1b\u202e") == "\\x1b\\u202e"
+
+
+def test_submit_from_a_removed_folder_says_so(engine: Served, tmp_path: Path) -> None:
+    # It said only "No such file or directory", naming nothing.
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    out = subprocess.run(
+        [sys.executable, "-c", f"import os, sys, runpy; os.chdir({str(gone)!r}); "
+         f"os.rmdir({str(gone)!r}); sys.argv = ['gpulayer-tui', 'submit', '--', 'true']; "
+         "runpy.run_module('gpulayer_tui', run_name='__main__')"],
+        capture_output=True, text=True, env=engine.env, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "the current folder no longer exists" in out.stderr

@@ -75,7 +75,13 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         spec["depends_on"] = deps
     if args.cwd == "":
         parser.error("--cwd needs a folder (it was empty)")
-    spec["cwd"] = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
+    try:
+        spec["cwd"] = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
+    except FileNotFoundError:
+        parser.error(
+            "the current folder no longer exists (it was removed after this shell entered "
+            "it): cd to one that does, or give --cwd"
+        )
     env: dict[str, str] = {} if args.no_inherit_env else dict(os.environ)
     for item in args.env:
         key, sep, value = item.partition("=")
@@ -176,6 +182,8 @@ def _command_lines(path: str) -> list[str]:
             raise ValueError(
                 f"{path}: line {number} is not UTF-8 text: {repr(line)[2:-1][:80]}"
             ) from None
+        if "\0" in lines[-1]:
+            raise ValueError(f"{path}: line {number} holds a NUL byte (no command can)")
     return lines
 
 
