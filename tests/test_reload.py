@@ -50,6 +50,9 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
     assert "domains.a and domains.b both claim GPU 0" in str(rejected["error"])
     applied = next(e for e in _config_events(paths) if e["outcome"] == "applied")
     assert applied["changes"] == ["cpu: slots 1 -> 2"]
+    # Every section that changed is said (the event said [] for [logs] and the like).
+    paths.config_file.write_text(BASE + "[cpu]\nslots = 2\n[logs]\nmax_bytes = 65536\n")
+    assert (await engine.config_reload.reload())["changes"] == ["logs"]
     await engine.cancel(first.id)
     await engine.cancel(second.id)
 
@@ -72,6 +75,7 @@ async def test_renaming_a_gpu_domain_keeps_running_jobs_and_fails_orphaned_pins(
     assert set(train.holdings) == {running.id}  # carried over, still accounted for
     live = await engine.get(running.id)
     assert live.status is JobStatus.RUNNING and live.domains == ["train"]
+    assert live.message == "running on train"  # (it said "running on gpu1" ever after)
     failed = await engine.wait(pinned.id, timeout=10)
     assert failed.termination_reason is TerminationReason.OVER_CAPACITY
     assert "can no longer run after a configuration change: domain: unknown domain 'gpu1'" in (

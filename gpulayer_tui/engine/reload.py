@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..fields import printable
 from .config import Config, ConfigError, DomainPlan, load_config, plan_domains
 from .domain import Domain
 from .jobbook import JobBook
@@ -190,7 +191,10 @@ class ConfigReloader:
             plans = plan_domains(config, gpus, self._cpu_count, source)
         except ConfigError as err:
             message = str(err)
-            log.warning("config rejected, the running configuration stays: %s", message)
+            # (Escaped: a rejected name's escape sequences went to the journal raw.)
+            log.warning(
+                "config rejected, the running configuration stays: %s", printable(message, "\n")
+            )
             self._event("rejected", {"error": message})
             await self._store.flush()
             return {"applied": False, "error": message}
@@ -235,15 +239,14 @@ class ConfigReloader:
 
     def _apply(self, config: Config, plans: list[DomainPlan]) -> list[str]:
         old = self._current()
-        changes: list[str] = []
-        if config.engine != old.engine:
-            changes.append("engine settings")
-        if config.health != old.health:
-            changes.append("health thresholds")
-        if config.ui != old.ui:
-            changes.append("ui")
-        if config.notify != old.notify:
-            changes.append("notify")
+        # Every section that changed is named (the event said [] for [logs], [limits],
+        # [users], [security] ...); domains and cpu slots are said below, one by one.
+        labels = {"engine": "engine settings", "health": "health thresholds"}
+        changes = [
+            labels.get(name, name)
+            for name in type(config).model_fields
+            if name not in ("domains", "cpu") and getattr(config, name) != getattr(old, name)
+        ]
         self._apply_config(config)
         fresh, moved, domain_changes = rebuild_domains(
             self._scheduler.domains, plans, self._retired
@@ -268,8 +271,11 @@ class ConfigReloader:
             summary = act.job.kind is JobKind.SERVICE and act.job.message == service_summary(
                 act.job
             )
+            said = act.job.message == f"running on {', '.join(act.job.domains)}"
             act.holds = [new if d is old else d for d in act.holds]
             act.job.domains = [new.name if n == old.name else n for n in act.job.domains]
+            if said:  # (a batch job's "running on gpu0" named the old domain ever after)
+                act.job.message = f"running on {', '.join(act.job.domains)}"
             for replica in act.job.replicas:
                 replica.domains = [new.name if n == old.name else n for n in replica.domains]
             # Stored now: an engine restarted before the job's next change read the old
