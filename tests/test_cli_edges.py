@@ -117,7 +117,7 @@ def test_a_batch_files_errors_name_its_line_and_a_byte_order_mark_is_no_command(
     # UTF-8 byte order mark (some editors write one) became part of the first command,
     # which then failed with 127.
     batch = tmp_path / "jobs.txt"
-    batch.write_bytes(b"# header\n\necho a\n# c\necho b\x00\n")
+    batch.write_bytes(b"# header\n\necho a\n# c\necho " + b"b" * 70_000 + b"\n")  # (too long)
     out = engine.cli("submit", "--file", str(batch))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert f"{batch}: line 5: shell: " in out.stderr and "job 2 of 2" not in out.stderr
