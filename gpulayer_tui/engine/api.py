@@ -692,7 +692,11 @@ async def events(request: web.Request) -> web.StreamResponse:
     await response.write(b'{"kind": "hello"}\n')
     try:
         async for event in subscription:
-            await response.write(json.dumps(event.to_json()).encode() + b"\n")
+            # What queued meanwhile goes in the same write: one per burst, not per event.
+            more, ended = subscription.ready()
+            await response.write(b"".join(e.line() for e in (event, *more)))
+            if ended:
+                break
     except (ConnectionResetError, asyncio.CancelledError):
         pass
     finally:

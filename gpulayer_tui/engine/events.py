@@ -37,6 +37,19 @@ class Subscription:
         finally:
             self.close()
 
+    def ready(self) -> tuple[list[Event], bool]:
+        """The events already queued (taken without waiting), and whether the end marker
+        was among them (the subscriber was cut off, or the engine stops)."""
+        out: list[Event] = []
+        while True:
+            try:
+                event = self.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return out, False
+            if event is None:
+                return out, True
+            out.append(event)
+
     def close(self) -> None:
         """Stop receiving events."""
         self._bus.unsubscribe(self)

@@ -8,6 +8,7 @@ so an illegal move is a bug that raises instead of silently corrupting history.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -347,6 +348,15 @@ class Event:
     job_id: int | None
     data: dict[str, Any]
     job: dict[str, Any] | None = None
+    _line: bytes | None = field(default=None, compare=False, repr=False)
+
+    def line(self) -> bytes:
+        """The event as one NDJSON line, encoded once however many subscribers write it
+        (each encoded it again: with many streams, a burst cost its events times them)."""
+        if self._line is None:
+            object.__setattr__(self, "_line", json.dumps(self.to_json()).encode() + b"\n")
+        assert self._line is not None
+        return self._line
 
     def to_json(self) -> dict[str, Any]:
         """JSON shape used on the event stream."""
