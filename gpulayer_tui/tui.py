@@ -115,8 +115,12 @@ def run_tui(
     from .engine.errors import StoreError
     from .engine.lock import EngineBusy
 
+    config = paths.config_file
     try:
-        theme = load_config(paths.config_file).ui.theme
+        # Another user's engine may keep its config unreadable to the users it serves (it
+        # holds webhook URLs): the TUI then attaches with the default theme.
+        readable = not config.exists() or os.access(config, os.R_OK)
+        theme = load_config(config).ui.theme if readable else None
     except ConfigError as err:
         print(f"gpulayer-tui: {err}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ edit a waiting one (its dependencies too)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -176,3 +177,18 @@ async def test_edit_replaces_a_waiting_jobs_dependencies_and_refuses_circles(
     await engine.cancel(other.id)
     assert (await engine.wait(queued.id, timeout=10)).status is JobStatus.COMPLETED
     assert (await engine.wait(follower.id, timeout=10)).status is JobStatus.COMPLETED
+
+
+async def test_signalling_another_users_stray_is_forbidden_not_a_bad_request(
+    make_engine: EngineFactory, sleeper: int
+) -> None:
+    from gpulayer_tui.engine.access import Forbidden
+    from gpulayer_tui.engine.simulate import SimLedger
+
+    engine = await make_engine("1xA100-80GB")
+    SimLedger(engine.paths.state_dir).hold(0, sleeper, 10.0)
+    await engine.sampler.sample_once()
+    # (It was a SpecError: a 400 naming the pid, where the API says 403 for "this uid
+    # may not do that".)
+    with pytest.raises(Forbidden, match="may signal only its own processes"):
+        engine.signal_process(sleeper, "TERM", None, requester_uid=os.geteuid() + 12345)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import sqlite3
 import stat
 import subprocess
@@ -198,6 +199,12 @@ def test_another_user_sees_env_names_not_values_and_logs_only_where_shared(
     assert "(hidden)" not in own_env["job"]["spec"]["env"].values()
     listed = json.loads(shared.nobody("jobs", "--json").stdout)
     assert all("env" not in row["spec"] for row in listed)
+    # `submit --like` another user's job runs with this shell's environment: the hidden
+    # values were sent back as values (PATH = "(hidden)": its program not found).
+    like = shared.nobody("submit", "--like", str(mine["id"]), "--json").stdout
+    copy = shared.call("GET", f"/jobs/{json.loads(like)['id']}")["job"]
+    assert "(hidden)" not in copy["spec"]["env"].values() and "PATH" in copy["spec"]["env"]
+    shared.served.cli("cancel", str(copy["id"]))
     # ... and reads another user's output only where [security] shares it.
     wait_for(lambda: shared.served.cli("logs", str(mine["id"])).stdout == "root-only\n")
     unshared = shared.nobody("logs", str(mine["id"]))
@@ -436,3 +443,66 @@ async def test_hostile_specs_are_refused_with_the_reason_and_store_nothing(
     assert await engine.list_jobs() == []
     with pytest.raises(SpecError, match="unknown status"):
         await engine.list_jobs(["queued') OR 1=1 --"])
+
+
+def test_open_streams_end_when_their_reader_is_let_out_and_are_bounded_per_user(
+    shared: SharedEngine,
+) -> None:
+    # Checked only when a request started: taken out of [security] (or share_logs turned
+    # off), a user kept reading an open `logs -f` and the events stream; and one user
+    # holding thousands of streams locked every other user out of the engine.
+    shared.allow('allowed_groups = ["nogroup"]\nshare_logs = true')
+    mine = shared.call("POST", "/jobs", {"shell": "while :; do echo tick; sleep 0.1; done"})
+    job = str(mine["job"]["id"])
+    python = _NOBODY_CLIENT[len(NOBODY)]
+    reader = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
+        "s.sendall(b'GET /v1/events HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
+        "print('open', flush=True)\n"
+        "while s.recv(65536): pass\n"
+        "print('ended', flush=True)\n"
+    )
+    events = subprocess.Popen(
+        [*NOBODY, python, "-c", reader, str(shared.sock)], stdout=subprocess.PIPE, text=True
+    )
+    follow = subprocess.Popen(
+        [*_NOBODY_CLIENT, "logs", "-f", job],
+        env=shared.served.env,
+        cwd=_NOBODY_CWD[0],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert events.stdout is not None and follow.stdout is not None
+        assert events.stdout.readline() == "open\n"
+        assert follow.stdout.readline() == "tick\n"  # (reading)
+        shared.allow('allowed_groups = ["nogroup"]')  # share_logs off: the follow ends
+        _, err = follow.communicate(timeout=30)
+        assert "may read only its own jobs' output" in err
+        assert events.poll() is None  # (nobody is still let in: its events go on)
+        shared.allow("allowed_uids = [12345]")  # nobody out: its events stream ends
+        assert events.communicate(timeout=30)[0] == "ended\n"
+    finally:
+        for proc in (events, follow):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    # At most [limits] streams_per_user open per uid (429 past them).
+    shared.config.write_text("[security]\nallowed_uids = [12345]\n[limits]\nstreams_per_user = 2\n")
+    assert shared.call("POST", "/config/reload")["applied"] is True
+    held = []
+    try:
+        for _ in range(2):
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(str(shared.sock))
+            sock.sendall(b"GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert b"200 OK" in sock.recv(4096)
+            held.append(sock)
+        status, body = request(shared.sock, "GET", "/v1/events")
+        assert status == 429 and "has 2 streams open" in body["error"]
+    finally:
+        for sock in held:
+            sock.close()
+    shared.served.cli("cancel", job)

@@ -299,7 +299,10 @@ def _like(
         spec["snapshot"] = base["snapshot"]
     if args.cwd:
         spec["cwd"] = base["cwd"]
-    hidden = any(v is None for v in (old["spec"].get("env") or {}).values())
+    # Another user's job shows its environment's values as "(hidden)" (they were taken for
+    # values and sent back: the copy ran with PATH = "(hidden)", its program not found).
+    theirs = old.get("owner_uid") not in (None, os.getuid())
+    hidden = theirs and "(hidden)" in (old["spec"].get("env") or {}).values()
     if args.env or args.no_inherit_env or hidden or "env" not in spec:
         # Another user's job shows its environment's names only: this shell's is used.
         spec["env"] = (

@@ -47,13 +47,14 @@ error mapping and the server's socket modes; the routes are read side by side.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import socket
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from .. import wire
 from ..unixsock import SocketPath
 from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
+from .config import Config
 from .engine import Engine
 from .errors import (
     DomainRefused,
@@ -96,6 +98,76 @@ class _Gate:
 
 
 GATE_KEY: web.AppKey[_Gate] = web.AppKey("gate", _Gate)
+
+
+class _Streams:
+    """Open streams (events, followed logs) per uid, bounded by ``[limits]
+    streams_per_user``; and, for each, whether its reader is still let in."""
+
+    def __init__(self) -> None:
+        self.open: dict[int | None, int] = {}
+
+    @contextlib.contextmanager
+    def held(self, engine: Engine, uid: int | None) -> Iterator[None]:
+        """One more stream of ``uid``, for as long as the block runs.
+
+        Raises:
+            Overloaded: ``uid`` holds as many as it may.
+        """
+        limit = engine.config.limits.streams_per_user
+        count = self.open.get(uid, 0)
+        if count >= limit:
+            who = user_name(uid) if uid is not None else "this caller"
+            raise Overloaded(
+                f"{who} has {count} streams open (events, logs --follow), the most "
+                f"[limits] streams_per_user = {limit} allows; close one"
+            )
+        self.open[uid] = count + 1
+        try:
+            yield
+        finally:
+            left = self.open[uid] - 1
+            if left:
+                self.open[uid] = left
+            else:
+                del self.open[uid]
+
+
+STREAMS_KEY: web.AppKey[_Streams] = web.AppKey("streams", _Streams)
+
+
+def _cut_off(request: web.Request) -> None:
+    """End a stream whose reader is no longer let in without a proper end of stream: a
+    client then asks again, and is told why it may not (a clean end read as the job's)."""
+    if request.transport is not None:
+        request.transport.close()
+
+
+class _StillAllowed:
+    """Whether a stream's reader is still let in: the access rules read again whenever
+    the configuration changed (a uid taken out of ``[security]``, or ``share_logs``
+    turned off, kept reading what was already open)."""
+
+    def __init__(
+        self,
+        request: web.Request,
+        more: Callable[[Config], bool] | None = None,
+    ) -> None:
+        self._engine = request.app[ENGINE_KEY]
+        self._creds = peer_creds(request)
+        self._seen = self._engine.config
+        self._more = more
+        self.lost = False
+
+    def __call__(self) -> bool:
+        config = self._engine.config
+        if config is not self._seen:
+            self._seen = config
+            if access_refusal(config.security, self._creds) is not None or (
+                self._more is not None and not self._more(config)
+            ):
+                self.lost = True
+        return not self.lost
 
 
 def _error(status: int, message: str, field: str | None = None) -> web.Response:
@@ -628,14 +700,20 @@ async def logs(request: web.Request) -> web.StreamResponse:
     replica = _int_query(request, "replica", None)
     engine.reads.check_replica(job, replica)
     path = engine.log_path(job_id, replica)
-    response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
-    response.headers["X-Job-Status"] = job.status.value
-    await response.prepare(request)
-    try:
-        await _send_log(engine, job_id, path, offset, follow, response)
-    except ConnectionResetError:
-        # The reader left (Ctrl-C on `logs -f`, a TUI that moved on): an ordinary end.
-        log.debug("a log reader of job %s left", job_id)
+    others = _others(request, job.owner_uid)
+    allowed = _StillAllowed(request, lambda config: not others or config.security.share_logs)
+    streams = request.app[STREAMS_KEY]
+    with streams.held(engine, peer_uid(request)) if follow else contextlib.nullcontext():
+        response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
+        response.headers["X-Job-Status"] = job.status.value
+        await response.prepare(request)
+        try:
+            await _send_log(engine, job_id, path, offset, follow, response, allowed)
+        except ConnectionResetError:
+            # The reader left (Ctrl-C on `logs -f`, a TUI that moved on): an ordinary end.
+            log.debug("a log reader of job %s left", job_id)
+        if allowed.lost:
+            _cut_off(request)
     return response
 
 
@@ -646,8 +724,11 @@ async def _send_log(
     offset: int,
     follow: bool,
     response: web.StreamResponse,
+    allowed: Callable[[], bool] = lambda: True,
 ) -> None:
     while True:
+        if not allowed():
+            return  # (no end of stream: the reader asks again, and is told why not)
         chunk, offset = await asyncio.to_thread(_read_chunk, path, offset)
         if chunk:
             offset += len(chunk)
@@ -686,21 +767,26 @@ logging.getLogger("aiohttp.server").addFilter(_QuietBadRequests())
 async def events(request: web.Request) -> web.StreamResponse:
     """GET /v1/events: NDJSON, one event per line, until the client goes away."""
     engine = request.app[ENGINE_KEY]
-    subscription = engine.subscribe()
-    response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-    await response.prepare(request)
-    await response.write(b'{"kind": "hello"}\n')
-    try:
-        async for event in subscription:
-            # What queued meanwhile goes in the same write: one per burst, not per event.
-            more, ended = subscription.ready()
-            await response.write(b"".join(e.line() for e in (event, *more)))
-            if ended:
-                break
-    except (ConnectionResetError, asyncio.CancelledError):
-        pass
-    finally:
-        subscription.close()
+    allowed = _StillAllowed(request)
+    with request.app[STREAMS_KEY].held(engine, peer_uid(request)):
+        subscription = engine.subscribe()
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        await response.write(b'{"kind": "hello"}\n')
+        try:
+            async for event in subscription:
+                if not allowed():
+                    _cut_off(request)  # (taken out of [security] since it subscribed)
+                    break
+                # What queued meanwhile goes in the same write: one per burst, not per event.
+                more, ended = subscription.ready()
+                await response.write(b"".join(e.line() for e in (event, *more)))
+                if ended:
+                    break
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            subscription.close()
     return response
 
 
@@ -709,6 +795,7 @@ def make_app(engine: Engine) -> web.Application:
     app = web.Application(middlewares=[_access, _errors], client_max_size=MAX_BODY)
     app[ENGINE_KEY] = engine
     app[GATE_KEY] = _Gate()
+    app[STREAMS_KEY] = _Streams()
     app.router.add_get("/v1/health", health)
     app.router.add_get("/v1/gpus", gpus)
     app.router.add_get("/v1/jobs", list_jobs)

@@ -209,6 +209,9 @@ class LimitsSettings(_Strict):
     # A connection to the socket that has not sent a whole request within this many
     # seconds (a half-open or stalled client) is closed: it would hold a file descriptor.
     idle_connection: float = Field(30.0, ge=0.1, le=86400)
+    # Open streams (GET /v1/events, logs --follow) per uid: each holds a descriptor for as
+    # long as it is read, and one user holding thousands locked every other user out.
+    streams_per_user: int = Field(64, ge=1, le=100_000)
 
 
 class LogSettings(_Strict):
@@ -286,7 +289,9 @@ class NotifySettings(_Strict):
     def _url(cls, value: str) -> str:
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"{value!r} is not an http:// or https:// URL")
+            # (The value is not quoted: a webhook's secret is in it, and this message goes
+            # to the log, to events and to doctor, which every allowed user reads.)
+            raise ValueError("not an http:// or https:// URL with a host")
         if any(ch.isspace() or ord(ch) < 32 for ch in value):
             raise ValueError("the URL contains white space or a control character")
         return value

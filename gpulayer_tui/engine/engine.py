@@ -45,6 +45,7 @@ from ..wire import (
     UsageJSON,
 )
 from . import procs
+from .access import Forbidden
 from .admission import Admission
 from .adoption import Adopter, read_process
 from .batch import BatchRunner, JobEnv
@@ -747,8 +748,9 @@ class Engine:
         done, in words.
 
         Raises:
-            SpecError: The signal, the process or the requester is refused (the message
-                says which and why).
+            SpecError: The signal or the process is refused (the message says which and
+                why).
+            Forbidden: The process is another user's.
         """
         if name.upper().removeprefix("SIG") not in self.SIGNALS:
             raise SpecError(f"signal: one of {', '.join(self.SIGNALS)}, not {name!r}", "signal")
@@ -766,10 +768,9 @@ class Engine:
         if not on_gpu:
             raise SpecError(f"pid {pid} is not a stray GPU process (none is seen on a GPU)", "pid")
         if requester_uid not in (None, 0) and requester_uid != snapshot.uid:
-            raise SpecError(
+            raise Forbidden(
                 f"pid {pid} belongs to {procs.user_name(snapshot.uid)}; "
-                f"{procs.user_name(requester_uid)} may signal only its own processes",
-                "pid",
+                f"{procs.user_name(requester_uid)} may signal only its own processes"
             )
         try:
             fd = os.pidfd_open(pid)
