@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpulayer_tui.engine.engine import Engine
+from gpulayer_tui.engine.errors import StoreError
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.paths import Paths
 
@@ -245,6 +246,24 @@ async def test_clean_makes_room_on_a_full_disk(
     assert not engine.log_path(job.id).exists()
     with pytest.raises(Exception, match=f"no job {job.id}"):
         await engine.get(job.id)
+
+
+async def test_clean_on_a_disk_a_job_filled_names_what_holds_the_space(
+    small_disk: Path, make_engine: EngineFactory
+) -> None:
+    # A job filled the disk: its end cannot be recorded, so clean cannot see its log. It
+    # said "the files of 1 finished jobs were removed" (6 bytes) and never named the log.
+    engine = await make_engine(config=make_config(logs={"min_free_mb": 0}))
+    small = await engine.submit({"shell": "echo hello", "gpus": 0})
+    await engine.wait(small.id, timeout=20)
+    await engine.store.flush()
+    filler = await engine.submit({"shell": "head -c 30000000 /dev/zero; exit 1", "gpus": 0})
+    await eventually(lambda: filler.id not in engine.book, timeout=30)
+    with pytest.raises(StoreError) as refused:
+        await engine.retention.clean(None, keep=0)
+    said = str(refused.value)
+    assert "1 file(s) and 0 snapshot(s) of 1 finished job(s) were removed" in said
+    assert f"the largest job files: {engine.log_path(filler.id)} (" in said
 
 
 async def test_near_the_floor_free_space_is_read_at_every_start(

@@ -122,9 +122,13 @@ class Retention:
                 try:
                     ids = await self._store.prune(ended_before, keep, CHUNK, self._spared())
                 except PruneBlocked as still:
+                    biggest = await asyncio.to_thread(_largest, self._jobs_dir)
                     raise StoreError(
-                        f"the database cannot be written ({still}): the files of "
-                        f"{len(full.ids)} finished jobs were removed, their rows stay"
+                        f"the database cannot be written ({still}): {removed[0]} file(s) and "
+                        f"{removed[1]} snapshot(s) of {len(full.ids)} finished job(s) were "
+                        "removed, their rows stay; the ends of jobs that finished since are "
+                        "not recorded, so clean cannot see their files. Free space on that "
+                        "disk by hand" + (f"; the largest job files: {biggest}" if biggest else "")
                     ) from None
             if not ids:
                 break
