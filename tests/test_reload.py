@@ -460,3 +460,33 @@ async def test_a_symlinked_config_is_followed_into_its_files_folder(
     await eventually(lambda: engine.scheduler.domains["cpu"].slots == 4, timeout=10)
     await eventually(lambda: edited(other, 5), timeout=10, interval=0.3)
     assert real.read_text().endswith("slots = 3\n")  # (the old file is not read again)
+
+
+async def test_a_chain_of_symlinks_to_the_config_is_followed(
+    make_engine: EngineFactory, paths: Paths, tmp_path: Path
+) -> None:
+    # config.toml -> links/current -> files/one.toml: re-pointing the middle link was not
+    # seen, nor were edits to the file it named then.
+    (tmp_path / "links").mkdir()
+    (tmp_path / "files").mkdir()
+    one, two = tmp_path / "files" / "one.toml", tmp_path / "files" / "two.toml"
+    one.write_text(BASE + "[cpu]\nslots = 1\n")
+    middle = tmp_path / "links" / "current"
+    middle.symlink_to(one)
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.symlink_to(middle)
+    engine = await make_engine(config=load_config(paths.config_file))
+
+    def applied(slots: int, file: Path | None = None) -> bool:
+        if engine.scheduler.domains["cpu"].slots == slots:
+            return True
+        if file is not None:  # (written until seen: the watcher starts after the engine)
+            file.write_text(BASE + f"[cpu]\nslots = {slots}\n")
+        return False
+
+    await eventually(lambda: applied(2, one), timeout=10, interval=0.3)
+    two.write_text(BASE + "[cpu]\nslots = 3\n")
+    middle.unlink()
+    middle.symlink_to(two)
+    await eventually(lambda: applied(3), timeout=10)
+    await eventually(lambda: applied(4, two), timeout=10, interval=0.3)

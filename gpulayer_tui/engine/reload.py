@@ -13,8 +13,11 @@ while one that is running keeps running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..fields import printable
@@ -158,9 +161,9 @@ class ConfigReloader:
 
         target = self._paths.config_file
         while True:
-            real = target.resolve()
-            folders = {target.parent, real.parent}
-            watched = {str(target), str(real)}
+            chain = _link_chain(target)
+            folders = {path.parent for path in chain}
+            watched = {str(path) for path in chain}
             async for changes in awatch(
                 *(f for f in folders if f.is_dir()), recursive=False, debounce=200
             ):
@@ -174,8 +177,8 @@ class ConfigReloader:
                     )
                     continue
                 await self.reload()
-                if target.resolve() != real:
-                    break  # (the symlink names another file: watch its folder instead)
+                if _link_chain(target) != chain:
+                    break  # (a link names another file now: watch its folders instead)
 
     async def reload(self) -> dict[str, Any]:
         """Read the config file again and apply it if valid.
@@ -288,3 +291,22 @@ class ConfigReloader:
 
 def _check(name: str, status: str, detail: str) -> dict[str, str]:
     return {"check": name, "status": status, "detail": detail}
+
+
+def _link_chain(path: Path) -> list[Path]:
+    """``path``, each symlink it leads through (a dotfile manager's chain), and the file at
+    its end: any of them changing is an edit of the config."""
+    chain = [path]
+    current = path
+    for _ in range(40):  # (the kernel's own limit on links followed)
+        if not current.is_symlink():
+            break
+        try:
+            current = Path(os.path.normpath(current.parent / os.readlink(current)))
+        except OSError:
+            break
+        chain.append(current)
+    with contextlib.suppress(OSError, RuntimeError):
+        chain.append(path.resolve())
+    # (Each also as its folder resolves: a change is reported under the folder watched.)
+    return list(dict.fromkeys([*chain, *(p.parent.resolve() / p.name for p in chain)]))
