@@ -382,3 +382,28 @@ async def test_acks_that_died_with_the_connection_are_sent_again(tmp_path: Path)
     finally:
         await executor.close()
         peer.close()
+
+
+async def test_a_launcher_that_does_not_take_a_new_log_cap_is_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A launcher started by an earlier version (it outlives upgrades) ignores max_log: a
+    # lowered [logs] max_bytes then silently did nothing for the jobs running.
+    monkeypatch.setattr(launch_client, "MAX_LOG_ANSWER_S", 0.2)
+    caplog.set_level(logging.WARNING, "gpulayer_tui.engine.launch_client")
+    executor, peer = await _executor_with_peer(tmp_path)
+    try:
+        executor.set_max_log(65536)
+        assert (await peer.lines(1))[0] == {"op": "max_log", "bytes": 65536}
+        await eventually(lambda: "does not apply the new [logs] max_bytes" in caplog.text)
+        # One that answers is not warned about.
+        caplog.clear()
+        executor.set_max_log(131072)
+        assert peer.conn is not None
+        peer.conn.sendall(b'{"ev": "max_log", "bytes": 131072, "jobs": 0}\n')
+        await eventually(lambda: executor._max_log_heard)
+        executor._max_log_unheard(131072)  # (its deadline, come now: nothing is said)
+        assert "does not apply" not in caplog.text
+    finally:
+        await executor.close()
+        peer.close()

@@ -50,6 +50,7 @@ from .launcher import ENV_CACHE, LOCK, LOG, SOCKET, claimed, why_not_runnable
 from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
+MAX_LOG_ANSWER_S = 5.0  # a launcher that took a new max_log answers within this
 
 CONNECT_TIMEOUT_S = 15.0
 ACK_DELAY_S = 0.05  # an ack waits this long for a request to ride with (at most)
@@ -182,6 +183,7 @@ class LauncherExecutor:
         self.jobs_dir = jobs_dir
         self.idle_timeout = idle_timeout
         self.max_log = max_log  # a job's log is cut back past this ([logs] max_bytes)
+        self._max_log_heard = True  # the launcher answered the last new max_log
         # (key, dropped, kept, the limit it passed: None from a launcher before it said)
         self.log_cut: list[Callable[[TaskKey, int, int, int | None], None]] = []
         self._conn: _Connection | None = None
@@ -579,6 +581,8 @@ class LauncherExecutor:
                         int(event["kept"]),
                         None if limit is None else int(limit),
                     )
+        elif kind == "max_log":
+            self._max_log_heard = True
         elif kind == "table" and self._table_ready is not None:
             if not self._table_ready.done():
                 self._table_ready.set_result(event["tasks"])
@@ -739,8 +743,22 @@ class LauncherExecutor:
             return
         self.max_log = limit
         if self._serving:
+            self._max_log_heard = False
             self._write({"op": "max_log", "bytes": limit})
             self._flush_batch()
+            assert self._loop is not None
+            self._loop.call_later(MAX_LOG_ANSWER_S, self._max_log_unheard, limit)
+
+    def _max_log_unheard(self, limit: int) -> None:
+        # A launcher started by an earlier version (it outlives upgrades) ignores the
+        # request: said, rather than a lower cap that silently did nothing.
+        if not self._max_log_heard and limit == self.max_log and self._serving:
+            log.warning(
+                "the launcher (started by an earlier gpulayer-tui) does not apply the new "
+                "[logs] max_bytes = %d to the jobs running now: it applies to jobs started "
+                "from now on, and to all once that launcher has retired (with no job running)",
+                limit,
+            )
 
     def terminate(self, key: TaskKey, grace: float, run: int = 0) -> bool:
         """SIGTERM the task's process group, SIGKILL after ``grace`` (the launcher keeps

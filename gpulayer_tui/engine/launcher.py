@@ -28,6 +28,7 @@ Requests (engine -> spawner) and events (spawner -> engine), one JSON object per
 ``{"op": "terminate", "key", "grace"}``             SIGTERM the group; SIGKILL after grace
 ``{"op": "signal", "key", "signal"}``               send a signal to the group
 ``{"op": "max_log", "bytes"}``                       a new cap for running jobs' logs too
+                                                   -> ``{"ev": "max_log", "bytes", "jobs"}``
 ``{"op": "query"}``                                 -> ``{"ev": "table", "tasks": {...}}``
 ``{"op": "ack", "keys": [...]}``                    the engine recorded these ends
 ``{"op": "quit_if_idle"}``                          exit now if nothing runs
@@ -508,9 +509,12 @@ class Spawner:
         elif op == "max_log":
             limit = int(request["bytes"])
             now = time.monotonic()
+            taken = 0
             for task in self.tasks.values():
                 if task.log_fd >= 0 and limit > 0:
                     task.max_log, task.log_next, task.log_every = limit, now, LOG_CHECK_FIRST_S
+                    taken += 1
+            self._send({"ev": "max_log", "bytes": limit, "jobs": taken})
         elif op == "query":
             self._send({"ev": "table", "tasks": self._table()})
         elif op == "ack":
