@@ -122,7 +122,9 @@ def run_tui(
         readable = not config.exists() or os.access(config, os.R_OK)
         theme = load_config(config).ui.theme if readable else None
     except ConfigError as err:
-        print(f"gpulayer-tui: {err}", file=sys.stderr)
+        from .fields import printable
+
+        print(f"gpulayer-tui: {printable(str(err), keep=chr(10))}", file=sys.stderr)
         return 2
 
     async def main() -> str:

@@ -398,6 +398,12 @@ async def test_invalid_specs_change_nothing(make_engine: EngineFactory) -> None:
         ({"command": ["true"], "vram_gb": 0}, "vram_gb"),
         ({"command": ["true"], "vram_gb": 1e-300}, "vram_gb: must be at least 0.000976562 GiB"),
         ({"command": ["true"], "gpus": 0, "domain": "gpu0"}, "gpus is 0"),
+        # More than Linux passes a program in all (ARG_MAX): it failed at launch only.
+        ({"command": ["true", *["a" * 120_000] * 20]}, "command: the command and its env"),
+        (
+            {"command": ["true"], "env": {f"V{i}": "v" * 120_000 for i in range(20)}},
+            "env: the command and its environment are",
+        ),
         ("not an object", "must be a JSON object"),
     ]
     for spec, expected in bad:

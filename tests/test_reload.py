@@ -316,7 +316,9 @@ async def test_a_domain_renamed_while_no_engine_ran_keeps_its_running_jobs_held(
     )
     second = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
     await second.config_reload.stop()
-    assert (await second.get(running.id)).domains == ["train2"]
+    restored = await second.get(running.id)
+    assert restored.domains == ["train2"] and restored.message == "running on train2"
+    assert (await second.get(service.id)).message == "1/1 up on serve2"  # (not on "serve")
     assert set(second.scheduler.domains["train2"].holdings) == {running.id}
     waiting = await second.submit({"command": ["true"], "domain": "train2"})
     assert waiting.status is JobStatus.QUEUED  # its one slot is the running job's

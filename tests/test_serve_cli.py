@@ -251,6 +251,18 @@ def test_bad_simulate_spec_and_config_fail_clearly(served: Served) -> None:
     assert bad.returncode == 2
     assert "domains.big: gpu 7 does not exist (visible GPUs: 0, 1)" in bad.stderr
     assert "Traceback" not in bad.stderr
+    # A refused name's escape sequences are shown escaped (they reached the terminal).
+    hostile = '[engine]\nauto_domains = false\n[domains."x\\u001b]0;PWNED\\u0007"]\ngpu = 0\n'
+    (served.home / "config.toml").write_text(hostile)
+    bad = subprocess.run(
+        [*_cli_argv(), "--serve", "--simulate", "2xA100-80GB"],
+        env=served.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert bad.returncode == 2 and "a domain name is" in bad.stderr
+    assert "\x1b" not in bad.stderr and "\x07" not in bad.stderr and "\\x1b]0;PWNED" in bad.stderr
 
 
 def test_serve_without_a_driver_says_so_once(served: Served) -> None:

@@ -174,6 +174,7 @@ class Admission:
                         "enough)",
                         "vram_gb",
                     )
+                _check_arg_max(spec)
                 request = self._scheduler.request_for(spec)
                 self._domain_ops.refuse_quarantined_pins(spec.pinned_domains)
             except SpecError as err:
@@ -378,4 +379,32 @@ def _same_request(key: str, first: str | None, digest: str) -> None:
             f"Idempotency-Key {key!r} was used for a different request; nothing was "
             "stored (send a new key for a new submission)",
             "Idempotency-Key",
+        )
+
+
+def _exec_bytes(strings: Any) -> int:
+    """What strings cost a program's start: each, its NUL and its pointer."""
+    return sum(len(s.encode("utf-8", "surrogateescape")) + 1 + 8 for s in strings)
+
+
+_ENGINE_ENV_BYTES: list[int] = []  # the engine's own environment's cost, read once
+
+
+def _check_arg_max(spec: JobSpec) -> None:
+    """Refuse a job whose command and environment together are more than Linux passes a
+    program (``ARG_MAX``): it could only fail at launch, "Argument list too long", after
+    being stored. The engine's own environment (the job's starts from it) counts too."""
+    if not _ENGINE_ENV_BYTES:
+        _ENGINE_ENV_BYTES.append(_exec_bytes(f"{k}={v}" for k, v in os.environ.items()))
+    argv = spec.command if spec.command is not None else ["sh", "-c", spec.shell or ""]
+    own = _exec_bytes(argv) + _exec_bytes(f"{k}={v}" for k, v in spec.env.items())
+    limit = os.sysconf("SC_ARG_MAX") - 4096  # (room for the variables the engine adds)
+    if own + _ENGINE_ENV_BYTES[0] > limit:
+        words = "command" if spec.command is not None else "shell"
+        field = "env" if _exec_bytes(argv) < own / 2 else words
+        raise SpecError(
+            f"{field}: the command and its environment are {own} bytes together (with the "
+            f"engine's own environment, {own + _ENGINE_ENV_BYTES[0]}); Linux passes a "
+            f"program at most {limit + 4096} (ARG_MAX)",
+            field,
         )

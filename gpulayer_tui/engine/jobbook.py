@@ -150,7 +150,10 @@ def retake_holds(act: ActiveJob, domains: Mapping[str, Domain]) -> bool:
             if name not in domains and index in by_gpu:
                 renamed[name] = by_gpu[index]
     if renamed:
+        said = job.message == f"running on {', '.join(job.domains)}"
         job.domains = [renamed.get(n, n) for n in job.domains]
+        if said:  # (it named the old domain ever after)
+            job.message = f"running on {', '.join(job.domains)}"
         for replica in job.replicas:
             replica.domains = [renamed.get(n, n) for n in replica.domains]
     take_holds(act, [domains[name] for name in job.domains if name in domains])

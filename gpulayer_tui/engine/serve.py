@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any
 
+from ..fields import printable
 from ..unixsock import SocketPath
 from . import launch_client
 from .api import ApiServer
@@ -42,7 +43,8 @@ async def serve(
         probe = make_probe(simulate, paths.state_dir, simulate_if_no_gpu)
         engine = Engine(paths, probe=probe)
     except (ConfigError, ValueError) as err:
-        print(f"gpulayer-tui: {err}", file=sys.stderr)
+        # (Escaped: a domain name's escape sequences reached the terminal raw.)
+        print(f"gpulayer-tui: {printable(str(err), keep=chr(10))}", file=sys.stderr)
         return 2
     try:
         await engine.start()
@@ -50,7 +52,7 @@ async def serve(
         print(f"gpulayer-tui: {err}", file=sys.stderr)
         return 1
     except (ConfigError, StoreError) as err:
-        print(f"gpulayer-tui: {err}", file=sys.stderr)
+        print(f"gpulayer-tui: {printable(str(err), keep=chr(10))}", file=sys.stderr)
         return 2
     except OSError as err:  # the launcher could not be started or reached
         print(f"gpulayer-tui: cannot start jobs: {err}", file=sys.stderr)

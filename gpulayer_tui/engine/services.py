@@ -570,7 +570,10 @@ class ServiceRunner:
         """
         job = act.job
         domains = self._scheduler.domains
+        summary = job.message == service_summary(job)
         if retake_holds(act, domains):
+            if summary:  # ("1/1 up on OLD" ever after)
+                job.message = service_summary(job)
             self._book.save(act)  # (its domains' new names)
         runtime = self._runtimes.setdefault(job.id, ServiceRuntime())
         if not job.replicas:
