@@ -381,3 +381,13 @@ def test_submit_from_a_removed_folder_says_so(engine: Served, tmp_path: Path) ->
     )  # fmt: skip
     assert out.returncode == 2, out.stderr
     assert "the current folder no longer exists" in out.stderr
+    # --like runs in the job's own folder: a removed one here is no matter.
+    first = _submit(engine, "--", "true")
+    gone.mkdir()
+    like = subprocess.run(
+        [sys.executable, "-c", f"import os, sys, runpy; os.chdir({str(gone)!r}); "
+         f"os.rmdir({str(gone)!r}); sys.argv = ['gpulayer-tui', 'submit', '--like', "
+         f"'{first}']; runpy.run_module('gpulayer_tui', run_name='__main__')"],
+        capture_output=True, text=True, env=engine.env, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert like.returncode == 0, like.stderr

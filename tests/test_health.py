@@ -415,6 +415,8 @@ async def test_doctor_checks_the_config_file_as_the_engine_would_and_a_closed_qu
     assert said["status"] == "warn" and "runs on the configuration it last read" in said["detail"]
     # A queue that starts nothing says why: paused (a choice), or the disk (a fault).
     await engine.pause()
+    said = await check("queued jobs")  # (nothing waits yet: the pause is said all the same)
+    assert said["status"] == "warn" and said["detail"].startswith("none waits; the queue is")
     waiting = await engine.submit({"command": ["true"]})
     said = await check("queued jobs")
     assert said["status"] == "warn" and said["detail"].startswith("1 wait: the queue is paused")

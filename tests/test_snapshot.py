@@ -301,13 +301,13 @@ async def test_a_snapshot_too_big_is_refused_and_nothing_is_stored(
     (work / "weights.bin").write_bytes(b"\0" * (3 * 1024 * 1024))
     spec = {"command": ["true"], "gpus": 0, "cwd": str(work), "snapshot": True}
     with pytest.raises(
-        SpecError, match=r"snapshot of .*work is at least 3 MB, over \[snapshot\] max_mb = 1"
+        SpecError, match=r"snapshot of .*work is at least 3.0 MB, over \[snapshot\] max_mb = 1"
     ):
         await engine.submit(spec)
     # In a git tree the whole listing is measured: the message says its size.
     repo = make_repo(tmp_path / "repo")
     (repo / "weights.bin").write_bytes(b"\0" * (3 * 1024 * 1024))
-    with pytest.raises(SpecError, match=r"snapshot of .*repo is 3 MB, over \[snapshot\] max_mb"):
+    with pytest.raises(SpecError, match=r"snapshot of .*repo is 3.0 MB, over \[snapshot\] max_mb"):
         await engine.submit({**spec, "cwd": str(repo)})
     # One job of a submission that cannot be snapshotted refuses the whole submission.
     small = tmp_path / "small"
@@ -542,3 +542,28 @@ async def test_the_tree_is_all_that_is_copied(
         (many / f"d{i}").mkdir(parents=True)
     with pytest.raises(SpecError, match=r"over \[snapshot\] max_mb = 1"):
         await engine.submit({**spec, "cwd": str(many)})
+
+
+async def test_clean_removes_a_tree_left_without_its_job(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A tree that could not be removed with its job (a file the job made immutable) was
+    # left for ever: its row was gone, and nothing pointed at it. (Played here by removing
+    # the row behind the engine's back.)
+    import sqlite3
+
+    engine = await make_engine()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "a").write_text("a")
+    spec = {"command": ["true"], "gpus": 0, "cwd": str(work), "snapshot": True}
+    left = await engine.submit(spec)
+    kept = await engine.submit(spec)
+    for job in (left, kept):
+        await engine.wait(job.id, timeout=10)
+    await engine.store.flush()
+    with sqlite3.connect(engine.paths.database) as db:
+        db.execute("DELETE FROM jobs WHERE id = ?", (left.id,))
+    assert (await engine.retention.clean(0.0, None))["snapshots"] == 1  # (no job is old)
+    assert not engine.snapshots.job_tree(left.id).exists()
+    assert engine.snapshots.job_tree(kept.id).exists()

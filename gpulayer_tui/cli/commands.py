@@ -78,10 +78,13 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     try:
         spec["cwd"] = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
     except FileNotFoundError:
-        parser.error(
-            "the current folder no longer exists (it was removed after this shell entered "
-            "it): cd to one that does, or give --cwd"
-        )
+        if getattr(args, "like", None) is not None:
+            pass  # (--like runs in the job's own folder unless --cwd says)
+        else:
+            parser.error(
+                "the current folder no longer exists (it was removed after this shell entered "
+                "it): cd to one that does, or give --cwd"
+            )
     env: dict[str, str] = {} if args.no_inherit_env else dict(os.environ)
     for item in args.env:
         key, sep, value = item.partition("=")

@@ -215,7 +215,12 @@ class Engine:
         self.reads = JobReader(self.book, self.store, self.executor, self.usage)
         self.notifier = Notifier(self.bus, self.config.notify, self.reads.get)
         self.retention = Retention(
-            self.store, paths.jobs_dir, self.config.history, self.snapshots, self._depended_on
+            self.store,
+            paths.jobs_dir,
+            self.config.history,
+            self.snapshots,
+            self._depended_on,
+            lambda job_id: self.book.live(job_id) is not None,
         )
         self.config_reload = ConfigReloader(
             paths,

@@ -287,14 +287,14 @@ class DomainOps:
             usable = [d for d in candidates if d.state is DomainState.IN_SERVICE]
             if len(usable) < max(1, request.gpus):
                 stuck.append(job_id)
-        closed = self._gate() if ready else None
-        if closed is not None:
+        closed = self._gate()
+        if closed is not None and (ready or "paused" in closed):
             # (Paused is someone's choice; a disk below the floor is a fault to fix.)
             checks.append(
                 {
                     "check": "queued jobs",
                     "status": "warn" if "paused" in closed else "fail",
-                    "detail": f"{len(ready)} wait: {closed}",
+                    "detail": f"{len(ready)} wait: {closed}" if ready else f"none waits; {closed}",
                 }
             )
         elif stuck:

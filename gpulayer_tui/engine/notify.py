@@ -330,6 +330,8 @@ class Notifier:
                 return True
             why = f"HTTP {status}"
         shown = shown_url(url)
+        if why == url:  # (aiohttp's InvalidURL says only the URL)
+            why = "not a URL that can be reached"
         log.warning(
             "job %d: %s notification to %s failed: %s",
             pending.job_id,
@@ -348,9 +350,12 @@ def shown_url(url: str) -> str:
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port is not None else ""
     except ValueError:
         return "the [notify] url"
+    try:
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:  # (a port out of range: said apart, the host still shown)
+        port = ":(not a port)"
     if ":" in host:
         host = f"[{host}]"
     hidden = "/..." if (parts.path not in ("", "/") or parts.query or parts.fragment) else ""

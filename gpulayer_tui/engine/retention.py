@@ -79,6 +79,8 @@ class Retention:
         spared: The finished jobs that waiting jobs depend on: kept (a restarted engine
             looks their outcome up; one cleaned away read as failed, and cancelled its
             dependents).
+        live: Whether the engine holds a job (a new one's tree is placed before its row
+            is committed: never an orphan).
     """
 
     def __init__(
@@ -88,9 +90,11 @@ class Retention:
         settings: HistorySettings,
         snapshots: SnapshotStore | None = None,
         spared: Callable[[], frozenset[int]] = frozenset,
+        live: Callable[[int], bool] = lambda _job_id: False,
     ) -> None:
         self._store = store
         self._spared = spared
+        self._live = live
         self._jobs_dir = jobs_dir
         self._snapshots = snapshots
         self._settings = settings
@@ -137,6 +141,7 @@ class Retention:
             files, trees = files + removed[0], trees + removed[1]
             if keep is not None and ended_before is None and len(ids) < CHUNK:
                 break
+        trees += await self._orphaned_trees()
         if not jobs and not files and self._store.failure:
             # Nothing recorded as finished could go, and nothing can be recorded: a job
             # that filled the disk may have ended unrecorded (its row still says running).
@@ -155,6 +160,19 @@ class Retention:
                 trees,
             )
         return {"jobs": jobs, "files": files, "snapshots": trees}
+
+    async def _orphaned_trees(self) -> int:
+        """Remove snapshot trees whose job has no row any more: one that could not be
+        removed with its job (a file a job made immutable, then freed) was left for ever,
+        nothing pointing at it."""
+        if self._snapshots is None:
+            return 0
+        trees = await asyncio.to_thread(self._snapshots.tree_ids)
+        rows = await self._store.existing(trees)
+        gone = {job_id for job_id in trees - rows if not self._live(job_id)}
+        if not gone:
+            return 0
+        return await asyncio.to_thread(self._snapshots.remove_jobs, gone)
 
     async def _remove_files(self, ids: list[int]) -> tuple[int, int]:
         """Remove the files and snapshot trees of jobs ``ids``: (files, trees)."""

@@ -138,7 +138,10 @@ class Built:
 
 
 def _mb(size: int) -> str:
-    return f"{size / MB:.0f} MB" if size >= MB else f"{size} bytes"
+    if size < MB:
+        return f"{size} bytes"
+    # (a whole number under 10 MB read "is 5 MB, over max_mb = 5")
+    return f"{size / MB:.1f} MB" if size < 10 * MB else f"{size / MB:.0f} MB"
 
 
 class _Budget:
@@ -680,6 +683,12 @@ class SnapshotStore:
         if removed:
             self.collect()
         return removed
+
+    def tree_ids(self) -> set[int]:
+        """The job ids that have a tree in ``jobs/``."""
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.jobs) as entries:
+            return {int(e.name) for e in entries if e.name.isascii() and e.name.isdigit()}
+        return set()
 
     def collect(self) -> int:
         """Remove objects whose link count is 1 (only the store holds them)."""

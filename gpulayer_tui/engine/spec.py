@@ -214,7 +214,10 @@ class JobSpec(BaseModel):
                 raise fail("cwd", f"{self.cwd!r} is not an absolute path")
         for key, value in self.env.items():
             if not key or "=" in key or "\0" in key:
-                raise fail("env", f"{key!r} is not a valid variable name")
+                shown = (
+                    repr(key) if len(key) <= 100 else f"{key[:100]!r}... ({len(key)} characters)"
+                )
+                raise fail("env", f"{shown} is not a valid variable name")
             _no_nul(value, f"env[{key}]", "env")
             _passable(f"{key}={value}", "env", f"env[{key}]")
         if isinstance(self.domain, list) and not self.domain:

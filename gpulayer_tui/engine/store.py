@@ -969,6 +969,14 @@ class Store:
         # transaction pins an old WAL snapshot: a later read could miss a commit.
         return list(await self._reader.execute_fetchall(sql, args))
 
+    async def existing(self, ids: set[int]) -> set[int]:
+        """Which of ``ids`` have a row."""
+        if not ids:
+            return set()
+        marks = ", ".join(str(int(i)) for i in sorted(ids))
+        rows = await self._fetchall(f"SELECT id FROM jobs WHERE id IN ({marks})")
+        return {int(r[0]) for r in rows}
+
     async def jobs_with_key(self, key: str, owner_uid: int | None) -> tuple[list[Job], str | None]:
         """The jobs a submission with idempotency ``key`` by ``owner_uid`` made (committed
         ones; oldest first), and the digest of what it asked for (``None`` for jobs from
