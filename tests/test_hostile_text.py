@@ -139,6 +139,10 @@ def test_a_commands_words_keep_their_boundaries_and_escapes_in_status_and_detail
     fields = job_fields(job, 3.0)  # type: ignore[arg-type]
     assert fields["command"].plain == "printf 'a\\x09b\\x0ac' 'x y'"
     assert fields["cwd"].plain == "/tmp/a\\x0ab"
+    # A shell line is quoted the same way: repr() doubled its backslashes, so the text
+    # \x1b read as an escaped control character.
+    job["spec"] = {"shell": "echo \\x1b[31m it's"}
+    assert job_fields(job, 3.0)["command"].plain == "sh -c 'echo \\x1b[31m it'\"'\"'s'"  # type: ignore[arg-type]
 
 
 def test_the_cli_json_keeps_the_exact_text(served: Served) -> None:

@@ -147,6 +147,19 @@ def test_row_header_lines_up_with_rows(width: int) -> None:
     assert header.index("MEMORY") == layout.stats
 
 
+@pytest.mark.parametrize("width", [1, 2, 9, 10, 40])
+@pytest.mark.parametrize(
+    "name", ["训练模型🚀🔥長い名前の仕事 end", "plain-ascii-name-that-is-long", "e\u0301te"]
+)
+def test_a_row_cell_takes_its_width_in_terminal_columns(name: str, width: int) -> None:
+    # Cut and padded by len(), a name of wide characters pushed the row's POWER and
+    # SLOTS columns off the screen.
+    from gpulayer_tui.fields import cell_width
+    from gpulayer_tui.widgets.gpu_panel import _fit
+
+    assert cell_width(_fit(name, width)) == width
+
+
 # -- pilot tests over the real engine ---------------------------------------------------------
 
 

@@ -25,7 +25,14 @@ from textual.widgets import Input, Label, Static
 from .. import keymap
 from ..backend import BackendError, ConnectionLost
 from ..fields import printable
-from ..formatting import dependencies_text, duration, replica_health, replica_state, user_text
+from ..formatting import (
+    argv_text,
+    dependencies_text,
+    duration,
+    replica_health,
+    replica_state,
+    user_text,
+)
 from ..pager import page_file
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
@@ -203,7 +210,13 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
     exit_code = job.get("exit_code")
     vram = spec.get("vram_gb")
     runtime = runtime_seconds(job, now)
-    command_line = command_text(job) if spec.get("command") else f"sh -c {spec.get('shell', '')!r}"
+    # (Shell-quoted, as the CLI shows it: repr() doubled every backslash, so a line holding
+    # the text \x1b read as one holding an escape character.)
+    command_line = (
+        command_text(job)
+        if spec.get("command")
+        else argv_text(["sh", "-c", str(spec.get("shell", ""))])
+    )
     stamps = (
         ("created", job.get("created_at")),
         ("started", job.get("started_at")),

@@ -31,6 +31,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from ..fields import cell_width, cut_to_width, pad_to_width
 from .memory_bar import BAR_CHAR, MemoryBar
 from .usage_graphs import GraphLine, UsageGraphs
 
@@ -74,12 +75,15 @@ def graph_lines(values: Iterable[float | None], width: int, height: int) -> list
 
 
 def _fit(text: str, width: int) -> str:
-    """Pad or cut ``text`` to exactly ``width`` cells (with an ellipsis when cut)."""
+    """Pad or cut ``text`` to exactly ``width`` cells (with an ellipsis when cut), counted
+    in terminal columns: a name of wide characters, cut by ``len``, pushed the row's
+    POWER and SLOTS off the screen."""
     if width <= 0:
         return ""
-    if len(text) <= width:
-        return text.ljust(width)
-    return text[: width - 1] + "…"
+    cut = cut_to_width(text, width)
+    if cell_width(cut) > width:  # (one column: no room for a character and the "…")
+        cut = "…"
+    return pad_to_width(cut, width)
 
 
 @dataclass(frozen=True)
