@@ -30,7 +30,7 @@ import gpulayer_tui.themes as themes
 from . import keymap
 from .backend import BackendError, EngineBackend
 from .fields import printable
-from .job_feed import JobFeed, JobView
+from .job_feed import PAGE, JobFeed, JobView
 from .job_store import JobStore
 from .palette import KeymapCommands, SafeCommandPalette
 from .screens.dashboard import DashboardScreen
@@ -162,9 +162,12 @@ class GpulayerApp(App[str]):
             active = await self.backend.jobs_page(
                 status=",".join(sorted(ACTIVE_STATUSES)), limit=MAX_PAGE
             )
+            # The newest failed ones too: the dashboard's "failed today" counted only the
+            # rows loaded, and with more than a page of jobs waiting none of those were.
+            failed = await self.backend.jobs_page(status="failed", limit=PAGE)
             generation = self.job_feed.generation
             page = await self.backend.jobs_page(**self.job_feed.next_query())
-            self.job_store.load([*active["jobs"], *page["jobs"]])
+            self.job_store.load([*active["jobs"], *failed["jobs"], *page["jobs"]])
             self.job_feed.took(generation, page["jobs"], bool(page.get("more")))
         except BackendError as err:
             self.connection_problem = str(err)
@@ -313,15 +316,21 @@ class GpulayerApp(App[str]):
     async def _fetch_job_page(self) -> None:
         feed = self.job_feed
         generation = feed.generation
-        try:
-            page = await self.backend.jobs_page(**feed.next_query())
-        except BackendError as err:
-            self.notify(str(err), title="jobs", severity="error")
-            return
-        if feed.took(generation, page["jobs"], bool(page.get("more"))):
-            self.job_store.extend(page["jobs"])
+        while True:
+            try:
+                page = await self.backend.jobs_page(**feed.next_query())
+            except BackendError as err:
+                self.notify(str(err), title="jobs", severity="error")
+                return
+            if not feed.took(generation, page["jobs"], bool(page.get("more"))):
+                return
+            fresh = self.job_store.extend(page["jobs"])
             self._publish_job_changes()
             self.job_pages += 1
+            if fresh or not feed.more:
+                return
+            # Every row of it was shown already (the active jobs, loaded first, can fill
+            # many pages): the next page now, or G never reached older finished jobs.
 
     def _publish_job_changes(self) -> None:
         if self.job_store.version != self.jobs_version:

@@ -832,3 +832,34 @@ async def test_the_fields_block_wraps_each_value_beside_its_label() -> None:
         fields.set("replicas", Content("0 up\n1 starting"))
         await pilot.pause()
         assert fields.shown("replicas") and fields.size.height == 5
+
+
+async def test_end_reaches_old_finished_jobs_behind_pages_of_waiting_ones(
+    ui_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With more waiting jobs than a page, every page asked for held only rows shown
+    # already (the active jobs load first), and no page was asked for after it: G never
+    # reached the older finished jobs. The dashboard's "failed today" counted only the
+    # rows loaded, so it said 0.
+    monkeypatch.setattr("gpulayer_tui.job_feed.PAGE", 20)
+    monkeypatch.setattr("gpulayer_tui.widgets.job_table.NEAR_END_ROWS", 3)
+    app = await ui_app("1xA100-80GB")
+    failed = await app.backend.submit(spec("exit 3", name="old-failure", gpus=0))
+    done = await app.backend.submit(spec("true", name="old-success", gpus=0))
+
+    async def ended() -> bool:
+        rows = (await app.backend.jobs_page(status="failed,completed"))["jobs"]
+        return {r["id"] for r in rows} == {failed["id"], done["id"]}
+
+    await eventually(ended, timeout=30)
+    blocker = await app.backend.submit(spec("sleep 600", gpus=1))
+    waiting = [await app.backend.submit(spec("true", gpus=1)) for _ in range(45)]
+    async with app.run_test(size=(140, 20)) as pilot:
+        assert app.job_store.summary()["failed_today"] == 1
+        await pilot.press("2")
+        table = table_of(app)
+        await until(pilot, lambda: table.row_count >= 20, "the first rows")
+        await pilot.press("G")  # (once: the pages in between hold nothing new)
+        await until(pilot, lambda: table.row_count == 48, "the old finished jobs, at the end")
+    for job in [*waiting, blocker]:
+        await app.backend.cancel(job["id"])
