@@ -128,6 +128,11 @@ async def test_the_edit_forms_hints_are_shown_whole_on_a_120_column_terminal(
         for hint in hints:  # a row of one line cut a wrapped hint to its first line
             assert hint.parent is not None
             assert hint.parent.region.contains_region(hint.region), hint.render()
+        # At 40 columns a hint was wrapped into a sliver two characters wide: they go.
+        await pilot.resize_terminal(40, 15)
+        await until(pilot, lambda: not any(h.display for h in form.query(".field-hint")))
+        await pilot.resize_terminal(120, 40)
+        await until(pilot, lambda: all(h.display for h in form.query(".field-hint")))
     await app.backend.cancel(waiting["id"])
     await app.backend.cancel(blocker["id"])
 

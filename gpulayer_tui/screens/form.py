@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from textual import events
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import ModalScreen
@@ -69,7 +70,19 @@ class FormScreen(ModalScreen[ResultType]):
     }
     FormScreen .field-error.-shown { display: block; }
     FormScreen .option-row { height: 1; margin-left: 14; }
+    /* Narrow (under NARROW columns): the hints go, the labels shrink. At 40 columns a
+       hint was wrapped into a column two characters wide. */
+    FormScreen.-narrow .field-hint { display: none; }
+    FormScreen.-narrow .field-label { width: 10; }
+    FormScreen.-narrow .field-error, FormScreen.-narrow .option-row { margin-left: 10; }
     """
+
+    NARROW = 70
+    """Below this many columns a form drops its hints."""
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Drop the hints on a narrow terminal (they wrapped into slivers)."""
+        self.set_class(event.size.width < self.NARROW, "-narrow")
 
     def _value(self, field_id: str) -> str:
         return self.query_one(f"#{field_id}", Input).value.strip()
