@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -400,6 +401,14 @@ def _submit_key(request: web.Request) -> str | None:
     return key
 
 
+async def _body_digest(request: web.Request, key: str | None) -> str | None:
+    """A keyed submission's body, digested (a retry sends the same bytes); ``None``
+    without a key."""
+    if key is None:
+        return None
+    return "body:" + hashlib.sha256(await request.read()).hexdigest()[:32]
+
+
 async def submit(request: web.Request) -> web.Response:
     """POST /v1/jobs: 201 with the job, or with a batch's rows (``{"jobs": [...]}``, an
     optional ``env`` under every job's own); 429 when too many submissions are in flight.
@@ -437,11 +446,11 @@ async def submit(request: web.Request) -> web.Response:
                     items = wire.with_batch_env(items, body["env"])
                 except wire.FieldError as err:
                     raise SpecError(str(err), err.field) from None
-            jobs = await engine.submit_many(items, uid, key)
+            jobs = await engine.submit_many(items, uid, key, await _body_digest(request, key))
             # Rows, as GET /v1/jobs lists them: a batch's answer does not echo every
             # job's environment back (GET /v1/jobs/ID has the whole job).
             return web.json_response({"jobs": [j.to_row() for j in jobs]}, status=201)
-        job = await engine.submit(body, uid, key)
+        job = await engine.submit(body, uid, key, await _body_digest(request, key))
         return web.json_response({"job": _job(job)}, status=201)
     finally:
         gate.busy -= 1

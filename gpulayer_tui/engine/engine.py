@@ -573,16 +573,27 @@ class Engine:
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    async def submit(self, data: Any, owner_uid: int | None = None, key: str | None = None) -> Job:
+    async def submit(
+        self,
+        data: Any,
+        owner_uid: int | None = None,
+        key: str | None = None,
+        digest: str | None = None,
+    ) -> Job:
         """Validate and submit one job (see :meth:`submit_many`)."""
-        return (await self.admission.submit_many([data], owner_uid, key))[0]
+        return (await self.admission.submit_many([data], owner_uid, key, digest))[0]
 
     async def submit_many(
-        self, items: list[Any], owner_uid: int | None = None, key: str | None = None
+        self,
+        items: list[Any],
+        owner_uid: int | None = None,
+        key: str | None = None,
+        digest: str | None = None,
     ) -> list[Job]:
         """Submit several jobs in one commit; ``key`` makes a retry return the first
-        attempt's jobs (see :meth:`.Admission.submit_many`)."""
-        return await self.admission.submit_many(items, owner_uid, key)
+        attempt's jobs (see :meth:`.Admission.submit_many`; ``digest``: what the request
+        asked for, when the caller has it cheaper than the items' JSON)."""
+        return await self.admission.submit_many(items, owner_uid, key, digest)
 
     def _start_job(self, act: ActiveJob, domains: list[Domain]) -> None:
         """The queue placed a job: its runner holds the domains and launches it."""
