@@ -7,6 +7,7 @@ ports the tests connect to.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -728,3 +729,109 @@ async def test_an_engine_stopped_while_its_service_stops_finishes_the_stop_after
     done = await second.wait(job.id, timeout=20)  # SIGKILL on the stored deadline
     assert done.status is JobStatus.CANCELLED
     assert pid is not None and pid_gone(pid)
+
+
+_IGNORES_TERM = (  # (argv[1]: a file made once SIGTERM is ignored)
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    'open(sys.argv[1], "w").close()\n'  # (no single quote: it goes in sh -c '...')
+    "while True: time.sleep(1)\n"
+)
+
+
+async def test_an_end_decided_before_an_engine_restart_is_the_end_after_it(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Replica 1 exited 0 under restart = on_failure: the service was to end completed,
+    # once replica 0 (deaf to SIGTERM) was down. An engine restarted meanwhile ended it
+    # "failed" with no exit code.
+    config = make_config(engine={"grace_period": 30.0})
+    engine = await make_engine(simulate=None, cpu_count=4, config=config)
+    gate = tmp_path / "gate"
+    script = (
+        f'[ "$GPULAYER_REPLICA" = 1 ] && '
+        f"{{ while [ ! -e {gate} ]; do sleep 0.02; done; exit 0; }}; "
+        f"exec {sys.executable} -c '{_IGNORES_TERM}' {tmp_path / 'deaf'}"
+    )
+    job = await engine.submit(
+        _service(["sh", "-c", script], replicas=2, restart="on_failure", port=False)
+    )
+    deaf = _replicas(engine, job.id)[0]
+    await eventually(lambda: (tmp_path / "deaf").exists())
+    gate.touch()
+    await eventually(lambda: deaf.state is ReplicaState.STOPPING, timeout=20)
+    deaf_pid = deaf.pid
+    await engine.stop()
+    again = await make_engine(simulate=None, cpu_count=4, config=config)
+    assert deaf_pid is not None
+    os.killpg(deaf_pid, signal.SIGKILL)  # (its SIGKILL deadline, come early)
+    done = await again.wait(job.id, timeout=20)
+    assert (done.status, done.exit_code) == (JobStatus.COMPLETED, 0), done.message
+    assert "replica 1 exited with code 0; not restarted (restart = on_failure)" in done.message
+
+
+async def test_a_service_placed_again_across_an_engine_restart_goes_on(
+    make_engine: EngineFactory, fake_nvml: FakeNvml, tmp_path: Any
+) -> None:
+    # Its GPU lost, the service was being stopped to be placed again; an engine restarted
+    # meanwhile ended it "cancelled", which no one had asked for.
+    config = make_config(engine={"grace_period": 30.0})
+    engine = await make_engine(probe=NvmlProbe(), config=config)
+    job = await engine.submit(_service([sys.executable, "-c", _IGNORES_TERM], gpus=1, port=False))
+    first = await engine.get(job.id)
+    old_pid, lost = first.replicas[0].pid, first.domains[0]  # (the live record changes)
+    fake_nvml.devices[int(lost.removeprefix("gpu"))].lost = True
+    await engine.sampler.sample_once()
+    await eventually(lambda: engine.book.get(job.id).job.replicas[0].state is ReplicaState.STOPPING)
+    await engine.stop()
+    again = await make_engine(probe=NvmlProbe(), config=config)
+    assert old_pid is not None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(old_pid, signal.SIGKILL)  # (its SIGKILL deadline, come early)
+    await eventually(lambda: again.book.get(job.id).job.attempt == 2, timeout=20)
+    moved = await again.get(job.id)
+    assert moved.status is JobStatus.RUNNING and moved.domains != [lost]
+    await again.cancel(job.id)
+    assert (await again.wait(job.id, timeout=20)).status is JobStatus.CANCELLED
+
+
+async def test_a_replica_that_ended_while_no_engine_ran_ends_when_it_ended(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Its end was stamped with the next engine's start (a 2 s run read as 10 s).
+    engine = await make_engine(simulate=None)
+    gate = tmp_path / "gate"
+    script = f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 0"
+    job = await engine.submit(_service(["sh", "-c", script], restart="on_failure", port=False))
+    replica = _replicas(engine, job.id)[0]
+    await eventually(lambda: replica.state is ReplicaState.UP)
+    pid = replica.pid
+    await engine.stop()
+    gate.touch()
+    assert pid is not None
+    await eventually(lambda: pid_gone(pid))
+    ended = time.time()
+    await eventually(lambda: time.time() > ended + 2.0, interval=0.1)  # (the engine is down)
+    again = await make_engine(simulate=None)
+    done = await again.wait(job.id, timeout=20)
+    assert done.status is JobStatus.COMPLETED
+    assert done.ended_at is not None and done.ended_at < ended + 1.0
+
+
+async def test_a_replica_not_up_shows_no_endpoint(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # In backoff (or ended) a replica kept its last endpoint: an API client routed to a
+    # dead port.
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, service_clock=clock)
+    job = await engine.submit(_http_service(cwd=str(tmp_path)))
+    await eventually(lambda: _all_up(engine, job.id), timeout=20)
+    replica = _replicas(engine, job.id)[0]
+    assert replica.endpoint is not None and replica.pid is not None
+    os.killpg(replica.pid, signal.SIGKILL)
+    await eventually(lambda: replica.state is ReplicaState.BACKOFF)
+    assert replica.endpoint is None
+    stored = await engine.store.get_job(job.id)
+    assert stored is not None and stored.replicas[0].endpoint is None
+    await engine.cancel(job.id)

@@ -95,6 +95,7 @@ class ServiceRuntime:
     why it is being placed again, and its pending restarts and port probes by replica."""
 
     end: tuple[JobStatus, TerminationReason, str, int | None] | None = None
+    ended_at: float | None = None  # when the replica whose exit decided the end ended
     replacing: str | None = None
     restart_timers: dict[int, Cancellable] = field(default_factory=dict)
     probes: dict[int, asyncio.Task[None]] = field(default_factory=dict)

@@ -322,6 +322,9 @@ class ServiceRunner:
             check_replica_transition(job.id, replica.index, replica.state, state)
         replica.state = state
         replica.message = message
+        if state not in (R.UP, R.STOPPING):
+            # (Shown in backoff or after it ended, an endpoint sent clients to a dead port.)
+            replica.endpoint = None
         runtime = self._runtimes.get(job.id)
         steady = runtime is None or (runtime.end is None and runtime.replacing is None)
         if job.status is JobStatus.RUNNING and steady:
@@ -376,8 +379,14 @@ class ServiceRunner:
                 self._set_replica(act, replica, R.EXITED, f"stopped ({what})", code)
             self._settle(act)
             return
+        # When it ended: the launcher's record (it may have ended while no engine ran, and
+        # the next engine's start is not its end: a crash loop then read as steady).
         now = self.clock.now()
-        if replica.started_at is not None and now - replica.started_at >= (
+        ago = max(0.0, time.time() - exit.at) if exit.at is not None else 0.0
+        if ago < 1.0:
+            ago = 0.0  # (told as it happened: only an end learnt late moves it back)
+        ended = now - ago  # (on the restart clock's own time line)
+        if replica.started_at is not None and ended - replica.started_at >= (
             self._config.services.steady_after
         ):
             replica.backoff_step = 0  # it ran steadily: a fresh crash starts at 1 s again
@@ -403,7 +412,7 @@ class ServiceRunner:
         status, reason, _ = exit_verdict(code)
         others = " (the other replicas were stopped)" if len(act.job.replicas) > 1 else ""
         message = f"replica {index} {what}; not restarted ({why}){others}"
-        self._end(act, status, reason, message, code)
+        self._end(act, status, reason, message, code, exit.at)
 
     @staticmethod
     def _no_restart_because(act: ActiveJob, replica: Replica, code: int | None) -> str | None:
@@ -446,13 +455,18 @@ class ServiceRunner:
         reason: TerminationReason,
         message: str,
         exit_code: int | None = None,
+        ended_at: float | None = None,
     ) -> None:
-        """Decide how the service ends; it does once no replica process is left."""
+        """Decide how the service ends; it does once no replica process is left. The
+        verdict is stored with the stop (its reason, message and exit code), so an engine
+        restarted while the other replicas stop ends it the same way."""
         runtime = self._runtimes.setdefault(act.job.id, ServiceRuntime())
         if runtime.end is not None:
             return  # already ending; the first verdict stands
         runtime.end = (status, reason, message, exit_code)
+        runtime.ended_at = ended_at
         act.job.stop_reason, act.job.stop_message = reason, message
+        act.job.exit_code = exit_code
         self._stop_replicas(act, runtime, f"stopping ({message})")
         self._settle(act)
 
@@ -471,6 +485,9 @@ class ServiceRunner:
         if act.job.status is not JobStatus.RUNNING:
             return
         runtime.replacing = why
+        # Stored with the stop: an engine restarted before the replicas are gone goes on
+        # placing it again (it ended it "cancelled", which no one had asked for).
+        act.job.stop_reason, act.job.stop_message = Reason.DOMAIN_LOST, why
         self._stop_replicas(act, runtime, f"placing again: {why}")
         self._settle(act)
 
@@ -511,16 +528,17 @@ class ServiceRunner:
             return
         act.job.kill_at = None
         runtime = self._runtimes[act.job.id]
-        if runtime.replacing is not None:
-            self._requeue(act, runtime)
-        elif runtime.end is not None:
+        if runtime.end is not None:  # (a cancel while it was being placed again wins)
             status, reason, message, code = runtime.end
-            self._book.finish(act, status, reason, message, code)
+            self._book.finish(act, status, reason, message, code, ended_at=runtime.ended_at)
+        elif runtime.replacing is not None:
+            self._requeue(act, runtime)
 
     def _requeue(self, act: ActiveJob, runtime: ServiceRuntime) -> None:
         job, spec = act.job, act.spec
         assert spec is not None and runtime.replacing is not None
         why, runtime.replacing = runtime.replacing, None
+        job.stop_reason, job.stop_message = None, ""
         release_holds(act)
         act.holds = []
         if job.attempt >= spec.max_attempts:
@@ -607,11 +625,21 @@ class ServiceRunner:
             self._arm_timeout(job.id, spec.timeout - (time.time() - job.started_at))
         if interrupted_stop and runtime.end is None and act.job.id in self._book:
             # The engine stopped while the service was stopping: finish what was decided.
+            if job.stop_reason is Reason.DOMAIN_LOST and runtime.replacing is None:
+                runtime.replacing = job.stop_message or "a domain of it was lost"
+                self._settle(act)
+                return
             reason = job.stop_reason or Reason.CANCELLED
-            status = JobStatus.CANCELLED if reason is Reason.CANCELLED else JobStatus.FAILED
+            code = job.exit_code
+            if reason is Reason.CANCELLED:
+                status = JobStatus.CANCELLED
+            elif reason is Reason.EXIT_CODE and code == 0:
+                status = JobStatus.COMPLETED  # (a replica's exit 0 ended it, as decided)
+            else:
+                status = JobStatus.FAILED
             message = job.stop_message or "stopped: the engine restarted while it was stopping"
             job.stop_reason = None  # (_end decides it again)
-            self._end(act, status, reason, message)
+            self._end(act, status, reason, message, code)
 
     def _find_replica(self, act: ActiveJob, runtime: ServiceRuntime, replica: Replica) -> bool:
         """Watch a replica again, end it from its recorded exit, or start it if its start
