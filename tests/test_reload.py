@@ -492,3 +492,29 @@ async def test_a_chain_of_symlinks_to_the_config_is_followed(
     middle.symlink_to(two)
     await eventually(lambda: applied(3), timeout=10)
     await eventually(lambda: applied(4, two), timeout=10, interval=0.3)
+
+
+async def test_names_swapped_while_no_engine_ran_leave_running_jobs_on_their_gpus(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # Both names still existed, so the restored job took the one it had: the other GPU.
+    # Its own GPU looked free, and a second job was started on the 1-slot GPU.
+    unmanaged = BASE + "auto_domains = false\n"
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await engine.config_reload.stop()
+    running = await engine.submit({"command": ["sleep", "600"], "domain": "a"})
+    assert running.gpus == [0]
+    await engine.stop()
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 1\n[domains.b]\ngpu = 0\n")
+    second = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await second.config_reload.stop()
+    restored = await second.get(running.id)
+    assert (restored.domains, restored.gpus) == (["b"], [0])
+    assert set(second.scheduler.domains["b"].holdings) == {running.id}
+    assert not second.scheduler.domains["a"].holdings
+    waiting = await second.submit({"command": ["true"], "domain": "b"})
+    assert waiting.status is JobStatus.QUEUED  # (GPU 0's one slot is the running job's)
+    await second.cancel(waiting.id)
+    await second.cancel(running.id)

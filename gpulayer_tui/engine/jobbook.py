@@ -145,9 +145,12 @@ def retake_holds(act: ActiveJob, domains: Mapping[str, Domain]) -> bool:
     job = act.job
     renamed: dict[str, str] = {}
     if job.gpus and len(job.gpus) == len(job.domains):
+        # The GPU decides, not the name: names swapped between two GPUs while no engine
+        # ran booked the job on the other GPU (and a second job onto its own).
         by_gpu = {d.gpu_index: d.name for d in domains.values() if d.gpu_index is not None}
         for name, index in zip(job.domains, job.gpus, strict=True):
-            if name not in domains and index in by_gpu:
+            now = domains.get(name)
+            if (now is None or now.gpu_index != index) and index in by_gpu:
                 renamed[name] = by_gpu[index]
     if renamed:
         said = job.message == f"running on {', '.join(job.domains)}"
