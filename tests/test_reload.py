@@ -518,3 +518,30 @@ async def test_names_swapped_while_no_engine_ran_leave_running_jobs_on_their_gpu
     assert waiting.status is JobStatus.QUEUED  # (GPU 0's one slot is the running job's)
     await second.cancel(waiting.id)
     await second.cancel(running.id)
+
+
+async def test_a_symlinked_folder_on_the_way_to_the_config_is_followed(
+    make_engine: EngineFactory, paths: Paths, tmp_path: Path
+) -> None:
+    # config.toml -> conf/current/F.toml, conf/current -> rel1 (a release layout):
+    # pointing "current" at rel2 was never seen.
+    conf = tmp_path / "conf"
+    for release, slots in (("rel1", 3), ("rel2", 7)):
+        (conf / release).mkdir(parents=True)
+        (conf / release / "F.toml").write_text(BASE + f"[cpu]\nslots = {slots}\n")
+    (conf / "current").symlink_to("rel1")
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.symlink_to(conf / "current" / "F.toml")
+    engine = await make_engine(config=load_config(paths.config_file))
+    assert engine.scheduler.domains["cpu"].slots == 3
+
+    def repointed() -> bool:  # (again until seen: the watcher starts after the engine)
+        if engine.scheduler.domains["cpu"].slots == 7:
+            return True
+        fresh = conf / "current.new"
+        fresh.unlink(missing_ok=True)
+        fresh.symlink_to("rel2")
+        fresh.rename(conf / "current")  # (as `ln -sfn` / `mv -T` do it)
+        return False
+
+    await eventually(repointed, timeout=10, interval=0.3)

@@ -308,5 +308,9 @@ def _link_chain(path: Path) -> list[Path]:
         chain.append(current)
     with contextlib.suppress(OSError, RuntimeError):
         chain.append(path.resolve())
+    # A folder on the way that is a symlink ("current -> release-2"): re-pointing it is an
+    # edit too, so the link itself is watched (in its own folder).
+    for step in list(chain):
+        chain.extend(folder for folder in step.parents if folder.is_symlink())
     # (Each also as its folder resolves: a change is reported under the folder watched.)
     return list(dict.fromkeys([*chain, *(p.parent.resolve() / p.name for p in chain)]))
