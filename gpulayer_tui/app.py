@@ -31,7 +31,7 @@ from . import keymap
 from .backend import BackendError, EngineBackend
 from .fields import printable
 from .job_feed import PAGE, JobFeed, JobView
-from .job_store import JobStore
+from .job_store import JobStore, start_of_today
 from .palette import KeymapCommands, SafeCommandPalette
 from .screens.dashboard import DashboardScreen
 from .screens.dialogs import ConfirmScreen, QuitChoice, QuitScreen
@@ -41,7 +41,15 @@ from .screens.jobs import JobsScreen
 from .screens.strays import StraysScreen
 from .screens.submit import SubmitScreen
 from .view import HistoryPoint
-from .wire import ACTIVE_STATUSES, MAX_PAGE, TERMINAL_STATUSES, EventJSON, GpusJSON, HealthJSON
+from .wire import (
+    ACTIVE_STATUSES,
+    MAX_PAGE,
+    TERMINAL_STATUSES,
+    EventJSON,
+    GpusJSON,
+    HealthJSON,
+    JobRowJSON,
+)
 
 HISTORY_POINTS = 120
 
@@ -164,10 +172,10 @@ class GpulayerApp(App[str]):
             )
             # The newest failed ones too: the dashboard's "failed today" counted only the
             # rows loaded, and with more than a page of jobs waiting none of those were.
-            failed = await self.backend.jobs_page(status="failed", limit=PAGE)
+            failed = await self._failed_today()
             generation = self.job_feed.generation
             page = await self.backend.jobs_page(**self.job_feed.next_query())
-            self.job_store.load([*active["jobs"], *failed["jobs"], *page["jobs"]])
+            self.job_store.load([*active["jobs"], *failed, *page["jobs"]])
             self.job_feed.took(generation, page["jobs"], bool(page.get("more")))
         except BackendError as err:
             self.connection_problem = str(err)
@@ -181,6 +189,21 @@ class GpulayerApp(App[str]):
         }
         self.gpu_state = gpus
         self.jobs_version = self.job_store.version
+
+    async def _failed_today(self) -> list[JobRowJSON]:
+        """The failed jobs newest first, page after page while they ended today (at most
+        ``MAX_PAGE``): what the dashboard's "failed today" counts."""
+        midnight = start_of_today(self.clock())
+        rows: list[JobRowJSON] = []
+        query: dict[str, Any] = {"status": "failed", "limit": PAGE}
+        while len(rows) < MAX_PAGE:
+            page = await self.backend.jobs_page(**query)
+            rows.extend(page["jobs"])
+            last = page["jobs"][-1] if page["jobs"] else None
+            if last is None or not page.get("more") or (last.get("ended_at") or 0) < midnight:
+                break
+            query["before"] = last["id"]
+        return rows
 
     @work(exclusive=True, group="engine-events", exit_on_error=False)
     async def _follow_events(self) -> None:

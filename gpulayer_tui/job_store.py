@@ -63,11 +63,7 @@ class JobStore:
     def summary(self, now: float | None = None) -> dict[str, int]:
         """What the dashboard's summary line shows: running, queued, and runs that failed
         today (refused submissions, ``over_capacity``, are not runs)."""
-        now = time.time() if now is None else now
-        local = time.localtime(now)
-        midnight = time.mktime(
-            (local.tm_year, local.tm_mon, local.tm_mday, 0, 0, 0, 0, 0, local.tm_isdst)
-        )
+        midnight = start_of_today(now)
         running = queued = failed_today = 0
         for job in self.jobs.values():
             status = job["status"]
@@ -100,3 +96,9 @@ class JobStore:
             for j in self.jobs.values()
             if j["status"] in ACTIVE_STATUSES and not (launched_only and j.get("kind") == "adopted")
         )
+
+
+def start_of_today(now: float | None = None) -> float:
+    """Local midnight of ``now``'s day (epoch s)."""
+    local = time.localtime(time.time() if now is None else now)
+    return time.mktime((local.tm_year, local.tm_mon, local.tm_mday, 0, 0, 0, 0, 0, -1))

@@ -136,6 +136,9 @@ def test_a_commands_words_keep_their_boundaries_and_escapes_in_status_and_detail
         "stop_reason": None,
     }
     assert "  command     printf 'a\\x09b\\x0ac' 'x y'" in format_job(job, [], 3.0)
+    shell_job = {**job, "spec": {"shell": "printf '%s' a\\b"}}
+    # (repr() doubled the backslash and wrote \' inside single quotes)
+    assert "  command     sh -c 'printf '\"'\"'%s'\"'\"' a\\b'" in format_job(shell_job, [], 3.0)
     fields = job_fields(job, 3.0)  # type: ignore[arg-type]
     assert fields["command"].plain == "printf 'a\\x09b\\x0ac' 'x y'"
     assert fields["cwd"].plain == "/tmp/a\\x0ab"

@@ -427,6 +427,8 @@ async def test_invalid_specs_change_nothing(make_engine: EngineFactory) -> None:
         ({"requeue": False}, "requeue", "requeue: only a preemptible job is requeued"),
         # Linux passes no string this long to a program: it could only fail at launch.
         ({"env": {"A": "x" * 200_000}}, "env", "env[A]: 200002 bytes; Linux passes no"),
+        # (a long name is cut in the message: a 1 MB name was echoed whole)
+        ({"env": {"A" * 1_000_000: "x"}}, "env", f"env[{'A' * 100}...]: 1000002 bytes"),
         ({"command": ["true", "y" * 131_072]}, "command", "command: 131072 bytes; Linux"),
     ],
 )

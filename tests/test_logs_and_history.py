@@ -82,10 +82,19 @@ async def test_a_lower_log_cap_applies_to_jobs_already_running(
             return f.read(100).startswith(b"[gpulayer-tui: this log passed 65536 bytes")
 
     await eventually(cut, timeout=15)
+    # Lowered while no engine ran: the next engine tells the launcher (it kept the old).
+    await engine.stop()
+    engine = await make_engine(config=make_config(logs={"max_bytes": 64 * 1024 + 1}))
+
+    def cut_again() -> bool:
+        with open(log, "rb") as f:
+            return f.read(100).startswith(b"[gpulayer-tui: this log passed 65537 bytes")
+
+    await eventually(cut_again, timeout=15)
     gate.touch()
     done = await engine.wait(job.id, timeout=15)
     assert done.status is JobStatus.COMPLETED
-    assert log.stat().st_size <= 65536
+    assert log.stat().st_size <= 65537
 
 
 async def test_a_fast_writer_and_a_burst_at_the_end_stay_near_the_limit(

@@ -301,13 +301,13 @@ async def test_a_snapshot_too_big_is_refused_and_nothing_is_stored(
     (work / "weights.bin").write_bytes(b"\0" * (3 * 1024 * 1024))
     spec = {"command": ["true"], "gpus": 0, "cwd": str(work), "snapshot": True}
     with pytest.raises(
-        SpecError, match=r"snapshot of .*work is at least 3.0 MB, over \[snapshot\] max_mb = 1"
+        SpecError, match=r"snapshot of .*work is at least 3.00 MB, over \[snapshot\] max_mb = 1"
     ):
         await engine.submit(spec)
     # In a git tree the whole listing is measured: the message says its size.
     repo = make_repo(tmp_path / "repo")
     (repo / "weights.bin").write_bytes(b"\0" * (3 * 1024 * 1024))
-    with pytest.raises(SpecError, match=r"snapshot of .*repo is 3.0 MB, over \[snapshot\] max_mb"):
+    with pytest.raises(SpecError, match=r"snapshot of .*repo is 3.01 MB, over \[snapshot\] max_mb"):
         await engine.submit({**spec, "cwd": str(repo)})
     # One job of a submission that cannot be snapshotted refuses the whole submission.
     small = tmp_path / "small"

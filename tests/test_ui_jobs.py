@@ -863,3 +863,22 @@ async def test_end_reaches_old_finished_jobs_behind_pages_of_waiting_ones(
         await until(pilot, lambda: table.row_count == 48, "the old finished jobs, at the end")
     for job in [*waiting, blocker]:
         await app.backend.cancel(job["id"])
+
+
+async def test_failed_today_counts_past_a_page_of_failures(
+    ui_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The newest page of failures was loaded, no more: 620 failed today read as 500.
+    monkeypatch.setattr("gpulayer_tui.app.PAGE", 20)
+    monkeypatch.setattr("gpulayer_tui.job_feed.PAGE", 20)
+    app = await ui_app("1xA100-80GB")
+    for _ in range(25):
+        await app.backend.submit(spec("exit 3", gpus=0))
+
+    async def all_failed() -> bool:
+        page = await app.backend.jobs_page(status="failed", limit=100)
+        return len(page["jobs"]) == 25
+
+    await eventually(all_failed, timeout=30)
+    async with app.run_test(size=(140, 30)):
+        assert app.job_store.summary()["failed_today"] == 25

@@ -93,7 +93,10 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
     if isinstance(command, str):  # (an adopted process's command line, as /proc has it)
         shown = command
     else:
-        shown = argv_text(command) if command else f"sh -c {spec.get('shell', '')!r}"
+        # (repr() doubled backslashes and wrote \' inside single quotes, not sh's quoting)
+        shown = (
+            argv_text(command) if command else argv_text(["sh", "-c", str(spec.get("shell", ""))])
+        )
     lines = [
         f"job {job['id']}  {job['name']}  [{job['kind']}]",
         f"  status      {job['status']}"

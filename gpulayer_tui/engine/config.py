@@ -292,6 +292,12 @@ class NotifySettings(_Strict):
             # (The value is not quoted: a webhook's secret is in it, and this message goes
             # to the log, to events and to doctor, which every allowed user reads.)
             raise ValueError("not an http:// or https:// URL with a host")
+        try:
+            port = parts.port
+        except ValueError:
+            port = 0  # (not a number, or past 65535)
+        if port == 0 or not parts.hostname:
+            raise ValueError("its port is not 1-65535 (or it names no host)")
         if any(ch.isspace() or ord(ch) < 32 for ch in value):
             raise ValueError("the URL contains white space or a control character")
         return value

@@ -312,6 +312,9 @@ class Engine:
             await self.store.open(__version__, os.getpid())
             self.clusters.tag = self._state_id()
             await self.executor.open()
+            # The cap in force for the jobs running now too ([logs] max_bytes may have
+            # been lowered while no engine ran: the launcher still had the old one).
+            self.executor.send_max_log()
             first = await self.sampler.sample_once()
             self._build_domains(first)
             await self.domain_ops.restore_states()

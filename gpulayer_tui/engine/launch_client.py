@@ -743,11 +743,16 @@ class LauncherExecutor:
             return
         self.max_log = limit
         if self._serving:
-            self._max_log_heard = False
-            self._write({"op": "max_log", "bytes": limit})
-            self._flush_batch()
+            self.send_max_log()
             assert self._loop is not None
             self._loop.call_later(MAX_LOG_ANSWER_S, self._max_log_unheard, limit)
+
+    def send_max_log(self) -> None:
+        """Tell the launcher the cap in force, for the jobs running now too (at start: it
+        may have been changed while no engine ran)."""
+        self._max_log_heard = False
+        self._write({"op": "max_log", "bytes": self.max_log})
+        self._flush_batch()
 
     def _max_log_unheard(self, limit: int) -> None:
         # A launcher started by an earlier version (it outlives upgrades) ignores the

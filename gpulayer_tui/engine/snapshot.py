@@ -140,8 +140,8 @@ class Built:
 def _mb(size: int) -> str:
     if size < MB:
         return f"{size} bytes"
-    # (a whole number under 10 MB read "is 5 MB, over max_mb = 5")
-    return f"{size / MB:.1f} MB" if size < 10 * MB else f"{size / MB:.0f} MB"
+    # (rounded, a size just past the limit read "is 5.0 MB, over max_mb = 5")
+    return f"{size / MB:.2f} MB" if size < 100 * MB else f"{size / MB:.0f} MB"
 
 
 class _Budget:

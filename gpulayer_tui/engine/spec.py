@@ -218,8 +218,9 @@ class JobSpec(BaseModel):
                     repr(key) if len(key) <= 100 else f"{key[:100]!r}... ({len(key)} characters)"
                 )
                 raise fail("env", f"{shown} is not a valid variable name")
-            _no_nul(value, f"env[{key}]", "env")
-            _passable(f"{key}={value}", "env", f"env[{key}]")
+            named = f"env[{key}]" if len(key) <= 100 else f"env[{key[:100]}...]"
+            _no_nul(value, named, "env")
+            _passable(f"{key}={value}", "env", named)
         if isinstance(self.domain, list) and not self.domain:
             raise fail("domain", "an empty list pins to nothing; omit it instead")
         if self.vram_gb is not None and self.gpus == 0:
