@@ -43,9 +43,11 @@ async def test_a_log_past_its_limit_is_cut_back_to_its_end_with_a_note(
     await eventually(cut, timeout=15)
     running = await engine.get(job.id)
     assert running.message.startswith("log cut: its log passed [logs] max_bytes")
-    # The note outlives an engine restart and ends up in the job's final message.
+    # The note outlives an engine restart and ends up in the job's final message. (The
+    # same config: the next engine gives the launcher the cap in force, for running jobs
+    # too.)
     await engine.stop()
-    engine = await make_engine()
+    engine = await make_engine(config=make_config(logs={"max_bytes": limit}))
     gate.touch()
     done = await engine.wait(job.id, timeout=15)
     assert done.status is JobStatus.COMPLETED
