@@ -835,3 +835,29 @@ async def test_a_replica_not_up_shows_no_endpoint(
     stored = await engine.store.get_job(job.id)
     assert stored is not None and stored.replicas[0].endpoint is None
     await engine.cancel(job.id)
+
+
+async def test_a_port_answered_by_another_program_is_not_the_replica_up(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Any program listening on the replica's port made it "up" on an endpoint it never
+    # served (a replica that does not listen at all, here).
+    import subprocess
+
+    engine = await make_engine(simulate=None)
+    job = await engine.submit(_service(["sleep", "600"]))
+    replica = _replicas(engine, job.id)[0]
+    assert replica.port is not None
+    with subprocess.Popen(  # noqa: ASYNC220 (a program that takes the port, no waiting)
+        [*HTTP_SERVER, str(replica.port)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    ) as other:
+        try:
+            said = f"port {replica.port} is answered by pid {other.pid}, not by this replica"
+            await eventually(lambda: replica.message == said, timeout=20)
+            assert replica.state is ReplicaState.STARTING and replica.endpoint is None
+        finally:
+            other.kill()
+    await engine.cancel(job.id)

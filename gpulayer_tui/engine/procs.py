@@ -218,3 +218,27 @@ def find_owner(
             return None
         current = stat.ppid
     return None
+
+
+def listener_of(port: int) -> int | None:
+    """The pid of a process listening on TCP ``port`` (any address), or ``None`` when none
+    can be seen (none listens, or the kernel hides the owner from this user). Blocking: it
+    reads every process's descriptors (run it in a thread)."""
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):
+        return None
+    for conn in connections:
+        if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+            if conn.pid:
+                return int(conn.pid)
+    return None
+
+
+def in_session(pid: int, leader: int) -> bool:
+    """Whether ``pid`` is in the session ``leader`` leads (a job's processes: its leader
+    starts one, and what it starts stays in it unless it makes a session of its own)."""
+    try:
+        return os.getsid(pid) == leader
+    except OSError:
+        return False

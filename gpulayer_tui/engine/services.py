@@ -34,6 +34,7 @@ import functools
 import time
 from typing import TYPE_CHECKING
 
+from . import procs
 from .batch import JobEnv, assign, exit_verdict, prepare_task
 from .executor import Executor, Exit, LaunchError, Started
 from .jobbook import ActiveJob, JobBook, release_holds, retake_holds
@@ -298,6 +299,17 @@ class ServiceRunner:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+            # Whose port answered? Another program on it was taken for the replica ("up"
+            # on an endpoint the replica never served).
+            owner = await asyncio.to_thread(procs.listener_of, port)
+            if owner is not None and not procs.in_session(owner, pid):
+                if replica.pid == pid and replica.state is R.STARTING:
+                    said = f"port {port} is answered by pid {owner}, not by this replica"
+                    if replica.message != said:
+                        self._set_replica(act, replica, R.STARTING, said)
+                await asyncio.sleep(delay)
+                delay = min(PROBE_INTERVAL_MAX_S, delay * 1.5)
+                continue
             if replica.pid == pid and replica.state is R.STARTING:
                 replica.endpoint = endpoint_of(host, port)
                 self._set_replica(act, replica, R.UP, f"up at {replica.endpoint} (pid {pid})")
