@@ -99,6 +99,32 @@ async def test_a_lower_log_cap_applies_to_jobs_already_running(
     assert log.stat().st_size <= 65537
 
 
+async def test_a_steady_writer_stays_near_a_small_cap(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # 1 MB/s is not "fast" for a 1 GiB cap, but is for a 64 KiB one: measured once a
+    # second, it passed the cap sixteenfold between looks.
+    limit = 64 * 1024
+    engine = await make_engine(config=make_config(logs={"max_bytes": limit}))
+    gate = tmp_path / "gate"
+    writer = (
+        "import os, sys, time\n"
+        "while not os.path.exists(sys.argv[1]):\n"
+        "    sys.stdout.write('x' * 9999 + '\\n'); sys.stdout.flush(); time.sleep(0.01)\n"
+    )
+    job = await engine.submit({"command": [sys.executable, "-c", writer, str(gate)], "gpus": 0})
+    log = engine.log_path(job.id)
+    await eventually(lambda: log.exists() and log.stat().st_size > 0)
+    biggest = 0
+    started = time.monotonic()
+    while time.monotonic() - started < 2.0:  # (sampled while it writes, for two seconds)
+        biggest = max(biggest, log.stat().st_size)
+        await asyncio.sleep(0.02)
+    gate.touch()
+    await engine.wait(job.id, timeout=15)
+    assert biggest <= 4 * limit, biggest
+
+
 async def test_a_fast_writer_and_a_burst_at_the_end_stay_near_the_limit(
     make_engine: EngineFactory,
 ) -> None:

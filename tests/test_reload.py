@@ -545,3 +545,30 @@ async def test_a_symlinked_folder_on_the_way_to_the_config_is_followed(
         return False
 
     await eventually(repointed, timeout=10, interval=0.3)
+
+
+async def test_a_folder_link_to_a_folder_link_on_the_way_is_followed(
+    make_engine: EngineFactory, paths: Paths, tmp_path: Path
+) -> None:
+    # conf/current -> deep/cur -> v1: re-pointing deep/cur was never seen.
+    deep = tmp_path / "conf" / "deep"
+    for release, slots in (("v1", 3), ("v2", 5)):
+        (deep / release).mkdir(parents=True)
+        (deep / release / "F.toml").write_text(BASE + f"[cpu]\nslots = {slots}\n")
+    (deep / "cur").symlink_to("v1")
+    (tmp_path / "conf" / "current").symlink_to("deep/cur")
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.symlink_to(tmp_path / "conf" / "current" / "F.toml")
+    engine = await make_engine(config=load_config(paths.config_file))
+    assert engine.scheduler.domains["cpu"].slots == 3
+
+    def repointed() -> bool:  # (again until seen: the watcher starts after the engine)
+        if engine.scheduler.domains["cpu"].slots == 5:
+            return True
+        fresh = deep / "cur.new"
+        fresh.unlink(missing_ok=True)
+        fresh.symlink_to("v2")
+        fresh.rename(deep / "cur")
+        return False
+
+    await eventually(repointed, timeout=10, interval=0.3)

@@ -762,11 +762,16 @@ async def test_an_end_decided_before_an_engine_restart_is_the_end_after_it(
     await eventually(lambda: deaf.state is ReplicaState.STOPPING, timeout=20)
     deaf_pid = deaf.pid
     await engine.stop()
-    again = await make_engine(simulate=None, cpu_count=4, config=config)
     assert deaf_pid is not None
-    os.killpg(deaf_pid, signal.SIGKILL)  # (its SIGKILL deadline, come early)
+    os.killpg(deaf_pid, signal.SIGKILL)  # (its SIGKILL deadline, come early, no engine up)
+    await eventually(lambda: pid_gone(deaf_pid))
+    killed = time.time()
+    await eventually(lambda: time.time() > killed + 2.0, interval=0.1)  # (still no engine)
+    again = await make_engine(simulate=None, cpu_count=4, config=config)
     done = await again.wait(job.id, timeout=20)
     assert (done.status, done.exit_code) == (JobStatus.COMPLETED, 0), done.message
+    # It ended when its last replica did (it was stamped with the next engine's start).
+    assert done.ended_at is not None and done.ended_at < killed + 1.0
     assert "replica 1 exited with code 0; not restarted (restart = on_failure)" in done.message
 
 

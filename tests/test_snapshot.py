@@ -309,6 +309,14 @@ async def test_a_snapshot_too_big_is_refused_and_nothing_is_stored(
     (repo / "weights.bin").write_bytes(b"\0" * (3 * 1024 * 1024))
     with pytest.raises(SpecError, match=r"snapshot of .*repo is 3.01 MB, over \[snapshot\] max_mb"):
         await engine.submit({**spec, "cwd": str(repo)})
+    # Just past the limit: rounded, it read "is 1.00 MB, over max_mb = 1".
+    edge = tmp_path / "edge"
+    edge.mkdir()
+    (edge / "w").write_bytes(b"\0" * (1024 * 1024 - 4096 + 1))  # (+ its folder's 4 KiB)
+    with pytest.raises(
+        SpecError, match=r"is 1048577 bytes, over \[snapshot\] max_mb = 1 \(1048576"
+    ):
+        await engine.submit({**spec, "cwd": str(edge)})
     # One job of a submission that cannot be snapshotted refuses the whole submission.
     small = tmp_path / "small"
     small.mkdir()

@@ -411,7 +411,8 @@ def _check_arg_max(spec: JobSpec) -> None:
         raise SpecError(
             f"{field}: the command and its environment are {own} bytes together (with the "
             f"engine's own environment, {own + _ENGINE_ENV_BYTES[0]}); Linux passes a "
-            f"program at most {limit + 4096} (ARG_MAX), of which {limit} may be the "
-            "job's (the rest is kept for the variables the engine adds)",
+            f"program at most {limit + 4096} (ARG_MAX), of which the job may have "
+            f"{limit - _ENGINE_ENV_BYTES[0]} (the rest is the engine's own environment and "
+            "the variables it adds)",
             field,
         )

@@ -130,7 +130,8 @@ def claimed(state_dir: str) -> bool:
 RECV_BYTES = 64 * 1024
 ENV_CACHE = 256  # environments kept (a spawn names one by id)
 # A capped log is measured LOG_CHECK_FIRST_S after its job starts, then at doubling
-# intervals up to LOG_CHECK_S; while it grows fast (LOG_FAST_BYTES since the last look)
+# intervals up to LOG_CHECK_S; while it grows fast (LOG_FAST_BYTES, or a quarter of its
+# cap, since the last look)
 # at LOG_CHECK_FIRST_S again: `yes` writes ~1 GB/s, a whole small disk within a second.
 LOG_CHECK_S = 1.0
 LOG_CHECK_FIRST_S = 0.01
@@ -348,7 +349,9 @@ class Spawner:
         for task in self.tasks.values():
             if task.log_fd >= 0 and task.max_log and mono >= task.log_next:
                 size = self._cap_log(task)
-                fast = size - task.log_seen >= LOG_FAST_BYTES
+                # Fast for its cap too: a job writing 500 KB/s under a 70 KB cap passed it
+                # sevenfold between once-a-second looks.
+                fast = size - task.log_seen >= min(LOG_FAST_BYTES, task.max_log // 4)
                 task.log_every = LOG_CHECK_FIRST_S if fast else min(LOG_CHECK_S, task.log_every * 2)
                 task.log_seen = min(size, task.max_log)
                 task.log_next = mono + task.log_every

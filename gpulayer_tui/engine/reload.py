@@ -294,23 +294,22 @@ def _check(name: str, status: str, detail: str) -> dict[str, str]:
 
 
 def _link_chain(path: Path) -> list[Path]:
-    """``path``, each symlink it leads through (a dotfile manager's chain), and the file at
-    its end: any of them changing is an edit of the config."""
-    chain = [path]
-    current = path
-    for _ in range(40):  # (the kernel's own limit on links followed)
-        if not current.is_symlink():
-            break
-        try:
-            current = Path(os.path.normpath(current.parent / os.readlink(current)))
-        except OSError:
-            break
+    """``path``, each symlink on the way to the file it names (the links it leads through,
+    a dotfile manager's chain, and folders on the way that are links, "current ->
+    release", themselves maybe links to links), and that file: any of them changing is an
+    edit of the config."""
+    chain: list[Path] = []
+    todo = [path]
+    while todo and len(chain) < 200:  # (a loop of links ends here; the kernel's limit is 40)
+        current = todo.pop()
+        if current in chain:
+            continue
         chain.append(current)
+        todo.extend(folder for folder in current.parents if folder.is_symlink())
+        if current.is_symlink():
+            with contextlib.suppress(OSError):
+                todo.append(Path(os.path.normpath(current.parent / os.readlink(current))))
     with contextlib.suppress(OSError, RuntimeError):
         chain.append(path.resolve())
-    # A folder on the way that is a symlink ("current -> release-2"): re-pointing it is an
-    # edit too, so the link itself is watched (in its own folder).
-    for step in list(chain):
-        chain.extend(folder for folder in step.parents if folder.is_symlink())
     # (Each also as its folder resolves: a change is reported under the folder watched.)
     return list(dict.fromkeys([*chain, *(p.parent.resolve() / p.name for p in chain)]))

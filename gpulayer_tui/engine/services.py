@@ -389,6 +389,9 @@ class ServiceRunner:
         if replica.state is R.STOPPING or runtime.end is not None or runtime.replacing is not None:
             if replica.state.has_process:
                 self._set_replica(act, replica, R.EXITED, f"stopped ({what})", code)
+            if exit.at is not None:  # (the service ends when its last replica did, as
+                # the launcher recorded it: not at the next engine's start)
+                runtime.ended_at = max(runtime.ended_at or 0.0, exit.at)
             self._settle(act)
             return
         # When it ended: the launcher's record (it may have ended while no engine ran, and
@@ -476,7 +479,8 @@ class ServiceRunner:
         if runtime.end is not None:
             return  # already ending; the first verdict stands
         runtime.end = (status, reason, message, exit_code)
-        runtime.ended_at = ended_at
+        if ended_at is not None:  # (the latest of its replicas' recorded ends)
+            runtime.ended_at = max(runtime.ended_at or 0.0, ended_at)
         act.job.stop_reason, act.job.stop_message = reason, message
         act.job.exit_code = exit_code
         self._stop_replicas(act, runtime, f"stopping ({message})")

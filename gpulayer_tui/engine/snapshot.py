@@ -163,9 +163,12 @@ class _Budget:
         """Refuse past the limit; ``partial``: ``total`` is what was counted so far."""
         if total > self.max_bytes:
             what = "is at least" if partial else "is"
+            size, limit = _mb(total), f"{self.max_bytes // MB}"
+            if total < self.max_bytes * 1.01:  # (rounded, it read as the limit itself)
+                size, limit = f"{total} bytes", f"{limit} ({self.max_bytes} bytes)"
             raise SnapshotError(
-                f"snapshot of {self.cwd} {what} {_mb(total)}, over [snapshot] max_mb = "
-                f"{self.max_bytes // MB}; nothing was stored (add a .gitignore or "
+                f"snapshot of {self.cwd} {what} {size}, over [snapshot] max_mb = "
+                f"{limit}; nothing was stored (add a .gitignore or "
                 f"{IGNORE_FILE} entry, or submit without --snapshot)"
             )
 
