@@ -481,6 +481,7 @@ def test_open_streams_end_when_their_reader_is_let_out_and_are_bounded_per_user(
         shared.allow('allowed_groups = ["nogroup"]')  # share_logs off: the follow ends
         _, err = follow.communicate(timeout=30)
         assert "may read only its own jobs' output" in err
+        assert "lost the engine" not in err  # (the engine answered: it cut the stream off)
         assert events.poll() is None  # (nobody is still let in: its events go on)
         shared.allow("allowed_uids = [12345]")  # nobody out: its events stream ends
         assert events.communicate(timeout=30)[0] == "ended\n"

@@ -465,6 +465,7 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     out = sys.stdout.buffer
     safe = _OthersOutput() if _shown_as_text(client, args) else None
     written = 0
+    asked_again = False
     # Following, a quiet stream is asked about after this long: a quiet job, or an engine
     # that stopped answering (frozen: a stream would wait on it for ever)?
     idle = min(FOLLOW_IDLE_S, client.timeout or FOLLOW_IDLE_S) if args.follow else None
@@ -475,6 +476,7 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
                 out.write(chunk if safe is None else safe.text(chunk))
                 out.flush()
                 written += len(chunk)
+                asked_again = False
             if safe is not None:
                 out.write(safe.text(b"", final=True))
                 out.flush()
@@ -485,9 +487,20 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
                 continue
             except EngineLost:  # an engine that stopped answering (frozen): as below
                 pass
-        except EngineLost:
-            if not args.follow:
+        except (EngineLost, EngineNotRunning) as err:
+            # (No engine at all: said at once, unless it went away while following.)
+            if not args.follow or (isinstance(err, EngineNotRunning) and not asked_again):
                 raise
+            if not asked_again:
+                # An engine that still answers cut the stream off: the reader is no longer
+                # let in (taken out of [security], share_logs turned off). Asked again at
+                # once, it says why ("lost the engine" came first, and was not true).
+                asked_again = True
+                try:
+                    client.health()
+                    continue
+                except (EngineNotRunning, EngineLost):
+                    pass
         # Following, and the engine went away (a restart): reading is safe to resume where
         # it stopped, once an engine answers again.
         _error(f"lost the engine; reconnecting to follow job {args.job} from byte {written}")
