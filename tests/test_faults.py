@@ -183,6 +183,31 @@ async def test_a_job_that_ends_during_a_write_outage_reads_ended_and_is_waited_f
     ]
 
 
+async def test_a_cancel_during_a_write_outage_says_it_is_kept_and_signals_only_once_stored(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    engine = await make_engine()
+    server = ApiServer(engine, engine.paths.socket)
+    await server.start()
+    try:
+        job = await engine.submit({"command": ["sleep", "600"]})
+        assert job.pid is not None
+        await _break_writes(engine, "read-only")
+        with pytest.raises(StoreError):
+            await engine.submit({"command": ["true"]})  # (the outage is noticed)
+        # Answered 503 as if refused, yet kept and acted on later: the answer says which.
+        rc, _, err = await _cli(engine.paths, "cancel", str(job.id))
+        assert rc == 1
+        assert "not stored yet (database write failed: attempt to write a readonly" in err
+        assert "it is kept and takes effect once the database takes writes again" in err
+        os.kill(job.pid, 0)  # (not signalled: the stop is not durable)
+        await _mend_writes(engine, "read-only")
+        done = await engine.wait(job.id, timeout=20)
+        assert done.status is JobStatus.CANCELLED
+    finally:
+        await server.stop()
+
+
 # -- a real full or read-only filesystem (root: a tiny tmpfs) ----------------------------------
 
 

@@ -76,6 +76,7 @@ from .errors import (
     SpecError,
     StoreError,
     UnknownJob,
+    WriteDeferred,
 )
 from .models import Job, JobQuery
 
@@ -204,6 +205,14 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = _error(429, str(err))
         response.headers["Retry-After"] = "1"
         return response
+    except WriteDeferred as err:
+        # Decided, queued for the retry and acted on only once stored (a cancel signals
+        # nothing before): say so, rather than leave it read as refused.
+        return _error(
+            503,
+            f"not stored yet ({err}): it is kept and takes effect once the database takes "
+            "writes again (lost if the engine stops first)",
+        )
     except StoreError as err:
         return _error(503, str(err))
     except sqlite3.Error as err:
