@@ -3,10 +3,14 @@ that holds nothing or too much, a reader that leaves early, and Ctrl-C (issue 21
 
 from __future__ import annotations
 
+import fcntl
 import json
 import signal
+import socket
+import struct
 import subprocess
 import sys
+import termios
 from pathlib import Path
 
 import pytest
@@ -156,6 +160,31 @@ def test_a_reader_that_leaves_early_ends_the_cli_quietly(engine: Served) -> None
     assert err == ""
 
 
+def _unread(sock: socket.socket) -> int:
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+def test_log_readers_that_leave_early_are_no_error_in_the_engines_log(engine: Served) -> None:
+    # `logs N | head -2`: the engine logged an ERROR with a traceback ("Connection lost"),
+    # 4 times in 10 such reads; a reader leaving is ordinary use.
+    job = _submit(engine, "--", "seq", "1", "400000")
+    wait_for(lambda: engine.cli("status", job).returncode == 0)
+    for _ in range(10):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(str(engine.home / "engine.sock"))
+        sock.sendall(f"GET /v1/jobs/{job}/logs HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert sock.recv(100)
+        # Until the engine waits to write more (this reader's buffer full): the moment
+        # `head` leaves in.
+        wait_for(lambda s=sock: _unread(s) >= 4096)
+        sock.close()  # (with unread data: the engine's next write meets a reset)
+    # Each reader's end has been met once the engine serves every log to its end again.
+    assert engine.cli("logs", job).stdout.count("\n") == 400000
+    text = engine.log.read_text()
+    assert "Error handling request" not in text and "Traceback" not in text
+
+
 @pytest.mark.parametrize("words", [["wait"], ["logs", "-f"]], ids=["wait", "logs-follow"])
 def test_ctrl_c_exits_130_without_a_traceback(engine: Served, words: list[str]) -> None:
     job = _submit(engine, "--", "sleep", "600")
@@ -205,6 +234,22 @@ def test_without_an_engine_the_advice_is_on_lines_of_its_own(served: Served) -> 
         "GPUs)",
     ]
     assert "\\x0a" not in out.stderr  # (line breaks are ours, not escaped as a user's text)
+
+
+def test_a_state_dir_that_is_a_file_is_said_by_every_command(served: Served) -> None:
+    # `doctor` died with a traceback, `jobs`/`gpus` said only "Not a directory", `stop`
+    # "no engine is serving", each with another exit code.
+    home = served.home.parent / "a-file"
+    home.write_text("hi\n")
+    for where in (home, home / "below"):
+        served.env["GPULAYER_HOME"] = str(where)
+        commands = (["doctor"], ["doctor", "--json"], ["jobs"], ["gpus"], ["stop"], ["logs", "1"])
+        for words in commands:
+            out = served.cli(*words)
+            assert out.returncode == 2, (words, out.stderr)
+            said = f"gpulayer-tui: the state dir {where} (GPULAYER_HOME) is not a directory\n"
+            assert out.stderr == said, words
+    assert home.read_text() == "hi\n"
 
 
 def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(

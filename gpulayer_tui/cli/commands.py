@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import time
@@ -468,7 +469,9 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     asked_again = False
     # Following, a quiet stream is asked about after this long: a quiet job, or an engine
     # that stopped answering (frozen: a stream would wait on it for ever)?
-    idle = min(FOLLOW_IDLE_S, client.timeout or FOLLOW_IDLE_S) if args.follow else None
+    # Not following, the engine has the client's timeout between chunks (with none, a
+    # frozen engine held `logs` for ever).
+    idle = min(FOLLOW_IDLE_S, client.timeout or FOLLOW_IDLE_S) if args.follow else client.timeout
     while True:
         path = f"/jobs/{args.job}/logs?" + "&".join([*query, f"offset={written}"])
         try:
@@ -482,6 +485,12 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
                 out.flush()
             return EXIT_OK
         except StreamIdle:
+            if not args.follow:
+                raise EngineLost(
+                    errno.ETIMEDOUT,
+                    f"the engine at {client.paths.socket_file} stopped sending job {args.job}'s "
+                    f"output for {idle:g} s (stopped, or overloaded); {written} bytes came",
+                ) from None
             try:
                 client.health()  # a quiet job: go on
                 continue

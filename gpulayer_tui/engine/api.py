@@ -387,7 +387,7 @@ async def list_jobs(request: web.Request) -> web.StreamResponse:
             chunk = await anext(rows, None)
         await response.write(b'],"more":' + (b"true" if more else b"false") + b"}")
         await response.write_eof()
-    except ConnectionResetError:
+    except ConnectionError:
         pass  # the client left (a TUI that moved on to another view): nothing to answer
     finally:
         await rows.aclose()
@@ -727,7 +727,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
         await response.prepare(request)
         try:
             await _send_log(engine, job_id, path, offset, follow, response, allowed)
-        except ConnectionResetError:
+        except ConnectionError:
             # The reader left (Ctrl-C on `logs -f`, a TUI that moved on): an ordinary end.
             log.debug("a log reader of job %s left", job_id)
         if allowed.lost:
@@ -773,7 +773,7 @@ class _QuietBadRequests(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, HttpProcessingError | ConnectionResetError):
+        if isinstance(error, HttpProcessingError | ConnectionError):
             log.info("a client's bad request was refused: %s", " ".join(str(error).split()))
             return False
         return True
@@ -801,7 +801,7 @@ async def events(request: web.Request) -> web.StreamResponse:
                 await response.write(b"".join(e.line() for e in (event, *more)))
                 if ended:
                     break
-        except (ConnectionResetError, asyncio.CancelledError):
+        except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
             subscription.close()

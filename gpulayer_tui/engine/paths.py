@@ -92,6 +92,23 @@ class Paths:
         return self._path(os.path.join(self._state, "jobs"))
 
 
+def state_dir_problem(paths: Paths) -> str | None:
+    """Why ``paths``' state dir cannot be one (it, or a folder on the way to it, is a
+    file), or ``None``. A missing state dir is no problem: the engine makes it."""
+    where = paths.state_text
+    try:
+        if os.stat(where).st_mode & 0o170000 == 0o040000:  # (S_ISDIR, without stat's import)
+            return None
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        pass
+    except OSError:
+        return None  # (unreadable on the way: said by what then fails, with its path)
+    named = " (GPULAYER_HOME)" if os.environ.get("GPULAYER_HOME") else ""
+    return f"the state dir {where}{named} is not a directory"
+
+
 def resolve_paths(config_file: str | os.PathLike[str] | None = None) -> Paths:
     """Work out the state dir and config file.
 
