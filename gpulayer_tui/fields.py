@@ -184,6 +184,8 @@ def check_shell(value: object) -> str:
     """A shell line: 1 to 65,536 characters, no NUL bytes."""
     if not isinstance(value, str) or not value:
         raise FieldError("shell", "a command is needed")
+    if not value.strip():  # (`sh -c '   '` runs nothing, and "completes")
+        raise FieldError("shell", "a command is needed (the line is only blanks)")
     if len(value) > 65536:
         raise FieldError("shell", f"at most 65536 characters, not {len(value)}")
     if "\0" in value:

@@ -132,6 +132,23 @@ def test_a_batch_files_errors_name_its_line_and_a_byte_order_mark_is_no_command(
     first = json.loads(out.stdout)[0]
     assert first["spec"]["shell"] == "echo bom"
     assert engine.cli("wait", str(first["id"])).returncode == 0
+    # A line ending with a backslash ran as a job of its own, the next line as another.
+    batch.write_bytes(b"true\n# a comment \\\necho cont \\\n  next\n")
+    out = engine.cli("submit", "--file", str(batch))
+    assert out.returncode == 2
+    assert f"{batch}: line 3 ends with a backslash: each line is one job's whole" in out.stderr
+    assert len(json.loads(engine.cli("jobs", "--json").stdout)) == 2  # (the two above)
+    # The same mark before a TOML spec (JSON ones were taken): "not valid TOML".
+    spec = tmp_path / "spec.toml"
+    spec.write_bytes(b'\xef\xbb\xbfcommand = ["echo", "bom"]\r\n')
+    out = engine.cli("submit", "--spec", str(spec), "--json")
+    assert out.returncode == 0, out.stderr
+    # As --help says, rows as `jobs --json` lists them (one spec came whole: the
+    # submitter's whole environment with it).
+    (row,) = json.loads(out.stdout)
+    listed = json.loads(engine.cli("jobs", "--json").stdout)
+    assert set(row) == set(listed[0]) and row["spec"] == {"command": ["echo", "bom"]}
+    assert engine.cli("wait", str(row["id"])).returncode == 0
 
 
 def test_a_spec_file_and_a_command_together_are_refused(engine: Served, tmp_path: Path) -> None:
@@ -319,14 +336,29 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
             ["clean", "--keep", "99999999999999999999"],
             "--keep: must be at most 9223372036854775807",
         ),
+        (
+            ["jobs", "--page", str(2**63 - 1)],
+            f"--page {2**63 - 1} is past any list (at most {(2**63 - 1) // 50 + 1})",
+        ),
     ],
-    ids=["limit-0", "page-0", "keep-huge"],
+    ids=["limit-0", "page-0", "keep-huge", "page-huge"],
 )
 def test_counts_out_of_range_are_refused_by_name(
     engine: Served, argv: list[str], said: str
 ) -> None:
     out = engine.cli(*argv)
     assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "0", "nan", "1e9"])
+def test_a_bad_gpulayer_timeout_is_refused_not_ignored(engine: Served, value: str) -> None:
+    engine.env["GPULAYER_TIMEOUT"] = value
+    out = engine.cli("jobs")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == (
+        "gpulayer-tui: GPULAYER_TIMEOUT must be seconds, more than 0 and at most 86400, "
+        f"not '{value}'\n"
+    )
 
 
 def test_the_api_refuses_an_empty_page_a_keep_past_sqlite_and_a_batch_with_more(

@@ -126,6 +126,8 @@ def _read_spec_file(path: str) -> list[dict[str, Any]]:
                 raw = fh.read()
     except OSError as err:
         raise ValueError(f"{path}: {err.strerror or err}") from None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]  # a UTF-8 byte order mark: TOML refused the file over it
     data: Any
     # By its name; a name that says neither (stdin, spec.txt) by its first character: a
     # JSON document starts with "{" or "[" (so may a TOML table: TOML when it is not JSON).
@@ -188,6 +190,13 @@ def _command_lines(path: str) -> list[str]:
             ) from None
         if "\0" in lines[-1]:
             raise ValueError(f"{path}: line {number} holds a NUL byte (no command can)")
+        if lines[-1].endswith("\\") and not lines[-1].startswith("#"):
+            # The shell would join it with the next line; this file's lines are one job
+            # each: the two halves ran as two jobs.
+            raise ValueError(
+                f"{path}: line {number} ends with a backslash: each line is one job's whole "
+                "command (lines are not joined)"
+            )
     return lines
 
 
@@ -244,7 +253,10 @@ def _merge(base: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _submit_once(
-    client: Client, specs: list[dict[str, Any]], env: dict[str, str] | None = None
+    client: Client,
+    specs: list[dict[str, Any]],
+    env: dict[str, str] | None = None,
+    rows: bool = False,
 ) -> list[dict[str, Any]]:
     """Submit ``specs`` so that they are created at most once: the request carries a fresh
     idempotency key, and if the engine took it but did not answer, it is sent once more
@@ -252,14 +264,15 @@ def _submit_once(
     is not answered either, :class:`EngineLost` says the outcome is unknown.
 
     ``env`` (this shell's environment, kilobytes) goes under every spec's own, sent once
-    for a batch rather than with each of its jobs."""
+    for a batch rather than with each of its jobs. With ``rows``, even one job comes back
+    as its row (as a batch's do), not whole."""
     key = os.urandom(16).hex()
     try:
-        return _submit_keyed(client, specs, key, env)
+        return _submit_keyed(client, specs, key, env, rows)
     except EngineLost:
         time.sleep(0.2)
     try:
-        return _submit_keyed(client, specs, key, env)
+        return _submit_keyed(client, specs, key, env, rows)
     except EngineNotRunning:
         # Gone after taking the first attempt: it may have stored the jobs.
         raise EngineLost(
@@ -270,9 +283,13 @@ def _submit_once(
 
 
 def _submit_keyed(
-    client: Client, specs: list[dict[str, Any]], key: str, env: dict[str, str] | None
+    client: Client,
+    specs: list[dict[str, Any]],
+    key: str,
+    env: dict[str, str] | None,
+    rows: bool = False,
 ) -> list[dict[str, Any]]:
-    if len(specs) == 1:
+    if len(specs) == 1 and not rows:
         spec = specs[0] if env is None else _merge({"env": env}, specs[0])
         return [client.submit(spec, key=key)]
     return client.submit_many(specs, key=key, env=env)
@@ -355,7 +372,7 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
             _error(str(err))
             return EXIT_USAGE
         env = base.pop("env", None)
-        jobs = _submit_once(client, [_merge(base, item) for item in items], env)
+        jobs = _submit_once(client, [_merge(base, item) for item in items], env, rows=True)
     elif args.file:
         if cmd:
             parser.error("give either --file or a command, not both")
@@ -373,7 +390,7 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
             _error(f"{args.file}: no command lines found")
             return EXIT_USAGE
         try:
-            jobs = _submit_once(client, specs, env)
+            jobs = _submit_once(client, specs, env, rows=True)
         except ApiError as err:
             raise ApiError(err.status, _by_line(str(err), args.file, numbers)) from None
     else:
@@ -406,6 +423,10 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     if args.sort != "id" and (args.before or args.after):
         parser.error("--before/--after page the newest-first order; use --page with --sort")
     ascending = (args.sort in _ASCENDING_SORTS) != args.reverse
+    if args.page and (args.page - 1) * args.limit > 2**63 - 1:
+        # (said as the offset it makes, which the user never typed)
+        most = (2**63 - 1) // args.limit + 1
+        parser.error(f"--page {args.page} is past any list (at most {most})")
     query: dict[str, Any] = {
         "status": statuses,
         "q": args.filter,
@@ -925,17 +946,35 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace, argparse.ArgumentParse
 
 
 def _answer_within() -> float:
-    """Seconds to wait for the engine's answer: ``GPULAYER_TIMEOUT``, else 30."""
+    """Seconds to wait for the engine's answer: ``GPULAYER_TIMEOUT``, else 30.
+
+    Raises:
+        ValueError: It is set to something else than seconds in (0, 86400].
+    """
+    text = os.environ.get("GPULAYER_TIMEOUT", "").strip()
+    if not text:
+        return 30.0
     try:
-        value = float(os.environ.get("GPULAYER_TIMEOUT", "30"))
+        value = float(text)
     except ValueError:
-        value = 30.0
-    return value if 0 < value <= 86400 else 30.0
+        value = float("nan")
+    if not 0 < value <= 86400:  # (nan too; it was ignored: a typo waited 30 s unsaid)
+        from ..fields import printable
+
+        raise ValueError(
+            f"GPULAYER_TIMEOUT must be seconds, more than 0 and at most 86400, not "
+            f"'{printable(text)[:40]}'"
+        )
+    return value
 
 
 def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser) -> int:
     """Run one subcommand; map errors to messages and exit codes."""
-    client = Client(paths, timeout=_answer_within())
+    try:
+        client = Client(paths, timeout=_answer_within())
+    except ValueError as err:
+        _error(str(err))
+        return EXIT_USAGE
     try:
         return COMMANDS[args.command](client, args, parser)
     except EngineNotRunning as err:
