@@ -406,7 +406,7 @@ class GpulayerApp(App[str]):
 
             try:
                 save_theme(self.config_file, name)
-            except OSError as err:
+            except (OSError, ValueError) as err:
                 self.notify(f"theme not saved: {err}", severity="warning")
         self.notify(f"theme: {name}", timeout=2)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tomllib
 from pathlib import Path
 
 _SECTION = re.compile(r"^\s*\[([^\]]+)\]\s*(#.*)?$")
@@ -20,12 +21,21 @@ def save_theme(path: Path, theme: str) -> None:
 
     Raises:
         OSError: The file cannot be written.
+        ValueError: The file is not valid TOML, or sets ``ui`` in a way this line-based
+            edit cannot change alone (a dotted ``ui.theme`` key, an inline table): it is
+            left as it was (written anyway, it declared ``ui`` twice and no engine or TUI
+            could start on it).
     """
     line = f"theme = {json.dumps(theme)}\n"
     try:
-        lines = path.read_text().splitlines(keepends=True)
+        original = path.read_text()
     except FileNotFoundError:
-        lines = []
+        original = ""
+    try:
+        before = tomllib.loads(original)
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path} is not valid TOML ({err}); it was left as it is") from None
+    lines = original.splitlines(keepends=True)
     start = end = None  # the [ui] table: header line, and the line after its last one
     for index, text in enumerate(lines):
         match = _SECTION.match(text)
@@ -47,7 +57,19 @@ def save_theme(path: Path, theme: str) -> None:
                 break
         else:
             lines.insert(start + 1, line)
+    text = "".join(lines)
+    ui = before.get("ui", {})
+    expected = {**before, "ui": {**ui, "theme": theme}} if isinstance(ui, dict) else None
+    try:
+        after: object = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        after = None
+    if after is None or after != expected:
+        raise ValueError(
+            f"{path} sets [ui] in a way this cannot edit alone (a dotted key or an inline "
+            f"table); set theme = {json.dumps(theme)} there"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(lines))
+    tmp.write_text(text)
     os.replace(tmp, path)

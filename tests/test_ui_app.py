@@ -17,6 +17,7 @@ from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.screens.dialogs import QuitScreen
 from gpulayer_tui.screens.help import HelpScreen
 from gpulayer_tui.tui import _connect, start_background_engine
+from gpulayer_tui.ui_config import save_theme
 from gpulayer_tui.widgets.engine_status import EngineStatus
 
 from .conftest import Served, pid_gone, wait_for
@@ -187,6 +188,40 @@ async def test_theme_switch_is_saved_in_config(embedded_app: AppFactory, paths: 
     async with again.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
         assert again.theme == "gpulayer-light"
+
+
+@pytest.mark.parametrize(
+    "config",
+    ['# mine\nui.theme = "gpulayer-dark"\n', 'ui = { theme = "gpulayer-dark" }\n', "[ui\n"],
+    ids=["dotted-key", "inline-table", "not-toml"],
+)
+async def test_a_theme_that_cannot_be_saved_leaves_the_config_as_it_was(
+    embedded_app: AppFactory, paths: Paths, config: str
+) -> None:
+    # `t` wrote a [ui] table after a dotted `ui.theme` key: "Cannot declare ('ui',)
+    # twice", and neither the TUI nor an engine could start on the file again.
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(config)
+    with pytest.raises(ValueError, match=r"left as it is|cannot edit alone"):
+        save_theme(paths.config_file, "gpulayer-light")
+    assert paths.config_file.read_text() == config
+    if config.startswith("[ui"):
+        return  # (no TUI starts on a config that is not TOML)
+    app = await embedded_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("t")
+        await until(pilot, lambda: app.theme == "gpulayer-light")
+        await until(
+            pilot,
+            lambda: any("theme not saved" in n.message for n in app._notifications),
+            "the warning",
+        )
+    assert paths.config_file.read_text() == config
+    # A [ui] table of its own, with a table after it, is edited in place.
+    paths.config_file.write_text('[ui]\ntheme = "a" # x\n[engine]\ngrace_period = 2.0\n')
+    save_theme(paths.config_file, "gpulayer-light")
+    assert load_config(paths.config_file).ui.theme == "gpulayer-light"
+    assert paths.config_file.read_text().endswith("[engine]\ngrace_period = 2.0\n")
 
 
 async def test_quit_without_work_exits_at_once(embedded_app: AppFactory) -> None:
