@@ -252,6 +252,8 @@ class GpulayerApp(App[str]):
             self._domain_notice(event["data"])
         elif kind == "engine.config":
             self._config_notice(event["data"])
+        elif kind == "jobs.removed":
+            self.job_store.remove([int(i) for i in event["data"].get("ids", ())])
         elif "job" in event:
             self.job_store.apply(event["job"])
             if kind == "job.transition":

@@ -22,6 +22,7 @@ class JobStore:
         self.jobs: dict[int, JobRowJSON] = {}
         self.version = 0
         self._changed_at: dict[int, int] = {}
+        self.removed: set[int] = set()  # cleaned from the engine's history (ids never return)
 
     def load(self, jobs: list[JobRowJSON]) -> None:
         """Replace everything (initial load, or after the event stream was cut)."""
@@ -53,6 +54,18 @@ class JobStore:
         self.version += 1
         self.jobs[job["id"]] = job
         self._changed_at[job["id"]] = self.version
+
+    def remove(self, ids: list[int]) -> None:
+        """Forget jobs the engine cleaned from its history (a ``jobs.removed`` event)."""
+        self.removed.update(ids)
+        if len(self.removed) > 100_000:  # (only the latest matter: a detail open on one)
+            self.removed = set(ids)
+        gone = [job_id for job_id in ids if job_id in self.jobs]
+        if gone:
+            self.version += 1
+            for job_id in gone:
+                del self.jobs[job_id]
+                self._changed_at.pop(job_id, None)
 
     def changed_since(self, version: int) -> list[int]:
         """Ids of jobs changed after ``version`` (call with 0 for all)."""

@@ -692,6 +692,33 @@ async def test_leaving_a_detail_while_its_log_grows_never_ends_the_app(ui_app: A
         await app.backend.cancel(job["id"])
 
 
+async def test_jobs_cleaned_from_the_history_leave_an_attached_tui(ui_app: Any) -> None:
+    # `gpulayer-tui clean` removed them, and the TUI kept showing them (and their failures
+    # in "failed today"); their detail answered every action "no job N".
+    app = await ui_app("1xA100-80GB")
+    engine = app.backend.engine
+    ended = [await app.backend.submit(spec(line, gpus=0)) for line in ("true", "exit 3")]
+    for job in ended:
+        await engine.wait(job["id"], timeout=20)
+    kept = await app.backend.submit(spec("sleep 600", gpus=0))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: all(j["id"] in app.job_store.jobs for j in ended))
+        assert app.job_store.summary()["failed_today"] == 1
+        app.open_job(ended[1]["id"])
+        await until(pilot, lambda: isinstance(app.screen, JobDetailScreen))
+        assert (await engine.retention.clean(None, keep=0))["jobs"] == 2
+        await until(pilot, lambda: not isinstance(app.screen, JobDetailScreen), "closed")
+        assert not any(j["id"] in app.job_store.jobs for j in ended)
+        assert kept["id"] in app.job_store.jobs
+        assert app.job_store.summary()["failed_today"] == 0
+        said = [n.message for n in app._notifications]
+        assert f"job {ended[1]['id']} was removed from the history" in said
+        await pilot.press("2")
+        table = await until(pilot, lambda: app.screen.query_one(JobTable))
+        await until(pilot, lambda: table.row_count == 1, "only the running job listed")
+    await app.backend.cancel(kept["id"])
+
+
 async def test_an_areas_key_leaves_a_detail_opened_in_that_area(ui_app: Any) -> None:
     # "1/2/3 go to the dashboard / jobs / strays, everywhere": from a job's detail opened
     # on the jobs screen, 2 did nothing (it was the jobs area already).

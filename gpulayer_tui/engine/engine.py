@@ -221,6 +221,7 @@ class Engine:
             self.snapshots,
             self._depended_on,
             lambda job_id: self.book.live(job_id) is not None,
+            self.bus,
         )
         self.config_reload = ConfigReloader(
             paths,

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import StoreError
+from .events import EventBus
+from .models import EventKind
 from .store import PruneBlocked
 from .tasks import cancel_and_wait
 
@@ -81,6 +83,9 @@ class Retention:
             dependents).
         live: Whether the engine holds a job (a new one's tree is placed before its row
             is committed: never an orphan).
+        bus: Where a ``jobs.removed`` event says which jobs went (once their rows are
+            deleted): an attached TUI drops them (it kept showing them, and "no job N"
+            answered its actions).
     """
 
     def __init__(
@@ -91,8 +96,10 @@ class Retention:
         snapshots: SnapshotStore | None = None,
         spared: Callable[[], frozenset[int]] = frozenset,
         live: Callable[[int], bool] = lambda _job_id: False,
+        bus: EventBus | None = None,
     ) -> None:
         self._store = store
+        self._bus = bus
         self._spared = spared
         self._live = live
         self._jobs_dir = jobs_dir
@@ -137,6 +144,8 @@ class Retention:
             if not ids:
                 break
             jobs += len(ids)
+            if self._bus is not None:
+                self._bus.publish(self._bus.make(EventKind.REMOVED, None, {"ids": list(ids)}))
             removed = await self._remove_files(ids)
             files, trees = files + removed[0], trees + removed[1]
             if keep is not None and ended_before is None and len(ids) < CHUNK:

@@ -350,9 +350,24 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
         """True once the job reached a terminal status."""
         return self._job is not None and self._job.get("status") not in ACTIVE_STATUSES
 
+    def on_screen_resume(self) -> None:
+        if self.job_id in view_of(self).job_store.removed:
+            self._close_removed()
+
+    def _close_removed(self) -> None:
+        """The job was cleaned from the history (`clean`, ``[history]``): nothing here
+        can be acted on any more ("no job N" answered every action). Closed once it is
+        the screen shown (one under a dialog, or in another mode, waits until then)."""
+        if self.app.screen is self:
+            self.app.notify(f"job {self.job_id} was removed from the history", timeout=5)
+            self.dismiss()
+
     def _jobs_changed(self, _version: int) -> None:
         app = view_of(self)
         store = app.job_store
+        if self.job_id in store.removed:
+            self._close_removed()
+            return
         if self.job_id in store.changed_since(self._seen_version):
             job = store.jobs.get(self.job_id)
             if job is not None:
