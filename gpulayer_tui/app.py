@@ -114,6 +114,7 @@ class GpulayerApp(App[str]):
         self._initial_theme = theme or themes.DEFAULT_THEME
         self._stopping = False
         self._quiet = asyncio.Event()  # set when no job is active (used when quitting)
+        self._quitting = False  # "stop them and quit" chosen: under way
         self._quiet.set()
         self._first_picture = asyncio.Event()  # set once the first state is loaded
         for item in themes.THEMES:
@@ -418,6 +419,13 @@ class GpulayerApp(App[str]):
 
     async def action_quit_app(self) -> None:
         """Quit; with an embedded engine that has work in flight, ask what to do first."""
+        if self._quitting:
+            # "Stop them" was chosen: a second dialog answered "keep running" quit at once
+            # and said the stopped jobs were handed over.
+            self.notify("stopping the jobs; the app quits once they have ended", timeout=4)
+            return
+        if any(isinstance(screen, QuitScreen) for screen in self.screen_stack):
+            return  # (ctrl+c is a priority key: inside the dialog it stacked another)
         active = self.job_store.active_count()
         if self.backend.mode != "embedded" or active == 0:
             self._stopping = True
@@ -432,6 +440,7 @@ class GpulayerApp(App[str]):
             self._stopping = True
             self.exit("handover")
             return
+        self._quitting = True
         self._stop_all_and_quit()
 
     @work(exclusive=True, group="quit", exit_on_error=False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,7 +22,7 @@ from gpulayer_tui.tui import _connect, start_background_engine
 from gpulayer_tui.ui_config import save_theme
 from gpulayer_tui.widgets.engine_status import EngineStatus
 
-from .conftest import Served, pid_gone, wait_for
+from .conftest import Served, make_config, pid_gone, wait_for
 from .ui_support import FIXED_NOW, StaticBackend, until
 
 AppFactory = Callable[..., Awaitable[Any]]
@@ -253,6 +255,37 @@ async def test_quit_with_running_job_can_stop_it(embedded_app: AppFactory, sleep
     # adopted processes are left alone when the TUI quits
     assert app.job_store.jobs[adopted["id"]]["status"] == "running"
     assert not pid_gone(sleeper)
+
+
+async def test_the_quit_dialog_is_asked_once_and_a_choice_to_stop_stands(
+    embedded_app: AppFactory,
+) -> None:
+    # ctrl+c (a priority key) inside the dialog stacked a second one; and q while the jobs
+    # were stopping asked again, where "keep running" quit at once, saying the stopped
+    # jobs were handed over.
+    app = await embedded_app(config=make_config(engine={"grace_period": 60.0}))
+    async with app.run_test(size=(100, 30)) as pilot:
+        job = await app.backend.submit({"shell": "trap '' TERM; sleep 600"})
+        await until(pilot, lambda: app.job_store.active_count() == 1)
+        await pilot.press("ctrl+c", "ctrl+c")
+        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+        assert sum(isinstance(s, QuitScreen) for s in app.screen_stack) == 1
+        await pilot.press("s")
+        await until(pilot, lambda: not isinstance(app.screen, QuitScreen))
+        await until(
+            pilot,
+            lambda: "stopping" in str(app.job_store.jobs[job["id"]].get("message")),
+            "the job stopping (it outlives SIGTERM)",
+        )
+        await pilot.press("q")
+        await pilot.pause()
+        assert not any(isinstance(s, QuitScreen) for s in app.screen_stack)
+        said = [n.message for n in app._notifications]
+        assert "stopping the jobs; the app quits once they have ended" in said
+        assert app.is_running
+        os.killpg(job["pid"], signal.SIGKILL)
+        await until(pilot, lambda: not app.is_running, "quit once the job ended", timeout=30)
+    assert app.return_value == ""
 
 
 async def test_quit_handover_keeps_jobs_running_in_a_background_engine(
