@@ -283,9 +283,13 @@ def parse_whole(field: str, text: str) -> int:
 
 
 def parse_number(field: str, text: str) -> float:
-    """A number typed by a person."""
+    """A number typed by a person: ASCII digits, a point, an exponent (``float`` also
+    takes ``1_6``, a typo it read as 16, and digits of other scripts)."""
+    typed = text.strip()
     try:
-        return float(text.strip())
+        if not typed.isascii() or "_" in typed:
+            raise ValueError
+        return float(typed)
     except ValueError:
         raise FieldError(field, f"expected a number, got {text!r}") from None
 

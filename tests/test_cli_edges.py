@@ -340,8 +340,11 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
             ["jobs", "--page", str(2**63 - 1)],
             f"--page {2**63 - 1} is past any list (at most {(2**63 - 1) // 50 + 1})",
         ),
+        # (float() reads "1_6" as 16, and digits of other scripts)
+        (["submit", "--vram-gb", "1_6", "--", "true"], "expected a number, got '1_6'"),
+        (["submit", "--timeout", "\u0663", "--", "true"], "expected a number, got '\u0663'"),
     ],
-    ids=["limit-0", "page-0", "keep-huge", "page-huge"],
+    ids=["limit-0", "page-0", "keep-huge", "page-huge", "underscore", "arabic-indic"],
 )
 def test_counts_out_of_range_are_refused_by_name(
     engine: Served, argv: list[str], said: str
