@@ -78,6 +78,15 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
         assert isinstance(app.screen, AdoptScreen)  # invalid: stays open with the message
         assert "expected a number, got 'lots'" in str(dialog.query_one("#adopt-error").render())
         dialog.query_one("#adopt-vram", Input).value = ""
+        # A name the engine refuses is said here (its refusal closed the dialog, and what
+        # was typed was lost).
+        dialog.query_one("#adopt-name", Input).value = "a\x1b[31mb"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert isinstance(app.screen, AdoptScreen)
+        said = str(dialog.query_one("#adopt-error").render())
+        assert said.startswith("name: control characters are not allowed")
+        dialog.query_one("#adopt-name", Input).value = "sleeper"
         await pilot.press("ctrl+s")
         job = await until(
             pilot,

@@ -85,7 +85,11 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
         if self.process.get("start_ticks") is not None:
             request["start_ticks"] = self.process["start_ticks"]
         if name:
-            request["name"] = name
+            try:  # (the engine's refusal closed the dialog, and what was typed was lost)
+                request["name"] = wire.parse_field("name", name)
+            except wire.FieldError as err:
+                error.update(Content(f"name: {err.detail}"))
+                return None
         if raw:
             try:
                 request["vram_gb"] = wire.parse_field("vram_gb", raw)

@@ -46,7 +46,10 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
         )
         # Disabled while hidden, so it never takes the focus (and the keys) from the table.
         yield Input(
-            placeholder="pid to adopt, then enter", id="pid-input", type="integer", disabled=True
+            placeholder="pid to adopt, then enter (esc: close)",
+            id="pid-input",
+            type="integer",
+            disabled=True,
         )
         yield StrayTable(id="strays")
         yield Static("No unregistered GPU processes.", id="strays-empty")
