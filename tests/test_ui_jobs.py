@@ -15,6 +15,7 @@ from textual.app import App, ComposeResult
 from textual.content import Content
 from textual.pilot import Pilot
 from textual.widgets import Input, Label
+from textual.widgets.data_table import ColumnKey
 
 from gpulayer_tui.backend import BackendError
 from gpulayer_tui.job_store import JobStore
@@ -280,6 +281,15 @@ async def test_sort_keys_cycle_through_the_columns_shown(ui_app: Any) -> None:
         assert table.visible_sorts == list(SORTS)
         await pilot.press("o", "o", "o", "o")
         assert table.sort_key == "vram"
+        # Every sorted column's header keeps its arrow (a long label hid it: "VRAM…").
+        for key in SORTS:
+            table.set_sort(key)
+            await pilot.pause()
+            label = table.columns[ColumnKey(key)].label.plain
+            width = table.columns[ColumnKey(key)].width
+            assert label.endswith((" ▲", " ▼")) and len(label) <= width, (key, label, width)
+        table.set_sort("vram")
+        await pilot.pause()
         assert "hidden" not in str(bar.content)
         await pilot.resize_terminal(80, 24)
         await until(pilot, lambda: "hidden" in str(bar.content), "the bar says the column hides")

@@ -733,6 +733,11 @@ class JobTable(DataTable[Any]):
     def _label(self, column: ColumnSpec) -> Text:
         label = column.label
         if column.key == self._sort_key:
+            # The arrow is what says the order: a label too long for its column is cut
+            # before it, not the arrow after it ("STARTED…" hid it).
+            room = self._width(column) - 2
+            if len(label) > room:
+                label = label[: max(1, room - 1)] + "…"
             label += " ▼" if self._sort_reverse else " ▲"
         return Text(label, justify=column.justify, no_wrap=True, overflow="ellipsis")
 
