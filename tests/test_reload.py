@@ -331,6 +331,36 @@ async def test_a_domain_renamed_while_no_engine_ran_keeps_its_running_jobs_held(
     await second.cancel(running.id)
 
 
+async def test_a_gpu_left_without_a_domain_across_a_restart_keeps_its_running_job_held(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # The GPU's domain removed while no engine ran: the restored job held nothing, so when
+    # an edit gave the GPU a domain again it came back empty and a second job started on
+    # the 1-slot GPU (and the first's memory read as unregistered).
+    unmanaged = BASE + "auto_domains = false\n"
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await engine.config_reload.stop()
+    running = await engine.submit({"command": ["sleep", "600"], "domain": "b", "vram_gb": 20})
+    assert running.status is JobStatus.RUNNING
+    await engine.stop()
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n")
+    second = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await second.config_reload.stop()
+    assert (await second.get(running.id)).status is JobStatus.RUNNING
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.c]\ngpu = 1\n")
+    result = await second.config_reload.reload()
+    assert result["applied"] is True and "GPU 1: domain b -> c" in result["changes"]
+    assert set(second.scheduler.domains["c"].holdings) == {running.id}
+    waiting = await second.submit({"command": ["true"], "domain": "c"})
+    assert waiting.status is JobStatus.QUEUED  # its one slot is the running job's
+    assert (await second.get(running.id)).domains == ["c"]
+    await second.cancel(running.id)
+    assert (await second.wait(waiting.id, timeout=20)).status is JobStatus.COMPLETED
+    assert not second.scheduler.retired  # (nothing runs there any more)
+
+
 async def test_a_drained_gpu_stays_drained_under_its_new_name_across_restarts(
     make_engine: EngineFactory, paths: Paths
 ) -> None:

@@ -472,7 +472,7 @@ class Adopter:
         assert job.pid is not None
         self._book.roots.add(job.pid, job.id, job.start_ticks)
         domains = self._scheduler.domains
-        if retake_holds(act, domains):
+        if retake_holds(act, domains, self._scheduler.retired):
             self._book.save(act)  # (its domains' new names)
         if job.stop_reason is not None:
             # Being stopped when the engine stopped: go on, keeping the stored deadline.

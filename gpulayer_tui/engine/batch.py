@@ -475,7 +475,7 @@ class BatchRunner:
         if found is None and job.pid is not None:
             self._reattach_legacy(act)
             return
-        if retake_holds(act, domains):
+        if retake_holds(act, domains, self._scheduler.retired):
             self._book.save(act)  # (its domains' new names)
         if isinstance(found, Started):
             self._started(job.id, found)
@@ -508,7 +508,7 @@ class BatchRunner:
             return
         self._book.roots.add(job.pid, job.id, job.start_ticks)
         domains = self._scheduler.domains
-        if retake_holds(act, domains):
+        if retake_holds(act, domains, self._scheduler.retired):
             self._book.save(act)  # (its domains' new names)
         if act.spec is not None and act.spec.timeout is not None and job.started_at:
             self._arm_timeout(act, act.spec.timeout - (time.time() - job.started_at))

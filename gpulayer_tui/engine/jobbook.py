@@ -24,13 +24,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .domain import Domain
 from .errors import WriteDeferred
 from .models import Event, EventKind, Job, JobKind, JobStatus, TerminationReason, check_transition
 
 LOG_CUT = "log cut: "  # how a job's message starts while it says its log was cut
 
 if TYPE_CHECKING:
-    from .domain import Domain
     from .events import EventBus
     from .scheduler import Request
     from .spec import JobSpec
@@ -132,12 +132,17 @@ def take_holds(act: ActiveJob, domains: list[Domain]) -> None:
     act.holds = list(domains)
 
 
-def retake_holds(act: ActiveJob, domains: Mapping[str, Domain]) -> bool:
+def retake_holds(
+    act: ActiveJob, domains: Mapping[str, Domain], retired: dict[int, Domain] | None = None
+) -> bool:
     """A restored running job takes back the slots of the domains it runs on.
 
     By name, or by its GPU where the config renamed that GPU's domain while no engine
     ran: matched by name alone, it held nothing, and a second job was started on its
-    GPU. A GPU job's names and GPU indices are recorded side by side (``assign``).
+    GPU. A GPU job's names and GPU indices are recorded side by side (``assign``). On a
+    GPU the config gives no domain now, it holds its old domain, kept in ``retired`` (by
+    GPU index): a later edit that gives the GPU a domain hands that one the holdings
+    (without, the GPU came back empty and a second job started on top).
 
     Returns:
         Whether its domains were renamed (its row is to be saved).
@@ -159,7 +164,15 @@ def retake_holds(act: ActiveJob, domains: Mapping[str, Domain]) -> bool:
             job.message = f"running on {', '.join(job.domains)}"
         for replica in job.replicas:
             replica.domains = [renamed.get(n, n) for n in replica.domains]
-    take_holds(act, [domains[name] for name in job.domains if name in domains])
+    holds = [domains[name] for name in job.domains if name in domains]
+    if retired is not None and job.gpus and len(job.gpus) == len(job.domains):
+        named = {d.gpu_index for d in domains.values()}
+        for name, index in zip(job.domains, job.gpus, strict=True):
+            if index not in named and name not in domains:
+                if index not in retired:
+                    retired[index] = Domain(name, index, None, 1)
+                holds.append(retired[index])
+    take_holds(act, holds)
     return bool(renamed)
 
 

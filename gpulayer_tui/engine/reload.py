@@ -130,8 +130,6 @@ class ConfigReloader:
         self._current = current
         self._apply_config = apply
         self._task: asyncio.Task[None] | None = None
-        # GPUs whose domain an edit removed while jobs ran there (see rebuild_domains).
-        self._retired: dict[int, Domain] = {}
 
     def start(self) -> None:
         """Follow the config file (its directory must exist; otherwise nothing to watch)."""
@@ -252,7 +250,7 @@ class ConfigReloader:
         ]
         self._apply_config(config)
         fresh, moved, domain_changes = rebuild_domains(
-            self._scheduler.domains, plans, self._retired
+            self._scheduler.domains, plans, self._scheduler.retired
         )
         for previous, dom in moved:
             self._rehome(previous, dom)

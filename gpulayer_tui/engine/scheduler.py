@@ -79,6 +79,10 @@ class Scheduler:
 
     def __init__(self, domains: dict[str, Domain] | None = None) -> None:
         self._domains: dict[str, Domain] = dict(domains or {})
+        # GPUs with no domain in the config while jobs still run there, by GPU index: the
+        # domain they ran on, holding those jobs, so a later edit that gives the GPU a
+        # domain again hands it their holdings (see reload.rebuild_domains).
+        self.retired: dict[int, Domain] = {}
         self._capacity = Capacity.UNKNOWN
         self._capacity_message = "no GPU sample yet"
 

@@ -605,7 +605,7 @@ class ServiceRunner:
         job = act.job
         domains = self._scheduler.domains
         summary = job.message == service_summary(job)
-        if retake_holds(act, domains):
+        if retake_holds(act, domains, self._scheduler.retired):
             if summary:  # ("1/1 up on OLD" ever after)
                 job.message = service_summary(job)
             self._book.save(act)  # (its domains' new names)
