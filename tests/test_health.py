@@ -71,6 +71,8 @@ async def test_lost_gpu_quarantines_only_its_domain(
     released = await engine.domain_ops.release("gpu1")
     assert released["state"] == "in_service"
     assert engine.domain_ops.readiness() == (True, "every domain is ready")
+    # the running job's warning is past (it stayed for good)
+    assert (await engine.get(on_gpu1.id)).message == "running on gpu1"
     await engine.cancel(on_gpu1.id)
     assert (await engine.wait(waiting.id, timeout=10)).status is JobStatus.COMPLETED
     events = [

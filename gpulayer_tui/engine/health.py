@@ -144,6 +144,15 @@ class DomainOps:
                     continue  # placed again by its runner (a quarantine listener)
                 warning = f"running on {', '.join(act.job.domains)}; warning: domain "
                 self._book.set_reason(act, f"{warning}{dom.name} quarantined: {dom.state_reason}")
+        elif dom.state is DomainState.IN_SERVICE:
+            # Released: the warning above is past (it stayed, after restarts too).
+            for job_id in sorted(dom.holdings):
+                act = self._book.get(job_id)
+                if act is None or act.job.status is not JobStatus.RUNNING:
+                    continue
+                running = f"running on {', '.join(act.job.domains)}"
+                if act.job.message.startswith(f"{running}; warning: domain {dom.name} "):
+                    self._book.set_reason(act, running)
         self._queue.schedule_soon()
 
     def job_ended_on(self, job: Job, domains: list[Domain]) -> None:
