@@ -507,7 +507,7 @@ async def test_background_children_do_not_outlive_their_job(
         ({"command": ["/usr/bin/env", "python3", "-m", "http.server", "8000"]}, "http.server"),
         ({"command": ["nohup", "/usr/bin/python3", "x.py"]}, "python3"),
         ({"command": ["A=1"]}, "A=1"),
-        ({"shell": "   "}, "shell"),
+        ({"shell": "  exec  "}, "shell"),
         ({"command": ["/usr/bin/python3", "x.py"]}, "python3"),
         ({"command": ["./a\x1b[2Jb"]}, "a\\x1b[2Jb"),
     ],

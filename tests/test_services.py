@@ -512,7 +512,8 @@ def test_cli_service_flags_and_spec_files(served: Served, tmp_path: Any) -> None
     )
     out = served.cli("submit", "--spec", str(spec), "--json")
     assert out.returncode == 0, out.stderr
-    (job,) = json.loads(out.stdout)
+    (row,) = json.loads(out.stdout)  # (a row, as `jobs --json`; the whole job below)
+    job = json.loads(served.cli("status", str(row["id"]), "--json").stdout)["job"]
     assert job["kind"] == "service" and job["spec"]["cwd"] == str(tmp_path)
     assert job["spec"]["env"]["GREETING"] == "hi" and "PATH" in job["spec"]["env"]
     batch = tmp_path / "batch.json"

@@ -717,12 +717,12 @@ async def test_jobs_cleaned_from_the_history_leave_an_attached_tui(ui_app: Any) 
         app.open_job(ended[1]["id"])
         await until(pilot, lambda: isinstance(app.screen, JobDetailScreen))
         assert (await engine.retention.clean(None, keep=0))["jobs"] == 2
+        said = f"job {ended[1]['id']} was removed from the history"
+        await until(pilot, lambda: any(n.message == said for n in app._notifications), said)
         await until(pilot, lambda: not isinstance(app.screen, JobDetailScreen), "closed")
         assert not any(j["id"] in app.job_store.jobs for j in ended)
         assert kept["id"] in app.job_store.jobs
         assert app.job_store.summary()["failed_today"] == 0
-        said = [n.message for n in app._notifications]
-        assert f"job {ended[1]['id']} was removed from the history" in said
         await pilot.press("2")
         table = await until(pilot, lambda: app.screen.query_one(JobTable))
         await until(pilot, lambda: table.row_count == 1, "only the running job listed")

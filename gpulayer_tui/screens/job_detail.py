@@ -359,7 +359,7 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
         can be acted on any more ("no job N" answered every action). Closed once it is
         the screen shown (one under a dialog, or in another mode, waits until then)."""
         if self.app.screen is self:
-            self.app.notify(f"job {self.job_id} was removed from the history", timeout=5)
+            self.app.notify(f"job {self.job_id} was removed from the history", timeout=8)
             self.dismiss()
 
     def _jobs_changed(self, _version: int) -> None:
