@@ -320,6 +320,38 @@ async def test_doctor_checks_name_quarantine_and_a_clock_gone_backwards(
     )
 
 
+async def test_a_job_only_one_gpu_can_hold_waits_for_that_gpu_and_doctor_says_so(
+    make_engine: EngineFactory,
+) -> None:
+    # A 100 GiB job beside an H200 and an L4: its reason blamed "all 2 GPU slots busy"
+    # (the L4 never could take it); with the H200 lost it said "GPU capacity unknown",
+    # and doctor called every queued job placeable.
+    from gpulayer_tui.engine.simulate import SimLedger
+
+    engine = await make_engine("1xH200-141GB,1xL4-24GB")
+    on_h200 = await engine.submit({"command": ["sleep", "600"], "domain": "gpu0"})
+    on_l4 = await engine.submit({"command": ["sleep", "600"], "domain": "gpu1"})
+    big = await engine.submit({"command": ["sleep", "600"], "gpus": 1, "vram_gb": 100})
+    assert big.status is JobStatus.QUEUED
+    assert big.message == f"waiting for gpu0: slot held by job {on_h200.id}"
+    SimLedger(engine.paths.state_dir).set_gpu(0, lost=True, error="GPU is lost: off the bus")
+    await engine.sampler.sample_once()
+    await eventually(
+        lambda: (
+            engine.book.get(big.id).job.message
+            == "waiting for domain gpu0 quarantined: GPU is lost: off the bus"
+        )
+    )
+    checks = {c["check"]: c for c in await engine.domain_ops.doctor_checks()}
+    assert checks["queued jobs"] == {
+        "check": "queued jobs",
+        "status": "fail",
+        "detail": f"1 queued job(s) can only run on domains out of service: {big.id}",
+    }
+    for job in (big, on_h200, on_l4):
+        await engine.cancel(job.id)
+
+
 def test_doctor_sees_a_lock_without_a_socket_and_low_disk(
     served: Served, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -102,6 +102,10 @@ class Domain:
         self._exclusive_held = False
         self._slots_held = 0
         self.reading: GpuReading | None = None
+        # The GPU's memory as last read well: a GPU does not shrink when it stops
+        # answering (lost, quarantined), and a job waiting for it stays a job waiting for
+        # it, not one whose "GPU capacity" became unknown.
+        self.size_seen: int | None = None
         self.account: VramAccount | None = None
         self._owners: dict[int, int | None] = {}
         self._info: dict[int, ProcessInfo] = {}
@@ -130,10 +134,12 @@ class Domain:
 
     @property
     def capacity_bytes(self) -> int | None:
-        """Total memory of the GPU, ``None`` until a good sample arrived."""
-        if self.reading is None or self.reading.lost:
-            return None
-        return self.reading.memory_total
+        """Total memory of the GPU (as last read well), ``None`` until a good sample
+        arrived."""
+        reading = self.reading
+        if reading is None or reading.lost or reading.memory_total is None:
+            return self.size_seen
+        return reading.memory_total
 
     def observe(
         self,
@@ -263,6 +269,7 @@ class Domain:
         self._count_slots()
         previous._count_slots()
         self.reading, self.account = previous.reading, previous.account
+        self.size_seen = previous.size_seen
         self._owners, self._info = previous._owners, previous._info
         self.state, self.state_reason = previous.state, previous.state_reason
         self.health, self.failures = previous.health, previous.failures
@@ -316,6 +323,8 @@ class Domain:
             info: Owner and command of foreign pids, for queued reasons and the UI.
         """
         self.reading = reading
+        if not reading.lost and reading.memory_total is not None:
+            self.size_seen = reading.memory_total
         self._owners = owners
         self._info = info
         self._recount()

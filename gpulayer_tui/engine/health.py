@@ -293,7 +293,13 @@ class DomainOps:
                 candidates = self._scheduler.gpu_domains
             else:
                 candidates = [domains["cpu"]]
-            usable = [d for d in candidates if d.state is DomainState.IN_SERVICE]
+            # (In service and large enough: a 100 GiB job waits for the H200 out of
+            # service, not for the 24 GiB L4 beside it.)
+            usable = [
+                d
+                for d in candidates
+                if d.state is DomainState.IN_SERVICE and self._scheduler.could_hold(d, request)
+            ]
             if len(usable) < max(1, request.gpus):
                 stuck.append(job_id)
         closed = self._gate()

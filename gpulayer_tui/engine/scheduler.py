@@ -225,6 +225,13 @@ class Scheduler:
             return self.gpu_domains
         return [self.domains[p] for p in req.pins if p in self.domains]
 
+    @staticmethod
+    def could_hold(dom: Domain, req: Request) -> bool:
+        """Whether ``dom``'s GPU is large enough for ``req``'s memory per GPU (or its size
+        is not known: then it may be)."""
+        size = dom.capacity_bytes
+        return req.vram_bytes is None or size is None or size >= req.vram_bytes
+
     def capacity_verdict(self, req: Request) -> Verdict:
         """Decide whether ``req`` fits this machine at all (ignoring current use)."""
         verdict = self._capacity_verdict(req)
@@ -321,6 +328,10 @@ class Scheduler:
             why = cpu.blocker(None, req.exclusive, req.cpu_slots)
             return [cpu] if why is None else why
         candidates = self.candidates(req)
+        # A GPU too small for it is never waited for: the reason names only those that
+        # could take it ("gpu1 busy" about an L4 for a 100 GiB job told nothing true).
+        large = [d for d in candidates if self.could_hold(d, req)]
+        candidates = large or candidates
         if avoid:
             candidates = [d for d in candidates if d.name not in avoid]
         fitting: list[Domain] = []
