@@ -375,7 +375,8 @@ async def test_exclusive_waits_for_an_empty_domain(make_engine: EngineFactory) -
     bench = await engine.submit({"command": ["true"], "gpus": 1, "exclusive": True})
     assert bench.status is JobStatus.QUEUED
     assert (
-        bench.message == f"waiting for shared is not empty (exclusive job): job {first.id} running"
+        bench.message
+        == f"waiting for shared: job {first.id} running (an exclusive job needs it empty)"
     )
     await engine.cancel(first.id)
     assert (await engine.wait(bench.id, timeout=10)).status is JobStatus.COMPLETED

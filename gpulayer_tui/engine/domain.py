@@ -399,8 +399,10 @@ class Domain:
             suffix = f": {self.state_reason}" if self.state_reason else ""
             return f"domain {self.name} draining{suffix}"
         if exclusive and self.holdings:
-            jobs = ", ".join(str(j) for j in sorted(self.holdings))
-            return f"{self.name} is not empty (exclusive job): job {jobs} running"
+            held = sorted(self.holdings)
+            jobs = f"job{'s' if len(held) > 1 else ''} {', '.join(map(str, held))}"
+            # ("waiting for h200 is not empty (exclusive job): job 8 running" read garbled)
+            return f"{self.name}: {jobs} running (an exclusive job needs it empty)"
         if slots > 1 and 0 < self.free_slots < slots:
             return f"needs {slots} {self.name} slots, {self.free_slots} free"
         if self.free_slots < 1:

@@ -195,7 +195,7 @@ class Reservation:
     def when(self, now: float) -> str:
         """``from ~14:05`` or ``until they free up`` (``now``: the queue's clock)."""
         if self.start is None:
-            return "until they free up"
+            return "until it frees up" if len(self.domains) == 1 else "until they free up"
         if self.start <= now:
             return "now"
         return "from ~" + time.strftime("%H:%M", time.localtime(self.start))
