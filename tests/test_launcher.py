@@ -169,6 +169,33 @@ async def test_losing_the_whole_launcher_loses_exit_codes_but_never_a_job(
     assert done.status is JobStatus.FAILED
     assert done.termination_reason is TerminationReason.ENGINE_LOST
     assert done.exit_code is None
+    # Ended at once, as init's child: the new spawner no longer waits 10 s for a word from
+    # its keeper (never the job's parent), its slot held by a job that had ended.
+    said = (engine.paths.state_dir / "launcher.log").read_text()
+    assert f"{job.id} (pid {job.pid}) ended as init's child: exit status unknown" in said
+    assert "ended unseen" not in said
+
+
+async def test_a_job_that_ended_while_no_launcher_ran_is_ended_at_once(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Engine, keeper and spawner all gone while the job ran; it ended meanwhile (init
+    # reaped it). The next launcher's spawner waited 10 s for its keeper to tell a code
+    # the keeper never had, the job "running" all along, its slot held.
+    engine = await make_engine()
+    gate, job = await _gated(engine, tmp_path, exit_code=5)
+    keeper = _launcher(engine.paths.state_dir, "keeper")
+    spawner = _launcher(engine.paths.state_dir, "spawner")
+    await engine.stop()
+    keeper.kill()
+    spawner.kill()
+    gate.touch()
+    await eventually(lambda: pid_gone(job.pid or 0))
+    second = await make_engine()
+    done = await second.wait(job.id, timeout=15)
+    assert done.termination_reason is TerminationReason.ENGINE_LOST
+    said = (engine.paths.state_dir / "launcher.log").read_text()
+    assert f"{job.id} (pid {job.pid}) ended as init's child: exit status unknown" in said
 
 
 def _all(state_dir: Path, role: str) -> list[psutil.Process]:

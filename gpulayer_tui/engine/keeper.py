@@ -128,6 +128,7 @@ class Keeper:
         self.pending: list[bytes] = []  # lines for the next spawner
         self.pipe: int | None = None
         self.spawner = 0
+        self.spawners = 0  # started so far (the first is told: see Spawner's ``first``)
         # Reaped children the journal did not name: pid, start ticks, code, led a session.
         self.unknown: list[tuple[int, int, int, bool]] = []
         # Exits of jobs reaped here, told to a spawner: told again to the next one until the
@@ -159,7 +160,9 @@ class Keeper:
             self.state_dir,
             "--idle",
             str(self.idle),
+            *(["--first"] if self.spawners == 0 else []),
         ]
+        self.spawners += 1
         self.spawner = os.posix_spawn(
             sys.executable, args, os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, read, KEEPER_FD)]
         )

@@ -182,6 +182,7 @@ class Task:
     __slots__ = (
         "child",
         "dead_at",
+        "ended_unseen",
         "key",
         "kill_at",
         "log_every",
@@ -200,6 +201,9 @@ class Task:
         self.ticks = ticks
         self.pidfd = pidfd  # -1 once it is known to have ended
         self.child = child  # ours to reap; False: the keeper's (found again after a crash)
+        # Nobody of ours is its parent (found again by a new keeper's first spawner after
+        # both launcher processes died: init reaps it): its exit status is never known.
+        self.ended_unseen = False
         self.kill_at: float | None = None
         self.dead_at: float | None = None  # ended, its code not known yet (keeper's word)
         self.log_fd = -1  # ours, to cut the log back when it grows past max_log
@@ -216,10 +220,16 @@ class Spawner:
         state_dir: The engine's state dir (socket, journal, logs live there).
         idle_timeout: Exit after this many seconds with no engine and nothing running.
         keeper_fd: The keeper's pipe (``None`` when run without a keeper, in tests).
+        first: The keeper's first spawner: the jobs an earlier launcher left running are
+            not that keeper's children (both launcher processes died), so none of their
+            exit statuses will come through its pipe.
     """
 
-    def __init__(self, state_dir: str, idle_timeout: float, keeper_fd: int | None) -> None:
+    def __init__(
+        self, state_dir: str, idle_timeout: float, keeper_fd: int | None, first: bool = False
+    ) -> None:
         self.state_dir = state_dir
+        self.first = first
         st = os.stat(state_dir)
         self.own_dir = (st.st_dev, st.st_ino)  # the folder it serves, whatever its path
         self.idle_timeout = idle_timeout
@@ -284,6 +294,7 @@ class Spawner:
             if pidfd is not None and procstat.is_alive(entry.pid, entry.ticks):
                 task = Task(key, entry.pid, entry.ticks or 0, pidfd, child=False)
                 task.kill_at = entry.kill_at
+                task.ended_unseen = self.first
                 self._watch(task)
                 continue
             if pidfd is not None:
@@ -292,10 +303,17 @@ class Spawner:
             # through the pipe; _tick() gives up waiting after KEEPER_WAIT_S.
             task = Task(key, entry.pid, entry.ticks or 0, -1, child=False)
             task.dead_at = time.monotonic()
+            task.ended_unseen = self.first
             self.tasks[key] = task
-        ended = sum(1 for task in self.tasks.values() if task.dead_at is not None)
+        unseen = [task for task in self.tasks.values() if task.dead_at is not None]
         if self.tasks:
-            _say(f"took over {len(self.tasks)} running jobs ({ended} ended meanwhile)")
+            _say(f"took over {len(self.tasks)} running jobs ({len(unseen)} ended meanwhile)")
+        if self.first:
+            # No keeper of ours reaped them: waiting KEEPER_WAIT_S for their codes only kept
+            # ended jobs "running", holding their slots (CI's crash test: 45 s of it).
+            for task in unseen:
+                _say(f"{task.key} (pid {task.pid}) ended as init's child: exit status unknown")
+                self._ended(task, None)
         self.journal.compact(self.entries)
 
     # -- the loop -----------------------------------------------------------------------------
@@ -659,7 +677,10 @@ class Spawner:
         if not task.child:
             # Found again after a crash: the keeper is its parent and tells us its code.
             task.dead_at = time.monotonic()
-            if task.key in self.keeper_exits:
+            if task.ended_unseen:
+                _say(f"{task.key} (pid {task.pid}) ended as init's child: exit status unknown")
+                self._ended(task, None)  # (no keeper of ours reaped it: no one will tell)
+            elif task.key in self.keeper_exits:
                 self._ended(task, self.keeper_exits.pop(task.key))
             return
         # Whatever is left in its process group would run on untracked, holding memory
@@ -830,9 +851,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpulayer-tui launcher (spawner)")
     parser.add_argument("state_dir")
     parser.add_argument("--idle", type=float, default=60.0, help="exit after idle seconds")
+    parser.add_argument("--first", action="store_true", help="the keeper's first spawner")
     args = parser.parse_args(argv)
     keeper_fd = KEEPER_FD if _fd_open(KEEPER_FD) else None
-    return Spawner(os.path.abspath(args.state_dir), args.idle, keeper_fd).run()
+    return Spawner(os.path.abspath(args.state_dir), args.idle, keeper_fd, args.first).run()
 
 
 def _fd_open(fd: int) -> bool:
