@@ -150,6 +150,12 @@ async def test_a_domain_removed_while_it_holds_a_job_lets_the_job_finish(
     assert ended.status is JobStatus.CANCELLED
     after = await engine.submit({"command": ["true"]})  # and the engine carries on
     assert (await engine.wait(after.id, timeout=10)).status is JobStatus.COMPLETED
+    # No GPU domain left: a GPU job is told the config's share, not "this machine has 0".
+    two = await engine.submit({"command": ["true"], "gpus": 2})
+    assert (
+        two.message
+        == "requested 2 GPUs, but 0 of this machine's 2 GPUs have a domain in the config"
+    )
 
 
 async def test_a_gpu_given_a_domain_again_keeps_the_job_still_running_there(

@@ -85,6 +85,7 @@ class Scheduler:
         self.retired: dict[int, Domain] = {}
         self._capacity = Capacity.UNKNOWN
         self._capacity_message = "no GPU sample yet"
+        self._gpus_seen = 0  # GPUs in the last good sample (more than domains: some unused)
 
     @property
     def domains(self) -> dict[str, Domain]:
@@ -140,6 +141,7 @@ class Scheduler:
         """
         if result.status is ProbeStatus.OK:
             self._capacity = Capacity.KNOWN if result.gpus else Capacity.NO_GPUS
+            self._gpus_seen = len(result.gpus)
             self._capacity_message = "" if result.gpus else "the GPU driver reports no devices"
             by_index = {g.index: g for g in result.gpus}
             for dom in self.gpu_domains:
@@ -259,10 +261,14 @@ class Scheduler:
             )
         all_gpu = self.gpu_domains
         if req.gpus > len(all_gpu) and self.capacity is Capacity.KNOWN:
-            return Verdict(
-                False,
-                f"requested {plural(req.gpus, 'GPU')}, but this machine has {len(all_gpu)}",
-            )
+            has = f"this machine has {len(all_gpu)}"
+            if self._gpus_seen > len(all_gpu):  # ("has 2" of a machine with 4 read false)
+                have = "has" if len(all_gpu) == 1 else "have"
+                has = (
+                    f"{len(all_gpu)} of this machine's {self._gpus_seen} GPUs {have} a "
+                    "domain in the config"
+                )
+            return Verdict(False, f"requested {plural(req.gpus, 'GPU')}, but {has}")
         gone = [p for p in req.pins if p not in self.domains]
         if gone:
             return Verdict(False, f"unknown domain {', '.join(map(repr, gone))}")
