@@ -56,7 +56,7 @@ Example ``config.toml``::
     [simulate]              # --simulate only: jobs on simulated GPUs look busy
     utilization = 70        # % each job adds to its GPU ...
     jitter = 15             # ... moved by up to 15 points a tick (seeded, repeatable)
-    memory_fraction = 0.9   # of a job's vram_gb it holds (memory_gb when it declared none)
+    memory_fraction = 1.0   # of a job's vram_gb it holds (memory_gb when it declared none)
 
 GPUs that no ``[domains.*]`` table names become ``gpu<index>`` domains with one slot,
 unless ``engine.auto_domains = false``.
