@@ -352,6 +352,19 @@ async def test_a_job_only_one_gpu_can_hold_waits_for_that_gpu_and_doctor_says_so
         await engine.cancel(job.id)
 
 
+async def test_a_gpu_reported_lost_without_words_is_called_lost(
+    make_engine: EngineFactory,
+) -> None:
+    from gpulayer_tui.engine.simulate import SimLedger
+
+    engine = await make_engine("2xA100-80GB")
+    SimLedger(engine.paths.state_dir).set_gpu(1, lost=True)
+    await engine.sampler.sample_once()
+    gpu1 = engine.scheduler.domains["gpu1"]
+    assert gpu1.state.value == "quarantined"
+    assert gpu1.state_reason == "GPU is lost"  # (it said "read failed")
+
+
 def test_doctor_sees_a_lock_without_a_socket_and_low_disk(
     served: Served, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

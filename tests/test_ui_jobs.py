@@ -810,6 +810,24 @@ def test_a_timeline_says_loading_until_its_first_answer() -> None:
     assert str(timeline.render()) == "no events yet"
 
 
+def test_a_job_waiting_again_shows_no_runtime() -> None:
+    # A preempted job requeued, or a service being placed again, kept its last start:
+    # its runtime went on counting in the table, the detail and the CLI while it waited.
+    from gpulayer_tui.cli.format import format_jobs
+    from gpulayer_tui.widgets.job_columns import runtime_seconds
+
+    row: Any = {
+        "id": 7, "name": "svc", "kind": "service", "status": "queued", "termination_reason": None,
+        "exit_code": None, "message": "waiting for a GPU", "domains": [], "gpus": [],
+        "pid": None, "started_at": FIXED_NOW - 600, "ended_at": None, "spec": {}, "owner_uid": 0,
+    }  # fmt: skip
+    assert runtime_seconds(row, FIXED_NOW) is None
+    assert "10m" not in format_jobs([row], FIXED_NOW)
+    running = {**row, "status": "running"}
+    assert runtime_seconds(running, FIXED_NOW) == 600
+    assert "10m" in format_jobs([running], FIXED_NOW)
+
+
 def test_failed_today_counts_runs_not_refused_submissions() -> None:
     store = JobStore()
     now = FIXED_NOW

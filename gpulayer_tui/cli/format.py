@@ -42,8 +42,8 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 
 def _runtime(job: JobRowJSON, now: float) -> str:
     started = job.get("started_at")
-    if not started:
-        return ""
+    if not started or job.get("status") in ("queued", "pending"):
+        return ""  # (a job waiting again: its last start is no run now)
     return duration((job.get("ended_at") or now) - started)
 
 

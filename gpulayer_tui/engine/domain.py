@@ -166,7 +166,8 @@ class Domain:
         if reading is None:
             failed, lost, error = True, False, "GPU missing from the driver's device list"
         else:
-            failed, lost, error = reading.failed, reading.lost, reading.error or "read failed"
+            failed, lost = reading.failed, reading.lost
+            error = reading.error or ("GPU is lost" if lost else "read failed")
         if not failed and not lost:
             self.failures = 0
             # Good reads clear a degradation from failed reads, not one from jobs dying of

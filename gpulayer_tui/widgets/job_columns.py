@@ -170,9 +170,10 @@ def use_texts(job: JobRowJSON) -> tuple[str, str, str]:
 
 
 def runtime_seconds(job: JobRowJSON, now: float) -> float | None:
-    """Seconds from start to end (or to ``now`` while it runs); None if it never started."""
+    """Seconds from start to end (or to ``now`` while it runs); None if it never started,
+    or waits again (requeued, a service placed again: its last start is not a run now)."""
     started = job.get("started_at")
-    if not started:
+    if not started or job.get("status") in ("queued", "pending"):
         return None
     return max(0.0, float(job.get("ended_at") or now) - float(started))
 
