@@ -136,6 +136,11 @@ def test_gpus_shows_unregistered_vram_from_the_ledger(served: Served, sleeper: i
     human = served.cli("gpus").stdout
     assert "Simulated L4" in human and "unregistered VRAM: 20.0 GiB" in human
     assert str(sleeper) in human
+    # A GPU whose reads fail shows its last good read's figures as such (they read live).
+    SimLedger(served.home).set_gpu(1, failed=True, error="read timed out")
+    wait_for(lambda: "reads failed: read timed out" in served.cli("gpus").stdout)
+    row = next(line for line in served.cli("gpus").stdout.splitlines() if line.startswith("gpu1"))
+    assert "%?" in row and "C?" in row
 
 
 def test_bad_input_is_refused_and_changes_nothing(served: Served) -> None:

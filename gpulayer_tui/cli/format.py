@@ -190,6 +190,12 @@ def format_gpus(data: dict[str, Any]) -> str:
         gpu, vram = dom.get("gpu"), dom.get("vram")
         util = "" if not gpu or gpu["utilization"] is None else f"{gpu['utilization']}%"
         temp = "" if not gpu or gpu["temperature"] is None else f"{gpu['temperature']}C"
+        stale = ""
+        if dom.get("failures") and gpu:
+            # Its last reads failed: the figures are the last good read's, not the GPU's
+            # now (they read as live).
+            util, temp = (f"{util}?" if util else ""), (f"{temp}?" if temp else "")
+            stale = f" (last {dom['failures']} reads failed: {dom.get('last_error') or '?'})"
         rows.append(
             [
                 dom["name"],
@@ -203,7 +209,7 @@ def format_gpus(data: dict[str, Any]) -> str:
                 "" if not vram else gib(vram["unregistered"]),
                 "" if not vram else gib(vram["unattributed"]),
                 "" if not vram else gib(vram["free"]),
-                dom["state"] + (f" ({gpu['error']})" if gpu and gpu.get("error") else ""),
+                dom["state"] + (f" ({gpu['error']})" if gpu and gpu.get("error") else "") + stale,
             ]
         )
         for proc in dom["processes"]:
