@@ -382,6 +382,21 @@ async def test_exclusive_waits_for_an_empty_domain(make_engine: EngineFactory) -
     assert (await engine.wait(bench.id, timeout=10)).status is JobStatus.COMPLETED
 
 
+async def test_a_job_pinned_to_a_reserved_domain_and_a_free_one_waits(
+    make_engine: EngineFactory,
+) -> None:
+    # Its placement around the reservation left one domain, free, and no blocker: the
+    # reason's text ended the submission with an IndexError.
+    engine = await make_engine("2xA100-80GB")
+    running = await engine.submit({"command": ["sleep", "600"], "domain": "gpu1"})
+    ahead = await engine.submit({"command": ["true"], "domain": "gpu1"})  # (gpu1 reserved)
+    both = await engine.submit({"command": ["true"], "gpus": 2, "domain": ["gpu0", "gpu1"]})
+    assert both.status is JobStatus.QUEUED
+    await engine.cancel(running.id)
+    assert (await engine.wait(ahead.id, timeout=10)).status is JobStatus.COMPLETED
+    assert (await engine.wait(both.id, timeout=10)).status is JobStatus.COMPLETED
+
+
 async def test_invalid_specs_change_nothing(make_engine: EngineFactory) -> None:
     engine = await make_engine()
     bad = [

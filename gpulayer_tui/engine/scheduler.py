@@ -370,7 +370,10 @@ class Scheduler:
     ) -> str:
         if not candidates:
             return f"GPU capacity unknown: {self.capacity_message}"
-        if len(candidates) == 1:
+        if len(candidates) == 1 and blocked:
+            # (None blocked: the others were left out as reserved for a job ahead; a
+            # 2-GPU job pinned to two domains, one of them reserved, ended the submission
+            # with an IndexError here)
             return f"waiting for {blocked[0][1]}"
         # Domains that are only busy are named, not their jobs: with many domains a text
         # naming jobs changes with every job end, and each change rewrites the row of
@@ -387,4 +390,5 @@ class Scheduler:
         details = "; ".join(([f"{', '.join(busy)} busy"] if busy else []) + others)
         if req.gpus == 1:
             return f"waiting for a GPU: {details}"
-        return f"needs {plural(req.gpus, 'GPU')}, {len(fitting)} available now; {details}"
+        needs = f"needs {plural(req.gpus, 'GPU')}, {len(fitting)} available now"
+        return f"{needs}; {details}" if details else needs
