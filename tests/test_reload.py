@@ -57,7 +57,7 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
     await engine.cancel(second.id)
 
 
-async def test_renaming_a_gpu_domain_keeps_running_jobs_and_fails_orphaned_pins(
+async def test_renaming_a_gpu_domain_keeps_running_jobs_and_moves_waiting_pins_with_it(
     make_engine: EngineFactory, paths: Paths
 ) -> None:
     paths.state_dir.mkdir(parents=True)
@@ -76,13 +76,28 @@ async def test_renaming_a_gpu_domain_keeps_running_jobs_and_fails_orphaned_pins(
     live = await engine.get(running.id)
     assert live.status is JobStatus.RUNNING and live.domains == ["train"]
     assert live.message == "running on train"  # (it said "running on gpu1" ever after)
-    failed = await engine.wait(pinned.id, timeout=10)
-    assert failed.termination_reason is TerminationReason.OVER_CAPACITY
-    assert "can no longer run after a configuration change: domain: unknown domain 'gpu1'" in (
-        failed.message
+    # The job waiting for gpu1 waits for the same GPU under its new name (it failed "can
+    # no longer run": a rename lost every job queued for the GPU); stored as an edit.
+    waiting = await engine.get(pinned.id)
+    assert waiting.status is JobStatus.QUEUED and waiting.spec["domain"] == "train"
+    edits = [e for e in await engine.events_of(pinned.id) if e["kind"] == "job.edited"]
+    assert edits[-1]["message"] == "edited: pinned domain renamed with its GPU (gpu1 -> train)"
+    with sqlite3.connect(paths.database) as db:
+        stored = db.execute("SELECT spec FROM jobs WHERE id = ?", (pinned.id,)).fetchone()[0]
+    assert json.loads(stored)["domain"] == "train"
+    # A pin to a domain removed with its GPU still fails, with the reason.
+    gone = await engine.submit({"command": ["true"], "domain": ["gpu0", "train"], "gpus": 2})
+    assert gone.status is JobStatus.QUEUED
+    paths.config_file.write_text(
+        BASE + "auto_domains = false\n[domains.train]\ngpu = 1\nslots = 1\n"
     )
+    assert (await engine.config_reload.reload())["applied"] is True
+    failed = await engine.wait(gone.id, timeout=10)
+    assert failed.termination_reason is TerminationReason.OVER_CAPACITY
+    assert "can no longer run after a configuration change" in failed.message
     await engine.cancel(running.id)
     await engine.wait(running.id, timeout=10)
+    assert (await engine.wait(pinned.id, timeout=10)).status is JobStatus.COMPLETED
     assert not set(train.holdings)  # released from the domain it now belongs to
 
 

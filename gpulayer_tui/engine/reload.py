@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Any
 from ..fields import printable
 from .config import Config, ConfigError, DomainPlan, load_config, plan_domains
 from .domain import Domain
+from .errors import SpecError
 from .jobbook import JobBook
-from .models import EventKind, JobKind
+from .models import EventKind, JobKind, JobStatus
 from .services import service_summary
+from .spec import parse_spec
 from .tasks import cancel_and_wait
 
 if TYPE_CHECKING:
@@ -255,10 +257,40 @@ class ConfigReloader:
         for previous, dom in moved:
             self._rehome(previous, dom)
         self._scheduler.replace_domains(fresh)
+        names = {plan.name for plan in plans}
+        self._follow_pins({old.name: new.name for old, new in moved if old.name not in names})
         self._queue.reresolve(self._scheduler.request_for)
         self._queue.recheck_capacity()
         self._queue.schedule_soon()
         return changes + domain_changes
+
+    def _follow_pins(self, renamed: dict[str, str]) -> None:
+        """Waiting jobs pinned to a domain the edit renamed (same GPU, a new name; the old
+        name gone) are pinned to the new name, as running jobs and the GPU's drain or
+        quarantine follow it; stored as an edit with a ``job.edited`` entry. (They failed
+        "can no longer run": a rename lost every job queued for that GPU.)"""
+        if not renamed:
+            return
+        for act in list(self._book):
+            if act.spec is None or act.job.status not in (JobStatus.PENDING, JobStatus.QUEUED):
+                continue
+            pins = act.spec.pinned_domains
+            if not set(pins) & renamed.keys():
+                continue
+            now = [renamed.get(pin, pin) for pin in pins]
+            try:
+                spec = parse_spec(
+                    {**act.job.spec, "domain": now[0] if isinstance(act.spec.domain, str) else now}
+                )
+                request = self._scheduler.request_for(spec)
+            except SpecError:
+                continue  # (it fails with the reason as it resolves again)
+            self._queue.edit(act, spec, request)
+            act.job.spec = spec.model_dump(mode="json", exclude_none=True)
+            self._store.save_edit(act.job)
+            said = ", ".join(f"{old} -> {renamed[old]}" for old in pins if old in renamed)
+            message = f"edited: pinned domain renamed with its GPU ({said})"
+            self._book.record(act, EventKind.EDITED, {"message": message})
 
     def _rehome(self, old: Domain, new: Domain) -> None:
         """Jobs (and their service replicas) on ``old`` now run on ``new``: same GPU."""
