@@ -143,6 +143,23 @@ def test_gpus_shows_unregistered_vram_from_the_ledger(served: Served, sleeper: i
     assert "%?" in row and "C?" in row
 
 
+def test_a_jobs_process_on_a_gpu_it_does_not_hold_is_listed_with_the_memory_it_holds(
+    served: Served,
+) -> None:
+    # Counted as unregistered on that GPU (no reservation there covers it), yet no row
+    # showed it: "unregistered VRAM: 7.0 GiB" and nothing under it.
+    served.start("--simulate", "2xA100-80GB")
+    job = json.loads(served.cli("submit", "--json", "--", "sleep", "600").stdout)
+    SimLedger(served.home).hold(1, job["pid"], 7.0)
+    wait_for(
+        lambda: json.loads(served.cli("gpus", "--json").stdout)["unregistered_total"] == 7 * 1024**3
+    )
+    human = served.cli("gpus").stdout
+    row = next(line for line in human.splitlines() if line.startswith(str(job["pid"])))
+    assert "gpu1" in row and "7.0" in row and f"job {job['id']}'s, outside its GPUs: sleep" in row
+    assert served.cli("cancel", str(job["id"])).returncode == 0
+
+
 def test_bad_input_is_refused_and_changes_nothing(served: Served) -> None:
     served.start("--simulate", "2xA100-80GB")
     assert served.cli("submit", "--", "true").returncode == 0

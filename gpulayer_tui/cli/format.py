@@ -212,15 +212,20 @@ def format_gpus(data: dict[str, Any]) -> str:
                 dom["state"] + (f" ({gpu['error']})" if gpu and gpu.get("error") else "") + stale,
             ]
         )
+        held = set(dom.get("jobs") or ())
         for proc in dom["processes"]:
-            if proc["job_id"] is None:
+            owner = proc["job_id"]
+            if owner is None or owner not in held:
+                # (A job's process on a GPU the job does not hold counts as unregistered
+                # there: listed too, or the total named memory no row showed.)
+                whose = "" if owner is None else f"job {owner}'s, outside its GPUs: "
                 foreign.append(
                     [
                         str(proc["pid"]),
                         dom["name"],
                         gib(proc["used_bytes"]),
                         proc["user"],
-                        proc["command"][:60],
+                        (whose + proc["command"])[:60],
                     ]
                 )
     lines.append(
