@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
+import signal
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
@@ -223,6 +224,34 @@ def test_process_cache_attributes_by_incarnation(monkeypatch: pytest.MonkeyPatch
     reads.clear()
     cache.attribute(300, roots)
     assert reads == [300]  # forgotten, then re-read (its parent is init: no walk)
+
+
+def test_process_cache_walks_again_when_a_process_is_given_a_new_parent() -> None:
+    # Its ancestry was read once: a process whose parent ended (given to init) stayed the
+    # job's, while adopt and signal, walking the live chain, called it a stray.
+    from gpulayer_tui.engine import procs
+    from gpulayer_tui.engine.sampler import ProcessCache
+
+    script = "sleep 600 & echo $!; read line"
+    with subprocess.Popen(
+        ["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as shell:
+        assert shell.stdin is not None and shell.stdout is not None
+        sleeper = int(shell.stdout.readline())
+        try:
+            stat = procs.read_stat(shell.pid)
+            assert stat is not None
+            roots = {shell.pid: (42, stat.start_ticks)}
+            cache = ProcessCache()
+            assert cache.attribute(sleeper, roots).owner == 42
+            shell.stdin.write("\n")
+            shell.stdin.flush()
+            shell.wait()
+            wait_for(lambda: psutil.Process(sleeper).ppid() != shell.pid)
+            cache.next_tick()
+            assert cache.attribute(sleeper, roots).owner is None
+        finally:
+            os.kill(sleeper, signal.SIGKILL)
 
 
 EXECS_ON_INPUT = "import os, sys; sys.stdin.readline(); os.execvp('sleep', ['sleep', '30'])"

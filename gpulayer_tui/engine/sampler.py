@@ -131,9 +131,10 @@ tick from 1.7 to 4.1 ms of CPU); its CPU % is then over those seconds."""
 class ProcessCache:
     """Attribution, description and host use of GPU processes, kept per incarnation.
 
-    A GPU process stays on the GPU for many ticks, its ancestry is fixed when it is first
-    seen and its user and command seldom change, so only its /proc stat is read each tick
-    (to check that the pid still names the same process); the ancestor walk happens once,
+    A GPU process stays on the GPU for many ticks, its ancestry seldom changes and its user
+    and command seldom change, so only its /proc stat is read each tick (to check that the
+    pid still names the same process); the ancestor walk happens once, and again when the
+    stat names another parent (its parent ended: it no longer descends from a job's root),
     the status and cmdline reads again only when the stat's command name changed (an exec
     keeps the pid and the start time), or while it had no command line yet (read in the
     instant of its exec, it shows as ``[name]``). Matching a job's root still compares start times,
@@ -161,10 +162,16 @@ class ProcessCache:
             process = procs.open_process(pid, stat.start_ticks)
             known = _Known(stat, _lineage(stat), process)
             self._known[pid] = known
-        elif known.comm != stat.comm or known.info.command.startswith("["):
-            # The same process ran exec (or renamed itself); or it was read in the instant
-            # of its exec when its command line was not there yet (only its name).
-            known.describe(stat)
+        else:
+            if _parent_of(known.lineage) != stat.ppid:
+                # Its parent ended and it was given to init (or a subreaper): the ancestry
+                # seen first kept it a job's that it no longer descends from, while adopt
+                # and signal (which walk the live chain) called it a stray.
+                known.lineage = _lineage(stat)
+            if known.comm != stat.comm or known.info.command.startswith("["):
+                # The same process ran exec (or renamed itself); or it was read in the
+                # instant of its exec when its command line was not there yet (its name).
+                known.describe(stat)
         with self._lock:
             now = time.monotonic()
             due = known.tick < 0 or now - known.read_at >= HOST_EVERY_S
@@ -186,6 +193,11 @@ class ProcessCache:
         for pid in list(self._known):
             if pid not in pids:
                 self._known.pop(pid, None)
+
+
+def _parent_of(lineage: tuple[tuple[int, int], ...]) -> int:
+    """The parent pid a lineage was read with (1: none below init)."""
+    return lineage[1][0] if len(lineage) > 1 else 1
 
 
 def _lineage(stat: procs.ProcStat, max_depth: int = 64) -> tuple[tuple[int, int], ...]:
