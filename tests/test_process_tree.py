@@ -47,3 +47,26 @@ def test_a_process_on_two_gpus_has_its_children_once_and_a_job_without_a_record(
         ("1:100", "└─ "),
     ]
     assert lines[0].command == "job 7" and lines[0].pid == 0  # (the job is not loaded)
+
+
+def test_a_command_line_that_is_not_utf8_reads_as_its_bytes_escaped() -> None:
+    # Read with surrogateescape, it reached `gpus --json` as lone surrogates ("\udcff"),
+    # which strict JSON decoders refuse.
+    import json
+    import subprocess
+    import sys
+
+    from gpulayer_tui.engine.procs import read_cmdline
+
+    from .conftest import wait_for
+
+    argv = [b"py\xff\xfethon", b"-c", b"import time; time.sleep(60)", b"caf\xc3\xa9 \xc3("]
+    proc = subprocess.Popen(argv, executable=sys.executable)
+    try:
+        wait_for(lambda: "time.sleep" in read_cmdline(proc.pid))
+        text = read_cmdline(proc.pid)
+        assert text == "py\\xff\\xfethon -c import time; time.sleep(60) café \\xc3("
+        json.dumps(text, ensure_ascii=False).encode("utf-8")  # (no lone surrogate)
+    finally:
+        proc.kill()
+        proc.wait()

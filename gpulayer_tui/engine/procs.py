@@ -79,6 +79,10 @@ def _command(process: psutil.Process, limit: int) -> str:
         text = " ".join(args) if args else f"[{process.name()}]"  # kernel threads
     except psutil.Error:
         return ""
+    if not text.isascii():
+        # Bytes that are not UTF-8 came as lone surrogates, which strict JSON decoders
+        # refuse in an answer: written as \xNN text instead.
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
