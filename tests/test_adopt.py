@@ -121,6 +121,8 @@ async def test_process_of_another_user_is_refused(
     job = await adopt(engine, proc.pid)
     assert job.termination_reason is TerminationReason.ADOPT_UID_MISMATCH
     assert "belongs to nobody" in job.message
+    # (as root: not "could neither watch nor stop it", which root could)
+    assert job.message.endswith("an engine adopts only its own user's processes")
 
 
 @pytest.mark.parametrize(

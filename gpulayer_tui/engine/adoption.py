@@ -259,10 +259,17 @@ class Adopter:
             )
         engine_uid = os.getuid()
         if snapshot.uid != engine_uid:
+            # (Root could signal it, so "could not stop it" was not true there: the rule
+            # is record 004's, an engine adopts its own user's processes only.)
+            why = (
+                "an engine adopts only its own user's processes"
+                if engine_uid == 0
+                else "it could neither watch nor stop it safely"
+            )
             return (
                 Reason.ADOPT_UID_MISMATCH,
                 f"pid {pid} belongs to {procs.user_name(snapshot.uid)}, but this engine runs "
-                f"as {procs.user_name(engine_uid)}: it could neither watch nor stop it safely",
+                f"as {procs.user_name(engine_uid)}: {why}",
             )
         if requester_uid is not None and requester_uid != snapshot.uid:
             return (
