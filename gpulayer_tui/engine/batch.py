@@ -137,6 +137,16 @@ def prepare_task(
         )
 
 
+def timeout_message(job: Job, timeout: float) -> str:
+    """Why a job is stopped for its timeout; how long it really ran when its time ran out
+    while no engine ran (the next one stops it late: "after 5 s" hid a 14 s run)."""
+    message = f"timed out after {timeout:g} s"
+    ran = time.time() - (job.started_at or time.time())
+    if ran > timeout + 2:
+        message += f" (stopped at {ran:.0f} s: no engine ran to stop it sooner)"
+    return message
+
+
 def assign(act: ActiveJob, domains: list[Domain]) -> None:
     """Hold ``domains`` for ``act`` and record them on the job (names and GPU indices)."""
     take_holds(act, domains)
@@ -328,8 +338,7 @@ class BatchRunner:
         act = self._book.get(job_id)
         if act is None or act.job.status is not JobStatus.RUNNING or act.spec is None:
             return
-        timeout = act.spec.timeout or 0
-        self.stop(act, Reason.TIMEOUT, f"timed out after {timeout:g} s")
+        self.stop(act, Reason.TIMEOUT, timeout_message(act.job, act.spec.timeout or 0))
 
     # -- stop and end -------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ import time
 from typing import TYPE_CHECKING
 
 from . import procs
-from .batch import JobEnv, assign, exit_verdict, prepare_task
+from .batch import JobEnv, assign, exit_verdict, prepare_task, timeout_message
 from .executor import Executor, Exit, LaunchError, Started
 from .jobbook import ActiveJob, JobBook, release_holds, retake_holds
 from .models import (
@@ -165,7 +165,7 @@ class ServiceRunner:
         act = self._book.get(job_id)
         if act is None or act.job.status is not JobStatus.RUNNING or act.spec is None:
             return  # (a service being placed again drops its timeout)
-        self.stop(act, Reason.TIMEOUT, f"timed out after {act.spec.timeout or 0:g} s")
+        self.stop(act, Reason.TIMEOUT, timeout_message(act.job, act.spec.timeout or 0))
 
     def _ports_in_use(self) -> set[int]:
         return {
