@@ -134,6 +134,8 @@ class GpulayerApp(App[str]):
         must show as written, not end the app with a ``MarkupError``; and a terminal escape
         in one is written as an escape, not sent to the terminal."""
         message, title = printable(message, keep="\n"), printable(title)
+        if any(n.message == message and n.title == title for n in self._notifications):
+            return  # still shown (a lost engine told once per view change: five alike)
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:

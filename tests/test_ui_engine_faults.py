@@ -40,6 +40,14 @@ async def test_a_frozen_then_killed_engine_is_said_and_survived(served: Served, 
         served.proc.kill()
         served.proc.wait()
         await until(pilot, lambda: app.connection_problem != "", "the lost engine said")
+        # Each view change asks the engine again: one toast says it is gone (five alike
+        # stacked up, one per key).
+        await pilot.press("2")
+        for key in ("s", "S", "o", "O"):  # (and back: the view as it was)
+            await pilot.press(key)
+            await pilot.pause(0.05)
+        messages = [(n.title, n.message) for n in app._notifications]
+        assert len(messages) == len(set(messages)), messages
         served.start("--simulate", "1xA100-80GB")
         submitted = served.cli("submit", "--", "true")
         assert submitted.returncode == 0, submitted.stderr
