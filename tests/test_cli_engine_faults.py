@@ -35,12 +35,15 @@ def test_a_stopped_engine_is_exit_4_and_a_retried_submit_makes_one_job(served: S
         status = served.cli("status", "1", timeout=30)
         waited = served.cli("wait", "1", timeout=30)
         logs = served.cli("logs", "1", timeout=30)  # (it had no timeout: it waited for ever)
+        doctor = served.cli("doctor", timeout=30)  # (a traceback, after its own 10 s)
     finally:
         os.kill(served.proc.pid, signal.SIGCONT)
     for done in (submitted, status, waited, logs):
         assert done.returncode == 4, (done.returncode, done.stderr)
         assert "did not answer in 1 s" in done.stderr or "no engine answered" in done.stderr
     assert "whether it acted on the request is unknown" in submitted.stderr
+    assert doctor.returncode == 1 and "Traceback" not in doctor.stderr
+    assert "did not answer in 1 s" in doctor.stdout
     assert "[Errno" not in submitted.stderr + status.stderr + waited.stderr + logs.stderr
     # Both attempts reach the engine once it runs again; they carried one key: one job.
     served.env["GPULAYER_TIMEOUT"] = "30"

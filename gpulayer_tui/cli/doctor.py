@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from typing import Any
 
-from ..client import ApiError, Client, EngineNotRunning
+from ..client import ApiError, Client, EngineLost, EngineNotRunning
 from ..engine.paths import Paths
 from .format import table
 
@@ -106,12 +107,15 @@ def _driver_locally() -> dict[str, str]:
     return _check("driver", "fail", result.message or "NVML failed")
 
 
-def _engine(paths: Paths) -> list[dict[str, str]]:
+def _engine(paths: Paths, timeout: float) -> list[dict[str, str]]:
     from ..engine.lock import EngineLock, lock_holder
 
-    client = Client(paths, timeout=10)
+    client = Client(paths, timeout=timeout)
     try:
         health = client.health()
+    except EngineLost as err:
+        # Frozen or overloaded: the check that matters most then (it ended in a traceback).
+        return [_check("engine", "fail", str(err).split(": whether")[0]), _driver_locally()]
     except EngineNotRunning:
         if EngineLock(paths.lock).is_held_elsewhere():
             pid = lock_holder(paths.lock)
@@ -146,14 +150,22 @@ def _engine(paths: Paths) -> list[dict[str, str]]:
         checks.append(_check("driver", "fail", health.get("capacity_message") or "unknown"))
     try:
         checks.extend(client.request("GET", "/doctor")["checks"])
-    except ApiError as err:
-        checks.append(_check("engine checks", "fail", str(err)))
+    except (ApiError, EngineLost) as err:
+        checks.append(_check("engine checks", "fail", str(err).split(": whether")[0]))
     return checks
 
 
 def run_doctor(paths: Paths, as_json: bool) -> int:
-    """Print the checks; 1 if any failed."""
-    engine = _engine(paths)
+    """Print the checks; 1 if any failed (2: a bad ``GPULAYER_TIMEOUT``)."""
+    from .commands import _answer_within
+
+    try:
+        # GPULAYER_TIMEOUT when set (it was ignored); 10 s otherwise, a check's patience
+        timeout = _answer_within() if os.environ.get("GPULAYER_TIMEOUT", "").strip() else 10.0
+    except ValueError as err:
+        print(f"gpulayer-tui: {err}", file=sys.stderr)
+        return 2
+    engine = _engine(paths, timeout)
     # An engine that answers checks the config itself (bound to the GPUs it sees, and
     # whether it is applied); only without one is the file read here.
     local = [] if any(c["check"] == "config" for c in engine) else [_config(paths)]
