@@ -173,7 +173,7 @@ def check_command(value: object) -> list[str]:
         raise FieldError("command", "a command is needed")
     if len(value) > 4096:
         raise FieldError("command", f"at most 4096 words, not {len(value)}")
-    if not value[0]:
+    if not value[0].strip():  # ("   " passed, then failed at launch)
         raise FieldError("command", "the program name (first word) is empty")
     if any("\0" in word for word in value):
         raise FieldError("command", "contains a NUL byte")

@@ -132,11 +132,12 @@ def test_a_batch_files_errors_name_its_line_and_a_byte_order_mark_is_no_command(
     first = json.loads(out.stdout)[0]
     assert first["spec"]["shell"] == "echo bom"
     assert engine.cli("wait", str(first["id"])).returncode == 0
-    # A line ending with a backslash ran as a job of its own, the next line as another.
-    batch.write_bytes(b"true\n# a comment \\\necho cont \\\n  next\n")
+    # A line ending with a backslash ran as a job of its own, the next line as another
+    # (an escaped one, "echo a \\", is a whole line).
+    batch.write_bytes(b"true\necho a \\\\\n# a comment \\\necho cont \\\n  next\n")
     out = engine.cli("submit", "--file", str(batch))
     assert out.returncode == 2
-    assert f"{batch}: line 3 ends with a backslash: each line is one job's whole" in out.stderr
+    assert f"{batch}: line 4 ends with a backslash: each line is one job's whole" in out.stderr
     assert len(json.loads(engine.cli("jobs", "--json").stdout)) == 2  # (the two above)
     # The same mark before a TOML spec (JSON ones were taken): "not valid TOML".
     spec = tmp_path / "spec.toml"
@@ -343,8 +344,22 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         # (float() reads "1_6" as 16, and digits of other scripts)
         (["submit", "--vram-gb", "1_6", "--", "true"], "expected a number, got '1_6'"),
         (["submit", "--timeout", "\u0663", "--", "true"], "expected a number, got '\u0663'"),
+        # (inf and 1e300 ended `cancel --timeout` in an OverflowError)
+        (["cancel", "1", "--timeout", "inf"], "must be at most 1000000000"),
+        (["wait", "1", "--timeout", "1e300"], "must be at most 1000000000"),
+        (["submit", "--", "   "], "command: the program name (first word) is empty"),
     ],
-    ids=["limit-0", "page-0", "keep-huge", "page-huge", "underscore", "arabic-indic"],
+    ids=[
+        "limit-0",
+        "page-0",
+        "keep-huge",
+        "page-huge",
+        "underscore",
+        "arabic-indic",
+        "cancel-inf",
+        "wait-huge",
+        "blank-program",
+    ],
 )
 def test_counts_out_of_range_are_refused_by_name(
     engine: Served, argv: list[str], said: str
@@ -353,7 +368,7 @@ def test_counts_out_of_range_are_refused_by_name(
     assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("value", ["abc", "-1", "0", "nan", "1e9"])
+@pytest.mark.parametrize("value", ["abc", "-1", "0", "nan", "1e9", "1_0", "\u0661\u0660"])
 def test_a_bad_gpulayer_timeout_is_refused_not_ignored(engine: Served, value: str) -> None:
     engine.env["GPULAYER_TIMEOUT"] = value
     out = engine.cli("jobs")

@@ -171,6 +171,9 @@ async def test_a_domain_removed_while_it_holds_a_job_lets_the_job_finish(
         two.message
         == "requested 2 GPUs, but 0 of this machine's 2 GPUs have a domain in the config"
     )
+    # More than the machine has: no config could help, so none is suggested.
+    three = await engine.submit({"command": ["true"], "gpus": 3})
+    assert three.message == "requested 3 GPUs, but this machine has 2"
 
 
 async def test_a_gpu_given_a_domain_again_keeps_the_job_still_running_there(

@@ -190,7 +190,8 @@ def _command_lines(path: str) -> list[str]:
             ) from None
         if "\0" in lines[-1]:
             raise ValueError(f"{path}: line {number} holds a NUL byte (no command can)")
-        if lines[-1].endswith("\\") and not lines[-1].startswith("#"):
+        trailing = len(lines[-1]) - len(lines[-1].rstrip("\\"))
+        if trailing % 2 and not lines[-1].startswith("#"):  # (an even count: escaped ones)
             # The shell would join it with the next line; this file's lines are one job
             # each: the two halves ran as two jobs.
             raise ValueError(
@@ -955,6 +956,8 @@ def _answer_within() -> float:
     if not text:
         return 30.0
     try:
+        if not text.isascii() or "_" in text:  # (float() reads "1_0" as 10, and Arabic digits)
+            raise ValueError
         value = float(text)
     except ValueError:
         value = float("nan")

@@ -195,7 +195,10 @@ def format_gpus(data: dict[str, Any]) -> str:
             # Its last reads failed: the figures are the last good read's, not the GPU's
             # now (they read as live).
             util, temp = (f"{util}?" if util else ""), (f"{temp}?" if temp else "")
-            stale = f" (last {dom['failures']} reads failed: {dom.get('last_error') or '?'})"
+            why = dom.get("last_error") or "?"
+            stale = f" (last {dom['failures']} reads failed"
+            # (The reading's own error, shown before it already, is not said twice.)
+            stale += ")" if why == gpu.get("error") else f": {why})"
         rows.append(
             [
                 dom["name"],

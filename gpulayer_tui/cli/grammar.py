@@ -71,6 +71,8 @@ def positive_number(text: str) -> float:
         raise argparse.ArgumentTypeError(err.detail) from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    if not value <= 10**9:  # (inf and 1e300 ended `cancel --timeout` in an OverflowError)
+        raise argparse.ArgumentTypeError(f"must be at most 1000000000 (about 31 years), got {text}")
     return value
 
 

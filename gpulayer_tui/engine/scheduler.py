@@ -260,9 +260,12 @@ class Scheduler:
                 f"({self.capacity_message})",
             )
         all_gpu = self.gpu_domains
-        if req.gpus > len(all_gpu) and self.capacity is Capacity.KNOWN:
+        if req.gpus > len(all_gpu) and self.capacity is Capacity.KNOWN and not req.pins:
+            # (A pinned request is told by its pins, below.)
             has = f"this machine has {len(all_gpu)}"
-            if self._gpus_seen > len(all_gpu):  # ("has 2" of a machine with 4 read false)
+            if req.gpus > self._gpus_seen:
+                has = f"this machine has {self._gpus_seen}"  # (no config could help)
+            elif self._gpus_seen > len(all_gpu):  # ("has 2" of a machine with 4 read false)
                 have = "has" if len(all_gpu) == 1 else "have"
                 has = (
                     f"{len(all_gpu)} of this machine's {self._gpus_seen} GPUs {have} a "
