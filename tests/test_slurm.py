@@ -22,7 +22,9 @@ from typing import Any
 
 import pytest
 
+from gpulayer_tui.engine.engine import Engine
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
+from gpulayer_tui.engine.paths import resolve_paths
 from gpulayer_tui.engine.slurm import (
     SlurmJob,
     end_of,
@@ -130,6 +132,36 @@ async def test_memory_under_a_mib_is_asked_as_one_mib_not_zero(
     assert "MinMemoryNode=1M" in shown
     await engine.cancel(job.id)
     await engine.wait(job.id, timeout=60)
+
+
+async def test_a_state_dir_with_slurm_patterns_and_an_env_name_sh_refuses(
+    slurm_conf: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # "-o .../h%j/jobs/1.log" sent the log to "h428" (Slurm's patterns), and the job died
+    # "killed by signal 53"; an environment name Python takes but sh does not ("café")
+    # ended the job's script at its export (exit 2). And a partition that does not exist
+    # read "not answering: scontrol: exit code 1", waiting for ever.
+    monkeypatch.setenv("SLURM_CONF", slurm_conf)
+    monkeypatch.setenv("GPULAYER_HOME", str(tmp_path / "h%j"))
+    clusters = {
+        "test": {"partition": "gpu", "poll_interval": 0.3, "command_timeout": 3},
+        "typo": {"partition": "nope", "poll_interval": 0.3, "command_timeout": 3},
+    }
+    engine = Engine(resolve_paths(), simulate="1xA100-80GB", config=make_config(clusters=clusters))
+    await engine.start()
+    try:
+        await eventually(lambda: engine.clusters.views()[0].get("nodes") == 1, timeout=20)
+        spec = _spec("echo ran $GREETING", env={"café": "1", "GREETING": "hi"})
+        job = await engine.submit(spec)
+        done = await engine.wait(job.id, timeout=60)
+        assert done.status is JobStatus.COMPLETED, done.message
+        assert engine.log_path(job.id).read_text() == "ran hi\n"
+        typo = await engine.submit({**_spec("true"), "cluster": "typo"})
+        failed = await engine.wait(typo.id, timeout=30)
+        assert failed.termination_reason is TerminationReason.OVER_CAPACITY
+        assert "Partition nope not found" in failed.message, failed.message
+    finally:
+        await engine.stop()
 
 
 async def test_pending_reason_in_plain_words_and_cancel_pending_and_running(

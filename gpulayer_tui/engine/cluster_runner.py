@@ -114,6 +114,7 @@ class ClusterRunner:
         # cluster has not taken yet; sent again at each poll until it has.
         self._cancels: dict[int, tuple[str, str]] = {}
         self._cancelling: set[int] = set()
+        self._refused: set[str] = set()  # clusters whose last partition read was refused
         self.reconfigure(settings)
 
     def reconfigure(self, settings: dict[str, ClusterSettings]) -> None:
@@ -137,6 +138,10 @@ class ClusterRunner:
         part = self._partitions.get(name)
         if part is None:
             why = self._errors.get(name, "not read yet")
+            if name in self._refused:
+                if "not found" in why:  # (a partition that does not exist: a config error)
+                    return Verdict(False, f"cluster {name}: {why} (see [clusters.{name}])")
+                return Verdict(None, f"cluster {name} refused: {why}")
             return Verdict(None, f"cluster {name} not answering: {why}")
         where = f"partition {part.name}"
         gpus = spec.gpus or 0
@@ -290,13 +295,18 @@ class ClusterRunner:
     ) -> tuple[list[str], list[str], dict[str, str]]:
         settings = cluster.settings
         argv, cwd = argv_of(spec)
+        log = str(self._log_path(job_id))
+        if "\\" not in log:  # (a backslash already turns Slurm's patterns off)
+            # Slurm expands %j, %u ... in -o: a state dir named "h%j" sent the log to
+            # "h428", and the job died "killed by signal 53". %% is a literal %.
+            log = log.replace("%", "%%")
         options = [
             "-p",
             settings.partition,
             "-J",
             slurm_name,
             "-o",
-            str(self._log_path(job_id)),
+            log,
             "-D",
             cwd,
         ]
@@ -379,8 +389,12 @@ class ClusterRunner:
         except ClusterError as err:
             self._errors[name] = str(err)
             if err.unreachable:
+                self._refused.discard(name)
                 self._unanswered(name, str(err))
+            else:
+                self._refused.add(name)  # (it answered: "not answering" was untrue)
             return
+        self._refused.discard(name)
         had = name in self._partitions
         self._partitions[name] = part
         self._errors.pop(name, None)

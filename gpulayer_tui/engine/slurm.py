@@ -203,6 +203,8 @@ def parse_squeue(text: str) -> list[SlurmJob]:
 # Ends from accounting: one line per job (-X: the allocation, not its steps); the name
 # last, since it may hold ``|``.
 SACCT_FORMAT = "JobID,State,ExitCode,Start,End,JobName"
+_SH_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a variable name POSIX sh takes
+
 # sacct's words for "this cluster keeps no such records" (slurmdbd, job completion log).
 NO_ACCOUNTING = ("accounting storage is disabled", "job completion is disabled")
 
@@ -359,7 +361,9 @@ class SlurmCluster:
                 unreachable=True,
             ) from None
         if proc.returncode != 0:
-            text = err.decode(errors="replace").strip().splitlines()
+            # (Some say why on stdout: `scontrol show partition NAME` prints "Partition
+            # NAME not found" there, and "exit code 1" was all anyone learnt.)
+            text = (err or out).decode(errors="replace").strip().splitlines()
             why = text[-1] if text else f"exit code {proc.returncode}"
             # A controller that does not answer is not a refusal of the job.
             unreachable = any(
@@ -381,7 +385,9 @@ class SlurmCluster:
         ``--export``, so values may hold commas and a ``command_prefix`` such as ssh does
         not lose it.)"""
         lines = ["#!/bin/sh"]
-        lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items() if k.isidentifier()]
+        # Names sh can export (dash aborts the whole script at "export café=1"; Python's
+        # isidentifier took it).
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items() if _SH_NAME.fullmatch(k)]
         lines.append("exec " + shlex.join(argv))
         out = await self.run(
             "sbatch", "--parsable", "--export=ALL", *options, stdin="\n".join(lines) + "\n"
