@@ -385,6 +385,38 @@ async def test_a_gpu_left_without_a_domain_across_a_restart_keeps_its_running_jo
     assert not second.scheduler.retired  # (nothing runs there any more)
 
 
+async def test_a_domain_renamed_while_no_engine_ran_takes_its_waiting_jobs_along(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # Running jobs followed their GPU; the ones waiting for it failed "unknown domain"
+    # (only a drained or quarantined GPU's name was stored with it).
+    unmanaged = BASE + "auto_domains = false\n"
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await engine.config_reload.stop()
+    running = await engine.submit({"command": ["sleep", "600"], "domain": "a"})
+    one = await engine.submit({"command": ["true"], "domain": "a"})
+    both = await engine.submit({"command": ["true"], "gpus": 2, "domain": ["a", "b"]})
+    assert one.status is both.status is JobStatus.QUEUED
+    await engine.stop()
+    paths.config_file.write_text(unmanaged + "[domains.a2]\ngpu = 0\n[domains.b]\ngpu = 1\n")
+    second = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await second.config_reload.stop()
+    assert (await second.get(running.id)).domains == ["a2"]
+    assert (await second.get(one.id)).spec["domain"] == "a2"
+    assert (await second.get(both.id)).spec["domain"] == ["a2", "b"]
+    edits = [e for e in await second.events_of(one.id) if e["kind"] == "job.edited"]
+    assert edits[-1]["message"] == "edited: pinned domain renamed with its GPU (a -> a2)"
+    await second.cancel(running.id)
+    for job in (one, both):
+        assert (await second.wait(job.id, timeout=20)).status is JobStatus.COMPLETED
+    # Stored: a third engine reads the edited spec, nothing to follow any more.
+    with sqlite3.connect(paths.database) as db:
+        stored = db.execute("SELECT spec FROM jobs WHERE id = ?", (both.id,)).fetchone()[0]
+    assert json.loads(stored)["domain"] == ["a2", "b"]
+
+
 async def test_a_drained_gpu_stays_drained_under_its_new_name_across_restarts(
     make_engine: EngineFactory, paths: Paths
 ) -> None:

@@ -191,7 +191,9 @@ class Engine:
             JobKind.SERVICE: self.services,
             JobKind.ADOPTED: self.adopter,
         }
-        self.recovery = Recovery(self.book, self.scheduler, self.queue, self._runners)
+        self.recovery = Recovery(
+            self.book, self.scheduler, self.queue, self._runners, self.store.save_edit
+        )
         self.snapshots = SnapshotStore(paths.state_dir)
         self.admission = Admission(
             self.book,
@@ -318,7 +320,7 @@ class Engine:
             self.executor.send_max_log()
             first = await self.sampler.sample_once()
             self._build_domains(first)
-            await self.domain_ops.restore_states()
+            renamed = await self.domain_ops.restore_states()
             self._on_sample(first)
             self.book.resume_ids(await self.store.max_job_id())
             # Fair share starts from the GPU use of jobs that ended lately.
@@ -330,7 +332,7 @@ class Engine:
             paused = await self.store.setting("queue_paused_at")
             self.paused_at = float(paused) if paused else None
             active = await self.store.active_jobs()
-            await self.recovery.restore(active)
+            await self.recovery.restore(active, renamed)
             # Running jobs' usage goes on from what was written before the restart.
             self.usage.restore(
                 await self.store.usage([j.id for j in active if j.status is JobStatus.RUNNING])

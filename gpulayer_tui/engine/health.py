@@ -228,17 +228,26 @@ class DomainOps:
         await self._store.flush()
         return dom.to_json()
 
-    async def restore_states(self) -> None:
+    async def restore_states(self) -> dict[str, str]:
         """Take back the drained and quarantined states stored by earlier runs.
 
         A GPU's state is found by its UUID, whatever its domain is called now (the config
         may have renamed it while no engine ran), and stored again under that name; a
         stored state whose GPU has no domain now is applied to none (not to a domain that
         took its old name). Rows without a UUID (the cpu pool, older rows) go by name.
+        Every GPU domain's name is then stored with its GPU (:meth:`remember_names`).
+
+        Returns:
+            The GPU domains renamed since the last run: old name -> new name (waiting jobs
+            pinned to an old name follow it; see :meth:`.Recovery.restore`).
         """
         domains = self._scheduler.domains
         by_uuid = {d.gpu_uuid: d for d in domains.values() if d.gpu_uuid is not None}
+        renamed: dict[str, str] = {}
         for name, state, reason, uuid in await self._store.domain_states():
+            now = by_uuid.get(uuid) if uuid is not None else None
+            if now is not None and now.name != name and name not in domains:
+                renamed[name] = now.name
             dom = by_uuid.get(uuid) if uuid is not None else domains.get(name)
             if uuid is None and dom is not None and dom.gpu_uuid is not None:
                 # (an older row: by name, then kept by UUID from now on)
@@ -248,6 +257,18 @@ class DomainOps:
             dom.restore_state(DomainState(state), reason)
             if dom.name != name:
                 self._store.save_domain_state(dom.name, state, reason, dom.gpu_uuid)
+        self.remember_names()
+        return renamed
+
+    def remember_names(self) -> None:
+        """Store every GPU domain's name with its GPU's UUID (and its state): the next
+        engine finds the waiting jobs pinned to a domain the config renamed while no
+        engine ran (only drained or quarantined GPUs had a row, by which they failed)."""
+        for dom in self._scheduler.gpu_domains:
+            if dom.gpu_uuid is not None:
+                self._store.save_domain_state(
+                    dom.name, dom.state.value, dom.state_reason, dom.gpu_uuid
+                )
 
     # -- reports ------------------------------------------------------------------------------
 

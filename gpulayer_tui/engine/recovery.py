@@ -9,13 +9,13 @@ requeued, and end ``orphaned`` if they vanished.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .adoption import adopted_request
 from .errors import SpecError
 from .jobbook import ActiveJob, JobBook, Runner
 from .jobqueue import JobQueue
-from .models import Job, JobKind, JobStatus, TerminationReason
+from .models import EventKind, Job, JobKind, JobStatus, TerminationReason
 from .scheduler import Request, Scheduler
 from .spec import JobSpec, parse_spec
 
@@ -30,6 +30,7 @@ class Recovery:
         scheduler: Resolves their requests against today's domains.
         queue: Where waiting jobs wait again.
         runners: The runner of each kind, which re-attaches its running jobs.
+        save_edit: Stores a waiting job's changed spec (a pin that followed a rename).
     """
 
     def __init__(
@@ -38,30 +39,41 @@ class Recovery:
         scheduler: Scheduler,
         queue: JobQueue,
         runners: Mapping[JobKind, Runner],
+        save_edit: Callable[[Job], None],
     ) -> None:
+        self._save_edit = save_edit
         self._book = book
         self._scheduler = scheduler
         self._queue = queue
         self._runners = runners
 
-    async def restore(self, jobs: list[Job]) -> None:
-        """Take back ``jobs`` (every active row, oldest first)."""
+    async def restore(self, jobs: list[Job], renamed: Mapping[str, str] | None = None) -> None:
+        """Take back ``jobs`` (every active row, oldest first). A waiting job pinned to a
+        GPU domain that ``renamed`` (old name -> new name, the same GPU) is pinned to the
+        new name, stored as an edit: it failed "unknown domain" when the config renamed
+        the domain while no engine ran."""
         acts: list[ActiveJob] = []
         for job in jobs:
             spec: JobSpec | None = None
             request: Request | None = None
             problem = ""
+            followed = ""
             if job.kind is JobKind.ADOPTED:
                 # Never parsed as a runnable spec: an adopted job's command is a label.
                 request = adopted_request({**job.spec, "domain": job.domains})
             else:
                 try:
                     spec = parse_spec(job.spec)
+                    if renamed and job.status is not JobStatus.RUNNING:
+                        spec, followed = self._follow(job, spec, renamed)
                     request = self._scheduler.request_for(spec)
                 except SpecError as err:
                     problem = str(err)
             act = self._book.restore(job, spec, request)
             acts.append(act)
+            if followed:
+                self._save_edit(job)
+                self._book.record(act, EventKind.EDITED, {"message": followed})
             if problem and job.status is not JobStatus.RUNNING:
                 self._book.finish(
                     act,
@@ -96,3 +108,17 @@ class Recovery:
         for act in acts:
             if act.job.status is JobStatus.RUNNING and act.job.id in self._book:
                 self._runners[act.job.kind].reattach(act)
+
+    @staticmethod
+    def _follow(job: Job, spec: JobSpec, renamed: Mapping[str, str]) -> tuple[JobSpec, str]:
+        """``spec`` pinned to the new names of renamed domains (``job.spec`` too), and
+        what its timeline says ("" when none of its pins was renamed)."""
+        pins = spec.pinned_domains
+        if not set(pins) & renamed.keys():
+            return spec, ""
+        now = [renamed.get(pin, pin) for pin in pins]
+        pinned = now[0] if isinstance(spec.domain, str) else now
+        followed = parse_spec({**job.spec, "domain": pinned})
+        job.spec = followed.model_dump(mode="json", exclude_none=True)
+        said = ", ".join(f"{old} -> {renamed[old]}" for old in pins if old in renamed)
+        return followed, f"edited: pinned domain renamed with its GPU ({said})"

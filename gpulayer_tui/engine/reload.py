@@ -259,6 +259,11 @@ class ConfigReloader:
         self._scheduler.replace_domains(fresh)
         names = {plan.name for plan in plans}
         self._follow_pins({old.name: new.name for old, new in moved if old.name not in names})
+        for dom in self._scheduler.gpu_domains:  # (names by GPU, for the next engine)
+            if dom.gpu_uuid is not None:
+                self._store.save_domain_state(
+                    dom.name, dom.state.value, dom.state_reason, dom.gpu_uuid
+                )
         self._queue.reresolve(self._scheduler.request_for)
         self._queue.recheck_capacity()
         self._queue.schedule_soon()
