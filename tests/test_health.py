@@ -348,8 +348,19 @@ async def test_a_job_only_one_gpu_can_hold_waits_for_that_gpu_and_doctor_says_so
         "status": "fail",
         "detail": f"1 queued job(s) can only run on domains out of service: {big.id}",
     }
+    # The same after a restart, the GPU lost before the new engine ever read it well.
+    await engine.stop()
+    again = await make_engine("1xH200-141GB,1xL4-24GB")
+    await eventually(
+        lambda: (
+            again.book.get(big.id).job.message
+            == "waiting for domain gpu0 quarantined: GPU is lost: off the bus"
+        )
+    )
+    checks = {c["check"]: c for c in await again.domain_ops.doctor_checks()}
+    assert checks["queued jobs"]["detail"].endswith(f"out of service: {big.id}")
     for job in (big, on_h200, on_l4):
-        await engine.cancel(job.id)
+        await again.cancel(job.id)
 
 
 async def test_a_gpu_reported_lost_without_words_is_called_lost(

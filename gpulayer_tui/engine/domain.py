@@ -138,7 +138,10 @@ class Domain:
         arrived."""
         reading = self.reading
         if reading is None or reading.lost or reading.memory_total is None:
-            return self.size_seen
+            # (A GPU lost before this engine read it well may still say its size: after a
+            # restart a job waiting for it read "GPU capacity unknown".)
+            lost_says = reading.memory_total if reading is not None else None
+            return self.size_seen or lost_says or None
         return reading.memory_total
 
     def observe(
