@@ -261,7 +261,16 @@ def test_a_state_dir_that_is_a_file_is_said_by_every_command(served: Served) -> 
     home.write_text("hi\n")
     for where in (home, home / "below"):
         served.env["GPULAYER_HOME"] = str(where)
-        commands = (["doctor"], ["doctor", "--json"], ["jobs"], ["gpus"], ["stop"], ["logs", "1"])
+        commands = (
+            ["doctor"],
+            ["doctor", "--json"],
+            ["jobs"],
+            ["gpus"],
+            ["stop"],
+            ["logs", "1"],
+            ["--serve"],  # (it said ".../config.toml: cannot read: Not a directory")
+            ["install-service", "--print"],  # (it wrote a unit for it)
+        )
         for words in commands:
             out = served.cli(*words)
             assert out.returncode == 2, (words, out.stderr)

@@ -65,6 +65,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--config: no such file: {paths.config_file}")
         if not os.path.isfile(paths.config_file):
             parser.error(f"--config: not a regular file: {paths.config_file}")
+    if args.command != "completion":  # (install-service too: it wrote a unit for it)
+        from ..engine.paths import state_dir_problem
+
+        problem = state_dir_problem(paths)
+        if problem is not None:
+            sys.stderr.write(f"gpulayer-tui: {problem}\n")
+            return 2
     if args.serve:
         if args.command:
             parser.error("--serve takes no subcommand")
@@ -73,13 +80,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_serve(paths, args.simulate, args.simulate_if_no_gpu, args.verbose)
     if args.simulate and args.simulate_if_no_gpu:
         parser.error("give --simulate or --simulate-if-no-gpu, not both")
-    if args.command not in ("install-service", "completion"):
-        from ..engine.paths import state_dir_problem
-
-        problem = state_dir_problem(paths)
-        if problem is not None:
-            sys.stderr.write(f"gpulayer-tui: {problem}\n")
-            return 2
     if args.command is None:
         from ..tui import run_tui
 
