@@ -358,6 +358,23 @@ def test_a_job_that_waited_long_enough_preempts_lower_priority_preemptible_jobs(
     assert keeper.job.status is JobStatus.RUNNING
 
 
+def test_one_job_of_a_two_slot_domain_is_stopped_when_one_slot_is_enough() -> None:
+    # Both preemptible jobs of a 2-slot GPU were stopped (a domain counted as freed only
+    # once every job there left): the urgent job needed one slot.
+    box = Box(gpus=1, preempt_after=0)
+    box.scheduler.domains["gpu0"].slots = 2
+    stopped: list[int] = []
+    box.queue.preempt = lambda victim, by: stopped.append(victim.job.id)
+    first = box.run(gpus=1, preemptible=True)
+    box.clock.now += 1
+    second = box.run(gpus=1, preemptible=True)
+    assert first.job.status is second.job.status is JobStatus.RUNNING
+    urgent = box.run(gpus=1, priority=5)
+    urgent.job.queued_at = box.clock.now - 100
+    box.queue.schedule()
+    assert stopped == [second.job.id]  # (the newest: the least work lost)
+
+
 def test_equal_priority_never_preempts() -> None:
     box = Box(gpus=1, preempt_after=0)
     stopped: list[int] = []

@@ -37,7 +37,7 @@ from .fairness import (
     Limits,
     Reservation,
     Running,
-    frees_up,
+    frees_for,
     gpu_seconds,
     limit_blocker,
     never_within_limits,
@@ -772,8 +772,8 @@ class JobQueue:
                 continue
             if dom.blocker(request.vram_bytes, request.exclusive) is None:
                 usable += 1
-            elif set(dom.holdings) <= gone and frees_up(dom, request.vram_bytes):
-                usable += 1
+            elif frees_for(dom, request.vram_bytes, request.exclusive, gone):
+                usable += 1  # (one job of a 2-slot domain stopped may be enough)
         return usable >= request.gpus
 
     def _reserve(self, job_id: int, request: Request, now: float) -> Reservation | None:
