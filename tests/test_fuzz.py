@@ -126,7 +126,13 @@ def test_spec_parser_accepts_or_names_the_problem(data: Any) -> None:
 
 
 valid_specs = st.fixed_dictionaries(
-    {"command": st.lists(st.text(min_size=1).filter(lambda s: "\0" not in s), min_size=1)},
+    {
+        # (a program name is not blank; later words may be anything but NUL)
+        "command": st.tuples(
+            st.text(min_size=1).filter(lambda s: "\0" not in s and s.strip()),
+            st.lists(st.text(min_size=1).filter(lambda s: "\0" not in s)),
+        ).map(lambda parts: [parts[0], *parts[1]])
+    },
     optional={
         # (the name rule: nothing a terminal acts on, see fields.unsafe_characters)
         "name": st.text(min_size=1, max_size=200).filter(lambda s: not unsafe_characters(s)),
