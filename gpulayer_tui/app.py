@@ -176,6 +176,7 @@ class GpulayerApp(App[str]):
             # The newest failed ones too: the dashboard's "failed today" counted only the
             # rows loaded, and with more than a page of jobs waiting none of those were.
             failed = await self._failed_today()
+            self.job_feed.restart()
             generation = self.job_feed.generation
             page = await self.backend.jobs_page(**self.job_feed.next_query())
             self.job_store.load([*active["jobs"], *failed, *page["jobs"]])

@@ -68,12 +68,18 @@ class JobFeed:
         if view == self.view:
             return False
         self.view = view
+        self.restart()
+        return True
+
+    def restart(self) -> None:
+        """Take the view from its first page again (a reload replaces every row: asked
+        where the last page ended, it loaded the page after the one shown, and an engine
+        restart left an attached table with its running jobs only)."""
         self.generation += 1
         self.more = True
         self.pages = 0
         self._before = None
         self._offset = 0
-        return True
 
     def next_query(self) -> dict[str, Any]:
         """Parameters of the next page."""

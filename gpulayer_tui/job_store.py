@@ -23,10 +23,12 @@ class JobStore:
         self.version = 0
         self._changed_at: dict[int, int] = {}
         self.removed: set[int] = set()  # cleaned from the engine's history (ids never return)
+        self.loads = 0  # whole reloads so far (after a reconnect: removals may be unsaid)
 
     def load(self, jobs: list[JobRowJSON]) -> None:
         """Replace everything (initial load, or after the event stream was cut)."""
         self.jobs = {j["id"]: j for j in jobs}
+        self.loads += 1
         self.version += 1
         self._changed_at = dict.fromkeys(self.jobs, self.version)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from gpulayer_tui.app import build_app
 from gpulayer_tui.backend import SocketBackend
 from gpulayer_tui.engine.paths import resolve_paths
+from gpulayer_tui.screens.job_detail import JobDetailScreen
 
 from .conftest import Served
 from .ui_support import until
@@ -59,4 +60,43 @@ async def test_a_frozen_then_killed_engine_is_said_and_survived(served: Served, 
             timeout=20,
         )
         assert app.connection_problem == ""
+    await backend.close()
+
+
+async def test_an_engine_restart_keeps_the_finished_jobs_in_an_attached_table(
+    served: Served, home: Path
+) -> None:
+    # The reload after a reconnect asked for the page after the one shown (where its last
+    # page had ended) and replaced every row with it: only the running jobs stayed.
+    served.start("--simulate", "1xA100-80GB")
+    done = [int(served.cli("submit", "--", "true").stdout) for _ in range(3)]
+    for job in done:
+        assert served.cli("wait", str(job)).returncode == 0
+    backend = SocketBackend(resolve_paths())
+    app = build_app(backend, refresh_interval=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: set(done) <= set(app.job_store.jobs), "the finished jobs")
+        assert served.proc is not None
+        served.proc.kill()
+        served.proc.wait()
+        await until(pilot, lambda: app.connection_problem != "", "the lost engine said")
+        served.start("--simulate", "1xA100-80GB")
+        await until(pilot, lambda: app.connection_problem == "", "reconnected", timeout=20)
+        await until(pilot, lambda: set(done) <= set(app.job_store.jobs), "still listed")
+        # One cleaned while the TUI was not connected (no jobs.removed event reached it):
+        # its open detail closes at the reload, as for the event.
+        app.open_job(done[0])
+        await until(pilot, lambda: isinstance(app.screen, JobDetailScreen), "the detail")
+        assert served.proc is not None
+        served.proc.kill()
+        served.proc.wait()
+        await until(pilot, lambda: app.connection_problem != "", "the lost engine said again")
+        served.home.joinpath("config.toml").write_text("[history]\nkeep_jobs = 2\n")
+        served.start("--simulate", "1xA100-80GB")
+        said = f"job {done[0]} was removed from the history"
+        await until(
+            pilot, lambda: any(n.message == said for n in app._notifications), said, timeout=20
+        )
+        await until(pilot, lambda: not isinstance(app.screen, JobDetailScreen), "closed")
     await backend.close()

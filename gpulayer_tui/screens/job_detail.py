@@ -289,6 +289,7 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
         self.job_id = job_id
         self._job: JobJSON | None = None
         self._seen_version = 0
+        self._seen_loads = 0
         self._log_done = False
         self._replica = 0  # whose output the log shows, for a service
         self._usage_chosen = False  # the user pressed u: the height no longer decides
@@ -327,6 +328,7 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
             # rest meanwhile).
             self._show_job(cast(JobJSON, known))
         self._seen_version = app.job_store.version
+        self._seen_loads = app.job_store.loads
         self.watch(self.app, "jobs_version", self._jobs_changed, init=False)
         self.set_interval(1.0, self._tick)
         self.query_one(LogTail).focus()
@@ -368,6 +370,12 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
         if self.job_id in store.removed:
             self._close_removed()
             return
+        if store.loads != self._seen_loads:
+            # Reloaded (a reconnect): a job cleaned meanwhile was said to no one, so ask
+            # (one gone answers 404, and the detail closes as for a jobs.removed event).
+            self._seen_loads = store.loads
+            if self.job_id not in store.jobs:
+                self._fetch()
         if self.job_id in store.changed_since(self._seen_version):
             job = store.jobs.get(self.job_id)
             if job is not None:
@@ -388,6 +396,12 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
         try:
             data = await app.backend.job(self.job_id)
         except BackendError as err:
+            if err.status == 404 and self._job is not None:
+                # Gone since it was shown: cleaned while no event could say so (an engine
+                # restart, [history] applied at its start): as a jobs.removed event does.
+                app.job_store.remove([self.job_id])
+                self._close_removed()
+                return
             if self._job is None:
                 loading = self.query_one("#field-loading", Static)
                 loading.update(str(err))
