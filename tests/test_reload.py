@@ -417,6 +417,35 @@ async def test_a_domain_renamed_while_no_engine_ran_takes_its_waiting_jobs_along
     assert json.loads(stored)["domain"] == ["a2", "b"]
 
 
+@pytest.mark.parametrize("when", ["live", "while stopped"])
+async def test_names_shifted_between_gpus_keep_each_waiting_job_on_its_gpu(
+    make_engine: EngineFactory, paths: Paths, when: str
+) -> None:
+    # a -> b, b -> c: the job waiting for GPU 1 (pinned "b") stayed "b", now GPU 0's name,
+    # while the job running on GPU 1 moved to "c".
+    unmanaged = BASE + "auto_domains = false\n"
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await engine.config_reload.stop()
+    running = [await engine.submit({"command": ["sleep", "600"], "domain": d}) for d in "ab"]
+    waiting = [await engine.submit({"command": ["true"], "domain": d}) for d in "ab"]
+    shifted = unmanaged + "[domains.b]\ngpu = 0\n[domains.c]\ngpu = 1\n"
+    paths.config_file.write_text(shifted)
+    if when == "live":
+        assert (await engine.config_reload.reload())["applied"]
+    else:
+        await engine.stop()
+        engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+        await engine.config_reload.stop()
+    assert [(await engine.get(j.id)).domains for j in running] == [["b"], ["c"]]
+    assert [(await engine.get(j.id)).spec["domain"] for j in waiting] == ["b", "c"]
+    await engine.cancel(running[1].id)  # (GPU 1 frees: its waiting job starts there)
+    done = await engine.wait(waiting[1].id, timeout=10)
+    assert done.status is JobStatus.COMPLETED and done.gpus == [1]
+    await engine.cancel(running[0].id)
+
+
 async def test_a_drained_gpu_stays_drained_under_its_new_name_across_restarts(
     make_engine: EngineFactory, paths: Paths
 ) -> None:

@@ -246,7 +246,7 @@ class DomainOps:
         renamed: dict[str, str] = {}
         for name, state, reason, uuid in await self._store.domain_states():
             now = by_uuid.get(uuid) if uuid is not None else None
-            if now is not None and now.name != name and name not in domains:
+            if now is not None and now.name != name:  # (its GPU's name now, even swapped)
                 renamed[name] = now.name
             dom = by_uuid.get(uuid) if uuid is not None else domains.get(name)
             if uuid is None and dom is not None and dom.gpu_uuid is not None:

@@ -257,8 +257,9 @@ class ConfigReloader:
         for previous, dom in moved:
             self._rehome(previous, dom)
         self._scheduler.replace_domains(fresh)
-        names = {plan.name for plan in plans}
-        self._follow_pins({old.name: new.name for old, new in moved if old.name not in names})
+        # Pins follow the GPU, as the running jobs and the GPU's state do: also where the
+        # old name now names another GPU (a shift a->b, b->c, or a swap).
+        self._follow_pins({old.name: new.name for old, new in moved})
         for dom in self._scheduler.gpu_domains:  # (names by GPU, for the next engine)
             if dom.gpu_uuid is not None:
                 self._store.save_domain_state(
@@ -283,14 +284,15 @@ class ConfigReloader:
             if not set(pins) & renamed.keys():
                 continue
             now = [renamed.get(pin, pin) for pin in pins]
+            spec = parse_spec(
+                {**act.job.spec, "domain": now[0] if isinstance(act.spec.domain, str) else now}
+            )
             try:
-                spec = parse_spec(
-                    {**act.job.spec, "domain": now[0] if isinstance(act.spec.domain, str) else now}
-                )
-                request = self._scheduler.request_for(spec)
+                self._queue.edit(act, spec, self._scheduler.request_for(spec))
             except SpecError:
-                continue  # (it fails with the reason as it resolves again)
-            self._queue.edit(act, spec, request)
+                # Another of its pins is gone: it fails as it resolves again, naming that
+                # one (it named the renamed one, the spec unchanged).
+                act.spec = spec
             act.job.spec = spec.model_dump(mode="json", exclude_none=True)
             self._store.save_edit(act.job)
             said = ", ".join(f"{old} -> {renamed[old]}" for old in pins if old in renamed)
