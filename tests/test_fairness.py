@@ -19,7 +19,7 @@ from gpulayer_tui.engine.events import EventBus
 from gpulayer_tui.engine.fairness import Limits, user_label
 from gpulayer_tui.engine.jobbook import ActiveJob, JobBook, release_holds
 from gpulayer_tui.engine.jobqueue import JobQueue
-from gpulayer_tui.engine.models import JobKind, JobStatus
+from gpulayer_tui.engine.models import JobKind, JobStatus, TerminationReason
 from gpulayer_tui.engine.spec import parse_spec
 
 from .conftest import EngineFactory, make_config
@@ -338,10 +338,17 @@ async def test_fair_share_is_rebuilt_from_history_after_a_restart(
 # -- preemption ------------------------------------------------------------------------------
 
 
+def _stopping(victim: ActiveJob) -> int:
+    """What the engine's preempt does first: the stop is decided (the queue counts the
+    job as being stopped for its urgent job while it runs with that)."""
+    victim.job.stop_reason = TerminationReason.PREEMPTED
+    return victim.job.id
+
+
 def test_a_job_that_waited_long_enough_preempts_lower_priority_preemptible_jobs() -> None:
     box = Box(gpus=2, preempt_after=60)
     stopped: list[tuple[int, int]] = []
-    box.queue.preempt = lambda victim, by: stopped.append((victim.job.id, by.job.id))
+    box.queue.preempt = lambda victim, by: stopped.append((_stopping(victim), by.job.id))
     keeper = box.run(gpus=1, priority=0)  # not preemptible: never chosen
     victim = box.run(gpus=1, priority=0, preemptible=True)
     urgent = box.run(gpus=1, priority=5)
@@ -364,7 +371,7 @@ def test_one_job_of_a_two_slot_domain_is_stopped_when_one_slot_is_enough() -> No
     box = Box(gpus=1, preempt_after=0)
     box.scheduler.domains["gpu0"].slots = 2
     stopped: list[int] = []
-    box.queue.preempt = lambda victim, by: stopped.append(victim.job.id)
+    box.queue.preempt = lambda victim, by: stopped.append(_stopping(victim))
     first = box.run(gpus=1, preemptible=True)
     box.clock.now += 1
     second = box.run(gpus=1, preemptible=True)
@@ -373,12 +380,34 @@ def test_one_job_of_a_two_slot_domain_is_stopped_when_one_slot_is_enough() -> No
     urgent.job.queued_at = box.clock.now - 100
     box.queue.schedule()
     assert stopped == [second.job.id]  # (the newest: the least work lost)
+    # Requeued and started again ahead of it (its stop done), the victim is no longer
+    # "being stopped" for it: the urgent job asks again (it waited for ever).
+    second.job.stop_reason = None
+    box.queue.schedule()
+    assert stopped == [second.job.id, second.job.id]
+
+
+def test_preemption_stops_the_fewest_jobs_not_every_one_taken_on_the_way() -> None:
+    # Newest first, a 10 GiB job was taken, then the 60 GiB one that alone made room:
+    # both were stopped.
+    box = Box(gpus=1, preempt_after=0)
+    box.scheduler.domains["gpu0"].slots = 2
+    stopped: list[int] = []
+    box.queue.preempt = lambda victim, by: stopped.append(_stopping(victim))
+    big = box.run(gpus=1, preemptible=True, vram_gb=60)
+    box.clock.now += 1
+    small = box.run(gpus=1, preemptible=True, vram_gb=10)
+    assert big.job.status is small.job.status is JobStatus.RUNNING
+    urgent = box.run(gpus=1, priority=5, vram_gb=50)
+    urgent.job.queued_at = box.clock.now - 100
+    box.queue.schedule()
+    assert stopped == [big.job.id]
 
 
 def test_equal_priority_never_preempts() -> None:
     box = Box(gpus=1, preempt_after=0)
     stopped: list[int] = []
-    box.queue.preempt = lambda victim, by: stopped.append(victim.job.id)
+    box.queue.preempt = lambda victim, by: stopped.append(_stopping(victim))
     box.run(gpus=1, preemptible=True)
     waiting = box.run(gpus=1)
     waiting.job.queued_at = box.clock.now - 100

@@ -726,7 +726,15 @@ class JobQueue:
         priority and newest first). Returns the jobs being stopped for it."""
         already = self._preempting.get(job_id)
         if already:
-            still = {j for j in already if j in self._book}
+            # Still being stopped: a victim requeued and started again is not (counted as
+            # such, the urgent job waited for ever behind the jobs it had stopped).
+            still = {
+                j
+                for j in already
+                if (victim := self._book.get(j)) is not None
+                and victim.job.status is JobStatus.RUNNING
+                and victim.job.stop_reason is not None
+            }
             self._preempting[job_id] = still
             if still:
                 return still
@@ -757,6 +765,12 @@ class JobQueue:
         for victim in order:
             chosen.append(victim)
             if self._fits_without(request, candidates, {v.job.id for v in chosen}):
+                # The fewest: one taken on the way may not be needed once a later one is
+                # (a 10 GiB job stopped beside the 60 GiB one that alone made room).
+                for extra in list(chosen[:-1]):
+                    rest = {v.job.id for v in chosen if v is not extra}
+                    if self._fits_without(request, candidates, rest):
+                        chosen.remove(extra)
                 for stopped in chosen:
                     self.preempt(stopped, act)
                 self._preempting[job_id] = {v.job.id for v in chosen}
