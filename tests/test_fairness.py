@@ -17,6 +17,7 @@ from gpulayer_tui.engine.config import SchedulingSettings, UserLimits
 from gpulayer_tui.engine.errors import Overloaded
 from gpulayer_tui.engine.events import EventBus
 from gpulayer_tui.engine.fairness import Limits, user_label
+from gpulayer_tui.engine.gpus import ProbeResult, ProbeStatus
 from gpulayer_tui.engine.jobbook import ActiveJob, JobBook, release_holds
 from gpulayer_tui.engine.jobqueue import JobQueue
 from gpulayer_tui.engine.models import JobKind, JobStatus, TerminationReason
@@ -385,6 +386,34 @@ def test_one_job_of_a_two_slot_domain_is_stopped_when_one_slot_is_enough() -> No
     second.job.stop_reason = None
     box.queue.schedule()
     assert stopped == [second.job.id, second.job.id]
+
+
+def test_a_job_stopped_for_another_lets_it_start_first() -> None:
+    # Requeued, the victim took its slot back while the GPU still showed its memory (the
+    # urgent job's VRAM did not fit yet): the urgent job waited for ever behind it.
+    box = Box(gpus=1, preempt_after=0)
+    stopped: list[int] = []
+    box.queue.preempt = lambda victim, by: stopped.append(_stopping(victim))
+    victim = box.run(gpus=1, preemptible=True)  # (no VRAM declared)
+    urgent = box.run(gpus=1, priority=5, vram_gb=50)
+    urgent.job.queued_at = box.clock.now - 100
+    box.queue.schedule()
+    assert stopped == [victim.job.id]
+    # It exits and is requeued, as the batch runner does it; the GPU's next sample still
+    # shows its 40 GiB (a process no job holds there now).
+    release_holds(victim)
+    victim.job.stop_reason = None
+    box.book.transition(victim, JobStatus.QUEUED, message="preempted; back in the queue")
+    stale = ProbeResult(ProbeStatus.OK, (gpu(0, used_gib=40, procs=((4242, 40),)),))
+    box.scheduler.observe(stale, {}, {})
+    box.queue.requeued(victim)
+    box.queue.schedule()
+    assert victim.job.status is JobStatus.QUEUED, victim.job.message
+    assert victim.job.message == f"preempted for job {urgent.job.id}, which starts first"
+    assert urgent.job.status is JobStatus.QUEUED
+    box.scheduler.observe(ProbeResult(ProbeStatus.OK, (gpu(0),)), {}, {})  # (freed)
+    box.queue.schedule()
+    assert urgent.job.status is JobStatus.RUNNING
 
 
 def test_preemption_stops_the_fewest_jobs_not_every_one_taken_on_the_way() -> None:

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 Reason = TerminationReason
 RESERVED_MARK = "waiting: "  # how a reason kept off a reservation begins
+PREEMPT_HOLD_S = 60.0  # how long jobs stopped for a job wait for it to start first
 # (dependency id, any_exit, its terminal status or None while it is still active)
 ResolvedDep = tuple[int, bool, JobStatus | None]
 StartJob = Callable[[ActiveJob, list["Domain"]], None]
@@ -133,6 +134,7 @@ class JobQueue:
         # (job, {dependency: any_exit}) -> True if Slurm takes the dependencies over.
         self.cluster_deps: Callable[[ActiveJob, dict[int, bool]], bool] | None = None
         self._preempting: dict[int, set[int]] = {}  # waiting job -> jobs stopped for it
+        self._preempted_at: dict[int, float] = {}  # waiting job -> when it stopped them
         self._cluster_held: dict[int, ActiveJob] = {}  # cluster jobs the gate holds back
 
     def reconfigure(self, settings: SchedulingSettings, limits: Limits) -> None:
@@ -636,6 +638,14 @@ class JobQueue:
                 if shape_reason is not None:
                     blocked[group] = shape_reason  # (the same shape, another user)
                     continue
+                urgent = self._preempted_for(key[1])
+                if urgent is not None:
+                    # Stopped for a job that has not started yet: it goes first. (Requeued,
+                    # the victims took the freed slots back while the GPU still showed
+                    # their memory, and the urgent job waited for ever, or stopped them
+                    # again and again.)
+                    blocked[group] = f"preempted for job {urgent}, which starts first"
+                    continue
                 placed = self._place(key[1], request, reserved, now)
                 if isinstance(placed, str) and not placed.startswith(RESERVED_MARK):
                     # Blocked wherever it goes: so is every job of this shape, whoever's
@@ -656,6 +666,7 @@ class JobQueue:
                 if act is not None:
                     self._unwait(act.job.id)
                     self._preempting.pop(act.job.id, None)
+                    self._preempted_at.pop(act.job.id, None)
                     self._start(act, placed)
                     held = running.setdefault(uid, Running())
                     held.gpus += sum(1 for d in placed if d.is_gpu)
@@ -720,14 +731,26 @@ class JobQueue:
             f"{reserved.job_id} {reserved.when(now)} ({backfill})"
         )
 
+    def _preempted_for(self, job_id: int) -> int | None:
+        """The waiting job ``job_id`` was stopped for, if that one has not started yet."""
+        if not self._preempting:
+            return None
+        now = self._clock()
+        for urgent, victims in self._preempting.items():
+            if job_id in victims and now - self._preempted_at.get(urgent, now) < PREEMPT_HOLD_S:
+                act = self._book.get(urgent)
+                if act is not None and act.job.status in (JobStatus.PENDING, JobStatus.QUEUED):
+                    return urgent
+        return None
+
     def _maybe_preempt(self, job_id: int, request: Request, now: float) -> set[int]:
         """Stop lower-priority preemptible jobs for the best waiting job once it has waited
         ``[scheduling] preempt_after``, if stopping them lets it start (the fewest, lowest
         priority and newest first). Returns the jobs being stopped for it."""
         already = self._preempting.get(job_id)
         if already:
-            # Still being stopped: a victim requeued and started again is not (counted as
-            # such, the urgent job waited for ever behind the jobs it had stopped).
+            # Still being stopped (running with its stop decided); requeued, it waits for
+            # this job (see _preempted_for) and is kept in the set for that.
             still = {
                 j
                 for j in already
@@ -735,9 +758,9 @@ class JobQueue:
                 and victim.job.status is JobStatus.RUNNING
                 and victim.job.stop_reason is not None
             }
-            self._preempting[job_id] = still
             if still:
                 return still
+            self._preempting[job_id] = {j for j in already if j in self._book}
         act = self._book.get(job_id)
         after = self.settings.preempt_after
         if act is None or after is None or self.preempt is None or request.replicas > 1:
@@ -774,6 +797,7 @@ class JobQueue:
                 for stopped in chosen:
                     self.preempt(stopped, act)
                 self._preempting[job_id] = {v.job.id for v in chosen}
+                self._preempted_at[job_id] = now
                 return self._preempting[job_id]
         return set()
 
