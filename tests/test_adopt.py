@@ -412,3 +412,25 @@ async def test_what_no_one_may_adopt_is_refused_with_its_reason(
     # Nothing was signalled: the adopted process and the job run on.
     assert adopted.poll() is None
     assert engine.book.get(launched.id) is not None and engine.book.get(first.id) is not None
+
+
+def _python_as(spawned: list[subprocess.Popen[bytes]], argv0: bytes) -> subprocess.Popen[bytes]:
+    import sys
+
+    argv = [argv0, b"-c", b"import time; time.sleep(60)"]
+    proc = subprocess.Popen(argv, executable=sys.executable, start_new_session=True)
+    spawned.append(proc)
+    wait_for(lambda: "time.sleep" in procs.read_cmdline(proc.pid))
+    return proc
+
+
+async def test_an_adopted_process_named_after_a_hostile_argv0_gets_a_printable_name(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    # Its name came from its argv0 raw: a terminal escape reached the API and --json.
+    engine = await make_engine()
+    proc = _python_as(spawn, b"/tmp/e\x1b[31mvil")
+    job = await adopt(engine, proc.pid)
+    assert job.status is JobStatus.RUNNING
+    assert job.name == "e\\x1b[31mvil"
+    await engine.cancel(job.id)
