@@ -7,6 +7,7 @@ import json
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -224,6 +225,29 @@ async def test_a_theme_that_cannot_be_saved_leaves_the_config_as_it_was(
     save_theme(paths.config_file, "gpulayer-light")
     assert load_config(paths.config_file).ui.theme == "gpulayer-light"
     assert paths.config_file.read_text().endswith("[engine]\ngrace_period = 2.0\n")
+
+
+def test_saving_the_theme_keeps_the_files_link_mode_endings_and_comments(tmp_path: Path) -> None:
+    # Written through a temp file renamed over the path: a symlinked config became a plain
+    # file, a 0600 one (it may hold a webhook URL) 0644, a read-only one was overwritten,
+    # CRLF endings came back LF and the theme line's own comment went.
+    real = tmp_path / "dotfiles" / "gpulayer.toml"
+    real.parent.mkdir()
+    real.write_bytes(b'# mine\r\n[ui]\r\ntheme = "gpulayer-dark"  # my pick\r\n')
+    real.chmod(0o600)
+    link = tmp_path / "config.toml"
+    link.symlink_to(real)
+    save_theme(link, "gpulayer-light")
+    assert link.is_symlink() and link.resolve() == real
+    assert real.read_bytes() == b'# mine\r\n[ui]\r\ntheme = "gpulayer-light"  # my pick\r\n'
+    assert real.stat().st_mode & 0o777 == 0o600
+    real.chmod(0o444)
+    with pytest.raises(ValueError, match="is read-only"):
+        save_theme(link, "gpulayer-dark")
+    assert b"gpulayer-light" in real.read_bytes()
+    fresh = tmp_path / "new" / "config.toml"
+    save_theme(fresh, "gpulayer-dark")
+    assert fresh.stat().st_mode & 0o777 == 0o600
 
 
 async def test_quit_without_work_exits_at_once(embedded_app: AppFactory) -> None:
