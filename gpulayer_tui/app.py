@@ -8,6 +8,7 @@ sample and its history) and keeps it current from one long-lived events worker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -450,23 +451,34 @@ class GpulayerApp(App[str]):
     async def _stop_all_and_quit(self) -> None:
         # Adopted processes are left alone (record 004): they were started elsewhere, and
         # quitting the TUI is no reason to kill them. A later engine re-learns them.
-        active = [
-            j["id"]
-            for j in self.job_store.jobs.values()
-            if j["status"] in ACTIVE_STATUSES and j.get("kind") != "adopted"
-        ]
-        self.notify(f"stopping {len(active)} job(s)…", timeout=10)
-        for job_id in active:
-            try:
-                await self.backend.cancel(job_id)
-            except BackendError:
-                pass  # it ended meanwhile
-        if self.job_store.active_count(launched_only=True):
-            self._quiet.clear()
-            try:
-                await asyncio.wait_for(self._quiet.wait(), timeout=60)
-            except TimeoutError:
+        asked: set[int] = set()
+        deadline = time.monotonic() + 60
+        while True:
+            # Again each second: a job submitted meanwhile (another shell, a script) was
+            # neither stopped nor handed over, and ran on with no engine.
+            active = [
+                j["id"]
+                for j in self.job_store.jobs.values()
+                if j["status"] in ACTIVE_STATUSES
+                and j.get("kind") != "adopted"
+                and j["id"] not in asked
+            ]
+            if active:
+                self.notify(f"stopping {len(active)} job(s)…", timeout=10)
+            for job_id in active:
+                asked.add(job_id)
+                try:
+                    await self.backend.cancel(job_id)
+                except BackendError:
+                    pass  # it ended meanwhile
+            if not self.job_store.active_count(launched_only=True):
+                break
+            if time.monotonic() >= deadline:
                 self.notify("some jobs did not stop in 60 s", severity="warning")
+                break
+            self._quiet.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._quiet.wait(), timeout=1.0)
         self._stopping = True
         self.exit("")
 

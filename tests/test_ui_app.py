@@ -307,9 +307,17 @@ async def test_the_quit_dialog_is_asked_once_and_a_choice_to_stop_stands(
         said = [n.message for n in app._notifications]
         assert "stopping the jobs; the app quits once they have ended" in said
         assert app.is_running
+        # One submitted meanwhile (another shell) is stopped too: it ran on with no engine.
+        late = await app.backend.submit({"command": ["sleep", "600"]})
+        await until(
+            pilot,
+            lambda: app.job_store.jobs.get(late["id"], {}).get("status") == "cancelled",
+            "the late job stopped",
+        )
         os.killpg(job["pid"], signal.SIGKILL)
         await until(pilot, lambda: not app.is_running, "quit once the job ended", timeout=30)
     assert app.return_value == ""
+    assert pid_gone(late["pid"])
 
 
 async def test_quit_handover_keeps_jobs_running_in_a_background_engine(
