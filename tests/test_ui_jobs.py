@@ -288,6 +288,17 @@ async def test_sort_keys_cycle_through_the_columns_shown(ui_app: Any) -> None:
             label = table.columns[ColumnKey(key)].label.plain
             width = table.columns[ColumnKey(key)].width
             assert label.endswith((" ▲", " ▼")) and len(label) <= width, (key, label, width)
+        # Narrow terminals: the table fits the screen, its last column and arrow in view
+        # (at 60-65 columns it was wider than the terminal: RUNTIME fell off it).
+        for width in (60, 64, 69):
+            await pilot.resize_terminal(width, 24)
+            await pilot.pause()
+            table.set_sort("runtime")
+            await pilot.pause()
+            assert table.virtual_size.width <= table.size.width, width
+            label = table.columns[ColumnKey("runtime")].label.plain
+            assert label.endswith((" ▲", " ▼")), (width, label)
+        await pilot.resize_terminal(140, 30)
         table.set_sort("vram")
         await pilot.pause()
         assert "hidden" not in str(bar.content)

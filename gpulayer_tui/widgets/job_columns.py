@@ -93,7 +93,13 @@ LAYOUTS = (
     Layout(130, USAGE_COLUMNS, 16),
     Layout(100, frozenset({"kind", "started", "user"}) | USAGE_COLUMNS, 14),
     Layout(
-        0, frozenset({"kind", "user", "domains", "vram", "started", "exit"}) | USAGE_COLUMNS, 12
+        70, frozenset({"kind", "user", "domains", "vram", "started", "exit"}) | USAGE_COLUMNS, 12
+    ),
+    # (Under 70 the table outgrew the terminal: RUNTIME and its sort arrow fell off it.)
+    Layout(
+        0,
+        frozenset({"kind", "user", "domains", "vram", "started", "exit", "gpus"}) | USAGE_COLUMNS,
+        10,
     ),
 )
 START_LAYOUT = LAYOUTS[1]
