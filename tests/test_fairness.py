@@ -366,13 +366,19 @@ def test_a_job_that_waited_long_enough_preempts_lower_priority_preemptible_jobs(
     assert keeper.job.status is JobStatus.RUNNING
 
 
-def test_one_job_of_a_two_slot_domain_is_stopped_when_one_slot_is_enough() -> None:
-    # Both preemptible jobs of a 2-slot GPU were stopped (a domain counted as freed only
-    # once every job there left): the urgent job needed one slot.
+def _two_slot_box() -> tuple[Box, list[int]]:
+    """One GPU of two slots, preemption at once; the ids of the jobs it stops."""
     box = Box(gpus=1, preempt_after=0)
     box.scheduler.domains["gpu0"].slots = 2
     stopped: list[int] = []
     box.queue.preempt = lambda victim, by: stopped.append(_stopping(victim))
+    return box, stopped
+
+
+def test_one_job_of_a_two_slot_domain_is_stopped_when_one_slot_is_enough() -> None:
+    # Both preemptible jobs of a 2-slot GPU were stopped (a domain counted as freed only
+    # once every job there left): the urgent job needed one slot.
+    box, stopped = _two_slot_box()
     first = box.run(gpus=1, preemptible=True)
     box.clock.now += 1
     second = box.run(gpus=1, preemptible=True)
@@ -419,10 +425,7 @@ def test_a_job_stopped_for_another_lets_it_start_first() -> None:
 def test_preemption_stops_the_fewest_jobs_not_every_one_taken_on_the_way() -> None:
     # Newest first, a 10 GiB job was taken, then the 60 GiB one that alone made room:
     # both were stopped.
-    box = Box(gpus=1, preempt_after=0)
-    box.scheduler.domains["gpu0"].slots = 2
-    stopped: list[int] = []
-    box.queue.preempt = lambda victim, by: stopped.append(_stopping(victim))
+    box, stopped = _two_slot_box()
     big = box.run(gpus=1, preemptible=True, vram_gb=60)
     box.clock.now += 1
     small = box.run(gpus=1, preemptible=True, vram_gb=10)
