@@ -223,13 +223,13 @@ async def test_renaming_a_gpu_domain_moves_a_running_services_replicas_too(
     assert not engine.scheduler.domains["train"].holdings
 
 
-async def test_a_pinned_service_placed_again_after_its_domain_was_renamed_fails_cleanly(
+async def test_a_pinned_service_placed_again_after_its_domain_was_renamed_waits_for_it(
     make_engine: EngineFactory, paths: Paths
 ) -> None:
-    # The service started pinned to gpu0; a reload renamed gpu0 to "train" (running work
-    # is left alone, so its request still named gpu0); then its GPU was lost and the
-    # service went back to the queue. Its old request made every scheduling pass raise
-    # KeyError: submissions got HTTP 500 and nothing started again.
+    # The service started pinned to gpu0; a reload renamed gpu0 to "train"; then its GPU
+    # was lost and the service went back to the queue. Its old request made every
+    # scheduling pass raise KeyError (HTTP 500, nothing started again); then it failed
+    # "unknown domain 'gpu0'". Its pin follows the GPU now: it waits for "train".
     from gpulayer_tui.engine.simulate import SimLedger
 
     paths.state_dir.mkdir(parents=True)
@@ -245,12 +245,13 @@ async def test_a_pinned_service_placed_again_after_its_domain_was_renamed_fails_
     assert "GPU 0: domain gpu0 -> train" in result["changes"]
     SimLedger(paths.state_dir).set_gpu(0, lost=True, error="GPU is lost: fell off the bus")
     await engine.sampler.sample_once()
-    failed = await engine.wait(service.id, timeout=20)
-    assert failed.status is JobStatus.FAILED
-    assert failed.termination_reason is TerminationReason.OVER_CAPACITY
-    assert "can no longer run after a configuration change: domain: unknown domain 'gpu0'" in (
-        failed.message
+    await eventually(
+        lambda: engine.book.get(service.id).job.message.startswith(
+            "waiting for domain train quarantined"
+        ),
+        timeout=20,
     )
+    assert (await engine.get(service.id)).spec["domain"] == "train"
     # Scheduling goes on: a new job starts on the GPU that is left, and sampling runs.
     other = await engine.submit({"command": ["sleep", "600"], "gpus": 1})
     assert other.status is JobStatus.RUNNING and other.domains == ["gpu1"]
@@ -259,11 +260,11 @@ async def test_a_pinned_service_placed_again_after_its_domain_was_renamed_fails_
     await engine.cancel(other.id)
 
 
-async def test_a_preempted_job_whose_pinned_domain_was_removed_fails_when_requeued(
+async def test_a_preempted_job_pinned_to_a_renamed_domain_waits_for_it_when_requeued(
     make_engine: EngineFactory, paths: Paths
 ) -> None:
-    # The same hole for batch jobs: a preemptible job pinned to a domain a reload removed
-    # is requeued by preemption; it can never run again, and says why.
+    # The same hole for batch jobs: a preemptible job pinned to a domain a reload renamed
+    # is requeued by preemption (it failed "can no longer run"); its pin followed the GPU.
     paths.state_dir.mkdir(parents=True)
     unmanaged = BASE + "auto_domains = false\n[scheduling]\npreempt_after = 0\n"
     paths.config_file.write_text(unmanaged + "[domains.train]\ngpu = 1\n[domains.other]\ngpu = 0\n")
@@ -277,12 +278,12 @@ async def test_a_preempted_job_whose_pinned_domain_was_removed_fails_when_requeu
     paths.config_file.write_text(unmanaged + renamed)
     assert (await engine.config_reload.reload())["applied"] is True
     urgent = await engine.submit({"command": ["sleep", "600"], "domain": "train2", "priority": 10})
-    failed = await engine.wait(victim.id, timeout=20)
-    assert failed.status is JobStatus.FAILED
-    assert failed.termination_reason is TerminationReason.OVER_CAPACITY
-    assert "can no longer run after a configuration change" in failed.message
     await eventually(lambda: engine.book.get(urgent.id).job.status is JobStatus.RUNNING, timeout=20)
+    requeued = await engine.get(victim.id)
+    assert requeued.status is JobStatus.QUEUED and requeued.spec["domain"] == "train2"
     await engine.cancel(urgent.id)
+    await eventually(lambda: engine.book.get(victim.id).job.status is JobStatus.RUNNING, timeout=20)
+    await engine.cancel(victim.id)
 
 
 async def test_a_renamed_domain_is_stored_with_its_running_jobs_and_said_by_services(
@@ -347,10 +348,16 @@ async def test_a_domain_renamed_while_no_engine_ran_keeps_its_running_jobs_held(
     waiting = await second.submit({"command": ["true"], "domain": "train2"})
     assert waiting.status is JobStatus.QUEUED  # its one slot is the running job's
     assert set(second.scheduler.domains["serve2"].holdings) == {service.id}
+    assert (await second.get(service.id)).spec["domain"] == "serve2"  # (its pin followed)
     SimLedger(paths.state_dir).set_gpu(0, lost=True, error="GPU is lost: fell off the bus")
     await second.sampler.sample_once()
-    failed = await second.wait(service.id, timeout=20)  # (pinned to "serve": gone now)
-    assert "can no longer run after a configuration change" in failed.message
+    await eventually(  # (placed again: it waits for its GPU, pinned there under its name)
+        lambda: second.book.get(service.id).job.message.startswith(
+            "waiting for domain serve2 quarantined"
+        ),
+        timeout=20,
+    )
+    await second.cancel(service.id)
     await second.cancel(waiting.id)  # (first: it would start once the slot is free)
     await second.cancel(running.id)
 

@@ -64,7 +64,7 @@ class Recovery:
             else:
                 try:
                     spec = parse_spec(job.spec)
-                    if renamed and job.status is not JobStatus.RUNNING:
+                    if renamed:  # (running ones too: placed again, a service, a requeue)
                         spec, followed = self._follow(job, spec, renamed)
                     request = self._scheduler.request_for(spec)
                 except SpecError as err:

@@ -271,14 +271,15 @@ class ConfigReloader:
         return changes + domain_changes
 
     def _follow_pins(self, renamed: dict[str, str]) -> None:
-        """Waiting jobs pinned to a domain the edit renamed (same GPU, a new name; the old
-        name gone) are pinned to the new name, as running jobs and the GPU's drain or
-        quarantine follow it; stored as an edit with a ``job.edited`` entry. (They failed
-        "can no longer run": a rename lost every job queued for that GPU.)"""
+        """Jobs pinned to a domain the edit renamed (the same GPU, a new name) are pinned to
+        the new name, as running jobs and the GPU's drain or quarantine follow it; stored
+        as an edit with a ``job.edited`` entry. (Waiting ones failed "can no longer run":
+        a rename lost every job queued for that GPU; running ones did when placed again,
+        a service after a lost GPU or a preempted job.)"""
         if not renamed:
             return
         for act in list(self._book):
-            if act.spec is None or act.job.status not in (JobStatus.PENDING, JobStatus.QUEUED):
+            if act.spec is None or act.job.status.is_terminal:
                 continue
             pins = act.spec.pinned_domains
             if not set(pins) & renamed.keys():
@@ -288,7 +289,11 @@ class ConfigReloader:
                 {**act.job.spec, "domain": now[0] if isinstance(act.spec.domain, str) else now}
             )
             try:
-                self._queue.edit(act, spec, self._scheduler.request_for(spec))
+                request = self._scheduler.request_for(spec)
+                if act.job.status is JobStatus.RUNNING:
+                    act.spec = spec  # (its holds stay; it is placed by this spec next time)
+                else:
+                    self._queue.edit(act, spec, request)
             except SpecError:
                 # Another of its pins is gone: it fails as it resolves again, naming that
                 # one (it named the renamed one, the spec unchanged).
