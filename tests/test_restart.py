@@ -77,9 +77,15 @@ async def test_job_that_ended_while_engine_was_down(
     (tmp_path / "go").touch()
     await eventually(lambda: pid_gone(ok.pid or 0))  # its launcher reaps it and records 0
 
+    restarted_at = time.time()
     second = await make_engine()
     done = await second.wait(ok.id, timeout=10)
     assert done.status is JobStatus.COMPLETED and done.exit_code == 0
+    # Its timeline has the end when it was, not when the next engine learnt of it.
+    end = (await second.events_of(ok.id))[-1]
+    assert end["status"] == "completed"
+    assert done.ended_at is not None and end["at"] == pytest.approx(done.ended_at, abs=1e-6)
+    assert end["at"] < restarted_at
 
 
 async def test_job_killed_while_engine_was_down_is_never_shown_running(

@@ -695,10 +695,14 @@ async def test_a_replica_that_exited_while_no_engine_ran_goes_through_the_restar
     await eventually(lambda: pid_gone(pid))
 
     later = ManualClock(at=clock.at)
+    restarted_at = time.time()
     second = await make_engine(simulate=None, service_clock=later)
     again = _replicas(second, job.id)[0]
     await eventually(lambda: again.state is ReplicaState.BACKOFF)
     assert again.last_exit_code == 137  # its real end, from the launcher's record
+    # The timeline has the exit when it was, not when the next engine learnt of it.
+    exits = [e for e in await second.events_of(job.id) if e["data"].get("state") == "backoff"]
+    assert len(exits) == 1 and exits[0]["at"] < restarted_at
     assert later.pending() == [1.0]
     later.advance(1.0)
     await eventually(lambda: again.state is ReplicaState.UP and again.pid != pid, timeout=20)

@@ -68,9 +68,11 @@ class EventBus:
         job_id: int | None,
         data: dict[str, Any],
         job: dict[str, Any] | None = None,
+        at: float | None = None,
     ) -> Event:
-        """Create an event with the next sequence number and the current time."""
-        return Event(next(self._seq), time.time(), kind, job_id, data, job)
+        """Create an event with the next sequence number, stamped ``at`` (when it
+        happened, if known and past) or now."""
+        return Event(next(self._seq), time.time() if at is None else at, kind, job_id, data, job)
 
     @property
     def has_subscribers(self) -> bool:

@@ -280,10 +280,13 @@ class JobBook:
         """Call ``listener(act)`` whenever a job becomes terminal (after its transition)."""
         self._end_listeners.append(listener)
 
-    def event(self, kind: EventKind, job: Job, data: dict[str, Any]) -> Event:
-        """An event about ``job`` carrying its current row for subscribers."""
+    def event(
+        self, kind: EventKind, job: Job, data: dict[str, Any], at: float | None = None
+    ) -> Event:
+        """An event about ``job`` carrying its current row for subscribers, stamped
+        ``at`` (when it happened, if that was before now) or now."""
         snapshot = job.to_row() if self._bus.has_subscribers else None
-        return self._bus.make(kind, job.id, data, dict(snapshot) if snapshot else None)
+        return self._bus.make(kind, job.id, data, dict(snapshot) if snapshot else None, at)
 
     def transition(
         self,
@@ -343,6 +346,9 @@ class JobBook:
                 "exit_code": exit_code,
                 "domains": list(job.domains),
             },
+            # An end the launcher saw while no engine ran goes in the timeline when it
+            # happened (it was stamped with the restart that learnt of it).
+            at=job.ended_at if new.is_terminal else now,
         )
         if not new.is_terminal:
             self._journal.save(job, [event])
@@ -461,9 +467,12 @@ class JobBook:
         """Queue the job's row (a change that is not an event: its pid, its stop)."""
         self._journal.save(act.job)
 
-    def record(self, act: ActiveJob, kind: EventKind, data: dict[str, Any]) -> None:
-        """Queue the job's row with an event of ``kind`` (e.g. a replica's change)."""
-        self._journal.save(act.job, [self.event(kind, act.job, data)])
+    def record(
+        self, act: ActiveJob, kind: EventKind, data: dict[str, Any], at: float | None = None
+    ) -> None:
+        """Queue the job's row with an event of ``kind`` (e.g. a replica's change),
+        stamped ``at`` (when it happened, if learnt late) or now."""
+        self._journal.save(act.job, [self.event(kind, act.job, data, at)])
 
     async def wait(self, job_id: int, timeout: float | None = None) -> None:
         """Return once ``job_id`` is terminal and durable (at once if it is not live).

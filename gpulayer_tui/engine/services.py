@@ -325,10 +325,12 @@ class ServiceRunner:
         message: str,
         exit_code: int | None = None,
         gave_up: bool = False,
+        at: float | None = None,
     ) -> None:
         """The one place a replica's state changes (or its message, in the same state):
         check, update the summary, record. ``gave_up``: it exited for good on its own (no
-        restart left, or it could not start); the event says so (notifications use it)."""
+        restart left, or it could not start); the event says so (notifications use it).
+        ``at``: when it happened, if that was learnt late (an exit while no engine ran)."""
         job = act.job
         if state is not replica.state:
             check_replica_transition(job.id, replica.index, replica.state, state)
@@ -352,7 +354,7 @@ class ServiceRunner:
         }
         if gave_up:
             data["gave_up"] = True
-        self._book.record(act, EventKind.REPLICA, data)
+        self._book.record(act, EventKind.REPLICA, data, at)
 
     @staticmethod
     def _summary(job: Job) -> str:
@@ -386,9 +388,12 @@ class ServiceRunner:
         code = exit.code
         replica.last_exit_code = code
         what = describe_exit(code) if exit.error is None else "not started"
+        # The timeline has the exit when the launcher saw it (one learnt late, while no
+        # engine ran, was stamped with the restart that learnt of it).
+        late = None if exit.at is None else min(exit.at, time.time())
         if replica.state is R.STOPPING or runtime.end is not None or runtime.replacing is not None:
             if replica.state.has_process:
-                self._set_replica(act, replica, R.EXITED, f"stopped ({what})", code)
+                self._set_replica(act, replica, R.EXITED, f"stopped ({what})", code, at=late)
             if exit.at is not None:  # (the service ends when its last replica did, as
                 # the launcher recorded it: not at the next engine's start)
                 runtime.ended_at = max(runtime.ended_at or 0.0, exit.at)
@@ -416,13 +421,14 @@ class ServiceRunner:
                 R.BACKOFF,
                 f"{what}; restart {replica.restarts + 1} in {delay:g} s",
                 code,
+                at=late,
             )
             runtime.restart_timers[index] = self.clock.call_later(
                 delay, functools.partial(self._restart_replica, job_id, index)
             )
             return
         self._set_replica(
-            act, replica, R.EXITED, f"{what}; not restarted ({why})", code, gave_up=True
+            act, replica, R.EXITED, f"{what}; not restarted ({why})", code, gave_up=True, at=late
         )
         status, reason, _ = exit_verdict(code)
         others = " (the other replicas were stopped)" if len(act.job.replicas) > 1 else ""
