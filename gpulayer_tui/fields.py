@@ -186,6 +186,9 @@ def check_shell(value: object) -> str:
         raise FieldError("shell", "a command is needed")
     if not value.strip():  # (`sh -c '   '` runs nothing, and "completes")
         raise FieldError("shell", "a command is needed (the line is only blanks)")
+    if all(not line.strip() or line.lstrip().startswith("#") for line in value.splitlines()):
+        # (As the blank line: `sh -c '# x'` runs nothing, and "completes".)
+        raise FieldError("shell", "a command is needed (the line is only a comment)")
     if len(value) > 65536:
         raise FieldError("shell", f"at most 65536 characters, not {len(value)}")
     if "\0" in value:

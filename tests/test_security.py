@@ -432,6 +432,8 @@ async def test_a_state_dir_with_shell_characters_in_its_path_is_safe(tmp_path: P
         ({"command": ["true"], "env": {"A": "x\0y"}}, "env[A] contains a NUL byte"),
         ({"shell": "echo\0hi"}, "shell: contains a NUL byte"),
         ({"shell": " \t\n "}, "shell: a command is needed (the line is only blanks)"),
+        ({"shell": "# x"}, "shell: a command is needed (the line is only a comment)"),
+        ({"shell": "  # set up\n\n\t# run\n"}, "(the line is only a comment)"),
     ],
 )
 async def test_hostile_specs_are_refused_with_the_reason_and_store_nothing(
