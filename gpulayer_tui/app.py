@@ -189,7 +189,7 @@ class GpulayerApp(App[str]):
         self.connection_problem = ""
         self.gpu_history = {
             d["gpu_index"]: deque(map(_point, d.get("history", [])), maxlen=HISTORY_POINTS)
-            for d in gpus["domains"]
+            for d in [*gpus["domains"], *gpus.get("gpus_without_domain", [])]
             if d["gpu_index"] is not None
         }
         self.gpu_state = gpus
@@ -246,7 +246,7 @@ class GpulayerApp(App[str]):
         kind = event.get("kind")
         if kind == "gpu.sample":
             data = event["data"]
-            for dom in data["domains"]:
+            for dom in [*data["domains"], *data.get("gpus_without_domain", [])]:
                 gpu = dom.get("gpu")
                 if dom["gpu_index"] is None or gpu is None:
                     continue

@@ -236,6 +236,19 @@ class DomainViewJSON(DomainJSON):
     history: NotRequired[list[list[float | int | None]]]
 
 
+class OtherGpuJSON(TypedDict):
+    """A GPU the config gives no domain (``auto_domains = false``): not the engine's to
+    schedule on, shown for its load and memory (and for jobs still running there since
+    its domain was removed)."""
+
+    gpu_index: int
+    gpu_uuid: str | None
+    jobs: list[int]
+    gpu: GpuJSON | None
+    processes: list[ProcessJSON]
+    history: NotRequired[list[list[float | int | None]]]
+
+
 class GpusJSON(TypedDict):
     """``GET /v1/gpus`` and the data of ``gpu.sample`` events."""
 
@@ -247,6 +260,8 @@ class GpusJSON(TypedDict):
     probe_seconds: float | None
     unregistered_total: int
     domains: list[DomainViewJSON]
+    gpus_without_domain: NotRequired[list[OtherGpuJSON]]
+    """GPUs the engine sees but the config gives no domain (an older engine leaves it out)."""
     clusters: NotRequired[list[dict[str, Any]]]
     """Each ``[clusters.NAME]`` (issue 16): partition, nodes, GPUs total/allocated/idle,
     whether it answers."""

@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from .shapes import JobJSON as JobJSON
     from .shapes import JobPageJSON as JobPageJSON
     from .shapes import JobRowJSON as JobRowJSON
+    from .shapes import OtherGpuJSON as OtherGpuJSON
     from .shapes import ProcessInfoJSON as ProcessInfoJSON
     from .shapes import ProcessJSON as ProcessJSON
     from .shapes import ReplicaJSON as ReplicaJSON
@@ -249,6 +250,7 @@ SHAPES = frozenset(
         "VramJSON",
         "ProcessJSON",
         "DomainViewJSON",
+        "OtherGpuJSON",
         "GpusJSON",
         "HealthJSON",
         "EventJSON",

@@ -313,6 +313,20 @@ async def test_adopting_onto_a_full_domain_and_on_several_gpus(
     await engine.cancel(busy.id)
 
 
+async def test_a_process_only_on_a_gpu_without_a_domain_is_not_adopted_as_a_cpu_job(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    config = make_config(engine={"auto_domains": False}, domains={"train": {"gpu": 0}})
+    engine = await make_engine("2xA100-80GB", config=config)
+    proc = start(spawn, "sleep", "600")
+    SimLedger(engine.paths.state_dir).hold(1, proc.pid, 5.0)
+    await engine.sampler.sample_once()
+    # Taken as a CPU job (no GPU named), it held no GPU here and its memory was no one's.
+    with pytest.raises(SpecError, match="holds memory only on GPU 1, which has no domain"):
+        await adopt(engine, proc.pid)
+    assert await engine.list_jobs() == []
+
+
 async def test_comm_with_spaces_and_parenthesis(
     make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:

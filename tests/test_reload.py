@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gpulayer_tui.cli.format import format_gpus
 from gpulayer_tui.engine.config import load_config
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
 from gpulayer_tui.engine.paths import Paths
@@ -157,12 +158,23 @@ async def test_a_domain_removed_while_it_holds_a_job_lets_the_job_finish(
     assert "train" not in engine.scheduler.domains
     # The running job is not stopped: it ends as it would have.
     assert (await engine.get(running.id)).status is JobStatus.RUNNING
+    # Both GPUs are still shown (`gpus`), with the job that still runs on its old one.
+    view = engine.gpus()
+    assert [d["name"] for d in view["domains"]] == ["cpu"]
+    others = view.get("gpus_without_domain", [])
+    assert [(g["gpu_index"], g["jobs"]) for g in others] == [(0, []), (1, [running.id])]
+    assert all(g["gpu"] and g["gpu"]["name"] for g in others)
+    shown = format_gpus(dict(view)).splitlines()
+    assert shown[1].startswith("-") and shown[1].split()[1] == "0"
+    assert shown[2].endswith(f"no domain (still running: job {running.id})")
+    assert shown[3].startswith("cpu")
     failed = await engine.wait(waiting.id, timeout=10)
     assert failed.termination_reason is TerminationReason.OVER_CAPACITY
     assert "domain: unknown domain 'train'" in failed.message
     await engine.cancel(running.id)
     ended = await engine.wait(running.id, timeout=10)
     assert ended.status is JobStatus.CANCELLED
+    assert [g["jobs"] for g in engine.gpus().get("gpus_without_domain", [])] == [[], []]
     after = await engine.submit({"command": ["true"]})  # and the engine carries on
     assert (await engine.wait(after.id, timeout=10)).status is JobStatus.COMPLETED
     # No GPU domain left: a GPU job is told the config's share, not "this machine has 0".

@@ -31,6 +31,7 @@ from gpulayer_tui.widgets.gpu_panel import GpuPanel, RowLayout, graph_lines
 from gpulayer_tui.widgets.memory_bar import MemoryBar, split_cells
 from gpulayer_tui.widgets.process_table import ProcessTable
 from gpulayer_tui.widgets.summary_line import SummaryLine
+from tests.conftest import make_config
 from tests.ui_support import FIXED_NOW, StaticBackend, until
 
 GIB = 1024**3
@@ -641,3 +642,33 @@ def test_snapshot_eight_gpus_200x50_after_resizes(snap_compare: Any) -> None:
     app = build_app(StaticBackend(n_gpus=8), clock=lambda: FIXED_NOW)
     run_before = resized(8, (80, 24), (200, 50))
     assert snap_compare(app, terminal_size=(200, 50), run_before=run_before)
+
+
+async def test_a_gpu_without_a_domain_is_shown_with_its_load_and_processes(
+    ui_app: Any, foreign: Callable[[], int]
+) -> None:
+    # `auto_domains = false` and one domain: the other GPU is not the engine's to schedule
+    # on, but its load, memory and processes are the machine's (it was left out).
+    config = make_config(engine={"auto_domains": False}, domains={"train": {"gpu": 0}})
+    app = await ui_app("2xA100-80GB", config=config)
+    async with app.run_test(size=(120, 40)) as pilot:
+        panels = await until(
+            pilot, lambda: len(app.screen.query(GpuPanel)) == 2 and list(app.screen.query(GpuPanel))
+        )
+        assert [p.domain_name for p in panels] == ["train", "gpu 1"]
+        other = panels[1]
+        await until(pilot, lambda: other.domain)
+        assert other.health() == ("○", "no domain", "$text-muted")
+        assert other.title().plain == "gpu 1 · Simulated A100 · no domain: not managed"
+        pid = foreign()
+        SimLedger(app.backend.engine.paths.state_dir).hold(1, pid, 20.0)
+        await app.backend.engine.sampler.sample_once()
+        await until(pilot, lambda: f"1:{pid}" in table_keys(app))
+        assert table_row(app, f"1:{pid}")["owner"] == "no domain"
+        bar = other.query_one(MemoryBar)
+        await until(pilot, lambda: "others 20.0" in bar.legend_text())
+        assert "/80.0 GiB" in bar.render().plain
+        assert "slots -" in str(other.query_one("#stats").render())
+        # Its memory is nobody's to adopt here: the total counts the domains' GPUs only.
+        await until(pilot, lambda: "unregistered VRAM 0.0 GiB" in summary_text(app))
+        assert summary_text(app).endswith("1 GPU (+1 without a domain)")

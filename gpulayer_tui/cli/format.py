@@ -184,9 +184,11 @@ def format_gpus(data: dict[str, Any]) -> str:
     lines = []
     if data.get("message"):
         lines.append(printable(f"note: {data['message']}"))
-    rows = []
+    rows: list[list[str]] = []
+    at: list[float] = []  # each row's GPU index (the CPU pool last): GPUs in index order
     foreign = []
     for dom in data["domains"]:
+        at.append(float("inf") if dom["gpu_index"] is None else dom["gpu_index"])
         gpu, vram = dom.get("gpu"), dom.get("vram")
         util = "" if not gpu or gpu["utilization"] is None else f"{gpu['utilization']}%"
         temp = "" if not gpu or gpu["temperature"] is None else f"{gpu['temperature']}C"
@@ -231,6 +233,36 @@ def format_gpus(data: dict[str, Any]) -> str:
                         (whose + proc["command"])[:60],
                     ]
                 )
+    for other in data.get("gpus_without_domain") or ():
+        # A GPU the config leaves out: its load and memory, no slots or accounting.
+        gpu = other.get("gpu") or {}
+        util = "" if gpu.get("utilization") is None else f"{gpu['utilization']}%"
+        temp = "" if gpu.get("temperature") is None else f"{gpu['temperature']}C"
+        total, used = gpu.get("memory_total"), gpu.get("memory_used")
+        state = "no domain"
+        at.append(other["gpu_index"])
+        if other["jobs"]:
+            jobs = other["jobs"]
+            state += f" (still running: job{'s' if len(jobs) > 1 else ''} "
+            state += f"{', '.join(map(str, jobs))})"
+        if gpu.get("error"):
+            state += f" ({gpu['error']})"
+        rows.append(
+            [
+                "-",
+                str(other["gpu_index"]),
+                gpu.get("name", "?"),
+                "",
+                util,
+                temp,
+                "" if total is None or used is None else f"{gib(used)}/{gib(total)}",
+                "",
+                "",
+                "",
+                "",
+                state,
+            ]
+        )
     lines.append(
         table(
             [
@@ -247,7 +279,7 @@ def format_gpus(data: dict[str, Any]) -> str:
                 "FREE",
                 "STATE",
             ],
-            rows,
+            [row for _, row in sorted(zip(at, rows, strict=True), key=lambda pair: pair[0])],
         )
     )
     lines.append(f"unregistered VRAM: {gib(data['unregistered_total'])} GiB")

@@ -316,16 +316,29 @@ class Adopter:
         sample = self._latest_sample()
         roots: dict[int, tuple[int, int | None]] = {pid: (0, snapshot.start_ticks)}
         found: list[str] = []
+        elsewhere: list[int] = []  # GPUs the config gives no domain where it holds memory
         by_index = {d.gpu_index: d for d in self._scheduler.gpu_domains}
         if sample is not None:
             for reading in sample.result.gpus:
                 dom = by_index.get(reading.index)
-                if dom is None or dom.name in found:
+                if dom is not None and dom.name in found:
                     continue
                 if any(procs.find_owner(p.pid, roots) == 0 for p in reading.processes):
-                    found.append(dom.name)
+                    if dom is None:
+                        elsewhere.append(reading.index)
+                    else:
+                        found.append(dom.name)
         if found:
             return found
+        if elsewhere:
+            # (Taken as a CPU job it would hold no GPU here, and its memory be no one's.)
+            which = ", ".join(map(str, elsewhere))
+            on = f"GPUs {which}, which have" if len(elsewhere) > 1 else f"GPU {which}, which has"
+            raise SpecError(
+                f"pid {pid} holds memory only on {on} no domain in the config: the engine "
+                "does not manage it, so it cannot adopt it there",
+                "domain",
+            )
         if gpu or vram_gb is not None:
             gpus = self._scheduler.gpu_domains
             if len(gpus) == 1:

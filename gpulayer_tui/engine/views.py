@@ -9,8 +9,47 @@ from .domain import Domain
 from .procs import started_at
 
 if TYPE_CHECKING:
+    from .gpus import GpuReading
     from .sampler import Sample, Sampler
     from .scheduler import Scheduler
+
+
+def _reading_view(reading: GpuReading, sample: Sample | None, view: dict[str, Any]) -> None:
+    """Fill ``view``'s ``gpu`` and ``processes`` from one GPU's reading."""
+    view["gpu"] = {
+        "name": reading.name,
+        "memory_total": reading.memory_total,
+        "memory_used": reading.memory_used,
+        "utilization": reading.utilization,
+        "temperature": reading.temperature,
+        "power_watts": reading.power_watts,
+        "power_limit_watts": reading.power_limit_watts,
+        "error": reading.error,
+        "lost": reading.lost,
+    }
+    owners = sample.owners if sample else {}
+    info = sample.info if sample else {}
+    host = sample.host if sample else {}
+    for proc in reading.processes:
+        owner = owners.get(proc.pid)
+        pinfo = info.get(proc.pid)
+        use = host.get(proc.pid)
+        ticks = pinfo.start_ticks if pinfo else None
+        view["processes"].append(
+            {
+                "pid": proc.pid,
+                "used_bytes": proc.used_bytes,
+                "gpu_util": proc.sm_util,
+                "job_id": owner,
+                "user": pinfo.user if pinfo else "",
+                "command": pinfo.command if pinfo else "",
+                "start_ticks": ticks,
+                "ppid": pinfo.ppid if pinfo else None,
+                "started_at": None if ticks is None else started_at(ticks),
+                "cpu_percent": use.cpu_percent if use else None,
+                "rss": use.rss if use else None,
+            }
+        )
 
 
 def _domain_view(
@@ -18,42 +57,8 @@ def _domain_view(
 ) -> dict[str, Any]:
     view: dict[str, Any] = dict(dom.to_json())
     view.update(gpu_uuid=dom.gpu_uuid, jobs=sorted(dom.holdings), gpu=None, vram=None, processes=[])
-    reading = dom.reading
-    if reading is not None:
-        view["gpu"] = {
-            "name": reading.name,
-            "memory_total": reading.memory_total,
-            "memory_used": reading.memory_used,
-            "utilization": reading.utilization,
-            "temperature": reading.temperature,
-            "power_watts": reading.power_watts,
-            "power_limit_watts": reading.power_limit_watts,
-            "error": reading.error,
-            "lost": reading.lost,
-        }
-        owners = sample.owners if sample else {}
-        info = sample.info if sample else {}
-        host = sample.host if sample else {}
-        for proc in reading.processes:
-            owner = owners.get(proc.pid)
-            pinfo = info.get(proc.pid)
-            use = host.get(proc.pid)
-            ticks = pinfo.start_ticks if pinfo else None
-            view["processes"].append(
-                {
-                    "pid": proc.pid,
-                    "used_bytes": proc.used_bytes,
-                    "gpu_util": proc.sm_util,
-                    "job_id": owner,
-                    "user": pinfo.user if pinfo else "",
-                    "command": pinfo.command if pinfo else "",
-                    "start_ticks": ticks,
-                    "ppid": pinfo.ppid if pinfo else None,
-                    "started_at": None if ticks is None else started_at(ticks),
-                    "cpu_percent": use.cpu_percent if use else None,
-                    "rss": use.rss if use else None,
-                }
-            )
+    if dom.reading is not None:
+        _reading_view(dom.reading, sample, view)
     account = dom.account
     if account is not None:
         view["vram"] = {
@@ -85,6 +90,27 @@ def gpus_view(
     """
     sample = sampler.latest
     domains = [_domain_view(d, sample, sampler, history) for d in scheduler.domains.values()]
+    owned = {d.gpu_index for d in scheduler.domains.values() if d.is_gpu}
+    other: list[dict[str, Any]] = []
+    for reading in sample.result.gpus if sample is not None else ():
+        if reading.index in owned:
+            continue
+        # A GPU the config gives no domain (``auto_domains = false``): not the engine's,
+        # but its load and memory are the machine's, and jobs may still run there (its
+        # domain was removed while they ran).
+        retired = scheduler.retired.get(reading.index)
+        entry: dict[str, Any] = {
+            "gpu_index": reading.index,
+            "gpu_uuid": reading.uuid,
+            "jobs": sorted(retired.holdings) if retired is not None else [],
+            "gpu": None,
+            "processes": [],
+        }
+        _reading_view(reading, sample, entry)
+        if history:
+            points = sampler.history.get(reading.index, ())
+            entry["history"] = [[p.at, p.utilization, p.memory_used] for p in points]
+        other.append(entry)
     view: dict[str, Any] = {
         "backend": backend,
         "capacity": scheduler.capacity.value,
@@ -96,5 +122,6 @@ def gpus_view(
             (d["vram"] or {}).get("unregistered", 0) for d in domains if d["vram"]
         ),
         "domains": domains,
+        "gpus_without_domain": other,
     }
     return view  # type: ignore[return-value]  # built field by field above

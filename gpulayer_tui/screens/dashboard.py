@@ -9,8 +9,9 @@ rows; ``v`` overrides the automatic choice.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -25,7 +26,7 @@ from ..formatting import argv_text, user_text
 from ..view import view_of
 from ..widgets.cluster_panel import ClusterPanel
 from ..widgets.engine_status import EngineStatus
-from ..widgets.gpu_panel import GpuPanel
+from ..widgets.gpu_panel import GpuPanel, no_domain_view
 from ..widgets.key_footer import KeyFooter
 from ..widgets.memory_bar import BAR_CHAR
 from ..widgets.process_row import ProcessRow
@@ -169,7 +170,11 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
         state = app.gpu_state
         if state is None:
             return
-        domains = [d for d in state.get("domains", []) if d.get("gpu_index") is not None]
+        domains: list[Mapping[str, Any]] = [
+            d for d in state.get("domains", []) if d.get("gpu_index") is not None
+        ]
+        domains += [no_domain_view(g) for g in state.get("gpus_without_domain", [])]
+        domains.sort(key=lambda d: d["gpu_index"])
         names = [d["name"] for d in domains]
         if names != list(self._panels):
             self._replace_panels(names)
@@ -215,7 +220,11 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
         grid = self.query_one("#gpu-grid")
         for panel in self._panels.values():
             panel.remove()
-        self._panels = {name: GpuPanel(name, id=f"panel-{name}") for name in names}
+        self._panels = {
+            # (A GPU without a domain, "gpu N", has a space: no id, which it could not be.)
+            name: GpuPanel(name, id=None if " " in name else f"panel-{name}")
+            for name in names
+        }
         grid.set_class(not names, "-empty")
         if names:
             grid.mount_all(self._panels.values())

@@ -36,6 +36,40 @@ from .memory_bar import BAR_CHAR, MemoryBar
 from .usage_graphs import GraphLine, UsageGraphs
 
 DENSITIES = ("full", "compact", "row")
+
+NO_DOMAIN = "no_domain"
+"""The state a panel shows for a GPU the config gives no domain."""
+
+
+def no_domain_view(other: Mapping[str, Any]) -> dict[str, Any]:
+    """A GPU the config gives no domain (``gpus_without_domain`` of a ``/gpus`` view) as
+    a panel shows it: ``gpu N``, its reading, no slots, its memory as its jobs' (those
+    still running there since its domain went) and everyone else's."""
+    gpu = other.get("gpu") or {}
+    held = set(other.get("jobs") or ())
+    owned = sum(
+        p.get("used_bytes") or 0 for p in other.get("processes") or () if p.get("job_id") in held
+    )
+    total, used = gpu.get("memory_total"), gpu.get("memory_used")
+    vram = None
+    if total is not None and used is not None:
+        used = max(used, owned)
+        vram = {"total": total, "used": used, "owned": owned, "others": used - owned}
+        vram["free"] = max(0, total - used)
+    return {
+        # (Not a domain name: those have no spaces, so it never stands for one.)
+        "name": f"gpu {other['gpu_index']}",
+        "gpu_index": other["gpu_index"],
+        "state": NO_DOMAIN,
+        "slots": 0,
+        "used_slots": 0,
+        "gpu": other.get("gpu"),
+        "vram": vram,
+        "jobs": list(held),
+        "processes": list(other.get("processes") or ()),
+    }
+
+
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
 # (text, style) pieces, joined into one line of Content; styles are theme $variables.
@@ -176,6 +210,7 @@ class GpuPanel(Vertical):
         "in_service": "$success",
         "draining": "$warning",
         "quarantined": "$error",
+        NO_DOMAIN: "$text-muted",
     }
 
     def __init__(self, domain_name: str, *, id: str | None = None) -> None:
@@ -246,6 +281,8 @@ class GpuPanel(Vertical):
             return "✖", "LOST", "$error"
         if gpu.get("error"):
             return "✖", "error", "$error"
+        if state == NO_DOMAIN:
+            return "○", "no domain", "$text-muted"
         if state == "in_service":
             return "●", "ok", "$success"
         return ("◐" if state == "draining" else "✖"), state, self._STATE_STYLE.get(state, "$error")
@@ -254,7 +291,9 @@ class GpuPanel(Vertical):
         """``gpu1 · NVIDIA A100-SXM4-80GB`` plus the state and any error."""
         pieces: list[Piece] = [(f"{self.domain_name} · {self.model}", "")]
         state = self.domain.get("state", "in_service")
-        if state != "in_service":
+        if state == NO_DOMAIN:
+            pieces.append((" · no domain: not managed", "$text-muted"))
+        elif state != "in_service":
             pieces.append((f" · {state}", f"{self._STATE_STYLE.get(state, '$error')} bold"))
             reason = self.domain.get("state_reason")
             if reason:
@@ -386,6 +425,8 @@ class GpuPanel(Vertical):
         return f"{watts:.0f}{unit}".rjust(widest), style
 
     def _slots_piece(self) -> Piece:
+        if self.domain.get("state") == NO_DOMAIN:
+            return "-", "$text-muted"  # (no slots: the engine starts nothing there)
         used, slots = self.domain.get("used_slots", 0), self.domain.get("slots", 0)
         return f"{used}/{slots}", "$warning bold" if slots and used >= slots else ""
 

@@ -89,6 +89,7 @@ class MemoryBar(Widget):
         "memory-bar--reserved",
         "memory-bar--unregistered",
         "memory-bar--unattributed",
+        "memory-bar--others",
         "memory-bar--free",
         "memory-bar--free-label",
         "memory-bar--figure",
@@ -103,6 +104,7 @@ class MemoryBar(Widget):
         & > .memory-bar--reserved { color: $memory-owned 45%; }
         & > .memory-bar--unregistered { color: $memory-unregistered; }
         & > .memory-bar--unattributed { color: $memory-unattributed; }
+        & > .memory-bar--others { color: $text-muted; }
         & > .memory-bar--free { color: $memory-free; }
         & > .memory-bar--free-label { color: $text-muted; }
         & > .memory-bar--figure { color: $foreground; text-style: bold; }
@@ -143,6 +145,14 @@ class MemoryBar(Widget):
         vram = self._vram
         if vram is None:
             return []
+        if "others" in vram:
+            # A GPU the engine does not manage: its jobs' memory (any still running
+            # there), everyone else's, and what is free; nothing is anyone's to adopt.
+            return [
+                MemoryPart("owned", "owned", "own", vram.get("owned", 0)),
+                MemoryPart("others", "others", "oth", vram["others"]),
+                MemoryPart("free", "free", "free", vram.get("free", 0)),
+            ]
         return [
             MemoryPart("owned", "owned", "own", vram.get("owned", 0)),
             MemoryPart("reserved", "reserved", "rsv", vram.get("reserved_extra", 0)),

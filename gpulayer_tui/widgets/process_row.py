@@ -34,6 +34,9 @@ class ProcessRow:
     """The tree view's line for a job (``job_id``) above its processes, not a process."""
     gpus: tuple[int, ...] = ()
     """A job line's GPUs."""
+    managed: bool = True
+    """Its GPU has a domain (a foreign process on one without is not "unregistered": the
+    engine does not manage that GPU at all)."""
 
     @property
     def key(self) -> str:

@@ -77,9 +77,12 @@ COMMAND_MIN = 24
 
 
 def rows_from_state(gpu_state: Mapping[str, Any] | None) -> list[ProcessRow]:
-    """Every process of every GPU domain of a ``/gpus`` view."""
+    """Every process of every GPU of a ``/gpus`` view (those without a domain too)."""
     rows = []
-    for domain in (gpu_state or {}).get("domains", []):
+    state = gpu_state or {}
+    gpus = [(d, True) for d in state.get("domains", [])]
+    gpus += [(g, False) for g in state.get("gpus_without_domain", [])]
+    for domain, on_domain in gpus:
         if domain.get("gpu_index") is None:
             continue
         for proc in domain.get("processes", []):
@@ -97,6 +100,7 @@ def rows_from_state(gpu_state: Mapping[str, Any] | None) -> list[ProcessRow]:
                     rss=proc.get("rss"),
                     gpu_util=proc.get("gpu_util"),
                     ppid=proc.get("ppid"),
+                    managed=on_domain,
                 )
             )
     return rows
@@ -382,15 +386,19 @@ class ProcessTable(DataTable[Text]):
             "cpu": _cpu(row.cpu_percent),
             "mem": _mem(row.rss),
             "elapsed": _elapsed(row.started_at, now),
-            "owner": _owner(row.job_id),
+            "owner": _owner(row.job_id, row.managed),
             "command": row.tree_prefix + short_command(row.command),
         }
         return tuple(text[key] for key in keys)
 
     def _cells(self, row: ProcessRow, now: float, keys: tuple[str, ...]) -> list[Text]:
         muted = self._cell_style("process-table--muted")
-        owner_style = self._cell_style(
-            "process-table--unregistered" if row.job_id is None else "process-table--job"
+        owner_style = (
+            self._cell_style("process-table--job")
+            if row.job_id is not None
+            else self._cell_style("process-table--unregistered")
+            if row.managed
+            else muted  # (no domain: not the engine's GPU, nothing to flag)
         )
 
         def number(text: str, known: object) -> Text:
@@ -425,7 +433,7 @@ class ProcessTable(DataTable[Text]):
             "cpu": number(_cpu(row.cpu_percent), row.cpu_percent),
             "mem": number(_mem(row.rss), row.rss),
             "elapsed": number(_elapsed(row.started_at, now), row.started_at),
-            "owner": Text(_owner(row.job_id), style=owner_style),
+            "owner": Text(_owner(row.job_id, row.managed), style=owner_style),
             # The program's basename and its arguments (the whole line: the tooltip).
             "command": Text.assemble(
                 (row.tree_prefix, muted),
@@ -460,7 +468,7 @@ def _job_line_text(row: ProcessRow) -> dict[str, str]:
         "gpu": ",".join(map(str, row.gpus)),
         "vram": _vram(row.used_bytes) if row.used_bytes is not None else "",
         "sm": _percent(row.gpu_util) if row.gpu_util is not None else "",
-        "owner": _owner(row.job_id),
+        "owner": _owner(row.job_id, row.managed),
         "command": row.command,
     }
 
@@ -495,5 +503,7 @@ def _elapsed(started_at: float | None, now: float) -> str:
     return "-" if started_at is None else duration(now - started_at)
 
 
-def _owner(job_id: int | None) -> str:
-    return "unregistered" if job_id is None else f"job {job_id}"
+def _owner(job_id: int | None, managed: bool = True) -> str:
+    if job_id is not None:
+        return f"job {job_id}"
+    return "unregistered" if managed else "no domain"

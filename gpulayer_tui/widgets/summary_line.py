@@ -106,6 +106,9 @@ class SummaryLine(Vertical):
             sep,
             (f"{gpus} GPU{'' if gpus == 1 else 's'}", "bold"),
         ]
+        others = len(state.get("gpus_without_domain") or ())
+        if others:  # (left out by the config: shown, never scheduled on)
+            pieces.append((f" (+{others} without a domain)", "$text-muted"))
         return Content.assemble(*pieces)
 
     def notice(self) -> Content:
