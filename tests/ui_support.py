@@ -165,6 +165,7 @@ def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
         "probe_seconds": 0.001,
         "unregistered_total": unregistered_total,
         "domains": domains,
+        "gpus_without_domain": [],
     }
 
 
