@@ -71,7 +71,9 @@ class Box(World):
         super()._start(act, domains)
         act.job.started_at = self.clock.now
 
-    def run(self, uid: int = ME, priority: int = 0, **spec: Any) -> ActiveJob:
+    def run(
+        self, uid: int = ME, priority: int = 0, deps: list[Any] | None = None, **spec: Any
+    ) -> ActiveJob:
         parsed = parse_spec({"command": ["true"], "priority": priority, **spec})
         act = self.book.create(
             name="t",
@@ -82,7 +84,7 @@ class Box(World):
             priority=priority,
             owner_uid=uid,
         )
-        self.queue.enqueue(act, [])
+        self.queue.enqueue(act, deps or [])
         self.soon.run()
         return act
 
@@ -224,6 +226,23 @@ def test_a_job_past_its_users_limit_on_its_own_fails_at_once_and_on_a_reload() -
     box.queue.limits = Limits({"default": UserLimits(max_gpus=1)})  # a reload lowers it
     box.queue.recheck_capacity()
     assert status(waiting) == "failed" and "may run 1 GPU at once" in waiting.job.message
+
+
+def test_a_job_waiting_for_its_dependency_fails_on_a_reload_that_lowers_the_limit() -> None:
+    # It was not checked while it waited for its dependency, and once that completed it
+    # waited for ever ("user root's limit: 2 GPUs ..., 0 running now").
+    box = Box(gpus=4)
+    parent = box.run(gpus=1)
+    after = box.run(gpus=3, depends_on=[parent.job.id], deps=[(parent.job.id, False, None)])
+    fits = box.run(gpus=2, depends_on=[parent.job.id], deps=[(parent.job.id, False, None)])
+    assert status(after) == status(fits) == "queued"
+    box.queue.limits = Limits({"default": UserLimits(max_gpus=2)})  # a reload lowers it
+    box.queue.recheck_capacity()
+    assert status(after) == "failed" and after.job.termination_reason is Reason.OVER_CAPACITY
+    assert "may run 2 GPUs at once" in after.job.message
+    assert status(fits) == "queued" and fits.job.message == f"waiting for job {parent.job.id}"
+    box.end(parent)
+    assert status(fits) == "running"
 
 
 def test_a_user_past_its_gpu_limit_waits_and_others_go_on() -> None:

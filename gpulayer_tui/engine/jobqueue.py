@@ -432,7 +432,21 @@ class JobQueue:
         self.ready(act)
 
     def recheck_capacity(self) -> None:
-        """Capacity changed: re-decide over capacity for every job that is ready to run."""
+        """Capacity changed: re-decide over capacity for every waiting job."""
+        for job_id in list(self._waiting_on):
+            # Still waiting for its dependencies: one that can never run fails now too (it
+            # was left to wait for ever once they were met), and one whose capacity is
+            # unknown now is parked when they are.
+            act = self._book.get(job_id)
+            if act is None or act.request is None or job_id not in self._waiting_on:
+                continue  # (or it ended while this loop ran)
+            verdict = self.verdict(act)
+            if verdict.possible is False:
+                self._book.finish(act, JobStatus.FAILED, Reason.OVER_CAPACITY, verdict.message)
+            elif verdict.possible is None:
+                self._capacity_block[job_id] = verdict.message
+            else:
+                self._capacity_block.pop(job_id, None)
         ready = [self._book.get(key[1]) for key, _ in self._ready.items()]
         ready += list(self._capacity_wait.values())
         for act in ready:
