@@ -100,6 +100,59 @@ def status(act: ActiveJob) -> str:
 # -- reservations and backfill ----------------------------------------------------------------
 
 
+def test_an_exclusive_or_multi_slot_cpu_job_is_not_starved_by_one_slot_jobs() -> None:
+    # The cpu pool had no reservation: each slot that freed went to the next one-slot job,
+    # and the better job needing the whole pool (or two slots) ran once the queue was empty.
+    for spec, needs in (
+        ({"exclusive": True}, "an exclusive job"),
+        ({"kind": "service", "replicas": 2, "port": False}, "2 cpu slots"),
+    ):
+        box = Box(gpus=0)
+        first, second = box.run(), box.run()
+        better = box.run(priority=5, **spec)
+        stream = [box.run() for _ in range(4)]
+        assert status(better) == "queued", needs
+        box.end(first)  # a slot frees: kept for the better job, not given to the stream
+        assert all(status(s) == "queued" for s in stream), needs
+        assert stream[0].job.message.startswith(
+            f"waiting: cpu reserved for job {better.job.id} until it frees up"
+        ), stream[0].job.message
+        assert "cpu reserved for it" in better.job.message
+        box.end(second)
+        assert status(better) == "running", needs
+        assert all(status(s) == "queued" for s in stream), needs
+
+
+def test_a_one_slot_cpu_job_first_in_line_is_not_kept_off_by_a_bigger_one_behind() -> None:
+    box = Box(gpus=0)
+    first, second = box.run(), box.run()
+    one = box.run(priority=5)  # the best: reserves nothing (the next free slot is its)
+    big = box.run(priority=1, exclusive=True)  # behind it: must not keep it off
+    box.end(first)
+    assert status(one) == "running" and status(big) == "queued"
+    box.end(second)
+    box.end(one)
+    assert status(big) == "running"
+
+
+def test_a_cpu_job_with_a_timeout_that_ends_first_backfills_the_pool() -> None:
+    box = Box(gpus=0)
+    first = box.run(timeout=100)
+    second = box.run(timeout=100)
+    big = box.run(priority=5, exclusive=True)
+    box.end(first)  # the pool is kept for `big` from ~100 s (second's timeout)
+    longer = box.run(timeout=500)
+    assert status(longer) == "queued" and "a job with a timeout that ends before" in (
+        longer.job.message
+    )
+    short = box.run(timeout=50)
+    assert status(short) == "running"  # ends before the reservation starts
+    assert status(big) == "queued"
+    box.end(second)
+    box.end(short)
+    assert status(big) == "running"
+
+
 def test_a_two_gpu_job_is_not_starved_by_a_stream_of_one_gpu_jobs() -> None:
     box = Box(gpus=2)
     first, second = box.run(gpus=1), box.run(gpus=1)

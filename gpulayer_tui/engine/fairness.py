@@ -256,6 +256,43 @@ def reservation(
     )
 
 
+def pool_reservation(
+    job_id: int,
+    pool: Domain,
+    slots: int,
+    exclusive: bool,
+    ends_at: Callable[[int], float | None],
+    now: float,
+) -> Reservation | None:
+    """The cpu pool kept for a job that needs several of its slots (a service's CPU
+    replicas) or all of them (exclusive), and when they should be free: without it each
+    slot that freed went to the next one-slot job, and such a job waited while any ran.
+    ``None`` when the slots can never free up by themselves (a service holds them)."""
+    if pool.state is not DomainState.IN_SERVICE:
+        return None
+    holders = [(ends_at(h.job_id), h.slots) for h in pool.holdings.values()]
+    if exclusive:
+        ends = [end for end, _ in holders]
+        if math.inf in ends:
+            return None
+        last = now if not ends else None if None in ends else max(e for e in ends if e)
+        return Reservation(job_id, frozenset({pool.name}), last)
+    missing = slots - pool.free_slots
+    if missing <= 0:
+        return Reservation(job_id, frozenset({pool.name}), now)
+    # Unknown ends (no timeout) after the known ones: the slots freed soonest first.
+    finite = sorted(holders, key=lambda h: (h[0] is None, h[0] or 0.0))
+    start: float | None = now
+    for end, held in finite:
+        if end == math.inf:
+            continue
+        start = None if end is None or start is None else max(start, end)
+        missing -= held
+        if missing <= 0:
+            return Reservation(job_id, frozenset({pool.name}), start)
+    return None
+
+
 def frees_up(dom: Domain, vram_bytes: int | None) -> bool:
     """True if the domain could take the job once our own jobs there leave (foreign
     processes and unlisted memory stay)."""

@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
-from .config import SchedulingSettings
+from .config import CPU_DOMAIN, SchedulingSettings
 from .domain import DomainState
 from .errors import SpecError
 from .fairness import (
@@ -42,6 +42,7 @@ from .fairness import (
     limit_blocker,
     never_within_limits,
     owner_of,
+    pool_reservation,
     reservation,
     user_label,
 )
@@ -630,9 +631,12 @@ class JobQueue:
                     self.ready(waiting)
         now = self._clock()
         running = self.running_by_user(now) if len(self._ready) else {}
-        reserved: Reservation | None = None
-        reserved_group: Group | None = None
-        kept_off = False  # someone was kept off the reserved domains
+        # At most one reservation of GPUs and one of the cpu pool (each kept for the best
+        # job of its kind that cannot start), with the group each is for.
+        reserved: list[Reservation] = []
+        reserved_groups: dict[int, Group] = {}
+        kept_off: set[int] = set()  # reservations (by job) that kept someone off
+        tried: set[str] = set()  # kinds ("gpu", "cpu") whose best blocked job was seen
         first_blocked: tuple[int, Group] | None = None  # the best job that cannot start
         shapes: dict[Request, str] = {}  # request shapes that fit nowhere now
         progress = closed is None
@@ -660,7 +664,7 @@ class JobQueue:
                     # again and again.)
                     blocked[group] = f"preempted for job {urgent}, which starts first"
                     continue
-                placed = self._place(key[1], request, reserved, now)
+                placed = self._place(key[1], request, reserved, now, kept_off)
                 if isinstance(placed, str) and not placed.startswith(RESERVED_MARK):
                     # Blocked wherever it goes: so is every job of this shape, whoever's
                     # it is, for the rest of the pass (resources only shrink in a pass).
@@ -668,11 +672,13 @@ class JobQueue:
                 if isinstance(placed, str):
                     if first_blocked is None and request.gpus:
                         first_blocked = (key[1], group)
-                    if reserved is None and request.gpus and self.settings.reserve:
-                        reserved = self._reserve(key[1], request, now)
-                        reserved_group = group
-                    elif reserved is not None and placed.startswith(RESERVED_MARK):
-                        kept_off = True
+                    kind = "gpu" if request.gpus else "cpu"
+                    if not placed.startswith(RESERVED_MARK) and kind not in tried:
+                        tried.add(kind)  # (only the best blocked job of each kind reserves)
+                        made = self._reserve(key[1], request, now)
+                        if made is not None:
+                            reserved.append(made)
+                            reserved_groups[made.job_id] = group
                     blocked[group] = placed
                     continue
                 self._ready.remove(key, group)
@@ -687,18 +693,20 @@ class JobQueue:
                     held.vram_bytes += (request.vram_bytes or 0) * request.gpus
                 progress = True
                 break  # resources changed: look at the heads again, best first
-        self.reservation = reserved
+        self.reservation = reserved[0] if reserved else None
         if first_blocked is not None and self.settings.preempt_after is not None:
             job_id, group = first_blocked
             stopping = self._maybe_preempt(job_id, group[0], now)
             if stopping and group in blocked:
                 ids = ", ".join(map(str, sorted(stopping)))
                 blocked[group] += f"; stopping preemptible job {ids} for it"
-        if reserved is not None and kept_off and reserved_group in blocked:
-            # Said on the reserved job only when it kept someone off its domains.
-            blocked[reserved_group] += (
-                f"; {', '.join(sorted(reserved.domains))} reserved for it {reserved.when(now)}"
-            )
+        for made in reserved:
+            group = reserved_groups[made.job_id]
+            if made.job_id in kept_off and group in blocked:
+                # Said on the reserved job only when it kept someone off its domains.
+                blocked[group] += (
+                    f"; {', '.join(sorted(made.domains))} reserved for it {made.when(now)}"
+                )
         for group, reason in blocked.items():
             if self._ready.update_reason(group, reason):
                 for key in self._ready.jobs_of(group):
@@ -719,30 +727,42 @@ class JobQueue:
         return sorted(heads, key=lambda head: (head[0][0], usage[head[1][1]], head[0][1]))
 
     def _place(
-        self, job_id: int, request: Request, reserved: Reservation | None, now: float
+        self,
+        job_id: int,
+        request: Request,
+        reserved: list[Reservation],
+        now: float,
+        kept_off: set[int],
     ) -> list[Domain] | str:
-        """Where the job goes now, or why not: around the reservation, unless it ends
-        before the reservation starts (backfill)."""
-        if reserved is None or reserved.job_id == job_id:
+        """Where the job goes now, or why not: around the reservations, unless it ends
+        before they start (backfill). A reservation that keeps it off adds its job to
+        ``kept_off``."""
+        others = [r for r in reserved if r.job_id != job_id]
+        if not others:
             return self._scheduler.place(request)
-        placed = self._scheduler.place(request, avoid=reserved.domains)
+        avoid = frozenset().union(*(r.domains for r in others))
+        placed = self._scheduler.place(request, avoid=avoid)
         if not isinstance(placed, str):
             return placed
         anywhere = self._scheduler.place(request)
         if isinstance(anywhere, str):
-            return anywhere  # it would not fit even without the reservation
+            return anywhere  # it would not fit even without the reservations
         act = self._book.get(job_id)
         timeout = act.spec.timeout if act is not None and act.spec is not None else None
-        if reserved.allows(now, timeout):
+        taken = {d.name for d in anywhere}
+        keeping = [r for r in others if r.domains & taken and not r.allows(now, timeout)]
+        if not keeping:
             return anywhere
+        reserving = keeping[0]
+        kept_off.add(reserving.job_id)
         backfill = (
             "a job with a timeout that ends before may use them"
-            if reserved.start is not None
+            if reserving.start is not None
             else "it is not known when: the jobs there have no timeout"
         )
         return (
-            f"{RESERVED_MARK}{', '.join(sorted(reserved.domains))} reserved for job "
-            f"{reserved.job_id} {reserved.when(now)} ({backfill})"
+            f"{RESERVED_MARK}{', '.join(sorted(reserving.domains))} reserved for job "
+            f"{reserving.job_id} {reserving.when(now)} ({backfill})"
         )
 
     def _preempted_for(self, job_id: int) -> int | None:
@@ -829,7 +849,15 @@ class JobQueue:
         return usable >= request.gpus
 
     def _reserve(self, job_id: int, request: Request, now: float) -> Reservation | None:
+        if not self.settings.reserve:
+            return None
         scheduler = self._scheduler
+        if request.gpus == 0:
+            slots = request.cpu_slots
+            pool = scheduler.domains.get(CPU_DOMAIN)
+            if pool is None or (slots <= 1 and not request.exclusive):
+                return None  # (one slot: the next one that frees is its anyway)
+            return pool_reservation(job_id, pool, slots, request.exclusive, self._ends_at, now)
         candidates = scheduler.candidates(request)
         # A service's GPU replicas each take their own domains, so it needs
         # ``request.gpus`` distinct domains in all, like one job of that many GPUs.

@@ -335,6 +335,8 @@ class Scheduler:
         if req.gpus == 0:
             cpu = self.domains[CPU_DOMAIN]
             why = cpu.blocker(None, req.exclusive, req.cpu_slots)
+            if why is None and CPU_DOMAIN in avoid:
+                return f"{CPU_DOMAIN} reserved"  # (said in full by the caller)
             return [cpu] if why is None else why
         candidates = self.candidates(req)
         # A GPU too small for it is never waited for: the reason names only those that
