@@ -334,3 +334,15 @@ def parse_job_ids(text: str, field: str = "depends_on") -> list[int]:
                 raise FieldError(field, f"job {job} is named twice in {text!r}")
             ids.append(job)
     return ids
+
+
+ANSWERED_BY = "is answered by"
+"""How a starting replica's message says another program holds its port."""
+
+
+def starting_why(port: int | None, message: str) -> str:
+    """Why a starting replica is not up yet: its port does not answer, or another
+    program answers it (its message says which; "not answering" contradicted it)."""
+    if port is not None and message.startswith(f"port {port} {ANSWERED_BY} "):
+        return message
+    return f"port {port} not answering yet"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .fields import TERMINAL_STATUSES
+from .fields import TERMINAL_STATUSES, starting_why
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (the CLI imports this module: no wire, no typing at run time)
@@ -54,7 +54,18 @@ def gpus_text(job: JobRowJSON) -> str:
     if job.get("gpus"):
         return "#" + ",".join(str(g) for g in job["gpus"])
     spec = job.get("spec")
-    wanted = spec.get("gpus") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict):
+        return ""
+    wanted = spec.get("gpus")
+    if wanted is None:
+        # As the engine resolves it: a GPU pin or a VRAM figure asks for one GPU (the
+        # cell was empty for such a job, though it waits for a GPU).
+        pins = spec.get("domain")
+        pins = [pins] if isinstance(pins, str) else list(pins or ())
+        wanted = 1 if any(p != "cpu" for p in pins) or spec.get("vram_gb") is not None else 0
+    replicas = spec.get("replicas")
+    if isinstance(wanted, int) and isinstance(replicas, int) and replicas > 1:
+        wanted *= replicas  # (a service's GPUs in all: each replica on its own)
     return f"\N{MULTIPLICATION SIGN}{wanted}" if wanted else ""
 
 
@@ -137,7 +148,8 @@ def replica_state(replica: ReplicaJSON, now: float) -> str:
     if state == "starting" and started_at:
         waited = duration(now - started_at)
         port = replica.get("port")
-        return f"starting for {waited}" + (f" (port {port} not answering)" if port else "")
+        why = starting_why(port, str(replica.get("message") or "")) if port else ""
+        return f"starting for {waited}" + (f" ({why})" if why else "")
     return state
 
 

@@ -344,3 +344,27 @@ def test_the_client_lists_an_older_engines_jobs_which_have_no_more_flag(
         finally:
             server.shutdown()
     assert pages == [old_rows]
+
+
+@pytest.mark.parametrize(
+    ("spec", "gpus", "shown"),
+    [
+        ({"gpus": 2}, [], "\N{MULTIPLICATION SIGN}2"),
+        ({"gpus": 1}, [0, 3], "#0,3"),
+        ({}, [], ""),
+        # As the engine resolves them: a GPU pin or a VRAM figure asks for one GPU (the
+        # cell was empty), and a service's GPUs are its replicas' together (it said x1).
+        ({"domain": "gpu1"}, [], "\N{MULTIPLICATION SIGN}1"),
+        ({"domain": ["gpu1", "gpu2"]}, [], "\N{MULTIPLICATION SIGN}1"),
+        ({"vram_gb": 20}, [], "\N{MULTIPLICATION SIGN}1"),
+        ({"domain": "cpu"}, [], ""),
+        ({"gpus": 1, "replicas": 2}, [], "\N{MULTIPLICATION SIGN}2"),
+        ({"gpus": 0, "replicas": 4}, [], ""),
+    ],
+)
+def test_the_gpus_cell_says_where_a_job_runs_or_what_it_asks_for(
+    spec: dict[str, Any], gpus: list[int], shown: str
+) -> None:
+    from gpulayer_tui.formatting import gpus_text
+
+    assert gpus_text({"spec": spec, "gpus": gpus}) == shown  # type: ignore[typeddict-item]

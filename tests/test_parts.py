@@ -342,6 +342,21 @@ def test_request_resolution_refuses_contradictions_with_the_field(
     assert scheduler.capacity is Capacity.KNOWN
 
 
+def test_several_pins_are_a_choice_of_one_gpu_unless_gpus_says_more() -> None:
+    # `--domain gpu1 --domain gpu2` ("repeat for a choice") asked for both GPUs, and waited
+    # while gpu1 was lost with gpu2 idle.
+    world = World(machine(gpu(0), gpu(1), gpu(2)))
+    spec = {"domain": ["gpu1", "gpu2"]}
+    assert world.scheduler.request_for(parse_spec({"command": ["x"], **spec})).gpus == 1
+    first, second = world.submit(**spec), world.submit(**spec)
+    third = world.submit(**spec)
+    world.soon.run()
+    assert [d.name for a in (first, second) for d in a.holds] == ["gpu1", "gpu2"]
+    assert third.job.status is JobStatus.QUEUED
+    both = world.scheduler.request_for(parse_spec({"command": ["x"], "gpus": 2, **spec}))
+    assert both.gpus == 2 and both.pins == ("gpu1", "gpu2")
+
+
 def test_vram_formula_owned_unregistered_unattributed_and_reservations() -> None:
     dom = Domain("gpu0", 0, "GPU-0", 2)
     reading = gpu(

@@ -197,7 +197,10 @@ class Scheduler:
                 f"domain: cannot mix the '{CPU_DOMAIN}' pool with GPU domains", "domain"
             )
         if spec.gpus is None:
-            gpus = len(gpu_pins) if gpu_pins else (1 if spec.vram_gb is not None else 0)
+            # Several pins are a choice (as `--domain` says: "repeat for a choice"): one
+            # GPU from any of them unless `gpus` says more (it asked for all of them, and
+            # waited while one was busy or lost with the others idle).
+            gpus = 1 if gpu_pins or spec.vram_gb is not None else 0
         else:
             gpus = spec.gpus
         if gpus == 0 and gpu_pins:
