@@ -58,6 +58,27 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
     await engine.cancel(second.id)
 
 
+async def test_a_services_host_nothing_can_listen_on_is_refused(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # Taken, every service failed at its next replica start ("cannot pick a port"), and
+    # doctor said the config was valid and applied.
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE)
+    engine = await make_engine(config=load_config(paths.config_file))
+    for host, why in (("192.0.2.1", "cannot pick a port on 192.0.2.1"), ("nohost.invalid", "")):
+        paths.config_file.write_text(BASE + f'[services]\nhost = "{host}"\n')
+        result = await engine.config_reload.reload()
+        assert result["applied"] is False
+        assert f"services.host: cannot pick a port on {host}" in result["error"], result
+        assert why in result["error"]
+        assert engine.config.services.host == "127.0.0.1"
+        check = await engine.config_reload.check_file()
+        assert check["status"] == "fail" and "services.host" in check["detail"]
+    paths.config_file.write_text(BASE + '[services]\nhost = "localhost"\n')
+    assert (await engine.config_reload.reload())["applied"] is True
+
+
 async def test_renaming_a_gpu_domain_keeps_running_jobs_and_moves_waiting_pins_with_it(
     make_engine: EngineFactory, paths: Paths
 ) -> None:

@@ -220,6 +220,43 @@ async def test_crash_loop_backoff_doubles_and_caps_at_30_seconds(
     assert "replica 0 in back-off: exited with code 3; restart 9 in 30 s" in live.message
 
 
+async def test_a_restart_that_cannot_start_backs_off_and_tries_again(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Its working directory gone for a moment: the first restart failed the service for
+    # good ("could not restart"), restart = always or not.
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, service_clock=clock)
+    work = tmp_path / "wd"
+    work.mkdir()
+    job = await engine.submit(_service(["sh", "-c", "exit 3"], port=False, cwd=str(work)))
+    replica = _replicas(engine, job.id)[0]
+    await eventually(lambda: replica.state is ReplicaState.BACKOFF and clock.pending())
+    work.rename(tmp_path / "moved")
+    clock.advance(clock.pending()[0])
+    await eventually(lambda: replica.restarts == 1 and clock.pending())
+    assert replica.state is ReplicaState.BACKOFF
+    assert replica.message.startswith("could not restart: ") and "restart 2 in 2 s" in (
+        replica.message
+    )
+    assert (await engine.get(job.id)).status is JobStatus.RUNNING
+    (tmp_path / "moved").rename(work)
+    clock.advance(clock.pending()[0])
+    await eventually(lambda: replica.restarts == 2 and replica.last_exit_code == 3)
+    # Its limit still holds: a restart that cannot start counts as a failed run.
+    limited = await engine.submit(
+        _service(["sh", "-c", "exit 3"], port=False, cwd=str(work), max_restarts=1)
+    )
+    other = _replicas(engine, limited.id)[0]
+    await eventually(lambda: other.state is ReplicaState.BACKOFF and len(clock.pending()) == 2)
+    work.rename(tmp_path / "moved")
+    clock.advance(max(clock.pending()))
+    ended = await engine.wait(limited.id, timeout=20)
+    assert ended.termination_reason is TerminationReason.LAUNCH_FAILED
+    assert "could not restart" in ended.message
+    await engine.cancel(job.id)
+
+
 async def test_steady_run_resets_the_backoff(make_engine: EngineFactory, tmp_path: Any) -> None:
     clock = ManualClock()
     engine = await make_engine(simulate=None, service_clock=clock)
@@ -868,6 +905,26 @@ async def test_a_port_answered_by_another_program_is_not_the_replica_up(
             said = f"port {replica.port} is answered by pid {other.pid}, not by this replica"
             await eventually(lambda: replica.message == said, timeout=20)
             assert replica.state is ReplicaState.STARTING and replica.endpoint is None
+            # The job's message says the same (it said "not answering yet").
+            live = await engine.get(job.id)
+            assert live.message.endswith(f"; replica 0 starting ({said})")
         finally:
             other.kill()
     await engine.cancel(job.id)
+
+
+async def test_a_replica_whose_server_runs_in_a_session_of_its_own_comes_up(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # `setsid` (or a container runtime) puts the server in a new session below the
+    # replica: it was taken for another program's and the replica never came up.
+    engine = await make_engine(simulate=None)
+    server = " ".join(HTTP_SERVER)
+    job = await engine.submit(
+        {"kind": "service", "shell": f"setsid -w {server} $PORT", "cwd": str(tmp_path)}
+    )
+    replica = _replicas(engine, job.id)[0]
+    await eventually(lambda: replica.state is ReplicaState.UP, timeout=20)
+    assert replica.endpoint == f"127.0.0.1:{replica.port}"
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)

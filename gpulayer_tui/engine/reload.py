@@ -26,6 +26,7 @@ from .domain import Domain
 from .errors import SpecError
 from .jobbook import JobBook
 from .models import EventKind, JobKind, JobStatus
+from .service_runtime import host_problem
 from .services import service_summary
 from .spec import parse_spec
 from .tasks import cancel_and_wait
@@ -90,6 +91,25 @@ def rebuild_domains(
     for gpu in [gpu for gpu, dom in retired.items() if gpu in kept or not dom.holdings]:
         del retired[gpu]  # (taken over by a new domain, or nothing runs there any more)
     return fresh, moved, changes
+
+
+HOST_CHECK_S = 10.0
+"""How long a reload waits for ``[services] host`` to resolve before refusing it."""
+
+
+async def _load_checked(path: Path, source: str) -> Config:
+    """The config at ``path``, refused (ConfigError) where services could not listen on
+    its ``[services] host``: taken, every service failed at its next replica start."""
+    config = await asyncio.to_thread(load_config, path)
+    host = config.services.host
+    try:
+        async with asyncio.timeout(HOST_CHECK_S):
+            problem = await asyncio.to_thread(host_problem, host)
+    except TimeoutError:
+        problem = f"{host} did not resolve within {HOST_CHECK_S:g} s"
+    if problem is not None:
+        raise ConfigError(f"{source}: services.host: {problem} (services listen there)")
+    return config
 
 
 class ConfigReloader:
@@ -188,7 +208,7 @@ class ConfigReloader:
         """
         source = str(self._paths.config_file)
         try:
-            config = await asyncio.to_thread(load_config, self._paths.config_file)
+            config = await _load_checked(self._paths.config_file, source)
             sample = self._sampler.latest
             gpus = sample.result.gpus if sample is not None else ()
             plans = plan_domains(config, gpus, self._cpu_count, source)
@@ -221,7 +241,7 @@ class ConfigReloader:
                 "(SIGHUP or POST /v1/config/reload applies the defaults)",
             )
         try:
-            config = await asyncio.to_thread(load_config, target)
+            config = await _load_checked(target, str(target))
             sample = self._sampler.latest
             gpus = sample.result.gpus if sample is not None else ()
             plan_domains(config, gpus, self._cpu_count, str(target))

@@ -75,6 +75,16 @@ def free_port(host: str, taken: set[int]) -> int:
     raise LaunchError(f"cannot pick a free port on {host}")
 
 
+def host_problem(host: str) -> str | None:
+    """Why services cannot listen on ``host`` (an address of no interface here, a name
+    that does not resolve), or ``None`` (blocking: it may resolve a name)."""
+    try:
+        free_port(host, set())
+    except LaunchError as err:
+        return str(err)
+    return None
+
+
 def endpoint_of(host: str, port: int) -> str:
     """``host:port`` (IPv6 literals in brackets)."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

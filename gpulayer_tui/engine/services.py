@@ -34,6 +34,7 @@ import functools
 import time
 from typing import TYPE_CHECKING
 
+from ..fields import ANSWERED_BY, starting_why
 from . import procs
 from .batch import JobEnv, assign, exit_verdict, prepare_task, timeout_message
 from .executor import Executor, Exit, LaunchError, Started
@@ -267,7 +268,23 @@ class ServiceRunner:
             self._set_replica(act, replica, R.UP, f"running (pid {pid})")
 
     def _launch_failed(self, act: ActiveJob, replica: Replica, verb: str, error: str) -> None:
-        """A replica cannot start: the service fails with the reason."""
+        """A replica cannot start: the service fails with the reason; a restart that
+        cannot start (its working directory gone a moment, no port free) is a failed run
+        of the replica, retried after a back-off as its policy allows (it ended the
+        service for good, restart = always or not)."""
+        runtime = self._runtimes.get(act.job.id)
+        if (
+            replica.restarts > 0
+            and runtime is not None
+            and runtime.end is None
+            and runtime.replacing is None
+            and replica.state is not R.STOPPING
+        ):
+            why = self._no_restart_because(act, replica, None)
+            if why is None:
+                replica.pid = replica.start_ticks = None
+                self._back_off(act, runtime, replica, f"could not restart: {error}", None)
+                return
         if replica.state is not R.EXITED:
             self._set_replica(act, replica, R.EXITED, f"could not {verb}: {error}", gave_up=True)
         self._end(
@@ -301,10 +318,10 @@ class ServiceRunner:
                 await writer.wait_closed()
             # Whose port answered? Another program on it was taken for the replica ("up"
             # on an endpoint the replica never served).
-            owner = await asyncio.to_thread(procs.listener_of, port)
-            if owner is not None and not procs.in_session(owner, pid):
+            owner = await asyncio.to_thread(_foreign_listener, port, pid, replica.start_ticks)
+            if owner is not None:
                 if replica.pid == pid and replica.state is R.STARTING:
-                    said = f"port {port} is answered by pid {owner}, not by this replica"
+                    said = f"port {port} {ANSWERED_BY} pid {owner}, not by this replica"
                     if replica.message != said:
                         self._set_replica(act, replica, R.STARTING, said)
                 await asyncio.sleep(delay)
@@ -377,7 +394,7 @@ class ServiceRunner:
     def _replica_ended(
         self, act: ActiveJob, runtime: ServiceRuntime, replica: Replica, exit: Exit
     ) -> None:
-        job_id, index = act.job.id, replica.index
+        index = replica.index
         self._book.roots.drop(replica.pid)
         probe = runtime.probes.pop(index, None)
         if probe is not None:
@@ -412,20 +429,7 @@ class ServiceRunner:
             replica.backoff_step = 0  # it ran steadily: a fresh crash starts at 1 s again
         why = self._no_restart_because(act, replica, code)
         if why is None:
-            delay = backoff_delay(replica.backoff_step)
-            replica.backoff_step += 1
-            replica.next_restart_at = now + delay
-            self._set_replica(
-                act,
-                replica,
-                R.BACKOFF,
-                f"{what}; restart {replica.restarts + 1} in {delay:g} s",
-                code,
-                at=late,
-            )
-            runtime.restart_timers[index] = self.clock.call_later(
-                delay, functools.partial(self._restart_replica, job_id, index)
-            )
+            self._back_off(act, runtime, replica, what, code, late)
             return
         self._set_replica(
             act, replica, R.EXITED, f"{what}; not restarted ({why})", code, gave_up=True, at=late
@@ -434,6 +438,31 @@ class ServiceRunner:
         others = " (the other replicas were stopped)" if len(act.job.replicas) > 1 else ""
         message = f"replica {index} {what}; not restarted ({why}){others}"
         self._end(act, status, reason, message, code, exit.at)
+
+    def _back_off(
+        self,
+        act: ActiveJob,
+        runtime: ServiceRuntime,
+        replica: Replica,
+        what: str,
+        code: int | None,
+        late: float | None = None,
+    ) -> None:
+        """The replica restarts after its next back-off delay."""
+        delay = backoff_delay(replica.backoff_step)
+        replica.backoff_step += 1
+        replica.next_restart_at = self.clock.now() + delay
+        self._set_replica(
+            act,
+            replica,
+            R.BACKOFF,
+            f"{what}; restart {replica.restarts + 1} in {delay:g} s",
+            code,
+            at=late,
+        )
+        runtime.restart_timers[replica.index] = self.clock.call_later(
+            delay, functools.partial(self._restart_replica, act.job.id, replica.index)
+        )
 
     @staticmethod
     def _no_restart_because(act: ActiveJob, replica: Replica, code: int | None) -> str | None:
@@ -719,7 +748,18 @@ def service_summary(job: Job) -> str:
         text += f" at {', '.join(endpoints)}"
     for r in replicas:
         if r.state is R.STARTING:
-            text += f"; replica {r.index} starting (port {r.port} not answering yet)"
+            text += f"; replica {r.index} starting ({starting_why(r.port, r.message)})"
         elif r.state is R.BACKOFF:
             text += f"; replica {r.index} in back-off: {r.message}"
     return text
+
+
+def _foreign_listener(port: int, pid: int, ticks: int | None) -> int | None:
+    """The pid listening on ``port`` if it is not the replica ``pid``'s (in its session,
+    or below it: a server it started in a session of its own, as ``setsid`` or a
+    container runtime does, was taken for another program's, and the replica never
+    came up); ``None`` when it is the replica's or nobody listens (blocking: /proc)."""
+    owner = procs.listener_of(port)
+    if owner is None or procs.in_session(owner, pid):
+        return None
+    return None if procs.find_owner(owner, {pid: (0, ticks)}) == 0 else owner
