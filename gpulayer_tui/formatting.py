@@ -144,7 +144,9 @@ def replica_state(replica: ReplicaJSON, now: float) -> str:
     state = str(replica.get("state", "?"))
     restart_at, started_at = replica.get("next_restart_at"), replica.get("started_at")
     if state == "backoff" and restart_at:
-        return f"backoff (restart in {duration(restart_at - now)})"
+        # Rounded up, as a countdown is: "in 0s" was said a second before the restart.
+        left = restart_at - now
+        return f"backoff (restart in {duration(-(-left // 1) if left > 0 else 0)})"
     if state == "starting" and started_at:
         waited = duration(now - started_at)
         port = replica.get("port")

@@ -928,3 +928,21 @@ async def test_a_replica_whose_server_runs_in_a_session_of_its_own_comes_up(
     assert replica.endpoint == f"127.0.0.1:{replica.port}"
     await engine.cancel(job.id)
     await engine.wait(job.id, timeout=20)
+
+
+def test_a_replica_state_counts_down_rounded_up_and_names_who_holds_its_port() -> None:
+    from gpulayer_tui.formatting import replica_state
+
+    now = 1000.0
+    state: Any = replica_state
+    # "in 0s" was said right after an exit with a 1 s back-off.
+    assert state({"state": "backoff", "next_restart_at": now + 0.9}, now) == (
+        "backoff (restart in 1s)"
+    )
+    assert state({"state": "backoff", "next_restart_at": now + 4.0}, now) == (
+        "backoff (restart in 4s)"
+    )
+    starting = {"state": "starting", "started_at": now - 12, "port": 41234, "message": ""}
+    assert state(starting, now) == "starting for 12s (port 41234 not answering yet)"
+    taken = "port 41234 is answered by pid 77, not by this replica"
+    assert state({**starting, "message": taken}, now) == f"starting for 12s ({taken})"
