@@ -375,6 +375,25 @@ def test_a_users_share_divides_its_usage() -> None:
     box.end(blocker)
     # 5000 / 10 < 1000 (+ its running job's time): ME goes first.
     assert status(mine) == "running" and status(theirs) == "queued"
+    # `users` (and `why`) list them in that order, each with the GPU-hours it used: they
+    # showed the quotient as "GPU-H" (ME at 0.14 for 1.39 hours used) and sorted its
+    # rounded value, by name on a tie, against the scheduler's true order.
+    rows = box.queue.users_view()
+    assert [(r["user"], r["gpu_hours"], r["share"]) for r in rows] == [
+        (user_label(ME), round(5000 / 3600, 2), 10),
+        (user_label(OTHER), round(1000 / 3600, 2), 1),
+    ]
+    assert rows[0]["fair_usage"] == pytest.approx(5000 / 3600 / 10)
+
+
+def test_users_alike_to_the_hundredth_are_listed_in_the_schedulers_order() -> None:
+    box = Box(gpus=1)
+    box.queue.fair.charge(ME, 1000.0, box.clock.now)
+    box.queue.fair.charge(OTHER, 1000.4, box.clock.now)  # (0.28 GPU-hours both)
+    rows = box.queue.users_view()
+    assert [r["gpu_hours"] for r in rows] == [0.28, 0.28]
+    # By name, nobody came before root; the scheduler takes root (less use) first.
+    assert [r["user"] for r in rows] == [user_label(ME), user_label(OTHER)]
 
 
 # -- through a real engine ---------------------------------------------------------------------

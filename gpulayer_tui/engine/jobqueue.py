@@ -189,9 +189,24 @@ class JobQueue:
     def fair_usage(self, uid: int, running: dict[int, Running], now: float) -> float:
         """The user's fair-share usage: recent GPU-seconds (decayed) plus its running
         jobs' so far, divided by its share."""
+        return self.recent_use(uid, running, now) / self.limits.share(uid)
+
+    def recent_use(self, uid: int, running: dict[int, Running], now: float) -> float:
+        """The user's recent GPU-seconds (decayed) plus its running jobs' so far."""
         held = running.get(uid)
-        used = self.fair.usage(uid, now) + (held.gpu_seconds if held else 0.0)
-        return used / self.limits.share(uid)
+        return self.fair.usage(uid, now) + (held.gpu_seconds if held else 0.0)
+
+    def _fair_row(self, uid: int, running: dict[int, Running], now: float) -> dict[str, object]:
+        """A user's fair-share figures: recent GPU-hours as used, its share, and what
+        orders users (those hours divided by the share; "GPU-H" showed that quotient)."""
+        used = self.recent_use(uid, running, now)
+        share = self.limits.share(uid)
+        return {
+            "user": user_label(uid),
+            "gpu_hours": round(used / 3600, 2),
+            "share": share,
+            "fair_usage": used / 3600 / share,
+        }
 
     def __len__(self) -> int:
         """Jobs ready to run (not those waiting for dependencies or capacity)."""
@@ -550,15 +565,10 @@ class JobQueue:
                 "from": self.limits.where(uid),
             },
             "fair_share": sorted(
-                (
-                    {
-                        "user": user_label(u),
-                        "gpu_hours": round(self.fair_usage(u, running, now) / 3600, 2),
-                        "share": self.limits.share(u),
-                    }
-                    for u in users
-                ),
-                key=lambda row: (row["gpu_hours"], row["user"]),
+                (self._fair_row(u, running, now) for u in users),
+                # (The exact usage, not the rounded hours: users that read alike were
+                # listed by name while the scheduler took them in their true order.)
+                key=lambda row: (row["fair_usage"], row["user"]),
             ),
             "reservation": None,
             "preempting": sorted(self._preempting.get(job_id, ())),
@@ -585,10 +595,8 @@ class JobQueue:
             own = self.limits.of(uid)
             rows.append(
                 {
-                    "user": user_label(uid),
+                    **self._fair_row(uid, running, now),
                     "uid": uid,
-                    "gpu_hours": round(self.fair_usage(uid, running, now) / 3600, 2),
-                    "share": self.limits.share(uid),
                     "running_gpus": held.gpus,
                     "running_vram_gb": round(held.vram_bytes / GIB, 1),
                     "waiting": self.waiting_of(uid),
@@ -597,7 +605,7 @@ class JobQueue:
                     "max_queued": own.max_queued,
                 }
             )
-        rows.sort(key=lambda row: (float(row["gpu_hours"]), str(row["user"])))  # type: ignore[arg-type]
+        rows.sort(key=lambda row: (float(row["fair_usage"]), str(row["user"])))  # type: ignore[arg-type]
         return rows
 
     # -- the pass -----------------------------------------------------------------------------
