@@ -392,6 +392,8 @@ async def test_domain_loss_places_the_whole_service_again(
     moved = await engine.get(job.id)
     assert moved.status is JobStatus.RUNNING and moved.domains != [lost_domain]
     assert moved.replicas[0].pid != old_pid and pid_gone(old_pid)
+    # The same service: its start (and so its runtime and time limit) stays its first.
+    assert moved.started_at == first.started_at
     assert moved.message == f"1/1 up on {moved.domains[0]}"
     events = await engine.events_of(job.id)
     transitions = [e for e in events if e["kind"] == "job.transition"]
@@ -407,6 +409,22 @@ async def test_domain_loss_places_the_whole_service_again(
     assert done.status is JobStatus.FAILED
     assert done.termination_reason is TerminationReason.DOMAIN_LOST
     assert "gave up after 2 placements (retry.max_attempts = 2)" in done.message
+
+
+async def test_a_services_time_limit_runs_out_while_it_waits_to_be_placed_again(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # Its timer was dropped while it waited, and a placement got a whole new limit.
+    fake_nvml.devices[1:] = []
+    engine = await make_engine(probe=NvmlProbe(), config=make_config(engine={"grace_period": 1.0}))
+    job = await engine.submit(_service(["sleep", "600"], gpus=1, port=False, timeout=3))
+    assert (await engine.get(job.id)).status is JobStatus.RUNNING
+    fake_nvml.devices[0].lost = True
+    await engine.sampler.sample_once()
+    await eventually(lambda: engine.book.get(job.id).job.status is JobStatus.QUEUED, timeout=20)
+    done = await engine.wait(job.id, timeout=20)
+    assert done.status is JobStatus.FAILED and done.termination_reason is TerminationReason.TIMEOUT
+    assert done.message == "timed out after 3 s"
 
 
 async def test_over_capacity_services_fail_at_once(make_engine: EngineFactory) -> None:

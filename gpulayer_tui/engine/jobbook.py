@@ -296,17 +296,22 @@ class JobBook:
         reason: TerminationReason | None = None,
         message: str | None = None,
         exit_code: int | None = None,
+        started_at: float | None = None,
     ) -> None:
         """Move a job to a non-terminal status (:meth:`finish` ends jobs).
 
         Check, stamp, queue for commit; the store publishes the event once it is durable.
+        ``started_at``: when a job that runs again first started (a service placed again
+        keeps it: its time limit and runtime count from there), else it starts now.
 
         Raises:
             IllegalTransition: The table does not allow the move (a bug).
         """
         if new.is_terminal:
             raise ValueError(f"job {act.job.id}: use finish() to end a job")
-        self._change(act, new, reason=reason, message=message, exit_code=exit_code)
+        self._change(
+            act, new, reason=reason, message=message, exit_code=exit_code, started_at=started_at
+        )
 
     def _change(
         self,
@@ -317,6 +322,7 @@ class JobBook:
         message: str | None,
         exit_code: int | None,
         ended_at: float | None = None,
+        started_at: float | None = None,
     ) -> None:
         """The one place a status changes."""
         job = act.job
@@ -329,7 +335,7 @@ class JobBook:
         if new is JobStatus.QUEUED:
             job.queued_at = now
         elif new is JobStatus.RUNNING:
-            job.started_at = now
+            job.started_at = now if started_at is None else started_at
         elif new.is_terminal:
             # Never before it started, never in the future.
             job.ended_at = now if ended_at is None else min(now, max(ended_at, job.started_at or 0))

@@ -150,9 +150,16 @@ class ServiceRunner:
         job.stop_reason, job.stop_message, job.kill_at = None, "", None
         attempt = f" (placement {job.attempt} of {spec.max_attempts})" if job.attempt > 1 else ""
         where = ", ".join(job.domains)
-        self._book.transition(act, JobStatus.RUNNING, message=f"starting on {where}{attempt}")
+        # Placed again, it is the same service: its start, and so its time limit and its
+        # runtime, stay its first (the limit was re-armed whole by a placement that came
+        # after it ran out, or by an engine restart after a placement).
+        first = job.started_at if job.attempt > 1 else None
+        self._book.transition(
+            act, JobStatus.RUNNING, message=f"starting on {where}{attempt}", started_at=first
+        )
         if spec.timeout is not None and job.id not in self._timeouts:
-            self._arm_timeout(job.id, spec.timeout)
+            left = spec.timeout - (time.time() - first) if first is not None else spec.timeout
+            self._arm_timeout(job.id, left)
         for replica in job.replicas:
             if not self._decide_launch(act, replica, "start"):
                 return
@@ -164,9 +171,16 @@ class ServiceRunner:
     def _timed_out(self, job_id: int) -> None:
         self._timeouts.pop(job_id, None)
         act = self._book.get(job_id)
-        if act is None or act.job.status is not JobStatus.RUNNING or act.spec is None:
-            return  # (a service being placed again drops its timeout)
-        self.stop(act, Reason.TIMEOUT, timeout_message(act.job, act.spec.timeout or 0))
+        if act is None or act.spec is None:
+            return
+        message = timeout_message(act.job, act.spec.timeout or 0)
+        if act.job.status is JobStatus.QUEUED and act.job.started_at is not None:
+            # Its limit ran out while it waited to be placed again: it ends now (nothing
+            # runs), not with a whole new limit once placed.
+            self._book.finish(act, JobStatus.FAILED, Reason.TIMEOUT, message)
+            return
+        if act.job.status is JobStatus.RUNNING:
+            self.stop(act, Reason.TIMEOUT, message)
 
     def _ports_in_use(self) -> set[int]:
         return {
