@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sqlite3
 
 import aiohttp
@@ -20,7 +21,7 @@ from gpulayer_tui.engine.models import (
     check_transition,
 )
 
-from .conftest import EngineFactory
+from .conftest import EngineFactory, eventually, make_config
 
 
 def test_transition_table_forbids_leaving_terminal_states() -> None:
@@ -70,6 +71,85 @@ async def test_slow_subscriber_is_cut_off_not_unbounded() -> None:
     assert bus.has_subscribers  # the fast one is still subscribed
     bus.publish(bus.make(EventKind.ENGINE, None, {"i": 10}))
     assert fast.queue.qsize() == 11
+
+
+async def test_a_reader_gets_every_event_numbered_in_order_without_gaps(
+    make_engine: EngineFactory,
+) -> None:
+    # Numbered when made, events reached readers out of order (one made earlier was
+    # committed later) and with gaps (some made were never published).
+    engine = await make_engine(cpu_count=2)
+    sub = engine.subscribe()
+    jobs = []
+    for _ in range(3):
+        jobs += await engine.submit_many([{"command": ["true"]}] * 150)
+    for job in jobs:
+        await engine.wait(job.id, timeout=30)
+    seqs = [event.seq for event in sub.ready()[0]]
+    sub.close()
+    assert len(seqs) > 900
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+
+
+async def test_a_reader_cut_off_for_falling_behind_is_told_so_in_a_last_line(
+    make_engine: EngineFactory,
+) -> None:
+    # Its stream ended as the engine's end does: a client could not tell "read the state
+    # again" from a shutdown.
+    engine = await make_engine()
+    server = ApiServer(engine, engine.paths.socket)
+    await server.start()
+    try:
+        connector = aiohttp.UnixConnector(path=str(engine.paths.socket))
+        before = set(engine.bus._subscribers)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.get("http://engine/v1/events") as stream:
+                assert (await stream.content.readline()) == b'{"kind": "hello"}\n'
+                (sub,) = engine.bus._subscribers - before
+                for i in range(sub.queue.maxsize + 1):  # (more than it keeps, at once)
+                    engine.bus.publish(engine.bus.make(EventKind.ENGINE, None, {"i": i}))
+                lines = (await asyncio.wait_for(stream.content.read(), 30)).splitlines()
+        last = json.loads(lines[-1])
+        assert last["kind"] == "lagged" and "read the state again" in last["data"]["message"]
+    finally:
+        await server.stop()
+
+
+async def test_a_reader_that_reads_nothing_is_cut_off_and_frees_its_slot(
+    make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its write waited for ever: the stream held its slot and megabytes of events.
+    from gpulayer_tui.engine import api
+
+    monkeypatch.setattr(api, "STALLED_WRITE_S", 0.5)
+    engine = await make_engine(config=make_config(limits={"streams_per_user": 1}))
+    server = ApiServer(engine, engine.paths.socket)
+    await server.start()
+
+    reader = socket.socket(socket.AF_UNIX)
+    try:
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.connect(str(engine.paths.socket))
+        reader.sendall(b"GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        await eventually(lambda: engine.bus.has_subscribers)
+        connector = aiohttp.UnixConnector(path=str(engine.paths.socket))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.get("http://engine/v1/events") as refused:
+                assert refused.status == 429  # (its one stream is the reader's)
+            big = {"pad": "x" * 60_000}
+            for _ in range(200):  # (far more than the socket takes: the write waits)
+                engine.bus.publish(engine.bus.make(EventKind.ENGINE, None, big))
+                await asyncio.sleep(0)
+            deadline = asyncio.get_running_loop().time() + 20
+            while True:
+                async with session.get("http://engine/v1/events") as again:
+                    if again.status == 200:
+                        break
+                assert asyncio.get_running_loop().time() < deadline, "still held"
+                await asyncio.sleep(0.1)
+    finally:
+        reader.close()
+        await server.stop()
 
 
 async def test_event_stream_over_the_socket(make_engine: EngineFactory) -> None:

@@ -510,3 +510,37 @@ def test_open_streams_end_when_their_reader_is_let_out_and_are_bounded_per_user(
         for sock in held:
             sock.close()
     shared.served.cli("cancel", job)
+
+
+def test_a_stream_whose_reader_left_frees_its_slot_though_nothing_was_sent(
+    served: Served,
+) -> None:
+    # A quiet stream noticed its reader was gone only when it next wrote: a quiet job's
+    # `logs -f`, Ctrl-C'd, held a slot until the job ended, and the events stream until
+    # the next event; past [limits] streams_per_user the user was locked out of both.
+    served.home.mkdir(parents=True, mode=0o700)
+    (served.home / "config.toml").write_text(
+        "[engine]\nsample_interval = 60\n[limits]\nstreams_per_user = 2\n"
+    )
+    served.start()
+    sock_path = served.home / "engine.sock"
+    job = json.loads(served.cli("submit", "--json", "--", "sleep", "600").stdout)["id"]
+
+    def stream(path: str) -> socket.socket | None:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(str(sock_path))
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        if b"200 OK" in sock.recv(4096):
+            return sock
+        sock.close()
+        return None
+
+    for _ in range(3):  # (each round needs the last round's slots back)
+        held = [
+            wait_for(lambda path=path: stream(path), timeout=10)
+            for path in (f"/v1/jobs/{job}/logs?follow=1", "/v1/events")
+        ]
+        assert request(sock_path, "GET", "/v1/events")[0] == 429
+        for sock in held:
+            sock.close()
+    served.cli("cancel", str(job))

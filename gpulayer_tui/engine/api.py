@@ -78,6 +78,7 @@ from .errors import (
     UnknownJob,
     WriteDeferred,
 )
+from .events import Subscription
 from .models import Job, JobQuery
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -136,6 +137,33 @@ class _Streams:
 
 
 STREAMS_KEY: web.AppKey[_Streams] = web.AppKey("streams", _Streams)
+
+
+GONE_CHECK_S = 1.0
+"""How often a quiet stream checks that its reader is still connected (it held a slot of
+``[limits] streams_per_user`` until it next wrote: a quiet job's ``logs -f`` until the
+job ended, so Ctrl-C'd followers locked their user out of every stream)."""
+
+STALLED_WRITE_S = 30.0
+"""How long a stream's write may wait for a reader that does not read before the
+stream is cut (it held its slot, and megabytes of buffered events, for ever)."""
+
+
+def _gone(request: web.Request) -> bool:
+    """Whether the client of ``request`` has disconnected."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+async def _write(request: web.Request, response: web.StreamResponse, data: bytes) -> None:
+    """Write to a stream; a reader that takes none of it for ``STALLED_WRITE_S`` is cut
+    off (ConnectionError, as when it leaves)."""
+    try:
+        async with asyncio.timeout(STALLED_WRITE_S):
+            await response.write(data)
+    except TimeoutError:
+        _cut_off(request)
+        raise ConnectionResetError("the reader took nothing for a while") from None
 
 
 def _cut_off(request: web.Request) -> None:
@@ -726,7 +754,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
         response.headers["X-Job-Status"] = job.status.value
         await response.prepare(request)
         try:
-            await _send_log(engine, job_id, path, offset, follow, response, allowed)
+            await _send_log(request, engine, job_id, path, offset, follow, response, allowed)
         except ConnectionError:
             # The reader left (Ctrl-C on `logs -f`, a TUI that moved on): an ordinary end.
             log.debug("a log reader of job %s left", job_id)
@@ -736,6 +764,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
 
 
 async def _send_log(
+    request: web.Request,
     engine: Engine,
     job_id: int,
     path: Path,
@@ -747,17 +776,19 @@ async def _send_log(
     while True:
         if not allowed():
             return  # (no end of stream: the reader asks again, and is told why not)
+        if _gone(request):
+            return  # (it left while the job was quiet: its slot is free again)
         chunk, offset = await asyncio.to_thread(_read_chunk, path, offset)
         if chunk:
             offset += len(chunk)
-            await response.write(chunk)
+            await _write(request, response, chunk)
             continue
         if not follow or not (await engine.get(job_id)).status.is_active:
             # One last read: output written just before the exit.
             chunk, offset = await asyncio.to_thread(_read_chunk, path, offset)
             if chunk:
                 offset += len(chunk)
-                await response.write(chunk)
+                await _write(request, response, chunk)
                 continue
             break
         try:
@@ -792,20 +823,49 @@ async def events(request: web.Request) -> web.StreamResponse:
         await response.prepare(request)
         await response.write(b'{"kind": "hello"}\n')
         try:
-            async for event in subscription:
+            while True:
+                try:
+                    async with asyncio.timeout(GONE_CHECK_S):
+                        event = await subscription.queue.get()
+                except TimeoutError:
+                    if _gone(request):
+                        break  # (it left: its slot is free again, not at the next event)
+                    continue
+                if event is None:
+                    await _end_of_events(request, response, subscription)
+                    break
                 if not allowed():
                     _cut_off(request)  # (taken out of [security] since it subscribed)
                     break
                 # What queued meanwhile goes in the same write: one per burst, not per event.
                 more, ended = subscription.ready()
-                await response.write(b"".join(e.line() for e in (event, *more)))
+                await _write(request, response, b"".join(e.line() for e in (event, *more)))
                 if ended:
+                    await _end_of_events(request, response, subscription)
                     break
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
             subscription.close()
     return response
+
+
+async def _end_of_events(
+    request: web.Request, response: web.StreamResponse, subscription: Subscription
+) -> None:
+    """A reader cut off for falling behind is told so in a last line (``{"kind":
+    "lagged"}``: read the state again, then subscribe again); its stream read as the
+    engine's end."""
+    if subscription.overflowed:
+        line = {
+            "kind": "lagged",
+            "data": {
+                "message": "this reader fell behind by more events than are kept for it "
+                "and was cut off: read the state again and subscribe again"
+            },
+        }
+        with contextlib.suppress(ConnectionError):
+            await _write(request, response, json.dumps(line).encode() + b"\n")
 
 
 def make_app(engine: Engine) -> web.Application:

@@ -61,6 +61,7 @@ class EventBus:
     def __init__(self) -> None:
         self._subscribers: set[Subscription] = set()
         self._seq = itertools.count(1)
+        self._published = itertools.count(1)
 
     def make(
         self,
@@ -90,7 +91,14 @@ class EventBus:
         self._subscribers.discard(sub)
 
     def publish(self, event: Event) -> None:
-        """Deliver ``event`` to every subscriber without waiting."""
+        """Deliver ``event`` to every subscriber without waiting.
+
+        Its ``seq`` is given here, in the order events are published (once durable): one
+        made earlier may be committed later, and one made may never be published, so
+        numbers given when made reached readers out of order and with gaps.
+        """
+        object.__setattr__(event, "seq", next(self._published))
+        object.__setattr__(event, "_line", None)
         for sub in list(self._subscribers):
             try:
                 sub.queue.put_nowait(event)

@@ -334,7 +334,8 @@ class Event:
     """One published engine event.
 
     Attributes:
-        seq: Monotonic sequence number within one engine run.
+        seq: Sequence number within one engine run, given when published: readers get
+            1, 2, 3, ... in order, with no gaps (a gap means events were missed).
         at: Epoch seconds.
         kind: What happened.
         job_id: The job concerned, if any.
