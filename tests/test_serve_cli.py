@@ -26,7 +26,7 @@ from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.wire import ROW_SPEC_KEYS
 
 from .conftest import REPO, Served, wait_for
-from .raw_http import send_raw
+from .raw_http import request, send_raw
 
 
 def _ids(served: Served) -> list[int]:
@@ -216,7 +216,40 @@ def test_api_rejects_malformed_requests(served: Served) -> None:
     assert status == 400 and "positive integer" in str(data["error"])
     status, data = post(b'{"command": ["true"]}', "/v1/jobs/nope")
     assert status == 405 and "POST /v1/jobs/nope: Method Not Allowed" == data["error"]
+    sock = str(served.home / "engine.sock")
+    # A 405 says which methods are (its JSON rebuild dropped the Allow header).
+    raw = send_raw(sock, b"DELETE /v1/jobs/1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head = raw.partition(b"\r\n\r\n")[0].decode().lower()
+    assert " 405 " in head.splitlines()[0] and "\r\nallow: " in head
+    # A body that is not what its Content-Encoding says: a clear 400, not a 500 with
+    # tracebacks in the journal.
+    raw = send_raw(
+        sock,
+        b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Encoding: gzip"
+        b"\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\nnotgzip",
+    )
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    assert int(head.split()[1]) == 400
+    assert "could not be decoded as its Content-Encoding ('gzip')" in json.loads(payload)["error"]
+    # An unknown domain in the path is a 404, as an unknown job id is (it was a 400).
+    status, data = post(b"", "/v1/domains/nope/drain")
+    assert status == 404 and data["error"].startswith("unknown domain 'nope'")
     assert _ids(served) == []
+    # Paging: a contradicting order is refused (before=N&order=asc gave the ids after N),
+    # and a number is ASCII digits ("+5", " 5" and an Arabic-Indic 3 were taken).
+    for path, field in (
+        ("/v1/jobs?before=10&order=asc", "order"),
+        ("/v1/jobs?after=5&order=desc", "order"),
+        ("/v1/jobs?limit=%2B5", "limit"),
+        ("/v1/jobs?limit=%D9%A3", "limit"),
+    ):
+        status, data = request(served.home / "engine.sock", "GET", path)
+        assert status == 400 and data["field"] == field, (path, data)
+    assert request(served.home / "engine.sock", "GET", "/v1/jobs?before=10&order=desc")[0] == 200
+    assert request(served.home / "engine.sock", "GET", "/v1/jobs?limit=-1")[1]["error"] == (
+        "limit must not be negative"
+    )
+    assert "ERROR" not in served.stop()
 
 
 def test_socket_permissions_second_engine_and_restart(served: Served) -> None:

@@ -75,6 +75,7 @@ from .errors import (
     Overloaded,
     SpecError,
     StoreError,
+    UnknownDomain,
     UnknownJob,
     WriteDeferred,
 )
@@ -215,6 +216,17 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except KeyReused as err:
         return _error(422, str(err), err.field)
+    except UnknownDomain as err:
+        return _error(404, str(err), err.field)
+    except web.RequestPayloadError as err:
+        # A body that is not what its Content-Encoding says: it was a 500, and two ERROR
+        # tracebacks in the journal per request.
+        encoding = request.headers.get("Content-Encoding", "")
+        return _error(
+            400,
+            f"the request body could not be decoded as its Content-Encoding "
+            f"({encoding[:40]!r}) says: {' '.join(str(err).split())[:200]}",
+        )
     except SpecError as err:
         return _error(400, str(err), err.field)
     except wire.FieldError as err:
@@ -248,8 +260,12 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException as err:
         if err.status < 400:
             raise
-        # Unknown route or method: answer in JSON like every other error.
-        return _error(err.status, f"{request.method} {request.path}: {err.reason}")
+        # Unknown route or method: answer in JSON like every other error (with its
+        # headers: a 405 without Allow does not say which methods are).
+        response = _error(err.status, f"{request.method} {request.path[:200]}: {err.reason}")
+        if "Allow" in err.headers:
+            response.headers["Allow"] = err.headers["Allow"]
+        return response
 
 
 @web.middleware
@@ -283,8 +299,12 @@ def _int_query(request: web.Request, name: str, default: int | None) -> int | No
     if raw is None or raw == "":
         return default
     try:
+        if not (raw.isascii() and raw.isdigit()):  # (int() took "+5", " 5" and "٣")
+            raise ValueError(raw)
         value = int(raw)
     except ValueError:
+        if raw.startswith("-") and raw[1:].isascii() and raw[1:].isdigit():
+            raise SpecError(f"{name} must not be negative", name) from None
         raise SpecError(f"{name} must be an integer, not {raw[:100]!r}", name) from None
     if value < 0:
         raise SpecError(f"{name} must not be negative", name)
@@ -378,6 +398,12 @@ def _job_query(request: web.Request) -> JobQuery:
     text = request.query.get("q", "")
     if "\0" in text:  # (SQLite's LIKE ends the pattern there: "a\0b" matched as "a")
         raise SpecError("q contains a NUL byte", "q")
+    given = request.query.get("order")
+    # (A contradicting order was obeyed half: before=10&order=asc gave 11, 12, 13.)
+    if given == "asc" and request.query.get("before"):
+        raise SpecError("order: before pages newest first; give order=desc or leave it", "order")
+    if given == "desc" and request.query.get("after"):
+        raise SpecError("order: after pages oldest first; give order=asc or leave it", "order")
     return JobQuery(
         statuses=tuple(dict.fromkeys(s for s in raw.split(",") if s)),
         text=text,
@@ -804,7 +830,9 @@ class _QuietBadRequests(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, HttpProcessingError | ConnectionError):
+        # (A body its Content-Encoding does not decode is answered 400 by the handler;
+        # aiohttp then reads the rest of it, fails again, and logged that as an ERROR.)
+        if isinstance(error, HttpProcessingError | ConnectionError | web.RequestPayloadError):
             log.info("a client's bad request was refused: %s", " ".join(str(error).split()))
             return False
         return True

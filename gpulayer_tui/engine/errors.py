@@ -18,6 +18,11 @@ class SpecError(ValueError):
         self.field = field
 
 
+class UnknownDomain(SpecError):
+    """No domain has this name: 404 where the name is the resource (``POST
+    /domains/NAME/drain``), like an unknown job id."""
+
+
 class KeyReused(SpecError):
     """An idempotency key already used for a different request; nothing was stored (422,
     as the IETF Idempotency-Key draft answers: only the same request is a retry)."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from ..wire import Capacity
 from .config import CPU_DOMAIN
 from .domain import Domain, DomainState, gib, plural
-from .errors import SpecError
+from .errors import SpecError, UnknownDomain
 from .gpus import GIB, GpuReading, ProbeResult, ProbeStatus
 from .procs import ProcessInfo
 from .spec import JobSpec
@@ -115,12 +115,13 @@ class Scheduler:
         """One domain by name.
 
         Raises:
-            SpecError: No such domain (the message lists the known ones).
+            UnknownDomain: No such domain (the message lists the known ones).
         """
         dom = self._domains.get(name)
         if dom is None:
             known = ", ".join(self._domains) or "none"
-            raise SpecError(f"unknown domain '{name}' (known: {known})", "domain")
+            shown = name if len(name) <= 100 else name[:100] + "..."
+            raise UnknownDomain(f"unknown domain {shown!r} (known: {known})", "domain")
         return dom
 
     def capacity_signature(self) -> tuple[object, ...]:
