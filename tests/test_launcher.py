@@ -130,6 +130,40 @@ async def test_a_spawner_killed_mid_job_loses_no_exit_code(
     assert (await engine.wait(again.id, timeout=15)).status is JobStatus.COMPLETED
 
 
+async def test_a_new_spawner_keeps_cutting_back_the_logs_of_the_jobs_it_took_over(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Taken over without its log, a runaway job's log grew past its cap for good (2.6 MB
+    # of a 64 KiB cap), and a lower cap set live did nothing.
+    limit = 64 * 1024
+    engine = await make_engine(config=make_config(logs={"max_bytes": 1024**3}))
+    gate = tmp_path / "gate"
+    writer = (
+        "import os, sys, time\n"
+        "while not os.path.exists(sys.argv[1]):\n"
+        "    sys.stdout.write('x' * 9999 + '\\n'); sys.stdout.flush(); time.sleep(0.01)\n"
+    )
+    job = await engine.submit({"command": [sys.executable, "-c", writer, str(gate)], "gpus": 0})
+    log = engine.log_path(job.id)
+    spawner = _launcher(engine.paths.state_dir, "spawner")
+    spawner.kill()
+    await eventually(lambda: _replaced(engine.paths.state_dir, "spawner", spawner))
+    await eventually(lambda: log.stat().st_size > 4 * limit, timeout=15)
+    # A lower cap, set live: the new spawner cuts the log it took over.
+    engine.paths.config_file.write_text(f"[logs]\nmax_bytes = {limit}\n")
+    assert (await engine.config_reload.reload())["applied"]
+
+    def cut() -> bool:
+        with open(log, "rb") as f:
+            return f.read(100).startswith(b"[gpulayer-tui: this log passed 65536 bytes")
+
+    await eventually(lambda: cut() and log.stat().st_size < 2 * limit, timeout=15)
+    gate.touch()
+    done = await engine.wait(job.id, timeout=15)
+    assert done.status is JobStatus.COMPLETED
+    assert log.stat().st_size <= limit
+
+
 async def test_a_stop_the_dying_spawner_never_read_still_stops_the_job(
     make_engine: EngineFactory,
 ) -> None:

@@ -412,9 +412,12 @@ class LauncherExecutor:
                 if watch.pid is None:
                     self._started(lkey, info["pid"], info["ticks"])
                 self._exited(lkey, info["code"], info.get("at"))
-        # A new spawner knows no environment: send every one again, before anything else.
+        # A new spawner knows no environment: send every one again, before anything else;
+        # nor the logs' cap, for the jobs it took over (their logs grew past it for good).
         for env_id, env in self._envs.values():
             self._write_now({"op": "env", "id": env_id, "env": env})
+        self._max_log_heard = False
+        self._write_now({"op": "max_log", "bytes": self.max_log})
         with self._lock:
             # Ends this engine acked (so recorded) that the launcher still keeps: those acks
             # died with the connection.

@@ -55,6 +55,7 @@ import selectors
 import shutil
 import signal
 import socket
+import stat
 import sys
 import time
 from typing import Any
@@ -295,6 +296,9 @@ class Spawner:
                 task = Task(key, entry.pid, entry.ticks or 0, pidfd, child=False)
                 task.kill_at = entry.kill_at
                 task.ended_unseen = self.first
+                # Its log, to keep cutting it back (the engine's max_log says how far):
+                # taken over without it, a runaway log grew past its cap for good.
+                task.log_fd = self._log_of(entry.pid)
                 self._watch(task)
                 continue
             if pidfd is not None:
@@ -315,6 +319,23 @@ class Spawner:
                 _say(f"{task.key} (pid {task.pid}) ended as init's child: exit status unknown")
                 self._ended(task, None)
         self.journal.compact(self.entries)
+
+    def _log_of(self, pid: int) -> int:
+        """A descriptor of the log a running job writes (its stdout, when that is still a
+        file in our ``jobs/``), or -1."""
+        try:
+            where = os.readlink(f"/proc/{pid}/fd/1")
+            jobs = os.stat(os.path.join(self.state_dir, "jobs"))
+            here = os.stat(os.path.dirname(where))
+            if (here.st_dev, here.st_ino) != (jobs.st_dev, jobs.st_ino):
+                return -1  # (it sent its output elsewhere itself)
+            fd = os.open(f"/proc/{pid}/fd/1", os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        except OSError:
+            return -1
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return -1
+        return fd
 
     # -- the loop -----------------------------------------------------------------------------
 
