@@ -648,10 +648,11 @@ async def test_replica_that_cannot_start_or_restart_fails_the_service(
     assert missing.termination_reason is TerminationReason.LAUNCH_FAILED
     assert missing.message.startswith("replica 0 could not start: ")
     assert "no-such-program-xyz" in missing.message
-    # a restart that finds its working directory gone fails the service with that reason
+    # a restart that finds its working directory gone, its last allowed, fails the service
+    # with that reason (one with restarts left backs off and tries again: see below)
     workdir = tmp_path / "work"
     workdir.mkdir()
-    job = await engine.submit(_service(["false"], port=False, cwd=str(workdir)))
+    job = await engine.submit(_service(["false"], port=False, cwd=str(workdir), max_restarts=1))
     replica = _replicas(engine, job.id)[0]
     await eventually(lambda: replica.state is ReplicaState.BACKOFF)
     workdir.rmdir()
