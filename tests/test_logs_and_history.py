@@ -224,6 +224,36 @@ def test_clean_from_the_cli(served: Served) -> None:
     assert said.stdout.strip() == "removed 1 finished job(s) and 1 file(s)"
 
 
+def test_a_log_replaced_by_a_link_or_a_fifo_or_removed_is_said_not_read(
+    served: Served, tmp_path: Path
+) -> None:
+    # `logs` followed a symlink put in a log's place (another file's contents came out),
+    # hung a thread of the shared pool on a FIFO (a few hung snapshots and other jobs'
+    # logs), and read a removed log as empty.
+    served.start("--simulate", "1xA100-80GB")
+    ids = [served.cli("submit", "--", "echo", "hi").stdout.strip() for _ in range(4)]
+    for job_id in ids:
+        assert served.cli("wait", job_id).returncode == 0
+    jobs = served.home / "jobs"
+    secret = tmp_path / "secret"
+    secret.write_text("not yours\n")
+    (jobs / f"{ids[0]}.log").unlink()
+    (jobs / f"{ids[0]}.log").symlink_to(secret)
+    (jobs / f"{ids[1]}.log").unlink()
+    os.mkfifo(jobs / f"{ids[1]}.log")
+    (jobs / f"{ids[2]}.log").unlink()
+    for job_id, why in (
+        (ids[0], "is a symbolic link; it is not followed"),
+        (ids[1], "is not a regular file; it is not read"),
+        (ids[2], "is missing (removed from jobs/)"),
+    ):
+        for _ in range(8):  # (more than the shared pool's threads: none may hang)
+            out = served.cli("logs", job_id)
+            assert out.returncode != 0 and why in out.stderr, (job_id, out.stderr)
+            assert "not yours" not in out.stdout
+    assert served.cli("logs", ids[3]).stdout == "hi\n"
+
+
 async def test_keep_jobs_in_the_config_keeps_the_newest_finished_ones(
     make_engine: EngineFactory,
 ) -> None:

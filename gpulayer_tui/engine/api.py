@@ -48,12 +48,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
 import socket
 import sqlite3
+import stat
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -64,6 +66,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import wire
+from ..fields import printable
 from ..unixsock import SocketPath
 from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
 from .config import Config
@@ -80,7 +83,7 @@ from .errors import (
     WriteDeferred,
 )
 from .events import Subscription
-from .models import Job, JobQuery
+from .models import Job, JobKind, JobQuery
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 log = logging.getLogger(__name__)
@@ -740,18 +743,39 @@ async def wait(request: web.Request) -> web.Response:
     return web.json_response({"job": _shown(request, _job(job)), "timed_out": False})
 
 
+class LogUnreadable(Exception):
+    """A job's log is not a file of ours to read (a symlink, a FIFO put in its place) or
+    is gone though the job started (409)."""
+
+
 def _read_chunk(path: Path, offset: int) -> tuple[bytes, int]:
     """Up to LOG_CHUNK bytes from ``offset``, and the offset they start at: 0 when the log
     is now shorter than ``offset`` (it was cut back past its limit; it starts with a note
-    saying so)."""
+    saying so). No log yet reads as empty.
+
+    Raises:
+        LogUnreadable: Its name is a symlink or something other than a file (opened
+            without following links and without waiting: a FIFO there held a thread of
+            the shared pool until someone wrote to it, and a few of them hung snapshots
+            and other jobs' logs).
+    """
     try:
-        with open(path, "rb") as fh:
-            if offset and offset > os.fstat(fh.fileno()).st_size:
-                offset = 0
-            fh.seek(offset)
-            return fh.read(LOG_CHUNK), offset
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return b"", offset
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise LogUnreadable(f"{path.name} is a symbolic link; it is not followed") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise LogUnreadable(f"{path.name} is not a regular file; it is not read")
+        if offset and offset > st.st_size:
+            offset = 0
+        return os.pread(fd, LOG_CHUNK, offset), offset
+    finally:
+        os.close(fd)
 
 
 async def logs(request: web.Request) -> web.StreamResponse:
@@ -775,12 +799,23 @@ async def logs(request: web.Request) -> web.StreamResponse:
     others = _others(request, job.owner_uid)
     allowed = _StillAllowed(request, lambda config: not others or config.security.share_logs)
     streams = request.app[STREAMS_KEY]
+    try:
+        # (Before the answer starts: a log that cannot be read is said in a 409.)
+        await asyncio.to_thread(_read_chunk, path, 0)
+    except LogUnreadable as err:
+        raise JobNotActive(f"job {job_id}'s log {err}") from None
+    launched = job.kind is JobKind.COMMAND and job.pid is not None and not job.cluster_job_id
+    if launched and not await asyncio.to_thread(os.path.lexists, path):
+        # (It read as empty: a job that ran and wrote nothing. Its launch made the file.)
+        raise JobNotActive(f"job {job_id}'s log {path.name} is missing (removed from jobs/)")
     with streams.held(engine, peer_uid(request)) if follow else contextlib.nullcontext():
         response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
         response.headers["X-Job-Status"] = job.status.value
         await response.prepare(request)
         try:
             await _send_log(request, engine, job_id, path, offset, follow, response, allowed)
+        except LogUnreadable as err:
+            log.warning("job %s: stopped sending its log: %s", job_id, printable(str(err)))
         except ConnectionError:
             # The reader left (Ctrl-C on `logs -f`, a TUI that moved on): an ordinary end.
             log.debug("a log reader of job %s left", job_id)
