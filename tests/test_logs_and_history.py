@@ -142,6 +142,12 @@ async def test_a_fast_writer_and_a_burst_at_the_end_stay_near_the_limit(
     assert engine.log_path(burst.id).stat().st_size <= limit  # (cut after it ended)
     text = engine.log_path(burst.id).read_text()
     assert text.startswith("[gpulayer-tui: this log passed 1048576 bytes ([logs] max_bytes)")
+    # Cut back many times, it is said once a minute at most (each cut was a timeline entry
+    # and a row write: ~90 a second), and its end says how often and how much in all.
+    done = await engine.get(flood.id)
+    notes = [e for e in await engine.events_of(flood.id) if e["kind"] == "job.log"]
+    assert len(notes) == 1, len(notes)
+    assert "cut back " in done.message and " bytes dropped in all" in done.message
 
 
 async def test_jobs_wait_for_disk_space_with_the_reason(make_engine: EngineFactory) -> None:

@@ -59,7 +59,7 @@ from .executor import TaskKey
 from .fairness import Limits
 from .gpus import GIB, GpuProbe, ProbeStatus
 from .health import DomainOps
-from .jobbook import ActiveJob, JobBook, Runner, release_holds
+from .jobbook import LOG_CUT, ActiveJob, JobBook, Runner, release_holds
 from .jobqueue import JobQueue, ResolvedDep
 from .launch_client import LauncherExecutor
 from .lock import EngineLock
@@ -84,6 +84,9 @@ from .usage import UsageRecorder
 from .views import gpus_view
 
 log = logging.getLogger(__name__)
+
+LOG_NOTE_EVERY_S = 60.0
+"""A log cut back again and again is said in its job's timeline at most this often."""
 
 __all__ = ["ConfigError", "Engine", "JobNotActive", "Overloaded", "SpecError", "UnknownJob"]
 
@@ -261,8 +264,11 @@ class Engine:
         self.batch.on_requeue(self.queue.requeued)
         # A quarantined domain's services are placed again elsewhere (record 000).
         self.domain_ops.on_quarantine(self.services.domain_quarantined)
-        # A log cut back to its limit is said in the job's timeline.
+        # A log cut back to its limit is said in the job's timeline (at most once a
+        # minute per log: how often, how much in all, by job id, cuts, bytes, when said).
+        self._log_cuts: dict[TaskKey, tuple[int, int, int, float]] = {}
         self.executor.log_cut.append(self._log_cut)
+        self.book.on_end(self._forget_log_cuts)
 
     def _reconfigure(self, config: Config) -> None:
         """A reloaded configuration: each part takes its section."""
@@ -830,18 +836,37 @@ class Engine:
             "started_at": procs.started_at(snapshot.start_ticks),
         }
 
+    def _forget_log_cuts(self, act: ActiveJob) -> None:
+        if self._log_cuts:
+            for key in [k for k, tally in self._log_cuts.items() if tally[0] == act.job.id]:
+                del self._log_cuts[key]
+
     def _log_cut(self, key: TaskKey, dropped: int, kept: int, limit: int | None) -> None:
         act = self.book.get(key[0] if isinstance(key, tuple) else key)
+        tally = self._log_cuts.pop(key, None)
         if act is None:
             return
+        if tally is None or tally[0] != act.job.id:
+            tally = (act.job.id, 0, 0, 0.0)
+        _, cuts, total, noted_at = tally
+        cuts, total = cuts + 1, total + dropped
         which = f"replica {key[1]}'s log" if isinstance(key, tuple) else "its log"
         # (The limit the job was started with: a reload since changes the next jobs'.)
         limit = self.config.logs.max_bytes if limit is None else limit
-        message = (
-            f"{which} passed [logs] max_bytes ({limit} bytes): "
-            f"the first {dropped} bytes were dropped, the last {kept} kept"
-        )
-        self.book.log_cut(act, message)
+        message = f"{which} passed [logs] max_bytes ({limit} bytes): "
+        if cuts == 1:
+            message += f"the first {dropped} bytes were dropped, the last {kept} kept"
+        else:
+            message += f"cut back {cuts} times, {total} bytes dropped in all, the last {kept} kept"
+        now = time.monotonic()
+        if cuts == 1 or now - noted_at >= LOG_NOTE_EVERY_S:
+            # Recorded at most once a minute: a runaway writer is cut back many times a
+            # second, and each cut was a timeline entry and a row write (90 a second).
+            self.book.log_cut(act, message)
+            noted_at = now
+        else:
+            act.log_note = f"{LOG_CUT}{message}"  # (its final message says the total)
+        self._log_cuts[key] = (act.job.id, cuts, total, noted_at)
 
     def _latest_sample(self) -> Sample | None:
         return self.sampler.latest
