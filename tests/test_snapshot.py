@@ -329,6 +329,24 @@ async def test_a_snapshot_too_big_is_refused_and_nothing_is_stored(
     assert list(engine.snapshots.objects.iterdir()) == []  # (the small one's went too)
 
 
+async def test_a_snapshot_is_refused_while_the_disk_is_below_its_floor(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # The floor that holds new jobs back did not hold snapshots: one was copied onto a
+    # disk below it (and another filled a disk to 0, failing a running job's writes).
+    st = os.statvfs(tmp_path)
+    free_mb = st.f_bavail * st.f_frsize // 1024**2
+    engine = await make_engine(config=make_config(logs={"min_free_mb": free_mb + 1024}))
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "a.py").write_text("print(1)\n")
+    spec = {"command": ["true"], "gpus": 0, "cwd": str(work), "snapshot": True}
+    with pytest.raises(SpecError, match=r"below \[logs\] min_free_mb = \d+ \(kept for its jobs"):
+        await engine.submit(spec)
+    assert await engine.list_jobs() == []
+    assert list(engine.snapshots.tmp.iterdir()) == []
+
+
 async def test_a_git_failure_or_an_unreadable_file_refuses_the_submission(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .disk import DiskSpace
 from .domain import plural
 from .errors import KeyReused, Overloaded, SpecError, StoreError
 from .fairness import owner_of, user_label
@@ -62,6 +63,7 @@ class Admission:
         cancel: Cancel,
         snapshots: SnapshotStore | None = None,
         snapshot_settings: SnapshotSettings | None = None,
+        disk: DiskSpace | None = None,
     ) -> None:
         self._book = book
         self._scheduler = scheduler
@@ -73,6 +75,7 @@ class Admission:
         self.clusters: list[str] = []  # the configured clusters (the engine keeps it current)
         self._snapshots = snapshots
         self._snapshot_settings = snapshot_settings
+        self._disk = disk  # its floor holds for snapshots too (they fill the same disk)
         # Idempotency keys of recent submissions: in flight (a pending future) or just done.
         self._keys: dict[tuple[int | None, str], asyncio.Future[list[int]]] = {}
         self._digests: dict[tuple[int | None, str], str] = {}  # what each of those asked
@@ -274,6 +277,7 @@ class Admission:
                     assert self._snapshots is not None and self._snapshot_settings is not None
                     assert spec.cwd is not None
                     store, settings = self._snapshots, self._snapshot_settings
+                    floor = self._disk.min_free_mb * 1024 * 1024 if self._disk else 0
                     first = by_cwd.get(spec.cwd)
                     if first is not None:
                         try:
@@ -292,6 +296,7 @@ class Admission:
                                 settings.max_mb * 1024 * 1024,
                                 settings.timeout,
                                 files_mode(settings.files) == "private",
+                                floor,
                             ),
                             settings.timeout + 10,  # (the thread keeps its own deadline)
                         )
@@ -312,6 +317,9 @@ class Admission:
         except BaseException:
             await self._discard(list(built.values()))
             raise
+        finally:
+            if self._disk is not None and by_cwd:
+                self._disk.forget()  # (the next pass reads the space the copies took)
         return built
 
     async def _place_snapshots(

@@ -39,6 +39,12 @@ class DiskSpace:
             return None
         return st.f_bavail * st.f_frsize / 1024**2
 
+    def forget(self) -> None:
+        """Read the free space again at the next ask (something just took a lot of it: a
+        snapshot's copy; a job started right after it on a disk below the floor)."""
+        self._checked = 0.0
+        self._near = True
+
     def blocker(self) -> str | None:
         """Why new jobs must wait for disk space now, or ``None``."""
         if not self.min_free_mb:

@@ -208,6 +208,7 @@ class Engine:
             self._cancel,
             self.snapshots,
             self.config.snapshot,
+            self.disk,
         )
         self.admission.clusters = self.clusters.names
         self.usage = UsageRecorder(

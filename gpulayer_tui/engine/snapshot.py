@@ -144,13 +144,41 @@ def _mb(size: int) -> str:
     return f"{size / MB:.2f} MB" if size < 100 * MB else f"{size / MB:.0f} MB"
 
 
-class _Budget:
-    """The size limit and the deadline of one snapshot."""
+SPACE_CHECK_BYTES = 8 * MB  # a copy looks at the state dir's free space this often
 
-    def __init__(self, cwd: str, max_bytes: int, deadline: float) -> None:
+
+class _Budget:
+    """The size limit, the deadline and the free-space floor of one snapshot."""
+
+    def __init__(
+        self, cwd: str, max_bytes: int, deadline: float, state_dir: str = "", floor: int = 0
+    ) -> None:
         self.cwd = cwd
         self.max_bytes = max_bytes
         self.deadline = deadline
+        self.state_dir = state_dir
+        self.floor = floor  # bytes the state dir's disk keeps free ([logs] min_free_mb)
+        self._space_seen = -SPACE_CHECK_BYTES  # copied bytes at the last look
+
+    def check_space(self, copied: int) -> None:
+        """Refuse once the state dir's disk has less than the floor free (checked before
+        the copy and every ``SPACE_CHECK_BYTES`` of it: a copy filled the disk to 0, and a
+        running job's writes failed). Not the whole tree's size up front: what the store
+        holds already is linked, not copied again."""
+        if not self.floor or copied - self._space_seen < SPACE_CHECK_BYTES:
+            return
+        self._space_seen = copied
+        try:
+            st = os.statvfs(self.state_dir)
+        except OSError:
+            return
+        free = st.f_bavail * st.f_frsize
+        if free < self.floor:
+            raise SnapshotError(
+                f"snapshot of {self.cwd}: the engine's disk is down to {free // MB} MB "
+                f"free, below [logs] min_free_mb = {self.floor // MB} (kept for its jobs' "
+                f"logs); nothing was stored (make room, or submit without --snapshot)"
+            )
 
     def check_time(self) -> None:
         if time.monotonic() > self.deadline:
@@ -421,14 +449,25 @@ class SnapshotStore:
 
     # -- building (in a thread) ---------------------------------------------------------------
 
-    def build(self, cwd: str, max_bytes: int, timeout: float, private: bool = False) -> Built:
+    def build(
+        self,
+        cwd: str,
+        max_bytes: int,
+        timeout: float,
+        private: bool = False,
+        min_free: int = 0,
+    ) -> Built:
         """Copy ``cwd`` (see the module's docstring) into a new tree in ``tmp/``;
-        ``private``: with copies of its own, not links to the store's objects.
+        ``private``: with copies of its own, not links to the store's objects;
+        ``min_free``: bytes the state dir's disk must keep free ([logs] min_free_mb).
 
         Raises:
-            SnapshotError: Too big, unreadable, git failing or out of time; nothing is left.
+            SnapshotError: Too big, unreadable, git failing, out of time or of disk space;
+                nothing is left.
         """
-        budget = _Budget(cwd, max_bytes, time.monotonic() + timeout)
+        budget = _Budget(
+            cwd, max_bytes, time.monotonic() + timeout, str(self.root.parent), min_free
+        )
         if not os.path.isdir(cwd):
             raise SnapshotError(f"snapshot: {cwd} is not a directory; nothing was stored")
         real = os.path.realpath(cwd)
@@ -457,6 +496,7 @@ class SnapshotStore:
             e.rel for e in entries if e.kind == "dir"
         }
         budget.check_size(sum(e.size for e in entries) + DIR_BYTES * len(folders))
+        budget.check_space(0)
         tree = Path(tempfile.mkdtemp(prefix="tree-", dir=self.tmp))
         try:
             files, size = self._copy(source, tree, entries, budget, private)
@@ -496,6 +536,7 @@ class SnapshotStore:
                 continue
             files += 1
             total += copied
+            budget.check_space(total)
         return files, total
 
     @staticmethod
