@@ -156,6 +156,9 @@ def check_label(field: str, value: object) -> str:
     if unsafe:
         if any(c < " " or "\x7f" <= c <= "\x9f" for c in unsafe):
             raise FieldError(field, "control characters are not allowed")
+        lone = [c for c in unsafe if "\ud800" <= c <= "\udfff"]
+        if lone:  # (said to be "invisible formatting characters")
+            raise FieldError(field, f"an unpaired surrogate is not text: U+{ord(lone[0]):04X}")
         shown = ", ".join(dict.fromkeys(f"U+{ord(c):04X}" for c in unsafe))
         raise FieldError(
             field,

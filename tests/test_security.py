@@ -433,6 +433,15 @@ async def test_a_state_dir_with_shell_characters_in_its_path_is_safe(tmp_path: P
         ({"shell": "echo\0hi"}, "shell: contains a NUL byte"),
         ({"shell": " \t\n "}, "shell: a command is needed (the line is only blanks)"),
         ({"shell": "# x"}, "shell: a command is needed (the line is only a comment)"),
+        # A lone surrogate: a codec's words with no field came back (a cwd was taken).
+        ({"command": ["\ud800"]}, "command contains an unpaired surrogate U+D800"),
+        ({"shell": "echo \ud800"}, "shell contains an unpaired surrogate U+D800"),
+        ({"command": ["ls"], "env": {"A": "\ud800"}}, "env[A] contains an unpaired surrogate"),
+        ({"command": ["ls"], "cwd": "/tmp/\ud800"}, "cwd contains an unpaired surrogate U+D800"),
+        ({"command": ["ls"], "name": "\ud800"}, "name: an unpaired surrogate is not text"),
+        # A dependency that is neither: pydantic's words for each member came back.
+        ({"command": ["ls"], "depends_on": [{"x": 1}]}, "depends_on.0: must be a job id, or"),
+        ({"command": ["ls"], "depends_on": [{"job": 0}]}, "depends_on.0.job: a job id is 1 or"),
         ({"shell": "  # set up\n\n\t# run\n"}, "(the line is only a comment)"),
     ],
 )

@@ -212,6 +212,9 @@ def test_api_rejects_malformed_requests(served: Served) -> None:
     assert status == 400 and data["error"] == "unknown field 'bogus'"
     status, data = post(b'{"jobs": []}')
     assert status == 400 and "non-empty list" in str(data["error"])
+    # A key given twice: the last one won silently (a job ran `pwd` where `ls` came first).
+    status, data = post(b'{"command": ["ls"], "command": ["pwd"]}')
+    assert status == 400 and "the key 'command' is given twice" in str(data["error"])
     status, data = post(b"", "/v1/jobs/xyz/cancel")
     assert status == 400 and "positive integer" in str(data["error"])
     status, data = post(b'{"command": ["true"]}', "/v1/jobs/nope")

@@ -371,7 +371,7 @@ async def _read_json(request: web.Request) -> Any:
     deadline = request.app[ENGINE_KEY].config.limits.idle_connection
     try:
         async with asyncio.timeout(deadline):
-            return await request.json()
+            return await request.json(loads=_loads_once)
     except TimeoutError:
         raise BodyTooSlow(
             f"the request body did not arrive within {deadline:g} s ([limits] "
@@ -381,6 +381,21 @@ async def _read_json(request: web.Request) -> Any:
         raise SpecError(f"the request body is not valid JSON: {err}") from None
     except RecursionError:
         raise SpecError("the request body is not valid JSON: nested too deeply") from None
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise ValueError(f"the key {twice[:100]!r} is given twice in one object")
+    return out
+
+
+def _loads_once(text: str) -> Any:
+    """JSON with each object's keys given once (with two, the last won, silently: a job
+    ran `pwd` where `ls` came first)."""
+    return json.loads(text, object_pairs_hook=_once)
 
 
 async def health(request: web.Request) -> web.Response:

@@ -57,6 +57,17 @@ class Dependency(BaseModel):
 def _no_nul(value: str, what: str, field: str | None = None) -> None:
     if "\0" in value:
         raise wire.FieldError(field or what, f"{what} contains a NUL byte")
+    try:
+        value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as err:
+        # (A codec's own words, with no field, came back; a cwd with one was taken and
+        # failed at launch.) U+DC80-U+DCFF, a byte that is not UTF-8, is kept as that byte.
+        code = ord(value[err.start])
+        raise wire.FieldError(
+            field or what,
+            f"{what} contains an unpaired surrogate U+{code:04X} (not text: a byte that is "
+            "not UTF-8 comes as U+DC80-U+DCFF)",
+        ) from None
 
 
 # Linux passes no single argument or environment string longer than this to a program
@@ -207,6 +218,7 @@ class JobSpec(BaseModel):
         if (self.command is None) == (self.shell is None):
             raise fail("command", "give exactly one of 'command' (argv) or 'shell' (a shell line)")
         for word in self.command if self.command is not None else [self.shell or ""]:
+            _no_nul(word, "shell" if self.shell is not None else "command")
             _passable(word, "shell" if self.shell is not None else "command")
         if self.cwd is not None:
             _no_nul(self.cwd, "cwd")
@@ -369,12 +381,35 @@ def _is_assignment(word: str) -> bool:
     return bool(sep) and name.isidentifier()
 
 
+_DEPENDENCY = 'a job id, or {"job": ID, "any_exit": true}'
+
+
 def _describe(err: ValidationError) -> tuple[str, str | None]:
     parts = []
     field: str | None = None
-    for item in err.errors():
+    items = err.errors()
+    # A dependency is a job id or an object: pydantic says why it is neither member, in
+    # its own words ("depends_on.0.Dependency.job: Field required; ... Input should be a
+    # valid integer"). Said once per item instead, unless a rule of ours said more.
+    ruled = {
+        item["loc"][1]
+        for item in items
+        if item["loc"][:1] == ("depends_on",)
+        and isinstance(item.get("ctx", {}).get("error"), wire.FieldError)
+    }
+    for item in items:
+        loc = item["loc"]
+        if loc[:1] == ("depends_on",) and len(loc) > 1 and isinstance(loc[1], int):
+            if not isinstance(item.get("ctx", {}).get("error"), wire.FieldError):
+                field = field or "depends_on"
+                if loc[1] not in ruled:
+                    parts.append(f"depends_on.{loc[1]}: must be {_DEPENDENCY}")
+                continue
         # Validator wrappers ("function-after[check_job_id(), int]") name no field.
-        where = ".".join(str(p) for p in item["loc"] if "function-" not in str(p))
+        # (nor do union members: "depends_on.0.Dependency.job")
+        where = ".".join(
+            str(p) for p in item["loc"] if "function-" not in str(p) and p != "Dependency"
+        )
         if field is None and item["loc"] and isinstance(item["loc"][0], str):
             field = item["loc"][0]
         error = item.get("ctx", {}).get("error")
