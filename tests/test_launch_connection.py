@@ -336,10 +336,11 @@ async def test_a_stop_that_died_with_the_connection_is_asked_again(tmp_path: Pat
         peer.received = peer.received.split(b"\n", 1)[1]  # (the query)
         table = {"ev": "table", "tasks": {"5": running}}
         await loop.sock_sendall(conn, json.dumps(table).encode() + b"\n")
-        lines = await peer.lines(2)
+        lines = await peer.lines(3)
         assert lines[0]["op"] == "env"  # (a new spawner is told every environment again)
-        assert lines[1]["op"] == "terminate" and lines[1]["key"] == "5"
-        assert 0 < float(lines[1]["grace"]) <= 30.0  # (what is left of it)
+        assert lines[1]["op"] == "max_log"  # (and the cap, for the logs it took over)
+        assert lines[2]["op"] == "terminate" and lines[2]["key"] == "5"
+        assert 0 < float(lines[2]["grace"]) <= 30.0  # (what is left of it)
     finally:
         await executor.close()
         peer.close()
@@ -374,9 +375,10 @@ async def test_acks_that_died_with_the_connection_are_sent_again(tmp_path: Path)
         peer.received = peer.received.split(b"\n", 1)[1]  # (the query)
         table = {"ev": "table", "tasks": {"5": exited}}
         await loop.sock_sendall(conn, json.dumps(table).encode() + b"\n")
-        lines = await peer.lines(2)
+        lines = await peer.lines(3)
         assert [(line.get("op"), line.get("keys")) for line in lines] == [
             ("env", None),  # (a new spawner is told every environment again)
+            ("max_log", None),  # (and the cap, for the logs it took over)
             ("ack", ["5"]),
         ]
     finally:

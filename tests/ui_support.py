@@ -572,7 +572,7 @@ class StaticBackend:
                 "waiting": len(ready),
                 "from": "[users.default]",
             },
-            "fair_share": [{"user": "nobody", "gpu_hours": 1.5, "share": 1.0}],
+            "fair_share": [{"user": "nobody", "gpu_hours": 1.5, "share": 1.0, "fair_usage": 1.5}],
             "reservation": None,
             "preempting": [],
         }
