@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 from urllib.parse import quote
 
 from .engine.paths import Paths
@@ -37,6 +37,16 @@ if TYPE_CHECKING:
 
 HEALTH_S = 2.0
 """Seconds a health check waits for the engine before it counts as not answering."""
+
+
+class LogChunk(NamedTuple):
+    """A piece of a job's output and where its output goes on after it."""
+
+    data: bytes
+    """What to show (a cut log's note first when the output asked for was dropped)."""
+    next: int
+    """The offset to read from next: in the job's whole output, so it stays true when
+    the log is cut back (the bytes read did not: the kept end came again, in a loop)."""
 
 
 def _json_shown(data: bytes) -> Any:
@@ -181,8 +191,9 @@ class EngineBackend(Protocol):
 
     async def read_log(
         self, job_id: int, offset: int, limit: int = 256 * 1024, replica: int | None = None
-    ) -> bytes:
-        """Up to ``limit`` bytes of the job's (or a service replica's) output from ``offset``."""
+    ) -> LogChunk:
+        """Up to ``limit`` bytes of the job's (or a service replica's) output from
+        ``offset`` (an offset in its whole output: :attr:`LogChunk.next`)."""
         ...
 
     async def domain_action(self, name: str, action: str) -> DomainJSON:
@@ -328,7 +339,7 @@ class SocketBackend:
 
     async def read_log(
         self, job_id: int, offset: int, limit: int = 256 * 1024, replica: int | None = None
-    ) -> bytes:
+    ) -> LogChunk:
         """A chunk of the job's (or a service replica's) output."""
         import aiohttp
 
@@ -339,7 +350,10 @@ class SocketBackend:
             async with self._client().get(f"/v1/jobs/{int(job_id)}/logs", params=params) as resp:
                 if resp.status >= 400:
                     raise _refusal(resp.status, await resp.read())
-                return bytes(await resp.content.read(limit))
+                data = bytes(await resp.content.read(limit))
+                start = int(resp.headers.get("X-Log-Offset", offset))
+                note = int(resp.headers.get("X-Log-Note", 0))
+                return LogChunk(data, start + max(0, len(data) - note))
         except aiohttp.ClientConnectionError:
             raise self._lost() from None
 

@@ -268,8 +268,11 @@ class Client:
             raise ApiError(response.status, message or f"HTTP {response.status}")
         return decoded
 
-    def stream(self, path: str, idle: float | None = None) -> Iterator[bytes]:
-        """Yield raw chunks of a streaming response (logs, events).
+    def stream(
+        self, path: str, idle: float | None = None, headers: dict[str, str] | None = None
+    ) -> Iterator[bytes]:
+        """Yield raw chunks of a streaming response (logs, events); ``headers`` (when
+        given) gets the response's headers, names in lower case, before the first chunk.
 
         Raises:
             StreamIdle: Nothing came for ``idle`` seconds (a quiet stream, or a frozen
@@ -283,6 +286,8 @@ class Client:
             except (ValueError, AttributeError):
                 message = None
             raise ApiError(response.status, message or f"HTTP {response.status}")
+        if headers is not None:
+            headers.update(response.headers)
         try:
             yield from response.chunks()
         except EngineLost:

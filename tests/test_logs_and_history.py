@@ -61,6 +61,63 @@ async def test_a_log_past_its_limit_is_cut_back_to_its_end_with_a_note(
     assert "passed [logs] max_bytes (65536 bytes)" in events[0]["message"]
 
 
+async def test_offsets_into_a_cut_log_stay_true_and_its_end_comes_once(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Offsets were into the file: after a cut, what a reader had read was past the file's
+    # end, so the kept end came again from its start; the TUI's job detail read it again
+    # and again in a loop, and `logs -f` printed it again after every quiet spell.
+    from gpulayer_tui.backend import SocketBackend
+    from gpulayer_tui.engine.api import ApiServer
+
+    limit = 64 * 1024
+    engine = await make_engine(config=make_config(logs={"max_bytes": limit}))
+    server = ApiServer(engine, engine.paths.socket)
+    await server.start()
+    backend = SocketBackend(engine.paths)
+    try:
+        gate, more = tmp_path / "go", tmp_path / "more"
+        script = (
+            f"seq -f line-%g 0 29999; "
+            f"while [ ! -e {gate} ]; do sleep 0.05; done; echo middle; "
+            f"while [ ! -e {more} ]; do sleep 0.05; done; echo last"
+        )
+        job = await engine.submit({"shell": script, "gpus": 0})
+        log = engine.log_path(job.id)
+
+        def cut_and_written() -> bool:
+            data = log.read_bytes()
+            return data.startswith(b"[gpulayer-tui: this log passed") and data.endswith(
+                b"line-29999\n"
+            )
+
+        await eventually(cut_and_written, timeout=15)
+        first = await backend.read_log(job.id, 0)
+        text = first.data.decode()
+        assert text.startswith("[gpulayer-tui: this log passed 65536 bytes")
+        assert text.endswith("line-29999\n")
+        # (Its offset in the whole output: what the cuts dropped and what is kept, less
+        # what a cut lost of what was written during it, a few microseconds' worth.)
+        note = text.split("\n", 1)[0]
+        dropped = int(note.split("its first ")[1].split(" ")[0])
+        assert first.next == dropped + len(text) - len(note) - 1
+        # Read to its end: nothing comes again until the job writes more.
+        assert (await backend.read_log(job.id, first.next)).data == b""
+        gate.touch()
+        await eventually(lambda: b"middle" in log.read_bytes())
+        middle = await backend.read_log(job.id, first.next)
+        assert middle.data == b"middle\n" and middle.next == first.next + 7
+        # A reader at some point in the output that is still kept goes on from there.
+        again = await backend.read_log(job.id, first.next - len("line-29999\n"))
+        assert again.data == b"line-29999\nmiddle\n"
+        more.touch()
+        await engine.wait(job.id, timeout=15)
+        assert (await backend.read_log(job.id, middle.next)).data == b"last\n"
+    finally:
+        await backend.close()
+        await server.stop()
+
+
 async def test_a_lower_log_cap_applies_to_jobs_already_running(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

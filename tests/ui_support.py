@@ -15,7 +15,7 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from gpulayer_tui.backend import BackendError
+from gpulayer_tui.backend import BackendError, LogChunk
 from gpulayer_tui.engine.config import PolicySettings, UsageSettings
 from gpulayer_tui.engine.domain import Domain
 from gpulayer_tui.engine.gpus import GpuProcess, GpuReading
@@ -614,9 +614,10 @@ class StaticBackend:
 
     async def read_log(
         self, job_id: int, offset: int, limit: int = 256 * 1024, replica: int | None = None
-    ) -> bytes:
+    ) -> LogChunk:
         key: Any = job_id if replica is None else (job_id, replica)
-        return self._logs.get(key, b"")[offset : offset + limit]
+        data = self._logs.get(key, b"")[offset : offset + limit]
+        return LogChunk(data, offset + len(data))
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         yield {"kind": "hello"}  # subscribed; then nothing ever happens

@@ -496,11 +496,17 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     idle = min(FOLLOW_IDLE_S, client.timeout or FOLLOW_IDLE_S) if args.follow else client.timeout
     while True:
         path = f"/jobs/{args.job}/logs?" + "&".join([*query, f"offset={written}"])
+        headers: dict[str, str] = {}
+        asked, got = written, 0
         try:
-            for chunk in client.stream(path, idle=idle):
+            for chunk in client.stream(path, idle=idle, headers=headers):
                 out.write(chunk if safe is None else safe.text(chunk))
                 out.flush()
-                written += len(chunk)
+                got += len(chunk)
+                # Where the job's output goes on (a cut log's note is not output: asked
+                # again after a cut from bytes received, the kept end came again).
+                start = int(headers.get("x-log-offset", asked))
+                written = start + max(0, got - int(headers.get("x-log-note", 0)))
                 asked_again = False
             if safe is not None:
                 out.write(safe.text(b"", final=True))

@@ -83,6 +83,7 @@ from .errors import (
     WriteDeferred,
 )
 from .events import Subscription
+from .logfiles import read_note
 from .models import Job, JobKind, JobQuery
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -763,10 +764,27 @@ class LogUnreadable(Exception):
     is gone though the job started (409)."""
 
 
-def _read_chunk(path: Path, offset: int) -> tuple[bytes, int]:
-    """Up to LOG_CHUNK bytes from ``offset``, and the offset they start at: 0 when the log
-    is now shorter than ``offset`` (it was cut back past its limit; it starts with a note
-    saying so). No log yet reads as empty.
+@dataclass(frozen=True, slots=True)
+class LogRead:
+    """A piece of a job's log: ``data`` is ``note`` bytes of the cut note (when the
+    output asked for was dropped), then the job's output from offset ``start``."""
+
+    data: bytes
+    start: int
+    note: int = 0
+
+    @property
+    def end(self) -> int:
+        """The output offset after this piece (where the next read starts)."""
+        return self.start + len(self.data) - self.note
+
+
+def _read_chunk(path: Path, offset: int) -> LogRead:
+    """Up to LOG_CHUNK bytes of the output from ``offset``: an offset in the job's whole
+    output, as if its log were never cut (see :func:`.logfiles.read_note`). Output asked
+    for that a cut dropped comes as the log's note, then what is kept. (Offsets into the
+    file itself read as past its end after a cut, and the kept end was sent again and
+    again: a TUI read it in a loop.) No log yet reads as empty.
 
     Raises:
         LogUnreadable: Its name is a symlink or something other than a file (opened
@@ -777,7 +795,7 @@ def _read_chunk(path: Path, offset: int) -> tuple[bytes, int]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        return b"", offset
+        return LogRead(b"", offset)
     except OSError as err:
         if err.errno == errno.ELOOP:
             raise LogUnreadable(f"{path.name} is a symbolic link; it is not followed") from None
@@ -786,9 +804,13 @@ def _read_chunk(path: Path, offset: int) -> tuple[bytes, int]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise LogUnreadable(f"{path.name} is not a regular file; it is not read")
-        if offset and offset > st.st_size:
-            offset = 0
-        return os.pread(fd, LOG_CHUNK, offset), offset
+        dropped, note = read_note(os.pread(fd, 512, 0)) if st.st_size else (0, 0)
+        at = note + offset - dropped
+        if offset < dropped or at > st.st_size:
+            # Dropped (or a file shorter than the offset: replaced): the note, then the
+            # kept end. (Without a note: the file from its start.)
+            return LogRead(os.pread(fd, LOG_CHUNK, 0), dropped, note)
+        return LogRead(os.pread(fd, LOG_CHUNK, at), offset)
     finally:
         os.close(fd)
 
@@ -816,7 +838,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
     streams = request.app[STREAMS_KEY]
     try:
         # (Before the answer starts: a log that cannot be read is said in a 409.)
-        await asyncio.to_thread(_read_chunk, path, 0)
+        first = await asyncio.to_thread(_read_chunk, path, offset)
     except LogUnreadable as err:
         raise JobNotActive(f"job {job_id}'s log {err}") from None
     launched = job.kind is JobKind.COMMAND and job.pid is not None and not job.cluster_job_id
@@ -826,9 +848,13 @@ async def logs(request: web.Request) -> web.StreamResponse:
     with streams.held(engine, peer_uid(request)) if follow else contextlib.nullcontext():
         response = web.StreamResponse(headers={"Content-Type": "application/octet-stream"})
         response.headers["X-Job-Status"] = job.status.value
+        # Where in the job's output this answer starts (after X-Log-Note bytes of a cut
+        # log's note): the offset to ask for next is that plus the rest of what came.
+        response.headers["X-Log-Offset"] = str(first.start)
+        response.headers["X-Log-Note"] = str(first.note)
         await response.prepare(request)
         try:
-            await _send_log(request, engine, job_id, path, offset, follow, response, allowed)
+            await _send_log(request, engine, job_id, path, first, follow, response, allowed)
         except LogUnreadable as err:
             log.warning("job %s: stopped sending its log: %s", job_id, printable(str(err)))
         except ConnectionError:
@@ -844,29 +870,36 @@ async def _send_log(
     engine: Engine,
     job_id: int,
     path: Path,
-    offset: int,
+    first: LogRead,
     follow: bool,
     response: web.StreamResponse,
     allowed: Callable[[], bool] = lambda: True,
 ) -> None:
+    if first.data:
+        await _write(request, response, first.data)
+    offset = first.end
+    last = False  # the job has ended: one more read for what it wrote just before
     while True:
         if not allowed():
             return  # (no end of stream: the reader asks again, and is told why not)
         if _gone(request):
             return  # (it left while the job was quiet: its slot is free again)
-        chunk, offset = await asyncio.to_thread(_read_chunk, path, offset)
-        if chunk:
-            offset += len(chunk)
-            await _write(request, response, chunk)
+        piece = await asyncio.to_thread(_read_chunk, path, offset)
+        if piece.start != offset or piece.note:
+            # Cut back past what this reader had: what it asks for next no longer
+            # follows from what it got. Ended without an end of stream, it asks again
+            # (as of a lost engine) and is told where the output goes on.
+            _cut_off(request)
+            return
+        if piece.data:
+            offset = piece.end
+            await _write(request, response, piece.data)
             continue
-        if not follow or not (await engine.get(job_id)).status.is_active:
-            # One last read: output written just before the exit.
-            chunk, offset = await asyncio.to_thread(_read_chunk, path, offset)
-            if chunk:
-                offset += len(chunk)
-                await _write(request, response, chunk)
-                continue
-            break
+        if last or not follow or not (await engine.get(job_id)).status.is_active:
+            if last or not follow:
+                break
+            last = True  # (one last read: output written just before the exit)
+            continue
         try:
             await engine.wait(job_id, timeout=0.25)
         except TimeoutError:

@@ -63,7 +63,7 @@ from typing import Any
 from ..fields import printable
 from ..unixsock import SocketPath
 from . import journal, procstat
-from .logfiles import LogFiles
+from .logfiles import LogFiles, cut_note, read_note
 
 SOCKET = "launch.sock"  # (no longer than engine.sock: AF_UNIX paths are short)
 LOCK = "launcher.lock"
@@ -744,8 +744,10 @@ class Spawner:
         end. The note and the tail are written at offset 0 through a second descriptor
         without ``O_APPEND`` (on the job's own, a write at an offset appends), then the
         file is cut to them: the note comes first even while the job writes. What it
-        writes during the cut itself may be lost; a runaway writer loses more than that
-        anyway.
+        wrote meanwhile (past the end read first) is moved after the tail before the cut,
+        so the output stays whole and in order, and the note's count of the output dropped
+        true (readers' offsets into the whole output rely on it); only what it writes
+        between the last look and the cut itself, a few microseconds, may be lost.
         """
         try:
             size = os.fstat(task.log_fd).st_size
@@ -754,11 +756,10 @@ class Spawner:
             keep = min(task.max_log // 2, LOG_KEEP_MAX)
             tail = os.pread(task.log_fd, keep, size - keep)
             dropped = size - len(tail)
-            note = (
-                f"[gpulayer-tui: this log passed {task.max_log} bytes ([logs] max_bytes); "
-                f"its first {dropped} bytes were dropped, the last {len(tail)} follow]\n"
-            )
-            data = note.encode() + tail
+            # How much of the job's output is gone in all: what earlier cuts dropped
+            # (their note says), plus what this one drops, less the earlier note itself.
+            before, old_note = read_note(os.pread(task.log_fd, 512, 0))
+            data = cut_note(task.max_log, before + dropped - old_note, len(tail)) + tail
             try:
                 at_zero = os.open(f"/proc/self/fd/{task.log_fd}", os.O_WRONLY | os.O_CLOEXEC)
             except OSError:  # (no /proc: cut, then append, as the job does)
@@ -767,7 +768,16 @@ class Spawner:
             else:
                 try:
                     os.pwrite(at_zero, data, 0)
-                    os.ftruncate(at_zero, len(data))
+                    end, seen = len(data), size
+                    for _ in range(8):  # (each round shorter than the last)
+                        now = os.fstat(task.log_fd).st_size
+                        if now <= seen:
+                            break
+                        # (Written before ``seen``, never over what is still to be read.)
+                        more = os.pread(task.log_fd, now - seen, seen)
+                        os.pwrite(at_zero, more, end)
+                        end, seen = end + len(more), seen + len(more)
+                    os.ftruncate(at_zero, end)
                 finally:
                     os.close(at_zero)
         except OSError as err:

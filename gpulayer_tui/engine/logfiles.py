@@ -129,3 +129,33 @@ class LogFiles:
         for fd in self.spare:
             os.close(fd)
         self.spare.clear()
+
+
+NOTE_START = b"[gpulayer-tui: this log passed "
+"""How the note a cut log starts with begins."""
+
+
+def cut_note(max_log: int, dropped_output: int, kept: int) -> bytes:
+    """The first line of a log cut back to its end. ``dropped_output``: the job's output
+    bytes dropped by every cut so far, so a reader can tell where in the job's whole
+    output the kept part starts (its offsets stay true across cuts)."""
+    return (
+        f"[gpulayer-tui: this log passed {max_log} bytes ([logs] max_bytes); its first "
+        f"{dropped_output} bytes of output were dropped, the last {kept} follow]\n"
+    ).encode()
+
+
+def read_note(head: bytes) -> tuple[int, int]:
+    """``(dropped_output, note_len)`` of a log starting with ``head`` (its first bytes);
+    ``(0, 0)`` for a log never cut. A note written by an earlier version (its count
+    took in the notes before it) is read the same way."""
+    if not head.startswith(NOTE_START):
+        return 0, 0
+    end = head.find(b"\n")
+    marker = head.find(b"; its first ", 0, end)
+    if end < 0 or marker < 0:
+        return 0, 0
+    digits = head[marker + len(b"; its first ") :].split(b" ", 1)[0]
+    if not digits.isdigit():
+        return 0, 0
+    return int(digits), end + 1

@@ -291,6 +291,7 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
         self._seen_version = 0
         self._seen_loads = 0
         self._log_done = False
+        self._log_next = 0  # where its output goes on (see LogChunk.next)
         self._replica = 0  # whose output the log shows, for a service
         self._usage_chosen = False  # the user pressed u: the height no longer decides
         self._search_from = 0  # the line the search started from (it finds as you type)
@@ -522,7 +523,7 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
             finished = self.finished
             try:
                 replica = self._replica if self.is_service else None
-                chunk = await app.backend.read_log(self.job_id, log.bytes_read, replica=replica)
+                chunk = await app.backend.read_log(self.job_id, self._log_next, replica=replica)
             except ConnectionLost as err:
                 log.border_subtitle = Content(str(err))
                 await asyncio.sleep(2.0)
@@ -530,8 +531,9 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
             except BackendError as err:
                 self.app.notify(str(err), title=f"output of job {self.job_id}", severity="error")
                 break
-            if chunk:
-                log.feed(chunk)
+            if chunk.data:
+                log.feed(chunk.data)
+                self._log_next = chunk.next
                 continue
             if finished:
                 break
@@ -665,9 +667,12 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
             # user, who may read the output but not the engine's files).
             with os.fdopen(fd, "wb") as out:
                 offset = 0
-                while chunk := await app.backend.read_log(self.job_id, offset, replica=replica):
-                    await asyncio.to_thread(out.write, chunk)
-                    offset += len(chunk)
+                while True:
+                    chunk = await app.backend.read_log(self.job_id, offset, replica=replica)
+                    if not chunk.data:
+                        break
+                    await asyncio.to_thread(out.write, chunk.data)
+                    offset = chunk.next
             status = await page_file(self.app, path)
         except BackendError as err:
             self.app.notify(str(err), title=f"output of job {self.job_id}", severity="error")
@@ -696,6 +701,7 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
         count = (len(self._job.get("replicas") or []) if self._job else 0) or 1
         self._replica = (self._replica + 1) % count
         self.query_one(LogTail).reset()
+        self._log_next = 0
         self._log_done = False
         self._update_log_title()
         self._follow_log()
