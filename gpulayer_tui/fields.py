@@ -349,3 +349,20 @@ def starting_why(port: int | None, message: str) -> str:
     if port is not None and message.startswith(f"port {port} {ANSWERED_BY} "):
         return message
     return f"port {port} not answering yet"
+
+
+def keys_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once (``object_pairs_hook``): with a key
+    given twice, the last one won silently (a spec ran `pwd` where `ls` came first).
+
+    Raises:
+        ValueError: Naming the key given twice.
+    """
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key[:100]!r} is given twice in one object")
+            seen.add(key)
+    return out

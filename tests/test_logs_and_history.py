@@ -315,6 +315,29 @@ def test_a_log_replaced_by_a_link_or_a_fifo_or_removed_is_said_not_read(
             assert out.returncode != 0 and why in out.stderr, (job_id, out.stderr)
             assert "not yours" not in out.stdout
     assert served.cli("logs", ids[3]).stdout == "hi\n"
+    # Replaced while followed: the stream ended as the job's end does (rc 0, nothing said,
+    # the job still running): `logs -f ID && next` went on.
+    gate = tmp_path / "gate"
+    running = served.cli(
+        "submit", "--", "sh", "-c", f"echo tick; while [ ! -e {gate} ]; do sleep 0.05; done"
+    ).stdout.strip()
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui", "logs", "-f", running],
+        env=served.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follow.stdout is not None and follow.stdout.readline() == "tick\n"
+        (jobs / f"{running}.log").unlink()
+        (jobs / f"{running}.log").symlink_to(secret)
+        _, err = follow.communicate(timeout=30)
+        assert follow.returncode != 0 and "is a symbolic link; it is not followed" in err
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+        gate.touch()
 
 
 async def test_keep_jobs_in_the_config_keeps_the_newest_finished_ones(

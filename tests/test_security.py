@@ -437,6 +437,7 @@ async def test_a_state_dir_with_shell_characters_in_its_path_is_safe(tmp_path: P
         ({"command": ["\ud800"]}, "command contains an unpaired surrogate U+D800"),
         ({"shell": "echo \ud800"}, "shell contains an unpaired surrogate U+D800"),
         ({"command": ["ls"], "env": {"A": "\ud800"}}, "env[A] contains an unpaired surrogate"),
+        ({"command": ["ls"], "env": {"\ud800": "x"}}, "env (a variable's name) contains an"),
         ({"command": ["ls"], "cwd": "/tmp/\ud800"}, "cwd contains an unpaired surrogate U+D800"),
         ({"command": ["ls"], "name": "\ud800"}, "name: an unpaired surrogate is not text"),
         # A dependency that is neither: pydantic's words for each member came back.

@@ -245,6 +245,9 @@ def test_api_rejects_malformed_requests(served: Served) -> None:
         ("/v1/jobs?after=5&order=desc", "order"),
         ("/v1/jobs?limit=%2B5", "limit"),
         ("/v1/jobs?limit=%D9%A3", "limit"),
+        ("/v1/jobs/1/wait?timeout=%D9%A5", "timeout"),
+        ("/v1/jobs/1/wait?timeout=%2B0.1", "timeout"),
+        ("/v1/jobs/1/wait?timeout=0_1", "timeout"),
     ):
         status, data = request(served.home / "engine.sock", "GET", path)
         assert status == 400 and data["field"] == field, (path, data)

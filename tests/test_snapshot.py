@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -345,6 +346,27 @@ async def test_a_snapshot_is_refused_while_the_disk_is_below_its_floor(
         await engine.submit(spec)
     assert await engine.list_jobs() == []
     assert list(engine.snapshots.tmp.iterdir()) == []
+
+
+def test_a_copy_stops_at_the_floor_within_one_big_file(tmp_path: Path) -> None:
+    # Free space was looked at between files only: one big file was copied whole, 235 MB
+    # past the floor.
+    from gpulayer_tui.engine.snapshot import MB, SnapshotError, SnapshotStore, _Budget
+
+    state = tmp_path / "state"
+    state.mkdir()
+    store = SnapshotStore(state)
+    store.prepare()
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(48 * MB))
+    st = os.statvfs(state)
+    free = st.f_bavail * st.f_frsize
+    budget = _Budget(str(tmp_path), 10**12, time.monotonic() + 60, str(state), free - 20 * MB)
+    tree = Path(tempfile.mkdtemp(dir=store.tmp))
+    with pytest.raises(SnapshotError, match=r"below \[logs\] min_free_mb"):
+        store._copy_file(str(big), "big.bin", tree / "big.bin", budget, 0, private=True)
+    copied = (tree / "big.bin").stat().st_size if (tree / "big.bin").exists() else 0
+    assert copied < 40 * MB  # (stopped within the file, some 20 MB into it)
 
 
 async def test_a_git_failure_or_an_unreadable_file_refuses_the_submission(

@@ -137,8 +137,10 @@ def _read_spec_file(path: str) -> list[dict[str, Any]]:
     if as_json:
         import json
 
+        from ..fields import keys_once
+
         try:
-            data = json.loads(raw)
+            data = json.loads(raw, object_pairs_hook=keys_once)
         except ValueError as err:
             raise ValueError(f"{path}: not valid JSON: {err}") from None
         except RecursionError:

@@ -66,7 +66,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import wire
-from ..fields import printable
+from ..fields import keys_once, printable
 from ..unixsock import SocketPath
 from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
 from .config import Config
@@ -329,6 +329,10 @@ def _float_query(request: web.Request, name: str) -> float | None:
     if raw is None or raw == "":
         return None
     try:
+        # (ASCII digits and a point: float() took "+0.1", " 1", "0_1" and other scripts'
+        # digits.)
+        if not raw.isascii() or not raw.replace(".", "", 1).isdigit():
+            raise ValueError(raw)
         value = float(raw)
     except ValueError:
         raise SpecError(f"{name} must be a number, not {raw[:100]!r}", name) from None
@@ -384,19 +388,10 @@ async def _read_json(request: web.Request) -> Any:
         raise SpecError("the request body is not valid JSON: nested too deeply") from None
 
 
-def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
-        raise ValueError(f"the key {twice[:100]!r} is given twice in one object")
-    return out
-
-
 def _loads_once(text: str) -> Any:
     """JSON with each object's keys given once (with two, the last won, silently: a job
     ran `pwd` where `ls` came first)."""
-    return json.loads(text, object_pairs_hook=_once)
+    return json.loads(text, object_pairs_hook=keys_once)
 
 
 async def health(request: web.Request) -> web.Response:
@@ -856,7 +851,10 @@ async def logs(request: web.Request) -> web.StreamResponse:
         try:
             await _send_log(request, engine, job_id, path, first, follow, response, allowed)
         except LogUnreadable as err:
+            # No end of stream (it read as the job's end: `logs -f ID && next` went on):
+            # the reader asks again and is told why.
             log.warning("job %s: stopped sending its log: %s", job_id, printable(str(err)))
+            _cut_off(request)
         except ConnectionError:
             # The reader left (Ctrl-C on `logs -f`, a TUI that moved on): an ordinary end.
             log.debug("a log reader of job %s left", job_id)

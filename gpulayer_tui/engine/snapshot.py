@@ -761,6 +761,7 @@ def _pour(fd: int, out: int, rel: str, budget: _Budget, so_far: int, digest: Any
             return size
         size += len(chunk)
         budget.check_size(so_far + size, partial=True)
+        budget.check_space(so_far + size)  # (within a file too: one big file is enough)
         if size % (64 * CHUNK) == 0:
             budget.check_time()
         if digest is not None:

@@ -57,6 +57,10 @@ class Dependency(BaseModel):
 def _no_nul(value: str, what: str, field: str | None = None) -> None:
     if "\0" in value:
         raise wire.FieldError(field or what, f"{what} contains a NUL byte")
+    _encodable(value, what, field)
+
+
+def _encodable(value: str, what: str, field: str | None = None) -> None:
     try:
         value.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError as err:
@@ -225,6 +229,7 @@ class JobSpec(BaseModel):
             if not os.path.isabs(self.cwd):
                 raise fail("cwd", f"{self.cwd!r} is not an absolute path")
         for key, value in self.env.items():
+            _encodable(key, "env (a variable's name)", "env")  # (a codec's words came back)
             if not key or "=" in key or "\0" in key:
                 shown = (
                     repr(key) if len(key) <= 100 else f"{key[:100]!r}... ({len(key)} characters)"
