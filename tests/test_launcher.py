@@ -164,6 +164,31 @@ async def test_a_new_spawner_keeps_cutting_back_the_logs_of_the_jobs_it_took_ove
     assert log.stat().st_size <= limit
 
 
+async def test_a_stop_reaches_what_the_job_started_in_a_session_of_its_own(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Only the job's process group was signalled: a server it started with `setsid` (or
+    # a container runtime) ran on after the cancel, holding its port (and GPU memory).
+    engine = await make_engine(config=make_config(engine={"grace_period": 1.0}))
+    ignores = tmp_path / "ignores.py"
+    ignores.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                       "time.sleep(600)\n")  # fmt: skip
+    job = await engine.submit(
+        {"shell": f"setsid sleep 600 & setsid {sys.executable} {ignores} & wait", "gpus": 0}
+    )
+    leader = psutil.Process(job.pid)
+
+    def strays() -> list[psutil.Process]:
+        return [p for p in leader.children(recursive=True) if os.getsid(p.pid) != job.pid]
+
+    found = await eventually(lambda: len(strays()) == 2 and strays())
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=15)
+    # The one that ends on SIGTERM at once, the one that ignores it after the grace period.
+    await eventually(lambda: not any(p.is_running() and p.status() != "zombie" for p in found))
+    assert (await engine.get(job.id)).status is JobStatus.CANCELLED
+
+
 async def test_a_stop_the_dying_spawner_never_read_still_stops_the_job(
     make_engine: EngineFactory,
 ) -> None:

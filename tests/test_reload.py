@@ -75,6 +75,9 @@ async def test_a_services_host_nothing_can_listen_on_is_refused(
         assert engine.config.services.host == "127.0.0.1"
         check = await engine.config_reload.check_file()
         assert check["status"] == "fail" and "services.host" in check["detail"]
+    paths.config_file.write_text(BASE + '[services]\nhost = "224.0.0.1"\n')
+    refused = await engine.config_reload.reload()  # (it binds; no client ever reaches it)
+    assert "224.0.0.1 is a multicast or broadcast address" in refused["error"]
     paths.config_file.write_text(BASE + '[services]\nhost = "localhost"\n')
     assert (await engine.config_reload.reload())["applied"] is True
 

@@ -427,6 +427,25 @@ async def test_a_services_time_limit_runs_out_while_it_waits_to_be_placed_again(
     assert done.message == "timed out after 3 s"
 
 
+async def test_a_service_waiting_to_be_placed_again_keeps_its_limit_across_a_restart(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # Taken back waiting, its limit was not armed: it waited untimed, and the placement
+    # that finally came started it only to stop it ("no engine ran to stop it sooner").
+    fake_nvml.devices[1:] = []
+    config = make_config(engine={"grace_period": 1.0})
+    engine = await make_engine(probe=NvmlProbe(), config=config)
+    job = await engine.submit(_service(["sleep", "600"], gpus=1, port=False, timeout=3))
+    fake_nvml.devices[0].lost = True
+    await engine.sampler.sample_once()
+    await eventually(lambda: engine.book.get(job.id).job.status is JobStatus.QUEUED, timeout=20)
+    await engine.stop()
+    again = await make_engine(probe=NvmlProbe(), config=config)
+    done = await again.wait(job.id, timeout=20)
+    assert done.status is JobStatus.FAILED and done.termination_reason is TerminationReason.TIMEOUT
+    assert done.message.startswith("timed out after 3 s")
+
+
 async def test_over_capacity_services_fail_at_once(make_engine: EngineFactory) -> None:
     engine = await make_engine(simulate="2xA100-80GB", cpu_count=2)
     gpu = await engine.submit(_service(["sleep", "1"], replicas=3, gpus=1))

@@ -195,7 +195,12 @@ class Engine:
             JobKind.ADOPTED: self.adopter,
         }
         self.recovery = Recovery(
-            self.book, self.scheduler, self.queue, self._runners, self.store.save_edit
+            self.book,
+            self.scheduler,
+            self.queue,
+            self._runners,
+            self.store.save_edit,
+            self.services.restored_waiting,
         )
         self.snapshots = SnapshotStore(paths.state_dir)
         self.admission = Admission(

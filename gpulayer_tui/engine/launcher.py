@@ -239,6 +239,9 @@ class Spawner:
         self.tasks: dict[str, Task] = {}
         self.by_pidfd: dict[int, Task] = {}
         self.keeper_exits: dict[str, int | None] = {}  # exits the keeper saw before we did
+        # Processes a stopped job started in sessions of their own (setsid, a container
+        # runtime): (pid, start ticks) -> when they get SIGKILL if still there.
+        self.strays: dict[tuple[int, int], float] = {}
         self.sel = selectors.DefaultSelector()
         self.client: socket.socket | None = None
         self.inbox = b""
@@ -384,6 +387,8 @@ class Spawner:
             elif task.kill_at is not None and now >= task.kill_at:
                 task.kill_at = None
                 self._killpg(task, signal.SIGKILL)
+        if self.strays:
+            self._kill_strays(now)
         mono = time.monotonic()
         for task in self.tasks.values():
             if task.log_fd >= 0 and task.max_log and mono >= task.log_next:
@@ -804,7 +809,25 @@ class Spawner:
             entry = self.entries.get(key)
             if entry is not None:
                 entry.kill_at = task.kill_at
+        # What it started in sessions of its own is not in its group: stopped with it
+        # (a service's `setsid` server kept its port after the cancel). Found first: its
+        # leader gone, they are no longer below it.
+        outside = _outside_group(task.pid)
         self._killpg(task, signal.SIGTERM)
+        for pid, ticks in outside:
+            self.strays[(pid, ticks)] = task.kill_at
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+
+    def _kill_strays(self, now: float) -> None:
+        """SIGKILL the strays whose stop's grace period is over (still the same process)."""
+        for (pid, ticks), kill_at in list(self.strays.items()):
+            if now < kill_at:
+                continue
+            del self.strays[(pid, ticks)]
+            if procstat.is_alive(pid, ticks):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
 
     @staticmethod
     def _killpg(task: Task, sig: int) -> None:
@@ -875,6 +898,26 @@ def _pidfd(pid: int) -> int | None:
         return os.pidfd_open(pid)
     except OSError:
         return None
+
+
+def _outside_group(leader: int) -> list[tuple[int, int]]:
+    """``(pid, start ticks)`` of the descendants of ``leader`` that are in another session
+    than its own (the job's group and session are its leader's), from one pass over
+    /proc: a signal to the group does not reach them."""
+    children: dict[int, list[procstat.ProcStat]] = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                stat = procstat.read_stat(int(name))
+                if stat is not None:
+                    children.setdefault(stat.ppid, []).append(stat)
+    found, todo = [], [leader]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            todo.append(child.pid)
+            if child.session != leader and child.state not in ("Z", "X"):
+                found.append((child.pid, child.start_ticks))
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

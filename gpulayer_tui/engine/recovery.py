@@ -40,8 +40,12 @@ class Recovery:
         queue: JobQueue,
         runners: Mapping[JobKind, Runner],
         save_edit: Callable[[Job], None],
+        waiting_again: Callable[[ActiveJob], None] | None = None,
     ) -> None:
         self._save_edit = save_edit
+        # Told of each waiting job taken back (a service waiting to be placed again keeps
+        # its time limit: see ServiceRunner.restored_waiting).
+        self._waiting_again = waiting_again
         self._book = book
         self._scheduler = scheduler
         self._queue = queue
@@ -105,6 +109,8 @@ class Recovery:
         for act, deps in waiting:
             if act.job.id in self._book:  # (a dependency's end may have settled it)
                 self._queue.enqueue(act, deps)
+            if self._waiting_again is not None and act.job.id in self._book:
+                self._waiting_again(act)
         for act in acts:
             if act.job.status is JobStatus.RUNNING and act.job.id in self._book:
                 self._runners[act.job.kind].reattach(act)

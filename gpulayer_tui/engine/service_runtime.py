@@ -82,6 +82,21 @@ def host_problem(host: str) -> str | None:
         free_port(host, set())
     except LaunchError as err:
         return str(err)
+    import ipaddress
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        found = socket.getaddrinfo(host, 0, family, socket.SOCK_STREAM)
+    except OSError as err:
+        return f"{host} does not resolve: {err}"
+    for *_, address in found:
+        ip = ipaddress.ip_address(str(address[0]).split("%", 1)[0])
+        if ip.is_multicast or str(ip) == "255.255.255.255":
+            # (A socket binds there, and nothing can ever connect: replicas stayed
+            # "starting" for ever.)
+            return (
+                f"{host} is a multicast or broadcast address: no client can reach a service there"
+            )
     return None
 
 

@@ -164,6 +164,17 @@ class ServiceRunner:
             if not self._decide_launch(act, replica, "start"):
                 return
 
+    def restored_waiting(self, act: ActiveJob) -> None:
+        """A waiting job taken back after a restart: a service that ran and waits to be
+        placed again keeps its time limit from its first start (it waited, untimed, for
+        a placement that then got it killed at once: "no engine ran to stop it sooner").
+        """
+        spec, job = act.spec, act.job
+        if job.kind is not JobKind.SERVICE or spec is None or spec.timeout is None:
+            return
+        if job.started_at is not None and job.id not in self._timeouts:
+            self._arm_timeout(job.id, spec.timeout - (time.time() - job.started_at))
+
     def _arm_timeout(self, job_id: int, delay: float) -> None:
         loop = asyncio.get_running_loop()
         self._timeouts[job_id] = loop.call_later(max(0.0, delay), self._timed_out, job_id)
