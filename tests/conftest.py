@@ -118,6 +118,15 @@ def make_config(**sections: Any) -> Config:
 
 EngineFactory = Callable[..., Awaitable[Engine]]
 
+STEADY_WRITER = [
+    sys.executable,
+    "-c",
+    "import os, sys, time\n"
+    "while not os.path.exists(sys.argv[1]):\n"
+    "    sys.stdout.write('x' * 9999 + '\\n'); sys.stdout.flush(); time.sleep(0.01)\n",
+]
+"""A job writing 1 MB a second until the file named after it exists (to pass a log cap)."""
+
 
 @pytest.fixture
 async def make_engine(paths: Paths) -> AsyncIterator[EngineFactory]:

@@ -25,7 +25,15 @@ from gpulayer_tui.engine.jobbook import ActiveJob
 from gpulayer_tui.engine.keeper import Keeper
 from gpulayer_tui.engine.models import Job, JobStatus, TerminationReason
 
-from .conftest import EngineFactory, eventually, launcher_gone, make_config, pid_gone, wait_for
+from .conftest import (
+    STEADY_WRITER,
+    EngineFactory,
+    eventually,
+    launcher_gone,
+    make_config,
+    pid_gone,
+    wait_for,
+)
 
 
 def _find(state_dir: Path, role: str) -> psutil.Process | None:
@@ -138,12 +146,7 @@ async def test_a_new_spawner_keeps_cutting_back_the_logs_of_the_jobs_it_took_ove
     limit = 64 * 1024
     engine = await make_engine(config=make_config(logs={"max_bytes": 1024**3}))
     gate = tmp_path / "gate"
-    writer = (
-        "import os, sys, time\n"
-        "while not os.path.exists(sys.argv[1]):\n"
-        "    sys.stdout.write('x' * 9999 + '\\n'); sys.stdout.flush(); time.sleep(0.01)\n"
-    )
-    job = await engine.submit({"command": [sys.executable, "-c", writer, str(gate)], "gpus": 0})
+    job = await engine.submit({"command": [*STEADY_WRITER, str(gate)], "gpus": 0})
     log = engine.log_path(job.id)
     spawner = _launcher(engine.paths.state_dir, "spawner")
     spawner.kill()

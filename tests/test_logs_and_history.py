@@ -21,7 +21,7 @@ from gpulayer_tui.engine.errors import StoreError
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.paths import Paths
 
-from .conftest import EngineFactory, Served, eventually, make_config
+from .conftest import STEADY_WRITER, EngineFactory, Served, eventually, make_config
 
 
 async def test_a_log_past_its_limit_is_cut_back_to_its_end_with_a_note(
@@ -125,12 +125,7 @@ async def test_a_lower_log_cap_applies_to_jobs_already_running(
     # after the edit.
     engine = await make_engine(config=make_config(logs={"max_bytes": 1024**3}))
     gate = tmp_path / "gate"
-    writer = (
-        "import os, sys, time\n"
-        "while not os.path.exists(sys.argv[1]):\n"
-        "    sys.stdout.write('x' * 9999 + '\\n'); sys.stdout.flush(); time.sleep(0.01)\n"
-    )
-    job = await engine.submit({"command": [sys.executable, "-c", writer, str(gate)], "gpus": 0})
+    job = await engine.submit({"command": [*STEADY_WRITER, str(gate)], "gpus": 0})
     log = engine.log_path(job.id)
     await eventually(lambda: log.exists() and log.stat().st_size > 200_000)
     engine.paths.config_file.write_text("[logs]\nmax_bytes = 65536\n")
