@@ -28,9 +28,8 @@ from .ui_support import until
 
 # Writes its stdin, with the variables the notifier sets, to a new file in DIR.
 RECORD = (
-    "import json, os, sys, tempfile, time\n"
+    "import json, os, sys, tempfile\n"
     "body = json.load(sys.stdin)\n"
-    "body['_ns'] = time.time_ns()\n"
     "body['_env'] = {k: os.environ.get(k) for k in ('GPULAYER_JOB_ID', 'GPULAYER_NOTIFY_EVENT')}\n"
     "fd, path = tempfile.mkstemp(dir=sys.argv[1], suffix='.part')\n"
     "os.write(fd, json.dumps(body).encode()); os.close(fd)\n"
@@ -46,10 +45,11 @@ def _recorder(out: Path) -> list[str]:
 
 def _received(out: Path) -> list[dict[str, Any]]:
     """What the command received, in the order of the jobs and events (events of one
-    instant, such as a replica giving up and so its job ending, as delivered: one at a
-    time, in order)."""
+    instant, such as a replica giving up and so its job ending, in that order: up to
+    WORKERS are delivered at once, so their arrival order is not theirs)."""
     bodies = [json.loads(p.read_text()) for p in out.glob("*.json")]
-    return sorted(bodies, key=lambda b: (b["id"], b["event_at"], b["_ns"]))
+    order = ["replica.restarted", "replica.gave_up", "job.ended"]
+    return sorted(bodies, key=lambda b: (b["id"], b["event_at"], order.index(b["event"])))
 
 
 async def _engine(make_engine: EngineFactory, **notify: Any) -> Engine:
