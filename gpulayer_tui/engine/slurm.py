@@ -12,6 +12,7 @@ This module only talks and translates: what a cluster job's state means for the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -360,6 +361,14 @@ class SlurmCluster:
                 f"{argv[0]} did not answer within {self.settings.command_timeout:g} s",
                 unreachable=True,
             ) from None
+        except BaseException:
+            # Cancelled (the engine stops while a poll runs): it ran on, unreaped, and its
+            # pipes were found open when collected.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, 9)
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(proc.wait())
+            raise
         if proc.returncode != 0:
             # (Some say why on stdout: `scontrol show partition NAME` prints "Partition
             # NAME not found" there, and "exit code 1" was all anyone learnt.)
