@@ -35,7 +35,7 @@ from gpulayer_tui.engine.slurm import (
     slurm_time,
 )
 
-from .conftest import REPO, EngineFactory, eventually, make_config
+from .conftest import REPO, EngineFactory, eventually, make_config, pid_gone
 from .ui_support import until
 
 pytestmark = [pytest.mark.needs_slurm, pytest.mark.xdist_group(name="slurm")]
@@ -597,3 +597,23 @@ async def test_the_tui_shows_the_cluster_and_its_jobs_with_logs_and_cancel(
         _slurm, slurm_conf, "sacct", "-c", "-X", "-P", "-n", "-o", "State", "-j", cluster_id
     )
     assert state.split() == ["CANCELLED"]  # (scancel reached Slurm)
+
+
+async def test_a_command_cancelled_in_flight_is_killed_not_left_running(tmp_path: Path) -> None:
+    # The engine stopping while a poll ran cancelled it: the command ran on, unreaped, and
+    # its open pipes were collected with warnings (a later test's setup failed on them).
+    from gpulayer_tui.engine.config import ClusterSettings
+    from gpulayer_tui.engine.slurm import SlurmCluster
+
+    pidfile = tmp_path / "pid"
+    script = f"echo $$ > {pidfile}; exec sleep 600"
+    cluster = SlurmCluster(
+        "c", ClusterSettings(partition="p", command_prefix=["sh", "-c", script, "x"])
+    )
+    task = asyncio.create_task(cluster.run("squeue"))
+    await eventually(lambda: pidfile.exists() and pidfile.read_text().strip())
+    pid = int(pidfile.read_text())
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await eventually(lambda: pid_gone(pid))
