@@ -217,6 +217,13 @@ async def adopt(
     return await engine.adopt(parse_adopt_request({"pid": pid, **fields}), requester_uid)
 
 
+def pid_reaped(pid: int) -> bool:
+    """True once ``pid`` is gone from /proc: reaped, not only a zombie. A launcher stamps
+    and journals a job's end before it reaps it, so a test that compares that stamp with
+    a time of its own waits for this (a zombie can be seen a moment before the stamp)."""
+    return not os.path.exists(f"/proc/{pid}")
+
+
 def pid_gone(pid: int) -> bool:
     """True once ``pid`` no longer exists or is a zombie."""
     try:

@@ -15,7 +15,7 @@ from gpulayer_tui.engine.errors import StoreError
 from gpulayer_tui.engine.lock import EngineBusy
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
 
-from .conftest import EngineFactory, eventually, pid_gone
+from .conftest import EngineFactory, eventually, pid_gone, pid_reaped
 
 
 def gated(tmp_path: Path, code: int) -> dict[str, object]:
@@ -75,7 +75,7 @@ async def test_job_that_ended_while_engine_was_down(
     ok = await first.submit(gated(tmp_path, 0))
     await first.stop()
     (tmp_path / "go").touch()
-    await eventually(lambda: pid_gone(ok.pid or 0))  # its launcher reaps it and records 0
+    await eventually(lambda: pid_reaped(ok.pid or 0))  # its launcher records 0, then reaps
 
     restarted_at = time.time()
     second = await make_engine()

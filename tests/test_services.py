@@ -28,7 +28,7 @@ from gpulayer_tui.engine.models import JobStatus, ReplicaState, TerminationReaso
 from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.services import backoff_delay
 
-from .conftest import EngineFactory, Served, eventually, make_config, pid_gone, wait_for
+from .conftest import EngineFactory, Served, eventually, make_config, pid_gone, pid_reaped, wait_for
 from .fake_nvml import FakeNvml
 
 HTTP_SERVER = [sys.executable, "-m", "http.server", "--bind", "127.0.0.1"]
@@ -768,7 +768,7 @@ async def test_a_replica_that_exited_while_no_engine_ran_goes_through_the_restar
     pid = replica.pid
     await first.stop()
     os.killpg(pid, signal.SIGKILL)  # dies while no engine watches: the launcher records it
-    await eventually(lambda: pid_gone(pid))
+    await eventually(lambda: pid_reaped(pid))  # (recorded, then reaped)
 
     later = ManualClock(at=clock.at)
     restarted_at = time.time()
