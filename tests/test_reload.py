@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sqlite3
@@ -590,6 +591,40 @@ async def test_a_removed_config_file_keeps_the_running_configuration(
     assert (await engine.get(waiting.id)).spec["domain"] == "gpu0"
     await engine.cancel(running.id)
     assert (await engine.wait(waiting.id, timeout=10)).status is JobStatus.COMPLETED
+
+
+async def test_a_save_held_up_between_truncating_and_writing_is_read_once_written(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # The watcher read such a save in between and applied its empty file: the defaults,
+    # for a moment (a waiting job pinned to a configured domain failed, and a user let in
+    # by [security] had their open streams cut off).
+    paths.state_dir.mkdir(parents=True)
+    config = BASE + "[domains.work]\ngpu = 0\nslots = 1\n"
+    paths.config_file.write_text(config)
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    running = await engine.submit({"command": ["sleep", "600"], "domain": "work"})
+    waiting = await engine.submit({"command": ["true"], "domain": "work"})
+    assert waiting.status is JobStatus.QUEUED
+
+    def watched() -> bool:  # (an edit seen: the watcher, started after the engine, runs)
+        if engine.scheduler.domains["cpu"].slots == 3:
+            return True
+        paths.config_file.write_text(config + "[cpu]\nslots = 3\n")
+        return False
+
+    await eventually(watched, timeout=10, interval=0.3)
+    with paths.config_file.open("w") as save:  # (truncated: empty for half a second)
+        await asyncio.sleep(0.5)
+        save.write(config + "[cpu]\nslots = 5\n")
+    await eventually(lambda: engine.scheduler.domains["cpu"].slots == 5)
+    changes = [c for e in _config_events(paths) for c in e.get("changes", [])]
+    assert not [c for c in changes if "work" in str(c)], changes
+    assert engine.book.get(waiting.id).job.status is JobStatus.QUEUED
+    # Left empty, it is applied (the defaults), once it has stayed so a while.
+    paths.config_file.write_text("")
+    await eventually(lambda: "work" not in engine.scheduler.domains, timeout=10)
+    await engine.cancel(running.id)
 
 
 async def test_a_symlinked_config_is_followed_into_its_files_folder(

@@ -42,6 +42,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def _stat_of(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_size, info.st_mtime_ns
+
+
+async def _settled(path: Path) -> bool:
+    """Whether ``path`` has stopped changing: its size and mtime held for
+    :data:`SETTLE_S` (:data:`EMPTY_SETTLE_S` when it is empty). False while a save is
+    still under way: the change seen meanwhile is the watcher's next, and read then."""
+    seen = _stat_of(path)
+    await asyncio.sleep(EMPTY_SETTLE_S if seen is not None and seen[0] == 0 else SETTLE_S)
+    return _stat_of(path) == seen
+
+
 def rebuild_domains(
     current: dict[str, Domain],
     plans: list[DomainPlan],
@@ -94,6 +111,16 @@ def rebuild_domains(
 
 
 HOST_CHECK_S = 10.0
+
+SETTLE_S = 0.1
+"""A changed config file is read once its size and mtime have held this long: a save that
+truncates and then writes was read in between, and its empty or half-written file
+applied (the defaults, for a moment: a user's open streams were cut off)."""
+
+EMPTY_SETTLE_S = 1.0
+"""An empty file is applied by the watcher only once it has stayed empty this long: a
+writer held up between its truncation and its write (a loaded machine) leaves it empty
+for longer than :data:`SETTLE_S`. SIGHUP and ``POST /v1/config/reload`` apply at once."""
 """How long a reload waits for ``[services] host`` to resolve before refusing it."""
 
 
@@ -189,6 +216,8 @@ class ConfigReloader:
             ):
                 if not any(path in watched for _, path in changes):
                     continue
+                if not await _settled(target):
+                    continue  # (its next change, the save's end, is on its way)
                 if not target.exists():
                     log.warning(
                         "%s was removed: the running configuration stays (SIGHUP or "
