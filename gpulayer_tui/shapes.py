@@ -247,6 +247,8 @@ class OtherGpuJSON(TypedDict):
     gpu: GpuJSON | None
     processes: list[ProcessJSON]
     history: NotRequired[list[list[float | int | None]]]
+    missing: NotRequired[bool]
+    """True for a GPU jobs still run on that the driver no longer lists (``gpu`` is None)."""
 
 
 class GpusJSON(TypedDict):

@@ -6,6 +6,8 @@ import asyncio
 import json
 import logging
 import sqlite3
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,9 @@ from gpulayer_tui.cli.format import format_gpus
 from gpulayer_tui.engine.config import load_config
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
 from gpulayer_tui.engine.paths import Paths
+from gpulayer_tui.engine.simulate import SimLedger
 
-from .conftest import EngineFactory, Served, eventually, wait_for
+from .conftest import EngineFactory, Served, eventually, make_config, wait_for
 
 BASE = "[engine]\nsample_interval = 0.2\ngrace_period = 2.0\n"
 
@@ -160,6 +163,12 @@ async def test_slots_lowered_below_use_stop_nothing_and_hold_new_work_until_belo
     assert [(await engine.get(j.id)).status for j in (first, second)] == [JobStatus.RUNNING] * 2
     third = await engine.submit({"command": ["true"]})
     assert third.status is JobStatus.QUEUED and third.message == "all 1 cpu slots busy"
+    # doctor said "2/1 slots used" and "ok".
+    checks = {c["check"]: c for c in await engine.doctor_checks()}
+    assert checks["domain cpu"]["status"] == "warn"
+    assert checks["domain cpu"]["detail"] == (
+        "cpu pool, 2/1 slots used: more than its slots; no new work until below"
+    )
     await engine.cancel(first.id)
     await engine.wait(first.id, timeout=10)
     assert (await engine.get(third.id)).status is JobStatus.QUEUED  # 1 running: still full
@@ -427,6 +436,54 @@ async def test_a_gpu_left_without_a_domain_across_a_restart_keeps_its_running_jo
     await second.cancel(running.id)
     assert (await second.wait(waiting.id, timeout=20)).status is JobStatus.COMPLETED
     assert not second.scheduler.retired  # (nothing runs there any more)
+
+
+async def test_memory_on_a_gpu_without_a_domain_is_listed_with_its_processes(
+    make_engine: EngineFactory, sleepers: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    # `gpus` showed such a GPU's used memory but no process, and empty JOBS and UNREG
+    # columns: 20 GiB held by someone, and nobody named.
+    config = make_config(engine={"auto_domains": False}, domains={"train": {"gpu": 0}})
+    engine = await make_engine("2xA100-80GB", config=config)
+    stray = sleepers()
+    SimLedger(engine.paths.state_dir).hold(1, stray.pid, 20.0)
+    await engine.sampler.sample_once()
+    shown = format_gpus(dict(engine.gpus())).splitlines()
+    row = next(line.split() for line in shown if line.startswith("-"))
+    # USED/TOTAL, JOBS (none of its jobs), UNREG (the stray's), FREE, STATE
+    assert row[1] == "1" and row[-6:] == ["20.0/80.0", "0.0", "20.0", "60.0", "no", "domain"]
+    assert "unregistered VRAM: 0.0 GiB (and 20.0 GiB held by processes of no job on GPUs " in (
+        "\n".join(shown)
+    )
+    listed = next(line for line in shown if line.startswith(str(stray.pid)))
+    assert "gpu 1 (no domain)" in listed and "20.0" in listed
+
+
+async def test_a_gpu_gone_across_a_restart_with_a_job_still_there_is_said_everywhere(
+    make_engine: EngineFactory,
+) -> None:
+    # The job ran on "gpu1" of a machine that now showed none: `gpus` left it out, doctor
+    # passed and the engine said it was ready.
+    first = await make_engine("2xA100-80GB")
+    running = await first.submit({"command": ["sleep", "600"], "domain": "gpu1"})
+    assert running.status is JobStatus.RUNNING
+    await first.stop()
+    second = await make_engine("1xA100-80GB")
+    assert (await second.get(running.id)).status is JobStatus.RUNNING
+    view = second.gpus()
+    gone = [g for g in view.get("gpus_without_domain", []) if g.get("missing")]
+    assert [(g["gpu_index"], g["jobs"]) for g in gone] == [(1, [running.id])]
+    row = next(line for line in format_gpus(dict(view)).splitlines() if line.startswith("-"))
+    assert f"missing: not found by the driver (still running: job {running.id})" in row
+    said = f"not found by the driver; job {running.id} still runs there"
+    ready, why = second.domain_ops.readiness()
+    assert not ready and f"GPU 1 {said}" in why
+    checks = {c["check"]: c for c in await second.doctor_checks()}
+    assert checks["GPU 1"] == {"check": "GPU 1", "status": "fail", "detail": said}
+    # Once it ends, the GPU is nobody's concern any more.
+    await second.cancel(running.id)
+    await second.wait(running.id, timeout=20)
+    assert not second.gpus().get("gpus_without_domain") and second.domain_ops.readiness()[0]
 
 
 async def test_a_domain_renamed_while_no_engine_ran_takes_its_waiting_jobs_along(

@@ -31,7 +31,7 @@ from gpulayer_tui.widgets.gpu_panel import GpuPanel, RowLayout, graph_lines
 from gpulayer_tui.widgets.memory_bar import MemoryBar, split_cells
 from gpulayer_tui.widgets.process_table import ProcessTable
 from gpulayer_tui.widgets.summary_line import SummaryLine
-from tests.conftest import make_config
+from tests.conftest import EngineFactory, make_config
 from tests.ui_support import FIXED_NOW, StaticBackend, until
 
 GIB = 1024**3
@@ -672,3 +672,23 @@ async def test_a_gpu_without_a_domain_is_shown_with_its_load_and_processes(
         # Its memory is nobody's to adopt here: the total counts the domains' GPUs only.
         await until(pilot, lambda: "unregistered VRAM 0.0 GiB" in summary_text(app))
         assert summary_text(app).endswith("1 GPU (+1 without a domain)")
+
+
+async def test_a_gpu_gone_with_a_job_still_on_it_shows_as_missing(
+    make_engine: EngineFactory, embedded_app: Any
+) -> None:
+    # Gone while no engine ran, with a job still running there: no panel said so.
+    first = await make_engine("2xA100-80GB")
+    running = await first.submit({"command": ["sleep", "600"], "domain": "gpu1"})
+    await first.stop()
+    app = await embedded_app("1xA100-80GB")
+    async with app.run_test(size=(120, 40)) as pilot:
+        panels = await until(
+            pilot, lambda: len(app.screen.query(GpuPanel)) == 2 and list(app.screen.query(GpuPanel))
+        )
+        gone = panels[1]
+        await until(pilot, lambda: gone.domain)
+        assert gone.health() == ("✖", "MISSING", "$error")
+        assert gone.title().plain.endswith(
+            f"not found by the driver; still running there: job {running.id}"
+        )

@@ -233,13 +233,15 @@ def format_gpus(data: dict[str, Any]) -> str:
                         (whose + proc["command"])[:60],
                     ]
                 )
+    elsewhere = 0  # memory no job holds on GPUs without a domain (not "unregistered")
     for other in data.get("gpus_without_domain") or ():
-        # A GPU the config leaves out: its load and memory, no slots or accounting.
+        # A GPU the config leaves out: its load and memory, its jobs' and others', no
+        # slots; or one the driver no longer lists while a job still runs there.
         gpu = other.get("gpu") or {}
         util = "" if gpu.get("utilization") is None else f"{gpu['utilization']}%"
         temp = "" if gpu.get("temperature") is None else f"{gpu['temperature']}C"
         total, used = gpu.get("memory_total"), gpu.get("memory_used")
-        state = "no domain"
+        state = "missing: not found by the driver" if other.get("missing") else "no domain"
         at.append(other["gpu_index"])
         if other["jobs"]:
             jobs = other["jobs"]
@@ -247,6 +249,22 @@ def format_gpus(data: dict[str, Any]) -> str:
             state += f"{', '.join(map(str, jobs))})"
         if gpu.get("error"):
             state += f" ({gpu['error']})"
+        held = set(other["jobs"])
+        mine = theirs = 0
+        for proc in other.get("processes") or ():
+            if proc["job_id"] is not None and proc["job_id"] in held:
+                mine += proc["used_bytes"] or 0
+                continue
+            theirs += proc["used_bytes"] or 0
+            whose = "" if proc["job_id"] is None else f"job {proc['job_id']}'s: "
+            where = f"gpu {other['gpu_index']} (no domain)"
+            command = (whose + proc["command"])[:60]
+            foreign.append(
+                [str(proc["pid"]), where, gib(proc["used_bytes"]), proc["user"], command]
+            )
+        elsewhere += theirs
+        known = total is not None and used is not None
+        free = gib(max(0, total - used)) if total is not None and used is not None else ""
         rows.append(
             [
                 "-",
@@ -255,11 +273,11 @@ def format_gpus(data: dict[str, Any]) -> str:
                 "",
                 util,
                 temp,
-                "" if total is None or used is None else f"{gib(used)}/{gib(total)}",
+                f"{gib(used)}/{gib(total)}" if known else "",
+                gib(mine) if known else "",
+                gib(theirs) if known else "",
                 "",
-                "",
-                "",
-                "",
+                free,
                 state,
             ]
         )
@@ -282,7 +300,12 @@ def format_gpus(data: dict[str, Any]) -> str:
             [row for _, row in sorted(zip(at, rows, strict=True), key=lambda pair: pair[0])],
         )
     )
-    lines.append(f"unregistered VRAM: {gib(data['unregistered_total'])} GiB")
+    summary = f"unregistered VRAM: {gib(data['unregistered_total'])} GiB"
+    if elsewhere:
+        summary += (
+            f" (and {gib(elsewhere)} GiB held by processes of no job on GPUs without a domain)"
+        )
+    lines.append(summary)
     if foreign:
         lines.append("")
         lines.append(table(["PID", "DOMAIN", "GiB", "USER", "COMMAND"], foreign))

@@ -57,6 +57,15 @@ def device_error_in(log: Path) -> str | None:
     return match.group(0) if match else None
 
 
+def _missing(jobs: list[int]) -> str:
+    """``not found by the driver; job 4 still runs there``."""
+    ids = ", ".join(map(str, jobs))
+    return (
+        f"not found by the driver; job{'s' if len(jobs) > 1 else ''} {ids} still "
+        f"run{'' if len(jobs) > 1 else 's'} there"
+    )
+
+
 class DomainOps:
     """Domain health, drain and release, readiness and the engine's ``doctor`` checks.
 
@@ -279,6 +288,10 @@ class DomainOps:
             for d in self._scheduler.domains.values()
             if d.state is not DomainState.IN_SERVICE
         ]
+        problems += [
+            f"GPU {index} {_missing(jobs)}"
+            for index, jobs in self._scheduler.missing_gpus().items()
+        ]
         if self._scheduler.capacity.value == "unknown":
             problems.append(f"GPU capacity unknown: {self._scheduler.capacity_message}")
         if self._store.failure:
@@ -304,7 +317,12 @@ class DomainOps:
             else:
                 what = f"GPU {dom.gpu_index}" if dom.is_gpu else "cpu pool"
                 status, detail = "ok", f"{what}, {dom.used_slots}/{dom.slots} slots used"
+                if dom.used_slots > dom.slots:  # (a reload lowered its slots under use)
+                    status = "warn"
+                    detail += ": more than its slots; no new work until below"
             checks.append({"check": f"domain {dom.name}", "status": status, "detail": detail})
+        for index, jobs in self._scheduler.missing_gpus().items():
+            checks.append({"check": f"GPU {index}", "status": "fail", "detail": _missing(jobs)})
         stuck = []
         ready = self._queue.ready_requests()
         for job_id, request in ready:

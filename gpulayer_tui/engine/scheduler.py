@@ -86,6 +86,20 @@ class Scheduler:
         self._capacity = Capacity.UNKNOWN
         self._capacity_message = "no GPU sample yet"
         self._gpus_seen = 0  # GPUs in the last good sample (more than domains: some unused)
+        self._gpu_indices: frozenset[int] | None = None  # their indices (None: no sample yet)
+
+    def missing_gpus(self) -> dict[int, list[int]]:
+        """GPUs that jobs still run on but the last good sample did not list (gone while
+        no engine ran: the next engine took the jobs back with no domain for them), by
+        GPU index: the ids of those jobs."""
+        seen = self._gpu_indices
+        if seen is None:
+            return {}
+        return {
+            index: sorted(dom.holdings)
+            for index, dom in sorted(self.retired.items())
+            if dom.holdings and index not in seen
+        }
 
     @property
     def domains(self) -> dict[str, Domain]:
@@ -143,6 +157,7 @@ class Scheduler:
         if result.status is ProbeStatus.OK:
             self._capacity = Capacity.KNOWN if result.gpus else Capacity.NO_GPUS
             self._gpus_seen = len(result.gpus)
+            self._gpu_indices = frozenset(g.index for g in result.gpus)
             self._capacity_message = "" if result.gpus else "the GPU driver reports no devices"
             by_index = {g.index: g for g in result.gpus}
             for dom in self.gpu_domains:

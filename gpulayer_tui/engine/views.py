@@ -111,6 +111,20 @@ def gpus_view(
             points = sampler.history.get(reading.index, ())
             entry["history"] = [[p.at, p.utilization, p.memory_used] for p in points]
         other.append(entry)
+    for index, jobs in scheduler.missing_gpus().items():
+        # A GPU jobs still run on that the driver no longer lists (gone while no engine
+        # ran): said, or the job ran on "gpu1" of a machine that showed none.
+        gone: dict[str, Any] = {
+            "gpu_index": index,
+            "gpu_uuid": scheduler.retired[index].gpu_uuid,
+            "jobs": jobs,
+            "gpu": None,
+            "processes": [],
+            "missing": True,
+        }
+        if history:
+            gone["history"] = []
+        other.append(gone)
     view: dict[str, Any] = {
         "backend": backend,
         "capacity": scheduler.capacity.value,

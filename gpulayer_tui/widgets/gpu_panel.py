@@ -67,6 +67,7 @@ def no_domain_view(other: Mapping[str, Any]) -> dict[str, Any]:
         "vram": vram,
         "jobs": list(held),
         "processes": list(other.get("processes") or ()),
+        "missing": bool(other.get("missing")),
     }
 
 
@@ -275,6 +276,8 @@ class GpuPanel(Vertical):
         """``(mark, word, style)``: ``● ok``, ``◐ draining``, ``✖ LOST`` and so on."""
         gpu = self.domain.get("gpu")
         state = self.domain.get("state", "in_service")
+        if self.domain.get("missing"):
+            return "✖", "MISSING", "$error"
         if gpu is None:
             return "?", "no reading", "$warning"
         if gpu.get("lost"):
@@ -291,7 +294,12 @@ class GpuPanel(Vertical):
         """``gpu1 · NVIDIA A100-SXM4-80GB`` plus the state and any error."""
         pieces: list[Piece] = [(f"{self.domain_name} · {self.model}", "")]
         state = self.domain.get("state", "in_service")
-        if state == NO_DOMAIN:
+        if self.domain.get("missing"):
+            jobs = ", ".join(map(str, self.domain.get("jobs") or ()))
+            pieces.append(
+                (f" · not found by the driver; still running there: job {jobs}", "$error")
+            )
+        elif state == NO_DOMAIN:
             pieces.append((" · no domain: not managed", "$text-muted"))
         elif state != "in_service":
             pieces.append((f" · {state}", f"{self._STATE_STYLE.get(state, '$error')} bold"))
