@@ -169,6 +169,10 @@ class DomainJSON(TypedDict):
     gpu_index: int | None
     state: str
     state_reason: str
+    drain_reason: NotRequired[str | None]
+    """The operator's drain (its reason), also while a quarantine is on top of it: a
+    release lifts the quarantine and the domain drains again (an older engine leaves it
+    out)."""
     health: str
     failures: int
     last_error: str

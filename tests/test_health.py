@@ -135,6 +135,42 @@ async def test_drain_and_release(make_engine: EngineFactory) -> None:
         await engine.domain_ops.release("gpu0")
 
 
+async def test_an_operators_drain_outlives_a_quarantine_on_top_of_it_and_a_restart(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # The quarantine's release put the domain back in service: the drain (an RMA, say)
+    # and its reason were lost, and new work went to the GPU.
+    engine = await make_engine(probe=NvmlProbe())
+    await engine.domain_ops.drain("gpu0", "RMA scheduled")
+    fake_nvml.devices[0].lost = True
+    await engine.sampler.sample_once()
+    gpu0 = engine.scheduler.domains["gpu0"]
+    assert gpu0.state.value == "quarantined"
+    shown = gpu0.to_json()
+    assert shown["drain_reason"] == "RMA scheduled"
+    with pytest.raises(DomainRefused, match="already draining \\(under its quarantine\\)"):
+        await engine.domain_ops.drain("gpu0")
+    await engine.stop()
+
+    again = await make_engine(probe=NvmlProbe())
+    gpu0 = again.scheduler.domains["gpu0"]
+    assert (gpu0.state.value, gpu0.drain_reason) == ("quarantined", "RMA scheduled")
+    fake_nvml.devices[0].lost = False
+    await again.sampler.sample_once()
+    released = await again.domain_ops.release("gpu0")  # lifts the quarantine only
+    assert (released["state"], released["state_reason"]) == ("draining", "RMA scheduled")
+    pinned = await again.submit({"command": ["true"], "domain": "gpu0"})
+    assert pinned.message == "waiting for domain gpu0 draining: RMA scheduled"
+    assert (await again.domain_ops.release("gpu0"))["state"] == "in_service"
+    assert (await again.wait(pinned.id, timeout=10)).status is JobStatus.COMPLETED
+    # A quarantine with no drain under it is released straight to service.
+    fake_nvml.devices[1].lost = True
+    await again.sampler.sample_once()
+    fake_nvml.devices[1].lost = False
+    await again.sampler.sample_once()
+    assert (await again.domain_ops.release("gpu1"))["state"] == "in_service"
+
+
 async def test_domain_state_survives_restart_and_v1_database_is_migrated(
     make_engine: EngineFactory, paths: Any
 ) -> None:

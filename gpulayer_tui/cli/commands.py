@@ -743,7 +743,8 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
                     d["health"],
                     f"{d['used_slots']}/{d['slots']}",
                     # (an old error does not explain a healthy GPU)
-                    d["state_reason"] or (d["last_error"] if d["health"] != "healthy" else ""),
+                    (d["state_reason"] or (d["last_error"] if d["health"] != "healthy" else ""))
+                    + _kept_drain(d),
                 ]
                 for d in domains
             ]
@@ -758,8 +759,16 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     if args.json:
         _print_json(dom)
     else:
-        print(f"domain {dom['name']}: {dom['state']}")
+        print(f"domain {dom['name']}: {dom['state']}{_kept_drain(dom)}")
     return EXIT_OK
+
+
+def _kept_drain(dom: dict[str, Any]) -> str:
+    """`` (drained under it: RMA; a release drains it again)`` for a quarantined domain
+    the operator drained: the drain outlives the quarantine."""
+    if dom.get("state") != "quarantined" or dom.get("drain_reason") is None:
+        return ""
+    return f" (drained under it: {dom['drain_reason']}; a release drains it again)"
 
 
 def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

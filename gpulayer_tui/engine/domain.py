@@ -86,10 +86,15 @@ class Domain:
     def __init__(self, name: str, gpu_index: int | None, gpu_uuid: str | None, slots: int):
         self.name = name
         self.gpu_index = gpu_index
-        self.gpu_uuid = gpu_uuid
+        # (None, not "", where it could not be read, a lost GPU: an empty UUID matched
+        # every other lost GPU's stored state, and dropped it)
+        self.gpu_uuid = gpu_uuid or None
         self.slots = slots
         self.state = DomainState.IN_SERVICE
         self.state_reason = ""
+        # The operator's drain, kept while a quarantine is on top of it (a release lifts
+        # the quarantine and the domain drains again); None: not drained.
+        self.drain_reason: str | None = None
         self.health = DomainHealth.HEALTHY
         self.failures = 0  # consecutive failed reads of its GPU
         self.quarantines = 0  # times quarantined in this engine run (metrics)
@@ -233,27 +238,41 @@ class Domain:
         self.state = new
         self.state_reason = reason
 
-    def restore_state(self, state: DomainState, reason: str) -> None:
+    def restore_state(
+        self, state: DomainState, reason: str, drain_reason: str | None = None
+    ) -> None:
         """Take a state stored by an earlier engine run (at start, before any work)."""
         if state is DomainState.IN_SERVICE:
             return
         self.set_state(state, reason)
         if state is DomainState.QUARANTINED:
             self.health = DomainHealth.DEGRADED
+            self.drain_reason = drain_reason
+        else:
+            self.drain_reason = reason
 
     def quarantine(self, reason: str) -> None:
-        """Take no new work until released (running jobs are left alone)."""
+        """Take no new work until released (running jobs are left alone); a drain under
+        it is kept."""
         self.set_state(DomainState.QUARANTINED, reason)
         self.health = DomainHealth.DEGRADED
         self.quarantines += 1
 
     def drain(self, reason: str) -> None:
-        """Take no new work (the operator's maintenance switch); work already here stays."""
-        self.set_state(DomainState.DRAINING, reason)
+        """Take no new work (the operator's maintenance switch); work already here stays.
+        Quarantined, it stays so and drains once the quarantine is released."""
+        self.drain_reason = reason
+        if self.state is not DomainState.QUARANTINED:
+            self.set_state(DomainState.DRAINING, reason)
 
     def release(self) -> None:
-        """Back to service: drained or quarantined, with a clean health count."""
-        self.set_state(DomainState.IN_SERVICE)
+        """Lift a quarantine (back to the operator's drain, if one is kept under it) or
+        a drain: back to service, with a clean health count."""
+        if self.state is DomainState.QUARANTINED and self.drain_reason is not None:
+            self.set_state(DomainState.DRAINING, self.drain_reason)
+        else:
+            self.set_state(DomainState.IN_SERVICE)
+            self.drain_reason = None
         self.health = DomainHealth.HEALTHY
         self.failures = 0
         self.released_at = time.time()
@@ -276,6 +295,7 @@ class Domain:
         self.size_seen = previous.size_seen
         self._owners, self._info = previous._owners, previous._info
         self.state, self.state_reason = previous.state, previous.state_reason
+        self.drain_reason = previous.drain_reason
         self.health, self.failures = previous.health, previous.failures
         self.released_at = previous.released_at
         self.last_error = previous.last_error
@@ -287,6 +307,7 @@ class Domain:
             "gpu_index": self.gpu_index,
             "state": self.state.value,
             "state_reason": self.state_reason,
+            "drain_reason": self.drain_reason,
             "health": self.health.value,
             "failures": self.failures,
             "last_error": self.last_error,

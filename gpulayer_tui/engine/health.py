@@ -129,7 +129,9 @@ class DomainOps:
 
     def _changed(self, dom: Domain, what: str) -> None:
         """Record and publish a domain's change, then let the queue see it."""
-        self._store.save_domain_state(dom.name, dom.state.value, dom.state_reason, dom.gpu_uuid)
+        self._store.save_domain_state(
+            dom.name, dom.state.value, dom.state_reason, dom.gpu_uuid, dom.drain_reason
+        )
         event = self._bus.make(
             EventKind.DOMAIN,
             None,
@@ -206,14 +208,14 @@ class DomainOps:
 
         Raises:
             SpecError: Unknown domain.
-            DomainRefused: It is quarantined (release it first) or already draining.
+            DomainRefused: It is already draining (or drained under its quarantine).
         """
         dom = self._scheduler.domain(name)
-        if dom.state is DomainState.QUARANTINED:
-            raise DomainRefused(f"domain {name} is quarantined; release it first")
-        if dom.state is DomainState.DRAINING:
-            raise DomainRefused(f"domain {name} is already draining")
+        if dom.state is DomainState.DRAINING or dom.drain_reason is not None:
+            under = "" if dom.state is DomainState.DRAINING else " (under its quarantine)"
+            raise DomainRefused(f"domain {name} is already draining{under}")
         dom.drain(reason or "drained by the operator")
+        # (Quarantined, the drain is kept under it: a release goes back to draining.)
         self._changed(dom, "draining")
         await self._store.flush()
         return dom.to_json()
@@ -253,19 +255,23 @@ class DomainOps:
         domains = self._scheduler.domains
         by_uuid = {d.gpu_uuid: d for d in domains.values() if d.gpu_uuid is not None}
         renamed: dict[str, str] = {}
-        for name, state, reason, uuid in await self._store.domain_states():
+        for name, state, reason, uuid, drained in await self._store.domain_states():
             now = by_uuid.get(uuid) if uuid is not None else None
             if now is not None and now.name != name:  # (its GPU's name now, even swapped)
                 renamed[name] = now.name
             dom = by_uuid.get(uuid) if uuid is not None else domains.get(name)
+            if dom is None and uuid is not None:
+                named = domains.get(name)
+                if named is not None and named.is_gpu and named.gpu_uuid is None:
+                    dom = named  # (its GPU's UUID unreadable now, a lost GPU: by name)
             if uuid is None and dom is not None and dom.gpu_uuid is not None:
                 # (an older row: by name, then kept by UUID from now on)
-                self._store.save_domain_state(dom.name, state, reason, dom.gpu_uuid)
+                self._store.save_domain_state(dom.name, state, reason, dom.gpu_uuid, drained)
             if dom is None:
                 continue
-            dom.restore_state(DomainState(state), reason)
+            dom.restore_state(DomainState(state), reason, drained)
             if dom.name != name:
-                self._store.save_domain_state(dom.name, state, reason, dom.gpu_uuid)
+                self._store.save_domain_state(dom.name, state, reason, dom.gpu_uuid, drained)
         self.remember_names()
         return renamed
 
@@ -276,7 +282,7 @@ class DomainOps:
         for dom in self._scheduler.gpu_domains:
             if dom.gpu_uuid is not None:
                 self._store.save_domain_state(
-                    dom.name, dom.state.value, dom.state_reason, dom.gpu_uuid
+                    dom.name, dom.state.value, dom.state_reason, dom.gpu_uuid, dom.drain_reason
                 )
 
     # -- reports ------------------------------------------------------------------------------

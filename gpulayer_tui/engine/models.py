@@ -115,7 +115,8 @@ _D = DomainState
 DOMAIN_TRANSITIONS: dict[DomainState, frozenset[DomainState]] = {
     _D.IN_SERVICE: frozenset({_D.DRAINING, _D.QUARANTINED}),
     _D.DRAINING: frozenset({_D.IN_SERVICE, _D.QUARANTINED}),
-    _D.QUARANTINED: frozenset({_D.IN_SERVICE}),
+    # (back to draining: a release lifts the quarantine, not an operator's drain under it)
+    _D.QUARANTINED: frozenset({_D.IN_SERVICE, _D.DRAINING}),
 }
 
 

@@ -312,7 +312,7 @@ class ConfigReloader:
         for dom in self._scheduler.gpu_domains:  # (names by GPU, for the next engine)
             if dom.gpu_uuid is not None:
                 self._store.save_domain_state(
-                    dom.name, dom.state.value, dom.state_reason, dom.gpu_uuid
+                    dom.name, dom.state.value, dom.state_reason, dom.gpu_uuid, dom.drain_reason
                 )
         self._queue.reresolve(self._scheduler.request_for)
         self._queue.recheck_capacity()
@@ -357,7 +357,9 @@ class ConfigReloader:
         """Jobs (and their service replicas) on ``old`` now run on ``new``: same GPU."""
         # The GPU's drained or quarantined state is stored under its new name (and its old
         # name's row dropped): by name alone, a restart brought it back in service.
-        self._store.save_domain_state(new.name, new.state.value, new.state_reason, new.gpu_uuid)
+        self._store.save_domain_state(
+            new.name, new.state.value, new.state_reason, new.gpu_uuid, new.drain_reason
+        )
         for job_id in new.holdings:
             act = self._book.get(job_id)
             if act is None:

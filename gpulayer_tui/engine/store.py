@@ -75,7 +75,7 @@ _DAMAGED_ADVICE = (
     "copy; `sqlite3 FILE .recover` may save what is readable."
 )
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # jobs_active's condition, exactly as created: a query that repeats it may use the index.
 _ACTIVE_INDEX_WHERE = "status IN ('pending', 'queued', 'running')"
@@ -178,6 +178,11 @@ MIGRATIONS: list[list[str]] = [
         # What a submission with an idempotency key asked for: the key reused for another
         # request is refused, not answered with the first one's jobs.
         "ALTER TABLE jobs ADD COLUMN submit_digest TEXT",
+    ],
+    # 8 -> 9: an operator's drain kept under a quarantine (the quarantine's release put
+    # the domain back in service: the drain, and its reason, were lost).
+    [
+        "ALTER TABLE domain_state ADD COLUMN drain_reason TEXT",
     ],
 ]
 
@@ -866,10 +871,16 @@ class Store:
             raise
 
     def save_domain_state(
-        self, name: str, state: str, reason: str, gpu_uuid: str | None = None
+        self,
+        name: str,
+        state: str,
+        reason: str,
+        gpu_uuid: str | None = None,
+        drain_reason: str | None = None,
     ) -> None:
         """Queue a domain's service state for the next commit (a GPU's state is kept
-        once: a row of its UUID under another name is dropped)."""
+        once: a row of its UUID under another name is dropped); ``drain_reason``: the
+        operator's drain kept under a quarantine."""
         statements: list[tuple[str, tuple[Any, ...]]] = []
         if gpu_uuid is not None:
             statements.append(
@@ -877,11 +888,12 @@ class Store:
             )
         statements.append(
             (
-                "INSERT INTO domain_state (name, state, reason, at, gpu_uuid) "
-                "VALUES (?, ?, ?, ?, ?) "
+                "INSERT INTO domain_state (name, state, reason, at, gpu_uuid, drain_reason) "
+                "VALUES (?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT(name) DO UPDATE SET state=excluded.state, "
-                "reason=excluded.reason, at=excluded.at, gpu_uuid=excluded.gpu_uuid",
-                (name, state, reason, time.time(), gpu_uuid),
+                "reason=excluded.reason, at=excluded.at, gpu_uuid=excluded.gpu_uuid, "
+                "drain_reason=excluded.drain_reason",
+                (name, state, reason, time.time(), gpu_uuid, drain_reason),
             )
         )
         self._queue.append(_Write(None, [], None, statements))
@@ -944,13 +956,14 @@ class Store:
         rows = await self._fetchall("SELECT MAX(created_at) FROM jobs")
         return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
-    async def domain_states(self) -> list[tuple[str, str, str, str | None]]:
-        """Stored ``(name, state, reason, gpu_uuid)`` of every domain ever changed (the
-        UUID is ``None`` for the cpu pool, and for rows from before it was kept)."""
+    async def domain_states(self) -> list[tuple[str, str, str, str | None, str | None]]:
+        """Stored ``(name, state, reason, gpu_uuid, drain_reason)`` of every domain ever
+        changed (the UUID is ``None`` for the cpu pool, and for rows from before it was
+        kept; ``drain_reason`` is a drain kept under a quarantine)."""
         rows = await self._fetchall(
-            "SELECT name, state, reason, gpu_uuid FROM domain_state ORDER BY at"
+            "SELECT name, state, reason, gpu_uuid, drain_reason FROM domain_state ORDER BY at"
         )
-        return [(r[0], r[1], r[2], r[3]) for r in rows]
+        return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
 
     async def flush(self) -> None:
         """Wait until everything queued so far is committed."""

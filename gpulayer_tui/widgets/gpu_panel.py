@@ -306,6 +306,9 @@ class GpuPanel(Vertical):
             reason = self.domain.get("state_reason")
             if reason:
                 pieces.append((f" ({reason})", "$text-muted"))
+            drained = self.domain.get("drain_reason")
+            if state == "quarantined" and drained is not None:
+                pieces.append((f" · drained under it ({drained})", "$warning"))
         if self.gpu.get("lost"):
             pieces.append((" · LOST", "$error bold"))
         if self.gpu.get("error"):
