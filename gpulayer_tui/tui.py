@@ -127,7 +127,10 @@ def run_tui(
         print(f"gpulayer-tui: {printable(str(err), keep=chr(10))}", file=sys.stderr)
         return 2
 
+    crashed = False
+
     async def main() -> str:
+        nonlocal crashed
         backend = await _connect(paths, simulate, simulate_if_no_gpu, attach_only)
         if backend is None:
             from .app import MessageApp
@@ -137,7 +140,10 @@ def run_tui(
             return "no-engine"
         try:
             app = build_app(backend, theme=theme, config_file=paths.config_file)
-            return await app.run_async() or ""
+            result = await app.run_async() or ""
+            # (An app that ended on an error printed its traceback, and the shell saw 0.)
+            crashed = bool(app.return_code)
+            return result
         finally:
             await backend.close()
 
@@ -146,6 +152,8 @@ def run_tui(
     except (ConfigError, StoreError, EngineBusy, ValueError) as err:
         print(f"gpulayer-tui: {err}", file=sys.stderr)
         return 2
+    if crashed:
+        return 1
     if result == "no-engine":
         return 3
     if result == "handover":

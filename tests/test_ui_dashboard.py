@@ -19,6 +19,7 @@ import pytest
 from textual.pilot import Pilot
 
 from gpulayer_tui.app import build_app
+from gpulayer_tui.engine.config import load_config
 from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.screens.dashboard import (
     DashboardScreen,
@@ -692,3 +693,45 @@ async def test_a_gpu_gone_with_a_job_still_on_it_shows_as_missing(
         assert gone.title().plain.endswith(
             f"not found by the driver; still running there: job {running.id}"
         )
+
+
+async def test_gpu_panels_change_while_the_dashboard_is_hidden(
+    embedded_app: Any, paths: Any
+) -> None:
+    # A domain kept and one gone (or back) while another screen was shown: on return the
+    # new panels were mounted beside the old ones, and the app ended on DuplicateIds.
+    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    paths.config_file.write_text("[domains.train]\ngpu = 0\n")
+    app = await embedded_app("2xA100-80GB", config=load_config(paths.config_file))
+    engine = app.backend.engine
+    await engine.config_reload.stop()  # (applied by hand below, not by the watcher)
+
+    def panels() -> list[str]:
+        return [p.domain_name for p in app.screen.query(GpuPanel)]
+
+    def told() -> list[str]:  # (what the app's GPU state says, in GPU order)
+        state = app.gpu_state or {}
+        named = [(d["gpu_index"], d["name"]) for d in state.get("domains", [])]
+        named += [
+            (g["gpu_index"], f"gpu {g['gpu_index']}") for g in state.get("gpus_without_domain", [])
+        ]
+        return [name for index, name in sorted(n for n in named if n[0] is not None)]
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: panels() == ["train", "gpu1"])
+        for config, shown in (
+            ("[engine]\nauto_domains = false\n[domains.train]\ngpu = 0\n", ["train", "gpu 1"]),
+            ("[domains.train]\ngpu = 0\n", ["train", "gpu1"]),
+            ("[domains.train]\ngpu = 0\n[domains.x]\ngpu = 1\n", ["train", "x"]),
+            ("[domains.train]\ngpu = 1\n[domains.x]\ngpu = 0\n", ["x", "train"]),  # swapped
+        ):
+            await pilot.press("2")
+            await until(pilot, lambda: not isinstance(app.screen, DashboardScreen))
+            paths.config_file.write_text(config)
+            assert (await engine.config_reload.reload())["applied"]
+            await engine.sampler.sample_once()
+            await until(pilot, lambda s=shown: told() == s)  # (the hidden dashboard is told)
+            await pilot.press("1")
+            await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+            await until(pilot, lambda s=shown: panels() == s, what=f"panels {shown}")
+            assert app.is_running

@@ -8,6 +8,7 @@ rows; ``v`` overrides the automatic choice.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import replace
@@ -216,18 +217,34 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
         return rows
 
     def _replace_panels(self, names: list[str]) -> None:
-        """The set of GPUs changed (first sample, or a GPU appeared/vanished): new panels."""
+        """The set of GPUs changed (first sample, a GPU appeared/vanished, a domain was
+        renamed): a panel kept for each name kept, new ones mounted in GPU order.
+
+        A kept name keeps its panel: a removal only takes effect later, and a new panel
+        under the same id mounted meanwhile ended the app (``DuplicateIds``).
+        """
         grid = self.query_one("#gpu-grid")
-        for panel in self._panels.values():
-            panel.remove()
+        old = self._panels
+        for name, panel in old.items():
+            if name not in names:
+                panel.remove()
+        kept = [name for name in names if name in old]
+        for before, after in itertools.pairwise(kept):  # (GPU order, as names are)
+            grid.move_child(old[after], after=old[before])
         self._panels = {
             # (A GPU without a domain, "gpu N", has a space: no id, which it could not be.)
-            name: GpuPanel(name, id=None if " " in name else f"panel-{name}")
+            name: old.get(name) or GpuPanel(name, id=None if " " in name else f"panel-{name}")
             for name in names
         }
         grid.set_class(not names, "-empty")
-        if names:
-            grid.mount_all(self._panels.values())
+        for at, name in enumerate(names):
+            if name in old:
+                continue
+            anchor = next((old[n] for n in names[at + 1 :] if n in old), None)
+            if anchor is None:
+                grid.mount(self._panels[name])
+            else:
+                grid.mount(self._panels[name], before=anchor)
         self._relayout()
 
     def _show_cpu_pool(self, cpu: DomainViewJSON | None) -> None:
