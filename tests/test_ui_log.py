@@ -103,6 +103,27 @@ async def test_the_log_searches_wraps_and_keeps_its_lines() -> None:
         assert log.matches == [] and log.search_term == ""
 
 
+@pytest.mark.parametrize("wrap", [False, True])
+async def test_a_paused_view_stays_on_its_lines_while_old_ones_are_dropped(wrap: bool) -> None:
+    # Past max_lines the oldest lines go; a paused view kept its row number, so a busy
+    # job's output scrolled by under "paused", and the current match jumped with it.
+    app = _LogApp()
+    async with app.run_test(size=(60, 20)) as pilot:
+        log = app.query_one(LogTail)
+        log.wrap = wrap
+        log.feed("".join(f"L{i}\n" for i in range(50)).encode())
+        await pilot.pause()
+        assert log.search("L20", from_line=0) and not log.follow
+        await pilot.pause()
+        top = log.source_lines[log.top_line()]
+        for more in (50, 54):  # (two chunks, dropping the oldest lines but not the view's)
+            log.feed("".join(f"L{i}\n" for i in range(more, more + 4)).encode())
+            await pilot.pause()
+            assert log.source_lines[log.top_line()] == top
+            assert log.source_lines[log.matches[log.match_index or 0]] == "L20"
+        assert log.lines_dropped > 0 and log.source_lines[0] != "L0"
+
+
 def _detail(app: Any) -> JobDetailScreen | None:
     screen = app.screen
     return screen if isinstance(screen, JobDetailScreen) else None

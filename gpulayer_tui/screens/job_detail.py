@@ -532,8 +532,11 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
                 self.app.notify(str(err), title=f"output of job {self.job_id}", severity="error")
                 break
             if chunk.data:
+                cut_before = log.lines_dropped
                 log.feed(chunk.data)
                 self._log_next = chunk.next
+                if log.lines_dropped and not cut_before:
+                    self._update_log_title()  # (older lines are no longer shown: said)
                 continue
             if finished:
                 break
@@ -565,6 +568,8 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
             count = (len(self._job.get("replicas") or []) if self._job else 0) or 1
             which = f" · replica {self._replica} of 0-{count - 1} (]: next)"
         extra = " · wrapped" if log.wrap else ""
+        if log.lines_dropped:  # (g, a search and its count cover these only)
+            extra += f" · last {len(log.source_lines):,} lines (P: all)"
         if log.search_term:
             found = (
                 f"match {(log.match_index or 0) + 1} of {len(log.matches)}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import codecs
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from typing import ClassVar
 
 from rich.cells import cell_len, chop_cells
@@ -131,6 +131,9 @@ class LogTail(Log):
         self.bytes_read = 0
         """Bytes fed so far (the offset to read from next)."""
         self._limit = max_lines
+        self.lines_dropped = 0
+        """Complete lines dropped from the top to keep the newest ``max_lines`` (since
+        :meth:`reset`): the first line kept is not the output's first."""
         self._source: list[str] = []
         self._starts: list[int] = []  # wrapped: the first row of each line
         self._wrap_width = 0  # wrapped: the width the rows were cut for
@@ -213,6 +216,7 @@ class LogTail(Log):
         self._decoder.reset()
         self._partial, self._partial_len, self._partial_more = [], 0, 0
         self.bytes_read = 0
+        self.lines_dropped = 0
         self.border_subtitle = ""
 
     def finish(self) -> None:
@@ -280,8 +284,14 @@ class LogTail(Log):
             self.matches.extend(first + i for i, line in enumerate(lines) if find(line))
         if not self.wrap:
             # (one row per line: Log drops the oldest rows past max_lines as lines are)
+            before = len(self.lines)
             self.write_lines([line or " " for line in lines], scroll_end=self.follow)
+            dropped = before + len(lines) - len(self.lines)
             self._drop_oldest(len(self._source) - (self._limit or len(self._source)))
+            if dropped and not self.follow:
+                # Paused, the view stays on what it showed: rows dropped above it moved
+                # it on by as many lines (a busy job's output scrolled by as if followed).
+                self.set_scroll(None, max(0.0, self.scroll_y - dropped))
             return
         rows: list[str] = []
         start = len(self.lines)
@@ -291,23 +301,28 @@ class LogTail(Log):
         self.write_lines(rows, scroll_end=self.follow)
         if self._limit is not None and len(self._source) > self._limit:
             # Wrapped rows are not one per line: drop a tenth at once, then show anew.
-            self._drop_oldest(len(self._source) - self._limit * 9 // 10)
-            self._show_all()
+            count = len(self._source) - self._limit * 9 // 10
+            top = self.top_line() - count  # (in the lines kept: the same line stays on top)
+            self._drop_oldest(count)
+            self._show_all(max(0, top))
 
     def _drop_oldest(self, count: int) -> None:
         if count <= 0:
             return
         del self._source[:count]
-        self.matches = [m - count for m in self.matches if m >= count]
+        self.lines_dropped += count
+        gone = bisect_left(self.matches, count)  # (matches are in line order)
+        self.matches = [m - count for m in self.matches[gone:]]
         if self.match_index is not None:
-            self.match_index = (
-                min(self.match_index, len(self.matches) - 1) if self.matches else None
-            )
+            # The same match stays current (the count said 9987 of the next, 6,000 lines
+            # on); one dropped itself gives way to the oldest kept.
+            self.match_index = max(0, self.match_index - gone) if self.matches else None
 
-    def _show_all(self) -> None:
+    def _show_all(self, top: int | None = None) -> None:
         """Show every kept line again (wrap switched, or the width changed), keeping the
-        top line in view (or the end, when following)."""
-        top = self.top_line()
+        top line (``top``, else the one in view now) in view, or the end when following."""
+        if top is None:
+            top = self.top_line()
         self.clear()
         self._starts.clear()
         self._wrap_width = self._content_width() if self.wrap else 0
