@@ -302,6 +302,8 @@ def parse_adopt_request(body: object) -> AdoptRequest:
         domains = [domain]
     elif isinstance(domain, list) and all(isinstance(d, str) for d in domain):
         domains = list(domain)
+        if not domains:  # (taken as "find them": a process holding none became a cpu job)
+            raise FieldError("domain", "an empty list names no domain; leave it out to find them")
     else:
         raise FieldError("domain", "must be a domain name or a list of domain names")
     if any(not d for d in domains):

@@ -327,6 +327,29 @@ async def test_a_process_only_on_a_gpu_without_a_domain_is_not_adopted_as_a_cpu_
     assert await engine.list_jobs() == []
 
 
+async def test_domains_named_for_a_process_must_cover_where_it_holds_memory(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    # Adopted on gpu0 while it held 10 GiB on gpu1: it took gpu0's slot, and its memory
+    # still counted as unregistered on gpu1.
+    engine = await make_engine("2xA100-80GB")
+    proc = start(spawn, "sleep", "600")
+    SimLedger(engine.paths.state_dir).hold(1, proc.pid, 10.0)
+    await engine.sampler.sample_once()
+    for pins in (["gpu0"], ["cpu"]):
+        with pytest.raises(SpecError, match=f"pid {proc.pid} holds memory on gpu1, which the"):
+            await adopt(engine, proc.pid, domain=pins)
+    with pytest.raises(FieldError, match="an empty list names no domain"):
+        await adopt(engine, proc.pid, domain=[])
+    assert await engine.list_jobs() == []
+    job = await adopt(engine, proc.pid, domain=["gpu0", "gpu1"])  # (more is the user's say)
+    assert job.status is JobStatus.RUNNING and job.domains == ["gpu0", "gpu1"]
+    # One holding no memory yet is placed where it is told.
+    idle = start(spawn, "sleep", "600")
+    placed = await adopt(engine, idle.pid, domain="gpu0")
+    assert placed.status is JobStatus.RUNNING and placed.domains == ["gpu0"]
+
+
 async def test_comm_with_spaces_and_parenthesis(
     make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:

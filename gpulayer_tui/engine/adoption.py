@@ -190,6 +190,8 @@ class Adopter:
             refusal = self._refusal(pid, snapshot, request["start_ticks"], requester_uid)
             if refusal is None:
                 assert snapshot is not None
+                if pins:
+                    await asyncio.to_thread(self._check_pins, pid, snapshot, pins)
                 domains = pins or await asyncio.to_thread(
                     self._domains_of, pid, snapshot, request["gpu"], vram_gb
                 )
@@ -309,10 +311,25 @@ class Adopter:
             )
         return None
 
-    def _domains_of(
-        self, pid: int, snapshot: ProcessSnapshot, gpu: bool, vram_gb: float | None
-    ) -> list[str]:
-        """The GPU domains where ``pid`` or a descendant holds memory (blocking: /proc)."""
+    def _check_pins(self, pid: int, snapshot: ProcessSnapshot, pins: list[str]) -> None:
+        """Domains named for a process must cover every GPU where it holds memory (blocking:
+        /proc): adopted on gpu0 while it held 10 GiB on gpu1, it took gpu0's slot and its
+        memory still counted as unregistered on gpu1. One holding none may be placed."""
+        found, elsewhere = self._where_held(pid, snapshot)
+        left_out = [name for name in found if name not in pins]
+        if left_out:
+            where = ", ".join(left_out)
+            raise SpecError(
+                f"domain: pid {pid} holds memory on {where}, which the domains named leave "
+                f"out: name {where} (or leave --domain out to find them)",
+                "domain",
+            )
+        if elsewhere:
+            raise self._unmanaged(pid, elsewhere)
+
+    def _where_held(self, pid: int, snapshot: ProcessSnapshot) -> tuple[list[str], list[int]]:
+        """The GPU domains where ``pid`` or a descendant holds memory, and the GPUs with
+        no domain where it does (by index); blocking: /proc."""
         sample = self._latest_sample()
         roots: dict[int, tuple[int, int | None]] = {pid: (0, snapshot.start_ticks)}
         found: list[str] = []
@@ -328,17 +345,28 @@ class Adopter:
                         elsewhere.append(reading.index)
                     else:
                         found.append(dom.name)
+        return found, elsewhere
+
+    @staticmethod
+    def _unmanaged(pid: int, elsewhere: list[int], only: str = "") -> SpecError:
+        which = ", ".join(map(str, elsewhere))
+        on = f"GPUs {which}, which have" if len(elsewhere) > 1 else f"GPU {which}, which has"
+        return SpecError(
+            f"pid {pid} holds memory {only}on {on} no domain in the config: the engine "
+            "does not manage it, so it cannot adopt it there",
+            "domain",
+        )
+
+    def _domains_of(
+        self, pid: int, snapshot: ProcessSnapshot, gpu: bool, vram_gb: float | None
+    ) -> list[str]:
+        """The GPU domains where ``pid`` or a descendant holds memory (blocking: /proc)."""
+        found, elsewhere = self._where_held(pid, snapshot)
         if found:
             return found
         if elsewhere:
             # (Taken as a CPU job it would hold no GPU here, and its memory be no one's.)
-            which = ", ".join(map(str, elsewhere))
-            on = f"GPUs {which}, which have" if len(elsewhere) > 1 else f"GPU {which}, which has"
-            raise SpecError(
-                f"pid {pid} holds memory only on {on} no domain in the config: the engine "
-                "does not manage it, so it cannot adopt it there",
-                "domain",
-            )
+            raise self._unmanaged(pid, elsewhere, "only ")
         if gpu or vram_gb is not None:
             gpus = self._scheduler.gpu_domains
             if len(gpus) == 1:
