@@ -154,6 +154,21 @@ def shared(open_home: Path) -> Iterator[SharedEngine]:
             engine.served.stop()
 
 
+def test_doctor_takes_the_state_dir_the_engine_opened_for_security_as_meant(
+    shared: SharedEngine,
+) -> None:
+    # The engine opens its state dir to 0711 itself when [security] lets others in:
+    # doctor warned "mode 711; expected 700" for ever on every such machine.
+    assert shared.home.stat().st_mode & 0o777 == 0o711
+    checks = {c["check"]: c for c in json.loads(shared.served.cli("doctor", "--json").stdout)}
+    assert checks["state dir"]["status"] == "ok", checks["state dir"]
+    assert "(mode 711) ([security] lets other users in)" in checks["state dir"]["detail"]
+    os.chmod(shared.home, 0o755)  # (not what the engine made: said)
+    checks = {c["check"]: c for c in json.loads(shared.served.cli("doctor", "--json").stdout)}
+    assert checks["state dir"]["status"] == "warn"
+    assert "is mode 755; expected 711" in checks["state dir"]["detail"]
+
+
 def test_unlisted_uids_are_refused_naming_the_uid_and_nothing_is_kept(
     shared: SharedEngine,
 ) -> None:

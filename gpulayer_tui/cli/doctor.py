@@ -68,18 +68,34 @@ def _free_floor_mb(paths: Paths) -> int:
         return Config().logs.min_free_mb
 
 
+def _opens_socket(paths: Paths) -> bool:
+    """Whether ``[security]`` lets other users reach the engine (False when unreadable)."""
+    from ..engine.config import ConfigError, load_config
+
+    try:
+        return load_config(paths.config_file).security.opens_socket
+    except ConfigError:
+        return False
+
+
 def _state_dir(paths: Paths) -> list[dict[str, str]]:
     state = paths.state_dir
     if not state.exists():
         return [_check("state dir", "warn", f"{state} does not exist yet (created at start)")]
     checks = []
     mode = state.stat().st_mode & 0o777
+    # (The engine opens it to 0711 itself where [security] lets other users reach its
+    # socket: warned of as wrong, for ever, on every such machine.)
+    shared = _opens_socket(paths) and paths.socket.parent == state
+    expected, why = (0o711, " ([security] lets other users in)") if shared else (0o700, "")
     if not os.access(state, os.W_OK):
         checks.append(_check("state dir", "fail", f"{state} is not writable"))
-    elif mode & 0o077:
-        checks.append(_check("state dir", "warn", f"{state} is mode {mode:o}; expected 700"))
+    elif mode & 0o077 and mode != expected:
+        checks.append(
+            _check("state dir", "warn", f"{state} is mode {mode:o}; expected {expected:o}{why}")
+        )
     else:
-        checks.append(_check("state dir", "ok", f"{state} (mode 700)"))
+        checks.append(_check("state dir", "ok", f"{state} (mode {mode:o}){why}"))
     free = shutil.disk_usage(state).free
     floor = _free_floor_mb(paths)
     status = "fail" if free < 100 * MIB else "warn" if free < 1024 * MIB else "ok"
