@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -96,6 +97,14 @@ def test_edit_changes_a_waiting_job_and_refuses_what_cannot_be(served: Served) -
     assert job["priority"] == 5 and job["name"] == "urgent"
 
 
+_THREAD_ID = (
+    "import sys, threading\n"
+    "t = threading.Thread(target=lambda: (print(threading.get_native_id(), flush=True),"
+    " sys.stdin.read()))\n"
+    "t.start(); t.join()\n"
+)
+
+
 def test_signal_a_stray_gpu_process_and_nothing_else(served: Served, sleeper: int) -> None:
     import subprocess
 
@@ -113,7 +122,22 @@ def test_signal_a_stray_gpu_process_and_nothing_else(served: Served, sleeper: in
     job = served.cli("submit", "--", "sleep", "30").stdout.strip()
     job_pid = str(_status(served, job)["pid"])
     owned = served.cli("signal", job_pid)
-    assert owned.returncode == 2 and f"belongs to job {job}" in owned.stderr
+    assert owned.returncode == 2 and f"is job {job}'s" in owned.stderr
+    assert f"cancel job {job} instead" in owned.stderr
+    # A thread's id: /proc answers for it, but it is not a process ("no process" was said).
+    with subprocess.Popen(
+        [sys.executable, "-c", _THREAD_ID], stdout=subprocess.PIPE, stdin=subprocess.PIPE
+    ) as threaded:
+        assert threaded.stdout is not None
+        tid = int(threaded.stdout.readline())
+        thread = served.cli("signal", str(tid))
+        assert thread.returncode == 2
+        assert f"pid {tid} is a thread of process {threaded.pid}, not a process" in thread.stderr
+        adopted = served.cli("adopt", "--pid", str(tid))
+        assert f"pid {tid} is a thread of process {threaded.pid}: adopt {threaded.pid}" in (
+            adopted.stdout + adopted.stderr
+        )
+        threaded.kill()
     with subprocess.Popen(["sleep", "60"]) as elsewhere:
         not_gpu = served.cli("signal", str(elsewhere.pid))
         elsewhere.kill()

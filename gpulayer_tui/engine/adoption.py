@@ -62,6 +62,25 @@ class ProcessSnapshot:
     cwd: str
 
 
+def _shortened(command: str, limit: int = 80) -> str:
+    """``command`` cut to ``limit`` characters, the cut said with an ellipsis."""
+    return command if len(command) <= limit else command[: limit - 1] + "…"
+
+
+def thread_group_of(pid: int) -> int | None:
+    """The process whose thread ``pid`` is, where ``pid`` names a thread and not a process
+    (``/proc/PID`` answers for a thread's id too), else ``None``."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Tgid:"):
+                    leader = int(line.split()[1])
+                    return leader if leader != pid else None
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def _is_gpulayer(command: str) -> bool:
     """True for a process of gpulayer-tui itself: the engine's parts, and every client
     (the TUI, ``web``, ``wait``, ``logs -f``: its console script or ``-m gpulayer_tui``)."""
@@ -250,6 +269,12 @@ class Adopter:
         requester_uid: int | None,
     ) -> tuple[TerminationReason, str] | None:
         if snapshot is None:
+            leader = thread_group_of(pid)
+            if leader is not None:  # (a thread's id: /proc has it, no pidfd opens it)
+                return (
+                    Reason.ADOPT_REFUSED,
+                    f"pid {pid} is a thread of process {leader}: adopt {leader} instead",
+                )
             return Reason.ADOPT_PID_GONE, f"no process with pid {pid} (it exited, or never was)"
         never = self._never_adoptable(pid, snapshot)
         if never is not None:
@@ -283,12 +308,15 @@ class Adopter:
         return None
 
     def never_touched(self, pid: int, snapshot: ProcessSnapshot) -> str | None:
-        """Why no one may adopt or signal ``pid`` through gpulayer-tui, or ``None``."""
-        return self._never_adoptable(pid, snapshot)
+        """Why no one may signal ``pid`` through gpulayer-tui, or ``None``."""
+        return self._never_adoptable(pid, snapshot, signalled=True)
 
-    def _never_adoptable(self, pid: int, snapshot: ProcessSnapshot) -> str | None:
-        """Why no one may adopt ``pid`` (cancelling it would stop the machine or the engine,
-        or it could never be stopped, or it is watched already), or ``None``."""
+    def _never_adoptable(
+        self, pid: int, snapshot: ProcessSnapshot, signalled: bool = False
+    ) -> str | None:
+        """Why no one may adopt (or, ``signalled``, signal) ``pid`` (cancelling it would
+        stop the machine or the engine, or it could never be stopped, or it is watched
+        already), or ``None``."""
         if pid == 1:
             return "pid 1 is the init process: stopping it would stop the machine"
         if pid == os.getpid():
@@ -297,10 +325,15 @@ class Adopter:
         if stat is not None and stat.flags & procs.PF_KTHREAD:
             return f"pid {pid} is a kernel thread: it holds no GPU memory and cannot be stopped"
         if _is_gpulayer(snapshot.command):
-            return f"pid {pid} is part of gpulayer-tui itself ({snapshot.command[:80]})"
+            return f"pid {pid} is part of gpulayer-tui itself ({_shortened(snapshot.command)})"
         roots = self._book.roots.snapshot()
         owner = procs.find_owner(pid, roots)
         if owner is not None:
+            if signalled:  # (the adopt wording, "belongs to job 6 already", made no sense)
+                return (
+                    f"pid {pid} is job {owner}'s (it or an ancestor is that job's process): "
+                    f"cancel job {owner} instead"
+                )
             return f"pid {pid} belongs to job {owner} already (it or an ancestor is that job's)"
         below = _job_below(pid, roots)
         if below is not None:

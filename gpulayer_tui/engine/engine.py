@@ -47,7 +47,7 @@ from ..wire import (
 from . import procs
 from .access import Forbidden
 from .admission import Admission
-from .adoption import Adopter, read_process
+from .adoption import Adopter, read_process, thread_group_of
 from .batch import BatchRunner, JobEnv
 from .cluster_runner import ClusterRunner
 from .config import Config, ConfigError, Paths, load_config, plan_domains
@@ -789,6 +789,9 @@ class Engine:
         if name.upper().removeprefix("SIG") not in self.SIGNALS:
             raise SpecError(f"signal: one of {', '.join(self.SIGNALS)}, not {name!r}", "signal")
         signum = getattr(signal, "SIG" + name.upper().removeprefix("SIG"))
+        leader = thread_group_of(pid)
+        if leader is not None:  # (a signal to a thread's id goes to its whole process)
+            raise SpecError(f"pid {pid} is a thread of process {leader}, not a process", "pid")
         snapshot = read_process(pid)
         if snapshot is None:
             raise SpecError(f"no process with pid {pid} (it exited, or never was)", "pid")
