@@ -76,6 +76,16 @@ def test_bindings_rejected(data: dict[str, object], message: str) -> None:
     [
         ({"domains": {"a": {"gpu": 0, "slots": 0}}}, "domains.a.slots: Input should be greater"),
         ({"domains": {"a": {"gpu": 0, "slot": 2}}}, "unknown key 'domains.a.slot'"),
+        # A union's members were said one by one, in the library's words ("gpu.int: Input
+        # should be a valid integer", "gpu.str: ...").
+        (
+            {"domains": {"a": {"gpu": 0.5}}},
+            "domains.a.gpu: expected an integer or a string, got 0.5$",
+        ),
+        (
+            {"domains": {"a": {"gpu": True}}},
+            "domains.a.gpu: expected an integer or a string, got true$",
+        ),
         ({"domain": {}}, "unknown key 'domain'"),
         # Keys that are not bare are quoted as TOML writes them (an empty one is "").
         ({"": 1}, "unknown key '\"\"'"),

@@ -434,14 +434,32 @@ def _toml_key(part: object) -> str:
     return json.dumps(text, ensure_ascii=False)  # (control characters stay escaped)
 
 
+_UNION_MEMBERS = {"int": "an integer", "str": "a string", "float": "a number", "bool": "a boolean"}
+"""A union's members as pydantic names them at the end of an error's location (``gpu =
+0.5`` said ``domains.a.gpu.int: ...`` and ``domains.a.gpu.str: ...``), in words."""
+
+
 def _format_validation(err: ValidationError, source: str) -> str:
-    lines = []
+    lines: list[str] = []
+    unions: dict[tuple[Any, ...], tuple[list[str], object]] = {}
     for item in err.errors():
-        where = ".".join(_toml_key(p) for p in item["loc"]) or "(top level)"
+        loc = tuple(item["loc"])
+        if len(loc) > 1 and loc[-1] in _UNION_MEMBERS and item["type"].endswith("_type"):
+            words, _ = unions.setdefault(loc[:-1], ([], item.get("input")))
+            words.append(_UNION_MEMBERS[str(loc[-1])])
+            continue
+        where = ".".join(_toml_key(p) for p in loc) or "(top level)"
         if item["type"] == "extra_forbidden":
             lines.append(f"{source}: unknown key '{where}'")
         else:
             lines.append(f"{source}: {where}: {item['msg']}")
+    for loc, (words, given) in unions.items():
+        where = ".".join(_toml_key(p) for p in loc)
+        try:
+            shown = json.dumps(given, ensure_ascii=False)  # (as TOML writes it: true, 0.5)
+        except (TypeError, ValueError):
+            shown = repr(given)
+        lines.append(f"{source}: {where}: expected {' or '.join(words)}, got {shown}")
     return "\n".join(lines)
 
 
