@@ -43,6 +43,29 @@ async def test_restart_keeps_history_and_ids(make_engine: EngineFactory) -> None
     assert new.id == over.id + 1
 
 
+async def test_a_database_moved_aside_never_reuses_an_id_the_launcher_knows(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # As a damaged database's message advises: moved aside, the next engine numbered from
+    # 1 again, and a new job whose key the launcher knew was answered with the old run's
+    # process (or its end): its own command never ran.
+    first = await make_engine()
+    old = await first.submit(gated(tmp_path, 42))
+    assert old.status is JobStatus.RUNNING
+    await first.stop()
+    database = first.paths.database
+    for path in database.parent.glob(database.name + "*"):
+        path.rename(tmp_path / path.name)
+    second = await make_engine()
+    new = await second.submit({"shell": "echo ran > new; exit 3", "cwd": str(tmp_path)})
+    assert new.id > old.id and new.pid != old.pid
+    done = await second.wait(new.id, timeout=10)
+    assert (done.status, done.exit_code) == (JobStatus.FAILED, 3)
+    assert (tmp_path / "new").read_text() == "ran\n"
+    (tmp_path / "go").touch()  # (the old run ends; nobody here asks for it)
+    await eventually(lambda: pid_reaped(old.pid or 0))
+
+
 async def test_second_engine_on_the_same_dir_is_refused(make_engine: EngineFactory) -> None:
     first = await make_engine()
     with pytest.raises(EngineBusy, match=f"already serving .*\\(pid {os.getpid()}\\)"):

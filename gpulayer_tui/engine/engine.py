@@ -334,7 +334,15 @@ class Engine:
             self._build_domains(first)
             renamed = await self.domain_ops.restore_states()
             self._on_sample(first)
-            self.book.resume_ids(await self.store.max_job_id())
+            stored = await self.store.max_job_id()
+            known = self.executor.highest_job_id()
+            if known > stored:
+                log.warning(
+                    "the launcher knows runs up to job %d, which this database does not (a "
+                    "database moved aside?): new job ids go on after them",
+                    known,
+                )
+            self.book.resume_ids(max(stored, known))
             # Fair share starts from the GPU use of jobs that ended lately.
             half_life = self.config.scheduling.fairshare_half_life
             for uid, gpus, started, ended in await self.store.gpu_history(

@@ -35,6 +35,7 @@ import functools
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -57,6 +58,10 @@ ACK_DELAY_S = 0.05  # an ack waits this long for a request to ride with (at most
 RECENT_ACKS = 4096  # acks remembered, to send again if a connection dies with them
 LINE_LIMIT = 64 * 1024 * 1024  # (the table of a launcher with many tasks is one line)
 PROGRAM_CACHE_S = 5.0
+
+
+_LEADING_ID = re.compile(r"[0-9]+")
+"""A launcher key's job id (``7``, ``7~1``, ``7.1.3``)."""
 
 
 def launcher_key(key: TaskKey, run: int = 0) -> str:
@@ -719,6 +724,13 @@ class LauncherExecutor:
         if len(self._programs) > 1024:
             self._programs.clear()
         self._programs[cache_key] = (now, path)
+
+    def highest_job_id(self) -> int:
+        """The largest job id among the runs the launcher knows (0 if none): a database
+        moved aside (as a damaged one's message advises) numbered from 1 again, and a new
+        job whose key the launcher knew was answered with the old run's process or end."""
+        ids = [int(m.group()) for key in self._table if (m := _LEADING_ID.match(key))]
+        return max(ids, default=0)
 
     def find(self, key: TaskKey, on_start: OnStart, on_exit: OnExit, run: int = 0) -> object:
         """What the launcher knows of a task after a restart (see :meth:`.Executor.find`)."""
