@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpulayer_tui.engine.errors import StoreError
-from gpulayer_tui.engine.lock import EngineBusy
+from gpulayer_tui.engine.lock import EngineBusy, EngineLock
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
 
 from .conftest import EngineFactory, eventually, pid_gone, pid_reaped
@@ -70,6 +70,12 @@ async def test_second_engine_on_the_same_dir_is_refused(make_engine: EngineFacto
     first = await make_engine()
     with pytest.raises(EngineBusy, match=f"already serving .*\\(pid {os.getpid()}\\)"):
         await make_engine()
+    # Its lock file removed under it (a tmp cleaner): a second engine started and served
+    # the same database beside it.
+    first.paths.lock.unlink()
+    with pytest.raises(EngineBusy, match=f"already serving .*\\(pid {os.getpid()}\\)"):
+        await make_engine()
+    assert EngineLock(first.paths.lock).holder() == os.getpid()
     assert (await first.submit({"command": ["true"]})).id == 1
 
 

@@ -805,11 +805,11 @@ def _gpus(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
 def _stop(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import signal
 
-    from ..engine.lock import EngineLock, lock_holder
+    from ..engine.lock import EngineLock
 
     lock = EngineLock(client.paths.lock)
-    pid = lock_holder(client.paths.lock)
-    if not lock.is_held_elsewhere() or pid is None:
+    pid = lock.holder()  # (also where its lock file was removed)
+    if not pid:
         raise EngineNotRunning(client.paths)
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:

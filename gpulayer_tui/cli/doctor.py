@@ -124,7 +124,7 @@ def _driver_locally() -> dict[str, str]:
 
 
 def _engine(paths: Paths, timeout: float) -> list[dict[str, str]]:
-    from ..engine.lock import EngineLock, lock_holder
+    from ..engine.lock import EngineLock
 
     client = Client(paths, timeout=timeout)
     try:
@@ -133,8 +133,8 @@ def _engine(paths: Paths, timeout: float) -> list[dict[str, str]]:
         # Frozen or overloaded: the check that matters most then (it ended in a traceback).
         return [_check("engine", "fail", str(err).split(": whether")[0]), _driver_locally()]
     except EngineNotRunning:
-        if EngineLock(paths.lock).is_held_elsewhere():
-            pid = lock_holder(paths.lock)
+        pid = EngineLock(paths.lock).holder()
+        if pid is not None:
             return [
                 _check(
                     "engine",
