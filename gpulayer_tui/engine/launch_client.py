@@ -620,6 +620,11 @@ class LauncherExecutor:
             with self._lock:
                 self._acks.append(lkey)
             self._flush_soon()
+        elif lkey in self._table:
+            # Not watched yet: it ended between the table's answer and the restore's
+            # find(), which would have found it running and waited for ever for an end
+            # already told (a restarted engine's job stayed "running", its end journaled).
+            self._table[lkey] = {"state": "exited", "code": code, "at": at}
 
     def _failed(self, lkey: str, error: str) -> None:
         self._pending.pop(lkey, None)
