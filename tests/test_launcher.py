@@ -167,6 +167,36 @@ async def test_a_new_spawner_keeps_cutting_back_the_logs_of_the_jobs_it_took_ove
     assert log.stat().st_size <= limit
 
 
+async def test_a_spawner_replaced_while_no_engine_runs_keeps_a_jobs_log_capped(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # The new spawner learnt the cap only from an engine: with none connected, a runaway
+    # log grew by hundreds of MB a second until one came back.
+    limit = 64 * 1024
+    engine = await make_engine(config=make_config(logs={"max_bytes": limit}))
+    gate = tmp_path / "gate"
+    job = await engine.submit({"command": [*STEADY_WRITER, str(gate)], "gpus": 0})
+    log = engine.log_path(job.id)
+    await engine.stop()
+    spawner = _launcher(engine.paths.state_dir, "spawner")
+    spawner.kill()
+    await eventually(lambda: _replaced(engine.paths.state_dir, "spawner", spawner))
+    grown = log.stat().st_size
+    await eventually(lambda: log.stat().st_size != grown, timeout=15)  # (it writes on)
+
+    def cut_back() -> bool:
+        with open(log, "rb") as f:
+            head = f.read(100)
+        return head.startswith(b"[gpulayer-tui: this log passed 65536 bytes") and (
+            log.stat().st_size < 2 * limit
+        )
+
+    await eventually(cut_back, timeout=15)
+    gate.touch()
+    again = await make_engine(config=make_config(logs={"max_bytes": limit}))
+    assert (await again.wait(job.id, timeout=15)).status is JobStatus.COMPLETED
+
+
 async def test_a_stop_reaches_what_the_job_started_in_a_session_of_its_own(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

@@ -11,11 +11,13 @@ Lines (a key is a job id, ``7``, or a service replica, ``7.1``):
 
 =============================  ====================================================
 ``S key ticks``                about to start ``key`` (boot-relative clock ticks)
-``P key pid ticks``            ``key`` runs as ``pid``, started at ``ticks``
+``P key pid ticks [cap]``      ``key`` runs as ``pid``, started at ``ticks``, its log
+                               cut back past ``cap`` bytes (``-`` or none: no cap)
 ``F key``                      ``key`` could not be started (never ran)
 ``N key``                      ``key`` was found never to have started (see keeper)
 ``E key code``                 ``key`` ended with ``code`` (``-``: nobody could see)
 ``K key deadline``             SIGKILL ``key`` at ``deadline`` (epoch s) if still running
+``L key cap``                  ``key``'s log cap is now ``cap`` bytes (a live change)
 ``A key``                      the engine recorded ``key``'s end; it may be forgotten
 =============================  ====================================================
 
@@ -36,7 +38,16 @@ INTENT, RUNNING, EXITED = "intent", "running", "exited"
 class Entry:
     """What the journal says about one key."""
 
-    __slots__ = ("code", "ended_at", "intent_ticks", "kill_at", "pid", "state", "ticks")
+    __slots__ = (
+        "code",
+        "ended_at",
+        "intent_ticks",
+        "kill_at",
+        "max_log",
+        "pid",
+        "state",
+        "ticks",
+    )
 
     def __init__(self, state: str) -> None:
         self.state = state
@@ -46,6 +57,7 @@ class Entry:
         self.ended_at: float | None = None  # when the launcher saw it end (wall clock)
         self.kill_at: float | None = None
         self.intent_ticks = 0
+        self.max_log = 0  # its log's cap in bytes (0: none)
 
     def __repr__(self) -> str:
         return f"Entry({self.state}, pid={self.pid}, code={self.code})"
@@ -81,6 +93,8 @@ def _apply(entries: dict[str, Entry], fields: list[str]) -> None:
     elif op == "P":
         entry = entries.setdefault(key, Entry(RUNNING))
         entry.state, entry.pid, entry.ticks = RUNNING, int(fields[2]), int(fields[3])
+        # (a line written before the cap was kept has no fifth field)
+        entry.max_log = int(fields[4]) if len(fields) > 4 and fields[4] != "-" else 0
     elif op == "E":
         entry = entries.setdefault(key, Entry(EXITED))
         entry.state = EXITED
@@ -90,6 +104,9 @@ def _apply(entries: dict[str, Entry], fields: list[str]) -> None:
     elif op == "K":
         if key in entries:
             entries[key].kill_at = float(fields[2])
+    elif op == "L":
+        if key in entries:
+            entries[key].max_log = int(fields[2])
     elif op in ("F", "N", "A"):
         entries.pop(key, None)
 
@@ -105,7 +122,7 @@ def entry_lines(key: str, entry: Entry) -> bytes:
     if entry.state == INTENT:
         return line("S", key, entry.intent_ticks)
     if entry.pid is not None:
-        out += line("P", key, entry.pid, entry.ticks or 0)
+        out += line("P", key, entry.pid, entry.ticks or 0, entry.max_log or None)
     if entry.kill_at is not None:
         out += line("K", key, entry.kill_at)
     if entry.state == EXITED:

@@ -299,9 +299,13 @@ class Spawner:
                 task = Task(key, entry.pid, entry.ticks or 0, pidfd, child=False)
                 task.kill_at = entry.kill_at
                 task.ended_unseen = self.first
-                # Its log, to keep cutting it back (the engine's max_log says how far):
-                # taken over without it, a runaway log grew past its cap for good.
+                # Its log, to keep cutting it back: taken over without it, a runaway log
+                # grew past its cap for good. The cap journaled with it applies at once
+                # (the engine's max_log, when it connects, may change it).
                 task.log_fd = self._log_of(entry.pid)
+                if task.log_fd >= 0 and entry.max_log:
+                    task.max_log = entry.max_log
+                    task.log_next, task.log_every = time.monotonic(), LOG_CHECK_FIRST_S
                 self._watch(task)
                 continue
             if pidfd is not None:
@@ -561,6 +565,9 @@ class Spawner:
                 if task.log_fd >= 0 and limit > 0:
                     task.max_log, task.log_next, task.log_every = limit, now, LOG_CHECK_FIRST_S
                     taken += 1
+                    if task.key in self.entries and self.entries[task.key].max_log != limit:
+                        self.entries[task.key].max_log = limit
+                        self.journal.write("L", task.key, limit)
             self._send({"ev": "max_log", "bytes": limit, "jobs": taken})
         elif op == "query":
             self._send({"ev": "table", "tasks": self._table()})
@@ -677,9 +684,11 @@ class Spawner:
         finally:
             os.chdir("/")
         ticks = _start_ticks(pid, before, time.clock_gettime_ns(time.CLOCK_BOOTTIME))
-        self.journal.write("P", key, pid, ticks)
+        # (its log's cap too: a spawner that takes it over with no engine connected cuts
+        # it back at once, where it grew without bound until the engine came back)
+        self.journal.write("P", key, pid, ticks, max_log or None)
         entry = self.entries[key] = journal.Entry(journal.RUNNING)
-        entry.pid, entry.ticks = pid, ticks
+        entry.pid, entry.ticks, entry.max_log = pid, ticks, max_log
         task = Task(key, pid, ticks, os.pidfd_open(pid), child=True)
         task.log_fd, task.max_log = log_fd, max_log
         self._watch(task)
