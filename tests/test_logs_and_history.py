@@ -202,6 +202,42 @@ async def test_a_fast_writer_and_a_burst_at_the_end_stay_near_the_limit(
     assert "cut back " in done.message and " bytes dropped in all" in done.message
 
 
+async def test_a_logs_cut_total_holds_across_an_engine_restart(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # The job's message counted only the cuts the engine that was up saw ("130276378
+    # bytes dropped in all" while the log's note said 579033421).
+    import re
+
+    from gpulayer_tui.engine.logfiles import read_note
+
+    limit = 64 * 1024
+    config = make_config(logs={"max_bytes": limit})
+    first = await make_engine(config=config)
+    gate = tmp_path / "gate"
+    job = await first.submit({"command": [*STEADY_WRITER, str(gate)], "gpus": 0})
+    log = first.log_path(job.id)
+
+    def noted() -> int:
+        with open(log, "rb") as f:
+            return read_note(f.read(512))[0]
+
+    await eventually(lambda: noted() > 0, timeout=15)
+    await first.stop()
+    before = noted()
+    await eventually(lambda: noted() > before + 2 * limit, timeout=15)  # (cut with no engine)
+    second = await make_engine(config=config)
+    act = second.book.get(job.id)
+    assert act is not None
+    seen = act.log_note
+    await eventually(lambda: act.log_note != seen, timeout=15)  # (a cut this engine saw)
+    gate.touch()
+    done = await second.wait(job.id, timeout=15)
+    said = re.search(r"(\d+) bytes dropped in all", done.message)
+    assert said is not None, done.message
+    assert int(said.group(1)) == noted(), (done.message, noted())
+
+
 async def test_jobs_wait_for_disk_space_with_the_reason(make_engine: EngineFactory) -> None:
     engine = await make_engine(config=make_config(logs={"min_free_mb": 2**30}))
     job = await engine.submit({"command": ["true"], "gpus": 0})

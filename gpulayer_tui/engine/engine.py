@@ -858,23 +858,30 @@ class Engine:
             for key in [k for k, tally in self._log_cuts.items() if tally[0] == act.job.id]:
                 del self._log_cuts[key]
 
-    def _log_cut(self, key: TaskKey, dropped: int, kept: int, limit: int | None) -> None:
+    def _log_cut(
+        self, key: TaskKey, dropped: int, kept: int, limit: int | None, total_dropped: int | None
+    ) -> None:
         act = self.book.get(key[0] if isinstance(key, tuple) else key)
         tally = self._log_cuts.pop(key, None)
         if act is None:
             return
         if tally is None or tally[0] != act.job.id:
             tally = (act.job.id, 0, 0, 0.0)
-        _, cuts, total, noted_at = tally
-        cuts, total = cuts + 1, total + dropped
+        _, cuts, seen, noted_at = tally
+        cuts, seen = cuts + 1, seen + dropped
+        # (The spawner's count, as its note says, is of every cut: this engine's own sum
+        # started from 0 after a restart, and disagreed with the note.)
+        total = total_dropped if total_dropped is not None else seen
         which = f"replica {key[1]}'s log" if isinstance(key, tuple) else "its log"
         # (The limit the job was started with: a reload since changes the next jobs'.)
         limit = self.config.logs.max_bytes if limit is None else limit
         message = f"{which} passed [logs] max_bytes ({limit} bytes): "
-        if cuts == 1:
+        if total <= dropped:
             message += f"the first {dropped} bytes were dropped, the last {kept} kept"
-        else:
+        elif total == seen:  # (every cut seen here: their count is known)
             message += f"cut back {cuts} times, {total} bytes dropped in all, the last {kept} kept"
+        else:
+            message += f"cut back again, {total} bytes dropped in all, the last {kept} kept"
         now = time.monotonic()
         if cuts == 1 or now - noted_at >= LOG_NOTE_EVERY_S:
             # Recorded at most once a minute: a runaway writer is cut back many times a
@@ -883,7 +890,7 @@ class Engine:
             noted_at = now
         else:
             act.log_note = f"{LOG_CUT}{message}"  # (its final message says the total)
-        self._log_cuts[key] = (act.job.id, cuts, total, noted_at)
+        self._log_cuts[key] = (act.job.id, cuts, seen, noted_at)
 
     def _latest_sample(self) -> Sample | None:
         return self.sampler.latest

@@ -190,7 +190,7 @@ class LauncherExecutor:
         self.max_log = max_log  # a job's log is cut back past this ([logs] max_bytes)
         self._max_log_heard = True  # the launcher answered the last new max_log
         # (key, dropped, kept, the limit it passed: None from a launcher before it said)
-        self.log_cut: list[Callable[[TaskKey, int, int, int | None], None]] = []
+        self.log_cut: list[Callable[[TaskKey, int, int, int | None, int | None], None]] = []
         self._conn: _Connection | None = None
         self._transport: asyncio.WriteTransport | None = None
         self._serving = False  # open() is done: a lost connection is reconnected
@@ -582,12 +582,13 @@ class LauncherExecutor:
             watch = self._watches.get(str(event["key"]))
             if watch is not None:
                 for listener in self.log_cut:
-                    limit = event.get("limit")
+                    limit, total = event.get("limit"), event.get("total")
                     listener(
                         watch.key,
                         int(event["dropped"]),
                         int(event["kept"]),
                         None if limit is None else int(limit),
+                        None if total is None else int(total),
                     )
         elif kind == "max_log":
             self._max_log_heard = True

@@ -773,7 +773,8 @@ class Spawner:
             # How much of the job's output is gone in all: what earlier cuts dropped
             # (their note says), plus what this one drops, less the earlier note itself.
             before, old_note = read_note(os.pread(task.log_fd, 512, 0))
-            data = cut_note(task.max_log, before + dropped - old_note, len(tail)) + tail
+            total = before + dropped - old_note
+            data = cut_note(task.max_log, total, len(tail)) + tail
             try:
                 at_zero = os.open(f"/proc/self/fd/{task.log_fd}", os.O_WRONLY | os.O_CLOEXEC)
             except OSError:  # (no /proc: cut, then append, as the job does)
@@ -802,6 +803,7 @@ class Spawner:
                 "ev": "log_cut",
                 "key": task.key,
                 "dropped": dropped,
+                "total": total,  # (all cuts, the note's count: across engine restarts)
                 "kept": len(tail),
                 "limit": task.max_log,
             }
