@@ -407,6 +407,41 @@ def small_disk(paths: Paths) -> Iterator[Path]:
     subprocess.run(["umount", "-l", str(paths.state_dir)], check=False)
 
 
+async def test_a_small_disk_with_room_is_not_blamed_and_a_full_one_is(
+    small_disk: Path, make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Under 64 MiB free was "full": on a small disk with most of it free, every failing job
+    # was told a write had failed for want of space.
+    engine = await make_engine(config=make_config(logs={"min_free_mb": 0}))
+    failing = await engine.submit({"shell": "exit 3", "gpus": 0})
+    assert (await engine.wait(failing.id, timeout=10)).message == "exited with code 3"
+    gate = tmp_path / "gate"
+    again = await engine.submit(
+        {"shell": f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 3", "gpus": 0}
+    )
+    await eventually(lambda: _has_pid(engine, again.id))
+    await engine.store.flush()
+
+    def fill() -> None:
+        with open(small_disk / "filler", "wb") as filler, contextlib.suppress(OSError):
+            filler.write(b"\0" * (6 * 1024 * 1024))  # (until the disk is full)
+
+    fill()
+    try:
+        gate.touch()
+
+        def ended() -> bool:
+            act = engine.book.get(again.id)
+            return act is None or act.job.status.is_terminal
+
+        await eventually(ended, timeout=10)
+    finally:
+        (small_disk / "filler").unlink()  # (its end can be written now)
+    done = await engine.wait(again.id, timeout=10)
+    assert done.message.startswith("exited with code 3; the disk of its log (")
+    assert done.message.endswith("a write there may have failed with 'No space left on device'")
+
+
 async def test_clean_makes_room_on_a_full_disk(
     small_disk: Path, make_engine: EngineFactory, caplog: pytest.LogCaptureFixture
 ) -> None:

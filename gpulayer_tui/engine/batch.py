@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from .supervisor import Supervisor
 
 Reason = TerminationReason
+LATE_END_S = 5.0
+"""An end learnt this long after it happened (after an engine restart) gets no note of the
+disk's free space: that is today's, not the space as it ended."""
 ProcessEndListener = Callable[[Job, list["Domain"]], None]
 
 
@@ -445,7 +448,10 @@ class BatchRunner:
             return
         act.job.kill_at = None
         status, reason, message = stop_verdict(act.job, exit)
-        if reason in (Reason.EXIT_CODE, Reason.SIGNAL) and status is JobStatus.FAILED:
+        # (Read now: of an end learnt later, after a restart, today's disk says nothing.)
+        learnt_now = exit.at is None or time.time() - exit.at < LATE_END_S
+        failed = reason in (Reason.EXIT_CODE, Reason.SIGNAL) and status is JobStatus.FAILED
+        if failed and learnt_now:
             note = self._disk.full_note() if self._disk is not None else None
             if note:
                 message = f"{message}; {note}"

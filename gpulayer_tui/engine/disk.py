@@ -11,7 +11,8 @@ import os
 import time
 from pathlib import Path
 
-FULL_MB = 64  # below this a failed job's end says the disk may be why (see full_note)
+FULL_MB = 64  # below this a failed job's end says the disk may be why (see full_note)...
+FULL_SHARE = 0.05  # ... when that is also under this share of the filesystem
 CHECK_S = 1.0  # statvfs at most this often (the queue asks on every pass)...
 NEAR = 2  # ... unless the last reading was under NEAR times the floor: then every pass
 
@@ -72,10 +73,18 @@ class DiskSpace:
         A job that fails for a full disk often cannot say so: its own "No space left on
         device" is the write that fails. So the engine says it (read when the job ends).
         """
-        free = self.free_mb()
-        if free is None or free >= max(FULL_MB, self.min_free_mb):
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return None
+        free = st.f_bavail * st.f_frsize / 1024**2
+        size = st.f_blocks * st.f_frsize / 1024**2
+        # (19 MiB free of a 20 MiB disk is not full: every failing job there was told its
+        # writes failed for want of space.)
+        full = free < FULL_MB and free < FULL_SHARE * size
+        if not full and free >= self.min_free_mb:
             return None
         note = f"the disk of its log ({self.path}) had {free:.0f} MiB free as it ended"
-        if free < FULL_MB:
-            return f"{note}: a write there fails with 'No space left on device'"
+        if full:
+            return f"{note}: a write there may have failed with 'No space left on device'"
         return f"{note}, below [logs] min_free_mb = {self.min_free_mb}"
