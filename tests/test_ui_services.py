@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from textual.pilot import Pilot
-from textual.widgets import Checkbox
+from textual.widgets import Checkbox, Input
 
 from gpulayer_tui.screens.dialogs import ConfirmScreen
 from gpulayer_tui.screens.job_detail import JobDetailScreen
@@ -93,7 +93,15 @@ async def test_submit_a_service_through_the_form(ui_app: Any) -> None:
         await pilot.press("2")
         form = await open_form(pilot)
         await fill(pilot, form, "command", "exec python3 -m http.server --bind 127.0.0.1 $PORT")
+        # Off until 'service' is ticked (its placeholder "1" invited a value the form then
+        # refused for a batch job).
+        replicas = form.query_one("#replicas", Input)
+        assert replicas.disabled
+        form.query_one("#service", Checkbox).value = True
+        await until(pilot, lambda: not replicas.disabled, "replicas to open")
         await fill(pilot, form, "replicas", "2")
+        form.query_one("#service", Checkbox).value = False  # (a value kept, ticked off)
+        await until(pilot, lambda: replicas.disabled, "replicas to close")
         assert field_error(form, "replicas") == "replicas are for services: tick 'service'"
         form.query_one("#service", Checkbox).value = True
         await until(pilot, lambda: field_error(form, "replicas") == "", "the error to clear")

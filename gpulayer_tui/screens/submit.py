@@ -171,8 +171,10 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                 )
             yield form_field(
                 "Replicas",
-                Input(placeholder="1", id="replicas", classes="short"),
-                "service copies, each on its own GPU",
+                # (Off until 'service' is ticked: its placeholder invited a 1 the form then
+                # refused, "replicas are for services".)
+                Input(placeholder="1", id="replicas", classes="short", disabled=True),
+                "service copies, each on its own GPU (tick 'service' first)",
             )
             with Horizontal(classes="buttons"):
                 yield Button("Submit (ctrl+s)", id="submit", variant="primary")
@@ -268,6 +270,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
 
     @on(Checkbox.Changed, "#service")
     def _service_toggled(self, event: Checkbox.Changed) -> None:
+        self.query_one("#replicas", Input).disabled = not event.value
         self._check("replicas")
 
     # -- the spec ---------------------------------------------------------------------------
@@ -373,12 +376,15 @@ class SubmitScreen(FormScreen[JobJSON | None]):
         if field_id not in _FIELDS:
             return
         event.stop()
-        if field_id == _FIELDS[-1]:
+        # The next field, not the next widget: enter must not land on a checkbox (where
+        # the next enter would toggle it); nor on one that is off (replicas, for a batch
+        # job: enter stayed put). Past the last, it submits.
+        later = [self.query_one(f"#{f}", Input) for f in _FIELDS[_FIELDS.index(field_id) + 1 :]]
+        following = next((field for field in later if not field.disabled), None)
+        if following is None:
             self.action_submit()
         else:
-            # The next field, not the next widget: enter must not land on a checkbox
-            # (where the next enter would toggle it).
-            self.query_one(f"#{_FIELDS[_FIELDS.index(field_id) + 1]}", Input).focus()
+            following.focus()
 
     @on(Button.Pressed, "#submit")
     def _submit_pressed(self) -> None:
