@@ -586,8 +586,13 @@ async def test_log_tail_shows_lines_like_a_terminal_would() -> None:
         log.feed(chunks[2])
         log.feed(chunks[3])
         log.finish()
-        assert list(log.lines) == ["ok", "step 3", "100%", "done ☃", "no newline"]
+        # (A shorter rewrite leaves the end of a longer one showing, as on a terminal:
+        # "tab\there\rCR-over" showed "CR-over", its " here" lost.)
+        assert list(log.lines) == ["ok", "step 3", "100%#####", "done ☃", "no newline"]
         assert log.bytes_read == sum(len(c) for c in chunks)
+        log.reset()
+        log.feed(b"tab\there\rCR-over\n")
+        assert log.source_lines == ["CR-over here"]
 
 
 # -- snapshots (fixed data, fixed clock) ----------------------------------------------------

@@ -31,12 +31,21 @@ _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u2
 def clean_line(line: str) -> str:
     """What a terminal would end up showing for one line of output.
 
-    A carriage return (progress bars) restarts the line, so only the text after the
-    last one is kept; escape sequences and other control characters are dropped.
+    A carriage return (progress bars) goes back to the line's start, and what follows
+    writes over what was there: a shorter rewrite leaves the end of a longer one showing
+    ("tab\there\rCR-over" shows "CR-over here"; only "CR-over" was kept). Escape
+    sequences and other control characters are dropped.
     """
-    if "\r" in line:
-        line = line.rstrip("\r").rsplit("\r", 1)[-1]
-    return _CONTROLS.sub("", _ESCAPES.sub("", line))
+    if "\r" not in line:
+        return _CONTROLS.sub("", _ESCAPES.sub("", line))
+    shown = ""
+    # From the last rewrite back: each earlier one shows only past what is on top of it
+    # (linear in the line, however many rewrites a progress bar made).
+    for part in reversed(line.rstrip("\r").split("\r")):
+        part = _CONTROLS.sub("", _ESCAPES.sub("", part.expandtabs()))
+        if len(part) > len(shown):
+            shown += part[len(shown) :]
+    return shown
 
 
 LINE_SHOWN_MAX = 65_536
