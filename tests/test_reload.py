@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -611,15 +612,14 @@ async def test_a_shorter_sample_interval_takes_effect_at_once(
     await eventually(sampled_twice, timeout=10)
 
 
-async def test_a_removed_config_file_keeps_the_running_configuration(
-    make_engine: EngineFactory, paths: Paths, caplog: pytest.LogCaptureFixture
-) -> None:
-    # Moved away and back (a save), or removed a moment: the defaults were applied, the
-    # configured domain vanished and a waiting job pinned to it failed for good.
-    caplog.set_level(logging.WARNING, "gpulayer_tui.engine.reload")
+WORK = BASE + "[domains.work]\ngpu = 0\nslots = 1\n"
+
+
+async def _watched_work_domain(make_engine: EngineFactory, paths: Paths) -> tuple[Any, Any, Any]:
+    """An engine whose config file gives GPU 0 the 1-slot domain ``work``, a job running
+    there and one waiting for it; returned once its watcher has applied an edit."""
     paths.state_dir.mkdir(parents=True)
-    config = BASE + "[domains.work]\ngpu = 0\nslots = 1\n"
-    paths.config_file.write_text(config)
+    paths.config_file.write_text(WORK)
     engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
     running = await engine.submit({"command": ["sleep", "600"], "domain": "work"})
     waiting = await engine.submit({"command": ["true"], "domain": "work"})
@@ -628,10 +628,20 @@ async def test_a_removed_config_file_keeps_the_running_configuration(
     def watched() -> bool:  # (an edit seen: the watcher, started after the engine, runs)
         if engine.scheduler.domains["cpu"].slots == 3:
             return True
-        paths.config_file.write_text(config + "[cpu]\nslots = 3\n")
+        paths.config_file.write_text(WORK + "[cpu]\nslots = 3\n")
         return False
 
     await eventually(watched, timeout=10, interval=0.3)
+    return engine, running, waiting
+
+
+async def test_a_removed_config_file_keeps_the_running_configuration(
+    make_engine: EngineFactory, paths: Paths, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Moved away and back (a save), or removed a moment: the defaults were applied, the
+    # configured domain vanished and a waiting job pinned to it failed for good.
+    caplog.set_level(logging.WARNING, "gpulayer_tui.engine.reload")
+    engine, running, waiting = await _watched_work_domain(make_engine, paths)
     aside = paths.config_file.with_name("config.toml~")
     paths.config_file.rename(aside)
     await eventually(lambda: "was removed: the running configuration stays" in caplog.text)
@@ -656,24 +666,10 @@ async def test_a_save_held_up_between_truncating_and_writing_is_read_once_writte
     # The watcher read such a save in between and applied its empty file: the defaults,
     # for a moment (a waiting job pinned to a configured domain failed, and a user let in
     # by [security] had their open streams cut off).
-    paths.state_dir.mkdir(parents=True)
-    config = BASE + "[domains.work]\ngpu = 0\nslots = 1\n"
-    paths.config_file.write_text(config)
-    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
-    running = await engine.submit({"command": ["sleep", "600"], "domain": "work"})
-    waiting = await engine.submit({"command": ["true"], "domain": "work"})
-    assert waiting.status is JobStatus.QUEUED
-
-    def watched() -> bool:  # (an edit seen: the watcher, started after the engine, runs)
-        if engine.scheduler.domains["cpu"].slots == 3:
-            return True
-        paths.config_file.write_text(config + "[cpu]\nslots = 3\n")
-        return False
-
-    await eventually(watched, timeout=10, interval=0.3)
+    engine, running, waiting = await _watched_work_domain(make_engine, paths)
     with paths.config_file.open("w") as save:  # (truncated: empty for half a second)
         await asyncio.sleep(0.5)
-        save.write(config + "[cpu]\nslots = 5\n")
+        save.write(WORK + "[cpu]\nslots = 5\n")
     await eventually(lambda: engine.scheduler.domains["cpu"].slots == 5)
     changes = [c for e in _config_events(paths) for c in e.get("changes", [])]
     assert not [c for c in changes if "work" in str(c)], changes
