@@ -384,8 +384,10 @@ async def test_launch_failures_name_the_reason_and_the_engine_carries_on(
     await engine.wait(first.id, timeout=10)
     blocked = engine.log_path(first.id + 1)
     blocked.mkdir()
-    nolog = await engine.submit({"command": ["true"]})
-    assert nolog.id == first.id + 1
+    submitted = await engine.submit({"command": ["true"]})
+    assert submitted.id == first.id + 1
+    # (The spawner finds the log's path taken: its answer may come after the submit's.)
+    nolog = await engine.wait(submitted.id, timeout=10)
     assert nolog.termination_reason is TerminationReason.LAUNCH_FAILED
     assert nolog.message == f"cannot write the job's log {blocked}: Is a directory"
     # The reasons are stored, and the engine carries on.

@@ -386,12 +386,17 @@ def test_domain_states_follow_their_table() -> None:
     assert dom.state is DomainState.DRAINING
     assert dom.blocker(None, False) == "domain gpu0 draining: maintenance"
     dom.quarantine("GPU is lost")
-    with pytest.raises(IllegalTransition, match="quarantined -> draining"):
-        dom.drain("again")
+    assert (dom.state, dom.drain_reason) == (DomainState.QUARANTINED, "maintenance")
+    dom.release()  # (the quarantine; the operator's drain under it stays)
+    assert (dom.state, dom.state_reason) == (DomainState.DRAINING, "maintenance")
     dom.release()
     assert dom.state is DomainState.IN_SERVICE and dom.failures == 0
+    assert dom.drain_reason is None
     with pytest.raises(IllegalTransition, match="in_service -> in_service"):
         dom.release()
+    dom.quarantine("GPU is lost")
+    with pytest.raises(IllegalTransition, match="quarantined -> quarantined"):
+        dom.quarantine("again")
 
 
 def test_a_read_begun_before_a_release_does_not_quarantine_again() -> None:
