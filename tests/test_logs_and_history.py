@@ -21,7 +21,7 @@ from gpulayer_tui.engine.errors import StoreError
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.paths import Paths
 
-from .conftest import STEADY_WRITER, EngineFactory, Served, eventually, make_config
+from .conftest import STEADY_WRITER, EngineFactory, Served, eventually, make_config, pid_reaped
 
 
 async def test_a_log_past_its_limit_is_cut_back_to_its_end_with_a_note(
@@ -202,11 +202,13 @@ async def test_a_fast_writer_and_a_burst_at_the_end_stay_near_the_limit(
     assert "cut back " in done.message and " bytes dropped in all" in done.message
 
 
+@pytest.mark.parametrize("ends_while_down", [False, True])
 async def test_a_logs_cut_total_holds_across_an_engine_restart(
-    make_engine: EngineFactory, tmp_path: Path
+    make_engine: EngineFactory, tmp_path: Path, ends_while_down: bool
 ) -> None:
     # The job's message counted only the cuts the engine that was up saw ("130276378
-    # bytes dropped in all" while the log's note said 579033421).
+    # bytes dropped in all" while the log's note said 579033421); ended while no engine
+    # ran, it kept the last total one had seen.
     import re
 
     from gpulayer_tui.engine.logfiles import read_note
@@ -226,12 +228,16 @@ async def test_a_logs_cut_total_holds_across_an_engine_restart(
     await first.stop()
     before = noted()
     await eventually(lambda: noted() > before + 2 * limit, timeout=15)  # (cut with no engine)
+    if ends_while_down:
+        gate.touch()
+        await eventually(lambda: pid_reaped(job.pid or 0), timeout=15)
     second = await make_engine(config=config)
-    act = second.book.get(job.id)
-    assert act is not None
-    seen = act.log_note
-    await eventually(lambda: act.log_note != seen, timeout=15)  # (a cut this engine saw)
-    gate.touch()
+    if not ends_while_down:
+        act = second.book.get(job.id)
+        assert act is not None
+        seen = act.log_note
+        await eventually(lambda: act.log_note != seen, timeout=15)  # (a cut this engine saw)
+        gate.touch()
     done = await second.wait(job.id, timeout=15)
     said = re.search(r"(\d+) bytes dropped in all", done.message)
     assert said is not None, done.message
@@ -440,6 +446,34 @@ async def test_a_small_disk_with_room_is_not_blamed_and_a_full_one_is(
     done = await engine.wait(again.id, timeout=10)
     assert done.message.startswith("exited with code 3; the disk of its log (")
     assert done.message.endswith("a write there may have failed with 'No space left on device'")
+
+
+async def test_an_end_learnt_after_a_restart_is_not_blamed_on_the_disk_of_now(
+    small_disk: Path, make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # It ended with the disk free; the disk filled up while no engine ran: the next
+    # engine said "had 5 MiB free as it ended".
+    first = await make_engine(config=make_config(logs={"min_free_mb": 0}))
+    gate = tmp_path / "gate"
+    job = await first.submit(
+        {"shell": f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 3", "gpus": 0}
+    )
+    await first.stop()
+    gate.touch()
+    await eventually(lambda: pid_reaped(job.pid or 0))
+    free = shutil.disk_usage(small_disk).free
+
+    def fill() -> None:  # (nearly full: room left for the database's writes)
+        with open(small_disk / "filler", "wb") as filler:
+            filler.write(b"\0" * (free - 200 * 1024))
+
+    fill()
+    try:
+        second = await make_engine(config=make_config(logs={"min_free_mb": 0}))
+        done = await second.wait(job.id, timeout=10)
+    finally:
+        (small_disk / "filler").unlink()
+    assert done.message == "exited with code 3"
 
 
 async def test_clean_makes_room_on_a_full_disk(

@@ -32,9 +32,6 @@ if TYPE_CHECKING:
     from .supervisor import Supervisor
 
 Reason = TerminationReason
-LATE_END_S = 5.0
-"""An end learnt this long after it happened (after an engine restart) gets no note of the
-disk's free space: that is today's, not the space as it ended."""
 ProcessEndListener = Callable[[Job, list["Domain"]], None]
 
 
@@ -233,6 +230,10 @@ class BatchRunner:
         self._process_end: list[ProcessEndListener] = []
         self._requeued: list[Callable[[ActiveJob], None]] = []
         self._stuck = StuckReleaser(book, lambda: self._settings.release_after, self._let_go)
+        self._since = time.time()  # (an end before this was learnt after a restart)
+        self.log_total: Callable[[ActiveJob, int], None] | None = None
+        """Told what all cuts of a job's log dropped, as its launcher saw it end (the
+        engine's own count misses the cuts made while none ran)."""
 
     def reconfigure(self, settings: EngineSettings) -> None:
         """Use new ``[engine]`` settings from now on."""
@@ -447,9 +448,11 @@ class BatchRunner:
             self._requeue(act)
             return
         act.job.kill_at = None
+        if exit.log_dropped and self.log_total is not None:
+            self.log_total(act, exit.log_dropped)
         status, reason, message = stop_verdict(act.job, exit)
-        # (Read now: of an end learnt later, after a restart, today's disk says nothing.)
-        learnt_now = exit.at is None or time.time() - exit.at < LATE_END_S
+        # (Read now: of an end before this engine started, today's disk says nothing.)
+        learnt_now = exit.at is None or exit.at >= self._since
         failed = reason in (Reason.EXIT_CODE, Reason.SIGNAL) and status is JobStatus.FAILED
         if failed and learnt_now:
             note = self._disk.full_note() if self._disk is not None else None

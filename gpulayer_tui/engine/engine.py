@@ -274,6 +274,7 @@ class Engine:
         # minute per log: how often, how much in all, by job id, cuts, bytes, when said).
         self._log_cuts: dict[TaskKey, tuple[int, int, int, float]] = {}
         self.executor.log_cut.append(self._log_cut)
+        self.batch.log_total = self._log_total
         self.book.on_end(self._forget_log_cuts)
 
     def _reconfigure(self, config: Config) -> None:
@@ -857,6 +858,21 @@ class Engine:
         if self._log_cuts:
             for key in [k for k, tally in self._log_cuts.items() if tally[0] == act.job.id]:
                 del self._log_cuts[key]
+
+    def _log_total(self, act: ActiveJob, total: int) -> None:
+        """A job ended with ``total`` bytes of output dropped by its log's cuts, as its
+        launcher counted them: said in its end where this engine saw fewer (cuts made
+        while no engine ran; ended so, its message kept the last total one had seen)."""
+        tally = self._log_cuts.get(act.job.id)
+        if tally is not None and tally[0] == act.job.id and tally[2] == total:
+            return
+        if act.log_note and f" {total} bytes" in act.log_note:
+            return
+        limit = self.config.logs.max_bytes
+        act.log_note = (
+            f"{LOG_CUT}its log passed [logs] max_bytes ({limit} bytes): "
+            f"cut back, {total} bytes dropped in all"
+        )
 
     def _log_cut(
         self, key: TaskKey, dropped: int, kept: int, limit: int | None, total_dropped: int | None

@@ -38,12 +38,14 @@ class Exit:
         recorded: True when the executor observed ``code`` itself.
         error: Set when the task never ran (it could not be started): the reason.
         at: When it ended, as the executor saw it (``None``: when the engine learns it).
+        log_dropped: The output its log's cuts dropped in all (``None``: none, or unknown).
     """
 
     code: int | None
     recorded: bool
     error: str | None = None
     at: float | None = None
+    log_dropped: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ Lines (a key is a job id, ``7``, or a service replica, ``7.1``):
                                cut back past ``cap`` bytes (``-`` or none: no cap)
 ``F key``                      ``key`` could not be started (never ran)
 ``N key``                      ``key`` was found never to have started (see keeper)
-``E key code``                 ``key`` ended with ``code`` (``-``: nobody could see)
+``E key code at [dropped]``    ``key`` ended with ``code`` (``-``: nobody could see) at
+                               ``at``; its log's cuts dropped ``dropped`` bytes in all
 ``K key deadline``             SIGKILL ``key`` at ``deadline`` (epoch s) if still running
 ``L key cap``                  ``key``'s log cap is now ``cap`` bytes (a live change)
 ``A key``                      the engine recorded ``key``'s end; it may be forgotten
@@ -43,6 +44,7 @@ class Entry:
         "ended_at",
         "intent_ticks",
         "kill_at",
+        "log_dropped",
         "max_log",
         "pid",
         "state",
@@ -58,6 +60,7 @@ class Entry:
         self.kill_at: float | None = None
         self.intent_ticks = 0
         self.max_log = 0  # its log's cap in bytes (0: none)
+        self.log_dropped = 0  # the output its log's cuts dropped, in all
 
     def __repr__(self) -> str:
         return f"Entry({self.state}, pid={self.pid}, code={self.code})"
@@ -101,6 +104,7 @@ def _apply(entries: dict[str, Entry], fields: list[str]) -> None:
         entry.code = None if fields[2] == "-" else int(fields[2])
         # (a line written before the time was kept has no fourth field)
         entry.ended_at = float(fields[3]) if len(fields) > 3 and fields[3] != "-" else None
+        entry.log_dropped = int(fields[4]) if len(fields) > 4 and fields[4] != "-" else 0
     elif op == "K":
         if key in entries:
             entries[key].kill_at = float(fields[2])
@@ -126,7 +130,7 @@ def entry_lines(key: str, entry: Entry) -> bytes:
     if entry.kill_at is not None:
         out += line("K", key, entry.kill_at)
     if entry.state == EXITED:
-        out += line("E", key, entry.code, entry.ended_at)
+        out += line("E", key, entry.code, entry.ended_at, entry.log_dropped or None)
     return out
 
 

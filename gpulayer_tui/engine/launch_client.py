@@ -575,7 +575,13 @@ class LauncherExecutor:
         if kind == "started":
             self._started(str(event["key"]), int(event["pid"]), int(event["ticks"]))
         elif kind == "exited":
-            self._exited(str(event["key"]), event.get("code"), event.get("at"))
+            dropped = event.get("dropped")
+            self._exited(
+                str(event["key"]),
+                event.get("code"),
+                event.get("at"),
+                None if dropped is None else int(dropped),
+            )
         elif kind == "failed":
             self._failed(str(event["key"]), str(event["error"]))
         elif kind == "log_cut":
@@ -606,15 +612,17 @@ class LauncherExecutor:
         watch.pid = pid
         watch.on_start(Started(pid, ticks))
 
-    def _exited(self, lkey: str, code: int | None, at: float | None = None) -> None:
+    def _exited(
+        self, lkey: str, code: int | None, at: float | None = None, dropped: int | None = None
+    ) -> None:
         self._pending.pop(lkey, None)
         held = self._watches.get(lkey)
-        if held is not None and held.hold(functools.partial(self._exited, lkey, code, at)):
+        if held is not None and held.hold(functools.partial(self._exited, lkey, code, at, dropped)):
             return
         self._stops.pop(lkey, None)
         watch = self._watches.pop(lkey, None)
         if watch is not None:
-            watch.on_exit(Exit(code, recorded=code is not None, at=at))
+            watch.on_exit(Exit(code, recorded=code is not None, at=at, log_dropped=dropped))
         elif lkey in self._released:
             # Released as unkillable, it ended after all: its job is over already.
             self._released.discard(lkey)
@@ -625,7 +633,7 @@ class LauncherExecutor:
             # Not watched yet: it ended between the table's answer and the restore's
             # find(), which would have found it running and waited for ever for an end
             # already told (a restarted engine's job stayed "running", its end journaled).
-            self._table[lkey] = {"state": "exited", "code": code, "at": at}
+            self._table[lkey] = {"state": "exited", "code": code, "at": at, "dropped": dropped}
 
     def _failed(self, lkey: str, error: str) -> None:
         self._pending.pop(lkey, None)
@@ -751,7 +759,13 @@ class LauncherExecutor:
         if info is None:
             return None
         if info["state"] == "exited":
-            return Exit(info["code"], recorded=info["code"] is not None, at=info.get("at"))
+            dropped = info.get("dropped")
+            return Exit(
+                info["code"],
+                recorded=info["code"] is not None,
+                at=info.get("at"),
+                log_dropped=None if dropped is None else int(dropped),
+            )
         watch = _Watch(key, on_start, on_exit)
         watch.pid = int(info["pid"])
         self._watches[lkey] = watch

@@ -34,7 +34,8 @@ Requests (engine -> spawner) and events (spawner -> engine), one JSON object per
 ``{"op": "quit_if_idle"}``                          exit now if nothing runs
 ``{"ev": "started", "key", "pid", "ticks"}``        it runs
 ``{"ev": "failed", "key", "error"}``                it could not start (never ran)
-``{"ev": "exited", "key", "code", "at"}``           it ended at ``at`` (``code`` null: unobservable)
+``{"ev": "exited", "key", "code", "at", ...}``      it ended at ``at`` (``code`` null: unobservable;
+                                                   ``dropped``: what its log's cuts dropped)
 ``{"ev": "log_cut", "key", "dropped", "kept"}``      its log passed ``max_log`` and was cut
 =================================================  =========================================
 
@@ -186,6 +187,7 @@ class Task:
         "ended_unseen",
         "key",
         "kill_at",
+        "log_dropped",
         "log_every",
         "log_fd",
         "log_next",
@@ -212,6 +214,7 @@ class Task:
         self.log_every = LOG_CHECK_FIRST_S  # (see LOG_CHECK_S)
         self.log_next = time.monotonic() + LOG_CHECK_FIRST_S
         self.log_seen = 0  # its size at the last look
+        self.log_dropped = 0  # its output that cuts dropped, in all (the note's count)
 
 
 class Spawner:
@@ -591,6 +594,7 @@ class Spawner:
                 "ticks": entry.ticks,
                 "code": entry.code,
                 "at": entry.ended_at,
+                "dropped": entry.log_dropped or None,
                 "kill_at": entry.kill_at,
             }
         return table
@@ -606,7 +610,15 @@ class Spawner:
             if known.state == journal.RUNNING:
                 self._send({"ev": "started", "key": key, "pid": known.pid, "ticks": known.ticks})
             elif known.state == journal.EXITED:
-                self._send({"ev": "exited", "key": key, "code": known.code, "at": known.ended_at})
+                self._send(
+                    {
+                        "ev": "exited",
+                        "key": key,
+                        "code": known.code,
+                        "at": known.ended_at,
+                        "dropped": known.log_dropped or None,
+                    }
+                )
             return
         argv = [str(a) for a in request["argv"]]
         cwd = str(request["cwd"])
@@ -738,6 +750,10 @@ class Spawner:
         if task.log_fd >= 0:
             if task.max_log:
                 self._cap_log(task)  # (what it wrote since the last look)
+                if not task.child and not task.log_dropped:
+                    # Taken over from an earlier spawner: its cuts are in the note.
+                    with contextlib.suppress(OSError):
+                        task.log_dropped = read_note(os.pread(task.log_fd, 512, 0))[0]
             os.close(task.log_fd)
             task.log_fd = -1
         # When it ended: the keeper's word if it saw the death first, else now (this is
@@ -745,10 +761,14 @@ class Spawner:
         at = time.time()
         if task.dead_at is not None:  # (a monotonic time: moved onto the wall clock)
             at -= time.monotonic() - task.dead_at
-        self.journal.write("E", task.key, code, at)
+        # (With what all cuts of its log dropped: an engine that learns the end later, no
+        # cut seen, told the last total it had seen.)
+        dropped = task.log_dropped or None
+        self.journal.write("E", task.key, code, at, dropped)
         entry = self.entries.setdefault(task.key, journal.Entry(journal.EXITED))
         entry.state, entry.code, entry.ended_at = journal.EXITED, code, at
-        self._send({"ev": "exited", "key": task.key, "code": code, "at": at})
+        entry.log_dropped = task.log_dropped
+        self._send({"ev": "exited", "key": task.key, "code": code, "at": at, "dropped": dropped})
 
     def _cap_log(self, task: Task) -> int:
         """Cut a log that grew past its limit back to its last part, with a note; the
@@ -774,6 +794,7 @@ class Spawner:
             # (their note says), plus what this one drops, less the earlier note itself.
             before, old_note = read_note(os.pread(task.log_fd, 512, 0))
             total = before + dropped - old_note
+            task.log_dropped = total
             data = cut_note(task.max_log, total, len(tail)) + tail
             try:
                 at_zero = os.open(f"/proc/self/fd/{task.log_fd}", os.O_WRONLY | os.O_CLOEXEC)
