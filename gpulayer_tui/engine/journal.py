@@ -116,8 +116,11 @@ def _apply(entries: dict[str, Entry], fields: list[str]) -> None:
 
 
 def line(*fields: object) -> bytes:
-    """One journal line."""
-    return (" ".join("-" if f is None else str(f) for f in fields) + "\n").encode()
+    """One journal line (trailing fields that are ``None`` left off: optional ones)."""
+    count = len(fields)
+    while count > 2 and fields[count - 1] is None:
+        count -= 1
+    return (" ".join("-" if f is None else str(f) for f in fields[:count]) + "\n").encode()
 
 
 def entry_lines(key: str, entry: Entry) -> bytes:
