@@ -103,8 +103,9 @@ async def test_no_notify_section_means_no_subscriber(make_engine: EngineFactory)
 class _Hook:
     """A webhook on 127.0.0.1 that answers ``status`` and keeps what it was sent."""
 
-    def __init__(self, status: int = 200) -> None:
+    def __init__(self, status: int = 200, headers: dict[str, str] | None = None) -> None:
         self.status = status
+        self.headers = headers or {}
         self.got: list[dict[str, Any]] = []
         self.runner: web.AppRunner | None = None
         self.url = ""
@@ -112,7 +113,7 @@ class _Hook:
     async def _post(self, request: web.Request) -> web.Response:
         assert request.content_type == "application/json"
         self.got.append(await request.json())
-        return web.Response(status=self.status)
+        return web.Response(status=self.status, headers=self.headers)
 
     async def __aenter__(self) -> _Hook:
         app = web.Application()
@@ -144,6 +145,23 @@ async def test_the_webhook_receives_the_json(make_engine: EngineFactory) -> None
             0,
         )
         await eventually(lambda: engine.notifier.sent == 1)
+
+
+async def test_a_redirecting_webhook_is_a_failure_naming_where_to(
+    make_engine: EngineFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Followed, the POST arrived as a GET without its body, and counted as delivered:
+    # every notification lost, nothing said (an http:// URL moved to https://).
+    caplog.set_level(logging.WARNING, LOGGER)
+    async with _Hook(status=302, headers={"Location": "https://example.org/hook?k=1"}) as hook:
+        engine = await _engine(make_engine, url=hook.url)
+        job = await engine.submit({"command": ["true"], "notify": True})
+        await engine.wait(job.id, timeout=20)
+        await eventually(lambda: engine.notifier.failed == 1, timeout=20)
+        assert engine.notifier.sent == 0 and len(hook.got) == 1
+        assert "failed: HTTP 302, redirected to https://example.org/...: set [notify] url" in (
+            caplog.text
+        )
 
 
 def _closed_port() -> int:

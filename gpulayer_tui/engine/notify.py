@@ -310,25 +310,34 @@ class Notifier:
         return True
 
     async def _post(self, url: str, body: bytes, pending: _Pending, timeout: float) -> bool:
-        """POST ``body`` to ``url``; True on an answer under 400 in time."""
+        """POST ``body`` to ``url``; True on a 2xx answer in time (a redirect is not
+        followed: it is a failure naming where to)."""
         if self._session is None:
             self._session = aiohttp.ClientSession()
         try:
             async with (
                 asyncio.timeout(timeout),
+                # (Not followed: a redirected POST arrives as a GET without its body, and
+                # was counted delivered: every notification lost, nothing said.)
                 self._session.post(
-                    url, data=body, headers={"Content-Type": "application/json"}
+                    url,
+                    data=body,
+                    headers={"Content-Type": "application/json"},
+                    allow_redirects=False,
                 ) as answer,
             ):
                 status = answer.status
+                moved = answer.headers.get("Location", "")
         except TimeoutError:
             why = f"no answer within {timeout:g} s ([notify] timeout)"
         except (aiohttp.ClientError, OSError) as err:
             why = str(err) or type(err).__name__
         else:
-            if status < 400:
+            if status < 300:
                 return True
             why = f"HTTP {status}"
+            if 300 <= status < 400:
+                why += f", redirected to {shown_url(moved)}: set [notify] url to it"
         shown = shown_url(url)
         if why == url:  # (aiohttp's InvalidURL says only the URL)
             why = "not a URL that can be reached"
