@@ -380,18 +380,21 @@ def test_a_users_share_divides_its_usage() -> None:
     # rounded value, by name on a tie, against the scheduler's true order.
     rows = box.queue.users_view()
     assert [(r["user"], r["gpu_hours"], r["share"]) for r in rows] == [
-        (user_label(ME), round(5000 / 3600, 2), 10),
-        (user_label(OTHER), round(1000 / 3600, 2), 1),
+        (user_label(ME), round(5000 / 3600, 4), 10),
+        (user_label(OTHER), round(1000 / 3600, 4), 1),
     ]
     assert rows[0]["fair_usage"] == pytest.approx(5000 / 3600 / 10)
 
 
-def test_users_alike_to_the_hundredth_are_listed_in_the_schedulers_order() -> None:
+def test_users_alike_as_shown_are_listed_in_the_schedulers_order() -> None:
     box = Box(gpus=1)
     box.queue.fair.charge(ME, 1000.0, box.clock.now)
-    box.queue.fair.charge(OTHER, 1000.4, box.clock.now)  # (0.28 GPU-hours both)
+    box.queue.fair.charge(OTHER, 1000.1, box.clock.now)  # (0.2778 GPU-hours both)
     rows = box.queue.users_view()
-    assert [r["gpu_hours"] for r in rows] == [0.28, 0.28]
+    assert [r["gpu_hours"] for r in rows] == [0.2778, 0.2778]
+    # (Shown to 4 places: 9 GPU-seconds read "0" at 2.)
+    box.queue.fair.charge(ME, 9.0, box.clock.now)
+    assert box.queue.users_view()[1]["gpu_hours"] == 0.2803
     # By name, nobody came before root; the scheduler takes root (less use) first.
     assert [r["user"] for r in rows] == [user_label(ME), user_label(OTHER)]
 

@@ -203,7 +203,7 @@ class JobQueue:
         share = self.limits.share(uid)
         return {
             "user": user_label(uid),
-            "gpu_hours": round(used / 3600, 2),
+            "gpu_hours": round(used / 3600, 4),  # (2 places said 0 for 9 GPU-seconds)
             "share": share,
             "fair_usage": used / 3600 / share,
         }
