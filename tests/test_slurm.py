@@ -252,6 +252,44 @@ async def test_ends_the_controller_forgot_come_from_accounting_after_a_restart(
     assert again.clusters._clusters["test"].accounting == "jobcomp"  # (sacct -c)
 
 
+async def test_a_cluster_job_whose_folder_is_gone_fails_instead_of_running_in_tmp(
+    cluster_engine: Any, tmp_path: Path
+) -> None:
+    # Slurm ran it in /tmp ("couldn't chdir ... going to /tmp instead") and it showed
+    # "completed": a command meant for one folder ran in another.
+    engine = cluster_engine
+    gone = tmp_path / "gone"  # (a folder on the node: not checked here)
+    job = await engine.submit(_spec("pwd > where", cwd=str(tmp_path)))
+    assert (await engine.wait(job.id, timeout=60)).status is JobStatus.COMPLETED
+    assert (tmp_path / "where").read_text() == f"{tmp_path}\n"
+    marker = f"ran-here-{tmp_path.name}"  # (a name of this run's: /tmp is shared)
+    doomed = await engine.submit(_spec(f"pwd; touch {marker}", cwd=str(gone)))
+    done = await engine.wait(doomed.id, timeout=60)
+    assert (done.status, done.exit_code) == (JobStatus.FAILED, 1), done.message
+    said = engine.log_path(doomed.id).read_text()
+    assert f"gpulayer-tui: working directory does not exist on the node: {gone}" in said
+    assert marker not in os.listdir("/tmp")
+
+
+@pytest.mark.timeout(150)
+async def test_a_submission_the_controller_forgot_is_found_in_accounting(
+    cluster_engine: Any, slurm_conf: str
+) -> None:
+    # A restarted engine looked up an unrecorded submission in squeue alone: run and
+    # forgotten (MinJobAge) before it looked, the job was submitted again and ran twice.
+    engine = cluster_engine
+    job = await engine.submit(_spec("echo once"))
+    done = await engine.wait(job.id, timeout=60)
+    cluster_id = done.cluster_job_id
+    assert cluster_id is not None
+    await eventually(
+        lambda: asyncio.to_thread(_forgotten, slurm_conf, cluster_id), timeout=90, interval=1
+    )
+    cluster = engine.clusters._clusters["test"]
+    found = await cluster.find(engine.clusters.slurm_name(job.id), done.created_at)
+    assert [j.job_id for j in found] == [cluster_id]
+
+
 async def test_without_accounting_exit_codes_come_from_the_controller(
     cluster_engine: Any,
 ) -> None:
@@ -282,6 +320,7 @@ async def test_a_cluster_timeout_ends_like_a_local_one(cluster_engine: Any) -> N
         == (JobStatus.FAILED, TerminationReason.TIMEOUT)
     )
     assert remote_end.message.startswith("timed out: Slurm stopped it at its time limit of 1 min")
+    assert remote_end.exit_code is None  # (Slurm's 0:0 read "exit code 0")
     assert remote_end.started_at is not None and remote_end.ended_at is not None
     assert remote_end.ended_at - remote_end.started_at >= 60
 

@@ -210,6 +210,10 @@ class ClusterRunner:
         # A job restored with the decision already stored may have reached the cluster
         # before the engine stopped: it is looked up by name before it is submitted.
         restored = job.message.startswith(SUBMITTING)
+        if restored:
+            # Its sbatch may still be on its way (it outlives a killed engine): it is not
+            # taken as never submitted before the cluster has answered a while without it.
+            self._unsure.setdefault(job.id, time.monotonic())
         self._book.set_reason(act, f"{SUBMITTING}{spec.cluster}")
         self._book.after_commit(
             functools.partial(self._spawn, self._submit(job.id, restored=restored))
@@ -242,7 +246,7 @@ class ClusterRunner:
             async with self._sbatch_slots:  # (500 at once would crowd the controller)
                 # A submission decided before a crash, or one whose sbatch went unanswered,
                 # may have reached the cluster: looked up by name first.
-                found = await cluster.find(slurm_name) if restored else []
+                found = await cluster.find(slurm_name, job.created_at) if restored else []
                 if found:
                     cluster_id = found[0].job_id
                 elif not self._surely_absent(job_id, name):
@@ -255,7 +259,7 @@ class ClusterRunner:
                 else:
                     options = self._sbatch(job_id, spec, cluster, slurm_name)
                     sent = True
-                    cluster_id = await cluster.submit(*options)
+                    cluster_id = await cluster.submit(*options, cwd=argv_of(spec)[1])
         except ClusterError as err:
             if err.unreachable:
                 if sent:
@@ -523,7 +527,8 @@ class ClusterRunner:
             # As a local job's: 128+N for signal N. Slurm records 0:0 for a cancelled job
             # (pending, held for its dependencies, or running): no exit status, not 0.
             code = found.exit_code if found.signal is None else 128 + found.signal
-            if status is JobStatus.CANCELLED and found.signal is None:
+            stopped = status is JobStatus.CANCELLED or reason is Reason.TIMEOUT
+            if stopped and found.signal is None:  # (a timeout's 0:0 read "exit code 0")
                 code = None
             self._book.finish(act, status, reason, message, code, ended_at=found.end_time)
             self._tracked.pop(job.id, None)

@@ -375,8 +375,17 @@ class SlurmCluster:
             text = (err or out).decode(errors="replace").strip().splitlines()
             why = text[-1] if text else f"exit code {proc.returncode}"
             # A controller that does not answer is not a refusal of the job.
+            # (munge down fails every command with an authentication error: the cluster is
+            # out of reach for now, not refusing the job, which failed for good)
             unreachable = any(
-                w in why for w in ("Unable to contact", "Connection refused", "timed out")
+                w in why
+                for w in (
+                    "Unable to contact",
+                    "Connection refused",
+                    "timed out",
+                    "authentication error",
+                    "Munge",
+                )
             )
             raise ClusterError(f"{argv[0]}: {why}", unreachable=unreachable)
         return out.decode(errors="replace")
@@ -388,7 +397,13 @@ class SlurmCluster:
         scontrol = await self.run("scontrol", "show", "partition", name, "-o")
         return parse_partition(sinfo, scontrol, name)
 
-    async def submit(self, argv: list[str], options: list[str], env: dict[str, str]) -> str:
+    async def submit(
+        self,
+        argv: list[str],
+        options: list[str],
+        env: dict[str, str],
+        cwd: str | None = None,
+    ) -> str:
         """``sbatch --parsable`` with a script that sets ``env`` and execs ``argv``; the
         job's id on the cluster. (The environment travels in the script, not sbatch's
         ``--export``, so values may hold commas and a ``command_prefix`` such as ssh does
@@ -397,6 +412,15 @@ class SlurmCluster:
         # Names sh can export (dash aborts the whole script at "export café=1"; Python's
         # isidentifier took it).
         lines += [f"export {k}={shlex.quote(v)}" for k, v in env.items() if _SH_NAME.fullmatch(k)]
+        if cwd is not None:
+            # Slurm runs a job whose -D it cannot enter in /tmp, with a line in the log:
+            # the command ran in another folder and "completed" (as a local job does
+            # not: it fails to launch). It fails here, saying why.
+            folder = shlex.quote(cwd)
+            lines.append(
+                f"cd -- {folder} 2>/dev/null || {{ echo 'gpulayer-tui: working directory "
+                f"does not exist on the node: '{folder} >&2; exit 1; }}"
+            )
         lines.append("exec " + shlex.join(argv))
         out = await self.run(
             "sbatch", "--parsable", "--export=ALL", *options, stdin="\n".join(lines) + "\n"
@@ -463,10 +487,32 @@ class SlurmCluster:
         match = re.search(r"\bExitCode=(\S+)", out)
         return (None, None) if match is None else exit_pair(match.group(1))
 
-    async def find(self, name: str) -> list[SlurmJob]:
-        """Jobs by name (a submission whose id was not recorded before a crash)."""
+    async def find(self, name: str, since: float | None = None) -> list[SlurmJob]:
+        """Jobs by name (a submission whose id was not recorded before a crash): the
+        controller's, else accounting's since ``since`` (epoch s). A job that ran and was
+        forgotten by the controller (``MinJobAge``) before the engine looked was taken
+        as never submitted, and submitted again: it ran twice."""
         found = parse_jobs(await self.run("squeue", "--json", "-t", "all", "--name", name))
-        return [job for job in found if job.name == name]
+        found = [job for job in found if job.name == name]
+        if found or self.accounting == "none":
+            return found
+        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime((since or time.time()) - 60))
+        modes = ["sacct", "jobcomp"] if self.accounting is None else [self.accounting]
+        for mode in modes:
+            # (jobcomp's records are filtered here: its --name filter is not to be relied on)
+            flags = ["-c"] if mode == "jobcomp" else ["--name", name]
+            try:
+                out = await self.run(
+                    "sacct", *flags, "-X", "-P", "-n", "-o", SACCT_FORMAT, "-S", start
+                )
+            except ClusterError as err:
+                if any(words in str(err) for words in NO_ACCOUNTING):
+                    continue
+                raise
+            self.accounting = mode
+            return [job for job in parse_sacct(out) if job.name == name]
+        self.accounting = "none"
+        return []
 
     async def cancel(self, job_id: str) -> None:
         """``scancel`` (TERM, then KILL as the cluster is configured)."""
