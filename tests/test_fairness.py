@@ -430,6 +430,24 @@ async def test_fair_share_is_rebuilt_from_history_after_a_restart(
     assert again.queue.fair.usage(uid, time.time()) == pytest.approx(used, rel=0.05)
 
 
+async def test_fair_share_outlives_a_clean_of_the_history_and_a_restart(
+    make_engine: EngineFactory,
+) -> None:
+    # Rebuilt from the job rows at every start: `clean` (or [history] keep_jobs) wiped
+    # the use of the jobs it removed, once the engine restarted.
+    engine = await make_engine("1xA100-80GB")
+    job = await engine.submit({"command": ["sleep", "0.3"], "gpus": 1})
+    await engine.wait(job.id, timeout=10)
+    uid = os.geteuid()
+    used = engine.queue.fair.usage(uid, time.time())
+    assert used > 0
+    assert (await engine.retention.clean(time.time() + 1, None))["jobs"] == 1
+    await engine.stop()
+    again = await make_engine("1xA100-80GB")
+    assert await again.list_jobs() == []
+    assert again.queue.fair.usage(uid, time.time()) == pytest.approx(used, rel=0.05)
+
+
 # -- preemption ------------------------------------------------------------------------------
 
 
@@ -585,6 +603,23 @@ async def test_preemption_end_to_end_checkpoint_signal_then_requeue(
     again = await engine.wait(victim.id, timeout=30)
     assert again.status is JobStatus.COMPLETED and again.attempt == 1
     assert log.read_text().split() == ["start", "checkpoint", "term", "start"]
+    # Both its runs held the GPU: both are booked to its user (the first was not; each
+    # start resets started_at), and so is the urgent job.
+    ran = [e["at"] for e in await engine.events_of(victim.id) if e.get("status") == "running"]
+    first_run = (
+        next(
+            e["at"]
+            for e in await engine.events_of(victim.id)
+            if e.get("status") == "queued" and "preempted" in (e.get("message") or "")
+        )
+        - ran[0]
+    )
+    assert again.started_at is not None and again.ended_at is not None
+    second_run = again.ended_at - again.started_at
+    assert done.started_at is not None and done.ended_at is not None
+    urgent_run = done.ended_at - done.started_at
+    booked = engine.queue.fair.usage(os.geteuid(), again.ended_at)
+    assert booked == pytest.approx(first_run + second_run + urgent_run, rel=0.05, abs=0.05)
     events = await engine.events_of(victim.id)
     requeued = [
         e for e in events if e.get("status") == "queued" and "preempted" in (e.get("message") or "")

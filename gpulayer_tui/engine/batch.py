@@ -229,6 +229,7 @@ class BatchRunner:
         self._checkpoints: dict[int, asyncio.TimerHandle] = {}
         self._process_end: list[ProcessEndListener] = []
         self._requeued: list[Callable[[ActiveJob], None]] = []
+        self._run_ended: list[Callable[[ActiveJob], None]] = []
         self._stuck = StuckReleaser(book, lambda: self._settings.release_after, self._let_go)
         self._since = time.time()  # (an end before this was learnt after a restart)
         self.log_total: Callable[[ActiveJob, int], None] | None = None
@@ -242,6 +243,11 @@ class BatchRunner:
     def on_process_end(self, listener: ProcessEndListener) -> None:
         """Call ``listener(job, domains)`` when a watched job's process ended it."""
         self._process_end.append(listener)
+
+    def on_run_end(self, listener: Callable[[ActiveJob], None]) -> None:
+        """Call ``listener(act)`` when a preempted job's run ended and it goes back to the
+        queue, before the run is reset (its holds and ``started_at`` still its)."""
+        self._run_ended.append(listener)
 
     def on_requeue(self, listener: Callable[[ActiveJob], None]) -> None:
         """Call ``listener(act)`` when a preempted job is back in ``queued``."""
@@ -426,6 +432,8 @@ class BatchRunner:
             if timer is not None:
                 timer.cancel()
         self._stuck.job_ended(act)  # (its stop is over: the next run is not released for it)
+        for listener in self._run_ended:  # (its GPU use, booked before the run is reset)
+            listener(act)
         release_holds(act)
         by = job.stop_message
         job.attempt += 1

@@ -268,6 +268,7 @@ class Engine:
         # and hands it back to the queue when it has exited.
         self.queue.preempt = self._preempt
         self.batch.on_requeue(self.queue.requeued)
+        self.batch.on_run_end(self.queue.charge_run)
         # A quarantined domain's services are placed again elsewhere (record 000).
         self.domain_ops.on_quarantine(self.services.domain_quarantined)
         # A log cut back to its limit is said in the job's timeline (at most once a
@@ -344,12 +345,7 @@ class Engine:
                     known,
                 )
             self.book.resume_ids(max(stored, known))
-            # Fair share starts from the GPU use of jobs that ended lately.
-            half_life = self.config.scheduling.fairshare_half_life
-            for uid, gpus, started, ended in await self.store.gpu_history(
-                time.time() - 10 * half_life
-            ):
-                self.queue.fair.charge(uid, gpus * max(0.0, ended - started), ended)
+            await self._restore_fair_share()
             paused = await self.store.setting("queue_paused_at")
             self.paused_at = float(paused) if paused else None
             active = await self.store.active_jobs()
@@ -858,6 +854,27 @@ class Engine:
         if self._log_cuts:
             for key in [k for k, tally in self._log_cuts.items() if tally[0] == act.job.id]:
                 del self._log_cuts[key]
+
+    async def _restore_fair_share(self) -> None:
+        """Each user's fair-share use as stored when it was booked; from a database that
+        kept none yet (older), rebuilt once from the GPU jobs that ended lately. Stored
+        from then on as it is booked (rebuilt from job rows at every start, it lost what
+        `clean` removed, and a preempted job's earlier runs)."""
+        fair = self.queue.fair
+        if await self.store.setting("fair_usage_kept"):
+            for uid, used, at in await self.store.fair_usages():
+                fair.restore(uid, used, at)
+        else:
+            half_life = self.config.scheduling.fairshare_half_life
+            for uid, gpus, started, ended in await self.store.gpu_history(
+                time.time() - 10 * half_life
+            ):
+                fair.charge(uid, gpus * max(0.0, ended - started), ended)
+            now = time.time()
+            for uid in fair.users():
+                self.store.save_fair_usage(uid, fair.usage(uid, now), now)
+            self.store.save_setting("fair_usage_kept", 1)
+        fair.on_change = self.store.save_fair_usage
 
     def _log_total(self, act: ActiveJob, total: int) -> None:
         """A job ended with ``total`` bytes of output dropped by its log's cuts, as its

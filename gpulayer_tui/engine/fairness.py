@@ -53,6 +53,12 @@ class FairShare:
     def __init__(self, half_life: float) -> None:
         self.half_life = half_life
         self._usage: dict[int, _Usage] = {}
+        self.on_change: Callable[[int, float, float], None] | None = None
+        """Told ``(uid, gpu_seconds, at)`` after each charge (the engine stores it)."""
+
+    def restore(self, uid: int, gpu_seconds: float, at: float) -> None:
+        """Take a user's use as stored (GPU-seconds as of ``at``)."""
+        self._usage[uid] = (gpu_seconds, at)
 
     def _decayed(self, uid: int, now: float) -> float:
         value, at = self._usage.get(uid, (0.0, now))
@@ -65,7 +71,10 @@ class FairShare:
         if gpu_seconds <= 0:
             return
         now = time.time() if at is None else at
-        self._usage[uid] = (self._decayed(uid, now) + gpu_seconds, now)
+        value = self._decayed(uid, now) + gpu_seconds
+        self._usage[uid] = (value, now)
+        if self.on_change is not None:
+            self.on_change(uid, value, now)
 
     def usage(self, uid: int, now: float) -> float:
         """The user's decayed GPU-seconds (finished jobs only)."""

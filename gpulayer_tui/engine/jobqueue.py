@@ -920,10 +920,10 @@ class JobQueue:
                 if not dependents:
                     del self._dependents[dep_id]
 
-    def job_ended(self, act: ActiveJob) -> None:
-        """End listener: take the job out of the queue, book its GPU use to its user's
-        fair share, and settle its dependents."""
-        self._forget(act)
+    def charge_run(self, act: ActiveJob) -> None:
+        """Book a run's GPU use to its user's fair share: at the job's end, and at a
+        preempted job's requeue (its earlier runs were not booked: each start resets
+        ``started_at``)."""
         job = act.job
         gpus = sum(1 for dom in act.holds if dom.is_gpu)
         if gpus and job.started_at is not None:
@@ -931,6 +931,13 @@ class JobQueue:
             self.fair.charge(
                 owner_of(job.owner_uid), gpu_seconds(gpus, job.started_at, ended), ended
             )
+
+    def job_ended(self, act: ActiveJob) -> None:
+        """End listener: take the job out of the queue, book its GPU use to its user's
+        fair share, and settle its dependents."""
+        self._forget(act)
+        job = act.job
+        self.charge_run(act)
         for dependent_id in sorted(self._dependents.pop(job.id, ())):
             dependent = self._book.get(dependent_id)
             waiting = self._waiting_on.get(dependent_id)

@@ -75,7 +75,7 @@ _DAMAGED_ADVICE = (
     "copy; `sqlite3 FILE .recover` may save what is readable."
 )
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 # jobs_active's condition, exactly as created: a query that repeats it may use the index.
 _ACTIVE_INDEX_WHERE = "status IN ('pending', 'queued', 'running')"
@@ -183,6 +183,15 @@ MIGRATIONS: list[list[str]] = [
     # the domain back in service: the drain, and its reason, were lost).
     [
         "ALTER TABLE domain_state ADD COLUMN drain_reason TEXT",
+    ],
+    # 9 -> 10: each user's fair-share use, kept as it is booked (rebuilt from the job rows
+    # alone, it lost what `clean` removed, and a preempted job's earlier runs).
+    [
+        """CREATE TABLE fair_usage (
+            uid INTEGER PRIMARY KEY,
+            gpu_seconds REAL NOT NULL,
+            at REAL NOT NULL
+        )""",
     ],
 ]
 
@@ -898,6 +907,30 @@ class Store:
         )
         self._queue.append(_Write(None, [], None, statements))
         self._wake.set()
+
+    def save_fair_usage(self, uid: int, gpu_seconds: float, at: float) -> None:
+        """Queue a user's fair-share use (GPU-seconds as of ``at``) for the next commit."""
+        self._queue.append(
+            _Write(
+                None,
+                [],
+                None,
+                [
+                    (
+                        "INSERT INTO fair_usage (uid, gpu_seconds, at) VALUES (?, ?, ?) "
+                        "ON CONFLICT(uid) DO UPDATE SET gpu_seconds=excluded.gpu_seconds, "
+                        "at=excluded.at",
+                        (uid, gpu_seconds, at),
+                    )
+                ],
+            )
+        )
+        self._wake.set()
+
+    async def fair_usages(self) -> list[tuple[int, float, float]]:
+        """Every user's stored fair-share use: ``(uid, gpu_seconds, at)``."""
+        rows = await self._fetchall("SELECT uid, gpu_seconds, at FROM fair_usage")
+        return [(int(r[0]), float(r[1]), float(r[2])) for r in rows]
 
     def save_usage(self, job_id: int, record: UsageJSON) -> None:
         """Queue what a job used (its summary and series) for the next commit."""
