@@ -66,6 +66,23 @@ async def test_a_database_moved_aside_never_reuses_an_id_the_launcher_knows(
     await eventually(lambda: pid_reaped(old.pid or 0))
 
 
+async def test_a_database_moved_aside_never_reuses_an_id_with_a_log(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A run the launcher had forgotten (its end recorded) left only its log: after a
+    # database reset its id was given again (the old log set aside as .old-*).
+    first = await make_engine()
+    done = await first.wait((await first.submit({"command": ["true"]})).id, timeout=10)
+    await first.stop()
+    database = first.paths.database
+    for path in database.parent.glob(database.name + "*"):
+        path.rename(tmp_path / path.name)
+    second = await make_engine()
+    assert second.executor.highest_job_id() < done.id  # (forgotten there)
+    new = await second.submit({"command": ["true"]})
+    assert new.id > done.id
+
+
 async def test_second_engine_on_the_same_dir_is_refused(make_engine: EngineFactory) -> None:
     first = await make_engine()
     with pytest.raises(EngineBusy, match=f"already serving .*\\(pid {os.getpid()}\\)"):

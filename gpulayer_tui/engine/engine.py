@@ -23,6 +23,7 @@ included); the bodies are one-line delegations to the parts.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
 import logging
@@ -63,6 +64,7 @@ from .jobbook import LOG_CUT, ActiveJob, JobBook, Runner, release_holds
 from .jobqueue import JobQueue, ResolvedDep
 from .launch_client import LauncherExecutor
 from .lock import EngineLock
+from .logfiles import highest_log_id
 from .models import EventKind, Job, JobKind, JobQuery, JobStatus, TerminationReason
 from .notify import Notifier
 from .probes import make_probe
@@ -337,11 +339,16 @@ class Engine:
             renamed = await self.domain_ops.restore_states()
             self._on_sample(first)
             stored = await self.store.max_job_id()
-            known = self.executor.highest_job_id()
+            # (The launcher's runs, and the logs in jobs/: a run it had forgotten, its end
+            # recorded, left its log; its id was given again after a database reset.)
+            known = max(
+                self.executor.highest_job_id(),
+                await asyncio.to_thread(highest_log_id, self.paths.jobs_dir),
+            )
             if known > stored:
                 log.warning(
-                    "the launcher knows runs up to job %d, which this database does not (a "
-                    "database moved aside?): new job ids go on after them",
+                    "job %d ran here, which this database does not know (a database moved "
+                    "aside?): new job ids go on after it",
                     known,
                 )
             self.book.resume_ids(max(stored, known))

@@ -159,3 +159,18 @@ def read_note(head: bytes) -> tuple[int, int]:
     if not digits.isdigit():
         return 0, 0
     return int(digits), end + 1
+
+
+def highest_log_id(jobs_dir: os.PathLike[str] | str) -> int:
+    """The largest job id with a log in ``jobs_dir`` (``7.log``, ``7.1.log``, set-aside
+    ``7.log.old-*``); 0 if none, or if the folder cannot be read."""
+    best = 0
+    try:
+        with os.scandir(jobs_dir) as entries:
+            for entry in entries:
+                head = entry.name.split(".", 1)[0]
+                if head.isascii() and head.isdigit() and ".log" in entry.name:
+                    best = max(best, int(head))
+    except OSError:
+        return 0
+    return best
