@@ -532,11 +532,11 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
                 self.app.notify(str(err), title=f"output of job {self.job_id}", severity="error")
                 break
             if chunk.data:
-                cut_before = log.lines_dropped
+                kept = len(log.source_lines)
                 log.feed(chunk.data)
                 self._log_next = chunk.next
-                if log.lines_dropped and not cut_before:
-                    self._update_log_title()  # (older lines are no longer shown: said)
+                if log.lines_dropped and len(log.source_lines) != kept:
+                    self._update_log_title()  # (how many of its lines are kept, said)
                 continue
             if finished:
                 break
@@ -593,6 +593,7 @@ class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
         log = self.query_one(LogTail)
         log.wrap = not log.wrap
         self._update_log_title()
+        self.call_after_refresh(self._update_log_title)  # (the lines kept, once shown anew)
 
     def action_scroll_top(self) -> None:
         """The log's first line (following stops)."""
