@@ -86,6 +86,11 @@ def test_bindings_rejected(data: dict[str, object], message: str) -> None:
             {"domains": {"a": {"gpu": True}}},
             "domains.a.gpu: expected an integer or a string, got true$",
         ),
+        (
+            {"security": {"allowed_groups": [1.5]}},
+            "security.allowed_groups.0: expected an integer or a string, got 1.5$",
+        ),
+        ({"security": {"allowed_uids": ["bob"]}}, 'allowed_uids.0: .* integer, got "bob"$'),
         ({"domain": {}}, "unknown key 'domain'"),
         # Keys that are not bare are quoted as TOML writes them (an empty one is "").
         ({"": 1}, "unknown key '\"\"'"),

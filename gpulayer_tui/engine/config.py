@@ -444,23 +444,30 @@ def _format_validation(err: ValidationError, source: str) -> str:
     unions: dict[tuple[Any, ...], tuple[list[str], object]] = {}
     for item in err.errors():
         loc = tuple(item["loc"])
-        if len(loc) > 1 and loc[-1] in _UNION_MEMBERS and item["type"].endswith("_type"):
+        member = str(loc[-1]).removeprefix("constrained-") if loc else ""
+        if len(loc) > 1 and member in _UNION_MEMBERS and item["type"].endswith("_type"):
             words, _ = unions.setdefault(loc[:-1], ([], item.get("input")))
-            words.append(_UNION_MEMBERS[str(loc[-1])])
+            words.append(_UNION_MEMBERS[member])
             continue
         where = ".".join(_toml_key(p) for p in loc) or "(top level)"
         if item["type"] == "extra_forbidden":
             lines.append(f"{source}: unknown key '{where}'")
+        elif item["type"].endswith(("_type", "_parsing")):  # (the value given, too)
+            lines.append(f"{source}: {where}: {item['msg']}, got {_as_toml(item.get('input'))}")
         else:
             lines.append(f"{source}: {where}: {item['msg']}")
     for loc, (words, given) in unions.items():
         where = ".".join(_toml_key(p) for p in loc)
-        try:
-            shown = json.dumps(given, ensure_ascii=False)  # (as TOML writes it: true, 0.5)
-        except (TypeError, ValueError):
-            shown = repr(given)
-        lines.append(f"{source}: {where}: expected {' or '.join(words)}, got {shown}")
+        lines.append(f"{source}: {where}: expected {' or '.join(words)}, got {_as_toml(given)}")
     return "\n".join(lines)
+
+
+def _as_toml(value: object) -> str:
+    """A value as TOML writes it (``true``, ``0.5``, ``"bob"``), near enough to point at."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def parse_config(data: dict[str, Any], source: str = "config") -> Config:
