@@ -271,9 +271,11 @@ class Adopter:
         if snapshot is None:
             leader = thread_group_of(pid)
             if leader is not None:  # (a thread's id: /proc has it, no pidfd opens it)
+                owner = procs.find_owner(leader, self._book.roots.snapshot())
+                instead = f"job {owner}'s already" if owner else f"adopt {leader} instead"
                 return (
                     Reason.ADOPT_REFUSED,
-                    f"pid {pid} is a thread of process {leader}: adopt {leader} instead",
+                    f"pid {pid} is a thread of process {leader}: {instead}",
                 )
             return Reason.ADOPT_PID_GONE, f"no process with pid {pid} (it exited, or never was)"
         never = self._never_adoptable(pid, snapshot)
