@@ -359,7 +359,9 @@ def test_api_batches_and_raw_bytes_are_all_or_nothing(
 path_part = st.one_of(
     hostile_text.filter(lambda s: s not in ("1", "gpu0", "cpu") and len(s) < 1000),
     st.integers(min_value=2, max_value=10**25).map(str),
-    st.sampled_from(["0", "-1", "\u00b2", "\u0661", "1e3", "01", "9" * 30, " 2", "%00"]),
+    # ("01" names job 1, the fixture's own, which a cancel then stopped with 202: "02" is
+    # the leading zero on an id that does not exist)
+    st.sampled_from(["0", "-1", "\u00b2", "\u0661", "1e3", "00", "02", "9" * 30, " 2", "%00"]),
 )
 query_value = st.one_of(hostile_text.filter(lambda s: len(s) < 1000), hostile_numbers.map(str))
 
