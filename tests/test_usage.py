@@ -8,7 +8,10 @@ figures are exact.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any
+
+import pytest
 
 from gpulayer_tui.engine.config import PolicySettings, UsageSettings
 from gpulayer_tui.engine.domain import Domain
@@ -17,7 +20,7 @@ from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.usage import GpuSeries, UsageRecorder, suggest_vram_gb
 
-from .conftest import EngineFactory, Served, eventually, make_config, wait_for
+from .conftest import EngineFactory, Served, eventually, make_config, pid_reaped, wait_for
 
 if TYPE_CHECKING:
     from gpulayer_tui.engine.engine import Engine
@@ -363,6 +366,36 @@ async def test_usage_survives_an_engine_restart(
     assert summary is not None and summary["samples"] == 3 and summary["peak_vram"] == 6 * GIB
     (series,) = usage["series"]
     assert series["vram_mib"] == [5 * 1024] * 3 + [6 * 1024] * 2
+
+
+async def test_gpu_time_held_while_no_engine_ran_is_booked(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # Nothing observed the job while the engine was down: its GPU-hours left that time
+    # out (30 s on 2 GPUs read 0.007 GPU-hours, fair share 60 GPU-seconds).
+    engine = await _engine(make_engine)
+    job = await engine.submit({"command": ["sleep", "60"], "gpus": 1, "domain": "gpu1"})
+    fake_nvml.devices[1].compute = [(job.pid or 0, 5 * GIB)]
+    for _ in range(2):
+        await engine.sampler.sample_once()
+    await engine.stop()
+    down = time.time()
+    await eventually(lambda: time.time() > down + 1.5, interval=0.1)  # (no engine)
+    again = await _engine(make_engine)
+    await again.sampler.sample_once()
+    live = again.usage.live(job.id)
+    assert live is not None and live.gpu_seconds >= 1.5
+    # Ended while none ran: booked up to its end.
+    short = await again.submit({"command": ["sleep", "2"], "gpus": 1, "domain": "gpu0"})
+    fake_nvml.devices[0].compute = [(short.pid or 0, GIB)]
+    await again.sampler.sample_once()
+    await again.stop()
+    await eventually(lambda: pid_reaped(short.pid or 0), timeout=10)
+    third = await _engine(make_engine)
+    done = await third.wait(short.id, timeout=10)
+    summary = (await third.usage_of(short.id))["summary"]
+    assert summary is not None and done.started_at is not None and done.ended_at is not None
+    assert summary["gpu_hours"] * 3600 == pytest.approx(done.ended_at - done.started_at, abs=0.3)
 
 
 async def test_a_cpu_job_has_no_usage_and_an_unknown_id_is_named(

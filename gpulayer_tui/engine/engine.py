@@ -258,7 +258,9 @@ class Engine:
         """Every reaction that crosses parts, in the order it runs."""
         # A job that ends: what it used is written, its holds go back, then its runner
         # forgets its timers, then the queue settles its dependents and runs a pass.
-        self.book.on_end(lambda act: self.usage.job_ended(act.job.id))
+        self.book.on_end(
+            lambda act: self.usage.job_ended(act.job.id, act.job.ended_at, len(act.job.gpus))
+        )
         self.book.on_end(release_holds)
         self.book.on_end(self.batch.job_ended)
         self.book.on_end(self.adopter.job_ended)
@@ -356,11 +358,13 @@ class Engine:
             paused = await self.store.setting("queue_paused_at")
             self.paused_at = float(paused) if paused else None
             active = await self.store.active_jobs()
-            await self.recovery.restore(active, renamed)
-            # Running jobs' usage goes on from what was written before the restart.
+            # Running jobs' usage goes on from what was written before the restart (taken
+            # back first: a job that ended meanwhile, ended by the restore, has its time
+            # since then booked up to its end).
             self.usage.restore(
                 await self.store.usage([j.id for j in active if j.status is JobStatus.RUNNING])
             )
+            await self.recovery.restore(active, renamed)
             self.queue.schedule()
             await self.store.flush()
         except BaseException:

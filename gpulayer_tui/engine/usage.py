@@ -306,13 +306,24 @@ class JobUsage:
         self.vram_byte_seconds = 0.0
         self.idle_warning: str | None = None
         self.saved_at = 0.0
+        # Taken back after a restart: from when nothing observed it (its last tick), and
+        # the GPUs whose unobserved time is booked already. The GPUs were held all along:
+        # without it, GPU-hours left the engine's downtime out (a job's "0.007 GPU-hours"
+        # for 30 s on 2 GPUs, beside the 60 GPU-seconds fair share booked).
+        self.unobserved_from: float | None = None
+        self._gap_booked: set[int] = set()
 
     # -- what the recorder calls ---------------------------------------------------------
 
     def join(self, gpu: int, totals: GpuTotals, at: float, held: int) -> None:
-        """First seen on ``gpu`` at ``at`` (its sums count from here)."""
+        """First seen on ``gpu`` at ``at`` (its sums count from here; after a restart, the
+        time it held the GPU unobserved is booked as held)."""
         if self.first_at is None:
             self.first_at = at
+        gap_from = self.unobserved_from
+        if gap_from is not None and gpu in self.series and gpu not in self._gap_booked:
+            self._gap_booked.add(gpu)
+            self.carried["seconds"] += max(0.0, at - gap_from)
         on = self.on[gpu] = _OnGpu(
             totals, totals.snapshot(), list(totals.histogram), held, at, held, totals.ticks
         )
@@ -535,6 +546,7 @@ class JobUsage:
             usage.carried_histogram = [int(v) for v in histogram]
         usage.first_at = totals.get("first_at")
         usage.last_at = totals.get("last_at")
+        usage.unobserved_from = usage.last_at
         usage.vram_peak = int(summary.get("peak_vram", 0))
         usage.vram_byte_seconds = float(totals.get("vram_byte_seconds", 0.0))
         usage.idle_warning = summary.get("idle_warning")
@@ -767,11 +779,17 @@ class UsageRecorder:
         for usage in self._jobs.values():
             self._store(usage, usage.saved_at)
 
-    def job_ended(self, job_id: int) -> None:
-        """The job ended: its record is written one last time and forgotten here."""
+    def job_ended(self, job_id: int, ended_at: float | None = None, gpus: int = 0) -> None:
+        """The job ended (at ``ended_at``, holding ``gpus`` GPUs): its record is written one
+        last time and forgotten here. Ended while no engine observed it, the time since
+        its last tick is booked as held."""
         usage = self._jobs.pop(job_id, None)
         if usage is None:
             return
+        gap_from = usage.unobserved_from
+        if gap_from is not None and not usage.on and not usage._gap_booked and ended_at:
+            usage.carried["seconds"] += max(0.0, ended_at - gap_from) * gpus
+            usage.last_at = max(usage.last_at or ended_at, ended_at)
         for totals in self._gpus.values():
             totals.members.discard(job_id)
         self._save(job_id, usage.to_json())
