@@ -676,12 +676,12 @@ def _await_stop(client: Client, job: dict[str, Any], timeout: float | None) -> d
         return dict(waited["job"])
     clock = time.strftime("%H:%M:%S", time.localtime(kill_at))
     until = time.strftime("%H:%M:%S", time.localtime(deadline))
-    print(
-        f"job {job['id']} is stopping: SIGTERM sent, SIGKILL at {clock} if it still runs; "
-        f"waiting until {until}",
-        file=sys.stderr,
-        flush=True,
-    )
+    cluster = (job.get("spec") or {}).get("cluster")
+    if cluster:  # (scancel, then Slurm's own KILL: no SIGKILL of ours)
+        doing = f"stopping on cluster {cluster}"
+    else:
+        doing = f"stopping: SIGTERM sent, SIGKILL at {clock} if it still runs"
+    print(f"job {job['id']} is {doing}; waiting until {until}", file=sys.stderr, flush=True)
     left = max(0.0, deadline - time.time())
     return dict(client.wait(job["id"], timeout=left)["job"])
 
