@@ -768,7 +768,10 @@ class Spawner:
         entry = self.entries.setdefault(task.key, journal.Entry(journal.EXITED))
         entry.state, entry.code, entry.ended_at = journal.EXITED, code, at
         entry.log_dropped = task.log_dropped
-        self._send({"ev": "exited", "key": task.key, "code": code, "at": at, "dropped": dropped})
+        ended = {"ev": "exited", "key": task.key, "code": code, "at": at}
+        if dropped:  # (only for a log that was cut: the drain's path stays as it was)
+            ended["dropped"] = dropped
+        self._send(ended)
 
     def _cap_log(self, task: Task) -> int:
         """Cut a log that grew past its limit back to its last part, with a note; the
