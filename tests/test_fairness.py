@@ -430,6 +430,24 @@ async def test_fair_share_is_rebuilt_from_history_after_a_restart(
     assert again.queue.fair.usage(uid, time.time()) == pytest.approx(used, rel=0.05)
 
 
+async def test_a_gpu_job_that_ended_while_no_engine_ran_is_booked(
+    make_engine: EngineFactory,
+) -> None:
+    # Its end learnt at the restart, it held no domain again, and its run was not booked:
+    # stopping the engine dodged fair share.
+    from .conftest import eventually, pid_reaped
+
+    engine = await make_engine("1xA100-80GB")
+    job = await engine.submit({"command": ["sleep", "0.5"], "gpus": 1})
+    await engine.stop()
+    await eventually(lambda: pid_reaped(job.pid or 0), timeout=10)
+    again = await make_engine("1xA100-80GB")
+    done = await again.wait(job.id, timeout=10)
+    assert done.started_at is not None and done.ended_at is not None
+    used = again.queue.fair.usage(os.geteuid(), done.ended_at)
+    assert used == pytest.approx(done.ended_at - done.started_at, abs=0.05)
+
+
 async def test_fair_share_outlives_a_clean_of_the_history_and_a_restart(
     make_engine: EngineFactory,
 ) -> None:

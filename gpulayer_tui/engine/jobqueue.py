@@ -925,7 +925,9 @@ class JobQueue:
         preempted job's requeue (its earlier runs were not booked: each start resets
         ``started_at``)."""
         job = act.job
-        gpus = sum(1 for dom in act.holds if dom.is_gpu)
+        # (Its GPUs as recorded: a job whose end a restarted engine learns took back no
+        # holds, and its run was never booked.)
+        gpus = len(job.gpus) or sum(1 for dom in act.holds if dom.is_gpu)
         if gpus and job.started_at is not None:
             ended = job.ended_at or self._clock()
             self.fair.charge(
