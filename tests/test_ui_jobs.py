@@ -592,7 +592,11 @@ async def test_log_tail_shows_lines_like_a_terminal_would() -> None:
         assert log.bytes_read == sum(len(c) for c in chunks)
         log.reset()
         log.feed(b"tab\there\rCR-over\n")
-        assert log.source_lines == ["CR-over here"]
+        # Erase-line clears what a progress line showed; tabs move, wide characters take
+        # two columns ("doneloading 100%" was shown, and "ab" over "日本語" hid "本").
+        log.feed(b"Downloading 100%\r\x1b[Kdone\n")
+        log.feed("日本語\rab\nabcdefghijkl\rx\ty\n".encode())
+        assert log.source_lines == ["CR-over here", "done", "ab本語", "xbcdefghyjkl"]
 
 
 # -- snapshots (fixed data, fixed clock) ----------------------------------------------------

@@ -36,16 +36,57 @@ def clean_line(line: str) -> str:
     ("tab\there\rCR-over" shows "CR-over here"; only "CR-over" was kept). Escape
     sequences and other control characters are dropped.
     """
-    if "\r" not in line:
+    line = line.rstrip("\r")
+    if "\r" not in line and ("\x1b[" not in line or not _ERASE.search(line)):
         return _CONTROLS.sub("", _ESCAPES.sub("", line))
-    shown = ""
-    # From the last rewrite back: each earlier one shows only past what is on top of it
-    # (linear in the line, however many rewrites a progress bar made).
-    for part in reversed(line.rstrip("\r").split("\r")):
-        part = _CONTROLS.sub("", _ESCAPES.sub("", part.expandtabs()))
-        if len(part) > len(shown):
-            shown += part[len(shown) :]
-    return shown
+    return _as_terminal(line)
+
+
+_ERASE = re.compile(r"\x1b\[[0-2]?K")
+_TOKENS = re.compile(r"(\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.|\r|\t)")
+
+
+def _as_terminal(line: str) -> str:
+    """``line`` written to a terminal row: a carriage return goes back to its start and
+    what follows writes over it, erase-line (``ESC [ K``, ``1K``, ``2K``) clears, a tab
+    moves to the next stop of 8, wide characters take two columns. (Taking only what
+    followed the last ``\r`` lost the end of a longer line; writing over it by characters
+    left "Downloading 100%" under a "\r ESC[K done".)"""
+    cells: list[str] = []  # one per column; "" is the right half of a wide character
+    col = 0
+    for token in _TOKENS.split(line):
+        if not token:
+            continue
+        if token == "\r":
+            col = 0
+        elif token == "\t":
+            col = (col // 8 + 1) * 8
+        elif token[0] == "\x1b":
+            if token[-1] == "K" and token.startswith("\x1b["):
+                how = token[2:-1]
+                if how in ("", "0"):
+                    del cells[col:]
+                elif how == "1":
+                    cells[: col + 1] = [" "] * min(col + 1, len(cells))
+                elif how == "2":
+                    cells.clear()
+        else:
+            for char in _CONTROLS.sub("", token):
+                width = cell_len(char)
+                if width == 0:  # (a combining mark: on the character before it)
+                    if col and col <= len(cells):
+                        cells[col - 1] += char
+                    continue
+                if len(cells) < col:
+                    cells.extend(" " * (col - len(cells)))
+                end = col + width
+                if col < len(cells) and cells[col] == "" and col:
+                    cells[col - 1] = " "  # (half of a wide character written over)
+                if end < len(cells) and cells[end] == "":
+                    cells[end] = " "
+                cells[col:end] = [char] + [""] * (width - 1)
+                col = end
+    return "".join(cells)
 
 
 LINE_SHOWN_MAX = 65_536
