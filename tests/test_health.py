@@ -439,7 +439,7 @@ def test_doctor_sees_a_lock_without_a_socket_and_low_disk(
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
 
         class Usage:
-            free = 50 * 1024**2
+            free, total = 50 * 1024**2, 100 * 1024**3
 
         monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: Usage())
         monkeypatch.setenv("GPULAYER_HOME", str(served.home))
@@ -448,6 +448,13 @@ def test_doctor_sees_a_lock_without_a_socket_and_low_disk(
         assert checks["engine"]["status"] == "fail"
         assert f"pid {holder.pid} holds" in checks["engine"]["detail"]
         assert checks["disk space"]["status"] == "fail"
+        assert checks["disk space"]["detail"].startswith("50 MiB free in ")
+        # A small disk with room is as the engine judges it: not full ("0.0 GiB" failed).
+        Usage.free, Usage.total = 39 * 1024**2, 40 * 1024**2
+        (served.home / "config.toml").write_text("[logs]\nmin_free_mb = 0\n")
+        doctor.run_doctor(resolve_paths(), as_json=True)
+        checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)}
+        assert checks["disk space"]["status"] == "ok", checks["disk space"]
     finally:
         holder.kill()
         holder.communicate()

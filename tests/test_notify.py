@@ -162,6 +162,14 @@ async def test_a_redirecting_webhook_is_a_failure_naming_where_to(
         assert "failed: HTTP 302, redirected to https://example.org/...: set [notify] url" in (
             caplog.text
         )
+    # Relative, it is taken against the URL ("redirected to :///..." was said).
+    async with _Hook(status=307, headers={"Location": "/elsewhere"}) as hook:
+        engine.notifier.reconfigure(make_config(notify={"url": hook.url, "jobs": "all"}).notify)
+        job = await engine.submit({"command": ["true"], "notify": True})
+        await engine.wait(job.id, timeout=20)
+        await eventually(lambda: engine.notifier.failed == 2, timeout=20)
+        host = hook.url.split("/")[2]
+        assert f"failed: HTTP 307, redirected to http://{host}/...: set" in caplog.text
 
 
 def _closed_port() -> int:

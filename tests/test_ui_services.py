@@ -102,9 +102,11 @@ async def test_submit_a_service_through_the_form(ui_app: Any) -> None:
         await fill(pilot, form, "replicas", "2")
         form.query_one("#service", Checkbox).value = False  # (a value kept, ticked off)
         await until(pilot, lambda: replicas.disabled, "replicas to close")
-        assert field_error(form, "replicas") == "replicas are for services: tick 'service'"
+        # Off, it is left out of the spec: no error on a field that cannot be edited.
+        assert field_error(form, "replicas") == ""
+        assert "replicas" not in form.build_spec() and "kind" not in form.build_spec()
         form.query_one("#service", Checkbox).value = True
-        await until(pilot, lambda: field_error(form, "replicas") == "", "the error to clear")
+        await until(pilot, lambda: form.build_spec().get("replicas") == 2, "replicas back")
         await fill(pilot, form, "gpus", "1")
         await clear(pilot, form, "replicas")
         await fill(pilot, form, "replicas", "3")

@@ -96,10 +96,20 @@ def _state_dir(paths: Paths) -> list[dict[str, str]]:
         )
     else:
         checks.append(_check("state dir", "ok", f"{state} (mode {mode:o}){why}"))
-    free = shutil.disk_usage(state).free
+    usage = shutil.disk_usage(state)
+    free = usage.free
     floor = _free_floor_mb(paths)
-    status = "fail" if free < 100 * MIB else "warn" if free < 1024 * MIB else "ok"
-    detail = f"{free / 1024**3:.1f} GiB free in {state}"
+    # As the engine judges it (disk.full_note): nearly full is under 64 MiB and under 5 %
+    # of the disk (a 40 MiB state dir with 39 MiB free failed "0.0 GiB free").
+    from ..engine.disk import FULL_MB, FULL_SHARE
+
+    nearly_full = free < FULL_MB * MIB and free < FULL_SHARE * usage.total
+    low = free < 1024 * MIB and free < 0.1 * usage.total
+    status = "fail" if nearly_full else "warn" if low else "ok"
+    amount = f"{free / 1024**3:.1f} GiB" if free >= 1024 * MIB else f"{free / MIB:.0f} MiB"
+    detail = f"{amount} free in {state}"
+    if nearly_full:
+        detail += " (nearly full)"
     if free < floor * MIB:
         status = "fail"
         detail += f": below [logs] min_free_mb = {floor}, new jobs wait"

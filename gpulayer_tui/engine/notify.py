@@ -337,7 +337,13 @@ class Notifier:
                 return True
             why = f"HTTP {status}"
             if 300 <= status < 400:
-                why += f", redirected to {shown_url(moved)}: set [notify] url to it"
+                if moved:
+                    from urllib.parse import urljoin
+
+                    target = urljoin(url, moved)  # (a Location may be relative)
+                    why += f", redirected to {shown_url(target)}: set [notify] url to it"
+                else:
+                    why += " (a redirect that names no Location)"
         shown = shown_url(url)
         if why == url:  # (aiohttp's InvalidURL says only the URL)
             why = "not a URL that can be reached"

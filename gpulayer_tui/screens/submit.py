@@ -230,7 +230,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                 wire.parse_job_ids(text)
             elif field_id == "replicas":
                 if not self._checked("service"):
-                    return "replicas are for services: tick 'service'"
+                    return ""  # (off, and left out of the spec: never a refusal to fix)
                 wire.parse_field("replicas", text)
             elif field_id in ("gpus", "timeout", "priority"):
                 wire.parse_field(field_id, text)
