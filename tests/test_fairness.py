@@ -416,17 +416,23 @@ async def test_a_submission_past_max_queued_is_refused_and_nothing_is_stored(
     assert len(await engine.list_jobs()) == before
 
 
-async def test_fair_share_is_rebuilt_from_history_after_a_restart(
-    make_engine: EngineFactory,
+@pytest.mark.parametrize("cleaned", [False, True])
+async def test_fair_share_outlives_a_restart_and_a_clean_of_the_history(
+    make_engine: EngineFactory, cleaned: bool
 ) -> None:
+    # Rebuilt from the job rows at every start: `clean` (or [history] keep_jobs) wiped
+    # the use of the jobs it removed, once the engine restarted.
     engine = await make_engine("1xA100-80GB")
     job = await engine.submit({"command": ["sleep", "0.3"], "gpus": 1})
     await engine.wait(job.id, timeout=10)
     uid = os.geteuid()
     used = engine.queue.fair.usage(uid, time.time())
     assert used > 0
+    if cleaned:
+        assert (await engine.retention.clean(time.time() + 1, None))["jobs"] == 1
     await engine.stop()
     again = await make_engine("1xA100-80GB")
+    assert (await again.list_jobs() == []) is cleaned
     assert again.queue.fair.usage(uid, time.time()) == pytest.approx(used, rel=0.05)
 
 
@@ -446,24 +452,6 @@ async def test_a_gpu_job_that_ended_while_no_engine_ran_is_booked(
     assert done.started_at is not None and done.ended_at is not None
     used = again.queue.fair.usage(os.geteuid(), done.ended_at)
     assert used == pytest.approx(done.ended_at - done.started_at, abs=0.05)
-
-
-async def test_fair_share_outlives_a_clean_of_the_history_and_a_restart(
-    make_engine: EngineFactory,
-) -> None:
-    # Rebuilt from the job rows at every start: `clean` (or [history] keep_jobs) wiped
-    # the use of the jobs it removed, once the engine restarted.
-    engine = await make_engine("1xA100-80GB")
-    job = await engine.submit({"command": ["sleep", "0.3"], "gpus": 1})
-    await engine.wait(job.id, timeout=10)
-    uid = os.geteuid()
-    used = engine.queue.fair.usage(uid, time.time())
-    assert used > 0
-    assert (await engine.retention.clean(time.time() + 1, None))["jobs"] == 1
-    await engine.stop()
-    again = await make_engine("1xA100-80GB")
-    assert await again.list_jobs() == []
-    assert again.queue.fair.usage(uid, time.time()) == pytest.approx(used, rel=0.05)
 
 
 # -- preemption ------------------------------------------------------------------------------
