@@ -244,6 +244,22 @@ async def test_a_timeout_counts_from_the_first_start_across_a_restart(
     assert done.ended_at is not None and done.ended_at < restarted_at + 3
 
 
+async def test_a_job_that_overran_its_timeout_while_no_engine_ran_says_so(
+    make_engine: EngineFactory,
+) -> None:
+    # Nothing stopped it, and it ended on its own well past its limit: "completed", with
+    # no word of the timeout it was submitted with.
+    engine = await make_engine()
+    job = await engine.submit({"shell": "sleep 2.5", "timeout": 0.5})
+    await engine.stop()
+    await eventually(lambda: pid_reaped(job.pid or 0), timeout=10)
+    again = await make_engine()
+    done = await again.wait(job.id, timeout=10)
+    assert done.status is JobStatus.COMPLETED  # (it did complete: its result is there)
+    assert done.message.startswith("exited with code 0 (after ")
+    assert done.message.endswith(" s, past its 0.5 s timeout: no engine ran to stop it)")
+
+
 async def test_an_old_wrappers_job_that_ended_while_no_engine_ran_ends_when_its_file_says(
     make_engine: EngineFactory,
 ) -> None:

@@ -462,6 +462,21 @@ class BatchRunner:
         # (Read now: of an end before this engine started, today's disk says nothing.)
         learnt_now = exit.at is None or exit.at >= self._since
         failed = reason in (Reason.EXIT_CODE, Reason.SIGNAL) and status is JobStatus.FAILED
+        timeout = spec.timeout if spec is not None else None
+        if (
+            not learnt_now
+            and timeout
+            and exit.at is not None
+            and job.started_at is not None
+            and job.stop_reason is None
+            and exit.at - job.started_at > timeout + 2
+        ):
+            # Its time ran out while no engine ran to stop it: it ended on its own later
+            # ("completed", nothing said of the timeout it was submitted with).
+            ran = exit.at - job.started_at
+            message += (
+                f" (after {ran:.0f} s, past its {timeout:g} s timeout: no engine ran to stop it)"
+            )
         if failed and learnt_now:
             note = self._disk.full_note() if self._disk is not None else None
             if note:
