@@ -57,6 +57,14 @@ async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:
         await until(pilot, lambda: table.job(old["id"])["status"] == "failed", "the failure")
         await pilot.pause()
         assert app.screen.check_action("restart_job", ()) is True
+        assert app.screen.check_action("edit_job", ()) is None
+        await pilot.press("e")  # dimmed on an ended job: says why, opens nothing
+        await until(
+            pilot,
+            lambda: any("is failed: only a waiting job is edited" in n for n in _notes(app)),
+            "the dimmed edit key's refusal in the table",
+        )
+        assert isinstance(app.screen, JobsScreen)
         await pilot.press("R")
         dialog = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen)
         question = str(dialog.query_one("#question", Static).render())
@@ -103,6 +111,19 @@ async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:
             ),
         )
         assert detail.check_action("restart_job", ()) is None
+        await pilot.press("R")
+        await until(
+            pilot,
+            lambda: any("is running: only an ended job restarts" in n for n in _notes(app)),
+            "the dimmed key's refusal",
+        )
+        await pilot.press("e")  # (edit is dimmed too on a running job)
+        await until(
+            pilot,
+            lambda: any("is running: only a waiting job is edited" in n for n in _notes(app)),
+            "the dimmed edit key's refusal",
+        )
+        assert isinstance(app.screen, JobDetailScreen)
         assert app.is_running
         await app.backend.cancel(running["id"])
 

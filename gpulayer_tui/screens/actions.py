@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from textual import events
 from textual.screen import Screen
 
 from ..backend import BackendError
@@ -35,6 +36,26 @@ def can_restart(job: JobRowJSON | None) -> bool:
 def can_edit(job: JobRowJSON | None) -> bool:
     """True for a job that waits to start (``e`` edits it)."""
     return job is not None and job.get("status") in WAITING
+
+
+DIMMED_KEYS: dict[str, str] = {"R": "restart_job", "shift+r": "restart_job", "e": "edit_job"}
+"""Keys whose binding a screen dims on a job they do not apply to (``check_action`` says
+``None``); pressed anyway, the action runs so that it says why (``ask_to_restart`` and
+``ask_to_edit`` refuse in words), instead of the key doing nothing at all."""
+
+
+class SaysWhyKeysAreDimmed:
+    """A screen mixin: a dimmed job key, pressed, says why it does not apply."""
+
+    def on_key(self, event: events.Key) -> None:
+        action = DIMMED_KEYS.get(event.key)
+        screen = self
+        if action is None or not isinstance(screen, Screen):
+            return
+        if screen.check_action(action, ()) is None:
+            event.stop()
+            event.prevent_default()
+            getattr(screen, f"action_{action}")()
 
 
 def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:

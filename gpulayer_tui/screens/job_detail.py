@@ -44,7 +44,14 @@ from ..widgets.timeline import STATUS_STYLES, Timeline, clock_time
 from ..widgets.usage_panel import UsagePanel
 from ..widgets.why_panel import WhyPanel
 from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
-from .actions import ask_to_cancel, ask_to_edit, ask_to_restart, can_edit, can_restart
+from .actions import (
+    SaysWhyKeysAreDimmed,
+    ask_to_cancel,
+    ask_to_edit,
+    ask_to_restart,
+    can_edit,
+    can_restart,
+)
 from .resume import KeepsStylesOnResume
 
 WAITING_STATUSES = frozenset({"pending", "queued"})
@@ -247,7 +254,7 @@ SHORT_BELOW = 30
 """Lines below which the detail's top and usage parts get less of the height."""
 
 
-class JobDetailScreen(KeepsStylesOnResume, Screen[None]):
+class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     """One job: its fields, its timeline and its output, kept current while it runs."""
 
     DEFAULT_CSS = """

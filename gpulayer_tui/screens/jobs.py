@@ -26,14 +26,21 @@ from ..widgets.job_columns import SORTS, STATUS_FILTERS
 from ..widgets.job_table import JobTable
 from ..widgets.key_footer import KeyFooter
 from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
-from .actions import ask_to_cancel, ask_to_edit, ask_to_restart, can_edit, can_restart
+from .actions import (
+    SaysWhyKeysAreDimmed,
+    ask_to_cancel,
+    ask_to_edit,
+    ask_to_restart,
+    can_edit,
+    can_restart,
+)
 from .resume import KeepsStylesOnResume
 
 FILTER_DEBOUNCE = 0.15
 """Seconds of quiet typing before the filter is applied (each apply rebuilds the rows)."""
 
 
-class JobsScreen(KeepsStylesOnResume, Screen[None]):
+class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     """Every job in a table: ``/`` filters as you type, ``s`` by status, ``o``/``r`` sort."""
 
     DEFAULT_CSS = """
