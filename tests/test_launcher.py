@@ -74,17 +74,28 @@ def test_the_journal_replays_the_last_word_on_each_key(tmp_path: Path) -> None:
         ("P", "5", 4244, 105),
         ("E", "5", 0),
         ("A", "5"),  # its end recorded by the engine: forgotten
+        ("S", "6", 106),
+        ("P", "6", 4245, 106, None, 1796000000.5, 4.0),  # a --timeout, kept while no engine
+        ("K", "6", 1796000004.5, "T"),  # stopped by the spawner for it
+        ("E", "6", 143),
     ]:
         writer.write(*fields)
     with open(path, "ab") as fh:
         fh.write(b"E 1 0")  # a torn last line (no newline) says nothing
     entries = journal.replay(str(path))
-    assert set(entries) == {"1", "2", "4"}
+    assert set(entries) == {"1", "2", "4", "6"}
     assert (entries["1"].state, entries["1"].pid, entries["1"].ticks) == ("running", 4242, 101)
+    assert entries["1"].timeout_at is None and not entries["1"].timed_out
+    six = entries["6"]
+    assert (six.state, six.code, six.max_log) == ("exited", 143, 0)
+    assert (six.timeout_at, six.timeout_grace, six.timed_out) == (1796000000.5, 4.0, True)
+    assert not entries["4"].timed_out  # (an engine's stop)
     assert entries["2"].state == "intent" and entries["2"].intent_ticks == 102
     assert (entries["4"].state, entries["4"].code, entries["4"].kill_at) == ("exited", 137, 1234.5)
     writer.compact(entries)
-    assert journal.replay(str(path)).keys() == entries.keys()
+    compacted = journal.replay(str(path))
+    assert compacted.keys() == entries.keys()
+    assert (compacted["6"].timeout_at, compacted["6"].timed_out) == (1796000000.5, True)
     writer.write("E", "1", None)  # the writer goes on after compacting
     writer.close()
     again = journal.replay(str(path))

@@ -15,7 +15,7 @@ from gpulayer_tui.engine.errors import StoreError
 from gpulayer_tui.engine.lock import EngineBusy, EngineLock
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
 
-from .conftest import EngineFactory, eventually, pid_gone, pid_reaped
+from .conftest import EngineFactory, eventually, make_config, pid_gone, pid_reaped
 
 
 def gated(tmp_path: Path, code: int) -> dict[str, object]:
@@ -220,14 +220,12 @@ async def test_new_database_is_migrated_to_current_schema(make_engine: EngineFac
     assert oct(engine.paths.state_dir.stat().st_mode & 0o777) == "0o700"
 
 
-@pytest.mark.parametrize("kind", ["command", "service"])
-async def test_a_timeout_counts_from_the_first_start_across_a_restart(
-    make_engine: EngineFactory, kind: str
+async def test_a_services_timeout_counts_from_the_first_start_across_a_restart(
+    make_engine: EngineFactory,
 ) -> None:
     engine = await make_engine(simulate=None)
     spec: dict[str, object] = {"command": ["sleep", "600"], "timeout": 3}
-    if kind == "service":
-        spec |= {"kind": "service", "port": False}
+    spec |= {"kind": "service", "port": False}
     job = await engine.submit(spec)
     started = (await engine.get(job.id)).started_at
     assert job.status is JobStatus.RUNNING and started is not None
@@ -244,20 +242,48 @@ async def test_a_timeout_counts_from_the_first_start_across_a_restart(
     assert done.ended_at is not None and done.ended_at < restarted_at + 3
 
 
-async def test_a_job_that_overran_its_timeout_while_no_engine_ran_says_so(
+async def test_the_launcher_keeps_a_jobs_timeout_while_no_engine_runs(
     make_engine: EngineFactory,
 ) -> None:
-    # Nothing stopped it, and it ended on its own well past its limit: "completed", with
-    # no word of the timeout it was submitted with.
+    # A stopped engine (an upgrade, a crash) no longer lets a job run past its limit: its
+    # launcher stops it on time, and the next engine ends it "timeout", not "killed".
     engine = await make_engine()
-    job = await engine.submit({"shell": "sleep 2.5", "timeout": 0.5})
+    job = await engine.submit({"command": ["sleep", "600"], "timeout": 1})
+    assert job.pid is not None and job.started_at is not None
     await engine.stop()
     await eventually(lambda: pid_reaped(job.pid or 0), timeout=10)
     again = await make_engine()
     done = await again.wait(job.id, timeout=10)
-    assert done.status is JobStatus.COMPLETED  # (it did complete: its result is there)
-    assert done.message.startswith("exited with code 0 (after ")
-    assert done.message.endswith(" s, past its 0.5 s timeout: no engine ran to stop it)")
+    assert (done.status, done.termination_reason) == (JobStatus.FAILED, TerminationReason.TIMEOUT)
+    assert done.message == ("timed out after 1 s (its launcher stopped it: no engine was running)")
+    assert done.exit_code == 128 + signal.SIGTERM
+    assert done.ended_at is not None and done.ended_at - job.started_at < 3
+
+
+async def test_an_engine_that_finds_the_launcher_stopping_a_job_for_its_timeout(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # It ignores SIGTERM: when the next engine starts it is still in its grace period.
+    # That engine records the timeout at once (a cancel now changes nothing), and the
+    # launcher's SIGKILL ends it at the deadline it set.
+    ready = tmp_path / "trap-set"
+    engine = await make_engine(config=make_config(engine={"grace_period": 4.0}))
+    job = await engine.submit(
+        {"shell": f"trap '' TERM; touch {ready}; sleep 600 & wait; wait", "timeout": 1}
+    )
+    await eventually(ready.exists, timeout=10)
+    await engine.stop()
+    journal_path = engine.paths.state_dir / "launcher.journal"
+    await eventually(lambda: f"K {job.id} " in journal_path.read_text(), timeout=10)
+    again = await make_engine(config=make_config(engine={"grace_period": 4.0}))
+    stopping = await again.get(job.id)
+    assert stopping.status is JobStatus.RUNNING
+    assert stopping.stop_reason is TerminationReason.TIMEOUT
+    await again.cancel(job.id)
+    done = await again.wait(job.id, timeout=15)
+    assert (done.status, done.termination_reason) == (JobStatus.FAILED, TerminationReason.TIMEOUT)
+    assert done.message == ("timed out after 1 s (its launcher stopped it: no engine was running)")
+    assert done.exit_code == 128 + signal.SIGKILL
 
 
 async def test_an_old_wrappers_job_that_ended_while_no_engine_ran_ends_when_its_file_says(

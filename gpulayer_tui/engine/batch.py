@@ -117,8 +117,10 @@ def prepare_task(
     on_start: Callable[[Started], None],
     on_exit: Callable[[Exit], None],
     run: int = 0,
+    timeout: tuple[float, float] | None = None,
 ) -> PreparedStart:
-    """Have ``executor`` prepare ``spec``'s command as ``key`` (sent once durable).
+    """Have ``executor`` prepare ``spec``'s command as ``key`` (sent once durable);
+    ``timeout`` (seconds, grace) is kept by the executor while no engine runs.
 
     A plain shell line whose program cannot be run goes through ``sh -c`` after all, so it
     fails the way the shell makes it fail (exit 127, the shell's message in the log).
@@ -128,12 +130,14 @@ def prepare_task(
     """
     argv, cwd = argv_of(spec)
     try:
-        return executor.prepare(key, argv, cwd, env, own_env, on_start, on_exit, run)
+        return executor.prepare(
+            key, argv, cwd, env, own_env, on_start, on_exit, run, timeout=timeout
+        )
     except LaunchError:
         if spec.shell is None or argv[:2] == ["sh", "-c"]:
             raise
         return executor.prepare(
-            key, shell_argv(spec.shell), cwd, env, own_env, on_start, on_exit, run
+            key, shell_argv(spec.shell), cwd, env, own_env, on_start, on_exit, run, timeout=timeout
         )
 
 
@@ -145,6 +149,10 @@ def timeout_message(job: Job, timeout: float) -> str:
     if ran > timeout + 2:
         message += f" (stopped at {ran:.0f} s: no engine ran to stop it sooner)"
     return message
+
+
+LAUNCHER_STOPPED = "its launcher stopped it: no engine was running"
+"""Said of a timeout the launcher enforced itself (see :meth:`.Executor.prepare`)."""
 
 
 def assign(act: ActiveJob, domains: list[Domain]) -> None:
@@ -284,16 +292,19 @@ class BatchRunner:
             LaunchError: It cannot start (its cwd, its program).
         """
         job = act.job
-        assert act.spec is not None
+        spec = act.spec
+        assert spec is not None
         return prepare_task(
             self._executor,
             job.id,
-            act.spec,
-            self._env.shared(act.spec),
+            spec,
+            self._env.shared(spec),
             self._env.own(job.id, job.gpus),
             functools.partial(self._started, job.id),
             functools.partial(self._exited, job.id),
             run=job.attempt,
+            # (kept by the launcher too: a stopped engine no longer lets it run on)
+            timeout=(None if spec.timeout is None else (spec.timeout, self._settings.grace_period)),
         )
 
     @staticmethod
@@ -458,6 +469,10 @@ class BatchRunner:
         act.job.kill_at = None
         if exit.log_dropped and self.log_total is not None:
             self.log_total(act, exit.log_dropped)
+        if exit.timed_out and job.stop_reason is None and spec is not None and spec.timeout:
+            # Its launcher stopped it at its timeout while no engine ran.
+            job.stop_reason = Reason.TIMEOUT
+            job.stop_message = f"timed out after {spec.timeout:g} s ({LAUNCHER_STOPPED})"
         status, reason, message = stop_verdict(act.job, exit)
         # (Read now: of an end before this engine started, today's disk says nothing.)
         learnt_now = exit.at is None or exit.at >= self._since
@@ -520,7 +535,18 @@ class BatchRunner:
             self._book.save(act)  # (its domains' new names)
         if isinstance(found, Started):
             self._started(job.id, found)
-        if act.spec is not None and act.spec.timeout is not None and job.started_at:
+            if found.timed_out and act.spec is not None and act.spec.timeout:
+                # Its launcher is stopping it for its timeout (no engine ran when its time
+                # ran out): recorded as such, and signalled again below (the launcher's
+                # SIGKILL deadline stands).
+                message = f"timed out after {act.spec.timeout:g} s ({LAUNCHER_STOPPED})"
+                decide_stop(self._book, act, Reason.TIMEOUT, message, self._settings.grace_period)
+        if (
+            act.spec is not None
+            and act.spec.timeout is not None
+            and job.started_at
+            and job.stop_reason is None
+        ):
             self._arm_timeout(act, act.spec.timeout - (time.time() - job.started_at))
         if found is None:
             self._launch(job.id, None)  # decided (and durable) but never started: start it once

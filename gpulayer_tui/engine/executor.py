@@ -39,6 +39,8 @@ class Exit:
         error: Set when the task never ran (it could not be started): the reason.
         at: When it ended, as the executor saw it (``None``: when the engine learns it).
         log_dropped: The output its log's cuts dropped in all (``None``: none, or unknown).
+        timed_out: The executor stopped it itself for its timeout (no engine was
+            connected to do so).
     """
 
     code: int | None
@@ -46,6 +48,7 @@ class Exit:
     error: str | None = None
     at: float | None = None
     log_dropped: int | None = None
+    timed_out: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,9 @@ class Started:
 
     pid: int
     start_ticks: int
+    timed_out: bool = False
+    """Found again being stopped by the executor for its timeout (no engine was
+    connected when its time ran out)."""
 
 
 OnStart = Callable[[Started], None]
@@ -101,12 +107,15 @@ class Executor(Protocol):
         on_start: OnStart,
         on_exit: OnExit,
         run: int = 0,
+        timeout: tuple[float, float] | None = None,
     ) -> PreparedStart:
         """Make ready the ``run``-th start of task ``key`` (a replica restarts under the
         same key): ``argv`` with ``env`` (shared by many tasks: never changed) and
         ``extra_env`` on top, checked, its request made and its callbacks in place, while
         the decision to start it is being committed. Nothing starts until it is sent, and
-        it may be sent only once the decision is durable.
+        it may be sent only once the decision is durable. ``timeout`` (seconds after the
+        start, grace period): the executor stops the task itself when its time runs out
+        while no engine is connected (an engine stops it itself, on its own clock).
 
         Raises:
             LaunchError: It cannot start (checked before anything is started).

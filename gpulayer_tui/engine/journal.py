@@ -11,13 +11,16 @@ Lines (a key is a job id, ``7``, or a service replica, ``7.1``):
 
 =============================  ====================================================
 ``S key ticks``                about to start ``key`` (boot-relative clock ticks)
-``P key pid ticks [cap]``      ``key`` runs as ``pid``, started at ``ticks``, its log
-                               cut back past ``cap`` bytes (``-`` or none: no cap)
+``P key pid ticks [cap        ``key`` runs as ``pid``, started at ``ticks``, its log
+[timeout_at grace]]``          cut back past ``cap`` bytes (``-`` or none: no cap);
+                               stopped by the spawner at ``timeout_at`` (epoch s) with
+                               SIGKILL ``grace`` s later if no engine is connected then
 ``F key``                      ``key`` could not be started (never ran)
 ``N key``                      ``key`` was found never to have started (see keeper)
 ``E key code at [dropped]``    ``key`` ended with ``code`` (``-``: nobody could see) at
                                ``at``; its log's cuts dropped ``dropped`` bytes in all
-``K key deadline``             SIGKILL ``key`` at ``deadline`` (epoch s) if still running
+``K key deadline [T]``         SIGKILL ``key`` at ``deadline`` (epoch s) if still running
+                               (``T``: the spawner stopped it for its timeout)
 ``L key cap``                  ``key``'s log cap is now ``cap`` bytes (a live change)
 ``A key``                      the engine recorded ``key``'s end; it may be forgotten
 =============================  ====================================================
@@ -49,6 +52,9 @@ class Entry:
         "pid",
         "state",
         "ticks",
+        "timed_out",
+        "timeout_at",
+        "timeout_grace",
     )
 
     def __init__(self, state: str) -> None:
@@ -61,6 +67,9 @@ class Entry:
         self.intent_ticks = 0
         self.max_log = 0  # its log's cap in bytes (0: none)
         self.log_dropped = 0  # the output its log's cuts dropped, in all
+        self.timeout_at: float | None = None  # its --timeout, kept while no engine runs
+        self.timeout_grace = 0.0
+        self.timed_out = False  # the spawner stopped it for its timeout
 
     def __repr__(self) -> str:
         return f"Entry({self.state}, pid={self.pid}, code={self.code})"
@@ -98,6 +107,8 @@ def _apply(entries: dict[str, Entry], fields: list[str]) -> None:
         entry.state, entry.pid, entry.ticks = RUNNING, int(fields[2]), int(fields[3])
         # (a line written before the cap was kept has no fifth field)
         entry.max_log = int(fields[4]) if len(fields) > 4 and fields[4] != "-" else 0
+        if len(fields) > 6 and fields[5] != "-":
+            entry.timeout_at, entry.timeout_grace = float(fields[5]), float(fields[6])
     elif op == "E":
         entry = entries.setdefault(key, Entry(EXITED))
         entry.state = EXITED
@@ -108,6 +119,8 @@ def _apply(entries: dict[str, Entry], fields: list[str]) -> None:
     elif op == "K":
         if key in entries:
             entries[key].kill_at = float(fields[2])
+            if len(fields) > 3 and fields[3] == "T":
+                entries[key].timed_out = True
     elif op == "L":
         if key in entries:
             entries[key].max_log = int(fields[2])
@@ -129,9 +142,17 @@ def entry_lines(key: str, entry: Entry) -> bytes:
     if entry.state == INTENT:
         return line("S", key, entry.intent_ticks)
     if entry.pid is not None:
-        out += line("P", key, entry.pid, entry.ticks or 0, entry.max_log or None)
+        out += line(
+            "P",
+            key,
+            entry.pid,
+            entry.ticks or 0,
+            entry.max_log or None,
+            entry.timeout_at,
+            None if entry.timeout_at is None else entry.timeout_grace,
+        )
     if entry.kill_at is not None:
-        out += line("K", key, entry.kill_at)
+        out += line("K", key, entry.kill_at, "T" if entry.timed_out else None)
     if entry.state == EXITED:
         out += line("E", key, entry.code, entry.ended_at, entry.log_dropped or None)
     return out

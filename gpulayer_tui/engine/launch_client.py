@@ -581,6 +581,7 @@ class LauncherExecutor:
                 event.get("code"),
                 event.get("at"),
                 None if dropped is None else int(dropped),
+                bool(event.get("timed_out")),
             )
         elif kind == "failed":
             self._failed(str(event["key"]), str(event["error"]))
@@ -613,16 +614,31 @@ class LauncherExecutor:
         watch.on_start(Started(pid, ticks))
 
     def _exited(
-        self, lkey: str, code: int | None, at: float | None = None, dropped: int | None = None
+        self,
+        lkey: str,
+        code: int | None,
+        at: float | None = None,
+        dropped: int | None = None,
+        timed_out: bool = False,
     ) -> None:
         self._pending.pop(lkey, None)
         held = self._watches.get(lkey)
-        if held is not None and held.hold(functools.partial(self._exited, lkey, code, at, dropped)):
+        if held is not None and held.hold(
+            functools.partial(self._exited, lkey, code, at, dropped, timed_out)
+        ):
             return
         self._stops.pop(lkey, None)
         watch = self._watches.pop(lkey, None)
         if watch is not None:
-            watch.on_exit(Exit(code, recorded=code is not None, at=at, log_dropped=dropped))
+            watch.on_exit(
+                Exit(
+                    code,
+                    recorded=code is not None,
+                    at=at,
+                    log_dropped=dropped,
+                    timed_out=timed_out,
+                )
+            )
         elif lkey in self._released:
             # Released as unkillable, it ended after all: its job is over already.
             self._released.discard(lkey)
@@ -633,7 +649,13 @@ class LauncherExecutor:
             # Not watched yet: it ended between the table's answer and the restore's
             # find(), which would have found it running and waited for ever for an end
             # already told (a restarted engine's job stayed "running", its end journaled).
-            self._table[lkey] = {"state": "exited", "code": code, "at": at, "dropped": dropped}
+            self._table[lkey] = {
+                "state": "exited",
+                "code": code,
+                "at": at,
+                "dropped": dropped,
+                "timed_out": timed_out or None,
+            }
 
     def _failed(self, lkey: str, error: str) -> None:
         self._pending.pop(lkey, None)
@@ -680,6 +702,7 @@ class LauncherExecutor:
         on_start: OnStart,
         on_exit: OnExit,
         run: int = 0,
+        timeout: tuple[float, float] | None = None,
     ) -> _Prepared:
         """A start request, ready to send once its decision is durable (see
         :meth:`.Executor.prepare`); its environment goes to the launcher now.
@@ -704,6 +727,8 @@ class LauncherExecutor:
             "fresh": run <= 1 if isinstance(key, tuple) else run == 0,
             "max_log": self.max_log,
         }
+        if timeout is not None:
+            request["timeout"] = [timeout[0], timeout[1]]
         watch = self._watches[lkey] = _Watch(key, on_start, on_exit)
         watch.held = []
         prepared = self._pending[lkey] = _Prepared(self, lkey, request)
@@ -765,11 +790,14 @@ class LauncherExecutor:
                 recorded=info["code"] is not None,
                 at=info.get("at"),
                 log_dropped=None if dropped is None else int(dropped),
+                timed_out=bool(info.get("timed_out")),
             )
         watch = _Watch(key, on_start, on_exit)
         watch.pid = int(info["pid"])
         self._watches[lkey] = watch
-        return Started(int(info["pid"]), int(info["ticks"] or 0))
+        return Started(
+            int(info["pid"]), int(info["ticks"] or 0), timed_out=bool(info.get("timed_out"))
+        )
 
     def set_max_log(self, limit: int) -> None:
         """A new ``[logs] max_bytes``: for the starts from now on, and for the logs of the

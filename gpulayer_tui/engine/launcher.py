@@ -196,6 +196,8 @@ class Task:
         "pid",
         "pidfd",
         "ticks",
+        "timeout_at",
+        "timeout_grace",
     )
 
     def __init__(self, key: str, pid: int, ticks: int, pidfd: int, child: bool) -> None:
@@ -215,6 +217,10 @@ class Task:
         self.log_next = time.monotonic() + LOG_CHECK_FIRST_S
         self.log_seen = 0  # its size at the last look
         self.log_dropped = 0  # its output that cuts dropped, in all (the note's count)
+        # Its --timeout (wall clock), enforced here only while no engine is connected:
+        # an engine enforces it itself, and one stopped for hours left it running on.
+        self.timeout_at: float | None = None
+        self.timeout_grace = 0.0
 
 
 class Spawner:
@@ -301,6 +307,7 @@ class Spawner:
             if pidfd is not None and procstat.is_alive(entry.pid, entry.ticks):
                 task = Task(key, entry.pid, entry.ticks or 0, pidfd, child=False)
                 task.kill_at = entry.kill_at
+                task.timeout_at, task.timeout_grace = entry.timeout_at, entry.timeout_grace
                 task.ended_unseen = self.first
                 # Its log, to keep cutting it back: taken over without it, a runaway log
                 # grew past its cap for good. The cap journaled with it applies at once
@@ -394,6 +401,13 @@ class Spawner:
             elif task.kill_at is not None and now >= task.kill_at:
                 task.kill_at = None
                 self._killpg(task, signal.SIGKILL)
+            elif (
+                task.timeout_at is not None
+                and now >= task.timeout_at
+                and self.client is None
+                and task.pidfd >= 0
+            ):
+                self._timed_out(task)
         if self.strays:
             self._kill_strays(now)
         mono = time.monotonic()
@@ -596,6 +610,7 @@ class Spawner:
                 "at": entry.ended_at,
                 "dropped": entry.log_dropped or None,
                 "kill_at": entry.kill_at,
+                "timed_out": entry.timed_out or None,
             }
         return table
 
@@ -629,8 +644,16 @@ class Spawner:
         env = {**shared, **{str(k): str(v) for k, v in request.get("extra", {}).items()}}
         env[TASK_ENV] = f"{self.state_dir}/{key}"
         max_log = int(request.get("max_log") or 0)
+        timeout = request.get("timeout")  # [seconds, grace]: enforced while no engine runs
         error = self._start(
-            key, argv, cwd, env, str(request["log"]), bool(request.get("fresh")), max_log
+            key,
+            argv,
+            cwd,
+            env,
+            str(request["log"]),
+            bool(request.get("fresh")),
+            max_log,
+            None if timeout is None else (float(timeout[0]), float(timeout[1])),
         )
         if error is not None:
             self._send({"ev": "failed", "key": key, "error": error})
@@ -657,6 +680,7 @@ class Spawner:
         log: str,
         fresh: bool,
         max_log: int,
+        timeout: tuple[float, float] | None = None,
     ) -> str | None:
         """Start ``key``; return why it could not start (it then never ran)."""
         if not os.path.isdir(cwd):
@@ -698,11 +722,16 @@ class Spawner:
         ticks = _start_ticks(pid, before, time.clock_gettime_ns(time.CLOCK_BOOTTIME))
         # (its log's cap too: a spawner that takes it over with no engine connected cuts
         # it back at once, where it grew without bound until the engine came back)
-        self.journal.write("P", key, pid, ticks, max_log or None)
+        timeout_at = None if timeout is None else time.time() + timeout[0]
+        grace = None if timeout is None else timeout[1]
+        self.journal.write("P", key, pid, ticks, max_log or None, timeout_at, grace)
         entry = self.entries[key] = journal.Entry(journal.RUNNING)
         entry.pid, entry.ticks, entry.max_log = pid, ticks, max_log
         task = Task(key, pid, ticks, os.pidfd_open(pid), child=True)
         task.log_fd, task.max_log = log_fd, max_log
+        if timeout is not None:
+            entry.timeout_at = task.timeout_at = timeout_at
+            entry.timeout_grace = task.timeout_grace = timeout[1]
         self._watch(task)
         self._send({"ev": "started", "key": key, "pid": pid, "ticks": ticks})
         return None
@@ -771,6 +800,8 @@ class Spawner:
         ended = {"ev": "exited", "key": task.key, "code": code, "at": at}
         if dropped:  # (only for a log that was cut: the drain's path stays as it was)
             ended["dropped"] = dropped
+        if entry.timed_out:
+            ended["timed_out"] = True
         self._send(ended)
 
     def _cap_log(self, task: Task) -> int:
@@ -834,16 +865,27 @@ class Spawner:
         )
         return size
 
-    def _terminate(self, key: str, grace: float) -> None:
+    def _timed_out(self, task: Task) -> None:
+        """Its --timeout passed with no engine connected to stop it: stop it as the engine
+        would (SIGTERM, SIGKILL after the grace period), journaled as a timeout's stop so
+        the next engine ends it ``timeout``, not as a job killed by a signal."""
+        task.timeout_at = None
+        if task.kill_at is not None:
+            return  # (stopping already)
+        _say(f"{task.key} (pid {task.pid}) ran past its timeout with no engine: stopping it")
+        self._terminate(task.key, task.timeout_grace, timed_out=True)
+
+    def _terminate(self, key: str, grace: float, timed_out: bool = False) -> None:
         task = self.tasks.get(key)
         if task is None or task.pidfd < 0:
             return
         if task.kill_at is None:
             task.kill_at = time.time() + max(0.0, grace)
-            self.journal.write("K", key, task.kill_at)
+            self.journal.write("K", key, task.kill_at, "T" if timed_out else None)
             entry = self.entries.get(key)
             if entry is not None:
                 entry.kill_at = task.kill_at
+                entry.timed_out = timed_out
         # What it started in sessions of its own is not in its group: stopped with it
         # (a service's `setsid` server kept its port after the cancel). Found first: its
         # leader gone, they are no longer below it.
