@@ -28,7 +28,7 @@ from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.engine.spec import SpecError
 
-from .conftest import REPO, EngineFactory, Served, make_config, wait_for
+from .conftest import REPO, EngineFactory, Served, kill_jobs_of, make_config, wait_for
 from .raw_http import request
 
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
@@ -80,6 +80,9 @@ def open_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         _NOBODY_CWD[:] = [base / "src"]
         yield home
     finally:
+        # (jobs outlive their engine: a test that failed half-way left its jobs running,
+        # a "tick" loop among them, for the rest of the run)
+        kill_jobs_of(home, launcher=False)
         shutil.rmtree(base, ignore_errors=True)
 
 
