@@ -505,3 +505,30 @@ def test_submit_from_a_removed_folder_says_so(engine: Served, tmp_path: Path) ->
         capture_output=True, text=True, env=engine.env, cwd=REPO, timeout=60,
     )  # fmt: skip
     assert like.returncode == 0, like.stderr
+
+
+def test_a_job_whose_dependency_was_cleaned_restarts_and_is_copied(engine: Served) -> None:
+    # Its dependency had completed before it ran; cleaned from the history since, restart
+    # and --like were refused for ever: "depends_on: no job 1" (a field never typed).
+    first = _submit(engine, "--", "true")
+    assert engine.cli("wait", first).returncode == 0
+    second = _submit(engine, "--after", first, "--", "true")
+    assert engine.cli("wait", second).returncode == 0
+    cleaned = engine.cli("clean", "--keep", "1")
+    assert cleaned.returncode == 0 and "removed 1 finished job" in cleaned.stdout, cleaned
+    restarted = engine.cli("restart", second)
+    assert restarted.returncode == 0, restarted.stderr
+    again = json.loads(engine.cli("status", "--json", restarted.stdout.split()[-1]).stdout)
+    assert again["job"]["spec"]["depends_on"] == []
+    like = engine.cli("submit", "--like", second, "--", "echo", "hi")
+    assert like.returncode == 0, like.stderr
+    assert (
+        f"--like {second}: its dependency job {first} is no longer in the history "
+        "(cleaned): left out" in like.stderr
+    )
+    # Named directly, it is refused with the reason.
+    direct = engine.cli("submit", "--after", first, "--", "true")
+    assert direct.returncode == 2
+    assert f"depends_on: no job {first} (no longer in the history: cleaned)" in direct.stderr
+    unknown = engine.cli("submit", "--after", "999", "--", "true")
+    assert "depends_on: no job 999\n" in unknown.stderr

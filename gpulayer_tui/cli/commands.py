@@ -298,6 +298,27 @@ def _submit_keyed(
     return client.submit_many(specs, key=key, env=env)
 
 
+def _deps_still_there(client: Client, job_id: int, deps: list[Any]) -> list[Any]:
+    """Job ``job_id``'s dependencies less those cleaned from the history since: they had
+    ended before it ran (a copy naming one was refused: "depends_on: no job N")."""
+    kept = []
+    for dep in deps:
+        dep_id = dep.get("job") if isinstance(dep, dict) else dep
+        try:
+            client.job(dep_id)
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            print(
+                f"--like {job_id}: its dependency job {dep_id} is no longer in the history "
+                "(cleaned): left out",
+                file=sys.stderr,
+            )
+            continue
+        kept.append(dep)
+    return kept
+
+
 def _like(
     client: Client, args: argparse.Namespace, base: dict[str, Any], cmd: list[str]
 ) -> dict[str, Any]:
@@ -317,6 +338,8 @@ def _like(
         spec["exclusive"] = True
     if args.priority:
         spec["priority"] = args.priority
+    if "depends_on" not in base and spec.get("depends_on"):
+        spec["depends_on"] = _deps_still_there(client, old["id"], spec["depends_on"])
     if "snapshot" in spec:  # (job ID's record of its copy: a new copy is made now)
         spec["snapshot"] = bool(spec["snapshot"])
     if "snapshot" in base:

@@ -93,6 +93,13 @@ LOG_NOTE_EVERY_S = 60.0
 __all__ = ["ConfigError", "Engine", "JobNotActive", "Overloaded", "SpecError", "UnknownJob"]
 
 
+def _dependency_id(dep: object) -> int | None:
+    """The job a stored ``depends_on`` item names (an id, or ``{"job": ID, ...}``)."""
+    if isinstance(dep, dict):
+        dep = dep.get("job")
+    return dep if isinstance(dep, int) else None
+
+
 class Engine:
     """A running engine over one state dir.
 
@@ -543,6 +550,14 @@ class Engine:
         if job.kind is JobKind.ADOPTED:
             raise SpecError(f"job {job_id} {ADOPTED_NOT_RUN}", "job")
         spec = {k: v for k, v in job.spec.items() if k not in ("restart_of",)}
+        deps = spec.get("depends_on") or []
+        if deps:
+            # A dependency cleaned from the history since had ended before this job ran
+            # (met, or it would not have run): left out, or the restart was refused for
+            # ever ("depends_on: no job 1", a field the user never typed).
+            ids = {_dependency_id(d) for d in deps}
+            kept = await self.store.existing({i for i in ids if i is not None})
+            spec["depends_on"] = [d for d in deps if _dependency_id(d) in kept]
         snapshot = spec.get("snapshot")
         if isinstance(snapshot, dict):
             spec["snapshot"] = True

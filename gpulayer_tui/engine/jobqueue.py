@@ -269,7 +269,13 @@ class JobQueue:
                 found = stored[dep.job]
                 if found is None and not restoring:
                     prefix = f"job {index + 1} of {len(specs)}: " if len(specs) > 1 else ""
-                    raise SpecError(f"{prefix}depends_on: no job {dep.job}", "depends_on")
+                    # (an id below the newest was given once: its row was cleaned away)
+                    gone = (
+                        " (no longer in the history: cleaned)"
+                        if dep.job < self._book.next_id
+                        else ""
+                    )
+                    raise SpecError(f"{prefix}depends_on: no job {dep.job}{gone}", "depends_on")
                 status = found.status if found else JobStatus.FAILED
                 resolved.append((dep.job, dep.any_exit, status))
             out.append(resolved)
