@@ -304,6 +304,9 @@ def _deps_still_there(client: Client, job_id: int, deps: list[Any]) -> list[Any]
     kept = []
     for dep in deps:
         dep_id = dep.get("job") if isinstance(dep, dict) else dep
+        if not isinstance(dep_id, int):
+            kept.append(dep)  # (the engine says what is wrong with it)
+            continue
         try:
             client.job(dep_id)
         except ApiError as err:
