@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from gpulayer_tui.engine.engine import Engine
-from gpulayer_tui.engine.errors import KeyReused
+from gpulayer_tui.engine.errors import KeyReused, KeySpent
 
 from .conftest import REPO, EngineFactory, Served, wait_for
 
@@ -178,6 +178,33 @@ async def test_a_key_returns_the_first_submissions_jobs_even_after_a_restart(
     with pytest.raises(KeyReused):  # (known from the database now)
         await later.submit_many(both[:1], 0, "k1")
     assert len(await later.list_jobs()) == 3
+
+
+async def test_a_key_whose_jobs_were_cleaned_makes_nothing_again(
+    make_engine: EngineFactory,
+) -> None:
+    # A retry after `clean` removed the key's jobs was a 500 (one spec: an IndexError),
+    # an empty answer (a batch), and, after a restart, a second run of the request.
+    engine: Engine = await make_engine()
+    both = [{"command": ["true"]}, {"command": ["true"]}]
+    first = await engine.submit_many(both, 0, "k1")
+    single = await engine.submit({"command": ["true"]}, 0, "k2")
+    for job in [*first, single]:
+        await engine.wait(job.id, timeout=10)
+    assert (await engine.retention.clean(None, keep=0))["jobs"] == 3
+    for items, key in ((both, "k1"), ([{"command": ["true"]}], "k2")):
+        with pytest.raises(KeySpent, match=f"'{key}' was used already, by a submission whose"):
+            await engine.submit_many(items, 0, key)
+    with pytest.raises(KeyReused):  # (another request with it: still that refusal)
+        await engine.submit_many([{"command": ["false"]}], 0, "k1")
+    await engine.stop()
+    later = await make_engine()
+    for items, key in ((both, "k1"), ([{"command": ["true"]}], "k2")):
+        with pytest.raises(KeySpent, match="removed from the history since"):
+            await later.submit_many(items, 0, key)
+    assert await later.list_jobs() == []
+    fresh = await later.submit({"command": ["true"]}, 0, "k3")  # a new key: a new job
+    assert fresh.id > single.id
 
 
 def test_a_key_reused_for_another_request_is_a_422_naming_the_header(served: Served) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .disk import DiskSpace
 from .domain import plural
-from .errors import KeyReused, Overloaded, SpecError, StoreError
+from .errors import KeyReused, KeySpent, Overloaded, SpecError, StoreError
 from .fairness import owner_of, user_label
 from .jobbook import ActiveJob, JobBook
 from .models import Job, JobKind
@@ -121,14 +121,18 @@ class Admission:
         first = self._keys.get(slot)
         if first is not None:  # the same submission is being handled, or was just now
             _same_request(key, self._digests.get(slot), digest)
-            return await self._current(await asyncio.shield(first))
+            return await self._current(await asyncio.shield(first), key)
         stored, stored_digest = await self._store.jobs_with_key(key, owner_uid)
         if stored:
             _same_request(key, stored_digest, digest)
-            return await self._current([job.id for job in stored])
+            return await self._current([job.id for job in stored], key)
+        spent, spent_digest = await self._store.spent_key(key, owner_uid)
+        if spent:
+            _same_request(key, spent_digest, digest)
+            raise _spent(key)
         if slot in self._keys:  # (another retry got here during that read)
             _same_request(key, self._digests.get(slot), digest)
-            return await self._current(await asyncio.shield(self._keys[slot]))
+            return await self._current(await asyncio.shield(self._keys[slot]), key)
         made: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
         self._keys[slot] = made
         self._digests[slot] = digest
@@ -147,14 +151,20 @@ class Admission:
             self._digests.pop(oldest, None)
         return jobs
 
-    async def _current(self, ids: list[int]) -> list[Job]:
-        """The jobs ``ids`` as they are now."""
+    async def _current(self, ids: list[int], key: str) -> list[Job]:
+        """The jobs ``ids`` as they are now.
+
+        Raises:
+            KeySpent: Every one of them was cleaned from the history since.
+        """
         out = []
         for job_id in ids:
             live = self._book.live(job_id)
             job = live.job if live is not None else await self._store.get_job(job_id)
             if job is not None:  # (a job cleaned from history since is left out)
                 out.append(job)
+        if ids and not out:
+            raise _spent(key, ids)
         return out
 
     async def _submit(
@@ -383,6 +393,19 @@ def request_digest(items: list[Any]) -> str:
     """What a submission asked for, as a short digest (its items as canonical JSON)."""
     text = json.dumps(items, sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _spent(key: str, ids: list[int] | None = None) -> KeySpent:
+    """A retry of a submission whose jobs were all cleaned from the history since."""
+    which = ""
+    if ids:
+        which = " (" + ", ".join(str(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "") + ")"
+    return KeySpent(
+        f"Idempotency-Key {key!r} was used already, by a submission whose jobs{which} were "
+        "removed from the history since (clean); nothing was stored (send a new key for a "
+        "new submission)",
+        "Idempotency-Key",
+    )
 
 
 def _same_request(key: str, first: str | None, digest: str) -> None:

@@ -75,6 +75,7 @@ from .errors import (
     DomainRefused,
     JobNotActive,
     KeyReused,
+    KeySpent,
     Overloaded,
     SpecError,
     StoreError,
@@ -220,6 +221,8 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except KeyReused as err:
         return _error(422, str(err), err.field)
+    except KeySpent as err:
+        return _error(409, str(err), err.field)
     except UnknownDomain as err:
         return _error(404, str(err), err.field)
     except web.RequestPayloadError as err:

@@ -28,6 +28,11 @@ class KeyReused(SpecError):
     as the IETF Idempotency-Key draft answers: only the same request is a retry)."""
 
 
+class KeySpent(SpecError):
+    """An idempotency key whose jobs were removed from the history since (``clean``):
+    the request was acted on once, and a retry makes nothing (409)."""
+
+
 class UnknownJob(LookupError):
     """No job has this id (404)."""
 

@@ -75,7 +75,7 @@ _DAMAGED_ADVICE = (
     "copy; `sqlite3 FILE .recover` may save what is readable."
 )
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 # jobs_active's condition, exactly as created: a query that repeats it may use the index.
 _ACTIVE_INDEX_WHERE = "status IN ('pending', 'queued', 'running')"
@@ -193,7 +193,23 @@ MIGRATIONS: list[list[str]] = [
             at REAL NOT NULL
         )""",
     ],
+    # 10 -> 11: the idempotency keys of submissions whose jobs `clean` removed (a retry
+    # got a 500, an empty answer, or, after a restart, a second run of the request).
+    # owner_uid -1: an in-process submission (no peer).
+    [
+        """CREATE TABLE spent_keys (
+            key TEXT NOT NULL,
+            owner_uid INTEGER NOT NULL,
+            digest TEXT,
+            removed_at REAL NOT NULL,
+            PRIMARY KEY (key, owner_uid)
+        )""",
+    ],
 ]
+
+SPENT_KEY_DAYS = 7
+"""How long the key of a submission whose jobs were cleaned is still refused (a retry
+comes seconds after the lost answer, not weeks)."""
 
 _JOB_COLUMNS = (
     "id, name, kind, status, termination_reason, exit_code, message, domains, gpus, "
@@ -1034,6 +1050,15 @@ class Store:
         )
         return [job_from_row(r[:-1]) for r in rows], (rows[0][-1] if rows else None)
 
+    async def spent_key(self, key: str, owner_uid: int | None) -> tuple[bool, str | None]:
+        """Whether ``key``'s jobs were all removed from the history (in the last
+        :data:`SPENT_KEY_DAYS` days), and the digest of what its submission asked for."""
+        rows = await self._fetchall(
+            "SELECT digest FROM spent_keys WHERE key = ? AND owner_uid = ?",
+            (key, -1 if owner_uid is None else owner_uid),
+        )
+        return (True, rows[0][0]) if rows else (False, None)
+
     def save_edit(self, job: Job) -> None:
         """Queue what an edit changes of a waiting job that is otherwise written once: its
         spec, name and priority."""
@@ -1138,6 +1163,18 @@ class Store:
             )
             db.execute(f"DELETE FROM events WHERE job_id IN ({marks})", chosen)
             db.execute(f"DELETE FROM job_usage WHERE job_id IN ({marks})", chosen)
+            # (a key whose jobs are all gone stays refused for a while: see spent_key)
+            db.execute(
+                "INSERT OR REPLACE INTO spent_keys (key, owner_uid, digest, removed_at) "
+                "SELECT submit_key, COALESCE(owner_uid, -1), submit_digest, ? FROM jobs "
+                f"WHERE id IN ({marks}) AND submit_key IS NOT NULL GROUP BY submit_key, "
+                "owner_uid",
+                [time.time(), *chosen],
+            )
+            db.execute(
+                "DELETE FROM spent_keys WHERE removed_at < ?",
+                (time.time() - SPENT_KEY_DAYS * 86400,),
+            )
             db.execute(f"DELETE FROM jobs WHERE id IN ({marks})", chosen)
             db.execute("COMMIT")
         except sqlite3.OperationalError as err:
