@@ -279,12 +279,24 @@ RULES: dict[str, Any] = {
 # -- text parsers (argparse types, form fields) --------------------------------------------
 
 
+def too_long(digits: str) -> str | None:
+    """For ASCII digits past any limit here (over 19 significant digits: ``MAX_INT`` has
+    19), how to show them (``int()`` refuses more than 4,300 digits with a Python
+    traceback's words, and is slow well before); ``None`` for a number ``int()`` may read."""
+    if len(digits.lstrip("0")) <= 19:
+        return None
+    return f"{digits[:12]}... ({len(digits)} digits)"
+
+
 def parse_whole(field: str, text: str) -> int:
     """A whole number typed by a person."""
     digits = text.strip()
     unsigned = digits[1:] if digits[:1] in ("-", "+") else digits
     if not (unsigned.isascii() and unsigned.isdigit()):  # (int() takes "1_0" and "٣")
         raise FieldError(field, f"expected a whole number, got {text!r}")
+    shown = too_long(unsigned)
+    if shown is not None:
+        raise FieldError(field, f"{shown} is too large a number (at most {MAX_INT})")
     return int(digits)
 
 
@@ -320,6 +332,9 @@ def parse_job_id(text: str, field: str = "job") -> int:
     digits = text.strip()
     if not (digits.isascii() and digits.isdigit()):  # (int() takes "1_0" and "٣")
         raise FieldError(field, f"a job id is a number, got {text!r}")
+    shown = too_long(digits)
+    if shown is not None:
+        raise FieldError(field, f"a job id is at most {MAX_INT}, got {shown}")
     return check_job_id(int(digits), field)
 
 

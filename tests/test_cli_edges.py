@@ -532,3 +532,13 @@ def test_a_job_whose_dependency_was_cleaned_restarts_and_is_copied(engine: Serve
     assert f"depends_on: no job {first} (no longer in the history: cleaned)" in direct.stderr
     unknown = engine.cli("submit", "--after", "999", "--", "true")
     assert "depends_on: no job 999\n" in unknown.stderr
+
+
+def test_ids_and_numbers_of_thousands_of_digits_are_refused_by_name(engine: Served) -> None:
+    # Past 4,300 digits int() raises: these printed a Python traceback.
+    huge = "1" + "0" * 5000
+    for argv in (["status", huge], ["submit", "--after", huge, "--", "true"], ["cancel", huge]):
+        out = engine.cli(*argv)
+        assert out.returncode == 2, (argv[0], out.stderr[-500:])
+        assert "Traceback" not in out.stderr
+        assert "at most 9223372036854775807, got 100000000000... (5001 digits)" in out.stderr

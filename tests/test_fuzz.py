@@ -454,3 +454,26 @@ def test_api_survives_deep_nesting_huge_numbers_and_odd_encodings(api: Api) -> N
     assert stored.fetchone()[0] == "\\xff"
     status, data = api.call("POST", "/v1/jobs", b'{"command": ["true"], "depends_on": [1]}')
     assert status == 201 and data["job"]["status"] == "queued"
+
+
+def test_numbers_of_thousands_of_digits_are_refused_by_name(api: Api) -> None:
+    # Past 4,300 digits int() raises: every route below was a 500, and a body's number
+    # was refused in Python's words ("use sys.set_int_max_str_digits()").
+    huge = "1" + "0" * 5000
+    answered: dict[str, tuple[int, str]] = {}
+    for method, path, body in [
+        ("GET", f"/v1/jobs/{huge}", None),
+        ("POST", f"/v1/jobs/{huge}/cancel", None),
+        ("PATCH", f"/v1/jobs/{huge}", b'{"priority": 1}'),
+        ("GET", f"/v1/processes/{huge}", None),
+        ("POST", f"/v1/processes/{huge}/signal", b'{"signal": "TERM"}'),
+        ("GET", f"/v1/jobs?limit={huge}", None),
+        ("POST", "/v1/jobs", b'{"command": ["true"], "priority": ' + huge.encode() + b"}"),
+    ]:
+        status, data = api.call(method, path, body)
+        answered[f"{method} {path[:30]}"] = (status, data["error"])
+    assert {k: v for k, v in answered.items() if v[0] != 400} == {}
+    errors = " ".join(error for _, error in answered.values())
+    assert "set_int_max_str_digits" not in errors
+    assert "a job id is at most 9223372036854775807, not 100000000000... (5001 digits)" in errors
+    assert "the request body has a number of over 4,300 digits" in errors

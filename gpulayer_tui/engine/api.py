@@ -66,7 +66,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import wire
-from ..fields import keys_once, printable
+from ..fields import keys_once, printable, too_long
 from ..unixsock import SocketPath
 from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
 from .config import Config
@@ -296,9 +296,21 @@ def _require_admin(request: web.Request, what: str) -> None:
 
 def _job_id(request: web.Request) -> int:
     raw = request.match_info["job_id"]
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_INT:
+    if not (raw.isascii() and raw.isdigit()) or not raw.strip("0"):
         raise SpecError(f"a job id is a positive integer, not {raw[:100]!r}", "job")
+    # (a number past 4,300 digits made int() raise: a 500)
+    shown = too_long(raw)
+    if shown is not None or int(raw) > MAX_INT:
+        raise SpecError(f"a job id is at most {MAX_INT}, not {shown or raw}", "job")
     return int(raw)
+
+
+def _path_int(raw: str) -> object:
+    """A number in a URL path for a field rule to judge (``raw`` itself if not digits; a
+    number too long for ``int()`` as one past every limit)."""
+    if not (raw.isascii() and raw.isdigit()):
+        return raw
+    return MAX_INT + 1 if too_long(raw) is not None else int(raw)
 
 
 def _int_query(request: web.Request, name: str, default: int | None) -> int | None:
@@ -308,6 +320,8 @@ def _int_query(request: web.Request, name: str, default: int | None) -> int | No
     try:
         if not (raw.isascii() and raw.isdigit()):  # (int() took "+5", " 5" and "٣")
             raise ValueError(raw)
+        if too_long(raw) is not None:
+            raise SpecError(f"{name} must be at most {MAX_INT}", name)
         value = int(raw)
     except ValueError:
         if raw.startswith("-") and raw[1:].isascii() and raw[1:].isdigit():
@@ -386,6 +400,11 @@ async def _read_json(request: web.Request) -> Any:
             "idle_connection); nothing was stored"
         ) from None
     except (ValueError, UnicodeDecodeError) as err:
+        if "integer string conversion" in str(err):  # (Python's words: not the user's)
+            raise SpecError(
+                "the request body has a number of over 4,300 digits (the largest any "
+                f"field takes is {MAX_INT})"
+            ) from None
         raise SpecError(f"the request body is not valid JSON: {err}") from None
     except RecursionError:
         raise SpecError("the request body is not valid JSON: nested too deeply") from None
@@ -624,7 +643,7 @@ async def adopt(request: web.Request) -> web.Response:
 async def process(request: web.Request) -> web.Response:
     """GET /v1/processes/PID: what /proc says about a process (to confirm an adoption)."""
     raw = request.match_info["pid"]
-    pid = wire.check_pid(int(raw)) if raw.isascii() and raw.isdigit() else wire.check_pid(raw)
+    pid = wire.check_pid(_path_int(raw))
     info = request.app[ENGINE_KEY].process_info(pid)
     if info is None:
         return _error(404, f"no process with pid {pid}", "pid")
@@ -635,7 +654,7 @@ async def process_signal(request: web.Request) -> web.Response:
     """POST /v1/processes/PID/signal ``{"signal": "TERM", "start_ticks": N}``: signal a
     stray GPU process (the requester's own; root's: any)."""
     raw = request.match_info["pid"]
-    pid = wire.check_pid(int(raw)) if raw.isascii() and raw.isdigit() else wire.check_pid(raw)
+    pid = wire.check_pid(_path_int(raw))
     body = await _read_json(request)
     if not isinstance(body, dict):
         raise SpecError("expected a JSON object with 'signal'")
