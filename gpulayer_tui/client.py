@@ -55,6 +55,14 @@ class ApiError(RuntimeError):
         self.status = status
 
 
+def _plain_error(status: int, data: bytes) -> str:
+    """An error answer that is not the engine's JSON (the HTTP server's own, for a
+    request it could not read): its first line, so that more than "HTTP 400" is said."""
+    line = data.decode("utf-8", "replace").strip().split("\n", 1)[0]
+    text = "".join(c if c.isprintable() else "?" for c in line)[:200]
+    return f"HTTP {status}: {text}" if text else f"HTTP {status}"
+
+
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
@@ -265,7 +273,7 @@ class Client:
             decoded = None
         if response.status >= 400:
             message = decoded.get("error") if isinstance(decoded, dict) else None
-            raise ApiError(response.status, message or f"HTTP {response.status}")
+            raise ApiError(response.status, message or _plain_error(response.status, data))
         return decoded
 
     def stream(
@@ -285,7 +293,7 @@ class Client:
                 message = jsonlite.loads(data.decode()).get("error")
             except (ValueError, AttributeError):
                 message = None
-            raise ApiError(response.status, message or f"HTTP {response.status}")
+            raise ApiError(response.status, message or _plain_error(response.status, data))
         if headers is not None:
             headers.update(response.headers)
         try:

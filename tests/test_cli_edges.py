@@ -542,3 +542,20 @@ def test_ids_and_numbers_of_thousands_of_digits_are_refused_by_name(engine: Serv
         assert out.returncode == 2, (argv[0], out.stderr[-500:])
         assert "Traceback" not in out.stderr
         assert "at most 9223372036854775807, got 100000000000... (5001 digits)" in out.stderr
+
+
+def test_a_long_filter_is_refused_in_the_engines_words_and_a_bare_http_error_says_more(
+    engine: Served,
+) -> None:
+    # A request line past aiohttp's 8190 bytes was refused by aiohttp itself in
+    # text/plain, and the CLI said only "HTTP 400".
+    out = engine.cli("jobs", "--filter", "a" * 9000)
+    assert out.returncode == 2
+    assert "the text filter is over 1000 characters" in out.stderr, out.stderr
+    from gpulayer_tui.client import ApiError, Client
+
+    client = Client(Paths(engine.home, engine.home / "config.toml"), timeout=10)
+    with pytest.raises(ApiError) as refused:  # (past even the raised limit: aiohttp's own)
+        client.jobs_page(q="a" * 70_000)
+    assert refused.value.status == 400
+    assert str(refused.value).startswith("HTTP 400: ") and len(str(refused.value)) > 10
