@@ -280,10 +280,11 @@ RULES: dict[str, Any] = {
 
 
 def too_long(digits: str) -> str | None:
-    """For ASCII digits past any limit here (over 19 significant digits: ``MAX_INT`` has
-    19), how to show them (``int()`` refuses more than 4,300 digits with a Python
-    traceback's words, and is slow well before); ``None`` for a number ``int()`` may read."""
-    if len(digits.lstrip("0")) <= 19:
+    """For ASCII digits far past any limit here (over 40 significant digits: ``MAX_INT``
+    has 19), how to show them (``int()`` refuses more than 4,300 digits with a Python
+    traceback's words, and is slow well before); ``None`` for a number ``int()`` may read
+    (the field's own rule then says what is wrong with it)."""
+    if len(digits.lstrip("0")) <= 40:
         return None
     return f"{digits[:12]}... ({len(digits)} digits)"
 

@@ -559,3 +559,22 @@ def test_a_long_filter_is_refused_in_the_engines_words_and_a_bare_http_error_say
         client.jobs_page(q="a" * 70_000)
     assert refused.value.status == 400
     assert str(refused.value).startswith("HTTP 400: ") and len(str(refused.value)) > 10
+
+
+def test_status_shows_what_a_job_asked_for(engine: Served) -> None:
+    # It showed none of what `edit` changes: the only way to see it was --json.
+    first = _submit(engine, "--", "sleep", "60")
+    waiting = _submit(engine, "--after", first, "--gpus", "1", "--", "true")
+    edited = engine.cli(
+        "edit", waiting, "--priority", "7", "--vram-gb", "20", "--timeout", "100",
+        "--after-any", first,
+    )  # fmt: skip
+    assert edited.returncode == 0, edited.stderr
+    shown = engine.cli("status", waiting).stdout
+    assert "  asks for    1 GPU, 20 GB VRAM per GPU\n" in shown, shown
+    assert "  priority    7\n" in shown and "  timeout     100 s\n" in shown
+    assert f"  after       job {first} (any end)\n" in shown
+    assert f"  cwd         {REPO}\n" in shown
+    plain = engine.cli("status", first).stdout
+    assert "asks for" not in plain and "priority" not in plain and "after " not in plain
+    assert engine.cli("cancel", first).returncode == 0

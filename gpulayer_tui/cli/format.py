@@ -103,6 +103,7 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
         + (f" ({job['termination_reason']})" if job["termination_reason"] else ""),
         f"  message     {job['message']}",
         f"  command     {shown}",
+        *_request_lines(spec),
         *_snapshot_lines(spec),
         f"  domains     {', '.join(job['domains']) or '-'}"
         + (f"  (GPUs {','.join(map(str, job['gpus']))})" if job["gpus"] else ""),
@@ -127,6 +128,49 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
         lines.append(f"    {_when(ev['at'])}  {what}{extra}{message}")
     # Names, commands and messages are users' text: escaped, never sent as escapes.
     return "\n".join(printable(line) for line in lines)
+
+
+def _request_lines(spec: dict[str, Any]) -> list[str]:
+    """What the job asked for (what ``edit`` changes): shown only where set, so that a
+    plain job's view stays short."""
+    lines = []
+    if spec.get("cwd"):
+        lines.append(f"  cwd         {spec['cwd']}")
+    asks = []
+    gpus = spec.get("gpus")
+    if gpus:
+        asks.append(f"{gpus} GPU{'s' if gpus != 1 else ''}")
+    if spec.get("vram_gb") is not None:
+        asks.append(f"{spec['vram_gb']:g} GB VRAM per GPU")
+    if spec.get("exclusive"):
+        asks.append("exclusive")
+    domain = spec.get("domain")
+    if domain:
+        asks.append(f"on {domain if isinstance(domain, str) else ' or '.join(map(str, domain))}")
+    if spec.get("cluster"):
+        asks.append(f"cluster {spec['cluster']}")
+    for key, unit in (("cpus", "CPUs"), ("mem_gb", "GB memory")):
+        if spec.get(key) is not None:
+            asks.append(f"{spec[key]:g} {unit}")
+    if asks:
+        lines.append(f"  asks for    {', '.join(asks)}")
+    if spec.get("priority"):
+        lines.append(f"  priority    {spec['priority']}")
+    if spec.get("timeout") is not None:
+        lines.append(f"  timeout     {spec['timeout']:g} s")
+    if spec.get("project"):
+        lines.append(f"  project     {spec['project']}")
+    after = []
+    for dep in spec.get("depends_on") or []:
+        if isinstance(dep, dict):
+            after.append(f"{dep.get('job')}{' (any end)' if dep.get('any_exit') else ''}")
+        else:
+            after.append(str(dep))
+    if after:
+        lines.append(f"  after       job{'s' if len(after) > 1 else ''} {', '.join(after)}")
+    if spec.get("restart_of"):
+        lines.append(f"  restart of  job {spec['restart_of']}")
+    return lines
 
 
 def _snapshot_lines(spec: dict[str, Any]) -> list[str]:
