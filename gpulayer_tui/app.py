@@ -100,8 +100,10 @@ class GpulayerApp(App[str]):
         refresh_interval: float = 0.25,
         health_interval: float = 2.0,
         cursor_blink: bool = True,
+        notice: str | None = None,
     ) -> None:
         super().__init__()
+        self._notice = notice  # said once mounted (a config the engine rejected)
         self.cursor_blink = cursor_blink  # read by text inputs; snapshots turn it off
         self.backend = backend
         self.clock = clock
@@ -154,6 +156,8 @@ class GpulayerApp(App[str]):
         else:
             self.theme = themes.DEFAULT_THEME
             self.notify(f"unknown theme '{self._initial_theme}'", severity="warning")
+        if self._notice:
+            self.notify(self._notice, title="config", severity="error", timeout=30)
         # Subscribe first, then load: what changes between the two arrives as an event.
         # (Loading first lost a job submitted in between until the next reconnect.)
         self._follow_events()
@@ -584,8 +588,10 @@ def build_app(
     config_file: Path | None = None,
     refresh_interval: float = 0.25,
     cursor_blink: bool = True,
+    notice: str | None = None,
 ) -> GpulayerApp:
-    """Build the app over ``backend`` (embedded, attached, or a test's fake)."""
+    """Build the app over ``backend`` (embedded, attached, or a test's fake); ``notice``
+    is said once it is up."""
     return GpulayerApp(
         backend,
         clock=clock,
@@ -593,6 +599,7 @@ def build_app(
         config_file=config_file,
         refresh_interval=refresh_interval,
         cursor_blink=cursor_blink,
+        notice=notice,
     )
 
 

@@ -116,16 +116,18 @@ def run_tui(
     from .engine.lock import EngineBusy
 
     config = paths.config_file
+    bad_config: str | None = None
+    theme: str | None = None
     try:
         # Another user's engine may keep its config unreadable to the users it serves (it
         # holds webhook URLs): the TUI then attaches with the default theme.
         readable = not config.exists() or os.access(config, os.R_OK)
         theme = load_config(config).ui.theme if readable else None
     except ConfigError as err:
-        from .fields import printable
-
-        print(f"gpulayer-tui: {printable(str(err), keep=chr(10))}", file=sys.stderr)
-        return 2
+        # An engine that serves runs on the config it last accepted: attached, the TUI
+        # says what is wrong (a typo in a live edit locked the user out of it). Without
+        # one, the engine this would start refuses the file, and that is said below.
+        bad_config = str(err)
 
     crashed = False
 
@@ -138,8 +140,11 @@ def run_tui(
             print(f"gpulayer-tui: no engine serves {paths.state_text}", file=sys.stderr)
             await MessageApp(no_engine_text(paths)).run_async()
             return "no-engine"
+        notice = None
+        if bad_config is not None:
+            notice = f"{bad_config} (the engine goes on with the configuration it last accepted)"
         try:
-            app = build_app(backend, theme=theme, config_file=paths.config_file)
+            app = build_app(backend, theme=theme, config_file=paths.config_file, notice=notice)
             result = await app.run_async() or ""
             # (An app that ended on an error printed its traceback, and the shell saw 0.)
             crashed = bool(app.return_code)
@@ -150,7 +155,9 @@ def run_tui(
     try:
         result = asyncio.run(main())
     except (ConfigError, StoreError, EngineBusy, ValueError) as err:
-        print(f"gpulayer-tui: {err}", file=sys.stderr)
+        from .fields import printable
+
+        print(f"gpulayer-tui: {printable(str(err), keep=chr(10))}", file=sys.stderr)
         return 2
     if crashed:
         return 1

@@ -100,3 +100,17 @@ def test_a_bad_config_stops_the_tui_before_it_starts(served: Served, terminal: T
     )
     assert out.returncode == 2
     assert "ui.theme" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_config_gone_bad_under_a_running_engine_still_lets_the_tui_attach(
+    served: Served, terminal: Terminal
+) -> None:
+    # A typo in a live edit (the engine keeps the config it last accepted) locked the
+    # user out of the TUI: "unknown key 'engine.bogus'", exit 2, no UI.
+    served.start("--simulate", "1xA100-80GB")
+    (served.home / "config.toml").write_text("[engine]\nbogus = 1\n")
+    terminal.start(f"{sys.executable} -m gpulayer_tui; echo EXIT=$?; sleep 600")
+    terminal.wait_for_text("unknown key 'engine.bogus'", timeout=30)
+    terminal.wait_for_text("configuration it last accepted", timeout=5)
+    terminal.keys("q")
+    terminal.wait_for_text("EXIT=0", timeout=30)
