@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
 import sqlite3
 import subprocess
 from collections.abc import Callable
@@ -820,3 +822,82 @@ async def test_a_folder_link_to_a_folder_link_on_the_way_is_followed(
         return False
 
     await eventually(repointed, timeout=10, interval=0.3)
+
+
+def _replica_pid(engine: Any, job_id: int) -> int:
+    pid = engine.book.get(job_id).job.replicas[0].pid
+    assert pid is not None
+    return int(pid)
+
+
+@pytest.mark.parametrize("how", ["domain removed live", "GPU missing at restart"])
+async def test_a_service_replica_is_never_restarted_where_nothing_is_scheduled(
+    make_engine: EngineFactory, paths: Paths, how: str
+) -> None:
+    # Its replica was restarted in place: on a GPU the driver no longer lists, or one
+    # whose domain the config had just removed (a batch job was refused there meanwhile).
+    if how == "domain removed live":
+        paths.state_dir.mkdir(parents=True)
+        unmanaged = BASE + "auto_domains = false\n"
+        paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
+        engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+        service = await engine.submit(
+            {"kind": "service", "command": ["sleep", "600"], "domain": ["a", "b"],
+             "port": False, "gpus": 1}
+        )  # fmt: skip
+        await eventually(lambda: engine.book.get(service.id).job.message == "1/1 up on a")
+        paths.config_file.write_text(unmanaged + "[domains.b]\ngpu = 1\n")
+        result = await engine.config_reload.reload()
+        assert result["applied"] is True and "domain a removed" in result["changes"]
+        gone, moved_to = "domain a is no longer in the configuration", "b"
+    else:
+        first = await make_engine("2xA100-80GB")
+        blocker = await first.submit({"command": ["sleep", "600"], "domain": "gpu0"})
+        service = await first.submit(
+            {"kind": "service", "command": ["sleep", "600"], "gpus": 1, "port": False}
+        )
+        await eventually(lambda: first.book.get(service.id).job.message == "1/1 up on gpu1")
+        await first.stop()
+        engine = await make_engine("1xA100-80GB")
+        await engine.cancel(blocker.id)
+        await engine.wait(blocker.id, timeout=20)
+        gone, moved_to = "GPU 1 (gpu1) is not found by the driver", "gpu0"
+    old = _replica_pid(engine, service.id)
+    os.kill(old, signal.SIGKILL)
+    await eventually(
+        lambda: engine.book.get(service.id).job.message == f"1/1 up on {moved_to}", timeout=20
+    )
+    timeline = " ".join(e.get("message", "") for e in await engine.store.job_events(service.id))
+    assert f"placing again after {gone}" in timeline, timeline
+    new = _replica_pid(engine, service.id)
+    environ = Path(f"/proc/{new}/environ").read_bytes().split(b"\0")
+    index = engine.scheduler.domains[moved_to].gpu_index
+    assert f"CUDA_VISIBLE_DEVICES={index}".encode() in environ
+    await engine.cancel(service.id)
+
+
+async def test_waiting_jobs_pinned_to_a_gpu_gone_across_a_restart_wait_for_it(
+    make_engine: EngineFactory,
+) -> None:
+    # They failed for good, "can no longer run on this machine: unknown domain 'gpu1'",
+    # a job with a choice of gpu0 or gpu1 among them, while job 1 still ran on GPU 1.
+    first = await make_engine("2xA100-80GB")
+    running = await first.submit({"command": ["sleep", "600"], "domain": "gpu1"})
+    blocker = await first.submit({"command": ["sleep", "600"], "domain": "gpu0"})
+    pinned = await first.submit({"command": ["true"], "domain": "gpu1"})
+    choice = await first.submit({"command": ["true"], "domain": ["gpu0", "gpu1"], "gpus": 1})
+    assert choice.status is JobStatus.QUEUED and pinned.status is JobStatus.QUEUED
+    await first.stop()
+    second = await make_engine("1xA100-80GB")
+    waiting = await second.get(pinned.id)
+    assert waiting.status is JobStatus.QUEUED, waiting.message
+    assert waiting.message == "waiting for GPU 1 (gpu1): not found by the driver"
+    assert (await second.get(choice.id)).status is JobStatus.QUEUED
+    await second.cancel(blocker.id)
+    done = await second.wait(choice.id, timeout=20)  # (on gpu0, the one left)
+    assert done.status is JobStatus.COMPLETED and done.domains == ["gpu0"]
+    await second.cancel(running.id)
+    await second.wait(running.id, timeout=20)
+    await second.stop()
+    third = await make_engine("2xA100-80GB")  # the GPU is back
+    assert (await third.wait(pinned.id, timeout=20)).status is JobStatus.COMPLETED

@@ -522,6 +522,8 @@ class JobQueue:
         try:
             return request_for(act.spec)
         except SpecError as err:
+            if self._scheduler.may_keep_gone_pins(act.spec):  # (a choice still open)
+                return self._scheduler.request_for(act.spec, keep_gone=True)
             self._book.finish(
                 act,
                 JobStatus.FAILED,

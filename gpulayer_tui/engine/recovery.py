@@ -70,7 +70,7 @@ class Recovery:
                     spec = parse_spec(job.spec)
                     if renamed:  # (running ones too: placed again, a service, a requeue)
                         spec, followed = self._follow(job, spec, renamed)
-                    request = self._scheduler.request_for(spec)
+                    request = self._request(spec)
                 except SpecError as err:
                     problem = str(err)
             act = self._book.restore(job, spec, request)
@@ -114,6 +114,21 @@ class Recovery:
         for act in acts:
             if act.job.status is JobStatus.RUNNING and act.job.id in self._book:
                 self._runners[act.job.kind].reattach(act)
+
+    def _request(self, spec: JobSpec) -> Request:
+        """A taken-back job's request; a pin to a domain that is gone fails it unless the
+        rest of a choice can hold it or the domain's GPU is missing (it then waits for it:
+        a GPU that did not come up after a reboot failed every job pinned to it).
+
+        Raises:
+            SpecError: It can no longer run here.
+        """
+        try:
+            return self._scheduler.request_for(spec)
+        except SpecError:
+            if not self._scheduler.may_keep_gone_pins(spec):
+                raise
+            return self._scheduler.request_for(spec, keep_gone=True)
 
     @staticmethod
     def _follow(job: Job, spec: JobSpec, renamed: Mapping[str, str]) -> tuple[JobSpec, str]:

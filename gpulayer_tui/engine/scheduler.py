@@ -194,20 +194,28 @@ class Scheduler:
         for dom in domains:
             dom.unhold(job_id)
 
-    def request_for(self, spec: JobSpec) -> Request:
+    def request_for(self, spec: JobSpec, keep_gone: bool = False) -> Request:
         """Resolve a spec's GPU needs against the configured domains.
+
+        Args:
+            spec: The job's spec.
+            keep_gone: A job taken back (after a restart or a reload) keeps pins to domains
+                that are gone: :meth:`capacity_verdict` judges them (the others of a choice
+                may do; a GPU the driver no longer lists may come back). A new submission
+                naming an unknown domain is refused.
 
         Raises:
             SpecError: For unknown domains or contradictory pins.
         """
         pins = spec.pinned_domains
         for name in pins:
-            if name not in self.domains:
+            if name not in self.domains and not keep_gone:
                 known = ", ".join(self.domains) or "none"
                 raise SpecError(f"domain: unknown domain '{name}' (known: {known})", "domain")
         if len(set(pins)) != len(pins):
             raise SpecError("domain: a domain is named twice", "domain")
-        gpu_pins = [p for p in pins if self.domains[p].is_gpu]
+        # (a pin that is gone was a GPU domain: the cpu pool is always there)
+        gpu_pins = [p for p in pins if p not in self.domains or self.domains[p].is_gpu]
         if gpu_pins and len(gpu_pins) != len(pins):
             raise SpecError(
                 f"domain: cannot mix the '{CPU_DOMAIN}' pool with GPU domains", "domain"
@@ -245,6 +253,27 @@ class Scheduler:
         if not req.pins:
             return self.gpu_domains
         return [self.domains[p] for p in req.pins if p in self.domains]
+
+    def may_keep_gone_pins(self, spec: JobSpec) -> bool:
+        """Whether a job taken back (after a restart or a reload) whose pins name domains
+        that are gone may wait on: the others of a choice can hold it, or a gone one is a
+        GPU the driver no longer lists (it may come back). Otherwise it can no longer run."""
+        pins = spec.pinned_domains
+        left = [p for p in pins if p in self.domains]
+        if left and len(left) >= max(spec.gpus or 1, 1):
+            return True
+        return any(self._missing_gpu(p) is not None for p in pins if p not in self.domains)
+
+    def _missing_gpu(self, name: str) -> int | None:
+        """The GPU index of a GPU domain name (``gpuN``, as the config names them by
+        itself) whose GPU the last sample did not list: a GPU gone from the driver, maybe
+        for a while (a reboot that did not bring it up), not a domain the config
+        removed."""
+        if not (name.startswith("gpu") and name[3:].isascii() and name[3:].isdigit()):
+            return None
+        index = int(name[3:])
+        seen = self._gpu_indices
+        return index if seen is not None and index not in seen and index < 1024 else None
 
     @staticmethod
     def could_hold(dom: Domain, req: Request) -> bool:
@@ -292,9 +321,14 @@ class Scheduler:
                 )
             return Verdict(False, f"requested {plural(req.gpus, 'GPU')}, but {has}")
         gone = [p for p in req.pins if p not in self.domains]
-        if gone:
-            return Verdict(False, f"unknown domain {', '.join(map(repr, gone))}")
         candidates = self.candidates(req)
+        if gone and len(candidates) < max(req.gpus, 1):
+            # (a choice whose others can still hold it goes on without them)
+            missing = [p for p in gone if self._missing_gpu(p) is not None]
+            if missing:
+                said = ", ".join(f"GPU {self._missing_gpu(p)} ({p})" for p in missing)
+                return Verdict(None, f"waiting for {said}: not found by the driver")
+            return Verdict(False, f"unknown domain {', '.join(map(repr, gone))}")
         if req.pins and req.gpus > len(candidates):
             names = ", ".join(req.pins)
             return Verdict(

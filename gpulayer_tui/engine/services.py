@@ -513,8 +513,28 @@ class ServiceRunner:
         replica = act.job.replicas[index]
         if replica.state is not R.BACKOFF:
             return
+        gone = self._domain_gone(act)
+        if gone is not None:
+            # Restarted in place, it ran on a GPU the driver no longer lists, or one the
+            # config no longer schedules on (the running process was left alone; a new one
+            # is not started there): placed again, as for a lost domain.
+            self.replace(act, gone)
+            return
         replica.restarts += 1
         self._decide_launch(act, replica, "restart")
+
+    def _domain_gone(self, act: ActiveJob) -> str | None:
+        """Why the service may not start a process where it holds (a held domain is no
+        longer scheduled on), or ``None``."""
+        domains = self._scheduler.domains
+        missing = self._scheduler.missing_gpus()
+        for dom in act.holds:
+            if domains.get(dom.name) is dom:
+                continue
+            if dom.gpu_index is not None and dom.gpu_index in missing:
+                return f"GPU {dom.gpu_index} ({dom.name}) is not found by the driver"
+            return f"domain {dom.name} is no longer in the configuration"
+        return None
 
     # -- stopping -----------------------------------------------------------------------------
 
