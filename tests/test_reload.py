@@ -870,7 +870,7 @@ async def test_a_service_replica_is_never_restarted_where_nothing_is_scheduled(
     timeline = " ".join(e.get("message", "") for e in await engine.store.job_events(service.id))
     assert f"placing again after {gone}" in timeline, timeline
     new = _replica_pid(engine, service.id)
-    environ = Path(f"/proc/{new}/environ").read_bytes().split(b"\0")
+    environ = (await asyncio.to_thread(Path(f"/proc/{new}/environ").read_bytes)).split(b"\0")
     index = engine.scheduler.domains[moved_to].gpu_index
     assert f"CUDA_VISIBLE_DEVICES={index}".encode() in environ
     await engine.cancel(service.id)
