@@ -167,6 +167,15 @@ async def test_search_keys_in_the_detail_and_n_is_new_job_again_after(ui_app: An
         await until(pilot, lambda: _detail(app) is None, "back")
 
 
+FAST_WRITER = """\
+import sys, time
+block = ("x" * 1023 + "\\n") * 64
+while True:
+    sys.stdout.write(block)
+    sys.stdout.flush()
+    time.sleep(0.002)
+"""
+
 PAGER_SCRIPT = """\
 import os, shutil, signal, sys
 shutil.copyfile(sys.argv[-1], os.environ["MARKER"])
@@ -206,6 +215,25 @@ async def test_the_log_opens_in_the_pager_with_the_app_suspended(
         )
         assert app.is_running and _detail(app) is detail
         assert list(copies.iterdir()) == []  # the copy it read is gone
+        # A job that never stops writing: the copy stops where the view had read to (it
+        # read on for ever, the pager never shown, the copy far past the log's cap).
+        writer = await app.backend.submit(
+            {
+                "command": [sys.executable, "-c", FAST_WRITER],
+                "gpus": 0,
+                "cwd": os.getcwd(),
+            }
+        )
+        marker.unlink()
+        app.open_job(writer["id"])
+        fast = await until(
+            pilot, lambda: (d := _detail(app)) is not None and d.job_id == writer["id"] and d
+        )
+        await until(pilot, lambda: fast._log_next > 1_000_000, "a megabyte of its output read")
+        await pilot.press("P")
+        await until(pilot, marker.exists, "the pager ran", timeout=30)
+        await app.backend.cancel(writer["id"])
+        await pilot.press("escape")
         # A pager that cannot start is said, not raised.
         monkeypatch.setenv("PAGER", str(tmp_path / "no-such-pager"))
         await pilot.press("P")

@@ -673,6 +673,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     async def _open_pager(self) -> None:
         app = view_of(self)
         replica = self._replica if self.is_service else None
+        # Up to what the view has read when P is pressed: a job that never stops writing
+        # never gave an empty read, and the copy grew without end, the pager never shown.
+        until = self._log_next
         fd, name = tempfile.mkstemp(prefix=f"gpulayer-job{self.job_id}-", suffix=".log")
         path = Path(name)
         try:
@@ -680,7 +683,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             # user, who may read the output but not the engine's files).
             with os.fdopen(fd, "wb") as out:
                 offset = 0
-                while True:
+                while offset < until or not until:
                     chunk = await app.backend.read_log(self.job_id, offset, replica=replica)
                     if not chunk.data:
                         break
