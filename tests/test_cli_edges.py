@@ -578,3 +578,21 @@ def test_status_shows_what_a_job_asked_for(engine: Served) -> None:
     plain = engine.cli("status", first).stdout
     assert "asks for" not in plain and "priority" not in plain and "after " not in plain
     assert engine.cli("cancel", first).returncode == 0
+
+
+def test_like_of_a_service_takes_service_options_without_service(engine: Served) -> None:
+    # "--replicas only applies to services: add --service", of a copy that is a service.
+    service = _submit(engine, "--service", "--replicas", "2", "--no-port", "--", "sleep", "60")
+    copy = engine.cli("submit", "--like", service, "--replicas", "1", "--max-restarts", "3")
+    assert copy.returncode == 0, copy.stderr
+    made = json.loads(engine.cli("status", "--json", copy.stdout.strip()).stdout)["job"]
+    assert made["kind"] == "service"
+    assert (made["spec"]["replicas"], made["spec"]["max_restarts"]) == (1, 3)
+    batch = _submit(engine, "--", "true")
+    refused = engine.cli("submit", "--like", batch, "--replicas", "2")
+    assert refused.returncode == 2
+    assert f"--like {batch}: job {batch} is not a service, and --replicas only applies" in (
+        refused.stderr
+    )
+    for job in (service, copy.stdout.strip()):
+        assert engine.cli("cancel", job).returncode == 0

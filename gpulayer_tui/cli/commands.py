@@ -105,11 +105,18 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     if args.service:
         spec["kind"] = "service"
         spec.update(given)
+    elif given and getattr(args, "like", None) is not None:
+        spec[LIKE_SERVICE] = given  # (--like of a service is one: _like decides)
     elif given:
         flags = ", ".join(SERVICE_FLAGS[k] for k in given)
         verb = "applies" if len(given) == 1 else "apply"
         parser.error(f"{flags} only {verb} to services: add --service")
     return spec
+
+
+LIKE_SERVICE = "__service_options"
+"""Where ``--like`` keeps service options given without ``--service`` until it knows
+whether the job it copies is a service (then they apply, as to ``--service``)."""
 
 
 def _read_spec_file(path: str) -> list[dict[str, Any]]:
@@ -337,6 +344,18 @@ def _like(
     for key in ("name", "project", "gpus", "vram_gb", "timeout", "domain", "depends_on"):
         if key in base:
             spec[key] = base[key]
+    service = base.pop(LIKE_SERVICE, None)
+    if service is not None and old.get("kind") != "service":
+        flags = ", ".join(SERVICE_FLAGS[k] for k in service)
+        verb = "applies" if len(service) == 1 else "apply"
+        raise ValueError(
+            f"--like {old['id']}: job {old['id']} is not a service, and {flags} only "
+            f"{verb} to services: add --service"
+        )
+    for key in ("kind", "replicas", "restart", "max_restarts", "port", "retry"):
+        if key in base:  # (--service, with its options)
+            spec[key] = base[key]
+    spec.update(service or {})
     if args.exclusive:
         spec["exclusive"] = True
     if args.priority:
