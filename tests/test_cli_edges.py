@@ -596,3 +596,20 @@ def test_like_of_a_service_takes_service_options_without_service(engine: Served)
     )
     for job in (service, copy.stdout.strip()):
         assert engine.cli("cancel", job).returncode == 0
+
+
+def test_resume_says_when_nothing_was_paused_and_edits_say_dependencies_in_words(
+    engine: Served,
+) -> None:
+    assert engine.cli("pause").returncode == 0
+    assert engine.cli("resume").stdout == "queue resumed\n"
+    assert engine.cli("resume").stdout == "the queue was not paused\n"  # (it said "resumed")
+    first = _submit(engine, "--", "sleep", "60")
+    waiting = _submit(engine, "--after", first, "--", "true")
+    other = _submit(engine, "--", "true")
+    edited = engine.cli("edit", waiting, "--after", first, "--after-any", other)
+    assert edited.returncode == 0, edited.stderr
+    timeline = engine.cli("status", waiting).stdout
+    # (it read "depends_on [1] -> [1, {'job': 3, 'any_exit': True}]")
+    assert f"depends_on {first} -> {first}, {other} (any end)" in timeline, timeline
+    assert engine.cli("cancel", first).returncode == 0

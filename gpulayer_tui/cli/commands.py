@@ -942,8 +942,9 @@ def _pause(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
 
 
 def _resume(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    client.request("POST", "/queue/resume")
-    print("queue resumed")
+    data = client.request("POST", "/queue/resume")
+    # (an engine from before "was_paused" said nothing of it: taken as resumed)
+    print("queue resumed" if data.get("was_paused", True) else "the queue was not paused")
     return EXIT_OK
 
 

@@ -696,8 +696,8 @@ async def queue_pause(request: web.Request) -> web.Response:
 async def queue_resume(request: web.Request) -> web.Response:
     """POST /v1/queue/resume."""
     _admin_only(request, "resume the queue")
-    await request.app[ENGINE_KEY].resume()
-    return web.json_response({"paused_at": None})
+    was_paused = await request.app[ENGINE_KEY].resume()
+    return web.json_response({"paused_at": None, "was_paused": was_paused})
 
 
 async def job_restart(request: web.Request) -> web.Response:

@@ -93,6 +93,20 @@ LOG_NOTE_EVERY_S = 60.0
 __all__ = ["ConfigError", "Engine", "JobNotActive", "Overloaded", "SpecError", "UnknownJob"]
 
 
+def _edit_value(key: str, value: object) -> str:
+    """A field's value as a timeline's edit line says it: dependencies as ``3, 4 (any
+    end)`` (Python's ``[{'job': 4, 'any_exit': True}]`` was shown), none as ``none``."""
+    if key == "depends_on" and isinstance(value, list):
+        shown = [
+            f"{d.get('job')}{' (any end)' if d.get('any_exit') else ''}"
+            if isinstance(d, dict)
+            else str(d)
+            for d in value
+        ]
+        return ", ".join(shown) or "none"
+    return "none" if value is None else str(value)
+
+
 def _dependency_id(dep: object) -> int | None:
     """The job a stored ``depends_on`` item names (an id, or ``{"job": ID, ...}``)."""
     if isinstance(dep, dict):
@@ -424,14 +438,16 @@ class Engine:
             await self.store.flush()
         return self.paused_at
 
-    async def resume(self) -> None:
-        """Let the queue start jobs again."""
-        if self.paused_at is not None:
-            self.paused_at = None
-            self.store.save_setting("queue_paused_at", 0)
-            await self.store.flush()
-            self.queue.schedule()
-            await self.store.flush()
+    async def resume(self) -> bool:
+        """Let the queue start jobs again; False if it was not paused."""
+        if self.paused_at is None:
+            return False
+        self.paused_at = None
+        self.store.save_setting("queue_paused_at", 0)
+        await self.store.flush()
+        self.queue.schedule()
+        await self.store.flush()
+        return True
 
     EDITABLE = ("priority", "gpus", "vram_gb", "timeout", "name", "project", "depends_on")
 
@@ -470,7 +486,7 @@ class Engine:
             raise SpecError(f"the edit would make it unable to ever run: {verdict.message}")
         said = (
             ", ".join(
-                f"{key} {old.get(key)} -> {value}"
+                f"{key} {_edit_value(key, old.get(key))} -> {_edit_value(key, value)}"
                 for key, value in changes.items()
                 if old.get(key) != value
             )
