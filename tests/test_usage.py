@@ -547,3 +547,58 @@ async def test_metrics_show_what_running_jobs_use(
     await engine.cancel(job.id)
     await engine.wait(job.id, timeout=10)
     assert f'job="{job.id}:' not in (await render(engine)).decode()  # running jobs only
+
+
+async def _ticks(engine: Engine, count: int) -> None:
+    for _ in range(count):
+        await engine.sampler.sample_once()
+        await asyncio.sleep(0.02)  # (ticks a little apart: each books some seconds)
+
+
+async def test_a_service_placed_again_keeps_its_usage_across_the_move_and_a_restart(
+    make_engine: EngineFactory,
+) -> None:
+    # After a move its mean VRAM read above its peak (the GPU it left was booked VRAM
+    # for a last interval whose seconds it was not booked); and an engine restarted while
+    # it waited to be placed again dropped all it had used.
+    from gpulayer_tui.engine.simulate import SimLedger
+
+    config = make_config(engine={"sample_interval": 3600}, usage={"point_interval": 0})
+    engine = await make_engine("2xA100-80GB", config=config)
+    service = await engine.submit(
+        {"kind": "service", "command": ["sleep", "600"], "gpus": 1, "port": False}
+    )
+    await eventually(lambda: engine.book.get(service.id).job.message.startswith("1/1 up"))
+    ledger = SimLedger(engine.paths.state_dir)
+    act = engine.book.get(service.id)
+    first_gpu = act.job.gpus[0]
+    ledger.hold(first_gpu, act.job.replicas[0].pid or 0, 1.0)
+    await _ticks(engine, 6)
+    before = engine.usage.live(service.id).summary()  # type: ignore[union-attr]
+    ledger.set_gpu(first_gpu, lost=True, error="GPU is lost")
+    await engine.sampler.sample_once()
+    await eventually(
+        lambda: (
+            (a := engine.book.get(service.id)) is not None
+            and a.job.message.startswith("1/1 up")
+            and a.job.gpus not in ([], [first_gpu])
+        ),
+        timeout=20,
+    )
+    act = engine.book.get(service.id)
+    ledger.hold(act.job.gpus[0], act.job.replicas[0].pid or 0, 1.0)
+    await _ticks(engine, 3)
+    moved = engine.usage.live(service.id).summary()  # type: ignore[union-attr]
+    assert moved["samples"] > before["samples"] and moved["gpu_hours"] >= before["gpu_hours"]
+    assert moved["mean_vram"] <= moved["peak_vram"] == GIB
+    # Both GPUs lost: it waits to be placed again, and the engine restarts meanwhile.
+    ledger.set_gpu(act.job.gpus[0], lost=True, error="GPU is lost")
+    await engine.sampler.sample_once()
+    await eventually(lambda: engine.book.get(service.id).job.status is JobStatus.QUEUED, timeout=20)
+    waiting = engine.usage.live(service.id).summary()  # type: ignore[union-attr]
+    await engine.stop()
+    again = await make_engine("2xA100-80GB", config=config)
+    kept = again.usage.live(service.id)
+    assert kept is not None  # (it was gone: its next placement started from nothing)
+    assert kept.summary()["samples"] == waiting["samples"] >= moved["samples"]
+    await again.cancel(service.id)

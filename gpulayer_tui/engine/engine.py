@@ -382,8 +382,11 @@ class Engine:
             # Running jobs' usage goes on from what was written before the restart (taken
             # back first: a job that ended meanwhile, ended by the restore, has its time
             # since then booked up to its end).
+            # (a waiting one's too: a service being placed again, or a requeued job, lost
+            # all it had used before the restart)
             self.usage.restore(
-                await self.store.usage([j.id for j in active if j.status is JobStatus.RUNNING])
+                await self.store.usage([j.id for j in active]),
+                [j.id for j in active if j.status is JobStatus.RUNNING],
             )
             await self.recovery.restore(active, renamed)
             self.queue.schedule()

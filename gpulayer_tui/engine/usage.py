@@ -212,6 +212,7 @@ class GpuTotals:
     __slots__ = (
         *_SCALARS,
         "at",
+        "booked_until",
         "counter_at",
         "counter_mj",
         "energy_per_holder_j",
@@ -243,6 +244,11 @@ class GpuTotals:
         self.energy_per_holder_j = 0.0
         self.histogram = [0] * 101
         self.at: float | None = None
+        # The end of the last interval booked to its holders (a tick with none is not):
+        # a job's VRAM-seconds end there too, as its GPU-seconds do (a job that left
+        # between two ticks was booked VRAM for the last one and not its seconds: its
+        # mean VRAM came out above its peak).
+        self.booked_until: float | None = None
         self.counter_mj: int | None = None
         self.counter_at: float | None = None
         self.factor = 1.0  # counter / (power x time) over the last window
@@ -335,7 +341,8 @@ class JobUsage:
         on = self.on.pop(gpu, None)
         if on is None:
             return
-        self.vram_byte_seconds += on.held * max(0.0, at - on.since)
+        until = min(at, on.totals.booked_until or on.since)
+        self.vram_byte_seconds += on.held * max(0.0, until - on.since)
         now = on.totals.snapshot()
         for i, key in enumerate(_SCALARS):
             # (ticks are the same ticks on each of its GPUs: counted once, from the last)
@@ -434,8 +441,8 @@ class JobUsage:
     def _byte_seconds(self) -> float:
         total = self.vram_byte_seconds
         for on in self.on.values():
-            if on.totals.at is not None:
-                total += on.held * max(0.0, on.totals.at - on.since)
+            if on.totals.booked_until is not None:
+                total += on.held * max(0.0, on.totals.booked_until - on.since)
         return total
 
     def _p95(self, histogram: list[int]) -> int | None:
@@ -590,10 +597,15 @@ class UsageRecorder:
             self._jobs.clear()
             self._gpus.clear()
 
-    def restore(self, records: Iterable[UsageJSON]) -> None:
-        """Running jobs' records from before a restart: their sums and series go on."""
+    def restore(self, records: Iterable[UsageJSON], running: Iterable[int] = ()) -> None:
+        """Active jobs' records from before a restart: their sums and series go on. Only
+        the ``running`` ones held their GPUs while nothing observed them; the others (a
+        service waiting to be placed again, a requeued job) held none meanwhile."""
+        held = set(running)
         for record in records:
             usage = JobUsage.from_json(record, self._settings.max_points)
+            if usage.job_id not in held:
+                usage.unobserved_from = None
             self._jobs[usage.job_id] = usage
 
     def live(self, job_id: int) -> JobUsage | None:
@@ -636,6 +648,7 @@ class UsageRecorder:
             else:
                 totals.idle_since = None
             if holders and tick:
+                totals.booked_until = at
                 totals.ticks += 1
                 totals.seconds += tick
                 if util is not None:
