@@ -27,6 +27,7 @@ from gpulayer_tui.engine.engine import Engine, SpecError
 from gpulayer_tui.engine.models import JobStatus, ReplicaState, TerminationReason
 from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.services import backoff_delay
+from gpulayer_tui.engine.simulate import SimLedger
 
 from .conftest import EngineFactory, Served, eventually, make_config, pid_gone, pid_reaped, wait_for
 from .fake_nvml import FakeNvml
@@ -985,3 +986,37 @@ def test_a_replica_state_counts_down_rounded_up_and_names_who_holds_its_port() -
     assert state(starting, now) == "starting for 12s (port 41234 not answering yet)"
     taken = "port 41234 is answered by pid 77, not by this replica"
     assert state({**starting, "message": taken}, now) == f"starting for 12s ({taken})"
+
+
+async def test_a_service_placed_again_keeps_its_healthy_gpus_from_later_jobs(
+    make_engine: EngineFactory,
+) -> None:
+    # Its healthy GPU went to a service queued after it, and it waited for ever (that one
+    # never ends), even once the lost GPU was back in service.
+    engine = await make_engine("2xA100-80GB")
+    first = await engine.submit(
+        {"kind": "service", "command": ["sleep", "600"], "gpus": 1, "replicas": 2,
+         "port": False}
+    )  # fmt: skip
+    await eventually(lambda: engine.book.get(first.id).job.message == "2/2 up on gpu0, gpu1")
+    later = await engine.submit(
+        {"kind": "service", "command": ["sleep", "600"], "gpus": 1, "port": False}
+    )
+    assert later.status is JobStatus.QUEUED
+    SimLedger(engine.paths.state_dir).set_gpu(0, lost=True, error="GPU is lost")
+    await engine.sampler.sample_once()
+    await eventually(lambda: engine.book.get(first.id).job.status is JobStatus.QUEUED)
+    engine.queue.schedule()
+    await engine.store.flush()
+    waiting = engine.book.get(later.id).job
+    assert waiting.status is JobStatus.QUEUED, waiting.message
+    assert f"reserved for job {first.id}" in waiting.message, waiting.message
+    SimLedger(engine.paths.state_dir).set_gpu(0, lost=False)
+    await engine.sampler.sample_once()
+    await engine.domain_ops.release("gpu0")
+    await eventually(
+        lambda: engine.book.get(first.id).job.message == "2/2 up on gpu0, gpu1", timeout=20
+    )
+    assert engine.book.get(later.id).job.status is JobStatus.QUEUED
+    await engine.cancel(later.id)
+    await engine.cancel(first.id)

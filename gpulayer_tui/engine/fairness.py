@@ -223,10 +223,15 @@ def reservation(
     candidates: Iterable[Domain],
     ends_at: Callable[[int], float | None],
     now: float,
+    comeback: frozenset[str] = frozenset(),
 ) -> Reservation | None:
     """The domains the job will get first, and when: free ones now, then those whose
     holders (our own jobs, never foreign processes) end soonest. ``None`` when fewer than
     ``gpus`` domains can ever free up for it without someone else leaving the GPU.
+
+    ``comeback``: domains a service ran on before one of them was lost (it is being
+    placed again): out of service now, they count as coming back at an unknown time, so
+    the service keeps its healthy ones rather than see them go to the next job.
 
     ``ends_at`` says when a running job ends at the latest: ``None`` if not known (no
     timeout), ``math.inf`` if never by itself (a service): a domain only such holders keep
@@ -235,6 +240,8 @@ def reservation(
     timed: list[tuple[float, int, Domain]] = []
     for dom in candidates:
         if dom.state is not DomainState.IN_SERVICE or not dom.is_gpu:
+            if dom.name in comeback and dom.is_gpu:
+                timed.append((math.inf, dom.gpu_index or 0, dom))
             continue
         if dom.blocker(vram_bytes, exclusive) is None:
             timed.append((now, dom.gpu_index or 0, dom))

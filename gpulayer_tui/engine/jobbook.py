@@ -75,6 +75,10 @@ class ActiveJob:
     holds: list[Domain] = field(default_factory=list)
     launched: bool = False  # its processes run (set by its runner)
     log_note: str = ""  # its log was cut: said again in its final message
+    # A service placed again after a domain loss: the GPU domains it ran on. Its
+    # reservation counts a quarantined one of them as coming back (its healthy ones went
+    # to the next job, and it waited for ever behind that one's service).
+    ran_on: frozenset[str] = frozenset()
 
     @property
     def key(self) -> tuple[int, int]:

@@ -875,6 +875,7 @@ class JobQueue:
                 return None  # (one slot: the next one that frees is its anyway)
             return pool_reservation(job_id, pool, slots, request.exclusive, self._ends_at, now)
         candidates = scheduler.candidates(request)
+        act = self._book.get(job_id)
         # A service's GPU replicas each take their own domains, so it needs
         # ``request.gpus`` distinct domains in all, like one job of that many GPUs.
         return reservation(
@@ -885,6 +886,7 @@ class JobQueue:
             candidates,
             self._ends_at,
             now,
+            comeback=act.ran_on if act is not None else frozenset(),
         )
 
     def _ends_at(self, job_id: int) -> float | None:

@@ -126,6 +126,7 @@ class ServiceRunner:
         """The service was placed on ``domains``: hold them, mark it running, start replicas."""
         job, spec, request = act.job, act.spec, act.request
         assert spec is not None and request is not None
+        act.ran_on = frozenset()  # (placed: nothing is kept for it any more)
         assign(act, domains)
         runtime = self._runtimes.setdefault(job.id, ServiceRuntime())
         job.attempt += 1
@@ -635,6 +636,7 @@ class ServiceRunner:
         assert spec is not None and runtime.replacing is not None
         why, runtime.replacing = runtime.replacing, None
         job.stop_reason, job.stop_message = None, ""
+        act.ran_on = frozenset(d.name for d in act.holds if d.is_gpu)
         release_holds(act)
         act.holds = []
         if job.attempt >= spec.max_attempts:
