@@ -14,6 +14,17 @@ import time
 
 from .wire import ACTIVE_STATUSES, JobRowJSON
 
+NOT_RUNS = frozenset(
+    {
+        "over_capacity",
+        "adopt_pid_gone",
+        "adopt_pid_mismatch",
+        "adopt_uid_mismatch",
+        "adopt_refused",
+    }
+)
+"""Termination reasons of jobs that never ran: refused submissions and adoptions."""
+
 
 class JobStore:
     """Job rows by id plus a change log."""
@@ -77,7 +88,8 @@ class JobStore:
 
     def summary(self, now: float | None = None) -> dict[str, int]:
         """What the dashboard's summary line shows: running, queued, and runs that failed
-        today (refused submissions, ``over_capacity``, are not runs)."""
+        today (refused submissions, ``over_capacity``, and refused adoptions are not
+        runs)."""
         midnight = start_of_today(now)
         running = queued = failed_today = 0
         for job in self.jobs.values():
@@ -89,8 +101,9 @@ class JobStore:
             elif (
                 status == "failed"
                 and (job.get("ended_at") or 0) >= midnight
-                # A refused submission (it could never run) is not a run that failed.
-                and job.get("termination_reason") != "over_capacity"
+                # A refused submission (it could never run) is not a run that failed, nor
+                # is an adoption refused before it watched anything.
+                and job.get("termination_reason") not in NOT_RUNS
             ):
                 failed_today += 1
         return {"running": running, "queued": queued, "failed_today": failed_today}

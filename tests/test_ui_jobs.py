@@ -858,9 +858,17 @@ def test_failed_today_counts_runs_not_refused_submissions() -> None:
             {**base, "id": 2, "status": "failed", "termination_reason": "over_capacity"},
             {**base, "id": 3, "status": "running", "termination_reason": None, "ended_at": None},
             {**base, "id": 4, "status": "queued", "termination_reason": None, "ended_at": None},
+            # refused adoptions never ran either (each one added to the count)
+            {**base, "id": 5, "kind": "adopted", "status": "failed",
+             "termination_reason": "adopt_refused"},
+            {**base, "id": 6, "kind": "adopted", "status": "failed",
+             "termination_reason": "adopt_pid_gone"},
+            # (an adopted process that was watched and then went: its exit unseen, a run)
+            {**base, "id": 7, "kind": "adopted", "status": "failed",
+             "termination_reason": "adopted_exit_unobserved"},
         ]  # type: ignore[list-item]
-    )
-    assert store.summary(now) == {"running": 1, "queued": 1, "failed_today": 1}
+    )  # fmt: skip
+    assert store.summary(now) == {"running": 1, "queued": 1, "failed_today": 2}
 
 
 async def test_a_waiting_jobs_detail_says_why_it_waits_until_it_runs(ui_app: Any) -> None:
