@@ -613,3 +613,25 @@ def test_resume_says_when_nothing_was_paused_and_edits_say_dependencies_in_words
     # (it read "depends_on [1] -> [1, {'job': 3, 'any_exit': True}]")
     assert f"depends_on {first} -> {first}, {other} (any end)" in timeline, timeline
     assert engine.cli("cancel", first).returncode == 0
+
+
+def test_an_empty_status_filter_a_negative_wait_and_a_body_too_large_are_said(
+    engine: Served, paths: Paths
+) -> None:
+    from .raw_http import request
+
+    out = engine.cli("jobs", "--status", "")
+    assert out.returncode == 2 and "--status needs a status" in out.stderr  # (it listed all)
+    job = _submit(engine, "--", "true")
+    status, body = request(paths.socket, "GET", f"/v1/jobs/{job}/wait?timeout=-1")
+    assert status == 400
+    assert body["error"].startswith("timeout must be a number of seconds from 0 to ")
+    from .raw_http import UnixHTTPConnection
+
+    big = b'{"command": ["true"], "name": "' + b"x" * (65 * 2**20) + b'"}'
+    conn = UnixHTTPConnection(paths.socket)
+    try:
+        status, body, _ = conn.call("POST", "/v1/jobs", big)
+    finally:
+        conn.close()
+    assert status == 413 and "the request body is over 64 MiB" in body["error"], body

@@ -824,9 +824,9 @@ async def test_a_folder_link_to_a_folder_link_on_the_way_is_followed(
     await eventually(repointed, timeout=10, interval=0.3)
 
 
-def _replica_pid(engine: Any, job_id: int) -> int:
-    pid = engine.book.get(job_id).job.replicas[0].pid
-    assert pid is not None
+async def _replica_pid(engine: Any, job_id: int) -> int:
+    """Its replica's pid, once known (a --no-port replica is "up" as it is asked for)."""
+    pid = await eventually(lambda: engine.book.get(job_id).job.replicas[0].pid, timeout=20)
     return int(pid)
 
 
@@ -862,14 +862,14 @@ async def test_a_service_replica_is_never_restarted_where_nothing_is_scheduled(
         await engine.cancel(blocker.id)
         await engine.wait(blocker.id, timeout=20)
         gone, moved_to = "GPU 1 (gpu1) is not found by the driver", "gpu0"
-    old = _replica_pid(engine, service.id)
+    old = await _replica_pid(engine, service.id)
     os.kill(old, signal.SIGKILL)
     await eventually(
         lambda: engine.book.get(service.id).job.message == f"1/1 up on {moved_to}", timeout=20
     )
     timeline = " ".join(e.get("message", "") for e in await engine.store.job_events(service.id))
     assert f"placing again after {gone}" in timeline, timeline
-    new = _replica_pid(engine, service.id)
+    new = await _replica_pid(engine, service.id)
     environ = (await asyncio.to_thread(Path(f"/proc/{new}/environ").read_bytes)).split(b"\0")
     index = engine.scheduler.domains[moved_to].gpu_index
     assert f"CUDA_VISIBLE_DEVICES={index}".encode() in environ

@@ -568,11 +568,12 @@ async def test_a_service_placed_again_keeps_its_usage_across_the_move_and_a_rest
     service = await engine.submit(
         {"kind": "service", "command": ["sleep", "600"], "gpus": 1, "port": False}
     )
-    await eventually(lambda: engine.book.get(service.id).job.message.startswith("1/1 up"))
+    # (a --no-port replica is "up" as it is asked for: its pid comes a moment later)
+    pid = await eventually(lambda: engine.book.get(service.id).job.replicas[0].pid)
     ledger = SimLedger(engine.paths.state_dir)
     act = engine.book.get(service.id)
     first_gpu = act.job.gpus[0]
-    ledger.hold(first_gpu, act.job.replicas[0].pid or 0, 1.0)
+    ledger.hold(first_gpu, pid, 1.0)
     await _ticks(engine, 6)
     before = engine.usage.live(service.id).summary()  # type: ignore[union-attr]
     ledger.set_gpu(first_gpu, lost=True, error="GPU is lost")

@@ -468,6 +468,8 @@ _ASCENDING_SORTS = ("status", "name")
 
 def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     statuses = [s for item in args.status for s in item.split(",") if s]
+    if args.status and not statuses:  # ("--status ''" listed every job, as if not given)
+        parser.error("--status needs a status (e.g. running, or queued,failed)")
     if args.sort != "id" and (args.before or args.after):
         parser.error("--before/--after page the newest-first order; use --page with --sort")
     ascending = (args.sort in _ASCENDING_SORTS) != args.reverse

@@ -271,7 +271,10 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise
         # Unknown route or method: answer in JSON like every other error (with its
         # headers: a 405 without Allow does not say which methods are).
-        response = _error(err.status, f"{request.method} {request.path[:200]}: {err.reason}")
+        said = err.reason
+        if err.status == 413:  # (which limit: it said only "Request Entity Too Large")
+            said = f"the request body is over {MAX_BODY // 2**20} MiB"
+        response = _error(err.status, f"{request.method} {request.path[:200]}: {said}")
         if "Allow" in err.headers:
             response.headers["Allow"] = err.headers["Allow"]
         return response
@@ -354,6 +357,11 @@ def _float_query(request: web.Request, name: str) -> float | None:
             raise ValueError(raw)
         value = float(raw)
     except ValueError:
+        if raw[:1] == "-" and raw[1:].replace(".", "", 1).isdigit():  # ("-1": a number)
+            raise SpecError(
+                f"{name} must be a number of seconds from 0 to {MAX_WAIT_S:g}, not {raw[:100]}",
+                name,
+            ) from None
         raise SpecError(f"{name} must be a number, not {raw[:100]!r}", name) from None
     if not 0 <= value <= MAX_WAIT_S:
         raise SpecError(f"{name} must be a number of seconds from 0 to {MAX_WAIT_S:g}", name)
