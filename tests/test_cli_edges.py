@@ -635,3 +635,36 @@ def test_an_empty_status_filter_a_negative_wait_and_a_body_too_large_are_said(
     finally:
         conn.close()
     assert status == 413 and "the request body is over 64 MiB" in body["error"], body
+
+
+def test_jobs_on_a_terminal_that_says_0_columns_takes_columns(engine: Served) -> None:
+    # Under `script` or some CI the terminal says 0 columns: every row was cut to "I…".
+    import os
+    import pty
+
+    _submit(engine, "--name", "a-visible-name", "--", "true")
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 0, 0, 0, 0))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpulayer_tui", "jobs"],
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            env={**engine.env, "COLUMNS": "150"},
+            cwd=REPO,
+            timeout=60,
+        )
+        os.close(follower)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(leader)
+    assert done.returncode == 0, done.stderr
+    assert b"a-visible-name" in shown, shown

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from gpulayer_tui.engine.config import ConfigError, load_config, parse_config, plan_domains
+from gpulayer_tui.engine.config import (
+    ConfigError,
+    load_config,
+    parse_config,
+    parse_config_text,
+    plan_domains,
+)
 from gpulayer_tui.engine.gpus import GIB, GpuReading
 from gpulayer_tui.engine.paths import resolve_paths
 from gpulayer_tui.engine.simulate import SimulatedProbe, parse_simulate_spec
@@ -188,3 +194,12 @@ def test_simulate_spec_parsing(tmp_path: Path) -> None:
     assert [g.memory_total for g in result.gpus] == [141 * GIB, 24 * GIB, 24 * GIB]
     assert len({g.uuid for g in result.gpus}) == 3
     assert SimulatedProbe(parsed, tmp_path).read().gpus[0].uuid == result.gpus[0].uuid
+
+
+def test_health_thresholds_out_of_order_are_refused() -> None:
+    # A GPU was quarantined before it could ever show "degraded".
+    with pytest.raises(ConfigError) as err:
+        parse_config_text("[health]\ndegrade_after = 10\nquarantine_after = 2\n", "c.toml")
+    assert "health: degrade_after (10) is more than quarantine_after (2)" in str(err.value)
+    assert "Value error" not in str(err.value)
+    parse_config_text("[health]\ndegrade_after = 3\nquarantine_after = 3\n", "c.toml")

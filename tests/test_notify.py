@@ -339,13 +339,15 @@ async def test_replicas_false_notifies_only_the_end(
     [
         # (the value is not quoted: a webhook's secret is in it, and every allowed user
         # reads config errors in events and doctor)
-        ('url = "ftp://example.org/x"', "notify.url: Value error, not an http:// or https"),
+        ('url = "ftp://example.org/x"', "notify.url: not an http:// or https"),
         # (passed, then every delivery failed)
-        ('url = "http://h:99999/"', "notify.url: Value error, its port is not 1-65535"),
-        ('url = "http://h:abc/"', "notify.url: Value error, its port is not 1-65535"),
-        ('url = "http://h:0/"', "notify.url: Value error, its port is not 1-65535"),
+        ('url = "http://h:99999/"', "notify.url: its port is not 1-65535"),
+        ('url = "http://h:abc/"', "notify.url: its port is not 1-65535"),
+        ('url = "http://h:0/"', "notify.url: its port is not 1-65535"),
         ('url = "http://"', "notify.url"),
-        ('on = ["failed", "running"]', "notify.on: Value error, 'running' is not a terminal"),
+        # (said in Python's words: "Value error, Invalid IPv6 URL")
+        ('url = "http://[x"', "notify.url: not an http:// or https:// URL with a host"),
+        ('on = ["failed", "running"]', "notify.on: 'running' is not a terminal"),
         ('jobs = "mine"', "notify.jobs"),
         ("command = []", "notify.command"),
         ('command = "notify-send"', "notify.command"),

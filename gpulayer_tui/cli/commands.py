@@ -462,6 +462,14 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     return EXIT_FAILED if failed else EXIT_OK
 
 
+def _terminal_columns() -> int:
+    """The terminal's width: ``COLUMNS`` first, as ``shutil`` reads it (a pseudo-terminal
+    that says 0 columns, under ``script`` or some CI, cut every row to one character)."""
+    from .grammar import _columns
+
+    return _columns()
+
+
 # Sorts that start ascending (the TUI's table starts them the same way).
 _ASCENDING_SORTS = ("status", "name")
 
@@ -503,7 +511,7 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
 
     # On a terminal, a row longer than the window is cut at its edge (the reason column is
     # last); piped, every reason is whole (it used to be cut at 70 characters always).
-    width = os.get_terminal_size().columns if sys.stdout.isatty() else None
+    width = _terminal_columns() if sys.stdout.isatty() else None
     print(fit(format_jobs(jobs, time.time()), width))
     if len(jobs) == args.limit and args.sort == "id" and not args.after and not args.reverse:
         print(f"older: --before {jobs[-1]['id']}", file=sys.stderr)
@@ -521,7 +529,7 @@ def _status(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     if getattr(args, "plot", False):
         from ..formatting import usage_plot
 
-        width = os.get_terminal_size().columns - 30 if sys.stdout.isatty() else 60
+        width = _terminal_columns() - 30 if sys.stdout.isatty() else 60
         print(usage_plot(client.usage(args.job), max(10, width)))
     from ..fields import NOT_COMPLETED_STATUSES
 

@@ -77,7 +77,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..wire import TERMINAL_STATUSES
 from .gpus import GpuReading
@@ -135,6 +135,16 @@ class HealthSettings(_Strict):
 
     degrade_after: int = Field(2, ge=1, le=1000)
     quarantine_after: int = Field(5, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _in_order(self) -> HealthSettings:
+        # (quarantine first, then "degraded": a state that never showed)
+        if self.degrade_after > self.quarantine_after:
+            raise ValueError(
+                f"degrade_after ({self.degrade_after}) is more than quarantine_after "
+                f"({self.quarantine_after}): a GPU is degraded before it is quarantined"
+            )
+        return self
 
 
 class ServiceSettings(_Strict):
@@ -287,7 +297,10 @@ class NotifySettings(_Strict):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        parts = urlsplit(value)
+        try:
+            parts = urlsplit(value)
+        except ValueError:  # ("http://[x": Python's "Invalid IPv6 URL")
+            raise ValueError("not an http:// or https:// URL with a host") from None
         if parts.scheme not in ("http", "https") or not parts.netloc:
             # (The value is not quoted: a webhook's secret is in it, and this message goes
             # to the log, to events and to doctor, which every allowed user reads.)
@@ -455,7 +468,8 @@ def _format_validation(err: ValidationError, source: str) -> str:
         elif item["type"].endswith(("_type", "_parsing")):  # (the value given, too)
             lines.append(f"{source}: {where}: {item['msg']}, got {_as_toml(item.get('input'))}")
         else:
-            lines.append(f"{source}: {where}: {item['msg']}")
+            # (our own checks' words, without pydantic's "Value error, " before them)
+            lines.append(f"{source}: {where}: {item['msg'].removeprefix('Value error, ')}")
     for loc, (words, given) in unions.items():
         where = ".".join(_toml_key(p) for p in loc)
         lines.append(f"{source}: {where}: expected {' or '.join(words)}, got {_as_toml(given)}")
