@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import os
 import signal
 import socket
@@ -218,7 +219,9 @@ async def test_crash_loop_backoff_doubles_and_caps_at_30_seconds(
     await eventually(lambda: replica.state is ReplicaState.BACKOFF)
     live = await engine.get(job.id)
     assert live.status is JobStatus.RUNNING
-    assert "replica 0 in back-off: exited with code 3; restart 9 in 30 s" in live.message
+    assert "replica 0 in back-off: exited with code 3; restart 9 in 30 s (at " in live.message
+    # (the clock time it restarts: "in 30 s" alone stays in the message while it runs down)
+    assert re.search(r"restart 9 in 30 s \(at \d\d:\d\d:\d\d\)", live.message)
 
 
 async def test_a_restart_that_cannot_start_backs_off_and_tries_again(

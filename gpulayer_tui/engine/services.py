@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from ..fields import ANSWERED_BY, starting_why
 from . import procs
 from .batch import JobEnv, assign, exit_verdict, prepare_task, timeout_message
+from .domain import plural
 from .executor import Executor, Exit, LaunchError, Started
 from .jobbook import ActiveJob, JobBook, release_holds, retake_holds
 from .models import (
@@ -482,7 +483,10 @@ class ServiceRunner:
             act,
             replica,
             R.BACKOFF,
-            f"{what}; restart {replica.restarts + 1} in {delay:g} s",
+            # (the clock time too: the job's message stays while the delay runs down, and
+            # "in 16 s" read a quarter of a minute later told 16 s more)
+            f"{what}; restart {replica.restarts + 1} in {delay:g} s "
+            f"(at {time.strftime('%H:%M:%S', time.localtime(time.time() + delay))})",
             code,
             at=late,
         )
@@ -644,7 +648,7 @@ class ServiceRunner:
                 act,
                 JobStatus.FAILED,
                 Reason.DOMAIN_LOST,
-                f"{why}; gave up after {job.attempt} placements "
+                f"{why}; gave up after {plural(job.attempt, 'placement')} "
                 f"(retry.max_attempts = {spec.max_attempts})",
             )
             return
