@@ -668,3 +668,27 @@ def test_jobs_on_a_terminal_that_says_0_columns_takes_columns(engine: Served) ->
         os.close(leader)
     assert done.returncode == 0, done.stderr
     assert b"a-visible-name" in shown, shown
+
+
+def test_cancel_waits_on_through_an_engine_restart(served: Served) -> None:
+    # The cancel was stored and done, but its wait exited 3 ("no engine") when the engine
+    # restarted meanwhile.
+    served.home.mkdir(parents=True)
+    (served.home / "config.toml").write_text("[engine]\ngrace_period = 6.0\n")
+    served.start("--simulate", "1xA100-80GB")
+    job = _submit(served, "--", "sh", "-c", "trap '' TERM; while :; do sleep 0.1; done")
+    wait_for(
+        lambda: json.loads(served.cli("status", "--json", job).stdout)["job"]["pid"], timeout=20
+    )
+    cancel = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui", "cancel", job],
+        env=served.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert cancel.stderr is not None
+    assert "waiting until" in cancel.stderr.readline()  # (it waits for the SIGKILL)
+    served.stop()
+    served.start("--simulate", "1xA100-80GB")
+    out, err = cancel.communicate(timeout=60)
+    assert cancel.returncode == 0, err
+    assert out.startswith(f"job {job} cancelled"), (out, err)
+    assert "lost the engine; waiting for job" in err

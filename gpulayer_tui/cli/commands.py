@@ -726,7 +726,7 @@ def _await_stop(client: Client, job: dict[str, Any], timeout: float | None) -> d
     deadline = time.time() + (
         timeout if timeout is not None else max(0.0, kill_at - time.time()) + CANCEL_PAST_KILL_S
     )
-    waited = client.wait(job["id"], timeout=min(1.0, max(0.0, deadline - time.time())))
+    waited = _wait_through(client, job["id"], min(1.0, max(0.0, deadline - time.time())))
     if not waited["timed_out"]:
         return dict(waited["job"])
     clock = time.strftime("%H:%M:%S", time.localtime(kill_at))
@@ -738,7 +738,26 @@ def _await_stop(client: Client, job: dict[str, Any], timeout: float | None) -> d
         doing = f"stopping: SIGTERM sent, SIGKILL at {clock} if it still runs"
     print(f"job {job['id']} is {doing}; waiting until {until}", file=sys.stderr, flush=True)
     left = max(0.0, deadline - time.time())
-    return dict(client.wait(job["id"], timeout=left)["job"])
+    return dict(_wait_through(client, job["id"], left)["job"])
+
+
+def _wait_through(client: Client, job_id: int, timeout: float) -> dict[str, Any]:
+    """``client.wait`` for a job whose cancel is stored, going on after an engine that
+    restarts meanwhile (the cancel stands: it exited 3, "no engine", though it was done)."""
+    deadline = time.monotonic() + timeout
+    piece = min(WAIT_SLICE_S, client.timeout or WAIT_SLICE_S)
+    while True:
+        left = max(0.0, deadline - time.monotonic())
+        try:
+            data = dict(client.wait(job_id, min(left, piece)))
+        except (EngineLost, EngineNotRunning):
+            if time.monotonic() >= deadline:
+                raise
+            _error(f"lost the engine; waiting for job {job_id} to stop once it answers again")
+            _wait_for_engine(client)
+            continue
+        if not data.get("timed_out") or time.monotonic() >= deadline:
+            return data
 
 
 def _since_kill(job: dict[str, Any]) -> str:
