@@ -410,3 +410,48 @@ def test_notify_payload_keeps_env_names_only() -> None:
     assert job.spec["env"] == {"A": "1", "B": "2"}  # the job itself is untouched
     assert (body["event"], body["event_at"]) == ("job.ended", 5.0) and "replica" not in body
     assert os.environ.get("GPULAYER_NOTIFY_EVENT") is None
+
+
+# Records like RECORD, but first waits for a gate file (sys.argv[2]) to exist.
+GATED = "import os, sys, time\nwhile not os.path.exists(sys.argv[2]): time.sleep(0.05)\n" + RECORD
+
+
+async def test_notifications_an_engine_left_undelivered_are_sent_by_the_next(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A notification still waiting when the engine stopped (or was killed) was dropped
+    # for good: the job's end was stored, its notification never sent.
+    out, gate = tmp_path / "got", tmp_path / "gate"
+    out.mkdir()
+    command = [sys.executable, "-c", GATED, str(out), str(gate)]
+    engine = await _engine(make_engine, command=command, jobs="all")
+    first = await engine.submit({"command": ["true"]})
+    await engine.wait(first.id, timeout=20)
+    gate.touch()  # (the first goes through)
+    await eventually(lambda: engine.notifier.sent == 1, timeout=20)
+    gate.unlink()
+    second = await engine.submit({"command": ["sh", "-c", "exit 4"]})
+    await engine.wait(second.id, timeout=20)
+    await eventually(lambda: engine.notifier._open_rows, timeout=20)  # (under way)
+    await engine.stop()  # (2 s for it, then it is given up: owed)
+    assert [b["id"] for b in _received(out)] == [first.id]
+    gate.touch()
+    again = await _engine(make_engine, command=command, jobs="all")
+    await eventually(lambda: again.notifier.sent == 1, timeout=20)
+    got = _received(out)
+    assert [(b["id"], b["event"]) for b in got] == [(first.id, "job.ended"), (second.id, "job.ended")]
+    assert got[1]["exit_code"] == 4
+    await again.stop()
+    # Nothing is owed now: a third engine sends nothing again.
+    third = await _engine(make_engine, command=command, jobs="all")
+    assert third.notifier.sent == 0 and not third.notifier._open_rows
+    await third.stop()
+    # Notifications off in a run: the next one owes nothing of it.
+    off = await make_engine(simulate=None)
+    done = await off.submit({"command": ["true"]})
+    await off.wait(done.id, timeout=20)
+    await off.stop()
+    on = await _engine(make_engine, command=command, jobs="all")
+    await on.store.flush()
+    assert on.notifier.sent == 0 and not on.notifier._open_rows
+    assert len(_received(out)) == 2

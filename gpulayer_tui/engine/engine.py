@@ -247,7 +247,7 @@ class Engine:
             self._idle_warning,
         )
         self.reads = JobReader(self.book, self.store, self.executor, self.usage)
-        self.notifier = Notifier(self.bus, self.config.notify, self.reads.get)
+        self.notifier = Notifier(self.bus, self.config.notify, self.reads.get, self.store)
         self.retention = Retention(
             self.store,
             paths.jobs_dir,
@@ -352,6 +352,7 @@ class Engine:
         try:
             self.notifier.start()  # (before recovery: a job that ended meanwhile notifies)
             await self.store.open(__version__, os.getpid())
+            await self.notifier.catch_up()  # (what the last engine left undelivered)
             self.clusters.tag = self._state_id()
             await self.executor.open()
             # The cap in force for the jobs running now too ([logs] max_bytes may have

@@ -351,6 +351,8 @@ class Event:
     data: dict[str, Any]
     job: dict[str, Any] | None = None
     _line: bytes | None = field(default=None, compare=False, repr=False)
+    row: int | None = field(default=None, compare=False, repr=False)
+    """Its row in the ``events`` table, for a stored one (given when it is queued)."""
 
     def line(self) -> bytes:
         """The event as one NDJSON line, encoded once however many subscribers write it

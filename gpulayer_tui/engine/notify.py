@@ -33,9 +33,10 @@ import json
 import logging
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -45,6 +46,9 @@ from .config import NotifySettings
 from .events import EventBus, Subscription
 from .models import Event, EventKind, Job, ReplicaState
 from .tasks import cancel_and_wait
+
+if TYPE_CHECKING:
+    from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +65,15 @@ STDERR_KEEP = 1000  # bytes of a failed command's stderr that reach the log
 STDERR_GRACE_S = 0.5  # how long its stderr is read after the command exits
 
 
+CURSOR_ROW = "notify_row"
+"""The stored cursor (in ``counters``): every notification of a stored event up to this
+row of ``events`` was handled (delivered, failed or dropped)."""
+CURSOR_RUN = "notify_run"
+"""The engine run that kept the cursor (0: none kept it: notifications were off)."""
+CATCH_UP_S = 86400.0
+"""How far back a new engine looks for notifications the last one did not deliver."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Pending:
     """One notification to deliver, with the settings of the moment it was decided."""
@@ -70,6 +83,7 @@ class _Pending:
     at: float
     replica: dict[str, Any] | None
     settings: NotifySettings
+    row: int | None = None  # its event's row in the database (None: not stored)
 
 
 class Notifier:
@@ -92,10 +106,17 @@ class Notifier:
         bus: EventBus,
         settings: NotifySettings,
         read_job: Callable[[int], Awaitable[Job]],
+        store: Store | None = None,
     ) -> None:
         self._bus = bus
         self._settings = settings
         self._read_job = read_job
+        # The cursor (see CURSOR_ROW): the rows of the events still to deliver, and the
+        # highest row considered; kept in the store once a run has set it out.
+        self._store = store
+        self._open_rows: dict[int, int] = {}  # row -> notifications of it under way
+        self._seen_row = 0
+        self._cursor_kept = False
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue(QUEUE_MAX)
         self._sub: Subscription | None = None
         self._listener: asyncio.Task[None] | None = None
@@ -121,9 +142,78 @@ class Notifier:
         if not self._started:
             return
         if settings.enabled:
+            if self._listener is None and self._store is not None and self._cursor_kept:
+                # (turned on now: from here on, nothing of before is owed)
+                self._seen_row = self._store.last_event_row
+                self._save_cursor()
             self._listen()
         else:
             self._unlisten()
+            if self._store is not None and self._cursor_kept:
+                self._store.save_setting(CURSOR_RUN, 0)  # (off: nothing owed for now)
+
+    async def catch_up(self) -> int:
+        """At start, once the store is open: queue the notifications the last engine
+        decided and did not deliver (it stopped with some waiting, or was killed; an event
+        committed just before a crash was never even published). Only that run's, only if
+        it kept its cursor (notifications were on), and at most a day's and
+        :data:`QUEUE_MAX` of them. Delivery is at least once: one delivered just before a
+        crash may come again.
+
+        Returns:
+            How many notifications were queued.
+        """
+        store = self._store
+        if store is None:
+            return 0
+        kept_by = await store.setting(CURSOR_RUN)
+        row = await store.setting(CURSOR_ROW)
+        self._seen_row = store.first_event_row
+        queued = 0
+        if (
+            self._started
+            and self._settings.enabled
+            and kept_by
+            and kept_by == store.previous_run_id
+            and row is not None
+            and row < store.first_event_row
+        ):
+            kinds = [EventKind.TRANSITION.value, EventKind.REPLICA.value]
+            since = time.time() - CATCH_UP_S
+            for event in await store.stored_events(
+                row, store.first_event_row, kinds, since, QUEUE_MAX
+            ):
+                queued += self.consider(event)
+            if queued:
+                log.warning(
+                    "notifications: %d left undelivered by the last engine are sent now", queued
+                )
+        self._cursor_kept = True
+        if self._settings.enabled:
+            self._save_cursor()
+        return queued
+
+    def _cursor(self) -> int:
+        """Every notification of a stored event up to this row is handled."""
+        if self._open_rows:
+            return min(self._open_rows) - 1
+        return self._seen_row
+
+    def _save_cursor(self) -> None:
+        store = self._store
+        if store is None or not self._cursor_kept:
+            return
+        store.save_setting(CURSOR_RUN, store.run_id)
+        store.save_setting(CURSOR_ROW, self._cursor())
+
+    def _handled(self, row: int | None) -> None:
+        """A notification of ``row`` was delivered, failed, or will not be tried."""
+        if row is None or row not in self._open_rows:
+            return
+        self._open_rows[row] -= 1
+        if not self._open_rows[row]:
+            del self._open_rows[row]
+            self._save_cursor()
 
     async def stop(self) -> None:
         """Stop listening; wait up to :data:`STOP_WAIT_S` for notifications under way, then
@@ -142,6 +232,9 @@ class Notifier:
                 task.cancel()
             await asyncio.gather(*self._workers, return_exceptions=True)
             self._workers.clear()
+        if self._settings.enabled:
+            # (what is left stays owed: the next engine sends it, see catch_up)
+            self._save_cursor()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -173,13 +266,16 @@ class Notifier:
             log.warning("notifications: fell behind the engine's events; some were missed")
             sub = self._sub = self._bus.subscribe()
 
-    def consider(self, event: Event) -> None:
-        """Queue a notification if ``event`` calls for one (never waits)."""
+    def consider(self, event: Event) -> int:
+        """Queue a notification if ``event`` calls for one (never waits); how many were
+        queued (0 or 1)."""
+        if event.row is not None and event.row > self._seen_row:
+            self._seen_row = event.row
         settings = self._settings
         replica: dict[str, Any] | None = None
         if event.kind is EventKind.TRANSITION:
             if event.data.get("status") not in settings.on:
-                return  # (``on`` holds terminal statuses only)
+                return 0  # (``on`` holds terminal statuses only)
             what = JOB_ENDED
         elif event.kind is EventKind.REPLICA and settings.replicas:
             replica = event.data
@@ -188,15 +284,15 @@ class Notifier:
             elif event.data.get("state") == ReplicaState.BACKOFF:
                 what = REPLICA_RESTARTED
             else:
-                return
+                return 0
         else:
-            return
+            return 0
         if event.job_id is None:
-            return
+            return 0
         if settings.jobs == "marked" and event.job is not None:
             if not event.job.get("spec", {}).get("notify"):
-                return  # (with no row in the event, the worker checks the whole job)
-        pending = _Pending(what, event.job_id, event.at, replica, settings)
+                return 0  # (with no row in the event, the worker checks the whole job)
+        pending = _Pending(what, event.job_id, event.at, replica, settings, event.row)
         try:
             self._queue.put_nowait(pending)
         except asyncio.QueueFull:
@@ -207,6 +303,10 @@ class Notifier:
                 what,
                 QUEUE_MAX,
             )
+            return 0
+        if event.row is not None:
+            self._open_rows[event.row] = self._open_rows.get(event.row, 0) + 1
+        return 1
 
     # -- delivering ---------------------------------------------------------------------------
 
@@ -220,6 +320,9 @@ class Notifier:
             except Exception:
                 self.failed += 1
                 log.exception("job %d: %s notification failed", pending.job_id, pending.event)
+                self._handled(pending.row)
+            else:
+                self._handled(pending.row)
             finally:
                 self._queue.task_done()
 

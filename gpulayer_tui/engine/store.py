@@ -520,6 +520,8 @@ class Store:
         self._retry_delay = RETRY_FIRST_S
         self.failure: str | None = None
         self.run_id = 0
+        self.previous_run_id = 0  # (the engine run before this one: 0 for none)
+        self.first_event_row = 0
 
     async def open(self, version: str, pid: int) -> None:
         """Open, migrate, record this engine run and start the writer.
@@ -576,8 +578,13 @@ class Store:
             (pid, version, time.time()),
         )
         self.run_id = cursor.lastrowid or 0
+        row = db.execute(
+            "SELECT COALESCE(MAX(id), 0) FROM engine_runs WHERE id < ?", (self.run_id,)
+        ).fetchone()
+        self.previous_run_id = int(row[0]) if row else 0
         row = db.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()
         self._next_event_id = int(row[0]) if row else 0
+        self.first_event_row = self._next_event_id  # (rows up to it: earlier runs')
 
     def _refuse_emptied(self) -> None:
         """An empty database file beside job logs was emptied (cut to nothing), not made
@@ -696,6 +703,7 @@ class Store:
         for ev in published:
             if ev.kind in STORED_KINDS:
                 self._next_event_id += 1
+                object.__setattr__(ev, "row", self._next_event_id)
                 history = history or []
                 history.append((self._next_event_id, ev))
         row = None
@@ -1094,6 +1102,32 @@ class Store:
             )
         )
         self._wake.set()
+
+    @property
+    def last_event_row(self) -> int:
+        """The row the last stored event queued so far got (0: none ever)."""
+        return self._next_event_id
+
+    async def stored_events(
+        self, after_row: int, up_to_row: int, kinds: Sequence[str], since: float, limit: int
+    ) -> list[Event]:
+        """Stored events of ``kinds`` with rows in (``after_row``, ``up_to_row``] that
+        happened after ``since``, oldest first, at most ``limit`` (the newest of them)."""
+        marks = ", ".join("?" * len(kinds))
+        rows = await self._fetchall(
+            f"SELECT id, job_id, at, kind, data FROM events WHERE id > ? AND id <= ? "
+            f"AND kind IN ({marks}) AND at >= ? ORDER BY id DESC LIMIT ?",
+            (after_row, up_to_row, *kinds, since, limit),
+        )
+        events = []
+        for row_id, job_id, at, kind, data in reversed(rows):
+            try:
+                event = Event(0, at, EventKind(kind), job_id, json.loads(data or "{}"))
+            except ValueError:
+                continue  # (a kind or a payload this version cannot read)
+            object.__setattr__(event, "row", row_id)
+            events.append(event)
+        return events
 
     async def setting(self, name: str) -> int | None:
         """A stored engine setting, or ``None``."""
