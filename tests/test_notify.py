@@ -439,7 +439,10 @@ async def test_notifications_an_engine_left_undelivered_are_sent_by_the_next(
     again = await _engine(make_engine, command=command, jobs="all")
     await eventually(lambda: again.notifier.sent == 1, timeout=20)
     got = _received(out)
-    assert [(b["id"], b["event"]) for b in got] == [(first.id, "job.ended"), (second.id, "job.ended")]
+    assert [(b["id"], b["event"]) for b in got] == [
+        (first.id, "job.ended"),
+        (second.id, "job.ended"),
+    ]
     assert got[1]["exit_code"] == 4
     await again.stop()
     # Nothing is owed now: a third engine sends nothing again.
