@@ -57,6 +57,13 @@ async def test_a_database_moved_aside_never_reuses_an_id_the_launcher_knows(
     for path in database.parent.glob(database.name + "*"):
         path.rename(tmp_path / path.name)
     second = await make_engine()
+    # The old run goes on, unwatched: said at start and by doctor (it was invisible while
+    # it held what it used).
+    assert [(key, pid) for key, pid, _ in second.unwatched_runs] == [(str(old.id), old.pid)]
+    checks = {c["check"]: c for c in await second.doctor_checks()}
+    assert checks["launcher"]["status"] == "warn"
+    assert f"pid {old.pid} (launcher key {old.id})" in checks["launcher"]["detail"]
+    assert "started from a database moved aside" in checks["launcher"]["detail"]
     new = await second.submit({"shell": "echo ran > new; exit 3", "cwd": str(tmp_path)})
     assert new.id > old.id and new.pid != old.pid
     done = await second.wait(new.id, timeout=10)
@@ -64,6 +71,7 @@ async def test_a_database_moved_aside_never_reuses_an_id_the_launcher_knows(
     assert (tmp_path / "new").read_text() == "ran\n"
     (tmp_path / "go").touch()  # (the old run ends; nobody here asks for it)
     await eventually(lambda: pid_reaped(old.pid or 0))
+    assert "launcher" not in {c["check"] for c in await second.doctor_checks()}
 
 
 async def test_a_database_moved_aside_never_reuses_an_id_with_a_log(
@@ -108,6 +116,7 @@ async def test_running_job_is_reattached_and_its_exit_code_learned(
     second = await make_engine()
     live = await second.get(job.id)
     assert live.status is JobStatus.RUNNING and live.pid == job.pid
+    assert second.unwatched_runs == []  # (watched again: nothing to say)
     (tmp_path / "go").touch()
     done = await second.wait(job.id, timeout=10)
     assert done.status is JobStatus.FAILED

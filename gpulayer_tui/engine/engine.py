@@ -68,6 +68,7 @@ from .logfiles import highest_log_id
 from .models import EventKind, Job, JobKind, JobQuery, JobStatus, TerminationReason
 from .notify import Notifier
 from .probes import make_probe
+from .procstat import is_alive
 from .reads import JobReader
 from .recovery import Recovery
 from .reload import ConfigReloader
@@ -105,6 +106,18 @@ def _edit_value(key: str, value: object) -> str:
         ]
         return ", ".join(shown) or "none"
     return "none" if value is None else str(value)
+
+
+def _unwatched_text(runs: list[tuple[str, int]]) -> str:
+    """What doctor and the log say of processes the launcher runs for no job watched."""
+    shown = ", ".join(f"pid {pid} (launcher key {key})" for key, pid in runs[:10])
+    more = f" and {len(runs) - 10} more" if len(runs) > 10 else ""
+    return (
+        f"the launcher runs {len(runs)} process{'es' if len(runs) > 1 else ''} that no job "
+        f"of this database watches: {shown}{more} (started from a database moved aside, or "
+        "released as unkillable); they hold what they use, unseen by the scheduler: stop "
+        "them (kill PID) or put that database back"
+    )
 
 
 def _dependency_id(dep: object) -> int | None:
@@ -273,6 +286,7 @@ class Engine:
         self.started_at = 0.0
         self.paused_at: float | None = None  # the queue's pause (gpulayer-tui pause)
         self.no_gpu_notice: str | None = None
+        self.unwatched_runs: list[tuple[str, int, int]] = []  # (see _say_unwatched_runs)
         self._wire()
 
     def _wire(self) -> None:
@@ -390,6 +404,7 @@ class Engine:
                 [j.id for j in active if j.status is JobStatus.RUNNING],
             )
             await self.recovery.restore(active, renamed)
+            await self._say_unwatched_runs()
             self.queue.schedule()
             await self.store.flush()
         except BaseException:
@@ -428,8 +443,28 @@ class Engine:
 
     async def doctor_checks(self) -> list[dict[str, str]]:
         """``GET /v1/doctor``: the config file as a reload would find it, then the domains,
-        the queue, sampling, writes and the clock (:meth:`.DomainOps.doctor_checks`)."""
-        return [await self.config_reload.check_file(), *await self.domain_ops.doctor_checks()]
+        the queue, sampling, writes and the clock (:meth:`.DomainOps.doctor_checks`), and
+        processes of the launcher that no job watches."""
+        checks = [await self.config_reload.check_file(), *await self.domain_ops.doctor_checks()]
+        alive = [(k, pid) for k, pid, ticks in self.unwatched_runs if is_alive(pid, ticks)]
+        if alive:
+            checks.append(
+                {
+                    "check": "launcher",
+                    "status": "warn",
+                    "detail": _unwatched_text(alive),
+                }
+            )
+        return checks
+
+    async def _say_unwatched_runs(self) -> None:
+        """Runs of the launcher no job of this database watches (started from a database
+        moved aside, or by an engine that released them as unkillable): said at start and
+        by doctor, where they were invisible while holding their GPUs."""
+        self.unwatched_runs = self.executor.unwatched()
+        if self.unwatched_runs:
+            pairs = [(key, pid) for key, pid, _ in self.unwatched_runs]
+            log.warning("%s", _unwatched_text(pairs))
 
     async def pause(self) -> float:
         """Pause the queue: nothing new starts (running jobs go on) until :meth:`resume`.

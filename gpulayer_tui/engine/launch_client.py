@@ -771,6 +771,18 @@ class LauncherExecutor:
         ids = [int(m.group()) for key in self._table if (m := _LEADING_ID.match(key))]
         return max(ids, default=0)
 
+    def unwatched(self) -> list[tuple[str, int, int]]:
+        """Runs the launcher says are running that no job of this engine watches (after
+        the restore): ``(key, pid, start ticks)``. Started from a database moved aside (as
+        a damaged one's message advises), they run on, invisible, their GPUs taken for
+        free (issue: a job placed on top of one on a real GPU runs out of memory)."""
+        watched = set(self._watches) | self._released | set(self._aliases.values())
+        return [
+            (key, int(info["pid"]), int(info["ticks"] or 0))
+            for key, info in self._table.items()
+            if info.get("state") == "running" and key not in watched and info.get("pid")
+        ]
+
     def find(self, key: TaskKey, on_start: OnStart, on_exit: OnExit, run: int = 0) -> object:
         """What the launcher knows of a task after a restart (see :meth:`.Executor.find`)."""
         lkey = launcher_key(key, run)
