@@ -264,7 +264,7 @@ def why_lines(data: dict[str, Any]) -> list[str]:
     limits = data.get("limits") or {}
     set_ = [
         f"{key} {limits[key]:g}"
-        for key in ("max_gpus", "max_vram_gb", "max_queued")
+        for key in ("max_gpus", "max_vram_gb", "max_queued", "max_priority")
         if limits.get(key) is not None
     ]
     lines.append(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpulayer_tui.engine.config import SchedulingSettings, UserLimits
-from gpulayer_tui.engine.errors import Overloaded
+from gpulayer_tui.engine.errors import Overloaded, SpecError
 from gpulayer_tui.engine.events import EventBus
 from gpulayer_tui.engine.fairness import Limits, user_label
 from gpulayer_tui.engine.gpus import ProbeResult, ProbeStatus
@@ -721,8 +721,30 @@ def test_why_explains_a_waiting_job_through_the_cli(served: Any) -> None:
     users = served.cli("users")
     assert users.returncode == 0, users.stderr
     header, *rows = users.stdout.splitlines()
-    assert header.split() == ["USER", "GPU-H", "SHARE", "GPUS/MAX", "VRAM", "GB/MAX", "WAITING/MAX"]
-    assert len(rows) == 1 and rows[0].split()[3:6] == ["1/-", "0/-", "1/-"]
+    assert header.split() == [
+        "USER", "GPU-H", "SHARE", "GPUS/MAX", "VRAM", "GB/MAX", "WAITING/MAX", "MAX", "PRIO"
+    ]  # fmt: skip
+    assert len(rows) == 1 and rows[0].split()[3:7] == ["1/-", "0/-", "1/-", "-"]
     assert json.loads(served.cli("users", "--json").stdout)["users"][0]["waiting"] == 1
     refused = served.cli("submit", "--no-requeue", "--", "true")
     assert refused.returncode == 2 and "only a preemptible job is requeued" in refused.stderr
+
+
+async def test_a_priority_above_the_users_max_priority_is_refused(
+    make_engine: EngineFactory,
+) -> None:
+    # Anyone's `--priority 1000` went ahead of everyone on a shared box.
+    config = make_config(users={"default": {"max_priority": 5}})
+    engine = await make_engine("1xA100-80GB", config=config)
+    before = len(await engine.list_jobs())
+    with pytest.raises(SpecError, match=r"priority 6 is above 5, the most user .* may ask"):
+        await engine.submit({"command": ["true"], "priority": 6})
+    assert len(await engine.list_jobs()) == before  # (nothing stored)
+    blocker = await engine.submit({"command": ["sleep", "60"], "gpus": 1})
+    waiting = await engine.submit({"command": ["true"], "gpus": 1, "priority": 5})
+    with pytest.raises(SpecError, match=r"\[users.default\] max_priority"):
+        await engine.edit(waiting.id, {"priority": 9})
+    assert (await engine.get(waiting.id)).spec.get("priority") == 5
+    edited = await engine.edit(waiting.id, {"priority": -3})  # (down is always fine)
+    assert edited.spec["priority"] == -3
+    await engine.cancel(blocker.id)

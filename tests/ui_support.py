@@ -569,6 +569,7 @@ class StaticBackend:
                 "max_gpus": None,
                 "max_vram_gb": None,
                 "max_queued": None,
+                "max_priority": None,
                 "running_gpus": 1,
                 "running_vram_gb": 20.0,
                 "waiting": len(ready),

@@ -1009,10 +1009,15 @@ def _users(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
             f"{u['running_gpus']}/{limit(u['max_gpus'])}",
             f"{u['running_vram_gb']:g}/{limit(u['max_vram_gb'])}",
             f"{u['waiting']}/{limit(u['max_queued'])}",
+            limit(u.get("max_priority")),
         ]
         for u in data["users"]
     ]
-    print(table(["USER", "GPU-H", "SHARE", "GPUS/MAX", "VRAM GB/MAX", "WAITING/MAX"], rows))
+    print(
+        table(
+            ["USER", "GPU-H", "SHARE", "GPUS/MAX", "VRAM GB/MAX", "WAITING/MAX", "MAX PRIO"], rows
+        )
+    )
     return EXIT_OK
 
 

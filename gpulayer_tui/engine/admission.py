@@ -194,6 +194,7 @@ class Admission:
                         "vram_gb",
                     )
                 _check_arg_max(spec)
+                self._queue.limits.check_priority(owner_of(owner_uid), spec.priority)
                 request = self._scheduler.request_for(spec)
                 self._domain_ops.refuse_quarantined_pins(spec.pinned_domains)
             except SpecError as err:

@@ -341,14 +341,18 @@ class UserLimits(_Strict):
     """``[users.NAME]`` / ``[users.default]``: what one user may hold or queue at once.
 
     Jobs past a running limit wait with a reason naming it; a submission past
-    ``max_queued`` is refused. ``share`` weighs the user's fair share (2: counts half its
-    usage). Unset limits fall back to ``[users.default]``, then to none.
+    ``max_queued``, or asking for a priority above ``max_priority`` (an edit too), is
+    refused. ``share`` weighs the user's fair share (2: counts half its usage). Unset
+    limits fall back to ``[users.default]``, then to none.
     """
 
     max_gpus: int | None = Field(None, ge=0, le=4096)  # GPUs held by its running jobs
     max_vram_gb: float | None = Field(None, ge=0, le=1e6)  # declared VRAM of running jobs
     max_queued: int | None = Field(None, ge=0, le=10_000_000)  # jobs waiting to run
     share: float | None = Field(None, gt=0, le=1000)
+    # The highest priority its jobs may ask for (a submission or edit above it is refused:
+    # on a shared box, anyone's `--priority 1000` went ahead of everyone).
+    max_priority: int | None = Field(None, ge=-1_000_000, le=1_000_000)
 
 
 class SchedulingSettings(_Strict):

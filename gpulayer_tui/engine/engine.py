@@ -57,7 +57,7 @@ from .domain import Domain
 from .errors import JobNotActive, Overloaded, SpecError, StoreError, UnknownJob
 from .events import EventBus, Subscription
 from .executor import TaskKey
-from .fairness import Limits
+from .fairness import Limits, owner_of
 from .gpus import GIB, GpuProbe, ProbeStatus
 from .health import DomainOps
 from .jobbook import LOG_CUT, ActiveJob, JobBook, Runner, release_holds
@@ -506,6 +506,8 @@ class Engine:
         act = await self._editable(job_id, changes)
         assert act.spec is not None
         spec = parse_spec({**act.job.spec, **changes})
+        if "priority" in changes and spec.priority != act.spec.priority:
+            self.queue.limits.check_priority(owner_of(act.job.owner_uid), spec.priority)
         deps = None
         if "depends_on" in changes:
             if spec.cluster is not None:

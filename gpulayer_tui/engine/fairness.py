@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from .config import SchedulingSettings, UserLimits
 from .domain import Domain, DomainState, plural
+from .errors import SpecError
 from .gpus import GIB
 
 # A user's usage, by uid: decayed GPU-seconds and when it was last decayed.
@@ -134,7 +135,22 @@ class Limits:
             max_vram_gb=own.max_vram_gb if own.max_vram_gb is not None else base.max_vram_gb,
             max_queued=own.max_queued if own.max_queued is not None else base.max_queued,
             share=own.share if own.share is not None else base.share,
+            max_priority=own.max_priority if own.max_priority is not None else base.max_priority,
         )
+
+    def check_priority(self, uid: int, priority: int) -> None:
+        """Refuse a priority above the user's ``max_priority``.
+
+        Raises:
+            SpecError: It is above (naming the limit and where it is set).
+        """
+        most = self.of(uid).max_priority
+        if most is not None and priority > most:
+            raise SpecError(
+                f"priority {priority} is above {most}, the most user {user_label(uid)} may "
+                f"ask for ({self.where(uid)} max_priority)",
+                "priority",
+            )
 
     def share(self, uid: int) -> float:
         """The user's fair-share weight (1 unless set)."""

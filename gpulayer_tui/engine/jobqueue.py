@@ -567,6 +567,7 @@ class JobQueue:
                 "max_gpus": own.max_gpus,
                 "max_vram_gb": own.max_vram_gb,
                 "max_queued": own.max_queued,
+                "max_priority": own.max_priority,
                 "running_gpus": held.gpus,
                 "running_vram_gb": round(held.vram_bytes / GIB, 1),
                 "waiting": self.waiting_of(uid),
@@ -611,6 +612,7 @@ class JobQueue:
                     "max_gpus": own.max_gpus,
                     "max_vram_gb": own.max_vram_gb,
                     "max_queued": own.max_queued,
+                    "max_priority": own.max_priority,
                 }
             )
         rows.sort(key=lambda row: (float(row["fair_usage"]), str(row["user"])))  # type: ignore[arg-type]
