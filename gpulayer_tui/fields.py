@@ -145,6 +145,24 @@ def pad_to_width(text: str, width: int) -> str:
     return text + " " * (width - cell_width(text))
 
 
+BLANK_FILLERS = "\u115f\u1160\u3164\uffa0\u034f\u2800"
+"""Characters that print as nothing though they are not spaces (the Hangul fillers, the
+combining grapheme joiner, the blank Braille pattern): a name of only these looked empty."""
+
+
+def blank_label(field: str, value: str) -> None:
+    """Refuse a name or project that shows nothing: only spaces and :data:`BLANK_FILLERS`
+    (checked where a label is given, not in the spec's rule: jobs stored before load).
+
+    Raises:
+        FieldError: It shows nothing.
+    """
+    if all(c.isspace() or c in BLANK_FILLERS for c in value):
+        raise FieldError(
+            field, "needs a visible character (it is only spaces or blank filler characters)"
+        )
+
+
 def check_label(field: str, value: object) -> str:
     """A name or project: 1-200 characters, none of them unsafe on a terminal (see
     :func:`unsafe_characters`)."""

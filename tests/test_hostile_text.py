@@ -12,7 +12,9 @@ from textual.widgets import Input
 
 from gpulayer_tui.cli.format import format_job, format_jobs, printable, table
 
-from .conftest import Served
+from gpulayer_tui.engine.errors import SpecError
+
+from .conftest import EngineFactory, Served
 from .ui_support import until
 
 # Names pass the name rule (no control characters); commands, shell lines and the job's
@@ -320,3 +322,21 @@ async def test_escapes_users_and_processes_wrote_never_reach_the_terminal(
     finally:
         stray.kill()
         stray.wait()
+
+
+@pytest.mark.parametrize("blank", ["   ", "\u3164", "\u115f\u1160", " \u034f ", "\u2800", "\uffa0"])
+async def test_a_name_or_project_that_shows_nothing_is_refused(
+    make_engine: EngineFactory, blank: str
+) -> None:
+    # Accepted, it made a job that looked nameless in every list, or spoofed another's.
+    engine = await make_engine()
+    for field in ("name", "project"):
+        with pytest.raises(SpecError, match=f"{field}: needs a visible character"):
+            await engine.submit({"command": ["true"], field: blank})
+    running = await engine.submit({"command": ["sleep", "60"]})
+    waiting = await engine.submit({"command": ["true"], "depends_on": [running.id]})
+    with pytest.raises(SpecError, match="name: needs a visible character"):
+        await engine.edit(waiting.id, {"name": blank})
+    ok = await engine.submit({"command": ["true"], "name": "a\u3164b"})  # (shows something)
+    assert ok.name == "a\u3164b"
+    await engine.cancel(running.id)

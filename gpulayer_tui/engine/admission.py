@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..fields import FieldError, blank_label
 from .disk import DiskSpace
 from .domain import plural
 from .errors import KeyReused, KeySpent, Overloaded, SpecError, StoreError
@@ -194,6 +195,7 @@ class Admission:
                         "vram_gb",
                     )
                 _check_arg_max(spec)
+                _check_labels(data)
                 self._queue.limits.check_priority(owner_of(owner_uid), spec.priority)
                 request = self._scheduler.request_for(spec)
                 self._domain_ops.refuse_quarantined_pins(spec.pinned_domains)
@@ -418,6 +420,24 @@ def _same_request(key: str, first: str | None, digest: str) -> None:
             "stored (send a new key for a new submission)",
             "Idempotency-Key",
         )
+
+
+def _check_labels(data: Any) -> None:
+    """A name or project given that shows nothing is refused (one left out is named by
+    its program; a blank one looked like a job with no name, or spoofed another's).
+
+    Raises:
+        SpecError: Naming the field.
+    """
+    if not isinstance(data, dict):
+        return
+    for field in ("name", "project"):
+        value = data.get(field)
+        if isinstance(value, str):
+            try:
+                blank_label(field, value)
+            except FieldError as err:
+                raise SpecError(str(err), field) from None
 
 
 def _exec_bytes(strings: Any) -> int:

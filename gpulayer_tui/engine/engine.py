@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..fields import FieldError, blank_label
 from ..wire import (
     ADOPTED_NOT_RUN,
     AdoptRequest,
@@ -506,6 +507,12 @@ class Engine:
         act = await self._editable(job_id, changes)
         assert act.spec is not None
         spec = parse_spec({**act.job.spec, **changes})
+        for field in ("name", "project"):
+            if isinstance(changes.get(field), str):
+                try:
+                    blank_label(field, changes[field])
+                except FieldError as err:
+                    raise SpecError(str(err), field) from None
         if "priority" in changes and spec.priority != act.spec.priority:
             self.queue.limits.check_priority(owner_of(act.job.owner_uid), spec.priority)
         deps = None
