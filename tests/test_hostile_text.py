@@ -11,7 +11,6 @@ import pytest
 from textual.widgets import Input
 
 from gpulayer_tui.cli.format import format_job, format_jobs, printable, table
-
 from gpulayer_tui.engine.errors import SpecError
 
 from .conftest import EngineFactory, Served
