@@ -260,10 +260,16 @@ class SocketBackend:
         except TimeoutError:  # (aiohttp's timeouts are TimeoutErrors)
             raise ConnectionLost(
                 f"the engine at {self.location} is not answering (no answer in "
-                f"{answer_within or 300:g} s: stopped, or overloaded)"
+                f"{answer_within or 300:g} s: stopped, or overloaded)" + _maybe_done(method)
             ) from None
-        except (aiohttp.ClientConnectionError, FileNotFoundError, ConnectionRefusedError):
-            raise self._lost() from None
+        except (aiohttp.ClientConnectorError, FileNotFoundError, ConnectionRefusedError):
+            # (not even connected: nothing was sent; "lost the connection" said otherwise)
+            raise ConnectionLost(
+                f"no engine answers at {self.location}: nothing was sent (start one with "
+                "`gpulayer-tui --serve`)"
+            ) from None
+        except aiohttp.ClientConnectionError:
+            raise ConnectionLost(str(self._lost()) + _maybe_done(method)) from None
 
     async def health(self) -> HealthJSON:
         """Engine identity and overall state."""
@@ -368,6 +374,13 @@ class SocketBackend:
                         yield _json_shown(line)
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError):
             return
+
+
+def _maybe_done(method: str) -> str:
+    """What a change asked for and never answered may have become."""
+    if method == "GET":
+        return ""
+    return " before it answered: it may have been done (look before asking again)"
 
 
 def _refusal(status: int, data: bytes) -> BackendError:

@@ -100,3 +100,28 @@ async def test_an_engine_restart_keeps_the_finished_jobs_in_an_attached_table(
         )
         await until(pilot, lambda: not isinstance(app.screen, JobDetailScreen), "closed")
     await backend.close()
+
+
+async def test_a_change_with_no_engine_says_nothing_was_sent_and_one_unanswered_may_be_done(
+    served: Served, home: Path
+) -> None:
+    # Both said "lost the connection to the engine": with no engine the request was never
+    # sent, and an unanswered one may have been acted on.
+    import pytest
+
+    from gpulayer_tui.backend import ConnectionLost
+
+    backend = SocketBackend(resolve_paths())
+    try:
+        with pytest.raises(ConnectionLost, match="no engine answers at .*: nothing was sent"):
+            await backend.submit({"command": ["true"]})
+        served.start("--simulate", "1xA100-80GB")
+        assert served.proc is not None
+        os.kill(served.proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(ConnectionLost, match="it may have been done"):
+                await backend._request("POST", "/jobs", 1.0, json={"command": ["true"]})
+        finally:
+            os.kill(served.proc.pid, signal.SIGCONT)
+    finally:
+        await backend.close()
