@@ -113,7 +113,7 @@ async def test_a_change_with_no_engine_says_nothing_was_sent_and_one_unanswered_
 
     backend = SocketBackend(resolve_paths())
     try:
-        with pytest.raises(ConnectionLost, match="no engine answers at .*: nothing was sent"):
+        with pytest.raises(ConnectionLost, match=r"no engine answers at .*: nothing was sent"):
             await backend.submit({"command": ["true"]})
         served.start("--simulate", "1xA100-80GB")
         assert served.proc is not None
