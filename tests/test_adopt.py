@@ -43,8 +43,10 @@ def spawn() -> Iterator[list[subprocess.Popen[bytes]]]:
         proc.wait()
 
 
-def start(spawned: list[subprocess.Popen[bytes]], *argv: str) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(list(argv), start_new_session=True)
+def start(
+    spawned: list[subprocess.Popen[bytes]], *argv: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(list(argv), start_new_session=True, env=env)
     spawned.append(proc)
     # Popen returns as the exec closes its pipe, a moment before the kernel shows the new
     # command line: wait for it, as a user who found the process in a list would have.
@@ -471,3 +473,70 @@ async def test_an_adopted_process_named_after_a_hostile_argv0_gets_a_printable_n
     assert job.status is JobStatus.RUNNING
     assert job.name == "e\\x1b[31mvil"
     await engine.cancel(job.id)
+
+
+async def test_adoptions_of_one_pid_at_once_make_one_job(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    # Each passed the checks while another waited on /proc: several running jobs owned
+    # one process (a parent and its child adopted at once too).
+    import asyncio
+
+    engine = await make_engine("2xA100-80GB")
+    proc = start(spawn, "sleep", "600")
+    results = await asyncio.gather(*(adopt(engine, proc.pid) for _ in range(8)))
+    running = [job for job in results if job.status is JobStatus.RUNNING]
+    assert len(running) == 1
+    assert all("belongs to job" in job.message for job in results if job not in running)
+    parent = start(spawn, "sh", "-c", "sleep 600 & wait")
+    child = await eventually(lambda: next(iter(psutil.Process(parent.pid).children()), None))
+    both = await asyncio.gather(adopt(engine, parent.pid), adopt(engine, child.pid))
+    assert [job.status for job in both].count(JobStatus.RUNNING) == 1
+
+
+async def test_a_process_on_a_managed_and_an_unmanaged_gpu_is_refused_either_way(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    # Adopted on its managed GPU alone (no --domain), its memory on the other counted as
+    # no job's while `gpus` named it as the job's.
+    config = make_config(engine={"auto_domains": False}, domains={"train": {"gpu": 0}})
+    engine = await make_engine("2xA100-80GB", config=config)
+    proc = start(spawn, "sleep", "600")
+    ledger = SimLedger(engine.paths.state_dir)
+    ledger.hold(0, proc.pid, 2.0)
+    ledger.hold(1, proc.pid, 2.0)
+    await engine.sampler.sample_once()
+    for fields in ({}, {"gpu": True}, {"domain": ["train"]}):
+        with pytest.raises(SpecError, match="holds memory on GPU 1, which has no domain"):
+            await adopt(engine, proc.pid, **fields)
+    assert await engine.list_jobs() == []
+
+
+async def test_a_process_holding_nothing_is_not_placed_on_a_domain_out_of_service(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    # A submission there is refused or waits; an adoption was placed there at once.
+    engine = await make_engine("2xA100-80GB")
+    await engine.domain_ops.drain("gpu1", "fan")
+    proc = start(spawn, "sleep", "600")
+    await engine.sampler.sample_once()
+    with pytest.raises(SpecError, match=r"domain: gpu1 is draining \(fan\) and pid \d+ holds"):
+        await adopt(engine, proc.pid, domain=["gpu1"])
+    SimLedger(engine.paths.state_dir).hold(1, proc.pid, 3.0)  # (it is there: tracked)
+    await engine.sampler.sample_once()
+    held = await adopt(engine, proc.pid, domain=["gpu1"])
+    assert held.status is JobStatus.RUNNING
+
+
+async def test_a_job_of_another_engine_is_not_adopted(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    # Adopted by a second engine of the same user, its cancel killed the first's job.
+    engine = await make_engine()
+    task = {**os.environ, "GPULAYER_TASK": f"{tmp_path}/other-state/7"}
+    other = start(spawn, "sleep", "600", env=task)
+    job = await adopt(engine, other.pid)
+    assert job.status is JobStatus.FAILED
+    assert f"is a job of another gpulayer-tui engine (state dir {tmp_path}/other-state)" in (
+        job.message
+    )

@@ -26,10 +26,12 @@ from ..fields import NAME_MAX, printable
 from ..wire import AdoptRequest
 from . import procs
 from .batch import decide_stop
+from .domain import DomainState
 from .errors import SpecError, StoreError
 from .executor import Exit
 from .gpus import GIB
 from .jobbook import ActiveJob, JobBook, retake_holds, take_holds
+from .launcher import TASK_ENV
 from .models import Job, JobKind, JobStatus, TerminationReason
 from .scheduler import Request
 from .supervisor import Supervisor, open_pidfd
@@ -160,7 +162,12 @@ class Adopter:
         store: Store,
         latest_sample: Callable[[], Sample | None],
         settings: EngineSettings,
+        state_dir: str = "",
     ) -> None:
+        self._state_dir = state_dir
+        # One adoption at a time: two for one pid (or a parent and its child) both passed
+        # the checks while the other waited on /proc, and two jobs owned one process.
+        self._adopting = asyncio.Lock()
         self._book = book
         self._scheduler = scheduler
         self._executor = executor
@@ -203,30 +210,34 @@ class Adopter:
                 known = ", ".join(self._scheduler.domains)
                 raise SpecError(f"domain: unknown domain '{pin}' (known: {known})", "domain")
         name, vram_gb = request["name"], request["vram_gb"]
-        pidfd = open_pidfd(pid)
-        snapshot = read_process(pid) if pidfd is not None else None
-        try:
-            refusal = self._refusal(pid, snapshot, request["start_ticks"], requester_uid)
-            if refusal is None:
+        async with self._adopting:
+            pidfd = open_pidfd(pid)
+            snapshot = read_process(pid) if pidfd is not None else None
+            try:
+                refusal = self._refusal(pid, snapshot, request["start_ticks"], requester_uid)
+                if refusal is None:
+                    assert snapshot is not None
+                    refusal = await asyncio.to_thread(self._other_engines, pid)
+                if refusal is None:
+                    assert snapshot is not None
+                    if pins:
+                        await asyncio.to_thread(self._check_pins, pid, snapshot, pins)
+                    domains = pins or await asyncio.to_thread(
+                        self._domains_of, pid, snapshot, request["gpu"], vram_gb
+                    )
+                    self._check_vram(vram_gb, domains)
+            except BaseException:
+                if pidfd is not None and pidfd >= 0:
+                    os.close(pidfd)
+                raise
+            if refusal is not None:
+                if pidfd is not None and pidfd >= 0:
+                    os.close(pidfd)
+                reason, message = refusal
+                job = self._record_refusal(pid, snapshot, name, reason, message, requester_uid)
+            else:
                 assert snapshot is not None
-                if pins:
-                    await asyncio.to_thread(self._check_pins, pid, snapshot, pins)
-                domains = pins or await asyncio.to_thread(
-                    self._domains_of, pid, snapshot, request["gpu"], vram_gb
-                )
-                self._check_vram(vram_gb, domains)
-        except BaseException:
-            if pidfd is not None and pidfd >= 0:
-                os.close(pidfd)
-            raise
-        if refusal is not None:
-            if pidfd is not None and pidfd >= 0:
-                os.close(pidfd)
-            reason, message = refusal
-            job = self._record_refusal(pid, snapshot, name, reason, message, requester_uid)
-        else:
-            assert snapshot is not None
-            job = self._accept(snapshot, pidfd, name, vram_gb, domains, requester_uid)
+                job = self._accept(snapshot, pidfd, name, vram_gb, domains, requester_uid)
         try:
             await self._store.flush()
         except StoreError as err:
@@ -346,10 +357,31 @@ class Adopter:
             )
         return None
 
+    def _other_engines(self, pid: int) -> tuple[TerminationReason, str] | None:
+        """A job of another gpulayer-tui engine (its launcher marks each job's environment,
+        inherited by its children): adopted here too, two engines owned one process, and
+        one's cancel ended the other's job (blocking: /proc)."""
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                environ = fh.read()
+        except OSError:
+            return None
+        for item in environ.split(b"\0"):
+            if item.startswith(TASK_ENV.encode() + b"="):
+                where = os.fsdecode(item.split(b"=", 1)[1]).rsplit("/", 1)[0]
+                if where != self._state_dir:
+                    return (
+                        Reason.ADOPT_REFUSED,
+                        f"pid {pid} is a job of another gpulayer-tui engine (state dir "
+                        f"{printable(where)}): cancel it there",
+                    )
+        return None
+
     def _check_pins(self, pid: int, snapshot: ProcessSnapshot, pins: list[str]) -> None:
         """Domains named for a process must cover every GPU where it holds memory (blocking:
         /proc): adopted on gpu0 while it held 10 GiB on gpu1, it took gpu0's slot and its
-        memory still counted as unregistered on gpu1. One holding none may be placed."""
+        memory still counted as unregistered on gpu1. One holding none may be placed, but
+        not on a domain out of service (a submission there is refused or waits)."""
         found, elsewhere = self._where_held(pid, snapshot)
         left_out = [name for name in found if name not in pins]
         if left_out:
@@ -361,6 +393,15 @@ class Adopter:
             )
         if elsewhere:
             raise self._unmanaged(pid, elsewhere)
+        for name in pins:
+            dom = self._scheduler.domains[name]
+            if dom.state is not DomainState.IN_SERVICE and name not in found:
+                raise SpecError(
+                    f"domain: {name} is {dom.state.value}"
+                    + (f" ({dom.state_reason})" if dom.state_reason else "")
+                    + f" and pid {pid} holds no memory there: nothing new is placed on it",
+                    "domain",
+                )
 
     def _where_held(self, pid: int, snapshot: ProcessSnapshot) -> tuple[list[str], list[int]]:
         """The GPU domains where ``pid`` or a descendant holds memory, and the GPUs with
@@ -397,11 +438,13 @@ class Adopter:
     ) -> list[str]:
         """The GPU domains where ``pid`` or a descendant holds memory (blocking: /proc)."""
         found, elsewhere = self._where_held(pid, snapshot)
+        if elsewhere:
+            # (Taken as a CPU job it would hold no GPU here, and its memory be no one's;
+            # taken on its managed GPUs alone, its memory on the others was counted as no
+            # job's while `gpus` named it as the job's.)
+            raise self._unmanaged(pid, elsewhere, "" if found else "only ")
         if found:
             return found
-        if elsewhere:
-            # (Taken as a CPU job it would hold no GPU here, and its memory be no one's.)
-            raise self._unmanaged(pid, elsewhere, "only ")
         if gpu or vram_gb is not None:
             gpus = self._scheduler.gpu_domains
             if len(gpus) == 1:

@@ -200,7 +200,13 @@ class Engine:
         if isinstance(self.probe, SimulatedProbe):
             self.probe.settings = self.config.simulate
         self.adopter = Adopter(
-            self.book, self.scheduler, self.watcher, self.store, self._latest_sample, settings
+            self.book,
+            self.scheduler,
+            self.watcher,
+            self.store,
+            self._latest_sample,
+            settings,
+            state_dir=str(paths.state_dir),
         )
         self.domain_ops = DomainOps(
             self.scheduler,
