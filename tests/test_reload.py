@@ -17,7 +17,7 @@ import pytest
 
 from gpulayer_tui.cli.format import format_gpus
 from gpulayer_tui.engine.config import load_config
-from gpulayer_tui.engine.models import JobStatus, TerminationReason
+from gpulayer_tui.engine.models import JobStatus, ReplicaState, TerminationReason
 from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.engine.simulate import SimLedger
 
@@ -901,3 +901,35 @@ async def test_waiting_jobs_pinned_to_a_gpu_gone_across_a_restart_wait_for_it(
     await second.stop()
     third = await make_engine("2xA100-80GB")  # the GPU is back
     assert (await third.wait(pinned.id, timeout=20)).status is JobStatus.COMPLETED
+
+
+async def test_a_two_replica_service_keeps_running_when_a_domain_of_it_is_removed(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # Any replica's exit after one of its domains was removed placed the whole service
+    # again, which no longer fit: it failed over capacity, its healthy replica stopped.
+    paths.state_dir.mkdir(parents=True)
+    unmanaged = BASE + "auto_domains = false\n"
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    service = await engine.submit(
+        {"kind": "service", "command": ["sleep", "600"], "gpus": 1, "replicas": 2,
+         "port": False}
+    )  # fmt: skip
+    job = engine.book.get(service.id).job
+    await eventually(lambda: all(r.pid for r in job.replicas), timeout=20)
+    on = {r.domains[0]: r for r in job.replicas}
+    paths.config_file.write_text(unmanaged + "[domains.b]\ngpu = 1\n")
+    assert (await engine.config_reload.reload())["applied"] is True
+    healthy_pid = on["b"].pid
+    os.kill(healthy_pid or 0, signal.SIGKILL)  # (on b: it starts again where it ran)
+    await eventually(lambda: on["b"].pid not in (None, healthy_pid), timeout=20)
+    assert job.status is JobStatus.RUNNING
+    os.kill(on["a"].pid or 0, signal.SIGKILL)  # (on a, removed: it waits, b runs on)
+    await eventually(
+        lambda: "not started again: domain a is no longer in the configuration" in on["a"].message,
+        timeout=20,
+    )
+    assert on["a"].state is ReplicaState.BACKOFF
+    assert job.status is JobStatus.RUNNING and on["b"].state is ReplicaState.UP
+    await engine.cancel(service.id)

@@ -518,27 +518,38 @@ class ServiceRunner:
         replica = act.job.replicas[index]
         if replica.state is not R.BACKOFF:
             return
-        gone = self._domain_gone(act)
+        gone = self._domain_gone(act, replica)
         if gone is not None:
             # Restarted in place, it ran on a GPU the driver no longer lists, or one the
-            # config no longer schedules on (the running process was left alone; a new one
-            # is not started there): placed again, as for a lost domain.
-            self.replace(act, gone)
+            # config no longer schedules on (the running processes are left alone; a new
+            # one is not started there): placed again, as for a lost domain, if the whole
+            # service fits elsewhere; else this replica waits, the others running on (it
+            # was placed again and failed over capacity, its healthy replicas stopped).
+            request = act.request
+            verdict = None if request is None else self._scheduler.capacity_verdict(request)
+            if verdict is None or verdict.possible is not False:
+                self.replace(act, gone)
+                return
+            self._back_off(act, runtime, replica, f"not started again: {gone}", None)
             return
         replica.restarts += 1
         self._decide_launch(act, replica, "restart")
 
-    def _domain_gone(self, act: ActiveJob) -> str | None:
-        """Why the service may not start a process where it holds (a held domain is no
-        longer scheduled on), or ``None``."""
+    def _domain_gone(self, act: ActiveJob, replica: Replica) -> str | None:
+        """Why the replica may not start again where it ran (a domain of it is no longer
+        scheduled on), or ``None``."""
         domains = self._scheduler.domains
         missing = self._scheduler.missing_gpus()
-        for dom in act.holds:
-            if domains.get(dom.name) is dom:
+        held = {d.name: d for d in act.holds}
+        for name in replica.domains:
+            now = domains.get(name)
+            dom = held.get(name)
+            if now is not None and (dom is None or now.gpu_index == dom.gpu_index):
                 continue
-            if dom.gpu_index is not None and dom.gpu_index in missing:
-                return f"GPU {dom.gpu_index} ({dom.name}) is not found by the driver"
-            return f"domain {dom.name} is no longer in the configuration"
+            index = dom.gpu_index if dom is not None else None
+            if index is not None and index in missing:
+                return f"GPU {index} ({name}) is not found by the driver"
+            return f"domain {name} is no longer in the configuration"
         return None
 
     # -- stopping -----------------------------------------------------------------------------
