@@ -10,6 +10,7 @@ import select
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -230,3 +231,54 @@ def test_a_key_reused_for_another_request_is_a_422_naming_the_header(served: Ser
     assert status == 422 and refused["field"] == "Idempotency-Key"
     assert "'repro-2' was used for a different request" in str(refused["error"])
     assert [job["name"] for job in _jobs(served)] == ["first"]
+
+
+def test_wait_and_logs_follow_go_on_through_a_graceful_restart_between_requests(
+    served: Served, tmp_path: Path
+) -> None:
+    # A slice of `wait` (or a quiet follow's check) that ended while the engine stopped
+    # found no socket: exit 3, "no engine", in the middle of an ordinary restart.
+    served.start("--simulate", "1xA100-80GB")
+    gate = tmp_path / "gate"
+    job_id = served.cli(
+        "submit",
+        "--",
+        "sh",
+        "-c",
+        f"echo start; while [ ! -e {gate} ]; do sleep 0.1; done; echo end",
+    ).stdout.strip()
+    env = dict(served.env, GPULAYER_TIMEOUT="1")  # (slices and idle checks of a second)
+
+    def cli(*args: str) -> subprocess.Popen[str]:
+        argv = [sys.executable, "-m", "gpulayer_tui", *args]
+        return subprocess.Popen(
+            argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    follow, waiting = cli("logs", "-f", job_id), cli("wait", job_id)
+    said = {follow: "", waiting: ""}
+
+    def heard(proc: subprocess.Popen[str], words: str) -> bool:
+        assert proc.stderr is not None
+        os.set_blocking(proc.stderr.fileno(), False)
+        said[proc] += proc.stderr.read() or ""
+        return words in said[proc] or proc.poll() is not None
+
+    wait_for(lambda: "start" in served.cli("logs", job_id).stdout)
+    served.stop()
+    # Each notices the engine gone (a slice, or a quiet follow's check, finds no socket)
+    # and waits for one; before, it exited 3 there.
+    wait_for(lambda: heard(waiting, "lost the engine"), timeout=30)
+    wait_for(lambda: heard(follow, "lost the engine"), timeout=30)
+    assert waiting.poll() is None and follow.poll() is None, said
+    served.start("--simulate", "1xA100-80GB")
+    gate.touch()
+    for proc in (follow, waiting):
+        assert proc.stderr is not None
+        os.set_blocking(proc.stderr.fileno(), True)
+    out, err = follow.communicate(timeout=60)
+    assert follow.returncode == 0, err
+    assert out == "start\nend\n"
+    w_out, w_err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, w_err
+    assert f"job {job_id} completed" in w_out

@@ -579,11 +579,12 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             try:
                 client.health()  # a quiet job: go on
                 continue
-            except EngineLost:  # an engine that stopped answering (frozen): as below
+            except (EngineLost, EngineNotRunning):  # frozen, or stopping: as below
                 pass
-        except (EngineLost, EngineNotRunning) as err:
-            # (No engine at all: said at once, unless it went away while following.)
-            if not args.follow or (isinstance(err, EngineNotRunning) and not asked_again):
+        except (EngineLost, EngineNotRunning):
+            # (With no engine at all it was said before this loop, by the first request:
+            # one gone now, even between two requests, is a restart to wait out.)
+            if not args.follow:
                 raise
             if not asked_again:
                 # An engine that still answers cut the stream off: the reader is no longer
@@ -664,14 +665,20 @@ def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     # of waited on for ever; a restarted one is waited on again (waiting changes nothing).
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     piece = min(WAIT_SLICE_S, client.timeout or WAIT_SLICE_S)
+    asked = False  # (an engine answered once: a missing one later is a restart)
     while True:
         left = piece if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             data = client.wait(args.job, min(left, piece))
-        except EngineLost:
+        except (EngineLost, EngineNotRunning) as err:
+            # (a slice that ended as the engine stopped found no socket: "no engine", exit
+            # 3, in the middle of a restart; with none at all from the start it is said)
+            if isinstance(err, EngineNotRunning) and not asked:
+                raise
             _error(f"lost the engine; waiting for job {args.job} again once it answers")
             _wait_for_engine(client)
             continue
+        asked = True
         if not data.get("timed_out") or (deadline is not None and time.monotonic() >= deadline):
             break
     job = data["job"]
