@@ -385,6 +385,9 @@ async def test_gpu_time_held_while_no_engine_ran_is_booked(
     await again.sampler.sample_once()
     live = again.usage.live(job.id)
     assert live is not None and live.gpu_seconds >= 1.5
+    # Its VRAM, unknown meanwhile, is left out of the mean (5 GiB held throughout read
+    # lower after each restart, the gap counted as 0 GiB).
+    assert live.summary()["mean_vram"] == live.summary()["peak_vram"] == 5 * GIB
     # Ended while none ran: booked up to its end.
     short = await again.submit({"command": ["sleep", "2"], "gpus": 1, "domain": "gpu0"})
     fake_nvml.devices[0].compute = [(short.pid or 0, GIB)]

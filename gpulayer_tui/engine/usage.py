@@ -318,6 +318,9 @@ class JobUsage:
         # for 30 s on 2 GPUs, beside the 60 GPU-seconds fair share booked).
         self.unobserved_from: float | None = None
         self._gap_booked: set[int] = set()
+        # GPU-seconds of such gaps: held, but with no reading (left out of the mean VRAM,
+        # as they are of the utilisation: counted as 0 GiB they lowered it at each restart).
+        self.unobserved_seconds = 0.0
 
     # -- what the recorder calls ---------------------------------------------------------
 
@@ -330,6 +333,7 @@ class JobUsage:
         if gap_from is not None and gpu in self.series and gpu not in self._gap_booked:
             self._gap_booked.add(gpu)
             self.carried["seconds"] += max(0.0, at - gap_from)
+            self.unobserved_seconds += max(0.0, at - gap_from)
         on = self.on[gpu] = _OnGpu(
             totals, totals.snapshot(), list(totals.histogram), held, at, held, totals.ticks
         )
@@ -499,7 +503,11 @@ class JobUsage:
             "seconds": round(_or0(self._last_at()) - _or0(self.first_at), 1),
             "gpu_hours": round(gpu_s / 3600, 4),
             "peak_vram": self.vram_peak,
-            "mean_vram": int(self._byte_seconds() / gpu_s) if gpu_s else self.vram_peak,
+            "mean_vram": (
+                int(self._byte_seconds() / seen_s)
+                if (seen_s := gpu_s - self.unobserved_seconds) > 0
+                else self.vram_peak
+            ),
             "util_mean": round(sums["util_weighted"] / util_s, 1) if util_s else None,
             "util_p95": self._p95(self.histogram()),
             "mem_util_mean": round(sums["mem_weighted"] / mem_s, 1) if mem_s else None,
@@ -536,6 +544,7 @@ class JobUsage:
                 "first_at": self.first_at,
                 "last_at": self._last_at(),
                 "vram_byte_seconds": self._byte_seconds(),
+                "unobserved_seconds": self.unobserved_seconds,
             },
         }
 
@@ -556,6 +565,7 @@ class JobUsage:
         usage.unobserved_from = usage.last_at
         usage.vram_peak = int(summary.get("peak_vram", 0))
         usage.vram_byte_seconds = float(totals.get("vram_byte_seconds", 0.0))
+        usage.unobserved_seconds = float(totals.get("unobserved_seconds", 0.0))
         usage.idle_warning = summary.get("idle_warning")
         usage.series = {int(s["gpu"]): GpuSeries.from_json(s, max_points) for s in data["series"]}
         return usage
@@ -802,6 +812,7 @@ class UsageRecorder:
         gap_from = usage.unobserved_from
         if gap_from is not None and not usage.on and not usage._gap_booked and ended_at:
             usage.carried["seconds"] += max(0.0, ended_at - gap_from) * gpus
+            usage.unobserved_seconds += max(0.0, ended_at - gap_from) * gpus
             usage.last_at = max(usage.last_at or ended_at, ended_at)
         for totals in self._gpus.values():
             totals.members.discard(job_id)
