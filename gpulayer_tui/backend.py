@@ -47,6 +47,8 @@ class LogChunk(NamedTuple):
     next: int
     """The offset to read from next: in the job's whole output, so it stays true when
     the log is cut back (the bytes read did not: the kept end came again, in a loop)."""
+    size: int | None = None
+    """The whole output's length when it was read (``None``: not said)."""
 
 
 def _json_shown(data: bytes) -> Any:
@@ -359,7 +361,10 @@ class SocketBackend:
                 data = bytes(await resp.content.read(limit))
                 start = int(resp.headers.get("X-Log-Offset", offset))
                 note = int(resp.headers.get("X-Log-Note", 0))
-                return LogChunk(data, start + max(0, len(data) - note))
+                size = resp.headers.get("X-Log-Size")
+                return LogChunk(
+                    data, start + max(0, len(data) - note), None if size is None else int(size)
+                )
         except aiohttp.ClientConnectionError:
             raise self._lost() from None
 

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -687,3 +688,24 @@ def test_a_job_whose_end_was_journaled_is_reaped_by_the_keeper_and_never_mistake
     keeper._reap_orphan(pid)
     assert procstat.read_stat(pid) is None  # reaped
     assert (keeper.unknown, keeper.pending, keeper.reaped) == ([], [], {})
+
+
+async def test_a_timeout_a_late_launcher_enforces_says_how_long_the_job_ran(
+    make_engine: EngineFactory,
+) -> None:
+    # Engine and both launcher processes gone past its limit: the next launcher stops it
+    # at once, and its end said "its launcher stopped it" of a run far past its limit.
+    engine = await make_engine()
+    job = await engine.submit({"command": ["sleep", "600"], "timeout": 1})
+    keeper = _launcher(engine.paths.state_dir, "keeper")
+    spawner = _launcher(engine.paths.state_dir, "spawner")
+    await engine.stop()
+    keeper.kill()
+    spawner.kill()
+    started = job.started_at or 0.0
+    await eventually(lambda: time.time() > started + 4.5, interval=0.1)  # (nothing ran)
+    second = await make_engine()
+    done = await second.wait(job.id, timeout=15)
+    assert done.termination_reason is TerminationReason.TIMEOUT
+    assert done.message.startswith("timed out after 1 s (stopped at ")
+    assert done.message.endswith(" s: no engine or launcher ran to stop it sooner)")

@@ -136,6 +136,10 @@ async def test_job_that_ended_while_engine_was_down(
     second = await make_engine()
     done = await second.wait(ok.id, timeout=10)
     assert done.status is JobStatus.COMPLETED and done.exit_code == 0
+    # Its pid stays in its history (it was written nowhere of ours: null ever after).
+    await second.store.flush()
+    stored = await second.store.get_job(ok.id)
+    assert done.pid == ok.pid and stored is not None and stored.pid == ok.pid
     # Its timeline has the end when it was, not when the next engine learnt of it.
     end = (await second.events_of(ok.id))[-1]
     assert end["status"] == "completed"

@@ -799,6 +799,7 @@ class LogRead:
     data: bytes
     start: int
     note: int = 0
+    size: int | None = None  # the whole output's length when it was read (None: unknown)
 
     @property
     def end(self) -> int:
@@ -833,11 +834,12 @@ def _read_chunk(path: Path, offset: int) -> LogRead:
             raise LogUnreadable(f"{path.name} is not a regular file; it is not read")
         dropped, note = read_note(os.pread(fd, 512, 0)) if st.st_size else (0, 0)
         at = note + offset - dropped
+        size = st.st_size - note + dropped
         if offset < dropped or at > st.st_size:
             # Dropped (or a file shorter than the offset: replaced): the note, then the
             # kept end. (Without a note: the file from its start.)
-            return LogRead(os.pread(fd, LOG_CHUNK, 0), dropped, note)
-        return LogRead(os.pread(fd, LOG_CHUNK, at), offset)
+            return LogRead(os.pread(fd, LOG_CHUNK, 0), dropped, note, size)
+        return LogRead(os.pread(fd, LOG_CHUNK, at), offset, 0, size)
     finally:
         os.close(fd)
 
@@ -879,6 +881,8 @@ async def logs(request: web.Request) -> web.StreamResponse:
         # log's note): the offset to ask for next is that plus the rest of what came.
         response.headers["X-Log-Offset"] = str(first.start)
         response.headers["X-Log-Note"] = str(first.note)
+        if first.size is not None:  # (how long the whole output was as this answer began)
+            response.headers["X-Log-Size"] = str(first.size)
         await response.prepare(request)
         try:
             await _send_log(request, engine, job_id, path, first, follow, response, allowed)

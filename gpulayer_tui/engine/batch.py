@@ -152,6 +152,20 @@ def timeout_message(job: Job, timeout: float) -> str:
 
 
 LAUNCHER_STOPPED = "its launcher stopped it: no engine was running"
+
+
+def late_timeout_message(job: Job, timeout: float, ended_at: float | None) -> str:
+    """A timeout its launcher enforced: on time, or (a launcher that came up late, after
+    a double fault) how long it really ran."""
+    ran = (ended_at or time.time()) - (job.started_at or time.time())
+    if ran > timeout + 2:
+        return (
+            f"timed out after {timeout:g} s (stopped at {ran:.0f} s: no engine or launcher "
+            "ran to stop it sooner)"
+        )
+    return f"timed out after {timeout:g} s ({LAUNCHER_STOPPED})"
+
+
 """Said of a timeout the launcher enforced itself (see :meth:`.Executor.prepare`)."""
 
 
@@ -467,12 +481,15 @@ class BatchRunner:
             self._requeue(act)
             return
         act.job.kill_at = None
+        if job.pid is None and exit.pid is not None:
+            job.pid = exit.pid  # (it ended while no engine ran: its pid stays in history)
         if exit.log_dropped and self.log_total is not None:
             self.log_total(act, exit.log_dropped)
         if exit.timed_out and job.stop_reason is None and spec is not None and spec.timeout:
-            # Its launcher stopped it at its timeout while no engine ran.
+            # Its launcher stopped it at its timeout while no engine ran; or late, a new
+            # launcher after both launcher processes died (it said "on time" of a 26 s run).
             job.stop_reason = Reason.TIMEOUT
-            job.stop_message = f"timed out after {spec.timeout:g} s ({LAUNCHER_STOPPED})"
+            job.stop_message = late_timeout_message(job, spec.timeout, exit.at)
         status, reason, message = stop_verdict(act.job, exit)
         # (Read now: of an end before this engine started, today's disk says nothing.)
         learnt_now = exit.at is None or exit.at >= self._since
@@ -539,7 +556,7 @@ class BatchRunner:
                 # Its launcher is stopping it for its timeout (no engine ran when its time
                 # ran out): recorded as such, and signalled again below (the launcher's
                 # SIGKILL deadline stands).
-                message = f"timed out after {act.spec.timeout:g} s ({LAUNCHER_STOPPED})"
+                message = late_timeout_message(job, act.spec.timeout, None)
                 decide_stop(self._book, act, Reason.TIMEOUT, message, self._settings.grace_period)
         if (
             act.spec is not None

@@ -49,6 +49,9 @@ class Exit:
     at: float | None = None
     log_dropped: int | None = None
     timed_out: bool = False
+    pid: int | None = None
+    """Its process, when the executor knew it and the runner may not have (it ended while
+    no engine ran: the pid is kept in the job's history)."""
 
 
 @dataclass(frozen=True, slots=True)

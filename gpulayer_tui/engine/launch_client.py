@@ -803,6 +803,7 @@ class LauncherExecutor:
                 at=info.get("at"),
                 log_dropped=None if dropped is None else int(dropped),
                 timed_out=bool(info.get("timed_out")),
+                pid=int(info["pid"]) if info.get("pid") else None,
             )
         watch = _Watch(key, on_start, on_exit)
         watch.pid = int(info["pid"])

@@ -55,6 +55,7 @@ from .actions import (
 from .resume import KeepsStylesOnResume
 
 WAITING_STATUSES = frozenset({"pending", "queued"})
+PAGER_NOTICE_BYTES = 16 * 2**20  # a copy for $PAGER this large says it is under way
 """A job in these has a "why it waits" panel."""
 
 LOG_POLL_INTERVAL = 0.5
@@ -673,20 +674,28 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     async def _open_pager(self) -> None:
         app = view_of(self)
         replica = self._replica if self.is_service else None
-        # Up to what the view has read when P is pressed: a job that never stops writing
-        # never gave an empty read, and the copy grew without end, the pager never shown.
-        until = self._log_next
         fd, name = tempfile.mkstemp(prefix=f"gpulayer-job{self.job_id}-", suffix=".log")
         path = Path(name)
         try:
             # A private copy of what the engine serves (the TUI may be attached as another
-            # user, who may read the output but not the engine's files).
+            # user, who may read the output but not the engine's files), up to the output's
+            # length when P was pressed: a job that never stopped writing gave no empty
+            # read, and the copy grew without end, the pager never shown.
             with os.fdopen(fd, "wb") as out:
-                offset = 0
-                while offset < until or not until:
+                offset, until, told = 0, None, False
+                while until is None or offset < until:
                     chunk = await app.backend.read_log(self.job_id, offset, replica=replica)
                     if not chunk.data:
                         break
+                    if until is None:
+                        # (an engine that does not say: what the view has read)
+                        until = chunk.size if chunk.size is not None else self._log_next
+                        if until > PAGER_NOTICE_BYTES and not told:
+                            told = True
+                            self.app.notify(
+                                f"copying {until / 2**20:.0f} MB of output for the pager…",
+                                title=f"output of job {self.job_id}",
+                            )
                     await asyncio.to_thread(out.write, chunk.data)
                     offset = chunk.next
             status = await page_file(self.app, path)
