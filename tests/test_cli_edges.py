@@ -367,6 +367,8 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         (["cancel", "1", "--timeout", "inf"], "must be at most 1000000000"),
         (["wait", "1", "--timeout", "1e300"], "must be at most 1000000000"),
         (["submit", "--", "   "], "command: the program name (first word) is empty"),
+        # (checked as seconds: "about 31 years", and past the engine's own limit)
+        (["submit", "--mem-gb", "2000000", "--", "true"], "at most 1000000 GB, got 2000000"),
     ],
     ids=[
         "limit-0",
@@ -378,6 +380,7 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         "cancel-inf",
         "wait-huge",
         "blank-program",
+        "mem-gb",
     ],
 )
 def test_counts_out_of_range_are_refused_by_name(

@@ -76,6 +76,20 @@ def positive_number(text: str) -> float:
     return value
 
 
+def memory_gb(text: str) -> float:
+    """GB of memory, more than 0 and at most the engine's 1,000,000 (it was checked as
+    seconds: "at most 1000000000 (about 31 years)", then the engine said 1000000)."""
+    from .. import fields as wire
+
+    try:
+        value = wire.parse_number("value", text)
+    except wire.FieldError as err:
+        raise argparse.ArgumentTypeError(err.detail) from None
+    if not 0 < value <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 1000000 GB, got {text}")
+    return value
+
+
 def days_arg(text: str) -> float:
     """A number of days, 0 or more."""
     from .. import fields as wire
@@ -217,7 +231,7 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--cluster", metavar="NAME", help="run it on the [clusters.NAME] Slurm cluster")
     p.add_argument("--cpus", type=count_arg, metavar="N", help="CPUs (cluster jobs)")
-    p.add_argument("--mem-gb", type=positive_number, metavar="GB", help="memory (cluster jobs)")
+    p.add_argument("--mem-gb", type=memory_gb, metavar="GB", help="memory (cluster jobs)")
     p.add_argument(
         "--preemptible",
         action="store_true",
