@@ -64,7 +64,7 @@ from typing import Any
 from ..fields import printable
 from ..unixsock import SocketPath
 from . import journal, procstat
-from .logfiles import LogFiles, cut_note, read_note
+from .logfiles import NOTE_READ, LogFiles, cut_note, read_note
 
 SOCKET = "launch.sock"  # (no longer than engine.sock: AF_UNIX paths are short)
 LOCK = "launcher.lock"
@@ -139,6 +139,9 @@ LOG_CHECK_S = 1.0
 LOG_CHECK_FIRST_S = 0.01
 LOG_FAST_BYTES = 1024 * 1024
 LOG_KEEP_MAX = 32 * 1024 * 1024  # at most this much of a cut log's end is kept
+COLLAPSE_MIN_KEEP = 16 * 1024  # a cut keeping less is made by copying (see _collapse_log)
+NOTE_PAD_MAX = 256  # a note is padded with spaces to the end of a line at most this far
+FALLOC_FL_COLLAPSE_RANGE = 0x08  # <linux/falloc.h>
 TICK_NS = 1_000_000_000 // os.sysconf(
     "SC_CLK_TCK"
 )  # an engine this far behind is disconnected (it re-queries)
@@ -782,7 +785,7 @@ class Spawner:
                 if not task.child and not task.log_dropped:
                     # Taken over from an earlier spawner: its cuts are in the note.
                     with contextlib.suppress(OSError):
-                        task.log_dropped = read_note(os.pread(task.log_fd, 512, 0))[0]
+                        task.log_dropped = read_note(os.pread(task.log_fd, NOTE_READ, 0))[0]
             os.close(task.log_fd)
             task.log_fd = -1
         # When it ended: the keeper's word if it saw the death first, else now (this is
@@ -804,9 +807,60 @@ class Spawner:
             ended["timed_out"] = True
         self._send(ended)
 
+    def _collapse_log(self, task: Task, size: int, keep: int) -> tuple[int, int] | None:
+        """Cut the log back by removing its first blocks in place, as the filesystem can
+        (``FALLOC_FL_COLLAPSE_RANGE``: one step, the job's appends going on at the new
+        end), then write the note over the first bytes left: nothing the job writes
+        meanwhile is lost (the copy below lost what came between its last look and its
+        truncation: whole lines of a fast writer, and its count drifted). ``None`` where
+        the filesystem cannot (tmpfs, some network filesystems) or the cut is too small:
+        the copy is used.
+
+        Returns:
+            The output dropped by every cut so far, and the bytes kept after the note.
+        """
+        if keep < COLLAPSE_MIN_KEEP or not _fallocate_collapse_works():
+            return None
+        fd = task.log_fd
+        block = os.fstatvfs(fd).f_bsize
+        before, old_note = read_note(os.pread(fd, NOTE_READ, 0))
+        length = ((size - keep) // block) * block
+        if length <= old_note or length >= size:
+            return None
+        if not _collapse(fd, length):
+            return None
+        # Its first bytes now are output to drop too (less than a block), and the note
+        # goes over them: as long as the note's own line, or up to the end of the line it
+        # lands in, when that is near (the kept part then starts at a line).
+        head = os.pread(fd, NOTE_READ, 0)
+        overwritten = len(cut_note(task.max_log, before + size, size)) + 8  # (digits grow)
+        newline = head.find(b"\n", overwritten - 1, overwritten + NOTE_PAD_MAX)
+        if newline >= 0:
+            overwritten = newline + 1
+        overwritten = min(overwritten, len(head))
+        total = before + (length - old_note) + overwritten
+        kept = os.fstat(fd).st_size - overwritten
+        note = cut_note(task.max_log, total, kept)
+        note = note[:-1] + b" " * (overwritten - len(note)) + b"\n"
+        try:
+            at_zero = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_CLOEXEC)
+        except OSError:
+            at_zero = -1
+        if at_zero < 0:
+            # (no /proc: the output stays, with no note; the count is still said)
+            task.log_dropped = total
+            return total, kept
+        try:
+            os.pwrite(at_zero, note, 0)
+        finally:
+            os.close(at_zero)
+        task.log_dropped = total
+        return total, kept
+
     def _cap_log(self, task: Task) -> int:
         """Cut a log that grew past its limit back to its last part, with a note; the
-        size it had.
+        size it had. In place where the filesystem can (:meth:`_collapse_log`: nothing is
+        lost); else by copying, as follows.
 
         The job writes with ``O_APPEND``, so after the cut its next write lands at the new
         end. The note and the tail are written at offset 0 through a second descriptor
@@ -822,11 +876,25 @@ class Spawner:
             if size <= task.max_log:
                 return size
             keep = min(task.max_log // 2, LOG_KEEP_MAX)
+            collapsed = self._collapse_log(task, size, keep)
+            if collapsed is not None:
+                total, kept = collapsed
+                self._send(
+                    {
+                        "ev": "log_cut",
+                        "key": task.key,
+                        "dropped": size - kept,
+                        "total": total,
+                        "kept": kept,
+                        "limit": task.max_log,
+                    }
+                )
+                return size
             tail = os.pread(task.log_fd, keep, size - keep)
             dropped = size - len(tail)
             # How much of the job's output is gone in all: what earlier cuts dropped
             # (their note says), plus what this one drops, less the earlier note itself.
-            before, old_note = read_note(os.pread(task.log_fd, 512, 0))
+            before, old_note = read_note(os.pread(task.log_fd, NOTE_READ, 0))
             total = before + dropped - old_note
             task.log_dropped = total
             data = cut_note(task.max_log, total, len(tail)) + tail
@@ -949,6 +1017,41 @@ class Spawner:
             self._ended(task, code)
         else:
             self.keeper_exits[key] = code  # its pidfd has not fired yet
+
+
+_COLLAPSE: list[Any] = []  # [libc.fallocate], or [None] once it proved unusable here
+
+
+def _fallocate_collapse_works() -> bool:
+    """Whether the collapse was not found unusable yet (libc loaded on first use: ctypes
+    costs the launcher's start a few milliseconds it does not need)."""
+    if not _COLLAPSE:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            fallocate = libc.fallocate
+            fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+            fallocate.restype = ctypes.c_int
+            _COLLAPSE.append(fallocate)
+        except (OSError, AttributeError):
+            _COLLAPSE.append(None)
+    return _COLLAPSE[0] is not None
+
+
+def _collapse(fd: int, length: int) -> bool:
+    """Remove the file's first ``length`` bytes in place; False if the filesystem cannot
+    (then not asked again: one state dir, one filesystem)."""
+    import ctypes
+
+    if _COLLAPSE[0](fd, FALLOC_FL_COLLAPSE_RANGE, 0, length) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EPERM):
+        _say(f"logs are cut back by copying: this filesystem cannot collapse ({os.strerror(err)})")
+        _COLLAPSE[0] = None
+        return False
+    raise OSError(err, os.strerror(err))
 
 
 def _say(message: str) -> None:

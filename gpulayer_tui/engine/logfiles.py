@@ -145,6 +145,11 @@ def cut_note(max_log: int, dropped_output: int, kept: int) -> bytes:
     ).encode()
 
 
+NOTE_READ = 1024
+"""Bytes to read from a log's start for :func:`read_note` (a note padded to the end of
+the line it was written over is longer than its text)."""
+
+
 def read_note(head: bytes) -> tuple[int, int]:
     """``(dropped_output, note_len)`` of a log starting with ``head`` (its first bytes);
     ``(0, 0)`` for a log never cut. A note written by an earlier version (its count
