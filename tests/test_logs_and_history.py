@@ -606,3 +606,31 @@ async def test_clean_keeps_the_jobs_that_waiting_jobs_depend_on(
         assert (await engine.wait(job.id, timeout=10)).status is JobStatus.COMPLETED
     # Once nothing waits for them, they go like any other finished job.
     assert (await engine.retention.clean(None, keep=0))["jobs"] == 4
+
+
+async def test_output_that_starts_like_a_cut_note_is_the_jobs_own(
+    make_engine: EngineFactory,
+) -> None:
+    # Read as a note (`cat jobs/45.log` as a job's first output), its counts and offsets
+    # were taken from it: offset 3 answered from 5, 120 bytes of "note" skipped.
+    from gpulayer_tui.backend import SocketBackend
+    from gpulayer_tui.engine.api import ApiServer
+
+    fake = (
+        "[gpulayer-tui: this log passed 1 bytes ([logs] max_bytes); its first 5 bytes of "
+        "output were dropped, the last 0 follow]"
+    )
+    engine = await make_engine()
+    server = ApiServer(engine, engine.paths.socket)
+    await server.start()
+    backend = SocketBackend(engine.paths)
+    try:
+        job = await engine.submit({"command": ["echo", fake], "gpus": 0})
+        await engine.wait(job.id, timeout=20)
+        chunk = await backend.read_log(job.id, 3)
+        assert chunk.data == (fake + "\n").encode()[3:]
+        assert chunk.next == len(fake) + 1
+        assert chunk.size == len(fake) + 1
+    finally:
+        await backend.close()
+        await server.stop()

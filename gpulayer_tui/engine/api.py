@@ -84,7 +84,7 @@ from .errors import (
     WriteDeferred,
 )
 from .events import Subscription
-from .logfiles import NOTE_READ, read_note
+from .logfiles import note_of
 from .models import Job, JobKind, JobQuery
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -832,7 +832,7 @@ def _read_chunk(path: Path, offset: int) -> LogRead:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise LogUnreadable(f"{path.name} is not a regular file; it is not read")
-        dropped, note = read_note(os.pread(fd, NOTE_READ, 0)) if st.st_size else (0, 0)
+        dropped, note = note_of(fd) if st.st_size else (0, 0)
         at = note + offset - dropped
         size = st.st_size - note + dropped
         if offset < dropped or at > st.st_size:

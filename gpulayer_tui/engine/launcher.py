@@ -64,7 +64,7 @@ from typing import Any
 from ..fields import printable
 from ..unixsock import SocketPath
 from . import journal, procstat
-from .logfiles import NOTE_READ, LogFiles, cut_note, read_note
+from .logfiles import NOTE_READ, LogFiles, cut_note, mark_cut, note_of
 
 SOCKET = "launch.sock"  # (no longer than engine.sock: AF_UNIX paths are short)
 LOCK = "launcher.lock"
@@ -785,7 +785,7 @@ class Spawner:
                 if not task.child and not task.log_dropped:
                     # Taken over from an earlier spawner: its cuts are in the note.
                     with contextlib.suppress(OSError):
-                        task.log_dropped = read_note(os.pread(task.log_fd, NOTE_READ, 0))[0]
+                        task.log_dropped = note_of(task.log_fd)[0]
             os.close(task.log_fd)
             task.log_fd = -1
         # When it ended: the keeper's word if it saw the death first, else now (this is
@@ -823,7 +823,7 @@ class Spawner:
             return None
         fd = task.log_fd
         block = os.fstatvfs(fd).f_bsize
-        before, old_note = read_note(os.pread(fd, NOTE_READ, 0))
+        before, old_note = note_of(fd)
         length = ((size - keep) // block) * block
         if length <= old_note or length >= size:
             return None
@@ -851,6 +851,7 @@ class Spawner:
             task.log_dropped = total
             return total, kept
         try:
+            mark_cut(fd)  # (first: a reader must never see a note it does not trust)
             os.pwrite(at_zero, note, 0)
         finally:
             os.close(at_zero)
@@ -894,10 +895,11 @@ class Spawner:
             dropped = size - len(tail)
             # How much of the job's output is gone in all: what earlier cuts dropped
             # (their note says), plus what this one drops, less the earlier note itself.
-            before, old_note = read_note(os.pread(task.log_fd, NOTE_READ, 0))
+            before, old_note = note_of(task.log_fd)
             total = before + dropped - old_note
             task.log_dropped = total
             data = cut_note(task.max_log, total, len(tail)) + tail
+            mark_cut(task.log_fd)  # (before the note: see logfiles.CUT_MARK)
             try:
                 at_zero = os.open(f"/proc/self/fd/{task.log_fd}", os.O_WRONLY | os.O_CLOEXEC)
             except OSError:  # (no /proc: cut, then append, as the job does)

@@ -14,6 +14,7 @@ Stdlib only: the launcher imports it and must start fast.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -143,6 +144,29 @@ def cut_note(max_log: int, dropped_output: int, kept: int) -> bytes:
         f"[gpulayer-tui: this log passed {max_log} bytes ([logs] max_bytes); its first "
         f"{dropped_output} bytes of output were dropped, the last {kept} follow]\n"
     ).encode()
+
+
+CUT_MARK = "user.gpulayer-tui.cut"
+"""An extended attribute set on a log the launcher has cut: only then is a note at its
+start read as one (a job that printed another log, `cat jobs/45.log`, began with a note
+of its own, and its offsets and counts were taken from it)."""
+
+
+def mark_cut(fd: int) -> None:
+    """Mark the log open on ``fd`` as cut (where the filesystem keeps user attributes)."""
+    with contextlib.suppress(OSError):
+        os.setxattr(fd, CUT_MARK, b"1")
+
+
+def note_of(fd: int) -> tuple[int, int]:
+    """:func:`read_note` of the log open on ``fd``, trusted only if the launcher marked
+    it cut (or the filesystem keeps no such marks: then its text decides)."""
+    try:
+        os.getxattr(fd, CUT_MARK)
+    except OSError as err:
+        if err.errno == errno.ENODATA:
+            return 0, 0  # (never cut: whatever it starts with is the job's output)
+    return read_note(os.pread(fd, NOTE_READ, 0))
 
 
 NOTE_READ = 1024
