@@ -216,9 +216,14 @@ class Reservation:
     job_id: int
     domains: frozenset[str]
     start: float | None  # None: not known (a holder has no time limit)
+    # Out of service, counted as coming back (a service placed again: see reservation())
+    back: frozenset[str] = frozenset()
 
     def when(self, now: float) -> str:
         """``from ~14:05`` or ``until they free up`` (``now``: the queue's clock)."""
+        if self.back:
+            verb = "is" if len(self.back) == 1 else "are"
+            return f"until {', '.join(sorted(self.back))} {verb} back in service"
         if self.start is None:
             return "until it frees up" if len(self.domains) == 1 else "until they free up"
         if self.start <= now:
@@ -283,8 +288,12 @@ def reservation(
     timed.sort(key=lambda t: (t[0], t[1]))
     chosen = timed[:gpus]
     start = max(t[0] for t in chosen)
+    back = frozenset(t[2].name for t in chosen if t[2].state is not DomainState.IN_SERVICE)
     return Reservation(
-        job_id, frozenset(t[2].name for t in chosen), None if math.isinf(start) else start
+        job_id,
+        frozenset(t[2].name for t in chosen),
+        None if math.isinf(start) else start,
+        back,
     )
 
 

@@ -778,6 +778,8 @@ class JobQueue:
             if reserving.start is not None
             else "it is not known when: the jobs there have no timeout"
         )
+        if reserving.back:  # (a service placed again after a loss keeps where it ran)
+            backfill = f"it ran there before {', '.join(sorted(reserving.back))} was lost"
         return (
             f"{RESERVED_MARK}{', '.join(sorted(reserving.domains))} reserved for job "
             f"{reserving.job_id} {reserving.when(now)} ({backfill})"
