@@ -59,6 +59,8 @@ def _plain_error(status: int, data: bytes) -> str:
     """An error answer that is not the engine's JSON (the HTTP server's own, for a
     request it could not read): its first line, so that more than "HTTP 400" is said."""
     line = data.decode("utf-8", "replace").strip().split("\n", 1)[0]
+    # (aiohttp's own words end in a repr of what it read: "... when reading: bytearray(b'")
+    line = line.split(": bytearray(", 1)[0]
     text = "".join(c if c.isprintable() else "?" for c in line)[:200]
     return f"HTTP {status}: {text}" if text else f"HTTP {status}"
 

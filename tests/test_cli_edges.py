@@ -521,6 +521,8 @@ def test_a_job_whose_dependency_was_cleaned_restarts_and_is_copied(engine: Serve
     assert cleaned.returncode == 0 and "removed 1 finished job" in cleaned.stdout, cleaned
     restarted = engine.cli("restart", second)
     assert restarted.returncode == 0, restarted.stderr
+    gone = engine.cli("status", first)  # (it said "no job 1", as of an id never given)
+    assert f"no job {first} (no longer in the history: cleaned)" in gone.stderr
     again = json.loads(engine.cli("status", "--json", restarted.stdout.split()[-1]).stdout)
     assert again["job"]["spec"]["depends_on"] == []
     like = engine.cli("submit", "--like", second, "--", "echo", "hi")

@@ -36,8 +36,11 @@ class KeySpent(SpecError):
 class UnknownJob(LookupError):
     """No job has this id (404)."""
 
-    def __init__(self, job_id: int) -> None:
-        super().__init__(f"no job {job_id}")
+    def __init__(self, job_id: int, cleaned: bool = False) -> None:
+        # (an id below the newest was given once: its row was removed by `clean`)
+        super().__init__(
+            f"no job {job_id}" + (" (no longer in the history: cleaned)" if cleaned else "")
+        )
         self.job_id = job_id
 
 

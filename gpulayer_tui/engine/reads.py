@@ -55,7 +55,7 @@ class JobReader:
             return live.job
         job = await self._store.get_job(job_id)
         if job is None:
-            raise UnknownJob(job_id)
+            raise UnknownJob(job_id, cleaned=job_id < self._book.next_id)
         return job
 
     async def detail(self, job_id: int) -> tuple[JobJSON, list[dict[str, Any]]]:
