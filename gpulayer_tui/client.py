@@ -191,6 +191,7 @@ class Client:
     def __init__(self, paths: Paths, timeout: float | None = 30.0) -> None:
         self.paths = paths
         self.timeout = timeout
+        self.more_jobs = False  # (whether the engine had more rows past the last listed)
 
     def _open(
         self,
@@ -375,9 +376,11 @@ class Client:
         ``page_size`` (the engine answers at most 10,000), and the next continues by key
         (id order, from ``before``/``after``) or by offset (other sorts)."""
         offset = int(query.pop("offset", 0) or 0)
+        self.more_jobs = False
         while limit > 0:
             page = self.jobs_page(limit=min(limit, page_size), offset=offset, **query)
             rows: list[JobRowJSON] = page["jobs"]
+            self.more_jobs = bool(page.get("more"))  # (rows past the last page read)
             if rows:
                 yield rows
             limit -= len(rows)

@@ -247,6 +247,11 @@ def test_the_cli_pages_filters_and_prints_json_rows(served: Served) -> None:
     first = served.cli("jobs", "--limit", "3")
     assert [line.split()[0] for line in first.stdout.splitlines()[1:]] == ["7", "6", "5"]
     assert first.stderr.strip() == "older: --before 5"
+    # The last full page says nothing of older ones when there are none (it told to look
+    # at a page that answered "no jobs").
+    last = served.cli("jobs", "--limit", "4", "--before", "5")
+    assert [line.split()[0] for line in last.stdout.splitlines()[1:]] == ["4", "3", "2", "1"]
+    assert last.stderr == ""
     second = served.cli("jobs", "--limit", "3", "--before", "5", "--json")
     rows = json.loads(second.stdout)
     assert [r["id"] for r in rows] == [4, 3, 2]

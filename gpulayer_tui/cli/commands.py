@@ -513,7 +513,13 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     # last); piped, every reason is whole (it used to be cut at 70 characters always).
     width = _terminal_columns() if sys.stdout.isatty() else None
     print(fit(format_jobs(jobs, time.time()), width))
-    if len(jobs) == args.limit and args.sort == "id" and not args.after and not args.reverse:
+    if (
+        len(jobs) == args.limit
+        and client.more_jobs  # (it said "older" of a list that had no more)
+        and args.sort == "id"
+        and not args.after
+        and not args.reverse
+    ):
         print(f"older: --before {jobs[-1]['id']}", file=sys.stderr)
     return EXIT_OK
 
