@@ -698,3 +698,12 @@ def test_cancel_waits_on_through_an_engine_restart(served: Served) -> None:
     assert cancel.returncode == 0, err
     assert out.startswith(f"job {job} cancelled"), (out, err)
     assert "lost the engine; waiting for job" in err
+
+
+def test_like_of_a_gpu_job_as_a_cpu_job_leaves_its_vram_out(engine: Served) -> None:
+    # Refused: "vram_gb is per GPU, but gpus is 0", with no way to leave vram_gb out.
+    gpu_job = _submit(engine, "--gpus", "1", "--vram-gb", "10", "--domain", "gpu0", "--", "true")
+    copy = engine.cli("submit", "--like", gpu_job, "--gpus", "0", "--", "true")
+    assert copy.returncode == 0, copy.stderr
+    spec = json.loads(engine.cli("status", "--json", copy.stdout.strip()).stdout)["job"]["spec"]
+    assert spec.get("gpus") == 0 and "vram_gb" not in spec and "domain" not in spec

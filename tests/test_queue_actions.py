@@ -216,3 +216,20 @@ async def test_signalling_another_users_stray_is_forbidden_not_a_bad_request(
     # may not do that".)
     with pytest.raises(Forbidden, match="may signal only its own processes"):
         engine.signal_process(sleeper, "TERM", None, requester_uid=os.geteuid() + 12345)
+
+
+async def test_a_waiting_gpu_job_edited_to_no_gpu_drops_its_vram(
+    make_engine: EngineFactory,
+) -> None:
+    # "vram_gb is per GPU, but gpus is 0", and vram_gb 0 is no value: it could not be made
+    # a CPU job at all.
+    engine = await make_engine()
+    first = await engine.submit({"command": ["sleep", "60"]})
+    waiting = await engine.submit(
+        {"command": ["true"], "gpus": 1, "vram_gb": 20, "depends_on": [first.id]}
+    )
+    edited = await engine.edit(waiting.id, {"gpus": 0})
+    assert edited.spec.get("gpus") == 0 and edited.spec.get("vram_gb") is None
+    timeline = [e.get("message", "") for e in await engine.events_of(waiting.id)]
+    assert any("vram_gb 20.0 -> none" in m for m in timeline), timeline
+    await engine.cancel(first.id)

@@ -344,6 +344,12 @@ def _like(
     for key in ("name", "project", "gpus", "vram_gb", "timeout", "domain", "depends_on"):
         if key in base:
             spec[key] = base[key]
+    if base.get("gpus") == 0:
+        # A GPU job copied as a CPU job: its VRAM per GPU and GPU pins no longer apply
+        # (refused: "vram_gb is per GPU, but gpus is 0", and no way to leave them out).
+        for key in ("vram_gb", "domain"):
+            if key not in base:
+                spec.pop(key, None)
     service = base.pop(LIKE_SERVICE, None)
     if service is not None and old.get("kind") != "service":
         flags = ", ".join(SERVICE_FLAGS[k] for k in service)

@@ -512,6 +512,10 @@ class Engine:
         """
         act = await self._editable(job_id, changes)
         assert act.spec is not None
+        if changes.get("gpus") == 0 and "vram_gb" not in changes and act.spec.vram_gb:
+            # (a GPU job made a CPU one: its VRAM per GPU no longer applies; refused, it
+            # could not be undone, as vram_gb 0 is no value)
+            changes = {**changes, "vram_gb": None}
         spec = parse_spec({**act.job.spec, **changes})
         for field in ("name", "project"):
             if isinstance(changes.get(field), str):
