@@ -245,6 +245,9 @@ async def test_cutting_a_fast_writers_log_loses_nothing_it_does_not_count(
     # The kept part is exactly the output from where the note says it starts.
     assert kept == expected[dropped:], (dropped, len(kept), kept[:40])
     assert len(kept) <= 200_000
+    # Its end says how often too: each cut's count of output is the note's ("cut back
+    # again" said neither how often nor matched the sum of the cuts).
+    assert f"times, {dropped} bytes dropped in all" in done.message, done.message
 
 
 @pytest.mark.parametrize("ends_while_down", [False, True])

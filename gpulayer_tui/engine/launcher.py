@@ -807,7 +807,7 @@ class Spawner:
             ended["timed_out"] = True
         self._send(ended)
 
-    def _collapse_log(self, task: Task, size: int, keep: int) -> tuple[int, int] | None:
+    def _collapse_log(self, task: Task, size: int, keep: int) -> tuple[int, int, int] | None:
         """Cut the log back by removing its first blocks in place, as the filesystem can
         (``FALLOC_FL_COLLAPSE_RANGE``: one step, the job's appends going on at the new
         end), then write the note over the first bytes left: nothing the job writes
@@ -817,7 +817,8 @@ class Spawner:
         the copy is used.
 
         Returns:
-            The output dropped by every cut so far, and the bytes kept after the note.
+            The output dropped by every cut so far, the bytes kept after the note, and the
+            output this cut dropped.
         """
         if keep < COLLAPSE_MIN_KEEP or not _fallocate_collapse_works():
             return None
@@ -849,14 +850,14 @@ class Spawner:
         if at_zero < 0:
             # (no /proc: the output stays, with no note; the count is still said)
             task.log_dropped = total
-            return total, kept
+            return total, kept, total - before
         try:
             mark_cut(fd)  # (first: a reader must never see a note it does not trust)
             os.pwrite(at_zero, note, 0)
         finally:
             os.close(at_zero)
         task.log_dropped = total
-        return total, kept
+        return total, kept, total - before
 
     def _cap_log(self, task: Task) -> int:
         """Cut a log that grew past its limit back to its last part, with a note; the
@@ -879,12 +880,12 @@ class Spawner:
             keep = min(task.max_log // 2, LOG_KEEP_MAX)
             collapsed = self._collapse_log(task, size, keep)
             if collapsed is not None:
-                total, kept = collapsed
+                total, kept, dropped_now = collapsed
                 self._send(
                     {
                         "ev": "log_cut",
                         "key": task.key,
-                        "dropped": size - kept,
+                        "dropped": dropped_now,
                         "total": total,
                         "kept": kept,
                         "limit": task.max_log,
