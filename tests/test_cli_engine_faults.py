@@ -256,6 +256,22 @@ def test_wait_and_logs_follow_go_on_through_a_graceful_restart_between_requests(
         )
 
     follow, waiting = cli("logs", "-f", job_id), cli("wait", job_id)
+    try:
+        _through_a_restart(served, gate, job_id, follow, waiting)
+    finally:
+        for proc in (follow, waiting):
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+
+
+def _through_a_restart(
+    served: Served,
+    gate: Path,
+    job_id: str,
+    follow: subprocess.Popen[str],
+    waiting: subprocess.Popen[str],
+) -> None:
     said = {follow: "", waiting: ""}
 
     def heard(proc: subprocess.Popen[str], words: str) -> bool:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # (annotations only: keep `submit` cheap to start)
     from ..engine.paths import Paths
 
 WAIT_SLICE_S = 20.0  # `wait` asks the engine in slices of this (see _wait)
+RESTART_PATIENCE_S = 30.0  # how long `wait` and `logs -f` wait for an engine to be back
 FOLLOW_IDLE_S = 10.0  # `logs -f` asks whether the engine answers after this long quiet
 REFUSED = {"over_capacity", "dependency_failed", "launch_failed"}
 SERVICE_FLAGS = {
@@ -650,16 +651,25 @@ def _wait_for_engine(client: Client) -> None:
     Raises:
         EngineLost: None answered in time.
     """
-    deadline = time.monotonic() + (client.timeout or 30.0)
-    while time.monotonic() < deadline:
+    # An engine that is not there (a restart) is waited for at least RESTART_PATIENCE_S
+    # (a GPULAYER_TIMEOUT of a second, for quick answers, gave a restart a second: `wait`
+    # exited 4 in the middle of an ordinary restart); one there that does not answer
+    # (frozen), for the client's timeout.
+    start = time.monotonic()
+    frozen = client.timeout or RESTART_PATIENCE_S
+    patience = max(frozen, RESTART_PATIENCE_S)
+    while time.monotonic() < start + patience:
         try:
             client.health()
             return
-        except (EngineNotRunning, EngineLost):
+        except EngineNotRunning:
+            time.sleep(0.25)
+        except EngineLost:
+            patience = frozen
             time.sleep(0.25)
     raise EngineLost(
         0,
-        f"no engine answered at {client.paths.socket_file} for {client.timeout or 30:g} s",
+        f"no engine answered at {client.paths.socket_file} for {patience:g} s",
     )
 
 
