@@ -748,3 +748,51 @@ async def test_a_priority_above_the_users_max_priority_is_refused(
     edited = await engine.edit(waiting.id, {"priority": -3})  # (down is always fine)
     assert edited.spec["priority"] == -3
     await engine.cancel(blocker.id)
+
+
+async def _being_preempted(make_engine: EngineFactory, tmp_path: Any) -> tuple[Any, Any, Any]:
+    """An engine whose preemptible job got its checkpoint signal for an urgent one, with
+    10 s of checkpoint lead before its SIGTERM: (engine, victim, urgent)."""
+    from .conftest import eventually
+
+    config = make_config(
+        scheduling={"preempt_after": 0, "checkpoint_signal": "SIGUSR1", "checkpoint_grace": 10}
+    )
+    engine = await make_engine("1xA100-80GB", config=config)
+    log, script = tmp_path / "victim.log", tmp_path / "victim.py"
+    script.write_text(PREEMPTIBLE)
+    victim = await engine.submit(
+        {"command": ["python3", str(script), str(log)], "gpus": 1, "preemptible": True}
+    )
+    await eventually(lambda: log.exists() and "start" in log.read_text(), timeout=10)
+    urgent = await engine.submit({"command": ["sleep", "30"], "gpus": 1, "priority": 5})
+    await eventually(lambda: "checkpoint" in log.read_text(), timeout=10)
+    return engine, victim, urgent
+
+
+async def test_a_cancel_during_a_preemption_ends_the_job_for_good(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # The cancel was lost: the job went back to the queue and ran again, and `cancel`
+    # blamed the kernel after waiting 78 s.
+    engine, victim, urgent = await _being_preempted(make_engine, tmp_path)
+    stopping = await engine.cancel(victim.id)
+    assert stopping.stop_reason is TerminationReason.CANCELLED
+    done = await engine.wait(victim.id, timeout=10)  # (SIGTERM now, not 10 s later)
+    assert done.status is JobStatus.CANCELLED and done.attempt == 0
+    await engine.cancel(urgent.id)
+
+
+async def test_a_preemption_is_called_off_when_the_job_it_was_for_is_cancelled(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Its SIGTERM came 10 s after the job it was for had been cancelled, and it ran again
+    # from the start, its work lost for nothing.
+    engine, victim, urgent = await _being_preempted(make_engine, tmp_path)
+    await engine.cancel(urgent.id)
+    live = await engine.get(victim.id)
+    assert live.status is JobStatus.RUNNING and live.stop_reason is None
+    assert live.message.startswith(f"preemption called off: job {urgent.id} it was for is")
+    log = (tmp_path / "victim.log").read_text().split()
+    assert log == ["start", "checkpoint"]  # (no SIGTERM)
+    await engine.cancel(victim.id)

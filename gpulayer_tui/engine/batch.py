@@ -183,14 +183,20 @@ def decide_stop(
 
     It is stored with the job (so a restarted engine still kills on time and still ends the
     job ``cancelled``, whatever its exit code); the caller signals only once it is durable.
-    The first reason stands (a cancel during a timeout's grace changes nothing).
+    The first reason stands (a cancel during a timeout's grace changes nothing), but a
+    cancel or a timeout during a preemption's stop wins: the job ends, it is not requeued
+    (the cancel was lost: the job went back to the queue and ran again).
 
     Returns:
-        False if the job was already being stopped.
+        False if the job was already being stopped (for a reason that stands).
     """
     job = act.job
     if job.stop_reason is not None:
-        return False
+        if job.stop_reason is not Reason.PREEMPTED or reason not in (
+            Reason.CANCELLED,
+            Reason.TIMEOUT,
+        ):
+            return False
     job.stop_reason, job.stop_message = reason, message
     job.kill_at = time.time() + grace
     book.note(act, f"stopping ({message}): SIGTERM sent, SIGKILL after {grace:g} s")
@@ -382,7 +388,25 @@ class BatchRunner:
         follows after the grace period (the launcher keeps that deadline)."""
         grace = self._settings.grace_period
         if decide_stop(self._book, act, reason, message, grace):
+            # (a preemption's SIGTERM still to come is this stop's now)
+            timer = self._checkpoints.pop(act.job.id, None)
+            if timer is not None:
+                timer.cancel()
             self._book.after_commit(functools.partial(self._signal_stop, act.job.id, grace))
+
+    def call_off_preemption(self, act: ActiveJob, why: str) -> None:
+        """The job it was being stopped for no longer needs it (it ended, or started
+        elsewhere): a preemption still in its checkpoint lead (its SIGTERM not sent) is
+        called off, stored, and the job runs on (it was stopped, and its work lost, for a
+        job that had been cancelled)."""
+        job = act.job
+        timer = self._checkpoints.get(job.id)
+        if job.stop_reason is not Reason.PREEMPTED or timer is None:
+            return  # (SIGTERM sent already: it goes back to the queue as decided)
+        timer.cancel()
+        del self._checkpoints[job.id]
+        job.stop_reason, job.stop_message, job.kill_at = None, "", None
+        self._book.note(act, f"preemption called off: {why}; running on")
 
     def _signal_stop(self, job_id: int, grace: float) -> None:
         act = self._book.get(job_id)

@@ -313,6 +313,7 @@ class Engine:
         # Preemption (issue 18): the queue picks whom to stop, the batch runner stops it
         # and hands it back to the queue when it has exited.
         self.queue.preempt = self._preempt
+        self.queue.call_off = self.batch.call_off_preemption
         self.batch.on_requeue(self.queue.requeued)
         self.batch.on_run_end(self.queue.charge_run)
         # A quarantined domain's services are placed again elsewhere (record 000).

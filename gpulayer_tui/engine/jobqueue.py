@@ -129,6 +129,8 @@ class JobQueue:
         self.reservation: Reservation | None = None  # (the last pass's)
         # Stops a preemptible job for a better one (wired by the engine to its runner).
         self.preempt: Callable[[ActiveJob, ActiveJob], None] | None = None
+        # (a victim, why): the job it was stopped for no longer needs it
+        self.call_off: Callable[[ActiveJob, str], None] | None = None
         # Cluster jobs (issue 16): their verdict and their start are the cluster's.
         self.cluster_verdict: Callable[[ActiveJob], Verdict] | None = None
         self.cluster_start: Callable[[ActiveJob], None] | None = None
@@ -703,7 +705,7 @@ class JobQueue:
                 act = self._book.get(key[1])
                 if act is not None:
                     self._unwait(act.job.id)
-                    self._preempting.pop(act.job.id, None)
+                    self._call_off(act.job.id, f"job {act.job.id} it was for has started")
                     self._preempted_at.pop(act.job.id, None)
                     self._start(act, placed)
                     held = running.setdefault(uid, Running())
@@ -919,11 +921,18 @@ class JobQueue:
 
     # -- ends ---------------------------------------------------------------------------------
 
+    def _call_off(self, urgent: int, why: str) -> None:
+        """The jobs being stopped for ``urgent`` are not needed by it any more."""
+        for victim_id in self._preempting.pop(urgent, ()):
+            victim = self._book.get(victim_id)
+            if victim is not None and self.call_off is not None:
+                self.call_off(victim, why)
+
     def _forget(self, act: ActiveJob) -> None:
         job_id = act.job.id
         self._ready.remove(act.key, self._group(act))
         self._unwait(job_id)
-        self._preempting.pop(job_id, None)
+        self._call_off(job_id, f"job {job_id} it was for is {act.job.status.value}")
         self._cluster_held.pop(job_id, None)
         self._capacity_wait.pop(job_id, None)
         self._capacity_block.pop(job_id, None)
