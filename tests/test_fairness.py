@@ -750,14 +750,20 @@ async def test_a_priority_above_the_users_max_priority_is_refused(
     await engine.cancel(blocker.id)
 
 
-async def _being_preempted(make_engine: EngineFactory, tmp_path: Any) -> tuple[Any, Any, Any]:
+def _preempting_config(lead: float = 10) -> Any:
+    return make_config(
+        scheduling={"preempt_after": 0, "checkpoint_signal": "SIGUSR1", "checkpoint_grace": lead}
+    )
+
+
+async def _being_preempted(
+    make_engine: EngineFactory, tmp_path: Any, lead: float = 10
+) -> tuple[Any, Any, Any]:
     """An engine whose preemptible job got its checkpoint signal for an urgent one, with
-    10 s of checkpoint lead before its SIGTERM: (engine, victim, urgent)."""
+    ``lead`` s of checkpoint lead before its SIGTERM: (engine, victim, urgent)."""
     from .conftest import eventually
 
-    config = make_config(
-        scheduling={"preempt_after": 0, "checkpoint_signal": "SIGUSR1", "checkpoint_grace": 10}
-    )
+    config = _preempting_config(lead)
     engine = await make_engine("1xA100-80GB", config=config)
     log, script = tmp_path / "victim.log", tmp_path / "victim.py"
     script.write_text(PREEMPTIBLE)
@@ -796,3 +802,23 @@ async def test_a_preemption_is_called_off_when_the_job_it_was_for_is_cancelled(
     log = (tmp_path / "victim.log").read_text().split()
     assert log == ["start", "checkpoint"]  # (no SIGTERM)
     await engine.cancel(victim.id)
+
+
+async def test_a_preemption_in_its_checkpoint_lead_goes_on_as_decided_across_a_restart(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # The next engine sent SIGTERM at once (2 s into a 10 s lead: its checkpoint cut
+    # short) and, knowing nothing of the stop's purpose, stopped another job for it.
+    from .conftest import eventually
+
+    engine, victim, urgent = await _being_preempted(make_engine, tmp_path, lead=3)
+    lead_ends = time.time() + 3
+    await engine.stop()
+    again = await make_engine("1xA100-80GB", config=_preempting_config(3))
+    assert again.queue.explain(urgent.id)["preempting"] == [victim.id]
+    log = tmp_path / "victim.log"
+    assert "term" not in log.read_text()  # (not at the restart)
+    await eventually(lambda: "term" in log.read_text(), timeout=10)
+    assert time.time() >= lead_ends - 0.5
+    await eventually(lambda: again.book.get(urgent.id).job.status is JobStatus.RUNNING, timeout=20)
+    await again.cancel(urgent.id)

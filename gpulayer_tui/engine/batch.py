@@ -589,8 +589,18 @@ class BatchRunner:
             and job.stop_reason is None
         ):
             self._arm_timeout(act, act.spec.timeout - (time.time() - job.started_at))
+        lead_left = 0.0
+        if job.stop_reason is Reason.PREEMPTED and job.kill_at is not None:
+            lead_left = job.kill_at - self._settings.grace_period - time.time()
         if found is None:
             self._launch(job.id, None)  # decided (and durable) but never started: start it once
+        elif lead_left > 0:
+            # Being preempted, in its checkpoint lead: its SIGTERM comes when the lead ends
+            # (sent at once, it cut the job's checkpoint short).
+            self._checkpoints[job.id] = asyncio.get_running_loop().call_later(
+                lead_left,
+                functools.partial(self._signal_stop, job.id, self._settings.grace_period),
+            )
         elif job.stop_reason is not None:
             # Stopping when the engine stopped: signal again, keeping the stored deadline.
             grace = max(0.0, (job.kill_at or time.time()) - time.time())

@@ -412,6 +412,7 @@ class Engine:
                 [j.id for j in active if j.status is JobStatus.RUNNING],
             )
             await self.recovery.restore(active, renamed)
+            self._resume_preemptions()
             await self._say_unwatched_runs()
             self.queue.schedule()
             await self.store.flush()
@@ -464,6 +465,18 @@ class Engine:
                 }
             )
         return checks
+
+    def _resume_preemptions(self) -> None:
+        """Running jobs being preempted when the last engine stopped: the job each is
+        stopped for (its stop's message names it, as :meth:`_preempt` wrote it)."""
+        for act in self.book:
+            job = act.job
+            if job.stop_reason is TerminationReason.PREEMPTED and job.status is JobStatus.RUNNING:
+                words = job.stop_message.split()
+                if words[:3] == ["preempted", "by", "job"] and len(words) > 3:
+                    urgent = words[3]
+                    if urgent.isdigit():
+                        self.queue.preempting_again(int(urgent), job.id)
 
     async def _say_unwatched_runs(self) -> None:
         """Runs of the launcher no job of this database watches (started from a database

@@ -921,6 +921,13 @@ class JobQueue:
 
     # -- ends ---------------------------------------------------------------------------------
 
+    def preempting_again(self, urgent: int, victim: int) -> None:
+        """After a restart: ``victim`` is being stopped for ``urgent`` (stored with its
+        stop), so no other job is stopped for it (one was, its work lost, while the first
+        was still in its checkpoint lead), and the stop is called off if ``urgent`` ends."""
+        self._preempting.setdefault(urgent, set()).add(victim)
+        self._preempted_at.setdefault(urgent, self._clock())
+
     def _call_off(self, urgent: int, why: str) -> None:
         """The jobs being stopped for ``urgent`` are not needed by it any more."""
         for victim_id in self._preempting.pop(urgent, ()):
