@@ -9,8 +9,10 @@ the app resumes (a batch), and Ctrl+C / Ctrl+\\ typed in the pager reach the pag
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shlex
+import shutil
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,6 +65,20 @@ async def page_file(app: App[Any], path: Path) -> int:
         OSError: The pager cannot be started (not found, not executable).
     """
     argv = [*pager_command(), str(path)]
+    # Found first, before the terminal is given away: a pager that could not start left
+    # the app suspended (Textual's suspend() does not resume on an error), the screen
+    # blank and the keyboard dead.
+    program = shutil.which(argv[0])
+    if program is None:
+        raise FileNotFoundError(errno.ENOENT, f"{argv[0]} is not found or not executable")
     with _interrupts_for_the_child(), app.batch_update(), app.suspend():
-        process = await asyncio.create_subprocess_exec(*argv)
-        return await process.wait()
+        try:
+            process = await asyncio.create_subprocess_exec(program, *argv[1:])
+        except OSError as err:
+            failed: OSError | None = err
+        else:
+            failed = None
+            status = await process.wait()
+    if failed is not None:
+        raise failed
+    return status

@@ -65,6 +65,12 @@ async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:
             "the dimmed edit key's refusal in the table",
         )
         assert isinstance(app.screen, JobsScreen)
+        await pilot.press("c")  # (dimmed too: it said nothing)
+        await until(
+            pilot,
+            lambda: any(f"job {old['id']} already failed" in n for n in _notes(app)),
+            "the dimmed cancel key's refusal in the table",
+        )
         await pilot.press("R")
         dialog = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen)
         question = str(dialog.query_one("#question", Static).render())

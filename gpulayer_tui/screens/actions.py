@@ -38,7 +38,12 @@ def can_edit(job: JobRowJSON | None) -> bool:
     return job is not None and job.get("status") in WAITING
 
 
-DIMMED_KEYS: dict[str, str] = {"R": "restart_job", "shift+r": "restart_job", "e": "edit_job"}
+DIMMED_KEYS: dict[str, str] = {
+    "R": "restart_job",
+    "shift+r": "restart_job",
+    "e": "edit_job",
+    "c": "cancel_job",
+}
 """Keys whose binding a screen dims on a job they do not apply to (``check_action`` says
 ``None``); pressed anyway, the action runs so that it says why (``ask_to_restart`` and
 ``ask_to_edit`` refuse in words), instead of the key doing nothing at all."""
