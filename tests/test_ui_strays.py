@@ -26,6 +26,7 @@ async def test_adopt_a_stray_from_the_table(
     app = await ui_app("2xA100-80GB")
     engine = app.backend.engine
     SimLedger(engine.paths.state_dir).hold(1, sleeper_proc.pid, 20.0)
+    SimLedger(engine.paths.state_dir).hold(0, sleeper_proc.pid, 5.0)
     await engine.sampler.sample_once()
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("3")
@@ -33,11 +34,12 @@ async def test_adopt_a_stray_from_the_table(
         table = app.screen.query_one(StrayTable)
         await until(pilot, lambda: sleeper_proc.pid in table.rows_by_pid)
         row = table.rows_by_pid[sleeper_proc.pid]
-        assert row["gpus"] == [1] and row["used_bytes"] == 20 * GIB
+        assert sorted(row["gpus"]) == [0, 1] and row["used_bytes"] == 25 * GIB
         assert "sleep 600" in row["command"]
-        assert app.gpu_state["unregistered_total"] == 20 * GIB
+        assert app.gpu_state["unregistered_total"] == 25 * GIB
         await pilot.press("a")
         dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        # Per GPU: the most it holds on one (the sum over its GPUs was offered)
         assert dialog.query_one("#adopt-vram", Input).value == "20.0"
         assert dialog.query_one("#adopt-name", Input).value == "sleep"
         name = dialog.query_one("#adopt-name", Input)
@@ -48,7 +50,7 @@ async def test_adopt_a_stray_from_the_table(
             lambda: next((j for j in app.job_store.jobs.values() if j["kind"] == "adopted"), None),
         )
         assert job["status"] == "running" and job["name"] == "notebook"
-        assert job["domains"] == ["gpu1"] and job["spec"]["vram_gb"] == 20.0
+        assert job["domains"] == ["gpu0", "gpu1"] and job["spec"]["vram_gb"] == 20.0
         # on the next sample its memory is owned: the row leaves, unregistered shrinks
         await engine.sampler.sample_once()
         await until(pilot, lambda: sleeper_proc.pid not in table.rows_by_pid)

@@ -60,8 +60,11 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
             yield Label("Name")
             yield Input(value=os.path.basename(program) or "", id="adopt-name")
             yield Label("Declared VRAM per GPU (GiB, empty for what it holds)")
+            # (per GPU: the most it holds on one; the sum over its GPUs was offered, and a
+            # process on two GPUs was over-reserved on each, or refused as too big)
+            per_gpu = proc.get("most_on_a_gpu", held)
             yield Input(
-                value=f"{held / GIB:.1f}" if held else "",
+                value=f"{per_gpu / GIB:.1f}" if per_gpu else "",
                 id="adopt-vram",
                 placeholder="e.g. 24",
             )

@@ -31,6 +31,7 @@ def strays_from(gpu_state: GpusJSON | None) -> list[dict[str, Any]]:
                     "started_at": proc.get("started_at"),
                     "gpus": [],
                     "used_bytes": 0,
+                    "most_on_a_gpu": 0,  # (the adopt dialog's VRAM per GPU)
                     "unknown": False,
                 },
             )
@@ -39,6 +40,7 @@ def strays_from(gpu_state: GpusJSON | None) -> list[dict[str, Any]]:
                 row["unknown"] = True
             else:
                 row["used_bytes"] += proc["used_bytes"]
+                row["most_on_a_gpu"] = max(row["most_on_a_gpu"], proc["used_bytes"])
     return sorted(merged.values(), key=lambda r: (-r["used_bytes"], r["pid"]))
 
 
