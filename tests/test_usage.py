@@ -594,12 +594,15 @@ async def test_a_service_placed_again_keeps_its_usage_across_the_move_and_a_rest
     await _ticks(engine, 3)
     moved = engine.usage.live(service.id).summary()  # type: ignore[union-attr]
     assert moved["samples"] > before["samples"] and moved["gpu_hours"] >= before["gpu_hours"]
+    assert moved["seconds"] >= before["seconds"] >= 0
     assert moved["mean_vram"] <= moved["peak_vram"] == GIB
     # Both GPUs lost: it waits to be placed again, and the engine restarts meanwhile.
     ledger.set_gpu(act.job.gpus[0], lost=True, error="GPU is lost")
     await engine.sampler.sample_once()
     await eventually(lambda: engine.book.get(service.id).job.status is JobStatus.QUEUED, timeout=20)
     waiting = engine.usage.live(service.id).summary()  # type: ignore[union-attr]
+    # (waiting, on no GPU: its span read 0 - first_at, "-1796203134.6 s")
+    assert waiting["seconds"] >= moved["seconds"]
     await engine.stop()
     again = await make_engine("2xA100-80GB", config=config)
     kept = again.usage.live(service.id)

@@ -345,6 +345,8 @@ class JobUsage:
         on = self.on.pop(gpu, None)
         if on is None:
             return
+        # (its last time on a GPU: with none held, its span ended at 0, "-1.8e9 s")
+        self.last_at = max(self.last_at or at, at)
         until = min(at, on.totals.booked_until or on.since)
         self.vram_byte_seconds += on.held * max(0.0, until - on.since)
         now = on.totals.snapshot()
