@@ -20,6 +20,7 @@ from gpulayer_tui.cli.quick import parse
 from gpulayer_tui.engine.config import ConfigError, parse_config_text
 from gpulayer_tui.engine.engine import Engine
 from gpulayer_tui.engine.models import JobStatus
+from gpulayer_tui.engine.notify import Notifier
 from gpulayer_tui.engine.spec import parse_spec
 
 from .conftest import EngineFactory, eventually, make_config, pid_gone
@@ -458,3 +459,22 @@ async def test_notifications_an_engine_left_undelivered_are_sent_by_the_next(
     await on.store.flush()
     assert on.notifier.sent == 0 and not on.notifier._open_rows
     assert len(_received(out)) == 2
+
+
+def test_a_replica_waiting_on_in_back_off_is_no_restart_to_tell_of() -> None:
+    # Kept off a GPU that is gone, it notified "replica.restarted" at every back-off step,
+    # for ever; a replica that exited still does, once.
+    from gpulayer_tui.engine.events import EventBus
+    from gpulayer_tui.engine.models import Event, EventKind
+
+    settings = parse_config_text('[notify]\ncommand = ["true"]\nreplicas = true\n', "c").notify
+
+    async def read_job(job_id: int) -> Any:
+        raise AssertionError("not delivered here")
+
+    notifier = Notifier(EventBus(), settings, read_job)
+    base = {"replica": 0, "state": "backoff", "restarts": 1, "exit_code": None}
+    waiting = Event(1, 1.0, EventKind.REPLICA, 7, {**base, "not_started": True})
+    exited = Event(2, 2.0, EventKind.REPLICA, 7, {**base, "exit_code": 137})
+    assert notifier.consider(waiting) == 0
+    assert notifier.consider(exited) == 1

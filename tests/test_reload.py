@@ -933,3 +933,35 @@ async def test_a_two_replica_service_keeps_running_when_a_domain_of_it_is_remove
     assert on["a"].state is ReplicaState.BACKOFF
     assert job.status is JobStatus.RUNNING and on["b"].state is ReplicaState.UP
     await engine.cancel(service.id)
+
+
+async def test_a_service_stays_up_when_its_other_gpu_is_busy_and_one_of_its_own_removed(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # The check was of capacity only: it passed while the other GPU was busy, the healthy
+    # replica was stopped and the service waited down behind an unrelated job.
+    paths.state_dir.mkdir(parents=True)
+    unmanaged = BASE + "auto_domains = false\n"
+    three = "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n[domains.c]\ngpu = 2\n"
+    paths.config_file.write_text(unmanaged + three)
+    engine = await make_engine("3xA100-80GB", config=load_config(paths.config_file))
+    service = await engine.submit(
+        {"kind": "service", "command": ["sleep", "600"], "gpus": 1, "replicas": 2,
+         "port": False, "domain": ["a", "b", "c"]}
+    )  # fmt: skip
+    job = engine.book.get(service.id).job
+    await eventually(lambda: all(r.pid for r in job.replicas), timeout=20)
+    on = {r.domains[0]: r for r in job.replicas}
+    free = ({"a", "b", "c"} - set(on)).pop()
+    blocker = await engine.submit({"command": ["sleep", "600"], "domain": free})
+    assert blocker.status is JobStatus.RUNNING
+    gone = sorted(on)[0]
+    kept = "".join(f"[domains.{n}]\ngpu = {i}\n" for i, n in enumerate("abc") if n != gone)
+    paths.config_file.write_text(unmanaged + kept)
+    assert (await engine.config_reload.reload())["applied"] is True
+    os.kill(on[gone].pid or 0, signal.SIGKILL)
+    await eventually(lambda: "not started again" in on[gone].message, timeout=20)
+    healthy = ({"a", "b", "c"} - {gone, free}).pop()
+    assert job.status is JobStatus.RUNNING and on[healthy].state is ReplicaState.UP
+    await engine.cancel(service.id)
+    await engine.cancel(blocker.id)

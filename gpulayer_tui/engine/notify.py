@@ -281,7 +281,11 @@ class Notifier:
             replica = event.data
             if event.data.get("gave_up"):
                 what = REPLICA_GAVE_UP
-            elif event.data.get("state") == ReplicaState.BACKOFF:
+            elif event.data.get("state") == ReplicaState.BACKOFF and not event.data.get(
+                "not_started"
+            ):
+                # (a replica that exited; one waiting on in back-off, not started again, a
+                # GPU it ran on gone, notified at every back-off step, for ever)
                 what = REPLICA_RESTARTED
             else:
                 return 0

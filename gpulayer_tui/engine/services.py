@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from ..fields import ANSWERED_BY, starting_why
 from . import procs
 from .batch import JobEnv, assign, exit_verdict, prepare_task, timeout_message
-from .domain import plural
+from .domain import DomainState, plural
 from .executor import Executor, Exit, LaunchError, Started
 from .jobbook import ActiveJob, JobBook, release_holds, retake_holds
 from .models import (
@@ -370,6 +370,7 @@ class ServiceRunner:
         exit_code: int | None = None,
         gave_up: bool = False,
         at: float | None = None,
+        not_started: bool = False,
     ) -> None:
         """The one place a replica's state changes (or its message, in the same state):
         check, update the summary, record. ``gave_up``: it exited for good on its own (no
@@ -398,6 +399,8 @@ class ServiceRunner:
         }
         if gave_up:
             data["gave_up"] = True
+        if not_started:
+            data["not_started"] = True  # (see notify: not a restart to tell of)
         self._book.record(act, EventKind.REPLICA, data, at)
 
     @staticmethod
@@ -474,8 +477,10 @@ class ServiceRunner:
         what: str,
         code: int | None,
         late: float | None = None,
+        not_started: bool = False,
     ) -> None:
-        """The replica restarts after its next back-off delay."""
+        """The replica restarts after its next back-off delay (``not_started``: it did not
+        exit, it waits on: no "restarted" notification is due)."""
         delay = backoff_delay(replica.backoff_step)
         replica.backoff_step += 1
         replica.next_restart_at = self.clock.now() + delay
@@ -489,6 +494,7 @@ class ServiceRunner:
             f"(at {time.strftime('%H:%M:%S', time.localtime(time.time() + delay))})",
             code,
             at=late,
+            not_started=not_started,
         )
         runtime.restart_timers[replica.index] = self.clock.call_later(
             delay, functools.partial(self._restart_replica, act.job.id, replica.index)
@@ -525,15 +531,38 @@ class ServiceRunner:
             # one is not started there): placed again, as for a lost domain, if the whole
             # service fits elsewhere; else this replica waits, the others running on (it
             # was placed again and failed over capacity, its healthy replicas stopped).
-            request = act.request
-            verdict = None if request is None else self._scheduler.capacity_verdict(request)
-            if verdict is None or verdict.possible is not False:
+            if self._fits_now_elsewhere(act):
                 self.replace(act, gone)
                 return
-            self._back_off(act, runtime, replica, f"not started again: {gone}", None)
+            self._back_off(
+                act, runtime, replica, f"not started again: {gone}", None, not_started=True
+            )
             return
         replica.restarts += 1
         self._decide_launch(act, replica, "restart")
+
+    def _fits_now_elsewhere(self, act: ActiveJob) -> bool:
+        """Whether the whole service would be placed again now: on the healthy domains it
+        holds and the free ones (a capacity check passed while the other GPU was busy or
+        quarantined: its healthy replicas were stopped, and it waited down)."""
+        request = act.request
+        if request is None or not request.gpus:
+            return True
+        domains = self._scheduler.domains
+        own = {
+            d.name
+            for d in act.holds
+            if domains.get(d.name) is d and d.state is DomainState.IN_SERVICE
+        }
+        free = {
+            d.name
+            for d in self._scheduler.candidates(request)
+            if d.is_gpu
+            and d.name not in own
+            and d.state is DomainState.IN_SERVICE
+            and d.blocker(request.vram_bytes, request.exclusive) is None
+        }
+        return len(own) + len(free) >= request.gpus
 
     def _domain_gone(self, act: ActiveJob, replica: Replica) -> str | None:
         """Why the replica may not start again where it ran (a domain of it is no longer
