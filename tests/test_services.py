@@ -1026,3 +1026,26 @@ async def test_a_service_placed_again_keeps_its_healthy_gpus_from_later_jobs(
     assert engine.book.get(later.id).job.status is JobStatus.QUEUED
     await engine.cancel(later.id)
     await engine.cancel(first.id)
+
+
+async def test_a_service_waiting_to_be_placed_again_keeps_its_gpus_across_a_restart(
+    make_engine: EngineFactory,
+) -> None:
+    # After a restart its reservation was gone: a job submitted then took its healthy GPU,
+    # and it waited behind that one (with no timeout) also once its GPU was back.
+    engine = await make_engine("2xA100-80GB")
+    first = await engine.submit(
+        {"kind": "service", "command": ["sleep", "600"], "gpus": 1, "replicas": 2,
+         "port": False}
+    )  # fmt: skip
+    await eventually(lambda: engine.book.get(first.id).job.message == "2/2 up on gpu0, gpu1")
+    SimLedger(engine.paths.state_dir).set_gpu(0, lost=True, error="GPU is lost")
+    await engine.sampler.sample_once()
+    await eventually(lambda: engine.book.get(first.id).job.status is JobStatus.QUEUED)
+    await engine.stop()
+    again = await make_engine("2xA100-80GB")
+    later = await again.submit({"command": ["sleep", "600"], "gpus": 1})
+    assert later.status is JobStatus.QUEUED, later.message
+    assert "until gpu0 is back in service" in later.message
+    await again.cancel(later.id)
+    await again.cancel(first.id)

@@ -172,6 +172,16 @@ class ServiceRunner:
         a placement that then got it killed at once: "no engine ran to stop it sooner").
         """
         spec, job = act.spec, act.job
+        if job.kind is JobKind.SERVICE and job.started_at is not None:
+            # Where it ran (its replicas say): kept for it, as before the restart (without,
+            # a job submitted after the restart took its healthy GPU; see jobbook.ran_on).
+            domains = self._scheduler.domains
+            act.ran_on = frozenset(
+                name
+                for replica in job.replicas
+                for name in replica.domains
+                if name in domains and domains[name].is_gpu
+            )
         if job.kind is not JobKind.SERVICE or spec is None or spec.timeout is None:
             return
         if job.started_at is not None and job.id not in self._timeouts:
