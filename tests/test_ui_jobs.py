@@ -965,3 +965,34 @@ async def test_failed_today_counts_past_a_page_of_failures(
     await eventually(all_failed, timeout=30)
     async with app.run_test(size=(140, 30)):
         assert app.job_store.summary()["failed_today"] == 25
+
+
+async def test_the_form_stays_while_its_submission_waits_for_the_engine() -> None:
+    # Closed with esc while "submitting…", the job was made all the same and nothing said
+    # so (a retry made it twice).
+    import asyncio
+
+    from gpulayer_tui.app import build_app
+
+    class SlowBackend(StaticBackend):
+        answer = asyncio.Event()
+
+        async def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+            await self.answer.wait()
+            return await super().submit(spec)
+
+    backend = SlowBackend()
+    app = build_app(backend, clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(120, 40)) as pilot:
+        form = await open_form(pilot)
+        await fill(pilot, form, "command", "sleep 8")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: form._busy, "submitting")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is form  # (still open: it waits for the answer)
+        message = str(form.query_one("#form-error").render())
+        assert "wait for its answer" in message, message
+        backend.answer.set()
+        await until(pilot, lambda: app.screen is not form, "closed once answered")
+        assert any("job " in n.message for n in app._notifications)

@@ -395,5 +395,14 @@ class SubmitScreen(FormScreen[JobJSON | None]):
         self.action_cancel()
 
     def action_cancel(self) -> None:
-        """Close the form without submitting."""
+        """Close the form without submitting (not while a submission waits for the
+        engine's answer: closed then, the job was made all the same and nothing said so,
+        and a retry made it twice)."""
+        if self._busy:
+            self._show_form_message(
+                "submitting…: the engine has the request; wait for its answer "
+                "(it says whether the job was made)",
+                busy=True,
+            )
+            return
         self.dismiss(None)
