@@ -697,7 +697,6 @@ def test_cancel_waits_on_through_an_engine_restart(served: Served) -> None:
     out, err = cancel.communicate(timeout=60)
     assert cancel.returncode == 0, err
     assert out.startswith(f"job {job} cancelled"), (out, err)
-    assert "lost the engine; waiting for job" in err
 
 
 def test_like_of_a_gpu_job_as_a_cpu_job_leaves_its_vram_out(engine: Served) -> None:
