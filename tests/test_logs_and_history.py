@@ -118,6 +118,40 @@ async def test_offsets_into_a_cut_log_stay_true_and_its_end_comes_once(
         await server.stop()
 
 
+def test_a_read_during_a_cut_waits_for_its_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The launcher collapses a log's first blocks, then writes the note over what is left;
+    # a read in between took the output left for the whole of it (offset 0 at its first
+    # byte), and a follower's next offsets pointed into the wrong place. (CI caught a
+    # read there.) Here the log is as such a cut leaves it, and the note comes when the
+    # reader first waits.
+    from gpulayer_tui.engine import api
+    from gpulayer_tui.engine.logfiles import CUT_MARK, cut_note
+
+    log = tmp_path / "7.log"
+    kept = b"ine-26703\n" + b"".join(b"line-%d\n" % n for n in range(26704, 26710))
+    log.write_bytes(kept)
+    os.setxattr(log, CUT_MARK, b"1")
+    note = cut_note(65536, 4096 + 10, len(kept) - 10)
+    assert len(note) > 10
+    written: list[bool] = []
+
+    def note_arrives(_seconds: float) -> None:
+        if not written:
+            log.write_bytes(note + kept[10:])  # (the note over "ine-26703\n"; same file)
+            written.append(True)
+
+    monkeypatch.setattr(api.time, "sleep", note_arrives)
+    read = api._read_chunk(log, 0)
+    assert written, "the read did not wait for the cut under way"
+    assert read.data.startswith(b"[gpulayer-tui: this log passed 65536 bytes")
+    assert read.start == 4106 and read.note == len(note)
+    assert read.end == 4106 + len(kept) - 10
+    # A reader past the dropped part gets the output it asked for.
+    assert api._read_chunk(log, 4106 + 11).data == kept[10 + 11 :]
+
+
 async def test_a_lower_log_cap_applies_to_jobs_already_running(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

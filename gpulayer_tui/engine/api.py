@@ -84,7 +84,7 @@ from .errors import (
     WriteDeferred,
 )
 from .events import Subscription
-from .logfiles import note_of
+from .logfiles import head_of, read_note
 from .models import Job, JobKind, JobQuery
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -832,16 +832,40 @@ def _read_chunk(path: Path, offset: int) -> LogRead:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise LogUnreadable(f"{path.name} is not a regular file; it is not read")
-        dropped, note = note_of(fd) if st.st_size else (0, 0)
-        at = note + offset - dropped
-        size = st.st_size - note + dropped
-        if offset < dropped or at > st.st_size:
-            # Dropped (or a file shorter than the offset: replaced): the note, then the
-            # kept end. (Without a note: the file from its start.)
-            return LogRead(os.pread(fd, LOG_CHUNK, 0), dropped, note, size)
-        return LogRead(os.pread(fd, LOG_CHUNK, at), offset, 0, size)
+        # A cut by the launcher moves the output under a reader: a read counts only if
+        # the log's note was the same before and after it (logfiles.head_of). A cut is
+        # microseconds; one that never finishes (its launcher died in it) is waited on
+        # for CUT_WAIT_S, then the log is read as it is.
+        deadline = time.monotonic() + CUT_WAIT_S
+        while True:
+            head = head_of(fd)
+            if head is not None:
+                piece = _read_at(fd, offset, head)
+                if head_of(fd) == head:
+                    return piece
+            if time.monotonic() > deadline:
+                return _read_at(fd, offset, b"")
+            time.sleep(0.001)
     finally:
         os.close(fd)
+
+
+CUT_WAIT_S = 0.5
+"""How long a log read waits for a cut under way to finish (see :func:`_read_chunk`)."""
+
+
+def _read_at(fd: int, offset: int, head: bytes) -> LogRead:
+    """:func:`_read_chunk` of the log open on ``fd`` that starts with ``head`` (its note;
+    empty if never cut)."""
+    dropped, note = read_note(head)
+    file_size = os.fstat(fd).st_size
+    at = note + offset - dropped
+    size = file_size - note + dropped
+    if offset < dropped or at > file_size:
+        # Dropped (or a file shorter than the offset: replaced): the note, then the
+        # kept end. (Without a note: the file from its start.)
+        return LogRead(os.pread(fd, LOG_CHUNK, 0), dropped, note, size)
+    return LogRead(os.pread(fd, LOG_CHUNK, at), offset, 0, size)
 
 
 async def logs(request: web.Request) -> web.StreamResponse:

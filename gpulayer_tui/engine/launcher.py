@@ -64,7 +64,7 @@ from typing import Any
 from ..fields import printable
 from ..unixsock import SocketPath
 from . import journal, procstat
-from .logfiles import NOTE_READ, LogFiles, cut_note, mark_cut, note_of
+from .logfiles import NOTE_READ, LogFiles, cut_note, mark_cut, note_of, unmark_cut
 
 SOCKET = "launch.sock"  # (no longer than engine.sock: AF_UNIX paths are short)
 LOCK = "launcher.lock"
@@ -828,8 +828,33 @@ class Spawner:
         length = ((size - keep) // block) * block
         if length <= old_note or length >= size:
             return None
-        if not _collapse(fd, length):
-            return None
+        try:
+            at_zero = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_CLOEXEC)
+        except OSError:
+            return None  # (no /proc: the copy writes its note through the job's own)
+        try:
+            # Marked before its first blocks go: a reader that finds a marked log with no
+            # note waits for the note (logfiles.head_of); unmarked, it took the output
+            # left for the whole of it, and its offsets for the file's.
+            mark_cut(fd)
+            collapsed = False
+            try:
+                collapsed = _collapse(fd, length)
+            finally:
+                if not collapsed and not old_note:
+                    unmark_cut(fd)  # (never cut after all: its start is output)
+            if not collapsed:
+                return None
+            return self._note_collapsed(task, at_zero, before, length - old_note, size)
+        finally:
+            os.close(at_zero)
+
+    def _note_collapsed(
+        self, task: Task, at_zero: int, before: int, collapsed: int, size: int
+    ) -> tuple[int, int, int]:
+        """Write the note over the first bytes left by a collapse of ``collapsed`` bytes
+        of output (see :meth:`_collapse_log`), through ``at_zero``; its returns."""
+        fd = task.log_fd
         # Its first bytes now are output to drop too (less than a block), and the note
         # goes over them: as long as the note's own line, or up to the end of the line it
         # lands in, when that is near (the kept part then starts at a line).
@@ -839,23 +864,11 @@ class Spawner:
         if newline >= 0:
             overwritten = newline + 1
         overwritten = min(overwritten, len(head))
-        total = before + (length - old_note) + overwritten
+        total = before + collapsed + overwritten
         kept = os.fstat(fd).st_size - overwritten
         note = cut_note(task.max_log, total, kept)
         note = note[:-1] + b" " * (overwritten - len(note)) + b"\n"
-        try:
-            at_zero = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_CLOEXEC)
-        except OSError:
-            at_zero = -1
-        if at_zero < 0:
-            # (no /proc: the output stays, with no note; the count is still said)
-            task.log_dropped = total
-            return total, kept, total - before
-        try:
-            mark_cut(fd)  # (first: a reader must never see a note it does not trust)
-            os.pwrite(at_zero, note, 0)
-        finally:
-            os.close(at_zero)
+        os.pwrite(at_zero, note, 0)
         task.log_dropped = total
         return total, kept, total - before
 

@@ -158,15 +158,38 @@ def mark_cut(fd: int) -> None:
         os.setxattr(fd, CUT_MARK, b"1")
 
 
+def unmark_cut(fd: int) -> None:
+    """Take back :func:`mark_cut` (a cut that did not happen)."""
+    with contextlib.suppress(OSError):
+        os.removexattr(fd, CUT_MARK)
+
+
 def note_of(fd: int) -> tuple[int, int]:
     """:func:`read_note` of the log open on ``fd``, trusted only if the launcher marked
     it cut (or the filesystem keeps no such marks: then its text decides)."""
+    head = head_of(fd)
+    return read_note(head) if head else (0, 0)
+
+
+def head_of(fd: int) -> bytes | None:
+    """The note a log open on ``fd`` starts with (``b""``: never cut), or ``None`` while
+    a cut is under way: the launcher marked it, and its first blocks are gone but the
+    note is not written yet. A reader reads this before and after what it reads and
+    goes on only if both are the same and not ``None``: a cut in between moved the
+    output under it (each cut's note counts more bytes dropped, so no two are alike)."""
     try:
         os.getxattr(fd, CUT_MARK)
     except OSError as err:
         if err.errno == errno.ENODATA:
-            return 0, 0  # (never cut: whatever it starts with is the job's output)
-    return read_note(os.pread(fd, NOTE_READ, 0))
+            return b""  # (never cut: whatever it starts with is the job's output)
+        marked = False  # (no user attributes here: the text decides)
+    else:
+        marked = True
+    head = os.pread(fd, NOTE_READ, 0)
+    note = read_note(head)[1]
+    if note:
+        return head[:note]
+    return None if marked and head else b""
 
 
 NOTE_READ = 1024
