@@ -32,10 +32,11 @@ def _submit(served: Served, *argv: str) -> str:
     return out.stdout.strip()
 
 
-def test_wait_with_a_timeout_that_runs_out_exits_1_and_says_so(engine: Served) -> None:
+def test_wait_with_a_timeout_that_runs_out_exits_5_and_says_so(engine: Served) -> None:
+    # 5, not 1: a script must tell a job still running from one that failed.
     job = _submit(engine, "--", "sleep", "600")
     out = engine.cli("wait", job, "--timeout", "0.3")
-    assert out.returncode == 1
+    assert out.returncode == 5
     assert out.stderr == f"gpulayer-tui: job {job} still running after 0.3 s\n"
     engine.cli("cancel", job, "--no-wait")
 
@@ -51,7 +52,7 @@ def test_cancel_says_a_stop_under_way_as_such(engine: Served) -> None:
     pid = int(json.loads(engine.cli("status", stubborn, "--json").stdout)["job"]["pid"])
     wait_for(lambda: _ignores_sigterm(pid))  # (its trap is set: SIGTERM cannot end it)
     out = engine.cli("cancel", stubborn, "--timeout", "0.3")
-    assert out.returncode == 1
+    assert out.returncode == 5
     assert "is stopping: SIGTERM sent, SIGKILL at" in out.stderr
     assert "still running after --timeout 0.3 s" in out.stderr and "stuck" not in out.stderr
 

@@ -9,7 +9,7 @@ import time
 
 from .. import jsonlite
 from ..client import ApiError, Client, EngineLost, EngineNotRunning, StreamIdle, quote
-from .exits import EXIT_FAILED, EXIT_LOST, EXIT_NO_ENGINE, EXIT_OK, EXIT_USAGE
+from .exits import EXIT_FAILED, EXIT_LOST, EXIT_NO_ENGINE, EXIT_OK, EXIT_TIMED_OUT, EXIT_USAGE
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (annotations only: keep `submit` cheap to start)
@@ -706,7 +706,7 @@ def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     job = data["job"]
     if data.get("timed_out"):
         _error(f"job {job['id']} still {job['status']} after {args.timeout:g} s")
-        return EXIT_FAILED
+        return EXIT_TIMED_OUT
     return _report_end(job, args.json, data)
 
 
@@ -734,13 +734,13 @@ def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
                 return EXIT_OK
             waited = "the wait" if args.timeout is None else f"--timeout {args.timeout:g} s"
             _error(f"{said}; still running after {waited}")
-            return EXIT_FAILED
+            return EXIT_TIMED_OUT if args.timeout is not None else EXIT_FAILED
         _error(
             f"job {job['id']} is still running {_since_kill(job)}: its process may be stuck "
             "in the kernel (uninterruptible sleep); the engine releases it [engine] "
             f"release_after seconds after SIGKILL (see `gpulayer-tui status {job['id']}`)"
         )
-        return EXIT_FAILED
+        return EXIT_TIMED_OUT if args.timeout is not None else EXIT_FAILED
     if not args.json:
         print(f"job {job['id']} {job['status']}: {job['message']}")
     return EXIT_OK

@@ -370,7 +370,12 @@ def _logs_args(p: argparse.ArgumentParser) -> None:
 
 def _wait_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_id_arg)
-    p.add_argument("--timeout", type=positive_number, metavar="SECONDS")
+    p.add_argument(
+        "--timeout",
+        type=positive_number,
+        metavar="SECONDS",
+        help="wait at most this long (exit 5 if the job has not ended by then)",
+    )
     p.add_argument("--json", action="store_true")
 
 
@@ -381,7 +386,8 @@ def _cancel_args(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=positive_number,
         metavar="SECONDS",
-        help="wait at most this long for the end (default: until 60 s past its SIGKILL)",
+        help="wait at most this long for the end, exit 5 if it runs out (default: until 60 s "
+        "past its SIGKILL)",
     )
     p.add_argument("--json", action="store_true")
 
