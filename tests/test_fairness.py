@@ -17,7 +17,7 @@ from gpulayer_tui.engine.config import SchedulingSettings, UserLimits
 from gpulayer_tui.engine.errors import Overloaded, SpecError
 from gpulayer_tui.engine.events import EventBus
 from gpulayer_tui.engine.fairness import Limits, user_label
-from gpulayer_tui.engine.gpus import ProbeResult, ProbeStatus
+from gpulayer_tui.engine.gpus import GIB, ProbeResult, ProbeStatus
 from gpulayer_tui.engine.jobbook import ActiveJob, JobBook, release_holds
 from gpulayer_tui.engine.jobqueue import JobQueue
 from gpulayer_tui.engine.models import JobKind, JobStatus, TerminationReason
@@ -221,6 +221,34 @@ def test_a_short_job_backfills_even_behind_a_same_shaped_job_without_a_timeout()
     short = box.run(gpus=1, timeout=5)
     assert status(big) == "queued" and status(untimed) == "queued"
     assert status(short) == "running" and short.job.domains == ["gpu1"]
+
+
+def test_a_reservation_holds_while_the_last_sample_still_lists_an_ended_jobs_memory() -> None:
+    # Until the next sample, the memory of a job that just ended was read as a stranger's
+    # (unregistered): its GPU looked as if it might never free up, the reservation for
+    # the big job behind lapsed, and a job queued after it took the GPU.
+    box = Box(gpus=2)
+    first, second = box.run(gpus=1, vram_gb=60), box.run(gpus=1, vram_gb=60)
+    pids = {first.job.id: 1001, second.job.id: 1002}
+    for act in (first, second):
+        dom = box.scheduler.domains[act.job.domains[0]]
+        pid = pids[act.job.id]
+        assert dom.gpu_index is not None
+        dom.apply_sample(gpu(dom.gpu_index, used_gib=60, procs=((pid, 60),)), {pid: act.job.id}, {})
+    big = box.run(gpus=2, vram_gb=70)
+    small = box.run(gpus=1)
+    assert status(big) == "queued" and status(small) == "queued"
+    box.end(first)  # (no new sample yet: it still lists first's 60 GiB)
+    assert status(small) == "queued", small.job.message
+    assert small.job.message.startswith("waiting: gpu0, gpu1 reserved for job 3")
+    gone = box.scheduler.domains[first.job.domains[0]]
+    assert gone.account is not None
+    assert gone.account.unregistered == 0 and gone.account.leaving == 60 * GIB
+    # The next sample shows it free; a process it left behind would be a stranger's.
+    assert gone.gpu_index is not None
+    gone.apply_sample(gpu(gone.gpu_index, used_gib=5, procs=((1003, 5),)), {1003: None}, {})
+    assert gone.account is not None and gone.account.leaving == 0
+    assert gone.account.unregistered == 5 * GIB
 
 
 def test_a_reservation_never_waits_on_a_foreign_process() -> None:

@@ -377,6 +377,15 @@ def test_vram_formula_owned_unregistered_unattributed_and_reservations() -> None
     assert [p.pid for p in account.foreign] == [200, 300]
     dom.unhold(7)
     assert dom.account is not None and dom.account.owned == 0  # no longer ours
+    # ... but, until the next sample, not a stranger's either: it is leaving
+    assert dom.account.unregistered == 12 * GIB and dom.account.leaving == 10 * GIB
+    assert dom.account.free == (80 - 10 - 12 - 18) * GIB
+    # A process of a job that never held this GPU is a stranger here.
+    dom.apply_sample(reading, {100: 7, 200: 8, 300: None}, {})
+    assert dom.account is not None and dom.account.leaving == 10 * GIB
+    assert dom.account.unregistered == 12 * GIB
+    dom.apply_sample(gpu(0, 80, 22, ((100, 10), (200, 12))), {100: None, 200: None}, {})
+    assert dom.account is not None and dom.account.leaving == 0
     assert dom.account.unregistered == 22 * GIB
 
 

@@ -8,11 +8,13 @@ synchronous step so holds are all or nothing.
 
 VRAM accounting (one formula, everywhere; see docs/architecture.md):
     owned        = memory of processes that are running jobs or their descendants
+    leaving      = memory of processes of jobs that left this domain since the sample
+                   (it goes with the next one: not another user's)
     unregistered = memory of the other listed GPU processes
     unattributed = memory.used - all listed process memory (driver, other namespaces,
                    processes whose usage NVML reports as "not available")
     reservation  = max(declared vram, held now), per job
-    free         = total - sum(reservations) - unregistered - unattributed
+    free         = total - sum(reservations) - leaving - unregistered - unattributed
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class VramAccount:
     reserved_extra: int
     free: int
     held_by_job: dict[int, int] = field(default_factory=dict)
+    leaving: int = 0
     foreign: tuple[ForeignProcess, ...] = ()
 
 
@@ -114,6 +117,11 @@ class Domain:
         self.account: VramAccount | None = None
         self._owners: dict[int, int | None] = {}
         self._info: dict[int, ProcessInfo] = {}
+        # Jobs that left since the sample their processes are listed in: their memory is
+        # still read as used until the next sample, but it is not someone else's (read
+        # as unregistered, a reservation behind it lapsed for one sample, and jobs
+        # queued after it took the GPUs it waited for).
+        self._left: set[int] = set()
 
     @property
     def is_gpu(self) -> bool:
@@ -294,6 +302,7 @@ class Domain:
         self.reading, self.account = previous.reading, previous.account
         self.size_seen = previous.size_seen
         self._owners, self._info = previous._owners, previous._info
+        self._left = previous._left
         self.state, self.state_reason = previous.state, previous.state_reason
         self.drain_reason = previous.drain_reason
         self.health, self.failures = previous.health, previous.failures
@@ -325,12 +334,14 @@ class Domain:
     ) -> None:
         """Take ``slots`` slots for ``job_id`` and reserve its declared memory."""
         self.holdings[job_id] = Holding(job_id, declared_bytes, exclusive, slots)
+        self._left.discard(job_id)
         self._count_slots()
         self._recount()
 
     def unhold(self, job_id: int) -> None:
         """Give back ``job_id``'s slot and reservation (idempotent)."""
         if self.holdings.pop(job_id, None) is not None:
+            self._left.add(job_id)
             self._count_slots()
             self._recount()
 
@@ -352,6 +363,9 @@ class Domain:
             self.size_seen = reading.memory_total
         self._owners = owners
         self._info = info
+        # (A sample read as a job ended may still list its processes as its own.)
+        listed = {owners.get(proc.pid) for proc in reading.processes}
+        self._left &= listed
         self._recount()
 
     def _recount(self) -> None:
@@ -361,7 +375,7 @@ class Domain:
             return
         owners, info = self._owners, self._info
         held: dict[int, int] = {}
-        unregistered = 0
+        unregistered = leaving = 0
         listed = 0
         foreign: list[ForeignProcess] = []
         for proc in reading.processes:
@@ -371,6 +385,9 @@ class Domain:
             owner = owners.get(proc.pid)
             if owner is not None and owner in self.holdings:
                 held[owner] = held.get(owner, 0) + (used or 0)
+                continue
+            if owner is not None and owner in self._left:
+                leaving += used or 0
                 continue
             if used is not None:
                 unregistered += used
@@ -397,7 +414,7 @@ class Domain:
             # declared, used) when nothing is listed).
             ours = min(unattributed, extra)
             owned, extra, unattributed = owned + ours, extra - ours, unattributed - ours
-        free = reading.memory_total - owned - extra - unregistered - unattributed
+        free = reading.memory_total - owned - leaving - extra - unregistered - unattributed
         foreign.sort(key=lambda p: -(p.used_bytes or 0))
         self.account = VramAccount(
             total=reading.memory_total,
@@ -409,6 +426,7 @@ class Domain:
             free=max(0, free),
             held_by_job=held,
             foreign=tuple(foreign),
+            leaving=leaving,
         )
 
     # -- placement questions ----------------------------------------------------------------

@@ -271,6 +271,10 @@ def reservation(
             continue
         ends = [ends_at(j) for j in dom.holdings]
         if not ends:
+            if dom.account is not None and dom.account.leaving:
+                # (only the memory of jobs that just ended is in the way: it is read as
+                # free at the next sample)
+                timed.append((now, dom.gpu_index or 0, dom))
             continue
         if exclusive:  # every holder must go
             if math.inf in ends:

@@ -64,7 +64,9 @@ def _domain_view(
         view["vram"] = {
             "total": account.total,
             "used": account.used,
-            "owned": account.owned,
+            # (a job's memory until the sample after its end: still ours, not a stray's)
+            "owned": account.owned + account.leaving,
+            "leaving": account.leaving,
             "unregistered": account.unregistered,
             "unattributed": account.unattributed,
             "reserved_extra": account.reserved_extra,
