@@ -8,6 +8,7 @@ the test sets. The limits that reach admission run through a real engine.
 from __future__ import annotations
 
 import os
+import pwd
 import time
 from typing import Any
 
@@ -346,6 +347,25 @@ def test_a_users_own_table_overrides_the_default() -> None:
     theirs = [box.run(uid=OTHER, gpus=1) for _ in range(3)]
     assert [status(a) for a in theirs] == ["running", "running", "queued"]
     assert f"[users.{user_label(OTHER)}] max_gpus" in theirs[2].job.message
+
+
+def test_a_uid_with_no_name_has_a_table_by_its_number() -> None:
+    # A uid with no passwd entry (a container's `-u 4321`) is shown by its number, and
+    # could not be given limits: a table had to name a user.
+    from gpulayer_tui.engine.config import ConfigError, parse_config_text
+
+    nameless = 54_321
+    with pytest.raises(KeyError):
+        pwd.getpwuid(nameless)
+    config = parse_config_text(f"[users.{nameless}]\nmax_gpus = 1\n")
+    box = Box(gpus=3, users=config.users)
+    theirs = [box.run(uid=nameless, gpus=1) for _ in range(2)]
+    assert [status(a) for a in theirs] == ["running", "queued"]
+    assert f"user {nameless}'s limit: 1 GPU running at once ([users.{nameless}] max_gpus)" in (
+        theirs[1].job.message
+    )
+    with pytest.raises(ConfigError, match=r"no user named 'nosuchuser' on this machine \(a uid"):
+        parse_config_text("[users.nosuchuser]\nmax_gpus = 1\n")
 
 
 def test_the_declared_vram_limit_counts_running_jobs() -> None:

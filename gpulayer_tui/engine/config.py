@@ -516,12 +516,11 @@ def parse_config(data: dict[str, Any], source: str = "config") -> Config:
     for name in config.users:
         if name == "default":
             continue
-        try:
-            pwd.getpwnam(name)
-        except KeyError:
+        if uid_of_table(name) is None:
             raise ConfigError(
-                f"{source}: users.{name}: no user named {name!r} on this machine"
-            ) from None
+                f"{source}: users.{name}: no user named {name!r} on this machine (a uid "
+                "with no name is written as its number: [users.1234])"
+            )
     for group in config.security.allowed_groups:
         if isinstance(group, str):
             try:
@@ -531,6 +530,16 @@ def parse_config(data: dict[str, Any], source: str = "config") -> Config:
                     f"{source}: security.allowed_groups: no group named {group!r} on this machine"
                 ) from None
     return config
+
+
+def uid_of_table(name: str) -> int | None:
+    """The uid a ``[users.NAME]`` table is for: the user named so, else a uid written
+    as a number (one with no passwd entry, as in many containers, is shown and named by
+    its number); ``None`` if neither."""
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return int(name) if name.isascii() and name.isdigit() and len(name) <= 10 else None
 
 
 def load_config(path: Path) -> Config:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .config import SchedulingSettings, UserLimits
+from .config import SchedulingSettings, UserLimits, uid_of_table
 from .domain import Domain, DomainState, plural
 from .errors import SpecError
 from .gpus import GIB
@@ -103,9 +103,8 @@ class Limits:
         for name, limits in users.items():
             if name == "default":
                 continue
-            try:
-                uid = pwd.getpwnam(name).pw_uid
-            except KeyError:
+            uid = uid_of_table(name)
+            if uid is None:
                 continue  # (the config check refuses unknown names; a user deleted since)
             self._by_uid[uid] = limits
 
