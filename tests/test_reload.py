@@ -9,6 +9,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -931,6 +932,14 @@ async def test_a_two_replica_service_keeps_running_when_a_domain_of_it_is_remove
         timeout=20,
     )
     assert on["a"].state is ReplicaState.BACKOFF
+    assert job.status is JobStatus.RUNNING and on["b"].state is ReplicaState.UP
+    # Domain a is back: the replica starts there at once, not at its next back-off step.
+    due = on["a"].next_restart_at or 0.0
+    assert due > time.time() + 0.5, "its back-off runs out too soon for this test"
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
+    assert (await engine.config_reload.reload())["applied"] is True
+    await eventually(lambda: on["a"].state is ReplicaState.UP, timeout=20)
+    assert (on["a"].started_at or 0) < due and on["a"].domains == ["a"]
     assert job.status is JobStatus.RUNNING and on["b"].state is ReplicaState.UP
     await engine.cancel(service.id)
 

@@ -288,6 +288,7 @@ class Engine:
             self.bus,
             lambda: self.config,
             self._reconfigure,
+            self.services.domains_changed,
         )
         self._lock = EngineLock(paths.lock)
         self.started_at = 0.0

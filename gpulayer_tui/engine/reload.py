@@ -153,6 +153,8 @@ class ConfigReloader:
         bus: Makes those events.
         current: The configuration in force now.
         apply: Hands a new configuration to every part (the engine's wiring).
+        domains_changed: Told once the new domains are in place (services restart the
+            replicas that waited off a domain that is back).
     """
 
     def __init__(
@@ -167,6 +169,7 @@ class ConfigReloader:
         bus: EventBus,
         current: Callable[[], Config],
         apply: Callable[[Config], None],
+        domains_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self._paths = paths
         self._cpu_count = cpu_count
@@ -178,6 +181,7 @@ class ConfigReloader:
         self._bus = bus
         self._current = current
         self._apply_config = apply
+        self._domains_changed = domains_changed
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -317,6 +321,8 @@ class ConfigReloader:
         self._queue.reresolve(self._scheduler.request_for)
         self._queue.recheck_capacity()
         self._queue.schedule_soon()
+        if domain_changes:
+            self._domains_changed()
         return changes + domain_changes
 
     def _follow_pins(self, renamed: dict[str, str]) -> None:

@@ -124,6 +124,9 @@ class ServiceRuntime:
     replacing: str | None = None
     restart_timers: dict[int, Cancellable] = field(default_factory=dict)
     probes: dict[int, asyncio.Task[None]] = field(default_factory=dict)
+    # Replicas waiting in back-off because a domain they ran on is gone (started at once
+    # when it is back: see ServiceRunner.domains_changed).
+    off_domain: set[int] = field(default_factory=set)
 
     def cancel_restarts(self) -> None:
         """Forget every pending restart."""

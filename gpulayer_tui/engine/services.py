@@ -544,12 +544,33 @@ class ServiceRunner:
             if self._fits_now_elsewhere(act):
                 self.replace(act, gone)
                 return
+            runtime.off_domain.add(index)
             self._back_off(
                 act, runtime, replica, f"not started again: {gone}", None, not_started=True
             )
             return
+        runtime.off_domain.discard(index)
         replica.restarts += 1
         self._decide_launch(act, replica, "restart")
+
+    def domains_changed(self) -> None:
+        """A reload changed the domains: a replica that waited in back-off off a domain
+        the config had removed starts at once where its domain is back (it waited for
+        its next back-off step, up to minutes)."""
+        for job_id, runtime in list(self._runtimes.items()):
+            act = self._book.get(job_id)
+            if act is None or runtime.end is not None or runtime.replacing is not None:
+                continue
+            for index in sorted(runtime.off_domain):
+                replica = act.job.replicas[index]
+                if replica.state is not R.BACKOFF or self._domain_gone(act, replica):
+                    continue
+                timer = runtime.restart_timers.pop(index, None)
+                if timer is not None:
+                    timer.cancel()
+                runtime.restart_timers[index] = self.clock.call_later(
+                    0, functools.partial(self._restart_replica, job_id, index)
+                )
 
     def _fits_now_elsewhere(self, act: ActiveJob) -> bool:
         """Whether the whole service would be placed again now: on the healthy domains it
