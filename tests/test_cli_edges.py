@@ -584,6 +584,15 @@ def test_status_shows_what_a_job_asked_for(engine: Served) -> None:
     assert f"  cwd         {REPO}\n" in shown
     plain = engine.cli("status", first).stdout
     assert "asks for" not in plain and "priority" not in plain and "after " not in plain
+    # What was set can be taken away again (only the TUI's form could, with an empty field).
+    engine.cli("edit", waiting, "--project", "p1").check_returncode()
+    cleared = engine.cli("edit", waiting, "--no-timeout", "--no-vram", "--no-project")
+    assert cleared.returncode == 0, cleared.stderr
+    spec = json.loads(engine.cli("status", "--json", waiting).stdout)["job"]["spec"]
+    assert (spec.get("timeout"), spec.get("vram_gb"), spec.get("project")) == (None, None, None)
+    assert spec["priority"] == 7 and spec["gpus"] == 1
+    both = engine.cli("edit", waiting, "--timeout", "5", "--no-timeout")
+    assert both.returncode == 2 and "--no-timeout contradicts --timeout" in both.stderr
     assert engine.cli("cancel", first).returncode == 0
 
 

@@ -973,6 +973,12 @@ def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         for key in ("priority", "gpus", "vram_gb", "timeout", "name", "project")
         if getattr(args, key) is not None
     }
+    for what, field in (("timeout", "timeout"), ("vram", "vram_gb"), ("project", "project")):
+        if getattr(args, f"no_{what}"):
+            if field in changes:
+                flag = "--vram-gb" if what == "vram" else f"--{what}"
+                parser.error(f"--no-{what} contradicts {flag}")
+            changes[field] = None
     if args.after is not None or args.after_any is not None or args.no_deps:
         if args.no_deps and (args.after or args.after_any):
             parser.error("--no-deps contradicts --after/--after-any")
@@ -980,7 +986,7 @@ def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     if not changes:
         parser.error(
             "edit needs at least one of --priority --gpus --vram-gb --timeout --name "
-            "--project --after --after-any --no-deps"
+            "--project --no-timeout --no-vram --no-project --after --after-any --no-deps"
         )
     job = client.request("PATCH", f"/jobs/{quote(args.job)}", changes)["job"]
     if args.json:

@@ -428,6 +428,14 @@ def _signal_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start-ticks", type=int, help="only if the pid is still this process")
 
 
+CLEARED = {
+    "timeout": "no time limit",
+    "vram": "declare no VRAM",
+    "project": "in no project",
+}
+"""What ``edit --no-X`` takes away (the TUI's form does it with an empty field)."""
+
+
 def _edit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_id_arg)
     p.add_argument("--priority", type=_field("priority"))
@@ -436,6 +444,8 @@ def _edit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_field("timeout"), metavar="SECONDS")
     p.add_argument("--name")
     p.add_argument("--project")
+    for what, help_text in CLEARED.items():
+        p.add_argument(f"--no-{what.replace('_', '-')}", action="store_true", help=help_text)
     p.add_argument(
         "--after",
         type=job_ids_arg,
