@@ -248,7 +248,8 @@ def why_lines(data: dict[str, Any]) -> list[str]:
     lines = [f"job {job} ({data['status']}, priority {data['priority']}, user {data['user']})"]
     lines.append(f"  reason      {data.get('reason') or '-'}")
     if data.get("waiting_for_jobs"):
-        lines.append(f"  waits for   jobs {', '.join(map(str, data['waiting_for_jobs']))}")
+        waited = data["waiting_for_jobs"]
+        lines.append(f"  waits for   {_jobs_word(waited)} {', '.join(map(str, waited))}")
     if data.get("capacity"):
         lines.append(f"  capacity    {data['capacity']}")
     if data.get("place"):
@@ -262,13 +263,15 @@ def why_lines(data: dict[str, Any]) -> list[str]:
             f"  reserved    {', '.join(reservation['domains'])} {whose} {reservation['when']}"
         )
     limits = data.get("limits") or {}
-    set_ = [
-        f"{key} {limits[key]:g}"
-        for key in ("max_gpus", "max_vram_gb", "max_queued", "max_priority")
-        if limits.get(key) is not None
-    ]
+    tables = limits.get("tables") or {}
+    by_table: dict[str, list[str]] = {}
+    for key in ("max_gpus", "max_vram_gb", "max_queued", "max_priority"):
+        if limits.get(key) is not None:
+            table = str(tables.get(key) or limits.get("from"))
+            by_table.setdefault(table, []).append(f"{key} {limits[key]:g}")
+    set_ = "; ".join(f"{', '.join(keys)} ({table})" for table, keys in by_table.items())
     lines.append(
-        f"  limits      {', '.join(set_) or 'none'} ({limits.get('from')}); running "
+        f"  limits      {set_ or 'none (' + str(limits.get('from')) + ')'}; running "
         f"{plural(limits.get('running_gpus', 0), 'GPU')}, "
         f"{limits.get('running_vram_gb', 0):g} GiB "
         f"declared; {plural(limits.get('waiting', 0), 'job')} waiting"
@@ -282,5 +285,11 @@ def why_lines(data: dict[str, Any]) -> list[str]:
         )
         lines.append(f"  fair share  {shown} (least recent use first)")
     if data.get("preempting"):
-        lines.append(f"  preempting  jobs {', '.join(map(str, data['preempting']))}")
+        stopped = data["preempting"]
+        lines.append(f"  preempting  {_jobs_word(stopped)} {', '.join(map(str, stopped))}")
     return lines
+
+
+def _jobs_word(ids: list[Any]) -> str:
+    """``job`` or ``jobs``, for a list of ids."""
+    return "job" if len(ids) == 1 else "jobs"

@@ -349,6 +349,32 @@ def test_a_users_own_table_overrides_the_default() -> None:
     assert f"[users.{user_label(OTHER)}] max_gpus" in theirs[2].job.message
 
 
+def test_each_limit_is_credited_to_the_table_that_sets_it() -> None:
+    # A user's own table for one key made every limit read as set there: "[users.root]
+    # max_gpus" where only [users.default] set it.
+    from gpulayer_tui.formatting import why_lines
+
+    me = user_label(ME)
+    users = {"default": UserLimits(max_gpus=1), me: UserLimits(max_priority=10)}
+    box = Box(gpus=2, users=users)
+    first, second = box.run(gpus=1), box.run(gpus=1)
+    assert status(first) == "running" and status(second) == "queued"
+    assert "([users.default] max_gpus)" in second.job.message, second.job.message
+    with pytest.raises(SpecError, match=rf"\(\[users\.{me}\] max_priority\)"):
+        box.queue.limits.check_priority(ME, 11)
+    lines = why_lines(box.queue.explain(second.job.id))
+    said = next(line for line in lines if line.startswith("  limits"))
+    assert said.startswith(
+        f"  limits      max_gpus 1 ([users.default]); max_priority 10 ([users.{me}]); running"
+    ), said
+    assert "  waits for" not in "\n".join(lines)
+    one = {"job": 5, "waiting": True, "status": "queued", "priority": 0, "user": me}
+    text = "\n".join(why_lines({**one, "waiting_for_jobs": [4], "preempting": [3]}))
+    assert "  waits for   job 4\n" in text and text.endswith("  preempting  job 3")
+    text = "\n".join(why_lines({**one, "waiting_for_jobs": [1, 2]}))
+    assert "  waits for   jobs 1, 2\n" in text
+
+
 def test_a_uid_with_no_name_has_a_table_by_its_number() -> None:
     # A uid with no passwd entry (a container's `-u 4321`) is shown by its number, and
     # could not be given limits: a table had to name a user.

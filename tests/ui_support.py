@@ -574,6 +574,7 @@ class StaticBackend:
                 "running_vram_gb": 20.0,
                 "waiting": len(ready),
                 "from": "[users.default]",
+                "tables": {},
             },
             "fair_share": [{"user": "nobody", "gpu_hours": 1.5, "share": 1.0, "fair_usage": 1.5}],
             "reservation": None,

@@ -378,7 +378,7 @@ class Admission:
             raise Overloaded(
                 f"user {user_label(uid)} has {plural(waiting, 'job')} waiting; "
                 f"{count} more would pass "
-                f"{most} ({limits.where(uid)} max_queued); nothing was stored"
+                f"{most} ({limits.where(uid, 'max_queued')} max_queued); nothing was stored"
             )
 
     def _check_room(self, count: int) -> None:

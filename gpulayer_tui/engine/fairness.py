@@ -147,7 +147,7 @@ class Limits:
         if most is not None and priority > most:
             raise SpecError(
                 f"priority {priority} is above {most}, the most user {user_label(uid)} may "
-                f"ask for ({self.where(uid)} max_priority)",
+                f"ask for ({self.where(uid, 'max_priority')} max_priority)",
                 "priority",
             )
 
@@ -155,9 +155,13 @@ class Limits:
         """The user's fair-share weight (1 unless set)."""
         return self.of(uid).share or 1.0
 
-    def where(self, uid: int) -> str:
-        """Which table a user's limits come from, for messages."""
-        return f"[users.{user_label(uid)}]" if uid in self._by_uid else "[users.default]"
+    def where(self, uid: int, key: str | None = None) -> str:
+        """Which table a user's limits come from, for messages: the one that sets ``key``
+        (a limit the user's own table leaves unset is ``[users.default]``'s)."""
+        own = self._by_uid.get(uid)
+        if own is None or (key is not None and getattr(own, key) is None):
+            return "[users.default]"
+        return f"[users.{user_label(uid)}]"
 
 
 @dataclass(slots=True)
@@ -177,14 +181,15 @@ def limit_blocker(
     if own.max_gpus is not None and gpus and held.gpus + gpus > own.max_gpus:
         return (
             f"user {user_label(uid)}'s limit: {plural(own.max_gpus, 'GPU')} running at once "
-            f"({limits.where(uid)} max_gpus), {held.gpus} running now"
+            f"({limits.where(uid, 'max_gpus')} max_gpus), {held.gpus} running now"
         )
     if own.max_vram_gb is not None and vram_bytes and gpus:
         wanted = held.vram_bytes + vram_bytes * gpus
         if wanted > own.max_vram_gb * GIB:
+            table = limits.where(uid, "max_vram_gb")
             return (
                 f"user {user_label(uid)}'s limit: {own.max_vram_gb:g} GiB of declared VRAM running "
-                f"({limits.where(uid)} max_vram_gb), {held.vram_bytes / GIB:g} GiB now"
+                f"({table} max_vram_gb), {held.vram_bytes / GIB:g} GiB now"
             )
     return None
 
@@ -196,14 +201,14 @@ def never_within_limits(limits: Limits, uid: int, gpus: int, vram_bytes: int | N
     if own.max_gpus is not None and gpus > own.max_gpus:
         return (
             f"needs {plural(gpus, 'GPU')} and user {user_label(uid)} may run "
-            f"{plural(own.max_gpus, 'GPU')} at once ({limits.where(uid)} max_gpus)"
+            f"{plural(own.max_gpus, 'GPU')} at once ({limits.where(uid, 'max_gpus')} max_gpus)"
         )
     if own.max_vram_gb is not None and vram_bytes and gpus:
         wanted = vram_bytes * gpus
         if wanted > own.max_vram_gb * GIB:
             return (
                 f"declares {wanted / GIB:g} GiB of VRAM and user {user_label(uid)} may run "
-                f"{own.max_vram_gb:g} GiB at once ({limits.where(uid)} max_vram_gb)"
+                f"{own.max_vram_gb:g} GiB at once ({limits.where(uid, 'max_vram_gb')} max_vram_gb)"
             )
     return None
 

@@ -574,6 +574,13 @@ class JobQueue:
                 "running_vram_gb": round(held.vram_bytes / GIB, 1),
                 "waiting": self.waiting_of(uid),
                 "from": self.limits.where(uid),
+                # (each limit's own table: one the user's table leaves unset is the
+                # default's, and was credited to the user's)
+                "tables": {
+                    key: self.limits.where(uid, key)
+                    for key in ("max_gpus", "max_vram_gb", "max_queued", "max_priority")
+                    if getattr(own, key) is not None
+                },
             },
             "fair_share": sorted(
                 (self._fair_row(u, running, now) for u in users),
