@@ -209,6 +209,7 @@ def test_a_job_that_ends_before_the_reservation_backfills_it() -> None:
     box.end(short)  # gpu0 free again: a job with no time limit is kept off it
     assert status(untimed) == "queued" and status(big) == "queued"
     assert untimed.job.message.startswith("waiting: gpu0, gpu1 reserved for job 3 from ~")
+    assert "from ~" in untimed.job.message and " (in 60 min) " in untimed.job.message
     assert status(timed) == "running"
 
 
@@ -373,6 +374,17 @@ def test_each_limit_is_credited_to_the_table_that_sets_it() -> None:
     assert "  waits for   job 4\n" in text and text.endswith("  preempting  job 3")
     text = "\n".join(why_lines({**one, "waiting_for_jobs": [1, 2]}))
     assert "  waits for   jobs 1, 2\n" in text
+
+
+def test_a_reservation_far_off_says_its_day_and_how_far() -> None:
+    # "from ~12:01" at 11:02 read as within the hour; it was 25 h away.
+    from gpulayer_tui.engine.fairness import clock_and_wait
+
+    now = time.mktime((2026, 12, 2, 11, 2, 0, 0, 0, -1))
+    assert clock_and_wait(now + 30, now) == "11:02 (in 30 s)"
+    assert clock_and_wait(now + 59 * 60, now) == "12:01 (in 59 min)"
+    assert clock_and_wait(now + 25 * 3600 - 60, now) == "Thu 03 Dec 12:01 (in 25 h)"
+    assert clock_and_wait(now + 3 * 86400, now) == "Sat 05 Dec 11:02 (in 3 days)"
 
 
 def test_a_uid_with_no_name_has_a_table_by_its_number() -> None:

@@ -43,6 +43,24 @@ def user_label(uid: int) -> str:
         return str(uid)
 
 
+def clock_and_wait(at: float, now: float) -> str:
+    """``14:05 (in 12 min)``; with the day when it is not today's (``Thu 03 Dec 12:01
+    (in 25 h)``: a start a day away read as one within the hour)."""
+    left = at - now
+    if left < 90:
+        wait = f"{max(0, round(left))} s"
+    elif left < 90 * 60:
+        wait = f"{round(left / 60)} min"
+    elif left < 48 * 3600:
+        wait = f"{round(left / 3600)} h"
+    else:
+        wait = f"{round(left / 86400)} days"
+    when, today = time.localtime(at), time.localtime(now)
+    same_day = (when.tm_year, when.tm_yday) == (today.tm_year, today.tm_yday)
+    clock = time.strftime("%H:%M" if same_day else "%a %d %b %H:%M", when)
+    return f"{clock} (in {wait})"
+
+
 def owner_of(owner_uid: int | None) -> int:
     """The user a job counts against: its submitter, or the engine's own user."""
     return owner_uid if owner_uid is not None else os.geteuid()
@@ -232,7 +250,7 @@ class Reservation:
             return "until it frees up" if len(self.domains) == 1 else "until they free up"
         if self.start <= now:
             return "now"
-        return "from ~" + time.strftime("%H:%M", time.localtime(self.start))
+        return f"from ~{clock_and_wait(self.start, now)}"
 
     def allows(self, now: float, timeout: float | None) -> bool:
         """Whether a job with ``timeout`` may backfill the reserved domains: only one that
