@@ -141,7 +141,7 @@ def _request_lines(spec: dict[str, Any]) -> list[str]:
     if gpus:
         asks.append(f"{gpus} GPU{'s' if gpus != 1 else ''}")
     if spec.get("vram_gb") is not None:
-        asks.append(f"{spec['vram_gb']:g} GB VRAM per GPU")
+        asks.append(f"{spec['vram_gb']:g} GiB VRAM per GPU")
     if spec.get("exclusive"):
         asks.append("exclusive")
     domain = spec.get("domain")

@@ -712,7 +712,7 @@ class JobQueue:
                 act = self._book.get(key[1])
                 if act is not None:
                     self._unwait(act.job.id)
-                    self._call_off(act.job.id, f"job {act.job.id} it was for has started")
+                    self._call_off(act.job.id, f"the job it was for, job {act.job.id}, has started")
                     self._preempted_at.pop(act.job.id, None)
                     self._start(act, placed)
                     held = running.setdefault(uid, Running())
@@ -946,7 +946,7 @@ class JobQueue:
         job_id = act.job.id
         self._ready.remove(act.key, self._group(act))
         self._unwait(job_id)
-        self._call_off(job_id, f"job {job_id} it was for is {act.job.status.value}")
+        self._call_off(job_id, f"the job it was for, job {job_id}, is {act.job.status.value}")
         self._cluster_held.pop(job_id, None)
         self._capacity_wait.pop(job_id, None)
         self._capacity_block.pop(job_id, None)
