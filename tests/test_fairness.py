@@ -884,7 +884,8 @@ async def test_a_preemption_is_called_off_when_the_job_it_was_for_is_cancelled(
     await engine.cancel(urgent.id)
     live = await engine.get(victim.id)
     assert live.status is JobStatus.RUNNING and live.stop_reason is None
-    assert live.message.startswith(f"preemption called off: the job it was for, job {urgent.id}, is")
+    called_off = f"preemption called off: the job it was for, job {urgent.id}, is"
+    assert live.message.startswith(called_off)
     log = (tmp_path / "victim.log").read_text().split()
     assert log == ["start", "checkpoint"]  # (no SIGTERM)
     await engine.cancel(victim.id)
