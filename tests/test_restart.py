@@ -14,6 +14,7 @@ import pytest
 from gpulayer_tui.engine.errors import StoreError
 from gpulayer_tui.engine.lock import EngineBusy, EngineLock
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
+from gpulayer_tui.engine.paths import Paths
 
 from .conftest import EngineFactory, eventually, make_config, pid_gone, pid_reaped
 
@@ -91,10 +92,32 @@ async def test_a_database_moved_aside_never_reuses_an_id_with_a_log(
     assert new.id > done.id
 
 
+async def test_an_engine_refused_for_its_snapshot_store_leaves_the_lock_free(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    from gpulayer_tui.engine.statedir import UnsafeStateDir
+
+    paths.state_dir.mkdir(parents=True)
+    (paths.state_dir / "snapshots").write_text("not a directory")
+    with pytest.raises(UnsafeStateDir, match="is not a directory of the engine's own"):
+        await make_engine()
+    assert EngineLock(paths.lock).holder() is None
+    (paths.state_dir / "snapshots").unlink()
+    assert (await (await make_engine()).submit({"command": ["true"]})).id == 1
+
+
 async def test_second_engine_on_the_same_dir_is_refused(make_engine: EngineFactory) -> None:
     first = await make_engine()
+    # A snapshot the first one is building, and an object it wrote for it: the refused
+    # one emptied the first's tmp/ and collected its objects before it took the lock.
+    building = first.snapshots.tmp / "job-9"
+    building.mkdir()
+    (building / "train.py").write_text("in flight")
+    (first.snapshots.objects / "0123abcd").write_text("linked into job-9 next")
     with pytest.raises(EngineBusy, match=f"already serving .*\\(pid {os.getpid()}\\)"):
         await make_engine()
+    assert (building / "train.py").read_text() == "in flight"
+    assert (first.snapshots.objects / "0123abcd").exists()
     # Its lock file removed under it (a tmp cleaner): a second engine started and served
     # the same database beside it.
     first.paths.lock.unlink()

@@ -364,8 +364,14 @@ class Engine:
             # Before anything is written there: no other user may control these dirs.
             check_state_dir(state, self.paths.jobs_dir)
             os.chmod(state, 0o700)  # (the API opens it to 0711 if [security] lets others in)
-            self.snapshots.prepare()  # (snapshots/, 0700; what a crash left in tmp/ goes)
             self._lock.acquire()
+            # (After the lock: a second engine refused here emptied the serving one's tmp/,
+            # the snapshots it was building, and collected their objects.)
+            try:
+                self.snapshots.prepare()  # (snapshots/, 0700; what a crash left in tmp/ goes)
+            except BaseException:
+                self._lock.release()
+                raise
         except OSError as err:
             if err.errno == errno.ELOOP:  # O_NOFOLLOW met a link
                 why = f"{err.filename} is a symlink; the engine never writes through one"
