@@ -29,12 +29,28 @@ async def _connect(
     if attach_only:
         return None
     from .engine.engine import Engine
+    from .engine.lock import EngineBusy
     from .engine.probes import make_probe
 
     probe = make_probe(simulate, paths.state_dir, simulate_if_no_gpu)
     backend = EmbeddedBackend(Engine(paths, probe=probe))
-    await backend.start()
+    try:
+        await backend.start()
+    except EngineBusy:
+        # Another TUI (or --serve) took the state dir as this one looked: two windows
+        # opened at once, a restored tmux layout. It serves once it has started; attach.
+        deadline = time.monotonic() + RACE_ATTACH_S
+        while time.monotonic() < deadline:
+            if await engine_is_serving(paths):
+                return SocketBackend(paths)
+            await asyncio.sleep(0.1)
+        raise
     return backend
+
+
+RACE_ATTACH_S = 30.0
+"""How long a TUI that found its state dir taken as it started an engine waits for that
+engine to answer (an engine's start reads the GPUs and restores its jobs)."""
 
 
 def start_background_engine(

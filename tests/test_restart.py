@@ -106,6 +106,38 @@ async def test_an_engine_refused_for_its_snapshot_store_leaves_the_lock_free(
     assert (await (await make_engine()).submit({"command": ["true"]})).id == 1
 
 
+async def test_a_tui_that_loses_the_race_for_the_state_dir_attaches_to_the_winner(
+    make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two TUIs opened at once on a state dir with no engine: the second found no socket,
+    # lost the lock to the first, and exited 2 saying "the TUI and the CLI attach to it".
+    from gpulayer_tui import tui
+    from gpulayer_tui.backend import SocketBackend
+    from gpulayer_tui.engine.api import ApiServer
+
+    winner = await make_engine()  # (the lock taken; its socket not served yet)
+    looks: list[bool] = []
+    looked = tui.engine_is_serving
+
+    async def counted(paths: Paths) -> bool:
+        looks.append(await looked(paths))
+        return looks[-1]
+
+    monkeypatch.setattr(tui, "engine_is_serving", counted)
+    connecting = asyncio.create_task(tui._connect(winner.paths, "1xA100-80GB", None))
+    await eventually(lambda: len(looks) >= 2 or connecting.done())  # (refused, it waits)
+    assert not connecting.done() and looks == [False, False]
+    server = ApiServer(winner, winner.paths.socket)
+    await server.start()
+    try:
+        backend = await asyncio.wait_for(connecting, 30)
+        assert isinstance(backend, SocketBackend)
+        assert (await backend.submit({"command": ["true"], "gpus": 0}))["id"] == 1
+        await backend.close()
+    finally:
+        await server.stop()
+
+
 async def test_second_engine_on_the_same_dir_is_refused(make_engine: EngineFactory) -> None:
     first = await make_engine()
     # A snapshot the first one is building, and an object it wrote for it: the refused
