@@ -435,11 +435,13 @@ class GpulayerApp(App[str]):
         if any(isinstance(screen, QuitScreen) for screen in self.screen_stack):
             return  # (ctrl+c is a priority key: inside the dialog it stacked another)
         active = self.job_store.active_count()
-        if self.backend.mode != "embedded" or active == 0:
+        # (TUIs in other windows attached to this one's engine lost it with no word)
+        elsewhere = getattr(self.backend, "attached_elsewhere", lambda: 0)()
+        if self.backend.mode != "embedded" or active == elsewhere == 0:
             self._stopping = True
             self.exit("")
             return
-        self.push_screen(QuitScreen(active), self._on_quit_choice)
+        self.push_screen(QuitScreen(active, elsewhere), self._on_quit_choice)
 
     async def _on_quit_choice(self, choice: QuitChoice | None) -> None:
         if choice is None or choice is QuitChoice.STAY:

@@ -436,6 +436,10 @@ class EmbeddedBackend(SocketBackend):
             raise
         self._server = server
 
+    def attached_elsewhere(self) -> int:
+        """How many TUIs in other windows follow this engine through its socket."""
+        return self._server.followers() if self._server is not None else 0
+
     async def close(self) -> None:
         """Stop serving and stop the engine; running jobs keep running."""
         await super().close()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -257,6 +259,47 @@ async def test_quit_without_work_exits_at_once(embedded_app: AppFactory) -> None
         await pilot.press("q")
         await until(pilot, lambda: not app.is_running)
     assert app.return_value == ""
+
+
+async def test_quit_asks_first_when_other_windows_follow_the_engine(
+    embedded_app: AppFactory, paths: Paths
+) -> None:
+    # With no jobs it quit at once, and the TUIs attached from other windows lost their
+    # engine with no word.
+    app = await embedded_app()
+    # (another process: the TUI's own engine follows itself through its socket too)
+    follower = (
+        "import asyncio, sys\n"
+        "from gpulayer_tui.backend import SocketBackend\n"
+        "from gpulayer_tui.engine.paths import resolve_paths\n"
+        "async def main():\n"
+        "    async for _ in SocketBackend(resolve_paths()).events():\n"
+        "        pass\n"
+        "asyncio.run(main())\n"
+    )
+    other = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", follower, env={**os.environ, "GPULAYER_HOME": str(paths.state_dir)}
+    )
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(pilot, lambda: app.backend.attached_elsewhere() == 1, "attached")
+            await pilot.press("q")
+            await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+            said = " ".join(str(w.render()) for w in app.screen.query("#quit-dialog Static"))
+            assert "1 other window is attached to it." in said
+            assert "the other windows stay attached" in said and "Stop it: quit" in said
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, QuitScreen))
+            other.kill()
+            await other.wait()
+            await until(pilot, lambda: app.backend.attached_elsewhere() == 0, "gone")
+            await pilot.press("q")
+            await until(pilot, lambda: not app.is_running)
+        assert app.return_value == ""
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            other.kill()
+        await other.wait()
 
 
 async def test_quit_with_running_job_can_stop_it(embedded_app: AppFactory, sleeper: int) -> None:

@@ -117,6 +117,8 @@ class _Streams:
 
     def __init__(self) -> None:
         self.open: dict[int | None, int] = {}
+        # Event streams (TUIs, `events` readers), by the pid of the process reading them.
+        self.followers: dict[int | None, int] = {}
 
     @contextlib.contextmanager
     def held(self, engine: Engine, uid: int | None) -> Iterator[None]:
@@ -145,6 +147,18 @@ class _Streams:
 
 
 STREAMS_KEY: web.AppKey[_Streams] = web.AppKey("streams", _Streams)
+
+
+@contextlib.contextmanager
+def _following(streams: _Streams, pid: int | None) -> Iterator[None]:
+    """One more client following the events (see :meth:`ApiServer.followers`)."""
+    streams.followers[pid] = streams.followers.get(pid, 0) + 1
+    try:
+        yield
+    finally:
+        streams.followers[pid] -= 1
+        if not streams.followers[pid]:
+            del streams.followers[pid]
 
 
 GONE_CHECK_S = 1.0
@@ -986,7 +1000,9 @@ async def events(request: web.Request) -> web.StreamResponse:
     """GET /v1/events: NDJSON, one event per line, until the client goes away."""
     engine = request.app[ENGINE_KEY]
     allowed = _StillAllowed(request)
-    with request.app[STREAMS_KEY].held(engine, peer_uid(request)):
+    streams = request.app[STREAMS_KEY]
+    creds = peer_creds(request)
+    with streams.held(engine, peer_uid(request)), _following(streams, creds and creds[0]):
         subscription = engine.subscribe()
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
@@ -1088,6 +1104,15 @@ class ApiServer:
         self.engine = engine
         self.path = path
         self._runner: web.AppRunner | None = None
+
+    def followers(self) -> int:
+        """Other processes following the engine's events now: TUIs attached from other
+        windows (a TUI that embeds this engine, and follows it through this socket too,
+        asks before it quits and stops it under them)."""
+        if self._runner is None:
+            return 0
+        by_pid = self._runner.app[STREAMS_KEY].followers
+        return sum(n for pid, n in by_pid.items() if pid != os.getpid())
 
     async def start(self) -> None:
         """Bind the socket. A leftover socket file is removed: we hold the engine lock."""

@@ -160,24 +160,40 @@ class QuitScreen(ModalScreen[QuitChoice]):
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("quit"))
     KEYMAP_SCOPE: ClassVar[str] = "quit"
 
-    def __init__(self, active: int) -> None:
+    def __init__(self, active: int, elsewhere: int = 0) -> None:
         super().__init__()
         self.active = active
+        self.elsewhere = elsewhere
 
     def compose(self) -> ComposeResult:
-        noun = "job is" if self.active == 1 else "jobs are"
+        facts = []
+        if self.active:
+            noun = "job is" if self.active == 1 else "jobs are"
+            facts.append(f"{self.active} {noun} running or queued in this window's engine.")
+        if self.elsewhere:
+            windows = "window is" if self.elsewhere == 1 else "windows are"
+            facts.append(f"{self.elsewhere} other {windows} attached to it.")
+        takes = "takes them over" if self.active else "takes over"
+        if self.elsewhere:
+            takes += " and the other windows stay attached"
+        keep = (
+            f"Keep running: a background engine (gpulayer-tui --serve) {takes}; reopen "
+            "gpulayer-tui later to attach to it."
+        )
+        stop = (
+            "Stop them: cancel every job, then quit. Adopted processes are left alone "
+            "(a later engine re-learns them)."
+            if self.active
+            else "Stop it: quit; the other windows lose their engine."
+        )
         with Vertical(classes="dialog", id="quit-dialog"):
             yield Label("Quit gpulayer-tui?", classes="dialog-title")
-            yield Static(
-                f"{self.active} {noun} running or queued in this window's engine.\n\n"
-                "Keep running: a background engine (gpulayer-tui --serve) takes them over; "
-                "reopen gpulayer-tui later to attach to it.\n\n"
-                "Stop them: cancel every job, then quit. Adopted processes are left alone "
-                "(a later engine re-learns them)."
-            )
+            yield Static(" ".join(facts) + f"\n\n{keep}\n\n{stop}")
             with Horizontal(classes="buttons"):
                 yield Button("Keep running (k)", id="handover", variant="primary")
-                yield Button("Stop them (s)", id="stop", variant="error")
+                yield Button(
+                    "Stop them (s)" if self.active else "Stop it (s)", id="stop", variant="error"
+                )
                 yield Button("Stay (esc)", id="stay")
         yield KeyFooter()
 
