@@ -790,6 +790,41 @@ async def test_a_replica_that_exited_while_no_engine_ran_goes_through_the_restar
     await second.wait(job.id, timeout=20)
 
 
+async def test_replicas_that_ended_while_no_engine_ran_decide_in_the_order_they_ended(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Taken by replica index, replica 0's exit 0 (after replica 1 had failed) ended the
+    # service `completed`, exit 0 ("the other replicas were stopped"), and replica 1, long
+    # dead, was sent a SIGTERM; a live engine fails it on replica 1's exit.
+    first = await make_engine(simulate=None, cpu_count=4)
+    script = (
+        f"until [ -e {tmp_path}/go$GPULAYER_REPLICA ]; do sleep 0.05; done; "
+        "exit $GPULAYER_REPLICA"  # (replica 0: 0, replica 1: 1)
+    )
+    job = await first.submit(
+        {"kind": "service", "shell": script, "replicas": 2, "port": False,
+         "restart": "on_failure", "max_restarts": 0}
+    )  # fmt: skip
+    replicas = _replicas(first, job.id)
+    await eventually(lambda: all(r.state is ReplicaState.UP and r.pid for r in replicas))
+    pids = [r.pid or 0 for r in replicas]
+    await first.stop()
+    # Replica 1 fails first, then replica 0 exits 0: the index order is the wrong one.
+    (tmp_path / "go1").touch()
+    await eventually(lambda: pid_reaped(pids[1]))
+    (tmp_path / "go0").touch()
+    await eventually(lambda: pid_reaped(pids[0]))
+
+    second = await make_engine(simulate=None, cpu_count=4)
+    ended = await second.wait(job.id, timeout=20)
+    assert ended.status is JobStatus.FAILED and ended.exit_code == 1, ended.message
+    assert ended.message == (
+        "replica 1 exited with code 1; not restarted (max_restarts = 0 reached)"
+    ), ended.message  # (replica 0 had ended by itself: it was not stopped)
+    said = [e["data"].get("message", "") for e in await second.events_of(job.id)]
+    assert not [m for m in said if "SIGTERM" in m], said
+
+
 async def test_an_engine_stopped_while_its_service_stops_finishes_the_stop_after_restart(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

@@ -127,6 +127,9 @@ class ServiceRuntime:
     # Replicas waiting in back-off because a domain they ran on is gone (started at once
     # when it is back: see ServiceRunner.domains_changed).
     off_domain: set[int] = field(default_factory=set)
+    # Replicas a restarted engine found ended (their exits applied in the order they
+    # ended): not signalled by a stop another's exit decides first.
+    ended_unseen: set[int] = field(default_factory=set)
 
     def cancel_restarts(self) -> None:
         """Forget every pending restart."""

@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import functools
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..fields import ANSWERED_BY, starting_why
@@ -450,7 +451,10 @@ class ServiceRunner:
         late = None if exit.at is None else min(exit.at, time.time())
         if replica.state is R.STOPPING or runtime.end is not None or runtime.replacing is not None:
             if replica.state.has_process:
-                self._set_replica(act, replica, R.EXITED, f"stopped ({what})", code, at=late)
+                # (one that ended by itself as the service's end was decided: its exit,
+                # not a stop)
+                said = f"stopped ({what})" if replica.state is R.STOPPING else what
+                self._set_replica(act, replica, R.EXITED, said, code, at=late)
             if exit.at is not None:  # (the service ends when its last replica did, as
                 # the launcher recorded it: not at the next engine's start)
                 runtime.ended_at = max(runtime.ended_at or 0.0, exit.at)
@@ -475,7 +479,12 @@ class ServiceRunner:
             act, replica, R.EXITED, f"{what}; not restarted ({why})", code, gave_up=True, at=late
         )
         status, reason, _ = exit_verdict(code)
-        others = " (the other replicas were stopped)" if len(act.job.replicas) > 1 else ""
+        running = [
+            r
+            for r in act.job.replicas
+            if r is not replica and r.state.has_process and r.index not in runtime.ended_unseen
+        ]
+        others = " (the other replicas were stopped)" if running else ""
         message = f"replica {index} {what}; not restarted ({why}){others}"
         self._end(act, status, reason, message, code, exit.at)
 
@@ -670,6 +679,8 @@ class ServiceRunner:
         grace = self._config.engine.grace_period
         stopping = []
         for replica in job.replicas:
+            if replica.index in runtime.ended_unseen:
+                continue  # (it ended while no engine ran: its exit is told next)
             if replica.state.has_process and replica.state is not R.STOPPING:
                 self._set_replica(act, replica, R.STOPPING, "SIGTERM sent")
                 stopping.append((replica.index, replica.launches))
@@ -779,12 +790,32 @@ class ServiceRunner:
             return
         now = self.clock.now()
         interrupted_stop = False
+        ended: list[tuple[float, int, Replica, Exit, Callable[[], None] | None]] = []
         for replica in job.replicas:
             if replica.state.has_process:
                 interrupted_stop |= replica.state is R.STOPPING
-                if not self._find_replica(act, runtime, replica):
+                found = self._find_replica(act, runtime, replica)
+                if job.id not in self._book:
                     return
-            elif replica.state is R.BACKOFF:
+                if found is not None:
+                    exit, forget = found
+                    ended.append((exit.at or now, replica.index, replica, exit, forget))
+        # Replicas that ended while no engine ran, in the order they ended: the first to
+        # decide the service's end decides it (taken by index, a replica's exit 0 after
+        # another's failure ended it `completed`, the failure said "stopped").
+        runtime.ended_unseen = {e[1] for e in ended}
+        for _, index, replica, exit, forget in sorted(ended, key=lambda e: (e[0], e[1])):
+            runtime.ended_unseen.discard(index)
+            if forget is not None:
+                self._book.after_commit(forget)
+            if replica.state.has_process:
+                self._replica_ended(act, runtime, replica, exit)
+            if job.id not in self._book:
+                return
+        if runtime.end is not None or runtime.replacing is not None:
+            return  # (a replica's exit ended it, or moves it: the others are being stopped)
+        for replica in job.replicas:
+            if replica.state is R.BACKOFF and replica.index not in runtime.restart_timers:
                 delay = max(0.0, (replica.next_restart_at or now) - now)
                 runtime.restart_timers[replica.index] = self.clock.call_later(
                     delay, functools.partial(self._restart_replica, job.id, replica.index)
@@ -814,9 +845,13 @@ class ServiceRunner:
             job.stop_reason = None  # (_end decides it again)
             self._end(act, status, reason, message, code)
 
-    def _find_replica(self, act: ActiveJob, runtime: ServiceRuntime, replica: Replica) -> bool:
-        """Watch a replica again, end it from its recorded exit, or start it if its start
-        was decided but never happened. False if the service ended meanwhile."""
+    def _find_replica(
+        self, act: ActiveJob, runtime: ServiceRuntime, replica: Replica
+    ) -> tuple[Exit, Callable[[], None] | None] | None:
+        """Watch a replica again, or start it if its start was decided but never happened.
+        One that ended while no engine ran: its recorded exit, and what tells the
+        executor to forget it once its end is committed (the caller ends the replicas in
+        the order they ended)."""
         job_id, index, run = act.job.id, replica.index, replica.launches
         key = (job_id, index)
         found = self._executor.find(
@@ -834,15 +869,17 @@ class ServiceRunner:
                 grace = max(0.0, (act.job.kill_at or time.time()) - time.time())
                 self._executor.terminate(key, grace, run)
         elif isinstance(found, Exit):
-            self._book.after_commit(functools.partial(self._executor.done, key, run))
-            self._replica_ended(act, runtime, replica, found)
+            return found, functools.partial(self._executor.done, key, run)
         elif replica.pid is not None:
-            self._find_legacy(act, runtime, replica)
+            legacy = self._find_legacy(act, runtime, replica)
+            return None if legacy is None else (legacy, None)
         else:
             self._spawn(job_id, index, run, "start")  # decided, durable, never started
-        return job_id in self._book
+        return None
 
-    def _find_legacy(self, act: ActiveJob, runtime: ServiceRuntime, replica: Replica) -> None:
+    def _find_legacy(
+        self, act: ActiveJob, runtime: ServiceRuntime, replica: Replica
+    ) -> Exit | None:
         """A replica an older version started under its per-job ``sh`` wrapper."""
         key = (act.job.id, replica.index)
         assert replica.pid is not None
@@ -855,8 +892,8 @@ class ServiceRunner:
             self._book.roots.add(replica.pid, act.job.id, replica.start_ticks)
             if replica.state is R.STARTING:
                 self._watch_port(act, replica)
-            return
-        self._replica_ended(act, runtime, replica, self._legacy.recorded_end(key))
+            return None
+        return self._legacy.recorded_end(key)
 
 
 def service_summary(job: Job) -> str:
