@@ -944,6 +944,42 @@ async def test_a_two_replica_service_keeps_running_when_a_domain_of_it_is_remove
     await engine.cancel(service.id)
 
 
+async def test_a_service_pinned_to_a_removed_domain_waits_after_an_engine_restart_too(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # A live engine kept its exited replica waiting; a restarted one could not resolve
+    # its pin, took that as "fits elsewhere", placed it again and failed it for good
+    # ("can no longer run after a configuration change").
+    paths.state_dir.mkdir(parents=True)
+    unmanaged = BASE + "auto_domains = false\n"
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
+    first = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    service = await first.submit(
+        {"kind": "service", "command": ["sleep", "600"], "gpus": 1, "domain": "b",
+         "port": False}
+    )  # fmt: skip
+    replica = first.book.get(service.id).job.replicas[0]
+    await eventually(lambda: replica.pid is not None, timeout=20)
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n")
+    assert (await first.config_reload.reload())["applied"] is True
+    await first.stop()
+    second = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    job = second.book.get(service.id).job
+    again = job.replicas[0]
+    assert job.status is JobStatus.RUNNING and again.pid == replica.pid
+    os.kill(again.pid or 0, signal.SIGKILL)
+    await eventually(
+        lambda: "not started again: domain b is no longer in the configuration" in again.message,
+        timeout=20,
+    )
+    assert job.status is JobStatus.RUNNING and again.state is ReplicaState.BACKOFF
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
+    assert (await second.config_reload.reload())["applied"] is True
+    await eventually(lambda: again.state is ReplicaState.UP, timeout=20)
+    assert again.domains == ["b"] and job.status is JobStatus.RUNNING
+    await second.cancel(service.id)
+
+
 async def test_a_service_stays_up_when_its_other_gpu_is_busy_and_one_of_its_own_removed(
     make_engine: EngineFactory, paths: Paths
 ) -> None:

@@ -586,7 +586,11 @@ class ServiceRunner:
         holds and the free ones (a capacity check passed while the other GPU was busy or
         quarantined: its healthy replicas were stopped, and it waited down)."""
         request = act.request
-        if request is None or not request.gpus:
+        if request is None:
+            # (its spec no longer resolves: pinned to a domain the config removed, as a
+            # restarted engine finds it; placed again, it failed for good)
+            return False
+        if not request.gpus:
             return True
         domains = self._scheduler.domains
         own = {
