@@ -354,6 +354,30 @@ async def test_an_engine_that_finds_the_launcher_stopping_a_job_for_its_timeout(
     assert done.exit_code == 128 + signal.SIGKILL
 
 
+async def test_a_timeout_whose_sigkill_the_launcher_sent_is_not_said_late(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # It outlived its SIGTERM, and the launcher killed it after the grace period, on time:
+    # its end said "no engine or launcher ran to stop it sooner".
+    ready = tmp_path / "trap-set"
+    config = make_config(engine={"grace_period": 3.0})
+    engine = await make_engine(config=config)
+    job = await engine.submit(
+        {"shell": f"trap '' TERM; touch {ready}; sleep 600 & wait; wait", "timeout": 1}
+    )
+    await eventually(ready.exists, timeout=10)
+    await engine.stop()
+    journal_path = engine.paths.state_dir / "launcher.journal"
+    await eventually(lambda: f"E {job.id} " in journal_path.read_text(), timeout=15)
+    again = await make_engine(config=config)
+    done = await again.wait(job.id, timeout=15)
+    assert done.termination_reason is TerminationReason.TIMEOUT
+    assert done.message == (
+        "timed out after 1 s (its launcher stopped it: no engine was running; it outlived "
+        "SIGTERM and was killed 3 s later)"
+    ), done.message
+
+
 async def test_an_old_wrappers_job_that_ended_while_no_engine_ran_ends_when_its_file_says(
     make_engine: EngineFactory,
 ) -> None:

@@ -154,14 +154,20 @@ def timeout_message(job: Job, timeout: float) -> str:
 LAUNCHER_STOPPED = "its launcher stopped it: no engine was running"
 
 
-def late_timeout_message(job: Job, timeout: float, ended_at: float | None) -> str:
-    """A timeout its launcher enforced: on time, or (a launcher that came up late, after
-    a double fault) how long it really ran."""
+def late_timeout_message(job: Job, timeout: float, ended_at: float | None, grace: float) -> str:
+    """A timeout its launcher enforced: on time (SIGTERM at the timeout, SIGKILL ``grace``
+    seconds later), or (a launcher that came up late, after a double fault) how long it
+    really ran."""
     ran = (ended_at or time.time()) - (job.started_at or time.time())
-    if ran > timeout + 2:
+    if ran > timeout + grace + 2:
         return (
             f"timed out after {timeout:g} s (stopped at {ran:.0f} s: no engine or launcher "
             "ran to stop it sooner)"
+        )
+    if ran > timeout + 2:  # (it outlived its SIGTERM: that grace was not a late stop)
+        return (
+            f"timed out after {timeout:g} s ({LAUNCHER_STOPPED}; it outlived SIGTERM and "
+            f"was killed {grace:g} s later)"
         )
     return f"timed out after {timeout:g} s ({LAUNCHER_STOPPED})"
 
@@ -513,7 +519,9 @@ class BatchRunner:
             # Its launcher stopped it at its timeout while no engine ran; or late, a new
             # launcher after both launcher processes died (it said "on time" of a 26 s run).
             job.stop_reason = Reason.TIMEOUT
-            job.stop_message = late_timeout_message(job, spec.timeout, exit.at)
+            job.stop_message = late_timeout_message(
+                job, spec.timeout, exit.at, self._settings.grace_period
+            )
         status, reason, message = stop_verdict(act.job, exit)
         # (Read now: of an end before this engine started, today's disk says nothing.)
         learnt_now = exit.at is None or exit.at >= self._since
@@ -580,7 +588,9 @@ class BatchRunner:
                 # Its launcher is stopping it for its timeout (no engine ran when its time
                 # ran out): recorded as such, and signalled again below (the launcher's
                 # SIGKILL deadline stands).
-                message = late_timeout_message(job, act.spec.timeout, None)
+                message = late_timeout_message(
+                    job, act.spec.timeout, None, self._settings.grace_period
+                )
                 decide_stop(self._book, act, Reason.TIMEOUT, message, self._settings.grace_period)
         if (
             act.spec is not None
