@@ -154,12 +154,15 @@ def timeout_message(job: Job, timeout: float) -> str:
 LAUNCHER_STOPPED = "its launcher stopped it: no engine was running"
 
 
-def late_timeout_message(job: Job, timeout: float, ended_at: float | None, grace: float) -> str:
+def late_timeout_message(
+    job: Job, timeout: float, ended_at: float | None, grace: float, code: int | None = None
+) -> str:
     """A timeout its launcher enforced: on time (SIGTERM at the timeout, SIGKILL ``grace``
-    seconds later), or (a launcher that came up late, after a double fault) how long it
-    really ran."""
+    seconds later, which ``code`` says), or (a launcher that came up late, after a double
+    fault) how long it really ran."""
     ran = (ended_at or time.time()) - (job.started_at or time.time())
-    if ran > timeout + grace + 2:
+    killed = code == 128 + signal.SIGKILL and ran <= timeout + grace + 2
+    if ran > timeout + 2 and not killed:
         return (
             f"timed out after {timeout:g} s (stopped at {ran:.0f} s: no engine or launcher "
             "ran to stop it sooner)"
@@ -520,7 +523,7 @@ class BatchRunner:
             # launcher after both launcher processes died (it said "on time" of a 26 s run).
             job.stop_reason = Reason.TIMEOUT
             job.stop_message = late_timeout_message(
-                job, spec.timeout, exit.at, self._settings.grace_period
+                job, spec.timeout, exit.at, self._settings.grace_period, exit.code
             )
         status, reason, message = stop_verdict(act.job, exit)
         # (Read now: of an end before this engine started, today's disk says nothing.)
