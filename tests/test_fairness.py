@@ -862,6 +862,41 @@ async def _being_preempted(
     return engine, victim, urgent
 
 
+async def test_a_preemption_whose_sigterm_fell_while_no_engine_ran_still_sends_it(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # The SIGTERM after the checkpoint lead is the engine's own timer: an engine down past
+    # the stop's SIGKILL deadline came back and killed the job at once, with no SIGTERM
+    # (a job that saves on SIGTERM lost its save).
+    from .conftest import eventually
+
+    config = make_config(
+        engine={"grace_period": 2.0},
+        scheduling={"preempt_after": 0, "checkpoint_signal": "SIGUSR1", "checkpoint_grace": 1},
+    )
+    engine = await make_engine("1xA100-80GB", config=config)
+    log, script = tmp_path / "victim.log", tmp_path / "victim.py"
+    script.write_text(PREEMPTIBLE)
+    victim = await engine.submit(
+        {"command": ["python3", str(script), str(log)], "gpus": 1, "preemptible": True}
+    )
+    await eventually(lambda: log.exists() and "start" in log.read_text(), timeout=10)
+    urgent = await engine.submit({"command": ["sleep", "30"], "gpus": 1, "priority": 5})
+    await eventually(lambda: "checkpoint" in log.read_text(), timeout=10)
+    kill_at = engine.book.get(victim.id).job.kill_at or 0.0
+    await engine.stop()
+    await eventually(lambda: time.time() > kill_at + 0.5, timeout=10, interval=0.1)
+    assert "term" not in log.read_text()
+    again = await make_engine("1xA100-80GB", config=config)
+    await eventually(lambda: "term" in log.read_text(), timeout=10)
+    # (its handler exits 3: requeued, behind the job it was stopped for)
+    await eventually(lambda: again.book.get(urgent.id).job.status is JobStatus.RUNNING, timeout=20)
+    requeued = await again.get(victim.id)
+    assert requeued.status is JobStatus.QUEUED and requeued.attempt == 1, requeued.message
+    await again.cancel(urgent.id)
+    await again.cancel(victim.id)
+
+
 async def test_a_cancel_during_a_preemption_ends_the_job_for_good(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

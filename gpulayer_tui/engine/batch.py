@@ -617,6 +617,11 @@ class BatchRunner:
         elif job.stop_reason is not None:
             # Stopping when the engine stopped: signal again, keeping the stored deadline.
             grace = max(0.0, (job.kill_at or time.time()) - time.time())
+            if job.stop_reason is Reason.PREEMPTED:
+                # Its SIGTERM, at the end of the checkpoint lead, is this engine's own
+                # timer: the last one may have stopped before sending it. A job that
+                # saves on SIGTERM gets its whole grace (killed at once, it lost its save).
+                grace = max(grace, self._settings.grace_period)
             self._executor.terminate(job.id, grace, run)
             self._stuck.arm(act)
 
