@@ -313,6 +313,10 @@ class ProcessInfoJSON(TypedDict):
     user: str
     command: str
     started_at: float
+    gpus: NotRequired[list[int]]  # GPUs it holds memory on, in the latest sample
+    used_bytes: NotRequired[int]  # that memory, in all
+    most_on_a_gpu: NotRequired[int]  # the most of it on one GPU
+    refused: NotRequired[str]  # why it can never be adopted (a job's already, ...)
 
 
 class ErrorJSON(TypedDict):

@@ -307,9 +307,21 @@ async def test_adopting_onto_a_full_domain_and_on_several_gpus(
     ledger.hold(0, proc.pid, 5.0)
     ledger.hold(1, proc.pid, 7.0)
     await engine.sampler.sample_once()
+    # What the adopt dialog is told of a pid typed in (it said "no GPU memory seen").
+    info = engine.process_info(proc.pid)
+    assert info is not None and "refused" not in info
+    assert (info.get("gpus"), info.get("used_bytes"), info.get("most_on_a_gpu")) == (
+        [0, 1],
+        12 * GIB,
+        7 * GIB,
+    )
     job = await adopt(engine, proc.pid, gpu=True)
     assert job.status is JobStatus.RUNNING
     assert job.domains == ["gpu0", "gpu1"]
+    info = engine.process_info(proc.pid)
+    assert info is not None and info.get("refused", "").startswith(
+        f"pid {proc.pid} belongs to job {job.id} already"
+    )
     gpu0 = engine.scheduler.domains["gpu0"]
     assert set(gpu0.holdings) == {busy.id, job.id} and gpu0.free_slots == 0
     await engine.cancel(busy.id)

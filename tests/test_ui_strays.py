@@ -95,26 +95,29 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
             lambda: next((j for j in app.job_store.jobs.values() if j["kind"] == "adopted"), None),
         )
         assert job["status"] == "running" and job["domains"] == ["cpu"]
-        # a pid that no longer exists: refused, recorded, and said plainly
-        sleeper_proc.kill()
-        sleeper_proc.wait()
-        await until(pilot, lambda: app.job_store.jobs[job["id"]]["status"] == "orphaned")
-        await pilot.press("p")
-        await pilot.press(*str(sleeper_proc.pid), "enter")
-        await until(pilot, lambda: isinstance(app.screen, AdoptScreen))
-        await pilot.press("ctrl+s")
-        refused = await until(
-            pilot,
-            lambda: next(
-                (
-                    j
-                    for j in app.job_store.jobs.values()
-                    if j["termination_reason"] == "adopt_pid_gone"
-                ),
-                None,
-            ),
-        )
-        assert refused["message"].startswith("refused to adopt: no process with pid")
+        # A job's process, and a pid that no longer exists, are said, not offered: the
+        # dialog said "no GPU memory seen" of them, and Adopt only added a failed job.
+        for pid_is in ("a job's", "gone"):
+            if pid_is == "gone":
+                sleeper_proc.kill()
+                sleeper_proc.wait()
+                await until(pilot, lambda: app.job_store.jobs[job["id"]]["status"] == "orphaned")
+            app._notifications.clear()
+            await pilot.press("p")
+            await pilot.press(*str(sleeper_proc.pid), "enter")
+            told = await until(
+                pilot, lambda: next((n for n in app._notifications if n.title == "adopt"), None)
+            )
+            assert not isinstance(app.screen, AdoptScreen)
+            if pid_is == "gone":
+                assert told.message == (
+                    f"no process with pid {sleeper_proc.pid} (it exited, or never was)"
+                )
+            else:
+                assert told.message.startswith(
+                    f"pid {sleeper_proc.pid} belongs to job {job['id']} already"
+                ), told.message
+        assert [j["id"] for j in app.job_store.jobs.values()] == [job["id"]]  # (none added)
 
 
 @pytest.fixture

@@ -320,6 +320,11 @@ class Adopter:
             )
         return None
 
+    def never_adopted(self, pid: int, snapshot: ProcessSnapshot) -> str | None:
+        """Why no one may adopt ``pid`` whatever they ask (a job's already, this engine,
+        the init process...), or ``None``."""
+        return self._never_adoptable(pid, snapshot)
+
     def never_touched(self, pid: int, snapshot: ProcessSnapshot) -> str | None:
         """Why no one may signal ``pid`` through gpulayer-tui, or ``None``."""
         return self._never_adoptable(pid, snapshot, signalled=True)

@@ -956,13 +956,14 @@ class Engine:
         log.warning("%s, asked by uid %s", what, requester_uid)
         return what
 
-    @staticmethod
-    def process_info(pid: int) -> ProcessInfoJSON | None:
-        """What /proc says about ``pid`` (to confirm an adoption), or ``None`` if gone."""
+    def process_info(self, pid: int) -> ProcessInfoJSON | None:
+        """What /proc says about ``pid`` (to confirm an adoption), the GPU memory the
+        latest sample saw it hold, and why it can never be adopted (a job's already, this
+        engine...); ``None`` if gone."""
         snapshot = read_process(pid)
         if snapshot is None:
             return None
-        return {
+        info: ProcessInfoJSON = {
             "pid": pid,
             "start_ticks": snapshot.start_ticks,
             "uid": snapshot.uid,
@@ -970,6 +971,21 @@ class Engine:
             "command": snapshot.command,
             "started_at": procs.started_at(snapshot.start_ticks),
         }
+        sample = self.sampler.latest
+        held = {
+            gpu.index: proc.used_bytes or 0
+            for gpu in (sample.result.gpus if sample is not None else ())
+            for proc in gpu.processes
+            if proc.pid == pid
+        }
+        if held:
+            info["gpus"] = sorted(held)
+            info["used_bytes"] = sum(held.values())
+            info["most_on_a_gpu"] = max(held.values())
+        refused = self.adopter.never_adopted(pid, snapshot)
+        if refused is not None:
+            info["refused"] = refused
+        return info
 
     def _forget_log_cuts(self, act: ActiveJob) -> None:
         if self._log_cuts:

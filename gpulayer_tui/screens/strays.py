@@ -114,15 +114,21 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
 
     @work(exclusive=True, group="adopt", exit_on_error=False)
     async def _confirm_any(self, pid: int) -> None:
-        """Ask the engine what the process is (it reads /proc), then confirm."""
+        """Ask the engine what the process is (it reads /proc, and knows its jobs and the
+        GPU memory it holds), then confirm. One that can never be adopted is said, not
+        offered: the dialog said "no GPU memory seen" of a job's process holding 5 GiB,
+        and adopting it, or a pid that is gone, only added a failed job to the history."""
         known: dict[str, Any] = {"pid": pid, "gpus": [], "used_bytes": 0}
         try:
             known.update(await view_of(self).backend.process(pid))
         except BackendError as err:
-            if err.status != 404:
-                self.app.notify(str(err), title="adopt", severity="error")
-                return
-            # Gone (or never was): asking anyway records the refusal, loudly (record 004).
+            if err.status == 404:
+                err = BackendError(f"no process with pid {pid} (it exited, or never was)")
+            self.app.notify(str(err), title="adopt", severity="error")
+            return
+        if known.get("refused"):
+            self.app.notify(str(known["refused"]), title="adopt", severity="error")
+            return
         self.app.push_screen(AdoptScreen(known), self._confirmed)
 
     @on(StrayTable.AdoptRequested)
