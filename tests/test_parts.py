@@ -323,6 +323,21 @@ def test_placement_picks_the_emptiest_fitting_gpu_and_names_the_blocker() -> Non
     assert len(scheduler.place(both)) == 2  # type: ignore[arg-type]
 
 
+def test_placement_of_a_job_that_declares_vram_takes_the_smallest_gpu_that_has_it() -> None:
+    # A 10 GiB job took the free A100 beside a free L4; the 40 GiB job after it waited.
+    scheduler = machine(gpu(0, total_gib=80), gpu(1, total_gib=24))
+    need_10 = Request(gpus=1, vram_bytes=10 * GIB, pins=(), exclusive=False)
+    need_40 = Request(gpus=1, vram_bytes=40 * GIB, pins=(), exclusive=False)
+    small = scheduler.place(need_10)
+    assert [d.name for d in small] == ["gpu1"]  # type: ignore[union-attr]
+    scheduler.hold(1, need_10, list(small))  # type: ignore[arg-type]
+    assert [d.name for d in scheduler.place(need_40)] == ["gpu0"]  # type: ignore[union-attr]
+    # One that declares nothing may need anything: the emptiest (most free) GPU.
+    scheduler.release(1, list(small))  # type: ignore[arg-type]
+    unknown = Request(gpus=1, vram_bytes=None, pins=(), exclusive=False)
+    assert [d.name for d in scheduler.place(unknown)] == ["gpu0"]  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
     ("spec", "field", "message"),
     [
