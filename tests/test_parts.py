@@ -404,6 +404,23 @@ def test_vram_formula_owned_unregistered_unattributed_and_reservations() -> None
     assert dom.account.unregistered == 22 * GIB
 
 
+def test_a_job_that_declares_no_vram_waits_for_a_little_on_a_shared_gpu() -> None:
+    # It was placed beside a job holding all 80 GiB ("81.0 GiB of an 80 GiB GPU").
+    dom = Domain("gpu0", 0, "GPU-0", 2)
+    dom.hold(7, 80 * GIB, False)
+    dom.apply_sample(gpu(0, total_gib=80, used_gib=1, procs=((100, 1),)), {100: 7}, {})
+    assert dom.blocker(None, False) == (
+        "gpu0: 80.0 GiB held by job 7; 0.0 GiB free (a job that declares no VRAM waits for "
+        "1.0 GiB on a shared GPU)"
+    )
+    dom.unhold(7)
+    dom.hold(7, 40 * GIB, False)
+    assert dom.blocker(None, False) is None  # (40 GiB free)
+    dom.unhold(7)
+    dom.apply_sample(gpu(0, total_gib=80, used_gib=80, procs=((200, 80),)), {200: None}, {})
+    assert dom.blocker(None, False) is None  # (no job shares it: as before, a stranger's)
+
+
 def test_domain_states_follow_their_table() -> None:
     dom = Domain("gpu0", 0, None, 1)
     dom.drain("maintenance")

@@ -66,6 +66,10 @@ class VramAccount:
     foreign: tuple[ForeignProcess, ...] = ()
 
 
+SHARED_FLOOR = GIB
+"""Free memory a job that declares no VRAM needs on a GPU other jobs already share."""
+
+
 def gib(value: int | float) -> str:
     """Bytes as ``18.0 GiB``."""
     return f"{value / GIB:.1f} GiB"
@@ -457,9 +461,20 @@ class Domain:
             if self.slots == 1:
                 return f"{self.name}: slot held by job {jobs}"
             return f"{self.name}: all {self.slots} slots busy (jobs {jobs})"
-        if not self.is_gpu or not vram_bytes:
+        if not self.is_gpu:
             return None
         account = self.account
+        if not vram_bytes:
+            if self.holdings and account is not None and account.free < SHARED_FLOOR:
+                # (A GPU shared by slots whose memory the jobs there hold or reserve: a job
+                # that declares nothing was placed on 0 GiB free, and on a real GPU ran
+                # out of memory at its first allocation.)
+                return (
+                    f"{self.name}: {self._largest_holder()}; {gib(account.free)} free "
+                    f"(a job that declares no VRAM waits for {gib(SHARED_FLOOR)} on a "
+                    "shared GPU)"
+                )
+            return None
         if account is None:
             return f"{self.name}: no memory reading yet"
         if account.free >= vram_bytes:
