@@ -24,7 +24,7 @@ from gpulayer_tui.engine.jobqueue import JobQueue
 from gpulayer_tui.engine.models import JobKind, JobStatus, TerminationReason
 from gpulayer_tui.engine.spec import parse_spec
 
-from .conftest import EngineFactory, make_config
+from .conftest import EngineFactory, eventually, make_config
 from .test_parts import Journal, Reason, Soon, World, gpu, machine
 
 ME, OTHER = 0, 65534  # root and nobody: users every test machine has
@@ -782,6 +782,33 @@ async def test_a_preempted_job_that_asked_not_to_be_requeued_fails(
     assert ended.status is JobStatus.FAILED
     assert ended.termination_reason is Reason.PREEMPTED
     assert ended.message.startswith("preempted by job 2 (priority 1) (not requeued)")
+
+
+async def test_a_job_held_back_by_its_own_users_limit_preempts_that_users_sweeps(
+    make_engine: EngineFactory,
+) -> None:
+    # It waited the sweeps' whole run: preemption looked only at jobs blocked on GPUs,
+    # though stopping the user's own preemptible jobs brings it under its limit.
+    me = user_label(os.geteuid())
+    config = make_config(
+        scheduling={"preempt_after": 0, "checkpoint_signal": None},
+        users={me: {"max_gpus": 2}},
+    )
+    engine = await make_engine("3xA100-80GB", config=config)
+    sweeps = [
+        await engine.submit({"command": ["sleep", "60"], "gpus": 1, "preemptible": True})
+        for _ in range(2)
+    ]
+    assert all(s.status is JobStatus.RUNNING for s in sweeps)
+    urgent = await engine.submit({"command": ["sleep", "60"], "gpus": 1, "priority": 5})
+    await eventually(
+        lambda: engine.book.get(urgent.id).job.status is JobStatus.RUNNING,  # type: ignore[union-attr]
+        timeout=20,
+    )
+    requeued = [await engine.get(s.id) for s in sweeps]
+    assert sorted(s.status.value for s in requeued) == ["queued", "running"]
+    for job in (urgent, *sweeps):
+        await engine.cancel(job.id)
 
 
 def test_why_explains_a_waiting_job_through_the_cli(served: Any) -> None:

@@ -665,6 +665,7 @@ class JobQueue:
         kept_off: set[int] = set()  # reservations (by job) that kept someone off
         tried: set[str] = set()  # kinds ("gpu", "cpu") whose best blocked job was seen
         first_blocked: tuple[int, Group] | None = None  # the best job that cannot start
+        first_limited: tuple[int, Group] | None = None  # ... held back by its user's limit
         shapes: dict[Request, str] = {}  # request shapes that fit nowhere now
         progress = closed is None
         while progress:
@@ -678,6 +679,9 @@ class JobQueue:
                 )
                 if why is not None:
                     blocked[group] = why
+                    if first_limited is None and first_blocked is None and request.gpus:
+                        # (its own user's preemptible jobs may make room under the limit)
+                        first_limited = (key[1], group)
                     continue
                 shape_reason = shapes.get(request)
                 if shape_reason is not None:
@@ -721,12 +725,19 @@ class JobQueue:
                 progress = True
                 break  # resources changed: look at the heads again, best first
         self.reservation = reserved[0] if reserved else None
-        if first_blocked is not None and self.settings.preempt_after is not None:
-            job_id, group = first_blocked
-            stopping = self._maybe_preempt(job_id, group[0], now)
-            if stopping and group in blocked:
-                ids = ", ".join(map(str, sorted(stopping)))
-                blocked[group] += f"; stopping preemptible job {ids} for it"
+        if self.settings.preempt_after is not None:
+            # The best job that cannot start; one before it held back by its own user's
+            # limit first (it waited for ever while that user's sweeps ran).
+            for best in (first_limited, first_blocked):
+                if best is None:
+                    continue
+                job_id, group = best
+                stopping = self._maybe_preempt(job_id, group[0], now)
+                if stopping:
+                    if group in blocked:
+                        ids = ", ".join(map(str, sorted(stopping)))
+                        blocked[group] += f"; stopping preemptible job {ids} for it"
+                    break
         for made in reserved:
             group = reserved_groups[made.job_id]
             if made.job_id in kept_off and group in blocked:
@@ -832,8 +843,16 @@ class JobQueue:
             return set()
         scheduler = self._scheduler
         candidates = scheduler.candidates(request)
+        uid = owner_of(act.job.owner_uid)
+        held = self.running_by_user(now).get(uid, Running())
+        # Held back by its own user's limit: only that user's jobs, wherever they run,
+        # make room under it (stopping them also frees their GPUs).
+        own_limit = (
+            limit_blocker(self.limits, uid, held, request.gpus, request.vram_bytes) is not None
+        )
+        where = scheduler.gpu_domains if own_limit else candidates
         victims: dict[int, ActiveJob] = {}
-        for dom in candidates:
+        for dom in where:
             for holder in dom.holdings:
                 other = self._book.get(holder)
                 if (
@@ -842,20 +861,38 @@ class JobQueue:
                     and other.spec.preemptible
                     and other.job.priority < act.job.priority
                     and other.job.stop_reason is None
+                    and (not own_limit or owner_of(other.job.owner_uid) == uid)
                 ):
                     victims[holder] = other
         order = sorted(
             victims.values(), key=lambda v: (v.job.priority, -(v.job.started_at or 0), -v.job.id)
         )
+
+        def enough(gone: list[ActiveJob]) -> bool:
+            ids = {v.job.id for v in gone}
+            if not self._fits_without(request, candidates, ids):
+                return False
+            if not own_limit:
+                return True
+            left = Running(
+                gpus=held.gpus - sum(1 for v in gone for d in v.holds if d.is_gpu),
+                vram_bytes=held.vram_bytes
+                - sum(
+                    (v.request.vram_bytes or 0) * sum(1 for d in v.holds if d.is_gpu)
+                    for v in gone
+                    if v.request is not None
+                ),
+            )
+            return limit_blocker(self.limits, uid, left, request.gpus, request.vram_bytes) is None
+
         chosen: list[ActiveJob] = []
         for victim in order:
             chosen.append(victim)
-            if self._fits_without(request, candidates, {v.job.id for v in chosen}):
+            if enough(chosen):
                 # The fewest: one taken on the way may not be needed once a later one is
                 # (a 10 GiB job stopped beside the 60 GiB one that alone made room).
                 for extra in list(chosen[:-1]):
-                    rest = {v.job.id for v in chosen if v is not extra}
-                    if self._fits_without(request, candidates, rest):
+                    if enough([v for v in chosen if v is not extra]):
                         chosen.remove(extra)
                 for stopped in chosen:
                     self.preempt(stopped, act)
