@@ -443,7 +443,7 @@ async def test_host_columns_go_first_when_the_table_narrows() -> None:
 
 
 async def test_eight_gpus_at_80x24(ui_app: Any) -> None:
-    app = await ui_app("8xA100-80GB")
+    app = await ui_app("7xA100-80GB,1xL4-24GB")
     async with app.run_test(size=(80, 24)) as pilot:
         await until(pilot, lambda: len(app.screen.query(GpuPanel)) == 8)
         panels = list(app.screen.query(GpuPanel))
@@ -458,6 +458,9 @@ async def test_eight_gpus_at_80x24(ui_app: Any) -> None:
         assert app.screen.query_one(ProcessTable).region.height >= 4
         head = str(app.screen.query_one("#gpu-head").render())
         assert head.split()[:4] == ["GPU", "MODEL", "JOB", "UTIL"]
+        # Their models tell them apart ("Simulat…" for every one of them).
+        rows = [str(p.query_one("#stats").render()) for p in panels]
+        assert rows[0].split()[2].startswith("A100") and rows[7].split()[2].startswith("L4")
 
 
 # -- pilot tests over the static backend (fast, fixed data) -----------------------------------

@@ -78,8 +78,10 @@ Piece = tuple[str, str]
 
 
 def short_model(name: str) -> str:
-    """``NVIDIA A100-SXM4-80GB`` -> ``A100-SXM4-80GB`` (the vendor is the same on every GPU)."""
-    for prefix in ("NVIDIA GeForce ", "NVIDIA "):
+    """``NVIDIA A100-SXM4-80GB`` -> ``A100-SXM4-80GB`` (the vendor is the same on every GPU;
+    so is "Simulated ", which the header says: narrow rows showed "Simulat…" for every
+    GPU, an H100 and an L4 alike)."""
+    for prefix in ("NVIDIA GeForce ", "NVIDIA ", "Simulated "):
         if name.startswith(prefix):
             return name[len(prefix) :]
     return name
