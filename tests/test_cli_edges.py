@@ -716,3 +716,23 @@ def test_like_of_a_gpu_job_as_a_cpu_job_leaves_its_vram_out(engine: Served) -> N
     assert copy.returncode == 0, copy.stderr
     spec = json.loads(engine.cli("status", "--json", copy.stdout.strip()).stdout)["job"]["spec"]
     assert spec.get("gpus") == 0 and "vram_gb" not in spec and "domain" not in spec
+
+
+def test_status_of_a_job_waiting_again_says_so_instead_of_an_empty_runtime() -> None:
+    # A service being placed again printed "started 2026-12-02 10:47:26  runtime ".
+    from gpulayer_tui.cli.format import format_job
+
+    job: dict[str, Any] = {
+        "id": 7, "name": "svc", "kind": "service", "status": "queued",
+        "termination_reason": None, "exit_code": None, "message": "placing again",
+        "domains": [], "gpus": [], "pid": None, "started_at": 100.0, "ended_at": None,
+        "spec": {"command": ["sleep", "60"], "cwd": "/"}, "priority": 0, "created_at": 90.0,
+        "queued_at": 150.0, "owner_uid": 0, "kill_at": None, "stop_reason": None,
+        "replicas": [],
+    }  # fmt: skip
+    shown = format_job(job, [], 200.0)  # type: ignore[arg-type]
+    started = next(line for line in shown.splitlines() if line.startswith("  started"))
+    assert started.endswith("  (last start; waiting again)"), started
+    job["status"] = "running"
+    running = format_job(job, [], 200.0)  # type: ignore[arg-type]
+    assert "  runtime 1m40s" in running, running

@@ -112,7 +112,13 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
         f"  created     {_when(job['created_at'])}",
     ]
     if job.get("started_at"):
-        lines.append(f"  started     {_when(job['started_at'])}  runtime {_runtime(job, now)}")
+        # (waiting again, a requeued job or a service being placed again, it has no
+        # runtime now: "runtime" was followed by nothing)
+        ran = _runtime(job, now)
+        lines.append(
+            f"  started     {_when(job['started_at'])}  "
+            + (f"runtime {ran}" if ran else "(last start; waiting again)")
+        )
     if job.get("pid"):
         lines.append(f"  pid         {job['pid']}")
     if job.get("kind") == "service":
