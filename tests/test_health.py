@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pynvml
@@ -15,7 +18,7 @@ from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.spec import SpecError
 from gpulayer_tui.engine.store import MIGRATIONS, SCHEMA_VERSION
 
-from .conftest import EngineFactory, Served, eventually, make_config
+from .conftest import EngineFactory, Served, eventually, make_config, wait_for
 
 if TYPE_CHECKING:
     from .fake_nvml import FakeNvml
@@ -294,6 +297,29 @@ def test_doctor_without_an_engine(served: Served) -> None:
     assert checks["config"]["status"] == "fail" and "domains.a.slots" in checks["config"]["detail"]
     assert checks["engine"]["status"] == "warn"
     assert checks["driver"]["status"] == "warn" and "No NVIDIA driver" in checks["driver"]["detail"]
+
+
+def test_doctor_without_an_engine_says_what_its_launcher_still_runs(
+    served: Served, tmp_path: Path
+) -> None:
+    # Jobs running on with no engine were not mentioned.
+    served.start("--simulate", "1xA100-80GB")
+    long = served.cli("submit", "--", "sleep", "600").stdout.strip()
+    gated = f"until [ -e {tmp_path}/go ]; do sleep 0.05; done"
+    short = served.cli("submit", "--", "sh", "-c", gated)
+    pid = int(json.loads(served.cli("status", long, "--json").stdout)["job"]["pid"])
+    served.stop()
+    (tmp_path / "go").touch()
+    journal = served.home / "launcher.journal"
+    wait_for(lambda: f"E {short.stdout.strip()} " in journal.read_text())
+    out = served.cli("doctor", "--json")
+    jobs = [c for c in json.loads(out.stdout) if c["check"] == "jobs"]
+    assert [c["status"] for c in jobs] == ["warn", "warn"], jobs
+    assert jobs[0]["detail"].startswith(
+        f"1 still running with no engine to follow them: {long} (pid {pid});"
+    )
+    assert jobs[1]["detail"].startswith("1 ended with no engine running")
+    os.killpg(pid, signal.SIGKILL)
 
 
 async def test_a_hanging_gpu_degrades_then_quarantines_only_its_domain(

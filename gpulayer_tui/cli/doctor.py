@@ -155,6 +155,7 @@ def _engine(paths: Paths, timeout: float) -> list[dict[str, str]]:
             ]
         return [
             _check("engine", "warn", f"no engine serving {paths.state_dir} (gpulayer-tui --serve)"),
+            *_unwatched_jobs(paths),
             _driver_locally(),
         ]
     checks = [
@@ -178,6 +179,45 @@ def _engine(paths: Paths, timeout: float) -> list[dict[str, str]]:
         checks.extend(client.request("GET", "/doctor")["checks"])
     except (ApiError, EngineLost) as err:
         checks.append(_check("engine checks", "fail", str(err).split(": whether")[0]))
+    return checks
+
+
+def _unwatched_jobs(paths: Paths) -> list[dict[str, str]]:
+    """With no engine: the jobs its launcher still runs, and those that ended meanwhile
+    (its journal says; nothing was said of them)."""
+    from ..engine import journal, procstat
+
+    try:
+        entries = journal.replay(str(paths.state_dir / journal.NAME))
+    except OSError:
+        return []
+    running, ended = [], 0
+    for key, entry in entries.items():
+        if entry.state == journal.EXITED:
+            ended += 1
+        elif entry.state == journal.RUNNING and entry.pid is not None:
+            if procstat.start_ticks(entry.pid) == entry.ticks:  # (the same process)
+                running.append((key, entry.pid))
+    checks = []
+    if running:
+        shown = ", ".join(f"{key} (pid {pid})" for key, pid in sorted(running)[:10])
+        more = f" and {len(running) - 10} more" if len(running) > 10 else ""
+        checks.append(
+            _check(
+                "jobs",
+                "warn",
+                f"{len(running)} still running with no engine to follow them: {shown}{more}; "
+                "their ends are recorded, and the next engine learns them",
+            )
+        )
+    if ended:
+        checks.append(
+            _check(
+                "jobs",
+                "ok" if not running else "warn",
+                f"{ended} ended with no engine running; the next engine records their ends",
+            )
+        )
     return checks
 
 
