@@ -203,8 +203,10 @@ def _replica_lines(job: JobRowJSON, now: float) -> list[str]:
     spec = job.get("spec", {})
     policy = spec.get("restart", "always")
     limit = spec.get("max_restarts")
+    # (an ended service: how many it ran, "-" said nothing)
+    count = len(job.get("replicas") or []) or spec.get("replicas") or "-"
     lines = [
-        f"  replicas    {replica_health(job) or '-'}  restart {policy}"
+        f"  replicas    {replica_health(job) or count}  restart {policy}"
         + ("" if limit is None else f", max {limit}")
         + f"  placement {job.get('attempt', 0)} of "
         + f"{spec.get('retry', {}).get('max_attempts', 10)}"
