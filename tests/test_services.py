@@ -536,7 +536,7 @@ async def test_log_of_an_unknown_replica_is_refused(make_engine: EngineFactory) 
     engine = await make_engine(simulate=None)
     svc = await engine.submit(_service(["sleep", "600"], port=False))
     batch = await engine.submit({"command": ["true"]})
-    with pytest.raises(SpecError, match=f"job {svc.id} has replicas 0-0, not 3"):
+    with pytest.raises(SpecError, match=f"job {svc.id} has one replica \\(0\\), not 3"):
         engine.reads.check_replica(await engine.get(svc.id), 3)
     with pytest.raises(SpecError, match=f"job {batch.id} is not a service"):
         engine.reads.check_replica(await engine.get(batch.id), 0)

@@ -173,4 +173,5 @@ class JobReader:
             raise SpecError(f"job {job.id} is not a service; it has no replicas", "replica")
         count = len(job.replicas) or int(job.spec.get("replicas", 1))
         if not 0 <= replica < count:
-            raise SpecError(f"job {job.id} has replicas 0-{count - 1}, not {replica}", "replica")
+            has = "one replica (0)" if count == 1 else f"replicas 0-{count - 1}"
+            raise SpecError(f"job {job.id} has {has}, not {replica}", "replica")
