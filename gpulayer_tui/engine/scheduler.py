@@ -287,7 +287,8 @@ class Scheduler:
         verdict = self._capacity_verdict(req)
         if req.replicas > 1 and verdict.possible is not True and req.gpus:
             per = req.gpus // req.replicas
-            what = f"{req.replicas} replicas x {plural(per, 'GPU')}, each on its own GPU"
+            own = "its own GPU" if per == 1 else "GPUs of its own"
+            what = f"{req.replicas} replicas x {plural(per, 'GPU')}, each on {own}"
             return Verdict(verdict.possible, f"{what}: {verdict.message}")
         return verdict
 
