@@ -458,6 +458,8 @@ async def test_over_capacity_services_fail_at_once(make_engine: EngineFactory) -
     assert gpu.message == (
         "3 replicas x 1 GPU, each on its own GPU: requested 3 GPUs, but this machine has 2"
     )
+    pairs = await engine.submit(_service(["sleep", "1"], replicas=2, gpus=2))
+    assert pairs.message.startswith("2 replicas x 2 GPUs, each on GPUs of its own: requested 4")
     cpu = await engine.submit(_service(["sleep", "1"], replicas=3))
     assert cpu.status is JobStatus.FAILED
     assert cpu.message == "requested 3 replicas on the cpu pool, but it has 2 slots"
