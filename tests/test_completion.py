@@ -142,6 +142,19 @@ def test_bash_completes_job_ids_and_domains_from_a_running_engine(
     assert served.cli("cancel", running).returncode == 0
 
 
+def test_a_job_id_typed_whole_is_offered_however_old(tmp_path: Path, served: Served) -> None:
+    # Only the newest 300 were offered: an older id typed whole was left out, and the one
+    # newer id extending it was completed in its place (`cancel 53<Tab>` became 530).
+    served.start("--simulate", "1xA100-80GB")
+    old = served.cli("submit", "--name", "old", "--", "true").stdout.strip()
+    batch = tmp_path / "jobs.txt"
+    batch.write_text("true\n" * 320)
+    assert served.cli("submit", "--file", str(batch)).returncode == 0
+    lines = served.cli("__complete", "jobs", old).stdout.splitlines()
+    assert lines and lines[0].split("\t")[0] == old, lines[:3]
+    assert served.cli("__complete", "jobs", "0" + old).stdout == ""  # (not the same text)
+
+
 def test_complete_without_an_engine_is_quick_and_quiet(tmp_path: Path) -> None:
     env = dict(os.environ, GPULAYER_HOME=str(tmp_path / "nothing"))
     for what in (["jobs"], ["jobs", "1"], ["domains"], ["bogus"], []):
