@@ -253,6 +253,27 @@ def test_a_reservation_holds_while_the_last_sample_still_lists_an_ended_jobs_mem
     assert gone.account.unregistered == 5 * GIB
 
 
+def test_why_tells_each_job_of_the_reservation_that_concerns_it() -> None:
+    # The pass's first reservation was shown for every job: a cpu job was told of GPUs
+    # kept for another, and its own reason said otherwise.
+    box = Box(gpus=2)
+    box.run(gpus=2)
+    gpu_job = box.run(gpus=1)
+    box.run(gpus=0), box.run(gpus=0)
+    exclusive = box.run(gpus=0, exclusive=True)
+    cpu_job = box.run(gpus=0)
+    assert [status(a) for a in (gpu_job, exclusive, cpu_job)] == ["queued"] * 3
+
+    def reserved(act: ActiveJob) -> tuple[Any, Any]:
+        said = box.queue.explain(act.job.id)["reservation"]
+        assert isinstance(said, dict), said
+        return said["job"], said["domains"]
+
+    assert reserved(gpu_job) == (gpu_job.job.id, ["gpu0"])
+    assert reserved(exclusive) == (exclusive.job.id, ["cpu"])
+    assert reserved(cpu_job) == (exclusive.job.id, ["cpu"])
+
+
 def test_a_reservation_never_waits_on_a_foreign_process() -> None:
     # gpu1 is taken by memory the engine does not own: it is not reserved (it may never
     # free up), so jobs that fit elsewhere keep running.

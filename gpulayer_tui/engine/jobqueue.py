@@ -126,7 +126,8 @@ class JobQueue:
         self._clock = clock
         self._waiting_of: dict[int, int] = {}  # waiting job -> its user
         self._waiting_count: dict[int, int] = {}  # user -> waiting jobs
-        self.reservation: Reservation | None = None  # (the last pass's)
+        self.reservation: Reservation | None = None  # (the last pass's first)
+        self.reservations: list[Reservation] = []  # (the last pass's: GPUs, the cpu pool)
         # Stops a preemptible job for a better one (wired by the engine to its runner).
         self.preempt: Callable[[ActiveJob, ActiveJob], None] | None = None
         # (a victim, why): the job it was stopped for no longer needs it
@@ -591,7 +592,7 @@ class JobQueue:
             "reservation": None,
             "preempting": sorted(self._preempting.get(job_id, ())),
         }
-        reserved = self.reservation
+        reserved = self._reservation_of(act)
         if reserved is not None:
             out["reservation"] = {
                 "job": reserved.job_id,
@@ -600,6 +601,22 @@ class JobQueue:
                 "when": reserved.when(now),
             }
         return out
+
+    def _reservation_of(self, act: ActiveJob) -> Reservation | None:
+        """The reservation that concerns ``act``: its own, else one over domains it could
+        run on (the pass's first was shown for every job, a cpu job told of GPUs kept for
+        another, and its own reason contradicted)."""
+        for made in self.reservations:
+            if made.job_id == act.job.id:
+                return made
+        request = act.request
+        if request is None:
+            return None
+        if request.gpus:
+            could = {d.name for d in self._scheduler.candidates(request)}
+        else:
+            could = {CPU_DOMAIN}
+        return next((r for r in self.reservations if r.domains & could), None)
 
     def users_view(self) -> list[dict[str, object]]:
         """Every user with recent use, running or waiting jobs: fair-share usage (the
@@ -725,6 +742,7 @@ class JobQueue:
                 progress = True
                 break  # resources changed: look at the heads again, best first
         self.reservation = reserved[0] if reserved else None
+        self.reservations = reserved
         if self.settings.preempt_after is not None:
             # The best job that cannot start; one before it held back by its own user's
             # limit first (it waited for ever while that user's sweeps ran).
