@@ -236,3 +236,39 @@ def test_serve_without_notify_socket_sends_nothing(served: Served) -> None:
     served.start("--simulate", "1xA100-80GB")
     wait_for(lambda: served.cli("gpus").returncode == 0)
     assert "serving" in served.stop()
+
+
+def test_empty_folders_and_hosts_are_refused(tmp_path: Path) -> None:
+    # --unit-dir "$UNSET" wrote into the default folder; web --host "$UNSET" listened on
+    # every interface and printed "http://:PORT/".
+    empty = run("install-service", "--unit-dir", "", tmp_path=tmp_path)
+    assert empty.returncode == 2 and "--unit-dir: needs a folder (it was empty)" in empty.stderr
+    assert not (tmp_path / "xdg").exists()
+    host = run("web", "--host", " ", tmp_path=tmp_path)
+    assert host.returncode == 2 and "--host: needs an address (it was empty)" in host.stderr
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    into = run("install-service", "--unit-dir", str(a_file), tmp_path=tmp_path)
+    assert into.returncode == 1 and f"{a_file} is not a directory" in into.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("completion", "bash"), ("doctor",), ("install-service", "--print"), ("install-service",)],
+)
+def test_a_closed_stdout_is_no_error(tmp_path: Path, args: tuple[str, ...]) -> None:
+    # `| head -0`, `| :`: a traceback (BrokenPipeError), and install-service said it could
+    # not write the unit it had written.
+    read, write = os.pipe()
+    os.close(read)  # (the reader is gone before anything is written)
+    environ = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "xdg"), GPULAYER_HOME=str(tmp_path))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpulayer_tui", *args],
+            env=environ, stdout=write, stderr=subprocess.PIPE, text=True, timeout=60, cwd=REPO,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    if args == ("install-service",):
+        assert (tmp_path / "xdg" / "systemd" / "user" / "gpulayer-tui.service").exists()

@@ -61,6 +61,18 @@ def job_ids_arg(text: str) -> list[int]:
     return ids
 
 
+def _not_empty(what: str) -> Callable[[str], str]:
+    """An argument that must not be empty (``--host "$UNSET"`` listened on every
+    interface; ``--unit-dir "$UNSET"`` wrote into the default folder)."""
+
+    def check(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"needs {what} (it was empty)")
+        return text
+
+    return check
+
+
 def positive_number(text: str) -> float:
     """A number greater than 0 (seconds to wait)."""
     from .. import fields as wire
@@ -516,6 +528,7 @@ def _install_service_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--unit-dir",
             metavar="DIR",
+            type=_not_empty("a folder"),
             help="write it into DIR (default: $XDG_CONFIG_HOME/systemd/user, or "
             "/etc/systemd/system with --system)",
         ),
@@ -527,6 +540,7 @@ def _web_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host",
         default="127.0.0.1",
+        type=_not_empty("an address"),
         help="address to listen on (default 127.0.0.1: reach it through an SSH tunnel)",
     )
     p.add_argument(

@@ -188,6 +188,13 @@ def run_install_service(args: argparse.Namespace, paths: Paths) -> int:
             _write(target, text)
             print(f"{'replaced' if existing is not None else 'wrote'} {shown}")
     except OSError as err:
+        if isinstance(err, BrokenPipeError):
+            raise  # (stdout closed: the unit was written; main() says nothing of it)
+        if isinstance(err, FileExistsError) or (
+            os.path.exists(os.path.dirname(target)) and not os.path.isdir(os.path.dirname(target))
+        ):
+            _error(f"cannot write {target}: {printable(directory)} is not a directory")
+            return EXIT_FAILED
         if not isinstance(err, PermissionError) and err.errno != errno.EROFS:
             _error(f"cannot write {target}: {err.strerror or err}")
             return EXIT_FAILED

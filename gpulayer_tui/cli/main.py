@@ -33,6 +33,22 @@ class _ParserOnDemand:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpulayer-tui`` command."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # Its reader went away (`| head`, `| :`): nothing more to say, and no traceback
+        # (`completion`, `doctor` and `install-service --print` ended in one).
+        import os
+        import sys
+
+        try:  # (and no "Exception ignored" from the flush at exit)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
     import sys
 
     words = list(sys.argv[1:] if argv is None else argv)
