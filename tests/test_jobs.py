@@ -441,6 +441,8 @@ async def test_invalid_specs_change_nothing(make_engine: EngineFactory) -> None:
         ({"shell": "true"}, "command", "command: give exactly one of 'command'"),
         ({"replicas": 2}, "replicas", "replicas: only services have this"),
         ({"requeue": False}, "requeue", "requeue: only a preemptible job is requeued"),
+        # ("mem_gb: cpus, mem_gb: only cluster jobs have these": named twice, and the other)
+        ({"mem_gb": 3}, "mem_gb", "mem_gb: only cluster jobs have this (set cluster)"),
         # Linux passes no string this long to a program: it could only fail at launch.
         ({"env": {"A": "x" * 200_000}}, "env", "env[A]: 200002 bytes; Linux passes no"),
         # (a long name is cut in the message: a 1 MB name was echoed whole)

@@ -246,7 +246,7 @@ class JobSpec(BaseModel):
             raise fail("preemptible", "services are never preempted (record 004)")
         if self.cluster is None and (self.cpus is not None or self.mem_gb is not None):
             field = "cpus" if self.cpus is not None else "mem_gb"
-            raise fail(field, "cpus, mem_gb: only cluster jobs have these (set cluster)")
+            raise fail(field, "only cluster jobs have this (set cluster)")
         if self.cluster is not None and (self.is_service or self.preemptible or self.domain):
             raise fail(
                 "cluster",
