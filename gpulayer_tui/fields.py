@@ -350,7 +350,7 @@ def parse_job_id(text: str, field: str = "job") -> int:
     """A job id typed by a person."""
     digits = text.strip()
     if not (digits.isascii() and digits.isdigit()):  # (int() takes "1_0" and "٣")
-        raise FieldError(field, f"a job id is a number, got {text!r}")
+        raise FieldError(field, f"a job id is a number of 1 or more, got {text!r}")
     shown = too_long(digits)
     if shown is not None:
         raise FieldError(field, f"a job id is at most {MAX_INT}, got {shown}")

@@ -368,6 +368,7 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         # (inf and 1e300 ended `cancel --timeout` in an OverflowError)
         (["cancel", "1", "--timeout", "inf"], "must be at most 1000000000"),
         (["wait", "1", "--timeout", "1e300"], "must be at most 1000000000"),
+        (["wait", "1", "--timeout", "nan"], "must be a number of seconds, got nan"),
         (["submit", "--", "   "], "command: the program name (first word) is empty"),
         # (checked as seconds: "about 31 years", and past the engine's own limit)
         (["submit", "--mem-gb", "2000000", "--", "true"], "at most 1000000 GB, got 2000000"),
@@ -459,7 +460,7 @@ def test_small_cli_mistakes_are_told_not_ignored(engine: Served, tmp_path: Path)
     for typed, told in (("3,,4", "missing between the commas"), ("3,3", "job 3 is named twice")):
         out = engine.cli("submit", "--after", typed, "--", "true")
         assert out.returncode == 2 and told in out.stderr, out.stderr  # (read as 3,4 and 3)
-    for typed in ("1_0", "\u0663", "1e1"):  # int() read "1_0" as 10 and "٣" as 3
+    for typed in ("1_0", "\u0663", "1e1", "-1"):  # int() read "1_0" as 10 and "٣" as 3
         out = engine.cli("status", typed)
         assert out.returncode == 2 and "a job id is a number" in out.stderr, typed
     out = engine.cli("submit", "--cwd=", "--", "true")

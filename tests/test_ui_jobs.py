@@ -350,7 +350,7 @@ async def test_inline_validation_and_engine_errors_submit_nothing(ui_app: Any) -
         assert field_error(form, "vram") == "must be greater than 0, got -1"
         await clear(pilot, form, "vram")
         await fill(pilot, form, "after", "1, x")
-        assert field_error(form, "after") == "a job id is a number, got 'x'"
+        assert field_error(form, "after") == "a job id is a number of 1 or more, got 'x'"
         await clear(pilot, form, "after")
         await fill(pilot, form, "gpus", "0")
         await fill(pilot, form, "vram", "8")

@@ -57,7 +57,7 @@ def job_ids_arg(text: str) -> list[int]:
     except wire.FieldError as err:
         raise argparse.ArgumentTypeError(err.detail) from None
     if not ids:
-        raise argparse.ArgumentTypeError(f"a job id is a number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"a job id is a number of 1 or more, got {text!r}")
     return ids
 
 
@@ -81,6 +81,8 @@ def positive_number(text: str) -> float:
         value = wire.parse_number("value", text)
     except wire.FieldError as err:
         raise argparse.ArgumentTypeError(err.detail) from None
+    if value != value:  # (nan: "must be greater than 0, got nan" read as a range)
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text}")
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
     if not value <= 10**9:  # (inf and 1e300 ended `cancel --timeout` in an OverflowError)

@@ -47,7 +47,7 @@ def _job_id(text: str) -> int:
 def _job_ids(text: str) -> list[int]:
     ids = fields.parse_job_ids(text, "job")
     if not ids:
-        raise fields.FieldError("job", f"a job id is a number, got {text!r}")
+        raise fields.FieldError("job", f"a job id is a number of 1 or more, got {text!r}")
     return ids
 
 
