@@ -382,6 +382,7 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         "arabic-indic",
         "cancel-inf",
         "wait-huge",
+        "wait-nan",
         "blank-program",
         "mem-gb",
     ],
