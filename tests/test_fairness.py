@@ -425,6 +425,12 @@ def test_a_uid_with_no_name_has_a_table_by_its_number() -> None:
     )
     with pytest.raises(ConfigError, match=r"no user named 'nosuchuser' on this machine \(a uid"):
         parse_config_text("[users.nosuchuser]\nmax_gpus = 1\n")
+    with pytest.raises(ConfigError, match=r"users.99999999999: not a uid \(at most 4294967294\)"):
+        parse_config_text("[users.99999999999]\nmax_gpus = 1\n")
+    # One user under its name and its number: the last won, and a swap said no change.
+    me = user_label(ME)
+    with pytest.raises(ConfigError, match=rf"users.{ME} and users.{me} are the same user"):
+        parse_config_text(f"[users.{ME}]\nmax_gpus = 5\n[users.{me}]\nmax_gpus = 1\n")
 
 
 def test_the_declared_vram_limit_counts_running_jobs() -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from gpulayer_tui.cli.format import format_gpus
 from gpulayer_tui.engine.config import load_config
-from gpulayer_tui.engine.models import JobStatus, ReplicaState, TerminationReason
+from gpulayer_tui.engine.models import DomainState, JobStatus, ReplicaState, TerminationReason
 from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.engine.simulate import SimLedger
 
@@ -942,6 +942,90 @@ async def test_a_two_replica_service_keeps_running_when_a_domain_of_it_is_remove
     assert (on["a"].started_at or 0) < due and on["a"].domains == ["a"]
     assert job.status is JobStatus.RUNNING and on["b"].state is ReplicaState.UP
     await engine.cancel(service.id)
+
+
+async def test_a_name_given_to_another_gpu_leaves_the_old_gpus_jobs_counted_there(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # a (GPU 0, job 1 running) renamed onto GPU 1 in one edit: GPU 0's job was counted
+    # nowhere, and a domain for GPU 0 in the next edit started a job on top of it.
+    paths.state_dir.mkdir(parents=True)
+    unmanaged = BASE + "auto_domains = false\n"
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    first = await engine.submit({"command": ["sleep", "600"], "domain": "a"})
+    assert first.gpus == [0]
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 1\n")
+    said = await engine.config_reload.reload()
+    assert said["applied"] is True
+    assert "GPU 0: no domain now (a is another GPU's)" in said["changes"], said
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 1\n[domains.c]\ngpu = 0\n")
+    assert (await engine.config_reload.reload())["applied"] is True
+    c = engine.scheduler.domains["c"]
+    assert set(c.holdings) == {first.id}
+    second = await engine.submit({"command": ["sleep", "600"], "domain": "c"})
+    assert second.status is JobStatus.QUEUED, second.message  # (GPU 0 is job 1's)
+    assert (await engine.get(first.id)).domains == ["c"]
+    await engine.cancel(second.id)
+    await engine.cancel(first.id)
+
+
+async def test_a_waiting_jobs_pin_keeps_its_gpu_when_a_removed_domains_name_is_reused(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # b (GPU 1, job 1 running) removed; a (GPU 0) renamed b; then c for GPU 1: the new b's
+    # waiting job was moved to c, GPU 1, as the old b's running one was.
+    paths.state_dir.mkdir(parents=True)
+    unmanaged = BASE + "auto_domains = false\n"
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    on_b = await engine.submit({"command": ["sleep", "600"], "domain": "b"})
+    on_a = await engine.submit({"command": ["sleep", "600"], "domain": "a"})
+    waiting = await engine.submit({"command": ["sleep", "600"], "domain": "a"})
+    assert waiting.status is JobStatus.QUEUED
+    for text in (
+        "[domains.a]\ngpu = 0\n",
+        "[domains.b]\ngpu = 0\n",
+        "[domains.b]\ngpu = 0\n[domains.c]\ngpu = 1\n",
+    ):
+        paths.config_file.write_text(unmanaged + text)
+        assert (await engine.config_reload.reload())["applied"] is True
+    assert (await engine.get(waiting.id)).spec["domain"] == "b"
+    assert (await engine.get(on_a.id)).spec["domain"] == "b"
+    assert (await engine.get(on_b.id)).spec["domain"] == "c"  # (it runs on GPU 1)
+    await engine.cancel(on_a.id)
+    await eventually(
+        lambda: engine.book.get(waiting.id).job.status is JobStatus.RUNNING,  # type: ignore[union-attr]
+        timeout=20,
+    )
+    assert engine.book.get(waiting.id).job.gpus == [0]  # type: ignore[union-attr]
+    await engine.cancel(waiting.id)
+    await engine.cancel(on_b.id)
+
+
+async def test_a_drain_and_a_failure_count_follow_the_gpu_out_of_the_config_and_back(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # Taken out of the config with nothing running and put back (under any name), a drained
+    # or quarantined GPU was in service again, and a rename reset its count of jobs that
+    # failed with a device error.
+    paths.state_dir.mkdir(parents=True)
+    unmanaged = BASE + "auto_domains = false\n"
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await engine.domain_ops.drain("a", "fan")
+    engine.scheduler.domains["b"].launch_failures = 2
+    paths.config_file.write_text(unmanaged)
+    assert (await engine.config_reload.reload())["applied"] is True
+    paths.config_file.write_text(unmanaged + "[domains.c]\ngpu = 0\n[domains.d]\ngpu = 1\n")
+    assert (await engine.config_reload.reload())["applied"] is True
+    c, d = engine.scheduler.domains["c"], engine.scheduler.domains["d"]
+    assert c.state is DomainState.DRAINING and "fan" in c.state_reason
+    assert d.launch_failures == 2
+    job = await engine.submit({"command": ["true"], "domain": "c"})
+    assert job.status is JobStatus.QUEUED and "draining" in job.message
+    await engine.domain_ops.release("c")
+    assert (await engine.wait(job.id, timeout=20)).status is JobStatus.COMPLETED
 
 
 async def test_a_service_pinned_to_a_removed_domain_waits_after_an_engine_restart_too(

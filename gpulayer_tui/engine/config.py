@@ -513,14 +513,25 @@ def parse_config(data: dict[str, Any], source: str = "config") -> Config:
                 f"{source}: clusters.{name}: a cluster name is a letter then up to 31 "
                 "letters, digits, '-' or '_'"
             )
+    tables: dict[int, str] = {}
     for name in config.users:
         if name == "default":
             continue
-        if uid_of_table(name) is None:
+        uid = uid_of_table(name)
+        if uid is None:
+            if name.isascii() and name.isdigit():
+                raise ConfigError(f"{source}: users.{name}: not a uid (at most {MAX_UID})")
             raise ConfigError(
                 f"{source}: users.{name}: no user named {name!r} on this machine (a uid "
                 "with no name is written as its number: [users.1234])"
             )
+        if uid in tables:
+            # (both were taken, the last one winning, and swapping them said no change)
+            raise ConfigError(
+                f"{source}: users.{tables[uid]} and users.{name} are the same user "
+                f"(uid {uid}): give its limits in one table"
+            )
+        tables[uid] = name
     for group in config.security.allowed_groups:
         if isinstance(group, str):
             try:
@@ -539,7 +550,13 @@ def uid_of_table(name: str) -> int | None:
     try:
         return pwd.getpwnam(name).pw_uid
     except KeyError:
-        return int(name) if name.isascii() and name.isdigit() and len(name) <= 10 else None
+        if name.isascii() and name.isdigit() and int(name) <= MAX_UID:
+            return int(name)
+        return None
+
+
+MAX_UID = 2**32 - 2
+"""The largest uid Linux gives (2**32 - 1 is "no uid")."""
 
 
 def load_config(path: Path) -> Config:

@@ -310,6 +310,7 @@ class Domain:
         self.state, self.state_reason = previous.state, previous.state_reason
         self.drain_reason = previous.drain_reason
         self.health, self.failures = previous.health, previous.failures
+        self.launch_failures = previous.launch_failures  # (a rename reset the count)
         self.released_at = previous.released_at
         self.last_error = previous.last_error
 

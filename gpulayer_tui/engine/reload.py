@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..fields import printable
 from .config import Config, ConfigError, DomainPlan, load_config, plan_domains
-from .domain import Domain
+from .domain import Domain, DomainHealth, DomainState
 from .errors import SpecError
 from .jobbook import JobBook
 from .models import EventKind, JobKind, JobStatus
@@ -76,7 +76,7 @@ def rebuild_domains(
         The new domains, the ``(old, new)`` pairs of renamed GPUs, and the changes in words.
     """
     retired = {} if retired is None else retired
-    by_gpu: dict[int | None, Domain] = {g: d for g, d in retired.items() if d.holdings}
+    by_gpu: dict[int | None, Domain] = {g: d for g, d in retired.items()}
     by_gpu.update({d.gpu_index: d for d in current.values()})
     fresh: list[Domain] = []
     moved: list[tuple[Domain, Domain]] = []
@@ -100,14 +100,36 @@ def rebuild_domains(
         fresh.append(dom)
     kept = {p.gpu_index for p in plans}
     names = {p.name for p in plans}
+    reused = {id(d) for d in fresh}
     for name, dom in current.items():
-        if name not in names and dom.gpu_index not in kept:
-            changes.append(f"domain {name} removed")
-            if dom.holdings and dom.gpu_index is not None:
-                retired[dom.gpu_index] = dom  # (its jobs run on: the GPU is not free)
-    for gpu in [gpu for gpu, dom in retired.items() if gpu in kept or not dom.holdings]:
+        # (By the domain, not its name: a name given to another GPU in the same edit left
+        # its old GPU's running jobs unaccounted, and a later domain there was handed out
+        # on top of them.)
+        if id(dom) not in reused and dom.gpu_index not in kept:
+            changes.append(
+                f"domain {name} removed"
+                if name not in names
+                else f"GPU {dom.gpu_index}: no domain now ({name} is another GPU's)"
+            )
+            if _still_matters(dom) and dom.gpu_index is not None:
+                # Its jobs run on (the GPU is not free), or it was drained, quarantined
+                # or unhealthy: a domain for the GPU in a later edit takes that over (a
+                # quarantine was lifted by taking the domain out and back in).
+                retired[dom.gpu_index] = dom
+    for gpu in [gpu for gpu, dom in retired.items() if gpu in kept or not _still_matters(dom)]:
         del retired[gpu]  # (taken over by a new domain, or nothing runs there any more)
     return fresh, moved, changes
+
+
+def _still_matters(dom: Domain) -> bool:
+    """Whether a domain the config no longer has is kept for its GPU (see
+    :func:`rebuild_domains`): jobs run there, or its state or health is not the default."""
+    return bool(
+        dom.holdings
+        or dom.state is not DomainState.IN_SERVICE
+        or dom.health is not DomainHealth.HEALTHY
+        or dom.launch_failures
+    )
 
 
 HOST_CHECK_S = 10.0
@@ -309,10 +331,17 @@ class ConfigReloader:
         )
         for previous, dom in moved:
             self._rehome(previous, dom)
+        live = {id(d) for d in self._scheduler.domains.values()}
         self._scheduler.replace_domains(fresh)
         # Pins follow the GPU, as the running jobs and the GPU's state do: also where the
-        # old name now names another GPU (a shift a->b, b->c, or a swap).
-        self._follow_pins({old.name: new.name for old, new in moved})
+        # old name now names another GPU (a shift a->b, b->c, or a swap). A domain removed
+        # by an earlier edit whose GPU a new one takes over moves only the pins of the
+        # jobs running there: its name may mean another GPU by now (a waiting job pinned
+        # to it was moved to the other GPU).
+        self._follow_pins({gone.name: dom.name for gone, dom in moved if id(gone) in live})
+        for gone, dom in moved:
+            if id(gone) not in live:
+                self._follow_pins({gone.name: dom.name}, only=set(dom.holdings))
         for dom in self._scheduler.gpu_domains:  # (names by GPU, for the next engine)
             if dom.gpu_uuid is not None:
                 self._store.save_domain_state(
@@ -325,7 +354,7 @@ class ConfigReloader:
             self._domains_changed()
         return changes + domain_changes
 
-    def _follow_pins(self, renamed: dict[str, str]) -> None:
+    def _follow_pins(self, renamed: dict[str, str], only: set[int] | None = None) -> None:
         """Jobs pinned to a domain the edit renamed (the same GPU, a new name) are pinned to
         the new name, as running jobs and the GPU's drain or quarantine follow it; stored
         as an edit with a ``job.edited`` entry. (Waiting ones failed "can no longer run":
@@ -335,6 +364,8 @@ class ConfigReloader:
             return
         for act in list(self._book):
             if act.spec is None or act.job.status.is_terminal:
+                continue
+            if only is not None and act.job.id not in only:
                 continue
             pins = act.spec.pinned_domains
             if not set(pins) & renamed.keys():
