@@ -742,3 +742,19 @@ def test_status_of_a_job_waiting_again_says_so_instead_of_an_empty_runtime() -> 
     # An ended service says how many replicas it ran ("replicas    -").
     job.update(status="completed", ended_at=160.0, spec={**job["spec"], "replicas": 2})
     assert "  replicas    2  restart always" in format_job(job, [], 200.0)  # type: ignore[arg-type]
+
+
+def test_logs_of_a_job_that_has_not_started_says_so(engine: Served) -> None:
+    # It printed nothing and exited 0, as for a job that wrote nothing.
+    blocker = _submit(engine, "--gpus", "1", "--", "sleep", "60")
+    waiting = _submit(engine, "--gpus", "1", "--", "true")
+    out = engine.cli("logs", waiting)
+    assert out.returncode == 0 and out.stdout == ""
+    assert (
+        out.stderr
+        == f"gpulayer-tui: job {waiting} has not started yet: no output (logs -f waits for it)\n"
+    )
+    quiet = _submit(engine, "--", "true")
+    assert engine.cli("wait", quiet).returncode == 0
+    assert engine.cli("logs", quiet).stderr == ""
+    engine.cli("cancel", blocker)

@@ -581,6 +581,9 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             if safe is not None:
                 out.write(safe.text(b"", final=True))
                 out.flush()
+            if not written and headers.get("x-job-status") in ("pending", "queued"):
+                # (it printed nothing at all: a job with no output yet read the same)
+                _error(f"job {args.job} has not started yet: no output (logs -f waits for it)")
             return EXIT_OK
         except StreamIdle:
             if not args.follow:
