@@ -758,3 +758,18 @@ def test_logs_of_a_job_that_has_not_started_says_so(engine: Served) -> None:
     assert engine.cli("wait", quiet).returncode == 0
     assert engine.cli("logs", quiet).stderr == ""
     engine.cli("cancel", blocker)
+
+
+def test_an_edit_that_changes_nothing_says_so_and_records_nothing(engine: Served) -> None:
+    # Each one printed the job as an edit did and added "edited: nothing changed".
+    blocker = _submit(engine, "--gpus", "1", "--", "sleep", "60")
+    waiting = _submit(engine, "--gpus", "1", "--", "true")
+    for change in (["--no-timeout"], ["--no-deps"], ["--priority", "0"]):
+        out = engine.cli("edit", waiting, *change)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == f"job {waiting}: nothing to change (it has what was asked)\n", change
+    assert "edited" not in engine.cli("status", waiting).stdout
+    real = engine.cli("edit", waiting, "--priority", "2")
+    assert real.returncode == 0 and "nothing to change" not in real.stdout
+    assert "edited: priority 0 -> 2" in engine.cli("status", waiting).stdout
+    engine.cli("cancel", blocker)

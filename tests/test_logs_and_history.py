@@ -406,6 +406,29 @@ def test_clean_from_the_cli(served: Served) -> None:
     assert said.stdout.strip() == "removed 1 finished job(s) and 1 file(s)"
 
 
+@pytest.mark.parametrize("follow", [False, True])
+def test_a_log_cleaned_while_it_is_read_is_said_not_cut_short(served: Served, follow: bool) -> None:
+    # `logs -f` got an error answer written into its stream (a traceback: "invalid literal
+    # for int() with base 16: b'HTTP/1.1 404 Not Found'"); `logs` stopped part-way, exit 0.
+    served.start("--simulate", "1xA100-80GB")
+    job = served.cli(
+        "submit", "--", sys.executable, "-c",
+        "import sys\nfor i in range(400000): sys.stdout.write('%07d\\n' % i)",
+    ).stdout.strip()  # fmt: skip
+    assert served.cli("wait", job).returncode == 0
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui", "logs", *(["-f"] if follow else []), job],
+        env=served.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert reader.stdout is not None and reader.stdout.read(1024)  # (under way; then stalled)
+    assert served.cli("clean", "--keep", "0").returncode == 0
+    out, err = reader.communicate(timeout=60)
+    assert 1024 + len(out) < 3_200_000  # (cut short by the clean)
+    assert b"Traceback" not in err, err
+    assert reader.returncode != 0
+    assert f"no job {job} (no longer in the history: cleaned)".encode() in err, err
+
+
 def test_a_log_replaced_by_a_link_or_a_fifo_or_removed_is_said_not_read(
     served: Served, tmp_path: Path
 ) -> None:

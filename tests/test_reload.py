@@ -1003,6 +1003,26 @@ async def test_a_waiting_jobs_pin_keeps_its_gpu_when_a_removed_domains_name_is_r
     await engine.cancel(on_b.id)
 
 
+async def test_a_domain_put_back_under_its_own_name_is_no_rename(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # "GPU 1: domain b -> b", and every job pinned to b got an edit "renamed (b -> b)".
+    paths.state_dir.mkdir(parents=True)
+    unmanaged = BASE + "auto_domains = false\n"
+    both = unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n"
+    paths.config_file.write_text(both)
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    job = await engine.submit({"command": ["sleep", "600"], "domain": "b"})
+    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n")
+    assert (await engine.config_reload.reload())["applied"] is True
+    paths.config_file.write_text(both)
+    said = await engine.config_reload.reload()
+    assert said["changes"] == ["domain b back (GPU 1)"], said
+    assert not [e for e in await engine.events_of(job.id) if e["kind"] == "job.edited"]
+    assert set(engine.scheduler.domains["b"].holdings) == {job.id}
+    await engine.cancel(job.id)
+
+
 async def test_a_drain_and_a_failure_count_follow_the_gpu_out_of_the_config_and_back(
     make_engine: EngineFactory, paths: Paths
 ) -> None:

@@ -564,6 +564,7 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     # Not following, the engine has the client's timeout between chunks (with none, a
     # frozen engine held `logs` for ever).
     idle = min(FOLLOW_IDLE_S, client.timeout or FOLLOW_IDLE_S) if args.follow else client.timeout
+    stalled = 0  # plain `logs`: streams in a row cut off with nothing received
     while True:
         path = f"/jobs/{args.job}/logs?" + "&".join([*query, f"offset={written}"])
         headers: dict[str, str] = {}
@@ -601,6 +602,17 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             # (With no engine at all it was said before this loop, by the first request:
             # one gone now, even between two requests, is a restart to wait out.)
             if not args.follow:
+                # Cut off by an engine that still answers: a reader that paused past its
+                # stall limit (`logs N | less`), a log cleaned or removed meanwhile. Asked
+                # again from where it got to, it goes on, or is told why (it stopped
+                # there: "closed the stream mid-way", exit 4, or 0 with part of a log).
+                stalled = stalled + 1 if not got else 0
+                if stalled < 2:
+                    try:
+                        client.health()
+                        continue
+                    except (EngineNotRunning, EngineLost):
+                        pass
                 raise
             if not asked_again:
                 # An engine that still answers cut the stream off: the reader is no longer
@@ -991,13 +1003,17 @@ def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             "edit needs at least one of --priority --gpus --vram-gb --timeout --name "
             "--project --no-timeout --no-vram --no-project --after --after-any --no-deps"
         )
-    job = client.request("PATCH", f"/jobs/{quote(args.job)}", changes)["job"]
+    answer = client.request("PATCH", f"/jobs/{quote(args.job)}", changes)
+    job = answer["job"]
     if args.json:
         _print_json(job)
     else:
         from ..fields import printable
 
-        print(printable(f"job {job['id']} {job['status']}: {job['message']}"))
+        if answer.get("changed") is False:
+            print(f"job {job['id']}: nothing to change (it has what was asked)")
+        else:
+            print(printable(f"job {job['id']} {job['status']}: {job['message']}"))
     return EXIT_OK
 
 

@@ -755,8 +755,10 @@ async def job_edit(request: web.Request) -> web.Response:
     changes = await _read_json(request)
     if not isinstance(changes, dict) or not changes:
         raise SpecError("expected a JSON object of the fields to change")
+    before = dict(job.spec)
     edited = await engine.edit(job_id, changes)
-    return web.json_response({"job": _job(edited)})
+    # ("changed": false for an edit that asks for what the job has: nothing was recorded)
+    return web.json_response({"job": _job(edited), "changed": edited.spec != before})
 
 
 async def job_why(request: web.Request) -> web.Response:
@@ -932,6 +934,12 @@ async def logs(request: web.Request) -> web.StreamResponse:
         except ConnectionError:
             # The reader left (Ctrl-C on `logs -f`, a TUI that moved on): an ordinary end.
             log.debug("a log reader of job %s left", job_id)
+        except (UnknownJob, JobNotActive) as err:
+            # Cleaned from the history while read: the answer has begun, so no error
+            # answer can follow (one written into the stream broke the reader's HTTP).
+            # Cut off, the reader asks again and is told.
+            log.info("job %s: stopped sending its log: %s", job_id, printable(str(err)))
+            _cut_off(request)
         if allowed.lost:
             _cut_off(request)
     return response
@@ -967,6 +975,10 @@ async def _send_log(
             offset = piece.end
             await _write(request, response, piece.data)
             continue
+        if offset and not await asyncio.to_thread(os.path.lexists, path):
+            # (removed under the reader, by `clean` or by hand: read as its end, `logs`
+            # had part of it and exited 0, and `logs -f` stopped with no word)
+            raise LogUnreadable(f"{path.name} is missing (removed from jobs/)")
         if last or not follow or not (await engine.get(job_id)).status.is_active:
             if last or not follow:
                 break

@@ -415,7 +415,7 @@ class BatchRunner:
         timer.cancel()
         del self._checkpoints[job.id]
         job.stop_reason, job.stop_message, job.kill_at = None, "", None
-        self._book.note(act, f"preemption called off: {why}; running on")
+        self._book.note(act, f"preemption called off: {why}; it goes on running")
 
     def _signal_stop(self, job_id: int, grace: float) -> None:
         act = self._book.get(job_id)

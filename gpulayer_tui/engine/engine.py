@@ -563,14 +563,14 @@ class Engine:
         verdict = self.queue.verdict(trial)
         if verdict.possible is False:
             raise SpecError(f"the edit would make it unable to ever run: {verdict.message}")
-        said = (
-            ", ".join(
-                f"{key} {_edit_value(key, old.get(key))} -> {_edit_value(key, value)}"
-                for key, value in changes.items()
-                if old.get(key) != value
-            )
-            or "nothing changed"
+        said = ", ".join(
+            f"{key} {_edit_value(key, old.get(key))} -> {_edit_value(key, value)}"
+            for key, value in changes.items()
+            if old.get(key) != value
         )
+        if spec.model_dump(mode="json", exclude_none=True) == old:
+            return act.job  # (asked for what it has: no "edited: nothing changed" entry)
+        said = said or "nothing changed"
         # (All before the next await: the queue's next pass, which may start it, is
         # committed after the edit.)
         self.queue.edit(act, spec, request, deps)  # (out under the old key, in under the new)

@@ -94,7 +94,11 @@ def rebuild_domains(
         if previous is not None:
             dom.take_over(previous)
             moved.append((previous, dom))
-            changes.append(f"GPU {plan.gpu_index}: domain {previous.name} -> {plan.name}")
+            changes.append(
+                f"GPU {plan.gpu_index}: domain {previous.name} -> {plan.name}"
+                if previous.name != plan.name
+                else f"domain {plan.name} back (GPU {plan.gpu_index})"  # (it was "gpu1 -> gpu1")
+            )
         else:
             changes.append(f"new domain {plan.name}")
         fresh.append(dom)
@@ -338,6 +342,7 @@ class ConfigReloader:
         # by an earlier edit whose GPU a new one takes over moves only the pins of the
         # jobs running there: its name may mean another GPU by now (a waiting job pinned
         # to it was moved to the other GPU).
+        moved = [(gone, dom) for gone, dom in moved if gone.name != dom.name]  # (pins stand)
         self._follow_pins({gone.name: dom.name for gone, dom in moved if id(gone) in live})
         for gone, dom in moved:
             if id(gone) not in live:
