@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import termios
+import time
 from pathlib import Path
 from typing import Any
 
@@ -773,3 +774,36 @@ def test_an_edit_that_changes_nothing_says_so_and_records_nothing(engine: Served
     assert real.returncode == 0 and "nothing to change" not in real.stdout
     assert "edited: priority 0 -> 2" in engine.cli("status", waiting).stdout
     engine.cli("cancel", blocker)
+
+
+def test_quiet_followers_are_not_refused_by_their_own_old_streams(served: Served) -> None:
+    # After a quiet spell each `logs -f` asks again, and the stream it left still counted
+    # for a moment: followers of a quiet job were refused ("64 streams open") with few open.
+    served.home.mkdir(parents=True)
+    (served.home / "config.toml").write_text("[limits]\nstreams_per_user = 2\n")
+    served.start("--simulate", "1xA100-80GB")
+    quiet = served.cli("submit", "--", "sleep", "600").stdout.strip()
+    env = {**served.env, "GPULAYER_TIMEOUT": "1"}  # (asked again after 1 s of quiet)
+    followers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "gpulayer_tui", "logs", "-f", quiet],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        began = time.monotonic()
+        wait_for(
+            lambda: time.monotonic() - began > 5 or any(f.poll() is not None for f in followers)
+        )
+        assert [f.poll() for f in followers] == [None, None], [
+            f.stderr.read() if f.stderr else "" for f in followers if f.poll() is not None
+        ]
+    finally:
+        for f in followers:
+            f.kill()
+            f.communicate()
+        served.cli("cancel", quiet)

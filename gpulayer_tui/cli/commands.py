@@ -565,6 +565,8 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     # frozen engine held `logs` for ever).
     idle = min(FOLLOW_IDLE_S, client.timeout or FOLLOW_IDLE_S) if args.follow else client.timeout
     stalled = 0  # plain `logs`: streams in a row cut off with nothing received
+    resumed = False  # asking again after a quiet spell: its old stream may still count
+    refused = 0
     while True:
         path = f"/jobs/{args.job}/logs?" + "&".join([*query, f"offset={written}"])
         headers: dict[str, str] = {}
@@ -579,6 +581,7 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
                 start = int(headers.get("x-log-offset", asked))
                 written = start + max(0, got - int(headers.get("x-log-note", 0)))
                 asked_again = False
+                refused = 0
             if safe is not None:
                 out.write(safe.text(b"", final=True))
                 out.flush()
@@ -595,9 +598,19 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
                 ) from None
             try:
                 client.health()  # a quiet job: go on
+                resumed = True
                 continue
             except (EngineLost, EngineNotRunning):  # frozen, or stopping: as below
                 pass
+        except ApiError as err:
+            # Asked again after a quiet spell, the stream it left may still be counted
+            # against [limits] streams_per_user for a moment (the engine sees it gone at
+            # its next look, within a second): many quiet followers were refused at once.
+            if not (resumed and err.status == 429 and refused < 10):
+                raise
+            refused += 1
+            time.sleep(0.3)
+            continue
         except (EngineLost, EngineNotRunning):
             # (With no engine at all it was said before this loop, by the first request:
             # one gone now, even between two requests, is a restart to wait out.)
