@@ -234,6 +234,9 @@ async def test_a_fast_writer_and_a_burst_at_the_end_stay_near_the_limit(
     notes = [e for e in await engine.events_of(flood.id) if e["kind"] == "job.log"]
     assert len(notes) == 1, len(notes)
     assert "cut back " in done.message and " bytes dropped in all" in done.message
+    # (what was kept is said as of the cut: the log grows after it)
+    assert done.message.endswith(" kept at the last cut"), done.message
+    assert text.split("\n", 1)[0].rstrip().endswith(" kept at this cut]")
 
 
 def _can_collapse(folder: Path) -> bool:

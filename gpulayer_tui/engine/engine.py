@@ -1046,12 +1046,14 @@ class Engine:
         # (The limit the job was started with: a reload since changes the next jobs'.)
         limit = self.config.logs.max_bytes if limit is None else limit
         message = f"{which} passed [logs] max_bytes ({limit} bytes): "
+        # ("the last N kept" read as what the log holds: it grows after a cut)
+        at_cut = f"{kept} kept at the last cut"
         if total <= dropped:
-            message += f"the first {dropped} bytes were dropped, the last {kept} kept"
+            message += f"the first {dropped} bytes were dropped, {at_cut}"
         elif total == seen:  # (every cut seen here: their count is known)
-            message += f"cut back {cuts} times, {total} bytes dropped in all, the last {kept} kept"
+            message += f"cut back {cuts} times, {total} bytes dropped in all, {at_cut}"
         else:
-            message += f"cut back again, {total} bytes dropped in all, the last {kept} kept"
+            message += f"cut back again, {total} bytes dropped in all, {at_cut}"
         now = time.monotonic()
         if cuts == 1 or now - noted_at >= LOG_NOTE_EVERY_S:
             # Recorded at most once a minute: a runaway writer is cut back many times a

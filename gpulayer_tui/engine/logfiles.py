@@ -142,7 +142,7 @@ def cut_note(max_log: int, dropped_output: int, kept: int) -> bytes:
     output the kept part starts (its offsets stay true across cuts)."""
     return (
         f"[gpulayer-tui: this log passed {max_log} bytes ([logs] max_bytes); its first "
-        f"{dropped_output} bytes of output were dropped, the last {kept} follow]\n"
+        f"{dropped_output} bytes of output were dropped, {kept} kept at this cut]\n"
     ).encode()
 
 
