@@ -77,8 +77,11 @@ def test_a_symlink_at_the_log_is_refused_and_its_target_untouched(
         assert refused.value.errno == 40  # ELOOP: O_NOFOLLOW, or the fresh check
     files = _ready(logs, logdir, [])
     spares = list(files.spare)
-    with pytest.raises(OSError, match="not a regular file"):
+    with pytest.raises(OSError, match=r"not a regular file \(a symbolic link\)"):
         files.open(str(logdir / "True.log"), fresh=True)
+    os.mkfifo(logdir / "fifo.log")  # (said "(a symlink?)" of a FIFO)
+    with pytest.raises(OSError, match=r"not a regular file \(a FIFO\)"):
+        files.open(str(logdir / "fifo.log"), fresh=True)
     assert files.spare == spares  # the spare that could not be named is kept
     assert bait.read_text() == "precious\n"
     assert os.path.islink(logdir / "True.log")

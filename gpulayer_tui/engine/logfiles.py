@@ -55,7 +55,16 @@ def _set_aside(path: str, say: Callable[[str], None]) -> None:
     if stat.S_ISDIR(mode):
         raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
     if not stat.S_ISREG(mode):
-        raise OSError(errno.ELOOP, "not a regular file (a symlink?)", path)
+        what = (
+            "a symbolic link"
+            if stat.S_ISLNK(mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "a device"
+        )
+        raise OSError(errno.ELOOP, f"not a regular file ({what})", path)
     os.replace(path, f"{path}.old-{int(time.time())}")
     say(f"{path} was there before its first start: kept aside as .old-*")
 
