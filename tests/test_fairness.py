@@ -890,20 +890,21 @@ async def test_a_priority_above_the_users_max_priority_is_refused(
     await engine.cancel(blocker.id)
 
 
-def _preempting_config(lead: float = 10) -> Any:
+def _preempting_config(lead: float = 10, grace: float | None = None) -> Any:
     return make_config(
-        scheduling={"preempt_after": 0, "checkpoint_signal": "SIGUSR1", "checkpoint_grace": lead}
+        engine={} if grace is None else {"grace_period": grace},
+        scheduling={"preempt_after": 0, "checkpoint_signal": "SIGUSR1", "checkpoint_grace": lead},
     )
 
 
 async def _being_preempted(
-    make_engine: EngineFactory, tmp_path: Any, lead: float = 10
+    make_engine: EngineFactory, tmp_path: Any, lead: float = 10, grace: float | None = None
 ) -> tuple[Any, Any, Any]:
     """An engine whose preemptible job got its checkpoint signal for an urgent one, with
     ``lead`` s of checkpoint lead before its SIGTERM: (engine, victim, urgent)."""
     from .conftest import eventually
 
-    config = _preempting_config(lead)
+    config = _preempting_config(lead, grace)
     engine = await make_engine("1xA100-80GB", config=config)
     log, script = tmp_path / "victim.log", tmp_path / "victim.py"
     script.write_text(PREEMPTIBLE)
@@ -924,19 +925,8 @@ async def test_a_preemption_whose_sigterm_fell_while_no_engine_ran_still_sends_i
     # (a job that saves on SIGTERM lost its save).
     from .conftest import eventually
 
-    config = make_config(
-        engine={"grace_period": 2.0},
-        scheduling={"preempt_after": 0, "checkpoint_signal": "SIGUSR1", "checkpoint_grace": 1},
-    )
-    engine = await make_engine("1xA100-80GB", config=config)
-    log, script = tmp_path / "victim.log", tmp_path / "victim.py"
-    script.write_text(PREEMPTIBLE)
-    victim = await engine.submit(
-        {"command": ["python3", str(script), str(log)], "gpus": 1, "preemptible": True}
-    )
-    await eventually(lambda: log.exists() and "start" in log.read_text(), timeout=10)
-    urgent = await engine.submit({"command": ["sleep", "30"], "gpus": 1, "priority": 5})
-    await eventually(lambda: "checkpoint" in log.read_text(), timeout=10)
+    engine, victim, urgent = await _being_preempted(make_engine, tmp_path, lead=1, grace=2.0)
+    config, log = _preempting_config(1, 2.0), tmp_path / "victim.log"
     kill_at = engine.book.get(victim.id).job.kill_at or 0.0
     await engine.stop()
     await eventually(lambda: time.time() > kill_at + 0.5, timeout=10, interval=0.1)

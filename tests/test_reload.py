@@ -18,6 +18,7 @@ import pytest
 
 from gpulayer_tui.cli.format import format_gpus
 from gpulayer_tui.engine.config import load_config
+from gpulayer_tui.engine.engine import Engine
 from gpulayer_tui.engine.models import DomainState, JobStatus, ReplicaState, TerminationReason
 from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.engine.simulate import SimLedger
@@ -25,6 +26,21 @@ from gpulayer_tui.engine.simulate import SimLedger
 from .conftest import EngineFactory, Served, eventually, make_config, wait_for
 
 BASE = "[engine]\nsample_interval = 0.2\ngrace_period = 2.0\n"
+
+
+UNMANAGED = BASE + "auto_domains = false\n"
+"""A config that names its domains (none made for GPUs it leaves out)."""
+
+
+async def _unmanaged(
+    make_engine: EngineFactory,
+    paths: Paths,
+    domains: str = "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n",
+) -> Engine:
+    """An engine on two simulated GPUs whose config names their domains (a and b)."""
+    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    paths.config_file.write_text(UNMANAGED + domains)
+    return await make_engine("2xA100-80GB", config=load_config(paths.config_file))
 
 
 def _config_events(paths: Paths) -> list[dict[str, object]]:
@@ -909,10 +925,8 @@ async def test_a_two_replica_service_keeps_running_when_a_domain_of_it_is_remove
 ) -> None:
     # Any replica's exit after one of its domains was removed placed the whole service
     # again, which no longer fit: it failed over capacity, its healthy replica stopped.
-    paths.state_dir.mkdir(parents=True)
-    unmanaged = BASE + "auto_domains = false\n"
-    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
-    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    unmanaged = UNMANAGED
+    engine = await _unmanaged(make_engine, paths)
     service = await engine.submit(
         {"kind": "service", "command": ["sleep", "600"], "gpus": 1, "replicas": 2,
          "port": False}
@@ -949,10 +963,8 @@ async def test_a_name_given_to_another_gpu_leaves_the_old_gpus_jobs_counted_ther
 ) -> None:
     # a (GPU 0, job 1 running) renamed onto GPU 1 in one edit: GPU 0's job was counted
     # nowhere, and a domain for GPU 0 in the next edit started a job on top of it.
-    paths.state_dir.mkdir(parents=True)
-    unmanaged = BASE + "auto_domains = false\n"
-    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
-    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    unmanaged = UNMANAGED
+    engine = await _unmanaged(make_engine, paths)
     first = await engine.submit({"command": ["sleep", "600"], "domain": "a"})
     assert first.gpus == [0]
     paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 1\n")
@@ -975,10 +987,8 @@ async def test_a_waiting_jobs_pin_keeps_its_gpu_when_a_removed_domains_name_is_r
 ) -> None:
     # b (GPU 1, job 1 running) removed; a (GPU 0) renamed b; then c for GPU 1: the new b's
     # waiting job was moved to c, GPU 1, as the old b's running one was.
-    paths.state_dir.mkdir(parents=True)
-    unmanaged = BASE + "auto_domains = false\n"
-    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
-    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    unmanaged = UNMANAGED
+    engine = await _unmanaged(make_engine, paths)
     on_b = await engine.submit({"command": ["sleep", "600"], "domain": "b"})
     on_a = await engine.submit({"command": ["sleep", "600"], "domain": "a"})
     waiting = await engine.submit({"command": ["sleep", "600"], "domain": "a"})
@@ -1029,10 +1039,8 @@ async def test_a_drain_and_a_failure_count_follow_the_gpu_out_of_the_config_and_
     # Taken out of the config with nothing running and put back (under any name), a drained
     # or quarantined GPU was in service again, and a rename reset its count of jobs that
     # failed with a device error.
-    paths.state_dir.mkdir(parents=True)
-    unmanaged = BASE + "auto_domains = false\n"
-    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
-    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    unmanaged = UNMANAGED
+    engine = await _unmanaged(make_engine, paths)
     await engine.domain_ops.drain("a", "fan")
     engine.scheduler.domains["b"].launch_failures = 2
     paths.config_file.write_text(unmanaged)
@@ -1054,10 +1062,8 @@ async def test_a_service_pinned_to_a_removed_domain_waits_after_an_engine_restar
     # A live engine kept its exited replica waiting; a restarted one could not resolve
     # its pin, took that as "fits elsewhere", placed it again and failed it for good
     # ("can no longer run after a configuration change").
-    paths.state_dir.mkdir(parents=True)
-    unmanaged = BASE + "auto_domains = false\n"
-    paths.config_file.write_text(unmanaged + "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n")
-    first = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    unmanaged = UNMANAGED
+    first = await _unmanaged(make_engine, paths)
     service = await first.submit(
         {"kind": "service", "command": ["sleep", "600"], "gpus": 1, "domain": "b",
          "port": False}
