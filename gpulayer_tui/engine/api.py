@@ -975,7 +975,7 @@ async def _send_log(
             offset = piece.end
             await _write(request, response, piece.data)
             continue
-        if offset and not await asyncio.to_thread(os.path.lexists, path):
+        if first.size is not None and not await asyncio.to_thread(os.path.lexists, path):
             # (removed under the reader, by `clean` or by hand: read as its end, `logs`
             # had part of it and exited 0, and `logs -f` stopped with no word)
             raise LogUnreadable(f"{path.name} is missing (removed from jobs/)")
