@@ -271,7 +271,7 @@ def why_lines(data: dict[str, Any]) -> list[str]:
             by_table.setdefault(table, []).append(f"{key} {limits[key]:g}")
     set_ = "; ".join(f"{', '.join(keys)} ({table})" for table, keys in by_table.items())
     lines.append(
-        f"  limits      {set_ or 'none (' + str(limits.get('from')) + ')'}; running "
+        f"  limits      {set_ or 'none'}; running "
         f"{plural(limits.get('running_gpus', 0), 'GPU')}, "
         f"{limits.get('running_vram_gb', 0):g} GiB "
         f"declared; {plural(limits.get('waiting', 0), 'job')} waiting"

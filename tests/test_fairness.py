@@ -395,6 +395,9 @@ def test_each_limit_is_credited_to_the_table_that_sets_it() -> None:
     assert "  waits for   job 4\n" in text and text.endswith("  preempting  job 3")
     text = "\n".join(why_lines({**one, "waiting_for_jobs": [1, 2]}))
     assert "  waits for   jobs 1, 2\n" in text
+    # No limit set anywhere: "none", not "none ([users.default])" of a table not there.
+    unset = {"from": "[users.default]", "tables": {}, "running_gpus": 0}
+    assert "  limits      none; running 0 GPUs" in "\n".join(why_lines({**one, "limits": unset}))
 
 
 def test_a_reservation_far_off_says_its_day_and_how_far() -> None:
