@@ -405,7 +405,9 @@ class Client:
 
     def wait(self, job_id: int | str, timeout: float | None = None) -> dict[str, Any]:
         """Block until the job ends (or ``timeout``); returns ``{"job", "timed_out"}``."""
-        query = "" if timeout is None else "?" + _urlencode({"timeout": timeout})
+        # (as fixed-point seconds: a few microseconds left went out as "8.78e-05", which
+        # the engine refuses as no number, and `cancel` of a job it had cancelled exited 2)
+        query = "" if timeout is None else "?" + _urlencode({"timeout": f"{max(0.0, timeout):.3f}"})
         sock_timeout = None if timeout is None else timeout + (self.timeout or 30.0)
         return dict(self.request("GET", f"/jobs/{quote(job_id)}/wait{query}", timeout=sock_timeout))
 

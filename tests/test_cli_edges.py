@@ -370,6 +370,8 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         (["cancel", "1", "--timeout", "inf"], "must be at most 1000000000"),
         (["wait", "1", "--timeout", "1e300"], "must be at most 1000000000"),
         (["wait", "1", "--timeout", "nan"], "must be a number of seconds, got nan"),
+        # ("must be at most 3.1536e+08 s, got 3.1536e+08")
+        (["submit", "--timeout", "315360001", "--", "true"], "at most 315360000 s, got 315360001"),
         (["submit", "--", "   "], "command: the program name (first word) is empty"),
         # (checked as seconds: "about 31 years", and past the engine's own limit)
         (["submit", "--mem-gb", "2000000", "--", "true"], "at most 1000000 GB, got 2000000"),
@@ -384,6 +386,7 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         "cancel-inf",
         "wait-huge",
         "wait-nan",
+        "timeout-past-ceiling",
         "blank-program",
         "mem-gb",
     ],
@@ -807,3 +810,13 @@ def test_quiet_followers_are_not_refused_by_their_own_old_streams(served: Served
             f.kill()
             f.communicate()
         served.cli("cancel", quiet)
+
+
+def test_a_wait_with_microseconds_left_is_a_timeout_not_a_refusal(engine: Served) -> None:
+    # What was left went out as "8.78e-05", refused as no number: `cancel` of a job it had
+    # cancelled exited 2, and `wait` 2 instead of 5.
+    job = _submit(engine, "--", "sleep", "60")
+    out = engine.cli("wait", job, "--timeout", "0.00009")
+    assert out.returncode == 5, out.stderr
+    out = engine.cli("cancel", job, "--timeout", "0.00009")
+    assert "must be a number" not in out.stderr and out.returncode in (0, 5), out.stderr
