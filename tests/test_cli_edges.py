@@ -761,6 +761,15 @@ def test_logs_of_a_job_that_has_not_started_says_so(engine: Served) -> None:
     quiet = _submit(engine, "--", "true")
     assert engine.cli("wait", quiet).returncode == 0
     assert engine.cli("logs", quiet).stderr == ""
+    # Ended without ever starting: said, exit 1 (`logs -f` said it "waits for it").
+    engine.cli("cancel", waiting)
+    for follow in ([], ["-f"]):
+        out = engine.cli("logs", *follow, waiting)
+        assert out.returncode == 1 and out.stdout == "", out
+        assert out.stderr.startswith(
+            f"gpulayer-tui: job {waiting} ended without starting (cancelled"
+        )
+        assert out.stderr.endswith("): no output\n")
     engine.cli("cancel", blocker)
 
 

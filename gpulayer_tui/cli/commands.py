@@ -585,9 +585,9 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             if safe is not None:
                 out.write(safe.text(b"", final=True))
                 out.flush()
-            if not written and headers.get("x-job-status") in ("pending", "queued"):
+            if not written:
                 # (it printed nothing at all: a job with no output yet read the same)
-                _error(f"job {args.job} has not started yet: no output (logs -f waits for it)")
+                return _no_output(client, args)
             return EXIT_OK
         except StreamIdle:
             if not args.follow:
@@ -641,6 +641,27 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         # it stopped, once an engine answers again.
         _error(f"lost the engine; reconnecting to follow job {args.job} from byte {written}")
         _wait_for_engine(client)
+
+
+def _no_output(client: Client, args: argparse.Namespace) -> int:
+    """``logs`` got nothing: say why when the job has not run (yet)."""
+    job = client.job(args.job)["job"]
+    if job.get("kind") == "adopted":
+        _error(f"job {args.job} is an adopted process: its output goes where it was started")
+        return EXIT_OK
+    if job.get("started_at") is not None:
+        return EXIT_OK  # (it ran and wrote nothing)
+    if job["status"] in ("pending", "queued"):
+        if not args.follow:
+            _error(f"job {args.job} has not started yet: no output (logs -f waits for it)")
+        return EXIT_OK
+    from ..fields import printable
+
+    _error(
+        printable(f"job {args.job} ended without starting ({job['status']}: {job['message']}):")
+        + " no output"
+    )
+    return EXIT_FAILED
 
 
 def _shown_as_text(client: Client, args: argparse.Namespace) -> bool:
