@@ -332,6 +332,11 @@ def test_placement_of_a_job_that_declares_vram_takes_the_smallest_gpu_that_has_i
     assert [d.name for d in small] == ["gpu1"]  # type: ignore[union-attr]
     scheduler.hold(1, need_10, list(small))  # type: ignore[arg-type]
     assert [d.name for d in scheduler.place(need_40)] == ["gpu0"]  # type: ignore[union-attr]
+    # Also where the smaller one is shared and already in use (slots: it went to the A100).
+    scheduler.domains["gpu1"].slots = 2
+    scheduler.domains["gpu1"]._count_slots()
+    also = scheduler.place(need_10)
+    assert [d.name for d in also] == ["gpu1"]  # type: ignore[union-attr]
     # One that declares nothing may need anything: the emptiest (most free) GPU.
     scheduler.release(1, list(small))  # type: ignore[arg-type]
     unknown = Request(gpus=1, vram_bytes=None, pins=(), exclusive=False)

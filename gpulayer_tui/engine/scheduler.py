@@ -408,15 +408,16 @@ class Scheduler:
             else:
                 blocked.append((dom, why))
         if len(fitting) >= req.gpus:
-            # Least loaded first; for a job that says what memory it needs, the smallest
-            # GPU that has it (on a mixed box a 10 GiB job took the free A100 beside a
-            # free L4, and the 40 GiB job after it waited); then most free memory, then
-            # index: spreads work and keeps the emptiest GPUs for whoever needs a whole
-            # one. (A job that declares nothing may need any amount: not made smaller.)
+            # For a job that says what memory it needs, the smallest GPU that has it first
+            # (on a mixed box a 10 GiB job took the free A100 beside a free L4, and the
+            # 40 GiB job after it waited; also where the L4 shares slots); then the least
+            # loaded, then most free memory, then index: spreads work and keeps the
+            # emptiest GPUs for whoever needs a whole one. (A job that declares nothing
+            # may need any amount: not made smaller.)
             fitting.sort(
                 key=lambda d: (
-                    d.used_slots,
                     (d.account.total if d.account else 0) if req.vram_bytes else 0,
+                    d.used_slots,
                     -(d.account.free if d.account else 0),
                     d.gpu_index if d.gpu_index is not None else 0,
                 )
