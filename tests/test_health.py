@@ -28,6 +28,25 @@ async def _status(engine: object, job_id: int) -> JobStatus:
     return (await engine.get(job_id)).status  # type: ignore[attr-defined]
 
 
+async def test_a_jobs_quarantine_warning_goes_when_its_drain_comes_back(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # Drained, then quarantined, then released back to its drain: the warning stayed
+    # (only a release to service cleared it).
+    engine = await make_engine(probe=NvmlProbe())
+    job = await engine.submit({"command": ["sleep", "600"], "domain": "gpu1"})
+    await engine.domain_ops.drain("gpu1", "fan")
+    fake_nvml.devices[1].lost = True
+    await engine.sampler.sample_once()
+    assert "warning: domain gpu1 quarantined" in (await engine.get(job.id)).message
+    fake_nvml.devices[1].lost = False
+    await engine.sampler.sample_once()
+    released = await engine.domain_ops.release("gpu1")
+    assert released["state"] == "draining"
+    assert (await engine.get(job.id)).message == "running on gpu1"
+    await engine.cancel(job.id)
+
+
 async def test_lost_gpu_quarantines_only_its_domain(
     make_engine: EngineFactory, fake_nvml: FakeNvml
 ) -> None:

@@ -155,15 +155,19 @@ class DomainOps:
                     continue  # placed again by its runner (a quarantine listener)
                 warning = f"running on {', '.join(act.job.domains)}; warning: domain "
                 self._book.set_reason(act, f"{warning}{dom.name} quarantined: {dom.state_reason}")
-        elif dom.state is DomainState.IN_SERVICE:
-            # Released: the warning above is past (it stayed, after restarts too).
+        else:
+            # Released (to service, or back to the drain it was under): the warning above
+            # is past (it stayed, after restarts too; and under the name the domain had
+            # when it was given, after a rename).
             for job_id in sorted(dom.holdings):
                 act = self._book.get(job_id)
                 if act is None or act.job.status is not JobStatus.RUNNING:
                     continue
-                running = f"running on {', '.join(act.job.domains)}"
-                if act.job.message.startswith(f"{running}; warning: domain {dom.name} "):
-                    self._book.set_reason(act, running)
+                if any(d.state is DomainState.QUARANTINED for d in act.holds):
+                    continue  # (another of its GPUs still is)
+                message = act.job.message
+                if message.startswith("running on ") and "; warning: domain " in message:
+                    self._book.set_reason(act, f"running on {', '.join(act.job.domains)}")
         self._queue.schedule_soon()
 
     def job_ended_on(self, job: Job, domains: list[Domain]) -> None:
