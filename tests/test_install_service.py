@@ -272,3 +272,24 @@ def test_a_closed_stdout_is_no_error(tmp_path: Path, args: tuple[str, ...]) -> N
     assert done.returncode == 0 and done.stderr == "", done.stderr
     if args == ("install-service",):
         assert (tmp_path / "xdg" / "systemd" / "user" / "gpulayer-tui.service").exists()
+
+
+@pytest.mark.parametrize(
+    "args", [("completion", "bash"), ("doctor",), ("install-service", "--print")]
+)
+def test_a_full_or_closed_stdout_is_said_without_a_traceback(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    environ = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "xdg"), GPULAYER_HOME=str(tmp_path))
+    command = [sys.executable, "-m", "gpulayer_tui", *args]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            command, env=environ, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60
+        )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.endswith("gpulayer-tui: cannot write the output: No space left on device\n")
+    closed = subprocess.run(  # (`>&-`: no stdout at all)
+        command, env=environ, stdout=None, stderr=subprocess.PIPE, text=True, timeout=60,
+        preexec_fn=lambda: os.close(1),
+    )  # fmt: skip
+    assert "Traceback" not in closed.stderr, closed.stderr

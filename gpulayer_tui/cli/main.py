@@ -33,19 +33,39 @@ class _ParserOnDemand:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``gpulayer-tui`` command."""
+    import os
+    import sys
+
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:  # (started with it closed, `>&-`: as /dev/null)
+            setattr(sys, name, open(os.devnull, "w"))
     try:
         return _main(argv)
     except BrokenPipeError:
         # Its reader went away (`| head`, `| :`): nothing more to say, and no traceback
         # (`completion`, `doctor` and `install-service --print` ended in one).
-        import os
-        import sys
-
-        try:  # (and no "Exception ignored" from the flush at exit)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except OSError:
-            pass
+        _quiet_stdout()
         return 0
+    except OSError as err:
+        import errno
+
+        if err.filename is not None or err.errno not in (errno.ENOSPC, errno.EIO, errno.EBADF):
+            raise
+        # Its output could not be written (`> /dev/full`, a full disk): said, no traceback.
+        _quiet_stdout()
+        sys.stderr.write(f"gpulayer-tui: cannot write the output: {err.strerror}\n")
+        return 1
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null (no "Exception ignored" from its flush at exit)."""
+    import os
+    import sys
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _main(argv: Sequence[str] | None) -> int:
