@@ -547,6 +547,8 @@ async def test_a_job_of_another_engine_is_not_adopted(
     engine = await make_engine()
     task = {**os.environ, "GPULAYER_TASK": f"{tmp_path}/other-state/7"}
     other = start(spawn, "sleep", "600", env=task)
+    info = engine.process_info(other.pid)  # (the TUI's adopt-by-pid offered it)
+    assert info is not None and "is a job of another gpulayer-tui engine" in info.get("refused", "")
     job = await adopt(engine, other.pid)
     assert job.status is JobStatus.FAILED
     assert f"is a job of another gpulayer-tui engine (state dir {tmp_path}/other-state)" in (

@@ -321,9 +321,13 @@ class Adopter:
         return None
 
     def never_adopted(self, pid: int, snapshot: ProcessSnapshot) -> str | None:
-        """Why no one may adopt ``pid`` whatever they ask (a job's already, this engine,
-        the init process...), or ``None``."""
-        return self._never_adoptable(pid, snapshot)
+        """Why no one may adopt ``pid`` whatever they ask (a job's already, another
+        engine's, this engine, the init process...), or ``None`` (reads /proc)."""
+        never = self._never_adoptable(pid, snapshot)
+        if never is None:
+            other = self._other_engines(pid)
+            never = other[1] if other is not None else None
+        return never
 
     def never_touched(self, pid: int, snapshot: ProcessSnapshot) -> str | None:
         """Why no one may signal ``pid`` through gpulayer-tui, or ``None``."""
