@@ -425,6 +425,12 @@ class GpulayerApp(App[str]):
         """Show one job's detail (from any area)."""
         self.push_screen(JobDetailScreen(job_id))
 
+    async def action_quit(self) -> None:
+        """Textual's own quit (ctrl+q, the command palette's "Quit"): asks as ``q`` does
+        (it quit at once, and an embedded engine went with it, jobs queued and other
+        windows attached)."""
+        await self.action_quit_app()
+
     async def action_quit_app(self) -> None:
         """Quit; with an embedded engine that has work in flight, ask what to do first."""
         if self._quitting:

@@ -308,6 +308,13 @@ async def test_quit_with_running_job_can_stop_it(embedded_app: AppFactory, sleep
         job = await app.backend.submit({"command": ["sleep", "600"]})
         adopted = await app.backend.adopt({"pid": sleeper})
         await until(pilot, lambda: app.job_store.active_count() == 2)
+        await pilot.press("ctrl+q")  # (Textual's own quit key went without asking)
+        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await pilot.press("ctrl+q")  # (and inside the dialog too)
+        await pilot.pause()
+        assert app.is_running and isinstance(app.screen, QuitScreen)
+        await pilot.press("escape")  # stay
+        await until(pilot, lambda: not isinstance(app.screen, QuitScreen))
         await pilot.press("q")
         await until(pilot, lambda: isinstance(app.screen, QuitScreen))
         await pilot.press("escape")  # stay
