@@ -110,7 +110,12 @@ def test_a_control_character_in_a_path_is_refused(tmp_path: Path) -> None:
 
 def test_a_different_unit_is_replaced_only_with_force(tmp_path: Path) -> None:
     target = tmp_path / "xdg" / "systemd" / "user" / "gpulayer-tui.service"
-    assert run("install-service", tmp_path=tmp_path).returncode == 0
+    first = run("install-service", tmp_path=tmp_path)
+    assert first.returncode == 0 and "systemd reads units from" not in first.stdout
+    elsewhere = run("install-service", "--unit-dir", str(tmp_path / "mine"), tmp_path=tmp_path)
+    assert f"note: systemd reads units from {target.parent}, not from {tmp_path / 'mine'}" in (
+        elsewhere.stdout
+    )  # (the steps named systemctl, which never reads that folder)
     again = run("install-service", tmp_path=tmp_path)
     assert again.returncode == 0 and "already this unit (unchanged)" in again.stdout
     target.write_text("[Service]\nExecStart=/usr/bin/mine\n")
@@ -246,6 +251,10 @@ def test_empty_folders_and_hosts_are_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "xdg").exists()
     host = run("web", "--host", " ", tmp_path=tmp_path)
     assert host.returncode == 2 and "--host: needs an address (it was empty)" in host.stderr
+    # An IPv6 address as a URL writes it: "cannot listen on [::1]:0: Name or service not known".
+    from gpulayer_tui.cli.grammar import build_parser
+
+    assert build_parser(only="web").parse_args(["web", "--host", "[::1]"]).host == "::1"
     a_file = tmp_path / "file"
     a_file.write_text("")
     into = run("install-service", "--unit-dir", str(a_file), tmp_path=tmp_path)

@@ -68,6 +68,8 @@ def _not_empty(what: str) -> Callable[[str], str]:
     def check(text: str) -> str:
         if not text.strip():
             raise argparse.ArgumentTypeError(f"needs {what} (it was empty)")
+        if what == "an address" and text.startswith("[") and text.endswith("]"):
+            return text[1:-1]  # ("[::1]", as in a URL: it could not be resolved)
         return text
 
     return check

@@ -207,6 +207,13 @@ def run_install_service(args: argparse.Namespace, paths: Paths) -> int:
             else f"no permission to write {where}"
         )
         return EXIT_FAILED
+    default = SYSTEM_UNIT_DIR if args.system else _user_unit_dir()
+    if os.path.realpath(os.path.dirname(target)) != os.path.realpath(default):
+        # (the steps below name systemctl, which never reads this folder)
+        print(
+            f"note: systemd reads units from {printable(default)}, not from "
+            f"{printable(os.path.dirname(target))}: copy or link it there for the steps below"
+        )
     _print_next_steps(args.system, user, paths, environment)
     return EXIT_OK
 
