@@ -66,7 +66,7 @@ def test_named_domains_by_index_and_uuid() -> None:
         ),
         (
             {"domains": {"big": {"gpu": 5}}},
-            "domains.big: gpu 5 does not exist (visible GPUs: 0, 1)",
+            "domains.big: gpu 5 does not exist (the GPUs seen: GPU 0, GPU 1)",
         ),
         ({"domains": {"x": {"gpu": "GPU-nope"}}}, "domains.x: gpu 'GPU-nope' does not exist"),
         ({"domains": {"gpu1": {"gpu": 0}}}, "'gpu1' is also the automatic name of GPU 1"),

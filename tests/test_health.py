@@ -586,7 +586,7 @@ def test_doctor_without_an_engine_binds_the_config_to_the_gpus_and_knows_the_flo
     assert doctor.run_doctor(resolve_paths(), as_json=True) == 1
     checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)}
     assert checks["config"]["status"] == "fail"
-    assert "gpu 7 does not exist (visible GPUs: 0, 1)" in checks["config"]["detail"]
+    assert "gpu 7 does not exist (the GPUs seen: GPU 0, GPU 1)" in checks["config"]["detail"]
     # The floor is read even from a file whose domains are wrong.
     assert checks["disk space"]["status"] == "fail"
     assert "below [logs] min_free_mb = 1073741824, new jobs wait" in checks["disk space"]["detail"]

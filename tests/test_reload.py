@@ -1056,6 +1056,39 @@ async def test_a_drain_and_a_failure_count_follow_the_gpu_out_of_the_config_and_
     assert (await engine.wait(job.id, timeout=20)).status is JobStatus.COMPLETED
 
 
+async def test_a_named_domain_whose_gpu_did_not_come_up_is_left_out_not_refused(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # The engine refused to start at all ("domains.big: gpu 1 does not exist"): the jobs
+    # running there, their timeouts and dependents went unmanaged. (A GPU never seen
+    # here is still a typo, refused: test_serve_cli.)
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE + "[domains.big]\ngpu = 1\n")
+    first = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    running = await first.submit({"command": ["sleep", "600"], "domain": "big"})
+    waiting = await first.submit({"command": ["true"], "domain": "big"})
+    assert waiting.status is JobStatus.QUEUED
+    await first.stop()
+    second = await make_engine("1xA100-80GB", config=load_config(paths.config_file))
+    assert "big" not in second.scheduler.domains
+    assert (await second.get(running.id)).status is JobStatus.RUNNING
+    said = (await second.get(waiting.id)).message
+    assert said == "waiting for GPU 1 (big): not found by the driver", said
+    ready, why = second.domain_ops.readiness()
+    assert not ready and "domain big: GPU 1 is not found by the driver" in why
+    checks = {c["check"]: c for c in await second.domain_ops.doctor_checks()}
+    assert checks["domain big"]["status"] == "fail"
+    # An edit while it is still gone is not refused for it.
+    paths.config_file.write_text(BASE + "[domains.big]\ngpu = 1\n[cpu]\nslots = 3\n")
+    assert (await second.config_reload.reload())["applied"] is True
+    # ... but a GPU named anew that is not there is.
+    paths.config_file.write_text(BASE + "[domains.big]\ngpu = 1\n[domains.x]\ngpu = 7\n")
+    refused = await second.config_reload.reload()
+    assert refused["applied"] is False and "domains.x: gpu 7 does not exist" in refused["error"]
+    await second.cancel(running.id)
+    await second.cancel(waiting.id)
+
+
 async def test_a_service_pinned_to_a_removed_domain_waits_after_an_engine_restart_too(
     make_engine: EngineFactory, paths: Paths
 ) -> None:

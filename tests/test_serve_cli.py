@@ -310,7 +310,7 @@ def test_bad_simulate_spec_and_config_fail_clearly(served: Served) -> None:
         timeout=30,
     )
     assert bad.returncode == 2
-    assert "domains.big: gpu 7 does not exist (visible GPUs: 0, 1)" in bad.stderr
+    assert "domains.big: gpu 7 does not exist (the GPUs seen: GPU 0, GPU 1)" in bad.stderr
     assert "Traceback" not in bad.stderr
     # A refused name's escape sequences are shown escaped (they reached the terminal).
     hostile = '[engine]\nauto_domains = false\n[domains."x\\u001b]0;PWNED\\u0007"]\ngpu = 0\n'

@@ -605,13 +605,22 @@ class DomainPlan:
 
 
 def plan_domains(
-    config: Config, gpus: tuple[GpuReading, ...], cpu_count: int, source: str = "config"
+    config: Config,
+    gpus: tuple[GpuReading, ...],
+    cpu_count: int,
+    source: str = "config",
+    missing: dict[str, int | str] | None = None,
 ) -> list[DomainPlan]:
     """Bind the configured domains to the GPUs the probe sees.
 
     Rejects double ownership (the same GPU in two domains), GPUs that do not exist and
     name clashes with automatic ``gpu<N>`` domains. Returns GPU domains in index order,
     then the ``cpu`` pool.
+
+    Args:
+        missing: Given, a domain whose GPU does not exist is left out and put here (its
+            name: the GPU it names) instead of refusing the config: an engine starting
+            after a reboot that did not bring a GPU up (it refused to start at all).
 
     Raises:
         ConfigError: Naming the domain(s) at fault.
@@ -621,7 +630,9 @@ def plan_domains(
     owner: dict[int, str] = {}
     plans: list[DomainPlan] = []
     visible = (
-        "no GPUs are visible" if not gpus else f"visible GPUs: {', '.join(map(str, by_index))}"
+        "no GPUs are visible"
+        if not gpus
+        else f"the GPUs seen: {', '.join(f'GPU {i}' for i in by_index)}"  # ("visible GPUs: 0")
     )
     for name, dom in config.domains.items():
         gpu: GpuReading | None
@@ -632,6 +643,9 @@ def plan_domains(
             gpu = by_uuid.get(dom.gpu)
             shown = f"gpu {dom.gpu!r}"
         if gpu is None:
+            if missing is not None:
+                missing[name] = dom.gpu
+                continue
             raise ConfigError(f"{source}: domains.{name}: {shown} does not exist ({visible})")
         if gpu.index in owner:
             raise ConfigError(

@@ -388,7 +388,10 @@ class Engine:
             # been lowered while no engine ran: the launcher still had the old one).
             self.executor.send_max_log()
             first = await self.sampler.sample_once()
-            self._build_domains(first)
+            # (the GPU domains the last engine had: one named there whose GPU is gone now
+            # is a GPU that did not come up, not a typo)
+            named_before = {row[0] for row in await self.store.domain_states()}
+            self._build_domains(first, named_before)
             renamed = await self.domain_ops.restore_states()
             self._on_sample(first)
             stored = await self.store.max_job_id()
@@ -678,7 +681,7 @@ class Engine:
             new.write(made + "\n")
         return made
 
-    def _build_domains(self, sample: Sample) -> None:
+    def _build_domains(self, sample: Sample, known: set[str] | None = None) -> None:
         result = sample.result
         if result.status is ProbeStatus.ERROR:
             log.warning("GPUs could not be read at start: %s", result.message)
@@ -687,7 +690,27 @@ class Engine:
             self.no_gpu_notice = result.message
         # With capacity unknown (ERROR) the configured domains stay unverified rather than
         # refusing to run; over-capacity verdicts wait until the GPUs can be read.
-        plans = plan_domains(self.config, result.gpus, self.cpu_count, str(self.paths.config_file))
+        missing: dict[str, int | str] = {}
+        plans = plan_domains(
+            self.config, result.gpus, self.cpu_count, str(self.paths.config_file), missing
+        )
+        typos = [n for n in missing if n not in (known or set())]
+        if typos:  # (never seen here: refused, naming it, as before)
+            only = {n: d for n, d in self.config.domains.items() if n in typos}
+            plan_domains(
+                self.config.model_copy(update={"domains": only}),
+                result.gpus,
+                self.cpu_count,
+                str(self.paths.config_file),
+            )
+        for name, gpu in missing.items():
+            log.warning(
+                "domains.%s: GPU %s is not found by the driver: the domain is left out until "
+                "it is (jobs pinned to it wait)",
+                name,
+                gpu,
+            )
+        self.scheduler.configured_missing = missing
         self.scheduler.replace_domains(
             Domain(p.name, p.gpu_index, p.gpu_uuid, p.slots) for p in plans
         )

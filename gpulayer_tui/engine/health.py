@@ -302,6 +302,10 @@ class DomainOps:
             f"GPU {index} {_missing(jobs)}"
             for index, jobs in self._scheduler.missing_gpus().items()
         ]
+        problems += [
+            f"domain {name}: GPU {gpu} is not found by the driver"
+            for name, gpu in self._scheduler.configured_missing.items()
+        ]
         if self._scheduler.capacity.value == "unknown":
             problems.append(f"GPU capacity unknown: {self._scheduler.capacity_message}")
         if self._store.failure:
@@ -333,6 +337,15 @@ class DomainOps:
             checks.append({"check": f"domain {dom.name}", "status": status, "detail": detail})
         for index, jobs in self._scheduler.missing_gpus().items():
             checks.append({"check": f"GPU {index}", "status": "fail", "detail": _missing(jobs)})
+        for name, gpu in self._scheduler.configured_missing.items():
+            checks.append(
+                {
+                    "check": f"domain {name}",
+                    "status": "fail",
+                    "detail": f"GPU {gpu} is not found by the driver: left out until it is "
+                    "(jobs pinned to it wait)",
+                }
+            )
         stuck = []
         ready = self._queue.ready_requests()
         for job_id, request in ready:

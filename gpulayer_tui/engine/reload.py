@@ -24,6 +24,7 @@ from ..fields import printable
 from .config import Config, ConfigError, DomainPlan, load_config, plan_domains
 from .domain import Domain, DomainHealth, DomainState
 from .errors import SpecError
+from .gpus import GpuReading
 from .jobbook import JobBook
 from .models import EventKind, JobKind, JobStatus
 from .service_runtime import host_problem
@@ -270,7 +271,7 @@ class ConfigReloader:
             config = await _load_checked(self._paths.config_file, source)
             sample = self._sampler.latest
             gpus = sample.result.gpus if sample is not None else ()
-            plans = plan_domains(config, gpus, self._cpu_count, source)
+            plans = self._plan(config, gpus, source)
         except ConfigError as err:
             message = str(err)
             # (Escaped: a rejected name's escape sequences went to the journal raw.)
@@ -303,7 +304,7 @@ class ConfigReloader:
             config = await _load_checked(target, str(target))
             sample = self._sampler.latest
             gpus = sample.result.gpus if sample is not None else ()
-            plan_domains(config, gpus, self._cpu_count, str(target))
+            self._plan(config, gpus, str(target), keep=False)
         except ConfigError as err:
             said = str(err).replace("\n", "; ")
             return _check(
@@ -314,6 +315,29 @@ class ConfigReloader:
                 "config", "warn", f"{target} is valid but not applied yet (a reload is due)"
             )
         return _check("config", "ok", f"{target} is valid and applied")
+
+    def _plan(
+        self, config: Config, gpus: tuple[GpuReading, ...], source: str, keep: bool = True
+    ) -> list[DomainPlan]:
+        """:func:`plan_domains`, strict but for domains whose GPU was missing already at
+        start (an edit while it is still gone was refused: every edit, so nothing else
+        could be changed); ``keep``: remember which are still missing."""
+        missing: dict[str, int | str] = {}
+        plans = plan_domains(config, gpus, self._cpu_count, source, missing)
+        known = self._scheduler.configured_missing
+        new = [name for name, gpu in missing.items() if known.get(name) != gpu]
+        if new:
+            plan_domains(
+                config.model_copy(
+                    update={"domains": {n: d for n, d in config.domains.items() if n in new}}
+                ),
+                gpus,
+                self._cpu_count,
+                source,
+            )  # (raises, naming the first)
+        if keep:
+            self._scheduler.configured_missing = missing
+        return plans
 
     def _event(self, outcome: str, data: dict[str, Any]) -> None:
         event = self._bus.make(EventKind.CONFIG, None, {"outcome": outcome, **data})

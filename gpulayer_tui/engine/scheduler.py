@@ -83,6 +83,9 @@ class Scheduler:
         # domain they ran on, holding those jobs, so a later edit that gives the GPU a
         # domain again hands it their holdings (see reload.rebuild_domains).
         self.retired: dict[int, Domain] = {}
+        # Domains the config names whose GPU the driver did not list at start (name: the
+        # GPU it names): left out, jobs pinned to them wait for the GPU.
+        self.configured_missing: dict[str, int | str] = {}
         self._capacity = Capacity.UNKNOWN
         self._capacity_message = "no GPU sample yet"
         self._gpus_seen = 0  # GPUs in the last good sample (more than domains: some unused)
@@ -269,9 +272,13 @@ class Scheduler:
         itself) whose GPU the last sample did not list: a GPU gone from the driver, maybe
         for a while (a reboot that did not bring it up), not a domain the config
         removed."""
-        if not (name.startswith("gpu") and name[3:].isascii() and name[3:].isdigit()):
+        configured = self.configured_missing.get(name)
+        if isinstance(configured, int):
+            index = configured
+        elif not (name.startswith("gpu") and name[3:].isascii() and name[3:].isdigit()):
             return None
-        index = int(name[3:])
+        else:
+            index = int(name[3:])
         seen = self._gpu_indices
         return index if seen is not None and index not in seen and index < 1024 else None
 
