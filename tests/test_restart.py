@@ -354,6 +354,26 @@ async def test_an_engine_that_finds_the_launcher_stopping_a_job_for_its_timeout(
     assert done.exit_code == 128 + signal.SIGKILL
 
 
+async def test_a_stop_under_way_across_a_restart_sends_no_second_sigterm(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # The next engine signalled it again: to many servers and trainers a second SIGTERM
+    # is "quit now", cutting short the shutdown the grace period is for.
+    terms, ready = tmp_path / "terms", tmp_path / "ready"
+    script = f"trap 'echo term >> {terms}' TERM; touch {ready}; while :; do sleep 0.05; done"
+    config = make_config(engine={"grace_period": 3.0})
+    engine = await make_engine(config=config)
+    job = await engine.submit({"shell": script})
+    await eventually(ready.exists, timeout=10)
+    await engine.cancel(job.id)
+    await eventually(lambda: terms.exists() and terms.read_text() == "term\n", timeout=10)
+    await engine.stop()
+    again = await make_engine(config=config)
+    done = await again.wait(job.id, timeout=15)  # (its SIGKILL, at the deadline that stands)
+    assert done.status is JobStatus.CANCELLED
+    assert terms.read_text() == "term\n"
+
+
 async def test_a_timeout_whose_sigkill_the_launcher_sent_is_not_said_late(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

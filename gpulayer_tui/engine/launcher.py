@@ -963,13 +963,18 @@ class Spawner:
         task = self.tasks.get(key)
         if task is None or task.pidfd < 0:
             return
-        if task.kill_at is None:
-            task.kill_at = time.time() + max(0.0, grace)
-            self.journal.write("K", key, task.kill_at, "T" if timed_out else None)
-            entry = self.entries.get(key)
-            if entry is not None:
-                entry.kill_at = task.kill_at
-                entry.timed_out = timed_out
+        if task.kill_at is not None:
+            # Stopping already (a restarted engine asks again, not knowing whether its
+            # predecessor's ask arrived): its SIGKILL deadline stands, and no second
+            # SIGTERM is sent (to many servers and trainers one is "quit now", cutting
+            # short the shutdown or checkpoint the grace period is for).
+            return
+        task.kill_at = time.time() + max(0.0, grace)
+        self.journal.write("K", key, task.kill_at, "T" if timed_out else None)
+        entry = self.entries.get(key)
+        if entry is not None:
+            entry.kill_at = task.kill_at
+            entry.timed_out = timed_out
         # What it started in sessions of its own is not in its group: stopped with it
         # (a service's `setsid` server kept its port after the cancel). Found first: its
         # leader gone, they are no longer below it.
