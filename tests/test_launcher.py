@@ -690,6 +690,29 @@ def test_a_job_whose_end_was_journaled_is_reaped_by_the_keeper_and_never_mistake
     assert (keeper.unknown, keeper.pending, keeper.reaped) == ([], [], {})
 
 
+async def test_an_end_the_database_has_already_is_forgotten_by_the_launcher(
+    make_engine: EngineFactory,
+) -> None:
+    # An engine killed between recording an end and telling its launcher left the end in
+    # the journal for good; doctor counted it as an end no engine had recorded.
+    engine = await make_engine()
+    job = await engine.submit({"command": ["true"]})
+    assert (await engine.wait(job.id, timeout=15)).status is JobStatus.COMPLETED
+    keeper = _launcher(engine.paths.state_dir, "keeper")
+    spawner = _launcher(engine.paths.state_dir, "spawner")
+    journal_path = engine.paths.state_dir / journal.NAME
+    await eventually(lambda: f"A {job.id}\n" in journal_path.read_text())
+    await engine.stop()
+    keeper.kill()
+    spawner.kill()
+    # (its end, as if never told it was recorded)
+    journal_path.write_text(journal_path.read_text() + f"E {job.id} 0 {time.time()}\n")
+    assert str(job.id) in journal.replay(str(journal_path))
+    again = await make_engine()
+    await eventually(lambda: str(job.id) not in journal.replay(str(journal_path)), timeout=10)
+    assert (await again.get(job.id)).status is JobStatus.COMPLETED
+
+
 async def test_a_timeout_a_late_launcher_enforces_says_how_long_the_job_ran(
     make_engine: EngineFactory,
 ) -> None:

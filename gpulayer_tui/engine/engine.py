@@ -493,6 +493,15 @@ class Engine:
         moved aside, or by an engine that released them as unkillable): said at start and
         by doctor, where they were invisible while holding their GPUs."""
         self.unwatched_runs = self.executor.unwatched()
+        for key in self.executor.ended_unclaimed():
+            # (an end this database has recorded already: its engine was killed before it
+            # told the launcher; one of a job it does not know is kept, as a run is)
+            head = key.split(".", 1)[0].split("~", 1)[0]
+            if not (head.isascii() and head.isdigit()):
+                continue
+            job = await self.store.get_job(int(head))
+            if job is not None and job.status.is_terminal:
+                self.executor.forget(key)
         if self.unwatched_runs:
             pairs = [(key, pid) for key, pid, _ in self.unwatched_runs]
             log.warning("%s", _unwatched_text(pairs))

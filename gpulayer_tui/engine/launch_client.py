@@ -204,6 +204,7 @@ class LauncherExecutor:
         # A requeued job's run that an engine from before per-run keys started (its key
         # is the job's own): its key here -> the key the launcher knows it by.
         self._aliases: dict[str, str] = {}
+        self._found: set[str] = set()  # launcher keys a restore asked for (find)
         # Acks written lately: one still in the socket (or the transport) when the
         # spawner died is lost, and the launcher would keep that end for ever.
         self._recent_acks: collections.deque[str] = collections.deque(maxlen=RECENT_ACKS)
@@ -783,9 +784,27 @@ class LauncherExecutor:
             if info.get("state") == "running" and key not in watched and info.get("pid")
         ]
 
+    def ended_unclaimed(self) -> list[str]:
+        """Ends the launcher journaled that no job taken back asked for (after the
+        restore): launcher keys. One of a job already ended in the database had its end
+        recorded by an engine killed before it told the launcher so: kept for good, it
+        was counted as an end no engine had recorded."""
+        return [
+            key
+            for key, info in self._table.items()
+            if info.get("state") == "exited" and key not in self._found
+        ]
+
+    def forget(self, lkey: str) -> None:
+        """Tell the launcher it may forget ``lkey``'s end (see :meth:`ended_unclaimed`)."""
+        with self._lock:
+            self._acks.append(lkey)
+        self._ack_soon()
+
     def find(self, key: TaskKey, on_start: OnStart, on_exit: OnExit, run: int = 0) -> object:
         """What the launcher knows of a task after a restart (see :meth:`.Executor.find`)."""
         lkey = launcher_key(key, run)
+        self._found.add(lkey)
         info = self._table.get(lkey)
         if info is None and run and isinstance(key, int):
             # A requeued job's run started before every run had a key of its own: the
@@ -793,6 +812,7 @@ class LauncherExecutor:
             info = self._table.get(str(key))
             if info is not None:
                 self._aliases[lkey] = lkey = str(key)
+                self._found.add(lkey)
         if info is None:
             return None
         if info["state"] == "exited":
