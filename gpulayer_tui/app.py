@@ -434,7 +434,7 @@ class GpulayerApp(App[str]):
     async def action_quit_app(self) -> None:
         """Quit; with an embedded engine that has work in flight, ask what to do first."""
         if self._quitting:
-            # "Stop them" was chosen: a second dialog answered "keep running" quit at once
+            # "Stop" was chosen: a second dialog answered "keep running" quit at once
             # and said the stopped jobs were handed over.
             self.notify("stopping the jobs; the app quits once they have ended", timeout=4)
             return

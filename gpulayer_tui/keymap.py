@@ -201,7 +201,7 @@ KEYMAP: tuple[Key, ...] = (
     Key("y", "answer(True)", "Yes", ("confirm",), palette=False),
     Key("n,escape", "answer(False)", "No", ("confirm",), display="n, esc", palette=False),
     Key("k", "choose('handover')", "Keep running", ("quit",), palette=False),
-    Key("s", "choose('stop')", "Stop them", ("quit",), palette=False),
+    Key("s", "choose('stop')", "Stop", ("quit",), palette=False),
     Key("escape,c", "choose('stay')", "Stay", ("quit",), display="esc, c", palette=False),
     Key("escape,q,question_mark", "dismiss", "Close", ("help",), display="esc", palette=False),
 )

@@ -782,9 +782,18 @@ def test_an_edit_that_changes_nothing_says_so_and_records_nothing(engine: Served
         assert out.returncode == 0, out.stderr
         assert out.stdout == f"job {waiting}: nothing to change (it has what was asked)\n", change
     assert "edited" not in engine.cli("status", waiting).stdout
-    real = engine.cli("edit", waiting, "--priority", "2")
-    assert real.returncode == 0 and "nothing to change" not in real.stdout
-    assert "edited: priority 0 -> 2" in engine.cli("status", waiting).stdout
+    as_json = json.loads(engine.cli("edit", waiting, "--priority", "0", "--json").stdout)
+    assert as_json["id"] == int(waiting) and as_json["changed"] is False
+    # The same dependencies in another order are no change either.
+    first, second = _submit(engine, "--", "true"), _submit(engine, "--", "true")
+    engine.cli("wait", first, second)
+    assert engine.cli("edit", waiting, "--after", first, "--after", second).returncode == 0
+    out = engine.cli("edit", waiting, "--after", second, "--after", first)
+    assert out.stdout == f"job {waiting}: nothing to change (it has what was asked)\n"
+    real = engine.cli("edit", waiting, "--priority", "2", "--json")
+    assert real.returncode == 0 and json.loads(real.stdout)["changed"] is True
+    said = engine.cli("status", waiting).stdout
+    assert "edited: priority 0 -> 2" in said and said.count("job.edited") == 2, said
     engine.cli("cancel", blocker)
 
 

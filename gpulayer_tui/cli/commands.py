@@ -1040,7 +1040,8 @@ def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     answer = client.request("PATCH", f"/jobs/{quote(args.job)}", changes)
     job = answer["job"]
     if args.json:
-        _print_json(job)
+        # (an engine from before "changed" recorded every edit)
+        _print_json({**job, "changed": answer.get("changed", True)})
     else:
         from ..fields import printable
 

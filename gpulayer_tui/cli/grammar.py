@@ -477,7 +477,11 @@ def _edit_args(p: argparse.ArgumentParser) -> None:
         help="wait for job ID to end, whatever its outcome (replaces, like --after)",
     )
     p.add_argument("--no-deps", action="store_true", help="wait for no other job")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='the job as edited, with "changed": false when it had what was asked already',
+    )
 
 
 def _restart_args(p: argparse.ArgumentParser) -> None:

@@ -550,6 +550,12 @@ class Engine:
             # could not be undone, as vram_gb 0 is no value)
             changes = {**changes, "vram_gb": None}
         spec = parse_spec({**act.job.spec, **changes})
+        if "depends_on" in changes and act.spec.dependencies != spec.dependencies:
+            before = sorted((d.job, d.any_exit) for d in act.spec.dependencies)
+            if before == sorted((d.job, d.any_exit) for d in spec.dependencies):
+                # The same jobs in another order: nothing to change (no timeline entry).
+                changes = {**changes, "depends_on": act.job.spec.get("depends_on", [])}
+                spec = parse_spec({**act.job.spec, **changes})
         for field in ("name", "project"):
             if isinstance(changes.get(field), str):
                 try:

@@ -181,19 +181,18 @@ class QuitScreen(ModalScreen[QuitChoice]):
             "gpulayer-tui later to attach to it."
         )
         stop = (
-            "Stop them: cancel every job, then quit. Adopted processes are left alone "
+            "Stop: cancel every job, then quit. Adopted processes are left alone "
             "(a later engine re-learns them)."
             if self.active
-            else "Stop it: quit; the other windows lose their engine."
+            else "Stop: quit; the other windows lose their engine."
         )
         with Vertical(classes="dialog", id="quit-dialog"):
             yield Label("Quit gpulayer-tui?", classes="dialog-title")
             yield Static(" ".join(facts) + f"\n\n{keep}\n\n{stop}")
             with Horizontal(classes="buttons"):
                 yield Button("Keep running (k)", id="handover", variant="primary")
-                yield Button(
-                    "Stop them (s)" if self.active else "Stop it (s)", id="stop", variant="error"
-                )
+                # (one word for both cases: the footer's key says the same as the button)
+                yield Button("Stop (s)", id="stop", variant="error")
                 yield Button("Stay (esc)", id="stay")
         yield KeyFooter()
 
