@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import re
 import secrets
 import shlex
 import signal
@@ -46,6 +47,8 @@ SHUTDOWN_GRACE = 5.0
 """Seconds browser sessions get to quit on their own at shutdown before they are killed."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_LINK = re.compile(r"<link\b[^>]*\bhref=\"(?P<href>[^\"]*)\"[^>]*>\s*", re.IGNORECASE)
+"""A ``<link>`` in textual-serve's page (those to another site are taken out)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -161,7 +164,17 @@ class WebServer(Server):
         template reading it, so concurrent requests cannot mix it up.)
         """
         self.public_url = f"{request.scheme}://{request.host}"
-        return await super().handle_index(request)
+        response = await super().handle_index(request)
+        if isinstance(response, web.Response) and response.text is not None:
+            # textual-serve's page loads a font from Google: a request to a third party
+            # each time the page opens, and on a box that reaches no internet a
+            # stylesheet that holds the page's first paint until it times out. The
+            # terminal falls back to the browser's monospace font.
+            own = request.host
+            response.text = _LINK.sub(
+                lambda m: m[0] if urlsplit(m["href"]).netloc in ("", own) else "", response.text
+            )
+        return response
 
     async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
         """One browser session (textual-serve's), tracked so shutdown can close it."""

@@ -60,6 +60,10 @@ async def test_the_page_needs_the_token(gated: str) -> None:
             assert cookie.value == TOKEN and cookie["httponly"] and cookie["samesite"] == "Strict"
         # The page's websocket and scripts point at the host the browser used.
         assert f'"ws://{gated.removeprefix("http://")}/ws"' in page
+        # It asks nothing of another site (textual-serve's page loaded a Google font).
+        assert "xterm.css" in page and "googleapis" not in page
+        for url in re.findall(r"(?:href|src)=\"(https?://[^\"/]*)", page):
+            assert url == gated, page
         # The page's own requests carry the cookie (this session keeps it).
         async with session.get(f"{gated}/static/js/textual.js") as response:
             assert response.status == 200
