@@ -773,6 +773,20 @@ def test_logs_of_a_job_that_has_not_started_says_so(engine: Served) -> None:
     engine.cli("cancel", blocker)
 
 
+def test_clean_says_which_jobs_it_kept_for_waiting_dependents(engine: Served) -> None:
+    # They were kept with no word: `clean --keep 0` left jobs in `jobs` unexplained.
+    needed, other = _submit(engine, "--", "true"), _submit(engine, "--", "true")
+    engine.cli("wait", needed, other)
+    engine.cli("pause")
+    waiting = _submit(engine, "--after", needed, "--", "true")
+    out = engine.cli("clean", "--keep", "0")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("removed 1 finished job(s)")
+    assert out.stdout.endswith(f"; kept 1 that waiting jobs depend on (job {needed})\n")
+    engine.cli("resume")
+    assert engine.cli("wait", waiting).returncode == 0
+
+
 def test_an_edit_that_changes_nothing_says_so_and_records_nothing(engine: Served) -> None:
     # Each one printed the job as an edit did and added "edited: nothing changed".
     blocker = _submit(engine, "--gpus", "1", "--", "sleep", "60")

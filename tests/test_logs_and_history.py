@@ -377,7 +377,7 @@ async def test_clean_removes_old_finished_jobs_and_never_reuses_an_id(
     running = await engine.submit({"command": ["sleep", "600"], "gpus": 0})
     assert all(engine.log_path(j.id).exists() for j in jobs)
     done = await engine.retention.clean(None, keep=2)
-    assert done == {"jobs": 3, "files": 3, "snapshots": 0}
+    assert done == {"jobs": 3, "files": 3, "snapshots": 0, "spared": []}
     left = {j.id for j in await engine.list_jobs()}
     assert left == {jobs[3].id, jobs[4].id, running.id}  # the running one is never touched
     assert not engine.log_path(jobs[0].id).exists() and engine.log_path(jobs[4].id).exists()
@@ -402,7 +402,7 @@ def test_clean_from_the_cli(served: Served) -> None:
     assert refused.returncode == 2 and "--older-than DAYS and/or --keep N" in refused.stderr
     out = served.cli("clean", "--keep", "1", "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {"jobs": 2, "files": 2, "snapshots": 0}
+    assert json.loads(out.stdout) == {"jobs": 2, "files": 2, "snapshots": 0, "spared": []}
     listed = json.loads(served.cli("jobs", "--json").stdout)
     assert [j["id"] for j in listed] == [int(ids[-1])]
     said = served.cli("clean", "--older-than", "0")
@@ -661,14 +661,23 @@ async def test_clean_keeps_the_jobs_that_waiting_jobs_depend_on(
     lenient = await engine.submit(
         {"command": ["true"], "gpus": 0, "depends_on": [{"job": failed.id, "any_exit": True}]}
     )
-    assert (await engine.retention.clean(None, keep=0))["jobs"] == 0
+    kept = await engine.retention.clean(None, keep=0)
+    assert kept["jobs"] == 0 and kept["spared"] == [done.id, failed.id]
+    # (spared is what the rule would have taken: a job newer than the cut-off is not)
+    kept = await engine.retention.clean(failed.ended_at, None)
+    assert kept["jobs"] == 0 and kept["spared"] == [done.id], kept
     await engine.stop()
     engine = await make_engine()
     await engine.resume()
     for job in (strict, lenient):
         assert (await engine.wait(job.id, timeout=10)).status is JobStatus.COMPLETED
     # Once nothing waits for them, they go like any other finished job.
-    assert (await engine.retention.clean(None, keep=0))["jobs"] == 4
+    assert await engine.retention.clean(None, keep=0) == {
+        "jobs": 4,
+        "files": 4,
+        "snapshots": 0,
+        "spared": [],
+    }
 
 
 async def test_output_that_starts_like_a_cut_note_is_the_jobs_own(

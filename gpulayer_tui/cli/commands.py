@@ -936,9 +936,17 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
         _print_json(done)
     else:
         trees = done.get("snapshots", 0)
+        spared = done.get("spared") or []
+        shown = ", ".join(str(job_id) for job_id in spared[:10])
+        more = f" and {len(spared) - 10} more" if len(spared) > 10 else ""
         print(
             f"removed {done['jobs']} finished job(s) and {done['files']} file(s)"
             + (f", {trees} snapshot(s)" if trees else "")
+            + (
+                f"; kept {len(spared)} that waiting jobs depend on (job {shown}{more})"
+                if spared
+                else ""
+            )
         )
     return EXIT_OK
 

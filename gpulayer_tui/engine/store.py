@@ -1047,6 +1047,34 @@ class Store:
         rows = await self._fetchall(f"SELECT id FROM jobs WHERE id IN ({marks})")
         return {int(r[0]) for r in rows}
 
+    async def finished_past(
+        self, ids: frozenset[int], ended_before: float | None, keep: int | None
+    ) -> list[int]:
+        """Which of ``ids`` are finished jobs that ended before ``ended_before`` or are not
+        among the newest ``keep`` finished ones: what :meth:`prune` would take if they were
+        not spared."""
+        if not ids:
+            return []
+        marks = ", ".join(str(int(i)) for i in sorted(ids))
+        finished = "status IN ('completed', 'failed', 'cancelled', 'orphaned')"
+        rows = await self._fetchall(
+            f"SELECT id, ended_at FROM jobs WHERE id IN ({marks}) AND {finished} ORDER BY id"
+        )
+        if not rows:
+            return []
+        newest: set[int] = set()
+        if keep is not None:
+            kept = await self._fetchall(
+                f"SELECT id FROM jobs WHERE {finished} ORDER BY id DESC LIMIT ?", (keep,)
+            )
+            newest = {int(r[0]) for r in kept}
+        return [
+            int(job_id)
+            for job_id, ended_at in rows
+            if (ended_before is not None and ended_at is not None and ended_at < ended_before)
+            or (keep is not None and int(job_id) not in newest)
+        ]
+
     async def jobs_with_key(self, key: str, owner_uid: int | None) -> tuple[list[Job], str | None]:
         """The jobs a submission with idempotency ``key`` by ``owner_uid`` made (committed
         ones; oldest first), and the digest of what it asked for (``None`` for jobs from
