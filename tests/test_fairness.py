@@ -754,6 +754,44 @@ async def test_preemption_end_to_end_checkpoint_signal_then_requeue(
     assert [p.name for p in job_log.parent.glob("*.old-*")] == []
 
 
+async def test_a_preempted_jobs_next_run_gets_its_whole_timeout(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # As documented: a preempted job runs again from the start, so its timeout counts
+    # from that start (not from its first: it would be stopped the moment it ran again).
+    from .conftest import eventually
+
+    config = make_config(
+        scheduling={"preempt_after": 0, "checkpoint_signal": None}, engine={"grace_period": 0.3}
+    )
+    engine = await make_engine("1xA100-80GB", config=config)
+    log, script = tmp_path / "runs.log", tmp_path / "victim.py"
+    script.write_text(
+        "import sys, time\n"
+        "runs = open(sys.argv[1]).read().count('start') if len(sys.argv) > 1 else 0\n"
+        "open(sys.argv[1], 'a').write('start\\n')\n"
+        "time.sleep(60 if runs == 0 else 1.5)\n"
+    )
+    log.write_text("")
+    victim = await engine.submit(
+        {
+            "command": ["python3", str(script), str(log)],
+            "gpus": 1,
+            "preemptible": True,
+            "timeout": 3,
+        }
+    )
+    await eventually(lambda: log.read_text().count("start") == 1, timeout=10)
+    first = time.time()
+    await eventually(lambda: time.time() > first + 1.5, timeout=10)
+    urgent = await engine.submit({"command": ["sleep", "1"], "gpus": 1, "priority": 5})
+    assert (await engine.wait(urgent.id, timeout=30)).status is JobStatus.COMPLETED
+    done = await engine.wait(victim.id, timeout=30)
+    assert log.read_text().count("start") == 2
+    assert done.status is JobStatus.COMPLETED, done.message
+    assert done.started_at is not None and done.started_at > first + 2.5
+
+
 SURVIVES_CHECKPOINT = r"""
 import os, signal, sys, time
 log, go = sys.argv[1], sys.argv[2]

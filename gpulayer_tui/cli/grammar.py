@@ -282,7 +282,13 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="run after job ID ends, whatever its outcome",
     )
-    p.add_argument("--timeout", type=_field("timeout"), metavar="SECONDS")
+    p.add_argument(
+        "--timeout",
+        type=_field("timeout"),
+        metavar="SECONDS",
+        help="stop it this long after it starts (each run of a preempted job anew; a "
+        "service's from its first start)",
+    )
     p.add_argument(
         "--priority", type=_field("priority"), default=0, help="higher starts first (default 0)"
     )
