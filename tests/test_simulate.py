@@ -145,3 +145,28 @@ def test_the_ledger_is_read_once_per_tick(tmp_path: Path, monkeypatch: pytest.Mo
         assert [r.index for r in readings] == list(range(8))
         assert readings[3].utilization == 9
     assert loads == 3
+
+
+def test_a_ledger_entry_holds_for_its_process_not_a_later_one_with_its_pid(
+    tmp_path: Path, sleeper: int
+) -> None:
+    # Keyed by pid alone, an entry outlived its process: whatever got the pid next (another
+    # user's process, a system daemon) showed as holding the memory, and the strays view
+    # offered to signal it.
+    probe = SimulatedProbe(parse_simulate_spec("1xA100-80GB"), tmp_path)
+    ledger = SimLedger(tmp_path)
+    ledger.hold(0, sleeper, 5.0)
+    [entry] = ledger.load()["processes"]
+    assert isinstance(entry["start"], int)
+    assert [p.pid for p in probe.read().gpus[0].processes] == [sleeper]
+    # The same pid, started at another time: another process.
+    data = ledger.load()
+    data["processes"][0]["start"] = entry["start"] + 1
+    ledger.save(data)
+    reading = probe.read().gpus[0]
+    assert reading.processes == ()
+    assert reading.memory_used == 0
+    # A hand-written entry with no start speaks for the pid.
+    del data["processes"][0]["start"]
+    ledger.save(data)
+    assert [p.pid for p in probe.read().gpus[0].processes] == [sleeper]

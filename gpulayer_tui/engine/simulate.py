@@ -70,8 +70,9 @@ def parse_simulate_spec(spec: str) -> list[SimulatedGpu]:
     return gpus
 
 
-def _session_of(pid: int) -> int | None:
-    """The session id of a live ``pid``; ``None`` when it is gone (or a zombie)."""
+def _session_and_start(pid: int) -> tuple[int, int] | None:
+    """The session id and start time (clock ticks since boot) of a live ``pid``; ``None``
+    when it is gone (or a zombie)."""
     # A zombie still has /proc/PID; read its state so an exited-but-unreaped holder frees
     # its simulated memory at once, as a real driver does when the context is destroyed.
     try:
@@ -80,9 +81,15 @@ def _session_of(pid: int) -> int | None:
     except OSError:
         return None
     fields = data[data.rfind(b")") + 2 :].split()
-    if len(fields) < 4 or fields[0] in (b"Z", b"X"):
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
         return None
-    return int(fields[3])
+    return int(fields[3]), int(fields[19])
+
+
+def _session_of(pid: int) -> int | None:
+    """The session id of a live ``pid``; ``None`` when it is gone (or a zombie)."""
+    found = _session_and_start(pid)
+    return None if found is None else found[0]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -140,7 +147,10 @@ class SimLedger:
     Per-GPU ``lost``/``failed``/``error`` simulate a GPU that fell off the bus or stopped
     answering (domain health).
 
-    ``used_gb`` may be ``null`` to simulate NVML's "not available".
+    ``used_gb`` may be ``null`` to simulate NVML's "not available". An entry made by
+    :meth:`hold` also has the process's ``start`` (clock ticks since boot): a process that
+    later gets the same pid is not the holder (the ledger spoke for whatever reused it,
+    which was then offered to be signalled). Entries without it speak for the pid.
     """
 
     def __init__(self, state_dir: Path) -> None:
@@ -166,12 +176,17 @@ class SimLedger:
         os.replace(tmp, self.path)
 
     def hold(self, gpu: int, pid: int, used_gb: float | None) -> None:
-        """Record that ``pid`` holds ``used_gb`` GiB on ``gpu`` (replacing any entry)."""
+        """Record that ``pid`` holds ``used_gb`` GiB on ``gpu`` (replacing any entry); only
+        that process, not a later one with its pid."""
         data = self.load()
         data["processes"] = [
             p for p in data["processes"] if not (p.get("gpu") == gpu and p.get("pid") == pid)
         ]
-        data["processes"].append({"gpu": gpu, "pid": pid, "used_gb": used_gb})
+        entry: dict[str, Any] = {"gpu": gpu, "pid": pid, "used_gb": used_gb}
+        found = _session_and_start(pid)
+        if found is not None:
+            entry["start"] = found[1]
+        data["processes"].append(entry)
         self.save(data)
 
     def release(self, pid: int) -> None:
@@ -275,9 +290,12 @@ class SimulatedProbe:
                 continue
             if gpu_index not in held:
                 continue
-            session = _session_of(pid)
-            if session is None:
+            found = _session_and_start(pid)
+            if found is None:
                 continue
+            session, start = found
+            if entry.get("start") not in (None, start):
+                continue  # (its pid reused by another process: that one holds nothing)
             held[gpu_index].append(GpuProcess(pid, used))
             spoken.update(((gpu_index, pid), (gpu_index, session)))
         ledger_count = {index: len(procs) for index, procs in held.items()}
