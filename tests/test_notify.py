@@ -461,6 +461,92 @@ async def test_notifications_an_engine_left_undelivered_are_sent_by_the_next(
     assert len(_received(out)) == 2
 
 
+# Blocks until the gate exists only for a job named "stuck", then records as RECORD does.
+GATED_BY_NAME = (
+    "import json, os, sys, tempfile, time\n"
+    "body = json.load(sys.stdin)\n"
+    "while body['name'] == 'stuck' and not os.path.exists(sys.argv[2]): time.sleep(0.05)\n"
+    "fd, path = tempfile.mkstemp(dir=sys.argv[1], suffix='.part')\n"
+    "os.write(fd, json.dumps(body).encode()); os.close(fd)\n"
+    "os.rename(path, path[:-5] + '.json')\n"
+)
+
+
+async def test_after_a_clean_stop_only_what_was_not_delivered_is_sent_again(
+    make_engine: EngineFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The next engine sent everything after the first notification still owed: the ones
+    # delivered after it came twice (and a command ran twice).
+    out, gate = tmp_path / "got", tmp_path / "gate"
+    out.mkdir()
+    command = [sys.executable, "-c", GATED_BY_NAME, str(out), str(gate)]
+    engine = await _engine(make_engine, command=command, jobs="all")
+    stuck = await engine.submit({"command": ["true"], "name": "stuck"})
+    await engine.wait(stuck.id, timeout=20)
+    fast = [await engine.submit({"command": ["true"], "name": f"fast{i}"}) for i in range(3)]
+    await eventually(lambda: engine.notifier.sent == 3, timeout=20)
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    await engine.stop()
+    assert "stopping with 1 not delivered" in caplog.text  # (it said 3: queued + 1)
+    gate.touch()
+    again = await _engine(make_engine, command=command, jobs="all")
+    await eventually(lambda: again.notifier.sent == 1, timeout=20)
+    await again.stop()
+    ids = [b["id"] for b in _received(out)]
+    assert sorted(ids) == sorted([stuck.id, *(job.id for job in fast)]), ids
+
+
+async def test_every_notification_owed_is_sent_after_a_restart_up_to_the_cap(
+    make_engine: EngineFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The catch-up took the newest 256 events of every transition (queued, running...):
+    # about 128 ends came back, the older ones lost with no word.
+    from gpulayer_tui.engine import notify
+
+    out, gate = tmp_path / "got", tmp_path / "gate"
+    out.mkdir()
+    command = [sys.executable, "-c", GATED_BY_NAME, str(out), str(gate)]
+    engine = await _engine(make_engine, command=command, jobs="all")
+    jobs = await engine.submit_many([{"command": ["true"], "name": "stuck"}] * 40)
+    for job in jobs:
+        await engine.wait(job.id, timeout=20)
+    await engine.stop()
+    gate.touch()
+    cap = 30  # (the cap, made small: 40 owed, each with 3 transitions stored)
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    original = notify.QUEUE_MAX
+    notify.QUEUE_MAX = cap
+    try:
+        again = await _engine(make_engine, command=command, jobs="all")
+    finally:
+        notify.QUEUE_MAX = original
+    await eventually(lambda: again.notifier.sent == cap, timeout=60)
+    await again.stop()
+    ids = sorted(b["id"] for b in _received(out))
+    assert ids == [job.id for job in jobs[-cap:]]  # the newest
+    assert "10 older ones left undelivered by the last engine are not sent" in caplog.text
+
+
+async def test_a_job_with_a_notification_still_to_go_is_kept_by_clean(
+    make_engine: EngineFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Cleaned first, its notification failed with a traceback in the log and never went.
+    out, gate = tmp_path / "got", tmp_path / "gate"
+    out.mkdir()
+    command = [sys.executable, "-c", GATED_BY_NAME, str(out), str(gate)]
+    engine = await _engine(make_engine, command=command, jobs="all")
+    job = await engine.submit({"command": ["true"], "name": "stuck"})
+    await engine.wait(job.id, timeout=20)
+    await eventually(lambda: job.id in engine.notifier.jobs_owed(), timeout=20)
+    kept = await engine.retention.clean(None, keep=0)
+    assert kept["jobs"] == 0 and kept["spared"] == [job.id]
+    gate.touch()
+    await eventually(lambda: engine.notifier.sent == 1, timeout=20)
+    [body] = _received(out)
+    assert body["id"] == job.id and body["status"] == "completed"
+    assert (await engine.retention.clean(None, keep=0))["jobs"] == 1
+
+
 def test_a_replica_waiting_on_in_back_off_is_no_restart_to_tell_of() -> None:
     # Kept off a GPU that is gone, it notified "replica.restarted" at every back-off step,
     # for ever; a replica that exited still does, once.

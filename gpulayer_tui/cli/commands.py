@@ -943,7 +943,8 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
             f"removed {done['jobs']} finished job(s) and {done['files']} file(s)"
             + (f", {trees} snapshot(s)" if trees else "")
             + (
-                f"; kept {len(spared)} that waiting jobs depend on (job {shown}{more})"
+                f"; kept {len(spared)} still needed (waited for by a queued job, or its "
+                f"notification not sent yet): job {shown}{more}"
                 if spared
                 else ""
             )

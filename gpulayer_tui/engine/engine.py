@@ -273,7 +273,8 @@ class Engine:
             paths.jobs_dir,
             self.config.history,
             self.snapshots,
-            self._depended_on,
+            # (and a job whose notification has yet to go: it reads the job as it goes)
+            lambda: self._depended_on() | self.notifier.jobs_owed(),
             lambda job_id: self.book.live(job_id) is not None,
             self.bus,
         )

@@ -43,6 +43,7 @@ import aiohttp
 from ..fields import printable
 from .access import env_values_hidden
 from .config import NotifySettings
+from .errors import UnknownJob
 from .events import EventBus, Subscription
 from .models import Event, EventKind, Job, ReplicaState
 from .tasks import cancel_and_wait
@@ -70,6 +71,11 @@ CURSOR_ROW = "notify_row"
 row of ``events`` was handled (delivered, failed or dropped)."""
 CURSOR_RUN = "notify_run"
 """The engine run that kept the cursor (0: none kept it: notifications were off)."""
+OWED = "notify_owed."
+"""Settings ``notify_owed.ROW``: at a clean stop, the rows whose notifications were not
+delivered (queued, or under way and given up). The cursor then says "every row up to here
+was considered", so the next engine sends those and only those again; after a kill there
+are none, and it sends from the cursor, at least once."""
 CATCH_UP_S = 86400.0
 """How far back a new engine looks for notifications the last one did not deliver."""
 
@@ -117,6 +123,8 @@ class Notifier:
         self._open_rows: dict[int, int] = {}  # row -> notifications of it under way
         self._seen_row = 0
         self._cursor_kept = False
+        self._busy = 0  # notifications being delivered now
+        self._owed: dict[int, int] = {}  # job id -> its notifications queued or under way
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue(QUEUE_MAX)
         self._sub: Subscription | None = None
         self._listener: asyncio.Task[None] | None = None
@@ -157,8 +165,9 @@ class Notifier:
         decided and did not deliver (it stopped with some waiting, or was killed; an event
         committed just before a crash was never even published). Only that run's, only if
         it kept its cursor (notifications were on), and at most a day's and
-        :data:`QUEUE_MAX` of them. Delivery is at least once: one delivered just before a
-        crash may come again.
+        :data:`QUEUE_MAX` of them (the newest). Delivery is at least once after a kill (one
+        delivered just before it may come again); after a clean stop, only what was not
+        delivered comes again.
 
         Returns:
             How many notifications were queued.
@@ -168,6 +177,9 @@ class Notifier:
             return 0
         kept_by = await store.setting(CURSOR_RUN)
         row = await store.setting(CURSOR_ROW)
+        owed = [int(name[len(OWED) :]) for name in await store.settings_named(OWED)]
+        if owed:
+            store.drop_settings(OWED)  # (queued below, or not owed any more: off)
         self._seen_row = store.first_event_row
         queued = 0
         if (
@@ -176,17 +188,27 @@ class Notifier:
             and kept_by
             and kept_by == store.previous_run_id
             and row is not None
-            and row < store.first_event_row
+            and (row < store.first_event_row or owed)
         ):
-            kinds = [EventKind.TRANSITION.value, EventKind.REPLICA.value]
             since = time.time() - CATCH_UP_S
-            for event in await store.stored_events(
-                row, store.first_event_row, kinds, since, QUEUE_MAX
-            ):
-                queued += self.consider(event)
+            events = await store.stored_events(
+                row, store.first_event_row, since, sorted(self._settings.on), owed
+            )
+            decided = [p for p in map(self._decide, events) if p is not None]
+            # (at most QUEUE_MAX, the newest: the older ones are said, not sent)
+            skipped = max(0, len(decided) - QUEUE_MAX)
+            for pending in decided[skipped:]:
+                queued += self._enqueue(pending)
             if queued:
                 log.warning(
                     "notifications: %d left undelivered by the last engine are sent now", queued
+                )
+            if skipped:
+                log.warning(
+                    "notifications: %d older ones left undelivered by the last engine are not "
+                    "sent (after a restart at most %d are, the newest)",
+                    skipped,
+                    QUEUE_MAX,
                 )
         self._cursor_kept = True
         if self._settings.enabled:
@@ -206,8 +228,14 @@ class Notifier:
         store.save_setting(CURSOR_RUN, store.run_id)
         store.save_setting(CURSOR_ROW, self._cursor())
 
-    def _handled(self, row: int | None) -> None:
-        """A notification of ``row`` was delivered, failed, or will not be tried."""
+    def _handled(self, pending: _Pending) -> None:
+        """``pending`` was delivered, failed, or will not be tried."""
+        left = self._owed.get(pending.job_id, 0) - 1
+        if left > 0:
+            self._owed[pending.job_id] = left
+        else:
+            self._owed.pop(pending.job_id, None)
+        row = pending.row
         if row is None or row not in self._open_rows:
             return
         self._open_rows[row] -= 1
@@ -226,15 +254,21 @@ class Notifier:
                     await self._queue.join()
             except TimeoutError:
                 log.warning(
-                    "notifications: stopping with %d not delivered", self._queue.qsize() + 1
+                    "notifications: stopping with %d not delivered (the next engine sends them)",
+                    self._queue.qsize() + self._busy,
                 )
             for task in self._workers:
                 task.cancel()
             await asyncio.gather(*self._workers, return_exceptions=True)
             self._workers.clear()
-        if self._settings.enabled:
-            # (what is left stays owed: the next engine sends it, see catch_up)
-            self._save_cursor()
+        if self._settings.enabled and self._store is not None and self._cursor_kept:
+            # What is left stays owed, and only that: the next engine sends it (see OWED
+            # and catch_up). The cursor alone, the low-water mark of what is done, had the
+            # next engine send again every notification after the first one still owed.
+            for row in self._open_rows:
+                self._store.save_setting(f"{OWED}{row}", 1)
+            self._store.save_setting(CURSOR_RUN, self._store.run_id)
+            self._store.save_setting(CURSOR_ROW, self._seen_row)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -269,13 +303,18 @@ class Notifier:
     def consider(self, event: Event) -> int:
         """Queue a notification if ``event`` calls for one (never waits); how many were
         queued (0 or 1)."""
+        pending = self._decide(event)
+        return 0 if pending is None else self._enqueue(pending)
+
+    def _decide(self, event: Event) -> _Pending | None:
+        """The notification ``event`` calls for, if any (it counts as considered)."""
         if event.row is not None and event.row > self._seen_row:
             self._seen_row = event.row
         settings = self._settings
         replica: dict[str, Any] | None = None
         if event.kind is EventKind.TRANSITION:
             if event.data.get("status") not in settings.on:
-                return 0  # (``on`` holds terminal statuses only)
+                return None  # (``on`` holds terminal statuses only)
             what = JOB_ENDED
         elif event.kind is EventKind.REPLICA and settings.replicas:
             replica = event.data
@@ -288,46 +327,66 @@ class Notifier:
                 # GPU it ran on gone, notified at every back-off step, for ever)
                 what = REPLICA_RESTARTED
             else:
-                return 0
+                return None
         else:
-            return 0
+            return None
         if event.job_id is None:
-            return 0
+            return None
         if settings.jobs == "marked" and event.job is not None:
             if not event.job.get("spec", {}).get("notify"):
-                return 0  # (with no row in the event, the worker checks the whole job)
-        pending = _Pending(what, event.job_id, event.at, replica, settings, event.row)
+                return None  # (with no row in the event, the worker checks the whole job)
+        return _Pending(what, event.job_id, event.at, replica, settings, event.row)
+
+    def _enqueue(self, pending: _Pending) -> int:
+        """Queue ``pending`` (never waits); 1 if it was queued, 0 if dropped (full)."""
+        what = pending.event
         try:
             self._queue.put_nowait(pending)
         except asyncio.QueueFull:
             self.dropped += 1
             log.warning(
                 "job %d: %s notification dropped: %d notifications already wait",
-                event.job_id,
+                pending.job_id,
                 what,
                 QUEUE_MAX,
             )
             return 0
-        if event.row is not None:
-            self._open_rows[event.row] = self._open_rows.get(event.row, 0) + 1
+        if pending.row is not None:
+            self._open_rows[pending.row] = self._open_rows.get(pending.row, 0) + 1
+        self._owed[pending.job_id] = self._owed.get(pending.job_id, 0) + 1
         return 1
+
+    def jobs_owed(self) -> frozenset[int]:
+        """The jobs with a notification not delivered yet (history cleaning keeps them:
+        a notification reads its job as it goes)."""
+        return frozenset(self._owed)
 
     # -- delivering ---------------------------------------------------------------------------
 
     async def _work(self) -> None:
         while True:
             pending = await self._queue.get()
+            self._busy += 1
             try:
                 await self._deliver(pending)
             except asyncio.CancelledError:
                 raise
+            except UnknownJob as err:
+                # (cleaned from the history by a cleaning that did not know of it: an
+                # engine before this one owed it)
+                self.failed += 1
+                log.warning(
+                    "job %d: %s notification not sent: %s", pending.job_id, pending.event, err
+                )
+                self._handled(pending)
             except Exception:
                 self.failed += 1
                 log.exception("job %d: %s notification failed", pending.job_id, pending.event)
-                self._handled(pending.row)
+                self._handled(pending)
             else:
-                self._handled(pending.row)
+                self._handled(pending)
             finally:
+                self._busy -= 1
                 self._queue.task_done()
 
     async def _deliver(self, pending: _Pending) -> None:

@@ -78,9 +78,9 @@ class Retention:
         jobs_dir: Where job files are.
         settings: ``[history]``.
         snapshots: The jobs' snapshots (removed with them).
-        spared: The finished jobs that waiting jobs depend on: kept (a restarted engine
-            looks their outcome up; one cleaned away read as failed, and cancelled its
-            dependents).
+        spared: The finished jobs still needed, kept: those waiting jobs depend on (a
+            restarted engine looks their outcome up; one cleaned away read as failed, and
+            cancelled its dependents), and those with a notification still to send.
         live: Whether the engine holds a job (a new one's tree is placed before its row
             is committed: never an orphan).
         bus: Where a ``jobs.removed`` event says which jobs went (once their rows are
@@ -115,7 +115,7 @@ class Retention:
         """Remove finished jobs that ended before ``ended_before`` and/or all but the newest
         ``keep`` finished ones; return ``{"jobs": n, "files": m, "snapshots": k, "spared":
         [ids]}`` (``k``: snapshot trees removed, with the objects only they held;
-        ``spared``: jobs that matched but were kept, as waiting jobs depend on them)."""
+        ``spared``: jobs that matched but were kept, still needed)."""
         jobs = files = trees = 0
         while True:
             try:

@@ -1137,18 +1137,28 @@ class Store:
         return self._next_event_id
 
     async def stored_events(
-        self, after_row: int, up_to_row: int, kinds: Sequence[str], since: float, limit: int
+        self,
+        after_row: int,
+        up_to_row: int,
+        since: float,
+        statuses: Sequence[str],
+        also: Sequence[int] = (),
     ) -> list[Event]:
-        """Stored events of ``kinds`` with rows in (``after_row``, ``up_to_row``] that
-        happened after ``since``, oldest first, at most ``limit`` (the newest of them)."""
-        marks = ", ".join("?" * len(kinds))
+        """Stored events that may call for a notification, oldest first: replica events,
+        and transitions to one of ``statuses``, with rows in (``after_row``,
+        ``up_to_row``] or in ``also``, that happened after ``since``."""
+        status_marks = ", ".join("?" * len(statuses)) or "NULL"
+        where = "(id > ? AND id <= ?)"
+        if also:
+            where = f"({where} OR id IN ({', '.join(str(int(r)) for r in sorted(also))}))"
         rows = await self._fetchall(
-            f"SELECT id, job_id, at, kind, data FROM events WHERE id > ? AND id <= ? "
-            f"AND kind IN ({marks}) AND at >= ? ORDER BY id DESC LIMIT ?",
-            (after_row, up_to_row, *kinds, since, limit),
+            f"SELECT id, job_id, at, kind, data FROM events WHERE {where} AND at >= ? AND "
+            f"(kind = '{EventKind.REPLICA.value}' OR (kind = '{EventKind.TRANSITION.value}' "
+            f"AND json_extract(data, '$.status') IN ({status_marks}))) ORDER BY id",
+            (after_row, up_to_row, since, *statuses),
         )
         events = []
-        for row_id, job_id, at, kind, data in reversed(rows):
+        for row_id, job_id, at, kind, data in rows:
             try:
                 event = Event(0, at, EventKind(kind), job_id, json.loads(data or "{}"))
             except ValueError:
@@ -1161,6 +1171,25 @@ class Store:
         """A stored engine setting, or ``None``."""
         rows = await self._fetchall("SELECT value FROM counters WHERE name = ?", (name,))
         return int(rows[0][0]) if rows else None
+
+    async def settings_named(self, prefix: str) -> dict[str, int]:
+        """The stored engine settings whose names start with ``prefix``."""
+        rows = await self._fetchall(
+            "SELECT name, value FROM counters WHERE substr(name, 1, ?) = ?", (len(prefix), prefix)
+        )
+        return {str(name): int(value) for name, value in rows}
+
+    def drop_settings(self, prefix: str) -> None:
+        """Queue the removal of every engine setting named ``prefix``... for the next
+        commit."""
+        self._queue.append(
+            _Write(
+                None,
+                [],
+                None,
+                [("DELETE FROM counters WHERE substr(name, 1, ?) = ?", (len(prefix), prefix))],
+            )
+        )
 
     async def max_job_id(self) -> int:
         """The largest job id ever used (0 for a new database), cleaned history included."""
