@@ -57,6 +57,8 @@ HISTORY_POINTS = 120
 
 FIRST_PICTURE_WAIT_S = 3.0
 """How long the first frame waits for the event stream's hello before loading anyway."""
+USE_REFRESH_S = 10.0
+"""How often the running GPU jobs' usage figures are read again (one page request)."""
 
 
 class GpulayerApp(App[str]):
@@ -169,6 +171,7 @@ class GpulayerApp(App[str]):
             await self._load_state()
         self.set_interval(self.refresh_interval, self._publish_job_changes)
         self.set_interval(self.health_interval, self._poll_health)
+        self.set_interval(USE_REFRESH_S, self.refresh_running_use)
 
     async def _load_state(self) -> None:
         try:
@@ -369,6 +372,24 @@ class GpulayerApp(App[str]):
     def _publish_job_changes(self) -> None:
         if self.job_store.version != self.jobs_version:
             self.jobs_version = self.job_store.version
+
+    async def refresh_running_use(self) -> None:
+        """Bring the running GPU jobs' usage figures (the table's PEAK, UTIL and ENERGY)
+        up to date: events carry them only at a change, so a running job's stayed as the
+        first page brought them (or blank, for one started since)."""
+        store = self.job_store
+        if not any(j["status"] == "running" and j["gpus"] for j in store.jobs.values()):
+            return
+        try:
+            page = await self.backend.jobs_page(status="running", limit=MAX_PAGE)
+        except BackendError:
+            return  # (the health poll says what is wrong)
+        for row in page["jobs"]:
+            old = store.jobs.get(row["id"])
+            use = row.get("use")
+            # (only the figures: the page may be older than an event taken meanwhile)
+            if old is not None and use is not None and old.get("use") != use:
+                store.apply({**old, "use": use})
 
     async def _poll_health(self) -> None:
         try:

@@ -789,6 +789,30 @@ async def test_a_followed_log_shows_its_end_and_a_finished_one_opens_there(ui_ap
         await app.backend.cancel(running["id"])
 
 
+async def test_a_running_gpu_jobs_usage_columns_follow_it_and_its_end(ui_app: Any) -> None:
+    # PEAK / UTIL / ENERGY stayed as the first page brought them (blank for a job started
+    # since), also after the job ended.
+    app = await ui_app("1xA100-80GB")
+    engine = app.backend.engine
+    async with app.run_test(size=(200, 40)) as pilot:
+        job = await app.backend.submit(spec("sleep 60", gpus=1))
+        await until(pilot, lambda: app.job_store.jobs.get(job["id"], {}).get("status") == "running")
+        assert "use" not in app.job_store.jobs[job["id"]]
+        for _tick in range(3):
+            await engine.sampler.sample_once()
+        await app.refresh_running_use()
+        use = app.job_store.jobs[job["id"]]["use"]
+        assert use["peak_vram"] and use["util_mean"] is not None
+        await engine.sampler.sample_once()
+        await app.backend.cancel(job["id"])
+        await until(
+            pilot, lambda: app.job_store.jobs[job["id"]]["status"] == "cancelled", "its end"
+        )
+        final = (await app.backend.jobs_page(limit=5))["jobs"]
+        (row,) = [r for r in final if r["id"] == job["id"]]
+        assert app.job_store.jobs[job["id"]]["use"] == row["use"]
+
+
 async def test_small_words_say_what_is_true(ui_app: Any) -> None:
     # "1 jobs", "failed (exit_code)", "c" offered on an ended job, "no events yet" while
     # loading (issue 20).

@@ -276,8 +276,18 @@ async def test_a_job_s_series_summary_and_energy_from_the_counter(
     detail, _ = await engine.job_detail(job.id)
     assert detail["usage"] == summary  # the whole job carries it while it runs
 
+    sub = engine.bus.subscribe()
     await engine.cancel(job.id)
     await engine.wait(job.id, timeout=10)
+    # Its end's event carries its figures (a table kept those a page had brought).
+    events, _ = sub.ready()
+    sub.close()
+    (end,) = [e for e in events if e.job_id == job.id and e.data.get("status") == "cancelled"]
+    assert end.job is not None and end.job["use"] == {
+        "peak_vram": 12 * GIB,
+        "util_mean": summary["util_mean"],
+        "energy_wh": 1.5,
+    }
     stored = await engine.usage_of(job.id)  # from SQLite now
     assert stored["summary"] == summary and stored["series"] == live["series"]
     detail, _ = await engine.job_detail(job.id)

@@ -44,6 +44,7 @@ from ..wire import (
     JobJSON,
     JobRowJSON,
     ProcessInfoJSON,
+    RowUsageJSON,
     UsageJSON,
 )
 from . import procs
@@ -300,6 +301,7 @@ class Engine:
 
     def _wire(self) -> None:
         """Every reaction that crosses parts, in the order it runs."""
+        self.book.usage_of = self._usage_row
         # A job that ends: what it used is written, its holds go back, then its runner
         # forgets its timers, then the queue settles its dependents and runs a pass.
         self.book.on_end(
@@ -326,6 +328,10 @@ class Engine:
         self.executor.log_cut.append(self._log_cut)
         self.batch.log_total = self._log_total
         self.book.on_end(self._forget_log_cuts)
+
+    def _usage_row(self, job_id: int) -> RowUsageJSON | None:
+        usage = self.usage.live(job_id)
+        return None if usage is None else usage.row()
 
     def _reconfigure(self, config: Config) -> None:
         """A reloaded configuration: each part takes its section."""

@@ -206,6 +206,10 @@ class JobBook:
         self._last_id = 0
         self._end_listeners: list[EndListener] = []
         self.roots = ProcessRoots()
+        self.usage_of: Callable[[int], Mapping[str, Any] | None] = lambda _job_id: None
+        """A job's usage figures as a row shows them (``use``), while they are observed:
+        events carry them, so a table's columns are true at each change, its end above
+        all (they were a page's, loaded once)."""
 
     # -- ids and membership -------------------------------------------------------------------
 
@@ -289,8 +293,13 @@ class JobBook:
     ) -> Event:
         """An event about ``job`` carrying its current row for subscribers, stamped
         ``at`` (when it happened, if that was before now) or now."""
-        snapshot = job.to_row() if self._bus.has_subscribers else None
-        return self._bus.make(kind, job.id, data, dict(snapshot) if snapshot else None, at)
+        row: dict[str, Any] | None = None
+        if self._bus.has_subscribers:
+            row = dict(job.to_row())
+            use = self.usage_of(job.id)
+            if use is not None:
+                row["use"] = use
+        return self._bus.make(kind, job.id, data, row, at)
 
     def transition(
         self,
