@@ -346,8 +346,10 @@ class GpulayerApp(App[str]):
             return
         if self._job_pages is not None and not self._job_pages.is_finished:
             return
+        # (the function, not a coroutine made now: a worker cancelled before it starts
+        # left that coroutine never awaited, a RuntimeWarning printed at exit)
         self._job_pages = self.run_worker(
-            self._fetch_job_page(), group="job-pages", exit_on_error=False
+            self._fetch_job_page, group="job-pages", exit_on_error=False
         )
 
     async def _fetch_job_page(self) -> None:

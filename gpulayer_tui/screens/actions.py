@@ -7,7 +7,8 @@ engine's refusal, is a notification, never an exception.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from textual import events
@@ -21,6 +22,15 @@ from .edit import EditScreen
 
 WAITING = frozenset({"pending", "queued"})
 """The statuses of a job the engine still edits."""
+
+
+def _run(
+    ui: Any, work: Callable[[], Coroutine[None, None, None]], group: str, exclusive: bool = False
+) -> None:
+    """Run ``work`` in an app-level worker. The function, not a coroutine made now: an
+    exclusive worker cancelled before it starts left that coroutine never awaited, a
+    RuntimeWarning printed at exit."""
+    ui.run_worker(work, group=group, exclusive=exclusive, exit_on_error=False)
 
 
 def can_restart(job: JobRowJSON | None) -> bool:
@@ -85,7 +95,7 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
 
     def answered(yes: bool | None) -> None:
         if yes:
-            ui.run_worker(cancel(), group=f"cancel-{job_id}", exclusive=True, exit_on_error=False)
+            _run(ui, cancel, f"cancel-{job_id}", exclusive=True)
 
     what = "It has not started yet." if status != "running" else "It gets SIGTERM, then SIGKILL."
     ui.push_screen(
@@ -137,7 +147,7 @@ def ask_to_restart(
 
     def answered(yes: bool | None) -> None:
         if yes:
-            ui.run_worker(restart(), group=f"restart-{job_id}", exclusive=True, exit_on_error=False)
+            _run(ui, restart, f"restart-{job_id}", exclusive=True)
 
     ui.push_screen(
         ConfirmScreen(
@@ -170,7 +180,7 @@ def ask_to_edit(screen: Screen[Any], job: JobRowJSON) -> None:
             return
         ui.push_screen(EditScreen(detail["job"]))
 
-    ui.run_worker(open_form(), group=f"edit-{job_id}", exclusive=True, exit_on_error=False)
+    _run(ui, open_form, f"edit-{job_id}", exclusive=True)
 
 
 def ask_to_signal(screen: Screen[Any], process: dict[str, Any]) -> None:
@@ -196,6 +206,6 @@ def ask_to_signal(screen: Screen[Any], process: dict[str, Any]) -> None:
 
     def answered(name: str | None) -> None:
         if name:
-            ui.run_worker(send(name), group=f"signal-{pid}", exit_on_error=False)
+            _run(ui, functools.partial(send, name), f"signal-{pid}")
 
     ui.push_screen(SignalScreen(process), answered)
