@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual import events
 from textual.app import App, ComposeResult
 from textual.drivers.headless_driver import HeadlessDriver
 from textual.widgets import Input
@@ -122,6 +123,43 @@ async def test_a_paused_view_stays_on_its_lines_while_old_ones_are_dropped(wrap:
             assert log.source_lines[log.top_line()] == top
             assert log.source_lines[log.matches[log.match_index or 0]] == "L20"
         assert log.lines_dropped > 0 and log.source_lines[0] != "L0"
+
+
+@pytest.mark.parametrize("how", ["up", "pageup", "home", "wheel"])
+async def test_scrolling_back_stops_following_and_g_follows_again(how: str) -> None:
+    # Up while following was undone by the next line of output: the view went back to the
+    # end, and the title said "following" all along.
+    app = _LogApp()
+    said: list[LogTail.FollowChanged] = []
+
+    def hook(message: object) -> None:
+        # (each message once: the hook sees it at every node it bubbles through)
+        if isinstance(message, LogTail.FollowChanged) and all(m is not message for m in said):
+            said.append(message)
+
+    async with app.run_test(size=(60, 20), message_hook=hook) as pilot:
+        log = app.query_one(LogTail)
+        log.focus()
+        log.feed("".join(f"L{i}\n" for i in range(40)).encode())
+        await until(pilot, lambda: log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y)
+        said.clear()
+        if how == "wheel":
+            await pilot.hover(LogTail)
+            await pilot._post_mouse_events([events.MouseScrollUp], LogTail)
+        else:
+            await pilot.press(how)
+        await pilot.pause()
+        assert not log.follow and [m.follow for m in said] == [False]
+        where = log.scroll_y
+        assert where < log.max_scroll_y
+        log.feed("".join(f"M{i}\n" for i in range(10)).encode())
+        await pilot.pause()
+        assert log.scroll_y == where and not log.follow
+        log.scroll_to_bottom()
+        await pilot.pause()
+        assert log.follow and [m.follow for m in said] == [False, True]
+        log.feed(b"last\n")
+        await until(pilot, lambda: log.scroll_y == log.max_scroll_y)
 
 
 def _detail(app: Any) -> JobDetailScreen | None:

@@ -624,6 +624,10 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self.query_one("#search-row").add_class("-open")
         field.focus()
 
+    @on(LogTail.FollowChanged)
+    def _follow_changed(self) -> None:
+        self._update_log_title()
+
     @on(Input.Changed, "#log-search")
     def _search_typed(self, event: Input.Changed) -> None:
         self.query_one(LogTail).search(event.value, from_line=self._search_from)

@@ -12,9 +12,10 @@ from rich.cells import cell_len, chop_cells
 from rich.highlighter import Highlighter
 from rich.style import Style
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual._context import NoActiveAppError
 from textual.content import Content
+from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widgets import Log
@@ -304,10 +305,47 @@ class LogTail(Log):
         super()._update_maximum_width(updates, size)
         self._keep_end_in_view()
 
+    class FollowChanged(Message):
+        """Following started or stopped (a key, or the reader scrolling back)."""
+
+        def __init__(self, log: LogTail, follow: bool) -> None:
+            super().__init__()
+            self.log = log
+            self.follow = follow
+
+        @property
+        def control(self) -> LogTail:
+            """The log (for ``@on`` selectors)."""
+            return self.log
+
     def watch_follow(self, follow: bool) -> None:
         self.auto_scroll = follow
         if follow:
             self.scroll_end(animate=False)
+        self.post_message(self.FollowChanged(self, follow))
+
+    def _reading_back(self) -> None:
+        """The reader scrolls up: following stops (the next line of output brought the
+        view back to the end while the title said "following")."""
+        if self.follow and self.max_scroll_y > 0:
+            self.follow = False
+
+    def action_scroll_up(self) -> None:
+        self._reading_back()
+        super().action_scroll_up()
+
+    def action_page_up(self) -> None:
+        self._reading_back()
+        super().action_page_up()
+
+    def action_scroll_home(self) -> None:
+        self._reading_back()
+        super().action_scroll_home()
+
+    def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        if not (event.ctrl or event.shift):  # (those scroll sideways)
+            self._reading_back()
+        super()._on_mouse_scroll_up(event)
 
     # -- lines and rows ---------------------------------------------------------------------
 
@@ -498,5 +536,6 @@ class LogTail(Log):
         self.scroll_home(animate=False)
 
     def scroll_to_bottom(self) -> None:
-        """The last line."""
+        """The last line, and following again."""
+        self.follow = True
         self.scroll_end(animate=False)
