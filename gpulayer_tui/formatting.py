@@ -25,6 +25,27 @@ def duration(seconds: float) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
+def live_message(job: JobRowJSON | dict[str, Any], now: float) -> str:
+    """A job's message as of ``now``: a stop under way counts down to its SIGKILL (the
+    stored "SIGKILL after 10 s" was true only when written: read later it still said 10 s)."""
+    message = str(job.get("message") or "")
+    kill_at = job.get("kill_at")
+    marker = "SIGKILL after "
+    if not kill_at or job.get("status") != "running" or marker not in message:
+        return message
+    head, _, rest = message.partition(marker)
+    amount, unit, tail = rest.partition(" s")
+    try:
+        float(amount)
+    except ValueError:
+        return message
+    if not unit:
+        return message
+    left = float(kill_at) - now
+    said = f"SIGKILL in {left:.0f} s" if left >= 0.5 else "SIGKILL due"
+    return f"{head}{said}{tail}"
+
+
 def dependencies_text(spec: dict[str, object]) -> str:
     """A spec's ``depends_on`` in words: ``12, 13 (any outcome)``; ``""`` for none."""
     out = []

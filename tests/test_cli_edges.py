@@ -773,6 +773,22 @@ def test_logs_of_a_job_that_has_not_started_says_so(engine: Served) -> None:
     engine.cli("cancel", blocker)
 
 
+def test_a_stop_under_way_counts_down_to_its_sigkill(engine: Served) -> None:
+    # `jobs` and `status` said "SIGKILL after 10 s" however long after the cancel.
+    from gpulayer_tui.formatting import live_message
+
+    job_id = _submit(engine, "--shell", "--", "trap '' TERM; sleep 60")
+    assert engine.cli("cancel", "--no-wait", job_id).returncode == 0
+    for out in (engine.cli("status", job_id).stdout, engine.cli("jobs").stdout):
+        assert "SIGKILL after" not in out and "SIGKILL in " in out, out
+    row = {"status": "running", "message": "stopping (x): SIGTERM sent, SIGKILL after 10 s"}
+    assert live_message({**row, "kill_at": 100.0}, 96.8) == (
+        "stopping (x): SIGTERM sent, SIGKILL in 3 s"
+    )
+    assert live_message({**row, "kill_at": 100.0}, 101.0).endswith("SIGKILL due")
+    assert live_message({**row, "kill_at": None}, 0.0) == row["message"]  # (not stopping)
+
+
 def test_clean_says_which_jobs_it_kept_for_waiting_dependents(engine: Served) -> None:
     # They were kept with no word: `clean --keep 0` left jobs in `jobs` unexplained.
     needed, other = _submit(engine, "--", "true"), _submit(engine, "--", "true")

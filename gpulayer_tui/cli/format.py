@@ -11,6 +11,7 @@ from ..formatting import (
     duration,
     gib,
     gpus_text,
+    live_message,
     replica_health,
     replica_state,
     usage_lines,
@@ -73,7 +74,7 @@ def format_jobs(jobs: list[JobRowJSON], now: float) -> str:
                 "" if spec.get("vram_gb") is None else f"{spec['vram_gb']:g}",
                 _runtime(job, now),
                 "" if job["exit_code"] is None else str(job["exit_code"]),
-                job["message"],
+                live_message(job, now),
             ]
         )
     return table(
@@ -101,7 +102,7 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
         f"job {job['id']}  {job['name']}  [{job['kind']}]",
         f"  status      {job['status']}"
         + (f" ({job['termination_reason']})" if job["termination_reason"] else ""),
-        f"  message     {job['message']}",
+        f"  message     {live_message(job, now)}",
         f"  command     {shown}",
         *_request_lines(spec),
         *_snapshot_lines(spec),

@@ -507,13 +507,13 @@ class ServiceRunner:
             act,
             replica,
             R.BACKOFF,
-            # (the clock time too: the job's message stays while the delay runs down, and
-            # "in 16 s" read a quarter of a minute later told 16 s more; an exit learnt
-            # late, stamped when it was, gets the clock time alone: "in 1 s" beside an
-            # exit 6 s before it read wrong)
-            f"{what}; restart {replica.restarts + 1} "
-            + ("" if late is not None and late < time.time() - 1 else f"in {delay:g} s ")
-            + f"(at {time.strftime('%H:%M:%S', time.localtime(time.time() + delay))})",
+            # (the clock time, not "in 16 s": the job's message stays while the delay runs
+            # down, and read a quarter of a minute later that told 16 s more; the delay
+            # said as the back-off it is, except for an exit learnt late, stamped when it
+            # was: "1 s" beside an exit 6 s before it read wrong)
+            f"{what}; restart #{replica.restarts + 1} at "
+            + time.strftime("%H:%M:%S", time.localtime(time.time() + delay))
+            + ("" if late is not None and late < time.time() - 1 else f" ({delay:g} s back-off)"),
             code,
             at=late,
             not_started=not_started,

@@ -5,7 +5,6 @@ Pure data and formatting (no widget), shared by the table and the job detail vie
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,8 +38,6 @@ SORTS: dict[str, tuple[str, bool]] = {key: _SORT_LABELS[key] for key in JOB_SORT
 keys are the engine's (:data:`~gpulayer_tui.wire.JOB_SORTS`): a table sort is always one
 the engine can page (a sort added there without a label here fails at import)."""
 
-
-KILL_AFTER = re.compile(r"SIGKILL after [0-9.]+ s")
 
 # Termination reasons that the message already says (no prefix needed).
 UNSPOKEN_REASONS = frozenset({"exit_code", "cancelled"})

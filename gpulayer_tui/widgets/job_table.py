@@ -43,13 +43,12 @@ from textual.widgets.data_table import (
 )
 
 from .. import keymap
-from ..formatting import duration
+from ..formatting import duration, live_message
 from ..job_store import JobStore
 from ..wire import JobRowJSON
 from .job_columns import (
     BY_KEY,
     COLUMNS,
-    KILL_AFTER,
     LAYOUTS,
     MIN_MESSAGE_WIDTH,
     SORTS,
@@ -477,12 +476,8 @@ class JobTable(DataTable[Any]):
             status = str(job.get("status", ""))
             return ((status, f"jobtable--{status}"),)
         if key == "message":
-            message = " ".join(str(job.get("message") or "").split())
-            kill_at = job.get("kill_at")
-            if kill_at and job.get("status") == "running":
-                # Being stopped: count down to the SIGKILL (refreshed every second).
-                left = max(0.0, float(kill_at) - self._now())
-                message = KILL_AFTER.sub(f"SIGKILL in {left:.0f} s", message)
+            # (being stopped: it counts down to the SIGKILL, refreshed every second)
+            message = " ".join(live_message(job, self._now()).split())
             muted = "jobtable--muted" if job.get("status") == "completed" else ""
             prefix = reason_prefix(job)
             if not prefix:
