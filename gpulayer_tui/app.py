@@ -299,7 +299,12 @@ class GpulayerApp(App[str]):
         elif change == "degraded":
             self.notify(reason, title=f"domain {name} degraded", severity="warning")
         elif change in ("released", "draining", "healthy"):
-            self.notify(f"domain {name}: {change}", timeout=4)
+            said = str(change)
+            if change == "released" and data.get("state") == "draining":
+                # (a drain made before the quarantine outlives it: "released" read as back
+                # in service)
+                said = "quarantine lifted; draining again, as it was drained before"
+            self.notify(f"domain {name}: {said}", timeout=4)
 
     def _domain_changed(self, data: dict[str, Any]) -> None:
         """Take a domain's new state into the GPU view at once, in the stream's order.
@@ -554,11 +559,20 @@ class GpulayerApp(App[str]):
                     self._domain_cmd(name, "drain"),
                 )
             else:
+                kept = dom.get("drain_reason")
                 yield SystemCommand(
                     f"Release {name}",
-                    f"Return it to service (now {state})",
+                    f"Lift the quarantine; it stays drained ({kept})"
+                    if state == "quarantined" and kept
+                    else f"Return it to service (now {state})",
                     self._domain_cmd(name, "release"),
                 )
+                if state == "quarantined" and not kept:
+                    yield SystemCommand(
+                        f"Drain {name}",
+                        "Keep it out of service once the quarantine is lifted (maintenance)",
+                        self._domain_cmd(name, "drain"),
+                    )
         for command in super().get_system_commands(screen):
             if command.title not in ("Theme", "Quit"):
                 yield command

@@ -71,6 +71,36 @@ async def test_quarantine_is_notified_and_release_is_offered(ui_app: AppFactory)
         await until(pilot, lambda: _state(app, "gpu0") == "draining")
 
 
+async def test_releasing_a_drained_then_quarantined_domain_says_it_drains_again(
+    ui_app: AppFactory,
+) -> None:
+    # The palette said "Return it to service" and the toast "released", while the domain
+    # went back to draining (as the CLI said).
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    ledger = SimLedger(engine.paths.state_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await app.domain_action("gpu1", "drain").wait()
+        ledger.set_gpu(1, lost=True, error="GPU is lost: fell off the bus")
+        await engine.sampler.sample_once()
+        await until(pilot, lambda: _state(app, "gpu1") == "quarantined")
+        app.gpu_state = await app.backend.gpus()
+        commands = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        assert commands["Release gpu1"].startswith("Lift the quarantine; it stays drained")
+        assert "Drain gpu1" not in commands  # (drained already)
+        ledger.set_gpu(1, lost=False, error=None)
+        await _answers(pilot, engine, "gpu1")
+        await app.domain_action("gpu1", "release").wait()
+        await until(pilot, lambda: _state(app, "gpu1") == "draining")
+        await until(
+            pilot,
+            lambda: any("quarantine lifted; draining again" in n for n in _notes(app)),
+            "the toast",
+        )
+        assert not any(n.endswith("domain gpu1: released") for n in _notes(app))
+
+
 async def test_a_sample_older_than_a_release_does_not_undo_it(ui_app: AppFactory) -> None:
     # A gpu.sample published before a release can reach the app after the release's own
     # answer; the domain's change event, next in the stream, sets the state right again.
