@@ -431,7 +431,7 @@ async def test_clean_removes_a_jobs_tree_and_the_objects_only_it_held(
     before = {p.name for p in objects.iterdir()}
     assert len(before) == 5
     done = await engine.retention.clean(None, keep=1)
-    assert done == {"jobs": 1, "files": 1, "snapshots": 1}
+    assert done == {"jobs": 1, "files": 1, "snapshots": 1, "spared": []}
     assert not engine.snapshots.job_tree(first.id).exists()
     kept = engine.snapshots.job_tree(second.id)
     assert (kept / "new.txt").read_text() == "untracked v2\n"

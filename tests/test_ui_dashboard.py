@@ -182,6 +182,28 @@ async def test_a_panel_per_gpu_with_its_model(ui_app: Any) -> None:
         assert "cpu pool" in str(screen.query_one("#cpu-pool").render())
 
 
+async def test_a_gpu_whose_reads_fail_shows_its_last_figures_as_stale(ui_app: Any) -> None:
+    # They read as live: "70% ... 58°C" beside LOST, where the CLI says "70%?  58C?".
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    ledger = SimLedger(engine.paths.state_dir)
+    async with app.run_test(size=(160, 40)) as pilot:
+        ledger.set_gpu(1, utilization=70, temperature=58)
+        await engine.sampler.sample_once()
+        panel = await until(pilot, lambda: app.screen.query_one("#panel-gpu1", GpuPanel))
+        stats = panel.query_one("#stats")
+        await until(pilot, lambda: "70%" in str(stats.render()) and "58°C" in str(stats.render()))
+        assert not panel.stale
+        live_width = len(str(stats.render()))
+        ledger.set_gpu(1, lost=True, error="GPU is lost: fell off the bus")
+        await engine.sampler.sample_once()
+        await until(pilot, lambda: panel.stale, "the failed read")
+        await until(pilot, lambda: "70%?" in str(stats.render()), "the stale mark")
+        shown = str(stats.render())
+        assert "58C?" in shown and "58°C" not in shown
+        assert len(shown) == live_width  # (the bars of the panels stay aligned)
+
+
 async def test_foreign_process_shows_as_unregistered_everywhere(
     ui_app: Any, foreign: Callable[[], int]
 ) -> None:

@@ -397,6 +397,12 @@ class GpuPanel(Vertical):
             return Content.styled("no job", "$text-muted")
         return Content.styled(text, "$accent")
 
+    @property
+    def stale(self) -> bool:
+        """Its last reads failed: the figures are the last good read's, not the GPU's now
+        (they read as live; the CLI marks them ``70%?``, and so does the panel)."""
+        return bool(self.domain.get("failures")) and bool(self.domain.get("gpu"))
+
     def _util_pieces(self, bar_width: int) -> list[Piece]:
         util = self.gpu.get("utilization")
         if util is None:
@@ -404,6 +410,14 @@ class GpuPanel(Vertical):
         filled = round(util / 100 * bar_width)
         if util > 0:
             filled = max(1, filled)
+        if self.stale:  # (as wide as a live figure: the bars of the panels stay aligned)
+            shown = f"{util:>2}%?" if util < 100 else f"{util}?"
+            return [
+                (shown, "$text-muted"),
+                (" ", ""),
+                (BAR_CHAR * filled, "$text-muted"),
+                (BAR_CHAR * (bar_width - filled), "$memory-free"),
+            ]
         return [
             (f"{util:>3}%", "bold"),
             (" ", ""),
@@ -415,6 +429,8 @@ class GpuPanel(Vertical):
         temp = self.gpu.get("temperature")
         if temp is None:
             return " ?°C", "$text-muted"
+        if self.stale:
+            return f"{temp:>2}C?", "$text-muted"
         style = "$error bold" if temp >= 85 else "$warning" if temp >= 75 else ""
         return f"{temp:>2}°C", style
 
@@ -433,6 +449,8 @@ class GpuPanel(Vertical):
         if watts is None:
             return "?".rjust(widest - len(unit)) + unit, "$text-muted"
         style = "$warning" if limit and watts >= 0.9 * limit else ""
+        if self.stale:
+            style = "$text-muted"
         if with_limit and limit:
             return f"{watts:.0f}/{limit:.0f}{unit}".rjust(widest), style
         return f"{watts:.0f}{unit}".rjust(widest), style
