@@ -262,26 +262,34 @@ def usage_plot(usage: UsageJSON, width: int = 60) -> str:
 
 def why_lines(data: dict[str, Any]) -> list[str]:
     """``gpulayer-tui why``'s text (``GET /v1/jobs/ID/why``), one fact per line; the TUI's
-    job detail shows the same lines for a waiting job."""
+    job detail shows the same facts (:func:`why_rows`)."""
     job = data["job"]
     if not data.get("waiting"):
         return [f"job {job} is {data.get('status')}: {data.get('reason', '')}".rstrip(": ")]
     lines = [f"job {job} ({data['status']}, priority {data['priority']}, user {data['user']})"]
-    lines.append(f"  reason      {data.get('reason') or '-'}")
+    lines += [f"  {label:<12}{text}" for label, text in why_rows(data)]
+    return lines
+
+
+def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """A waiting job's facts as ``(label, text)``: reason, what it waits for, its place,
+    the reservation, its user's limits, the fair-share order, whom it preempts."""
+    job = data["job"]
+    rows = [("reason", str(data.get("reason") or "-"))]
     if data.get("waiting_for_jobs"):
         waited = data["waiting_for_jobs"]
-        lines.append(f"  waits for   {_jobs_word(waited)} {', '.join(map(str, waited))}")
+        rows.append(("waits for", f"{_jobs_word(waited)} {', '.join(map(str, waited))}"))
     if data.get("capacity"):
-        lines.append(f"  capacity    {data['capacity']}")
+        rows.append(("capacity", str(data["capacity"])))
     if data.get("place"):
         ahead = ", ".join(map(str, data.get("ahead") or [])) or "none"
-        lines.append(f"  place       {data['place']} of {data['ready']} ready (ahead: {ahead})")
+        rows.append(("place", f"{data['place']} of {data['ready']} ready (ahead: {ahead})"))
     reservation = data.get("reservation")
     if reservation:
         mine = reservation["job"] == job
         whose = "for this job" if mine else f"for job {reservation['job']}"
-        lines.append(
-            f"  reserved    {', '.join(reservation['domains'])} {whose} {reservation['when']}"
+        rows.append(
+            ("reserved", f"{', '.join(reservation['domains'])} {whose} {reservation['when']}")
         )
     limits = data.get("limits") or {}
     tables = limits.get("tables") or {}
@@ -291,11 +299,14 @@ def why_lines(data: dict[str, Any]) -> list[str]:
             table = str(tables.get(key) or limits.get("from"))
             by_table.setdefault(table, []).append(f"{key} {limits[key]:g}")
     set_ = "; ".join(f"{', '.join(keys)} ({table})" for table, keys in by_table.items())
-    lines.append(
-        f"  limits      {set_ or 'none'}; running "
-        f"{plural(limits.get('running_gpus', 0), 'GPU')}, "
-        f"{limits.get('running_vram_gb', 0):g} GiB "
-        f"declared; {plural(limits.get('waiting', 0), 'job')} waiting"
+    rows.append(
+        (
+            "limits",
+            f"{set_ or 'none'}; running "
+            f"{plural(limits.get('running_gpus', 0), 'GPU')}, "
+            f"{limits.get('running_vram_gb', 0):g} GiB "
+            f"declared; {plural(limits.get('waiting', 0), 'job')} waiting",
+        )
     )
     order = data.get("fair_share") or []
     if order:
@@ -304,11 +315,11 @@ def why_lines(data: dict[str, Any]) -> list[str]:
             + (f" (share {row['share']:g})" if row["share"] != 1 else "")
             for row in order
         )
-        lines.append(f"  fair share  {shown} (least recent use first)")
+        rows.append(("fair share", f"{shown} (least recent use first)"))
     if data.get("preempting"):
         stopped = data["preempting"]
-        lines.append(f"  preempting  {_jobs_word(stopped)} {', '.join(map(str, stopped))}")
-    return lines
+        rows.append(("preempting", f"{_jobs_word(stopped)} {', '.join(map(str, stopped))}"))
+    return rows
 
 
 def _jobs_word(ids: list[Any]) -> str:

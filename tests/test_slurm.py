@@ -617,7 +617,7 @@ async def test_the_tui_shows_the_cluster_and_its_jobs_with_logs_and_cancel(
             pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
         )
         await until(pilot, lambda: detail.job is not None, "the job to load")
-        assert "cluster test, Slurm job " in detail.query_one(FieldList).text("domains")
+        assert "cluster test, Slurm job " in detail.query_one("#fields", FieldList).text("domains")
         log = detail.query_one(LogTail)
         await until(pilot, lambda: "from-slurm" in log.lines, "the Slurm output", timeout=20)
         await pilot.press("c")

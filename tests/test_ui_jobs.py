@@ -833,7 +833,7 @@ async def test_small_words_say_what_is_true(ui_app: Any) -> None:
         app.open_job(failed["id"])
         await pilot.pause()
         await until(pilot, lambda: app.screen.query_one(Timeline).events, "the timeline")
-        status = app.screen.query_one(FieldList).text("status")
+        status = app.screen.query_one("#fields", FieldList).text("status")
         assert status == "failed: exited with code 3"  # (not "failed (exit_code)")
         await app.backend.cancel(running["id"])
         await pilot.press("escape")
@@ -841,7 +841,8 @@ async def test_small_words_say_what_is_true(ui_app: Any) -> None:
         await until(
             pilot,
             lambda: (
-                [f.text("status") for f in app.screen.query(FieldList)] == ["cancelled by user"]
+                [f.text("status") for f in app.screen.query("#fields").results(FieldList)]
+                == ["cancelled by user"]
             ),
             "a cancelled job's status in plain words",
         )
@@ -910,7 +911,7 @@ async def test_a_waiting_jobs_detail_says_why_it_waits_until_it_runs(ui_app: Any
             "the why panel",
         )
         text = str(panel.render())
-        assert "why it waits" in text
+        assert text.startswith("why it waits\n")
         assert "place       1 of 1 ready (ahead: none)" in text
         assert "fair share" in text and "GPU-h" in text
         await app.backend.cancel(holder["id"])
@@ -939,6 +940,20 @@ async def test_the_fields_block_wraps_each_value_beside_its_label() -> None:
         fields.set("replicas", Content("0 up\n1 starting"))
         await pilot.pause()
         assert fields.shown("replicas") and fields.size.height == 5
+        # Rows whose labels change (usage lines, why it waits), under a heading that
+        # takes the whole width: a long value goes on under itself, not at the left edge.
+        fields.set_rows(
+            [("advice", Content("held at most 1 GiB per GPU; declare vram_gb"))],
+            heading=Content("why it waits, at full width"),
+        )
+        await pilot.pause()
+        assert fields.render().plain.splitlines() == [
+            "why it waits, at full width",
+            "advice     held at most 1 GiB",
+            "           per GPU; declare",
+            "           vram_gb",
+        ]
+        assert fields.size.height == 4
 
 
 async def test_end_reaches_old_finished_jobs_behind_pages_of_waiting_ones(

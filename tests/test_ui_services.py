@@ -41,7 +41,7 @@ async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
         detail = await until(
             pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
         )
-        fields = detail.query_one(FieldList)
+        fields = detail.query_one("#fields", FieldList)
         await until(pilot, lambda: "2/2 up" in fields.text("replicas"), "the replicas field")
         assert fields.shown("replicas")
         log = detail.query_one(LogTail)
@@ -84,7 +84,7 @@ async def test_next_replica_key_is_only_for_services(ui_app: Any) -> None:
         )
         await until(pilot, lambda: detail.job is not None, "the job")
         assert detail.check_action("next_replica", ()) is False
-        assert not detail.query_one(FieldList).shown("replicas")
+        assert not detail.query_one("#fields", FieldList).shown("replicas")
 
 
 async def test_submit_a_service_through_the_form(ui_app: Any) -> None:

@@ -17,6 +17,7 @@ from gpulayer_tui.backend import SocketBackend
 from gpulayer_tui.engine.paths import resolve_paths
 from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.screens.job_detail import JobDetailScreen
+from gpulayer_tui.widgets.field_list import FieldList
 from gpulayer_tui.widgets.job_table import JobTable
 from gpulayer_tui.widgets.log_tail import LogTail
 from gpulayer_tui.widgets.summary_line import SummaryLine
@@ -35,7 +36,7 @@ def quick_usage(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("gpulayer_tui.screens.job_detail.USAGE_POLL_INTERVAL", 0.1)
 
 
-def _text(widget: Static) -> str:
+def _text(widget: Static | FieldList) -> str:
     return str(widget.render())
 
 
@@ -89,7 +90,7 @@ async def test_a_running_gpu_jobs_usage_fills_as_ticks_come_then_is_stored(
         await until(pilot, lambda: vram.data and len(vram.data) >= seen + 3, "the VRAM plot")
         assert max(vram.data or [0]) == 4 * 1024  # MiB: what the job holds
         assert util.data and max(util.data) == 40  # the simulator's 40 % per process
-        text = _text(panel.query_one("#usage-text", Static))
+        text = _text(panel.query_one("#usage-text", FieldList))
         # (the mean may be under 40 %: a tick between the start and the hold read 0 %)
         assert "peak 4.0 GiB" in text and "util mean " in text and "GPU-hours" in text
         assert "live" in str(panel.border_subtitle)
@@ -141,7 +142,7 @@ async def test_a_finished_jobs_stored_usage_and_a_cpu_job_without_any(
         panel = _panel(pilot)
         await until(pilot, lambda: panel.points >= 3, "the stored series")
         assert not panel.active and "stored" in str(panel.border_subtitle)
-        assert "peak 2.5 GiB" in _text(panel.query_one("#usage-text", Static))
+        assert "peak 2.5 GiB" in _text(panel.query_one("#usage-text", FieldList))
         await pilot.press("escape")
         screen = await _open(pilot, cpu["id"])
         await until(pilot, lambda: screen.query_one(Timeline).events, "the timeline")
@@ -192,7 +193,7 @@ async def test_an_idle_gpu_job_is_counted_on_the_dashboard_and_warned_in_its_det
             pilot,
             lambda: (
                 "warning    idle: its GPUs were under 5%"
-                in _text(panel.query_one("#usage-text", Static))
+                in _text(panel.query_one("#usage-text", FieldList))
             ),
             "the warning in the usage",
         )

@@ -437,7 +437,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         name = Content(f"job {self.job_id} · {job.get('name', '')}")
         self.query_one("#fields-box").border_title = name
         self.query_one("#field-loading").display = False
-        fields = self.query_one(FieldList)
+        fields = self.query_one("#fields", FieldList)
         fields.update(job_fields(job, app.clock()), hidden=() if self.is_service else ("replicas",))
         fields.display = True
         usage = self.query_one(UsagePanel)
@@ -457,7 +457,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         if self._job is not None and self._job.get("status") == "running":
             app = view_of(self)
             values = job_fields(self._job, app.clock())
-            self.query_one(FieldList).update({key: values[key] for key in ("runtime", "replicas")})
+            self.query_one("#fields", FieldList).update(
+                {key: values[key] for key in ("runtime", "replicas")}
+            )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """``]`` (next replica) exists for services only, ``u`` for GPU jobs only; ``R``

@@ -41,6 +41,27 @@ class FieldList(Widget):
         self._hidden: set[str] = set()
         self._label_width = label_width
         self._lines_cache: tuple[tuple[int, VisualStyle], list[Content]] | None = None
+        self._heading: Content | None = None
+
+    def set_rows(self, rows: Iterable[tuple[str, Content]], heading: Content | None = None) -> None:
+        """Show exactly these ``(label, value)`` rows, in order, under ``heading`` (a line
+        of its own, wrapped at the whole width): for blocks whose labels change (a job's
+        usage lines, why it waits)."""
+        rows = list(rows)
+        labels = {str(n): label for n, (label, _value) in enumerate(rows)}
+        values = {str(n): value for n, (_label, value) in enumerate(rows)}
+        same = (
+            labels == self._labels
+            and not self._hidden
+            and all(values[k].is_same(self._values[k]) for k in values)
+            and (heading is None) == (self._heading is None)
+            and (heading is None or self._heading is None or heading.is_same(self._heading))
+        )
+        if same:
+            return
+        self._labels, self._values, self._hidden, self._heading = labels, values, set(), heading
+        self._lines_cache = None
+        self.refresh(layout=True)
 
     # -- what it shows ----------------------------------------------------------------------
 
@@ -78,6 +99,11 @@ class FieldList(Widget):
         """A row's value as plain text."""
         return self._values[key].plain
 
+    @property
+    def plain(self) -> str:
+        """Every line as plain text, as drawn at the current width (tests, copying)."""
+        return "\n".join(line.plain for line in self._lines(self.size.width or 80))
+
     def shown(self, key: str) -> bool:
         """True when the row is shown."""
         return key in self._labels and key not in self._hidden
@@ -94,6 +120,8 @@ class FieldList(Widget):
         room = max(1, width - column)
         indent = Content(" " * column)
         lines: list[Content] = []
+        if self._heading is not None:
+            lines.extend(self._heading.wrap(max(1, width)) or [Content("")])
         for key, label in self._labels.items():
             if key in self._hidden:
                 continue

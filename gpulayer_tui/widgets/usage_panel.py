@@ -20,6 +20,7 @@ from textual.widgets import Label, Sparkline, Static
 
 from ..formatting import duration, gib, usage_lines
 from ..wire import UsageJSON, UsageSeriesJSON, UsageSummaryJSON
+from .field_list import FieldList
 
 STACK_BELOW = 150
 """Content widths under this put the plots under the text instead of beside it."""
@@ -50,21 +51,24 @@ def collapsed_line(summary: UsageSummaryJSON | None, active: bool) -> Content:
     return Content.assemble(*pieces)
 
 
-def summary_text(summary: UsageSummaryJSON | None, active: bool) -> Content:
-    """The expanded text: one ``label  text`` line per :func:`usage_lines` entry."""
+def summary_rows(summary: UsageSummaryJSON | None) -> list[tuple[str, Content]]:
+    """The expanded text: one ``(label, text)`` row per :func:`usage_lines` entry (the
+    engine's words, shown as text: never markup)."""
     if summary is None:
-        return Content.styled(
-            "no GPU usage seen yet" if active else "no GPU usage recorded", "$text-muted"
-        )
-    lines = [
-        Content.assemble(
-            (f"{label:<11}", "$text-muted"),
-            # (the engine's words, shown as text: never markup)
-            (text, _LINE_STYLES.get(label, "")),
-        )
+        return []
+    return [
+        (label, Content.styled(text, _LINE_STYLES.get(label, "")))
         for label, text in usage_lines(summary)
     ]
-    return Content("\n").join(lines)
+
+
+def summary_heading(summary: UsageSummaryJSON | None, active: bool) -> Content | None:
+    """What the expanded text says when there is nothing to show yet."""
+    if summary is not None:
+        return None
+    return Content.styled(
+        "no GPU usage seen yet" if active else "no GPU usage recorded", "$text-muted"
+    )
 
 
 def _values(values: list[int | None] | list[int]) -> list[float]:
@@ -135,7 +139,11 @@ class UsagePanel(VerticalScroll, can_focus=False):
     def compose(self) -> ComposeResult:
         yield Static(collapsed_line(None, True), id="usage-line")
         with Horizontal(id="usage-body"):
-            yield Static(summary_text(None, True), id="usage-text")
+            # (each line's text wrapped beside its label: a long advice went on under it,
+            # at the panel's left edge)
+            text = FieldList((), id="usage-text")
+            text.set_rows((), heading=summary_heading(None, True))
+            yield text
             yield Vertical(id="usage-plots")
 
     def watch_expanded(self, expanded: bool) -> None:
@@ -154,7 +162,9 @@ class UsagePanel(VerticalScroll, can_focus=False):
         self.summary = summary
         self.active = active
         self.query_one("#usage-line", Static).update(collapsed_line(summary, active))
-        self.query_one("#usage-text", Static).update(summary_text(summary, active))
+        self.query_one("#usage-text", FieldList).set_rows(
+            summary_rows(summary), heading=summary_heading(summary, active)
+        )
         self._update_subtitle()
 
     def show(self, usage: UsageJSON, active: bool) -> None:

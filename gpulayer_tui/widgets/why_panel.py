@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from textual.content import Content
-from textual.widgets import Static
 
-from ..formatting import why_lines
+from ..formatting import why_rows
+from .field_list import FieldList
 
 
-class WhyPanel(Static):
+class WhyPanel(FieldList):
     """Where a waiting job stands: its place among the jobs ready to run, what it waits
     for, the reservation, its user's limits and the fair-share order (the engine's
-    ``GET /v1/jobs/ID/why``). Hidden for a job that does not wait."""
+    ``GET /v1/jobs/ID/why``), each fact's text wrapped beside its label. Hidden for a job
+    that does not wait."""
 
     DEFAULT_CSS = """
     WhyPanel {
@@ -25,6 +26,9 @@ class WhyPanel(Static):
     WhyPanel.-waiting { display: block; }
     """
 
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__((), label_width=12, id=id)
+
     def show_why(self, data: dict[str, Any] | None) -> None:
         """Show ``data`` (the engine's answer), or hide the panel (``None``, or a job
         that no longer waits)."""
@@ -32,9 +36,9 @@ class WhyPanel(Static):
         self.set_class(waiting, "-waiting")
         if not waiting or data is None:
             return
-        # The first line names the job, which the detail already does; the rest, with
-        # users' text in it (reasons, user names), is shown as text, never markup.
-        lines = why_lines(data)[1:]
-        self.update(
-            Content("why it waits\n" + "\n".join(line.removeprefix("  ") for line in lines))
+        # (the job itself the detail names already; users' text in the facts, reasons
+        # and user names, is shown as text, never markup)
+        self.set_rows(
+            ((label, Content(text)) for label, text in why_rows(data)),
+            heading=Content("why it waits"),
         )
