@@ -3,9 +3,11 @@ command reading its stdin and a real HTTP server on 127.0.0.1; and the TUI's bel
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -23,7 +25,7 @@ from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.notify import Notifier
 from gpulayer_tui.engine.spec import parse_spec
 
-from .conftest import EngineFactory, eventually, make_config, pid_gone
+from .conftest import EngineFactory, Served, eventually, make_config, pid_gone, wait_for
 from .test_services import ManualClock
 from .ui_support import until
 
@@ -529,6 +531,102 @@ async def test_every_notification_owed_is_sent_after_a_restart_up_to_the_cap(
     by_end = [j.id for j in sorted(jobs, key=lambda j: ended[j.id])]
     assert not ids & set(by_end[:5]) and set(by_end[-5:]) <= ids
     assert "10 older ones left undelivered by the last engine are not sent" in caplog.text
+
+
+class _SlowHook(_Hook):
+    """A webhook that holds every answer until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def _post(self, request: web.Request) -> web.Response:
+        await self.release.wait()
+        return await super()._post(request)
+
+
+async def test_a_clean_stop_owes_only_the_channel_not_delivered(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # With a command and a URL, the command done and the POST under way at the stop: the
+    # next engine ran the command again too.
+    out = tmp_path / "got"
+    async with _SlowHook() as hook:
+        settings = {"command": _recorder(out), "url": hook.url, "jobs": "all"}
+        engine = await _engine(make_engine, **settings)
+        job = await engine.submit({"command": ["true"]})
+        await engine.wait(job.id, timeout=20)
+        await eventually(lambda: len(_received(out)) == 1, timeout=20)  # (the command)
+        await engine.stop()  # (the POST still held: owed)
+        hook.release.set()
+        again = await _engine(make_engine, **settings)
+        await eventually(lambda: len(hook.got) == 1, timeout=20)
+        await eventually(lambda: again.notifier.sent == 1, timeout=20)
+        await again.stop()
+    assert [b["id"] for b in _received(out)] == [job.id]  # (the command ran once)
+    assert [b["id"] for b in hook.got] == [job.id]
+
+
+# Blocks on a job named "stuck" until the gate exists, then records as RECORD does; one
+# whose engine died meanwhile (its parent changed) records nothing: that engine is gone.
+GATED_WHILE_PARENT_LIVES = (
+    "import json, os, sys, tempfile, time\n"
+    "parent = os.getppid()\n"
+    "body = json.load(sys.stdin)\n"
+    "while body['name'] == 'stuck' and not os.path.exists(sys.argv[2]):\n"
+    "    time.sleep(0.05)\n"
+    "    if os.getppid() != parent: sys.exit(1)\n"
+    "fd, path = tempfile.mkstemp(dir=sys.argv[1], suffix='.part')\n"
+    "os.write(fd, json.dumps(body).encode()); os.close(fd)\n"
+    "os.rename(path, path[:-5] + '.json')\n"
+)
+
+
+def test_a_kill_after_a_clean_stop_resends_nothing_delivered_before_it(
+    served: Served, tmp_path: Path
+) -> None:
+    # The owed notification, older than the cursor, took the cursor back to it once the
+    # next engine queued it: killed then, the engine after sent again everything
+    # delivered since that row (and, with jobs = "marked", the catch-up counted unmarked
+    # jobs and could crowd the marked ones out).
+    import sqlite3
+
+    out, gate = tmp_path / "got", tmp_path / "gate"
+    out.mkdir()
+    command = [sys.executable, "-c", GATED_WHILE_PARENT_LIVES, str(out), str(gate)]
+    served.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (served.home / "config.toml").write_text(
+        f'[notify]\ncommand = {json.dumps(command)}\njobs = "marked"\n'
+    )
+    served.start()
+    stuck = served.cli("submit", "--notify", "--name", "stuck", "--", "true").stdout.strip()
+    fast = [
+        served.cli("submit", "--notify", "--name", f"fast{i}", "--", "true").stdout.strip()
+        for i in range(3)
+    ]
+    for i in range(5):  # (unmarked: never notified)
+        served.cli("submit", "--name", f"quiet{i}", "--", "true")
+    wait_for(lambda: len(_received(out)) == 3, timeout=30)
+    served.stop()  # (stuck owed)
+
+    def run_id() -> int:
+        with sqlite3.connect(served.home / "gpulayer.db") as db:
+            row = db.execute("SELECT value FROM counters WHERE name = 'notify_run'").fetchone()
+        return int(row[0]) if row else 0
+
+    before = run_id()
+    served.start()
+    wait_for(lambda: run_id() != before, timeout=20)  # (its catch-up is stored)
+    assert served.proc is not None
+    served.proc.send_signal(signal.SIGKILL)
+    served.proc.wait(timeout=20)
+    gate.touch()
+    served.start()
+    wait_for(lambda: len(_received(out)) >= 4, timeout=30)
+    said = served.stop()
+    ids = sorted(str(b["id"]) for b in _received(out))
+    assert ids == sorted([stuck, *fast]), ids  # (each once)
+    assert said.count("1 left undelivered by the last engine are sent now") == 2, said
 
 
 async def test_a_job_with_a_notification_still_to_go_is_kept_by_clean(

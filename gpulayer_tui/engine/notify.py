@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -67,15 +68,18 @@ STDERR_GRACE_S = 0.5  # how long its stderr is read after the command exits
 
 
 CURSOR_ROW = "notify_row"
-"""The stored cursor (in ``counters``): every notification of a stored event up to this
-row of ``events`` was handled (delivered, failed or dropped)."""
+"""The stored cursor (in ``counters``): every stored event up to this row of ``events`` was
+considered; those that called for a notification not delivered yet are :data:`OWED`."""
 CURSOR_RUN = "notify_run"
 """The engine run that kept the cursor (0: none kept it: notifications were off)."""
 OWED = "notify_owed."
-"""Settings ``notify_owed.ROW``: at a clean stop, the rows whose notifications were not
-delivered (queued, or under way and given up). The cursor then says "every row up to here
-was considered", so the next engine sends those and only those again; after a kill there
-are none, and it sends from the cursor, at least once."""
+"""Settings ``notify_owed.ROW = CHANNELS``: a notification of that row still to deliver,
+and to which (:data:`COMMAND` and/or :data:`URL`: one delivered before a stop is not sent
+again). Written as it is queued, rewritten as each channel is done, removed once all are:
+the next engine sends these and the events after the cursor, nothing else (a low-water
+cursor had it send again everything after the oldest one still owed)."""
+COMMAND, URL = 1, 2
+"""The channels of a notification (bits)."""
 CATCH_UP_S = 86400.0
 """How far back a new engine looks for notifications the last one did not deliver."""
 
@@ -90,6 +94,7 @@ class _Pending:
     replica: dict[str, Any] | None
     settings: NotifySettings
     row: int | None = None  # its event's row in the database (None: not stored)
+    channels: int = COMMAND | URL  # where it goes still (with the settings': where set)
 
 
 class Notifier:
@@ -117,10 +122,11 @@ class Notifier:
         self._bus = bus
         self._settings = settings
         self._read_job = read_job
-        # The cursor (see CURSOR_ROW): the rows of the events still to deliver, and the
-        # highest row considered; kept in the store once a run has set it out.
+        # The cursor (see CURSOR_ROW and OWED): the highest row considered, and the rows
+        # whose notifications are queued or under way; kept in the store once a run has
+        # set it out.
         self._store = store
-        self._open_rows: dict[int, int] = {}  # row -> notifications of it under way
+        self._open_rows: dict[int, int] = {}  # row -> its channels still to deliver
         self._seen_row = 0
         self._cursor_kept = False
         self._busy = 0  # notifications being delivered now
@@ -177,9 +183,12 @@ class Notifier:
             return 0
         kept_by = await store.setting(CURSOR_RUN)
         row = await store.setting(CURSOR_ROW)
-        owed = [int(name[len(OWED) :]) for name in await store.settings_named(OWED)]
+        owed = {
+            int(name[len(OWED) :]): channels
+            for name, channels in (await store.settings_named(OWED)).items()
+        }
         if owed:
-            store.drop_settings(OWED)  # (queued below, or not owed any more: off)
+            store.drop_settings(OWED)  # (those queued below are written again)
         self._seen_row = store.first_event_row
         queued = 0
         if (
@@ -192,9 +201,20 @@ class Notifier:
         ):
             since = time.time() - CATCH_UP_S
             events = await store.stored_events(
-                row, store.first_event_row, since, sorted(self._settings.on), owed
+                row, store.first_event_row, since, sorted(self._settings.on), list(owed)
             )
             decided = [p for p in map(self._decide, events) if p is not None]
+            if self._settings.jobs == "marked":
+                # (stored events carry no job row: the jobs are looked up, or unmarked
+                # ones took the places of the marked and were counted as sent)
+                marked = await store.marked_for_notify({p.job_id for p in decided})
+                decided = [p for p in decided if p.job_id in marked]
+            decided = [
+                dataclasses.replace(p, channels=owed[p.row])
+                if p.row is not None and p.row in owed
+                else p
+                for p in decided
+            ]
             # (at most QUEUE_MAX, the newest: the older ones are said, not sent)
             skipped = max(0, len(decided) - QUEUE_MAX)
             for pending in decided[skipped:]:
@@ -213,20 +233,27 @@ class Notifier:
         self._cursor_kept = True
         if self._settings.enabled:
             self._save_cursor()
+            for pending_row, channels in self._open_rows.items():
+                store.save_setting(f"{OWED}{pending_row}", channels)
         return queued
-
-    def _cursor(self) -> int:
-        """Every notification of a stored event up to this row is handled."""
-        if self._open_rows:
-            return min(self._open_rows) - 1
-        return self._seen_row
 
     def _save_cursor(self) -> None:
         store = self._store
         if store is None or not self._cursor_kept:
             return
         store.save_setting(CURSOR_RUN, store.run_id)
-        store.save_setting(CURSOR_ROW, self._cursor())
+        store.save_setting(CURSOR_ROW, self._seen_row)
+
+    def _channel_done(self, pending: _Pending, channel: int) -> None:
+        """One channel of ``pending`` was delivered or failed: not owed any more."""
+        row = pending.row
+        if row is None or row not in self._open_rows:
+            return
+        left = self._open_rows[row] & ~channel
+        if left:
+            self._open_rows[row] = left
+            if self._store is not None and self._cursor_kept:
+                self._store.save_setting(f"{OWED}{row}", left)
 
     def _handled(self, pending: _Pending) -> None:
         """``pending`` was delivered, failed, or will not be tried."""
@@ -236,11 +263,10 @@ class Notifier:
         else:
             self._owed.pop(pending.job_id, None)
         row = pending.row
-        if row is None or row not in self._open_rows:
+        if row is None or self._open_rows.pop(row, None) is None:
             return
-        self._open_rows[row] -= 1
-        if not self._open_rows[row]:
-            del self._open_rows[row]
+        if self._store is not None and self._cursor_kept:
+            self._store.drop_setting(f"{OWED}{row}")
             self._save_cursor()
 
     async def stop(self) -> None:
@@ -261,14 +287,9 @@ class Notifier:
                 task.cancel()
             await asyncio.gather(*self._workers, return_exceptions=True)
             self._workers.clear()
-        if self._settings.enabled and self._store is not None and self._cursor_kept:
-            # What is left stays owed, and only that: the next engine sends it (see OWED
-            # and catch_up). The cursor alone, the low-water mark of what is done, had the
-            # next engine send again every notification after the first one still owed.
-            for row in self._open_rows:
-                self._store.save_setting(f"{OWED}{row}", 1)
-            self._store.save_setting(CURSOR_RUN, self._store.run_id)
-            self._store.save_setting(CURSOR_ROW, self._seen_row)
+        if self._settings.enabled:
+            # (what is left stays owed, and only that: see OWED and catch_up)
+            self._save_cursor()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -352,7 +373,9 @@ class Notifier:
             )
             return 0
         if pending.row is not None:
-            self._open_rows[pending.row] = self._open_rows.get(pending.row, 0) + 1
+            self._open_rows[pending.row] = pending.channels
+            if self._store is not None and self._cursor_kept:
+                self._store.save_setting(f"{OWED}{pending.row}", pending.channels)
         self._owed[pending.job_id] = self._owed.get(pending.job_id, 0) + 1
         return 1
 
@@ -395,16 +418,24 @@ class Notifier:
         if settings.jobs == "marked" and not job.spec.get("notify"):
             return
         body = json.dumps(payload(pending.event, pending.at, job, pending.replica)).encode()
-        sends: list[Awaitable[bool]] = []
-        if settings.command:
-            sends.append(self._run(settings.command, body, pending, settings.timeout))
-        if settings.url:
-            sends.append(self._post(settings.url, body, pending, settings.timeout))
-        for ok in await asyncio.gather(*sends):
-            if ok:
-                self.sent += 1
-            else:
-                self.failed += 1
+        sends: list[Awaitable[None]] = []
+        timeout = settings.timeout
+        if settings.command and pending.channels & COMMAND:
+            run = self._run(settings.command, body, pending, timeout)
+            sends.append(self._one(pending, COMMAND, run))
+        if settings.url and pending.channels & URL:
+            post = self._post(settings.url, body, pending, timeout)
+            sends.append(self._one(pending, URL, post))
+        await asyncio.gather(*sends)
+
+    async def _one(self, pending: _Pending, channel: int, send: Awaitable[bool]) -> None:
+        """One channel's delivery: counted, and not owed any more once it is done (a
+        stop while the other one runs sends only that one again)."""
+        if await send:
+            self.sent += 1
+        else:
+            self.failed += 1
+        self._channel_done(pending, channel)
 
     async def _run(self, argv: list[str], body: bytes, pending: _Pending, timeout: float) -> bool:
         """Run the command with ``body`` on its stdin; True if it exited 0 in time."""

@@ -1179,6 +1179,22 @@ class Store:
         )
         return {str(name): int(value) for name, value in rows}
 
+    def drop_setting(self, name: str) -> None:
+        """Queue the removal of the engine setting ``name`` for the next commit."""
+        self._queue.append(
+            _Write(None, [], None, [("DELETE FROM counters WHERE name = ?", (name,))])
+        )
+
+    async def marked_for_notify(self, ids: set[int]) -> set[int]:
+        """Which of ``ids`` are jobs submitted with ``notify``."""
+        if not ids:
+            return set()
+        marks = ", ".join(str(int(i)) for i in sorted(ids))
+        rows = await self._fetchall(
+            f"SELECT id FROM jobs WHERE id IN ({marks}) AND json_extract(spec, '$.notify')"
+        )
+        return {int(r[0]) for r in rows}
+
     def drop_settings(self, prefix: str) -> None:
         """Queue the removal of every engine setting named ``prefix``... for the next
         commit."""
