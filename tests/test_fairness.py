@@ -837,6 +837,37 @@ async def test_a_requeued_jobs_next_run_is_never_released_for_the_stop_before_it
     assert done.status is JobStatus.COMPLETED and done.attempt == 1
 
 
+async def test_a_job_placed_and_preempted_in_one_pass_goes_back_to_the_queue(
+    make_engine: EngineFactory,
+) -> None:
+    # Started by the pass that also preempted it (for a job held back by its user's
+    # limit), it ended failed, "stopped before it started" (launch_failed): lost.
+    me = user_label(os.geteuid())
+    config = make_config(
+        scheduling={"preempt_after": 0, "checkpoint_signal": None},
+        users={me: {"max_vram_gb": 70}},
+    )
+    engine = await make_engine("2xA100-80GB", config=config)
+    sweep = {"command": ["sleep", "60"], "gpus": 1, "vram_gb": 30, "preemptible": True}
+    first = await engine.submit({**sweep, "priority": -5})
+    other = await engine.submit({"command": ["sleep", "1"], "gpus": 1})
+    second = await engine.submit({**sweep, "priority": -5})
+    urgent = await engine.submit(
+        {"command": ["sleep", "60"], "gpus": 2, "vram_gb": 30, "priority": 10}
+    )
+    assert (await engine.wait(other.id, timeout=20)).status is JobStatus.COMPLETED
+    await eventually(
+        lambda: engine.book.get(urgent.id).job.status is JobStatus.RUNNING,  # type: ignore[union-attr]
+        timeout=20,
+    )
+    for sweep_job in (first, second):
+        now = await engine.get(sweep_job.id)
+        assert now.status is JobStatus.QUEUED, (sweep_job.id, now.status, now.message)
+        assert now.termination_reason is None
+    for job in (urgent, first, second):
+        await engine.cancel(job.id)
+
+
 async def test_a_preempted_job_that_asked_not_to_be_requeued_fails(
     make_engine: EngineFactory,
 ) -> None:

@@ -359,6 +359,11 @@ class BatchRunner:
             # Stopped before it started: it never runs.
             if prepared is not None:
                 prepared.discard()
+            if job.stop_reason is Reason.PREEMPTED:
+                # (preempted in the pass that placed it: back to the queue as any
+                # preempted run, not failed as a launch that failed)
+                self._end(act, Exit(None, recorded=False))
+                return
             self._end(act, Exit(None, recorded=False, error="stopped before it started"))
             return
         if prepared is not None:
