@@ -1042,6 +1042,39 @@ async def test_a_preemption_is_called_off_when_the_job_it_was_for_is_cancelled(
     await engine.cancel(victim.id)
 
 
+async def test_a_preemption_past_its_sigterm_is_not_called_off(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Once its SIGTERM was sent, a cancel of the job it was for still "called it off: it
+    # goes on running", and the launcher's SIGKILL then ended it failed (killed by SIGKILL).
+    from .conftest import eventually
+
+    config = _preempting_config(0.3, 1.0)
+    engine = await make_engine("1xA100-80GB", config=config)
+    log, script = tmp_path / "victim.log", tmp_path / "victim.py"
+    script.write_text(
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGUSR1, lambda *_: None)\n"
+        "signal.signal(signal.SIGTERM, lambda *_: open(sys.argv[1], 'a').write('term\\n'))\n"
+        "open(sys.argv[1], 'a').write('start\\n')\n"
+        "time.sleep(60)\n"
+    )
+    victim = await engine.submit(
+        {"command": ["python3", str(script), str(log)], "gpus": 1, "preemptible": True}
+    )
+    await eventually(lambda: log.exists() and "start" in log.read_text(), timeout=10)
+    urgent = await engine.submit({"command": ["sleep", "30"], "gpus": 1, "priority": 5})
+    await eventually(lambda: "term" in log.read_text(), timeout=10)  # (SIGTERM sent)
+    await engine.cancel(urgent.id)
+    live = await engine.get(victim.id)
+    assert "called off" not in live.message
+    # As decided: stopped (SIGKILL after the grace period), then back in the queue.
+    await eventually(lambda: log.read_text().count("start") == 2, timeout=20)
+    again = await engine.get(victim.id)
+    assert again.status is JobStatus.RUNNING and again.attempt == 1, again.message
+    await engine.cancel(victim.id)
+
+
 async def test_a_preemption_in_its_checkpoint_lead_goes_on_as_decided_across_a_restart(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

@@ -474,9 +474,15 @@ class BatchRunner:
                 pass  # (it is gone: its exit follows)
             loop = asyncio.get_running_loop()
             self._checkpoints[job_id] = loop.call_later(
-                lead, functools.partial(self._signal_stop, job_id, grace)
+                lead, functools.partial(self._checkpoint_lead_over, job_id, grace)
             )
             return
+        self._signal_stop(job_id, grace)
+
+    def _checkpoint_lead_over(self, job_id: int, grace: float) -> None:
+        # (out of _checkpoints first: a call-off after the SIGTERM said "it goes on
+        # running", and the launcher's SIGKILL then ended it failed)
+        self._checkpoints.pop(job_id, None)
         self._signal_stop(job_id, grace)
 
     def _exited(self, job_id: int, exit: Exit) -> None:
