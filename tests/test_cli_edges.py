@@ -773,6 +773,19 @@ def test_logs_of_a_job_that_has_not_started_says_so(engine: Served) -> None:
     engine.cli("cancel", blocker)
 
 
+def test_flags_that_cannot_go_together_are_refused_by_their_names(engine: Served) -> None:
+    # `status --json --plot` wrote the plot after the JSON (unreadable, exit 0); `jobs
+    # --before N --reverse` was refused as "order=desc", and --after ignored --reverse.
+    job_id = _submit(engine, "--", "true")
+    out = engine.cli("status", "--json", "--plot", job_id)
+    assert out.returncode == 2 and out.stdout == ""
+    assert "--plot draws text: it does not go with --json" in out.stderr
+    for paging in ("--before", "--after"):
+        out = engine.cli("jobs", paging, job_id, "--reverse")
+        assert out.returncode == 2 and "--reverse does not go with --before/--after" in out.stderr
+        assert "order=" not in out.stderr
+
+
 def test_a_stop_under_way_counts_down_to_its_sigkill(engine: Served) -> None:
     # `jobs` and `status` said "SIGKILL after 10 s" however long after the cancel.
     from gpulayer_tui.formatting import live_message

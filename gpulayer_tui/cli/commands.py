@@ -487,6 +487,13 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         parser.error("--status needs a status (e.g. running, or queued,failed)")
     if args.sort != "id" and (args.before or args.after):
         parser.error("--before/--after page the newest-first order; use --page with --sort")
+    if args.reverse and (args.before or args.after):
+        # (--before with it was refused in the API's words, "order=desc"; --after
+        # ignored it)
+        parser.error(
+            "--reverse does not go with --before/--after (--before lists newest first, "
+            "--after oldest first)"
+        )
     ascending = (args.sort in _ASCENDING_SORTS) != args.reverse
     if args.page and (args.page - 1) * args.limit > 2**63 - 1:
         # (said as the offset it makes, which the user never typed)
@@ -532,6 +539,9 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
 
 
 def _status(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.json and getattr(args, "plot", False):
+        # (the plot went after the JSON: output no JSON reader could read)
+        parser.error("--plot draws text: it does not go with --json")
     data = client.job(args.job)
     if args.json:
         _print_json(data)
