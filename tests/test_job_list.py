@@ -17,7 +17,7 @@ from gpulayer_tui.engine.api import ApiServer
 from gpulayer_tui.engine.engine import Engine
 from gpulayer_tui.engine.models import JobQuery
 from gpulayer_tui.engine.store import job_row_json
-from gpulayer_tui.widgets.job_columns import SORTS, filter_haystack, sort_value
+from gpulayer_tui.widgets.job_columns import SORTS, filter_haystack, filter_matches, sort_value
 from gpulayer_tui.wire import ROW_SPEC_KEYS
 
 from .conftest import EngineFactory, Served, eventually
@@ -144,6 +144,9 @@ async def test_the_text_filter_matches_what_the_tuis_filter_matches(
     engine, _ = listed
     # (it waits for gpu1, which the runner holds)
     await engine.submit({"name": "pinned", "command": ["true"], "gpus": 1, "domain": ["gpu1"]})
+    # Letters past ASCII in any case (SQLite's LIKE folded ASCII only: "éclair" missed it).
+    for name in ("Éclair", "Обучение", "Straße"):
+        await engine.submit({"name": name, "command": ["true"], "gpus": 0})
     every = await _all(engine)
     runner = next(r for r in every if r["name"] == "runner")
     assert sorted(runner["domains"]) == ["gpu0", "gpu1"]  # (in placement order: freest first)
@@ -168,10 +171,17 @@ async def test_the_text_filter_matches_what_the_tuis_filter_matches(
         "1",
         "%",
         "_",
+        "éclair",
+        "ÉCLAIR",
+        "обучение",
+        "STRASSE",
+        "straße",
     ):
         served = {r["id"] for r in await _all(engine, text=text)}
-        shown = {r["id"] for r in every if text.lower() in filter_haystack(r)}  # type: ignore[arg-type]
+        shown = {r["id"] for r in every if filter_matches(text, filter_haystack(r))}  # type: ignore[arg-type]
         assert served == shown, text
+        if text in ("éclair", "ÉCLAIR", "обучение", "straße"):
+            assert served, text
 
 
 @pytest.mark.parametrize("sort", list(SORTS))

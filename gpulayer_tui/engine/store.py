@@ -396,23 +396,42 @@ def job_row_json(row: Sequence[Any]) -> JobRowJSON:
 # What the text filter looks in: id, name, command, message, status and domain names (each
 # domain held, each pinned to, @CLUSTER). The TUI's filter matches the same
 # (widgets/job_columns.filter_haystack); each is a predicate on :text (a LIKE pattern).
-_TEXT_MATCHES = tuple(
-    f"{value} LIKE :text ESCAPE '\\'"
-    for value in (
-        "CAST(id AS TEXT)",
-        "name",
-        "message",
-        "json_extract(spec, '$.shell')",
-        # The command's words joined by spaces, as a shell shows it (and the TUI).
-        "(SELECT group_concat(value, ' ') FROM json_each(jobs.spec, '$.command'))",
-        "status",
-        "'@' || json_extract(spec, '$.cluster')",
+def _text_matches(fold: str) -> tuple[str, ...]:
+    """The filter's predicates, each value passed through the SQL function ``fold``
+    (empty: as it is)."""
+
+    def folded(value: str) -> str:
+        return f"{fold}({value})" if fold else value
+
+    return tuple(
+        f"{folded(value)} LIKE :text ESCAPE '\\'"
+        for value in (
+            "CAST(id AS TEXT)",
+            "name",
+            "message",
+            "json_extract(spec, '$.shell')",
+            # The command's words joined by spaces, as a shell shows it (and the TUI).
+            "(SELECT group_concat(value, ' ') FROM json_each(jobs.spec, '$.command'))",
+            "status",
+            "'@' || json_extract(spec, '$.cluster')",
+        )
+    ) + tuple(
+        # Each name alone (not the JSON text: '"' or ',' must not match every job).
+        f"EXISTS (SELECT 1 FROM json_each({source}) WHERE {folded('value')} LIKE :text ESCAPE '\\')"
+        for source in ("jobs.domains", "jobs.spec, '$.domain'")
     )
-) + tuple(
-    # Each name alone (not the JSON text: '"' or ',' must not match every job).
-    f"EXISTS (SELECT 1 FROM json_each({source}) WHERE value LIKE :text ESCAPE '\\')"
-    for source in ("jobs.domains", "jobs.spec, '$.domain'")
-)
+
+
+_TEXT_MATCHES = _text_matches("")
+# SQLite's LIKE folds the case of ASCII letters only: a term with other letters is matched
+# through Python's casefold (Éclair, Обучение), as the TUI's own filter matches; an ASCII
+# term keeps the plain LIKE (no Python call per row).
+FOLD_FUNCTION = "gpulayer_fold"
+_FOLDED_TEXT_MATCHES = _text_matches(FOLD_FUNCTION)
+
+
+def _fold(value: object) -> object:
+    return value.casefold() if isinstance(value, str) else value
 
 
 def _like(text: str) -> str:
@@ -534,6 +553,7 @@ class Store:
             await self._on_writer(self._open_writer, version, pid)
             self._reader = await aiosqlite.connect(self.path, isolation_level=None)
             await self._reader.execute("PRAGMA busy_timeout=5000")
+            await self._reader.create_function(FOLD_FUNCTION, 1, _fold, deterministic=True)
         except sqlite3.Error as err:
             await self.close()
             advice = ""
@@ -1353,8 +1373,12 @@ class Store:
                 where.append(_ACTIVE_INDEX_WHERE)
             where.append(f"status IN ({', '.join(repr(s) for s in query.statuses)})")
         if query.text:
-            params["text"] = _like(query.text)
-            where.append("(" + " OR ".join(_TEXT_MATCHES) + ")")
+            if query.text.isascii():
+                params["text"] = _like(query.text)
+                where.append("(" + " OR ".join(_TEXT_MATCHES) + ")")
+            else:
+                params["text"] = _like(query.text.casefold())
+                where.append("(" + " OR ".join(_FOLDED_TEXT_MATCHES) + ")")
         value, ties_newest_first = _SORT_SQL[query.sort]
         ascending = query.after is not None or not query.descending
         direction = "ASC" if ascending else "DESC"

@@ -151,6 +151,15 @@ def filter_haystack(job: JobRowJSON) -> str:
     ).lower()
 
 
+def filter_matches(text: str, haystack: str) -> bool:
+    """Does the filter ``text`` match a :func:`filter_haystack`? As the engine matches
+    (``store._TEXT_MATCHES``): an ASCII term in any case of its letters, a term with
+    other letters through Unicode case folding (``éclair`` finds ``Éclair``)."""
+    if text.isascii():
+        return text.lower() in haystack
+    return text.casefold() in haystack.casefold()
+
+
 def vram_text(job: JobRowJSON) -> str:
     """GiB per GPU from the spec (``20``, ``0.5``), or empty."""
     vram = job_spec(job).get("vram_gb")

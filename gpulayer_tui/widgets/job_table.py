@@ -58,6 +58,7 @@ from .job_columns import (
     Parts,
     domains_text,
     filter_haystack,
+    filter_matches,
     gpus_text,
     kind_parts,
     reason_prefix,
@@ -459,7 +460,7 @@ class JobTable(DataTable[Any]):
         if statuses is not None and job.get("status") not in statuses:
             return False
         if self._filter_text:
-            return self._filter_text.lower() in self._haystack.get(job["id"], "")
+            return filter_matches(self._filter_text, self._haystack.get(job["id"], ""))
         return True
 
     def cell_parts(self, job: JobRowJSON, key: str) -> Parts:
