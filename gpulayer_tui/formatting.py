@@ -265,7 +265,9 @@ def why_lines(data: dict[str, Any]) -> list[str]:
     job detail shows the same facts (:func:`why_rows`)."""
     job = data["job"]
     if not data.get("waiting"):
-        return [f"job {job} is {data.get('status')}: {data.get('reason', '')}".rstrip(": ")]
+        status = data.get("status")
+        said = f"job {job} {status}" if status in TERMINAL_STATUSES else f"job {job} is {status}"
+        return [f"{said}: {data.get('reason', '')}".rstrip(": ")]
     lines = [f"job {job} ({data['status']}, priority {data['priority']}, user {data['user']})"]
     lines += [f"  {label:<12}{text}" for label, text in why_rows(data)]
     return lines

@@ -773,6 +773,20 @@ def test_logs_of_a_job_that_has_not_started_says_so(engine: Served) -> None:
     engine.cli("cancel", blocker)
 
 
+def test_logs_of_a_job_whose_launch_failed_says_it_never_ran(engine: Served) -> None:
+    # It printed nothing and exited 0, as for a job that ran and wrote nothing.
+    job_id = engine.cli("submit", "--", "/no/such/program").stdout.strip()
+    engine.cli("wait", job_id)
+    out = engine.cli("logs", job_id)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.startswith(f"gpulayer-tui: job {job_id} ended without starting (failed")
+    # ("job 2 is failed" was said)
+    assert engine.cli("why", job_id).stdout.startswith(f"job {job_id} failed: command not found")
+    # `domain` alone lists, as its help says.
+    listed = engine.cli("domain")
+    assert listed.returncode == 0 and listed.stdout.startswith("DOMAIN")
+
+
 def test_flags_that_cannot_go_together_are_refused_by_their_names(engine: Served) -> None:
     # `status --json --plot` wrote the plot after the JSON (unreadable, exit 0); `jobs
     # --before N --reverse` was refused as "order=desc", and --after ignored --reverse.

@@ -163,6 +163,13 @@ def test_paths_follow_gpulayer_home_then_xdg(
     assert paths.state_dir == tmp_path / "state" / "gpulayer"
     assert paths.config_file == tmp_path / "cfg" / "gpulayer" / "config.toml"
     assert resolve_paths(tmp_path / "other.toml").config_file == tmp_path / "other.toml"
+    # A relative XDG directory is ignored, as the XDG spec (and systemd) say.
+    monkeypatch.setenv("XDG_STATE_HOME", "rel/state")
+    monkeypatch.setenv("XDG_CONFIG_HOME", "rel/cfg")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    paths = resolve_paths()
+    assert paths.state_dir == tmp_path / "home" / ".local" / "state" / "gpulayer"
+    assert paths.config_file == tmp_path / "home" / ".config" / "gpulayer" / "config.toml"
 
 
 async def test_engine_refuses_config_that_does_not_match_the_machine(

@@ -659,8 +659,8 @@ def _no_output(client: Client, args: argparse.Namespace) -> int:
     if job.get("kind") == "adopted":
         _error(f"job {args.job} is an adopted process: its output goes where it was started")
         return EXIT_OK
-    if job.get("started_at") is not None:
-        return EXIT_OK  # (it ran and wrote nothing)
+    if job.get("started_at") is not None and job.get("termination_reason") != "launch_failed":
+        return EXIT_OK  # (it ran and wrote nothing; a launch that failed never ran)
     if job["status"] in ("pending", "queued"):
         if not args.follow:
             _error(f"job {args.job} has not started yet: no output (logs -f waits for it)")
@@ -967,9 +967,11 @@ def _gpus(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     if args.json:
         _print_json(data)
     else:
-        from .format import format_gpus
+        from .format import fit, format_gpus
 
-        print(format_gpus(data))
+        # (the command last, whole when piped; on a terminal each line ends at its edge,
+        # with "…" where cut: it was cut at 60 characters always, with no mark)
+        print(fit(format_gpus(data), _terminal_columns() if sys.stdout.isatty() else None))
     return EXIT_OK
 
 

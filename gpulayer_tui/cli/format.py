@@ -283,7 +283,7 @@ def format_gpus(data: dict[str, Any]) -> str:
                         dom["name"],
                         gib(proc["used_bytes"]),
                         proc["user"],
-                        (whose + proc["command"])[:60],
+                        whose + proc["command"],
                     ]
                 )
     elsewhere = 0  # memory no job holds on GPUs without a domain (not "unregistered")
@@ -311,7 +311,7 @@ def format_gpus(data: dict[str, Any]) -> str:
             theirs += proc["used_bytes"] or 0
             whose = "" if proc["job_id"] is None else f"job {proc['job_id']}'s: "
             where = f"gpu {other['gpu_index']} (no domain)"
-            command = (whose + proc["command"])[:60]
+            command = whose + proc["command"]
             foreign.append(
                 [str(proc["pid"]), where, gib(proc["used_bytes"]), proc["user"], command]
             )

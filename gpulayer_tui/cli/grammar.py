@@ -428,7 +428,7 @@ def _adopt_args(p: argparse.ArgumentParser) -> None:
 
 
 def _domain_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=["list", "drain", "release"])
+    p.add_argument("action", nargs="?", default="list", choices=["list", "drain", "release"])
     completes(
         p.add_argument("name", nargs="?", help="the domain (for drain and release)"), "domains"
     )

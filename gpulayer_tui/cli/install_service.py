@@ -109,7 +109,9 @@ def _invoking_user() -> str:
 
 
 def _user_unit_dir() -> str:
-    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    from ..engine.paths import xdg_dir
+
+    config = xdg_dir("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return os.path.join(config, "systemd", "user")
 
 

@@ -122,13 +122,20 @@ def resolve_paths(config_file: str | os.PathLike[str] | None = None) -> Paths:
         config = os.path.join(state, "config.toml")
     else:
         user = os.path.expanduser("~")
-        xdg_state = os.environ.get("XDG_STATE_HOME") or os.path.join(user, ".local", "state")
-        xdg_config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(user, ".config")
+        xdg_state = xdg_dir("XDG_STATE_HOME") or os.path.join(user, ".local", "state")
+        xdg_config = xdg_dir("XDG_CONFIG_HOME") or os.path.join(user, ".config")
         state = os.path.join(xdg_state, "gpulayer")
         config = os.path.join(xdg_config, "gpulayer", "config.toml")
     if config_file is not None:
         config = os.path.expanduser(os.fspath(config_file))
     return Paths(_absolute(state), _absolute(config))
+
+
+def xdg_dir(name: str) -> str | None:
+    """``$name`` (an XDG base directory) if set to an absolute path; the XDG spec says a
+    relative one is ignored (and systemd ignores it: a unit written there was never read)."""
+    value = os.environ.get(name)
+    return value if value and os.path.isabs(value) else None
 
 
 def _absolute(path: str) -> str:

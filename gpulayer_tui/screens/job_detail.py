@@ -570,7 +570,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         if self._widgets_gone:
             return
         log = self.query_one(LogTail)
-        state = "following" if log.follow else "paused (f follows)"
+        state = "following" if log.follow else "paused (f or G follows)"
         if self._log_done:
             state = "no output" if log.bytes_read == 0 else "complete"
         which = ""
