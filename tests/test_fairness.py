@@ -1042,6 +1042,24 @@ async def test_a_preemption_is_called_off_when_the_job_it_was_for_is_cancelled(
     await engine.cancel(victim.id)
 
 
+async def test_an_edit_that_leaves_the_job_below_its_victims_calls_the_preemption_off(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Lowered below the job being stopped for it, it was shown waiting for itself
+    # ("preempted for job N, which starts first") and the victim was stopped anyway.
+    engine, victim, urgent = await _being_preempted(make_engine, tmp_path)
+    await engine.edit(urgent.id, {"priority": -1})
+    live = await engine.get(victim.id)
+    assert live.status is JobStatus.RUNNING and live.stop_reason is None
+    assert live.message.startswith(
+        f"preemption called off: the job it was for, job {urgent.id}, no longer outranks it"
+    )
+    waiting = await engine.get(urgent.id)
+    assert f"preempted for job {urgent.id}" not in waiting.message
+    for job in (victim, urgent):
+        await engine.cancel(job.id)
+
+
 async def test_a_preemption_past_its_sigterm_is_not_called_off(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

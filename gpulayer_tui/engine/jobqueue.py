@@ -401,6 +401,7 @@ class JobQueue:
         its dependencies were edited: checked by the engine, none failed) replace what it
         waits for; otherwise a job still waiting for its dependencies stays waiting."""
         job_id = act.job.id
+        self._edited_while_preempting(act, spec, deps)
         in_queue = self._ready.remove(act.key, self._group(act))
         parked = self._capacity_wait.pop(job_id, None) is not None
         held = self._cluster_held.pop(job_id, None) is not None
@@ -431,6 +432,25 @@ class JobQueue:
             if verdict.possible is None:
                 self._capacity_block[job_id] = verdict.message
             self.ready(act)
+
+    def _edited_while_preempting(
+        self, act: ActiveJob, spec: JobSpec, deps: list[ResolvedDep] | None
+    ) -> None:
+        """Jobs being stopped for ``act``, which an edit makes wait for a job or rank no
+        higher than them: not needed by it any more. (The edited job was shown waiting
+        for itself, "preempted for job N", and the GPUs stayed idle for the hold's
+        minute: a victim ahead of it in their group blocked the group.)"""
+        victims = self._preempting.get(act.job.id)
+        if not victims:
+            return
+        waits = any(status is None for _dep, _any, status in deps or ())
+        below = any(
+            (victim := self._book.get(v)) is not None and victim.job.priority >= spec.priority
+            for v in victims
+        )
+        if waits or below:
+            why = "waits for another job now" if waits else "no longer outranks it"
+            self._call_off(act.job.id, f"the job it was for, job {act.job.id}, {why} (edited)")
 
     def requeued(self, act: ActiveJob) -> None:
         """A job that ran is back in ``queued`` (preempted, or a service placed again): it
