@@ -591,6 +591,15 @@ def test_status_shows_what_a_job_asked_for(engine: Served) -> None:
     assert f"  cwd         {REPO}\n" in shown
     plain = engine.cli("status", first).stdout
     assert "asks for" not in plain and "priority" not in plain and "after " not in plain
+    # A list of domains: which of them, or all of them ("or" was said of both).
+    from gpulayer_tui.cli.format import _request_lines
+
+    def asks(spec: dict[str, object]) -> str:
+        return next(line for line in _request_lines(spec) if "asks for" in line).split("    ")[-1]
+
+    assert asks({"gpus": 1, "domain": ["gpu0", "gpu1"]}).endswith("on gpu0 or gpu1")
+    assert asks({"gpus": 2, "domain": ["gpu0", "gpu1"]}).endswith("on gpu0 and gpu1")
+    assert asks({"gpus": 2, "domain": ["a", "b", "c"]}).endswith("on 2 of a, b, c")
     # What was set can be taken away again (only the TUI's form could, with an empty field).
     engine.cli("edit", waiting, "--project", "p1").check_returncode()
     cleared = engine.cli("edit", waiting, "--no-timeout", "--no-vram", "--no-project")

@@ -152,8 +152,19 @@ def _request_lines(spec: dict[str, Any]) -> list[str]:
     if spec.get("exclusive"):
         asks.append("exclusive")
     domain = spec.get("domain")
-    if domain:
-        asks.append(f"on {domain if isinstance(domain, str) else ' or '.join(map(str, domain))}")
+    if isinstance(domain, str):
+        asks.append(f"on {domain}")
+    elif domain:
+        names = [str(d) for d in domain]
+        takes = gpus or 1
+        if len(names) == 1:
+            asks.append(f"on {names[0]}")
+        elif takes >= len(names):  # (all of them: an adopted process holding both GPUs)
+            asks.append(f"on {', '.join(names[:-1])} and {names[-1]}")
+        elif takes == 1:
+            asks.append(f"on {' or '.join(names)}")
+        else:
+            asks.append(f"on {takes} of {', '.join(names)}")
     if spec.get("cluster"):
         asks.append(f"cluster {spec['cluster']}")
     for key, unit in (("cpus", "CPUs"), ("mem_gb", "GB memory")):
