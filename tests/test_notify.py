@@ -474,14 +474,19 @@ GATED_BY_NAME = (
 )
 
 
+def _gated(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    """Where GATED_BY_NAME records, its gate, and the command running it."""
+    out, gate = tmp_path / "got", tmp_path / "gate"
+    out.mkdir()
+    return out, gate, [sys.executable, "-c", GATED_BY_NAME, str(out), str(gate)]
+
+
 async def test_after_a_clean_stop_only_what_was_not_delivered_is_sent_again(
     make_engine: EngineFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The next engine sent everything after the first notification still owed: the ones
     # delivered after it came twice (and a command ran twice).
-    out, gate = tmp_path / "got", tmp_path / "gate"
-    out.mkdir()
-    command = [sys.executable, "-c", GATED_BY_NAME, str(out), str(gate)]
+    out, gate, command = _gated(tmp_path)
     engine = await _engine(make_engine, command=command, jobs="all")
     stuck = await engine.submit({"command": ["true"], "name": "stuck"})
     await engine.wait(stuck.id, timeout=20)
@@ -505,9 +510,7 @@ async def test_every_notification_owed_is_sent_after_a_restart_up_to_the_cap(
     # about 128 ends came back, the older ones lost with no word.
     from gpulayer_tui.engine import notify
 
-    out, gate = tmp_path / "got", tmp_path / "gate"
-    out.mkdir()
-    command = [sys.executable, "-c", GATED_BY_NAME, str(out), str(gate)]
+    out, gate, command = _gated(tmp_path)
     engine = await _engine(make_engine, command=command, jobs="all")
     jobs = await engine.submit_many([{"command": ["true"], "name": "stuck"}] * 40)
     for job in jobs:
@@ -633,9 +636,7 @@ async def test_a_job_with_a_notification_still_to_go_is_kept_by_clean(
     make_engine: EngineFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Cleaned first, its notification failed with a traceback in the log and never went.
-    out, gate = tmp_path / "got", tmp_path / "gate"
-    out.mkdir()
-    command = [sys.executable, "-c", GATED_BY_NAME, str(out), str(gate)]
+    out, gate, command = _gated(tmp_path)
     engine = await _engine(make_engine, command=command, jobs="all")
     job = await engine.submit({"command": ["true"], "name": "stuck"})
     await engine.wait(job.id, timeout=20)
