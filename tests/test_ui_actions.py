@@ -222,6 +222,17 @@ async def test_edit_a_queued_job_in_its_form_and_the_engines_refusal_stays_in_it
         job = (await app.backend.job(waiting["id"]))["job"]
         assert job["spec"]["depends_on"] == [{"job": blocker["id"], "any_exit": True}]
         assert job["message"] == f"waiting for job {blocker['id']}"
+        # The same job twice is no change (the toast said "edited", the engine recorded none).
+        await pilot.press("e")
+        form = await until(pilot, lambda: isinstance(app.screen, EditScreen) and app.screen)
+        form.query_one(
+            "#after", Input
+        ).value = f"{blocker['id']} (any outcome), {blocker['id']} (any outcome)"
+        await pilot.pause()  # (its Changed clears the form's message)
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: form.form_message == "nothing changed", "nothing to save")
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the form closed")
         # A running job is not edited.
         assert table.select_job(blocker["id"])
         await pilot.pause()

@@ -186,7 +186,9 @@ class EditScreen(FormScreen[JobJSON | None]):
             if spec_field == "priority":
                 before = self.job.get("priority", before) or 0
             if spec_field == "depends_on":
-                if value != _spec_dependencies(spec):
+                # (the same jobs in another order, or one twice, is no change: the engine
+                # records none, and the toast said "edited")
+                if set(value) != set(_spec_dependencies(spec)):
                     out[spec_field] = [
                         {"job": job, "any_exit": True} if any_exit else job
                         for job, any_exit in value
