@@ -258,7 +258,12 @@ class GpulayerApp(App[str]):
                 if dom["gpu_index"] is None or gpu is None:
                     continue
                 points = self.gpu_history.setdefault(dom["gpu_index"], deque(maxlen=HISTORY_POINTS))
-                points.append((event["at"], gpu.get("utilization"), gpu.get("memory_used")))
+                if gpu.get("lost") or dom.get("failures"):
+                    # (a gap: the figures are the last good read's, and the graph went on
+                    # plotting them as live)
+                    points.append((event["at"], None, None))
+                else:
+                    points.append((event["at"], gpu.get("utilization"), gpu.get("memory_used")))
             self.gpu_state = cast(GpusJSON, data)
         elif kind == "domain.state":
             self._domain_notice(event["data"])

@@ -202,6 +202,9 @@ async def test_a_gpu_whose_reads_fail_shows_its_last_figures_as_stale(ui_app: An
         shown = str(stats.render())
         assert "58C?" in shown and "58°C" not in shown
         assert len(shown) == live_width  # (the bars of the panels stay aligned)
+        # Its graph has a gap, not the last figures again (from the events and the engine).
+        await until(pilot, lambda: app.gpu_history[1][-1][1:] == (None, None), "a gap")
+        assert list(engine.sampler.history[1])[-1].utilization is None
 
 
 async def test_foreign_process_shows_as_unregistered_everywhere(

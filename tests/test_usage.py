@@ -307,6 +307,40 @@ def _query():  # type: ignore[no-untyped-def]
     return JobQuery(limit=100)
 
 
+async def test_a_gpu_that_gives_no_reading_books_no_use_and_plots_a_gap(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # Its last good reading was booked at every tick while it was lost: a job's energy and
+    # mean utilisation grew for a GPU that said nothing, and its graph went on at 70 %.
+    # (the simulator, as a driver that keeps answering with the GPU marked lost: the
+    # domain keeps its last good reading, marked stale)
+    from gpulayer_tui.engine.simulate import SimLedger
+
+    engine = await make_engine("1xA100-80GB")
+    job = await engine.submit({"command": ["sleep", "60"], "gpus": 1})
+    assert job.pid
+
+    async def ticks(count: int) -> None:
+        for _tick in range(count):  # (half a second apart: the simulator books wall time)
+            since = time.time()
+            await eventually(lambda: time.time() > since + 0.5)  # noqa: B023
+            await engine.sampler.sample_once()
+
+    await engine.sampler.sample_once()
+    await ticks(2)
+    before = (await engine.usage_of(job.id))["summary"]
+    assert before is not None and before["energy_wh"] > 0 and before["util_mean"]
+    SimLedger(engine.paths.state_dir).set_gpu(0, lost=True, error="GPU is lost")
+    await ticks(4)
+    after = (await engine.usage_of(job.id))["summary"]
+    assert after is not None
+    assert after["energy_wh"] == before["energy_wh"]
+    assert after["util_mean"] == before["util_mean"]
+    history = engine.sampler.history[0]
+    assert [p.utilization for p in list(history)[-4:]] == [None] * 4
+    await engine.cancel(job.id)
+
+
 async def test_energy_is_estimated_from_power_where_the_gpu_has_no_counter(
     make_engine: EngineFactory, fake_nvml: FakeNvml
 ) -> None:

@@ -552,7 +552,12 @@ class Sampler:
             points = self.history.get(gpu.index)
             if points is None:
                 points = self.history[gpu.index] = deque(maxlen=self.history_len)
-            points.append(HistoryPoint(sample.taken_at, gpu.utilization, gpu.memory_used))
+            if gpu.lost or gpu.error:
+                # (a gap: a failed read's figures are none, or the last good read's, and a
+                # lost GPU's graph went on plotting them as live)
+                points.append(HistoryPoint(sample.taken_at, None, None))
+            else:
+                points.append(HistoryPoint(sample.taken_at, gpu.utilization, gpu.memory_used))
 
     async def _run(self) -> None:
         while True:

@@ -646,13 +646,15 @@ class UsageRecorder:
             tick = 0.0
             if totals.at is not None:
                 tick = min(MAX_TICK_SECONDS, max(0.0, at - totals.at))
-            util = reading.utilization
+            # Its last reads failed: the reading is the last good one's, not the GPU's now.
+            # The time is held, but has no utilisation or energy (a lost GPU's job went on
+            # being booked 70 % and 270 W for as long as the GPU gave no reading).
+            stale = reading.lost or domain.failures > 0
+            util = None if stale else reading.utilization
+            mem = None if stale else reading.memory_utilization
+            power = None if stale else reading.power_watts
             totals.at = at
-            totals.util, totals.mem, totals.power = (
-                util,
-                reading.memory_utilization,
-                (reading.power_watts),
-            )
+            totals.util, totals.mem, totals.power = util, mem, power
             if util is not None and util < below:
                 if totals.idle_since is None:
                     totals.idle_since = at - tick
@@ -669,24 +671,27 @@ class UsageRecorder:
                     totals.util_seconds += tick
                     if util < below:
                         totals.idle_seconds += tick
-                mem = reading.memory_utilization
                 if mem is not None:
                     totals.mem_weighted += mem * tick
                     totals.mem_seconds += tick
                 # Each tick, power x time (scaled by what the counter said of the last
                 # window); when the counter is read again, its window is made exact.
-                share = (reading.power_watts or 0.0) * tick / len(holders)
+                share = (power or 0.0) * tick / len(holders)
                 totals.window_est_per_holder += share
                 totals.window_booked_per_holder += share * totals.factor
                 totals.energy_per_holder_j += share * totals.factor
-                if reading.energy_at is None:
+                if reading.energy_at is None and not stale:
                     totals.estimated_ticks += 1  # this GPU has no counter
                 if len(holders) > 1:
                     totals.shared_ticks += 1
             elif holders:
                 totals.ticks += 1
-            totals.window_est += (reading.power_watts or 0.0) * tick
-            if reading.energy_at is not None and reading.energy_at != totals.counter_at:
+            totals.window_est += (power or 0.0) * tick
+            if (
+                not stale
+                and reading.energy_at is not None
+                and reading.energy_at != totals.counter_at
+            ):
                 self._counter_read(reading.index, totals, reading.energy_mj, reading.energy_at)
             self._members(reading.index, totals, holders.keys(), domain, at)
         if self._policy.idle_after is not None and idle_gpus:

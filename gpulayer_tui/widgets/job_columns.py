@@ -127,9 +127,11 @@ def command_text(job: JobRowJSON, quoted: bool = True) -> str:
 
 
 def filter_haystack(job: JobRowJSON) -> str:
-    """What the jobs filter (``/``) looks in, lower-cased, one field a line (a match never
-    spans two): id, name, command, message, status, and the domain names (each domain it
-    holds or held, each it is pinned to, ``@CLUSTER`` for a Slurm job).
+    """What the jobs filter (``/``) looks in, its ASCII letters lower-cased (as SQLite's
+    LIKE folds them: Python's lower() also turned the Kelvin sign into "k"), one field a
+    line (a match never spans two): id, name, command, message, status, and the domain
+    names (each domain it holds or held, each it is pinned to, ``@CLUSTER`` for a Slurm
+    job).
 
     The engine's ``GET /v1/jobs?q=`` matches the same fields (``store._TEXT_MATCHES``), so
     a page fetched for a filter holds what the table shows for it.
@@ -148,7 +150,10 @@ def filter_haystack(job: JobRowJSON) -> str:
             *((pinned,) if isinstance(pinned, str) else (str(d) for d in pinned or ())),
             *((f"@{cluster}",) if cluster else ()),
         )
-    ).lower()
+    ).translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def filter_matches(text: str, haystack: str) -> bool:
@@ -156,7 +161,7 @@ def filter_matches(text: str, haystack: str) -> bool:
     (``store._TEXT_MATCHES``): an ASCII term in any case of its letters, a term with
     other letters through Unicode case folding (``éclair`` finds ``Éclair``)."""
     if text.isascii():
-        return text.lower() in haystack
+        return text.translate(_ASCII_LOWER) in haystack
     return text.casefold() in haystack.casefold()
 
 
