@@ -30,8 +30,12 @@ def live_message(job: JobRowJSON | dict[str, Any], now: float) -> str:
     stored "SIGKILL after 10 s" was true only when written: read later it still said 10 s)."""
     message = str(job.get("message") or "")
     kill_at = job.get("kill_at")
+    if not kill_at or job.get("status") != "running":
+        return message
+    if "SIGTERM in " in message and " s after that" in message:
+        return _preemption_countdown(message, float(kill_at), now)
     marker = "SIGKILL after "
-    if not kill_at or job.get("status") != "running" or marker not in message:
+    if marker not in message:
         return message
     head, _, rest = message.partition(marker)
     amount, unit, tail = rest.partition(" s")
@@ -43,6 +47,26 @@ def live_message(job: JobRowJSON | dict[str, Any], now: float) -> str:
         return message
     left = float(kill_at) - now
     said = f"SIGKILL in {left:.0f} s" if left >= 0.5 else "SIGKILL due"
+    return f"{head}{said}{tail}"
+
+
+def _preemption_countdown(message: str, kill_at: float, now: float) -> str:
+    """A preemption's "SIGTERM in 30 s, SIGKILL 10 s after that" as of ``now``: the
+    SIGTERM still to come, or sent and the SIGKILL counted down."""
+    head, _, rest = message.partition("SIGTERM in ")
+    _lead, _, rest = rest.partition(" s, SIGKILL ")
+    grace_text, _, tail = rest.partition(" s after that")
+    try:
+        grace = float(grace_text)
+    except ValueError:
+        return message
+    term_at = kill_at - grace
+    if now < term_at - 0.5:
+        said = f"SIGTERM in {term_at - now:.0f} s, SIGKILL {grace:g} s after that"
+    elif now < kill_at - 0.5:
+        said = f"SIGTERM sent, SIGKILL in {kill_at - now:.0f} s"
+    else:
+        said = "SIGTERM sent, SIGKILL due"
     return f"{head}{said}{tail}"
 
 

@@ -823,6 +823,13 @@ def test_a_stop_under_way_counts_down_to_its_sigkill(engine: Served) -> None:
     )
     assert live_message({**row, "kill_at": 100.0}, 101.0).endswith("SIGKILL due")
     assert live_message({**row, "kill_at": None}, 0.0) == row["message"]  # (not stopping)
+    # A preemption: its SIGTERM still to come, then sent.
+    head = "stopping (preempted by job 9 (priority 5)): SIGUSR1 sent, "
+    row = {"status": "running", "kill_at": 140.0}
+    row["message"] = head + "SIGTERM in 30 s, SIGKILL 10 s after that"
+    assert live_message(row, 105.0) == head + "SIGTERM in 25 s, SIGKILL 10 s after that"
+    assert live_message(row, 133.0) == head + "SIGTERM sent, SIGKILL in 7 s"
+    assert live_message(row, 141.0) == head + "SIGTERM sent, SIGKILL due"
 
 
 def test_clean_says_which_jobs_it_kept_for_waiting_dependents(engine: Served) -> None:

@@ -43,6 +43,11 @@ FILTER_DEBOUNCE = 0.15
 class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     """Every job in a table: ``/`` filters as you type, ``s`` by status, ``o``/``r`` sort."""
 
+    # The table from the first frame: Textual's default focused the first focusable widget,
+    # the hidden filter, until on_mount moved on, and keys typed in between (2 then k j k,
+    # or q) went into it, emptying the table.
+    AUTO_FOCUS = "JobTable"
+
     DEFAULT_CSS = """
     JobsScreen #jobs-bar {
         height: 1;
