@@ -146,7 +146,8 @@ async def test_the_text_filter_matches_what_the_tuis_filter_matches(
     await engine.submit({"name": "pinned", "command": ["true"], "gpus": 1, "domain": ["gpu1"]})
     # Letters past ASCII in any case (SQLite's LIKE folded ASCII only: "éclair" missed it).
     for name in ("Éclair", "Обучение", "Straße"):
-        await engine.submit({"name": name, "command": ["true"], "gpus": 0})
+        done = await engine.submit({"name": name, "command": ["true"], "gpus": 0})
+        await engine.wait(done.id, timeout=20)  # (its status is matched too)
     every = await _all(engine)
     runner = next(r for r in every if r["name"] == "runner")
     assert sorted(runner["domains"]) == ["gpu0", "gpu1"]  # (in placement order: freest first)

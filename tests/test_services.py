@@ -910,6 +910,9 @@ async def test_a_service_placed_again_across_an_engine_restart_goes_on(
     config = make_config(engine={"grace_period": 30.0})
     engine = await make_engine(probe=NvmlProbe(), config=config)
     job = await engine.submit(_service([sys.executable, "-c", _IGNORES_TERM], gpus=1, port=False))
+    # (started: a replica still being launched when its GPU goes is placed again at once,
+    # never "stopping")
+    await eventually(lambda: engine.book.get(job.id).job.replicas[0].pid is not None)
     first = await engine.get(job.id)
     old_pid, lost = first.replicas[0].pid, first.domains[0]  # (the live record changes)
     fake_nvml.devices[int(lost.removeprefix("gpu"))].lost = True

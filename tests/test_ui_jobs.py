@@ -909,6 +909,7 @@ async def test_a_waiting_jobs_detail_says_why_it_waits_until_it_runs(ui_app: Any
             lambda: next((p for p in detail.query(WhyPanel) if p.has_class("-waiting")), None),
             "the why panel",
         )
+        await until(pilot, lambda: panel.size.width > 40, "the panel laid out")
         text = str(panel.render())
         assert text.startswith("why it waits\n")
         assert "place       1 of 1 ready (ahead: none)" in text
