@@ -10,6 +10,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -281,6 +282,12 @@ def _through_a_restart(
         return words in said[proc] or proc.poll() is not None
 
     wait_for(lambda: "start" in served.cli("logs", job_id).stdout)
+    # Both have had an answer (a `wait` whose first slice had not reached the engine when it
+    # stopped says "no engine", exit 3, as it should: on a loaded machine its start took
+    # that long, and the test failed). Slices are 1 s; 4 s covers a slow start.
+    began = time.monotonic()
+    wait_for(lambda: time.monotonic() > began + 4.0, interval=0.1)
+    assert waiting.poll() is None and follow.poll() is None
     served.stop()
     # Each notices the engine gone (a slice, or a quiet follow's check, finds no socket)
     # and waits for one; before, it exited 3 there.
