@@ -185,9 +185,14 @@ def replica_health(job: JobRowJSON) -> str:
 
 def replica_state(replica: ReplicaJSON, now: float) -> str:
     """What a replica is doing, with live countdowns: ``backoff (restart in 4s)``,
-    ``starting for 12s (port 41234 not answering)``."""
+    ``starting for 12s (port 41234 not answering)``, ``down for 40s (port 41234 not
+    answering)``."""
     state = str(replica.get("state", "?"))
     restart_at, started_at = replica.get("next_restart_at"), replica.get("started_at")
+    down_since = replica.get("down_since")
+    if state == "down" and down_since:
+        port = replica.get("port")
+        return f"down for {duration(now - down_since)} (port {port} not answering)"
     if state == "backoff" and restart_at:
         # Rounded up, as a countdown is: "in 0s" was said a second before the restart.
         left = restart_at - now

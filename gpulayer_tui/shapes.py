@@ -29,6 +29,7 @@ class ReplicaJSON(TypedDict):
     last_exit_code: int | None
     message: str
     launches: int
+    down_since: NotRequired[float | None]  # (rows stored before it)
 
 
 class UsageSummaryJSON(TypedDict):

@@ -199,6 +199,7 @@ class ReplicaState(StrEnum):
     PENDING = "pending"  # not launched yet (the service is being placed)
     STARTING = "starting"  # its process runs; its $PORT does not accept connections yet
     UP = "up"  # running (and its endpoint answers, when it has a port)
+    DOWN = "down"  # its process runs; its port stopped answering after it was up
     BACKOFF = "backoff"  # exited; restarts at ``next_restart_at``
     STOPPING = "stopping"  # SIGTERM sent, SIGKILL follows after the grace period
     EXITED = "exited"  # ended for good (or stopped with its service)
@@ -206,7 +207,12 @@ class ReplicaState(StrEnum):
     @property
     def has_process(self) -> bool:
         """True while a process of this replica may be alive."""
-        return self in (ReplicaState.STARTING, ReplicaState.UP, ReplicaState.STOPPING)
+        return self in (
+            ReplicaState.STARTING,
+            ReplicaState.UP,
+            ReplicaState.DOWN,
+            ReplicaState.STOPPING,
+        )
 
 
 class DomainState(StrEnum):

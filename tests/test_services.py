@@ -1094,3 +1094,125 @@ async def test_a_service_waiting_to_be_placed_again_keeps_its_gpus_across_a_rest
     assert "until gpu0 is back in service" in later.message
     await again.cancel(later.id)
     await again.cancel(first.id)
+
+
+# A server on $PORT that closes its listening socket while the file ``closed-$PORT`` exists
+# in the directory it is given (and listens again once it is gone), and exits 0 on SIGTERM.
+GATED_SERVER = [
+    sys.executable,
+    "-c",
+    "import os, signal, socket, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "port = int(os.environ['PORT'])\n"
+    "gate = os.path.join(sys.argv[1], f'closed-{port}')\n"
+    "def listen():\n"
+    "    s = socket.socket()\n"
+    "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "    s.bind(('127.0.0.1', port)); s.listen(64); s.settimeout(0.02)\n"
+    "    return s\n"
+    "s = listen()\n"
+    "while True:\n"
+    "    if os.path.exists(gate):\n"
+    "        if s: s.close(); s = None\n"
+    "        time.sleep(0.02); continue\n"
+    "    if s is None: s = listen()\n"
+    "    try: s.accept()[0].close()\n"
+    "    except OSError: pass\n",
+]
+
+
+def _checked(**services: Any) -> Any:
+    """A config whose up replicas' ports are checked every 50 ms."""
+    return make_config(services={"check_interval": 0.05, "down_after": 2, **services})
+
+
+async def test_a_replica_whose_port_stops_answering_goes_down_and_up_again(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Once up, a replica was never checked again: it stayed "up" at its endpoint after
+    # its server stopped listening, for as long as its process lived.
+    engine = await make_engine(simulate=None, config=_checked(restart_down_after=0))
+    job = await engine.submit(_service([*GATED_SERVER, str(tmp_path)]))
+    await eventually(lambda: _all_up(engine, job.id), timeout=20)
+    replica = _replicas(engine, job.id)[0]
+    port, pid = replica.port, replica.pid
+    (tmp_path / f"closed-{port}").touch()
+    await eventually(lambda: replica.state is ReplicaState.DOWN, timeout=20)
+    assert replica.endpoint is None and replica.down_since is not None
+    assert replica.message.startswith(f"port {port} stopped answering at ")
+    assert replica.message.endswith("(2 checks in a row failed); endpoint withdrawn")
+    live = await engine.get(job.id)
+    assert live.message.startswith("0/1 up on cpu; replica 0 down (port ")
+    stored = await engine.store.get_job(job.id)
+    assert stored is not None and stored.replicas[0].state is ReplicaState.DOWN
+    assert stored.replicas[0].down_since == replica.down_since
+    (tmp_path / f"closed-{port}").unlink()
+    await eventually(lambda: replica.state is ReplicaState.UP, timeout=20)
+    assert replica.pid == pid and replica.restarts == 0  # the same process, not restarted
+    assert replica.endpoint == f"127.0.0.1:{port}" and replica.down_since is None
+    assert replica.message == f"answering again at 127.0.0.1:{port} (pid {pid})"
+    states = [
+        e["data"]["state"] for e in await engine.events_of(job.id) if e["kind"] == "job.replica"
+    ]
+    assert states[-2:] == ["down", "up"]
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+
+
+async def test_a_replica_down_too_long_is_restarted_whatever_it_exits_with(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Stopped for not answering, a server that exits 0 on SIGTERM would end an
+    # `on_failure` service "completed": it is restarted instead.
+    clock = ManualClock()
+    engine = await make_engine(
+        simulate=None, service_clock=clock, config=_checked(restart_down_after=0.3)
+    )
+    job = await engine.submit(_service([*GATED_SERVER, str(tmp_path)], restart="on_failure"))
+    await eventually(lambda: _all_up(engine, job.id), timeout=20)
+    replica = _replicas(engine, job.id)[0]
+    port, pid = replica.port, replica.pid
+    (tmp_path / f"closed-{port}").touch()
+    await eventually(lambda: replica.state is ReplicaState.BACKOFF, timeout=20)
+    await eventually(lambda: pid_reaped(pid))
+    assert replica.last_exit_code == 0
+    assert replica.message.startswith(
+        f"restarted: port {port} stopped answering; exited with code 0; restart #1 at "
+    )
+    messages = [
+        e["data"]["message"] for e in await engine.events_of(job.id) if e["kind"] == "job.replica"
+    ]
+    assert any(
+        m.startswith(f"replica 0: port {port} not answering for 0.3 s: SIGTERM sent to restart")
+        for m in messages
+    )
+    assert (await engine.get(job.id)).status is JobStatus.RUNNING
+    clock.advance(backoff_delay(0))
+    await eventually(lambda: replica.state is ReplicaState.UP, timeout=20)
+    assert replica.restarts == 1 and replica.port != port and replica.pid != pid
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+
+
+async def test_a_restarted_engine_goes_on_checking_an_up_replica(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    engine = await make_engine(simulate=None, config=_checked(restart_down_after=0))
+    job = await engine.submit(_service([*GATED_SERVER, str(tmp_path)]))
+    await eventually(lambda: _all_up(engine, job.id), timeout=20)
+    port = _replicas(engine, job.id)[0].port
+    await engine.stop()
+    again = await make_engine(simulate=None, config=_checked(restart_down_after=0))
+    replica = _replicas(again, job.id)[0]
+    assert replica.state is ReplicaState.UP
+    (tmp_path / f"closed-{port}").touch()
+    await eventually(lambda: replica.state is ReplicaState.DOWN, timeout=20)
+    await again.cancel(job.id)
+    await again.wait(job.id, timeout=20)
+
+
+def test_a_down_replica_says_for_how_long() -> None:
+    from gpulayer_tui.formatting import replica_state
+
+    down = {"state": "down", "port": 4100, "down_since": 1000.0, "started_at": 10.0}
+    assert replica_state(down, 1042.0) == "down for 42s (port 4100 not answering)"  # type: ignore[arg-type]

@@ -148,10 +148,17 @@ class HealthSettings(_Strict):
 
 
 class ServiceSettings(_Strict):
-    """``[services]``: how replicas are reached and when a restart counts as steady."""
+    """``[services]``: how replicas are reached and checked, and when a restart counts as
+    steady."""
 
     host: str = Field("127.0.0.1", min_length=1, max_length=255)
     steady_after: float = Field(60.0, ge=0.1, le=86400)
+    # An up replica's port is checked this often (0: only until it first answers) ...
+    check_interval: float = Field(10.0, ge=0, le=3600)
+    # ... and after this many failed checks in a row it is down (its endpoint withdrawn)
+    down_after: int = Field(3, ge=1, le=1000)
+    # ... and restarted once it has been down this long (0: never restarted for it).
+    restart_down_after: float = Field(60.0, ge=0, le=86400)
 
     @field_validator("host")
     @classmethod

@@ -95,7 +95,10 @@ _R = ReplicaState
 REPLICA_TRANSITIONS: dict[ReplicaState, frozenset[ReplicaState]] = {
     _R.PENDING: frozenset({_R.STARTING, _R.UP, _R.EXITED}),
     _R.STARTING: frozenset({_R.UP, _R.BACKOFF, _R.STOPPING, _R.EXITED}),
-    _R.UP: frozenset({_R.BACKOFF, _R.STOPPING, _R.EXITED}),
+    _R.UP: frozenset({_R.DOWN, _R.BACKOFF, _R.STOPPING, _R.EXITED}),
+    # Up, then its port stopped answering: up again when it answers, restarted (through
+    # back-off) when it stays down too long.
+    _R.DOWN: frozenset({_R.UP, _R.BACKOFF, _R.STOPPING, _R.EXITED}),
     _R.BACKOFF: frozenset({_R.STARTING, _R.UP, _R.EXITED}),
     _R.STOPPING: frozenset({_R.EXITED}),
     # A service placed again after losing a domain starts its replicas afresh.
@@ -143,6 +146,7 @@ class Replica:
         backoff_step: Restarts in a row without a steady run (sets the next delay).
         next_restart_at: When a replica in back-off starts again (epoch seconds).
         started_at: When its current process started.
+        down_since: When its port stopped answering (the first failed check), while down.
         last_exit_code: Exit status of its previous process.
         message: Human state (why it is starting, what it exited with).
         launches: How often a start was decided (numbers each start for the executor, so a
@@ -164,6 +168,7 @@ class Replica:
     last_exit_code: int | None = None
     message: str = ""
     launches: int = 0
+    down_since: float | None = None
 
     def to_json(self) -> ReplicaJSON:
         """JSON shape (also what the database stores)."""
@@ -183,6 +188,7 @@ class Replica:
             "last_exit_code": self.last_exit_code,
             "message": self.message,
             "launches": self.launches,
+            "down_since": self.down_since,
         }
 
     @classmethod
@@ -204,6 +210,7 @@ class Replica:
             last_exit_code=data.get("last_exit_code"),
             message=str(data.get("message", "")),
             launches=int(data.get("launches", 0)),
+            down_since=data.get("down_since"),
         )
 
 

@@ -72,6 +72,8 @@ if TYPE_CHECKING:
 
 R = ReplicaState
 Reason = TerminationReason
+# Replica states whose port is watched (a restarted engine watches them again).
+_WATCHED = (R.STARTING, R.UP, R.DOWN)
 
 
 class ServiceRunner:
@@ -234,6 +236,7 @@ class ServiceRunner:
         replica.launches += 1
         replica.pid = replica.start_ticks = None
         replica.port, replica.endpoint, replica.next_restart_at = port, None, None
+        replica.down_since = None
         replica.started_at = self.clock.now()
         if port is None:
             self._set_replica(act, replica, R.UP, "starting")
@@ -340,35 +343,100 @@ class ServiceRunner:
         self._runtimes[act.job.id].probes[replica.index] = task
 
     async def _probe_port(self, act: ActiveJob, replica: Replica, pid: int, port: int) -> None:
-        """Poll ``host:port`` until it accepts a connection, then mark the replica up."""
+        """Watch the replica's port for as long as this process of it runs.
+
+        Starting (or down), ``host:port`` is polled until it accepts a connection, then the
+        replica is up. Up, the port is checked every ``[services] check_interval``; after
+        ``down_after`` failed checks in a row the replica is down (its endpoint withdrawn:
+        it was shown "up" for as long as it ran, serving or not) until it answers again,
+        and once down for ``restart_down_after`` seconds it is stopped and restarted.
+        """
         host = self._config.services.host
         delay = 0.02
-        while replica.pid == pid and replica.state is R.STARTING:
-            try:
-                async with asyncio.timeout(PROBE_TIMEOUT_S):
-                    _, writer = await asyncio.open_connection(host, port)
-            except (OSError, TimeoutError):
+        failed = 0
+        first_failed = 0.0
+        while replica.pid == pid:
+            settings = self._config.services
+            if replica.state is R.UP:
+                if settings.check_interval <= 0:
+                    return
+                await asyncio.sleep(settings.check_interval)
+                if replica.pid != pid or replica.state is not R.UP:
+                    continue
+                if await _answers(host, port):
+                    failed = 0
+                    continue
+                failed += 1
+                if failed == 1:
+                    first_failed = time.time()
+                if failed < settings.down_after:
+                    continue
+                replica.down_since = first_failed
+                self._set_replica(
+                    act,
+                    replica,
+                    R.DOWN,
+                    f"port {port} stopped answering at "
+                    f"{time.strftime('%H:%M:%S', time.localtime(first_failed))} "
+                    f"({plural(failed, 'check')} in a row failed); endpoint withdrawn",
+                )
+                delay = 0.02
+                continue
+            if replica.state not in (R.STARTING, R.DOWN):
+                return
+            if replica.state is R.DOWN and self._overdue(replica, time.time()):
+                self._restart_down(act, replica)
+                return
+            if not await _answers(host, port):
                 await asyncio.sleep(delay)
                 delay = min(PROBE_INTERVAL_MAX_S, delay * 1.5)
                 continue
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
             # Whose port answered? Another program on it was taken for the replica ("up"
             # on an endpoint the replica never served).
             owner = await asyncio.to_thread(_foreign_listener, port, pid, replica.start_ticks)
+            if replica.pid != pid or replica.state not in (R.STARTING, R.DOWN):
+                continue
             if owner is not None:
-                if replica.pid == pid and replica.state is R.STARTING:
-                    said = f"port {port} {ANSWERED_BY} pid {owner}, not by this replica"
-                    if replica.message != said:
-                        self._set_replica(act, replica, R.STARTING, said)
+                said = f"port {port} {ANSWERED_BY} pid {owner}, not by this replica"
+                if replica.state is R.STARTING and replica.message != said:
+                    self._set_replica(act, replica, R.STARTING, said)
                 await asyncio.sleep(delay)
                 delay = min(PROBE_INTERVAL_MAX_S, delay * 1.5)
                 continue
-            if replica.pid == pid and replica.state is R.STARTING:
-                replica.endpoint = endpoint_of(host, port)
-                self._set_replica(act, replica, R.UP, f"up at {replica.endpoint} (pid {pid})")
+            again = replica.state is R.DOWN
+            replica.endpoint = endpoint_of(host, port)
+            replica.down_since = None
+            failed = 0
+            said = "answering again" if again else "up"
+            self._set_replica(act, replica, R.UP, f"{said} at {replica.endpoint} (pid {pid})")
+
+    def _overdue(self, replica: Replica, at: float) -> bool:
+        """Whether a down replica has been down long enough at ``at`` to be restarted
+        (worked out from what is stored, so a restarted engine decides alike)."""
+        limit = self._config.services.restart_down_after
+        since = replica.down_since
+        return replica.state is R.DOWN and limit > 0 and since is not None and at - since >= limit
+
+    def _restart_down(self, act: ActiveJob, replica: Replica) -> None:
+        """Stop a replica that stayed down too long; its exit restarts it (recorded first,
+        signalled once that is durable)."""
+        runtime = self._runtimes.get(act.job.id)
+        if runtime is None or runtime.end is not None or runtime.replacing is not None:
             return
+        grace = self._config.engine.grace_period
+        limit = self._config.services.restart_down_after
+        self._set_replica(
+            act,
+            replica,
+            R.DOWN,
+            f"port {replica.port} not answering for {limit:g} s: SIGTERM sent to restart it"
+            f" (SIGKILL after {grace:g} s)",
+        )
+        self._book.after_commit(
+            functools.partial(
+                self._signal_replicas, act.job.id, [(replica.index, replica.launches)], grace
+            )
+        )
 
     # -- state --------------------------------------------------------------------------------
 
@@ -471,7 +539,12 @@ class ServiceRunner:
             self._config.services.steady_after
         ):
             replica.backoff_step = 0  # it ran steadily: a fresh crash starts at 1 s again
-        why = self._no_restart_because(act, replica, code)
+        # Stopped by the engine for not answering: restarted, whatever it exited with (a
+        # server that exits 0 on SIGTERM ended an `on_failure` service "completed").
+        forced = self._overdue(replica, exit.at or time.time())
+        if forced:
+            what = f"restarted: port {replica.port} stopped answering; {what}"
+        why = self._no_restart_because(act, replica, None if forced else code)
         if why is None:
             self._back_off(act, runtime, replica, what, code, late)
             return
@@ -870,7 +943,7 @@ class ServiceRunner:
         if isinstance(found, Started):
             replica.pid, replica.start_ticks = found.pid, found.start_ticks
             self._book.roots.add(found.pid, job_id, found.start_ticks)
-            if replica.state is R.STARTING:
+            if replica.state in _WATCHED and replica.port is not None:
                 self._watch_port(act, replica)
             elif replica.state is R.STOPPING:
                 grace = max(0.0, (act.job.kill_at or time.time()) - time.time())
@@ -897,7 +970,7 @@ class ServiceRunner:
 
         if self._legacy.attach(key, replica.pid, replica.start_ticks, exited):
             self._book.roots.add(replica.pid, act.job.id, replica.start_ticks)
-            if replica.state is R.STARTING:
+            if replica.state in _WATCHED and replica.port is not None:
                 self._watch_port(act, replica)
             return None
         return self._legacy.recorded_end(key)
@@ -915,9 +988,24 @@ def service_summary(job: Job) -> str:
     for r in replicas:
         if r.state is R.STARTING:
             text += f"; replica {r.index} starting ({starting_why(r.port, r.message)})"
+        elif r.state is R.DOWN:
+            text += f"; replica {r.index} down ({r.message})"
         elif r.state is R.BACKOFF:
             text += f"; replica {r.index} in back-off: {r.message}"
     return text
+
+
+async def _answers(host: str, port: int) -> bool:
+    """Whether ``host:port`` accepts a TCP connection within the probe timeout."""
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            _, writer = await asyncio.open_connection(host, port)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
 
 
 def _foreign_listener(port: int, pid: int, ticks: int | None) -> int | None:

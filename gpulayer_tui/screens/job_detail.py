@@ -135,6 +135,7 @@ def _placement(job: JobJSON, spec: dict[str, Any]) -> str:
 _REPLICA_STYLES = {
     "up": "$success",
     "starting": "$warning",
+    "down": "bold $error",
     "backoff": "bold $warning",
     "stopping": "$foreground-muted",
     "exited": "$foreground-muted",
