@@ -914,3 +914,30 @@ def test_a_wait_with_microseconds_left_is_a_timeout_not_a_refusal(engine: Served
     assert out.returncode == 5, out.stderr
     out = engine.cli("cancel", job, "--timeout", "0.00009")
     assert "must be a number" not in out.stderr and out.returncode in (0, 5), out.stderr
+
+
+@pytest.mark.parametrize(
+    ("words", "told"),
+    [
+        (["--env", "CUDA_VISIBLE_DEVICES=1"], "--env CUDA_VISIBLE_DEVICES: the engine sets it"),
+        (["--env", "GPULAYER_JOB_ID=7"], "--env GPULAYER_JOB_ID: the engine sets it"),
+        (["--service", "--env", "PORT=80"], "--env PORT: each start of a replica gets a free"),
+    ],
+)
+def test_env_the_engine_sets_is_refused_naming_it(
+    engine: Served, words: list[str], told: str
+) -> None:
+    # The engine sets these over the job's environment: the value given was dropped
+    # without a word (a service's `--env PORT=80` ran on another port).
+    out = engine.cli("submit", *words, "--", "true")
+    assert out.returncode == 2 and told in out.stderr, out.stderr
+    assert json.loads(engine.cli("jobs", "--json").stdout) == []
+
+
+def test_env_port_passes_for_a_service_without_a_port_and_a_batch_job(engine: Served) -> None:
+    service = _submit(engine, "--service", "--no-port", "--env", "PORT=4123", "--", "sleep", "60")
+    job = _submit(engine, "--env", "PORT=4124", "--", "sleep", "60")
+    for ident, port in ((service, "4123"), (job, "4124")):
+        shown = json.loads(engine.cli("status", ident, "--json").stdout)["job"]
+        assert shown["spec"]["env"]["PORT"] == port
+        engine.cli("cancel", ident, "--no-wait")

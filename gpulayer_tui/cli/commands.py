@@ -92,6 +92,9 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         key, sep, value = item.partition("=")
         if not sep or not key:
             parser.error(f"--env expects KEY=VALUE, got {item!r}")
+        refused = _engine_sets(key, args.service and not args.no_port)
+        if refused:
+            parser.error(f"--env {key}: {refused}")
         env[key] = value
     if env:
         spec["env"] = env
@@ -113,6 +116,24 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         verb = "applies" if len(given) == 1 else "apply"
         parser.error(f"{flags} only {verb} to services: add --service")
     return spec
+
+
+def _engine_sets(key: str, port_service: bool) -> str | None:
+    """Why ``--env KEY`` cannot be given (the engine sets KEY for each job, over whatever
+    the job's environment says: the value given was dropped without a word), or ``None``."""
+    if key == "CUDA_VISIBLE_DEVICES":
+        return (
+            "the engine sets it to the job's GPUs; ask for GPUs with --gpus N "
+            "(and --domain NAME for which ones)"
+        )
+    if key in ("CUDA_DEVICE_ORDER", "GPULAYER_JOB_ID", "GPULAYER_REPLICA"):
+        return "the engine sets it for every job"
+    if key == "PORT" and port_service:
+        return (
+            "each start of a replica gets a free port as $PORT from the engine; "
+            "add --no-port to give your own"
+        )
+    return None
 
 
 LIKE_SERVICE = "__service_options"
