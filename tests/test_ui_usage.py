@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Sparkline, Static
+from textual.widgets import Static
 
 from gpulayer_tui.app import build_app
 from gpulayer_tui.backend import SocketBackend
@@ -19,6 +19,7 @@ from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.screens.job_detail import JobDetailScreen
 from gpulayer_tui.widgets.field_list import FieldList
 from gpulayer_tui.widgets.job_table import JobTable
+from gpulayer_tui.widgets.level_line import LevelLine
 from gpulayer_tui.widgets.log_tail import LogTail
 from gpulayer_tui.widgets.summary_line import SummaryLine
 from gpulayer_tui.widgets.timeline import Timeline
@@ -82,14 +83,14 @@ async def test_a_running_gpu_jobs_usage_fills_as_ticks_come_then_is_stored(
         assert panel.display and panel.expanded  # 40 lines: lines and plots
         await until(pilot, lambda: panel.points >= 3, "a few points")
         gpu = act.job.gpus[0]
-        vram = panel.query_one(f"#usage-vram-{gpu}", Sparkline)
-        util = panel.query_one(f"#usage-util-{gpu}", Sparkline)
+        vram = panel.query_one(f"#usage-vram-{gpu}", LevelLine)
+        util = panel.query_one(f"#usage-util-{gpu}", LevelLine)
         seen = panel.points
         # The sparklines fill as ticks come (each read brings the engine's new points).
         await until(pilot, lambda: panel.points >= seen + 3, "more points", timeout=20)
         await until(pilot, lambda: vram.data and len(vram.data) >= seen + 3, "the VRAM plot")
-        assert max(vram.data or [0]) == 4 * 1024  # MiB: what the job holds
-        assert util.data and max(util.data) == 40  # the simulator's 40 % per process
+        assert max(v or 0 for v in vram.data) == 4 * 1024  # MiB: what the job holds
+        assert max(v or 0 for v in util.data) == 40  # the simulator's 40 % per process
         text = _text(panel.query_one("#usage-text", FieldList))
         # (the mean may be under 40 %: a tick between the start and the hold read 0 %)
         assert "peak 4.0 GiB" in text and "util mean " in text and "GPU-hours" in text
@@ -264,3 +265,26 @@ def test_snapshot_usage_running_200x50(snap_compare: Any) -> None:
 
 def test_snapshot_usage_stored_with_advice_and_idle_warning_120x40(snap_compare: Any) -> None:
     assert snap_compare(_static_app(), terminal_size=(120, 40), run_before=_detail(14))
+
+
+async def test_usage_lines_share_a_fixed_scale_and_leave_gaps() -> None:
+    # Textual's Sparkline scaled each series from its own lowest value: a steady 70 %
+    # drew as empty bars, like an idle GPU, and an unknown reading as 0.
+    from textual.app import App, ComposeResult
+
+    class Lines(App[None]):
+        def compose(self) -> ComposeResult:
+            yield LevelLine((70.0,) * 8, top=100, id="busy")
+            yield LevelLine((0.0,) * 8, top=100, id="idle")
+            yield LevelLine((100.0, None, 50.0, 0.0), top=100, id="gaps")
+            yield LevelLine((2048.0, 4096.0), id="vram")
+
+    app = Lines()
+    async with app.run_test(size=(8, 4)):
+        drawn = {w.id: w.render_line(0).text for w in app.query(LevelLine)}
+    assert drawn == {
+        "busy": "▆" * 8,
+        "idle": "▁" * 8,
+        "gaps": "█ ▅▁",
+        "vram": "▅█",
+    }

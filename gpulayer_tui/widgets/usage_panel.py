@@ -16,11 +16,12 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.events import Resize
 from textual.reactive import reactive
-from textual.widgets import Label, Sparkline, Static
+from textual.widgets import Label, Static
 
 from ..formatting import duration, gib, usage_lines
 from ..wire import UsageJSON, UsageSeriesJSON, UsageSummaryJSON
 from .field_list import FieldList
+from .level_line import LevelLine
 
 STACK_BELOW = 150
 """Content widths under this put the plots under the text instead of beside it."""
@@ -71,9 +72,8 @@ def summary_heading(summary: UsageSummaryJSON | None, active: bool) -> Content |
     )
 
 
-def _values(values: list[int | None] | list[int]) -> list[float]:
-    # (Sparkline takes numbers only: an unknown reading draws as 0)
-    return [0.0 if v is None else float(v) for v in values]
+def _values(values: list[int | None] | list[int]) -> tuple[float | None, ...]:
+    return tuple(None if v is None else float(v) for v in values)
 
 
 def vram_figure(series: UsageSeriesJSON) -> str:
@@ -116,11 +116,8 @@ class UsagePanel(VerticalScroll, can_focus=False):
         .usage-plot { height: 1; }
         .usage-plot-label { width: 12; color: $text-muted; }
         .usage-plot-figure { width: 24; padding-left: 1; color: $text-muted; }
-        Sparkline { width: 1fr; }
-        Sparkline.-vram > .sparkline--max-color { color: $memory-owned; }
-        Sparkline.-vram > .sparkline--min-color { color: $memory-owned 30%; }
-        Sparkline.-util > .sparkline--max-color { color: $success; }
-        Sparkline.-util > .sparkline--min-color { color: $success 30%; }
+        LevelLine.-vram { color: $memory-owned; }
+        LevelLine.-util { color: $success; }
     }
     """
 
@@ -181,8 +178,8 @@ class UsagePanel(VerticalScroll, can_focus=False):
             return
         for one in series:
             gpu = one["gpu"]
-            self.query_one(f"#usage-vram-{gpu}", Sparkline).data = _values(one["vram_mib"])
-            self.query_one(f"#usage-util-{gpu}", Sparkline).data = _values(one["util"])
+            self.query_one(f"#usage-vram-{gpu}", LevelLine).data = _values(one["vram_mib"])
+            self.query_one(f"#usage-util-{gpu}", LevelLine).data = _values(one["util"])
             self.query_one(f"#usage-vram-figure-{gpu}", Label).update(vram_figure(one))
             self.query_one(f"#usage-util-figure-{gpu}", Label).update(util_figure(one))
 
@@ -194,7 +191,7 @@ class UsagePanel(VerticalScroll, can_focus=False):
             rows.append(
                 Horizontal(
                     Label(f"GPU #{gpu} VRAM", classes="usage-plot-label"),
-                    Sparkline(_values(one["vram_mib"]), id=f"usage-vram-{gpu}", classes="-vram"),
+                    LevelLine(_values(one["vram_mib"]), id=f"usage-vram-{gpu}", classes="-vram"),
                     Label(
                         vram_figure(one), id=f"usage-vram-figure-{gpu}", classes="usage-plot-figure"
                     ),
@@ -204,7 +201,9 @@ class UsagePanel(VerticalScroll, can_focus=False):
             rows.append(
                 Horizontal(
                     Label("       util", classes="usage-plot-label"),
-                    Sparkline(_values(one["util"]), id=f"usage-util-{gpu}", classes="-util"),
+                    LevelLine(
+                        _values(one["util"]), top=100, id=f"usage-util-{gpu}", classes="-util"
+                    ),
                     Label(
                         util_figure(one), id=f"usage-util-figure-{gpu}", classes="usage-plot-figure"
                     ),
