@@ -285,6 +285,6 @@ async def test_usage_lines_share_a_fixed_scale_and_leave_gaps() -> None:
     assert drawn == {
         "busy": "▆" * 8,
         "idle": "▁" * 8,
-        "gaps": "█ ▅▁",
-        "vram": "▅█",
+        "gaps": "██  ▅▅▁▁",  # (4 points over 8 cells: each two wide)
+        "vram": "▅▅▅▅████",
     }

@@ -19,8 +19,9 @@ from ..formatting import sparkline
 
 
 class LevelLine(Widget):
-    """One line of bars for ``data``, as wide as the widget (neighbours merged by their
-    peak when there are more points than cells)."""
+    """One line of bars for ``data``, across the widget's width: neighbours merged by
+    their peak when there are more points than cells, each point drawn wider when there
+    are fewer (the line spans the job's life either way)."""
 
     DEFAULT_CSS = """
     LevelLine { height: 1; width: 1fr; }
@@ -42,4 +43,7 @@ class LevelLine(Widget):
         self.set_reactive(LevelLine.data, tuple(data))
 
     def render(self) -> RenderResult:
-        return sparkline(list(self.data), self.size.width, self.top)
+        width, values = self.size.width, self.data
+        if 0 < len(values) < width:
+            values = tuple(values[col * len(values) // width] for col in range(width))
+        return sparkline(list(values), width, self.top)
