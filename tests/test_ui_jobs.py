@@ -914,6 +914,13 @@ async def test_a_waiting_jobs_detail_says_why_it_waits_until_it_runs(ui_app: Any
         assert text.startswith("why it waits\n")
         assert "place       1 of 1 ready (ahead: none)" in text
         assert "fair share" in text and "GPU-h" in text
+        # Another job's change is asked about again: one submitted later goes ahead.
+        ahead = await app.backend.submit(spec("true", name="urgent", gpus=1, priority=5))
+        await until(
+            pilot,
+            lambda: f"2 of 2 ready (ahead: {ahead['id']})" in str(panel.render()),
+            "the job now ahead of it",
+        )
         await app.backend.cancel(holder["id"])
         await until(pilot, lambda: not panel.has_class("-waiting"), "the panel gone once it runs")
 

@@ -55,6 +55,8 @@ from .actions import (
 from .resume import KeepsStylesOnResume
 
 WAITING_STATUSES = frozenset({"pending", "queued"})
+WHY_REFRESH_S = 5.0
+"""How often a waiting job's "why it waits" is asked again when nothing tells it to."""
 PAGER_NOTICE_BYTES = 16 * 2**20  # a copy for $PAGER this large says it is under way
 """A job in these has a "why it waits" panel."""
 
@@ -304,6 +306,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self._replica = 0  # whose output the log shows, for a service
         self._usage_chosen = False  # the user pressed u: the height no longer decides
         self._search_from = 0  # the line the search started from (it finds as you type)
+        self._why_asked = False  # a "why it waits" is being asked again
 
     def compose(self) -> ComposeResult:
         yield EngineStatus(f"job {self.job_id}")
@@ -341,6 +344,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self._seen_loads = app.job_store.loads
         self.watch(self.app, "jobs_version", self._jobs_changed, init=False)
         self.set_interval(1.0, self._tick)
+        # Why a job waits changes with other jobs and the domains, not with its own row:
+        # asked again while it waits (it said "ahead: none" with a job now ahead of it).
+        self.set_interval(WHY_REFRESH_S, self._refresh_why)
         self.query_one(LogTail).focus()
         self.query_one("#log-search", Input).cursor_blink = app.cursor_blink
         usage = self.query_one(UsagePanel)
@@ -386,7 +392,10 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             self._seen_loads = store.loads
             if self.job_id not in store.jobs:
                 self._fetch()
-        if self.job_id in store.changed_since(self._seen_version):
+        changed = store.changed_since(self._seen_version)
+        if changed and self.job_id not in changed:
+            self._refresh_why()  # (another job's change may be why this one waits)
+        if self.job_id in changed:
             job = store.jobs.get(self.job_id)
             if job is not None:
                 # The row is current but cut (its spec, and fields a table does not show):
@@ -427,6 +436,28 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             except BackendError:
                 why = None  # (the fields say what is known; the engine's log says why)
         if not self._widgets_gone:
+            self.query_one(WhyPanel).show_why(why)
+
+    def _refresh_why(self) -> None:
+        """Ask again why the job waits, while it does: once for a burst of changes (one
+        ask at a time; those coming meanwhile are answered by it)."""
+        if self._why_asked or self._job is None:
+            return
+        if self._job.get("status") in WAITING_STATUSES:
+            self._why_asked = True
+            self._ask_why()
+
+    @work(group="job-why", exit_on_error=False)
+    async def _ask_why(self) -> None:
+        try:
+            await asyncio.sleep(0.3)  # (the rest of the burst)
+            why = await view_of(self).backend.why(self.job_id)
+        except BackendError:
+            return
+        finally:
+            self._why_asked = False
+        waiting = self._job is not None and self._job.get("status") in WAITING_STATUSES
+        if not self._widgets_gone and waiting:
             self.query_one(WhyPanel).show_why(why)
 
     def _show_job(self, job: JobJSON) -> None:
