@@ -170,3 +170,14 @@ def test_a_ledger_entry_holds_for_its_process_not_a_later_one_with_its_pid(
     del data["processes"][0]["start"]
     ledger.save(data)
     assert [p.pid for p in probe.read().gpus[0].processes] == [sleeper]
+
+
+def test_a_simulated_gpus_power_follows_its_model(tmp_path: Path) -> None:
+    # Every model had a 400 W limit and drew 60 + 3 W per % of load: an L4 at 360 W.
+    settings = make_config(simulate={"utilization": 100, "jitter": 0}).simulate
+    probe = SimulatedProbe(parse_simulate_spec("1xL4-24GB,1xA100-80GB"), tmp_path, settings)
+    probe.place((PlacedProcess(0, os.getpid(), 7, None), PlacedProcess(1, os.getpid(), 8, None)))
+    probe.inventory()
+    l4, a100 = probe.read_device(0), probe.read_device(1)
+    assert (l4.power_limit_watts, a100.power_limit_watts) == (72.0, 400.0)
+    assert l4.power_watts == pytest.approx(72 * 0.9) and a100.power_watts == pytest.approx(360)

@@ -43,6 +43,36 @@ class SimulatedGpu:
     memory_gib: float
 
 
+# Board power limits (W) of common models, by the start of the model's name; others 400 W
+# (an A100's). An L4 drawing 360 W of a 400 W limit was no L4.
+_POWER_LIMITS = (
+    ("B200", 1000.0),
+    ("H200", 700.0),
+    ("H100", 700.0),
+    ("L40S", 350.0),
+    ("L40", 300.0),
+    ("L4", 72.0),
+    ("T4", 70.0),
+    ("A10G", 150.0),
+    ("A10", 150.0),
+    ("A30", 165.0),
+    ("A40", 300.0),
+    ("V100", 300.0),
+    ("RTX4090", 450.0),
+    ("A6000", 300.0),
+)
+
+
+def power_limit_of(model: str) -> float:
+    """A simulated GPU's power limit in watts, from its model's name."""
+    name = model.upper().replace(" ", "").replace("-", "")
+    for prefix, watts in _POWER_LIMITS:
+        # (a whole model number: "A10" is not the start of "A100")
+        if name.startswith(prefix) and not name[len(prefix) : len(prefix) + 1].isdigit():
+            return watts
+    return 400.0
+
+
 def parse_simulate_spec(spec: str) -> list[SimulatedGpu]:
     """Parse ``2xA100-80GB`` / ``1xH200-141GB,1xL4-24GB`` into GPUs in index order.
 
@@ -352,6 +382,8 @@ class SimulatedProbe:
         util = overrides.get("utilization")
         if util is None:  # (ledger processes count 40 % each; placed jobs [simulate]'s)
             util = min(100, busy)
+        util = int(util)
+        limit = power_limit_of(gpu.model)
         return GpuReading(
             index=index,
             uuid=self._uuids[index],
@@ -360,8 +392,9 @@ class SimulatedProbe:
             memory_used=min(total, used),
             utilization=int(util),
             temperature=int(overrides.get("temperature", 35 + int(util) // 3)),
-            power_watts=float(overrides.get("power_watts", 60 + 3 * int(util))),
-            power_limit_watts=float(overrides.get("power_limit_watts", 400)),
+            # (idle at 15 % of the limit, 90 % of it at full load: 60-360 W for 400 W)
+            power_watts=float(overrides.get("power_watts", limit * (0.15 + 0.0075 * util))),
+            power_limit_watts=float(overrides.get("power_limit_watts", limit)),
             memory_utilization=int(overrides.get("memory_utilization", int(util) // 2)),
             energy_mj=overrides.get("energy_mj"),
             energy_at=None if overrides.get("energy_mj") is None else time.monotonic(),
