@@ -61,6 +61,9 @@ async def test_quarantine_is_notified_and_release_is_offered(ui_app: AppFactory)
             lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#question"),
         )
         assert "This holds for every user of the box" in str(question.first().render())
+        # The footer names y as the button does (it said "Yes" beside "Drain (y)").
+        footer_y = app.screen.active_bindings["y"].binding.description
+        assert app.screen.query_one("#yes").label.plain == f"{footer_y} (y)" != "Yes (y)"
         await pilot.press("n")
         await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
         await pilot.pause()

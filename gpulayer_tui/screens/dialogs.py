@@ -7,6 +7,7 @@ never read as markup.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -34,6 +35,12 @@ class ConfirmScreen(ModalScreen[bool]):
         self._title = title
         self._question = question
         self._yes = yes_label
+        # The footer names y as the button does ("y Yes" beside "Drain (y)" was two
+        # names for one answer).
+        self._bindings.key_to_bindings = {
+            key: [replace(b, description=yes_label) if b.action == "answer(True)" else b for b in found]
+            for key, found in self._bindings.key_to_bindings.items()
+        }
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
