@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -231,6 +233,32 @@ async def test_gpu_env_is_set(make_engine: EngineFactory) -> None:
     cpu = await engine.submit({"shell": 'echo "[$CUDA_VISIBLE_DEVICES]"'})
     await engine.wait(cpu.id, timeout=10)
     assert engine.log_path(cpu.id).read_text() == "[]\n"
+
+
+async def test_a_job_gets_its_submitters_environment_never_the_engines(
+    make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every job got the engine's whole environment under its spec's: its PYTHONPATH, its
+    # virtualenv, what its service unit set; with `--no-inherit-env` too.
+    import pwd
+
+    monkeypatch.setenv("ENGINE_ONLY", "from-the-engine")
+    engine = await make_engine()
+    dump = [sys.executable, "-c", "import json, os; print(json.dumps(dict(os.environ)))"]
+    bare = await engine.submit({"command": dump})
+    given = await engine.submit({"command": dump, "env": {"A": "1", "PATH": "/opt/x:/usr/bin"}})
+    seen = {}
+    for job in (bare, given):
+        await engine.wait(job.id, timeout=20)
+        seen[job.id] = json.loads(engine.log_path(job.id).read_text())
+    me = pwd.getpwuid(os.geteuid())
+    own = {"GPULAYER_JOB_ID", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPULAYER_TASK"}
+    basics = {"PATH", "HOME", "USER", "LOGNAME", "SHELL"}
+    assert set(seen[bare.id]) - {"LC_CTYPE"} == basics | own  # (Python may set LC_CTYPE)
+    assert seen[bare.id]["HOME"] == me.pw_dir and seen[bare.id]["USER"] == me.pw_name
+    assert "/usr/bin" in seen[bare.id]["PATH"].split(":")
+    assert seen[given.id]["A"] == "1" and seen[given.id]["PATH"] == "/opt/x:/usr/bin"
+    assert "ENGINE_ONLY" not in seen[given.id]
 
 
 async def test_dependency_cascade_and_any_exit(make_engine: EngineFactory) -> None:

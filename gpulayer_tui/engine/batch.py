@@ -59,15 +59,39 @@ def exit_verdict(code: int | None) -> tuple[JobStatus, TerminationReason, str]:
     return JobStatus.FAILED, Reason.EXIT_CODE, f"exited with code {code}"
 
 
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def login_basics(uid: int | None = None) -> dict[str, str]:
+    """What a login of ``uid`` (default: this process's user, whom jobs run as) starts
+    with, as cron and systemd give: ``PATH``, and ``HOME``, ``USER``, ``LOGNAME``,
+    ``SHELL`` where the user is known (blocking: the user database)."""
+    import pwd
+
+    basics = {"PATH": DEFAULT_PATH}
+    try:
+        user = pwd.getpwuid(os.geteuid() if uid is None else uid)
+    except KeyError:
+        return basics
+    basics.update(
+        HOME=user.pw_dir, USER=user.pw_name, LOGNAME=user.pw_name, SHELL=user.pw_shell or "/bin/sh"
+    )
+    return basics
+
+
 class JobEnv:
-    """Job environments: the engine's, plus the spec's, plus what gpulayer-tui sets.
+    """Job environments: a login's basics (:func:`login_basics`), the spec's environment
+    on top (the CLI and the TUI send the submitting shell's whole environment), then what
+    gpulayer-tui sets. Never the engine's own environment: its ``PYTHONPATH``, its
+    virtualenv and whatever its service unit set reached every job, even one submitted
+    with ``--no-inherit-env``.
 
     The first two are shared by every job whose spec sets the same variables (one dict,
     kept here), so the executor can send each such environment once; only the per-job
     part changes from job to job.
 
     Args:
-        base: The engine's environment.
+        base: What every job starts from (:func:`login_basics`).
     """
 
     def __init__(self, base: dict[str, str]) -> None:
@@ -75,7 +99,7 @@ class JobEnv:
         self._shared: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
 
     def shared(self, spec: JobSpec) -> dict[str, str]:
-        """The engine's environment with the spec's on top (the same dict for equal specs;
+        """The basics with the spec's environment on top (the same dict for equal specs;
         never to be changed)."""
         key = tuple(sorted(spec.env.items()))
         env = self._shared.get(key)

@@ -51,7 +51,7 @@ from . import procs
 from .access import Forbidden
 from .admission import Admission
 from .adoption import Adopter, read_process, thread_group_of
-from .batch import BatchRunner, JobEnv
+from .batch import BatchRunner, JobEnv, login_basics
 from .cluster_runner import ClusterRunner
 from .config import Config, ConfigError, Paths, load_config, plan_domains
 from .disk import DiskSpace
@@ -155,7 +155,7 @@ class Engine:
         self.probe = probe if probe is not None else make_probe(simulate, paths.state_dir)
         self.cpu_count = cpu_count or os.cpu_count() or 1
         settings = self.config.engine
-        env = JobEnv(dict(os.environ))  # jobs get the engine's env plus their spec's
+        env = JobEnv(login_basics())  # a login's basics plus their spec's (not the engine's)
         self.bus = EventBus()
         self.store = Store(paths.database, self.bus.publish)
         # Jobs start through the state dir's launcher; adopted processes (and jobs an older
