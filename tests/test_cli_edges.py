@@ -734,6 +734,22 @@ def test_like_of_a_gpu_job_as_a_cpu_job_leaves_its_vram_out(engine: Served) -> N
     assert spec.get("gpus") == 0 and "vram_gb" not in spec and "domain" not in spec
 
 
+def test_like_takes_every_option_given_over_the_jobs_own(engine: Served) -> None:
+    # --notify, --preemptible, --no-requeue and --priority 0 were dropped without a word.
+    old = _submit(engine, "--priority", "7", "--", "true")
+    copy = engine.cli(
+        "submit", "--like", old, "--priority", "0", "--notify", "--preemptible", "--no-requeue"
+    )
+    assert copy.returncode == 0, copy.stderr
+    job = json.loads(engine.cli("status", "--json", copy.stdout.strip()).stdout)["job"]
+    spec = job["spec"]
+    assert (job["priority"], spec.get("notify"), spec.get("preemptible")) == (0, True, True)
+    assert spec.get("requeue") is False
+    kept = engine.cli("submit", "--like", old)  # (nothing given: its own priority stays)
+    shown = json.loads(engine.cli("status", "--json", kept.stdout.strip()).stdout)["job"]
+    assert shown["priority"] == 7
+
+
 def test_status_of_a_job_waiting_again_says_so_instead_of_an_empty_runtime() -> None:
     # A service being placed again printed "started 2026-12-02 10:47:26  runtime ".
     from gpulayer_tui.cli.format import format_job

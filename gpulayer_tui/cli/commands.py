@@ -363,7 +363,12 @@ def _like(
 
         raise ValueError(f"--like {old['id']}: job {old['id']} {ADOPTED_NOT_RUN}")
     spec: dict[str, Any] = {k: v for k, v in old["spec"].items() if v is not None}
-    for key in ("name", "project", "gpus", "vram_gb", "timeout", "domain", "depends_on"):
+    # What this command line gives replaces the job's own (the flags that only switch
+    # something on are in base only when given).
+    for key in (
+        *("name", "project", "gpus", "vram_gb", "timeout", "domain", "depends_on"),
+        *("exclusive", "notify", "preemptible", "requeue", "cluster", "cpus", "mem_gb"),
+    ):
         if key in base:
             spec[key] = base[key]
     if base.get("gpus") == 0:
@@ -384,9 +389,7 @@ def _like(
         if key in base:  # (--service, with its options)
             spec[key] = base[key]
     spec.update(service or {})
-    if args.exclusive:
-        spec["exclusive"] = True
-    if args.priority:
+    if args.priority is not None:  # (--priority 0 too: the copy's was kept)
         spec["priority"] = args.priority
     if "depends_on" not in base and spec.get("depends_on"):
         spec["depends_on"] = _deps_still_there(client, old["id"], spec["depends_on"])

@@ -289,9 +289,7 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
         help="stop it this long after it starts (each run of a preempted job anew; a "
         "service's from its first start)",
     )
-    p.add_argument(
-        "--priority", type=_field("priority"), default=0, help="higher starts first (default 0)"
-    )
+    p.add_argument("--priority", type=_field("priority"), help="higher starts first (default 0)")
     completes(p.add_argument("--cwd", help="working directory (default: the current one)"), "dirs")
     p.add_argument(
         "--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment variable"

@@ -108,7 +108,7 @@ _SUBMIT_DEFAULTS: dict[str, Any] = {
     "after": [],
     "after_any": [],
     "timeout": None,
-    "priority": 0,
+    "priority": None,
     "cwd": None,
     "env": [],
     "no_inherit_env": False,

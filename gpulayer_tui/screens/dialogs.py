@@ -38,7 +38,10 @@ class ConfirmScreen(ModalScreen[bool]):
         # The footer names y as the button does ("y Yes" beside "Drain (y)" was two
         # names for one answer).
         self._bindings.key_to_bindings = {
-            key: [replace(b, description=yes_label) if b.action == "answer(True)" else b for b in found]
+            key: [
+                replace(b, description=yes_label) if b.action == "answer(True)" else b
+                for b in found
+            ]
             for key, found in self._bindings.key_to_bindings.items()
         }
 
