@@ -75,6 +75,22 @@ def gib(value: int | float) -> str:
     return f"{value / GIB:.1f} GiB"
 
 
+def _decimals(value: float, digits: int) -> str:
+    return f"{value:.{digits}f}".rstrip("0").rstrip(".")
+
+
+def gib_apart(asked: int | float, has: int | float) -> tuple[str, str]:
+    """Two sizes as ``80 GiB`` / ``79.99 GiB``: with as many decimals (up to 6) as it takes
+    to tell them apart when they differ ("requested 80 GiB, but it has 80 GiB" was said of
+    80.04 GiB against 80)."""
+    texts = ("", "")
+    for digits in range(1, 7):
+        texts = (_decimals(asked / GIB, digits), _decimals(has / GIB, digits))
+        if texts[0] != texts[1] or asked == has:
+            break
+    return f"{texts[0]} GiB", f"{texts[1]} GiB"
+
+
 def plural(count: int, word: str) -> str:
     """``1 GPU``, ``2 GPUs``."""
     return f"{count} {word}{'' if count == 1 else 's'}"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..wire import Capacity
 from .config import CPU_DOMAIN
-from .domain import Domain, DomainState, gib, plural
+from .domain import Domain, DomainState, gib, gib_apart, plural
 from .errors import SpecError, UnknownDomain
 from .gpus import GIB, GpuReading, ProbeResult, ProbeStatus
 from .procs import ProcessInfo
@@ -366,13 +366,13 @@ class Scheduler:
             if len(candidates) == 1:
                 d = candidates[0]
                 name = d.reading.name if d.reading else ""
-                size = gib(d.capacity_bytes or 0).replace(".0 GiB", " GiB")
+                need, size = gib_apart(req.vram_bytes, d.capacity_bytes or 0)
                 return Verdict(
                     False,
                     f"requested {need} per GPU, but {d.name}"
                     f"{f' ({name})' if name else ''} has {size}",
                 )
-            largest = gib(max(s or 0 for s in sizes)).replace(".0 GiB", " GiB")
+            need, largest = gib_apart(req.vram_bytes, max(s or 0 for s in sizes))
             where = "the largest GPU" if not req.pins else "the largest pinned GPU"
             return Verdict(False, f"requested {need} per GPU, but {where} has {largest}")
         return Verdict(
