@@ -68,10 +68,31 @@ def _plain_error(status: int, data: bytes) -> str:
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
+class NotText(ValueError):
+    """A value for a URL holds bytes that are not UTF-8 (an argument with such a byte,
+    as the shell passes it: Python holds it as a lone surrogate)."""
+
+
 def quote(value: object) -> str:
     """``value`` as one percent-encoded URL path segment or query value (RFC 3986: all but
-    the unreserved characters). Not urllib's: importing it costs a CLI call ~3 ms."""
-    return "".join(chr(b) if b in _UNRESERVED else f"%{b:02X}" for b in str(value).encode())
+    the unreserved characters). Not urllib's: importing it costs a CLI call ~3 ms.
+
+    Raises:
+        NotText: ``value`` holds a byte that is not UTF-8 (it ended the CLI in a
+            traceback), naming it.
+    """
+    text = str(value)
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:
+        bad = next(c for c in text if "\ud800" <= c <= "\udfff")
+        if "\udc80" <= bad <= "\udcff":
+            what = f"the byte 0x{ord(bad) - 0xDC00:02X}"
+        else:
+            what = f"the unpaired surrogate U+{ord(bad):04X}"
+        shown = text.encode("utf-8", "backslashreplace").decode()[:200]
+        raise NotText(f"{shown!r} is not UTF-8 text (it holds {what})") from None
+    return "".join(chr(b) if b in _UNRESERVED else f"%{b:02X}" for b in data)
 
 
 def _urlencode(query: dict[str, Any]) -> str:

@@ -957,3 +957,16 @@ def test_env_port_passes_for_a_service_without_a_port_and_a_batch_job(engine: Se
         shown = json.loads(engine.cli("status", ident, "--json").stdout)["job"]
         assert shown["spec"]["env"]["PORT"] == port
         engine.cli("cancel", ident, "--no-wait")
+
+
+@pytest.mark.parametrize(
+    "words", [["jobs", "--filter", "ab\udcffc"], ["domain", "drain", "g\udcff"]]
+)
+def test_an_argument_that_is_not_utf8_is_refused_naming_it(
+    engine: Served, words: list[str]
+) -> None:
+    # (a byte the shell passes that is not UTF-8 ended the CLI in a traceback)
+    out = engine.cli(*words)
+    assert out.returncode == 2, out.stderr
+    assert "is not UTF-8 text (it holds the byte 0xFF)" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -8,7 +8,7 @@ import sys
 import time
 
 from .. import jsonlite
-from ..client import ApiError, Client, EngineLost, EngineNotRunning, StreamIdle, quote
+from ..client import ApiError, Client, EngineLost, EngineNotRunning, NotText, StreamIdle, quote
 from .exits import EXIT_FAILED, EXIT_LOST, EXIT_NO_ENGINE, EXIT_OK, EXIT_TIMED_OUT, EXIT_USAGE
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
@@ -1214,6 +1214,9 @@ def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser)
     except EngineNotRunning as err:
         _error(str(err))
         return EXIT_NO_ENGINE
+    except NotText as err:
+        _error(str(err))
+        return EXIT_USAGE
     except EngineLost as err:
         _error(str(err))
         return EXIT_LOST
