@@ -40,6 +40,11 @@ def test_wait_with_a_timeout_that_runs_out_exits_5_and_says_so(engine: Served) -
     out = engine.cli("wait", job, "--timeout", "0.3")
     assert out.returncode == 5
     assert out.stderr == f"gpulayer-tui: job {job} still running after 0.3 s\n"
+    # --json prints its document all the same (it printed nothing).
+    out = engine.cli("wait", job, "--timeout", "0.3", "--json")
+    assert out.returncode == 5
+    shown = json.loads(out.stdout)
+    assert shown["timed_out"] is True and shown["job"]["id"] == int(job)
     engine.cli("cancel", job, "--no-wait")
 
 

@@ -788,6 +788,8 @@ def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             break
     job = data["job"]
     if data.get("timed_out"):
+        if args.json:  # (a script reads the document it asked for: it got nothing)
+            _print_json(data)
         _error(f"job {job['id']} still {job['status']} after {args.timeout:g} s")
         return EXIT_TIMED_OUT
     return _report_end(job, args.json, data)
