@@ -532,6 +532,44 @@ async def test_jobs_dying_of_device_errors_count_against_their_gpu(
     assert gpu0.state.value == "in_service"
 
 
+async def test_a_service_replica_dying_of_device_errors_counts_against_its_gpu(
+    make_engine: EngineFactory,
+) -> None:
+    # A replica crash-looping on a broken GPU was restarted for ever, the GPU "healthy":
+    # only batch jobs counted. Quarantined, the GPU sends the service elsewhere.
+    from .test_services import ManualClock
+
+    clock = ManualClock()
+    config = make_config(health={"degrade_after": 2, "quarantine_after": 3})
+    engine = await make_engine("2xA100-80GB", config=config, service_clock=clock)
+    gpu1 = engine.scheduler.domains["gpu1"]
+    holder = await engine.submit({"command": ["sleep", "600"], "gpus": 1, "domain": "gpu0"})
+    job = await engine.submit(
+        {
+            "kind": "service",
+            "port": False,
+            "gpus": 1,
+            "shell": 'if [ "$CUDA_VISIBLE_DEVICES" = 1 ]; then echo "RuntimeError: CUDA error: '
+            'no CUDA-capable device is detected" >&2; exit 1; fi; exec sleep 600',
+        }
+    )
+    assert job.domains == ["gpu1"]  # (gpu0 is busy)
+    for crashes in (1, 2, 3):
+        await eventually(
+            lambda: gpu1.launch_failures == crashes or gpu1.state.value == "quarantined"  # noqa: B023
+        )
+        if crashes < 3:
+            await eventually(lambda: bool(clock.pending()))
+            clock.advance(60)
+    assert gpu1.state.value == "quarantined"
+    assert gpu1.state_reason.endswith("failed with: no CUDA-capable device")
+    await engine.cancel(holder.id)
+    live = engine.book.get(job.id)
+    await eventually(lambda: live.job.domains == ["gpu0"] and live.job.replicas[0].pid)
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+
+
 async def test_doctor_checks_the_config_file_as_the_engine_would_and_a_closed_queue(
     make_engine: EngineFactory, paths: Any
 ) -> None:

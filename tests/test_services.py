@@ -998,6 +998,10 @@ async def test_a_port_answered_by_another_program_is_not_the_replica_up(
             assert live.message.endswith(f"; replica 0 starting ({said})")
         finally:
             other.kill()
+    # Once the other program is gone, it is no longer named.
+    await eventually(lambda: "not by this replica" not in replica.message, timeout=20)
+    assert replica.message.endswith(f"waiting for port {replica.port} to accept")
+    assert (await engine.get(job.id)).message.endswith("not answering yet)")
     await engine.cancel(job.id)
 
 

@@ -314,6 +314,7 @@ class Engine:
         self.book.on_end(self.queue.job_ended)
         # A GPU job that died of a device error counts against its GPUs' health.
         self.batch.on_process_end(self.domain_ops.job_ended_on)
+        self.services.on_replica_end = self.domain_ops.replica_ended_on
         # Preemption (issue 18): the queue picks whom to stop, the batch runner stops it
         # and hands it back to the queue when it has exited.
         self.queue.preempt = self._preempt

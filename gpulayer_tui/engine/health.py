@@ -26,6 +26,7 @@ from .models import EventKind, Job, JobKind, JobStatus, TerminationReason
 
 if TYPE_CHECKING:
     from .config import HealthSettings
+    from .executor import TaskKey
     from .gpus import GpuReading
     from .jobqueue import JobQueue
     from .scheduler import Scheduler
@@ -88,7 +89,7 @@ class DomainOps:
         store: Store,
         bus: EventBus,
         settings: HealthSettings,
-        log_path: Callable[[int], Path],
+        log_path: Callable[[TaskKey], Path],
         sampling: Callable[[], str | None] = lambda: None,
         gate: Callable[[], str | None] = lambda: None,
     ) -> None:
@@ -182,6 +183,16 @@ class DomainOps:
             TerminationReason.SIGNAL,
         ):
             error = device_error_in(self._log_path(job.id))
+        self._count_end(error, gpu_domains)
+
+    def replica_ended_on(self, key: TaskKey, code: int | None, domains: list[Domain]) -> None:
+        """A service replica's process ended by itself on GPUs: as a job's end (a crash
+        loop on a broken GPU restarted for ever, the GPU "healthy")."""
+        failed = code is not None and code != 0
+        error = device_error_in(self._log_path(key)) if failed else None
+        self._count_end(error, [d for d in domains if d.is_gpu])
+
+    def _count_end(self, error: str | None, gpu_domains: list[Domain]) -> None:
         settings = self._settings
         for dom in gpu_domains:
             change = dom.record_job_end(error, settings.degrade_after, settings.quarantine_after)

@@ -39,7 +39,7 @@ from ..fields import ANSWERED_BY, starting_why
 from . import procs
 from .batch import JobEnv, assign, exit_verdict, prepare_task, timeout_message
 from .domain import DomainState, plural
-from .executor import Executor, Exit, LaunchError, Started
+from .executor import Executor, Exit, LaunchError, Started, TaskKey
 from .jobbook import ActiveJob, JobBook, release_holds, retake_holds
 from .models import (
     EventKind,
@@ -111,6 +111,9 @@ class ServiceRunner:
         self.clock: ServiceClock = clock or LoopClock()
         self._runtimes: dict[int, ServiceRuntime] = {}
         self._timeouts: dict[int, asyncio.TimerHandle] = {}
+        # Told of each replica process that ended by itself on GPUs (its task, its exit
+        # code, those GPUs' domains): domain health counts device errors as for a job.
+        self.on_replica_end: Callable[[TaskKey, int | None, list[Domain]], None] | None = None
 
     def reconfigure(self, config: Config) -> None:
         """Use a new configuration from now on (grace period, host, steady time)."""
@@ -388,6 +391,18 @@ class ServiceRunner:
                 self._restart_down(act, replica)
                 return
             if not await _answers(host, port):
+                if (
+                    replica.pid == pid
+                    and replica.state is R.STARTING
+                    and replica.message.startswith(f"port {port} {ANSWERED_BY} ")
+                ):
+                    # (the other program is gone: it went on being named)
+                    self._set_replica(
+                        act,
+                        replica,
+                        R.STARTING,
+                        f"pid {pid} started; waiting for port {port} to accept",
+                    )
                 await asyncio.sleep(delay)
                 delay = min(PROBE_INTERVAL_MAX_S, delay * 1.5)
                 continue
@@ -498,7 +513,18 @@ class ServiceRunner:
         replica = act.job.replicas[index]
         if replica.launches != run:
             return  # an older start of this replica (its end was already handled)
+        # Told after its end is decided (a quarantine it brings about places the service
+        # again): a replica that ended by itself, not stopped by the engine.
+        by_itself = exit.error is None and not (
+            replica.state is R.STOPPING
+            or runtime.end is not None
+            or runtime.replacing is not None
+            or self._overdue(replica, exit.at or time.time())
+        )
+        gpus = [d for d in act.holds if d.is_gpu and d.name in replica.domains]
         self._replica_ended(act, runtime, replica, exit)
+        if by_itself and gpus and self.on_replica_end is not None:
+            self.on_replica_end((job_id, index), exit.code, gpus)
 
     def _replica_ended(
         self, act: ActiveJob, runtime: ServiceRuntime, replica: Replica, exit: Exit
