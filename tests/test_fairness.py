@@ -656,6 +656,103 @@ def test_a_job_stopped_for_another_lets_it_start_first() -> None:
     assert urgent.job.status is JobStatus.RUNNING
 
 
+def _calling_off(box: Box) -> list[tuple[int, str]]:
+    """What the engine's call-off does while a stop is in its checkpoint lead."""
+    called: list[tuple[int, str]] = []
+
+    def call_off(victim: ActiveJob, why: str) -> None:
+        victim.job.stop_reason = None
+        called.append((victim.job.id, why))
+
+    box.queue.call_off = call_off
+    return called
+
+
+def test_a_preemption_whose_job_could_not_start_after_it_is_called_off() -> None:
+    # A drain (or quarantine) of the GPU, or a job taking the other GPU it needed, came
+    # while the victim was in its checkpoint lead: it was stopped all the same, and both
+    # jobs then waited, the GPU idle.
+    for change in ("drain", "taken"):
+        box = Box(gpus=2, preempt_after=0)
+        stopped: list[int] = []
+        box.queue.preempt = lambda victim, by: stopped.append(_stopping(victim))  # noqa: B023
+        called = _calling_off(box)
+        victim = box.run(gpus=1, preemptible=True, domain="gpu1")
+        urgent = box.run(
+            gpus=2 if change == "taken" else 1,
+            priority=5,
+            domain=None if change == "taken" else "gpu1",
+        )
+        box.queue.schedule()
+        assert stopped == [victim.job.id]
+        assert urgent.job.message.endswith(f"; stopping preemptible job {victim.job.id} for it")
+        if change == "drain":
+            box.scheduler.domains["gpu1"].drain("maintenance")
+        else:
+            other = box.run(gpus=1, priority=9, domain="gpu0")  # (gpu0 was free)
+            assert other.job.status is JobStatus.RUNNING
+        box.queue.schedule()
+        assert called == [
+            (
+                victim.job.id,
+                f"the job it was for, job {urgent.job.id}, could not start once it stopped",
+            )
+        ], change
+        assert "stopping preemptible" not in urgent.job.message
+
+
+def test_a_pause_calls_off_a_preemption_in_its_lead() -> None:
+    closed: list[str] = []
+    box = Box(gpus=1, preempt_after=0)
+    box.queue._gate = lambda: closed[0] if closed else None
+    stopped: list[int] = []
+    box.queue.preempt = lambda victim, by: stopped.append(_stopping(victim))
+    called = _calling_off(box)
+    victim = box.run(gpus=1, preemptible=True)
+    box.run(gpus=1, priority=5)
+    box.queue.schedule()
+    assert stopped == [victim.job.id]
+    closed.append("the queue is paused since 10:00:00 (gpulayer-tui resume)")
+    box.queue.schedule()
+    assert called == [(victim.job.id, f"the queue is closed: {closed[0]}")]
+
+
+def test_no_second_job_of_a_shared_gpu_is_stopped_while_the_first_ones_memory_shows() -> None:
+    # The first victim exited; the GPU's reading still showed its memory, so the urgent job
+    # did not fit yet, and the other job of the GPU was stopped too (its work lost).
+    box, stopped = _two_slot_box()
+    first = box.run(gpus=1, preemptible=True, vram_gb=30)
+    box.clock.now += 1
+    second = box.run(gpus=1, preemptible=True, vram_gb=30, priority=1)
+    urgent = box.run(gpus=1, priority=10, vram_gb=45)
+    urgent.job.queued_at = box.clock.now - 100
+    box.queue.schedule()
+    assert stopped == [first.job.id]
+    release_holds(first)
+    first.job.stop_reason = None
+    box.book.transition(first, JobStatus.QUEUED, message="preempted; back in the queue")
+    # (the first's process, gone, still listed; the second's, its job's)
+    stale = ProbeResult(ProbeStatus.OK, (gpu(0, used_gib=60, procs=((4242, 30), (4243, 30))),))
+    box.scheduler.observe(stale, {4243: second.job.id}, {})
+    box.queue.requeued(first)
+    box.queue.schedule()
+    assert stopped == [first.job.id] and second.job.status is JobStatus.RUNNING
+    assert urgent.job.status is JobStatus.QUEUED
+
+
+def test_only_the_job_a_preemption_is_for_says_so() -> None:
+    # Two waiting jobs of the same shape both said "stopping preemptible job N for it".
+    box, stopped = _two_slot_box()
+    box.scheduler.domains["gpu0"].slots = 1
+    victim = box.run(gpus=1, preemptible=True)
+    urgent = box.run(gpus=1, priority=15)
+    later = box.run(gpus=1, priority=15)
+    box.queue.schedule()
+    assert stopped == [victim.job.id]
+    assert urgent.job.message.endswith(f"; stopping preemptible job {victim.job.id} for it")
+    assert "stopping" not in later.job.message, later.job.message
+
+
 def test_preemption_stops_the_fewest_jobs_not_every_one_taken_on_the_way() -> None:
     # Newest first, a 10 GiB job was taken, then the 60 GiB one that alone made room:
     # both were stopped.

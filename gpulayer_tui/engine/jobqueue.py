@@ -139,6 +139,7 @@ class JobQueue:
         self.cluster_deps: Callable[[ActiveJob, dict[int, bool]], bool] | None = None
         self._preempting: dict[int, set[int]] = {}  # waiting job -> jobs stopped for it
         self._preempted_at: dict[int, float] = {}  # waiting job -> when it stopped them
+        self._said_stopping: set[int] = set()  # jobs whose reason says whom they stop
         self._cluster_held: dict[int, ActiveJob] = {}  # cluster jobs the gate holds back
 
     def reconfigure(self, settings: SchedulingSettings, limits: Limits) -> None:
@@ -763,6 +764,8 @@ class JobQueue:
                 break  # resources changed: look at the heads again, best first
         self.reservation = reserved[0] if reserved else None
         self.reservations = reserved
+        self._recheck_preemptions(closed)
+        stopping_for: dict[int, str] = {}  # the job a preemption is for -> its reason's end
         if self.settings.preempt_after is not None:
             # The best job that cannot start; one before it held back by its own user's
             # limit first (it waited for ever while that user's sweeps ran).
@@ -772,9 +775,10 @@ class JobQueue:
                 job_id, group = best
                 stopping = self._maybe_preempt(job_id, group[0], now)
                 if stopping:
-                    if group in blocked:
-                        ids = ", ".join(map(str, sorted(stopping)))
-                        blocked[group] += f"; stopping preemptible job {ids} for it"
+                    # (said of that job alone: its group's other jobs, of the same shape,
+                    # were said to be stopping it too)
+                    ids = ", ".join(map(str, sorted(stopping)))
+                    stopping_for[job_id] = f"; stopping preemptible job {ids} for it"
                     break
         for made in reserved:
             group = reserved_groups[made.job_id]
@@ -786,12 +790,20 @@ class JobQueue:
         for group, reason in blocked.items():
             if self._ready.update_reason(group, reason):
                 for key in self._ready.jobs_of(group):
-                    self._reason(key, reason)
+                    if key[1] not in stopping_for:
+                        self._reason(key, reason)
         for job_id in self._ready.take_fresh():
             act = self._book.get(job_id)
             fresh = self._group(act) if act is not None else None
             if act is not None and fresh is not None and fresh in blocked:
-                self._book.set_reason(act, blocked[fresh])
+                self._book.set_reason(act, blocked[fresh] + stopping_for.get(job_id, ""))
+        # A job a preemption is for says so; one that no longer is, says its group's reason.
+        for job_id in self._said_stopping | stopping_for.keys():
+            act = self._book.get(job_id)
+            said = self._group(act) if act is not None else None
+            if act is not None and said is not None and said in blocked:
+                self._book.set_reason(act, blocked[said] + stopping_for.get(job_id, ""))
+        self._said_stopping = set(stopping_for)
 
     def _ordered_heads(self, running: dict[int, Running], now: float) -> list[tuple[Key, Group]]:
         """Each group's first job: higher priority, then less recent use, then older."""
@@ -873,6 +885,15 @@ class JobQueue:
             if still:
                 return still
             self._preempting[job_id] = {j for j in already if j in self._book}
+            back = any(
+                (victim := self._book.get(j)) is not None and victim.job.status is JobStatus.RUNNING
+                for j in self._preempting[job_id]
+            )  # (running again: started ahead of it, its stop done; it may be asked again)
+            if not back and now - self._preempted_at.get(job_id, now) < PREEMPT_HOLD_S:
+                # Its victims are gone, and held for it while the GPU's reading still shows
+                # their memory: no one more is stopped for it meanwhile (the other job of a
+                # shared GPU was, the moment the first had exited).
+                return set()
         act = self._book.get(job_id)
         after = self.settings.preempt_after
         if act is None or after is None or self.preempt is None or request.replicas > 1:
@@ -938,6 +959,32 @@ class JobQueue:
                 self._preempted_at[job_id] = now
                 return self._preempting[job_id]
         return set()
+
+    def _recheck_preemptions(self, closed: str | None) -> None:
+        """Call off the stops whose job could not start once they are done: the queue
+        closed (paused), a domain it needs drained or quarantined, or the GPUs it was to
+        have taken by another job meanwhile. (They went ahead, the victims' work lost, for
+        a job that then waited on.) Checked while a victim still runs: once they have all
+        ended, the GPUs' readings may still show their memory for a moment."""
+        for urgent, victims in list(self._preempting.items()):
+            act = self._book.get(urgent)
+            if act is None or act.request is None:
+                continue
+            if not any(
+                (victim := self._book.get(j)) is not None and victim.job.status is JobStatus.RUNNING
+                for j in victims
+            ):
+                continue
+            if closed is not None:
+                why = f"the queue is closed: {closed}"
+            elif not self._fits_without(
+                act.request, self._scheduler.candidates(act.request), victims
+            ):
+                why = f"the job it was for, job {urgent}, could not start once it stopped"
+            else:
+                continue
+            self._call_off(urgent, why)
+            self._preempted_at.pop(urgent, None)
 
     @staticmethod
     def _fits_without(request: Request, candidates: list[Domain], gone: set[int]) -> bool:
