@@ -148,6 +148,18 @@ async def test_drain_and_release(make_engine: EngineFactory) -> None:
     assert engine.domain_ops.readiness()[0] is False
     with pytest.raises(DomainRefused, match="already draining"):
         await engine.domain_ops.drain("gpu0")
+    with pytest.raises(DomainRefused, match="already draining"):
+        await engine.domain_ops.drain("gpu0", "driver update at noon")  # (the same)
+    # A new reason is taken in place (a release between let queued work start there).
+    said = await engine.domain_ops.drain("gpu0", "driver update at two")
+    assert said["state"] == "draining" and said["state_reason"] == "driver update at two"
+    await eventually(
+        lambda: (
+            engine.book.get(pinned.id).job.message  # type: ignore[union-attr]
+            == "waiting for domain gpu0 draining: driver update at two"
+        )
+    )
+    assert engine.book.get(pinned.id).job.status is JobStatus.QUEUED  # type: ignore[union-attr]
     with pytest.raises(SpecError, match="unknown domain 'gpu7'"):
         await engine.domain_ops.drain("gpu7")
     await engine.cancel(running.id)

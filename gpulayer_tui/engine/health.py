@@ -219,14 +219,24 @@ class DomainOps:
     # -- operator control ---------------------------------------------------------------------
 
     async def drain(self, name: str, reason: str = "") -> DomainJSON:
-        """Stop new placements on a domain (maintenance); running work is left alone.
+        """Stop new placements on a domain (maintenance); running work is left alone. A
+        domain draining already takes a new reason (the only way to change it was a
+        release and a drain again, and work queued for it started in between).
 
         Raises:
             SpecError: Unknown domain.
-            DomainRefused: It is already draining (or drained under its quarantine).
+            DomainRefused: It is already draining (or drained under its quarantine), and
+                no new reason is given.
         """
         dom = self._scheduler.domain(name)
         if dom.state is DomainState.DRAINING or dom.drain_reason is not None:
+            if reason and reason != dom.drain_reason:
+                dom.drain_reason = reason
+                if dom.state is DomainState.DRAINING:
+                    dom.state_reason = reason
+                self._changed(dom, "drain reason")
+                await self._store.flush()
+                return dom.to_json()
             under = "" if dom.state is DomainState.DRAINING else " (under its quarantine)"
             raise DomainRefused(f"domain {name} is already draining{under}")
         dom.drain(reason or "drained by the operator")
