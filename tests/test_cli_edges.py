@@ -955,6 +955,22 @@ def test_env_the_engine_sets_is_refused_naming_it(
     assert json.loads(engine.cli("jobs", "--json").stdout) == []
 
 
+@pytest.mark.parametrize(
+    ("words", "told"),
+    [
+        (["--no-requeue"], "--no-requeue applies to --preemptible jobs only: add --preemptible"),
+        (["--cpus", "2"], "--cpus applies to cluster jobs only: add --cluster NAME"),
+        (["--mem-gb", "8"], "--mem-gb applies to cluster jobs only: add --cluster NAME"),
+    ],
+)
+def test_a_flag_that_needs_another_is_refused_in_flags(
+    engine: Served, words: list[str], told: str
+) -> None:
+    # (the engine's words name its spec fields: "requeue: ... (add preemptible)")
+    out = engine.cli("submit", *words, "--", "true")
+    assert out.returncode == 2 and told in out.stderr, out.stderr
+
+
 def test_env_port_passes_for_a_service_without_a_port_and_a_batch_job(engine: Served) -> None:
     service = _submit(engine, "--service", "--no-port", "--env", "PORT=4123", "--", "sleep", "60")
     job = _submit(engine, "--env", "PORT=4124", "--", "sleep", "60")

@@ -528,7 +528,7 @@ def test_the_cli_submits_to_a_cluster_and_shows_it(slurm_conf: str, served: Any)
     assert "CLUSTER" in gpus and "test" in gpus and "gpu" in gpus
     refused = served.cli("submit", "--cpus", "2", "--", "true")
     assert refused.returncode == 2
-    assert "cpus: only cluster jobs have this (set cluster)" in refused.stderr
+    assert "--cpus applies to cluster jobs only: add --cluster NAME" in refused.stderr
     # A cancel of a running cluster job says Slurm stops it (no SIGKILL of ours).
     long = served.cli("submit", "--cluster", "test", "--cwd", "/tmp", "--", "sleep", "60")
     long_id = long.stdout.strip()

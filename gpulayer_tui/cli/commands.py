@@ -66,6 +66,13 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             spec[key] = getattr(args, key)
     if args.no_requeue:
         spec["requeue"] = False
+    if getattr(args, "like", None) is None:  # (the job copied may be either)
+        # Said in flags (the engine's words name spec fields: "add preemptible").
+        if args.no_requeue and not args.preemptible:
+            parser.error("--no-requeue applies to --preemptible jobs only: add --preemptible")
+        for key, flag in (("cpus", "--cpus"), ("mem_gb", "--mem-gb")):
+            if getattr(args, key, None) is not None and getattr(args, "cluster", None) is None:
+                parser.error(f"{flag} applies to cluster jobs only: add --cluster NAME")
     if args.snapshot and args.no_snapshot:
         parser.error("give either --snapshot or --no-snapshot, not both")
     if args.snapshot or args.no_snapshot:

@@ -243,7 +243,7 @@ class JobSpec(BaseModel):
         if self.vram_gb is not None and self.gpus == 0:
             raise fail("vram_gb", "vram_gb is per GPU, but gpus is 0 (a CPU job)")
         if self.preemptible and self.kind == "service":
-            raise fail("preemptible", "services are never preempted (record 004)")
+            raise fail("preemptible", "services are never preempted")
         if self.cluster is None and (self.cpus is not None or self.mem_gb is not None):
             field = "cpus" if self.cpus is not None else "mem_gb"
             raise fail(field, "only cluster jobs have this (set cluster)")
