@@ -991,3 +991,22 @@ def test_an_argument_that_is_not_utf8_is_refused_naming_it(
     assert out.returncode == 2, out.stderr
     assert "is not UTF-8 text (it holds the byte 0xFF)" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_cancel_takes_several_ids_and_says_each(engine: Served) -> None:
+    first = _submit(engine, "--", "sleep", "600")
+    second = _submit(engine, "--", "sleep", "600")
+    out = engine.cli("cancel", first, "999", second)
+    assert out.returncode == 2  # (an unknown id among them: said, the others cancelled)
+    assert out.stdout.splitlines() == [
+        f"job {first} cancelled: cancelled by user",
+        f"job {second} cancelled: cancelled by user",
+    ]
+    assert "no job 999" in out.stderr
+    third = _submit(engine, "--", "sleep", "600")
+    fourth = _submit(engine, "--", "sleep", "600")
+    shown = json.loads(engine.cli("cancel", third, fourth, third, "--json").stdout)
+    assert [(j["id"], j["status"]) for j in shown] == [
+        (int(third), "cancelled"),
+        (int(fourth), "cancelled"),
+    ]

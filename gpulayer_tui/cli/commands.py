@@ -803,11 +803,43 @@ def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
 
 
 def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    job = client.cancel(args.job)
+    ids = list(dict.fromkeys(args.job if isinstance(args.job, list) else [args.job]))
+    if len(ids) == 1:
+        return _cancel_one(client, args, client.cancel(ids[0]), args.json)
+    # Every cancel is asked first (they stop side by side), then each end is waited for;
+    # an id refused is said and the others go on. Exit: the highest of theirs.
+    worst = EXIT_OK
+    asked: list[dict[str, Any]] = []
+    for job_id in ids:
+        try:
+            asked.append(client.cancel(job_id))
+        except ApiError as err:
+            _error(str(err))
+            worst = max(worst, EXIT_USAGE if err.status in (400, 404) else EXIT_FAILED)
+    shown: list[dict[str, Any]] = []
+    for job in asked:
+        worst = max(worst, _cancel_one(client, args, job, False, shown))
+    if args.json:
+        _print_json(shown)
+    return worst
+
+
+def _cancel_one(
+    client: Client,
+    args: argparse.Namespace,
+    job: dict[str, Any],
+    as_json: bool,
+    shown: list[dict[str, Any]] | None = None,
+) -> int:
+    """Wait for one cancelled job as asked and say how it ended; its exit code. With
+    ``shown``, the job goes there (printed as a list) instead of being printed."""
     if job["status"] == "running" and not args.no_wait:
         job = _await_stop(client, job, args.timeout)
-    if args.json:
+    if shown is not None:
+        shown.append(job)
+    if as_json:
         _print_json(job)
+    json_out = as_json or (shown is not None and args.json)
     if job["status"] == "running":
         cluster = (job.get("spec") or {}).get("cluster")
         kill_at = job.get("kill_at")
@@ -821,7 +853,7 @@ def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
             said = f"job {job['id']} is stopping: SIGTERM sent, SIGKILL at {clock} if it still runs"
         if said is not None:
             if args.no_wait:
-                if not args.json:
+                if not json_out:
                     print(said)
                 return EXIT_OK
             waited = "the wait" if args.timeout is None else f"--timeout {args.timeout:g} s"
@@ -833,7 +865,7 @@ def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
             f"release_after seconds after SIGKILL (see `gpulayer-tui status {job['id']}`)"
         )
         return EXIT_TIMED_OUT if args.timeout is not None else EXIT_FAILED
-    if not args.json:
+    if not json_out:
         print(f"job {job['id']} {job['status']}: {job['message']}")
     return EXIT_OK
 

@@ -400,7 +400,7 @@ def _wait_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cancel_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("job", type=job_id_arg)
+    p.add_argument("job", type=job_id_arg, nargs="+", help="one or more job ids")
     p.add_argument("--no-wait", action="store_true", help="return without waiting for the end")
     p.add_argument(
         "--timeout",
