@@ -51,7 +51,7 @@ def _received(out: Path) -> list[dict[str, Any]]:
     instant, such as a replica giving up and so its job ending, in that order: up to
     WORKERS are delivered at once, so their arrival order is not theirs)."""
     bodies = [json.loads(p.read_text()) for p in out.glob("*.json")]
-    order = ["replica.restarted", "replica.gave_up", "job.ended"]
+    order = ["replica.down", "replica.restarted", "replica.gave_up", "job.ended"]
     return sorted(bodies, key=lambda b: (b["id"], b["event_at"], order.index(b["event"])))
 
 
@@ -318,6 +318,37 @@ async def test_a_replica_restart_and_give_up_notify(
     assert "restart #1 at " in restarted["replica"]["message"]
     assert "not restarted (max_restarts = 1 reached)" in gave_up["replica"]["message"]
     assert ended["status"] == "failed" and ended["exit_code"] == 5
+
+
+async def test_a_replica_whose_port_stops_answering_notifies_once(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    from .test_services import GATED_SERVER
+
+    out = tmp_path / "got"
+    config = make_config(
+        notify={"command": _recorder(out)},
+        services={"check_interval": 0.05, "down_after": 2, "restart_down_after": 0},
+    )
+    engine = await make_engine(simulate=None, config=config)
+    job = await engine.submit(
+        {"kind": "service", "command": [*GATED_SERVER, str(tmp_path)], "notify": True}
+    )
+    replica = engine.book.get(job.id).job.replicas[0]  # type: ignore[union-attr]
+    await eventually(lambda: replica.state.value == "up", timeout=20)
+    (tmp_path / f"closed-{replica.port}").touch()
+    await eventually(lambda: engine.notifier.sent == 1, timeout=20)
+    (tmp_path / f"closed-{replica.port}").unlink()
+    await eventually(lambda: replica.state.value == "up", timeout=20)
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+    await eventually(lambda: engine.notifier.sent == 2, timeout=20)
+    bodies = _received(out)
+    assert [b["event"] for b in bodies] == ["replica.down", "job.ended"]
+    assert (
+        bodies[0]["replica"]["state"] == "down"
+        and "stopped answering" in bodies[0]["replica"]["message"]
+    )
 
 
 async def test_replicas_false_notifies_only_the_end(

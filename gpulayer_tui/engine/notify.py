@@ -6,8 +6,8 @@ job as ``GET /v1/jobs/ID`` answers it (environment values replaced by ``(hidden)
 notification leaves the engine's users, tokens and keys must not) and adds:
 
 * ``event``: ``job.ended``, ``replica.restarted`` (a replica exited and will start again
-  after its back-off) or ``replica.gave_up`` (it exited for good: no restart left, or it
-  could not start);
+  after its back-off), ``replica.gave_up`` (it exited for good: no restart left, or it
+  could not start) or ``replica.down`` (its port stopped answering);
 * ``event_at``: when that happened (epoch seconds);
 * ``replica`` (replica events only): the replica event's data (index, state, message,
   exit code, restarts).
@@ -59,6 +59,7 @@ __all__ = ["JOB_ENDED", "REPLICA_GAVE_UP", "REPLICA_RESTARTED", "Notifier"]
 JOB_ENDED = "job.ended"
 REPLICA_RESTARTED = "replica.restarted"
 REPLICA_GAVE_UP = "replica.gave_up"
+REPLICA_DOWN = "replica.down"
 
 WORKERS = 4  # notifications delivered at once
 QUEUE_MAX = 256  # notifications waiting; beyond this a new one is dropped (logged)
@@ -341,6 +342,8 @@ class Notifier:
             replica = event.data
             if event.data.get("gave_up"):
                 what = REPLICA_GAVE_UP
+            elif event.data.get("went_down"):
+                what = REPLICA_DOWN
             elif event.data.get("state") == ReplicaState.BACKOFF and not event.data.get(
                 "not_started"
             ):

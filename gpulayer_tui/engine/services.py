@@ -471,6 +471,7 @@ class ServiceRunner:
         restart left, or it could not start); the event says so (notifications use it).
         ``at``: when it happened, if that was learnt late (an exit while no engine ran)."""
         job = act.job
+        went_down = state is R.DOWN and replica.state is not R.DOWN
         if state is not replica.state:
             check_replica_transition(job.id, replica.index, replica.state, state)
         replica.state = state
@@ -493,6 +494,8 @@ class ServiceRunner:
         }
         if gave_up:
             data["gave_up"] = True
+        if went_down:
+            data["went_down"] = True  # (notify: its port stopped answering)
         if not_started:
             data["not_started"] = True  # (see notify: not a restart to tell of)
         self._book.record(act, EventKind.REPLICA, data, at)
