@@ -191,7 +191,8 @@ def run_tui(
             )
             return 1
         print(
-            f"gpulayer-tui: jobs handed over to a background engine (pid {pid}); "
+            # (said of no jobs too: "jobs handed over" then read wrong)
+            f"gpulayer-tui: the engine goes on in the background (pid {pid}), with any jobs; "
             "run gpulayer-tui again to attach"
         )
     return 0
