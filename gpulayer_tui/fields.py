@@ -402,3 +402,9 @@ def keys_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                 raise ValueError(f"the key {key[:100]!r} is given twice in one object")
             seen.add(key)
     return out
+
+
+def status_phrase(status: str) -> str:
+    """``is running`` / ``has ended (failed)``: a job's status in a sentence ("job 5 is
+    failed" read wrong)."""
+    return f"has ended ({status})" if status in TERMINAL_STATUSES else f"is {status}"

@@ -61,7 +61,9 @@ async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:
         await pilot.press("e")  # dimmed on an ended job: says why, opens nothing
         await until(
             pilot,
-            lambda: any("is failed: only a waiting job is edited" in n for n in _notes(app)),
+            lambda: any(
+                "has ended (failed): only a waiting job is edited" in n for n in _notes(app)
+            ),
             "the dimmed edit key's refusal in the table",
         )
         assert isinstance(app.screen, JobsScreen)

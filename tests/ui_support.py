@@ -595,9 +595,8 @@ class StaticBackend:
         if job is None:
             raise BackendError(f"no job {job_id}", 404)
         if job["status"] not in ("pending", "queued"):
-            raise BackendError(
-                f"job {job_id} is {job['status']}: only a waiting job is edited", 409
-            )
+            state = "is running" if job["status"] == "running" else f"has ended ({job['status']})"
+            raise BackendError(f"job {job_id} {state}: only a waiting job is edited", 409)
         job["spec"].update(changes)
         job["priority"] = job["spec"].get("priority", 0)
         return copy.deepcopy(job)

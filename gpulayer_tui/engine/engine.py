@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..fields import FieldError, blank_label
+from ..fields import FieldError, blank_label, status_phrase
 from ..wire import (
     ADOPTED_NOT_RUN,
     AdoptRequest,
@@ -616,7 +616,8 @@ class Engine:
         act = self.book.get(job_id)
         if act is None or act.job.status not in (JobStatus.PENDING, JobStatus.QUEUED):
             job = await self.get(job_id)
-            raise JobNotActive(f"job {job_id} is {job.status.value}: only a waiting job is edited")
+            state = status_phrase(job.status.value)
+            raise JobNotActive(f"job {job_id} {state}: only a waiting job is edited")
         unknown = sorted(set(changes) - set(self.EDITABLE))
         if unknown:
             raise SpecError(
@@ -667,7 +668,8 @@ class Engine:
         """
         job = await self.get(job_id)
         if not job.status.is_terminal:
-            raise JobNotActive(f"job {job_id} is {job.status.value}: only an ended job restarts")
+            state = status_phrase(job.status.value)
+            raise JobNotActive(f"job {job_id} {state}: only an ended job restarts")
         if job.kind is JobKind.ADOPTED:
             raise SpecError(f"job {job_id} {ADOPTED_NOT_RUN}", "job")
         spec = {k: v for k, v in job.spec.items() if k not in ("restart_of",)}

@@ -15,6 +15,7 @@ from textual import events
 from textual.screen import Screen
 
 from ..backend import BackendError
+from ..fields import status_phrase
 from ..view import view_of
 from ..wire import ACTIVE_STATUSES, ADOPTED_NOT_RUN, JobJSON, JobRowJSON
 from .dialogs import ConfirmScreen, SignalScreen
@@ -120,7 +121,7 @@ def ask_to_restart(
         why = (
             ADOPTED_NOT_RUN
             if job.get("kind") == "adopted"
-            else f"is {status}: only an ended job restarts"
+            else f"{status_phrase(status)}: only an ended job restarts"
         )
         ui.notify(f"job {job_id} {why}", severity="warning")
         return
@@ -167,7 +168,8 @@ def ask_to_edit(screen: Screen[Any], job: JobRowJSON) -> None:
     job_id = int(job["id"])
     if not can_edit(job):
         ui.notify(
-            f"job {job_id} is {job.get('status', '')}: only a waiting job is edited",
+            f"job {job_id} {status_phrase(str(job.get('status', '')))}: only a waiting job "
+            "is edited",
             severity="warning",
         )
         return
