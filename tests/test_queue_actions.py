@@ -77,6 +77,12 @@ def test_edit_changes_a_waiting_job_and_refuses_what_cannot_be(served: Served) -
     detail = json.loads(served.cli("status", low, "--json").stdout)
     edits = [e for e in detail["events"] if e["kind"] == "job.edited"]
     assert edits and "priority 0 -> 5" in edits[0]["message"]
+    # A field left out is its default in the record ("gpus none -> 1" read as unset).
+    later = served.cli("submit", "--after", "1", "--", "true").stdout.strip()
+    assert served.cli("edit", later, "--gpus", "1").returncode == 0
+    detail = json.loads(served.cli("status", later, "--json").stdout)
+    edits = [e for e in detail["events"] if e["kind"] == "job.edited"]
+    assert edits and "gpus 0 -> 1" in edits[0]["message"], edits
     # Refused, the job unchanged: more GPUs than the machine has, a field not editable.
     too_big = served.cli("edit", low, "--gpus", "4")
     assert too_big.returncode == 2 and "unable to ever run" in too_big.stderr

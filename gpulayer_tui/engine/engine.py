@@ -107,6 +107,8 @@ def _edit_value(key: str, value: object) -> str:
             for d in value
         ]
         return ", ".join(shown) or "none"
+    if value is None and key in ("gpus", "priority"):
+        return "0"  # (what leaving it out means: "gpus none -> 1" read as unset)
     return "none" if value is None else str(value)
 
 
