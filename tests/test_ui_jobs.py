@@ -241,6 +241,10 @@ async def test_filter_as_you_type_and_by_status(ui_app: Any) -> None:
         await pilot.press("slash")
         await type_text(pilot, "zzz")
         await until(pilot, lambda: table.row_count == 0, "no match")
+        # The empty table says why (it showed its header alone).
+        empty = app.screen.query_one("#jobs-empty")
+        await until(pilot, lambda: empty.display, "the empty view's words")
+        assert "No job matches this view" in str(empty.render())
         await pilot.press("escape")
         assert (table.status_filter, table.filter_text, table.row_count) == ("failed", "", 1)
 

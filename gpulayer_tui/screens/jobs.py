@@ -16,7 +16,7 @@ from textual.containers import Horizontal
 from textual.content import Content
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Input, Label
+from textual.widgets import Input, Label, Static
 
 from .. import keymap
 from ..job_feed import JobView
@@ -68,6 +68,9 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         background: $surface;
     }
     JobsScreen #filter:focus { background: $boost; }
+    JobsScreen #jobs-empty { display: none; height: 1fr; padding: 1 2; color: $text-muted; }
+    JobsScreen.-empty #jobs-empty { display: block; }
+    JobsScreen.-empty JobTable { height: auto; }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("jobs"))
@@ -93,6 +96,8 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                 id="filter",
             )
         yield JobTable(id="jobs-table")
+        # (an empty table showed its header alone: no word of why)
+        yield Static("", id="jobs-empty")
         yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
@@ -163,6 +168,19 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             f"{total:,}{more} {noun}" if shown == total else f"{shown:,} of {total:,}{more} {noun}"
         )
         self.query_one("#jobs-count", Label).update(count)
+        self._say_when_empty()
+
+    def _say_when_empty(self) -> None:
+        table = self.table
+        empty = table.row_count == 0 and view_of(self).job_store.loads > 0
+        self.set_class(empty, "-empty")
+        if not empty:
+            return
+        if table.filter_text or table.status_filter != "all":
+            said = "No job matches this view: esc clears the filter, f changes the status shown."
+        else:
+            said = "No jobs yet: n submits one (or gpulayer-tui submit -- COMMAND)."
+        self.query_one("#jobs-empty", Static).update(said)
         self.refresh_bindings()  # "clear filters" shows only while filtering
 
     # -- filtering --------------------------------------------------------------------------
