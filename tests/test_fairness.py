@@ -600,6 +600,13 @@ def test_a_job_that_waited_long_enough_preempts_lower_priority_preemptible_jobs(
     assert keeper.job.status is JobStatus.RUNNING
 
 
+def _exited_and_back_in_the_queue(box: Box, victim: ActiveJob) -> None:
+    """A preempted job exits and goes back to ``queued``, as the batch runner does it."""
+    release_holds(victim)
+    victim.job.stop_reason = None
+    box.book.transition(victim, JobStatus.QUEUED, message="preempted; back in the queue")
+
+
 def _two_slot_box() -> tuple[Box, list[int]]:
     """One GPU of two slots, preemption at once; the ids of the jobs it stops."""
     box = Box(gpus=1, preempt_after=0)
@@ -641,9 +648,7 @@ def test_a_job_stopped_for_another_lets_it_start_first() -> None:
     assert stopped == [victim.job.id]
     # It exits and is requeued, as the batch runner does it; the GPU's next sample still
     # shows its 40 GiB (a process no job holds there now).
-    release_holds(victim)
-    victim.job.stop_reason = None
-    box.book.transition(victim, JobStatus.QUEUED, message="preempted; back in the queue")
+    _exited_and_back_in_the_queue(box, victim)
     stale = ProbeResult(ProbeStatus.OK, (gpu(0, used_gib=40, procs=((4242, 40),)),))
     box.scheduler.observe(stale, {}, {})
     box.queue.requeued(victim)
@@ -728,9 +733,7 @@ def test_no_second_job_of_a_shared_gpu_is_stopped_while_the_first_ones_memory_sh
     urgent.job.queued_at = box.clock.now - 100
     box.queue.schedule()
     assert stopped == [first.job.id]
-    release_holds(first)
-    first.job.stop_reason = None
-    box.book.transition(first, JobStatus.QUEUED, message="preempted; back in the queue")
+    _exited_and_back_in_the_queue(box, first)
     # (the first's process, gone, still listed; the second's, its job's)
     stale = ProbeResult(ProbeStatus.OK, (gpu(0, used_gib=60, procs=((4242, 30), (4243, 30))),))
     box.scheduler.observe(stale, {4243: second.job.id}, {})
