@@ -1039,7 +1039,10 @@ def test_why_explains_a_waiting_job_through_the_cli(served: Any) -> None:
     assert len(rows) == 1 and rows[0].split()[3:7] == ["1/-", "0/-", "1/-", "-"]
     assert json.loads(served.cli("users", "--json").stdout)["users"][0]["waiting"] == 1
     refused = served.cli("submit", "--no-requeue", "--", "true")
-    assert refused.returncode == 2 and "only a preemptible job is requeued" in refused.stderr
+    assert (
+        refused.returncode == 2
+        and "--no-requeue applies to --preemptible jobs only" in refused.stderr
+    )
 
 
 async def test_a_priority_above_the_users_max_priority_is_refused(
