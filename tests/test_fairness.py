@@ -754,6 +754,12 @@ def test_only_the_job_a_preemption_is_for_says_so() -> None:
     assert stopped == [victim.job.id]
     assert urgent.job.message.endswith(f"; stopping preemptible job {victim.job.id} for it")
     assert "stopping" not in later.job.message, later.job.message
+    # Its victim gone, it starts, and says so (its group's reason was written over it).
+    _exited_and_back_in_the_queue(box, victim)
+    box.queue.requeued(victim)
+    box.queue.schedule()
+    assert urgent.job.status is JobStatus.RUNNING
+    assert urgent.job.message == "running", urgent.job.message
 
 
 def test_preemption_stops_the_fewest_jobs_not_every_one_taken_on_the_way() -> None:

@@ -800,8 +800,10 @@ class JobQueue:
         # A job a preemption is for says so; one that no longer is, says its group's reason.
         for job_id in self._said_stopping | stopping_for.keys():
             act = self._book.get(job_id)
-            said = self._group(act) if act is not None else None
-            if act is not None and said is not None and said in blocked:
+            if act is None or act.job.status not in (JobStatus.PENDING, JobStatus.QUEUED):
+                continue  # (started this pass: its group's reason is not its own now)
+            said = self._group(act)
+            if said is not None and said in blocked:
                 self._book.set_reason(act, blocked[said] + stopping_for.get(job_id, ""))
         self._said_stopping = set(stopping_for)
 
