@@ -1181,13 +1181,14 @@ async def test_a_replica_down_too_long_is_restarted_whatever_it_exits_with(
     await eventually(lambda: pid_reaped(pid))
     assert replica.last_exit_code == 0
     assert replica.message.startswith(
-        f"restarted: port {port} stopped answering; exited with code 0; restart #1 at "
+        f"stopped after its port {port} stopped answering (exited with code 0); restart #1 at "
     )
     messages = [
         e["data"]["message"] for e in await engine.events_of(job.id) if e["kind"] == "job.replica"
     ]
     assert any(
-        m.startswith(f"replica 0: port {port} not answering for 0.3 s: SIGTERM sent to restart")
+        m.startswith(f"replica 0: port {port} not answering for ")
+        and "s: SIGTERM sent to restart it" in m
         for m in messages
     )
     assert (await engine.get(job.id)).status is JobStatus.RUNNING
@@ -1196,6 +1197,47 @@ async def test_a_replica_down_too_long_is_restarted_whatever_it_exits_with(
     assert replica.restarts == 1 and replica.port != port and replica.pid != pid
     await engine.cancel(job.id)
     await engine.wait(job.id, timeout=20)
+
+
+async def test_a_replica_stopped_for_not_answering_with_no_restart_left_fails_the_service(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # It exited 0 on the SIGTERM: the service ended "completed", and `--after` jobs ran.
+    engine = await make_engine(simulate=None, config=_checked(restart_down_after=0.3))
+    job = await engine.submit(_service([*GATED_SERVER, str(tmp_path)], max_restarts=0))
+    await eventually(lambda: _all_up(engine, job.id), timeout=20)
+    port = _replicas(engine, job.id)[0].port
+    after = await engine.submit({"command": ["true"], "depends_on": [job.id]})
+    (tmp_path / f"closed-{port}").touch()
+    done = await engine.wait(job.id, timeout=20)
+    assert done.status is JobStatus.FAILED and done.exit_code == 0
+    assert done.message == (
+        f"replica 0 stopped after its port {port} stopped answering (exited with code 0); "
+        "not restarted (max_restarts = 0 reached)"
+    )
+    assert (await engine.wait(after.id, timeout=20)).status is not JobStatus.COMPLETED
+
+
+async def test_a_restarted_engine_asks_a_down_replica_before_it_stops_it(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Down past restart_down_after by its stored down_since, a replica that had come
+    # back while no engine ran was stopped at once by the next engine.
+    engine = await make_engine(simulate=None, config=_checked(restart_down_after=0))
+    job = await engine.submit(_service([*GATED_SERVER, str(tmp_path)]))
+    await eventually(lambda: _all_up(engine, job.id), timeout=20)
+    replica = _replicas(engine, job.id)[0]
+    port, pid = replica.port, replica.pid
+    (tmp_path / f"closed-{port}").touch()
+    await eventually(lambda: replica.state is ReplicaState.DOWN, timeout=20)
+    await engine.stop()
+    (tmp_path / f"closed-{port}").unlink()  # back while no engine runs
+    again = await make_engine(simulate=None, config=_checked(restart_down_after=0.01))
+    replica = _replicas(again, job.id)[0]
+    await eventually(lambda: replica.state is ReplicaState.UP, timeout=20)
+    assert replica.pid == pid and replica.restarts == 0
+    await again.cancel(job.id)
+    await again.wait(job.id, timeout=20)
 
 
 async def test_a_restarted_engine_goes_on_checking_an_up_replica(

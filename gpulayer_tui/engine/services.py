@@ -387,10 +387,14 @@ class ServiceRunner:
                 continue
             if replica.state not in (R.STARTING, R.DOWN):
                 return
-            if replica.state is R.DOWN and self._overdue(replica, time.time()):
-                self._restart_down(act, replica)
-                return
             if not await _answers(host, port):
+                if replica.pid != pid:
+                    continue
+                if replica.state is R.DOWN and self._overdue(replica, time.time()):
+                    # (asked first: a restarted engine found one that had come back while
+                    # none ran, and stopped it on its stored down_since)
+                    self._restart_down(act, replica)
+                    return
                 if (
                     replica.pid == pid
                     and replica.state is R.STARTING
@@ -439,12 +443,13 @@ class ServiceRunner:
         if runtime is None or runtime.end is not None or runtime.replacing is not None:
             return
         grace = self._config.engine.grace_period
-        limit = self._config.services.restart_down_after
+        down = time.time() - (replica.down_since or time.time())
         self._set_replica(
             act,
             replica,
             R.DOWN,
-            f"port {replica.port} not answering for {limit:g} s: SIGTERM sent to restart it"
+            f"port {replica.port} not answering for {down:.{1 if down < 10 else 0}f} s: "
+            "SIGTERM sent to restart it"
             f" (SIGKILL after {grace:g} s)",
         )
         self._book.after_commit(
@@ -572,7 +577,7 @@ class ServiceRunner:
         # server that exits 0 on SIGTERM ended an `on_failure` service "completed").
         forced = self._overdue(replica, exit.at or time.time())
         if forced:
-            what = f"restarted: port {replica.port} stopped answering; {what}"
+            what = f"stopped after its port {replica.port} stopped answering ({what})"
         why = self._no_restart_because(act, replica, None if forced else code)
         if why is None:
             self._back_off(act, runtime, replica, what, code, late)
@@ -581,6 +586,11 @@ class ServiceRunner:
             act, replica, R.EXITED, f"{what}; not restarted ({why})", code, gave_up=True, at=late
         )
         status, reason, _ = exit_verdict(code)
+        if forced:
+            # (stopped for not answering: a failure, whatever it exited with; a server
+            # that exits 0 on SIGTERM ended the service "completed", its dependents run)
+            status = JobStatus.FAILED
+            reason = Reason.SIGNAL if code is not None and code > 128 else Reason.EXIT_CODE
         running = [
             r
             for r in act.job.replicas
