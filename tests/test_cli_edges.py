@@ -755,6 +755,31 @@ def test_like_takes_every_option_given_over_the_jobs_own(engine: Served) -> None
     assert shown["priority"] == 7
 
 
+def test_like_runs_with_this_shells_environment_not_the_jobs(
+    engine: Served, tmp_path: Path
+) -> None:
+    # The copy took the old job's environment: a PATH that found another program first
+    # ran it again, and --no-inherit-env was not honoured.
+    import os
+
+    old = engine.cli("submit", "--env", "MYV=one", "--", "sh", "-c", "echo $MYV")
+    old_id = old.stdout.strip()
+    env = {**engine.env, "MYV": "two"}
+    copy = subprocess.run(
+        [sys.executable, "-m", "gpulayer_tui", "submit", "--like", old_id],
+        env=env, capture_output=True, text=True, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert copy.returncode == 0, copy.stderr
+    bare = engine.cli("submit", "--like", old_id, "--no-inherit-env", "--env", "B=1")
+    shown = {}
+    for ident in (old_id, copy.stdout.strip(), bare.stdout.strip()):
+        assert engine.cli("wait", ident).returncode == 0
+        shown[ident] = json.loads(engine.cli("status", ident, "--json").stdout)["job"]["spec"]
+    assert engine.cli("logs", copy.stdout.strip()).stdout == "two\n"
+    assert shown[bare.stdout.strip()].get("env") == {"B": "1"}
+    assert "PATH" in shown[old_id]["env"] and os.environ.get("PATH")
+
+
 def test_status_of_a_job_waiting_again_says_so_instead_of_an_empty_runtime() -> None:
     # A service being placed again printed "started 2026-12-02 10:47:26  runtime ".
     from gpulayer_tui.cli.format import format_job

@@ -406,17 +406,10 @@ def _like(
         spec["snapshot"] = base["snapshot"]
     if args.cwd:
         spec["cwd"] = base["cwd"]
-    # Another user's job shows its environment's values as "(hidden)" (they were taken for
-    # values and sent back: the copy ran with PATH = "(hidden)", its program not found).
-    theirs = old.get("owner_uid") not in (None, os.getuid())
-    hidden = theirs and "(hidden)" in (old["spec"].get("env") or {}).values()
-    if args.env or args.no_inherit_env or hidden or "env" not in spec:
-        # Another user's job shows its environment's names only: this shell's is used.
-        spec["env"] = (
-            {**(spec.get("env") or {}), **base.get("env", {})}
-            if not hidden
-            else (base.get("env", {}))
-        )
+    # The copy runs with this shell's environment (and --env), as any submission does;
+    # with --no-inherit-env, with --env alone. (It took the old job's, PATH included: a
+    # program found first there ran again; and another user's values read "(hidden)".)
+    spec["env"] = base.get("env", {})
     if cmd:
         spec.pop("command", None)
         spec.pop("shell", None)
