@@ -347,6 +347,10 @@ class GpulayerApp(App[str]):
         if self.job_feed.show(view):
             if self._job_pages is not None:
                 self._job_pages.cancel()  # its page is for the old view
+                # (a cancelled worker is not finished at once: fetch_more_jobs took it for
+                # a page on its way, and the new view's first page was never asked for;
+                # after an engine restart the table kept the active jobs alone)
+                self._job_pages = None
             self.fetch_more_jobs()
 
     def fetch_more_jobs(self) -> None:

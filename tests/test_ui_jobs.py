@@ -6,6 +6,7 @@ Pilot tests drive the real app over a real embedded engine on simulated GPUs; th
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 from typing import Any
@@ -1046,3 +1047,34 @@ async def test_the_form_stays_while_its_submission_waits_for_the_engine() -> Non
         backend.answer.set()
         await until(pilot, lambda: app.screen is not form, "closed once answered")
         assert any("job " in n.message for n in app._notifications)
+
+
+async def test_a_view_changed_while_a_page_is_on_its_way_gets_its_own_first_page(
+    ui_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The page on its way was cancelled, but a cancelled worker is not finished at once:
+    # the new view's first page was never asked for (after an engine restart the table
+    # then kept its active jobs alone, whatever the filter or sort).
+    from gpulayer_tui.job_feed import JobView
+
+    app = await ui_app("1xA100-80GB")
+    for n in range(3):
+        await app.backend.submit(spec("true", name=f"run-{n:02d}", gpus=0))
+    async with app.run_test(size=(140, 30)) as pilot:
+        held = asyncio.Event()
+        asked: list[dict[str, Any]] = []
+        real = app.backend.jobs_page
+
+        async def slow_page(**query: Any) -> Any:
+            asked.append(query)
+            if len(asked) == 1:
+                await held.wait()  # (the first view's page stays on its way)
+            return await real(**query)
+
+        monkeypatch.setattr(app.backend, "jobs_page", slow_page)
+        app.show_jobs(JobView(sort="status", descending=False))
+        await until(pilot, lambda: len(asked) == 1, "the first view's page asked")
+        app.show_jobs(JobView(sort="name", descending=False))
+        await until(pilot, lambda: len(asked) == 2, "the second view's page asked")
+        assert asked[1]["sort"] == "name"
+        held.set()
