@@ -393,6 +393,26 @@ async def test_clean_removes_old_finished_jobs_and_never_reuses_an_id(
     assert fresh.id == running.id + 1
 
 
+async def test_a_clean_killed_before_it_removed_the_files_has_them_removed_by_the_next(
+    make_engine: EngineFactory,
+) -> None:
+    # The rows' deletion is committed first: an engine killed before the unlinking left
+    # the files for ever (a later clean saw no job of theirs), the output still readable.
+    engine = await make_engine()
+    jobs = [await engine.submit({"shell": f"echo {i}", "gpus": 0}) for i in range(3)]
+    for job in jobs:
+        await engine.wait(job.id, timeout=10)
+    # What a clean commits before it unlinks: the rows go (the kill comes next).
+    assert await engine.store.prune(None, 0, 1000) == [j.id for j in jobs]
+    assert all(engine.log_path(j.id).exists() for j in jobs)
+    await engine.stop()
+    again = await make_engine()
+    done = await again.retention.clean(None, keep=0)
+    assert done["files"] == 3 and done["jobs"] == 0
+    assert not any(again.log_path(j.id).exists() for j in jobs)
+    assert await again.store.files_owed() == []
+
+
 def test_clean_from_the_cli(served: Served) -> None:
     served.start("--simulate", "1xA100-80GB")
     ids = [served.cli("submit", "--", "true").stdout.strip() for _ in range(3)]
@@ -537,7 +557,7 @@ async def test_a_small_disk_with_room_is_not_blamed_and_a_full_one_is(
     await engine.store.flush()
 
     def fill() -> None:
-        with open(small_disk / "filler", "wb") as filler, contextlib.suppress(OSError):
+        with open(small_disk / "filler", "wb", buffering=0) as filler, contextlib.suppress(OSError):
             filler.write(b"\0" * (6 * 1024 * 1024))  # (until the disk is full)
 
     fill()
@@ -594,10 +614,11 @@ async def test_clean_makes_room_on_a_full_disk(
     await engine.store.flush()
 
     def fill() -> None:
-        with open(small_disk / "filler", "wb") as filler, contextlib.suppress(OSError):
+        # (unbuffered: a write cut short by the full disk left bytes in the buffer, and
+        # the close that flushed them raised outside the suppress)
+        with open(small_disk / "filler", "wb", buffering=0) as filler, contextlib.suppress(OSError):
             while True:
                 filler.write(b"\0" * 65536)
-                filler.flush()
 
     await asyncio.to_thread(fill)
     with caplog.at_level(logging.WARNING, "gpulayer_tui.engine.retention"):

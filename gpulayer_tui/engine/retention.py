@@ -116,7 +116,10 @@ class Retention:
         ``keep`` finished ones; return ``{"jobs": n, "files": m, "snapshots": k, "spared":
         [ids]}`` (``k``: snapshot trees removed, with the objects only they held;
         ``spared``: jobs that matched but were kept, still needed)."""
-        jobs = files = trees = 0
+        jobs = trees = 0
+        # Files of jobs whose rows an earlier clean deleted, killed before it removed them
+        # (recorded with the rows: see Store.files_owed).
+        files = await self._owed_files()
         while True:
             try:
                 ids = await self._store.prune(ended_before, keep, CHUNK, self._spared())
@@ -149,6 +152,7 @@ class Retention:
                 self._bus.publish(self._bus.make(EventKind.REMOVED, None, {"ids": list(ids)}))
             removed = await self._remove_files(ids)
             files, trees = files + removed[0], trees + removed[1]
+            await self._store.files_removed(ids)
             if keep is not None and ended_before is None and len(ids) < CHUNK:
                 break
         trees += await self._orphaned_trees()
@@ -186,6 +190,15 @@ class Retention:
         if not gone:
             return 0
         return await asyncio.to_thread(self._snapshots.remove_jobs, gone)
+
+    async def _owed_files(self) -> int:
+        owed = await self._store.files_owed()
+        if not owed:
+            return 0
+        files, _ = await self._remove_files(owed)
+        await self._store.files_removed(owed)
+        log.info("cleaning history: removed %d file(s) an interrupted clean left", files)
+        return files
 
     async def _remove_files(self, ids: list[int]) -> tuple[int, int]:
         """Remove the files and snapshot trees of jobs ``ids``: (files, trees)."""

@@ -75,7 +75,7 @@ _DAMAGED_ADVICE = (
     "copy; `sqlite3 FILE .recover` may save what is readable."
 )
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 # jobs_active's condition, exactly as created: a query that repeats it may use the index.
 _ACTIVE_INDEX_WHERE = "status IN ('pending', 'queued', 'running')"
@@ -205,6 +205,9 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (key, owner_uid)
         )""",
     ],
+    # 11 -> 12: the jobs whose rows `clean` deleted and whose files are still to go (it
+    # committed the rows first: killed before the unlinking, it left their files for ever).
+    ["CREATE TABLE files_owed (job_id INTEGER PRIMARY KEY)"],
 ]
 
 SPENT_KEY_DAYS = 7
@@ -1302,6 +1305,11 @@ class Store:
                 "DELETE FROM spent_keys WHERE removed_at < ?",
                 (time.time() - SPENT_KEY_DAYS * 86400,),
             )
+            db.execute(
+                "INSERT OR IGNORE INTO files_owed (job_id) "
+                f"SELECT id FROM jobs WHERE id IN ({marks})",
+                chosen,
+            )
             db.execute(f"DELETE FROM jobs WHERE id IN ({marks})", chosen)
             db.execute("COMMIT")
         except sqlite3.OperationalError as err:
@@ -1315,6 +1323,19 @@ class Store:
                 db.execute("ROLLBACK")
             raise
         return chosen
+
+    async def files_owed(self) -> list[int]:
+        """The jobs whose rows were cleaned and whose files are still to be removed."""
+        rows = await self._fetchall("SELECT job_id FROM files_owed ORDER BY job_id")
+        return [int(r[0]) for r in rows]
+
+    async def files_removed(self, ids: list[int]) -> None:
+        """The files of the cleaned jobs ``ids`` are gone: nothing is owed for them."""
+        if ids:
+            marks = ", ".join(str(int(i)) for i in ids)
+            sql = f"DELETE FROM files_owed WHERE job_id IN ({marks})"
+            self._queue.append(_Write(None, [], None, [(sql, ())]))
+            await self.flush()
 
     async def active_jobs(self) -> list[Job]:
         """Every job that is pending, queued or running, oldest first."""
