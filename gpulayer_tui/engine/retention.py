@@ -214,6 +214,10 @@ class Retention:
         self._task = asyncio.create_task(self._every_hour(), name="history-retention")
 
     async def _every_hour(self) -> None:
+        try:  # (what a clean killed before it unlinked left: at start, [history] or not)
+            await self._owed_files()
+        except Exception:
+            log.exception("removing the files an interrupted clean left failed")
         while True:
             days, count = self._settings.keep_days, self._settings.keep_jobs
             try:
