@@ -185,6 +185,7 @@ class EventKind(StrEnum):
     LOG = "job.log"  # its log was cut back (it passed [logs] max_bytes)
     IDLE = "job.idle"  # it held its GPUs idle past [policy] idle_after
     EDITED = "job.edited"  # a waiting job's spec was changed (gpulayer-tui edit)
+    PREEMPTION = "job.preemption"  # its stop for another job was decided, or called off
     REMOVED = "jobs.removed"  # finished jobs cleaned from the history: data {"ids": [...]}
     REPLICA = "job.replica"
     GPU_SAMPLE = "gpu.sample"

@@ -1144,11 +1144,42 @@ async def test_a_preemption_is_called_off_when_the_job_it_was_for_is_cancelled(
     await engine.cancel(urgent.id)
     live = await engine.get(victim.id)
     assert live.status is JobStatus.RUNNING and live.stop_reason is None
-    called_off = f"preemption called off: the job it was for, job {urgent.id}, is"
-    assert live.message.startswith(called_off)
+    called_off = f"(preemption called off: the job it was for, job {urgent.id}, is"
+    assert live.message.startswith(f"running on {live.domains[0]} {called_off}")
     log = (tmp_path / "victim.log").read_text().split()
     assert log == ["start", "checkpoint"]  # (no SIGTERM)
+    # Its timeline keeps both (the message alone was written over by the next one).
+    said = [
+        e["message"] for e in await engine.events_of(victim.id) if e["kind"] == "job.preemption"
+    ]
+    assert said[0].startswith("stopping: preempted by job ")
+    assert said[1].startswith(f"called off: the job it was for, job {urgent.id}, is")
     await engine.cancel(victim.id)
+
+
+async def test_a_quarantine_in_a_preemptions_lead_calls_it_off_and_keeps_its_warning(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # The GPU quarantined, the job it was for could not start there: called off, but its
+    # note took the place of the victim's quarantine warning for good.
+    from gpulayer_tui.engine.simulate import SimLedger
+
+    from .conftest import eventually
+
+    engine, victim, urgent = await _being_preempted(make_engine, tmp_path)
+    SimLedger(engine.paths.state_dir).set_gpu(0, lost=True, error="GPU is lost")
+    await engine.sampler.sample_once()
+    live = engine.book.get(victim.id)
+    await eventually(lambda: live.job.stop_reason is None, timeout=10)
+    assert live.job.message.startswith("running on gpu0; warning: domain gpu0 quarantined: "), (
+        live.job.message
+    )
+    assert (
+        f"(preemption called off: the job it was for, job {urgent.id}, could not start"
+        in live.job.message
+    )
+    for job in (victim, urgent):
+        await engine.cancel(job.id)
 
 
 async def test_an_edit_that_leaves_the_job_below_its_victims_calls_the_preemption_off(
@@ -1160,8 +1191,9 @@ async def test_an_edit_that_leaves_the_job_below_its_victims_calls_the_preemptio
     await engine.edit(urgent.id, {"priority": -1})
     live = await engine.get(victim.id)
     assert live.status is JobStatus.RUNNING and live.stop_reason is None
-    assert live.message.startswith(
-        f"preemption called off: the job it was for, job {urgent.id}, no longer outranks it"
+    assert (
+        f"(preemption called off: the job it was for, job {urgent.id}, no longer outranks it"
+        in live.message
     )
     waiting = await engine.get(urgent.id)
     assert f"preempted for job {urgent.id}" not in waiting.message

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .commandline import plain_argv, shell_argv
 from .executor import Executor, Exit, LaunchError, PreparedStart, Started, TaskKey
 from .jobbook import ActiveJob, JobBook, release_holds, retake_holds, take_holds
-from .models import Job, JobStatus, TerminationReason
+from .models import DomainState, EventKind, Job, JobStatus, TerminationReason
 from .unkillable import StuckReleaser
 
 if TYPE_CHECKING:
@@ -444,7 +444,15 @@ class BatchRunner:
         timer.cancel()
         del self._checkpoints[job.id]
         job.stop_reason, job.stop_message, job.kill_at = None, "", None
-        self._book.note(act, f"preemption called off: {why}; it goes on running")
+        # Its running message again, with a quarantine's warning (a call-off's note took
+        # the place of "warning: domain gpu1 quarantined" for good).
+        running = f"running on {', '.join(job.domains)}"
+        for dom in act.holds:
+            if dom.state is DomainState.QUARANTINED:
+                running += f"; warning: domain {dom.name} quarantined: {dom.state_reason}"
+                break
+        self._book.note(act, f"{running} (preemption called off: {why})")
+        self._book.record(act, EventKind.PREEMPTION, {"message": f"called off: {why}"})
 
     def _signal_stop(self, job_id: int, grace: float) -> None:
         act = self._book.get(job_id)
@@ -482,6 +490,8 @@ class BatchRunner:
         job.kill_at = time.time() + lead + grace
         said = f"{checkpoint_signal} sent, SIGTERM in {lead:g} s, " if lead else "SIGTERM sent, "
         self._book.note(act, f"stopping ({message}): {said}SIGKILL {grace:g} s after that")
+        # (in its timeline: a stop called off left no trace once its message was gone)
+        self._book.record(act, EventKind.PREEMPTION, {"message": f"stopping: {message}"})
         self._book.after_commit(
             functools.partial(self._signal_preempt, job.id, checkpoint_signal, lead, grace)
         )

@@ -272,6 +272,7 @@ STORED_KINDS = frozenset(
         EventKind.LOG,
         EventKind.IDLE,
         EventKind.EDITED,
+        EventKind.PREEMPTION,
         EventKind.DOMAIN,
         EventKind.CONFIG,
     }

@@ -24,7 +24,8 @@ STATUS_STYLES: dict[str, str] = {
 
 _STATUS_WIDTH = max(len(s) for s in STATUS_STYLES)
 
-_KIND_LABELS = {"job.replica": "replica"}  # the message names which replica and how
+# (the message names which replica and how; what a preemption did)
+_KIND_LABELS = {"job.replica": "replica", "job.preemption": "preemption"}
 
 
 def clock_time(at: float, now: float) -> str:
