@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -1078,3 +1079,27 @@ async def test_a_view_changed_while_a_page_is_on_its_way_gets_its_own_first_page
         await until(pilot, lambda: len(asked) == 2, "the second view's page asked")
         assert asked[1]["sort"] == "name"
         held.set()
+
+
+async def test_the_runtime_sort_moves_a_running_job_as_its_runtime_passes_others(
+    ui_app: Any,
+) -> None:
+    # Sorted once, a running job stayed below ended jobs it had long outrun (the CLI's
+    # `jobs --sort runtime` put it first).
+    now = [time.time()]
+    app = await ui_app("1xA100-80GB", clock=lambda: now[0])
+    short = await app.backend.submit(spec("sleep 0.3", name="short", gpus=0))
+    await eventually(lambda: app.backend.engine.book.get(short["id"]) is None, timeout=20)
+    runner = await app.backend.submit(spec("sleep 600", name="runner", gpus=0))
+    now[0] = time.time()
+    async with app.run_test(size=(140, 20)) as pilot:
+        await pilot.press("2")
+        table = table_of(app)
+        await until(pilot, lambda: table.row_count == 2, "both rows")
+        table.set_sort("runtime", True)
+        await pilot.pause()
+        first = lambda: int(str(table.get_row_at(0)[0]))  # noqa: E731
+        assert first() == short["id"]  # (0.3 s ended, the runner's just begun)
+        now[0] += 100
+        await until(pilot, lambda: first() == runner["id"], "the runner on top", timeout=5)
+    await app.backend.cancel(runner["id"])

@@ -593,6 +593,11 @@ class JobTable(DataTable[Any]):
         """
         if not self._running_ids:
             return
+        if self._sort_key == "runtime" and self._runtime_out_of_order():
+            # (sorted once, running jobs stayed below ended ones they had outrun)
+            cursor_job = self.cursor_job_id
+            self._sort(self._now())
+            self._restore_cursor(cursor_job)
         runtime_shown = "runtime" not in self._layout.hidden
         top = int(self.scroll_y)
         bottom = top + self.size.height
@@ -603,6 +608,26 @@ class JobTable(DataTable[Any]):
                     self.update_cell(str(job_id), "runtime", _Cell(self, job, "runtime"))
                 if job.get("kill_at"):
                     self.update_cell(str(job_id), "message", _Cell(self, job, "message"))
+
+    def _runtime_out_of_order(self) -> bool:
+        """Whether a running job's growing runtime has passed a neighbour's (only they
+        move under the runtime sort; checked beside each of them, not the whole table)."""
+        now = self._now()
+        rows = self.ordered_rows
+        for job_id in self._running_ids & self._shown:
+            index = self.get_row_index(str(job_id))
+            mine = sort_value("runtime", self._jobs[job_id], now)
+            for other, after in ((index - 1, False), (index + 1, True)):
+                if not 0 <= other < len(rows):
+                    continue
+                key = rows[other].key.value
+                if key is None or int(key) not in self._jobs:
+                    continue
+                theirs = sort_value("runtime", self._jobs[int(key)], now)
+                in_order = (theirs >= mine) if after != self._sort_reverse else (theirs <= mine)
+                if not in_order:
+                    return True
+        return False
 
     # -- drawing ----------------------------------------------------------------------------
 
