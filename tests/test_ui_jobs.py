@@ -655,6 +655,22 @@ def test_snapshot_job_detail_over_capacity(snap_compare: Any) -> None:
     assert snap_compare(_static_app(), terminal_size=(140, 40), run_before=_open_detail(5))
 
 
+async def test_a_long_field_error_wraps_inside_the_form() -> None:
+    # (a priority of 23 digits: its error ran past the dialog's edge, cut off)
+    app = _static_app()
+    async with app.run_test(size=(80, 40)) as pilot:
+        await _show_jobs(pilot)
+        form = await open_form(pilot)
+        await fill(pilot, form, "priority", "9" * 23)
+        said = await until(pilot, lambda: field_error(form, "priority"), "the error")
+        assert "9" * 23 in said
+        label = form.query_one("#priority-error", Label)
+        await pilot.pause()
+        dialog = label.parent
+        assert dialog is not None
+        assert label.region.right <= dialog.region.right and label.region.height > 1
+
+
 def test_snapshot_submit_form_with_an_error(snap_compare: Any) -> None:
     async def run_before(pilot: Pilot[Any]) -> None:
         await _show_jobs(pilot)

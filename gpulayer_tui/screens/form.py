@@ -64,6 +64,7 @@ class FormScreen(ModalScreen[ResultType]):
     FormScreen .field-hint { width: 1fr; color: $text-muted; padding: 0 0 0 2; }
     FormScreen .field-error {
         display: none;
+        width: 1fr;  /* (wrapped: a long error ran past the dialog's edge, cut) */
         height: auto;
         margin-left: 14;
         color: $error;
