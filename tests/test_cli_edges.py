@@ -1035,3 +1035,20 @@ def test_cancel_takes_several_ids_and_says_each(engine: Served) -> None:
         (int(third), "cancelled"),
         (int(fourth), "cancelled"),
     ]
+
+
+def test_a_spec_files_env_the_engine_sets_is_refused_naming_it(
+    engine: Served, tmp_path: Path
+) -> None:
+    spec = tmp_path / "svc.toml"
+    spec.write_text('kind = "service"\ncommand = ["sleep", "60"]\nenv = { PORT = "8000" }\n')
+    out = engine.cli("submit", "--spec", str(spec))
+    assert out.returncode == 2
+    assert f"{spec}: env PORT: each start of a replica gets a free port" in out.stderr
+    assert json.loads(engine.cli("jobs", "--json").stdout) == []
+    spec.write_text(
+        'kind = "service"\ncommand = ["sleep", "60"]\nport = false\nenv = { PORT = "8000" }\n'
+    )
+    ok = engine.cli("submit", "--spec", str(spec))
+    assert ok.returncode == 0, ok.stderr
+    engine.cli("cancel", ok.stdout.strip(), "--no-wait")

@@ -133,7 +133,7 @@ def _engine_sets(key: str, port_service: bool) -> str | None:
             "the engine sets it to the job's GPUs; ask for GPUs with --gpus N "
             "(and --domain NAME for which ones)"
         )
-    if key in ("CUDA_DEVICE_ORDER", "GPULAYER_JOB_ID", "GPULAYER_REPLICA"):
+    if key in ("CUDA_DEVICE_ORDER", "GPULAYER_JOB_ID", "GPULAYER_REPLICA", "GPULAYER_TASK"):
         return "the engine sets it for every job"
     if key == "PORT" and port_service:
         return (
@@ -450,6 +450,15 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         except ValueError as err:
             _error(str(err))
             return EXIT_USAGE
+        for number, item in enumerate(items, 1):
+            own = item.get("env")
+            port = item.get("kind") == "service" and item.get("port") is not False
+            for key in own if isinstance(own, dict) else ():
+                refused = _engine_sets(str(key), port)
+                if refused:
+                    where = f"{args.spec}" + (f", job {number}" if len(items) > 1 else "")
+                    _error(f"{where}: env {key}: {refused}")
+                    return EXIT_USAGE
         env = base.pop("env", None)
         jobs = _submit_once(client, [_merge(base, item) for item in items], env, rows=True)
     elif args.file:
