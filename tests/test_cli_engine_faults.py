@@ -305,3 +305,36 @@ def _through_a_restart(
     w_out, w_err = waiting.communicate(timeout=60)
     assert waiting.returncode == 0, w_err
     assert f"job {job_id} completed" in w_out
+
+
+def test_a_submission_taken_by_an_engine_that_went_away_is_asked_of_the_next(
+    served: Served,
+) -> None:
+    # Taken, then the engine was gone (its socket too): "whether it stored the job(s) is
+    # unknown", exit 4, and a second submit could make them twice. A restarted engine is
+    # waited for and asked again with the same key.
+    import socket
+    import threading
+
+    served.home.mkdir(mode=0o700)
+    path = served.home / "engine.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen()
+
+    def taken_then_gone() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)  # (the request, never answered)
+        listener.close()
+        path.unlink()
+        conn.close()
+        served.start("--simulate", "1xA100-80GB")
+
+    engine = threading.Thread(target=taken_then_gone)
+    engine.start()
+    try:
+        out = served.cli("submit", "--", "true", timeout=60)
+    finally:
+        engine.join(timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert [j["id"] for j in _jobs(served)] == [int(out.stdout.strip())]

@@ -313,7 +313,14 @@ def _submit_once(
     try:
         return _submit_keyed(client, specs, key, env, rows)
     except EngineNotRunning:
-        # Gone after taking the first attempt: it may have stored the jobs.
+        pass
+    # Gone after taking the first attempt: it may have stored the jobs. A restarted engine
+    # is waited for and asked once more with the same key: it answers with what the first
+    # made, or makes it now (it said "unknown", and a second submit made them twice).
+    try:
+        _wait_for_engine(client)
+        return _submit_keyed(client, specs, key, env, rows)
+    except (EngineLost, EngineNotRunning):
         raise EngineLost(
             0,
             f"the engine at {client.paths.socket_file} went away during the submission: "
