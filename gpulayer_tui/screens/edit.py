@@ -28,7 +28,7 @@ from .form import FormScreen, form_field
 
 EDITED = (
     ("priority", "priority", "Priority", "higher starts first"),
-    ("gpus", "gpus", "GPUs", "0 = CPU job · empty: 1 if VRAM set"),
+    ("gpus", "gpus", "GPUs", "0 = CPU job · empty: 1 if VRAM or a GPU domain is set"),
     ("vram", "vram_gb", "VRAM GiB", "needed on each GPU · empty: none declared"),
     ("timeout", "timeout", "Timeout s", "seconds of running, then SIGTERM · empty: none"),
     ("after", "depends_on", "After jobs", "ids, e.g. 12, 13 (any outcome) · empty: none"),

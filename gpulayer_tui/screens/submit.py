@@ -126,7 +126,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             yield form_field(
                 "GPUs",
                 Input(placeholder="auto", id="gpus", classes="short"),
-                "0 = CPU job · empty: 1 if VRAM set",
+                "0 = CPU job · empty: 1 if VRAM or a GPU domain is set",
             )
             yield form_field(
                 "VRAM GiB",
