@@ -1232,6 +1232,8 @@ async def test_a_restarted_engine_asks_a_down_replica_before_it_stops_it(
     await eventually(lambda: replica.state is ReplicaState.DOWN, timeout=20)
     await engine.stop()
     (tmp_path / f"closed-{port}").unlink()  # back while no engine runs
+    assert port is not None
+    await eventually(lambda: _listening(port), timeout=20)
     again = await make_engine(simulate=None, config=_checked(restart_down_after=0.01))
     replica = _replicas(again, job.id)[0]
     await eventually(lambda: replica.state is ReplicaState.UP, timeout=20)
