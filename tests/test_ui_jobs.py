@@ -1063,7 +1063,9 @@ async def test_the_form_stays_while_its_submission_waits_for_the_engine() -> Non
         assert "wait for its answer" in message, message
         backend.answer.set()
         await until(pilot, lambda: app.screen is not form, "closed once answered")
-        assert any("job " in n.message for n in app._notifications)
+        await until(  # (the toast may come a frame after the form closes)
+            pilot, lambda: any("job " in n.message for n in app._notifications), "the toast"
+        )
 
 
 async def test_a_view_changed_while_a_page_is_on_its_way_gets_its_own_first_page(
