@@ -247,6 +247,7 @@ async def test_filter_as_you_type_and_by_status(ui_app: Any) -> None:
         empty = app.screen.query_one("#jobs-empty")
         await until(pilot, lambda: empty.display, "the empty view's words")
         assert "No job matches this view" in str(empty.render())
+        assert "s changes the status shown" in str(empty.render())  # (its key: s, not f)
         await pilot.press("escape")
         assert (table.status_filter, table.filter_text, table.row_count) == ("failed", "", 1)
 

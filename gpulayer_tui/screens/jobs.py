@@ -177,7 +177,7 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         if not empty:
             return
         if table.filter_text or table.status_filter != "all":
-            said = "No job matches this view: esc clears the filter, f changes the status shown."
+            said = "No job matches this view: esc clears the filter, s changes the status shown."
         else:
             said = "No jobs yet: n submits one (or gpulayer-tui submit -- COMMAND)."
         self.query_one("#jobs-empty", Static).update(said)
