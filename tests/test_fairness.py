@@ -1016,6 +1016,22 @@ async def test_a_job_held_back_by_its_own_users_limit_preempts_that_users_sweeps
         await engine.cancel(job.id)
 
 
+async def test_why_places_a_job_among_those_that_want_what_it_wants(
+    make_engine: EngineFactory,
+) -> None:
+    # A GPU job was "place 91 of 91 (ahead: 114, 115, ...)", those ahead CPU jobs none of
+    # which was in its way.
+    engine = await make_engine("1xA100-80GB", cpu_count=1)
+    cpu = [await engine.submit({"command": ["sleep", "60"]}) for _ in range(3)]
+    gpu = [await engine.submit({"command": ["sleep", "60"], "gpus": 1}) for _ in range(2)]
+    said = engine.queue.explain(gpu[1].id)
+    assert (said["place"], said["ready"], said["ahead"]) == (1, 1, [])
+    said = engine.queue.explain(cpu[2].id)
+    assert (said["place"], said["ready"], said["ahead"]) == (2, 2, [cpu[1].id])
+    for job in (*cpu, *gpu):
+        await engine.cancel(job.id)
+
+
 def test_why_explains_a_waiting_job_through_the_cli(served: Any) -> None:
     import json
 

@@ -571,7 +571,14 @@ class JobQueue:
             self._ready.items(),
             key=lambda item: (item[0][0], self.fair_usage(item[1][1], running, now), item[0][1]),
         )
-        ids = [key[1] for key, _ in order]
+        # Its place among the jobs that want what it wants (GPUs, or the cpu pool): a GPU
+        # job was told of 90 CPU jobs "ahead" of it, none of them in its way.
+        wants_gpus = act.request is not None and act.request.gpus > 0
+        ids = [
+            key[1]
+            for key, group in order
+            if act.request is None or (group[0].gpus > 0) == wants_gpus
+        ]
         users = {group[1] for _, group in order} | {uid} | set(running)
         own = self.limits.of(uid)
         held = running.get(uid, Running())
