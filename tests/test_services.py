@@ -1130,18 +1130,28 @@ def _checked(**services: Any) -> Any:
     return make_config(services={"check_interval": 0.05, "down_after": 2, **services})
 
 
+async def _gated_and_down(
+    make_engine: EngineFactory, tmp_path: Any, **services: Any
+) -> tuple[Engine, Any, Any]:
+    """An engine (never restarting a replica for being down, unless ``services`` says)
+    whose GATED_SERVER service came up, then closed its port: (engine, job, replica)."""
+    config = _checked(**{"restart_down_after": 0, **services})
+    engine = await make_engine(simulate=None, config=config)
+    job = await engine.submit(_service([*GATED_SERVER, str(tmp_path)]))
+    await eventually(lambda: _all_up(engine, job.id), timeout=20)
+    replica = _replicas(engine, job.id)[0]
+    (tmp_path / f"closed-{replica.port}").touch()
+    await eventually(lambda: replica.state is ReplicaState.DOWN, timeout=20)
+    return engine, job, replica
+
+
 async def test_a_replica_whose_port_stops_answering_goes_down_and_up_again(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:
     # Once up, a replica was never checked again: it stayed "up" at its endpoint after
     # its server stopped listening, for as long as its process lived.
-    engine = await make_engine(simulate=None, config=_checked(restart_down_after=0))
-    job = await engine.submit(_service([*GATED_SERVER, str(tmp_path)]))
-    await eventually(lambda: _all_up(engine, job.id), timeout=20)
-    replica = _replicas(engine, job.id)[0]
+    engine, job, replica = await _gated_and_down(make_engine, tmp_path)
     port, pid = replica.port, replica.pid
-    (tmp_path / f"closed-{port}").touch()
-    await eventually(lambda: replica.state is ReplicaState.DOWN, timeout=20)
     assert replica.endpoint is None and replica.down_since is not None
     assert replica.message.startswith(f"port {port} stopped answering at ")
     assert replica.message.endswith("(2 checks in a row failed); endpoint withdrawn")
@@ -1223,13 +1233,8 @@ async def test_a_restarted_engine_asks_a_down_replica_before_it_stops_it(
 ) -> None:
     # Down past restart_down_after by its stored down_since, a replica that had come
     # back while no engine ran was stopped at once by the next engine.
-    engine = await make_engine(simulate=None, config=_checked(restart_down_after=0))
-    job = await engine.submit(_service([*GATED_SERVER, str(tmp_path)]))
-    await eventually(lambda: _all_up(engine, job.id), timeout=20)
-    replica = _replicas(engine, job.id)[0]
+    engine, job, replica = await _gated_and_down(make_engine, tmp_path)
     port, pid = replica.port, replica.pid
-    (tmp_path / f"closed-{port}").touch()
-    await eventually(lambda: replica.state is ReplicaState.DOWN, timeout=20)
     await engine.stop()
     (tmp_path / f"closed-{port}").unlink()  # back while no engine runs
     assert port is not None
