@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 import sqlite3
+import time
 
 import aiohttp
 import pytest
@@ -147,6 +148,46 @@ async def test_a_reader_that_reads_nothing_is_cut_off_and_frees_its_slot(
                         break
                 assert asyncio.get_running_loop().time() < deadline, "still held"
                 await asyncio.sleep(0.1)
+    finally:
+        reader.close()
+        await server.stop()
+
+
+async def test_a_slow_reader_that_keeps_reading_is_not_cut_off(
+    make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A burst that took it longer than the stall limit to drain, at its pace, was taken
+    # for a stall: it was cut off mid-stream, with no "lagged" line, far from 10,000 behind.
+    from gpulayer_tui.engine import api
+
+    monkeypatch.setattr(api, "STALLED_WRITE_S", 0.5)
+    monkeypatch.setattr(api, "WRITE_PIECE", 8192)
+    engine = await make_engine()
+    server = ApiServer(engine, engine.paths.socket)
+    await server.start()
+    reader = socket.socket(socket.AF_UNIX)
+    try:
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.connect(str(engine.paths.socket))
+        reader.sendall(b"GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        await eventually(lambda: engine.bus.has_subscribers)
+        big = {"pad": "x" * 2000}
+        for i in range(300):  # (~600 kB at once: more than 0.5 s at its pace)
+            engine.bus.publish(engine.bus.make(EventKind.ENGINE, None, {**big, "i": i}))
+
+        def read_steadily() -> bytes:
+            got = b""
+            reader.settimeout(10)
+            while b'"i": 299' not in got:
+                chunk = reader.recv(4096)
+                if not chunk:
+                    break  # (cut off)
+                got += chunk
+                time.sleep(0.01)
+            return got
+
+        got = await asyncio.to_thread(read_steadily)
+        assert b'"i": 299' in got and b'"lagged"' not in got
     finally:
         reader.close()
         await server.stop()

@@ -167,6 +167,7 @@ GONE_CHECK_S = 1.0
 job ended, so Ctrl-C'd followers locked their user out of every stream)."""
 
 STALLED_WRITE_S = 30.0
+WRITE_PIECE = 64 * 1024  # a stream's bytes written at a time, each within STALLED_WRITE_S
 """How long a stream's write may wait for a reader that does not read before the
 stream is cut (it held its slot, and megabytes of buffered events, for ever)."""
 
@@ -179,10 +180,16 @@ def _gone(request: web.Request) -> bool:
 
 async def _write(request: web.Request, response: web.StreamResponse, data: bytes) -> None:
     """Write to a stream; a reader that takes none of it for ``STALLED_WRITE_S`` is cut
-    off (ConnectionError, as when it leaves)."""
+    off (ConnectionError, as when it leaves).
+
+    Written a piece at a time, each under the limit: a slow reader that keeps taking is
+    not stalled (a burst that took it more than the limit to drain, at its pace, was
+    taken for a stall, and it was cut off mid-stream, without the ``lagged`` line)."""
+    view = memoryview(data)
     try:
-        async with asyncio.timeout(STALLED_WRITE_S):
-            await response.write(data)
+        for start in range(0, max(len(view), 1), WRITE_PIECE):
+            async with asyncio.timeout(STALLED_WRITE_S):
+                await response.write(view[start : start + WRITE_PIECE])
     except TimeoutError:
         _cut_off(request)
         raise ConnectionResetError("the reader took nothing for a while") from None
