@@ -620,3 +620,21 @@ def _tear(path: Path, offset: int, size: int) -> None:
     with open(path, "r+b") as fh:
         fh.seek(offset)
         fh.write(b"\xa5" * size)
+
+
+def test_idle_connection_reloaded_applies_to_new_connections(served: Served) -> None:
+    # A reload said "applied", and half-open connections were closed after the start's
+    # 30 s all the same.
+    served.start("--simulate", "1xA100-80GB")
+    from .raw_http import request
+
+    (served.home / "config.toml").write_text("[limits]\nidle_connection = 0.5\n")
+    status, answer = request(resolve_paths().socket, "POST", "/v1/config/reload")
+    assert status == 200 and answer["applied"] is True, answer
+    half = socket.socket(socket.AF_UNIX)
+    half.connect(str(resolve_paths().socket))
+    half.sendall(b"GET /v1/health HTTP/1.1\r\nHost: engine\r\n")  # never finished
+    try:
+        assert _closed_by_server(half, within=10)
+    finally:
+        half.close()

@@ -1156,6 +1156,7 @@ class ApiServer:
             max_field_size=MAX_REQUEST_LINE,
         )
         await self._runner.setup()
+        self.engine.on_reconfigure(self._reconfigured)
         old_umask = os.umask(0o177)
         try:
             # (bound through the directory when the path is longer than sun_path takes)
@@ -1171,6 +1172,14 @@ class ApiServer:
         finally:
             os.umask(old_umask)
         self._set_modes()
+
+    def _reconfigured(self, config: Config) -> None:
+        """``[limits] idle_connection`` for the connections made from now on (it was
+        read once, at start, while a reload said it applied)."""
+        server = self._runner.server if self._runner is not None else None
+        kwargs = getattr(server, "_kwargs", None)  # (aiohttp keeps each connection's here)
+        if isinstance(kwargs, dict):
+            kwargs["keepalive_timeout"] = config.limits.idle_connection
 
     def _set_modes(self) -> None:
         state = self.engine.paths.state_dir

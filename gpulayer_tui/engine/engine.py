@@ -30,7 +30,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +152,7 @@ class Engine:
         cpu_count: int | None = None,
         service_clock: ServiceClock | None = None,
     ) -> None:
+        self._config_listeners: list[Callable[[Config], None]] = []
         self.paths = paths
         self.config = config if config is not None else load_config(paths.config_file)
         self.probe = probe if probe is not None else make_probe(simulate, paths.state_dir)
@@ -356,6 +357,13 @@ class Engine:
         self.admission.clusters = self.clusters.names
         self.queue.reconfigure(config.scheduling, Limits(config.users))
         self.notifier.reconfigure(config.notify)
+        for listener in self._config_listeners:
+            listener(config)
+
+    def on_reconfigure(self, listener: Callable[[Config], None]) -> None:
+        """Call ``listener(config)`` after each reloaded configuration is taken in (what
+        wraps the engine, as its API server, takes its part too)."""
+        self._config_listeners.append(listener)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
