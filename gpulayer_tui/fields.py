@@ -64,8 +64,9 @@ def _number(field: str, value: object, high: float, unit: str = "") -> float:
     if not 0 < number:
         raise FieldError(field, f"must be greater than 0, got {number:g}")
     if not number <= high:
-        # (not :g: "at most 3.1536e+08 s, got 3.1536e+08" of 315360001)
-        shown = int(number) if number.is_integer() else number
+        # (not :g: "at most 3.1536e+08 s, got 3.1536e+08" of 315360001; a whole number
+        # of up to 15 digits is shown whole, a larger one as 1e+308, not 309 digits)
+        shown = int(number) if number.is_integer() and number < 1e15 else repr(number)
         raise FieldError(field, f"must be at most {high:.0f}{unit}, got {shown}"[:200])
     return number
 

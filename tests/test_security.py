@@ -443,6 +443,8 @@ async def test_a_state_dir_with_shell_characters_in_its_path_is_safe(tmp_path: P
     [
         ({"command": ["true"], "name": "a\0b"}, "name: control characters are not allowed"),
         ({"command": ["true"], "name": "x" * 10_000}, "name: must be at most 200 characters"),
+        # (the value in a few characters: it was written out in 309 digits)
+        ({"command": ["true"], "timeout": 1e308}, "at most 315360000 s, got 1e+308"),
         ({"command": ["true"], "cwd": "../../x"}, "cwd: '../../x' is not an absolute path"),
         ({"command": ["true"], "cwd": "/tmp\0/x"}, "cwd contains a NUL byte"),
         ({"command": ["true\0rm"]}, "command: contains a NUL byte"),
