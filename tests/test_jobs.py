@@ -473,6 +473,9 @@ async def test_invalid_specs_change_nothing(make_engine: EngineFactory) -> None:
         ({"domain": []}, "domain", "domain: an empty list pins to nothing; omit it instead"),
         ({"shell": "true"}, "command", "command: give exactly one of 'command'"),
         ({"replicas": 2}, "replicas", "replicas: only services have this"),
+        # (pydantic's words: "a valid dictionary or instance of RetrySpec", "a valid boolean")
+        ({"kind": "service", "retry": 3}, "retry", 'retry: must be an object such as {"max'),
+        ({"kind": "service", "port": 70000}, "port", "port: must be true (each replica gets"),
         ({"requeue": False}, "requeue", "requeue: only a preemptible job is requeued"),
         # ("mem_gb: cpus, mem_gb: only cluster jobs have these": named twice, and the other)
         ({"mem_gb": 3}, "mem_gb", "mem_gb: only cluster jobs have this (set cluster)"),

@@ -389,6 +389,14 @@ def _is_assignment(word: str) -> bool:
 _DEPENDENCY = 'a job id, or {"job": ID, "any_exit": true}'
 
 
+# Fields whose type pydantic would say in its own words ("Input should be a valid
+# dictionary or instance of RetrySpec"; "a valid boolean" of a port number).
+_PLAIN = {
+    "retry": "must be an object such as {\"max_attempts\": 10}",
+    "port": "must be true (each replica gets a free $PORT) or false (none)",
+}
+
+
 def _describe(err: ValidationError) -> tuple[str, str | None]:
     parts = []
     field: str | None = None
@@ -424,7 +432,7 @@ def _describe(err: ValidationError) -> tuple[str, str | None]:
                 field = field or error.field
                 where = "" if msg.startswith(f"{error.field}") else error.field
         else:
-            msg = item["msg"].removeprefix("Value error, ")
+            msg = _PLAIN.get(where, item["msg"].removeprefix("Value error, "))
         if item["type"] == "extra_forbidden":
             parts.append(f"unknown field '{where}'")
         elif where:
