@@ -502,6 +502,17 @@ def test_a_users_share_divides_its_usage() -> None:
     assert rows[0]["fair_usage"] == pytest.approx(5000 / 3600 / 10)
 
 
+def test_users_lists_a_user_whose_running_jobs_are_all_cpu_jobs() -> None:
+    # Only GPU holders, waiting users and recent use were listed: one running CPU jobs
+    # alone was missing.
+    box = Box(gpus=1)
+    box.run(uid=OTHER, gpus=0)
+    rows = box.queue.users_view()
+    assert [(r["user"], r["running_jobs"], r["running_gpus"]) for r in rows] == [
+        (user_label(OTHER), 1, 0)
+    ]
+
+
 def test_users_alike_as_shown_are_listed_in_the_schedulers_order() -> None:
     box = Box(gpus=1)
     box.queue.fair.charge(ME, 1000.0, box.clock.now)
@@ -1056,9 +1067,10 @@ def test_why_explains_a_waiting_job_through_the_cli(served: Any) -> None:
     assert users.returncode == 0, users.stderr
     header, *rows = users.stdout.splitlines()
     assert header.split() == [
-        "USER", "GPU-H", "SHARE", "GPUS/MAX", "VRAM", "GB/MAX", "WAITING/MAX", "MAX", "PRIO"
+        "USER", "GPU-H", "SHARE", "RUNNING", "GPUS/MAX", "VRAM", "GB/MAX", "WAITING/MAX",
+        "MAX", "PRIO",
     ]  # fmt: skip
-    assert len(rows) == 1 and rows[0].split()[3:7] == ["1/-", "0/-", "1/-", "-"]
+    assert len(rows) == 1 and rows[0].split()[3:8] == ["1", "1/-", "0/-", "1/-", "-"]
     assert json.loads(served.cli("users", "--json").stdout)["users"][0]["waiting"] == 1
     refused = served.cli("submit", "--no-requeue", "--", "true")
     assert (

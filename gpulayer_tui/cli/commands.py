@@ -1190,6 +1190,7 @@ def _users(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
             str(u["user"]),
             f"{u['gpu_hours']:g}",
             f"{u['share']:g}",
+            str(u.get("running_jobs", "-")),
             f"{u['running_gpus']}/{limit(u['max_gpus'])}",
             f"{u['running_vram_gb']:g}/{limit(u['max_vram_gb'])}",
             f"{u['waiting']}/{limit(u['max_queued'])}",
@@ -1197,11 +1198,8 @@ def _users(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
         ]
         for u in data["users"]
     ]
-    print(
-        table(
-            ["USER", "GPU-H", "SHARE", "GPUS/MAX", "VRAM GB/MAX", "WAITING/MAX", "MAX PRIO"], rows
-        )
-    )
+    heads = ["USER", "GPU-H", "SHARE", "RUNNING", "GPUS/MAX", "VRAM GB/MAX", "WAITING/MAX"]
+    print(table([*heads, "MAX PRIO"], rows))
     return EXIT_OK
 
 

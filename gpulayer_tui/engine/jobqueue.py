@@ -651,7 +651,13 @@ class JobQueue:
         order within a priority, least first), what runs, what waits, the limits."""
         now = self._clock()
         running = self.running_by_user(now)
-        uids = set(running) | set(self._waiting_count) | set(self.fair.users())
+        # (jobs of any kind: a user whose running jobs were all CPU jobs was left out)
+        jobs_running: dict[int, int] = {}
+        for act in self._book:
+            if act.job.status is JobStatus.RUNNING:
+                owner = owner_of(act.job.owner_uid)
+                jobs_running[owner] = jobs_running.get(owner, 0) + 1
+        uids = set(running) | set(jobs_running) | set(self._waiting_count) | set(self.fair.users())
         rows: list[dict[str, object]] = []
         for uid in uids:
             held = running.get(uid, Running())
@@ -660,6 +666,7 @@ class JobQueue:
                 {
                     **self._fair_row(uid, running, now),
                     "uid": uid,
+                    "running_jobs": jobs_running.get(uid, 0),
                     "running_gpus": held.gpus,
                     "running_vram_gb": round(held.vram_bytes / GIB, 1),
                     "waiting": self.waiting_of(uid),

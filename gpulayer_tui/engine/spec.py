@@ -392,7 +392,7 @@ _DEPENDENCY = 'a job id, or {"job": ID, "any_exit": true}'
 # Fields whose type pydantic would say in its own words ("Input should be a valid
 # dictionary or instance of RetrySpec"; "a valid boolean" of a port number).
 _PLAIN = {
-    "retry": "must be an object such as {\"max_attempts\": 10}",
+    "retry": 'must be an object such as {"max_attempts": 10}',
     "port": "must be true (each replica gets a free $PORT) or false (none)",
 }
 
