@@ -397,6 +397,9 @@ def test_cli_adopt(served: Served, spawn: list[subprocess.Popen[bytes]]) -> None
     assert refused.returncode == 1 and "adopt_pid_gone" in refused.stderr
     bad = served.cli("adopt", "--pid", str(proc.pid), "--gpu", "--vram-gb", "3")
     assert bad.returncode == 2 and "not allowed with argument" in bad.stderr
+    # `logs -f` says at once where its output is (it waited, silent, till the end).
+    follow = served.cli("logs", "-f", job_id, timeout=20)
+    assert "its output goes where it was started" in follow.stderr
     proc.kill()
     waited = served.cli("wait", job_id)
     assert waited.returncode == 1 and "orphaned" in waited.stdout

@@ -55,6 +55,14 @@ async def test_adopt_a_stray_from_the_table(
         await engine.sampler.sample_once()
         await until(pilot, lambda: sleeper_proc.pid not in table.rows_by_pid)
         assert app.gpu_state["unregistered_total"] == 0
+        # Its detail says where its output is (the pane stayed blank, "following").
+        app.open_job(job["id"])
+        log = await until(pilot, lambda: app.screen.query("#log") and app.screen.query_one("#log"))
+        await until(
+            pilot,
+            lambda: "an adopted process writes where it was started" in str(log.border_title),
+            "the log pane's word",
+        )
         await app.backend.cancel(job["id"])
 
 

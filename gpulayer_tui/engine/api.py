@@ -905,7 +905,9 @@ async def logs(request: web.Request) -> web.StreamResponse:
             "its own jobs' output ([security] share_logs = true shares every job's)"
         )
     offset = _int_query(request, "offset", 0) or 0
-    follow = request.query.get("follow") in ("1", "true", "yes")
+    # An adopted process's output goes where it was started: nothing to follow here (a
+    # follow waited, silent, for as long as the process ran).
+    follow = request.query.get("follow") in ("1", "true", "yes") and job.kind is not JobKind.ADOPTED
     replica = _int_query(request, "replica", None)
     engine.reads.check_replica(job, replica)
     path = engine.log_path(job_id, replica)

@@ -480,6 +480,10 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self.refresh_bindings()
 
     @property
+    def _adopted(self) -> bool:
+        return self._job is not None and self._job.get("kind") == "adopted"
+
+    @property
     def is_service(self) -> bool:
         """True when the job is a service (its log is per replica)."""
         return self._job is not None and self._job.get("kind") == "service"
@@ -560,6 +564,8 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         app = view_of(self)
         log = self.query_one(LogTail)
         while True:
+            if self._adopted:
+                break  # (its output is where it was started: the pane stayed blank)
             # Decide "drained" from the status seen before the read: output written
             # just before the end is then read on this pass, not lost.
             finished = self.finished
@@ -605,6 +611,8 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         state = "following" if log.follow else "paused (f or G follows)"
         if self._log_done:
             state = "no output" if log.bytes_read == 0 else "complete"
+        if self._adopted:
+            state = "none here: an adopted process writes where it was started"
         which = ""
         if self.is_service:
             count = (len(self._job.get("replicas") or []) if self._job else 0) or 1
