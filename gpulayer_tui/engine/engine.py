@@ -24,6 +24,7 @@ included); the bodies are one-line delegations to the parts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import hashlib
 import logging
@@ -916,6 +917,12 @@ class Engine:
         """Adopt a running process as a job (see :meth:`.Adopter.adopt`)."""
         job = await self.adopter.adopt(request, requester_uid)
         self.queue.schedule_soon()  # its holds change what can start
+        if job.status is JobStatus.RUNNING and self.running:
+            # A sample now, so its memory is counted as the job's when the answer comes
+            # (`adopt` then `gpus` showed it owned and unregistered at once, till the next
+            # tick); a hung read does not hold the answer past a moment.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.sampler.sample_once()), 2.0)
         return job
 
     def log_path(self, job_id: int, replica: int | None = None) -> Path:
