@@ -296,6 +296,26 @@ async def test_adopted_memory_moves_from_unregistered_to_owned(
     await engine.cancel(queued.id)
 
 
+async def test_a_process_adopted_on_a_quarantined_gpu_is_warned_of_it(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    # The jobs already there said "warning: domain gpu0 quarantined"; the adopted one not.
+    engine = await make_engine("1xA100-80GB")
+    ledger = SimLedger(engine.paths.state_dir)
+    ledger.set_gpu(0, lost=True, error="GPU is lost")
+    await engine.sampler.sample_once()
+    ledger.set_gpu(0, lost=False, error=None)  # (it answers again; still quarantined)
+    proc = start(spawn, "sleep", "600")
+    ledger.hold(0, proc.pid, 4.0)
+    await engine.sampler.sample_once()
+    assert engine.scheduler.domains["gpu0"].state.value == "quarantined"
+    job = await adopt(engine, proc.pid, gpu=True)
+    assert job.status is JobStatus.RUNNING
+    assert job.message.startswith(
+        f"adopted pid {proc.pid} on gpu0; warning: domain gpu0 quarantined"
+    )
+
+
 async def test_adopting_onto_a_full_domain_and_on_several_gpus(
     make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
 ) -> None:

@@ -539,9 +539,13 @@ class Adopter:
             snapshot.start_ticks,
             self._exit_handler(job.id),
         )
-        self._book.transition(
-            act, JobStatus.RUNNING, message=f"adopted pid {snapshot.pid} on {', '.join(domains)}"
-        )
+        message = f"adopted pid {snapshot.pid} on {', '.join(domains)}"
+        for dom in holds:
+            if dom.state is DomainState.QUARANTINED:
+                # (as the jobs already there say: it said nothing of it)
+                message += f"; warning: domain {dom.name} quarantined: {dom.state_reason}"
+                break
+        self._book.transition(act, JobStatus.RUNNING, message=message)
         return job
 
     def _exit_handler(self, job_id: int) -> Callable[[Exit], None]:
