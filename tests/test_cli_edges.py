@@ -375,6 +375,8 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         (["cancel", "1", "--timeout", "inf"], "must be at most 1000000000"),
         (["wait", "1", "--timeout", "1e300"], "must be at most 1000000000"),
         (["wait", "1", "--timeout", "nan"], "must be a number of seconds, got nan"),
+        # (taken as given: "the pid was reused", of a process never reused)
+        (["signal", "1234", "--start-ticks", "-5"], "must be from 0 to"),
         # ("must be at most 3.1536e+08 s, got 3.1536e+08")
         (["submit", "--timeout", "315360001", "--", "true"], "at most 315360000 s, got 315360001"),
         (["submit", "--", "   "], "command: the program name (first word) is empty"),

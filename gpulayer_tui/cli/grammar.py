@@ -445,7 +445,9 @@ def _signal_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--signal", default="TERM", metavar="NAME", help="TERM (default), INT, HUP, KILL, ..."
     )
-    p.add_argument("--start-ticks", type=int, help="only if the pid is still this process")
+    p.add_argument(
+        "--start-ticks", type=_field("start_ticks"), help="only if the pid is still this process"
+    )
 
 
 CLEARED = {
