@@ -393,6 +393,7 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         "cancel-inf",
         "wait-huge",
         "wait-nan",
+        "start-ticks-negative",
         "timeout-past-ceiling",
         "blank-program",
         "mem-gb",
