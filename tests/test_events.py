@@ -160,8 +160,10 @@ async def test_a_slow_reader_that_keeps_reading_is_not_cut_off(
     # for a stall: it was cut off mid-stream, with no "lagged" line, far from 10,000 behind.
     from gpulayer_tui.engine import api
 
-    monkeypatch.setattr(api, "STALLED_WRITE_S", 0.5)
-    monkeypatch.setattr(api, "WRITE_PIECE", 8192)
+    # (a limit a loaded machine's reader thread keeps within, piece by piece; the burst
+    # takes it some 3 s at its pace)
+    monkeypatch.setattr(api, "STALLED_WRITE_S", 2.0)
+    monkeypatch.setattr(api, "WRITE_PIECE", 4096)
     engine = await make_engine()
     server = ApiServer(engine, engine.paths.socket)
     await server.start()
@@ -172,13 +174,13 @@ async def test_a_slow_reader_that_keeps_reading_is_not_cut_off(
         reader.sendall(b"GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
         await eventually(lambda: engine.bus.has_subscribers)
         big = {"pad": "x" * 2000}
-        for i in range(300):  # (~600 kB at once: more than 0.5 s at its pace)
+        for i in range(600):  # (~1.2 MB at once: some 3 s at its pace)
             engine.bus.publish(engine.bus.make(EventKind.ENGINE, None, {**big, "i": i}))
 
         def read_steadily() -> bytes:
             got = b""
             reader.settimeout(10)
-            while b'"i": 299' not in got:
+            while b'"i": 599' not in got:
                 chunk = reader.recv(4096)
                 if not chunk:
                     break  # (cut off)
@@ -187,7 +189,7 @@ async def test_a_slow_reader_that_keeps_reading_is_not_cut_off(
             return got
 
         got = await asyncio.to_thread(read_steadily)
-        assert b'"i": 299' in got and b'"lagged"' not in got
+        assert b'"i": 599' in got and b'"lagged"' not in got
     finally:
         reader.close()
         await server.stop()
