@@ -530,6 +530,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         stored usage) when it has ended; nothing for a job that uses no GPU."""
         app = view_of(self)
         lost = False
+        stored_reads = 0
         while not self._widgets_gone:
             job = self._job
             if job is not None and not uses_gpus(job):
@@ -551,7 +552,15 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             lost = False
             if self._widgets_gone:
                 return
-            self.query_one(UsagePanel).show(usage, active=not finished)
+            panel = self.query_one(UsagePanel)
+            shown = panel.points
+            if finished and shown and not usage.get("series") and stored_reads < 5:
+                # Its stored usage is written a moment after its end: read a little later
+                # (the plots it had went blank, the job's series lost to the view).
+                stored_reads += 1
+                await asyncio.sleep(0.4)
+                continue
+            panel.show(usage, active=not finished)
             if finished:
                 return
             await asyncio.sleep(USAGE_POLL_INTERVAL)
