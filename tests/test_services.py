@@ -126,6 +126,7 @@ async def test_two_replicas_get_distinct_working_endpoints(
         assert await asyncio.to_thread(_http_get, str(endpoint)) == 200
     assert live.message == f"2/2 up on cpu at {endpoints[0]}, {endpoints[1]}"
     # the state survives in SQLite, and the API shape carries it
+    await engine.store.flush()  # (a change is committed with the next group commit)
     stored = await engine.store.get_job(job.id)
     assert stored is not None and [r.endpoint for r in stored.replicas] == endpoints
     shape = live.to_json()
@@ -967,6 +968,7 @@ async def test_a_replica_not_up_shows_no_endpoint(
     os.killpg(replica.pid, signal.SIGKILL)
     await eventually(lambda: replica.state is ReplicaState.BACKOFF)
     assert replica.endpoint is None
+    await engine.store.flush()
     stored = await engine.store.get_job(job.id)
     assert stored is not None and stored.replicas[0].endpoint is None
     await engine.cancel(job.id)
@@ -1157,6 +1159,7 @@ async def test_a_replica_whose_port_stops_answering_goes_down_and_up_again(
     assert replica.message.endswith("(2 checks in a row failed); endpoint withdrawn")
     live = await engine.get(job.id)
     assert live.message.startswith("0/1 up on cpu; replica 0 down (port ")
+    await engine.store.flush()  # (a change is committed with the next group commit)
     stored = await engine.store.get_job(job.id)
     assert stored is not None and stored.replicas[0].state is ReplicaState.DOWN
     assert stored.replicas[0].down_since == replica.down_since
