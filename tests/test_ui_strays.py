@@ -128,6 +128,50 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
         assert [j["id"] for j in app.job_store.jobs.values()] == [job["id"]]  # (none added)
 
 
+async def test_the_adopt_dialog_takes_a_domain_and_stays_open_on_a_refusal(
+    ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
+) -> None:
+    # A process holding no GPU memory yet, declared with VRAM on a 2-GPU box: the engine
+    # asks which GPU. The dialog had no domain field, closed on the refusal, and what was
+    # typed was lost.
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("3")
+        await until(pilot, lambda: app.current_mode == "strays")
+        await pilot.press("p")
+        await pilot.press(*str(sleeper_proc.pid), "enter")
+        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        domain = dialog.query_one("#adopt-domain", Input)
+        assert "gpu0" in domain.placeholder  # (the names it takes)
+        dialog.query_one("#adopt-name", Input).value = "warming-up"
+        dialog.query_one("#adopt-vram", Input).value = "12"
+        await pilot.press("ctrl+s")
+        error = dialog.query_one("#adopt-error")
+        await until(pilot, lambda: "name its GPU domain" in str(error.render()), "the refusal")
+        assert app.screen is dialog and domain.has_focus
+        assert dialog.query_one("#adopt-name", Input).value == "warming-up"  # (kept)
+        # A domain the engine does not know is its refusal too, said in place.
+        domain.value = "gpu9"
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: "unknown domain 'gpu9'" in str(error.render()), "unknown")
+        assert app.screen is dialog
+        domain.value = "gpu1"
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: not isinstance(app.screen, AdoptScreen), "the dialog closes")
+        job = next(j for j in app.job_store.jobs.values() if j["kind"] == "adopted")
+        assert job["status"] == "running" and job["name"] == "warming-up"
+        assert job["domains"] == ["gpu1"] and job["spec"]["vram_gb"] == 12.0
+        await until(
+            pilot,
+            lambda: any(
+                n.message == f"pid {sleeper_proc.pid} adopted as job {job['id']}"
+                for n in app._notifications
+            ),
+            "the toast",
+        )
+        await app.backend.cancel(job["id"])
+
+
 @pytest.fixture
 def markup_stray() -> Iterator[subprocess.Popen[bytes]]:
     """A process whose argv holds markup: an unmatched closing tag and a pair."""

@@ -1,11 +1,15 @@
-"""The adopt dialog: name and declared VRAM for a process about to become a job."""
+"""The adopt dialog: name, declared VRAM and domain for a process about to become a job.
+
+The dialog sends the adoption itself and stays open on a refusal, with the engine's words
+under the form and the field it names focused: it used to close first, and what was typed
+was lost when the engine asked for a domain the dialog had no field for."""
 
 from __future__ import annotations
 
 import os
 from typing import Any, ClassVar
 
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
@@ -14,17 +18,39 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from .. import keymap, wire
+from ..backend import BackendError
 from ..formatting import GIB
+from ..view import view_of
 from ..widgets.key_footer import KeyFooter
+from ..wire import JobJSON
+from .submit import ListSuggester, split_list
+
+_FIELD_INPUT = {"name": "adopt-name", "vram_gb": "adopt-vram", "domain": "adopt-domain"}
+"""Request field (as the engine's refusals name it) -> the input that sets it."""
 
 
-class AdoptScreen(ModalScreen[dict[str, Any] | None]):
-    """Confirm an adoption; dismisses with the adopt request, or ``None`` if cancelled.
+class AdoptScreen(ModalScreen[JobJSON | None]):
+    """Confirm an adoption and send it; dismisses with the running job, or ``None``.
+
+    A refusal (the engine's words) keeps the dialog open with what was typed. So does an
+    adoption the engine recorded as failed (the pid was gone, or recycled): that job is in
+    the table, and the dialog says why.
 
     Args:
         process: The stray as the strays table knows it: ``pid``, ``start_ticks``,
             ``command``, ``user``, ``gpus`` (indices) and ``used_bytes`` (held now).
     """
+
+    DEFAULT_CSS = """
+    AdoptScreen #adopt-dialog Input {
+        background: $panel;
+        padding: 0 1;
+        margin-bottom: 1;
+    }
+    AdoptScreen #adopt-dialog Input:focus { background: $primary 30%; }
+    """
+    # (compact fields: with a third one, the bordered inputs pushed the buttons out of
+    # a 32-row terminal)
 
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("adopt"))
     KEYMAP_SCOPE: ClassVar[str] = "adopt"
@@ -33,6 +59,7 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
     def __init__(self, process: dict[str, Any]) -> None:
         super().__init__()
         self.process = process
+        self._busy = False
 
     def compose(self) -> ComposeResult:
         proc = self.process
@@ -58,7 +85,7 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
                 classes="muted",
             )
             yield Label("Name")
-            yield Input(value=os.path.basename(program) or "", id="adopt-name")
+            yield Input(value=os.path.basename(program) or "", id="adopt-name", compact=True)
             yield Label("Declared VRAM per GPU (GiB, empty for what it holds)")
             # (per GPU: the most it holds on one; the sum over its GPUs was offered, and a
             # process on two GPUs was over-reserved on each, or refused as too big)
@@ -67,6 +94,14 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
                 value=f"{per_gpu / GIB:.1f}" if per_gpu else "",
                 id="adopt-vram",
                 placeholder="e.g. 24",
+                compact=True,
+            )
+            yield Label("Domain (empty: where it holds GPU memory, else the cpu pool)")
+            yield Input(
+                id="adopt-domain",
+                placeholder=self._domain_hint(),
+                suggester=ListSuggester(self._domain_names),
+                compact=True,
             )
             yield Static("", id="adopt-error", classes="error-text")
             with Horizontal(classes="buttons"):
@@ -79,6 +114,14 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
         for field in self.query(Input):
             field.cursor_blink = blink
         self.query_one("#adopt-name", Input).focus()
+
+    def _domain_names(self) -> list[str]:
+        state = getattr(self.app, "gpu_state", None) or {}
+        return [str(d["name"]) for d in state.get("domains", []) if d.get("name")]
+
+    def _domain_hint(self) -> str:
+        names = self._domain_names()
+        return "e.g. " + ", ".join(names[:6]) if names else "e.g. gpu0"
 
     def _request(self) -> dict[str, Any] | None:
         error = self.query_one("#adopt-error", Static)
@@ -99,19 +142,63 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
             except wire.FieldError as err:
                 error.update(Content(f"declared VRAM: {err.detail}"))  # (quotes the input)
                 return None
-        if self.process.get("gpus"):
+        domains = split_list(self.query_one("#adopt-domain", Input).value)
+        if domains:
+            request["domain"] = domains
+        elif self.process.get("gpus"):
             request["gpu"] = True
+        try:
+            wire.parse_adopt_request(request)
+        except wire.FieldError as err:
+            self._refused(f"{err.field}: {err.detail}", err.field)
+            return None
         error.update("")
         return request
 
     def action_adopt(self) -> None:
         """Adopt with the values in the form."""
+        if self._busy:
+            return
         request = self._request()
         if request is not None:
-            self.dismiss(request)
+            self._adopt(request)
+
+    @work(exclusive=True, group="adopt", exit_on_error=False)
+    async def _adopt(self, request: dict[str, Any]) -> None:
+        app = view_of(self)
+        self._set_busy(True)
+        try:
+            job = await app.backend.adopt(request)
+        except BackendError as err:
+            self._refused(str(err), err.field)
+            return
+        finally:
+            self._set_busy(False)
+        app.job_store.apply(job)
+        if job["status"] == "running":
+            self.dismiss(job)
+            return
+        message = job.get("message") or job["status"]
+        self._refused(f"job {job['id']} {job['status']}: {message}", None)
+        self.app.notify(message, title=f"job {job['id']} {job['status']}", severity="error")
+
+    def _refused(self, message: str, field: str | None) -> None:
+        self.query_one("#adopt-error", Static).update(Content(message))
+        input_id = _FIELD_INPUT.get(field or "")
+        if input_id is not None:
+            self.query_one(f"#{input_id}", Input).focus()
+
+    def _set_busy(self, busy: bool) -> None:
+        self._busy = busy
+        self.query_one("#adopt", Button).disabled = busy
+        if busy:
+            self.query_one("#adopt-error", Static).update("adopting…")
 
     def action_cancel(self) -> None:
-        """Close without adopting."""
+        """Close without adopting (not while the engine is answering: closed then, the
+        process was adopted all the same and nothing said so)."""
+        if self._busy:
+            return
         self.dismiss(None)
 
     @on(Input.Submitted)
@@ -123,4 +210,4 @@ class AdoptScreen(ModalScreen[dict[str, Any] | None]):
         if event.button.id == "adopt":
             self.action_adopt()
         else:
-            self.dismiss(None)
+            self.action_cancel()

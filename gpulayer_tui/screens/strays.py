@@ -17,6 +17,7 @@ from ..view import view_of
 from ..widgets.engine_status import EngineStatus
 from ..widgets.key_footer import KeyFooter
 from ..widgets.stray_table import StrayTable, strays_from
+from ..wire import JobJSON
 from .actions import ask_to_signal
 from .adopt import AdoptScreen
 from .resume import KeepsStylesOnResume
@@ -135,22 +136,6 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
     def _adopt_requested(self, message: StrayTable.AdoptRequested) -> None:
         self.app.push_screen(AdoptScreen(message.process), self._confirmed)
 
-    def _confirmed(self, request: dict[str, Any] | None) -> None:
-        if request is not None:
-            self._adopt(request)
-
-    @work(exclusive=True, group="adopt", exit_on_error=False)
-    async def _adopt(self, request: dict[str, Any]) -> None:
-        app = view_of(self)
-        try:
-            job = await app.backend.adopt(request)
-        except BackendError as err:
-            self.app.notify(str(err), title="adopt", severity="error")
-            return
-        app.job_store.apply(job)
-        if job["status"] == "running":
-            self.app.notify(f"pid {request['pid']} adopted as job {job['id']}", title="adopt")
-        else:
-            self.app.notify(
-                job["message"], title=f"job {job['id']} {job['status']}", severity="error"
-            )
+    def _confirmed(self, job: JobJSON | None) -> None:
+        if job is not None:
+            self.app.notify(f"pid {job.get('pid')} adopted as job {job['id']}", title="adopt")

@@ -64,11 +64,11 @@ _SPEC_FIELD = {
 """Spec field (as named in the engine's messages) -> the input that sets it."""
 
 
-def _split_list(text: str) -> list[str]:
+def split_list(text: str) -> list[str]:
     return [item for item in text.replace(",", " ").split() if item]
 
 
-class _ListSuggester(Suggester):
+class ListSuggester(Suggester):
     """Completes the last item of a comma-separated list from known names."""
 
     def __init__(self, names: Callable[[], list[str]]) -> None:
@@ -138,7 +138,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                 Input(
                     placeholder="any",
                     id="domain",
-                    suggester=_ListSuggester(self._domain_names),
+                    suggester=ListSuggester(self._domain_names),
                 ),
                 "",
                 hint_id="domain-hint",
@@ -224,7 +224,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                 if gpus.isascii() and gpus.isdigit() and int(gpus) == 0:
                     return "VRAM is per GPU, but GPUs is 0 (a CPU job)"
             elif field_id == "domain":
-                if not _split_list(text):
+                if not split_list(text):
                     return "name a domain, or leave it empty"
             elif field_id == "after":
                 wire.parse_job_ids(text)
@@ -293,7 +293,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             spec["gpus"] = wire.parse_field("gpus", gpus)
         if vram := self._value("vram"):
             spec["vram_gb"] = wire.parse_field("vram_gb", vram)
-        domains = _split_list(self._value("domain"))
+        domains = split_list(self._value("domain"))
         if domains:
             spec["domain"] = domains[0] if len(domains) == 1 else domains
         ids = wire.parse_job_ids(self._value("after"))
