@@ -8,6 +8,9 @@ figures are exact.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -299,6 +302,41 @@ async def test_a_job_s_series_summary_and_energy_from_the_counter(
         "util_mean": summary["util_mean"],
         "energy_wh": 1.5,
     }
+
+
+async def test_a_job_s_usage_is_read_whole_while_its_end_is_being_committed(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # Ended, a job's record left the live recorder at once, but reached SQLite only with
+    # the next commit: read in between (`usage` just after `wait` on a busy engine), its
+    # usage came back empty, and the TUI's plots went blank.
+    gpu0 = fake_nvml.devices[0]
+    engine = await _engine(make_engine)
+    job = await engine.submit({"command": ["sleep", "60"], "gpus": 1, "domain": "gpu0"})
+    assert job.pid
+    gpu0.compute = [(job.pid, 8 * GIB)]
+    gpu0.utilization = 60
+    for _ in range(3):
+        await engine.sampler.sample_once()
+    live = await engine.usage_of(job.id)
+    assert live["summary"] is not None and live["summary"]["peak_vram"] == 8 * GIB
+    release = threading.Event()
+    busy = asyncio.create_task(engine.store.run_on_writer(lambda db: release.wait(10)))
+    try:
+        os.kill(job.pid, signal.SIGKILL)  # its end is taken in; its commit waits
+        await eventually(lambda: engine.usage.live(job.id) is None)  # (the end taken in)
+        ending = await engine.usage_of(job.id)
+        assert ending["summary"] == live["summary"]
+        assert ending["series"] == live["series"]
+        detail, _ = await engine.job_detail(job.id)
+        assert detail["usage"] == live["summary"]
+    finally:
+        release.set()
+        await busy
+    await engine.wait(job.id, timeout=10)
+    stored = await engine.usage_of(job.id)  # (SQLite's now, the same)
+    assert stored["summary"] == live["summary"]
+    assert engine.usage.ending(job.id) is None  # (kept only until the commit)
 
 
 def _query():  # type: ignore[no-untyped-def]

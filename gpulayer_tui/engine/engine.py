@@ -270,6 +270,7 @@ class Engine:
             self._usage_facts,
             self.store.save_usage,
             self._idle_warning,
+            self.store.after_commit,
         )
         self.reads = JobReader(self.book, self.store, self.executor, self.usage)
         self.notifier = Notifier(self.bus, self.config.notify, self.reads.get, self.store)

@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..wire import JobJSON, JobRowJSON, UsageJSON
+from ..wire import JobJSON, JobRowJSON, UsageJSON, UsageSummaryJSON
 from .errors import SpecError, UnknownJob
 from .jobbook import JobBook
 from .models import Job, JobKind, JobQuery, JobStatus
@@ -74,16 +74,22 @@ class JobReader:
             if usage is not None:
                 snapshot["usage"] = usage.summary()
                 return snapshot, await events
-            summary = await self._store.usage_summary(job_id)  # it just ended
+            summary = await self._usage_summary(job_id)  # it just ended
             if summary is not None:
                 snapshot["usage"] = summary
             return snapshot, await events
         job = await self.get(job_id)
         whole = job.to_json()
-        summary = await self._store.usage_summary(job_id)
+        summary = await self._usage_summary(job_id)
         if summary is not None:
             whole["usage"] = summary
         return whole, await self._store.job_events(job_id)
+
+    async def _usage_summary(self, job_id: int) -> UsageSummaryJSON | None:
+        ending = self._usage.ending(job_id)  # (ended, its record's write on its way)
+        if ending is not None:
+            return ending["summary"]
+        return await self._store.usage_summary(job_id)
 
     async def usage(self, job_id: int) -> UsageJSON:
         """What a job used of its GPUs: its summary and per-GPU series, live while it
@@ -95,6 +101,9 @@ class JobReader:
         live = self._usage.live(job_id)
         if live is not None:
             return live.to_json()
+        ending = self._usage.ending(job_id)
+        if ending is not None:
+            return ending
         records = await self._store.usage([job_id])
         if records:
             return records[0]

@@ -591,13 +591,20 @@ class UsageRecorder:
         facts: JobFacts,
         save: SaveUsage,
         warn: IdleWarn,
+        once_saved: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self._settings = settings
         self._policy = policy
         self._facts = facts
         self._save = save
         self._warn = warn
+        # Runs its callback once what was saved so far is committed (the store's
+        # after_commit); without a store, at once.
+        self._once_saved = once_saved or (lambda callback: callback())
         self._jobs: dict[int, JobUsage] = {}
+        # An ended job's last record, until its write is committed: read in between, its
+        # usage was neither live nor stored, and came back empty.
+        self._ending: dict[int, UsageJSON] = {}
         self._gpus: dict[int, GpuTotals] = {}
         self._last_point = 0.0
 
@@ -623,6 +630,14 @@ class UsageRecorder:
     def live(self, job_id: int) -> JobUsage | None:
         """The record of a job being observed now, if any."""
         return self._jobs.get(job_id)
+
+    def _saved(self, job_id: int) -> None:
+        self._ending.pop(job_id, None)
+
+    def ending(self, job_id: int) -> UsageJSON | None:
+        """The last record of a job that has just ended, while its write is not yet
+        committed (afterwards the store has it)."""
+        return self._ending.get(job_id)
 
     def running(self) -> list[JobUsage]:
         """Every job being observed now."""
@@ -823,7 +838,10 @@ class UsageRecorder:
             usage.last_at = max(usage.last_at or ended_at, ended_at)
         for totals in self._gpus.values():
             totals.members.discard(job_id)
-        self._save(job_id, usage.to_json())
+        record = usage.to_json()
+        self._ending[job_id] = record
+        self._save(job_id, record)
+        self._once_saved(lambda: self._saved(job_id))
 
 
 def _or0(value: float | None) -> float:
