@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import time
 from typing import Any
 
@@ -865,9 +866,16 @@ async def test_preemption_end_to_end_checkpoint_signal_then_requeue(
     ]
     assert requeued and "preempted by job" in requeued[0]["message"]
     assert "requeued once" in requeued[0]["message"]
-    # Its second run continued its job's log; nothing was set aside as an older file.
+    # Its second run continued its job's log, after a line that says where it begins;
+    # nothing was set aside as an older file.
     job_log = engine.log_path(victim.id)
-    assert job_log.read_text().split("\n")[:2] == ["run 0", "run 1"]
+    first, marker, second = job_log.read_text().split("\n")[:3]
+    assert (first, second) == ("run 0", "run 1")
+    assert re.fullmatch(
+        rf"--- gpulayer-tui: run 2 of job {victim.id}, started at "
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+ ---",
+        marker,
+    ), marker
     assert [p.name for p in job_log.parent.glob("*.old-*")] == []
 
 

@@ -733,3 +733,23 @@ async def test_a_timeout_a_late_launcher_enforces_says_how_long_the_job_ran(
     assert done.termination_reason is TerminationReason.TIMEOUT
     assert done.message.startswith("timed out after 1 s (stopped at ")
     assert done.message.endswith(" s: no engine or launcher ran to stop it sooner)")
+
+
+def test_a_later_runs_line_starts_on_a_line_of_its_own(tmp_path: Path) -> None:
+    # The last run's output may end mid-line: the marker of the next run must not be
+    # glued to it. An empty log gets the line alone.
+    from gpulayer_tui.engine.launcher import _write_banner
+
+    for before, lead in ((b"half a line", b"\n"), (b"whole\n", b""), (b"", b"")):
+        log = tmp_path / "log"
+        log.write_bytes(before)
+        fd = os.open(log, os.O_RDWR | os.O_APPEND)
+        try:
+            _write_banner(fd, "--- gpulayer-tui: run 2 of job 7, started at ")
+        finally:
+            os.close(fd)
+        written = log.read_bytes()
+        assert written.startswith(before + lead + b"--- gpulayer-tui: run 2 of job 7, started at ")
+        assert written.endswith(b" ---\n") and written.count(b"\n") == before.count(b"\n") + (
+            1 + len(lead)
+        )

@@ -158,6 +158,11 @@ async def test_killed_replica_restarts_after_backoff_with_a_new_endpoint(
     assert first.endpoint != old_endpoint
     assert await asyncio.to_thread(_http_get, str(first.endpoint)) == 200
     assert other.pid == other_pid and other.restarts == 0  # the other replica was not touched
+    # Its log goes on, a line marking where the new run begins (runs ran together).
+    log = engine.log_path(job.id, first.index).read_text()
+    marker = f"--- gpulayer-tui: replica {first.index}, run 2 of job {job.id}, started at "
+    assert log.count(marker) == 1
+    assert not engine.log_path(job.id, other.index).read_text().count("--- gpulayer-tui")
     events = [e for e in await engine.events_of(job.id) if e["kind"] == "job.replica"]
     backoff = [e for e in events if e["data"]["state"] == "backoff"]
     assert backoff and backoff[0]["data"]["exit_code"] == 137

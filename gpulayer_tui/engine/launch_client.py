@@ -76,6 +76,10 @@ def launcher_key(key: TaskKey, run: int = 0) -> str:
     return f"{key}~{run}" if run else str(key)
 
 
+def _job_of(key: TaskKey) -> int:
+    return key[0] if isinstance(key, tuple) else key
+
+
 def _ack_line(keys: list[str]) -> bytes:
     """The request that lets the launcher forget ``keys`` (nothing for none)."""
     return json.dumps({"op": "ack", "keys": keys}).encode() + b"\n" if keys else b""
@@ -728,6 +732,12 @@ class LauncherExecutor:
             "fresh": run <= 1 if isinstance(key, tuple) else run == 0,
             "max_log": self.max_log,
         }
+        if not request["fresh"]:
+            # A later run's output continues its log: a line in between says where it
+            # begins (runs ran together, and a restart's first lines read as the last
+            # run's).
+            what = f"replica {key[1]}, run {run}" if isinstance(key, tuple) else f"run {run + 1}"
+            request["banner"] = f"--- gpulayer-tui: {what} of job {_job_of(key)}, started at "
         if timeout is not None:
             request["timeout"] = [timeout[0], timeout[1]]
         watch = self._watches[lkey] = _Watch(key, on_start, on_exit)

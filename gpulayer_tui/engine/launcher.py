@@ -23,8 +23,10 @@ Requests (engine -> spawner) and events (spawner -> engine), one JSON object per
 =================================================  =========================================
 ``{"op": "env", "id", "env"}``                       an environment many spawns share
 ``{"op": "spawn", "key", "argv", "cwd", "env_id",   start ``key`` with that environment plus
-"extra", "log", "fresh", "max_log"}``             ``extra`` (idempotent: a known key
-                                                   answers with what is known of it)
+"extra", "log", "fresh", "max_log", "banner"?}``  ``extra`` (idempotent: a known key
+                                                   answers with what is known of it;
+                                                   ``banner``: a line written in its log
+                                                   first, the time of the start after it)
 ``{"op": "terminate", "key", "grace"}``             SIGTERM the group; SIGKILL after grace
 ``{"op": "signal", "key", "signal"}``               send a signal to the group
 ``{"op": "max_log", "bytes"}``                       a new cap for running jobs' logs too
@@ -179,6 +181,18 @@ def why_not_runnable(argv0: str, cwd: str, env: dict[str, str]) -> tuple[str | N
     if found is None:
         return None, f"command not found: {printable(argv0)} (no such program in PATH)"
     return found, ""
+
+
+def _write_banner(log_fd: int, banner: str) -> None:
+    """Write ``banner`` and the time into a later run's log, on a line of its own (a
+    full disk or a cut log only loses the line: the run starts all the same)."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    line = f"{banner}{stamp} ---\n".encode("utf-8", "replace")
+    with contextlib.suppress(OSError):
+        size = os.fstat(log_fd).st_size
+        if size and os.pread(log_fd, 1, size - 1) != b"\n":
+            line = b"\n" + line  # (the last run's output ended mid-line)
+        os.write(log_fd, line)
 
 
 class Task:
@@ -657,6 +671,7 @@ class Spawner:
             bool(request.get("fresh")),
             max_log,
             None if timeout is None else (float(timeout[0]), float(timeout[1])),
+            str(request.get("banner") or ""),
         )
         if error is not None:
             self._send({"ev": "failed", "key": key, "error": error})
@@ -684,6 +699,7 @@ class Spawner:
         fresh: bool,
         max_log: int,
         timeout: tuple[float, float] | None = None,
+        banner: str = "",
     ) -> str | None:
         """Start ``key``; return why it could not start (it then never ran)."""
         if not os.path.isdir(cwd):
@@ -696,6 +712,8 @@ class Spawner:
             log_fd = self.logs.open(log, fresh)
         except OSError as err:
             return f"cannot write the job's log {log}: {err.strerror}"
+        if banner:
+            _write_banner(log_fd, banner)
         self.journal.write("S", key, journal.boot_ticks())
         try:
             os.chdir(cwd)  # posix_spawn has no cwd; this process is single-threaded
