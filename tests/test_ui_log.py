@@ -34,6 +34,28 @@ def _output(count: int) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("a\x1bP+q544e\x1b\\b", "ab"),  # DCS (a terminal query): its payload is not output
+        ("a\x1bPq#0;2;0;0;0#0~~@@vv\x07b", "ab"),  # (sixel, ended by BEL)
+        ("a\x1b_Gf=100;AAAA\x1b\\b", "ab"),  # APC (kitty graphics)
+        ("a\x1b^private\x1b\\b", "ab"),  # PM
+        ("a\x1bXstring\x1b\\b", "ab"),  # SOS
+        ("a\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\b", "alinkb"),  # OSC 8 hyperlink
+        ("a\x90+q\x9cb\x9b1mc", "abc"),  # the one-character C1 forms
+        ("shown\x1bPnever ended", "shown"),  # a terminal swallows it to the end
+        ("a\x1b(Bb\x1b#8c\x1b7d", "abcd"),  # character set, alignment, cursor save
+        ("long line\r\x9bKdone", "done"),  # erase-line in its C1 form
+    ],
+)
+def test_escape_sequences_are_dropped_whole(raw: str, shown: str) -> None:
+    from gpulayer_tui.widgets.log_tail import clean_line
+
+    assert clean_line(raw) == shown
+    assert clean_line("\r" + raw) == shown  # (the terminal's path, by tokens)
+
+
 async def test_a_very_long_line_is_read_in_linear_time_and_cut_where_shown() -> None:
     # 8 MiB on one line, in the 256 KiB chunks the detail reads: the unfinished line is
     # never held (or cleaned, or joined) past what is shown, so each chunk costs its own

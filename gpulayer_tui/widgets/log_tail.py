@@ -20,9 +20,19 @@ from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widgets import Log
 
-# CSI and OSC escape sequences (colours, cursor moves, titles) and the C0 controls other
-# than tab; the log shows plain text.
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.")
+# Escape sequences, whole: CSI (colours, cursor moves; U+009B is its one-character form),
+# the string sequences OSC (titles, hyperlinks), DCS (terminal queries, sixel images), SOS,
+# PM and APC up to their terminator (a terminal swallows what follows up to it: the line's
+# end where none comes), and the other escapes: ESC, intermediates, a final ("ESC ( B"
+# picks a character set), or ESC and whatever one character follows it. Only the
+# introducer was dropped for DCS, and its payload ("+q544e") showed as output.
+_SEQUENCE = (
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
+    r"|(?:\x1b[]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c|$)"
+    r"|\x1b[ -/]*[0-~]|\x1b."
+)
+# With the C0 controls other than tab (below), the log shows plain text.
+_ESCAPES = re.compile(_SEQUENCE)
 # (also DEL and the C1 controls, U+009B being a one-character CSI; the bidi embeddings,
 # overrides, isolates and marks, which reorder what follows them; and the line separators
 # str.splitlines() would split a line at: one line of output is one line of the log)
@@ -44,7 +54,7 @@ def clean_line(line: str) -> str:
 
 
 _ERASE = re.compile(r"\x1b\[[0-2]?K")
-_TOKENS = re.compile(r"(\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b.|\r|\t)")
+_TOKENS = re.compile(f"({_SEQUENCE}|\r|\t)")
 
 
 def _as_terminal(line: str) -> str:
@@ -62,9 +72,9 @@ def _as_terminal(line: str) -> str:
             col = 0
         elif token == "\t":
             col = (col // 8 + 1) * 8
-        elif token[0] == "\x1b":
-            if token[-1] == "K" and token.startswith("\x1b["):
-                how = token[2:-1]
+        elif token[0] in "\x1b\x90\x98\x9b\x9d\x9e\x9f":
+            if token[-1] == "K" and token.startswith(("\x1b[", "\x9b")):
+                how = token[1 + token.startswith("\x1b") : -1]
                 if how in ("", "0"):
                     del cells[col:]
                 elif how == "1":
