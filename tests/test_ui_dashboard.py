@@ -457,6 +457,21 @@ async def test_host_columns_go_first_when_the_table_narrows() -> None:
                 assert command.width >= 24, width  # COMMAND keeps a useful width
             seen.append(len(optional))
         assert seen[0] == 4 and seen[-1] == 0 and seen == sorted(seen, reverse=True)
+        # `o` and `O` go through the columns shown, a hidden one skipped (sorted by one,
+        # the order had no column and no arrow to explain it).
+        await pilot.resize_terminal(80, 40)
+        await pilot.pause()
+        shown = table.shown_columns
+        assert "elapsed" not in shown and "command" in shown
+        for key in ("o", "O"):
+            labels = []
+            for _ in range(len(shown)):
+                await pilot.press(key)
+                labels.append(table.sort_label.split(" ▲")[0].split(" ▼")[0])
+                assert table.sort_key in shown, labels
+                header = [str(c.label) for c in table.columns.values()]
+                assert any(label.endswith(("▲", "▼")) for label in header), labels
+            assert len(set(labels)) == len(shown)  # each shown column once, then round
         # The fixed data's figures; ELAPSED from the app's clock (FIXED_NOW).
         await pilot.resize_terminal(140, 40)
         await pilot.pause()

@@ -189,9 +189,16 @@ class ProcessTable(DataTable[Text]):
         return self.tree_view
 
     def cycle_sort(self, step: int = 1) -> str:
-        """Sort by the next (or previous) column; returns the column's label."""
+        """Sort by the next (or previous) column shown at this width (a hidden column is
+        skipped: sorted by it, the order had no column to explain it and no arrow);
+        returns the column's label."""
+        shown = self.shown_columns if self.is_mounted else tuple(SORT_ORDER)
         index = SORT_ORDER.index(self.sort_key)
-        self.sort_key = SORT_ORDER[(index + step) % len(SORT_ORDER)]
+        for offset in range(1, len(SORT_ORDER) + 1):
+            key = SORT_ORDER[(index + step * offset) % len(SORT_ORDER)]
+            if key in shown:
+                break
+        self.sort_key = key
         self.sort_reverse = False
         self._rebuild()
         return self.sort_label
