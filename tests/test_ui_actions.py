@@ -100,6 +100,14 @@ async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:
         await pilot.press("enter")
         detail = await until(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen)
         await until(pilot, lambda: detail.finished, "the detail's job")
+        # Cancel is dimmed on the ended job's detail as in the table, and says why.
+        assert detail.check_action("cancel_job", ()) is None
+        await pilot.press("c")
+        await until(
+            pilot,
+            lambda: any(f"job {new_id} already failed" in n for n in _notes(app)),
+            "the dimmed cancel key's refusal in the detail",
+        )
         await pilot.press("R", "y")
         await until(
             pilot,
@@ -119,6 +127,7 @@ async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:
             ),
         )
         assert detail.check_action("restart_job", ()) is None
+        assert detail.check_action("cancel_job", ()) is True
         await pilot.press("R")
         await until(
             pilot,

@@ -73,6 +73,13 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("3")
         await until(pilot, lambda: app.current_mode == "strays")
+        await pilot.press("a")  # no stray listed: it says so (it did nothing at all)
+        await until(
+            pilot,
+            lambda: any("no process selected" in n.message for n in app._notifications),
+            "the word for a on an empty table",
+        )
+        assert not isinstance(app.screen, AdoptScreen)
         await pilot.press("p")
         await pilot.press("\u00b2", "enter")  # not an ASCII digit: the field drops it
         told = await until(

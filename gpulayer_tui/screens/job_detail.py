@@ -498,16 +498,19 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """``]`` (next replica) exists for services only, ``u`` for GPU jobs only; ``R``
-        (restart) is for an ended job and ``e`` (edit) for a waiting one (dimmed
-        otherwise); ``n`` / ``N`` are the log's only while it is searched (else ``n`` is
-        the App's: new job); ``P`` needs a terminal (not a browser)."""
+        """``]`` (next replica) exists for services only, ``u`` for GPU jobs only; ``c``
+        (cancel) is for an active job, ``R`` (restart) for an ended one and ``e`` (edit)
+        for a waiting one (dimmed otherwise, as in the jobs table); ``n`` / ``N`` are the
+        log's only while it is searched (else ``n`` is the App's: new job); ``P`` needs a
+        terminal (not a browser)."""
         if action == "next_replica":
             return self.is_service
         if action == "toggle_usage":
             return self._job is not None and uses_gpus(self._job)
         if action == "restart_job":
             return True if self._job is not None and can_restart(self._job) else None
+        if action == "cancel_job":  # (still loading: on, to say so)
+            return True if self._job is None or self._job["status"] in ACTIVE_STATUSES else None
         if action == "edit_job":
             return True if can_edit(self._job) else None
         if action in ("next_match", "previous_match"):

@@ -70,6 +70,10 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
 
     def action_adopt_selected(self) -> None:
         """Adopt the process on the cursor row."""
+        if self.query_one(StrayTable).cursor_process is None:
+            # (as `x` says: with no stray listed, `a` did nothing at all)
+            self.app.notify("no process selected (p adopts one by its pid)", severity="warning")
+            return
         self.query_one(StrayTable).action_adopt()
 
     def action_signal_process(self) -> None:
