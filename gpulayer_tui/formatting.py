@@ -314,7 +314,7 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("capacity", str(data["capacity"])))
     if data.get("place"):
         ahead = ", ".join(map(str, data.get("ahead") or [])) or "none"
-        rows.append(("place", f"{data['place']} of {data['ready']} ready (ahead: {ahead})"))
+        rows.append(("place", f"{data['place']} of {data['ready']} in line (ahead: {ahead})"))
     reservation = data.get("reservation")
     if reservation:
         mine = reservation["job"] == job

@@ -1061,7 +1061,7 @@ def test_why_explains_a_waiting_job_through_the_cli(served: Any) -> None:
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert lines[0].startswith(f"job {second} (queued, priority 0, user ")
-    assert any(line.startswith("  place       1 of 1 ready (ahead: none)") for line in lines)
+    assert any(line.startswith("  place       1 of 1 in line (ahead: none)") for line in lines)
     assert any("gpu0: slot held by job" in line for line in lines)
     assert any(line.startswith("  fair share  ") for line in lines)
     data = json.loads(served.cli("why", second, "--json").stdout)

@@ -20,6 +20,7 @@ from gpulayer_tui.engine.engine import Engine
 from gpulayer_tui.engine.errors import StoreError
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.paths import Paths
+from gpulayer_tui.formatting import why_lines
 
 from .conftest import STEADY_WRITER, EngineFactory, Served, eventually, make_config, pid_reaped
 
@@ -335,6 +336,11 @@ async def test_jobs_wait_for_disk_space_with_the_reason(make_engine: EngineFacto
     assert job.status is JobStatus.QUEUED
     assert job.message.startswith("waiting for disk space: ")
     assert "below [logs] min_free_mb = 1073741824" in job.message
+    # `why` gives that reason, and calls its place a place in line (it said "1 of 1
+    # ready", as if nothing held it).
+    lines = why_lines(await engine.why(job.id))
+    assert lines[1].startswith("  reason      waiting for disk space: "), lines
+    assert "  place       1 of 1 in line (ahead: none)" in lines
     # The floor is a live setting: lowered in the config file, the job starts.
     engine.paths.config_file.write_text("[logs]\nmin_free_mb = 0\n")
     assert (await engine.config_reload.reload())["applied"]

@@ -342,7 +342,9 @@ async def test_a_snapshot_is_refused_while_the_disk_is_below_its_floor(
     work.mkdir()
     (work / "a.py").write_text("print(1)\n")
     spec = {"command": ["true"], "gpus": 0, "cwd": str(work), "snapshot": True}
-    with pytest.raises(SpecError, match=r"below \[logs\] min_free_mb = \d+ \(kept for its jobs"):
+    with pytest.raises(
+        SpecError, match=r"down to \d+ MiB free, below \[logs\] min_free_mb = \d+ \(kept for"
+    ):
         await engine.submit(spec)
     assert await engine.list_jobs() == []
     assert list(engine.snapshots.tmp.iterdir()) == []

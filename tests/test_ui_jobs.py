@@ -935,13 +935,13 @@ async def test_a_waiting_jobs_detail_says_why_it_waits_until_it_runs(ui_app: Any
         await until(pilot, lambda: panel.size.width > 40, "the panel laid out")
         text = str(panel.render())
         assert text.startswith("why it waits\n")
-        assert "place       1 of 1 ready (ahead: none)" in text
+        assert "place       1 of 1 in line (ahead: none)" in text
         assert "fair share" in text and "GPU-h" in text
         # Another job's change is asked about again: one submitted later goes ahead.
         ahead = await app.backend.submit(spec("true", name="urgent", gpus=1, priority=5))
         await until(
             pilot,
-            lambda: f"2 of 2 ready (ahead: {ahead['id']})" in str(panel.render()),
+            lambda: f"2 of 2 in line (ahead: {ahead['id']})" in str(panel.render()),
             "the job now ahead of it",
         )
         await app.backend.cancel(holder["id"])

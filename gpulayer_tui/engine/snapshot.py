@@ -175,7 +175,8 @@ class _Budget:
         free = st.f_bavail * st.f_frsize
         if free < self.floor:
             raise SnapshotError(
-                f"snapshot of {self.cwd}: the engine's disk is down to {free // MB} MB "
+                # (MiB, as the queue's "waiting for disk space" says: it read "MB" here)
+                f"snapshot of {self.cwd}: the engine's disk is down to {free // MB} MiB "
                 f"free, below [logs] min_free_mb = {self.floor // MB} (kept for its jobs' "
                 f"logs); nothing was stored (make room, or submit without --snapshot)"
             )
