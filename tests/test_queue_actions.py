@@ -239,3 +239,19 @@ async def test_a_waiting_gpu_job_edited_to_no_gpu_drops_its_vram(
     timeline = [e.get("message", "") for e in await engine.events_of(waiting.id)]
     assert any("vram_gb 20.0 -> none" in m for m in timeline), timeline
     await engine.cancel(first.id)
+
+
+async def test_renaming_a_default_named_job_says_the_name_it_had(
+    make_engine: EngineFactory,
+) -> None:
+    # A job named after its program shows "sleep" everywhere; its rename read
+    # "name none -> nightly".
+    engine = await make_engine()
+    first = await engine.submit({"command": ["sleep", "60"]})
+    waiting = await engine.submit({"command": ["sleep", "1"], "depends_on": [first.id]})
+    assert waiting.name == "sleep"
+    renamed = await engine.edit(waiting.id, {"name": "nightly"})
+    assert renamed.name == "nightly"
+    timeline = [e.get("message", "") for e in await engine.events_of(waiting.id)]
+    assert "edited: name sleep -> nightly" in timeline, timeline
+    await engine.cancel(first.id)

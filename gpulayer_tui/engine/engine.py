@@ -97,9 +97,13 @@ LOG_NOTE_EVERY_S = 60.0
 __all__ = ["ConfigError", "Engine", "JobNotActive", "Overloaded", "SpecError", "UnknownJob"]
 
 
-def _edit_value(key: str, value: object) -> str:
+def _edit_value(key: str, value: object, shown_name: str) -> str:
     """A field's value as a timeline's edit line says it: dependencies as ``3, 4 (any
-    end)`` (Python's ``[{'job': 4, 'any_exit': True}]`` was shown), none as ``none``."""
+    end)`` (Python's ``[{'job': 4, 'any_exit': True}]`` was shown), none as ``none``, a
+    name left out as the name shown for it, ``shown_name`` (the program's: a
+    default-named job's rename read "name none -> x")."""
+    if key == "name" and value is None:
+        return shown_name
     if key == "depends_on" and isinstance(value, list):
         shown = [
             f"{d.get('job')}{' (any end)' if d.get('any_exit') else ''}"
@@ -602,7 +606,8 @@ class Engine:
         if verdict.possible is False:
             raise SpecError(f"the edit would make it unable to ever run: {verdict.message}")
         said = ", ".join(
-            f"{key} {_edit_value(key, old.get(key))} -> {_edit_value(key, value)}"
+            f"{key} {_edit_value(key, old.get(key), act.job.name)} -> "
+            f"{_edit_value(key, value, spec.default_name())}"
             for key, value in changes.items()
             if old.get(key) != value
         )
