@@ -328,6 +328,9 @@ def test_doctor_without_an_engine(served: Served) -> None:
     assert checks["config"]["status"] == "fail" and "domains.a.slots" in checks["config"]["detail"]
     assert checks["engine"]["status"] == "warn"
     assert checks["driver"]["status"] == "warn" and "No NVIDIA driver" in checks["driver"]["detail"]
+    # (no engine runs: it said "running with 0 GPUs")
+    assert "an engine started here runs with 0 GPUs" in checks["driver"]["detail"]
+    assert "running with" not in checks["driver"]["detail"]
 
 
 def test_doctor_without_an_engine_says_what_its_launcher_still_runs(

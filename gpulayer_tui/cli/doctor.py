@@ -119,7 +119,7 @@ def _state_dir(paths: Paths) -> list[dict[str, str]]:
 
 def _driver_locally() -> dict[str, str]:
     from ..engine.gpus import ProbeStatus
-    from ..engine.nvml import NvmlProbe
+    from ..engine.nvml import CPU_STILL_WORKS, NvmlProbe
 
     probe = NvmlProbe()
     try:
@@ -129,7 +129,11 @@ def _driver_locally() -> dict[str, str]:
     if result.status is ProbeStatus.OK:
         return _check("driver", "ok", f"{len(result.gpus)} GPU(s), driver {result.driver_version}")
     if result.status is ProbeStatus.NO_DRIVER:
-        return _check("driver", "warn", result.message or "no NVIDIA driver")
+        # (read here, with no engine: "running with 0 GPUs" read as if one ran)
+        said = (result.message or "no NVIDIA driver").replace(
+            CPU_STILL_WORKS, "an engine started here runs with 0 GPUs (CPU jobs work)."
+        )
+        return _check("driver", "warn", said)
     return _check("driver", "fail", result.message or "NVML failed")
 
 

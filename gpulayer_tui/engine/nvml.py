@@ -41,7 +41,7 @@ ENERGY_INTERVAL_S = 10.0
 # but older bindings did not, and 16 EiB "used" would wreck VRAM accounting.
 _NOT_AVAILABLE_ULL = 2**64 - 1
 
-_CPU_STILL_WORKS = "running with 0 GPUs; CPU jobs still work."
+CPU_STILL_WORKS = "running with 0 GPUs; CPU jobs still work."
 
 
 def _text(value: Any) -> str:
@@ -201,19 +201,19 @@ class NvmlProbe:
             return None
         if pynvml is None:
             self._no_driver = self._no_driver_result(
-                f"No NVIDIA support: the pynvml module cannot be imported; {_CPU_STILL_WORKS}"
+                f"No NVIDIA support: the pynvml module cannot be imported; {CPU_STILL_WORKS}"
             )
             return self._no_driver
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError_LibraryNotFound:
             self._no_driver = self._no_driver_result(
-                f"No NVIDIA driver found (NVML library not found): {_CPU_STILL_WORKS}"
+                f"No NVIDIA driver found (NVML library not found): {CPU_STILL_WORKS}"
             )
             return self._no_driver
         except pynvml.NVMLError_DriverNotLoaded:
             self._no_driver = self._no_driver_result(
-                f"No NVIDIA driver loaded (NVML: driver not loaded): {_CPU_STILL_WORKS}"
+                f"No NVIDIA driver loaded (NVML: driver not loaded): {CPU_STILL_WORKS}"
             )
             return self._no_driver
         except pynvml.NVMLError_NoPermission:
