@@ -116,6 +116,8 @@ class JobRowJSON(TypedDict):
     owner_uid: int
     """Who submitted it: the socket peer's uid, or the engine's own user's (in-process
     submissions, and jobs from before owners were kept)."""
+    created_at: float
+    """When it was submitted (the list's order: newest first)."""
     replicas: NotRequired[list[ReplicaJSON]]
     use: NotRequired[RowUsageJSON]
     """GPU jobs that were seen running: peak VRAM, mean utilisation, energy."""
@@ -127,7 +129,6 @@ class JobJSON(JobRowJSON):
     was asked to stop, and (services) its placement attempt."""
 
     priority: int
-    created_at: float
     queued_at: float | None
     stop_reason: str | None
     attempt: NotRequired[int]

@@ -135,9 +135,12 @@ ROW_SPEC_KEYS: tuple[str, ...] = (
     "domain",
     "notify",
     "cluster",
+    "priority",
+    "project",
 )
 """The spec fields a job's *row* (``JobRowJSON``: lists, events) carries: what a table
-shows (``cluster``: the Slurm cluster a job runs on), and ``notify`` (stored only when
+shows (``cluster``: the Slurm cluster a job runs on), what scripts sort and group by
+(``priority``, ``project``: ``jobs --json`` rows had neither), and ``notify`` (stored only when
 true: the TUI rings when such a job ends). The whole spec (environment, working
 directory, dependencies, policies) comes only with the job itself (``GET /v1/jobs/ID``,
 ``status``)."""

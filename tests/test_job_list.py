@@ -28,7 +28,7 @@ HISTORY: list[dict[str, Any]] = [
     {"name": "Beta", "command": ["true"], "vram_gb": 2},
     {"name": "alpha", "command": ["false"]},
     {"name": "beta", "shell": "echo 100%_done", "vram_gb": 2},
-    {"name": "gamma", "command": ["python3", "-c", "pass"], "vram_gb": 1.5},
+    {"name": "gamma", "command": ["python3", "-c", "pass"], "vram_gb": 1.5, "project": "p1"},
     {"name": "alpha", "command": ["true"], "gpus": 2},
     {"name": "delta", "command": ["sh", "-c", "exit 3"]},
     {"name": "beta", "command": ["true"], "vram_gb": 2},
@@ -68,7 +68,11 @@ async def test_rows_carry_what_a_table_shows_and_the_job_carries_its_whole_spec(
         assert set(row["spec"]) <= set(ROW_SPEC_KEYS), row["spec"]
         assert "env" not in row["spec"] and "cwd" not in row["spec"]
     shell_job = next(r for r in page["jobs"] if r["spec"].get("shell"))
-    assert shell_job["spec"] == {"shell": "echo 100%_done", "vram_gb": 2}
+    assert shell_job["spec"] == {"shell": "echo 100%_done", "vram_gb": 2, "priority": 0}
+    # What scripts sort and group by comes too (jobs --json rows had no priority, project
+    # or submission time).
+    gamma = next(r for r in page["jobs"] if r["name"] == "gamma")
+    assert gamma["spec"]["project"] == "p1" and gamma["created_at"] > 0
     detail = await asyncio.to_thread(client.job, shell_job["id"])
     assert detail["job"]["spec"]["env"]["SECRET"] == "x" * 100
     assert detail["job"]["spec"]["cwd"] == "/tmp"
@@ -82,7 +86,6 @@ async def test_rows_carry_what_a_table_shows_and_the_job_carries_its_whole_spec(
         whole = job.to_json()
         assert set(whole) - set(row) - {"kill_at"} == {
             "priority",
-            "created_at",
             "queued_at",
             "stop_reason",
         }
@@ -243,10 +246,10 @@ async def test_a_page_is_capped_and_says_there_is_more(make_engine: EngineFactor
 
 def test_job_row_json_reads_a_row_without_its_spec_fields() -> None:
     row = (7, "n", "command", "queued", None, None, "", "[]", "[]", None, None, None, None)
-    row += (None, "[" + ",".join(["null"] * len(ROW_SPEC_KEYS)) + "]", None, 1000)
+    row += (None, "[" + ",".join(["null"] * len(ROW_SPEC_KEYS)) + "]", None, 1000, 5.0)
     read = job_row_json(row)
-    assert read["spec"] == {} and read["owner_uid"] == 1000
-    assert job_row_json((*row[:-1], None))["owner_uid"] == os.geteuid()  # (the engine's)
+    assert read["spec"] == {} and read["owner_uid"] == 1000 and read["created_at"] == 5.0
+    assert job_row_json((*row[:-2], None, 5.0))["owner_uid"] == os.geteuid()  # (the engine's)
 
 
 def test_the_cli_pages_filters_and_prints_json_rows(served: Served) -> None:

@@ -282,6 +282,7 @@ class Job:
             {k: spec[k] for k in ROW_SPEC_KEYS if spec.get(k) is not None},
             _ms(self.started_at),
             _ms(self.ended_at),
+            round(self.created_at, 3),
         )
         if self.kill_at is not None:
             out["kill_at"] = _ms(self.kill_at)
@@ -289,9 +290,10 @@ class Job:
 
     def to_json(self) -> JobJSON:
         """The whole record's JSON shape, using the design records' field names."""
-        out = cast(JobJSON, self._json_base(self.spec, self.started_at, self.ended_at))
+        out = cast(
+            JobJSON, self._json_base(self.spec, self.started_at, self.ended_at, self.created_at)
+        )
         out["priority"] = self.priority
-        out["created_at"] = self.created_at
         out["queued_at"] = self.queued_at
         out["kill_at"] = self.kill_at
         out["stop_reason"] = self.stop_reason.value if self.stop_reason else None
@@ -304,7 +306,11 @@ class Job:
         return out
 
     def _json_base(
-        self, spec: dict[str, Any], started_at: float | None, ended_at: float | None
+        self,
+        spec: dict[str, Any],
+        started_at: float | None,
+        ended_at: float | None,
+        created_at: float,
     ) -> JobRowJSON:
         """What a row and the whole job share."""
         out: JobRowJSON = {
@@ -325,6 +331,7 @@ class Job:
             "spec": spec,
             # (kept as None for the engine's own user; said as that uid on the wire)
             "owner_uid": self.owner_uid if self.owner_uid is not None else os.geteuid(),
+            "created_at": created_at,
         }
         if self.kind is JobKind.SERVICE:
             out["replicas"] = [r.to_json() for r in self.replicas]

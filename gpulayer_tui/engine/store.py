@@ -340,7 +340,7 @@ _ROW_SELECT = (
     + ", ".join(f"'$.{key}'" for key in ROW_SPEC_KEYS)
     + "), (SELECT json_array(json_extract(summary, '$.peak_vram'), "
     "json_extract(summary, '$.util_mean'), json_extract(summary, '$.energy_wh')) "
-    "FROM job_usage WHERE job_usage.job_id = jobs.id), owner_uid FROM jobs"
+    "FROM job_usage WHERE job_usage.job_id = jobs.id), owner_uid, created_at FROM jobs"
 )
 _STATUS_RANK_SQL = (
     "CASE status "
@@ -386,6 +386,7 @@ def job_row_json(row: Sequence[Any]) -> JobRowJSON:
         "ended_at": None if row[11] is None else round(row[11], 3),
         "spec": {k: v for k, v in zip(ROW_SPEC_KEYS, values, strict=True) if v is not None},
         "owner_uid": row[16] if row[16] is not None else os.geteuid(),
+        "created_at": round(row[17], 3),
     }
     if row[12] is not None:
         out["kill_at"] = round(row[12], 3)
