@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -258,6 +259,7 @@ async def test_engine_restart_relearns_adopted_jobs(
     kept = await adopt(first, alive.pid)
     lost = await adopt(first, vanishing.pid)
     await first.stop()
+    stopped = time.time()
     assert alive.poll() is None  # shutdown leaves adopted processes alone
     vanishing.kill()
     vanishing.wait()
@@ -266,7 +268,11 @@ async def test_engine_restart_relearns_adopted_jobs(
     assert (await second.get(kept.id)).status is JobStatus.RUNNING
     gone = await second.get(lost.id)
     assert gone.status is JobStatus.ORPHANED
-    assert "while no engine was watching" in gone.message
+    assert "while no engine was watching (after " in gone.message
+    assert "when the last engine stopped); exit status unknown" in gone.message
+    # Its end is when it was last watched, not when the next engine found it gone (its
+    # runtime took in all the time no engine ran).
+    assert gone.ended_at is not None and gone.ended_at <= stopped
     alive.kill()
     assert (await second.wait(kept.id, timeout=10)).status is JobStatus.ORPHANED
 
@@ -402,6 +408,25 @@ async def test_comm_with_spaces_and_parenthesis(
     assert job.status is JobStatus.RUNNING
     assert job.name == "my"  # the first word of the command line
     assert job.spec["command"] == f"{weird} 600"
+
+
+def test_an_adopted_process_gone_after_the_engine_was_killed_ends_when_last_seen(
+    served: Served, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    engine = served.start("--simulate", "1xA100-80GB")
+    proc = start(spawn, "sleep", "600")
+    job_id = served.cli("adopt", "--pid", str(proc.pid)).stdout.strip()
+    assert job_id.isdigit()
+    engine.kill()  # (SIGKILL: no stop time is stored)
+    engine.wait()
+    killed = time.time()
+    proc.kill()
+    proc.wait()
+    served.start("--simulate", "1xA100-80GB")
+    job = json.loads(served.cli("status", job_id, "--json").stdout)["job"]
+    assert job["status"] == "orphaned"
+    assert "when the last engine, since killed, last wrote); exit status" in job["message"]
+    assert job["started_at"] <= job["ended_at"] <= killed
 
 
 def test_cli_adopt(served: Served, spawn: list[subprocess.Popen[bytes]]) -> None:

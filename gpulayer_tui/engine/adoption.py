@@ -605,11 +605,24 @@ class Adopter:
             job.id, job.pid, job.start_ticks, self._exit_handler(job.id), adopted=True
         )
         if not alive:
+            # It ran at least until the last engine was last seen: its end is put there,
+            # not at this restart (its runtime took in all the time no engine ran).
+            seen = self._store.previous_run_seen_until
+            ended_at, when = None, ""
+            if seen is not None and seen[0] >= (job.started_at or 0):
+                ended_at = seen[0]
+                at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ended_at))
+                when = (
+                    f" (after {at}, when the last engine stopped)"
+                    if seen[1]
+                    else f" (after {at}, when the last engine, since killed, last wrote)"
+                )
             self._book.finish(
                 act,
                 JobStatus.ORPHANED,
                 Reason.ADOPTED_EXIT_UNOBSERVED,
-                f"pid {job.pid} exited while no engine was watching; exit status unknown",
+                f"pid {job.pid} exited while no engine was watching{when}; exit status unknown",
+                ended_at=ended_at,
             )
             return
         assert job.pid is not None

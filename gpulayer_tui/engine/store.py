@@ -545,6 +545,9 @@ class Store:
         self.failure: str | None = None
         self.run_id = 0
         self.previous_run_id = 0  # (the engine run before this one: 0 for none)
+        # When the engine before this one was last known to run, and whether it stopped
+        # then (None: no run before, or no trace of it): see _last_seen_alive.
+        self.previous_run_seen_until: tuple[float, bool] | None = None
         self.first_event_row = 0
 
     async def open(self, version: str, pid: int) -> None:
@@ -609,7 +612,25 @@ class Store:
         self.previous_run_id = int(row[0]) if row else 0
         row = db.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()
         self._next_event_id = int(row[0]) if row else 0
+        self.previous_run_seen_until = self._last_seen_alive(db)
         self.first_event_row = self._next_event_id  # (rows up to it: earlier runs')
+
+    def _last_seen_alive(self, db: sqlite3.Connection) -> tuple[float, bool] | None:
+        """When the previous engine run was last known to be running, and whether it
+        stopped then: its ``stopped_at`` when it stopped cleanly, else (killed) the time
+        of the last event any run recorded, a lower bound. What an adopted process that
+        vanished while no engine ran is known to have run until."""
+        if not self.previous_run_id:
+            return None
+        row = db.execute(
+            "SELECT stopped_at, started_at FROM engine_runs WHERE id = ?", (self.previous_run_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        if row[0] is not None:
+            return float(row[0]), True
+        last = db.execute("SELECT MAX(at) FROM events").fetchone()
+        return max(float(row[1]), float(last[0] or 0)), False
 
     def _refuse_emptied(self) -> None:
         """An empty database file beside job logs was emptied (cut to nothing), not made
