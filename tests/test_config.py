@@ -128,6 +128,18 @@ def test_schema_rejected(data: dict[str, object], message: str) -> None:
         parse_config(data, "config.toml")
 
 
+def test_the_checkpoint_signal_is_turned_off_with_an_empty_string(tmp_path: Path) -> None:
+    # TOML has no null: a job that cannot save (and dies of SIGUSR1) had no way out.
+    file = tmp_path / "config.toml"
+    file.write_text('[scheduling]\npreempt_after = 60\ncheckpoint_signal = ""\n')
+    assert load_config(file).scheduling.checkpoint_signal is None
+    file.write_text('[scheduling]\ncheckpoint_signal = "SIGUSR2"\n')
+    assert load_config(file).scheduling.checkpoint_signal == "SIGUSR2"
+    file.write_text('[scheduling]\ncheckpoint_signal = "USR"\n')
+    with pytest.raises(ConfigError, match="checkpoint_signal"):
+        load_config(file)
+
+
 def test_no_gpus_visible_names_that(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="gpu 0 does not exist \\(no GPUs are visible\\)"):
         plan_domains(parse_config({"domains": {"a": {"gpu": 0}}}), (), cpu_count=1)

@@ -373,9 +373,15 @@ class SchedulingSettings(_Strict):
     # A job that has waited this long may preempt lower-priority preemptible jobs whose
     # domains would let it start (None: never preempt).
     preempt_after: float | None = Field(None, ge=0, le=30 * 86400)
-    # Sent this many seconds before SIGTERM to a job being preempted (None: no warning).
+    # Sent checkpoint_grace seconds before SIGTERM to a job being preempted ("" in the
+    # file, None here: no warning; TOML has no null, and nothing could turn it off).
     checkpoint_signal: str | None = Field("SIGUSR1", min_length=4, max_length=16)
     checkpoint_grace: float = Field(30.0, ge=0, le=3600)
+
+    @field_validator("checkpoint_signal", mode="before")
+    @classmethod
+    def _no_signal(cls, value: object) -> object:
+        return None if value == "" else value
 
     @field_validator("checkpoint_signal")
     @classmethod
