@@ -273,6 +273,7 @@ async def test_losing_the_whole_launcher_loses_exit_codes_but_never_a_job(
     assert done.status is JobStatus.FAILED
     assert done.termination_reason is TerminationReason.ENGINE_LOST
     assert done.exit_code is None
+    assert "ended with no launcher process left to see its exit" in done.message
     # Ended at once, as init's child: the new spawner no longer waits 10 s for a word from
     # its keeper (never the job's parent), its slot held by a job that had ended.
     said = (engine.paths.state_dir / "launcher.log").read_text()

@@ -51,7 +51,10 @@ def exit_verdict(code: int | None) -> tuple[JobStatus, TerminationReason, str]:
         return (
             JobStatus.FAILED,
             Reason.ENGINE_LOST,
-            "the process ended but its exit status was not recorded",
+            # (Its launcher's keeper, its parent, was gone: both launcher processes killed.
+            # It said only "not recorded", leaving the user to guess why.)
+            "the process ended with no launcher process left to see its exit (init reaped "
+            "it): exit status unknown; see launcher.log",
         )
     if 128 < code <= 128 + 64:
         name = signal_name(code - 128)
