@@ -156,7 +156,8 @@ def test_a_batch_files_errors_name_its_line_and_a_byte_order_mark_is_no_command(
     # submitter's whole environment with it).
     (row,) = json.loads(out.stdout)
     listed = json.loads(engine.cli("jobs", "--json").stdout)
-    assert set(row) == set(listed[0]) and row["spec"] == {"command": ["echo", "bom"]}
+    assert set(row) == set(listed[0])
+    assert row["spec"] == {"command": ["echo", "bom"], "priority": 0}
     assert engine.cli("wait", str(row["id"])).returncode == 0
 
 

@@ -350,7 +350,7 @@ def test_a_batch_sends_its_environment_once_and_is_answered_with_rows(served: Se
     rows = data["jobs"]
     # Rows, as GET /v1/jobs lists them: no environment echoed back, no whole-job fields.
     assert all(set(row["spec"]) <= set(ROW_SPEC_KEYS) for row in rows)
-    assert all("created_at" not in row for row in rows)
+    assert all("queued_at" not in row and "stop_reason" not in row for row in rows)
     ids = [str(row["id"]) for row in rows]
     for job_id in ids:
         assert served.cli("wait", job_id).returncode == 0
