@@ -91,7 +91,8 @@ def quote(value: object) -> str:
         else:
             what = f"the unpaired surrogate U+{ord(bad):04X}"
         shown = text.encode("utf-8", "backslashreplace").decode()[:200]
-        raise NotText(f"{shown!r} is not UTF-8 text (it holds {what})") from None
+        # (quoted by hand: repr() doubled the backslash of its own "\xff")
+        raise NotText(f"'{shown}' is not UTF-8 text (it holds {what})") from None
     return "".join(chr(b) if b in _UNRESERVED else f"%{b:02X}" for b in data)
 
 

@@ -151,6 +151,11 @@ async def test_the_text_filter_matches_what_the_tuis_filter_matches(
     for name in ("Éclair", "Обучение", "Straße"):
         done = await engine.submit({"name": name, "command": ["true"], "gpus": 0})
         await engine.wait(done.id, timeout=20)  # (its status is matched too)
+    # A command holding a byte that is not UTF-8 (stored as a "\udcff" escape): every
+    # search past ASCII then failed, "the engine's database failed".
+    for odd in ({"command": ["echo", "odd\udcff"]}, {"shell": "echo odd\udcff"}):
+        done = await engine.submit({**odd, "name": "odd", "gpus": 0})
+        await engine.wait(done.id, timeout=20)
     every = await _all(engine)
     runner = next(r for r in every if r["name"] == "runner")
     assert sorted(runner["domains"]) == ["gpu0", "gpu1"]  # (in placement order: freest first)
@@ -186,6 +191,14 @@ async def test_the_text_filter_matches_what_the_tuis_filter_matches(
         assert served == shown, text
         if text in ("éclair", "ÉCLAIR", "обучение", "straße"):
             assert served, text
+    assert len(await _all(engine, text="ODD")) == 2  # (ASCII: SQLite's own LIKE)
+    # A filter that is not UTF-8 text is refused by name (it reached the database: 503,
+    # "the database failed"); over HTTP a byte that is not UTF-8 reads as U+FFFD, which
+    # is what such a byte in a job's text is matched as.
+    with pytest.raises(ValueError, match="q: the text filter is not UTF-8 text"):
+        JobQuery(text="ab\udcff").check()
+    status, data = await asyncio.to_thread(request, engine.paths.socket, "GET", "/v1/jobs?q=%FF")
+    assert status == 200 and {r["name"] for r in data["jobs"]} == {"odd"}, (status, data)
 
 
 @pytest.mark.parametrize("sort", list(SORTS))

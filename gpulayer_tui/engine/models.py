@@ -441,3 +441,8 @@ class JobQuery:
             raise ValueError(f"limit: must be 1-{MAX_PAGE} (read more page by page)")
         if len(self.text) > 1000:
             raise ValueError("q: the text filter is over 1000 characters")
+        try:
+            self.text.encode()
+        except UnicodeEncodeError:
+            # (it reached the database, which answered 503 "the database failed")
+            raise ValueError("q: the text filter is not UTF-8 text") from None

@@ -406,7 +406,10 @@ def _text_matches(fold: str) -> tuple[str, ...]:
     (empty: as it is)."""
 
     def folded(value: str) -> str:
-        return f"{fold}({value})" if fold else value
+        # (As bytes: a command holding a byte that is not UTF-8 is stored as a "\udcff"
+        # escape, which SQLite's JSON functions give back as bytes Python cannot decode;
+        # passed as text, the call failed and every non-ASCII search with it.)
+        return f"{fold}(CAST({value} AS BLOB))" if fold else value
 
     return tuple(
         f"{folded(value)} LIKE :text ESCAPE '\\'"
@@ -436,6 +439,10 @@ _FOLDED_TEXT_MATCHES = _text_matches(FOLD_FUNCTION)
 
 
 def _fold(value: object) -> object:
+    """A column's text (given as bytes), case-folded; what is not UTF-8 in it as U+FFFD
+    (the result goes back to SQLite, which takes only valid text)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace").casefold()
     return value.casefold() if isinstance(value, str) else value
 
 
