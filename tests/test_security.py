@@ -403,6 +403,29 @@ async def test_hostile_names_and_env_are_stored_verbatim_and_never_interpreted(
         assert db.execute("SELECT COUNT(*) FROM events").fetchone()[0] >= 3 * len(ids)
 
 
+async def test_an_environment_not_utf8_runs_the_same_when_run_again(
+    make_engine: EngineFactory,
+) -> None:
+    # A variable's name holding a byte that is not UTF-8 was stored as three U+FFFD:
+    # the first run had it, a restart or the next engine's restore ran another name.
+    engine = await make_engine()
+    env = {"\udcffK": "1", "V": "a\udcffb"}
+    show = (
+        "import os; print(sorted(k + b'=' + v for k, v in os.environb.items()"
+        " if k in (b'V', b'\\xffK')))"
+    )
+    first = await engine.submit({"command": [sys.executable, "-c", show], "env": env})
+    assert (await engine.wait(first.id, timeout=10)).status is JobStatus.COMPLETED
+    said = engine.log_path(first.id).read_text()
+    assert said == str(sorted([b"V=a\xffb", b"\xffK=1"])) + "\n", said
+    again = await engine.restart(first.id)
+    await engine.wait(again.id, timeout=10)
+    assert engine.log_path(again.id).read_text() == said
+    await engine.stop()
+    engine = await make_engine()  # (read back from the database)
+    assert (await engine.get(first.id)).spec["env"] == env
+
+
 async def test_a_command_is_argv_and_only_a_shell_line_goes_through_a_shell(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

@@ -225,7 +225,7 @@ class Admission:
             act = self._book.create(
                 name=spec.default_name(),
                 kind=JobKind.SERVICE if spec.is_service else JobKind.COMMAND,
-                spec_json=spec.model_dump(mode="json", exclude_none=True),
+                spec_json=spec.stored(),
                 spec=spec,
                 request=request,
                 priority=spec.priority,

@@ -611,13 +611,13 @@ class Engine:
             for key, value in changes.items()
             if old.get(key) != value
         )
-        if spec.model_dump(mode="json", exclude_none=True) == old:
+        if spec.stored() == old:
             return act.job  # (asked for what it has: no "edited: nothing changed" entry)
         said = said or "nothing changed"
         # (All before the next await: the queue's next pass, which may start it, is
         # committed after the edit.)
         self.queue.edit(act, spec, request, deps)  # (out under the old key, in under the new)
-        act.job.spec = spec.model_dump(mode="json", exclude_none=True)
+        act.job.spec = spec.stored()
         act.job.name = spec.default_name()
         self.store.save_edit(act.job)
         self.book.record(act, EventKind.EDITED, {"message": f"edited: {said}"})

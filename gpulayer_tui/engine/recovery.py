@@ -140,6 +140,6 @@ class Recovery:
         now = [renamed.get(pin, pin) for pin in pins]
         pinned = now[0] if isinstance(spec.domain, str) else now
         followed = parse_spec({**job.spec, "domain": pinned})
-        job.spec = followed.model_dump(mode="json", exclude_none=True)
+        job.spec = followed.stored()
         said = ", ".join(f"{old} -> {renamed[old]}" for old in pins if old in renamed)
         return followed, f"edited: pinned domain renamed with its GPU ({said})"

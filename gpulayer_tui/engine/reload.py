@@ -413,7 +413,7 @@ class ConfigReloader:
                 # Another of its pins is gone: it fails as it resolves again, naming that
                 # one (it named the renamed one, the spec unchanged).
                 act.spec = spec
-            act.job.spec = spec.model_dump(mode="json", exclude_none=True)
+            act.job.spec = spec.stored()
             self._store.save_edit(act.job)
             said = ", ".join(f"{old} -> {renamed[old]}" for old in pins if old in renamed)
             message = f"edited: pinned domain renamed with its GPU ({said})"

@@ -269,6 +269,19 @@ class JobSpec(BaseModel):
             out.pop("snapshot", None)
         return out
 
+    def stored(self) -> dict[str, Any]:
+        """The spec as a job keeps it (JSON types; fields at their unset value left out).
+
+        Its environment as given: pydantic's JSON mode re-encodes a dict's keys, and a
+        variable's name holding a byte that is not UTF-8 (U+DC80-U+DCFF) was stored as
+        three U+FFFD, the job run again (a restart, a requeue, a restore) under another
+        name. (A serializer cannot do it: pydantic encodes what one returns.)
+        """
+        out: dict[str, Any] = self.model_dump(mode="json", exclude_none=True)
+        if self.env:
+            out["env"] = dict(self.env)
+        return out
+
     @property
     def dependencies(self) -> list[Dependency]:
         """``depends_on`` with bare ids expanded to default-policy dependencies."""
