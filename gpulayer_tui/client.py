@@ -50,9 +50,23 @@ class EngineLost(OSError):
 class ApiError(RuntimeError):
     """The engine answered with an error; ``status`` is the HTTP status."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after = retry_after
+        """The engine's ``Retry-After`` (seconds), if it gave one."""
+
+
+BUSY_REFUSAL = "too many submissions at once"
+"""How the engine's refusal of a submission it did not read begins (429: its
+``[limits] submissions_in_flight`` are all taken): nothing was stored, so it is sent again."""
+
+
+def _retry_after(headers: dict[str, str]) -> float | None:
+    try:
+        return max(0.0, min(float(headers["retry-after"]), 5.0))
+    except (KeyError, ValueError):
+        return None
 
 
 def _plain_error(status: int, data: bytes) -> str:
@@ -298,8 +312,30 @@ class Client:
             decoded = None
         if response.status >= 400:
             message = decoded.get("error") if isinstance(decoded, dict) else None
-            raise ApiError(response.status, message or _plain_error(response.status, data))
+            raise ApiError(
+                response.status,
+                message or _plain_error(response.status, data),
+                _retry_after(response.headers),
+            )
         return decoded
+
+    def _submitting(self, body: Any, headers: dict[str, str] | None) -> Any:
+        """``POST /jobs``, sent again while the engine answers that it is handling too
+        many submissions at once (it read nothing of them, so nothing was stored: a
+        client holding connections open made every `submit` fail at once), as it asks
+        (``Retry-After``), for up to the client's timeout."""
+        import time
+
+        give_up = time.monotonic() + (self.timeout or 30.0)
+        while True:
+            try:
+                return self.request("POST", "/jobs", body, headers=headers)
+            except ApiError as err:
+                wait = err.retry_after if err.retry_after is not None else 1.0
+                busy = err.status == 429 and str(err).startswith(BUSY_REFUSAL)
+                if not busy or time.monotonic() + wait > give_up:
+                    raise
+                time.sleep(wait)
 
     def stream(
         self, path: str, idle: float | None = None, headers: dict[str, str] | None = None
@@ -336,7 +372,7 @@ class Client:
         """Submit one job; returns its JSON. With ``key`` (an idempotency key), sending the
         same submission again returns the job the first one made instead of a second."""
         headers = {"Idempotency-Key": key} if key else None
-        return dict(self.request("POST", "/jobs", spec, headers=headers)["job"])
+        return dict(self._submitting(spec, headers)["job"])
 
     def submit_many(
         self,
@@ -355,7 +391,7 @@ class Client:
         if env:
             body["env"] = env
         try:
-            return list(self.request("POST", "/jobs", body, headers=headers)["jobs"])
+            return list(self._submitting(body, headers)["jobs"])
         except ApiError as err:
             # An engine from before batch environments (still serving across an upgrade)
             # took the body for one spec and stored nothing: send each job its own.
@@ -366,7 +402,7 @@ class Client:
             else dict(spec, env=spec.get("env") or env)
             for spec in specs
         ]  # fmt: skip
-        return list(self.request("POST", "/jobs", {"jobs": inlined}, headers=headers)["jobs"])
+        return list(self._submitting({"jobs": inlined}, headers)["jobs"])
 
     def job(self, job_id: int | str) -> JobDetailJSON:
         """One job with its ``events``."""

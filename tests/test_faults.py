@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
+from gpulayer_tui.client import ApiError, Client
 from gpulayer_tui.engine.api import ApiServer
 from gpulayer_tui.engine.engine import Engine, Overloaded
 from gpulayer_tui.engine.errors import StoreError
@@ -638,3 +639,36 @@ def test_idle_connection_reloaded_applies_to_new_connections(served: Served) -> 
         assert _closed_by_server(half, within=10)
     finally:
         half.close()
+
+
+async def test_a_submission_refused_unread_is_sent_again_until_a_slot_frees(
+    make_engine: EngineFactory,
+) -> None:
+    # Every [limits] submissions_in_flight slot held by a client that stalls in its body:
+    # `submit` failed at once ("too many submissions at once ... retry shortly"), though
+    # the engine read nothing of it and said when to try again (Retry-After).
+    engine = await make_engine(config=make_config(limits={"submissions_in_flight": 1}))
+    server = ApiServer(engine, engine.paths.socket)
+    await server.start()
+    stalled = socket.socket(socket.AF_UNIX)
+    try:
+        stalled.connect(str(engine.paths.socket))
+        stalled.sendall(
+            b"POST /v1/jobs HTTP/1.1\r\nHost: engine\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n{"
+        )
+        submitting = asyncio.create_task(
+            asyncio.to_thread(Client(engine.paths, timeout=20).submit, {"command": ["true"]})
+        )
+        await eventually(lambda: server.submissions_refused >= 1, timeout=10)
+        stalled.close()  # (its slot comes back)
+        job = await asyncio.wait_for(submitting, timeout=15)
+        assert (await engine.wait(job["id"], timeout=10)).status is JobStatus.COMPLETED
+        # Any other refusal is said at once, as before (here: no such job to wait on).
+        with pytest.raises(ApiError) as refused:
+            spec = {"command": ["true"], "depends_on": [999]}
+            await asyncio.to_thread(Client(engine.paths).submit, spec)
+        assert refused.value.status == 400
+    finally:
+        stalled.close()
+        await server.stop()

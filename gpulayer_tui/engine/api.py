@@ -1135,6 +1135,12 @@ class ApiServer:
         by_pid = self._runner.app[STREAMS_KEY].followers
         return sum(n for pid, n in by_pid.items() if pid != os.getpid())
 
+    @property
+    def submissions_refused(self) -> int:
+        """Submissions answered 429 unread since the start: every ``[limits]
+        submissions_in_flight`` slot was taken."""
+        return 0 if self._runner is None else self._runner.app[GATE_KEY].refused
+
     async def start(self) -> None:
         """Bind the socket. A leftover socket file is removed: we hold the engine lock."""
         self.path.unlink(missing_ok=True)
