@@ -283,6 +283,11 @@ def test_the_cli_pages_filters_and_prints_json_rows(served: Served) -> None:
     rows = json.loads(second.stdout)
     assert [r["id"] for r in rows] == [4, 3, 2]
     assert len(second.stdout.splitlines()) == 5  # "[", a row per line, "]"
+    # As the table does, on stderr: more follow (a script reading --json could not tell).
+    assert second.stderr.strip() == "older: --before 2"
+    by_name = served.cli("jobs", "--sort", "name", "--limit", "3", "--json")
+    assert by_name.stderr.strip() == "more: --page 2"
+    assert served.cli("jobs", "--sort", "name", "--page", "3", "--limit", "3").stderr == ""
     page3 = json.loads(served.cli("jobs", "--limit", "3", "--page", "3", "--json").stdout)
     assert [r["id"] for r in page3] == [1]
     forward = json.loads(served.cli("jobs", "--after", "5", "--json").stdout)

@@ -553,12 +553,14 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     pages = client.iter_jobs(args.limit, **query)
     if args.json:
         # One row per line: as valid JSON as a list, and greppable; printed page by page.
-        first = True
+        first, count, last = True, 0, None
         for page in pages:
             for job in page:
                 sys.stdout.write(("[\n" if first else ",\n") + jsonlite.dumps(job, sort_keys=True))
-                first = False
+                first, count, last = False, count + 1, job
         sys.stdout.write("[]\n" if first else "\n]\n")
+        # (on stderr, as for the table: a script could not tell that more jobs followed)
+        _say_older(client, args, count, None if last is None else last["id"])
         return EXIT_OK
     jobs = [job for page in pages for job in page]
     from .format import fit, format_jobs
@@ -567,15 +569,19 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     # last); piped, every reason is whole (it used to be cut at 70 characters always).
     width = _terminal_columns() if sys.stdout.isatty() else None
     print(fit(format_jobs(jobs, time.time()), width))
-    if (
-        len(jobs) == args.limit
-        and client.more_jobs  # (it said "older" of a list that had no more)
-        and args.sort == "id"
-        and not args.after
-        and not args.reverse
-    ):
-        print(f"older: --before {jobs[-1]['id']}", file=sys.stderr)
+    _say_older(client, args, len(jobs), jobs[-1]["id"] if jobs else None)
     return EXIT_OK
+
+
+def _say_older(client: Client, args: argparse.Namespace, count: int, last: int | None) -> None:
+    """Say on stderr how to list the next page when more jobs follow this one (``last``:
+    the id of the last job listed)."""
+    if last is None or count < args.limit or not client.more_jobs:
+        return  # (it said "older" of a list that had no more)
+    if args.sort == "id" and not args.after and not args.reverse:
+        print(f"older: --before {last}", file=sys.stderr)
+    elif args.sort != "id":
+        print(f"more: --page {(args.page or 1) + 1}", file=sys.stderr)
 
 
 def _status(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
