@@ -472,3 +472,31 @@ def test_run_queue_orders_by_priority_then_id_and_groups_shapes() -> None:
     assert queue.take_fresh() == {1, 3, 4} and queue.take_fresh() == set()
     assert queue.remove((0, 1), one) and not queue.remove((0, 1), one)
     assert len(queue) == 2
+
+
+def test_a_vram_wait_names_every_holder_largest_first() -> None:
+    # Only the largest holder was named, and the figures did not add up ("30.0 GiB held
+    # by job 27; needs 30.0 GiB, 20.0 GiB free" of an 80 GiB GPU two jobs shared).
+    scheduler = Scheduler()
+    scheduler.replace_domains([Domain("gpu0", 0, "GPU-0", 6), Domain("cpu", None, None, 2)])
+    scheduler.observe(
+        ProbeResult(ProbeStatus.OK, (gpu(0, used_gib=10, procs=((4242, 10),)),)), {}, {}
+    )
+    gpu0 = [scheduler.domains["gpu0"]]
+    for job_id, gib_held in ((1, 20), (2, 30)):
+        scheduler.hold(
+            job_id, Request(gpus=1, vram_bytes=gib_held * GIB, pins=(), exclusive=False), gpu0
+        )
+    need_30 = Request(gpus=1, vram_bytes=30 * GIB, pins=(), exclusive=False)
+    reason = scheduler.place(need_30)
+    assert isinstance(reason, str)
+    assert (
+        "gpu0: 30.0 GiB held by job 2, 20.0 GiB held by job 1, 10.0 GiB held by pid 4242; "
+        "needs 30.0 GiB, 20.0 GiB free"
+    ) in reason, reason
+    # Past three, the rest are counted.
+    for job_id in (3, 4):
+        scheduler.hold(job_id, Request(gpus=1, vram_bytes=5 * GIB, pins=(), exclusive=False), gpu0)
+    reason = scheduler.place(need_30)
+    assert isinstance(reason, str)
+    assert "held by pid 4242, 2 more (10.0 GiB); needs 30.0 GiB, 10.0 GiB free" in reason, reason

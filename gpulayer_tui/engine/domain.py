@@ -69,6 +69,9 @@ class VramAccount:
 SHARED_FLOOR = GIB
 """Free memory a job that declares no VRAM needs on a GPU other jobs already share."""
 
+HOLDERS_SHOWN = 3
+"""The holders of a GPU's memory a waiting job's reason names (the rest are counted)."""
+
 
 def gib(value: int | float) -> str:
     """Bytes as ``18.0 GiB``."""
@@ -500,22 +503,31 @@ class Domain:
         return f"{self.name}: {holder}; needs {gib(vram_bytes)}, {gib(account.free)} free"
 
     def _largest_holder(self) -> str:
+        """Who holds the GPU's memory, largest first: ``30.0 GiB held by job 27, 30.0 GiB
+        held by job 28`` (at most HOLDERS_SHOWN, then how many more and how much). Only the
+        largest was named, and the figures did not add up: "30.0 GiB held by job 27;
+        needs 30.0 GiB, 20.0 GiB free" of an 80 GiB GPU that two jobs shared."""
         account = self.account
         assert account is not None
-        best_bytes = 0
-        best = ""
+        held: list[tuple[int, str]] = []
         for proc in account.foreign:
-            if (proc.used_bytes or 0) > best_bytes:
-                best_bytes = proc.used_bytes or 0
+            if proc.used_bytes:
                 who = ", ".join(
                     x for x in (proc.command, f"user {proc.user}" if proc.user else "") if x
                 )
-                best = f"{gib(best_bytes)} held by pid {proc.pid}" + (f" ({who})" if who else "")
+                named = f"held by pid {proc.pid}" + (f" ({who})" if who else "")
+                held.append((proc.used_bytes, named))
         for h in self.holdings.values():
             reserved = max(h.declared_bytes or 0, account.held_by_job.get(h.job_id, 0))
-            if reserved > best_bytes:
-                best_bytes = reserved
-                best = f"{gib(reserved)} held by job {h.job_id}"
-        if account.unattributed > best_bytes:
-            best = f"{gib(account.unattributed)} in use by unlisted processes"
-        return best or f"{gib(account.used)} in use"
+            if reserved:
+                held.append((reserved, f"held by job {h.job_id}"))
+        if account.unattributed:
+            held.append((account.unattributed, "in use by unlisted processes"))
+        if not held:
+            return f"{gib(account.used)} in use"
+        held.sort(key=lambda item: -item[0])  # (stable: equal amounts keep their order)
+        shown = [f"{gib(amount)} {who}" for amount, who in held[:HOLDERS_SHOWN]]
+        rest = held[HOLDERS_SHOWN:]
+        if rest:
+            shown.append(f"{len(rest)} more ({gib(sum(amount for amount, _ in rest))})")
+        return ", ".join(shown)
