@@ -1277,3 +1277,25 @@ def test_a_down_replica_says_for_how_long() -> None:
 
     down = {"state": "down", "port": 4100, "down_since": 1000.0, "started_at": 10.0}
     assert replica_state(down, 1042.0) == "down for 42s (port 4100 not answering)"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("before", [0, 3600], ids=["never", "hourly"])
+async def test_a_new_check_interval_reaches_replicas_already_up(
+    make_engine: EngineFactory, tmp_path: Any, before: float
+) -> None:
+    # An up replica's check waited out the interval it had: from 0 (never checked) it was
+    # never checked again, and from 30 s made 2 it waited the 30 s; a dead endpoint was
+    # shown "up" meanwhile.
+    config = _checked(check_interval=before, restart_down_after=0)
+    engine = await make_engine(simulate=None, config=config)
+    job = await engine.submit(_service([*GATED_SERVER, str(tmp_path)]))
+    await eventually(lambda: _all_up(engine, job.id), timeout=20)
+    replica = _replicas(engine, job.id)[0]
+    engine.paths.config_file.write_text(
+        "[services]\ncheck_interval = 0.05\ndown_after = 2\nrestart_down_after = 0\n"
+    )
+    assert (await engine.config_reload.reload())["applied"]
+    (tmp_path / f"closed-{replica.port}").touch()
+    await eventually(lambda: replica.state is ReplicaState.DOWN, timeout=20)
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)

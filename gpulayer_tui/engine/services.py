@@ -111,13 +111,31 @@ class ServiceRunner:
         self.clock: ServiceClock = clock or LoopClock()
         self._runtimes: dict[int, ServiceRuntime] = {}
         self._timeouts: dict[int, asyncio.TimerHandle] = {}
+        # Set (and replaced) by each new configuration: an up replica's port check waits
+        # on it, so a new check_interval applies at once (one of 0 was never looked at
+        # again, and one of 30 s made to 2 waited out its 30 s).
+        self._reconfigured = asyncio.Event()
         # Told of each replica process that ended by itself on GPUs (its task, its exit
         # code, those GPUs' domains): domain health counts device errors as for a job.
         self.on_replica_end: Callable[[TaskKey, int | None, list[Domain]], None] | None = None
 
     def reconfigure(self, config: Config) -> None:
-        """Use a new configuration from now on (grace period, host, steady time)."""
+        """Use a new configuration from now on (grace period, host, steady time, the
+        port checks' interval: waiting checks start over with it)."""
         self._config = config
+        changed, self._reconfigured = self._reconfigured, asyncio.Event()
+        changed.set()
+
+    async def _sleep_unless_reconfigured(self, seconds: float | None) -> bool:
+        """Sleep ``seconds`` (``None``: as long as it takes), ended early by a new
+        configuration; whether one came."""
+        changed = self._reconfigured
+        try:
+            async with asyncio.timeout(seconds):
+                await changed.wait()
+        except TimeoutError:
+            return False
+        return True
 
     def runtime(self, job_id: int) -> ServiceRuntime | None:
         """The runtime of a running service (its pending restarts and port probes)."""
@@ -361,9 +379,10 @@ class ServiceRunner:
         while replica.pid == pid:
             settings = self._config.services
             if replica.state is R.UP:
-                if settings.check_interval <= 0:
-                    return
-                await asyncio.sleep(settings.check_interval)
+                # (0: not checked, until a new configuration says otherwise)
+                interval = settings.check_interval if settings.check_interval > 0 else None
+                if await self._sleep_unless_reconfigured(interval):
+                    continue  # (its new interval, counted from now)
                 if replica.pid != pid or replica.state is not R.UP:
                     continue
                 if await _answers(host, port):
