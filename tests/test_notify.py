@@ -37,6 +37,7 @@ RECORD = (
     "fd, path = tempfile.mkstemp(dir=sys.argv[1], suffix='.part')\n"
     "os.write(fd, json.dumps(body).encode()); os.close(fd)\n"
     "os.rename(path, path[:-5] + '.json')\n"
+    "with open(os.path.join(sys.argv[1], 'arrivals'), 'a') as f: f.write(body['event'] + '\\n')\n"
 )
 LOGGER = "gpulayer_tui.engine.notify"
 
@@ -49,7 +50,7 @@ def _recorder(out: Path) -> list[str]:
 def _received(out: Path) -> list[dict[str, Any]]:
     """What the command received, in the order of the jobs and events (events of one
     instant, such as a replica giving up and so its job ending, in that order: up to
-    WORKERS are delivered at once, so their arrival order is not theirs)."""
+    WORKERS are delivered at once, so different jobs' arrive in any order)."""
     bodies = [json.loads(p.read_text()) for p in out.glob("*.json")]
     order = ["replica.down", "replica.restarted", "replica.gave_up", "job.ended"]
     return sorted(bodies, key=lambda b: (b["id"], b["event_at"], order.index(b["event"])))
@@ -313,6 +314,10 @@ async def test_a_replica_restart_and_give_up_notify(
     await engine.stop()
     bodies = _received(out)
     assert [b["event"] for b in bodies] == ["replica.restarted", "replica.gave_up", "job.ended"]
+    # Delivered in that order too: a job's notifications go one after another (the end
+    # often reached the hook before the replica's giving up that caused it).
+    arrived = (out / "arrivals").read_text().split()
+    assert arrived == ["replica.restarted", "replica.gave_up", "job.ended"]
     restarted, gave_up, ended = bodies
     assert restarted["replica"]["replica"] == 0 and restarted["replica"]["exit_code"] == 5
     assert "restart #1 at " in restarted["replica"]["message"]

@@ -20,7 +20,8 @@ command still running then is killed with its process group.
 
 Nothing here can hold the engine up or change a job: events are taken from the bus
 without waiting, notifications wait in a bounded queue (one that is full drops the new
-one, with a warning) and at most :data:`WORKERS` are delivered at once; a failure (a
+one, with a warning) and at most :data:`WORKERS` are delivered at once (one job's one
+after another, in the order of its events); a failure (a
 command that cannot start, exits non-zero or is killed at the timeout; a refused
 connection, an HTTP status of 400 or more) is logged with the job's id and counted.
 """
@@ -131,6 +132,10 @@ class Notifier:
         self._seen_row = 0
         self._cursor_kept = False
         self._busy = 0  # notifications being delivered now
+        # One job's notifications are delivered one after another, in the order of their
+        # events (with WORKERS at once, a job's "job.ended" often reached the hook before
+        # the "replica.gave_up" that ended it): its lock, and how many hold or await it.
+        self._job_turns: dict[int, tuple[asyncio.Lock, int]] = {}
         self._owed: dict[int, int] = {}  # job id -> its notifications queued or under way
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue(QUEUE_MAX)
         self._sub: Subscription | None = None
@@ -393,8 +398,11 @@ class Notifier:
         while True:
             pending = await self._queue.get()
             self._busy += 1
+            lock, users = self._job_turns.get(pending.job_id, (asyncio.Lock(), 0))
+            self._job_turns[pending.job_id] = (lock, users + 1)
             try:
-                await self._deliver(pending)
+                async with lock:  # (FIFO: taken in the order the queue gave them out)
+                    await self._deliver(pending)
             except asyncio.CancelledError:
                 raise
             except UnknownJob as err:
@@ -413,6 +421,11 @@ class Notifier:
                 self._handled(pending)
             finally:
                 self._busy -= 1
+                lock, users = self._job_turns[pending.job_id]
+                if users > 1:
+                    self._job_turns[pending.job_id] = (lock, users - 1)
+                else:
+                    del self._job_turns[pending.job_id]
                 self._queue.task_done()
 
     async def _deliver(self, pending: _Pending) -> None:
