@@ -233,7 +233,8 @@ block = ("x" * 1023 + "\\n") * 64
 while True:
     sys.stdout.write(block)
     sys.stdout.flush()
-    time.sleep(0.002)
+    time.sleep(0.02)  # (3 MB/s: at 30 MB/s, on CI's loaded machine, the copy of what it
+    # had written by P, far past what the view had read, took over 30 s)
 """
 
 QUIET_PAGER = """\
