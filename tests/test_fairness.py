@@ -1288,3 +1288,41 @@ async def test_a_preemption_in_its_checkpoint_lead_goes_on_as_decided_across_a_r
     assert time.time() >= lead_ends - 0.5
     await eventually(lambda: again.book.get(urgent.id).job.status is JobStatus.RUNNING, timeout=20)
     await again.cancel(urgent.id)
+
+
+async def test_a_cpu_job_is_preempted_for_a_better_one_in_the_cpu_pool(
+    make_engine: EngineFactory,
+) -> None:
+    # CPU jobs submitted preemptible were never stopped: a higher-priority CPU job waited
+    # behind them as if the flag were not there, and nothing said so.
+    from .conftest import eventually
+
+    config = make_config(
+        scheduling={"preempt_after": 0, "checkpoint_signal": None},
+        engine={"grace_period": 0.3},
+        cpu={"slots": 2},
+    )
+    engine = await make_engine("1xA100-80GB", config=config)
+    low = await engine.submit(
+        {"command": ["sleep", "60"], "gpus": 0, "preemptible": True, "priority": -3}
+    )
+    other = await engine.submit(
+        {"command": ["sleep", "60"], "gpus": 0, "preemptible": True, "priority": -2}
+    )
+
+    def running(job_id: int, attempt: int = 0) -> bool:
+        act = engine.book.live(job_id)
+        return act is not None and act.job.pid is not None and act.job.attempt == attempt
+
+    await eventually(lambda: running(low.id) and running(other.id), timeout=10)
+    urgent = await engine.submit({"command": ["true"], "gpus": 0, "priority": 3})
+    assert (await engine.wait(urgent.id, timeout=30)).status is JobStatus.COMPLETED
+    # The lowest priority was stopped, and only it; it went back to the queue and runs
+    # again from the start.
+    await eventually(lambda: running(low.id, attempt=1), timeout=10)
+    said = [e.get("message", "") for e in await engine.events_of(low.id)]
+    assert any(f"preempted by job {urgent.id}" in m for m in said), said
+    untouched = await engine.get(other.id)
+    assert untouched.status is JobStatus.RUNNING and untouched.attempt == 0
+    for job in (low, other):
+        await engine.cancel(job.id)

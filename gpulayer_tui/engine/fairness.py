@@ -371,16 +371,19 @@ def frees_up(dom: Domain, vram_bytes: int | None) -> bool:
     return account.total - account.unregistered - account.unattributed >= vram_bytes
 
 
-def frees_for(dom: Domain, vram_bytes: int | None, exclusive: bool, gone: set[int]) -> bool:
-    """True if the domain could take such a job once the jobs ``gone`` leave it (others
-    may stay: a domain of several slots needs only one freed, not all of its jobs
-    stopped). Memory freed counts what the leaving jobs declared (at least that)."""
+def frees_for(
+    dom: Domain, vram_bytes: int | None, exclusive: bool, gone: set[int], slots: int = 1
+) -> bool:
+    """True if the domain could take such a job (of ``slots`` slots: the cpu pool's may
+    take several) once the jobs ``gone`` leave it (others may stay: a domain of several
+    slots needs only one freed, not all of its jobs stopped). Memory freed counts what
+    the leaving jobs declared (at least that)."""
     left = [h for h in dom.holdings.values() if h.job_id not in gone]
     if not left:
         return frees_up(dom, vram_bytes)
     if exclusive or any(h.exclusive for h in left):
         return False
-    if sum(h.slots for h in left) + 1 > dom.slots:
+    if sum(h.slots for h in left) + slots > dom.slots:
         return False
     if not vram_bytes:
         return True

@@ -717,6 +717,7 @@ class JobQueue:
         kept_off: set[int] = set()  # reservations (by job) that kept someone off
         tried: set[str] = set()  # kinds ("gpu", "cpu") whose best blocked job was seen
         first_blocked: tuple[int, Group] | None = None  # the best job that cannot start
+        first_blocked_cpu: tuple[int, Group] | None = None  # ... of the cpu pool
         first_limited: tuple[int, Group] | None = None  # ... held back by its user's limit
         shapes: dict[Request, str] = {}  # request shapes that fit nowhere now
         progress = closed is None
@@ -755,6 +756,8 @@ class JobQueue:
                 if isinstance(placed, str):
                     if first_blocked is None and request.gpus:
                         first_blocked = (key[1], group)
+                    elif first_blocked_cpu is None and not request.gpus:
+                        first_blocked_cpu = (key[1], group)
                     kind = "gpu" if request.gpus else "cpu"
                     if not placed.startswith(RESERVED_MARK) and kind not in tried:
                         tried.add(kind)  # (only the best blocked job of each kind reserves)
@@ -783,17 +786,20 @@ class JobQueue:
         if self.settings.preempt_after is not None:
             # The best job that cannot start; one before it held back by its own user's
             # limit first (it waited for ever while that user's sweeps ran).
-            for best in (first_limited, first_blocked):
-                if best is None:
-                    continue
-                job_id, group = best
-                stopping = self._maybe_preempt(job_id, group[0], now)
-                if stopping:
-                    # (said of that job alone: its group's other jobs, of the same shape,
-                    # were said to be stopping it too)
-                    ids = ", ".join(map(str, sorted(stopping)))
-                    stopping_for[job_id] = f"; stopping preemptible job {ids} for it"
-                    break
+            # (The cpu pool's best on its own: its jobs free no GPU, and a GPU job's stop
+            # frees no cpu slot. CPU jobs submitted preemptible were never stopped.)
+            for candidates in ((first_limited, first_blocked), (first_blocked_cpu,)):
+                for best in candidates:
+                    if best is None:
+                        continue
+                    job_id, group = best
+                    stopping = self._maybe_preempt(job_id, group[0], now)
+                    if stopping:
+                        # (said of that job alone: its group's other jobs, of the same
+                        # shape, were said to be stopping it too)
+                        ids = ", ".join(map(str, sorted(stopping)))
+                        stopping_for[job_id] = f"; stopping preemptible job {ids} for it"
+                        break
         for made in reserved:
             group = reserved_groups[made.job_id]
             if made.job_id in kept_off and group in blocked:
@@ -917,7 +923,7 @@ class JobQueue:
         if now - (act.job.queued_at or now) < after:
             return set()
         scheduler = self._scheduler
-        candidates = scheduler.candidates(request)
+        candidates = self._preemption_domains(request)
         uid = owner_of(act.job.owner_uid)
         held = self.running_by_user(now).get(uid, Running())
         # Held back by its own user's limit: only that user's jobs, wherever they run,
@@ -994,13 +1000,21 @@ class JobQueue:
             if closed is not None:
                 why = f"the queue is closed: {closed}"
             elif not self._fits_without(
-                act.request, self._scheduler.candidates(act.request), victims
+                act.request, self._preemption_domains(act.request), victims
             ):
                 why = f"the job it was for, job {urgent}, could not start once it stopped"
             else:
                 continue
             self._call_off(urgent, why)
             self._preempted_at.pop(urgent, None)
+
+    def _preemption_domains(self, request: Request) -> list[Domain]:
+        """Where stopping jobs may let ``request`` start: its GPU domains, or (a cpu
+        job) the cpu pool."""
+        if request.gpus:
+            return self._scheduler.candidates(request)
+        pool = self._scheduler.domains.get(CPU_DOMAIN)
+        return [] if pool is None else [pool]
 
     @staticmethod
     def _fits_without(request: Request, candidates: list[Domain], gone: set[int]) -> bool:
@@ -1009,11 +1023,12 @@ class JobQueue:
         for dom in candidates:
             if dom.state is not DomainState.IN_SERVICE:
                 continue
-            if dom.blocker(request.vram_bytes, request.exclusive) is None:
+            slots = request.slots_on(dom)
+            if dom.blocker(request.vram_bytes, request.exclusive, slots) is None:
                 usable += 1
-            elif frees_for(dom, request.vram_bytes, request.exclusive, gone):
+            elif frees_for(dom, request.vram_bytes, request.exclusive, gone, slots):
                 usable += 1  # (one job of a 2-slot domain stopped may be enough)
-        return usable >= request.gpus
+        return usable >= max(1, request.gpus)
 
     def _reserve(self, job_id: int, request: Request, now: float) -> Reservation | None:
         if not self.settings.reserve:
