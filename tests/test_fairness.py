@@ -1326,3 +1326,35 @@ async def test_a_cpu_job_is_preempted_for_a_better_one_in_the_cpu_pool(
     assert untouched.status is JobStatus.RUNNING and untouched.attempt == 0
     for job in (low, other):
         await engine.cancel(job.id)
+
+
+async def test_preempt_after_counts_from_when_the_dependencies_are_met(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # A job that had waited on its dependencies for longer than preempt_after stopped the
+    # preemptible job the instant they were met: its wait for them was taken as a wait
+    # for room.
+    from .conftest import eventually
+
+    config = make_config(scheduling={"preempt_after": 1.0, "checkpoint_signal": None})
+    engine = await make_engine("1xA100-80GB", config=config)
+    gate = tmp_path / "go"
+    victim = await engine.submit(
+        {"command": ["sleep", "60"], "gpus": 1, "preemptible": True, "priority": -1}
+    )
+    dep = await engine.submit({"shell": f"while [ ! -e {gate} ]; do sleep 0.02; done", "gpus": 0})
+    urgent = await engine.submit(
+        {"command": ["true"], "gpus": 1, "priority": 3, "depends_on": [dep.id]}
+    )
+    submitted = time.time()
+    await eventually(lambda: time.time() > submitted + 1.5, timeout=10)
+    gate.touch()
+    await engine.wait(dep.id, timeout=10)
+    engine.queue.schedule()  # (a pass now: the dependency just met)
+    act = engine.book.live(victim.id)
+    assert act is not None and act.job.stop_reason is None, act.job.message
+    # Once it has waited preempt_after for room, it does stop it.
+    assert (await engine.wait(urgent.id, timeout=30)).status is JobStatus.COMPLETED
+    stopped = [e.get("message", "") for e in await engine.events_of(victim.id)]
+    assert any(f"preempted by job {urgent.id}" in m for m in stopped), stopped
+    await engine.cancel(victim.id)

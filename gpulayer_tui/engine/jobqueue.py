@@ -139,6 +139,10 @@ class JobQueue:
         self.cluster_deps: Callable[[ActiveJob, dict[int, bool]], bool] | None = None
         self._preempting: dict[int, set[int]] = {}  # waiting job -> jobs stopped for it
         self._preempted_at: dict[int, float] = {}  # waiting job -> when it stopped them
+        # job -> when its last dependency ended: preempt_after counts from there (a job
+        # that had waited an hour on its dependencies stopped others the instant it could
+        # run, its wait for them taken as a wait for room)
+        self._deps_met_at: dict[int, float] = {}
         self._said_stopping: set[int] = set()  # jobs whose reason says whom they stop
         self._cluster_held: dict[int, ActiveJob] = {}  # cluster jobs the gate holds back
 
@@ -920,7 +924,8 @@ class JobQueue:
         after = self.settings.preempt_after
         if act is None or after is None or self.preempt is None or request.replicas > 1:
             return set()
-        if now - (act.job.queued_at or now) < after:
+        waiting_since = max(act.job.queued_at or now, self._deps_met_at.get(job_id, 0.0))
+        if now - waiting_since < after:
             return set()
         scheduler = self._scheduler
         candidates = self._preemption_domains(request)
@@ -1103,6 +1108,7 @@ class JobQueue:
         self._cluster_held.pop(job_id, None)
         self._capacity_wait.pop(job_id, None)
         self._capacity_block.pop(job_id, None)
+        self._deps_met_at.pop(job_id, None)
         for dep_id in self._waiting_on.pop(job_id, {}):
             dependents = self._dependents.get(dep_id)
             if dependents is not None:
@@ -1147,6 +1153,7 @@ class JobQueue:
                 self._set_dependency_reason(dependent)
             else:
                 del self._waiting_on[dependent_id]
+                self._deps_met_at[dependent_id] = self._clock()
                 self.ready(dependent)
         if act.holds:
             self.schedule_soon()
