@@ -1049,6 +1049,8 @@ def test_a_spec_files_env_the_engine_sets_is_refused_naming_it(
     out = engine.cli("submit", "--spec", str(spec))
     assert out.returncode == 2
     assert f"{spec}: env PORT: each start of a replica gets a free port" in out.stderr
+    # (a file's way, not the flag's: it said "add --no-port" of a spec file)
+    assert "set port = false to give your own" in out.stderr and "--no-port" not in out.stderr
     assert json.loads(engine.cli("jobs", "--json").stdout) == []
     spec.write_text(
         'kind = "service"\ncommand = ["sleep", "60"]\nport = false\nenv = { PORT = "8000" }\n'

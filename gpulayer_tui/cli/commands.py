@@ -125,9 +125,11 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     return spec
 
 
-def _engine_sets(key: str, port_service: bool) -> str | None:
+def _engine_sets(key: str, port_service: bool, no_port: str = "add --no-port") -> str | None:
     """Why ``--env KEY`` cannot be given (the engine sets KEY for each job, over whatever
-    the job's environment says: the value given was dropped without a word), or ``None``."""
+    the job's environment says: the value given was dropped without a word), or ``None``.
+    ``no_port``: how to turn the port off where the env was given (a spec file's way is
+    ``port = false``: it was told of a flag)."""
     if key == "CUDA_VISIBLE_DEVICES":
         return (
             "the engine sets it to the job's GPUs; ask for GPUs with --gpus N "
@@ -138,7 +140,7 @@ def _engine_sets(key: str, port_service: bool) -> str | None:
     if key == "PORT" and port_service:
         return (
             "each start of a replica gets a free port as $PORT from the engine; "
-            "add --no-port to give your own"
+            f"{no_port} to give your own"
         )
     return None
 
@@ -461,7 +463,7 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
             own = item.get("env")
             port = item.get("kind") == "service" and item.get("port") is not False
             for key in own if isinstance(own, dict) else ():
-                refused = _engine_sets(str(key), port)
+                refused = _engine_sets(str(key), port, "set port = false")
                 if refused:
                     where = f"{args.spec}" + (f", job {number}" if len(items) > 1 else "")
                     _error(f"{where}: env {key}: {refused}")
