@@ -20,6 +20,11 @@ AppFactory = Callable[..., Awaitable[Any]]
 GIB = 1024**3
 
 
+async def _open_strays(pilot: Any, app: Any) -> None:
+    await pilot.press("3")
+    await until(pilot, lambda: app.current_mode == "strays", "the strays screen")
+
+
 async def test_adopt_a_stray_from_the_table(
     ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
 ) -> None:
@@ -29,8 +34,7 @@ async def test_adopt_a_stray_from_the_table(
     SimLedger(engine.paths.state_dir).hold(0, sleeper_proc.pid, 5.0)
     await engine.sampler.sample_once()
     async with app.run_test(size=(140, 40)) as pilot:
-        await pilot.press("3")
-        await until(pilot, lambda: app.current_mode == "strays")
+        await _open_strays(pilot, app)
         table = app.screen.query_one(StrayTable)
         await until(pilot, lambda: sleeper_proc.pid in table.rows_by_pid)
         row = table.rows_by_pid[sleeper_proc.pid]
@@ -71,8 +75,7 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
 ) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
-        await pilot.press("3")
-        await until(pilot, lambda: app.current_mode == "strays")
+        await _open_strays(pilot, app)
         await pilot.press("a")  # no stray listed: it says so (it did nothing at all)
         await until(
             pilot,
@@ -143,8 +146,7 @@ async def test_the_adopt_dialog_takes_a_domain_and_stays_open_on_a_refusal(
     # typed was lost.
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
-        await pilot.press("3")
-        await until(pilot, lambda: app.current_mode == "strays")
+        await _open_strays(pilot, app)
         await pilot.press("p")
         await pilot.press(*str(sleeper_proc.pid), "enter")
         dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
