@@ -500,3 +500,19 @@ def test_a_vram_wait_names_every_holder_largest_first() -> None:
     reason = scheduler.place(need_30)
     assert isinstance(reason, str)
     assert "held by pid 4242, 2 more (10.0 GiB); needs 30.0 GiB, 10.0 GiB free" in reason, reason
+
+
+def test_a_slot_wait_names_memory_held_outside_that_would_still_keep_it_out() -> None:
+    # A job waiting on gpu0's slot was told only of the slot's holder: once that job was
+    # gone (or preempted) it would still not fit, for memory a stray process holds.
+    scheduler = machine(gpu(0, used_gib=50, procs=((9288, 50),)))
+    gpu0 = [scheduler.domains["gpu0"]]
+    scheduler.hold(7, Request(gpus=1, vram_bytes=20 * GIB, pins=(), exclusive=False), gpu0)
+    reason = scheduler.place(Request(gpus=1, vram_bytes=40 * GIB, pins=(), exclusive=False))
+    assert reason == (
+        "waiting for gpu0: slot held by job 7; once it is free, 50.0 GiB held by pid 9288 "
+        "still leaves 30.0 GiB, short of the 40.0 GiB asked"
+    ), reason
+    # What would fit once the slot is free says only the slot.
+    fits_later = Request(gpus=1, vram_bytes=30 * GIB, pins=(), exclusive=False)
+    assert scheduler.place(fits_later) == "waiting for gpu0: slot held by job 7"

@@ -479,8 +479,9 @@ class Domain:
                 return f"all {self.slots} cpu slots busy"
             jobs = ", ".join(str(j) for j in sorted(self.holdings))
             if self.slots == 1:
-                return f"{self.name}: slot held by job {jobs}"
-            return f"{self.name}: all {self.slots} slots busy (jobs {jobs})"
+                return f"{self.name}: slot held by job {jobs}{self._outside_shortfall(vram_bytes)}"
+            busy = f"{self.name}: all {self.slots} slots busy (jobs {jobs})"
+            return busy + self._outside_shortfall(vram_bytes)
         if not self.is_gpu:
             return None
         account = self.account
@@ -501,6 +502,31 @@ class Domain:
             return None
         holder = self._largest_holder()
         return f"{self.name}: {holder}; needs {gib(vram_bytes)}, {gib(account.free)} free"
+
+    def _outside_shortfall(self, vram_bytes: int | None) -> str:
+        """What memory held outside our jobs would still keep ``vram_bytes`` out once
+        every job here had ended (``""``: nothing would): named beside a slot's holder,
+        which alone was named, as if that job's end (or its preemption) would do."""
+        account = self.account
+        if not vram_bytes or account is None:
+            return ""
+        left = account.total - account.unregistered - account.unattributed
+        if left >= vram_bytes:
+            return ""
+        outside = [
+            (p.used_bytes or 0, f"pid {p.pid}" + (f" ({p.command})" if p.command else ""))
+            for p in account.foreign
+            if p.used_bytes
+        ]
+        if account.unattributed:
+            outside.append((account.unattributed, "unlisted processes"))
+        outside.sort(key=lambda item: -item[0])
+        named = ", ".join(f"{gib(b)} held by {who}" for b, who in outside[:HOLDERS_SHOWN])
+        return (
+            f"; once it is free, {named or 'memory held outside gpulayer-tui'} still "
+            f"leave{'s' if len(outside) == 1 else ''} {gib(max(0, left))}, short of the "
+            f"{gib(vram_bytes)} asked"
+        )
 
     def _largest_holder(self) -> str:
         """Who holds the GPU's memory, largest first: ``30.0 GiB held by job 27, 30.0 GiB
