@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 HEALTH_S = 2.0
 """Seconds a health check waits for the engine before it counts as not answering."""
 
+SUBMIT_BUSY_S = 30.0
+"""How long a submission refused unread (the engine busy with others) is sent again."""
+
 
 class LogChunk(NamedTuple):
     """A piece of a job's output and where its output goes on after it."""
@@ -303,7 +306,25 @@ class SocketBackend:
 
     async def submit(self, spec: dict[str, Any]) -> JobJSON:
         """Submit one job."""
-        return cast(JobJSON, (await self._request("POST", "/jobs", json=spec))["job"])
+        import asyncio
+        import time
+
+        from .client import BUSY_REFUSAL
+
+        # Refused unread while every [limits] submissions_in_flight slot is taken (nothing
+        # stored): sent again each second, as the engine asks, for up to 30 s, as the CLI
+        # does; the form said "too many submissions at once" at the first refusal.
+        give_up = time.monotonic() + SUBMIT_BUSY_S
+        while True:
+            try:
+                answer = await self._request("POST", "/jobs", json=spec)
+            except BackendError as err:
+                busy = err.status == 429 and str(err).startswith(BUSY_REFUSAL)
+                if not busy or time.monotonic() + 1.0 > give_up:
+                    raise
+                await asyncio.sleep(1.0)
+                continue
+            return cast(JobJSON, answer["job"])
 
     async def cancel(self, job_id: int) -> JobJSON:
         """Cancel one job."""

@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
+from gpulayer_tui.backend import SocketBackend
 from gpulayer_tui.client import ApiError, Client
 from gpulayer_tui.engine.api import ApiServer
 from gpulayer_tui.engine.engine import Engine, Overloaded
@@ -660,10 +661,13 @@ async def test_a_submission_refused_unread_is_sent_again_until_a_slot_frees(
         submitting = asyncio.create_task(
             asyncio.to_thread(Client(engine.paths, timeout=20).submit, {"command": ["true"]})
         )
-        await eventually(lambda: server.submissions_refused >= 1, timeout=10)
+        tui = SocketBackend(engine.paths)  # (the TUI's submit, attached: the same)
+        from_tui = asyncio.create_task(tui.submit({"command": ["true"]}))
+        await eventually(lambda: server.submissions_refused >= 2, timeout=10)
         stalled.close()  # (its slot comes back)
-        job = await asyncio.wait_for(submitting, timeout=15)
-        assert (await engine.wait(job["id"], timeout=10)).status is JobStatus.COMPLETED
+        for job in (await asyncio.wait_for(submitting, 15), await asyncio.wait_for(from_tui, 15)):
+            assert (await engine.wait(job["id"], timeout=10)).status is JobStatus.COMPLETED
+        await tui.close()
         # Any other refusal is said at once, as before (here: no such job to wait on).
         with pytest.raises(ApiError) as refused:
             spec = {"command": ["true"], "depends_on": [999]}
