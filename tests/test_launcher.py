@@ -530,6 +530,41 @@ async def test_a_start_goes_out_as_its_decision_commits_without_waiting_for_the_
     assert kinds.index(("job.transition", "running")) < kinds.index(("job.started", "running"))
 
 
+async def test_a_start_heard_after_the_end_carries_the_time_it_was_spawned(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # The engine can read the launcher's "started" after the job has ended (its loop was
+    # busy): the job.started event still says when it was spawned, before its end.
+    engine = await make_engine()
+    journal_path = engine.paths.state_dir / journal.NAME
+    marker = tmp_path / "ran"
+    seen: list[tuple[str, object, float]] = []
+    subscription = engine.subscribe()
+
+    async def watch() -> None:
+        async for ev in subscription:
+            seen.append((ev.kind.value, ev.data.get("status"), ev.at))
+
+    watcher = asyncio.create_task(watch())
+    release, busy, submitting, act = await _placed_while_the_writer_is_busy(engine, marker)
+    await eventually(lambda: engine.store._inflight)
+    release.set()
+    # Hold the loop until the launcher has journalled the job's end.
+    ended = wait_for(lambda: f"E {act.job.id} " in journal_path.read_text(), timeout=10)
+    assert ended and act.job.pid is None
+    await busy
+    job = await submitting
+    done = await engine.wait(job.id, timeout=10)
+    assert done.status is JobStatus.COMPLETED and done.started_at and done.ended_at
+    await eventually(lambda: any(kind == "job.started" for kind, _, _ in seen))
+    await eventually(lambda: ("job.transition", "completed") in [s[:2] for s in seen])
+    subscription.close()
+    watcher.cancel()
+    started_at = next(at for kind, _, at in seen if kind == "job.started")
+    ended_at = next(at for kind, status, at in seen if status == "completed")
+    assert done.started_at <= started_at <= ended_at == done.ended_at
+
+
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT", "SIGHUP"])
 def test_the_launcher_outlives_signals_meant_for_its_engine(
     signal_name: str, tmp_path: Path

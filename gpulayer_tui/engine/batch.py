@@ -409,7 +409,7 @@ class BatchRunner:
         act.job.pid, act.job.start_ticks = started.pid, started.start_ticks
         self._book.roots.add(started.pid, job_id, started.start_ticks)
         act.launched = True
-        self._book.started(job_id)
+        self._book.started(job_id, started.at)
 
     def _arm_timeout(self, act: ActiveJob, delay: float) -> None:
         loop = asyncio.get_running_loop()

@@ -64,6 +64,9 @@ class Started:
     timed_out: bool = False
     """Found again being stopped by the executor for its timeout (no engine was
     connected when its time ran out)."""
+    at: float | None = None
+    """When the executor spawned it (``None``: not known, e.g. a start found again). The
+    engine may hear of a start after the task ended; its event carries this time."""
 
 
 OnStart = Callable[[Started], None]

@@ -398,14 +398,20 @@ class JobBook:
                 if not waiter.done():
                     waiter.set_result(None)
 
-    def started(self, job_id: int) -> None:
+    def started(self, job_id: int, at: float | None = None) -> None:
         """A running job's processes run now (its runner says so): tell subscribers (its
-        pid is durable in the launcher's journal, not a row of ours) and wake waiters."""
+        pid is durable in the launcher's journal, not a row of ours) and wake waiters.
+
+        Args:
+            job_id: The job.
+            at: When its runner started it, if known: the event carries that time, since
+                the runner's word can arrive after the job has already ended.
+        """
         act = self._active.get(job_id)
         if act is not None and self._bus.has_subscribers:
             pid = act.job.pid
             data = {"status": act.job.status.value, "pid": pid}
-            self._bus.publish(self.event(EventKind.STARTED, act.job, data))
+            self._bus.publish(self.event(EventKind.STARTED, act.job, data, at))
         for waiter in self._start_waiters.pop(job_id, ()):
             if not waiter.done():
                 waiter.set_result(None)

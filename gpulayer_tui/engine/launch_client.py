@@ -578,7 +578,13 @@ class LauncherExecutor:
         except (ValueError, KeyError, TypeError):
             return
         if kind == "started":
-            self._started(str(event["key"]), int(event["pid"]), int(event["ticks"]))
+            at = event.get("at")
+            self._started(
+                str(event["key"]),
+                int(event["pid"]),
+                int(event["ticks"]),
+                float(at) if isinstance(at, (int, float)) else None,
+            )
         elif kind == "exited":
             dropped = event.get("dropped")
             self._exited(
@@ -608,15 +614,15 @@ class LauncherExecutor:
             if not self._table_ready.done():
                 self._table_ready.set_result(event["tasks"])
 
-    def _started(self, lkey: str, pid: int, ticks: int) -> None:
+    def _started(self, lkey: str, pid: int, ticks: int, at: float | None = None) -> None:
         self._pending.pop(lkey, None)
         watch = self._watches.get(lkey)
         if watch is None or watch.pid is not None:
             return
-        if watch.hold(functools.partial(self._started, lkey, pid, ticks)):
+        if watch.hold(functools.partial(self._started, lkey, pid, ticks, at)):
             return
         watch.pid = pid
-        watch.on_start(Started(pid, ticks))
+        watch.on_start(Started(pid, ticks, at=at))
 
     def _exited(
         self,

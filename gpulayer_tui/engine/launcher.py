@@ -34,7 +34,8 @@ Requests (engine -> spawner) and events (spawner -> engine), one JSON object per
 ``{"op": "query"}``                                 -> ``{"ev": "table", "tasks": {...}}``
 ``{"op": "ack", "keys": [...]}``                    the engine recorded these ends
 ``{"op": "quit_if_idle"}``                          exit now if nothing runs
-``{"ev": "started", "key", "pid", "ticks"}``        it runs
+``{"ev": "started", "key", "pid", "ticks", "at"}``  it runs (spawned at ``at``; absent
+                                                   when re-told of a known start)
 ``{"ev": "failed", "key", "error"}``                it could not start (never ran)
 ``{"ev": "exited", "key", "code", "at", ...}``      it ended at ``at`` (``code`` null: unobservable;
                                                    ``dropped``: what its log's cuts dropped)
@@ -740,6 +741,7 @@ class Spawner:
             return f"cannot start {argv[0]}: {err.strerror}{where}"
         finally:
             os.chdir("/")
+        spawned_at = time.time()
         ticks = _start_ticks(pid, before, time.clock_gettime_ns(time.CLOCK_BOOTTIME))
         # (its log's cap too: a spawner that takes it over with no engine connected cuts
         # it back at once, where it grew without bound until the engine came back)
@@ -754,7 +756,8 @@ class Spawner:
             entry.timeout_at = task.timeout_at = timeout_at
             entry.timeout_grace = task.timeout_grace = timeout[1]
         self._watch(task)
-        self._send({"ev": "started", "key": key, "pid": pid, "ticks": ticks})
+        # (when it was spawned: the engine reads this line later, maybe after the job ended)
+        self._send({"ev": "started", "key": key, "pid": pid, "ticks": ticks, "at": spawned_at})
         return None
 
     def _watch(self, task: Task) -> None:

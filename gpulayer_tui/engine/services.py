@@ -316,7 +316,7 @@ class ServiceRunner:
         self._book.roots.add(pid, job_id, started.start_ticks)
         if all(r.pid is not None or not r.state.has_process for r in act.job.replicas):
             act.launched = True
-            self._book.started(job_id)
+            self._book.started(job_id, started.at)
         if replica.state is R.STARTING:
             assert replica.port is not None
             self._set_replica(
