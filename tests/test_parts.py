@@ -516,3 +516,14 @@ def test_a_slot_wait_names_memory_held_outside_that_would_still_keep_it_out() ->
     # What would fit once the slot is free says only the slot.
     fits_later = Request(gpus=1, vram_bytes=30 * GIB, pins=(), exclusive=False)
     assert scheduler.place(fits_later) == "waiting for gpu0: slot held by job 7"
+
+
+def test_a_late_timeout_counts_whole_seconds_down_as_the_runtime_column_does() -> None:
+    from gpulayer_tui.engine.batch import late_timeout_message, timeout_message
+    from gpulayer_tui.formatting import duration
+
+    job = Job(1, "late", JobKind.COMMAND, {}, started_at=1000.0)
+    said = late_timeout_message(job, 5, 1010.7, 10)
+    assert "(stopped at 10 s:" in said and duration(1010.7 - 1000.0) == "10s"
+    job.started_at = time.time() - 10.7
+    assert "(stopped at 10 s:" in timeout_message(job, 5)

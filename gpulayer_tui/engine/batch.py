@@ -174,7 +174,8 @@ def timeout_message(job: Job, timeout: float) -> str:
     message = f"timed out after {timeout:g} s"
     ran = time.time() - (job.started_at or time.time())
     if ran > timeout + 2:
-        message += f" (stopped at {ran:.0f} s: no engine ran to stop it sooner)"
+        # (whole seconds down, as the jobs table's RUNTIME counts them)
+        message += f" (stopped at {int(ran)} s: no engine ran to stop it sooner)"
     return message
 
 
@@ -191,7 +192,7 @@ def late_timeout_message(
     killed = code == 128 + signal.SIGKILL and ran <= timeout + grace + 2
     if ran > timeout + 2 and not killed:
         return (
-            f"timed out after {timeout:g} s (stopped at {ran:.0f} s: no engine or launcher "
+            f"timed out after {timeout:g} s (stopped at {int(ran)} s: no engine or launcher "
             "ran to stop it sooner)"
         )
     if ran > timeout + 2:  # (it outlived its SIGTERM: that grace was not a late stop)
