@@ -140,6 +140,26 @@ async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:
             lambda: any("is running: only a waiting job is edited" in n for n in _notes(app)),
             "the dimmed edit key's refusal",
         )
+        # A plain CPU job has no replicas and no GPU usage: those keys are out of the
+        # footer, and say so when pressed anyway.
+        assert detail.check_action("next_replica", ()) is False
+        assert detail.check_action("toggle_usage", ()) is False
+        await pilot.press("right_square_bracket")
+        await until(
+            pilot,
+            lambda: any("has no replicas: only a service" in n for n in _notes(app)),
+            "the hidden replica key's word",
+        )
+        await pilot.press("u")
+        await until(
+            pilot,
+            lambda: any("uses no GPU: there is no GPU usage" in n for n in _notes(app)),
+            "the hidden usage key's word",
+        )
+        await pilot.press("slash", "u", "right_square_bracket")  # (typed in a search: text)
+        search = detail.query_one("#log-search", Input)
+        await until(pilot, lambda: search.value == "u]", "the search field's text")
+        await pilot.press("escape")
         assert isinstance(app.screen, JobDetailScreen)
         assert app.is_running
         await app.backend.cancel(running["id"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, ClassVar
 
 from textual import events
 from textual.screen import Screen
@@ -61,14 +61,26 @@ DIMMED_KEYS: dict[str, str] = {
 
 
 class SaysWhyKeysAreDimmed:
-    """A screen mixin: a dimmed job key, pressed, says why it does not apply."""
+    """A screen mixin: a dimmed job key, pressed, says why it does not apply; so does a
+    key of ``HIDDEN_KEYS_SAY_WHY`` that the screen hides (``check_action`` says ``False``)
+    on the job shown: its action runs, and says so."""
+
+    HIDDEN_KEYS_SAY_WHY: ClassVar[dict[str, str]] = {}
+    """Key -> action, for keys kept out of the footer where they do not apply (a
+    service's keys on a plain job) but that should not do nothing when pressed."""
 
     def on_key(self, event: events.Key) -> None:
-        action = DIMMED_KEYS.get(event.key)
         screen = self
-        if action is None or not isinstance(screen, Screen):
+        if not isinstance(screen, Screen):
             return
-        if screen.check_action(action, ()) is None:
+        action = DIMMED_KEYS.get(event.key)
+        if action is not None and screen.check_action(action, ()) is None:
+            event.stop()
+            event.prevent_default()
+            getattr(screen, f"action_{action}")()
+            return
+        action = self.HIDDEN_KEYS_SAY_WHY.get(event.key)
+        if action is not None and screen.check_action(action, ()) is False:
             event.stop()
             event.prevent_default()
             getattr(screen, f"action_{action}")()

@@ -292,6 +292,10 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     """
 
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("detail"))
+    HIDDEN_KEYS_SAY_WHY: ClassVar[dict[str, str]] = {
+        "right_square_bracket": "next_replica",
+        "u": "toggle_usage",
+    }
     KEYMAP_SCOPE: ClassVar[str] = "detail"
     """Its part of :data:`~gpulayer_tui.keymap.KEYMAP` (help and the palette show it)."""
 
@@ -773,6 +777,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
 
     def action_toggle_usage(self) -> None:
         """Show the GPU usage as one line, or with its lines and plots."""
+        if self._job is not None and not uses_gpus(self._job):
+            self._say_not_here("uses no GPU: there is no GPU usage to show")
+            return
         panel = self.query_one(UsagePanel)
         panel.expanded = not panel.expanded
         self._usage_chosen = True
@@ -780,6 +787,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     def action_next_replica(self) -> None:
         """Show the next replica's output (services write one log per replica)."""
         if not self.is_service:
+            self._say_not_here("has no replicas: only a service has one log per replica")
             return
         count = (len(self._job.get("replicas") or []) if self._job else 0) or 1
         self._replica = (self._replica + 1) % count
@@ -788,6 +796,13 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self._log_done = False
         self._update_log_title()
         self._follow_log()
+
+    def _say_not_here(self, why: str) -> None:
+        """A key that does not apply to this job (hidden from the footer) was pressed."""
+        if self._job is None:
+            self.app.notify("the job is still loading", severity="warning")
+        else:
+            self.app.notify(f"job {self.job_id} {why}", severity="warning")
 
     def action_cancel_job(self) -> None:
         """Cancel this job (after a confirmation)."""
