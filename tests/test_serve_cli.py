@@ -449,6 +449,36 @@ def test_stop_ends_the_background_engine_and_its_jobs_go_on(served: Served) -> N
     assert served.cli("cancel", job).returncode == 0
 
 
+def test_stop_waits_gpulayer_timeout_for_an_engine_slow_to_stop(served: Served) -> None:
+    # An "engine" that holds the lock and ignores SIGTERM: `stop` gives up after
+    # GPULAYER_TIMEOUT (it waited a fixed 30 s), and --timeout still wins.
+    served.home.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import pathlib, signal, sys, time\n"
+            "from gpulayer_tui.engine.lock import EngineLock\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            f"EngineLock(pathlib.Path({str(served.home / 'engine.lock')!r})).acquire()\n"
+            "print('held', flush=True)\n"
+            "time.sleep(120)\n"
+        ), "--serve"],
+        stdout=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        served.env["GPULAYER_TIMEOUT"] = "0.5"
+        stopping = served.cli("stop", timeout=20)
+        assert stopping.returncode == 1
+        assert f"the engine (pid {holder.pid}) is still stopping after 0.5 s" in stopping.stderr
+        stopping = served.cli("stop", "--timeout", "0.2", timeout=20)
+        assert "is still stopping after 0.2 s" in stopping.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+        assert holder.stdout is not None
+        holder.stdout.close()
+
+
 def test_sighup_reads_the_config_again_and_the_engine_goes_on(served: Served) -> None:
     # (`--serve &` from a shell gets SIGHUP when the terminal goes: an ssh logout.)
     served.start("--simulate", "1xA100-80GB")

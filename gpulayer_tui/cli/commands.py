@@ -1081,10 +1081,11 @@ def _stop(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         return EXIT_FAILED
     except ProcessLookupError:
         pass
-    deadline = time.monotonic() + args.timeout
+    patience = args.timeout if args.timeout is not None else (client.timeout or 30.0)
+    deadline = time.monotonic() + patience
     while lock.is_held_elsewhere():
         if time.monotonic() > deadline:
-            _error(f"the engine (pid {pid}) is still stopping after {args.timeout:g} s")
+            _error(f"the engine (pid {pid}) is still stopping after {patience:g} s")
             return EXIT_FAILED
         time.sleep(0.05)
     print(f"stopped the engine (pid {pid}); running jobs go on, the next engine takes them back")

@@ -516,9 +516,9 @@ def _stop_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeout",
         type=positive_number,
-        default=30.0,
+        default=None,
         metavar="SECONDS",
-        help="how long to wait for it to stop (default 30)",
+        help="how long to wait for it to stop (default: GPULAYER_TIMEOUT, else 30)",
     )
 
 
