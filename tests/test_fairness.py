@@ -1358,3 +1358,54 @@ async def test_preempt_after_counts_from_when_the_dependencies_are_met(
     stopped = [e.get("message", "") for e in await engine.events_of(victim.id)]
     assert any(f"preempted by job {urgent.id}" in m for m in stopped), stopped
     await engine.cancel(victim.id)
+
+
+async def test_time_the_queue_was_paused_is_not_counted_toward_preempt_after(
+    make_engine: EngineFactory,
+) -> None:
+    # A job queued while the queue was paused stopped a preemptible job the instant the
+    # queue was resumed: the pause was taken as a wait for room.
+    from .conftest import eventually
+
+    config = make_config(scheduling={"preempt_after": 1.0, "checkpoint_signal": None})
+    engine = await make_engine("1xA100-80GB", config=config)
+    victim = await engine.submit(
+        {"command": ["sleep", "60"], "gpus": 1, "preemptible": True, "priority": -1}
+    )
+    await engine.pause()
+    urgent = await engine.submit({"command": ["true"], "gpus": 1, "priority": 3})
+    paused = time.time()
+    await eventually(lambda: time.time() > paused + 1.5, timeout=10)
+    await engine.resume()
+    engine.queue.schedule()
+    act = engine.book.live(victim.id)
+    assert act is not None and act.job.stop_reason is None, act.job.message
+    # Once it has waited preempt_after for room with the queue open, it does stop it.
+    assert (await engine.wait(urgent.id, timeout=30)).status is JobStatus.COMPLETED
+    stopped = [e.get("message", "") for e in await engine.events_of(victim.id)]
+    assert any(f"preempted by job {urgent.id}" in m for m in stopped), stopped
+    await engine.cancel(victim.id)
+
+
+async def test_a_pause_an_engine_restart_kept_is_not_counted_toward_preempt_after(
+    make_engine: EngineFactory,
+) -> None:
+    from .conftest import eventually
+
+    config = make_config(scheduling={"preempt_after": 1.0, "checkpoint_signal": None})
+    engine = await make_engine("1xA100-80GB", config=config)
+    victim = await engine.submit(
+        {"command": ["sleep", "60"], "gpus": 1, "preemptible": True, "priority": -1}
+    )
+    await engine.pause()
+    urgent = await engine.submit({"command": ["true"], "gpus": 1, "priority": 3})
+    paused = time.time()
+    await eventually(lambda: time.time() > paused + 1.5, timeout=10)
+    await engine.stop()
+    again = await make_engine("1xA100-80GB", config=config)  # still paused
+    await again.resume()
+    again.queue.schedule()
+    act = again.book.live(victim.id)
+    assert act is not None and act.job.stop_reason is None, act.job.message
+    assert (await again.wait(urgent.id, timeout=30)).status is JobStatus.COMPLETED
+    await again.cancel(victim.id)

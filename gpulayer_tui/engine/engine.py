@@ -435,6 +435,8 @@ class Engine:
             await self._restore_fair_share()
             paused = await self.store.setting("queue_paused_at")
             self.paused_at = float(paused) if paused else None
+            if self.paused_at is not None:
+                self.queue.closed_since(self.paused_at)
             active = await self.store.active_jobs()
             # Running jobs' usage goes on from what was written before the restart (taken
             # back first: a job that ended meanwhile, ended by the restore, has its time

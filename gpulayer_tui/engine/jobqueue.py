@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 Reason = TerminationReason
 RESERVED_MARK = "waiting: "  # how a reason kept off a reservation begins
 PREEMPT_HOLD_S = 60.0  # how long jobs stopped for a job wait for it to start first
+CLOSED_SPANS_KEPT = 64  # closed spans of the queue remembered for preempt_after
 # (dependency id, any_exit, its terminal status or None while it is still active)
 ResolvedDep = tuple[int, bool, JobStatus | None]
 StartJob = Callable[[ActiveJob, list["Domain"]], None]
@@ -143,6 +144,10 @@ class JobQueue:
         # that had waited an hour on its dependencies stopped others the instant it could
         # run, its wait for them taken as a wait for room)
         self._deps_met_at: dict[int, float] = {}
+        # When the queue was closed (paused, or the disk below its floor): no wait for
+        # room, so preempt_after does not count it (jobs paused for an hour stopped others
+        # the instant the queue was resumed). (start, end); the last one open while closed.
+        self._closed_spans: list[list[float]] = []
         self._said_stopping: set[int] = set()  # jobs whose reason says whom they stop
         self._cluster_held: dict[int, ActiveJob] = {}  # cluster jobs the gate holds back
 
@@ -705,6 +710,8 @@ class JobQueue:
             self._handle = None
         blocked: dict[Group, str] = {}
         closed = self._gate()
+        now = self._clock()
+        self._note_closed(closed is not None, now)
         if closed is not None:
             blocked = {group: closed for _, group in self._ready.heads()}
         elif self._cluster_held:
@@ -712,7 +719,6 @@ class JobQueue:
             for waiting in released.values():
                 if waiting.job.id in self._book:
                     self.ready(waiting)
-        now = self._clock()
         running = self.running_by_user(now) if len(self._ready) else {}
         # At most one reservation of GPUs and one of the cpu pool (each kept for the best
         # job of its kind that cannot start), with the group each is for.
@@ -893,6 +899,30 @@ class JobQueue:
                     return urgent
         return None
 
+    def closed_since(self, at: float) -> None:
+        """The queue has been closed since ``at`` (a pause stored by an earlier engine):
+        that time is no wait for room either."""
+        if not self._closed_spans:
+            self._closed_spans.append([at, float("inf")])
+
+    def _note_closed(self, closed: bool, now: float) -> None:
+        """Keep the spans in which the queue was closed (see ``_closed_spans``)."""
+        spans = self._closed_spans
+        open_span = bool(spans) and spans[-1][1] == float("inf")
+        if closed and not open_span:
+            spans.append([now, float("inf")])
+            del spans[:-CLOSED_SPANS_KEPT]
+        elif not closed and open_span:
+            spans[-1][1] = now
+
+    def _waited_for_room(self, act: ActiveJob, now: float) -> float:
+        """How long ``act`` has waited for room: since it was queued or its dependencies
+        were met, less the time the queue was closed meanwhile."""
+        since = max(act.job.queued_at or now, self._deps_met_at.get(act.job.id, 0.0))
+        spans = self._closed_spans
+        closed = sum(max(0.0, min(end, now) - max(start, since)) for start, end in spans)
+        return now - since - closed
+
     def _maybe_preempt(self, job_id: int, request: Request, now: float) -> set[int]:
         """Stop lower-priority preemptible jobs for the best waiting job once it has waited
         ``[scheduling] preempt_after``, if stopping them lets it start (the fewest, lowest
@@ -924,8 +954,7 @@ class JobQueue:
         after = self.settings.preempt_after
         if act is None or after is None or self.preempt is None or request.replicas > 1:
             return set()
-        waiting_since = max(act.job.queued_at or now, self._deps_met_at.get(job_id, 0.0))
-        if now - waiting_since < after:
+        if self._waited_for_room(act, now) < after:
             return set()
         scheduler = self._scheduler
         candidates = self._preemption_domains(request)
