@@ -1193,6 +1193,29 @@ async def test_a_preemption_is_called_off_when_the_job_it_was_for_is_cancelled(
     await engine.cancel(victim.id)
 
 
+async def test_a_preemption_for_another_job_in_a_called_off_lead_sends_no_second_checkpoint(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # The job it was for cancelled, the next waiting job stopped it at once: a second
+    # checkpoint signal mid-save, and a fresh lead that put its SIGTERM off again.
+    from .conftest import eventually
+
+    engine, victim, urgent = await _being_preempted(make_engine, tmp_path)
+    first = engine.book.get(victim.id).job.kill_at
+    other = await engine.submit({"command": ["sleep", "30"], "gpus": 1, "priority": 4})
+    await engine.cancel(urgent.id)
+    live = await eventually(
+        lambda: (act := engine.book.get(victim.id)) and act.job.stop_reason and act, timeout=10
+    )
+    assert f"preempted by job {other.id}" in live.job.message
+    assert "SIGUSR1 sent already, SIGTERM in " in live.job.message, live.job.message
+    assert live.job.kill_at is not None and first is not None
+    assert abs(live.job.kill_at - first) < 1.0  # (the first lead's SIGTERM time kept)
+    assert (tmp_path / "victim.log").read_text().split() == ["start", "checkpoint"]
+    for job in (victim, other):
+        await engine.cancel(job.id)
+
+
 async def test_a_quarantine_in_a_preemptions_lead_calls_it_off_and_keeps_its_warning(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

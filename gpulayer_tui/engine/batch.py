@@ -292,6 +292,10 @@ class BatchRunner:
         self._env = env
         self._timers: dict[int, asyncio.TimerHandle] = {}
         self._checkpoints: dict[int, asyncio.TimerHandle] = {}
+        # job -> when the checkpoint lead of its called-off preemption was to end: a new
+        # preemption before then sends no second checkpoint signal (the job may still be
+        # saving) and keeps that SIGTERM time (a fresh lead each call-off put it off)
+        self._lead_due: dict[int, float] = {}
         self._process_end: list[ProcessEndListener] = []
         self._requeued: list[Callable[[ActiveJob], None]] = []
         self._run_ended: list[Callable[[ActiveJob], None]] = []
@@ -447,6 +451,8 @@ class BatchRunner:
             return  # (SIGTERM sent already: it goes back to the queue as decided)
         timer.cancel()
         del self._checkpoints[job.id]
+        if job.kill_at is not None:
+            self._lead_due[job.id] = job.kill_at - self._settings.grace_period
         job.stop_reason, job.stop_message, job.kill_at = None, "", None
         # Its running message again, with a quarantine's warning (a call-off's note took
         # the place of "warning: domain gpu1 quarantined" for good).
@@ -490,26 +496,34 @@ class BatchRunner:
             return
         grace = self._settings.grace_period
         lead = checkpoint if checkpoint_signal else 0.0
+        now = time.time()
+        due = self._lead_due.pop(job.id, None)
+        send = checkpoint_signal
+        if lead and due is not None and due > now:
+            lead, send = due - now, None  # (its last stop's checkpoint lead still runs)
+            said = f"{checkpoint_signal} sent already, SIGTERM in {lead:.0f} s, "
+        elif lead:
+            said = f"{checkpoint_signal} sent, SIGTERM in {lead:g} s, "
+        else:
+            said = "SIGTERM sent, "
         job.stop_reason, job.stop_message = Reason.PREEMPTED, message
-        job.kill_at = time.time() + lead + grace
-        said = f"{checkpoint_signal} sent, SIGTERM in {lead:g} s, " if lead else "SIGTERM sent, "
+        job.kill_at = now + lead + grace
         self._book.note(act, f"stopping ({message}): {said}SIGKILL {grace:g} s after that")
         # (in its timeline: a stop called off left no trace once its message was gone)
         self._book.record(act, EventKind.PREEMPTION, {"message": f"stopping: {message}"})
-        self._book.after_commit(
-            functools.partial(self._signal_preempt, job.id, checkpoint_signal, lead, grace)
-        )
+        self._book.after_commit(functools.partial(self._signal_preempt, job.id, send, lead, grace))
 
     def _signal_preempt(self, job_id: int, sent: str | None, lead: float, grace: float) -> None:
         act = self._book.get(job_id)
         if act is None:
             return
         pid = act.job.pid
-        if sent and lead and pid:
-            try:
-                os.killpg(pid, getattr(signal, sent))
-            except (ProcessLookupError, PermissionError):
-                pass  # (it is gone: its exit follows)
+        if lead and pid:
+            if sent:  # (None: sent for a stop called off, whose lead this one finishes)
+                try:
+                    os.killpg(pid, getattr(signal, sent))
+                except (ProcessLookupError, PermissionError):
+                    pass  # (it is gone: its exit follows)
             loop = asyncio.get_running_loop()
             self._checkpoints[job_id] = loop.call_later(
                 lead, functools.partial(self._checkpoint_lead_over, job_id, grace)
@@ -534,6 +548,7 @@ class BatchRunner:
     def _requeue(self, act: ActiveJob) -> None:
         """A preempted job exited: back to ``queued`` (its next start is a new run)."""
         job = act.job
+        self._lead_due.pop(job.id, None)
         for timers in (self._timers, self._checkpoints):
             timer = timers.pop(job.id, None)
             if timer is not None:
@@ -605,6 +620,7 @@ class BatchRunner:
 
     def job_ended(self, act: ActiveJob) -> None:
         """End listener: drop the job's timeout (and a preemption's pending SIGTERM)."""
+        self._lead_due.pop(act.job.id, None)
         for timers in (self._timers, self._checkpoints):
             timer = timers.pop(act.job.id, None)
             if timer is not None:
