@@ -527,3 +527,24 @@ def test_a_late_timeout_counts_whole_seconds_down_as_the_runtime_column_does() -
     assert "(stopped at 10 s:" in said and duration(1010.7 - 1000.0) == "10s"
     job.started_at = time.time() - 10.7
     assert "(stopped at 10 s:" in timeout_message(job, 5)
+
+
+def test_a_big_service_s_message_names_a_few_replicas_then_counts_the_rest() -> None:
+    from gpulayer_tui.engine.models import Replica, ReplicaState
+    from gpulayer_tui.engine.services import service_summary
+
+    job = Job(1, "web", JobKind.SERVICE, {}, domains=["gpu0"])
+    job.replicas = [
+        Replica(i, ReplicaState.UP, endpoint=f"127.0.0.1:{9000 + i}") for i in range(5)
+    ] + [Replica(i, ReplicaState.STARTING, port=9000 + i) for i in range(5, 23)]
+    job.replicas += [
+        Replica(23, ReplicaState.BACKOFF, message="exited 1"),
+        Replica(24, ReplicaState.DOWN),
+    ]
+    said = service_summary(job)
+    assert said.startswith(
+        "5/25 up on gpu0 at 127.0.0.1:9000, 127.0.0.1:9001, 127.0.0.1:9002 and 2 more; "
+        "replica 5 starting (port 9005 not answering yet); replica 6 starting"
+    ), said
+    assert said.endswith("; 17 more not up (15 starting, 1 in back-off, 1 down)"), said
+    assert len(said) < 400

@@ -74,6 +74,8 @@ R = ReplicaState
 Reason = TerminationReason
 # Replica states whose port is watched (a restarted engine watches them again).
 _WATCHED = (R.STARTING, R.UP, R.DOWN)
+REPLICAS_SAID = 3
+"""A service's message names this many endpoints, and replicas not up; then counts."""
 
 
 class ServiceRunner:
@@ -1042,14 +1044,30 @@ def service_summary(job: Job) -> str:
     text = f"{up}/{len(replicas)} up on {', '.join(job.domains)}"
     endpoints = [r.endpoint for r in replicas if r.state is R.UP and r.endpoint]
     if endpoints:
-        text += f" at {', '.join(endpoints)}"
+        # (a few, then a count: a 25-replica service's line ran to 1.5 KB; every
+        # replica's state and endpoint is in its ``replicas``)
+        text += f" at {', '.join(endpoints[:REPLICAS_SAID])}"
+        if len(endpoints) > REPLICAS_SAID:
+            text += f" and {len(endpoints) - REPLICAS_SAID} more"
+    said = 0
+    unsaid: dict[str, int] = {}
     for r in replicas:
+        if r.state not in (R.STARTING, R.DOWN, R.BACKOFF):
+            continue
+        if said == REPLICAS_SAID:
+            what = "in back-off" if r.state is R.BACKOFF else r.state.value
+            unsaid[what] = unsaid.get(what, 0) + 1
+            continue
+        said += 1
         if r.state is R.STARTING:
             text += f"; replica {r.index} starting ({starting_why(r.port, r.message)})"
         elif r.state is R.DOWN:
             text += f"; replica {r.index} down ({r.message})"
-        elif r.state is R.BACKOFF:
+        else:
             text += f"; replica {r.index} in back-off: {r.message}"
+    if unsaid:
+        counts = ", ".join(f"{n} {what}" for what, n in unsaid.items())
+        text += f"; {sum(unsaid.values())} more not up ({counts})"
     return text
 
 
