@@ -122,9 +122,20 @@ STATUS_RANK: dict[str, int] = {
 }
 """Where each status sorts when jobs are sorted by status: what needs attention first."""
 
-JOB_SORTS: tuple[str, ...] = ("id", "status", "name", "started", "runtime", "vram")
-"""What ``GET /v1/jobs?sort=`` takes. Ties are broken by id: newest first under ``status``
-and ``name`` ascending, in the sort's direction for the rest (as the TUI's table does)."""
+JOB_SORTS: tuple[str, ...] = (
+    "id",
+    "status",
+    "name",
+    "started",
+    "runtime",
+    "vram",
+    "user",
+    "kind",
+    "exit",
+)
+"""What ``GET /v1/jobs?sort=`` takes. Ties are broken by id: newest first under ``status``,
+``name``, ``user`` and ``kind`` ascending, in the sort's direction for the rest (as the
+TUI's table does)."""
 
 ROW_SPEC_KEYS: tuple[str, ...] = (
     "command",

@@ -405,3 +405,12 @@ def test_the_gpus_cell_says_where_a_job_runs_or_what_it_asks_for(
     from gpulayer_tui.formatting import gpus_text
 
     assert gpus_text({"spec": spec, "gpus": gpus}) == shown  # type: ignore[typeddict-item]
+
+
+def test_the_cli_offers_every_sort_the_engine_takes() -> None:
+    from gpulayer_tui.cli.grammar import build_parser
+    from gpulayer_tui.wire import JOB_SORTS
+
+    parser = build_parser(only="jobs")
+    for sort in JOB_SORTS:
+        assert parser.parse_args(["jobs", "--sort", sort]).sort == sort

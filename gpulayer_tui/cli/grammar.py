@@ -363,9 +363,9 @@ def _jobs_args(p: argparse.ArgumentParser) -> None:
     paging.add_argument("--page", type=count_arg, metavar="N", help="page N of --limit rows")
     p.add_argument(
         "--sort",
-        choices=("id", "status", "name", "started", "runtime", "vram"),
+        choices=("id", "status", "name", "started", "runtime", "vram", "user", "kind", "exit"),
         default="id",
-        help="order (default id, newest first; name and status ascend)",
+        help="order (default id, newest first; name, status, user and kind ascend)",
     )
     p.add_argument("--reverse", action="store_true", help="reverse the order")
     p.add_argument("--json", action="store_true", help="one JSON row per line, in a JSON list")

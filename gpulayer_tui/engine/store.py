@@ -33,6 +33,7 @@ from typing import Any
 import aiosqlite
 
 from .. import __version__
+from ..formatting import user_name
 from ..wire import (
     ACTIVE_STATUSES,
     ROW_SPEC_KEYS,
@@ -364,6 +365,10 @@ _SORT_SQL: dict[str, tuple[str, bool]] = {
         False,
     ),
     "vram": ("COALESCE(json_extract(spec, '$.vram_gb'), 0)", False),
+    # The user's name, as rows show it (a uid's order is not its name's).
+    "user": ("COALESCE(gpulayer_user(owner_uid), '')", True),
+    "kind": ("kind", True),
+    "exit": ("COALESCE(exit_code, -1)", False),
 }
 
 
@@ -444,6 +449,11 @@ def _fold(value: object) -> object:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace").casefold()
     return value.casefold() if isinstance(value, str) else value
+
+
+def _user_name(uid: object) -> str | None:
+    """A uid's user name, as job rows show it (for ``sort=user``)."""
+    return user_name(uid) if isinstance(uid, int) else None
 
 
 def _like(text: str) -> str:
@@ -569,6 +579,7 @@ class Store:
             self._reader = await aiosqlite.connect(self.path, isolation_level=None)
             await self._reader.execute("PRAGMA busy_timeout=5000")
             await self._reader.create_function(FOLD_FUNCTION, 1, _fold, deterministic=True)
+            await self._reader.create_function("gpulayer_user", 1, _user_name)
         except sqlite3.Error as err:
             await self.close()
             advice = ""

@@ -32,6 +32,9 @@ _SORT_LABELS: dict[str, tuple[str, bool]] = {
     "started": ("started", True),
     "runtime": ("runtime", True),
     "vram": ("VRAM", True),
+    "user": ("user", False),
+    "kind": ("kind", False),
+    "exit": ("exit", True),
 }
 SORTS: dict[str, tuple[str, bool]] = {key: _SORT_LABELS[key] for key in JOB_SORTS}
 """Sort keys: column key -> (label, whether it starts descending), in cycling order. The
@@ -247,4 +250,11 @@ def sort_value(key: str, job: JobRowJSON, now: float) -> tuple[Any, ...]:
         return (round((runtime_seconds(job, now) or 0.0) * 1000), job_id)
     if key == "vram":
         return (job_spec(job).get("vram_gb") or 0.0, job_id)
+    if key == "user":
+        return (user_text(job), -job_id)
+    if key == "kind":
+        return (str(job.get("kind", "")), -job_id)
+    if key == "exit":  # (none yet: below every code)
+        code = job.get("exit_code")
+        return (-1 if code is None else int(code), job_id)
     return (job_id,)
