@@ -255,3 +255,48 @@ async def test_renaming_a_default_named_job_says_the_name_it_had(
     timeline = [e.get("message", "") for e in await engine.events_of(waiting.id)]
     assert "edited: name sleep -> nightly" in timeline, timeline
     await engine.cancel(first.id)
+
+
+async def test_actions_that_take_no_fields_refuse_them_and_do_nothing(
+    make_engine: EngineFactory,
+) -> None:
+    # A restart "with" other GPUs ran the old spec; a cancel or pause with fields did its
+    # plain thing: the fields were dropped without a word.
+    import asyncio
+
+    from gpulayer_tui.engine.api import ApiServer
+
+    from .raw_http import request
+
+    engine = await make_engine()
+    server = ApiServer(engine, engine.paths.socket)
+    await server.start()
+    try:
+        sock = engine.paths.socket
+        done = await engine.submit({"command": ["true"], "gpus": 0})
+        await engine.wait(done.id, timeout=10)
+        running = await engine.submit({"command": ["sleep", "60"], "gpus": 0})
+        asks = [
+            (f"/v1/jobs/{done.id}/restart", {"gpus": 2}, "gpus", "a restart takes no fields"),
+            (f"/v1/jobs/{running.id}/cancel", {"force": True}, "force", "a cancel takes no"),
+            ("/v1/queue/pause", {"until": 5}, "until", "pausing the queue takes no fields"),
+            ("/v1/queue/resume", [1], None, "resuming the queue takes no fields"),
+        ]
+        for path, body, field, says in asks:
+            status, data = await asyncio.to_thread(request, sock, "POST", path, body)
+            assert status == 400 and says in data["error"], (path, data)
+            assert data.get("field") == field, data
+        assert len(await engine.list_jobs()) == 2  # (no restart made)
+        assert (await engine.get(running.id)).status is JobStatus.RUNNING
+        assert engine.paused_at is None
+        # Empty bodies (and none) are the plain actions.
+        status, _ = await asyncio.to_thread(request, sock, "POST", "/v1/queue/pause", {})
+        assert status == 200 and engine.paused_at is not None
+        status, _ = await asyncio.to_thread(request, sock, "POST", "/v1/queue/resume")
+        assert status == 200 and engine.paused_at is None
+        status, _ = await asyncio.to_thread(
+            request, sock, "POST", f"/v1/jobs/{running.id}/cancel", {}
+        )
+        assert status == 202
+    finally:
+        await server.stop()

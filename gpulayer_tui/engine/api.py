@@ -441,6 +441,19 @@ async def _read_json(request: web.Request) -> Any:
         raise SpecError("the request body is not valid JSON: nested too deeply") from None
 
 
+async def _no_fields(request: web.Request, what: str, instead: str) -> None:
+    """Refuse a body for an action that takes none (an empty one, or ``{}``, is fine): its
+    fields were ignored without a word (a restart "with" other GPUs ran the old spec)."""
+    if not request.can_read_body:
+        return
+    body = await _read_json(request)
+    if body is None or body == {}:
+        return
+    field = next(iter(body)) if isinstance(body, dict) else None
+    shown = f"a field {printable(field)[:40]!r}" if field is not None else "a body"
+    raise SpecError(f"{what} takes no fields, and was given {shown}; {instead}", field)
+
+
 def _loads_once(text: str) -> Any:
     """JSON with each object's keys given once (with two, the last won, silently: a job
     ran `pwd` where `ls` came first)."""
@@ -718,6 +731,7 @@ def _admin_only(request: web.Request, what: str) -> None:
 async def queue_pause(request: web.Request) -> web.Response:
     """POST /v1/queue/pause: nothing new starts until resumed (the engine's user, root)."""
     _admin_only(request, "pause the queue")
+    await _no_fields(request, "pausing the queue", "running jobs go on, nothing new starts")
     paused_at = await request.app[ENGINE_KEY].pause()
     return web.json_response({"paused_at": paused_at})
 
@@ -725,6 +739,7 @@ async def queue_pause(request: web.Request) -> web.Response:
 async def queue_resume(request: web.Request) -> web.Response:
     """POST /v1/queue/resume."""
     _admin_only(request, "resume the queue")
+    await _no_fields(request, "resuming the queue", "it starts what fits, as before the pause")
     was_paused = await request.app[ENGINE_KEY].resume()
     return web.json_response({"paused_at": None, "was_paused": was_paused})
 
@@ -742,6 +757,12 @@ async def job_restart(request: web.Request) -> web.Response:
             f"job {job_id} belongs to {user_name(_owner(job.owner_uid))}; {who} may restart "
             "only its own jobs"
         )
+    await _no_fields(
+        request,
+        "a restart",
+        "it runs the job's spec as it was; change the new job while it waits (PATCH "
+        "/v1/jobs/ID), or submit a new spec",
+    )
     new = await engine.restart(job_id, peer_uid(request))
     return web.json_response({"job": _job(new)}, status=201)
 
@@ -792,6 +813,7 @@ async def cancel(request: web.Request) -> web.Response:
             f"job {job_id} belongs to {user_name(_owner(job.owner_uid))}; {who} may cancel "
             "only its own jobs"
         )
+    await _no_fields(request, "a cancel", "it stops the job: SIGTERM, then SIGKILL")
     job = await engine.cancel(job_id)
     return web.json_response({"job": _job(job)}, status=202)
 
