@@ -720,7 +720,10 @@ async def test_the_table_loads_history_a_page_at_a_time_and_asks_the_engine_per_
         )
         # Back to newest first: reaching the end of the table loads the next page, until
         # there is no more.
-        await pilot.press("o", "o", "o", "o")
+        for _ in SORTS:  # (o cycles on round to it)
+            if table.sort_key == "id":
+                break
+            await pilot.press("o")
         assert table.sort_key == "id"
         for _ in range(6):
             await pilot.press("G")
