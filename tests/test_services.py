@@ -1299,3 +1299,23 @@ async def test_a_new_check_interval_reaches_replicas_already_up(
     await eventually(lambda: replica.state is ReplicaState.DOWN, timeout=20)
     await engine.cancel(job.id)
     await engine.wait(job.id, timeout=20)
+
+
+async def test_a_portless_replica_is_up_from_its_start_and_its_events_say_so(
+    make_engine: EngineFactory,
+) -> None:
+    # Its first event read state "up" with the message "starting".
+    engine = await make_engine(simulate=None, cpu_count=2)
+    job = await engine.submit(
+        {"kind": "service", "command": ["sleep", "60"], "port": False, "gpus": 0}
+    )
+    replica = _replicas(engine, job.id)[0]
+    await eventually(lambda: replica.state is ReplicaState.UP and replica.pid is not None)
+    said = [
+        (e["data"].get("state"), e["data"].get("message", ""))
+        for e in await engine.events_of(job.id)
+        if e["kind"] == "job.replica"
+    ]
+    assert said[0] == ("up", "replica 0: up (no port to wait for); its process starting"), said
+    assert all(m.split(": ", 1)[1] != "starting" for _, m in said), said
+    await engine.cancel(job.id)

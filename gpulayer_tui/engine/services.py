@@ -262,7 +262,8 @@ class ServiceRunner:
         replica.down_since = None
         replica.started_at = self.clock.now()
         if port is None:
-            self._set_replica(act, replica, R.UP, "starting")
+            # (up from its start: no port to wait for; "starting" beside state up read wrong)
+            self._set_replica(act, replica, R.UP, "up (no port to wait for); its process starting")
         else:
             self._set_replica(act, replica, R.STARTING, f"starting with $PORT {port}")
         self._book.after_commit(
