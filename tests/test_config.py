@@ -77,6 +77,20 @@ def test_bindings_rejected(data: dict[str, object], message: str) -> None:
         plan_domains(parse_config(data), gpus(2), cpu_count=2)
 
 
+@pytest.mark.parametrize("gpu", [5, -1, "GPU-nope"])
+def test_a_domain_named_like_an_automatic_one_is_told_its_own_gpu_is_missing(
+    gpu: int | str,
+) -> None:
+    # As the engine plans (a missing GPU left out to wait): gpu0 = 5 was told to rename
+    # itself, as if its name were the problem.
+    shown = f"gpu {gpu}" if isinstance(gpu, int) else f"gpu {gpu!r}"
+    with pytest.raises(ConfigError) as caught:
+        plan_domains(parse_config({"domains": {"gpu0": {"gpu": gpu}}}), gpus(2), 2, missing={})
+    said = str(caught.value)
+    assert f"domains.gpu0: {shown} does not exist (the GPUs seen: GPU 0, GPU 1)" in said
+    assert "rename it" not in said
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -222,3 +236,28 @@ def test_health_thresholds_out_of_order_are_refused() -> None:
     assert "health: degrade_after (10) is more than quarantine_after (2)" in str(err.value)
     assert "Value error" not in str(err.value)
     parse_config_text("[health]\ndegrade_after = 3\nquarantine_after = 3\n", "c.toml")
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        # (pydantic's words named a class: "a valid dictionary or instance of UserLimits")
+        (
+            {"users": {"max_gpus": 1}},
+            "config: users.max_gpus: expected a table ([users.NAME]), got 1",
+        ),
+        ({"engine": 3}, "config: engine: expected a table ([engine]), got 3"),
+        # (a too-short string, where it is not a signal name at all)
+        ({"scheduling": {"checkpoint_signal": "9"}}, "'9' is not a signal name (e.g. SIGUSR1)"),
+        (
+            {"users": {"default": {"max_vram_gb": 0.0001}}},
+            "users.default.max_vram_gb: 0.0001 GiB is less than the least VRAM a job may declare",
+        ),
+    ],
+)
+def test_config_errors_say_what_is_wrong_in_the_files_words(
+    data: dict[str, object], says: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data)
+    assert says in str(caught.value), str(caught.value)

@@ -1107,6 +1107,23 @@ async def test_a_priority_above_the_users_max_priority_is_refused(
     await engine.cancel(blocker.id)
 
 
+async def test_a_user_held_below_priority_0_submits_without_naming_a_priority(
+    make_engine: EngineFactory,
+) -> None:
+    # max_priority = -5 refused every plain submission ("priority 0 is above -5"): the
+    # default asked for what the user may not have.
+    config = make_config(users={"default": {"max_priority": -5}})
+    engine = await make_engine("1xA100-80GB", config=config)
+    plain = await engine.submit({"command": ["true"], "gpus": 0})
+    assert plain.priority == -5 and plain.spec["priority"] == -5
+    lower = await engine.submit({"command": ["true"], "gpus": 0, "priority": -9})
+    assert lower.priority == -9
+    with pytest.raises(SpecError, match=r"priority 0 is above -5"):
+        await engine.submit({"command": ["true"], "gpus": 0, "priority": 0})  # (asked for)
+    again = await engine.restart((await engine.wait(plain.id, timeout=10)).id)
+    assert again.priority == -5
+
+
 def _preempting_config(lead: float = 10, grace: float | None = None) -> Any:
     return make_config(
         engine={} if grace is None else {"grace_period": grace},

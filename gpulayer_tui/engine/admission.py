@@ -196,6 +196,11 @@ class Admission:
                     )
                 _check_arg_max(spec)
                 _check_labels(data)
+                most = self._queue.limits.of(owner_of(owner_uid)).max_priority
+                if most is not None and most < 0 and "priority" not in spec.model_fields_set:
+                    # (no priority asked for: the most the user may have, not a default
+                    # of 0 that refused every plain submission of theirs)
+                    spec = spec.model_copy(update={"priority": most})
                 self._queue.limits.check_priority(owner_of(owner_uid), spec.priority)
                 request = self._scheduler.request_for(spec)
                 self._domain_ops.refuse_quarantined_pins(spec.pinned_domains)

@@ -79,6 +79,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..fields import VRAM_MIN_GB
 from ..wire import TERMINAL_STATUSES
 from .gpus import GpuReading
 from .paths import Paths, resolve_paths
@@ -361,6 +362,17 @@ class UserLimits(_Strict):
     # on a shared box, anyone's `--priority 1000` went ahead of everyone).
     max_priority: int | None = Field(None, ge=-1_000_000, le=1_000_000)
 
+    @field_validator("max_vram_gb")
+    @classmethod
+    def _vram_a_job_can_have(cls, value: float | None) -> float | None:
+        if value is not None and 0 < value < VRAM_MIN_GB:
+            # (every job declaring VRAM failed over capacity: none may declare that little)
+            raise ValueError(
+                f"{value:g} GiB is less than the least VRAM a job may declare (1 MiB = "
+                f"{VRAM_MIN_GB:g} GiB); 0 allows no declared VRAM at all"
+            )
+        return value
+
 
 class SchedulingSettings(_Strict):
     """``[scheduling]``: fair share, reservations and preemption (the shared box)."""
@@ -375,7 +387,7 @@ class SchedulingSettings(_Strict):
     preempt_after: float | None = Field(None, ge=0, le=30 * 86400)
     # Sent checkpoint_grace seconds before SIGTERM to a job being preempted ("" in the
     # file, None here: no warning; TOML has no null, and nothing could turn it off).
-    checkpoint_signal: str | None = Field("SIGUSR1", min_length=4, max_length=16)
+    checkpoint_signal: str | None = Field("SIGUSR1", max_length=16)
     checkpoint_grace: float = Field(30.0, ge=0, le=3600)
 
     @field_validator("checkpoint_signal", mode="before")
@@ -482,6 +494,11 @@ def _format_validation(err: ValidationError, source: str) -> str:
         where = ".".join(_toml_key(p) for p in loc) or "(top level)"
         if item["type"] == "extra_forbidden":
             lines.append(f"{source}: unknown key '{where}'")
+        elif item["type"] in ("model_type", "dict_type"):  # (not a class's name)
+            table = "[users.NAME]" if loc[:1] == ("users",) else f"[{where}]"
+            lines.append(
+                f"{source}: {where}: expected a table ({table}), got {_as_toml(item.get('input'))}"
+            )
         elif item["type"].endswith(("_type", "_parsing")):  # (the value given, too)
             lines.append(f"{source}: {where}: {item['msg']}, got {_as_toml(item.get('input'))}")
         else:
@@ -673,8 +690,17 @@ def plan_domains(
                 continue
             name = f"gpu{gpu.index}"
             if name in config.domains:
+                named = config.domains[name].gpu
+                if missing is not None and name in missing:
+                    # (its own GPU is the problem: "rename it" sent the user the wrong way)
+                    shown = f"gpu {named}" if isinstance(named, int) else f"gpu {named!r}"
+                    raise ConfigError(
+                        f"{source}: domains.{name}: {shown} does not exist ({visible}); "
+                        f"name a GPU that does (GPU {gpu.index} is the one called '{name}' "
+                        "when no domain owns it)"
+                    )
                 raise ConfigError(
-                    f"{source}: domains.{name} names GPU {config.domains[name].gpu} but "
+                    f"{source}: domains.{name} names GPU {named} but "
                     f"'{name}' is also the automatic name of GPU {gpu.index}; rename it"
                 )
             plans.append(DomainPlan(name, gpu.index, gpu.uuid, 1))
