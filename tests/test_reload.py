@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 from gpulayer_tui.cli.format import format_gpus
 from gpulayer_tui.engine.config import load_config
 from gpulayer_tui.engine.engine import Engine
+from gpulayer_tui.engine.errors import SpecError
 from gpulayer_tui.engine.models import DomainState, JobStatus, ReplicaState, TerminationReason
 from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.engine.simulate import SimLedger
@@ -1078,6 +1080,19 @@ async def test_a_named_domain_whose_gpu_did_not_come_up_is_left_out_not_refused(
     assert not ready and "domain big: GPU 1 is not found by the driver" in why
     checks = {c["check"]: c for c in await second.domain_ops.doctor_checks()}
     assert checks["domain big"]["status"] == "fail"
+    # A new job pinned to it waits too (it was refused: "unknown domain 'big'"); a drain
+    # or an adoption there is told why it cannot be done now.
+    later = await second.submit({"command": ["true"], "domain": "big"})
+    assert later.status is JobStatus.QUEUED
+    assert later.message == "waiting for GPU 1 (big): not found by the driver", later.message
+    gone = "domain 'big': its GPU 1 is not found by the driver (the domain is left out"
+    with pytest.raises(SpecError, match=re.escape(gone)):
+        await second.domain_ops.drain("big", "")
+    with pytest.raises(SpecError, match=re.escape(gone)):
+        await second.adopt({"pid": os.getpid(), "domain": ["big"]})  # type: ignore[typeddict-item]
+    with pytest.raises(SpecError, match="unknown domain 'bigg'"):
+        await second.submit({"command": ["true"], "domain": "bigg"})  # (a typo stays one)
+    await second.cancel(later.id)
     # An edit while it is still gone is not refused for it.
     paths.config_file.write_text(BASE + "[domains.big]\ngpu = 1\n[cpu]\nslots = 3\n")
     assert (await second.config_reload.reload())["applied"] is True

@@ -207,8 +207,7 @@ class Adopter:
             raise SpecError("domain: a domain is named twice", "domain")
         for pin in pins:
             if pin not in self._scheduler.domains:
-                known = ", ".join(self._scheduler.domains)
-                raise SpecError(f"domain: unknown domain '{pin}' (known: {known})", "domain")
+                raise SpecError(f"domain: {self._scheduler.unknown_domain(pin)}", "domain")
         name, vram_gb = request["name"], request["vram_gb"]
         async with self._adopting:
             pidfd = open_pidfd(pid)

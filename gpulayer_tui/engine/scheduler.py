@@ -136,10 +136,22 @@ class Scheduler:
         """
         dom = self._domains.get(name)
         if dom is None:
-            known = ", ".join(self._domains) or "none"
-            shown = name if len(name) <= 100 else name[:100] + "..."
-            raise UnknownDomain(f"unknown domain {shown!r} (known: {known})", "domain")
+            raise UnknownDomain(self.unknown_domain(name), "domain")
         return dom
+
+    def unknown_domain(self, name: str) -> str:
+        """Why ``name`` is no domain now: unknown, or configured but its GPU missing (it
+        was called unknown while ``doctor`` said its GPU was not found)."""
+        gpu = self.configured_missing.get(name)
+        if gpu is not None:
+            shown = f"GPU {gpu}" if isinstance(gpu, int) else f"GPU {gpu!r}"
+            return (
+                f"domain {name!r}: its {shown} is not found by the driver (the domain is left "
+                "out until it is)"
+            )
+        known = ", ".join(self._domains) or "none"
+        shown = name if len(name) <= 100 else name[:100] + "..."
+        return f"unknown domain {shown!r} (known: {known})"
 
     def capacity_signature(self) -> tuple[object, ...]:
         """What over-capacity verdicts depend on: changes mean "decide again"."""
@@ -212,9 +224,10 @@ class Scheduler:
         """
         pins = spec.pinned_domains
         for name in pins:
-            if name not in self.domains and not keep_gone:
-                known = ", ".join(self.domains) or "none"
-                raise SpecError(f"domain: unknown domain '{name}' (known: {known})", "domain")
+            # (a domain the config names whose GPU is missing: the job waits for the GPU,
+            # as those pinned to it before do; a name nothing configures is a typo)
+            if name not in self.domains and not keep_gone and name not in self.configured_missing:
+                raise SpecError(f"domain: {self.unknown_domain(name)}", "domain")
         if len(set(pins)) != len(pins):
             raise SpecError("domain: a domain is named twice", "domain")
         # (a pin that is gone was a GPU domain: the cpu pool is always there)
