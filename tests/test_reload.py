@@ -497,6 +497,10 @@ async def test_a_gpu_gone_across_a_restart_with_a_job_still_there_is_said_everyw
     assert [(g["gpu_index"], g["jobs"]) for g in gone] == [(1, [running.id])]
     row = next(line for line in format_gpus(dict(view)).splitlines() if line.startswith("-"))
     assert f"missing: not found by the driver (still running: job {running.id})" in row
+    # The job says so too (it said "running on gpu1", as if all were well).
+    await second.sampler.sample_once()
+    warned = (await second.get(running.id)).message
+    assert warned == "running on gpu1; warning: GPU 1 is not found by the driver", warned
     said = f"not found by the driver; job {running.id} still runs there"
     ready, why = second.domain_ops.readiness()
     assert not ready and f"GPU 1 {said}" in why
@@ -506,6 +510,22 @@ async def test_a_gpu_gone_across_a_restart_with_a_job_still_there_is_said_everyw
     await second.cancel(running.id)
     await second.wait(running.id, timeout=20)
     assert not second.gpus().get("gpus_without_domain") and second.domain_ops.readiness()[0]
+
+
+async def test_a_job_s_warning_that_its_gpu_is_missing_goes_when_the_gpu_is_back(
+    make_engine: EngineFactory,
+) -> None:
+    first = await make_engine("2xA100-80GB")
+    running = await first.submit({"command": ["sleep", "600"], "domain": "gpu1"})
+    await first.stop()
+    second = await make_engine("1xA100-80GB")
+    await second.sampler.sample_once()
+    assert "warning: GPU 1 is not found" in (await second.get(running.id)).message
+    await second.stop()
+    back = await make_engine("2xA100-80GB")
+    await back.sampler.sample_once()
+    assert (await back.get(running.id)).message == "running on gpu1"
+    await back.cancel(running.id)
 
 
 async def test_a_domain_renamed_while_no_engine_ran_takes_its_waiting_jobs_along(

@@ -58,6 +58,10 @@ def device_error_in(log: Path) -> str | None:
     return match.group(0) if match else None
 
 
+MISSING_WARNING = " is not found by the driver"
+"""Ends a running job's warning that its GPU is missing (see ``DomainOps._warn_missing``)."""
+
+
 def _missing(jobs: list[int]) -> str:
     """``not found by the driver; job 4 still runs there``."""
     ids = ", ".join(map(str, jobs))
@@ -127,6 +131,34 @@ class DomainOps:
             )
             if change is not None:
                 self._changed(dom, str(change))
+        self._warn_missing()
+
+    def _warn_missing(self) -> None:
+        """Running jobs on a GPU the driver no longer lists (gone while no engine ran) say
+        so in their message, as under a quarantine ("running on gpu1" read as all well,
+        while ``gpus`` showed the GPU missing); the warning goes when the GPU is back."""
+        warned: set[int] = set()
+        for index, jobs in self._scheduler.missing_gpus().items():
+            for job_id in jobs:
+                act = self._book.get(job_id)
+                if act is None or act.job.status is not JobStatus.RUNNING:
+                    continue
+                if act.job.kind is JobKind.SERVICE:
+                    continue  # (its replicas say where they are)
+                warned.add(job_id)
+                warning = (
+                    f"running on {', '.join(act.job.domains)}; warning: GPU {index}"
+                    f"{MISSING_WARNING}"
+                )
+                if not act.job.message.startswith(warning):
+                    self._book.set_reason(act, warning)
+        # (every job looked at: a warning stored by the last engine goes too, once its GPU
+        # is back; a substring test per active job, each sample)
+        for act in self._book:
+            if act.job.id in warned or act.job.status is not JobStatus.RUNNING:
+                continue
+            if MISSING_WARNING in act.job.message and "; warning: GPU " in act.job.message:
+                self._book.set_reason(act, f"running on {', '.join(act.job.domains)}")
 
     def _changed(self, dom: Domain, what: str) -> None:
         """Record and publish a domain's change, then let the queue see it."""
