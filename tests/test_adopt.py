@@ -344,6 +344,13 @@ async def test_adopting_onto_a_full_domain_and_on_several_gpus(
     job = await adopt(engine, proc.pid, gpu=True)
     assert job.status is JobStatus.RUNNING
     assert job.domains == ["gpu0", "gpu1"]
+    # It holds both: its spec says 2 GPUs, and `status` does not offer a choice of one
+    # ("on gpu0 or gpu1").
+    from gpulayer_tui.cli.format import format_job
+
+    assert job.spec["gpus"] == 2
+    shown = format_job(job.to_json(), [], time.time())
+    assert "on gpu0 and gpu1" in shown and " or " not in shown, shown
     info = engine.process_info(proc.pid)
     assert info is not None and info.get("refused", "").startswith(
         f"pid {proc.pid} belongs to job {job.id} already"

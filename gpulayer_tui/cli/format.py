@@ -156,7 +156,8 @@ def _request_lines(spec: dict[str, Any]) -> list[str]:
         asks.append(f"on {domain}")
     elif domain:
         names = [str(d) for d in domain]
-        takes = gpus or 1
+        # (an adopted process holds every domain it was adopted on: no choice among them)
+        takes = len(names) if spec.get("kind") == "adopted" else gpus or 1
         if len(names) == 1:
             asks.append(f"on {names[0]}")
         elif takes >= len(names):  # (all of them: an adopted process holding both GPUs)

@@ -518,6 +518,8 @@ class Adopter:
             "cwd": snapshot.cwd,
             "uid": snapshot.uid,
             "domain": domains,
+            # (what it holds, as a job's spec says it: without it, rows read as 1 GPU)
+            "gpus": sum(1 for d in domains if d != "cpu"),
         }
         if vram_gb is not None:
             spec["vram_gb"] = vram_gb
