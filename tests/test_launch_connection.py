@@ -101,8 +101,14 @@ class _Peer:
     """The launcher's end, played by the test: answers the table query, then reads only
     when told to."""
 
-    def __init__(self, state_dir: Path, tasks: dict[str, object] | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        tasks: dict[str, object] | None = None,
+        then: list[dict[str, object]] | None = None,
+    ) -> None:
         self.tasks = tasks or {}  # the table it answers the first query with
+        self.then = then or []  # events sent in the same write, right after the table
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(state_dir / SOCKET))
         self.listener.listen(1)
@@ -118,7 +124,8 @@ class _Peer:
         assert json.loads(self.received.split(b"\n")[0]) == {"op": "query"}
         self.received = self.received.split(b"\n", 1)[1]
         table = {"ev": "table", "tasks": self.tasks}
-        await loop.sock_sendall(self.conn, json.dumps(table).encode() + b"\n")
+        said = b"".join(json.dumps(event).encode() + b"\n" for event in [table, *self.then])
+        await loop.sock_sendall(self.conn, said)
 
     async def lines(self, count: int) -> list[dict[str, object]]:
         """Read until ``count`` whole lines have come; each must be JSON."""
@@ -136,9 +143,11 @@ class _Peer:
 
 
 async def _executor_with_peer(
-    tmp_path: Path, tasks: dict[str, object] | None = None
+    tmp_path: Path,
+    tasks: dict[str, object] | None = None,
+    then: list[dict[str, object]] | None = None,
 ) -> tuple[LauncherExecutor, _Peer]:
-    peer = _Peer(tmp_path, tasks)
+    peer = _Peer(tmp_path, tasks, then)
     executor = LauncherExecutor(tmp_path, tmp_path)
     answering = asyncio.create_task(peer.accept_and_answer())
     await executor.open()
@@ -303,6 +312,22 @@ async def test_a_rerun_started_under_the_jobs_own_key_is_found_by_it(tmp_path: P
             ("terminate", "5", None),  # (a stop is written at once)
             ("ack", None, ["5"]),
         ]
+    finally:
+        await executor.close()
+        peer.close()
+
+
+async def test_an_end_told_right_behind_the_table_is_not_lost(tmp_path: Path) -> None:
+    # The job ended as a restarted engine connected: the table said "running" and the end
+    # came in the same read. The end was dropped (the table was not taken in yet), and
+    # the restore then found the job running and waited for ever (CI: a job whose spawner
+    # was replaced, let go just before the next engine started).
+    running = {"state": "running", "pid": 4242, "ticks": 7, "code": None, "at": None}
+    ended = {"ev": "exited", "key": "5", "code": 0, "at": 1234.5}
+    executor, peer = await _executor_with_peer(tmp_path, {"5": running}, then=[ended])
+    try:
+        found = executor.find(5, _ignore, _ignore)
+        assert found == Exit(0, recorded=True, at=1234.5)
     finally:
         await executor.close()
         peer.close()

@@ -612,6 +612,11 @@ class LauncherExecutor:
             self._max_log_heard = True
         elif kind == "table" and self._table_ready is not None:
             if not self._table_ready.done():
+                if not self._serving:
+                    # Taken in now, not when open() resumes: an end told in the same read
+                    # (the job ended as this engine connected) updates it in _exited. It
+                    # was dropped, and the restore found the job running for ever.
+                    self._table = event["tasks"]
                 self._table_ready.set_result(event["tasks"])
 
     def _started(self, lkey: str, pid: int, ticks: int, at: float | None = None) -> None:
