@@ -18,7 +18,7 @@ from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.spec import SpecError
 from gpulayer_tui.engine.store import MIGRATIONS, SCHEMA_VERSION
 
-from .conftest import EngineFactory, Served, eventually, make_config, wait_for
+from .conftest import EngineFactory, Served, eventually, make_config, pid_gone, wait_for
 
 if TYPE_CHECKING:
     from .fake_nvml import FakeNvml
@@ -353,6 +353,14 @@ def test_doctor_without_an_engine_says_what_its_launcher_still_runs(
         f"1 still running with no engine to follow them: {long} (pid {pid});"
     )
     assert jobs[1]["detail"].startswith("1 ended with no engine running")
+    assert "the next engine learns them" in jobs[0]["detail"]
+    # Its keeper killed: the ends are kept only while the spawner lives (it was not said).
+    keeper = int((served.home / "launcher.lock").read_text())
+    os.kill(keeper, signal.SIGKILL)
+    wait_for(lambda: pid_gone(keeper))
+    out = served.cli("doctor", "--json")
+    jobs = [c for c in json.loads(out.stdout) if c["check"] == "jobs"]
+    assert "keeper process is gone: their ends are recorded only while" in jobs[0]["detail"]
     os.killpg(pid, signal.SIGKILL)
 
 

@@ -401,6 +401,9 @@ async def test_a_spawner_whose_keeper_died_retires_once_no_job_runs(
     keeper.kill()
     await eventually(lambda: pid_gone(keeper.pid))
     assert not pid_gone(spawner.pid)  # it serves on while the job runs
+    # doctor says so (the loss went unreported: launcher.log alone said it)
+    [said] = [c for c in await engine.doctor_checks() if c["check"] == "launcher"]
+    assert said["status"] == "warn" and "keeper process is gone: the 1 job(s)" in said["detail"]
     gate.touch()
     done = await engine.wait(job.id, timeout=15)
     assert done.status is JobStatus.FAILED and done.exit_code == 5  # its code is kept
@@ -409,6 +412,7 @@ async def test_a_spawner_whose_keeper_died_retires_once_no_job_runs(
     again = await engine.submit({"command": ["true"], "gpus": 0})
     assert (await engine.wait(again.id, timeout=15)).status is JobStatus.COMPLETED
     assert _launcher(state, "keeper").pid != keeper.pid
+    assert not [c for c in await engine.doctor_checks() if c["check"] == "launcher"]
 
 
 async def test_a_cancel_outlives_the_engine_and_decides_the_end(

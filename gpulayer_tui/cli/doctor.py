@@ -204,14 +204,24 @@ def _unwatched_jobs(paths: Paths) -> list[dict[str, str]]:
                 running.append((key, entry.pid))
     checks = []
     if running:
+        from ..engine.launch_client import keeper_alive
+
         shown = ", ".join(f"{key} (pid {pid})" for key, pid in sorted(running)[:10])
         more = f" and {len(running) - 10} more" if len(running) > 10 else ""
+        if keeper_alive(paths.state_dir):
+            ends = "their ends are recorded, and the next engine learns them"
+        else:
+            # (killed: its spawner runs them on, but nothing above it keeps their codes)
+            ends = (
+                "the launcher's keeper process is gone: their ends are recorded only while "
+                "its spawner lives"
+            )
         checks.append(
             _check(
                 "jobs",
                 "warn",
-                f"{len(running)} still running with no engine to follow them: {shown}{more}; "
-                "their ends are recorded, and the next engine learns them",
+                f"{len(running)} still running with no engine to follow them: "
+                f"{shown}{more}; {ends}",
             )
         )
     if ended:

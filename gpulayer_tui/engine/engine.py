@@ -491,6 +491,17 @@ class Engine:
         the queue, sampling, writes and the clock (:meth:`.DomainOps.doctor_checks`), and
         processes of the launcher that no job watches."""
         checks = [await self.config_reload.check_file(), *await self.domain_ops.doctor_checks()]
+        if self.executor.keeper_lost():
+            running = len(self.executor.pids())
+            checks.append(
+                {
+                    "check": "launcher",
+                    "status": "warn",
+                    "detail": f"its keeper process is gone: the {running} job(s) it runs go on, "
+                    "but if the launcher dies too their exit statuses are lost; a new launcher "
+                    "starts once they have ended",
+                }
+            )
         alive = [(k, pid) for k, pid, ticks in self.unwatched_runs if is_alive(pid, ticks)]
         if alive:
             checks.append(

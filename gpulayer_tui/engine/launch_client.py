@@ -76,6 +76,22 @@ def launcher_key(key: TaskKey, run: int = 0) -> str:
     return f"{key}~{run}" if run else str(key)
 
 
+def keeper_alive(state_dir: Path) -> bool:
+    """True if a keeper holds ``state_dir``'s launcher lock, or its abstract name (which
+    outlives a removed lock file: see :func:`.launcher.claim_name`)."""
+    try:
+        fd = os.open(state_dir / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return claimed(str(state_dir))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return claimed(str(state_dir))
+
+
 def _job_of(key: TaskKey) -> int:
     return key[0] if isinstance(key, tuple) else key
 
@@ -289,19 +305,7 @@ class LauncherExecutor:
             delay = min(0.1, delay * 2)
 
     def _launcher_alive(self) -> bool:
-        """True if a keeper holds the state dir's launcher lock, or its abstract name
-        (which outlives a removed lock file: see :func:`.launcher.claim_name`)."""
-        try:
-            fd = os.open(self.state_dir / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return claimed(str(self.state_dir))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        return claimed(str(self.state_dir))
+        return keeper_alive(self.state_dir)
 
     def _start_launcher(self) -> None:
         if self._started_at is not None and time.monotonic() - self._started_at < 0.5:
@@ -913,6 +917,12 @@ class LauncherExecutor:
         with self._lock:
             self._acks.append(lkey)
         self._ack_soon()
+
+    def keeper_lost(self) -> bool:
+        """True while the connected launcher runs without its keeper (killed, say): the
+        jobs run on, but a spawner crash now would lose their exit statuses (nobody above
+        it inherits them). It retires once they end, and the next start brings a new one."""
+        return self._serving and self._conn is not None and not self._launcher_alive()
 
     def pids(self) -> dict[TaskKey, int]:
         """The process of every task running now."""
