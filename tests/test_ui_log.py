@@ -311,3 +311,31 @@ async def test_the_log_opens_in_the_pager_with_the_app_suspended(
             pilot, lambda: any("cannot run the pager" in n.message for n in app._notifications)
         )
         assert app.is_running
+
+
+async def test_p_says_there_is_nothing_to_page_instead_of_an_empty_pager(
+    ui_app: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleeper: int
+) -> None:
+    # An adopted process (it writes where it was started) and a job with no output yet
+    # opened an empty pager.
+    monkeypatch.setattr(HeadlessDriver, "can_suspend", property(lambda self: True), raising=False)
+    script = tmp_path / "pager.py"
+    script.write_text(QUIET_PAGER)
+    marker = tmp_path / "paged.log"
+    monkeypatch.setenv("PAGER", f"{sys.executable} {script}")
+    monkeypatch.setenv("MARKER", str(marker))
+    app = await ui_app("1xA100-80GB")
+    silent = await app.backend.submit({"command": ["sleep", "600"], "gpus": 0})
+    adopted = await app.backend.adopt({"pid": sleeper})
+    async with app.run_test(size=(120, 40)) as pilot:
+        for job, said in [(silent, "no output yet"), (adopted, "an adopted process has no")]:
+            app.open_job(job["id"])
+            await until(
+                pilot, lambda j=job: (d := _detail(app)) is not None and d.job_id == j["id"]
+            )
+            await pilot.press("P")
+            await until(pilot, lambda s=said: any(s in n.message for n in app._notifications))
+            await until(pilot, lambda: not [w for w in app.screen.workers if w.group == "pager"])
+            assert not marker.exists()
+            await pilot.press("escape")
+            await until(pilot, lambda: _detail(app) is None)

@@ -730,6 +730,14 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
 
     def action_open_pager(self) -> None:
         """Read the whole output in $PAGER (less by default); the TUI comes back after."""
+        if self._adopted:
+            # (it opened an empty pager: there is no output of its here to read)
+            self.app.notify(
+                "an adopted process has no output here: it writes where it was started",
+                title=f"output of job {self.job_id}",
+                severity="warning",
+            )
+            return
         self._open_pager()
 
     @work(exclusive=True, group="pager", exit_on_error=False)
@@ -760,6 +768,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                             )
                     await asyncio.to_thread(out.write, chunk.data)
                     offset = chunk.next
+            if offset == 0:
+                self.app.notify("no output yet", title=f"output of job {self.job_id}")
+                return
             status = await page_file(self.app, path)
         except BackendError as err:
             self.app.notify(str(err), title=f"output of job {self.job_id}", severity="error")
