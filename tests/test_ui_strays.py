@@ -127,6 +127,11 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
                 pilot, lambda: next((n for n in app._notifications if n.title == "adopt"), None)
             )
             assert not isinstance(app.screen, AdoptScreen)
+            # The field stays open with the pid, to correct it (it closed, the pid lost).
+            field = app.screen.query_one("#pid-input", Input)
+            assert field.has_focus and field.value == str(sleeper_proc.pid)
+            await pilot.press("escape")
+            await until(pilot, lambda f=field: not f.has_focus and f.value == "")
             if pid_is == "gone":
                 assert told.message == (
                     f"no process with pid {sleeper_proc.pid} (it exited, or never was)"

@@ -110,9 +110,9 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
         except wire.FieldError as err:
             self.app.notify(err.detail, title="pid", severity="error")
             return
-        self.action_close_pid()
         known = self.query_one(StrayTable).rows_by_pid.get(pid)
         if known is not None:
+            self.action_close_pid()
             self.app.push_screen(AdoptScreen(known), self._confirmed)
         else:
             self._confirm_any(pid)
@@ -122,7 +122,9 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
         """Ask the engine what the process is (it reads /proc, and knows its jobs and the
         GPU memory it holds), then confirm. One that can never be adopted is said, not
         offered: the dialog said "no GPU memory seen" of a job's process holding 5 GiB,
-        and adopting it, or a pid that is gone, only added a failed job to the history."""
+        and adopting it, or a pid that is gone, only added a failed job to the history.
+        The pid field stays open with the pid until the dialog opens: a refusal closed it,
+        and the pid typed was lost."""
         known: dict[str, Any] = {"pid": pid, "gpus": [], "used_bytes": 0}
         try:
             known.update(await view_of(self).backend.process(pid))
@@ -134,6 +136,7 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
         if known.get("refused"):
             self.app.notify(str(known["refused"]), title="adopt", severity="error")
             return
+        self.action_close_pid()
         self.app.push_screen(AdoptScreen(known), self._confirmed)
 
     @on(StrayTable.AdoptRequested)
