@@ -294,7 +294,9 @@ async def test_sort_keys_cycle_through_the_columns_shown(ui_app: Any) -> None:
             await pilot.pause()
             label = table.columns[ColumnKey(key)].label.plain
             width = table.columns[ColumnKey(key)].width
-            assert label.endswith((" ▲", " ▼")) and len(label) <= width, (key, label, width)
+            assert label.endswith(("▲", "▼")) and len(label) <= width, (key, label, width)
+            if key in ("exit", "started"):  # (narrow: the arrow right after it, not "E… ▼")
+                assert label[:-1] == key.upper(), label
         # Narrow terminals: the table fits the screen, its last column and arrow in view
         # (at 60-65 columns it was wider than the terminal: RUNTIME fell off it).
         for width in (60, 64, 69):

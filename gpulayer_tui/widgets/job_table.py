@@ -756,10 +756,14 @@ class JobTable(DataTable[Any]):
         if column.key == self._sort_key:
             # The arrow is what says the order: a label too long for its column is cut
             # before it, not the arrow after it ("STARTED…" hid it).
-            room = self._width(column) - 2
-            if len(label) > room:
-                label = label[: max(1, room - 1)] + "…"
-            label += " ▼" if self._sort_reverse else " ▲"
+            arrow = "▼" if self._sort_reverse else "▲"
+            width = self._width(column)
+            if len(label) + 2 <= width:
+                return Text(f"{label} {arrow}", justify=column.justify, no_wrap=True)
+            if len(label) + 1 <= width:  # (a narrow column: "EXIT▼", not "E… ▼")
+                return Text(label + arrow, justify=column.justify, no_wrap=True)
+            room = width - 2
+            label = label[: max(1, room - 1)] + "…" + " " + arrow
         return Text(label, justify=column.justify, no_wrap=True, overflow="ellipsis")
 
     def _add_columns(self) -> None:
