@@ -344,6 +344,10 @@ async def test_cancel_escalates_to_sigkill_after_grace(make_engine: EngineFactor
     done = await engine.wait(job.id, timeout=10)
     assert done.status is JobStatus.CANCELLED
     assert done.exit_code == 137
+    # (it said only "cancelled by user")
+    assert done.message == (
+        "cancelled by user; SIGTERM did not end it: SIGKILL did, after the grace period"
+    )
 
 
 async def test_cancel_queued_and_finished_jobs(make_engine: EngineFactory) -> None:

@@ -243,7 +243,11 @@ def decide_stop(
 def stop_verdict(job: Job, exit: Exit) -> tuple[JobStatus, TerminationReason, str]:
     """How a job whose process ended ends: a decided stop wins over the exit code."""
     if job.stop_reason is Reason.CANCELLED:
-        return JobStatus.CANCELLED, Reason.CANCELLED, job.stop_message
+        message = job.stop_message
+        if exit.code == 128 + signal.SIGKILL:
+            # (it said only "cancelled by user" of a job that held on through its grace)
+            message += "; SIGTERM did not end it: SIGKILL did, after the grace period"
+        return JobStatus.CANCELLED, Reason.CANCELLED, message
     if job.stop_reason is Reason.PREEMPTED and exit.error is None:
         return JobStatus.FAILED, Reason.PREEMPTED, f"{job.stop_message} (not requeued)"
     if job.stop_reason is Reason.TIMEOUT:
