@@ -330,6 +330,7 @@ def test_doctor_without_an_engine(served: Served) -> None:
     assert checks["driver"]["status"] == "warn" and "No NVIDIA driver" in checks["driver"]["detail"]
     # (no engine runs: it said "running with 0 GPUs")
     assert "an engine started here runs with 0 GPUs" in checks["driver"]["detail"]
+    assert "or on simulated ones with --simulate" in checks["driver"]["detail"]
     assert "running with" not in checks["driver"]["detail"]
 
 

@@ -131,7 +131,9 @@ def _driver_locally() -> dict[str, str]:
     if result.status is ProbeStatus.NO_DRIVER:
         # (read here, with no engine: "running with 0 GPUs" read as if one ran)
         said = (result.message or "no NVIDIA driver").replace(
-            CPU_STILL_WORKS, "an engine started here runs with 0 GPUs (CPU jobs work)."
+            CPU_STILL_WORKS,
+            "an engine started here runs with 0 GPUs (CPU jobs work), or on simulated "
+            "ones with --simulate (e.g. --simulate 2xA100-80GB).",
         )
         return _check("driver", "warn", said)
     return _check("driver", "fail", result.message or "NVML failed")
