@@ -882,6 +882,46 @@ def test_a_timeline_says_loading_until_its_first_answer() -> None:
     assert str(timeline.render()) == "no events yet"
 
 
+class _TimelineApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield Timeline(clock=lambda: FIXED_NOW)
+
+
+@pytest.mark.parametrize("columns", [60, 100])
+async def test_timeline_messages_wrap_by_cells_within_the_width(columns: int) -> None:
+    # Wide characters overran the width (wrapped by characters, not cells), and at 60
+    # columns an event of another day left its message a column of a few characters.
+    app = _TimelineApp()
+    wide = "学習が終わりました " * 12
+    long_word = "x" * 90
+    async with app.run_test(size=(columns, 40)) as pilot:
+        timeline = app.query_one(Timeline)
+        timeline.set_events(
+            [
+                {"at": FIXED_NOW - 86400 * 3, "kind": "job.submitted", "status": "queued",
+                 "reason": None, "message": "waiting for a GPU " * 6},
+                {"at": FIXED_NOW - 5, "kind": "job.ended", "status": "failed",
+                 "reason": "exit_code", "message": f"{wide} {long_word}"},
+            ]  # type: ignore[list-item]
+        )  # fmt: skip
+        await pilot.pause()
+        rendered = timeline.render()
+        assert isinstance(rendered, Content)
+        width = timeline.content_region.width
+        lines = rendered.split("\n")
+        assert all(line.cell_length <= width for line in lines), [
+            (line.cell_length, line.plain) for line in lines if line.cell_length > width
+        ]
+        text = "".join(line.plain.strip() for line in lines)
+        # Nothing lost in the wrapping (spaces aside), the reason first in its colour.
+        assert "学習が終わりました" * 12 in text.replace(" ", "") and long_word in text
+        assert "waiting for a GPU" in text and "exit code ·" in text
+        if columns == 60:
+            # The other day's message goes under its head, not into a narrow column.
+            first = lines[0].plain
+            assert first.rstrip().endswith("queued") and lines[1].plain.startswith("    waiting")
+
+
 def test_a_job_waiting_again_shows_no_runtime() -> None:
     # A preempted job requeued, or a service being placed again, kept its last start:
     # its runtime went on counting in the table, the detail and the CLI while it waited.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 import time
 from collections.abc import Callable
 
@@ -23,6 +22,9 @@ STATUS_STYLES: dict[str, str] = {
 """How a status is drawn (theme variables only); the job detail view uses it too."""
 
 _STATUS_WIDTH = max(len(s) for s in STATUS_STYLES)
+NARROW_MESSAGE = 24
+"""Fewer cells than this left beside an event's head: its message goes under the head."""
+MESSAGE_UNDER_INDENT = 4
 
 # (the message names which replica and how; what a preemption did)
 _KIND_LABELS = {"job.replica": "replica", "job.preemption": "preemption"}
@@ -128,15 +130,18 @@ class Timeline(Widget):
             message = "submitted"
         reason_text = str(reason).replace("_", " ") if reason and reason != status else ""
         text = f"{reason_text} · {message}" if reason_text and message else reason_text or message
+        # The reason leads, in its own colour; the message is text (never markup).
+        body = Content.assemble((reason_text, "$accent"), text[len(reason_text) :])
         indent = head.cell_length
-        wrapped = textwrap.wrap(text, max(10, width - indent), break_on_hyphens=False) or [""]
-        out = []
-        for number, line in enumerate(wrapped):
-            parts: list[str | tuple[str, str]] = []
-            if number == 0 and reason_text:
-                # The reason leads the first line, in its own colour.
-                parts = [(line[: len(reason_text)], "$accent"), line[len(reason_text) :]]
-            else:
-                parts = [line]
-            out.append(Content.assemble(head if number == 0 else " " * indent, *parts))
-        return out
+        if width - indent >= NARROW_MESSAGE:
+            # Wrapped by cells, not characters (wide characters overran the width), and
+            # a word longer than the room is folded, not left to overflow.
+            wrapped = body.wrap(width - indent) or [Content("")]
+            return [
+                Content.assemble(head if number == 0 else " " * indent, line)
+                for number, line in enumerate(wrapped)
+            ]
+        # Too narrow beside the head (60 columns, an event of another day): the message
+        # goes under it, indented, where it was a column of a few characters.
+        under = body.wrap(max(1, width - MESSAGE_UNDER_INDENT)) if text else []
+        return [head, *(Content.assemble(" " * MESSAGE_UNDER_INDENT, line) for line in under)]
