@@ -6,7 +6,10 @@ Real engines, real processes; the ledger plays the foreign processes.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +110,51 @@ async def test_an_adopted_process_shows_on_its_gpu_as_owned(
     gpu0 = _domain(engine, "gpu0")
     assert [(p["pid"], p["job_id"]) for p in gpu0["processes"]] == [(sleeper, job.id)]
     assert gpu0["vram"]["owned"] == 12 * GIB and gpu0["vram"]["unregistered"] == 0
+
+
+async def test_an_adopted_parent_whose_child_holds_the_memory_gets_none_beside_it(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A shell adopted, its CUDA child named by the ledger: the shell was given its own
+    # simulated 1 GiB beside the child's 20, as if it held memory too.
+    engine = await make_engine("1xA100-80GB")
+    ready = tmp_path / "ready"
+    parent = await asyncio.create_subprocess_exec(
+        "sh", "-c", f"sleep 600 & echo $! > {ready}.tmp; mv {ready}.tmp {ready}; wait"
+    )
+    try:
+        await eventually(ready.exists)
+        child = int(ready.read_text())
+        SimLedger(engine.paths.state_dir).hold(0, child, 20.0)
+        job = await adopt(engine, parent.pid, gpu=True)
+        assert job.status is JobStatus.RUNNING and job.gpus == [0]
+        await engine.sampler.sample_once()
+        gpu0 = _domain(engine, "gpu0")
+        assert [(p["pid"], p["used_bytes"]) for p in gpu0["processes"]] == [(child, 20 * GIB)]
+        assert gpu0["vram"]["used"] == 20 * GIB
+    finally:
+        parent.kill()
+        await parent.wait()
+        with contextlib.suppress(ProcessLookupError, NameError):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_a_ledger_asking_for_more_than_the_gpu_has_gets_what_is_left(
+    tmp_path: Path, sleepers: Any
+) -> None:
+    # Ledger entries over a GPU's total showed processes holding more than the GPU has,
+    # and unregistered VRAM past its total.
+    probe = SimulatedProbe(parse_simulate_spec("1xL4-24GB"), tmp_path)
+    first, second = sleepers().pid, sleepers().pid
+    ledger = SimLedger(tmp_path)
+    ledger.hold(0, first, 20.0)
+    ledger.hold(0, second, 10.0)
+    reading = probe.read().gpus[0]
+    assert [(p.pid, p.used_bytes) for p in reading.processes] == [
+        (first, 20 * GIB),
+        (second, 4 * GIB),
+    ]
+    assert reading.memory_used == reading.memory_total == 24 * GIB
 
 
 def test_the_utilisation_pattern_is_seeded_and_repeats(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ their GPUs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -114,6 +115,26 @@ def _session_and_start(pid: int) -> tuple[int, int] | None:
     if len(fields) < 20 or fields[0] in (b"Z", b"X"):
         return None
     return int(fields[3]), int(fields[19])
+
+
+def _ancestors(pid: int, depth: int = 32) -> list[int]:
+    """``pid``'s parent, its parent's, and so on (init left out): a ledger entry speaks for
+    them too (an adopted shell whose child holds the memory was given 1 GiB more beside it)."""
+    found = []
+    for _ in range(depth):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            break
+        fields = data[data.rfind(b")") + 2 :].split()
+        if len(fields) < 2:
+            break
+        pid = int(fields[1])
+        if pid <= 1:
+            break
+        found.append(pid)
+    return found
 
 
 def _session_of(pid: int) -> int | None:
@@ -328,6 +349,7 @@ class SimulatedProbe:
                 continue  # (its pid reused by another process: that one holds nothing)
             held[gpu_index].append(GpuProcess(pid, used))
             spoken.update(((gpu_index, pid), (gpu_index, session)))
+            spoken.update((gpu_index, parent) for parent in _ancestors(pid))
         ledger_count = {index: len(procs) for index, procs in held.items()}
         job_util: dict[int, int] = dict.fromkeys(held, 0)
         settings = self.settings
@@ -374,6 +396,16 @@ class SimulatedProbe:
     ) -> GpuReading:
         overrides: dict[str, Any] = overrides_by_gpu.get(str(index), {})
         total = int(gpu.memory_gib * GIB)
+        # No GPU hands out more than it has: processes (in the ledger's order, then jobs)
+        # get what is left, a ledger asking for more notwithstanding (its processes were
+        # shown holding more than the GPU, and its unregistered VRAM past the total).
+        left = total
+        for number, proc in enumerate(procs):
+            if proc.used_bytes is not None:
+                kept = min(proc.used_bytes, left)
+                left -= kept
+                if kept != proc.used_bytes:
+                    procs[number] = dataclasses.replace(proc, used_bytes=kept)
         used = sum(p.used_bytes or 0 for p in procs)
         # A process whose usage is "not available" still uses memory: simulate it as
         # 1 GiB that only memory.used shows, like the real driver.
