@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -339,3 +341,48 @@ async def test_p_says_there_is_nothing_to_page_instead_of_an_empty_pager(
             assert not marker.exists()
             await pilot.press("escape")
             await until(pilot, lambda: _detail(app) is None)
+
+
+def _screen_text(app: Any) -> str:
+    """What the terminal shows (the screenshot's text: rows as painted, not the state)."""
+    shot = re.sub("<[^>]+>", "", app.export_screenshot())
+    return html.unescape(shot).replace("\xa0", " ")
+
+
+async def test_wrap_on_then_off_shows_the_last_line_of_a_finished_log(
+    ui_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `w` twice on an ended job's log: the last line was hidden above the horizontal
+    # scrollbar, the title saying "following" (the rows kept their paint from before the
+    # long lines' width came back). Textual measures that width in a thread; here it comes
+    # back late, as on a loaded machine, so the race is always lost.
+    measured = LogTail._update_maximum_width
+
+    def late(log: LogTail, updates: int, size: int) -> None:
+        log.set_timer(0.2, lambda: measured(log, updates, size))
+
+    monkeypatch.setattr(LogTail, "_update_maximum_width", late)
+    script = "for i in range(112):\n    print(f'line {i} ' + ('y' * 150 if i % 5 == 0 else 'end'))"
+    app = await ui_app("1xA100-80GB")
+    job = await app.backend.submit(
+        {"command": [sys.executable, "-c", script], "gpus": 0, "cwd": os.getcwd()}
+    )
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.open_job(job["id"])
+        detail = await until(pilot, lambda: _detail(app), "the detail")
+        log = await until(pilot, lambda: next(iter(detail.query(LogTail)), None), "the log")
+        await until(pilot, lambda: detail._log_done and len(log.source_lines) == 112, "all")
+        await until(pilot, lambda: "line 111 end" in _screen_text(app), "the end shown")
+        for _ in range(2):
+            await pilot.press("w")
+            await until(pilot, lambda: log.wrap == (log.line_count > 112), "rows redone")
+            await until(
+                pilot,
+                lambda: log.scroll_y == log.max_scroll_y > 0 and log.follow,
+                "at the end",
+            )
+            await until(  # (the long lines' width comes back from a thread)
+                pilot, lambda: log.wrap or log.virtual_size.width > log.size.width, "width"
+            )
+            await until(pilot, lambda: "line 111 end" in _screen_text(app), "the last line")
+        assert not log.wrap and log.show_horizontal_scrollbar

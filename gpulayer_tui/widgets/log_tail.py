@@ -303,11 +303,20 @@ class LogTail(Log):
     def _to_end(self) -> None:
         if self.follow and self.scroll_y < self.max_scroll_y:
             self.set_scroll(None, self.max_scroll_y)
+            # Painted anew in full: scrolled as the horizontal scrollbar came (a long
+            # line's width measured late), the rows kept their old paint, one line up,
+            # the last line hidden while the title said "following".
+            self.refresh()
 
     def on_resize(self) -> None:
         """A resize keeps a followed log at its end (and cuts wrapped rows anew)."""
         if self.wrap and self._content_width() != self._wrap_width:
             self._show_all()
+        self._keep_end_in_view()
+
+    def watch_show_horizontal_scrollbar(self, _shown: bool) -> None:
+        """A long line's width came back (Log measures it in a thread, after the scroll
+        to the end): the scrollbar it brings takes the last row, so the end moves."""
         self._keep_end_in_view()
 
     def _update_maximum_width(self, updates: int, size: int) -> None:
