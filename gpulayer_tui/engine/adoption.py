@@ -396,7 +396,7 @@ class Adopter:
             where = ", ".join(left_out)
             raise SpecError(
                 f"domain: pid {pid} holds memory on {where}, which the domains named leave "
-                f"out: name {where} (or leave --domain out to find them)",
+                f"out: name {where} (or name no domain, to find them)",
                 "domain",
             )
         if elsewhere:
@@ -458,7 +458,7 @@ class Adopter:
             if len(gpus) == 1:
                 return [gpus[0].name]
             raise SpecError(
-                f"pid {pid} holds no GPU memory now; name its GPU domain (--domain)", "domain"
+                f"pid {pid} holds no GPU memory now; name its GPU domain", "domain"
             )
         return ["cpu"]
 
