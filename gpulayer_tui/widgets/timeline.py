@@ -133,7 +133,7 @@ class Timeline(Widget):
         # The reason leads, in its own colour; the message is text (never markup).
         body = Content.assemble((reason_text, "$accent"), text[len(reason_text) :])
         indent = head.cell_length
-        if width - indent >= NARROW_MESSAGE:
+        if width - indent >= NARROW_MESSAGE or body.cell_length <= width - indent:
             # Wrapped by cells, not characters (wide characters overran the width), and
             # a word longer than the room is folded, not left to overflow.
             wrapped = body.wrap(width - indent) or [Content("")]
@@ -141,7 +141,8 @@ class Timeline(Widget):
                 Content.assemble(head if number == 0 else " " * indent, line)
                 for number, line in enumerate(wrapped)
             ]
-        # Too narrow beside the head (60 columns, an event of another day): the message
-        # goes under it, indented, where it was a column of a few characters.
+        # Too narrow beside the head (60 columns, an event of another day) for a message
+        # that needs more than a line: it goes under the head, indented, where it was a
+        # column of a few characters.
         under = body.wrap(max(1, width - MESSAGE_UNDER_INDENT)) if text else []
         return [head, *(Content.assemble(" " * MESSAGE_UNDER_INDENT, line) for line in under)]
