@@ -252,16 +252,22 @@ os.kill(os.getppid(), signal.SIGINT)
 """
 
 
-async def test_the_log_opens_in_the_pager_with_the_app_suspended(
-    ui_app: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _pager(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, script_text: str) -> Path:
+    """$PAGER set to ``script_text`` (it copies what it is given to the file returned)."""
     # (the headless driver cannot give a terminal away; the real one can)
     monkeypatch.setattr(HeadlessDriver, "can_suspend", property(lambda self: True), raising=False)
     script = tmp_path / "pager.py"
-    script.write_text(PAGER_SCRIPT)
+    script.write_text(script_text)
     marker = tmp_path / "paged.log"
     monkeypatch.setenv("PAGER", f"{sys.executable} {script}")
     monkeypatch.setenv("MARKER", str(marker))
+    return marker
+
+
+async def test_the_log_opens_in_the_pager_with_the_app_suspended(
+    ui_app: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = _pager(monkeypatch, tmp_path, PAGER_SCRIPT)
     # The pager's copy goes to this test's own temp dir: in the shared one, another test's
     # job of the same id would look like a copy left behind.
     copies = tmp_path / "copies"
@@ -320,12 +326,7 @@ async def test_p_says_there_is_nothing_to_page_instead_of_an_empty_pager(
 ) -> None:
     # An adopted process (it writes where it was started) and a job with no output yet
     # opened an empty pager.
-    monkeypatch.setattr(HeadlessDriver, "can_suspend", property(lambda self: True), raising=False)
-    script = tmp_path / "pager.py"
-    script.write_text(QUIET_PAGER)
-    marker = tmp_path / "paged.log"
-    monkeypatch.setenv("PAGER", f"{sys.executable} {script}")
-    monkeypatch.setenv("MARKER", str(marker))
+    marker = _pager(monkeypatch, tmp_path, QUIET_PAGER)
     app = await ui_app("1xA100-80GB")
     silent = await app.backend.submit({"command": ["sleep", "600"], "gpus": 0})
     adopted = await app.backend.adopt({"pid": sleeper})
