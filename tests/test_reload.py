@@ -51,6 +51,12 @@ def _config_events(paths: Paths) -> list[dict[str, object]]:
         return [json.loads(r[0]) for r in rows]
 
 
+def _kill(pid: int | None) -> None:
+    """SIGKILL a replica's process (``os.kill(0)`` would kill the tests' own group)."""
+    assert pid, "the replica has no process to kill"
+    os.kill(pid, signal.SIGKILL)
+
+
 async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
     make_engine: EngineFactory, paths: Paths
 ) -> None:
@@ -959,16 +965,19 @@ async def test_a_two_replica_service_keeps_running_when_a_domain_of_it_is_remove
     paths.config_file.write_text(unmanaged + "[domains.b]\ngpu = 1\n")
     assert (await engine.config_reload.reload())["applied"] is True
     healthy_pid = on["b"].pid
-    os.kill(healthy_pid or 0, signal.SIGKILL)  # (on b: it starts again where it ran)
+    _kill(healthy_pid)  # (on b: it starts again where it ran)
     await eventually(lambda: on["b"].pid not in (None, healthy_pid), timeout=20)
     assert job.status is JobStatus.RUNNING
-    os.kill(on["a"].pid or 0, signal.SIGKILL)  # (on a, removed: it waits, b runs on)
+    _kill(on["a"].pid)  # (on a, removed: it waits, b runs on)
     await eventually(
         lambda: "not started again: domain a is no longer in the configuration" in on["a"].message,
         timeout=20,
     )
     assert on["a"].state is ReplicaState.BACKOFF
     assert job.status is JobStatus.RUNNING and on["b"].state is ReplicaState.UP
+    # It waits on, each wait longer (2 s, then 4 s) ...
+    await eventually(lambda: "(4 s back-off)" in on["a"].message, timeout=20)
+    assert "restart #1 " in on["a"].message
     # Domain a is back: the replica starts there at once, not at its next back-off step.
     due = on["a"].next_restart_at or 0.0
     assert due > time.time() + 0.5, "its back-off runs out too soon for this test"
@@ -977,6 +986,12 @@ async def test_a_two_replica_service_keeps_running_when_a_domain_of_it_is_remove
     await eventually(lambda: on["a"].state is ReplicaState.UP, timeout=20)
     assert (on["a"].started_at or 0) < due and on["a"].domains == ["a"]
     assert job.status is JobStatus.RUNNING and on["b"].state is ReplicaState.UP
+    # ... but waiting out the removed domain was no crash: its next one backs off 2 s, the
+    # step after its one crash (the waits had taken it to 8 s).
+    await eventually(lambda: on["a"].pid is not None, timeout=20)
+    _kill(on["a"].pid)
+    await eventually(lambda: "restart #2 " in on["a"].message, timeout=20)
+    assert "(2 s back-off)" in on["a"].message, on["a"].message
     await engine.cancel(service.id)
 
 
@@ -1145,7 +1160,7 @@ async def test_a_service_pinned_to_a_removed_domain_waits_after_an_engine_restar
     job = second.book.get(service.id).job
     again = job.replicas[0]
     assert job.status is JobStatus.RUNNING and again.pid == replica.pid
-    os.kill(again.pid or 0, signal.SIGKILL)
+    _kill(again.pid)
     await eventually(
         lambda: "not started again: domain b is no longer in the configuration" in again.message,
         timeout=20,
@@ -1182,7 +1197,7 @@ async def test_a_service_stays_up_when_its_other_gpu_is_busy_and_one_of_its_own_
     kept = "".join(f"[domains.{n}]\ngpu = {i}\n" for i, n in enumerate("abc") if n != gone)
     paths.config_file.write_text(unmanaged + kept)
     assert (await engine.config_reload.reload())["applied"] is True
-    os.kill(on[gone].pid or 0, signal.SIGKILL)
+    _kill(on[gone].pid)
     await eventually(lambda: "not started again" in on[gone].message, timeout=20)
     healthy = ({"a", "b", "c"} - {gone, free}).pop()
     assert job.status is JobStatus.RUNNING and on[healthy].state is ReplicaState.UP

@@ -210,7 +210,8 @@ async def test_job_killed_while_engine_was_down_is_never_shown_running(
     queued_dep = await first.submit({"command": ["true"], "depends_on": [job.id]})
     assert queued_dep.status is JobStatus.QUEUED
     await first.stop()
-    os.killpg(job.pid or 0, signal.SIGKILL)
+    assert job.pid, job  # (killpg(0) would kill the tests' own group)
+    os.killpg(job.pid, signal.SIGKILL)
     await eventually(lambda: pid_gone(job.pid or 0))
 
     second = await make_engine()

@@ -457,9 +457,7 @@ class Adopter:
             gpus = self._scheduler.gpu_domains
             if len(gpus) == 1:
                 return [gpus[0].name]
-            raise SpecError(
-                f"pid {pid} holds no GPU memory now; name its GPU domain", "domain"
-            )
+            raise SpecError(f"pid {pid} holds no GPU memory now; name its GPU domain", "domain")
         return ["cpu"]
 
     def _new_job(

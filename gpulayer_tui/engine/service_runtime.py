@@ -125,8 +125,10 @@ class ServiceRuntime:
     restart_timers: dict[int, Cancellable] = field(default_factory=dict)
     probes: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     # Replicas waiting in back-off because a domain they ran on is gone (started at once
-    # when it is back: see ServiceRunner.domains_changed).
-    off_domain: set[int] = field(default_factory=set)
+    # when it is back: see ServiceRunner.domains_changed), by index: the back-off step of
+    # their next wait. (The wait's own: a replica waiting out a removed domain has not
+    # crashed again, and its next crash backs off from where its last one left it.)
+    off_domain: dict[int, int] = field(default_factory=dict)
     # Replicas a restarted engine found ended (their exits applied in the order they
     # ended): not signalled by a stop another's exit decides first.
     ended_unseen: set[int] = field(default_factory=set)

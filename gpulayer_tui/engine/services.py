@@ -631,11 +631,17 @@ class ServiceRunner:
         code: int | None,
         late: float | None = None,
         not_started: bool = False,
+        wait_step: int | None = None,
     ) -> None:
         """The replica restarts after its next back-off delay (``not_started``: it did not
-        exit, it waits on: no "restarted" notification is due)."""
-        delay = backoff_delay(replica.backoff_step)
-        replica.backoff_step += 1
+        exit, it waits on: no "restarted" notification is due; ``wait_step``: the step of
+        such a wait, kept apart from the replica's crash back-off, which it leaves as it is).
+        """
+        if wait_step is None:
+            delay = backoff_delay(replica.backoff_step)
+            replica.backoff_step += 1
+        else:
+            delay = backoff_delay(wait_step)
         replica.next_restart_at = self.clock.now() + delay
         self._set_replica(
             act,
@@ -690,12 +696,19 @@ class ServiceRunner:
             if self._fits_now_elsewhere(act):
                 self.replace(act, gone)
                 return
-            runtime.off_domain.add(index)
+            step = runtime.off_domain.get(index, replica.backoff_step)
+            runtime.off_domain[index] = step + 1
             self._back_off(
-                act, runtime, replica, f"not started again: {gone}", None, not_started=True
+                act,
+                runtime,
+                replica,
+                f"not started again: {gone}",
+                None,
+                not_started=True,
+                wait_step=step,
             )
             return
-        runtime.off_domain.discard(index)
+        runtime.off_domain.pop(index, None)
         replica.restarts += 1
         self._decide_launch(act, replica, "restart")
 
