@@ -248,10 +248,22 @@ def test_api_rejects_malformed_requests(served: Served) -> None:
         ("/v1/jobs/1/wait?timeout=%D9%A5", "timeout"),
         ("/v1/jobs/1/wait?timeout=%2B0.1", "timeout"),
         ("/v1/jobs/1/wait?timeout=0_1", "timeout"),
+        ("/v1/jobs/1/wait?timeout=%201", "timeout"),
+        ("/v1/jobs/1/wait?timeout=abc", "timeout"),
+        ("/v1/jobs/1/wait?timeout=nan", "timeout"),
+        ("/v1/jobs/1/wait?timeout=4e8", "timeout"),  # (past 10 years)
+        # (10,001 rows were cut to 10,000 without a word; follow=abc read as no follow)
+        ("/v1/jobs?limit=10001", "limit"),
+        ("/v1/jobs/1/logs?follow=abc", "follow"),
     ):
         status, data = request(served.home / "engine.sock", "GET", path)
         assert status == 400 and data["field"] == field, (path, data)
     assert request(served.home / "engine.sock", "GET", "/v1/jobs?before=10&order=desc")[0] == 200
+    # An exponent is a number ("1e3" was "timeout must be a number"): read, and then the
+    # job is unknown.
+    for timeout in ("1e3", "2.5E-1", "0"):
+        path = f"/v1/jobs/1/wait?timeout={timeout}"
+        assert request(served.home / "engine.sock", "GET", path)[0] == 404, path
     assert request(served.home / "engine.sock", "GET", "/v1/jobs?limit=-1")[1]["error"] == (
         "limit must not be negative"
     )

@@ -87,8 +87,12 @@ def positive_number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text}")
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
-    if not value <= 10**9:  # (inf and 1e300 ended `cancel --timeout` in an OverflowError)
-        raise argparse.ArgumentTypeError(f"must be at most 1000000000 (about 31 years), got {text}")
+    # (inf and 1e300 ended `cancel --timeout` in an OverflowError; the engine's limit, not
+    # one of the CLI's own: 10 years, where a --timeout the engine would refuse was taken)
+    if not value <= wire.MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be at most {wire.MAX_SECONDS:.0f} (10 years), got {text}"
+        )
     return value
 
 

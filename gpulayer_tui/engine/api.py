@@ -66,7 +66,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import wire
-from ..fields import keys_once, printable, too_long
+from ..fields import FieldError, keys_once, parse_number, printable, too_long
 from ..unixsock import SocketPath
 from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
 from .config import Config
@@ -364,28 +364,42 @@ def _limit(request: web.Request) -> int:
     limit = _int_query(request, "limit", 500)
     if not limit:
         raise SpecError("limit must be 1 or more (rows per page)", "limit")
+    if limit > wire.MAX_PAGE:
+        # (it was cut to 10,000 without a word: a caller asking for all took a part)
+        raise SpecError(
+            f"limit must be at most {wire.MAX_PAGE} rows per page (page on with before=ID)",
+            "limit",
+        )
     return limit
+
+
+def _bool_query(request: web.Request, name: str) -> bool:
+    raw = request.query.get(name, "")
+    if raw.lower() in ("", "0", "false", "no"):
+        return False
+    if raw.lower() in ("1", "true", "yes"):
+        return True
+    # (follow=abc read as no follow: a caller's typo gave a log that simply stopped)
+    raise SpecError(f"{name} must be 1, true, yes, 0, false or no, not {raw[:100]!r}", name)
 
 
 def _float_query(request: web.Request, name: str) -> float | None:
     raw = request.query.get(name)
     if raw is None or raw == "":
         return None
+    # A number as the CLI takes one: ASCII digits, a point, an exponent ("1e3" was refused
+    # as not a number); float() alone took "+0.1", " 1", "0_1" and other scripts' digits.
+    if raw[:1] in "+ " or raw != raw.strip():
+        raise SpecError(f"{name} must be a number, not {raw[:100]!r}", name)
     try:
-        # (ASCII digits and a point: float() took "+0.1", " 1", "0_1" and other scripts'
-        # digits.)
-        if not raw.isascii() or not raw.replace(".", "", 1).isdigit():
-            raise ValueError(raw)
-        value = float(raw)
-    except ValueError:
-        if raw[:1] == "-" and raw[1:].replace(".", "", 1).isdigit():  # ("-1": a number)
-            raise SpecError(
-                f"{name} must be a number of seconds from 0 to {MAX_WAIT_S:g}, not {raw[:100]}",
-                name,
-            ) from None
+        value = parse_number(name, raw)
+    except FieldError:
         raise SpecError(f"{name} must be a number, not {raw[:100]!r}", name) from None
-    if not 0 <= value <= MAX_WAIT_S:
-        raise SpecError(f"{name} must be a number of seconds from 0 to {MAX_WAIT_S:g}", name)
+    if not 0 <= value <= MAX_WAIT_S:  # (nan and inf too)
+        raise SpecError(
+            f"{name} must be a number of seconds from 0 to {MAX_WAIT_S:.0f}, not {raw[:100]}",
+            name,
+        )
     return value
 
 
@@ -492,7 +506,7 @@ def _job_query(request: web.Request) -> JobQuery:
         before=_int_query(request, "before", None),
         after=_int_query(request, "after", None),
         offset=_int_query(request, "offset", 0) or 0,
-        limit=min(_limit(request), wire.MAX_PAGE),
+        limit=_limit(request),
     )
 
 
@@ -918,6 +932,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
     ``replica=K`` (default 0)."""
     engine = request.app[ENGINE_KEY]
     job_id = _job_id(request)
+    asked_to_follow = _bool_query(request, "follow")
     job = await engine.get(job_id)
     if _others(request, job.owner_uid) and not engine.config.security.share_logs:
         uid = peer_uid(request)
@@ -929,7 +944,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
     offset = _int_query(request, "offset", 0) or 0
     # An adopted process's output goes where it was started: nothing to follow here (a
     # follow waited, silent, for as long as the process ran).
-    follow = request.query.get("follow") in ("1", "true", "yes") and job.kind is not JobKind.ADOPTED
+    follow = asked_to_follow and job.kind is not JobKind.ADOPTED
     replica = _int_query(request, "replica", None)
     engine.reads.check_replica(job, replica)
     path = engine.log_path(job_id, replica)
