@@ -290,6 +290,14 @@ def test_the_cli_pages_filters_and_prints_json_rows(served: Served) -> None:
     assert served.cli("jobs", "--sort", "name", "--page", "3", "--limit", "3").stderr == ""
     page3 = json.loads(served.cli("jobs", "--limit", "3", "--page", "3", "--json").stdout)
     assert [r["id"] for r in page3] == [1]
+    # Each way of paging is told its own next step (--page 2 was told --before; --after
+    # and --reverse nothing).
+    page2 = served.cli("jobs", "--limit", "2", "--page", "2")
+    assert page2.stderr.strip() == "more: --page 3"
+    newer = served.cli("jobs", "--limit", "2", "--after", "3")
+    assert [line.split()[0] for line in newer.stdout.splitlines()[1:]] == ["4", "5"]
+    assert newer.stderr.strip() == "newer: --after 5"
+    assert served.cli("jobs", "--reverse", "--limit", "2").stderr.strip() == "more: --page 2"
     forward = json.loads(served.cli("jobs", "--after", "5", "--json").stdout)
     assert [r["id"] for r in forward] == [6, 7]
     found = json.loads(served.cli("jobs", "--filter", "JOB 4", "--json").stdout)

@@ -580,9 +580,13 @@ def _say_older(client: Client, args: argparse.Namespace, count: int, last: int |
     the id of the last job listed)."""
     if last is None or count < args.limit or not client.more_jobs:
         return  # (it said "older" of a list that had no more)
-    if args.sort == "id" and not args.after and not args.reverse:
+    # (--page 2 was told "older: --before N", which leaves its --page; --after and
+    # --reverse were told nothing)
+    if args.after:
+        print(f"newer: --after {last}", file=sys.stderr)
+    elif args.sort == "id" and not args.reverse and not args.page:
         print(f"older: --before {last}", file=sys.stderr)
-    elif args.sort != "id":
+    else:
         print(f"more: --page {(args.page or 1) + 1}", file=sys.stderr)
 
 
