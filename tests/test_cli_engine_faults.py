@@ -10,6 +10,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -338,3 +339,33 @@ def test_a_submission_taken_by_an_engine_that_went_away_is_asked_of_the_next(
         engine.join(timeout=60)
     assert out.returncode == 0, out.stderr
     assert [j["id"] for j in _jobs(served)] == [int(out.stdout.strip())]
+
+
+def test_a_follow_whose_engine_went_away_and_stayed_away_is_exit_3(
+    served: Served, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # An engine killed mid-follow and never started again: exit 4 said "whether it acted
+    # is unknown" of a read-only `logs -f` (and `wait`); none is there, as before any
+    # request: exit 3.
+    from gpulayer_tui.cli import commands
+    from gpulayer_tui.cli.main import main
+
+    served.start("--simulate", "1xA100-80GB")
+    job_id = served.cli("submit", "--", "sh", "-c", "echo start; sleep 600").stdout.strip()
+    monkeypatch.setenv("GPULAYER_HOME", served.env["GPULAYER_HOME"])
+    monkeypatch.setenv("GPULAYER_TIMEOUT", "0.5")
+    monkeypatch.setattr(commands, "RESTART_PATIENCE_S", 0.5)
+    capfd.readouterr()
+    codes: list[int] = []
+    follow = threading.Thread(target=lambda: codes.append(main(["logs", "-f", job_id])))
+    follow.start()
+    seen: list[str] = []
+    wait_for(lambda: "start" in "".join(seen) or bool(seen.append(capfd.readouterr().out)))
+    assert served.proc is not None
+    served.proc.kill()  # (following: it asked, and was answered)
+    served.proc.wait()
+    follow.join(timeout=60)
+    assert codes == [3]
+    err = capfd.readouterr().err
+    assert "reconnecting to follow" in err
+    assert "the engine went away and none came back for 0.5 s: no engine is serving" in err

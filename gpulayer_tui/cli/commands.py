@@ -756,11 +756,20 @@ class _OthersOutput:
         return printable(text, keep="\n\t\r").encode("utf-8", "surrogateescape")
 
 
+class EngineStayedAway(EngineNotRunning):
+    """The engine went away and none came back while the CLI waited."""
+
+    def __init__(self, paths: Paths, waited: float) -> None:
+        super().__init__(paths)
+        self.args = (f"the engine went away and none came back for {waited:g} s: {self.args[0]}",)
+
+
 def _wait_for_engine(client: Client) -> None:
     """Wait (up to the client's timeout) for an engine to answer again.
 
     Raises:
-        EngineLost: None answered in time.
+        EngineLost: One was there and did not answer in time.
+        EngineStayedAway: None was there, all the time waited.
     """
     # An engine that is not there (a restart) is waited for at least RESTART_PATIENCE_S
     # (a GPULAYER_TIMEOUT of a second, for quick answers, gave a restart a second: `wait`
@@ -769,19 +778,26 @@ def _wait_for_engine(client: Client) -> None:
     start = time.monotonic()
     frozen = client.timeout or RESTART_PATIENCE_S
     patience = max(frozen, RESTART_PATIENCE_S)
+    there = False  # (one was there and did not answer, at the last try)
     while time.monotonic() < start + patience:
         try:
             client.health()
             return
         except EngineNotRunning:
+            there = False
             time.sleep(0.25)
         except EngineLost:
+            there = True
             patience = frozen
             time.sleep(0.25)
-    raise EngineLost(
-        0,
-        f"no engine answered at {client.paths.socket_file} for {patience:g} s",
-    )
+    if there:
+        raise EngineLost(
+            0,
+            f"no engine answered at {client.paths.socket_file} for {patience:g} s",
+        )
+    # None there: "no engine", exit 3, as it is before any request (it was exit 4, "whether
+    # it acted is unknown", for a read-only `wait` or `logs -f` whose engine stayed down).
+    raise EngineStayedAway(client.paths, patience)
 
 
 def _report_end(job: dict[str, Any], as_json: bool, data: Any) -> int:
