@@ -761,6 +761,19 @@ def test_like_takes_every_option_given_over_the_jobs_own(engine: Served) -> None
     assert shown["priority"] == 7
 
 
+def test_like_of_a_restarted_job_is_no_restart(engine: Served) -> None:
+    # --like copied the job's restart_of: the new job claimed to restart job 1 (and the
+    # engine now refuses a submission that names one).
+    old = _submit(engine, "--", "true")
+    assert engine.cli("wait", old).returncode == 0
+    restarted = engine.cli("restart", old)
+    assert restarted.returncode == 0, restarted.stderr
+    copy = engine.cli("submit", "--like", restarted.stdout.strip())
+    assert copy.returncode == 0, copy.stderr
+    job = json.loads(engine.cli("status", "--json", copy.stdout.strip()).stdout)["job"]
+    assert "restart_of" not in job["spec"]
+
+
 def test_like_runs_with_this_shells_environment_not_the_jobs(
     engine: Served, tmp_path: Path
 ) -> None:

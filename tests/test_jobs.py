@@ -488,6 +488,12 @@ async def test_invalid_specs_change_nothing(make_engine: EngineFactory) -> None:
         # (a long name is cut in the message: a 1 MB name was echoed whole)
         ({"env": {"A" * 1_000_000: "x"}}, "env", f"env[{'A' * 100}...]: 1000002 bytes"),
         ({"command": ["true", "y" * 131_072]}, "command", "command: 131072 bytes; Linux"),
+        # Fields of two types were told why the value is neither, in pydantic's words
+        # ("snapshot.bool: Input should be a valid boolean; snapshot.SnapshotInfo: ...").
+        ({"snapshot": "yes"}, "snapshot", "snapshot: must be true (run a copy of cwd"),
+        ({"snapshot": {"path": "/x"}}, "snapshot", "snapshot: must be true (run a copy"),
+        ({"domain": 5}, "domain", "domain: must be a domain's name or a list of names"),
+        ({"domain": ["gpu0", 1]}, "domain", "domain: must be a domain's name or a list"),
     ],
 )
 def test_a_whole_spec_problem_names_its_field(
@@ -498,6 +504,28 @@ def test_a_whole_spec_problem_names_its_field(
         parse_spec({"command": ["true"], **spec})
     assert refused.value.field == field
     assert str(refused.value).startswith(message)
+
+
+async def test_only_the_engine_names_the_job_a_job_restarts(make_engine: EngineFactory) -> None:
+    # A submission could set restart_of: `status` then said "restart of job 1" of a job
+    # that never was one (and `submit --like` of a restarted job copied its lineage).
+    engine = await make_engine()
+    first = await engine.submit({"command": ["true"]})
+
+    async def ended(job_id: int) -> bool:
+        return (await engine.get(job_id)).status.is_terminal
+
+    await eventually(lambda: ended(first.id))
+    with pytest.raises(SpecError, match=r"restart_of: the engine sets it") as refused:
+        await engine.submit({"command": ["true"], "restart_of": first.id})
+    assert refused.value.field == "restart_of"
+    again = await engine.restart(first.id)
+    assert again.spec["restart_of"] == first.id
+    # Its spec, lineage included, still loads (a restore, a requeue, a restart of it).
+    assert parse_spec(again.spec).restart_of == first.id
+    await eventually(lambda: ended(again.id))
+    assert (await engine.restart(again.id)).spec["restart_of"] == again.id
+    assert len(await engine.list_jobs()) == 3
 
 
 async def test_a_dependency_named_twice_alike_is_one(make_engine: EngineFactory) -> None:

@@ -378,7 +378,10 @@ def _like(
         from ..fields import ADOPTED_NOT_RUN
 
         raise ValueError(f"--like {old['id']}: job {old['id']} {ADOPTED_NOT_RUN}")
-    spec: dict[str, Any] = {k: v for k, v in old["spec"].items() if v is not None}
+    # (restart_of: job ID's lineage, not this new job's; the engine refuses one given)
+    spec: dict[str, Any] = {
+        k: v for k, v in old["spec"].items() if v is not None and k != "restart_of"
+    }
     # What this command line gives replaces the job's own (the flags that only switch
     # something on are in base only when given).
     for key in (

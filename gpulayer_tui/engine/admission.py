@@ -152,6 +152,16 @@ class Admission:
             self._digests.pop(oldest, None)
         return jobs
 
+    async def resubmit(self, data: dict[str, Any], owner_uid: int | None, restart_of: int) -> Job:
+        """Submit an ended job's spec again as a new job whose ``restart_of`` names it
+        (the engine's to set: a submission that names one is refused, or anyone could
+        forge a job's lineage).
+
+        Raises:
+            SpecError, Overloaded, StoreError: As :meth:`submit_many`.
+        """
+        return (await self._submit([data], owner_uid, None, restart_of=restart_of))[0]
+
     async def _current(self, ids: list[int], key: str) -> list[Job]:
         """The jobs ``ids`` as they are now.
 
@@ -174,6 +184,7 @@ class Admission:
         owner_uid: int | None,
         key: str | None,
         digest: str | None = None,
+        restart_of: int | None = None,
     ) -> list[Job]:
         self._check_writable()
         self._check_room(len(items))
@@ -181,6 +192,14 @@ class Admission:
         for index, data in enumerate(items):
             try:
                 spec = parse_spec(data)
+                if spec.restart_of is not None:
+                    raise SpecError(
+                        "restart_of: the engine sets it when it restarts a job "
+                        "(gpulayer-tui restart ID); a submission may not name one",
+                        "restart_of",
+                    )
+                if restart_of is not None:
+                    spec = spec.model_copy(update={"restart_of": restart_of})
                 if spec.cluster is not None and spec.cluster not in self.clusters:
                     known = ", ".join(self.clusters) or "none configured"
                     raise SpecError(

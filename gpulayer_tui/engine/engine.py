@@ -715,8 +715,7 @@ class Engine:
         if isinstance(snapshot, dict):
             spec["snapshot"] = True
             spec["cwd"] = snapshot.get("source") or spec.get("cwd")
-        spec["restart_of"] = job_id
-        return await self.submit(spec, owner_uid)
+        return await self.admission.resubmit(spec, owner_uid, restart_of=job_id)
 
     def _state_id(self) -> str:
         """This state dir's random id (made once): names its jobs on a shared cluster, so

@@ -409,6 +409,14 @@ _PLAIN = {
     "port": "must be true (each replica gets a free $PORT) or false (none)",
 }
 
+# Fields of two types: pydantic says why the value is neither, member by member, in its
+# own words ("snapshot.bool: Input should be a valid boolean; snapshot.SnapshotInfo.source:
+# Field required"). Said once, in ours. (A snapshot's record is the engine's to make.)
+_EITHER = {
+    "domain": "must be a domain's name or a list of names",
+    "snapshot": "must be true (run a copy of cwd made at submission) or false",
+}
+
 
 def _describe(err: ValidationError) -> tuple[str, str | None]:
     parts = []
@@ -438,6 +446,9 @@ def _describe(err: ValidationError) -> tuple[str, str | None]:
         )
         if field is None and item["loc"] and isinstance(item["loc"][0], str):
             field = item["loc"][0]
+        if loc and loc[0] in _EITHER and item["type"] != "extra_forbidden":
+            parts.append(f"{loc[0]}: {_EITHER[str(loc[0])]}")
+            continue
         error = item.get("ctx", {}).get("error")
         if isinstance(error, wire.FieldError):
             msg = error.detail  # the rule's own words, without its field name
