@@ -211,7 +211,7 @@ def test_api_rejects_malformed_requests(served: Served) -> None:
     status, data = post(b'{"command": ["true"], "bogus": 1}')
     assert status == 400 and data["error"] == "unknown field 'bogus'"
     status, data = post(b'{"jobs": []}')
-    assert status == 400 and "non-empty list" in str(data["error"])
+    assert status == 400 and "non-empty list" in str(data["error"]) and data["field"] == "jobs"
     # A key given twice: the last one won silently (a job ran `pwd` where `ls` came first).
     status, data = post(b'{"command": ["ls"], "command": ["pwd"]}')
     assert status == 400 and "the key 'command' is given twice" in str(data["error"])
@@ -268,6 +268,72 @@ def test_api_rejects_malformed_requests(served: Served) -> None:
         "limit must not be negative"
     )
     assert "ERROR" not in served.stop()
+
+
+def test_api_names_the_field_at_fault_and_refuses_a_body_over_the_cap_unread(
+    served: Served,
+) -> None:
+    served.start("--simulate", "2xA100-80GB")
+
+    def post(body: bytes, path: str = "/v1/jobs") -> tuple[int, dict[str, Any]]:
+        return _post(served, body, path)
+
+    # A batch's and a drain's unknown key is named as the field at fault (there was none),
+    # and a drain reason of the wrong type is told so (it was told a length problem).
+    status, data = post(b'{"jobs": [{"command": ["true"]}], "evn": {}}')
+    assert (status, data["field"]) == (400, "evn") and data["error"].endswith("unknown key 'evn'")
+    status, data = post(b'{"reason": 5}', "/v1/domains/gpu0/drain")
+    assert (status, data["field"]) == (400, "reason")
+    assert data["error"] == "reason must be text, not int"
+    status, data = post(b'{"reason": "x", "why": 1}', "/v1/domains/gpu0/drain")
+    assert (status, data["field"]) == (400, "why") and "unknown key 'why'" in data["error"]
+    status, data = post(b'{"reason": 0}', "/v1/domains/gpu0/drain")  # (0 was read as none)
+    assert status == 400 and data["error"] == "reason must be text, not int"
+    # A body declared over the cap is refused before any of it is read: it waited for the
+    # body (or, sent no further, for the 30 s idle deadline: a 408).
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(60)
+        sock.connect(str(served.home / "engine.sock"))
+        sock.sendall(
+            b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000000000000\r\n\r\n{"
+        )
+        raw = b""
+        while chunk := sock.recv(65536):
+            raw += chunk
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    assert int(head.split()[1]) == 413, raw[:300]
+    assert json.loads(payload)["error"] == "POST /v1/jobs: the request body is over 64 MiB"
+    assert _ids(served) == []
+
+
+def test_api_refuses_a_query_parameter_it_would_ignore(served: Served) -> None:
+    served.start("--simulate", "1xA100-80GB")
+    for path, field in (
+        # A parameter the route does not read was ignored: `stat=failed` listed every job,
+        # `folow=1` gave a log that stopped; one given twice, the first won.
+        ("/v1/jobs?stat=failed", "stat"),
+        ("/v1/jobs/1/logs?folow=1", "folow"),
+        ("/v1/gpus?all=1", "all"),
+        ("/v1/jobs?limit=1&limit=2", "limit"),
+    ):
+        status, data = request(served.home / "engine.sock", "GET", path)
+        assert status == 400 and data["field"] == field, (path, data)
+    said = request(served.home / "engine.sock", "GET", "/v1/jobs?stat=failed")[1]["error"]
+    assert said == (
+        "unknown query parameter 'stat' (GET /v1/jobs takes status, q, sort, order, before, "
+        "after, offset, limit)"
+    )
+    said = request(served.home / "engine.sock", "GET", "/v1/gpus?all=1")[1]["error"]
+    assert said == "unknown query parameter 'all' (GET /v1/gpus takes no parameters)"
+    # Every parameter each route reads is still taken.
+    for path in (
+        "/v1/jobs?status=failed&q=x&sort=id&order=asc&after=1&offset=0&limit=5",
+        "/v1/jobs?before=3",
+    ):
+        assert request(served.home / "engine.sock", "GET", path)[0] == 200, path
+    for path in ("/v1/jobs/1/logs?follow=0&offset=0&replica=0", "/v1/jobs/1/wait?timeout=0"):
+        assert request(served.home / "engine.sock", "GET", path)[0] == 404, path
 
 
 def test_socket_permissions_second_engine_and_restart(served: Served) -> None:

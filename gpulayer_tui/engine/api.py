@@ -296,9 +296,39 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         if err.status == 413:  # (which limit: it said only "Request Entity Too Large")
             said = f"the request body is over {MAX_BODY // 2**20} MiB"
         response = _error(err.status, f"{request.method} {request.path[:200]}: {said}")
+        if err.status == 413:
+            response.force_close()  # (the rest of the body is not read)
         if "Allow" in err.headers:
             response.headers["Allow"] = err.headers["Allow"]
         return response
+
+
+# The query parameters each route reads; every other route reads none. One not read was
+# ignored without a word: `jobs?stat=failed` listed every job, `logs?folow=1` a log that
+# simply stopped.
+_QUERY = {
+    ("GET", "/v1/jobs"): ("status", "q", "sort", "order", "before", "after", "offset", "limit"),
+    ("GET", "/v1/jobs/{job_id}/wait"): ("timeout",),
+    ("GET", "/v1/jobs/{job_id}/logs"): ("follow", "offset", "replica"),
+}
+
+
+@web.middleware
+async def _known_query(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse a query parameter the route does not read, or one given twice (400)."""
+    if request.query:
+        resource = request.match_info.route.resource
+        if resource is not None:  # (no route: its 404 says so)
+            route = f"{request.method} {resource.canonical}"
+            known = _QUERY.get((request.method, resource.canonical), ())
+            for name in request.query:
+                shown = printable(name)[:40]
+                if name not in known:
+                    takes = f"takes {', '.join(known)}" if known else "takes no parameters"
+                    raise SpecError(f"unknown query parameter {shown!r} ({route} {takes})", name)
+                if len(request.query.getall(name)) > 1:
+                    raise SpecError(f"query parameter {shown!r} is given twice", name)
+    return await handler(request)
 
 
 @web.middleware
@@ -436,6 +466,11 @@ async def _read_json(request: web.Request) -> Any:
     sends its headers and then stalls must not hold a submission slot for ever (64 of
     them refused every submission for as long as they stalled)."""
     deadline = request.app[ENGINE_KEY].config.limits.idle_connection
+    size = request.content_length
+    if size is not None and size > MAX_BODY:
+        # Refused before a byte is read: it waited for a body it would refuse anyway, or
+        # for the idle deadline when the client sent no more than its headers.
+        raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY, actual_size=size)
     try:
         async with asyncio.timeout(deadline):
             return await request.json(loads=_loads_once)
@@ -593,11 +628,12 @@ async def submit(request: web.Request) -> web.Response:
             if extra:
                 raise SpecError(
                     'a batch is {"jobs": [...]} with an optional "env"; unknown key '
-                    + ", ".join(repr(key) for key in extra)
+                    + ", ".join(repr(printable(key)[:40]) for key in extra[:5]),
+                    extra[0],
                 )
             items = body["jobs"]
             if not isinstance(items, list) or not items:
-                raise SpecError("'jobs' must be a non-empty list of job specs")
+                raise SpecError("'jobs' must be a non-empty list of job specs", "jobs")
             if "env" in body:
                 try:
                     items = wire.with_batch_env(items, body["env"])
@@ -629,11 +665,21 @@ async def drain(request: web.Request) -> web.Response:
     """POST /v1/domains/NAME/drain."""
     _require_admin(request, "drain a domain")
     body = await _read_json(request) if request.can_read_body else {}
-    if not isinstance(body, dict) or set(body) - {"reason"}:
+    if not isinstance(body, dict):
         raise SpecError('a drain request is {"reason": "..."} or empty')
-    reason = body.get("reason") or ""
-    if not isinstance(reason, str) or len(reason) > 500:
-        raise SpecError("reason must be text of at most 500 characters", "reason")
+    extra = sorted(set(body) - {"reason"})
+    if extra:
+        shown = ", ".join(repr(printable(key)[:40]) for key in extra[:5])
+        raise SpecError(
+            f'a drain request is {{"reason": "..."}} or empty; unknown key {shown}', extra[0]
+        )
+    reason = body.get("reason")
+    if reason is None:
+        reason = ""
+    if not isinstance(reason, str):
+        raise SpecError(f"reason must be text, not {type(reason).__name__}", "reason")
+    if len(reason) > 500:
+        raise SpecError(f"reason must be at most 500 characters, not {len(reason)}", "reason")
     engine = request.app[ENGINE_KEY]
     return web.json_response(
         {"domain": await engine.domain_ops.drain(request.match_info["name"], reason)}
@@ -1113,7 +1159,7 @@ async def _end_of_events(
 
 def make_app(engine: Engine) -> web.Application:
     """The aiohttp application serving ``engine``."""
-    app = web.Application(middlewares=[_access, _errors], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[_access, _errors, _known_query], client_max_size=MAX_BODY)
     app[ENGINE_KEY] = engine
     app[GATE_KEY] = _Gate()
     app[STREAMS_KEY] = _Streams()
