@@ -384,6 +384,8 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         (["submit", "--", "   "], "command: the program name (first word) is empty"),
         # (checked as seconds: "about 31 years", and past the engine's own limit)
         (["submit", "--mem-gb", "2000000", "--", "true"], "at most 1000000 GB, got 2000000"),
+        # (taken, and meant nothing: there is no wait for it to bound)
+        (["cancel", "1", "--no-wait", "--timeout", "5"], "--timeout: not allowed with"),
     ],
     ids=[
         "limit-0",
@@ -400,6 +402,7 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         "timeout-past-ceiling",
         "blank-program",
         "mem-gb",
+        "cancel-no-wait-timeout",
     ],
 )
 def test_counts_out_of_range_are_refused_by_name(
@@ -987,6 +990,9 @@ def test_a_wait_with_microseconds_left_is_a_timeout_not_a_refusal(engine: Served
         (["--env", "CUDA_VISIBLE_DEVICES=1"], "--env CUDA_VISIBLE_DEVICES: the engine sets it"),
         (["--env", "GPULAYER_JOB_ID=7"], "--env GPULAYER_JOB_ID: the engine sets it"),
         (["--service", "--env", "PORT=80"], "--env PORT: each start of a replica gets a free"),
+        # (a variable "LR " that the job's $LR never read; an escape is shown as one)
+        (["--env", "LR =0.1"], "--env 'LR ': a variable's name has no spaces or control"),
+        (["--env", "A\x1b[2JB=1"], "--env 'A\\x1b[2JB': a variable's name has no spaces"),
     ],
 )
 def test_env_the_engine_sets_is_refused_naming_it(
@@ -1073,3 +1079,7 @@ def test_a_spec_files_env_the_engine_sets_is_refused_naming_it(
     ok = engine.cli("submit", "--spec", str(spec))
     assert ok.returncode == 0, ok.stderr
     engine.cli("cancel", ok.stdout.strip(), "--no-wait")
+    spec.write_text('command = ["true"]\nenv = { "LR " = "0.1" }\n')
+    out = engine.cli("submit", "--spec", str(spec))
+    assert out.returncode == 2
+    assert f"{spec}: env 'LR ': a variable's name has no spaces" in out.stderr, out.stderr

@@ -101,7 +101,7 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             parser.error(f"--env expects KEY=VALUE, got {item!r}")
         refused = _engine_sets(key, args.service and not args.no_port)
         if refused:
-            parser.error(f"--env {key}: {refused}")
+            parser.error(f"--env {_env_name_shown(key)}: {refused}")
         env[key] = value
     if env:
         spec["env"] = env
@@ -127,9 +127,14 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 def _engine_sets(key: str, port_service: bool, no_port: str = "add --no-port") -> str | None:
     """Why ``--env KEY`` cannot be given (the engine sets KEY for each job, over whatever
-    the job's environment says: the value given was dropped without a word), or ``None``.
+    the job's environment says: the value given was dropped without a word; or no shell
+    could read it), or ``None``.
     ``no_port``: how to turn the port off where the env was given (a spec file's way is
     ``port = false``: it was told of a flag)."""
+    if any(c.isspace() or not c.isprintable() for c in key):
+        # (`--env "LR =0.1"` set a variable "LR " that the job's $LR never read; refused
+        # here, where the user typed it: an inherited environment may hold such a name)
+        return "a variable's name has no spaces or control characters"
     if key == "CUDA_VISIBLE_DEVICES":
         return (
             "the engine sets it to the job's GPUs; ask for GPUs with --gpus N "
@@ -143,6 +148,11 @@ def _engine_sets(key: str, port_service: bool, no_port: str = "add --no-port") -
             f"{no_port} to give your own"
         )
     return None
+
+
+def _env_name_shown(key: str) -> str:
+    """``key`` as typed, quoted (escapes and all) where it holds a space or a control."""
+    return key if key.isprintable() and not any(c.isspace() for c in key) else repr(key)
 
 
 LIKE_SERVICE = "__service_options"
@@ -469,7 +479,7 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
                 refused = _engine_sets(str(key), port, "set port = false")
                 if refused:
                     where = f"{args.spec}" + (f", job {number}" if len(items) > 1 else "")
-                    _error(f"{where}: env {key}: {refused}")
+                    _error(f"{where}: env {_env_name_shown(str(key))}: {refused}")
                     return EXIT_USAGE
         env = base.pop("env", None)
         jobs = _submit_once(client, [_merge(base, item) for item in items], env, rows=True)

@@ -405,8 +405,12 @@ def _wait_args(p: argparse.ArgumentParser) -> None:
 
 def _cancel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_id_arg, nargs="+", help="one or more job ids")
-    p.add_argument("--no-wait", action="store_true", help="return without waiting for the end")
-    p.add_argument(
+    # (--timeout with --no-wait was taken and meant nothing: there is no wait to bound)
+    waiting = p.add_mutually_exclusive_group()
+    waiting.add_argument(
+        "--no-wait", action="store_true", help="return without waiting for the end"
+    )
+    waiting.add_argument(
         "--timeout",
         type=positive_number,
         metavar="SECONDS",
