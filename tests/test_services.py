@@ -1181,6 +1181,55 @@ async def test_a_replica_whose_port_stops_answering_goes_down_and_up_again(
     await engine.wait(job.id, timeout=20)
 
 
+# A server on $PORT that keeps listening but accepts nothing while ``hung-$PORT`` exists
+# in the directory it is given (a server whose loop is stuck: in a GPU call, a deadlock).
+HUNG_SERVER = [
+    sys.executable,
+    "-c",
+    "import os, signal, socket, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "port = int(os.environ['PORT'])\n"
+    "gate = os.path.join(sys.argv[1], f'hung-{port}')\n"
+    "s = socket.socket()\n"
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('127.0.0.1', port)); s.listen(128); s.settimeout(0.02)\n"
+    "while True:\n"
+    "    if os.path.exists(gate):\n"
+    "        time.sleep(0.02); continue\n"
+    "    try: s.accept()[0].close()\n"
+    "    except OSError: pass\n",
+]
+
+
+async def test_a_replica_whose_server_accepts_nothing_goes_down_and_up_again(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Its port still answered a connect (the kernel completes one while the accept queue
+    # has room): a hung server stayed "up" until 128 checks had filled that queue.
+    engine = await make_engine(simulate=None, config=_checked(restart_down_after=0))
+    job = await engine.submit(_service([*HUNG_SERVER, str(tmp_path)]))
+    await eventually(lambda: _all_up(engine, job.id), timeout=20)
+    replica = _replicas(engine, job.id)[0]
+    port, pid = replica.port, replica.pid
+    (tmp_path / f"hung-{port}").touch()
+    await eventually(lambda: replica.state is ReplicaState.DOWN, timeout=20)
+    assert replica.endpoint is None and replica.down_since is not None
+    assert replica.message.startswith(f"port {port} stopped accepting connections at "), (
+        replica.message
+    )
+    assert replica.message.endswith(", more at each of 2 checks in a row); endpoint withdrawn")
+    # Down, it is not taken for up again while its port answers a connect it never accepts.
+    waited = await engine.events_of(job.id)
+    await asyncio.sleep(0.5)  # (10 checks' time: nothing may change)
+    assert replica.state is ReplicaState.DOWN and await engine.events_of(job.id) == waited
+    (tmp_path / f"hung-{port}").unlink()
+    await eventually(lambda: replica.state is ReplicaState.UP, timeout=20)
+    assert replica.pid == pid and replica.restarts == 0
+    assert replica.message == f"answering again at 127.0.0.1:{port} (pid {pid})"
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+
+
 async def test_a_replica_down_too_long_is_restarted_whatever_it_exits_with(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

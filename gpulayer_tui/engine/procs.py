@@ -239,6 +239,33 @@ def listener_of(port: int) -> int | None:
     return None
 
 
+def accept_queue(port: int) -> int | None:
+    """How many connections wait to be accepted on TCP ``port`` (the longest queue of its
+    listening sockets, IPv4 or IPv6, in this network namespace), or ``None`` when nothing
+    listens there or the kernel's tables cannot be read.
+
+    The kernel completes a connect while the queue has room, whether or not the server
+    ever accepts it: a connect cannot tell a hung server from a serving one, its queue
+    can. (``/proc/net/tcp``: a listening socket's ``rx_queue`` is its accept queue;
+    psutil does not give it.) Blocking: run it in a thread.
+    """
+    longest: int | None = None
+    wanted = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as fh:
+                next(fh, None)  # (the header)
+                for line in fh:
+                    fields = line.split()
+                    # sl local_address rem_address st tx_queue:rx_queue ...; 0A: LISTEN
+                    if len(fields) > 4 and fields[3] == "0A" and fields[1].endswith(wanted):
+                        waiting = int(fields[4].partition(":")[2], 16)
+                        longest = waiting if longest is None else max(longest, waiting)
+        except (OSError, ValueError):
+            continue
+    return longest
+
+
 def in_session(pid: int, leader: int) -> bool:
     """Whether ``pid`` is in the session ``leader`` leads (a job's processes: its leader
     starts one, and what it starts stays in it unless it makes a session of its own)."""

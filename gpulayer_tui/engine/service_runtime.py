@@ -20,6 +20,9 @@ BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 PROBE_TIMEOUT_S = 1.0
 PROBE_INTERVAL_MAX_S = 1.0
+NOT_ACCEPTING = "stopped accepting connections"
+"""A down replica's message says it when its port answered but its server took none of
+the connections waiting (``services._probe_port``, which reads it back after a restart)."""
 
 
 class Cancellable(Protocol):

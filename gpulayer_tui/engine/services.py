@@ -52,6 +52,7 @@ from .models import (
     check_replica_transition,
 )
 from .service_runtime import (
+    NOT_ACCEPTING,
     PROBE_INTERVAL_MAX_S,
     PROBE_TIMEOUT_S,
     LoopClock,
@@ -379,6 +380,9 @@ class ServiceRunner:
         delay = 0.02
         failed = 0
         first_failed = 0.0
+        unaccepted = 0  # its accept queue at the last check (see procs.accept_queue)
+        piled = 0  # checks in a row that found that queue longer than the one before
+        stuck_at: int | None = None  # down for not accepting: the queue it was found with
         while replica.pid == pid:
             settings = self._config.services
             if replica.state is R.UP:
@@ -388,8 +392,22 @@ class ServiceRunner:
                     continue  # (its new interval, counted from now)
                 if replica.pid != pid or replica.state is not R.UP:
                     continue
-                if await _answers(host, port):
+                # A hung server's port still "answers": the kernel completes each connect
+                # while its accept queue has room (128 checks, 20 minutes at 10 s). Its
+                # queue tells: each check's connection waits there, unaccepted. Longer
+                # than at the check before is a failed check (a busy server's queue
+                # comes and goes; only one that grows check after check fails them all).
+                waiting = await asyncio.to_thread(procs.accept_queue, port)
+                if replica.pid != pid or replica.state is not R.UP:
+                    continue
+                growing = waiting is not None and waiting > unaccepted
+                unaccepted = waiting or 0
+                piled = piled + 1 if growing else 0
+                # (connected every time: a hung server's queue grows by ours)
+                if await _answers(host, port) and not growing:
                     failed = 0
+                    continue
+                if replica.pid != pid or replica.state is not R.UP:
                     continue
                 failed += 1
                 if failed == 1:
@@ -397,19 +415,37 @@ class ServiceRunner:
                 if failed < settings.down_after:
                     continue
                 replica.down_since = first_failed
-                self._set_replica(
-                    act,
-                    replica,
-                    R.DOWN,
-                    f"port {port} stopped answering at "
-                    f"{time.strftime('%H:%M:%S', time.localtime(first_failed))} "
-                    f"({plural(failed, 'check')} in a row failed); endpoint withdrawn",
-                )
+                at = time.strftime("%H:%M:%S", time.localtime(first_failed))
+                if piled >= failed:
+                    stuck_at = unaccepted
+                    said = (
+                        f"port {port} {NOT_ACCEPTING} at {at} ({plural(unaccepted, 'connection')} "
+                        f"wait, more at each of {plural(failed, 'check')} in a row); "
+                        "endpoint withdrawn"
+                    )
+                else:
+                    said = (
+                        f"port {port} stopped answering at {at} "
+                        f"({plural(failed, 'check')} in a row failed); endpoint withdrawn"
+                    )
+                self._set_replica(act, replica, R.DOWN, said)
                 delay = 0.02
                 continue
             if replica.state not in (R.STARTING, R.DOWN):
                 return
-            if not await _answers(host, port):
+            answered: bool
+            if replica.state is R.DOWN and NOT_ACCEPTING in replica.message:
+                # Down for not accepting: its port answers all along. Serving again is its
+                # queue shorter than it was found with (it accepted), or empty; no connect
+                # of ours meanwhile (each would wait in that queue too).
+                waiting = await asyncio.to_thread(procs.accept_queue, port)
+                if stuck_at is None:  # (a restarted engine: the queue as found now)
+                    stuck_at = waiting or 0
+                shorter = waiting is not None and (waiting == 0 or waiting < stuck_at)
+                answered = shorter and await _answers(host, port)
+            else:
+                answered = await _answers(host, port)
+            if not answered:
                 if replica.pid != pid:
                     continue
                 if replica.state is R.DOWN and self._overdue(replica, time.time()):
@@ -447,7 +483,8 @@ class ServiceRunner:
             again = replica.state is R.DOWN
             replica.endpoint = endpoint_of(host, port)
             replica.down_since = None
-            failed = 0
+            failed = piled = unaccepted = 0
+            stuck_at = None
             said = "answering again" if again else "up"
             self._set_replica(act, replica, R.UP, f"{said} at {replica.endpoint} (pid {pid})")
 
