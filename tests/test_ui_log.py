@@ -191,6 +191,32 @@ def _detail(app: Any) -> JobDetailScreen | None:
     return screen if isinstance(screen, JobDetailScreen) else None
 
 
+async def test_a_long_output_is_read_from_near_its_end_whole_lines_only(ui_app: Any) -> None:
+    # A 1 GiB log was read whole, 256 KiB a request, to keep its last 10,000 lines: three
+    # minutes of a core before the view said "complete", again at each opening.
+    from gpulayer_tui.screens.job_detail import LOG_TAIL_BYTES
+
+    app = await ui_app("1xA100-80GB")
+    count = LOG_TAIL_BYTES // 13 + 40_000  # ("line NNNNNNN\n": 13 bytes)
+    script = f"import sys\nsys.stdout.write(''.join('line %07d\\n' % i for i in range({count})))"
+    job = await app.backend.submit(
+        {"command": [sys.executable, "-c", script], "gpus": 0, "cwd": os.getcwd()}
+    )
+    assert (await app.backend.engine.wait(job["id"], timeout=30)).status.value == "completed"
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.open_job(job["id"])
+        detail = await until(pilot, lambda: _detail(app), "the detail")
+        log = await until(pilot, lambda: next(iter(detail.query(LogTail)), None), "the log")
+        await until(pilot, lambda: detail._log_done, "all the output", timeout=30)
+        assert log.bytes_read == LOG_TAIL_BYTES  # (its last 4 MiB, not all of it)
+        lines = log.source_lines
+        # Whole lines, in order, to the last: the one read from its middle is dropped.
+        assert lines[-1] == f"line {count - 1:07d}" and len(lines) <= 10_000
+        first = int(lines[0].removeprefix("line "))
+        assert lines == [f"line {i:07d}" for i in range(first, count)]
+        assert f"complete · last {len(lines):,} lines (P: all)" in str(log.border_title)
+
+
 async def test_search_keys_in_the_detail_and_n_is_new_job_again_after(ui_app: Any) -> None:
     app = await ui_app("1xA100-80GB")
     script = "for i in $(seq 0 199); do echo line $i; [ $((i % 50)) = 7 ] && echo needle $i; done"

@@ -63,6 +63,11 @@ PAGER_NOTICE_BYTES = 16 * 2**20  # a copy for $PAGER this large says it is under
 LOG_POLL_INTERVAL = 0.5
 """Seconds between reads of a running job's output."""
 
+LOG_TAIL_BYTES = 4 * 2**20
+"""An output longer than this is read from this far before its end: the view keeps its
+last 10,000 lines, and a 1 GiB log read whole to show them took three minutes of a core
+(P pages all of it)."""
+
 USAGE_POLL_INTERVAL = 2.0
 """Seconds between reads of a running GPU job's usage (the engine adds a point a tick)."""
 
@@ -588,6 +593,15 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             try:
                 replica = self._replica if self.is_service else None
                 chunk = await app.backend.read_log(self.job_id, self._log_next, replica=replica)
+                if (
+                    self._log_next == 0
+                    and chunk.size is not None
+                    and chunk.size - len(chunk.data) > LOG_TAIL_BYTES
+                ):
+                    self._log_next = chunk.size - LOG_TAIL_BYTES
+                    log.skip_head()
+                    self._update_log_title()
+                    continue
             except ConnectionLost as err:
                 log.border_subtitle = Content(str(err))
                 await asyncio.sleep(2.0)
@@ -599,7 +613,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                 kept = len(log.source_lines)
                 log.feed(chunk.data)
                 self._log_next = chunk.next
-                if log.lines_dropped and len(log.source_lines) != kept:
+                if (log.lines_dropped or log.head_skipped) and len(log.source_lines) != kept:
                     self._update_log_title()  # (how many of its lines are kept, said)
                 continue
             if finished:
@@ -625,6 +639,8 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             return
         log = self.query_one(LogTail)
         state = "following" if log.follow else "paused (f or G follows)"
+        if self.finished and not self._log_done:
+            state = "reading"  # (an ended job's output: there is nothing to follow)
         if self._log_done:
             state = "no output" if log.bytes_read == 0 else "complete"
         if self._adopted:
@@ -634,7 +650,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             count = (len(self._job.get("replicas") or []) if self._job else 0) or 1
             which = f" · replica {self._replica} of 0-{count - 1} (]: next)"
         extra = " · wrapped" if log.wrap else ""
-        if log.lines_dropped:  # (g, a search and its count cover these only)
+        if log.lines_dropped or log.head_skipped:  # (g, a search and its count cover these)
             extra += f" · last {len(log.source_lines):,} lines (P: all)"
         if log.search_term:
             found = (

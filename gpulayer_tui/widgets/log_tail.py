@@ -192,6 +192,9 @@ class LogTail(Log):
         self.bytes_read = 0
         """Bytes fed so far (the offset to read from next)."""
         self._limit = max_lines
+        self.head_skipped = False
+        """The output's start was not read (see :meth:`skip_head`)."""
+        self._to_line_start = False  # skipping the rest of a line read from its middle
         self.lines_dropped = 0
         """Complete lines dropped from the top to keep the newest ``max_lines`` (since
         :meth:`reset`): the first line kept is not the output's first."""
@@ -234,12 +237,24 @@ class LogTail(Log):
         """The unfinished last line, as shown."""
         return clean_line("".join(self._partial))
 
+    def skip_head(self) -> None:
+        """The output will be fed from somewhere in its middle, not its start: what comes
+        before the first line break is the end of a line, dropped."""
+        self.head_skipped = True
+        self._to_line_start = True
+
     def feed(self, data: bytes) -> None:
         """Take the next chunk of raw output (in time linear in its size, however long
         its lines are)."""
         if not data:
             return
         self.bytes_read += len(data)
+        if self._to_line_start:
+            end = data.find(b"\n")
+            if end < 0:
+                return
+            self._to_line_start = False
+            data = data[end + 1 :]
         # (a CRLF cut in two by the chunks leaves "\r" at a line's end: clean_line drops it)
         pieces = self._decoder.decode(data).replace("\r\n", "\n").split("\n")
         self._add_partial(pieces[0])
@@ -278,6 +293,7 @@ class LogTail(Log):
         self._partial, self._partial_len, self._partial_more = [], 0, 0
         self.bytes_read = 0
         self.lines_dropped = 0
+        self.head_skipped = self._to_line_start = False
         self.border_subtitle = ""
 
     def finish(self) -> None:
