@@ -78,7 +78,9 @@ def unsafe_characters(text: str) -> list[str]:
     """The characters of ``text`` a terminal could act on or that change how the rest
     reads: controls (C0, DEL, C1: escapes start there), format characters (bidi overrides
     and isolates, zero-width spaces, BOM; the two joiners apart), line and paragraph
-    separators, lone surrogates. Empty for most text (``isprintable()`` answers first)."""
+    separators, lone surrogates, unassigned code points (noncharacters too: a terminal
+    may give them a column the layout did not count). Empty for most text
+    (``isprintable()`` answers first)."""
     if text.isprintable():
         return []
     import unicodedata  # (only for text that needs it: a CLI call never loads it)
@@ -86,7 +88,7 @@ def unsafe_characters(text: str) -> list[str]:
     return [
         c
         for c in text
-        if (category := unicodedata.category(c)) in ("Cc", "Zl", "Zp", "Cs")
+        if (category := unicodedata.category(c)) in ("Cc", "Zl", "Zp", "Cs", "Cn")
         or (category == "Cf" and c not in _JOINERS)
     ]
 

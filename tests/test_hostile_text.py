@@ -68,7 +68,11 @@ async def test_hostile_names_commands_and_output_never_end_the_tui(embedded_app:
         assert set(NAMES) <= shown
 
 
-@pytest.mark.parametrize("text", ["\x1b[2J", "a\x07b", "\x9b31m", "tab\there", "\u202e", "ok"])
+@pytest.mark.parametrize(
+    # (unassigned and noncharacters too: a terminal may give them a column not counted)
+    "text",
+    ["\x1b[2J", "a\x07b", "\x9b31m", "tab\there", "\u202e", "\u0378", "a\ufffe", "ok"],
+)
 def test_cli_tables_escape_control_characters(text: str) -> None:
     shown = printable(text)
     assert not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in shown)

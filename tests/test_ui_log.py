@@ -49,6 +49,13 @@ def _output(count: int) -> bytes:
         ("shown\x1bPnever ended", "shown"),  # a terminal swallows it to the end
         ("a\x1b(Bb\x1b#8c\x1b7d", "abcd"),  # character set, alignment, cursor save
         ("long line\r\x9bKdone", "done"),  # erase-line in its C1 form
+        # Characters that draw nothing, or that a terminal widens: each moved the panel's
+        # borders (zero-width space, soft hyphen, BOM, word joiner, a tag, unassigned,
+        # a noncharacter, an emoji's variation selector); the joiners emoji need stay.
+        ("a\u200bb\u00adc\ufeffd\u2060e", "abcde"),
+        ("a\U000e0041b\u0378c\ufffed", "abcd"),
+        ("\u2764\ufe0f ok", "\u2764 ok"),
+        ("\U0001f469\u200d\U0001f52c", "\U0001f469\u200d\U0001f52c"),
     ],
 )
 def test_escape_sequences_are_dropped_whole(raw: str, shown: str) -> None:

@@ -36,7 +36,26 @@ _ESCAPES = re.compile(_SEQUENCE)
 # (also DEL and the C1 controls, U+009B being a one-character CSI; the bidi embeddings,
 # overrides, isolates and marks, which reorder what follows them; and the line separators
 # str.splitlines() would split a line at: one line of output is one line of the log)
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+_CONTROLS = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ufe00-\ufe0f]"
+)
+# (and the variation selectors: an emoji's U+FE0F made a terminal draw it two columns
+# wide where the layout counted one, and the panel's right border moved)
+
+
+def _visible(line: str) -> str:
+    """``line`` without the characters that draw nothing here but may take a column in a
+    terminal, or none where the layout counted one: format characters (zero-width space,
+    soft hyphen, BOM, word joiner, tags; the two joiners apart) and unassigned code points
+    (noncharacters too). Binary output is full of them, and each moved the borders of
+    the log's panel and the ones beside it."""
+    if line.isprintable():
+        return line
+    import unicodedata
+
+    return "".join(
+        c for c in line if unicodedata.category(c) not in ("Cf", "Cn") or c in "\u200c\u200d"
+    )
 
 
 def clean_line(line: str) -> str:
@@ -49,7 +68,7 @@ def clean_line(line: str) -> str:
     """
     line = line.rstrip("\r")
     if "\r" not in line and ("\x1b[" not in line or not _ERASE.search(line)):
-        return _CONTROLS.sub("", _ESCAPES.sub("", line))
+        return _visible(_CONTROLS.sub("", _ESCAPES.sub("", line)))
     return _as_terminal(line)
 
 
@@ -82,7 +101,7 @@ def _as_terminal(line: str) -> str:
                 elif how == "2":
                     cells.clear()
         else:
-            for char in _CONTROLS.sub("", token):
+            for char in _visible(_CONTROLS.sub("", token)):
                 width = cell_len(char)
                 if width == 0:  # (a combining mark: on the character before it)
                     if col and col <= len(cells):
