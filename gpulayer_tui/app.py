@@ -19,6 +19,7 @@ from textual import on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.command import Provider
+from textual.markup import escape as markup_escape
 from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
@@ -571,7 +572,8 @@ class GpulayerApp(App[str]):
                 kept = dom.get("drain_reason")
                 yield SystemCommand(
                     f"Release {name}",
-                    f"Lift the quarantine; it stays drained ({kept})"
+                    # (the palette reads help as markup: a reason of "[/]" ended the app)
+                    f"Lift the quarantine; it stays drained ({markup_escape(kept)})"
                     if state == "quarantined" and kept
                     else f"Return it to service (now {state})",
                     self._domain_cmd(name, "release"),
@@ -583,8 +585,19 @@ class GpulayerApp(App[str]):
                         self._domain_cmd(name, "drain"),
                     )
         for command in super().get_system_commands(screen):
-            if command.title not in ("Theme", "Quit"):
+            if command.title == "Screenshot":
+                # (Textual's saves to ~/Downloads, which a GPU server seldom has: it said
+                # only "Failed to save screenshot")
+                yield SystemCommand(
+                    command.title,
+                    f"Save an SVG of the screen (in {markup_escape(str(_screenshot_folder()))})",
+                    lambda: self.set_timer(0.1, self._save_screenshot),
+                )
+            elif command.title not in ("Theme", "Quit"):
                 yield command
+
+    def _save_screenshot(self) -> None:
+        self.deliver_screenshot(path=str(_screenshot_folder()))
 
     def _theme_cmd(self, name: str) -> Callable[[], None]:
         return lambda: self.set_theme(name)
@@ -673,3 +686,18 @@ class MessageApp(App[None]):
         from textual.widgets import Static
 
         yield Static(self._text, markup=False, id="message")
+
+
+def _screenshot_folder() -> Path:
+    """Where a screenshot goes: ~/Downloads where it exists, else the folder the TUI was
+    started in if it may write there, else home."""
+    import os
+
+    downloads = Path.home() / "Downloads"
+    if downloads.is_dir():
+        return downloads
+    with contextlib.suppress(OSError):
+        here = Path.cwd()
+        if os.access(here, os.W_OK):
+            return here
+    return Path.home()

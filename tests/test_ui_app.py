@@ -64,6 +64,36 @@ async def test_command_palette_offers_every_action(embedded_app: AppFactory) -> 
         assert {"Theme: gpulayer-dark", "Theme: gpulayer-light"} <= titles
 
 
+async def test_the_palettes_screenshot_is_saved_where_there_is_a_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Textual's saves to ~/Downloads: on a server without one it said only "Failed to
+    # save screenshot". Without one, it goes to the folder the TUI was started in.
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir()
+    here.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(here)
+    app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        (command,) = [c for c in app.get_system_commands(app.screen) if c.title == "Screenshot"]
+        assert str(here) in command.help
+        command.callback()
+        saved = await until(pilot, lambda: list(here.glob("*.svg")), "the screenshot")
+        assert saved[0].read_text().startswith("<svg")
+
+        def said() -> list[str]:
+            return [str(n.message) for n in app._notifications]
+
+        await until(pilot, lambda: any("Saved screenshot" in m for m in said()), "told")
+        assert not any("Failed" in m for m in said()), said()
+        (home / "Downloads").mkdir()  # (where there is one, it is used)
+        (command,) = [c for c in app.get_system_commands(app.screen) if c.title == "Screenshot"]
+        command.callback()
+        await until(pilot, lambda: list((home / "Downloads").glob("*.svg")), "in Downloads")
+
+
 @pytest.mark.parametrize(
     ("size", "keys"),
     [

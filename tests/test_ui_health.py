@@ -104,6 +104,30 @@ async def test_releasing_a_drained_then_quarantined_domain_says_it_drains_again(
         assert not any(n.endswith("domain gpu1: released") for n in _notes(app))
 
 
+async def test_a_drain_reason_in_the_palette_is_text_not_markup(ui_app: AppFactory) -> None:
+    # The palette reads a command's help as markup: a quarantined domain drained "[/]"
+    # ended the app as the palette opened (MarkupError).
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    await engine.domain_ops.drain("gpu1", "[/] [b]x[@click=app.quit]y")
+    SimLedger(engine.paths.state_dir).set_gpu(1, lost=True, error="GPU is lost")
+    await engine.sampler.sample_once()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: _state(app, "gpu1") == "quarantined")
+        await pilot.press("ctrl+p")
+        await pilot.press(*"release")
+        await until(pilot, lambda: "[/] [b]x[@click=app.quit]y" in _palette_text(app))
+        assert app.is_running
+
+
+def _palette_text(app: Any) -> str:
+    from textual.widgets import OptionList
+
+    return "\n".join(
+        str(option.prompt) for lst in app.screen.query(OptionList) for option in lst.options
+    )
+
+
 async def test_a_sample_older_than_a_release_does_not_undo_it(ui_app: AppFactory) -> None:
     # A gpu.sample published before a release can reach the app after the release's own
     # answer; the domain's change event, next in the stream, sets the state right again.
