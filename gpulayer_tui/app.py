@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.command import Provider
@@ -598,6 +598,22 @@ class GpulayerApp(App[str]):
 
     def _save_screenshot(self) -> None:
         self.deliver_screenshot(path=str(_screenshot_folder()))
+
+    @on(events.DeliveryComplete)
+    def _screenshot_saved(self, event: events.DeliveryComplete) -> None:
+        # (Textual's own toast is markup, "[$text-success]", shown as written here: every
+        # notification is plain text; and its failure said no reason)
+        if event.name == "screenshot":
+            event.prevent_default()
+            where = f" to {event.path}" if event.path is not None else ""
+            self.notify(f"Saved screenshot{where}", title="Screenshot")
+
+    @on(events.DeliveryFailed)
+    def _screenshot_failed(self, event: events.DeliveryFailed) -> None:
+        if event.name == "screenshot":
+            event.prevent_default()
+            said = f"Failed to save screenshot: {event.exception}"
+            self.notify(said, title="Screenshot", severity="error")
 
     def _theme_cmd(self, name: str) -> Callable[[], None]:
         return lambda: self.set_theme(name)

@@ -86,8 +86,9 @@ async def test_the_palettes_screenshot_is_saved_where_there_is_a_folder(
         def said() -> list[str]:
             return [str(n.message) for n in app._notifications]
 
-        await until(pilot, lambda: any("Saved screenshot" in m for m in said()), "told")
-        assert not any("Failed" in m for m in said()), said()
+        told = f"Saved screenshot to {saved[0]}"
+        await until(pilot, lambda: told in said(), "told where")
+        assert not any("Failed" in m or "$text" in m for m in said()), said()
         (home / "Downloads").mkdir()  # (where there is one, it is used)
         (command,) = [c for c in app.get_system_commands(app.screen) if c.title == "Screenshot"]
         command.callback()
