@@ -279,3 +279,35 @@ def test_a_job_that_ends_while_no_engine_runs_keeps_its_real_end_time(served: Se
     assert job["status"] == "completed"
     assert job["ended_at"] <= seen_gone  # the launcher's time, not the new engine's
     assert 0.9 <= job["ended_at"] - job["started_at"] < 2.0
+
+
+def test_a_young_jobs_gpu_time_before_a_kill_9_is_booked_unobserved(
+    served: Served, paths: Paths
+) -> None:
+    # Killed before the job's first usage save (60 s), the engine lost what it had seen:
+    # the next one counted the job's GPU time from its own start ("2 points over 4 s" of
+    # a job 40 s old), the time before not even counted as unobserved.
+    from gpulayer_tui.client import Client
+
+    paths.config_file.parent.mkdir(parents=True, exist_ok=True)
+    paths.config_file.write_text("[engine]\nsample_interval = 0.1\n")
+    served.start("--simulate", "1xA100-80GB")
+    job_id = int(served.cli("submit", "--gpus", "1", "--", "sleep", "120").stdout)
+    client = Client(paths)
+    started = _job(served, job_id)["started_at"]
+    assert started is not None
+    wait_for(lambda: (client.usage(job_id)["summary"] or {}).get("samples", 0) >= 3)
+    wait_for(lambda: time.time() > started + 2.0, timeout=10)
+    _kill_engine(served)
+    served.start("--simulate", "1xA100-80GB")
+    wait_for(lambda: (client.usage(job_id)["summary"] or {}).get("samples", 0) >= 2)
+    usage = client.usage(job_id)
+    seen_again = usage["series"][0]["t0"]
+    totals = usage["totals"]
+    assert totals["first_at"] == pytest.approx(started, abs=0.01)
+    assert totals["unobserved_seconds"] == pytest.approx(seen_again - started, abs=0.3)
+    summary = usage["summary"]
+    assert summary is not None
+    last = totals["last_at"]
+    assert summary["gpu_hours"] * 3600 == pytest.approx(last - started, abs=0.5)
+    assert served.cli("cancel", str(job_id)).returncode == 0

@@ -318,6 +318,9 @@ class JobUsage:
         # for 30 s on 2 GPUs, beside the 60 GPU-seconds fair share booked).
         self.unobserved_from: float | None = None
         self._gap_booked: set[int] = set()
+        # No record of it was taken back (it ran for less than a save's interval before
+        # the engine was killed): every GPU it is first seen on was held since its start.
+        self.gap_on_every_gpu = False
         # GPU-seconds of such gaps: held, but with no reading (left out of the mean VRAM,
         # as they are of the utilisation: counted as 0 GiB they lowered it at each restart).
         self.unobserved_seconds = 0.0
@@ -330,7 +333,11 @@ class JobUsage:
         if self.first_at is None:
             self.first_at = at
         gap_from = self.unobserved_from
-        if gap_from is not None and gpu in self.series and gpu not in self._gap_booked:
+        if (
+            gap_from is not None
+            and (gpu in self.series or self.gap_on_every_gpu)
+            and gpu not in self._gap_booked
+        ):
             self._gap_booked.add(gpu)
             self.carried["seconds"] += max(0.0, at - gap_from)
             self.unobserved_seconds += max(0.0, at - gap_from)
@@ -607,6 +614,9 @@ class UsageRecorder:
         self._ending: dict[int, UsageJSON] = {}
         self._gpus: dict[int, GpuTotals] = {}
         self._last_point = 0.0
+        # Jobs running when the engine started with no record to take back: killed
+        # before their first save, their time until they are seen again is unobserved.
+        self._unrecorded: set[int] = set()
 
     def reconfigure(self, settings: UsageSettings, policy: PolicySettings) -> None:
         """A reloaded ``[usage]`` / ``[policy]``."""
@@ -626,6 +636,7 @@ class UsageRecorder:
             if usage.job_id not in held:
                 usage.unobserved_from = None
             self._jobs[usage.job_id] = usage
+        self._unrecorded = held - self._jobs.keys()
 
     def live(self, job_id: int) -> JobUsage | None:
         """The record of a job being observed now, if any."""
@@ -766,6 +777,13 @@ class UsageRecorder:
                     usage = self._jobs[job_id] = JobUsage(
                         job_id, facts[1], self._settings.max_points
                     )
+                    started = facts[0]
+                    if job_id in self._unrecorded and started is not None and started < at:
+                        # (it was "2 points over 4 s" of a job running 40 s: its time before
+                        # the restart was lost, not even counted as unobserved)
+                        usage.first_at = usage.unobserved_from = started
+                        usage.gap_on_every_gpu = True
+                    self._unrecorded.discard(job_id)
                 usage.join(gpu, totals, at, held.get(job_id, 0))
             totals.members = {j for j in holders if j in self._jobs}
         if held != totals.held:
