@@ -100,6 +100,8 @@ async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:
         await pilot.press("enter")
         detail = await until(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen)
         await until(pilot, lambda: detail.finished, "the detail's job")
+        # Its output read to the end, f (follow) is not offered: it did nothing to be seen.
+        await until(pilot, lambda: detail.check_action("toggle_follow", ()) is False, "no f")
         # Cancel is dimmed on the ended job's detail as in the table, and says why.
         assert detail.check_action("cancel_job", ()) is None
         await pilot.press("c")
@@ -109,11 +111,20 @@ async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:
             "the dimmed cancel key's refusal in the detail",
         )
         await pilot.press("R", "y")
-        await until(
+        newest = await until(
             pilot,
-            lambda: isinstance(app.screen, JobDetailScreen) and app.screen.job_id > new_id,
+            lambda: (
+                isinstance(app.screen, JobDetailScreen)
+                and app.screen.job_id > new_id
+                and app.screen
+            ),
             "the newest job's detail",
         )
+        # Back in the table, the cursor is on that newest job (it stayed on the one whose
+        # detail was open: enter opened it again).
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the table")
+        await until(pilot, lambda: table.cursor_job_id == newest.job_id, "the cursor on it")
         # A running job is not restarted: the key is dimmed, and says why when pressed.
         running = await app.backend.submit(_spec("sleep 60", gpus=0))
         app.open_job(running["id"])

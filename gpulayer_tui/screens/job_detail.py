@@ -507,7 +507,8 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """``]`` (next replica) exists for services only, ``u`` for GPU jobs only; ``c``
+        """``]`` (next replica) exists for services only, ``u`` for GPU jobs only, ``f``
+        until an ended job's output is read to its end; ``c``
         (cancel) is for an active job, ``R`` (restart) for an ended one and ``e`` (edit)
         for a waiting one (dimmed otherwise, as in the jobs table); ``n`` / ``N`` are the
         log's only while it is searched (else ``n`` is the App's: new job); ``P`` needs a
@@ -526,6 +527,10 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             return not self._widgets_gone and bool(self.query_one(LogTail).search_term)
         if action == "open_pager":
             return not self.app.is_web
+        if action == "toggle_follow":
+            # (an ended job's output, read to its end: nothing more comes to follow, and
+            # the footer offered f, which then did nothing to be seen)
+            return not (self.finished and self._log_done)
         return True
 
     def on_resize(self) -> None:
@@ -622,6 +627,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         log.finish()
         self._log_done = True
         self._update_log_title()
+        self.refresh_bindings()
 
     @property
     def _widgets_gone(self) -> bool:
@@ -848,6 +854,13 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
 
     def _show_restarted(self, job: JobJSON) -> None:
         if self.is_current:
+            from .jobs import JobsScreen
+
+            # Back from the new job's detail, the table's cursor is on it, not on the job
+            # this one showed (enter opened the old job again).
+            stack = self.app.screen_stack
+            if len(stack) > 1 and isinstance(stack[-2], JobsScreen):
+                stack[-2].select_new(job)
             self.app.switch_screen(JobDetailScreen(job["id"]))
 
     def action_edit_job(self) -> None:

@@ -311,9 +311,10 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         goes to the new job."""
         job = self._cursor_job()
         if job is not None:
-            ask_to_restart(self, job, self._select_new)
+            ask_to_restart(self, job, self.select_new)
 
-    def _select_new(self, job: JobJSON) -> None:
+    def select_new(self, job: JobJSON) -> None:
+        """Put the cursor on a job just made (a restart), now or once the table has it."""
         if not self.table.select_job(job["id"]):
             self._select_when_shown = job["id"]  # once the table has it (filters allowing)
 
