@@ -377,9 +377,10 @@ async def test_clean_removes_old_finished_jobs_and_never_reuses_an_id(
     make_engine: EngineFactory,
 ) -> None:
     engine = await make_engine()
-    jobs = [await engine.submit({"shell": f"echo {i}", "gpus": 0}) for i in range(5)]
-    for job in jobs:
-        await engine.wait(job.id, timeout=10)
+    jobs = []
+    for i in range(5):  # one after another: the last two by id also ended last
+        jobs.append(await engine.submit({"shell": f"echo {i}", "gpus": 0}))
+        await engine.wait(jobs[-1].id, timeout=10)
     running = await engine.submit({"command": ["sleep", "600"], "gpus": 0})
     assert all(engine.log_path(j.id).exists() for j in jobs)
     done = await engine.retention.clean(None, keep=2)
@@ -420,9 +421,10 @@ async def test_a_clean_killed_before_it_removed_the_files_has_them_removed_by_th
 
 def test_clean_from_the_cli(served: Served) -> None:
     served.start("--simulate", "1xA100-80GB")
-    ids = [served.cli("submit", "--", "true").stdout.strip() for _ in range(3)]
-    for job_id in ids:
-        assert served.cli("wait", job_id).returncode == 0
+    ids = []
+    for _ in range(3):  # one after another: the last by id also ended last
+        ids.append(served.cli("submit", "--", "true").stdout.strip())
+        assert served.cli("wait", ids[-1]).returncode == 0
     refused = served.cli("clean")
     assert refused.returncode == 2 and "--older-than DAYS and/or --keep N" in refused.stderr
     out = served.cli("clean", "--keep", "1", "--json")
@@ -510,13 +512,36 @@ def test_a_log_replaced_by_a_link_or_a_fifo_or_removed_is_said_not_read(
         gate.touch()
 
 
+async def test_keep_counts_the_jobs_that_ended_last_not_the_highest_ids(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A long run submitted first and ended last is the newest finished job: ranked by
+    # id, `clean --keep 3` removed it with its log as soon as it ended (tester h44).
+    engine = await make_engine()
+    gate = tmp_path / "gate"
+    long_run = await engine.submit(
+        {"shell": f"while [ ! -e {gate} ]; do sleep 0.05; done; echo RESULT", "gpus": 0}
+    )
+    short = []
+    for _ in range(3):
+        short.append(await engine.submit({"command": ["true"], "gpus": 0}))
+        await engine.wait(short[-1].id, timeout=10)
+    gate.touch()
+    assert (await engine.wait(long_run.id, timeout=10)).status is JobStatus.COMPLETED
+    done = await engine.retention.clean(None, keep=3)
+    assert done["jobs"] == 1
+    assert {j.id for j in await engine.list_jobs()} == {long_run.id, short[1].id, short[2].id}
+    assert engine.log_path(long_run.id).read_text() == "RESULT\n"
+
+
 async def test_keep_jobs_in_the_config_keeps_the_newest_finished_ones(
     make_engine: EngineFactory,
 ) -> None:
     engine = await make_engine()
-    jobs = [await engine.submit({"command": ["true"], "gpus": 0}) for _ in range(5)]
-    for job in jobs:
-        await engine.wait(job.id, timeout=10)
+    jobs = []
+    for _ in range(5):
+        jobs.append(await engine.submit({"command": ["true"], "gpus": 0}))
+        await engine.wait(jobs[-1].id, timeout=10)
     await engine.stop()
     kept = await make_engine(config=make_config(history={"keep_jobs": 2}))
 

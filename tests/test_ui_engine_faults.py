@@ -69,9 +69,10 @@ async def test_an_engine_restart_keeps_the_finished_jobs_in_an_attached_table(
     # The reload after a reconnect asked for the page after the one shown (where its last
     # page had ended) and replaced every row with it: only the running jobs stayed.
     served.start("--simulate", "1xA100-80GB")
-    done = [int(served.cli("submit", "--", "true").stdout) for _ in range(3)]
-    for job in done:
-        assert served.cli("wait", str(job)).returncode == 0
+    done: list[int] = []
+    for _ in range(3):  # one after another: the first by id also ended first
+        done.append(int(served.cli("submit", "--", "true").stdout))
+        assert served.cli("wait", str(done[-1])).returncode == 0
     backend = SocketBackend(resolve_paths())
     app = build_app(backend, refresh_interval=0.05)
     async with app.run_test(size=(120, 40)) as pilot:

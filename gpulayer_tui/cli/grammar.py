@@ -444,7 +444,9 @@ def _domain_args(p: argparse.ArgumentParser) -> None:
 
 def _clean_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--older-than", type=days_arg, metavar="DAYS")
-    p.add_argument("--keep", type=positive_int, metavar="N", help="keep the newest N finished")
+    p.add_argument(
+        "--keep", type=positive_int, metavar="N", help="keep the N finished jobs that ended last"
+    )
     p.add_argument("--json", action="store_true")
 
 
@@ -633,8 +635,8 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
     "domain": ("list, drain or release domains", "", _domain_args),
     "clean": (
         "remove old finished jobs (their rows, timelines and logs)",
-        "Remove finished jobs that ended more than DAYS ago and/or all but the newest N "
-        "finished ones: their rows, timelines and log files. Running and queued jobs are "
+        "Remove finished jobs that ended more than DAYS ago and/or all but the N "
+        "that ended last: their rows, timelines and log files. Running and queued jobs are "
         "never touched; ids are never given again. [history] keep_days in the config does "
         "this every hour.",
         _clean_args,

@@ -243,10 +243,10 @@ class LogSettings(_Strict):
 
 class HistorySettings(_Strict):
     """``[history]``: which finished jobs are kept (rows, timelines and logs): those that
-    ended in the last ``keep_days``, and at most the newest ``keep_jobs``."""
+    ended in the last ``keep_days``, and at most the ``keep_jobs`` that ended last."""
 
     keep_days: float | None = Field(None, ge=0.001, le=36500)  # None: forever
-    keep_jobs: int | None = Field(None, ge=1, le=10**9)  # the newest N finished; None: all
+    keep_jobs: int | None = Field(None, ge=1, le=10**9)  # the N that ended last; None: all
 
 
 class SnapshotSettings(_Strict):

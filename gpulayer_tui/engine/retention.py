@@ -1,7 +1,7 @@
 """History retention: old finished jobs go, with their timelines and their files.
 
 ``gpulayer-tui clean`` (``POST /v1/clean``) removes finished jobs that ended before a time
-and/or all but the newest N; with ``[history] keep_days`` and/or ``keep_jobs`` the engine
+and/or all but the N that ended last; with ``[history] keep_days`` and/or ``keep_jobs`` the engine
 does it by itself at start and every hour. A job's row, its events and its files
 (``jobs/ID.log``, a service's ``jobs/ID.K.log``, an older version's ``jobs/ID.exit``) and
 its snapshot (``snapshots/jobs/ID/``, then the objects no other snapshot links) go
@@ -112,8 +112,8 @@ class Retention:
         self._settings = settings
 
     async def clean(self, ended_before: float | None, keep: int | None) -> dict[str, Any]:
-        """Remove finished jobs that ended before ``ended_before`` and/or all but the newest
-        ``keep`` finished ones; return ``{"jobs": n, "files": m, "snapshots": k, "spared":
+        """Remove finished jobs that ended before ``ended_before`` and/or all but the ``keep``
+        finished ones that ended last; return ``{"jobs": n, "files": m, "snapshots": k, "spared":
         [ids]}`` (``k``: snapshot trees removed, with the objects only they held;
         ``spared``: jobs that matched but were kept, still needed)."""
         jobs = trees = 0

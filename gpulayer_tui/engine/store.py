@@ -1314,8 +1314,12 @@ class Store:
             ).fetchall()
             ids.update(r[0] for r in rows)
         if keep is not None and len(ids) < limit:
+            # Ranked by when they ended, not by id: a long run submitted early and ended
+            # last is the newest finished job (by id it went first, its log an hour after
+            # it ended).
             rows = db.execute(
-                f"SELECT id FROM jobs WHERE {finished} ORDER BY id DESC LIMIT ? OFFSET ?",
+                f"SELECT id FROM jobs WHERE {finished} "
+                "ORDER BY COALESCE(ended_at, created_at) DESC, id DESC LIMIT ? OFFSET ?",
                 (limit - len(ids), keep),
             ).fetchall()
             ids.update(r[0] for r in rows)
