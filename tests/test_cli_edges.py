@@ -532,6 +532,17 @@ def test_submit_from_a_removed_folder_says_so(engine: Served, tmp_path: Path) ->
     assert like.returncode == 0, like.stderr
 
 
+def test_logs_replica_0_of_a_batch_job_is_its_log(engine: Served) -> None:
+    # 0 is the documented default, yet asked for it was refused: "is not a service".
+    job = _submit(engine, "--", "echo", "hello")
+    assert engine.cli("wait", job).returncode == 0
+    read = engine.cli("logs", job, "--replica", "0")
+    assert (read.returncode, read.stdout) == (0, "hello\n"), read.stderr
+    other = engine.cli("logs", job, "--replica", "1")
+    assert other.returncode == 2
+    assert f"job {job} is not a service; its one log is replica 0, not 1" in other.stderr
+
+
 def test_a_job_whose_dependency_was_cleaned_restarts_and_is_copied(engine: Served) -> None:
     # Its dependency had completed before it ran; cleaned from the history since, restart
     # and --like were refused for ever: "depends_on: no job 1" (a field never typed).

@@ -547,8 +547,10 @@ async def test_log_of_an_unknown_replica_is_refused(make_engine: EngineFactory) 
     batch = await engine.submit({"command": ["true"]})
     with pytest.raises(SpecError, match=f"job {svc.id} has one replica \\(0\\), not 3"):
         engine.reads.check_replica(await engine.get(svc.id), 3)
-    with pytest.raises(SpecError, match=f"job {batch.id} is not a service"):
-        engine.reads.check_replica(await engine.get(batch.id), 0)
+    # A batch job's one log is its replica 0 (the documented default); it has no other.
+    assert engine.reads.check_replica(await engine.get(batch.id), 0) is None
+    with pytest.raises(SpecError, match=f"job {batch.id} is not a service; its one log is"):
+        engine.reads.check_replica(await engine.get(batch.id), 1)
 
 
 def test_cli_submit_status_logs_and_cancel_a_service(served: Served, tmp_path: Any) -> None:

@@ -991,8 +991,7 @@ async def logs(request: web.Request) -> web.StreamResponse:
     # An adopted process's output goes where it was started: nothing to follow here (a
     # follow waited, silent, for as long as the process ran).
     follow = asked_to_follow and job.kind is not JobKind.ADOPTED
-    replica = _int_query(request, "replica", None)
-    engine.reads.check_replica(job, replica)
+    replica = engine.reads.check_replica(job, _int_query(request, "replica", None))
     path = engine.log_path(job_id, replica)
     others = _others(request, job.owner_uid)
     allowed = _StillAllowed(request, lambda config: not others or config.security.share_logs)

@@ -170,17 +170,29 @@ class JobReader:
         return path
 
     @staticmethod
-    def check_replica(job: Job, replica: int | None) -> None:
+    def check_replica(job: Job, replica: int | None) -> int | None:
         """Validate a replica number against a job.
 
+        Returns:
+            The replica to read: ``None`` for a job's one log (a batch job's replica 0 is
+            that log: 0 is the documented default, and a script reading each replica of
+            mixed jobs asks for it).
+
         Raises:
-            SpecError: The job is not a service, or has no such replica.
+            SpecError: The job is not a service and ``replica`` is not 0, or the service
+                has no such replica.
         """
         if replica is None:
-            return
+            return None
         if job.kind is not JobKind.SERVICE:
-            raise SpecError(f"job {job.id} is not a service; it has no replicas", "replica")
+            if replica == 0:
+                return None
+            raise SpecError(
+                f"job {job.id} is not a service; its one log is replica 0, not {replica}",
+                "replica",
+            )
         count = len(job.replicas) or int(job.spec.get("replicas", 1))
         if not 0 <= replica < count:
             has = "one replica (0)" if count == 1 else f"replicas 0-{count - 1}"
             raise SpecError(f"job {job.id} has {has}, not {replica}", "replica")
+        return replica
