@@ -532,6 +532,19 @@ async def test_keep_counts_the_jobs_that_ended_last_not_the_highest_ids(
     assert done["jobs"] == 1
     assert {j.id for j in await engine.list_jobs()} == {long_run.id, short[1].id, short[2].id}
     assert engine.log_path(long_run.id).read_text() == "RESULT\n"
+    # A job a waiting job needs is kept, and said kept, by the same order.
+    blocker = await engine.submit({"command": ["sleep", "600"], "gpus": 0})
+    waiting = await engine.submit(
+        {"command": ["true"], "gpus": 0, "depends_on": [short[1].id, blocker.id]}
+    )
+    done = await engine.retention.clean(None, keep=1)
+    assert (done["jobs"], done["spared"]) == (1, [short[1].id])
+    assert {j.id for j in await engine.list_jobs()} == {
+        long_run.id,
+        short[1].id,
+        blocker.id,
+        waiting.id,
+    }
 
 
 async def test_keep_jobs_in_the_config_keeps_the_newest_finished_ones(

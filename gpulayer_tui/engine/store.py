@@ -215,6 +215,11 @@ SPENT_KEY_DAYS = 7
 """How long the key of a submission whose jobs were cleaned is still refused (a retry
 comes seconds after the lost answer, not weeks)."""
 
+# The order `clean --keep N` and [history] keep_jobs count finished jobs in: by when they
+# ended, not by id (a long run submitted early and ended last is the newest finished job;
+# ranked by id it went first, its log an hour after it ended).
+_ENDED_LAST_FIRST = "COALESCE(ended_at, created_at) DESC, id DESC"
+
 _JOB_COLUMNS = (
     "id, name, kind, status, termination_reason, exit_code, message, domains, gpus, "
     "priority, pid, start_ticks, created_at, queued_at, started_at, ended_at, owner_uid, spec, "
@@ -1115,7 +1120,7 @@ class Store:
         self, ids: frozenset[int], ended_before: float | None, keep: int | None
     ) -> list[int]:
         """Which of ``ids`` are finished jobs that ended before ``ended_before`` or are not
-        among the newest ``keep`` finished ones: what :meth:`prune` would take if they were
+        among the ``keep`` finished ones that ended last: what :meth:`prune` would take if they were
         not spared."""
         if not ids:
             return []
@@ -1129,7 +1134,8 @@ class Store:
         newest: set[int] = set()
         if keep is not None:
             kept = await self._fetchall(
-                f"SELECT id FROM jobs WHERE {finished} ORDER BY id DESC LIMIT ?", (keep,)
+                f"SELECT id FROM jobs WHERE {finished} ORDER BY {_ENDED_LAST_FIRST} LIMIT ?",
+                (keep,),
             )
             newest = {int(r[0]) for r in kept}
         return [
@@ -1287,7 +1293,7 @@ class Store:
         spared: frozenset[int] = frozenset(),
     ) -> list[int]:
         """Delete up to ``limit`` finished jobs (rows and timelines): those that ended
-        before ``ended_before``, and/or all but the newest ``keep`` finished ones; never
+        before ``ended_before``, and/or all but the ``keep`` finished ones that ended last; never
         those in ``spared``.
 
         Returns:
@@ -1314,12 +1320,9 @@ class Store:
             ).fetchall()
             ids.update(r[0] for r in rows)
         if keep is not None and len(ids) < limit:
-            # Ranked by when they ended, not by id: a long run submitted early and ended
-            # last is the newest finished job (by id it went first, its log an hour after
-            # it ended).
             rows = db.execute(
                 f"SELECT id FROM jobs WHERE {finished} "
-                "ORDER BY COALESCE(ended_at, created_at) DESC, id DESC LIMIT ? OFFSET ?",
+                f"ORDER BY {_ENDED_LAST_FIRST} LIMIT ? OFFSET ?",
                 (limit - len(ids), keep),
             ).fetchall()
             ids.update(r[0] for r in rows)
