@@ -528,6 +528,51 @@ async def test_only_the_engine_names_the_job_a_job_restarts(make_engine: EngineF
     assert len(await engine.list_jobs()) == 3
 
 
+async def test_a_chain_cancelled_by_its_first_job_restarts_as_a_chain(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Restarting the dependent made a job cancelled at once ("dependency job 1
+    # cancelled"), a new id spent, even after the failed job itself was restarted: a
+    # chain could never be run again (tester h44).
+    engine = await make_engine()
+    await engine.pause()
+    fixed_yet = tmp_path / "fixed"
+    first = await engine.submit({"shell": f"test -e {fixed_yet}", "gpus": 0})
+    second = await engine.submit({"shell": "echo second", "gpus": 0, "depends_on": [first.id]})
+    anyway = await engine.submit(
+        {"command": ["true"], "gpus": 0, "depends_on": [{"job": first.id, "any_exit": True}]}
+    )
+    await engine.resume()
+    assert (await engine.wait(second.id, timeout=10)).status is JobStatus.CANCELLED
+    assert (await engine.wait(anyway.id, timeout=10)).status is JobStatus.COMPLETED
+    listed = len(await engine.list_jobs())
+    with pytest.raises(SpecError, match=rf"job {second.id} waited for job {first.id}, which "
+                       r"ended failed: its restart would be cancelled at once \(restart job "
+                       rf"{first.id} first") as refused:  # fmt: skip
+        await engine.restart(second.id)
+    assert refused.value.field == "depends_on"
+    assert len(await engine.list_jobs()) == listed  # no id spent
+    # Restarted, the first job fails again: its restart is the one named.
+    first_again = await engine.restart(first.id)
+    await engine.wait(first_again.id, timeout=10)
+    with pytest.raises(SpecError, match=rf"whose newest restart, job {first_again.id}, ended"):
+        await engine.restart(second.id)
+    # Fixed, and restarted once more: the dependent's restart waits for that one.
+    fixed_yet.touch()
+    await engine.pause()
+    fixed = await engine.restart(first_again.id)
+    second_again = await engine.restart(second.id)
+    assert second_again.spec["depends_on"] == [fixed.id]
+    # An any-exit dependency keeps its job: it had its end.
+    assert (await engine.restart(anyway.id)).spec["depends_on"] == [
+        {"job": first.id, "any_exit": True}
+    ]
+    await engine.resume()
+    assert (await engine.wait(fixed.id, timeout=10)).status is JobStatus.COMPLETED
+    assert (await engine.wait(second_again.id, timeout=10)).status is JobStatus.COMPLETED
+    assert engine.log_path(second_again.id).read_text() == "second\n"
+
+
 async def test_a_dependency_named_twice_alike_is_one(make_engine: EngineFactory) -> None:
     engine = await make_engine()
     gate = await engine.submit({"command": ["sleep", "30"]})

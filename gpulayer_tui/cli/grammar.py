@@ -594,7 +594,9 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
     "restart": (
         "submit an ended job again (same spec, a new id)",
         "Submit an ended job's spec again as a new job whose spec says restart_of; a "
-        "snapshot is taken afresh from where the first was taken.",
+        "snapshot is taken afresh from where the first was taken. A dependency that ended "
+        "without completing is replaced by its newest restart (restart a chain from its "
+        "first job down); with none the restart is refused.",
         _restart_args,
     ),
     "signal": (

@@ -694,7 +694,9 @@ class Engine:
         Raises:
             UnknownJob: No such id.
             JobNotActive: (inverted) It has not ended yet: there is nothing to restart.
-            SpecError: It is an adopted process (nobody has its command to run).
+            SpecError: It is an adopted process (nobody has its command to run), or it
+                waited for a job that ended without completing and that was not restarted
+                since (or whose restart also failed): it would be cancelled at once.
         """
         job = await self.get(job_id)
         if not job.status.is_terminal:
@@ -710,12 +712,52 @@ class Engine:
             # ever ("depends_on: no job 1", a field the user never typed).
             ids = {_dependency_id(d) for d in deps}
             kept = await self.store.existing({i for i in ids if i is not None})
-            spec["depends_on"] = [d for d in deps if _dependency_id(d) in kept]
+            spec["depends_on"] = [
+                await self._restarted_dependency(job_id, d)
+                for d in deps
+                if _dependency_id(d) in kept
+            ]
         snapshot = spec.get("snapshot")
         if isinstance(snapshot, dict):
             spec["snapshot"] = True
             spec["cwd"] = snapshot.get("source") or spec.get("cwd")
         return await self.admission.resubmit(spec, owner_uid, restart_of=job_id)
+
+    async def _restarted_dependency(self, job_id: int, dep: Any) -> Any:
+        """A dependency of ``job_id`` as its restart should wait for it.
+
+        A dependency that ended without completing (which cancelled ``job_id``) is
+        replaced by its newest restart, followed down its line (restart A, then B: B's
+        restart waits for A's). Without one the restart would be cancelled at once, a new
+        id spent on a job that never runs: it is refused, saying what to do.
+
+        Raises:
+            SpecError: The dependency failed and has no restart, or its restart ended
+                without completing too.
+        """
+        dep_id = _dependency_id(dep)
+        if dep_id is None or (isinstance(dep, dict) and dep.get("any_exit")):
+            return dep
+        status = (await self.get(dep_id)).status
+        current = dep_id
+        while status.is_terminal and status is not JobStatus.COMPLETED:
+            newer = await self.store.newest_restart(current)
+            if newer is None:
+                break
+            current = newer
+            status = (await self.get(current)).status
+        if status.is_terminal and status is not JobStatus.COMPLETED:
+            which = "which" if current == dep_id else f"whose newest restart, job {current},"
+            raise SpecError(
+                f"depends_on: job {job_id} waited for job {dep_id}, {which} ended "
+                f"{status.value}: its restart would be cancelled at once (restart job "
+                f"{current} first, and this job's restart waits for that one; or submit "
+                f"--like {job_id} with other --after)",
+                "depends_on",
+            )
+        if current == dep_id:
+            return dep
+        return {**dep, "job": current} if isinstance(dep, dict) else current
 
     def _state_id(self) -> str:
         """This state dir's random id (made once): names its jobs on a shared cluster, so

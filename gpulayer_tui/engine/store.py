@@ -1116,6 +1116,14 @@ class Store:
         rows = await self._fetchall(f"SELECT id FROM jobs WHERE id IN ({marks})")
         return {int(r[0]) for r in rows}
 
+    async def newest_restart(self, job_id: int) -> int | None:
+        """The newest job that restarted ``job_id`` (``restart`` of it), if any."""
+        # (a scan of the specs: only a user's `restart` of a chain asks, rarely)
+        rows = await self._fetchall(
+            "SELECT MAX(id) FROM jobs WHERE json_extract(spec, '$.restart_of') = ?", (job_id,)
+        )
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
     async def finished_past(
         self, ids: frozenset[int], ended_before: float | None, keep: int | None
     ) -> list[int]:
