@@ -54,12 +54,18 @@ def test_restart_submits_an_ended_job_again_and_refuses_an_active_one(served: Se
     assert refused.returncode != 0 and "only an ended job restarts" in refused.stderr
     unknown = served.cli("restart", "999")
     assert unknown.returncode != 0 and "no job 999" in unknown.stderr, unknown.stderr
-    # A restart that ends as it is made (its dependency was cancelled) fails, as submit does.
+    # A restart that would end as it is made (its dependency was cancelled) is refused,
+    # no id spent; once that dependency is restarted, it waits for the new one.
     dependent = served.cli("submit", "--after", busy, "--", "true").stdout.strip()
     assert served.cli("cancel", busy).returncode == 0
     assert served.cli("wait", dependent).returncode == 1
     again = served.cli("restart", dependent)
-    assert again.returncode == 1 and f"dependency job {busy} cancelled" in again.stderr
+    assert again.returncode == 2 and f"restart job {busy} first" in again.stderr, again.stderr
+    busy_again = served.cli("restart", busy).stdout.strip()
+    again = served.cli("restart", dependent)
+    assert again.returncode == 0, again.stderr
+    assert _status(served, again.stdout.strip())["spec"]["depends_on"] == [int(busy_again)]  # type: ignore[index]
+    assert served.cli("cancel", busy_again).returncode == 0
 
 
 def test_edit_changes_a_waiting_job_and_refuses_what_cannot_be(served: Served) -> None:
