@@ -289,6 +289,18 @@ def test_api_names_the_field_at_fault_and_refuses_a_body_over_the_cap_unread(
     assert (status, data["field"]) == (400, "why") and "unknown key 'why'" in data["error"]
     status, data = post(b'{"reason": 0}', "/v1/domains/gpu0/drain")  # (0 was read as none)
     assert status == 400 and data["error"] == "reason must be text, not int"
+    # A release took any body, even one that was no JSON, and acted (tester h45).
+    assert post(b'{"reason": "x"}', "/v1/domains/gpu0/drain")[0] == 200
+    for body in (b"garbage", b"[1, 2]", b'{"x": 5}'):
+        status, data = post(body, "/v1/domains/gpu0/release")
+        assert status == 400, (body, data)
+    assert data["field"] == "x"
+    assert data["error"] == "a release request is empty or {}; unknown key 'x'"
+    domains = json.loads(served.cli("domain", "--json").stdout)
+    assert [d["state"] for d in domains if d["name"] == "gpu0"] == ["draining"]
+    assert post(b"{}", "/v1/domains/gpu0/release")[0] == 200
+    assert served.cli("domain", "drain", "gpu0").returncode == 0
+    assert served.cli("domain", "release", "gpu0").returncode == 0  # (no body at all)
     # A body declared over the cap is refused before any of it is read: it waited for the
     # body (or, sent no further, for the 30 s idle deadline: a 408).
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:

@@ -689,6 +689,12 @@ async def drain(request: web.Request) -> web.Response:
 async def release(request: web.Request) -> web.Response:
     """POST /v1/domains/NAME/release."""
     _require_admin(request, "release a domain")
+    # (It took any body, even one that was no JSON: a malformed request acted.)
+    body = await _read_json(request) if request.can_read_body else {}
+    if body != {}:
+        key = next(iter(body)) if isinstance(body, dict) else None
+        said = f"; unknown key {printable(str(key))[:40]!r}" if key is not None else ""
+        raise SpecError(f"a release request is empty or {{}}{said}", key)
     engine = request.app[ENGINE_KEY]
     return web.json_response(
         {"domain": await engine.domain_ops.release(request.match_info["name"])}
