@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .fields import TERMINAL_STATUSES, starting_why
+from .wire import NOT_ACCEPTING
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (the CLI imports this module: no wire, no typing at run time)
@@ -192,7 +193,11 @@ def replica_state(replica: ReplicaJSON, now: float) -> str:
     down_since = replica.get("down_since")
     if state == "down" and down_since:
         port = replica.get("port")
-        return f"down for {duration(now - down_since)} (port {port} not answering)"
+        # (A hung server's port answers: its table said "not answering" beside a
+        # message saying it stopped accepting connections.)
+        hung = NOT_ACCEPTING in str(replica.get("message") or "")
+        how = NOT_ACCEPTING if hung else "not answering"
+        return f"down for {duration(now - down_since)} (port {port} {how})"
     if state == "backoff" and restart_at:
         # Rounded up, as a countdown is: "in 0s" was said a second before the restart.
         left = restart_at - now

@@ -29,6 +29,7 @@ from gpulayer_tui.engine.models import JobStatus, ReplicaState, TerminationReaso
 from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.services import backoff_delay
 from gpulayer_tui.engine.simulate import SimLedger
+from gpulayer_tui.formatting import replica_state
 
 from .conftest import EngineFactory, Served, eventually, make_config, pid_gone, pid_reaped, wait_for
 from .fake_nvml import FakeNvml
@@ -1220,6 +1221,9 @@ async def test_a_replica_whose_server_accepts_nothing_goes_down_and_up_again(
         replica.message
     )
     assert replica.message.endswith(", more at each of 2 checks in a row); endpoint withdrawn")
+    # Its table row says the same (it said "not answering" of a port that answers).
+    shown = replica_state(replica.to_json(), time.time())
+    assert shown.endswith(f"(port {port} stopped accepting connections)"), shown
     # Down, it is not taken for up again while its port answers a connect it never accepts.
     waited = await engine.events_of(job.id)
     await asyncio.sleep(0.5)  # (10 checks' time: nothing may change)

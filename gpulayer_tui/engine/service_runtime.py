@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from .. import wire
 from .batch import signal_name
 from .executor import LaunchError
 from .models import JobStatus, TerminationReason
@@ -20,9 +21,8 @@ BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 PROBE_TIMEOUT_S = 1.0
 PROBE_INTERVAL_MAX_S = 1.0
-NOT_ACCEPTING = "stopped accepting connections"
-"""A down replica's message says it when its port answered but its server took none of
-the connections waiting (``services._probe_port``, which reads it back after a restart)."""
+# (a down replica's message says it: ``services._probe_port`` reads it back after a restart)
+NOT_ACCEPTING = wire.NOT_ACCEPTING
 
 
 class Cancellable(Protocol):

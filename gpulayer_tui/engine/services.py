@@ -503,11 +503,13 @@ class ServiceRunner:
             return
         grace = self._config.engine.grace_period
         down = time.time() - (replica.down_since or time.time())
+        # (the same words as its down message: a hung server's port answers)
+        how = NOT_ACCEPTING if NOT_ACCEPTING in replica.message else "not answering"
         self._set_replica(
             act,
             replica,
             R.DOWN,
-            f"port {replica.port} not answering for {down:.{1 if down < 10 else 0}f} s: "
+            f"port {replica.port} {how} for {down:.{1 if down < 10 else 0}f} s: "
             "SIGTERM sent to restart it"
             f" (SIGKILL after {grace:g} s)",
         )
