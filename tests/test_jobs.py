@@ -87,6 +87,10 @@ async def test_over_capacity_messages_are_terminal_and_kept(make_engine: EngineF
     assert just.message == "requested 141.04 GiB per GPU, but the largest GPU has 141 GiB"
     hair = await engine.submit({"command": ["true"], "vram_gb": 24.001, "domain": "gpu1"})
     assert hair.message == "requested 24.001 GiB per GPU, but gpu1 (Simulated L4) has 24 GiB"
+    closer = await engine.submit({"command": ["true"], "vram_gb": 24.0000001, "domain": "gpu1"})
+    assert closer.message == (  # (it said "24 GiB" of both: tester h45)
+        "requested 25,769,803,883 bytes per GPU, but gpu1 (Simulated L4) has 25,769,803,776 bytes"
+    )
     # the rows stay in history with their status and message
     listed = {j.id: j for j in await engine.list_jobs()}
     assert listed[too_many.id].status is JobStatus.FAILED

@@ -85,12 +85,15 @@ def _decimals(value: float, digits: int) -> str:
 def gib_apart(asked: int | float, has: int | float) -> tuple[str, str]:
     """Two sizes as ``80 GiB`` / ``79.99 GiB``: with as many decimals (up to 6) as it takes
     to tell them apart when they differ ("requested 80 GiB, but it has 80 GiB" was said of
-    80.04 GiB against 80)."""
+    80.04 GiB against 80); closer than that, in bytes."""
     texts = ("", "")
     for digits in range(1, 7):
         texts = (_decimals(asked / GIB, digits), _decimals(has / GIB, digits))
         if texts[0] != texts[1] or asked == has:
             break
+    else:
+        # (80.0000001 GiB against 80: "requested 80 GiB, but it has 80 GiB" again)
+        return f"{int(asked):,} bytes", f"{int(has):,} bytes"
     return f"{texts[0]} GiB", f"{texts[1]} GiB"
 
 
