@@ -182,7 +182,7 @@ async def test_an_operators_drain_outlives_a_quarantine_on_top_of_it_and_a_resta
     assert gpu0.state.value == "quarantined"
     shown = gpu0.to_json()
     assert shown["drain_reason"] == "RMA scheduled"
-    with pytest.raises(DomainRefused, match="already draining \\(under its quarantine\\)"):
+    with pytest.raises(DomainRefused, match="already draining under its quarantine \\(reason"):
         await engine.domain_ops.drain("gpu0")
     await engine.stop()
 
@@ -243,7 +243,14 @@ def test_cli_domain_commands_and_ready(served: Served) -> None:
     domains = json.loads(served.cli("domain", "list", "--json").stdout)
     assert {d["name"]: d["state"] for d in domains}["gpu1"] == "draining"
     again = served.cli("domain", "drain", "gpu1")
-    assert again.returncode == 1 and "already draining" in again.stderr
+    assert again.returncode == 1
+    assert (
+        "gpu1 is already draining (reason: swap fan); give another reason to change it, or "
+        "an empty one for the default" in again.stderr
+    )  # (it said how to do neither: h45)
+    cleared = served.cli("domain", "drain", "gpu1", "--reason", "", "--json")
+    assert cleared.returncode == 0, cleared.stderr
+    assert json.loads(cleared.stdout)["drain_reason"] == "drained by the operator"
     unknown = served.cli("domain", "release", "gpu9")
     assert unknown.returncode == 2 and "unknown domain 'gpu9'" in unknown.stderr
     missing = served.cli("domain", "drain")

@@ -1031,7 +1031,8 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         return EXIT_OK
     if not args.name:
         parser.error(f"domain {args.action} needs the domain's name")
-    body = {"reason": args.reason} if args.action == "drain" and args.reason else None
+    given = args.action == "drain" and args.reason is not None
+    body = {"reason": args.reason} if given else None
     dom = client.request("POST", f"/domains/{quote(args.name)}/{args.action}", body)["domain"]
     if args.json:
         _print_json(dom)

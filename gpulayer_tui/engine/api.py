@@ -673,12 +673,10 @@ async def drain(request: web.Request) -> web.Response:
         raise SpecError(
             f'a drain request is {{"reason": "..."}} or empty; unknown key {shown}', extra[0]
         )
-    reason = body.get("reason")
-    if reason is None:
-        reason = ""
-    if not isinstance(reason, str):
+    reason = body.get("reason")  # (None: keep it; "": the default)
+    if reason is not None and not isinstance(reason, str):
         raise SpecError(f"reason must be text, not {type(reason).__name__}", "reason")
-    if len(reason) > 500:
+    if reason is not None and len(reason) > 500:
         raise SpecError(f"reason must be at most 500 characters, not {len(reason)}", "reason")
     engine = request.app[ENGINE_KEY]
     return web.json_response(

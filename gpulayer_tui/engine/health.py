@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..fields import printable
 from ..wire import DomainJSON
 from .domain import Domain, DomainHealth, DomainState
 from .errors import DomainRefused, SpecError
@@ -60,6 +61,9 @@ def device_error_in(log: Path) -> str | None:
 
 MISSING_WARNING = " is not found by the driver"
 """Ends a running job's warning that its GPU is missing (see ``DomainOps._warn_missing``)."""
+
+
+DEFAULT_DRAIN_REASON = "drained by the operator"
 
 
 def _missing(jobs: list[int]) -> str:
@@ -250,28 +254,35 @@ class DomainOps:
 
     # -- operator control ---------------------------------------------------------------------
 
-    async def drain(self, name: str, reason: str = "") -> DomainJSON:
+    async def drain(self, name: str, reason: str | None = None) -> DomainJSON:
         """Stop new placements on a domain (maintenance); running work is left alone. A
         domain draining already takes a new reason (the only way to change it was a
-        release and a drain again, and work queued for it started in between).
+        release and a drain again, and work queued for it started in between); an empty
+        one puts back the default.
 
         Raises:
             SpecError: Unknown domain.
             DomainRefused: It is already draining (or drained under its quarantine), and
-                no new reason is given.
+                no other reason is given.
         """
         dom = self._scheduler.domain(name)
+        new = reason or DEFAULT_DRAIN_REASON
         if dom.state is DomainState.DRAINING or dom.drain_reason is not None:
-            if reason and reason != dom.drain_reason:
-                dom.drain_reason = reason
+            if reason is not None and new != dom.drain_reason:
+                dom.drain_reason = new
                 if dom.state is DomainState.DRAINING:
-                    dom.state_reason = reason
+                    dom.state_reason = new
                 self._changed(dom, "drain reason")
                 await self._store.flush()
                 return dom.to_json()
-            under = "" if dom.state is DomainState.DRAINING else " (under its quarantine)"
-            raise DomainRefused(f"domain {name} is already draining{under}")
-        dom.drain(reason or "drained by the operator")
+            under = "" if dom.state is DomainState.DRAINING else " under its quarantine"
+            # (It said only "already draining": nothing said how to change or clear it.)
+            raise DomainRefused(
+                f"domain {name} is already draining{under} "
+                f"(reason: {printable(dom.drain_reason or '')[:200]}); give another reason to "
+                "change it, or an empty one for the default"
+            )
+        dom.drain(new)
         # (Quarantined, the drain is kept under it: a release goes back to draining.)
         self._changed(dom, "draining")
         await self._store.flush()
