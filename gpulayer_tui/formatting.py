@@ -317,6 +317,17 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("waits for", f"{_jobs_word(waited)} {', '.join(map(str, waited))}"))
     if data.get("capacity"):
         rows.append(("capacity", str(data["capacity"])))
+    held = data.get("held_by") or []
+    if held:
+        rows.append(
+            (
+                "held by",
+                "; ".join(
+                    f"{h['domain']}: {_jobs_word(h['jobs'])} {', '.join(map(str, h['jobs']))}"
+                    for h in held
+                ),
+            )
+        )
     if data.get("place"):
         ahead = ", ".join(map(str, data.get("ahead") or [])) or "none"
         rows.append(("place", f"{data['place']} of {data['ready']} in line (ahead: {ahead})"))

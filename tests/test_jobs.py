@@ -15,6 +15,7 @@ import pytest
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
 from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.engine.spec import SpecError, parse_spec
+from gpulayer_tui.formatting import why_lines
 
 if TYPE_CHECKING:
     from .fake_nvml import FakeNvml
@@ -146,8 +147,16 @@ async def test_queued_reasons_name_the_blocker(make_engine: EngineFactory) -> No
     assert first.status is JobStatus.RUNNING and second.status is JobStatus.RUNNING
     assert third.status is JobStatus.QUEUED
     assert third.message == ("all 2 GPU slots busy")
+    # `why` names who holds them (the row does not: it would change at each job end).
+    why = await engine.why(third.id)
+    assert why["held_by"] == [
+        {"domain": "gpu0", "jobs": [first.id]},
+        {"domain": "gpu1", "jobs": [second.id]},
+    ]
+    assert f"  held by     gpu0: job {first.id}; gpu1: job {second.id}" in why_lines(why)
     dependent = await engine.submit({"command": ["true"], "depends_on": [third.id]})
     assert dependent.message == f"waiting for job {third.id}"
+    assert (await engine.why(dependent.id))["held_by"] == []  # (it waits for a job)
     await engine.cancel(first.id)
     await engine.cancel(second.id)
     assert (await engine.wait(third.id, timeout=10)).status is JobStatus.COMPLETED

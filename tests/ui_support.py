@@ -579,6 +579,7 @@ class StaticBackend:
             "fair_share": [{"user": "nobody", "gpu_hours": 1.5, "share": 1.0, "fair_usage": 1.5}],
             "reservation": None,
             "preempting": [],
+            "held_by": [],
         }
 
     async def restart(self, job_id: int) -> dict[str, Any]:

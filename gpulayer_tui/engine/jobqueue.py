@@ -628,6 +628,7 @@ class JobQueue:
             ),
             "reservation": None,
             "preempting": sorted(self._preempting.get(job_id, ())),
+            "held_by": self._holders_in_the_way(act),
         }
         reserved = self._reservation_of(act)
         if reserved is not None:
@@ -638,6 +639,23 @@ class JobQueue:
                 "when": reserved.when(now),
             }
         return out
+
+    def _holders_in_the_way(self, act: ActiveJob) -> list[dict[str, object]]:
+        """The jobs holding every slot of the domains a waiting job could use: the row
+        says only "all 6 GPU slots busy" (naming jobs there rewrote every waiting row at
+        each job end), so `why` names them."""
+        if act.request is None or act.job.status is not JobStatus.QUEUED:
+            return []
+        domains = (
+            self._scheduler.candidates(act.request)
+            if act.request.gpus > 0
+            else [d for d in self._scheduler.domains.values() if not d.is_gpu]
+        )
+        return [
+            {"domain": dom.name, "jobs": sorted(dom.holdings)[:20]}
+            for dom in domains[:16]
+            if dom.free_slots < 1 and dom.holdings
+        ]
 
     def _reservation_of(self, act: ActiveJob) -> Reservation | None:
         """The reservation that concerns ``act``: its own, else one over domains it could
