@@ -466,6 +466,28 @@ async def test_a_gpu_left_without_a_domain_across_a_restart_keeps_its_running_jo
     assert not second.scheduler.retired  # (nothing runs there any more)
 
 
+async def test_gpus_shows_memory_declared_beyond_use_so_the_parts_add_up(
+    make_engine: EngineFactory, sleepers: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    # A job using 10 of the 50 GiB it declared: USED/TOTAL 30.0/80.0, JOBS 10.0 and FREE
+    # 10.0; 40 GiB showed nowhere but in --json (tester h45).
+    engine = await make_engine("1xA100-80GB")
+    job = await engine.submit({"command": ["sleep", "60"], "vram_gb": 50})
+    await eventually(lambda: engine.book.get(job.id).job.pid is not None)  # type: ignore[union-attr]
+    pid = engine.book.get(job.id).job.pid  # type: ignore[union-attr]
+    SimLedger(engine.paths.state_dir).hold(0, pid, 10.0)
+    await engine.sampler.sample_once()
+    shown = format_gpus(dict(engine.gpus())).splitlines()
+    line = next(line for line in shown if line.startswith("gpu0"))
+
+    def column(name: str) -> str:  # (right-aligned figures end where their heading does)
+        end = shown[0].index(name) + len(name)
+        return line[:end].split()[-1]
+
+    assert (column("JOBS"), column("RESERVED"), column("FREE")) == ("10.0", "40.0", "30.0"), shown
+    await engine.cancel(job.id)
+
+
 async def test_memory_on_a_gpu_without_a_domain_is_listed_with_its_processes(
     make_engine: EngineFactory, sleepers: Callable[..., subprocess.Popen[bytes]]
 ) -> None:

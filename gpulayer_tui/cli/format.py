@@ -276,6 +276,9 @@ def format_gpus(data: dict[str, Any]) -> str:
                 temp,
                 "" if not vram else f"{gib(vram['used'])}/{gib(vram['total'])}",
                 "" if not vram else gib(vram["owned"]),
+                # (declared by jobs there beyond what they use: without it the parts did
+                # not add up to the total, 40 GiB of 80 unaccounted for)
+                "" if not vram else gib(vram.get("reserved_extra", 0)),
                 "" if not vram else gib(vram["unregistered"]),
                 "" if not vram else gib(vram["unattributed"]),
                 "" if not vram else gib(vram["free"]),
@@ -340,6 +343,7 @@ def format_gpus(data: dict[str, Any]) -> str:
                 temp,
                 f"{gib(used)}/{gib(total)}" if known else "",
                 gib(mine) if known else "",
+                "",
                 gib(theirs) if known else "",
                 "",
                 free,
@@ -357,6 +361,7 @@ def format_gpus(data: dict[str, Any]) -> str:
                 "TEMP",
                 "USED/TOTAL GiB",
                 "JOBS",
+                "RESERVED",
                 "UNREG",
                 "UNATTR",
                 "FREE",
