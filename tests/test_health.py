@@ -294,6 +294,14 @@ def test_metrics_ready_and_doctor_follow_each_step(served: Served) -> None:
     assert ({"domain": "gpu0", "kind": "total"}, float(80 * 1024**3)) in metrics[
         "gpulayer_domain_vram_bytes"
     ]
+    # The parts add up to the total (memory declared beyond use had no kind: tester h45).
+    gpu0 = {
+        labels["kind"]: value
+        for labels, value in metrics["gpulayer_domain_vram_bytes"]
+        if labels["domain"] == "gpu0"
+    }
+    parts = ("owned", "reserved", "unregistered", "unattributed", "free")
+    assert sum(gpu0[k] for k in parts) == gpu0["total"], gpu0
     assert metrics["gpulayer_ready"] == [({}, 1.0)]
     assert ({"domain": "gpu1", "state": "in_service"}, 1.0) in metrics["gpulayer_domain_state"]
     assert metrics["gpulayer_probe_reads"][0][1] >= 1
