@@ -27,6 +27,7 @@ import pytest
 from gpulayer_tui.engine.engine import Engine, SpecError
 from gpulayer_tui.engine.models import JobStatus, ReplicaState, TerminationReason
 from gpulayer_tui.engine.nvml import NvmlProbe
+from gpulayer_tui.engine.service_runtime import endpoint_of
 from gpulayer_tui.engine.services import backoff_delay
 from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.formatting import replica_state
@@ -960,6 +961,16 @@ async def test_a_replica_that_ended_while_no_engine_ran_ends_when_it_ended(
     done = await again.wait(job.id, timeout=20)
     assert done.status is JobStatus.COMPLETED
     assert done.ended_at is not None and done.ended_at < ended + 1.0
+
+
+def test_an_endpoint_on_every_address_is_shown_by_the_machines_name() -> None:
+    # `[services] host = "0.0.0.0"` showed endpoints as 0.0.0.0:PORT, no address a client
+    # can use (tester h45).
+    name = socket.gethostname()
+    assert endpoint_of("0.0.0.0", 8000) == f"{name}:8000"
+    assert endpoint_of("::", 8000) == f"{name}:8000"
+    assert endpoint_of("127.0.0.1", 8000) == "127.0.0.1:8000"
+    assert endpoint_of("::1", 8000) == "[::1]:8000"
 
 
 async def test_a_replica_not_up_shows_no_endpoint(

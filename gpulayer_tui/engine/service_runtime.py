@@ -103,8 +103,15 @@ def host_problem(host: str) -> str | None:
     return None
 
 
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]"})
+
+
 def endpoint_of(host: str, port: int) -> str:
-    """``host:port`` (IPv6 literals in brackets)."""
+    """``host:port`` (IPv6 literals in brackets); a wildcard address (servers listening on
+    every address) as this machine's host name, an address a client can use (it showed
+    ``0.0.0.0:46265``)."""
+    if host in WILDCARD_HOSTS:
+        host = socket.gethostname() or "localhost"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
