@@ -16,7 +16,7 @@ from . import jsonlite
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (annotations only: typing and the wire module cost a CLI call ~5 ms)
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from typing import Any
 
     from .engine.paths import Paths
@@ -228,6 +228,9 @@ class Client:
         self.paths = paths
         self.timeout = timeout
         self.more_jobs = False  # (whether the engine had more rows past the last listed)
+        # Told once when a submission waits for the engine to take it (the CLI prints it:
+        # it said nothing for as long as 30 s while held back)
+        self.on_busy: Callable[[str], None] | None = None
 
     def _open(
         self,
@@ -326,7 +329,9 @@ class Client:
         (``Retry-After``), for up to the client's timeout."""
         import time
 
-        give_up = time.monotonic() + (self.timeout or 30.0)
+        patience = self.timeout or 30.0
+        give_up = time.monotonic() + patience
+        told = False
         while True:
             try:
                 return self.request("POST", "/jobs", body, headers=headers)
@@ -335,6 +340,12 @@ class Client:
                 busy = err.status == 429 and str(err).startswith(BUSY_REFUSAL)
                 if not busy or time.monotonic() + wait > give_up:
                     raise
+                if not told and self.on_busy is not None:
+                    told = True
+                    self.on_busy(
+                        f"the engine is handling {BUSY_REFUSAL} (nothing of this one stored "
+                        f"yet): trying again for up to {patience:g} s (GPULAYER_TIMEOUT)"
+                    )
                 time.sleep(wait)
 
     def stream(

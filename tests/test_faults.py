@@ -658,15 +658,20 @@ async def test_a_submission_refused_unread_is_sent_again_until_a_slot_frees(
             b"POST /v1/jobs HTTP/1.1\r\nHost: engine\r\nContent-Type: application/json\r\n"
             b"Content-Length: 100\r\n\r\n{"
         )
-        submitting = asyncio.create_task(
-            asyncio.to_thread(Client(engine.paths, timeout=20).submit, {"command": ["true"]})
-        )
+        client = Client(engine.paths, timeout=20)
+        told: list[str] = []
+        client.on_busy = told.append  # (the CLI prints it: it said nothing for 30 s, h45)
+        submitting = asyncio.create_task(asyncio.to_thread(client.submit, {"command": ["true"]}))
         tui = SocketBackend(engine.paths)  # (the TUI's submit, attached: the same)
         from_tui = asyncio.create_task(tui.submit({"command": ["true"]}))
         await eventually(lambda: server.submissions_refused >= 2, timeout=10)
         stalled.close()  # (its slot comes back)
         for job in (await asyncio.wait_for(submitting, 15), await asyncio.wait_for(from_tui, 15)):
             assert (await engine.wait(job["id"], timeout=10)).status is JobStatus.COMPLETED
+        assert told == [
+            "the engine is handling too many submissions at once (nothing of this one stored "
+            "yet): trying again for up to 20 s (GPULAYER_TIMEOUT)"
+        ]
         await tui.close()
         # Any other refusal is said at once, as before (here: no such job to wait on).
         with pytest.raises(ApiError) as refused:

@@ -1297,6 +1297,7 @@ def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser)
     """Run one subcommand; map errors to messages and exit codes."""
     try:
         client = Client(paths, timeout=_answer_within())
+        client.on_busy = _error
     except ValueError as err:
         _error(str(err))
         return EXIT_USAGE
