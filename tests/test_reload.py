@@ -509,6 +509,29 @@ async def test_memory_on_a_gpu_without_a_domain_is_listed_with_its_processes(
     assert "gpu 1 (no domain)" in listed and "20.0" in listed
 
 
+async def test_doctor_names_a_job_waiting_for_a_gpu_the_driver_no_longer_lists(
+    make_engine: EngineFactory,
+) -> None:
+    # It said "queued jobs ok: 0 ready to run, all placeable" (tester h44).
+    first = await make_engine("2xA100-80GB")
+    await first.pause()  # (kept across the restart: resumed once gpu1 is gone)
+    pinned = await first.submit({"command": ["true"], "domain": "gpu1"})
+    await first.stop()
+    second = await make_engine("1xA100-80GB")
+    await second.resume()
+    waiting = await second.get(pinned.id)
+    assert waiting.status is JobStatus.QUEUED
+    assert waiting.message == "waiting for GPU 1 (gpu1): not found by the driver"
+    checks = {c["check"]: c for c in await second.doctor_checks()}
+    assert checks["queued jobs"] == {
+        "check": "queued jobs",
+        "status": "warn",
+        "detail": "0 ready to run; 1 wait for capacity that is not there now: job "
+        f"{pinned.id} (waiting for GPU 1 (gpu1): not found by the driver)",
+    }
+    await second.cancel(pinned.id)
+
+
 async def test_a_gpu_gone_across_a_restart_with_a_job_still_there_is_said_everywhere(
     make_engine: EngineFactory,
 ) -> None:

@@ -448,6 +448,19 @@ class DomainOps:
                     f"{ids}",
                 }
             )
+        elif blocked := self._queue.capacity_blocked():
+            # (It said "0 ready to run, all placeable" while a job waited for a GPU the
+            # driver no longer listed: tester h44.)
+            first = min(blocked)
+            more = f" and {len(blocked) - 1} more" if len(blocked) > 1 else ""
+            checks.append(
+                {
+                    "check": "queued jobs",
+                    "status": "warn",
+                    "detail": f"{len(ready)} ready to run; {len(blocked)} wait for capacity "
+                    f"that is not there now: job {first} ({blocked[first]}){more}",
+                }
+            )
         else:
             checks.append(
                 {

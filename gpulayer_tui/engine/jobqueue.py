@@ -225,6 +225,11 @@ class JobQueue:
         """Jobs ready to run (not those waiting for dependencies or capacity)."""
         return len(self._ready)
 
+    def capacity_blocked(self) -> dict[int, str]:
+        """Queued jobs held for capacity that is not there now (GPUs unreadable, a GPU the
+        driver no longer lists), each with why (for ``doctor``)."""
+        return dict(self._capacity_block)
+
     def ready_requests(self) -> list[tuple[int, Request]]:
         """``(job id, request)`` of every job ready to run (for ``doctor``)."""
         return [(key[1], group[0]) for key, group in self._ready.items()]
