@@ -114,6 +114,30 @@ def _http_service(**extra: Any) -> dict[str, Any]:
     return {"kind": "service", "shell": f"exec {' '.join(HTTP_SERVER)} $PORT", **extra}
 
 
+async def test_a_waiting_service_is_edited_to_more_replicas(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # `replicas` could not be edited at all: a service was cancelled and submitted again,
+    # a new id, to change how many copies it would run (tester h45).
+    engine = await make_engine("2xA100-80GB")
+    await engine.pause()
+    svc = await engine.submit(_service(["sleep", "600"], port=False, gpus=1))
+    batch = await engine.submit({"command": ["true"]})
+    with pytest.raises(SpecError, match=r"would make it unable to ever run: .*3 GPUs"):
+        await engine.edit(svc.id, {"replicas": 3})  # (one GPU each, on a 2-GPU machine)
+    with pytest.raises(SpecError, match=f"replicas: job {batch.id} is not a service"):
+        await engine.edit(batch.id, {"replicas": 2})
+    edited = await engine.edit(svc.id, {"replicas": 2})
+    assert edited.spec["replicas"] == 2
+    said = [e["message"] for e in await engine.events_of(svc.id) if e["kind"] == "job.edited"]
+    assert said == ["edited: replicas 1 -> 2"]
+    await engine.resume()
+    await eventually(lambda: len(_replicas(engine, svc.id)) == 2, timeout=20)
+    assert sorted(engine.book.get(svc.id).job.domains) == ["gpu0", "gpu1"]  # type: ignore[union-attr]
+    await engine.cancel(svc.id)
+    await engine.wait(svc.id, timeout=20)
+
+
 async def test_two_replicas_get_distinct_working_endpoints(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

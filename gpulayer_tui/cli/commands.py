@@ -1157,7 +1157,7 @@ def _dependencies(after: list[int], after_any: list[int]) -> list[Any]:
 def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     changes = {
         key: getattr(args, key)
-        for key in ("priority", "gpus", "vram_gb", "timeout", "name", "project")
+        for key in ("priority", "gpus", "vram_gb", "timeout", "name", "project", "replicas")
         if getattr(args, key) is not None
     }
     for what, field in (("timeout", "timeout"), ("vram", "vram_gb"), ("project", "project")):
@@ -1173,7 +1173,7 @@ def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     if not changes:
         parser.error(
             "edit needs at least one of --priority --gpus --vram-gb --timeout --name "
-            "--project --no-timeout --no-vram --no-project --after --after-any --no-deps"
+            "--project --replicas --no-timeout --no-vram --no-project --after --after-any --no-deps"
         )
     answer = client.request("PATCH", f"/jobs/{quote(args.job)}", changes)
     job = answer["job"]

@@ -476,6 +476,9 @@ def _edit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_field("timeout"), metavar="SECONDS")
     p.add_argument("--name")
     p.add_argument("--project")
+    p.add_argument(
+        "--replicas", type=_field("replicas"), help="a waiting service's copies (not yet run)"
+    )
     for what, help_text in CLEARED.items():
         p.add_argument(f"--no-{what.replace('_', '-')}", action="store_true", help=help_text)
     p.add_argument(

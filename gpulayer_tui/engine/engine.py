@@ -114,6 +114,8 @@ def _edit_value(key: str, value: object, shown_name: str) -> str:
         return ", ".join(shown) or "none"
     if value is None and key in ("gpus", "priority"):
         return "0"  # (what leaving it out means: "gpus none -> 1" read as unset)
+    if value is None and key == "replicas":
+        return "1"
     return "none" if value is None else str(value)
 
 
@@ -565,7 +567,16 @@ class Engine:
         await self.store.flush()
         return True
 
-    EDITABLE = ("priority", "gpus", "vram_gb", "timeout", "name", "project", "depends_on")
+    EDITABLE = (
+        "priority",
+        "gpus",
+        "vram_gb",
+        "timeout",
+        "name",
+        "project",
+        "depends_on",
+        "replicas",
+    )
 
     async def edit(self, job_id: int, changes: dict[str, Any]) -> Job:
         """Change a waiting job: its priority, GPUs, VRAM, timeout, name, project or
@@ -582,6 +593,17 @@ class Engine:
         """
         act = await self._editable(job_id, changes)
         assert act.spec is not None
+        if "replicas" in changes:
+            # (A waiting service's copies: it was cancel and submit again, a new id.)
+            if act.job.kind is not JobKind.SERVICE:
+                raise SpecError(f"replicas: job {job_id} is not a service", "replicas")
+            if act.job.replicas:
+                raise SpecError(
+                    f"replicas: service {job_id} has run, and waits to be placed again with "
+                    f"its {len(act.job.replicas)} replica(s); cancel it and submit it again "
+                    "to change how many",
+                    "replicas",
+                )
         if changes.get("gpus") == 0 and "vram_gb" not in changes and act.spec.vram_gb:
             # (a GPU job made a CPU one: its VRAM per GPU no longer applies; refused, it
             # could not be undone, as vram_gb 0 is no value)
