@@ -30,11 +30,18 @@ from textual.app import App
 
 
 class Frames:
-    """Counts the frames the app composes for its current screen, and encodes each."""
+    """Counts the frames the app composes for its current screen, and encodes each.
+
+    A waiter (:func:`ready`) is told of the first frame composed while its condition
+    holds. The check runs inside the frame hook, not by polling: the app and this script
+    share one event loop, so on a loaded machine the state change and its frame can both
+    happen between two polls, and a poller would then wait for a frame that never comes.
+    """
 
     def __init__(self, app: App[Any]) -> None:
         self.count = 0
         self.at = 0.0
+        self.waiter: tuple[Callable[[], bool], asyncio.Future[float]] | None = None
         original = app._display
 
         def display(screen: Any, renderable: Any) -> None:
@@ -45,6 +52,10 @@ class Frames:
                 renderable.render_segments(app.console)  # what a terminal would be sent
             self.count += 1
             self.at = time.perf_counter()
+            if self.waiter is not None:
+                condition, done = self.waiter
+                if not done.done() and condition():
+                    done.set_result(self.at)
 
         app._display = display  # type: ignore[method-assign]
 
@@ -60,18 +71,16 @@ def press(app: App[Any], key: str) -> float:
 
 
 async def ready(frames: Frames, condition: Callable[[], bool], timeout: float = 30.0) -> float:
-    """Wait until ``condition`` holds, then for the next frame; the frame's time."""
-    deadline = time.perf_counter() + timeout
-    while not condition():
-        if time.perf_counter() > deadline:
-            raise TimeoutError("the screen did not get ready")
-        await asyncio.sleep(0.0005)
-    seen = frames.count
-    while frames.count == seen:
-        if time.perf_counter() > deadline:
-            raise TimeoutError("no frame came")
-        await asyncio.sleep(0.0005)
-    return frames.at
+    """The time of the first frame composed from now on while ``condition`` holds."""
+    done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+    frames.waiter = (condition, done)
+    try:
+        return await asyncio.wait_for(done, timeout)
+    except TimeoutError:
+        what = "no frame came" if condition() else "the screen did not get ready"
+        raise TimeoutError(f"{what} within {timeout:.0f} s") from None
+    finally:
+        frames.waiter = None
 
 
 async def timed(app: App[Any], frames: Frames, key: str, condition: Callable[[], bool]) -> float:
