@@ -188,6 +188,7 @@ class GpuJSON(TypedDict):
     name: str
     memory_total: int | None
     memory_used: int | None
+    memory_reserved: int | None
     utilization: int | None
     temperature: int | None
     power_watts: float | None
@@ -197,7 +198,9 @@ class GpuJSON(TypedDict):
 
 
 class VramJSON(TypedDict):
-    """The VRAM formula's result for one domain (bytes)."""
+    """The VRAM formula's result for one domain (bytes). ``total`` is what jobs can have:
+    the GPU's memory less ``driver_reserved``, what the driver keeps for itself (0 where
+    the driver does not say)."""
 
     total: int
     used: int
@@ -206,6 +209,8 @@ class VramJSON(TypedDict):
     unattributed: int
     reserved_extra: int
     free: int
+    leaving: int
+    driver_reserved: int
 
 
 class ProcessJSON(TypedDict):

@@ -65,7 +65,10 @@ class FakeDevice:
     ``name`` may be ``bytes`` to imitate old bindings. ``process_util`` holds
     ``(pid, smUtil)`` samples, each read handed out stamped now (none: NOT_FOUND, as the
     driver says when it has no sample). ``lost=True`` makes every call for this GPU raise
-    GPU_IS_LOST.
+    GPU_IS_LOST. ``memory_used`` is what the v1 memory read says (the driver's own
+    reserve included); ``memory_reserved`` is that reserve, which the v2 read says apart
+    (``used`` there excludes it). ``None`` imitates a driver without the v2 read: asking
+    for it raises FUNCTION_NOT_FOUND.
     """
 
     uuid: str
@@ -83,6 +86,7 @@ class FakeDevice:
     process_util: list[tuple[int, int]] = field(default_factory=list)
     lost: bool = False
     index: int = -1
+    memory_reserved: int | None = None
 
 
 @dataclass
@@ -297,8 +301,22 @@ class FakeNvml:
     def _nvmlDeviceGetName(self, handle: Any) -> str | bytes:
         return self._device("nvmlDeviceGetName", handle).name
 
-    def _nvmlDeviceGetMemoryInfo(self, handle: Any) -> SimpleNamespace:
+    def _nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> SimpleNamespace:
         device = self._device("nvmlDeviceGetMemoryInfo", handle)
+        if version:
+            if device.memory_reserved is None or version != pynvml.nvmlMemory_v2:
+                raise pynvml.NVMLError(
+                    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+                    if device.memory_reserved is None
+                    else pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+                )
+            return SimpleNamespace(
+                version=version,
+                total=device.memory_total,
+                reserved=device.memory_reserved,
+                used=device.memory_used - device.memory_reserved,
+                free=device.memory_total - device.memory_used,
+            )
         return SimpleNamespace(
             total=device.memory_total,
             used=device.memory_used,

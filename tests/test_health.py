@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 import pynvml
 import pytest
 
+from gpulayer_tui.cli.format import format_gpus
 from gpulayer_tui.engine.errors import DomainRefused
+from gpulayer_tui.engine.gpus import GIB
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.spec import SpecError
@@ -675,3 +677,33 @@ def test_doctor_without_an_engine_binds_the_config_to_the_gpus_and_knows_the_flo
         "status": "ok",
         "detail": f"{config} is valid",
     }
+
+
+async def test_the_drivers_own_reserve_is_not_unattributed_nor_capacity(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # On a real H200 every idle GPU showed 0.6 GiB "UNATTR": the driver's own reserve
+    # (NVML's v2 memory info says it apart). No job can have it, so it is not capacity
+    # either: a job asking for the whole GPU can never run there.
+    reserve = 615 * 1024**2
+    for device in fake_nvml.devices:
+        device.compute = []
+        device.memory_reserved = device.memory_used = reserve
+    engine = await make_engine(probe=NvmlProbe())
+    await engine.sampler.sample_once()
+
+    view = next(d for d in engine.gpus()["domains"] if d["name"] == "gpu0")
+    vram = view["vram"]
+    assert vram["unattributed"] == 0 and vram["used"] == 0
+    assert vram["driver_reserved"] == reserve and vram["total"] == 80 * GIB - reserve
+    assert vram["free"] == 80 * GIB - reserve
+    assert view["gpu"]["memory_reserved"] == reserve
+    shown = format_gpus(dict(engine.gpus()))
+    assert "the driver keeps 0.6 GiB of each GPU (not in TOTAL)" in shown, shown
+    row = next(line.split() for line in shown.splitlines() if line.startswith("gpu0"))
+    assert "0.0/79.4" in row, row
+
+    whole = await engine.submit({"command": ["true"], "domain": "gpu0", "vram_gb": 80})
+    assert whole.status is JobStatus.FAILED
+    assert "requested 80 GiB per GPU, but gpu0" in whole.message
+    assert "has 79.4 GiB" in whole.message, whole.message

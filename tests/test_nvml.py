@@ -505,3 +505,34 @@ def test_real_pynvml_with_library_reads_without_raising() -> None:
     for gpu in result.gpus:
         assert gpu.uuid.startswith(("GPU-", "MIG-"))
         assert gpu.lost or gpu.memory_total is None or gpu.memory_total > 0
+
+
+def test_the_drivers_own_reserve_is_read_apart_from_used(
+    fake_nvml: FakeNvml, probe: NvmlProbe
+) -> None:
+    # An idle H200 says 0.6 GiB "used" in the v1 read with no process: the driver's own
+    # reserve. The v2 read says it apart, so it is not taken for unexplained memory.
+    a100, h100 = fake_nvml.devices  # (one driver: both answer v2, or neither)
+    a100.memory_reserved = 615 * 1024**2
+    h100.memory_reserved = h100.memory_used = 615 * 1024**2
+
+    busy, gpu = probe.read().gpus
+
+    assert gpu.memory_reserved == 615 * 1024**2
+    assert gpu.memory_used == 0
+    assert gpu.memory_total == 80 * GIB and gpu.memory_usable == 80 * GIB - 615 * 1024**2
+    assert busy.memory_used == 20 * GIB - 615 * 1024**2  # (its process's 19 GiB, and more)
+
+
+def test_a_driver_without_the_v2_memory_read_is_read_v1_and_not_asked_again(
+    fake_nvml: FakeNvml, probe: NvmlProbe
+) -> None:
+    first = probe.read()
+    calls = fake_nvml.call_count("nvmlDeviceGetMemoryInfo")
+    second = probe.read()
+
+    assert [g.memory_used for g in (*first.gpus, *second.gpus)] == [20 * GIB, 512 * 1024**2] * 2
+    assert all(g.memory_reserved is None and g.error is None for g in second.gpus)
+    assert all(g.memory_usable == g.memory_total for g in second.gpus)
+    # (one read per GPU once the driver said it has no v2: not two calls each tick)
+    assert fake_nvml.call_count("nvmlDeviceGetMemoryInfo") - calls == 2

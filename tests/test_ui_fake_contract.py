@@ -72,6 +72,10 @@ async def test_the_fake_shapes_match_a_real_engines(make_engine: EngineFactory) 
     for domain in fake_gpus["domains"]:
         same_kind = real[domain["gpu_index"] is None]
         assert set(domain) == set(same_kind), (domain["name"], set(domain) ^ set(same_kind))
+        for part in ("gpu", "vram"):  # (the real GPU domain has both once sampled)
+            if domain[part] is not None:
+                want = set(real[False][part])
+                assert set(domain[part]) == want, (part, set(domain[part]) ^ want)
         for proc in domain["processes"]:  # (the real engine lists none here: no GPU holder)
             assert set(proc) == set(ProcessJSON.__annotations__), set(proc) ^ set(
                 ProcessJSON.__annotations__

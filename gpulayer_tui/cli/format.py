@@ -244,6 +244,24 @@ def _replica_lines(job: JobRowJSON, now: float) -> list[str]:
     return lines
 
 
+def _driver_reserves(data: dict[str, Any]) -> str | None:
+    """The line saying what the driver keeps of each GPU (not in TOTAL), if anything:
+    else an idle GPU's USED/TOTAL and FREE would not add up, with no word of why."""
+    kept = {
+        dom["name"]: dom["vram"]["driver_reserved"]
+        for dom in data["domains"]
+        if dom.get("vram") and dom["vram"].get("driver_reserved")
+    }
+    if not kept:
+        return None
+    if len(set(kept.values())) == 1 and len(kept) == sum(
+        1 for dom in data["domains"] if dom.get("gpu_index") is not None
+    ):
+        return f"the driver keeps {gib(next(iter(kept.values())))} GiB of each GPU (not in TOTAL)"
+    each = ", ".join(f"{name} {gib(size)}" for name, size in kept.items())
+    return f"the driver keeps GiB of these GPUs (not in TOTAL): {each}"
+
+
 def format_gpus(data: dict[str, Any]) -> str:
     """The ``gpus`` view: one row per domain, then foreign (unregistered) processes."""
     lines = []
@@ -309,6 +327,8 @@ def format_gpus(data: dict[str, Any]) -> str:
         util = "" if gpu.get("utilization") is None else f"{gpu['utilization']}%"
         temp = "" if gpu.get("temperature") is None else f"{gpu['temperature']}C"
         total, used = gpu.get("memory_total"), gpu.get("memory_used")
+        if total is not None and gpu.get("memory_reserved"):
+            total -= gpu["memory_reserved"]  # (what jobs can have, as in the domains' rows)
         state = "missing: not found by the driver" if other.get("missing") else "no domain"
         at.append(other["gpu_index"])
         if other["jobs"]:
@@ -376,6 +396,9 @@ def format_gpus(data: dict[str, Any]) -> str:
             f" (and {gib(elsewhere)} GiB held by processes of no job on GPUs without a domain)"
         )
     lines.append(summary)
+    kept = _driver_reserves(data)
+    if kept:
+        lines.append(kept)
     if foreign:
         lines.append("")
         lines.append(table(["PID", "DOMAIN", "GiB", "USER", "COMMAND"], foreign))

@@ -52,7 +52,12 @@ class ForeignProcess:
 
 @dataclass(frozen=True, slots=True)
 class VramAccount:
-    """The result of the VRAM formula for one domain and one sample (bytes)."""
+    """The result of the VRAM formula for one domain and one sample (bytes).
+
+    ``total`` is what jobs can have: the GPU's memory less ``driver_reserved``, what the
+    driver keeps for itself (NVML's v2 memory info; 0 where the driver does not say, and
+    then ``used`` and ``unattributed`` include it).
+    """
 
     total: int
     used: int
@@ -64,6 +69,7 @@ class VramAccount:
     held_by_job: dict[int, int] = field(default_factory=dict)
     leaving: int = 0
     foreign: tuple[ForeignProcess, ...] = ()
+    driver_reserved: int = 0
 
 
 SHARED_FLOOR = GIB
@@ -173,15 +179,15 @@ class Domain:
 
     @property
     def capacity_bytes(self) -> int | None:
-        """Total memory of the GPU (as last read well), ``None`` until a good sample
-        arrived."""
+        """Memory of the GPU jobs can have (as last read well: all of it but the driver's
+        own reserve), ``None`` until a good sample arrived."""
         reading = self.reading
         if reading is None or reading.lost or reading.memory_total is None:
             # (A GPU lost before this engine read it well may still say its size: after a
             # restart a job waiting for it read "GPU capacity unknown".)
-            lost_says = reading.memory_total if reading is not None else None
+            lost_says = reading.memory_usable if reading is not None else None
             return self.size_seen or lost_says or None
-        return reading.memory_total
+        return reading.memory_usable
 
     def observe(
         self,
@@ -387,7 +393,7 @@ class Domain:
         """
         self.reading = reading
         if not reading.lost and reading.memory_total is not None:
-            self.size_seen = reading.memory_total
+            self.size_seen = reading.memory_usable
         self._owners = owners
         self._info = info
         # (A sample read as a job ended may still list its processes as its own.)
@@ -441,10 +447,11 @@ class Domain:
             # declared, used) when nothing is listed).
             ours = min(unattributed, extra)
             owned, extra, unattributed = owned + ours, extra - ours, unattributed - ours
-        free = reading.memory_total - owned - leaving - extra - unregistered - unattributed
+        total = reading.memory_total - (reading.memory_reserved or 0)
+        free = total - owned - leaving - extra - unregistered - unattributed
         foreign.sort(key=lambda p: -(p.used_bytes or 0))
         self.account = VramAccount(
-            total=reading.memory_total,
+            total=total,
             used=reading.memory_used,
             owned=owned,
             unregistered=unregistered,
@@ -454,6 +461,7 @@ class Domain:
             held_by_job=held,
             foreign=tuple(foreign),
             leaving=leaving,
+            driver_reserved=reading.memory_reserved or 0,
         )
 
     # -- placement questions ----------------------------------------------------------------

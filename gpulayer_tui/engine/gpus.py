@@ -57,8 +57,12 @@ class GpuReading:
         index: NVML index (PCI bus order).
         uuid: Stable GPU UUID.
         name: Marketing name, e.g. ``NVIDIA A100-SXM4-80GB``.
-        memory_total: Bytes.
-        memory_used: Bytes, as the driver counts it (includes unlisted users).
+        memory_total: Bytes, all of the GPU's memory (``memory_reserved`` included).
+        memory_used: Bytes in use, as the driver counts it (includes unlisted users);
+            not ``memory_reserved`` where the driver says that apart.
+        memory_reserved: Bytes the driver keeps for itself (NVML's v2 memory info); no
+            job can have them. ``None`` where the driver does not say (older drivers:
+            then ``memory_used`` includes them).
         utilization: GPU busy percent over the driver's last period (SM activity).
         memory_utilization: Percent of that period the memory was being read or written
             (memory-bandwidth use).
@@ -87,6 +91,7 @@ class GpuReading:
     name: str
     memory_total: int | None
     memory_used: int | None
+    memory_reserved: int | None = None
     utilization: int | None = None
     temperature: int | None = None
     power_watts: float | None = None
@@ -99,6 +104,13 @@ class GpuReading:
     error: str | None = None
     lost: bool = False
     failed: bool = False
+
+    @property
+    def memory_usable(self) -> int | None:
+        """Bytes jobs can have: all memory but what the driver keeps for itself."""
+        if self.memory_total is None:
+            return None
+        return self.memory_total - (self.memory_reserved or 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,6 +98,9 @@ class NvmlProbe:
         # GPU index -> the newest per-process utilisation sample seen (the driver's
         # microsecond timestamp): the next read asks only for newer ones.
         self._util_seen: dict[int, int] = {}
+        # False once the driver has shown it has no v2 memory info (older drivers): the
+        # v1 read is then used without asking again each tick.
+        self._memory_v2 = True
         # Guards init/shutdown only. Device reads are not serialised: NVML is thread-safe.
         self._lock = threading.Lock()
         self._initialized = False
@@ -271,15 +274,16 @@ class NvmlProbe:
             uuid = _text(_field(notes, "uuid", lambda: pynvml.nvmlDeviceGetUUID(handle)) or "")
             name = _text(_field(notes, "name", lambda: pynvml.nvmlDeviceGetName(handle)) or "")
 
+            memory_total: int | None
+            memory_used: int | None
+            memory_reserved: int | None
             try:
-                memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-                memory_total: int | None = int(memory.total)
-                memory_used: int | None = int(memory.used)
+                memory_total, memory_used, memory_reserved = self._memory_info(handle)
             except pynvml.NVMLError_GpuIsLost as exc:
                 raise _GpuLost(exc) from exc
             except pynvml.NVMLError_NotSupported:
                 # Some unified-memory parts (e.g. GB10) have no framebuffer counters.
-                memory_total = memory_used = None
+                memory_total = memory_used = memory_reserved = None
                 notes.append("memory info not supported by this GPU")
             except _nvml_errors() as exc:
                 return _failed(index, uuid, name, f"cannot read memory ({exc})")
@@ -325,6 +329,7 @@ class NvmlProbe:
             name=name,
             memory_total=memory_total,
             memory_used=memory_used,
+            memory_reserved=memory_reserved,
             utilization=utilization,
             temperature=temperature,
             power_watts=power,
@@ -336,6 +341,29 @@ class NvmlProbe:
             processes_listed=processes_listed,
             error="; ".join(notes) or None,
         )
+
+    def _memory_info(self, handle: Any) -> tuple[int, int, int | None]:
+        """Total, used and driver-reserved bytes. The v2 read (drivers from R510) says
+        what the driver keeps for itself apart from ``used``: on an idle H200 that is
+        0.6 GiB, which the v1 read counts as used, and no process explains it, so every
+        idle GPU showed that much "unattributed". An older driver answers v1 only
+        (``reserved`` unknown), and is not asked again."""
+        if self._memory_v2:
+            try:
+                memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+            except (
+                pynvml.NVMLError_FunctionNotFound,
+                pynvml.NVMLError_ArgumentVersionMismatch,
+                AttributeError,  # (bindings without nvmlMemory_v2)
+                TypeError,  # (bindings without the version argument)
+            ):
+                self._memory_v2 = False
+            except pynvml.NVMLError_NotSupported:
+                pass  # this GPU only: try v1, which says so again if it has none either
+            else:
+                return int(memory.total), int(memory.used), int(memory.reserved)
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        return int(memory.total), int(memory.used), None
 
     def _with_utilization(
         self, index: int, handle: Any, processes: tuple[GpuProcess, ...]

@@ -20,6 +20,7 @@ def _reading_view(reading: GpuReading, sample: Sample | None, view: dict[str, An
         "name": reading.name,
         "memory_total": reading.memory_total,
         "memory_used": reading.memory_used,
+        "memory_reserved": reading.memory_reserved,
         "utilization": reading.utilization,
         "temperature": reading.temperature,
         "power_watts": reading.power_watts,
@@ -71,6 +72,7 @@ def _domain_view(
             "unattributed": account.unattributed,
             "reserved_extra": account.reserved_extra,
             "free": account.free,
+            "driver_reserved": account.driver_reserved,
         }
     if history and dom.gpu_index is not None:
         points = sampler.history.get(dom.gpu_index, ())

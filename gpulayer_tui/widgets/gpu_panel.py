@@ -51,6 +51,8 @@ def no_domain_view(other: Mapping[str, Any]) -> dict[str, Any]:
         p.get("used_bytes") or 0 for p in other.get("processes") or () if p.get("job_id") in held
     )
     total, used = gpu.get("memory_total"), gpu.get("memory_used")
+    if total is not None and gpu.get("memory_reserved"):
+        total -= gpu["memory_reserved"]  # (what jobs can have, as in a domain's account)
     vram = None
     if total is not None and used is not None:
         used = max(used, owned)
