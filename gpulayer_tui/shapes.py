@@ -262,6 +262,14 @@ class OtherGpuJSON(TypedDict):
     """True for a GPU jobs still run on that the driver no longer lists (``gpu`` is None)."""
 
 
+class MissingGpuJSON(TypedDict):
+    """A GPU that had a domain here and that the driver no longer lists."""
+
+    name: str
+    """Its last domain's name."""
+    gpu_uuid: str
+
+
 class GpusJSON(TypedDict):
     """``GET /v1/gpus`` and the data of ``gpu.sample`` events."""
 
@@ -275,6 +283,9 @@ class GpusJSON(TypedDict):
     domains: list[DomainViewJSON]
     gpus_without_domain: NotRequired[list[OtherGpuJSON]]
     """GPUs the engine sees but the config gives no domain (an older engine leaves it out)."""
+    missing_gpus: NotRequired[list[MissingGpuJSON]]
+    """GPUs that had a domain here and that the driver did not list at the engine's start
+    (capacity that may come back: jobs needing them wait) until forgotten."""
     clusters: NotRequired[list[dict[str, Any]]]
     """Each ``[clusters.NAME]`` (issue 16): partition, nodes, GPUs total/allocated/idle,
     whether it answers."""

@@ -398,6 +398,7 @@ def test_api_routes_answer_hostile_ids_queries_and_bodies_with_4xx(
         ("POST", f"/v1/jobs/{j}/cancel", None),
         ("POST", f"/v1/domains/{d}/drain", _encode(body)),
         ("POST", f"/v1/domains/{d}/release", None),
+        ("POST", f"/v1/domains/{d}/forget", _encode(body)),
         ("GET", f"/v1/{j}", None),
     ]:
         statuses[f"{method} {path}"] = api.call(method, path, payload)[0]

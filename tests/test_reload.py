@@ -20,7 +20,7 @@ import pytest
 from gpulayer_tui.cli.format import format_gpus
 from gpulayer_tui.engine.config import load_config
 from gpulayer_tui.engine.engine import Engine
-from gpulayer_tui.engine.errors import SpecError
+from gpulayer_tui.engine.errors import DomainRefused, SpecError
 from gpulayer_tui.engine.models import DomainState, JobStatus, ReplicaState, TerminationReason
 from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.engine.simulate import SimLedger
@@ -530,6 +530,80 @@ async def test_doctor_names_a_job_waiting_for_a_gpu_the_driver_no_longer_lists(
         f"{pinned.id} (waiting for GPU 1 (gpu1): not found by the driver)",
     }
     await second.cancel(pinned.id)
+
+
+async def test_a_gpu_missing_after_a_restart_is_waited_for_until_it_is_forgotten(
+    make_engine: EngineFactory,
+) -> None:
+    # Queued for 2 GPUs, restarted on 1: the job failed over_capacity at start, though the
+    # GPU may come back (one that did not come up after a reboot) (tester h44).
+    first = await make_engine("2xA100-80GB")
+    await first.pause()  # (kept across the restarts)
+    both = await first.submit({"command": ["true"], "gpus": 2})
+    await first.stop()
+    second = await make_engine("1xA100-80GB")
+    waiting = await second.get(both.id)
+    assert waiting.status is JobStatus.QUEUED
+    assert waiting.message.startswith(
+        "waiting for the GPU of gpu1: not found by the driver (this machine had 2; "
+        "`gpulayer-tui domain forget NAME` if one was removed for good)"
+    ), waiting.message
+    later = await second.submit({"command": ["true"], "gpus": 2})
+    assert later.status is JobStatus.QUEUED  # (a new one too: it may come back)
+    three = await second.submit({"command": ["true"], "gpus": 3})
+    assert three.status is JobStatus.FAILED and three.message == (
+        "requested 3 GPUs, but this machine has 1"
+    )
+    missing = second.gpus()["missing_gpus"]
+    assert [m["name"] for m in missing] == ["gpu1"] and missing[0]["gpu_uuid"].startswith("GPU-")
+    shown = format_gpus(dict(second.gpus()))
+    assert "not found by the driver: the GPU of gpu1 (GPU-" in shown, shown
+    checks = {c["check"]: c for c in await second.doctor_checks()}
+    assert checks["GPU of gpu1"]["status"] == "warn"
+    await second.stop()
+
+    back = await make_engine("2xA100-80GB")  # it came back: the job runs
+    await back.resume()
+    done = await back.wait(both.id, timeout=30)
+    assert done.status is JobStatus.COMPLETED, done.message
+    await back.cancel(later.id)
+    await back.pause()
+    await back.stop()
+
+    again = await make_engine("1xA100-80GB")  # gone again, for good this time
+    queued = await again.submit({"command": ["true"], "gpus": 2})
+    assert queued.status is JobStatus.QUEUED
+    with pytest.raises(DomainRefused, match="gpu0's GPU is listed by the driver"):
+        await again.domain_ops.forget("gpu0")
+    with pytest.raises(SpecError, match=r"no missing GPU goes by 'gpu7' \(missing now: gpu1\)"):
+        await again.domain_ops.forget("gpu7")
+    forgotten = await again.domain_ops.forget("gpu1")
+    assert forgotten["name"] == "gpu1"
+    failed = await again.get(queued.id)
+    assert failed.status is JobStatus.FAILED
+    assert failed.termination_reason is TerminationReason.OVER_CAPACITY
+    assert failed.message == "requested 2 GPUs, but this machine has 1", failed.message
+    assert again.gpus()["missing_gpus"] == []
+    await again.stop()
+    last = await make_engine("1xA100-80GB")  # (forgotten for good: not waited for again)
+    refused = await last.submit({"command": ["true"], "gpus": 2})
+    assert refused.status is JobStatus.FAILED and last.gpus()["missing_gpus"] == []
+
+
+def test_domain_forget_from_the_command_line(served: Served) -> None:
+    served.start("--simulate", "2xA100-80GB")
+    served.stop()
+    served.start("--simulate", "1xA100-80GB")
+    shown = served.cli("gpus")
+    assert "not found by the driver: the GPU of gpu1" in shown.stdout, shown.stdout
+    refused = served.cli("domain", "forget", "gpu0")
+    assert refused.returncode == 1 and "gpu0's GPU is listed by the driver" in refused.stderr
+    unknown = served.cli("domain", "forget", "gpu5")
+    assert unknown.returncode == 2 and "no missing GPU goes by 'gpu5'" in unknown.stderr
+    forgot = served.cli("domain", "forget", "gpu1")
+    assert forgot.returncode == 0, forgot.stderr
+    assert forgot.stdout.startswith("forgot the GPU of gpu1 (GPU-"), forgot.stdout
+    assert "not found by the driver" not in served.cli("gpus").stdout
 
 
 async def test_a_gpu_gone_across_a_restart_with_a_job_still_there_is_said_everywhere(

@@ -171,6 +171,7 @@ def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
         "unregistered_total": unregistered_total,
         "domains": domains,
         "gpus_without_domain": [],
+        "missing_gpus": [],
     }
 
 

@@ -1033,7 +1033,18 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         parser.error(f"domain {args.action} needs the domain's name")
     given = args.action == "drain" and args.reason is not None
     body = {"reason": args.reason} if given else None
-    dom = client.request("POST", f"/domains/{quote(args.name)}/{args.action}", body)["domain"]
+    answer = client.request("POST", f"/domains/{quote(args.name)}/{args.action}", body)
+    if args.action == "forget":
+        gone = answer["forgotten"]
+        if args.json:
+            _print_json(gone)
+        else:
+            print(
+                f"forgot the GPU of {gone['name']} ({gone['gpu_uuid']}): jobs that waited "
+                "for it were decided again"
+            )
+        return EXIT_OK
+    dom = answer["domain"]
     if args.json:
         _print_json(dom)
     else:

@@ -396,6 +396,12 @@ def format_gpus(data: dict[str, Any]) -> str:
             f" (and {gib(elsewhere)} GiB held by processes of no job on GPUs without a domain)"
         )
     lines.append(summary)
+    for gone in data.get("missing_gpus") or ():
+        lines.append(
+            f"not found by the driver: the GPU of {gone['name']} ({gone['gpu_uuid']}), "
+            "which this machine had; jobs needing it wait (`gpulayer-tui domain forget "
+            f"{gone['name']}` if it was removed for good)"
+        )
     kept = _driver_reserves(data)
     if kept:
         lines.append(kept)

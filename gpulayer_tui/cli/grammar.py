@@ -434,9 +434,17 @@ def _adopt_args(p: argparse.ArgumentParser) -> None:
 
 
 def _domain_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", nargs="?", default="list", choices=["list", "drain", "release"])
+    p.add_argument(
+        "action", nargs="?", default="list", choices=["list", "drain", "release", "forget"]
+    )
     completes(
-        p.add_argument("name", nargs="?", help="the domain (for drain and release)"), "domains"
+        p.add_argument(
+            "name",
+            nargs="?",
+            help="the domain (for drain and release); for forget, the last domain (or UUID) of "
+            "a GPU the driver no longer lists",
+        ),
+        "domains",
     )
     p.add_argument("--reason", help="why it is drained (shown to users)")
     p.add_argument("--json", action="store_true")
@@ -637,7 +645,7 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
         "command is never run again by gpulayer-tui.",
         _adopt_args,
     ),
-    "domain": ("list, drain or release domains", "", _domain_args),
+    "domain": ("list, drain or release domains; forget a GPU removed for good", "", _domain_args),
     "clean": (
         "remove old finished jobs (their rows, timelines and logs)",
         "Remove finished jobs that ended more than DAYS ago and/or all but the N "

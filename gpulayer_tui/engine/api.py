@@ -21,6 +21,7 @@ GET      /ready                      200 when every domain is ready, else 503 na
 GET      /domains                    every domain's state and health
 POST     /domains/NAME/drain         stop new placements there ({"reason"?})
 POST     /domains/NAME/release       back to service (a quarantined GPU must answer)
+POST     /domains/NAME/forget        forget a GPU the driver no longer lists (removed for good)
 POST     /config/reload              read the config file again (also done on every edit)
 GET      /doctor                     the engine's checks (config, domains, queue, clock)
 GET      /processes/PID              what the engine sees of a process (to adopt it)
@@ -684,6 +685,19 @@ async def drain(request: web.Request) -> web.Response:
     )
 
 
+async def forget(request: web.Request) -> web.Response:
+    """POST /v1/domains/NAME/forget: forget a missing GPU (NAME: its last domain or UUID)."""
+    _require_admin(request, "forget a GPU")
+    body = await _read_json(request) if request.can_read_body else {}
+    if body != {}:
+        key = next(iter(body)) if isinstance(body, dict) else None
+        said = f"; unknown key {printable(str(key))[:40]!r}" if key is not None else ""
+        raise SpecError(f"a forget request is empty or {{}}{said}", key)
+    engine = request.app[ENGINE_KEY]
+    forgotten = await engine.domain_ops.forget(request.match_info["name"])
+    return web.json_response({"forgotten": forgotten})
+
+
 async def release(request: web.Request) -> web.Response:
     """POST /v1/domains/NAME/release."""
     _require_admin(request, "release a domain")
@@ -1194,6 +1208,7 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_get("/v1/domains", domains)
     app.router.add_post("/v1/domains/{name}/drain", drain)
     app.router.add_post("/v1/domains/{name}/release", release)
+    app.router.add_post("/v1/domains/{name}/forget", forget)
     app.router.add_get("/v1/events", events)
     return app
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from ..fields import printable
 from ..wire import DomainJSON
 from .domain import Domain, DomainHealth, DomainState
-from .errors import DomainRefused, SpecError
+from .errors import DomainRefused, SpecError, UnknownDomain
 from .events import EventBus
 from .jobbook import JobBook
 from .models import EventKind, Job, JobKind, JobStatus, TerminationReason
@@ -307,6 +307,40 @@ class DomainOps:
         await self._store.flush()
         return dom.to_json()
 
+    async def forget(self, name: str) -> dict[str, str]:
+        """Forget a GPU that had a domain here and that the driver no longer lists (one
+        removed for good): jobs that waited for it are decided again (those that can never
+        run without it fail ``over_capacity``), and the next engine does not wait for it.
+
+        Args:
+            name: Its last domain's name, or its UUID.
+
+        Returns:
+            ``{"name", "gpu_uuid"}`` of the GPU forgotten.
+
+        Raises:
+            UnknownDomain: No missing GPU goes by ``name``.
+            DomainRefused: ``name`` is a domain whose GPU is here.
+        """
+        uuid = self._scheduler.missing_named(name)
+        if uuid is None:
+            if name in self._scheduler.domains:
+                raise DomainRefused(
+                    f"domain {name}'s GPU is listed by the driver: there is nothing to forget "
+                    "(only a GPU this machine had and no longer lists can be forgotten)"
+                )
+            missing = ", ".join(sorted(self._scheduler.missing_known.values())) or "none"
+            shown = printable(name)[:100]
+            raise UnknownDomain(
+                f"no missing GPU goes by {shown!r} (missing now: {missing})", "domain"
+            )
+        last = self._scheduler.missing_known.pop(uuid)
+        self._store.forget_gpu(uuid)
+        await self._store.flush()
+        self._queue.recheck_capacity()
+        self._queue.schedule_soon()
+        return {"name": last, "gpu_uuid": uuid}
+
     async def restore_states(self) -> dict[str, str]:
         """Take back the drained and quarantined states stored by earlier runs.
 
@@ -401,6 +435,16 @@ class DomainOps:
             checks.append({"check": f"domain {dom.name}", "status": status, "detail": detail})
         for index, jobs in self._scheduler.missing_gpus().items():
             checks.append({"check": f"GPU {index}", "status": "fail", "detail": _missing(jobs)})
+        for uuid, name in sorted(self._scheduler.missing_known.items(), key=lambda kv: kv[1]):
+            checks.append(
+                {
+                    "check": f"GPU of {name}",
+                    "status": "warn",
+                    "detail": f"{uuid} is not found by the driver (this machine had it): jobs "
+                    f"needing it wait; `gpulayer-tui domain forget {name}` if it was removed "
+                    "for good",
+                }
+            )
         for name, gpu in self._scheduler.configured_missing.items():
             checks.append(
                 {

@@ -376,6 +376,8 @@ class ConfigReloader:
                 self._store.save_domain_state(
                     dom.name, dom.state.value, dom.state_reason, dom.gpu_uuid, dom.drain_reason
                 )
+        # (a missing GPU the edit gives a domain again is no longer missing)
+        self._store.save_known_gpus(self._scheduler.know_gpus({}, None))
         self._queue.reresolve(self._scheduler.request_for)
         self._queue.recheck_capacity()
         self._queue.schedule_soon()

@@ -86,6 +86,12 @@ class Scheduler:
         # Domains the config names whose GPU the driver did not list at start (name: the
         # GPU it names): left out, jobs pinned to them wait for the GPU.
         self.configured_missing: dict[str, int | str] = {}
+        # GPUs that had a domain here before (engine start: the known_gpus table) and that
+        # the driver did not list at start, by UUID: the name of their last domain. Capacity
+        # that may come back: a job needing more GPUs than are here waits for them (a GPU
+        # that did not come up after a reboot destroyed every queued multi-GPU job), until
+        # the operator forgets one removed for good (`domain forget`).
+        self.missing_known: dict[str, str] = {}
         self._capacity = Capacity.UNKNOWN
         self._capacity_message = "no GPU sample yet"
         self._gpus_seen = 0  # GPUs in the last good sample (more than domains: some unused)
@@ -156,7 +162,34 @@ class Scheduler:
     def capacity_signature(self) -> tuple[object, ...]:
         """What over-capacity verdicts depend on: changes mean "decide again"."""
         sizes = tuple((d.name, d.capacity_bytes) for d in self.gpu_domains)
-        return (self._capacity, sizes)
+        return (self._capacity, sizes, tuple(sorted(self.missing_known)))
+
+    def know_gpus(self, known: dict[str, str], listed: Iterable[str] | None) -> dict[str, str]:
+        """Take the GPUs that had a domain here before (UUID -> its last domain's name):
+        those the driver does not list (``listed``: the UUIDs it does; ``None`` when it
+        could not be read, and then none is taken for missing) and that no domain has now
+        are :attr:`missing_known`.
+
+        Returns:
+            The GPUs the domains have now (UUID -> name), to be stored as known.
+        """
+        here = {d.gpu_uuid: d.name for d in self.gpu_domains if d.gpu_uuid is not None}
+        if listed is not None:
+            seen = set(listed)
+            self.missing_known = {
+                uuid: name for uuid, name in known.items() if uuid not in seen and uuid not in here
+            }
+        else:
+            self.missing_known = {u: n for u, n in self.missing_known.items() if u not in here}
+        return here
+
+    def missing_named(self, name: str) -> str | None:
+        """The UUID of the missing known GPU whose last domain was ``name`` (or whose UUID
+        is ``name``), if any."""
+        for uuid, last in self.missing_known.items():
+            if name in (last, uuid):
+                return uuid
+        return None
 
     def observe(
         self,
@@ -329,6 +362,24 @@ class Scheduler:
                 f"({self.capacity_message})",
             )
         all_gpu = self.gpu_domains
+        away = self.missing_known
+        if (
+            away
+            and req.gpus > len(all_gpu)
+            and req.gpus <= len(all_gpu) + len(away)
+            and self.capacity is Capacity.KNOWN
+            and not req.pins
+        ):
+            # GPUs this machine had are not listed now (one that did not come up after a
+            # reboot, fallen off the bus): the job waits for them rather than fail.
+            names = ", ".join(sorted(away.values()))
+            gpus = "the GPUs" if len(away) > 1 else "the GPU"
+            return Verdict(
+                None,
+                f"waiting for {gpus} of {names}: not found by the driver (this machine had "
+                f"{len(all_gpu) + len(away)}; `gpulayer-tui domain forget NAME` if one was "
+                "removed for good)",
+            )
         if req.gpus > len(all_gpu) and self.capacity is Capacity.KNOWN and not req.pins:
             # (A pinned request is told by its pins, below.)
             has = f"this machine has {len(all_gpu)}"

@@ -76,7 +76,7 @@ _DAMAGED_ADVICE = (
     "copy; `sqlite3 FILE .recover` may save what is readable."
 )
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 # jobs_active's condition, exactly as created: a query that repeats it may use the index.
 _ACTIVE_INDEX_WHERE = "status IN ('pending', 'queued', 'running')"
@@ -209,6 +209,19 @@ MIGRATIONS: list[list[str]] = [
     # 11 -> 12: the jobs whose rows `clean` deleted and whose files are still to go (it
     # committed the rows first: killed before the unlinking, it left their files for ever).
     ["CREATE TABLE files_owed (job_id INTEGER PRIMARY KEY)"],
+    # 12 -> 13: every GPU that had a domain here (by UUID, with its last domain's name):
+    # one the driver no longer lists is capacity that may come back (a job needing it
+    # waits instead of failing over capacity), until the operator forgets it. Seeded
+    # from the domain states, which kept each GPU's UUID since 7 -> 8.
+    [
+        """CREATE TABLE known_gpus (
+            gpu_uuid TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            seen_at REAL NOT NULL
+        )""",
+        "INSERT INTO known_gpus (gpu_uuid, name, seen_at) "
+        "SELECT gpu_uuid, name, at FROM domain_state WHERE gpu_uuid IS NOT NULL",
+    ],
 ]
 
 SPENT_KEY_DAYS = 7
@@ -1256,6 +1269,45 @@ class Store:
             "SELECT name, value FROM counters WHERE substr(name, 1, ?) = ?", (len(prefix), prefix)
         )
         return {str(name): int(value) for name, value in rows}
+
+    async def known_gpus(self) -> dict[str, str]:
+        """Every GPU that had a domain here: UUID -> the name of its last domain."""
+        rows = await self._fetchall("SELECT gpu_uuid, name FROM known_gpus ORDER BY seen_at")
+        return {str(uuid): str(name) for uuid, name in rows}
+
+    def save_known_gpus(self, gpus: dict[str, str]) -> None:
+        """Queue ``gpus`` (UUID -> domain name), seen now, for the next commit."""
+        now = time.time()
+        self._queue.append(
+            _Write(
+                None,
+                [],
+                None,
+                [
+                    (
+                        "INSERT INTO known_gpus (gpu_uuid, name, seen_at) VALUES (?, ?, ?) "
+                        "ON CONFLICT(gpu_uuid) DO UPDATE SET name=excluded.name, "
+                        "seen_at=excluded.seen_at",
+                        (uuid, name, now),
+                    )
+                    for uuid, name in gpus.items()
+                ],
+            )
+        )
+
+    def forget_gpu(self, gpu_uuid: str) -> None:
+        """Queue the removal of a known GPU (and its domain state) for the next commit."""
+        self._queue.append(
+            _Write(
+                None,
+                [],
+                None,
+                [
+                    ("DELETE FROM known_gpus WHERE gpu_uuid = ?", (gpu_uuid,)),
+                    ("DELETE FROM domain_state WHERE gpu_uuid = ?", (gpu_uuid,)),
+                ],
+            )
+        )
 
     def drop_setting(self, name: str) -> None:
         """Queue the removal of the engine setting ``name`` for the next commit."""

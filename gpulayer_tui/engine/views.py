@@ -141,5 +141,9 @@ def gpus_view(
         ),
         "domains": domains,
         "gpus_without_domain": other,
+        "missing_gpus": [
+            {"name": name, "gpu_uuid": uuid}
+            for uuid, name in sorted(scheduler.missing_known.items(), key=lambda kv: kv[1])
+        ],
     }
     return view  # type: ignore[return-value]  # built field by field above
