@@ -738,6 +738,19 @@ async def test_a_gpu_gone_with_a_job_still_on_it_shows_as_missing(
         )
 
 
+async def test_a_gpu_missing_since_the_last_engine_is_said_in_the_summary(
+    make_engine: EngineFactory, embedded_app: Any
+) -> None:
+    # Jobs that need it wait for it (it may come back): the header said "1 GPU", and
+    # nothing on screen told why a 2-GPU job waited.
+    first = await make_engine("2xA100-80GB")
+    await first.stop()
+    app = await embedded_app("1xA100-80GB")
+    async with app.run_test(size=(160, 40)) as pilot:
+        await until(pilot, lambda: "GPU" in summary_text(app) and "missing" in summary_text(app))
+        assert summary_text(app).endswith("1 GPU (1 missing: gpu1; jobs needing it wait)")
+
+
 async def test_gpu_panels_change_while_the_dashboard_is_hidden(
     embedded_app: Any, paths: Any
 ) -> None:

@@ -109,6 +109,11 @@ class SummaryLine(Vertical):
         others = len(state.get("gpus_without_domain") or ())
         if others:  # (left out by the config: shown, never scheduled on)
             pieces.append((f" (+{others} without a domain)", "$text-muted"))
+        missing = [str(g.get("name", "?")) for g in state.get("missing_gpus") or ()]
+        if missing:  # (had here, not listed by the driver now: jobs needing them wait)
+            said, them = ", ".join(missing), "it" if len(missing) == 1 else "them"
+            said = f" ({len(missing)} missing: {said}; jobs needing {them} wait)"
+            pieces.append((said, "$warning"))
         return Content.assemble(*pieces)
 
     def notice(self) -> Content:
