@@ -685,14 +685,20 @@ async def drain(request: web.Request) -> web.Response:
     )
 
 
-async def forget(request: web.Request) -> web.Response:
-    """POST /v1/domains/NAME/forget: forget a missing GPU (NAME: its last domain or UUID)."""
-    _require_admin(request, "forget a GPU")
+async def _no_body(request: web.Request, what: str) -> None:
+    """Refuse any body but none or ``{}`` (release took any, even one that was no JSON:
+    a malformed request acted)."""
     body = await _read_json(request) if request.can_read_body else {}
     if body != {}:
         key = next(iter(body)) if isinstance(body, dict) else None
         said = f"; unknown key {printable(str(key))[:40]!r}" if key is not None else ""
-        raise SpecError(f"a forget request is empty or {{}}{said}", key)
+        raise SpecError(f"a {what} request is empty or {{}}{said}", key)
+
+
+async def forget(request: web.Request) -> web.Response:
+    """POST /v1/domains/NAME/forget: forget a missing GPU (NAME: its last domain or UUID)."""
+    _require_admin(request, "forget a GPU")
+    await _no_body(request, "forget")
     engine = request.app[ENGINE_KEY]
     forgotten = await engine.domain_ops.forget(request.match_info["name"])
     return web.json_response({"forgotten": forgotten})
@@ -701,12 +707,7 @@ async def forget(request: web.Request) -> web.Response:
 async def release(request: web.Request) -> web.Response:
     """POST /v1/domains/NAME/release."""
     _require_admin(request, "release a domain")
-    # (It took any body, even one that was no JSON: a malformed request acted.)
-    body = await _read_json(request) if request.can_read_body else {}
-    if body != {}:
-        key = next(iter(body)) if isinstance(body, dict) else None
-        said = f"; unknown key {printable(str(key))[:40]!r}" if key is not None else ""
-        raise SpecError(f"a release request is empty or {{}}{said}", key)
+    await _no_body(request, "release")
     engine = request.app[ENGINE_KEY]
     return web.json_response(
         {"domain": await engine.domain_ops.release(request.match_info["name"])}
