@@ -566,7 +566,7 @@ async def test_a_gpu_missing_after_a_restart_is_waited_for_until_it_is_forgotten
     await back.resume()
     done = await back.wait(both.id, timeout=30)
     assert done.status is JobStatus.COMPLETED, done.message
-    await back.cancel(later.id)
+    assert (await back.wait(later.id, timeout=30)).status is JobStatus.COMPLETED
     await back.pause()
     await back.stop()
 
