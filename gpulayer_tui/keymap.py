@@ -189,6 +189,28 @@ KEYMAP: tuple[Key, ...] = (
     Key("p", "adopt_pid", "Adopt a pid", ("strays",), footer="By pid"),
     Key("escape", "close_pid", "Close the pid field", ("strays",), show=False, palette=False),
     # -- modal forms and dialogs (they say their keys in their own footer) ---------------------
+    # Tab moves between fields before the next key is routed: as a plain binding it ran
+    # only once the key had bubbled up to the app, behind the screen's checks of what was
+    # typed, and a key typed right after it went to the field it left ("-1", tab, "5"
+    # read GPUs -15: tester h46).
+    Key(
+        "tab",
+        "app.focus_next",
+        "Next field",
+        ("submit", "edit", "adopt"),
+        show=False,
+        palette=False,
+        priority=True,
+    ),
+    Key(
+        "shift+tab",
+        "app.focus_previous",
+        "Previous field",
+        ("submit", "edit", "adopt"),
+        show=False,
+        palette=False,
+        priority=True,
+    ),
     Key("ctrl+s", "submit", "Submit", ("submit",), priority=True),
     Key("escape", "cancel", "Cancel", ("submit",), display="esc"),
     Key("ctrl+s", "save", "Save", ("edit",), priority=True),

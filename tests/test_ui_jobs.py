@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from textual import events
 from textual.app import App, ComposeResult
 from textual.content import Content
 from textual.pilot import Pilot
@@ -421,6 +422,28 @@ async def test_the_engine_names_the_field_it_refuses_and_the_form_marks_it(
         await pilot.press("ctrl+s")
         await until(pilot, lambda: "unknown domain 'gpu9'" in form.form_message, "the refusal")
         assert form.query_one("#domain", Input).has_class("-invalid")
+
+
+async def test_a_key_typed_right_after_tab_goes_to_the_next_field(ui_app: Any) -> None:
+    # Typed fast (or pasted), "-1", tab, "5" read GPUs "-15": tab was a plain binding,
+    # run once the key had bubbled up past the form's checks of "-1", and the "5" had
+    # gone to GPUs meanwhile (tester h46). Keys are sent here as the terminal driver
+    # sends them, all at once, not one per pilot pause.
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        form = await open_form(pilot)
+        form.query_one("#gpus", Input).focus()
+        await pilot.pause()
+        for key, char in [("minus", "-"), ("1", "1"), ("tab", None), ("5", "5")]:
+            app.post_message(events.Key(key, char))
+        await until(pilot, lambda: form.query_one("#vram", Input).value == "5", "VRAM 5")
+        assert form.query_one("#gpus", Input).value == "-1"
+        assert field_error(form, "gpus") != ""
+        for key, char in [("shift+tab", None), ("end", None), ("backspace", None)]:
+            app.post_message(events.Key(key, char))
+        await until(pilot, lambda: form.query_one("#gpus", Input).value == "-", "GPUs -")
+        assert form.query_one("#vram", Input).value == "5"
 
 
 async def test_unicode_digits_in_the_forms_are_refused_not_the_end_of_the_app(
