@@ -446,6 +446,31 @@ async def test_a_key_typed_right_after_tab_goes_to_the_next_field(ui_app: Any) -
         assert form.query_one("#vram", Input).value == "5"
 
 
+async def test_esc_asks_again_before_it_throws_away_a_typed_form(ui_app: Any) -> None:
+    # One esc (also how a search is left, so pressed by reflex) threw away a whole form
+    # (tester h46).
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        form = await open_form(pilot)
+        await pilot.press("escape")  # nothing typed: closes at once
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the form closed")
+        form = await open_form(pilot)
+        await type_text(pilot, "python train.py")
+        await pilot.press("escape")
+        assert app.screen is form
+        assert form.form_message == "esc again throws away what you typed (ctrl+s submits it)"
+        await type_text(pilot, " --lr 3")  # (typed on: the next esc asks again)
+        await pilot.press("escape")
+        assert app.screen is form and form.query_one("#command", Input).value.endswith("3")
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the form closed")
+        form = await open_form(pilot)
+        await type_text(pilot, "true")
+        await pilot.click("#cancel")  # (a click on Cancel is no reflex: it closes)
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the form closed")
+
+
 async def test_unicode_digits_in_the_forms_are_refused_not_the_end_of_the_app(
     ui_app: Any,
 ) -> None:

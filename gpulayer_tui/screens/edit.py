@@ -92,6 +92,7 @@ class EditScreen(FormScreen[JobJSON | None]):
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("edit"))
     KEYMAP_SCOPE: ClassVar[str] = "edit"
     """Its part of :data:`~gpulayer_tui.keymap.KEYMAP` (help and the palette show it)."""
+    DISCARD_WORDS = "esc again throws away your changes (ctrl+s saves them)"
 
     def __init__(self, job: JobJSON) -> None:
         super().__init__()
@@ -212,6 +213,7 @@ class EditScreen(FormScreen[JobJSON | None]):
         changes = self.changes()
         if not changes:
             self._show_form_message("nothing changed")
+            self._take_opened()  # (what it shows is the job: esc loses nothing)
             return
         self._save(changes)
 
@@ -256,8 +258,10 @@ class EditScreen(FormScreen[JobJSON | None]):
 
     @on(Button.Pressed, "#cancel")
     def _cancel_pressed(self) -> None:
-        self.action_cancel()
+        self.action_cancel(confirmed=True)  # (a click on Cancel is no reflex)
 
-    def action_cancel(self) -> None:
-        """Close the form without saving."""
-        self.dismiss(None)
+    def action_cancel(self, confirmed: bool = False) -> None:
+        """Close the form without saving (with a change made, esc asks to be pressed
+        again)."""
+        if confirmed or self.may_discard():
+            self.dismiss(None)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from textual import events
+from textual import events, on
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widget import Widget
-from textual.widgets import Input, Label, Static
+from textual.widgets import Checkbox, Input, Label, Static
 
 ResultType = TypeVar("ResultType")
 
@@ -80,6 +80,40 @@ class FormScreen(ModalScreen[ResultType]):
 
     NARROW = 70
     """Below this many columns a form drops its hints."""
+
+    DISCARD_WORDS = "esc again throws away what you typed (ctrl+s submits it)"
+    """Said at the first esc once something was typed: a reflexive esc (it also leaves a
+    search) lost a whole form (tester h46)."""
+
+    _as_opened: tuple[tuple[str, str | bool], ...] | None = None
+    _discard_armed = False
+
+    def _values(self) -> tuple[tuple[str, str | bool], ...]:
+        fields: list[tuple[str, str | bool]] = [(w.id or "", w.value) for w in self.query(Input)]
+        fields += [(w.id or "", w.value) for w in self.query(Checkbox)]
+        return tuple(fields)
+
+    @on(events.Mount)
+    def _remember_as_opened(self) -> None:
+        # After every mount handler (the edit form fills its fields in its own).
+        self.call_after_refresh(self._take_opened)
+
+    def _take_opened(self) -> None:
+        self._as_opened = self._values()
+
+    @on(Input.Changed)
+    @on(Checkbox.Changed)
+    def _disarm_discard(self) -> None:
+        self._discard_armed = False  # (typed on: the next esc asks again)
+
+    def may_discard(self) -> bool:
+        """Whether esc may close the form now: nothing changed since it opened, or esc
+        came twice in a row (the first says so)."""
+        if self._discard_armed or self._as_opened is None or self._values() == self._as_opened:
+            return True
+        self._discard_armed = True
+        self._show_form_message(self.DISCARD_WORDS, busy=True)
+        return False
 
     def on_resize(self, event: events.Resize) -> None:
         """Drop the hints on a narrow terminal (they wrapped into slivers)."""

@@ -350,6 +350,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
         # dependency already failed): the job is in the table; keep the form so the
         # request can be fixed.
         message = job.get("message") or status
+        self._take_opened()  # (what it shows made a job: esc loses nothing)
         self._show_form_message(f"job {job_id} {status} ({reason}): {message}")
         self.app.notify(message, title=f"job {job_id} {status}", severity="error")
 
@@ -392,12 +393,12 @@ class SubmitScreen(FormScreen[JobJSON | None]):
 
     @on(Button.Pressed, "#cancel")
     def _cancel_pressed(self) -> None:
-        self.action_cancel()
+        self.action_cancel(confirmed=True)  # (a click on Cancel is no reflex)
 
-    def action_cancel(self) -> None:
+    def action_cancel(self, confirmed: bool = False) -> None:
         """Close the form without submitting (not while a submission waits for the
         engine's answer: closed then, the job was made all the same and nothing said so,
-        and a retry made it twice)."""
+        and a retry made it twice). With something typed, esc asks to be pressed again."""
         if self._busy:
             self._show_form_message(
                 "submitting…: the engine has the request; wait for its answer "
@@ -405,4 +406,5 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                 busy=True,
             )
             return
-        self.dismiss(None)
+        if confirmed or self.may_discard():
+            self.dismiss(None)
