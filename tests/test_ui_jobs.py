@@ -1215,3 +1215,21 @@ async def test_the_runtime_sort_moves_a_running_job_as_its_runtime_passes_others
         now[0] += 100
         await until(pilot, lambda: first() == runner["id"], "the runner on top", timeout=5)
     await app.backend.cancel(runner["id"])
+
+
+def test_a_vram_figure_too_long_for_its_column_is_not_cut_to_a_smaller_one() -> None:
+    # 100000 GiB showed "1000…" in the 5-cell column: read as 1000 (tester h46).
+    from gpulayer_tui.widgets.job_columns import vram_text
+
+    def row(vram: float | None) -> Any:
+        return {"spec": {} if vram is None else {"vram_gb": vram}}
+
+    assert [vram_text(row(v)) for v in (None, 20, 0.5, 80000, 100000, 1e9, 0.0001)] == [
+        "",
+        "20",
+        "0.5",
+        "80000",
+        "1e+05",
+        "1e+09",
+        "1e-04",
+    ]

@@ -169,9 +169,14 @@ def filter_matches(text: str, haystack: str) -> bool:
 
 
 def vram_text(job: JobRowJSON) -> str:
-    """GiB per GPU from the spec (``20``, ``0.5``), or empty."""
+    """GiB per GPU from the spec (``20``, ``0.5``), or empty; one too long for the
+    column's 5 cells in powers of ten (``1e+05``): cut, 100000 read ``1000…``, as if
+    1000 (tester h46)."""
     vram = job_spec(job).get("vram_gb")
-    return "" if vram is None else f"{vram:g}"
+    if vram is None:
+        return ""
+    text = f"{vram:g}"
+    return text if len(text) <= 5 else f"{vram:.0e}"
 
 
 def use_texts(job: JobRowJSON) -> tuple[str, str, str]:
