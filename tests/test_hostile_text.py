@@ -56,7 +56,7 @@ async def test_hostile_names_commands_and_output_never_end_the_tui(embedded_app:
             "the engine's refusal, quoting the name as written",
         )
         assert app.is_running
-        await pilot.press("escape")
+        await pilot.press("escape", "escape")  # (typed in: the first esc asks)
         await pilot.press("1")
         await pilot.pause(0.2)
         assert app.is_running

@@ -1233,3 +1233,22 @@ def test_a_vram_figure_too_long_for_its_column_is_not_cut_to_a_smaller_one() -> 
         "1e+09",
         "1e-04",
     ]
+
+
+async def test_a_narrow_detail_stacks_its_fields_over_the_timeline(ui_app: Any) -> None:
+    # Side by side at 60 columns a field's value had 9 cells: "complete|d:", "longslee|p"
+    # (tester h46).
+    from gpulayer_tui.screens.job_detail import JobDetailScreen
+
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(60, 20)) as pilot:
+        job = await app.backend.submit({"shell": "true", "cwd": "/tmp", "name": "longsleep"})
+        app.open_job(job["id"])
+        screen = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
+        )
+        await pilot.pause()
+        assert screen.has_class("-narrow")
+        assert screen.query_one("#fields-box").size.width >= 50
+        await pilot.resize_terminal(100, 30)
+        await until(pilot, lambda: not screen.has_class("-narrow"), "side by side again")

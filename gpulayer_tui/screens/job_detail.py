@@ -262,6 +262,11 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
 SHORT_BELOW = 30
 """Lines below which the detail's top and usage parts get less of the height."""
 
+NARROW_BELOW = 72
+"""Columns below which the fields and the timeline are stacked, not side by side (side by
+side at 60 columns, a field's value had 9 cells: "complete|d:", "longslee|p"; at 80 the
+side by side layout stays, as stacked it took the log 5 of its 24 lines)."""
+
 
 class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     """One job: its fields, its timeline and its output, kept current while it runs."""
@@ -286,6 +291,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     }
     JobDetailScreen #fields-box { width: 3fr; padding: 0 1; }
     JobDetailScreen #timeline-box { width: 4fr; height: 100%; }
+    JobDetailScreen.-narrow #detail-top { layout: vertical; }
+    JobDetailScreen.-narrow #fields-box { width: 100%; max-height: 60%; }
+    JobDetailScreen.-narrow #timeline-box { width: 100%; height: auto; max-height: 40%; }
     JobDetailScreen #fields { display: none; }
     JobDetailScreen #field-loading { color: $text-muted; }
     JobDetailScreen #field-loading.-error { color: $error; }
@@ -536,6 +544,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     def on_resize(self) -> None:
         # (A short terminal gives the log a few lines more; CSS has no height queries.)
         self.set_class(self.size.height < SHORT_BELOW, "-short")
+        self.set_class(self.size.width < NARROW_BELOW, "-narrow")
         if not self._usage_chosen:
             self.query_one(UsagePanel).expanded = self.size.height >= EXPAND_USAGE_FROM
 
