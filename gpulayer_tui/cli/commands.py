@@ -77,7 +77,7 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         parser.error("give either --snapshot or --no-snapshot, not both")
     if args.snapshot or args.no_snapshot:
         spec["snapshot"] = bool(args.snapshot)
-    if args.priority:
+    if args.priority is not None:  # (--priority 0 too: it is asked for, not the default)
         spec["priority"] = args.priority
     deps = _dependencies(args.after, args.after_any)
     if deps:

@@ -302,7 +302,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             spec["depends_on"] = [{"job": i, "any_exit": True} for i in ids] if any_exit else ids
         if timeout := self._value("timeout"):
             spec["timeout"] = wire.parse_field("timeout", timeout)
-        if (priority := self._value("priority")) and wire.parse_field("priority", priority):
+        if priority := self._value("priority"):  # ("0" too: asked for, not the default)
             spec["priority"] = wire.parse_field("priority", priority)
         if self._checked("service"):
             spec["kind"] = "service"
