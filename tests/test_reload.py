@@ -90,6 +90,30 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
     await engine.cancel(second.id)
 
 
+async def test_lowering_max_priority_brings_waiting_jobs_down_to_it(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # A waiting job kept the priority its user may no longer have, its rank with it, and
+    # preempted others by it (tester h47); lowered max_gpus or max_vram_gb were applied.
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE + "[users.default]\nmax_priority = 50\n")
+    engine = await make_engine("1xA100-80GB", config=load_config(paths.config_file))
+    await engine.config_reload.stop()  # (applied by hand below, not by the watcher)
+    blocker = await engine.submit({"command": ["sleep", "60"], "gpus": 1})
+    high = await engine.submit({"command": ["true"], "gpus": 1, "priority": 50})
+    low = await engine.submit({"command": ["true"], "gpus": 1, "priority": -2})
+    paths.config_file.write_text(BASE + "[users.default]\nmax_priority = 0\n")
+    assert (await engine.config_reload.reload())["applied"] is True
+    capped = await engine.get(high.id)
+    assert capped.priority == 0 and capped.spec["priority"] == 0
+    said = [e["message"] for e in await engine.events_of(high.id) if e["kind"] == "job.edited"]
+    assert said == ["edited: priority 50 -> 0 ([users.default] max_priority lowered)"], said
+    assert (await engine.get(low.id)).priority == -2  # (below it already: untouched)
+    assert engine.queue.explain(high.id)["priority"] == 0
+    await engine.cancel(blocker.id)
+    assert (await engine.wait(high.id, timeout=20)).status is JobStatus.COMPLETED
+
+
 async def test_a_services_host_nothing_can_listen_on_is_refused(
     make_engine: EngineFactory, paths: Paths
 ) -> None:

@@ -24,6 +24,7 @@ from ..fields import printable
 from .config import Config, ConfigError, DomainPlan, load_config, plan_domains
 from .domain import Domain, DomainHealth, DomainState
 from .errors import SpecError
+from .fairness import owner_of
 from .gpus import GpuReading
 from .jobbook import JobBook
 from .models import EventKind, JobKind, JobStatus
@@ -378,12 +379,42 @@ class ConfigReloader:
                 )
         # (a missing GPU the edit gives a domain again is no longer missing)
         self._store.save_known_gpus(self._scheduler.know_gpus({}, None))
+        self._cap_priorities()
         self._queue.reresolve(self._scheduler.request_for)
         self._queue.recheck_capacity()
         self._queue.schedule_soon()
         if domain_changes:
             self._domains_changed()
         return changes + domain_changes
+
+    def _cap_priorities(self) -> None:
+        """Waiting jobs whose priority is above what their user may have now (a reload
+        lowered ``[users] max_priority``) go down to it, stored as an edit with a
+        ``job.edited`` entry: they kept their rank, and preempted others with it (tester
+        h47). Running jobs keep theirs (they are placed already)."""
+        limits = self._queue.limits
+        for act in list(self._book):
+            if act.spec is None or act.job.status is JobStatus.RUNNING:
+                continue
+            if act.job.status.is_terminal:
+                continue
+            uid = owner_of(act.job.owner_uid)
+            most = limits.of(uid).max_priority
+            if most is None or act.job.priority <= most:
+                continue
+            was = act.job.priority
+            spec = parse_spec({**act.job.spec, "priority": most})
+            try:
+                self._queue.edit(act, spec, self._scheduler.request_for(spec))
+            except SpecError:
+                pass  # (a pin gone: the reresolve below fails the job, saying so)
+            act.spec = spec
+            act.job.priority = most
+            act.job.spec = spec.stored()
+            self._store.save_edit(act.job)
+            where = limits.where(uid, "max_priority")
+            message = f"edited: priority {was} -> {most} ({where} max_priority lowered)"
+            self._book.record(act, EventKind.EDITED, {"message": message})
 
     def _follow_pins(self, renamed: dict[str, str], only: set[int] | None = None) -> None:
         """Jobs pinned to a domain the edit renamed (the same GPU, a new name) are pinned to
