@@ -948,8 +948,10 @@ class JobQueue:
 
     def _maybe_preempt(self, job_id: int, request: Request, now: float) -> set[int]:
         """Stop lower-priority preemptible jobs for the best waiting job once it has waited
-        ``[scheduling] preempt_after``, if stopping them lets it start (the fewest, lowest
-        priority and newest first). Returns the jobs being stopped for it."""
+        ``[scheduling] preempt_after``, if stopping them lets it start: lowest priority
+        first (a higher one is never stopped while lower ones would make room, even
+        several of them), newest first within a priority, and none that a later one made
+        unneeded. Returns the jobs being stopped for it."""
         already = self._preempting.get(job_id)
         if already:
             # Still being stopped (running with its stop decided); requeued, it waits for
