@@ -177,8 +177,14 @@ async def test_edit_replaces_a_waiting_jobs_dependencies_and_refuses_circles(
     # A job queued for the GPU is made to wait for another job (any outcome) as well.
     queued = await engine.submit({"command": ["true"], "gpus": 1})
     assert queued.status is JobStatus.QUEUED
-    await engine.edit(queued.id, {"depends_on": [{"job": other.id, "any_exit": True}]})
+    twice = {"job": other.id, "any_exit": True}
+    await engine.edit(queued.id, {"depends_on": [twice, twice]})  # (one dependency)
     assert engine.book.get(queued.id).job.message == f"waiting for job {other.id}"
+    said = [
+        e["data"]["message"] for e in await engine.events_of(queued.id) if e["kind"] == "job.edited"
+    ]
+    # (as kept: it said "none -> 7 (any end), 7 (any end)" of one dependency: tester h47)
+    assert said == [f"edited: depends_on none -> {other.id} (any end)"], said
     follower = await engine.submit({"command": ["true"], "depends_on": [queued.id]})
     # Refused, the job unchanged: itself, a circle, an unknown id, a failed dependency.
     answers: dict[str, str] = {}

@@ -645,13 +645,14 @@ class Engine:
         verdict = self.queue.verdict(trial)
         if verdict.possible is False:
             raise SpecError(f"the edit would make it unable to ever run: {verdict.message}")
+        new = spec.stored()  # (as kept: "--after 10 --after 10" is one dependency on 10)
         said = ", ".join(
             f"{key} {_edit_value(key, old.get(key), act.job.name)} -> "
-            f"{_edit_value(key, value, spec.default_name())}"
-            for key, value in changes.items()
-            if old.get(key) != value
+            f"{_edit_value(key, new.get(key), spec.default_name())}"
+            for key in changes
+            if old.get(key) != new.get(key)
         )
-        if spec.stored() == old:
+        if new == old:
             return act.job  # (asked for what it has: no "edited: nothing changed" entry)
         said = said or "nothing changed"
         # (All before the next await: the queue's next pass, which may start it, is
