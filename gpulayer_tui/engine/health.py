@@ -436,6 +436,8 @@ class DomainOps:
         for index, jobs in self._scheduler.missing_gpus().items():
             checks.append({"check": f"GPU {index}", "status": "fail", "detail": _missing(jobs)})
         for uuid, name in sorted(self._scheduler.missing_known.items(), key=lambda kv: kv[1]):
+            if name in self._scheduler.configured_missing:
+                continue  # (said below, as the config names it)
             checks.append(
                 {
                     "check": f"GPU of {name}",
@@ -473,13 +475,24 @@ class DomainOps:
             if len(usable) < max(1, request.gpus):
                 stuck.append(job_id)
         closed = self._gate()
-        if closed is not None and (ready or "paused" in closed):
+        blocked = self._queue.capacity_blocked()
+
+        def for_capacity() -> str:
+            first = min(blocked)
+            more = f" and {len(blocked) - 1} more" if len(blocked) > 1 else ""
+            return f"wait for capacity that is not there now: job {first} ({blocked[first]}){more}"
+
+        if closed is not None and (ready or blocked or "paused" in closed):
             # (Paused is someone's choice; a disk below the floor is a fault to fix.)
+            waiting = len({job_id for job_id, _ in ready} | set(blocked))
+            detail = f"{waiting} wait: {closed}" if waiting else f"none waits; {closed}"
+            if blocked:  # (it said "none waits" of jobs waiting for a missing GPU: h47)
+                detail += f"; {len(blocked)} of them {for_capacity()}"
             checks.append(
                 {
                     "check": "queued jobs",
                     "status": "warn" if "paused" in closed else "fail",
-                    "detail": f"{len(ready)} wait: {closed}" if ready else f"none waits; {closed}",
+                    "detail": detail,
                 }
             )
         elif stuck:
@@ -492,17 +505,14 @@ class DomainOps:
                     f"{ids}",
                 }
             )
-        elif blocked := self._queue.capacity_blocked():
+        elif blocked:
             # (It said "0 ready to run, all placeable" while a job waited for a GPU the
             # driver no longer listed: tester h44.)
-            first = min(blocked)
-            more = f" and {len(blocked) - 1} more" if len(blocked) > 1 else ""
             checks.append(
                 {
                     "check": "queued jobs",
                     "status": "warn",
-                    "detail": f"{len(ready)} ready to run; {len(blocked)} wait for capacity "
-                    f"that is not there now: job {first} ({blocked[first]}){more}",
+                    "detail": f"{len(ready)} ready to run; {len(blocked)} {for_capacity()}",
                 }
             )
         else:
