@@ -366,6 +366,17 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     if data.get("preempting"):
         stopped = data["preempting"]
         rows.append(("preempting", f"{_jobs_word(stopped)} {', '.join(map(str, stopped))}"))
+    coming = data.get("may_preempt")
+    if coming:
+        ids = coming["jobs"]
+        when = "now" if coming["in_s"] <= 0 else f"in {duration(coming['in_s'])}"
+        rows.append(
+            (
+                "preempts",
+                f"{_jobs_word(ids)} {', '.join(map(str, ids))} ({when}, once it has waited "
+                "[scheduling] preempt_after, if it still cannot start)",
+            )
+        )
     return rows
 
 

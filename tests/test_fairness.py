@@ -1449,3 +1449,30 @@ async def test_a_pause_an_engine_restart_kept_is_not_counted_toward_preempt_afte
     assert act is not None and act.job.stop_reason is None, act.job.message
     assert (await again.wait(urgent.id, timeout=30)).status is JobStatus.COMPLETED
     await again.cancel(victim.id)
+
+
+async def test_why_says_whom_the_first_job_in_line_will_preempt_and_when(
+    make_engine: EngineFactory,
+) -> None:
+    # `why` said "reserved gpu1 for this job until it frees up" of a job that would stop
+    # the preemptible job there in at most a minute (tester h47).
+    from gpulayer_tui.formatting import why_lines
+
+    config = make_config(scheduling={"preempt_after": 600})
+    engine = await make_engine("1xA100-80GB", config=config)
+    victim = await engine.submit({"command": ["sleep", "600"], "gpus": 1, "preemptible": True})
+    urgent = await engine.submit({"command": ["true"], "gpus": 1, "priority": 5})
+    later = await engine.submit({"command": ["true"], "gpus": 1, "priority": 5})
+    coming = engine.queue.explain(urgent.id)["may_preempt"]
+    assert isinstance(coming, dict) and coming["jobs"] == [victim.id]
+    assert 590 <= float(coming["in_s"]) <= 600, coming
+    said = next(line for line in why_lines(engine.queue.explain(urgent.id)) if "preempt" in line)
+    assert said.startswith(f"  preempts    job {victim.id} (in ") and said.endswith(
+        "once it has waited [scheduling] preempt_after, if it still cannot start)"
+    ), said
+    assert engine.queue.explain(later.id)["may_preempt"] is None  # (second in line)
+    same = await engine.submit({"command": ["true"], "gpus": 1})  # (priority 0: stops none)
+    assert engine.queue.explain(same.id)["may_preempt"] is None
+    await engine.pause()  # (the wait does not count while paused)
+    assert engine.queue.explain(urgent.id)["may_preempt"] is None
+    await engine.cancel(victim.id)

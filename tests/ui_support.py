@@ -583,6 +583,7 @@ class StaticBackend:
             "fair_share": [{"user": "nobody", "gpu_hours": 1.5, "share": 1.0, "fair_usage": 1.5}],
             "reservation": None,
             "preempting": [],
+            "may_preempt": None,
             "held_by": [],
         }
 

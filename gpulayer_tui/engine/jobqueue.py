@@ -635,6 +635,7 @@ class JobQueue:
             "preempting": sorted(self._preempting.get(job_id, ())),
             "held_by": self._holders_in_the_way(act),
         }
+        out["may_preempt"] = self._coming_preemption(act, out["place"], now)
         reserved = self._reservation_of(act)
         if reserved is not None:
             out["reservation"] = {
@@ -644,6 +645,32 @@ class JobQueue:
                 "when": reserved.when(now),
             }
         return out
+
+    def _coming_preemption(
+        self, act: ActiveJob, place: object, now: float
+    ) -> dict[str, object] | None:
+        """Whom the first job in line would stop once it has waited ``preempt_after``,
+        and in how long (``why`` said "reserved gpu1 for this job until it frees up" of a
+        job that would stop the one there in 60 s: tester h47); ``None`` when it would
+        stop no one, or stops some already."""
+        after, request = self.settings.preempt_after, act.request
+        if (
+            after is None
+            or self.preempt is None
+            or request is None
+            or request.replicas > 1
+            or place != 1
+            or act.job.status is not JobStatus.QUEUED
+            or act.job.id in self._preempting
+            or act.job.id in self._waiting_on
+            or self._gate() is not None  # (closed: the wait does not count meanwhile)
+        ):
+            return None
+        plan = self._preemption_plan(act, request, now)
+        if not plan:
+            return None
+        left = max(0.0, after - self._waited_for_room(act, now))
+        return {"jobs": sorted(v.job.id for v in plan), "in_s": round(left, 1)}
 
     def _holders_in_the_way(self, act: ActiveJob) -> list[dict[str, object]]:
         """The jobs holding every slot of the domains a waiting job could use: the row
@@ -981,6 +1008,18 @@ class JobQueue:
             return set()
         if self._waited_for_room(act, now) < after:
             return set()
+        chosen = self._preemption_plan(act, request, now)
+        if not chosen:
+            return set()
+        for stopped in chosen:
+            self.preempt(stopped, act)
+        self._preempting[job_id] = {v.job.id for v in chosen}
+        self._preempted_at[job_id] = now
+        return self._preempting[job_id]
+
+    def _preemption_plan(self, act: ActiveJob, request: Request, now: float) -> list[ActiveJob]:
+        """The jobs whose stop would let ``act`` start (see :meth:`_maybe_preempt`), none
+        when no such set exists; decides nothing (``why`` asks it too)."""
         scheduler = self._scheduler
         candidates = self._preemption_domains(request)
         uid = owner_of(act.job.owner_uid)
@@ -1034,12 +1073,8 @@ class JobQueue:
                 for extra in list(chosen[:-1]):
                     if enough([v for v in chosen if v is not extra]):
                         chosen.remove(extra)
-                for stopped in chosen:
-                    self.preempt(stopped, act)
-                self._preempting[job_id] = {v.job.id for v in chosen}
-                self._preempted_at[job_id] = now
-                return self._preempting[job_id]
-        return set()
+                return chosen
+        return []
 
     def _recheck_preemptions(self, closed: str | None) -> None:
         """Call off the stops whose job could not start once they are done: the queue
