@@ -319,15 +319,17 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("capacity", str(data["capacity"])))
     held = data.get("held_by") or []
     if held:
-        rows.append(
-            (
-                "held by",
-                "; ".join(
-                    f"{h['domain']}: {_jobs_word(h['jobs'])} {', '.join(map(str, h['jobs']))}"
-                    for h in held
-                ),
-            )
+        said = "; ".join(
+            f"{h['domain']}: {_jobs_word(h['jobs'])} {', '.join(map(str, h['jobs']))}" for h in held
         )
+        services = sorted({j for h in held for j in h.get("services") or ()})
+        if services:
+            which = ", ".join(map(str, services))
+            said += (
+                f" (service{'s' if len(services) > 1 else ''} {which}: "
+                f"{'runs' if len(services) == 1 else 'run'} until stopped)"
+            )
+        rows.append(("held by", said))
     if data.get("place"):
         ahead = ", ".join(map(str, data.get("ahead") or [])) or "none"
         rows.append(("place", f"{data['place']} of {data['ready']} in line (ahead: {ahead})"))

@@ -141,7 +141,9 @@ async def test_capacity_unknown_keeps_job_queued_then_runs(
 
 async def test_queued_reasons_name_the_blocker(make_engine: EngineFactory) -> None:
     engine = await make_engine("2xA100-80GB")
-    first = await engine.submit({"command": ["sleep", "30"], "gpus": 1})
+    first = await engine.submit(
+        {"kind": "service", "command": ["sleep", "30"], "gpus": 1, "port": False}
+    )
     second = await engine.submit({"command": ["sleep", "30"], "gpus": 1})
     third = await engine.submit({"command": ["true"], "gpus": 1})
     assert first.status is JobStatus.RUNNING and second.status is JobStatus.RUNNING
@@ -150,10 +152,14 @@ async def test_queued_reasons_name_the_blocker(make_engine: EngineFactory) -> No
     # `why` names who holds them (the row does not: it would change at each job end).
     why = await engine.why(third.id)
     assert why["held_by"] == [
-        {"domain": "gpu0", "jobs": [first.id]},
-        {"domain": "gpu1", "jobs": [second.id]},
+        {"domain": "gpu0", "jobs": [first.id], "services": [first.id]},
+        {"domain": "gpu1", "jobs": [second.id], "services": []},
     ]
-    assert f"  held by     gpu0: job {first.id}; gpu1: job {second.id}" in why_lines(why)
+    # (a service holds its GPU until stopped: the wait has no end of its own: tester h47)
+    assert (
+        f"  held by     gpu0: job {first.id}; gpu1: job {second.id} (service {first.id}: "
+        "runs until stopped)"
+    ) in why_lines(why)
     dependent = await engine.submit({"command": ["true"], "depends_on": [third.id]})
     assert dependent.message == f"waiting for job {third.id}"
     assert (await engine.why(dependent.id))["held_by"] == []  # (it waits for a job)

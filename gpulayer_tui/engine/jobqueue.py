@@ -48,7 +48,7 @@ from .fairness import (
 )
 from .gpus import GIB
 from .jobbook import ActiveJob, JobBook
-from .models import Job, JobStatus, TerminationReason
+from .models import Job, JobKind, JobStatus, TerminationReason
 from .runqueue import Group, Key, RunQueue
 from .scheduler import Request, Scheduler, Verdict
 
@@ -683,11 +683,20 @@ class JobQueue:
             if act.request.gpus > 0
             else [d for d in self._scheduler.domains.values() if not d.is_gpu]
         )
-        return [
-            {"domain": dom.name, "jobs": sorted(dom.holdings)[:20]}
-            for dom in domains[:16]
-            if dom.free_slots < 1 and dom.holdings
-        ]
+        out: list[dict[str, object]] = []
+        for dom in domains[:16]:
+            if dom.free_slots >= 1 or not dom.holdings:
+                continue
+            jobs = sorted(dom.holdings)[:20]
+            # (a service holds its GPU until stopped: "held by gpu0: job 50" told nothing
+            # of a wait with no end: tester h47)
+            services = [
+                j
+                for j in jobs
+                if (held := self._book.get(j)) is not None and held.job.kind is JobKind.SERVICE
+            ]
+            out.append({"domain": dom.name, "jobs": jobs, "services": services})
+        return out
 
     def _reservation_of(self, act: ActiveJob) -> Reservation | None:
         """The reservation that concerns ``act``: its own, else one over domains it could
