@@ -707,3 +707,25 @@ async def test_the_drivers_own_reserve_is_not_unattributed_nor_capacity(
     assert whole.status is JobStatus.FAILED
     assert "requested 80 GiB per GPU, but gpu0" in whole.message
     assert "has 79.4 GiB" in whole.message, whole.message
+
+
+async def test_a_missing_gpu_whose_name_another_gpu_took_is_named_by_its_uuid(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # The driver numbers the GPUs it lists: with GPU 0 gone, GPU 1 is "gpu0" now, and
+    # "waiting for the GPU of gpu0" named a GPU that is here.
+    first = await make_engine(probe=NvmlProbe())
+    await first.pause()
+    both = await first.submit({"command": ["true"], "gpus": 2})
+    await first.stop()
+    gone = fake_nvml.devices.pop(0)
+    second = await make_engine(probe=NvmlProbe())
+    waiting = await second.get(both.id)
+    assert waiting.status is JobStatus.QUEUED
+    assert waiting.message.startswith(
+        f"waiting for the GPU of gpu0 ({gone.uuid}): not found by the driver (this machine had 2;"
+    ), waiting.message
+    assert second.scheduler.domains["gpu0"].gpu_uuid == fake_nvml.devices[0].uuid
+    forgotten = await second.domain_ops.forget(gone.uuid)  # (by UUID too)
+    assert forgotten == {"name": "gpu0", "gpu_uuid": gone.uuid}
+    assert (await second.get(both.id)).status is JobStatus.FAILED

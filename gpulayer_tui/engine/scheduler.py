@@ -372,7 +372,11 @@ class Scheduler:
         ):
             # GPUs this machine had are not listed now (one that did not come up after a
             # reboot, fallen off the bus): the job waits for them rather than fail.
-            names = ", ".join(sorted(away.values()))
+            # (Its old name may be another GPU's now: the driver numbers the GPUs it lists,
+            # so a missing one shifts those after it; then its UUID says which.)
+            names = ", ".join(
+                sorted(n if n not in self._domains else f"{n} ({u})" for u, n in away.items())
+            )
             gpus = "the GPUs" if len(away) > 1 else "the GPU"
             return Verdict(
                 None,
