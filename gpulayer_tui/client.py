@@ -315,6 +315,19 @@ class Client:
             decoded = None
         if response.status >= 400:
             message = decoded.get("error") if isinstance(decoded, dict) else None
+            if (
+                response.status == 404
+                and isinstance(message, str)
+                and message.startswith(f"{method} /v1/")
+                and message.endswith(": Not Found")
+            ):
+                # The route, not a job or a domain, is unknown: an engine older than this
+                # client ("POST /v1/domains/gpu1/forget: Not Found" read as an unknown
+                # domain: tester h48).
+                message += (
+                    ": this engine does not take that request (one older than this "
+                    "gpulayer-tui? `gpulayer-tui stop`, then start it again)"
+                )
             raise ApiError(
                 response.status,
                 message or _plain_error(response.status, data),

@@ -1094,3 +1094,19 @@ def test_a_spec_files_env_the_engine_sets_is_refused_naming_it(
     out = engine.cli("submit", "--spec", str(spec))
     assert out.returncode == 2
     assert f"{spec}: env 'LR ': a variable's name has no spaces" in out.stderr, out.stderr
+
+
+def test_a_request_the_engine_does_not_know_says_it_may_be_older(engine: Served) -> None:
+    # A new CLI against an older engine: "POST /v1/domains/gpu1/forget: Not Found" read
+    # as an unknown domain (tester h48).
+    from gpulayer_tui.client import ApiError, Client
+
+    client = Client(Paths(engine.home, engine.home / "config.toml"), timeout=10)
+    with pytest.raises(ApiError) as refused:
+        client.request("POST", "/domains/gpu0/frobnicate")
+    assert refused.value.status == 404
+    assert str(refused.value).startswith("POST /v1/domains/gpu0/frobnicate: Not Found: this")
+    assert "one older than this gpulayer-tui?" in str(refused.value)
+    with pytest.raises(ApiError) as unknown:  # (an unknown job is said as before)
+        client.request("GET", "/jobs/424242")
+    assert "older" not in str(unknown.value) and "424242" in str(unknown.value)
