@@ -409,6 +409,19 @@ def test_vram_formula_owned_unregistered_unattributed_and_reservations() -> None
     assert dom.account.unregistered == 22 * GIB
 
 
+def test_memory_declared_beyond_use_counts_only_what_is_left_to_hold_it() -> None:
+    # A 40 GiB job holding 20, and a stray taking 50 of the 60 left: "reserved 20" beside
+    # it made the parts 96 of 80 (tester h48).
+    dom = Domain("gpu0", 0, "GPU-0", 4)
+    dom.hold(7, 40 * GIB, False)
+    dom.apply_sample(gpu(0, 80, 76, ((100, 20), (200, 50))), {100: 7, 200: None}, {})
+    account = dom.account
+    assert account is not None
+    parts = (account.owned, account.reserved_extra, account.unregistered, account.unattributed)
+    assert parts == (20 * GIB, 4 * GIB, 50 * GIB, 6 * GIB) and account.free == 0
+    assert sum(parts) + account.free == account.total
+
+
 def test_a_job_that_declares_no_vram_waits_for_a_little_on_a_shared_gpu() -> None:
     # It was placed beside a job holding all 80 GiB ("81.0 GiB of an 80 GiB GPU").
     dom = Domain("gpu0", 0, "GPU-0", 2)

@@ -448,6 +448,10 @@ class Domain:
             ours = min(unattributed, extra)
             owned, extra, unattributed = owned + ours, extra - ours, unattributed - ours
         total = reading.memory_total - (reading.memory_reserved or 0)
+        # Declared beyond use is only what is left to hold it: a stray taking 50 GiB of the
+        # 60 a 40 GiB job did not use yet left room for 4, and the parts came to 96 of 80
+        # (tester h48). Free is what is left after that.
+        extra = min(extra, max(0, total - owned - leaving - unregistered - unattributed))
         free = total - owned - leaving - extra - unregistered - unattributed
         foreign.sort(key=lambda p: -(p.used_bytes or 0))
         self.account = VramAccount(
