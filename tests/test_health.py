@@ -723,7 +723,7 @@ async def test_a_missing_gpu_whose_name_another_gpu_took_is_named_by_its_uuid(
     waiting = await second.get(both.id)
     assert waiting.status is JobStatus.QUEUED
     assert waiting.message.startswith(
-        f"waiting for the GPU of gpu0 ({gone.uuid}): not found by the driver (this machine had 2;"
+        f"waiting for the GPU of gpu0 ({gone.uuid}): not found by the driver (1 here, 1 missing;"
     ), waiting.message
     assert second.scheduler.domains["gpu0"].gpu_uuid == fake_nvml.devices[0].uuid
     forgotten = await second.domain_ops.forget(gone.uuid)  # (by UUID too)

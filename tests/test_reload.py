@@ -568,9 +568,9 @@ async def test_a_gpu_missing_after_a_restart_is_waited_for_until_it_is_forgotten
     second = await make_engine("1xA100-80GB")
     waiting = await second.get(both.id)
     assert waiting.status is JobStatus.QUEUED
-    assert waiting.message.startswith(
-        "waiting for the GPU of gpu1: not found by the driver (this machine had 2; "
-        "`gpulayer-tui domain forget NAME` if one was removed for good)"
+    assert waiting.message == (
+        "waiting for the GPU of gpu1: not found by the driver (1 here, 1 missing; "
+        "`gpulayer-tui domain forget gpu1` if removed for good)"
     ), waiting.message
     later = await second.submit({"command": ["true"], "gpus": 2})
     assert later.status is JobStatus.QUEUED  # (a new one too: it may come back)
@@ -595,11 +595,19 @@ async def test_a_gpu_missing_after_a_restart_is_waited_for_until_it_is_forgotten
     assert done.status is JobStatus.COMPLETED, done.message
     assert (await back.wait(later.id, timeout=30)).status is JobStatus.COMPLETED
     await back.pause()
+    pinned = await back.submit({"command": ["true"], "domain": "gpu1"})
     await back.stop()
 
     again = await make_engine("1xA100-80GB")  # gone again, for good this time
     queued = await again.submit({"command": ["true"], "gpus": 2})
     assert queued.status is JobStatus.QUEUED
+    assert (await again.get(pinned.id)).status is JobStatus.QUEUED  # (waits for the GPU)
+    with pytest.raises(SpecError, match=r"domain 'gpu1': its GPU \(GPU-.*\) is not found"):
+        await again.submit({"command": ["true"], "domain": "gpu1"})
+    with pytest.raises(DomainRefused, match="domain cpu is the CPU pool"):
+        await again.domain_ops.forget("cpu")
+    with pytest.raises(SpecError, match=r"no missing GPU goes by 'x\\x1b\[31m' \("):
+        await again.domain_ops.forget("x\x1b[31m")  # (escaped once: it was twice)
     with pytest.raises(DomainRefused, match="gpu0's GPU is listed by the driver"):
         await again.domain_ops.forget("gpu0")
     with pytest.raises(SpecError, match=r"no missing GPU goes by 'gpu7' \(missing now: gpu1\)"):
@@ -610,11 +618,59 @@ async def test_a_gpu_missing_after_a_restart_is_waited_for_until_it_is_forgotten
     assert failed.status is JobStatus.FAILED
     assert failed.termination_reason is TerminationReason.OVER_CAPACITY
     assert failed.message == "requested 2 GPUs, but this machine has 1", failed.message
+    # A job pinned to it is decided again too: it waited for good (tester h48).
+    gone = await again.get(pinned.id)
+    assert gone.status is JobStatus.FAILED, gone.message
     assert again.gpus()["missing_gpus"] == []
     await again.stop()
     last = await make_engine("1xA100-80GB")  # (forgotten for good: not waited for again)
     refused = await last.submit({"command": ["true"], "gpus": 2})
     assert refused.status is JobStatus.FAILED and last.gpus()["missing_gpus"] == []
+
+
+async def test_a_job_only_a_missing_larger_gpu_could_hold_waits_for_it(
+    make_engine: EngineFactory,
+) -> None:
+    # 60 GiB queued on an L4 + A100 machine restarted without the A100: it failed against
+    # the L4 left (tester h48); the A100's size is remembered with it.
+    first = await make_engine("1xL4-24GB,1xA100-80GB")
+    await first.pause()
+    big = await first.submit({"command": ["true"], "vram_gb": 60})
+    await first.stop()
+    second = await make_engine("1xL4-24GB")
+    waiting = await second.get(big.id)
+    assert waiting.status is JobStatus.QUEUED
+    assert waiting.message.startswith("waiting for the GPU of gpu1: not found by the driver")
+    again = await second.submit({"command": ["true"], "vram_gb": 60})
+    assert again.status is JobStatus.QUEUED
+    huge = await second.submit({"command": ["true"], "vram_gb": 100})  # (no GPU ever had it)
+    assert huge.status is JobStatus.FAILED
+    assert huge.message == "requested 100 GiB per GPU, but gpu0 (Simulated L4) has 24 GiB"
+    await second.domain_ops.forget("gpu1")
+    assert (await second.get(big.id)).status is JobStatus.FAILED
+
+
+async def test_a_gpu_the_config_names_is_not_forgotten_and_an_edit_may_name_it(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # Forgotten while [domains.train] named it, the next engine took the domain for a
+    # typo and did not start; and an edit naming a GPU this machine had was refused while
+    # the same file was taken at the next start (tester h48).
+    paths.state_dir.mkdir(parents=True)
+    named = BASE + "[domains.dev]\ngpu = 0\n[domains.train]\ngpu = 1\n"
+    paths.config_file.write_text(named)
+    first = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    await first.stop()
+    second = await make_engine("1xA100-80GB", config=load_config(paths.config_file))
+    await second.config_reload.stop()  # (applied by hand below, not by the watcher)
+    with pytest.raises(DomainRefused, match=r"\[domains.train\] in config.toml\): take that"):
+        await second.domain_ops.forget("train")
+    paths.config_file.write_text(BASE + "[domains.dev]\ngpu = 0\n[domains.big]\ngpu = 1\n")
+    result = await second.config_reload.reload()
+    assert result["applied"] is True, result
+    paths.config_file.write_text(BASE + "[domains.dev]\ngpu = 0\n[domains.big]\ngpu = 7\n")
+    typo = await second.config_reload.reload()  # (a GPU never seen here: a typo)
+    assert typo["applied"] is False and "gpu 7 does not exist" in str(typo), typo
 
 
 def test_domain_forget_from_the_command_line(served: Served) -> None:
@@ -658,10 +714,15 @@ async def test_a_gpu_gone_across_a_restart_with_a_job_still_there_is_said_everyw
     assert not ready and f"GPU 1 {said}" in why
     checks = {c["check"]: c for c in await second.doctor_checks()}
     assert checks["GPU 1"] == {"check": "GPU 1", "status": "fail", "detail": said}
-    # Once it ends, the GPU is nobody's concern any more.
+    # Once it ends, no job is there; the GPU is still missing (it may come back) until it
+    # is forgotten.
     await second.cancel(running.id)
     await second.wait(running.id, timeout=20)
-    assert not second.gpus().get("gpus_without_domain") and second.domain_ops.readiness()[0]
+    assert not second.gpus().get("gpus_without_domain")
+    ready, why = second.domain_ops.readiness()
+    assert not ready and why == "GPU of gpu1 is not found by the driver", why
+    await second.domain_ops.forget("gpu1")
+    assert second.domain_ops.readiness() == (True, "every domain is ready")
 
 
 async def test_a_job_s_warning_that_its_gpu_is_missing_goes_when_the_gpu_is_back(

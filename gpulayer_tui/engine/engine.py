@@ -419,12 +419,13 @@ class Engine:
             named_before = {row[0] for row in await self.store.domain_states()}
             self._build_domains(first, named_before)
             renamed = await self.domain_ops.restore_states()
-            # (GPUs the engines before had: one the driver does not list now may come back)
+            had = await self.store.known_gpus()
+            self._on_sample(first)
+            # (GPUs the engines before had: one the driver does not list now may come back;
+            # after the first sample, which tells each domain's size)
             result = first.result
             listed = [g.uuid for g in result.gpus] if result.status is ProbeStatus.OK else None
-            had = await self.store.known_gpus()
             self.store.save_known_gpus(self.scheduler.know_gpus(had, listed))
-            self._on_sample(first)
             stored = await self.store.max_job_id()
             # (The launcher's runs, and the logs in jobs/: a run it had forgotten, its end
             # recorded, left its log; its id was given again after a database reset.)

@@ -23,7 +23,7 @@ from .domain import Domain, DomainHealth, DomainState
 from .errors import DomainRefused, SpecError, UnknownDomain
 from .events import EventBus
 from .jobbook import JobBook
-from .models import EventKind, Job, JobKind, JobStatus, TerminationReason
+from .models import EventKind, Job, JobKind, JobStatus, KnownGpu, TerminationReason
 
 if TYPE_CHECKING:
     from .config import HealthSettings
@@ -320,26 +320,69 @@ class DomainOps:
 
         Raises:
             UnknownDomain: No missing GPU goes by ``name``.
-            DomainRefused: ``name`` is a domain whose GPU is here.
+            DomainRefused: ``name`` is a domain here (or the cpu pool), two missing GPUs
+                went by it, or the config still names the GPU.
         """
-        uuid = self._scheduler.missing_named(name)
-        if uuid is None:
-            if name in self._scheduler.domains:
-                raise DomainRefused(
-                    f"domain {name}'s GPU is listed by the driver: there is nothing to forget "
-                    "(only a GPU this machine had and no longer lists can be forgotten)"
-                )
-            missing = ", ".join(sorted(self._scheduler.missing_known.values())) or "none"
-            shown = printable(name)[:100]
-            raise UnknownDomain(
-                f"no missing GPU goes by {shown!r} (missing now: {missing})", "domain"
+        scheduler = self._scheduler
+        shown = printable(name)[:100]
+        found = scheduler.missing_named(name)
+        if not found:
+            live = scheduler.domains.get(name) or next(
+                (d for d in scheduler.gpu_domains if d.gpu_uuid == name), None
             )
-        last = self._scheduler.missing_known.pop(uuid)
+            if live is not None and not live.is_gpu:
+                raise DomainRefused(
+                    f"domain {live.name} is the CPU pool: only a GPU the driver no longer "
+                    "lists can be forgotten"
+                )
+            if live is not None:
+                raise DomainRefused(
+                    f"domain {live.name}'s GPU is listed by the driver: there is nothing to "
+                    "forget (only a GPU this machine had and no longer lists can be forgotten)"
+                )
+            missing = scheduler.missing_text() or "none"
+            said = f"no missing GPU goes by '{shown}' (missing now: {missing})"
+            raise UnknownDomain(said, "domain")
+        if len(found) > 1:
+            raise DomainRefused(
+                f"{len(found)} missing GPUs went by '{shown}': {', '.join(found)}; forget one "
+                "by its UUID"
+            )
+        uuid = found[0]
+        known = scheduler.missing_known[uuid]
+        named = [
+            domain
+            for domain, gpu in scheduler.configured_missing.items()
+            if domain == known.name or gpu in (uuid, known.index)
+        ]
+        if named:
+            # (Forgotten, the next engine took [domains.train] for a typo and did not start:
+            # tester h48.)
+            raise DomainRefused(
+                f"the config names the GPU of {known.name} ([domains.{named[0]}] in "
+                "config.toml): take that domain out of the config first, then forget it"
+            )
+        del scheduler.missing_known[uuid]
         self._store.forget_gpu(uuid)
         await self._store.flush()
         self._queue.recheck_capacity()
         self._queue.schedule_soon()
-        return {"name": last, "gpu_uuid": uuid}
+        return {"name": known.name, "gpu_uuid": uuid}
+
+    def _missing_not_configured(self) -> list[tuple[str, KnownGpu]]:
+        """The missing known GPUs the config does not name (those it names are said as
+        its domains), by last domain name."""
+        configured = self._scheduler.configured_missing
+        return sorted(
+            (
+                (uuid, known)
+                for uuid, known in self._scheduler.missing_known.items()
+                if known.name not in configured
+                and uuid not in configured.values()
+                and known.index not in configured.values()
+            ),
+            key=lambda item: item[1].name,
+        )
 
     async def restore_states(self) -> dict[str, str]:
         """Take back the drained and quarantined states stored by earlier runs.
@@ -404,6 +447,10 @@ class DomainOps:
             f"domain {name}: GPU {gpu} is not found by the driver"
             for name, gpu in self._scheduler.configured_missing.items()
         ]
+        problems += [  # (ready said yes while doctor warned: tester h48)
+            f"GPU of {self._scheduler.missing_text([uuid])} is not found by the driver"
+            for uuid, _ in self._missing_not_configured()
+        ]
         if self._scheduler.capacity.value == "unknown":
             problems.append(f"GPU capacity unknown: {self._scheduler.capacity_message}")
         if self._store.failure:
@@ -435,16 +482,14 @@ class DomainOps:
             checks.append({"check": f"domain {dom.name}", "status": status, "detail": detail})
         for index, jobs in self._scheduler.missing_gpus().items():
             checks.append({"check": f"GPU {index}", "status": "fail", "detail": _missing(jobs)})
-        for uuid, name in sorted(self._scheduler.missing_known.items(), key=lambda kv: kv[1]):
-            if name in self._scheduler.configured_missing:
-                continue  # (said below, as the config names it)
+        for uuid, known in self._missing_not_configured():
             checks.append(
                 {
-                    "check": f"GPU of {name}",
+                    "check": f"GPU of {self._scheduler.missing_text([uuid])}",
                     "status": "warn",
                     "detail": f"{uuid} is not found by the driver (this machine had it): jobs "
-                    f"needing it wait; `gpulayer-tui domain forget {name}` if it was removed "
-                    "for good",
+                    f"needing it wait; `gpulayer-tui domain forget {known.name}` if it was "
+                    "removed for good",
                 }
             )
         for name, gpu in self._scheduler.configured_missing.items():

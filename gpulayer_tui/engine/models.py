@@ -446,3 +446,18 @@ class JobQuery:
         except UnicodeEncodeError:
             # (it reached the database, which answered 503 "the database failed")
             raise ValueError("q: the text filter is not UTF-8 text") from None
+
+
+@dataclass(frozen=True, slots=True)
+class KnownGpu:
+    """A GPU that had a domain here (the ``known_gpus`` table), as last seen.
+
+    Attributes:
+        name: Its last domain's name.
+        index: Its last index (the driver's numbering then), if known.
+        memory: What jobs could have of its memory, if known.
+    """
+
+    name: str
+    index: int | None = None
+    memory: int | None = None

@@ -326,7 +326,18 @@ class ConfigReloader:
         missing: dict[str, int | str] = {}
         plans = plan_domains(config, gpus, self._cpu_count, source, missing)
         known = self._scheduler.configured_missing
-        new = [name for name, gpu in missing.items() if known.get(name) != gpu]
+        # A GPU this machine had and the driver does not list now is not a typo either
+        # (an edit naming it was refused, the same file taken at the next start: h48).
+        away = self._scheduler.missing_known
+        had = {u for u in away} | {g.index for g in away.values() if g.index is not None}
+        new = [
+            name
+            for name, gpu in missing.items()
+            if known.get(name) != gpu
+            and gpu not in had
+            # (its index unknown: one remembered from before indices were kept, by name)
+            and not any(g.index is None and g.name == name for g in away.values())
+        ]
         if new:
             plan_domains(
                 config.model_copy(

@@ -21,6 +21,7 @@ from .config import CPU_DOMAIN
 from .domain import Domain, DomainState, gib, gib_apart, plural
 from .errors import SpecError, UnknownDomain
 from .gpus import GIB, GpuReading, ProbeResult, ProbeStatus
+from .models import KnownGpu
 from .procs import ProcessInfo
 from .spec import JobSpec
 
@@ -91,7 +92,7 @@ class Scheduler:
         # that may come back: a job needing more GPUs than are here waits for them (a GPU
         # that did not come up after a reboot destroyed every queued multi-GPU job), until
         # the operator forgets one removed for good (`domain forget`).
-        self.missing_known: dict[str, str] = {}
+        self.missing_known: dict[str, KnownGpu] = {}
         self._capacity = Capacity.UNKNOWN
         self._capacity_message = "no GPU sample yet"
         self._gpus_seen = 0  # GPUs in the last good sample (more than domains: some unused)
@@ -155,6 +156,13 @@ class Scheduler:
                 f"domain {name!r}: its {shown} is not found by the driver (the domain is left "
                 "out until it is)"
             )
+        away = self.missing_named(name)
+        if away:
+            return (
+                f"domain {name!r}: its GPU ({away[0]}) is not found by the driver now (jobs "
+                f"queued for it before wait for it; `gpulayer-tui domain forget {name}` if it "
+                "was removed for good)"
+            )
         known = ", ".join(self._domains) or "none"
         shown = name if len(name) <= 100 else name[:100] + "..."
         return f"unknown domain {shown!r} (known: {known})"
@@ -164,32 +172,65 @@ class Scheduler:
         sizes = tuple((d.name, d.capacity_bytes) for d in self.gpu_domains)
         return (self._capacity, sizes, tuple(sorted(self.missing_known)))
 
-    def know_gpus(self, known: dict[str, str], listed: Iterable[str] | None) -> dict[str, str]:
-        """Take the GPUs that had a domain here before (UUID -> its last domain's name):
-        those the driver does not list (``listed``: the UUIDs it does; ``None`` when it
-        could not be read, and then none is taken for missing) and that no domain has now
-        are :attr:`missing_known`.
+    def know_gpus(
+        self, known: dict[str, KnownGpu], listed: Iterable[str] | None
+    ) -> dict[str, KnownGpu]:
+        """Take the GPUs that had a domain here before (by UUID): those the driver does not
+        list (``listed``: the UUIDs it does; ``None`` when it could not be read, and then
+        none is taken for missing) and that no domain has now are :attr:`missing_known`.
 
         Returns:
-            The GPUs the domains have now (UUID -> name), to be stored as known.
+            The GPUs the domains have now (by UUID), to be stored as known.
         """
-        here = {d.gpu_uuid: d.name for d in self.gpu_domains if d.gpu_uuid is not None}
+        here = {
+            d.gpu_uuid: KnownGpu(
+                d.name,
+                d.gpu_index,
+                d.capacity_bytes or (known[d.gpu_uuid].memory if d.gpu_uuid in known else None),
+            )
+            for d in self.gpu_domains
+            if d.gpu_uuid is not None
+        }
         if listed is not None:
             seen = set(listed)
             self.missing_known = {
-                uuid: name for uuid, name in known.items() if uuid not in seen and uuid not in here
+                uuid: gpu for uuid, gpu in known.items() if uuid not in seen and uuid not in here
             }
         else:
-            self.missing_known = {u: n for u, n in self.missing_known.items() if u not in here}
+            self.missing_known = {u: g for u, g in self.missing_known.items() if u not in here}
         return here
 
-    def missing_named(self, name: str) -> str | None:
-        """The UUID of the missing known GPU whose last domain was ``name`` (or whose UUID
-        is ``name``), if any."""
-        for uuid, last in self.missing_known.items():
-            if name in (last, uuid):
-                return uuid
-        return None
+    def missing_named(self, name: str) -> list[str]:
+        """The UUIDs of the missing known GPUs whose last domain was ``name`` (or whose
+        UUID is ``name``), the earliest seen first."""
+        return [uuid for uuid, gpu in self.missing_known.items() if name in (gpu.name, uuid)]
+
+    def missing_text(self, uuids: Iterable[str] | None = None) -> str:
+        """Missing known GPUs as ``gpu1`` (with the UUID where the name alone does not say
+        which: another GPU's domain has it now, the driver having numbered the GPUs it
+        lists anew, or two missing GPUs had it)."""
+        chosen = list(self.missing_known if uuids is None else uuids)
+        every = [gpu.name for gpu in self.missing_known.values()]
+        return ", ".join(
+            sorted(
+                name if name not in self._domains and every.count(name) == 1 else f"{name} ({uuid})"
+                for uuid in chosen
+                if (name := self.missing_known[uuid].name)
+            )
+        )
+
+    def _waiting_for_missing(self, uuids: list[str]) -> Verdict:
+        """ "Cannot tell": the job waits for these missing known GPUs."""
+        gpus = "the GPUs" if len(uuids) > 1 else "the GPU"
+        here = len(self.gpu_domains)
+        names = [self.missing_known[u].name for u in uuids]
+        forget = names[0] if len(set(names)) == 1 else "NAME"
+        return Verdict(
+            None,
+            f"waiting for {gpus} of {self.missing_text(uuids)}: not found by the driver "
+            f"({here} here, {len(self.missing_known)} missing; `gpulayer-tui domain forget "
+            f"{forget}` if removed for good)",
+        )
 
     def observe(
         self,
@@ -323,6 +364,8 @@ class Scheduler:
             index = configured
         elif not (name.startswith("gpu") and name[3:].isascii() and name[3:].isdigit()):
             return None
+        elif not any(gpu.name == name for gpu in self.missing_known.values()):
+            return None  # (never had here, or forgotten: no GPU to wait for)
         else:
             index = int(name[3:])
         seen = self._gpu_indices
@@ -362,7 +405,11 @@ class Scheduler:
                 f"({self.capacity_message})",
             )
         all_gpu = self.gpu_domains
-        away = self.missing_known
+        away = [
+            uuid
+            for uuid, gpu in self.missing_known.items()
+            if req.vram_bytes is None or gpu.memory is None or gpu.memory >= req.vram_bytes
+        ]
         if (
             away
             and req.gpus > len(all_gpu)
@@ -372,18 +419,7 @@ class Scheduler:
         ):
             # GPUs this machine had are not listed now (one that did not come up after a
             # reboot, fallen off the bus): the job waits for them rather than fail.
-            # (Its old name may be another GPU's now: the driver numbers the GPUs it lists,
-            # so a missing one shifts those after it; then its UUID says which.)
-            names = ", ".join(
-                sorted(n if n not in self._domains else f"{n} ({u})" for u, n in away.items())
-            )
-            gpus = "the GPUs" if len(away) > 1 else "the GPU"
-            return Verdict(
-                None,
-                f"waiting for {gpus} of {names}: not found by the driver (this machine had "
-                f"{len(all_gpu) + len(away)}; `gpulayer-tui domain forget NAME` if one was "
-                "removed for good)",
-            )
+            return self._waiting_for_missing(away)
         if req.gpus > len(all_gpu) and self.capacity is Capacity.KNOWN and not req.pins:
             # (A pinned request is told by its pins, below.)
             has = f"this machine has {len(all_gpu)}"
@@ -429,6 +465,10 @@ class Scheduler:
         big = [s for s in sizes if s is not None and s >= req.vram_bytes]
         if len(big) >= req.gpus:
             return Verdict(True)
+        if away and not req.pins and len(big) + len(away) >= req.gpus:
+            # (a missing GPU large enough for it may come back: the 60 GiB job waited
+            # for the A100, not failed against the L4 left: tester h48)
+            return self._waiting_for_missing(away[: req.gpus - len(big)])
         need = gib(req.vram_bytes).replace(".0 GiB", " GiB")
         if req.gpus == 1 or not big:
             if len(candidates) == 1:

@@ -50,6 +50,7 @@ from .models import (
     JobKind,
     JobQuery,
     JobStatus,
+    KnownGpu,
     Replica,
     TerminationReason,
 )
@@ -217,6 +218,8 @@ MIGRATIONS: list[list[str]] = [
         """CREATE TABLE known_gpus (
             gpu_uuid TEXT PRIMARY KEY,
             name TEXT NOT NULL,
+            gpu_index INTEGER,
+            memory_bytes INTEGER,
             seen_at REAL NOT NULL
         )""",
         "INSERT INTO known_gpus (gpu_uuid, name, seen_at) "
@@ -1270,13 +1273,22 @@ class Store:
         )
         return {str(name): int(value) for name, value in rows}
 
-    async def known_gpus(self) -> dict[str, str]:
-        """Every GPU that had a domain here: UUID -> the name of its last domain."""
-        rows = await self._fetchall("SELECT gpu_uuid, name FROM known_gpus ORDER BY seen_at")
-        return {str(uuid): str(name) for uuid, name in rows}
+    async def known_gpus(self) -> dict[str, KnownGpu]:
+        """Every GPU that had a domain here, by UUID, the earliest seen first."""
+        rows = await self._fetchall(
+            "SELECT gpu_uuid, name, gpu_index, memory_bytes FROM known_gpus ORDER BY seen_at"
+        )
+        return {
+            str(uuid): KnownGpu(
+                str(name),
+                None if index is None else int(index),
+                None if memory is None else int(memory),
+            )
+            for uuid, name, index, memory in rows
+        }
 
-    def save_known_gpus(self, gpus: dict[str, str]) -> None:
-        """Queue ``gpus`` (UUID -> domain name), seen now, for the next commit."""
+    def save_known_gpus(self, gpus: dict[str, KnownGpu]) -> None:
+        """Queue ``gpus`` (by UUID), seen now, for the next commit."""
         now = time.time()
         self._queue.append(
             _Write(
@@ -1285,12 +1297,13 @@ class Store:
                 None,
                 [
                     (
-                        "INSERT INTO known_gpus (gpu_uuid, name, seen_at) VALUES (?, ?, ?) "
-                        "ON CONFLICT(gpu_uuid) DO UPDATE SET name=excluded.name, "
-                        "seen_at=excluded.seen_at",
-                        (uuid, name, now),
+                        "INSERT INTO known_gpus (gpu_uuid, name, gpu_index, memory_bytes, "
+                        "seen_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT(gpu_uuid) DO UPDATE SET "
+                        "name=excluded.name, gpu_index=excluded.gpu_index, "
+                        "memory_bytes=excluded.memory_bytes, seen_at=excluded.seen_at",
+                        (uuid, gpu.name, gpu.index, gpu.memory, now),
                     )
-                    for uuid, name in gpus.items()
+                    for uuid, gpu in gpus.items()
                 ],
             )
         )

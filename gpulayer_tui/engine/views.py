@@ -142,8 +142,8 @@ def gpus_view(
         "domains": domains,
         "gpus_without_domain": other,
         "missing_gpus": [
-            {"name": name, "gpu_uuid": uuid}
-            for uuid, name in sorted(scheduler.missing_known.items(), key=lambda kv: kv[1])
+            {"name": known.name, "gpu_uuid": uuid}
+            for uuid, known in sorted(scheduler.missing_known.items(), key=lambda kv: kv[1].name)
         ],
     }
     return view  # type: ignore[return-value]  # built field by field above
