@@ -554,7 +554,10 @@ class Notifier:
                     from urllib.parse import urljoin
 
                     target = urljoin(url, moved)  # (a Location may be relative)
-                    why += f", redirected to {shown_url(target)}: set [notify] url to it"
+                    # (its path said: "set [notify] url to http://host/..." left nothing to
+                    # set it to: tester h49; the query, where tokens go, stays hidden)
+                    shown = shown_url(target, path=True)
+                    why += f", redirected to {shown}: set [notify] url to it"
                 else:
                     why += " (a redirect that names no Location)"
         shown = shown_url(url)
@@ -570,9 +573,10 @@ class Notifier:
         return False
 
 
-def shown_url(url: str) -> str:
-    """``url`` as logs may show it: scheme, host and port. A webhook's secret is often in
-    its path or query (Slack, Teams) or its user info, and logs go to the journal."""
+def shown_url(url: str, path: bool = False) -> str:
+    """``url`` as logs may show it: scheme, host and port (``path``: and its path). A
+    webhook's secret is often in its path or query (Slack, Teams) or its user info, and
+    logs go to the journal."""
     from urllib.parse import urlsplit
 
     try:
@@ -586,6 +590,9 @@ def shown_url(url: str) -> str:
         port = ":(not a port)"
     if ":" in host:
         host = f"[{host}]"
+    if path:
+        tail = printable(parts.path)[:300] + ("?..." if parts.query or parts.fragment else "")
+        return f"{parts.scheme}://{host}{port}{tail}"
     hidden = "/..." if (parts.path not in ("", "/") or parts.query or parts.fragment) else ""
     return f"{parts.scheme}://{host}{port}{hidden}"
 
