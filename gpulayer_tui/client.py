@@ -57,6 +57,10 @@ class ApiError(RuntimeError):
         """The engine's ``Retry-After`` (seconds), if it gave one."""
 
 
+SNAPSHOT_WAIT_S = 180.0
+"""How long a submission that asks for snapshots is waited for (see
+:meth:`Client._submit_timeout`)."""
+
 BUSY_REFUSAL = "too many submissions at once"
 """How the engine's refusal of a submission it did not read begins (429: its
 ``[limits] submissions_in_flight`` are all taken): nothing was stored, so it is sent again."""
@@ -335,6 +339,17 @@ class Client:
             )
         return decoded
 
+    def _submit_timeout(self, body: Any) -> float | None:
+        """How long a submission may take to be answered: the client's timeout, or, for
+        one that asks for snapshots, long enough for the engine's ``[snapshot] timeout``
+        (120 s by default) and a commit: at 30 s the CLI gave up on a submission the
+        engine made a minute later ("whether it acted is unknown", exit 4: tester h49)."""
+        specs = body.get("jobs") if isinstance(body, dict) and "jobs" in body else [body]
+        snapshots = any(isinstance(s, dict) and s.get("snapshot") for s in specs or ())
+        if self.timeout is None or not snapshots:
+            return self.timeout
+        return max(self.timeout, SNAPSHOT_WAIT_S)
+
     def _submitting(self, body: Any, headers: dict[str, str] | None) -> Any:
         """``POST /jobs``, sent again while the engine answers that it is handling too
         many submissions at once (it read nothing of them, so nothing was stored: a
@@ -347,7 +362,9 @@ class Client:
         told = False
         while True:
             try:
-                return self.request("POST", "/jobs", body, headers=headers)
+                return self.request(
+                    "POST", "/jobs", body, timeout=self._submit_timeout(body), headers=headers
+                )
             except ApiError as err:
                 wait = err.retry_after if err.retry_after is not None else 1.0
                 busy = err.status == 429 and str(err).startswith(BUSY_REFUSAL)

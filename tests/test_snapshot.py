@@ -620,3 +620,80 @@ async def test_clean_removes_a_tree_left_without_its_job(
     assert (await engine.retention.clean(0.0, None))["snapshots"] == 1  # (no job is old)
     assert not engine.snapshots.job_tree(left.id).exists()
     assert engine.snapshots.job_tree(kept.id).exists()
+
+
+async def test_a_folder_git_ignores_is_refused_not_run_empty(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Submitted from build/ (in .gitignore), the job ran in an empty folder and failed
+    # for its missing files (tester h49).
+    engine = await make_engine()
+    repo = make_repo(tmp_path / "repo")
+    (repo / ".gitignore").write_text("*.log\nbuild/\n")
+    (repo / "build").mkdir()
+    (repo / "build" / "run.py").write_text("print(1)\n")
+    spec = {"command": ["true"], "gpus": 0, "cwd": str(repo / "build"), "snapshot": True}
+    with pytest.raises(SpecError, match="git lists none of its files"):
+        await engine.submit(spec)
+    job = await engine.submit({**spec, "cwd": str(repo / "sub")})  # (a tracked folder)
+    assert job.status is not JobStatus.FAILED, job.message
+    (repo / "empty").mkdir()  # (a folder with nothing in it is no loss)
+    assert (await engine.submit({**spec, "cwd": str(repo / "empty")})).id
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the repo to another user")
+async def test_a_repository_git_refuses_to_read_is_refused_not_copied_whole(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Another user's repo ("detected dubious ownership") was copied as a plain folder, its
+    # ignored files (secret.log) with it, and no commit said (tester h49).
+    engine = await make_engine()
+    repo = make_repo(tmp_path / "repo")
+    for path in [repo, *repo.rglob("*")]:
+        os.lchown(path, 65534, 65534)
+    spec = {"command": ["true"], "gpus": 0, "cwd": str(repo), "snapshot": True}
+    with pytest.raises(SpecError, match="git refuses to read its repository"):
+        await engine.submit(spec)
+    assert await engine.list_jobs() == []
+
+
+async def test_a_submissions_copies_keep_the_disk_floor_and_the_timeout(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Private copies for the other jobs of one submission were not checked: three copies
+    # of a 400 MB tree went 600 MiB below [logs] min_free_mb, and took past the timeout
+    # (tester h49).
+    from gpulayer_tui.engine.snapshot import MB, SnapshotError
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "big.bin").write_bytes(os.urandom(64 * MB))
+    st = os.statvfs(tmp_path)
+    free_mb = st.f_bavail * st.f_frsize // MB
+    config = make_config(logs={"min_free_mb": free_mb - 100}, snapshot={"files": "private"})
+    engine = await make_engine(config=config)
+    spec = {"command": ["true"], "gpus": 0, "cwd": str(work), "snapshot": True}
+    with pytest.raises(SpecError, match=r"another copy of .* below \[logs\] min_free_mb"):
+        await engine.submit_many([spec, spec])  # (the first fits; its copy would not)
+    assert await engine.list_jobs() == []
+    assert list(engine.snapshots.tmp.iterdir()) == []
+    one = engine.snapshots.build(str(work), 10**12, 60, private=False)
+    with pytest.raises(SnapshotError, match="took longer than \\[snapshot\\] timeout"):
+        many = tmp_path / "many"
+        many.mkdir()
+        for i in range(200):
+            (many / f"f{i}").write_text("x")
+        engine.snapshots.clone(engine.snapshots.build(str(many), 10**12, 60), time.monotonic() - 1)
+    engine.snapshots.discard([one])
+
+
+def test_a_submission_asking_for_snapshots_is_waited_for_long_enough() -> None:
+    # At 30 s the CLI gave up on a submission the engine made a minute later (h49).
+    from gpulayer_tui.client import SNAPSHOT_WAIT_S, Client
+    from gpulayer_tui.engine.paths import Paths
+
+    client = Client(Paths(Path("/nonexistent"), Path("/nonexistent/c.toml")), timeout=30)
+    assert client._submit_timeout({"command": ["true"]}) == 30
+    assert client._submit_timeout({"command": ["true"], "snapshot": True}) == SNAPSHOT_WAIT_S
+    batch = {"jobs": [{"command": ["a"]}, {"command": ["b"], "snapshot": True}]}
+    assert client._submit_timeout(batch) == SNAPSHOT_WAIT_S

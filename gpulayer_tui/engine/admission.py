@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -306,6 +307,9 @@ class Admission:
         one submission with the same cwd share one reading (their trees are linked)."""
         built: dict[int, Built] = {}
         by_cwd: dict[str, Built] = {}
+        # One deadline for the submission's snapshots, copies included: they were
+        # unbounded, and a client gave up on a submission the engine made later (h49).
+        deadline: float | None = None
         try:
             for index, spec in enumerate(specs):
                 try:
@@ -315,10 +319,14 @@ class Admission:
                     assert spec.cwd is not None
                     store, settings = self._snapshots, self._snapshot_settings
                     floor = self._disk.min_free_mb * 1024 * 1024 if self._disk else 0
+                    if deadline is None:
+                        deadline = time.monotonic() + settings.timeout
                     first = by_cwd.get(spec.cwd)
                     if first is not None:
                         try:
-                            built[index] = await asyncio.to_thread(store.clone, first)
+                            built[index] = await asyncio.to_thread(
+                                store.clone, first, deadline, floor
+                            )
                         except OSError as err:
                             raise SnapshotError(
                                 f"snapshot of {spec.cwd} could not be copied for this job: "
@@ -331,11 +339,12 @@ class Admission:
                                 store.build,
                                 spec.cwd,
                                 settings.max_mb * 1024 * 1024,
-                                settings.timeout,
+                                max(0.1, deadline - time.monotonic()),
                                 files_mode(settings.files) == "private",
                                 floor,
                             ),
-                            settings.timeout + 10,  # (the thread keeps its own deadline)
+                            max(0.1, deadline - time.monotonic()) + 10,  # (the thread keeps
+                            # its own deadline)
                         )
                     except TimeoutError:
                         raise SnapshotError(

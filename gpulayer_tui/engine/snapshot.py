@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..fields import printable
 from .errors import SpecError
 from .statedir import UnsafeStateDir
 
@@ -178,14 +179,14 @@ class _Budget:
                 # (MiB, as the queue's "waiting for disk space" says: it read "MB" here)
                 f"snapshot of {self.cwd}: the engine's disk is down to {free // MB} MiB "
                 f"free, below [logs] min_free_mb = {self.floor // MB} (kept for its jobs' "
-                f"logs); nothing was stored (make room, or submit without --snapshot)"
+                f"logs); nothing was stored (make room, or submit with --no-snapshot)"
             )
 
     def check_time(self) -> None:
         if time.monotonic() > self.deadline:
             raise SnapshotError(
                 f"snapshot of {self.cwd} took longer than [snapshot] timeout; nothing was "
-                "stored (submit from a smaller directory, or without --snapshot)"
+                "stored (submit from a smaller directory, or with --no-snapshot)"
             )
 
     def check_size(self, total: int, partial: bool = False) -> None:
@@ -198,7 +199,7 @@ class _Budget:
             raise SnapshotError(
                 f"snapshot of {self.cwd} {what} {size}, over [snapshot] max_mb = "
                 f"{limit}; nothing was stored (add a .gitignore or "
-                f"{IGNORE_FILE} entry, or submit without --snapshot)"
+                f"{IGNORE_FILE} entry, or submit with --no-snapshot)"
             )
 
     def seconds_left(self) -> float:
@@ -233,7 +234,17 @@ def _git_root(cwd: str, budget: _Budget) -> str | None:
     except FileNotFoundError:  # no git on this machine: the directory is copied as such
         return None
     if done.returncode != 0:
-        return None
+        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        if not why or "not a git repository" in why[0]:
+            return None
+        # A repository git refuses to read (another user's: "detected dubious ownership")
+        # was copied as a plain folder, its ignored files with it (.env, checkpoints), and
+        # no commit said (tester h49).
+        said = printable(why[0])[:300]
+        raise SnapshotError(
+            f"snapshot of {cwd}: git refuses to read its repository ({said}); nothing was "
+            "stored (submit from a repository git reads for this user, or with --no-snapshot)"
+        )
     top = done.stdout.decode("utf-8", "surrogateescape").rstrip("\n")
     return top or None
 
@@ -488,6 +499,18 @@ class SnapshotStore:
             names, commit, dirty = _git_listing(source, budget)
             entries = _git_entries(source, names, budget, skip)
             rel_cwd = os.path.relpath(real, source)
+            inside = rel_cwd + os.sep
+            if rel_cwd != "." and not any(e.rel.startswith(inside) for e in entries):
+                with os.scandir(real) as found:
+                    has_files = any(True for _ in found)
+                if has_files:
+                    # (git lists none of its files: an ignored folder, such as build/. The
+                    # job ran in an empty folder, and failed for its missing files: h49)
+                    raise SnapshotError(
+                        f"snapshot of {cwd}: git lists none of its files (ignored, in "
+                        f".gitignore?), so the job would run in an empty folder; nothing "
+                        "was stored (submit from a folder git tracks, or with --no-snapshot)"
+                    )
         else:
             source = real
             entries = _walk(source, budget, _ignore_rules(source), skip=skip)
@@ -654,10 +677,36 @@ class SnapshotStore:
         os.rename(tmp, target)
         return size
 
-    def clone(self, built: Built) -> Built:
+    def clone(self, built: Built, deadline: float | None = None, min_free: int = 0) -> Built:
         """Another tree of the same snapshot (one submission's jobs with the same working
-        directory read it once): hard links, or private copies of a private tree."""
+        directory read it once): hard links, or private copies of a private tree.
+
+        Args:
+            built: The tree to copy.
+            deadline: ``time.monotonic()`` by which it must be done (the submission's
+                ``[snapshot] timeout``: clones were unbounded, and a client gave up on a
+                submission the engine then made).
+            min_free: Bytes the state dir's disk must keep free (private copies take
+                their whole size: a batch wrote N copies past ``[logs] min_free_mb``).
+
+        Raises:
+            SnapshotError: Out of time or of disk space; nothing is left.
+        """
+        if built.private and min_free:
+            try:
+                st = os.statvfs(self.root.parent)
+            except OSError:
+                st = None
+            if st is not None and st.f_bavail * st.f_frsize - built.bytes < min_free:
+                free = st.f_bavail * st.f_frsize
+                raise SnapshotError(
+                    f"snapshot of {built.source}: another copy of {_mb(built.bytes)} would take "
+                    f"the engine's disk ({free // MB} MiB free) below [logs] min_free_mb = "
+                    f"{min_free // MB}; nothing was stored (make room, submit fewer jobs "
+                    "at once, or submit with --no-snapshot)"
+                )
         tree = Path(tempfile.mkdtemp(prefix="tree-", dir=self.tmp))
+        seen = 0
         try:
             stack = [""]  # (a loop, not os.walk's recursion: a deep tree ran out of stack)
             while stack:
@@ -665,6 +714,13 @@ class SnapshotStore:
                 with os.scandir(built.tree / rel if rel else built.tree) as entries:
                     items = list(entries)
                 for entry in items:
+                    seen += 1
+                    if deadline is not None and seen % 64 == 0 and time.monotonic() > deadline:
+                        raise SnapshotError(
+                            f"snapshot of {built.source}: its copies for this submission's "
+                            "jobs took longer than [snapshot] timeout; nothing was stored "
+                            "(submit fewer jobs at once, or with --no-snapshot)"
+                        )
                     child = f"{rel}/{entry.name}" if rel else entry.name
                     if entry.is_dir(follow_symlinks=False):
                         os.mkdir(tree / child, 0o700)
