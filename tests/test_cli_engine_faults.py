@@ -369,3 +369,20 @@ def test_a_follow_whose_engine_went_away_and_stayed_away_is_exit_3(
     err = capfd.readouterr().err
     assert "reconnecting to follow" in err
     assert "the engine went away and none came back for 0.5 s: no engine is serving" in err
+
+
+def test_logs_follow_with_no_engine_says_so_at_once(tmp_path: Path) -> None:
+    # It said "lost the engine; reconnecting to follow job 14" and waited 30 s for an
+    # engine that never ran, where `logs` and `wait` say "no engine is serving" (h49).
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "GPULAYER_HOME": str(home), "GPULAYER_TIMEOUT": "30"}
+    done = subprocess.run(
+        [sys.executable, "-m", "gpulayer_tui", "logs", "-f", "14"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "no engine is serving" in done.stderr and "reconnecting" not in done.stderr

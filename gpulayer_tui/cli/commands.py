@@ -642,6 +642,10 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     stalled = 0  # plain `logs`: streams in a row cut off with nothing received
     resumed = False  # asking again after a quiet spell: its old stream may still count
     refused = 0
+    if args.follow:
+        # With no engine at all, say so at once, as `logs` and `wait` do: following, it
+        # said "lost the engine; reconnecting" and waited 30 s for one (tester h49).
+        client.health()
     while True:
         path = f"/jobs/{args.job}/logs?" + "&".join([*query, f"offset={written}"])
         headers: dict[str, str] = {}
