@@ -704,3 +704,22 @@ def test_a_replica_waiting_on_in_back_off_is_no_restart_to_tell_of() -> None:
     exited = Event(2, 2.0, EventKind.REPLICA, 7, {**base, "exit_code": 137})
     assert notifier.consider(waiting) == 0
     assert notifier.consider(exited) == 1
+
+
+async def test_turning_notify_off_drops_what_waits(
+    make_engine: EngineFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Removed from the config, [notify] went on sending what waited with its old settings
+    # (a slow hook: half an hour), and `clean` kept those jobs all the while (tester h49).
+    caplog.set_level(logging.WARNING, LOGGER)
+    slow = [sys.executable, "-c", "import time; time.sleep(60)"]
+    engine = await _engine(make_engine, command=slow, timeout=60, jobs="all")
+    jobs = [await engine.submit({"command": ["true"]}) for _ in range(12)]
+    for job in jobs:
+        await engine.wait(job.id, timeout=20)
+    await eventually(lambda: len(engine.notifier.jobs_owed()) == len(jobs), timeout=20)
+    engine.notifier.reconfigure(make_config().notify)  # (the section removed)
+    under_way = engine.notifier.jobs_owed()
+    assert len(under_way) < len(jobs)  # (only those a worker has taken are left)
+    dropped = len(jobs) - len(under_way)
+    assert f"[notify] turned off: {dropped} notifications waiting dropped" in caplog.text

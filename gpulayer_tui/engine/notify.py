@@ -157,10 +157,28 @@ class Notifier:
             self._listen()
 
     def reconfigure(self, settings: NotifySettings) -> None:
-        """A reloaded ``[notify]``: applies to notifications decided from now on."""
+        """A reloaded ``[notify]``: applies to notifications decided from now on; turned
+        off, those still waiting are dropped (they went on with the old settings for half
+        an hour, and held `clean` back: tester h49). One under way finishes."""
         self._settings = settings
         if not self._started:
             return
+        if not settings.enabled:
+            dropped = 0
+            while True:
+                try:
+                    pending = self._queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+                dropped += 1
+                self._handled(pending)
+                self._queue.task_done()
+            if dropped:
+                log.warning(
+                    "[notify] turned off: %d notification%s waiting dropped",
+                    dropped,
+                    "" if dropped == 1 else "s",
+                )
         if settings.enabled:
             if self._listener is None and self._store is not None and self._cursor_kept:
                 # (turned on now: from here on, nothing of before is owed)
