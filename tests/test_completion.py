@@ -133,6 +133,9 @@ def test_bash_completes_job_ids_and_domains_from_a_running_engine(
     assert bash_complete(tmp_path, command, ["submit", "--after", ""], env) == ids
     assert bash_complete(tmp_path, command, ["submit", "--after", "=", ""], env) == ids  # --after=
     assert bash_complete(tmp_path, command, ["cancel", "--no-wait", ""], env) == ids
+    # (cancel takes several: only its first was completed: tester h49)
+    assert bash_complete(tmp_path, command, ["cancel", done, ""], env) == ids
+    assert bash_complete(tmp_path, command, ["status", done, ""], env) == []  # (takes one)
     assert bash_complete(tmp_path, command, ["submit", "--domain", ""], env) == ["gpu0", "cpu"]
     assert bash_complete(tmp_path, command, ["domain", "drain", "g"], env) == ["gpu0"]
     # zsh and fish get the job's status and name too.

@@ -43,6 +43,8 @@ class Command:
         self.help = help_text
         self.options: list[Option] = []
         self.positionals: list[str] = []
+        self.repeats = False
+        """Its last positional takes any number of values (``cancel 41 42 ...``)."""
 
 
 def _kind(action: argparse.Action) -> str:
@@ -88,9 +90,9 @@ def grammar() -> tuple[list[Option], list[Command]]:
     for name, subparser in sub.choices.items():
         command = Command(name, helps.get(name, ""))
         command.options = _options(subparser)
-        command.positionals = [
-            _kind(a) for a in subparser._actions if not a.option_strings and a.dest != "help"
-        ]
+        plain = [a for a in subparser._actions if not a.option_strings and a.dest != "help"]
+        command.positionals = [_kind(a) for a in plain]
+        command.repeats = bool(plain) and plain[-1].nargs in ("+", "*")
         commands.append(command)
     return _options(parser), commands
 
@@ -131,6 +133,12 @@ def _shared(global_options: list[Option], commands: list[Command]) -> str:
         if kind != "command"
     ]
     positionals += [([f"{c.name}:*"], "command") for c in commands if "command" in c.positionals]
+    # (`cancel 41 <TAB>` offered nothing: only its first job id was completed: h49)
+    positionals += [
+        ([f"{c.name}:*"], c.positionals[-1])
+        for c in commands
+        if c.repeats and c.positionals[-1] not in ("command", "")
+    ]
     global_words = " ".join(f for o in global_options for f in o.flags)
     names = " ".join(c.name for c in commands)
     return f"""\
@@ -385,7 +393,9 @@ def fish_script() -> str:
         "            set count (math $count + 1)",
         "        end",
         "    end",
-        "    test $seen = 1; and test $count = $argv[2]",
+        "    test $seen = 1; or return 1",
+        "    test $count = $argv[2]; and return 0",
+        "    test (count $argv) -gt 2; and test $count -gt $argv[2]",  # ("more": a list)
         "end",
         "complete -c gpulayer-tui -f",
     ]
@@ -401,7 +411,8 @@ def fish_script() -> str:
         for option in command.options:
             lines.append(_fish_option(seen, option))
         for index, kind in enumerate(command.positionals):
-            condition = f"__gpulayer_tui_at {command.name} {index}"
+            last = index == len(command.positionals) - 1 and command.repeats
+            condition = f"__gpulayer_tui_at {command.name} {index}" + (" more" if last else "")
             if kind in ("jobs", "domains"):
                 lines.append(
                     f"complete -c gpulayer-tui -n {_fish_quote(condition)}"
