@@ -146,6 +146,26 @@ def test_the_system_unit_runs_as_the_user_named_and_says_what_security_needs(
     assert "[security] allowed_uids / allowed_groups" in out.stdout
 
 
+def test_a_system_unit_for_a_user_who_cannot_use_its_state_dir_is_warned_of(
+    tmp_path: Path,
+) -> None:
+    # `--user nobody` with GPULAYER_HOME on a state dir of someone else's (0700) wrote a
+    # unit whose engine could never start, and said nothing (tester h49).
+    me = pwd.getpwuid(os.getuid())
+    other = next((u for u in pwd.getpwall() if u.pw_uid != me.pw_uid), None)
+    if other is None:
+        pytest.skip("no other user on this machine")
+    units, state = tmp_path / "system", tmp_path / "state"
+    units.mkdir()
+    state.mkdir(mode=0o700)
+    args = ("install-service", "--system", "--unit-dir", str(units))
+    out = run(*args, "--user", other.pw_name, tmp_path=tmp_path, GPULAYER_HOME=str(state))
+    assert out.returncode == 0, out.stderr
+    assert f"warning: {state} belongs to uid {me.pw_uid}, not to {other.pw_name}" in out.stderr
+    mine = run(*args, "--user", me.pw_name, "--force", tmp_path=tmp_path, GPULAYER_HOME=str(state))
+    assert mine.returncode == 0 and "warning" not in mine.stderr, mine.stderr
+
+
 def test_the_system_unit_refuses_clearly(tmp_path: Path) -> None:
     # Without permission to write there (sysfs refuses new files, even to root).
     out = run(

@@ -236,6 +236,21 @@ def _print_next_steps(
             if "GPULAYER_HOME" in environment
             else os.path.join(home, ".config/gpulayer/config.toml")
         )
+        account = pwd.getpwnam(user)
+        try:
+            owner = os.stat(state).st_uid
+        except OSError:
+            owner = None  # (the engine makes it, where its user may)
+        if owner is not None and owner != account.pw_uid:
+            # (It wrote a unit for `--user nobody` serving root's 0700 state dir, which that
+            # user cannot open: the engine would never start, and nothing said so: h49.)
+            print(
+                f"warning: {printable(state)} belongs to uid {owner}, not to "
+                f"{printable(user)} (uid {account.pw_uid}): the engine, run as "
+                f"{printable(user)}, cannot use it and will not start; chown it to "
+                f"{printable(user)}, or set GPULAYER_HOME to a state dir of theirs",
+                file=sys.stderr,
+            )
         print("next, as root:")
         print("  systemctl daemon-reload")
         print(f"  systemctl enable --now {UNIT_NAME}")
