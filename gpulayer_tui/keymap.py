@@ -150,7 +150,16 @@ KEYMAP: tuple[Key, ...] = (
         "R,shift+r", "restart_job", "Restart job", ("jobs", "detail"), display="R", footer="Restart"
     ),
     Key("e", "edit_job", "Edit job", ("jobs", "detail"), footer="Edit"),
-    Key("slash", "start_filter", "Filter", ("jobs",), display="/"),
+    # Before the next key is routed (priority): as a plain binding it ran once the key had
+    # bubbled up, and "/q" typed in one burst quit the app (the "q" went to the table).
+    Key(
+        "slash",
+        "start_filter",
+        "Filter",
+        ("jobs",),
+        display="/",
+        priority=True,
+    ),
     Key("s", "cycle_status(1)", "Status filter", ("jobs",), footer="Status"),
     Key("S,shift+s", "cycle_status(-1)", "Status filter back", ("jobs",), show=False, display="S"),
     Key("escape", "clear_filter", "Clear filter", ("jobs",), display="esc", footer="Clear"),
@@ -166,7 +175,15 @@ KEYMAP: tuple[Key, ...] = (
         footer="Replica",
     ),
     Key("u", "toggle_usage", "GPU usage", ("detail",), footer="Usage"),
-    Key("slash", "search_log", "Search the log", ("detail",), display="/", footer="Search"),
+    Key(
+        "slash",
+        "search_log",
+        "Search the log",
+        ("detail",),
+        display="/",
+        footer="Search",
+        priority=True,  # (see the jobs' "/": the keys after it are the term)
+    ),
     Key("n", "next_match", "Next match", ("detail",), when="while searching"),
     Key(
         "N,shift+n",
@@ -186,7 +203,14 @@ KEYMAP: tuple[Key, ...] = (
     # -- strays (and the dashboard's process table) -------------------------------------------
     Key("x", "signal_process", "Signal the process", ("dashboard", "strays"), footer="Signal"),
     Key("a", "adopt_selected", "Adopt", ("strays",)),
-    Key("p", "adopt_pid", "Adopt a pid", ("strays",), footer="By pid"),
+    Key(
+        "p",
+        "adopt_pid",
+        "Adopt a pid",
+        ("strays",),
+        footer="By pid",
+        priority=True,  # ("p123" in one burst: "1" went to the table, and showed area 1)
+    ),
     Key("escape", "close_pid", "Close the pid field", ("strays",), show=False, palette=False),
     # -- modal forms and dialogs (they say their keys in their own footer) ---------------------
     # Tab moves between fields before the next key is routed: as a plain binding it ran

@@ -446,6 +446,21 @@ async def test_a_key_typed_right_after_tab_goes_to_the_next_field(ui_app: Any) -
         assert form.query_one("#vram", Input).value == "5"
 
 
+async def test_keys_typed_right_after_slash_go_into_the_filter(ui_app: Any) -> None:
+    # "/q" in one burst (a paste, a laggy link) quit the app: "/" opened the filter once
+    # the key had bubbled up, and the "q" had gone to the table meanwhile (tester h50).
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        screen = await until(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen)
+        await pilot.pause()
+        for key, char in [("slash", "/"), ("q", "q"), ("slash", "/"), ("n", "n")]:
+            app.post_message(events.Key(key, char))
+        field = screen.query_one("#filter", Input)
+        await until(pilot, lambda: field.value == "q/n", "the filter's text")
+        assert app.is_running and app.screen is screen
+
+
 async def test_esc_asks_again_before_it_throws_away_a_typed_form(ui_app: Any) -> None:
     # One esc (also how a search is left, so pressed by reflex) threw away a whole form
     # (tester h46).

@@ -521,6 +521,8 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         for a waiting one (dimmed otherwise, as in the jobs table); ``n`` / ``N`` are the
         log's only while it is searched (else ``n`` is the App's: new job); ``P`` needs a
         terminal (not a browser)."""
+        if action == "search_log":  # (in the search line, "/" is text)
+            return not (isinstance(self.focused, Input) and self.focused.id == "log-search")
         if action == "next_replica":
             return self.is_service
         if action == "toggle_usage":
@@ -711,7 +713,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         field = self.query_one("#log-search", Input)
         field.disabled = False
         self.query_one("#search-row").add_class("-open")
-        field.focus()
+        self.set_focus(field)  # (now: Widget.focus waits behind the keys on their way)
 
     @on(LogTail.FollowChanged)
     def _follow_changed(self) -> None:

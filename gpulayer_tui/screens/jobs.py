@@ -186,9 +186,11 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     # -- filtering --------------------------------------------------------------------------
 
     def action_start_filter(self) -> None:
-        """Show the filter line and type into it."""
+        """Show the filter line and type into it (focused now, not after the keys already
+        on their way: Widget.focus waits its turn behind them, and "/q" in one burst quit
+        the app: tester h50)."""
         self.query_one("#filter-row").add_class("-open")
-        self.query_one("#filter", Input).focus()
+        self.set_focus(self.query_one("#filter", Input))
         self.refresh_bindings()
 
     @on(Input.Changed, "#filter")
@@ -273,6 +275,8 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             if action == "edit_job":
                 return True if can_edit(job) else None
             return True if job is not None and job.get("status") in ACTIVE_STATUSES else None
+        if action == "start_filter":  # (in the filter line, "/" is text)
+            return not isinstance(self.focused, Input) or self.focused.id != "filter"
         if action == "clear_filter":
             table = self.table
             filtering = bool(table.filter_text) or table.status_filter != "all"

@@ -84,12 +84,18 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
             return
         ask_to_signal(self, process)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """``p`` (a priority key) is text in the pid line."""
+        if action == "adopt_pid":
+            return not (isinstance(self.focused, Input) and self.focused.id == "pid-input")
+        return True
+
     def action_adopt_pid(self) -> None:
         """Type a pid to adopt (any process, e.g. one not on a GPU yet)."""
         field = self.query_one("#pid-input", Input)
         field.disabled = False
         field.add_class("visible")
-        field.focus()
+        self.set_focus(field)  # (now: Widget.focus waits behind the keys on their way)
 
     def action_close_pid(self) -> None:
         """Hide the pid field."""
