@@ -269,7 +269,7 @@ class Client:
             ):
                 raise EngineNotRunning(self.paths) from None
             if isinstance(err, TimeoutError):
-                raise self._lost(wait) from None
+                raise self._lost(wait, None, method) from None
             raise
         try:
             sock.sendall(head.encode("latin-1") + b"\r\n" + payload)
@@ -278,13 +278,17 @@ class Client:
             sock.close()
             if isinstance(err, EngineLost):
                 raise
-            raise self._lost(wait, err) from None
+            raise self._lost(wait, err, method) from None
 
-    def _lost(self, wait: float | None, err: OSError | None = None) -> EngineLost:
+    def _lost(
+        self, wait: float | None, err: OSError | None = None, method: str = "POST"
+    ) -> EngineLost:
         if err is None or isinstance(err, TimeoutError):
             why = f"did not answer in {wait:g} s (stopped, or overloaded)"
         else:
             why = f"went away mid-request ({err.strerror or err})"
+        if method == "GET":  # (a read acts on nothing: "whether it acted" misled: h51)
+            return EngineLost(errno.ETIMEDOUT, f"the engine at {self.paths.socket_file} {why}")
         return EngineLost(
             errno.ETIMEDOUT,
             f"the engine at {self.paths.socket_file} {why}: whether it acted on the request "
@@ -312,7 +316,7 @@ class Client:
         except EngineLost:
             raise
         except OSError as err:
-            raise self._lost(self.timeout if timeout == -1.0 else timeout, err) from None
+            raise self._lost(self.timeout if timeout == -1.0 else timeout, err, method) from None
         try:
             decoded = jsonlite.loads(data.decode()) if data else None
         except ValueError:
@@ -405,7 +409,7 @@ class Client:
         except TimeoutError:
             raise StreamIdle(idle) from None
         except OSError as err:
-            raise self._lost(None, err) from None
+            raise self._lost(None, err, "GET") from None
 
     # Convenience wrappers ------------------------------------------------------------------
 

@@ -449,6 +449,10 @@ def test_cli_adopt(served: Served, spawn: list[subprocess.Popen[bytes]]) -> None
     assert refused.returncode == 1 and "adopt_pid_gone" in refused.stderr
     bad = served.cli("adopt", "--pid", str(proc.pid), "--gpu", "--vram-gb", "3")
     assert bad.returncode == 2 and "not allowed with argument" in bad.stderr
+    # An empty name was dropped and the process adopted under its program's (h51).
+    other = start(spawn, "sleep", "601")
+    unnamed = served.cli("adopt", "--pid", str(other.pid), "--name", "")
+    assert unnamed.returncode == 2 and "name: must be text of 1 to 200" in unnamed.stderr
     # `logs -f` says at once where its output is (it waited, silent, till the end).
     follow = served.cli("logs", "-f", job_id, timeout=20)
     assert "its output goes where it was started" in follow.stderr

@@ -301,6 +301,12 @@ def test_api_names_the_field_at_fault_and_refuses_a_body_over_the_cap_unread(
     assert post(b"{}", "/v1/domains/gpu0/release")[0] == 200
     assert served.cli("domain", "drain", "gpu0").returncode == 0
     assert served.cli("domain", "release", "gpu0").returncode == 0  # (no body at all)
+    # A reload did too (tester h51).
+    for body in (b"garbage", b"[1, 2]", b'{"x": 5}'):
+        status, data = post(body, "/v1/config/reload")
+        assert status == 400, (body, data)
+    assert data["error"] == "a reload request is empty or {}; unknown key 'x'"
+    assert post(b"{}", "/v1/config/reload")[0] == 200
     # A body declared over the cap is refused before any of it is read: it waited for the
     # body (or, sent no further, for the 30 s idle deadline: a 408).
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:

@@ -986,7 +986,7 @@ def _adopt(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
     ticks = start_ticks(args.pid)
     if ticks is not None:
         body["start_ticks"] = ticks
-    if args.name:
+    if args.name is not None:  # ("" too: refused as `submit --name ""` is, not dropped)
         body["name"] = args.name
     if args.vram_gb is not None:
         body["vram_gb"] = args.vram_gb

@@ -717,6 +717,7 @@ async def release(request: web.Request) -> web.Response:
 async def reload_config(request: web.Request) -> web.Response:
     """POST /v1/config/reload: 200 when applied, 400 with the error when rejected."""
     _require_admin(request, "reload the configuration")
+    await _no_body(request, "reload")  # (it reloaded on any body, even no JSON: h51)
     result = await request.app[ENGINE_KEY].config_reload.reload()
     return web.json_response(result, status=200 if result["applied"] else 400)
 
