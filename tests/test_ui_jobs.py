@@ -1239,14 +1239,19 @@ def test_a_vram_figure_too_long_for_its_column_is_not_cut_to_a_smaller_one() -> 
     def row(vram: float | None) -> Any:
         return {"spec": {} if vram is None else {"vram_gb": vram}}
 
-    assert [vram_text(row(v)) for v in (None, 20, 0.5, 80000, 100000, 1e9, 0.0001)] == [
+    values = (None, 20, 0.5, 80000, 100000, 1e6, 0.0001, 12.345, 0.0625, 123456.789, 99999.5)
+    assert [vram_text(row(v)) for v in values] == [
         "",
         "20",
         "0.5",
         "80000",
-        "1e+05",
-        "1e+09",
+        "100k",
+        "1000k",
         "1e-04",
+        "12.35",  # (it read "1e+01": tester h50)
+        "0.062",
+        "123k",
+        "100k",
     ]
 
 

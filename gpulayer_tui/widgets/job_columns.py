@@ -170,13 +170,24 @@ def filter_matches(text: str, haystack: str) -> bool:
 
 def vram_text(job: JobRowJSON) -> str:
     """GiB per GPU from the spec (``20``, ``0.5``), or empty; one too long for the
-    column's 5 cells in powers of ten (``1e+05``): cut, 100000 read ``1000…``, as if
-    1000 (tester h46)."""
+    column's 5 cells with fewer decimals (``12.35``), in thousands from 100000 (``150k``),
+    or, under a thousandth, in powers of ten. Cut, 100000 read ``1000…``, as if 1000
+    (tester h46); in powers of ten, 12.345 read ``1e+01`` (tester h50)."""
     vram = job_spec(job).get("vram_gb")
     if vram is None:
         return ""
     text = f"{vram:g}"
-    return text if len(text) <= 5 else f"{vram:.0e}"
+    if len(text) <= 5 and "e" not in text:  # (:g writes 1000000 as 1e+06)
+        return text
+    if 0 < vram < 0.001:
+        return f"{vram:.0e}"
+    if vram < 100_000:
+        for digits in (3, 2, 1, 0):
+            text = f"{vram:.{digits}f}"
+            text = text.rstrip("0").rstrip(".") if digits else text
+            if len(text) <= 5:
+                return text
+    return f"{vram / 1000:.0f}k"
 
 
 def use_texts(job: JobRowJSON) -> tuple[str, str, str]:
