@@ -391,3 +391,39 @@ async def test_another_users_process_is_refused_with_the_engines_words(
         await pilot.press("y")
         await until(pilot, lambda: any("belongs to ben" in n for n in _notes(app)), "refused")
         assert app.is_running
+
+
+async def test_the_edit_form_stays_while_the_engine_has_its_edit(
+    ui_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Esc twice while "saving…" closed it saying "esc again throws away your changes" of
+    # an edit the engine then applied, and no toast came (tester h50).
+    import asyncio
+
+    app = await ui_app("1xA100-80GB")
+    blocker = await app.backend.submit(_spec("sleep 60", gpus=1))
+    waiting = await app.backend.submit(_spec("true", gpus=1))
+    answer = asyncio.Event()
+    real_edit = app.backend.edit
+
+    async def slow_edit(job_id: int, changes: dict[str, Any]) -> Any:
+        await answer.wait()
+        return await real_edit(job_id, changes)
+
+    monkeypatch.setattr(app.backend, "edit", slow_edit)
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = await _jobs_table(pilot, app, waiting["id"])
+        await until(pilot, lambda: table.job(waiting["id"])["status"] == "queued", "queued")
+        await pilot.pause()
+        await pilot.press("e")
+        form = await until(pilot, lambda: isinstance(app.screen, EditScreen) and app.screen)
+        form.query_one("#priority", Input).value = "-1"
+        await pilot.pause()
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: form._busy, "saving")
+        await pilot.press("escape", "escape")
+        assert app.screen is form and "wait for its answer" in form.form_message
+        answer.set()
+        await until(pilot, lambda: app.screen is not form, "closed once answered")
+        assert (await app.backend.job(waiting["id"]))["job"]["priority"] == -1
+    await app.backend.cancel(blocker["id"])

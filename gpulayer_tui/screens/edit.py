@@ -262,6 +262,14 @@ class EditScreen(FormScreen[JobJSON | None]):
 
     def action_cancel(self, confirmed: bool = False) -> None:
         """Close the form without saving (with a change made, esc asks to be pressed
-        again)."""
+        again); not while the engine has the edit: closed then, "esc again throws away
+        your changes" was said of changes it applied (tester h50)."""
+        if self._busy:
+            self._show_form_message(
+                "saving…: the engine has the edit; wait for its answer (it says whether the "
+                "job was changed)",
+                busy=True,
+            )
+            return
         if confirmed or self.may_discard():
             self.dismiss(None)
