@@ -252,6 +252,7 @@ def test_api_rejects_malformed_requests(served: Served) -> None:
         ("/v1/jobs/1/wait?timeout=abc", "timeout"),
         ("/v1/jobs/1/wait?timeout=nan", "timeout"),
         ("/v1/jobs/1/wait?timeout=4e8", "timeout"),  # (past 10 years)
+        ("/v1/jobs/1/wait?timeout=", "timeout"),  # (read as none: it waited for ever: h51)
         # (10,001 rows were cut to 10,000 without a word; follow=abc read as no follow)
         ("/v1/jobs?limit=10001", "limit"),
         ("/v1/jobs/1/logs?follow=abc", "follow"),

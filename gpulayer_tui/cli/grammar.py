@@ -239,7 +239,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def _submit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name")
     p.add_argument("--project")
-    p.add_argument("--gpus", type=_field("gpus"), help="GPUs needed (0 = CPU pool)")
+    p.add_argument(
+        "--gpus",
+        type=_field("gpus"),
+        help="GPUs needed (0 = CPU pool; left out: 1 with --vram-gb or a GPU --domain, else 0)",
+    )
     p.add_argument("--vram-gb", type=_field("vram_gb"), help="GiB needed on each GPU")
     completes(
         p.add_argument("--domain", action="append", help="pin to a domain (repeat for a choice)"),

@@ -416,8 +416,10 @@ def _bool_query(request: web.Request, name: str) -> bool:
 
 def _float_query(request: web.Request, name: str) -> float | None:
     raw = request.query.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return None
+    if raw == "":  # (`wait?timeout=` read as no timeout: it waited for ever: tester h51)
+        raise SpecError(f"{name} is empty: give a number of seconds, or leave it out", name)
     # A number as the CLI takes one: ASCII digits, a point, an exponent ("1e3" was refused
     # as not a number); float() alone took "+0.1", " 1", "0_1" and other scripts' digits.
     if raw[:1] in "+ " or raw != raw.strip():
