@@ -592,6 +592,24 @@ async def test_a_chain_cancelled_by_its_first_job_restarts_as_a_chain(
     assert engine.log_path(second_again.id).read_text() == "second\n"
 
 
+async def test_restarting_a_job_whose_adopted_dependency_died_does_not_say_restart_it(
+    make_engine: EngineFactory, sleepers: Any
+) -> None:
+    # "restart job 10 first" of an adopted process, which is never run again (h51).
+    from gpulayer_tui.wire import parse_adopt_request
+
+    engine = await make_engine()
+    proc = sleepers()
+    adopted = await engine.adopt(parse_adopt_request({"pid": proc.pid}))
+    after = await engine.submit({"command": ["true"], "gpus": 0, "depends_on": [adopted.id]})
+    proc.kill()
+    assert (await engine.wait(adopted.id, timeout=20)).status is JobStatus.ORPHANED
+    assert (await engine.wait(after.id, timeout=10)).status is JobStatus.CANCELLED
+    with pytest.raises(SpecError, match="ended orphaned: its restart would be cancelled") as no:
+        await engine.restart(after.id)
+    assert "restart job" not in str(no.value) and f"submit --like {after.id}" in str(no.value)
+
+
 async def test_a_dependency_named_twice_alike_is_one(make_engine: EngineFactory) -> None:
     engine = await make_engine()
     gate = await engine.submit({"command": ["sleep", "30"]})

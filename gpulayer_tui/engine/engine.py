@@ -767,7 +767,8 @@ class Engine:
         dep_id = _dependency_id(dep)
         if dep_id is None or (isinstance(dep, dict) and dep.get("any_exit")):
             return dep
-        status = (await self.get(dep_id)).status
+        dependency = await self.get(dep_id)
+        status = dependency.status
         current = dep_id
         while status.is_terminal and status is not JobStatus.COMPLETED:
             newer = await self.store.newest_restart(current)
@@ -777,10 +778,17 @@ class Engine:
             status = (await self.get(current)).status
         if status.is_terminal and status is not JobStatus.COMPLETED:
             which = "which" if current == dep_id else f"whose newest restart, job {current},"
+            # (An adopted process is never run again: "restart job 10 first" was refused
+            # in turn: tester h51.)
+            first = (
+                ""
+                if dependency.kind is JobKind.ADOPTED
+                else f"restart job {current} first, and this job's restart waits for that "
+                "one; or "
+            )
             raise SpecError(
                 f"depends_on: job {job_id} waited for job {dep_id}, {which} ended "
-                f"{status.value}: its restart would be cancelled at once (restart job "
-                f"{current} first, and this job's restart waits for that one; or submit "
+                f"{status.value}: its restart would be cancelled at once ({first}submit "
                 f"--like {job_id} with other --after)",
                 "depends_on",
             )
