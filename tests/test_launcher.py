@@ -230,7 +230,14 @@ async def test_a_stop_reaches_what_the_job_started_in_a_session_of_its_own(
     await engine.cancel(job.id)
     await engine.wait(job.id, timeout=15)
     # The one that ends on SIGTERM at once, the one that ignores it after the grace period.
-    await eventually(lambda: not any(p.is_running() and p.status() != "zombie" for p in found))
+
+    def alive(proc: psutil.Process) -> bool:
+        try:
+            return proc.is_running() and proc.status() != "zombie"
+        except psutil.NoSuchProcess:  # (gone between the two reads: it flaked so)
+            return False
+
+    await eventually(lambda: not any(alive(p) for p in found))
     assert (await engine.get(job.id)).status is JobStatus.CANCELLED
 
 
