@@ -610,6 +610,27 @@ async def test_restarting_a_job_whose_adopted_dependency_died_does_not_say_resta
     assert "restart job" not in str(no.value) and f"submit --like {after.id}" in str(no.value)
 
 
+async def test_waiting_for_a_service_that_restarts_always_to_complete_is_refused(
+    make_engine: EngineFactory,
+) -> None:
+    # It never completes: the dependent waited until the service was stopped, then was
+    # cancelled (tester h47). --after-any, or a service that may end by itself, is fine.
+    engine = await make_engine()
+    service = {"kind": "service", "command": ["sleep", "600"], "gpus": 0, "port": False}
+    always = await engine.submit(service)
+    once = await engine.submit({**service, "restart": "on_failure"})
+    before = len(await engine.list_jobs())
+    with pytest.raises(SpecError, match=f"job {always.id} is a service that restarts always"):
+        await engine.submit({"command": ["true"], "gpus": 0, "depends_on": [always.id]})
+    assert len(await engine.list_jobs()) == before  # (nothing stored)
+    anyway = {"job": always.id, "any_exit": True}
+    ok = await engine.submit({"command": ["true"], "gpus": 0, "depends_on": [anyway, once.id]})
+    with pytest.raises(SpecError, match="restarts always: it never completes"):
+        await engine.edit(ok.id, {"depends_on": [always.id]})
+    await engine.cancel(always.id)
+    await engine.cancel(once.id)
+
+
 async def test_a_dependency_named_twice_alike_is_one(make_engine: EngineFactory) -> None:
     engine = await make_engine()
     gate = await engine.submit({"command": ["sleep", "30"]})

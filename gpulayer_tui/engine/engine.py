@@ -783,8 +783,7 @@ class Engine:
             first = (
                 ""
                 if dependency.kind is JobKind.ADOPTED
-                else f"restart job {current} first, and this job's restart waits for that "
-                "one; or "
+                else f"restart job {current} first, and this job's restart waits for that one; or "
             )
             raise SpecError(
                 f"depends_on: job {job_id} waited for job {dep_id}, {which} ended "

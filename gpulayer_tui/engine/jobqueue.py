@@ -275,6 +275,25 @@ class JobQueue:
             resolved: list[ResolvedDep] = []
             for dep in spec.dependencies:
                 if dep.job in self._book:
+                    waited = self._book.get(dep.job)
+                    if (
+                        not restoring
+                        and not dep.any_exit
+                        and waited is not None
+                        and waited.spec is not None
+                        and waited.spec.is_service
+                        and waited.spec.restart_policy == "always"
+                        and waited.spec.max_restarts is None  # (else it may end, and 0)
+                    ):
+                        # (It never completes: the job waited until the service was
+                        # stopped, then was cancelled: tester h47.)
+                        prefix = f"job {index + 1} of {len(specs)}: " if len(specs) > 1 else ""
+                        raise SpecError(
+                            f"{prefix}depends_on: job {dep.job} is a service that restarts "
+                            "always: it never completes, so this job could only be cancelled "
+                            f"(--after-any {dep.job} runs it once the service ends)",
+                            "depends_on",
+                        )
                     resolved.append((dep.job, dep.any_exit, None))
                     continue
                 ending = self._book.live(dep.job)
