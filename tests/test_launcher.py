@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
-from gpulayer_tui.engine import journal
+from gpulayer_tui.engine import journal, launcher
 from gpulayer_tui.engine.engine import Engine
 from gpulayer_tui.engine.jobbook import ActiveJob
 from gpulayer_tui.engine.keeper import Keeper
@@ -574,6 +574,58 @@ async def test_a_start_heard_after_the_end_carries_the_time_it_was_spawned(
     started_at = next(at for kind, _, at in seen if kind == "job.started")
     ended_at = next(at for kind, status, at in seen if status == "completed")
     assert done.started_at <= started_at <= ended_at == done.ended_at
+
+
+def test_a_stop_written_by_an_engine_that_then_went_is_still_done(tmp_path: Path) -> None:
+    # An engine stopping right after a cancel wrote the stop and closed the socket while
+    # the spawner was busy starting the job before it. The spawner's answer to that start
+    # met a closed socket (EPIPE), and it dropped the connection with the stop unread: the
+    # job ran on, with no engine left to ask again (a service's replicas, seen in CI).
+    # Here the spawner is held while it is sent one start, more than one read of blank
+    # lines, and that start's stop; the sender is gone before it reads any of it.
+    import json
+    import socket
+
+    state = tmp_path / "state"
+    state.mkdir()
+    keeper = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui.engine.keeper", str(state), "--idle", "2"],
+        start_new_session=True,
+    )
+    spawned: list[int] = []
+    try:
+        wait_for(lambda: (state / "launch.sock").exists())
+        spawner = _launcher(state, "spawner")
+        request = [
+            {"op": "env", "id": 1, "env": {"PATH": os.environ["PATH"]}},
+            {"op": "spawn", "key": "1", "argv": ["sleep", "600"], "cwd": str(tmp_path),
+             "env_id": 1, "extra": {}, "log": str(tmp_path / "1.log"), "fresh": True,
+             "max_log": 0},
+        ]  # fmt: skip
+        lines = b"".join(json.dumps(r).encode() + b"\n" for r in request)
+        stop = json.dumps({"op": "terminate", "key": "1", "grace": 0.0}).encode() + b"\n"
+        sender = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sender.connect(str(state / "launch.sock"))
+        spawner.suspend()
+        try:
+            sender.sendall(lines + b"\n" * (launcher.RECV_BYTES + 100) + stop)
+            sender.close()
+        finally:
+            spawner.resume()
+        entries = wait_for(lambda: (e := journal.replay(str(state / journal.NAME))).get("1") and e)
+        assert entries["1"].pid is not None
+        spawned.append(entries["1"].pid)
+        wait_for(lambda: pid_gone(spawned[0]))  # (it ran on: its stop was never read)
+    finally:
+        for pid in spawned:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        left = _find(state, "spawner")
+        keeper.kill()
+        keeper.wait()
+        if left is not None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                left.kill()
 
 
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT", "SIGHUP"])

@@ -133,6 +133,9 @@ def claimed(state_dir: str) -> bool:
 
 
 RECV_BYTES = 64 * 1024
+# A dropped connection's unread requests are read this many RECV_BYTES at most (a socket
+# holds a few hundred kilobytes: an engine that went leaves no more than that).
+READ_REST_ROUNDS = 64
 ENV_CACHE = 256  # environments kept (a spawn names one by id)
 # A capped log is measured LOG_CHECK_FIRST_S after its job starts, then at doubling
 # intervals up to LOG_CHECK_S; while it grows fast (LOG_FAST_BYTES, or a quarter of its
@@ -511,7 +514,7 @@ class Spawner:
         except BlockingIOError:
             return
         if self.client is not None:
-            self._drop_client()  # a new engine replaces an old one (it was restarted)
+            self._drop_client(engine_gone=True)  # a new engine replaces an old one
         conn.setblocking(False)
         self.client = conn
         self.inbox = b""
@@ -519,13 +522,40 @@ class Spawner:
         self.writing = False
         self.sel.register(conn, selectors.EVENT_READ, self._client_io)
 
-    def _drop_client(self) -> None:
-        assert self.client is not None
-        self.sel.unregister(self.client)
-        self.client.close()
-        self.client = None
+    def _drop_client(self, engine_gone: bool = False) -> None:
+        """Close the engine's connection (``engine_gone``: it closed it; what it wrote
+        before is still read and done)."""
+        client = self.client
+        assert client is not None
+        self.sel.unregister(client)
+        self.client = None  # (what is said from now on waits in the journal: see _send)
         self.outbox.clear()
         self.writing = False
+        if engine_gone:
+            # What the engine wrote before it went is still done. A stopping engine wrote
+            # a cancel's stop and closed; this process, answering the spawn before it,
+            # found the socket closed (EPIPE) and dropped it unread, and the job ran on
+            # unsignalled with no engine left to ask again. (Not for a connection dropped
+            # mid-read, whose engine reconnects: the rest would be done out of order.)
+            self._read_rest(client)
+        client.close()
+        self.inbox = b""
+
+    def _read_rest(self, conn: Any) -> None:
+        """Act on the whole lines still in a dropped connection's socket (a cut last
+        line is dropped: its engine sends it again when it reconnects)."""
+        for _ in range(READ_REST_ROUNDS):
+            try:
+                data = conn.recv(RECV_BYTES)
+            except OSError:  # (nothing more: EAGAIN, or the connection reset)
+                return
+            if not data:
+                return
+            self.inbox += data
+            *lines, self.inbox = self.inbox.split(b"\n")
+            for raw in lines:
+                if raw.strip():
+                    self._handle(raw)
 
     def _client_io(self, conn: Any, events: int) -> None:
         if events & selectors.EVENT_WRITE:
@@ -541,7 +571,7 @@ class Spawner:
         except OSError:
             data = b""
         if not data:
-            self._drop_client()
+            self._drop_client(engine_gone=True)
             return
         self.inbox += data
         *lines, self.inbox = self.inbox.split(b"\n")
@@ -564,7 +594,7 @@ class Spawner:
         except (BlockingIOError, InterruptedError):
             sent = 0
         except OSError:
-            self._drop_client()
+            self._drop_client(engine_gone=True)
             return
         del self.outbox[:sent]
         writing = bool(self.outbox)  # the engine reads slowly: wait until it can take more
