@@ -1410,3 +1410,34 @@ async def test_a_service_stays_up_when_its_other_gpu_is_busy_and_one_of_its_own_
     assert job.status is JobStatus.RUNNING and on[healthy].state is ReplicaState.UP
     await engine.cancel(service.id)
     await engine.cancel(blocker.id)
+
+
+async def test_a_domain_removed_leaves_a_choice_and_its_name_given_later_is_not_in_it(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # A choice kept a removed domain's name; a later edit gave that name to a domain on
+    # another GPU, and the job ran there: on a GPU it never named (tester h55).
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE)
+    engine = await make_engine("4xA100-80GB", config=load_config(paths.config_file))
+    busy = await engine.submit({"command": ["sleep", "600"], "domain": "gpu1"})
+    await engine.pause()
+    choice = await engine.submit({"command": ["true"], "domain": ["gpu1", "gpu0"]})
+    paths.config_file.write_text(UNMANAGED + "[domains.g1]\ngpu = 1\n")
+    assert (await engine.config_reload.reload())["applied"] is True
+    edited = await engine.get(choice.id)
+    assert edited.status is JobStatus.QUEUED and edited.spec["domain"] == "g1"
+    edits = [e["message"] for e in await engine.events_of(choice.id) if e["kind"] == "job.edited"]
+    assert edits[-1] == (
+        "edited: domain gpu0 removed from the configuration, left out of its choice (now g1)"
+    ), edits
+    paths.config_file.write_text(UNMANAGED + "[domains.g1]\ngpu = 1\n[domains.gpu0]\ngpu = 3\n")
+    assert (await engine.config_reload.reload())["applied"] is True
+    await engine.resume()
+    await engine.store.flush()
+    waiting = await engine.get(choice.id)
+    assert waiting.status is JobStatus.QUEUED, waiting.domains
+    assert "g1" in waiting.message and "job " + str(busy.id) in waiting.message, waiting.message
+    await engine.cancel(busy.id)
+    done = await engine.wait(choice.id, timeout=10)
+    assert done.status is JobStatus.COMPLETED and done.domains == ["g1"]

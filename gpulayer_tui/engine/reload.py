@@ -366,6 +366,7 @@ class ConfigReloader:
             if name not in ("domains", "cpu") and getattr(config, name) != getattr(old, name)
         ]
         self._apply_config(config)
+        before = dict(self._scheduler.domains)
         fresh, moved, domain_changes = rebuild_domains(
             self._scheduler.domains, plans, self._scheduler.retired
         )
@@ -383,6 +384,14 @@ class ConfigReloader:
         for gone, dom in moved:
             if id(gone) not in live:
                 self._follow_pins({gone.name: dom.name}, only=set(dom.holdings))
+        handed_on = {id(gone) for gone, _ in moved} | {id(d) for d in fresh}
+        self._leave_out_of_choices(
+            {
+                n
+                for n, d in before.items()
+                if id(d) not in handed_on and n not in self._scheduler.domains
+            }
+        )
         for dom in self._scheduler.gpu_domains:  # (names by GPU, for the next engine)
             if dom.gpu_uuid is not None:
                 self._store.save_domain_state(
@@ -461,6 +470,38 @@ class ConfigReloader:
             self._store.save_edit(act.job)
             said = ", ".join(f"{old} -> {renamed[old]}" for old in pins if old in renamed)
             message = f"edited: pinned domain renamed with its GPU ({said})"
+            self._book.record(act, EventKind.EDITED, {"message": message})
+
+    def _leave_out_of_choices(self, removed: set[str]) -> None:
+        """Domains the edit removed (their GPU has no domain now) are left out of the
+        choices that name them, stored as an edit with a ``job.edited`` entry. A choice
+        kept a removed name, and a domain a later edit gave that name, on another GPU, was
+        then one of its choices: the job ran on a GPU it never named (tester h55). A job
+        with nothing left to run on is failed as it resolves again, naming the domain."""
+        if not removed:
+            return
+        for act in list(self._book):
+            if act.spec is None or act.job.status.is_terminal:
+                continue
+            pins = act.spec.pinned_domains
+            gone = [pin for pin in pins if pin in removed]
+            now = [pin for pin in pins if pin not in removed]
+            if not gone or len(now) < max(act.spec.gpus or 1, 1):
+                continue
+            spec = parse_spec({**act.job.spec, "domain": now[0] if len(now) == 1 else now})
+            try:
+                if act.job.status is JobStatus.RUNNING:
+                    act.spec = spec  # (its holds stay; it is placed by this spec next time)
+                else:
+                    self._queue.edit(act, spec, self._scheduler.request_for(spec))
+            except SpecError:
+                act.spec = spec  # (another pin is gone too: it fails as it resolves again)
+            act.job.spec = spec.stored()
+            self._store.save_edit(act.job)
+            message = (
+                f"edited: domain {', '.join(gone)} removed from the configuration, "
+                f"left out of its choice (now {', '.join(now)})"
+            )
             self._book.record(act, EventKind.EDITED, {"message": message})
 
     def _rehome(self, old: Domain, new: Domain) -> None:
