@@ -531,6 +531,26 @@ def test_a_slot_wait_names_memory_held_outside_that_would_still_keep_it_out() ->
     assert scheduler.place(fits_later) == "waiting for gpu0: slot held by job 7"
 
 
+def test_a_multi_gpu_wait_names_memory_held_outside_a_busy_gpu() -> None:
+    # A 4-GPU job was told "gpu0 busy", as if the end of the job there would let it start;
+    # a stray's 70 GiB there keeps it out for as long as the stray lives (tester h55).
+    scheduler = machine(gpu(0, used_gib=70, procs=((7051, 70),)), gpu(1), gpu(2), gpu(3), gpu(4))
+    scheduler.hold(
+        9, Request(gpus=1, vram_bytes=0, pins=(), exclusive=False), [scheduler.domains["gpu0"]]
+    )
+    scheduler.hold(
+        10, Request(gpus=1, vram_bytes=0, pins=(), exclusive=False), [scheduler.domains["gpu1"]]
+    )
+    four = Request(
+        gpus=4, vram_bytes=20 * GIB, pins=("gpu0", "gpu1", "gpu2", "gpu3"), exclusive=False
+    )
+    reason = scheduler.place(four)
+    assert reason == (
+        "needs 4 GPUs, 2 available now; gpu1 busy; gpu0: slot held by job 9; once it is "
+        "free, 70.0 GiB held by pid 7051 still leaves 10.0 GiB, short of the 20.0 GiB asked"
+    ), reason
+
+
 def test_a_late_timeout_counts_whole_seconds_down_as_the_runtime_column_does() -> None:
     from gpulayer_tui.engine.batch import late_timeout_message, timeout_message
     from gpulayer_tui.formatting import duration

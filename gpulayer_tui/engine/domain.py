@@ -494,9 +494,9 @@ class Domain:
                 return f"all {self.slots} cpu slots busy"
             jobs = ", ".join(str(j) for j in sorted(self.holdings))
             if self.slots == 1:
-                return f"{self.name}: slot held by job {jobs}{self._outside_shortfall(vram_bytes)}"
+                return f"{self.name}: slot held by job {jobs}{self.outside_shortfall(vram_bytes)}"
             busy = f"{self.name}: all {self.slots} slots busy (jobs {jobs})"
-            return busy + self._outside_shortfall(vram_bytes)
+            return busy + self.outside_shortfall(vram_bytes)
         if not self.is_gpu:
             return None
         account = self.account
@@ -518,7 +518,7 @@ class Domain:
         holder = self._largest_holder()
         return f"{self.name}: {holder}; needs {gib(vram_bytes)}, {gib(account.free)} free"
 
-    def _outside_shortfall(self, vram_bytes: int | None) -> str:
+    def outside_shortfall(self, vram_bytes: int | None) -> str:
         """What memory held outside our jobs would still keep ``vram_bytes`` out once
         every job here had ended (``""``: nothing would): named beside a slot's holder,
         which alone was named, as if that job's end (or its preemption) would do."""

@@ -557,10 +557,16 @@ class Scheduler:
         # Domains that are only busy are named, not their jobs: with many domains a text
         # naming jobs changes with every job end, and each change rewrites the row of
         # every job waiting for this shape (hundreds). `why` and the GPU view say who.
+        # (One whose memory held outside our jobs would still keep the job out once its
+        # slot is free is named with that: "gpu0 busy" of a GPU a 70 GiB stray held read as
+        # if job 9's end would let a 4-GPU job start; tester h55.)
         busy = [
             d.name
             for d, _ in blocked
-            if d.state is DomainState.IN_SERVICE and d.free_slots < 1 and not req.exclusive
+            if d.state is DomainState.IN_SERVICE
+            and d.free_slots < 1
+            and not req.exclusive
+            and not d.outside_shortfall(req.vram_bytes)
         ]
         if len(busy) == len(blocked) and not fitting:
             total = sum(d.slots for d in candidates)
