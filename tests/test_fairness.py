@@ -1476,3 +1476,36 @@ async def test_why_says_whom_the_first_job_in_line_will_preempt_and_when(
     await engine.pause()  # (the wait does not count while paused)
     assert engine.queue.explain(urgent.id)["may_preempt"] is None
     await engine.cancel(victim.id)
+
+
+async def test_the_gpus_reserved_for_a_job_are_those_its_preemption_frees(
+    make_engine: EngineFactory,
+) -> None:
+    # `why` said "reserved gpu0, gpu1, gpu2 for this job" beside "preempts jobs 51, 52,
+    # 53", which ran on gpu1-3: the job then ran there, and gpu0 was kept from others for
+    # nothing (tester h55).
+    config = make_config(scheduling={"preempt_after": 3.0, "checkpoint_signal": None})
+    engine = await make_engine("4xA100-80GB", config=config)
+    low = [
+        await engine.submit(
+            {"command": ["sleep", "600"], "gpus": 1, "preemptible": True, "priority": p}
+        )
+        for p in (1, 0, 0, 0)
+    ]
+    on = {j.id: (await engine.get(j.id)).domains[0] for j in low}
+    urgent = await engine.submit({"command": ["true"], "gpus": 3, "priority": 2})
+    engine.queue.schedule()
+    why = engine.queue.explain(urgent.id)
+    assert why["may_preempt"] == {
+        "jobs": [j.id for j in low[1:]],
+        "in_s": why["may_preempt"]["in_s"],
+    }
+    reserved = why["reservation"]
+    assert isinstance(reserved, dict) and reserved["job"] == urgent.id
+    assert reserved["domains"] == sorted(on[j.id] for j in low[1:]), (reserved, on)
+    assert reserved["when"].startswith("from ~"), reserved  # (the preemption's time)
+    # It runs there once they are stopped.
+    done = await engine.wait(urgent.id, timeout=30)
+    assert done.status is JobStatus.COMPLETED and sorted(done.domains) == reserved["domains"]
+    assert engine.book.live(low[0].id) is not None  # (priority 1: never stopped)
+    await engine.cancel(low[0].id)

@@ -24,6 +24,7 @@ picture and a multi-GPU job's holds are taken in one step.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -1164,6 +1165,15 @@ class JobQueue:
             return pool_reservation(job_id, pool, slots, request.exclusive, self._ends_at, now)
         candidates = scheduler.candidates(request)
         act = self._book.get(job_id)
+        ends_at: Callable[[int], float | None] = self._ends_at
+        stopped = self._stopped_for(act, request, now)
+        if stopped is not None:
+            # The GPUs of the jobs stopped (or to be stopped) for it are the ones it gets:
+            # `why` said "reserved gpu0, gpu1, gpu2" beside "preempts jobs 51, 52, 53",
+            # which ran on gpu1-3 (tester h55), and gpu0 was kept from others for nothing.
+            going, at = stopped
+            ends_at = functools.partial(_ending, going, at, self._ends_at)
+
         # A service's GPU replicas each take their own domains, so it needs
         # ``request.gpus`` distinct domains in all, like one job of that many GPUs.
         return reservation(
@@ -1172,10 +1182,34 @@ class JobQueue:
             request.vram_bytes,
             request.exclusive,
             candidates,
-            self._ends_at,
+            ends_at,
             now,
             comeback=act.ran_on if act is not None else frozenset(),
         )
+
+    def _stopped_for(
+        self, act: ActiveJob | None, request: Request, now: float
+    ) -> tuple[set[int], float] | None:
+        """The jobs being stopped for ``act``, or that would be once it has waited
+        ``preempt_after``, and by when they are gone (as far as is known); ``None``: no
+        one is."""
+        after = self.settings.preempt_after
+        if act is None or after is None or self.preempt is None or request.replicas > 1:
+            return None
+        going = {
+            j
+            for j in self._preempting.get(act.job.id, ())
+            if (victim := self._book.get(j)) is not None and victim.job.status is JobStatus.RUNNING
+        }
+        if going:
+            kills = [v.job.kill_at for j in going if (v := self._book.get(j)) is not None]
+            return going, max((k for k in kills if k is not None), default=now)
+        if act.job.id in self._waiting_on or self._gate() is not None:
+            return None
+        plan = self._preemption_plan(act, request, now)
+        if not plan:
+            return None
+        return {v.job.id for v in plan}, now + max(0.0, after - self._waited_for_room(act, now))
 
     def _ends_at(self, job_id: int) -> float | None:
         """When a running job will have ended at the latest (its timeout), if known;
@@ -1274,3 +1308,10 @@ class JobQueue:
                 self.ready(dependent)
         if act.holds:
             self.schedule_soon()
+
+
+def _ending(
+    going: set[int], at: float, ends_at: Callable[[int], float | None], holder: int
+) -> float | None:
+    """When ``holder`` ends: at ``at`` if it is being stopped, else as ``ends_at`` says."""
+    return at if holder in going else ends_at(holder)
