@@ -247,7 +247,12 @@ class GpulayerApp(App[str]):
             if self._stopping:
                 return
             # The stream ended: the engine went away, or we fell behind and were cut off.
-            self.connection_problem = "event stream lost; reconnecting"
+            # Asked at once how the engine is, so a header that says "no engine answers
+            # ... start one" goes on saying it while none does (the line below replaced
+            # it at each try, every second: tester h54).
+            await self._poll_health()
+            if not self.connection_problem:
+                self.connection_problem = "event stream lost; reconnecting"
             await asyncio.sleep(1.0)
 
     def _apply_event(self, event: EventJSON) -> None:

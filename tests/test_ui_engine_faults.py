@@ -41,6 +41,19 @@ async def test_a_frozen_then_killed_engine_is_said_and_survived(served: Served, 
         served.proc.kill()
         served.proc.wait()
         await until(pilot, lambda: app.connection_problem != "", "the lost engine said")
+        # Said as what it is for as long as it lasts: "event stream lost; reconnecting"
+        # replaced "no engine answers ... start one" at each reconnect try, every second
+        # (tester h54).
+        await until(
+            pilot,
+            lambda: app.connection_problem.startswith("no engine answers at "),
+            "no engine said",
+        )
+        said = set()
+        for _ in range(60):  # (3 s: three reconnect tries)
+            await pilot.pause(0.05)
+            said.add(app.connection_problem)
+        assert len(said) == 1 and "start one with `gpulayer-tui --serve`" in said.pop(), said
         # Each view change asks the engine again: one toast says it is gone (five alike
         # stacked up, one per key).
         await pilot.press("2")
