@@ -93,6 +93,16 @@ def unsafe_characters(text: str) -> list[str]:
     ]
 
 
+def program_name(program: str) -> str:
+    """A program as named for a default job name or a narrow column: the last part of a
+    path (``/opt/conda/bin/python3`` -> ``python3``), else the word whole. A process
+    renamed with ``exec -a '[red]stray[/]'`` was named ``]``: only a word that is a path
+    (from ``/``, ``./``, ``../`` or ``~/``) loses its directory (tester h54)."""
+    if program.startswith(("/", "./", "../", "~/")):
+        return program.rsplit("/", 1)[-1] or program
+    return program
+
+
 def printable(text: str, keep: str = "") -> str:
     """``text`` with each of its :func:`unsafe_characters` but those in ``keep`` written as
     ``\\xNN``/``\\uNNNN``: safe to put on a terminal, and still says what was there."""

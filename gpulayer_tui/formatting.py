@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .fields import TERMINAL_STATUSES, starting_why
+from .fields import TERMINAL_STATUSES, program_name, starting_why
 from .wire import NOT_ACCEPTING
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
@@ -141,7 +141,7 @@ def short_command(command: str) -> str:
     (``/opt/conda/envs/x/bin/python3 train.py`` -> ``python3 train.py``): a narrow table
     spends its width on what tells processes apart."""
     program, sep, rest = command.partition(" ")
-    return (program.rsplit("/", 1)[-1] or program) + sep + rest
+    return program_name(program) + sep + rest
 
 
 def user_name(uid: int) -> str:

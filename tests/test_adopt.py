@@ -544,6 +544,12 @@ async def test_an_adopted_process_named_after_a_hostile_argv0_gets_a_printable_n
     assert job.status is JobStatus.RUNNING
     assert job.name == "e\\x1b[31mvil"
     await engine.cancel(job.id)
+    # A renamed process whose name is no path keeps it whole: `exec -a '[red]stray[/]'`
+    # was named "]", after its last "/" (tester h54).
+    renamed = _python_as(spawn, b"[red]stray[/]")
+    job = await adopt(engine, renamed.pid)
+    assert job.name == "[red]stray[/]", job.name
+    await engine.cancel(job.id)
 
 
 async def test_adoptions_of_one_pid_at_once_make_one_job(

@@ -581,3 +581,14 @@ def test_a_big_service_s_message_names_a_few_replicas_then_counts_the_rest() -> 
     ), said
     assert said.endswith("; 17 more not up (15 starting, 1 in back-off, 1 down)"), said
     assert len(said) < 400
+
+
+def test_a_program_loses_its_directory_only_where_it_is_a_path() -> None:
+    from gpulayer_tui.fields import program_name
+    from gpulayer_tui.formatting import short_command
+
+    assert short_command("/opt/conda/bin/python3 train.py") == "python3 train.py"
+    assert short_command("./run.sh --fast") == "run.sh --fast"
+    # (`exec -a '[red]stray[/]' sleep 1000` read "] 1000": tester h54)
+    assert short_command("[red]stray[/] 1000") == "[red]stray[/] 1000"
+    assert program_name("sleep") == "sleep" and program_name("/") == "/"

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..fields import NAME_MAX, printable
+from ..fields import NAME_MAX, printable, program_name
 from ..wire import AdoptRequest
 from . import procs
 from .batch import decide_stop
@@ -470,7 +470,7 @@ class Adopter:
         request: Request | None,
     ) -> ActiveJob:
         command = snapshot.command if snapshot else ""
-        label = name or (os.path.basename(command.split(" ", 1)[0]) if command else f"pid {pid}")
+        label = name or (program_name(command.split(" ", 1)[0]) if command else f"pid {pid}")
         # (A program's name held to the name rule, as a submitted job's is: an argv0 with
         # a terminal escape reached the API and --json raw.)
         label = printable(label)[:NAME_MAX] or f"pid {pid}"

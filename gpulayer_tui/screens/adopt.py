@@ -6,7 +6,6 @@ was lost when the engine asked for a domain the dialog had no field for."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, ClassVar
 
 from textual import on, work
@@ -19,6 +18,7 @@ from textual.widgets import Button, Input, Label, Static
 
 from .. import keymap, wire
 from ..backend import BackendError
+from ..fields import program_name
 from ..formatting import GIB
 from ..view import view_of
 from ..widgets.key_footer import KeyFooter
@@ -85,7 +85,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
                 classes="muted",
             )
             yield Label("Name")
-            yield Input(value=os.path.basename(program) or "", id="adopt-name", compact=True)
+            yield Input(value=program_name(program), id="adopt-name", compact=True)
             yield Label("Declared VRAM per GPU (GiB, empty for what it holds)")
             # (per GPU: the most it holds on one; the sum over its GPUs was offered, and a
             # process on two GPUs was over-reserved on each, or refused as too big)
