@@ -669,6 +669,8 @@ def test_doctor_without_an_engine_binds_the_config_to_the_gpus_and_knows_the_flo
     # The floor is read even from a file whose domains are wrong.
     assert checks["disk space"]["status"] == "fail"
     assert "below [logs] min_free_mb = 1073741824, new jobs wait" in checks["disk space"]["detail"]
+    # (1 PiB: more than this filesystem; freeing space never helps: tester h53)
+    assert "(more than the whole filesystem, " in checks["disk space"]["detail"]
     config.write_text("[domains.other]\ngpu = 1\n")
     doctor.run_doctor(resolve_paths(), as_json=True)
     checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)}

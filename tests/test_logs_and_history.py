@@ -336,6 +336,9 @@ async def test_jobs_wait_for_disk_space_with_the_reason(make_engine: EngineFacto
     assert job.status is JobStatus.QUEUED
     assert job.message.startswith("waiting for disk space: ")
     assert "below [logs] min_free_mb = 1073741824" in job.message
+    # (1 PiB: freeing space never helps, and nothing said so: tester h53)
+    assert ", more than the whole filesystem (" in job.message, job.message
+    assert job.message.endswith(" MiB): no job starts until it is lowered"), job.message
     # `why` gives that reason, and calls its place a place in line (it said "1 of 1
     # ready", as if nothing held it).
     lines = why_lines(await engine.why(job.id))

@@ -113,6 +113,9 @@ def _state_dir(paths: Paths) -> list[dict[str, str]]:
     if free < floor * MIB:
         status = "fail"
         detail += f": below [logs] min_free_mb = {floor}, new jobs wait"
+        if usage.total < floor * MIB:
+            size = usage.total / MIB
+            detail += f" (more than the whole filesystem, {size:.0f} MiB: lower it)"
     checks.append(_check("disk space", status, detail))
     return checks
 

@@ -64,7 +64,23 @@ class DiskSpace:
                     f"its state and logs ({self.path}), below [logs] min_free_mb = "
                     f"{self.min_free_mb}"
                 )
+                size = self.size_mb()
+                if size is not None and size < self.min_free_mb:
+                    # (a small filesystem: freeing space there never helps, and nothing
+                    # said so; tester h53)
+                    self._reason += (
+                        f", more than the whole filesystem ({size:.0f} MiB): no job "
+                        "starts until it is lowered"
+                    )
         return self._reason
+
+    def size_mb(self) -> float | None:
+        """The size of the state dir's filesystem, in MiB (``None``: cannot tell)."""
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return None
+        return st.f_blocks * st.f_frsize / 1024**2
 
     def full_note(self) -> str | None:
         """What to add to a failed job's end when its log's disk is (nearly) full, or
