@@ -229,3 +229,33 @@ def test_strays_snapshot(snap_compare: Any) -> None:
 def test_adopt_dialog_snapshot(snap_compare: Any) -> None:
     app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
     assert snap_compare(app, press=["3", "a"], terminal_size=(120, 32))
+
+
+async def test_keys_typed_in_one_burst_in_the_adopt_dialog_land_where_they_were_typed(
+    ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
+) -> None:
+    # ctrl+u, "ab", Tab, "dom" in one burst left the domain empty: Textual checks an
+    # Input's ctrl+u once the key has bubbled back up, from the field focused by then, and
+    # Tab had moved on: it cleared "dom" (tester h54). Sent as the driver sends a burst.
+    from textual import events
+
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    SimLedger(engine.paths.state_dir).hold(0, sleeper_proc.pid, 5.0)
+    await engine.sampler.sample_once()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _open_strays(pilot, app)
+        table = app.screen.query_one(StrayTable)
+        await until(pilot, lambda: sleeper_proc.pid in table.rows_by_pid)
+        await pilot.press("a")
+        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        vram = dialog.query_one("#adopt-vram", Input)
+        vram.focus()
+        await pilot.pause()
+        burst = [("ctrl+u", "\x15"), ("2", "2"), ("4", "4"), ("tab", "\t")]
+        burst += [("g", "g"), ("p", "p"), ("u", "u"), ("0", "0"), ("backspace", "\x7f"), ("1", "1")]
+        for key, char in burst:
+            app.post_message(events.Key(key, char))
+        domain = dialog.query_one("#adopt-domain", Input)
+        await until(pilot, lambda: domain.value == "gpu1", "the domain typed")
+        assert vram.value == "24"

@@ -21,6 +21,7 @@ from ..backend import BackendError
 from ..fields import program_name
 from ..formatting import GIB
 from ..view import view_of
+from ..widgets.field_input import FieldInput
 from ..widgets.key_footer import KeyFooter
 from ..wire import JobJSON
 from .submit import ListSuggester, split_list
@@ -85,19 +86,19 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
                 classes="muted",
             )
             yield Label("Name")
-            yield Input(value=program_name(program), id="adopt-name", compact=True)
+            yield FieldInput(value=program_name(program), id="adopt-name", compact=True)
             yield Label("Declared VRAM per GPU (GiB, empty for what it holds)")
             # (per GPU: the most it holds on one; the sum over its GPUs was offered, and a
             # process on two GPUs was over-reserved on each, or refused as too big)
             per_gpu = proc.get("most_on_a_gpu", held)
-            yield Input(
+            yield FieldInput(
                 value=f"{per_gpu / GIB:.1f}" if per_gpu else "",
                 id="adopt-vram",
                 placeholder="e.g. 24",
                 compact=True,
             )
             yield Label("Domain (empty: where it holds GPU memory, else the cpu pool)")
-            yield Input(
+            yield FieldInput(
                 id="adopt-domain",
                 placeholder=self._domain_hint(),
                 suggester=ListSuggester(self._domain_names),

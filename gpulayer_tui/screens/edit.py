@@ -22,6 +22,7 @@ from .. import keymap, wire
 from ..backend import BackendError
 from ..formatting import dependencies_text
 from ..view import view_of
+from ..widgets.field_input import FieldInput
 from ..widgets.key_footer import KeyFooter
 from ..wire import JobJSON
 from .form import FormScreen, form_field
@@ -120,7 +121,7 @@ class EditScreen(FormScreen[JobJSON | None]):
                 shown = dependencies_text(spec) if spec_field == "depends_on" else _shown(value)
                 yield form_field(
                     label,
-                    Input(
+                    FieldInput(
                         value=shown,
                         placeholder="none",
                         id=input_id,

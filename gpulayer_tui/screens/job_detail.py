@@ -36,6 +36,7 @@ from ..formatting import (
 from ..pager import page_file
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
+from ..widgets.field_input import FieldInput
 from ..widgets.field_list import FieldList
 from ..widgets.job_columns import command_text, runtime_seconds
 from ..widgets.key_footer import KeyFooter
@@ -339,7 +340,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         with Horizontal(id="search-row"):
             yield Label("/", id="search-prompt")
             # Disabled while hidden, so it never takes the focus (and the keys) from the log.
-            yield Input(
+            yield FieldInput(
                 placeholder="search the log (enter: to the log, n / N: next / previous, esc: end)",
                 compact=True,
                 id="log-search",

@@ -22,6 +22,7 @@ from .. import keymap
 from ..job_feed import JobView
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
+from ..widgets.field_input import FieldInput
 from ..widgets.job_columns import SORTS, STATUS_FILTERS
 from ..widgets.job_table import JobTable
 from ..widgets.key_footer import KeyFooter
@@ -90,7 +91,7 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             yield Label("", id="jobs-count")
         with Horizontal(id="filter-row"):
             yield Label("/", id="filter-prompt")
-            yield Input(
+            yield FieldInput(
                 placeholder="filter on id, name, command, message, status or domain (esc clears)",
                 compact=True,
                 id="filter",

@@ -15,6 +15,7 @@ from .. import keymap, wire
 from ..backend import BackendError
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
+from ..widgets.field_input import FieldInput
 from ..widgets.key_footer import KeyFooter
 from ..widgets.stray_table import StrayTable, strays_from
 from ..wire import JobJSON
@@ -46,7 +47,7 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
             id="strays-hint",
         )
         # Disabled while hidden, so it never takes the focus (and the keys) from the table.
-        yield Input(
+        yield FieldInput(
             placeholder="pid to adopt, then enter (esc: close)",
             id="pid-input",
             type="integer",

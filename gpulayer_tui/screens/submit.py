@@ -29,6 +29,7 @@ from .. import keymap, wire
 from ..backend import BackendError
 from ..view import view_of
 from ..widgets.command_input import CommandInput
+from ..widgets.field_input import FieldInput
 from ..widgets.key_footer import KeyFooter
 from ..wire import JobJSON
 from .form import FormScreen, form_field
@@ -122,20 +123,22 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             )
             with Horizontal(classes="option-row"):
                 yield Checkbox("run without a shell (split into argv)", id="no-shell", compact=True)
-            yield form_field("Name", Input(placeholder="default: the program's name", id="name"))
+            yield form_field(
+                "Name", FieldInput(placeholder="default: the program's name", id="name")
+            )
             yield form_field(
                 "GPUs",
-                Input(placeholder="auto", id="gpus", classes="short"),
+                FieldInput(placeholder="auto", id="gpus", classes="short"),
                 "0 = CPU job · empty: 1 if VRAM or a GPU domain is set",
             )
             yield form_field(
                 "VRAM GiB",
-                Input(placeholder="-", id="vram", classes="short"),
+                FieldInput(placeholder="-", id="vram", classes="short"),
                 "needed on each GPU",
             )
             yield form_field(
                 "Domain",
-                Input(
+                FieldInput(
                     placeholder="any",
                     id="domain",
                     suggester=ListSuggester(self._domain_names),
@@ -145,7 +148,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             )
             yield form_field(
                 "Depends on",
-                Input(placeholder="job ids, e.g. 12, 13", id="after"),
+                FieldInput(placeholder="job ids, e.g. 12, 13", id="after"),
             )
             with Horizontal(classes="option-row"):
                 yield Checkbox(
@@ -155,12 +158,12 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                 )
             yield form_field(
                 "Timeout s",
-                Input(placeholder="none", id="timeout", classes="short"),
+                FieldInput(placeholder="none", id="timeout", classes="short"),
                 "seconds of running, then SIGTERM",
             )
             yield form_field(
                 "Priority",
-                Input(placeholder="0", id="priority", classes="short"),
+                FieldInput(placeholder="0", id="priority", classes="short"),
                 "higher starts first",
             )
             with Horizontal(classes="option-row"):
@@ -173,7 +176,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                 "Replicas",
                 # (Off until 'service' is ticked: its placeholder invited a 1 the form then
                 # refused, "replicas are for services".)
-                Input(placeholder="1", id="replicas", classes="short", disabled=True),
+                FieldInput(placeholder="1", id="replicas", classes="short", disabled=True),
                 "service copies, each on its own GPU (tick 'service' first)",
             )
             with Horizontal(classes="buttons"):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from textual import events
 from textual.message import Message
-from textual.widgets import Input
+
+from .field_input import FieldInput
 
 
-class CommandInput(Input):
+class CommandInput(FieldInput):
     """An :class:`~textual.widgets.Input` for a command line.
 
     Textual's ``Input`` keeps only the first line of a paste: a pasted two-line script
