@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -239,6 +240,44 @@ async def test_a_stop_reaches_what_the_job_started_in_a_session_of_its_own(
 
     await eventually(lambda: not any(alive(p) for p in found))
     assert (await engine.get(job.id)).status is JobStatus.CANCELLED
+
+
+@pytest.mark.skipif(shutil.which("timeout") is None, reason="needs GNU timeout")
+async def test_a_stop_and_an_end_reach_what_the_job_started_in_a_group_of_its_own(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # GNU `timeout` (also `bash -m`, setpgid) puts its child in a process group of its
+    # own in the job's session: a cancel signalled the job's group and other sessions
+    # only, and `timeout 600 sleep 600` ran on; a service's replica that ended left one
+    # such server per restart (tester h52). What left the session (setsid) is let be.
+    engine = await make_engine(config=make_config(engine={"grace_period": 1.0}))
+    job = await engine.submit({"shell": "timeout 600 sleep 600; echo done", "gpus": 0})
+    leader = psutil.Process(job.pid)
+
+    def grouped() -> list[psutil.Process]:
+        return [p for p in leader.children(recursive=True) if os.getpgid(p.pid) != job.pid]
+
+    found = await eventually(lambda: len(grouped()) == 2 and grouped())
+    await engine.cancel(job.id)
+    assert (await engine.wait(job.id, timeout=15)).status is JobStatus.CANCELLED
+    await eventually(lambda: all(pid_gone(p.pid) for p in found))
+    # Ended by itself: what it left in a group of its own goes with it.
+    pids = tmp_path / "pids"
+    # (Popen returns once the child runs, in its own session: no race with the end)
+    detach = (
+        "import subprocess; print(subprocess.Popen(['sleep', '600'], start_new_session=True).pid)"
+    )
+    script = f'timeout 600 sleep 600 & echo $! > {pids}; {sys.executable} -c "{detach}" >> {pids}'
+    ended = await engine.submit({"shell": script, "gpus": 0})
+    assert (await engine.wait(ended.id, timeout=15)).status is JobStatus.COMPLETED
+    in_group, left_session = (int(p) for p in pids.read_text().split())
+    try:
+        await eventually(lambda: pid_gone(in_group))
+        assert not pid_gone(left_session)
+    finally:
+        for pid in (in_group, left_session):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 async def test_a_stop_the_dying_spawner_never_read_still_stops_the_job(

@@ -287,6 +287,8 @@ class Spawner:
         self.listener = self._listen()
         self.files_checked = time.monotonic()
         self.keeper_lost = False  # its keeper (parent, subreaper) died: retire once idle
+        # (the subreaper that inherits what a job leaves as its leader exits)
+        self.keeper_pid = os.getppid() if keeper_fd is not None else 0
         self.orphaned = False  # its state dir's path names another folder: retire once idle
         self.keeper_fd = keeper_fd
         self.keeper_buf = b""
@@ -817,6 +819,7 @@ class Spawner:
         # and ports already given away: kill it while the leader is our unreaped child
         # (its pid, the group id, cannot be reused until we reap it).
         self._killpg(task, signal.SIGKILL)
+        self._kill_session_leftovers(task.pid)
         # Its status is read without reaping it and journaled first: killed between a
         # reap and the journal line, a spawner took the status with it (CI's crash test:
         # a job's exit code lost). Unreaped, it is the keeper's zombie to reap instead.
@@ -1026,15 +1029,35 @@ class Spawner:
         if entry is not None:
             entry.kill_at = task.kill_at
             entry.timed_out = timed_out
-        # What it started in sessions of its own is not in its group: stopped with it
-        # (a service's `setsid` server kept its port after the cancel). Found first: its
-        # leader gone, they are no longer below it.
+        # What it started in groups or sessions of its own is not in its group: stopped
+        # with it (a service's `setsid` server kept its port after the cancel, `timeout`'s
+        # child ran on). Found first: its leader gone, they are no longer below it.
         outside = _outside_group(task.pid)
         self._killpg(task, signal.SIGTERM)
         for pid, ticks in outside:
             self.strays[(pid, ticks)] = task.kill_at
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
+
+    def _kill_session_leftovers(self, leader: int) -> None:
+        """SIGKILL the groups a job left in its session (not ``setsid``'s: those left it
+        on purpose). Its leader gone, they are the keeper's children now (a subreaper
+        inherits orphans as their parent exits), so this reads the keeper's list of
+        children, not all of /proc, on every job's end. A service whose command ran
+        `timeout 600 server` left one server per restart (tester h52)."""
+        try:
+            with open(f"/proc/{self.keeper_pid}/task/{self.keeper_pid}/children", "rb") as fh:
+                orphans = [int(p) for p in fh.read().split()]
+        except (OSError, ValueError):
+            return  # (no keeper, or a kernel without the list: as before)
+        for pid in orphans:
+            stat = procstat.read_stat(pid)
+            if stat is None or stat.session != leader or stat.pgrp in (leader, 0):
+                continue
+            if stat.state in ("Z", "X"):
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(stat.pgrp, signal.SIGKILL)
 
     def _kill_strays(self, now: float) -> None:
         """SIGKILL the strays whose stop's grace period is over (still the same process)."""
@@ -1153,9 +1176,11 @@ def _pidfd(pid: int) -> int | None:
 
 
 def _outside_group(leader: int) -> list[tuple[int, int]]:
-    """``(pid, start ticks)`` of the descendants of ``leader`` that are in another session
-    than its own (the job's group and session are its leader's), from one pass over
-    /proc: a signal to the group does not reach them."""
+    """``(pid, start ticks)`` of the descendants of ``leader`` that are in another process
+    group than its own (the job's group and session are its leader's), from one pass over
+    /proc: a signal to the group does not reach them. Another session (``setsid``), and
+    also a group of its own in the job's session: GNU ``timeout``, ``bash -m`` and
+    ``setpgid`` put a child there, and it ran on after the cancel (tester h52)."""
     children: dict[int, list[procstat.ProcStat]] = {}
     with contextlib.suppress(OSError):
         for name in os.listdir("/proc"):
@@ -1167,7 +1192,7 @@ def _outside_group(leader: int) -> list[tuple[int, int]]:
     while todo:
         for child in children.get(todo.pop(), ()):
             todo.append(child.pid)
-            if child.session != leader and child.state not in ("Z", "X"):
+            if child.pgrp != leader and child.state not in ("Z", "X"):
                 found.append((child.pid, child.start_ticks))
     return found
 

@@ -24,6 +24,7 @@ class ProcStat:
     ppid: int
     start_ticks: int
     session: int = 0
+    pgrp: int = 0  # field 5: its process group
     flags: int = 0  # field 9: PF_* (PF_KTHREAD marks a kernel thread)
     comm: bytes = b""  # field 2, the command name: exec (and PR_SET_NAME) change it
 
@@ -51,6 +52,7 @@ def read_stat(pid: int) -> ProcStat | None:
             ppid=int(rest[1]),
             start_ticks=int(rest[19]),
             session=int(rest[3]),
+            pgrp=int(rest[2]),
             flags=int(rest[6]),
             comm=data[begin + 1 : end],
         )
