@@ -56,7 +56,7 @@ from .batch import BatchRunner, JobEnv, login_basics
 from .cluster_runner import ClusterRunner
 from .config import Config, ConfigError, Paths, load_config, plan_domains
 from .disk import DiskSpace
-from .domain import Domain
+from .domain import Domain, DomainState
 from .errors import JobNotActive, Overloaded, SpecError, StoreError, UnknownJob
 from .events import EventBus, Subscription
 from .executor import TaskKey
@@ -456,6 +456,9 @@ class Engine:
                 [j.id for j in active if j.status is JobStatus.RUNNING],
             )
             await self.recovery.restore(active, renamed)
+            for dom in self.scheduler.gpu_domains:
+                if dom.state is DomainState.QUARANTINED and dom.holdings:
+                    self.domain_ops.quarantined(dom)  # (see DomainOps.quarantined)
             self._resume_preemptions()
             await self._say_unwatched_runs()
             self.queue.schedule()

@@ -164,6 +164,23 @@ class DomainOps:
             if MISSING_WARNING in act.job.message and "; warning: GPU " in act.job.message:
                 self._book.set_reason(act, f"running on {', '.join(act.job.domains)}")
 
+    def quarantined(self, dom: Domain) -> None:
+        """What runs on a quarantined domain reacts: its services are placed again (the
+        quarantine listeners), its batch jobs say so. Also called once the jobs are
+        restored at start: the first sample quarantines a GPU lost while no engine ran
+        before any job is back, and a service there ran on, never placed again (tester
+        h52)."""
+        for listener in self._quarantine_listeners:
+            listener(dom)
+        for job_id in sorted(dom.holdings):
+            act = self._book.get(job_id)
+            if act is None or act.job.status is not JobStatus.RUNNING:
+                continue
+            if act.job.kind is JobKind.SERVICE:
+                continue  # placed again by its runner (a quarantine listener)
+            warning = f"running on {', '.join(act.job.domains)}; warning: domain "
+            self._book.set_reason(act, f"{warning}{dom.name} quarantined: {dom.state_reason}")
+
     def _changed(self, dom: Domain, what: str) -> None:
         """Record and publish a domain's change, then let the queue see it."""
         self._store.save_domain_state(
@@ -182,16 +199,7 @@ class DomainOps:
         )
         self._store.save(None, [event])
         if dom.state is DomainState.QUARANTINED:
-            for listener in self._quarantine_listeners:
-                listener(dom)
-            for job_id in sorted(dom.holdings):
-                act = self._book.get(job_id)
-                if act is None or act.job.status is not JobStatus.RUNNING:
-                    continue
-                if act.job.kind is JobKind.SERVICE:
-                    continue  # placed again by its runner (a quarantine listener)
-                warning = f"running on {', '.join(act.job.domains)}; warning: domain "
-                self._book.set_reason(act, f"{warning}{dom.name} quarantined: {dom.state_reason}")
+            self.quarantined(dom)
         else:
             # Released (to service, or back to the drain it was under): the warning above
             # is past (it stayed, after restarts too; and under the name the domain had
