@@ -524,6 +524,20 @@ async def test_layout_follows_the_terminal_and_v_overrides_it() -> None:
         assert {p.density for p in panels} == {"full"}
 
 
+async def test_the_rows_at_60_columns_show_the_memory_figures() -> None:
+    # At 60 columns the rows view (chosen there) cut the bar before its USED/TOTAL: no
+    # memory figure anywhere (tester h54). POWER gives way below 72.
+    app = build_app(StaticBackend(n_gpus=8), clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(60, 20)) as pilot:
+        panels = await until(pilot, lambda: list(app.screen.query(GpuPanel)))
+        await until(pilot, lambda: all(p.density == "row" for p in panels))
+        await pilot.pause()
+        for panel in panels:
+            shown = panel.query_one(MemoryBar).render().plain
+            assert "/" in shown and shown.rstrip().endswith(".0"), (panel.domain_name, shown)
+        assert_panels_laid_out(app)
+
+
 async def test_theme_switch_restyles_the_table() -> None:
     app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -125,6 +125,12 @@ def _fit(text: str, width: int) -> str:
     return pad_to_width(cut, width)
 
 
+POWER_MIN_WIDTH = 72
+"""Below this content width the rows leave out POWER: at 60 columns the bar had no room
+for its USED/TOTAL figures, and the rows view (the one chosen there) showed no memory
+figure at all (tester h54)."""
+
+
 @dataclass(frozen=True)
 class RowLayout:
     """Column widths of the one-line (``row``) density at a given content width."""
@@ -136,23 +142,26 @@ class RowLayout:
     stats: int
     spark: int
     job: int = 0
+    power: bool = True  # (left out below POWER_MIN_WIDTH: the memory figures come first)
 
     @classmethod
     def for_width(cls, width: int, name_width: int = 4) -> RowLayout:
         """The widths that fit ``width`` cells (the memory bar takes what is left)."""
         power_limit = width >= 100
+        power = width >= POWER_MIN_WIDTH
         bar = 10 if width >= 120 else 5
         spark = min(40, width // 5) if width >= 110 else 0
         # "● " name " " model " " "100% " bar "  " "85°C" "  " power "  " slots " "
-        fixed = 2 + name_width + 1 + 1 + 5 + bar + 2 + 4 + 2 + (8 if power_limit else 5) + 2 + 5
-        fixed += 1
+        fixed = 2 + name_width + 1 + 1 + 5 + bar + 2 + 4 + 2 + 5 + 1
+        if power:
+            fixed += (8 if power_limit else 5) + 2
         memory_min = 24
         room = width - fixed - memory_min - (spark + 1 if spark else 0)
         # The job holding the GPU gets a column once the model has 8 cells (" " + job).
         job = max(0, min(24, room - 8 - 1)) if room >= 8 + 1 + 6 else 0
         model = max(8, min(24 if width >= 100 else 14, room - (job + 1 if job else 0)))
         stats = fixed + model + (job + 1 if job else 0)
-        return cls(name_width, model, bar, power_limit, stats, spark, job)
+        return cls(name_width, model, bar, power_limit, stats, spark, job, power)
 
 
 class GpuPanel(Vertical):
@@ -534,8 +543,14 @@ class GpuPanel(Vertical):
             *self._util_pieces(layout.bar),
             ("  ", ""),
             self._temp_piece(),
-            ("  ", ""),
-            _rjust(self._power_piece(layout.power_limit), 8 if layout.power_limit else 5),
+            *(
+                [
+                    ("  ", ""),
+                    _rjust(self._power_piece(layout.power_limit), 8 if layout.power_limit else 5),
+                ]
+                if layout.power
+                else []
+            ),
             ("  ", ""),
             _rjust(self._slots_piece(), 5),
             (" ", ""),
@@ -563,8 +578,7 @@ class GpuPanel(Vertical):
             + "UTIL".ljust(5 + layout.bar)
             + "  "
             + "TEMP"
-            + "  "
-            + "POWER".rjust(8 if layout.power_limit else 5)
+            + ("  " + "POWER".rjust(8 if layout.power_limit else 5) if layout.power else "")
             + "  "
             + "SLOTS"
             + " "

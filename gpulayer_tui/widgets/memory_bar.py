@@ -28,6 +28,10 @@ class MemoryPart(NamedTuple):
     """Bytes."""
 
 
+COMPACT_FIGURE_MIN = 14
+"""The narrowest bar that shows ``used/total`` (10 cells) beside 4 cells of bar."""
+
+
 def split_cells(sizes: Sequence[float], width: int) -> list[int]:
     """Share ``width`` cells among ``sizes`` in proportion.
 
@@ -186,7 +190,7 @@ class MemoryBar(Widget):
         figure = Text()
         if self.legend and width >= 34:
             figure = self._figure(compact=False)
-        elif width >= 20:
+        elif width >= COMPACT_FIGURE_MIN:
             figure = self._figure(compact=True)
         cells = split_cells([p.size for p in parts], width - figure.cell_len)
         text = Text()
