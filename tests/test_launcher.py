@@ -280,6 +280,82 @@ async def test_a_stop_and_an_end_reach_what_the_job_started_in_a_group_of_its_ow
                 os.kill(pid, signal.SIGKILL)
 
 
+# A leader whose leftovers become the keeper's only after their parent dies: `timeout`
+# below a shell of the job's group (killed with the group a moment after the end), and a
+# group of its own below another (tester h57). Each prints its leftovers' pids.
+_LEFT_BEHIND = {
+    "below-a-shell": (
+        "sh -c 'timeout 600 sleep 600 & echo $! > {pids}; wait' & "
+        "while [ ! -s {pids} ]; do sleep 0.01; done; exit 0"
+    ),
+    "nested-groups": (
+        f'exec {sys.executable} -c "'
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setpgrp()\n"
+        "    if os.fork() == 0:\n"
+        "        os.setpgrp(); os.execvp('sleep', ['sleep', '600'])\n"
+        "    os.execvp('sleep', ['sleep', '600'])\n"
+        "time.sleep(0.3); open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+        '" {pids}'
+    ),
+}
+
+
+@pytest.mark.skipif(shutil.which("timeout") is None, reason="needs GNU timeout")
+@pytest.mark.parametrize("shape", sorted(_LEFT_BEHIND))
+async def test_what_becomes_the_keepers_after_the_end_is_swept_too(
+    make_engine: EngineFactory, tmp_path: Path, shape: str
+) -> None:
+    engine = await make_engine()
+    pids = tmp_path / "pids"
+    job = await engine.submit({"shell": _LEFT_BEHIND[shape].format(pids=pids), "gpus": 0})
+    assert (await engine.wait(job.id, timeout=15)).status is JobStatus.COMPLETED
+    assert job.pid is not None
+
+    def in_session() -> list[int]:
+        found = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                with contextlib.suppress(OSError):
+                    if os.getsid(int(name)) == job.pid and not pid_gone(int(name)):
+                        found.append(int(name))
+        return found
+
+    try:
+        await eventually(lambda: not in_session())
+    finally:
+        for pid in in_session():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+async def test_a_job_taken_over_by_a_new_spawner_leaves_nothing_in_its_session(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A spawner crash: the job's end is the keeper's to reap, and what it left in a
+    # group of its own ran on (tester h57).
+    engine = await make_engine()
+    gate, pids = tmp_path / "gate", tmp_path / "pids"
+    script = (
+        f"timeout 600 sleep 600 & echo $! > {pids}; "
+        f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 0"
+    )
+    job = await engine.submit({"shell": script, "gpus": 0})
+    await eventually(lambda: pids.exists() and pids.read_text().strip())
+    left = int(pids.read_text())
+    spawner = _launcher(engine.paths.state_dir, "spawner")
+    spawner.kill()
+    await eventually(lambda: _replaced(engine.paths.state_dir, "spawner", spawner))
+    gate.touch()
+    assert (await engine.wait(job.id, timeout=15)).status is JobStatus.COMPLETED
+    try:
+        await eventually(lambda: pid_gone(left))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(left, signal.SIGKILL)
+
+
 async def test_a_stop_the_dying_spawner_never_read_still_stops_the_job(
     make_engine: EngineFactory,
 ) -> None:

@@ -75,6 +75,12 @@ LOG = "launcher.log"
 TASK_ENV = "GPULAYER_TASK"  # "<state dir>/<key>": lets the keeper recognise a job's process
 KEEPER_FD = 3  # the keeper's pipe to the spawner (found-again pids and exits)
 TICK_S = 0.2
+# A job's end is followed by sweeps of what it left in its session: one as it ends, then
+# one per tick until a sweep finds nothing (at most this many). A process of the job's
+# group dies a moment after its SIGKILL, and only then do its children (in groups of
+# their own) become the keeper's: one look missed them (tester h57).
+SESSION_SWEEPS = 10
+SWEEP_S = 0.1  # between two sweeps of one session
 KEEPER_WAIT_S = 10.0  # how long a task found dead waits for the keeper's word on its code
 DEFAULT_SIGNALS = (
     signal.SIGTERM,
@@ -272,6 +278,9 @@ class Spawner:
         # Processes a stopped job started in sessions of their own (setsid, a container
         # runtime): (pid, start ticks) -> when they get SIGKILL if still there.
         self.strays: dict[tuple[int, int], float] = {}
+        # Sessions of ended jobs still swept (see SESSION_SWEEPS): leader -> [sweeps left,
+        # empty sweeps in a row, when the next is due (monotonic)]
+        self.sweeps: dict[int, list[float]] = {}
         self.sel = selectors.DefaultSelector()
         self.client: socket.socket | None = None
         self.inbox = b""
@@ -414,6 +423,7 @@ class Spawner:
 
     def _tick(self) -> None:
         now = time.time()
+        self._sweep_sessions()
         for task in list(self.tasks.values()):
             if task.dead_at is not None:
                 if task.key in self.keeper_exits:
@@ -819,7 +829,6 @@ class Spawner:
         # and ports already given away: kill it while the leader is our unreaped child
         # (its pid, the group id, cannot be reused until we reap it).
         self._killpg(task, signal.SIGKILL)
-        self._kill_session_leftovers(task.pid)
         # Its status is read without reaping it and journaled first: killed between a
         # reap and the journal line, a spawner took the status with it (CI's crash test:
         # a job's exit code lost). Unreaped, it is the keeper's zombie to reap instead.
@@ -833,6 +842,9 @@ class Spawner:
 
     def _ended(self, task: Task, code: int | None) -> None:
         self.tasks.pop(task.key, None)
+        # (its own group was killed as it ended: by this process for a child of ours, by
+        # the keeper as it reaped one taken over after a crash)
+        self._sweep_session(task.pid)
         if task.log_fd >= 0:
             if task.max_log:
                 self._cap_log(task)  # (what it wrote since the last look)
@@ -1039,25 +1051,51 @@ class Spawner:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
 
-    def _kill_session_leftovers(self, leader: int) -> None:
+    def _sweep_session(self, leader: int) -> None:
+        """Kill what the job led by ``leader`` (ended) left in its session now, and look
+        again at the next ticks (see SESSION_SWEEPS)."""
+        self._kill_session_leftovers(leader)
+        self.sweeps[leader] = [SESSION_SWEEPS, 0, time.monotonic() + SWEEP_S]
+
+    def _sweep_sessions(self) -> None:
+        """A tick's sweeps of the sessions of jobs that ended (see _sweep_session)."""
+        if not self.sweeps:
+            return
+        now = time.monotonic()
+        running = {task.pid for task in self.tasks.values() if task.pidfd >= 0}
+        for leader, state in list(self.sweeps.items()):
+            if state[2] > now:
+                continue
+            # (done after two sweeps in a row found nothing, or once the pid leads a new
+            # job's session)
+            state[0] -= 1
+            state[1] = 0 if self._kill_session_leftovers(leader) else state[1] + 1
+            state[2] = now + SWEEP_S
+            if state[0] <= 0 or state[1] >= 2 or leader in running:
+                del self.sweeps[leader]
+
+    def _kill_session_leftovers(self, leader: int) -> bool:
         """SIGKILL the groups a job left in its session (not ``setsid``'s: those left it
-        on purpose). Its leader gone, they are the keeper's children now (a subreaper
-        inherits orphans as their parent exits), so this reads the keeper's list of
-        children, not all of /proc, on every job's end. A service whose command ran
+        on purpose); True if there were any. Its leader gone, they are the keeper's
+        children (a subreaper inherits orphans as their parent exits), so this reads the
+        keeper's list of children, not all of /proc. A service whose command ran
         `timeout 600 server` left one server per restart (tester h52)."""
         try:
             with open(f"/proc/{self.keeper_pid}/task/{self.keeper_pid}/children", "rb") as fh:
                 orphans = [int(p) for p in fh.read().split()]
         except (OSError, ValueError):
-            return  # (no keeper, or a kernel without the list: as before)
+            return False  # (no keeper, or a kernel without the list: as before)
+        found = False
         for pid in orphans:
             stat = procstat.read_stat(pid)
             if stat is None or stat.session != leader or stat.pgrp in (leader, 0):
-                continue
+                continue  # (its own group was killed as it ended)
             if stat.state in ("Z", "X"):
                 continue
+            found = True
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(stat.pgrp, signal.SIGKILL)
+        return found
 
     def _kill_strays(self, now: float) -> None:
         """SIGKILL the strays whose stop's grace period is over (still the same process)."""
