@@ -967,7 +967,10 @@ async def test_a_service_placed_again_across_an_engine_restart_goes_on(
     await eventually(lambda: again.book.get(job.id).job.attempt == 2, timeout=20)
     moved = await again.get(job.id)
     assert moved.status is JobStatus.RUNNING and moved.domains != [lost]
+    new_pid = await eventually(lambda: again.book.get(job.id).job.replicas[0].pid)
     await again.cancel(job.id)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(new_pid, signal.SIGKILL)  # (it ignores SIGTERM too: its deadline, early)
     assert (await again.wait(job.id, timeout=20)).status is JobStatus.CANCELLED
 
 
