@@ -110,13 +110,16 @@ def _drain(served: Served, paths: Paths, side: Path, kill_launcher: bool) -> lis
             if submitted.is_set() and _active(paths) == 0:
                 break  # drained
             kills += 1
-            time.sleep(rng.uniform(0.05, 0.3))
+            # (Short: what an engine wrote before its kill is done by the launcher since
+            # 49d6235, so each round drains more, and a drain that ended after 9 kills
+            # failed the "10 mid-drain" bound below.)
+            time.sleep(rng.uniform(0.03, 0.2))
             if kill_launcher and kills % 4 == 2:
                 _spawner(served.home).kill()  # its keeper starts another; the engine reconnects
-                time.sleep(rng.uniform(0.1, 0.3))
+                time.sleep(rng.uniform(0.05, 0.2))
             _kill(served)
             busy_kills += _active(paths) > 0
-            time.sleep(rng.uniform(0.0, 0.2))  # the launcher runs on, alone
+            time.sleep(rng.uniform(0.0, 0.1))  # the launcher runs on, alone
             served.start("--simulate", "1xA100-80GB")
     finally:
         submitter.join(timeout=120)
