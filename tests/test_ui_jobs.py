@@ -446,6 +446,22 @@ async def test_a_key_typed_right_after_tab_goes_to_the_next_field(ui_app: Any) -
         assert form.query_one("#vram", Input).value == "5"
 
 
+async def test_ctrl_s_right_after_typing_sends_what_was_typed(ui_app: Any) -> None:
+    # ctrl+s (a priority key, run as the App reads it) right after "5" in the VRAM field
+    # sent the job without its VRAM: the "5" still waited in the field's queue (h56).
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        form = await open_form(pilot)
+        await fill(pilot, form, "command", "true")
+        form.query_one("#vram", Input).focus()
+        await pilot.pause()
+        for key, char in [("1", "1"), ("2", "2"), ("ctrl+s", None)]:
+            app.post_message(events.Key(key, char))
+        job = await until(pilot, lambda: next(iter(app.job_store.jobs.values()), None), "a job")
+        assert job["spec"].get("vram_gb") == 12, job["spec"]
+
+
 async def test_keys_typed_right_after_slash_go_into_the_filter(ui_app: Any) -> None:
     # "/q" in one burst (a paste, a laggy link) quit the app: "/" opened the filter once
     # the key had bubbled up, and the "q" had gone to the table meanwhile (tester h50).

@@ -21,7 +21,7 @@ from ..backend import BackendError
 from ..fields import program_name
 from ..formatting import GIB
 from ..view import view_of
-from ..widgets.field_input import FieldInput
+from ..widgets.field_input import FieldInput, after_typed
 from ..widgets.key_footer import KeyFooter
 from ..wire import JobJSON
 from .submit import ListSuggester, split_list
@@ -157,7 +157,11 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         return request
 
     def action_adopt(self) -> None:
-        """Adopt with the values in the form."""
+        """Adopt with the values in the form (once the keys typed before are in their
+        fields: see :func:`after_typed`)."""
+        after_typed(self, self._adopt_now)
+
+    def _adopt_now(self) -> None:
         if self._busy:
             return
         request = self._request()

@@ -22,7 +22,7 @@ from .. import keymap, wire
 from ..backend import BackendError
 from ..formatting import dependencies_text
 from ..view import view_of
-from ..widgets.field_input import FieldInput
+from ..widgets.field_input import FieldInput, after_typed
 from ..widgets.key_footer import KeyFooter
 from ..wire import JobJSON
 from .form import FormScreen, form_field
@@ -203,7 +203,11 @@ class EditScreen(FormScreen[JobJSON | None]):
     # -- saving -----------------------------------------------------------------------------
 
     def action_save(self) -> None:
-        """Validate every field, then send the changes to the engine."""
+        """Validate every field, then send the changes to the engine (once the keys typed
+        before are in their fields: see :func:`after_typed`)."""
+        after_typed(self, self._save_now)
+
+    def _save_now(self) -> None:
         if self._busy:
             return
         bad = [i for i, f, _, _ in EDITED if not self._check(i, f)]

@@ -29,7 +29,7 @@ from .. import keymap, wire
 from ..backend import BackendError
 from ..view import view_of
 from ..widgets.command_input import CommandInput
-from ..widgets.field_input import FieldInput
+from ..widgets.field_input import FieldInput, after_typed
 from ..widgets.key_footer import KeyFooter
 from ..wire import JobJSON
 from .form import FormScreen, form_field
@@ -320,7 +320,11 @@ class SubmitScreen(FormScreen[JobJSON | None]):
     # -- submitting -------------------------------------------------------------------------
 
     def action_submit(self) -> None:
-        """Validate every field, then send the job to the engine."""
+        """Validate every field, then send the job to the engine (once the keys typed
+        before are in their fields: see :func:`after_typed`)."""
+        after_typed(self, self._submit_now)
+
+    def _submit_now(self) -> None:
         if self._busy:
             return
         bad = [f for f in _FIELDS if not self._check(f)]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from textual import events
+from textual.screen import Screen
 from textual.widgets import Input
 
 
@@ -28,3 +32,23 @@ class FieldInput(Input):
                 event.prevent_default()
                 return
         await super()._on_key(event)
+
+
+def after_typed(screen: Screen[Any], then: Callable[[], None]) -> None:
+    """Run ``then`` once every key typed before now has reached its field.
+
+    A priority key (ctrl+s: submit, save, adopt) runs as soon as the App reads it, while
+    the keys typed before it in the same burst still wait in their fields' queues: ctrl+s
+    right after "5" in the VRAM field sent the job without its VRAM (tester h56). A call
+    queued behind each field's pending keys, one field after the other, runs ``then``
+    after them all.
+    """
+    fields = [w for w in screen.query("*") if w.focusable]
+
+    def step(index: int) -> None:
+        if index == len(fields):
+            then()
+        elif not fields[index].call_later(step, index + 1):
+            step(index + 1)  # (a field being removed: nothing waits there)
+
+    step(0)
