@@ -54,6 +54,12 @@ async def test_a_frozen_then_killed_engine_is_said_and_survived(served: Served, 
             await pilot.pause(0.05)
             said.add(app.connection_problem)
         assert len(said) == 1 and "start one with `gpulayer-tui --serve`" in said.pop(), said
+        # The header says it without the socket's path, so that it fits 80 columns.
+        from textual.widgets import Label
+
+        health = app.screen.query_one("#health", Label)
+        shown = str(health.render())
+        assert shown == "⚠ no engine answers: start one with `gpulayer-tui --serve`", shown
         # Each view change asks the engine again: one toast says it is gone (five alike
         # stacked up, one per key).
         await pilot.press("2")

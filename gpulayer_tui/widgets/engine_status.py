@@ -68,7 +68,7 @@ class EngineStatus(Horizontal):
         label = self.query_one("#health", Label)
         problem = app.connection_problem or health.get("store_failure") or ""
         if problem:
-            self._show("#health", f"⚠ {problem}")
+            self._show("#health", f"⚠ {_header_words(str(problem))}")
             label.add_class("problem")
         elif health.get("paused_at"):
             # The queue holds new starts (gpulayer-tui pause): say it where it is seen.
@@ -84,3 +84,12 @@ class EngineStatus(Horizontal):
         if self._shown.get(selector) != text:
             self._shown[selector] = text
             self.query_one(selector, Label).update(Content(text))
+
+
+def _header_words(problem: str) -> str:
+    """A problem as the header says it: no engine is said without its socket's path (the
+    header shows where it attaches), so that "start one" fits in 80 columns; it read "no
+    engine answers at /tmp/h56/home/eng" there, cut (tester h56)."""
+    if problem.startswith("no engine answers at "):
+        return "no engine answers: start one with `gpulayer-tui --serve`"
+    return problem
