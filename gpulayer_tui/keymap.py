@@ -235,6 +235,19 @@ KEYMAP: tuple[Key, ...] = (
         palette=False,
         priority=True,
     ),
+    # Enter in a field likewise: it moved to the next field once the field's message had
+    # reached the screen, and the keys typed right after it stayed in the field it left
+    # ("sleep 5", enter, "nm" read "sleep 5nm": tester h56). Elsewhere (a button, a
+    # checkbox) the action skips, and enter does what it does there.
+    Key(
+        "enter",
+        "enter_field",
+        "Next field (submit past the last)",
+        ("submit", "edit", "adopt"),
+        show=False,
+        palette=False,
+        priority=True,
+    ),
     Key("ctrl+s", "submit", "Submit", ("submit",), priority=True),
     Key("escape", "cancel", "Cancel", ("submit",), display="esc"),
     Key("ctrl+s", "save", "Save", ("edit",), priority=True),

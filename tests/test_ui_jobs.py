@@ -462,6 +462,23 @@ async def test_ctrl_s_right_after_typing_sends_what_was_typed(ui_app: Any) -> No
         assert job["spec"].get("vram_gb") == 12, job["spec"]
 
 
+async def test_keys_typed_right_after_enter_go_to_the_next_field(ui_app: Any) -> None:
+    # "sleep 5", enter, "nm" in one burst read "sleep 5nm": enter moved on once the
+    # field's message reached the screen, behind the keys typed after it (tester h56).
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        form = await open_form(pilot)
+        form.query_one("#command", Input).focus()
+        await pilot.pause()
+        burst = [(c, c) for c in "true"] + [("enter", "\r"), ("n", "n"), ("m", "m")]
+        for key, char in burst:
+            app.post_message(events.Key(key, char))
+        name = form.query_one("#name", Input)
+        await until(pilot, lambda: name.value == "nm", "the name typed")
+        assert form.query_one("#command", Input).value == "true"
+
+
 async def test_keys_typed_right_after_slash_go_into_the_filter(ui_app: Any) -> None:
     # "/q" in one burst (a paste, a laggy link) quit the app: "/" opened the filter once
     # the key had bubbled up, and the "q" had gone to the table meanwhile (tester h50).

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from textual import on, work
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
@@ -205,6 +206,12 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         if self._busy:
             return
         self.dismiss(None)
+
+    def action_enter_field(self) -> None:
+        """Enter in a field (a priority key: see keymap): adopt."""
+        if not isinstance(self.focused, Input):
+            raise SkipAction()
+        self.action_adopt()
 
     @on(Input.Submitted)
     def _enter(self) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from textual import on, work
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, VerticalScroll
@@ -247,15 +248,26 @@ class EditScreen(FormScreen[JobJSON | None]):
 
     # -- keys -------------------------------------------------------------------------------
 
+    def action_enter_field(self) -> None:
+        """Enter in a field (a priority key: see keymap): the next field, or save."""
+        focused = self.focused
+        if not isinstance(focused, Input):
+            raise SkipAction()
+        self._after_field(focused.id or "")
+
     @on(Input.Submitted)
     def _enter(self, event: Input.Submitted) -> None:
         event.stop()
+        self._after_field(event.input.id or "")
+
+    def _after_field(self, field_id: str) -> None:
         ids = [i for i, _, _, _ in EDITED]
-        here = ids.index(event.input.id or ids[0])
+        here = ids.index(field_id) if field_id in ids else 0
         if here == len(ids) - 1:
             self.action_save()
         else:
-            self.query_one(f"#{ids[here + 1]}", Input).focus()
+            # (at once: Widget.focus waits behind the keys already queued)
+            self.set_focus(self.query_one(f"#{ids[here + 1]}", Input))
 
     @on(Button.Pressed, "#save")
     def _save_pressed(self) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from textual import on, work
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, VerticalScroll
@@ -378,12 +379,22 @@ class SubmitScreen(FormScreen[JobJSON | None]):
 
     # -- keys -------------------------------------------------------------------------------
 
+    def action_enter_field(self) -> None:
+        """Enter in a field (a priority key: see keymap): the next field, or submit."""
+        focused = self.focused
+        if not isinstance(focused, Input) or (focused.id or "") not in _FIELDS:
+            raise SkipAction()
+        self._after_field(focused.id or "")
+
     @on(Input.Submitted)
     def _enter(self, event: Input.Submitted) -> None:
         field_id = event.input.id or ""
         if field_id not in _FIELDS:
             return
         event.stop()
+        self._after_field(field_id)
+
+    def _after_field(self, field_id: str) -> None:
         # The next field, not the next widget: enter must not land on a checkbox (where
         # the next enter would toggle it); nor on one that is off (replicas, for a batch
         # job: enter stayed put). Past the last, it submits.
@@ -392,7 +403,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
         if following is None:
             self.action_submit()
         else:
-            following.focus()
+            self.set_focus(following)  # (at once: Widget.focus waits behind queued keys)
 
     @on(Button.Pressed, "#submit")
     def _submit_pressed(self) -> None:
