@@ -25,6 +25,14 @@ async def _open_strays(pilot: Any, app: Any) -> None:
     await until(pilot, lambda: app.current_mode == "strays", "the strays screen")
 
 
+async def _listed(pilot: Any, app: Any, pid: int) -> StrayTable:
+    """The strays screen, once it lists ``pid``."""
+    await _open_strays(pilot, app)
+    table = app.screen.query_one(StrayTable)
+    await until(pilot, lambda: pid in table.rows_by_pid)
+    return table
+
+
 async def test_adopt_a_stray_from_the_table(
     ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
 ) -> None:
@@ -34,9 +42,7 @@ async def test_adopt_a_stray_from_the_table(
     SimLedger(engine.paths.state_dir).hold(0, sleeper_proc.pid, 5.0)
     await engine.sampler.sample_once()
     async with app.run_test(size=(140, 40)) as pilot:
-        await _open_strays(pilot, app)
-        table = app.screen.query_one(StrayTable)
-        await until(pilot, lambda: sleeper_proc.pid in table.rows_by_pid)
+        table = await _listed(pilot, app, sleeper_proc.pid)
         row = table.rows_by_pid[sleeper_proc.pid]
         assert sorted(row["gpus"]) == [0, 1] and row["used_bytes"] == 25 * GIB
         assert "sleep 600" in row["command"]
@@ -244,9 +250,7 @@ async def test_keys_typed_in_one_burst_in_the_adopt_dialog_land_where_they_were_
     SimLedger(engine.paths.state_dir).hold(0, sleeper_proc.pid, 5.0)
     await engine.sampler.sample_once()
     async with app.run_test(size=(140, 40)) as pilot:
-        await _open_strays(pilot, app)
-        table = app.screen.query_one(StrayTable)
-        await until(pilot, lambda: sleeper_proc.pid in table.rows_by_pid)
+        await _listed(pilot, app, sleeper_proc.pid)
         await pilot.press("a")
         dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
         vram = dialog.query_one("#adopt-vram", Input)

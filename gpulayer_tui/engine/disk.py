@@ -34,11 +34,18 @@ class DiskSpace:
 
     def free_mb(self) -> float | None:
         """Free space for an unprivileged writer, in MiB (``None``: cannot tell)."""
+        return self._mb("f_bavail")
+
+    def size_mb(self) -> float | None:
+        """The size of the state dir's filesystem, in MiB (``None``: cannot tell)."""
+        return self._mb("f_blocks")
+
+    def _mb(self, blocks: str) -> float | None:
         try:
             st = os.statvfs(self.path)
         except OSError:
             return None
-        return st.f_bavail * st.f_frsize / 1024**2
+        return int(getattr(st, blocks)) * st.f_frsize / 1024**2
 
     def forget(self) -> None:
         """Read the free space again at the next ask (something just took a lot of it: a
@@ -73,14 +80,6 @@ class DiskSpace:
                         "starts until it is lowered"
                     )
         return self._reason
-
-    def size_mb(self) -> float | None:
-        """The size of the state dir's filesystem, in MiB (``None``: cannot tell)."""
-        try:
-            st = os.statvfs(self.path)
-        except OSError:
-            return None
-        return st.f_blocks * st.f_frsize / 1024**2
 
     def full_note(self) -> str | None:
         """What to add to a failed job's end when its log's disk is (nearly) full, or
