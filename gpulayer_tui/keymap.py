@@ -144,7 +144,9 @@ KEYMAP: tuple[Key, ...] = (
         display="T",
     ),
     # -- jobs ---------------------------------------------------------------------------------
-    Key("enter", "open_job", "Open", ("jobs",)),
+    # (priority: in the filter line it applies the filter and goes to the table before the
+    # next key is routed; see "down" below)
+    Key("enter", "open_job", "Open", ("jobs",), priority=True),
     Key("c", "cancel_job", "Cancel job", ("jobs", "detail"), footer="Cancel"),
     Key(
         "R,shift+r", "restart_job", "Restart job", ("jobs", "detail"), display="R", footer="Restart"
@@ -163,7 +165,18 @@ KEYMAP: tuple[Key, ...] = (
     Key("s", "cycle_status(1)", "Status filter", ("jobs",), footer="Status"),
     Key("S,shift+s", "cycle_status(-1)", "Status filter back", ("jobs",), show=False, display="S"),
     Key("escape", "clear_filter", "Clear filter", ("jobs",), display="esc", footer="Clear"),
-    Key("down", "focus_table", "Leave the filter line", ("jobs",), show=False, palette=False),
+    # Down and enter leave the filter line before the next key is routed (as plain
+    # bindings they ran once the line's message reached the screen, and "logger", enter,
+    # "j" filtered "loggerj": tester h56); in the table they skip, and do what they do there.
+    Key(
+        "down",
+        "focus_table",
+        "Leave the filter line",
+        ("jobs",),
+        show=False,
+        palette=False,
+        priority=True,
+    ),
     # -- job detail ---------------------------------------------------------------------------
     Key("f", "toggle_follow", "Follow output", ("detail",), footer="Follow"),
     Key(
@@ -183,6 +196,16 @@ KEYMAP: tuple[Key, ...] = (
         display="/",
         footer="Search",
         priority=True,  # (see the jobs' "/": the keys after it are the term)
+    ),
+    Key(
+        "enter",
+        "leave_search",
+        "Keep the term, to the log",
+        ("detail",),
+        show=False,
+        palette=False,
+        priority=True,  # (as the jobs' enter: "n" typed right after it is the next match)
+        when="in the search line",
     ),
     Key("n", "next_match", "Next match", ("detail",), when="while searching"),
     Key(

@@ -494,6 +494,28 @@ async def test_keys_typed_right_after_slash_go_into_the_filter(ui_app: Any) -> N
         assert app.is_running and app.screen is screen
 
 
+async def test_keys_typed_right_after_enter_or_down_in_the_filter_go_to_the_table(
+    ui_app: Any,
+) -> None:
+    # "/logger", enter, "j" in one burst filtered "loggerj" (so did down): the line was
+    # left once its message reached the screen, behind the "j" (tester h56).
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        screen = await until(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen)
+        await pilot.pause()
+        field = screen.query_one("#filter", Input)
+        for leave in (("enter", "\r"), ("down", None)):
+            burst = [("slash", "/"), ("a", "a"), ("b", "b"), leave, ("j", "j")]
+            for key, char in burst:
+                app.post_message(events.Key(key, char))
+            await until(pilot, lambda: app.focused is screen.table, f"the table after {leave[0]}")
+            await until(pilot, lambda: screen.table.filter_text == "ab", "the filter applied")
+            assert field.value == "ab", (leave, field.value)
+            await pilot.press("escape")  # (the filter cleared)
+            await until(pilot, lambda: field.value == "", "cleared")
+
+
 async def test_esc_asks_again_before_it_throws_away_a_typed_form(ui_app: Any) -> None:
     # One esc (also how a search is left, so pressed by reflex) threw away a whole form
     # (tester h46).

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, cast
 
 from textual import on, work
+from textual.actions import SkipAction
 from textual.app import ComposeResult, SuspendNotSupported
 from textual.binding import BindingType
 from textual.containers import Horizontal, VerticalScroll
@@ -36,7 +37,7 @@ from ..formatting import (
 from ..pager import page_file
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
-from ..widgets.field_input import FieldInput
+from ..widgets.field_input import FieldInput, after_typed
 from ..widgets.field_list import FieldList
 from ..widgets.job_columns import command_text, runtime_seconds
 from ..widgets.key_footer import KeyFooter
@@ -730,6 +731,22 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     def _search_submitted(self, event: Input.Submitted) -> None:
         self._close_search_field()
         if not event.value:
+            self._end_search()
+
+    def action_leave_search(self) -> None:
+        """Enter in the search line: keep the term (an empty one ends the search), back
+        to the log; a priority key, so that the focus moves before the next key is routed
+        (see keymap)."""
+        focused = self.focused
+        if not isinstance(focused, Input) or focused.id != "log-search":
+            raise SkipAction()
+        self.set_focus(self.query_one(LogTail))
+        after_typed(self, self._search_entered)
+
+    def _search_entered(self) -> None:
+        field = self.query_one("#log-search", Input)
+        self._close_search_field()
+        if not field.value:
             self._end_search()
 
     def _close_search_field(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from textual import on
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal
@@ -22,7 +23,7 @@ from .. import keymap
 from ..job_feed import JobView
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
-from ..widgets.field_input import FieldInput
+from ..widgets.field_input import FieldInput, after_typed
 from ..widgets.job_columns import SORTS, STATUS_FILTERS
 from ..widgets.job_table import JobTable
 from ..widgets.key_footer import KeyFooter
@@ -232,9 +233,21 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self._view_changed()
 
     def action_focus_table(self) -> None:
-        """Leave the filter line for the table (the filter stays)."""
+        """Leave the filter line for the table (the filter stays); a priority key, so
+        the focus moves before the next key is routed (see keymap)."""
+        if not self._in_filter():
+            raise SkipAction()
+        self.set_focus(self.table)
+        after_typed(self, self._apply_filter)
+
+    def _in_filter(self) -> bool:
+        focused = self.focused
+        return isinstance(focused, Input) and focused.id == "filter"
+
+    def _filter_entered(self) -> None:
         self._apply_filter()
-        self.table.focus()
+        if not self.query_one("#filter", Input).value.strip():
+            self.query_one("#filter-row").remove_class("-open")
 
     def action_cycle_status(self, step: int) -> None:
         """Show the next (or previous) group of statuses."""
@@ -285,7 +298,13 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         return True
 
     def action_open_job(self) -> None:
-        """Open the job under the cursor."""
+        """Open the job under the cursor; in the filter line (a priority key, so that the
+        focus moves before the next key is routed: see keymap), apply the filter (closed
+        if empty) and go back to the table."""
+        if self._in_filter():
+            self.set_focus(self.table)
+            after_typed(self, self._filter_entered)
+            return
         job_id = self.table.cursor_job_id
         if job_id is not None:
             self._open(job_id)
