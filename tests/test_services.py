@@ -465,6 +465,29 @@ async def test_a_services_time_limit_runs_out_while_it_waits_to_be_placed_again(
     assert done.message == "timed out after 3 s"
 
 
+async def test_a_limit_edited_while_it_waits_to_be_placed_again_counts_from_its_start(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # Edited below what it had run, it ended only once placed ("stopped before it
+    # started"), said as "no engine ran to stop it sooner" while one ran (tester h52).
+    fake_nvml.devices[1:] = []
+    engine = await make_engine(probe=NvmlProbe(), config=make_config(engine={"grace_period": 1.0}))
+    job = await engine.submit(_service(["sleep", "600"], gpus=1, port=False, timeout=600))
+    started = await eventually(lambda: engine.book.get(job.id).job.started_at)
+    fake_nvml.devices[0].lost = True
+    await engine.sampler.sample_once()
+    await eventually(lambda: engine.book.get(job.id).job.status is JobStatus.QUEUED, timeout=20)
+    await eventually(lambda: time.time() - started > 1.0)
+    # A limit not reached yet is armed again (from its first start)...
+    edited = await engine.edit(job.id, {"timeout": 300})
+    assert edited.status is JobStatus.QUEUED
+    # ...and one passed already ends it now, saying so.
+    done = await engine.edit(job.id, {"timeout": 1})
+    assert done.status is JobStatus.FAILED and done.termination_reason is TerminationReason.TIMEOUT
+    assert done.message.startswith("timed out after 1 s (an edit set that limit when it had"), done
+    assert "no engine" not in done.message
+
+
 async def test_a_service_waiting_to_be_placed_again_keeps_its_limit_across_a_restart(
     make_engine: EngineFactory, fake_nvml: FakeNvml
 ) -> None:

@@ -666,6 +666,8 @@ class Engine:
         act.job.name = spec.default_name()
         self.store.save_edit(act.job)
         self.book.record(act, EventKind.EDITED, {"message": f"edited: {said}"})
+        if "timeout" in changes and act.job.kind is JobKind.SERVICE:
+            self.services.timeout_edited(act)  # (one being placed again: it counts already)
         await self.store.flush()
         return act.job
 

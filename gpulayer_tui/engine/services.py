@@ -214,6 +214,32 @@ class ServiceRunner:
         if job.started_at is not None and job.id not in self._timeouts:
             self._arm_timeout(job.id, spec.timeout - (time.time() - job.started_at))
 
+    def timeout_edited(self, act: ActiveJob) -> None:
+        """A waiting service's ``timeout`` was edited: its limit is armed again. One being
+        placed again counts it from its first start; edited below what it had run, it
+        ended only once placed (started, then stopped "before it started"), said as "no
+        engine ran to stop it sooner" while one ran throughout (tester h52). It ends
+        now, saying so."""
+        timer = self._timeouts.pop(act.job.id, None)
+        if timer is not None:
+            timer.cancel()
+        spec, job = act.spec, act.job
+        if job.kind is not JobKind.SERVICE or spec is None or spec.timeout is None:
+            return
+        if job.started_at is None:
+            return  # (armed as it starts)
+        ran = time.time() - job.started_at
+        if ran < spec.timeout:
+            self._arm_timeout(job.id, spec.timeout - ran)
+            return
+        self._book.finish(
+            act,
+            JobStatus.FAILED,
+            Reason.TIMEOUT,
+            f"timed out after {spec.timeout:g} s (an edit set that limit when it had run "
+            f"{int(ran)} s, waiting to be placed again)",
+        )
+
     def _arm_timeout(self, job_id: int, delay: float) -> None:
         loop = asyncio.get_running_loop()
         self._timeouts[job_id] = loop.call_later(max(0.0, delay), self._timed_out, job_id)
