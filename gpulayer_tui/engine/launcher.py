@@ -75,12 +75,12 @@ LOG = "launcher.log"
 TASK_ENV = "GPULAYER_TASK"  # "<state dir>/<key>": lets the keeper recognise a job's process
 KEEPER_FD = 3  # the keeper's pipe to the spawner (found-again pids and exits)
 TICK_S = 0.2
-# A job's end is followed by sweeps of what it left in its session: one as it ends, then
-# one per tick until a sweep finds nothing (at most this many). A process of the job's
-# group dies a moment after its SIGKILL, and only then do its children (in groups of
-# their own) become the keeper's: one look missed them (tester h57).
+# A job's end is followed by sweeps of what it left in its session, every SWEEP_S until
+# two in a row find nothing (at most this many). A process of the job's group dies a
+# moment after its SIGKILL, and only then do its children (in groups of their own) become
+# the keeper's: one look as the job ended missed them (tester h57).
 SESSION_SWEEPS = 10
-SWEEP_S = 0.1  # between two sweeps of one session
+SWEEP_S = 0.1  # between two sweeps (one read of the keeper's children for all sessions)
 KEEPER_WAIT_S = 10.0  # how long a task found dead waits for the keeper's word on its code
 DEFAULT_SIGNALS = (
     signal.SIGTERM,
@@ -279,8 +279,9 @@ class Spawner:
         # runtime): (pid, start ticks) -> when they get SIGKILL if still there.
         self.strays: dict[tuple[int, int], float] = {}
         # Sessions of ended jobs still swept (see SESSION_SWEEPS): leader -> [sweeps left,
-        # empty sweeps in a row, when the next is due (monotonic)]
-        self.sweeps: dict[int, list[float]] = {}
+        # empty sweeps in a row]; one sweep for them all every SWEEP_S
+        self.sweeps: dict[int, list[int]] = {}
+        self.next_sweep = 0.0
         self.sel = selectors.DefaultSelector()
         self.client: socket.socket | None = None
         self.inbox = b""
@@ -1052,47 +1053,50 @@ class Spawner:
                 os.kill(pid, signal.SIGTERM)
 
     def _sweep_session(self, leader: int) -> None:
-        """Kill what the job led by ``leader`` (ended) left in its session now, and look
-        again at the next ticks (see SESSION_SWEEPS)."""
-        self._kill_session_leftovers(leader)
-        self.sweeps[leader] = [SESSION_SWEEPS, 0, time.monotonic() + SWEEP_S]
+        """Sweep the session of the job led by ``leader`` (ended) from the next sweep on
+        (see SESSION_SWEEPS)."""
+        self.sweeps[leader] = [SESSION_SWEEPS, 0]
 
     def _sweep_sessions(self) -> None:
-        """A tick's sweeps of the sessions of jobs that ended (see _sweep_session)."""
+        """Every SWEEP_S, one sweep of the sessions of the jobs that ended: what they left
+        in groups of their own is SIGKILLed (not what left the session with ``setsid``:
+        it left on purpose). Their leaders gone, such processes are the keeper's children
+        (a subreaper inherits orphans as their parent exits), so a sweep reads the
+        keeper's list of children, once for all the sessions (a drain ends many jobs a
+        tick), not all of /proc. A service whose command ran `timeout 600 server` left
+        one server per restart (tester h52). A session is swept until two sweeps in a row
+        find nothing in it, or its leader's pid leads a new job.
+        """
         if not self.sweeps:
             return
         now = time.monotonic()
+        if now < self.next_sweep:
+            return
+        self.next_sweep = now + SWEEP_S
+        found = self._kill_session_leftovers(set(self.sweeps))
         running = {task.pid for task in self.tasks.values() if task.pidfd >= 0}
         for leader, state in list(self.sweeps.items()):
-            if state[2] > now:
-                continue
-            # (done after two sweeps in a row found nothing, or once the pid leads a new
-            # job's session)
             state[0] -= 1
-            state[1] = 0 if self._kill_session_leftovers(leader) else state[1] + 1
-            state[2] = now + SWEEP_S
+            state[1] = 0 if leader in found else state[1] + 1
             if state[0] <= 0 or state[1] >= 2 or leader in running:
                 del self.sweeps[leader]
 
-    def _kill_session_leftovers(self, leader: int) -> bool:
-        """SIGKILL the groups a job left in its session (not ``setsid``'s: those left it
-        on purpose); True if there were any. Its leader gone, they are the keeper's
-        children (a subreaper inherits orphans as their parent exits), so this reads the
-        keeper's list of children, not all of /proc. A service whose command ran
-        `timeout 600 server` left one server per restart (tester h52)."""
+    def _kill_session_leftovers(self, sessions: set[int]) -> set[int]:
+        """SIGKILL the keeper's children in ``sessions`` outside their leader's group (and
+        with them their groups); return the sessions that had any."""
         try:
             with open(f"/proc/{self.keeper_pid}/task/{self.keeper_pid}/children", "rb") as fh:
                 orphans = [int(p) for p in fh.read().split()]
         except (OSError, ValueError):
-            return False  # (no keeper, or a kernel without the list: as before)
-        found = False
+            return set()  # (no keeper, or a kernel without the list: as before)
+        found: set[int] = set()
         for pid in orphans:
             stat = procstat.read_stat(pid)
-            if stat is None or stat.session != leader or stat.pgrp in (leader, 0):
-                continue  # (its own group was killed as it ended)
-            if stat.state in ("Z", "X"):
+            if stat is None or stat.session not in sessions:
                 continue
-            found = True
+            if stat.pgrp in (stat.session, 0) or stat.state in ("Z", "X"):
+                continue  # (its own group was killed as it ended)
+            found.add(stat.session)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(stat.pgrp, signal.SIGKILL)
         return found
