@@ -403,6 +403,25 @@ async def test_losing_the_whole_launcher_loses_exit_codes_but_never_a_job(
     assert "ended unseen" not in said
 
 
+async def test_a_cancel_after_the_whole_launcher_was_lost_says_its_end_was_not_seen(
+    make_engine: EngineFactory,
+) -> None:
+    # It said only "cancelled by user", as of a cancel seen to end (tester h53).
+    engine = await make_engine()
+    job = await engine.submit({"command": ["sleep", "600"], "gpus": 0})
+    keeper = _launcher(engine.paths.state_dir, "keeper")
+    spawner = _launcher(engine.paths.state_dir, "spawner")
+    keeper.kill()
+    spawner.kill()
+    await eventually(lambda: _replaced(engine.paths.state_dir, "spawner", spawner))
+    await engine.cancel(job.id)
+    done = await engine.wait(job.id, timeout=15)
+    assert done.status is JobStatus.CANCELLED and done.exit_code is None
+    assert done.message == (
+        "cancelled by user; how it ended was not seen: no launcher process was left to see it"
+    ), done.message
+
+
 async def test_a_job_that_ended_while_no_launcher_ran_is_ended_at_once(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

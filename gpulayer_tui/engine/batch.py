@@ -247,6 +247,10 @@ def stop_verdict(job: Job, exit: Exit) -> tuple[JobStatus, TerminationReason, st
         if exit.code == 128 + signal.SIGKILL:
             # (it said only "cancelled by user" of a job that held on through its grace)
             message += "; SIGTERM did not end it: SIGKILL did, after the grace period"
+        elif exit.code is None and exit.error is None:
+            # (its keeper and spawner both killed: said as for a job that was not
+            # cancelled, not as a plain cancel that was seen to end; tester h53)
+            message += "; how it ended was not seen: no launcher process was left to see it"
         return JobStatus.CANCELLED, Reason.CANCELLED, message
     if job.stop_reason is Reason.PREEMPTED and exit.error is None:
         return JobStatus.FAILED, Reason.PREEMPTED, f"{job.stop_message} (not requeued)"
