@@ -1475,3 +1475,29 @@ async def test_a_gpu_lost_while_no_engine_ran_moves_its_service_and_warns_its_jo
     assert f"warning: domain {lost} quarantined" in warned.message, warned.message
     await again.cancel(service.id)
     await again.cancel(batch.id)
+
+
+async def test_a_replica_that_exits_on_a_drained_gpu_moves_where_the_service_fits(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # It restarted on the drained GPU, for good: a drain never emptied a GPU a service
+    # ran on (tester h52). Where the whole service fits elsewhere, it moves there; where
+    # it does not, it starts again in place (a drain lets running work go on).
+    engine = await make_engine("2xA100-80GB", config=make_config(engine={"grace_period": 1.0}))
+    gate = tmp_path / "exit"
+    script = f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 1"
+    job = await engine.submit(_service(["sh", "-c", script], gpus=1, port=False))
+    first = await eventually(lambda: (j := engine.book.get(job.id).job).replicas[0].pid and j)
+    drained = first.domains[0]
+    await engine.domain_ops.drain(drained, "fan")
+    gate.touch()  # (every run from now on exits at once: it crash-loops)
+    moved = await eventually(
+        lambda: (
+            (j := engine.book.get(job.id).job).attempt == 2 and j.status is JobStatus.RUNNING and j
+        ),
+        timeout=20,
+    )
+    assert moved.domains != [drained], moved.domains
+    events = [e["message"] for e in await engine.events_of(job.id)]
+    assert any(f"domain {drained} draining: fan" in m for m in events), events
+    await engine.cancel(job.id)

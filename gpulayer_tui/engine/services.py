@@ -751,6 +751,14 @@ class ServiceRunner:
         replica = act.job.replicas[index]
         if replica.state is not R.BACKOFF:
             return
+        draining = self._domain_draining(act, replica)
+        if draining is not None and self._fits_now_elsewhere(act):
+            # Its domain is drained (no new work there): it moves where it fits now, as
+            # the whole service; else it starts again in place (a drain lets running work
+            # go on). It restarted there for good, and a drain never emptied a GPU that
+            # ran a service (tester h52).
+            self.replace(act, draining)
+            return
         gone = self._domain_gone(act, replica)
         if gone is not None:
             # Restarted in place, it ran on a GPU the driver no longer lists, or one the
@@ -822,6 +830,16 @@ class ServiceRunner:
             and d.blocker(request.vram_bytes, request.exclusive) is None
         }
         return len(own) + len(free) >= request.gpus
+
+    def _domain_draining(self, act: ActiveJob, replica: Replica) -> str | None:
+        """Why the replica should rather not start again where it ran (a domain of it is
+        drained), or ``None``."""
+        for name in replica.domains:
+            dom = self._scheduler.domains.get(name)
+            if dom is not None and dom.state is DomainState.DRAINING:
+                reason = f": {dom.state_reason}" if dom.state_reason else ""
+                return f"domain {name} draining{reason}"
+        return None
 
     def _domain_gone(self, act: ActiveJob, replica: Replica) -> str | None:
         """Why the replica may not start again where it ran (a domain of it is no longer
