@@ -34,6 +34,7 @@ from .backend import BackendError, EngineBackend
 from .fields import printable
 from .job_feed import PAGE, JobFeed, JobView
 from .job_store import JobStore, start_of_today
+from .key_hold import KeyHold
 from .palette import KeymapCommands, SafeCommandPalette
 from .screens.dashboard import DashboardScreen
 from .screens.dialogs import ConfirmScreen, QuitChoice, QuitScreen
@@ -125,6 +126,24 @@ class GpulayerApp(App[str]):
         self._first_picture = asyncio.Event()  # set once the first state is loaded
         for item in themes.THEMES:
             self.register_theme(item)
+        self.key_hold = KeyHold(self, self.on_event)
+
+    async def on_event(self, event: events.Event) -> None:
+        """Keys typed right after one that opens a form wait for that form (see
+        :mod:`~gpulayer_tui.key_hold`)."""
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            if self.key_hold.take(event):
+                return
+            await super().on_event(event)
+            if not event.is_forwarded:
+                # (A priority binding ran it: it goes no further, to the widget and back.)
+                self.key_hold.key_reached_app(event)
+            return
+        await super().on_event(event)
+
+    def on_key(self, event: events.Key) -> None:
+        """A key reached the app (its bindings run next, in App's own handler)."""
+        self.key_hold.key_reached_app(event)
 
     def notify(
         self,
@@ -438,6 +457,7 @@ class GpulayerApp(App[str]):
 
     def action_new_job(self) -> None:
         """Open the submit form."""
+        self.key_hold.form_coming()  # (the keys typed after n are its command)
         self.push_screen(SubmitScreen())
 
     def action_help(self) -> None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .backend import EngineBackend
     from .job_feed import JobFeed, JobView
     from .job_store import JobStore
+    from .key_hold import KeyHold
 
 HistoryPoint = tuple[float, int | None, int | None]
 """One point of a GPU's history: time, utilisation %, memory used (bytes)."""
@@ -37,6 +38,7 @@ class AppView(Protocol):
     jobs_version: int
     job_pages: int
     cursor_blink: bool
+    key_hold: KeyHold
     clock: Callable[[], float]
 
     def open_job(self, job_id: int) -> None:

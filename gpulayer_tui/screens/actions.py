@@ -191,9 +191,11 @@ def ask_to_edit(screen: Screen[Any], job: JobRowJSON) -> None:
             detail = await app.backend.job(job_id)
         except BackendError as err:
             ui.notify(str(err), title=f"edit job {job_id}", severity="error")
+            app.key_hold.release()  # (no form: what was typed after e goes on)
             return
         ui.push_screen(EditScreen(detail["job"]))
 
+    app.key_hold.form_coming()  # (the keys typed after e wait for the form)
     _run(ui, open_form, f"edit-{job_id}", exclusive=True)
 
 

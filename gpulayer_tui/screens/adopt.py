@@ -21,6 +21,7 @@ from .. import keymap, wire
 from ..backend import BackendError
 from ..fields import program_name
 from ..formatting import GIB
+from ..key_hold import focus_first_field
 from ..view import view_of
 from ..widgets.field_input import FieldInput, after_typed
 from ..widgets.key_footer import KeyFooter
@@ -115,7 +116,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         blink = bool(getattr(self.app, "cursor_blink", True))
         for field in self.query(Input):
             field.cursor_blink = blink
-        self.query_one("#adopt-name", Input).focus()
+        focus_first_field(self, self.query_one("#adopt-name", Input))
 
     def _domain_names(self) -> list[str]:
         state = getattr(self.app, "gpu_state", None) or {}

@@ -75,6 +75,7 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
             # (as `x` says: with no stray listed, `a` did nothing at all)
             self.app.notify("no process selected (p adopts one by its pid)", severity="warning")
             return
+        view_of(self).key_hold.form_coming()  # (the keys typed after a wait for the dialog)
         self.query_one(StrayTable).action_adopt()
 
     def action_signal_process(self) -> None:

@@ -1,0 +1,107 @@
+"""Keys typed right after one that opens a form or a field go into it (gpulayer_tui/key_hold.py).
+
+A terminal delivers a fast typist's keys, or a paste, in one burst: the app has them all
+before the first one's binding ran. Here the burst is posted the same way, every key at
+once, with no pause between them (``pilot.press`` waits after each key, and never saw it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import events
+from textual.widgets import Input
+
+from gpulayer_tui.app import build_app
+from gpulayer_tui.screens.edit import EditScreen
+from gpulayer_tui.screens.jobs import JobsScreen
+from gpulayer_tui.screens.submit import SubmitScreen
+from gpulayer_tui.widgets.job_table import JobTable
+from tests.ui_support import FIXED_NOW, StaticBackend, until
+
+NAMED = {" ": "space", "/": "slash", ".": "full_stop", "-": "minus"}
+
+
+def _static_app(backend: StaticBackend | None = None) -> Any:
+    app = build_app(backend or StaticBackend(), clock=lambda: FIXED_NOW)
+    app.cursor_blink = False
+    return app
+
+
+def _burst(app: Any, *keys: str) -> None:
+    """Post ``keys`` as one read from the terminal: all queued before the first is handled.
+    A key of one character is typed text; a longer one is a key's name."""
+    for key in keys:
+        if len(key) == 1:
+            app.post_message(events.Key(NAMED.get(key, key), key))
+        else:
+            app.post_message(events.Key(key, None))
+
+
+async def _jobs_screen(pilot: Any, job_id: int) -> JobTable:
+    await pilot.press("2")
+    screen = await until(pilot, lambda: isinstance(pilot.app.screen, JobsScreen), "jobs")
+    assert screen
+    table = pilot.app.screen.query_one(JobTable)
+    await until(pilot, lambda: table.select_job(job_id), f"job {job_id} in the table")
+    return table
+
+
+async def test_a_command_typed_right_after_n_goes_into_the_new_job_form() -> None:
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.gpu_state is not None, "the first picture")
+        _burst(app, "n", *"python train.py --lr 3")
+        form = await until(pilot, lambda: isinstance(app.screen, SubmitScreen) and app.screen)
+        command = form.query_one("#command", Input)
+        await until(pilot, lambda: command.value == "python train.py --lr 3", "the command")
+        assert app.focused is command
+        assert not app.key_hold.holding
+
+
+async def test_keys_typed_after_e_go_into_the_edit_form_not_to_the_table_under_it() -> None:
+    backend = StaticBackend()
+    app = _static_app(backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _jobs_screen(pilot, 11)  # (queued: it may be edited)
+        # "c" on the table is cancel: typed in the burst, it must reach the form instead.
+        _burst(app, "e", "backspace", "c", "7")
+        form = await until(pilot, lambda: isinstance(app.screen, EditScreen) and app.screen)
+        priority = form.query_one("#priority", Input)
+        await until(pilot, lambda: priority.value.endswith("7"), "the priority typed")
+        assert backend.cancelled == []
+        assert table.cursor_job_id == 11
+
+
+async def test_keys_after_one_that_opens_no_form_still_arrive_in_order() -> None:
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _jobs_screen(pilot, 10)  # (running: not edited, a warning says why)
+        _burst(app, "e", "1")
+        await until(pilot, lambda: app.current_mode == "dashboard", "1: back to the dashboard")
+        assert not app.key_hold.holding
+        assert not isinstance(app.screen, EditScreen)
+
+
+async def test_a_filter_typed_right_after_slash_goes_into_the_filter_line() -> None:
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _jobs_screen(pilot, 10)
+        # ("q" on the table quits: typed after "/" it is text in the filter line)
+        _burst(app, "/", *"eq")
+        field = app.screen.query_one("#filter", Input)
+        await until(pilot, lambda: field.value == "eq", "the filter typed")
+        assert app.is_running
+        await until(pilot, lambda: table.filter_text == "eq", "the filter applied")
+
+
+async def test_n_typed_in_a_text_field_is_text_and_holds_nothing() -> None:
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _jobs_screen(pilot, 10)
+        await pilot.press("slash")
+        _burst(app, *"nn")
+        field = app.screen.query_one("#filter", Input)
+        await until(pilot, lambda: field.value == "nn", "n typed as text")
+        assert not app.key_hold.holding
+        assert not isinstance(app.screen, SubmitScreen)
