@@ -3,10 +3,10 @@
 A terminal hands the app a burst at once: ``n`` then ``python train.py`` typed quickly (or
 pasted after ``n``) arrive together. Textual forwards each key to the focused widget as it
 comes, before the ``n`` has reached the binding that opens the form, so the rest went to
-the table underneath, and were lost. A key that opens a form therefore *holds* the keys after it. They are
-let go, in order, once the form has focused its first field (it calls :meth:`KeyHold.release`),
-once the key's binding ran and opened no form, or after :data:`HOLD_LIMIT` seconds
-whatever happened (a form that never came must not swallow the keyboard).
+the table underneath, and were lost. A key that opens a form therefore *holds* the keys
+after it. They are let go, in order, once the form has focused its first field (it calls
+:meth:`KeyHold.release`), once the key's binding ran and opened no form, or after
+:data:`HOLD_LIMIT` seconds whatever happened (a form that never came must not swallow the keyboard).
 """
 
 from __future__ import annotations
