@@ -139,6 +139,29 @@ async def test_a_waiting_service_is_edited_to_more_replicas(
     await engine.wait(svc.id, timeout=20)
 
 
+async def test_a_service_waiting_to_be_placed_again_is_edited_to_fewer_replicas(
+    make_engine: EngineFactory,
+) -> None:
+    # Refused once it had run ("cancel it and submit it again"), while --gpus was taken:
+    # with one of its two GPUs lost, it may go on with one replica on the GPU left.
+    engine = await make_engine("2xA100-80GB")
+    svc = await engine.submit(_service(["sleep", "600"], port=False, gpus=1, replicas=2))
+    await eventually(lambda: engine.book.get(svc.id).job.message == "2/2 up on gpu0, gpu1")
+    SimLedger(engine.paths.state_dir).set_gpu(0, lost=True, error="GPU is lost")
+    await engine.sampler.sample_once()
+    await eventually(lambda: engine.book.get(svc.id).job.status is JobStatus.QUEUED)
+    edited = await engine.edit(svc.id, {"replicas": 1})
+    assert edited.spec["replicas"] == 1
+    assert [r.index for r in edited.replicas] == [0]
+    await eventually(lambda: engine.book.get(svc.id).job.message == "1/1 up on gpu1", timeout=20)
+    assert engine.book.get(svc.id).job.attempt == 2  # type: ignore[union-attr]
+    await engine.store.flush()
+    stored = await engine.store.get_job(svc.id)
+    assert stored is not None and [r.index for r in stored.replicas] == [0]
+    await engine.cancel(svc.id)
+    await engine.wait(svc.id, timeout=20)
+
+
 async def test_two_replicas_get_distinct_working_endpoints(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

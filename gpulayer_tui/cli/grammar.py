@@ -489,7 +489,9 @@ def _edit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name")
     p.add_argument("--project")
     p.add_argument(
-        "--replicas", type=_field("replicas"), help="a waiting service's copies (not yet run)"
+        "--replicas",
+        type=_field("replicas"),
+        help="a waiting service's copies (a running one: cancel, submit)",
     )
     for what, help_text in CLEARED.items():
         p.add_argument(f"--no-{what.replace('_', '-')}", action="store_true", help=help_text)

@@ -851,7 +851,7 @@ async def job_restart(request: web.Request) -> web.Response:
 
 async def job_edit(request: web.Request) -> web.Response:
     """PATCH /v1/jobs/ID: change a waiting job (priority, gpus, vram_gb, timeout, name,
-    project, depends_on; a service not yet run: replicas); its owner, or the engine's user
+    project, depends_on; a waiting service: replicas); its owner, or the engine's user
     and root."""
     engine = request.app[ENGINE_KEY]
     job_id = _job_id(request)

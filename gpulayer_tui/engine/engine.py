@@ -602,17 +602,9 @@ class Engine:
         """
         act = await self._editable(job_id, changes)
         assert act.spec is not None
-        if "replicas" in changes:
+        if "replicas" in changes and act.job.kind is not JobKind.SERVICE:
             # (A waiting service's copies: it was cancel and submit again, a new id.)
-            if act.job.kind is not JobKind.SERVICE:
-                raise SpecError(f"replicas: job {job_id} is not a service", "replicas")
-            if act.job.replicas:
-                raise SpecError(
-                    f"replicas: service {job_id} has run, and waits to be placed again with "
-                    f"its {len(act.job.replicas)} replica(s); cancel it and submit it again "
-                    "to change how many",
-                    "replicas",
-                )
+            raise SpecError(f"replicas: job {job_id} is not a service", "replicas")
         if changes.get("gpus") == 0 and "vram_gb" not in changes and act.spec.vram_gb:
             # (a GPU job made a CPU one: its VRAM per GPU no longer applies; refused, it
             # could not be undone, as vram_gb 0 is no value)
@@ -664,6 +656,10 @@ class Engine:
         self.queue.edit(act, spec, request, deps)  # (out under the old key, in under the new)
         act.job.spec = spec.stored()
         act.job.name = spec.default_name()
+        if act.job.replicas and len(act.job.replicas) != spec.replica_count:
+            # A service that ran and waits to be placed again: it comes back with as many
+            # (those kept keep their restart counts; a GPU "kept" for one dropped is not).
+            self.services.replicas_edited(act, spec.replica_count)
         self.store.save_edit(act.job)
         self.book.record(act, EventKind.EDITED, {"message": f"edited: {said}"})
         if "timeout" in changes and act.job.kind is JobKind.SERVICE:

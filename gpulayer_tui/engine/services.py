@@ -214,6 +214,14 @@ class ServiceRunner:
         if job.started_at is not None and job.id not in self._timeouts:
             self._arm_timeout(job.id, spec.timeout - (time.time() - job.started_at))
 
+    def replicas_edited(self, act: ActiveJob, count: int) -> None:
+        """A service waiting to be placed again was edited to ``count`` replicas: those
+        past it are dropped (with the GPUs kept for them), new ones wait to be placed."""
+        job = act.job
+        kept = [r for r in job.replicas if r.index < count]
+        job.replicas = kept + [Replica(index) for index in range(len(kept), count)]
+        act.ran_on = frozenset(name for r in kept for name in r.domains if name in act.ran_on)
+
     def timeout_edited(self, act: ActiveJob) -> None:
         """A waiting service's ``timeout`` was edited: its limit is armed again. One being
         placed again counts it from its first start; edited below what it had run, it

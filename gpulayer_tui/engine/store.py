@@ -1191,7 +1191,7 @@ class Store:
 
     def save_edit(self, job: Job) -> None:
         """Queue what an edit changes of a waiting job that is otherwise written once: its
-        spec, name and priority."""
+        spec, name and priority (and a service's replicas: their number may change)."""
         self._queue.append(
             _Write(
                 None,
@@ -1199,8 +1199,16 @@ class Store:
                 None,
                 [
                     (
-                        "UPDATE jobs SET spec=?, name=?, priority=? WHERE id=?",
-                        (json.dumps(job.spec), job.name, job.priority, job.id),
+                        "UPDATE jobs SET spec=?, name=?, priority=?, replicas=? WHERE id=?",
+                        (
+                            json.dumps(job.spec),
+                            job.name,
+                            job.priority,
+                            json.dumps([r.to_json() for r in job.replicas])
+                            if job.replicas
+                            else None,
+                            job.id,
+                        ),
                     )
                 ],
             )
