@@ -307,6 +307,8 @@ class HealthJSON(TypedDict):
     uptime: float
     active_jobs: int
     store_failure: str | None
+    launcher_problem: NotRequired[str | None]
+    """Why no launcher answers (jobs decided to start wait for it); ``None`` while one does."""
     paused_at: NotRequired[float | None]
     """When the queue was paused (``gpulayer-tui pause``); ``None`` while it runs."""
 

@@ -6,6 +6,8 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +15,7 @@ import pynvml
 import pytest
 
 from gpulayer_tui.cli.format import format_gpus
+from gpulayer_tui.engine import launcher
 from gpulayer_tui.engine.errors import DomainRefused
 from gpulayer_tui.engine.gpus import GIB
 from gpulayer_tui.engine.models import JobStatus
@@ -349,6 +352,42 @@ def test_doctor_without_an_engine(served: Served) -> None:
     assert "an engine started here runs with 0 GPUs" in checks["driver"]["detail"]
     assert "or on simulated ones with --simulate" in checks["driver"]["detail"]
     assert "running with" not in checks["driver"]["detail"]
+
+
+def test_doctor_without_an_engine_opens_the_database_and_reads_a_failed_launcher(
+    served: Served,
+) -> None:
+    # A damaged database stopped the next engine at start, and doctor said all was well.
+    served.start("--simulate", "1xA100-80GB")
+    served.cli("submit", "--", "true")
+    served.stop()
+    out = served.cli("doctor", "--json")
+    checks = {c["check"]: c for c in json.loads(out.stdout)}
+    assert checks["database"]["status"] == "ok", checks["database"]
+    assert "reads whole (schema" in checks["database"]["detail"]
+    assert "launcher" not in checks
+    db = served.home / "gpulayer.db"
+    with open(db, "r+b") as fh:
+        fh.seek(4096)
+        fh.write(b"\xff" * 8192)  # (past the header: pages of the tables)
+    (served.home / launcher.FAILED_NOTE).write_text(
+        "the launcher cannot start: [Errno 13] Permission denied: 'launcher.journal'\n"
+    )
+    out = served.cli("doctor", "--json")
+    checks = {c["check"]: c for c in json.loads(out.stdout)}
+    assert out.returncode == 1
+    assert checks["database"]["status"] == "fail", checks["database"]
+    assert "Move it aside" in checks["database"]["detail"]
+    assert checks["launcher"]["status"] == "fail"
+    assert checks["launcher"]["detail"].startswith("the launcher cannot start: [Errno 13]")
+    serve = subprocess.run(
+        [sys.executable, "-m", "gpulayer_tui", "--serve", "--simulate", "1xA100-80GB"],
+        env=served.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert serve.returncode == 2 and "Move it aside" in serve.stderr  # (as doctor said)
 
 
 def test_doctor_without_an_engine_says_what_its_launcher_still_runs(

@@ -151,6 +151,65 @@ async def test_a_spawner_killed_mid_job_loses_no_exit_code(
     assert (await engine.wait(again.id, timeout=15)).status is JobStatus.COMPLETED
 
 
+async def test_a_spawner_that_cannot_start_is_said_and_tried_again_ever_later(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # With its journal unusable (made immutable, root's, a full disk), every new spawner
+    # died at once in a traceback and the keeper started the next: hundreds a minute, a
+    # log growing 17 KB/s, jobs shown running that never started, and doctor saw nothing
+    # (tester h60).
+    engine = await make_engine()
+    state = engine.paths.state_dir
+    running, job_gate = await _gated(engine, tmp_path, exit_code=4)
+    spawner = _launcher(state, "spawner")
+    keeper = _launcher(state, "keeper")
+    saved = tmp_path / "journal.saved"
+    os.rename(state / journal.NAME, saved)
+    (state / journal.NAME).mkdir()  # (opening it fails, whoever we are: root too)
+    spawner.kill()
+    problem = await eventually(lambda: engine.health()["launcher_problem"], timeout=30)
+    assert problem.startswith("the launcher cannot start: [Errno 21] Is a directory: ")
+    assert problem.endswith(f"{journal.NAME}'")
+    waiting = await engine.submit({"command": ["true"], "gpus": 0})  # decided: it waits
+    await eventually(lambda: (state / launcher.LOG).read_text().count("could not start") >= 3,
+                     timeout=30)  # fmt: skip
+    log = (state / launcher.LOG).read_text()
+    assert "Traceback" not in log.split("the launcher cannot start")[-1]
+    assert "the next one in 0.5 s" in log and "the next one in 1 s" in log
+    assert "the next one in 2 s" in log
+    assert _find(state, "keeper").pid == keeper.pid  # type: ignore[union-attr]
+    running.touch()  # (the keeper reaps it meanwhile, and the next spawner tells its end)
+    (state / journal.NAME).rmdir()
+    os.rename(saved, state / journal.NAME)
+    done = await engine.wait(waiting.id, timeout=40)
+    assert done.status is JobStatus.COMPLETED
+    first = await engine.wait(job_gate.id, timeout=15)
+    assert first.status is JobStatus.FAILED and first.exit_code == 4
+    assert engine.health()["launcher_problem"] is None
+    assert not (state / launcher.FAILED_NOTE).exists()
+    assert (state / launcher.LOG).read_text().count("could not start") < 8
+
+
+def test_a_spawner_that_cannot_start_exits_3_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / journal.NAME).mkdir()
+    ran = subprocess.run(
+        [sys.executable, "-m", "gpulayer_tui.engine.launcher", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert ran.returncode == launcher.START_FAILED == 3
+    assert ran.stderr.count("\n") == 1 and "the launcher cannot start: [Errno 21]" in ran.stderr
+    assert launcher.start_failure(tmp_path) == ran.stderr.split("launcher: ", 1)[1].strip()
+    (tmp_path / journal.NAME).rmdir()
+    started = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui.engine.launcher", str(tmp_path), "--idle", "0.2"],
+        stderr=subprocess.DEVNULL,
+    )
+    assert started.wait(timeout=30) == 0  # (idle at once: no engine)
+    assert launcher.start_failure(tmp_path) is None  # (one started: the note is gone)
+
+
 async def test_a_new_spawner_keeps_cutting_back_the_logs_of_the_jobs_it_took_over(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

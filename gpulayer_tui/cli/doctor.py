@@ -164,6 +164,8 @@ def _engine(paths: Paths, timeout: float) -> list[dict[str, str]]:
             ]
         return [
             _check("engine", "warn", f"no engine serving {paths.state_dir} (gpulayer-tui --serve)"),
+            *_database(paths),
+            *_launcher_failure(paths),
             *_unwatched_jobs(paths),
             _driver_locally(),
         ]
@@ -177,6 +179,14 @@ def _engine(paths: Paths, timeout: float) -> list[dict[str, str]]:
     ]
     if health.get("store_failure"):
         checks.append(_check("database", "fail", health["store_failure"]))
+    if health.get("launcher_problem"):
+        checks.append(
+            _check(
+                "launcher",
+                "fail",
+                f"{health['launcher_problem']} (no job starts until it does; see launcher.log)",
+            )
+        )
     capacity = health.get("capacity")
     if capacity == "known":
         checks.append(_check("driver", "ok", f"GPUs readable through {health['backend']}"))
@@ -189,6 +199,53 @@ def _engine(paths: Paths, timeout: float) -> list[dict[str, str]]:
     except (ApiError, EngineLost) as err:
         checks.append(_check("engine checks", "fail", str(err).split(": whether")[0]))
     return checks
+
+
+def _database(paths: Paths) -> list[dict[str, str]]:
+    """With no engine: whether the next one can open its database (a damaged one, or one
+    of a newer version, stops it at start; doctor said all was well)."""
+    import sqlite3
+
+    from ..engine.store import _DAMAGED_ADVICE, SCHEMA_VERSION
+
+    path = paths.database
+    if not path.exists():
+        return [_check("database", "ok", f"{path} not made yet (the first engine makes it)")]
+    try:
+        # (not mode=ro: a WAL database closed cleanly has no -shm to read it through)
+        db = sqlite3.connect(path, timeout=5)
+    except sqlite3.Error as err:
+        return [_check("database", "fail", f"cannot open {path}: {err}")]
+    try:
+        db.execute("PRAGMA query_only = 1")
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        problem = db.execute("PRAGMA quick_check(1)").fetchone()[0]
+    except sqlite3.Error as err:
+        return [_check("database", "fail", f"cannot read {path}: {err}. {_DAMAGED_ADVICE}")]
+    finally:
+        db.close()
+    if problem != "ok":
+        return [_check("database", "fail", f"{path} is damaged ({problem}). {_DAMAGED_ADVICE}")]
+    if version > SCHEMA_VERSION:
+        return [
+            _check(
+                "database",
+                "fail",
+                f"{path} is of a newer gpulayer-tui (schema {version}; this one reads up to "
+                f"{SCHEMA_VERSION}): upgrade this installation",
+            )
+        ]
+    return [_check("database", "ok", f"{path} reads whole (schema {version})")]
+
+
+def _launcher_failure(paths: Paths) -> list[dict[str, str]]:
+    """With no engine: the last launcher that could not start, if none has since."""
+    from ..engine.launcher import start_failure
+
+    failure = start_failure(paths.state_dir)
+    if failure is None:
+        return []
+    return [_check("launcher", "fail", f"{failure} (no job starts until it can; see launcher.log)")]
 
 
 def _unwatched_jobs(paths: Paths) -> list[dict[str, str]]:

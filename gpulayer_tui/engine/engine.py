@@ -1055,6 +1055,7 @@ class Engine:
             "uptime": time.time() - self.started_at if self.started_at else 0.0,
             "active_jobs": len(self.book),
             "store_failure": self.store.failure,
+            "launcher_problem": self.executor.problem,
             "paused_at": self.paused_at,
         }
 

@@ -29,10 +29,18 @@ import sys
 import time
 
 from . import journal, procstat
-from .launcher import KEEPER_FD, LOCK, TASK_ENV, claim, exit_code, waited_code
+from .launcher import KEEPER_FD, LOCK, START_FAILED, TASK_ENV, claim, exit_code, waited_code
 
 PR_SET_CHILD_SUBREAPER = 36
 ENVIRON_WAIT_S = 1.0
+RETRY_FIRST_S = 0.5
+"""After a spawner that could not start, the next one waits this long, doubled after
+each one more that cannot, up to RETRY_MAX_S (a spawner killed or crashed once it ran is
+replaced at once: its jobs' exits wait for it)."""
+RETRY_MAX_S = 30.0
+GIVE_UP_S = 600.0
+"""With no job left to reap, a keeper whose spawners have not started for this long ends
+(the engine starts a new one when it needs one)."""
 
 
 def _say(message: str) -> None:
@@ -137,19 +145,39 @@ class Keeper:
 
     def run(self) -> int:
         """Start spawners until one retires; reap everything in between."""
+        failing_since: float | None = None
+        retry = RETRY_FIRST_S
         while True:
             self._start_spawner()
             status = self._reap_until_spawner_ends()
             if exit_code(status) == 0 and not _children():
                 return 0
-            self._settle_interrupted_start()
-            entries = journal.replay(self.journal_path)
+            try:
+                self._settle_interrupted_start()
+                entries = journal.replay(self.journal_path)
+            except OSError as err:
+                # (its journal cannot be read or written: the next spawner that starts
+                # settles it, and is told again all that was reaped)
+                _say(f"cannot read or settle the journal yet: {err}")
+                entries = None
             for key, code in list(self.reaped.items()):
-                entry = entries.get(key)
-                if entry is None or entry.state == journal.EXITED:
-                    del self.reaped[key]  # the journal has it: told for good
-                else:
-                    self.pending.append(f"exit {key} {code}\n".encode())
+                if entries is not None:
+                    entry = entries.get(key)
+                    if entry is None or entry.state == journal.EXITED:
+                        del self.reaped[key]  # the journal has it: told for good
+                        continue
+                self.pending.append(f"exit {key} {code}\n".encode())
+            if exit_code(status) != START_FAILED:
+                failing_since, retry = None, RETRY_FIRST_S
+                continue
+            now = time.monotonic()
+            failing_since = failing_since or now
+            if now - failing_since > GIVE_UP_S and not _children():
+                _say(f"no spawner could start for {GIVE_UP_S:.0f} s; the keeper ends")
+                return 1
+            _say(f"the spawner could not start; the next one in {retry:g} s")
+            self._reap_for(retry)
+            retry = min(retry * 2, RETRY_MAX_S)
 
     def _start_spawner(self) -> None:
         read, write = os.pipe()
@@ -200,6 +228,19 @@ class Keeper:
                     self.pipe = None
                 return status
             self._reap_orphan(pid)
+
+    def _reap_for(self, seconds: float) -> None:
+        """Reap what ends (no spawner runs) for ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                info = None
+            if info is None or info.si_pid == 0:
+                time.sleep(min(0.05, left))
+                continue
+            self._reap_orphan(info.si_pid)
 
     def _reap_orphan(self, pid: int) -> None:
         """A job the spawner left us ended: kill its leftovers, reap it, say its code."""

@@ -47,7 +47,16 @@ from typing import Any
 from ..fields import printable
 from ..unixsock import SocketPath
 from .executor import Exit, LaunchError, OnExit, OnStart, Started, TaskKey, task_name
-from .launcher import ENV_CACHE, LOCK, LOG, SOCKET, claimed, why_not_runnable
+from .launcher import (
+    ENV_CACHE,
+    FAILED_NOTE,
+    LOCK,
+    LOG,
+    SOCKET,
+    claimed,
+    start_failure,
+    why_not_runnable,
+)
 from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -215,6 +224,9 @@ class LauncherExecutor:
         self._transport: asyncio.WriteTransport | None = None
         self._serving = False  # open() is done: a lost connection is reconnected
         self._reconnecting: asyncio.Task[None] | None = None
+        self.problem: str | None = None
+        """Why no launcher answers now (its spawner cannot start, say), while none does:
+        jobs decided to start wait for it (the engine's health says it)."""
         self._watches: dict[str, _Watch] = {}
         self._pending: dict[str, _Prepared] = {}  # starts not answered yet
         self._outbox: list[bytes] = []  # held while no launcher is connected
@@ -278,8 +290,15 @@ class LauncherExecutor:
         self._serving = True
 
     async def _connect(self) -> None:
+        """Connect to the launcher, starting one if none runs.
+
+        Raises:
+            OSError: None answered in CONNECT_TIMEOUT_S, or its spawner could not start
+                since this call began (said at once, in the spawner's words).
+        """
         sock = str(self.state_dir / SOCKET)
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        began = time.time() - 1.0  # (a note's mtime has a coarse clock on some filesystems)
         delay = 0.005
         while True:
             where = SocketPath(self.state_dir / SOCKET)
@@ -299,6 +318,9 @@ class LauncherExecutor:
                     self._start_launcher()
             finally:
                 where.close()
+            failure = self._start_failure(since=began)
+            if failure is not None:
+                raise OSError(failure)
             if time.monotonic() > deadline:
                 raise OSError(f"the launcher did not answer on {sock} in {CONNECT_TIMEOUT_S} s")
             await asyncio.sleep(delay)
@@ -306,6 +328,15 @@ class LauncherExecutor:
 
     def _launcher_alive(self) -> bool:
         return keeper_alive(self.state_dir)
+
+    def _start_failure(self, since: float) -> str | None:
+        """Why a spawner could not start, if one could not after ``since`` (wall clock)."""
+        try:
+            if os.stat(self.state_dir / FAILED_NOTE).st_mtime < since:
+                return None
+        except OSError:
+            return None
+        return start_failure(self.state_dir)
 
     def _start_launcher(self) -> None:
         if self._started_at is not None and time.monotonic() - self._started_at < 0.5:
@@ -394,9 +425,14 @@ class LauncherExecutor:
                 try:
                     await self._connect()
                 except OSError as err:
-                    log.error("cannot reach the launcher (%s); trying again", err)
+                    # (the last spawner's own words, while none has started since)
+                    problem = start_failure(self.state_dir) or str(err)
+                    if self.problem != problem:
+                        log.error("cannot reach the launcher (%s); trying again", problem)
+                    self.problem = problem
                     await asyncio.sleep(1.0)
                     continue
+                self.problem = None
                 if self._closing:
                     return
                 try:

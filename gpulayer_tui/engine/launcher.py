@@ -62,6 +62,7 @@ import socket
 import stat
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from ..fields import printable
@@ -71,6 +72,8 @@ from .logfiles import NOTE_READ, LogFiles, cut_note, mark_cut, note_of, unmark_c
 
 SOCKET = "launch.sock"  # (no longer than engine.sock: AF_UNIX paths are short)
 LOCK = "launcher.lock"
+FAILED_NOTE = "launcher.failed"  # why the last spawner could not start (see main)
+START_FAILED = 3  # a spawner's exit code when it could not start
 LOG = "launcher.log"
 TASK_ENV = "GPULAYER_TASK"  # "<state dir>/<key>": lets the keeper recognise a job's process
 KEEPER_FD = 3  # the keeper's pipe to the spawner (found-again pids and exits)
@@ -1240,14 +1243,41 @@ def _outside_group(leader: int) -> list[tuple[int, int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m gpulayer_tui.engine.launcher STATE_DIR [--idle S]`` (the keeper runs it)."""
+    """``python -m gpulayer_tui.engine.launcher STATE_DIR [--idle S]`` (the keeper runs it).
+
+    A spawner that cannot start (its journal cannot be opened or rewritten: a file made
+    read-only or root's, a full disk) says why in one line and in :data:`FAILED_NOTE`, and
+    exits :data:`START_FAILED`: the keeper then waits longer before each next try, and the
+    engine and ``doctor`` say what is wrong (a traceback a few milliseconds, for ever, and
+    jobs shown running that never started: tester h60).
+    """
     parser = argparse.ArgumentParser(prog="gpulayer-tui launcher (spawner)")
     parser.add_argument("state_dir")
     parser.add_argument("--idle", type=float, default=60.0, help="exit after idle seconds")
     parser.add_argument("--first", action="store_true", help="the keeper's first spawner")
     args = parser.parse_args(argv)
     keeper_fd = KEEPER_FD if _fd_open(KEEPER_FD) else None
-    return Spawner(os.path.abspath(args.state_dir), args.idle, keeper_fd, args.first).run()
+    state_dir = os.path.abspath(args.state_dir)
+    try:
+        spawner = Spawner(state_dir, args.idle, keeper_fd, args.first)
+    except OSError as err:
+        why = f"the launcher cannot start: {err}"
+        _say(why)
+        with contextlib.suppress(OSError):
+            Path(state_dir, FAILED_NOTE).write_text(why + "\n")
+        return START_FAILED
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(state_dir, FAILED_NOTE))
+    return spawner.run()
+
+
+def start_failure(state_dir: str | os.PathLike[str]) -> str | None:
+    """Why the last spawner in ``state_dir`` could not start, if it could not (and none
+    has started since)."""
+    try:
+        return Path(state_dir, FAILED_NOTE).read_text(errors="replace").strip() or None
+    except OSError:
+        return None
 
 
 def _fd_open(fd: int) -> bool:

@@ -66,7 +66,12 @@ class EngineStatus(Horizontal):
         self._show("#backend", f" · {backend_name}" if backend_name else "")
         self.query_one("#backend", Label).set_class(backend_name == "simulated", "-simulated")
         label = self.query_one("#health", Label)
-        problem = app.connection_problem or health.get("store_failure") or ""
+        problem = (
+            app.connection_problem
+            or health.get("store_failure")
+            or health.get("launcher_problem")
+            or ""
+        )
         if problem:
             self._show("#health", f"⚠ {_header_words(str(problem))}")
             label.add_class("problem")
