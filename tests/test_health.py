@@ -390,6 +390,15 @@ def test_doctor_without_an_engine_opens_the_database_and_reads_a_failed_launcher
     assert serve.returncode == 2 and "Move it aside" in serve.stderr  # (as doctor said)
 
 
+def test_a_removed_socket_is_bound_again(served: Served) -> None:
+    # Removed (a tmp cleaner), the engine served on unreachable: the CLI said to start
+    # one, and starting one was refused, as this one held the lock (tester h60).
+    served.start("--simulate", "1xA100-80GB")
+    (served.home / "engine.sock").unlink()
+    wait_for(lambda: served.cli("jobs").returncode == 0, timeout=20, interval=0.2)
+    assert "engine.sock was removed; listening on it again" in served.stop()
+
+
 def test_doctor_without_an_engine_says_what_its_launcher_still_runs(
     served: Served, tmp_path: Path
 ) -> None:

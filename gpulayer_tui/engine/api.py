@@ -87,6 +87,7 @@ from .errors import (
 from .events import Subscription
 from .logfiles import head_of, read_note
 from .models import Job, JobKind, JobQuery
+from .tasks import cancel_and_wait
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 log = logging.getLogger(__name__)
@@ -168,6 +169,9 @@ GONE_CHECK_S = 1.0
 job ended, so Ctrl-C'd followers locked their user out of every stream)."""
 
 STALLED_WRITE_S = 30.0
+SOCKET_CHECK_S = 2.0
+"""How often the engine looks whether its socket's path is still there (a tmp cleaner, or a
+person tidying the state dir, may remove it; see ApiServer._keep_socket)."""
 WRITE_PIECE = 64 * 1024  # a stream's bytes written at a time, each within STALLED_WRITE_S
 """How long a stream's write may wait for a reader that does not read before the
 stream is cut (it held its slot, and megabytes of buffered events, for ever)."""
@@ -1231,6 +1235,8 @@ class ApiServer:
         self.engine = engine
         self.path = path
         self._runner: web.AppRunner | None = None
+        self._keeper: asyncio.Task[None] | None = None
+        self._folder: tuple[int, int] | None = None  # (device, inode) of the socket's folder
 
     def followers(self) -> int:
         """Other processes following the engine's events now: TUIs attached from other
@@ -1271,6 +1277,16 @@ class ApiServer:
         )
         await self._runner.setup()
         self.engine.on_reconfigure(self._reconfigured)
+        await self._listen()
+        st = os.stat(self.path.parent)
+        self._folder = (st.st_dev, st.st_ino)
+        self._keeper = asyncio.get_running_loop().create_task(
+            self._keep_socket(), name="api-socket-keeper"
+        )
+
+    async def _listen(self) -> None:
+        """Bind the socket's path and serve on it."""
+        assert self._runner is not None
         old_umask = os.umask(0o177)
         try:
             # (bound through the directory when the path is longer than sun_path takes)
@@ -1286,6 +1302,38 @@ class ApiServer:
         finally:
             os.umask(old_umask)
         self._set_modes()
+
+    async def _keep_socket(self) -> None:
+        """Bind the socket's path again when it is removed while the engine runs (only in
+        the folder it was started in). Removed, the engine served on, unreachable: the CLI
+        said no engine ran, and starting one was refused, as this one held the lock
+        (tester h60). The launcher does the same for its own socket."""
+        said = ""
+        while True:
+            await asyncio.sleep(SOCKET_CHECK_S)
+            try:
+                if not self._socket_gone():
+                    continue
+                await self._listen()
+            except OSError as err:
+                if str(err) != said:
+                    log.error("cannot listen on %s again: %s", self.path, err)
+                said = str(err)
+                continue
+            said = ""
+            log.warning("%s was removed; listening on it again", self.path)
+
+    def _socket_gone(self) -> bool:
+        """Whether the socket's path is gone from the folder it was bound in (a stat of a
+        local folder: no thread for it).
+
+        Raises:
+            OSError: The folder cannot be read.
+        """
+        if os.path.lexists(self.path):
+            return False
+        st = os.stat(self.path.parent)
+        return (st.st_dev, st.st_ino) == self._folder  # (another folder there: not ours)
 
     def _reconfigured(self, config: Config) -> None:
         """``[limits] idle_connection`` for the connections made from now on (it was
@@ -1310,6 +1358,9 @@ class ApiServer:
 
     async def stop(self) -> None:
         """Close the socket and every open connection (event streams included)."""
+        if self._keeper is not None:
+            await cancel_and_wait(self._keeper)
+            self._keeper = None
         if self._runner is not None:
             self.engine.bus.close()
             await self._runner.cleanup()
