@@ -1524,3 +1524,56 @@ async def test_a_replica_that_exits_on_a_drained_gpu_moves_where_the_service_fit
     events = [e["message"] for e in await engine.events_of(job.id)]
     assert any(f"domain {drained} draining: fan" in m for m in events), events
     await engine.cancel(job.id)
+
+
+async def test_a_move_off_a_drained_gpu_is_no_lost_placement_and_a_pause_keeps_it_in_place(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # With max_attempts 1, one replica exit on a drained GPU failed the service
+    # ("domain_lost: gave up after 1 placement") with a GPU free; each move of a healthy
+    # service spent one of its placements. And with the queue paused (pause, then drain:
+    # maintenance), the move waited behind the pause, every replica down (tester h58).
+    engine = await make_engine("3xA100-80GB", config=make_config(engine={"grace_period": 1.0}))
+    gate = tmp_path / "exit"
+    script = f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 1"
+    spec = _service(["sh", "-c", script], gpus=1, port=False, retry={"max_attempts": 1})
+    job = await engine.submit(spec)
+    first = await eventually(lambda: (j := engine.book.get(job.id).job).replicas[0].pid and j)
+    drained = first.domains[0]
+    await engine.domain_ops.drain(drained, "fan")
+    gate.touch()
+    moved = await eventually(
+        lambda: (
+            (j := engine.book.get(job.id).job).attempt == 2 and j.status is JobStatus.RUNNING and j
+        ),
+        timeout=20,
+    )
+    gate.unlink()  # (it runs on from its next start)
+    here = moved.domains[0]
+    assert here != drained
+    messages = [e["message"] for e in await engine.events_of(job.id)]
+    assert f"moving off domain {drained} draining: fan" in messages, messages
+    assert f"starting on {here}" in messages, messages  # (no "placement 2 of 1")
+    # Paused, then its new GPU drained: it starts again where it is, and runs on.
+
+    def replica() -> Any:
+        return engine.book.get(job.id).job.replicas[0]  # type: ignore[union-attr]
+
+    def alive(pid: int | None) -> bool:
+        try:
+            return pid is not None and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    pid = await eventually(
+        lambda: replica().state is ReplicaState.UP and alive(replica().pid) and replica().pid,
+        timeout=20,
+    )
+    await engine.pause()
+    await engine.domain_ops.drain(here, "paste")
+    os.kill(pid, signal.SIGKILL)
+    await eventually(lambda: replica().pid not in (None, pid) and alive(replica().pid), timeout=20)
+    again = engine.book.get(job.id).job  # type: ignore[union-attr]
+    assert again.status is JobStatus.RUNNING and again.domains == [here]
+    assert again.attempt == 2
+    await engine.cancel(job.id)

@@ -978,6 +978,10 @@ class JobQueue:
                     return urgent
         return None
 
+    def closed(self) -> str | None:
+        """Why nothing may start now (paused, the disk below its floor), or ``None``."""
+        return self._gate()
+
     def closed_since(self, at: float) -> None:
         """The queue has been closed since ``at`` (a pause stored by an earlier engine):
         that time is no wait for room either."""

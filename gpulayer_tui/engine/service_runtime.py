@@ -132,6 +132,10 @@ class ServiceRuntime:
     end: tuple[JobStatus, TerminationReason, str, int | None] | None = None
     ended_at: float | None = None  # when the replica whose exit decided the end ended
     replacing: str | None = None
+    # Being placed again only to move off a drained domain (an operator's maintenance, not
+    # a loss): such moves, made so far, do not count against retry.max_attempts.
+    moving: bool = False
+    moves: int = 0
     restart_timers: dict[int, Cancellable] = field(default_factory=dict)
     probes: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     # Replicas waiting in back-off because a domain they ran on is gone (started at once

@@ -160,6 +160,7 @@ class ServiceRunner:
         job.attempt += 1
         act.launched = False
         per_replica = request.gpus // request.replicas
+        runtime.moving = False
         old = {r.index: r for r in job.replicas}
         job.replicas = []
         for index in range(request.replicas):
@@ -177,7 +178,8 @@ class ServiceRunner:
             job.replicas.append(replica)
         runtime.end = None
         job.stop_reason, job.stop_message, job.kill_at = None, "", None
-        attempt = f" (placement {job.attempt} of {spec.max_attempts})" if job.attempt > 1 else ""
+        counted = job.attempt - runtime.moves  # (a move off a drained domain is no loss)
+        attempt = f" (placement {counted} of {spec.max_attempts})" if counted > 1 else ""
         where = ", ".join(job.domains)
         # Placed again, it is the same service: its start, and so its time limit and its
         # runtime, stay its first (the limit was re-armed whole by a placement that came
@@ -764,8 +766,9 @@ class ServiceRunner:
             # Its domain is drained (no new work there): it moves where it fits now, as
             # the whole service; else it starts again in place (a drain lets running work
             # go on). It restarted there for good, and a drain never emptied a GPU that
-            # ran a service (tester h52).
-            self.replace(act, draining)
+            # ran a service (tester h52). The move is no loss: it does not count against
+            # retry.max_attempts (with 1, a drain failed the service; tester h58).
+            self.replace(act, draining, move=True)
             return
         gone = self._domain_gone(act, replica)
         if gone is not None:
@@ -820,6 +823,10 @@ class ServiceRunner:
         if request is None:
             # (its spec no longer resolves: pinned to a domain the config removed, as a
             # restarted engine finds it; placed again, it failed for good)
+            return False
+        if self._queue.closed() is not None:
+            # Paused (or the disk full): placed again, it would wait there, every replica
+            # down, until the queue opens (pause, drain, one exit: an outage; tester h58).
             return False
         if not request.gpus:
             return True
@@ -903,14 +910,21 @@ class ServiceRunner:
             if act is not None and act.job.kind is JobKind.SERVICE:
                 self.replace(act, f"domain {dom.name} quarantined: {dom.state_reason}")
 
-    def replace(self, act: ActiveJob, why: str) -> None:
-        """A domain of the service was lost: stop it and place it again (record 000)."""
+    def replace(self, act: ActiveJob, why: str, *, move: bool = False) -> None:
+        """A domain of the service was lost: stop it and place it again (record 000).
+
+        Args:
+            act: The running service.
+            why: What happened, in words.
+            move: Only to move it off a drained domain: not counted as a placement
+                against ``retry.max_attempts``.
+        """
         runtime = self._runtimes.get(act.job.id)
         if runtime is None or runtime.end is not None or runtime.replacing is not None:
             return
         if act.job.status is not JobStatus.RUNNING:
             return
-        runtime.replacing = why
+        runtime.replacing, runtime.moving = why, move
         # Stored with the stop: an engine restarted before the replicas are gone goes on
         # placing it again (it ended it "cancelled", which no one had asked for).
         act.job.stop_reason, act.job.stop_message = Reason.DOMAIN_LOST, why
@@ -970,22 +984,24 @@ class ServiceRunner:
         act.ran_on = frozenset(d.name for d in act.holds if d.is_gpu)
         release_holds(act)
         act.holds = []
-        if job.attempt >= spec.max_attempts:
+        if runtime.moving:
+            runtime.moves += 1
+        counted = job.attempt - runtime.moves
+        if counted >= spec.max_attempts:
             self._book.finish(
                 act,
                 JobStatus.FAILED,
                 Reason.DOMAIN_LOST,
-                f"{why}; gave up after {plural(job.attempt, 'placement')} "
+                f"{why}; gave up after {plural(counted, 'placement')} "
                 f"(retry.max_attempts = {spec.max_attempts})",
             )
             return
         job.domains, job.gpus = [], []
-        self._book.transition(
-            act,
-            JobStatus.QUEUED,
-            message=f"placing again after {why} (placement {job.attempt + 1} "
-            f"of {spec.max_attempts})",
-        )
+        if runtime.moving:
+            message = f"moving off {why}"
+        else:
+            message = f"placing again after {why} (placement {counted + 1} of {spec.max_attempts})"
+        self._book.transition(act, JobStatus.QUEUED, message=message)
         self._queue.requeued(act)
 
     def job_ended(self, act: ActiveJob) -> None:
