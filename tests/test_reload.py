@@ -741,6 +741,32 @@ async def test_a_job_s_warning_that_its_gpu_is_missing_goes_when_the_gpu_is_back
     await back.cancel(running.id)
 
 
+async def test_a_service_on_a_gpu_gone_across_a_restart_says_so_until_it_is_back(
+    make_engine: EngineFactory,
+) -> None:
+    # Batch jobs there said "warning: GPU 1 is not found by the driver"; a service said
+    # "1/1 up on gpu1", all well (tester h58), through every replica change.
+    first = await make_engine("2xA100-80GB")
+    svc = await first.submit(
+        {"kind": "service", "command": ["sleep", "600"], "port": False, "domain": "gpu1"}
+    )
+    await eventually(lambda: first.book.get(svc.id).job.message == "1/1 up on gpu1")
+    await first.stop()
+    second = await make_engine("1xA100-80GB")
+    await second.sampler.sample_once()
+    warned = (await second.get(svc.id)).message
+    assert warned == "1/1 up on gpu1; warning: GPU 1 is not found by the driver", warned
+    await second.sampler.sample_once()  # (said once: the same words are not set again)
+    said = [e for e in await second.events_of(svc.id) if "warning: GPU 1" in e["message"]]
+    assert len(said) <= 1, said
+    await second.stop()
+    back = await make_engine("2xA100-80GB")
+    await back.sampler.sample_once()
+    assert (await back.get(svc.id)).message == "1/1 up on gpu1"
+    await back.cancel(svc.id)
+    await back.wait(svc.id, timeout=20)
+
+
 async def test_a_domain_renamed_while_no_engine_ran_takes_its_waiting_jobs_along(
     make_engine: EngineFactory, paths: Paths
 ) -> None:

@@ -103,6 +103,14 @@ def gib_apart(asked: int | float, has: int | float) -> tuple[str, str]:
     return f"{texts[0]} GiB", f"{texts[1]} GiB"
 
 
+MISSING_WARNING = " is not found by the driver"
+
+
+def missing_warning(index: int) -> str:
+    """What a running job's message adds while GPU ``index`` it runs on is missing."""
+    return f"; warning: GPU {index}{MISSING_WARNING}"
+
+
 def plural(count: int, word: str) -> str:
     """``1 GPU``, ``2 GPUs``."""
     return f"{count} {word}{'' if count == 1 else 's'}"

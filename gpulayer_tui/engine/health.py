@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING
 
 from ..fields import printable
 from ..wire import DomainJSON
-from .domain import Domain, DomainHealth, DomainState
+from .domain import MISSING_WARNING, Domain, DomainHealth, DomainState, missing_warning
 from .errors import DomainRefused, SpecError, UnknownDomain
 from .events import EventBus
 from .jobbook import JobBook
 from .models import EventKind, Job, JobKind, JobStatus, KnownGpu, TerminationReason
+from .services import service_summary
 
 if TYPE_CHECKING:
     from .config import HealthSettings
@@ -59,7 +60,6 @@ def device_error_in(log: Path) -> str | None:
     return match.group(0) if match else None
 
 
-MISSING_WARNING = " is not found by the driver"
 """Ends a running job's warning that its GPU is missing (see ``DomainOps._warn_missing``)."""
 
 
@@ -147,13 +147,13 @@ class DomainOps:
                 act = self._book.get(job_id)
                 if act is None or act.job.status is not JobStatus.RUNNING:
                     continue
-                if act.job.kind is JobKind.SERVICE:
-                    continue  # (its replicas say where they are)
                 warned.add(job_id)
-                warning = (
-                    f"running on {', '.join(act.job.domains)}; warning: GPU {index}"
-                    f"{MISSING_WARNING}"
-                )
+                if act.job.kind is JobKind.SERVICE:
+                    # (its replicas say where they are, and it went unsaid: "2/2 up on
+                    # gpu2, gpu0" of a GPU gone; tester h58)
+                    warning = service_summary(act.job) + missing_warning(index)
+                else:
+                    warning = f"running on {', '.join(act.job.domains)}{missing_warning(index)}"
                 if not act.job.message.startswith(warning):
                     self._book.set_reason(act, warning)
         # (every job looked at: a warning stored by the last engine goes too, once its GPU
@@ -162,7 +162,10 @@ class DomainOps:
             if act.job.id in warned or act.job.status is not JobStatus.RUNNING:
                 continue
             if MISSING_WARNING in act.job.message and "; warning: GPU " in act.job.message:
-                self._book.set_reason(act, f"running on {', '.join(act.job.domains)}")
+                if act.job.kind is JobKind.SERVICE:
+                    self._book.set_reason(act, service_summary(act.job))
+                else:
+                    self._book.set_reason(act, f"running on {', '.join(act.job.domains)}")
 
     def quarantined(self, dom: Domain) -> None:
         """What runs on a quarantined domain reacts: its services are placed again (the

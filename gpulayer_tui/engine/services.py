@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from ..fields import ANSWERED_BY, starting_why
 from . import procs
 from .batch import JobEnv, assign, exit_verdict, prepare_task, timeout_message
-from .domain import DomainState, plural
+from .domain import DomainState, missing_warning, plural
 from .executor import Executor, Exit, LaunchError, Started, TaskKey
 from .jobbook import ActiveJob, JobBook, release_holds, retake_holds
 from .models import (
@@ -602,8 +602,12 @@ class ServiceRunner:
             data["not_started"] = True  # (see notify: not a restart to tell of)
         self._book.record(act, EventKind.REPLICA, data, at)
 
-    @staticmethod
-    def _summary(job: Job) -> str:
+    def _summary(self, job: Job) -> str:
+        """Its message: :func:`service_summary`, and a warning while a GPU it runs on is
+        not found by the driver (see ``DomainOps._warn_missing``)."""
+        for index, jobs in self._scheduler.missing_gpus().items():
+            if job.id in jobs:
+                return service_summary(job) + missing_warning(index)
         return service_summary(job)
 
     # -- exits and restarts -------------------------------------------------------------------
