@@ -48,6 +48,22 @@ def test_wait_with_a_timeout_that_runs_out_exits_5_and_says_so(engine: Served) -
     engine.cli("cancel", job, "--no-wait")
 
 
+def test_wait_on_a_service_that_restarts_always_says_it_may_never_end(engine: Served) -> None:
+    # It waited in silence, for ever (tester h58).
+    svc = _submit(engine, "--service", "--gpus", "0", "--no-port", "--", "sleep", "600")
+    out = engine.cli("wait", svc, "--timeout", "0.5")
+    assert out.returncode == 5
+    assert out.stderr.splitlines()[0] == (
+        f"gpulayer-tui: job {svc} is a service that restarts always: it ends only when it is "
+        "cancelled, times out, or is placed again no more; waiting (ctrl+c stops waiting, "
+        "not the service)"
+    )
+    batch = _submit(engine, "--", "sleep", "600")
+    out = engine.cli("wait", batch, "--timeout", "0.5")
+    assert out.stderr == f"gpulayer-tui: job {batch} still running after 0.5 s\n"
+    engine.cli("cancel", svc, batch, "--no-wait")
+
+
 def test_cancel_says_a_stop_under_way_as_such(engine: Served) -> None:
     # --no-wait returns once SIGTERM is sent: that is success, not a process stuck in
     # the kernel; a --timeout that runs out before the SIGKILL is due says that.

@@ -832,10 +832,12 @@ def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     piece = min(WAIT_SLICE_S, client.timeout or WAIT_SLICE_S)
     asked = False  # (an engine answered once: a missing one later is a restart)
+    told = False  # (that a service running on may never end)
     while True:
         left = piece if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            data = client.wait(args.job, min(left, piece))
+            # (the first ask answers at once: what it waits for is said before it waits)
+            data = client.wait(args.job, min(left, piece) if told else 0.0)
         except (EngineLost, EngineNotRunning) as err:
             # (a slice that ended as the engine stopped found no socket: "no engine", exit
             # 3, in the middle of a restart; with none at all from the start it is said)
@@ -847,6 +849,11 @@ def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         asked = True
         if not data.get("timed_out") or (deadline is not None and time.monotonic() >= deadline):
             break
+        if not told:
+            told = True
+            note = _never_ends(data["job"])
+            if note:
+                _error(note)
     job = data["job"]
     if data.get("timed_out"):
         if args.json:  # (a script reads the document it asked for: it got nothing)
@@ -854,6 +861,21 @@ def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         _error(f"job {job['id']} still {job['status']} after {args.timeout:g} s")
         return EXIT_TIMED_OUT
     return _report_end(job, args.json, data)
+
+
+def _never_ends(job: dict[str, Any]) -> str:
+    """What ``wait`` says of a running service that restarts always (it waited in silence,
+    for ever: tester h58), else ``""``."""
+    spec = job.get("spec") or {}
+    if job.get("kind") != "service" or job.get("status") != "running":
+        return ""
+    if spec.get("restart", "always") != "always" or spec.get("max_restarts") is not None:
+        return ""
+    return (
+        f"job {job['id']} is a service that restarts always: it ends only when it is "
+        "cancelled, times out, or is placed again no more; waiting (ctrl+c stops waiting, "
+        "not the service)"
+    )
 
 
 def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

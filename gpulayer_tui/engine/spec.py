@@ -115,6 +115,23 @@ class SnapshotInfo(BaseModel):
 SERVICE_ONLY = ("replicas", "restart", "max_restarts", "port", "retry")
 
 
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox", "fish"})
+"""Programs that expand ``$PORT`` themselves when they are a service's argv[0]."""
+
+
+def _unexpanded_port(spec: JobSpec) -> str | None:
+    """A word of a service's argv that holds ``$PORT`` for nothing to expand (the server
+    failed at run time: "invalid int value: '$PORT'"; tester h58), or ``None``."""
+    if spec.kind != "service" or spec.command is None or spec.port is False:
+        return None
+    if not spec.command or os.path.basename(spec.command[0]) in SHELLS:
+        return None
+    for word in spec.command[1:]:
+        if "$PORT" in word or "${PORT}" in word:
+            return word
+    return None
+
+
 class JobSpec(BaseModel):
     """What to run and what it needs.
 
@@ -238,6 +255,14 @@ class JobSpec(BaseModel):
             named = f"env[{key}]" if len(key) <= 100 else f"env[{key[:100]}...]"
             _no_nul(value, named, "env")
             _passable(f"{key}={value}", "env", named)
+        unexpanded = _unexpanded_port(self)
+        if unexpanded is not None:
+            raise fail(
+                "command",
+                f"{unexpanded!r}: nothing expands $PORT in an argv command (no shell runs "
+                "it): give it as a shell line (--shell 'exec ... $PORT'), or let the program "
+                "read the PORT environment variable",
+            )
         if isinstance(self.domain, list) and not self.domain:
             raise fail("domain", "an empty list pins to nothing; omit it instead")
         if self.vram_gb is not None and self.gpus == 0:
