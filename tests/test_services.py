@@ -1127,6 +1127,40 @@ async def test_a_replica_whose_server_runs_in_a_session_of_its_own_comes_up(
     await engine.wait(job.id, timeout=20)
 
 
+async def test_what_a_replica_run_started_in_a_session_of_its_own_ends_with_that_run(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # A worker started with setsid outlived its replica's run: each restart left one more
+    # (holding its port or its GPU memory), and a cancel reached only the last run's
+    # (tester h58). A batch job's may have left on purpose; a replica's run is replaced.
+    engine = await make_engine(simulate=None, config=make_config(engine={"grace_period": 1.0}))
+    marker = ["sleep", str(600_000 + os.getpid() % 100_000)]  # (this test's own)
+    job = await engine.submit(
+        _service(["sh", "-c", f"setsid {' '.join(marker)} & exec sleep 600"], port=False)
+    )
+
+    def workers() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == marker]
+
+    first = await eventually(lambda: len(workers()) == 1 and workers()[0], timeout=20)
+    assert os.getsid(first.pid) == first.pid  # (a session of its own)
+    replica = _replicas(engine, job.id)[0]
+    leader = await eventually(lambda: replica.pid, timeout=20)
+    os.kill(leader, signal.SIGKILL)  # (the run ends; the policy restarts it)
+    await eventually(
+        lambda: replica.restarts == 1 and replica.pid not in (None, leader), timeout=20
+    )
+    second = await eventually(
+        lambda: [p for p in workers() if p.pid != first.pid] and not first.is_running(),
+        timeout=20,
+    )
+    assert len(workers()) == 1, workers()
+    assert second
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+    await eventually(lambda: not workers(), timeout=20)
+
+
 def test_a_replica_state_counts_down_rounded_up_and_names_who_holds_its_port() -> None:
     from gpulayer_tui.formatting import replica_state
 

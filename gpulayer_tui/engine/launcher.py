@@ -284,6 +284,13 @@ class Spawner:
         # Sessions of ended jobs still swept (see SESSION_SWEEPS): leader -> [sweeps left,
         # empty sweeps in a row]; one sweep for them all every SWEEP_S
         self.sweeps: dict[int, list[int]] = {}
+        # Ended runs of service replicas among them: their TASK_ENV value -> leader. What
+        # such a run started with setsid (a worker in a session of its own) is swept too,
+        # found by that variable: each restart left one more running, holding its port
+        # or its GPU memory, and a cancel reached only the last run's (tester h58). A
+        # batch job's may have left on purpose (a daemon it started); a replica's run is
+        # replaced by the next.
+        self.run_sweeps: dict[str, int] = {}
         self.next_sweep = 0.0
         self.sel = selectors.DefaultSelector()
         self.client: socket.socket | None = None
@@ -848,7 +855,7 @@ class Spawner:
         self.tasks.pop(task.key, None)
         # (its own group was killed as it ended: by this process for a child of ours, by
         # the keeper as it reaped one taken over after a crash)
-        self._sweep_session(task.pid)
+        self._sweep_session(task.pid, task.key)
         if task.log_fd >= 0:
             if task.max_log:
                 self._cap_log(task)  # (what it wrote since the last look)
@@ -1055,10 +1062,13 @@ class Spawner:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
 
-    def _sweep_session(self, leader: int) -> None:
+    def _sweep_session(self, leader: int, key: str) -> None:
         """Sweep the session of the job led by ``leader`` (ended) from the next sweep on
-        (see SESSION_SWEEPS)."""
+        (see SESSION_SWEEPS); a service replica's run (``key`` ``job.replica.run``) also
+        loses what it started in sessions of its own."""
         self.sweeps[leader] = [SESSION_SWEEPS, 0]
+        if key.count(".") == 2:
+            self.run_sweeps[f"{self.state_dir}/{key}"] = leader
 
     def _sweep_sessions(self) -> None:
         """Every SWEEP_S, one sweep of the sessions of the jobs that ended: what they left
@@ -1076,17 +1086,19 @@ class Spawner:
         if now < self.next_sweep:
             return
         self.next_sweep = now + SWEEP_S
-        found = self._kill_session_leftovers(set(self.sweeps))
+        found = self._kill_session_leftovers(set(self.sweeps), self.run_sweeps)
         running = {task.pid for task in self.tasks.values() if task.pidfd >= 0}
         for leader, state in list(self.sweeps.items()):
             state[0] -= 1
             state[1] = 0 if leader in found else state[1] + 1
             if state[0] <= 0 or state[1] >= 2 or leader in running:
                 del self.sweeps[leader]
+        self.run_sweeps = {k: v for k, v in self.run_sweeps.items() if v in self.sweeps}
 
-    def _kill_session_leftovers(self, sessions: set[int]) -> set[int]:
+    def _kill_session_leftovers(self, sessions: set[int], runs: dict[str, int]) -> set[int]:
         """SIGKILL the keeper's children in ``sessions`` outside their leader's group (and
-        with them their groups); return the sessions that had any."""
+        with them their groups), and those whose TASK_ENV names one of ``runs`` (ended
+        replica runs) wherever they are; return the sessions (leaders) that had any."""
         try:
             with open(f"/proc/{self.keeper_pid}/task/{self.keeper_pid}/children", "rb") as fh:
                 orphans = [int(p) for p in fh.read().split()]
@@ -1095,11 +1107,19 @@ class Spawner:
         found: set[int] = set()
         for pid in orphans:
             stat = procstat.read_stat(pid)
-            if stat is None or stat.session not in sessions:
+            if stat is None or stat.state in ("Z", "X"):
                 continue
-            if stat.pgrp in (stat.session, 0) or stat.state in ("Z", "X"):
-                continue  # (its own group was killed as it ended)
-            found.add(stat.session)
+            if stat.session in sessions:
+                if stat.pgrp in (stat.session, 0):
+                    continue  # (its own group was killed as it ended)
+                found.add(stat.session)
+            elif runs:
+                leader = runs.get(_task_of(pid) or "")
+                if leader is None:
+                    continue
+                found.add(leader)
+            else:
+                continue
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(stat.pgrp, signal.SIGKILL)
         return found
@@ -1192,6 +1212,20 @@ def _collapse(fd: int, length: int) -> bool:
         _COLLAPSE[0] = None
         return False
     raise OSError(err, os.strerror(err))
+
+
+def _task_of(pid: int) -> str | None:
+    """The TASK_ENV value in ``pid``'s environment (which job run started it), if any."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            environ = fh.read()
+    except OSError:
+        return None
+    prefix = TASK_ENV.encode() + b"="
+    for item in environ.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix) :].decode(errors="replace")
+    return None
 
 
 def _say(message: str) -> None:
