@@ -168,6 +168,23 @@ async def test_queued_reasons_name_the_blocker(make_engine: EngineFactory) -> No
     assert (await engine.wait(third.id, timeout=10)).status is JobStatus.COMPLETED
 
 
+async def test_why_names_who_holds_the_cpu_slots_a_service_waits_for(
+    make_engine: EngineFactory,
+) -> None:
+    # A 2-replica CPU service waiting with 1 of 2 slots free named no holder (the pool
+    # was not full), while a GPU wait did (tester h58).
+    engine = await make_engine("1xA100-80GB", cpu_count=2)
+    one = await engine.submit({"command": ["sleep", "30"], "gpus": 0})
+    svc = await engine.submit(
+        {"kind": "service", "command": ["sleep", "30"], "replicas": 2, "port": False}
+    )
+    assert svc.status is JobStatus.QUEUED, svc.message
+    why = await engine.why(svc.id)
+    assert why["held_by"] == [{"domain": "cpu", "jobs": [one.id], "services": []}], why
+    await engine.cancel(one.id)
+    await engine.cancel(svc.id)
+
+
 async def test_vram_blocker_names_the_foreign_pid(make_engine: EngineFactory, sleeper: int) -> None:
     engine = await make_engine("2xA100-80GB")
     SimLedger(engine.paths.state_dir).hold(1, sleeper, 70.0)
