@@ -263,3 +263,24 @@ async def test_keys_typed_in_one_burst_in_the_adopt_dialog_land_where_they_were_
         domain = dialog.query_one("#adopt-domain", Input)
         await until(pilot, lambda: domain.value == "gpu1", "the domain typed")
         assert vram.value == "24"
+
+
+async def test_a_name_typed_right_after_a_goes_into_the_adopt_dialog(
+    ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
+) -> None:
+    # "a" then a name in one burst: each key reached the table before "a" had opened the
+    # dialog, and was lost (see key_hold.py).
+    from textual import events
+
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    SimLedger(engine.paths.state_dir).hold(0, sleeper_proc.pid, 5.0)
+    await engine.sampler.sample_once()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _listed(pilot, app, sleeper_proc.pid)
+        for key, char in [("a", "a"), ("ctrl+u", "\x15"), ("n", "n"), ("b", "b")]:
+            app.post_message(events.Key(key, char))
+        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        name = dialog.query_one("#adopt-name", Input)
+        await until(pilot, lambda: name.value == "nb", "the name typed")
+        assert not app.key_hold.holding
