@@ -915,6 +915,32 @@ async def _watched_work_domain(make_engine: EngineFactory, paths: Paths) -> tupl
     return engine, running, waiting
 
 
+async def test_a_job_on_a_gpu_whose_domain_was_removed_still_counts_against_limits(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # Its GPUs counted nothing once their domains were gone: max_gpus was passed, and
+    # the user's fair-share hours went down while the job ran (tester h59).
+    paths.state_dir.mkdir(parents=True)
+    limited = BASE + "auto_domains = false\n[users.default]\nmax_gpus = 3\n"
+    both = "[domains.a]\ngpu = 0\n[domains.b]\ngpu = 1\n[domains.c]\ngpu = 2\n"
+    paths.config_file.write_text(limited + both)
+    engine = await make_engine("3xA100-80GB", config=load_config(paths.config_file))
+    running = await engine.submit({"command": ["sleep", "600"], "gpus": 2, "domain": ["a", "b"]})
+    assert running.status is JobStatus.RUNNING
+    before = engine.queue.running_by_user(time.time())
+    paths.config_file.write_text(limited + "[domains.c]\ngpu = 2\n")  # (a and b removed)
+    assert (await engine.config_reload.reload())["applied"] is True
+    after = engine.queue.running_by_user(time.time())
+    assert [h.gpus for h in after.values()] == [h.gpus for h in before.values()] == [2]
+    paths.config_file.write_text(limited.replace("3", "2") + "[domains.c]\ngpu = 2\n")
+    assert (await engine.config_reload.reload())["applied"] is True
+    more = await engine.submit({"command": ["true"], "gpus": 1})
+    assert more.status is JobStatus.QUEUED, more.message  # (2 held, at most 2)
+    assert "limit: 2 GPUs running at once" in more.message, more.message
+    await engine.cancel(running.id)
+    assert (await engine.wait(more.id, timeout=20)).status is JobStatus.COMPLETED
+
+
 async def test_a_removed_config_file_keeps_the_running_configuration(
     make_engine: EngineFactory, paths: Paths, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -188,10 +188,13 @@ class JobQueue:
     def running_by_user(self, now: float) -> dict[int, Running]:
         """What each user's running jobs hold now: GPUs, declared VRAM, GPU-seconds."""
         out: dict[int, Running] = {}
-        for dom in self._scheduler.gpu_domains:
-            for job_id, holding in dom.holdings.items():
-                act = self._book.get(job_id)
-                if act is None:
+        # By what each job holds, not by the domains in force: a GPU whose domain a reload
+        # removed (or the driver no longer lists) still runs the job, and counted nothing:
+        # max_gpus was passed, and fair share went down while the jobs ran (tester h59).
+        for act in self._book:
+            for dom in act.holds:
+                holding = dom.holdings.get(act.job.id) if dom.is_gpu else None
+                if holding is None:
                     continue
                 held = out.setdefault(owner_of(act.job.owner_uid), Running())
                 held.gpus += 1
