@@ -152,6 +152,11 @@ def test_the_checkpoint_signal_is_turned_off_with_an_empty_string(tmp_path: Path
     file.write_text('[scheduling]\ncheckpoint_signal = "USR"\n')
     with pytest.raises(ConfigError, match="checkpoint_signal"):
         load_config(file)
+    # One that cannot warn: SIGSTOP froze the job through its SIGTERM (tester h59).
+    for name, why in [("SIGSTOP", "stops the job"), ("SIGKILL", "kills the job at once")]:
+        file.write_text(f'[scheduling]\ncheckpoint_signal = "{name}"\n')
+        with pytest.raises(ConfigError, match=f"checkpoint_signal.*{name} {why}"):
+            load_config(file)
 
 
 def test_no_gpus_visible_names_that(tmp_path: Path) -> None:

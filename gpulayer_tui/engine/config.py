@@ -374,6 +374,21 @@ class UserLimits(_Strict):
         return value
 
 
+UNCATCHABLE_WARNINGS = {
+    "SIGKILL": "kills the job at once: it is no warning to save",
+    "SIGSTOP": "stops the job, which then cannot save on SIGTERM either",
+    "SIGTSTP": "stops the job (unless it catches it), which then cannot save",
+    "SIGTTIN": "stops the job (unless it catches it), which then cannot save",
+    "SIGTTOU": "stops the job (unless it catches it), which then cannot save",
+    "SIGCONT": "does nothing to a running job: it is no warning to save",
+    "SIGCHLD": "is ignored by default: it is no warning to save",
+    "SIGWINCH": "is ignored by default: it is no warning to save",
+    "SIGURG": "is ignored by default: it is no warning to save",
+}
+"""Signals that cannot be a checkpoint's warning, and why (``[scheduling]
+checkpoint_signal``)."""
+
+
 class SchedulingSettings(_Strict):
     """``[scheduling]``: fair share, reservations and preemption (the shared box)."""
 
@@ -402,6 +417,10 @@ class SchedulingSettings(_Strict):
 
         if value is not None and not isinstance(getattr(_signal, value, None), _signal.Signals):
             raise ValueError(f"{value!r} is not a signal name (e.g. SIGUSR1)")
+        if value in UNCATCHABLE_WARNINGS:
+            # (SIGSTOP froze the job through its SIGTERM: its handler never ran and it was
+            # SIGKILLed unsaved; tester h59)
+            raise ValueError(f"{value} {UNCATCHABLE_WARNINGS[value]} (use e.g. SIGUSR1)")
         return value
 
 
