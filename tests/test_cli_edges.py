@@ -64,6 +64,32 @@ def test_wait_on_a_service_that_restarts_always_says_it_may_never_end(engine: Se
     engine.cli("cancel", svc, batch, "--no-wait")
 
 
+def test_logs_of_a_job_requeued_after_a_preemption_does_not_say_it_never_started(
+    served: Served,
+) -> None:
+    # "job 35 has not started yet" of a job that had run 19 s, then been preempted and
+    # requeued (tester h59).
+    served.home.mkdir(parents=True)
+    (served.home / "config.toml").write_text(
+        '[scheduling]\npreempt_after = 0\ncheckpoint_signal = ""\ncheckpoint_grace = 0\n'
+    )
+    served.start("--simulate", "1xA100-80GB")
+    victim = _submit(served, "--gpus", "1", "--preemptible", "--", "sleep", "600")
+    urgent = _submit(served, "--gpus", "1", "--priority", "5", "--", "sleep", "600")
+    wait_for(
+        lambda: json.loads(served.cli("status", victim, "--json").stdout)["job"].get("attempt"),
+        timeout=30,
+        interval=0.2,
+    )
+    out = served.cli("logs", victim)
+    assert out.returncode == 0
+    assert out.stderr == (
+        f"gpulayer-tui: job {victim} waits to run again: its runs so far wrote nothing "
+        "(logs -f waits for the next)\n"
+    )
+    served.cli("cancel", victim, urgent, "--no-wait")
+
+
 def test_cancel_says_a_stop_under_way_as_such(engine: Served) -> None:
     # --no-wait returns once SIGTERM is sent: that is success, not a process stuck in
     # the kernel; a --timeout that runs out before the SIGKILL is due says that.

@@ -731,7 +731,15 @@ def _no_output(client: Client, args: argparse.Namespace) -> int:
     if job.get("started_at") is not None and job.get("termination_reason") != "launch_failed":
         return EXIT_OK  # (it ran and wrote nothing; a launch that failed never ran)
     if job["status"] in ("pending", "queued"):
-        if not args.follow:
+        if args.follow:
+            return EXIT_OK
+        if job.get("attempt") and job.get("kind") != "service":
+            # (requeued after a preemption: "has not started yet" of a job that ran; h59)
+            _error(
+                f"job {args.job} waits to run again: its runs so far wrote nothing "
+                "(logs -f waits for the next)"
+            )
+        else:
             _error(f"job {args.job} has not started yet: no output (logs -f waits for it)")
         return EXIT_OK
     from ..fields import printable

@@ -712,7 +712,8 @@ class Engine:
             if status is not None and status is not JobStatus.COMPLETED and not any_exit:
                 raise SpecError(
                     f"depends_on: job {dep_id} ended {status.value}: job {job_id} would be "
-                    "cancelled at once (wait for any end with any_exit, or leave it out)",
+                    "cancelled at once (wait for any end: --after-any, any_exit in a spec; "
+                    "or leave it out)",
                     "depends_on",
                 )
         return deps
