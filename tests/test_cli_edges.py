@@ -90,6 +90,19 @@ def test_logs_of_a_job_requeued_after_a_preemption_does_not_say_it_never_started
     served.cli("cancel", victim, urgent, "--no-wait")
 
 
+def test_cancel_of_a_whole_chain_in_its_order_succeeds(engine: Served) -> None:
+    # Y's cancel cancelled Z (its dependent) before Z's turn came: "job Z already
+    # cancelled", exit 1, for the very state asked for (tester h62).
+    x = _submit(engine, "--", "sleep", "600")
+    y = _submit(engine, "--after", x, "--", "true")
+    z = _submit(engine, "--after", y, "--", "true")
+    out = engine.cli("cancel", x, y, z, "--json")
+    assert out.returncode == 0, out.stderr
+    assert [j["status"] for j in json.loads(out.stdout)] == ["cancelled"] * 3
+    assert [j["id"] for j in json.loads(out.stdout)] == sorted(int(i) for i in (x, y, z))
+    assert f"job {z} was cancelled already: dependency job {y} cancelled" in out.stderr
+
+
 def test_cancel_says_a_stop_under_way_as_such(engine: Served) -> None:
     # --no-wait returns once SIGTERM is sent: that is success, not a process stuck in
     # the kernel; a --timeout that runs out before the SIGKILL is due says that.

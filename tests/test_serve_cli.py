@@ -96,8 +96,15 @@ def test_queued_reason_cancel_and_follow_logs(served: Served) -> None:
     out, _ = follower.communicate(timeout=20)
     assert out == "start\n" and follower.returncode == 0
     assert served.cli("wait", queued).returncode == 0
+    # Cancelled already: the state asked for, said, and no failure (a cleanup of a
+    # pipeline's ids under `set -e` stopped at a job a dependency's cancel had ended).
     again = served.cli("cancel", running)
-    assert again.returncode == 1 and f"job {running} already cancelled" in again.stderr
+    assert again.returncode == 0, again.stderr
+    assert again.stderr == f"gpulayer-tui: job {running} was cancelled already: cancelled by user\n"
+    done = served.cli("submit", "--", "true").stdout.strip()
+    assert served.cli("wait", done).returncode == 0
+    ended = served.cli("cancel", done)
+    assert ended.returncode == 1 and f"job {done} already completed" in ended.stderr
 
 
 def _cli_argv() -> list[str]:

@@ -889,23 +889,54 @@ def _never_ends(job: dict[str, Any]) -> str:
 def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     ids = list(dict.fromkeys(args.job if isinstance(args.job, list) else [args.job]))
     if len(ids) == 1:
-        return _cancel_one(client, args, client.cancel(ids[0]), args.json)
+        try:
+            return _cancel_one(client, args, client.cancel(ids[0]), args.json)
+        except ApiError as err:
+            already = _cancelled_already(client, ids[0], err)
+            if already is None:
+                raise
+            if args.json:
+                _print_json(already)
+            return EXIT_OK
     # Every cancel is asked first (they stop side by side), then each end is waited for;
     # an id refused is said and the others go on. Exit: the highest of theirs.
     worst = EXIT_OK
     asked: list[dict[str, Any]] = []
+    shown: list[dict[str, Any]] = []
     for job_id in ids:
         try:
             asked.append(client.cancel(job_id))
         except ApiError as err:
+            already = _cancelled_already(client, job_id, err)
+            if already is not None:
+                shown.append(already)
+                continue
             _error(str(err))
             worst = max(worst, EXIT_USAGE if err.status in (400, 404) else EXIT_FAILED)
-    shown: list[dict[str, Any]] = []
     for job in asked:
         worst = max(worst, _cancel_one(client, args, job, False, shown))
     if args.json:
-        _print_json(shown)
+        order = {job_id: place for place, job_id in enumerate(ids)}
+        _print_json(sorted(shown, key=lambda job: order.get(job["id"], len(ids))))
     return worst
+
+
+def _cancelled_already(client: Client, job_id: int, err: ApiError) -> dict[str, Any] | None:
+    """The job, if a refused cancel found it cancelled already: the state asked for, so
+    said on stderr and no failure. `cancel X Y Z` of a chain exited 1, as Y's cancel
+    cancelled Z before Z's turn came; a cleanup of every id of a pipeline under
+    ``set -e`` stopped there (tester h62). Ended otherwise (completed, failed), it is
+    still refused: the job was not stopped."""
+    if err.status != 409:
+        return None
+    try:
+        job = dict(client.job(job_id)["job"])
+    except (ApiError, EngineLost):
+        return None
+    if job.get("status") != "cancelled":
+        return None
+    _error(f"job {job_id} was cancelled already: {job.get('message', '')}")
+    return job
 
 
 def _cancel_one(

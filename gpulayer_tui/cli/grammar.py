@@ -600,7 +600,7 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
         _submit_args,
     ),
     "jobs": ("list jobs", "", _jobs_args),
-    "status": ("show one job (exit 1 if it failed)", "", _status_args),
+    "status": ("show one job (exit 1 if it ended without completing)", "", _status_args),
     "pause": (
         "pause the queue: nothing new starts (running jobs go on)",
         "Pause the queue: waiting jobs stay waiting (they say so) and running jobs go on, "
