@@ -224,6 +224,31 @@ def test_a_spec_file_and_a_command_together_are_refused(engine: Served, tmp_path
     assert "give either --spec, --file or a command, not two of them" in out.stderr
 
 
+def test_options_given_with_a_spec_file_fill_in_and_never_silently_lose(
+    engine: Served, tmp_path: Path
+) -> None:
+    # --name X was dropped for specs that name themselves, while --gpus 1 reached those
+    # that set no gpus (tester h62): an option a spec sets otherwise is now refused.
+    spec = tmp_path / "jobs.toml"
+    spec.write_text(
+        '[[jobs]]\nname = "one"\ncommand = ["true"]\n'
+        '[[jobs]]\nname = "two"\ncommand = ["true"]\npriority = 3\n'
+    )
+    out = engine.cli("submit", "--spec", str(spec), "--name", "X")
+    assert out.returncode == 2
+    assert out.stderr == (
+        f"gpulayer-tui: {spec}, job 1: --name 'X', but its spec says name = 'one' (options "
+        "given with --spec fill in what a spec leaves out; leave the option out, or the "
+        "field)\n"
+    )
+    assert engine.cli("jobs", "--json").stdout.strip() == "[]"  # (nothing submitted)
+    out = engine.cli("submit", "--spec", str(spec), "--priority", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    ids = [str(j["id"]) for j in json.loads(out.stdout)]
+    shown = [json.loads(engine.cli("status", i, "--json").stdout)["job"] for i in ids]
+    assert [j["priority"] for j in shown] == [3, 3]  # (one filled in, one agreeing)
+
+
 def test_a_reader_that_leaves_early_ends_the_cli_quietly(engine: Served) -> None:
     for _ in range(3):
         _submit(engine, "--", "true")

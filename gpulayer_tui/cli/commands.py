@@ -295,6 +295,32 @@ def _no_dates(value: Any, path: str, where: str) -> None:
         )
 
 
+OPTION_OF = {"depends_on": "--after", "kind": "--service", "requeue": "--no-requeue"}
+"""The option that sets a spec field, where it is not ``--FIELD``."""
+
+
+def _option_clash(
+    base: dict[str, Any], items: list[dict[str, Any]], args: argparse.Namespace
+) -> str:
+    """Where an option given with ``--spec`` disagrees with a spec of the file (``", job 2:
+    --name 'X', but its spec says name = 'toobig'"``), else ``""``. The options fill in
+    what the specs leave out; one a spec sets otherwise was silently dropped, while the
+    same option reached the specs without it (tester h62)."""
+    for number, item in enumerate(items, 1):
+        for key, value in base.items():
+            if key == "cwd" and not args.cwd:
+                continue  # (the shell's folder, not an option: the spec's own is its file's)
+            if key in item and item[key] != value:
+                where = f", job {number}" if len(items) > 1 else ""
+                flag = OPTION_OF.get(key, "--" + key.replace("_", "-"))
+                return (
+                    f"{where}: {flag} {value!r}, but its spec says {key} = {item[key]!r} "
+                    "(options given with --spec fill in what a spec leaves out; leave the "
+                    "option out, or the field)"
+                )
+    return ""
+
+
 def _merge(base: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
     """A file's spec on top of the command line's defaults (cwd, environment)."""
     merged = dict(base, **item)
@@ -482,6 +508,10 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
                     _error(f"{where}: env {_env_name_shown(str(key))}: {refused}")
                     return EXIT_USAGE
         env = base.pop("env", None)
+        clash = _option_clash(base, items, args)
+        if clash:
+            _error(f"{args.spec}{clash}")
+            return EXIT_USAGE
         jobs = _submit_once(client, [_merge(base, item) for item in items], env, rows=True)
     elif args.file:
         if cmd:

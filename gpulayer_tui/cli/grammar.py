@@ -316,7 +316,8 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--spec",
         metavar="PATH",
-        help="submit the spec(s) in a TOML or JSON file (one spec, or a 'jobs' list)",
+        help="submit the spec(s) in a TOML or JSON file (one spec, or a 'jobs' list); "
+        "options given with it fill in what a spec leaves out",
     )
     p.add_argument(
         "--like",
