@@ -247,6 +247,12 @@ def test_options_given_with_a_spec_file_fill_in_and_never_silently_lose(
     ids = [str(j["id"]) for j in json.loads(out.stdout)]
     shown = [json.loads(engine.cli("status", i, "--json").stdout)["job"] for i in ids]
     assert [j["priority"] for j in shown] == [3, 3]  # (one filled in, one agreeing)
+    # A refusal of the engine's names the file ("unknown field 'bogus'" named nothing).
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"command": ["true"], "bogus": 1}')
+    out = engine.cli("submit", "--spec", str(bad))
+    assert out.returncode == 2 and out.stderr.startswith(f"gpulayer-tui: {bad}: "), out.stderr
+    assert "bogus" in out.stderr
 
 
 def test_a_reader_that_leaves_early_ends_the_cli_quietly(engine: Served) -> None:

@@ -512,7 +512,13 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         if clash:
             _error(f"{args.spec}{clash}")
             return EXIT_USAGE
-        jobs = _submit_once(client, [_merge(base, item) for item in items], env, rows=True)
+        try:
+            jobs = _submit_once(client, [_merge(base, item) for item in items], env, rows=True)
+        except ApiError as err:
+            if err.status != 400:
+                raise
+            # (which file: "unknown field 'bogus_key'" named neither it nor the job; h62)
+            raise ApiError(err.status, f"{args.spec}: {err}") from None
     elif args.file:
         if cmd:
             parser.error("give either --file or a command, not both")
