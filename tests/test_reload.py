@@ -954,6 +954,22 @@ async def test_a_removed_config_file_keeps_the_running_configuration(
     assert "work" in engine.scheduler.domains
     assert engine.book.get(waiting.id).job.status is JobStatus.QUEUED
     aside.rename(paths.config_file)
+    # A link to itself in its place is said as one (it read "was removed", and doctor
+    # "absent"; tester h59).
+    paths.config_file.rename(aside)
+    paths.config_file.symlink_to(paths.config_file.name)
+    said = "is a symbolic link that loops (no file at its end): the running configuration"
+    await eventually(lambda: said in caplog.text)
+    checks = {c["check"]: c for c in await engine.doctor_checks()}
+    assert checks["config"]["status"] == "warn"
+    assert "is a symbolic link that loops" in checks["config"]["detail"]
+    paths.config_file.unlink()
+    paths.config_file.symlink_to("nowhere.toml")
+    await eventually(
+        lambda: "is a symbolic link to nowhere.toml, which does not exist" in caplog.text
+    )
+    paths.config_file.unlink()
+    aside.rename(paths.config_file)
     # Asked on purpose (SIGHUP, POST /v1/config/reload), its absence is applied.
     paths.config_file.unlink()
     await eventually(lambda: caplog.text.count("was removed") >= 2)

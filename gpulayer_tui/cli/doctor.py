@@ -30,11 +30,14 @@ def _config(paths: Paths) -> dict[str, str]:
     GPUs it sees: see :func:`run_doctor`). Its domains are bound to this machine's GPUs
     when the driver answers: a GPU that does not exist, or one claimed twice, is what
     makes an engine refuse to start."""
-    from ..engine.config import ConfigError, load_config, plan_domains
+    from ..engine.config import ConfigError, absent_words, load_config, plan_domains
     from ..engine.gpus import ProbeStatus
     from ..engine.nvml import NvmlProbe
 
     if not paths.config_file.exists():
+        gone = absent_words(paths.config_file)
+        if gone != "absent":  # (a link leading nowhere was meant to be read: a warning)
+            return _check("config", "warn", f"{paths.config_file} is {gone}: defaults apply")
         return _check("config", "ok", f"{paths.config_file} absent: defaults")
     try:
         config = load_config(paths.config_file)

@@ -64,6 +64,7 @@ unless ``engine.auto_domains = false``.
 
 from __future__ import annotations
 
+import errno
 import grp
 import ipaddress
 import json
@@ -606,6 +607,22 @@ def uid_of_table(name: str) -> int | None:
 
 MAX_UID = 2**32 - 2
 """The largest uid Linux gives (2**32 - 1 is "no uid")."""
+
+
+def absent_words(path: Path) -> str:
+    """How a config file that cannot be found is said: ``absent``, or what the symbolic
+    link in its place does (a link to itself read "was removed" and "absent"; tester h59)."""
+    if not path.is_symlink():
+        return "absent"
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a symbolic link that loops (no file at its end)"
+    try:
+        return f"a symbolic link to {os.readlink(path)}, which does not exist"
+    except OSError:
+        return "absent"
 
 
 def load_config(path: Path) -> Config:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..fields import printable
-from .config import Config, ConfigError, DomainPlan, load_config, plan_domains
+from .config import Config, ConfigError, DomainPlan, absent_words, load_config, plan_domains
 from .domain import Domain, DomainHealth, DomainState
 from .errors import SpecError
 from .fairness import owner_of
@@ -251,10 +251,12 @@ class ConfigReloader:
                 if not await _settled(target):
                     continue  # (its next change, the save's end, is on its way)
                 if not target.exists():
+                    gone = absent_words(target)
                     log.warning(
-                        "%s was removed: the running configuration stays (SIGHUP or "
+                        "%s %s: the running configuration stays (SIGHUP or "
                         "POST /v1/config/reload applies the defaults)",
                         target,
+                        "was removed" if gone == "absent" else f"is {gone}",
                     )
                     continue
                 await self.reload()
@@ -293,12 +295,14 @@ class ConfigReloader:
         target = self._paths.config_file
         running_defaults = self._current() == Config()
         if not target.exists():
+            gone = absent_words(target)
+            gone = gone if gone == "absent" else f"is {gone}"
             if running_defaults:
-                return _check("config", "ok", f"{target} absent: defaults")
+                return _check("config", "ok", f"{target} {gone}: defaults")
             return _check(
                 "config",
                 "warn",
-                f"{target} absent: the engine runs on the configuration it last read "
+                f"{target} {gone}: the engine runs on the configuration it last read "
                 "(SIGHUP or POST /v1/config/reload applies the defaults)",
             )
         try:
