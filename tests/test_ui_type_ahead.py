@@ -14,6 +14,7 @@ from textual.widgets import Input
 
 from gpulayer_tui.app import build_app
 from gpulayer_tui.screens.edit import EditScreen
+from gpulayer_tui.screens.job_detail import JobDetailScreen
 from gpulayer_tui.screens.jobs import JobsScreen
 from gpulayer_tui.screens.submit import SubmitScreen
 from gpulayer_tui.widgets.job_table import JobTable
@@ -38,6 +39,14 @@ def _burst(app: Any, *keys: str) -> None:
             app.post_message(events.Key(key, None))
 
 
+def _field(app: Any, screen: type, selector: str) -> Input | None:
+    """The field of the form now up, once it is composed (pushed, it has no children yet)."""
+    if not isinstance(app.screen, screen):
+        return None
+    found = app.screen.query(selector)
+    return found.first(Input) if found else None
+
+
 async def _jobs_screen(pilot: Any, job_id: int) -> JobTable:
     await pilot.press("2")
     screen = await until(pilot, lambda: isinstance(pilot.app.screen, JobsScreen), "jobs")
@@ -52,8 +61,7 @@ async def test_a_command_typed_right_after_n_goes_into_the_new_job_form() -> Non
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.gpu_state is not None, "the first picture")
         _burst(app, "n", *"python train.py --lr 3")
-        form = await until(pilot, lambda: isinstance(app.screen, SubmitScreen) and app.screen)
-        command = form.query_one("#command", Input)
+        command = await until(pilot, lambda: _field(app, SubmitScreen, "#command"), "the form")
         await until(pilot, lambda: command.value == "python train.py --lr 3", "the command")
         assert app.focused is command
         assert not app.key_hold.holding
@@ -66,8 +74,7 @@ async def test_keys_typed_after_e_go_into_the_edit_form_not_to_the_table_under_i
         table = await _jobs_screen(pilot, 11)  # (queued: it may be edited)
         # "c" on the table is cancel: typed in the burst, it must reach the form instead.
         _burst(app, "e", "backspace", "c", "7")
-        form = await until(pilot, lambda: isinstance(app.screen, EditScreen) and app.screen)
-        priority = form.query_one("#priority", Input)
+        priority = await until(pilot, lambda: _field(app, EditScreen, "#priority"), "the form")
         await until(pilot, lambda: priority.value.endswith("7"), "the priority typed")
         assert backend.cancelled == []
         assert table.cursor_job_id == 11
@@ -105,3 +112,39 @@ async def test_n_typed_in_a_text_field_is_text_and_holds_nothing() -> None:
         await until(pilot, lambda: field.value == "nn", "n typed as text")
         assert not app.key_hold.holding
         assert not isinstance(app.screen, SubmitScreen)
+
+
+async def test_enter_right_after_moves_opens_the_row_the_cursor_moved_to() -> None:
+    # "j j j enter" opened the row the cursor had left: enter (a priority key) ran before
+    # the table had its j's (tester h61).
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _jobs_screen(pilot, 14)
+        rows = [int(row.key.value) for row in table.ordered_rows]
+        start = rows.index(14)
+        _burst(app, "j", "j", "j", "enter")
+        detail = await until(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen)
+        assert detail.job_id == rows[start + 3]
+
+
+async def test_a_key_acting_on_the_row_right_after_a_move_acts_on_the_new_row() -> None:
+    # "j e" from a cancelled job onto a waiting one said "only a waiting job is edited"
+    # of the row left (tester h61).
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _jobs_screen(pilot, 13)
+        rows = [int(row.key.value) for row in table.ordered_rows]
+        assert rows[rows.index(13) + 1] == 12  # (queued: edited)
+        _burst(app, "j", "e")
+        form = await until(pilot, lambda: _field(app, EditScreen, "#priority") and app.screen)
+        assert int(form.job["id"]) == 12
+
+
+async def test_enter_right_after_a_filter_opens_a_job_the_filter_shows() -> None:
+    # "/ word enter enter" opened the job under the old cursor, which the filter hid.
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _jobs_screen(pilot, 14)
+        _burst(app, "/", *"train-b", "enter", "enter")
+        detail = await until(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen)
+        assert detail.job_id == 11

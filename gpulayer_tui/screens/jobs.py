@@ -305,6 +305,12 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             self.set_focus(self.table)
             after_typed(self, self._filter_entered)
             return
+        # The row under the cursor once the keys typed before enter have moved it, and a
+        # filter entered before it applied: "j j j enter" opened the row the cursor left,
+        # and "/ word enter enter" a job the filter hid (tester h61).
+        after_typed(self, self._open_cursor_job)
+
+    def _open_cursor_job(self) -> None:
         job_id = self.table.cursor_job_id
         if job_id is not None:
             self._open(job_id)

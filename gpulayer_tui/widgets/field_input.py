@@ -9,6 +9,8 @@ from textual import events
 from textual.screen import Screen
 from textual.widgets import Input
 
+from .own_keys import run_own_binding
+
 
 class FieldInput(Input):
     """An :class:`~textual.widgets.Input` that runs its own key bindings (ctrl+u,
@@ -24,14 +26,8 @@ class FieldInput(Input):
     """
 
     async def _on_key(self, event: events.Key) -> None:
-        for binding in self._bindings.key_to_bindings.get(event.key, ()):
-            if binding.priority:
-                continue  # (done by the App before the key came here)
-            if await self.app.run_action(binding.action, self):
-                event.stop()
-                event.prevent_default()
-                return
-        await super()._on_key(event)
+        if not await run_own_binding(self, event):
+            await super()._on_key(event)
 
 
 def after_typed(screen: Screen[Any], then: Callable[[], None]) -> None:

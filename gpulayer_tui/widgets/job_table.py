@@ -69,6 +69,7 @@ from .job_columns import (
     user_text,
     vram_text,
 )
+from .own_keys import OwnKeys
 
 NEAR_END_ROWS = 100
 """How close to the last row the cursor or the view gets before more history is loaded."""
@@ -113,7 +114,7 @@ class _Cell:
         yield self.text()
 
 
-class JobTable(DataTable[Any]):
+class JobTable(OwnKeys, DataTable[Any]):
     """Every job, one row each (keyed by job id), with sort, text filter and status filter.
 
     Feed it with :meth:`sync` whenever the job store changed; select a row (enter or a

@@ -21,6 +21,7 @@ from textual.widgets.data_table import ColumnKey, RowKey
 
 from .. import keymap
 from ..formatting import GIB, duration, short_command
+from .own_keys import OwnKeys
 from .process_row import ProcessRow
 from .process_tree import JobLine, tree_lines
 
@@ -106,7 +107,7 @@ def rows_from_state(gpu_state: Mapping[str, Any] | None) -> list[ProcessRow]:
     return rows
 
 
-class ProcessTable(DataTable[Text]):
+class ProcessTable(OwnKeys, DataTable[Text]):
     """The GPU process table, sortable, VRAM (largest first) by default.
 
     Press enter on a row owned by a job to get :class:`ProcessTable.JobChosen`.

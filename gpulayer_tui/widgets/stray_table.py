@@ -12,6 +12,7 @@ from textual.widgets import DataTable
 from .. import keymap
 from ..formatting import GIB, duration
 from ..wire import GpusJSON
+from .own_keys import OwnKeys
 
 
 def strays_from(gpu_state: GpusJSON | None) -> list[dict[str, Any]]:
@@ -44,7 +45,7 @@ def strays_from(gpu_state: GpusJSON | None) -> list[dict[str, Any]]:
     return sorted(merged.values(), key=lambda r: (-r["used_bytes"], r["pid"]))
 
 
-class StrayTable(DataTable[Any]):
+class StrayTable(OwnKeys, DataTable[Any]):
     """Foreign GPU processes: pid, user, GPUs, VRAM, age, command."""
 
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings(keymap.TABLE))
