@@ -148,3 +148,16 @@ async def test_enter_right_after_a_filter_opens_a_job_the_filter_shows() -> None
         _burst(app, "/", *"train-b", "enter", "enter")
         detail = await until(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen)
         assert detail.job_id == 11
+
+
+async def test_esc_after_text_typed_right_after_n_asks_before_it_drops_it() -> None:
+    # The form took what it held "as opened" after the typed-ahead text had landed: one
+    # esc dropped it unasked (tester h61).
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.gpu_state is not None, "the first picture")
+        _burst(app, "n", *"echo hi", "escape")
+        command = await until(pilot, lambda: _field(app, SubmitScreen, "#command"), "the form")
+        form = app.screen
+        await until(pilot, lambda: form.form_message == form.DISCARD_WORDS, "the question")
+        assert command.value == "echo hi" and app.screen is form

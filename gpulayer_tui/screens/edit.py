@@ -22,7 +22,6 @@ from textual.widgets import Button, Input, Label, Static
 from .. import keymap, wire
 from ..backend import BackendError
 from ..formatting import dependencies_text
-from ..key_hold import focus_first_field
 from ..view import view_of
 from ..widgets.field_input import FieldInput, after_typed
 from ..widgets.key_footer import KeyFooter
@@ -140,7 +139,7 @@ class EditScreen(FormScreen[JobJSON | None]):
         blink = bool(getattr(self.app, "cursor_blink", True))
         for field in self.query(Input):
             field.cursor_blink = blink
-        focus_first_field(self, self.query_one("#priority", Input))
+        self.focus_first(self.query_one("#priority", Input))
 
     # -- validation -------------------------------------------------------------------------
 

@@ -28,7 +28,6 @@ from textual.widgets import Button, Checkbox, Input, Label, Static
 
 from .. import keymap, wire
 from ..backend import BackendError
-from ..key_hold import focus_first_field
 from ..view import view_of
 from ..widgets.command_input import CommandInput
 from ..widgets.field_input import FieldInput, after_typed
@@ -193,7 +192,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
         names = self._domain_names()
         if names:
             self.query_one("#domain-hint", Label).update(", ".join(names))
-        focus_first_field(self, self.query_one("#command", Input))
+        self.focus_first(self.query_one("#command", Input))
 
     def _domain_names(self) -> list[str]:
         state = getattr(self.app, "gpu_state", None) or {}
