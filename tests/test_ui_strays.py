@@ -284,3 +284,34 @@ async def test_a_name_typed_right_after_a_goes_into_the_adopt_dialog(
         name = dialog.query_one("#adopt-name", Input)
         await until(pilot, lambda: name.value == "nb", "the name typed")
         assert not app.key_hold.holding
+
+
+async def test_enter_in_the_adopt_dialog_goes_field_by_field_and_esc_asks_first(
+    ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
+) -> None:
+    # Enter in its first field adopted at once (text meant for the pid line, typed with
+    # its enter as the dialog opened, adopted a process), and one esc dropped what was
+    # typed (tester h61): as in the job forms, enter goes to the next field, adopting
+    # past the last, and the first esc after typing asks.
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    SimLedger(engine.paths.state_dir).hold(0, sleeper_proc.pid, 5.0)
+    await engine.sampler.sample_once()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _listed(pilot, app, sleeper_proc.pid)
+        await pilot.press("a")
+        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        await until(pilot, lambda: app.focused is dialog.query_one("#adopt-name", Input))
+        await pilot.press("x", "enter")
+        assert app.focused is dialog.query_one("#adopt-vram", Input)
+        await pilot.press("enter")
+        assert app.focused is dialog.query_one("#adopt-domain", Input)
+        assert app.screen is dialog and not await engine.list_jobs()  # (nothing adopted)
+        await pilot.press("escape")
+        assert app.screen is dialog
+        assert "esc again throws away what you typed" in str(
+            dialog.query_one("#adopt-error").render()
+        )
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is not dialog, "the dialog closed")
+        assert not await engine.list_jobs()

@@ -63,6 +63,8 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         super().__init__()
         self.process = process
         self._busy = False
+        self._as_opened: tuple[str, ...] = ()
+        self._discard_armed = False
 
     def compose(self) -> ComposeResult:
         proc = self.process
@@ -116,7 +118,11 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         blink = bool(getattr(self.app, "cursor_blink", True))
         for field in self.query(Input):
             field.cursor_blink = blink
+        self._as_opened = self._values()  # (before the keys typed after a go in)
         focus_first_field(self, self.query_one("#adopt-name", Input))
+
+    def _values(self) -> tuple[str, ...]:
+        return tuple(field.value for field in self.query(Input))
 
     def _domain_names(self) -> list[str]:
         state = getattr(self.app, "gpu_state", None) or {}
@@ -203,16 +209,34 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
 
     def action_cancel(self) -> None:
         """Close without adopting (not while the engine is answering: closed then, the
-        process was adopted all the same and nothing said so)."""
+        process was adopted all the same and nothing said so); once something was typed,
+        the first esc asks, as the job forms do (one esc dropped it: tester h61)."""
         if self._busy:
+            return
+        if not self._discard_armed and self._values() != self._as_opened:
+            self._discard_armed = True
+            self.query_one("#adopt-error", Static).update(
+                "esc again throws away what you typed (ctrl+s adopts)"
+            )
             return
         self.dismiss(None)
 
+    @on(Input.Changed)
+    def _typed_on(self) -> None:
+        self._discard_armed = False  # (the next esc asks again)
+
     def action_enter_field(self) -> None:
-        """Enter in a field (a priority key: see keymap): adopt."""
-        if not isinstance(self.focused, Input):
+        """Enter in a field (a priority key: see keymap): the next field; past the last,
+        adopt. It adopted from the first: text meant for the pid line before it, typed
+        with its enter as the dialog opened, adopted the process (tester h61)."""
+        focused = self.focused
+        if not isinstance(focused, Input):
             raise SkipAction()
-        self.action_adopt()
+        fields = list(self.query(Input))
+        if focused is fields[-1]:
+            self.action_adopt()
+        else:
+            self.set_focus(fields[fields.index(focused) + 1])  # (now: see keymap)
 
     @on(Input.Submitted)
     def _enter(self) -> None:
