@@ -86,6 +86,10 @@ def test_bash_completes_subcommands_and_every_options_of_the_grammar(
         assert set(bash_complete(tmp_path, command, [name, "--"])) == flags, name
     assert bash_complete(tmp_path, command, ["status", "--j"]) == ["--json"]
     assert bash_complete(tmp_path, command, ["jobs", "--sort", "ru"]) == ["runtime"]
+    assert bash_complete(tmp_path, command, ["jobs", "--status", "c"]) == [
+        "completed",
+        "cancelled",
+    ]
     assert bash_complete(tmp_path, command, ["submit", "--restart", ""]) == [
         "always",
         "on_failure",

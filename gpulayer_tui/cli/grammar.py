@@ -353,7 +353,13 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
 
 
 def _jobs_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--status", action="append", default=[], help="filter (repeat or a,b)")
+    from ..wire import JobStatus
+
+    # (a,b takes no argparse choices: the words are offered all the same; tester h62)
+    completes(
+        p.add_argument("--status", action="append", default=[], help="filter (repeat or a,b)"),
+        "choice:" + " ".join(s.value for s in JobStatus),
+    )
     p.add_argument(
         "--filter",
         metavar="TEXT",
