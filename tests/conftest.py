@@ -161,6 +161,23 @@ async def make_engine(paths: Paths) -> AsyncIterator[EngineFactory]:
                 pass
         if engine.running:
             await engine.stop()
+    # And what the pids above did not name: a job decided to start as the test ended (a
+    # preempted one requeued and started again) left `sleep 600` running after the
+    # suite, its launcher with it.
+    kill_tasks_of(paths.state_dir)
+
+
+def kill_tasks_of(state_dir: Path) -> None:
+    """Kill the processes of jobs started for ``state_dir`` (their GPULAYER_TASK names it)."""
+    prefix = f"{state_dir}/"
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get("GPULAYER_TASK", "").startswith(
+                prefix
+            ):
+                proc.kill()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
 
 
 async def eventually(

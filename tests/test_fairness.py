@@ -1508,4 +1508,6 @@ async def test_the_gpus_reserved_for_a_job_are_those_its_preemption_frees(
     done = await engine.wait(urgent.id, timeout=30)
     assert done.status is JobStatus.COMPLETED and sorted(done.domains) == reserved["domains"]
     assert engine.book.live(low[0].id) is not None  # (priority 1: never stopped)
-    await engine.cancel(low[0].id)
+    for job in low:  # (the three stopped for it run again: sleep 600)
+        if engine.book.live(job.id) is not None:
+            await engine.cancel(job.id)
