@@ -325,6 +325,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self._replica = 0  # whose output the log shows, for a service
         self._usage_chosen = False  # the user pressed u: the height no longer decides
         self._search_from = 0  # the line the search started from (it finds as you type)
+        self._search_pending = False  # enter left the search line; its term not yet read
         self._why_asked = False  # a "why it waits" is being asked again
 
     def compose(self) -> ComposeResult:
@@ -536,7 +537,8 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         if action == "edit_job":
             return True if can_edit(self._job) else None
         if action in ("next_match", "previous_match"):
-            return not self._widgets_gone and bool(self.query_one(LogTail).search_term)
+            searching = self._search_pending or bool(self.query_one(LogTail).search_term)
+            return not self._widgets_gone and searching
         if action == "open_pager":
             return not self.app.is_web
         if action == "toggle_follow":
@@ -741,10 +743,18 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         if not isinstance(focused, Input) or focused.id != "log-search":
             raise SkipAction()
         self.set_focus(self.query_one(LogTail))
+        # Until the term typed before enter is in (its keys may still wait in the field,
+        # and its Changed messages behind them), n / N are the search's, not the App's:
+        # under load "needle, enter, n" opened the new-job form (CI, coverage run).
+        self._search_pending = True
         after_typed(self, self._search_entered)
 
     def _search_entered(self) -> None:
         field = self.query_one("#log-search", Input)
+        self._search_pending = False
+        log = self.query_one(LogTail)
+        if field.value and log.search_term != field.value:
+            log.search(field.value, from_line=self._search_from)  # (its Changed not read yet)
         self._close_search_field()
         if not field.value:
             self._end_search()
@@ -772,7 +782,14 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self._step_match(-1)
 
     def _step_match(self, step: int) -> None:
+        if self._search_pending:
+            after_typed(self, lambda: self._step_match(step))  # (behind the term's keys)
+            return
         log = self.query_one(LogTail)
+        if not log.search_term:
+            if step == 1:  # (the term was empty: the search ended, and n is the App's again)
+                self.app.call_later(self.app.run_action, "new_job")
+            return
         if not log.next_match(step):
             self.app.notify(f"no match for {log.search_term!r}", severity="warning", timeout=2)
         self._update_log_title()
