@@ -96,7 +96,11 @@ async def test_the_palettes_screenshot_is_saved_where_there_is_a_folder(
         (home / "Downloads").mkdir()  # (where there is one, it is used)
         (command,) = [c for c in app.get_system_commands(app.screen) if c.title == "Screenshot"]
         command.callback()
-        await until(pilot, lambda: list((home / "Downloads").glob("*.svg")), "in Downloads")
+        downloads = home / "Downloads"
+        second = await until(pilot, lambda: list(downloads.glob("*.svg")), "in Downloads")
+        # (and told: the saving thread's last act; the app ended before it, the thread's
+        # call_from_thread made a coroutine nothing awaited, an error in CI's teardown)
+        await until(pilot, lambda: f"Saved screenshot to {second[0]}" in said(), "told again")
 
 
 @pytest.mark.parametrize(
