@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import select
 import signal
 import socket
 import struct
@@ -945,6 +946,52 @@ def test_logs_of_a_job_that_has_not_started_says_so(engine: Served) -> None:
         )
         assert out.stderr.endswith("): no output\n")
     engine.cli("cancel", blocker)
+
+
+def _line_from(proc: subprocess.Popen[str], within: float = 30.0) -> str:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], within)
+    assert ready, "no line came"
+    return proc.stdout.readline()
+
+
+def test_logs_tail_prints_the_last_lines_then_follows_from_there(served: Served) -> None:
+    # Two followers hold two streams: at the limit, a third is refused, and each of them
+    # has had its start read by then (the engine reads it before it counts the stream).
+    served.home.mkdir(parents=True)
+    (served.home / "config.toml").write_text("[limits]\nstreams_per_user = 2\n")
+    served.start("--simulate", "1xA100-80GB")
+    gate = served.home.parent / "gate"
+    script = f"printf 'a\\nb\\n'; while [ ! -e {gate} ]; do sleep 0.05; done; printf 'c\\nd'"
+    job = _submit(served, "--", "sh", "-c", script)
+    done = _submit(served, "--", "true")
+    wait_for(lambda: served.cli("logs", job).stdout == "a\nb\n")
+    assert served.cli("logs", job, "-n", "1").stdout == "b\n"
+    assert served.cli("logs", job, "--tail", "5").stdout == "a\nb\n"
+    out = served.cli("logs", job, "-n", "0")
+    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
+
+    def follow(*argv: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gpulayer_tui", "logs", job, "-f", *argv],
+            env=served.env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    last_line, only_new = follow("-n", "1"), follow("-n", "0")
+    assert _line_from(last_line) == "b\n"
+    wait_for(lambda: "2 streams open" in served.cli("logs", "-f", done).stderr, timeout=30)
+    gate.touch()
+    out, err = last_line.communicate(timeout=30)
+    assert (last_line.returncode, out) == (0, "c\nd"), err  # (after the "b" read above)
+    out, err = only_new.communicate(timeout=30)
+    assert (only_new.returncode, out) == (0, "c\nd"), err  # never the lines before it
+    # Not a number of lines: refused by name, nothing printed.
+    bad = served.cli("logs", job, "-n", "-2")
+    assert bad.returncode == 2 and "argument -n/--tail: must not be negative" in bad.stderr
 
 
 def test_logs_of_a_job_whose_launch_failed_says_it_never_ran(engine: Served) -> None:

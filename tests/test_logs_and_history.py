@@ -127,7 +127,7 @@ def test_a_read_during_a_cut_waits_for_its_note(
     # byte), and a follower's next offsets pointed into the wrong place. (CI caught a
     # read there.) Here the log is as such a cut leaves it, and the note comes when the
     # reader first waits.
-    from gpulayer_tui.engine import api
+    from gpulayer_tui.engine import logread
     from gpulayer_tui.engine.logfiles import CUT_MARK, cut_note
 
     log = tmp_path / "7.log"
@@ -143,14 +143,52 @@ def test_a_read_during_a_cut_waits_for_its_note(
             log.write_bytes(note + kept[10:])  # (the note over "ine-26703\n"; same file)
             written.append(True)
 
-    monkeypatch.setattr(api.time, "sleep", note_arrives)
-    read = api._read_chunk(log, 0)
+    monkeypatch.setattr(logread.time, "sleep", note_arrives)
+    read = logread.read_chunk(log, 0)
     assert written, "the read did not wait for the cut under way"
     assert read.data.startswith(b"[gpulayer-tui: this log passed 65536 bytes")
     assert read.start == 4106 and read.note == len(note)
     assert read.end == 4106 + len(kept) - 10
     # A reader past the dropped part gets the output it asked for.
-    assert api._read_chunk(log, 4106 + 11).data == kept[10 + 11 :]
+    assert logread.read_chunk(log, 4106 + 11).data == kept[10 + 11 :]
+
+
+def test_the_last_lines_of_a_log_start_where_its_tail_would(tmp_path: Path) -> None:
+    # `logs -n N` reads from tail_start's offset: the last N lines, a last one without
+    # its newline counted, offsets in the whole output across a cut.
+    from gpulayer_tui.engine import logread
+    from gpulayer_tui.engine.logfiles import CUT_MARK, cut_note
+
+    log = tmp_path / "7.log"
+    assert logread.tail_start(log, 3) == 0  # (no log yet)
+    log.write_bytes(b"one\ntwo\nthree\n")
+    assert logread.tail_start(log, 1) == len(b"one\ntwo\n")
+    assert logread.tail_start(log, 2) == len(b"one\n")
+    assert logread.tail_start(log, 3) == 0 and logread.tail_start(log, 9) == 0
+    assert logread.tail_start(log, 0) == len(b"one\ntwo\nthree\n")
+    log.write_bytes(b"one\ntwo\nno newline")
+    assert logread.tail_start(log, 1) == len(b"one\ntwo\n")
+    # Lines longer than one backwards read, and more of them than one read holds.
+    body = b"".join(b"%06d" % n + b"x" * 9000 + b"\n" for n in range(20))
+    log.write_bytes(body)
+    at = logread.tail_start(log, 11)
+    assert body[at:].startswith(b"000009x") and body[at - 1 : at] == b"\n"
+    # Cut: the kept part is the output from byte 4096 on, after the note.
+    kept = b"".join(b"line-%d\n" % n for n in range(10))
+    note = cut_note(65536, 4096, len(kept))
+    log.write_bytes(note + kept)
+    os.setxattr(log, CUT_MARK, b"1")
+    start = logread.tail_start(log, 2)
+    assert start == 4096 + len(kept) - len(b"line-8\nline-9\n")
+    assert logread.read_chunk(log, start).data == b"line-8\nline-9\n"
+    # Reaching back past what the cut kept: from the note on.
+    assert logread.tail_start(log, 50) == 0
+    assert logread.read_chunk(log, 0).data == note + kept
+    # A symlink in the log's place is refused, as for every read.
+    link = tmp_path / "8.log"
+    link.symlink_to(log)
+    with pytest.raises(logread.LogUnreadable, match="symbolic link"):
+        logread.tail_start(link, 1)
 
 
 async def test_a_lower_log_cap_applies_to_jobs_already_running(

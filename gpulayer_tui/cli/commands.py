@@ -682,8 +682,12 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         # With no engine at all, say so at once, as `logs` and `wait` do: following, it
         # said "lost the engine; reconnecting" and waited 30 s for one (tester h49).
         client.health()
+    # `--tail N` asks for the last lines once; every ask after it goes on from where
+    # the output got to (the start of those lines, where none came yet: `-n 0 -f`).
+    tail = args.tail
     while True:
-        path = f"/jobs/{args.job}/logs?" + "&".join([*query, f"offset={written}"])
+        where = f"offset={written}" if tail is None else f"tail={tail}"
+        path = f"/jobs/{args.job}/logs?" + "&".join([*query, where])
         headers: dict[str, str] = {}
         asked, got = written, 0
         try:
@@ -693,10 +697,12 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
                 got += len(chunk)
                 # Where the job's output goes on (a cut log's note is not output: asked
                 # again after a cut from bytes received, the kept end came again).
-                start = int(headers.get("x-log-offset", asked))
-                written = start + max(0, got - int(headers.get("x-log-note", 0)))
+                written = _output_after(headers, asked, got)
+                tail = None
                 asked_again = False
                 refused = 0
+            if tail is not None and "x-log-offset" in headers:
+                written, tail = _output_after(headers, asked, got), None
             if safe is not None:
                 out.write(safe.text(b"", final=True))
                 out.flush()
@@ -705,6 +711,8 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
                 return _no_output(client, args)
             return EXIT_OK
         except StreamIdle:
+            if tail is not None and "x-log-offset" in headers:
+                written, tail = _output_after(headers, asked, got), None
             if not args.follow:
                 raise EngineLost(
                     errno.ETIMEDOUT,
@@ -756,6 +764,13 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         # it stopped, once an engine answers again.
         _error(f"lost the engine; reconnecting to follow job {args.job} from byte {written}")
         _wait_for_engine(client)
+
+
+def _output_after(headers: dict[str, str], asked: int, got: int) -> int:
+    """The offset in a job's output after ``got`` bytes of a log answer (its headers):
+    a cut log's note is not output."""
+    start = int(headers.get("x-log-offset", asked))
+    return start + max(0, got - int(headers.get("x-log-note", 0)))
 
 
 def _no_output(client: Client, args: argparse.Namespace) -> int:

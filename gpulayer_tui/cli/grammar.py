@@ -397,6 +397,13 @@ def _logs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replica", type=positive_int, help="a service's replica (default 0)")
     p.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
     p.add_argument(
+        "-n",
+        "--tail",
+        type=positive_int,
+        metavar="LINES",
+        help="only the last LINES lines (with -f: then what comes; 0: only what comes)",
+    )
+    p.add_argument(
         "--raw",
         action="store_true",
         help="another user's output as it is on a terminal (default: controls escaped)",

@@ -14,7 +14,8 @@ POST     /jobs                       submit one spec, or ``{"jobs": [spec, ...]}
 GET      /jobs/ID                    one job and its event timeline
 POST     /jobs/ID/cancel             cancel (SIGTERM, SIGKILL after the grace period)
 GET      /jobs/ID/wait?timeout=S     block until the job is terminal
-GET      /jobs/ID/logs?offset=N      output from byte N; ``follow=1`` streams until it ends
+GET      /jobs/ID/logs?offset=N      output from byte N; ``follow=1`` streams until it ends;
+                                     ``tail=N`` from the start of the last N lines
 POST     /adopt                      adopt a running process: {"pid", "start_ticks"?, "name"?,
                                      "vram_gb"?, "gpu"?, "domain"?}
 GET      /ready                      200 when every domain is ready, else 503 naming them
@@ -49,14 +50,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import hashlib
 import json
 import logging
 import os
 import socket
 import sqlite3
-import stat
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -85,7 +84,7 @@ from .errors import (
     WriteDeferred,
 )
 from .events import Subscription
-from .logfiles import head_of, read_note
+from .logread import LogRead, LogUnreadable, read_chunk, tail_start
 from .models import Job, JobKind, JobQuery
 from .tasks import cancel_and_wait
 
@@ -96,7 +95,6 @@ ENGINE_KEY: web.AppKey[Engine] = web.AppKey("engine", Engine)
 MAX_BODY = 64 * 1024 * 1024
 MAX_REQUEST_LINE = 65536
 """Bytes of a request line or header that reach the handlers (see ``ApiServer.start``)."""
-LOG_CHUNK = 256 * 1024
 MAX_INT = wire.MAX_INT  # SQLite's INTEGER; a larger id or offset names nothing
 MAX_WAIT_S = wire.MAX_SECONDS
 
@@ -314,7 +312,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 _QUERY = {
     ("GET", "/v1/jobs"): ("status", "q", "sort", "order", "before", "after", "offset", "limit"),
     ("GET", "/v1/jobs/{job_id}/wait"): ("timeout",),
-    ("GET", "/v1/jobs/{job_id}/logs"): ("follow", "offset", "replica"),
+    ("GET", "/v1/jobs/{job_id}/logs"): ("follow", "offset", "replica", "tail"),
 }
 
 
@@ -918,88 +916,6 @@ async def wait(request: web.Request) -> web.Response:
     return web.json_response({"job": _shown(request, _job(job)), "timed_out": False})
 
 
-class LogUnreadable(Exception):
-    """A job's log is not a file of ours to read (a symlink, a FIFO put in its place) or
-    is gone though the job started (409)."""
-
-
-@dataclass(frozen=True, slots=True)
-class LogRead:
-    """A piece of a job's log: ``data`` is ``note`` bytes of the cut note (when the
-    output asked for was dropped), then the job's output from offset ``start``."""
-
-    data: bytes
-    start: int
-    note: int = 0
-    size: int | None = None  # the whole output's length when it was read (None: unknown)
-
-    @property
-    def end(self) -> int:
-        """The output offset after this piece (where the next read starts)."""
-        return self.start + len(self.data) - self.note
-
-
-def _read_chunk(path: Path, offset: int) -> LogRead:
-    """Up to LOG_CHUNK bytes of the output from ``offset``: an offset in the job's whole
-    output, as if its log were never cut (see :func:`.logfiles.read_note`). Output asked
-    for that a cut dropped comes as the log's note, then what is kept. (Offsets into the
-    file itself read as past its end after a cut, and the kept end was sent again and
-    again: a TUI read it in a loop.) No log yet reads as empty.
-
-    Raises:
-        LogUnreadable: Its name is a symlink or something other than a file (opened
-            without following links and without waiting: a FIFO there held a thread of
-            the shared pool until someone wrote to it, and a few of them hung snapshots
-            and other jobs' logs).
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return LogRead(b"", offset)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise LogUnreadable(f"{path.name} is a symbolic link; it is not followed") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise LogUnreadable(f"{path.name} is not a regular file; it is not read")
-        # A cut by the launcher moves the output under a reader: a read counts only if
-        # the log's note was the same before and after it (logfiles.head_of). A cut is
-        # microseconds; one that never finishes (its launcher died in it) is waited on
-        # for CUT_WAIT_S, then the log is read as it is.
-        deadline = time.monotonic() + CUT_WAIT_S
-        while True:
-            head = head_of(fd)
-            if head is not None:
-                piece = _read_at(fd, offset, head)
-                if head_of(fd) == head:
-                    return piece
-            if time.monotonic() > deadline:
-                return _read_at(fd, offset, b"")
-            time.sleep(0.001)
-    finally:
-        os.close(fd)
-
-
-CUT_WAIT_S = 0.5
-"""How long a log read waits for a cut under way to finish (see :func:`_read_chunk`)."""
-
-
-def _read_at(fd: int, offset: int, head: bytes) -> LogRead:
-    """:func:`_read_chunk` of the log open on ``fd`` that starts with ``head`` (its note;
-    empty if never cut)."""
-    dropped, note = read_note(head)
-    file_size = os.fstat(fd).st_size
-    at = note + offset - dropped
-    size = file_size - note + dropped
-    if offset < dropped or at > file_size:
-        # Dropped (or a file shorter than the offset: replaced): the note, then the
-        # kept end. (Without a note: the file from its start.)
-        return LogRead(os.pread(fd, LOG_CHUNK, 0), dropped, note, size)
-    return LogRead(os.pread(fd, LOG_CHUNK, at), offset, 0, size)
-
-
 async def logs(request: web.Request) -> web.StreamResponse:
     """GET /v1/jobs/ID/logs: output from ``offset``; ``follow=1`` streams; a service's
     ``replica=K`` (default 0)."""
@@ -1015,6 +931,9 @@ async def logs(request: web.Request) -> web.StreamResponse:
             "its own jobs' output ([security] share_logs = true shares every job's)"
         )
     offset = _int_query(request, "offset", 0) or 0
+    tail = _int_query(request, "tail", None)
+    if tail is not None and "offset" in request.query:
+        raise SpecError("tail (the last lines) and offset (from a byte) do not go together", "tail")
     # An adopted process's output goes where it was started: nothing to follow here (a
     # follow waited, silent, for as long as the process ran).
     follow = asked_to_follow and job.kind is not JobKind.ADOPTED
@@ -1025,7 +944,9 @@ async def logs(request: web.Request) -> web.StreamResponse:
     streams = request.app[STREAMS_KEY]
     try:
         # (Before the answer starts: a log that cannot be read is said in a 409.)
-        first = await asyncio.to_thread(_read_chunk, path, offset)
+        if tail is not None:
+            offset = await asyncio.to_thread(tail_start, path, tail)
+        first = await asyncio.to_thread(read_chunk, path, offset)
     except LogUnreadable as err:
         raise JobNotActive(f"job {job_id}'s log {err}") from None
     launched = job.kind is JobKind.COMMAND and job.pid is not None and not job.cluster_job_id
@@ -1082,7 +1003,7 @@ async def _send_log(
             return  # (no end of stream: the reader asks again, and is told why not)
         if _gone(request):
             return  # (it left while the job was quiet: its slot is free again)
-        piece = await asyncio.to_thread(_read_chunk, path, offset)
+        piece = await asyncio.to_thread(read_chunk, path, offset)
         if piece.start != offset or piece.note:
             # Cut back past what this reader had: what it asks for next no longer
             # follows from what it got. Ended without an end of stream, it asks again
