@@ -49,6 +49,32 @@ def test_wait_with_a_timeout_that_runs_out_exits_5_and_says_so(engine: Served) -
     engine.cli("cancel", job, "--no-wait")
 
 
+def test_wait_for_several_jobs_waits_for_each_and_exits_with_the_worst(engine: Served) -> None:
+    done, failed = _submit(engine, "--", "true"), _submit(engine, "--", "false")
+    out = engine.cli("wait", done, failed)
+    assert out.returncode == 1, out
+    assert out.stdout.splitlines() == [
+        f"job {done} completed, exit code 0: exited with code 0",
+        f"job {failed} failed, exit code 1: exited with code 1",
+    ]
+    assert engine.cli("wait", done, done).stdout.count(f"job {done} completed") == 1
+    # An unknown id is said and the others are still waited for (exit 2: bad input).
+    out = engine.cli("wait", done, "999", failed)
+    assert out.returncode == 2 and out.stderr == "gpulayer-tui: no job 999\n"
+    assert len(out.stdout.splitlines()) == 2
+    # One deadline for all: the one still running is said, exit 5; --json is one list.
+    running = _submit(engine, "--", "sleep", "600")
+    out = engine.cli("wait", running, done, "--timeout", "0.3", "--json")
+    assert out.returncode == 5
+    assert out.stderr == f"gpulayer-tui: job {running} still running after 0.3 s\n"
+    shown = json.loads(out.stdout)
+    assert [(d["job"]["id"], d.get("timed_out")) for d in shown] == [
+        (int(running), True),
+        (int(done), False),
+    ]
+    engine.cli("cancel", running, "--no-wait")
+
+
 def test_wait_on_a_service_that_restarts_always_says_it_may_never_end(engine: Served) -> None:
     # It waited in silence, for ever (tester h58).
     svc = _submit(engine, "--service", "--gpus", "0", "--no-port", "--", "sleep", "600")

@@ -886,9 +886,35 @@ def _report_end(job: dict[str, Any], as_json: bool, data: Any) -> int:
 
 
 def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    ids = list(dict.fromkeys(args.job if isinstance(args.job, list) else [args.job]))
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    if len(ids) == 1:
+        data = _wait_one(client, ids[0], deadline)
+        return _waited(data, args.json, args.timeout)
+    # Several: each in turn under one deadline (all must end, so the order costs no
+    # time), each said as its wait returns; one refused (an unknown id) is said and the
+    # others go on. Exit: the highest of theirs, as for `cancel X Y`.
+    worst = EXIT_OK
+    documents: list[Any] = []
+    for job_id in ids:
+        try:
+            data = _wait_one(client, job_id, deadline)
+        except ApiError as err:
+            _error(str(err))
+            worst = max(worst, EXIT_USAGE if err.status in (400, 404) else EXIT_FAILED)
+            continue
+        documents.append(data)
+        worst = max(worst, _waited(data, False, args.timeout, quiet=args.json))
+    if args.json:
+        _print_json(documents)
+    return worst
+
+
+def _wait_one(client: Client, job_id: int, deadline: float | None) -> dict[str, Any]:
+    """Wait for one job until it ends or ``deadline`` (monotonic) passes; the engine's
+    answer (``timed_out`` set if it had not ended)."""
     # In slices the engine answers within, so a stopped engine is noticed (exit 4) instead
     # of waited on for ever; a restarted one is waited on again (waiting changes nothing).
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
     piece = min(WAIT_SLICE_S, client.timeout or WAIT_SLICE_S)
     asked = False  # (an engine answered once: a missing one later is a restart)
     told = False  # (that a service running on may never end)
@@ -896,30 +922,37 @@ def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         left = piece if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             # (the first ask answers at once: what it waits for is said before it waits)
-            data = client.wait(args.job, min(left, piece) if told else 0.0)
+            data = client.wait(job_id, min(left, piece) if told else 0.0)
         except (EngineLost, EngineNotRunning) as err:
             # (a slice that ended as the engine stopped found no socket: "no engine", exit
             # 3, in the middle of a restart; with none at all from the start it is said)
             if isinstance(err, EngineNotRunning) and not asked:
                 raise
-            _error(f"lost the engine; waiting for job {args.job} again once it answers")
+            _error(f"lost the engine; waiting for job {job_id} again once it answers")
             _wait_for_engine(client)
             continue
         asked = True
         if not data.get("timed_out") or (deadline is not None and time.monotonic() >= deadline):
-            break
+            return dict(data)
         if not told:
             told = True
             note = _never_ends(data["job"])
             if note:
                 _error(note)
+
+
+def _waited(data: dict[str, Any], as_json: bool, timeout: float | None, quiet: bool = False) -> int:
+    """Say how a waited-for job ended (or that it has not, by the timeout); its exit code.
+    ``quiet``: the end goes in a JSON document printed later (a timeout is still said)."""
     job = data["job"]
     if data.get("timed_out"):
-        if args.json:  # (a script reads the document it asked for: it got nothing)
+        if as_json:  # (a script reads the document it asked for: it got nothing)
             _print_json(data)
-        _error(f"job {job['id']} still {job['status']} after {args.timeout:g} s")
+        _error(f"job {job['id']} still {job['status']} after {timeout:g} s")
         return EXIT_TIMED_OUT
-    return _report_end(job, args.json, data)
+    if quiet:
+        return EXIT_OK if job["status"] == "completed" else EXIT_FAILED
+    return _report_end(job, as_json, data)
 
 
 def _never_ends(job: dict[str, Any]) -> str:

@@ -411,12 +411,17 @@ def _logs_args(p: argparse.ArgumentParser) -> None:
 
 
 def _wait_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("job", type=job_id_arg)
+    p.add_argument(
+        "job",
+        type=job_id_arg,
+        nargs="+",
+        help="one or more job ids: waits until every one has ended (exit 0 only if each completed)",
+    )
     p.add_argument(
         "--timeout",
         type=positive_number,
         metavar="SECONDS",
-        help="wait at most this long (exit 5 if the job has not ended by then)",
+        help="wait at most this long in all (exit 5 if a job has not ended by then)",
     )
     p.add_argument("--json", action="store_true")
 
@@ -656,7 +661,7 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
         _why_args,
     ),
     "logs": ("print a job's output", "", _logs_args),
-    "wait": ("wait for a job; exit 0 only if it completed", "", _wait_args),
+    "wait": ("wait for jobs to end; exit 0 only if each completed", "", _wait_args),
     "cancel": ("cancel a job (SIGTERM, then SIGKILL)", "", _cancel_args),
     "adopt": (
         "adopt a running process as a job",
