@@ -83,6 +83,17 @@ def dependencies_text(spec: dict[str, object]) -> str:
     return ", ".join(out)
 
 
+def size_words(size: int) -> str:
+    """Bytes in the largest unit that keeps a whole number before the point: ``512 B``,
+    ``4.0 KiB``, ``1.5 GiB``."""
+    amount = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if amount < 1024 or unit == "GiB":
+            return f"{size} B" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    raise AssertionError("unreachable")
+
+
 def gib(value: int | None) -> str:
     """Bytes as GiB with one decimal; ``?`` when unknown."""
     return "?" if value is None else f"{value / GIB:.1f}"

@@ -1076,6 +1076,12 @@ def test_clean_says_which_jobs_it_kept_for_waiting_dependents(engine: Served) ->
     engine.cli("wait", needed, other)
     engine.cli("pause")
     waiting = _submit(engine, "--after", needed, "--", "true")
+    said = engine.cli("clean", "--keep", "0", "--dry-run").stdout
+    assert said.startswith(f"would remove 1 finished job(s) (job {other})")
+    assert said.endswith(
+        f"; would keep 1 still needed (waited for by a queued job, or its notification not "
+        f"sent yet): job {needed}; nothing was removed\n"
+    )
     out = engine.cli("clean", "--keep", "0")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("removed 1 finished job(s)")

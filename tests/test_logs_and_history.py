@@ -463,11 +463,29 @@ async def test_a_clean_killed_before_it_removed_the_files_has_them_removed_by_th
 def test_clean_from_the_cli(served: Served) -> None:
     served.start("--simulate", "1xA100-80GB")
     ids = []
-    for _ in range(3):  # one after another: the last by id also ended last
-        ids.append(served.cli("submit", "--", "true").stdout.strip())
+    for n in range(3):  # one after another: the last by id also ended last
+        ids.append(served.cli("submit", "--", "echo", "x" * (n + 1)).stdout.strip())
         assert served.cli("wait", ids[-1]).returncode == 0
     refused = served.cli("clean")
     assert refused.returncode == 2 and "--older-than DAYS and/or --keep N" in refused.stderr
+    # --dry-run says what would go, and removes nothing: the jobs, logs and ids stay.
+    logs = sorted(p.name for p in (served.home / "jobs").iterdir())
+    preview = served.cli("clean", "--keep", "1", "--dry-run", "--json")
+    assert preview.returncode == 0, preview.stderr
+    assert json.loads(preview.stdout) == {
+        "dry_run": True,
+        "jobs": 2,
+        "ids": [int(ids[0]), int(ids[1])],
+        "files": 2,
+        "bytes": len("x\n") + len("xx\n"),
+        "snapshots": 0,
+        "spared": [],
+    }
+    said = served.cli("clean", "--older-than", "0", "--dry-run").stdout
+    assert said.startswith(f"would remove 3 finished job(s) (job {', '.join(ids)}) and 3 file(s)")
+    assert said.endswith("; nothing was removed\n")
+    assert sorted(p.name for p in (served.home / "jobs").iterdir()) == logs
+    assert len(json.loads(served.cli("jobs", "--json").stdout)) == 3
     out = served.cli("clean", "--keep", "1", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"jobs": 2, "files": 2, "snapshots": 0, "spared": []}

@@ -1217,25 +1217,45 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
         body["older_than_days"] = args.older_than
     if args.keep is not None:
         body["keep"] = args.keep
+    if args.dry_run:
+        body["dry_run"] = True
     done = client.request("POST", "/clean", body)
     if args.json:
         _print_json(done)
-    else:
-        trees = done.get("snapshots", 0)
-        spared = done.get("spared") or []
-        shown = ", ".join(str(job_id) for job_id in spared[:10])
-        more = f" and {len(spared) - 10} more" if len(spared) > 10 else ""
+        return EXIT_OK
+    trees = done.get("snapshots", 0)
+    spared = done.get("spared") or []
+    kept = (
+        f"; kept {len(spared)} still needed (waited for by a queued job, or its "
+        f"notification not sent yet): job {_some_ids(spared)}"
+        if spared
+        else ""
+    )
+    if args.dry_run:
+        from ..formatting import size_words
+
+        ids = done.get("ids") or []
         print(
-            f"removed {done['jobs']} finished job(s) and {done['files']} file(s)"
+            f"would remove {done['jobs']} finished job(s)"
+            + (f" (job {_some_ids(ids)})" if ids else "")
+            + f" and {done['files']} file(s) of {size_words(done.get('bytes', 0))}"
             + (f", {trees} snapshot(s)" if trees else "")
-            + (
-                f"; kept {len(spared)} still needed (waited for by a queued job, or its "
-                f"notification not sent yet): job {shown}{more}"
-                if spared
-                else ""
-            )
+            + kept.replace("; kept", "; would keep")
+            + "; nothing was removed"
         )
+        return EXIT_OK
+    print(
+        f"removed {done['jobs']} finished job(s) and {done['files']} file(s)"
+        + (f", {trees} snapshot(s)" if trees else "")
+        + kept
+    )
     return EXIT_OK
+
+
+def _some_ids(ids: list[int], shown: int = 10) -> str:
+    """Up to ``shown`` ids, then how many more."""
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(str(job_id) for job_id in ids[:shown]) + more
 
 
 def _gpus(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -478,6 +478,11 @@ def _clean_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--keep", type=positive_int, metavar="N", help="keep the N finished jobs that ended last"
     )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="only say which jobs would go, and the space their files take; remove nothing",
+    )
     p.add_argument("--json", action="store_true")
 
 

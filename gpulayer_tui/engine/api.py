@@ -26,7 +26,8 @@ POST     /domains/NAME/forget        forget a GPU the driver no longer lists (re
 POST     /config/reload              read the config file again (also done on every edit)
 GET      /doctor                     the engine's checks (config, domains, queue, clock)
 GET      /processes/PID              what the engine sees of a process (to adopt it)
-POST     /clean                      remove old finished jobs ({"older_than_days"?, "keep"?})
+POST     /clean                      remove old finished jobs ({"older_than_days"?, "keep"?,
+                                     "dry_run"?: only say what would go})
 GET      /metrics (also /metrics)    Prometheus text format
 GET      /events                     every event as one JSON object per line
 =======  ==========================  =====================================================
@@ -728,11 +729,17 @@ async def reload_config(request: web.Request) -> web.Response:
 
 async def clean(request: web.Request) -> web.Response:
     """POST /v1/clean: remove finished jobs older than ``older_than_days`` and/or all but the
-    newest ``keep`` finished ones (rows, timelines, logs)."""
+    newest ``keep`` finished ones (rows, timelines, logs); with ``"dry_run": true`` only
+    say what would go."""
     _require_admin(request, "clean the history")
     body = await _read_json(request) if request.can_read_body else {}
+    dry_run = body.pop("dry_run", False) if isinstance(body, dict) else False
+    if not isinstance(dry_run, bool):
+        raise SpecError("dry_run must be true or false", "dry_run")
     if not isinstance(body, dict) or set(body) - {"older_than_days", "keep"} or not body:
-        raise SpecError('a clean request is {"older_than_days": D} and/or {"keep": N}')
+        raise SpecError(
+            'a clean request is {"older_than_days": D} and/or {"keep": N} (and "dry_run"?)'
+        )
     days, keep = body.get("older_than_days"), body.get("keep")
     before = None
     if days is not None:
@@ -745,7 +752,10 @@ async def clean(request: web.Request) -> web.Response:
         isinstance(keep, bool) or not isinstance(keep, int) or not 0 <= keep <= MAX_INT
     ):
         raise SpecError(f"keep must be a whole number from 0 to {MAX_INT}", "keep")
-    return web.json_response(await request.app[ENGINE_KEY].retention.clean(before, keep))
+    retention = request.app[ENGINE_KEY].retention
+    if dry_run:
+        return web.json_response(await retention.preview(before, keep))
+    return web.json_response(await retention.clean(before, keep))
 
 
 async def doctor(request: web.Request) -> web.Response:

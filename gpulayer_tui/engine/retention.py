@@ -61,6 +61,15 @@ def _largest(jobs_dir: Path, count: int = 3) -> str:
     return ", ".join(f"{path} ({size / 1024**2:.0f} MiB)" for size, path in sizes[:count])
 
 
+def _sizes(paths: list[Path]) -> int:
+    """The bytes ``paths`` take (those still there; links not followed)."""
+    total = 0
+    for path in paths:
+        with contextlib.suppress(OSError):
+            total += path.lstat().st_size
+    return total
+
+
 def _unlink(paths: list[Path]) -> int:
     removed = 0
     for path in paths:
@@ -177,6 +186,29 @@ class Retention:
         # word why, read as a bug)
         spared = await self._store.finished_past(self._spared(), ended_before, keep)
         return {"jobs": jobs, "files": files, "snapshots": trees, "spared": spared}
+
+    async def preview(self, ended_before: float | None, keep: int | None) -> dict[str, Any]:
+        """What :meth:`clean` with the same arguments would remove now, removing nothing:
+        ``{"dry_run": true, "jobs": n, "ids": [ids], "files": m, "bytes": b, "snapshots":
+        k, "spared": [ids]}`` (``b``: what the files take; snapshot objects other trees
+        share are not counted)."""
+        spared_now = self._spared()
+        ids = await self._store.prunable(ended_before, keep, spared_now)
+        paths = await asyncio.to_thread(_files_of, self._jobs_dir, set(ids)) if ids else []
+        size = await asyncio.to_thread(_sizes, paths) if paths else 0
+        trees = 0
+        if self._snapshots is not None and ids:
+            trees = len(await asyncio.to_thread(self._snapshots.tree_ids) & set(ids))
+        spared = await self._store.finished_past(spared_now, ended_before, keep)
+        return {
+            "dry_run": True,
+            "jobs": len(ids),
+            "ids": ids,
+            "files": len(paths),
+            "bytes": size,
+            "snapshots": trees,
+            "spared": spared,
+        }
 
     async def _orphaned_trees(self) -> int:
         """Remove snapshot trees whose job has no row any more: one that could not be

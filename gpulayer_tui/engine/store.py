@@ -1169,6 +1169,29 @@ class Store:
             or (keep is not None and int(job_id) not in newest)
         ]
 
+    async def prunable(
+        self, ended_before: float | None, keep: int | None, spared: frozenset[int]
+    ) -> list[int]:
+        """The ids :meth:`prune` would delete now, all of them, oldest first (``clean
+        --dry-run``); nothing is changed."""
+        finished = "status IN ('completed', 'failed', 'cancelled', 'orphaned')"
+        if spared:
+            finished += f" AND id NOT IN ({', '.join(str(int(i)) for i in sorted(spared))})"
+        ids: set[int] = set()
+        if ended_before is not None:
+            rows = await self._fetchall(
+                f"SELECT id FROM jobs WHERE ended_at < ? AND {finished}", (ended_before,)
+            )
+            ids.update(int(r[0]) for r in rows)
+        if keep is not None:
+            rows = await self._fetchall(
+                f"SELECT id FROM jobs WHERE {finished} ORDER BY {_ENDED_LAST_FIRST} "
+                "LIMIT -1 OFFSET ?",
+                (keep,),
+            )
+            ids.update(int(r[0]) for r in rows)
+        return sorted(ids)
+
     async def jobs_with_key(self, key: str, owner_uid: int | None) -> tuple[list[Job], str | None]:
         """The jobs a submission with idempotency ``key`` by ``owner_uid`` made (committed
         ones; oldest first), and the digest of what it asked for (``None`` for jobs from
