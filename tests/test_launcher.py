@@ -170,7 +170,11 @@ async def test_a_spawner_that_cannot_start_is_said_and_tried_again_ever_later(
     problem = await eventually(lambda: engine.health()["launcher_problem"], timeout=30)
     assert problem.startswith("the launcher cannot start: [Errno 21] Is a directory: ")
     assert problem.endswith(f"{journal.NAME}'")
-    waiting = await engine.submit({"command": ["true"], "gpus": 0})  # decided: it waits
+    # Decided, it waits for a launcher, and says so (it said "running on cpu" with no
+    # process); its time limit counts from its real start.
+    waiting = await engine.submit({"command": ["true"], "gpus": 0, "timeout": 3})
+    said = (await engine.get(waiting.id)).message
+    assert said.startswith("placed on cpu; starts once the launcher can start jobs (the ")
     await eventually(lambda: (state / launcher.LOG).read_text().count("could not start") >= 3,
                      timeout=30)  # fmt: skip
     log = (state / launcher.LOG).read_text()
@@ -179,10 +183,13 @@ async def test_a_spawner_that_cannot_start_is_said_and_tried_again_ever_later(
     assert "the next one in 2 s" in log
     assert _find(state, "keeper").pid == keeper.pid  # type: ignore[union-attr]
     running.touch()  # (the keeper reaps it meanwhile, and the next spawner tells its end)
+    restored = time.time()
     (state / journal.NAME).rmdir()
     os.rename(saved, state / journal.NAME)
     done = await engine.wait(waiting.id, timeout=40)
-    assert done.status is JobStatus.COMPLETED
+    assert done.status is JobStatus.COMPLETED, done.message  # (not timed out: 3 s, held ~4)
+    assert done.started_at is not None and done.started_at >= restored
+    assert done.started_at - waiting.created_at > 3
     first = await engine.wait(job_gate.id, timeout=15)
     assert first.status is JobStatus.FAILED and first.exit_code == 4
     assert engine.health()["launcher_problem"] is None

@@ -135,6 +135,12 @@ def argv_of(spec: JobSpec) -> tuple[list[str], str]:
     return argv, spec.run_dir
 
 
+LATE_START_S = 1.0
+"""A start heard this long after its decision moves the job's ``started_at`` to it (a
+launcher that could not start jobs meanwhile); a usual start is milliseconds, and keeps
+the decision's time (no second write per job)."""
+
+
 def prepare_task(
     executor: Executor,
     key: TaskKey,
@@ -342,10 +348,16 @@ class BatchRunner:
         job, spec = act.job, act.spec
         assert spec is not None
         assign(act, domains)
-        self._book.transition(
-            act, JobStatus.RUNNING, message=f"running on {', '.join(job.domains)}"
-        )
-        if spec.timeout is not None:
+        message = f"running on {', '.join(job.domains)}"
+        act.held_back = bool(self._executor.problem)
+        if act.held_back:
+            # (decided now, started once a launcher can: it said "running" with no process)
+            message = (
+                f"placed on {', '.join(job.domains)}; starts once the launcher can start "
+                f"jobs ({self._executor.problem})"
+            )
+        self._book.transition(act, JobStatus.RUNNING, message=message)
+        if spec.timeout is not None and not act.held_back:  # (else armed as it starts)
             self._arm_timeout(act, spec.timeout)
         try:
             prepared: PreparedStart | None = self._prepare(act)
@@ -419,10 +431,35 @@ class BatchRunner:
         act = self._book.get(job_id)
         if act is None:
             return
-        act.job.pid, act.job.start_ticks = started.pid, started.start_ticks
+        job = act.job
+        job.pid, job.start_ticks = started.pid, started.start_ticks
         self._book.roots.add(started.pid, job_id, started.start_ticks)
         act.launched = True
+        late = (
+            started.at is not None
+            and job.started_at is not None
+            and started.at - job.started_at > LATE_START_S
+        )
+        if (late or act.held_back) and job.status is JobStatus.RUNNING:
+            self._started_late(act, started.at or time.time())
+        act.held_back = False
         self._book.started(job_id, started.at)
+
+    def _started_late(self, act: ActiveJob, at: float) -> None:
+        """A job decided while no launcher could start it started at ``at``: its runtime
+        and its timeout count from then (they counted from the decision, and a job held
+        back a minute lost a minute of its time limit), and its message says it runs."""
+        job = act.job
+        job.started_at = at
+        timer = self._timers.pop(job.id, None)
+        if timer is not None:
+            timer.cancel()
+        if act.spec is not None and act.spec.timeout is not None and job.stop_reason is None:
+            self._arm_timeout(act, act.spec.timeout - (time.time() - at))
+        if job.message.startswith("placed on "):
+            self._book.note(act, f"running on {', '.join(job.domains)}")
+        else:
+            self._book.save(act)
 
     def _arm_timeout(self, act: ActiveJob, delay: float) -> None:
         loop = asyncio.get_running_loop()

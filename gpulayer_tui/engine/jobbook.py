@@ -74,6 +74,9 @@ class ActiveJob:
     request: Request | None
     holds: list[Domain] = field(default_factory=list)
     launched: bool = False  # its processes run (set by its runner)
+    # Decided while the executor could not start tasks: a submission does not wait for
+    # its start (it waited its whole LAUNCH_WAIT_S, then answered anyway).
+    held_back: bool = False
     log_note: str = ""  # its log was cut: said again in its final message
     # A service placed again after a domain loss: the GPU domains it ran on. Its
     # reservation counts a quarantined one of them as coming back (its healthy ones went
@@ -424,6 +427,8 @@ class JobBook:
         for job_id in job_ids:
             act = self._active.get(job_id)
             if act is None or act.job.status is not JobStatus.RUNNING or act.launched:
+                continue
+            if act.held_back:
                 continue
             waiter = loop.create_future()
             self._start_waiters.setdefault(job_id, []).append(waiter)
