@@ -1149,6 +1149,29 @@ async def test_the_fields_block_wraps_each_value_beside_its_label() -> None:
         assert fields.size.height == 4
 
 
+async def test_a_long_name_keeps_the_rows_after_it_in_view() -> None:
+    # At 80x24 a long name wrapped over 7 lines and pushed the status below the fold.
+    class Fields(App[None]):
+        def compose(self) -> ComposeResult:
+            yield FieldList([("name", "name"), ("status", "status")], max_lines={"name": 2})
+
+    app = Fields()
+    async with app.run_test(size=(24, 8)) as pilot:
+        fields = app.query_one(FieldList)
+        fields.update({"name": Content("abcd " * 12), "status": Content("running")})
+        await pilot.pause()
+        assert fields.render().plain.splitlines() == [
+            "name       abcd abcd",
+            "           abcd abcd…",
+            "status     running",
+        ]
+        assert fields.text("name") == "abcd " * 12  # (what it holds is whole)
+        fields.set("name", Content("short"))
+        await pilot.pause()
+        assert fields.render().plain.splitlines()[0] == "name       short"
+        assert fields.size.height == 2
+
+
 async def test_end_reaches_old_finished_jobs_behind_pages_of_waiting_ones(
     ui_app: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -333,7 +333,8 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         with Horizontal(id="detail-top"):
             with VerticalScroll(id="fields-box"):
                 yield Static("loading…", id="field-loading")
-                yield FieldList(FIELDS, id="fields")
+                # (the name is whole in `status`, the CLI; here the rows after it stay in view)
+                yield FieldList(FIELDS, max_lines={"name": 2}, id="fields")
                 yield WhyPanel(id="why")
             with VerticalScroll(id="timeline-box"):
                 yield Timeline(id="timeline")

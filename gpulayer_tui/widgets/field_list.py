@@ -31,11 +31,15 @@ class FieldList(Widget):
         fields: Iterable[tuple[str, str]],
         *,
         label_width: int = 11,
+        max_lines: Mapping[str, int] | None = None,
         id: str | None = None,
         classes: str | None = None,
     ) -> None:
-        """``fields``: (key, label) in display order; ``label_width``: the label column."""
+        """``fields``: (key, label) in display order; ``label_width``: the label column;
+        ``max_lines``: rows wrapped to at most that many lines, the last ending in "…"
+        where cut (a long name pushed every row after it below a small terminal's fold)."""
         super().__init__(id=id, classes=classes)
+        self._max_lines = dict(max_lines or {})
         self._labels = dict(fields)
         self._values: dict[str, Content] = dict.fromkeys(self._labels, Content(""))
         self._hidden: set[str] = set()
@@ -127,7 +131,12 @@ class FieldList(Widget):
                 continue
             label = label[: column - 1]
             head = Content.assemble((label, label_style), " " * (column - len(label)))
-            for n, part in enumerate(self._values[key].wrap(room) or [Content("")]):
+            parts = self._values[key].wrap(room) or [Content("")]
+            most = self._max_lines.get(key)
+            if most is not None and len(parts) > most:
+                last = parts[most - 1]
+                parts = [*parts[: most - 1], last.truncate(max(0, room - 1)) + Content("…")]
+            for n, part in enumerate(parts):
                 lines.append((head if n == 0 else indent) + part)
         self._lines_cache = (cache_key, lines)
         return lines
