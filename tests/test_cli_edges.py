@@ -494,6 +494,9 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         (["signal", "1234", "--start-ticks", "-5"], "must be from 0 to"),
         # ("must be at most 3.1536e+08 s, got 3.1536e+08")
         (["submit", "--timeout", "315360001", "--", "true"], "at most 315360000 s, got 315360001"),
+        # (too large for a float: "must be a finite number, not inf", of what was typed)
+        (["submit", "--vram-gb", "1e400", "--", "true"], "must be at most 1000000 GiB, got 1e400"),
+        (["submit", "--timeout=-1e400", "--", "true"], "must be greater than 0, got -1e400"),
         (["submit", "--", "   "], "command: the program name (first word) is empty"),
         # (checked as seconds: "about 31 years", and past the engine's own limit)
         (["submit", "--mem-gb", "2000000", "--", "true"], "at most 1000000 GB, got 2000000"),
@@ -513,6 +516,8 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         "wait-nan",
         "start-ticks-negative",
         "timeout-past-ceiling",
+        "vram-overflow",
+        "timeout-overflow",
         "blank-program",
         "mem-gb",
         "cancel-no-wait-timeout",
