@@ -118,3 +118,24 @@ async def test_the_next_page_is_drawn_ahead_as_a_draw_would_draw_it() -> None:
         await pilot.pause()
         top = int(table.scroll_y)
         assert set(range(max(0, top - page), top)) - {table.cursor_row} <= set(drawn)
+
+
+@pytest.mark.parametrize(("width", "name_cells"), [(220, 28), (180, 16), (140, 16)])
+async def test_a_wide_terminal_gives_names_more_room(width: int, name_cells: int) -> None:
+    # At 200 columns a 20-character name was cut at 16, beside a message with room to spare.
+    store = JobStore()
+    jobs = jobs_fixture()
+    jobs[0] = {**jobs[0], "name": "sweep-lr3e-4-bs512-seed7"}  # (24 characters)
+    store.load(jobs)
+    app = _TableApp()
+    async with app.run_test(size=(width, 30)) as pilot:
+        table = app.query_one(JobTable)
+        table.sync(store, 0)
+        await pilot.pause()
+        name = next(c for c in table.ordered_columns if str(c.key.value) == "name")
+        assert name.get_render_width(table) - 2 * table.cell_padding == name_cells
+        column = list(table.columns).index(name.key)
+        lines = table._render_cell(0, column, table.rich_style, name.get_render_width(table))
+        shown = "".join(seg.text for seg in lines[0]).strip()
+        whole = name_cells >= len("sweep-lr3e-4-bs512-seed7")
+        assert shown == ("sweep-lr3e-4-bs512-seed7" if whole else "sweep-lr3e-4-bs…"), shown

@@ -89,6 +89,8 @@ USAGE_COLUMNS = frozenset({"peak", "util", "energy"})
 # Narrower terminals drop the columns that matter least (the detail view has them all)
 # and keep the message column readable: it says why a job waits or how it ended.
 LAYOUTS = (
+    # (a name longer than 16 was cut at 200 columns too, beside a message with room to spare)
+    Layout(200, frozenset(), 28),
     Layout(170, frozenset(), 16),
     Layout(130, USAGE_COLUMNS, 16),
     Layout(100, frozenset({"kind", "started", "user"}) | USAGE_COLUMNS, 14),
@@ -102,7 +104,7 @@ LAYOUTS = (
         10,
     ),
 )
-START_LAYOUT = LAYOUTS[1]
+START_LAYOUT = LAYOUTS[2]
 """The layout a table starts in, before its width is known: the common terminal's. (A
 switch of layout rebuilds the rows, and a rebuild that leaves the view near the end asks
 for the next page of history, so a table should not switch on its first resize.)"""
