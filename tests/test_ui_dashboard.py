@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import Static
 
 from gpulayer_tui.app import build_app
 from gpulayer_tui.engine.config import load_config
@@ -548,6 +549,21 @@ async def test_theme_switch_restyles_the_table() -> None:
         await pilot.press("t")
         await until(pilot, lambda: table.get_row("1:4242")[owner].style != before)
         assert app.theme == "gpulayer-light"
+
+
+async def test_the_summary_says_its_figures_in_short_words_on_a_narrow_terminal() -> None:
+    # At 60 columns the line ended "· unregistered VRAM": its figure was cut off.
+    app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(60, 20)) as pilot:
+        summary = await until(pilot, lambda: app.screen.query_one(SummaryLine))
+        counts = summary.query_one("#counts", Static)
+        await until(pilot, lambda: "GPUs" in str(counts.render()), "the GPU count")
+        shown = str(counts.render())
+        assert shown.endswith("unreg 18.0 GiB · 2 GPUs"), shown
+        assert "failed ·" in shown and len(shown) <= 58
+        await pilot.resize_terminal(140, 20)
+        await until(pilot, lambda: "unregistered VRAM 18.0 GiB" in str(counts.render()))
+        assert "failed today" in str(counts.render())
 
 
 async def test_cpu_only_notice() -> None:

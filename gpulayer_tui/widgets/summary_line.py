@@ -55,7 +55,7 @@ class SummaryLine(Vertical):
         """Redraw from a job summary (:meth:`JobStore.summary`) and a ``/gpus`` view."""
         self.summary = dict(summary)
         self.gpu_state = gpu_state
-        counts = self.counts()
+        counts = self.counts(self.size.width - 2 if self.size.width else None)
         if counts.markup != self._shown_counts:  # unchanged samples cost no repaint
             self._shown_counts = counts.markup
             self.query_one("#counts", Static).update(counts, layout=False)  # one line
@@ -74,8 +74,19 @@ class SummaryLine(Vertical):
         domains = self.gpu_state["domains"] if self.gpu_state else []
         return sum(1 for d in domains if d.get("gpu_index") is not None)
 
-    def counts(self) -> Content:
-        """The summary line itself."""
+    def on_resize(self) -> None:
+        if self.summary or self.gpu_state is not None:
+            self.show(self.summary, self.gpu_state)
+
+    def counts(self, width: int | None = None) -> Content:
+        """The summary line itself; where it is wider than ``width`` cells, in short words
+        (at 60 columns the line ended "· unregistered VRAM", its figure cut off)."""
+        line = self._counts(short=False)
+        if width is not None and line.cell_length > width:
+            return self._counts(short=True)
+        return line
+
+    def _counts(self, short: bool) -> Content:
         running = self.summary.get("running", 0)
         queued = self.summary.get("queued", 0)
         failed = self.summary.get("failed_today", 0)
@@ -88,7 +99,7 @@ class SummaryLine(Vertical):
             (" queued", "$text-muted"),
             sep,
             (str(failed), "$error bold" if failed else "bold"),
-            (" failed today", "$text-muted"),
+            (" failed" if short else " failed today", "$text-muted"),
         ]
         idle = self.summary.get("idle", 0)
         if idle:  # (running jobs warned for holding their GPUs idle)
@@ -101,14 +112,15 @@ class SummaryLine(Vertical):
         gpus = self.gpu_count
         pieces += [
             sep,
-            ("unregistered VRAM ", "$text-muted"),
+            ("unreg " if short else "unregistered VRAM ", "$text-muted"),
             (f"{unregistered / GIB:.1f} GiB", "$error bold" if unregistered else "bold"),
             sep,
             (f"{gpus} GPU{'' if gpus == 1 else 's'}", "bold"),
         ]
         others = len(state.get("gpus_without_domain") or ())
         if others:  # (left out by the config: shown, never scheduled on)
-            pieces.append((f" (+{others} without a domain)", "$text-muted"))
+            said = f" (+{others})" if short else f" (+{others} without a domain)"
+            pieces.append((said, "$text-muted"))
         missing = [str(g.get("name", "?")) for g in state.get("missing_gpus") or ()]
         if missing:  # (had here, not listed by the driver now: jobs needing them wait)
             said, them = ", ".join(missing), "it" if len(missing) == 1 else "them"
