@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import select
 import signal
 import socket
@@ -47,6 +48,32 @@ def test_wait_with_a_timeout_that_runs_out_exits_5_and_says_so(engine: Served) -
     shown = json.loads(out.stdout)
     assert shown["timed_out"] is True and shown["job"]["id"] == int(job)
     engine.cli("cancel", job, "--no-wait")
+
+
+def test_output_that_cannot_be_written_is_no_bad_input_and_a_closed_one_acts_not(
+    engine: Served,
+) -> None:
+    # `submit > /dev/full` submitted the job, then said "No space left on device" with exit
+    # 2 (bad input: nothing changed); `submit >&-` submitted it and exited 0 (tester h62).
+    argv = [sys.executable, "-m", "gpulayer_tui", "submit", "--name", "full", "--", "true"]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            argv, env=engine.env, cwd=REPO, stdout=full, stderr=subprocess.PIPE, text=True
+        )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        "gpulayer-tui: cannot write the output: No space left on device (the command ran; "
+        "only its output was lost)\n"
+    )
+    closed = subprocess.run(
+        [*argv[:4], "--name", "closed", "--", "true"],
+        env=engine.env, cwd=REPO, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: os.close(1),
+    )  # fmt: skip
+    assert closed.returncode == 2
+    assert closed.stderr.startswith("gpulayer-tui: standard output is closed (>&-): nothing ")
+    names = [job["name"] for job in json.loads(engine.cli("jobs", "--json").stdout)]
+    assert names == ["full"]
 
 
 def test_wait_for_several_jobs_waits_for_each_and_exits_with_the_worst(engine: Served) -> None:

@@ -316,7 +316,10 @@ def test_a_full_or_closed_stdout_is_said_without_a_traceback(
             command, env=environ, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60
         )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.endswith("gpulayer-tui: cannot write the output: No space left on device\n")
+    assert done.stderr.endswith(
+        "gpulayer-tui: cannot write the output: No space left on device (the command ran; only "
+        "its output was lost)\n"
+    )
     closed = subprocess.run(  # (`>&-`: no stdout at all)
         command, env=environ, stdout=None, stderr=subprocess.PIPE, text=True, timeout=60,
         preexec_fn=lambda: os.close(1),

@@ -1507,6 +1507,8 @@ def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser)
         )
         return EXIT_FAILED
     except OSError as err:
+        if err.filename is None and err.errno in (errno.ENOSPC, errno.EIO, errno.EBADF):
+            raise  # (its output could not be written: main() says so, exit 1)
         _error(f"{err.strerror or err}" + (f": {err.filename}" if err.filename else ""))
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -36,6 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import os
     import sys
 
+    global _stdout_closed
+    _stdout_closed = sys.stdout is None
     for name in ("stdout", "stderr"):
         if getattr(sys, name) is None:  # (started with it closed, `>&-`: as /dev/null)
             setattr(sys, name, open(os.devnull, "w"))
@@ -51,10 +53,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if err.filename is not None or err.errno not in (errno.ENOSPC, errno.EIO, errno.EBADF):
             raise
-        # Its output could not be written (`> /dev/full`, a full disk): said, no traceback.
+        # Its output could not be written (`> /dev/full`, a full disk): said, no traceback,
+        # and not as bad input (exit 2 says nothing changed, and the command had acted).
         _quiet_stdout()
-        sys.stderr.write(f"gpulayer-tui: cannot write the output: {err.strerror}\n")
+        sys.stderr.write(
+            f"gpulayer-tui: cannot write the output: {err.strerror} (the command ran; only "
+            "its output was lost)\n"
+        )
         return 1
+
+
+_stdout_closed = False
+"""Whether the command started with its standard output closed (``>&-``)."""
 
 
 def _quiet_stdout() -> None:
@@ -122,6 +132,14 @@ def _main(argv: Sequence[str] | None) -> int:
         return run_tui(paths, args.simulate, args.simulate_if_no_gpu)
     if args.simulate or args.simulate_if_no_gpu:
         parser.error("--simulate applies to --serve (the engine owns the GPUs)")
+    if _stdout_closed:
+        # (a submission's id, a status, went nowhere and it exited 0: refused before it
+        # acts; `> /dev/null` discards the output on purpose)
+        sys.stderr.write(
+            "gpulayer-tui: standard output is closed (>&-): nothing was done; give "
+            ">/dev/null to discard the output\n"
+        )
+        return 2
     if quick is None:  # (errors about a subcommand's arguments show its usage)
         parser = parser_for(parser, args.command)
     if args.command == "install-service":
