@@ -231,7 +231,27 @@ def check_shell(value: object) -> str:
         raise FieldError("shell", f"at most 65536 characters, not {len(value)}")
     if "\0" in value:
         raise FieldError("shell", "contains a NUL byte")
+    if _unclosed_quote(value):
+        # (`submit --file` took `echo "oops` and the job failed when it ran, exit 2)
+        raise FieldError(
+            "shell", "a quote is not closed: sh would refuse it (Unterminated quoted string)"
+        )
     return value
+
+
+def _unclosed_quote(line: str) -> bool:
+    """Whether a quote in a shell line is never closed (as sh reads quotes). Lines with a
+    here-document (its text is not shell words) or ``$'...'`` (bash's own quoting, where
+    sh is bash) are not judged; a quote after ``#`` is a comment's."""
+    if ("'" not in line and '"' not in line) or "<<" in line or "$'" in line:
+        return False
+    import shlex
+
+    try:
+        shlex.split(line, comments=True)
+    except ValueError as err:
+        return "closing quotation" in str(err)
+    return False
 
 
 def check_gpus(value: object) -> int:

@@ -270,6 +270,50 @@ def test_a_batch_files_errors_name_its_line_and_a_byte_order_mark_is_no_command(
     assert engine.cli("wait", str(row["id"])).returncode == 0
 
 
+@pytest.mark.parametrize(
+    ("line", "closed"),
+    [
+        ('echo "unclosed', False),
+        ("echo 'it''s", False),
+        ('python x.py --tag "a b"\'', False),
+        ("echo \"a 'b' c\"", True),
+        ("echo hi # it's a comment", True),
+        ("echo \"$(date '+%s')\"", True),
+        ("printf '%s\\n' \"it's\"", True),
+        ("cat <<EOF\nit's\nEOF", True),  # (a here-document's text is no shell words)
+        ("echo $'bash quoting: it\\'s'", True),  # (bash's own: not judged)
+        ("echo 'a\nb'", True),  # (a quote may span lines)
+    ],
+)
+def test_a_shell_line_with_a_quote_never_closed_is_refused_at_submission(
+    line: str, closed: bool
+) -> None:
+    # `submit --file` took `echo "oops` and the job failed at run time (sh: exit 2).
+    from gpulayer_tui.fields import FieldError, check_shell
+
+    if closed:
+        assert check_shell(line) == line
+        return
+    with pytest.raises(FieldError, match="a quote is not closed: sh would refuse it"):
+        check_shell(line)
+    ran = subprocess.run(["sh", "-n", "-c", line], capture_output=True)  # (as sh judges)
+    assert ran.returncode != 0
+
+
+def test_a_batch_line_with_a_quote_never_closed_is_refused_by_its_line(
+    engine: Served, tmp_path: Path
+) -> None:
+    batch = tmp_path / "jobs.txt"
+    batch.write_text("echo fine\n# it's a comment\necho \"oops\ntrue\n")
+    out = engine.cli("submit", "--file", str(batch))
+    assert out.returncode == 2
+    assert out.stderr == (
+        f"gpulayer-tui: {batch}: line 3: shell: a quote is not closed: sh would refuse it "
+        "(Unterminated quoted string)\n"
+    )
+    assert engine.cli("jobs", "--json").stdout.strip() in ("[]", "")
+
+
 def test_a_spec_file_and_a_command_together_are_refused(engine: Served, tmp_path: Path) -> None:
     spec = tmp_path / "job.toml"
     spec.write_text('command = ["true"]\n')
