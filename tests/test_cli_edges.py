@@ -314,6 +314,37 @@ def test_a_batch_line_with_a_quote_never_closed_is_refused_by_its_line(
     assert engine.cli("jobs", "--json").stdout.strip() in ("[]", "")
 
 
+def test_a_spec_files_jobs_wait_for_earlier_ones_by_name(engine: Served, tmp_path: Path) -> None:
+    # A pipeline in one file: its ids are given only as it is submitted, so they were
+    # impossible to write in it.
+    spec = tmp_path / "pipeline.toml"
+    spec.write_text(
+        '[[jobs]]\nname = "prep"\ncommand = ["true"]\n'
+        '[[jobs]]\nname = "eval"\ncommand = ["false"]\ndepends_on = ["prep"]\n'
+        '[[jobs]]\nname = "report"\ncommand = ["true"]\n'
+        'depends_on = [{ job = "eval", any_exit = true }, "prep"]\n'
+    )
+    out = engine.cli("submit", "--spec", str(spec))
+    assert out.returncode == 0, out.stderr
+    prep, evaluation, report = out.stdout.split()
+    assert engine.cli("wait", report).returncode == 0
+    shown = engine.cli("status", report).stdout
+    assert f"after       jobs {evaluation} (any end), {prep}" in shown, shown
+    # A name no earlier job of the file has (or a later one's): refused, nothing stored.
+    before = engine.cli("jobs", "--json").stdout
+    spec.write_text(
+        '[[jobs]]\nname = "a"\ncommand = ["true"]\ndepends_on = ["b"]\n'
+        '[[jobs]]\nname = "b"\ncommand = ["true"]\n'
+    )
+    out = engine.cli("submit", "--spec", str(spec))
+    assert out.returncode == 2
+    assert out.stderr == (
+        f"gpulayer-tui: {spec}: job 1 (a): depends_on 'b': no job before it in the file has "
+        "that name (a name waits for an earlier job of the same file; an id, for any job)\n"
+    )
+    assert engine.cli("jobs", "--json").stdout == before
+
+
 def test_a_spec_file_and_a_command_together_are_refused(engine: Served, tmp_path: Path) -> None:
     spec = tmp_path / "job.toml"
     spec.write_text('command = ["true"]\n')

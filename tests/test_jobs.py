@@ -328,6 +328,61 @@ async def test_dependency_cascade_and_any_exit(make_engine: EngineFactory) -> No
     assert (await engine.wait(ok.id, timeout=10)).status is JobStatus.COMPLETED
 
 
+async def test_jobs_of_one_request_wait_for_earlier_ones_by_their_place(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A pipeline in one request (a spec file's jobs): ids are given only as it is
+    # admitted, so a job names an earlier one by its place, {"batch": K}.
+    engine = await make_engine()
+    gate = tmp_path / "gate"
+    prep, train, broken, report, never = await engine.submit_many(
+        [
+            {"shell": f"while [ ! -e {gate} ]; do sleep 0.05; done"},
+            {"command": ["true"], "depends_on": [{"batch": 0}]},
+            {"command": ["false"], "depends_on": [{"batch": 1}]},
+            {"command": ["true"], "depends_on": [{"batch": 2, "any_exit": True}]},
+            {"command": ["true"], "depends_on": [{"batch": 2}]},
+        ]
+    )
+    assert train.status is JobStatus.QUEUED and train.spec["depends_on"] == [
+        {"job": prep.id, "any_exit": False}
+    ]  # (stored by id: a restart waits for the same job)
+    assert (await engine.get(report.id)).message == f"waiting for job {broken.id}"
+    gate.touch()
+    assert (await engine.wait(train.id, timeout=15)).status is JobStatus.COMPLETED
+    assert (await engine.wait(broken.id, timeout=15)).status is JobStatus.FAILED
+    assert (await engine.wait(report.id, timeout=15)).status is JobStatus.COMPLETED
+    ended = await engine.wait(never.id, timeout=15)
+    assert ended.termination_reason is TerminationReason.DEPENDENCY_FAILED
+    done = await engine.get(prep.id)
+    assert done.ended_at is not None
+    started = (await engine.get(train.id)).started_at
+    assert started is not None and started >= done.ended_at
+    # Only earlier jobs of the same request; refused by place, nothing stored.
+    before = len(await engine.list_jobs())
+    for items, said in (
+        ([{"command": ["true"], "depends_on": [{"batch": 0}]}], "may wait only for jobs before"),
+        (
+            [{"command": ["true"]}, {"command": ["true"], "depends_on": [{"batch": 1}]}],
+            "job 2 of 2: depends_on.0: batch must name a job before it in the request: 0 to 0",
+        ),
+        (
+            [{"command": ["true"]}, {"command": ["true"], "depends_on": [{"batch": "0"}]}],
+            'not "0"',
+        ),
+        (
+            [
+                {"kind": "service", "command": ["sleep", "60"], "port": False},
+                {"command": ["true"], "depends_on": [{"batch": 0}]},
+            ],
+            "batch 0 is a service that restarts always: it never completes",
+        ),
+    ):
+        with pytest.raises(SpecError, match=said):
+            await engine.submit_many(items)
+    assert len(await engine.list_jobs()) == before
+
+
 async def test_cancel_kills_the_whole_process_group(make_engine: EngineFactory) -> None:
     engine = await make_engine()
     job = await engine.submit({"shell": "sleep 300 & sleep 300 & wait"})

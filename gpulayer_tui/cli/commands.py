@@ -213,7 +213,38 @@ def _read_spec_file(path: str) -> list[dict[str, Any]]:
         cwd = item.get("cwd")
         if isinstance(cwd, str) and not os.path.isabs(cwd):
             item["cwd"] = os.path.normpath(os.path.join(base, os.path.expanduser(cwd)))
+    _named_dependencies(items, path)
     return items
+
+
+def _named_dependencies(items: list[dict[str, Any]], path: str) -> None:
+    """A spec file's jobs may wait for one another by name: ``depends_on = ["prep"]`` (or
+    ``{job = "prep", any_exit = true}``) names an earlier job of the same file, sent as
+    ``{"batch": K}`` (its ids are given only as the whole file is admitted).
+
+    Raises:
+        ValueError: A name that no earlier job of the file has, or more than one has.
+    """
+    for index, item in enumerate(items):
+        deps = item.get("depends_on")
+        if not isinstance(deps, list):
+            continue
+        for n, dep in enumerate(deps):
+            named = dep.get("job") if isinstance(dep, dict) else dep
+            if not isinstance(named, str):
+                continue  # (an id, or a shape the engine refuses by name)
+            earlier = [k for k in range(index) if items[k].get("name") == named]
+            who = f"job {index + 1}" + (f" ({item['name']})" if "name" in item else "")
+            if len(earlier) != 1:
+                said = "no job before it" if not earlier else f"{len(earlier)} jobs before it"
+                raise ValueError(
+                    f"{path}: {who}: depends_on {named!r}: {said} in the file has that name"
+                    " (a name waits for an earlier job of the same file; an id, for any job)"
+                )
+            ref: dict[str, Any] = {"batch": earlier[0]}
+            if isinstance(dep, dict):
+                ref.update((key, value) for key, value in dep.items() if key != "job")
+            deps[n] = ref
 
 
 def _command_lines(path: str) -> list[str]:

@@ -25,13 +25,13 @@ from .fairness import owner_of, user_label
 from .jobbook import ActiveJob, JobBook
 from .models import Job, JobKind
 from .snapshot import Built, SnapshotError, SnapshotStore, files_mode
-from .spec import JobSpec, SnapshotInfo, parse_spec
+from .spec import Dependency, JobSpec, SnapshotInfo, parse_spec
 
 if TYPE_CHECKING:
     from .config import LimitsSettings, SnapshotSettings
     from .health import DomainOps
-    from .jobqueue import JobQueue
-    from .scheduler import Scheduler
+    from .jobqueue import JobQueue, ResolvedDep
+    from .scheduler import Request, Scheduler
     from .store import Store
 
 Cancel = Callable[[ActiveJob, str], None]
@@ -189,9 +189,14 @@ class Admission:
     ) -> list[Job]:
         self._check_writable()
         self._check_room(len(items))
-        prepared = []
+        prepared: list[tuple[JobSpec, Request]] = []
+        in_batch: list[list[tuple[int, bool]]] = []  # each job's earlier jobs of this request
         for index, data in enumerate(items):
             try:
+                data, earlier = _batch_dependencies(data, index)
+                for other, any_exit in earlier:
+                    _check_waitable(prepared[other][0], other, any_exit)
+                in_batch.append(earlier)
                 spec = parse_spec(data)
                 if spec.restart_of is not None:
                     raise SpecError(
@@ -245,8 +250,21 @@ class Admission:
             raise
         if built:
             specs = await self._place_snapshots(specs, built)
-        acts = []
-        for spec, (_, request), job_deps in zip(specs, prepared, deps, strict=True):
+        acts: list[ActiveJob] = []
+        for spec, (_, request), job_deps, earlier in zip(
+            specs, prepared, deps, in_batch, strict=True
+        ):
+            if earlier:
+                # Waits for jobs of this very request: their ids are known now.
+                spec = spec.model_copy(
+                    update={
+                        "depends_on": [
+                            *spec.depends_on,
+                            *(Dependency(job=acts[k].job.id, any_exit=a) for k, a in earlier),
+                        ]
+                    }
+                )
+                job_deps = [*job_deps, *(_batch_dep(acts[k], a) for k, a in earlier)]
             act = self._book.create(
                 name=spec.default_name(),
                 kind=JobKind.SERVICE if spec.is_service else JobKind.COMMAND,
@@ -423,6 +441,68 @@ class Admission:
                 f"{count} more would pass the limit of {limit} ([limits] active_jobs); "
                 "nothing was stored, retry when jobs have ended"
             )
+
+
+def _batch_dependencies(data: Any, index: int) -> tuple[Any, list[tuple[int, bool]]]:
+    """Take a request's ``job``-th spec's dependencies on earlier jobs of the same request
+    (``{"batch": K}``, K counted from 0; their ids are not known before it is admitted)
+    out of its ``depends_on``: ``(the spec without them, [(K, any_exit)])``.
+
+    Raises:
+        SpecError: One that is not an earlier job of the request, or not of that shape.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("depends_on"), list):
+        return data, []
+    kept: list[Any] = []
+    earlier: list[tuple[int, bool]] = []
+    for n, dep in enumerate(data["depends_on"]):
+        if not (isinstance(dep, dict) and "batch" in dep):
+            kept.append(dep)
+            continue
+        where = f"depends_on.{n}"
+        if set(dep) - {"batch", "any_exit"}:
+            raise SpecError(
+                f'{where}: a dependency on a job of this request is {{"batch": K, '
+                '"any_exit"?: true|false}} (K: its place in the request, from 0)',
+                "depends_on",
+            )
+        other, any_exit = dep["batch"], dep.get("any_exit", False)
+        if not isinstance(any_exit, bool):
+            raise SpecError(f"{where}: any_exit must be true or false", "depends_on")
+        if isinstance(other, bool) or not isinstance(other, int) or not 0 <= other < index:
+            shown = json.dumps(other)[:40]
+            said = (
+                "a job of a request may wait only for jobs before it in the request"
+                if index == 0
+                else f"batch must name a job before it in the request: 0 to {index - 1}"
+            )
+            raise SpecError(f"{where}: {said}, not {shown}", "depends_on")
+        earlier.append((other, any_exit))
+    return {**data, "depends_on": kept}, earlier
+
+
+def _check_waitable(earlier: JobSpec, other: int, any_exit: bool) -> None:
+    """Refuse to wait for the completion of a service that never completes (as for a job
+    by id: see ``JobQueue.resolve_all``)."""
+    if (
+        not any_exit
+        and earlier.is_service
+        and earlier.restart_policy == "always"
+        and earlier.max_restarts is None
+    ):
+        raise SpecError(
+            f"depends_on: batch {other} is a service that restarts always: it never "
+            "completes, so this job could only be cancelled (any_exit runs it once the "
+            "service ends)",
+            "depends_on",
+        )
+
+
+def _batch_dep(earlier: ActiveJob, any_exit: bool) -> ResolvedDep:
+    """The dependency on a job created just before in the same request: waited for while
+    it is active (one that failed over capacity at once is an ended one)."""
+    status = earlier.job.status
+    return (earlier.job.id, any_exit, None if status.is_active else status)
 
 
 def request_digest(items: list[Any]) -> str:
