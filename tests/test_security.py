@@ -200,6 +200,69 @@ def test_unlisted_uids_are_refused_naming_the_uid_and_nothing_is_kept(
     shared.served.cli("cancel", theirs)
 
 
+def test_another_users_job_runs_as_the_engines_user_and_says_so_in_its_env(
+    shared: SharedEngine,
+) -> None:
+    # It ran as root with the submitter's HOME and USER: root's caches and files went
+    # into the submitter's home, owned by root (tester h65).
+    import pwd
+
+    shared.allow('allowed_groups = ["nogroup"]')
+    me = pwd.getpwuid(os.geteuid())
+    job = shared.nobody(
+        "submit", "--env", "HOME=/home/someone", "--env", "USER=someone",
+        "--env", "XDG_RUNTIME_DIR=/run/user/65534", "--env", "KEEP=kept", "--",
+        "sh", "-c", 'echo "$HOME $USER $LOGNAME ${XDG_RUNTIME_DIR-unset} $KEEP"',
+    )  # fmt: skip
+    assert job.returncode == 0, job.stderr
+    wait_for(lambda: shared.served.cli("wait", job.stdout.strip()).returncode == 0)
+    said = shared.served.cli("logs", job.stdout.strip()).stdout
+    assert said == f"{me.pw_dir} {me.pw_name} {me.pw_name} unset kept\n"
+    # The engine's own user's job keeps what it was given.
+    own = shared.served.cli("submit", "--env", "HOME=/elsewhere", "--", "sh", "-c", "echo $HOME")
+    assert shared.served.cli("wait", own.stdout.strip()).returncode == 0
+    assert shared.served.cli("logs", own.stdout.strip()).stdout == "/elsewhere\n"
+
+
+def test_a_users_waiting_jobs_are_held_once_it_is_let_out_and_restarts_stay_its_own(
+    shared: SharedEngine,
+) -> None:
+    # Its queued jobs ran later as the engine's user, without a word (tester h65).
+    shared.allow('allowed_groups = ["nogroup"]')
+    blocker = shared.call("POST", "/jobs", {"command": ["sleep", "60"], "gpus": 1})["job"]
+    waiting = shared.nobody("submit", "--gpus", "1", "--", "true").stdout.strip()
+    assert waiting, "nobody could not submit"
+    shared.allow("allowed_uids = [12345]")  # (nobody out)
+    shared.served.cli("cancel", str(blocker["id"]))
+    held = "held: its owner, uid 65534 (nobody), may no longer use this engine ([security])"
+    wait_for(lambda: shared.call("GET", f"/jobs/{waiting}")["job"]["message"].startswith(held))
+    assert shared.call("GET", f"/jobs/{waiting}")["job"]["status"] == "queued"
+    # The engine's own jobs go on meanwhile (the GPU it waits for is free: not kept for it).
+    mine = shared.call("POST", "/jobs", {"command": ["true"], "gpus": 1})["job"]
+    assert shared.served.cli("wait", str(mine["id"])).returncode == 0
+    shared.allow('allowed_groups = ["nogroup"]')  # (let in again: it runs)
+    assert shared.served.cli("wait", waiting).returncode == 0
+    # An admin's restart of the user's job is still the user's (it became root's, with
+    # the user's environment, and the user could no longer see or cancel it).
+    again = shared.served.cli("restart", waiting, "--json")
+    assert again.returncode == 0, again.stderr
+    restarted = json.loads(again.stdout)
+    assert restarted["owner_uid"] == 65534
+    assert shared.nobody("cancel", str(restarted["id"])).returncode in (0, 1)
+
+
+def test_an_allowed_users_doctor_takes_the_engines_state_dir_as_the_engines(
+    shared: SharedEngine,
+) -> None:
+    # Every allowed user's doctor failed "state dir ... is not writable", exit 1 (h65).
+    shared.allow('allowed_groups = ["nogroup"]')
+    out = shared.nobody("doctor", "--json")
+    checks = {c["check"]: c for c in json.loads(out.stdout)}
+    assert checks["state dir"]["status"] == "ok", checks["state dir"]
+    assert "its engine's" in checks["state dir"]["detail"]
+    assert out.returncode == 0, [c for c in checks.values() if c["status"] == "fail"]
+
+
 def test_another_user_sees_env_names_not_values_and_logs_only_where_shared(
     shared: SharedEngine,
 ) -> None:

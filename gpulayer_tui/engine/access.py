@@ -86,6 +86,43 @@ def access_refusal(security: SecuritySettings, creds: tuple[int, int, int] | Non
     )
 
 
+class OwnerAccess:
+    """Whether the owner of a waiting job may still use the engine, by ``[security]`` as
+    it is now (answers cached per uid for this config; the user and group databases are
+    read once each). A job of a user taken out of ``allowed_uids`` / ``allowed_groups``
+    is held, not started: it ran later as the engine's user, without a word (tester h65).
+
+    Args:
+        security: The ``[security]`` settings in force.
+    """
+
+    def __init__(self, security: SecuritySettings) -> None:
+        self._security = security
+        self._gids = security.group_ids() if security.allowed_groups else frozenset()
+        self._said: dict[int, str | None] = {}
+
+    def refusal(self, uid: int) -> str | None:
+        """Why ``uid``'s waiting jobs are held (it is no longer let in), or ``None``."""
+        if uid not in self._said:
+            self._said[uid] = self._refusal(uid)
+        return self._said[uid]
+
+    def _refusal(self, uid: int) -> str | None:
+        if is_admin(uid) or uid in self._security.allowed_uids:
+            return None
+        if self._gids:
+            try:
+                user = pwd.getpwuid(uid)
+                if set(os.getgrouplist(user.pw_name, user.pw_gid)) & self._gids:
+                    return None
+            except (KeyError, OSError):
+                pass
+        return (
+            f"held: its owner, {user_name(uid)}, may no longer use this engine ([security]); "
+            "it starts once they are let in again (cancel it otherwise)"
+        )
+
+
 HIDDEN = "(hidden)"  # what an environment value reads as where it is not shown
 
 

@@ -857,7 +857,11 @@ async def job_restart(request: web.Request) -> web.Response:
         "it runs the job's spec as it was; change the new job while it waits (PATCH "
         "/v1/jobs/ID), or submit a new spec",
     )
-    new = await engine.restart(job_id, peer_uid(request))
+    # (the job stays its owner's when an admin restarts it: it was root's, carrying the
+    # owner's environment, and the owner could no longer see, cancel or read it: h65)
+    new = await engine.restart(
+        job_id, job.owner_uid if job.owner_uid is not None else peer_uid(request)
+    )
     return web.json_response({"job": _job(new)}, status=201)
 
 

@@ -82,6 +82,12 @@ def login_basics(uid: int | None = None) -> dict[str, str]:
     return basics
 
 
+IDENTITY = ("HOME", "USER", "LOGNAME")
+"""Who a job runs as: another user's job gets the account's own (see JobEnv.shared)."""
+PER_LOGIN = ("XDG_RUNTIME_DIR", "MAIL")
+"""A submitter's per-login places, left out of a job that runs as another account."""
+
+
 class JobEnv:
     """Job environments: a login's basics (:func:`login_basics`), the spec's environment
     on top (the CLI and the TUI send the submitting shell's whole environment), then what
@@ -99,17 +105,31 @@ class JobEnv:
 
     def __init__(self, base: dict[str, str]) -> None:
         self._base = base
-        self._shared: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+        self._shared: dict[tuple[bool, tuple[tuple[str, str], ...]], dict[str, str]] = {}
 
-    def shared(self, spec: JobSpec) -> dict[str, str]:
+    def shared(self, spec: JobSpec, owner_uid: int | None = None) -> dict[str, str]:
         """The basics with the spec's environment on top (the same dict for equal specs;
-        never to be changed)."""
-        key = tuple(sorted(spec.env.items()))
+        never to be changed). For a job of another user than the one jobs run as (a
+        shared engine), who it runs as is the basics' (``HOME``, ``USER``, ``LOGNAME``)
+        whatever the submitter's shell said, and the submitter's per-login folders
+        (``XDG_RUNTIME_DIR``, ``MAIL``) are left out: root's job took the submitter's
+        home for its own, and wrote its caches there as root (tester h65)."""
+        other = owner_uid is not None and owner_uid != os.geteuid()
+        key = (other, tuple(sorted(spec.env.items())))
         env = self._shared.get(key)
         if env is None:
             if len(self._shared) >= 256:
                 self._shared.pop(next(iter(self._shared)))
-            env = self._shared[key] = {**self._base, **spec.env}
+            env = {**self._base, **spec.env}
+            if other:
+                for name in IDENTITY:
+                    if name in self._base:
+                        env[name] = self._base[name]
+                    else:
+                        env.pop(name, None)
+                for name in PER_LOGIN:
+                    env.pop(name, None)
+            self._shared[key] = env
         return env
 
     @staticmethod
@@ -379,7 +399,7 @@ class BatchRunner:
             self._executor,
             job.id,
             spec,
-            self._env.shared(spec),
+            self._env.shared(spec, job.owner_uid),
             self._env.own(job.id, job.gpus),
             functools.partial(self._started, job.id),
             functools.partial(self._exited, job.id),

@@ -49,7 +49,7 @@ from ..wire import (
     UsageJSON,
 )
 from . import procs
-from .access import Forbidden
+from .access import Forbidden, OwnerAccess
 from .admission import Admission
 from .adoption import Adopter, read_process, thread_group_of
 from .batch import BatchRunner, JobEnv, login_basics
@@ -186,6 +186,7 @@ class Engine:
             settings=self.config.scheduling,
             limits=Limits(self.config.users),
         )
+        self.queue.owner_refusal = OwnerAccess(self.config.security).refusal
         self.batch = BatchRunner(
             self.book, self.scheduler, self.executor, self.watcher, settings, env, self.disk
         )
@@ -363,6 +364,7 @@ class Engine:
         self.usage.reconfigure(config.usage, config.policy)
         self.clusters.reconfigure(config.clusters)
         self.admission.clusters = self.clusters.names
+        self.queue.owner_refusal = OwnerAccess(config.security).refusal
         self.queue.reconfigure(config.scheduling, Limits(config.users))
         self.notifier.reconfigure(config.notify)
         for listener in self._config_listeners:

@@ -152,6 +152,10 @@ class JobQueue:
         self._said_stopping: set[int] = set()  # jobs whose reason says whom they stop
         self._cluster_held: dict[int, ActiveJob] = {}  # cluster jobs the gate holds back
 
+    owner_refusal: Callable[[int], str | None] = staticmethod(lambda _uid: None)
+    """Why a user's waiting jobs are held because the user may no longer use the engine
+    (:class:`.access.OwnerAccess`), or ``None``; the engine sets it with each config."""
+
     def reconfigure(self, settings: SchedulingSettings, limits: Limits) -> None:
         """A reloaded ``[scheduling]`` / ``[users.*]``."""
         self.settings, self.limits = settings, limits
@@ -821,6 +825,10 @@ class JobQueue:
                 if group in blocked:
                     continue
                 request, uid, _ = group
+                refused = self.owner_refusal(uid)
+                if refused is not None:
+                    blocked[group] = refused  # (held, whatever is free: nothing reserved)
+                    continue
                 why = limit_blocker(
                     self.limits, uid, running.get(uid, Running()), request.gpus, request.vram_bytes
                 )

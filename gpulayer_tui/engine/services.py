@@ -335,7 +335,7 @@ class ServiceRunner:
                 self._executor,
                 (job_id, index),
                 spec,
-                self._env.shared(spec),
+                self._env.shared(spec, act.job.owner_uid),
                 own,
                 functools.partial(self._replica_started, job_id, index, run),
                 functools.partial(self._replica_exited, job_id, index, run),
