@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import _socket  # not socket.py: it imports selectors and builds enums (~3 ms of a CLI call)
 import errno
+import time
 
 from . import jsonlite
 
@@ -257,10 +258,7 @@ class Client:
         elif method != "GET":
             head += "Content-Length: 0\r\n"
         try:
-            from .unixsock import SocketPath
-
-            with SocketPath(self.paths.socket_file) as where:
-                sock.connect(where.path)
+            sock = self._connect(sock, wait)
         except OSError as err:
             sock.close()
             if isinstance(err, (FileNotFoundError, ConnectionRefusedError)) or err.errno in (
@@ -279,6 +277,40 @@ class Client:
             if isinstance(err, EngineLost):
                 raise
             raise self._lost(wait, err, method) from None
+
+    def _connect(self, sock: _socket.socket, wait: float | None) -> _socket.socket:
+        """``sock`` connected to the engine's socket. An engine whose queue of connections
+        to accept is full (busy with a large request while many clients connect) makes a
+        connect with a timeout fail at once with EAGAIN: asked again, with a short pause,
+        for as long as the client waits for an answer (it said "Resource temporarily
+        unavailable", exit 2, as of bad input: tester h64).
+
+        Raises:
+            EngineLost: It took no connection for that long.
+            OSError: As ``connect`` (no socket, nobody listening).
+        """
+        from .unixsock import SocketPath
+
+        deadline = None if wait is None else time.monotonic() + wait
+        pause = 0.005
+        while True:
+            try:
+                with SocketPath(self.paths.socket_file) as where:
+                    sock.connect(where.path)
+                return sock
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() + pause > deadline:
+                    sock.close()
+                    raise EngineLost(
+                        errno.ETIMEDOUT,
+                        f"the engine at {self.paths.socket_file} took no connection for "
+                        f"{wait:g} s (too busy); nothing was sent",
+                    ) from None
+                sock.close()
+                time.sleep(pause)
+                pause = min(pause * 2, 0.1)
+                sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+                sock.settimeout(wait)
 
     def _lost(
         self, wait: float | None, err: OSError | None = None, method: str = "POST"

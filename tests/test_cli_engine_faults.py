@@ -388,3 +388,49 @@ def test_logs_follow_with_no_engine_says_so_at_once(tmp_path: Path) -> None:
     )
     assert done.returncode == 3, done.stderr
     assert "no engine is serving" in done.stderr and "reconnecting" not in done.stderr
+
+
+def test_a_socket_too_busy_to_take_a_connection_is_waited_on_then_said(tmp_path: Path) -> None:
+    # Its queue of connections to accept full (the engine busy with a large request while
+    # many clients connect), a connect failed at once with EAGAIN: "Resource temporarily
+    # unavailable", exit 2, as of bad input (tester h64).
+    import socket
+
+    from gpulayer_tui.client import Client, EngineLost
+    from gpulayer_tui.engine.paths import Paths
+
+    paths = Paths(tmp_path, tmp_path / "config.toml")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(paths.socket_file))
+    server.listen(0)
+    queued = []
+    for _ in range(4):  # (fills the queue: the kernel takes backlog + 1)
+        waiting = socket.socket(socket.AF_UNIX)
+        waiting.setblocking(False)
+        try:
+            waiting.connect(str(paths.socket_file))
+        except BlockingIOError:
+            waiting.close()
+            break
+        queued.append(waiting)
+    with pytest.raises(EngineLost, match=r"took no connection for 0\.3 s \(too busy\)"):
+        Client(paths, timeout=0.3).request("GET", "/health")
+
+    def answer_once_drained() -> None:
+        time.sleep(0.2)  # (busy a while longer than the client's first tries)
+        for _ in queued:
+            server.accept()[0].close()
+        conn, _ = server.accept()
+        conn.recv(65536)
+        conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n{"ok": true}')
+        conn.close()
+
+    helper = threading.Thread(target=answer_once_drained)
+    helper.start()
+    try:
+        assert Client(paths, timeout=10).request("GET", "/health") == {"ok": True}
+    finally:
+        helper.join(timeout=10)
+        server.close()
+        for waiting in queued:
+            waiting.close()

@@ -97,6 +97,8 @@ MAX_BODY = 64 * 1024 * 1024
 MAX_REQUEST_LINE = 65536
 """Bytes of a request line or header that reach the handlers (see ``ApiServer.start``)."""
 MAX_INT = wire.MAX_INT  # SQLite's INTEGER; a larger id or offset names nothing
+LISTEN_BACKLOG = 4096
+"""Connections the kernel queues for the engine to accept (see ``ApiServer._listen``)."""
 MAX_WAIT_S = wire.MAX_SECONDS
 
 
@@ -1232,7 +1234,10 @@ class ApiServer:
                 except OSError:
                     sock.close()
                     raise
-            site = web.SockSite(self._runner, sock)
+            # (aiohttp's 128: while the loop ran one large request, 400 clients connecting
+            # at once were refused by the kernel, curl's "Couldn't connect": tester h64;
+            # the kernel caps it at net.core.somaxconn)
+            site = web.SockSite(self._runner, sock, backlog=LISTEN_BACKLOG)
             await site.start()
         finally:
             os.umask(old_umask)
