@@ -65,11 +65,35 @@ def exposure_warning(host: str, port: int) -> str | None:
     """The warning printed when ``host`` is not a loopback address, else ``None``."""
     if is_loopback(host):
         return None
+    where = (
+        f"every address of this machine (port {port})"
+        if is_wildcard(host)
+        else (f"{url_host(host)}:{port}")
+    )
     return (
         f"gpulayer-tui web: WARNING: bound to {host}, not to 127.0.0.1: anyone who can reach "
-        f"{host}:{port} and has the token controls your jobs. Prefer the default host and an "
-        "SSH tunnel (ssh -L 8765:127.0.0.1:8765 box)."
+        f"{where} and has the token controls your jobs. Prefer the default host and an "
+        f"SSH tunnel (ssh -L {port}:127.0.0.1:{port} box)."
     )
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether ``host`` means every address (``0.0.0.0``, ``::``, ``0``): no browser
+    opens a URL of it."""
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return host == "0"
+
+
+def browser_host(host: str) -> str:
+    """The host for the URL printed at start: a wildcard one is this machine's name (a
+    URL of ``0.0.0.0`` opens nothing elsewhere: tester h64)."""
+    if is_wildcard(host):
+        import socket
+
+        return socket.gethostname() or "localhost"
+    return url_host(host)
 
 
 def session_command(paths: Paths) -> str:
@@ -249,7 +273,7 @@ async def _serve(server: WebServer, host: str, port: int, paths: Paths) -> int:
             file=sys.stderr,
         )
     print("gpulayer-tui web: serving the TUI to browsers (Ctrl+C stops); open", flush=True)
-    print(f"    http://{url_host(host)}:{bound_port}/?token={server.gate.token}", flush=True)
+    print(f"    http://{browser_host(host)}:{bound_port}/?token={server.gate.token}", flush=True)
     try:
         await stop.wait()
     finally:

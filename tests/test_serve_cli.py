@@ -244,6 +244,10 @@ def test_api_rejects_malformed_requests(served: Served) -> None:
     # An unknown domain in the path is a 404, as an unknown job id is (it was a 400).
     status, data = post(b"", "/v1/domains/nope/drain")
     assert status == 404 and data["error"].startswith("unknown domain 'nope'")
+    # An unknown job id names its field, as a malformed one's 400 does (h64).
+    for method, path in (("GET", "/v1/jobs/999999"), ("POST", "/v1/jobs/999999/cancel")):
+        status, data = request(served.home / "engine.sock", method, path)
+        assert (status, data) == (404, {"error": "no job 999999", "field": "job"}), path
     assert _ids(served) == []
     # Paging: a contradicting order is refused (before=N&order=asc gave the ids after N),
     # and a number is ASCII digits ("+5", " 5" and an Arabic-Indic 3 were taken).

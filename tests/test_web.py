@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -18,7 +19,13 @@ import aiohttp
 import pytest
 
 from gpulayer_tui.engine.paths import Paths, resolve_paths
-from gpulayer_tui.web import WebServer, exposure_warning, is_loopback, session_command
+from gpulayer_tui.web import (
+    WebServer,
+    browser_host,
+    exposure_warning,
+    is_loopback,
+    session_command,
+)
 
 from .cdp import CAPTURE_TERMINAL, Chromium, chromium_path
 from .conftest import REPO, Served, wait_for
@@ -99,10 +106,21 @@ async def test_a_plain_get_of_the_websocket_with_the_token_is_a_clean_400(
 def test_loopback_hosts_and_the_warning_for_others() -> None:
     for host in ("127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]"):
         assert is_loopback(host) and exposure_warning(host, 8765) is None, host
-    for host in ("0.0.0.0", "::", "192.168.1.5", "box.example"):
-        warning = exposure_warning(host, 8765)
+    for host, where in (
+        ("0.0.0.0", "every address of this machine (port 18641)"),
+        ("::", "every address of this machine (port 18641)"),
+        ("0", "every address of this machine (port 18641)"),
+        ("192.168.1.5", "192.168.1.5:18641"),
+        ("fe80::1", "[fe80::1]:18641"),  # (":::18641" was said of ::)
+        ("box.example", "box.example:18641"),
+    ):
+        warning = exposure_warning(host, 18641)
         assert warning is not None and not is_loopback(host), host
-        assert f"anyone who can reach {host}:8765 and has the token controls your jobs" in warning
+        assert f"anyone who can reach {where} and has the token controls your jobs" in warning
+        assert "(ssh -L 18641:127.0.0.1:18641 box)" in warning  # (the port given, not 8765)
+    # The URL printed for a wildcard host is one a browser elsewhere can open.
+    assert browser_host("0.0.0.0") == browser_host("::") == socket.gethostname()
+    assert browser_host("::1") == "[::1]" and browser_host("10.0.0.2") == "10.0.0.2"
 
 
 def test_the_session_command_textual_serve_runs(tmp_path: Path) -> None:
@@ -170,7 +188,7 @@ def web_process(home: Path, tmp_path: Path) -> Iterator[type[WebProcess]]:
 
 def test_web_warns_off_loopback_and_stops_on_sigint(web_process: type[WebProcess]) -> None:
     web = web_process("--host", "0.0.0.0")
-    assert web.url.startswith("http://0.0.0.0:")
+    assert web.url.startswith(f"http://{socket.gethostname()}:")  # (not 0.0.0.0: h64)
     assert "WARNING: bound to 0.0.0.0" in web.output()
     assert "and has the token controls your jobs" in web.output()
     assert "no engine serves" in web.output()  # and it says what sessions will do

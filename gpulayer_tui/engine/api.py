@@ -268,7 +268,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except wire.FieldError as err:
         return _error(400, str(err), err.field)
     except UnknownJob as err:
-        return _error(404, str(err))
+        return _error(404, str(err), "job")  # (as a malformed id's 400 names it: h64)
     except Forbidden as err:
         return _error(403, str(err))
     except (JobNotActive, DomainRefused) as err:
