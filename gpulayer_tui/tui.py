@@ -153,7 +153,10 @@ def run_tui(
         if backend is None:
             from .app import MessageApp
 
-            print(f"gpulayer-tui: no engine serves {paths.state_text}", file=sys.stderr)
+            if not attach_only:
+                # (a browser session's stderr is the `web` server's terminal: one bare line
+                # per tab landed there; the page itself says it: tester h64)
+                print(f"gpulayer-tui: no engine serves {paths.state_text}", file=sys.stderr)
             await MessageApp(no_engine_text(paths)).run_async()
             return "no-engine"
         notice = None
