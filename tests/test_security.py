@@ -237,6 +237,8 @@ def test_a_users_waiting_jobs_are_held_once_it_is_let_out_and_restarts_stay_its_
     held = "held: its owner, uid 65534 (nobody), may no longer use this engine ([security])"
     wait_for(lambda: shared.call("GET", f"/jobs/{waiting}")["job"]["message"].startswith(held))
     assert shared.call("GET", f"/jobs/{waiting}")["job"]["status"] == "queued"
+    why = shared.call("GET", f"/jobs/{waiting}/why")
+    assert why["reason"].startswith(held) and why["may_preempt"] is None
     # The engine's own jobs go on meanwhile (the GPU it waits for is free: not kept for it).
     mine = shared.call("POST", "/jobs", {"command": ["true"], "gpus": 1})["job"]
     assert shared.served.cli("wait", str(mine["id"])).returncode == 0

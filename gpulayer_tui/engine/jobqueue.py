@@ -691,6 +691,7 @@ class JobQueue:
             or act.job.id in self._preempting
             or act.job.id in self._waiting_on
             or self._gate() is not None  # (closed: the wait does not count meanwhile)
+            or self.owner_refusal(owner_of(act.job.owner_uid)) is not None  # (held)
         ):
             return None
         plan = self._preemption_plan(act, request, now)
