@@ -388,6 +388,8 @@ async def test_replicas_false_notifies_only_the_end(
         # (said in Python's words: "Value error, Invalid IPv6 URL")
         ('url = "http://[x"', "notify.url: not an http:// or https:// URL with a host"),
         ('on = ["failed", "running"]', "notify.on: 'running' is not a terminal"),
+        # (taken as "valid and applied": no job notified again, without a word: h63)
+        ("on = []", "notify.on: lists no status, so nothing would ever notify"),
         ('jobs = "mine"', "notify.jobs"),
         ("command = []", "notify.command"),
         ('command = "notify-send"', "notify.command"),
@@ -571,6 +573,30 @@ async def test_every_notification_owed_is_sent_after_a_restart_up_to_the_cap(
     by_end = [j.id for j in sorted(jobs, key=lambda j: ended[j.id])]
     assert not ids & set(by_end[:5]) and set(by_end[-5:]) <= ids
     assert "10 older ones left undelivered by the last engine are not sent" in caplog.text
+
+
+async def test_notifications_dropped_in_a_burst_are_said_once_not_each(
+    make_engine: EngineFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A 300-job batch with jobs = "all" and a hanging url wrote 40 warnings alike (h63).
+    from gpulayer_tui.engine import notify
+
+    _, gate, command = _gated(tmp_path)
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    original = notify.QUEUE_MAX
+    notify.QUEUE_MAX = 3  # (made small: the queue fills with a few jobs)
+    try:
+        engine = await _engine(make_engine, command=command, jobs="all")
+    finally:
+        notify.QUEUE_MAX = original
+    jobs = await engine.submit_many([{"command": ["true"], "name": "stuck"}] * 20)
+    for job in jobs:
+        await engine.wait(job.id, timeout=20)
+    await eventually(lambda: engine.notifier.dropped >= 10, timeout=20)
+    said = [r.getMessage() for r in caplog.records if "notification dropped" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].endswith("(1 dropped since the engine started; said once per 100)")
+    gate.touch()
 
 
 class _SlowHook(_Hook):

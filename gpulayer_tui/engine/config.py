@@ -334,6 +334,12 @@ class NotifySettings(_Strict):
     @field_validator("on")
     @classmethod
     def _on(cls, value: list[str]) -> list[str]:
+        if not value:
+            # (taken, "valid and applied", and no job notified again, without a word: h63)
+            raise ValueError(
+                "lists no status, so nothing would ever notify; leave it out for every end, "
+                "or remove command and url to turn notifications off"
+            )
         for status in value:
             if status not in TERMINAL_STATUSES:
                 known = ", ".join(sorted(TERMINAL_STATUSES))
