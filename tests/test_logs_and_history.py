@@ -274,8 +274,25 @@ async def test_a_fast_writer_and_a_burst_at_the_end_stay_near_the_limit(
     assert len(notes) == 1, len(notes)
     assert "cut back " in done.message and " bytes dropped in all" in done.message
     # (what was kept is said as of the cut: the log grows after it)
-    assert done.message.endswith(" kept at the last cut"), done.message
+    assert " kept at the last cut" in done.message, done.message
     assert text.split("\n", 1)[0].rstrip().endswith(" kept at this cut]")
+
+
+async def test_a_cut_that_kept_more_than_the_cap_says_why(make_engine: EngineFactory) -> None:
+    # "its log passed [logs] max_bytes (1048576 bytes): ... 2508306 kept at the last cut"
+    # read as a cap not kept: `yes` wrote megabytes while the cut was made (tester h63).
+    engine = await make_engine()
+    job = await engine.submit({"command": ["sleep", "30"], "gpus": 0})
+    engine._log_cut(job.id, 7278744, 2508306, 1048576, None)
+    said = (await engine.get(job.id)).message
+    assert said.endswith(
+        "the first 7278744 bytes were dropped, 2508306 kept at the last cut, with what it "
+        "wrote during that cut (cut back again next)"
+    ), said
+    engine._log_cut(job.id, 100, 500_000, 1048576, None)  # (within the cap: as before)
+    act = engine.book.get(job.id)
+    assert act is not None and act.log_note.endswith(", 500000 kept at the last cut")
+    await engine.cancel(job.id)
 
 
 def _can_collapse(folder: Path) -> bool:

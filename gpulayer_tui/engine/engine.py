@@ -1214,6 +1214,10 @@ class Engine:
         message = f"{which} passed [logs] max_bytes ({limit} bytes): "
         # ("the last N kept" read as what the log holds: it grows after a cut)
         at_cut = f"{kept} kept at the last cut"
+        if kept > limit:
+            # (a writer as fast as `yes` adds megabytes while a cut is made: "2508306 kept"
+            # of a 1 MiB cap read as a cap not kept: tester h63)
+            at_cut += ", with what it wrote during that cut (cut back again next)"
         if total <= dropped:
             message += f"the first {dropped} bytes were dropped, {at_cut}"
         elif total == seen:  # (every cut seen here: their count is known)
