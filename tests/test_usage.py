@@ -458,8 +458,11 @@ async def test_gpu_time_held_while_no_engine_ran_is_booked(
     engine = await _engine(make_engine)
     job = await engine.submit({"command": ["sleep", "60"], "gpus": 1, "domain": "gpu1"})
     fake_nvml.devices[1].compute = [(job.pid or 0, 5 * GIB)]
-    for _ in range(2):
+    for _ in range(3):
         await engine.sampler.sample_once()
+    seen = engine.usage.live(job.id)
+    assert seen is not None and seen.energy_j > 0
+    energy_before = seen.energy_j
     await engine.stop()
     down = time.time()
     await eventually(lambda: time.time() > down + 1.5, interval=0.1)  # (no engine)
@@ -467,6 +470,10 @@ async def test_gpu_time_held_while_no_engine_ran_is_booked(
     await again.sampler.sample_once()
     live = again.usage.live(job.id)
     assert live is not None and live.gpu_seconds >= 1.5
+    # Its energy meanwhile is booked at its mean power, estimated (it went back by what
+    # the last engine had not saved while its GPU-seconds went on: tester h63).
+    assert live.energy_j > energy_before
+    assert live.summary()["energy_estimated"] is True
     # Its VRAM, unknown meanwhile, is left out of the mean (5 GiB held throughout read
     # lower after each restart, the gap counted as 0 GiB).
     assert live.summary()["mean_vram"] == live.summary()["peak_vram"] == 5 * GIB

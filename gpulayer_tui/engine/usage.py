@@ -339,8 +339,16 @@ class JobUsage:
             and gpu not in self._gap_booked
         ):
             self._gap_booked.add(gpu)
-            self.carried["seconds"] += max(0.0, at - gap_from)
-            self.unobserved_seconds += max(0.0, at - gap_from)
+            gap = max(0.0, at - gap_from)
+            held_before = self.carried["seconds"]
+            if held_before > 0 and self.carried["energy_j"] > 0 and gap > 0:
+                # Its energy meanwhile at its mean power so far, marked estimated: without
+                # it the job's energy (and its /metrics counter) went back by what the last
+                # engine had not saved, while its GPU-seconds went on (tester h63).
+                self.carried["energy_j"] += self.carried["energy_j"] / held_before * gap
+                self.carried["estimated_ticks"] += 1
+            self.carried["seconds"] += gap
+            self.unobserved_seconds += gap
         on = self.on[gpu] = _OnGpu(
             totals, totals.snapshot(), list(totals.histogram), held, at, held, totals.ticks
         )
