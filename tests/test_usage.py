@@ -490,6 +490,27 @@ async def test_gpu_time_held_while_no_engine_ran_is_booked(
     assert summary["gpu_hours"] * 3600 == pytest.approx(done.ended_at - done.started_at, abs=0.3)
 
 
+async def test_a_short_jobs_gpu_hours_are_the_time_it_held_its_gpus(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # Ticks book the time between them: a 2 s job read 1.0 s, the time before its first
+    # tick and after its last left out (tester h63).
+    engine = await _engine(make_engine)
+    job = await engine.submit({"command": ["sleep", "1.5"], "gpus": 2})
+    for index in (0, 1):
+        fake_nvml.devices[index].compute = [(job.pid or 0, GIB)]
+    await eventually(lambda: time.time() > (job.started_at or 0) + 0.5, interval=0.05)
+    await engine.sampler.sample_once()
+    await engine.sampler.sample_once()  # (one interval booked: well under 1.5 s)
+    done = await engine.wait(job.id, timeout=10)
+    assert done.started_at is not None and done.ended_at is not None
+    summary = (await engine.usage_of(job.id))["summary"]
+    assert summary is not None
+    held = (done.ended_at - done.started_at) * 2
+    assert summary["gpu_hours"] * 3600 == pytest.approx(held, abs=0.4)
+    assert summary["mean_vram"] == GIB  # (the time without a reading is out of the mean)
+
+
 async def test_a_cpu_job_has_no_usage_and_an_unknown_id_is_named(
     make_engine: EngineFactory, fake_nvml: FakeNvml
 ) -> None:

@@ -317,7 +317,15 @@ class Engine:
         # A job that ends: what it used is written, its holds go back, then its runner
         # forgets its timers, then the queue settles its dependents and runs a pass.
         self.book.on_end(
-            lambda act: self.usage.job_ended(act.job.id, act.job.ended_at, len(act.job.gpus))
+            lambda act: self.usage.job_ended(
+                act.job.id,
+                act.job.ended_at,
+                len(act.job.gpus),
+                # (a batch job's one run held its GPUs from its start to its end)
+                act.job.started_at
+                if act.job.kind is JobKind.COMMAND and not act.job.attempt
+                else None,
+            )
         )
         self.book.on_end(release_holds)
         self.book.on_end(self.batch.job_ended)

@@ -850,10 +850,19 @@ class UsageRecorder:
         for usage in self._jobs.values():
             self._store(usage, usage.saved_at)
 
-    def job_ended(self, job_id: int, ended_at: float | None = None, gpus: int = 0) -> None:
+    def job_ended(
+        self,
+        job_id: int,
+        ended_at: float | None = None,
+        gpus: int = 0,
+        held_since: float | None = None,
+    ) -> None:
         """The job ended (at ``ended_at``, holding ``gpus`` GPUs): its record is written one
         last time and forgotten here. Ended while no engine observed it, the time since
-        its last tick is booked as held."""
+        its last tick is booked as held. ``held_since``: when it took those GPUs and held
+        them to its end (a batch job's one run): its GPU-seconds are at least that span
+        (ticks book the time between them: a 2 s job read 1.0 s, the time before its
+        first tick and after its last left out: tester h63)."""
         usage = self._jobs.pop(job_id, None)
         if usage is None:
             return
@@ -862,6 +871,11 @@ class UsageRecorder:
             usage.carried["seconds"] += max(0.0, ended_at - gap_from) * gpus
             usage.unobserved_seconds += max(0.0, ended_at - gap_from) * gpus
             usage.last_at = max(usage.last_at or ended_at, ended_at)
+        if held_since is not None and ended_at is not None and gpus and usage.first_at:
+            short = max(0.0, ended_at - held_since) * gpus - usage.gpu_seconds
+            if short > 0:
+                usage.carried["seconds"] += short
+                usage.unobserved_seconds += short  # (no reading: out of the means)
         for totals in self._gpus.values():
             totals.members.discard(job_id)
         record = usage.to_json()
