@@ -932,6 +932,51 @@ def test_the_keeper_tells_an_interrupted_start_by_its_process(tmp_path: Path) ->
     assert "9" not in entries
 
 
+def test_a_new_keeper_settles_the_start_a_launcher_that_died_whole_was_in(
+    tmp_path: Path,
+) -> None:
+    # Keeper and spawner killed at once during a start ("S key" with no "P key"): no
+    # keeper was left to settle it, the next spawner left it out of its table, and the
+    # job stayed "running" for ever with no process, holding its slot (tester h66).
+    from gpulayer_tui.engine.keeper import Keeper
+    from gpulayer_tui.engine.launcher import TASK_ENV
+
+    state = str(tmp_path)
+    intent = journal.boot_ticks()
+    with open(tmp_path / journal.NAME, "ab") as fh:
+        fh.write(journal.line("S", "9", intent) + journal.line("S", "10", intent))
+    # Job 9's process started, and is init's now (not this keeper's child); 10's never did.
+    started = subprocess.run(
+        ["setsid", "sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"],
+        env=dict(os.environ, **{TASK_ENV: f"{state}/9"}),
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    pid = int(started.stdout)
+    try:
+        Keeper(state, 60)._settle_interrupted_start(anywhere=True)
+        entries = journal.replay(str(tmp_path / journal.NAME))
+        assert entries["9"].state == journal.RUNNING and entries["9"].pid == pid
+        assert "10" not in entries  # ("N": it never started; the engine starts it once)
+        assert journal.line("N", "10") in (tmp_path / journal.NAME).read_bytes()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    # A keeper started afresh settles it before its first spawner reads the journal.
+    fresh = tmp_path / "fresh"
+    fresh.mkdir(mode=0o700)
+    (fresh / journal.NAME).write_bytes(journal.line("S", "11", journal.boot_ticks()))
+    ran = subprocess.run(
+        [sys.executable, "-m", "gpulayer_tui.engine.keeper", str(fresh), "--idle", "0.2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "11" not in journal.replay(str(fresh / journal.NAME))
+    assert "the start of 11 was interrupted before it began: never ran" in ran.stderr
+
+
 def test_the_journal_keeps_when_a_job_ended_and_reads_older_lines(tmp_path: Path) -> None:
     path = tmp_path / "launcher.journal"
     path.write_bytes(b"S 1 5\nP 1 100 5\nE 1 3\nS 2 5\nP 2 101 5\nE 2 - 1796000000.25\n")

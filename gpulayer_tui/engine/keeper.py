@@ -71,6 +71,16 @@ def _children() -> list[int]:
     return found
 
 
+def _every_process() -> list[int]:
+    """Every process's pid but this one's."""
+    own = os.getpid()
+    return [
+        int(name)
+        for name in os.listdir("/proc")
+        if name.isascii() and name.isdigit() and int(name) != own
+    ]
+
+
 ENDED = "(ended)"
 
 
@@ -91,17 +101,18 @@ def _own_session() -> int:
     return os.getsid(0)
 
 
-def _task_key(pid: int, state_dir: str) -> str | None:
+def _task_key(pid: int, state_dir: str, wait: float = ENVIRON_WAIT_S) -> str | None:
     """The ``GPULAYER_TASK`` key a live process of this state dir carries, if any;
     :data:`ENDED` if it ended while we looked (it is then a zombie to reap).
 
     A child caught between its spawn and its exec shows its parent's environment (the
     spawner's, without the key), then for a moment none at all; one that is exiting has
     no memory left to read (the read fails while /proc still says it runs). Both are
-    waited out, for up to a second: until the key shows, or the process is a zombie.
+    waited out, for up to ``wait`` seconds: until the key shows, or the process is a
+    zombie.
     """
     prefix = f"{TASK_ENV}={state_dir}/".encode()
-    deadline = time.monotonic() + ENVIRON_WAIT_S
+    deadline = time.monotonic() + wait
     while True:
         stat = procstat.read_stat(pid)
         if stat is None:
@@ -147,6 +158,13 @@ class Keeper:
         """Start spawners until one retires; reap everything in between."""
         failing_since: float | None = None
         retry = RETRY_FIRST_S
+        try:
+            # A launcher that died whole (keeper and spawner killed at once) left the start
+            # it was in the middle of unsettled: its job stayed "running" for ever with no
+            # process, and held its slot (tester h66). Its process, if any, went to init.
+            self._settle_interrupted_start(anywhere=True)
+        except OSError as err:
+            _say(f"cannot read or settle the journal yet: {err}")
         while True:
             self._start_spawner()
             status = self._reap_until_spawner_ends()
@@ -276,8 +294,13 @@ class Keeper:
                     return key, entry.state
         return None, None
 
-    def _settle_interrupted_start(self) -> None:
-        """The spawner died: decide the start it may have been in the middle of."""
+    def _settle_interrupted_start(self, anywhere: bool = False) -> None:
+        """The spawner died: decide the start it may have been in the middle of.
+        ``anywhere``: the keeper above it died too (this keeper is new): the process of
+        that start, if any, is init's now, so it is looked for among every process; one
+        that ran and ended in that instant is gone with no trace, and runs again (the
+        one case where a start is not exactly once: both launcher processes killed
+        within the same millisecond of a start)."""
         entries = journal.replay(self.journal_path)
         intents = sorted(
             (e.intent_ticks, key) for key, e in entries.items() if e.state == journal.INTENT
@@ -295,7 +318,7 @@ class Keeper:
         writer = journal.Journal(self.journal_path)  # the only writer while no spawner runs
         try:
             for since, key in intents:
-                if not self._find(key, since, known, writer):
+                if not self._find(key, since, known, writer, anywhere):
                     writer.write("N", key)  # no trace: it never started; the engine will
                     _say(f"the start of {key} was interrupted before it began: never ran")
         finally:
@@ -307,6 +330,7 @@ class Keeper:
         since: int,
         known: set[tuple[int | None, int | None]],
         writer: journal.Journal,
+        anywhere: bool = False,
     ) -> bool:
         """Look for the process of the start of ``key`` begun at ``since`` (boot ticks).
 
@@ -321,13 +345,21 @@ class Keeper:
         seen = []
         ended = []
         own_session = _own_session()
-        for child in _children():
+        for child in _every_process() if anywhere else _children():
             stat = procstat.read_stat(child)
             if stat is None or (child, stat.start_ticks) in known:
                 continue
             if stat.start_ticks < since - 1:
                 continue  # it started before this start was begun: not it
-            found = ENDED if stat.state in ("Z", "X") else _task_key(child, self.state_dir)
+            if anywhere and stat.state in ("Z", "X"):
+                continue  # (another's zombie: not ours to wait for)
+            # (a new keeper comes long after any such exec: every process is read once, not
+            # waited on for a second each)
+            found = (
+                ENDED
+                if stat.state in ("Z", "X")
+                else _task_key(child, self.state_dir, 0.0 if anywhere else ENVIRON_WAIT_S)
+            )
             seen.append((child, stat.start_ticks, stat.session, found))
             if found == key:
                 writer.write("P", key, child, stat.start_ticks)
