@@ -311,3 +311,65 @@ def test_a_young_jobs_gpu_time_before_a_kill_9_is_booked_unobserved(
     last = totals["last_at"]
     assert summary["gpu_hours"] * 3600 == pytest.approx(last - started, abs=0.5)
     assert served.cli("cancel", str(job_id)).returncode == 0
+
+
+def test_a_database_copied_to_another_state_dir_leaves_the_others_jobs_alone(
+    served: Served, tmp_path: Path
+) -> None:
+    # Restoring a backup (or copying the database to a new disk) started its running jobs
+    # a second time, and took a running service's replica for its own: a cancel there
+    # killed the original dir's process (tester h66).
+    from .conftest import kill_jobs_of
+
+    served.start("--simulate", "1xA100-80GB")
+    running = json.loads(served.cli("submit", "--json", "--", "sleep", "600").stdout)
+    service = json.loads(
+        served.cli("submit", "--json", "--service", "--no-port", "--", "sleep", "600").stdout
+    )
+    blocker = json.loads(served.cli("submit", "--json", "--gpus", "1", "--", "sleep", "600").stdout)
+    waiting = json.loads(served.cli("submit", "--json", "--gpus", "1", "--", "true").stdout)
+
+    def replica_pid() -> Any:
+        shown = json.loads(served.cli("status", str(service["id"]), "--json").stdout)["job"]
+        return (shown.get("replicas") or [{}])[0].get("pid")
+
+    wait_for(replica_pid)
+    replica = replica_pid()
+    copy = Served(tmp_path / "copy")
+    copy.home.mkdir(mode=0o700)
+    with (
+        sqlite3.connect(served.home / "gpulayer.db") as source,
+        sqlite3.connect(copy.home / "gpulayer.db") as target,
+    ):
+        source.backup(target)
+    try:
+        copy.start("--simulate", "1xA100-80GB")
+        for job in (running, service, blocker):
+            seen = json.loads(copy.cli("status", str(job["id"]), "--json").stdout)["job"]
+            assert (seen["status"], seen["termination_reason"]) == ("failed", "engine_lost")
+            assert seen["message"].startswith("this database was copied from another state dir")
+        # The waiting job runs here (its GPU is free here: nothing runs on it).
+        assert copy.cli("wait", str(waiting["id"])).returncode == 0
+        # Nothing of the original's was started again or signalled.
+        mine = [
+            p.pid
+            for p in psutil.process_iter()
+            if p.pid != os.getpid()
+            and _environ(p).get("GPULAYER_TASK", "").startswith(f"{copy.home}/")
+        ]
+        assert mine == []
+        assert not pid_gone(running["pid"]) and not pid_gone(replica)
+        assert (
+            json.loads(served.cli("status", str(service["id"]), "--json").stdout)["job"]["status"]
+            == "running"
+        )
+    finally:
+        copy.stop()
+        kill_jobs_of(copy.home)
+
+
+def _environ(proc: psutil.Process) -> dict[str, str]:
+    try:
+        return proc.environ()
+    except (psutil.Error, OSError):
+        return {}

@@ -92,6 +92,8 @@ from .views import gpus_view
 log = logging.getLogger(__name__)
 
 LOG_NOTE_EVERY_S = 60.0
+STATE_ID_SETTING = "state_id"
+"""The id of the state dir the database was last used in (see Engine._database_moved)."""
 """A log cut back again and again is said in its job's timeline at most this often."""
 
 __all__ = ["ConfigError", "Engine", "JobNotActive", "Overloaded", "SpecError", "UnknownJob"]
@@ -418,7 +420,9 @@ class Engine:
             self.notifier.start()  # (before recovery: a job that ended meanwhile notifies)
             await self.store.open(__version__, os.getpid())
             await self.notifier.catch_up()  # (what the last engine left undelivered)
-            self.clusters.tag = self._state_id()
+            state_id = self._state_id()
+            self.clusters.tag = state_id
+            moved_from = await self._database_moved(state_id)
             await self.executor.open()
             # The cap in force for the jobs running now too ([logs] max_bytes may have
             # been lowered while no engine ran: the launcher still had the old one).
@@ -456,6 +460,8 @@ class Engine:
             if self.paused_at is not None:
                 self.queue.closed_since(self.paused_at)
             active = await self.store.active_jobs()
+            if moved_from is not None:
+                active = self._lost_with_their_state_dir(active, moved_from)
             # Running jobs' usage goes on from what was written before the restart (taken
             # back first: a job that ended meanwhile, ended by the restore, has its time
             # since then booked up to its end).
@@ -806,6 +812,46 @@ class Engine:
         if current == dep_id:
             return dep
         return {**dep, "job": current} if isinstance(dep, dict) else current
+
+    async def _database_moved(self, state_id: str) -> str | None:
+        """The id of the state dir this database was last used in, if not this one's
+        (``None`` too for a database from before ids were kept in it). Noted as this
+        one's from now on."""
+        mine = int(state_id, 16)
+        stored = await self.store.setting(STATE_ID_SETTING)
+        if stored != mine:
+            self.store.save_setting(STATE_ID_SETTING, mine)
+        if stored is None or stored == mine:
+            return None
+        return f"{stored:x}"
+
+    def _lost_with_their_state_dir(self, active: list[Job], other: str) -> list[Job]:
+        """A database copied from another state dir (a backup restored, a copy to a new
+        disk): its running jobs are that dir's launcher's, not this one's. They are ended
+        here as lost, their processes never touched; the waiting ones stay (they run
+        here). A copy's engine started them a second time, and took a running service's
+        replica for its own, its cancel killing the other dir's process (tester h66)."""
+        left = []
+        for job in active:
+            if job.status is not JobStatus.RUNNING:
+                left.append(job)
+                continue
+            act = self.book.restore(job, None, None)
+            self.book.finish(
+                act,
+                JobStatus.FAILED,
+                TerminationReason.ENGINE_LOST,
+                f"this database was copied from another state dir (state id {other}; this "
+                f"one's is {self.clusters.tag}): the job ran there, under that dir's "
+                "launcher, which this engine does not reach; not touched here, and not "
+                "run again (gpulayer-tui restart runs it anew)",
+            )
+            log.warning(
+                "job %d was running in the state dir this database was copied from: ended "
+                "here as lost, its processes left alone",
+                job.id,
+            )
+        return left
 
     def _state_id(self) -> str:
         """This state dir's random id (made once): names its jobs on a shared cluster, so
