@@ -604,6 +604,9 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         (["submit", "--mem-gb", "2000000", "--", "true"], "at most 1000000 GB, got 2000000"),
         # (taken, and meant nothing: there is no wait for it to bound)
         (["cancel", "1", "--no-wait", "--timeout", "5"], "--timeout: not allowed with"),
+        # (a prefix was taken for the option: --cpu 4 read as --cpus 4: h66)
+        (["submit", "--cpu", "4", "--", "true"], "unrecognized arguments: --cpu"),
+        (["jobs", "--stat", "failed"], "unrecognized arguments: --stat failed"),
     ],
     ids=[
         "limit-0",
@@ -623,6 +626,8 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         "blank-program",
         "mem-gb",
         "cancel-no-wait-timeout",
+        "option-prefix-submit",
+        "option-prefix-jobs",
     ],
 )
 def test_counts_out_of_range_are_refused_by_name(

@@ -211,6 +211,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="gpulayer-tui",
         formatter_class=_Formatter,
+        # (no prefixes of options: `submit --cpu 4` was read as --cpus, and a prefix that
+        # is an option today is another one's tomorrow: tester h66)
+        allow_abbrev=False,
         description="A terminal workstation manager for GPU machines.",
         epilog="Without a subcommand it opens the TUI (attaching to a running engine, or "
         "starting one inside the TUI); --serve runs the engine headless. "
@@ -229,7 +232,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
     for name, (summary, description, add_args) in _SUBCOMMAND_TABLE.items():
         p = sub.add_parser(
-            name, formatter_class=_Formatter, help=summary, description=description or None
+            name,
+            formatter_class=_Formatter,
+            help=summary,
+            description=description or None,
+            allow_abbrev=False,
         )
         if only in (None, name):
             add_args(p)

@@ -186,4 +186,7 @@ def run_serve(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # ("N changes detected" every few seconds under -v buried the engine's own lines: the
+    # config watcher's events are said by the reload itself)
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)
     return asyncio.run(serve(paths, simulate, simulate_if_no_gpu))
