@@ -194,6 +194,16 @@ class Retention:
         share are not counted)."""
         spared_now = self._spared()
         ids = await self._store.prunable(ended_before, keep, spared_now)
+        if not ids and self._store.failure:
+            # (as clean says it: "would remove 0", exit 0, while clean itself said why
+            # nothing could go: tester h66)
+            biggest = await asyncio.to_thread(_largest, self._jobs_dir)
+            raise StoreError(
+                f"nothing would be cleaned: {self._store.failure}, so the ends of jobs that "
+                "finished meanwhile are not recorded yet and clean cannot see them. Free "
+                "space on that disk by hand"
+                + (f"; the largest job files: {biggest}" if biggest else "")
+            )
         paths = await asyncio.to_thread(_files_of, self._jobs_dir, set(ids)) if ids else []
         size = await asyncio.to_thread(_sizes, paths) if paths else 0
         trees = 0
