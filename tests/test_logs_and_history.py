@@ -761,7 +761,7 @@ async def test_clean_on_a_disk_a_job_filled_names_what_holds_the_space(
     filler = await engine.submit({"shell": "head -c 30000000 /dev/zero; exit 1", "gpus": 0})
     await eventually(lambda: filler.id not in engine.book, timeout=30)
     # A dry run that finds nothing says why, as clean does ("would remove 0", exit 0: h66).
-    with pytest.raises(StoreError, match="nothing would be cleaned: .* Free space on that disk"):
+    with pytest.raises(StoreError, match=r"nothing would be cleaned: .* Free space on that disk"):
         await engine.retention.preview(0.0, None)
     with pytest.raises(StoreError) as refused:
         await engine.retention.clean(None, keep=0)
