@@ -442,11 +442,11 @@ class GpulayerApp(App[str]):
     # -- actions ----------------------------------------------------------------------------
 
     def action_show_area(self, mode: str) -> None:
-        """Switch to the dashboard, the jobs table or the strays; from a job's detail
-        opened in that same area, back to the area itself."""
+        """Show the dashboard, the jobs table or the strays themselves, as the footer's
+        "2 Jobs" promises: a job's detail left open in that area is closed (it came back
+        on `2`, and a filter typed then searched the job's log: tester h67)."""
         if self.current_mode != mode:
             self.switch_mode(mode)
-            return
         while len(self.screen_stack) > 1 and not isinstance(self.screen, ModalScreen):
             self.pop_screen()
 

@@ -912,6 +912,18 @@ async def test_an_areas_key_leaves_a_detail_opened_in_that_area(ui_app: Any) -> 
             await pilot.press(area)
             await until(pilot, lambda: isinstance(app.screen, home), f"back to {home}")  # noqa: B023
             assert app.is_running
+        # From another area, 2 shows the jobs table, not the detail left open there (it
+        # came back, and a filter typed then searched the job's log: tester h67).
+        await pilot.press("2")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen))
+        app.open_job(job["id"])
+        await until(pilot, lambda: isinstance(app.screen, JobDetailScreen))
+        await pilot.press("1")
+        await until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+        await pilot.press("2")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the table itself")
+        await pilot.press("1", "2")  # (and again: nothing is left above it)
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen))
 
 
 async def test_a_followed_log_shows_its_end_and_a_finished_one_opens_there(ui_app: Any) -> None:
