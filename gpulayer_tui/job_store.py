@@ -91,22 +91,27 @@ class JobStore:
         today (refused submissions, ``over_capacity``, and refused adoptions are not
         runs)."""
         midnight = start_of_today(now)
-        running = queued = failed_today = 0
+        running = queued = failed_today = refused_today = 0
         for job in self.jobs.values():
             status = job["status"]
             if status == "running":
                 running += 1
             elif status in ("queued", "pending"):
                 queued += 1
-            elif (
-                status == "failed"
-                and (job.get("ended_at") or 0) >= midnight
+            elif status == "failed" and (job.get("ended_at") or 0) >= midnight:
                 # A refused submission (it could never run) is not a run that failed, nor
-                # is an adoption refused before it watched anything.
-                and job.get("termination_reason") not in NOT_RUNS
-            ):
-                failed_today += 1
-        return {"running": running, "queued": queued, "failed_today": failed_today}
+                # is an adoption refused before it watched anything: counted apart, so the
+                # two add up to what the jobs table's "failed" shows (tester h67).
+                if job.get("termination_reason") in NOT_RUNS:
+                    refused_today += 1
+                else:
+                    failed_today += 1
+        return {
+            "running": running,
+            "queued": queued,
+            "failed_today": failed_today,
+            "refused_today": refused_today,
+        }
 
     def idle_warned(self) -> int:
         """Running jobs the engine warned for holding their GPUs idle (``[policy]

@@ -564,6 +564,9 @@ async def test_the_summary_says_its_figures_in_short_words_on_a_narrow_terminal(
         await pilot.resize_terminal(140, 20)
         await until(pilot, lambda: "unregistered VRAM 18.0 GiB" in str(counts.render()))
         assert "failed today" in str(counts.render())
+        # Refused submissions (over capacity) are said apart: with the runs that failed
+        # they add up to the jobs table's "failed" (tester h67).
+        assert "1 failed today (+2 refused)" in str(counts.render())
 
 
 async def test_cpu_only_notice() -> None:

@@ -82,11 +82,13 @@ class SummaryLine(Vertical):
         """The summary line itself; where it is wider than ``width`` cells, in short words
         (at 60 columns the line ended "· unregistered VRAM", its figure cut off)."""
         line = self._counts(short=False)
-        if width is not None and line.cell_length > width:
-            return self._counts(short=True)
+        for short, refused in ((True, True), (True, False)):
+            if width is None or line.cell_length <= width:
+                break
+            line = self._counts(short, refused)
         return line
 
-    def _counts(self, short: bool) -> Content:
+    def _counts(self, short: bool, refused_said: bool = True) -> Content:
         running = self.summary.get("running", 0)
         queued = self.summary.get("queued", 0)
         failed = self.summary.get("failed_today", 0)
@@ -101,6 +103,9 @@ class SummaryLine(Vertical):
             (str(failed), "$error bold" if failed else "bold"),
             (" failed" if short else " failed today", "$text-muted"),
         ]
+        refused = self.summary.get("refused_today", 0)
+        if refused and refused_said:  # (failed too, never having run: over capacity...)
+            pieces.append((f" (+{refused} refused)", "$text-muted"))
         idle = self.summary.get("idle", 0)
         if idle:  # (running jobs warned for holding their GPUs idle)
             pieces += [sep, (str(idle), "$warning bold"), (" idle", "$text-muted")]
