@@ -63,8 +63,8 @@ def test_a_series_goes_on_from_its_stored_form() -> None:
 class _Box:
     """Real domains fed hand-made readings at chosen times: a recorder's exact figures."""
 
-    def __init__(self, gpus: int = 1, **policy: Any) -> None:
-        self.domains = [Domain(f"gpu{i}", i, f"GPU-{i}", 4) for i in range(gpus)]
+    def __init__(self, gpus: int = 1, slots: int = 4, **policy: Any) -> None:
+        self.domains = [Domain(f"gpu{i}", i, f"GPU-{i}", slots) for i in range(gpus)]
         self.declared: dict[int, int | None] = {}
         self.warnings: list[tuple[int, str, bool]] = []
         self.saved: dict[int, Any] = {}
@@ -222,6 +222,23 @@ def test_advice_says_when_a_job_held_more_than_it_declared_or_declared_nothing()
     assert "more than the 8 GiB declared" in advice[1]
     assert "declare vram_gb = 10.5 so it can share" in advice[2]
     assert advice[3] == ""  # 10 declared for 9 held: right-sized
+
+
+def test_no_advice_to_declare_vram_where_a_gpu_takes_one_job_whatever() -> None:
+    # "declare vram_gb = 1.5 so it can share a GPU" was said where every domain had one
+    # slot: declaring changed nothing there (tester h67).
+    box = _Box(slots=1)
+    box.run(2, declared=None)
+    for at in range(4):
+        box.tick(float(at), held={2: 9 * GIB}, utilization=50)
+    usage = box.recorder.live(2)
+    assert usage is not None and usage.summary()["advice"] is None
+    box = _Box(slots=1)
+    box.run(1, declared=40 * GIB)  # (declared too much: still said, whatever the slots)
+    for at in range(4):
+        box.tick(float(at), held={1: 9 * GIB}, utilization=50)
+    said = box.recorder.live(1).summary()["advice"]  # type: ignore[union-attr]
+    assert said is not None and said.startswith("declared 40 GiB per GPU but held at most 9")
 
 
 def test_no_advice_from_a_job_seen_once() -> None:

@@ -324,6 +324,10 @@ class JobUsage:
         # GPU-seconds of such gaps: held, but with no reading (left out of the mean VRAM,
         # as they are of the utilisation: counted as 0 GiB they lowered it at each restart).
         self.unobserved_seconds = 0.0
+        # One of its GPUs' domains takes more than one job (slots > 1): only there does a
+        # declared vram_gb let it share a GPU ("so it can share a GPU" was said where every
+        # domain had one slot: tester h67).
+        self.shareable = False
 
     # -- what the recorder calls ---------------------------------------------------------
 
@@ -487,6 +491,8 @@ class JobUsage:
         suggestion = suggest_vram_gb(peak)
         declared = self.declared_vram
         if declared is None:
+            if not self.shareable:
+                return None, None  # (nothing to gain here: a GPU takes one job whatever)
             return suggestion, (
                 f"held at most {_gb(peak)} GiB per GPU; declare vram_gb = {suggestion:g} so it "
                 "can share a GPU"
@@ -793,6 +799,7 @@ class UsageRecorder:
                         usage.gap_on_every_gpu = True
                     self._unrecorded.discard(job_id)
                 usage.join(gpu, totals, at, held.get(job_id, 0))
+                usage.shareable = usage.shareable or domain.slots > 1
             totals.members = {j for j in holders if j in self._jobs}
         if held != totals.held:
             for job_id in totals.members:
