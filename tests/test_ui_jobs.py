@@ -1117,6 +1117,10 @@ async def test_a_waiting_jobs_detail_says_why_it_waits_until_it_runs(ui_app: Any
         assert text.startswith("why it waits\n")
         assert "place       1 of 1 in line (ahead: none)" in text
         assert "fair share" in text and "GPU-h" in text
+        # In view at 120x40: first in the wider column, no empty usage panel above the log
+        # (under the fields it was below the fold, its lines cut: tester h67).
+        assert panel.parent is not None and panel.parent.id == "timeline-box"
+        assert not detail.query_one("#usage").display
         # Another job's change is asked about again: one submitted later goes ahead.
         ahead = await app.backend.submit(spec("true", name="urgent", gpus=1, priority=5))
         await until(
@@ -1126,6 +1130,7 @@ async def test_a_waiting_jobs_detail_says_why_it_waits_until_it_runs(ui_app: Any
         )
         await app.backend.cancel(holder["id"])
         await until(pilot, lambda: not panel.has_class("-waiting"), "the panel gone once it runs")
+        await until(pilot, lambda: detail.query_one("#usage").display, "its usage once it ran")
 
 
 async def test_the_fields_block_wraps_each_value_beside_its_label() -> None:

@@ -335,8 +335,10 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                 yield Static("loading…", id="field-loading")
                 # (the name is whole in `status`, the CLI; here the rows after it stay in view)
                 yield FieldList(FIELDS, max_lines={"name": 2}, id="fields")
-                yield WhyPanel(id="why")
             with VerticalScroll(id="timeline-box"):
+                # (first in the wider column, beside a waiting job's short timeline: under
+                # the fields it was below the fold at 120x40, its lines cut: tester h67)
+                yield WhyPanel(id="why")
                 yield Timeline(id="timeline")
         yield UsagePanel(id="usage")
         yield LogTail(id="log")
@@ -371,7 +373,11 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self.query_one(LogTail).focus()
         self.query_one("#log-search", Input).cursor_blink = app.cursor_blink
         usage = self.query_one(UsagePanel)
-        usage.display = known is not None and uses_gpus(known)
+        usage.display = (
+            known is not None
+            and uses_gpus(known)
+            and (known.get("status") not in WAITING_STATUSES or known.get("started_at") is not None)
+        )
         usage.expanded = self.app.size.height >= EXPAND_USAGE_FROM
         self._fetch()
         self._follow_log()
@@ -494,7 +500,11 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         fields.update(job_fields(job, app.clock()), hidden=() if self.is_service else ("replicas",))
         fields.display = True
         usage = self.query_one(UsagePanel)
-        usage.display = uses_gpus(job)
+        # (a GPU job that has not run yet has no usage: "no GPU usage seen yet" took the
+        # room its "why it waits" needed)
+        usage.display = uses_gpus(job) and (
+            job.get("status") not in WAITING_STATUSES or job.get("started_at") is not None
+        )
         if "usage" in job or usage.summary is None:
             usage.show_summary(job.get("usage"), active=not self.finished)
         self._update_log_title()

@@ -20,7 +20,8 @@ class WhyPanel(FieldList):
     WhyPanel {
         height: auto;
         display: none;
-        margin-top: 1;
+        padding: 0 1;
+        margin-bottom: 1;
         color: $text-muted;
     }
     WhyPanel.-waiting { display: block; }
