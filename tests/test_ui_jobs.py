@@ -319,6 +319,23 @@ async def test_sort_keys_cycle_through_the_columns_shown(ui_app: Any) -> None:
         assert table.sort_key == "id" and "hidden" not in str(bar.content)
 
 
+async def test_a_new_order_is_shown_from_its_first_row(ui_app: Any) -> None:
+    # The view stayed on the row the cursor was on: the first rows seen were not the first
+    # of the new order, and it read as a wrong sort (tester h67).
+    app = await ui_app("1xA100-80GB")
+    async with app.run_test(size=(100, 14)) as pilot:
+        for n in range(30):
+            await app.backend.submit(spec("true", name=f"job-{n:02d}", gpus=0))
+        await pilot.press("2")
+        table = table_of(app)
+        await until(pilot, lambda: table.row_count == 30, "the rows")
+        for key in ("o", "O", "r"):
+            await pilot.press("G")  # (to the last row)
+            await until(pilot, lambda: table.cursor_row == 29 and table.scroll_y > 0, "the end")
+            await pilot.press(key)
+            await until(pilot, lambda: table.cursor_row == 0 and table.scroll_y == 0, key)
+
+
 async def test_over_capacity_shows_the_engines_message(ui_app: Any) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:

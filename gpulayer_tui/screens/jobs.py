@@ -269,12 +269,22 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             if key in shown:
                 break
         self.table.set_sort(key)
+        self._to_the_top()
         self._view_changed()
 
     def action_reverse_sort(self) -> None:
         """Reverse the sort order."""
         self.table.set_sort(self.table.sort_key, not self.table.sort_reverse)
+        self._to_the_top()
         self._view_changed()
+
+    def _to_the_top(self) -> None:
+        """A new order is read from its first row: the view stayed on the row the cursor
+        was on, so the first rows seen were not the first of the order, and it read as a
+        wrong sort (tester h67)."""
+        if self.table.row_count:
+            self.table.move_cursor(row=0, animate=False)
+            self.table.scroll_home(animate=False)
 
     # -- acting on a job --------------------------------------------------------------------
 
