@@ -373,3 +373,25 @@ def _environ(proc: psutil.Process) -> dict[str, str]:
         return proc.environ()
     except (psutil.Error, OSError):
         return {}
+
+
+def test_a_folder_moved_while_its_jobs_run_says_which_launcher_holds_it(
+    served: Served, tmp_path: Path
+) -> None:
+    # The next engine said only "the launcher did not answer on .../launch.sock in 15 s"
+    # (tester h66): the keeper holding the moved folder's lock serves its old path.
+    from gpulayer_tui.engine.launch_client import launcher_elsewhere
+
+    served.start("--simulate", "1xA100-80GB")
+    job = json.loads(served.cli("submit", "--json", "--", "sleep", "600").stdout)
+    assert job["pid"]
+    served.stop()
+    moved = tmp_path / "moved"
+    os.rename(served.home, moved)
+    try:
+        said = launcher_elsewhere(moved)
+        assert said.startswith(": the launcher holding this folder's jobs (keeper pid ")
+        assert f"was started for {served.home}, the path this folder had before" in said
+        assert launcher_elsewhere(tmp_path) == ""  # (no launcher there at all)
+    finally:
+        os.rename(moved, served.home)  # (the fixture's teardown ends what runs there)

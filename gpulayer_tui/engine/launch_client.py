@@ -101,6 +101,32 @@ def keeper_alive(state_dir: Path) -> bool:
     return claimed(str(state_dir))
 
 
+def launcher_elsewhere(state_dir: Path) -> str:
+    """Why the keeper that holds ``state_dir``'s launcher lock does not answer there, when
+    it was started for another path (the folder was moved while its jobs ran: it serves
+    the old path only, and retires once they have ended); ``""`` otherwise. The engine
+    said only "did not answer in 15 s" (tester h66)."""
+    try:
+        with open(state_dir / LOCK, "rb") as fh:
+            pid = int(fh.read().split()[0])
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            words = [w.decode(errors="replace") for w in fh.read().split(b"\0") if w]
+    except (OSError, ValueError, IndexError):
+        return ""
+    if "gpulayer_tui.engine.keeper" not in words:
+        return ""
+    at = words.index("gpulayer_tui.engine.keeper") + 1
+    started_for = words[at] if at < len(words) else ""
+    if not started_for or os.path.realpath(started_for) == os.path.realpath(state_dir):
+        return f": its keeper (pid {pid}) holds the lock but does not answer (see launcher.log)"
+    return (
+        f": the launcher holding this folder's jobs (keeper pid {pid}) was started for "
+        f"{started_for}, the path this folder had before it was moved; it answers there "
+        "only, and retires once those jobs have ended. Move the folder back until then, or "
+        "end those jobs"
+    )
+
+
 def _job_of(key: TaskKey) -> int:
     return key[0] if isinstance(key, tuple) else key
 
@@ -322,7 +348,10 @@ class LauncherExecutor:
             if failure is not None:
                 raise OSError(failure)
             if time.monotonic() > deadline:
-                raise OSError(f"the launcher did not answer on {sock} in {CONNECT_TIMEOUT_S} s")
+                raise OSError(
+                    f"the launcher did not answer on {sock} in {CONNECT_TIMEOUT_S} s"
+                    + launcher_elsewhere(self.state_dir)
+                )
             await asyncio.sleep(delay)
             delay = min(0.1, delay * 2)
 
