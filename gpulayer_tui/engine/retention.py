@@ -168,13 +168,7 @@ class Retention:
         if not jobs and not files and self._store.failure:
             # Nothing recorded as finished could go, and nothing can be recorded: a job
             # that filled the disk may have ended unrecorded (its row still says running).
-            biggest = await asyncio.to_thread(_largest, self._jobs_dir)
-            raise StoreError(
-                f"nothing was cleaned: {self._store.failure}, so the ends of jobs that "
-                "finished meanwhile are not recorded yet and clean cannot see them. Free "
-                "space on that disk by hand"
-                + (f"; the largest job files: {biggest}" if biggest else "")
-            )
+            raise await self._nothing_seen("nothing was cleaned")
         if jobs:
             log.info(
                 "history cleaned: %d finished jobs, %d files and %d snapshots removed",
@@ -197,13 +191,7 @@ class Retention:
         if not ids and self._store.failure:
             # (as clean says it: "would remove 0", exit 0, while clean itself said why
             # nothing could go: tester h66)
-            biggest = await asyncio.to_thread(_largest, self._jobs_dir)
-            raise StoreError(
-                f"nothing would be cleaned: {self._store.failure}, so the ends of jobs that "
-                "finished meanwhile are not recorded yet and clean cannot see them. Free "
-                "space on that disk by hand"
-                + (f"; the largest job files: {biggest}" if biggest else "")
-            )
+            raise await self._nothing_seen("nothing would be cleaned")
         paths = await asyncio.to_thread(_files_of, self._jobs_dir, set(ids)) if ids else []
         size = await asyncio.to_thread(_sizes, paths) if paths else 0
         trees = 0
@@ -219,6 +207,16 @@ class Retention:
             "snapshots": trees,
             "spared": spared,
         }
+
+    async def _nothing_seen(self, said: str) -> StoreError:
+        """Why a clean finds nothing while the database cannot be written, naming what
+        holds the disk."""
+        biggest = await asyncio.to_thread(_largest, self._jobs_dir)
+        return StoreError(
+            f"{said}: {self._store.failure}, so the ends of jobs that finished meanwhile are "
+            "not recorded yet and clean cannot see them. Free space on that disk by hand"
+            + (f"; the largest job files: {biggest}" if biggest else "")
+        )
 
     async def _orphaned_trees(self) -> int:
         """Remove snapshot trees whose job has no row any more: one that could not be
