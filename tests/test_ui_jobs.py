@@ -1029,6 +1029,20 @@ def test_a_timeline_says_loading_until_its_first_answer() -> None:
     assert str(timeline.render()) == "no events yet"
 
 
+def test_a_timeline_names_edits_log_cuts_and_idle_warnings_in_words() -> None:
+    # "job.edited" stood beside "queued" and "running" (tester h67).
+    timeline = Timeline(clock=lambda: FIXED_NOW)
+    timeline.set_events(
+        [
+            {"at": FIXED_NOW - 3, "kind": kind, "status": None, "reason": None, "message": "m"}
+            for kind in ("job.edited", "job.log", "job.idle")
+        ]  # type: ignore[misc]
+    )
+    lines = str(timeline.render()).splitlines()
+    assert [line.split()[-2] for line in lines] == ["edited", "cut", "idle"]
+    assert " log cut " in lines[1] and "job." not in str(timeline.render())
+
+
 class _TimelineApp(App[None]):
     def compose(self) -> ComposeResult:
         yield Timeline(clock=lambda: FIXED_NOW)

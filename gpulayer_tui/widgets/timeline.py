@@ -27,7 +27,14 @@ NARROW_MESSAGE = 24
 MESSAGE_UNDER_INDENT = 4
 
 # (the message names which replica and how; what a preemption did)
-_KIND_LABELS = {"job.replica": "replica", "job.preemption": "preemption"}
+_KIND_LABELS = {
+    "job.replica": "replica",
+    "job.preemption": "preemption",
+    # (shown as "job.edited" beside "queued" and "running": tester h67)
+    "job.edited": "edited",
+    "job.log": "log cut",
+    "job.idle": "idle",
+}
 
 
 def clock_time(at: float, now: float) -> str:
