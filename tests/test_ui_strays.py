@@ -315,3 +315,20 @@ async def test_enter_in_the_adopt_dialog_goes_field_by_field_and_esc_asks_first(
         await pilot.press("escape")
         await until(pilot, lambda: app.screen is not dialog, "the dialog closed")
         assert not await engine.list_jobs()
+
+
+async def test_an_empty_strays_screen_on_simulated_gpus_says_why(ui_app: Any) -> None:
+    # A `sleep 600 &` never showed here, with no word why (tester h67).
+    from textual.widgets import Static
+
+    app = await ui_app("1xA100-80GB")
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("3")
+        empty = await until(
+            pilot,
+            lambda: next(iter(app.screen.query("#strays-empty").results(Static)), None),
+            "the strays screen",
+        )
+        await until(pilot, lambda: "simulated" in str(empty.render()), "the note")
+        assert str(empty.render()).startswith("No unregistered GPU processes. The GPUs are")
+        assert "p adopts any process by its pid" in str(empty.render())

@@ -67,7 +67,21 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
         app = view_of(self)
         strays = strays_from(app.gpu_state)
         self.query_one(StrayTable).show(strays, app.clock())
-        self.query_one("#strays-empty").display = not strays
+        empty = self.query_one("#strays-empty", Static)
+        empty.display = not strays
+        if not strays:
+            simulated = (app.gpu_state or {}).get("backend") == "simulated"
+            # (a `sleep 600 &` never showed here, with no word why: tester h67)
+            empty.update(
+                "No unregistered GPU processes."
+                + (
+                    " The GPUs are simulated: a process shows here only if it holds GPU "
+                    "memory, which no real process does on them; p adopts any process by "
+                    "its pid."
+                    if simulated
+                    else ""
+                )
+            )
 
     def action_adopt_selected(self) -> None:
         """Adopt the process on the cursor row."""
