@@ -70,7 +70,8 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
         empty = self.query_one("#strays-empty", Static)
         empty.display = not strays
         if not strays:
-            simulated = (app.gpu_state or {}).get("backend") == "simulated"
+            state = app.gpu_state
+            simulated = state is not None and state.get("backend") == "simulated"
             # (a `sleep 600 &` never showed here, with no word why: tester h67)
             empty.update(
                 "No unregistered GPU processes."
