@@ -339,6 +339,29 @@ def test_metrics_ready_and_doctor_follow_each_step(served: Served) -> None:
     assert "draining: maintenance" in doctor.stdout
 
 
+async def test_a_disk_below_the_floor_is_not_ready_and_is_in_the_metrics(
+    make_engine: EngineFactory,
+) -> None:
+    # No job could start, and /ready said ready; /metrics had no disk series (h63).
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpulayer_tui.engine.metrics import render
+
+    engine = await make_engine(config=make_config(logs={"min_free_mb": 999_999_999}))
+    held = await engine.submit({"command": ["true"], "gpus": 0})
+    assert held.message.startswith("waiting for disk space: ")
+    ready, reason = engine.domain_ops.readiness()
+    assert not ready and reason.startswith("new jobs are held: waiting for disk space: ")
+    samples = {
+        f.name: f.samples[0].value
+        for f in text_string_to_metric_families((await render(engine)).decode())
+        if f.name.startswith(("gpulayer_state_dir", "gpulayer_ready"))
+    }
+    assert samples["gpulayer_ready"] == 0.0
+    assert 0 < samples["gpulayer_state_dir_free_bytes"] < samples["gpulayer_state_dir_floor_bytes"]
+    await engine.cancel(held.id)
+
+
 def test_doctor_without_an_engine(served: Served) -> None:
     served.home.mkdir(parents=True)
     (served.home / "config.toml").write_text("[domains.a]\ngpu = 0\nslots = 0\n")

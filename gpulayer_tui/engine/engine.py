@@ -232,6 +232,7 @@ class Engine:
             self.executor.log_path,
             lambda: self.sampler.stalled(),
             self._gate,
+            self.disk.blocker,
         )
         # Cluster jobs (issue 16): batch jobs that Slurm runs; the queue hands them over.
         # (Named on the cluster by this state dir's id, read at start.)

@@ -100,8 +100,10 @@ class DomainOps:
         log_path: Callable[[TaskKey], Path],
         sampling: Callable[[], str | None] = lambda: None,
         gate: Callable[[], str | None] = lambda: None,
+        disk: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._scheduler = scheduler
+        self._disk = disk
         self._sampling = sampling
         self._gate = gate
         self._book = book
@@ -444,7 +446,8 @@ class DomainOps:
     # -- reports ------------------------------------------------------------------------------
 
     def readiness(self) -> tuple[bool, str]:
-        """Ready when every domain is in service, GPU capacity is known and writes work."""
+        """Ready when every domain is in service, GPU capacity is known, writes work and
+        the state dir has room for new jobs (``[logs] min_free_mb``)."""
         problems = [
             f"domain {d.name} {d.state.value}" + (f": {d.state_reason}" if d.state_reason else "")
             for d in self._scheduler.domains.values()
@@ -469,6 +472,10 @@ class DomainOps:
         stalled = self._sampling()
         if stalled:
             problems.append(stalled)
+        full = self._disk()
+        if full:
+            # (no job could start and /ready said ready: only doctor knew; tester h63)
+            problems.append(f"new jobs are held: {full}")
         return (not problems, "; ".join(problems) or "every domain is ready")
 
     async def doctor_checks(self) -> list[dict[str, str]]:

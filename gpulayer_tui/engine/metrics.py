@@ -41,6 +41,20 @@ def _families(engine: Engine, jobs_by_status: dict[str, int]) -> Iterator[Metric
     ready, _ = engine.domain_ops.readiness()
     yield GaugeMetricFamily("gpulayer_ready", "1 when every domain is ready", value=int(ready))
 
+    free = engine.disk.free_mb()
+    if free is not None:  # (a monitor could not see the floor holding every new job: h63)
+        yield GaugeMetricFamily(
+            "gpulayer_state_dir_free_bytes",
+            "Free space where the engine keeps its state and logs (new jobs wait below "
+            "[logs] min_free_mb)",
+            value=free * 1024**2,
+        )
+        yield GaugeMetricFamily(
+            "gpulayer_state_dir_floor_bytes",
+            "[logs] min_free_mb, in bytes",
+            value=engine.disk.min_free_mb * 1024**2,
+        )
+
     jobs = GaugeMetricFamily(
         "gpulayer_jobs", "Jobs by status (history included)", labels=["status"]
     )
