@@ -760,6 +760,9 @@ async def test_clean_on_a_disk_a_job_filled_names_what_holds_the_space(
     await engine.store.flush()
     filler = await engine.submit({"shell": "head -c 30000000 /dev/zero; exit 1", "gpus": 0})
     await eventually(lambda: filler.id not in engine.book, timeout=30)
+    # (the end is written by the next group commit: until it has failed, nothing says the
+    # disk is full; CI once asked in between)
+    await eventually(lambda: engine.store.failure is not None, timeout=30)
     # A dry run that finds nothing says why, as clean does ("would remove 0", exit 0: h66).
     with pytest.raises(StoreError, match=r"nothing would be cleaned: .* Free space on that disk"):
         await engine.retention.preview(0.0, None)
