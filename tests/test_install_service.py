@@ -67,7 +67,11 @@ def test_the_user_unit_runs_this_installation_and_leaves_jobs_running(tmp_path: 
         "WantedBy=default.target",
     ):
         assert line in lines
-    assert not any(line.startswith(("User=", "Environment=")) for line in lines)
+    assert not any(line.startswith("User=") for line in lines)
+    # (the suite imports this checkout: an editable install's folder is not one the
+    # interpreter searches, so the unit pins it; nothing else is pinned)
+    environment = [line for line in lines if line.startswith("Environment=")]
+    assert environment in ([], [f'Environment="PYTHONPATH={REPO}"'])
     assert not re.search(r"@[A-Z_]+@", target.read_text())  # every field filled in
     assert oct(target.stat().st_mode & 0o777) == "0o644"
 
@@ -99,6 +103,42 @@ def test_gpulayer_home_and_config_are_pinned_and_quoted_for_systemd(tmp_path: Pa
         for line in lines
     )
     assert not (tmp_path / "xdg").exists()  # --print writes nothing
+
+
+def test_the_python_path_it_ran_with_is_pinned_so_the_unit_imports_this_code(
+    tmp_path: Path,
+) -> None:
+    # An install made with `pip install --target DIR` (or a checkout) runs with PYTHONPATH
+    # set; the unit ran without it and failed "No module named gpulayer_tui" (tester h62).
+    copy = tmp_path / "target"
+    shutil.copytree(REPO / "gpulayer_tui", copy / "gpulayer_tui")
+    environ = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "xdg"), PYTHONPATH="target")
+    environ.pop("GPULAYER_HOME", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "gpulayer_tui", "install-service", "--print"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = unit_lines(out.stdout)
+    assert f'Environment="PYTHONPATH={copy}"' in lines
+    # What the unit runs, in an environment holding only what the unit sets, imports the
+    # copy (not this checkout, not nothing):
+    start = next(line for line in lines if line.startswith("ExecStart="))
+    words = start.removeprefix("ExecStart=").split()
+    assert words[-1] == "--serve" and words[-2:-1] == ["gpulayer_tui"]
+    ran = subprocess.run(
+        [words[0], "-c", "import gpulayer_tui; print(gpulayer_tui.__file__)"],
+        env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
+    assert ran.stdout.strip() == str(copy / "gpulayer_tui" / "__init__.py"), ran.stderr
 
 
 def test_a_control_character_in_a_path_is_refused(tmp_path: Path) -> None:

@@ -81,6 +81,32 @@ def serve_command(config: str | None = None) -> list[str]:
     return [*words, "--serve"]
 
 
+def python_path(command: list[str]) -> str | None:
+    """The ``PYTHONPATH`` the unit's engine needs to import this code, or None.
+
+    What this process ran with (made absolute: the unit runs in another directory), and
+    for ``python -m gpulayer_tui`` the folder this package was imported from where the
+    interpreter would not find it alone (a checkout run in place, an install made with
+    ``pip install --target``): without it the unit's engine fails "No module named
+    gpulayer_tui", or runs another installed copy.
+    """
+    import sysconfig
+
+    entries = [os.path.abspath(e) for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    if "-m" in command:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        import site
+
+        found = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
+        if site.ENABLE_USER_SITE:
+            found.add(site.getusersitepackages())
+        known = {os.path.realpath(path) for path in found}
+        if os.path.realpath(root) not in known and root not in entries:
+            entries.insert(0, root)
+    unique = list(dict.fromkeys(entries))
+    return os.pathsep.join(unique) if unique else None
+
+
 def render_unit(
     system: bool, command: list[str], environment: dict[str, str], user: str | None = None
 ) -> str:
@@ -155,7 +181,11 @@ def run_install_service(args: argparse.Namespace, paths: Paths) -> int:
                     "the engine would run as root, and every job with it: give --user NAME "
                     "(the account jobs should run as), or --user root if you mean it"
                 )
-        text = render_unit(args.system, serve_command(args.config), environment, user)
+        command = serve_command(args.config)
+        path = python_path(command)
+        if path is not None:
+            environment["PYTHONPATH"] = path
+        text = render_unit(args.system, command, environment, user)
     except UnitError as err:
         _error(str(err))
         return EXIT_USAGE
