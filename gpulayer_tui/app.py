@@ -585,6 +585,20 @@ class GpulayerApp(App[str]):
             yield SystemCommand(
                 f"Theme: {item.name}", "Switch and remember the theme", self._theme_cmd(item.name)
             )
+        paused_at = self.health.get("paused_at") if self.health is not None else None
+        if paused_at:
+            yield SystemCommand(
+                "Resume the queue",
+                "Let waiting jobs start again (paused since "
+                f"{time.strftime('%H:%M', time.localtime(float(paused_at)))})",
+                lambda: self.queue_action("resume"),
+            )
+        elif self.health is not None:
+            yield SystemCommand(
+                "Pause the queue",
+                "Nothing new starts until resumed; running jobs go on (for every user)",
+                self._ask_to_pause,
+            )
         for dom in self.gpu_state["domains"] if self.gpu_state else []:
             name, state = dom["name"], dom.get("state")
             if state == "in_service":
@@ -666,6 +680,39 @@ class GpulayerApp(App[str]):
             )
 
         return run
+
+    def _ask_to_pause(self) -> None:
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.queue_action("pause")
+
+        # (as a drain: on a shared box it holds back every user's new work)
+        self.push_screen(
+            ConfirmScreen(
+                "Pause the queue?",
+                'No waiting job starts until the queue is resumed ("Resume the queue" in '
+                "the palette, or gpulayer-tui resume); running jobs go on. This holds for "
+                "every user of the box.",
+                "Pause",
+            ),
+            answered,
+        )
+
+    @work(group="queue", exclusive=True, exit_on_error=False)
+    async def queue_action(self, action: str) -> None:
+        """Pause or resume the queue; the engine's refusal is shown, never raised."""
+        try:
+            answer = await self.backend.queue_action(action)
+        except BackendError as err:
+            self.notify(str(err), title=f"{action} the queue", severity="error")
+            return
+        if action == "pause":
+            self.notify("queue paused: nothing new starts until it is resumed")
+        elif answer.get("was_paused") is False:
+            self.notify("the queue was not paused")
+        else:
+            self.notify("queue resumed: waiting jobs start as they fit")
+        await self._poll_health()
 
     @work(group="domains", exit_on_error=False)
     async def domain_action(self, name: str, action: str) -> None:

@@ -205,6 +205,10 @@ class EngineBackend(Protocol):
         """``drain`` or ``release`` a domain; return its new state."""
         ...
 
+    async def queue_action(self, action: str) -> dict[str, Any]:
+        """``pause`` or ``resume`` the queue: ``{"paused_at": when, or None}``."""
+        ...
+
     def events(self) -> AsyncIterator[EventJSON]:
         """Every engine event from now on; ends if the engine goes away.
 
@@ -359,6 +363,12 @@ class SocketBackend:
             body["start_ticks"] = start_ticks
         path = f"/processes/{int(pid)}/signal"
         return str((await self._request("POST", path, json=body))["done"])
+
+    async def queue_action(self, action: str) -> dict[str, Any]:
+        """Pause or resume the queue (``action``: ``"pause"`` or ``"resume"``)."""
+        if action not in ("pause", "resume"):
+            raise ValueError(f"no queue action {action!r}")
+        return dict(await self._request("POST", f"/queue/{action}"))
 
     async def domain_action(self, name: str, action: str) -> DomainJSON:
         """Drain or release a domain."""

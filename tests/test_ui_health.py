@@ -232,3 +232,44 @@ async def test_a_paused_queue_is_said_in_the_header(ui_app: AppFactory) -> None:
         await until(pilot, lambda: "queue paused" in health_text(), "paused in the header")
         await engine.resume()
         await until(pilot, lambda: "engine ok" in health_text(), "ok again")
+
+
+async def test_the_queue_is_paused_and_resumed_from_the_palette(ui_app: AppFactory) -> None:
+    # Only the CLI could pause the queue: the TUI said "queue paused (gpulayer-tui
+    # resume)" and offered no way to do either.
+    from textual.widgets import Label
+
+    app = await ui_app("1xA100-80GB")
+    engine = app.backend.engine
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.health is not None, "health read")
+
+        def command(title: str) -> Any:
+            return next((c for c in app.get_system_commands(app.screen) if c.title == title), None)
+
+        assert command("Resume the queue") is None
+        pause = command("Pause the queue")
+        pause.callback()
+        question = await until(
+            pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#question")
+        )
+        assert "every user of the box" in str(question.first().render())
+        await pilot.press("n")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        await pilot.pause()
+        assert engine.paused_at is None  # (no: nothing paused)
+        pause.callback()
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, lambda: engine.paused_at is not None, "paused")
+        await until(pilot, lambda: any("queue paused" in n for n in _notes(app)))
+        header = app.screen.query_one("#health", Label)
+        await until(pilot, lambda: "queue paused (ctrl+p: resume)" in str(header.render()))
+        waiting = await engine.submit({"command": ["true"], "gpus": 0})
+        assert waiting.status.value == "queued"
+        assert command("Pause the queue") is None
+        command("Resume the queue").callback()
+        await until(pilot, lambda: engine.paused_at is None, "resumed")
+        await until(pilot, lambda: any("queue resumed" in n for n in _notes(app)))
+        await engine.wait(waiting.id, timeout=20)
+        await until(pilot, lambda: "engine ok" in str(header.render()), "ok again")

@@ -77,7 +77,7 @@ class EngineStatus(Horizontal):
             label.add_class("problem")
         elif health.get("paused_at"):
             # The queue holds new starts (gpulayer-tui pause): say it where it is seen.
-            self._show("#health", "⏸ queue paused (gpulayer-tui resume)")
+            self._show("#health", "⏸ queue paused (ctrl+p: resume)")
             label.add_class("problem")
         else:
             self._show("#health", "● engine ok" if health else "connecting…")
