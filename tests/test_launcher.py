@@ -104,6 +104,28 @@ def test_the_journal_replays_the_last_word_on_each_key(tmp_path: Path) -> None:
     assert again["1"].state == "exited" and again["1"].code is None
 
 
+def test_journal_lines_a_full_disk_refuses_wait_in_order_and_an_intent_is_not_kept(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / journal.NAME
+    path.write_bytes(b"S 1 100\nP 1 4242 101\n")
+    writer = journal.Journal(str(path))
+    assert writer.write("S", "3", 103, required=True)
+    full = os.open("/dev/full", os.O_WRONLY)  # (every write: ENOSPC, as a full disk)
+    kept, writer._fd = writer._fd, full
+    assert not writer.write("E", "1", 0)
+    assert writer.problem == "No space left on device" and writer.pending
+    assert not writer.write("S", "4", 104, required=True)  # (not started: not kept)
+    assert not writer.write("P", "3", 4243, 103)
+    writer._fd = kept
+    os.close(full)
+    assert writer.flush() and not writer.pending and writer.problem is None
+    writer.close()
+    assert path.read_bytes() == b"S 1 100\nP 1 4242 101\nS 3 103\nE 1 0\nP 3 4243 103\n"
+    entries = journal.replay(str(path))
+    assert set(entries) == {"1", "3"} and entries["1"].code == 0 and entries["3"].pid == 4243
+
+
 async def _gated(engine: Engine, tmp_path: Path, exit_code: int) -> tuple[Path, Job]:
     """A job that runs until ``gate`` exists, then exits ``exit_code``."""
     gate = tmp_path / "go"

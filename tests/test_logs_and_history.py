@@ -852,3 +852,55 @@ async def test_output_that_starts_like_a_cut_note_is_the_jobs_own(
     finally:
         await backend.close()
         await server.stop()
+
+
+async def test_ends_on_a_full_disk_are_journaled_once_there_is_room(
+    small_disk: Path, make_engine: EngineFactory
+) -> None:
+    # The launcher's journal line for a job's end failed with ENOSPC on a full disk: the
+    # spawner died in a traceback (h-list "journal write ENOSPC at run time").
+    engine = await make_engine(config=make_config(logs={"min_free_mb": 0}, cpu={"slots": 64}))
+    jobs = [await engine.submit({"command": ["sleep", "600"], "gpus": 0}) for _ in range(64)]
+
+    async def pids() -> list[int] | None:
+        found = [(await engine.get(j.id)).pid for j in jobs]
+        return None if None in found else [int(p) for p in found if p is not None]
+
+    running = await eventually(pids, timeout=60)
+    await engine.store.flush()
+    spawner = _spawner_pid(small_disk)
+
+    def fill() -> None:
+        with open(small_disk / "filler", "wb", buffering=0) as filler, contextlib.suppress(OSError):
+            while True:
+                filler.write(b"\0" * 4096)
+
+    await asyncio.to_thread(fill)
+    for pid in running:
+        os.kill(pid, 9)
+    await eventually(lambda: not any(j.id in engine.book for j in jobs), timeout=30)
+    assert _spawner_pid(small_disk) == spawner  # (it did not die)
+    (small_disk / "filler").unlink()
+    await eventually(lambda: engine.store.failure is None, timeout=30)
+    for job in jobs:
+        ended = await engine.get(job.id)
+        assert ended.status is JobStatus.FAILED and ended.exit_code == 137, ended.message
+    # (64 starts fill most of the journal's first page, their ends cross into a second
+    # one, which the full disk refused; what it said then was lost with launcher.log's
+    # writes, what it says once there is room is not)
+    journal_log = small_disk / "launcher.log"
+    await eventually(lambda: "the lines that waited are in it" in journal_log.read_text())
+    assert "Traceback" not in journal_log.read_text()
+    assert _spawner_pid(small_disk) == spawner
+    again = await engine.submit({"command": ["true"], "gpus": 0})
+    assert (await engine.wait(again.id, timeout=20)).status is JobStatus.COMPLETED
+
+
+def _spawner_pid(state_dir: Path) -> int | None:
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "gpulayer_tui.engine.launcher" in cmdline and str(state_dir) in cmdline:
+            return proc.pid
+    return None

@@ -168,15 +168,58 @@ class Journal:
     def __init__(self, path: str) -> None:
         self.path = path
         self._fd = self._open(path)
+        self.problem: str | None = None
+        """Why the last write did not go through (``None`` once one has)."""
+        # Lines not written yet (a full disk), in order: written before the next one.
+        # (A line a killed writer left without its newline is not ended here: the
+        # spawner compacts the journal as it starts, before writing anything.)
+        self._pending = b""
 
     @staticmethod
     def _open(path: str) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
         return os.open(path, flags, 0o600)
 
-    def write(self, *fields: object) -> None:
-        """Append one line (a single write: all of it, or nothing usable)."""
-        os.write(self._fd, line(*fields))
+    @property
+    def pending(self) -> int:
+        """Bytes kept in memory that the file has not taken yet."""
+        return len(self._pending)
+
+    def write(self, *fields: object, required: bool = False) -> bool:
+        """Append one line (a single write: all of it, or nothing usable).
+
+        Returns False when the file did not take it (a full disk): the line is kept, in
+        order, and written before the next one or by :meth:`flush`. A ``required`` line
+        (an intent, which must be in the file before what it announces is done) is not
+        kept: nothing of it was written (or, cut short, its rest follows as above)."""
+        if required and not self.flush():
+            return False
+        data = self._pending + line(*fields)
+        self._pending = b""
+        if self._put(data):
+            return True
+        if required and len(self._pending) == len(data):
+            self._pending = b""
+        return False
+
+    def flush(self) -> bool:
+        """Write what waits; True when nothing waits any more."""
+        if not self._pending:
+            return True
+        data, self._pending = self._pending, b""
+        return self._put(data)
+
+    def _put(self, data: bytes) -> bool:
+        try:
+            done = os.write(self._fd, data)
+        except OSError as err:
+            self._pending, self.problem = data, err.strerror or str(err)
+            return False
+        if done < len(data):  # (the disk filled during the write: its rest waits)
+            self._pending, self.problem = data[done:], "a write was cut short"
+            return False
+        self.problem = None
+        return True
 
     def moved(self) -> bool:
         """Whether its path no longer names the file it writes (removed or replaced)."""
@@ -199,6 +242,8 @@ class Journal:
         os.replace(tmp, self.path)
         os.close(self._fd)
         self._fd = self._open(self.path)
+        self._pending = b""  # (what waited is in what was written: ``entries`` knows it)
+        self.problem = None
 
     def close(self) -> None:
         """Close the file."""

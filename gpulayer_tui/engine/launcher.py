@@ -275,6 +275,7 @@ class Spawner:
         self.idle_timeout = idle_timeout
         self.journal = journal.Journal(os.path.join(state_dir, journal.NAME))
         self.entries = journal.replay(self.journal.path)
+        self.journal_lagging = False  # (said once, until the journal is written again)
         self.tasks: dict[str, Task] = {}
         self.by_pidfd: dict[int, Task] = {}
         self.keeper_exits: dict[str, int | None] = {}  # exits the keeper saw before we did
@@ -527,7 +528,34 @@ class Spawner:
             self.listener = self._listen()
         if self.journal.moved():
             _say(f"{self.journal.path} was removed or replaced: written again")
-            self.journal.compact(self.entries)
+            try:
+                self.journal.compact(self.entries)
+            except OSError as err:
+                _say(f"cannot write {self.journal.path} again ({err.strerror}): tried again")
+        elif self.journal.pending and self.journal.flush():
+            self._journal_caught_up()
+
+    def _journal(self, *fields: object) -> None:
+        """A journal line; on a full disk it waits in memory (in order) and is written
+        once there is room, checked every :data:`FILES_CHECK_S`: the spawner goes on
+        (it died in a traceback, and with it the watch over every running job)."""
+        if not self.journal.write(*fields):
+            self._journal_lags()
+        elif self.journal_lagging:
+            self._journal_caught_up()
+
+    def _journal_caught_up(self) -> None:
+        _say(f"{self.journal.path} is written again: the lines that waited are in it")
+        self.journal_lagging = False
+
+    def _journal_lags(self) -> None:
+        if not self.journal_lagging:
+            self.journal_lagging = True
+            _say(
+                f"cannot write its journal {self.journal.path} ({self.journal.problem}): "
+                "what it records waits in memory until there is room, and no job starts "
+                "until then"
+            )
 
     # -- the engine's connection --------------------------------------------------------------
 
@@ -655,7 +683,7 @@ class Spawner:
                     taken += 1
                     if task.key in self.entries and self.entries[task.key].max_log != limit:
                         self.entries[task.key].max_log = limit
-                        self.journal.write("L", task.key, limit)
+                        self._journal("L", task.key, limit)
             self._send({"ev": "max_log", "bytes": limit, "jobs": taken})
         elif op == "query":
             self._send({"ev": "table", "tasks": self._table()})
@@ -663,7 +691,7 @@ class Spawner:
             for key in request.get("keys", ()):
                 if key in self.entries and self.entries[key].state == journal.EXITED:
                     del self.entries[key]
-                    self.journal.write("A", key)
+                    self._journal("A", key)
         elif op == "quit_if_idle":
             if not self.tasks:
                 self.quit = True
@@ -768,7 +796,17 @@ class Spawner:
             return f"cannot write the job's log {log}: {err.strerror}"
         if banner:
             _write_banner(log_fd, banner)
-        self.journal.write("S", key, journal.boot_ticks())
+        if not self.journal.write("S", key, journal.boot_ticks(), required=True):
+            # (nothing is started that the journal does not announce first: a spawner
+            # killed after the spawn would leave no trace of a running job)
+            os.close(log_fd)
+            self._journal_lags()
+            return (
+                f"cannot record its start in {self.journal.path} ({self.journal.problem}): "
+                "not started"
+            )
+        if self.journal_lagging:
+            self._journal_caught_up()
         try:
             os.chdir(cwd)  # posix_spawn has no cwd; this process is single-threaded
             before = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
@@ -788,7 +826,7 @@ class Spawner:
                 setsigmask=(),
             )
         except OSError as err:
-            self.journal.write("F", key)
+            self._journal("F", key)
             os.close(log_fd)
             where = f" ({err.filename})" if err.filename else ""
             return f"cannot start {argv[0]}: {err.strerror}{where}"
@@ -800,7 +838,7 @@ class Spawner:
         # it back at once, where it grew without bound until the engine came back)
         timeout_at = None if timeout is None else time.time() + timeout[0]
         grace = None if timeout is None else timeout[1]
-        self.journal.write("P", key, pid, ticks, max_log or None, timeout_at, grace)
+        self._journal("P", key, pid, ticks, max_log or None, timeout_at, grace)
         entry = self.entries[key] = journal.Entry(journal.RUNNING)
         entry.pid, entry.ticks, entry.max_log = pid, ticks, max_log
         task = Task(key, pid, ticks, os.pidfd_open(pid), child=True)
@@ -873,7 +911,7 @@ class Spawner:
         # (With what all cuts of its log dropped: an engine that learns the end later, no
         # cut seen, told the last total it had seen.)
         dropped = task.log_dropped or None
-        self.journal.write("E", task.key, code, at, dropped)
+        self._journal("E", task.key, code, at, dropped)
         entry = self.entries.setdefault(task.key, journal.Entry(journal.EXITED))
         entry.state, entry.code, entry.ended_at = journal.EXITED, code, at
         entry.log_dropped = task.log_dropped
@@ -1047,7 +1085,7 @@ class Spawner:
             # short the shutdown or checkpoint the grace period is for).
             return
         task.kill_at = time.time() + max(0.0, grace)
-        self.journal.write("K", key, task.kill_at, "T" if timed_out else None)
+        self._journal("K", key, task.kill_at, "T" if timed_out else None)
         entry = self.entries.get(key)
         if entry is not None:
             entry.kill_at = task.kill_at
@@ -1230,7 +1268,12 @@ def _task_of(pid: int) -> str | None:
 
 def _say(message: str) -> None:
     """One line in ``launcher.log`` (where the engine points our stderr)."""
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} launcher: {message}", file=sys.stderr, flush=True)
+    try:
+        print(
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')} launcher: {message}", file=sys.stderr, flush=True
+        )
+    except OSError:  # (launcher.log on a full disk: what it says is lost, not the launcher)
+        pass
 
 
 def _start_ticks(pid: int, before_ns: int, after_ns: int) -> int:
