@@ -294,7 +294,7 @@ async def test_a_job_gets_its_submitters_environment_never_the_engines(
         seen[job.id] = json.loads(engine.log_path(job.id).read_text())
     me = pwd.getpwuid(os.geteuid())
     own = {"GPULAYER_JOB_ID", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPULAYER_TASK"}
-    basics = {"PATH", "HOME", "USER", "LOGNAME", "SHELL"}
+    basics = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PYTHONUNBUFFERED"}
     assert set(seen[bare.id]) - {"LC_CTYPE"} == basics | own  # (Python may set LC_CTYPE)
     assert seen[bare.id]["HOME"] == me.pw_dir and seen[bare.id]["USER"] == me.pw_name
     assert "/usr/bin" in seen[bare.id]["PATH"].split(":")
@@ -777,3 +777,29 @@ def test_a_default_name_is_the_program_a_job_runs(spec: dict[str, Any], name: st
     from gpulayer_tui.engine.spec import parse_spec
 
     assert parse_spec(spec).default_name() == name
+
+
+async def test_a_python_jobs_prints_reach_its_log_as_they_happen_and_survive_a_cancel(
+    make_engine: EngineFactory,
+) -> None:
+    # Its output is a file: Python kept prints in an 8 KiB buffer, `logs -f` showed
+    # nothing, and a cancel (SIGTERM: no flush) lost all of it (tester h69).
+    engine = await make_engine()
+    script = "import time\nprint('epoch 1')\ntime.sleep(60)"
+    job = await engine.submit({"command": [sys.executable, "-c", script], "gpus": 0, "env": {}})
+    log = engine.log_path(job.id)
+    await eventually(lambda: log.exists() and "epoch 1" in log.read_text(), timeout=20)
+    await engine.cancel(job.id)
+    assert (await engine.wait(job.id, timeout=20)).status is JobStatus.CANCELLED
+    assert "epoch 1" in log.read_text()
+    # Asked for (an empty PYTHONUNBUFFERED in its spec), the buffer is Python's again.
+    buffered = await engine.submit(
+        {"command": [sys.executable, "-c", script], "gpus": 0, "env": {"PYTHONUNBUFFERED": ""}}
+    )
+
+    async def pid() -> int | None:
+        return (await engine.get(buffered.id)).pid
+
+    running = await eventually(pid, timeout=20)
+    assert psutil.Process(running).environ().get("PYTHONUNBUFFERED") == ""
+    await engine.cancel(buffered.id)

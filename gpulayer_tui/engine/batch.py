@@ -82,6 +82,12 @@ def login_basics(uid: int | None = None) -> dict[str, str]:
     return basics
 
 
+OUTPUT_DEFAULTS = {"PYTHONUNBUFFERED": "1"}
+"""Set in every job unless its spec sets it: a job's output is a file, so Python buffered
+its prints in 8 KiB blocks: ``logs -f`` showed nothing for minutes, and a cancel or a
+timeout (SIGTERM ends Python without flushing) lost the last block of output (tester h69).
+``PYTHONUNBUFFERED=`` (empty) in the spec's environment buffers again."""
+
 IDENTITY = ("HOME", "USER", "LOGNAME")
 """Who a job runs as: another user's job gets the account's own (see JobEnv.shared)."""
 PER_LOGIN = ("XDG_RUNTIME_DIR", "MAIL")
@@ -120,7 +126,7 @@ class JobEnv:
         if env is None:
             if len(self._shared) >= 256:
                 self._shared.pop(next(iter(self._shared)))
-            env = {**self._base, **spec.env}
+            env = {**self._base, **OUTPUT_DEFAULTS, **spec.env}
             if other:
                 for name in IDENTITY:
                     if name in self._base:
