@@ -133,9 +133,9 @@ class ServiceRuntime:
     ended_at: float | None = None  # when the replica whose exit decided the end ended
     replacing: str | None = None
     # Being placed again only to move off a drained domain (an operator's maintenance, not
-    # a loss): such moves, made so far, do not count against retry.max_attempts.
+    # a loss): such a move gives its placement back (``Job.attempt`` counts the others).
     moving: bool = False
-    moves: int = 0
+    moves: int = 0  # (moves made: a placement after one keeps the service's first start)
     restart_timers: dict[int, Cancellable] = field(default_factory=dict)
     probes: dict[int, asyncio.Task[None]] = field(default_factory=dict)
     # Replicas waiting in back-off because a domain they ran on is gone (started at once

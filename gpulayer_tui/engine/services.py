@@ -178,13 +178,15 @@ class ServiceRunner:
             job.replicas.append(replica)
         runtime.end = None
         job.stop_reason, job.stop_message, job.kill_at = None, "", None
-        counted = job.attempt - runtime.moves  # (a move off a drained domain is no loss)
+        # (``attempt`` counts placements against retry.max_attempts: a move off a drained
+        # domain, no loss, gave its placement back in _requeue)
+        counted = job.attempt
         attempt = f" (placement {counted} of {spec.max_attempts})" if counted > 1 else ""
         where = ", ".join(job.domains)
         # Placed again, it is the same service: its start, and so its time limit and its
         # runtime, stay its first (the limit was re-armed whole by a placement that came
         # after it ran out, or by an engine restart after a placement).
-        first = job.started_at if job.attempt > 1 else None
+        first = job.started_at if job.attempt > 1 or runtime.moves else None
         self._book.transition(
             act, JobStatus.RUNNING, message=f"starting on {where}{attempt}", started_at=first
         )
@@ -989,9 +991,12 @@ class ServiceRunner:
         release_holds(act)
         act.holds = []
         if runtime.moving:
+            # No loss: the placement it had is given back (the header said "placement 3
+            # of 2" after a drain move, and the API's attempt counted moves: tester h68).
             runtime.moves += 1
-        counted = job.attempt - runtime.moves
-        if counted >= spec.max_attempts:
+            job.attempt -= 1
+        counted = job.attempt
+        if not runtime.moving and counted >= spec.max_attempts:
             self._book.finish(
                 act,
                 JobStatus.FAILED,
