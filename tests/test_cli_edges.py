@@ -345,6 +345,31 @@ def test_a_spec_files_jobs_wait_for_earlier_ones_by_name(engine: Served, tmp_pat
     assert engine.cli("jobs", "--json").stdout == before
 
 
+def test_service_options_with_a_service_spec_file_apply_without_service(
+    engine: Served, tmp_path: Path
+) -> None:
+    # A file that says kind = "service" was told "--replicas only applies to services:
+    # add --service" (tester h68).
+    service = tmp_path / "svc.toml"
+    service.write_text('kind = "service"\ncommand = ["sleep", "60"]\nreplicas = 2\n')
+    out = engine.cli("submit", "--spec", str(service), "--replicas", "2", "--no-port", "--json")
+    assert out.returncode == 0, out.stderr
+    job_id = str(json.loads(out.stdout)[0]["id"])
+    shown = json.loads(engine.cli("status", job_id, "--json").stdout)["job"]
+    assert shown["kind"] == "service" and shown["spec"]["port"] is False
+    assert engine.cli("cancel", job_id).returncode == 0
+    out = engine.cli("submit", "--spec", str(service), "--replicas", "3")
+    assert out.returncode == 2 and "--replicas 3, but its spec says replicas = 2" in out.stderr
+    plain = tmp_path / "plain.toml"
+    plain.write_text('command = ["true"]\n')
+    out = engine.cli("submit", "--spec", str(plain), "--replicas", "2")
+    assert out.returncode == 2
+    assert out.stderr == (
+        f"gpulayer-tui: {plain} is not a service, and --replicas only applies to services: "
+        'add --service, or kind = "service" in the file\n'
+    )
+
+
 def test_a_spec_file_and_a_command_together_are_refused(engine: Served, tmp_path: Path) -> None:
     spec = tmp_path / "job.toml"
     spec.write_text('command = ["true"]\n')

@@ -118,6 +118,10 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         spec.update(given)
     elif given and getattr(args, "like", None) is not None:
         spec[LIKE_SERVICE] = given  # (--like of a service is one: _like decides)
+    elif given and getattr(args, "spec", None):
+        # (a spec file that says kind = "service" is one: its options apply, checked
+        # against each spec of the file once it is read; "add --service" said otherwise)
+        spec[LIKE_SERVICE] = given
     elif given:
         flags = ", ".join(SERVICE_FLAGS[k] for k in given)
         verb = "applies" if len(given) == 1 else "apply"
@@ -538,6 +542,19 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
                     where = f"{args.spec}" + (f", job {number}" if len(items) > 1 else "")
                     _error(f"{where}: env {_env_name_shown(str(key))}: {refused}")
                     return EXIT_USAGE
+        service = base.pop(LIKE_SERVICE, None)
+        if service is not None:
+            for number, item in enumerate(items, 1):
+                if item.get("kind") != "service":
+                    flags = ", ".join(SERVICE_FLAGS[k] for k in service)
+                    verb = "applies" if len(service) == 1 else "apply"
+                    where = f"{args.spec}" + (f", job {number}" if len(items) > 1 else "")
+                    _error(
+                        f"{where} is not a service, and {flags} only {verb} to services: "
+                        'add --service, or kind = "service" in the file'
+                    )
+                    return EXIT_USAGE
+            base.update(service)
         env = base.pop("env", None)
         clash = _option_clash(base, items, args)
         if clash:
