@@ -156,7 +156,12 @@ async def test_the_text_filter_matches_what_the_tuis_filter_matches(
     for odd in ({"command": ["echo", "odd\udcff"]}, {"shell": "echo odd\udcff"}):
         done = await engine.submit({**odd, "name": "odd", "gpus": 0})
         await engine.wait(done.id, timeout=20)
+    # A project is looked in (stored, and found nowhere: tester h69).
+    swept = {"name": "lr-1", "project": "Sweep-7", "command": ["true"], "gpus": 0}
+    done = await engine.submit(swept)
+    await engine.wait(done.id, timeout=20)
     every = await _all(engine)
+    assert [r["name"] for r in await _all(engine, text="sweep-7")] == ["lr-1"]
     runner = next(r for r in every if r["name"] == "runner")
     assert sorted(runner["domains"]) == ["gpu0", "gpu1"]  # (in placement order: freest first)
     assert {r["name"] for r in await _all(engine, text="FAIL")} == {"alpha", "delta"}
@@ -185,6 +190,7 @@ async def test_the_text_filter_matches_what_the_tuis_filter_matches(
         "обучение",
         "STRASSE",
         "straße",
+        "sweep",
     ):
         served = {r["id"] for r in await _all(engine, text=text)}
         shown = {r["id"] for r in every if filter_matches(text, filter_haystack(r))}  # type: ignore[arg-type]

@@ -372,7 +372,7 @@ def _jobs_args(p: argparse.ArgumentParser) -> None:
         metavar="TEXT",
         default="",
         help=(
-            "only jobs whose id, name, command, message, status or a domain name "
+            "only jobs whose id, name, command, message, status, project or a domain name "
             "contains TEXT (any case)"
         ),
     )

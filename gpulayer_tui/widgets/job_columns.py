@@ -134,7 +134,7 @@ def command_text(job: JobRowJSON, quoted: bool = True) -> str:
 def filter_haystack(job: JobRowJSON) -> str:
     """What the jobs filter (``/``) looks in, its ASCII letters lower-cased (as SQLite's
     LIKE folds them: Python's lower() also turned the Kelvin sign into "k"), one field a
-    line (a match never spans two): id, name, command, message, status, and the domain
+    line (a match never spans two): id, name, command, message, status, project, the domain
     names (each domain it holds or held, each it is pinned to, ``@CLUSTER`` for a Slurm
     job).
 
@@ -151,6 +151,7 @@ def filter_haystack(job: JobRowJSON) -> str:
             command_text(job, quoted=False),
             str(job.get("message") or ""),
             str(job.get("status", "")),
+            *((str(spec["project"]),) if spec.get("project") else ()),
             *(str(d) for d in job.get("domains") or ()),
             *((pinned,) if isinstance(pinned, str) else (str(d) for d in pinned or ())),
             *((f"@{cluster}",) if cluster else ()),
