@@ -1157,6 +1157,29 @@ def test_logs_tail_prints_the_last_lines_then_follows_from_there(served: Served)
     assert bad.returncode == 2 and "argument -n/--tail: must not be negative" in bad.stderr
 
 
+def test_logs_follow_of_a_waiting_job_says_it_waits_then_follows_its_start(
+    engine: Served,
+) -> None:
+    # `logs -f` of a queued job printed nothing at all, for as long as it waited (h69).
+    assert engine.cli("pause").returncode == 0
+    job = _submit(engine, "--", "echo", "hello")
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui", "logs", "-f", job],
+        env=engine.env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follower.stderr is not None
+    said = follower.stderr.readline()
+    assert said.startswith(f"gpulayer-tui: job {job} waits to start (the queue is paused")
+    assert said.endswith("): following it from its start\n")
+    assert engine.cli("resume").returncode == 0
+    out, _ = follower.communicate(timeout=30)
+    assert (follower.returncode, out) == (0, "hello\n")
+
+
 def test_logs_of_a_job_whose_launch_failed_says_it_never_ran(engine: Served) -> None:
     # It printed nothing and exited 0, as for a job that ran and wrote nothing.
     job_id = engine.cli("submit", "--", "/no/such/program").stdout.strip()

@@ -729,7 +729,15 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     if args.follow:
         # With no engine at all, say so at once, as `logs` and `wait` do: following, it
         # said "lost the engine; reconnecting" and waited 30 s for one (tester h49).
-        client.health()
+        # A job that waits is said to (`-f` printed nothing at all: tester h69).
+        job = client.job(args.job)["job"]
+        if job["status"] in ("pending", "queued"):
+            from ..fields import printable
+
+            _error(
+                printable(f"job {args.job} waits to start ({job['message']}): following it")
+                + " from its start"
+            )
     # `--tail N` asks for the last lines once; every ask after it goes on from where
     # the output got to (the start of those lines, where none came yet: `-n 0 -f`).
     tail = args.tail
