@@ -1396,6 +1396,17 @@ def test_cancel_takes_several_ids_and_says_each(engine: Served) -> None:
         (int(third), "cancelled"),
         (int(fourth), "cancelled"),
     ]
+    # Ids separated by commas, as --after takes them (refused: "a job id is a number").
+    fifth = _submit(engine, "--", "sleep", "600")
+    sixth = _submit(engine, "--", "sleep", "600")
+    out = engine.cli("cancel", f"{fifth},{sixth}", first)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[:2] == [
+        f"job {fifth} cancelled: cancelled by user",
+        f"job {sixth} cancelled: cancelled by user",
+    ]
+    out = engine.cli("wait", f"{fifth},{sixth}")
+    assert out.returncode == 1 and len(out.stdout.splitlines()) == 2
 
 
 def test_a_spec_files_env_the_engine_sets_is_refused_naming_it(

@@ -941,8 +941,15 @@ def _report_end(job: dict[str, Any], as_json: bool, data: Any) -> int:
     return EXIT_OK if job["status"] == "completed" else EXIT_FAILED
 
 
+def _listed_ids(given: Any) -> list[int]:
+    """The job ids of ``cancel`` or ``wait``, each once, in order: words of one id or of
+    several separated by commas (``cancel 60,61``, as ``--after`` takes them: h69)."""
+    words = given if isinstance(given, list) else [given]
+    return list(dict.fromkeys(i for w in words for i in (w if isinstance(w, list) else [w])))
+
+
 def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    ids = list(dict.fromkeys(args.job if isinstance(args.job, list) else [args.job]))
+    ids = _listed_ids(args.job)
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     if len(ids) == 1:
         data = _wait_one(client, ids[0], deadline)
@@ -1027,7 +1034,7 @@ def _never_ends(job: dict[str, Any]) -> str:
 
 
 def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    ids = list(dict.fromkeys(args.job if isinstance(args.job, list) else [args.job]))
+    ids = _listed_ids(args.job)
     if len(ids) == 1:
         try:
             return _cancel_one(client, args, client.cancel(ids[0]), args.json)

@@ -420,9 +420,10 @@ def _logs_args(p: argparse.ArgumentParser) -> None:
 def _wait_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "job",
-        type=job_id_arg,
+        type=job_ids_arg,
         nargs="+",
-        help="one or more job ids: waits until every one has ended (exit 0 only if each completed)",
+        help="one or more job ids (or ids separated by commas): waits until every one has "
+        "ended (exit 0 only if each completed)",
     )
     p.add_argument(
         "--timeout",
@@ -434,7 +435,9 @@ def _wait_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cancel_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("job", type=job_id_arg, nargs="+", help="one or more job ids")
+    p.add_argument(
+        "job", type=job_ids_arg, nargs="+", help="one or more job ids (or ids separated by commas)"
+    )
     # (--timeout with --no-wait was taken and meant nothing: there is no wait to bound)
     waiting = p.add_mutually_exclusive_group()
     waiting.add_argument(
