@@ -368,6 +368,32 @@ def parse_number(field: str, text: str) -> float:
         raise FieldError(field, f"expected a number, got {text!r}") from None
 
 
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(field: str, text: str) -> float:
+    """Seconds typed by a person: a number (``5400``), or amounts with units ``s``, ``m``,
+    ``h``, ``d`` (``90m``, ``1h30m``, ``1.5h``, ``2d``): ``--timeout 2h`` was refused,
+    "expected a number" (tester h69)."""
+    import re
+
+    typed = text.strip().lower().replace(" ", "")
+    wrong = FieldError(
+        field, f"expected seconds or a duration such as 90m, 2h, 1h30m, 1d; got {text!r}"
+    )
+    if not typed or typed[-1] not in _UNIT_SECONDS:
+        try:
+            return parse_number(field, text)
+        except FieldError:
+            raise wrong from None
+    if re.fullmatch(r"(?:\d+(?:\.\d+)?[smhd])+", typed) is None:
+        raise wrong
+    return sum(
+        float(amount) * _UNIT_SECONDS[unit]
+        for amount, unit in re.findall(r"(\d+(?:\.\d+)?)([smhd])", typed)
+    )
+
+
 def parse_field(field: str, text: str) -> Any:
     """Parse ``text`` for ``field`` and check it by the field's rule.
 
@@ -375,7 +401,7 @@ def parse_field(field: str, text: str) -> Any:
         FieldError: It does not parse or breaks the rule.
     """
     if field in ("vram_gb", "timeout"):
-        number = parse_number(field, text)
+        number = parse_duration(field, text) if field == "timeout" else parse_number(field, text)
         if number in (float("inf"), float("-inf")) and any(c.isdigit() for c in text):
             # Too large for a float (1e400), not typed as "inf": it was refused as "must
             # be a finite number, not inf" (tester h61). Said as the rule says a large one.

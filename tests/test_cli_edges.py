@@ -370,6 +370,21 @@ def test_service_options_with_a_service_spec_file_apply_without_service(
     )
 
 
+def test_a_timeout_is_taken_as_a_duration_too(engine: Served) -> None:
+    # `--timeout 2h` was refused, "expected a number" (tester h69).
+    assert engine.cli("pause").returncode == 0
+    job = _submit(engine, "--timeout", "1h30m", "--", "true")
+    shown = json.loads(engine.cli("status", job, "--json").stdout)["job"]
+    assert shown["spec"]["timeout"] == 5400
+    assert engine.cli("edit", job, "--timeout", "2d").returncode == 0
+    shown = json.loads(engine.cli("status", job, "--json").stdout)["job"]
+    assert shown["spec"]["timeout"] == 172800
+    out = engine.cli("submit", "--timeout", "2x", "--", "true")
+    assert out.returncode == 2
+    assert "expected seconds or a duration such as 90m, 2h, 1h30m, 1d; got '2x'" in out.stderr
+    assert engine.cli("resume").returncode == 0
+
+
 def test_a_spec_file_and_a_command_together_are_refused(engine: Served, tmp_path: Path) -> None:
     spec = tmp_path / "job.toml"
     spec.write_text('command = ["true"]\n')
@@ -611,7 +626,10 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         ),
         # (float() reads "1_6" as 16, and digits of other scripts)
         (["submit", "--vram-gb", "1_6", "--", "true"], "expected a number, got '1_6'"),
-        (["submit", "--timeout", "\u0663", "--", "true"], "expected a number, got '\u0663'"),
+        (
+            ["submit", "--timeout", "\u0663", "--", "true"],
+            "expected seconds or a duration such as 90m, 2h, 1h30m, 1d; got '\u0663'",
+        ),
         # (inf and 1e300 ended `cancel --timeout` in an OverflowError)
         (["cancel", "1", "--timeout", "inf"], "must be at most 315360000 (10 years)"),
         (["wait", "1", "--timeout", "1e300"], "must be at most 315360000 (10 years)"),

@@ -301,8 +301,8 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=_field("timeout"),
         metavar="SECONDS",
-        help="stop it this long after it starts (each run of a preempted job anew; a "
-        "service's from its first start)",
+        help="stop it this long after it starts: seconds, or 90m, 2h, 1h30m, 1d (each run "
+        "of a preempted job anew; a service's from its first start)",
     )
     p.add_argument("--priority", type=_field("priority"), help="higher starts first (default 0)")
     completes(p.add_argument("--cwd", help="working directory (default: the current one)"), "dirs")
