@@ -156,6 +156,10 @@ async def test_the_text_filter_matches_what_the_tuis_filter_matches(
     for odd in ({"command": ["echo", "odd\udcff"]}, {"shell": "echo odd\udcff"}):
         done = await engine.submit({**odd, "name": "odd", "gpus": 0})
         await engine.wait(done.id, timeout=20)
+    # Since a time: only the jobs submitted at or after it.
+    newest = max(await _all(engine), key=lambda r: r["id"])
+    since = [r["id"] for r in await _all(engine, since=newest["created_at"])]
+    assert since == [newest["id"]]
     # A project is looked in (stored, and found nowhere: tester h69).
     swept = {"name": "lr-1", "project": "Sweep-7", "command": ["true"], "gpus": 0}
     done = await engine.submit(swept)
@@ -271,7 +275,9 @@ def test_job_row_json_reads_a_row_without_its_spec_fields() -> None:
     assert job_row_json((*row[:-2], None, 5.0))["owner_uid"] == os.geteuid()  # (the engine's)
 
 
-def test_the_cli_pages_filters_and_prints_json_rows(served: Served) -> None:
+def test_the_cli_pages_filters_and_prints_json_rows(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
     served.start("--simulate", "1xA100-80GB")
     out = served.cli("submit", "--file", "-", input="".join(f"echo job {i}\n" for i in range(7)))
     assert out.returncode == 0, out.stderr
@@ -309,6 +315,17 @@ def test_the_cli_pages_filters_and_prints_json_rows(served: Served) -> None:
     found = json.loads(served.cli("jobs", "--filter", "JOB 4", "--json").stdout)
     assert [r["id"] for r in found] == [5]
     assert json.loads(served.cli("jobs", "--filter", "nothing", "--json").stdout) == []
+    # --since AGO: jobs submitted in the last AGO ("yesterday's failed run" had no way but
+    # --json and epoch arithmetic: tester h69); the API's since is epoch seconds.
+    recent = json.loads(served.cli("jobs", "--since", "1h", "--json", "--limit", "100").stdout)
+    assert len(recent) == len(json.loads(served.cli("jobs", "--json", "--limit", "100").stdout))
+    from gpulayer_tui.engine.paths import resolve_paths
+
+    monkeypatch.setenv("GPULAYER_HOME", str(served.home))  # (the served engine's)
+    client = Client(resolve_paths())
+    assert client.jobs_page(since=int(time.time()) + 3600)["jobs"] == []
+    with pytest.raises(ApiError, match="since must not be negative"):
+        client.jobs_page(since=-1)
     by_name = served.cli("jobs", "--sort", "id", "--reverse", "--limit", "2", "--json")
     assert [r["id"] for r in json.loads(by_name.stdout)] == [1, 2]
     mixed = served.cli("jobs", "--sort", "name", "--before", "3")

@@ -645,6 +645,9 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         "after": args.after,
         "offset": (args.page - 1) * args.limit if args.page else 0,
     }
+    if getattr(args, "since", None) is not None:
+        # (whole seconds, rounded down: a job of the very second is in)
+        query["since"] = int(time.time() - args.since)
     if args.sort != "id":
         query["sort"] = args.sort
     if args.sort != "id" or args.reverse:

@@ -376,6 +376,12 @@ def _jobs_args(p: argparse.ArgumentParser) -> None:
             "contains TEXT (any case)"
         ),
     )
+    p.add_argument(
+        "--since",
+        type=_field("timeout"),
+        metavar="AGO",
+        help="only jobs submitted in the last AGO: seconds, or 90m, 12h, 2d",
+    )
     p.add_argument("--limit", type=count_arg, default=50, help="rows per page (default 50)")
     paging = p.add_mutually_exclusive_group()
     paging.add_argument("--before", type=job_id_arg, metavar="ID", help="jobs older than ID")

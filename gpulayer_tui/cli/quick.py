@@ -139,6 +139,7 @@ _JOBS_DEFAULTS: dict[str, Any] = {
     "sort": "id",
     "reverse": False,
     "json": False,
+    "since": None,
 }
 
 

@@ -313,7 +313,9 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 # ignored without a word: `jobs?stat=failed` listed every job, `logs?folow=1` a log that
 # simply stopped.
 _QUERY = {
-    ("GET", "/v1/jobs"): ("status", "q", "sort", "order", "before", "after", "offset", "limit"),
+    ("GET", "/v1/jobs"): (
+        *("status", "q", "sort", "order", "before", "after", "offset", "limit", "since"),
+    ),
     ("GET", "/v1/jobs/{job_id}/wait"): ("timeout",),
     ("GET", "/v1/jobs/{job_id}/logs"): ("follow", "offset", "replica", "tail"),
 }
@@ -550,6 +552,7 @@ def _job_query(request: web.Request) -> JobQuery:
         after=_int_query(request, "after", None),
         offset=_int_query(request, "offset", 0) or 0,
         limit=_limit(request),
+        since=_int_query(request, "since", None),
     )
 
 

@@ -408,6 +408,7 @@ class JobQuery:
             forward from a known job); ``sort="id"`` only.
         offset: Skip this many (other sorts).
         limit: At most this many (at most :data:`MAX_PAGE`).
+        since: Only jobs submitted at or after this time (epoch seconds).
     """
 
     statuses: tuple[str, ...] = ()
@@ -418,6 +419,7 @@ class JobQuery:
     after: int | None = None
     offset: int = 0
     limit: int = 500
+    since: float | None = None
 
     def check(self) -> None:
         """Refuse a query that names something unknown or mixes ways of paging.

@@ -1547,6 +1547,9 @@ class Store:
             if set(query.statuses) <= ACTIVE_STATUSES:
                 where.append(_ACTIVE_INDEX_WHERE)
             where.append(f"status IN ({', '.join(repr(s) for s in query.statuses)})")
+        if query.since is not None:
+            where.append("created_at >= :since")
+            params["since"] = query.since
         if query.text:
             if query.text.isascii():
                 params["text"] = _like(query.text)
