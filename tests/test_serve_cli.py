@@ -352,7 +352,7 @@ def test_api_refuses_a_query_parameter_it_would_ignore(served: Served) -> None:
     said = request(served.home / "engine.sock", "GET", "/v1/jobs?stat=failed")[1]["error"]
     assert said == (
         "unknown query parameter 'stat' (GET /v1/jobs takes status, q, sort, order, before, "
-        "after, offset, limit)"
+        "after, offset, limit, since)"
     )
     said = request(served.home / "engine.sock", "GET", "/v1/gpus?all=1")[1]["error"]
     assert said == "unknown query parameter 'all' (GET /v1/gpus takes no parameters)"
