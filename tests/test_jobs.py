@@ -803,3 +803,21 @@ async def test_a_python_jobs_prints_reach_its_log_as_they_happen_and_survive_a_c
     running = await eventually(pid, timeout=20)
     assert psutil.Process(running).environ().get("PYTHONUNBUFFERED") == ""
     await engine.cancel(buffered.id)
+
+
+async def test_a_stopped_jobs_log_says_where_and_when_it_was_stopped(
+    make_engine: EngineFactory,
+) -> None:
+    # A cancelled or timed-out run's log just ended: no word of why (tester h69).
+    engine = await make_engine()
+    script = "print('step 1', flush=True); import time; time.sleep(60)"
+    job = await engine.submit({"command": [sys.executable, "-c", script], "gpus": 0})
+    log = engine.log_path(job.id)
+    await eventually(lambda: log.exists() and "step 1" in log.read_text(), timeout=20)
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+    lines = log.read_text().splitlines()
+    assert lines[0] == "step 1"
+    said = "--- gpulayer-tui sent SIGTERM (SIGKILL 2 s later if it still runs) at "
+    assert lines[1].startswith(said)
+    assert lines[1].endswith(" ---") and len(lines) == 2

@@ -1094,6 +1094,15 @@ class Spawner:
         # with it (a service's `setsid` server kept its port after the cancel, `timeout`'s
         # child ran on). Found first: its leader gone, they are no longer below it.
         outside = _outside_group(task.pid)
+        if task.log_fd >= 0:
+            # Said in its log, where the output stops: a cancelled or timed-out run's log
+            # just ended, no word of why (tester h69).
+            why = " for its time limit" if timed_out else ""
+            _write_banner(
+                task.log_fd,
+                f"--- gpulayer-tui sent SIGTERM{why} (SIGKILL {grace:g} s later if it still "
+                "runs) at ",
+            )
         self._killpg(task, signal.SIGTERM)
         for pid, ticks in outside:
             self.strays[(pid, ticks)] = task.kill_at
