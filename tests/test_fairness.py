@@ -869,8 +869,10 @@ async def test_preemption_end_to_end_checkpoint_signal_then_requeue(
     # Its second run continued its job's log, after a line that says where it begins;
     # nothing was set aside as an older file.
     job_log = engine.log_path(victim.id)
-    first, marker, second = job_log.read_text().split("\n")[:3]
+    first, stopped, marker, second = job_log.read_text().split("\n")[:4]
     assert (first, second) == ("run 0", "run 1")
+    # (and, before it, where the first run was stopped)
+    assert stopped.startswith("--- gpulayer-tui sent SIGTERM (SIGKILL "), stopped
     assert re.fullmatch(
         rf"--- gpulayer-tui: run 2 of job {victim.id}, started at "
         r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+ ---",

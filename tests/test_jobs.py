@@ -801,7 +801,9 @@ async def test_a_python_jobs_prints_reach_its_log_as_they_happen_and_survive_a_c
         return (await engine.get(buffered.id)).pid
 
     running = await eventually(pid, timeout=20)
-    assert psutil.Process(running).environ().get("PYTHONUNBUFFERED") == ""
+    # (read once its exec is done: until then /proc may show no environment yet)
+    environ = await eventually(lambda: psutil.Process(running).environ(), timeout=20)
+    assert environ.get("PYTHONUNBUFFERED") == ""
     await engine.cancel(buffered.id)
 
 
