@@ -56,8 +56,13 @@ def start(
 
 
 def unused_pid() -> int:
-    pid = 32000
-    while os.path.exists(f"/proc/{pid}"):
+    """A pid no process has, just below the newest one: the kernel hands out pids upward,
+    so it is not given again until the pids wrap around (32000, the old choice, was given
+    to another test's process in CI, as the pids came round to it)."""
+    probe = subprocess.Popen(["true"])
+    probe.wait()
+    pid = probe.pid - 1
+    while pid > 300 and os.path.exists(f"/proc/{pid}"):
         pid -= 1
     return pid
 
