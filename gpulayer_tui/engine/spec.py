@@ -386,8 +386,12 @@ def program_name(words: list[str], shell: bool = False) -> str:
 
     Past wrappers (:data:`WRAPPERS`: ``exec``, ``env``, ``nohup``, ``nice``, ``time``,
     ``sudo``, ...) with their options, and, in a shell line, leading ``VAR=value`` words;
-    the program's basename; a Python module run with ``-m`` is named by the module
-    (``exec python3 -m http.server $PORT`` -> ``http.server``). Empty when no word is left.
+    the program's basename. An interpreter or a launcher (:data:`INTERPRETERS`,
+    :data:`LAUNCHERS`) is named by the script it runs (``python3 train.py --lr 3`` ->
+    ``train.py``; ``uv run torchrun --nproc_per_node 8 sft.py`` -> ``sft.py``: a sweep's
+    jobs were all ``python``), a Python module run with ``-m`` by the module
+    (``exec python3 -m http.server $PORT`` -> ``http.server``); inline code (``-c``)
+    keeps the interpreter's name. Empty when no word is left.
     """
     i = 0
     while i < len(words):
@@ -409,14 +413,113 @@ def program_name(words: list[str], shell: bool = False) -> str:
     if i >= len(words):
         return ""
     base = os.path.basename(words[i]) or words[i]
-    if base.startswith("python"):
-        # python3 [-u -O ...] -m MODULE: the module says what it is.
-        for j in range(i + 1, len(words) - 1):
-            if words[j] == "-m":
-                return words[j + 1]
-            if not words[j].startswith("-") or words[j] == "-c":
-                break
-    return base
+    return _script_of(words, i + 1, base) or base
+
+
+INTERPRETERS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    # name: (options that take a value as the next word, options that give inline code)
+    "python": (frozenset({"-W", "-X", "-Q"}), frozenset({"-c"})),
+    "pypy": (frozenset({"-W", "-X"}), frozenset({"-c"})),
+    "bash": (frozenset({"-o", "-O", "+o", "+O"}), frozenset({"-c"})),
+    "sh": (frozenset({"-o", "+o"}), frozenset({"-c"})),
+    "dash": (frozenset({"-o", "+o"}), frozenset({"-c"})),
+    "zsh": (frozenset({"-o", "+o"}), frozenset({"-c"})),
+    "ksh": (frozenset({"-o", "+o"}), frozenset({"-c"})),
+    "node": (frozenset({"-r", "--require", "--import"}), frozenset({"-e", "--eval", "-p"})),
+    "ruby": (frozenset({"-r", "-I"}), frozenset({"-e"})),
+    "perl": (frozenset({"-I", "-M"}), frozenset({"-e", "-E"})),
+    "Rscript": (frozenset(), frozenset({"-e"})),
+    "julia": (frozenset({"-t", "--threads", "-p", "--project"}), frozenset({"-e", "--eval"})),
+    "lua": (frozenset({"-l"}), frozenset({"-e"})),
+    "php": (frozenset({"-d", "-c"}), frozenset({"-r"})),
+}
+"""Interpreters (their basename, ``python3.11`` as ``python``), with their options that
+take a value as the next word: their first other word is the script a default name
+takes."""
+
+LAUNCHERS = frozenset(
+    {
+        "torchrun",
+        "accelerate",
+        "deepspeed",
+        "uv",
+        "uvx",
+        "deno",
+        "bun",
+        "poetry",
+        "pipenv",
+        "conda",
+        "mamba",
+        "micromamba",
+        "pixi",
+        "hatch",
+        "mpirun",
+        "mpiexec",
+        "apptainer",
+        "singularity",
+    }
+)
+"""Programs that start another one after options of their own (whose values cannot be
+told from the program): a default name takes the first word that names a script
+(:data:`SCRIPT_SUFFIXES`) or an interpreter (named as above)."""
+
+SCRIPT_SUFFIXES = (
+    ".py",
+    ".sh",
+    ".bash",
+    ".zsh",
+    ".R",
+    ".r",
+    ".jl",
+    ".js",
+    ".mjs",
+    ".ts",
+    ".rb",
+    ".pl",
+    ".lua",
+    ".php",
+    ".ipynb",
+)
+
+
+def _interpreter(base: str) -> str | None:
+    """The :data:`INTERPRETERS` entry ``base`` is (``python3.11``: ``python``)."""
+    if base in INTERPRETERS:
+        return base
+    stem = base.rstrip("0123456789.")
+    for name in ("python", "pypy"):
+        if stem == name or (base.startswith(name) and stem in (name, name + "-dbg")):
+            return name
+    return None
+
+
+def _script_of(words: list[str], start: int, base: str) -> str:
+    """The script (or Python module) ``base`` runs from ``words[start:]``; empty if none
+    (inline code, a REPL, a launcher's word that names nothing known)."""
+    interpreter = _interpreter(base)
+    if interpreter is None and base not in LAUNCHERS:
+        return ""
+    takes_value, inline = INTERPRETERS.get(interpreter or "", (frozenset(), frozenset()))
+    k = start
+    while k < len(words):
+        word = words[k]
+        if word in inline:
+            return ""  # (inline code: the interpreter's own name says as much)
+        if word in ("-m", "--module") and k + 1 < len(words):
+            if interpreter in ("python", "pypy") or base in LAUNCHERS:
+                return words[k + 1]
+        if word.startswith(("-", "+")) and word not in ("-", "--"):
+            k += 2 if word in takes_value else 1
+            continue
+        name = os.path.basename(word) or word
+        if interpreter is not None:
+            return name if word not in ("-", "--") else ""
+        if name.endswith(SCRIPT_SUFFIXES) or word.startswith("./"):
+            return name
+        if _interpreter(name) is not None or name in LAUNCHERS:
+            return _script_of(words, k + 1, name) or name
+        k += 1
+    return ""
 
 
 def _is_assignment(word: str) -> bool:
