@@ -141,6 +141,12 @@ def argv_text(words: list[str]) -> str:
     return " ".join(_quoted(str(word)) for word in words)
 
 
+SHELL_LINE_MARK = "  (shell line)"
+"""Follows a shell line where a job's command is shown (``status``, the TUI's detail):
+it was ``sh -c '...'``, which read as a shell run a line without one (most run as an
+argv: ``engine/commandline.py``), quoted past reading."""
+
+
 def _quoted(word: str) -> str:
     if word and all(c.isalnum() or c in _SAFE_IN_WORD for c in word):
         return word

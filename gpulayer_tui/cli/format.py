@@ -6,6 +6,7 @@ import time
 
 from ..fields import cell_width, cut_to_width, pad_to_width, printable
 from ..formatting import (
+    SHELL_LINE_MARK,
     argv_text,
     domains_text,
     duration,
@@ -95,9 +96,7 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
         shown = command
     else:
         # (repr() doubled backslashes and wrote \' inside single quotes, not sh's quoting)
-        shown = (
-            argv_text(command) if command else argv_text(["sh", "-c", str(spec.get("shell", ""))])
-        )
+        shown = argv_text(command) if command else str(spec.get("shell", "")) + SHELL_LINE_MARK
     lines = [
         f"job {job['id']}  {job['name']}  [{job['kind']}]",
         f"  status      {job['status']}"

@@ -27,7 +27,7 @@ from .. import keymap
 from ..backend import BackendError, ConnectionLost
 from ..fields import printable
 from ..formatting import (
-    argv_text,
+    SHELL_LINE_MARK,
     dependencies_text,
     duration,
     replica_health,
@@ -228,13 +228,9 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
     exit_code = job.get("exit_code")
     vram = spec.get("vram_gb")
     runtime = runtime_seconds(job, now)
-    # (Shell-quoted, as the CLI shows it: repr() doubled every backslash, so a line holding
-    # the text \x1b read as one holding an escape character.)
-    command_line = (
-        command_text(job)
-        if spec.get("command")
-        else argv_text(["sh", "-c", str(spec.get("shell", ""))])
-    )
+    # (An argv shell-quoted, as the CLI shows it: repr() doubled every backslash, so a
+    # line holding the text \x1b read as one holding an escape character.)
+    command_line = command_text(job)
     stamps = (
         ("created", job.get("created_at")),
         ("started", job.get("started_at")),
@@ -246,7 +242,9 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
         "status": status_value,
         "exit": _or_dash("" if exit_code is None else str(exit_code)),
         "message": _or_dash(" ".join(str(job.get("message") or "").split())),
-        "command": Content(printable(command_line)),
+        "command": Content(printable(command_line))
+        if spec.get("command")
+        else Content.assemble(printable(command_line), (SHELL_LINE_MARK, "dim")),
         "cwd": _cwd(spec),
         "domains": _or_dash(_placement(job, spec)),
         "replicas": replica_lines(job, now),
