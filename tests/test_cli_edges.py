@@ -993,6 +993,81 @@ def test_jobs_on_a_terminal_that_says_0_columns_takes_columns(engine: Served) ->
     assert b"a-visible-name" in shown, shown
 
 
+def _on_a_terminal(engine: Served, columns: int, *argv: str) -> str:
+    """What ``gpulayer-tui ARGV`` shows on a terminal ``columns`` wide."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpulayer_tui", *argv],
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            env={k: v for k, v in engine.env.items() if k != "COLUMNS"},
+            cwd=REPO,
+            timeout=60,
+        )
+        os.close(follower)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(leader)
+    assert done.returncode == 0, done.stderr
+    return shown.decode().replace("\r\n", "\n")
+
+
+def test_the_jobs_table_shows_priorities_and_keeps_exit_at_80_columns(engine: Served) -> None:
+    # Tester h69: no column said a job's priority, and at 80 columns the cut at the edge
+    # took EXIT (a failed sweep's codes) while empty columns kept their room.
+    first = _submit(engine, "--name", "low", "--", "sh", "-c", "exit 3")
+    assert engine.cli("wait", first).returncode == 1
+    urgent = _submit(engine, "--priority", "5", "--name", "urgent", "--", "true")
+    assert engine.cli("wait", urgent).returncode == 0
+    piped = engine.cli("jobs").stdout.splitlines()
+    assert piped[0].split() == [
+        "ID",
+        "NAME",
+        "USER",
+        "STATUS",
+        "PRIO",
+        "DOMAINS",
+        "GPUS",
+        "VRAM",
+        "RUNTIME",
+        "EXIT",
+        "REASON",
+    ]  # (piped: every column, whole)
+    import getpass
+
+    assert piped[1].split()[:5] == [urgent, "urgent", getpass.getuser(), "completed", "+5"]
+    narrow = _on_a_terminal(engine, 80, "jobs").splitlines()
+    assert narrow[0].split() == [
+        "ID",
+        "NAME",
+        "USER",
+        "STATUS",
+        "PRIO",
+        "DOMAINS",
+        "RUNTIME",
+        "EXIT",
+        "REASON",
+    ]
+    assert all(len(line) <= 80 for line in narrow)
+    exit_at = narrow[0].index("EXIT")
+    assert narrow[2][exit_at] == "3", narrow
+    # No job listed has a priority: no PRIO column.
+    assert "PRIO" not in engine.cli("jobs", "--filter", "low").stdout
+
+
 def test_cancel_waits_on_through_an_engine_restart(served: Served) -> None:
     # The cancel was stored and done, but its wait exited 3 ("no engine") when the engine
     # restarted meanwhile.

@@ -57,19 +57,26 @@ def fit(text: str, width: int | None) -> str:
     return "\n".join(cut_to_width(line, width) for line in text.split("\n"))
 
 
-def format_jobs(jobs: list[JobRowJSON], now: float) -> str:
-    """The ``jobs`` table."""
+def format_jobs(jobs: list[JobRowJSON], now: float, width: int | None = None) -> str:
+    """The ``jobs`` table. PRIO is there when a listed job has a priority other than 0.
+    On a terminal ``width`` columns wide, a table wider than it loses its columns that
+    are empty in every row (GPUS, VRAM, EXIT, ...) before a row is cut at the edge: at 80
+    columns the cut took EXIT, which a glance at a failed sweep looks for (tester h69)."""
     if not jobs:
         return "no jobs"
+    headers = ["ID", "NAME", "USER", "STATUS", "PRIO", "DOMAINS", "GPUS", "VRAM", "RUNTIME"]
+    headers += ["EXIT", "REASON"]
     rows = []
     for job in jobs:
         spec = job.get("spec", {})
+        priority = spec.get("priority") or 0
         rows.append(
             [
                 str(job["id"]),
                 cut_to_width(job["name"], 24),
                 user_text(job),
                 job["status"] + (f" {health}" if (health := replica_health(job)) else ""),
+                f"{priority:+d}" if priority else "",
                 domains_text(job),
                 gpus_text(job),
                 "" if spec.get("vram_gb") is None else f"{spec['vram_gb']:g}",
@@ -78,10 +85,18 @@ def format_jobs(jobs: list[JobRowJSON], now: float) -> str:
                 live_message(job, now),
             ]
         )
-    return table(
-        ["ID", "NAME", "USER", "STATUS", "DOMAINS", "GPUS", "VRAM", "RUNTIME", "EXIT", "REASON"],
-        rows,
-    )
+    empty = {i for i in range(len(headers)) if not any(row[i] for row in rows)}
+    drop = {headers.index("PRIO")} & empty  # (no job has one: nothing to say)
+    text = _table_without(headers, rows, drop)
+    if width is not None and max(cell_width(line) for line in text.split("\n")) > width:
+        # (REASON stays: an empty one still heads the column a cut would end in)
+        text = _table_without(headers, rows, empty - {len(headers) - 1})
+    return text
+
+
+def _table_without(headers: list[str], rows: list[list[str]], drop: set[int]) -> str:
+    keep = [i for i in range(len(headers)) if i not in drop]
+    return table([headers[i] for i in keep], [[row[i] for i in keep] for row in rows])
 
 
 def _when(ts: float | None) -> str:
