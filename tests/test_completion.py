@@ -140,12 +140,24 @@ def test_bash_completes_job_ids_and_domains_from_a_running_engine(
     # (cancel takes several: only its first was completed: tester h49)
     assert bash_complete(tmp_path, command, ["cancel", done, ""], env) == ids
     assert bash_complete(tmp_path, command, ["status", done, ""], env) == []  # (takes one)
+    # After a comma: the ids not in the list yet, as the whole word (tester h69).
+    assert bash_complete(tmp_path, command, ["wait", f"{running},"], env) == [f"{running},{done}"]
+    assert bash_complete(tmp_path, command, ["cancel", f"{done},{running[0]}"], env) == [
+        f"{done},{running}"
+    ]
+    assert bash_complete(tmp_path, command, ["submit", "--after", f"{done},"], env) == [
+        f"{done},{running}"
+    ]
     assert bash_complete(tmp_path, command, ["submit", "--domain", ""], env) == ["gpu0", "cpu"]
     assert bash_complete(tmp_path, command, ["domain", "drain", "g"], env) == ["gpu0"]
     # zsh and fish get the job's status and name too.
     out = served.cli("__complete", "jobs")
     assert out.stdout.splitlines() == [f"{running}\trunning train", f"{done}\tcompleted first"]
     assert served.cli("__complete", "jobs", "x").stdout == ""
+    assert (
+        served.cli("__complete", "jobs", f"{done},").stdout == f"{done},{running}\trunning train\n"
+    )
+    assert served.cli("__complete", "jobs", "x,").stdout == ""
     assert served.cli("cancel", running).returncode == 0
 
 

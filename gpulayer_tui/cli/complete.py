@@ -27,6 +27,16 @@ def _text(value: object) -> str:
 
 
 def _jobs(client: Client, prefix: str) -> list[str]:
+    head, comma, last = prefix.rpartition(",")
+    if comma:
+        # `cancel 12,1<Tab>`: the ids a comma list takes (`cancel`, `wait`, `--after`) go on
+        # after its last comma, as the whole word (none was offered past a comma).
+        given = head.split(",")
+        if not all(word.isdigit() for word in given):
+            return []
+        return [
+            f"{head},{line}" for line in _jobs(client, last) if line.split("\t", 1)[0] not in given
+        ]
     if prefix and not prefix.isdigit():
         return []
     active = client.jobs_page(status=ACTIVE, limit=1000)["jobs"]
