@@ -478,3 +478,33 @@ def status_phrase(status: str) -> str:
     """``is running`` / ``has ended (failed)``: a job's status in a sentence ("job 5 is
     failed" read wrong)."""
     return f"has ended ({status})" if status in TERMINAL_STATUSES else f"is {status}"
+
+
+def engine_sets_env(key: str, port_service: bool, no_port: str = "add --no-port") -> str | None:
+    """Why a job's environment may not name ``key`` where a user types it (``--env``, a
+    spec file's ``env``, the TUI's form), or ``None``: the engine sets it for each job,
+    over whatever the job's environment says (the value given was dropped without a
+    word), or no shell could read it. ``port_service``: a service given a ``$PORT``;
+    ``no_port``: how to turn that port off where the variable was typed."""
+    if any(c.isspace() or not c.isprintable() for c in key):
+        # (`--env "LR =0.1"` set a variable "LR " that the job's $LR never read; refused
+        # where the user typed it: an inherited environment may hold such a name)
+        return "a variable's name has no spaces or control characters"
+    if key == "CUDA_VISIBLE_DEVICES":
+        return (
+            "the engine sets it to the job's GPUs; ask for GPUs with --gpus N "
+            "(and --domain NAME for which ones)"
+        )
+    if key in ("CUDA_DEVICE_ORDER", "GPULAYER_JOB_ID", "GPULAYER_REPLICA", "GPULAYER_TASK"):
+        return "the engine sets it for every job"
+    if key == "PORT" and port_service:
+        return (
+            "each start of a replica gets a free port as $PORT from the engine; "
+            f"{no_port} to give your own"
+        )
+    return None
+
+
+def env_name_shown(key: str) -> str:
+    """``key`` as typed, quoted (escapes and all) where it holds a space or a control."""
+    return key if key.isprintable() and not any(c.isspace() for c in key) else repr(key)

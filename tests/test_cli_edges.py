@@ -47,7 +47,18 @@ def test_wait_with_a_timeout_that_runs_out_exits_5_and_says_so(engine: Served) -
     assert out.returncode == 5
     shown = json.loads(out.stdout)
     assert shown["timed_out"] is True and shown["job"]["id"] == int(job)
-    engine.cli("cancel", job, "--no-wait")
+    # 0 only asks (a poll a script makes), and a duration is taken as --timeout takes one
+    # at submission (both refused: tester h71).
+    out = engine.cli("wait", job, "--timeout", "0")
+    assert (
+        out.returncode == 5 and out.stderr == f"gpulayer-tui: job {job} still running after 0 s\n"
+    )
+    done = _submit(engine, "--", "true")
+    assert engine.cli("wait", done, "--timeout", "1m").returncode == 0
+    assert engine.cli("wait", done, "--timeout", "0").returncode == 0
+    refused = engine.cli("wait", done, "--timeout", "-1")
+    assert refused.returncode == 2 and "must be 0 or more, got -1" in refused.stderr
+    assert engine.cli("cancel", job, "--timeout", "1m").returncode == 0
 
 
 def test_output_that_cannot_be_written_is_no_bad_input_and_a_closed_one_acts_not(
@@ -341,6 +352,47 @@ def test_a_spec_files_jobs_wait_for_earlier_ones_by_name(engine: Served, tmp_pat
         "that name (a name waits for an earlier job of the same file; an id, for any job)\n"
     )
     assert engine.cli("jobs", "--json").stdout == before
+    spec.write_text(
+        '[[jobs]]\nname = "a"\ncommand = ["true"]\n[[jobs]]\nname = "a"\ncommand = ["true"]\n'
+        '[[jobs]]\nname = "c"\ncommand = ["true"]\ndepends_on = ["a"]\n'
+    )
+    out = engine.cli("submit", "--spec", str(spec))
+    assert out.returncode == 2
+    assert "depends_on 'a': 2 jobs before it in the file have that name" in out.stderr
+
+
+def test_a_folder_that_is_not_there_is_refused_at_submission(
+    engine: Served, tmp_path: Path
+) -> None:
+    # It was stored, and failed at its start (maybe hours later, behind the queue): tester
+    # h71. Nothing is stored now.
+    before = engine.cli("jobs", "--json").stdout
+    out = engine.cli("submit", "--cwd", str(tmp_path / "gone"), "--", "true")
+    assert out.returncode == 2
+    assert f"--cwd {tmp_path / 'gone'}: no such folder" in out.stderr
+    (tmp_path / "file").write_text("")
+    out = engine.cli("submit", "--cwd", str(tmp_path / "file"), "--", "true")
+    assert out.returncode == 2 and "not a folder" in out.stderr
+    assert engine.cli("jobs", "--json").stdout == before
+
+
+def test_an_edit_that_changes_nothing_says_so(
+    engine: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An empty object was told "expected a JSON object of the fields to change" (tester
+    # h71): it is one.
+    from gpulayer_tui.client import ApiError, Client
+    from gpulayer_tui.engine.paths import resolve_paths
+
+    assert engine.cli("pause").returncode == 0
+    job = _submit(engine, "--", "true")
+    monkeypatch.setenv("GPULAYER_HOME", str(engine.home))  # (the served engine's)
+    client = Client(resolve_paths())
+    with pytest.raises(ApiError, match=r"no fields given to change \(one or more of: priority"):
+        client.request("PATCH", f"/jobs/{job}", {})
+    with pytest.raises(ApiError, match="expected a JSON object of the fields to change"):
+        client.request("PATCH", f"/jobs/{job}", [1])
+    assert engine.cli("resume").returncode == 0
 
 
 def test_service_options_with_a_service_spec_file_apply_without_service(

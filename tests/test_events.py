@@ -105,7 +105,8 @@ async def test_a_reader_cut_off_for_falling_behind_is_told_so_in_a_last_line(
         before = set(engine.bus._subscribers)
         async with aiohttp.ClientSession(connector=connector) as session:
             async with session.get("http://engine/v1/events") as stream:
-                assert (await stream.content.readline()) == b'{"kind": "hello"}\n'
+                hello = json.loads(await stream.content.readline())
+                assert hello == {"kind": "hello", "seq": engine.bus.last_seq}
                 (sub,) = engine.bus._subscribers - before
                 for i in range(sub.queue.maxsize + 1):  # (more than it keeps, at once)
                     engine.bus.publish(engine.bus.make(EventKind.ENGINE, None, {"i": i}))
@@ -203,7 +204,8 @@ async def test_event_stream_over_the_socket(make_engine: EngineFactory) -> None:
         connector = aiohttp.UnixConnector(path=str(engine.paths.socket))
         async with aiohttp.ClientSession(connector=connector) as session:
             async with session.get("http://engine/v1/events") as stream:
-                assert (await stream.content.readline()) == b'{"kind": "hello"}\n'
+                hello = json.loads(await stream.content.readline())
+                assert hello["kind"] == "hello" and hello["seq"] == engine.bus.last_seq
                 async with session.post(
                     "http://engine/v1/jobs",
                     json={"command": ["true"], "name": "evt", "env": {"SECRET": "x"}},
@@ -211,9 +213,14 @@ async def test_event_stream_over_the_socket(make_engine: EngineFactory) -> None:
                     assert resp.status == 201
                     job_id = (await resp.json())["job"]["id"]
                 statuses = []
+                seq = hello["seq"]
                 while "completed" not in statuses:
                     line = await asyncio.wait_for(stream.content.readline(), 10)
                     event = json.loads(line)
+                    # The first event is the one after hello's seq: a gap anywhere, the
+                    # first included, means one was missed (tester h71).
+                    assert event["seq"] == seq + 1, (seq, event)
+                    seq = event["seq"]
                     if event["job_id"] == job_id and event["kind"] in (
                         "job.submitted",
                         "job.transition",

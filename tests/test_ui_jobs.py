@@ -10,6 +10,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -357,6 +358,43 @@ async def test_over_capacity_shows_the_engines_message(ui_app: Any) -> None:
         assert "over capacity" in cell(table, job_id, "message")
 
 
+async def test_the_form_sets_a_jobs_project_folder_and_environment(
+    ui_app: Any, tmp_path: Path
+) -> None:
+    # Tester h69: the form had no field for any of them (the CLI's --project, --cwd and
+    # --env): a job from the TUI ran where the TUI started, with its environment.
+    app = await ui_app("2xA100-80GB")
+    folder = tmp_path / "exp 1"
+    folder.mkdir()
+    async with app.run_test(size=(140, 50)) as pilot:
+        await pilot.press("2")
+        form = await open_form(pilot)
+        await type_text(pilot, 'echo "$GREETING|$LR|$(pwd)"')
+        await fill(pilot, form, "project", "sweep-a")
+        await fill(pilot, form, "cwd", str(tmp_path / "missing"))
+        assert field_error(form, "cwd") == f"no such folder: {tmp_path / 'missing'}"
+        await clear(pilot, form, "cwd")
+        await fill(pilot, form, "cwd", str(folder))
+        assert field_error(form, "cwd") == ""
+        await fill(pilot, form, "env", "CUDA_VISIBLE_DEVICES=1")
+        assert field_error(form, "env").startswith("CUDA_VISIBLE_DEVICES: the engine sets it")
+        await clear(pilot, form, "env")
+        await fill(pilot, form, "env", "GREETING='hello there' LR")
+        assert field_error(form, "env") == "expected KEY=VALUE, got 'LR'"
+        await type_text(pilot, "=0.1")
+        assert field_error(form, "env") == ""
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the form to close")
+        table = table_of(app)
+        job_id = await until(pilot, lambda: table.cursor_job_id, "the new row")
+        await until(pilot, lambda: status_of(table, job_id) == "completed", "completed row")
+        chunk = await app.backend.read_log(job_id, 0)
+        assert chunk.data.decode().strip() == f"hello there|0.1|{folder}"
+        spec_of = (await app.backend.job(job_id))["job"]["spec"]
+        assert spec_of["project"] == "sweep-a" and spec_of["cwd"] == str(folder)
+        assert spec_of["env"]["PATH"] == os.environ["PATH"]  # (over the TUI's environment)
+
+
 async def test_inline_validation_and_engine_errors_submit_nothing(ui_app: Any) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
@@ -393,9 +431,9 @@ async def test_inline_validation_and_engine_errors_submit_nothing(ui_app: Any) -
         assert form.query_one("#after", Input).has_class("-invalid")
         await clear(pilot, form, "after")
         await fill(pilot, form, "domain", "gpu9")
-        # Enter moves to the next field (domain, depends on, timeout, priority; replicas
-        # is off for a batch job), then submits.
-        await pilot.press("enter", "enter", "enter", "enter")
+        # Enter moves to the next field (domain, depends on, timeout, priority, directory,
+        # environment; replicas is off for a batch job), then submits.
+        await pilot.press("enter", "enter", "enter", "enter", "enter", "enter")
         await until(
             pilot, lambda: "domain: unknown domain 'gpu9'" in form.form_message, "the refusal"
         )

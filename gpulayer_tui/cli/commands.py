@@ -94,14 +94,21 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
                 "the current folder no longer exists (it was removed after this shell entered "
                 "it): cd to one that does, or give --cwd"
             )
+    if args.cwd and not getattr(args, "cluster", None) and not os.path.isdir(spec["cwd"]):
+        # (it was stored, and failed at its start, maybe hours later: tester h71; a Slurm
+        # job's folder is the cluster's, which this machine may not have)
+        what = "not a folder" if os.path.exists(spec["cwd"]) else "no such folder"
+        parser.error(f"--cwd {spec['cwd']}: {what}")
+    from ..fields import engine_sets_env, env_name_shown
+
     env: dict[str, str] = {} if args.no_inherit_env else dict(os.environ)
     for item in args.env:
         key, sep, value = item.partition("=")
         if not sep or not key:
             parser.error(f"--env expects KEY=VALUE, got {item!r}")
-        refused = _engine_sets(key, args.service and not args.no_port)
+        refused = engine_sets_env(key, args.service and not args.no_port)
         if refused:
-            parser.error(f"--env {_env_name_shown(key)}: {refused}")
+            parser.error(f"--env {env_name_shown(key)}: {refused}")
         env[key] = value
     if env:
         spec["env"] = env
@@ -127,36 +134,6 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         verb = "applies" if len(given) == 1 else "apply"
         parser.error(f"{flags} only {verb} to services: add --service")
     return spec
-
-
-def _engine_sets(key: str, port_service: bool, no_port: str = "add --no-port") -> str | None:
-    """Why ``--env KEY`` cannot be given (the engine sets KEY for each job, over whatever
-    the job's environment says: the value given was dropped without a word; or no shell
-    could read it), or ``None``.
-    ``no_port``: how to turn the port off where the env was given (a spec file's way is
-    ``port = false``: it was told of a flag)."""
-    if any(c.isspace() or not c.isprintable() for c in key):
-        # (`--env "LR =0.1"` set a variable "LR " that the job's $LR never read; refused
-        # here, where the user typed it: an inherited environment may hold such a name)
-        return "a variable's name has no spaces or control characters"
-    if key == "CUDA_VISIBLE_DEVICES":
-        return (
-            "the engine sets it to the job's GPUs; ask for GPUs with --gpus N "
-            "(and --domain NAME for which ones)"
-        )
-    if key in ("CUDA_DEVICE_ORDER", "GPULAYER_JOB_ID", "GPULAYER_REPLICA", "GPULAYER_TASK"):
-        return "the engine sets it for every job"
-    if key == "PORT" and port_service:
-        return (
-            "each start of a replica gets a free port as $PORT from the engine; "
-            f"{no_port} to give your own"
-        )
-    return None
-
-
-def _env_name_shown(key: str) -> str:
-    """``key`` as typed, quoted (escapes and all) where it holds a space or a control."""
-    return key if key.isprintable() and not any(c.isspace() for c in key) else repr(key)
 
 
 LIKE_SERVICE = "__service_options"
@@ -240,9 +217,13 @@ def _named_dependencies(items: list[dict[str, Any]], path: str) -> None:
             earlier = [k for k in range(index) if items[k].get("name") == named]
             who = f"job {index + 1}" + (f" ({item['name']})" if "name" in item else "")
             if len(earlier) != 1:
-                said = "no job before it" if not earlier else f"{len(earlier)} jobs before it"
+                said = (
+                    "no job before it in the file has"
+                    if not earlier
+                    else f"{len(earlier)} jobs before it in the file have"
+                )
                 raise ValueError(
-                    f"{path}: {who}: depends_on {named!r}: {said} in the file has that name"
+                    f"{path}: {who}: depends_on {named!r}: {said} that name"
                     " (a name waits for an earlier job of the same file; an id, for any job)"
                 )
             ref: dict[str, Any] = {"batch": earlier[0]}
@@ -533,14 +514,16 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         except ValueError as err:
             _error(str(err))
             return EXIT_USAGE
+        from ..fields import engine_sets_env, env_name_shown
+
         for number, item in enumerate(items, 1):
             own = item.get("env")
             port = item.get("kind") == "service" and item.get("port") is not False
             for key in own if isinstance(own, dict) else ():
-                refused = _engine_sets(str(key), port, "set port = false")
+                refused = engine_sets_env(str(key), port, "set port = false")
                 if refused:
                     where = f"{args.spec}" + (f", job {number}" if len(items) > 1 else "")
-                    _error(f"{where}: env {_env_name_shown(str(key))}: {refused}")
+                    _error(f"{where}: env {env_name_shown(str(key))}: {refused}")
                     return EXIT_USAGE
         service = base.pop(LIKE_SERVICE, None)
         if service is not None:

@@ -75,18 +75,21 @@ def _not_empty(what: str) -> Callable[[str], str]:
     return check
 
 
-def positive_number(text: str) -> float:
-    """A number greater than 0 (seconds to wait)."""
+def positive_number(text: str, zero: bool = False) -> float:
+    """Seconds to wait, greater than 0 (``zero``: or 0): a number, or a duration as
+    ``submit --timeout`` takes one (``90m``, ``2h``: ``wait --timeout 1m`` was "expected a
+    number", tester h71)."""
     from .. import fields as wire
 
     try:
-        value = wire.parse_number("value", text)
+        value = wire.parse_duration("value", text)
     except wire.FieldError as err:
         raise argparse.ArgumentTypeError(err.detail) from None
     if value != value:  # (nan: "must be greater than 0, got nan" read as a range)
         raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text}")
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    if not (value >= 0 if zero else value > 0):
+        least = "0 or more" if zero else "greater than 0"
+        raise argparse.ArgumentTypeError(f"must be {least}, got {text}")
     # (inf and 1e300 ended `cancel --timeout` in an OverflowError; the engine's limit, not
     # one of the CLI's own: 10 years, where a --timeout the engine would refuse was taken)
     if not value <= wire.MAX_SECONDS:
@@ -94,6 +97,11 @@ def positive_number(text: str) -> float:
             f"must be at most {wire.MAX_SECONDS:.0f} (10 years), got {text}"
         )
     return value
+
+
+def seconds_or_zero(text: str) -> float:
+    """Seconds to wait, 0 included (``wait --timeout 0``: has it ended? at once)."""
+    return positive_number(text, zero=True)
 
 
 def memory_gb(text: str) -> float:
@@ -433,9 +441,10 @@ def _wait_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=positive_number,
+        type=seconds_or_zero,
         metavar="SECONDS",
-        help="wait at most this long in all (exit 5 if a job has not ended by then)",
+        help="wait at most this long in all: seconds or 90m, 2h (exit 5 if a job has not "
+        "ended by then; 0 only asks: a poll)",
     )
     p.add_argument("--json", action="store_true")
 

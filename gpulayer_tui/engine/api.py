@@ -443,6 +443,27 @@ def _float_query(request: web.Request, name: str) -> float | None:
     return value
 
 
+def _epoch_query(request: web.Request, name: str) -> float | None:
+    """A time as epoch seconds, a fraction too (every time the API answers has one:
+    ``since=`` a row's ``created_at`` was refused, "must be an integer": tester h71)."""
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return None
+    if raw[:1] in "+ " or raw != raw.strip():
+        raise SpecError(f"{name} must be a time in epoch seconds, not {raw[:100]!r}", name)
+    try:
+        value = parse_number(name, raw)
+    except FieldError:
+        raise SpecError(
+            f"{name} must be a time in epoch seconds, not {raw[:100]!r}", name
+        ) from None
+    if value < 0:
+        raise SpecError(f"{name} must not be negative", name)
+    if not value < 1e11:  # (inf and nan too: no time a job has)
+        raise SpecError(f"{name} must be a time in epoch seconds, not {raw[:100]}", name)
+    return value
+
+
 def _job(job: Job) -> wire.JobJSON:
     return job.to_json()
 
@@ -552,7 +573,7 @@ def _job_query(request: web.Request) -> JobQuery:
         after=_int_query(request, "after", None),
         offset=_int_query(request, "offset", 0) or 0,
         limit=_limit(request),
-        since=_int_query(request, "since", None),
+        since=_epoch_query(request, "since"),
     )
 
 
@@ -885,8 +906,12 @@ async def job_edit(request: web.Request) -> web.Response:
             "only its own jobs"
         )
     changes = await _read_json(request)
-    if not isinstance(changes, dict) or not changes:
+    if not isinstance(changes, dict):
         raise SpecError("expected a JSON object of the fields to change")
+    if not changes:
+        raise SpecError(
+            "no fields given to change (one or more of: " + ", ".join(engine.EDITABLE) + ")"
+        )
     before = dict(job.spec)
     edited = await engine.edit(job_id, changes)
     # ("changed": false for an edit that asks for what the job has: nothing was recorded)
@@ -1074,9 +1099,12 @@ async def events(request: web.Request) -> web.StreamResponse:
     creds = peer_creds(request)
     with streams.held(engine, peer_uid(request)), _following(streams, creds and creds[0]):
         subscription = engine.subscribe()
+        # (Read with the subscription, before any await: the first event it gets is the
+        # one after this; a reader had no way to tell one missed before its first.)
+        hello = b'{"kind": "hello", "seq": %d}\n' % engine.bus.last_seq
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
-        await response.write(b'{"kind": "hello"}\n')
+        await response.write(hello)
         try:
             while True:
                 try:

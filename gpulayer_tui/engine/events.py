@@ -62,6 +62,9 @@ class EventBus:
         self._subscribers: set[Subscription] = set()
         self._seq = itertools.count(1)
         self._published = itertools.count(1)
+        self.last_seq = 0
+        """The ``seq`` of the last event published (0: none yet): a new subscriber's first
+        event is the one after it, unless some were missed."""
 
     def make(
         self,
@@ -97,7 +100,8 @@ class EventBus:
         made earlier may be committed later, and one made may never be published, so
         numbers given when made reached readers out of order and with gaps.
         """
-        object.__setattr__(event, "seq", next(self._published))
+        self.last_seq = next(self._published)
+        object.__setattr__(event, "seq", self.last_seq)
         object.__setattr__(event, "_line", None)
         for sub in list(self._subscribers):
             try:

@@ -32,7 +32,12 @@ EDITED = (
     ("priority", "priority", "Priority", "higher starts first"),
     ("gpus", "gpus", "GPUs", "0 = CPU job · empty: 1 if VRAM or a GPU domain is set"),
     ("vram", "vram_gb", "VRAM GiB", "needed on each GPU · empty: none declared"),
-    ("timeout", "timeout", "Timeout s", "seconds of running, then SIGTERM · empty: none"),
+    (
+        "timeout",
+        "timeout",
+        "Timeout",
+        "of running (90m, 2h, or seconds), then SIGTERM · empty: none",
+    ),
     # (the hint read as if every id waited for any outcome: tester h61)
     ("after", "depends_on", "After jobs", "ids, e.g. 12, 13 any (13: any end) · empty: none"),
 )

@@ -28,6 +28,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Static
 
 from .. import keymap, wire
 from ..backend import BackendError
+from ..fields import engine_sets_env, env_name_shown
 from ..view import view_of
 from ..widgets.command_input import CommandInput
 from ..widgets.field_input import FieldInput, after_typed
@@ -38,12 +39,15 @@ from .form import FormScreen, form_field
 _FIELDS = (
     "command",
     "name",
+    "project",
     "gpus",
     "vram",
     "domain",
     "after",
     "timeout",
     "priority",
+    "cwd",
+    "env",
     "replicas",
 )
 """Input ids in form order (enter moves along them; enter on the last one submits)."""
@@ -61,9 +65,52 @@ _SPEC_FIELD = {
     "depends_on": "after",
     "timeout": "timeout",
     "priority": "priority",
+    "project": "project",
+    "cwd": "cwd",
+    "env": "env",
     "replicas": "replicas",
 }
 """Spec field (as named in the engine's messages) -> the input that sets it."""
+
+
+def _folder_problem(text: str) -> str:
+    """What is wrong with a job's folder as typed ("" when nothing): it must be there
+    (the engine would fail the job at its start, maybe hours later)."""
+    path = os.path.abspath(os.path.expanduser(text))
+    if not os.path.exists(path):
+        return f"no such folder: {path}"
+    if not os.path.isdir(path):
+        return f"not a folder: {path}"
+    return ""
+
+
+def _env_pairs(text: str) -> list[tuple[str, str]]:
+    """``KEY=VALUE ...`` as typed, split as a shell would (a value may be quoted).
+
+    Raises:
+        ValueError: A quote is never closed, or a word is no ``KEY=VALUE``.
+    """
+    pairs = []
+    for word in shlex.split(text):
+        key, sep, value = word.partition("=")
+        if not sep or not key:
+            raise ValueError(f"expected KEY=VALUE, got {word!r}")
+        pairs.append((key, value))
+    return pairs
+
+
+def _env_problem(text: str, *, port_service: bool) -> str:
+    """What is wrong with the environment field ("" when nothing): as ``--env`` is
+    checked (:func:`~gpulayer_tui.fields.engine_sets_env`)."""
+    try:
+        pairs = _env_pairs(text)
+    except ValueError as err:
+        return str(err)
+    for key, _ in pairs:
+        refused = engine_sets_env(key, port_service, "from the CLI, submit --no-port")
+        if refused:
+            return f"{env_name_shown(key)}: {refused}"
+    return ""
 
 
 def split_list(text: str) -> list[str]:
@@ -128,6 +175,11 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                 "Name", FieldInput(placeholder="default: the program's name", id="name")
             )
             yield form_field(
+                "Project",
+                FieldInput(placeholder="-", id="project"),
+                "to group and filter by",
+            )
+            yield form_field(
                 "GPUs",
                 FieldInput(placeholder="auto", id="gpus", classes="short"),
                 "0 = CPU job · empty: 1 if VRAM or a GPU domain is set",
@@ -158,14 +210,25 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                     compact=True,
                 )
             yield form_field(
-                "Timeout s",
+                "Timeout",
                 FieldInput(placeholder="none", id="timeout", classes="short"),
-                "seconds of running, then SIGTERM",
+                "of running (90m, 2h, 1h30m, or seconds), then SIGTERM",
             )
             yield form_field(
                 "Priority",
                 FieldInput(placeholder="0", id="priority", classes="short"),
                 "higher starts first",
+            )
+            yield form_field(
+                "Directory",
+                # (not the folder itself: the form's look would depend on where it ran)
+                FieldInput(placeholder="where this TUI started", id="cwd"),
+                "where it runs (~ and relative paths too)",
+            )
+            yield form_field(
+                "Environment",
+                FieldInput(placeholder="KEY=VALUE ...", id="env"),
+                "over this TUI's own ('quote' a value with spaces)",
             )
             with Horizontal(classes="option-row"):
                 yield Checkbox(
@@ -220,8 +283,12 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                     wire.check_shell(text)
             elif not text:
                 return ""
-            elif field_id == "name":
-                wire.check_label("name", text)
+            elif field_id in ("name", "project"):
+                wire.check_label(field_id, text)
+            elif field_id == "cwd":
+                return _folder_problem(text)
+            elif field_id == "env":
+                return _env_problem(text, port_service=self._checked("service"))
             elif field_id == "vram":
                 wire.parse_field("vram_gb", text)
                 gpus = self._value("gpus")
@@ -276,6 +343,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
     def _service_toggled(self, event: Checkbox.Changed) -> None:
         self.query_one("#replicas", Input).disabled = not event.value
         self._check("replicas")
+        self._check("env")  # (PORT is the engine's for a service)
 
     # -- the spec ---------------------------------------------------------------------------
 
@@ -293,6 +361,8 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             spec["shell"] = command
         if name := self._value("name"):
             spec["name"] = name
+        if project := self._value("project"):
+            spec["project"] = project
         if gpus := self._value("gpus"):
             spec["gpus"] = wire.parse_field("gpus", gpus)
         if vram := self._value("vram"):
@@ -312,8 +382,10 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             spec["kind"] = "service"
             if replicas := self._value("replicas"):
                 spec["replicas"] = wire.parse_field("replicas", replicas)
-        spec["cwd"] = os.getcwd()
+        folder = self._value("cwd")
+        spec["cwd"] = os.path.abspath(os.path.expanduser(folder)) if folder else os.getcwd()
         env = dict(os.environ)
+        env.update(_env_pairs(self._value("env")))
         if env:
             spec["env"] = env
         return spec
