@@ -781,6 +781,34 @@ async def test_log_tail_shows_lines_like_a_terminal_would() -> None:
         assert log.source_lines == ["CR-over here", "done", "ab本語", "xbcdefghyjkl"]
 
 
+async def test_a_line_longer_than_the_log_is_marked_where_it_is_cut() -> None:
+    # It was cut at the right edge without a mark: a reader took it for the whole line
+    # (tester h61's list). `w` wraps it; scrolled to its end, the mark goes.
+    from gpulayer_tui.widgets.log_tail import MORE_MARK
+
+    app = _LogApp()
+    async with app.run_test(size=(40, 10)) as pilot:
+        log = app.query_one(LogTail)
+        log.feed(b"short\n" + b"x" * 100 + b"\n")
+        log.finish()
+        await until(pilot, lambda: len(log.lines) == 2, "the lines")
+        width = log.size.width
+
+        def row_text(y: int) -> str:
+            return "".join(segment.text for segment in log.render_line(y))
+
+        await until(pilot, lambda: row_text(1).rstrip().endswith(MORE_MARK), "the mark")
+        assert row_text(1).rstrip() == "x" * (width - 1) + MORE_MARK
+        assert MORE_MARK not in row_text(0)
+        await until(pilot, lambda: log.virtual_size.width >= 100, "the line's width measured")
+        log.scroll_to(x=200, animate=False)
+        await until(pilot, lambda: log.scroll_offset.x > 0, "scrolled right")
+        assert MORE_MARK not in row_text(1)
+        log.wrap = True
+        await until(pilot, lambda: len(log.lines) > 2, "wrapped rows")
+        assert all(MORE_MARK not in row_text(y) for y in range(len(log.lines)))
+
+
 # -- snapshots (fixed data, fixed clock) ----------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from rich.cells import cell_len, chop_cells
 from rich.highlighter import Highlighter
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events, work
@@ -118,6 +119,9 @@ def _as_terminal(line: str) -> str:
                 col = end
     return "".join(cells)
 
+
+MORE_MARK = "\u203a"  # (a single right-pointing angle quotation mark)
+"""The last cell of a row whose line goes on past the view's right edge."""
 
 LINE_SHOWN_MAX = 65_536
 """Characters of one line of output the log keeps; the rest is counted (a 30 MB line,
@@ -576,6 +580,17 @@ class LogTail(Log):
         self.highlight = self.search_pattern is not None
         self._render_line_cache.clear()
         self.refresh()
+
+    def _render_line(self, y: int, scroll_x: int, width: int) -> Strip:
+        """A row cut to the view, its last cell a dim :data:`MORE_MARK` where the line goes on past
+        the right edge: a long line was cut there without a mark (``w`` wraps it)."""
+        row = super()._render_line(y, scroll_x, width)
+        if self.wrap or y >= len(self._lines) or width < 2:
+            return row
+        if cell_len(self._process_line(self._lines[y])) <= scroll_x + width:
+            return row
+        mark = Strip([Segment(MORE_MARK, self.rich_style + Style(dim=True))], 1)
+        return Strip.join([row.crop(0, width - 1), mark]).apply_offsets(scroll_x, y)
 
     def _render_line_strip(self, y: int, rich_style: Style) -> Strip:
         # (the highlighter is told which row it draws: the current match stands out)
