@@ -37,6 +37,17 @@ def test_jobs_over_their_processes_and_children_under_parents() -> None:
     assert job.gpus == (0, 1, 2, 3) and job.used_bytes == 4 << 30 and job.gpu_util == 40
 
 
+def test_a_jobs_line_says_what_its_rows_do_not_once_more() -> None:
+    # Its leader's pid and one process's figures were said twice, on the job's line and
+    # on the process's row under it (the list left by tester h61).
+    (job, only) = tree_lines([_row(0, 100, 1, 7)], {7: JobLine(100, "ana", "train")})
+    assert job.job_line and (job.pid, job.used_bytes, job.gpu_util) == (0, None, None)
+    assert (only.pid, only.used_bytes, only.gpu_util) == (100, 1 << 30, 10)
+    # Two processes: the sums, and the leader's pid stays off where a row has it.
+    job = tree_lines([_row(0, 100, 1, 7), _row(0, 101, 100, 7)], {7: JobLine(100, "ana", "t")})[0]
+    assert (job.pid, job.used_bytes, job.gpu_util) == (0, 2 << 30, 20)
+
+
 def test_a_process_on_two_gpus_has_its_children_once_and_a_job_without_a_record() -> None:
     rows = [_row(0, 100, 1, 7), _row(1, 100, 1, 7), _row(1, 101, 100, 7)]
     lines = tree_lines(rows, {})

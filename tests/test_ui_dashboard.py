@@ -327,7 +327,9 @@ async def test_the_process_tree_puts_a_job_over_its_processes(ui_app: Any) -> No
         await until(pilot, lambda: table_keys(app)[:3] == keys, "the tree")
         rows = [table_row(app, key) for key in keys]
         assert rows[0]["owner"] == f"job {job['id']}" and rows[0]["command"] == "tree"
-        assert rows[0]["pid"] == str(leader) and rows[0]["gpu"] == str(gpu)
+        # (the leader's pid is on its own row, under the job's; the job's VRAM is the sum)
+        assert rows[0]["pid"] == "" and rows[0]["gpu"] == str(gpu)
+        assert rows[0]["vram"] == "8.0" and rows[1]["vram"] == "2.0"
         assert rows[1]["command"].startswith("└─ sh")
         assert rows[2]["command"] == "   └─ sleep 30"
         # The job's line opens the job; a signal asks for one of its processes.

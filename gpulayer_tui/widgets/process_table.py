@@ -471,7 +471,7 @@ class ProcessTable(OwnKeys, DataTable[Text]):
 def _job_line_text(row: ProcessRow) -> dict[str, str]:
     """The words of the tree view's line for a job (the columns that say something)."""
     return {
-        "pid": str(row.pid) if row.pid else "-",
+        "pid": str(row.pid) if row.pid else "",
         "user": row.user,
         "gpu": ",".join(map(str, row.gpus)),
         "vram": _vram(row.used_bytes) if row.used_bytes is not None else "",

@@ -77,11 +77,16 @@ def _walk(
 
 
 def _job_line(job_id: int, members: list[ProcessRow], job: JobLine | None) -> ProcessRow:
-    known = [r.used_bytes for r in members if r.used_bytes is not None]
-    utils = [r.gpu_util for r in members if r.gpu_util is not None]
+    """The job's line: its sums over its processes (VRAM, GPU %) where it has several; over
+    one, the figures are that process's, on the row under it, and were said twice. Its
+    leader's pid only where no row under it has that pid."""
+    several = len(members) > 1
+    known = [r.used_bytes for r in members if r.used_bytes is not None and several]
+    utils = [r.gpu_util for r in members if r.gpu_util is not None and several]
+    leader = job.pid if job is not None and job.pid is not None else 0
     return ProcessRow(
         gpu=min(r.gpu for r in members),
-        pid=job.pid if job is not None and job.pid is not None else 0,
+        pid=0 if any(r.pid == leader for r in members) else leader,
         user=job.user if job is not None else members[0].user,
         used_bytes=sum(known) if known else None,
         job_id=job_id,
