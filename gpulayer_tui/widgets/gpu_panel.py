@@ -603,11 +603,17 @@ class GpuPanel(Vertical):
             values = [None if m is None or not total else m / total for _at, _u, m in self.history]
         lead = 5 if label else 0
         lines = graph_lines(values, width - lead, height)
+        # Two rows or more: the top row says what the graph's top is (100 %, or the GPU's
+        # memory), the next what it is; a graph without a scale read as any figure.
+        heads = ["util" if which == "util" else "mem"]
+        if len(lines) >= 2:
+            top = "100%" if which == "util" else (f"{total / 2**30:.0f}G" if total else "")
+            heads.insert(0, top)
         out: list[GraphLine] = []
         for n, line in enumerate(lines):
             head = ""
             if label:
-                head = ("util " if which == "util" else "mem  ") if n == 0 else " " * lead
+                head = (heads[n] if n < len(heads) else "").ljust(lead)[:lead]
             out.append(GraphLine(head, line, which))
         return tuple(out)
 
