@@ -109,6 +109,7 @@ class GpulayerApp(App[str]):
         super().__init__()
         self._notice = notice  # said once mounted (a config the engine rejected)
         self.cursor_blink = cursor_blink  # read by text inputs; snapshots turn it off
+        self.log_wrap = False  # (w in a job's log: the next job's opens the same way)
         self.backend = backend
         self.clock = clock
         self.job_store = JobStore()
@@ -471,6 +472,8 @@ class GpulayerApp(App[str]):
         names = [t.name for t in themes.THEMES]
         current = names.index(self.theme) if self.theme in names else -1
         self.set_theme(names[(current + 1) % len(names)])
+        # (t changed the colours and said nothing of which theme it was: tester h70)
+        self.notify(f"theme: {self.theme} (t: the next; ctrl+p lists them)", timeout=3)
 
     def set_theme(self, name: str) -> None:
         """Apply a theme and save it as ``[ui] theme`` in the config file."""

@@ -286,6 +286,11 @@ KEYMAP: tuple[Key, ...] = (
     Key("s", "choose('stop')", "Stop", ("quit",), palette=False),
     Key("escape,c", "choose('stay')", "Stay", ("quit",), display="esc, c", palette=False),
     Key("escape,q,question_mark", "dismiss", "Close", ("help",), display="esc", palette=False),
+    # (only down and pgdn scrolled it: j/k, the table keys everywhere else, did nothing)
+    Key("j", "scroll_help(1)", "Scroll down", ("help",), show=False, palette=False),
+    Key("k", "scroll_help(-1)", "Scroll up", ("help",), show=False, palette=False),
+    Key("g", "scroll_help(-100000)", "Top", ("help",), show=False, palette=False),
+    Key("G", "scroll_help(100000)", "End", ("help",), show=False, palette=False),
 )
 
 

@@ -38,6 +38,8 @@ class AppView(Protocol):
     jobs_version: int
     job_pages: int
     cursor_blink: bool
+    log_wrap: bool
+    """Whether a job's log wraps its long lines (``w``): kept for the next job opened."""
     key_hold: KeyHold
     clock: Callable[[], float]
 

@@ -510,6 +510,10 @@ async def test_what_no_one_may_adopt_is_refused_with_its_reason(
     below = await adopt(engine, child)
     assert below.status is JobStatus.RUNNING
     refused["the parent of an adopted process"] = parent.pid
+    # What runs the engine (its shell, a tmux pane, pytest here): adopted and cancelled,
+    # it took the engine's console and log pipe with it (tester h72).
+    if os.getppid() > 1:
+        refused["the engine's parent"] = os.getppid()
     says = {
         "init": "pid 1 is the init process",
         "this engine": "is this engine",
@@ -518,6 +522,7 @@ async def test_what_no_one_may_adopt_is_refused_with_its_reason(
         "a pid adopted already": f"belongs to job {first.id} already",
         "a gpulayer-tui client": "is part of gpulayer-tui itself",
         "the parent of an adopted process": f"has job {below.id}'s process (pid {child}) below",
+        "the engine's parent": "runs this engine below it",
     }
     for what, pid in refused.items():
         job = await adopt(engine, pid)

@@ -642,6 +642,12 @@ async def test_jobs_dying_of_device_errors_count_against_their_gpu(
     assert gpu1.state.value == "quarantined"
     assert gpu1.state_reason == "3 jobs in a row failed with: no CUDA-capable device"
     assert gpu0.state.value == "in_service"
+    # The operator's release starts the count again: one more such job quarantined it at
+    # once ("4 jobs in a row") while it showed healthy (tester h72).
+    await engine.domain_ops.release("gpu1")
+    assert gpu1.launch_failures == 0 and gpu1.health.value == "healthy"
+    await engine.wait((await engine.submit(cuda_dead)).id, timeout=10)
+    assert gpu1.state.value == "in_service" and gpu1.launch_failures == 1
 
 
 async def test_a_service_replica_dying_of_device_errors_counts_against_its_gpu(

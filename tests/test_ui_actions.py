@@ -285,6 +285,51 @@ async def test_edit_a_queued_job_in_its_form_and_the_engines_refusal_stays_in_it
         await app.backend.cancel(blocker["id"])
 
 
+async def test_the_edit_form_renames_a_job_and_scales_a_waiting_service(ui_app: Any) -> None:
+    # The CLI's edit had --name, --project and --replicas; the form had none (tester h70).
+    app = await ui_app("2xA100-80GB")
+    blocker = await app.backend.submit(_spec("sleep 60", gpus=2))
+    service = await app.backend.submit(
+        _spec("sleep 60", kind="service", gpus=1, replicas=2, port=False)
+    )
+    batch = await app.backend.submit(_spec("true", gpus=1))
+    async with app.run_test(size=(140, 50)) as pilot:
+        table = await _jobs_table(pilot, app, batch["id"])
+        await until(pilot, lambda: table.job(batch["id"])["status"] == "queued", "queued")
+        await pilot.press("e")
+        form = await until(pilot, lambda: isinstance(app.screen, EditScreen) and app.screen)
+        assert not form.query("#replicas")  # (a batch job has none)
+        assert form.query_one("#name", Input).placeholder == "true"
+        form.query_one("#name", Input).value = "[b]renamed[/b]"
+        form.query_one("#project", Input).value = "sweep-b"
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the form closed")
+        job = (await app.backend.job(batch["id"]))["job"]
+        assert (job["name"], job["spec"]["project"]) == ("[b]renamed[/b]", "sweep-b")
+        # A waiting service's replicas.
+        assert table.select_job(service["id"])
+        await pilot.pause()
+        await pilot.press("e")
+        form = await until(pilot, lambda: isinstance(app.screen, EditScreen) and app.screen)
+        replicas = form.query_one("#replicas", Input)
+        assert replicas.value == "2"
+        replicas.value = ""
+        await pilot.pause()
+        assert "1 replica or more" in str(form.query_one("#replicas-error").render())
+        replicas.value = "3"
+        await pilot.press("ctrl+s")
+        await until(
+            pilot, lambda: "unable to ever run" in form.form_message, "the engine's refusal"
+        )
+        replicas.value = "1"
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the form closed")
+        job = (await app.backend.job(service["id"]))["job"]
+        assert job["spec"]["replicas"] == 1
+    for done in (batch, service, blocker):
+        await app.backend.cancel(done["id"])
+
+
 # -- signal ----------------------------------------------------------------------------------
 
 

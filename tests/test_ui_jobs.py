@@ -316,6 +316,14 @@ async def test_sort_keys_cycle_through_the_columns_shown(ui_app: Any) -> None:
         await pilot.resize_terminal(80, 24)
         await until(pilot, lambda: "hidden" in str(bar.content), "the bar says the column hides")
         assert "VRAM" in str(bar.content) and table.sort_key == "vram"
+        # A filter's text comes before the sort: at 80 columns the bar was cut in the
+        # sort's note and the filter never showed (tester h70).
+        await pilot.press("slash", *"one", "enter")
+        await until(pilot, lambda: "filter one" in str(bar.content), "the filter in the bar")
+        shown = str(bar.content)
+        assert shown.index("filter one") < shown.index("sort") and len(shown) <= 60, shown
+        await pilot.press("slash", "ctrl+u", "enter")
+        await until(pilot, lambda: "filter" not in str(bar.content), "the filter cleared")
         await pilot.press("o")  # on to the first shown column after it
         assert table.sort_key == "id" and "hidden" not in str(bar.content)
 

@@ -140,6 +140,18 @@ async def test_help_lists_every_key_of_the_current_screen() -> None:
                 assert key.description in text and key.shown_keys in text, key
         first = help_screen.query(".help-section").first()
         assert "Jobs" in str(first.render())  # this screen's keys come first
+        # j/k scroll it, as they move in every table (only down and pgdn did: tester h70)
+        await pilot.resize_terminal(80, 24)
+        dialog = help_screen.query_one("#help-dialog")
+        await until(pilot, lambda: dialog.max_scroll_y > 2, "more keys than fit")
+        await pilot.press("j", "j")
+        await until(pilot, lambda: dialog.scroll_y == 2, "two rows down")
+        await pilot.press("k")
+        await until(pilot, lambda: dialog.scroll_y == 1, "one up")
+        await pilot.press("G")
+        await until(pilot, lambda: dialog.scroll_y == dialog.max_scroll_y, "the end")
+        await pilot.press("g")
+        await until(pilot, lambda: dialog.scroll_y == 0, "the top")
 
 
 async def test_new_job_form_shows_its_submit_key_at_80x24() -> None:

@@ -426,3 +426,25 @@ async def test_wrap_on_then_off_shows_the_last_line_of_a_finished_log(
             )
             await until(pilot, lambda: "line 111 end" in _screen_text(app), "the last line")
         assert not log.wrap and log.show_horizontal_scrollbar
+
+
+async def test_wrap_is_kept_for_the_next_job_opened(ui_app: Any) -> None:
+    # `w` was forgotten as soon as the detail closed: every job's log opened unwrapped
+    # again (tester h70).
+    app = await ui_app("1xA100-80GB")
+    first = await app.backend.submit({"command": ["true"], "gpus": 0, "cwd": os.getcwd()})
+    second = await app.backend.submit({"command": ["true"], "gpus": 0, "cwd": os.getcwd()})
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.open_job(first["id"])
+        detail = await until(pilot, lambda: _detail(app), "the detail")
+        log = await until(pilot, lambda: next(iter(detail.query(LogTail)), None), "the log")
+        assert not log.wrap
+        await pilot.press("w")
+        await until(pilot, lambda: log.wrap, "wrapped")
+        await pilot.press("escape")
+        await until(pilot, lambda: _detail(app) is None, "closed")
+        app.open_job(second["id"])
+        again = await until(pilot, lambda: _detail(app), "the next detail")
+        log = await until(pilot, lambda: next(iter(again.query(LogTail)), None), "its log")
+        assert again.job_id == second["id"] and log.wrap
+        await until(pilot, lambda: "wrapped" in str(log.border_title), "the title says so")

@@ -156,13 +156,26 @@ async def test_the_adopt_dialog_takes_a_domain_and_stays_open_on_a_refusal(
     # asks which GPU. The dialog had no domain field, closed on the refusal, and what was
     # typed was lost.
     app = await ui_app("2xA100-80GB")
+    busy = await app.backend.submit({"command": ["sleep", "60"], "gpus": 1, "domain": "gpu0"})
     async with app.run_test(size=(140, 40)) as pilot:
         await _open_strays(pilot, app)
+        await until(
+            pilot,
+            lambda: any(d["used_slots"] for d in (app.gpu_state or {}).get("domains", [])),
+            "gpu0 busy in the view",
+        )
         await pilot.press("p")
         await pilot.press(*str(sleeper_proc.pid), "enter")
         dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
         domain = dialog.query_one("#adopt-domain", Input)
         assert "gpu0" in domain.placeholder  # (the names it takes)
+        # A domain whose slots are all taken is said before it is taken once more (it
+        # went to "slots 2/1" without a word: tester h70).
+        note = dialog.query_one("#adopt-note")
+        domain.value = "gpu0"
+        await until(pilot, lambda: "every slot of gpu0 (1/1) is taken" in str(note.render()))
+        domain.value = ""
+        await until(pilot, lambda: str(note.render()).strip() == "", "no note for gpu1")
         dialog.query_one("#adopt-name", Input).value = "warming-up"
         dialog.query_one("#adopt-vram", Input).value = "12"
         await pilot.press("ctrl+s")
@@ -190,6 +203,7 @@ async def test_the_adopt_dialog_takes_a_domain_and_stays_open_on_a_refusal(
             "the toast",
         )
         await app.backend.cancel(job["id"])
+    await app.backend.cancel(busy["id"])
 
 
 @pytest.fixture

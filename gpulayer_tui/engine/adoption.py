@@ -97,6 +97,19 @@ def _is_gpulayer(command: str) -> bool:
     )
 
 
+def _ancestors(pid: int) -> set[int]:
+    """The pids above ``pid``, up to (not with) the init process: a few /proc reads."""
+    found: set[int] = set()
+    current = pid
+    for _ in range(64):
+        stat = procs.read_stat(current)
+        if stat is None or stat.ppid <= 1 or stat.ppid in found:
+            break
+        found.add(stat.ppid)
+        current = stat.ppid
+    return found
+
+
 def _job_below(pid: int, roots: dict[int, tuple[int, int | None]]) -> tuple[int, int] | None:
     """``(job id, its root pid)`` of a running job whose process descends from ``pid``, if
     any (each job's ancestors are read: a few /proc reads per job, no scan of them all)."""
@@ -347,6 +360,13 @@ class Adopter:
             return f"pid {pid} is a kernel thread: it holds no GPU memory and cannot be stopped"
         if _is_gpulayer(snapshot.command):
             return f"pid {pid} is part of gpulayer-tui itself ({_shortened(snapshot.command)})"
+        if pid in _ancestors(os.getpid()):
+            # (the shell or tmux pane that runs `--serve`: adopted and cancelled, it took
+            # the engine's console and its log pipe with it: tester h72)
+            return (
+                f"pid {pid} runs this engine below it ({_shortened(snapshot.command)}): "
+                "stopping it could stop the engine or take its console and log with it"
+            )
         roots = self._book.roots.snapshot()
         owner = procs.find_owner(pid, roots)
         if owner is not None:

@@ -323,6 +323,9 @@ class Domain:
             self.drain_reason = None
         self.health = DomainHealth.HEALTHY
         self.failures = 0
+        # (and the jobs that died of a device error: the next one quarantined it again at
+        # once, "3 jobs in a row failed", while it showed healthy: tester h72)
+        self.launch_failures = 0
         self.released_at = time.time()
 
     @property

@@ -108,6 +108,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
                 suggester=ListSuggester(self._domain_names),
                 compact=True,
             )
+            yield Static("", id="adopt-note", classes="muted")
             yield Static("", id="adopt-error", classes="error-text")
             with Horizontal(classes="buttons"):
                 yield Button("Adopt (ctrl+s)", id="adopt", variant="primary")
@@ -119,7 +120,37 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         for field in self.query(Input):
             field.cursor_blink = blink
         self._as_opened = self._values()  # (before the keys typed after a go in)
+        self._say_busy_domains()
         focus_first_field(self, self.query_one("#adopt-name", Input))
+
+    @on(Input.Changed, "#adopt-domain")
+    def _domain_typed(self) -> None:
+        self._say_busy_domains()
+
+    def _say_busy_domains(self) -> None:
+        """Say which of the domains it would be adopted on have every slot taken: it runs
+        there already, so adopting takes one more (``slots 2/1``) and new jobs wait for
+        it; the dialog said nothing (tester h70)."""
+        state = getattr(self.app, "gpu_state", None) or {}
+        domains = {str(d.get("name")): d for d in state.get("domains", [])}
+        typed = split_list(self.query_one("#adopt-domain", Input).value)
+        if typed:
+            targets = [domains[name] for name in typed if name in domains]
+        else:
+            held = set(self.process.get("gpus") or [])
+            targets = [d for d in domains.values() if d.get("gpu_index") in held]
+        full = [
+            f"{d['name']} ({d['used_slots']}/{d['slots']})"
+            for d in targets
+            if d.get("slots") and d.get("used_slots", 0) >= d["slots"]
+        ]
+        note = ""
+        if full:
+            note = (
+                f"every slot of {', '.join(full)} is taken: adopted, it counts as one more "
+                "there (it runs already), and jobs wait for its end"
+            )
+        self.query_one("#adopt-note", Static).update(Content(note))
 
     def _values(self) -> tuple[str, ...]:
         return tuple(field.value for field in self.query(Input))

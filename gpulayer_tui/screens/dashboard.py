@@ -341,7 +341,10 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
         index = DENSITY_CYCLE.index(self._density_override)
         self._density_override = DENSITY_CYCLE[(index + 1) % len(DENSITY_CYCLE)]
         self._relayout()
-        self.notify(f"panels: {self._density_override or 'automatic'}", timeout=2)
+        # (in the words help and the README use: "row" read as a mistake for "rows")
+        shown = {None: "automatic", "row": "rows (one line each)"}
+        said = shown.get(self._density_override, self._density_override)
+        self.notify(f"panels: {said}", timeout=2)
 
     def action_open_job(self) -> None:
         """Open the job that owns the process under the table's cursor."""

@@ -40,10 +40,16 @@ EDITED = (
     ),
     # (the hint read as if every id waited for any outcome: tester h61)
     ("after", "depends_on", "After jobs", "ids, e.g. 12, 13 any (13: any end) · empty: none"),
+    # (the CLI's edit had them, the form not: tester h70)
+    ("name", "name", "Name", "empty: the program's name"),
+    ("project", "project", "Project", "empty: none"),
 )
 """The form's inputs: input id, spec field, label and hint, in form order."""
 
-_INPUT_OF = {spec_field: input_id for input_id, spec_field, _, _ in EDITED}
+REPLICAS_FIELD = ("replicas", "replicas", "Replicas", "a waiting service's copies")
+"""The last input of a service's form."""
+
+_INPUT_OF = {spec_field: input_id for input_id, spec_field, _, _ in (*EDITED, REPLICAS_FIELD)}
 
 
 ANY_OUTCOME = "(any outcome)"
@@ -106,6 +112,9 @@ class EditScreen(FormScreen[JobJSON | None]):
         super().__init__()
         self.job = job
         self._busy = False
+        service = job.get("kind") == "service"
+        self.fields = (*EDITED, REPLICAS_FIELD) if service else EDITED
+        """Its inputs (:data:`EDITED`, and a service's replicas)."""
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -121,18 +130,19 @@ class EditScreen(FormScreen[JobJSON | None]):
                 classes="dialog-title",
             )
             yield Static("", id="form-error")
-            for input_id, spec_field, label, hint in EDITED:
+            for input_id, spec_field, label, hint in self.fields:
                 value = spec.get(spec_field)
                 if spec_field == "priority":
                     value = self.job.get("priority", value)
                 shown = dependencies_text(spec) if spec_field == "depends_on" else _shown(value)
+                placeholder = {"name": str(self.job.get("name") or ""), "replicas": "1"}
                 yield form_field(
                     label,
                     FieldInput(
                         value=shown,
-                        placeholder="none",
+                        placeholder=placeholder.get(spec_field) or "none",
                         id=input_id,
-                        classes="" if spec_field == "depends_on" else "short",
+                        classes="" if spec_field in ("depends_on", "name", "project") else "short",
                     ),
                     hint,
                 )
@@ -158,6 +168,8 @@ class EditScreen(FormScreen[JobJSON | None]):
         text = self._value(input_id)
         if spec_field == "depends_on":
             return parse_dependencies(text)
+        if not text and spec_field == "replicas":
+            raise wire.FieldError(spec_field, "a service has 1 replica or more")
         if not text:
             return 0 if spec_field == "priority" else None
         value = wire.parse_field(spec_field, text)
@@ -176,7 +188,7 @@ class EditScreen(FormScreen[JobJSON | None]):
 
     @on(Input.Changed)
     def _typed(self, event: Input.Changed) -> None:
-        for input_id, spec_field, _, _ in EDITED:
+        for input_id, spec_field, _, _ in self.fields:
             if input_id == event.input.id or (input_id == "vram" and event.input.id == "gpus"):
                 self._check(input_id, spec_field)
         self._show_form_message("")
@@ -189,7 +201,7 @@ class EditScreen(FormScreen[JobJSON | None]):
         """
         spec = self.spec
         out: dict[str, Any] = {}
-        for input_id, spec_field, _, _ in EDITED:
+        for input_id, spec_field, _, _ in self.fields:
             value = self._parsed(input_id, spec_field)
             before = spec.get(spec_field)
             if spec_field == "priority":
@@ -217,7 +229,7 @@ class EditScreen(FormScreen[JobJSON | None]):
     def _save_now(self) -> None:
         if self._busy:
             return
-        bad = [i for i, f, _, _ in EDITED if not self._check(i, f)]
+        bad = [i for i, f, _, _ in self.fields if not self._check(i, f)]
         if bad:
             self.query_one(f"#{bad[0]}", Input).focus()
             self._show_form_message("fix the fields marked in red")
@@ -267,7 +279,7 @@ class EditScreen(FormScreen[JobJSON | None]):
         self._after_field(event.input.id or "")
 
     def _after_field(self, field_id: str) -> None:
-        ids = [i for i, _, _, _ in EDITED]
+        ids = [i for i, _, _, _ in self.fields]
         here = ids.index(field_id) if field_id in ids else 0
         if here == len(ids) - 1:
             self.action_save()

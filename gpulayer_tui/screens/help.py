@@ -65,6 +65,10 @@ class HelpScreen(ModalScreen[None]):
             )
         yield KeyFooter(compact=True)
 
+    def action_scroll_help(self, rows: int) -> None:
+        """Scroll the keys by ``rows`` (j/k one, g/G to an end)."""
+        self.query_one("#help-dialog", VerticalScroll).scroll_relative(y=rows, animate=False)
+
     async def action_dismiss(self, result: Any = None) -> None:
         """Close help."""
         self.dismiss(None)

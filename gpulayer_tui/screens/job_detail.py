@@ -355,6 +355,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         app = view_of(self)
         self.query_one("#fields-box").border_title = f"job {self.job_id}"
         self.query_one("#timeline-box").border_title = "timeline"
+        self.query_one(LogTail).wrap = app.log_wrap
         self._update_log_title()
         known = app.job_store.jobs.get(self.job_id)
         if known is not None:
@@ -704,6 +705,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         """Wrap long lines of the log, or show them as one row (scrolled sideways)."""
         log = self.query_one(LogTail)
         log.wrap = not log.wrap
+        view_of(self).log_wrap = log.wrap  # (it was forgotten at the next job: tester h70)
         self._update_log_title()
         self.call_after_refresh(self._update_log_title)  # (the lines kept, once shown anew)
 

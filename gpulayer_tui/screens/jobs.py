@@ -155,13 +155,17 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         parts: list[str | tuple[str, str]] = [
             ("status ", "$foreground-muted"),
             (table.status_filter, "bold $accent"),
+        ]
+        # (The filter before the sort: at 80 columns the bar was cut in the sort's note and
+        # the filter's text never showed, so a table it emptied looked wrong: tester h70.)
+        if table.filter_text:
+            parts += [("   filter ", "$foreground-muted"), (table.filter_text, "bold $accent")]
+        parts += [
             ("   sort ", "$foreground-muted"),
             (SORTS[table.sort_key][0] + (" ▼" if table.sort_reverse else " ▲"), "bold $accent"),
         ]
         if table.sort_hidden:  # (a resize hid the column: the order stays, o moves on)
-            parts.append((" (column hidden at this width)", "$foreground-muted"))
-        if table.filter_text:
-            parts += [("   filter ", "$foreground-muted"), (table.filter_text, "bold $accent")]
+            parts.append((" (column hidden)", "$foreground-muted"))
         self.query_one("#jobs-view", Label).update(Content.assemble(*parts))
         shown, total = table.row_count, table.total_count
         more = "+" if view_of(self).job_feed.known_more else ""  # (older pages load on scroll)

@@ -113,6 +113,14 @@ def _env_problem(text: str, *, port_service: bool) -> str:
     return ""
 
 
+_REPLICAS_HINT = {
+    False: "service copies, each on its own GPU (tick 'service' first)",
+    True: "service copies, each on its own GPU",
+}
+"""The replicas field's hint, by whether 'service' is ticked (it said "tick 'service'
+first" once it was: tester h70)."""
+
+
 def split_list(text: str) -> list[str]:
     return [item for item in text.replace(",", " ").split() if item]
 
@@ -241,7 +249,8 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                 # (Off until 'service' is ticked: its placeholder invited a 1 the form then
                 # refused, "replicas are for services".)
                 FieldInput(placeholder="1", id="replicas", classes="short", disabled=True),
-                "service copies, each on its own GPU (tick 'service' first)",
+                _REPLICAS_HINT[False],
+                hint_id="replicas-hint",
             )
             with Horizontal(classes="buttons"):
                 yield Button("Submit (ctrl+s)", id="submit", variant="primary")
@@ -342,6 +351,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
     @on(Checkbox.Changed, "#service")
     def _service_toggled(self, event: Checkbox.Changed) -> None:
         self.query_one("#replicas", Input).disabled = not event.value
+        self.query_one("#replicas-hint", Label).update(_REPLICAS_HINT[event.value])
         self._check("replicas")
         self._check("env")  # (PORT is the engine's for a service)
 
