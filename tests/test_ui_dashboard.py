@@ -652,7 +652,11 @@ def assert_panels_laid_out(app: Any) -> None:
         assert inner.contains_region(graphs.region), (panel.domain_name, graphs.region, inner)
         lines = [line.label + line.bars for line in graphs.lines]
         assert len(lines) == 2 * panel.graph_height
-        assert lines[0].startswith("util ") and lines[panel.graph_height].startswith("mem  ")
+        # (each graph's top row says its scale, the next what it is; one row: only that)
+        names = ("100% ", "util ") if panel.graph_height > 1 else ("util ",)
+        assert tuple(line[:5] for line in lines[: len(names)]) == names, lines[:2]
+        mem = lines[panel.graph_height : panel.graph_height + len(names)]
+        assert mem[-1].startswith("mem  ") and (len(mem) == 1 or mem[0][4] == " "), mem
         assert all(len(line) <= graphs.region.width for line in lines)
         assert panel.region.height == full_height(panel.graph_height)
 
