@@ -127,6 +127,7 @@ async def test_a_services_host_nothing_can_listen_on_is_refused(
         result = await engine.config_reload.reload()
         assert result["applied"] is False
         assert f"services.host: cannot pick a port on {host}" in result["error"], result
+        assert result["field"] == "services.host"  # (errors name their input: tester h71)
         assert why in result["error"]
         assert engine.config.services.host == "127.0.0.1"
         check = await engine.config_reload.check_file()
@@ -134,6 +135,9 @@ async def test_a_services_host_nothing_can_listen_on_is_refused(
     paths.config_file.write_text(BASE + '[services]\nhost = "224.0.0.1"\n')
     refused = await engine.config_reload.reload()  # (it binds; no client ever reaches it)
     assert "224.0.0.1 is a multicast or broadcast address" in refused["error"]
+    paths.config_file.write_text(BASE + "[services\n")
+    refused = await engine.config_reload.reload()
+    assert "not valid TOML" in refused["error"] and "field" not in refused
     paths.config_file.write_text(BASE + '[services]\nhost = "localhost"\n')
     assert (await engine.config_reload.reload())["applied"] is True
 

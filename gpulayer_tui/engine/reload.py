@@ -283,7 +283,11 @@ class ConfigReloader:
             )
             self._event("rejected", {"error": message})
             await self._store.flush()
-            return {"applied": False, "error": message}
+            refused: dict[str, Any] = {"applied": False, "error": message}
+            key = _key_named(message, source)
+            if key is not None:  # (errors name their field: tester h71)
+                refused["field"] = key
+            return refused
         changes = self._apply(config, plans)
         self._event("applied", {"changes": changes})
         await self._store.flush()
@@ -561,3 +565,12 @@ def _link_chain(path: Path) -> list[Path]:
         chain.append(path.resolve())
     # (Each also as its folder resolves: a change is reported under the folder watched.)
     return list(dict.fromkeys([*chain, *(p.parent.resolve() / p.name for p in chain)]))
+
+
+def _key_named(message: str, source: str) -> str | None:
+    """The config key a rejection names (``cpu.slots`` of "FILE: cpu.slots: must be ..."),
+    or ``None`` where it names none (the file unreadable, not TOML)."""
+    head, sep, _ = message.removeprefix(f"{source}: ").partition(": ")
+    if not sep or not head or any(c.isspace() for c in head):
+        return None
+    return head
