@@ -488,7 +488,7 @@ async def test_priority_then_fifo(make_engine: EngineFactory, tmp_path: Path) ->
         for name, extra in [("low", {}), ("high", {"priority": 5}), ("low2", {})]
     ]
     assert {job.status for job in jobs} == {JobStatus.QUEUED}
-    assert jobs[0].message == "all 1 cpu slots busy"
+    assert jobs[0].message == "the only cpu slot is busy"
     await engine.cancel(gate.id)
     for job in jobs:
         await engine.wait(job.id, timeout=10)

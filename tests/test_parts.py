@@ -205,8 +205,8 @@ def test_the_pass_starts_the_best_job_that_fits_and_gives_the_rest_a_reason() ->
     assert world.started == []  # nothing starts before the pass
     world.soon.run()
     assert world.started == [high.job.id]
-    assert low.job.status is JobStatus.QUEUED and low.job.message == "all 1 cpu slots busy"
-    assert third.job.message == "all 1 cpu slots busy"
+    assert low.job.status is JobStatus.QUEUED and low.job.message == "the only cpu slot is busy"
+    assert third.job.message == "the only cpu slot is busy"
     assert world.scheduler.domains["cpu"].used_slots == 1
     world.end(high)
     world.soon.run()

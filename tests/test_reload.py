@@ -65,7 +65,7 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
     engine = await make_engine(config=load_config(paths.config_file))
     first = await engine.submit({"command": ["sleep", "600"]})
     second = await engine.submit({"command": ["sleep", "600"]})
-    assert second.status is JobStatus.QUEUED and second.message == "all 1 cpu slots busy"
+    assert second.status is JobStatus.QUEUED and second.message == "the only cpu slot is busy"
 
     # the watcher picks the edit up by itself
     paths.config_file.write_text(BASE + "[cpu]\nslots = 2\n")
@@ -218,7 +218,7 @@ async def test_slots_lowered_below_use_stop_nothing_and_hold_new_work_until_belo
     # Both keep running: a lower limit stops nothing; new work waits for room under it.
     assert [(await engine.get(j.id)).status for j in (first, second)] == [JobStatus.RUNNING] * 2
     third = await engine.submit({"command": ["true"]})
-    assert third.status is JobStatus.QUEUED and third.message == "all 1 cpu slots busy"
+    assert third.status is JobStatus.QUEUED and third.message == "the only cpu slot is busy"
     # doctor said "2/1 slots used" and "ok".
     checks = {c["check"]: c for c in await engine.doctor_checks()}
     assert checks["domain cpu"]["status"] == "warn"

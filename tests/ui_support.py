@@ -388,7 +388,9 @@ def events_fixture(job: dict[str, Any]) -> list[dict[str, Any]]:
                 "kind": "job.transition",
                 "status": "queued",
                 "reason": None,
-                "message": job["message"] if job["status"] == "queued" else "all 1 GPU slots busy",
+                "message": (
+                    job["message"] if job["status"] == "queued" else "the only GPU slot is busy"
+                ),
                 "data": {},
             }
         )

@@ -502,7 +502,7 @@ class Domain:
             if not self.is_gpu:
                 # CPU queues get long; a text that changes with every job id would be
                 # rewritten for every queued row on every job end.
-                return f"all {self.slots} cpu slots busy"
+                return busy_words(self.slots, "cpu")
             jobs = ", ".join(str(j) for j in sorted(self.holdings))
             if self.slots == 1:
                 return f"{self.name}: slot held by job {jobs}{self.outside_shortfall(vram_bytes)}"
@@ -583,3 +583,9 @@ class Domain:
         if rest:
             shown.append(f"{len(rest)} more ({gib(sum(amount for amount, _ in rest))})")
         return ", ".join(shown)
+
+
+def busy_words(slots: int, kind: str) -> str:
+    """``all 4 GPU slots busy``; of one, ``the only cpu slot is busy`` ("all 1 cpu slots
+    busy" read as a mistake)."""
+    return f"the only {kind} slot is busy" if slots == 1 else f"all {slots} {kind} slots busy"

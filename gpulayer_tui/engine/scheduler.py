@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..wire import Capacity
 from .config import CPU_DOMAIN
-from .domain import Domain, DomainState, gib, gib_apart, plural
+from .domain import Domain, DomainState, busy_words, gib, gib_apart, plural
 from .errors import SpecError, UnknownDomain
 from .gpus import GIB, GpuReading, ProbeResult, ProbeStatus
 from .models import KnownGpu
@@ -570,7 +570,7 @@ class Scheduler:
         ]
         if len(busy) == len(blocked) and not fitting:
             total = sum(d.slots for d in candidates)
-            return f"all {total} GPU slots busy"
+            return busy_words(total, "GPU")
         others = [w for d, w in blocked if d.name not in busy]
         details = "; ".join(([f"{', '.join(busy)} busy"] if busy else []) + others)
         if req.gpus == 1:

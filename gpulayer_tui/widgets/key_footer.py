@@ -8,6 +8,9 @@ from textual.geometry import Size
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
+HELP_KEY = "question_mark"
+"""The key of help, which lists every other: the last a narrow footer gives up."""
+
 
 class KeyFooter(Footer):
     """Textual's :class:`~textual.widgets.Footer`, which removes and mounts all of its keys
@@ -55,20 +58,33 @@ class KeyFooter(Footer):
         self._fit_keys()
 
     def _fit_keys(self) -> None:
-        """Show the keys that fit whole, in order, before the palette's key."""
+        """Show the keys that fit whole, in order, before the palette's key; ``?`` (help,
+        which lists them all) is kept in sight in place of the last that fit: at 80
+        columns it fell off the end (tester h70)."""
         keys = [child for child in self.children if isinstance(child, FooterKey)]
         palette = next((k for k in keys if k.has_class("-command-palette")), None)
         room = self.size.width
         if palette is not None:
             room -= self._width_of(palette)
+        listed = [key for key in keys if key is not palette]
+        widths = [self._width_of(key) for key in listed]
+        fits = [False] * len(listed)
         used = 0
-        for key in keys:
-            if key is palette:
-                continue
-            used += self._width_of(key)
-            fits = used <= room + key.styles.margin.right  # (the last needs no margin)
-            if key.display != fits:
-                key.display = fits
+        for n, key in enumerate(listed):
+            used += widths[n]
+            fits[n] = used <= room + key.styles.margin.right  # (the last needs no margin)
+        help_at = next((n for n, k in enumerate(listed) if k.key == HELP_KEY), None)
+        if help_at is not None and not fits[help_at]:
+            shown = [n for n, ok in enumerate(fits) if ok]
+            total = sum(widths[n] for n in shown) + widths[help_at]
+            limit = room + listed[help_at].styles.margin.right
+            while shown and total > limit:
+                total -= widths[shown.pop()]
+            fits = [n in shown for n in range(len(listed))]
+            fits[help_at] = total <= limit
+        for key, ok in zip(listed, fits, strict=True):
+            if key.display != ok:
+                key.display = ok
 
     def _width_of(self, key: FooterKey) -> int:
         styles = key.styles
