@@ -542,7 +542,13 @@ class GpulayerApp(App[str]):
                 and j["id"] not in asked
             ]
             if active:
-                self.notify(f"stopping {len(active)} job(s)…", timeout=10)
+                # (it said only "stopping 4 job(s)…" for the 10 s a job that ignores SIGTERM
+                # takes, and read as stuck: tester h74)
+                self.notify(
+                    f"stopping {len(active)} job(s): SIGTERM now, SIGKILL after the grace "
+                    "period ([engine] grace_period, 10 s) for any still running…",
+                    timeout=10,
+                )
             for job_id in active:
                 asked.add(job_id)
                 try:

@@ -1120,6 +1120,19 @@ def test_the_jobs_table_shows_priorities_and_keeps_exit_at_80_columns(engine: Se
     assert "PRIO" not in engine.cli("jobs", "--filter", "low").stdout
 
 
+def test_jobs_status_active_is_every_waiting_or_running_job(engine: Served) -> None:
+    # The TUI's `s` filter has "active"; the CLI refused it, "unknown status" (tester h74).
+    assert engine.cli("pause").returncode == 0
+    waiting = _submit(engine, "--", "true")
+    done = _submit(engine, "--name", "x", "--", "true")
+    assert engine.cli("cancel", done).returncode == 0
+    shown = json.loads(engine.cli("jobs", "--status", "active", "--json").stdout)
+    assert [row["id"] for row in shown] == [int(waiting)]
+    both = json.loads(engine.cli("jobs", "--status", "active,cancelled", "--json").stdout)
+    assert [row["id"] for row in both] == [int(done), int(waiting)]
+    assert engine.cli("resume").returncode == 0
+
+
 def test_cancel_waits_on_through_an_engine_restart(served: Served) -> None:
     # The cancel was stored and done, but its wait exited 3 ("no engine") when the engine
     # restarted meanwhile.

@@ -403,6 +403,54 @@ async def test_the_form_sets_a_jobs_project_folder_and_environment(
         assert spec_of["env"]["PATH"] == os.environ["PATH"]  # (over the TUI's environment)
 
 
+async def test_the_detail_says_a_jobs_project_and_what_it_restarts(ui_app: Any) -> None:
+    # `status` said both; the detail neither (tester h74).
+    app = await ui_app("2xA100-80GB")
+    first = await app.backend.submit(spec("true", project="[i]demo[/i]", gpus=0))
+    plain = await app.backend.submit(spec("true", gpus=0))
+    async with app.run_test(size=(140, 40)) as pilot:
+        await until(
+            pilot,
+            lambda: app.job_store.jobs.get(first["id"], {}).get("status") == "completed",
+            "the first job's end",
+        )
+        again = await app.backend.restart(first["id"])
+        expected = {
+            first["id"]: ("[i]demo[/i]", None),
+            again["id"]: ("[i]demo[/i]", f"job {first['id']}"),
+            plain["id"]: (None, None),
+        }
+        for job_id, (project, restart) in expected.items():
+            app.open_job(job_id)
+            detail = await until(
+                pilot,
+                lambda job_id=job_id: (
+                    isinstance(app.screen, JobDetailScreen)
+                    and app.screen.job_id == job_id
+                    and app.screen
+                ),
+                "the detail",
+            )
+            fields = await until(
+                pilot,
+                lambda detail=detail: next(iter(detail.query("#fields").results(FieldList)), None),
+                "the fields block",
+            )
+            await until(pilot, lambda fields=fields: fields.text("status"), "the fields")
+            await until(
+                pilot,
+                lambda fields=fields, project=project: fields.shown("project") == bool(project),
+                "the project shown or not",
+            )
+            if project:
+                assert fields.text("project") == project  # (the user's text, not markup)
+            assert fields.shown("restart") == bool(restart)
+            if restart:
+                assert fields.text("restart") == restart
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, JobDetailScreen), "closed")
+
+
 async def test_inline_validation_and_engine_errors_submit_nothing(ui_app: Any) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:

@@ -604,7 +604,12 @@ _ASCENDING_SORTS = ("status", "name")
 
 
 def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from ..fields import ACTIVE_STATUSES
+
     statuses = [s for item in args.status for s in item.split(",") if s]
+    if "active" in statuses:  # (the TUI's `s` filter has it: tester h74)
+        wide = [t for s in statuses for t in (sorted(ACTIVE_STATUSES) if s == "active" else [s])]
+        statuses = list(dict.fromkeys(wide))
     if args.status and not statuses:  # ("--status ''" listed every job, as if not given)
         parser.error("--status needs a status (e.g. running, or queued,failed)")
     if args.sort != "id" and (args.before or args.after):

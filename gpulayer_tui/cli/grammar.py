@@ -372,8 +372,13 @@ def _jobs_args(p: argparse.ArgumentParser) -> None:
 
     # (a,b takes no argparse choices: the words are offered all the same; tester h62)
     completes(
-        p.add_argument("--status", action="append", default=[], help="filter (repeat or a,b)"),
-        "choice:" + " ".join(s.value for s in JobStatus),
+        p.add_argument(
+            "--status",
+            action="append",
+            default=[],
+            help="filter (repeat or a,b; active: pending, queued and running)",
+        ),
+        "choice:active " + " ".join(s.value for s in JobStatus),
     )
     p.add_argument(
         "--filter",

@@ -95,8 +95,10 @@ FIELDS = (
     ("vram", "VRAM"),
     ("timeout", "timeout"),
     ("depends", "depends on"),
+    ("restart", "restart of"),
     ("priority", "priority"),
     ("user", "user"),
+    ("project", "project"),
     ("times", "times"),
     ("runtime", "runtime"),
     ("pid", "pid"),
@@ -256,6 +258,9 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
         "times": _or_dash("  ·  ".join(times)),
         "runtime": _or_dash("" if runtime is None else duration(runtime)),
         "pid": _or_dash(str(job["pid"]) if job.get("pid") else ""),
+        # (status shows both; the detail had neither: tester h74)
+        "restart": _or_dash(f"job {spec['restart_of']}" if spec.get("restart_of") else ""),
+        "project": _or_dash(printable(str(spec.get("project") or ""))),
     }
 
 
@@ -496,7 +501,13 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self.query_one("#fields-box").border_title = name
         self.query_one("#field-loading").display = False
         fields = self.query_one("#fields", FieldList)
-        fields.update(job_fields(job, app.clock()), hidden=() if self.is_service else ("replicas",))
+        spec = job.get("spec") or {}
+        hidden = [] if self.is_service else ["replicas"]
+        hidden += [key for key in ("restart_of", "project") if not spec.get(key)]
+        fields.update(
+            job_fields(job, app.clock()),
+            hidden=[{"restart_of": "restart"}.get(key, key) for key in hidden],
+        )
         fields.display = True
         usage = self.query_one(UsagePanel)
         # (a GPU job that has not run yet has no usage: "no GPU usage seen yet" took the
