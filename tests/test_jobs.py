@@ -783,6 +783,18 @@ async def test_background_children_do_not_outlive_their_job(
         ({"shell": "node -e 1"}, "node"),
         ({"shell": "uv run serve"}, "uv"),
         ({"shell": "python3 -"}, "python3"),
+        # A shell line is split as sh splits it, up to its first operator (on spaces,
+        # `python3 "my script.py"` was named `"my`: tester h73).
+        ({"shell": 'FOO=1 BAR="a b" python3 train.py --x'}, "train.py"),
+        ({"shell": 'python3 "my script.py"'}, "my script.py"),
+        ({"shell": "python3 train.py; python3 eval.py"}, "train.py"),
+        ({"shell": "python3 'ü 日本.py' > log"}, "ü 日本.py"),
+        ({"shell": "bash -lc 'echo hi'"}, "bash"),
+        ({"shell": "python3 -mpkg"}, "pkg"),
+        ({"shell": "python3 -X dev -m torch.distributed.run --nproc_per_node 8 sft.py"}, "sft.py"),
+        ({"shell": "timeout -s KILL 10 python3 train.py"}, "train.py"),
+        ({"shell": "srun python train.py"}, "train.py"),
+        ({"command": ["python3", "train.py/"]}, "train.py"),
         ({"command": ["./a\x1b[2Jb"]}, "a\\x1b[2Jb"),
     ],
 )

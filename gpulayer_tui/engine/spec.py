@@ -358,7 +358,7 @@ class JobSpec(BaseModel):
         characters escaped (a program's name reaches every table and terminal)."""
         if self.name:
             return self.name
-        words = list(self.command) if self.command else (self.shell or "").split()
+        words = list(self.command) if self.command else shell_words(self.shell or "")
         base = program_name(words, shell=not self.command) or ("job" if self.command else "shell")
         return wire.printable(base)[: wire.NAME_MAX] or "job"
 
@@ -376,9 +376,36 @@ WRAPPERS: dict[str, frozenset[str]] = {
     "stdbuf": frozenset(),
     "ionice": frozenset({"-c", "--class", "-n", "--classdata", "-p", "--pid"}),
     "chrt": frozenset(),
+    "timeout": frozenset({"-s", "--signal", "-k", "--kill-after"}),
 }
 """Programs that run another program (their basename), and their options that take a
 value as the next word: a default name looks past them."""
+
+
+_QUOTING = frozenset("'\"\\;&|<>()`")
+
+
+def shell_words(line: str) -> list[str]:
+    """The words of a shell line's first command, as ``sh`` would split them (quotes
+    joined, ``VAR="a b"`` one word), up to its first operator (``;``, ``&&``, ``|``,
+    ``>``...): split on spaces, ``python3 "my script.py"`` was named ``"my`` (tester h73).
+    A line without quotes or operators is split on spaces (no lexer for each line of a
+    queue file); one a lexer cannot read (a quote never closed) too."""
+    if not any(c in _QUOTING for c in line):
+        return line.split()
+    import shlex
+
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    words: list[str] = []
+    try:
+        for token in lexer:
+            if token and all(c in "();<>|&" for c in token):
+                break
+            words.append(token)
+    except ValueError:
+        return line.split()
+    return words
 
 
 def program_name(words: list[str], shell: bool = False) -> str:
@@ -408,12 +435,24 @@ def program_name(words: list[str], shell: bool = False) -> str:
                 i += 1
             if wrapper == "chrt" and i < len(words) and words[i].isascii() and words[i].isdigit():
                 i += 1  # (its priority)
+            if wrapper == "timeout" and i < len(words):
+                i += 1  # (its duration)
         else:
             break
     if i >= len(words):
         return ""
-    base = os.path.basename(words[i]) or words[i]
+    base = _basename(words[i])
     return _script_of(words, i + 1, base) or base
+
+
+def _basename(word: str) -> str:
+    """A path's last part (``train.py/`` too), or the word itself (``/``)."""
+    return os.path.basename(word.rstrip("/")) or word
+
+
+MODULE_LAUNCHERS = frozenset({"torch.distributed.run", "torch.distributed.launch"})
+"""Python modules that start a script (``python -m torch.distributed.run ... sft.py``):
+named by that script, as ``torchrun`` is."""
 
 
 INTERPRETERS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -457,6 +496,7 @@ LAUNCHERS = frozenset(
         "mpiexec",
         "apptainer",
         "singularity",
+        "srun",
     }
 )
 """Programs that start another one after options of their own (whose values cannot be
@@ -482,6 +522,21 @@ SCRIPT_SUFFIXES = (
 )
 
 
+_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh"})
+
+
+def _inline_cluster(interpreter: str | None, word: str) -> bool:
+    """``bash -lc '...'``, ``sh -ec '...'``: options run together, ``c`` among them (the
+    line is inline code, not a script: ``bash -lc 'echo'`` was named ``echo``)."""
+    return (
+        interpreter in _SHELLS
+        and word.startswith("-")
+        and not word.startswith("--")
+        and "c" in word[1:]
+        and word[1:].isalpha()
+    )
+
+
 def _interpreter(base: str) -> str | None:
     """The :data:`INTERPRETERS` entry ``base`` is (``python3.11``: ``python``)."""
     if base in INTERPRETERS:
@@ -500,18 +555,25 @@ def _script_of(words: list[str], start: int, base: str) -> str:
     if interpreter is None and base not in LAUNCHERS:
         return ""
     takes_value, inline = INTERPRETERS.get(interpreter or "", (frozenset(), frozenset()))
+    python = interpreter in ("python", "pypy")
     k = start
     while k < len(words):
         word = words[k]
-        if word in inline:
+        if word in inline or _inline_cluster(interpreter, word):
             return ""  # (inline code: the interpreter's own name says as much)
+        module = None
         if word in ("-m", "--module") and k + 1 < len(words):
-            if interpreter in ("python", "pypy") or base in LAUNCHERS:
-                return words[k + 1]
+            module, k = words[k + 1], k + 1
+        elif python and word.startswith("-m") and len(word) > 2:
+            module = word[2:]  # (python3 -mpkg)
+        if module is not None and (python or base in LAUNCHERS):
+            if module not in MODULE_LAUNCHERS:
+                return module
+            return _script_of(words, k + 1, "torchrun") or module
         if word.startswith(("-", "+")) and word not in ("-", "--"):
             k += 2 if word in takes_value else 1
             continue
-        name = os.path.basename(word) or word
+        name = _basename(word)
         if interpreter is not None:
             return name if word not in ("-", "--") else ""
         if name.endswith(SCRIPT_SUFFIXES) or word.startswith("./"):
