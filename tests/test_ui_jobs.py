@@ -845,10 +845,14 @@ async def test_a_line_longer_than_the_log_is_marked_where_it_is_cut() -> None:
     app = _LogApp()
     async with app.run_test(size=(40, 10)) as pilot:
         log = app.query_one(LogTail)
-        log.feed(b"short\n" + b"x" * 100 + b"\n")
+        # (more lines than the view: a vertical scrollbar, under which the mark was drawn)
+        log.feed(b"short\n" + b"x" * 100 + b"\n" + b"".join(b"y\n" for _ in range(30)))
         log.finish()
-        await until(pilot, lambda: len(log.lines) == 2, "the lines")
-        width = log.size.width
+        await until(pilot, lambda: len(log.lines) == 32, "the lines")
+        await until(pilot, lambda: log.max_scroll_y > 0, "more lines than the view")
+        log.scroll_to_top()
+        await until(pilot, lambda: log.scroll_offset.y == 0, "the top")
+        width = log.scrollable_content_region.width
 
         def row_text(y: int) -> str:
             return "".join(segment.text for segment in log.render_line(y))

@@ -448,3 +448,23 @@ async def test_wrap_is_kept_for_the_next_job_opened(ui_app: Any) -> None:
         log = await until(pilot, lambda: next(iter(again.query(LogTail)), None), "its log")
         assert again.job_id == second["id"] and log.wrap
         await until(pilot, lambda: "wrapped" in str(log.border_title), "the title says so")
+
+
+async def test_a_long_line_is_marked_in_a_log_taller_than_its_view(ui_app: Any) -> None:
+    # The mark was drawn under the vertical scrollbar: in any log longer than its view,
+    # no cut line showed it (tester h73).
+    from gpulayer_tui.widgets.log_tail import MORE_MARK
+
+    script = "for i in range(400):\n    print(f'{i:03d} ' + 'x' * (100 + i))"
+    app = await ui_app("1xA100-80GB")
+    job = await app.backend.submit(
+        {"command": [sys.executable, "-c", script], "gpus": 0, "cwd": os.getcwd()}
+    )
+    async with app.run_test(size=(130, 40)) as pilot:
+        app.open_job(job["id"])
+        detail = await until(pilot, lambda: _detail(app), "the detail")
+        log = await until(pilot, lambda: next(iter(detail.query(LogTail)), None), "the log")
+        await until(pilot, lambda: detail._log_done and len(log.source_lines) == 400, "all")
+        await until(pilot, lambda: log.max_scroll_y > 0, "a log taller than its view")
+        rows = [r for r in _screen_text(app).splitlines() if "xxxxxxxx" in r]
+        assert rows and all(MORE_MARK in row for row in rows), rows[-3:]

@@ -585,12 +585,16 @@ class LogTail(Log):
         """A row cut to the view, its last cell a dim :data:`MORE_MARK` where the line goes on past
         the right edge: a long line was cut there without a mark (``w`` wraps it)."""
         row = super()._render_line(y, scroll_x, width)
-        if self.wrap or y >= len(self._lines) or width < 2:
+        # (The view's own width: the row runs under a vertical scrollbar, which hid the
+        # mark in every log longer than the view: tester h73.)
+        shown = min(width, self.scrollable_content_region.width)
+        if self.wrap or y >= len(self._lines) or shown < 2:
             return row
-        if cell_len(self._process_line(self._lines[y])) <= scroll_x + width:
+        if cell_len(self._process_line(self._lines[y])) <= scroll_x + shown:
             return row
         mark = Strip([Segment(MORE_MARK, self.rich_style + Style(dim=True))], 1)
-        return Strip.join([row.crop(0, width - 1), mark]).apply_offsets(scroll_x, y)
+        parts = [row.crop(0, shown - 1), mark, row.crop(shown, width)]
+        return Strip.join(parts).apply_offsets(scroll_x, y)
 
     def _render_line_strip(self, y: int, rich_style: Style) -> Strip:
         # (the highlighter is told which row it draws: the current match stands out)
