@@ -1602,3 +1602,38 @@ def test_a_request_the_engine_does_not_know_says_it_may_be_older(engine: Served)
     with pytest.raises(ApiError) as unknown:  # (an unknown job is said as before)
         client.request("GET", "/jobs/424242")
     assert "older" not in str(unknown.value) and "424242" in str(unknown.value)
+
+
+def test_a_full_jobs_table_keeps_runtime_and_exit_on_80_columns() -> None:
+    # Every column filled (a 40-character name, a priority of -1000000, GPUs, VRAM): the
+    # cut at the edge took RUNTIME and EXIT (tester h73). Narrower columns go first.
+    from gpulayer_tui.cli.format import REASON_ROOM, fit, format_jobs
+
+    def row(job_id: int, name: str, status: str, code: int | None) -> dict[str, object]:
+        return {
+            "id": job_id,
+            "name": name,
+            "kind": "command",
+            "status": status,
+            "termination_reason": None,
+            "exit_code": code,
+            "message": f"exited with code {code}" if code is not None else "running on gpu0",
+            "domains": ["gpu0"],
+            "gpus": [0],
+            "pid": None,
+            "started_at": 100.0,
+            "ended_at": 160.0 if code is not None else None,
+            "owner_uid": 0,
+            "spec": {"gpus": 1, "vram_gb": 10, "priority": -1000000},
+        }
+
+    rows = [row(1, "a-rather-long-name-for-a-job-in-a-sweep-1", "failed", 3)]
+    rows += [row(2, "train.py", "running", None)]
+    wide = format_jobs(rows, 200.0)  # type: ignore[arg-type]
+    assert wide.splitlines()[0].split()[:6] == ["ID", "NAME", "USER", "STATUS", "PRIO", "DOMAINS"]
+    shown = fit(format_jobs(rows, 200.0, 80), 80).splitlines()  # type: ignore[arg-type]
+    header = shown[0]
+    assert "RUNTIME" in header and "EXIT" in header and "REASON" in header, header
+    assert header.index("REASON") <= 80 - REASON_ROOM
+    assert shown[1][header.index("EXIT")] == "3" and "1m00s" in shown[1], shown
+    assert all(len(line) <= 80 for line in shown)

@@ -59,9 +59,13 @@ def fit(text: str, width: int | None) -> str:
 
 def format_jobs(jobs: list[JobRowJSON], now: float, width: int | None = None) -> str:
     """The ``jobs`` table. PRIO is there when a listed job has a priority other than 0.
-    On a terminal ``width`` columns wide, a table wider than it loses its columns that
-    are empty in every row (GPUS, VRAM, EXIT, ...) before a row is cut at the edge: at 80
-    columns the cut took EXIT, which a glance at a failed sweep looks for (tester h69)."""
+
+    On a terminal ``width`` columns wide, a table wider than it first loses its columns
+    that are empty in every row (GPUS, VRAM, EXIT, ...), then, until REASON starts at
+    least :data:`REASON_ROOM` columns before the edge, NAME is cut to 16 and USER (where
+    every row is one user's), VRAM, GPUS and DOMAINS go, in that order; then rows are
+    cut at the edge. At 80 columns the cut took RUNTIME and EXIT, which a glance at a
+    failed sweep looks for (testers h69, h73)."""
     if not jobs:
         return "no jobs"
     headers = ["ID", "NAME", "USER", "STATUS", "PRIO", "DOMAINS", "GPUS", "VRAM", "RUNTIME"]
@@ -88,10 +92,34 @@ def format_jobs(jobs: list[JobRowJSON], now: float, width: int | None = None) ->
     empty = {i for i in range(len(headers)) if not any(row[i] for row in rows)}
     drop = {headers.index("PRIO")} & empty  # (no job has one: nothing to say)
     text = _table_without(headers, rows, drop)
-    if width is not None and max(cell_width(line) for line in text.split("\n")) > width:
-        # (REASON stays: an empty one still heads the column a cut would end in)
-        text = _table_without(headers, rows, empty - {len(headers) - 1})
+    if width is None or max(cell_width(line) for line in text.split("\n")) <= width:
+        return text
+    # (REASON stays: an empty one still heads the column a cut would end in)
+    drop = empty - {len(headers) - 1}
+    text = _table_without(headers, rows, drop)
+    steps: list[str] = ["NAME"]
+    if len({row[2] for row in rows}) == 1:
+        steps.append("USER")
+    steps += ["VRAM", "GPUS", "DOMAINS"]
+    for step in steps:
+        if _reason_at(text) <= width - REASON_ROOM:
+            break
+        if step == "NAME":
+            rows = [[row[0], cut_to_width(row[1], 16), *row[2:]] for row in rows]
+        else:
+            drop = drop | {headers.index(step)}
+        text = _table_without(headers, rows, drop)
     return text
+
+
+REASON_ROOM = 16
+"""Columns of REASON a narrow terminal's ``jobs`` table keeps room for, dropping others."""
+
+
+def _reason_at(text: str) -> int:
+    """The terminal column where the table's REASON starts."""
+    header = text.split("\n", 1)[0]
+    return cell_width(header[: header.index("REASON")]) if "REASON" in header else 0
 
 
 def _table_without(headers: list[str], rows: list[list[str]], drop: set[int]) -> str:
