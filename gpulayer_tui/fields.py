@@ -480,21 +480,24 @@ def status_phrase(status: str) -> str:
     return f"has ended ({status})" if status in TERMINAL_STATUSES else f"is {status}"
 
 
-def engine_sets_env(key: str, port_service: bool, no_port: str = "add --no-port") -> str | None:
+def engine_sets_env(
+    key: str,
+    port_service: bool,
+    no_port: str = "add --no-port",
+    ask_gpus: str = "ask for GPUs with --gpus N (and --domain NAME for which ones)",
+) -> str | None:
     """Why a job's environment may not name ``key`` where a user types it (``--env``, a
     spec file's ``env``, the TUI's form), or ``None``: the engine sets it for each job,
     over whatever the job's environment says (the value given was dropped without a
     word), or no shell could read it. ``port_service``: a service given a ``$PORT``;
-    ``no_port``: how to turn that port off where the variable was typed."""
+    ``no_port``: how to turn that port off where the variable was typed; ``ask_gpus``:
+    how to ask for GPUs there."""
     if any(c.isspace() or not c.isprintable() for c in key):
         # (`--env "LR =0.1"` set a variable "LR " that the job's $LR never read; refused
         # where the user typed it: an inherited environment may hold such a name)
         return "a variable's name has no spaces or control characters"
     if key == "CUDA_VISIBLE_DEVICES":
-        return (
-            "the engine sets it to the job's GPUs; ask for GPUs with --gpus N "
-            "(and --domain NAME for which ones)"
-        )
+        return f"the engine sets it to the job's GPUs; {ask_gpus}"
     if key in ("CUDA_DEVICE_ORDER", "GPULAYER_JOB_ID", "GPULAYER_REPLICA", "GPULAYER_TASK"):
         return "the engine sets it for every job"
     if key == "PORT" and port_service:

@@ -322,6 +322,10 @@ async def test_sort_keys_cycle_through_the_columns_shown(ui_app: Any) -> None:
         await until(pilot, lambda: "filter one" in str(bar.content), "the filter in the bar")
         shown = str(bar.content)
         assert shown.index("filter one") < shown.index("sort") and len(shown) <= 60, shown
+        # A long one is cut in the bar (it ran the sort into the count: tester h73).
+        await pilot.press("slash", "ctrl+u", *"a-very-long-filter-text-here", "enter")
+        await until(pilot, lambda: "filter a-very-long-filter-…" in str(bar.content), "cut")
+        assert len(str(bar.content)) <= 64, str(bar.content)
         await pilot.press("slash", "ctrl+u", "enter")
         await until(pilot, lambda: "filter" not in str(bar.content), "the filter cleared")
         await pilot.press("o")  # on to the first shown column after it
@@ -381,11 +385,33 @@ async def test_the_form_sets_a_jobs_project_folder_and_environment(
         await fill(pilot, form, "project", "sweep-a")
         await fill(pilot, form, "cwd", str(tmp_path / "missing"))
         assert field_error(form, "cwd") == f"no such folder: {tmp_path / 'missing'}"
+        # ctrl+s with it so: the field and its error come into sight (they stayed below
+        # the fold under "fix the fields marked in red": tester h73)
+        await pilot.resize_terminal(130, 30)
+        form.query_one("#project", Input).focus()
+        form.query_one("#submit-dialog").scroll_home(animate=False)
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: form.form_message == "fix the fields marked in red")
+        error_line = form.query_one("#cwd-error")
+        buttons = form.query_one(".buttons")
+        dialog = form.query_one("#submit-dialog")
+        await until(
+            pilot,
+            lambda: (
+                dialog.region.contains_region(error_line.region)
+                and error_line.region.bottom <= buttons.region.y
+            ),
+            "the error line in sight, above the buttons",
+        )
+        await pilot.resize_terminal(140, 50)
         await clear(pilot, form, "cwd")
         await fill(pilot, form, "cwd", str(folder))
         assert field_error(form, "cwd") == ""
         await fill(pilot, form, "env", "CUDA_VISIBLE_DEVICES=1")
-        assert field_error(form, "env").startswith("CUDA_VISIBLE_DEVICES: the engine sets it")
+        assert field_error(form, "env") == (
+            "CUDA_VISIBLE_DEVICES: the engine sets it to the job's GPUs; ask for GPUs in the "
+            "GPUs field (and Domain for which ones)"
+        )  # (in the form's words, not the CLI's flags: tester h73)
         await clear(pilot, form, "env")
         await fill(pilot, form, "env", "GREETING='hello there' LR")
         assert field_error(form, "env") == "expected KEY=VALUE, got 'LR'"

@@ -20,6 +20,7 @@ from textual.timer import Timer
 from textual.widgets import Input, Label, Static
 
 from .. import keymap
+from ..fields import cut_to_width, printable
 from ..job_feed import JobView
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
@@ -159,13 +160,15 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         # (The filter before the sort: at 80 columns the bar was cut in the sort's note and
         # the filter's text never showed, so a table it emptied looked wrong: tester h70.)
         if table.filter_text:
-            parts += [("   filter ", "$foreground-muted"), (table.filter_text, "bold $accent")]
+            # (cut: a long one ran the sort into the count at 80 columns: tester h73)
+            term = cut_to_width(printable(table.filter_text), 20)
+            parts += [("   filter ", "$foreground-muted"), (term, "bold $accent")]
         parts += [
             ("   sort ", "$foreground-muted"),
             (SORTS[table.sort_key][0] + (" ▼" if table.sort_reverse else " ▲"), "bold $accent"),
         ]
         if table.sort_hidden:  # (a resize hid the column: the order stays, o moves on)
-            parts.append((" (column hidden)", "$foreground-muted"))
+            parts.append((" (hidden)", "$foreground-muted"))
         self.query_one("#jobs-view", Label).update(Content.assemble(*parts))
         shown, total = table.row_count, table.total_count
         more = "+" if view_of(self).job_feed.known_more else ""  # (older pages load on scroll)

@@ -107,7 +107,12 @@ def _env_problem(text: str, *, port_service: bool) -> str:
     except ValueError as err:
         return str(err)
     for key, _ in pairs:
-        refused = engine_sets_env(key, port_service, "from the CLI, submit --no-port")
+        refused = engine_sets_env(
+            key,
+            port_service,
+            "from the CLI, submit --no-port",
+            "ask for GPUs in the GPUs field (and Domain for which ones)",
+        )
         if refused:
             return f"{env_name_shown(key)}: {refused}"
     return ""
@@ -412,7 +417,12 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             return
         bad = [f for f in _FIELDS if not self._check(f)]
         if bad:
-            self.query_one(f"#{bad[0]}", Input).focus()
+            self.query_one(f"#{bad[0]}", Input).focus(scroll_visible=False)
+            # (the field with its error line, in sight: the message at the top said "fix
+            # the fields marked in red" of one scrolled off below: tester h73)
+            self.call_after_refresh(
+                self.query_one(f"#{bad[0]}-field").scroll_visible, animate=False
+            )
             self._show_form_message("fix the fields marked in red")
             return
         self._submit(self.build_spec())
