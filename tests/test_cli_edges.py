@@ -374,6 +374,12 @@ def test_a_folder_that_is_not_there_is_refused_at_submission(
     out = engine.cli("submit", "--cwd", str(tmp_path / "file"), "--", "true")
     assert out.returncode == 2 and "not a folder" in out.stderr
     assert engine.cli("jobs", "--json").stdout == before
+    # A job that waits for another may run in a folder that one makes.
+    made = tmp_path / "made"
+    first = _submit(engine, "--", "mkdir", str(made))
+    second = _submit(engine, "--after", first, "--cwd", str(made), "--", "pwd")
+    assert engine.cli("wait", second).returncode == 0
+    assert engine.cli("logs", second).stdout.strip() == str(made)
 
 
 def test_an_edit_that_changes_nothing_says_so(

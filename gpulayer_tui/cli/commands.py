@@ -94,9 +94,16 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
                 "the current folder no longer exists (it was removed after this shell entered "
                 "it): cd to one that does, or give --cwd"
             )
-    if args.cwd and not getattr(args, "cluster", None) and not os.path.isdir(spec["cwd"]):
+    waits = bool(args.after or args.after_any)
+    if (
+        args.cwd
+        and not getattr(args, "cluster", None)
+        and not waits
+        and not os.path.isdir(spec["cwd"])
+    ):
         # (it was stored, and failed at its start, maybe hours later: tester h71; a Slurm
-        # job's folder is the cluster's, which this machine may not have)
+        # job's folder is the cluster's, which this machine may not have; a job that
+        # waits for others may run in a folder one of them makes)
         what = "not a folder" if os.path.exists(spec["cwd"]) else "no such folder"
         parser.error(f"--cwd {spec['cwd']}: {what}")
     from ..fields import engine_sets_env, env_name_shown

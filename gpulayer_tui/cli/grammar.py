@@ -90,6 +90,7 @@ def positive_number(text: str, zero: bool = False) -> float:
     if not (value >= 0 if zero else value > 0):
         least = "0 or more" if zero else "greater than 0"
         raise argparse.ArgumentTypeError(f"must be {least}, got {text}")
+    value += 0.0  # (-0 is 0: "still queued after -0 s": tester h73)
     # (inf and 1e300 ended `cancel --timeout` in an OverflowError; the engine's limit, not
     # one of the CLI's own: 10 years, where a --timeout the engine would refuse was taken)
     if not value <= wire.MAX_SECONDS:

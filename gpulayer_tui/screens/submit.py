@@ -300,7 +300,8 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             elif field_id in ("name", "project"):
                 wire.check_label(field_id, text)
             elif field_id == "cwd":
-                return _folder_problem(text)
+                # (a job that waits for others may run in a folder one of them makes)
+                return "" if self._value("after") else _folder_problem(text)
             elif field_id == "env":
                 return _env_problem(text, port_service=self._checked("service"))
             elif field_id == "vram":
@@ -347,6 +348,8 @@ class SubmitScreen(FormScreen[JobJSON | None]):
         self._check(field_id, empty_is_fine=field_id == "command")
         if field_id == "gpus":
             self._check("vram")
+        if field_id == "after":
+            self._check("cwd", empty_is_fine=True)
         self._show_form_message("")
 
     @on(Checkbox.Changed, "#no-shell")
