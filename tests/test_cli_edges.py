@@ -1018,52 +1018,22 @@ def test_an_empty_status_filter_a_negative_wait_and_a_body_too_large_are_said(
     assert status == 413 and "the request body is over 64 MiB" in body["error"], body
 
 
-def test_jobs_on_a_terminal_that_says_0_columns_takes_columns(engine: Served) -> None:
-    # Under `script` or some CI the terminal says 0 columns: every row was cut to "I…".
-    import os
-    import pty
-
-    _submit(engine, "--name", "a-visible-name", "--", "true")
-    leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 0, 0, 0, 0))
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "gpulayer_tui", "jobs"],
-            stdout=follower,
-            stderr=subprocess.PIPE,
-            env={**engine.env, "COLUMNS": "150"},
-            cwd=REPO,
-            timeout=60,
-        )
-        os.close(follower)
-        shown = b""
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            shown += chunk
-    finally:
-        os.close(leader)
-    assert done.returncode == 0, done.stderr
-    assert b"a-visible-name" in shown, shown
-
-
-def _on_a_terminal(engine: Served, columns: int, *argv: str) -> str:
-    """What ``gpulayer-tui ARGV`` shows on a terminal ``columns`` wide."""
+def _on_a_terminal(
+    engine: Served, columns: int, *argv: str, rows: int = 24, env: dict[str, str] | None = None
+) -> str:
+    """What ``gpulayer-tui ARGV`` shows on a terminal ``columns`` wide (``env``: over the
+    engine's, ``COLUMNS`` left out unless given)."""
     import os
     import pty
 
     leader, follower = pty.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
     try:
         done = subprocess.run(
             [sys.executable, "-m", "gpulayer_tui", *argv],
             stdout=follower,
             stderr=subprocess.PIPE,
-            env={k: v for k, v in engine.env.items() if k != "COLUMNS"},
+            env={**{k: v for k, v in engine.env.items() if k != "COLUMNS"}, **(env or {})},
             cwd=REPO,
             timeout=60,
         )
@@ -1081,6 +1051,13 @@ def _on_a_terminal(engine: Served, columns: int, *argv: str) -> str:
         os.close(leader)
     assert done.returncode == 0, done.stderr
     return shown.decode().replace("\r\n", "\n")
+
+
+def test_jobs_on_a_terminal_that_says_0_columns_takes_columns(engine: Served) -> None:
+    # Under `script` or some CI the terminal says 0 columns: every row was cut to "I…".
+    _submit(engine, "--name", "a-visible-name", "--", "true")
+    shown = _on_a_terminal(engine, 0, "jobs", rows=0, env={"COLUMNS": "150"})
+    assert "a-visible-name" in shown, shown
 
 
 def test_the_jobs_table_shows_priorities_and_keeps_exit_at_80_columns(engine: Served) -> None:

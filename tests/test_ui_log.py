@@ -211,9 +211,7 @@ async def test_a_long_output_is_read_from_near_its_end_whole_lines_only(ui_app: 
     )
     assert (await app.backend.engine.wait(job["id"], timeout=30)).status.value == "completed"
     async with app.run_test(size=(120, 40)) as pilot:
-        app.open_job(job["id"])
-        detail = await until(pilot, lambda: _detail(app), "the detail")
-        log = await until(pilot, lambda: next(iter(detail.query(LogTail)), None), "the log")
+        detail, log = await _open_log(pilot, app, job["id"])
         await until(pilot, lambda: detail._log_done, "all the output", timeout=30)
         assert log.bytes_read == LOG_TAIL_BYTES  # (its last 4 MiB, not all of it)
         lines = log.source_lines
@@ -229,9 +227,7 @@ async def test_search_keys_in_the_detail_and_n_is_new_job_again_after(ui_app: An
     script = "for i in $(seq 0 199); do echo line $i; [ $((i % 50)) = 7 ] && echo needle $i; done"
     job = await app.backend.submit({"shell": script, "gpus": 0, "cwd": os.getcwd()})
     async with app.run_test(size=(120, 40)) as pilot:
-        app.open_job(job["id"])
-        detail = await until(pilot, lambda: _detail(app), "the detail")
-        log = await until(pilot, lambda: next(iter(detail.query(LogTail)), None), "the log")
+        detail, log = await _open_log(pilot, app, job["id"])
         await until(pilot, lambda: detail._log_done and log.line_count == 204, "all the output")
         # A finished job's log opens at its end.
         await until(pilot, lambda: log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y)
@@ -383,6 +379,14 @@ async def test_p_says_there_is_nothing_to_page_instead_of_an_empty_pager(
             await until(pilot, lambda: _detail(app) is None)
 
 
+async def _open_log(pilot: Any, app: Any, job_id: int) -> tuple[JobDetailScreen, LogTail]:
+    """Open a job's detail; it and its log once they are there."""
+    app.open_job(job_id)
+    detail = await until(pilot, lambda: _detail(app), "the detail")
+    log = await until(pilot, lambda: next(iter(detail.query(LogTail)), None), "the log")
+    return detail, log
+
+
 def _screen_text(app: Any) -> str:
     """What the terminal shows (the screenshot's text: rows as painted, not the state)."""
     shot = re.sub("<[^>]+>", "", app.export_screenshot())
@@ -408,9 +412,7 @@ async def test_wrap_on_then_off_shows_the_last_line_of_a_finished_log(
         {"command": [sys.executable, "-c", script], "gpus": 0, "cwd": os.getcwd()}
     )
     async with app.run_test(size=(100, 30)) as pilot:
-        app.open_job(job["id"])
-        detail = await until(pilot, lambda: _detail(app), "the detail")
-        log = await until(pilot, lambda: next(iter(detail.query(LogTail)), None), "the log")
+        detail, log = await _open_log(pilot, app, job["id"])
         await until(pilot, lambda: detail._log_done and len(log.source_lines) == 112, "all")
         await until(pilot, lambda: "line 111 end" in _screen_text(app), "the end shown")
         for _ in range(2):
@@ -435,17 +437,13 @@ async def test_wrap_is_kept_for_the_next_job_opened(ui_app: Any) -> None:
     first = await app.backend.submit({"command": ["true"], "gpus": 0, "cwd": os.getcwd()})
     second = await app.backend.submit({"command": ["true"], "gpus": 0, "cwd": os.getcwd()})
     async with app.run_test(size=(100, 30)) as pilot:
-        app.open_job(first["id"])
-        detail = await until(pilot, lambda: _detail(app), "the detail")
-        log = await until(pilot, lambda: next(iter(detail.query(LogTail)), None), "the log")
+        _, log = await _open_log(pilot, app, first["id"])
         assert not log.wrap
         await pilot.press("w")
         await until(pilot, lambda: log.wrap, "wrapped")
         await pilot.press("escape")
         await until(pilot, lambda: _detail(app) is None, "closed")
-        app.open_job(second["id"])
-        again = await until(pilot, lambda: _detail(app), "the next detail")
-        log = await until(pilot, lambda: next(iter(again.query(LogTail)), None), "its log")
+        again, log = await _open_log(pilot, app, second["id"])
         assert again.job_id == second["id"] and log.wrap
         await until(pilot, lambda: "wrapped" in str(log.border_title), "the title says so")
 
@@ -461,9 +459,7 @@ async def test_a_long_line_is_marked_in_a_log_taller_than_its_view(ui_app: Any) 
         {"command": [sys.executable, "-c", script], "gpus": 0, "cwd": os.getcwd()}
     )
     async with app.run_test(size=(130, 40)) as pilot:
-        app.open_job(job["id"])
-        detail = await until(pilot, lambda: _detail(app), "the detail")
-        log = await until(pilot, lambda: next(iter(detail.query(LogTail)), None), "the log")
+        detail, log = await _open_log(pilot, app, job["id"])
         await until(pilot, lambda: detail._log_done and len(log.source_lines) == 400, "all")
         await until(pilot, lambda: log.max_scroll_y > 0, "a log taller than its view")
         rows = [r for r in _screen_text(app).splitlines() if "xxxxxxxx" in r]
