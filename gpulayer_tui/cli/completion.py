@@ -239,6 +239,9 @@ _gpulayer_tui_values() {{
     local line
     case "$1" in
         jobs|domains)
+            # (in the engine's order, active jobs first: bash sorted them as text, 1 10 11
+            # ... 2, finished ones among the running: tester h74; bash 4.4 and later)
+            compopt -o nosort 2>/dev/null
             while IFS= read -r line; do
                 [ -n "$line" ] && COMPREPLY+=("${{line%%$'\\t'*}}")
             done < <("$_gpl_cmd" __complete "$1" "$2" 2>/dev/null) ;;
