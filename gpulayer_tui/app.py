@@ -27,8 +27,6 @@ from textual.widget import Widget
 from textual.widgets import DataTable
 from textual.worker import Worker, WorkerState
 
-import gpulayer_tui.themes as themes
-
 from . import keymap
 from .backend import BackendError, EngineBackend
 from .fields import printable
@@ -43,6 +41,7 @@ from .screens.job_detail import JobDetailScreen
 from .screens.jobs import JobsScreen
 from .screens.strays import StraysScreen
 from .screens.submit import SubmitScreen
+from .theme_files import themes
 from .view import HistoryPoint
 from .wire import (
     ACTIVE_STATUSES,

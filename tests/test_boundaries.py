@@ -326,3 +326,32 @@ def test_each_subcommand_built_alone_is_the_same_as_in_the_whole_grammar() -> No
     assert subcommand_of(["--simulate", "jobs"]) is None  # "jobs" is --simulate's value
     assert subcommand_of(["submit", "--", "status"]) == "submit"
     assert subcommand_of(["--serve"]) is None
+
+
+def test_the_tui_loads_its_themes_from_a_source_checkout_on_pythonpath(tmp_path: Path) -> None:
+    # An install maps themes/ into the package; a checkout on PYTHONPATH has no such map,
+    # and the TUI ended in "No module named 'gpulayer_tui.themes'" (tester h75).
+    import shutil
+
+    checkout = tmp_path / "checkout"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(REPO / "gpulayer_tui", checkout / "gpulayer_tui", ignore=ignore)
+    shutil.copytree(REPO / "themes", checkout / "themes", ignore=ignore)
+    script = (
+        "import sys\n"
+        # (no finder of an editable install: only what PYTHONPATH holds)
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()\n"
+        "    and 'editable' not in type(f).__module__]\n"
+        f"sys.path.insert(0, {str(checkout)!r})\n"
+        "import gpulayer_tui.app as app\n"
+        "print(app.__file__)\n"
+        "print(app.themes.__file__)\n"
+        "print(app.themes.CSS_PATH)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    app_file, themes_file, css = done.stdout.split()
+    assert app_file.startswith(str(checkout)) and themes_file.startswith(str(checkout / "themes"))
+    assert Path(css).is_file()
