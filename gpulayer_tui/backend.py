@@ -482,14 +482,29 @@ class EmbeddedBackend(SocketBackend):
 
 
 async def engine_is_serving(paths: Paths) -> bool:
-    """True if an engine answers on the state dir's socket."""
+    """True if an engine answers on the state dir's socket.
+
+    Raises:
+        EngineRefused: One serves, and refuses this user (``[security]``): a TUI took
+            that for no engine, and started one of its own on that state dir, which
+            failed on its owner (tester h75).
+    """
     if not paths.socket.exists():
         return False
     backend = SocketBackend(paths)
     try:
         await backend.health()
         return True
-    except BackendError:
+    except BackendError as err:
+        if err.status == 403:
+            raise EngineRefused(str(err)) from None
         return False
     finally:
         await backend.close()
+
+
+class EngineRefused(BackendError):
+    """An engine serves the state dir and refuses this user (403)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 403)

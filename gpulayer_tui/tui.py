@@ -9,7 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-from .backend import EmbeddedBackend, EngineBackend, SocketBackend, engine_is_serving
+from .backend import (
+    EmbeddedBackend,
+    EngineBackend,
+    EngineRefused,
+    SocketBackend,
+    engine_is_serving,
+)
 from .engine.paths import Paths
 
 
@@ -173,7 +179,7 @@ def run_tui(
 
     try:
         result = asyncio.run(main())
-    except (ConfigError, StoreError, EngineBusy, ValueError) as err:
+    except (ConfigError, StoreError, EngineBusy, ValueError, EngineRefused) as err:
         from .fields import printable
 
         print(f"gpulayer-tui: {printable(str(err), keep=chr(10))}", file=sys.stderr)

@@ -237,7 +237,7 @@ def _kill_children() -> None:
 
 
 async def _serve(server: WebServer, host: str, port: int, paths: Paths) -> int:
-    from .backend import engine_is_serving
+    from .backend import EngineRefused, engine_is_serving
 
     app = await server._make_app()
     # No access log: the token is in the request line.
@@ -265,7 +265,12 @@ async def _serve(server: WebServer, host: str, port: int, paths: Paths) -> int:
     warning = exposure_warning(host, bound_port)
     if warning:
         print(warning, file=sys.stderr)
-    if not await engine_is_serving(paths):
+    try:
+        serving = await engine_is_serving(paths)
+    except EngineRefused as err:
+        print(f"gpulayer-tui web: {err}", file=sys.stderr)
+        serving = True  # (it serves; each tab's TUI says the same refusal)
+    if not serving:
         print(
             f"gpulayer-tui web: no engine serves {paths.state_text} yet; browser sessions "
             "attach to a running engine and never start one: start `gpulayer-tui --serve` "

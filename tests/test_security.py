@@ -209,6 +209,12 @@ def test_unlisted_uids_are_refused_naming_the_uid_and_nothing_is_kept(
     assert "uid 65534 (nobody) may not use this engine" in refused.stderr
     assert "[security] allowed_uids" in refused.stderr
     assert shared.nobody("jobs").returncode == 1
+    # The TUI says the same: it took the refusal for no engine, and tried to start one of
+    # its own there, which failed on the state dir's owner (tester h75).
+    tui = shared.nobody()
+    assert tui.returncode == 2, (tui.stdout, tui.stderr)
+    assert "uid 65534 (nobody) may not use this engine" in tui.stderr
+    assert "belongs to" not in tui.stderr
     assert _job_count(home) == 0
     # Allowing its group applies live (the socket is already open to others); its jobs
     # are its own (SO_PEERCRED) and run as the engine's user.
