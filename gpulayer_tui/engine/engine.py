@@ -530,6 +530,18 @@ class Engine:
                     "starts once they have ended",
                 }
             )
+        security = self.config.security
+        if os.geteuid() == 0 and (security.allowed_uids or security.allowed_groups):
+            # (said in the README, and found only by a job that ran `id`: tester h75)
+            checks.append(
+                {
+                    "check": "security",
+                    "status": "warn",
+                    "detail": "this engine runs as root and [security] lets other users in: "
+                    "every job runs as root, so each allowed user can do anything root "
+                    "can; run the engine as a service account of its own",
+                }
+            )
         alive = [(k, pid) for k, pid, ticks in self.unwatched_runs if is_alive(pid, ticks)]
         if alive:
             checks.append(
