@@ -232,6 +232,13 @@ def test_unlisted_uids_are_refused_naming_the_uid_and_nothing_is_kept(
     assert status["owner_uid"] == 65534
     wait_for(lambda: shared.served.cli("logs", theirs).stdout == f"{os.geteuid()}\n")
     shared.served.cli("cancel", theirs)
+    # Cancelled by another (the engine's user here): its message says who (it said
+    # "cancelled by user", read as its owner's doing: tester h75).
+    import pwd
+
+    me = f"uid {os.geteuid()} ({pwd.getpwuid(os.geteuid()).pw_name})"
+    ended = json.loads(shared.served.cli("status", theirs, "--json").stdout)["job"]
+    assert ended["message"].startswith(f"cancelled by {me}"), ended["message"]
 
 
 def test_another_users_job_runs_as_the_engines_user_and_says_so_in_its_env(

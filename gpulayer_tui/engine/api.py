@@ -943,7 +943,9 @@ async def cancel(request: web.Request) -> web.Response:
             "only its own jobs"
         )
     await _no_fields(request, "a cancel", "it stops the job: SIGTERM, then SIGKILL")
-    job = await engine.cancel(job_id)
+    # (another's cancel is said as theirs: tester h75)
+    by = user_name(uid) if uid is not None and uid != _owner(job.owner_uid) else None
+    job = await engine.cancel(job_id, by)
     return web.json_response({"job": _job(job)}, status=202)
 
 

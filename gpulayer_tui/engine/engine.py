@@ -1046,8 +1046,13 @@ class Engine:
         elif act.job.kind is JobKind.COMMAND:
             self.book.note(act, message)
 
-    async def cancel(self, job_id: int) -> Job:
+    async def cancel(self, job_id: int, by: str | None = None) -> Job:
         """Cancel a job: at once if it has not started, else SIGTERM then SIGKILL.
+
+        Args:
+            job_id: The job.
+            by: Who cancels it, where not its owner (``uid 0 (root)``): said in its
+                message, "cancelled by user" read as its owner's doing on a shared box.
 
         Raises:
             UnknownJob: No such id.
@@ -1057,7 +1062,7 @@ class Engine:
         if act is None:
             job = await self.get(job_id)
             raise JobNotActive(f"job {job_id} already {job.status.value}")
-        self._cancel(act, "cancelled by user")
+        self._cancel(act, f"cancelled by {by}" if by else "cancelled by user")
         await self.store.flush()
         return act.job
 
