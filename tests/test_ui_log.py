@@ -222,6 +222,26 @@ async def test_a_long_output_is_read_from_near_its_end_whole_lines_only(ui_app: 
         assert f"complete · last {len(lines):,} lines (P: all)" in str(log.border_title)
 
 
+async def test_an_output_whose_last_line_is_longer_than_its_read_end_says_so(
+    ui_app: Any,
+) -> None:
+    # One 5 MiB line: the end read (4 MiB) held no line's start, and the pane stayed
+    # blank, "complete · last 0 lines" (tester h76).
+    from gpulayer_tui.screens.job_detail import LOG_TAIL_BYTES
+    from gpulayer_tui.widgets.log_tail import LINE_PAST_READ
+
+    app = await ui_app("1xA100-80GB")
+    script = f"import sys\nsys.stdout.write('x' * {LOG_TAIL_BYTES + 1_000_000} + '\\n')"
+    job = await app.backend.submit(
+        {"command": [sys.executable, "-c", script], "gpus": 0, "cwd": os.getcwd()}
+    )
+    assert (await app.backend.engine.wait(job["id"], timeout=30)).status.value == "completed"
+    async with app.run_test(size=(120, 40)) as pilot:
+        detail, log = await _open_log(pilot, app, job["id"])
+        await until(pilot, lambda: detail._log_done, "all the output", timeout=30)
+        assert log.source_lines == [LINE_PAST_READ.format(read=LOG_TAIL_BYTES)]
+
+
 async def test_search_keys_in_the_detail_and_n_is_new_job_again_after(ui_app: Any) -> None:
     app = await ui_app("1xA100-80GB")
     script = "for i in $(seq 0 199); do echo line $i; [ $((i % 50)) = 7 ] && echo needle $i; done"

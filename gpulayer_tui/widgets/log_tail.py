@@ -123,6 +123,12 @@ def _as_terminal(line: str) -> str:
 MORE_MARK = "\u203a"  # (a single right-pointing angle quotation mark)
 """The last cell of a row whose line goes on past the view's right edge."""
 
+LINE_PAST_READ = (
+    "(… its last line starts before the last {read:,} bytes, all that was read: "
+    "P pages the whole output)"
+)
+"""Shown for an output whose end, as read, holds no line's start."""
+
 LINE_SHOWN_MAX = 65_536
 """Characters of one line of output the log keeps; the rest is counted (a 30 MB line,
 shown whole, took the UI half a minute to read and stalled it at every chunk)."""
@@ -320,10 +326,14 @@ class LogTail(Log):
         self.border_subtitle = ""
 
     def finish(self) -> None:
-        """No more output will come: show the unfinished last line, if any."""
+        """No more output will come: show the unfinished last line, if any; and, where
+        the end read held no line's start (one line longer than all that was read), say
+        so: the pane stayed blank, "complete", of a 30 MB line (tester h76)."""
         self._add_partial(self._decoder.decode(b"", final=True))
         if self._partial_len or self._partial_more:
             self._add_lines([self._take_partial()])
+        elif self.head_skipped and not self._source and self.bytes_read:
+            self._add_lines([LINE_PAST_READ.format(read=self.bytes_read)])
         self.border_subtitle = ""
         self._keep_end_in_view()
 
