@@ -614,14 +614,16 @@ class JobTable(OwnKeys, DataTable[Any]):
         """Whether a running job's growing runtime has passed a neighbour's (only they
         move under the runtime sort; checked beside each of them, not the whole table)."""
         now = self._now()
-        rows = self.ordered_rows
+        # (the neighbours by index: `ordered_rows` is rebuilt, sorted, after any cell
+        # update, and it was read each second: 11 % of a core with 10,000 rows loaded
+        # and a service running, idle: tester h76)
+        locations = self._row_locations
         for job_id in self._running_ids & self._shown:
             index = self.get_row_index(str(job_id))
             mine = sort_value("runtime", self._jobs[job_id], now)
             for other, after in ((index - 1, False), (index + 1, True)):
-                if not 0 <= other < len(rows):
-                    continue
-                key = rows[other].key.value
+                row_key = locations.get_key(other)
+                key = None if row_key is None else row_key.value
                 if key is None or int(key) not in self._jobs:
                     continue
                 theirs = sort_value("runtime", self._jobs[int(key)], now)
