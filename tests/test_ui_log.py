@@ -198,18 +198,24 @@ def _detail(app: Any) -> JobDetailScreen | None:
     return screen if isinstance(screen, JobDetailScreen) else None
 
 
+async def _ended_log(ui_app: Any, script: str) -> Any:
+    """An app, and the ended job that ran the Python ``script``."""
+    app = await ui_app("1xA100-80GB")
+    job = await app.backend.submit(
+        {"command": [sys.executable, "-c", script], "gpus": 0, "cwd": os.getcwd()}
+    )
+    assert (await app.backend.engine.wait(job["id"], timeout=30)).status.value == "completed"
+    return app, job
+
+
 async def test_a_long_output_is_read_from_near_its_end_whole_lines_only(ui_app: Any) -> None:
     # A 1 GiB log was read whole, 256 KiB a request, to keep its last 10,000 lines: three
     # minutes of a core before the view said "complete", again at each opening.
     from gpulayer_tui.screens.job_detail import LOG_TAIL_BYTES
 
-    app = await ui_app("1xA100-80GB")
     count = LOG_TAIL_BYTES // 13 + 40_000  # ("line NNNNNNN\n": 13 bytes)
     script = f"import sys\nsys.stdout.write(''.join('line %07d\\n' % i for i in range({count})))"
-    job = await app.backend.submit(
-        {"command": [sys.executable, "-c", script], "gpus": 0, "cwd": os.getcwd()}
-    )
-    assert (await app.backend.engine.wait(job["id"], timeout=30)).status.value == "completed"
+    app, job = await _ended_log(ui_app, script)
     async with app.run_test(size=(120, 40)) as pilot:
         detail, log = await _open_log(pilot, app, job["id"])
         await until(pilot, lambda: detail._log_done, "all the output", timeout=30)
@@ -230,12 +236,8 @@ async def test_an_output_whose_last_line_is_longer_than_its_read_end_says_so(
     from gpulayer_tui.screens.job_detail import LOG_TAIL_BYTES
     from gpulayer_tui.widgets.log_tail import LINE_PAST_READ
 
-    app = await ui_app("1xA100-80GB")
     script = f"import sys\nsys.stdout.write('x' * {LOG_TAIL_BYTES + 1_000_000} + '\\n')"
-    job = await app.backend.submit(
-        {"command": [sys.executable, "-c", script], "gpus": 0, "cwd": os.getcwd()}
-    )
-    assert (await app.backend.engine.wait(job["id"], timeout=30)).status.value == "completed"
+    app, job = await _ended_log(ui_app, script)
     async with app.run_test(size=(120, 40)) as pilot:
         detail, log = await _open_log(pilot, app, job["id"])
         await until(pilot, lambda: detail._log_done, "all the output", timeout=30)
