@@ -59,6 +59,13 @@ class JobFeed:
         self._offset = 0
 
     @property
+    def frontier(self) -> int | None:
+        """Newest first, with pages still to take: the oldest id taken (``None`` before
+        the first page, after the last, and in other orders)."""
+        keyed = self.view.sort == "id" and self.view.descending
+        return self._before if keyed and self.more and self.pages > 0 else None
+
+    @property
     def known_more(self) -> bool:
         """True when the engine said the view has rows beyond those taken."""
         return self.more and self.pages > 0

@@ -120,6 +120,27 @@ def no_engine_text(paths: Paths) -> str:
     )
 
 
+def _refusal(paths: Paths) -> str | None:
+    """The refusal of an engine that serves ``paths`` and refuses this user, asked with
+    the CLI's standard-library client before the app and its libraries load (a user it
+    refuses may not even be able to read those); ``None`` otherwise."""
+    from .client import ApiError, Client
+
+    try:
+        Client(paths, timeout=5.0).request("GET", "/health")
+    except ApiError as err:
+        return str(err) if err.status == 403 else None
+    except PermissionError:
+        # (the socket, or a folder above it, is closed to this user: the CLI's words)
+        return (
+            f"cannot reach the engine's socket {paths.socket}: permission denied; an engine "
+            "serves only its own user unless its config lists yours in [security]"
+        )
+    except Exception:  # (no engine, or one not answering: the TUI's own path says so)
+        return None
+    return None
+
+
 def run_tui(
     paths: Paths,
     simulate: str | None,
@@ -132,6 +153,12 @@ def run_tui(
     With ``attach_only`` (a browser session) it only attaches to a serving engine; without
     one it shows :func:`no_engine_text` and returns 3 (the CLI's "no engine" code).
     """
+    refused = _refusal(paths)
+    if refused is not None:
+        from .fields import printable
+
+        print(f"gpulayer-tui: {printable(refused, keep=chr(10))}", file=sys.stderr)
+        return 2
     from .app import build_app
     from .engine.config import ConfigError, load_config
     from .engine.errors import StoreError

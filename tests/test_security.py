@@ -135,6 +135,10 @@ def test_private_socket_cannot_even_be_reached_by_another_user(open_home: Path) 
         assert refused.returncode == 1
         assert f"cannot reach the engine's socket {open_home / 'engine.sock'}" in refused.stderr
         assert "permission denied" in refused.stderr
+        # The TUI says the same, before it loads (or may read) its libraries.
+        tui = _as_nobody(served)
+        assert tui.returncode == 2, (tui.stdout, tui.stderr)
+        assert f"cannot reach the engine's socket {open_home / 'engine.sock'}" in tui.stderr
     finally:
         if served.proc is not None and served.proc.poll() is None:
             served.stop()

@@ -1021,6 +1021,39 @@ async def test_the_table_loads_history_a_page_at_a_time_and_asks_the_engine_per_
         await until(pilot, lambda: str(count.content) == "60 jobs", "no '+' once all are in")
 
 
+async def test_rows_known_past_the_pages_loaded_wait_for_their_page(
+    ui_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Today's failed jobs are loaded for the dashboard, past the newest page: the table
+    # showed them under it as if the list ended there, its bottom failed jobs only, and
+    # its count "7,536+ jobs" of 20,628 (tester h76). Now they wait for their page.
+    monkeypatch.setattr("gpulayer_tui.job_feed.PAGE", 20)
+    monkeypatch.setattr("gpulayer_tui.widgets.job_table.NEAR_END_ROWS", 3)
+    app = await ui_app("1xA100-80GB")
+    for n in range(60):
+        await app.backend.submit(spec("true" if n % 3 else "false", name=f"r{n:02d}", gpus=0))
+
+    async def all_ended() -> bool:
+        return not (await app.backend.jobs_page(status="pending,queued,running"))["jobs"]
+
+    await eventually(all_ended, timeout=30)
+    async with app.run_test(size=(140, 20)) as pilot:
+        await pilot.press("2")
+        table = table_of(app)
+        count = app.screen.query_one("#jobs-count", Label)
+        await until(pilot, lambda: len(app.job_store.jobs) > 20, "older failed jobs loaded")
+        await until(pilot, lambda: str(count.content) == "20+ jobs", "the newest page alone")
+        assert table.row_count == 20
+        ids = [int(str(table.get_row_at(n)[0])) for n in range(table.row_count)]
+        assert ids == list(range(60, 40, -1))  # (no failed job from below the page)
+        for _ in range(6):
+            await pilot.press("G")
+            await pilot.pause(0.05)
+        await until(pilot, lambda: table.row_count == 60, "every page, reached by scrolling")
+        ids = [int(str(table.get_row_at(n)[0])) for n in range(table.row_count)]
+        assert ids == list(range(60, 0, -1)) and str(count.content) == "60 jobs"
+
+
 async def test_leaving_a_detail_while_its_log_grows_never_ends_the_app(ui_app: Any) -> None:
     # The Log widget measures new lines in a thread that outlived the detail screen and
     # raised NoActiveAppError, which ended the app (issue 20).

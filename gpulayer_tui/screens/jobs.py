@@ -107,7 +107,7 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         app = view_of(self)
         self.query_one("#filter", Input).cursor_blink = getattr(app, "cursor_blink", True)
         self.watch(self.app, "jobs_version", self._jobs_changed, init=True)
-        self.watch(self.app, "job_pages", self._update_bar, init=False)
+        self.watch(self.app, "job_pages", self._pages_changed, init=False)
         self.query_one(JobTable).focus()
 
     @property
@@ -120,8 +120,13 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     def _jobs_changed(self, _version: int = 0) -> None:
         app = view_of(self)
         self._seen_version = self.table.sync(app.job_store, self._seen_version)
+        self.table.set_frontier(app.job_feed.frontier)
         if self._select_when_shown is not None and self.table.select_job(self._select_when_shown):
             self._select_when_shown = None
+        self._update_bar()
+
+    def _pages_changed(self, _pages: int = 0) -> None:
+        self.table.set_frontier(view_of(self).job_feed.frontier)
         self._update_bar()
 
     def _view_changed(self) -> None:

@@ -202,6 +202,9 @@ class JobTable(OwnKeys, DataTable[Any]):
         self._status_filter = "all"
         self._sort_key = "id"
         self._sort_reverse = True
+        self._frontier: int | None = None
+        """Newest first, with older pages still to load: the oldest id loaded of the view
+        (rows below it are hidden until their page comes)."""
         self._layout = START_LAYOUT
         self._message_width = 40
         self._prewarm_pending = False  # a draw of the next page is scheduled
@@ -244,8 +247,31 @@ class JobTable(OwnKeys, DataTable[Any]):
 
     @property
     def total_count(self) -> int:
-        """Jobs known, shown or not."""
+        """Jobs known, shown or not (down to the frontier: :meth:`set_frontier`)."""
+        frontier = self._frontier
+        if frontier is not None and self._frontier_applies():
+            return sum(1 for job_id in self._jobs if job_id >= frontier)
         return len(self._jobs)
+
+    def set_frontier(self, oldest_loaded: int | None) -> None:
+        """Newest first, the view's pages are loaded down to ``oldest_loaded`` (``None``:
+        all of them, or another order). Rows known below it (the active jobs and today's
+        failed ones, loaded for the dashboard) are hidden until their page comes: shown,
+        the table read as the whole list, its bottom failed jobs only (tester h76)."""
+        old = self._frontier
+        if oldest_loaded == old:
+            return
+        self._frontier = oldest_loaded
+        if not (self._sort_key == "id" and self._sort_reverse):
+            return  # (another order: nothing hidden either way)
+        # The rows whose side of it changed, shown or hidden in place (a rebuild put the
+        # view back at its top, and its empty moment asked for the next page).
+        bounds = sorted(f for f in (old, oldest_loaded) if f is not None)
+        low, high = (bounds[0], bounds[1]) if len(bounds) == 2 else (-1, bounds[0])
+        self.apply_jobs([job for job_id, job in self._jobs.items() if low <= job_id < high])
+
+    def _frontier_applies(self) -> bool:
+        return self._frontier is not None and self._sort_key == "id" and self._sort_reverse
 
     @property
     def cursor_job_id(self) -> int | None:
@@ -457,6 +483,9 @@ class JobTable(OwnKeys, DataTable[Any]):
         self._running_ids.discard(job_id)
 
     def _matches(self, job: JobRowJSON) -> bool:
+        frontier = self._frontier
+        if frontier is not None and self._frontier_applies() and job["id"] < frontier:
+            return False
         statuses = STATUS_FILTERS[self._status_filter]
         if statuses is not None and job.get("status") not in statuses:
             return False
