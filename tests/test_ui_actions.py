@@ -46,6 +46,34 @@ async def _jobs_table(pilot: Any, app: Any, job_id: int) -> JobTable:
     return table
 
 
+# -- cancel ----------------------------------------------------------------------------------
+
+
+async def test_cancel_of_another_users_job_is_refused_before_it_is_asked(
+    ui_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It asked "Cancel job 37?", and after yes the engine refused in a toast (tester h75).
+    app = await ui_app("1xA100-80GB")
+    job = await app.backend.submit(_spec("sleep 60", gpus=0))
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = await _jobs_table(pilot, app, job["id"])
+        await until(pilot, lambda: table.job(job["id"])["status"] == "running", "running")
+        monkeypatch.setattr("gpulayer_tui.screens.actions.my_uid", lambda: 4321)
+        await pilot.press("c")
+        await until(
+            pilot,
+            lambda: any("you may cancel only your own jobs" in n for n in _notes(app)),
+            "the refusal, said at once",
+        )
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert table.job(job["id"])["status"] == "running"
+        monkeypatch.undo()  # (the engine's user: asked, as ever)
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await pilot.press("y")
+        await until(pilot, lambda: table.job(job["id"])["status"] == "cancelled", "cancelled")
+
+
 # -- restart ---------------------------------------------------------------------------------
 
 

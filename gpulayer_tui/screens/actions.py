@@ -8,6 +8,7 @@ engine's refusal, is a notification, never an exception.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Coroutine
 from typing import Any, ClassVar
 
@@ -16,6 +17,7 @@ from textual.screen import Screen
 
 from ..backend import BackendError
 from ..fields import status_phrase
+from ..formatting import user_text
 from ..view import view_of
 from ..wire import ACTIVE_STATUSES, ADOPTED_NOT_RUN, JobJSON, JobRowJSON
 from .dialogs import ConfirmScreen, SignalScreen
@@ -94,6 +96,11 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
     if status not in ACTIVE_STATUSES:
         ui.notify(f"job {job_id} already {status}", severity="warning")
         return
+    refused = _not_yours(app.backend.location, job)
+    if refused:
+        # (asked, confirmed, then refused by the engine in a toast: tester h75)
+        ui.notify(f"job {job_id} {refused}", title=f"cancel job {job_id}", severity="warning")
+        return
 
     async def cancel() -> None:
         try:
@@ -118,6 +125,31 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
             "Cancel job",
         ),
         answered,
+    )
+
+
+def my_uid() -> int:
+    """The uid this TUI runs as (the engine sees it through ``SO_PEERCRED``)."""
+    return os.geteuid()
+
+
+def _not_yours(location: str, job: JobRowJSON) -> str:
+    """Why this user may not cancel ``job`` ("" if it may): another user's job, and this
+    user neither the engine's (its socket's or state dir's owner) nor root. The engine
+    judges the same (403); said here before the question, not after the answer."""
+    owner = job.get("owner_uid")
+    me = my_uid()
+    if owner is None or owner == me or me == 0:
+        return ""
+    try:
+        engine_uid = os.stat(location).st_uid
+    except OSError:
+        return ""  # (the engine decides)
+    if me == engine_uid:
+        return ""
+    return (
+        f"belongs to {user_text(job)}: you may cancel only your own jobs (the engine's "
+        "user and root may cancel any)"
     )
 
 
