@@ -475,7 +475,7 @@ async def test_a_long_line_is_marked_in_a_log_taller_than_its_view(ui_app: Any) 
     # no cut line showed it (tester h73).
     from gpulayer_tui.widgets.log_tail import MORE_MARK
 
-    script = "for i in range(400):\n    print(f'{i:03d} ' + 'x' * (100 + i))"
+    script = "for i in range(400):\n    print(f'{i:03d} ' + 'x' * (200 + i))"
     app = await ui_app("1xA100-80GB")
     job = await app.backend.submit(
         {"command": [sys.executable, "-c", script], "gpus": 0, "cwd": os.getcwd()}
