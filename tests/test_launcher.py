@@ -541,6 +541,61 @@ def _all(state_dir: Path, role: str) -> list[psutil.Process]:
     ]
 
 
+async def test_a_serving_launcher_compacts_its_journal_and_keeps_what_runs(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # The journal was compacted only as a spawner started: one serving for months grew it
+    # by about 80 bytes a job for good (4 MB at 50,000 jobs, tester h76).
+    engine = await make_engine()
+    state = engine.paths.state_dir
+    path = state / journal.NAME
+    gate = tmp_path / "go"
+    job = await engine.submit({"shell": f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 3"})
+    await eventually(lambda: (e := journal.replay(str(path)).get(str(job.id))) and e.pid)
+    done_lines = b"".join(
+        journal.line(op, f"{900000 + n}", *rest)
+        for n in range(20000)
+        for op, *rest in (("S", 1), ("P", 4000000 + n, 1), ("E", 0, 1.5), ("A",))
+    )
+    assert len(done_lines) > journal.COMPACT_BYTES
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:  # (one write of whole lines, as the spawner appends its own)
+        assert os.write(fd, done_lines) == len(done_lines)
+    finally:
+        os.close(fd)
+    await eventually(lambda: path.stat().st_size < 4096, timeout=10)
+    kept = journal.replay(str(path))
+    assert set(kept) == {str(job.id)} and kept[str(job.id)].state == journal.RUNNING
+    gate.touch()
+    ended = await engine.wait(job.id, timeout=15)
+    assert ended.exit_code == 3, ended.message
+    await eventually(lambda: journal.replay(str(path)) == {})
+    spawner = _launcher(state, "spawner")
+    assert spawner.is_running()  # (compacted in its stride, not by a new spawner)
+
+
+def test_a_journal_wants_compaction_once_big_and_mostly_dead(tmp_path: Path) -> None:
+    path = tmp_path / journal.NAME
+    writer = journal.Journal(str(path))
+    assert not writer.wants_compaction()
+    writer.write("S", "1", 1)
+    writer.write("P", "1", 42, 1)
+    writer.compact(journal.replay(str(path)))
+    live = writer.size()
+    assert writer.compacted_size == live == path.stat().st_size == len(b"P 1 42 1\n")
+    while writer.size() < journal.COMPACT_BYTES:
+        writer.write("S", "2", 1)
+        writer.write("F", "2")
+    assert writer.wants_compaction()
+    writer.compact(journal.replay(str(path)))
+    assert not writer.wants_compaction() and path.stat().st_size == live
+    # Mostly live entries (a thousand jobs running) are not rewritten each second.
+    writer.compacted_size = journal.COMPACT_BYTES
+    writer.write("S", "3", 1)
+    assert not writer.wants_compaction()
+    writer.close()
+
+
 async def test_the_launchers_files_removed_under_it_never_start_a_job_twice(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

@@ -534,6 +534,13 @@ class Spawner:
                 _say(f"cannot write {self.journal.path} again ({err.strerror}): tried again")
         elif self.journal.pending and self.journal.flush():
             self._journal_caught_up()
+        elif self.journal.wants_compaction():
+            try:
+                self.journal.compact(self.entries)
+            except OSError as err:
+                # (tried again once it has grown fourfold, not each second of a full disk)
+                self.journal.compacted_size = self.journal.size()
+                _say(f"cannot compact {self.journal.path} ({err.strerror}): appended to")
 
     def _journal(self, *fields: object) -> None:
         """A journal line; on a full disk it waits in memory (in order) and is written
