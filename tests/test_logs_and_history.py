@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -442,6 +443,7 @@ async def test_clean_removes_old_finished_jobs_and_never_reuses_an_id(
     running = await engine.submit({"command": ["sleep", "600"], "gpus": 0})
     assert all(engine.log_path(j.id).exists() for j in jobs)
     done = await engine.retention.clean(None, keep=2)
+    assert done.pop("database_bytes_freed") >= 0
     assert done == {"jobs": 3, "files": 3, "snapshots": 0, "spared": []}
     left = {j.id for j in await engine.list_jobs()}
     assert left == {jobs[3].id, jobs[4].id, running.id}  # the running one is never touched
@@ -456,6 +458,56 @@ async def test_clean_removes_old_finished_jobs_and_never_reuses_an_id(
     again = await make_engine()
     fresh = await again.submit({"command": ["true"], "gpus": 0})
     assert fresh.id == running.id + 1
+
+
+async def _fill_and_clean(engine: Engine, count: int = 200) -> tuple[dict[str, Any], int, int]:
+    """``count`` jobs with a big environment, run and cleaned: (clean's answer, the
+    database's size before the clean, after it)."""
+    big = {"PADDING": "x" * 16000}  # (a sweep's shell environment: mostly what a row holds)
+    jobs = [await engine.submit({"command": ["true"], "gpus": 0, "env": big}) for _ in range(count)]
+    for job in jobs:
+        await engine.wait(job.id, timeout=20)
+    checkpoint = "PRAGMA wal_checkpoint(TRUNCATE)"
+    await engine.store.run_on_writer(lambda db: db.execute(checkpoint).fetchall())
+    before = engine.paths.database.stat().st_size
+    done = await engine.retention.clean(None, keep=0)
+    assert done["jobs"] == count
+    return done, before, engine.paths.database.stat().st_size
+
+
+async def test_clean_gives_the_rows_room_back_to_the_disk(make_engine: EngineFactory) -> None:
+    # Deleted rows left free pages in the file, which kept its size for good (after a
+    # clean of 20,000 jobs too: tester h76). Each step is its own call on the writer.
+    engine = await make_engine()
+    mode = await engine.store.run_on_writer(
+        lambda db: db.execute("PRAGMA auto_vacuum").fetchone()[0]
+    )
+    assert mode == 2  # (incremental: a new file has its free-page map)
+    done, before, after = await _fill_and_clean(engine)
+    assert before > 3 << 20 and after < before // 3, (before, after)
+    assert done["database_bytes_freed"] >= before - after - (64 << 10)
+    again = await engine.submit({"command": ["true"], "gpus": 0})  # (the engine goes on)
+    assert (await engine.wait(again.id, timeout=10)).status is JobStatus.COMPLETED
+    assert again.id == 201
+    # Nothing more to give back: nothing is said.
+    assert (await engine.retention.clean(None, keep=5))["database_bytes_freed"] == 0
+
+
+async def test_an_older_database_is_rewritten_once_to_give_its_room_back(
+    make_engine: EngineFactory,
+) -> None:
+    # A file made before the free-page map has none: a clean that leaves a quarter of it
+    # free rewrites it once (VACUUM), which gives it the map for the next cleans.
+    engine = await make_engine()
+    await engine.store.run_on_writer(lambda db: db.execute("PRAGMA auto_vacuum=NONE"))
+    await engine.store.run_on_writer(lambda db: db.execute("VACUUM"))
+    mode = "PRAGMA auto_vacuum"
+    assert await engine.store.run_on_writer(lambda db: db.execute(mode).fetchone()[0]) == 0
+    done, before, after = await _fill_and_clean(engine)
+    assert after < before // 3 and done["database_bytes_freed"] > 3 << 20, (before, after)
+    assert await engine.store.run_on_writer(lambda db: db.execute(mode).fetchone()[0]) == 2
+    assert [j.id for j in await engine.list_jobs()] == []
+    assert (await engine.submit({"command": ["true"], "gpus": 0})).id == 201
 
 
 async def test_a_clean_killed_before_it_removed_the_files_has_them_removed_by_the_next(
@@ -505,11 +557,25 @@ def test_clean_from_the_cli(served: Served) -> None:
     assert len(json.loads(served.cli("jobs", "--json").stdout)) == 3
     out = served.cli("clean", "--keep", "1", "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {"jobs": 2, "files": 2, "snapshots": 0, "spared": []}
+    done = json.loads(out.stdout)
+    assert done.pop("database_bytes_freed") >= 0
+    assert done == {"jobs": 2, "files": 2, "snapshots": 0, "spared": []}
     listed = json.loads(served.cli("jobs", "--json").stdout)
     assert [j["id"] for j in listed] == [int(ids[-1])]
     said = served.cli("clean", "--older-than", "0")
     assert said.stdout.strip() == "removed 1 finished job(s) and 1 file(s)"
+    # Jobs sent with a big environment (the CLI sends the shell's): the room their rows
+    # took goes back to the disk, and the CLI says how much.
+    served.env["PADDING"] = "x" * 120_000
+    batch = served.cli("submit", "--json", "--file", "-", input="true\n" * 16)
+    assert batch.returncode == 0, batch.stderr
+    del served.env["PADDING"]
+    for job in json.loads(batch.stdout):
+        assert served.cli("wait", str(job["id"])).returncode == 0
+    said = served.cli("clean", "--older-than", "0")
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.startswith("removed 16 finished job(s) and 16 file(s); the database gave")
+    assert said.stdout.endswith(" MiB\n"), said.stdout
 
 
 @pytest.mark.parametrize("follow", [False, True])
@@ -818,12 +884,9 @@ async def test_clean_keeps_the_jobs_that_waiting_jobs_depend_on(
     for job in (strict, lenient):
         assert (await engine.wait(job.id, timeout=10)).status is JobStatus.COMPLETED
     # Once nothing waits for them, they go like any other finished job.
-    assert await engine.retention.clean(None, keep=0) == {
-        "jobs": 4,
-        "files": 4,
-        "snapshots": 0,
-        "spared": [],
-    }
+    done = await engine.retention.clean(None, keep=0)
+    assert done.pop("database_bytes_freed") >= 0
+    assert done == {"jobs": 4, "files": 4, "snapshots": 0, "spared": []}
 
 
 async def test_output_that_starts_like_a_cut_note_is_the_jobs_own(

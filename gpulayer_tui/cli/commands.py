@@ -1305,9 +1305,14 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
             + "; nothing was removed"
         )
         return EXIT_OK
+    from ..formatting import size_words
+
+    freed = done.get("database_bytes_freed") or 0
     print(
         f"removed {done['jobs']} finished job(s) and {done['files']} file(s)"
         + (f", {trees} snapshot(s)" if trees else "")
+        # (a few pages back is no news: said from a MiB)
+        + (f"; the database gave back {size_words(freed)}" if freed >= 1 << 20 else "")
         + kept
     )
     return EXIT_OK

@@ -123,8 +123,9 @@ class Retention:
     async def clean(self, ended_before: float | None, keep: int | None) -> dict[str, Any]:
         """Remove finished jobs that ended before ``ended_before`` and/or all but the ``keep``
         finished ones that ended last; return ``{"jobs": n, "files": m, "snapshots": k, "spared":
-        [ids]}`` (``k``: snapshot trees removed, with the objects only they held;
-        ``spared``: jobs that matched but were kept, still needed)."""
+        [ids], "database_bytes_freed": b}`` (``k``: snapshot trees removed, with the
+        objects only they held; ``spared``: jobs that matched but were kept, still needed;
+        ``b``: what the database file shrank by, its deleted rows' room given back)."""
         jobs = trees = 0
         # Files of jobs whose rows an earlier clean deleted, killed before it removed them
         # (recorded with the rows: see Store.files_owed).
@@ -176,10 +177,18 @@ class Retention:
                 files,
                 trees,
             )
+        # The rows' room goes back to the disk too (it stayed in the file for good).
+        freed = await self._store.give_back_space() if jobs else 0
         # (said, not only kept: `clean --keep 0` that left a job in the history, with no
         # word why, read as a bug)
         spared = await self._store.finished_past(self._spared(), ended_before, keep)
-        return {"jobs": jobs, "files": files, "snapshots": trees, "spared": spared}
+        return {
+            "jobs": jobs,
+            "files": files,
+            "snapshots": trees,
+            "spared": spared,
+            "database_bytes_freed": freed,
+        }
 
     async def preview(self, ended_before: float | None, keep: int | None) -> dict[str, Any]:
         """What :meth:`clean` with the same arguments would remove now, removing nothing:

@@ -20,6 +20,7 @@ queued) change together; most of the length is the schema and the column lists.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -226,6 +227,10 @@ MIGRATIONS: list[list[str]] = [
         "SELECT gpu_uuid, name, at FROM domain_state WHERE gpu_uuid IS NOT NULL",
     ],
 ]
+
+RECLAIM_PAGES = 1024
+"""Free pages a clean gives back per step on the writer (4 MiB of 4 KiB pages; about
+20 ms here, so commits wait no longer than that)."""
 
 SPENT_KEY_DAYS = 7
 """How long the key of a submission whose jobs were cleaned is still refused (a retry
@@ -635,6 +640,9 @@ class Store:
     def _open_writer(self, version: str, pid: int) -> None:
         self._refuse_emptied()
         db = self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        # A new file keeps a free-page map, so a clean can give its space back in steps
+        # (see give_back_space); on a file that has tables already this is a no-op.
+        db.execute("PRAGMA auto_vacuum=INCREMENTAL")
         db.execute("PRAGMA journal_mode=WAL")
         # NORMAL is durable across application crashes in WAL mode (only a power loss can
         # drop the last commits), at a fraction of FULL's fsync cost.
@@ -1477,6 +1485,62 @@ class Store:
                 db.execute("ROLLBACK")
             raise
         return chosen
+
+    async def give_back_space(self) -> int:
+        """Return the pages deleted rows left free to the filesystem; the bytes the
+        database shrank by.
+
+        Deleted rows only leave free pages inside the file: after a clean of 20,000 jobs
+        the file kept its size for good (tester h76). A file made with a free-page map
+        (``auto_vacuum=INCREMENTAL``, every file made since) gives them back in steps of
+        :data:`RECLAIM_PAGES`, each its own call on the writer, so commits go on between
+        them. An older file is rewritten once (``VACUUM``, which also gives it the map),
+        only when at least a quarter of it is free: that holds the writer for as long as
+        it takes (about a second per 100 MB here). A full disk (the rewrite needs room
+        for a copy) leaves the file as it was.
+        """
+        before: int = await self._on_writer(self._file_bytes)
+        after = before
+        try:
+            while await self._on_writer(self._reclaim_step):
+                pass
+            await self._on_writer(self._checkpoint_truncate)
+        except sqlite3.Error as err:
+            log.warning("giving the database's free space back stopped: %s", err)
+        with contextlib.suppress(sqlite3.Error):
+            after = await self._on_writer(self._file_bytes)
+        return max(0, before - after)
+
+    def _file_bytes(self) -> int:
+        """What the database's pages take (its file, once checkpointed)."""
+        db = self._connection()
+        pages = int(db.execute("PRAGMA page_count").fetchone()[0])
+        return pages * int(db.execute("PRAGMA page_size").fetchone()[0])
+
+    def _reclaim_step(self) -> bool:
+        """One step of :meth:`give_back_space`; whether free pages are left to give."""
+        db = self._connection()
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        pages = int(db.execute("PRAGMA page_count").fetchone()[0])
+        free = int(db.execute("PRAGMA freelist_count").fetchone()[0])
+        mode = int(db.execute("PRAGMA auto_vacuum").fetchone()[0])
+        if not free:
+            return False
+        if mode == 2:  # incremental (each step of the cursor frees one page: read it all)
+            db.execute(f"PRAGMA incremental_vacuum({RECLAIM_PAGES})").fetchall()
+            return bool(int(db.execute("PRAGMA freelist_count").fetchone()[0]))
+        if mode == 0 and free >= RECLAIM_PAGES // 4 and free * 4 >= pages:
+            log.info("rewriting the database once to give back %d free pages", free)
+            db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            db.execute("VACUUM")
+        return False
+
+    def _checkpoint_truncate(self) -> None:
+        """Copy the write-ahead log into the file and empty it (the file's end is cut
+        there, and a rewrite's copy in the log is let go); best effort: a reader in the
+        middle of a read leaves it for the next checkpoint."""
+        self._connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     async def files_owed(self) -> list[int]:
         """The jobs whose rows were cleaned and whose files are still to be removed."""
