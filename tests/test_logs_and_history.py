@@ -463,8 +463,11 @@ async def test_clean_removes_old_finished_jobs_and_never_reuses_an_id(
 async def _fill_and_clean(engine: Engine, count: int = 200) -> tuple[dict[str, Any], int, int]:
     """``count`` jobs with a big environment, run and cleaned: (clean's answer, the
     database's size before the clean, after it)."""
-    big = {"PADDING": "x" * 16000}  # (a sweep's shell environment: mostly what a row holds)
-    jobs = [await engine.submit({"command": ["true"], "gpus": 0, "env": big}) for _ in range(count)]
+    jobs = [
+        # (each its own: one environment is stored once, whatever the jobs sharing it)
+        await engine.submit({"command": ["true"], "gpus": 0, "env": {"PAD": f"{n}" * 16000}})
+        for n in range(count)
+    ]
     for job in jobs:
         await engine.wait(job.id, timeout=20)
     checkpoint = "PRAGMA wal_checkpoint(TRUNCATE)"
@@ -564,12 +567,14 @@ def test_clean_from_the_cli(served: Served) -> None:
     assert [j["id"] for j in listed] == [int(ids[-1])]
     said = served.cli("clean", "--older-than", "0")
     assert said.stdout.strip() == "removed 1 finished job(s) and 1 file(s)"
-    # Jobs sent with a big environment (the CLI sends the shell's): the room their rows
-    # took goes back to the disk, and the CLI says how much.
-    served.env["PADDING"] = "x" * 120_000
-    batch = served.cli("submit", "--json", "--file", "-", input="true\n" * 16)
+    # Jobs with big environments: the room their rows took goes back to the disk, and
+    # the CLI says how much.
+    jobs = [
+        {"command": ["true"], "gpus": 0, "env": {"PAD": chr(97 + n) * 120_000}} for n in range(16)
+    ]
+    (served.home / "big.json").write_text(json.dumps({"jobs": jobs}))
+    batch = served.cli("submit", "--json", "--spec", str(served.home / "big.json"))
     assert batch.returncode == 0, batch.stderr
-    del served.env["PADDING"]
     for job in json.loads(batch.stdout):
         assert served.cli("wait", str(job["id"])).returncode == 0
     said = served.cli("clean", "--older-than", "0")

@@ -432,3 +432,74 @@ async def test_an_old_wrappers_job_that_ended_while_no_engine_ran_ends_when_its_
     ended = await again.wait(1, timeout=10)
     assert ended.status is JobStatus.FAILED and ended.exit_code == 3
     assert ended.ended_at is not None and abs(ended.ended_at - (now - 100)) < 1
+
+
+async def test_an_environment_is_stored_once_and_each_job_gets_its_own_back(
+    make_engine: EngineFactory, paths: Paths, tmp_path: Path
+) -> None:
+    # The CLI sends the shell's whole environment with every job: stored with each row it
+    # was most of the database (about 4 KB a job, tester h76). A sweep's jobs share one.
+    engine = await make_engine()
+    shared = {"PAD": "x" * 20000, "WHO": "sweep"}
+    gate = await engine.submit({**gated(tmp_path, 0), "gpus": 0})
+    script = 'echo "$WHO ${#PAD}"'
+    sweep = [
+        await engine.submit({"shell": script, "gpus": 0, "env": shared, "depends_on": [gate.id]})
+        for _ in range(30)
+    ]
+    other = await engine.submit(
+        {"shell": script, "gpus": 0, "env": {"WHO": "other", "PAD": "y"}, "depends_on": [gate.id]}
+    )
+    plain = await engine.submit({"command": ["true"], "gpus": 0, "depends_on": [gate.id]})
+    await engine.edit(sweep[0].id, {"name": "renamed"})  # (an edit keeps it)
+    await engine.store.flush()
+
+    def count(sql: str) -> int:
+        with sqlite3.connect(paths.database) as db:
+            return int(db.execute(sql).fetchone()[0])
+
+    assert count("SELECT COUNT(*) FROM envs") == 2
+    assert count("SELECT MAX(length(spec)) FROM jobs") < 1000  # (not in the rows)
+    # Across a restart, each waiting job is read back with its own environment.
+    await engine.stop()
+    again = await make_engine()
+    assert (await again.get(sweep[0].id)).spec["env"] == shared
+    assert (await again.get(sweep[0].id)).name == "renamed"
+    assert (await again.get(other.id)).spec["env"] == {"WHO": "other", "PAD": "y"}
+    assert (await again.get(plain.id)).spec["env"] == {}
+    (tmp_path / "go").touch()
+    for job in [*sweep, other]:
+        assert (await again.wait(job.id, timeout=30)).status is JobStatus.COMPLETED
+    assert again.log_path(sweep[-1].id).read_text().endswith("sweep 20000\n")
+    assert again.log_path(other.id).read_text().endswith("other 1\n")
+    # A clean takes an environment with the last job that named it.
+    await again.wait(plain.id, timeout=10)
+    await again.retention.clean(None, keep=0)
+    assert count("SELECT COUNT(*) FROM envs") == 0
+    fresh = await again.submit({"shell": script, "gpus": 0, "env": shared})
+    assert (await again.wait(fresh.id, timeout=10)).status is JobStatus.COMPLETED
+    assert again.log_path(fresh.id).read_text().endswith("sweep 20000\n")
+    assert count("SELECT COUNT(*) FROM envs") == 1
+
+
+async def test_rows_from_before_environments_were_shared_keep_theirs(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    from gpulayer_tui.engine.store import MIGRATIONS
+
+    # A version-13 database, its waiting job's environment in its spec.
+    paths.state_dir.mkdir(parents=True, mode=0o700)
+    with sqlite3.connect(paths.database) as db:
+        for step in MIGRATIONS[:13]:
+            for statement in step:
+                db.execute(statement)
+        db.execute(
+            "INSERT INTO jobs (id, name, kind, status, created_at, queued_at, spec) VALUES "
+            "(1, 'sh', 'command', 'queued', 1.0, 1.0, ?)",
+            ('{"shell": "echo $OLD", "gpus": 0, "env": {"OLD": "kept"}}',),
+        )
+        db.execute("PRAGMA user_version = 13")
+    engine = await make_engine()
+    await engine.resume()
+    assert (await engine.wait(1, timeout=10)).status is JobStatus.COMPLETED
+    assert engine.log_path(1).read_text().endswith("kept\n")

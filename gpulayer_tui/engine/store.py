@@ -8,9 +8,10 @@ sees it, and a burst of 500 transitions costs one commit instead of 500.
 
 The writer's transaction runs as one call on its own thread with a plain ``sqlite3``
 connection: one thread hop per commit (aiosqlite would hop once per statement). A job's
-row is inserted once, with its spec and environment; later snapshots update only the
-columns that change. Reads use a second connection (aiosqlite), which in WAL mode sees
-only committed data.
+row is inserted once, with its spec; later snapshots update only the columns that change.
+Its environment is stored once per distinct environment (``envs``), which the jobs of a
+sweep, sent from one shell, share: it was most of each row, about 4 KB a job. Reads use
+a second connection (aiosqlite), which in WAL mode sees only committed data.
 
 Why this module is longer than ~400 lines: the schema, its migrations, the one writer
 and the reads that must agree with it (a timeline merges what is committed with what is
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -78,7 +80,7 @@ _DAMAGED_ADVICE = (
     "copy; `sqlite3 FILE .recover` may save what is readable."
 )
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 # jobs_active's condition, exactly as created: a query that repeats it may use the index.
 _ACTIVE_INDEX_WHERE = "status IN ('pending', 'queued', 'running')"
@@ -226,6 +228,18 @@ MIGRATIONS: list[list[str]] = [
         "INSERT INTO known_gpus (gpu_uuid, name, seen_at) "
         "SELECT gpu_uuid, name, at FROM domain_state WHERE gpu_uuid IS NOT NULL",
     ],
+    # 13 -> 14: each distinct environment stored once (by the digest of its JSON), the
+    # jobs naming it: the whole environment a CLI sends was most of every row. Rows
+    # from before keep theirs in the spec.
+    [
+        """CREATE TABLE envs (
+            id INTEGER PRIMARY KEY,
+            digest TEXT NOT NULL UNIQUE,
+            env TEXT NOT NULL
+        )""",
+        "ALTER TABLE jobs ADD COLUMN env_id INTEGER",
+        "CREATE INDEX jobs_env ON jobs(env_id) WHERE env_id IS NOT NULL",
+    ],
 ]
 
 RECLAIM_PAGES = 1024
@@ -244,7 +258,8 @@ _ENDED_LAST_FIRST = "COALESCE(ended_at, created_at) DESC, id DESC"
 _JOB_COLUMNS = (
     "id, name, kind, status, termination_reason, exit_code, message, domains, gpus, "
     "priority, pid, start_ticks, created_at, queued_at, started_at, ended_at, owner_uid, spec, "
-    "replicas, attempt, stop_reason, stop_message, kill_at, cluster_job_id"
+    "replicas, attempt, stop_reason, stop_message, kill_at, cluster_job_id, "
+    "(SELECT env FROM envs WHERE envs.id = jobs.env_id)"
 )
 # What changes after a job is created (the rest, its spec above all, is written once).
 _DYNAMIC = (
@@ -274,15 +289,19 @@ _STATIC = (
     "created_at",
     "owner_uid",
     "spec",
+    "env_id",  # (the row carries the environment's JSON: see Store._env_ids)
     "submit_key",
     "submit_digest",
 )
+_ENV_AT = _STATIC.index("env_id")
 _INSERT = (
     f"INSERT INTO jobs ({', '.join(_STATIC + _DYNAMIC)}) "
     f"VALUES ({', '.join('?' * (len(_STATIC) + len(_DYNAMIC)))}) "
     f"ON CONFLICT(id) DO UPDATE SET {', '.join(f'{c}=excluded.{c}' for c in _DYNAMIC)}"
 )
 _UPDATE = f"UPDATE jobs SET {', '.join(f'{c}=?' for c in _DYNAMIC)} WHERE id=?"
+# An edit's statement (its environment's JSON is made an id on the writer: see _env_id).
+_EDIT_SPEC = "UPDATE jobs SET spec=?, env_id=?, name=?, priority=?, replicas=? WHERE id=?"
 _INSERT_EVENT = (
     "INSERT INTO events (id, job_id, at, kind, status, reason, message, data) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -318,7 +337,19 @@ def _escaped(values: tuple[Any, ...]) -> tuple[Any, ...]:
     )
 
 
+def _spec_and_env(spec: dict[str, Any]) -> tuple[str, str | None]:
+    """A spec's JSON without its environment, and the environment's JSON (``None``: none,
+    or an empty one, kept in the spec)."""
+    env = spec.get("env")
+    if not env:
+        return json.dumps(spec), None
+    return json.dumps({k: v for k, v in spec.items() if k != "env"}), json.dumps(
+        env, sort_keys=True
+    )
+
+
 def _static_row(job: Job) -> tuple[Any, ...]:
+    spec, env = _spec_and_env(job.spec)
     return (
         job.id,
         job.name,
@@ -326,7 +357,8 @@ def _static_row(job: Job) -> tuple[Any, ...]:
         job.priority,
         job.created_at,
         job.owner_uid,
-        json.dumps(job.spec),
+        spec,
+        env,
         job.submit_key,
         job.submit_digest,
     )
@@ -509,7 +541,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
         started_at=row[14],
         ended_at=row[15],
         owner_uid=row[16],
-        spec=json.loads(row[17]),
+        spec=_with_env(json.loads(row[17]), row[24]),
         replicas=[Replica.from_json(r) for r in json.loads(row[18])] if row[18] else [],
         attempt=row[19] or 0,
         stop_reason=TerminationReason(row[20]) if row[20] else None,
@@ -517,6 +549,12 @@ def job_from_row(row: Sequence[Any]) -> Job:
         kill_at=row[22],
         cluster_job_id=row[23],
     )
+
+
+def _with_env(spec: dict[str, Any], env: str | None) -> dict[str, Any]:
+    if env is not None:
+        spec["env"] = json.loads(env)
+    return spec
 
 
 @dataclass(slots=True)
@@ -594,6 +632,8 @@ class Store:
         # then (None: no run before, or no trace of it): see _last_seen_alive.
         self.previous_run_seen_until: tuple[float, bool] | None = None
         self.first_event_row = 0
+        # Stored environments by their JSON's digest (the writer's thread alone uses it).
+        self._env_ids: dict[str, int] = {}
 
     async def open(self, version: str, pid: int) -> None:
         """Open, migrate, record this engine run and start the writer.
@@ -983,11 +1023,14 @@ class Store:
         if db.in_transaction:
             db.execute("ROLLBACK")  # left open by an earlier failure
         db.execute("BEGIN")
+        made: dict[str, int] = {}  # environments this transaction stores
         try:
             for sql, args in extra:
+                if sql == _EDIT_SPEC:
+                    args = (args[0], self._env_id(db, args[1], made), *args[2:])
                 db.execute(sql, args)
             if inserts:
-                db.executemany(_INSERT, inserts)
+                db.executemany(_INSERT, [self._env_named(db, row, made) for row in inserts])
             if updates:
                 db.executemany(_UPDATE, updates)
             if stored:
@@ -997,6 +1040,32 @@ class Store:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+        # (only once committed: an id from a rolled-back insert names nothing)
+        self._env_ids.update(made)
+
+    def _env_named(
+        self, db: sqlite3.Connection, row: tuple[Any, ...], made: dict[str, int]
+    ) -> tuple[Any, ...]:
+        """An insert's row with its environment's JSON replaced by the id it is stored as."""
+        if row[_ENV_AT] is None:
+            return row
+        env_id = self._env_id(db, row[_ENV_AT], made)
+        return (*row[:_ENV_AT], env_id, *row[_ENV_AT + 1 :])
+
+    def _env_id(self, db: sqlite3.Connection, env: str | None, made: dict[str, int]) -> int | None:
+        """The id ``env`` (an environment's JSON) is stored as, storing it if new."""
+        if env is None:
+            return None
+        digest = hashlib.sha256(env.encode("utf-8", "surrogatepass")).hexdigest()
+        known = self._env_ids.get(digest) or made.get(digest)
+        if known is not None:
+            return known
+        db.execute(
+            "INSERT INTO envs (digest, env) VALUES (?, ?) ON CONFLICT DO NOTHING", (digest, env)
+        )
+        env_id = int(db.execute("SELECT id FROM envs WHERE digest = ?", (digest,)).fetchone()[0])
+        made[digest] = env_id
+        return env_id
 
     def save_domain_state(
         self,
@@ -1232,9 +1301,9 @@ class Store:
                 None,
                 [
                     (
-                        "UPDATE jobs SET spec=?, name=?, priority=?, replicas=? WHERE id=?",
+                        _EDIT_SPEC,
                         (
-                            json.dumps(job.spec),
+                            *_spec_and_env(job.spec),
                             job.name,
                             job.priority,
                             json.dumps([r.to_json() for r in job.replicas])
@@ -1473,7 +1542,12 @@ class Store:
                 chosen,
             )
             db.execute(f"DELETE FROM jobs WHERE id IN ({marks})", chosen)
+            db.execute(
+                "DELETE FROM envs WHERE id NOT IN "
+                "(SELECT env_id FROM jobs WHERE env_id IS NOT NULL)"
+            )
             db.execute("COMMIT")
+            self._env_ids.clear()  # (some it named are gone; the rest are found again)
         except sqlite3.OperationalError as err:
             if db.in_transaction:
                 db.execute("ROLLBACK")
