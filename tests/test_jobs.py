@@ -848,3 +848,30 @@ async def test_a_stopped_jobs_log_says_where_and_when_it_was_stopped(
     said = "--- gpulayer-tui sent SIGTERM (SIGKILL 2 s later if it still runs) at "
     assert lines[1].startswith(said)
     assert lines[1].endswith(" ---") and len(lines) == 2
+
+
+async def test_a_batchs_jobs_share_one_environment_while_they_wait(
+    make_engine: EngineFactory,
+) -> None:
+    # Each waiting job kept a copy of the shell environment a batch sent once (and its
+    # validated spec another): a queue of 20,000 held hundreds of MB (tester h76).
+    engine = await make_engine()
+    shell = {f"VAR{n}": "v" * 50 for n in range(60)}
+    items: list[dict[str, Any]] = [
+        {"command": ["sleep", "600"], "gpus": 0, "env": dict(shell)} for _ in range(4)
+    ]
+    items.append({"command": ["sleep", "600"], "gpus": 0, "env": {**shell, "OWN": "1"}})
+    jobs = await engine.submit_many(items)
+    acts = [engine.book.get(job.id) for job in jobs]
+    first = acts[0].job.spec["env"]
+    assert first == shell
+    for act in acts[1:4]:
+        assert act.job.spec["env"] is first and act.spec.env is first
+    assert acts[4].job.spec["env"] == {**shell, "OWN": "1"}  # (its own stays its own)
+    assert acts[4].job.spec["env"] is not first
+    # The CPU pool forgets the jobs that left it (it kept every one, for good).
+    for job in jobs:
+        await engine.cancel(job.id)
+    for job in jobs:
+        await engine.wait(job.id, timeout=10)
+    assert engine.scheduler.domains["cpu"]._left == set()

@@ -190,6 +190,7 @@ class Admission:
         self._check_writable()
         self._check_room(len(items))
         prepared: list[tuple[JobSpec, Request]] = []
+        envs: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
         in_batch: list[list[tuple[int, bool]]] = []  # each job's earlier jobs of this request
         for index, data in enumerate(items):
             try:
@@ -232,7 +233,7 @@ class Admission:
             except SpecError as err:
                 prefix = f"job {index + 1} of {len(items)}: " if len(items) > 1 else ""
                 raise SpecError(f"{prefix}{err}", err.field) from None
-            prepared.append((spec, request))
+            prepared.append((_shared_env(spec, envs), request))
         specs = [spec for spec, _ in prepared]
         deps = await self._queue.resolve_all(specs)
         # Snapshots are made before anything is stored (a refusal stores nothing).
@@ -559,6 +560,20 @@ def _exec_bytes(strings: Any) -> int:
 
 
 _ENGINE_ENV_BYTES: list[int] = []  # the engine's own environment's cost, read once
+
+
+def _shared_env(spec: JobSpec, envs: dict[tuple[tuple[str, str], ...], dict[str, str]]) -> JobSpec:
+    """``spec`` with its environment the same dict as an equal one of the batch before it.
+
+    A batch's jobs mostly share one environment (the shell's, sent once): validated, each
+    had a copy of its own, kept while it waited, and a queue of 20,000 held 200 MB of them
+    (tester h76). Shared, an environment is never changed in place (a job's spec is
+    replaced whole, never edited).
+    """
+    if not spec.env:
+        return spec
+    shared = envs.setdefault(tuple(spec.env.items()), spec.env)
+    return spec if shared is spec.env else spec.model_copy(update={"env": shared})
 
 
 def _check_arg_max(spec: JobSpec) -> None:

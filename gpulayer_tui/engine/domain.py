@@ -385,7 +385,10 @@ class Domain:
     def unhold(self, job_id: int) -> None:
         """Give back ``job_id``'s slot and reservation (idempotent)."""
         if self.holdings.pop(job_id, None) is not None:
-            self._left.add(job_id)
+            if self.is_gpu:
+                # (a GPU's next sample takes it out again; the CPU pool has no samples,
+                # and kept every job that ever left it)
+                self._left.add(job_id)
             self._count_slots()
             self._recount()
 

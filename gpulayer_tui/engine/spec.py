@@ -304,7 +304,7 @@ class JobSpec(BaseModel):
         """
         out: dict[str, Any] = self.model_dump(mode="json", exclude_none=True)
         if self.env:
-            out["env"] = dict(self.env)
+            out["env"] = self.env  # (the same dict: never changed in place, see Admission)
         return out
 
     @property

@@ -898,6 +898,7 @@ class Store:
                     await self._commit(batch)
                 finally:
                     self._inflight = []
+                    batch = []  # (not kept alive while the writer waits for the next)
             if self._closing and not self._queue:
                 if self._retry:
                     log.error(
