@@ -513,6 +513,26 @@ async def test_an_older_database_is_rewritten_once_to_give_its_room_back(
     assert (await engine.submit({"command": ["true"], "gpus": 0})).id == 201
 
 
+async def test_a_reload_that_changes_history_settings_applies_them_at_once(
+    make_engine: EngineFactory,
+) -> None:
+    # They were taken at the next hourly round: a new keep_jobs looked ignored for an hour.
+    engine = await make_engine()
+    jobs = [await engine.submit({"command": ["true"], "gpus": 0}) for _ in range(3)]
+    for job in jobs:
+        await engine.wait(job.id, timeout=10)
+    engine.paths.config_file.write_text("[history]\nkeep_jobs = 1\n")
+    assert (await engine.config_reload.reload())["applied"]
+
+    async def left() -> int:
+        return len(await engine.list_jobs())
+
+    deadline = time.monotonic() + 10
+    while await left() != 1:
+        assert time.monotonic() < deadline, "the reloaded keep_jobs was not applied"
+        await asyncio.sleep(0.05)
+
+
 async def test_a_clean_killed_before_it_removed_the_files_has_them_removed_by_the_next(
     make_engine: EngineFactory,
 ) -> None:

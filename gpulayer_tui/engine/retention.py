@@ -115,10 +115,18 @@ class Retention:
         self._snapshots = snapshots
         self._settings = settings
         self._task: asyncio.Task[None] | None = None
+        self._due = asyncio.Event()  # a round is due now (the settings changed)
 
     def reconfigure(self, settings: HistorySettings) -> None:
-        """Use new ``[history]`` settings from now on (the next hourly round)."""
+        """Use new ``[history]`` settings from now on: a round runs at once when they
+        changed (a new ``keep_days`` waited up to an hour, as if not taken)."""
+        changed = (settings.keep_days, settings.keep_jobs) != (
+            self._settings.keep_days,
+            self._settings.keep_jobs,
+        )
         self._settings = settings
+        if changed:
+            self._due.set()
 
     async def clean(self, ended_before: float | None, keep: int | None) -> dict[str, Any]:
         """Remove finished jobs that ended before ``ended_before`` and/or all but the ``keep``
@@ -259,7 +267,8 @@ class Retention:
         return files, trees
 
     def start(self) -> None:
-        """Apply ``[history] keep_days`` and ``keep_jobs`` now and every hour."""
+        """Apply ``[history] keep_days`` and ``keep_jobs`` now, every hour, and at once
+        when a reload changes them."""
         self._task = asyncio.create_task(self._every_hour(), name="history-retention")
 
     async def _every_hour(self) -> None:
@@ -276,7 +285,10 @@ class Retention:
                     await self.clean(None, count)
             except Exception:  # a failed round is tried again at the next
                 log.exception("cleaning history failed")
-            await asyncio.sleep(EVERY_S)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(EVERY_S):
+                    await self._due.wait()
+            self._due.clear()
 
     async def stop(self) -> None:
         """Stop the hourly round."""
