@@ -202,6 +202,9 @@ async def test_killed_replica_restarts_after_backoff_with_a_new_endpoint(
     assert re.search(r"restart #1 at \d\d:\d\d:\d\d \(1 s back-off\)", first.message)
     assert clock.pending() == [1.0]
     assert (await engine.get(job.id)).status is JobStatus.RUNNING
+    # No process: no pid or port said (a dead pid a script might signal: tester h77).
+    row = (await engine.get(job.id)).to_json()["replicas"][first.index]
+    assert (row["pid"], row["start_ticks"], row["port"], row["endpoint"]) == (None,) * 4
     clock.advance(1.0)
     await eventually(lambda: first.state is ReplicaState.UP, timeout=20)
     assert first.restarts == 1 and first.pid != old_pid and pid_gone(old_pid)

@@ -280,3 +280,18 @@ def test_snapshot_jobs_table_with_services(snap_compare: Any) -> None:
 
 def test_snapshot_service_detail_with_backoff(snap_compare: Any) -> None:
     assert snap_compare(_service_app(), terminal_size=(140, 40), run_before=_open_flapping)
+
+
+def test_the_replicas_of_a_big_service_line_up_in_the_detail() -> None:
+    from gpulayer_tui.screens.job_detail import replica_lines
+
+    # Index 10 sat one column right of 0-9 (tester h77).
+    replicas = [
+        {"index": n, "state": "up", "endpoint": f"127.0.0.1:{9000 + n}", "domains": ["cpu"]}
+        for n in range(11)
+    ]
+    job: Any = {"kind": "service", "status": "running", "replicas": replicas, "spec": {}}
+    lines = replica_lines(job, FIXED_NOW).plain.splitlines()[1:]
+    assert len(lines) == 11
+    assert {line.index("up") for line in lines} == {3}
+    assert lines[0].startswith(" 0 up") and lines[10].startswith("10 up")

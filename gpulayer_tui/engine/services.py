@@ -580,6 +580,10 @@ class ServiceRunner:
             check_replica_transition(job.id, replica.index, replica.state, state)
         replica.state = state
         replica.message = message
+        if not state.has_process:
+            # (A dead process's pid and port, shown in back-off or after the end, told a
+            # script to signal a pid the system may have given to another: tester h77.)
+            replica.pid = replica.start_ticks = replica.port = None
         if state not in (R.UP, R.STOPPING):
             # (Shown in backoff or after it ended, an endpoint sent clients to a dead port.)
             replica.endpoint = None

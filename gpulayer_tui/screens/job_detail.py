@@ -168,13 +168,14 @@ def replica_lines(job: JobJSON, now: float) -> Content:
         + f"{(spec.get('retry') or {}).get('max_attempts', 10)}"
     )
     lines = [Content.styled(head, "$foreground-muted")]
+    digits = len(str(len(replicas) - 1))  # (indexes right-aligned: 10 sat one column off)
     for replica in replicas:
         state = str(replica.get("state", ""))
         restarts = int(replica.get("restarts", 0))
         code = replica.get("last_exit_code")
         lines.append(
             Content.assemble(
-                (f"{replica.get('index', 0)} ", "$foreground-muted"),
+                (f"{replica.get('index', 0):>{digits}} ", "$foreground-muted"),
                 (replica_state(replica, now), _REPLICA_STYLES.get(state, "")),
                 f"  {replica.get('endpoint') or ''}".rstrip(),
                 (f"  {','.join(replica.get('domains') or [])}", "$foreground-muted"),
