@@ -199,6 +199,8 @@ def test_served_engine_follows_config_edits(served: Served) -> None:
     assert cpu_slots() == 1
     config.write_text("[cpu]\nslots = 4\n")
     wait_for(lambda: cpu_slots() == 4, timeout=15, interval=0.1)
+    # Its log says when a new configuration took effect, without -v (tester h79).
+    wait_for(lambda: "configuration applied: cpu: slots 1 -> 4" in served.log.read_text())
     config.write_text("[cpu]\nslots = 0\n")  # invalid: stays at 4
     wait_for(lambda: "cpu.slots" in served.log.read_text(), timeout=15, interval=0.1)
     assert cpu_slots() == 4

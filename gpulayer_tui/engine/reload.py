@@ -140,10 +140,13 @@ def _still_matters(dom: Domain) -> bool:
 
 HOST_CHECK_S = 10.0
 
-SETTLE_S = 0.1
+SETTLE_S = 0.5
 """A changed config file is read once its size and mtime have held this long: a save that
 truncates and then writes was read in between, and its empty or half-written file
-applied (the defaults, for a moment: a user's open streams were cut off)."""
+applied (the defaults, for a moment: a user's open streams were cut off). A writer that
+paused 0.4 s between two writes (a script, a network filesystem) had its first half
+applied at 0.1 (notifications turned off and on again, dropping those waiting: tester
+h79); a human's edit takes no notice of half a second."""
 
 EMPTY_SETTLE_S = 1.0
 """An empty file is applied by the watcher only once it has stayed empty this long: a
@@ -289,6 +292,10 @@ class ConfigReloader:
                 refused["field"] = key
             return refused
         changes = self._apply(config, plans)
+        log.info(
+            "configuration applied: %s",
+            printable("; ".join(changes), "\n") if changes else "nothing changed",
+        )
         self._event("applied", {"changes": changes})
         await self._store.flush()
         return {"applied": True, "changes": changes}

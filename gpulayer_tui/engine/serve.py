@@ -189,4 +189,7 @@ def run_serve(
     # ("N changes detected" every few seconds under -v buried the engine's own lines: the
     # config watcher's events are said by the reload itself)
     logging.getLogger("watchfiles").setLevel(logging.WARNING)
+    # (when a new configuration took effect belongs in the log without -v: only its
+    # refusals were there, tester h79)
+    logging.getLogger("gpulayer_tui.engine.reload").setLevel(logging.INFO)
     return asyncio.run(serve(paths, simulate, simulate_if_no_gpu))
