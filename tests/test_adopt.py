@@ -126,6 +126,9 @@ async def test_process_of_another_user_is_refused(
         spawn, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "600"
     )
     await eventually(lambda: procs.read_real_uid(proc.pid) == 65534)
+    # What the adopt dialog asks first says so (it offered the adoption: tester h80).
+    info = engine.process_info(proc.pid)
+    assert info is not None and "belongs to nobody" in info.get("refused", "")
     job = await adopt(engine, proc.pid)
     assert job.termination_reason is TerminationReason.ADOPT_UID_MISMATCH
     assert "belongs to nobody" in job.message
@@ -629,3 +632,29 @@ async def test_a_job_of_another_engine_is_not_adopted(
     assert f"is a job of another gpulayer-tui engine (state dir {tmp_path}/other-state)" in (
         job.message
     )
+
+
+def test_what_reads_the_engines_output_is_not_adopted(served: Served, tmp_path: Path) -> None:
+    # `--serve | tee engine.log`: the tee was adopted, and its cancel would have taken the
+    # engine's log with it (its next write a SIGPIPE: tester h80).
+    engine = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui", "--serve", "--simulate", "1xA100-80GB"],
+        env=served.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    served.proc = engine  # type: ignore[assignment]  # (stopped by the fixture)
+    assert engine.stdout is not None
+    with open(tmp_path / "engine.log", "wb") as log:
+        tee = subprocess.Popen(["cat"], stdin=engine.stdout, stdout=log)
+    engine.stdout.close()
+    try:
+        wait_for(lambda: served.cli("gpus").returncode == 0, timeout=20, interval=0.05)
+        said = served.cli("adopt", "--pid", str(tee.pid), "--json")
+        job = json.loads(said.stdout)
+        assert job["status"] == "failed", said
+        assert "reads this engine's output through a pipe (cat)" in job["message"]
+        assert tee.poll() is None and engine.poll() is None
+    finally:
+        tee.kill()
+        tee.wait()

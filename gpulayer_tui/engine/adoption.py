@@ -20,6 +20,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from stat import S_ISFIFO
 from typing import TYPE_CHECKING, Any
 
 from ..fields import NAME_MAX, printable, program_name
@@ -108,6 +109,34 @@ def _ancestors(pid: int) -> set[int]:
         found.add(stat.ppid)
         current = stat.ppid
     return found
+
+
+def _reads_our_output(pid: int) -> bool:
+    """Whether ``pid`` holds the pipe this process's stdout or stderr writes to (the
+    ``tee`` or logger of ``--serve ... | tee``); a few /proc reads, none when neither is a
+    pipe."""
+    ours = set()
+    for fd in (1, 2):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        if S_ISFIFO(st.st_mode):
+            ours.add((st.st_dev, st.st_ino))
+    if not ours:
+        return False
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for name in names:
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in ours:
+            return True
+    return False
 
 
 def _job_below(pid: int, roots: dict[int, tuple[int, int | None]]) -> tuple[int, int] | None:
@@ -310,6 +339,14 @@ class Adopter:
                 f"pid {pid} is a different process now (start time {snapshot.start_ticks}, "
                 f"expected {start_ticks}): the pid was reused",
             )
+        not_theirs = self.not_theirs(pid, snapshot, requester_uid)
+        return None if not_theirs is None else (Reason.ADOPT_UID_MISMATCH, not_theirs)
+
+    def not_theirs(
+        self, pid: int, snapshot: ProcessSnapshot, requester_uid: int | None
+    ) -> str | None:
+        """Why ``requester_uid`` (``None``: the engine's own caller) may not adopt ``pid``
+        for whose it is (another user's, or not the engine's user's), or ``None``."""
         engine_uid = os.getuid()
         if snapshot.uid != engine_uid:
             # (Root could signal it, so "could not stop it" was not true there: the rule
@@ -320,15 +357,13 @@ class Adopter:
                 else "it could neither watch nor stop it safely"
             )
             return (
-                Reason.ADOPT_UID_MISMATCH,
                 f"pid {pid} belongs to {procs.user_name(snapshot.uid)}, but this engine runs "
-                f"as {procs.user_name(engine_uid)}: {why}",
+                f"as {procs.user_name(engine_uid)}: {why}"
             )
         if requester_uid is not None and requester_uid != snapshot.uid:
             return (
-                Reason.ADOPT_UID_MISMATCH,
                 f"pid {pid} belongs to {procs.user_name(snapshot.uid)}, not to the user "
-                f"asking ({procs.user_name(requester_uid)})",
+                f"asking ({procs.user_name(requester_uid)})"
             )
         return None
 
@@ -366,6 +401,14 @@ class Adopter:
             return (
                 f"pid {pid} runs this engine below it ({_shortened(snapshot.command)}): "
                 "stopping it could stop the engine or take its console and log with it"
+            )
+        if _reads_our_output(pid):
+            # (`--serve ... | tee engine.log`: adopted and cancelled, the engine's log went
+            # with it, and its next write a SIGPIPE: tester h80)
+            return (
+                f"pid {pid} reads this engine's output through a pipe "
+                f"({_shortened(snapshot.command)}): stopping it would take the engine's log "
+                "with it"
             )
         roots = self._book.roots.snapshot()
         owner = procs.find_owner(pid, roots)

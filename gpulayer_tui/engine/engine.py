@@ -1194,10 +1194,10 @@ class Engine:
         log.warning("%s, asked by uid %s", what, requester_uid)
         return what
 
-    def process_info(self, pid: int) -> ProcessInfoJSON | None:
+    def process_info(self, pid: int, requester_uid: int | None = None) -> ProcessInfoJSON | None:
         """What /proc says about ``pid`` (to confirm an adoption), the GPU memory the
         latest sample saw it hold, and why it can never be adopted (a job's already, this
-        engine...); ``None`` if gone."""
+        engine..., or, by ``requester_uid``, another user's); ``None`` if gone."""
         snapshot = read_process(pid)
         if snapshot is None:
             return None
@@ -1220,7 +1220,10 @@ class Engine:
             info["gpus"] = sorted(held)
             info["used_bytes"] = sum(held.values())
             info["most_on_a_gpu"] = max(held.values())
-        refused = self.adopter.never_adopted(pid, snapshot)
+        # (another user's too: the TUI's dialog offered its adoption, each try a failed job)
+        refused = self.adopter.never_adopted(pid, snapshot) or self.adopter.not_theirs(
+            pid, snapshot, requester_uid
+        )
         if refused is not None:
             info["refused"] = refused
         return info
