@@ -592,3 +592,23 @@ def test_a_program_loses_its_directory_only_where_it_is_a_path() -> None:
     # (`exec -a '[red]stray[/]' sleep 1000` read "] 1000": tester h54)
     assert short_command("[red]stray[/] 1000") == "[red]stray[/] 1000"
     assert program_name("sleep") == "sleep" and program_name("/") == "/"
+
+
+def test_sizes_that_differ_are_never_said_alike() -> None:
+    # "leaves 41.0 GiB, short of the 41.0 GiB asked" and "8 GPUs with 24 GiB each, but
+    # only 6 GPUs have that much" (two of them 24 GiB) were said of 41.001 and 24.001 GiB.
+    scheduler = machine(gpu(0, used_gib=39, procs=((9288, 39),)), gpu(1, total_gib=24))
+    gpu0 = [scheduler.domains["gpu0"]]
+    scheduler.hold(7, Request(gpus=1, vram_bytes=0, pins=(), exclusive=False), gpu0)
+    asked = int(41.001 * GIB)
+    reason = scheduler.place(Request(gpus=1, vram_bytes=asked, pins=("gpu0",), exclusive=False))
+    assert reason == (
+        "waiting for gpu0: slot held by job 7; once it is free, 39.0 GiB held by pid 9288 "
+        "still leaves 41 GiB, short of the 41.001 GiB asked"
+    ), reason
+    both = Request(gpus=2, vram_bytes=int(24.001 * GIB), pins=(), exclusive=False)
+    verdict = scheduler.capacity_verdict(both)
+    assert verdict.possible is False
+    assert verdict.message == (
+        "requested 2 GPUs with 24.001 GiB each, but only 1 GPU has that much"
+    ), verdict.message

@@ -483,6 +483,11 @@ class Scheduler:
             need, largest = gib_apart(req.vram_bytes, max(s or 0 for s in sizes))
             where = "the largest GPU" if not req.pins else "the largest pinned GPU"
             return Verdict(False, f"requested {need} per GPU, but {where} has {largest}")
+        short = max((s for s in sizes if s is not None and s < req.vram_bytes), default=None)
+        if short is not None and gib(short) == gib(req.vram_bytes):
+            # (told apart from the GPUs just short of it: "24 GiB each, but only 6 GPUs
+            # have that much" was said of 24.001 with two 24 GiB GPUs: tester h80)
+            need = gib_apart(req.vram_bytes, short)[0]
         return Verdict(
             False,
             f"requested {plural(req.gpus, 'GPU')} with {need} each, but only "
