@@ -337,15 +337,20 @@ def _escaped(values: tuple[Any, ...]) -> tuple[Any, ...]:
     )
 
 
+_last_env: list[Any] = [None, ""]  # the last environment encoded, and its JSON
+
+
 def _spec_and_env(spec: dict[str, Any]) -> tuple[str, str | None]:
     """A spec's JSON without its environment, and the environment's JSON (``None``: none,
     or an empty one, kept in the spec)."""
     env = spec.get("env")
     if not env:
         return json.dumps(spec), None
-    return json.dumps({k: v for k, v in spec.items() if k != "env"}), json.dumps(
-        env, sort_keys=True
-    )
+    # (a batch's jobs share one environment dict, never changed in place: encoded once;
+    # the reference kept here keeps its identity from being reused)
+    if env is not _last_env[0]:
+        _last_env[:] = [env, json.dumps(env, sort_keys=True)]
+    return json.dumps({k: v for k, v in spec.items() if k != "env"}), str(_last_env[1])
 
 
 def _static_row(job: Job) -> tuple[Any, ...]:
