@@ -748,7 +748,12 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
 
     @on(Input.Changed, "#log-search")
     def _search_typed(self, event: Input.Changed) -> None:
-        self.query_one(LogTail).search(event.value, from_line=self._search_from)
+        log = self.query_one(LogTail)
+        if event.input.disabled or event.value == log.search_term:
+            # (a Changed read late, after enter had searched its term and an "n" had gone
+            # to the next match: searched again, it went back to the first; CI, h76's run)
+            return
+        log.search(event.value, from_line=self._search_from)
         self._update_log_title()
         self.refresh_bindings()
 
