@@ -917,7 +917,7 @@ async def _watched_work_domain(make_engine: EngineFactory, paths: Paths) -> tupl
         paths.config_file.write_text(WORK + "[cpu]\nslots = 3\n")
         return False
 
-    await eventually(watched, timeout=10, interval=0.3)
+    await eventually(watched, timeout=15, interval=1.0)  # (> reload.SETTLE_S: each write settles)
     return engine, running, waiting
 
 
@@ -1028,7 +1028,9 @@ async def test_a_symlinked_config_is_followed_into_its_files_folder(
         file.write_text(BASE + f"[cpu]\nslots = {slots}\n")
         return False
 
-    await eventually(lambda: edited(real, 3), timeout=10, interval=0.3)
+    await eventually(
+        lambda: edited(real, 3), timeout=15, interval=1.0
+    )  # (> reload.SETTLE_S: each write settles)
     # Pointed at another file: that file's edits are followed from then on.
     other = tmp_path / "elsewhere" / "other.toml"
     other.parent.mkdir()
@@ -1036,7 +1038,9 @@ async def test_a_symlinked_config_is_followed_into_its_files_folder(
     paths.config_file.unlink()
     paths.config_file.symlink_to(other)
     await eventually(lambda: engine.scheduler.domains["cpu"].slots == 4, timeout=10)
-    await eventually(lambda: edited(other, 5), timeout=10, interval=0.3)
+    await eventually(
+        lambda: edited(other, 5), timeout=15, interval=1.0
+    )  # (> reload.SETTLE_S: each write settles)
     assert real.read_text().endswith("slots = 3\n")  # (the old file is not read again)
 
 
@@ -1062,12 +1066,16 @@ async def test_a_chain_of_symlinks_to_the_config_is_followed(
             file.write_text(BASE + f"[cpu]\nslots = {slots}\n")
         return False
 
-    await eventually(lambda: applied(2, one), timeout=10, interval=0.3)
+    await eventually(
+        lambda: applied(2, one), timeout=15, interval=1.0
+    )  # (> reload.SETTLE_S: each write settles)
     two.write_text(BASE + "[cpu]\nslots = 3\n")
     middle.unlink()
     middle.symlink_to(two)
     await eventually(lambda: applied(3), timeout=10)
-    await eventually(lambda: applied(4, two), timeout=10, interval=0.3)
+    await eventually(
+        lambda: applied(4, two), timeout=15, interval=1.0
+    )  # (> reload.SETTLE_S: each write settles)
 
 
 async def test_names_swapped_while_no_engine_ran_leave_running_jobs_on_their_gpus(
@@ -1120,7 +1128,7 @@ async def test_a_symlinked_folder_on_the_way_to_the_config_is_followed(
         fresh.rename(conf / "current")  # (as `ln -sfn` / `mv -T` do it)
         return False
 
-    await eventually(repointed, timeout=10, interval=0.3)
+    await eventually(repointed, timeout=15, interval=1.0)  # (> reload.SETTLE_S: each write settles)
 
 
 async def test_a_folder_link_to_a_folder_link_on_the_way_is_followed(
@@ -1147,7 +1155,7 @@ async def test_a_folder_link_to_a_folder_link_on_the_way_is_followed(
         fresh.rename(deep / "cur")
         return False
 
-    await eventually(repointed, timeout=10, interval=0.3)
+    await eventually(repointed, timeout=15, interval=1.0)  # (> reload.SETTLE_S: each write settles)
 
 
 async def _replica_pid(engine: Any, job_id: int) -> int:
