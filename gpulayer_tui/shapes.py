@@ -241,6 +241,8 @@ class DomainViewJSON(DomainJSON):
 
     gpu_uuid: str | None
     jobs: list[int]
+    leaving_jobs: NotRequired[list[int]]
+    """Jobs that ended since the sample its processes are from: theirs until the next."""
     gpu: GpuJSON | None
     vram: VramJSON | None
     processes: list[ProcessJSON]

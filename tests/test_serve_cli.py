@@ -25,7 +25,7 @@ from gpulayer_tui.engine.serve import QuietRepeats
 from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.wire import ROW_SPEC_KEYS
 
-from .conftest import REPO, Served, wait_for
+from .conftest import REPO, EngineFactory, Served, eventually, make_config, wait_for
 from .raw_http import request, send_raw
 
 
@@ -658,3 +658,24 @@ async def test_a_state_dir_deeper_than_a_socket_path_takes_works_for_every_clien
     finally:
         if served.proc is not None and served.proc.poll() is None:
             served.stop()
+
+
+async def test_a_job_that_just_ended_still_owns_its_processes_until_the_next_sample(
+    make_engine: EngineFactory,
+) -> None:
+    from gpulayer_tui.cli.format import format_gpus
+
+    # For the second until the next sample, `gpus` listed its process "job N's, outside
+    # its GPUs" on the very GPU it had run on (tester h80).
+    engine = await make_engine(config=make_config(engine={"sample_interval": 3600}))
+    job = await engine.submit({"command": ["sleep", "600"], "gpus": 1, "vram_gb": 10})
+    await eventually(lambda: (act := engine.book.get(job.id)) is not None and act.job.pid)
+    await engine.sampler.sample_once()
+    pid = (await engine.get(job.id)).pid
+    assert any(p["pid"] == pid for d in engine.gpus()["domains"] for p in d["processes"])
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=10)
+    view: Any = engine.gpus()
+    gpu = next(d for d in view["domains"] if any(p["pid"] == pid for p in d["processes"]))
+    assert gpu["leaving_jobs"] == [job.id] and gpu["jobs"] == []
+    assert "outside its GPUs" not in format_gpus(view)

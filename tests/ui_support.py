@@ -109,6 +109,7 @@ def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
                 "slots": 1,
                 "used_slots": len(jobs),
                 "jobs": jobs,
+                "leaving_jobs": [],
                 "gpu": {
                     "name": name,
                     "memory_total": total,
@@ -150,6 +151,7 @@ def gpus_view(n_gpus: int, cpu_slots: int = 8) -> dict[str, Any]:
             "slots": cpu_slots,
             "used_slots": 1,
             "jobs": [3],
+            "leaving_jobs": [],
             "gpu": None,
             "vram": None,
             "processes": [],

@@ -345,7 +345,9 @@ def format_gpus(data: dict[str, Any]) -> str:
                 dom["state"] + (f" ({gpu['error']})" if gpu and gpu.get("error") else "") + stale,
             ]
         )
-        held = set(dom.get("jobs") or ())
+        # (a job that just ended is still its processes' owner until the next sample: it
+        # was said to be "outside its GPUs" for that second, tester h80)
+        held = set(dom.get("jobs") or ()) | set(dom.get("leaving_jobs") or ())
         for proc in dom["processes"]:
             owner = proc["job_id"]
             if owner is None or owner not in held:

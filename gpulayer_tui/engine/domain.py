@@ -164,6 +164,12 @@ class Domain:
         self._left: set[int] = set()
 
     @property
+    def leaving_jobs(self) -> list[int]:
+        """Jobs that left since the sample its processes are listed in (their memory is
+        still theirs until the next one)."""
+        return sorted(self._left)
+
+    @property
     def is_gpu(self) -> bool:
         """False for the CPU pool."""
         return self.gpu_index is not None

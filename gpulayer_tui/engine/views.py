@@ -57,7 +57,14 @@ def _domain_view(
     dom: Domain, sample: Sample | None, sampler: Sampler, history: bool
 ) -> dict[str, Any]:
     view: dict[str, Any] = dict(dom.to_json())
-    view.update(gpu_uuid=dom.gpu_uuid, jobs=sorted(dom.holdings), gpu=None, vram=None, processes=[])
+    view.update(
+        gpu_uuid=dom.gpu_uuid,
+        jobs=sorted(dom.holdings),
+        leaving_jobs=dom.leaving_jobs,
+        gpu=None,
+        vram=None,
+        processes=[],
+    )
     if dom.reading is not None:
         _reading_view(dom.reading, sample, view)
     account = dom.account
