@@ -85,7 +85,18 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
     assert applied["changes"] == ["cpu: slots 1 -> 2"]
     # Every section that changed is said (the event said [] for [logs] and the like).
     paths.config_file.write_text(BASE + "[cpu]\nslots = 2\n[logs]\nmax_bytes = 65536\n")
-    assert (await engine.config_reload.reload())["changes"] == ["logs"]
+    assert (await engine.config_reload.reload())["changes"] == [
+        "logs.max_bytes: 1073741824 -> 65536"
+    ]
+    # Each setting with its values (the log said only "history": tester h81), but not a
+    # notification's: a webhook URL may hold a secret.
+    paths.config_file.write_text(
+        BASE + "[cpu]\nslots = 2\n[logs]\nmax_bytes = 65536\n[history]\nkeep_jobs = 50\n"
+        '[notify]\nurl = "https://hooks.example/T0/secret"\n'
+    )
+    changes = (await engine.config_reload.reload())["changes"]
+    assert "history.keep_jobs: unset -> 50" in changes and "notify.url" in changes, changes
+    assert not [c for c in changes if "secret" in c], changes
     await engine.cancel(first.id)
     await engine.cancel(second.id)
 

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from ..fields import printable
 from .config import Config, ConfigError, DomainPlan, absent_words, load_config, plan_domains
 from .domain import Domain, DomainHealth, DomainState
@@ -59,6 +61,42 @@ async def _settled(path: Path) -> bool:
     seen = _stat_of(path)
     await asyncio.sleep(EMPTY_SETTLE_S if seen is not None and seen[0] == 0 else SETTLE_S)
     return _stat_of(path) == seen
+
+
+_VALUES_UNSAID = frozenset({"notify", "security"})
+"""Sections whose values a change does not say (a webhook URL may hold a secret, and who
+may use the engine is not for every reader of its log and events)."""
+
+
+def _section_changes(name: str, old: Any, new: Any) -> list[str]:
+    """What changed in section ``name``: ``logs.max_bytes: 1073741824 -> 65536`` for each
+    plain setting (the log said only "history" of a new keep_jobs: tester h81), the
+    setting's name alone where its value is a table or not to be said, the section's name
+    where it is not a table of settings."""
+    if not isinstance(old, BaseModel) or not isinstance(new, BaseModel):
+        return [name]
+    said = []
+    for field in type(new).model_fields:
+        before, after = getattr(old, field), getattr(new, field)
+        if before == after:
+            continue
+        plain = all(v is None or isinstance(v, (bool, int, float, str)) for v in (before, after))
+        if plain and name not in _VALUES_UNSAID:
+            said.append(f"{name}.{field}: {_value(before)} -> {_value(after)}")
+        else:
+            said.append(f"{name}.{field}")
+    return said or [name]
+
+
+def _value(value: object) -> str:
+    """A setting's value as TOML writes it (``unset`` for none)."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return printable(repr(value))
+    return str(value)
 
 
 def rebuild_domains(
@@ -374,11 +412,11 @@ class ConfigReloader:
         old = self._current()
         # Every section that changed is named (the event said [] for [logs], [limits],
         # [users], [security] ...); domains and cpu slots are said below, one by one.
-        labels = {"engine": "engine settings", "health": "health thresholds"}
         changes = [
-            labels.get(name, name)
+            said
             for name in type(config).model_fields
             if name not in ("domains", "cpu") and getattr(config, name) != getattr(old, name)
+            for said in _section_changes(name, getattr(old, name), getattr(config, name))
         ]
         self._apply_config(config)
         before = dict(self._scheduler.domains)
