@@ -1,3 +1,3 @@
 """gpulayer-tui: a terminal workstation manager for GPU machines."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

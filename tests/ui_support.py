@@ -446,7 +446,7 @@ class StaticBackend:
     async def health(self) -> dict[str, Any]:
         return {
             "engine": "gpulayer-tui",
-            "version": "0.1.0",
+            "version": "0.2.0",
             "backend": self._gpus["backend"],
             "state_dir": self.location,
             "capacity": self._gpus["capacity"],

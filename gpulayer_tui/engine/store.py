@@ -242,9 +242,10 @@ MIGRATIONS: list[list[str]] = [
     ],
 ]
 
-RECLAIM_PAGES = 1024
-"""Free pages a clean gives back per step on the writer (4 MiB of 4 KiB pages; about
-20 ms here, so commits wait no longer than that)."""
+RECLAIM_PAGES = 512
+"""Free pages a clean gives back per step on the writer (2 MiB of 4 KiB pages: 10-120 ms
+here, idle to loaded, so commits wait no longer than that between steps; 300 MiB take
+10-20 s in all, the clean's answer after them)."""
 
 SPENT_KEY_DAYS = 7
 """How long the key of a submission whose jobs were cleaned is still refused (a retry
