@@ -1357,15 +1357,15 @@ def test_clean_says_which_jobs_it_kept_for_waiting_dependents(engine: Served) ->
     said = engine.cli("clean", "--keep", "0", "--dry-run").stdout
     assert said.startswith(f"would remove 1 finished job(s) (job {other})")
     assert said.endswith(
-        f"; would keep 1 still needed (waited for by a queued job, or its notification not "
-        f"sent yet): job {needed}; nothing was removed\n"
+        f"; would keep 1 still needed (a job not ended yet depends on it, or its notification "
+        f"is not sent yet): job {needed}; nothing was removed\n"
     )
     out = engine.cli("clean", "--keep", "0")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("removed 1 finished job(s)")
     assert out.stdout.endswith(
-        f"; kept 1 still needed (waited for by a queued job, or its notification not sent "
-        f"yet): job {needed}\n"
+        f"; kept 1 still needed (a job not ended yet depends on it, or its notification is "
+        f"not sent yet): job {needed}\n"
     )
     engine.cli("resume")
     assert engine.cli("wait", waiting).returncode == 0

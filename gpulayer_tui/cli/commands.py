@@ -1287,8 +1287,8 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
     trees = done.get("snapshots", 0)
     spared = done.get("spared") or []
     kept = (
-        f"; kept {len(spared)} still needed (waited for by a queued job, or its "
-        f"notification not sent yet): job {_some_ids(spared)}"
+        f"; kept {len(spared)} still needed (a job not ended yet depends on it, or its "
+        f"notification is not sent yet): job {_some_ids(spared)}"
         if spared
         else ""
     )
