@@ -112,7 +112,8 @@ async def test_unwritable_database_refuses_new_work_and_loses_nothing(
         # (503 over the API), and its job is cancelled, not left to run unrecorded.
         big = {f"BIG{i}": "x" * 50_000 for i in range(4)}
         with pytest.raises(StoreError, match=f"refuses new work: database write failed: {error}"):
-            await engine.submit({"command": ["true"], "env": big, "depends_on": [running.id]})
+            # (placed at once: a start decided, never acted on, as the commit failed)
+            await engine.submit({"command": ["true"], "env": big})
         assert engine.health()["store_failure"] == f"database write failed: {error}"
         ready, why = engine.domain_ops.readiness()
         assert not ready and f"not accepting work: database write failed: {error}" in why
@@ -147,6 +148,10 @@ async def test_unwritable_database_refuses_new_work_and_loses_nothing(
         refused = max(rows)
         assert rows[refused][0] == "cancelled"
         assert rows[refused][1] == f"not recorded: database write failed: {error}"
+        # It never ran, and its row says no start (it said "started", "runtime 0s").
+        assert _db_rows(engine.paths, f"SELECT started_at, pid FROM jobs WHERE id={refused}") == [
+            (None, None)
+        ]
         timeline = [e["status"] for e in await engine.events_of(running.id)]
         assert timeline == ["pending", "running", "completed"]
         later = await engine.submit({"command": ["true"]})

@@ -442,6 +442,9 @@ class BatchRunner:
                 # preempted run, not failed as a launch that failed)
                 self._end(act, Exit(None, recorded=False))
                 return
+            # (no start time: a refused submission's row said "started 00:43:31, runtime
+            # 0s" of a job that never ran: tester h78)
+            job.started_at = None
             self._end(act, Exit(None, recorded=False, error="stopped before it started"))
             return
         if prepared is not None:
