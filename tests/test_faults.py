@@ -141,6 +141,13 @@ async def test_unwritable_database_refuses_new_work_and_loses_nothing(
         await _mend_writes(engine, how)
         await eventually(lambda: engine.store.failure is None)
         assert engine.domain_ops.readiness()[0]
+        # (the refused job's end is the commit after the one that first works again)
+        await eventually(
+            lambda: (
+                _db_rows(engine.paths, "SELECT status FROM jobs ORDER BY id DESC LIMIT 1")
+                == [("cancelled",)]
+            )
+        )
         rows = dict(
             (r[0], r[1:]) for r in _db_rows(engine.paths, "SELECT id, status, message FROM jobs")
         )
