@@ -10,11 +10,18 @@ says how to start one.
 The token: textual-serve has no authentication, and its :class:`~textual_serve.server.
 Server` builds its aiohttp application in one method (``_make_app``), so a subclass adds
 one middleware to it before it starts, in front of every route (page, websocket, static
-files, downloads), rather than a reverse proxy in front of it. A request passes with
-``?token=`` equal to the token (compared in constant time), or with the cookie a valid
-``/?token=`` sets (HttpOnly, SameSite=Strict: the page's own websocket and static files
-carry it; no other site's page does). The websocket also needs an ``Origin`` of this
-host, as a second guard against other pages opening it. Everything else gets 403.
+files, downloads), rather than a reverse proxy in front of it. The page is
+``/?token=TOKEN``; what the page loads lives under ``/TOKEN/`` (its websocket,
+``/TOKEN/ws``, and its scripts and styles, ``/TOKEN/static/``), so every request carries
+the token itself, compared in constant time. There is no cookie: a browser sends a
+cookie of 127.0.0.1 to every port of it, and so to another local user's server on
+another port (tester h82 took the token that way and ran jobs as the web user). A
+download (``/download/KEY``: a screenshot the TUI delivers) needs no token: its key is
+random, made for that one delivery, and gone once fetched. The websocket also needs an
+``Origin`` of this host, and on a loopback address every request a ``Host`` of this
+machine (a DNS-rebinding guard). Everything else gets 403.
+
+Browser sessions are capped (``--max-sessions``): each runs a TUI process of its own.
 
 Imported only by the ``web`` subcommand (textual-serve, jinja2 and aiohttp stay out of
 every other CLI call).
@@ -25,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import logging
 import re
 import secrets
 import shlex
@@ -38,11 +46,14 @@ from aiohttp import web
 from textual_serve.server import Server
 
 from .engine.paths import Paths
+from .fields import printable
 
 FORBIDDEN_TEXT = (
     "403: gpulayer-tui web needs its token: open the URL `gpulayer-tui web` printed when "
     "it started (http://HOST:PORT/?token=...)\n"
 )
+MAX_SESSIONS = 8
+"""Browser sessions served at once by default (each a TUI process, ~70 MiB)."""
 SHUTDOWN_GRACE = 5.0
 """Seconds browser sessions get to quit on their own at shutdown before they are killed."""
 
@@ -113,30 +124,46 @@ class TokenGate:
     """The aiohttp middleware that lets only holders of ``token`` through (see the module).
 
     Args:
-        token: The secret in the URL.
-        cookie: The cookie's name (per port: cookies do not tell ports apart, and two
-            ``web`` servers on one host must not overwrite each other's).
+        token: The secret in the URL (``secrets.token_urlsafe``: URL-safe as it is).
+        loopback_only: Whether the server listens on a loopback address only (then a
+            request naming another host in ``Host`` is refused).
     """
 
-    def __init__(self, token: str, cookie: str) -> None:
+    def __init__(self, token: str, loopback_only: bool = True) -> None:
         self._token = token.encode()
-        self.cookie = cookie
+        self.loopback_only = loopback_only
 
     @property
     def token(self) -> str:
         """The token (for the URL printed at start)."""
         return self._token.decode()
 
+    @property
+    def prefix(self) -> str:
+        """The path under which the page's websocket and static files live."""
+        return f"/{self.token}"
+
     def _matches(self, value: str | None) -> bool:
         # Bytes, not str: compare_digest refuses a non-ASCII str (a TypeError, a 500).
         return value is not None and hmac.compare_digest(value.encode(), self._token)
 
+    def admits(self, request: web.Request) -> bool:
+        """Whether ``request`` holds the token: in its query, or as its path's first
+        segment; or it fetches a download (see the module)."""
+        if self._matches(request.query.get("token")):
+            return True
+        first, _, rest = request.path.removeprefix("/").partition("/")
+        if first == "download" and rest:
+            return True
+        return bool(rest) and self._matches(first)
+
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        by_query = self._matches(request.query.get("token"))
-        if not (by_query or self._matches(request.cookies.get(self.cookie))):
+        if self.loopback_only and not _host_is_loopback(request):
+            raise web.HTTPForbidden(text=f"403: {HOST_REFUSED}\n")
+        if not self.admits(request):
             raise web.HTTPForbidden(text=FORBIDDEN_TEXT)
-        if request.path == "/ws" and not _same_origin(request):
+        if request.path.endswith("/ws") and not _same_origin(request):
             raise web.HTTPForbidden(text="403: a websocket from another origin\n")
         response = await handler(request)
         if not response.prepared:  # (not the websocket: its headers are sent)
@@ -144,15 +171,20 @@ class TokenGate:
             # keeps it.
             response.headers["Referrer-Policy"] = "no-referrer"
             response.headers["Cache-Control"] = "no-store"
-            if by_query:
-                response.set_cookie(
-                    self.cookie,
-                    self.token,
-                    httponly=True,
-                    samesite="Strict",
-                    path="/",
-                )
         return response
+
+
+HOST_REFUSED = (
+    "a request for another host name (the Host header names no loopback address); open "
+    "the URL `gpulayer-tui web` printed"
+)
+
+
+def _host_is_loopback(request: web.Request) -> bool:
+    # A page of another site whose name was re-pointed at 127.0.0.1 (DNS rebinding) sends
+    # its own name; a tunnel's and the printed URL's are loopback ones.
+    host = urlsplit(f"//{request.host}").hostname or ""
+    return host == "localhost" or host.endswith(".localhost") or is_loopback(host)
 
 
 def _same_origin(request: web.Request) -> bool:
@@ -166,15 +198,36 @@ class WebServer(Server):
     """textual-serve's server with the token in front, relative-to-the-request URLs, our
     own start-up lines, and sessions that can be closed at shutdown."""
 
-    def __init__(self, command: str, host: str, port: int, token: str) -> None:
+    def __init__(
+        self,
+        command: str,
+        host: str,
+        port: int,
+        token: str,
+        max_sessions: int = MAX_SESSIONS,
+    ) -> None:
         super().__init__(command, host=host, port=port, title="gpulayer-tui")
-        self.gate = TokenGate(token, f"gpulayer_web_{port}")
+        self.gate = TokenGate(token, loopback_only=is_loopback(host))
+        self.max_sessions = max_sessions
         self.sessions: set[asyncio.Task[Any]] = set()
 
     async def _make_app(self) -> web.Application:
         app = await super()._make_app()
+        # The page's own routes, under the token (textual-serve's /ws and /static stay,
+        # refused without it).
+        app.router.add_get(f"{self.gate.prefix}/ws", self.handle_websocket)
+        app.router.add_static(f"{self.gate.prefix}/static", self.statics_path)
         app.middlewares.append(self.gate.middleware)
         return app
+
+    def _full(self) -> web.HTTPServiceUnavailable | None:
+        if len(self.sessions) < self.max_sessions:
+            return None
+        return web.HTTPServiceUnavailable(
+            text=f"503: {self.max_sessions} browser sessions are open, the most "
+            "`gpulayer-tui web --max-sessions` allows here (each runs a TUI of its own); "
+            "close a tab and reload\n"
+        )
 
     async def on_startup(self, app: web.Application) -> None:
         """(textual-serve prints its logo and URL here; ``run_web`` prints ours.)"""
@@ -187,7 +240,10 @@ class WebServer(Server):
         0.0.0.0; the request's own ``Host`` is right. (No await between setting it and the
         template reading it, so concurrent requests cannot mix it up.)
         """
-        self.public_url = f"{request.scheme}://{request.host}"
+        if full := self._full():
+            raise full
+        # (the token prefix: the page's websocket and static URLs carry it, see the module)
+        self.public_url = f"{request.scheme}://{request.host}{self.gate.prefix}"
         response = await super().handle_index(request)
         if isinstance(response, web.Response) and response.text is not None:
             # textual-serve's page loads a font from Google: a request to a third party
@@ -206,6 +262,8 @@ class WebServer(Server):
             # (a plain GET: textual-serve's handler raised, logged a traceback, and the
             # client got no answer at all)
             raise web.HTTPBadRequest(text="a websocket connection is expected here")
+        if full := self._full():
+            raise full
         task = asyncio.current_task()
         assert task is not None
         self.sessions.add(task)
@@ -239,6 +297,7 @@ def _kill_children() -> None:
 async def _serve(server: WebServer, host: str, port: int, paths: Paths) -> int:
     from .backend import EngineRefused, engine_is_serving
 
+    quiet_request_errors()
     app = await server._make_app()
     # No access log: the token is in the request line.
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -248,16 +307,12 @@ async def _serve(server: WebServer, host: str, port: int, paths: Paths) -> int:
         await site.start()
     except OSError as err:
         await runner.cleanup()
-        from .fields import printable
-
         print(
             f"gpulayer-tui web: cannot listen on {printable(f'{host}:{port}: {err}')}",
             file=sys.stderr,
         )
         return 2
     bound_port = _bound_port(runner, port)
-    if bound_port != port:  # --port 0: a free port, now known; the cookie is named for it
-        server.gate.cookie = f"gpulayer_web_{bound_port}"
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -301,6 +356,31 @@ async def _serve(server: WebServer, host: str, port: int, paths: Paths) -> int:
     return 0
 
 
+class RequestErrorLines(logging.Handler):
+    """aiohttp's logging of a request it could not handle, as one line without the
+    request: aiohttp prints a traceback whose message quotes the request line (an
+    over-long one: tester h82), and the request line holds the token."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[1] if record.exc_info else None
+        what = f": {type(error).__name__}" if error is not None else ""
+        try:
+            sys.stderr.write(
+                f"gpulayer-tui web: {printable(record.getMessage())}{what} (the request "
+                "is not shown: it may hold the token)\n"
+            )
+        except (OSError, ValueError):  # (stderr closed)
+            pass
+
+
+def quiet_request_errors() -> None:
+    """Route aiohttp's server log through :class:`RequestErrorLines` (only there)."""
+    logger = logging.getLogger("aiohttp.server")
+    if not any(isinstance(h, RequestErrorLines) for h in logger.handlers):
+        logger.addHandler(RequestErrorLines(logging.WARNING))
+    logger.propagate = False
+
+
 def _bound_port(runner: web.AppRunner, asked: int) -> int:
     for address in runner.addresses:
         if isinstance(address, tuple) and len(address) >= 2:
@@ -308,9 +388,9 @@ def _bound_port(runner: web.AppRunner, asked: int) -> int:
     return asked
 
 
-def run_web(paths: Paths, host: str, port: int) -> int:
+def run_web(paths: Paths, host: str, port: int, max_sessions: int = MAX_SESSIONS) -> int:
     """Serve the TUI to browsers until SIGINT or SIGTERM; return the exit code."""
-    server = WebServer(session_command(paths), host, port, secrets.token_urlsafe(32))
+    server = WebServer(session_command(paths), host, port, secrets.token_urlsafe(32), max_sessions)
     try:
         return asyncio.run(_serve(server, host, port, paths))
     except KeyboardInterrupt:  # (a second Ctrl+C during the shutdown)

@@ -4,6 +4,7 @@ a headless Chromium that drives the page (marked ``browser``; skipped without Ch
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -37,22 +39,45 @@ URL_LINE = re.compile(r"http://(\S+?):(\d+)/\?token=(\S+)")
 # --- the gate, in process ---------------------------------------------------------------
 
 
+class Gated:
+    """WebServers with TOKEN on free ports of 127.0.0.1 (stopped at the end)."""
+
+    def __init__(self, paths: Paths) -> None:
+        self.paths = paths
+        self.started: list[tuple[WebServer, Any]] = []
+
+    async def start(self, host: str = "127.0.0.1", max_sessions: int = 8) -> str:
+        """One more server (``host``: the address it believes it is bound to); its URL."""
+        from aiohttp import web
+
+        server = WebServer(session_command(self.paths), host, 0, TOKEN, max_sessions)
+        runner = web.AppRunner(await server._make_app(), access_log=None)
+        self.started.append((server, runner))
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        address, port = runner.addresses[0][:2]
+        return f"http://{address}:{port}"
+
+
 @pytest.fixture
-async def gated(paths: Paths) -> AsyncIterator[str]:
+async def servers(paths: Paths) -> AsyncIterator[Gated]:
+    gated = Gated(paths)
+    yield gated
+    for server, runner in gated.started:
+        await server.close_sessions(grace=10)
+        await runner.cleanup()
+    gc.collect()  # (the sessions' subprocess transports close on this loop)
+    await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def gated(servers: Gated) -> str:
     """A WebServer with TOKEN on a free port (no session is opened); its base URL."""
-    from aiohttp import web
-
-    server = WebServer(session_command(paths), "127.0.0.1", 0, TOKEN)
-    runner = web.AppRunner(await server._make_app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    yield f"http://{host}:{port}"
-    await runner.cleanup()
+    return await servers.start()
 
 
-async def test_the_page_needs_the_token(gated: str) -> None:
+async def test_the_page_needs_the_token_and_sets_no_cookie(gated: str) -> None:
     # (unsafe: aiohttp's client keeps no cookie of an IP address otherwise; browsers do)
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
         for query in ("", "?token=", "?token=wrong", "?token=%C3%A9t%C3%A9", f"?token={TOKEN}x"):
@@ -63,30 +88,50 @@ async def test_the_page_needs_the_token(gated: str) -> None:
             assert response.status == 200
             page = await response.text()
             assert response.headers["Referrer-Policy"] == "no-referrer"
-            cookie = response.cookies[next(iter(response.cookies))]
-            assert cookie.value == TOKEN and cookie["httponly"] and cookie["samesite"] == "Strict"
-        # The page's websocket and scripts point at the host the browser used.
-        assert f'"ws://{gated.removeprefix("http://")}/ws"' in page
+            # No cookie: a browser sends one of 127.0.0.1 to every port, another user's
+            # server's too (h82 took the token so).
+            assert "Set-Cookie" not in response.headers
+        assert len(session.cookie_jar) == 0
+        # The page's websocket and scripts point at the host the browser used, under the
+        # token.
+        host = gated.removeprefix("http://")
+        assert f'"ws://{host}/{TOKEN}/ws"' in page
+        assert f'"{gated}/{TOKEN}/static/js/textual.js"' in page
         # It asks nothing of another site (textual-serve's page loaded a Google font).
         assert "xterm.css" in page and "googleapis" not in page
         for url in re.findall(r"(?:href|src)=\"(https?://[^\"/]*)", page):
             assert url == gated, page
-        # The page's own requests carry the cookie (this session keeps it).
-        async with session.get(f"{gated}/static/js/textual.js") as response:
+        async with session.get(f"{gated}/{TOKEN}/static/js/textual.js") as response:
             assert response.status == 200
+        async with session.get(f"{gated}/{TOKEN}/static/css/xterm.css") as response:
+            assert response.status == 200
+        # Having loaded the page gives nothing to a request without the token.
+        async with session.get(f"{gated}/static/js/textual.js") as response:
+            assert response.status == 403
 
 
 async def test_static_files_and_the_websocket_need_the_token_too(gated: str) -> None:
     async with aiohttp.ClientSession() as session:
-        for path in ("/static/js/textual.js", "/ws", "/download/x"):
+        for path in (
+            "/static/js/textual.js",
+            "/ws",
+            "/wrong/ws",
+            f"/{TOKEN}x/ws",
+            f"/{TOKEN}x/static/js/textual.js",
+            f"/x{TOKEN}/static/js/textual.js",
+            f"/{TOKEN}",
+            "/download/",
+        ):
             async with session.get(gated + path) as response:
                 assert response.status == 403, path
-    # A page of another site cannot open the websocket, even with the cookie sent.
-    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
-        async with session.get(f"{gated}/?token={TOKEN}") as response:
-            assert response.status == 200
+        # A download's own key is its pass (random, one delivery): an unknown one is 404.
+        async with session.get(f"{gated}/download/0123abcd") as response:
+            assert response.status == 404
+        # A page of another site cannot open the websocket, even knowing the token.
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
-            await session.ws_connect(f"{gated}/ws", headers={"Origin": "http://evil.example"})
+            await session.ws_connect(
+                f"{gated}/{TOKEN}/ws", headers={"Origin": "http://evil.example"}
+            )
         assert refused.value.status == 403
 
 
@@ -94,13 +139,66 @@ async def test_a_plain_get_of_the_websocket_with_the_token_is_a_clean_400(
     gated: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # It raised inside textual-serve: a logged traceback, and no answer at all.
-    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
-        async with session.get(f"{gated}/?token={TOKEN}") as response:
-            assert response.status == 200
-        async with session.get(f"{gated}/ws") as response:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{gated}/{TOKEN}/ws") as response:
             assert response.status == 400
             assert "a websocket connection is expected here" in await response.text()
     assert "Traceback" not in caplog.text and "Unhandled exception" not in caplog.text
+
+
+async def test_on_loopback_a_request_for_another_host_name_is_refused(servers: Gated) -> None:
+    # DNS rebinding: a page of evil.example, its name re-pointed at 127.0.0.1, sends its
+    # own name in Host.
+    loopback = await servers.start()
+    wildcard = await servers.start(host="0.0.0.0")
+    async with aiohttp.ClientSession() as session:
+        for host, status in (
+            ("evil.example", 403),
+            ("127.0.0.1.evil.example", 403),
+            ("localhost", 200),
+            ("localhost:9999", 200),  # (an SSH tunnel's port)
+            ("127.0.0.1:9999", 200),
+            ("[::1]:9999", 200),
+            ("app.localhost", 200),
+        ):
+            async with session.get(
+                f"{loopback}/?token={TOKEN}", headers={"Host": host}
+            ) as response:
+                assert response.status == status, host
+                if status == 403:
+                    assert "Host header names no loopback address" in await response.text()
+        # Bound to every address, any name may be this machine's.
+        async with session.get(
+            f"{wildcard}/?token={TOKEN}", headers={"Host": "box.example:8765"}
+        ) as response:
+            assert response.status == 200
+
+
+async def test_browser_sessions_are_capped(servers: Gated) -> None:
+    base = await servers.start(max_sessions=1)
+    async with aiohttp.ClientSession() as session:
+        first = await session.ws_connect(f"{base}/{TOKEN}/ws?width=80&height=24")
+        try:
+            # The second gets a 503 that says why, at the page and at the websocket.
+            async with session.get(f"{base}/?token={TOKEN}") as response:
+                assert response.status == 503
+                assert "1 browser sessions are open" in await response.text()
+                assert "--max-sessions" in await response.text()
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await session.ws_connect(f"{base}/{TOKEN}/ws?width=80&height=24")
+            assert refused.value.status == 503
+        finally:
+            await first.close()
+
+        async def page_status() -> int:
+            async with session.get(f"{base}/?token={TOKEN}") as response:
+                return response.status
+
+        # Once the first closes, the page opens again.
+        deadline = asyncio.get_running_loop().time() + 20
+        while await page_status() != 200:
+            assert asyncio.get_running_loop().time() < deadline, "the closed session stayed"
+            await asyncio.sleep(0.05)
 
 
 def test_loopback_hosts_and_the_warning_for_others() -> None:
@@ -205,6 +303,30 @@ def test_web_on_loopback_does_not_warn_and_stops_on_sigterm(
     assert "stopping (0 browser session(s))" in web.output()
 
 
+def test_a_request_aiohttp_cannot_parse_is_logged_without_the_token(
+    web_process: type[WebProcess],
+) -> None:
+    # aiohttp logged a traceback that quoted the over-long request line, token and all
+    # (tester h82); the web's output may go to a journal others read.
+    web = web_process()
+    match = URL_LINE.search(web.url)
+    assert match is not None
+    host, port, token = match.groups()
+    for request in (
+        f"GET /?token={token}&{'a' * 9000} HTTP/1.1\r\nHost: {host}\r\n\r\n",
+        f"GET /?token={token} HTTP/1.1\r\nHost: {host}\r\nX-Long: {'b' * 9000}\r\n\r\n",
+    ):
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(request.encode())
+            assert conn.recv(100).startswith(b"HTTP/1.0 400")
+    wait_for(lambda: web.output().count("LineTooLong") == 2)
+    assert web.stop() == 0
+    out = web.output()
+    assert token not in out.replace(web.url, ""), out
+    assert "Traceback" not in out
+    assert "Error handling request from 127.0.0.1: LineTooLong (the request is not shown" in out
+
+
 # --- a browser --------------------------------------------------------------------------
 
 CHROMIUM = chromium_path()
@@ -304,3 +426,48 @@ async def test_without_an_engine_the_page_says_how_to_start_one(
     )
     assert await asyncio.to_thread(web.stop) == 0
     await page.close()
+
+
+@pytest.mark.browser
+@needs_chromium
+async def test_another_server_on_another_port_never_gets_the_token(
+    home: Path, web_process: type[WebProcess], browser: Chromium
+) -> None:
+    # Tester h82: the token was in a cookie, and a browser sends a cookie of 127.0.0.1 to
+    # every port: a link to another local user's server there handed it over.
+    from aiohttp import web as aioweb
+
+    seen: list[str] = []
+
+    async def record(request: aioweb.Request) -> aioweb.Response:
+        seen.append(f"{request.url}\n{dict(request.headers)}")
+        return aioweb.Response(text="<p>another server</p>", content_type="text/html")
+
+    other_app = aioweb.Application()
+    other_app.router.add_get("/{tail:.*}", record)
+    runner = aioweb.AppRunner(other_app)
+    await runner.setup()
+    await aioweb.TCPSite(runner, "127.0.0.1", 0).start()
+    other = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        web = await asyncio.to_thread(web_process)
+        match = URL_LINE.search(web.url)
+        assert match is not None
+        token = match.group(3)
+        page = await browser.page()
+        await page.send("Page.enable")
+        await page.send("Page.addScriptToEvaluateOnNewDocument", source=CAPTURE_TERMINAL)
+        await page.send("Page.navigate", url=web.url)
+        # The page loaded and its session runs (no engine: it says how to start one).
+        await page.wait_for_text(lambda text: "gpulayer-tui --serve" in text)
+        await page.send("Page.navigate", url=f"{other}/follow-me")
+        await page.wait_for(
+            "document.body && document.body.innerText.includes('another server')",
+            "the other server's page never opened",
+        )
+        assert seen
+        assert not any(token in request for request in seen), seen
+        await page.close()
+        assert await asyncio.to_thread(web.stop) == 0
+    finally:
+        await runner.cleanup()

@@ -642,6 +642,14 @@ def _web_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--port", type=positive_int, default=8765, help="TCP port (default 8765; 0: any free)"
     )
+    p.add_argument(
+        "--max-sessions",
+        type=count_arg,
+        default=8,
+        metavar="N",
+        help="browser sessions served at once (default 8; each runs a TUI of its own, "
+        "~70 MiB); one more is answered 503",
+    )
 
 
 def _completion_args(p: argparse.ArgumentParser) -> None:

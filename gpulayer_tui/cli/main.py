@@ -156,7 +156,7 @@ def _main(argv: Sequence[str] | None) -> int:
             parser.error(f"--port must be at most 65535, got {args.port}")
         from ..web import run_web  # (textual-serve, jinja2: loaded for `web` alone)
 
-        return run_web(paths, args.host, args.port)
+        return run_web(paths, args.host, args.port, args.max_sessions)
     if args.command == "doctor":
         from .doctor import run_doctor
 
