@@ -62,6 +62,12 @@ _LINK = re.compile(r"<link\b[^>]*\bhref=\"(?P<href>[^\"]*)\"[^>]*>\s*", re.IGNOR
 """A ``<link>`` in textual-serve's page (those to another site are taken out)."""
 
 
+_NO_SCROLLBAR = "<style>.xterm .xterm-viewport { overflow-y: hidden !important; }</style>\n"
+"""The page's terminal has no scrollback, yet xterm.js's viewport kept a scrollbar's width
+over its last columns, which the terminal's size did not leave out: the TUI's rightmost
+column was cut off (tester h82)."""
+
+
 def is_loopback(host: str) -> bool:
     """True if ``host`` binds to this machine only (127.0.0.0/8, ::1, localhost)."""
     if host == "localhost":
@@ -251,9 +257,10 @@ class WebServer(Server):
             # stylesheet that holds the page's first paint until it times out. The
             # terminal falls back to the browser's monospace font.
             own = request.host
-            response.text = _LINK.sub(
+            page = _LINK.sub(
                 lambda m: m[0] if urlsplit(m["href"]).netloc in ("", own) else "", response.text
             )
+            response.text = page.replace("</head>", f"{_NO_SCROLLBAR}</head>", 1)
         return response
 
     async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:

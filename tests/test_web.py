@@ -373,6 +373,13 @@ async def test_the_tui_in_a_browser_shows_the_dashboard_the_jobs_and_cancels_a_j
     )
     assert f"attached to {served.home}/engine.sock" in screen
     await page.screenshot(shots / "web-1-dashboard.png")
+    # Every column is in sight: no scrollbar over the last ones (h82: they were cut off).
+    widths = await page.evaluate(
+        "(() => { const t = document.querySelector('.xterm');"
+        " return [t.querySelector('.xterm-screen').getBoundingClientRect().width,"
+        " t.querySelector('.xterm-viewport').clientWidth]; })()"
+    )
+    assert widths[0] <= widths[1], widths
 
     await page.evaluate("window.__terminals.find((t) => t.buffer).focus()")
     await page.press("2")
