@@ -74,6 +74,39 @@ async def test_cancel_of_another_users_job_is_refused_before_it_is_asked(
         await until(pilot, lambda: table.job(job["id"])["status"] == "cancelled", "cancelled")
 
 
+async def test_restart_and_edit_of_another_users_job_are_refused_before_they_are_asked(
+    ui_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # R asked "Restart job N?" and e opened the form; the engine refused the answer (h75).
+    app = await ui_app("1xA100-80GB")
+    ended = await app.backend.submit(_spec("exit 3", gpus=0))
+    blocker = await app.backend.submit(_spec("sleep 60", gpus=0))
+    waiting = await app.backend.submit(_spec("true", gpus=0, depends_on=[blocker["id"]]))
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = await _jobs_table(pilot, app, ended["id"])
+        await until(pilot, lambda: table.job(ended["id"])["status"] == "failed", "the failure")
+        monkeypatch.setattr("gpulayer_tui.screens.actions.my_uid", lambda: 4321)
+        await pilot.press("R")
+        await until(
+            pilot,
+            lambda: any("you may restart only your own jobs" in n for n in _notes(app)),
+            "the restart's refusal, said at once",
+        )
+        assert not isinstance(app.screen, ConfirmScreen)
+        await until(pilot, lambda: table.select_job(waiting["id"]), "the waiting job")
+        await until(pilot, lambda: table.job(waiting["id"])["status"] == "queued", "waiting")
+        await pilot.press("e")
+        await until(
+            pilot,
+            lambda: any("you may edit only your own jobs" in n for n in _notes(app)),
+            "the edit's refusal, said at once",
+        )
+        assert not isinstance(app.screen, EditScreen)
+        monkeypatch.undo()  # (the engine's user: the form opens, as ever)
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, EditScreen), "the form")
+
+
 # -- restart ---------------------------------------------------------------------------------
 
 

@@ -133,10 +133,11 @@ def my_uid() -> int:
     return os.geteuid()
 
 
-def _not_yours(location: str, job: JobRowJSON) -> str:
-    """Why this user may not cancel ``job`` ("" if it may): another user's job, and this
-    user neither the engine's (its socket's or state dir's owner) nor root. The engine
-    judges the same (403); said here before the question, not after the answer."""
+def _not_yours(location: str, job: JobRowJSON, verb: str = "cancel") -> str:
+    """Why this user may not ``verb`` (cancel, restart, edit) ``job`` ("" if it may):
+    another user's job, and this user neither the engine's (its socket's or state dir's
+    owner) nor root. The engine judges the same (403); said here before the question or
+    the form, not after the answer."""
     owner = job.get("owner_uid")
     me = my_uid()
     if owner is None or owner == me or me == 0:
@@ -148,8 +149,8 @@ def _not_yours(location: str, job: JobRowJSON) -> str:
     if me == engine_uid:
         return ""
     return (
-        f"belongs to {user_text(job)}: you may cancel only your own jobs (the engine's "
-        "user and root may cancel any)"
+        f"belongs to {user_text(job)}: you may {verb} only your own jobs (the engine's "
+        f"user and root may {verb} any)"
     )
 
 
@@ -168,6 +169,10 @@ def ask_to_restart(
             else f"{status_phrase(status)}: only an ended job restarts"
         )
         ui.notify(f"job {job_id} {why}", severity="warning")
+        return
+    refused = _not_yours(app.backend.location, job, "restart")
+    if refused:  # (asked, confirmed, then refused by the engine: tester h75)
+        ui.notify(f"job {job_id} {refused}", title=f"restart job {job_id}", severity="warning")
         return
 
     async def restart() -> None:
@@ -216,6 +221,10 @@ def ask_to_edit(screen: Screen[Any], job: JobRowJSON) -> None:
             "is edited",
             severity="warning",
         )
+        return
+    refused = _not_yours(app.backend.location, job, "edit")
+    if refused:  # (the form opened, then the engine refused its answer: tester h75)
+        ui.notify(f"job {job_id} {refused}", title=f"edit job {job_id}", severity="warning")
         return
 
     async def open_form() -> None:
