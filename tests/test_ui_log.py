@@ -92,6 +92,51 @@ async def test_a_very_long_line_is_read_in_linear_time_and_cut_where_shown() -> 
         assert log.source_lines[-1] == "last, unfinished"
 
 
+async def test_a_progress_line_longer_than_what_is_kept_shows_its_newest_state() -> None:
+    # tqdm-style: one line that carriage returns write over, 600 K characters of it; the
+    # view kept its first 64 K, a progress of long ago (tester h78).
+    from gpulayer_tui.widgets.log_tail import LINE_SHOWN_MAX, clean_line
+
+    app = _LogApp()
+    async with app.run_test(size=(60, 20)) as pilot:
+        log = app.query_one(LogTail)
+        whole = "loading the model, a line longer than the bar" + "".join(
+            f"\r{i:>7}/30000 it, {i % 97:>2} it/s" for i in range(30_000)
+        )
+        data = whole.encode()
+        assert len(data) > 8 * LINE_SHOWN_MAX
+        for at in range(0, len(data), 4096):
+            log.feed(data[at : at + 4096])
+            assert log._partial_len <= LINE_SHOWN_MAX
+        newest = clean_line(whole)
+        assert newest.startswith("  29999/30000 it,") and newest.endswith("bar")
+        assert log.partial_line == newest
+        log.feed(b"\ndone\n")
+        await pilot.pause()
+        assert log.source_lines == [newest, "done"]
+
+
+async def test_a_progress_line_read_from_its_middle_shows_its_newest_state() -> None:
+    # The view reads a long output's end only: a progress line that started before it
+    # was "its last line starts before ..." (tester h78).
+    app = _LogApp()
+    async with app.run_test(size=(60, 20)) as pilot:
+        log = app.query_one(LogTail)
+        log.skip_head()
+        log.feed(b"5/9 it\r  6/9 it\r  7/9 it\r  8/9 it\r")
+        log.feed(b"  9/9 it")
+        log.finish()
+        await pilot.pause()
+        assert log.source_lines == ["  9/9 it"]
+        # (a line's end and CRLF still start a line as before)
+        log.reset()
+        log.skip_head()
+        log.feed(b"tail of a line\r\nnext\n")
+        log.finish()
+        await pilot.pause()
+        assert log.source_lines == ["next"]
+
+
 async def test_the_log_searches_wraps_and_keeps_its_lines() -> None:
     app = _LogApp()
     async with app.run_test(size=(60, 20)) as pilot:
