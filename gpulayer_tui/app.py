@@ -473,12 +473,15 @@ class GpulayerApp(App[str]):
         """Cycle through our themes and remember the choice in the config file."""
         names = [t.name for t in themes.THEMES]
         current = names.index(self.theme) if self.theme in names else -1
-        self.set_theme(names[(current + 1) % len(names)])
-        # (t changed the colours and said nothing of which theme it was: tester h70)
-        self.notify(f"theme: {self.theme} (t: the next; ctrl+p lists them)", timeout=3)
+        # (t changed the colours and said nothing of which theme it was: tester h70; it
+        # said it twice, set_theme's words and these: h83)
+        self.set_theme(
+            names[(current + 1) % len(names)], said="(t: the next; ctrl+p lists them)"
+        )
 
-    def set_theme(self, name: str) -> None:
-        """Apply a theme and save it as ``[ui] theme`` in the config file."""
+    def set_theme(self, name: str, said: str = "") -> None:
+        """Apply a theme and save it as ``[ui] theme`` in the config file (one toast says
+        which, ``said`` after it)."""
         self.theme = name
         if self.config_file is not None:
             from .ui_config import save_theme
@@ -487,7 +490,7 @@ class GpulayerApp(App[str]):
                 save_theme(self.config_file, name)
             except (OSError, ValueError) as err:
                 self.notify(f"theme not saved: {err}", severity="warning")
-        self.notify(f"theme: {name}", timeout=2)
+        self.notify(f"theme: {name} {said}".rstrip(), timeout=3 if said else 2)
 
     def open_job(self, job_id: int) -> None:
         """Show one job's detail (from any area)."""

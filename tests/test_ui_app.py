@@ -224,6 +224,11 @@ async def test_theme_switch_is_saved_in_config(embedded_app: AppFactory, paths: 
         assert app.theme == "gpulayer-dark"
         await pilot.press("t")
         await until(pilot, lambda: app.theme == "gpulayer-light")
+        # One toast says which (it was two at once: tester h83).
+        await until(pilot, lambda: len(app._notifications) > 0, "the toast")
+        await pilot.pause()
+        said = [n.message for n in app._notifications]
+        assert said == ["theme: gpulayer-light (t: the next; ctrl+p lists them)"], said
     config = load_config(paths.config_file)
     assert config.ui.theme == "gpulayer-light"
     assert config.engine.grace_period == 2.0
