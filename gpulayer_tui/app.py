@@ -475,9 +475,7 @@ class GpulayerApp(App[str]):
         current = names.index(self.theme) if self.theme in names else -1
         # (t changed the colours and said nothing of which theme it was: tester h70; it
         # said it twice, set_theme's words and these: h83)
-        self.set_theme(
-            names[(current + 1) % len(names)], said="(t: the next; ctrl+p lists them)"
-        )
+        self.set_theme(names[(current + 1) % len(names)], said="(t: the next; ctrl+p lists them)")
 
     def set_theme(self, name: str, said: str = "") -> None:
         """Apply a theme and save it as ``[ui] theme`` in the config file (one toast says

@@ -132,6 +132,10 @@ class JobJSON(JobRowJSON):
     queued_at: float | None
     stop_reason: str | None
     attempt: NotRequired[int]
+    cancels_dependents: NotRequired[list[int]]
+    """An active job's (``GET /v1/jobs/ID``, its cancel's answer): the waiting jobs its end
+    other than completed cancels (they wait for it to complete, not ``--after-any``; and
+    theirs, on down); absent when none."""
     usage: NotRequired[UsageSummaryJSON]
     cluster: NotRequired[str]
     """A Slurm cluster's job (issue 16): the cluster's name, and its id there."""

@@ -166,6 +166,26 @@ def test_cancel_of_a_whole_chain_in_its_order_succeeds(engine: Served) -> None:
     assert f"job {z} was cancelled already: dependency job {y} cancelled" in out.stderr
 
 
+def test_cancel_says_the_waiting_jobs_it_takes_with_it(engine: Served) -> None:
+    # Cancelling a job cancelled those waiting for it to complete, unsaid (tester h83).
+    x = _submit(engine, "--", "sleep", "600")
+    y = _submit(engine, "--after", x, "--", "true")
+    z = _submit(engine, "--after", y, "--", "true")
+    runs_anyway = _submit(engine, "--after-any", x, "--", "true")
+    after_any_of_y = _submit(engine, "--after-any", y, "--", "true")
+    detail = json.loads(engine.cli("status", x, "--json").stdout)["job"]
+    assert detail["cancels_dependents"] == [int(y), int(z)]
+    assert "cancels_dependents" not in json.loads(engine.cli("status", z, "--json").stdout)["job"]
+    out = engine.cli("cancel", x)
+    assert out.returncode == 0, out.stderr
+    assert f"jobs {y}, {z} waited for job {x} to complete: cancelled too" in out.stderr
+    for job_id, status in ((y, "cancelled"), (z, "cancelled")):
+        assert json.loads(engine.cli("status", job_id, "--json").stdout)["job"]["status"] == status
+    for job_id in (runs_anyway, after_any_of_y):
+        assert engine.cli("wait", job_id, "--timeout", "30").returncode == 0
+    assert "cancels_dependents" not in json.loads(engine.cli("status", x, "--json").stdout)["job"]
+
+
 def test_cancel_says_a_stop_under_way_as_such(engine: Served) -> None:
     # --no-wait returns once SIGTERM is sent: that is success, not a process stuck in
     # the kernel; a --timeout that runs out before the SIGKILL is due says that.

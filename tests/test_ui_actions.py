@@ -107,6 +107,31 @@ async def test_restart_and_edit_of_another_users_job_are_refused_before_they_are
         await until(pilot, lambda: isinstance(app.screen, EditScreen), "the form")
 
 
+async def test_the_cancel_question_names_the_waiting_jobs_that_go_with_it(ui_app: Any) -> None:
+    # "parent is running. It gets SIGTERM" and nothing of job 12 waiting for it (h83).
+    app = await ui_app("1xA100-80GB")
+    parent = await app.backend.submit(_spec("sleep 60", gpus=0, name="parent"))
+    child = await app.backend.submit(_spec("true", gpus=0, name="child", depends_on=[parent["id"]]))
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = await _jobs_table(pilot, app, parent["id"])
+        await until(pilot, lambda: table.job(parent["id"])["status"] == "running", "running")
+        await pilot.press("c")
+        dialog = await until(
+            pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen, "the question"
+        )
+        question = dialog.query_one("#question", Static)
+        await until(
+            pilot,
+            lambda: (
+                f"Job {child['id']} (child) waits for it to complete: it is cancelled too."
+                in str(question.render())
+            ),
+            "the dependent named",
+        )
+        await pilot.press("y")
+        await until(pilot, lambda: table.job(child["id"])["status"] == "cancelled", "with it")
+
+
 # -- restart ---------------------------------------------------------------------------------
 
 

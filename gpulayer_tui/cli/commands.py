@@ -1093,6 +1093,14 @@ def _cancel_one(
 ) -> int:
     """Wait for one cancelled job as asked and say how it ended; its exit code. With
     ``shown``, the job goes there (printed as a list) instead of being printed."""
+    dependents = job.get("cancels_dependents") or []
+    if dependents and not (as_json or (shown is not None and args.json)):
+        # (they went with it unsaid: tester h83)
+        noun = "job" if len(dependents) == 1 else "jobs"
+        _error(
+            f"{noun} {', '.join(map(str, dependents))} waited for job {job['id']} to "
+            "complete: cancelled too"
+        )
     if job["status"] == "running" and not args.no_wait:
         job = _await_stop(client, job, args.timeout)
     if shown is not None:

@@ -945,8 +945,12 @@ async def cancel(request: web.Request) -> web.Response:
     await _no_fields(request, "a cancel", "it stops the job: SIGTERM, then SIGKILL")
     # (another's cancel is said as theirs: tester h75)
     by = user_name(uid) if uid is not None and uid != _owner(job.owner_uid) else None
+    dependents = engine.queue.cancelled_with(job_id)  # (a queued job's go with it, at once)
     job = await engine.cancel(job_id, by)
-    return web.json_response({"job": _job(job)}, status=202)
+    answer = _job(job)
+    if dependents:
+        answer["cancels_dependents"] = dependents
+    return web.json_response({"job": answer}, status=202)
 
 
 async def wait(request: web.Request) -> web.Response:

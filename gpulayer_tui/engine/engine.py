@@ -977,8 +977,14 @@ class Engine:
         return await self.reads.get(job_id)
 
     async def job_detail(self, job_id: int) -> tuple[JobJSON, list[dict[str, Any]]]:
-        """One job and its timeline, read together (see :meth:`.JobReader.detail`)."""
-        return await self.reads.detail(job_id)
+        """One job and its timeline, read together (see :meth:`.JobReader.detail`); an
+        active job's says which waiting jobs its end other than completed would cancel
+        (``cancels_dependents``, when there are any)."""
+        job, events = await self.reads.detail(job_id)
+        dependents = self.queue.cancelled_with(job_id)
+        if dependents and self.book.get(job_id) is not None:
+            job["cancels_dependents"] = dependents
+        return job, events
 
     async def events_of(self, job_id: int) -> list[dict[str, Any]]:
         """The job's timeline (every transition with time, reason and message)."""

@@ -1299,6 +1299,21 @@ class JobQueue:
                 owner_of(job.owner_uid), gpu_seconds(gpus, job.started_at, ended), ended
             )
 
+    def cancelled_with(self, job_id: int) -> list[int]:
+        """The waiting jobs cancelled if ``job_id`` ends other than completed: those that
+        wait for it to complete (not ``--after-any``), and theirs, on down; sorted ids."""
+        found: set[int] = set()
+        todo = [job_id]
+        while todo:
+            current = todo.pop()
+            for dependent_id in self._dependents.get(current, ()):
+                waiting = self._waiting_on.get(dependent_id)
+                if dependent_id in found or waiting is None or waiting.get(current) is not False:
+                    continue  # (any_exit: it runs whatever this one's end)
+                found.add(dependent_id)
+                todo.append(dependent_id)
+        return sorted(found)
+
     def job_ended(self, act: ActiveJob) -> None:
         """End listener: take the job out of the queue, book its GPU use to its user's
         fair share, and settle its dependents."""

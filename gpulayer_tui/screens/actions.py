@@ -118,14 +118,33 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
             _run(ui, cancel, f"cancel-{job_id}", exclusive=True)
 
     what = "It has not started yet." if status != "running" else "It gets SIGTERM, then SIGKILL."
-    ui.push_screen(
-        ConfirmScreen(
-            f"Cancel job {job_id}?",
-            f"{job.get('name', '')} is {status}. {what}",
-            "Cancel job",
-        ),
-        answered,
+    dialog = ConfirmScreen(
+        f"Cancel job {job_id}?",
+        f"{job.get('name', '')} is {status}. {what}",
+        "Cancel job",
     )
+    ui.push_screen(dialog, answered)
+
+    async def say_dependents() -> None:
+        # (cancelling it cancelled the jobs waiting for it, unsaid: tester h83)
+        try:
+            detail = await app.backend.job(job_id)
+        except BackendError:
+            return  # (the cancel itself says what is wrong, if anything)
+        dependents = detail["job"].get("cancels_dependents") or []
+        if dependents and dialog.is_attached:
+            dialog.add_note(dependents_note(dependents, app.job_store.jobs))
+
+    _run(ui, say_dependents, f"cancel-dependents-{job_id}", exclusive=True)
+
+
+def dependents_note(ids: list[int], rows: dict[int, JobRowJSON]) -> str:
+    """What the cancel dialog says of the waiting jobs a cancel takes with it."""
+    shown = [f"{i} ({rows[i]['name']})" if i in rows else str(i) for i in ids[:8]]
+    more = f" and {len(ids) - 8} more" if len(ids) > 8 else ""
+    noun, verb = ("Job", "waits") if len(ids) == 1 else ("Jobs", "wait")
+    pronoun = "it is" if len(ids) == 1 else "they are"
+    return f"{noun} {', '.join(shown)}{more} {verb} for it to complete: {pronoun} cancelled too."
 
 
 def my_uid() -> int:

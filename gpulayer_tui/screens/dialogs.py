@@ -57,6 +57,12 @@ class ConfirmScreen(ModalScreen[bool]):
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
 
+    def add_note(self, note: str) -> None:
+        """Say more under the question (what was learnt after it was asked; text)."""
+        self._question = f"{self._question}\n\n{note}"
+        if self.is_mounted:
+            self.query_one("#question", Static).update(Content(self._question))
+
     def action_answer(self, yes: bool) -> None:
         """Close the dialog with the answer."""
         self.dismiss(yes)
