@@ -132,6 +132,41 @@ async def test_the_cancel_question_names_the_waiting_jobs_that_go_with_it(ui_app
         await until(pilot, lambda: table.job(child["id"])["status"] == "cancelled", "with it")
 
 
+async def test_while_typing_a_filter_or_search_the_footer_offers_no_job_keys(
+    ui_app: Any,
+) -> None:
+    # "R Restart" stayed in the footer while R typed an R in the line (tester h83).
+    app = await ui_app("1xA100-80GB")
+    job = await app.backend.submit(_spec("exit 3", gpus=0))
+
+    def footer_actions() -> set[str]:
+        return {key.action for key in app.screen.query(FooterKey)}
+
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = await _jobs_table(pilot, app, job["id"])
+        await until(pilot, lambda: table.job(job["id"])["status"] == "failed", "the failure")
+        await until(pilot, lambda: "restart_job" in footer_actions(), "R offered on the table")
+        await pilot.press("slash")
+        field = app.screen.query_one("#filter", Input)
+        await until(pilot, lambda: app.screen.focused is field, "the filter line")
+        await until(pilot, lambda: "restart_job" not in footer_actions(), "R withdrawn")
+        assert not {"cancel_job", "edit_job"} & footer_actions()
+        await pilot.press("R")
+        await until(pilot, lambda: field.value == "R", "R typed")
+        await pilot.press("escape", "escape")
+        await until(pilot, lambda: app.screen.focused is table, "back on the table")
+        await until(pilot, lambda: table.select_job(job["id"]), "the job again")
+        await pilot.press("enter")
+        detail = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "the detail"
+        )
+        await until(pilot, lambda: "restart_job" in footer_actions(), "R offered in the detail")
+        await pilot.press("slash")
+        search = detail.query_one("#log-search", Input)
+        await until(pilot, lambda: detail.focused is search, "the search line")
+        await until(pilot, lambda: "restart_job" not in footer_actions(), "R withdrawn there")
+
+
 # -- restart ---------------------------------------------------------------------------------
 
 

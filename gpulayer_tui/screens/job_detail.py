@@ -552,6 +552,8 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             return self.is_service
         if action == "toggle_usage":
             return self._job is not None and uses_gpus(self._job)
+        if action in ("restart_job", "cancel_job", "edit_job") and isinstance(self.focused, Input):
+            return False  # (in the search line letters are text: "R Restart" stayed: h83)
         if action == "restart_job":
             return True if self._job is not None and can_restart(self._job) else None
         if action == "cancel_job":  # (still loading: on, to say so)

@@ -304,6 +304,8 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         """Offer "clear filters" only while a filter is set; "cancel", "restart" and
         "edit" (dimmed otherwise) only on a job they apply to (active, ended, waiting)."""
         if action in ("cancel_job", "restart_job", "edit_job"):
+            if isinstance(self.focused, Input):
+                return False  # (letters typed there are text: "R Restart" stayed: h83)
             job_id = self.table.cursor_job_id
             job = None if job_id is None else self.table.job(job_id)
             if action == "restart_job":
