@@ -538,3 +538,36 @@ async def test_a_long_line_is_marked_in_a_log_taller_than_its_view(ui_app: Any) 
         await until(pilot, lambda: log.max_scroll_y > 0, "a log taller than its view")
         rows = [r for r in _screen_text(app).splitlines() if "xxxxxxxx" in r]
         assert rows and all(MORE_MARK in row for row in rows), rows[-3:]
+
+
+async def test_the_footer_says_what_f_does_and_a_waiting_job_says_it_has_not_run(
+    ui_app: Any,
+) -> None:
+    # "f Follow" while following; an empty pane "output · following" of a job that had
+    # not started (tester h83).
+    from textual.widgets._footer import FooterKey
+
+    app = await ui_app("1xA100-80GB")
+    blocker = await app.backend.submit({"command": ["sleep", "60"], "gpus": 0, "cwd": "/"})
+    waiting = await app.backend.submit(
+        {"command": ["true"], "gpus": 0, "cwd": "/", "depends_on": [blocker["id"]]}
+    )
+
+    def f_says() -> str | None:
+        keys = [k for k in app.screen.query(FooterKey) if k.action == "toggle_follow"]
+        return keys[0].description if keys else None
+
+    async with app.run_test(size=(140, 40)) as pilot:
+        detail, log = await _open_log(pilot, app, blocker["id"])
+        await until(pilot, lambda: f_says() == "Unfollow", "f: unfollow, while following")
+        await pilot.press("f")
+        await until(pilot, lambda: not log.follow and f_says() == "Follow", "f: follow")
+        assert "paused (f or G follows)" in str(log.border_title)
+        await pilot.press("escape")
+        detail, log = await _open_log(pilot, app, waiting["id"])
+        await until(
+            pilot,
+            lambda: "not started yet: its output shows here once it runs" in str(log.border_title),
+            "the waiting job's pane",
+        )
+        await app.backend.cancel(blocker["id"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -683,7 +684,12 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         if self._widgets_gone:
             return
         log = self.query_one(LogTail)
+        self._show_follow_key("Unfollow" if log.follow else "Follow")
         state = "following" if log.follow else "paused (f or G follows)"
+        job = self._job
+        if job is not None and job.get("status") in WAITING_STATUSES and not log.bytes_read:
+            # (an empty pane said "following" of a job that has not run: tester h83)
+            state = "not started yet: its output shows here once it runs"
         if self.finished and not self._log_done:
             state = "reading"  # (an ended job's output: there is nothing to follow)
         if self._log_done:
@@ -706,6 +712,19 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             extra += f" · /{log.search_term}: {found}"
         # (Content: the search term is the user's text, never markup)
         log.border_title = Content(f"output{which} · {state}{extra}")
+
+    def _show_follow_key(self, label: str) -> None:
+        """The footer says what ``f`` does now: follow, or stop following (it said
+        "Follow" while following: tester h83)."""
+        bindings = self._bindings.key_to_bindings
+        shown = [b for b in bindings.get("f", ()) if b.action == "toggle_follow"]
+        if all(b.description == label for b in shown):
+            return
+        for key, found in bindings.items():
+            bindings[key] = [
+                replace(b, description=label) if b.action == "toggle_follow" else b for b in found
+            ]
+        self.refresh_bindings()
 
     # -- keys -------------------------------------------------------------------------------
 
