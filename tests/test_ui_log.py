@@ -558,13 +558,13 @@ async def test_the_footer_says_what_f_does_and_a_waiting_job_says_it_has_not_run
         return keys[0].description if keys else None
 
     async with app.run_test(size=(140, 40)) as pilot:
-        detail, log = await _open_log(pilot, app, blocker["id"])
+        _, log = await _open_log(pilot, app, blocker["id"])
         await until(pilot, lambda: f_says() == "Unfollow", "f: unfollow, while following")
         await pilot.press("f")
         await until(pilot, lambda: not log.follow and f_says() == "Follow", "f: follow")
         assert "paused (f or G follows)" in str(log.border_title)
         await pilot.press("escape")
-        detail, log = await _open_log(pilot, app, waiting["id"])
+        _, log = await _open_log(pilot, app, waiting["id"])
         await until(
             pilot,
             lambda: "not started yet: its output shows here once it runs" in str(log.border_title),
