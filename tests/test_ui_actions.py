@@ -379,6 +379,10 @@ async def test_edit_a_queued_job_in_its_form_and_the_engines_refusal_stays_in_it
         await pilot.press("ctrl+s")
         await until(pilot, lambda: "cannot wait for itself" in form.form_message, "the refusal")
         assert after.has_class("-invalid")
+        # In the form's words: its label, not the spec's field name (tester h83).
+        label = str(form.query_one("#after-field .field-label").render()).strip()
+        assert form.form_message.startswith(f"{label}: job {waiting['id']} cannot"), label
+        assert "depends_on" not in form.form_message
         after.value = f"{blocker['id']} (any outcome)"
         await pilot.press("ctrl+s")
         await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the form closed")

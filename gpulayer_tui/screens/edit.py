@@ -251,8 +251,8 @@ class EditScreen(FormScreen[JobJSON | None]):
         try:
             edited = await app.backend.edit(job_id, changes)
         except BackendError as err:
-            self._show_form_message(str(err))
             input_id = _INPUT_OF.get(err.field or "")
+            self._show_form_message(self.in_form_words(str(err), err.field, input_id))
             if input_id is not None:
                 self.query_one(f"#{input_id}", Input).add_class("-invalid")
                 self.query_one(f"#{input_id}", Input).focus()

@@ -144,6 +144,15 @@ class FormScreen(ModalScreen[ResultType]):
         label.update(Content(problem))  # (it quotes what was typed: text, not markup)
         label.set_class(bool(problem), "-shown")
 
+    def in_form_words(self, message: str, field: str | None, input_id: str | None) -> str:
+        """The engine's ``message`` with its spec field's name (``depends_on: ...``) as
+        this form labels that field (``After jobs: ...``: tester h83)."""
+        if not field or input_id is None or not message.startswith(f"{field}:"):
+            return message
+        labels = self.query(f"#{input_id}-field .field-label").results(Label)
+        label = next((str(found.content).strip() for found in labels), "")
+        return f"{label}{message[len(field) :]}" if label else message
+
     def _show_form_message(self, message: str, *, busy: bool = False) -> None:
         box = self.query_one("#form-error", Static)
         box.update(Content(message))  # (the engine's words quote names: text, not markup)

@@ -458,8 +458,8 @@ class SubmitScreen(FormScreen[JobJSON | None]):
         self.app.notify(message, title=f"job {job_id} {status}", severity="error")
 
     def _engine_refused(self, message: str, field: str | None) -> None:
-        self._show_form_message(message)
         field_id = _SPEC_FIELD.get(field or "")
+        self._show_form_message(self.in_form_words(message, field, field_id))
         if field_id is not None:
             self.query_one(f"#{field_id}", Input).add_class("-invalid")
             self.query_one(f"#{field_id}", Input).focus()
