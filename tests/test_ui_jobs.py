@@ -415,6 +415,14 @@ async def test_the_form_sets_a_jobs_project_folder_and_environment(
         await clear(pilot, form, "env")
         await fill(pilot, form, "env", "GREETING='hello there' LR")
         assert field_error(form, "env") == "expected KEY=VALUE, got 'LR'"
+        await clear(pilot, form, "env")
+        await fill(pilot, form, "env", "FOO='unterminated =x")
+        # (shlex's own "No closing quotation": tester h83)
+        assert field_error(form, "env") == (
+            "a quote is never closed: KEY='a value' needs its closing quote"
+        )
+        await clear(pilot, form, "env")
+        await fill(pilot, form, "env", "GREETING='hello there' LR")
         await type_text(pilot, "=0.1")
         assert field_error(form, "env") == ""
         await pilot.press("ctrl+s")

@@ -91,7 +91,15 @@ def _env_pairs(text: str) -> list[tuple[str, str]]:
         ValueError: A quote is never closed, or a word is no ``KEY=VALUE``.
     """
     pairs = []
-    for word in shlex.split(text):
+    try:
+        words = shlex.split(text)
+    except ValueError as err:  # (shlex's "No closing quotation" named nothing: h83)
+        if "quotation" in str(err):
+            raise ValueError(
+                "a quote is never closed: KEY='a value' needs its closing quote"
+            ) from None
+        raise ValueError("it ends in a backslash: nothing follows it to escape") from None
+    for word in words:
         key, sep, value = word.partition("=")
         if not sep or not key:
             raise ValueError(f"expected KEY=VALUE, got {word!r}")
