@@ -765,6 +765,10 @@ async def test_background_children_do_not_outlive_their_job(
         ({"shell": "exec /usr/bin/time -f %e nice -5 ionice -c 3 ./bench"}, "bench"),
         ({"shell": "python3 -c 'print(1)' -m x"}, "python3"),
         ({"shell": "exec"}, "shell"),
+        # A wrapper that runs nothing is the program (it was "shell": tester h83).
+        ({"shell": "env | grep FOO; pwd"}, "env"),
+        ({"command": ["/usr/bin/env"]}, "env"),
+        ({"shell": "nice -n 5"}, "nice"),
         ({"command": ["/usr/bin/env", "python3", "-m", "http.server", "8000"]}, "http.server"),
         ({"command": ["nohup", "/usr/bin/python3", "x.py"]}, "x.py"),
         ({"command": ["A=1"]}, "A=1"),

@@ -418,15 +418,19 @@ def program_name(words: list[str], shell: bool = False) -> str:
     ``train.py``; ``uv run torchrun --nproc_per_node 8 sft.py`` -> ``sft.py``: a sweep's
     jobs were all ``python``), a Python module run with ``-m`` by the module
     (``exec python3 -m http.server $PORT`` -> ``http.server``); inline code (``-c``)
-    keeps the interpreter's name. Empty when no word is left.
+    keeps the interpreter's name. A wrapper that runs nothing is the program itself
+    (``env | grep FOO`` -> ``env``; it was "shell": tester h83). Empty when no word is left.
     """
     i = 0
+    last_wrapper = ""
     while i < len(words):
         word = words[i]
         wrapper = os.path.basename(word)
         if (shell or wrapper == "env" or i > 0) and _is_assignment(word):
             i += 1
         elif wrapper in WRAPPERS:
+            # (exec and command alone run nothing: not a program's name)
+            last_wrapper = "" if wrapper in ("exec", "command") else wrapper
             i += 1
             takes_value = WRAPPERS[wrapper]
             while i < len(words) and words[i].startswith("-") and words[i] != "--":
@@ -440,7 +444,7 @@ def program_name(words: list[str], shell: bool = False) -> str:
         else:
             break
     if i >= len(words):
-        return ""
+        return last_wrapper
     base = _basename(words[i])
     return _script_of(words, i + 1, base) or base
 
