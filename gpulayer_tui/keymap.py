@@ -103,7 +103,15 @@ KEYMAP: tuple[Key, ...] = (
     Key("3", "show_area('strays')", "Strays", (APP,)),
     Key("n", "new_job", "New job", (APP,), footer="New"),
     Key("t", "next_theme", "Theme", (APP,), show=False),
-    Key("ctrl+p,colon", "command_palette", "Command palette", (APP,), show=False, palette=False),
+    Key(
+        "ctrl+p,colon",
+        "command_palette",
+        "Command palette",  # (help; the footer keeps Textual's "palette")
+        (APP,),
+        show=False,
+        palette=False,
+        footer="palette",
+    ),
     Key("question_mark", "help", "Help", (APP,), display="?"),
     Key("q", "quit_app", "Quit", (APP,)),
     Key("ctrl+c", "quit_app", "Quit", (APP,), show=False, priority=True, palette=False),

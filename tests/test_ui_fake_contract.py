@@ -20,7 +20,15 @@ MIB = 1024**2
 # Keys a shape may leave out (its NotRequired ones: with postponed annotations, Python 3.11
 # does not tell them from the required ones in __required_keys__).
 OPTIONAL = {
-    JobJSON: {"replicas", "attempt", "usage", "use", "cluster", "cluster_job_id"},
+    JobJSON: {
+        "replicas",
+        "attempt",
+        "usage",
+        "use",
+        "cluster",
+        "cluster_job_id",
+        "cancels_dependents",
+    },
     JobRowJSON: {"replicas", "kill_at", "use"},
 }
 

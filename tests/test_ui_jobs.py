@@ -522,7 +522,8 @@ async def test_inline_validation_and_engine_errors_submit_nothing(ui_app: Any) -
         await fill(pilot, form, "command", "true")
         await fill(pilot, form, "after", "999")
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: "depends_on: no job 999" in form.form_message, "the refusal")
+        # (in the form's words: its label, not the spec's depends_on: tester h83)
+        await until(pilot, lambda: "Depends on: no job 999" in form.form_message, "the refusal")
         assert form.query_one("#after", Input).has_class("-invalid")
         await clear(pilot, form, "after")
         await fill(pilot, form, "domain", "gpu9")
@@ -530,7 +531,7 @@ async def test_inline_validation_and_engine_errors_submit_nothing(ui_app: Any) -
         # environment; replicas is off for a batch job), then submits.
         await pilot.press("enter", "enter", "enter", "enter", "enter", "enter")
         await until(
-            pilot, lambda: "domain: unknown domain 'gpu9'" in form.form_message, "the refusal"
+            pilot, lambda: "Domain: unknown domain 'gpu9'" in form.form_message, "the refusal"
         )
         assert app.screen is form
         assert await app.backend.jobs() == []

@@ -132,7 +132,7 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
         except BackendError:
             return  # (the cancel itself says what is wrong, if anything)
         dependents = detail["job"].get("cancels_dependents") or []
-        if dependents and dialog.is_attached:
+        if dependents:  # (before the dialog is shown too: it says it once composed)
             dialog.add_note(dependents_note(dependents, app.job_store.jobs))
 
     _run(ui, say_dependents, f"cancel-dependents-{job_id}", exclusive=True)

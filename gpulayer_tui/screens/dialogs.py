@@ -59,9 +59,9 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def add_note(self, note: str) -> None:
         """Say more under the question (what was learnt after it was asked; text)."""
-        self._question = f"{self._question}\n\n{note}"
-        if self.is_mounted:
-            self.query_one("#question", Static).update(Content(self._question))
+        self._question = f"{self._question}\n\n{note}"  # (not composed yet: it is then)
+        for question in self.query("#question").results(Static):
+            question.update(Content(self._question))
 
     def action_answer(self, yes: bool) -> None:
         """Close the dialog with the answer."""
