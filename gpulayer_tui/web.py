@@ -30,8 +30,10 @@ every other CLI call).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
+import json
 import logging
 import re
 import secrets
@@ -42,7 +44,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
+from textual_serve.app_service import AppService
 from textual_serve.server import Server
 
 from .engine.paths import Paths
@@ -55,7 +58,23 @@ FORBIDDEN_TEXT = (
 MAX_SESSIONS = 8
 """Browser sessions served at once by default (each a TUI process, ~70 MiB)."""
 SHUTDOWN_GRACE = 5.0
-"""Seconds browser sessions get to quit on their own at shutdown before they are killed."""
+"""Seconds a browser session's TUI gets to quit on its own (at shutdown, or once its tab
+closed) before it is killed."""
+SLOT_WAIT = 3.0
+"""Seconds a page or websocket waits for a session slot when all are taken: a reloaded
+tab's old session is still quitting when the new page asks (tester h85 got a 503 on every
+other reload at the cap)."""
+REQUEST_TIMEOUT = 20.0
+"""Seconds a connection may take to send a whole request (and may stay idle between
+requests): aiohttp's own default for a runner is an hour, so connections that never
+finish a request held file descriptors until the server ran out of them (tester h85)."""
+MAX_CONNECTIONS = 256
+"""Connections served at once (beyond it, new ones are closed at once); lowered to half
+the open-file limit where that is lower."""
+MAX_COLUMNS = 1000
+MAX_ROWS = 500
+"""The largest terminal a browser session may ask for: a size is the TUI's own screen
+buffer, and a width of 10**9 made one grow to 9.5 GB (tester h85)."""
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _LINK = re.compile(r"<link\b[^>]*\bhref=\"(?P<href>[^\"]*)\"[^>]*>\s*", re.IGNORECASE)
@@ -171,13 +190,15 @@ class TokenGate:
             raise web.HTTPForbidden(text=FORBIDDEN_TEXT)
         if request.path.endswith("/ws") and not _same_origin(request):
             raise web.HTTPForbidden(text="403: a websocket from another origin\n")
-        response = await handler(request)
-        if not response.prepared:  # (not the websocket: its headers are sent)
-            # The token is in this page's URL: no Referer carries it anywhere, no cache
-            # keeps it.
-            response.headers["Referrer-Policy"] = "no-referrer"
-            response.headers["Cache-Control"] = "no-store"
-        return response
+        return await handler(request)
+
+    @staticmethod
+    async def private_headers(request: web.Request, response: web.StreamResponse) -> None:
+        """(``on_response_prepare``: every response, a download's too, whose handler sends
+        its headers itself.) The token is in the page's URL: no Referer carries it
+        anywhere, no cache keeps a page or a download."""
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["Cache-Control"] = "no-store"
 
 
 HOST_REFUSED = (
@@ -186,10 +207,18 @@ HOST_REFUSED = (
 )
 
 
+_HOST_HEADER = re.compile(r"(?P<name>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?")
+"""A ``Host`` header as a browser sends it: a name or an address, and a port. (Read by
+``urlsplit``, ``evil.com\\@localhost`` was host ``localhost``: tester h85.)"""
+
+
 def _host_is_loopback(request: web.Request) -> bool:
     # A page of another site whose name was re-pointed at 127.0.0.1 (DNS rebinding) sends
     # its own name; a tunnel's and the printed URL's are loopback ones.
-    host = urlsplit(f"//{request.host}").hostname or ""
+    found = _HOST_HEADER.fullmatch(request.host)
+    if found is None:
+        return False
+    host = found["name"].lower()
     return host == "localhost" or host.endswith(".localhost") or is_loopback(host)
 
 
@@ -197,7 +226,25 @@ def _same_origin(request: web.Request) -> bool:
     origin = request.headers.get("Origin")
     if origin is None:
         return True  # not a browser (browsers always send Origin on a websocket)
-    return urlsplit(origin).netloc == request.host
+    parts = urlsplit(origin)
+    return parts.scheme in ("http", "https") and parts.netloc == request.host
+
+
+def terminal_size(width: object, height: object) -> tuple[int, int] | None:
+    """The size a browser asked for, within :data:`MAX_COLUMNS` x :data:`MAX_ROWS`, or
+    ``None`` where it is not two positive whole numbers (a bad one crashed the tab's TUI:
+    tester h85)."""
+    columns, rows = dimension(width, MAX_COLUMNS), dimension(height, MAX_ROWS)
+    return None if columns is None or rows is None else (columns, rows)
+
+
+def dimension(value: object, most: int) -> int | None:
+    """``value`` as a count of cells up to ``most``; ``None`` if it is none."""
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return min(value, most)
 
 
 class WebServer(Server):
@@ -216,6 +263,8 @@ class WebServer(Server):
         self.gate = TokenGate(token, loopback_only=is_loopback(host))
         self.max_sessions = max_sessions
         self.sessions: set[asyncio.Task[Any]] = set()
+        self.slot_wait = SLOT_WAIT
+        self._sessions_changed = asyncio.Condition()
 
     async def _make_app(self) -> web.Application:
         app = await super()._make_app()
@@ -224,16 +273,39 @@ class WebServer(Server):
         app.router.add_get(f"{self.gate.prefix}/ws", self.handle_websocket)
         app.router.add_static(f"{self.gate.prefix}/static", self.statics_path)
         app.middlewares.append(self.gate.middleware)
+        app.on_response_prepare.append(self.gate.private_headers)
         return app
 
-    def _full(self) -> web.HTTPServiceUnavailable | None:
-        if len(self.sessions) < self.max_sessions:
+    async def _full(self) -> web.HTTPServiceUnavailable | None:
+        """``None`` once a session slot is free (waiting up to ``slot_wait``), else the 503."""
+        try:
+            async with asyncio.timeout(self.slot_wait), self._sessions_changed:
+                await self._sessions_changed.wait_for(
+                    lambda: len(self.sessions) < self.max_sessions
+                )
             return None
+        except TimeoutError:
+            pass
         return web.HTTPServiceUnavailable(
             text=f"503: {self.max_sessions} browser sessions are open, the most "
             "`gpulayer-tui web --max-sessions` allows here (each runs a TUI of its own); "
             "close a tab and reload\n"
         )
+
+    async def runner(self) -> web.AppRunner:
+        """The app, set up to be served: no access log (the token is in the request
+        line), :data:`REQUEST_TIMEOUT` for a request, and at most
+        :func:`connection_limit` connections at once."""
+        runner = web.AppRunner(
+            await self._make_app(),
+            access_log=None,
+            handle_signals=False,
+            keepalive_timeout=REQUEST_TIMEOUT,
+        )
+        await runner.setup()
+        assert runner.server is not None
+        ConnectionCap(runner.server, connection_limit())
+        return runner
 
     async def on_startup(self, app: web.Application) -> None:
         """(textual-serve prints its logo and URL here; ``run_web`` prints ours.)"""
@@ -246,7 +318,7 @@ class WebServer(Server):
         0.0.0.0; the request's own ``Host`` is right. (No await between setting it and the
         template reading it, so concurrent requests cannot mix it up.)
         """
-        if full := self._full():
+        if full := await self._full():
             raise full
         # (the token prefix: the page's websocket and static URLs carry it, see the module)
         self.public_url = f"{request.scheme}://{request.host}{self.gate.prefix}"
@@ -264,20 +336,88 @@ class WebServer(Server):
         return response
 
     async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
-        """One browser session (textual-serve's), tracked so shutdown can close it."""
+        """One browser session: its TUI process, and the websocket between them.
+
+        textual-serve's own handler, with what a browser sends checked: the size within
+        :data:`MAX_COLUMNS` x :data:`MAX_ROWS`, messages it cannot read ignored rather
+        than a traceback, and a TUI that does not quit once its tab closed killed. The
+        session counts against ``--max-sessions`` until its process is gone.
+        """
         if not web.WebSocketResponse().can_prepare(request).ok:
             # (a plain GET: textual-serve's handler raised, logged a traceback, and the
             # client got no answer at all)
             raise web.HTTPBadRequest(text="a websocket connection is expected here")
-        if full := self._full():
+        if full := await self._full():
             raise full
         task = asyncio.current_task()
         assert task is not None
+        width = dimension(request.query.get("width"), MAX_COLUMNS) or 80
+        height = dimension(request.query.get("height"), MAX_ROWS) or 24
+        websocket = web.WebSocketResponse(heartbeat=15)
         self.sessions.add(task)
+        app_service: AppService | None = None
         try:
-            return await super().handle_websocket(request)
+            await websocket.prepare(request)
+
+            async def close() -> None:
+                await websocket.close()
+
+            app_service = AppService(
+                self.command,
+                write_bytes=websocket.send_bytes,
+                write_str=websocket.send_str,
+                close=close,
+                download_manager=self.download_manager,
+                debug=self.debug,
+            )
+            await app_service.start(width, height)
+            await self._process_messages(websocket, app_service)
+        except asyncio.CancelledError:  # (shutdown: close_sessions)
+            await websocket.close()
+        except (ConnectionError, RuntimeError) as error:  # (the tab went mid-write)
+            _say(f"a browser session ended: {type(error).__name__}")
         finally:
-            self.sessions.discard(task)
+            try:
+                if app_service is not None:
+                    await _stop_app(app_service)
+            finally:
+                async with self._sessions_changed:
+                    self.sessions.discard(task)
+                    self._sessions_changed.notify_all()
+        return websocket
+
+    async def _process_messages(
+        self, websocket: web.WebSocketResponse, app_service: AppService
+    ) -> None:
+        """Relay the browser's messages to its TUI: keys, sizes, focus, pings. What is
+        not one of them is ignored (said once per session)."""
+        said = False
+        async for message in websocket:
+            if message.type != WSMsgType.TEXT:
+                continue
+            try:
+                envelope = json.loads(message.data)
+            except ValueError:
+                envelope = None
+            kind = envelope[0] if isinstance(envelope, list) and envelope else None
+            data = envelope[1] if isinstance(envelope, list) and len(envelope) > 1 else None
+            if kind == "stdin" and isinstance(data, str):
+                await app_service.send_bytes(data.encode("utf-8", "replace"))
+            elif (
+                kind == "resize"
+                and isinstance(data, dict)
+                and (size := terminal_size(data.get("width"), data.get("height")))
+            ):
+                await app_service.set_terminal_size(*size)
+            elif kind == "ping":
+                await websocket.send_json(["pong", data])
+            elif kind == "blur":
+                await app_service.blur()
+            elif kind == "focus":
+                await app_service.focus()
+            elif not said:
+                said = True
+                _say("a browser session sent a message that is not understood (ignored)")
 
     async def close_sessions(self, grace: float = SHUTDOWN_GRACE) -> None:
         """End every browser session: each is cancelled, which makes textual-serve tell its
@@ -288,6 +428,48 @@ class WebServer(Server):
         if tasks:
             await asyncio.wait(tasks, timeout=grace)
         _kill_children()
+
+
+async def _stop_app(app_service: AppService, grace: float = SHUTDOWN_GRACE) -> None:
+    """Ask a session's TUI to quit; kill it (and what it started) after ``grace``."""
+    stopping = asyncio.ensure_future(app_service.stop())
+    if not (await asyncio.wait({stopping}, timeout=grace))[0]:
+        # (textual-serve keeps its process private: a shell, the TUI below it)
+        process = getattr(app_service, "_process", None)
+        if process is not None and process.returncode is None:
+            _kill_tree(process.pid)
+        if not (await asyncio.wait({stopping}, timeout=grace))[0]:
+            stopping.cancel()
+            _say("a browser session's TUI did not end when killed")
+            return
+    if not stopping.cancelled() and (error := stopping.exception()) is not None:
+        _say(f"a browser session ended: {type(error).__name__}")
+    if (process := getattr(app_service, "_process", None)) is not None:
+        # (its output closed; the session counts until the process itself is gone)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), grace)
+
+
+def _kill_tree(pid: int) -> None:
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        family = [*parent.children(recursive=True), parent]
+    except psutil.NoSuchProcess:
+        return
+    for process in family:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            continue
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(f"gpulayer-tui web: {line}\n")
+    except (OSError, ValueError):  # (stderr closed)
+        pass
 
 
 def _kill_children() -> None:
@@ -305,10 +487,7 @@ async def _serve(server: WebServer, host: str, port: int, paths: Paths) -> int:
     from .backend import EngineRefused, engine_is_serving
 
     quiet_request_errors()
-    app = await server._make_app()
-    # No access log: the token is in the request line.
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
+    runner = await server.runner()
     site = web.TCPSite(runner, host, port)
     try:
         await site.start()
@@ -386,6 +565,59 @@ def quiet_request_errors() -> None:
     if not any(isinstance(h, RequestErrorLines) for h in logger.handlers):
         logger.addHandler(RequestErrorLines(logging.WARNING))
     logger.propagate = False
+
+
+class ConnectionCap:
+    """At most ``limit`` connections on aiohttp's ``server``: past it, a new connection
+    takes the place of the oldest one that is waiting for a request (idle, or still
+    sending one), and is closed itself where none is (every one is a session or a
+    request being answered). Connections that never finished a request held the server's
+    file descriptors until it could accept nothing, its own page included (tester h85):
+    now they are what gives way.
+
+    aiohttp tells its server of each connection made and lost; the cap wraps those two.
+    """
+
+    def __init__(self, server: web.Server, limit: int) -> None:
+        self.limit = limit
+        self.open: dict[Any, asyncio.Transport] = {}  # (oldest first)
+        self._made = server.connection_made
+        self._lost = server.connection_lost
+        server.connection_made = self.connection_made  # type: ignore[method-assign]
+        server.connection_lost = self.connection_lost  # type: ignore[method-assign]
+
+    def connection_made(self, handler: Any, transport: asyncio.Transport) -> None:
+        live = [known for known, its in self.open.items() if not its.is_closing()]
+        if len(live) >= self.limit:
+            waiting = next((known for known in live if _waits_for_a_request(known)), None)
+            if waiting is None:
+                handler.force_close()
+                return
+            waiting.force_close()
+        self.open[handler] = transport
+        self._made(handler, transport)
+
+    def connection_lost(self, handler: Any, exc: BaseException | None = None) -> None:
+        self.open.pop(handler, None)
+        self._lost(handler, exc)
+
+
+def _waits_for_a_request(handler: Any) -> bool:
+    # (aiohttp's own test for an idle connection, in its keep-alive timer: a request
+    # handler waiting on its next message)
+    waiter = getattr(handler, "_waiter", None)
+    return waiter is not None and not waiter.done()
+
+
+def connection_limit() -> int:
+    """:data:`MAX_CONNECTIONS`, or half the open-file limit where that is lower (the rest
+    is for the sessions' pipes, the engine's socket and the files served)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return min(MAX_CONNECTIONS, max(8, soft // 2))
 
 
 def _bound_port(runner: web.AppRunner, asked: int) -> int:

@@ -140,8 +140,12 @@ class Page:
 
     async def press(self, key: str) -> None:
         """Type one key (a character, ``Enter`` or ``Escape``) as a keyboard would."""
-        physical = f"Digit{key}" if key.isdigit() else f"Key{key.upper()}"
-        code, vk, text = _KEYS.get(key, (physical, ord(key.upper()), key))
+        if key in _KEYS:
+            code, vk, text = _KEYS[key]
+        else:
+            # (the default was built before the lookup: ord("ENTER") raised for Enter)
+            physical = f"Digit{key}" if key.isdigit() else f"Key{key.upper()}"
+            code, vk, text = physical, ord(key.upper()), key
         common = {"key": key, "code": code, "windowsVirtualKeyCode": vk}
         await self.send("Input.dispatchKeyEvent", type="keyDown", text=text, **common)
         await self.send("Input.dispatchKeyEvent", type="keyUp", **common)
