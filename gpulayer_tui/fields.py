@@ -511,3 +511,15 @@ def engine_sets_env(
 def env_name_shown(key: str) -> str:
     """``key`` as typed, quoted (escapes and all) where it holds a space or a control."""
     return key if key.isprintable() and not any(c.isspace() for c in key) else repr(key)
+
+
+def wait_words(seconds: float) -> str:
+    """``3 s``, ``12 min``, ``2 h``, ``3 days``: a wait, as the engine's reasons and the
+    clients both write it (``why`` showed "retry in 3 s" above "in 2s": tester h84)."""
+    if seconds < 90:
+        return f"{max(0, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    if seconds < 48 * 3600:
+        return f"{round(seconds / 3600)} h"
+    return f"{round(seconds / 86400)} days"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .fields import TERMINAL_STATUSES, program_name, starting_why
+from .fields import TERMINAL_STATUSES, program_name, starting_why, wait_words
 from .wire import NOT_ACCEPTING
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
@@ -388,7 +388,7 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     coming = data.get("may_preempt")
     if coming:
         ids = coming["jobs"]
-        when = "now" if coming["in_s"] <= 0 else f"in {duration(coming['in_s'])}"
+        when = "now" if coming["in_s"] <= 0 else f"in {wait_words(coming['in_s'])}"
         rows.append(
             (
                 "preempts",

@@ -1138,6 +1138,23 @@ def test_cancel_waits_on_through_an_engine_restart(served: Served) -> None:
     assert out.startswith(f"job {job} cancelled"), (out, err)
 
 
+def test_domain_takes_a_comma_list_as_after_does(served: Served) -> None:
+    # `--domain gpu0,gpu1` was refused as one (unknown) domain name (tester h84).
+    engine = served
+    engine.start("--simulate", "2xA100-80GB")
+
+    def pinned(*words: str) -> object:
+        job = _submit(engine, *words, "--", "true")
+        status = engine.cli("status", "--json", job)
+        return json.loads(status.stdout)["job"]["spec"].get("domain")
+
+    assert pinned("--gpus", "2", "--domain", "gpu0,gpu1") == ["gpu0", "gpu1"]
+    assert pinned("--domain", "gpu1, gpu0", "--domain", "gpu1") == ["gpu1", "gpu0"]
+    assert pinned("--domain", "gpu1,") == "gpu1"
+    refused = engine.cli("submit", "--domain", "gpu0,nope", "--", "true")
+    assert refused.returncode != 0 and "nope" in refused.stderr, refused.stderr
+
+
 def test_like_of_a_gpu_job_as_a_cpu_job_leaves_its_vram_out(engine: Served) -> None:
     # Refused: "vram_gb is per GPU, but gpus is 0", with no way to leave vram_gb out.
     gpu_job = _submit(engine, "--gpus", "1", "--vram-gb", "10", "--domain", "gpu0", "--", "true")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -276,6 +277,16 @@ async def test_gpu_env_is_set(make_engine: EngineFactory) -> None:
     assert engine.log_path(cpu.id).read_text() == "[]\n"
 
 
+async def test_a_multi_gpu_jobs_gpus_are_in_index_order(make_engine: EngineFactory) -> None:
+    # The smallest GPU that fits comes first when choosing (here the L4, gpu1); the job
+    # saw CUDA_VISIBLE_DEVICES=1,0 and its rank 0 on gpu1 (tester h84).
+    engine = await make_engine("1xA100-80GB,1xL4-24GB")
+    job = await engine.submit({"shell": 'echo "$CUDA_VISIBLE_DEVICES"', "gpus": 2, "vram_gb": 10})
+    done = await engine.wait(job.id, timeout=10)
+    assert engine.log_path(job.id).read_text() == "0,1\n"
+    assert done.gpus == [0, 1] and done.domains == ["gpu0", "gpu1"]
+
+
 async def test_a_job_gets_its_submitters_environment_never_the_engines(
     make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -364,7 +375,8 @@ async def test_jobs_of_one_request_wait_for_earlier_ones_by_their_place(
         ([{"command": ["true"], "depends_on": [{"batch": 0}]}], "may wait only for jobs before"),
         (
             [{"command": ["true"]}, {"command": ["true"], "depends_on": [{"batch": 1}]}],
-            "job 2 of 2: depends_on.0: batch must name a job before it in the request: 0 to 0",
+            "job 2 of 2: depends_on.0: batch must name a job before it in the request, "
+            "counted from 0 (job 1 is batch 0): 0 to 0, not 1",
         ),
         (
             [{"command": ["true"]}, {"command": ["true"], "depends_on": [{"batch": "0"}]}],
@@ -378,7 +390,7 @@ async def test_jobs_of_one_request_wait_for_earlier_ones_by_their_place(
             "batch 0 is a service that restarts always: it never completes",
         ),
     ):
-        with pytest.raises(SpecError, match=said):
+        with pytest.raises(SpecError, match=re.escape(said)):
             await engine.submit_many(items)
     assert len(await engine.list_jobs()) == before
 

@@ -47,6 +47,14 @@ def _error(message: str) -> None:
     print(f"gpulayer-tui: {lines}", file=sys.stderr)
 
 
+def domain_names(given: list[str]) -> list[str]:
+    """``--domain`` values, each one name or a comma-separated list (as ``--after``
+    takes ids: ``--domain gpu0,gpu1`` was refused as one name, tester h84), in order,
+    once each. (A domain name has no comma; empty parts are left to the engine's check.)"""
+    names = [part.strip() for value in given for part in value.split(",")]
+    return list(dict.fromkeys(name for name in names if name)) or given
+
+
 def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     for key in ("name", "project", "gpus", "vram_gb", "timeout"):
@@ -54,7 +62,8 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         if value is not None:
             spec[key] = value
     if args.domain:
-        spec["domain"] = args.domain[0] if len(args.domain) == 1 else args.domain
+        names = domain_names(args.domain)
+        spec["domain"] = names[0] if len(names) == 1 else names
     if args.exclusive:
         spec["exclusive"] = True
     if args.notify:
@@ -1207,7 +1216,7 @@ def _adopt(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
     if args.gpu:
         body["gpu"] = True
     if args.domain:
-        body["domain"] = args.domain
+        body["domain"] = domain_names(args.domain)
     job = client.request("POST", "/adopt", body)["job"]
     if args.json:
         _print_json(job)

@@ -262,7 +262,9 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--vram-gb", type=_field("vram_gb"), help="GiB needed on each GPU")
     completes(
-        p.add_argument("--domain", action="append", help="pin to a domain (repeat for a choice)"),
+        p.add_argument(
+            "--domain", action="append", help="pin to a domain (repeat or a,b: a choice)"
+        ),
         "domains",
     )
     p.add_argument("--exclusive", action="store_true", help="hold every slot of its domains")
@@ -481,7 +483,11 @@ def _adopt_args(p: argparse.ArgumentParser) -> None:
     group.add_argument("--vram-gb", type=_field("vram_gb"), help="declared GiB per GPU")
     group.add_argument("--gpu", action="store_true", help="on the GPUs where it holds memory")
     completes(
-        p.add_argument("--domain", action="append", help="adopt it on this domain (repeatable)"),
+        p.add_argument(
+            "--domain",
+            action="append",
+            help="adopt on this domain (repeat or a,b)",
+        ),
         "domains",
     )
     p.add_argument("--json", action="store_true")

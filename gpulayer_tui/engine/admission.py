@@ -475,7 +475,10 @@ def _batch_dependencies(data: Any, index: int) -> tuple[Any, list[tuple[int, boo
             said = (
                 "a job of a request may wait only for jobs before it in the request"
                 if index == 0
-                else f"batch must name a job before it in the request: 0 to {index - 1}"
+                # (the error's prefix counts jobs from 1: "job 3 of 3" is batch 2; h84
+                # read the two numbers as one)
+                else f"batch must name a job before it in the request, counted from 0 "
+                f"(job 1 is batch 0): 0 to {index - 1}"
             )
             raise SpecError(f"{where}: {said}, not {shown}", "depends_on")
         earlier.append((other, any_exit))

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ..fields import wait_words
 from .config import SchedulingSettings, UserLimits, uid_of_table
 from .domain import Domain, DomainState, plural
 from .errors import SpecError
@@ -46,15 +47,7 @@ def user_label(uid: int) -> str:
 def clock_and_wait(at: float, now: float) -> str:
     """``14:05 (in 12 min)``; with the day when it is not today's (``Thu 03 Dec 12:01
     (in 25 h)``: a start a day away read as one within the hour)."""
-    left = at - now
-    if left < 90:
-        wait = f"{max(0, round(left))} s"
-    elif left < 90 * 60:
-        wait = f"{round(left / 60)} min"
-    elif left < 48 * 3600:
-        wait = f"{round(left / 3600)} h"
-    else:
-        wait = f"{round(left / 86400)} days"
+    wait = wait_words(at - now)
     when, today = time.localtime(at), time.localtime(now)
     same_day = (when.tm_year, when.tm_yday) == (today.tm_year, today.tm_yday)
     clock = time.strftime("%H:%M" if same_day else "%a %d %b %H:%M", when)

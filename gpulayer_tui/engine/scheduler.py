@@ -542,7 +542,12 @@ class Scheduler:
                     d.gpu_index if d.gpu_index is not None else 0,
                 )
             )
-            return fitting[: req.gpus]
+            # The chosen ones in index order: a 2-GPU job saw CUDA_VISIBLE_DEVICES=1,0
+            # (tester h84), and its rank 0 on the higher GPU.
+            return sorted(
+                fitting[: req.gpus],
+                key=lambda d: d.gpu_index if d.gpu_index is not None else 0,
+            )
         return self._reason(req, candidates, fitting, blocked)
 
     def _reason(
