@@ -421,6 +421,11 @@ def served(home: Path) -> Iterator[Served]:
     if server.proc is not None and server.proc.poll() is None:
         server.proc.kill()
         server.proc.wait(timeout=10)
+    elif server.proc is not None and server.log.exists():
+        # It ended before the test's end: its last words go to the report of a test that
+        # fails (a CI run once found "no engine is serving" mid-test, and nothing more).
+        tail = server.log.read_text(errors="replace")[-3000:]
+        print(f"--serve exited {server.proc.returncode}; serve.log ends:\n{tail}", file=sys.stderr)
     kill_jobs_of(home)
 
 

@@ -969,7 +969,11 @@ async def test_ends_on_a_full_disk_are_journaled_once_there_is_room(
     await eventually(lambda: not any(j.id in engine.book for j in jobs), timeout=30)
     assert _spawner_pid(small_disk) == spawner  # (it did not die)
     (small_disk / "filler").unlink()
-    await eventually(lambda: engine.store.failure is None, timeout=30)
+    # (A write that met the full disk may not have failed yet: a CI run saw failure None
+    # here before it was set, and the submit below was refused. A flush commits or is
+    # deferred; once one commits, the store takes work again.)
+    await eventually(lambda: _committed(engine), timeout=60)
+    assert engine.store.failure is None
     for job in jobs:
         ended = await engine.get(job.id)
         assert ended.status is JobStatus.FAILED and ended.exit_code == 137, ended.message
@@ -980,8 +984,20 @@ async def test_ends_on_a_full_disk_are_journaled_once_there_is_room(
     await eventually(lambda: "the lines that waited are in it" in journal_log.read_text())
     assert "Traceback" not in journal_log.read_text()
     assert _spawner_pid(small_disk) == spawner
+    await eventually(lambda: _committed(engine), timeout=60)
     again = await engine.submit({"command": ["true"], "gpus": 0})
     assert (await engine.wait(again.id, timeout=20)).status is JobStatus.COMPLETED
+
+
+async def _committed(engine: Engine) -> bool:
+    """Whether everything queued so far was committed (not deferred by a failing write)."""
+    from gpulayer_tui.engine.errors import WriteDeferred
+
+    try:
+        await engine.store.flush()
+    except WriteDeferred:
+        return False
+    return True
 
 
 def _spawner_pid(state_dir: Path) -> int | None:
