@@ -394,6 +394,14 @@ def parse_duration(field: str, text: str) -> float:
     )
 
 
+def _is_plain_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_field(field: str, text: str) -> Any:
     """Parse ``text`` for ``field`` and check it by the field's rule.
 
@@ -410,7 +418,15 @@ def parse_field(field: str, text: str) -> Any:
             except FieldError as err:
                 said = err.detail.rsplit(", got ", 1)[0]
                 raise FieldError(field, f"{said}, got {text.strip()[:40]}") from None
-        return RULES[field](number)
+        try:
+            return RULES[field](number)
+        except FieldError as err:
+            said, _, got = err.detail.rpartition(", got ")
+            if field == "timeout" and said and not _is_plain_number(text):
+                # What was typed, not its seconds: "--timeout 99999999d ... got
+                # 8639999913600" (tester h86).
+                raise FieldError(field, f"{said}, got {text.strip()[:40]} ({got} s)") from None
+            raise
     if field in ("name", "project"):
         return RULES[field](text)
     if field == "job":

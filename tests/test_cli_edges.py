@@ -358,7 +358,7 @@ def test_a_spec_files_jobs_wait_for_earlier_ones_by_name(engine: Served, tmp_pat
     prep, evaluation, report = out.stdout.split()
     assert engine.cli("wait", report).returncode == 0
     shown = engine.cli("status", report).stdout
-    assert f"after       jobs {evaluation} (any end), {prep}" in shown, shown
+    assert f"after       job {prep}; job {evaluation} (any end)" in shown, shown
     # A name no earlier job of the file has (or a later one's): refused, nothing stored.
     before = engine.cli("jobs", "--json").stdout
     spec.write_text(
@@ -715,6 +715,11 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         (["signal", "1234", "--start-ticks", "-5"], "must be from 0 to"),
         # ("must be at most 3.1536e+08 s, got 3.1536e+08")
         (["submit", "--timeout", "315360001", "--", "true"], "at most 315360000 s, got 315360001"),
+        # (what was typed, then its seconds: it said only "got 8639999913600", h86)
+        (
+            ["submit", "--timeout", "99999999d", "--", "true"],
+            "at most 315360000 s, got 99999999d (8639999913600 s)",
+        ),
         # (too large for a float: "must be a finite number, not inf", of what was typed)
         (["submit", "--vram-gb", "1e400", "--", "true"], "must be at most 1000000 GiB, got 1e400"),
         (["submit", "--timeout=-1e400", "--", "true"], "must be greater than 0, got -1e400"),
@@ -740,6 +745,7 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         "wait-nan",
         "start-ticks-negative",
         "timeout-past-ceiling",
+        "timeout-days-past-ceiling",
         "vram-overflow",
         "timeout-overflow",
         "blank-program",
@@ -944,7 +950,7 @@ def test_a_long_filter_is_refused_in_the_engines_words_and_a_bare_http_error_say
     assert "bytearray" not in str(refused.value)  # (aiohttp's repr of what it read)
 
 
-def test_status_shows_what_a_job_asked_for(engine: Served) -> None:
+def test_status_shows_what_a_job_asked_for(engine: Served, monkeypatch: pytest.MonkeyPatch) -> None:
     # It showed none of what `edit` changes: the only way to see it was --json.
     first = _submit(engine, "--", "sleep", "60")
     waiting = _submit(engine, "--after", first, "--gpus", "1", "--", "true")
@@ -978,6 +984,22 @@ def test_status_shows_what_a_job_asked_for(engine: Served) -> None:
     assert spec["priority"] == 7 and spec["gpus"] == 1
     both = engine.cli("edit", waiting, "--timeout", "5", "--no-timeout")
     assert both.returncode == 2 and "--no-timeout contradicts --timeout" in both.stderr
+    # A GPU job made a CPU one loses its vram_gb: said (it went unsaid: tester h86); the
+    # API answers every field that changed.
+    engine.cli("edit", waiting, "--vram-gb", "20").check_returncode()
+    to_cpu = engine.cli("edit", waiting, "--gpus", "0")
+    assert to_cpu.returncode == 0, to_cpu.stderr
+    assert f"job {waiting}: vram_gb 20 dropped: a job on no GPU" in to_cpu.stderr
+    back = json.loads(engine.cli("edit", waiting, "--gpus", "1", "--json").stdout)
+    assert back["changed"] is True
+    from gpulayer_tui.client import Client
+    from gpulayer_tui.engine.paths import resolve_paths
+
+    monkeypatch.setenv("GPULAYER_HOME", str(engine.home))  # (the served engine's)
+    answer = Client(resolve_paths()).request(
+        "PATCH", f"/jobs/{waiting}", {"gpus": 0, "priority": 3}
+    )
+    assert answer["fields"] == {"gpus": [1, 0], "priority": [7, 3]}
     assert engine.cli("cancel", first).returncode == 0
 
 
@@ -1538,7 +1560,9 @@ def test_cancel_takes_several_ids_and_says_each(engine: Served) -> None:
     first = _submit(engine, "--", "sleep", "600")
     second = _submit(engine, "--", "sleep", "600")
     out = engine.cli("cancel", first, "999", second)
-    assert out.returncode == 2  # (an unknown id among them: said, the others cancelled)
+    # (an unknown id among them: said, the others cancelled; so not 2, "nothing was
+    # changed", as it was: h86)
+    assert out.returncode == 1
     assert out.stdout.splitlines() == [
         f"job {first} cancelled: cancelled by user",
         f"job {second} cancelled: cancelled by user",
@@ -1562,6 +1586,22 @@ def test_cancel_takes_several_ids_and_says_each(engine: Served) -> None:
     ]
     out = engine.cli("wait", f"{fifth},{sixth}")
     assert out.returncode == 1 and len(out.stdout.splitlines()) == 2
+    # --json: one object per id given, the refused ones with their error (h86: they were
+    # left out).
+    done = _submit(engine, "--", "true")
+    engine.cli("wait", done)
+    seventh = _submit(engine, "--", "sleep", "600")
+    out = engine.cli("cancel", "998", done, seventh, "--json")
+    assert out.returncode == 1
+    shown = json.loads(out.stdout)
+    assert [(j["id"], j.get("status")) for j in shown] == [
+        (998, None),
+        (int(done), "completed"),
+        (int(seventh), "cancelled"),
+    ]
+    assert "no job 998" in shown[0]["error"] and "completed" in shown[1]["error"]
+    assert "error" not in shown[2]
+    assert engine.cli("cancel", "998", "997").returncode == 2  # (nothing changed)
 
 
 def test_a_spec_files_env_the_engine_sets_is_refused_naming_it(

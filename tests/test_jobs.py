@@ -597,6 +597,12 @@ async def test_invalid_specs_change_nothing(make_engine: EngineFactory) -> None:
         ({"snapshot": {"path": "/x"}}, "snapshot", "snapshot: must be true (run a copy"),
         ({"domain": 5}, "domain", "domain: must be a domain's name or a list of names"),
         ({"domain": ["gpu0", 1]}, "domain", "domain: must be a domain's name or a list"),
+        # Types in the words of the rest (pydantic's "Input should be a valid integer":
+        # tester h86).
+        ({"gpus": True}, "gpus", "gpus: must be a whole number, not true"),
+        ({"gpus": 1.5}, "gpus", "gpus: must be a whole number, not 1.5"),
+        ({"name": 5}, "name", "name: must be text, not 5"),
+        ({"exclusive": "maybe"}, "exclusive", 'exclusive: must be true or false, not "maybe"'),
     ],
 )
 def test_a_whole_spec_problem_names_its_field(

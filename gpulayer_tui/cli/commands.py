@@ -1053,7 +1053,9 @@ def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
                 _print_json(already)
             return EXIT_OK
     # Every cancel is asked first (they stop side by side), then each end is waited for;
-    # an id refused is said and the others go on. Exit: the highest of theirs.
+    # an id refused is said and the others go on. Exit: the highest of theirs, but not 2
+    # ("nothing was changed") once a job was cancelled (h86: `cancel 99,8` cancelled 8
+    # and exited 2).
     worst = EXIT_OK
     asked: list[dict[str, Any]] = []
     shown: list[dict[str, Any]] = []
@@ -1067,12 +1069,25 @@ def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
                 continue
             _error(str(err))
             worst = max(worst, EXIT_USAGE if err.status in (400, 404) else EXIT_FAILED)
+            # (--json lists one object per id given: a refused one is the job as it is,
+            # or its id, with the error)
+            shown.append({**_job_or_id(client, job_id), "error": str(err)})
+    if worst == EXIT_USAGE and asked:
+        worst = EXIT_FAILED
     for job in asked:
         worst = max(worst, _cancel_one(client, args, job, False, shown))
     if args.json:
         order = {job_id: place for place, job_id in enumerate(ids)}
         _print_json(sorted(shown, key=lambda job: order.get(job["id"], len(ids))))
     return worst
+
+
+def _job_or_id(client: Client, job_id: int) -> dict[str, Any]:
+    """The job's row, or ``{"id": job_id}`` where there is none to read."""
+    try:
+        return dict(client.job(job_id)["job"])
+    except (ApiError, EngineLost):
+        return {"id": job_id}
 
 
 def _cancelled_already(client: Client, job_id: int, err: ApiError) -> dict[str, Any] | None:
@@ -1450,6 +1465,12 @@ def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             print(f"job {job['id']}: nothing to change (it has what was asked)")
         else:
             print(printable(f"job {job['id']} {job['status']}: {job['message']}"))
+        dropped = (answer.get("fields") or {}).get("vram_gb")
+        if dropped and dropped[1] is None and "vram_gb" not in changes:
+            _error(
+                f"job {job['id']}: vram_gb {dropped[0]:g} dropped: a job on no GPU needs no "
+                "GPU memory (--vram-gb with --gpus sets it again)"
+            )
     return EXIT_OK
 
 

@@ -221,14 +221,22 @@ def _request_lines(spec: dict[str, Any]) -> list[str]:
         lines.append(f"  timeout     {spec['timeout']:g} s")
     if spec.get("project"):
         lines.append(f"  project     {spec['project']}")
-    after = []
+    # Those it needs completed, then those whose any end will do: "jobs 3, 35, 36 (any
+    # end)" read as if all three were any end (tester h86).
+    completes: list[str] = []
+    any_end: list[str] = []
     for dep in spec.get("depends_on") or []:
         if isinstance(dep, dict):
-            after.append(f"{dep.get('job')}{' (any end)' if dep.get('any_exit') else ''}")
+            (any_end if dep.get("any_exit") else completes).append(str(dep.get("job")))
         else:
-            after.append(str(dep))
-    if after:
-        lines.append(f"  after       job{'s' if len(after) > 1 else ''} {', '.join(after)}")
+            completes.append(str(dep))
+    groups = [
+        f"job{'s' if len(ids) > 1 else ''} {', '.join(ids)}{said}"
+        for ids, said in ((completes, ""), (any_end, " (any end)"))
+        if ids
+    ]
+    if groups:
+        lines.append(f"  after       {'; '.join(groups)}")
     if spec.get("restart_of"):
         lines.append(f"  restart of  job {spec['restart_of']}")
     return lines

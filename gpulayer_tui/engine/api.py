@@ -914,8 +914,17 @@ async def job_edit(request: web.Request) -> web.Response:
         )
     before = dict(job.spec)
     edited = await engine.edit(job_id, changes)
-    # ("changed": false for an edit that asks for what the job has: nothing was recorded)
-    return web.json_response({"job": _job(edited), "changed": edited.spec != before})
+    # ("changed": false for an edit that asks for what the job has: nothing was recorded;
+    # "fields": each field changed, [before, after], one not asked for among them: a GPU
+    # job made a CPU one loses its vram_gb, and the CLI said nothing of it: tester h86)
+    fields = {
+        key: [before.get(key), edited.spec.get(key)]
+        for key in sorted(set(before) | set(edited.spec))
+        if before.get(key) != edited.spec.get(key)
+    }
+    return web.json_response(
+        {"job": _job(edited), "changed": edited.spec != before, "fields": fields}
+    )
 
 
 async def job_why(request: web.Request) -> web.Response:

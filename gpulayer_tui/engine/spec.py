@@ -8,6 +8,7 @@ argparse and the form use, so the rules are written once.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Annotated, Any, Literal
 
@@ -612,6 +613,33 @@ _EITHER = {
 }
 
 
+_TYPE_WORDS = {
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be text",
+    "list_type": "must be a list",
+    "dict_type": "must be an object",
+}
+"""pydantic's type errors in the words of the rest ("gpus: Input should be a valid
+integer" of ``"gpus": true``: tester h86)."""
+
+
+def _in_our_words(item: Any) -> str:
+    said = _TYPE_WORDS.get(str(item.get("type")))
+    if said is None:
+        return str(item["msg"]).removeprefix("Value error, ")
+    try:
+        shown = json.dumps(item.get("input"))
+    except (TypeError, ValueError):
+        shown = repr(item.get("input"))
+    return f"{said}, not {shown[:40]}"
+
+
 def _describe(err: ValidationError) -> tuple[str, str | None]:
     parts = []
     field: str | None = None
@@ -650,7 +678,7 @@ def _describe(err: ValidationError) -> tuple[str, str | None]:
                 field = field or error.field
                 where = "" if msg.startswith(f"{error.field}") else error.field
         else:
-            msg = _PLAIN.get(where, item["msg"].removeprefix("Value error, "))
+            msg = _PLAIN.get(where) or _in_our_words(item)
         if item["type"] == "extra_forbidden":
             parts.append(f"unknown field '{where}'")
         elif where:
