@@ -169,6 +169,24 @@ async def test_queued_reasons_name_the_blocker(make_engine: EngineFactory) -> No
     assert (await engine.wait(third.id, timeout=10)).status is JobStatus.COMPLETED
 
 
+async def test_why_names_no_holder_where_there_is_room(make_engine: EngineFactory) -> None:
+    # Paused, a 3-GPU service was told "held by gpu3: job 57" with gpu0-2 free (h86).
+    engine = await make_engine("4xA100-80GB")
+    busy = await engine.submit({"command": ["sleep", "30"], "gpus": 1, "domain": "gpu3"})
+    await engine.pause()
+    svc = await engine.submit(
+        {"kind": "service", "command": ["sleep", "30"], "gpus": 1, "replicas": 3, "port": False}
+    )
+    assert svc.status is JobStatus.QUEUED
+    assert (await engine.why(svc.id))["held_by"] == []
+    # Four replicas need gpu3 too: its holder is named.
+    await engine.edit(svc.id, {"replicas": 4})
+    held = (await engine.why(svc.id))["held_by"]
+    assert held == [{"domain": "gpu3", "jobs": [busy.id], "services": []}], held
+    await engine.cancel(svc.id)
+    await engine.cancel(busy.id)
+
+
 async def test_why_names_who_holds_the_cpu_slots_a_service_waits_for(
     make_engine: EngineFactory,
 ) -> None:

@@ -711,6 +711,12 @@ class JobQueue:
             if act.request.gpus > 0
             else [d for d in self._scheduler.domains.values() if not d.is_gpu]
         )
+        if act.request.gpus > 0:
+            roomy = sum(1 for d in domains if d.free_slots >= act.request.slots_on(d))
+            if roomy >= act.request.gpus:
+                # Room enough: it waits for something else (a paused queue, a job), and
+                # "held by gpu3: job 57" named a job it need not wait for (tester h86).
+                return []
         out: list[dict[str, object]] = []
         for dom in domains[:16]:
             # (a 2-replica CPU service waits for 2 slots with 1 free: its holders were left
