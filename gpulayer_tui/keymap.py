@@ -52,6 +52,18 @@ SCREEN_TITLES: dict[str, str] = {
 """Every keymap scope, in the order the help screen lists them."""
 
 
+KEY_WORDS = {
+    "colon": ":",
+    "escape": "esc",
+    "question_mark": "?",
+    "slash": "/",
+    "greater_than_sign": ">",
+    "less_than_sign": "<",
+}
+"""Textual's key names as a keyboard shows them (help said "ctrl+p, colon" and "escape"
+beside "esc": tester h87)."""
+
+
 @dataclass(frozen=True)
 class Key:
     """One binding: what it does, where, and whether the footer and palette show it."""
@@ -82,7 +94,9 @@ class Key:
     @property
     def shown_keys(self) -> str:
         """The key(s) as help writes them: ``o / O``, ``ctrl+s``."""
-        return self.display or ", ".join(k.strip() for k in self.keys.split(","))
+        return self.display or ", ".join(
+            KEY_WORDS.get(k.strip(), k.strip()) for k in self.keys.split(",")
+        )
 
     def binding(self) -> Binding:
         """The Textual binding."""

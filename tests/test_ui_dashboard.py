@@ -368,13 +368,15 @@ async def test_sort_keys_change_the_row_order(ui_app: Any, foreign: Callable[[],
         table = app.screen.query_one(ProcessTable)
         table.move_cursor(row=1)
         by_pid = [key for _pid, key in sorted([(small, small_key), (big, big_key)])]
-        await pilot.press("greater_than_sign")  # PID, ascending
+        # PID, ascending: three columns left of VRAM (GPU, USER, PID)
+        await pilot.press("less_than_sign", "less_than_sign", "less_than_sign")
         assert table_keys(app) == by_pid
         # The cursor stays on the process it was on, wherever the sort puts it.
         assert table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value == small_key
         await pilot.press("r")  # reversed
         assert table_keys(app) == by_pid[::-1]
-        await pilot.press("less_than_sign")  # back to VRAM, its natural order again
+        # back to VRAM, its natural order again
+        await pilot.press("greater_than_sign", "greater_than_sign", "greater_than_sign")
         assert table_keys(app) == [big_key, small_key]
         await pilot.press("r")  # VRAM, smallest first
         assert table_keys(app) == [small_key, big_key]
@@ -426,14 +428,18 @@ async def test_host_cpu_memory_and_elapsed_columns_sort(
             assert busy["mem"].endswith("M") and int(busy["mem"][:-1]) >= 300
             assert busy["elapsed"].endswith("s")  # seconds old, from the app's clock
             assert table_keys(app) == [idle_key, busy_key]  # VRAM, largest first
-            await pilot.press("less_than_sign")  # ELAPSED: longest-running first
+            # `>` goes left to right from VRAM: GPU%, CPU%, MEM, ELAPSED.
+            await pilot.press("greater_than_sign", "greater_than_sign")  # CPU%: busiest first
+            assert table.sort_label == "CPU% ▼"
+            assert table_keys(app) == [busy_key, idle_key]
+            await pilot.press("greater_than_sign")  # MEM: largest first
+            assert table_keys(app) == [busy_key, idle_key]
+            await pilot.press("greater_than_sign")  # ELAPSED: longest-running first
             assert table_keys(app) == [idle_key, busy_key]
             assert table.sort_label == "ELAPSED ▲"
-            await pilot.press("less_than_sign")  # MEM: largest first
-            assert table_keys(app) == [busy_key, idle_key]
-            await pilot.press("less_than_sign")  # CPU%: busiest first
-            assert table_keys(app) == [busy_key, idle_key]
+            await pilot.press("less_than_sign", "less_than_sign")  # back to CPU%
             assert table.sort_label == "CPU% ▼"
+            assert table_keys(app) == [busy_key, idle_key]
             await pilot.press("r")
             assert table_keys(app) == [idle_key, busy_key]
             header = [str(c.label) for c in table.columns.values()]
@@ -470,13 +476,20 @@ async def test_host_columns_go_first_when_the_table_narrows() -> None:
         assert "elapsed" not in shown and "command" in shown
         for key in ("o", "O"):
             labels = []
+            visited = []
             for _ in range(len(shown)):
                 await pilot.press(key)
+                visited.append(table.sort_key)
                 labels.append(table.sort_label.split(" ▲")[0].split(" ▼")[0])
                 assert table.sort_key in shown, labels
                 header = [str(c.label) for c in table.columns.values()]
                 assert any(label.endswith(("▲", "▼")) for label in header), labels
             assert len(set(labels)) == len(shown)  # each shown column once, then round
+            # ... in the order they stand, left to right (`O`: right to left); it jumped
+            # about the table (tester h87).
+            start = shown.index(visited[-1])
+            order = shown[start + 1 :] + shown[: start + 1]
+            assert tuple(visited) == (order if key == "o" else order[::-1][1:] + order[-1:])
         # The fixed data's figures; ELAPSED from the app's clock (FIXED_NOW).
         await pilot.resize_terminal(140, 40)
         await pilot.pause()

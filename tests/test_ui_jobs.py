@@ -370,6 +370,47 @@ async def test_over_capacity_shows_the_engines_message(ui_app: Any) -> None:
         assert "over capacity" in cell(table, job_id, "message")
 
 
+async def test_tab_goes_through_every_field_in_sight_before_the_buttons(ui_app: Any) -> None:
+    # The buttons were docked over the fields' bottom: at 80x24 Tab went VRAM -> Submit
+    # -> Cancel -> Domain, Enter there submitted a half-filled form, and fields under
+    # the bar never came into sight (tester h87).
+    from textual.widgets import Button, Checkbox
+
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(80, 24)) as pilot:
+        for size in ((80, 24), (160, 40), (100, 30)):
+            await pilot.resize_terminal(*size)
+            await pilot.pause()
+            form = await open_form(pilot)
+            fields = form.query_one("#submit-fields")
+            buttons = form.query_one(".buttons")
+            order = []
+            for _ in range(20):
+                focused = pilot.app.focused
+                assert focused is not None
+                if isinstance(focused, Button):
+                    break
+                await until(
+                    pilot,
+                    lambda f=focused, box=fields, bar=buttons: (
+                        box.region.contains_region(f.region) and f.region.bottom <= bar.region.y
+                    ),
+                    f"{focused.id} in sight above the buttons at {size}",
+                )
+                order.append(focused.id)
+                await pilot.press("tab")
+                await pilot.pause()
+            enabled = [
+                w.id
+                for w in form.query("#submit-fields Input, #submit-fields Checkbox")
+                if not w.disabled and (isinstance(w, (Input, Checkbox)))
+            ]
+            assert order == enabled, (size, order)
+            assert isinstance(pilot.app.focused, Button) and pilot.app.focused.id == "submit"
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(pilot.app.screen, SubmitScreen), "closed")
+
+
 async def test_the_form_sets_a_jobs_project_folder_and_environment(
     ui_app: Any, tmp_path: Path
 ) -> None:
@@ -389,12 +430,12 @@ async def test_the_form_sets_a_jobs_project_folder_and_environment(
         # the fold under "fix the fields marked in red": tester h73)
         await pilot.resize_terminal(130, 30)
         form.query_one("#project", Input).focus()
-        form.query_one("#submit-dialog").scroll_home(animate=False)
+        form.query_one("#submit-fields").scroll_home(animate=False)
         await pilot.press("ctrl+s")
         await until(pilot, lambda: form.form_message == "fix the fields marked in red")
         error_line = form.query_one("#cwd-error")
         buttons = form.query_one(".buttons")
-        dialog = form.query_one("#submit-dialog")
+        dialog = form.query_one("#submit-fields")
         await until(
             pilot,
             lambda: (
@@ -1240,6 +1281,19 @@ def test_a_timeline_names_edits_log_cuts_and_idle_warnings_in_words() -> None:
     lines = str(timeline.render()).splitlines()
     assert [line.split()[-2] for line in lines] == ["edited", "cut", "idle"]
     assert " log cut " in lines[1] and "job." not in str(timeline.render())
+    # A reason the message says already is left out ("completed  exit code · exited with
+    # code 0" read as a number missing: tester h87); one it does not say leads.
+    timeline.set_events(
+        [
+            {"at": FIXED_NOW - 2, "kind": "job.ended", "status": "completed",
+             "reason": "exit_code", "message": "exited with code 0"},
+            {"at": FIXED_NOW - 1, "kind": "job.ended", "status": "failed",
+             "reason": "oom", "message": "killed"},
+        ]  # type: ignore[list-item]
+    )  # fmt: skip
+    shown = str(timeline.render())
+    assert "exit code" not in shown and "completed  exited with code 0" in shown, shown
+    assert "oom · killed" in shown, shown
 
 
 class _TimelineApp(App[None]):
@@ -1261,7 +1315,7 @@ async def test_timeline_messages_wrap_by_cells_within_the_width(columns: int) ->
                 {"at": FIXED_NOW - 86400 * 3, "kind": "job.submitted", "status": "queued",
                  "reason": None, "message": "waiting for a GPU " * 6},
                 {"at": FIXED_NOW - 5, "kind": "job.ended", "status": "failed",
-                 "reason": "exit_code", "message": f"{wide} {long_word}"},
+                 "reason": "timeout", "message": f"{wide} {long_word}"},
             ]  # type: ignore[list-item]
         )  # fmt: skip
         await pilot.pause()
@@ -1275,7 +1329,7 @@ async def test_timeline_messages_wrap_by_cells_within_the_width(columns: int) ->
         text = "".join(line.plain.strip() for line in lines)
         # Nothing lost in the wrapping (spaces aside), the reason first in its colour.
         assert "学習が終わりました" * 12 in text.replace(" ", "") and long_word in text
-        assert "waiting for a GPU" in text and "exit code ·" in text
+        assert "waiting for a GPU" in text and "timeout ·" in text
         if columns == 60:
             # The other day's message goes under its head, not into a narrow column.
             first = lines[0].plain

@@ -15,7 +15,7 @@ from textual import on, work
 from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import BindingType
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Button, Input, Label, Static
 
@@ -123,29 +123,35 @@ class EditScreen(FormScreen[JobJSON | None]):
 
     def compose(self) -> ComposeResult:
         spec = self.spec
-        with VerticalScroll(classes="dialog", id="edit-dialog"):
-            # (Content: the name is the user's text, never markup)
-            yield Label(
-                Content(f"Edit job {self.job['id']} · {self.job.get('name', '')}"),
-                classes="dialog-title",
-            )
-            yield Static("", id="form-error")
-            for input_id, spec_field, label, hint in self.fields:
-                value = spec.get(spec_field)
-                if spec_field == "priority":
-                    value = self.job.get("priority", value)
-                shown = dependencies_text(spec) if spec_field == "depends_on" else _shown(value)
-                placeholder = {"name": str(self.job.get("name") or ""), "replicas": "1"}
-                yield form_field(
-                    label,
-                    FieldInput(
-                        value=shown,
-                        placeholder=placeholder.get(spec_field) or "none",
-                        id=input_id,
-                        classes="" if spec_field in ("depends_on", "name", "project") else "short",
-                    ),
-                    hint,
+        with Vertical(classes="dialog", id="edit-dialog"):
+            # (the fields scroll; the buttons stay below them, in sight and last
+            # in the tab order: docked over the fields, they hid the last ones and
+            # took the focus between two: tester h87)
+            with VerticalScroll(classes="form-fields", id="edit-fields"):
+                # (Content: the name is the user's text, never markup)
+                yield Label(
+                    Content(f"Edit job {self.job['id']} · {self.job.get('name', '')}"),
+                    classes="dialog-title",
                 )
+                yield Static("", id="form-error")
+                for input_id, spec_field, label, hint in self.fields:
+                    value = spec.get(spec_field)
+                    if spec_field == "priority":
+                        value = self.job.get("priority", value)
+                    shown = dependencies_text(spec) if spec_field == "depends_on" else _shown(value)
+                    placeholder = {"name": str(self.job.get("name") or ""), "replicas": "1"}
+                    yield form_field(
+                        label,
+                        FieldInput(
+                            value=shown,
+                            placeholder=placeholder.get(spec_field) or "none",
+                            id=input_id,
+                            classes=""
+                            if spec_field in ("depends_on", "name", "project")
+                            else "short",
+                        ),
+                        hint,
+                    )
             with Horizontal(classes="buttons"):
                 yield Button("Save (ctrl+s)", id="save", variant="primary")
                 yield Button("Cancel (esc)", id="cancel")

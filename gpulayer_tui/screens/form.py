@@ -130,9 +130,17 @@ class FormScreen(ModalScreen[ResultType]):
         self._show_form_message(self.DISCARD_WORDS, busy=True)
         return False
 
+    FORM_CHROME = 8
+    """Rows of a form's dialog that are not its fields: border and padding (4), the
+    buttons (3) and the row above them."""
+
     def on_resize(self, event: events.Resize) -> None:
-        """Drop the hints on a narrow terminal (they wrapped into slivers)."""
+        """Drop the hints on a narrow terminal (they wrapped into slivers); give the
+        fields what the dialog (at most 90% of the screen) leaves beside its buttons."""
         self.set_class(event.size.width < self.NARROW, "-narrow")
+        room = max(3, event.size.height * 9 // 10 - self.FORM_CHROME)
+        for fields in self.query(".form-fields"):
+            fields.styles.max_height = room
 
     def _value(self, field_id: str) -> str:
         return self.query_one(f"#{field_id}", Input).value.strip()

@@ -21,7 +21,7 @@ from textual import on, work
 from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import BindingType
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.suggester import Suggester
 from textual.widgets import Button, Checkbox, Input, Label, Static
@@ -183,88 +183,94 @@ class SubmitScreen(FormScreen[JobJSON | None]):
     # -- layout -----------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(classes="dialog", id="submit-dialog"):
-            yield Label("New job", classes="dialog-title")
-            yield Static("", id="form-error")
-            yield form_field(
-                "Command",
-                CommandInput(placeholder="python train.py --epochs 10", id="command"),
-            )
-            with Horizontal(classes="option-row"):
-                yield Checkbox("run without a shell (split into argv)", id="no-shell", compact=True)
-            yield form_field(
-                "Name", FieldInput(placeholder="default: the program's name", id="name")
-            )
-            yield form_field(
-                "Project",
-                FieldInput(placeholder="-", id="project"),
-                "to group and filter by",
-            )
-            yield form_field(
-                "GPUs",
-                FieldInput(placeholder="auto", id="gpus", classes="short"),
-                "0 = CPU job · empty: 1 if VRAM or a GPU domain is set",
-            )
-            yield form_field(
-                "VRAM GiB",
-                FieldInput(placeholder="-", id="vram", classes="short"),
-                "needed on each GPU",
-            )
-            yield form_field(
-                "Domain",
-                FieldInput(
-                    placeholder="any",
-                    id="domain",
-                    suggester=ListSuggester(self._domain_names),
-                ),
-                "",
-                hint_id="domain-hint",
-            )
-            yield form_field(
-                "Depends on",
-                FieldInput(placeholder="job ids, e.g. 12, 13", id="after"),
-            )
-            with Horizontal(classes="option-row"):
-                yield Checkbox(
-                    "run even if they fail or are cancelled",
-                    id="after-any",
-                    compact=True,
+        with Vertical(classes="dialog", id="submit-dialog"):
+            # (the fields scroll; the buttons stay below them, in sight and last
+            # in the tab order: docked over the fields, they hid the last ones and
+            # took the focus between two: tester h87)
+            with VerticalScroll(classes="form-fields", id="submit-fields"):
+                yield Label("New job", classes="dialog-title")
+                yield Static("", id="form-error")
+                yield form_field(
+                    "Command",
+                    CommandInput(placeholder="python train.py --epochs 10", id="command"),
                 )
-            yield form_field(
-                "Timeout",
-                FieldInput(placeholder="none", id="timeout", classes="short"),
-                "of running (90m, 2h, 1h30m, or seconds), then SIGTERM",
-            )
-            yield form_field(
-                "Priority",
-                FieldInput(placeholder="0", id="priority", classes="short"),
-                "higher starts first",
-            )
-            yield form_field(
-                "Directory",
-                # (not the folder itself: the form's look would depend on where it ran)
-                FieldInput(placeholder="where this TUI started", id="cwd"),
-                "where it runs (~ and relative paths too)",
-            )
-            yield form_field(
-                "Environment",
-                FieldInput(placeholder="KEY=VALUE ...", id="env"),
-                "over this TUI's own ('quote' a value with spaces)",
-            )
-            with Horizontal(classes="option-row"):
-                yield Checkbox(
-                    "service: keep it running (restarts, $PORT)",
-                    id="service",
-                    compact=True,
+                with Horizontal(classes="option-row"):
+                    yield Checkbox(
+                        "run without a shell (split into argv)", id="no-shell", compact=True
+                    )
+                yield form_field(
+                    "Name", FieldInput(placeholder="default: the program's name", id="name")
                 )
-            yield form_field(
-                "Replicas",
-                # (Off until 'service' is ticked: its placeholder invited a 1 the form then
-                # refused, "replicas are for services".)
-                FieldInput(placeholder="1", id="replicas", classes="short", disabled=True),
-                _REPLICAS_HINT[False],
-                hint_id="replicas-hint",
-            )
+                yield form_field(
+                    "Project",
+                    FieldInput(placeholder="-", id="project"),
+                    "to group and filter by",
+                )
+                yield form_field(
+                    "GPUs",
+                    FieldInput(placeholder="auto", id="gpus", classes="short"),
+                    "0 = CPU job · empty: 1 if VRAM or a GPU domain is set",
+                )
+                yield form_field(
+                    "VRAM GiB",
+                    FieldInput(placeholder="-", id="vram", classes="short"),
+                    "needed on each GPU",
+                )
+                yield form_field(
+                    "Domain",
+                    FieldInput(
+                        placeholder="any",
+                        id="domain",
+                        suggester=ListSuggester(self._domain_names),
+                    ),
+                    "",
+                    hint_id="domain-hint",
+                )
+                yield form_field(
+                    "Depends on",
+                    FieldInput(placeholder="job ids, e.g. 12, 13", id="after"),
+                )
+                with Horizontal(classes="option-row"):
+                    yield Checkbox(
+                        "run even if they fail or are cancelled",
+                        id="after-any",
+                        compact=True,
+                    )
+                yield form_field(
+                    "Timeout",
+                    FieldInput(placeholder="none", id="timeout", classes="short"),
+                    "of running (90m, 2h, 1h30m, or seconds), then SIGTERM",
+                )
+                yield form_field(
+                    "Priority",
+                    FieldInput(placeholder="0", id="priority", classes="short"),
+                    "higher starts first",
+                )
+                yield form_field(
+                    "Directory",
+                    # (not the folder itself: the form's look would depend on where it ran)
+                    FieldInput(placeholder="where this TUI started", id="cwd"),
+                    "where it runs (~ and relative paths too)",
+                )
+                yield form_field(
+                    "Environment",
+                    FieldInput(placeholder="KEY=VALUE ...", id="env"),
+                    "over this TUI's own ('quote' a value with spaces)",
+                )
+                with Horizontal(classes="option-row"):
+                    yield Checkbox(
+                        "service: keep it running (restarts, $PORT)",
+                        id="service",
+                        compact=True,
+                    )
+                yield form_field(
+                    "Replicas",
+                    # (Off until 'service' is ticked: its placeholder invited a 1 the form then
+                    # refused, "replicas are for services".)
+                    FieldInput(placeholder="1", id="replicas", classes="short", disabled=True),
+                    _REPLICAS_HINT[False],
+                    hint_id="replicas-hint",
+                )
             with Horizontal(classes="buttons"):
                 yield Button("Submit (ctrl+s)", id="submit", variant="primary")
                 yield Button("Cancel (esc)", id="cancel")

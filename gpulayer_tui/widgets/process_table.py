@@ -67,8 +67,9 @@ COLUMNS: tuple[SortColumn, ...] = (
 )
 """Columns in display order; COMMAND (width 0) takes the rest of the width."""
 
-SORT_ORDER = ("vram", "pid", "user", "gpu", "owner", "command", "sm", "cpu", "mem", "elapsed")
-"""The order ``o``/``O`` cycle through."""
+SORT_ORDER = tuple(column.key for column in COLUMNS)
+"""The order ``o``/``O`` cycle through: the columns' own, left to right (it jumped about
+the table, VRAM -> PID -> USER -> GPU -> OWNER: tester h87)."""
 
 HIDE_FIRST = ("elapsed", "mem", "cpu", "sm")
 """The optional columns, in the order they are hidden as the table narrows."""

@@ -9,6 +9,7 @@ from textual.content import Content
 from textual.widget import Widget
 
 from ..wire import TimelineEntryJSON
+from .job_columns import UNSPOKEN_REASONS
 
 STATUS_STYLES: dict[str, str] = {
     "pending": "$foreground-muted",
@@ -135,7 +136,10 @@ class Timeline(Widget):
         message = " ".join(str(event.get("message") or "").split())
         if not message and event.get("kind") == "job.submitted":
             message = "submitted"
-        reason_text = str(reason).replace("_", " ") if reason and reason != status else ""
+        # (a reason the message says already is not shown: "completed  exit code ·
+        # exited with code 0" read as a missing number: tester h87)
+        spoken = reason and reason != status and reason not in UNSPOKEN_REASONS
+        reason_text = str(reason).replace("_", " ") if spoken else ""
         text = f"{reason_text} · {message}" if reason_text and message else reason_text or message
         # The reason leads, in its own colour; the message is text (never markup).
         body = Content.assemble((reason_text, "$accent"), text[len(reason_text) :])
