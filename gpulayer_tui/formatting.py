@@ -72,12 +72,12 @@ def _preemption_countdown(message: str, kill_at: float, now: float) -> str:
 
 
 def dependencies_text(spec: dict[str, object]) -> str:
-    """A spec's ``depends_on`` in words: ``12, 13 (any outcome)``; ``""`` for none."""
+    """A spec's ``depends_on`` in words: ``12, 13 (any end)``; ``""`` for none."""
     out = []
     deps = spec.get("depends_on")
     for dep in deps if isinstance(deps, list) else []:
         if isinstance(dep, dict):
-            out.append(f"{dep.get('job')}" + (" (any outcome)" if dep.get("any_exit") else ""))
+            out.append(f"{dep.get('job')}" + (" (any end)" if dep.get("any_exit") else ""))
         else:
             out.append(str(dep))
     return ", ".join(out)

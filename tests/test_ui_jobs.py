@@ -745,6 +745,13 @@ async def test_unicode_digits_in_the_forms_are_refused_not_the_end_of_the_app(
     with pytest.raises(FieldError, match="is not a job id"):
         parse_dependencies("12, ²")
     assert parse_dependencies("12, 13 any") == [(12, False), (13, True)]
+    # One word for it, as the timeline and the CLI say it (the form wrote "(any outcome)":
+    # tester h87); the old one is still read.
+    from gpulayer_tui.formatting import dependencies_text
+
+    written = dependencies_text({"depends_on": [12, {"job": 13, "any_exit": True}]})
+    assert written == "12, 13 (any end)"
+    assert parse_dependencies(written) == parse_dependencies("12, 13 (any outcome)")
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:
         await pilot.press("2")

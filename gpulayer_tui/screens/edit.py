@@ -39,7 +39,7 @@ EDITED = (
         "of running (90m, 2h, or seconds), then SIGTERM · empty: none",
     ),
     # (the hint read as if every id waited for any outcome: tester h61)
-    ("after", "depends_on", "After jobs", "ids, e.g. 12, 13 any (13: any end) · empty: none"),
+    ("after", "depends_on", "After jobs", "ids · 13 any: after 13 ends any way · empty: none"),
     # (the CLI's edit had them, the form not: tester h70)
     ("name", "name", "Name", "empty: the program's name"),
     ("project", "project", "Project", "empty: none"),
@@ -52,11 +52,14 @@ REPLICAS_FIELD = ("replicas", "replicas", "Replicas", "a waiting service's copie
 _INPUT_OF = {spec_field: input_id for input_id, spec_field, _, _ in (*EDITED, REPLICAS_FIELD)}
 
 
-ANY_OUTCOME = "(any outcome)"
+ANY_OUTCOME = "(any end)"
+"""How the form writes a dependency whose any end will do (the timeline's and the CLI's
+words; "(any outcome)" is still read: tester h87 found both)."""
+_ANY_SUFFIXES = (ANY_OUTCOME, "(any outcome)", " any")
 
 
 def parse_dependencies(text: str) -> list[tuple[int, bool]]:
-    """``12, 13 (any outcome)`` (as :func:`~gpulayer_tui.formatting.dependencies_text`
+    """``12, 13 (any end)`` (as :func:`~gpulayer_tui.formatting.dependencies_text`
     writes it; ``13 any`` too) as ``[(12, False), (13, True)]``.
 
     Raises:
@@ -66,12 +69,13 @@ def parse_dependencies(text: str) -> list[tuple[int, bool]]:
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
-        any_exit = part.endswith((ANY_OUTCOME, " any"))
-        number = part.removesuffix(ANY_OUTCOME).removesuffix(" any").strip()
+        any_exit = part.endswith(_ANY_SUFFIXES)
+        number = part
+        for suffix in _ANY_SUFFIXES:
+            number = number.removesuffix(suffix)
+        number = number.strip()
         if not (number.isascii() and number.isdigit()) or not 0 < int(number) < 2**63:
-            raise wire.FieldError(
-                "depends_on", f"{part!r} is not a job id (ids, e.g. 12, 13 {ANY_OUTCOME})"
-            )
+            raise wire.FieldError("depends_on", f"{part!r} is not a job id: ids, e.g. 12, 13 any")
         deps.append((int(number), any_exit))
     return deps
 
