@@ -370,6 +370,24 @@ async def test_over_capacity_shows_the_engines_message(ui_app: Any) -> None:
         assert "over capacity" in cell(table, job_id, "message")
 
 
+async def test_a_waiting_pinned_job_shows_where_it_may_run(ui_app: Any) -> None:
+    # Its DOMAINS cell was empty until it ran; only the detail said "pinned to gpu1"
+    # (tester h87).
+    app = await ui_app("2xA100-80GB")
+    busy = await app.backend.submit(spec("sleep 60", gpus=1, domain="gpu1"))
+    pinned = await app.backend.submit(spec("true", gpus=1, domain="gpu1"))
+    either = await app.backend.submit(spec("true", gpus=2, domain=["gpu0", "gpu1"]))
+    async with app.run_test(size=(140, 30)) as pilot:
+        await pilot.press("2")
+        table = await until(pilot, lambda: isinstance(app.screen, JobsScreen) and table_of(app))
+        await until(pilot, lambda: status_of(table, either["id"]) is not None, "rows")
+        assert cell(table, busy["id"], "domains") == "gpu1"
+        assert cell(table, pinned["id"], "domains") == "gpu1"
+        assert cell(table, either["id"], "domains") == "gpu0,gpu1"
+        await app.backend.cancel(busy["id"])
+        await until(pilot, lambda: status_of(table, pinned["id"]) == "completed", "it ran")
+
+
 async def test_tab_goes_through_every_field_in_sight_before_the_buttons(ui_app: Any) -> None:
     # The buttons were docked over the fields' bottom: at 80x24 Tab went VRAM -> Submit
     # -> Cancel -> Domain, Enter there submitted a half-filled form, and fields under

@@ -60,6 +60,7 @@ from .job_columns import (
     filter_haystack,
     filter_matches,
     gpus_text,
+    job_spec,
     kind_parts,
     reason_prefix,
     runtime_seconds,
@@ -515,6 +516,12 @@ class JobTable(OwnKeys, DataTable[Any]):
                 return ((message, muted),)
             return ((prefix, "jobtable--reason"), (" · " if message else "", ""), (message, muted))
         if key == "domains":
+            pinned = job_spec(job).get("domain")
+            if not job.get("domains") and pinned and job.get("status") in ("pending", "queued"):
+                # Where it may run, muted until it does (empty, only the detail said
+                # "pinned to gpu1": tester h87).
+                names = [pinned] if isinstance(pinned, str) else [str(d) for d in pinned]
+                return ((",".join(names), "jobtable--muted"),)
             return ((domains_text(job), ""),)
         if key == "gpus":
             return ((gpus_text(job), ""),)
