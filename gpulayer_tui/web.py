@@ -40,7 +40,7 @@ import secrets
 import shlex
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -241,7 +241,8 @@ def terminal_size(width: object, height: object) -> tuple[int, int] | None:
 def dimension(value: object, most: int) -> int | None:
     """``value`` as a count of cells up to ``most``; ``None`` if it is none."""
     if isinstance(value, str) and value.isascii() and value.isdigit():
-        value = int(value)
+        # (past Python's 4300 digits int() raised: a 500, tester h88)
+        value = int(value) if len(value) <= 9 else most
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return None
     return min(value, most)
@@ -264,6 +265,8 @@ class WebServer(Server):
         self.max_sessions = max_sessions
         self.sessions: set[asyncio.Task[Any]] = set()
         self.slot_wait = SLOT_WAIT
+        self.session_transports: set[object] = set()
+        """The sessions' websocket connections (the connection cap never closes them)."""
         self._sessions_changed = asyncio.Condition()
 
     async def _make_app(self) -> web.Application:
@@ -304,7 +307,7 @@ class WebServer(Server):
         )
         await runner.setup()
         assert runner.server is not None
-        ConnectionCap(runner.server, connection_limit())
+        ConnectionCap(runner.server, connection_limit(), lambda: self.session_transports)
         return runner
 
     async def on_startup(self, app: web.Application) -> None:
@@ -355,6 +358,9 @@ class WebServer(Server):
         height = dimension(request.query.get("height"), MAX_ROWS) or 24
         websocket = web.WebSocketResponse(heartbeat=15)
         self.sessions.add(task)
+        connection = request.transport
+        if connection is not None:
+            self.session_transports.add(connection)
         app_service: AppService | None = None
         try:
             await websocket.prepare(request)
@@ -381,6 +387,7 @@ class WebServer(Server):
                 if app_service is not None:
                     await _stop_app(app_service)
             finally:
+                self.session_transports.discard(connection)
                 async with self._sessions_changed:
                     self.sessions.discard(task)
                     self._sessions_changed.notify_all()
@@ -397,7 +404,7 @@ class WebServer(Server):
                 continue
             try:
                 envelope = json.loads(message.data)
-            except ValueError:
+            except (ValueError, RecursionError):  # ("[" * 1000 ended the session: h88)
                 envelope = None
             kind = envelope[0] if isinstance(envelope, list) and envelope else None
             data = envelope[1] if isinstance(envelope, list) and len(envelope) > 1 else None
@@ -431,23 +438,43 @@ class WebServer(Server):
 
 
 async def _stop_app(app_service: AppService, grace: float = SHUTDOWN_GRACE) -> None:
-    """Ask a session's TUI to quit; kill it (and what it started) after ``grace``."""
+    """Ask a session's TUI to quit; kill it (and what it started) if it is still there
+    after ``grace``. Returns once the process is gone: the session counts until then.
+
+    The process is what is waited for, not textual-serve's ``stop()``: that returns at
+    once when its relay already ended (it failed to write to the closed tab), while the
+    TUI, its output no longer read, sat blocked in a write and never read the quit
+    (tester h88: such TUIs lived on, uncounted, at 285 MiB and growing).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    # (textual-serve keeps its process private: a shell, the TUI below it)
+    process = getattr(app_service, "_process", None)
     stopping = asyncio.ensure_future(app_service.stop())
-    if not (await asyncio.wait({stopping}, timeout=grace))[0]:
-        # (textual-serve keeps its process private: a shell, the TUI below it)
-        process = getattr(app_service, "_process", None)
-        if process is not None and process.returncode is None:
+    await asyncio.wait({stopping}, timeout=grace)
+    if process is not None and process.returncode is None:
+        if not await _exited(process, max(0.1, deadline - loop.time())):
             _kill_tree(process.pid)
-        if not (await asyncio.wait({stopping}, timeout=grace))[0]:
-            stopping.cancel()
-            _say("a browser session's TUI did not end when killed")
-            return
-    if not stopping.cancelled() and (error := stopping.exception()) is not None:
+            if not await _exited(process, grace):
+                _say("a browser session's TUI did not end when killed")
+    if not stopping.done():
+        # (the relay, stuck writing to a tab that no longer reads; its TUI is gone)
+        await asyncio.wait({stopping}, timeout=grace)
+        stopping.cancel()
+    elif not stopping.cancelled() and (error := stopping.exception()) is not None:
         _say(f"a browser session ended: {type(error).__name__}")
-    if (process := getattr(app_service, "_process", None)) is not None:
-        # (its output closed; the session counts until the process itself is gone)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(process.wait(), grace)
+    # Its pipes: once the relay ended, nothing read the TUI's output to its end, and the
+    # pipe stayed open in this server, a descriptor per such tab (h88's case again).
+    transport = getattr(process, "_transport", None)
+    if transport is not None and process is not None and process.returncode is not None:
+        transport.close()
+
+
+async def _exited(process: asyncio.subprocess.Process, within: float) -> bool:
+    """Whether ``process`` ended within ``within`` seconds."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(process.wait(), within)
+    return process.returncode is not None
 
 
 def _kill_tree(pid: int) -> None:
@@ -570,32 +597,48 @@ def quiet_request_errors() -> None:
 class ConnectionCap:
     """At most ``limit`` connections on aiohttp's ``server``: past it, a new connection
     takes the place of the oldest one that is waiting for a request (idle, or still
-    sending one), and is closed itself where none is (every one is a session or a
-    request being answered). Connections that never finished a request held the server's
-    file descriptors until it could accept nothing, its own page included (tester h85):
-    now they are what gives way.
+    sending one), else of the oldest that is not a browser session (an answer its client
+    does not read), and is closed itself where none is. Connections that never finished
+    a request held the server's file descriptors until it could accept nothing, its own
+    page included (tester h85); so did ones that never read their answers (h88). Now
+    they are what gives way; the sessions' websockets never do.
 
     aiohttp tells its server of each connection made and lost; the cap wraps those two.
+
+    Args:
+        server: aiohttp's low-level server.
+        limit: The most connections at once.
+        sessions: The transports of the browser sessions' websockets, now.
     """
 
-    def __init__(self, server: web.Server, limit: int) -> None:
+    def __init__(
+        self,
+        server: web.Server,
+        limit: int,
+        sessions: Callable[[], Collection[object]] = frozenset,
+    ) -> None:
         self.limit = limit
         self.open: dict[Any, asyncio.Transport] = {}  # (oldest first)
+        self._sessions = sessions
         self._made = server.connection_made
         self._lost = server.connection_lost
         server.connection_made = self.connection_made  # type: ignore[method-assign]
         server.connection_lost = self.connection_lost  # type: ignore[method-assign]
 
     def connection_made(self, handler: Any, transport: asyncio.Transport) -> None:
-        live = [known for known, its in self.open.items() if not its.is_closing()]
-        if len(live) >= self.limit:
-            waiting = next((known for known in live if _waits_for_a_request(known)), None)
-            if waiting is None:
-                handler.force_close()
-                return
-            waiting.force_close()
         self.open[handler] = transport
         self._made(handler, transport)
+        live = [known for known, its in self.open.items() if not its.is_closing()]
+        if len(live) <= self.limit:
+            return
+        sessions = self._sessions()
+        older = [known for known in live[:-1] if self.open[known] not in sessions]
+        giving_way = next((known for known in older if _waits_for_a_request(known)), None)
+        if giving_way is None:
+            giving_way = older[0] if older else handler
+        # (closed once aiohttp has started its handler: closed before, the handler's
+        # start raised "assert manager is not None", a traceback per refusal: h88)
+        asyncio.get_running_loop().call_soon(giving_way.force_close)
 
     def connection_lost(self, handler: Any, exc: BaseException | None = None) -> None:
         self.open.pop(handler, None)

@@ -4,6 +4,7 @@ a headless Chromium that drives the page (marked ``browser``; skipped without Ch
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -251,6 +252,7 @@ async def test_a_browser_asks_for_any_size_and_bad_messages_and_gets_a_bounded_t
                 '["stdin", "\\ud800"]',  # (a lone surrogate: no UTF-8 for it)
                 '["resize", {"width": 99999999999, "height": 99999999999}]',
                 '["nonsense"]',
+                "[" * 1000,  # (json.loads: RecursionError, which ended the session: h88)
             ):
                 await socket_.send_str(message)
             # The session still answers, and its TUI still runs.
@@ -275,9 +277,32 @@ def test_terminal_sizes_a_browser_may_ask_for() -> None:
     assert terminal_size("120", "40") == (120, 40)
     assert terminal_size(120, 40) == (120, 40)
     assert terminal_size(10**12, "99999") == (MAX_COLUMNS, MAX_ROWS)
+    # (past Python's 4300-digit limit int() raised: a 500 at the websocket, h88)
+    assert terminal_size("9" * 5000, "24") == (MAX_COLUMNS, 24)
     for width, height in (("0", "4"), (-1, 4), ("1e3", 4), (True, 4), (1.5, 4), (None, 4)):
         assert terminal_size(width, height) is None, width
     assert terminal_size("\uff18\uff10", "24") is None  # (fullwidth digits: isdigit, not ASCII)
+
+
+async def test_a_tab_closed_while_its_tui_writes_much_ends_its_tui(servers: Gated) -> None:
+    # A 1000x500 tab closed as its TUI redrew (a theme key): textual-serve's relay had
+    # ended, nobody read the TUI's output, the TUI sat blocked in a write and never read
+    # the quit; it lived on, no longer counted against the cap (tester h88).
+    base = await servers.start(max_sessions=1)
+    server = servers.started[-1][0]
+    async with aiohttp.ClientSession() as session:
+        for _ in range(2):
+            tab = await session.ws_connect(f"{base}/{TOKEN}/ws?width=1000&height=500")
+            await eventually(lambda: bool(_session_processes()), timeout=30)
+            # (its first screen drawn: output flows)
+            await asyncio.wait_for(tab.receive(), 30)
+            for width in range(1000, 990, -1):  # (each a whole new screen to send)
+                await tab.send_str('["stdin", "t"]')
+                await tab.send_str(f'["resize", {{"width": {width}, "height": 500}}]')
+            await asyncio.sleep(0.1)
+            await tab.close()
+            await eventually(lambda: not server.sessions, timeout=40)
+            assert _session_processes() == [], "a TUI outlived its closed tab"
 
 
 async def test_a_tui_that_does_not_quit_when_its_tab_closes_is_killed() -> None:
@@ -337,6 +362,39 @@ async def test_connections_that_never_finish_a_request_give_way(
         for _, writer in stalled:
             writer.close()
     assert loop.time() > 0
+
+
+async def test_connections_that_never_read_their_answers_give_way_too(
+    servers: Gated, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Pipelined requests whose answers were never read held their connections (a
+    # handler stuck writing is not waiting for a request): past the cap the page was
+    # refused (h88). And each connection the cap closed printed a traceback.
+    monkeypatch.setattr("gpulayer_tui.web.MAX_CONNECTIONS", 4)
+    base = await servers.start()
+    host, port = base.removeprefix("http://").split(":")
+    request = b"GET /download/" + b"A" * 7900 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    deaf = []
+    for _ in range(6):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+        with contextlib.suppress(BlockingIOError, ConnectionError):
+            for _ in range(200):
+                sock.send(request)
+        deaf.append(sock)
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{base}/?token={TOKEN}") as response:
+                assert response.status == 200
+    finally:
+        for sock in deaf:
+            sock.close()
+    gc.collect()
+    await asyncio.sleep(0.2)
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "never retrieved" not in err, err
 
 
 def test_loopback_hosts_and_the_warning_for_others() -> None:
