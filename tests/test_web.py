@@ -218,14 +218,25 @@ async def test_browser_sessions_are_capped(servers: Gated) -> None:
 
 
 def _session_processes() -> list[Any]:
-    """This process's browser-session TUIs (their shells left out)."""
+    """This process's live browser-session TUIs (their shells left out).
+
+    A TUI that has ended but is not reaped yet is a zombie, whose command line cannot be
+    read (CI saw psutil raise for one): it no longer counts, and neither does one that
+    vanished between the listing and the look.
+    """
     import psutil
 
-    return [
-        child
-        for child in psutil.Process().children(recursive=True)
-        if "gpulayer_tui.web_session" in " ".join(child.cmdline()) and child.name() != "sh"
-    ]
+    def is_session_tui(child: psutil.Process) -> bool:
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                return False
+            return "gpulayer_tui.web_session" in " ".join(child.cmdline()) and (
+                child.name() != "sh"
+            )
+        except psutil.Error:
+            return False
+
+    return [child for child in psutil.Process().children(recursive=True) if is_session_tui(child)]
 
 
 async def test_a_browser_asks_for_any_size_and_bad_messages_and_gets_a_bounded_tui(
