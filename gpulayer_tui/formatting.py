@@ -368,8 +368,10 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     rows.append(
         (
             "limits",
-            f"{set_ or 'none'}; running "
-            f"{plural(limits.get('running_gpus', 0), 'GPU')}, "
+            # Slots, not GPUs: max_gpus counts each job on a shared GPU's slot once, so
+            # two jobs on one GPU read "2 GPUs" on a 2-GPU box with 3 (tester h87).
+            f"{set_ or 'none'}; running jobs hold "
+            f"{plural(limits.get('running_gpus', 0), 'GPU slot')}, "
             f"{limits.get('running_vram_gb', 0):g} GiB "
             f"declared; {plural(limits.get('waiting', 0), 'job')} waiting",
         )

@@ -310,6 +310,37 @@ async def test_adopted_memory_moves_from_unregistered_to_owned(
     await engine.cancel(queued.id)
 
 
+async def test_declaring_more_vram_than_is_free_adopts_with_a_warning(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    # 135 GiB declared on an 80 GiB GPU, taken without a word: its free memory read 0.
+    engine = await make_engine("1xA100-80GB")
+    running = await engine.submit({"command": ["sleep", "600"], "gpus": 1, "vram_gb": 50})
+    assert running.status is JobStatus.RUNNING
+    ledger = SimLedger(engine.paths.state_dir)
+    shell = start(spawn, "sh", "-c", "sleep 600 & wait")
+    (child,) = await eventually(lambda: [c.pid for c in psutil.Process(shell.pid).children()])
+    ledger.hold(0, child, 20.0)  # (its child's: it counts as its own)
+    await engine.sampler.sample_once()
+    # 10 GiB free, and the 20 it holds: 30 is room, 30.5 is not.
+    fits = await adopt(engine, shell.pid, vram_gb=30, gpu=True)
+    assert fits.message == f"adopted pid {shell.pid} on gpu0", fits.message
+    await engine.cancel(fits.id)
+    await eventually(lambda: engine.book.get(fits.id) is None)
+    os.kill(child, signal.SIGKILL)  # (a cancel ends the adopted pid only, not its child)
+    shell = start(spawn, "sh", "-c", "sleep 600 & wait")
+    (child,) = await eventually(lambda: [c.pid for c in psutil.Process(shell.pid).children()])
+    ledger.hold(0, child, 20.0)
+    await engine.sampler.sample_once()
+    job = await adopt(engine, shell.pid, vram_gb=30.5, gpu=True)
+    assert job.status is JobStatus.RUNNING
+    assert job.message == (
+        f"adopted pid {shell.pid} on gpu0; warning: 30.5 GiB declared, but gpu0 had 30 GiB "
+        "free for it: nothing else starts there until memory frees"
+    )
+    await engine.cancel(running.id)
+
+
 async def test_a_process_adopted_on_a_quarantined_gpu_is_warned_of_it(
     make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
 ) -> None:
@@ -476,6 +507,16 @@ def test_cli_adopt(served: Served, spawn: list[subprocess.Popen[bytes]]) -> None
         assert again.returncode == 2 and "Traceback" not in again.stderr, argv
         assert f"job {job_id} is an adopted process" in again.stderr, argv
     assert served.cli("jobs", "--json").stdout.count('"id"') == 2  # (no job was made)
+    # What it was adopted with a warning of is said too (only the id was: tester h87).
+    held = served.cli("submit", "--domain", "gpu1", "--vram-gb", "30", "--", "sleep", "600")
+    third = start(spawn, "sleep", "602")
+    warned = served.cli("adopt", "--pid", str(third.pid), "--domain", "gpu1", "--vram-gb", "60")
+    assert warned.returncode == 0 and warned.stdout.strip().isdigit(), warned.stderr
+    assert warned.stderr == (
+        "gpulayer-tui: warning: 60 GiB declared, but gpu1 had 50 GiB free for it: nothing "
+        "else starts there until memory frees\n"
+    )
+    served.cli("cancel", held.stdout.strip(), warned.stdout.strip())
 
 
 async def test_what_no_one_may_adopt_is_refused_with_its_reason(

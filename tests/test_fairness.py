@@ -398,7 +398,8 @@ def test_each_limit_is_credited_to_the_table_that_sets_it() -> None:
     assert "  waits for   jobs 1, 2\n" in text
     # No limit set anywhere: "none", not "none ([users.default])" of a table not there.
     unset = {"from": "[users.default]", "tables": {}, "running_gpus": 0}
-    assert "  limits      none; running 0 GPUs" in "\n".join(why_lines({**one, "limits": unset}))
+    text = "\n".join(why_lines({**one, "limits": unset}))
+    assert "  limits      none; running jobs hold 0 GPU slots" in text
 
 
 def test_a_reservation_far_off_says_its_day_and_how_far() -> None:

@@ -156,7 +156,9 @@ async def test_the_adopt_dialog_takes_a_domain_and_stays_open_on_a_refusal(
     # asks which GPU. The dialog had no domain field, closed on the refusal, and what was
     # typed was lost.
     app = await ui_app("2xA100-80GB")
-    busy = await app.backend.submit({"command": ["sleep", "60"], "gpus": 1, "domain": "gpu0"})
+    busy = await app.backend.submit(
+        {"command": ["sleep", "60"], "gpus": 1, "domain": "gpu0", "vram_gb": 75}
+    )
     async with app.run_test(size=(140, 40)) as pilot:
         await _open_strays(pilot, app)
         await until(
@@ -188,20 +190,24 @@ async def test_the_adopt_dialog_takes_a_domain_and_stays_open_on_a_refusal(
         await pilot.press("ctrl+s")
         await until(pilot, lambda: "unknown domain 'gpu9'" in str(error.render()), "unknown")
         assert app.screen is dialog
-        domain.value = "gpu1"
+        # Its full domain: taken (it runs there anyway), and the toast says what it
+        # overbooks (it said only "adopted": tester h87).
+        domain.value = "gpu0"
         await pilot.press("ctrl+s")
         await until(pilot, lambda: not isinstance(app.screen, AdoptScreen), "the dialog closes")
         job = next(j for j in app.job_store.jobs.values() if j["kind"] == "adopted")
         assert job["status"] == "running" and job["name"] == "warming-up"
-        assert job["domains"] == ["gpu1"] and job["spec"]["vram_gb"] == 12.0
-        await until(
+        assert job["domains"] == ["gpu0"] and job["spec"]["vram_gb"] == 12.0
+        toast = await until(
             pilot,
-            lambda: any(
-                n.message == f"pid {sleeper_proc.pid} adopted as job {job['id']}"
-                for n in app._notifications
-            ),
+            lambda: next((n for n in app._notifications if "adopted as job" in n.message), None),
             "the toast",
         )
+        assert toast.message == (
+            f"pid {sleeper_proc.pid} adopted as job {job['id']}; 12 GiB declared, but gpu0 "
+            "had 5 GiB free for it: nothing else starts there until memory frees"
+        )
+        assert toast.severity == "warning"
         await app.backend.cancel(job["id"])
     await app.backend.cancel(busy["id"])
 

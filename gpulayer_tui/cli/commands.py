@@ -1237,6 +1237,11 @@ def _adopt(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
         _print_json(job)
     elif job["status"] == "running":
         print(job["id"])
+        # A warning the engine adopted it with (a quarantined GPU, more VRAM declared than
+        # free) was only in the job's reason: the id alone read as all well (tester h87).
+        _, warned, warning = str(job.get("message") or "").partition("; warning: ")
+        if warned:
+            _error(f"warning: {warning}")
     if job["status"] != "running":
         _error(f"job {job['id']} {job['status']} ({job['termination_reason']}): {job['message']}")
         return EXIT_FAILED

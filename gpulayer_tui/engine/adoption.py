@@ -27,7 +27,7 @@ from ..fields import NAME_MAX, printable, program_name
 from ..wire import AdoptRequest
 from . import procs
 from .batch import decide_stop
-from .domain import DomainState
+from .domain import Domain, DomainState, gib_apart
 from .errors import SpecError, StoreError
 from .executor import Exit
 from .gpus import GIB
@@ -154,6 +154,34 @@ def _job_below(pid: int, roots: dict[int, tuple[int, int | None]]) -> tuple[int,
     return None
 
 
+def _short_of_room(domains: list[Domain], snapshot: ProcessSnapshot, vram_gb: float | None) -> str:
+    """What a declared ``vram_gb`` overbooks: more than a GPU has free for the process
+    (what is free plus what it and its descendants hold there already), or "". It is
+    still adopted (the process runs there anyway), but the declaration was taken without
+    a word, and the GPU's free memory then read 0 (tester h87). Blocking: /proc."""
+    if vram_gb is None:
+        return ""
+    need = int(float(vram_gb) * GIB)
+    roots: dict[int, tuple[int, int | None]] = {snapshot.pid: (0, snapshot.start_ticks)}
+    for dom in domains:
+        account = dom.account  # (replaced whole by the loop, never changed in place)
+        if account is None or not dom.is_gpu:
+            continue  # (not read yet: nothing to compare with)
+        own = sum(
+            p.used_bytes or 0
+            for p in account.foreign
+            if p.used_bytes and procs.find_owner(p.pid, roots) == 0
+        )
+        room = account.free + own
+        if need > room:
+            asked, has = gib_apart(need, room)
+            return (
+                f"{asked} declared, but {dom.name} had {has} free for it: nothing else "
+                f"starts there until memory frees"
+            )
+    return ""
+
+
 def read_process(pid: int) -> ProcessSnapshot | None:
     """Read /proc/PID; ``None`` if it does not exist or is already a zombie."""
     stat = procs.read_stat(pid)
@@ -254,6 +282,7 @@ class Adopter:
         async with self._adopting:
             pidfd = open_pidfd(pid)
             snapshot = read_process(pid) if pidfd is not None else None
+            overbooked = ""
             try:
                 refusal = self._refusal(pid, snapshot, request["start_ticks"], requester_uid)
                 if refusal is None:
@@ -267,6 +296,12 @@ class Adopter:
                         self._domains_of, pid, snapshot, request["gpu"], vram_gb
                     )
                     self._check_vram(vram_gb, domains)
+                    overbooked = await asyncio.to_thread(
+                        _short_of_room,
+                        [self._scheduler.domains[d] for d in domains],
+                        snapshot,
+                        vram_gb,
+                    )
             except BaseException:
                 if pidfd is not None and pidfd >= 0:
                     os.close(pidfd)
@@ -278,7 +313,9 @@ class Adopter:
                 job = self._record_refusal(pid, snapshot, name, reason, message, requester_uid)
             else:
                 assert snapshot is not None
-                job = self._accept(snapshot, pidfd, name, vram_gb, domains, requester_uid)
+                job = self._accept(
+                    snapshot, pidfd, name, vram_gb, domains, requester_uid, overbooked
+                )
         try:
             await self._store.flush()
         except StoreError as err:
@@ -570,6 +607,7 @@ class Adopter:
         vram_gb: float | None,
         domains: list[str],
         owner_uid: int | None,
+        overbooked: str = "",
     ) -> Job:
         spec: dict[str, Any] = {
             "kind": "adopted",
@@ -607,6 +645,8 @@ class Adopter:
                 # (as the jobs already there say: it said nothing of it)
                 message += f"; warning: domain {dom.name} quarantined: {dom.state_reason}"
                 break
+        if overbooked:
+            message += f"; warning: {overbooked}"
         self._book.transition(act, JobStatus.RUNNING, message=message)
         return job
 

@@ -168,4 +168,10 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
 
     def _confirmed(self, job: JobJSON | None) -> None:
         if job is not None:
-            self.app.notify(f"pid {job.get('pid')} adopted as job {job['id']}", title="adopt")
+            said = f"pid {job.get('pid')} adopted as job {job['id']}"
+            # (a warning it was adopted with: a quarantined GPU, more VRAM than was free)
+            _, warned, warning = str(job.get("message") or "").partition("; warning: ")
+            if warned:
+                self.app.notify(f"{said}; {warning}", title="adopt", severity="warning")
+            else:
+                self.app.notify(said, title="adopt")
