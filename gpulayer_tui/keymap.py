@@ -256,7 +256,28 @@ KEYMAP: tuple[Key, ...] = (
         footer="By pid",
         priority=True,  # ("p123" in one burst: "1" went to the table, and showed area 1)
     ),
-    Key("escape", "close_pid", "Close the pid field", ("strays",), show=False, palette=False),
+    # Said in the footer while the pid line is open (it named neither: tester h87); enter
+    # a priority key, as the line's own enter binding hid it from the footer.
+    Key(
+        "enter",
+        "submit_pid",
+        "Adopt the pid typed",
+        ("strays",),
+        footer="Adopt",
+        palette=False,
+        priority=True,
+        when="while typing a pid",
+    ),
+    Key(
+        "escape",
+        "close_pid",
+        "Close the pid field",
+        ("strays",),
+        display="esc",
+        footer="Close",
+        palette=False,
+        when="while typing a pid",
+    ),
     # -- modal forms and dialogs (they say their keys in their own footer) ---------------------
     # Tab moves between fields before the next key is routed: as a plain binding it ran
     # only once the key had bubbled up to the app, behind the screen's checks of what was

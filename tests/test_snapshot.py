@@ -668,10 +668,12 @@ async def test_a_submissions_copies_keep_the_disk_floor_and_the_timeout(
 
     work = tmp_path / "work"
     work.mkdir()
-    (work / "big.bin").write_bytes(os.urandom(64 * MB))
+    (work / "big.bin").write_bytes(os.urandom(192 * MB))
     st = os.statvfs(tmp_path)
     free_mb = st.f_bavail * st.f_frsize // MB
-    config = make_config(logs={"min_free_mb": free_mb - 100}, snapshot={"files": "private"})
+    # One copy leaves 96 MB above the floor, a second goes 96 below it: margins wider
+    # than what the tests beside it write meanwhile (at 36 MB, one failed under -n2).
+    config = make_config(logs={"min_free_mb": free_mb - 288}, snapshot={"files": "private"})
     engine = await make_engine(config=config)
     spec = {"command": ["true"], "gpus": 0, "cwd": str(work), "snapshot": True}
     with pytest.raises(SpecError, match=r"another copy of .* below \[logs\] min_free_mb"):

@@ -352,3 +352,34 @@ async def test_an_empty_strays_screen_on_simulated_gpus_says_why(ui_app: Any) ->
         await until(pilot, lambda: "simulated" in str(empty.render()), "the note")
         assert str(empty.render()).startswith("No unregistered GPU processes. The GPUs are")
         assert "p adopts any process by its pid" in str(empty.render())
+
+
+async def test_the_pid_line_s_footer_says_enter_and_esc_and_no_table_keys(
+    ui_app: Any, sleeper_proc: subprocess.Popen[bytes]
+) -> None:
+    # The footer named neither enter nor esc, and still offered a and x, which are text
+    # in the line (tester h87).
+    from textual.widgets._footer import FooterKey
+
+    app = await ui_app("1xA100-80GB")
+
+    def footer() -> dict[str, str]:
+        return {key.action: key.description for key in app.screen.query(FooterKey)}
+
+    async with app.run_test(size=(120, 30)) as pilot:
+        await _open_strays(pilot, app)
+        await until(pilot, lambda: "adopt_pid" in footer(), "the table's keys")
+        assert not {"submit_pid", "close_pid"} & set(footer())
+        await pilot.press("p")
+        field = app.screen.query_one("#pid-input", Input)
+        await until(pilot, lambda: app.screen.focused is field, "the pid line")
+        await until(pilot, lambda: "close_pid" in footer(), "esc offered")
+        assert footer()["submit_pid"] == "Adopt" and footer()["close_pid"] == "Close"
+        assert not {"adopt_pid", "adopt_selected", "signal_process"} & set(footer())
+        await pilot.press(*str(sleeper_proc.pid), "enter")
+        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        assert dialog.query_one("#adopt-name", Input) is not None  # (enter adopted it)
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, AdoptScreen), "the dialog left")
+        await until(pilot, lambda: "adopt_pid" in footer(), "the table's keys again")
+        assert not {"submit_pid", "close_pid"} & set(footer())

@@ -102,10 +102,20 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
         ask_to_signal(self, process)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """``p`` (a priority key) is text in the pid line."""
-        if action == "adopt_pid":
-            return not (isinstance(self.focused, Input) and self.focused.id == "pid-input")
+        """``p`` (a priority key), ``a`` and ``x`` are text in the pid line, where the
+        footer says enter and esc instead."""
+        typing = isinstance(self.focused, Input) and self.focused.id == "pid-input"
+        if action in ("adopt_pid", "adopt_selected", "signal_process"):
+            return not typing
+        if action == "submit_pid":
+            return typing
+        if action == "close_pid":
+            return self.query_one("#pid-input").has_class("visible")
         return True
+
+    async def action_submit_pid(self) -> None:
+        """Adopt the pid typed (enter, while the pid line is open)."""
+        await self.query_one("#pid-input", Input).action_submit()
 
     def action_adopt_pid(self) -> None:
         """Type a pid to adopt (any process, e.g. one not on a GPU yet)."""
@@ -113,6 +123,7 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
         field.disabled = False
         field.add_class("visible")
         self.set_focus(field)  # (now: Widget.focus waits behind the keys on their way)
+        self.refresh_bindings()
 
     def action_close_pid(self) -> None:
         """Hide the pid field."""
@@ -121,6 +132,7 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
         field.value = ""
         field.disabled = True
         self.query_one(StrayTable).focus()
+        self.refresh_bindings()
 
     @on(Input.Submitted, "#pid-input")
     def _pid_entered(self, event: Input.Submitted) -> None:
