@@ -474,6 +474,12 @@ async def test_host_columns_go_first_when_the_table_narrows() -> None:
         await pilot.pause()
         shown = table.shown_columns
         assert "elapsed" not in shown and "command" in shown
+        # Narrow: USER and OWNER as wide as their words, COMMAND the rest (they kept 10
+        # and 12 cells for "ana" and "job 10", and COMMAND was cut: tester h87).
+        widths = {c.key.value: c.width for c in table.columns.values()}
+        owners = [table_row(app, key)["owner"] for key in ("0:5010", "1:4242")]
+        assert widths["user"] == 4 and widths["owner"] == max(5, *map(len, owners))
+        assert widths["command"] >= 24, widths
         for key in ("o", "O"):
             labels = []
             visited = []

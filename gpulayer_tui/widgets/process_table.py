@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
+from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
 from textual import on
@@ -70,6 +71,10 @@ COLUMNS: tuple[SortColumn, ...] = (
 SORT_ORDER = tuple(column.key for column in COLUMNS)
 """The order ``o``/``O`` cycle through: the columns' own, left to right (it jumped about
 the table, VRAM -> PID -> USER -> GPU -> OWNER: tester h87)."""
+
+FITTED = ("user", "owner")
+"""Text columns narrowed to their longest word once COMMAND is short of COMMAND_MIN with
+every optional column hidden."""
 
 HIDE_FIRST = ("elapsed", "mem", "cpu", "sm")
 """The optional columns, in the order they are hidden as the table narrows."""
@@ -157,7 +162,7 @@ class ProcessTable(OwnKeys, DataTable[Text]):
         self.sort_reverse = False
         self._clock = clock
         self._shown: list[tuple[str, tuple[str, ...]]] = []
-        self._columns_for: tuple[tuple[str, ...], int, str, bool] | None = None
+        self._columns_for: tuple[tuple[str, ...], tuple[int, ...], int, str, bool] | None = None
         self._styles_seen: tuple[Style, ...] = ()
 
     def on_mount(self) -> None:
@@ -276,7 +281,26 @@ class ProcessTable(OwnKeys, DataTable[Text]):
                 break
             hidden.add(key)
             columns = tuple(c for c in COLUMNS if c.key not in hidden)
+        if self._command_width(columns) < COMMAND_MIN:
+            # Still too narrow: USER and OWNER take only what their words need (at 80
+            # columns they kept 10 and 12 cells for "ana" and "job 3", and COMMAND was
+            # cut to 23: tester h87).
+            columns = tuple(self._fitted(c) if c.key in FITTED else c for c in columns)
         return columns, max(12, self._command_width(columns))
+
+    def _fitted(self, column: SortColumn) -> SortColumn:
+        """``column`` no wider than its label (and sort arrow) and its longest cell."""
+        label = len(column.label) + (2 if column.key == self.sort_key else 0)
+        rows = self.sorted_rows()
+        if self.tree_view:
+            rows = tree_lines(rows, self.jobs)
+        cells = self._plain_cells_of(rows, column.key)
+        need = max([label, *(cell_len(cell) for cell in cells)])
+        return replace(column, width=min(column.width, need))
+
+    def _plain_cells_of(self, rows: list[ProcessRow], key: str) -> list[str]:
+        now = self._now()
+        return [self._plain_cells(row, now, (key,))[0] for row in rows]
 
     @property
     def shown_columns(self) -> tuple[str, ...]:
@@ -294,7 +318,8 @@ class ProcessTable(OwnKeys, DataTable[Text]):
             cursor_key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
         columns, command_width = self._layout()
         keys = tuple(c.key for c in columns)
-        columns_for = (keys, command_width, self.sort_key, self._descending)
+        widths = tuple(c.width for c in columns)
+        columns_for = (keys, widths, command_width, self.sort_key, self._descending)
         if force or columns_for != self._columns_for:
             self._columns_for = columns_for
             self._styles_seen = self._cell_styles()
