@@ -539,7 +539,11 @@ async def test_layout_follows_the_terminal_and_v_overrides_it() -> None:
         await until(pilot, lambda: all(p.density == "full" for p in panels))
         grid = app.screen.query_one("#gpu-grid")
         assert grid.styles.grid_size_columns == 4
+        automatic = {p.graph_height for p in panels}
+        assert automatic == {4}
         await pilot.press("v")
+        # "full" asked for draws the graphs automatic drew (they shrank to 2: tester h87).
+        assert {(p.density, p.graph_height) for p in panels} == {("full", 4)}
         await pilot.press("v")
         assert {p.density for p in panels} == {"compact"}
         await pilot.press("v", "v")  # rows, then automatic again

@@ -296,8 +296,12 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
         columns = grid_columns(width, len(panels))
         density, graph_height = choose_density(len(panels), columns, spare)
         if self._density_override is not None:
+            # "full" asked for keeps the graphs automatic gave it where it fits (they
+            # shrank from 4 lines to 2, smaller than "auto": tester h87); where it does
+            # not fit, 2 lines, and the grid scrolls.
+            fits = density == "full"
             density = self._density_override
-            graph_height = 2 if density == "full" else 1
+            graph_height = (graph_height if fits else 2) if density == "full" else 1
         if density == "row":
             columns = 1
         grid.styles.grid_size_columns = columns
