@@ -212,14 +212,25 @@ _HOST_HEADER = re.compile(r"(?P<name>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]
 ``urlsplit``, ``evil.com\\@localhost`` was host ``localhost``: tester h85.)"""
 
 
+def _hosts(request: web.Request) -> set[str]:
+    """The names a request is for: its ``Host`` header, and aiohttp's ``request.host``,
+    which an absolute-form target (``GET http://127.0.0.1/ HTTP/1.1``) puts in place of
+    the header (tester h88). Both are checked, so neither hides the other."""
+    header = request.headers.get("Host")
+    return {request.host} if header is None else {request.host, header}
+
+
 def _host_is_loopback(request: web.Request) -> bool:
     # A page of another site whose name was re-pointed at 127.0.0.1 (DNS rebinding) sends
     # its own name; a tunnel's and the printed URL's are loopback ones.
-    found = _HOST_HEADER.fullmatch(request.host)
-    if found is None:
-        return False
-    host = found["name"].lower()
-    return host == "localhost" or host.endswith(".localhost") or is_loopback(host)
+    for name in _hosts(request):
+        found = _HOST_HEADER.fullmatch(name)
+        if found is None:
+            return False
+        host = found["name"].lower()
+        if not (host == "localhost" or host.endswith(".localhost") or is_loopback(host)):
+            return False
+    return True
 
 
 def _same_origin(request: web.Request) -> bool:
@@ -227,7 +238,7 @@ def _same_origin(request: web.Request) -> bool:
     if origin is None:
         return True  # not a browser (browsers always send Origin on a websocket)
     parts = urlsplit(origin)
-    return parts.scheme in ("http", "https") and parts.netloc == request.host
+    return parts.scheme in ("http", "https") and _hosts(request) == {parts.netloc}
 
 
 def terminal_size(width: object, height: object) -> tuple[int, int] | None:

@@ -17,6 +17,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -182,6 +183,22 @@ async def test_on_loopback_a_request_for_another_host_name_is_refused(servers: G
                 assert response.status == status, host
                 if status == 403:
                     assert "Host header names no loopback address" in await response.text()
+    # An absolute-form target took the place of the Host header in aiohttp's eyes: both
+    # are checked (tester h88).
+    address = urlsplit(loopback)
+    for target, host in (
+        (f"http://{address.netloc}/?token={TOKEN}", "evil.example"),
+        (f"http://evil.example/?token={TOKEN}", address.netloc),
+        (f"http://{address.netloc}/?token={TOKEN}", address.netloc),
+    ):
+        reader, writer = await asyncio.open_connection(address.hostname, address.port)
+        writer.write(f"GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        await writer.drain()
+        status_line = (await asyncio.wait_for(reader.readline(), 10)).decode()
+        writer.close()
+        expected = "200" if "evil" not in target + host else "403"
+        assert status_line.split()[1] == expected, (target, host, status_line)
+    async with aiohttp.ClientSession() as session:
         # Bound to every address, any name may be this machine's.
         async with session.get(
             f"{wildcard}/?token={TOKEN}", headers={"Host": "box.example:8765"}
