@@ -23,7 +23,16 @@ from gpulayer_tui.engine.spec import SpecError
 from gpulayer_tui.engine.supervisor import Supervisor, _Watch
 from gpulayer_tui.wire import FieldError
 
-from .conftest import EngineFactory, Served, adopt, eventually, make_config, pid_gone, wait_for
+from .conftest import (
+    REPO,
+    EngineFactory,
+    Served,
+    adopt,
+    eventually,
+    make_config,
+    pid_gone,
+    wait_for,
+)
 
 GIB = 1024**3
 
@@ -517,6 +526,19 @@ def test_cli_adopt(served: Served, spawn: list[subprocess.Popen[bytes]]) -> None
         "else starts there until memory frees\n"
     )
     served.cli("cancel", held.stdout.strip(), warned.stdout.strip())
+    # `adopt --pid $$` in a shell: the shell it was typed in, whose cancel would end the
+    # terminal (tester h75). Refused, and kept in history as refusals are.
+    shell = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -m gpulayer_tui adopt --pid $$; echo "exit $?"'],
+        env=served.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert shell.stdout.endswith("exit 1\n"), (shell.stdout, shell.stderr)
+    assert "(adopt_refused): refused to adopt: pid " in shell.stderr, shell.stderr
+    assert ") runs the command that asked to adopt it: stopping it" in shell.stderr
 
 
 async def test_what_no_one_may_adopt_is_refused_with_its_reason(

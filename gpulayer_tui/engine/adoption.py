@@ -111,6 +111,22 @@ def _ancestors(pid: int) -> set[int]:
     return found
 
 
+def _runs_the_asker(
+    pid: int, snapshot: ProcessSnapshot, requester_pid: int
+) -> tuple[TerminationReason, str] | None:
+    """A refusal if ``pid`` runs the process that asked to adopt it below it: the shell
+    ``adopt --pid $$`` was typed in (``$!`` was meant), or the one the TUI runs in.
+    Cancelled, it would end that terminal with everything in it (tester h75)."""
+    if pid not in _ancestors(requester_pid):
+        return None
+    return (
+        Reason.ADOPT_REFUSED,
+        f"pid {pid} ({_shortened(snapshot.command)}) runs the command that asked to adopt "
+        "it: stopping it would end that command, and likely your terminal ($$ is the "
+        "shell's own pid; $! is the last background job's)",
+    )
+
+
 def _reads_our_output(pid: int) -> bool:
     """Whether ``pid`` holds the pipe this process's stdout or stderr writes to (the
     ``tee`` or logger of ``--serve ... | tee``); a few /proc reads, none when neither is a
@@ -250,7 +266,12 @@ class Adopter:
         """Use new ``[engine]`` settings from now on."""
         self._settings = settings
 
-    async def adopt(self, request: AdoptRequest, requester_uid: int | None = None) -> Job:
+    async def adopt(
+        self,
+        request: AdoptRequest,
+        requester_uid: int | None = None,
+        requester_pid: int | None = None,
+    ) -> Job:
         """Adopt a running process as a job.
 
         Args:
@@ -261,6 +282,8 @@ class Adopter:
                 on the GPUs where it or a descendant holds memory, an error if none);
                 ``domain`` (adopt it on these domains instead of finding them).
             requester_uid: The asking user's uid (``SO_PEERCRED``).
+            requester_pid: The asking process (``SO_PEERCRED``): a process it runs below
+                (the shell it was typed in) is refused, ``adopt_refused``.
 
         Returns:
             The job: ``running``, or ``failed`` with an ``adopt_*`` reason (kept in history).
@@ -285,6 +308,9 @@ class Adopter:
             overbooked = ""
             try:
                 refusal = self._refusal(pid, snapshot, request["start_ticks"], requester_uid)
+                if refusal is None and requester_pid is not None:
+                    assert snapshot is not None
+                    refusal = _runs_the_asker(pid, snapshot, requester_pid)
                 if refusal is None:
                     assert snapshot is not None
                     refusal = await asyncio.to_thread(self._other_engines, pid)

@@ -800,7 +800,10 @@ async def metrics(request: web.Request) -> web.Response:
 async def adopt(request: web.Request) -> web.Response:
     """POST /v1/adopt: 201 with the job (``running``, or ``failed`` with the refusal)."""
     adopt_request = wire.parse_adopt_request(await _read_json(request))
-    job = await request.app[ENGINE_KEY].adopt(adopt_request, peer_uid(request))
+    creds = peer_creds(request)
+    job = await request.app[ENGINE_KEY].adopt(
+        adopt_request, peer_uid(request), requester_pid=creds[0] if creds else None
+    )
     return web.json_response({"job": _job(job)}, status=201)
 
 

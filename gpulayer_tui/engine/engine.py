@@ -1091,9 +1091,14 @@ class Engine:
         await self.book.wait(job_id, timeout)
         return await self.get(job_id)
 
-    async def adopt(self, request: AdoptRequest, requester_uid: int | None = None) -> Job:
+    async def adopt(
+        self,
+        request: AdoptRequest,
+        requester_uid: int | None = None,
+        requester_pid: int | None = None,
+    ) -> Job:
         """Adopt a running process as a job (see :meth:`.Adopter.adopt`)."""
-        job = await self.adopter.adopt(request, requester_uid)
+        job = await self.adopter.adopt(request, requester_uid, requester_pid)
         self.queue.schedule_soon()  # its holds change what can start
         if job.status is JobStatus.RUNNING and self.running:
             # A sample now, so its memory is counted as the job's when the answer comes
