@@ -21,6 +21,7 @@ from gpulayer_tui.screens.job_detail import JobDetailScreen
 from gpulayer_tui.screens.submit import SubmitScreen
 from gpulayer_tui.widgets.log_tail import LogTail
 
+from .conftest import eventually
 from .ui_support import until
 
 
@@ -571,3 +572,24 @@ async def test_the_footer_says_what_f_does_and_a_waiting_job_says_it_has_not_run
             "the waiting job's pane",
         )
         await app.backend.cancel(blocker["id"])
+
+
+async def test_an_output_that_cannot_be_read_says_so_in_its_title(embedded_app: Any) -> None:
+    # Another user's log that could not be read was titled "no output" (tester h75);
+    # here a directory stands where the log was (root reads every file).
+    app = await embedded_app("1xA100-80GB")
+    job = await app.backend.submit({"command": ["echo", "hello"], "gpus": 0})
+
+    async def ended() -> bool:
+        return (await app.backend.job(job["id"]))["job"]["status"] == "completed"
+
+    await eventually(ended)
+    path = app.backend.engine.log_path(job["id"])
+    path.unlink()
+    path.mkdir()
+    async with app.run_test(size=(100, 30)) as pilot:
+        detail, log = await _open_log(pilot, app, job["id"])
+        await until(pilot, lambda: detail._log_done, "the read given up")
+        title = str(log.border_title)
+        assert title.startswith("output · not readable: "), title
+        assert "no output" not in title

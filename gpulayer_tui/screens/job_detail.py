@@ -326,6 +326,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self._seen_version = 0
         self._seen_loads = 0
         self._log_done = False
+        self._log_error = ""  # (why the output could not be read, once it could not)
         self._log_next = 0  # where its output goes on (see LogChunk.next)
         self._replica = 0  # whose output the log shows, for a service
         self._usage_chosen = False  # the user pressed u: the height no longer decides
@@ -653,6 +654,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                 continue
             except BackendError as err:
                 self.app.notify(str(err), title=f"output of job {self.job_id}", severity="error")
+                self._log_error = str(err)
                 break
             if chunk.data:
                 kept = len(log.source_lines)
@@ -694,6 +696,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             state = "reading"  # (an ended job's output: there is nothing to follow)
         if self._log_done:
             state = "no output" if log.bytes_read == 0 else "complete"
+            if self._log_error:
+                # (another user's unreadable log read "no output": tester h75)
+                state = f"not readable: {self._log_error}"
         if self._adopted:
             state = "none here: an adopted process writes where it was started"
         which = ""
@@ -922,6 +927,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self.query_one(LogTail).reset()
         self._log_next = 0
         self._log_done = False
+        self._log_error = ""
         self._update_log_title()
         self._follow_log()
 
