@@ -419,6 +419,11 @@ def test_an_edit_that_changes_nothing_says_so(
     with pytest.raises(ApiError, match="expected a JSON object of the fields to change"):
         client.request("PATCH", f"/jobs/{job}", [1])
     assert engine.cli("resume").returncode == 0
+    # An ended job's empty edit: that it ended is what is wrong, said first (it was told
+    # "no fields given": tester h81).
+    assert engine.cli("wait", job).returncode == 0
+    with pytest.raises(ApiError, match=rf"job {job} has ended \(completed\): only a waiting"):
+        client.request("PATCH", f"/jobs/{job}", {})
 
 
 def test_service_options_with_a_service_spec_file_apply_without_service(

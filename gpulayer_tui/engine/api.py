@@ -86,7 +86,7 @@ from .errors import (
 )
 from .events import Subscription
 from .logread import LogRead, LogUnreadable, read_chunk, tail_start
-from .models import Job, JobKind, JobQuery
+from .models import Job, JobKind, JobQuery, JobStatus
 from .tasks import cancel_and_wait
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -911,7 +911,9 @@ async def job_edit(request: web.Request) -> web.Response:
     changes = await _read_json(request)
     if not isinstance(changes, dict):
         raise SpecError("expected a JSON object of the fields to change")
-    if not changes:
+    if not changes and job.status in (JobStatus.PENDING, JobStatus.QUEUED):
+        # (An ended one: what is wrong is that it ended; that is said first, by edit,
+        # as for any fields: "no fields" first sent the caller to add some: tester h81)
         raise SpecError(
             "no fields given to change (one or more of: " + ", ".join(engine.EDITABLE) + ")"
         )
