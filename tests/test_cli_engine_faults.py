@@ -45,6 +45,8 @@ def test_a_stopped_engine_is_exit_4_and_a_retried_submit_makes_one_job(served: S
         assert done.returncode == 4, (done.returncode, done.stderr)
         assert "did not answer in 1 s" in done.stderr or "no engine answered" in done.stderr
     assert "whether it acted on the request is unknown" in submitted.stderr
+    # (it waited twice as long as it said: tester h90)
+    assert "it was asked twice, waiting that long each time, with one key" in submitted.stderr
     # (a read acts on nothing: `status` was told "whether it acted" too: tester h51)
     assert "whether it acted" not in status.stderr + logs.stderr, status.stderr
     assert doctor.returncode == 1 and "Traceback" not in doctor.stderr

@@ -384,6 +384,13 @@ def _submit_once(
         return _submit_keyed(client, specs, key, env, rows)
     except EngineNotRunning:
         pass
+    except EngineLost as err:
+        # Said of the second try alone, "did not answer in 30 s" came after 60 (h90).
+        raise EngineLost(
+            err.errno,
+            f"{err}; it was asked twice, waiting that long each time, with one key: the "
+            "job(s) are made at most once",
+        ) from None
     # Gone after taking the first attempt: it may have stored the jobs. A restarted engine
     # is waited for and asked once more with the same key: it answers with what the first
     # made, or makes it now (it said "unknown", and a second submit made them twice).
