@@ -58,7 +58,7 @@ def _kill(pid: int | None) -> None:
 
 
 async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
-    make_engine: EngineFactory, paths: Paths
+    make_engine: EngineFactory, paths: Paths, caplog: pytest.LogCaptureFixture
 ) -> None:
     paths.state_dir.mkdir(parents=True)
     paths.config_file.write_text(BASE + "[cpu]\nslots = 1\n")
@@ -97,6 +97,17 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
     changes = (await engine.config_reload.reload())["changes"]
     assert "history.keep_jobs: unset -> 50" in changes and "notify.url" in changes, changes
     assert not [c for c in changes if "secret" in c], changes
+    # Two errors: one log record, one line, that says a restart would refuse the file
+    # (the second error went to the log bare: tester h90).
+    caplog.set_level(logging.WARNING, "gpulayer_tui.engine.reload")
+    caplog.clear()
+    paths.config_file.write_text(BASE + '[cpu]\nslots = "four"\n[bogus]\nx = 1\n')
+    assert (await engine.config_reload.reload())["applied"] is False
+    records = [r.getMessage() for r in caplog.records if "config rejected" in r.getMessage()]
+    assert records  # (the watcher may have read the edit too: each one line)
+    for said in records:
+        assert "\n" not in said and "bogus" in said and "slots" in said, said
+        assert "an engine started now would refuse this file" in said
     await engine.cancel(first.id)
     await engine.cancel(second.id)
 

@@ -319,8 +319,12 @@ class ConfigReloader:
         except ConfigError as err:
             message = str(err)
             # (Escaped: a rejected name's escape sequences went to the journal raw.)
+            # One line (a second error went to the log bare, no time or level: tester h90),
+            # and what a restart would do (the next engine refuses the file: h90).
             log.warning(
-                "config rejected, the running configuration stays: %s", printable(message, "\n")
+                "config rejected, the running configuration stays (an engine started now "
+                "would refuse this file): %s",
+                printable("; ".join(line for line in message.splitlines() if line.strip())),
             )
             self._event("rejected", {"error": message})
             await self._store.flush()
