@@ -159,6 +159,27 @@ async def test_second_engine_on_the_same_dir_is_refused(make_engine: EngineFacto
     assert (await first.submit({"command": ["true"]})).id == 1
 
 
+def test_an_engine_started_while_the_last_one_stops_waits_for_its_lock(tmp_path: Path) -> None:
+    # Started a second after SIGTERM to the last one, an engine was refused ("already
+    # serving") by the one on its way out, and none ran (tester h90).
+    import threading
+
+    path = tmp_path / "engine.lock"
+    first = EngineLock(path)
+    first.acquire()
+    with pytest.raises(EngineBusy, match="already serving"):
+        EngineLock(path).acquire()  # (serving: refused at once)
+    first.mark_stopping()
+    with pytest.raises(EngineBusy, match=r"is stopping, and still held it after 0.2 s"):
+        EngineLock(path).acquire(stopping_wait=0.2)
+    threading.Timer(0.3, first.release).start()
+    second = EngineLock(path)
+    second.acquire(stopping_wait=30)
+    assert second.held and EngineLock(path).holder() == os.getpid()
+    assert path.read_text() == f"{os.getpid()}\n"
+    second.release()
+
+
 async def test_running_job_is_reattached_and_its_exit_code_learned(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

@@ -920,6 +920,7 @@ class Engine:
 
     async def stop(self) -> None:
         """Stop sampling and serving. Running jobs keep running (they outlive the engine)."""
+        self.mark_stopping()
         await self.notifier.stop()
         await self.retention.stop()
         await self.config_reload.stop()
@@ -935,6 +936,11 @@ class Engine:
         self.watcher.close()
         self.bus.close()
         self._lock.release()
+
+    def mark_stopping(self) -> None:
+        """Say this engine is stopping: an engine started meanwhile for the same state dir
+        waits for it to let go (:data:`~.lock.STOPPING_WAIT_S`) instead of being refused."""
+        self._lock.mark_stopping()
 
     @property
     def running(self) -> bool:

@@ -9,28 +9,51 @@ import os
 import socket
 import stat
 import struct
+import time
 from pathlib import Path
+
+STOPPING_WAIT_S = 10.0
+"""How long a new engine waits for one that is stopping to let go of the lock (it took
+under a second when measured; refused at once, an engine started a second after SIGTERM
+to the last one left none running: tester h90)."""
 
 
 class EngineBusy(RuntimeError):
     """Another engine already serves this state dir."""
 
-    def __init__(self, state_dir: Path, pid: int | None) -> None:
+    def __init__(self, state_dir: Path, pid: int | None, waited: float | None = None) -> None:
         who = f" (pid {pid})" if pid else ""
-        super().__init__(
-            f"an engine is already serving {state_dir}{who}; the TUI and the CLI attach to it "
-            "(stop it first to start another)"
-        )
+        if waited is not None:  # (it said it was stopping)
+            message = (
+                f"the engine serving {state_dir}{who} is stopping, and still held it after "
+                f"{waited:g} s; try again once it has stopped"
+            )
+        else:
+            message = (
+                f"an engine is already serving {state_dir}{who}; the TUI and the CLI attach "
+                "to it (stop it first to start another)"
+            )
+        super().__init__(message)
         self.pid = pid
+
+
+def _lock_words(path: Path) -> list[str]:
+    try:
+        return path.read_text().split()
+    except OSError:
+        return []
 
 
 def lock_holder(path: Path) -> int | None:
     """The pid recorded in a lock file, if any."""
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isascii() and text.isdigit() else None
+    words = _lock_words(path)
+    first = words[0] if words else ""
+    return int(first) if first.isascii() and first.isdigit() else None
+
+
+def holder_is_stopping(path: Path) -> bool:
+    """True if the engine holding the lock file said it is stopping."""
+    return _lock_words(path)[1:2] == ["stopping"]
 
 
 def _claim_name(state_dir: Path) -> bytes:
@@ -67,18 +90,27 @@ class EngineLock:
         self._fd: int | None = None
         self._claim: socket.socket | None = None
 
-    def acquire(self) -> None:
-        """Take the lock or raise :class:`EngineBusy`."""
+    def acquire(self, stopping_wait: float = STOPPING_WAIT_S) -> None:
+        """Take the lock or raise :class:`EngineBusy`; an engine that holds it and said it
+        is stopping is waited for, up to ``stopping_wait`` seconds (blocking)."""
         # Never through a symlink (it would truncate the link's target), and only a file.
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise OSError(errno.EINVAL, "not a regular file", str(self.path))
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise EngineBusy(self.path.parent, lock_holder(self.path)) from None
+        deadline = time.monotonic() + stopping_wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                stopping = holder_is_stopping(self.path)
+                if not stopping or time.monotonic() >= deadline:
+                    os.close(fd)
+                    pid = lock_holder(self.path)
+                    waited = stopping_wait if stopping else None
+                    raise EngineBusy(self.path.parent, pid, waited) from None
+                time.sleep(0.05)
         name = _claim_name(self.path.parent)
         claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # (not inherited)
         try:
@@ -123,6 +155,13 @@ class EngineLock:
             return _claim_holder(_claim_name(self.path.parent))
         except OSError:  # (no state dir)
             return None
+
+    def mark_stopping(self) -> None:
+        """Say in the lock file that this engine is stopping: an engine started meanwhile
+        waits for the lock rather than being refused."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, f"{os.getpid()} stopping\n".encode(), 0)
 
     def release(self) -> None:
         """Drop the lock (idempotent)."""

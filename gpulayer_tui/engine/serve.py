@@ -99,6 +99,7 @@ async def serve(
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
+        engine.mark_stopping()  # (before the API's connections are waited for)
         for task in list(reloads):
             await cancel_and_wait(task)
         await server.stop()
