@@ -83,6 +83,8 @@ async def test_a_running_gpu_jobs_usage_fills_as_ticks_come_then_is_stored(
         assert panel.display and panel.expanded  # 40 lines: lines and plots
         await until(pilot, lambda: panel.points >= 3, "a few points")
         gpu = act.job.gpus[0]
+        # (a plot row mounts its plots a moment after the read that made it)
+        await until(pilot, lambda: panel.query(f"#usage-util-{gpu}"), "the plots")
         vram = panel.query_one(f"#usage-vram-{gpu}", LevelLine)
         util = panel.query_one(f"#usage-util-{gpu}", LevelLine)
         seen = panel.points
@@ -288,3 +290,33 @@ async def test_usage_lines_share_a_fixed_scale_and_leave_gaps() -> None:
         "gaps": "██  ▅▅▁▁",  # (4 points over 8 cells: each two wide)
         "vram": "▅▅▅▅████",
     }
+
+
+async def test_a_read_that_comes_while_the_plots_mount_updates_them() -> None:
+    # (the plot rows mount their plots a moment after the read that made them; the next
+    # read, coming in between, found no plot and the usage reads stopped for good)
+    from textual.app import App
+
+    from gpulayer_tui import themes
+
+    def usage(vram: list[int]) -> Any:
+        return {
+            "summary": None,
+            "series": [{"gpu": 1, "t": list(range(len(vram))), "vram_mib": vram, "util": [40]}],
+        }
+
+    class PanelApp(App[None]):
+        def compose(self) -> Any:
+            yield UsagePanel(id="usage")
+
+    app = PanelApp()
+    app.register_theme(themes.DARK)  # (its $memory-* colours)
+    app.theme = themes.DARK.name
+    async with app.run_test(size=(160, 30)) as pilot:
+        panel = app.query_one(UsagePanel)
+        panel.show(usage([1024]), active=True)
+        panel.show(usage([1024, 3072]), active=True)  # before the first read's plots mount
+        await pilot.pause()
+        vram = panel.query_one("#usage-vram-1", LevelLine)
+        assert vram.data == (1024.0, 3072.0)
+        assert "peak 3.0 GiB" in str(panel.query_one("#usage-vram-figure-1", Static).render())

@@ -131,7 +131,10 @@ class UsagePanel(VerticalScroll, can_focus=False):
         self.usage: UsageJSON | None = None
         self.summary: UsageSummaryJSON | None = None
         self.active = True
-        self._plotted: list[int] = []  # the GPUs that have a pair of plots
+        # Each GPU's plots and figures, kept here rather than queried: a Horizontal mounts
+        # its children a moment after it is mounted itself, and a read that came in between
+        # found no plot to update (the reads then stopped).
+        self._plots: dict[int, _GpuPlots] = {}
 
     def compose(self) -> ComposeResult:
         yield Static(collapsed_line(None, True), id="usage-line")
@@ -171,46 +174,13 @@ class UsagePanel(VerticalScroll, can_focus=False):
         series = usage.get("series") or []
         plots = self.query_one("#usage-plots", Vertical)
         gpus = [s["gpu"] for s in series]
-        if gpus != self._plotted:
-            self._plotted = gpus
+        if gpus != list(self._plots):
+            self._plots = {one["gpu"]: _GpuPlots(one) for one in series}
             plots.remove_children()
-            plots.mount_all(self._plot_rows(series))
+            plots.mount_all(row for pair in self._plots.values() for row in pair.rows())
             return
         for one in series:
-            gpu = one["gpu"]
-            self.query_one(f"#usage-vram-{gpu}", LevelLine).data = _values(one["vram_mib"])
-            self.query_one(f"#usage-util-{gpu}", LevelLine).data = _values(one["util"])
-            self.query_one(f"#usage-vram-figure-{gpu}", Label).update(vram_figure(one))
-            self.query_one(f"#usage-util-figure-{gpu}", Label).update(util_figure(one))
-
-    @staticmethod
-    def _plot_rows(series: list[UsageSeriesJSON]) -> list[Horizontal]:
-        rows = []
-        for one in series:
-            gpu = one["gpu"]
-            rows.append(
-                Horizontal(
-                    Label(f"GPU #{gpu} VRAM", classes="usage-plot-label"),
-                    LevelLine(_values(one["vram_mib"]), id=f"usage-vram-{gpu}", classes="-vram"),
-                    Label(
-                        vram_figure(one), id=f"usage-vram-figure-{gpu}", classes="usage-plot-figure"
-                    ),
-                    classes="usage-plot",
-                )
-            )
-            rows.append(
-                Horizontal(
-                    Label("       util", classes="usage-plot-label"),
-                    LevelLine(
-                        _values(one["util"]), top=100, id=f"usage-util-{gpu}", classes="-util"
-                    ),
-                    Label(
-                        util_figure(one), id=f"usage-util-figure-{gpu}", classes="usage-plot-figure"
-                    ),
-                    classes="usage-plot",
-                )
-            )
-        return rows
+            self._plots[one["gpu"]].update(one)
 
     def _update_subtitle(self) -> None:
         series = self.usage.get("series") if self.usage else None
@@ -218,3 +188,45 @@ class UsagePanel(VerticalScroll, can_focus=False):
         over = "" if span is None else f" over {duration(span)}"
         state = "live" if self.active else "stored"
         self.border_subtitle = f"{self.points} points{over} · {state} · u: fewer"
+
+
+class _GpuPlots:
+    """One GPU's VRAM and utilisation plots, each with its figure."""
+
+    def __init__(self, series: UsageSeriesJSON) -> None:
+        gpu = series["gpu"]
+        self.gpu = gpu
+        self.vram = LevelLine(_values(series["vram_mib"]), id=f"usage-vram-{gpu}", classes="-vram")
+        self.util = LevelLine(
+            _values(series["util"]), top=100, id=f"usage-util-{gpu}", classes="-util"
+        )
+        self.vram_figure = Label(
+            vram_figure(series), id=f"usage-vram-figure-{gpu}", classes="usage-plot-figure"
+        )
+        self.util_figure = Label(
+            util_figure(series), id=f"usage-util-figure-{gpu}", classes="usage-plot-figure"
+        )
+
+    def rows(self) -> tuple[Horizontal, Horizontal]:
+        """The two plot rows to mount (once)."""
+        return (
+            Horizontal(
+                Label(f"GPU #{self.gpu} VRAM", classes="usage-plot-label"),
+                self.vram,
+                self.vram_figure,
+                classes="usage-plot",
+            ),
+            Horizontal(
+                Label("       util", classes="usage-plot-label"),
+                self.util,
+                self.util_figure,
+                classes="usage-plot",
+            ),
+        )
+
+    def update(self, series: UsageSeriesJSON) -> None:
+        """Show a newer read of the same GPU (mounted yet or not)."""
+        self.vram.data = _values(series["vram_mib"])
+        self.util.data = _values(series["util"])
+        self.vram_figure.update(vram_figure(series))
+        self.util_figure.update(util_figure(series))
