@@ -125,6 +125,7 @@ STATUS_RANK: dict[str, int] = {
 JOB_SORTS: tuple[str, ...] = (
     "id",
     "status",
+    "priority",
     "name",
     "started",
     "runtime",
@@ -133,9 +134,14 @@ JOB_SORTS: tuple[str, ...] = (
     "kind",
     "exit",
 )
-"""What ``GET /v1/jobs?sort=`` takes. Ties are broken by id: newest first under ``status``,
-``name``, ``user`` and ``kind`` ascending, in the sort's direction for the rest (as the
-TUI's table does)."""
+"""What ``GET /v1/jobs?sort=`` takes (``priority``: the spec's, 0 when it has none). Ties
+are broken by id: newest first under ``status``, ``name``, ``user`` and ``kind``
+ascending, in the sort's direction for the rest (as the TUI's table does)."""
+
+ASCENDING_JOB_SORTS = frozenset({"status", "name", "user", "kind"})
+"""The sorts a list starts ascending (A to Z, the status order); the others start with the
+biggest (newest, longest, highest priority). The CLI's ``jobs --sort`` and the TUI's table
+start each sort the same way."""
 
 ROW_SPEC_KEYS: tuple[str, ...] = (
     "command",

@@ -28,10 +28,16 @@ HISTORY: list[dict[str, Any]] = [
     {"name": "Beta", "command": ["true"], "vram_gb": 2},
     {"name": "alpha", "command": ["false"]},
     {"name": "beta", "shell": "echo 100%_done", "vram_gb": 2},
-    {"name": "gamma", "command": ["python3", "-c", "pass"], "vram_gb": 1.5, "project": "p1"},
+    {
+        "name": "gamma",
+        "command": ["python3", "-c", "pass"],
+        "vram_gb": 1.5,
+        "project": "p1",
+        "priority": 5,
+    },
     {"name": "alpha", "command": ["true"], "gpus": 2},
-    {"name": "delta", "command": ["sh", "-c", "exit 3"]},
-    {"name": "beta", "command": ["true"], "vram_gb": 2},
+    {"name": "delta", "command": ["sh", "-c", "exit 3"], "priority": -2},
+    {"name": "beta", "command": ["true"], "vram_gb": 2, "priority": 5},
 ]
 
 
@@ -338,6 +344,15 @@ def test_the_cli_pages_filters_and_prints_json_rows(
     assert [r["id"] for r in json.loads(by_name.stdout)] == [1, 2]
     mixed = served.cli("jobs", "--sort", "name", "--before", "3")
     assert mixed.returncode == 2 and "use --page with --sort" in mixed.stderr
+    # The highest priority first, ties newest first (as the TUI's table starts it); the
+    # PRIO column says it.
+    for priority in ("3", "-1"):
+        assert served.cli("submit", "--priority", priority, "--", "true").returncode == 0
+    by_priority = served.cli("jobs", "--sort", "priority", "--limit", "3", "--json")
+    assert [r["id"] for r in json.loads(by_priority.stdout)] == [8, 7, 6]
+    lowest = served.cli("jobs", "--sort", "priority", "--reverse", "--limit", "2")
+    assert [line.split()[0] for line in lowest.stdout.splitlines()] == ["ID", "9", "1"]
+    assert lowest.stdout.splitlines()[1].split()[4] == "-1"  # (ID NAME USER STATUS PRIO)
 
 
 async def test_a_row_carries_kill_at_only_while_a_stop_is_under_way(

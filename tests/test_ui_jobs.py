@@ -255,12 +255,14 @@ async def test_filter_as_you_type_and_by_status(ui_app: Any) -> None:
 
         # o cycles the sort, r reverses it.
         await pilot.press("escape", "o", "o")
+        assert table.sort_key == "priority" and table.sort_reverse  # (the highest first)
+        await pilot.press("o")
         assert table.sort_key == "name" and not table.sort_reverse
         assert cell(table, int(str(table.get_row_at(0)[0])), "name") == "alpha-train"
         await pilot.press("r")
         assert cell(table, int(str(table.get_row_at(0)[0])), "name") == "gamma-train"
         await pilot.press("O")
-        assert table.sort_key == "status"
+        assert table.sort_key == "priority"
 
 
 async def test_sort_keys_cycle_through_the_columns_shown(ui_app: Any) -> None:
@@ -288,7 +290,7 @@ async def test_sort_keys_cycle_through_the_columns_shown(ui_app: Any) -> None:
         await pilot.resize_terminal(140, 30)
         await pilot.pause()
         assert table.visible_sorts == list(SORTS)
-        await pilot.press("o", "o", "o", "o")
+        await pilot.press("o", "o", "o", "o", "o")
         assert table.sort_key == "vram"
         # Every sorted column's header keeps its arrow (a long label hid it: "VRAM…").
         for key in SORTS:
@@ -297,8 +299,9 @@ async def test_sort_keys_cycle_through_the_columns_shown(ui_app: Any) -> None:
             label = table.columns[ColumnKey(key)].label.plain
             width = table.columns[ColumnKey(key)].width
             assert label.endswith(("▲", "▼")) and len(label) <= width, (key, label, width)
-            if key in ("exit", "started"):  # (narrow: the arrow right after it, not "E… ▼")
-                assert label[:-1] == key.upper(), label
+            narrow = {"exit": "EXIT", "started": "STARTED", "priority": "PRIO"}
+            if key in narrow:  # (the arrow right after it, not "E… ▼")
+                assert label[:-1] == narrow[key], label
         # Narrow terminals: the table fits the screen, its last column and arrow in view
         # (at 60-65 columns it was wider than the terminal: RUNTIME fell off it).
         for width in (60, 64, 69):
@@ -1080,7 +1083,7 @@ async def test_the_table_loads_history_a_page_at_a_time_and_asks_the_engine_per_
         await until(pilot, lambda: table.row_count == 1, "the old job, found by the engine")
         await pilot.press("escape")
         # So is a sort: by name, the first names of all history come on top.
-        await pilot.press("o", "o")
+        await pilot.press("o", "o", "o")
         assert table.sort_key == "name"
         await until(
             pilot,

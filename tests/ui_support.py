@@ -191,8 +191,10 @@ def _job(
     exit_code: int | None = None,
     started: float | None = None,
     ended: float | None = None,
+    priority: int = 0,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"kind": "command", "command": command or ["python", f"{name}.py"]}
+    spec["priority"] = priority
     if gpus:
         spec["gpus"] = len(gpus)
     if vram_gb is not None:
@@ -207,7 +209,7 @@ def _job(
         "message": message,
         "domains": domains or [],
         "gpus": gpus or [],
-        "priority": 0,
+        "priority": priority,
         "pid": 5000 + job_id if started else None,
         "created_at": FIXED_NOW - 3600 + job_id * 60,
         # (a job refused at submission goes pending -> failed, never queued)
@@ -284,6 +286,7 @@ def jobs_fixture() -> list[dict[str, Any]]:
             "waiting for gpu1: 18.0 GiB held by pid 4242 (python notebook_kernel.py, user ben); "
             "needs 70.0 GiB, 43.5 GiB free",
             vram_gb=70,
+            priority=5,
         ),
         _job(12, "eval", "queued", "waiting for job 10"),
         _job(

@@ -622,10 +622,6 @@ def _terminal_columns() -> int:
     return _columns()
 
 
-# Sorts that start ascending (the TUI's table starts them the same way).
-_ASCENDING_SORTS = ("status", "name")
-
-
 def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from ..fields import ACTIVE_STATUSES
 
@@ -644,7 +640,9 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             "--reverse does not go with --before/--after (--before lists newest first, "
             "--after oldest first)"
         )
-    ascending = (args.sort in _ASCENDING_SORTS) != args.reverse
+    from ..wire import ASCENDING_JOB_SORTS
+
+    ascending = (args.sort in ASCENDING_JOB_SORTS) != args.reverse
     if args.page and (args.page - 1) * args.limit > 2**63 - 1:
         # (said as the offset it makes, which the user never typed)
         most = (2**63 - 1) // args.limit + 1

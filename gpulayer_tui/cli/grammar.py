@@ -371,7 +371,7 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
 
 
 def _jobs_args(p: argparse.ArgumentParser) -> None:
-    from ..wire import JobStatus
+    from ..wire import JOB_SORTS, JobStatus
 
     # (a,b takes no argparse choices: the words are offered all the same; tester h62)
     completes(
@@ -407,9 +407,10 @@ def _jobs_args(p: argparse.ArgumentParser) -> None:
     paging.add_argument("--page", type=count_arg, metavar="N", help="page N of --limit rows")
     p.add_argument(
         "--sort",
-        choices=("id", "status", "name", "started", "runtime", "vram", "user", "kind", "exit"),
+        choices=JOB_SORTS,
         default="id",
-        help="order (default id, newest first; name, status, user and kind ascend)",
+        help="order (default id, newest first; name, status, user and kind ascend, the "
+        "others start with the biggest)",
     )
     p.add_argument("--reverse", action="store_true", help="reverse the order")
     p.add_argument("--json", action="store_true", help="one JSON row per line, in a JSON list")

@@ -429,6 +429,7 @@ _SORT_SQL: dict[str, tuple[str, bool]] = {
         False,
     ),
     "vram": ("COALESCE(json_extract(spec, '$.vram_gb'), 0)", False),
+    "priority": ("COALESCE(json_extract(spec, '$.priority'), 0)", False),
     # The user's name, as rows show it (a uid's order is not its name's).
     "user": ("COALESCE(gpulayer_user(owner_uid), '')", True),
     "kind": ("kind", True),

@@ -271,8 +271,8 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     # -- sorting ----------------------------------------------------------------------------
 
     def action_sort(self, step: int = 1) -> None:
-        """Sort by the next (or previous) column shown at this width: newest, status,
-        name, started, runtime, VRAM (a hidden column is skipped)."""
+        """Sort by the next (or previous) column shown at this width, in the order of
+        :data:`SORTS` (a hidden column is skipped)."""
         names = list(SORTS)
         shown = self.table.visible_sorts
         current = names.index(self.table.sort_key)

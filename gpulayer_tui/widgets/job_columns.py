@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..formatting import argv_text, domains_text, gpus_text, user_text
-from ..wire import ACTIVE_STATUSES, JOB_SORTS, STATUS_RANK, JobRowJSON
+from ..wire import ACTIVE_STATUSES, ASCENDING_JOB_SORTS, JOB_SORTS, STATUS_RANK, JobRowJSON
 
 __all__ = ["domains_text", "gpus_text", "user_text"]  # (shared with the CLI's jobs table)
 
@@ -25,18 +25,21 @@ STATUS_FILTERS: dict[str, frozenset[str] | None] = {
 }
 """The status filter's choices, in the order ``f`` cycles through them."""
 
-_SORT_LABELS: dict[str, tuple[str, bool]] = {
-    "id": ("newest", True),
-    "status": ("status", False),
-    "name": ("name", False),
-    "started": ("started", True),
-    "runtime": ("runtime", True),
-    "vram": ("VRAM", True),
-    "user": ("user", False),
-    "kind": ("kind", False),
-    "exit": ("exit", True),
+_SORT_LABELS: dict[str, str] = {
+    "id": "newest",
+    "status": "status",
+    "priority": "priority",
+    "name": "name",
+    "started": "started",
+    "runtime": "runtime",
+    "vram": "VRAM",
+    "user": "user",
+    "kind": "kind",
+    "exit": "exit",
 }
-SORTS: dict[str, tuple[str, bool]] = {key: _SORT_LABELS[key] for key in JOB_SORTS}
+SORTS: dict[str, tuple[str, bool]] = {
+    key: (_SORT_LABELS[key], key not in ASCENDING_JOB_SORTS) for key in JOB_SORTS
+}
 """Sort keys: column key -> (label, whether it starts descending), in cycling order. The
 keys are the engine's (:data:`~gpulayer_tui.wire.JOB_SORTS`): a table sort is always one
 the engine can page (a sort added there without a label here fails at import)."""
@@ -62,6 +65,7 @@ COLUMNS = (
     ColumnSpec("user", "USER", 8),
     ColumnSpec("kind", "KIND", 7),
     ColumnSpec("status", "STATUS", 9),
+    ColumnSpec("priority", "PRIO", 5, "right"),  # (empty at 0, as the CLI's; 5: "PRIO▼")
     ColumnSpec("message", "REASON / MESSAGE", 0),
     ColumnSpec("domains", "DOMAINS", 9),
     ColumnSpec("gpus", "GPUS", 5, "right"),
@@ -93,14 +97,18 @@ LAYOUTS = (
     Layout(200, frozenset(), 28),
     Layout(170, frozenset(), 16),
     Layout(130, USAGE_COLUMNS, 16),
-    Layout(100, frozenset({"kind", "started", "user"}) | USAGE_COLUMNS, 14),
+    Layout(100, frozenset({"kind", "started", "user", "priority"}) | USAGE_COLUMNS, 14),
     Layout(
-        70, frozenset({"kind", "user", "domains", "vram", "started", "exit"}) | USAGE_COLUMNS, 12
+        70,
+        frozenset({"kind", "user", "domains", "vram", "started", "exit", "priority"})
+        | USAGE_COLUMNS,
+        12,
     ),
     # (Under 70 the table outgrew the terminal: RUNTIME and its sort arrow fell off it.)
     Layout(
         0,
-        frozenset({"kind", "user", "domains", "vram", "started", "exit", "gpus"}) | USAGE_COLUMNS,
+        frozenset({"kind", "user", "domains", "vram", "started", "exit", "gpus", "priority"})
+        | USAGE_COLUMNS,
         10,
     ),
 )
@@ -193,6 +201,17 @@ def vram_text(job: JobRowJSON) -> str:
     return f"{vram / 1000:.0f}k"
 
 
+def priority_of(job: JobRowJSON) -> int:
+    """The job's priority (0 when its spec has none)."""
+    return int(job_spec(job).get("priority") or 0)
+
+
+def priority_text(job: JobRowJSON) -> str:
+    """``+5``, ``-2``, or empty at the default 0 (as the CLI's PRIO column)."""
+    priority = priority_of(job)
+    return f"{priority:+d}" if priority else ""
+
+
 def use_texts(job: JobRowJSON) -> tuple[str, str, str]:
     """Peak VRAM (GiB per GPU), mean utilisation and energy from the row's ``use`` (GPU
     jobs seen running), else empty."""
@@ -269,6 +288,8 @@ def sort_value(key: str, job: JobRowJSON, now: float) -> tuple[Any, ...]:
         return (round((runtime_seconds(job, now) or 0.0) * 1000), job_id)
     if key == "vram":
         return (job_spec(job).get("vram_gb") or 0.0, job_id)
+    if key == "priority":
+        return (priority_of(job), job_id)
     if key == "user":
         return (user_text(job), -job_id)
     if key == "kind":

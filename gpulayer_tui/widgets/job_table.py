@@ -62,6 +62,7 @@ from .job_columns import (
     gpus_text,
     job_spec,
     kind_parts,
+    priority_text,
     reason_prefix,
     runtime_seconds,
     sort_value,
@@ -527,6 +528,8 @@ class JobTable(OwnKeys, DataTable[Any]):
             return ((gpus_text(job), ""),)
         if key == "vram":
             return ((vram_text(job), ""),)
+        if key == "priority":
+            return ((priority_text(job), ""),)
         if key in ("peak", "util", "energy"):
             peak, util, energy = use_texts(job)
             return (({"peak": peak, "util": util, "energy": energy}[key], ""),)
