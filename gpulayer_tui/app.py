@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, NamedTuple, cast
 
 from textual import events, on, work
 from textual.app import App, SystemCommand
@@ -62,6 +62,14 @@ USE_REFRESH_S = 10.0
 """How often the running GPU jobs' usage figures are read again (one page request)."""
 
 
+class StartNotice(NamedTuple):
+    """What the app says once it is up, about how it was started."""
+
+    title: str
+    text: str
+    severity: SeverityLevel = "warning"
+
+
 class GpulayerApp(App[str]):
     """gpulayer-tui. Build it with :func:`build_app`.
 
@@ -103,10 +111,12 @@ class GpulayerApp(App[str]):
         refresh_interval: float = 0.25,
         health_interval: float = 2.0,
         cursor_blink: bool = True,
-        notice: str | None = None,
+        notices: Iterable[StartNotice] = (),
     ) -> None:
         super().__init__()
-        self._notice = notice  # said once mounted (a config the engine rejected)
+        # Said once mounted: a config the engine rejected, flags the engine it attached
+        # to does not take (what was printed before the app drew was hidden by it).
+        self._notices = tuple(notices)
         self.cursor_blink = cursor_blink  # read by text inputs; snapshots turn it off
         self.log_wrap = False  # (w in a job's log: the next job's opens the same way)
         self.backend = backend
@@ -178,8 +188,8 @@ class GpulayerApp(App[str]):
         else:
             self.theme = themes.DEFAULT_THEME
             self.notify(f"unknown theme '{self._initial_theme}'", severity="warning")
-        if self._notice:
-            self.notify(self._notice, title="config", severity="error", timeout=30)
+        for notice in self._notices:
+            self.notify(notice.text, title=notice.title, severity=notice.severity, timeout=30)
         # Subscribe first, then load: what changes between the two arrives as an event.
         # (Loading first lost a job submitted in between until the next reconnect.)
         self._follow_events()
@@ -755,10 +765,10 @@ def build_app(
     config_file: Path | None = None,
     refresh_interval: float = 0.25,
     cursor_blink: bool = True,
-    notice: str | None = None,
+    notices: Iterable[StartNotice] = (),
 ) -> GpulayerApp:
-    """Build the app over ``backend`` (embedded, attached, or a test's fake); ``notice``
-    is said once it is up."""
+    """Build the app over ``backend`` (embedded, attached, or a test's fake); ``notices``
+    are said once it is up."""
     return GpulayerApp(
         backend,
         clock=clock,
@@ -766,7 +776,7 @@ def build_app(
         config_file=config_file,
         refresh_interval=refresh_interval,
         cursor_blink=cursor_blink,
-        notice=notice,
+        notices=notices,
     )
 
 

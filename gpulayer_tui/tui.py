@@ -25,12 +25,6 @@ async def _connect(
     """The backend the app uses: the engine serving ``paths``, else (unless
     ``attach_only``, then ``None``) a new engine embedded in this process."""
     if await engine_is_serving(paths):
-        if simulate or simulate_if_no_gpu:
-            print(
-                f"gpulayer-tui: an engine already serves {paths.state_dir}; attaching to it "
-                "(--simulate applies only to a new engine)",
-                file=sys.stderr,
-            )
         return SocketBackend(paths)
     if attach_only:
         return None
@@ -159,7 +153,7 @@ def run_tui(
 
         print(f"gpulayer-tui: {printable(refused, keep=chr(10))}", file=sys.stderr)
         return 2
-    from .app import build_app
+    from .app import StartNotice, build_app
     from .engine.config import ConfigError, load_config
     from .engine.errors import StoreError
     from .engine.lock import EngineBusy
@@ -192,11 +186,22 @@ def run_tui(
                 print(f"gpulayer-tui: no engine serves {paths.state_text}", file=sys.stderr)
             await MessageApp(no_engine_text(paths)).run_async()
             return "no-engine"
-        notice = None
+        notices = []
         if bad_config is not None:
-            notice = f"{bad_config} (the engine goes on with the configuration it last accepted)"
+            text = f"{bad_config} (the engine goes on with the configuration it last accepted)"
+            notices.append(StartNotice("config", text, "error"))
+        if isinstance(backend, SocketBackend) and (simulate or simulate_if_no_gpu):
+            # (printed before the app drew, it was hidden by it: the user saw the engine's
+            # GPUs and never learned that the ones asked for were not made: tester h89)
+            flag = "--simulate" if simulate else "--simulate-if-no-gpu"
+            said = (
+                f"an engine already serves {paths.state_text}: attached to it and its GPUs; "
+                f"{flag} applies only to a new engine (gpulayer-tui stop, then start again)"
+            )
+            print(f"gpulayer-tui: {said}", file=sys.stderr)
+            notices.append(StartNotice(flag, said))
         try:
-            app = build_app(backend, theme=theme, config_file=paths.config_file, notice=notice)
+            app = build_app(backend, theme=theme, config_file=paths.config_file, notices=notices)
             result = await app.run_async() or ""
             # (An app that ended on an error printed its traceback, and the shell saw 0.)
             crashed = bool(app.return_code)

@@ -116,3 +116,20 @@ def test_a_config_gone_bad_under_a_running_engine_still_lets_the_tui_attach(
     assert "accepted)" in terminal.screen()
     terminal.keys("q")
     terminal.wait_for_text("EXIT=0", timeout=30)
+
+
+def test_simulate_given_to_a_tui_that_attaches_is_said_in_the_app(
+    served: Served, terminal: Terminal
+) -> None:
+    # (it was printed before the app drew, and the app hid it: the user saw one GPU and
+    # never learned that the eight asked for were not made: tester h89)
+    served.start("--simulate", "1xA100-80GB")
+    terminal.start(
+        f"{sys.executable} -m gpulayer_tui --simulate 8xH100-80GB; echo EXIT=$?; sleep 600"
+    )
+    terminal.wait_for_text("attached to it and its GPUs", timeout=30)
+    shown = " ".join(terminal.screen().split())
+    assert "applies only to a new engine" in shown, shown  # (wrapped in a toast)
+    terminal.keys("q")
+    terminal.wait_for_text("EXIT=0", timeout=30)
+    terminal.wait_for_text("attached to it and its GPUs", timeout=10)  # (stderr, after it)
