@@ -13,6 +13,18 @@ if TYPE_CHECKING:  # (the CLI imports this module: no wire, no typing at run tim
 
 GIB = 1024**3
 
+UNSPOKEN_REASONS = frozenset({"exit_code", "cancelled"})
+"""Termination reasons that a job's message already says (no words of their own)."""
+
+
+def reason_words(job: JobRowJSON | dict[str, Any]) -> str:
+    """The job's termination reason in words (``over capacity``), or empty when its
+    message already says it (``exited with code 3``, ``cancelled by user``)."""
+    reason = job.get("termination_reason")
+    if not reason or reason in UNSPOKEN_REASONS or reason == job.get("status"):
+        return ""
+    return str(reason).replace("_", " ")
+
 
 def duration(seconds: float) -> str:
     """``42s``, ``3m05s``, ``2h07m``, ``3d04h``."""

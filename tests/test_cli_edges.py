@@ -1268,6 +1268,34 @@ def test_status_of_a_job_waiting_again_says_so_instead_of_an_empty_runtime() -> 
     assert "  replicas    2  restart always" in format_job(job, [], 200.0)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("status", "reason", "gpus", "shown"),
+    [
+        ("cancelled", "cancelled", [1], "cancelled\n  message     cancelled by user"),
+        ("failed", "exit_code", [0, 1], "failed\n  message"),
+        ("failed", "over_capacity", [], "failed (over capacity)\n"),
+        ("cancelled", "dependency_failed", [], "cancelled (dependency failed)\n"),
+    ],
+)
+def test_status_says_a_reason_the_message_does_not_and_counts_gpus_right(
+    status: str, reason: str, gpus: list[int], shown: str
+) -> None:
+    # "cancelled (cancelled)", "(GPUs 1)" for one GPU (tester h89)
+    from gpulayer_tui.cli.format import format_job
+
+    job: dict[str, Any] = {
+        "id": 7, "name": "j", "kind": "command", "status": status,
+        "termination_reason": reason, "exit_code": None, "message": "cancelled by user",
+        "domains": [f"gpu{g}" for g in gpus], "gpus": gpus, "pid": None, "started_at": None,
+        "ended_at": 150.0, "spec": {"command": ["true"]}, "priority": 0, "created_at": 90.0,
+        "queued_at": 100.0, "owner_uid": 0, "kill_at": None, "stop_reason": None,
+    }  # fmt: skip
+    text = format_job(job, [], 200.0)  # type: ignore[arg-type]
+    assert f"  status      {shown}" in text, text
+    where = {0: "", 1: "  (GPU 1)", 2: "  (GPUs 0,1)"}[len(gpus)]
+    assert f"\n  domains     {', '.join(job['domains']) or '-'}{where}\n" in text, text
+
+
 def test_logs_of_a_job_that_has_not_started_says_so(engine: Served) -> None:
     # It printed nothing and exited 0, as for a job that wrote nothing.
     blocker = _submit(engine, "--gpus", "1", "--", "sleep", "60")

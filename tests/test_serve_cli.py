@@ -50,7 +50,9 @@ def test_submit_status_logs_wait_end_to_end(served: Served, tmp_path: object) ->
     assert data["job"]["name"] == "greet" and data["job"]["status"] == "completed"
     assert [e["status"] for e in data["events"]] == ["pending", "running", "completed"]
     human = served.cli("status", str(job_id))
-    assert "completed (exit_code)" in human.stdout and "timeline" in human.stdout
+    # (the reason only where the message does not say it: "completed (exit_code)" above
+    # "exited with code 0")
+    assert "status      completed\n" in human.stdout and "timeline" in human.stdout
     table = served.cli("jobs")
     assert "greet" in table.stdout and "completed" in table.stdout
 

@@ -13,6 +13,7 @@ from ..formatting import (
     gib,
     gpus_text,
     live_message,
+    reason_words,
     replica_health,
     replica_state,
     usage_lines,
@@ -142,14 +143,19 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
         shown = argv_text(command) if command else str(spec.get("shell", "")) + SHELL_LINE_MARK
     lines = [
         f"job {job['id']}  {job['name']}  [{job['kind']}]",
-        f"  status      {job['status']}"
-        + (f" ({job['termination_reason']})" if job["termination_reason"] else ""),
+        # (the reason in words, where the message does not say it: "cancelled
+        # (cancelled)", "completed (exit_code)": tester h89)
+        f"  status      {job['status']}" + (f" ({why})" if (why := reason_words(job)) else ""),
         f"  message     {live_message(job, now)}",
         f"  command     {shown}",
         *_request_lines(spec),
         *_snapshot_lines(spec),
         f"  domains     {', '.join(job['domains']) or '-'}"
-        + (f"  (GPUs {','.join(map(str, job['gpus']))})" if job["gpus"] else ""),
+        + (
+            f"  ({'GPU' if len(job['gpus']) == 1 else 'GPUs'} {','.join(map(str, job['gpus']))})"
+            if job["gpus"]
+            else ""
+        ),
         f"  exit code   {'-' if job['exit_code'] is None else job['exit_code']}",
         f"  user        {user_text(job) or '-'}",
         f"  created     {_when(job['created_at'])}",

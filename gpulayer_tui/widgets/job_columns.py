@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..formatting import argv_text, domains_text, gpus_text, user_text
+from ..formatting import argv_text, domains_text, gpus_text, reason_words, user_text
 from ..wire import ACTIVE_STATUSES, ASCENDING_JOB_SORTS, JOB_SORTS, STATUS_RANK, JobRowJSON
 
 __all__ = ["domains_text", "gpus_text", "user_text"]  # (shared with the CLI's jobs table)
@@ -44,9 +44,6 @@ SORTS: dict[str, tuple[str, bool]] = {
 keys are the engine's (:data:`~gpulayer_tui.wire.JOB_SORTS`): a table sort is always one
 the engine can page (a sort added there without a label here fails at import)."""
 
-
-# Termination reasons that the message already says (no prefix needed).
-UNSPOKEN_REASONS = frozenset({"exit_code", "cancelled"})
 
 Justify = Literal["left", "right"]
 
@@ -263,10 +260,7 @@ def kind_parts(job: JobRowJSON) -> Parts:
 
 def reason_prefix(job: JobRowJSON) -> str:
     """The termination reason, when the message does not already say it."""
-    reason = job.get("termination_reason")
-    if not reason or reason in UNSPOKEN_REASONS:
-        return ""
-    return str(reason).replace("_", " ")
+    return reason_words(job)
 
 
 def sort_value(key: str, job: JobRowJSON, now: float) -> tuple[Any, ...]:

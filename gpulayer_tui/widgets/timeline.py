@@ -8,8 +8,8 @@ from collections.abc import Callable
 from textual.content import Content
 from textual.widget import Widget
 
+from ..formatting import UNSPOKEN_REASONS
 from ..wire import TimelineEntryJSON
-from .job_columns import UNSPOKEN_REASONS
 
 STATUS_STYLES: dict[str, str] = {
     "pending": "$foreground-muted",
