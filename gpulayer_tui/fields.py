@@ -105,6 +105,30 @@ def program_name(program: str) -> str:
     return program
 
 
+def edit_value(key: str, value: object, shown_name: str) -> str:
+    """A field's value as a timeline's edit line says it: dependencies as ``3, 4 (any
+    end)`` (Python's ``[{'job': 4, 'any_exit': True}]`` was shown), none as ``none``, a
+    name left out as the name shown for it, ``shown_name`` (the program's: a
+    default-named job's rename read "name none -> x")."""
+    if key == "name" and value is None:
+        return shown_name
+    if key == "depends_on" and isinstance(value, list):
+        shown = [
+            f"{d.get('job')}{' (any end)' if d.get('any_exit') else ''}"
+            if isinstance(d, dict)
+            else str(d)
+            for d in value
+        ]
+        return ", ".join(shown) or "none"
+    if value is None and key in ("gpus", "priority"):
+        return "0"  # (what leaving it out means: "gpus none -> 1" read as unset)
+    if value is None and key == "replicas":
+        return "1"
+    if isinstance(value, float):
+        return f"{value:g}"  # (as given: "vram_gb none -> 10", not 10.0)
+    return "none" if value is None else str(value)
+
+
 def printable(text: str, keep: str = "") -> str:
     """``text`` with each of its :func:`unsafe_characters` but those in ``keep`` written as
     ``\\xNN``/``\\uNNNN``: safe to put on a terminal, and still says what was there."""

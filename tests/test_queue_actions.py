@@ -75,6 +75,12 @@ def test_edit_changes_a_waiting_job_and_refuses_what_cannot_be(served: Served) -
     high = served.cli("submit", "--gpus", "1", "--", "true").stdout.strip()
     edited = served.cli("edit", low, "--priority", "5", "--vram-gb", "10", "--name", "urgent")
     assert edited.returncode == 0, edited.stderr
+    # It says what changed, as the timeline does (only the status was said: tester h89).
+    said = edited.stdout.splitlines()
+    assert said[0] == (
+        f"job {low} edited: name (its default) -> urgent, priority 0 -> 5, vram_gb none -> 10"
+    ), said
+    assert said[1].startswith("  queued: waiting"), said
     job = _status(served, low)
     assert job["priority"] == 5 and job["name"] == "urgent" and job["status"] == "queued"
     assert job["spec"]["vram_gb"] == 10  # type: ignore[index]
@@ -249,7 +255,7 @@ async def test_a_waiting_gpu_job_edited_to_no_gpu_drops_its_vram(
     edited = await engine.edit(waiting.id, {"gpus": 0})
     assert edited.spec.get("gpus") == 0 and edited.spec.get("vram_gb") is None
     timeline = [e.get("message", "") for e in await engine.events_of(waiting.id)]
-    assert any("vram_gb 20.0 -> none" in m for m in timeline), timeline
+    assert any("vram_gb 20 -> none" in m for m in timeline), timeline
     await engine.cancel(first.id)
 
 

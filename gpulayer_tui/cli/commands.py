@@ -1469,13 +1469,22 @@ def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         # (an engine from before "changed" recorded every edit)
         _print_json({**job, "changed": answer.get("changed", True)})
     else:
-        from ..fields import printable
+        from ..fields import edit_value, printable
 
+        fields = answer.get("fields") or {}
         if answer.get("changed") is False:
             print(f"job {job['id']}: nothing to change (it has what was asked)")
         else:
-            print(printable(f"job {job['id']} {job['status']}: {job['message']}"))
-        dropped = (answer.get("fields") or {}).get("vram_gb")
+            # What changed, as its timeline says it (only the status was printed: the
+            # user could not tell that the edit did what was meant: tester h89).
+            said = ", ".join(
+                f"{key} {edit_value(key, was, '(its default)')} -> "
+                f"{edit_value(key, now, job['name'])}"
+                for key, (was, now) in fields.items()
+            )
+            print(printable(f"job {job['id']} edited: {said}" if said else f"job {job['id']}"))
+            print(printable(f"  {job['status']}: {job['message']}"))
+        dropped = fields.get("vram_gb")
         if dropped and dropped[1] is None and "vram_gb" not in changes:
             _error(
                 f"job {job['id']}: vram_gb {dropped[0]:g} dropped: a job on no GPU needs no "

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..fields import FieldError, blank_label, status_phrase
+from ..fields import FieldError, blank_label, edit_value, status_phrase
 from ..wire import (
     ADOPTED_NOT_RUN,
     AdoptRequest,
@@ -97,28 +97,6 @@ STATE_ID_SETTING = "state_id"
 """A log cut back again and again is said in its job's timeline at most this often."""
 
 __all__ = ["ConfigError", "Engine", "JobNotActive", "Overloaded", "SpecError", "UnknownJob"]
-
-
-def _edit_value(key: str, value: object, shown_name: str) -> str:
-    """A field's value as a timeline's edit line says it: dependencies as ``3, 4 (any
-    end)`` (Python's ``[{'job': 4, 'any_exit': True}]`` was shown), none as ``none``, a
-    name left out as the name shown for it, ``shown_name`` (the program's: a
-    default-named job's rename read "name none -> x")."""
-    if key == "name" and value is None:
-        return shown_name
-    if key == "depends_on" and isinstance(value, list):
-        shown = [
-            f"{d.get('job')}{' (any end)' if d.get('any_exit') else ''}"
-            if isinstance(d, dict)
-            else str(d)
-            for d in value
-        ]
-        return ", ".join(shown) or "none"
-    if value is None and key in ("gpus", "priority"):
-        return "0"  # (what leaving it out means: "gpus none -> 1" read as unset)
-    if value is None and key == "replicas":
-        return "1"
-    return "none" if value is None else str(value)
 
 
 def _unwatched_text(runs: list[tuple[str, int]]) -> str:
@@ -672,8 +650,8 @@ class Engine:
             raise SpecError(f"the edit would make it unable to ever run: {verdict.message}")
         new = spec.stored()  # (as kept: "--after 10 --after 10" is one dependency on 10)
         said = ", ".join(
-            f"{key} {_edit_value(key, old.get(key), act.job.name)} -> "
-            f"{_edit_value(key, new.get(key), spec.default_name())}"
+            f"{key} {edit_value(key, old.get(key), act.job.name)} -> "
+            f"{edit_value(key, new.get(key), spec.default_name())}"
             for key in changes
             if old.get(key) != new.get(key)
         )
