@@ -229,14 +229,14 @@ KEYMAP: tuple[Key, ...] = (
         priority=True,  # (as the jobs' enter: "n" typed right after it is the next match)
         when="in the search line",
     ),
-    Key("n", "next_match", "Next match", ("detail",), when="while searching"),
+    Key("n", "next_match", "Next match", ("detail",), when="while searching", footer="Next"),
     Key(
         "N,shift+n",
         "previous_match",
         "Previous match",
         ("detail",),
-        show=False,
         display="N",
+        footer="Prev",  # (only n was offered: N was found in help alone, tester h89)
         when="while searching",
     ),
     Key("g", "scroll_top", "Top of the log", ("detail",), show=False),

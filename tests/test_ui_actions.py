@@ -20,6 +20,7 @@ from gpulayer_tui.screens.edit import EditScreen
 from gpulayer_tui.screens.job_detail import JobDetailScreen
 from gpulayer_tui.screens.jobs import JobsScreen
 from gpulayer_tui.widgets.job_table import JobTable
+from gpulayer_tui.widgets.log_tail import LogTail
 from gpulayer_tui.widgets.process_table import ProcessTable
 from gpulayer_tui.widgets.stray_table import StrayTable
 
@@ -165,6 +166,41 @@ async def test_while_typing_a_filter_or_search_the_footer_offers_no_job_keys(
         search = detail.query_one("#log-search", Input)
         await until(pilot, lambda: detail.focused is search, "the search line")
         await until(pilot, lambda: "restart_job" not in footer_actions(), "R withdrawn there")
+
+
+async def test_a_waiting_jobs_detail_offers_no_output_keys_until_it_runs(ui_app: Any) -> None:
+    # A queued GPU job's footer offered f and u, which did nothing to be seen (no output,
+    # no usage panel yet); a search offered n but not N (tester h89).
+    app = await ui_app("1xA100-80GB")
+    blocker = await app.backend.submit(_spec("sleep 60", gpus=1))
+    waiter = await app.backend.submit(_spec("echo one; echo two; sleep 60", gpus=1))
+
+    def footer_actions() -> set[str]:
+        return {key.action for key in app.screen.query(FooterKey)}
+
+    async with app.run_test(size=(140, 40)) as pilot:
+        app.open_job(waiter["id"])
+        detail = await until(
+            pilot,
+            lambda: isinstance(app.screen, JobDetailScreen) and app.screen.job and app.screen,
+            "the waiting job's detail",
+        )
+        await until(pilot, lambda: "back" in footer_actions(), "the footer")
+        assert detail.job["status"] == "queued"
+        assert not {"toggle_follow", "toggle_usage"} & footer_actions()
+        await app.backend.cancel(blocker["id"])
+        await until(
+            pilot,
+            lambda: {"toggle_follow", "toggle_usage"} <= footer_actions(),
+            "f and u once it runs",
+        )
+        await until(pilot, lambda: detail.query_one(LogTail).line_count >= 2, "its output")
+        await pilot.press("slash", *"two", "enter")
+        await until(
+            pilot,
+            lambda: {"next_match", "previous_match"} <= footer_actions(),
+            "n and N while searching",
+        )
 
 
 # -- restart ---------------------------------------------------------------------------------

@@ -553,7 +553,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         if action == "next_replica":
             return self.is_service
         if action == "toggle_usage":
-            return self._job is not None and uses_gpus(self._job)
+            # (a GPU job that has not run yet shows no usage: u did nothing to be seen)
+            return self._job is not None and uses_gpus(self._job) and self._usage_shown
+
         if action in ("restart_job", "cancel_job", "edit_job") and isinstance(self.focused, Input):
             return False  # (in the search line letters are text: "R Restart" stayed: h83)
         if action == "restart_job":
@@ -569,9 +571,24 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             return not self.app.is_web
         if action == "toggle_follow":
             # (an ended job's output, read to its end: nothing more comes to follow, and
-            # the footer offered f, which then did nothing to be seen)
-            return not (self.finished and self._log_done)
+            # the footer offered f, which then did nothing to be seen; nor has a job that
+            # waits to start any output yet: tester h89)
+            return not (self.finished and self._log_done) and not self._not_started
         return True
+
+    @property
+    def _usage_shown(self) -> bool:
+        return not self._widgets_gone and self.query_one(UsagePanel).display
+
+    @property
+    def _not_started(self) -> bool:
+        """A job that waits and never ran (a requeued one has output)."""
+        job = self._job
+        return (
+            job is not None
+            and job.get("status") in WAITING_STATUSES
+            and job.get("started_at") is None
+        )
 
     def on_resize(self) -> None:
         # (A short terminal gives the log a few lines more; CSS has no height queries.)

@@ -127,11 +127,12 @@ def _env_problem(text: str, *, port_service: bool) -> str:
 
 
 _REPLICAS_HINT = {
-    False: "service copies, each on its own GPU (tick 'service' first)",
-    True: "service copies, each on its own GPU",
+    False: "service copies, each with its own GPUs (tick 'service' first)",
+    True: "service copies, each with its own GPUs (none: a CPU slot each)",
 }
 """The replicas field's hint, by whether 'service' is ticked (it said "tick 'service'
-first" once it was: tester h70)."""
+first" once it was: tester h70). Each copy takes the GPUs field's count (a CPU service's
+copies a CPU slot each: "each on its own GPU" misled, tester h89)."""
 
 
 def split_list(text: str) -> list[str]:
