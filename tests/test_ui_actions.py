@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -204,6 +205,34 @@ async def test_a_waiting_jobs_detail_offers_no_output_keys_until_it_runs(ui_app:
 
 
 # -- restart ---------------------------------------------------------------------------------
+
+
+async def test_a_restart_the_view_hides_says_what_hides_it(ui_app: Any, tmp_path: Path) -> None:
+    # Under "failed" the new job (running) is not shown: the cursor stayed on the old one
+    # and nothing said why, though the README says it moves to the new job (tester h89).
+    app = await ui_app("1xA100-80GB")
+    ran = tmp_path / "ran"  # (the first run fails at once, the restart runs on)
+    old = await app.backend.submit(_spec(f"[ -e {ran} ] && sleep 60; touch {ran}; exit 3", gpus=0))
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = await _jobs_table(pilot, app, old["id"])
+        await until(pilot, lambda: table.job(old["id"])["status"] == "failed", "the failure")
+        app.screen.query_one(JobTable).set_filters(status="failed")
+        await until(pilot, lambda: table.select_job(old["id"]), "the failed job, filtered")
+        await pilot.press("R")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await pilot.press("y")
+        said = await until(
+            pilot,
+            lambda: next((n for n in _notes(app) if "is not in this view" in n), None),
+            "what hides the new job",
+        )
+        assert "the status filter 'failed' hides it (esc shows all)" in said, said
+        await pilot.press("escape")  # (all jobs: the cursor goes to the new one)
+        await until(
+            pilot,
+            lambda: table.cursor_job_id is not None and table.cursor_job_id > old["id"],
+            "the cursor on the new job",
+        )
 
 
 async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:

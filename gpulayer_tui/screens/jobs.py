@@ -142,6 +142,9 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                 descending=table.sort_reverse,
             )
         )
+        # (a restarted job the filter hid: the view that shows it puts the cursor on it)
+        if self._select_when_shown is not None and table.select_job(self._select_when_shown):
+            self._select_when_shown = None
         self._update_bar()
 
     @on(JobTable.ColumnsChanged)
@@ -371,6 +374,10 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         """Put the cursor on a job just made (a restart), now or once the table has it."""
         if not self.table.select_job(job["id"]):
             self._select_when_shown = job["id"]  # once the table has it (filters allowing)
+            hidden_by = self.table.hides(job)
+            if hidden_by:
+                # (the cursor stayed on the old job and nothing said why: tester h89)
+                self.notify(f"job {job['id']} is not in this view: {hidden_by}", severity="warning")
 
     def action_edit_job(self) -> None:
         """Edit the waiting job under the cursor (priority, GPUs, VRAM, timeout)."""

@@ -611,6 +611,18 @@ class JobTable(OwnKeys, DataTable[Any]):
         self._add_rows(jobs)
         self._restore_cursor(cursor_job)
 
+    def hides(self, job: JobRowJSON) -> str:
+        """What of this view hides ``job``, and the key that shows it, or "" when the view
+        would show it."""
+        if self._filter_text and not filter_matches(self._filter_text, filter_haystack(job)):
+            return "the text filter hides it (esc clears it)"
+        statuses = STATUS_FILTERS[self._status_filter]
+        if statuses is not None and job.get("status") not in statuses:
+            # (esc clears a text filter first, the status filter after it)
+            keys = "esc twice" if self._filter_text else "esc"
+            return f"the status filter '{self._status_filter}' hides it ({keys} shows all)"
+        return ""
+
     def select_job(self, job_id: int) -> bool:
         """Put the cursor on a job's row; False when the table does not show it (yet)."""
         if job_id not in self._shown:
