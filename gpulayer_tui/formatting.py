@@ -13,8 +13,10 @@ if TYPE_CHECKING:  # (the CLI imports this module: no wire, no typing at run tim
 
 GIB = 1024**3
 
-UNSPOKEN_REASONS = frozenset({"exit_code", "cancelled"})
-"""Termination reasons that a job's message already says (no words of their own)."""
+UNSPOKEN_REASONS = frozenset({"exit_code", "cancelled", "dependency_failed"})
+"""Termination reasons that a job's message already says (no words of their own):
+"dependency failed · dependency job 2 cancelled" said "failed" of a cancelled job and took
+the room of the words that named it (tester h91)."""
 
 
 def reason_words(job: JobRowJSON | dict[str, Any]) -> str:

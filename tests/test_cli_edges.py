@@ -1274,7 +1274,7 @@ def test_status_of_a_job_waiting_again_says_so_instead_of_an_empty_runtime() -> 
         ("cancelled", "cancelled", [1], "cancelled\n  message     cancelled by user"),
         ("failed", "exit_code", [0, 1], "failed\n  message"),
         ("failed", "over_capacity", [], "failed (over capacity)\n"),
-        ("cancelled", "dependency_failed", [], "cancelled (dependency failed)\n"),
+        ("cancelled", "dependency_failed", [], "cancelled\n"),
     ],
 )
 def test_status_says_a_reason_the_message_does_not_and_counts_gpus_right(
@@ -1635,6 +1635,12 @@ def test_cancel_takes_several_ids_and_says_each(engine: Served) -> None:
     assert "no job 998" in shown[0]["error"] and "completed" in shown[1]["error"]
     assert "error" not in shown[2]
     assert engine.cli("cancel", "998", "997").returncode == 2  # (nothing changed)
+    # One id refused: its one object, with the error (it printed nothing: tester h92).
+    for job_id, code, word in (("998", 2, "no job 998"), (done, 1, "completed")):
+        out = engine.cli("cancel", job_id, "--json")
+        assert out.returncode == code, out.stderr
+        one = json.loads(out.stdout)
+        assert one["id"] == int(job_id) and word in one["error"], one
 
 
 def test_a_spec_files_env_the_engine_sets_is_refused_naming_it(

@@ -78,7 +78,7 @@ def test_edit_changes_a_waiting_job_and_refuses_what_cannot_be(served: Served) -
     # It says what changed, as the timeline does (only the status was said: tester h89).
     said = edited.stdout.splitlines()
     assert said[0] == (
-        f"job {low} edited: name (its default) -> urgent, priority 0 -> 5, vram_gb none -> 10"
+        f"job {low} edited: priority 0 -> 5, vram_gb none -> 10, name true -> urgent"
     ), said
     assert said[1].startswith("  queued: waiting"), said
     job = _status(served, low)

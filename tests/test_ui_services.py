@@ -46,11 +46,11 @@ async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
         assert fields.shown("replicas")
         log = detail.query_one(LogTail)
         await until(pilot, lambda: "hello from replica 0" in log.lines, "replica 0's output")
-        assert "replica 0 of 0-1" in str(log.border_title)
+        assert "replica 0 (of 2: ]: next)" in str(log.border_title)
         await pilot.press("right_square_bracket")
         await until(pilot, lambda: "hello from replica 1" in log.lines, "replica 1's output")
         assert "hello from replica 0" not in log.lines
-        assert "replica 1 of 0-1" in str(log.border_title)
+        assert "replica 1 (of 2: ]: next)" in str(log.border_title)
         timeline = detail.query_one(Timeline)
         await until(
             pilot,

@@ -1053,6 +1053,10 @@ def _cancel(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         except ApiError as err:
             already = _cancelled_already(client, ids[0], err)
             if already is None:
+                if args.json:
+                    # (one id gives one object: a refused one is the job, or its id, with
+                    # the error, as in a list; it printed nothing: tester h92)
+                    _print_json({**_job_or_id(client, ids[0]), "error": str(err)})
                 raise
             if args.json:
                 _print_json(already)
@@ -1477,10 +1481,13 @@ def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         else:
             # What changed, as its timeline says it (only the status was printed: the
             # user could not tell that the edit did what was meant: tester h89).
+            # (in the order asked, as the timeline has it; a field changed with them after)
+            order = [key for key in changes if key in fields]
+            order += [key for key in fields if key not in changes]
             said = ", ".join(
-                f"{key} {edit_value(key, was, '(its default)')} -> "
-                f"{edit_value(key, now, job['name'])}"
-                for key, (was, now) in fields.items()
+                f"{key} {edit_value(key, fields[key][0], '')} -> "
+                f"{edit_value(key, fields[key][1], '')}"
+                for key in order
             )
             print(printable(f"job {job['id']} edited: {said}" if said else f"job {job['id']}"))
             print(printable(f"  {job['status']}: {job['message']}"))

@@ -918,6 +918,7 @@ async def job_edit(request: web.Request) -> web.Response:
             "no fields given to change (one or more of: " + ", ".join(engine.EDITABLE) + ")"
         )
     before = dict(job.spec)
+    before_name = job.name
     edited = await engine.edit(job_id, changes)
     # ("changed": false for an edit that asks for what the job has: nothing was recorded;
     # "fields": each field changed, [before, after], one not asked for among them: a GPU
@@ -927,6 +928,8 @@ async def job_edit(request: web.Request) -> web.Response:
         for key in sorted(set(before) | set(edited.spec))
         if before.get(key) != edited.spec.get(key)
     }
+    if "name" in fields:  # (as shown: a default name is the program's, not null)
+        fields["name"] = [before_name, edited.name]
     return web.json_response(
         {"job": _job(edited), "changed": edited.spec != before, "fields": fields}
     )

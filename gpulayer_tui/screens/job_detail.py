@@ -613,11 +613,12 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             finished = self.finished  # (seen before the read: the read is then the last)
             try:
                 usage = await app.backend.usage(self.job_id)
-            except ConnectionLost as err:
-                if not lost:  # once per outage; the reads go on
-                    self.app.notify(
-                        str(err), title=f"usage of job {self.job_id}", severity="warning"
-                    )
+            except ConnectionLost:
+                # Said on the panel, not in a toast: the header and footer say the engine
+                # is lost; a toast of a background read's "nothing was sent" read as if
+                # the user had asked something (tester h91). The reads go on.
+                if not lost and not self._widgets_gone:
+                    self.query_one(UsagePanel).show_lost()
                 lost = True
                 await asyncio.sleep(USAGE_POLL_INTERVAL)
                 continue
@@ -721,7 +722,8 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         which = ""
         if self.is_service:
             count = (len(self._job.get("replicas") or []) if self._job else 0) or 1
-            which = f" · replica {self._replica} of 0-{count - 1} (]: next)"
+            # (numbered as logs --replica N and status number them; "of 0-1" read oddly)
+            which = f" · replica {self._replica} (of {count}: ]: next)"
         extra = " · wrapped" if log.wrap else ""
         if log.lines_dropped or log.head_skipped:  # (g, a search and its count cover these)
             extra += f" · last {len(log.source_lines):,} lines (P: all)"

@@ -76,9 +76,9 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
             empty.update(
                 "No unregistered GPU processes."
                 + (
-                    " The GPUs are simulated: a process shows here only if it holds GPU "
-                    "memory, which no real process does on them; p adopts any process by "
-                    "its pid."
+                    " The GPUs are simulated: a process shows here only while the simulator "
+                    "books GPU memory to it (sim-ledger.json in the state dir, as the "
+                    "README shows); p adopts any process by its pid."
                     if simulated
                     else ""
                 )

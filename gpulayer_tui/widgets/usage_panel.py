@@ -182,6 +182,10 @@ class UsagePanel(VerticalScroll, can_focus=False):
         for one in series:
             self._plots[one["gpu"]].update(one)
 
+    def show_lost(self) -> None:
+        """Say that the reads get no answer (the next answered read redraws)."""
+        self.border_subtitle = f"{self.points} points · no engine answers · u: fewer"
+
     def _update_subtitle(self) -> None:
         series = self.usage.get("series") if self.usage else None
         span = max((s["t"][-1] for s in series or [] if s["t"]), default=None)
