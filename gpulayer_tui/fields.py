@@ -219,10 +219,17 @@ def check_label(field: str, value: object) -> str:
         if lone:  # (said to be "invisible formatting characters")
             raise FieldError(field, f"an unpaired surrogate is not text: U+{ord(lone[0]):04X}")
         shown = ", ".join(dict.fromkeys(f"U+{ord(c):04X}" for c in unsafe))
+        import unicodedata
+
+        if all(unicodedata.category(c) == "Cn" for c in unsafe):
+            # (U+D7FF was said to be a formatting character: tester h92)
+            raise FieldError(
+                field, f"unassigned code points (no character yet) are not allowed: {shown}"
+            )
         raise FieldError(
             field,
-            f"invisible formatting characters (bidi overrides, separators) are not "
-            f"allowed: {shown}",
+            "invisible formatting characters (bidi overrides, separators) or unassigned "
+            f"code points are not allowed: {shown}",
         )
     return value
 

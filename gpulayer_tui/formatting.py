@@ -118,6 +118,18 @@ def plural(count: int, word: str, words: str | None = None) -> str:
     return f"{count} {word if count == 1 else (words or word + 's')}"
 
 
+def wanted_gpus(spec: dict[str, Any]) -> Any:
+    """The GPUs a spec asks for (per replica), as the engine resolves a count left out: a
+    GPU pin or a VRAM figure asks for one GPU (the cell was empty for such a job, though
+    it waits for a GPU)."""
+    wanted = spec.get("gpus")
+    if wanted is None:
+        pins = spec.get("domain")
+        pins = [pins] if isinstance(pins, str) else list(pins or ())
+        wanted = 1 if any(p != "cpu" for p in pins) or spec.get("vram_gb") is not None else 0
+    return wanted
+
+
 def gpus_text(job: JobRowJSON) -> str:
     """Assigned GPUs by index (``#0``, ``#0,1``: a bare ``0`` read as "no GPUs"), else the
     requested count after a times sign (``\N{MULTIPLICATION SIGN}2``), else empty. The TUI's
@@ -127,13 +139,7 @@ def gpus_text(job: JobRowJSON) -> str:
     spec = job.get("spec")
     if not isinstance(spec, dict):
         return ""
-    wanted = spec.get("gpus")
-    if wanted is None:
-        # As the engine resolves it: a GPU pin or a VRAM figure asks for one GPU (the
-        # cell was empty for such a job, though it waits for a GPU).
-        pins = spec.get("domain")
-        pins = [pins] if isinstance(pins, str) else list(pins or ())
-        wanted = 1 if any(p != "cpu" for p in pins) or spec.get("vram_gb") is not None else 0
+    wanted = wanted_gpus(spec)
     replicas = spec.get("replicas")
     if isinstance(wanted, int) and isinstance(replicas, int) and replicas > 1:
         wanted *= replicas  # (a service's GPUs in all: each replica on its own)

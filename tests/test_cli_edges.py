@@ -980,6 +980,9 @@ def test_status_shows_what_a_job_asked_for(engine: Served, monkeypatch: pytest.M
     assert asks({"gpus": 1, "domain": ["gpu0", "gpu1"]}).endswith("on gpu0 or gpu1")
     assert asks({"gpus": 2, "domain": ["gpu0", "gpu1"]}).endswith("on gpu0 and gpu1")
     assert asks({"gpus": 2, "domain": ["a", "b", "c"]}).endswith("on 2 of a, b, c")
+    # A count left out is the engine's: one GPU for a GPU pin ("on gpu3": tester h91).
+    assert asks({"domain": "gpu3"}) == "1 GPU, on gpu3"
+    assert asks({"domain": "cpu"}) == "on cpu"
     # What was set can be taken away again (only the TUI's form could, with an empty field).
     engine.cli("edit", waiting, "--project", "p1").check_returncode()
     cleared = engine.cli("edit", waiting, "--no-timeout", "--no-vram", "--no-project")

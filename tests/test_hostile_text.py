@@ -5,6 +5,7 @@ app or the engine."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -346,3 +347,19 @@ async def test_a_name_or_project_that_shows_nothing_is_refused(
     ok = await engine.submit({"command": ["true"], "name": "a\u3164b"})  # (shows something)
     assert ok.name == "a\u3164b"
     await engine.cancel(running.id)
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("a\u202eb", "invisible formatting characters (bidi overrides, separators) or"),
+        ("a\ud7ffb", "unassigned code points (no character yet) are not allowed: U+D7FF"),
+        ("\u0378", "unassigned code points (no character yet) are not allowed: U+0378"),
+    ],
+)
+def test_a_name_refused_for_its_characters_says_which_kind(name: str, said: str) -> None:
+    # (U+D7FF, unassigned, was said to be an "invisible formatting character": h92)
+    from gpulayer_tui.fields import FieldError, check_label
+
+    with pytest.raises(FieldError, match=re.escape(said)):
+        check_label("name", name)

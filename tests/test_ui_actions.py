@@ -662,3 +662,16 @@ async def test_the_edit_form_stays_while_the_engine_has_its_edit(
         await until(pilot, lambda: app.screen is not form, "closed once answered")
         assert (await app.backend.job(waiting["id"]))["job"]["priority"] == -1
     await app.backend.cancel(blocker["id"])
+
+
+@pytest.mark.parametrize(
+    ("seconds", "typed"),
+    [(600, "10m"), (5400, "1h30m"), (86400, "1d"), (90061, "1d1h1m1s"), (2.5, "2.5"), (45, "45s")],
+)
+def test_the_edit_form_shows_a_timeout_as_it_is_typed(seconds: float, typed: str) -> None:
+    # (it showed 600 for the 10m typed in the new-job form: tester h91)
+    from gpulayer_tui.fields import parse_duration
+    from gpulayer_tui.screens.edit import duration_typed
+
+    assert duration_typed(seconds) == typed
+    assert parse_duration("timeout", typed) == seconds

@@ -18,6 +18,7 @@ from ..formatting import (
     replica_state,
     usage_lines,
     user_text,
+    wanted_gpus,
 )
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
@@ -192,7 +193,9 @@ def _request_lines(spec: dict[str, Any]) -> list[str]:
     if spec.get("cwd"):
         lines.append(f"  cwd         {spec['cwd']}")
     asks = []
-    gpus = spec.get("gpus")
+    # (a count left out is the engine's: "asks for    on gpu3" for a job that waits for
+    # one GPU there: tester h91)
+    gpus = wanted_gpus(spec) if spec.get("kind") != "adopted" else spec.get("gpus")
     if gpus:
         asks.append(f"{gpus} GPU{'s' if gpus != 1 else ''}")
     if spec.get("vram_gb") is not None:

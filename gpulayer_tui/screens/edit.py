@@ -91,6 +91,20 @@ def _spec_dependencies(spec: dict[str, Any]) -> list[tuple[int, bool]]:
     return out
 
 
+def duration_typed(seconds: float) -> str:
+    """Seconds as a person types them, in the units the field takes (``600`` -> ``10m``,
+    ``5400`` -> ``1h30m``; a fraction of a second as seconds): the form showed ``600``
+    for the ``10m`` typed (tester h91)."""
+    if seconds <= 0 or seconds != int(seconds):
+        return f"{seconds:g}"
+    rest, parts = int(seconds), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    return "".join(parts)
+
+
 def _shown(value: Any) -> str:
     """A spec value as its input shows it (``""`` for none)."""
     if value is None:
@@ -142,7 +156,12 @@ class EditScreen(FormScreen[JobJSON | None]):
                     value = spec.get(spec_field)
                     if spec_field == "priority":
                         value = self.job.get("priority", value)
-                    shown = dependencies_text(spec) if spec_field == "depends_on" else _shown(value)
+                    if spec_field == "depends_on":
+                        shown = dependencies_text(spec)
+                    elif spec_field == "timeout" and value is not None:
+                        shown = duration_typed(float(value))
+                    else:
+                        shown = _shown(value)
                     placeholder = {"name": str(self.job.get("name") or ""), "replicas": "1"}
                     yield form_field(
                         label,
