@@ -71,7 +71,7 @@ COLUMNS = (
     ColumnSpec("util", "UTIL", 4, "right"),
     ColumnSpec("energy", "ENERGY", 7, "right"),
     ColumnSpec("started", "STARTED", 8),
-    ColumnSpec("runtime", "RUNTIME", 7, "right"),
+    ColumnSpec("runtime", "RUNTIME", 8, "right"),  # (8: "RUNTIME▼", not "RUNT… ▼": h91)
     ColumnSpec("exit", "EXIT", 5, "right"),  # (5: "EXIT▼" when sorted by it)
 )
 BY_KEY = {c.key: c for c in COLUMNS}
