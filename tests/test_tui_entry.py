@@ -127,9 +127,16 @@ def test_simulate_given_to_a_tui_that_attaches_is_said_in_the_app(
     terminal.start(
         f"{sys.executable} -m gpulayer_tui --simulate 8xH100-80GB; echo EXIT=$?; sleep 600"
     )
-    terminal.wait_for_text("attached to it and its GPUs", timeout=30)
-    shown = " ".join(terminal.screen().split())
-    assert "applies only to a new engine" in shown, shown  # (wrapped in a toast)
+
+    # (the toast wraps its lines, each after its border: its words are looked for)
+    def shown() -> str:
+        return " ".join(terminal.screen().replace("▌", " ").split())
+
+    try:
+        wait_for(lambda: "applies only to a new engine" in shown(), timeout=30)
+    except AssertionError:
+        raise AssertionError(f"not said; the pane:\n{terminal.screen()}") from None
+    assert "attached to it and its GPUs" in shown()
     terminal.keys("q")
     terminal.wait_for_text("EXIT=0", timeout=30)
     terminal.wait_for_text("attached to it and its GPUs", timeout=10)  # (stderr, after it)
