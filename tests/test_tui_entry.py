@@ -132,11 +132,12 @@ def test_simulate_given_to_a_tui_that_attaches_is_said_in_the_app(
     def shown() -> str:
         return " ".join(terminal.screen().replace("▌", " ").split())
 
+    # (both from one capture: a capture of the pane now and then comes back empty)
+    said = ("applies only to a new engine", "attached to it and its GPUs")
     try:
-        wait_for(lambda: "applies only to a new engine" in shown(), timeout=30)
+        wait_for(lambda: all(words in shown() for words in said), timeout=30)
     except AssertionError:
         raise AssertionError(f"not said; the pane:\n{terminal.screen()}") from None
-    assert "attached to it and its GPUs" in shown()
     terminal.keys("q")
     terminal.wait_for_text("EXIT=0", timeout=30)
     terminal.wait_for_text("attached to it and its GPUs", timeout=10)  # (stderr, after it)
