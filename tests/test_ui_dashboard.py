@@ -557,6 +557,14 @@ async def test_the_rows_at_60_columns_show_the_memory_figures() -> None:
     async with app.run_test(size=(60, 20)) as pilot:
         panels = await until(pilot, lambda: list(app.screen.query(GpuPanel)))
         await until(pilot, lambda: all(p.density == "row" for p in panels))
+        # (the first GPU reading comes a moment after the panels: "no memory reading")
+        await until(
+            pilot,
+            lambda: all(
+                "no memory reading" not in p.query_one(MemoryBar).render().plain for p in panels
+            ),
+            "every panel's first reading",
+        )
         await pilot.pause()
         for panel in panels:
             shown = panel.query_one(MemoryBar).render().plain
