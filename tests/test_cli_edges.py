@@ -834,6 +834,18 @@ def test_small_cli_mistakes_are_told_not_ignored(engine: Served, tmp_path: Path)
     for typed, told in (("3,,4", "missing between the commas"), ("3,3", "job 3 is named twice")):
         out = engine.cli("submit", "--after", typed, "--", "true")
         assert out.returncode == 2 and told in out.stderr, out.stderr  # (read as 3,4 and 3)
+    # A repeat across words or flags is the same slip as one inside a comma list (h92:
+    # `wait 5,5` was refused and `wait 5 5` taken; `--after 3 --after 3` went through).
+    for words in (
+        ("wait", first, first),
+        ("cancel", first, f"{second},{first}"),
+        ("submit", "--after", first, "--after", first, "--", "true"),
+        ("edit", second, "--after-any", first, "--after-any", f"{first}"),
+    ):
+        out = engine.cli(*words)
+        assert out.returncode == 2, (words, out.stderr)
+        assert f"job {first} is named twice" in out.stderr, (words, out.stderr)
+    assert len(json.loads(engine.cli("jobs", "--json").stdout)) == 3  # (none stored)
     for typed in ("1_0", "\u0663", "1e1", "-1"):  # int() read "1_0" as 10 and "٣" as 3
         out = engine.cli("status", typed)
         assert out.returncode == 2 and "a job id is a number" in out.stderr, typed

@@ -61,6 +61,27 @@ def job_ids_arg(text: str) -> list[int]:
     return ids
 
 
+class JobIdsAction(argparse.Action):
+    """Collects job ids from every word and every repeat of a flag, each id once: a
+    repeat is told (``wait 5 5`` and ``--after 3 --after 3`` as ``5,5`` is), not dropped,
+    since it is most often a slip for another id."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        words = values if isinstance(values, list) else [values]
+        ids = list(getattr(namespace, self.dest, None) or [])
+        for job in (i for w in words for i in (w if isinstance(w, list) else [w])):
+            if job in ids:
+                raise argparse.ArgumentError(self, f"job {job} is named twice")
+            ids.append(job)
+        setattr(namespace, self.dest, ids)
+
+
 def _not_empty(what: str) -> Callable[[str], str]:
     """An argument that must not be empty (``--host "$UNSET"`` listened on every
     interface; ``--unit-dir "$UNSET"`` wrote into the default folder)."""
@@ -295,7 +316,7 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--after",
         type=job_ids_arg,
-        action="extend",
+        action=JobIdsAction,
         default=[],
         metavar="ID",
         help="run after job ID completes (cancelled if it does not); ID,ID for more",
@@ -303,7 +324,7 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--after-any",
         type=job_ids_arg,
-        action="extend",
+        action=JobIdsAction,
         default=[],
         metavar="ID",
         help="run after job ID ends, whatever its outcome",
@@ -444,6 +465,7 @@ def _wait_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "job",
         type=job_ids_arg,
+        action=JobIdsAction,
         nargs="+",
         help="one or more job ids (or ids separated by commas): waits until every one has "
         "ended (exit 0 only if each completed)",
@@ -460,7 +482,11 @@ def _wait_args(p: argparse.ArgumentParser) -> None:
 
 def _cancel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "job", type=job_ids_arg, nargs="+", help="one or more job ids (or ids separated by commas)"
+        "job",
+        type=job_ids_arg,
+        action=JobIdsAction,
+        nargs="+",
+        help="one or more job ids (or ids separated by commas)",
     )
     # (--timeout with --no-wait was taken and meant nothing: there is no wait to bound)
     waiting = p.add_mutually_exclusive_group()
@@ -560,14 +586,14 @@ def _edit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--after",
         type=job_ids_arg,
-        action="extend",
+        action=JobIdsAction,
         metavar="ID",
         help="wait for job ID to complete (replaces what it waits for; repeat for more)",
     )
     p.add_argument(
         "--after-any",
         type=job_ids_arg,
-        action="extend",
+        action=JobIdsAction,
         metavar="ID",
         help="wait for job ID to end, whatever its outcome (replaces, like --after)",
     )

@@ -245,6 +245,8 @@ def _take(
     if kind == "append":
         values[key] = [*(values[key] or []), value]
     elif kind == "extend":
+        if any(job in (values[key] or []) for job in value):
+            return None  # (a repeated id: argparse's JobIdsAction tells it)
         values[key] = [*(values[key] or []), *value]
     else:
         values[key] = value
