@@ -190,7 +190,10 @@ def run_tui(
         if bad_config is not None:
             text = f"{bad_config} (the engine goes on with the configuration it last accepted)"
             notices.append(StartNotice("config", text, "error"))
-        if isinstance(backend, SocketBackend) and (simulate or simulate_if_no_gpu):
+        # (EmbeddedBackend is a SocketBackend too: the README's own first command was
+        # told its --simulate-if-no-gpu was ignored, by the engine it had just started: h94)
+        attached = not isinstance(backend, EmbeddedBackend)
+        if attached and (simulate or simulate_if_no_gpu):
             # (printed before the app drew, it was hidden by it: the user saw the engine's
             # GPUs and never learned that the ones asked for were not made: tester h89)
             flag = "--simulate" if simulate else "--simulate-if-no-gpu"

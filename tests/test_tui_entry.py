@@ -141,3 +141,22 @@ def test_simulate_given_to_a_tui_that_attaches_is_said_in_the_app(
     terminal.keys("q")
     terminal.wait_for_text("EXIT=0", timeout=30)
     terminal.wait_for_text("attached to it and its GPUs", timeout=10)  # (stderr, after it)
+
+
+def test_simulate_given_to_a_tui_that_starts_its_own_engine_is_not_said_ignored(
+    served: Served, terminal: Terminal
+) -> None:
+    # (the README's first command, on a fresh machine: its engine is the TUI's own, and it
+    # was told "an engine already serves ...: --simulate-if-no-gpu applies only to a new
+    # engine", false; both the toast and stderr said it: tester h94)
+    terminal.start(
+        f"{sys.executable} -m gpulayer_tui --simulate-if-no-gpu 2xA100-80GB; echo EXIT=$?; "
+        "sleep 600"
+    )
+    terminal.wait_for_text("embedded engine", timeout=30)
+    terminal.wait_for_text("gpu1", timeout=30)  # (its own two simulated GPUs)
+    assert "already serves" not in " ".join(terminal.screen().replace("▌", " ").split())
+    terminal.keys("q")
+    terminal.wait_for_text("EXIT=0", timeout=30)
+    # (the stderr line is printed before the app runs: after it, it would still show)
+    assert "applies only to a new engine" not in terminal.screen()
