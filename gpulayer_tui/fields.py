@@ -105,6 +105,24 @@ def program_name(program: str) -> str:
     return program
 
 
+def duration_typed(seconds: float) -> str:
+    """Seconds as a person types them, in the units the field takes (``600`` -> ``10m``,
+    ``5400`` -> ``1h30m``; a fraction of a second as seconds): the form showed ``600``
+    for the ``10m`` typed (tester h91)."""
+    if seconds <= 0 or seconds != int(seconds):
+        return f"{seconds:g}"
+    rest, parts = int(seconds), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    return "".join(parts)
+
+
+EDIT_WORDS = {"depends_on": "after"}
+"""A spec field as an edit line names it, where its key is not a person's word."""
+
+
 def edit_value(key: str, value: object, shown_name: str) -> str:
     """A field's value as a timeline's edit line says it: dependencies as ``3, 4 (any
     end)`` (Python's ``[{'job': 4, 'any_exit': True}]`` was shown), none as ``none``, a
@@ -124,6 +142,8 @@ def edit_value(key: str, value: object, shown_name: str) -> str:
         return "0"  # (what leaving it out means: "gpus none -> 1" read as unset)
     if value is None and key == "replicas":
         return "1"
+    if key == "timeout" and isinstance(value, int | float):
+        return duration_typed(value)  # (as typed: "none -> 5400" for 90m: tester h94)
     if isinstance(value, float):
         return f"{value:g}"  # (as given: "vram_gb none -> 10", not 10.0)
     return "none" if value is None else str(value)

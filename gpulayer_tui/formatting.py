@@ -7,6 +7,7 @@ from .wire import NOT_ACCEPTING
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (the CLI imports this module: no wire, no typing at run time)
+    from collections.abc import Mapping
     from typing import Any
 
     from .wire import JobRowJSON, ReplicaJSON, UsageJSON, UsageSummaryJSON
@@ -26,6 +27,39 @@ def reason_words(job: JobRowJSON | dict[str, Any]) -> str:
     if not reason or reason in UNSPOKEN_REASONS or reason == job.get("status"):
         return ""
     return str(reason).replace("_", " ")
+
+
+EVENT_LABELS = {
+    "job.replica": "replica",
+    "job.preemption": "preemption",
+    # (shown as "job.edited" beside "queued" and "running": tester h67)
+    "job.edited": "edited",
+    "job.log": "log cut",
+    "job.idle": "idle",
+}
+"""A timeline entry without a status, in a word (its kind is the wire's name)."""
+
+
+def event_label(event: Mapping[str, Any]) -> str:
+    """What a timeline entry is: the status it moved to, else its kind in a word."""
+    kind = str(event.get("kind") or "")
+    return str(event.get("status") or EVENT_LABELS.get(kind, kind))
+
+
+def event_words(event: Mapping[str, Any]) -> tuple[str, str]:
+    """A timeline entry's reason in words, empty where its message says it already
+    ("completed (exit_code): exited with code 0"), and its message on one line, less a
+    lead its label says ("edited  edited: priority 0 -> 5": tester h94)."""
+    reason = event.get("reason")
+    spoken = reason and reason != event.get("status") and reason not in UNSPOKEN_REASONS
+    reason_text = str(reason).replace("_", " ") if spoken else ""
+    message = " ".join(str(event.get("message") or "").split())
+    if not message and event.get("kind") == "job.submitted":
+        message = "submitted"
+    lead = f"{event_label(event)}: "
+    if message.startswith(lead):
+        message = message[len(lead) :]
+    return reason_text, message
 
 
 def duration(seconds: float) -> str:

@@ -95,7 +95,8 @@ def test_wait_for_several_jobs_waits_for_each_and_exits_with_the_worst(engine: S
         f"job {done} completed, exit code 0: exited with code 0",
         f"job {failed} failed, exit code 1: exited with code 1",
     ]
-    assert engine.cli("wait", done, done).stdout.count(f"job {done} completed") == 1
+    repeated = engine.cli("wait", done, done)  # (told, as "done,done" is: h92, h94)
+    assert repeated.returncode == 2 and f"job {done} is named twice" in repeated.stderr
     # An unknown id is said and the others are still waited for (exit 2: bad input).
     out = engine.cli("wait", done, "999", failed)
     assert out.returncode == 2 and out.stderr == "gpulayer-tui: no job 999\n"
@@ -1054,7 +1055,7 @@ def test_resume_says_when_nothing_was_paused_and_edits_say_dependencies_in_words
     assert edited.returncode == 0, edited.stderr
     timeline = engine.cli("status", waiting).stdout
     # (it read "depends_on [1] -> [1, {'job': 3, 'any_exit': True}]")
-    assert f"depends_on {first} -> {first}, {other} (any end)" in timeline, timeline
+    assert f"after {first} -> {first}, {other} (any end)" in timeline, timeline
     assert engine.cli("cancel", first).returncode == 0
 
 
@@ -1498,8 +1499,22 @@ def test_an_edit_that_changes_nothing_says_so_and_records_nothing(engine: Served
     real = engine.cli("edit", waiting, "--priority", "2", "--json")
     assert real.returncode == 0 and json.loads(real.stdout)["changed"] is True
     said = engine.cli("status", waiting).stdout
-    assert "edited: priority 0 -> 2" in said and said.count("job.edited") == 2, said
+    # (the timeline as the TUI's says it: "job.edited: edited: priority 0 -> 2" was the
+    # wire's kind and the message's own lead: tester h94)
+    assert "  edited: priority 0 -> 2\n" in said and said.count("  edited: ") == 2, said
+    assert "job.edited" not in said
+    # A timeout as typed, dependencies as the flag names them ("timeout none -> 5400,
+    # depends_on none -> 1, 3": tester h94); in --json, what changed by field.
+    out = engine.cli("edit", waiting, "--timeout", "90m", "--json")
+    assert json.loads(out.stdout)["fields"] == {"timeout": [None, 5400]}, out.stdout
+    out = engine.cli("edit", waiting, "--timeout", "2h", "--no-deps")
+    assert out.stdout.startswith(
+        f"job {waiting} edited: timeout 1h30m -> 2h, after {first}, {second} -> none\n"
+    ), out.stdout
     engine.cli("cancel", blocker)
+    engine.cli("wait", waiting)
+    said = engine.cli("status", waiting).stdout
+    assert "  completed: exited with code 0\n" in said, said  # (not "(exit_code)")
 
 
 def test_quiet_followers_are_not_refused_by_their_own_old_streams(served: Served) -> None:
@@ -1618,7 +1633,7 @@ def test_cancel_takes_several_ids_and_says_each(engine: Served) -> None:
     assert "no job 999" in out.stderr
     third = _submit(engine, "--", "sleep", "600")
     fourth = _submit(engine, "--", "sleep", "600")
-    shown = json.loads(engine.cli("cancel", third, fourth, third, "--json").stdout)
+    shown = json.loads(engine.cli("cancel", third, fourth, "--json").stdout)
     assert [(j["id"], j["status"]) for j in shown] == [
         (int(third), "cancelled"),
         (int(fourth), "cancelled"),

@@ -190,7 +190,7 @@ async def test_edit_replaces_a_waiting_jobs_dependencies_and_refuses_circles(
         e["data"]["message"] for e in await engine.events_of(queued.id) if e["kind"] == "job.edited"
     ]
     # (as kept: it said "none -> 7 (any end), 7 (any end)" of one dependency: tester h47)
-    assert said == [f"edited: depends_on none -> {other.id} (any end)"], said
+    assert said == [f"edited: after none -> {other.id} (any end)"], said
     follower = await engine.submit({"command": ["true"], "depends_on": [queued.id]})
     # Refused, the job unchanged: itself, a circle, an unknown id, a failed dependency.
     answers: dict[str, str] = {}
@@ -215,7 +215,7 @@ async def test_edit_replaces_a_waiting_jobs_dependencies_and_refuses_circles(
         await engine.edit(queued.id, {"depends_on": [failed.id]})
     assert engine.book.get(queued.id).job.message == f"waiting for job {other.id}"
     timeline = await engine.events_of(queued.id)
-    assert any("depends_on" in str(e["data"].get("message")) for e in timeline)
+    assert any("edited: after " in str(e["data"].get("message")) for e in timeline)
     # The GPU frees up, but it still waits for the other job; that one's end lets it go.
     await engine.cancel(blocker.id)
     await engine.wait(blocker.id, timeout=10)

@@ -670,8 +670,7 @@ async def test_the_edit_form_stays_while_the_engine_has_its_edit(
 )
 def test_the_edit_form_shows_a_timeout_as_it_is_typed(seconds: float, typed: str) -> None:
     # (it showed 600 for the 10m typed in the new-job form: tester h91)
-    from gpulayer_tui.fields import parse_duration
-    from gpulayer_tui.screens.edit import duration_typed
+    from gpulayer_tui.fields import duration_typed, parse_duration
 
     assert duration_typed(seconds) == typed
     assert parse_duration("timeout", typed) == seconds

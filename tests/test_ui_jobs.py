@@ -437,6 +437,8 @@ async def test_tab_goes_through_every_field_in_sight_before_the_buttons(ui_app: 
             await until(pilot, lambda: not isinstance(pilot.app.screen, SubmitScreen), "closed")
 
 
+# (~30 s alone: it types every field; under a loaded full run it passed the 60 s default)
+@pytest.mark.timeout(150)
 async def test_the_form_sets_a_jobs_project_folder_and_environment(
     ui_app: Any, tmp_path: Path
 ) -> None:

@@ -1471,9 +1471,11 @@ def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     job = answer["job"]
     if args.json:
         # (an engine from before "changed" recorded every edit)
-        _print_json({**job, "changed": answer.get("changed", True)})
+        # (with what changed, from -> to by field, as the API says it: tester h94)
+        told = {"changed": answer.get("changed", True), "fields": answer.get("fields", {})}
+        _print_json({**job, **told})
     else:
-        from ..fields import edit_value, printable
+        from ..fields import EDIT_WORDS, edit_value, printable
 
         fields = answer.get("fields") or {}
         if answer.get("changed") is False:
@@ -1485,7 +1487,7 @@ def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             order = [key for key in changes if key in fields]
             order += [key for key in fields if key not in changes]
             said = ", ".join(
-                f"{key} {edit_value(key, fields[key][0], '')} -> "
+                f"{EDIT_WORDS.get(key, key)} {edit_value(key, fields[key][0], '')} -> "
                 f"{edit_value(key, fields[key][1], '')}"
                 for key in order
             )

@@ -10,6 +10,8 @@ from ..formatting import (
     argv_text,
     domains_text,
     duration,
+    event_label,
+    event_words,
     gib,
     gpus_text,
     live_message,
@@ -178,10 +180,12 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
         lines.extend(f"  {label:<11} {text}" for label, text in usage_lines(usage))
     lines.append("  timeline")
     for ev in events:
-        what = ev.get("status") or ev["kind"]
-        extra = f" ({ev['reason']})" if ev.get("reason") else ""
-        message = f": {ev['message']}" if ev.get("message") else ""
-        lines.append(f"    {_when(ev['at'])}  {what}{extra}{message}")
+        # (as the TUI's timeline says it: "completed (exit_code): exited with code 0" and
+        # "job.edited: edited: priority 0 -> 5" were the wire's words: tester h94)
+        reason, message = event_words(ev)
+        extra = f" ({reason})" if reason else ""
+        said = f": {message}" if message else ""
+        lines.append(f"    {_when(ev['at'])}  {event_label(ev)}{extra}{said}")
     # Names, commands and messages are users' text: escaped, never sent as escapes.
     return "\n".join(printable(line) for line in lines)
 

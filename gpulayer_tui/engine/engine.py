@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..fields import FieldError, blank_label, edit_value, status_phrase
+from ..fields import EDIT_WORDS, FieldError, blank_label, edit_value, status_phrase
 from ..wire import (
     ADOPTED_NOT_RUN,
     AdoptRequest,
@@ -650,7 +650,7 @@ class Engine:
             raise SpecError(f"the edit would make it unable to ever run: {verdict.message}")
         new = spec.stored()  # (as kept: "--after 10 --after 10" is one dependency on 10)
         said = ", ".join(
-            f"{key} {edit_value(key, old.get(key), act.job.name)} -> "
+            f"{EDIT_WORDS.get(key, key)} {edit_value(key, old.get(key), act.job.name)} -> "
             f"{edit_value(key, new.get(key), spec.default_name())}"
             for key in changes
             if old.get(key) != new.get(key)

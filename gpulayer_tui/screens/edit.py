@@ -21,6 +21,7 @@ from textual.widgets import Button, Input, Label, Static
 
 from .. import keymap, wire
 from ..backend import BackendError
+from ..fields import duration_typed
 from ..formatting import dependencies_text
 from ..view import view_of
 from ..widgets.field_input import FieldInput, after_typed
@@ -89,20 +90,6 @@ def _spec_dependencies(spec: dict[str, Any]) -> list[tuple[int, bool]]:
         else:
             out.append((int(dep), False))
     return out
-
-
-def duration_typed(seconds: float) -> str:
-    """Seconds as a person types them, in the units the field takes (``600`` -> ``10m``,
-    ``5400`` -> ``1h30m``; a fraction of a second as seconds): the form showed ``600``
-    for the ``10m`` typed (tester h91)."""
-    if seconds <= 0 or seconds != int(seconds):
-        return f"{seconds:g}"
-    rest, parts = int(seconds), []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if rest >= size:
-            parts.append(f"{rest // size}{unit}")
-            rest %= size
-    return "".join(parts)
 
 
 def _shown(value: Any) -> str:

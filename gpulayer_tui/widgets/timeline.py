@@ -8,7 +8,7 @@ from collections.abc import Callable
 from textual.content import Content
 from textual.widget import Widget
 
-from ..formatting import UNSPOKEN_REASONS
+from ..formatting import event_label, event_words
 from ..wire import TimelineEntryJSON
 
 STATUS_STYLES: dict[str, str] = {
@@ -28,14 +28,6 @@ NARROW_MESSAGE = 24
 MESSAGE_UNDER_INDENT = 4
 
 # (the message names which replica and how; what a preemption did)
-_KIND_LABELS = {
-    "job.replica": "replica",
-    "job.preemption": "preemption",
-    # (shown as "job.edited" beside "queued" and "running": tester h67)
-    "job.edited": "edited",
-    "job.log": "log cut",
-    "job.idle": "idle",
-}
 
 
 def clock_time(at: float, now: float) -> str:
@@ -114,8 +106,7 @@ class Timeline(Widget):
         previous: float | None = None
         for event in self._events:
             at = float(event.get("at") or 0.0)
-            kind = str(event.get("kind") or "")
-            status = str(event.get("status") or _KIND_LABELS.get(kind, kind))
+            status = event_label(event)
             gap = "" if previous is None else gap_text(max(0.0, at - previous))
             previous = at
             head = Content.assemble(
@@ -131,15 +122,9 @@ class Timeline(Widget):
 
     @staticmethod
     def _event_lines(head: Content, event: TimelineEntryJSON, width: int) -> list[Content]:
-        reason = event.get("reason")
-        status = event.get("status")
-        message = " ".join(str(event.get("message") or "").split())
-        if not message and event.get("kind") == "job.submitted":
-            message = "submitted"
         # (a reason the message says already is not shown: "completed  exit code ·
         # exited with code 0" read as a missing number: tester h87)
-        spoken = reason and reason != status and reason not in UNSPOKEN_REASONS
-        reason_text = str(reason).replace("_", " ") if spoken else ""
+        reason_text, message = event_words(event)
         text = f"{reason_text} · {message}" if reason_text and message else reason_text or message
         # The reason leads, in its own colour; the message is text (never markup).
         body = Content.assemble((reason_text, "$accent"), text[len(reason_text) :])
