@@ -688,6 +688,53 @@ async def test_a_service_replica_dying_of_device_errors_counts_against_its_gpu(
     await engine.wait(job.id, timeout=20)
 
 
+async def test_a_service_whose_device_errors_follow_it_quarantines_one_gpu_not_each(
+    make_engine: EngineFactory,
+) -> None:
+    # One crash-looping service quarantined gpu1, was placed on gpu0 and quarantined it,
+    # then gpu2: every GPU of the box, for one job's fault ("5 jobs in a row failed" said
+    # of one service's exits): tester h93.
+    from .test_services import ManualClock
+
+    clock = ManualClock()
+    config = make_config(health={"degrade_after": 2, "quarantine_after": 3})
+    engine = await make_engine("3xA100-80GB", config=config, service_clock=clock)
+    job = await engine.submit(
+        {
+            "kind": "service",
+            "port": False,
+            "gpus": 1,
+            "shell": "echo 'RuntimeError: CUDA error: no CUDA-capable device is detected' >&2; "
+            "exit 1",
+        }
+    )
+    live = engine.book.get(job.id)
+    first = engine.scheduler.domains[job.domains[0]]
+    while first.state.value != "quarantined":
+        await eventually(lambda: bool(clock.pending()) or first.state.value == "quarantined")
+        clock.advance(60)
+    assert first.state_reason == (
+        f"3 runs of job {job.id} in a row failed with: no CUDA-capable device"
+    )
+    await eventually(lambda: live.job.domains and live.job.domains != [first.name])
+    second = engine.scheduler.domains[live.job.domains[0]]
+    restarts = live.job.replicas[0].restarts
+    for _ in range(6):  # (twice what quarantines a GPU)
+        await eventually(lambda: bool(clock.pending()))
+        clock.advance(60)
+    await eventually(lambda: live.job.replicas[0].restarts >= restarts + 6)
+    assert second.state.value == "in_service" and second.launch_failures == 0
+    assert [d.state.value for d in engine.scheduler.gpu_domains].count("quarantined") == 1
+    # Another job's device errors still count against the GPU it ran on.
+    other = await engine.submit(
+        {"shell": "echo 'CUDA error: no CUDA-capable device is detected' >&2; exit 1", "gpus": 1}
+    )
+    ended = await engine.wait(other.id, timeout=10)
+    assert [engine.scheduler.domains[d].launch_failures for d in ended.domains] == [1]
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+
+
 async def test_doctor_checks_the_config_file_as_the_engine_would_and_a_closed_queue(
     make_engine: EngineFactory, paths: Any
 ) -> None:

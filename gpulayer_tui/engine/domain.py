@@ -142,6 +142,7 @@ class Domain:
         self.failures = 0  # consecutive failed reads of its GPU
         self.quarantines = 0  # times quarantined in this engine run (metrics)
         self.launch_failures = 0  # GPU jobs in a row that died of a device error
+        self.failed_jobs: list[int] = []  # (whose runs those were, in order)
         self.last_error = ""
         # When an operator last released it (epoch s): a read begun before says nothing
         # of the GPU after (it would quarantine the domain again on a stale error).
@@ -252,35 +253,66 @@ class Domain:
         return None
 
     def record_job_end(
-        self, device_error: str | None, degrade_after: int, quarantine_after: int
+        self,
+        device_error: str | None,
+        degrade_after: int,
+        quarantine_after: int,
+        job_id: int | None = None,
     ) -> DomainState | DomainHealth | None:
         """Count a GPU job's end: one that died of a device error (``device_error``) counts
         against this GPU; any other end resets the count.
+
+        Args:
+            device_error: The device error the run died of, or ``None``.
+            degrade_after: Runs in a row that mark it degraded.
+            quarantine_after: Runs in a row that quarantine it.
+            job_id: Whose run it was (a service's replica runs are its job's).
 
         Returns:
             The new state or health if this changed it, else ``None``.
         """
         if device_error is None:
             self.launch_failures = 0
+            self.failed_jobs.clear()
             if self.health is DomainHealth.DEGRADED and self.state is not DomainState.QUARANTINED:
                 if self.failures < degrade_after:
                     self.health = DomainHealth.HEALTHY
                     return DomainHealth.HEALTHY
             return None
         self.launch_failures += 1
+        if job_id is not None:
+            self.failed_jobs.append(job_id)
         self.last_error = device_error
         if self.state is DomainState.QUARANTINED:
             return None
         if self.launch_failures >= quarantine_after:
-            in_a_row = "" if self.launch_failures == 1 else " in a row"
-            self.quarantine(
-                f"{plural(self.launch_failures, 'job')}{in_a_row} failed with: {device_error}"
-            )
+            self.quarantine(f"{self._failed_runs()} failed with: {device_error}")
             return DomainState.QUARANTINED
         if self.launch_failures >= degrade_after and self.health is DomainHealth.HEALTHY:
             self.health = DomainHealth.DEGRADED
             return DomainHealth.DEGRADED
         return None
+
+    @property
+    def failed_by_one_job(self) -> int | None:
+        """The job whose runs alone make up the device-error count, if one's do."""
+        jobs = set(self.failed_jobs)
+        if len(jobs) == 1 and len(self.failed_jobs) == self.launch_failures:
+            return jobs.pop()
+        return None
+
+    def _failed_runs(self) -> str:
+        """The runs counted, as a quarantine reason says them ("5 jobs in a row" read as
+        five jobs, for five exits of one service's replica: tester h93)."""
+        count = self.launch_failures
+        in_a_row = "" if count == 1 else " in a row"
+        one = self.failed_by_one_job
+        if one is not None and count > 1:
+            return f"{count} runs of job {one}{in_a_row}"
+        jobs = list(dict.fromkeys(self.failed_jobs))
+        if len(jobs) < len(self.failed_jobs):
+            return f"{count} runs{in_a_row} (jobs {', '.join(map(str, jobs))})"
+        return f"{plural(count, 'job')}{in_a_row}"
 
     def set_state(self, new: DomainState, reason: str = "") -> None:
         """Move to ``new`` (checked against the domain transition table).
@@ -332,6 +364,7 @@ class Domain:
         # (and the jobs that died of a device error: the next one quarantined it again at
         # once, "3 jobs in a row failed", while it showed healthy: tester h72)
         self.launch_failures = 0
+        self.failed_jobs.clear()
         self.released_at = time.time()
 
     @property

@@ -113,6 +113,8 @@ class DomainOps:
         self._settings = settings
         self._log_path = log_path
         self._quarantine_listeners: list[QuarantineListener] = []
+        # Jobs whose device errors alone quarantined a GPU: they count against none since.
+        self._faults_follow: set[int] = set()
 
     def reconfigure(self, settings: HealthSettings) -> None:
         """Use new ``[health]`` thresholds from now on."""
@@ -232,19 +234,30 @@ class DomainOps:
             TerminationReason.SIGNAL,
         ):
             error = device_error_in(self._log_path(job.id))
-        self._count_end(error, gpu_domains)
+        self._count_end(error, gpu_domains, job.id)
 
     def replica_ended_on(self, key: TaskKey, code: int | None, domains: list[Domain]) -> None:
         """A service replica's process ended by itself on GPUs: as a job's end (a crash
         loop on a broken GPU restarted for ever, the GPU "healthy")."""
         failed = code is not None and code != 0
         error = device_error_in(self._log_path(key)) if failed else None
-        self._count_end(error, [d for d in domains if d.is_gpu])
+        job_id = key if isinstance(key, int) else key[0]
+        self._count_end(error, [d for d in domains if d.is_gpu], job_id)
 
-    def _count_end(self, error: str | None, gpu_domains: list[Domain]) -> None:
+    def _count_end(self, error: str | None, gpu_domains: list[Domain], job_id: int) -> None:
+        if error is not None and job_id in self._faults_follow:
+            return  # (its errors followed it off a GPU they quarantined: its own, not theirs)
         settings = self._settings
         for dom in gpu_domains:
-            change = dom.record_job_end(error, settings.degrade_after, settings.quarantine_after)
+            change = dom.record_job_end(
+                error, settings.degrade_after, settings.quarantine_after, job_id
+            )
+            if change is DomainState.QUARANTINED and dom.failed_by_one_job == job_id:
+                # One job's runs alone quarantined it. Placed again, the same errors on
+                # the next GPU would quarantine that one, then every other: one
+                # crash-looping service took every GPU of the box (tester h93). Its device
+                # errors count against no GPU from now on; other jobs' still do.
+                self._faults_follow.add(job_id)
             if change is not None:
                 self._changed(dom, str(change))
 
