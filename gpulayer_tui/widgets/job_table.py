@@ -442,10 +442,17 @@ class JobTable(OwnKeys, DataTable[Any]):
         """Sort by ``key`` (a key of :data:`SORTS`); ``reverse`` defaults to the key's own."""
         if key not in SORTS:
             raise ValueError(f"unknown sort {key!r}")
+        hid_below_frontier = self._frontier_applies()
         self._sort_key = key
         self._sort_reverse = SORTS[key][1] if reverse is None else reverse
         cursor_job = self.cursor_job_id
         self._update_labels()
+        if self._frontier_applies() != hid_below_frontier:
+            # The rows below the frontier are shown in any other order, hidden newest
+            # first: re-sorting only the rows shown left out the queued and failed jobs
+            # of older pages, sorted by status (tester h95).
+            self._rebuild(cursor_job)
+            return
         self._sort(self._now())
         self._restore_cursor(cursor_job)
 
