@@ -694,8 +694,9 @@ class GpulayerApp(App[str]):
             self.push_screen(
                 ConfirmScreen(
                     f"Drain {name}?",
-                    f"No new job is placed on {name} until it is released; running work "
-                    "stays. This holds for every user of the box.",
+                    f"No new job is placed on {name} until it is released; running jobs "
+                    "stay until they end, and a service moves off when a replica there "
+                    "exits. This holds for every user of the box.",
                     "Drain",
                 ),
                 answered,

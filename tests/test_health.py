@@ -261,6 +261,26 @@ def test_cli_domain_commands_and_ready(served: Served) -> None:
     missing = served.cli("domain", "drain")
     assert missing.returncode == 2 and "needs the domain's name" in missing.stderr
     assert served.cli("domain", "release", "gpu1").returncode == 0
+    # What still runs there is said, and when it leaves: a service kept a drained GPU
+    # while none of its replicas exited, and nothing said so (tester h93).
+    batch = served.cli("submit", "--gpus", "1", "--", "sleep", "600").stdout.strip()
+    service = served.cli(
+        "submit", "--service", "--no-port", "--gpus", "1", "--", "sleep", "600"
+    ).stdout.strip()
+    wait_for(lambda: all(_status(served, j) == "running" for j in (batch, service)))
+    on = {
+        j: json.loads(served.cli("status", j, "--json").stdout)["job"]["domains"][0]
+        for j in (batch, service)
+    }
+    out = served.cli("domain", "drain", on[batch]).stdout.splitlines()
+    assert out == [f"domain {on[batch]}: draining", f"  job {batch} runs there until it ends"]
+    out = served.cli("domain", "drain", on[service]).stdout.splitlines()
+    assert out[1].startswith(f"  service {service} moves off it when a replica there exits"), out
+    served.cli("cancel", batch, service)
+
+
+def _status(served: Served, job: str) -> str:
+    return str(json.loads(served.cli("status", job, "--json").stdout)["job"]["status"])
 
 
 def _scrape(served: Served, path: str = "/metrics") -> tuple[int, str]:

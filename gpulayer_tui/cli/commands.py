@@ -1305,7 +1305,36 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         _print_json(dom)
     else:
         print(f"domain {dom['name']}: {dom['state']}{_kept_drain(dom)}")
+        if args.action == "drain" and dom.get("used_slots"):
+            _say_still_there(client, dom["name"])
     return EXIT_OK
+
+
+def _say_still_there(client: Client, name: str) -> None:
+    """What still runs on a drained domain, and when it leaves: the drain said nothing of
+    a service that kept the GPU while none of its replicas exited (tester h93)."""
+    from ..fields import printable
+
+    there = [
+        job for job in client.jobs(["running"], limit=10_000) if name in (job.get("domains") or [])
+    ]
+    batch = [str(job["id"]) for job in there if job.get("kind") != "service"]
+    services = [str(job["id"]) for job in there if job.get("kind") == "service"]
+    if batch:
+        said = (
+            "job {} runs there until it ends"
+            if len(batch) == 1
+            else "jobs {} run there until they end"
+        )
+        print(printable("  " + said.format(", ".join(batch))))
+    if services:
+        said = "service {} moves" if len(services) == 1 else "services {} move"
+        print(
+            printable(
+                "  " + said.format(", ".join(services)) + " off it when a replica there "
+                "exits, with the whole service, to where it fits (cancel to stop now)"
+            )
+        )
 
 
 def _kept_drain(dom: dict[str, Any]) -> str:
