@@ -1312,6 +1312,25 @@ def test_status_says_a_reason_the_message_does_not_and_counts_gpus_right(
     assert f"\n  domains     {', '.join(job['domains']) or '-'}{where}\n" in text, text
 
 
+def test_status_of_a_service_counts_its_gpus_per_replica() -> None:
+    # "asks for 1 GPU" beside the three GPUs its replicas hold (tester h93).
+    from gpulayer_tui.cli.format import format_job
+
+    job: dict[str, Any] = {
+        "id": 7, "name": "s", "kind": "service", "status": "running",
+        "termination_reason": None, "exit_code": None, "message": "3/3 up",
+        "domains": ["gpu0", "gpu1", "gpu2"], "gpus": [0, 1, 2], "pid": None,
+        "started_at": 100.0, "ended_at": None, "priority": 0, "created_at": 90.0,
+        "spec": {"command": ["srv"], "kind": "service", "gpus": 1, "replicas": 3},
+        "queued_at": 95.0, "owner_uid": 0, "kill_at": None, "stop_reason": None,
+        "replicas": [],
+    }  # fmt: skip
+    text = format_job(job, [], 200.0)  # type: ignore[arg-type]
+    assert "  asks for    1 GPU per replica (3 in all)\n" in text, text
+    job["spec"]["replicas"] = 1
+    assert "  asks for    1 GPU\n" in format_job(job, [], 200.0), text  # type: ignore[arg-type]
+
+
 def test_logs_of_a_job_that_has_not_started_says_so(engine: Served) -> None:
     # It printed nothing and exited 0, as for a job that wrote nothing.
     blocker = _submit(engine, "--gpus", "1", "--", "sleep", "60")

@@ -23,6 +23,28 @@ from .ui_support import FIXED_NOW, StaticBackend, jobs_fixture, until
 SCRIPT = "echo hello from replica $GPULAYER_REPLICA; exec sleep 600"
 
 
+async def test_a_service_never_placed_counts_the_replicas_it_asks_for(ui_app: Any) -> None:
+    # Over capacity (5 CPU replicas, 4 slots), its detail said "replica 0 (of 1: ]:
+    # next)" and "0 up", beside "replicas 5" from the CLI (tester h93).
+    app = await ui_app("2xA100-80GB", cpu_count=4)
+    async with app.run_test(size=(140, 40)) as pilot:
+        job = await app.backend.submit(
+            {"kind": "service", "shell": SCRIPT, "replicas": 5, "port": False, "cwd": os.getcwd()}
+        )
+        assert job["status"] == "failed"
+        app.open_job(job["id"])
+        detail = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
+        )
+        await until(pilot, lambda: bool(detail.query("#fields")), "the detail mounted")
+        fields = detail.query_one("#fields", FieldList)
+        await until(pilot, lambda: fields.text("replicas").startswith("0/5 up"), "0/5 up")
+        log = detail.query_one(LogTail)
+        await until(pilot, lambda: "(of 5: ]: next)" in str(log.border_title), "of 5")
+        await pilot.press("right_square_bracket")
+        await until(pilot, lambda: "replica 1 (of 5" in str(log.border_title), "replica 1")
+
+
 async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
     ui_app: Any,
 ) -> None:

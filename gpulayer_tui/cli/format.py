@@ -202,6 +202,10 @@ def _request_lines(spec: dict[str, Any]) -> list[str]:
     gpus = wanted_gpus(spec) if spec.get("kind") != "adopted" else spec.get("gpus")
     if gpus:
         asks.append(f"{gpus} GPU{'s' if gpus != 1 else ''}")
+        copies = spec.get("replicas") or 1
+        if spec.get("kind") == "service" and copies > 1:
+            # ("asks for 1 GPU" beside the three domains it holds: tester h93)
+            asks[-1] += f" per replica ({gpus * copies} in all)"
     if spec.get("vram_gb") is not None:
         asks.append(f"{spec['vram_gb']:g} GiB VRAM per GPU")
     if spec.get("exclusive"):

@@ -162,8 +162,10 @@ def replica_lines(job: JobJSON, now: float) -> Content:
         return Content("")
     spec = job.get("spec") or {}
     limit = spec.get("max_restarts")
+    # (never placed: "0/5 up", not "0 up", beside the 5 it asks for)
+    health = replica_health(job) or f"0/{spec.get('replicas') or 1} up"
     head = (
-        f"{replica_health(job) or '0 up'} · restart {spec.get('restart', 'always')}"
+        f"{health} · restart {spec.get('restart', 'always')}"
         + ("" if limit is None else f", at most {limit}")
         + f" · placement {job.get('attempt', 0)} of "
         + f"{(spec.get('retry') or {}).get('max_attempts', 10)}"
@@ -721,7 +723,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             state = "none here: an adopted process writes where it was started"
         which = ""
         if self.is_service:
-            count = (len(self._job.get("replicas") or []) if self._job else 0) or 1
+            count = self._replica_count
             # (numbered as logs --replica N and status number them; "of 0-1" read oddly)
             which = f" · replica {self._replica} (of {count}: ]: next)"
         extra = " · wrapped" if log.wrap else ""
@@ -936,12 +938,21 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         panel.expanded = not panel.expanded
         self._usage_chosen = True
 
+    @property
+    def _replica_count(self) -> int:
+        """Its replicas: those placed, else those it asks for (never placed, the detail
+        said "replica 0 (of 1" of a 5-replica service: tester h93)."""
+        if self._job is None:
+            return 1
+        placed = len(self._job.get("replicas") or [])
+        return placed or int((self._job.get("spec") or {}).get("replicas") or 1)
+
     def action_next_replica(self) -> None:
         """Show the next replica's output (services write one log per replica)."""
         if not self.is_service:
             self._say_not_here("has no replicas: only a service has one log per replica")
             return
-        count = (len(self._job.get("replicas") or []) if self._job else 0) or 1
+        count = self._replica_count
         self._replica = (self._replica + 1) % count
         self.query_one(LogTail).reset()
         self._log_next = 0
