@@ -244,6 +244,17 @@ KEYMAP: tuple[Key, ...] = (
     # (in help and the palette; kept out of the footer so that "esc Back" stays in it)
     Key("w", "toggle_wrap", "Wrap lines", ("detail",), show=False),
     Key("P,shift+p", "open_pager", "Open in $PAGER", ("detail",), show=False, display="P"),
+    # (before "back": while a search is open esc ends it, and the footer says so; it said
+    # "esc Back", which ended the search and stayed: tester h95)
+    Key(
+        "escape,backspace",
+        "end_search",
+        "End the search",
+        ("detail",),
+        display="esc",
+        footer="End search",
+        when="while searching",
+    ),
     Key("escape,backspace", "back", "Back", ("detail",), display="esc"),
     # -- strays (and the dashboard's process table) -------------------------------------------
     Key("x", "signal_process", "Signal the process", ("dashboard", "strays"), footer="Signal"),

@@ -302,8 +302,17 @@ async def test_search_keys_in_the_detail_and_n_is_new_job_again_after(ui_app: An
         assert detail.check_action("next_match", ()) is False  # n: the App's new job
         await pilot.press("g")  # top
         assert log.scroll_y == 0 and not log.follow
+        from textual.widgets._footer import FooterKey
+
+        def footer() -> dict[str, str]:
+            return {str(k.key_display): str(k.description) for k in app.screen.query(FooterKey)}
+
         await pilot.press("slash")
         assert app.focused is detail.query_one("#log-search", Input)
+        # In the search line n and N are text, and esc ends the search ("N Prev" typed an
+        # N; "esc Back" ended the search and stayed: tester h95).
+        await until(pilot, lambda: footer().get("esc") == "End search", "esc: end search")
+        assert "N" not in footer() and "n" not in footer(), footer()
         # In one burst, as a terminal sends a fast typist's keys: the "n" right after
         # enter is the next match (it was typed into the term: "needlen", tester h56).
         from textual import events
@@ -314,6 +323,8 @@ async def test_search_keys_in_the_detail_and_n_is_new_job_again_after(ui_app: An
         assert app.focused is log
         assert log.search_term == "needle" and len(log.matches) == 4
         assert "/needle: match 2 of 4" in str(log.border_title)
+        await until(pilot, lambda: footer().get("N") == "Prev", "N: the previous match")
+        assert footer().get("esc") == "End search"
         await pilot.press("n")
         assert log.match_index == 2 and "match 3 of 4" in str(log.border_title)
         # The term's Changed, read late (under load: after enter searched it and "n" went
@@ -333,6 +344,7 @@ async def test_search_keys_in_the_detail_and_n_is_new_job_again_after(ui_app: An
         # esc ends the search (and stays); then n is the new-job key again; esc goes back.
         await pilot.press("escape")
         assert log.search_term == "" and isinstance(app.screen, JobDetailScreen)
+        await until(pilot, lambda: footer().get("esc") == "Back", "esc: back again")
         await pilot.press("n")
         await until(pilot, lambda: isinstance(app.screen, SubmitScreen), "the new-job form")
         await pilot.press("escape", "escape")

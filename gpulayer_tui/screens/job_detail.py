@@ -567,8 +567,12 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         if action == "edit_job":
             return True if can_edit(self._job) else None
         if action in ("next_match", "previous_match"):
+            if self._in_search_line:
+                return False  # (there n and N are text: "N Prev" typed an N: tester h95)
             searching = self._search_pending or bool(self.query_one(LogTail).search_term)
             return not self._widgets_gone and searching
+        if action == "end_search":
+            return not self._widgets_gone and self._searching
         if action == "open_pager":
             return not self.app.is_web
         if action == "toggle_follow":
@@ -1001,12 +1005,27 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             return
         ask_to_edit(self, self._job)
 
-    def action_back(self) -> None:
-        """End the search (its field first), else back to where the job was opened from."""
+    @property
+    def _in_search_line(self) -> bool:
+        focused = self.focused
+        return isinstance(focused, Input) and focused.id == "log-search"
+
+    @property
+    def _searching(self) -> bool:
+        """A search is open: its line, or a term kept for n / N."""
+        return self.query_one("#search-row").has_class("-open") or bool(
+            self.query_one(LogTail).search_term
+        )
+
+    def action_end_search(self) -> None:
+        """End the search: its line closed, its term and highlights gone."""
         if self.query_one("#search-row").has_class("-open"):
             self._close_search_field()
-            self._end_search()
-        elif self.query_one(LogTail).search_term:
-            self._end_search()
+        self._end_search()
+
+    def action_back(self) -> None:
+        """End the search (its field first), else back to where the job was opened from."""
+        if self._searching:
+            self.action_end_search()
         else:
             self.dismiss(None)

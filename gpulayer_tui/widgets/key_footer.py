@@ -8,8 +8,18 @@ from textual.geometry import Size
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
+from ..keymap import APP, KEYMAP
+
 HELP_KEY = "question_mark"
 """The key of help, which lists every other: the last a narrow footer gives up."""
+
+KEPT_KEYS = (HELP_KEY, "escape")
+"""Help, and the key that backs out of where one is (esc: end the search, clear the
+filter, back): at 80 columns the way out fell off first (tester h95)."""
+
+
+_APP_ACTIONS = frozenset(key.action for key in KEYMAP if APP in key.scopes)
+"""The App's keys (screens, new job, help, quit): a screen's own come before them."""
 
 
 class KeyFooter(Footer):
@@ -58,9 +68,10 @@ class KeyFooter(Footer):
         self._fit_keys()
 
     def _fit_keys(self) -> None:
-        """Show the keys that fit whole, in order, before the palette's key; ``?`` (help,
-        which lists them all) is kept in sight in place of the last that fit: at 80
-        columns it fell off the end (tester h70)."""
+        """Show the keys that fit whole before the palette's key, in their order. When not
+        all fit, ``?`` (help, which lists them all: it fell off the end at 80 columns,
+        tester h70) and ``esc`` (the way out) are kept first, then the screen's own keys
+        (those that act now before the dimmed ones), then the App's, each in order."""
         keys = [child for child in self.children if isinstance(child, FooterKey)]
         palette = next((k for k in keys if k.has_class("-command-palette")), None)
         room = self.size.width
@@ -68,20 +79,25 @@ class KeyFooter(Footer):
             room -= self._width_of(palette)
         listed = [key for key in keys if key is not palette]
         widths = [self._width_of(key) for key in listed]
-        fits = [False] * len(listed)
-        used = 0
-        for n, key in enumerate(listed):
-            used += widths[n]
-            fits[n] = used <= room + key.styles.margin.right  # (the last needs no margin)
-        help_at = next((n for n, k in enumerate(listed) if k.key == HELP_KEY), None)
-        if help_at is not None and not fits[help_at]:
-            shown = [n for n, ok in enumerate(fits) if ok]
-            total = sum(widths[n] for n in shown) + widths[help_at]
-            limit = room + listed[help_at].styles.margin.right
-            while shown and total > limit:
-                total -= widths[shown.pop()]
-            fits = [n in shown for n in range(len(listed))]
-            fits[help_at] = total <= limit
+        slack = max((k.styles.margin.right for k in listed), default=0)  # (the last's)
+        if sum(widths) <= room + slack:
+            fits = [True] * len(listed)
+        else:
+            rank = sorted(
+                range(len(listed)),
+                key=lambda n: (
+                    listed[n].key not in KEPT_KEYS,
+                    listed[n].action in _APP_ACTIONS,
+                    listed[n].has_class("-disabled"),
+                    n,
+                ),
+            )
+            fits = [False] * len(listed)
+            used = 0
+            for n in rank:
+                if used + widths[n] <= room:  # (no slack: the last shown is not known yet)
+                    used += widths[n]
+                    fits[n] = True
         for key, ok in zip(listed, fits, strict=True):
             if key.display != ok:
                 key.display = ok
