@@ -233,9 +233,12 @@ async def test_filter_as_you_type_and_by_status(ui_app: Any) -> None:
         # f cycles all -> active -> queued -> running -> failed.
         await pilot.press("s")
         assert table.status_filter == "active" and table.row_count == 0
+        # (enter dimmed with no row, as c, R and e are: it said "no job selected": h95)
+        assert app.screen.check_action("open_job", ()) is None
         await pilot.press("s", "s", "s")
         assert table.status_filter == "failed"
         assert table.row_count == 1 and table.cursor_job_id == ids["delta"]
+        assert app.screen.check_action("open_job", ()) is True
         await pilot.press("s")
         assert table.status_filter == "completed" and table.row_count == 3
         await pilot.press("S")

@@ -37,7 +37,7 @@ EDITED = (
         "timeout",
         "timeout",
         "Timeout",
-        "of running (90m, 2h, or seconds), then SIGTERM · empty: none",
+        "of running (90m, 2h, 1h30m, or seconds), then SIGTERM · empty: none",
     ),
     # (the hint read as if every id waited for any outcome: tester h61)
     ("after", "depends_on", "After jobs", "ids · 13 any: after 13 ends any way · empty: none"),

@@ -186,6 +186,7 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         )
         self.query_one("#jobs-count", Label).update(count)
         self._say_when_empty()
+        self.refresh_bindings()  # (enter and c, R, e: the view may have emptied or filled)
 
     def _say_when_empty(self) -> None:
         table = self.table
@@ -316,6 +317,9 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             if action == "edit_job":
                 return True if can_edit(job) else None
             return True if job is not None and job.get("status") in ACTIVE_STATUSES else None
+        if action == "open_job" and not self._in_filter():
+            # (dimmed on an empty view, as c, R and e are: tester h95)
+            return True if self.table.cursor_job_id is not None else None
         if action == "start_filter":  # (in the filter line, "/" is text)
             return not isinstance(self.focused, Input) or self.focused.id != "filter"
         if action == "clear_filter":

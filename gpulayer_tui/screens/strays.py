@@ -69,6 +69,7 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
         self.query_one(StrayTable).show(strays, app.clock())
         empty = self.query_one("#strays-empty", Static)
         empty.display = not strays
+        self.refresh_bindings()  # (a and x: dimmed with no process to act on)
         if not strays:
             state = app.gpu_state
             simulated = state is not None and state.get("backend") == "simulated"
@@ -105,6 +106,10 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
         """``p`` (a priority key), ``a`` and ``x`` are text in the pid line, where the
         footer says enter and esc instead."""
         typing = isinstance(self.focused, Input) and self.focused.id == "pid-input"
+        if action in ("adopt_selected", "signal_process") and not typing:
+            # (dimmed with no process listed, as c and e are with no job: tester h95)
+            tables = self.query(StrayTable)
+            return True if not tables or tables.first().cursor_process is not None else None
         if action in ("adopt_pid", "adopt_selected", "signal_process"):
             return not typing
         if action == "submit_pid":
