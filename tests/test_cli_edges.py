@@ -1418,7 +1418,7 @@ def test_logs_follow_of_a_waiting_job_says_it_waits_then_follows_its_start(
     )
     assert follower.stderr is not None
     said = follower.stderr.readline()
-    assert said.startswith(f"gpulayer-tui: job {job} waits to start (the queue is paused")
+    assert said.startswith(f"gpulayer-tui: job {job} waits to start (the queue has been paused")
     assert said.endswith("): following it from its start\n")
     assert engine.cli("resume").returncode == 0
     out, _ = follower.communicate(timeout=30)
@@ -1482,14 +1482,14 @@ def test_clean_says_which_jobs_it_kept_for_waiting_dependents(engine: Served) ->
     engine.cli("pause")
     waiting = _submit(engine, "--after", needed, "--", "true")
     said = engine.cli("clean", "--keep", "0", "--dry-run").stdout
-    assert said.startswith(f"would remove 1 finished job(s) (job {other})")
+    assert said.startswith(f"would remove 1 finished job (job {other})")
     assert said.endswith(
         f"; would keep 1 still needed (a job not ended yet depends on it, or its notification "
         f"is not sent yet): job {needed}; nothing was removed\n"
     )
     out = engine.cli("clean", "--keep", "0")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("removed 1 finished job(s)")
+    assert out.stdout.startswith("removed 1 finished job")
     assert out.stdout.endswith(
         f"; kept 1 still needed (a job not ended yet depends on it, or its notification is "
         f"not sent yet): job {needed}\n"

@@ -730,7 +730,7 @@ def test_a_pause_calls_off_a_preemption_in_its_lead() -> None:
     box.run(gpus=1, priority=5)
     box.queue.schedule()
     assert stopped == [victim.job.id]
-    closed.append("the queue is paused since 10:00:00 (gpulayer-tui resume)")
+    closed.append("the queue has been paused since 10:00:00 (gpulayer-tui resume)")
     box.queue.schedule()
     assert called == [(victim.job.id, f"the queue is closed: {closed[0]}")]
 

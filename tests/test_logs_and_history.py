@@ -574,7 +574,7 @@ def test_clean_from_the_cli(served: Served) -> None:
         "spared": [],
     }
     said = served.cli("clean", "--older-than", "0", "--dry-run").stdout
-    assert said.startswith(f"would remove 3 finished job(s) (job {', '.join(ids)}) and 3 file(s)")
+    assert said.startswith(f"would remove 3 finished jobs (jobs {', '.join(ids)}) and 3 files")
     assert said.endswith("; nothing was removed\n")
     assert sorted(p.name for p in (served.home / "jobs").iterdir()) == logs
     assert len(json.loads(served.cli("jobs", "--json").stdout)) == 3
@@ -586,7 +586,7 @@ def test_clean_from_the_cli(served: Served) -> None:
     listed = json.loads(served.cli("jobs", "--json").stdout)
     assert [j["id"] for j in listed] == [int(ids[-1])]
     said = served.cli("clean", "--older-than", "0")
-    assert said.stdout.strip() == "removed 1 finished job(s) and 1 file(s)"
+    assert said.stdout.strip() == "removed 1 finished job and 1 file"
     # Jobs with big environments: the room their rows took goes back to the disk, and
     # the CLI says how much.
     jobs = [
@@ -599,7 +599,7 @@ def test_clean_from_the_cli(served: Served) -> None:
         assert served.cli("wait", str(job["id"])).returncode == 0
     said = served.cli("clean", "--older-than", "0")
     assert said.returncode == 0, said.stderr
-    assert said.stdout.startswith("removed 16 finished job(s) and 16 file(s); the database gave")
+    assert said.stdout.startswith("removed 16 finished jobs and 16 files; the database gave")
     assert said.stdout.endswith(" MiB\n"), said.stdout
 
 

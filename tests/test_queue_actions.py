@@ -27,7 +27,7 @@ def test_pause_holds_new_starts_across_a_restart_and_resume_lets_them_go(served:
     waiting = served.cli("submit", "--", "true").stdout.strip()
     job = _status(served, waiting)
     assert job["status"] == "queued"
-    assert str(job["message"]).startswith("the queue is paused since")
+    assert str(job["message"]).startswith("the queue has been paused since")
     assert _status(served, running)["status"] == "running"  # (running jobs go on)
     served.stop()
     served.start("--simulate", "1xA100-80GB")  # still paused after a restart

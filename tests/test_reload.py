@@ -613,7 +613,7 @@ async def test_a_gpu_missing_after_a_restart_is_waited_for_until_it_is_forgotten
     checks = {c["check"]: c for c in await second.doctor_checks()}
     assert checks["GPU of gpu1"]["status"] == "warn"
     waits = checks["queued jobs"]["detail"]  # (paused: it said "none waits": tester h47)
-    assert waits.startswith("2 wait: the queue is paused"), waits
+    assert waits.startswith("2 wait: the queue has been paused"), waits
     assert f"; 2 of them wait for capacity that is not there now: job {both.id} (" in waits
     await second.stop()
 

@@ -623,9 +623,18 @@ def _terminal_columns() -> int:
 
 
 def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ..fields import ACTIVE_STATUSES
+    from ..fields import ACTIVE_STATUSES, TERMINAL_STATUSES
 
     statuses = [s for item in args.status for s in item.split(",") if s]
+    known = ["pending", "queued", "running", "completed", "failed", "cancelled", "orphaned"]
+    assert set(known) == ACTIVE_STATUSES | TERMINAL_STATUSES
+    for status in statuses:
+        if status not in known and status != "active":
+            # (said here: the engine's list left out "active", which is the CLI's: h94)
+            parser.error(
+                f"--status: unknown status {status!r} (one of: {', '.join(known)}; "
+                "or active: pending, queued and running)"
+            )
     if "active" in statuses:  # (the TUI's `s` filter has it: tester h74)
         wide = [t for s in statuses for t in (sorted(ACTIVE_STATUSES) if s == "active" else [s])]
         statuses = list(dict.fromkeys(wide))
@@ -1363,29 +1372,31 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
     spared = done.get("spared") or []
     kept = (
         f"; kept {len(spared)} still needed (a job not ended yet depends on it, or its "
-        f"notification is not sent yet): job {_some_ids(spared)}"
+        f"notification is not sent yet): {'job' if len(spared) == 1 else 'jobs'} "
+        f"{_some_ids(spared)}"
         if spared
         else ""
     )
-    if args.dry_run:
-        from ..formatting import size_words
+    from ..formatting import plural, size_words
 
+    # (counted in words: "1 finished job(s)", "would remove ... (job 1, 2, 3)": tester h94)
+    jobs, files = plural(done["jobs"], "finished job"), plural(done["files"], "file")
+    snapshots = f", {plural(trees, 'snapshot')}" if trees else ""
+    if args.dry_run:
         ids = done.get("ids") or []
         print(
-            f"would remove {done['jobs']} finished job(s)"
-            + (f" (job {_some_ids(ids)})" if ids else "")
-            + f" and {done['files']} file(s) of {size_words(done.get('bytes', 0))}"
-            + (f", {trees} snapshot(s)" if trees else "")
+            f"would remove {jobs}"
+            + (f" ({'job' if len(ids) == 1 else 'jobs'} {_some_ids(ids)})" if ids else "")
+            + f" and {files} of {size_words(done.get('bytes', 0))}"
+            + snapshots
             + kept.replace("; kept", "; would keep")
             + "; nothing was removed"
         )
         return EXIT_OK
-    from ..formatting import size_words
-
     freed = done.get("database_bytes_freed") or 0
     print(
-        f"removed {done['jobs']} finished job(s) and {done['files']} file(s)"
-        + (f", {trees} snapshot(s)" if trees else "")
+        f"removed {jobs} and {files}"
+        + snapshots
         # (a few pages back is no news: said from a MiB)
         + (f"; the database gave back {size_words(freed)}" if freed >= 1 << 20 else "")
         + kept

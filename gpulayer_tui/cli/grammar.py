@@ -265,7 +265,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             name,
             formatter_class=_Formatter,
             help=summary,
-            description=description or None,
+            # (its summary at least: `status --help` said nothing of what it does, nor
+            # of its exit code: tester h94)
+            description=description or summary[:1].upper() + summary[1:] + ".",
             allow_abbrev=False,
         )
         if only in (None, name):
@@ -570,12 +572,17 @@ CLEARED = {
 
 def _edit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_id_arg)
-    p.add_argument("--priority", type=_field("priority"))
-    p.add_argument("--gpus", type=_field("gpus"))
-    p.add_argument("--vram-gb", type=_field("vram_gb"))
-    p.add_argument("--timeout", type=_field("timeout"), metavar="SECONDS")
-    p.add_argument("--name")
-    p.add_argument("--project")
+    p.add_argument("--priority", type=_field("priority"), help="higher starts first")
+    p.add_argument("--gpus", type=_field("gpus"), help="GPUs it needs (per replica)")
+    p.add_argument("--vram-gb", type=_field("vram_gb"), help="GiB needed on each GPU")
+    p.add_argument(
+        "--timeout",
+        type=_field("timeout"),
+        metavar="SECONDS",
+        help="stop it this long after it starts: seconds, or 90m, 2h, 1h30m, 1d",
+    )
+    p.add_argument("--name", help="its name")
+    p.add_argument("--project", help="its project")
     p.add_argument(
         "--replicas",
         type=_field("replicas"),
@@ -739,7 +746,7 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
     ),
     "logs": ("print a job's output", "", _logs_args),
     "wait": ("wait for jobs to end; exit 0 only if each completed", "", _wait_args),
-    "cancel": ("cancel a job (SIGTERM, then SIGKILL)", "", _cancel_args),
+    "cancel": ("cancel jobs (SIGTERM, then SIGKILL)", "", _cancel_args),
     "adopt": (
         "adopt a running process as a job",
         "Adopt a process started elsewhere (nohup, tmux, a notebook): it becomes a running "

@@ -131,7 +131,12 @@ def _main(argv: Sequence[str] | None) -> int:
 
         return run_tui(paths, args.simulate, args.simulate_if_no_gpu)
     if args.simulate or args.simulate_if_no_gpu:
-        parser.error("--simulate applies to --serve (the engine owns the GPUs)")
+        # (not "applies to --serve": the TUI takes it too, for the engine it starts: h94)
+        flag = "--simulate" if args.simulate else "--simulate-if-no-gpu"
+        parser.error(
+            f"{flag} applies to an engine the command starts (--serve, or the TUI with no "
+            "subcommand): the engine owns the GPUs"
+        )
     if _stdout_closed:
         # (a submission's id, a status, went nowhere and it exited 0: refused before it
         # acts; `> /dev/null` discards the output on purpose)

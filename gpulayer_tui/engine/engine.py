@@ -480,7 +480,7 @@ class Engine:
         """Why nothing may start now: the queue is paused, or the disk is nearly full."""
         if self.paused_at is not None:
             since = time.strftime("%H:%M:%S", time.localtime(self.paused_at))
-            return f"the queue is paused since {since} (gpulayer-tui resume)"
+            return f"the queue has been paused since {since} (gpulayer-tui resume)"
         return self.disk.blocker()
 
     def _depended_on(self) -> frozenset[int]:
