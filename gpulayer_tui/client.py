@@ -51,11 +51,19 @@ class EngineLost(OSError):
 class ApiError(RuntimeError):
     """The engine answered with an error; ``status`` is the HTTP status."""
 
-    def __init__(self, status: int, message: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        retry_after: float | None = None,
+        field: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
         """The engine's ``Retry-After`` (seconds), if it gave one."""
+        self.field = field
+        """The input at fault, as the engine names it (a spec field), if it named one."""
 
 
 SNAPSHOT_WAIT_S = 180.0
@@ -368,10 +376,12 @@ class Client:
                     ": this engine does not take that request (one older than this "
                     "gpulayer-tui? `gpulayer-tui stop`, then start it again)"
                 )
+            field = decoded.get("field") if isinstance(decoded, dict) else None
             raise ApiError(
                 response.status,
                 message or _plain_error(response.status, data),
                 _retry_after(response.headers),
+                field if isinstance(field, str) else None,
             )
         return decoded
 

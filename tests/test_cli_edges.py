@@ -847,6 +847,25 @@ def test_small_cli_mistakes_are_told_not_ignored(engine: Served, tmp_path: Path)
         assert out.returncode == 2, (words, out.stderr)
         assert f"job {first} is named twice" in out.stderr, (words, out.stderr)
     assert len(json.loads(engine.cli("jobs", "--json").stdout)) == 3  # (none stored)
+    # The engine's refusals name the flag typed, not the spec field ("depends_on: no job
+    # 999" for --after-any 999: tester h94); a spec file keeps its own field names.
+    held = _submit(engine, "--", "sleep", "60")
+    waiting = _submit(engine, "--after", held, "--", "true")
+    for words, said in (
+        (["submit", "--after-any", "999", "--", "true"], "--after-any: no job 999"),
+        (["submit", "--domain", "gpu9", "--", "true"], "--domain: unknown domain 'gpu9'"),
+        (["edit", waiting, "--replicas", "2"], f"--replicas: job {waiting} is not a service"),
+    ):
+        out = engine.cli(*words)
+        assert out.returncode in (1, 2) and out.stderr.startswith(f"gpulayer-tui: {said}"), (
+            words,
+            out.stderr,
+        )
+    spec_file = tmp_path / "job.toml"
+    spec_file.write_text('command = ["true"]\ndomain = "gpu9"\n')
+    out = engine.cli("submit", "--spec", str(spec_file))
+    assert f"{spec_file}: domain: unknown domain 'gpu9'" in out.stderr, out.stderr
+    engine.cli("cancel", held)
     for typed in ("1_0", "\u0663", "1e1", "-1"):  # int() read "1_0" as 10 and "٣" as 3
         out = engine.cli("status", typed)
         assert out.returncode == 2 and "a job id is a number" in out.stderr, typed
@@ -935,9 +954,9 @@ def test_a_job_whose_dependency_was_cleaned_restarts_and_is_copied(engine: Serve
     # Named directly, it is refused with the reason.
     direct = engine.cli("submit", "--after", first, "--", "true")
     assert direct.returncode == 2
-    assert f"depends_on: no job {first} (no longer in the history: cleaned)" in direct.stderr
+    assert f"--after: no job {first} (no longer in the history: cleaned)" in direct.stderr
     unknown = engine.cli("submit", "--after", "999", "--", "true")
-    assert "depends_on: no job 999\n" in unknown.stderr
+    assert "--after: no job 999\n" in unknown.stderr
 
 
 def test_ids_and_numbers_of_thousands_of_digits_are_refused_by_name(engine: Served) -> None:

@@ -178,7 +178,7 @@ def test_bad_input_is_refused_and_changes_nothing(served: Served) -> None:
         (["submit", "--gpus", "two", "--", "true"], 2, "expected a whole number"),
         (["submit", "--vram-gb", "-3", "--", "true"], 2, "must be greater than 0"),
         (["submit", "--domain", "gpu9", "--", "true"], 2, "unknown domain 'gpu9'"),
-        (["submit", "--after", "77", "--", "true"], 2, "depends_on: no job 77"),
+        (["submit", "--after", "77", "--", "true"], 2, "--after: no job 77"),
         (["submit", "--env", "NOEQUALS", "--", "true"], 2, "--env expects KEY=VALUE"),
         (["submit"], 2, "submit needs a command"),
         (["submit", "--file", "/nonexistent/list"], 2, "No such file or directory"),

@@ -962,6 +962,28 @@ def _report_end(job: dict[str, Any], as_json: bool, data: Any) -> int:
     return EXIT_OK if job["status"] == "completed" else EXIT_FAILED
 
 
+FLAG_OF_FIELD = {"depends_on": "--after/--after-any", "kind": "--service", "port": "--no-port"}
+"""A spec field as ``submit`` and ``edit`` spell it, where not ``--`` + the field."""
+
+
+def _in_flags(message: str, field: str | None, args: argparse.Namespace) -> str:
+    """An engine's refusal of a spec field said with the flag typed (``--after: no job
+    999``, not ``depends_on: no job 999``: tester h94); a spec file keeps the field's own
+    name, as the file spells it."""
+    if field is None or args.command not in ("submit", "edit") or getattr(args, "spec", None):
+        return message
+    lead = f"{field}: "
+    at = message.find(lead)
+    # (at the start, or after "job 2 of 3: " in a --file batch)
+    if at < 0 or (at and not message[:at].endswith(": ")):
+        return message
+    flag = FLAG_OF_FIELD.get(field, "--" + field.replace("_", "-"))
+    if field == "depends_on":  # (the one of the two given, if one was)
+        given = [f for f in ("after", "after_any") if getattr(args, f, None)]
+        flag = "--" + given[0].replace("_", "-") if len(given) == 1 else flag
+    return f"{message[:at]}{flag}: {message[at + len(lead) :]}"
+
+
 def _listed_ids(given: Any) -> list[int]:
     """The job ids of ``cancel`` or ``wait``, each once, in order: words of one id or of
     several separated by commas (``cancel 60,61``, as ``--after`` takes them: h69)."""
@@ -1665,7 +1687,7 @@ def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser)
         _error(str(err))
         return EXIT_LOST
     except ApiError as err:
-        _error(str(err))
+        _error(_in_flags(str(err), err.field, args))
         return EXIT_USAGE if err.status in (400, 404) else EXIT_FAILED
     except BrokenPipeError:
         return EXIT_OK
