@@ -432,6 +432,10 @@ async def test_edit_a_queued_job_in_its_form_and_the_engines_refusal_stays_in_it
         job = (await app.backend.job(waiting["id"]))["job"]
         assert job["priority"] == 5 and job["spec"]["vram_gb"] == 20
         await until(pilot, lambda: table.job(waiting["id"])["spec"]["vram_gb"] == 20, "the row")
+        # The toast says what changed, as the CLI and the timeline do (it said only where
+        # the job stood: tester h93).
+        said = f"job {waiting['id']} edited: priority 0 -> 5, vram_gb 10 -> 20; queued: "
+        await until(pilot, lambda: any(said in n for n in _notes(app)), said)
         # The jobs it waits for: checked as typed, judged by the engine, replaced.
         await pilot.press("e")
         form = await until(pilot, lambda: isinstance(app.screen, EditScreen) and app.screen)

@@ -21,7 +21,7 @@ from textual.widgets import Button, Input, Label, Static
 
 from .. import keymap, wire
 from ..backend import BackendError
-from ..fields import duration_typed
+from ..fields import EDIT_WORDS, duration_typed, edit_value
 from ..formatting import dependencies_text
 from ..view import view_of
 from ..widgets.field_input import FieldInput, after_typed
@@ -277,8 +277,21 @@ class EditScreen(FormScreen[JobJSON | None]):
             self._busy = False
             self.query_one("#save", Button).disabled = False
         app.job_store.apply(edited)
-        self.app.notify(f"job {job_id} edited: {edited.get('message') or edited['status']}")
+        self.app.notify(f"job {job_id} edited: {self._what_changed(changes, edited)}")
         self.dismiss(edited)
+
+    def _what_changed(self, changes: dict[str, Any], edited: JobJSON) -> str:
+        """What the edit changed, as its timeline and the CLI say it, then where the job
+        stands (the toast said only "edited: the queue is paused ...": tester h93)."""
+        old, new = self.job.get("spec") or {}, edited.get("spec") or {}
+        said = ", ".join(
+            f"{EDIT_WORDS.get(key, key)} {edit_value(key, old.get(key), self.job['name'])} -> "
+            f"{edit_value(key, new.get(key), edited['name'])}"
+            for key in changes
+            if old.get(key) != new.get(key)
+        )
+        standing = f"{edited['status']}: {edited.get('message')}" if edited.get("message") else ""
+        return "; ".join(part for part in (said, standing) if part) or str(edited["status"])
 
     # -- keys -------------------------------------------------------------------------------
 
