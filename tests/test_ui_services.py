@@ -45,6 +45,24 @@ async def test_a_service_never_placed_counts_the_replicas_it_asks_for(ui_app: An
         await until(pilot, lambda: "replica 1 (of 5" in str(log.border_title), "replica 1")
 
 
+async def test_under_130_columns_a_services_status_says_its_replicas_health(
+    ui_app: Any,
+) -> None:
+    # KIND (svc 2/3) is hidden under 130 columns, and STATUS said "running" alone: a
+    # service with a replica down looked like any running job (tester h93).
+    app = await ui_app("2xA100-80GB", cpu_count=4)
+    async with app.run_test(size=(120, 40)) as pilot:
+        job = await app.backend.submit(
+            {"kind": "service", "shell": SCRIPT, "replicas": 2, "port": False, "cwd": os.getcwd()}
+        )
+        await pilot.press("2")
+        table = table_of(app)
+        await until(pilot, lambda: status_of(table, job["id"]) == "svc 2/2", "svc 2/2")
+        await pilot.resize_terminal(140, 40)
+        await until(pilot, lambda: status_of(table, job["id"]) == "running", "KIND shown")
+        await app.backend.cancel(job["id"])
+
+
 async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
     ui_app: Any,
 ) -> None:

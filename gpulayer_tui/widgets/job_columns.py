@@ -248,10 +248,15 @@ def started_text(started: float | None, now: float) -> str:
 
 def kind_parts(job: JobRowJSON) -> Parts:
     """The kind column: a running service shows its replica health (``svc 2/2``)."""
-    kind = str(job.get("kind", ""))
+    return health_parts(job) or ((str(job.get("kind", "")), "jobtable--muted"),)
+
+
+def health_parts(job: JobRowJSON) -> Parts | None:
+    """A running service's replica health (``svc 2/2``, fit for a 7-cell column), else
+    ``None``."""
     replicas = job.get("replicas") or []
-    if kind != "service" or job.get("status") != "running" or not replicas:
-        return ((kind, "jobtable--muted"),)
+    if job.get("kind") != "service" or job.get("status") != "running" or not replicas:
+        return None
     up = sum(1 for r in replicas if r.get("state") == "up")
     health = f"{up}/{len(replicas)}"
     text = f"svc {health}" if len(health) <= 3 else health  # fits the 7-cell column

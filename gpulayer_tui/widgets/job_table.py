@@ -60,6 +60,7 @@ from .job_columns import (
     filter_haystack,
     filter_matches,
     gpus_text,
+    health_parts,
     job_spec,
     kind_parts,
     priority_text,
@@ -513,6 +514,11 @@ class JobTable(OwnKeys, DataTable[Any]):
         if key == "kind":
             return kind_parts(job)
         if key == "status":
+            # With KIND hidden (under 130 columns) a running service says its replicas'
+            # health here: "running" alone hid 1 of 3 down (tester h93).
+            health = health_parts(job) if "kind" in self._layout.hidden else None
+            if health is not None:
+                return health
             status = str(job.get("status", ""))
             return ((status, f"jobtable--{status}"),)
         if key == "message":
