@@ -138,6 +138,25 @@ async def test_a_progress_line_read_from_its_middle_shows_its_newest_state() -> 
         assert log.source_lines == ["next"]
 
 
+async def test_a_wrapped_log_has_no_horizontal_scrollbar() -> None:
+    # Rows cut to the view's width before the vertical scrollbar came were wider than the
+    # view once it did: a horizontal scrollbar took a row of the few at 80x24 (tester h95).
+    app = _LogApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        log = app.query_one(LogTail)
+        log.feed(b"".join(b"%03d " % n + b"x" * 150 + b"\n" for n in range(6)))
+        await pilot.pause()
+        assert log.show_horizontal_scrollbar  # (not wrapped: scrolled sideways)
+        log.wrap = True
+        for n in range(6, 60):  # (more rows than the view: the vertical scrollbar comes)
+            log.feed(b"%03d " % n + b"x" * (60 + 5 * n) + b"\n")
+            await pilot.pause()
+        await until(pilot, lambda: log.show_vertical_scrollbar, "the vertical scrollbar")
+        assert not log.show_horizontal_scrollbar and log.max_scroll_x == 0
+        log.wrap = False
+        await until(pilot, lambda: log.show_horizontal_scrollbar, "sideways again, unwrapped")
+
+
 async def test_the_log_searches_wraps_and_keeps_its_lines() -> None:
     app = _LogApp()
     async with app.run_test(size=(60, 20)) as pilot:

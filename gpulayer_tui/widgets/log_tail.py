@@ -200,6 +200,9 @@ class LogTail(Log):
     LogTail:focus {
         border: round $primary;
     }
+    /* Wrapped, no row is wider than the view: a horizontal scrollbar took a row of the
+       few at 80x24, coming and going with the lines' lengths (tester h95). */
+    LogTail.-wrapped { overflow-x: hidden; }
     LogTail > .log-tail--match { background: $warning 35%; }
     LogTail > .log-tail--current-match { background: $accent; color: $text; text-style: bold; }
     """
@@ -389,7 +392,7 @@ class LogTail(Log):
 
     def on_resize(self) -> None:
         """A resize keeps a followed log at its end (and cuts wrapped rows anew)."""
-        if self.wrap and self._content_width() != self._wrap_width:
+        if self.wrap and self._wrap_room() != self._wrap_width:
             self._show_all()
         self._keep_end_in_view()
 
@@ -455,6 +458,15 @@ class LogTail(Log):
     def _content_width(self) -> int:
         return self.scrollable_content_region.width
 
+    def _wrap_room(self) -> int:
+        """The cells a wrapped row may take: the content's width, less the vertical
+        scrollbar's even before it shows (rows cut to the whole width became wider than
+        the view once the rows they made brought the scrollbar)."""
+        width = self._content_width()
+        if not self.show_vertical_scrollbar:
+            width -= self.styles.scrollbar_size_vertical
+        return max(1, width)
+
     def _rows(self, line: str) -> list[str]:
         """The rows one line is shown as (never none: an empty line is a blank row)."""
         if not self.wrap or self._wrap_width <= 0:
@@ -511,7 +523,8 @@ class LogTail(Log):
             top = self.top_line()
         self.clear()
         self._starts.clear()
-        self._wrap_width = self._content_width() if self.wrap else 0
+        self.set_class(self.wrap, "-wrapped")
+        self._wrap_width = self._wrap_room() if self.wrap else 0
         self.max_lines = None if self.wrap else self._limit
         rows: list[str] = []
         for line in self._source:
