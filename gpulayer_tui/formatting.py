@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .fields import TERMINAL_STATUSES, program_name, starting_why, wait_words
-from .wire import NOT_ACCEPTING
+from .wire import NOT_ACCEPTING, RESTARTING_DOWN
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (the CLI imports this module: no wire, no typing at run time)
@@ -268,6 +268,10 @@ def replica_state(replica: ReplicaJSON, now: float) -> str:
         # message saying it stopped accepting connections.)
         hung = NOT_ACCEPTING in str(replica.get("message") or "")
         how = NOT_ACCEPTING if hung else "not answering"
+        if RESTARTING_DOWN in str(replica.get("message") or ""):
+            # (through the SIGTERM's grace it read "down for 12s ... 18s" as if nothing
+            # was done, while cancel's said "stopping": tester h93)
+            return f"stopping to restart (down for {duration(now - down_since)}, SIGTERM sent)"
         return f"down for {duration(now - down_since)} (port {port} {how})"
     if state == "backoff" and restart_at:
         # Rounded up, as a countdown is: "in 0s" was said a second before the restart.

@@ -165,6 +165,10 @@ directory, dependencies, policies) comes only with the job itself (``GET /v1/job
 MAX_PAGE = 10_000
 """The most jobs one ``GET /v1/jobs`` answers; more are read page by page."""
 
+RESTARTING_DOWN = "SIGTERM sent to restart it"
+"""A down replica's ``message`` says it once the engine stops it to restart it (down too
+long): tables say it is stopping to restart, not only how long it has been down."""
+
 NOT_ACCEPTING = "stopped accepting connections"
 """A down replica's ``message`` says it when its port answered but its server took none of
 the connections waiting (a hung server): tables say so too, not "not answering"."""

@@ -1464,6 +1464,12 @@ def test_a_down_replica_says_for_how_long() -> None:
 
     down = {"state": "down", "port": 4100, "down_since": 1000.0, "started_at": 10.0}
     assert replica_state(down, 1042.0) == "down for 42s (port 4100 not answering)"  # type: ignore[arg-type]
+    # Stopped to be restarted, through its SIGTERM's grace: said so, not "down" alone
+    # (it read "down for 12s ... 18s" as if nothing was done: tester h93).
+    down["message"] = (
+        "port 4100 not answering for 30 s: SIGTERM sent to restart it (SIGKILL after 10 s)"
+    )
+    assert replica_state(down, 1042.0) == "stopping to restart (down for 42s, SIGTERM sent)"  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("before", [0, 3600], ids=["never", "hourly"])

@@ -55,6 +55,7 @@ from .service_runtime import (
     NOT_ACCEPTING,
     PROBE_INTERVAL_MAX_S,
     PROBE_TIMEOUT_S,
+    RESTARTING_DOWN,
     LoopClock,
     ServiceClock,
     ServiceRuntime,
@@ -548,7 +549,7 @@ class ServiceRunner:
             replica,
             R.DOWN,
             f"port {replica.port} {how} for {down:.{1 if down < 10 else 0}f} s: "
-            "SIGTERM sent to restart it"
+            f"{RESTARTING_DOWN}"
             f" (SIGKILL after {grace:g} s)",
         )
         self._book.after_commit(
