@@ -1783,3 +1783,8 @@ def test_a_full_jobs_table_keeps_runtime_and_exit_on_80_columns() -> None:
     assert header.index("REASON") <= 80 - REASON_ROOM
     assert shown[1][header.index("EXIT")] == "3" and "1m00s" in shown[1], shown
     assert all(len(line) <= 80 for line in shown)
+    assert "VRAM" not in header  # (gone first)
+    # The column it is sorted by stays (--sort vram dropped VRAM: tester h94).
+    for sort, column in (("vram", "VRAM"), ("priority", "PRIO")):
+        header = fit(format_jobs(rows, 200.0, 80, sort), 80).splitlines()[0]  # type: ignore[arg-type]
+        assert column in header and "REASON" in header, (sort, header)

@@ -688,7 +688,7 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     # On a terminal, a row longer than the window is cut at its edge (the reason column is
     # last); piped, every reason is whole (it used to be cut at 70 characters always).
     width = _terminal_columns() if sys.stdout.isatty() else None
-    print(fit(format_jobs(jobs, time.time(), width), width))
+    print(fit(format_jobs(jobs, time.time(), width, args.sort), width))
     _say_older(client, args, len(jobs), jobs[-1]["id"] if jobs else None)
     return EXIT_OK
 

@@ -61,7 +61,9 @@ def fit(text: str, width: int | None) -> str:
     return "\n".join(cut_to_width(line, width) for line in text.split("\n"))
 
 
-def format_jobs(jobs: list[JobRowJSON], now: float, width: int | None = None) -> str:
+def format_jobs(
+    jobs: list[JobRowJSON], now: float, width: int | None = None, sort: str | None = None
+) -> str:
     """The ``jobs`` table. PRIO is there when a listed job has a priority other than 0.
 
     On a terminal ``width`` columns wide, a table wider than it first loses its columns
@@ -69,7 +71,8 @@ def format_jobs(jobs: list[JobRowJSON], now: float, width: int | None = None) ->
     least :data:`REASON_ROOM` columns before the edge, NAME is cut to 16 and USER (where
     every row is one user's), VRAM, GPUS and DOMAINS go, in that order; then rows are
     cut at the edge. At 80 columns the cut took RUNTIME and EXIT, which a glance at a
-    failed sweep looks for (testers h69, h73)."""
+    failed sweep looks for (testers h69, h73). The column of the ``sort`` asked for stays
+    (``--sort vram`` dropped VRAM: tester h94)."""
     if not jobs:
         return "no jobs"
     headers = ["ID", "NAME", "USER", "STATUS", "PRIO", "DOMAINS", "GPUS", "VRAM", "RUNTIME"]
@@ -105,6 +108,9 @@ def format_jobs(jobs: list[JobRowJSON], now: float, width: int | None = None) ->
     if len({row[2] for row in rows}) == 1:
         steps.append("USER")
     steps += ["VRAM", "GPUS", "DOMAINS"]
+    sorted_by = {"priority": "PRIO"}.get(sort or "", (sort or "").upper())
+    drop -= {i for i, header in enumerate(headers) if header == sorted_by}
+    steps = [step for step in steps if step != sorted_by]
     for step in steps:
         if _reason_at(text) <= width - REASON_ROOM:
             break
