@@ -30,6 +30,7 @@ from textual.worker import Worker, WorkerState
 from . import keymap
 from .backend import BackendError, EngineBackend
 from .fields import printable
+from .formatting import still_on_domain
 from .job_feed import PAGE, JobFeed, JobView
 from .job_store import JobStore, start_of_today
 from .key_hold import KeyHold
@@ -344,7 +345,12 @@ class GpulayerApp(App[str]):
                 # (a drain made before the quarantine outlives it: "released" read as back
                 # in service)
                 said = "quarantine lifted; draining again, as it was drained before"
-            self.notify(f"domain {name}: {said}", timeout=4)
+            # What still runs there, and when it leaves, as `domain drain` says it (the
+            # toast said "draining" alone: tester h96).
+            still = still_on_domain(self.job_store.jobs.values(), str(name))
+            if change == "draining" and still:
+                said += "\n" + "\n".join(still)
+            self.notify(f"domain {name}: {said}", timeout=8 if still else 4)
 
     def _domain_changed(self, data: dict[str, Any]) -> None:
         """Take a domain's new state into the GPU view at once, in the stream's order.

@@ -7,7 +7,7 @@ from .wire import NOT_ACCEPTING, RESTARTING_DOWN
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (the CLI imports this module: no wire, no typing at run time)
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
     from typing import Any
 
     from .wire import JobRowJSON, ReplicaJSON, UsageJSON, UsageSummaryJSON
@@ -150,6 +150,52 @@ def gib(value: int | None) -> str:
 def plural(count: int, word: str, words: str | None = None) -> str:
     """``1 job``, ``2 jobs`` (``words``: an irregular plural)."""
     return f"{count} {word if count == 1 else (words or word + 's')}"
+
+
+def still_on_domain(jobs: Iterable[Mapping[str, Any]], name: str) -> list[str]:
+    """What still runs on domain ``name`` as it is drained, and when it leaves, a line per
+    kind (``domain drain`` and the TUI's toast say it): batch jobs stay until they end; a
+    service moves off when a replica there exits, unless pinned there (it starts again in
+    place: "moves off" was said of a service pinned to it, tester h96)."""
+    there = [
+        job for job in jobs if job.get("status") == "running" and name in (job.get("domains") or [])
+    ]
+    batch = [str(job["id"]) for job in there if job.get("kind") != "service"]
+    moving: list[str] = []
+    pinned: list[str] = []
+    for job in there:
+        if job.get("kind") != "service":
+            continue
+        pins = (job.get("spec") or {}).get("domain")
+        pins = [pins] if isinstance(pins, str) else list(pins or ())
+        stuck = bool(pins) and set(pins) <= set(job.get("domains") or [])
+        (pinned if stuck else moving).append(str(job["id"]))
+    lines = []
+    if batch:
+        lines.append(
+            f"job {batch[0]} runs there until it ends"
+            if len(batch) == 1
+            else f"jobs {', '.join(batch)} run there until they end"
+        )
+    if moving:
+        noun = (
+            f"service {moving[0]} moves"
+            if len(moving) == 1
+            else f"services {', '.join(moving)} move"
+        )
+        lines.append(
+            f"{noun} off it when a replica there exits, with the whole service, to where it "
+            "fits (cancel to stop now)"
+        )
+    if pinned:
+        noun = (
+            f"service {pinned[0]} is" if len(pinned) == 1 else f"services {', '.join(pinned)} are"
+        )
+        lines.append(
+            f"{noun} pinned to the domains it holds: a replica that exits starts again in place "
+            "(cancel to stop it)"
+        )
+    return lines
 
 
 def wanted_gpus(spec: dict[str, Any]) -> Any:

@@ -998,7 +998,7 @@ def test_status_shows_what_a_job_asked_for(engine: Served, monkeypatch: pytest.M
     assert edited.returncode == 0, edited.stderr
     shown = engine.cli("status", waiting).stdout
     assert "  asks for    1 GPU, 20 GiB VRAM per GPU\n" in shown, shown
-    assert "  priority    7\n" in shown and "  timeout     100 s\n" in shown
+    assert "  priority    7\n" in shown and "  timeout     1m40s\n" in shown
     assert f"  after       job {first} (any end)\n" in shown
     assert f"  cwd         {REPO}\n" in shown
     plain = engine.cli("status", first).stdout

@@ -74,6 +74,33 @@ async def test_quarantine_is_notified_and_release_is_offered(ui_app: AppFactory)
         await until(pilot, lambda: _state(app, "gpu0") == "draining")
 
 
+async def test_a_drain_toast_says_what_still_runs_there(ui_app: AppFactory) -> None:
+    # It said "domain gpu0: draining" alone; `domain drain` says what stays and when it
+    # leaves (tester h96), a pinned service too (it does not move: it starts in place).
+    app = await ui_app("2xA100-80GB")
+    batch = await app.backend.submit({"command": ["sleep", "600"], "gpus": 1, "domain": "gpu0"})
+    pinned = await app.backend.submit(
+        {"kind": "service", "port": False, "command": ["sleep", "600"], "gpus": 1, "domain": "gpu1"}
+    )
+    async with app.run_test(size=(140, 40)) as pilot:
+        await until(
+            pilot,
+            lambda: all(
+                (app.job_store.jobs.get(j["id"]) or {}).get("status") == "running"
+                for j in (batch, pinned)
+            ),
+            "both running",
+        )
+        await app.domain_action("gpu0", "drain").wait()
+        said = f"domain gpu0: draining\njob {batch['id']} runs there until it ends"
+        await until(pilot, lambda: any(said in n for n in _notes(app)), said)
+        await app.domain_action("gpu1", "drain").wait()
+        said = f"service {pinned['id']} is pinned to the domains it holds: a replica that exits"
+        await until(pilot, lambda: any(said in n for n in _notes(app)), said)
+        for job in (batch, pinned):
+            await app.backend.cancel(job["id"])
+
+
 async def test_releasing_a_drained_then_quarantined_domain_says_it_drains_again(
     ui_app: AppFactory,
 ) -> None:

@@ -364,6 +364,13 @@ async def test_search_keys_in_the_detail_and_n_is_new_job_again_after(ui_app: An
         await pilot.press("escape")
         assert log.search_term == "" and isinstance(app.screen, JobDetailScreen)
         await until(pilot, lambda: footer().get("esc") == "Back", "esc: back again")
+        # A term with no match: n and N dimmed, nothing to go to (tester h96).
+        await pilot.press("slash", *"zzz", "enter")
+        await until(pilot, lambda: "no match" in str(log.border_title), "no match")
+        await until(pilot, lambda: detail.check_action("next_match", ()) is None, "n dimmed")
+        assert detail.check_action("previous_match", ()) is None
+        await pilot.press("escape")
+        await until(pilot, lambda: footer().get("esc") == "Back", "the search ended")
         await pilot.press("n")
         await until(pilot, lambda: isinstance(app.screen, SubmitScreen), "the new-job form")
         await pilot.press("escape", "escape")

@@ -1345,27 +1345,10 @@ def _say_still_there(client: Client, name: str) -> None:
     """What still runs on a drained domain, and when it leaves: the drain said nothing of
     a service that kept the GPU while none of its replicas exited (tester h93)."""
     from ..fields import printable
+    from ..formatting import still_on_domain
 
-    there = [
-        job for job in client.jobs(["running"], limit=10_000) if name in (job.get("domains") or [])
-    ]
-    batch = [str(job["id"]) for job in there if job.get("kind") != "service"]
-    services = [str(job["id"]) for job in there if job.get("kind") == "service"]
-    if batch:
-        said = (
-            "job {} runs there until it ends"
-            if len(batch) == 1
-            else "jobs {} run there until they end"
-        )
-        print(printable("  " + said.format(", ".join(batch))))
-    if services:
-        said = "service {} moves" if len(services) == 1 else "services {} move"
-        print(
-            printable(
-                "  " + said.format(", ".join(services)) + " off it when a replica there "
-                "exits, with the whole service, to where it fits (cancel to stop now)"
-            )
-        )
+    for line in still_on_domain(client.jobs(["running"], limit=10_000), name):
+        print(printable(f"  {line}"))
 
 
 def _kept_drain(dom: dict[str, Any]) -> str:
@@ -1409,7 +1392,7 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
         print(
             f"would remove {jobs}"
             + (f" ({'job' if len(ids) == 1 else 'jobs'} {_some_ids(ids)})" if ids else "")
-            + f" and {files} of {size_words(done.get('bytes', 0))}"
+            + f" and {files} ({size_words(done.get('bytes', 0))} in all)"
             + snapshots
             + kept.replace("; kept", "; would keep")
             + "; nothing was removed"

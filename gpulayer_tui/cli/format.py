@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..fields import cell_width, cut_to_width, pad_to_width, printable
+from ..fields import cell_width, cut_to_width, duration_typed, pad_to_width, printable
 from ..formatting import (
     SHELL_LINE_MARK,
     argv_text,
@@ -241,7 +241,8 @@ def _request_lines(spec: dict[str, Any]) -> list[str]:
     if spec.get("priority"):
         lines.append(f"  priority    {spec['priority']}")
     if spec.get("timeout") is not None:
-        lines.append(f"  timeout     {spec['timeout']:g} s")
+        # (as typed and as its edit line says it: "5400 s" beside "none -> 1h30m": h96)
+        lines.append(f"  timeout     {duration_typed(spec['timeout'])}")
     if spec.get("project"):
         lines.append(f"  project     {spec['project']}")
     # Those it needs completed, then those whose any end will do: "jobs 3, 35, 36 (any

@@ -569,7 +569,10 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         if action in ("next_match", "previous_match"):
             if self._in_search_line:
                 return False  # (there n and N are text: "N Prev" typed an N: tester h95)
-            searching = self._search_pending or bool(self.query_one(LogTail).search_term)
+            log = self.query_one(LogTail)
+            searching = self._search_pending or bool(log.search_term)
+            if searching and not self._search_pending and not log.matches:
+                return None  # (dimmed: no match to go to, "/zzz: no match": tester h96)
             return not self._widgets_gone and searching
         if action == "end_search":
             return not self._widgets_gone and self._searching
