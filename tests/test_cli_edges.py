@@ -1298,9 +1298,9 @@ def test_status_of_a_job_waiting_again_says_so_instead_of_an_empty_runtime() -> 
     job["status"] = "running"
     running = format_job(job, [], 200.0)  # type: ignore[arg-type]
     assert "  runtime 1m40s" in running, running
-    # An ended service says how many replicas it ran ("replicas    -").
+    # An ended service says none of the replicas it ran is up ("replicas    -"; then "2": h96).
     job.update(status="completed", ended_at=160.0, spec={**job["spec"], "replicas": 2})
-    assert "  replicas    2  restart always" in format_job(job, [], 200.0)  # type: ignore[arg-type]
+    assert "  replicas    0/2 up  restart always" in format_job(job, [], 200.0)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -290,10 +290,11 @@ def _replica_lines(job: JobRowJSON, now: float) -> list[str]:
     spec = job.get("spec", {})
     policy = spec.get("restart", "always")
     limit = spec.get("max_restarts")
-    # (an ended service: how many it ran, "-" said nothing)
-    count = len(job.get("replicas") or []) or spec.get("replicas") or "-"
+    # (an ended or never placed service: none up of how many it ran or asks for, as the
+    # TUI's detail says it; "replicas 2" read as two running: tester h96)
+    count = len(job.get("replicas") or []) or spec.get("replicas") or 1
     lines = [
-        f"  replicas    {replica_health(job) or count}  restart {policy}"
+        f"  replicas    {replica_health(job) or f'0/{count} up'}  restart {policy}"
         + ("" if limit is None else f", max {limit}")
         + f"  placement {job.get('attempt', 0)} of "
         + f"{spec.get('retry', {}).get('max_attempts', 10)}"
