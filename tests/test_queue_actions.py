@@ -166,6 +166,16 @@ def test_signal_a_stray_gpu_process_and_nothing_else(served: Served, sleeper: in
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"SIGTERM sent to pid {sleeper} (sleep 600")
     wait_for(lambda: pid_gone(sleeper))
+    # A long command line is cut with a mark (cut bare, it read as a whole command that
+    # ended "signal.signal(signal.SIGTERM,)": tester h97).
+    wait = "import time; time.sleep(600)"
+    long_line = [sys.executable, "-c", wait, *(f"arg{n:03d}" for n in range(40))]
+    with subprocess.Popen(long_line, stderr=subprocess.DEVNULL) as wordy:
+        SimLedger(served.home).hold(0, wordy.pid, 1.0)
+        wait_for(lambda: str(wordy.pid) in served.cli("gpus").stdout)
+        said = served.cli("signal", str(wordy.pid)).stdout.strip()
+        wordy.wait(timeout=20)
+    assert said.endswith("…)") and "arg039" not in said, said
 
 
 async def test_edit_replaces_a_waiting_jobs_dependencies_and_refuses_circles(

@@ -36,7 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..fields import EDIT_WORDS, FieldError, blank_label, edit_value, status_phrase
+from ..fields import (
+    EDIT_WORDS,
+    FieldError,
+    blank_label,
+    cut_to_width,
+    edit_value,
+    status_phrase,
+)
 from ..wire import (
     ADOPTED_NOT_RUN,
     AdoptRequest,
@@ -1185,7 +1192,9 @@ class Engine:
             ) from None
         finally:
             os.close(fd)
-        what = f"SIG{name.upper().removeprefix('SIG')} sent to pid {pid} ({snapshot.command[:80]})"
+        # (cut with a mark: "...signal.signal(signal.SIGTERM,)" read as the command: h97)
+        command = cut_to_width(snapshot.command, 80)
+        what = f"SIG{name.upper().removeprefix('SIG')} sent to pid {pid} ({command})"
         log.warning("%s, asked by uid %s", what, requester_uid)
         return what
 
