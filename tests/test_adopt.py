@@ -445,6 +445,33 @@ async def test_domains_named_for_a_process_must_cover_where_it_holds_memory(
     assert placed.status is JobStatus.RUNNING and placed.domains == ["gpu0"]
 
 
+async def test_an_adopted_job_keeps_saying_so_through_a_quarantine_of_its_gpu(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    # Its reason became "running on gpu1", a batch job's words, once the warning of its
+    # GPU's trouble was taken away (tester h97).
+    engine = await make_engine("2xA100-80GB")
+    ledger = SimLedger(engine.paths.state_dir)
+    proc = start(spawn, "sleep", "600")
+    ledger.hold(1, proc.pid, 5.0)
+    await engine.sampler.sample_once()
+    job = await adopt(engine, proc.pid)
+    assert job.message == f"adopted pid {proc.pid} on gpu1"
+    ledger.set_gpu(1, lost=True, error="GPU is lost: fell off the bus")
+    await engine.sampler.sample_once()
+    live = engine.book.get(job.id).job
+    assert live.message.startswith(
+        f"adopted pid {proc.pid} on gpu1; warning: domain gpu1 quarantined: GPU is lost"
+    ), live.message
+    ledger.set_gpu(1, lost=False, error=None)
+    for _ in range(50):  # (a read begun before counts for nothing: until one answers)
+        await engine.sampler.sample_once()
+        if engine.scheduler.domains["gpu1"].answers:
+            break
+    await engine.domain_ops.release("gpu1")
+    assert engine.book.get(job.id).job.message == f"adopted pid {proc.pid} on gpu1"
+
+
 async def test_comm_with_spaces_and_parenthesis(
     make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:

@@ -22,7 +22,7 @@ from ..wire import DomainJSON
 from .domain import MISSING_WARNING, Domain, DomainHealth, DomainState, missing_warning
 from .errors import DomainRefused, SpecError, UnknownDomain
 from .events import EventBus
-from .jobbook import JobBook
+from .jobbook import ActiveJob, JobBook
 from .models import EventKind, Job, JobKind, JobStatus, KnownGpu, TerminationReason
 from .services import service_summary
 
@@ -157,7 +157,7 @@ class DomainOps:
                     # gpu2, gpu0" of a GPU gone; tester h58)
                     warning = service_summary(act.job) + missing_warning(index)
                 else:
-                    warning = f"running on {', '.join(act.job.domains)}{missing_warning(index)}"
+                    warning = f"{_where(act)}{missing_warning(index)}"
                 if not act.job.message.startswith(warning):
                     self._book.set_reason(act, warning)
         # (every job looked at: a warning stored by the last engine goes too, once its GPU
@@ -169,7 +169,7 @@ class DomainOps:
                 if act.job.kind is JobKind.SERVICE:
                     self._book.set_reason(act, service_summary(act.job))
                 else:
-                    self._book.set_reason(act, f"running on {', '.join(act.job.domains)}")
+                    self._book.set_reason(act, _where(act))
 
     def quarantined(self, dom: Domain) -> None:
         """What runs on a quarantined domain reacts: its services are placed again (the
@@ -185,7 +185,7 @@ class DomainOps:
                 continue
             if act.job.kind is JobKind.SERVICE:
                 continue  # placed again by its runner (a quarantine listener)
-            warning = f"running on {', '.join(act.job.domains)}; warning: domain "
+            warning = f"{_where(act)}; warning: domain "
             self._book.set_reason(act, f"{warning}{dom.name} quarantined: {dom.state_reason}")
 
     def _changed(self, dom: Domain, what: str) -> None:
@@ -218,8 +218,8 @@ class DomainOps:
                 if any(d.state is DomainState.QUARANTINED for d in act.holds):
                     continue  # (another of its GPUs still is)
                 message = act.job.message
-                if message.startswith("running on ") and "; warning: domain " in message:
-                    self._book.set_reason(act, f"running on {', '.join(act.job.domains)}")
+                if message.startswith(_where(act)) and "; warning: domain " in message:
+                    self._book.set_reason(act, _where(act))
         self._queue.schedule_soon()
 
     def job_ended_on(self, job: Job, domains: list[Domain]) -> None:
@@ -626,3 +626,13 @@ class DomainOps:
             }
         )
         return checks
+
+
+def _where(act: ActiveJob) -> str:
+    """A running job's reason, before a warning is added or after it is taken away: an
+    adopted process keeps saying so (it became "running on gpu0, gpu1", a batch job's
+    words, after a GPU went missing and came back: tester h97)."""
+    domains = ", ".join(act.job.domains)
+    if act.job.kind is JobKind.ADOPTED and act.job.pid is not None:
+        return f"adopted pid {act.job.pid} on {domains}"
+    return f"running on {domains}"
