@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-from textual.widgets import Input
+from textual.widgets import Button, Input
 
 from gpulayer_tui.app import build_app
 from gpulayer_tui.engine.simulate import SimLedger
@@ -155,6 +155,33 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
         assert [j["id"] for j in app.job_store.jobs.values()] == [job["id"]]  # (none added)
 
 
+async def test_a_process_that_left_while_its_dialog_was_open_is_refused_once(
+    ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
+) -> None:
+    # Each Adopt after the refusal stored one more failed job ("adopt_pid_gone"), for a
+    # process no field change could bring back (tester h97).
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _open_strays(pilot, app)
+        await pilot.press("p")
+        await pilot.press(*str(sleeper_proc.pid), "enter")
+        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        sleeper_proc.kill()
+        sleeper_proc.wait()
+        await pilot.press("ctrl+s")
+        error = dialog.query_one("#adopt-error")
+        await until(
+            pilot, lambda: "adopt" in str(error.render()) and "failed" in str(error.render())
+        )
+        assert dialog.query_one("#adopt", Button).disabled
+        stored = [j["id"] for j in app.job_store.jobs.values()]
+        assert len(stored) == 1
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert [j["id"] for j in app.job_store.jobs.values()] == stored  # (none added)
+        assert app.screen is dialog
+
+
 async def test_the_adopt_dialog_takes_a_domain_and_stays_open_on_a_refusal(
     ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
 ) -> None:
@@ -196,6 +223,13 @@ async def test_the_adopt_dialog_takes_a_domain_and_stays_open_on_a_refusal(
         await pilot.press("ctrl+s")
         await until(pilot, lambda: "unknown domain 'gpu9'" in str(error.render()), "unknown")
         assert app.screen is dialog
+        # The engine's refusal of the VRAM is said in the form's words, as a typo is
+        # ("vram_gb: ..." beside "declared VRAM: ...": tester h97).
+        domain.value = "gpu1"
+        dialog.query_one("#adopt-vram", Input).value = "900"
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: str(error.render()).startswith("declared VRAM: "), "words")
+        dialog.query_one("#adopt-vram", Input).value = "12"
         # Its full domain: taken (it runs there anyway), and the toast says what it
         # overbooks (it said only "adopted": tester h87).
         domain.value = "gpu0"

@@ -31,6 +31,10 @@ from .submit import ListSuggester, split_list
 _FIELD_INPUT = {"name": "adopt-name", "vram_gb": "adopt-vram", "domain": "adopt-domain"}
 """Request field (as the engine's refusals name it) -> the input that sets it."""
 
+_FIELD_WORDS = {"vram_gb": "declared VRAM"}
+"""Request field -> how the form says it, where its label differs ("declared VRAM: ..."
+for a typo, "vram_gb: ..." for the engine's refusal of the same field: tester h97)."""
+
 
 class AdoptScreen(ModalScreen[JobJSON | None]):
     """Confirm an adoption and send it; dismisses with the running job, or ``None``.
@@ -63,6 +67,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         super().__init__()
         self.process = process
         self._busy = False
+        self._refused_for_good = ""
         self._as_opened: tuple[str, ...] = ()
         self._discard_armed = False
 
@@ -203,6 +208,11 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
     def _adopt_now(self) -> None:
         if self._busy:
             return
+        if self._refused_for_good:
+            # (each retry stored one more failed job for a process no field change could
+            # make adoptable: another user's, or gone: tester h97)
+            self._refused(self._refused_for_good, None)
+            return
         request = self._request()
         if request is not None:
             self._adopt(request)
@@ -223,10 +233,15 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
             self.dismiss(job)
             return
         message = job.get("message") or job["status"]
-        self._refused(f"job {job['id']} {job['status']}: {message}", None)
+        self._refused_for_good = f"job {job['id']} {job['status']}: {message}"
+        self.query_one("#adopt", Button).disabled = True
+        self._refused(self._refused_for_good, None)
         self.app.notify(message, title=f"job {job['id']} {job['status']}", severity="error")
 
     def _refused(self, message: str, field: str | None) -> None:
+        words = _FIELD_WORDS.get(field or "")
+        if words is not None and message.startswith(f"{field}:"):
+            message = words + message[len(str(field)) :]
         self.query_one("#adopt-error", Static).update(Content(message))
         input_id = _FIELD_INPUT.get(field or "")
         if input_id is not None:
@@ -234,7 +249,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
 
     def _set_busy(self, busy: bool) -> None:
         self._busy = busy
-        self.query_one("#adopt", Button).disabled = busy
+        self.query_one("#adopt", Button).disabled = busy or bool(self._refused_for_good)
         if busy:
             self.query_one("#adopt-error", Static).update("adopting…")
 
