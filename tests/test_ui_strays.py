@@ -155,6 +155,25 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
         assert [j["id"] for j in app.job_store.jobs.values()] == [job["id"]]  # (none added)
 
 
+async def test_a_pid_typed_with_its_enter_in_one_burst_is_read_whole(
+    ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
+) -> None:
+    # Pasted (or sent by tmux) with its Enter in one write, the pid was "empty": enter, a
+    # priority key, ran before the digits reached the field (tester h97).
+    from textual import events
+
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _open_strays(pilot, app)
+        await pilot.press("p")
+        for char in str(sleeper_proc.pid):
+            app.post_message(events.Key(char, char))
+        app.post_message(events.Key("enter", "\r"))
+        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        assert dialog.process["pid"] == sleeper_proc.pid
+        assert not any("type a process id" in n.message for n in app._notifications)
+
+
 async def test_a_process_that_left_while_its_dialog_was_open_is_refused_once(
     ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
 ) -> None:

@@ -15,7 +15,7 @@ from .. import keymap, wire
 from ..backend import BackendError
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
-from ..widgets.field_input import FieldInput
+from ..widgets.field_input import FieldInput, after_typed
 from ..widgets.key_footer import KeyFooter
 from ..widgets.stray_table import StrayTable, strays_from
 from ..wire import JobJSON
@@ -118,9 +118,15 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
             return self.query_one("#pid-input").has_class("visible")
         return True
 
-    async def action_submit_pid(self) -> None:
-        """Adopt the pid typed (enter, while the pid line is open)."""
-        await self.query_one("#pid-input", Input).action_submit()
+    def action_submit_pid(self) -> None:
+        """Adopt the pid typed (enter, while the pid line is open), once the digits typed
+        before it are in the field: a pid pasted with its Enter was "empty" (tester h97)."""
+        field = self.query_one("#pid-input", Input)
+
+        def submit() -> None:
+            field.post_message(Input.Submitted(field, field.value))
+
+        after_typed(self, submit)
 
     def action_adopt_pid(self) -> None:
         """Type a pid to adopt (any process, e.g. one not on a GPU yet)."""
