@@ -511,6 +511,40 @@ def test_an_adopted_process_gone_after_the_engine_was_killed_ends_when_last_seen
     assert job["started_at"] <= job["ended_at"] <= killed
 
 
+async def test_an_idle_engine_notes_it_is_alive_so_a_kill_is_placed_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A killed engine was last known alive at its last event: an adopted process that
+    # ended while none ran was taken to have ended then, an hour early for an engine
+    # idle an hour (tester h97). An idle engine now notes that it is alive.
+    import sqlite3
+
+    from gpulayer_tui import __version__
+    from gpulayer_tui.engine import store as store_module
+    from gpulayer_tui.engine.store import SEEN_AT_SETTING, SEEN_RUN_SETTING, Store
+
+    monkeypatch.setattr(store_module, "ALIVE_NOTE_S", 0.05)
+    database = tmp_path / "state.db"
+    first = Store(database, lambda _event: None)
+    await first.open(__version__, os.getpid())
+
+    async def noted() -> bool:
+        return await first.setting(SEEN_RUN_SETTING) == first.run_id
+
+    await eventually(noted)
+    await first.close()
+    with sqlite3.connect(database) as db:  # (as if killed: no stop time, noted later)
+        db.execute("UPDATE engine_runs SET stopped_at = NULL")
+        started = db.execute("SELECT started_at FROM engine_runs").fetchone()[0]
+        db.execute(
+            "UPDATE counters SET value = ? WHERE name = ?", (int(started) + 3600, SEEN_AT_SETTING)
+        )
+    second = Store(database, lambda _event: None)
+    await second.open(__version__, os.getpid())
+    assert second.previous_run_seen_until == (float(int(started) + 3600), False)
+    await second.close()
+
+
 def test_cli_adopt(served: Served, spawn: list[subprocess.Popen[bytes]]) -> None:
     served.start("--simulate", "2xA100-80GB")
     proc = start(spawn, "sleep", "600")

@@ -82,6 +82,12 @@ _DAMAGED_ADVICE = (
 
 SCHEMA_VERSION = 14
 
+ALIVE_NOTE_S = 30.0
+"""How often an idle engine notes in the database that it is alive (whole seconds): what
+a killed engine is known to have run until, within this."""
+SEEN_RUN_SETTING = "alive.run"
+SEEN_AT_SETTING = "alive.at"
+
 # jobs_active's condition, exactly as created: a query that repeats it may use the index.
 _ACTIVE_INDEX_WHERE = "status IN ('pending', 'queued', 'running')"
 
@@ -711,10 +717,19 @@ class Store:
         self.previous_run_seen_until = self._last_seen_alive(db)
         self.first_event_row = self._next_event_id  # (rows up to it: earlier runs')
 
+    def _note_alive(self) -> None:
+        """Note, while idle, that this run is alive: a killed engine's last sign of life
+        was its last event, and an adopted process that ended while none ran was taken to
+        have ended then, hours early for an engine long idle (tester h97)."""
+        if self.run_id and not self._closing:
+            self.save_setting(SEEN_RUN_SETTING, self.run_id)
+            self.save_setting(SEEN_AT_SETTING, int(time.time()))
+
     def _last_seen_alive(self, db: sqlite3.Connection) -> tuple[float, bool] | None:
         """When the previous engine run was last known to be running, and whether it
         stopped then: its ``stopped_at`` when it stopped cleanly, else (killed) the time
-        of the last event any run recorded, a lower bound. What an adopted process that
+        of the last event any run recorded or of its last note that it was alive
+        (:data:`ALIVE_NOTE_S`), a lower bound. What an adopted process that
         vanished while no engine ran is known to have run until."""
         if not self.previous_run_id:
             return None
@@ -726,7 +741,18 @@ class Store:
         if row[0] is not None:
             return float(row[0]), True
         last = db.execute("SELECT MAX(at) FROM events").fetchone()
-        return max(float(row[1]), float(last[0] or 0)), False
+        seen = dict(
+            db.execute(
+                "SELECT name, value FROM counters WHERE name IN (?, ?)",
+                (SEEN_RUN_SETTING, SEEN_AT_SETTING),
+            ).fetchall()
+        )
+        noted = (
+            seen.get(SEEN_AT_SETTING, 0)
+            if seen.get(SEEN_RUN_SETTING) == self.previous_run_id
+            else 0
+        )
+        return max(float(row[1]), float(last[0] or 0), float(noted)), False
 
     def _refuse_emptied(self) -> None:
         """An empty database file beside job logs was emptied (cut to nothing), not made
@@ -891,7 +917,11 @@ class Store:
                     pass
                 self._retry_delay = min(self._retry_delay * 2, RETRY_MAX_S)
             else:
-                await self._wake.wait()
+                try:
+                    async with asyncio.timeout(ALIVE_NOTE_S):
+                        await self._wake.wait()
+                except TimeoutError:
+                    self._note_alive()
                 # Let what is already scheduled on the loop run first (the scheduling
                 # pass after a job's end, say), so it joins this commit instead of
                 # needing the next one: one commit per pass, not one per change.
