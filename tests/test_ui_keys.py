@@ -230,4 +230,5 @@ async def test_at_80_columns_the_way_out_of_a_search_or_filter_stays_in_the_foot
         await pilot.press("slash", "a", "enter")
         await until(pilot, lambda: esc_says() == "End search", "esc: end the search")
         keys = {str(k.description) for k in app.screen.query(FooterKey) if k.display}
-        assert {"Next", "Prev", "Help"} <= keys, keys
+        # (n and N are dimmed here, this job's log having no match: they give way)
+        assert "Help" in keys and not {"Next", "Prev"} & keys, keys
