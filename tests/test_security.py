@@ -709,3 +709,44 @@ def test_a_stream_whose_reader_left_frees_its_slot_though_nothing_was_sent(
         for sock in held:
             sock.close()
     served.cli("cancel", str(job))
+
+
+def test_one_user_stalling_its_submissions_leaves_a_quarter_of_the_slots_to_others(
+    shared: SharedEngine,
+) -> None:
+    # 64 connections of one user, each stalled in its body, held every submission slot
+    # for [limits] idle_connection (30 s): every other user's `submit` waited it out, and
+    # the stalls could be renewed for ever (tester h100).
+    shared.config.write_text(
+        '[security]\nallowed_groups = ["nogroup"]\n[limits]\nsubmissions_in_flight = 4\n'
+        "idle_connection = 120\n"
+    )
+    assert shared.call("POST", "/config/reload")["applied"] is True
+    stalled = []
+    try:
+        for _ in range(3):  # (three quarters of 4: all this user may hold)
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(str(shared.sock))
+            sock.sendall(b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            stalled.append(sock)
+        status, body = 0, {}
+
+        def refused() -> bool:
+            nonlocal status, body
+            status, body = request(shared.sock, "POST", "/v1/jobs", {"command": ["true"]})
+            return status == 429
+
+        wait_for(refused)  # (once the three are being read)
+        assert f"at once from uid {os.geteuid()} (" in body["error"], body
+        assert ": 3 of its are being handled" in body["error"]
+        assert "a quarter is kept for other users" in body["error"]
+        # Another user is let in at once (its CLI would have said it retries).
+        job = shared.nobody("submit", "--", "true")
+        assert job.returncode == 0, job.stderr
+        assert "too many submissions" not in job.stderr
+        assert shared.served.cli("wait", job.stdout.strip()).returncode == 0
+    finally:
+        for sock in stalled:
+            sock.close()
+    # Its slots come back as its stalled clients go.
+    wait_for(lambda: request(shared.sock, "POST", "/v1/jobs", {"command": ["true"]})[0] == 201)

@@ -59,7 +59,7 @@ import socket
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +104,20 @@ MAX_WAIT_S = wire.MAX_SECONDS
 
 @dataclass(slots=True)
 class _Gate:
-    """Submit requests being handled now (bounded by ``[limits] submissions_in_flight``)."""
+    """Submit requests being handled now (bounded by ``[limits] submissions_in_flight``),
+    in all and per uid: one uid may hold at most three quarters of the slots, so a client
+    that stalls in its bodies cannot lock every other user out for ``[limits]
+    idle_connection`` at a time (tester h100)."""
 
     busy: int = 0
     peak: int = 0
     refused: int = 0
+    by_uid: dict[int | None, int] = field(default_factory=dict)
+
+    @staticmethod
+    def own_most(limit: int) -> int:
+        """The slots one uid may hold: a quarter is kept for the others (none of 1-3)."""
+        return limit - limit // 4
 
 
 GATE_KEY: web.AppKey[_Gate] = web.AppKey("gate", _Gate)
@@ -643,18 +652,28 @@ async def submit(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
     gate = request.app[GATE_KEY]
     limit = engine.config.limits.submissions_in_flight
+    uid = peer_uid(request)
+    mine = gate.by_uid.get(uid, 0)
     if gate.busy >= limit:
         gate.refused += 1
         raise Overloaded(
             f"too many submissions at once: {gate.busy} are being handled (limit {limit}, "
             "[limits] submissions_in_flight); nothing was stored, retry shortly"
         )
+    if mine >= _Gate.own_most(limit):
+        gate.refused += 1
+        who = user_name(uid) if uid is not None else "this caller"
+        raise Overloaded(
+            f"too many submissions at once from {who}: {mine} of its are being handled, "
+            f"the most one user may have of [limits] submissions_in_flight = {limit} (a "
+            "quarter is kept for other users); nothing was stored, retry shortly"
+        )
     gate.busy += 1
+    gate.by_uid[uid] = mine + 1
     gate.peak = max(gate.peak, gate.busy)
     try:
         key = _submit_key(request)
         body = await _read_json(request)
-        uid = peer_uid(request)
         if isinstance(body, dict) and "jobs" in body:  # (a spec has no field "jobs")
             extra = sorted(set(body) - {"jobs", "env"})
             if extra:
@@ -679,6 +698,11 @@ async def submit(request: web.Request) -> web.Response:
         return web.json_response({"job": _job(job)}, status=201)
     finally:
         gate.busy -= 1
+        left = gate.by_uid[uid] - 1
+        if left:
+            gate.by_uid[uid] = left
+        else:
+            del gate.by_uid[uid]
 
 
 async def ready(request: web.Request) -> web.Response:
