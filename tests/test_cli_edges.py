@@ -338,10 +338,34 @@ def test_a_batch_line_with_a_quote_never_closed_is_refused_by_its_line(
     out = engine.cli("submit", "--file", str(batch))
     assert out.returncode == 2
     assert out.stderr == (
-        f"gpulayer-tui: {batch}: line 3: shell: a quote is not closed: sh would refuse it "
+        f"gpulayer-tui: {batch}: line 3: a quote is not closed: sh would refuse it "
         "(Unterminated quoted string)\n"
     )
+    # A file of one line (sent as one spec) is told by its line too: it named neither
+    # the file nor the line (tester h100).
+    batch.write_text('# one job\necho "oops\n')
+    out = engine.cli("submit", "--file", str(batch))
+    assert out.returncode == 2
+    assert out.stderr == (
+        f"gpulayer-tui: {batch}: line 2: a quote is not closed: sh would refuse it "
+        "(Unterminated quoted string)\n"
+    )
+    # A spec file given to --file: each of its lines ran as a command (`[[jobs]]`,
+    # `name = "prep"`, ...); it is refused, naming the flag it wants.
+    for name in ("jobs.toml", "jobs.JSON", "jobs.txt"):
+        spec = tmp_path / name
+        spec.write_text('# pipeline\n[[jobs]]\nname = "prep"\ncommand = ["true"]\n')
+        out = engine.cli("submit", "--file", str(spec))
+        assert out.returncode == 2
+        assert out.stderr == (
+            f"gpulayer-tui: {spec} is a spec file: submit it with --spec {spec} (--file "
+            "takes one shell command line per line)\n"
+        )
     assert engine.cli("jobs", "--json").stdout.strip() in ("[]", "")
+    # The engine's refusal of the command after -- names no flag there is none of.
+    out = engine.cli("submit", "--service", "--", "sleep", "10", "$PORT")
+    assert out.returncode == 2
+    assert out.stderr.startswith("gpulayer-tui: the command: '$PORT': nothing expands $PORT")
 
 
 def test_a_spec_files_jobs_wait_for_earlier_ones_by_name(engine: Served, tmp_path: Path) -> None:
@@ -380,6 +404,19 @@ def test_a_spec_files_jobs_wait_for_earlier_ones_by_name(engine: Served, tmp_pat
     out = engine.cli("submit", "--spec", str(spec))
     assert out.returncode == 2
     assert "depends_on 'a': 2 jobs before it in the file have that name" in out.stderr
+    # One name with two conditions: one was kept (the job was cancelled when "prep"
+    # failed, though it asked to run whatever its end; tester h100).
+    spec.write_text(
+        '[[jobs]]\nname = "prep"\nshell = "exit 3"\n[[jobs]]\nname = "train"\n'
+        'command = ["true"]\ndepends_on = ["prep", {job = "prep", any_exit = true}]\n'
+    )
+    out = engine.cli("submit", "--spec", str(spec))
+    assert out.returncode == 2
+    assert out.stderr == (
+        f"gpulayer-tui: {spec}: job 2 (train): depends_on names 'prep' twice, once to run "
+        "whatever its outcome (any_exit) and once only if it completes\n"
+    )
+    assert engine.cli("jobs", "--json").stdout == before
 
 
 def test_a_folder_that_is_not_there_is_refused_at_submission(

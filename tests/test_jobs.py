@@ -367,7 +367,7 @@ async def test_jobs_of_one_request_wait_for_earlier_ones_by_their_place(
     prep, train, broken, report, never = await engine.submit_many(
         [
             {"shell": f"while [ ! -e {gate} ]; do sleep 0.05; done"},
-            {"command": ["true"], "depends_on": [{"batch": 0}]},
+            {"command": ["true"], "depends_on": [{"batch": 0}, {"batch": 0}]},  # (one)
             {"command": ["false"], "depends_on": [{"batch": 1}]},
             {"command": ["true"], "depends_on": [{"batch": 2, "any_exit": True}]},
             {"command": ["true"], "depends_on": [{"batch": 2}]},
@@ -406,6 +406,19 @@ async def test_jobs_of_one_request_wait_for_earlier_ones_by_their_place(
                 {"command": ["true"], "depends_on": [{"batch": 0}]},
             ],
             "batch 0 is a service that restarts always: it never completes",
+        ),
+        (
+            # (one of the two was kept: it was cancelled when batch 0 failed, h100)
+            [
+                {"command": ["false"]},
+                {"command": ["true"], "depends_on": [{"batch": 0, "any_exit": True}, {"batch": 0}]},
+            ],
+            "job 2 of 2: depends_on.1: batch 0 is named twice, once to run whatever its "
+            "outcome (any_exit) and once only if it completes",
+        ),
+        (
+            [{"command": ["true"]}, {"command": ["true"], "depends_on": [{"batch": 0, "x": 1}]}],
+            'is {"batch": K, "any_exit"?: true|false} (K: its place',
         ),
     ):
         with pytest.raises(SpecError, match=re.escape(said)):

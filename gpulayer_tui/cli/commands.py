@@ -245,6 +245,13 @@ def _named_dependencies(items: list[dict[str, Any]], path: str) -> None:
             ref: dict[str, Any] = {"batch": earlier[0]}
             if isinstance(dep, dict):
                 ref.update((key, value) for key, value in dep.items() if key != "job")
+            same = [d for d in deps[:n] if isinstance(d, dict) and d.get("batch") == earlier[0]]
+            if same and bool(same[0].get("any_exit")) != bool(ref.get("any_exit")):
+                # (the engine's words would be "batch 0": a place the file never names)
+                raise ValueError(
+                    f"{path}: {who}: depends_on names {named!r} twice, once to run whatever "
+                    "its outcome (any_exit) and once only if it completes"
+                )
             deps[n] = ref
 
 
@@ -287,6 +294,10 @@ def _by_line(message: str, path: str, numbers: list[int]) -> str:
     """The engine's "job K of N: ..." about a ``--file`` batch, as "PATH: line L: ...":
     comments and blank lines make the job's number differ from its line's."""
     head, sep, rest = message.partition(" of ")
+    if len(numbers) == 1 and not message.startswith("job 1 of 1: "):
+        # (one line is sent as one spec, answered without "job 1 of 1": it named neither
+        # the file nor the line, as two lines did; h100)
+        return f"{path}: line {numbers[0]}: {message}"
     if not sep or not head.startswith("job ") or not (head[4:].isascii() and head[4:].isdigit()):
         return message
     count, sep, detail = rest.partition(": ")
@@ -585,6 +596,14 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         # shell (see engine/commandline.py).
         env = base.pop("env", None)
         numbers = [n for n, ln in enumerate(lines, 1) if ln and not ln.startswith("#")]
+        looks_spec = numbers and lines[numbers[0] - 1].replace(" ", "") == "[[jobs]]"
+        if args.file.lower().endswith((".toml", ".json")) or looks_spec:
+            # (each of its lines ran as a command: `[[jobs]]`, `name = "prep"`, ...)
+            _error(
+                f"{args.file} is a spec file: submit it with --spec {args.file} "
+                "(--file takes one shell command line per line)"
+            )
+            return EXIT_USAGE
         specs = [dict(base, shell=lines[n - 1]) for n in numbers]
         if not specs:
             _error(f"{args.file}: no command lines found")
@@ -592,7 +611,8 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         try:
             jobs = _submit_once(client, specs, env, rows=True)
         except ApiError as err:
-            raise ApiError(err.status, _by_line(str(err), args.file, numbers)) from None
+            said = _by_line(str(err), args.file, numbers)
+            raise ApiError(err.status, said, field=err.field) from None
     else:
         if not cmd:
             parser.error("submit needs a command: gpulayer-tui submit [OPTIONS] -- CMD ARGS...")
@@ -962,7 +982,12 @@ def _report_end(job: dict[str, Any], as_json: bool, data: Any) -> int:
     return EXIT_OK if job["status"] == "completed" else EXIT_FAILED
 
 
-FLAG_OF_FIELD = {"depends_on": "--after/--after-any", "kind": "--service", "port": "--no-port"}
+FLAG_OF_FIELD = {
+    "depends_on": "--after/--after-any",
+    "kind": "--service",
+    "port": "--no-port",
+    "command": "the command",  # (given after --: "--command" was named, no such flag; h100)
+}
 """A spec field as ``submit`` and ``edit`` spell it, where not ``--`` + the field."""
 
 
@@ -977,6 +1002,8 @@ def _in_flags(message: str, field: str | None, args: argparse.Namespace) -> str:
     # (at the start, or after "job 2 of 3: " in a --file batch)
     if at < 0 or (at and not message[:at].endswith(": ")):
         return message
+    if field == "shell" and getattr(args, "file", None):
+        return message[:at] + message[at + len(lead) :]  # (its file and line say which)
     flag = FLAG_OF_FIELD.get(field, "--" + field.replace("_", "-"))
     if field == "depends_on":  # (the one of the two given, if one was)
         given = [f for f in ("after", "after_any") if getattr(args, f, None)]

@@ -464,7 +464,7 @@ def _batch_dependencies(data: Any, index: int) -> tuple[Any, list[tuple[int, boo
         if set(dep) - {"batch", "any_exit"}:
             raise SpecError(
                 f'{where}: a dependency on a job of this request is {{"batch": K, '
-                '"any_exit"?: true|false}} (K: its place in the request, from 0)',
+                '"any_exit"?: true|false} (K: its place in the request, from 0)',
                 "depends_on",
             )
         other, any_exit = dep["batch"], dep.get("any_exit", False)
@@ -481,7 +481,17 @@ def _batch_dependencies(data: Any, index: int) -> tuple[Any, list[tuple[int, boo
                 f"(job 1 is batch 0): 0 to {index - 1}"
             )
             raise SpecError(f"{where}: {said}, not {shown}", "depends_on")
-        earlier.append((other, any_exit))
+        said_before = next((was for k, was in earlier if k == other), None)
+        if said_before is None:
+            earlier.append((other, any_exit))
+        elif said_before != any_exit:
+            # (as for ids, JobSpec's check: one of the two was kept, and the job was
+            # cancelled when batch K failed, though it had asked to run whatever its end)
+            raise SpecError(
+                f"{where}: batch {other} is named twice, once to run whatever its outcome "
+                "(any_exit) and once only if it completes",
+                "depends_on",
+            )
     return {**data, "depends_on": kept}, earlier
 
 
