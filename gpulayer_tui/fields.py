@@ -26,6 +26,7 @@ NOT_COMPLETED_STATUSES: frozenset[str] = TERMINAL_STATUSES - {"completed"}
 ADOPTED_NOT_RUN = "is an adopted process: gpulayer-tui did not start it and never runs its command"
 
 MAX_INT = 2**63 - 1  # SQLite's INTEGER: a larger id names nothing
+CPU_POOL = "cpu"  # the one domain of CPU jobs (and CPU service replicas): its slots
 PID_MAX = 4_194_304  # PID_MAX_LIMIT: no Linux pid is larger
 MAX_SECONDS = 10 * 365 * 86400.0
 NAME_MAX = 200

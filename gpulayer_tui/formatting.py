@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .fields import TERMINAL_STATUSES, program_name, starting_why, wait_words
+from .fields import CPU_POOL, TERMINAL_STATUSES, program_name, starting_why, wait_words
 from .wire import NOT_ACCEPTING, RESTARTING_DOWN
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
@@ -152,6 +152,18 @@ def plural(count: int, word: str, words: str | None = None) -> str:
     return f"{count} {word if count == 1 else (words or word + 's')}"
 
 
+def placement_words(job: Mapping[str, Any]) -> str:
+    """``placement 2 of 10``: a service's placements (the CLI's status and the TUI's detail
+    say it). A waiting one names the placement it waits for, as its timeline does: the
+    header said "placement 1 of 10" under "placing again ... (placement 2 of 10)" (h98)."""
+    spec = job.get("spec") or {}
+    most = (spec.get("retry") or {}).get("max_attempts", 10)
+    attempt = int(job.get("attempt") or 0)
+    if job.get("status") in ("pending", "queued"):
+        return f"placement {attempt + 1} of {most} next"
+    return f"placement {attempt} of {most}"
+
+
 def still_on_domain(jobs: Iterable[Mapping[str, Any]], name: str) -> list[str]:
     """What still runs on domain ``name`` as it is drained, and when it leaves, a line per
     kind (``domain drain`` and the TUI's toast say it): batch jobs stay until they end; a
@@ -169,6 +181,8 @@ def still_on_domain(jobs: Iterable[Mapping[str, Any]], name: str) -> list[str]:
         pins = (job.get("spec") or {}).get("domain")
         pins = [pins] if isinstance(pins, str) else list(pins or ())
         stuck = bool(pins) and set(pins) <= set(job.get("domains") or [])
+        # (a CPU service has no elsewhere: the cpu pool is the only one; h98)
+        stuck = stuck or not any(d != CPU_POOL for d in job.get("domains") or [])
         (pinned if stuck else moving).append(str(job["id"]))
     lines = []
     if batch:
@@ -183,16 +197,19 @@ def still_on_domain(jobs: Iterable[Mapping[str, Any]], name: str) -> list[str]:
             if len(moving) == 1
             else f"services {', '.join(moving)} move"
         )
+        # (whether it fits elsewhere is known only then: "to where it fits" was said of
+        # one that no free GPU could take, and it never left; h98)
         lines.append(
-            f"{noun} off it when a replica there exits, with the whole service, to where it "
-            "fits (cancel to stop now)"
+            f"{noun} off it when a replica there exits, with the whole service, if it fits "
+            "elsewhere then; else that replica starts again in place (cancel to stop now)"
         )
     if pinned:
         noun = (
             f"service {pinned[0]} is" if len(pinned) == 1 else f"services {', '.join(pinned)} are"
         )
+        held = "the cpu pool, the only one" if name == CPU_POOL else "the domains it holds"
         lines.append(
-            f"{noun} pinned to the domains it holds: a replica that exits starts again in place "
+            f"{noun} pinned to {held}: a replica that exits starts again in place "
             "(cancel to stop it)"
         )
     return lines

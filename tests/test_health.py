@@ -279,6 +279,31 @@ def test_cli_domain_commands_and_ready(served: Served) -> None:
     served.cli("cancel", batch, service)
 
 
+def test_what_a_drain_says_of_services_is_what_they_will_do() -> None:
+    # "moves off it ... to where it fits" was said of a service no free GPU could take
+    # (it never left) and of a CPU service, which has no elsewhere (tester h98).
+    from gpulayer_tui.formatting import placement_words, still_on_domain
+
+    gpu = {"id": 7, "kind": "service", "status": "running", "domains": ["gpu0", "gpu1"]}
+    cpu = {"id": 8, "kind": "service", "status": "running", "domains": ["cpu"], "spec": {}}
+    batch = {"id": 9, "kind": "command", "status": "running", "domains": ["cpu"]}
+    assert still_on_domain([gpu], "gpu0") == [
+        "service 7 moves off it when a replica there exits, with the whole service, if it "
+        "fits elsewhere then; else that replica starts again in place (cancel to stop now)"
+    ]
+    assert still_on_domain([cpu, batch], "cpu") == [
+        "job 9 runs there until it ends",
+        "service 8 is pinned to the cpu pool, the only one: a replica that exits starts "
+        "again in place (cancel to stop it)",
+    ]
+    # A service's placements: a waiting one names the one it waits for, as its timeline
+    # ("placing again ... (placement 2 of 10)") under a header that said "1 of 10".
+    placed = {"status": "running", "attempt": 1, "spec": {"retry": {"max_attempts": 3}}}
+    assert placement_words(placed) == "placement 1 of 3"
+    assert placement_words({**placed, "status": "queued"}) == "placement 2 of 3 next"
+    assert placement_words({"status": "pending", "spec": {}}) == "placement 1 of 10 next"
+
+
 def _status(served: Served, job: str) -> str:
     return str(json.loads(served.cli("status", job, "--json").stdout)["job"]["status"])
 

@@ -1577,6 +1577,30 @@ async def test_a_replica_that_exits_on_a_drained_gpu_moves_where_the_service_fit
     await engine.cancel(job.id)
 
 
+async def test_a_replica_that_exits_on_the_drained_cpu_pool_starts_again_in_place(
+    make_engine: EngineFactory,
+) -> None:
+    # The cpu pool is the only one: the service was "moved" off it to wait, every replica
+    # down (its healthy one stopped), until the drain was released (tester h98).
+    engine = await make_engine(config=make_config(cpu={"slots": 4}, engine={"grace_period": 1.0}))
+    job = await engine.submit(_service(["sleep", "600"], replicas=2, port=False))
+
+    def replicas() -> list[Any]:
+        return engine.book.get(job.id).job.replicas  # type: ignore[union-attr]
+
+    first = await eventually(lambda: all(r.pid for r in replicas()) and [r.pid for r in replicas()])
+    await engine.domain_ops.drain("cpu", "maint")
+    os.kill(first[0], signal.SIGKILL)
+    await eventually(lambda: replicas()[0].pid not in (None, first[0]), timeout=20)
+    again = engine.book.get(job.id).job  # type: ignore[union-attr]
+    assert again.status is JobStatus.RUNNING and again.domains == ["cpu"]
+    assert [r.restarts for r in again.replicas] == [1, 0]
+    assert again.replicas[1].pid == first[1]  # (the healthy one ran on)
+    messages = [e["message"] for e in await engine.events_of(job.id)]
+    assert not any("moving off" in m for m in messages), messages
+    await engine.cancel(job.id)
+
+
 async def test_a_move_off_a_drained_gpu_is_no_lost_placement_and_a_pause_keeps_it_in_place(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

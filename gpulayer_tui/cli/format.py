@@ -15,6 +15,7 @@ from ..formatting import (
     gib,
     gpus_text,
     live_message,
+    placement_words,
     reason_words,
     replica_health,
     replica_state,
@@ -296,8 +297,7 @@ def _replica_lines(job: JobRowJSON, now: float) -> list[str]:
     lines = [
         f"  replicas    {replica_health(job) or f'0/{count} up'}  restart {policy}"
         + ("" if limit is None else f", max {limit}")
-        + f"  placement {job.get('attempt', 0)} of "
-        + f"{spec.get('retry', {}).get('max_attempts', 10)}"
+        + f"  {placement_words(job)}"
     ]
     rows = [
         [

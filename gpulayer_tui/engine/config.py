@@ -80,14 +80,14 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..fields import VRAM_MIN_GB
+from ..fields import CPU_POOL, VRAM_MIN_GB
 from ..wire import TERMINAL_STATUSES
 from .gpus import GpuReading
 from .paths import Paths, resolve_paths
 
 __all__ = ["CPU_DOMAIN", "Config", "ConfigError", "Paths", "load_config", "resolve_paths"]
 
-CPU_DOMAIN = "cpu"
+CPU_DOMAIN = CPU_POOL
 _DOMAIN_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")  # (fullmatch: "^...$" took "x\n")
 
 

@@ -840,7 +840,10 @@ class ServiceRunner:
             # down, until the queue opens (pause, drain, one exit: an outage; tester h58).
             return False
         if not request.gpus:
-            return True
+            # CPU replicas share the one cpu pool: there is no elsewhere. (True moved a
+            # service off a drained pool to wait there, every replica down, until the
+            # drain was released; tester h98.)
+            return False
         domains = self._scheduler.domains
         own = {
             d.name

@@ -31,6 +31,7 @@ from ..formatting import (
     SHELL_LINE_MARK,
     dependencies_text,
     duration,
+    placement_words,
     replica_health,
     replica_state,
     user_text,
@@ -167,8 +168,7 @@ def replica_lines(job: JobJSON, now: float) -> Content:
     head = (
         f"{health} · restart {spec.get('restart', 'always')}"
         + ("" if limit is None else f", at most {limit}")
-        + f" · placement {job.get('attempt', 0)} of "
-        + f"{(spec.get('retry') or {}).get('max_attempts', 10)}"
+        + f" · {placement_words(job)}"
     )
     lines = [Content.styled(head, "$foreground-muted")]
     digits = len(str(len(replicas) - 1))  # (indexes right-aligned: 10 sat one column off)
