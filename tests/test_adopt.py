@@ -600,6 +600,27 @@ def test_cli_adopt(served: Served, spawn: list[subprocess.Popen[bytes]]) -> None
     assert shell.stdout.endswith("exit 1\n"), (shell.stdout, shell.stderr)
     assert "(adopt_refused): refused to adopt: pid " in shell.stderr, shell.stderr
     assert ") runs the command that asked to adopt it: stopping it" in shell.stderr
+    # The TUI's confirmation asks about the pid first: its dialog opened for the shell
+    # the TUI ran in, and each try was stored as a failed job (tester h99). The look-up
+    # says the refusal, without the CLI's words about $$.
+    reader = (
+        "import json, sys\n"
+        "from gpulayer_tui.client import Client\n"
+        "from gpulayer_tui.engine.paths import resolve_paths\n"
+        "print(json.dumps(Client(resolve_paths()).request('GET', '/processes/' + sys.argv[1])))\n"
+    )
+    asked = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -c "$0" $$', reader],
+        env=served.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert asked.returncode == 0, asked.stderr
+    refused = json.loads(asked.stdout)["refused"]
+    assert ") runs the command that asked to adopt it: stopping it would end" in refused
+    assert refused.endswith("and likely your terminal")
 
 
 async def test_what_no_one_may_adopt_is_refused_with_its_reason(

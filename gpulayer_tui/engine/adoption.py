@@ -111,19 +111,20 @@ def _ancestors(pid: int) -> set[int]:
     return found
 
 
-def _runs_the_asker(
-    pid: int, snapshot: ProcessSnapshot, requester_pid: int
+def runs_the_asker(
+    pid: int, snapshot: ProcessSnapshot, requester_pid: int, *, typed: bool = True
 ) -> tuple[TerminationReason, str] | None:
     """A refusal if ``pid`` runs the process that asked to adopt it below it: the shell
     ``adopt --pid $$`` was typed in (``$!`` was meant), or the one the TUI runs in.
-    Cancelled, it would end that terminal with everything in it (tester h75)."""
+    Cancelled, it would end that terminal with everything in it (tester h75). ``typed``:
+    the pid was typed in a shell (the CLI's ``adopt``), so ``$$`` and ``$!`` are named."""
     if pid not in _ancestors(requester_pid):
         return None
+    hint = " ($$ is the shell's own pid; $! is the last background job's)" if typed else ""
     return (
         Reason.ADOPT_REFUSED,
         f"pid {pid} ({_shortened(snapshot.command)}) runs the command that asked to adopt "
-        "it: stopping it would end that command, and likely your terminal ($$ is the "
-        "shell's own pid; $! is the last background job's)",
+        f"it: stopping it would end that command, and likely your terminal{hint}",
     )
 
 
@@ -310,7 +311,7 @@ class Adopter:
                 refusal = self._refusal(pid, snapshot, request["start_ticks"], requester_uid)
                 if refusal is None and requester_pid is not None:
                     assert snapshot is not None
-                    refusal = _runs_the_asker(pid, snapshot, requester_pid)
+                    refusal = runs_the_asker(pid, snapshot, requester_pid)
                 if refusal is None:
                     assert snapshot is not None
                     refusal = await asyncio.to_thread(self._other_engines, pid)

@@ -835,7 +835,10 @@ async def process(request: web.Request) -> web.Response:
     """GET /v1/processes/PID: what /proc says about a process (to confirm an adoption)."""
     raw = request.match_info["pid"]
     pid = wire.check_pid(_path_int(raw))
-    info = request.app[ENGINE_KEY].process_info(pid, peer_uid(request))
+    creds = peer_creds(request)
+    info = request.app[ENGINE_KEY].process_info(
+        pid, peer_uid(request), requester_pid=creds[0] if creds else None
+    )
     if info is None:
         return _error(404, f"no process with pid {pid}", "pid")
     return web.json_response(info)

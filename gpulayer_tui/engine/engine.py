@@ -58,7 +58,7 @@ from ..wire import (
 from . import procs
 from .access import Forbidden, OwnerAccess
 from .admission import Admission
-from .adoption import Adopter, read_process, thread_group_of
+from .adoption import Adopter, read_process, runs_the_asker, thread_group_of
 from .batch import BatchRunner, JobEnv, login_basics
 from .cluster_runner import ClusterRunner
 from .config import Config, ConfigError, Paths, load_config, plan_domains
@@ -1198,10 +1198,13 @@ class Engine:
         log.warning("%s, asked by uid %s", what, requester_uid)
         return what
 
-    def process_info(self, pid: int, requester_uid: int | None = None) -> ProcessInfoJSON | None:
+    def process_info(
+        self, pid: int, requester_uid: int | None = None, requester_pid: int | None = None
+    ) -> ProcessInfoJSON | None:
         """What /proc says about ``pid`` (to confirm an adoption), the GPU memory the
         latest sample saw it hold, and why it can never be adopted (a job's already, this
-        engine..., or, by ``requester_uid``, another user's); ``None`` if gone."""
+        engine..., or, by ``requester_uid``, another user's; or by ``requester_pid``, a
+        process it runs below: the shell the TUI runs in); ``None`` if gone."""
         snapshot = read_process(pid)
         if snapshot is None:
             return None
@@ -1228,6 +1231,10 @@ class Engine:
         refused = self.adopter.never_adopted(pid, snapshot) or self.adopter.not_theirs(
             pid, snapshot, requester_uid
         )
+        if refused is None and requester_pid is not None:
+            # (the TUI's dialog opened for the shell it runs in, each try a failed job: h99)
+            asker = runs_the_asker(pid, snapshot, requester_pid, typed=False)
+            refused = asker[1] if asker is not None else None
         if refused is not None:
             info["refused"] = refused
         return info
