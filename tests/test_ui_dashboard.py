@@ -504,6 +504,16 @@ async def test_host_columns_go_first_when_the_table_narrows() -> None:
         assert (stray["sm"], table_row(app, "0:5010")["sm"]) == ("4", "87")  # GPU%
         assert table_row(app, "0:5010")["elapsed"] == "30m00s"
         assert table_row(app, "0:5010")["mem"] == "3.0G"
+        # Sorted by ELAPSED, its header shows the arrow (at 7 cells it had none), and a
+        # narrower window keeps the order's column, hiding the next instead (tester h99).
+        while table.sort_key != "elapsed":
+            await pilot.press("o")
+        header = [str(c.label) for c in table.columns.values()]
+        assert "ELAPSED ▲" in header, header
+        await pilot.resize_terminal(80, 40)
+        await pilot.pause()
+        assert "elapsed" in table.shown_columns, table.shown_columns
+        assert "ELAPSED ▲" in [str(c.label) for c in table.columns.values()]
 
 
 async def test_eight_gpus_at_80x24(ui_app: Any) -> None:

@@ -63,6 +63,29 @@ async def test_under_130_columns_a_services_status_says_its_replicas_health(
         await app.backend.cancel(job["id"])
 
 
+async def test_a_one_replica_services_detail_offers_no_next_replica(ui_app: Any) -> None:
+    # "replica 0 (of 1: ]: next)", "] Replica" lit, and "]" re-read the same log without a
+    # word (testers h98, h99).
+    app = await ui_app("2xA100-80GB", cpu_count=4)
+    async with app.run_test(size=(140, 40)) as pilot:
+        job = await app.backend.submit(
+            {"kind": "service", "shell": SCRIPT, "port": False, "cwd": os.getcwd()}
+        )
+        app.open_job(job["id"])
+        detail = await until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, JobDetailScreen) and app.screen.query(LogTail) and app.screen
+            ),
+            "detail",
+        )
+        log = detail.query_one(LogTail)
+        await until(pilot, lambda: "hello from replica 0" in log.lines, "replica 0's output")
+        assert "replica 0" in str(log.border_title) and "(of 1" not in str(log.border_title)
+        assert detail.check_action("next_replica", ()) is None  # (dimmed)
+        await app.backend.cancel(job["id"])
+
+
 async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
     ui_app: Any,
 ) -> None:

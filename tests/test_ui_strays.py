@@ -73,6 +73,8 @@ async def test_adopt_a_stray_from_the_table(
             lambda: "an adopted process writes where it was started" in str(log.border_title),
             "the log pane's word",
         )
+        # Nothing to search there: "/" is dimmed ("/x: no match" was said of no output: h99)
+        assert app.screen.check_action("search_log", ()) is None
         await app.backend.cancel(job["id"])
 
 

@@ -551,9 +551,13 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         log's only while it is searched (else ``n`` is the App's: new job); ``P`` needs a
         terminal (not a browser)."""
         if action == "search_log":  # (in the search line, "/" is text)
-            return not (isinstance(self.focused, Input) and self.focused.id == "log-search")
+            if isinstance(self.focused, Input) and self.focused.id == "log-search":
+                return False
+            # (an adopted process's output is not here: "/x: no match" said of none; h99)
+            return None if self._adopted else True
         if action == "next_replica":
-            return self.is_service
+            # (dimmed for one replica: "]" re-read the same log without a word; h98, h99)
+            return (True if self._replica_count > 1 else None) if self.is_service else False
         if action == "toggle_usage":
             # (a GPU job that has not run yet shows no usage: u did nothing to be seen)
             return self._job is not None and uses_gpus(self._job) and self._usage_shown
@@ -732,7 +736,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         if self.is_service:
             count = self._replica_count
             # (numbered as logs --replica N and status number them; "of 0-1" read oddly)
-            which = f" · replica {self._replica} (of {count}: ]: next)"
+            which = f" · replica {self._replica}" + (f" (of {count}: ]: next)" if count > 1 else "")
         extra = " · wrapped" if log.wrap else ""
         if log.lines_dropped or log.head_skipped:  # (g, a search and its count cover these)
             extra += f" · last {len(log.source_lines):,} lines (P: all)"
@@ -788,6 +792,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
 
     def action_search_log(self) -> None:
         """Type a term: the log goes to its matches as you type."""
+        if self._adopted:
+            self.app.notify("an adopted process writes where it was started: no output here")
+            return
         log = self.query_one(LogTail)
         current = log.row_of_current_match()
         self._search_from = current[1] if current else log.top_line()
@@ -960,6 +967,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             self._say_not_here("has no replicas: only a service has one log per replica")
             return
         count = self._replica_count
+        if count == 1:
+            self.app.notify("this service has one replica: its output is the one shown")
+            return
         self._replica = (self._replica + 1) % count
         self.query_one(LogTail).reset()
         self._log_next = 0

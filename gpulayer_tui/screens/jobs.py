@@ -94,7 +94,9 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         with Horizontal(id="filter-row"):
             yield Label("/", id="filter-prompt")
             yield FieldInput(
-                placeholder="filter on id, name, command, message, status or domain (esc clears)",
+                placeholder=(
+                    "filter on id, name, command, message, status, project or domain (esc clears)"
+                ),
                 compact=True,
                 id="filter",
             )

@@ -62,7 +62,8 @@ COLUMNS: tuple[SortColumn, ...] = (
     SortColumn("cpu", "CPU%", 6, True, True, lambda r: _or_minus(r.cpu_percent), True),
     SortColumn("mem", "MEM", 6, True, True, lambda r: _or_minus(r.rss), True),
     # Longest-running first: the earliest start (an unknown start sorts last).
-    SortColumn("elapsed", "ELAPSED", 7, True, False, lambda r: r.started_at or float("inf"), True),
+    # (9: "ELAPSED ▼"; at 7 its arrow did not fit, and nothing said the order's column: h99)
+    SortColumn("elapsed", "ELAPSED", 9, True, False, lambda r: r.started_at or float("inf"), True),
     SortColumn("owner", "OWNER", 12, False, False, _owner_order),
     SortColumn("command", "COMMAND", 0, False, False, lambda r: short_command(r.command)),
 )
@@ -279,6 +280,8 @@ class ProcessTable(OwnKeys, DataTable[Text]):
         for key in HIDE_FIRST:
             if self._command_width(columns) >= COMMAND_MIN:
                 break
+            if key == self.sort_key:
+                continue  # (the order's column stays: hidden, nothing said what sorted it)
             hidden.add(key)
             columns = tuple(c for c in COLUMNS if c.key not in hidden)
         if self._command_width(columns) < COMMAND_MIN:
