@@ -318,11 +318,15 @@ def replica_health(job: JobRowJSON) -> str:
     return f"{up}/{len(replicas)} up"
 
 
-def replica_state(replica: ReplicaJSON, now: float) -> str:
+def replica_state(replica: ReplicaJSON, now: float, *, placing: bool = False) -> str:
     """What a replica is doing, with live countdowns: ``backoff (restart in 4s)``,
     ``starting for 12s (port 41234 not answering)``, ``down for 40s (port 41234 not
-    answering)``."""
+    answering)``. ``placing``: its service waits to be placed (again)."""
     state = str(replica.get("state", "?"))
+    if placing and state in ("exited", "pending"):
+        # (each read "exited" while its service waited to be placed again, as if it had
+        # given up: tester h98)
+        return "waits for the service's placement"
     restart_at, started_at = replica.get("next_restart_at"), replica.get("started_at")
     down_since = replica.get("down_since")
     if state == "down" and down_since:
@@ -339,7 +343,10 @@ def replica_state(replica: ReplicaJSON, now: float) -> str:
     if state == "backoff" and restart_at:
         # Rounded up, as a countdown is: "in 0s" was said a second before the restart.
         left = restart_at - now
-        return f"backoff (restart in {duration(-(-left // 1) if left > 0 else 0)})"
+        if left <= 0:
+            # (due: "in 0s" stood for ever where no engine ran to restart it; h98)
+            return "backoff (restart due)"
+        return f"backoff (restart in {duration(-(-left // 1))})"
     if state == "starting" and started_at:
         waited = duration(now - started_at)
         port = replica.get("port")

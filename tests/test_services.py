@@ -26,6 +26,7 @@ import pytest
 
 from gpulayer_tui.engine.domain import DomainState
 from gpulayer_tui.engine.engine import Engine, SpecError
+from gpulayer_tui.engine.errors import JobNotActive
 from gpulayer_tui.engine.models import JobStatus, ReplicaState, TerminationReason
 from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.service_runtime import endpoint_of
@@ -135,6 +136,13 @@ async def test_a_waiting_service_is_edited_to_more_replicas(
     await engine.resume()
     await eventually(lambda: len(_replicas(engine, svc.id)) == 2, timeout=20)
     assert sorted(engine.book.get(svc.id).job.domains) == ["gpu0", "gpu1"]  # type: ignore[union-attr]
+    # Running, it is refused, with the way to another count (the README's, not said: h98).
+    with pytest.raises(JobNotActive) as refused:
+        await engine.edit(svc.id, {"replicas": 1})
+    assert str(refused.value) == (
+        f"job {svc.id} is running: only a waiting job is edited (another count of replicas: "
+        f"cancel it and submit it again, `submit --like {svc.id} --replicas N`)"
+    )
     await engine.cancel(svc.id)
     await engine.wait(svc.id, timeout=20)
 
@@ -1176,6 +1184,11 @@ def test_a_replica_state_counts_down_rounded_up_and_names_who_holds_its_port() -
     assert state({"state": "backoff", "next_restart_at": now + 4.0}, now) == (
         "backoff (restart in 4s)"
     )
+    # Past its time, it is due ("in 0s" stood for ever while no engine ran: h98).
+    assert state({"state": "backoff", "next_restart_at": now - 5}, now) == "backoff (restart due)"
+    # Its service waits to be placed again: not "exited", as if it had given up (h98).
+    assert state({"state": "exited"}, now, placing=True) == "waits for the service's placement"
+    assert state({"state": "exited"}, now) == "exited"
     starting = {"state": "starting", "started_at": now - 12, "port": 41234, "message": ""}
     assert state(starting, now) == "starting for 12s (port 41234 not answering yet)"
     taken = "port 41234 is answered by pid 77, not by this replica"
@@ -1574,6 +1587,11 @@ async def test_a_replica_that_exits_on_a_drained_gpu_moves_where_the_service_fit
     assert moved.domains != [drained], moved.domains
     events = [e["message"] for e in await engine.events_of(job.id)]
     assert any(f"domain {drained} draining: fan" in m for m in events), events
+    # Its announced restart is the move's start, counted ("not started again" read as
+    # given up, and the restart went uncounted: tester h98).
+    assert any("starts again with the service's next placement" in m for m in events), events
+    assert not any(m.endswith("not started again") for m in events), events
+    assert moved.replicas[0].restarts >= 1
     await engine.cancel(job.id)
 
 

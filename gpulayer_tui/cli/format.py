@@ -302,7 +302,7 @@ def _replica_lines(job: JobRowJSON, now: float) -> list[str]:
     rows = [
         [
             str(r["index"]),
-            replica_state(r, now),
+            replica_state(r, now, placing=job.get("status") in ("pending", "queued")),
             r.get("endpoint") or "-",
             ",".join(r.get("domains", [])),
             "-"

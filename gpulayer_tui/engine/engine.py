@@ -691,7 +691,14 @@ class Engine:
         if act is None or act.job.status not in (JobStatus.PENDING, JobStatus.QUEUED):
             job = await self.get(job_id)
             state = status_phrase(job.status.value)
-            raise JobNotActive(f"job {job_id} {state}: only a waiting job is edited")
+            how = ""
+            if "replicas" in changes and job.kind is JobKind.SERVICE:
+                # (the README's way was not in the message: tester h98)
+                how = (
+                    f" (another count of replicas: cancel it and submit it again, "
+                    f"`submit --like {job_id} --replicas N`)"
+                )
+            raise JobNotActive(f"job {job_id} {state}: only a waiting job is edited{how}")
         unknown = sorted(set(changes) - set(self.EDITABLE))
         if unknown:
             raise SpecError(

@@ -959,7 +959,15 @@ class ServiceRunner:
                 stopping.append((replica.index, replica.launches))
             elif replica.state in (R.PENDING, R.BACKOFF):
                 replica.next_restart_at = None
-                self._set_replica(act, replica, R.EXITED, "not started again")
+                words = "not started again"
+                if runtime.replacing is not None and runtime.end is None:
+                    # Placed again, it starts with the others: its restart (announced
+                    # "restart #N at ...") is that one, and counted. "not started again"
+                    # read as given up, and the restart went uncounted (tester h98).
+                    words = "starts again with the service's next placement"
+                    if replica.state is R.BACKOFF:
+                        replica.restarts += 1
+                self._set_replica(act, replica, R.EXITED, words)
         if stopping:
             job.kill_at = time.time() + grace
             summary = f"{summary}: SIGTERM sent, SIGKILL after {grace:g} s"

@@ -176,10 +176,11 @@ def replica_lines(job: JobJSON, now: float) -> Content:
         state = str(replica.get("state", ""))
         restarts = int(replica.get("restarts", 0))
         code = replica.get("last_exit_code")
+        placing = job.get("status") in ("pending", "queued")
         lines.append(
             Content.assemble(
                 (f"{replica.get('index', 0):>{digits}} ", "$foreground-muted"),
-                (replica_state(replica, now), _REPLICA_STYLES.get(state, "")),
+                (replica_state(replica, now, placing=placing), _REPLICA_STYLES.get(state, "")),
                 f"  {replica.get('endpoint') or ''}".rstrip(),
                 (f"  {','.join(replica.get('domains') or [])}", "$foreground-muted"),
                 f"  restarts {restarts}" if restarts else "",
