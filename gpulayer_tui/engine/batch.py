@@ -53,8 +53,11 @@ def exit_verdict(code: int | None) -> tuple[JobStatus, TerminationReason, str]:
             Reason.ENGINE_LOST,
             # (Its launcher's keeper, its parent, was gone: both launcher processes killed.
             # It said only "not recorded", leaving the user to guess why.)
+            # (and a job that ended while none ran was dated when the next found it gone,
+            # its runtime seconds too long, without a word: tester h101)
             "the process ended with no launcher process left to see its exit (init reaped "
-            "it): exit status unknown; see launcher.log",
+            "it): exit status unknown, and its end is when a launcher saw it gone (it may "
+            "have ended before); see launcher.log",
         )
     if 128 < code <= 128 + 64:
         name = signal_name(code - 128)
