@@ -282,7 +282,10 @@ class Keeper:
             leader = stat is not None and stat.session in (pid, _own_session())
             self.unknown.append((pid, stat.start_ticks if stat else 0, code, leader))
             del self.unknown[:-64]  # only the newest can be a start being settled
-            _say(f"reaped pid {pid}, which the journal does not name (exit {code})")
+            if leader:
+                # (a job's orphaned children, `head` of a pipeline its cancel left, are
+                # reaped here every day: said, they read as something gone wrong; h101)
+                _say(f"reaped pid {pid}, which the journal does not name (exit {code})")
 
     def _key_of(self, pid: int, ticks: int | None) -> tuple[str | None, str | None]:
         """The key whose process this is, and its journal state (running, or exited and
