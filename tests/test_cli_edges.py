@@ -1657,6 +1657,8 @@ def test_a_wait_with_microseconds_left_is_a_timeout_not_a_refusal(engine: Served
         # (a variable "LR " that the job's $LR never read; an escape is shown as one)
         (["--env", "LR =0.1"], "--env 'LR ': a variable's name has no spaces or control"),
         (["--env", "A\x1b[2JB=1"], "--env 'A\\x1b[2JB': a variable's name has no spaces"),
+        # (the last was kept without a word; tester h100)
+        (["--env", "LR=1", "--env", "LR=2"], "--env LR is given twice, with two values"),
     ],
 )
 def test_env_the_engine_sets_is_refused_naming_it(

@@ -118,10 +118,15 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     from ..fields import engine_sets_env, env_name_shown
 
     env: dict[str, str] = {} if args.no_inherit_env else dict(os.environ)
+    given: dict[str, str] = {}
     for item in args.env:
         key, sep, value = item.partition("=")
         if not sep or not key:
             parser.error(f"--env expects KEY=VALUE, got {item!r}")
+        if key in given and given[key] != value:
+            # (the last was kept without a word, as --after 5,5 is refused: tester h100)
+            parser.error(f"--env {env_name_shown(key)} is given twice, with two values")
+        given[key] = value
         refused = engine_sets_env(key, args.service and not args.no_port)
         if refused:
             parser.error(f"--env {env_name_shown(key)}: {refused}")
