@@ -328,6 +328,34 @@ async def test_a_gpu_given_a_domain_again_keeps_the_job_still_running_there(
     assert (await engine.wait(second.id, timeout=10)).status is JobStatus.COMPLETED
 
 
+async def test_renaming_a_gpu_domain_renames_it_in_an_adopted_jobs_reason_and_pins(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # Batch jobs and services followed a rename; an adopted one said "adopted pid N on
+    # gpu1" and "on gpu1" in its status ever after (tester h102).
+    from .conftest import adopt
+
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE)
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    stray = await asyncio.create_subprocess_exec("sleep", "600", start_new_session=True)
+    try:
+        job = await adopt(engine, stray.pid, domain="gpu1")
+        assert job.message == f"adopted pid {stray.pid} on gpu1", job.message
+        paths.config_file.write_text(BASE + "[domains.train]\ngpu = 1\nslots = 1\n")
+        assert (await engine.config_reload.reload())["applied"] is True
+        live = await engine.get(job.id)
+        assert live.domains == ["train"]
+        assert live.message == f"adopted pid {stray.pid} on train", live.message
+        assert live.spec["domain"] == ["train"]
+        with sqlite3.connect(paths.database) as db:
+            stored = db.execute("SELECT spec FROM jobs WHERE id = ?", (job.id,)).fetchone()[0]
+        assert json.loads(stored)["domain"] == ["train"]
+    finally:
+        stray.kill()
+        await stray.wait()
+
+
 async def test_renaming_a_gpu_domain_moves_a_running_services_replicas_too(
     make_engine: EngineFactory, paths: Paths
 ) -> None:

@@ -22,7 +22,7 @@ from ..wire import DomainJSON
 from .domain import MISSING_WARNING, Domain, DomainHealth, DomainState, missing_warning
 from .errors import DomainRefused, SpecError, UnknownDomain
 from .events import EventBus
-from .jobbook import ActiveJob, JobBook
+from .jobbook import ActiveJob, JobBook, adopted_on
 from .models import EventKind, Job, JobKind, JobStatus, KnownGpu, TerminationReason
 from .services import service_summary
 
@@ -632,7 +632,6 @@ def _where(act: ActiveJob) -> str:
     """A running job's reason, before a warning is added or after it is taken away: an
     adopted process keeps saying so (it became "running on gpu0, gpu1", a batch job's
     words, after a GPU went missing and came back: tester h97)."""
-    domains = ", ".join(act.job.domains)
     if act.job.kind is JobKind.ADOPTED and act.job.pid is not None:
-        return f"adopted pid {act.job.pid} on {domains}"
-    return f"running on {domains}"
+        return adopted_on(act.job)
+    return f"running on {', '.join(act.job.domains)}"

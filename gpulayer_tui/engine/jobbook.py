@@ -183,6 +183,11 @@ def retake_holds(
     return bool(renamed)
 
 
+def adopted_on(job: Job) -> str:
+    """An adopted job's reason while it runs: ``adopted pid 4242 on gpu0, gpu1``."""
+    return f"adopted pid {job.pid} on {', '.join(job.domains)}"
+
+
 def release_holds(act: ActiveJob) -> None:
     """Give back every slot ``act`` holds (``act.holds`` keeps naming the domains)."""
     for dom in act.holds:

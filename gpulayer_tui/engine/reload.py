@@ -28,7 +28,7 @@ from .domain import Domain, DomainHealth, DomainState
 from .errors import SpecError
 from .fairness import owner_of
 from .gpus import GpuReading
-from .jobbook import JobBook
+from .jobbook import JobBook, adopted_on
 from .models import EventKind, JobKind, JobStatus
 from .service_runtime import host_problem
 from .services import service_summary
@@ -576,10 +576,26 @@ class ConfigReloader:
                 act.job
             )
             said = act.job.message == f"running on {', '.join(act.job.domains)}"
+            adopted = act.job.kind is JobKind.ADOPTED
+            said_adopted = adopted and act.job.message == adopted_on(act.job)
             act.holds = [new if d is old else d for d in act.holds]
             act.job.domains = [new.name if n == old.name else n for n in act.job.domains]
             if said:  # (a batch job's "running on gpu0" named the old domain ever after)
                 act.job.message = f"running on {', '.join(act.job.domains)}"
+            if adopted:
+                # (its message and status named the old domains ever after: tester h102;
+                # an adopted job has no parsed spec for the pin renames above)
+                if said_adopted:
+                    act.job.message = adopted_on(act.job)
+                pins = act.job.spec.get("domain")
+                if pins == old.name or (isinstance(pins, list) and old.name in pins):
+                    renamed = (
+                        new.name
+                        if isinstance(pins, str)
+                        else [new.name if p == old.name else p for p in pins]
+                    )
+                    act.job.spec = {**act.job.spec, "domain": renamed}
+                    self._store.save_edit(act.job)
             for replica in act.job.replicas:
                 replica.domains = [new.name if n == old.name else n for n in replica.domains]
             # Stored now: an engine restarted before the job's next change read the old
