@@ -1474,8 +1474,20 @@ async def test_a_named_domain_whose_gpu_did_not_come_up_is_left_out_not_refused(
     paths.config_file.write_text(BASE + "[domains.big]\ngpu = 1\n[domains.x]\ngpu = 7\n")
     refused = await second.config_reload.reload()
     assert refused["applied"] is False and "domains.x: gpu 7 does not exist" in refused["error"]
+    # Its table taken out (the first step before `domain forget`): the job waiting for it
+    # fails, saying so, and so does the change ("nothing changed", and the job was told
+    # "jobs queued for it before wait for it": tester h102).
+    paths.config_file.write_text(BASE)
+    applied = await second.config_reload.reload()
+    assert applied["applied"] is True
+    assert "domain big removed (its GPU was not found)" in applied["changes"], applied
+    failed = await second.get(waiting.id)
+    assert failed.status is JobStatus.FAILED
+    assert failed.message == (
+        "can no longer run after a configuration change: domain: domain 'big' was removed "
+        "from the configuration (its GPU is not found by the driver now)"
+    ), failed.message
     await second.cancel(running.id)
-    await second.cancel(waiting.id)
 
 
 async def test_a_service_pinned_to_a_removed_domain_waits_after_an_engine_restart_too(

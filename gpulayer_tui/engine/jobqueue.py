@@ -589,11 +589,25 @@ class JobQueue:
         except SpecError as err:
             if self._scheduler.may_keep_gone_pins(act.spec):  # (a choice still open)
                 return self._scheduler.request_for(act.spec, keep_gone=True)
+            scheduler = self._scheduler
+            removed = [
+                pin
+                for pin in act.spec.pinned_domains
+                if pin not in scheduler.domains and pin not in scheduler.configured_missing
+            ]
+            said = str(err)
+            if removed and scheduler.missing_named(removed[0]):
+                # (a missing GPU's table removed: "jobs queued for it before wait for it",
+                # said of jobs failed by that very edit; tester h102)
+                said = (
+                    f"domain: domain {removed[0]!r} was removed from the configuration (its "
+                    "GPU is not found by the driver now)"
+                )
             self._book.finish(
                 act,
                 JobStatus.FAILED,
                 Reason.OVER_CAPACITY,
-                f"can no longer run after a configuration change: {err}",
+                f"can no longer run after a configuration change: {said}",
             )
             return None
 

@@ -252,6 +252,7 @@ class ConfigReloader:
         self._apply_config = apply
         self._domains_changed = domains_changed
         self._task: asyncio.Task[None] | None = None
+        self._missing_removed: list[str] = []  # (set by _plan, said by _apply)
 
     def start(self) -> None:
         """Follow the config file (its directory must exist; otherwise nothing to watch)."""
@@ -405,6 +406,9 @@ class ConfigReloader:
                 source,
             )  # (raises, naming the first)
         if keep:
+            # (a missing GPU's table taken out was no change in the log's words: "nothing
+            # changed", as the jobs pinned to it failed; tester h102)
+            self._missing_removed = sorted(set(known) - set(missing))
             self._scheduler.configured_missing = missing
         return plans
 
@@ -462,7 +466,9 @@ class ConfigReloader:
         self._queue.schedule_soon()
         if domain_changes:
             self._domains_changed()
-        return changes + domain_changes
+        removed = [f"domain {n} removed (its GPU was not found)" for n in self._missing_removed]
+        self._missing_removed = []
+        return changes + domain_changes + removed
 
     def _cap_priorities(self) -> None:
         """Waiting jobs whose priority is above what their user may have now (a reload
