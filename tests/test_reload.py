@@ -745,6 +745,24 @@ def test_domain_forget_from_the_command_line(served: Served) -> None:
     assert "not found by the driver" not in served.cli("gpus").stdout
 
 
+def test_a_configured_domain_whose_gpu_is_missing_is_listed_as_missing(served: Served) -> None:
+    # `domain list big` called it "unknown domain", exit 2, while drain and doctor said
+    # its GPU was not found (tester h102).
+    served.home.mkdir(parents=True, exist_ok=True)
+    (served.home / "config.toml").write_text("[domains.big]\ngpu = 1\n")
+    served.start("--simulate", "2xA100-80GB")
+    served.stop()
+    served.start("--simulate", "1xA100-80GB")
+    said = "domain 'big': its GPU 1 is not found by the driver (the domain is left out until it is)"
+    one = served.cli("domain", "list", "big")
+    assert one.returncode == 1 and one.stderr == f"gpulayer-tui: {said}\n", one.stderr
+    every = served.cli("domain", "list")
+    assert every.returncode == 0 and "gpu0" in every.stdout
+    assert every.stderr == f"gpulayer-tui: {said}\n", every.stderr
+    typo = served.cli("domain", "list", "bigg")
+    assert typo.returncode == 2 and "unknown domain 'bigg'" in typo.stderr
+
+
 async def test_a_gpu_gone_across_a_restart_with_a_job_still_there_is_said_everywhere(
     make_engine: EngineFactory,
 ) -> None:
