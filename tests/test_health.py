@@ -902,3 +902,15 @@ async def test_a_missing_gpu_whose_name_another_gpu_took_is_named_by_its_uuid(
     forgotten = await second.domain_ops.forget(gone.uuid)  # (by UUID too)
     assert forgotten == {"name": "gpu0", "gpu_uuid": gone.uuid}
     assert (await second.get(both.id)).status is JobStatus.FAILED
+
+
+def test_a_one_slot_domain_held_by_two_jobs_names_them_as_jobs() -> None:
+    # An adoption past its slots (or a slot count lowered by a reload) puts two there:
+    # "slot held by job 9, 13" (tester h102).
+    from gpulayer_tui.engine.domain import Domain
+
+    dom = Domain("gpu0", 0, None, 1)
+    dom.hold(9, None, False)
+    assert dom.blocker(None, False) == "gpu0: slot held by job 9"
+    dom.hold(13, None, False)
+    assert dom.blocker(None, False) == "gpu0: slot held by jobs 9, 13"

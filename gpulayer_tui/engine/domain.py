@@ -547,7 +547,10 @@ class Domain:
                 return busy_words(self.slots, "cpu")
             jobs = ", ".join(str(j) for j in sorted(self.holdings))
             if self.slots == 1:
-                return f"{self.name}: slot held by job {jobs}{self.outside_shortfall(vram_bytes)}"
+                # ("slot held by job 9, 13": an adoption, or a slot count lowered, put two
+                # there; tester h102)
+                who = "jobs" if len(self.holdings) > 1 else "job"
+                return f"{self.name}: slot held by {who} {jobs}{self.outside_shortfall(vram_bytes)}"
             busy = f"{self.name}: all {self.slots} slots busy (jobs {jobs})"
             return busy + self.outside_shortfall(vram_bytes)
         if not self.is_gpu:

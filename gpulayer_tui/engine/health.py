@@ -588,7 +588,7 @@ class DomainOps:
                 {
                     "check": "queued jobs",
                     "status": "warn",
-                    "detail": f"{len(ready)} ready to run; {len(blocked)} {for_capacity()}",
+                    "detail": f"{_turn(len(ready))}; {len(blocked)} {for_capacity()}",
                 }
             )
         else:
@@ -596,7 +596,7 @@ class DomainOps:
                 {
                     "check": "queued jobs",
                     "status": "ok",
-                    "detail": f"{len(ready)} ready to run, all placeable",
+                    "detail": f"{_turn(len(ready))}, all placeable",
                 }
             )
         stalled = self._sampling()
@@ -626,6 +626,12 @@ class DomainOps:
             }
         )
         return checks
+
+
+def _turn(count: int) -> str:
+    """Jobs whose dependencies are met, waiting only for a place: "2 ready to run" was
+    said of jobs waiting for busy slots, as if they could start now (tester h102)."""
+    return f"{count} {'waits' if count == 1 else 'wait'} for a free place (nothing else)"
 
 
 def _where(act: ActiveJob) -> str:
