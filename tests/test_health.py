@@ -137,6 +137,12 @@ async def test_repeated_failed_reads_degrade_then_quarantine(
     view = {d["name"]: d for d in engine.gpus()["domains"]}
     assert view["gpu1"]["state"] == "quarantined" and view["gpu1"]["health"] == "degraded"
     assert view["gpu0"]["state"] == "in_service"
+    # `gpus` says it in one pair of brackets ("(NVML_ERROR_UNKNOWN) (last 4 reads
+    # failed)" read as two notes: tester h102).
+    shown = format_gpus(dict(engine.gpus()))
+    row = next(line for line in shown.splitlines() if line.startswith("gpu1"))
+    said = "quarantined (cannot read memory (Unknown Error); last 4 reads failed)"
+    assert row.rstrip().endswith(said), row
 
 
 async def test_drain_and_release(make_engine: EngineFactory) -> None:

@@ -350,15 +350,18 @@ def format_gpus(data: dict[str, Any]) -> str:
         gpu, vram = dom.get("gpu"), dom.get("vram")
         util = "" if not gpu or gpu["utilization"] is None else f"{gpu['utilization']}%"
         temp = "" if not gpu or gpu["temperature"] is None else f"{gpu['temperature']}C"
-        stale = ""
+        notes = [str(gpu["error"])] if gpu and gpu.get("error") else []
+        mark = ""
         if dom.get("failures") and gpu:
             # Its last reads failed: the figures are the last good read's, not the GPU's
-            # now (they read as live).
+            # now (they read as live; its memory too: tester h102).
             util, temp = (f"{util}?" if util else ""), (f"{temp}?" if temp else "")
+            mark = "?"
             why = dom.get("last_error") or "?"
-            stale = f" (last {dom['failures']} reads failed"
-            # (The reading's own error, shown before it already, is not said twice.)
-            stale += ")" if why == gpu.get("error") else f": {why})"
+            # (The reading's own error, said first already, is not said twice; one pair
+            # of brackets: "(NVML_ERROR_UNKNOWN) (last 7 reads failed)" read as two.)
+            failed = f"last {dom['failures']} reads failed"
+            notes.append(failed if why == gpu.get("error") else f"{failed}: {why}")
         rows.append(
             [
                 dom["name"],
@@ -367,7 +370,7 @@ def format_gpus(data: dict[str, Any]) -> str:
                 f"{dom['used_slots']}/{dom['slots']}",
                 util,
                 temp,
-                "" if not vram else f"{gib(vram['used'])}/{gib(vram['total'])}",
+                "" if not vram else f"{gib(vram['used'])}{mark}/{gib(vram['total'])}",
                 "" if not vram else gib(vram["owned"]),
                 # (declared by jobs there beyond what they use: without it the parts did
                 # not add up to the total, 40 GiB of 80 unaccounted for)
@@ -375,7 +378,7 @@ def format_gpus(data: dict[str, Any]) -> str:
                 "" if not vram else gib(vram["unregistered"]),
                 "" if not vram else gib(vram["unattributed"]),
                 "" if not vram else gib(vram["free"]),
-                dom["state"] + (f" ({gpu['error']})" if gpu and gpu.get("error") else "") + stale,
+                dom["state"] + (f" ({'; '.join(notes)})" if notes else ""),
             ]
         )
         # (a job that just ended is still its processes' owner until the next sample: it
