@@ -124,13 +124,29 @@ EDIT_WORDS = {"depends_on": "after"}
 """A spec field as an edit line names it, where its key is not a person's word."""
 
 
-def edit_value(key: str, value: object, shown_name: str) -> str:
+def wanted_gpus(spec: dict[str, Any]) -> Any:
+    """The GPUs a spec asks for (per replica), as the engine resolves a count left out: a
+    GPU pin or a VRAM figure asks for one GPU (the cell was empty for such a job, though
+    it waits for a GPU)."""
+    wanted = spec.get("gpus")
+    if wanted is None:
+        pins = spec.get("domain")
+        pins = [pins] if isinstance(pins, str) else list(pins or ())
+        wanted = 1 if any(p != CPU_POOL for p in pins) or spec.get("vram_gb") is not None else 0
+    return wanted
+
+
+def edit_value(key: str, value: object, shown_name: str, spec: dict[str, Any] | None = None) -> str:
     """A field's value as a timeline's edit line says it: dependencies as ``3, 4 (any
     end)`` (Python's ``[{'job': 4, 'any_exit': True}]`` was shown), none as ``none``, a
     name left out as the name shown for it, ``shown_name`` (the program's: a
-    default-named job's rename read "name none -> x")."""
+    default-named job's rename read "name none -> x"); a GPU count left out as the one
+    ``spec`` (the stored spec with that value) asks for ("gpus 0 -> 2" of a job that asked
+    for one by its VRAM: tester h103)."""
     if key == "name" and value is None:
         return shown_name
+    if key == "gpus" and value is None and spec is not None:
+        return str(wanted_gpus({**spec, "gpus": None}))
     if key == "depends_on" and isinstance(value, list):
         shown = [
             f"{d.get('job')}{' (any end)' if d.get('any_exit') else ''}"

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from .fields import CPU_POOL, TERMINAL_STATUSES, program_name, starting_why, wait_words
+from .fields import (
+    CPU_POOL,
+    TERMINAL_STATUSES,
+    program_name,
+    starting_why,
+    wait_words,
+    wanted_gpus,
+)
 from .wire import NOT_ACCEPTING, RESTARTING_DOWN
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
@@ -213,18 +220,6 @@ def still_on_domain(jobs: Iterable[Mapping[str, Any]], name: str) -> list[str]:
             "(cancel to stop it)"
         )
     return lines
-
-
-def wanted_gpus(spec: dict[str, Any]) -> Any:
-    """The GPUs a spec asks for (per replica), as the engine resolves a count left out: a
-    GPU pin or a VRAM figure asks for one GPU (the cell was empty for such a job, though
-    it waits for a GPU)."""
-    wanted = spec.get("gpus")
-    if wanted is None:
-        pins = spec.get("domain")
-        pins = [pins] if isinstance(pins, str) else list(pins or ())
-        wanted = 1 if any(p != "cpu" for p in pins) or spec.get("vram_gb") is not None else 0
-    return wanted
 
 
 def gpus_text(job: JobRowJSON) -> str:

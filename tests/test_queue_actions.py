@@ -269,6 +269,23 @@ async def test_a_waiting_gpu_job_edited_to_no_gpu_drops_its_vram(
     await engine.cancel(first.id)
 
 
+async def test_a_gpu_count_left_out_is_said_as_the_one_its_vram_asks_for(
+    make_engine: EngineFactory,
+) -> None:
+    # A job asking for a GPU by its VRAM alone: "gpus 0 -> 2" (read as a CPU job made a
+    # GPU one), and its count cleared "gpus 2 -> 0" (tester h103); it asks for 1.
+    engine = await make_engine("2xA100-80GB")
+    await engine.pause()
+    waiting = await engine.submit({"command": ["true"], "vram_gb": 10})
+    await engine.edit(waiting.id, {"gpus": 2})
+    await engine.edit(waiting.id, {"gpus": None})
+    timeline = [
+        e["message"] for e in await engine.events_of(waiting.id) if e["kind"] == "job.edited"
+    ]
+    assert timeline == ["edited: gpus 1 -> 2", "edited: gpus 2 -> 1"], timeline
+    await engine.resume()
+
+
 async def test_renaming_a_default_named_job_says_the_name_it_had(
     make_engine: EngineFactory,
 ) -> None:

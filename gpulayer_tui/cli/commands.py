@@ -1573,9 +1573,11 @@ def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             # (in the order asked, as the timeline has it; a field changed with them after)
             order = [key for key in changes if key in fields]
             order += [key for key in fields if key not in changes]
+            now = job.get("spec") or {}
+            before = {**now, **{key: pair[0] for key, pair in fields.items()}}
             said = ", ".join(
-                f"{EDIT_WORDS.get(key, key)} {edit_value(key, fields[key][0], '')} -> "
-                f"{edit_value(key, fields[key][1], '')}"
+                f"{EDIT_WORDS.get(key, key)} {edit_value(key, fields[key][0], '', before)} -> "
+                f"{edit_value(key, fields[key][1], '', now)}"
                 for key in order
             )
             print(printable(f"job {job['id']} edited: {said}" if said else f"job {job['id']}"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..fields import cell_width, cut_to_width, duration_typed, pad_to_width, printable
+from ..fields import cell_width, cut_to_width, duration_typed, pad_to_width, printable, wanted_gpus
 from ..formatting import (
     SHELL_LINE_MARK,
     argv_text,
@@ -21,7 +21,6 @@ from ..formatting import (
     replica_state,
     usage_lines,
     user_text,
-    wanted_gpus,
 )
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)

@@ -657,8 +657,8 @@ class Engine:
             raise SpecError(f"the edit would make it unable to ever run: {verdict.message}")
         new = spec.stored()  # (as kept: "--after 10 --after 10" is one dependency on 10)
         said = ", ".join(
-            f"{EDIT_WORDS.get(key, key)} {edit_value(key, old.get(key), act.job.name)} -> "
-            f"{edit_value(key, new.get(key), spec.default_name())}"
+            f"{EDIT_WORDS.get(key, key)} {edit_value(key, old.get(key), act.job.name, old)} -> "
+            f"{edit_value(key, new.get(key), spec.default_name(), new)}"
             for key in changes
             if old.get(key) != new.get(key)
         )

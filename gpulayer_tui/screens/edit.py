@@ -285,8 +285,8 @@ class EditScreen(FormScreen[JobJSON | None]):
         stands (the toast said only "edited: the queue is paused ...": tester h93)."""
         old, new = self.job.get("spec") or {}, edited.get("spec") or {}
         said = ", ".join(
-            f"{EDIT_WORDS.get(key, key)} {edit_value(key, old.get(key), self.job['name'])} -> "
-            f"{edit_value(key, new.get(key), edited['name'])}"
+            f"{EDIT_WORDS.get(key, key)} {edit_value(key, old.get(key), self.job['name'], old)}"
+            f" -> {edit_value(key, new.get(key), edited['name'], new)}"
             for key in changes
             if old.get(key) != new.get(key)
         )
