@@ -456,10 +456,12 @@ def parse_duration(field: str, text: str) -> float:
             raise wrong from None
     if re.fullmatch(r"(?:\d+(?:\.\d+)?[smhd])+", typed) is None:
         raise wrong
-    return sum(
-        float(amount) * _UNIT_SECONDS[unit]
-        for amount, unit in re.findall(r"(\d+(?:\.\d+)?)([smhd])", typed)
-    )
+    parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", typed)
+    units = [unit for _, unit in parts]
+    if len(set(units)) != len(units) or units != sorted(units, key=_UNIT_SECONDS.__getitem__)[::-1]:
+        # ("1d1d" was taken as 2 days, "30s1h" as 3630 s: a typo read as meant; h103)
+        raise FieldError(field, f"each unit once, largest first (1d2h30m), got {text!r}")
+    return sum(float(amount) * _UNIT_SECONDS[unit] for amount, unit in parts)
 
 
 def _is_plain_number(text: str) -> bool:

@@ -678,3 +678,13 @@ def test_the_edit_form_shows_a_timeout_as_it_is_typed(seconds: float, typed: str
 
     assert duration_typed(seconds) == typed
     assert parse_duration("timeout", typed) == seconds
+
+
+@pytest.mark.parametrize("typed", ["1d1d", "30s1h", "1m1m30s"])
+def test_a_duration_takes_each_unit_once_largest_first(typed: str) -> None:
+    # "1d1d" was taken as 2 days, a typo read as meant (tester h103).
+    from gpulayer_tui.fields import FieldError, parse_duration
+
+    with pytest.raises(FieldError, match=r"each unit once, largest first \(1d2h30m\)"):
+        parse_duration("timeout", typed)
+    assert parse_duration("timeout", "1m 30s") == 90  # (spaced, in order: fine)

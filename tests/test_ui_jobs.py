@@ -488,6 +488,9 @@ async def test_the_form_sets_a_jobs_project_folder_and_environment(
         await fill(pilot, form, "env", "GREETING='hello there' LR")
         assert field_error(form, "env") == "expected KEY=VALUE, got 'LR'"
         await clear(pilot, form, "env")
+        await fill(pilot, form, "env", "A=1 A=2")  # (A=2 was kept without a word: h103)
+        assert field_error(form, "env") == "A is given twice, with two values"
+        await clear(pilot, form, "env")
         await fill(pilot, form, "env", "FOO='unterminated =x")
         # (shlex's own "No closing quotation": tester h83)
         assert field_error(form, "env") == (

@@ -99,10 +99,15 @@ def _env_pairs(text: str) -> list[tuple[str, str]]:
                 "a quote is never closed: KEY='a value' needs its closing quote"
             ) from None
         raise ValueError("it ends in a backslash: nothing follows it to escape") from None
+    given: dict[str, str] = {}
     for word in words:
         key, sep, value = word.partition("=")
         if not sep or not key:
             raise ValueError(f"expected KEY=VALUE, got {word!r}")
+        if given.get(key, value) != value:
+            # (the last was kept without a word, as --env is refused: tester h103)
+            raise ValueError(f"{key} is given twice, with two values")
+        given[key] = value
         pairs.append((key, value))
     return pairs
 
