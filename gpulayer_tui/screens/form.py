@@ -89,6 +89,7 @@ class FormScreen(ModalScreen[ResultType]):
 
     _as_opened: tuple[tuple[str, str | bool], ...] | None = None
     _discard_armed = False
+    _armed_with: tuple[tuple[str, str | bool], ...] | None = None
 
     def _values(self) -> tuple[tuple[str, str | bool], ...]:
         fields: list[tuple[str, str | bool]] = [(w.id or "", w.value) for w in self.query(Input)]
@@ -119,7 +120,11 @@ class FormScreen(ModalScreen[ResultType]):
     @on(Input.Changed)
     @on(Checkbox.Changed)
     def _disarm_discard(self) -> None:
-        self._discard_armed = False  # (typed on: the next esc asks again)
+        # Typed on: the next esc asks again. Only for a change since the first esc: the
+        # Changed of a key typed before it may come after it (under load), and the
+        # second esc only asked again, the next keys landing in the old form (h103).
+        if self._values() != self._armed_with:
+            self._discard_armed = False
 
     def may_discard(self) -> bool:
         """Whether esc may close the form now: nothing changed since it opened, or esc
@@ -127,6 +132,7 @@ class FormScreen(ModalScreen[ResultType]):
         if self._discard_armed or self._as_opened is None or self._values() == self._as_opened:
             return True
         self._discard_armed = True
+        self._armed_with = self._values()
         self._show_form_message(self.DISCARD_WORDS, busy=True)
         return False
 
