@@ -271,7 +271,7 @@ def test_a_batch_files_errors_name_its_line_and_a_byte_order_mark_is_no_command(
     batch.write_bytes(b"# header\n\necho a\n# c\necho " + b"b" * 70_000 + b"\n")  # (too long)
     out = engine.cli("submit", "--file", str(batch))
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert f"{batch}: line 5: shell: " in out.stderr and "job 2 of 2" not in out.stderr
+    assert f"{batch}: line 5: at most 65536" in out.stderr and "job 2 of 2" not in out.stderr
     assert engine.cli("jobs", "--json").stdout.strip() in ("[]", "")
     batch.write_bytes(b"\xef\xbb\xbfecho bom\ntrue\n")
     out = engine.cli("submit", "--file", str(batch), "--json")
