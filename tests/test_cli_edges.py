@@ -179,7 +179,8 @@ def test_cancel_says_the_waiting_jobs_it_takes_with_it(engine: Served) -> None:
     assert "cancels_dependents" not in json.loads(engine.cli("status", z, "--json").stdout)["job"]
     out = engine.cli("cancel", x)
     assert out.returncode == 0, out.stderr
-    assert f"jobs {y}, {z} waited for job {x} to complete: cancelled too" in out.stderr
+    said = f"jobs {y}, {z} waited (directly or through one another) for job {x} to complete"
+    assert f"{said}: cancelled too" in out.stderr, out.stderr
     for job_id, status in ((y, "cancelled"), (z, "cancelled")):
         assert json.loads(engine.cli("status", job_id, "--json").stdout)["job"]["status"] == status
     for job_id in (runs_anyway, after_any_of_y):

@@ -1193,8 +1193,10 @@ def _cancel_one(
     if dependents and not (as_json or (shown is not None and args.json)):
         # (they went with it unsaid: tester h83)
         noun = "job" if len(dependents) == 1 else "jobs"
+        # (those waiting through another were said to wait for it: tester h103)
+        chain = " (directly or through one another)" if len(dependents) > 1 else ""
         _error(
-            f"{noun} {', '.join(map(str, dependents))} waited for job {job['id']} to "
+            f"{noun} {', '.join(map(str, dependents))} waited{chain} for job {job['id']} to "
             "complete: cancelled too"
         )
     if job["status"] == "running" and not args.no_wait:

@@ -144,7 +144,12 @@ def dependents_note(ids: list[int], rows: dict[int, JobRowJSON]) -> str:
     more = f" and {len(ids) - 8} more" if len(ids) > 8 else ""
     noun, verb = ("Job", "waits") if len(ids) == 1 else ("Jobs", "wait")
     pronoun = "it is" if len(ids) == 1 else "they are"
-    return f"{noun} {', '.join(shown)}{more} {verb} for it to complete: {pronoun} cancelled too."
+    # (those waiting through another were said to wait for it: tester h103)
+    chain = " (directly or through one another)" if len(ids) > 1 else ""
+    return (
+        f"{noun} {', '.join(shown)}{more} {verb}{chain} for it to complete: {pronoun} "
+        "cancelled too."
+    )
 
 
 def my_uid() -> int:
