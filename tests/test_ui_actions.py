@@ -476,6 +476,20 @@ async def test_edit_a_queued_job_in_its_form_and_the_engines_refusal_stays_in_it
         await pilot.press("e")
         await pilot.pause()
         assert isinstance(app.screen, JobsScreen)
+        # A GPU count left out shows the count it asks for (by its VRAM: 1), not "none"
+        # beside the table's x1 (tester h103).
+        by_vram = await app.backend.submit(_spec("true", vram_gb=10))
+        await until(pilot, lambda: table.select_job(by_vram["id"]), "its row")
+        await pilot.pause()
+        await pilot.press("e")
+        form = await until(
+            pilot,
+            lambda: isinstance(app.screen, EditScreen) and app.screen.query("#gpus") and app.screen,
+        )
+        gpus = form.query_one("#gpus", Input)
+        assert (gpus.value, gpus.placeholder) == ("", "1")
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the form closed")
         await app.backend.cancel(blocker["id"])
 
 

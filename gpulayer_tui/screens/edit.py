@@ -21,7 +21,7 @@ from textual.widgets import Button, Input, Label, Static
 
 from .. import keymap, wire
 from ..backend import BackendError
-from ..fields import EDIT_WORDS, duration_typed, edit_value
+from ..fields import EDIT_WORDS, duration_typed, edit_value, wanted_gpus
 from ..formatting import dependencies_text
 from ..view import view_of
 from ..widgets.field_input import FieldInput, after_typed
@@ -149,7 +149,13 @@ class EditScreen(FormScreen[JobJSON | None]):
                         shown = duration_typed(float(value))
                     else:
                         shown = _shown(value)
-                    placeholder = {"name": str(self.job.get("name") or ""), "replicas": "1"}
+                    placeholder = {
+                        "name": str(self.job.get("name") or ""),
+                        "replicas": "1",
+                        # (what it asks for: "none" beside "x1" in the table, a job that
+                        # asks for one GPU by its VRAM; tester h103)
+                        "gpus": str(wanted_gpus(spec)),
+                    }
                     yield form_field(
                         label,
                         FieldInput(
