@@ -293,6 +293,38 @@ async def test_a_long_output_is_read_from_near_its_end_whole_lines_only(ui_app: 
         assert f"complete · last {len(lines):,} lines (P: all)" in str(log.border_title)
 
 
+async def test_a_followed_output_far_behind_a_fast_writer_goes_to_its_end_again(
+    ui_app: Any, tmp_path: Path
+) -> None:
+    # Followed, the pane read every byte of a job writing 4 MB/s: ever further behind,
+    # most of a core, "reading" for minutes after the job ended (tester h104).
+    from gpulayer_tui.screens.job_detail import LOG_TAIL_BYTES
+
+    gate = tmp_path / "gate"
+    count = LOG_TAIL_BYTES // 13 + 200_000  # ("line NNNNNNN\n": 13 bytes)
+    script = (
+        "import os, sys, time\n"
+        "print('started', flush=True)\n"
+        f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\n"
+        f"sys.stdout.write(''.join('line %07d\\n' % i for i in range({count})))\n"
+    )
+    app = await ui_app("1xA100-80GB")
+    job = await app.backend.submit(
+        {"command": [sys.executable, "-c", script], "gpus": 0, "cwd": os.getcwd()}
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        detail, log = await _open_log(pilot, app, job["id"])
+        await until(pilot, lambda: "started" in log.source_lines, "its first line, followed")
+        assert log.follow
+        gate.touch()
+        await until(pilot, lambda: detail._log_done, "all the output", timeout=60)
+        assert log.head_skipped and log.bytes_read <= LOG_TAIL_BYTES
+        lines = log.source_lines
+        assert lines[-1] == f"line {count - 1:07d}"
+        first = int(lines[0].removeprefix("line "))
+        assert lines == [f"line {i:07d}" for i in range(first, count)]
+
+
 async def test_an_output_whose_last_line_is_longer_than_its_read_end_says_so(
     ui_app: Any,
 ) -> None:

@@ -680,6 +680,21 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                     log.skip_head()
                     self._update_log_title()
                     continue
+                if (
+                    log.follow
+                    and chunk.size is not None
+                    and chunk.size - self._log_next > LOG_TAIL_BYTES
+                    and not log.search_term
+                ):
+                    # Followed, and a window's worth behind a fast writer: to its last part
+                    # again, as on opening. It fell ever further behind, read every byte
+                    # (most of a core), and said "reading" for minutes after the job
+                    # ended (tester h104).
+                    log.reset()
+                    self._log_next = chunk.size - LOG_TAIL_BYTES
+                    log.skip_head()
+                    self._update_log_title()
+                    continue
             except ConnectionLost as err:
                 log.border_subtitle = Content(str(err))
                 await asyncio.sleep(2.0)
