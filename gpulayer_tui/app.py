@@ -123,6 +123,7 @@ class GpulayerApp(App[str]):
         self.backend = backend
         self.clock = clock
         self.job_store = JobStore()
+        self.active_partial = False  # (not every active job is loaded: see _load_state)
         self.job_feed = JobFeed()
         self._job_pages: Worker[None] | None = None
         self.gpu_history: dict[int, deque[HistoryPoint]] = {}
@@ -212,6 +213,8 @@ class GpulayerApp(App[str]):
             active = await self.backend.jobs_page(
                 status=",".join(sorted(ACTIVE_STATUSES)), limit=MAX_PAGE
             )
+            # More than a page of them: the dashboard counts the engine's figures.
+            self.active_partial = bool(active.get("more"))
             # The newest failed ones too: the dashboard's "failed today" counted only the
             # rows loaded, and with more than a page of jobs waiting none of those were.
             failed = await self._failed_today()

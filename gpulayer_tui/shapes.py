@@ -317,6 +317,11 @@ class HealthJSON(TypedDict):
     """Why no launcher answers (jobs decided to start wait for it); ``None`` while one does."""
     paused_at: NotRequired[float | None]
     """When the queue was paused (``gpulayer-tui pause``); ``None`` while it runs."""
+    running_jobs: NotRequired[int]
+    """Jobs running now (of ``active_jobs``)."""
+    waiting_jobs: NotRequired[int]
+    """Jobs pending or queued now (of ``active_jobs``): a TUI that loaded only part of
+    them counts these (its dashboard said "10000 queued" of 20,000: tester h104)."""
 
 
 class EventJSON(TypedDict):

@@ -30,6 +30,8 @@ class AppView(Protocol):
 
     backend: EngineBackend
     job_store: JobStore
+    active_partial: bool
+    """More active jobs than a page: not all are in ``job_store`` (count the engine's)."""
     job_feed: JobFeed
     gpu_state: GpusJSON | None
     gpu_history: dict[int, deque[HistoryPoint]]

@@ -239,6 +239,26 @@ async def test_foreign_process_shows_as_unregistered_everywhere(
         assert "unreg" not in app.screen.query_one("#panel-gpu0").query_one(MemoryBar).legend_text()
 
 
+async def test_more_active_jobs_than_a_page_are_counted_by_the_engine(
+    ui_app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Past a page (10,000) of active jobs, the dashboard counted the rows it had loaded:
+    # "10000 queued" of 20,000 (tester h104). A page of 3 here.
+    import gpulayer_tui.app
+
+    monkeypatch.setattr(gpulayer_tui.app, "MAX_PAGE", 3)
+    app = await ui_app("1xA100-80GB")
+    engine = app.backend.engine
+    await engine.pause()
+    for _ in range(7):
+        await engine.submit({"command": ["true"]})
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.screen.query(GpuPanel))
+        assert app.active_partial
+        await until(pilot, lambda: summary_text(app).startswith("0 running · 7 queued"))
+    await engine.resume()
+
+
 async def test_submitted_job_counts_as_running_and_enter_opens_it(ui_app: Any) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(120, 40)) as pilot:

@@ -1125,6 +1125,7 @@ class Engine:
 
     def health(self) -> HealthJSON:
         """Engine identity and overall state."""
+        running = sum(1 for act in self.book if act.job.status is JobStatus.RUNNING)
         return {
             "engine": "gpulayer-tui",
             "version": __version__,
@@ -1138,6 +1139,8 @@ class Engine:
             "started_at": self.started_at,
             "uptime": time.time() - self.started_at if self.started_at else 0.0,
             "active_jobs": len(self.book),
+            "running_jobs": running,
+            "waiting_jobs": len(self.book) - running,
             "store_failure": self.store.failure,
             "launcher_problem": self.executor.problem,
             "paused_at": self.paused_at,

@@ -161,7 +161,14 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
         summary = self.query_one(SummaryLine)
         had_notice = summary.has_class("-notice")
         store = app.job_store
-        summary.show({**store.summary(app.clock()), "idle": store.idle_warned()}, app.gpu_state)
+        counts = {**store.summary(app.clock()), "idle": store.idle_warned()}
+        health = app.health
+        if app.active_partial and health is not None and "waiting_jobs" in health:
+            # (past a page of active jobs, the rows loaded undercounted: "10000 queued"
+            # of 20,000; tester h104)
+            counts["queued"] = health["waiting_jobs"]
+            counts["running"] = health.get("running_jobs", counts["running"])
+        summary.show(counts, app.gpu_state)
         if summary.has_class("-notice") != had_notice:
             # The notice takes lines from the panels: choose the density again.
             self.call_after_refresh(self._relayout)
