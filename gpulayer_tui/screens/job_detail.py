@@ -755,7 +755,8 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             which = f" · replica {self._replica}" + (f" (of {count}: ]: next)" if count > 1 else "")
         extra = " · wrapped" if log.wrap else ""
         if log.lines_dropped or log.head_skipped:  # (g, a search and its count cover these)
-            extra += f" · last {len(log.source_lines):,} lines (P: all)"
+            kept = len(log.source_lines)  # ("last 1 lines": tester h104)
+            extra += f" · last {kept:,} line{'' if kept == 1 else 's'} (P: all)"
         if log.search_term:
             found = (
                 f"match {(log.match_index or 0) + 1} of {len(log.matches)}"
