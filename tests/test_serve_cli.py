@@ -148,9 +148,10 @@ def test_gpus_shows_unregistered_vram_from_the_ledger(served: Served, sleeper: i
     assert str(sleeper) in human
     # A GPU whose reads fail shows its last good read's figures as such (they read live).
     SimLedger(served.home).set_gpu(1, failed=True, error="read timed out")
-    wait_for(lambda: "(read timed out) (last " in served.cli("gpus").stdout)  # (said once)
+    # (said once, in one pair of brackets: tester h102)
+    wait_for(lambda: "(read timed out; last " in served.cli("gpus").stdout)
     row = next(line for line in served.cli("gpus").stdout.splitlines() if line.startswith("gpu1"))
-    assert "%?" in row and "C?" in row
+    assert "%?" in row and "C?" in row and "?/" in row, row  # (its memory too: h102)
 
 
 def test_a_jobs_process_on_a_gpu_it_does_not_hold_is_listed_with_the_memory_it_holds(
