@@ -87,6 +87,34 @@ def test_logs_follow_and_wait_resume_across_an_engine_restart(served: Served) ->
     assert f"job {job_id} completed" in w_out
 
 
+def test_logs_follow_waits_out_an_engine_lost_at_its_first_ask(served: Served) -> None:
+    # A follower whose first ask (what the job is) met the engine's end exited 4 ("went
+    # away mid-request"), where `wait` waits out a restart (CI saw it under coverage).
+    served.start("--simulate", "1xA100-80GB")
+    assert served.proc is not None
+    job = served.cli("submit", "--", "sh", "-c", "echo one; echo two").stdout.strip()
+    assert served.cli("wait", job).returncode == 0
+    env = dict(served.env, GPULAYER_TIMEOUT="3")
+    os.kill(served.proc.pid, signal.SIGSTOP)
+    try:
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "gpulayer_tui", "logs", "-f", job],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert follow.stderr is not None
+        said = follow.stderr.readline()  # (its first ask timed out: it says it waits)
+        assert said == f"gpulayer-tui: lost the engine; following job {job} once it answers\n"
+    finally:
+        os.kill(served.proc.pid, signal.SIGCONT)
+    out, err = follow.communicate(timeout=60)
+    assert follow.returncode == 0, err
+    assert out == "one\ntwo\n"
+
+
 def test_logs_follow_says_when_the_engine_freezes_and_goes_on_through_a_quiet_job(
     served: Served,
 ) -> None:

@@ -776,7 +776,15 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         # With no engine at all, say so at once, as `logs` and `wait` do: following, it
         # said "lost the engine; reconnecting" and waited 30 s for one (tester h49).
         # A job that waits is said to (`-f` printed nothing at all: tester h69).
-        job = client.job(args.job)["job"]
+        while True:
+            try:
+                job = client.job(args.job)["job"]
+                break
+            except EngineLost:
+                # (one that went away mid-ask is a restart to wait out, as `wait` does:
+                # a follower started as the engine was killed exited 4; CI saw it)
+                _error(f"lost the engine; following job {args.job} once it answers")
+                _wait_for_engine(client)
         if job["status"] in ("pending", "queued"):
             from ..fields import printable
 
