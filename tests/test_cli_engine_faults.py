@@ -81,7 +81,9 @@ def test_logs_follow_and_wait_resume_across_an_engine_restart(served: Served) ->
     out, err = follow.communicate(timeout=60)
     assert follow.returncode == 0, err
     assert out == "1\n2\n3\n4\n5\n6\n"  # each line once: it resumed from its offset
-    assert "reconnecting" in err
+    # (while streaming: "reconnecting"; a follower slow to start, still at its first ask
+    # as the engine went: "following job N once it answers", seen under coverage in CI)
+    assert "lost the engine; " in err, err
     w_out, w_err = waiting.communicate(timeout=60)
     assert waiting.returncode == 0, w_err
     assert f"job {job_id} completed" in w_out
