@@ -309,6 +309,11 @@ def replica_health(job: JobRowJSON) -> str:
     replicas = job.get("replicas")
     if job.get("kind") != "service" or not replicas or job.get("status") in TERMINAL_STATUSES:
         return ""  # (an ended service's "0/2 up" says nothing its status does not)
+    spec = job.get("spec")
+    if isinstance(spec, dict):
+        # (past the spec's count: replicas a scale-down is stopping, not the service's)
+        count = spec.get("replicas") or 1
+        replicas = [r for r in replicas if int(r.get("index") or 0) < count]
     up = sum(1 for r in replicas if r.get("state") == "up")
     return f"{up}/{len(replicas)} up"
 

@@ -136,13 +136,10 @@ async def test_a_waiting_service_is_edited_to_more_replicas(
     await engine.resume()
     await eventually(lambda: len(_replicas(engine, svc.id)) == 2, timeout=20)
     assert sorted(engine.book.get(svc.id).job.domains) == ["gpu0", "gpu1"]  # type: ignore[union-attr]
-    # Running, it is refused, with the way to another count (the README's, not said: h98).
+    # Running, its other fields are refused; its replicas scale (test_service_scale.py).
     with pytest.raises(JobNotActive) as refused:
-        await engine.edit(svc.id, {"replicas": 1})
-    assert str(refused.value) == (
-        f"job {svc.id} is running: only a waiting job is edited (another count of replicas: "
-        f"cancel it and submit it again, `submit --like {svc.id} --replicas N`)"
-    )
+        await engine.edit(svc.id, {"priority": 1})
+    assert str(refused.value) == f"job {svc.id} is running: only a waiting job is edited"
     await engine.cancel(svc.id)
     await engine.wait(svc.id, timeout=20)
 

@@ -8,9 +8,10 @@ import os
 from typing import Any
 
 from textual.pilot import Pilot
-from textual.widgets import Checkbox, Input
+from textual.widgets import Checkbox, Input, Label
 
 from gpulayer_tui.screens.dialogs import ConfirmScreen
+from gpulayer_tui.screens.edit import EditScreen
 from gpulayer_tui.screens.job_detail import JobDetailScreen
 from gpulayer_tui.widgets.field_list import FieldList
 from gpulayer_tui.widgets.log_tail import LogTail
@@ -358,3 +359,33 @@ def test_the_replicas_of_a_big_service_line_up_in_the_detail() -> None:
     assert len(lines) == 11
     assert {line.index("up") for line in lines} == {3}
     assert lines[0].startswith(" 0 up") and lines[10].startswith("10 up")
+
+
+async def test_e_on_a_running_service_scales_it_from_a_form_of_its_replicas(
+    ui_app: Any,
+) -> None:
+    # A running service could not be scaled from anywhere: cancel, submit again.
+    app = await ui_app("2xA100-80GB", cpu_count=4)
+    job = await app.backend.submit(
+        {"kind": "service", "shell": SCRIPT, "port": False, "cwd": os.getcwd()}
+    )
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        table = table_of(app)
+        await until(pilot, lambda: status_of(table, job["id"]) == "running", "running")
+        assert table.select_job(job["id"])
+        await pilot.pause()
+        await pilot.press("e")
+        form = await until(pilot, lambda: isinstance(app.screen, EditScreen) and app.screen)
+        assert [i.id for i in form.query(Input)] == ["replicas"]  # (its replicas alone)
+        assert str(form.query_one(".dialog-title", Label).render()).startswith(
+            f"Scale job {job['id']}"
+        )
+        assert app.focused is form.query_one("#replicas", Input)
+        await pilot.press("backspace", "5", "ctrl+s")  # (5 on a 4-slot pool: never)
+        await until(pilot, lambda: "could never run" in form.form_message, "the refusal")
+        await pilot.press("backspace", "3", "ctrl+s")
+        await until(pilot, lambda: not isinstance(app.screen, EditScreen), "the form closed")
+        assert any("scaled: replicas 1 -> 3" in n.message for n in app._notifications)
+        await until(pilot, lambda: table.job(job["id"])["message"].startswith("3/3 up"), "3/3 up")
+        await app.backend.cancel(job["id"])

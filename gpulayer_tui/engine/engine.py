@@ -613,7 +613,17 @@ class Engine:
             UnknownJob: No such id.
             JobNotActive: It runs or ended (only a waiting job is edited).
             SpecError: A field that cannot be edited, or an invalid value.
+
+        A running service's ``replicas`` is changed too (:meth:`scale`).
         """
+        running = self.book.get(job_id)
+        if (
+            running is not None
+            and running.job.kind is JobKind.SERVICE
+            and running.job.status is JobStatus.RUNNING
+            and "replicas" in changes
+        ):
+            return await self.scale(job_id, changes)
         act = await self._editable(job_id, changes)
         assert act.spec is not None
         if "replicas" in changes and act.job.kind is not JobKind.SERVICE:
@@ -681,6 +691,65 @@ class Engine:
         await self.store.flush()
         return act.job
 
+    async def scale(self, job_id: int, changes: dict[str, Any]) -> Job:
+        """Change a running service's number of replicas (``{"replicas": N}``) while it
+        runs: more start at once on what is free now, fewer are stopped (the highest
+        indexes). Stored, with a ``job.edited`` timeline entry, before any replica is
+        started or signalled (see :meth:`.ServiceRunner.scale`). A service that waits is
+        edited as any waiting job (:meth:`edit`).
+
+        Raises:
+            UnknownJob: No such id.
+            JobNotActive: It is not a running service; it is stopping or being placed
+                again; a scale-down's replicas are still stopping; or there is no room
+                now for the replicas added (the message says why: busy, reserved for a
+                waiting job, a user limit, the queue paused). Nothing changed.
+            SpecError: Another field than ``replicas``, an invalid count, or a count it
+                could never run with (over capacity).
+        """
+        act = self.book.get(job_id)
+        if act is None or act.job.kind is not JobKind.SERVICE:
+            return await self.edit(job_id, changes)
+        if act.job.status is not JobStatus.RUNNING:
+            return await self.edit(job_id, changes)
+        others = sorted(set(changes) - {"replicas"})
+        if others:
+            raise JobNotActive(
+                f"job {job_id} runs: only its replicas change while it runs "
+                f"({EDIT_WORDS.get(others[0], others[0])} only while it waits)"
+            )
+        if act.spec is None:
+            raise JobNotActive(f"job {job_id} has no spec this version can edit")
+        spec = parse_spec({**act.job.spec, "replicas": changes["replicas"]})
+        count, now = spec.replica_count, len(act.job.replicas)
+        refused = self.services.scale_refusal(act)
+        if refused is None and count == now:
+            return act.job  # (asked for what it has: no timeline entry)
+        if refused is not None:
+            raise JobNotActive(f"job {job_id} {refused}")
+        request = self.scheduler.request_for(spec)
+        verdict = self.queue.verdict(ActiveJob(act.job, spec, request))
+        if verdict.possible is False:
+            raise SpecError(
+                f"replicas: {count} replicas could never run: {verdict.message}", "replicas"
+            )
+        domains: list[Domain] = []
+        if count > now:
+            room = self.queue.room_to_grow(act, request, count - now)
+            if isinstance(room, str):
+                raise JobNotActive(
+                    f"job {job_id} cannot grow to {count} replicas now: {room} (nothing "
+                    "changed; a scale-up takes only what is free)"
+                )
+            domains = room
+        # (All before the next await: nothing else acts on the service in between.)
+        self.queue.charge_so_far(act)
+        said = self.services.scale(act, spec, request, domains)
+        self.store.save_edit(act.job)
+        self.book.record(act, EventKind.EDITED, {"message": f"scaled: {said}"})
+        await self.store.flush()
+        return act.job
+
     async def _editable(self, job_id: int, changes: dict[str, Any]) -> ActiveJob:
         """The waiting job ``changes`` may be applied to.
 
@@ -694,9 +763,12 @@ class Engine:
             how = ""
             if "replicas" in changes and job.kind is JobKind.SERVICE:
                 # (the README's way was not in the message: tester h98)
+                # (a running one is scaled: see scale; an ended one runs again)
                 how = (
-                    f" (another count of replicas: cancel it and submit it again, "
+                    f" (to run it again with another count of replicas: "
                     f"`submit --like {job_id} --replicas N`)"
+                    if job.status.is_terminal
+                    else ""
                 )
             raise JobNotActive(f"job {job_id} {state}: only a waiting job is edited{how}")
         unknown = sorted(set(changes) - set(self.EDITABLE))

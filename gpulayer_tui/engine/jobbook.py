@@ -82,6 +82,8 @@ class ActiveJob:
     # reservation counts a quarantined one of them as coming back (its healthy ones went
     # to the next job, and it waited for ever behind that one's service).
     ran_on: frozenset[str] = frozenset()
+    # Its run is booked to fair share up to here (a scaled service: see charge_so_far).
+    charged_until: float | None = None
 
     @property
     def key(self) -> tuple[int, int]:

@@ -204,6 +204,8 @@ class JobQueue:
                 held.gpus += 1
                 held.vram_bytes += holding.declared_bytes or 0
                 started = act.job.started_at
+                if started and act.charged_until is not None:
+                    started = max(started, act.charged_until)  # (booked up to there)
                 held.gpu_seconds += max(0.0, now - started) if started else 0.0
         return out
 
@@ -414,6 +416,47 @@ class JobQueue:
             self.limits, owner_of(act.job.owner_uid), act.request.gpus, act.request.vram_bytes
         )
         return verdict if past is None else Verdict(False, past)
+
+    def room_to_grow(self, act: ActiveJob, request: Request, added: int) -> list[Domain] | str:
+        """Where ``added`` more replicas of the running service ``act`` go now (``request``:
+        the service's, with them), or why not. Only on what is free now, within its user's
+        limits, and not on domains reserved for a job that waits: a scale-up does not jump
+        the queue (it would take the GPUs the job at its head waits for)."""
+        closed = self.closed()
+        if closed is not None:
+            return closed
+        uid = owner_of(act.job.owner_uid)
+        refused = self.owner_refusal(uid)
+        if refused is not None:
+            return refused
+        per_replica = request.gpus // request.replicas
+        more = Request(
+            per_replica * added, request.vram_bytes, request.pins, request.exclusive, added
+        )
+        running = self.running_by_user(self._clock())
+        why = limit_blocker(
+            self.limits, uid, running.get(uid, Running()), more.gpus, more.vram_bytes
+        )
+        if why is not None:
+            return why
+        # (a GPU replica goes on a domain of its own; CPU replicas take more of the pool)
+        own = frozenset(d.name for d in act.holds) if more.gpus else frozenset()
+        others = [r for r in self.reservations if r.job_id != act.job.id]
+        reserved = frozenset().union(*(r.domains for r in others))
+        placed = self._scheduler.place(more, avoid=own | reserved)
+        if not isinstance(placed, str) or not reserved:
+            return placed
+        anywhere = self._scheduler.place(more, avoid=own)
+        if isinstance(anywhere, str):
+            return anywhere  # (it would not fit even without the reservations)
+        taken = {d.name for d in anywhere}
+        keeping = next((r for r in others if r.domains & taken), None)
+        if keeping is None:
+            return placed
+        return (
+            f"{', '.join(sorted(keeping.domains & taken))} reserved for job {keeping.job_id}, "
+            f"which waits for {'it' if len(keeping.domains & taken) == 1 else 'them'}"
+        )
 
     def waits_for(self, job_id: int, deps: list[int]) -> int | None:
         """The first of ``deps`` that waits for ``job_id``, directly or through other
@@ -1315,9 +1358,20 @@ class JobQueue:
         gpus = len(job.gpus) or sum(1 for dom in act.holds if dom.is_gpu)
         if gpus and job.started_at is not None:
             ended = job.ended_at or self._clock()
-            self.fair.charge(
-                owner_of(job.owner_uid), gpu_seconds(gpus, job.started_at, ended), ended
-            )
+            since = max(job.started_at, act.charged_until or 0.0)
+            self.fair.charge(owner_of(job.owner_uid), gpu_seconds(gpus, since, ended), ended)
+
+    def charge_so_far(self, act: ActiveJob) -> None:
+        """Book a running job's GPU use up to now, with the GPUs it holds now (a service
+        about to be scaled: its run before and after are booked each with its own count;
+        booked whole at its end, a scale-down just before made a day on 8 GPUs one on 1)."""
+        job = act.job
+        gpus = len(job.gpus)
+        now = self._clock()
+        if gpus and job.started_at is not None:
+            since = max(job.started_at, act.charged_until or 0.0)
+            self.fair.charge(owner_of(job.owner_uid), gpu_seconds(gpus, since, now), now)
+        act.charged_until = now
 
     def cancelled_with(self, job_id: int) -> list[int]:
         """The waiting jobs cancelled if ``job_id`` ends other than completed: those that

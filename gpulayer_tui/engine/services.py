@@ -69,7 +69,8 @@ if TYPE_CHECKING:
     from .config import Config
     from .domain import Domain
     from .jobqueue import JobQueue
-    from .scheduler import Scheduler
+    from .scheduler import Request, Scheduler
+    from .spec import JobSpec
     from .supervisor import Supervisor
 
 R = ReplicaState
@@ -227,6 +228,143 @@ class ServiceRunner:
         job.replicas = kept + [Replica(index) for index in range(len(kept), count)]
         act.ran_on = frozenset(name for r in kept for name in r.domains if name in act.ran_on)
 
+    # -- scaling a running service --------------------------------------------------------------
+
+    def scale_refusal(self, act: ActiveJob) -> str | None:
+        """Why the running service cannot change its number of replicas now, or ``None``."""
+        job, spec = act.job, act.spec
+        runtime = self._runtimes.get(job.id)
+        if spec is None or runtime is None:
+            return "has no spec this version can scale"
+        if runtime.end is not None:
+            return f"is stopping ({job.stop_message})"
+        if runtime.replacing is not None:
+            # (once it waits to be placed again, an edit of its replicas applies)
+            return f"is being placed again ({runtime.replacing}): try again in a moment"
+        leaving = [r.index for r in job.replicas if r.index >= spec.replica_count]
+        if leaving:
+            return (
+                f"is still stopping {_replicas_said(leaving)} of its last scale-down: "
+                "try again once they have ended"
+            )
+        return None
+
+    def scale(self, act: ActiveJob, spec: JobSpec, request: Request, domains: list[Domain]) -> str:
+        """Change a running service's number of replicas to ``spec``'s (checked by the
+        caller: :meth:`scale_refusal`, over capacity, room now).
+
+        Up: the new replicas take ``domains`` (free GPU domains, one set per replica; for
+        CPU replicas, more slots of the pool it holds) and start once this is durable,
+        each with its own ``$PORT``. Down: the replicas past the new count (the highest
+        indexes: ``GPULAYER_REPLICA`` stays 0..N-1) are stopped, SIGTERM then SIGKILL
+        after the grace period; their domains are given back once their processes are
+        gone (a GPU is not handed on while a stopping replica still holds its memory).
+
+        Returns:
+            What changed, in words (for the timeline's ``job.edited`` entry).
+        """
+        job = act.job
+        runtime = self._runtimes[job.id]
+        before = len(job.replicas)
+        count = spec.replica_count
+        act.spec, act.request = spec, request
+        job.spec = spec.stored()
+        if count > before:
+            said = self._grow(act, domains, before, count)
+        else:
+            said = self._shrink(act, runtime, count)
+        if job.status is JobStatus.RUNNING:
+            job.message = self._summary(job)
+        return f"replicas {before} -> {count} ({said})"
+
+    def _grow(self, act: ActiveJob, domains: list[Domain], before: int, count: int) -> str:
+        job, request = act.job, act.request
+        assert request is not None
+        per_replica = request.gpus // request.replicas
+        if per_replica:
+            for dom in domains:
+                dom.hold(job.id, request.vram_bytes, request.exclusive, request.slots_on(dom))
+            act.holds = [*act.holds, *domains]
+        else:
+            for dom in act.holds:  # (the cpu pool: one slot more for each new replica)
+                dom.hold(job.id, None, request.exclusive, request.slots_on(dom))
+        job.domains = [d.name for d in act.holds]
+        job.gpus = [d.gpu_index for d in act.holds if d.gpu_index is not None]
+        added: list[Replica] = []
+        for index in range(before, count):
+            replica = Replica(index)
+            if per_replica:
+                at = (index - before) * per_replica
+                mine = domains[at : at + per_replica]
+            else:
+                mine = list(act.holds)
+            replica.domains = [d.name for d in mine]
+            replica.gpus = [d.gpu_index for d in mine if d.gpu_index is not None]
+            job.replicas.append(replica)
+            added.append(replica)
+        for replica in added:
+            if not self._decide_launch(act, replica, "start"):
+                break
+        where = ", ".join(f"{r.index} on {'+'.join(r.domains)}" for r in added)
+        return f"{'replica' if len(added) == 1 else 'replicas'} {where} starting"
+
+    def _shrink(self, act: ActiveJob, runtime: ServiceRuntime, count: int) -> str:
+        job = act.job
+        grace = self._config.engine.grace_period
+        leaving = [r for r in job.replicas if r.index >= count]
+        stopping: list[tuple[int, int]] = []
+        for replica in leaving:
+            timer = runtime.restart_timers.pop(replica.index, None)
+            if timer is not None:
+                timer.cancel()
+            runtime.off_domain.pop(replica.index, None)
+            if replica.state.has_process and replica.state is not R.STOPPING:
+                self._set_replica(act, replica, R.STOPPING, f"SIGTERM sent (scaled to {count})")
+                stopping.append((replica.index, replica.launches))
+            elif not replica.state.has_process and replica.state is not R.EXITED:
+                replica.next_restart_at = None
+                self._set_replica(act, replica, R.EXITED, f"removed (scaled to {count})")
+        said = f"{_replicas_said([r.index for r in leaving])} removed"
+        if stopping:
+            # (stored: a restarted engine still kills them on time)
+            job.kill_at = time.time() + grace
+            said += f": SIGTERM sent, SIGKILL after {grace:g} s"
+            self._book.after_commit(
+                functools.partial(self._signal_replicas, job.id, stopping, grace)
+            )
+        self._settle(act)
+        return said
+
+    def _drop_removed(self, act: ActiveJob) -> None:
+        """Once the replicas a scale-down removed have no process left: they leave the
+        service's record, and the domains only they held are given back."""
+        job, spec = act.job, act.spec
+        if spec is None:
+            return
+        count = spec.replica_count
+        leaving = [r for r in job.replicas if r.index >= count]
+        if not leaving or any(r.state.has_process for r in leaving):
+            return
+        job.replicas = [r for r in job.replicas if r.index < count]
+        kept = {name for r in job.replicas for name in r.domains}
+        freed = [d for d in act.holds if d.name not in kept]
+        for dom in freed:
+            dom.unhold(job.id)
+        act.holds = [d for d in act.holds if d.name in kept]
+        for dom in act.holds:
+            if not dom.is_gpu and act.request is not None:  # (the pool: fewer slots)
+                dom.hold(job.id, None, act.request.exclusive, act.request.slots_on(dom))
+        job.domains = [d.name for d in act.holds]
+        job.gpus = [d.gpu_index for d in act.holds if d.gpu_index is not None]
+        job.kill_at = None
+        gone = _replicas_said([r.index for r in leaving])
+        given = f"; {', '.join(d.name for d in freed)} given back" if freed else ""
+        job.message = self._summary(job)
+        self._book.record(
+            act, EventKind.EDITED, {"message": f"scaled down to {count}: {gone} ended{given}"}
+        )
+        self._queue.schedule_soon()  # (what waited for those GPUs may start)
+
     def timeout_edited(self, act: ActiveJob) -> None:
         """A waiting service's ``timeout`` was edited: its limit is armed again. One being
         placed again counts it from its first start; edited below what it had run, it
@@ -357,7 +495,10 @@ class ServiceRunner:
         pid = started.pid
         replica.pid, replica.start_ticks = pid, started.start_ticks
         self._book.roots.add(pid, job_id, started.start_ticks)
-        if all(r.pid is not None or not r.state.has_process for r in act.job.replicas):
+        if not act.launched and all(
+            r.pid is not None or not r.state.has_process for r in act.job.replicas
+        ):
+            # (once per placement: a replica a scale-up added is no start of the service)
             act.launched = True
             self._book.started(job_id, started.at)
         if replica.state is R.STARTING:
@@ -376,10 +517,13 @@ class ServiceRunner:
         """A replica cannot start: the service fails with the reason; a restart that
         cannot start (its working directory gone a moment, no port free) is a failed run
         of the replica, retried after a back-off as its policy allows (it ended the
-        service for good, restart = always or not)."""
+        service for good, restart = always or not); so is the first start of a replica
+        a scale-up added."""
         runtime = self._runtimes.get(act.job.id)
         if (
-            replica.restarts > 0
+            # (a restart, or a replica a scale-up added to a service that runs: the others
+            # started, so the spec can; it ended the service, every replica with it)
+            (replica.restarts > 0 or act.launched)
             and runtime is not None
             and runtime.end is None
             and runtime.replacing is None
@@ -388,7 +532,7 @@ class ServiceRunner:
             why = self._no_restart_because(act, replica, None)
             if why is None:
                 replica.pid = replica.start_ticks = None
-                self._back_off(act, runtime, replica, f"could not restart: {error}", None)
+                self._back_off(act, runtime, replica, f"could not {verb}: {error}", None)
                 return
         if replica.state is not R.EXITED:
             self._set_replica(act, replica, R.EXITED, f"could not {verb}: {error}", gave_up=True)
@@ -987,11 +1131,14 @@ class ServiceRunner:
                 self._executor.terminate(key, grace, run)
 
     def _settle(self, act: ActiveJob) -> None:
-        """Once no replica process is left, end the service or queue it again."""
+        """Once no replica process is left, end the service or queue it again (and once
+        the replicas a scale-down removed are gone, drop them)."""
+        runtime = self._runtimes[act.job.id]
+        if runtime.end is None and runtime.replacing is None:
+            self._drop_removed(act)
         if any(r.state.has_process for r in act.job.replicas):
             return
         act.job.kill_at = None
-        runtime = self._runtimes[act.job.id]
         if runtime.end is not None:  # (a cancel while it was being placed again wins)
             status, reason, message, code = runtime.end
             self._book.finish(act, status, reason, message, code, ended_at=runtime.ended_at)
@@ -1079,7 +1226,8 @@ class ServiceRunner:
         ended: list[tuple[float, int, Replica, Exit, Callable[[], None] | None]] = []
         for replica in job.replicas:
             if replica.state.has_process:
-                interrupted_stop |= replica.state is R.STOPPING
+                # (one a scale-down removed stops on alone: no stop of the service)
+                interrupted_stop |= replica.state is R.STOPPING and not _removed(act, replica)
                 found = self._find_replica(act, runtime, replica)
                 if job.id not in self._book:
                     return
@@ -1185,7 +1333,9 @@ class ServiceRunner:
 def service_summary(job: Job) -> str:
     """A running service's message: how many replicas are up, where, their endpoints,
     and what the others are doing."""
-    replicas = job.replicas
+    target = _target_count(job)
+    leaving = [r.index for r in job.replicas if r.index >= target]
+    replicas = [r for r in job.replicas if r.index < target]
     up = sum(r.state is R.UP for r in replicas)
     text = f"{up}/{len(replicas)} up on {', '.join(job.domains)}"
     endpoints = [r.endpoint for r in replicas if r.state is R.UP and r.endpoint]
@@ -1214,7 +1364,28 @@ def service_summary(job: Job) -> str:
     if unsaid:
         counts = ", ".join(f"{n} {what}" for what, n in unsaid.items())
         text += f"; {sum(unsaid.values())} more not up ({counts})"
+    if leaving:
+        text += f"; {_replicas_said(leaving)} stopping (scaled to {target})"
     return text
+
+
+def _target_count(job: Job) -> int:
+    """The replicas the service has (its spec's count; past it, ones a scale-down is
+    removing), or all it records where the stored spec does not say."""
+    count = job.spec.get("replicas") if isinstance(job.spec, dict) else None
+    if count is None and isinstance(job.spec, dict) and job.spec:
+        count = 1
+    return count if isinstance(count, int) and count >= 1 else len(job.replicas)
+
+
+def _removed(act: ActiveJob, replica: Replica) -> bool:
+    """Whether a scale-down removed ``replica`` (its index is past the service's count)."""
+    return act.spec is not None and replica.index >= act.spec.replica_count
+
+
+def _replicas_said(indexes: list[int]) -> str:
+    """``replica 3``, ``replicas 2, 3``."""
+    return f"{'replica' if len(indexes) == 1 else 'replicas'} {', '.join(map(str, indexes))}"
 
 
 async def _answers(host: str, port: int) -> bool:

@@ -47,8 +47,16 @@ def can_restart(job: JobRowJSON | None) -> bool:
 
 
 def can_edit(job: JobRowJSON | None) -> bool:
-    """True for a job that waits to start (``e`` edits it)."""
-    return job is not None and job.get("status") in WAITING
+    """True for a job that waits to start, or a running service (``e`` edits it; a
+    running service's form has its replicas alone: it is scaled)."""
+    if job is None:
+        return False
+    return job.get("status") in WAITING or is_scalable(job)
+
+
+def is_scalable(job: JobRowJSON) -> bool:
+    """True for a running service (its replicas change while it runs)."""
+    return job.get("kind") == "service" and job.get("status") == "running"
 
 
 DIMMED_KEYS: dict[str, str] = {
@@ -242,7 +250,7 @@ def ask_to_edit(screen: Screen[Any], job: JobRowJSON) -> None:
     if not can_edit(job):
         ui.notify(
             f"job {job_id} {status_phrase(str(job.get('status', '')))}: only a waiting job "
-            "is edited",
+            "is edited (and a running service scaled)",
             severity="warning",
         )
         return

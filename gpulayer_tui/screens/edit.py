@@ -1,5 +1,6 @@
 """The edit form: change a waiting job's priority, GPUs, VRAM, timeout and the jobs it
-waits for (``PATCH /v1/jobs/ID``, as ``gpulayer-tui edit`` does).
+waits for (``PATCH /v1/jobs/ID``, as ``gpulayer-tui edit`` does); a running service's
+form has its replicas alone (it is scaled).
 
 Fields start from the job's spec and are checked as you type by the wire contract's rules;
 only the fields that differ are sent. What only the engine can judge (a change it could
@@ -49,6 +50,14 @@ EDITED = (
 
 REPLICAS_FIELD = ("replicas", "replicas", "Replicas", "a waiting service's copies")
 """The last input of a service's form."""
+
+SCALED_FIELD = (
+    "replicas",
+    "replicas",
+    "Replicas",
+    "more start now on what is free · fewer: the highest-numbered stop",
+)
+"""The one input of a running service's form (it is scaled)."""
 
 _INPUT_OF = {spec_field: input_id for input_id, spec_field, _, _ in (*EDITED, REPLICAS_FIELD)}
 
@@ -118,7 +127,12 @@ class EditScreen(FormScreen[JobJSON | None]):
         self.job = job
         self._busy = False
         service = job.get("kind") == "service"
-        self.fields = (*EDITED, REPLICAS_FIELD) if service else EDITED
+        self.scaling = service and job.get("status") == "running"
+        """A running service's form: its replicas alone (``PATCH`` scales it)."""
+        if self.scaling:
+            self.fields: tuple[tuple[str, str, str, str], ...] = (SCALED_FIELD,)
+        else:
+            self.fields = (*EDITED, REPLICAS_FIELD) if service else EDITED
         """Its inputs (:data:`EDITED`, and a service's replicas)."""
 
     @property
@@ -134,8 +148,9 @@ class EditScreen(FormScreen[JobJSON | None]):
             # took the focus between two: tester h87)
             with VerticalScroll(classes="form-fields", id="edit-fields"):
                 # (Content: the name is the user's text, never markup)
+                verb = "Scale" if self.scaling else "Edit"
                 yield Label(
-                    Content(f"Edit job {self.job['id']} · {self.job.get('name', '')}"),
+                    Content(f"{verb} job {self.job['id']} · {self.job.get('name', '')}"),
                     classes="dialog-title",
                 )
                 yield Static("", id="form-error")
@@ -177,7 +192,7 @@ class EditScreen(FormScreen[JobJSON | None]):
         blink = bool(getattr(self.app, "cursor_blink", True))
         for field in self.query(Input):
             field.cursor_blink = blink
-        self.focus_first(self.query_one("#priority", Input))
+        self.focus_first(self.query_one(f"#{self.fields[0][0]}", Input))
 
     # -- validation -------------------------------------------------------------------------
 
@@ -283,7 +298,8 @@ class EditScreen(FormScreen[JobJSON | None]):
             self._busy = False
             self.query_one("#save", Button).disabled = False
         app.job_store.apply(edited)
-        self.app.notify(f"job {job_id} edited: {self._what_changed(changes, edited)}")
+        verb = "scaled" if self.scaling else "edited"
+        self.app.notify(f"job {job_id} {verb}: {self._what_changed(changes, edited)}")
         self.dismiss(edited)
 
     def _what_changed(self, changes: dict[str, Any], edited: JobJSON) -> str:

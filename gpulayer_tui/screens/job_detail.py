@@ -1029,7 +1029,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             self.app.switch_screen(JobDetailScreen(job["id"]))
 
     def action_edit_job(self) -> None:
-        """Edit this waiting job (priority, GPUs, VRAM, timeout)."""
+        """Edit this waiting job (priority, GPUs, VRAM, timeout), or scale this running service."""
         if self._job is None:
             self.app.notify("the job is still loading", severity="warning")
             return

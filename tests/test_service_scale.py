@@ -1,0 +1,312 @@
+"""Scaling a running service (``edit ID --replicas N`` while it runs), with real
+processes, real ports and real SQLite: more replicas start at once on what is free,
+fewer are stopped and give their GPUs back once their processes are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from gpulayer_tui.engine.engine import Engine, SpecError
+from gpulayer_tui.engine.errors import JobNotActive
+from gpulayer_tui.engine.fairness import owner_of
+from gpulayer_tui.engine.models import JobStatus, ReplicaState
+from gpulayer_tui.formatting import replica_health
+
+from .conftest import EngineFactory, Served, eventually, make_config, pid_gone, wait_for
+from .test_services import ManualClock, _command_env, _http_get, _http_service, _service
+
+R = ReplicaState
+# Ignores SIGTERM: a scale-down's replica stops only at its SIGKILL.
+STUBBORN = ["sh", "-c", "trap '' TERM; sleep 600 & wait; sleep 600"]
+
+
+def _live(engine: Engine, job_id: int) -> Any:
+    act = engine.book.get(job_id)
+    assert act is not None
+    return act.job
+
+
+async def _edited(engine: Engine, job_id: int) -> list[str]:
+    return [e["message"] for e in await engine.events_of(job_id) if e["kind"] == "job.edited"]
+
+
+async def test_a_running_service_grows_onto_free_gpus_and_shrinks_giving_them_back(
+    make_engine: EngineFactory,
+) -> None:
+    # A running service could not be scaled: it was cancelled and submitted again, a new
+    # id, every replica down meanwhile (the gap named in each closing note since h98).
+    engine = await make_engine("4xA100-80GB")
+    svc = await engine.submit(_service(["sleep", "600"], port=False, gpus=1))
+    await eventually(lambda: _live(engine, svc.id).replicas[0].pid is not None)
+    first_pid = _live(engine, svc.id).replicas[0].pid
+
+    grown = await engine.edit(svc.id, {"replicas": 3})
+    assert grown.status is JobStatus.RUNNING and grown.spec["replicas"] == 3
+    assert [r.domains for r in grown.replicas] == [["gpu0"], ["gpu1"], ["gpu2"]]
+    assert await _edited(engine, svc.id) == [
+        "scaled: replicas 1 -> 3 (replicas 1 on gpu1, 2 on gpu2 starting)"
+    ]
+    await eventually(lambda: _live(engine, svc.id).message == "3/3 up on gpu0, gpu1, gpu2")
+    replicas = _live(engine, svc.id).replicas
+    await eventually(lambda: all(r.pid is not None for r in replicas))
+    assert replicas[0].pid == first_pid  # (the running one is left alone)
+    for replica in replicas[1:]:
+        env = await _command_env(replica.pid)
+        assert env["CUDA_VISIBLE_DEVICES"] == str(replica.gpus[0])
+        assert env["GPULAYER_REPLICA"] == str(replica.index)
+    domains = engine.scheduler.domains
+    assert [svc.id in domains[f"gpu{i}"].holdings for i in range(4)] == [True, True, True, False]
+    await engine.store.flush()
+    stored = await engine.store.get_job(svc.id)
+    assert stored is not None and stored.spec["replicas"] == 3 and len(stored.replicas) == 3
+    assert stored.domains == ["gpu0", "gpu1", "gpu2"]
+
+    # A job that needs two GPUs waits for what the service holds.
+    pair = await engine.submit({"command": ["sleep", "600"], "gpus": 2})
+    assert pair.status is JobStatus.QUEUED
+    gone = [r.pid for r in replicas[1:]]
+    shrunk = await engine.edit(svc.id, {"replicas": 1})
+    assert shrunk.spec["replicas"] == 1
+    assert (await _edited(engine, svc.id))[-1] == (
+        "scaled: replicas 3 -> 1 (replicas 1, 2 removed: SIGTERM sent, SIGKILL after 2 s)"
+    )
+    await eventually(lambda: all(pid_gone(pid) for pid in gone), timeout=20)
+    await eventually(lambda: _live(engine, svc.id).message == "1/1 up on gpu0", timeout=20)
+    assert [r.index for r in _live(engine, svc.id).replicas] == [0]
+    assert _live(engine, svc.id).replicas[0].pid == first_pid
+    assert (await _edited(engine, svc.id))[-1] == (
+        "scaled down to 1: replicas 1, 2 ended; gpu1, gpu2 given back"
+    )
+    # The GPUs it gave back go to the job that waited for them.
+    await eventually(lambda: _live(engine, pair.id).status is JobStatus.RUNNING, timeout=20)
+    assert sorted(_live(engine, pair.id).domains) == ["gpu1", "gpu2"]
+    await engine.store.flush()
+    stored = await engine.store.get_job(svc.id)
+    assert stored is not None and [r.index for r in stored.replicas] == [0]
+    assert stored.domains == ["gpu0"] and stored.kill_at is None
+    await engine.cancel(svc.id)
+    done = await engine.wait(svc.id, timeout=20)
+    assert done.status is JobStatus.CANCELLED and pid_gone(first_pid)
+
+
+async def test_a_scale_up_takes_only_what_is_free_and_changes_nothing_when_refused(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine("3xA100-80GB")
+    svc = await engine.submit(_service(["sleep", "600"], port=False, gpus=1))
+    busy = await engine.submit({"command": ["sleep", "600"], "gpus": 1})
+    await eventually(lambda: _live(engine, svc.id).message == "1/1 up on gpu0")
+    assert _live(engine, busy.id).status is JobStatus.RUNNING
+
+    with pytest.raises(SpecError, match=r"replicas: 4 replicas could never run: .*4 GPUs"):
+        await engine.edit(svc.id, {"replicas": 4})
+    with pytest.raises(JobNotActive) as refused:
+        await engine.edit(svc.id, {"replicas": 3})
+    assert str(refused.value) == (
+        f"job {svc.id} cannot grow to 3 replicas now: needs 2 GPUs, 1 available now; gpu1 "
+        "busy (nothing changed; a scale-up takes only what is free)"
+    )
+    # A job that waits for the free GPU (and the busy one) has it reserved: a scale-up
+    # does not jump the queue.
+    pair = await engine.submit({"command": ["true"], "gpus": 2})
+    assert pair.status is JobStatus.QUEUED
+    with pytest.raises(JobNotActive, match=rf"gpu2 reserved for job {pair.id}, which waits for"):
+        await engine.edit(svc.id, {"replicas": 2})
+    # Other fields wait for a waiting service; an invalid count is refused as at submit.
+    with pytest.raises(JobNotActive, match=r"only its replicas change while it runs \(name"):
+        await engine.edit(svc.id, {"replicas": 2, "name": "x"})
+    with pytest.raises(SpecError, match=r"replicas: must be from 1 to 64, not 0"):
+        await engine.edit(svc.id, {"replicas": 0})
+    live = _live(engine, svc.id)
+    assert live.spec.get("replicas") is None and len(live.replicas) == 1
+    assert await _edited(engine, svc.id) == []
+    assert await engine.edit(svc.id, {"replicas": 1}) is live  # (what it has: no entry)
+    assert await _edited(engine, svc.id) == []
+
+    await engine.cancel(pair.id)
+    await engine.cancel(busy.id)
+    await engine.wait(busy.id, timeout=20)
+    await engine.pause()
+    with pytest.raises(JobNotActive, match=r"cannot grow to 2 replicas now: .*paused"):
+        await engine.edit(svc.id, {"replicas": 2})
+    await engine.resume()
+    grown = await engine.edit(svc.id, {"replicas": 2})
+    assert [r.domains for r in grown.replicas] == [["gpu0"], ["gpu1"]]
+    await engine.cancel(svc.id)
+    await engine.wait(svc.id, timeout=20)
+
+
+async def test_a_scale_up_keeps_to_its_users_gpu_limit(make_engine: EngineFactory) -> None:
+    config = make_config(users={"default": {"max_gpus": 3}})
+    engine = await make_engine("4xA100-80GB", config=config)
+    svc = await engine.submit(_service(["sleep", "600"], port=False, gpus=1))
+    other = await engine.submit({"command": ["sleep", "600"], "gpus": 1})
+    assert other.status is JobStatus.RUNNING
+    await engine.edit(svc.id, {"replicas": 2})
+    with pytest.raises(JobNotActive) as refused:
+        await engine.edit(svc.id, {"replicas": 3})
+    assert str(refused.value).startswith(
+        f"job {svc.id} cannot grow to 3 replicas now: user root's limit: 3 GPUs running at "
+        "once ([users.default] max_gpus), 3 running now"
+    )
+    with pytest.raises(SpecError, match=r"could never run: needs 4 GPUs and user root may"):
+        await engine.edit(svc.id, {"replicas": 4})
+    await engine.cancel(svc.id)
+    await engine.wait(svc.id, timeout=20)
+
+
+async def test_cpu_replicas_added_get_their_own_port_and_slots_of_the_pool(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    engine = await make_engine(simulate=None, cpu_count=4)
+    svc = await engine.submit(_http_service(cwd=str(tmp_path)))
+    await eventually(lambda: _live(engine, svc.id).message.startswith("1/1 up"), timeout=20)
+    pool = engine.scheduler.domains["cpu"]
+    assert pool.used_slots == 1
+    await engine.edit(svc.id, {"replicas": 3})
+    assert pool.used_slots == 3
+    await eventually(lambda: _live(engine, svc.id).message.startswith("3/3 up"), timeout=20)
+    endpoints = [r.endpoint for r in _live(engine, svc.id).replicas]
+    assert len(set(endpoints)) == 3
+    for endpoint in endpoints:
+        assert await asyncio.to_thread(_http_get, str(endpoint)) == 200
+    batch = await engine.submit({"command": ["sleep", "600"]})  # (the fourth slot)
+    assert batch.status is JobStatus.RUNNING
+    with pytest.raises(JobNotActive, match=r"cannot grow to 4 replicas now: "):
+        await engine.edit(svc.id, {"replicas": 4})
+    with pytest.raises(SpecError, match=r"5 replicas could never run: .* it has 4 slots"):
+        await engine.edit(svc.id, {"replicas": 5})
+    await engine.cancel(batch.id)
+    await engine.edit(svc.id, {"replicas": 2})
+    await eventually(lambda: len(_live(engine, svc.id).replicas) == 2, timeout=20)
+    assert pool.used_slots == 2
+    assert [r.endpoint for r in _live(engine, svc.id).replicas] == endpoints[:2]
+    await engine.cancel(svc.id)
+    await engine.wait(svc.id, timeout=20)
+
+
+async def test_a_scale_down_outlives_an_engine_restart_and_a_second_waits_for_it(
+    make_engine: EngineFactory,
+) -> None:
+    config = make_config(engine={"grace_period": 4.0})
+    engine = await make_engine("2xA100-80GB", config=config)
+    svc = await engine.submit(_service(STUBBORN, port=False, gpus=1, replicas=2))
+    await eventually(lambda: _live(engine, svc.id).message == "2/2 up on gpu0, gpu1")
+    await eventually(lambda: all(r.pid is not None for r in _live(engine, svc.id).replicas))
+    kept, removed = (r.pid for r in _live(engine, svc.id).replicas)
+    await engine.edit(svc.id, {"replicas": 1})
+    assert _live(engine, svc.id).replicas[1].state is R.STOPPING
+    assert _live(engine, svc.id).message == (
+        "1/1 up on gpu0, gpu1; replica 1 stopping (scaled to 1)"
+    )
+    assert replica_health(_live(engine, svc.id).to_json()) == "1/1 up"  # (the table's)
+    with pytest.raises(JobNotActive, match=r"is still stopping replica 1 of its last scale"):
+        await engine.edit(svc.id, {"replicas": 2})
+    await engine.stop()
+    assert not pid_gone(removed)  # (it ignores SIGTERM: its SIGKILL is due)
+
+    again = await make_engine("2xA100-80GB", config=config)
+    # The removed replica's stop goes on (it is no stop of the service) ...
+    live = await again.get(svc.id)
+    assert live.status is JobStatus.RUNNING
+    await eventually(lambda: pid_gone(removed), timeout=20)
+    await eventually(lambda: len(_live(again, svc.id).replicas) == 1, timeout=20)
+    live = _live(again, svc.id)
+    assert live.status is JobStatus.RUNNING and live.replicas[0].pid == kept
+    assert live.message == "1/1 up on gpu0" and live.domains == ["gpu0"]
+    assert svc.id not in again.scheduler.domains["gpu1"].holdings
+    assert not pid_gone(kept)
+    await again.cancel(svc.id)
+    done = await again.wait(svc.id, timeout=20)
+    assert done.status is JobStatus.CANCELLED
+
+
+async def test_a_cancel_during_a_scale_down_ends_the_service_cancelled(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine("2xA100-80GB", config=make_config(engine={"grace_period": 1.0}))
+    svc = await engine.submit(_service(STUBBORN, port=False, gpus=1, replicas=2))
+    await eventually(lambda: _live(engine, svc.id).message == "2/2 up on gpu0, gpu1")
+    await eventually(lambda: all(r.pid is not None for r in _live(engine, svc.id).replicas))
+    pids = [r.pid for r in _live(engine, svc.id).replicas]
+    await engine.edit(svc.id, {"replicas": 1})
+    await engine.cancel(svc.id)
+    done = await engine.wait(svc.id, timeout=20)
+    assert done.status is JobStatus.CANCELLED
+    assert all(pid_gone(pid) for pid in pids)
+    assert not any(d.holdings for d in engine.scheduler.gpu_domains)
+
+
+def test_cli_scales_a_running_service(served: Served) -> None:
+    served.start("--simulate", "3xA100-80GB")
+    svc = served.cli("submit", "--service", "--no-port", "--gpus", "1", "--", "sleep", "600")
+    assert svc.returncode == 0, svc.stderr
+    job_id = svc.stdout.strip()
+    wait_for(lambda: "1/1 up" in served.cli("status", job_id).stdout, timeout=30)
+    out = served.cli("edit", job_id, "--replicas", "2")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"job {job_id} edited: replicas 1 -> 2\n  running: ")
+    wait_for(lambda: "2/2 up" in served.cli("status", job_id).stdout, timeout=30)
+    busy = served.cli("submit", "--gpus", "1", "--", "sleep", "600")
+    full = served.cli("edit", job_id, "--replicas", "3")
+    assert full.returncode == 1, full.stderr
+    assert f"job {job_id} cannot grow to 3 replicas now" in full.stderr
+    refused = served.cli("edit", job_id, "--replicas", "2", "--priority", "3")
+    assert refused.returncode != 0
+    assert "only its replicas change while it runs (priority only while it waits)" in (
+        refused.stderr
+    )
+    assert served.cli("cancel", job_id, busy.stdout.strip()).returncode == 0
+
+
+async def test_a_replica_added_that_cannot_start_backs_off_and_the_others_run_on(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # It failed the whole service, the replicas that ran with it stopped.
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, cpu_count=4, service_clock=clock)
+    work = tmp_path / "wd"
+    work.mkdir()
+    svc = await engine.submit(_service(["sleep", "600"], port=False, cwd=str(work)))
+    await eventually(lambda: _live(engine, svc.id).replicas[0].pid is not None)
+    work.rename(tmp_path / "moved")
+    await engine.edit(svc.id, {"replicas": 2})
+    added = _live(engine, svc.id).replicas[1]
+    await eventually(lambda: added.state is R.BACKOFF and clock.pending())
+    assert added.message.startswith("could not start: ")
+    assert _live(engine, svc.id).status is JobStatus.RUNNING
+    assert _live(engine, svc.id).replicas[0].state is R.UP
+    (tmp_path / "moved").rename(work)
+    clock.advance(clock.pending()[0])
+    await eventually(lambda: added.pid is not None and added.state is R.UP)
+    await engine.cancel(svc.id)
+    await engine.wait(svc.id, timeout=20)
+
+
+async def test_a_scaled_services_gpu_time_is_booked_with_each_count(
+    make_engine: EngineFactory,
+) -> None:
+    # Booked once at its end with the GPUs it held then: a day on 4 GPUs scaled down to
+    # 1 just before its end counted as a day on 1 in its user's fair share.
+    engine = await make_engine("2xA100-80GB")
+    svc = await engine.submit(_service(["sleep", "600"], port=False, gpus=1, replicas=2))
+    job = _live(engine, svc.id)
+    uid = owner_of(job.owner_uid)
+    started = job.started_at
+    assert started is not None
+    await eventually(lambda: time.time() - started > 0.3)
+    await engine.edit(svc.id, {"replicas": 1})
+    scaled_at = time.time()
+    booked = engine.queue.fair.usage(uid, scaled_at)
+    assert 2 * 0.3 < booked <= 2 * (scaled_at - started)  # (two GPUs until the scale)
+    running = engine.queue.running_by_user(scaled_at)[uid]
+    assert running.gpu_seconds < 0.3  # (its run since: not its whole run again)
+    await engine.cancel(svc.id)
+    await engine.wait(svc.id, timeout=20)
+    total = engine.queue.fair.usage(uid, time.time())
+    assert total - booked < 2 * (time.time() - scaled_at)  # (the rest, on what it held)
