@@ -131,6 +131,8 @@ def test_private_socket_cannot_even_be_reached_by_another_user(open_home: Path) 
         served.start("--simulate", "1xA100-80GB")
         assert stat.S_IMODE(open_home.stat().st_mode) == 0o700
         assert stat.S_IMODE((open_home / "engine.sock").stat().st_mode) == 0o600
+        # (every job's environment: 0600 as docs/security.md says, not 0644: tester h105)
+        assert stat.S_IMODE((open_home / "gpulayer.db").stat().st_mode) == 0o600
         refused = _as_nobody(served, "jobs")
         assert refused.returncode == 1
         assert f"cannot reach the engine's socket {open_home / 'engine.sock'}" in refused.stderr

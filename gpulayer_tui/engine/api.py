@@ -573,8 +573,15 @@ def _job_query(request: web.Request) -> JobQuery:
         raise SpecError("order: before pages newest first; give order=desc or leave it", "order")
     if given == "desc" and request.query.get("after"):
         raise SpecError("order: after pages oldest first; give order=asc or leave it", "order")
+    statuses = tuple(dict.fromkeys(s for s in raw.split(",") if s))
+    if "status" in request.query and not statuses:
+        # (taken as no filter: every job came back to a script that asked for none)
+        raise SpecError(
+            "status is empty: give one or more statuses (comma-separated), or leave it out",
+            "status",
+        )
     return JobQuery(
-        statuses=tuple(dict.fromkeys(s for s in raw.split(",") if s)),
+        statuses=statuses,
         text=text,
         sort=request.query.get("sort", "id"),
         descending=order == "desc",
@@ -929,8 +936,8 @@ async def job_restart(request: web.Request) -> web.Response:
 
 async def job_edit(request: web.Request) -> web.Response:
     """PATCH /v1/jobs/ID: change a waiting job (priority, gpus, vram_gb, timeout, name,
-    project, depends_on; a waiting service: replicas); its owner, or the engine's user
-    and root."""
+    project, depends_on; a waiting service: replicas; a running service: replicas alone,
+    it is scaled); its owner, or the engine's user and root."""
     engine = request.app[ENGINE_KEY]
     job_id = _job_id(request)
     job = await engine.get(job_id)
@@ -1372,13 +1379,16 @@ class ApiServer:
 
     def _set_modes(self) -> None:
         state = self.engine.paths.state_dir
-        if not self.engine.config.security.opens_socket:
-            os.chmod(self.path, 0o600)
-            return
+        # The database holds every job's environment: 0600 whoever may use the socket (a
+        # new one is made so by the store; one made 0644 by an older version is made
+        # 0600 here; SQLite gives its -wal and -shm the database's mode).
         database = self.engine.paths.database
         for path in (database, Path(f"{database}-wal"), Path(f"{database}-shm")):
             if path.exists():
                 os.chmod(path, 0o600)
+        if not self.engine.config.security.opens_socket:
+            os.chmod(self.path, 0o600)
+            return
         os.chmod(self.path, 0o666)
         if self.path.parent == state:
             os.chmod(state, 0o711)

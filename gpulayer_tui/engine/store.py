@@ -692,6 +692,10 @@ class Store:
 
     def _open_writer(self, version: str, pid: int) -> None:
         self._refuse_emptied()
+        if not os.path.exists(self.path):
+            # Every job's environment is in it: 0600 from its first byte (SQLite creates
+            # it, and its -wal and -shm after it, with the umask's 0644; tester h105).
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
         db = self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         # A new file keeps a free-page map, so a clean can give its space back in steps
         # (see give_back_space); on a file that has tables already this is a no-op.
