@@ -160,6 +160,10 @@ async def test_a_services_host_nothing_can_listen_on_is_refused(
     paths.config_file.write_text(BASE + "[services\n")
     refused = await engine.config_reload.reload()
     assert "not valid TOML" in refused["error"] and "field" not in refused
+    paths.config_file.write_text(BASE + "bogus = 1\n")
+    refused = await engine.config_reload.reload()  # (it had no field: tester h105)
+    assert "unknown key 'engine.bogus'" in refused["error"]
+    assert refused["field"] == "engine.bogus"
     paths.config_file.write_text(BASE + '[services]\nhost = "localhost"\n')
     assert (await engine.config_reload.reload())["applied"] is True
 

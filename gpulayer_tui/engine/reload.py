@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -640,8 +641,14 @@ def _link_chain(path: Path) -> list[Path]:
 
 def _key_named(message: str, source: str) -> str | None:
     """The config key a rejection names (``cpu.slots`` of "FILE: cpu.slots: must be ..."),
-    or ``None`` where it names none (the file unreadable, not TOML)."""
-    head, sep, _ = message.removeprefix(f"{source}: ").partition(": ")
+    or ``None`` where it names none (the file unreadable, not TOML). An unknown key is
+    named too (``engine.bogus`` of "FILE: unknown key 'engine.bogus'": it had no field,
+    tester h105)."""
+    rest = message.removeprefix(f"{source}: ")
+    unknown = re.match(r"unknown key '([^']+)'", rest)
+    if unknown is not None:
+        return unknown.group(1)
+    head, sep, _ = rest.partition(": ")
     if not sep or not head or any(c.isspace() for c in head):
         return None
     return head
