@@ -207,7 +207,8 @@ async def test_filter_as_you_type_and_by_status(ui_app: Any) -> None:
         await until(pilot, lambda: table.row_count == 2, "the text filter")
         shown = {table.get_row_at(i)[0].__str__() for i in range(table.row_count)}
         assert shown == {str(ids["alpha-train"]), str(ids["gamma-train"])}
-        assert "2 of 4 jobs" in str(screen.query_one("#jobs-count", Label).content)
+        # (matching, not "of" the rows loaded, which an engine restart changed: h105)
+        assert str(screen.query_one("#jobs-count", Label).content) == "2 matching jobs"
 
         # By status and by domain name, too (issue 20): "fail" is delta, "cpu" all four.
         await pilot.press(*["backspace"] * 5)

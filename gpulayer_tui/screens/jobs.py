@@ -182,10 +182,19 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self.query_one("#jobs-view", Label).update(Content.assemble(*parts))
         shown, total = table.row_count, table.total_count
         more = "+" if view_of(self).job_feed.known_more else ""  # (older pages load on scroll)
-        noun = "job" if total == 1 and not more else "jobs"
-        count = (
-            f"{total:,}{more} {noun}" if shown == total else f"{shown:,} of {total:,}{more} {noun}"
-        )
+        if table.filter_text or table.status_filter != "all":
+            # The engine serves a filtered view: the rows it matched, not "of" the rows
+            # loaded, which depend on what was loaded before (an engine restart made "1 of
+            # 23 jobs" "1 of 6 jobs", the same history: tester h105).
+            noun = "job" if shown == 1 and not more else "jobs"
+            count = f"{shown:,}{more} matching {noun}"
+        else:
+            noun = "job" if total == 1 and not more else "jobs"
+            count = (
+                f"{total:,}{more} {noun}"
+                if shown == total
+                else f"{shown:,} of {total:,}{more} {noun}"
+            )
         self.query_one("#jobs-count", Label).update(count)
         self._say_when_empty()
         self.refresh_bindings()  # (enter and c, R, e: the view may have emptied or filled)
@@ -386,7 +395,8 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                 self.notify(f"job {job['id']} is not in this view: {hidden_by}", severity="warning")
 
     def action_edit_job(self) -> None:
-        """Edit the waiting job under the cursor (priority, GPUs, VRAM, timeout)."""
+        """Edit the waiting job under the cursor (priority, GPUs, VRAM, timeout), or scale
+        the running service under it."""
         job = self._cursor_job()
         if job is not None:
             ask_to_edit(self, job)
