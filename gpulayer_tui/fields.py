@@ -10,6 +10,7 @@ Stdlib only, no imports at all.
 
 from __future__ import annotations
 
+import os
 import sys
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
@@ -609,3 +610,19 @@ def wait_words(seconds: float) -> str:
     if seconds < 48 * 3600:
         return f"{round(seconds / 3600)} h"
     return f"{round(seconds / 86400)} days"
+
+
+def typed_folder(text: str, base: str | None = None) -> str:
+    """A folder as typed, absolute: ``~`` and ``~user`` expanded, a relative one from
+    ``base`` (the current folder by default).
+
+    Raises:
+        ValueError: ``~user`` names no user (it was taken as a folder named ``~user`` in
+            the current one, and the job failed at its start: "no such folder").
+        FileNotFoundError: It is relative and the current folder no longer exists.
+    """
+    expanded = os.path.expanduser(text)
+    if expanded.startswith("~"):
+        user = expanded[1:].split("/", 1)[0]
+        raise ValueError(f"{text}: no user {user!r} (a folder named so: ./{text})")
+    return os.path.normpath(os.path.join(base if base is not None else os.getcwd(), expanded))

@@ -432,7 +432,19 @@ def test_a_folder_that_is_not_there_is_refused_at_submission(
     (tmp_path / "file").write_text("")
     out = engine.cli("submit", "--cwd", str(tmp_path / "file"), "--", "true")
     assert out.returncode == 2 and "not a folder" in out.stderr
+    # ~user of no user (taken as ./~nouser/x: "no such folder" in the current one), and
+    # ~ after = (no shell expands it there: --cwd=~/x was ./~/x).
+    out = engine.cli("submit", "--cwd", "~nouser-h/x", "--", "true")
+    assert out.returncode == 2
+    assert "--cwd ~nouser-h/x: no user 'nouser-h' (a folder named so: ./~nouser-h/x)" in (
+        out.stderr
+    )
     assert engine.cli("jobs", "--json").stdout == before
+    out = engine.cli("submit", "--cwd=~", "--json", "--", "true")
+    assert out.returncode == 0, out.stderr
+    row = json.loads(out.stdout)
+    job = json.loads(engine.cli("status", str(row["id"]), "--json").stdout)["job"]
+    assert "~" not in job["spec"]["cwd"] and os.path.isabs(job["spec"]["cwd"])
     # A job that waits for another may run in a folder that one makes.
     made = tmp_path / "made"
     first = _submit(engine, "--", "mkdir", str(made))

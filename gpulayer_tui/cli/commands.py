@@ -93,8 +93,12 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         spec["depends_on"] = deps
     if args.cwd == "":
         parser.error("--cwd needs a folder (it was empty)")
+    from ..fields import typed_folder
+
     try:
-        spec["cwd"] = os.path.abspath(args.cwd) if args.cwd else os.getcwd()
+        spec["cwd"] = typed_folder(args.cwd) if args.cwd else os.getcwd()
+    except ValueError as err:
+        parser.error(f"--cwd {err}")
     except FileNotFoundError:
         if getattr(args, "like", None) is not None:
             pass  # (--like runs in the job's own folder unless --cwd says)
@@ -214,7 +218,12 @@ def _read_spec_file(path: str) -> list[dict[str, Any]]:
     for item in items:
         cwd = item.get("cwd")
         if isinstance(cwd, str) and not os.path.isabs(cwd):
-            item["cwd"] = os.path.normpath(os.path.join(base, os.path.expanduser(cwd)))
+            from ..fields import typed_folder
+
+            try:
+                item["cwd"] = typed_folder(cwd, base)
+            except ValueError as err:
+                raise ValueError(f"{path}: cwd {err}") from None
     _named_dependencies(items, path)
     return items
 

@@ -28,7 +28,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Static
 
 from .. import keymap, wire
 from ..backend import BackendError
-from ..fields import engine_sets_env, env_name_shown
+from ..fields import engine_sets_env, env_name_shown, typed_folder
 from ..view import view_of
 from ..widgets.command_input import CommandInput
 from ..widgets.field_input import FieldInput, after_typed
@@ -76,7 +76,10 @@ _SPEC_FIELD = {
 def _folder_problem(text: str) -> str:
     """What is wrong with a job's folder as typed ("" when nothing): it must be there
     (the engine would fail the job at its start, maybe hours later)."""
-    path = os.path.abspath(os.path.expanduser(text))
+    try:
+        path = typed_folder(text)
+    except ValueError as err:
+        return str(err)
     if not os.path.exists(path):
         return f"no such folder: {path}"
     if not os.path.isdir(path):
@@ -421,7 +424,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             if replicas := self._value("replicas"):
                 spec["replicas"] = wire.parse_field("replicas", replicas)
         folder = self._value("cwd")
-        spec["cwd"] = os.path.abspath(os.path.expanduser(folder)) if folder else os.getcwd()
+        spec["cwd"] = typed_folder(folder) if folder else os.getcwd()
         env = dict(os.environ)
         env.update(_env_pairs(self._value("env")))
         if env:
