@@ -274,6 +274,8 @@ def test_api_rejects_malformed_requests(served: Served) -> None:
         # (10,001 rows were cut to 10,000 without a word; follow=abc read as no follow)
         ("/v1/jobs?limit=10001", "limit"),
         ("/v1/jobs/1/logs?follow=abc", "follow"),
+        ("/v1/jobs?status=", "status"),  # (read as no filter: every job came back)
+        ("/v1/jobs?status=,", "status"),
     ):
         status, data = request(served.home / "engine.sock", "GET", path)
         assert status == 400 and data["field"] == field, (path, data)
