@@ -530,8 +530,8 @@ def _domain_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "name",
             nargs="?",
-            help="the domain (for drain and release); for forget, the last domain (or UUID) of "
-            "a GPU the driver no longer lists",
+            help="the domain (for drain and release; for list, that one alone); for forget, "
+            "the last domain (or UUID) of a GPU the driver no longer lists",
         ),
         "domains",
     )
@@ -586,7 +586,8 @@ def _edit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--replicas",
         type=_field("replicas"),
-        help="a waiting service's copies (a running one: cancel, submit)",
+        help="a service's copies; a running one is scaled: more start on what is free now, "
+        "fewer stop (the highest-numbered)",
     )
     for what, help_text in CLEARED.items():
         p.add_argument(f"--no-{what.replace('_', '-')}", action="store_true", help=help_text)
@@ -726,10 +727,14 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
         _signal_args,
     ),
     "edit": (
-        "change a waiting job (priority, GPUs, VRAM, timeout, name, project, dependencies)",
+        "change a waiting job (priority, GPUs, VRAM, timeout, name, project, dependencies), "
+        "or scale a running service (--replicas)",
         "Change a job that has not started: it goes back into the queue under its new "
         "priority and needs. Refused (the job unchanged) if it could then never run. "
-        "--after/--after-any/--no-deps replace the jobs it waits for as a whole.",
+        "--after/--after-any/--no-deps replace the jobs it waits for as a whole. A running "
+        "service takes --replicas alone: replicas added start at once on what is free "
+        "(refused, nothing changed, if there is no room now), replicas removed are stopped "
+        "and give their GPUs back once they have ended.",
         _edit_args,
     ),
     "users": (
