@@ -373,6 +373,8 @@ def test_a_submission_taken_by_an_engine_that_went_away_is_asked_of_the_next(
         engine.join(timeout=60)
     assert out.returncode == 0, out.stderr
     assert [j["id"] for j in _jobs(served)] == [int(out.stdout.strip())]
+    # (said: silent meanwhile, it looked hung, and a second submit made it twice: h106)
+    assert "lost the engine; submitting the job again once it answers" in out.stderr
 
 
 def test_a_follow_whose_engine_went_away_and_stayed_away_is_exit_3(

@@ -13,6 +13,7 @@ POST     /jobs                       submit one spec, or ``{"jobs": [spec, ...]}
                                      first attempt's jobs
 GET      /jobs/ID                    one job and its event timeline
 POST     /jobs/ID/cancel             cancel (SIGTERM, SIGKILL after the grace period)
+POST     /jobs/cancel                cancel many: {"ids": [...]}, one answer per id
 GET      /jobs/ID/wait?timeout=S     block until the job is terminal
 GET      /jobs/ID/logs?offset=N      output from byte N; ``follow=1`` streams until it ends;
                                      ``tail=N`` from the start of the last N lines
@@ -1010,6 +1011,75 @@ async def cancel(request: web.Request) -> web.Response:
     return web.json_response({"job": answer}, status=202)
 
 
+MAX_CANCELS = 100_000
+"""The most ids one ``POST /v1/jobs/cancel`` takes."""
+
+
+async def cancel_many(request: web.Request) -> web.Response:
+    """POST /v1/jobs/cancel ``{"ids": [...]}``: cancel many jobs in one request, each as
+    ``POST /v1/jobs/ID/cancel`` would, in the order given, durable in one commit (one
+    request per id took 19 s for 15,000, and an engine lost in the middle left the
+    caller unable to tell which were done: tester h106). Answers ``jobs``, one entry per
+    id: the job (with ``cancels_dependents``), or for one refused ``{"id", "error",
+    "status"}`` (404, 403, 409; a 409's ``job`` as it is: cancelled already is the state
+    asked for)."""
+    engine = request.app[ENGINE_KEY]
+    body = await _read_json(request)
+    if not isinstance(body, dict) or set(body) != {"ids"} or not isinstance(body["ids"], list):
+        raise SpecError('expected {"ids": [job ids]}', "ids")
+    ids: list[int] = []
+    for value in body["ids"]:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_INT:
+            shown = printable(json.dumps(value))[:40]
+            raise SpecError(f"ids: a job id is a positive integer, not {shown}", "ids")
+        ids.append(value)
+    if not ids:
+        raise SpecError("ids is empty: give the jobs to cancel", "ids")
+    if len(ids) > MAX_CANCELS:
+        raise SpecError(f"ids: at most {MAX_CANCELS:,} at once, not {len(ids):,}", "ids")
+    uid = peer_uid(request)
+    who = user_name(uid) if uid is not None else "an unidentified caller"
+    done: list[tuple[int, Job | None, dict[str, Any] | None, list[int]]] = []
+    for count, job_id in enumerate(dict.fromkeys(ids), 1):
+        if count % 256 == 0:
+            await asyncio.sleep(0)  # (the loop serves others between steps)
+        try:
+            job = await engine.get(job_id)
+        except UnknownJob as err:
+            done.append((job_id, None, {"error": str(err), "status": 404}, []))
+            continue
+        if _others(request, job.owner_uid):
+            said = (
+                f"job {job_id} belongs to {user_name(_owner(job.owner_uid))}; {who} may "
+                "cancel only its own jobs"
+            )
+            done.append((job_id, None, {"error": said, "status": 403}, []))
+            continue
+        by = user_name(uid) if uid is not None and uid != _owner(job.owner_uid) else None
+        dependents = engine.queue.cancelled_with(job_id)
+        try:
+            job = await engine.cancel(job_id, by, flush=False)
+        except JobNotActive as err:
+            done.append((job_id, job, {"error": str(err), "status": 409}, []))
+            continue
+        done.append((job_id, job, None, dependents))
+    await engine.store.flush()  # (durable, then answered: the signals follow this commit)
+    out: list[dict[str, Any]] = []
+    for job_id, found, refused, dependents in done:
+        if refused is not None:
+            entry: dict[str, Any] = {"id": job_id, **refused}
+            if found is not None:
+                entry["job"] = _job(found)
+            out.append(entry)
+            continue
+        assert found is not None
+        answer: dict[str, Any] = dict(_job(found))
+        if dependents:
+            answer["cancels_dependents"] = dependents
+        out.append(answer)
+    return web.json_response({"jobs": out})
+
+
 async def wait(request: web.Request) -> web.Response:
     """GET /v1/jobs/ID/wait."""
     engine = request.app[ENGINE_KEY]
@@ -1233,6 +1303,7 @@ def make_app(engine: Engine) -> web.Application:
     app.router.add_post("/v1/jobs/{job_id}/restart", job_restart)
     app.router.add_patch("/v1/jobs/{job_id}", job_edit)
     app.router.add_post("/v1/jobs/{job_id}/cancel", cancel)
+    app.router.add_post("/v1/jobs/cancel", cancel_many)
     app.router.add_get("/v1/jobs/{job_id}/wait", wait)
     app.router.add_get("/v1/jobs/{job_id}/logs", logs)
     app.router.add_post("/v1/adopt", adopt)

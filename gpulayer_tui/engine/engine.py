@@ -722,9 +722,9 @@ class Engine:
             raise JobNotActive(f"job {job_id} has no spec this version can edit")
         spec = parse_spec({**act.job.spec, "replicas": changes["replicas"]})
         count, now = spec.replica_count, len(act.job.replicas)
+        if count == act.spec.replica_count:
+            return act.job  # (asked for what it has, or is going to: no timeline entry)
         refused = self.services.scale_refusal(act)
-        if refused is None and count == now:
-            return act.job  # (asked for what it has: no timeline entry)
         if refused is not None:
             raise JobNotActive(f"job {job_id} {refused}")
         request = self.scheduler.request_for(spec)
@@ -1122,13 +1122,15 @@ class Engine:
         elif act.job.kind is JobKind.COMMAND:
             self.book.note(act, message)
 
-    async def cancel(self, job_id: int, by: str | None = None) -> Job:
+    async def cancel(self, job_id: int, by: str | None = None, *, flush: bool = True) -> Job:
         """Cancel a job: at once if it has not started, else SIGTERM then SIGKILL.
 
         Args:
             job_id: The job.
             by: Who cancels it, where not its owner (``uid 0 (root)``): said in its
                 message, "cancelled by user" read as its owner's doing on a shared box.
+            flush: Return once the cancel is durable; ``False`` for one of many, whose
+                caller flushes once after the last (its signals wait for that commit).
 
         Raises:
             UnknownJob: No such id.
@@ -1139,7 +1141,8 @@ class Engine:
             job = await self.get(job_id)
             raise JobNotActive(f"job {job_id} already {job.status.value}")
         self._cancel(act, f"cancelled by {by}" if by else "cancelled by user")
-        await self.store.flush()
+        if flush:
+            await self.store.flush()
         return act.job
 
     def _cancel(self, act: ActiveJob, message: str) -> None:
