@@ -472,6 +472,7 @@ async def test_losing_the_whole_launcher_loses_exit_codes_but_never_a_job(
     # and start time, but nobody can see how they end.
     engine = await make_engine()
     gate, job = await _gated(engine, tmp_path, exit_code=5)
+    after = await engine.submit({"command": ["true"], "gpus": 0, "depends_on": [job.id]})
     keeper = _launcher(engine.paths.state_dir, "keeper")
     spawner = _launcher(engine.paths.state_dir, "spawner")
     keeper.kill()
@@ -485,6 +486,13 @@ async def test_losing_the_whole_launcher_loses_exit_codes_but_never_a_job(
     assert done.termination_reason is TerminationReason.ENGINE_LOST
     assert done.exit_code is None
     assert "ended with no launcher process left to see its exit" in done.message
+    # Its dependent says it does not know how it ended ("dependency job 7 failed" alone
+    # read as a failure, of a job that exited 0: tester h106).
+    cancelled = await engine.wait(after.id, timeout=15)
+    assert cancelled.message == (
+        f"dependency job {job.id} failed (engine lost: its exit status was not seen, so "
+        "whether it completed is unknown)"
+    )
     # Ended at once, as init's child: the new spawner no longer waits 10 s for a word from
     # its keeper (never the job's parent), its slot held by a job that had ended.
     said = (engine.paths.state_dir / "launcher.log").read_text()

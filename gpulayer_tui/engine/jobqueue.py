@@ -58,6 +58,11 @@ if TYPE_CHECKING:
     from .spec import JobSpec
 
 Reason = TerminationReason
+_EXIT_UNKNOWN = {
+    Reason.ENGINE_LOST: "engine lost: its exit status was not seen",
+    Reason.ADOPTED_EXIT_UNOBSERVED: "adopted: its exit status could not be seen",
+}
+"""Ends that say nothing of how a job exited, as a dependent's message says them."""
 RESERVED_MARK = "waiting: "  # how a reason kept off a reservation begins
 PREEMPT_HOLD_S = 60.0  # how long jobs stopped for a job wait for it to start first
 CLOSED_SPANS_KEPT = 64  # closed spans of the queue remembered for preempt_after
@@ -1401,12 +1406,14 @@ class JobQueue:
                 continue
             any_exit = waiting.pop(job.id)
             if job.status is not JobStatus.COMPLETED and not any_exit:
-                self._book.finish(
-                    dependent,
-                    JobStatus.CANCELLED,
-                    Reason.DEPENDENCY_FAILED,
-                    f"dependency job {job.id} {job.status.value}",
-                )
+                said = f"dependency job {job.id} {job.status.value}"
+                reason = job.termination_reason
+                unknown = _EXIT_UNKNOWN.get(reason) if reason is not None else None
+                if unknown is not None:
+                    # (read alone, "failed" of a job that exited 0 told the user it had
+                    # failed: tester h106)
+                    said += f" ({unknown}, so whether it completed is unknown)"
+                self._book.finish(dependent, JobStatus.CANCELLED, Reason.DEPENDENCY_FAILED, said)
             elif waiting:
                 self._set_dependency_reason(dependent)
             else:
