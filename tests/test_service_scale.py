@@ -207,6 +207,7 @@ async def test_a_scale_down_outlives_an_engine_restart_and_a_second_waits_for_it
     assert replica_health(_live(engine, svc.id).to_json()) == "1/1 up"  # (the table's)
     with pytest.raises(JobNotActive, match=r"is still stopping replica 1 of its last scale"):
         await engine.edit(svc.id, {"replicas": 2})
+    assert (await engine.edit(svc.id, {"replicas": 1})).spec["replicas"] == 1  # (as asked)
     await engine.stop()
     assert not pid_gone(removed)  # (it ignores SIGTERM: its SIGKILL is due)
 
