@@ -14,6 +14,7 @@ import pytest
 from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.screens.dialogs import ConfirmScreen
 from gpulayer_tui.widgets.job_table import JobTable
+from gpulayer_tui.widgets.summary_line import SummaryLine
 
 from .ui_support import until
 
@@ -44,6 +45,9 @@ async def test_quarantine_is_notified_and_release_is_offered(ui_app: AppFactory)
         await engine.sampler.sample_once()
         await until(pilot, lambda: any("domain gpu1 quarantined" in n for n in _notes(app)))
         await until(pilot, lambda: _state(app, "gpu1") == "quarantined")
+        # The summary line counts it (its panel's title alone said so, cut at 120: h107).
+        line = app.screen.query_one(SummaryLine)
+        await until(pilot, lambda: line.counts().plain.endswith("2 GPUs (1 quarantined)"))
         titles = {c.title for c in app.get_system_commands(app.screen)}
         assert "Release gpu1" in titles and "Drain gpu0" in titles
         # still lost: the engine refuses, and the app says why
@@ -72,6 +76,7 @@ async def test_quarantine_is_notified_and_release_is_offered(ui_app: AppFactory)
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
         await until(pilot, lambda: _state(app, "gpu0") == "draining")
+        await until(pilot, lambda: line.counts().plain.endswith("2 GPUs (1 draining)"))
 
 
 async def test_a_drain_toast_says_what_still_runs_there(ui_app: AppFactory) -> None:

@@ -122,6 +122,16 @@ class SummaryLine(Vertical):
             sep,
             (f"{gpus} GPU{'' if gpus == 1 else 's'}", "bold"),
         ]
+        # (a quarantined or draining GPU was said only in its panel's title, cut at 120
+        # columns: "quarantined (GPU is lost) · L…", the line said "2 GPUs": tester h107)
+        unwell: dict[str, int] = {}
+        for domain in state.get("domains") or ():
+            where = str(domain.get("state") or "")
+            if domain.get("gpu_index") is not None and where and where != "in_service":
+                unwell[where] = unwell.get(where, 0) + 1
+        if unwell:
+            said = ", ".join(f"{n} {where}" for where, n in sorted(unwell.items()))
+            pieces.append((f" ({said})", "$warning"))
         others = len(state.get("gpus_without_domain") or ())
         if others:  # (left out by the config: shown, never scheduled on)
             said = f" (+{others})" if short else f" (+{others} without a domain)"
