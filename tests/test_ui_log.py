@@ -631,6 +631,8 @@ async def test_the_footer_says_what_f_does_and_a_waiting_job_says_it_has_not_run
     async with app.run_test(size=(140, 40)) as pilot:
         _, log = await _open_log(pilot, app, blocker["id"])
         await until(pilot, lambda: f_says() == "Unfollow", "f: unfollow, while following")
+        # (a quiet job's empty box said "following" alone: tester h107)
+        assert "following · no output yet" in str(log.border_title)
         await pilot.press("f")
         await until(pilot, lambda: not log.follow and f_says() == "Follow", "f: follow")
         assert "paused (f or G follows)" in str(log.border_title)

@@ -735,6 +735,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         log = self.query_one(LogTail)
         self._show_follow_key("Unfollow" if log.follow else "Follow")
         state = "following" if log.follow else "paused (f or G follows)"
+        if log.follow and not log.bytes_read:
+            # (an empty box said "following" alone: was it broken? tester h107)
+            state = "following · no output yet"
         job = self._job
         if job is not None and job.get("status") in WAITING_STATUSES and not log.bytes_read:
             # (an empty pane said "following" of a job that has not run: tester h83)
