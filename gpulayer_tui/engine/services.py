@@ -880,10 +880,15 @@ class ServiceRunner:
             # (the clock time, not "in 16 s": the job's message stays while the delay runs
             # down, and read a quarter of a minute later that told 16 s more; the delay
             # said as the back-off it is, except for an exit learnt late, stamped when it
-            # was: "1 s" beside an exit 6 s before it read wrong)
+            # was: "1 s" beside an exit 6 s before it read wrong; said instead why its
+            # restart came so long after it: a minute's gap read as unexplained, h106)
             f"{what}; restart #{replica.restarts + 1} at "
             + time.strftime("%H:%M:%S", time.localtime(time.time() + delay))
-            + ("" if late is not None and late < time.time() - 1 else f" ({delay:g} s back-off)"),
+            + (
+                " (it ended while no engine ran: restarted once one did)"
+                if late is not None and late < time.time() - 1
+                else f" ({delay:g} s back-off)"
+            ),
             code,
             at=late,
             not_started=not_started,
