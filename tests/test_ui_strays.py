@@ -232,6 +232,19 @@ async def test_the_adopt_dialog_takes_a_domain_and_stays_open_on_a_refusal(
         await until(pilot, lambda: "every slot of gpu0 (1/1) is taken" in str(note.render()))
         domain.value = ""
         await until(pilot, lambda: str(note.render()).strip() == "", "no note for gpu1")
+        # A draining domain is said too (adopted there without a word: tester h107).
+        await app.backend.domain_action("gpu1", "drain")
+        await until(
+            pilot,
+            lambda: any(d["state"] == "draining" for d in (app.gpu_state or {}).get("domains", [])),
+            "gpu1 draining in the view",
+        )
+        domain.value = "gpu1"
+        await until(pilot, lambda: "gpu1 is draining (" in str(note.render()), "the drain")
+        assert "keeps running there and holds its slot" in str(note.render())
+        await app.backend.domain_action("gpu1", "release")
+        domain.value = ""
+        await until(pilot, lambda: str(note.render()).strip() == "", "no note for gpu1")
         dialog.query_one("#adopt-name", Input).value = "warming-up"
         dialog.query_one("#adopt-vram", Input).value = "12"
         await pilot.press("ctrl+s")

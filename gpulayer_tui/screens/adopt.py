@@ -149,13 +149,22 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
             for d in targets
             if d.get("slots") and d.get("used_slots", 0) >= d["slots"]
         ]
-        note = ""
+        notes = []
         if full:
-            note = (
+            notes.append(
                 f"every slot of {', '.join(full)} is taken: adopted, it counts as one more "
                 "there (it runs already), and jobs wait for its end"
             )
-        self.query_one("#adopt-note", Static).update(Content(note))
+        # (adopted onto a drained GPU without a word: tester h107; it runs there already,
+        # so the drain does not refuse it, but the one who drained it may not expect it)
+        draining = [d for d in targets if d.get("state") == "draining"]
+        for dom in draining:
+            why = f" ({dom['state_reason']})" if dom.get("state_reason") else ""
+            notes.append(
+                f"{dom['name']} is draining{why}: adopted, the process keeps running there "
+                "and holds its slot until it ends"
+            )
+        self.query_one("#adopt-note", Static).update(Content("\n".join(notes)))
 
     def _values(self) -> tuple[str, ...]:
         return tuple(field.value for field in self.query(Input))
