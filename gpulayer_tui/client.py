@@ -32,11 +32,17 @@ class EngineNotRunning(RuntimeError):
     """Nothing is serving the state dir."""
 
     def __init__(self, paths: Paths) -> None:
-        super().__init__(
-            f"no engine is serving {paths.state_text}\n"
-            "  start one with:  gpulayer-tui --serve            (real GPUs)\n"
-            "              or:  gpulayer-tui --serve --simulate 2xA100-80GB"
-        )
+        import os
+
+        # (simulated GPUs were offered on a box with a driver too: what is there decides)
+        if os.path.exists("/proc/driver/nvidia/version"):
+            how = "  start one with:  gpulayer-tui --serve"
+        else:
+            how = (
+                "  start one with:  gpulayer-tui --serve\n"
+                "  (no NVIDIA driver here: --simulate 2xA100-80GB runs it on simulated GPUs)"
+            )
+        super().__init__(f"no engine is serving {paths.state_text}\n{how}")
 
 
 class EngineLost(OSError):

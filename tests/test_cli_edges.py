@@ -648,15 +648,12 @@ def test_without_an_engine_the_advice_is_on_lines_of_its_own(served: Served) -> 
     assert out.returncode == 3
     lines = out.stderr.splitlines()
     assert lines[0] == f"gpulayer-tui: no engine is serving {served.home}"
-    assert lines[1].split() == [
-        "start",
-        "one",
-        "with:",
-        "gpulayer-tui",
-        "--serve",
-        "(real",
-        "GPUs)",
-    ]
+    assert lines[1].split() == ["start", "one", "with:", "gpulayer-tui", "--serve"]
+    # Simulated GPUs are offered only where no driver is (a GPU box was offered them too).
+    if not os.path.exists("/proc/driver/nvidia/version"):
+        assert lines[2].strip() == (
+            "(no NVIDIA driver here: --simulate 2xA100-80GB runs it on simulated GPUs)"
+        )
     assert "\\x0a" not in out.stderr  # (line breaks are ours, not escaped as a user's text)
 
 
