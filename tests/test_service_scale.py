@@ -222,6 +222,13 @@ async def test_a_scale_down_outlives_an_engine_restart_and_a_second_waits_for_it
     assert live.message == "1/1 up on gpu0" and live.domains == ["gpu0"]
     assert svc.id not in again.scheduler.domains["gpu1"].holdings
     assert not pid_gone(kept)
+    # Added back under a restarted engine (which never knew its runs): a later run, whose
+    # log goes on, under a launcher key of its own.
+    await again.edit(svc.id, {"replicas": 2})
+    back = _live(again, svc.id).replicas[1]
+    await eventually(lambda: back.pid is not None and back.state is R.UP, timeout=20)
+    assert back.launches == 2 and back.pid != removed
+    assert not list(again.log_path(svc.id, 1).parent.glob("*.old-*"))
     await again.cancel(svc.id)
     done = await again.wait(svc.id, timeout=20)
     assert done.status is JobStatus.CANCELLED
@@ -311,3 +318,39 @@ async def test_a_scaled_services_gpu_time_is_booked_with_each_count(
     await engine.wait(svc.id, timeout=20)
     total = engine.queue.fair.usage(uid, time.time())
     assert total - booked < 2 * (time.time() - scaled_at)  # (the rest, on what it held)
+
+
+async def test_a_replica_added_back_continues_its_log_and_a_removed_ones_log_is_read(
+    make_engine: EngineFactory,
+) -> None:
+    # Added back, a replica was a first start: its old log was set aside as if another
+    # job's (9.1.log.old-*), and `logs --replica 3` of a removed one was refused, its log
+    # there (tester h108).
+    engine = await make_engine(simulate=None, cpu_count=4)
+    svc = await engine.submit(
+        _service(["sh", "-c", "echo hello from $GPULAYER_REPLICA; exec sleep 600"], port=False)
+    )
+    log = engine.log_path(svc.id, 1)
+    for count in (2, 1, 2):
+        await engine.edit(svc.id, {"replicas": count})
+        await eventually(lambda c=count: len(_live(engine, svc.id).replicas) == c, timeout=20)
+        if count == 2:
+            await eventually(lambda: log.exists() and log.read_text().endswith("from 1\n"))
+    text = log.read_text()
+    assert text.count("hello from 1\n") == 2, text
+    assert f"--- gpulayer-tui: replica 1, run 2 of job {svc.id}, started at " in text
+    assert not list(log.parent.glob(f"{log.name}.old-*"))
+    assert _live(engine, svc.id).replicas[1].launches == 2
+    # A removed replica's output is still read.
+    await engine.edit(svc.id, {"replicas": 1})
+    await eventually(lambda: len(_live(engine, svc.id).replicas) == 1, timeout=20)
+    assert engine.reads.check_replica(await engine.get(svc.id), 1) == 1
+    with pytest.raises(SpecError, match=f"job {svc.id} has one replica \\(0\\), not 2"):
+        engine.reads.check_replica(await engine.get(svc.id), 2)
+    # null is no count: it fell back to 1 (a stray null in a client's JSON: h108).
+    await engine.edit(svc.id, {"replicas": 2})
+    with pytest.raises(SpecError, match="replicas: a running service is scaled to a number"):
+        await engine.edit(svc.id, {"replicas": None})
+    assert len(_live(engine, svc.id).replicas) == 2
+    await engine.cancel(svc.id)
+    await engine.wait(svc.id, timeout=20)

@@ -72,7 +72,7 @@ from ..fields import FieldError, keys_once, parse_number, printable, too_long
 from ..unixsock import SocketPath
 from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
 from .config import Config
-from .engine import Engine
+from .engine import EditRecord, Engine
 from .errors import (
     DomainRefused,
     JobNotActive,
@@ -958,22 +958,22 @@ async def job_edit(request: web.Request) -> web.Response:
         raise SpecError(
             "no fields given to change (one or more of: " + ", ".join(engine.EDITABLE) + ")"
         )
-    before = dict(job.spec)
-    before_name = job.name
-    edited = await engine.edit(job_id, changes)
+    record = EditRecord()
+    edited = await engine.edit(job_id, changes, record)
     # ("changed": false for an edit that asks for what the job has: nothing was recorded;
     # "fields": each field changed, [before, after], one not asked for among them: a GPU
-    # job made a CPU one loses its vram_gb, and the CLI said nothing of it: tester h86)
+    # job made a CPU one loses its vram_gb, and the CLI said nothing of it: tester h86.
+    # Both as this edit made them: read from the job after its commit, another request's
+    # edit made meanwhile showed, and a scale that happened said "nothing to change": h108)
+    before, after = record.before, record.after
     fields = {
-        key: [before.get(key), edited.spec.get(key)]
-        for key in sorted(set(before) | set(edited.spec))
-        if before.get(key) != edited.spec.get(key)
+        key: [before.get(key), after.get(key)]
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
     }
     if "name" in fields:  # (as shown: a default name is the program's, not null)
-        fields["name"] = [before_name, edited.name]
-    return web.json_response(
-        {"job": _job(edited), "changed": edited.spec != before, "fields": fields}
-    )
+        fields["name"] = [record.name_before, record.name_after]
+    return web.json_response({"job": _job(edited), "changed": after != before, "fields": fields})
 
 
 async def job_why(request: web.Request) -> web.Response:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import logging
@@ -104,6 +105,39 @@ STATE_ID_SETTING = "state_id"
 """A log cut back again and again is said in its job's timeline at most this often."""
 
 __all__ = ["ConfigError", "Engine", "JobNotActive", "Overloaded", "SpecError", "UnknownJob"]
+
+
+@dataclasses.dataclass
+class EditRecord:
+    """What one edit changed, taken as it was made (see :meth:`Engine.edit`)."""
+
+    before: dict[str, Any] = dataclasses.field(default_factory=dict)
+    after: dict[str, Any] = dataclasses.field(default_factory=dict)
+    name_before: str = ""
+    name_after: str = ""
+
+    def took(self, job: Job) -> None:
+        """The job as the edit found it (and as it stays, if nothing changes)."""
+        self.before = self.after = job.spec
+        self.name_before = self.name_after = job.name
+
+    def made(self, job: Job) -> None:
+        """The job as the edit left it (its spec is a new dict: the one before stays)."""
+        self.after, self.name_after = job.spec, job.name
+
+
+def _removed_replica_run(job: Job, key: str) -> bool:
+    """Whether ``key`` (``J.K.R``) is a run of a replica a scale-down removed from the
+    running service ``job``: its end was recorded as it was dropped. Forgotten, a replica
+    added back later under that index, going on from a run this engine does not know, can
+    never be answered with that old run's end."""
+    parts = key.split(".")
+    if job.kind is not JobKind.SERVICE or job.status.is_terminal or len(parts) != 3:
+        return False
+    if not parts[1].isdigit():
+        return False
+    count = job.spec.get("replicas") or 1
+    return isinstance(count, int) and int(parts[1]) >= count and int(parts[1]) >= len(job.replicas)
 
 
 def _unwatched_text(runs: list[tuple[str, int]]) -> str:
@@ -562,7 +596,7 @@ class Engine:
             if not (head.isascii() and head.isdigit()):
                 continue
             job = await self.store.get_job(int(head))
-            if job is not None and job.status.is_terminal:
+            if job is not None and (job.status.is_terminal or _removed_replica_run(job, key)):
                 self.executor.forget(key)
         if self.unwatched_runs:
             pairs = [(key, pid) for key, pid, _ in self.unwatched_runs]
@@ -601,7 +635,9 @@ class Engine:
         "replicas",
     )
 
-    async def edit(self, job_id: int, changes: dict[str, Any]) -> Job:
+    async def edit(
+        self, job_id: int, changes: dict[str, Any], record: EditRecord | None = None
+    ) -> Job:
         """Change a waiting job: its priority, GPUs, VRAM, timeout, name, project or
         dependencies (``depends_on``, replaced as a whole). Checked like a submission
         (and for over capacity: an edit that would make it unable to ever run is refused,
@@ -614,8 +650,11 @@ class Engine:
             JobNotActive: It runs or ended (only a waiting job is edited).
             SpecError: A field that cannot be edited, or an invalid value.
 
-        A running service's ``replicas`` is changed too (:meth:`scale`).
+        A running service's ``replicas`` is changed too (:meth:`scale`). ``record``, if
+        given, gets the spec and name before and after, taken as the edit is made (read
+        from the job after the commit, they showed another request's edit made meanwhile).
         """
+        record = record if record is not None else EditRecord()
         running = self.book.get(job_id)
         if (
             running is not None
@@ -623,7 +662,7 @@ class Engine:
             and running.job.status is JobStatus.RUNNING
             and "replicas" in changes
         ):
-            return await self.scale(job_id, changes)
+            return await self.scale(job_id, changes, record)
         act = await self._editable(job_id, changes)
         assert act.spec is not None
         if "replicas" in changes and act.job.kind is not JobKind.SERVICE:
@@ -672,6 +711,7 @@ class Engine:
             for key in changes
             if old.get(key) != new.get(key)
         )
+        record.took(act.job)
         if new == old:
             return act.job  # (asked for what it has: no "edited: nothing changed" entry)
         said = said or "nothing changed"
@@ -684,6 +724,7 @@ class Engine:
             # A service that ran and waits to be placed again: it comes back with as many
             # (those kept keep their restart counts; a GPU "kept" for one dropped is not).
             self.services.replicas_edited(act, spec.replica_count)
+        record.made(act.job)
         self.store.save_edit(act.job)
         self.book.record(act, EventKind.EDITED, {"message": f"edited: {said}"})
         if "timeout" in changes and act.job.kind is JobKind.SERVICE:
@@ -691,7 +732,9 @@ class Engine:
         await self.store.flush()
         return act.job
 
-    async def scale(self, job_id: int, changes: dict[str, Any]) -> Job:
+    async def scale(
+        self, job_id: int, changes: dict[str, Any], record: EditRecord | None = None
+    ) -> Job:
         """Change a running service's number of replicas (``{"replicas": N}``) while it
         runs: more start at once on what is free now, fewer are stopped (the highest
         indexes). Stored, with a ``job.edited`` timeline entry, before any replica is
@@ -707,11 +750,12 @@ class Engine:
             SpecError: Another field than ``replicas``, an invalid count, or a count it
                 could never run with (over capacity).
         """
+        record = record if record is not None else EditRecord()
         act = self.book.get(job_id)
         if act is None or act.job.kind is not JobKind.SERVICE:
-            return await self.edit(job_id, changes)
+            return await self.edit(job_id, changes, record)
         if act.job.status is not JobStatus.RUNNING:
-            return await self.edit(job_id, changes)
+            return await self.edit(job_id, changes, record)
         others = sorted(set(changes) - {"replicas"})
         if others:
             raise JobNotActive(
@@ -720,8 +764,16 @@ class Engine:
             )
         if act.spec is None:
             raise JobNotActive(f"job {job_id} has no spec this version can edit")
+        if changes["replicas"] is None:
+            # (null, "leave it out", fell back to 1: one stray null in a client's JSON
+            # scaled a service down to one replica: tester h108)
+            raise SpecError(
+                "replicas: a running service is scaled to a number of replicas (1-64), not null",
+                "replicas",
+            )
         spec = parse_spec({**act.job.spec, "replicas": changes["replicas"]})
         count, now = spec.replica_count, len(act.job.replicas)
+        record.took(act.job)
         if count == act.spec.replica_count:
             return act.job  # (asked for what it has, or is going to: no timeline entry)
         refused = self.services.scale_refusal(act)
@@ -737,6 +789,11 @@ class Engine:
         if count > now:
             room = self.queue.room_to_grow(act, request, count - now)
             if isinstance(room, str):
+                # (a refusal: "waiting for gpu3: ..." read as if something were queued,
+                # and "all 3 GPU slots busy" of a 4-GPU box left out its own: h108)
+                room = room.removeprefix("waiting for a GPU: ").removeprefix("waiting for ")
+                if act.job.gpus:
+                    room = room.replace(" GPU slots busy", " other GPU slots busy")
                 raise JobNotActive(
                     f"job {job_id} cannot grow to {count} replicas now: {room} (nothing "
                     "changed; a scale-up takes only what is free)"
@@ -745,6 +802,7 @@ class Engine:
         # (All before the next await: nothing else acts on the service in between.)
         self.queue.charge_so_far(act)
         said = self.services.scale(act, spec, request, domains)
+        record.made(act.job)
         self.store.save_edit(act.job)
         self.book.record(act, EventKind.EDITED, {"message": f"scaled: {said}"})
         await self.store.flush()

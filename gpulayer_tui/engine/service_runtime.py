@@ -147,6 +147,9 @@ class ServiceRuntime:
     # Replicas a restarted engine found ended (their exits applied in the order they
     # ended): not signalled by a stop another's exit decides first.
     ended_unseen: set[int] = field(default_factory=set)
+    # Replicas a scale-down removed, by index: the runs each had (one added back goes on
+    # from there: its log continues, and its runs keep keys of their own at the launcher).
+    removed_runs: dict[int, int] = field(default_factory=dict)
 
     def cancel_restarts(self) -> None:
         """Forget every pending restart."""

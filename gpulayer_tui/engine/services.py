@@ -225,7 +225,10 @@ class ServiceRunner:
         past it are dropped (with the GPUs kept for them), new ones wait to be placed."""
         job = act.job
         kept = [r for r in job.replicas if r.index < count]
-        job.replicas = kept + [Replica(index) for index in range(len(kept), count)]
+        runtime = self._runtimes.setdefault(job.id, ServiceRuntime())
+        runtime.removed_runs.update((r.index, r.launches) for r in job.replicas[count:])
+        added = [self._added_replica(job.id, index) for index in range(len(kept), count)]
+        job.replicas = kept + added
         act.ran_on = frozenset(name for r in kept for name in r.domains if name in act.ran_on)
 
     # -- scaling a running service --------------------------------------------------------------
@@ -245,7 +248,7 @@ class ServiceRunner:
         if leaving:
             return (
                 f"is still stopping {_replicas_said(leaving)} of its last scale-down: "
-                "try again once they have ended"
+                f"try again once {'it has' if len(leaving) == 1 else 'they have'} ended"
             )
         return None
 
@@ -292,7 +295,7 @@ class ServiceRunner:
         job.gpus = [d.gpu_index for d in act.holds if d.gpu_index is not None]
         added: list[Replica] = []
         for index in range(before, count):
-            replica = Replica(index)
+            replica = self._added_replica(job.id, index)
             if per_replica:
                 at = (index - before) * per_replica
                 mine = domains[at : at + per_replica]
@@ -307,6 +310,20 @@ class ServiceRunner:
                 break
         where = ", ".join(f"{r.index} on {'+'.join(r.domains)}" for r in added)
         return f"{'replica' if len(added) == 1 else 'replicas'} {where} starting"
+
+    def _added_replica(self, job_id: int, index: int) -> Replica:
+        """A replica a scale-up adds (or an edit of a waiting service): one this index had
+        before goes on from its runs, so its log continues (a first start set the old log
+        aside as if another job's: tester h108) and each run keeps a launcher key of its
+        own (see :func:`.launch_client.launcher_key`). Where this engine does not know them
+        (removed before a restart) but the log is there, it goes on as a later run."""
+        replica = Replica(index)
+        runtime = self._runtimes.get(job_id)
+        runs = runtime.removed_runs.pop(index, 0) if runtime is not None else 0
+        if not runs and self._executor.log_path((job_id, index)).exists():
+            runs = 1  # (their keys were forgotten at the start: see Engine)
+        replica.launches = runs
+        return replica
 
     def _shrink(self, act: ActiveJob, runtime: ServiceRuntime, count: int) -> str:
         job = act.job
@@ -346,6 +363,9 @@ class ServiceRunner:
         if not leaving or any(r.state.has_process for r in leaving):
             return
         job.replicas = [r for r in job.replicas if r.index < count]
+        runtime = self._runtimes.get(job.id)
+        if runtime is not None:
+            runtime.removed_runs.update((r.index, r.launches) for r in leaving)
         kept = {name for r in job.replicas for name in r.domains}
         freed = [d for d in act.holds if d.name not in kept]
         for dom in freed:
