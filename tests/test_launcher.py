@@ -220,6 +220,25 @@ async def test_a_spawner_that_cannot_start_is_said_and_tried_again_ever_later(
     assert (state / launcher.LOG).read_text().count("could not start") < 8
 
 
+def test_the_keeper_names_a_reap_the_journal_could_not_name_then(tmp_path: Path) -> None:
+    # A job reaped while the journal could not be read (a directory in its place): the
+    # look-up raised and ended the keeper, and every code it held with it; one reaped in
+    # the instant the journal was put back had its code lost ("ended unseen", CI).
+    state = tmp_path / "home"
+    state.mkdir()
+    (state / journal.NAME).mkdir()
+    keeper = Keeper(str(state), 1.0)
+    assert keeper._key_of(4242, 77) == (None, None)
+    keeper.unknown.append((4242, 77, 4, True))
+    keeper._name_unknown()  # (still unreadable: kept)
+    assert keeper.unknown and not keeper.pending
+    (state / journal.NAME).rmdir()
+    (state / journal.NAME).write_text("S 9 70\nP 9 4242 77\nS 10 80\nP 10 4343 81\n")
+    keeper._name_unknown()
+    assert keeper.unknown == [] and keeper.reaped == {"9": 4}
+    assert keeper.pending == [b"exit 9 4\n"]
+
+
 def test_a_spawner_that_cannot_start_exits_3_in_one_line(tmp_path: Path) -> None:
     (tmp_path / journal.NAME).mkdir()
     ran = subprocess.run(

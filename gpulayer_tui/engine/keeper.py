@@ -197,7 +197,29 @@ class Keeper:
             self._reap_for(retry)
             retry = min(retry * 2, RETRY_MAX_S)
 
+    def _name_unknown(self) -> None:
+        """Reaps the journal did not name when they happened (it could not be read, or
+        was being put back) that it names now: their codes are told as any reap's (they
+        were lost, the job ended "exit status unknown": seen in CI, a job reaped in the
+        instant its journal was renamed back)."""
+        if not self.unknown:
+            return
+        try:
+            entries = journal.replay(self.journal_path)
+        except OSError:
+            return
+        for item in list(self.unknown):
+            pid, ticks, code, _ = item
+            for key, entry in entries.items():
+                if entry.state == journal.RUNNING and (entry.pid, entry.ticks) == (pid, ticks):
+                    self.unknown.remove(item)
+                    self.reaped[key] = code
+                    self.pending.append(f"exit {key} {code}\n".encode())
+                    _say(f"pid {pid}, reaped before the journal named it, was {key} (exit {code})")
+                    break
+
     def _start_spawner(self) -> None:
+        self._name_unknown()
         read, write = os.pipe()
         args = [
             sys.executable,
@@ -291,7 +313,13 @@ class Keeper:
         """The key whose process this is, and its journal state (running, or exited and
         not reaped yet): same pid *and* start time (pids are recycled fast, and the
         journal remembers ended jobs until the engine says so)."""
-        for key, entry in journal.replay(self.journal_path).items():
+        try:
+            entries = journal.replay(self.journal_path)
+        except OSError:
+            # (unreadable for now: kept among the unknown reaps, named once it reads
+            # again; raised, it ended the keeper, and with it every code it held)
+            return None, None
+        for key, entry in entries.items():
             if entry.state in (journal.RUNNING, journal.EXITED):
                 if entry.pid == pid and entry.ticks == ticks:
                     return key, entry.state
