@@ -464,16 +464,16 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("capacity", str(data["capacity"])))
     held = data.get("held_by") or []
     if held:
+        # (a service is said where it holds: after the last domain, its note read as of
+        # the job named last: tester h108)
         said = "; ".join(
-            f"{h['domain']}: {_jobs_word(h['jobs'])} {', '.join(map(str, h['jobs']))}" for h in held
-        )
-        services = sorted({j for h in held for j in h.get("services") or ()})
-        if services:
-            which = ", ".join(map(str, services))
-            said += (
-                f" (service{'s' if len(services) > 1 else ''} {which}: "
-                f"{'runs' if len(services) == 1 else 'run'} until stopped)"
+            f"{h['domain']}: {_jobs_word(h['jobs'])} "
+            + ", ".join(
+                f"{j} (a service: runs until stopped)" if j in (h.get("services") or ()) else str(j)
+                for j in h["jobs"]
             )
+            for h in held
+        )
         rows.append(("held by", said))
     if data.get("place"):
         ahead = ", ".join(map(str, data.get("ahead") or [])) or "none"

@@ -158,8 +158,7 @@ async def test_queued_reasons_name_the_blocker(make_engine: EngineFactory) -> No
     ]
     # (a service holds its GPU until stopped: the wait has no end of its own: tester h47)
     assert (
-        f"  held by     gpu0: job {first.id}; gpu1: job {second.id} (service {first.id}: "
-        "runs until stopped)"
+        f"  held by     gpu0: job {first.id} (a service: runs until stopped); gpu1: job {second.id}"
     ) in why_lines(why)
     dependent = await engine.submit({"command": ["true"], "depends_on": [third.id]})
     assert dependent.message == f"waiting for job {third.id}"

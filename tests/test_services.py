@@ -139,7 +139,10 @@ async def test_a_waiting_service_is_edited_to_more_replicas(
     # Running, its other fields are refused; its replicas scale (test_service_scale.py).
     with pytest.raises(JobNotActive) as refused:
         await engine.edit(svc.id, {"priority": 1})
-    assert str(refused.value) == f"job {svc.id} is running: only a waiting job is edited"
+    assert str(refused.value) == (
+        f"job {svc.id} is running: only a waiting job is edited (and a running service "
+        "scaled: replicas alone)"
+    )
     await engine.cancel(svc.id)
     await engine.wait(svc.id, timeout=20)
 

@@ -828,6 +828,9 @@ class Engine:
                     if job.status.is_terminal
                     else ""
                 )
+            elif job.kind is JobKind.SERVICE and job.status is JobStatus.RUNNING:
+                # (its one change while it runs went unsaid: tester h108)
+                how = " (and a running service scaled: replicas alone)"
             raise JobNotActive(f"job {job_id} {state}: only a waiting job is edited{how}")
         unknown = sorted(set(changes) - set(self.EDITABLE))
         if unknown:
