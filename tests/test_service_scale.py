@@ -317,7 +317,8 @@ async def test_a_scaled_services_gpu_time_is_booked_with_each_count(
     await engine.cancel(svc.id)
     await engine.wait(svc.id, timeout=20)
     total = engine.queue.fair.usage(uid, time.time())
-    assert total - booked < 2 * (time.time() - scaled_at)  # (the rest, on what it held)
+    # (the rest: a moment, not its whole run booked again; CI once saw 0.05 s of it)
+    assert total - booked < booked / 2
 
 
 async def test_a_replica_added_back_continues_its_log_and_a_removed_ones_log_is_read(
@@ -352,5 +353,28 @@ async def test_a_replica_added_back_continues_its_log_and_a_removed_ones_log_is_
     with pytest.raises(SpecError, match="replicas: a running service is scaled to a number"):
         await engine.edit(svc.id, {"replicas": None})
     assert len(_live(engine, svc.id).replicas) == 2
+    await engine.cancel(svc.id)
+    await engine.wait(svc.id, timeout=20)
+
+
+async def test_a_scale_down_goes_on_down_while_the_last_ones_stop(
+    make_engine: EngineFactory,
+) -> None:
+    # Refused ("still stopping ... try again"), though stopping more needs nothing: a user
+    # could not take two replicas away within one grace period (tester h108).
+    engine = await make_engine("4xA100-80GB", config=make_config(engine={"grace_period": 3.0}))
+    svc = await engine.submit(_service(STUBBORN, port=False, gpus=1, replicas=3))
+    await eventually(lambda: all(r.pid is not None for r in _live(engine, svc.id).replicas))
+    await engine.edit(svc.id, {"replicas": 2})
+    await engine.edit(svc.id, {"replicas": 1})
+    said = await _edited(engine, svc.id)
+    assert said[-2].startswith("scaled: replicas 3 -> 2 (replica 2 removed: SIGTERM sent")
+    assert said[-1].startswith("scaled: replicas 2 -> 1 (replica 1 removed: SIGTERM sent")
+    assert [r.state for r in _live(engine, svc.id).replicas] == [R.UP, R.STOPPING, R.STOPPING]
+    with pytest.raises(JobNotActive, match=r"is still stopping replicas 1, 2 of its last"):
+        await engine.edit(svc.id, {"replicas": 2})  # (up again: once they have ended)
+    await eventually(lambda: len(_live(engine, svc.id).replicas) == 1, timeout=20)
+    assert _live(engine, svc.id).domains == ["gpu0"]
+    assert not any(svc.id in engine.scheduler.domains[f"gpu{i}"].holdings for i in (1, 2))
     await engine.cancel(svc.id)
     await engine.wait(svc.id, timeout=20)

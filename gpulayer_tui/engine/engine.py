@@ -776,7 +776,7 @@ class Engine:
         record.took(act.job)
         if count == act.spec.replica_count:
             return act.job  # (asked for what it has, or is going to: no timeline entry)
-        refused = self.services.scale_refusal(act)
+        refused = self.services.scale_refusal(act, count)
         if refused is not None:
             raise JobNotActive(f"job {job_id} {refused}")
         request = self.scheduler.request_for(spec)

@@ -233,8 +233,10 @@ class ServiceRunner:
 
     # -- scaling a running service --------------------------------------------------------------
 
-    def scale_refusal(self, act: ActiveJob) -> str | None:
-        """Why the running service cannot change its number of replicas now, or ``None``."""
+    def scale_refusal(self, act: ActiveJob, count: int) -> str | None:
+        """Why the running service cannot change its number of replicas to ``count`` now,
+        or ``None``. Down again while a scale-down's replicas stop is fine (it needs
+        nothing: refused, a user could not stop two in a row within the grace: h108)."""
         job, spec = act.job, act.spec
         runtime = self._runtimes.get(job.id)
         if spec is None or runtime is None:
@@ -245,7 +247,7 @@ class ServiceRunner:
             # (once it waits to be placed again, an edit of its replicas applies)
             return f"is being placed again ({runtime.replacing}): try again in a moment"
         leaving = [r.index for r in job.replicas if r.index >= spec.replica_count]
-        if leaving:
+        if leaving and count > spec.replica_count:
             return (
                 f"is still stopping {_replicas_said(leaving)} of its last scale-down: "
                 f"try again once {'it has' if len(leaving) == 1 else 'they have'} ended"
@@ -268,17 +270,17 @@ class ServiceRunner:
         """
         job = act.job
         runtime = self._runtimes[job.id]
-        before = len(job.replicas)
+        had = act.spec.replica_count if act.spec is not None else len(job.replicas)
         count = spec.replica_count
         act.spec, act.request = spec, request
         job.spec = spec.stored()
-        if count > before:
-            said = self._grow(act, domains, before, count)
+        if count > had:
+            said = self._grow(act, domains, len(job.replicas), count)
         else:
-            said = self._shrink(act, runtime, count)
+            said = self._shrink(act, runtime, count, had)
         if job.status is JobStatus.RUNNING:
             job.message = self._summary(job)
-        return f"replicas {before} -> {count} ({said})"
+        return f"replicas {had} -> {count} ({said})"
 
     def _grow(self, act: ActiveJob, domains: list[Domain], before: int, count: int) -> str:
         job, request = act.job, act.request
@@ -325,10 +327,11 @@ class ServiceRunner:
         replica.launches = runs
         return replica
 
-    def _shrink(self, act: ActiveJob, runtime: ServiceRuntime, count: int) -> str:
+    def _shrink(self, act: ActiveJob, runtime: ServiceRuntime, count: int, had: int) -> str:
         job = act.job
         grace = self._config.engine.grace_period
-        leaving = [r for r in job.replicas if r.index >= count]
+        # (those past ``had`` are stopping already, from a scale-down before)
+        leaving = [r for r in job.replicas if count <= r.index < had]
         stopping: list[tuple[int, int]] = []
         for replica in leaving:
             timer = runtime.restart_timers.pop(replica.index, None)
@@ -343,8 +346,9 @@ class ServiceRunner:
                 self._set_replica(act, replica, R.EXITED, f"removed (scaled to {count})")
         said = f"{_replicas_said([r.index for r in leaving])} removed"
         if stopping:
-            # (stored: a restarted engine still kills them on time)
-            job.kill_at = time.time() + grace
+            # (stored: a restarted engine still kills them on time; never sooner than an
+            # earlier scale-down's stop, still under way, was told)
+            job.kill_at = max(job.kill_at or 0.0, time.time() + grace)
             said += f": SIGTERM sent, SIGKILL after {grace:g} s"
             self._book.after_commit(
                 functools.partial(self._signal_replicas, job.id, stopping, grace)
