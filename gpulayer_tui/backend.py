@@ -165,6 +165,12 @@ class EngineBackend(Protocol):
         """Cancel a job; return it (possibly still stopping)."""
         ...
 
+    async def cancel_many(self, job_ids: list[int]) -> list[dict[str, Any]]:
+        """Cancel several jobs in one request (``POST /v1/jobs/cancel``), durable together;
+        one entry per id, in order: the job, or ``{"id", "error", "status"}`` for one
+        refused (404, 403, 409)."""
+        ...
+
     async def adopt(self, request: dict[str, Any]) -> JobJSON:
         """Adopt a process (``{"pid", "start_ticks"?, "name"?, "vram_gb"?, ...}``); return
         the job (``running``, or ``failed`` with the refusal)."""
@@ -333,6 +339,11 @@ class SocketBackend:
     async def cancel(self, job_id: int) -> JobJSON:
         """Cancel one job."""
         return cast(JobJSON, (await self._request("POST", f"/jobs/{int(job_id)}/cancel"))["job"])
+
+    async def cancel_many(self, job_ids: list[int]) -> list[dict[str, Any]]:
+        """Cancel several jobs in one request."""
+        body = {"ids": [int(job_id) for job_id in job_ids]}
+        return list((await self._request("POST", "/jobs/cancel", json=body))["jobs"])
 
     async def adopt(self, request: dict[str, Any]) -> JobJSON:
         """Adopt a process."""

@@ -59,6 +59,7 @@ KEY_WORDS = {
     "slash": "/",
     "greater_than_sign": ">",
     "less_than_sign": "<",
+    "asterisk": "*",
 }
 """Textual's key names as a keyboard shows them (help said "ctrl+p, colon" and "escape"
 beside "esc": tester h87)."""
@@ -170,6 +171,22 @@ KEYMAP: tuple[Key, ...] = (
     # next key is routed; see "down" below)
     Key("enter", "open_job", "Open", ("jobs",), priority=True),
     Key("c", "cancel_job", "Cancel job", ("jobs", "detail"), footer="Cancel"),
+    Key(
+        "space",
+        "toggle_mark",
+        "Mark or unmark the job (c cancels every marked one)",
+        ("jobs",),
+        show=False,  # (at 80 columns it pushed Cancel and New out of the footer)
+        footer="Mark",
+    ),
+    Key(
+        "asterisk",
+        "mark_shown",
+        "Mark every waiting or running job shown (or, with all marked, none)",
+        ("jobs",),
+        show=False,
+        display="*",
+    ),
     Key(
         "R,shift+r", "restart_job", "Restart job", ("jobs", "detail"), display="R", footer="Restart"
     ),

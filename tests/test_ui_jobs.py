@@ -129,6 +129,70 @@ async def test_submit_through_the_form_then_follow_it_to_completed(ui_app: Any) 
         await until(pilot, lambda: isinstance(app.screen, JobsScreen), "back to the table")
 
 
+async def test_marked_jobs_are_cancelled_together_and_the_rest_go_on(ui_app: Any) -> None:
+    """space marks the job under the cursor (and moves down), c cancels every marked job
+    in one request after one question that names them, a job that ended cannot be
+    marked, a marks ends with its job, and esc unmarks; the unmarked job runs on."""
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(160, 40)) as pilot:
+        ended = await app.backend.submit(spec("true", name="quick", gpus=0))
+        jobs = [  # (the cpu pool runs two at a time: one on a GPU)
+            await app.backend.submit(spec("sleep 600", name=f"sleeper-{n}", gpus=int(n == 0)))
+            for n in range(3)
+        ]
+        await pilot.press("2")
+        table = table_of(app)
+        for job in jobs:
+            await until(pilot, lambda job=job: status_of(table, job["id"]) == "running", "running")
+        await until(pilot, lambda: status_of(table, ended["id"]) == "completed", "completed")
+        pids = [app.job_store.jobs[job["id"]]["pid"] for job in jobs]
+
+        def count() -> str:
+            return str(app.screen.query_one("#jobs-count", Label).render())
+
+        # Newest first: sleeper-2, sleeper-1, sleeper-0, quick. Mark the first two.
+        await pilot.press("g", "space", "space")
+        assert table.marked == [jobs[2]["id"], jobs[1]["id"]]
+        assert table.cursor_job_id == jobs[0]["id"]  # (each space moved down)
+        assert cell(table, jobs[2]["id"], "name") == "● sleeper-2"
+        assert cell(table, jobs[0]["id"], "name") == "sleeper-0"
+        assert count().startswith("2 marked (c cancels, esc unmarks)")
+        # A job that ended is not marked: it says why.
+        await pilot.press("down", "space")
+        said = f"job {ended['id']} already completed"
+        await until(pilot, lambda: any(said in n.message for n in app._notifications), said)
+        assert table.marked == [jobs[2]["id"], jobs[1]["id"]]
+
+        await pilot.press("c")
+        dialog = await until(
+            pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen, "confirm"
+        )
+        question = str(dialog.query_one("#question").render())
+        assert "sleeper-2" in question and "sleeper-1" in question
+        assert "sleeper-0" not in question
+        assert "The 2 running get SIGTERM, then SIGKILL." in question
+        await pilot.press("y")
+        for job in jobs[1:]:
+            await until(
+                pilot, lambda job=job: status_of(table, job["id"]) == "cancelled", "cancelled"
+            )
+        for pid in pids[1:]:
+            await until(pilot, lambda pid=pid: pid_gone(pid), "the process to go", timeout=15)
+        await until(pilot, lambda: not table.marked, "the marks to go")
+        assert status_of(table, jobs[0]["id"]) == "running" and not pid_gone(pids[0])
+        assert "marked" not in count()
+
+        # * marks every active job shown; esc unmarks them; a job that ends is unmarked.
+        await pilot.press("asterisk")
+        assert table.marked == [jobs[0]["id"]]
+        await pilot.press("escape")
+        assert not table.marked
+        await pilot.press("asterisk")
+        await app.backend.cancel(jobs[0]["id"])
+        await until(pilot, lambda: not table.marked, "an ended job's mark to go")
+        assert cell(table, jobs[0]["id"], "name") == "sleeper-0"
+
+
 async def test_cancel_from_the_table_and_from_the_detail(ui_app: Any) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:

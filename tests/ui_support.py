@@ -555,6 +555,15 @@ class StaticBackend:
         job.update(status="cancelled", termination_reason="cancelled", message="cancelled by user")
         return copy.deepcopy(job)
 
+    async def cancel_many(self, job_ids: list[int]) -> list[dict[str, Any]]:
+        answers: list[dict[str, Any]] = []
+        for job_id in job_ids:
+            try:
+                answers.append(dict(await self.cancel(job_id)))
+            except BackendError as err:
+                answers.append({"id": job_id, "error": str(err), "status": err.status})
+        return answers
+
     async def why(self, job_id: int) -> dict[str, Any]:
         """The engine's answer for the fixture: waiting jobs in id order, no limits, one
         user (the shape is checked against a real engine's in test_ui_fake_contract)."""

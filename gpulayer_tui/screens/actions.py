@@ -16,7 +16,7 @@ from textual import events
 from textual.screen import Screen
 
 from ..backend import BackendError
-from ..fields import status_phrase
+from ..fields import printable, status_phrase
 from ..formatting import user_text
 from ..view import view_of
 from ..wire import ACTIVE_STATUSES, ADOPTED_NOT_RUN, JobJSON, JobRowJSON
@@ -144,6 +144,114 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
             dialog.add_note(dependents_note(dependents, app.job_store.jobs))
 
     _run(ui, say_dependents, f"cancel-dependents-{job_id}", exclusive=True)
+
+
+MARKED_SHOWN = 8
+"""How many marked jobs the cancel dialog names (the rest are counted)."""
+
+
+def ask_to_cancel_many(
+    screen: Screen[Any], jobs: list[JobRowJSON], then: Callable[[list[int]], None]
+) -> None:
+    """Confirm, then cancel the marked ``jobs`` in one request (durable together, as
+    ``gpulayer-tui cancel 1 2 3``); the outcome is one notification that counts them.
+    ``then`` gets the ids the engine no longer has to cancel (cancelled, stopping, or
+    ended already), to unmark them; those it refused stay marked."""
+    app, ui = view_of(screen), screen.app
+    active = [job for job in jobs if job.get("status") in ACTIVE_STATUSES]
+    if not active:
+        ui.notify("the marked jobs have all ended already", severity="warning")
+        then([int(job["id"]) for job in jobs])
+        return
+    theirs = [job for job in active if _not_yours(app.backend.location, job)]
+    if theirs:
+        # (asked, confirmed, then refused one by one: said before the question, as for one)
+        shown = ", ".join(str(job["id"]) for job in theirs[:MARKED_SHOWN])
+        more = f" and {len(theirs) - MARKED_SHOWN} more" if len(theirs) > MARKED_SHOWN else ""
+        ui.notify(
+            f"jobs {shown}{more} {_not_yours(app.backend.location, theirs[0])}; unmark them "
+            "(space) to cancel the others",
+            title="cancel marked jobs",
+            severity="warning",
+        )
+        return
+    ids = [int(job["id"]) for job in active]
+
+    async def cancel() -> None:
+        try:
+            answers = await app.backend.cancel_many(ids)
+        except BackendError as err:
+            ui.notify(str(err), title=f"cancel {len(ids)} jobs", severity="error")
+            return
+        done: list[int] = []
+        cancelled = stopping = ended = 0
+        refused: list[str] = []
+        for answer in answers:
+            if "error" not in answer:
+                done.append(int(answer["id"]))
+                if answer.get("status") == "cancelled":
+                    cancelled += 1
+                else:
+                    stopping += 1
+            elif answer.get("status") == 409:
+                done.append(int(answer["id"]))  # (it ended meanwhile: nothing to cancel)
+                ended += 1
+            else:
+                refused.append(str(answer.get("error", answer.get("id"))))
+        said = [f"{cancelled} cancelled"] if cancelled else []
+        if stopping:
+            said.append(f"{stopping} stopping (SIGTERM, then SIGKILL)")
+        if ended:
+            said.append(f"{ended} ended before the cancel")
+        then(done)
+        if refused:
+            first = refused[0] + (f" (and {len(refused) - 1} more)" if len(refused) > 1 else "")
+            ui.notify(
+                ", ".join([*said, f"{len(refused)} refused: {first}"]),
+                title=f"cancel {len(ids)} jobs",
+                severity="error",
+            )
+        else:
+            ui.notify(", ".join(said), title=f"cancel {len(ids)} jobs")
+
+    def answered(yes: bool | None) -> None:
+        if yes:
+            _run(ui, cancel, "cancel-marked", exclusive=True)
+
+    named = [f"{job['id']} ({printable(job.get('name', ''))}, {job['status']})" for job in active]
+    listed = ", ".join(named[:MARKED_SHOWN])
+    if len(named) > MARKED_SHOWN:
+        listed += f" and {len(named) - MARKED_SHOWN} more"
+    running = sum(job.get("status") == "running" for job in active)
+    what = (
+        f" The {running} running get SIGTERM, then SIGKILL."
+        if running > 1
+        else " The running one gets SIGTERM, then SIGKILL."
+        if running
+        else ""
+    )
+    gone = len(jobs) - len(active)
+    ended_note = f" ({gone} marked ended already.)" if gone else ""
+    dialog = ConfirmScreen(
+        f"Cancel {len(active)} marked jobs?" if len(active) > 1 else "Cancel 1 marked job?",
+        f"{listed}.{what}{ended_note}",
+        "Cancel jobs" if len(active) > 1 else "Cancel job",
+    )
+    ui.push_screen(dialog, answered)
+
+    async def say_dependents() -> None:
+        # (a cancel takes the jobs waiting for it along: said, as for one job)
+        dependents: list[int] = []
+        for job_id in ids[: MARKED_SHOWN * 4]:
+            try:
+                detail = await app.backend.job(job_id)
+            except BackendError:
+                return
+            dependents += [i for i in detail["job"].get("cancels_dependents") or [] if i not in ids]
+        if dependents:
+            dialog.add_note(dependents_note(list(dict.fromkeys(dependents)), app.job_store.jobs))
+
+    _run(ui, say_dependents, "cancel-dependents-marked", exclusive=True)
 
 
 def dependents_note(ids: list[int], rows: dict[int, JobRowJSON]) -> str:

@@ -32,6 +32,7 @@ from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
 from .actions import (
     SaysWhyKeysAreDimmed,
     ask_to_cancel,
+    ask_to_cancel_many,
     ask_to_edit,
     ask_to_restart,
     can_edit,
@@ -195,6 +196,10 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                 if shown == total
                 else f"{shown:,} of {total:,}{more} {noun}"
             )
+        marked = len(table.marked)
+        if marked:
+            # (marks can sit on rows a filter hides: the count says they are there)
+            count = f"{marked:,} marked (c cancels, esc unmarks) · {count}"
         self.query_one("#jobs-count", Label).update(count)
         self._say_when_empty()
         self.refresh_bindings()  # (enter and c, R, e: the view may have emptied or filled)
@@ -246,6 +251,15 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         """Clear the text filter (or, with none, the status filter); back to the table."""
         filter_row = self.query_one("#filter-row")
         filter_input = self.query_one("#filter", Input)
+        if (
+            self.table.marked
+            and not filter_row.has_class("-open")
+            and not self.table.filter_text
+            and self.table.status_filter == "all"
+        ):
+            self.table.clear_marks()
+            self._update_bar()
+            return
         if filter_row.has_class("-open") or self.table.filter_text:
             with filter_input.prevent(Input.Changed):
                 filter_input.value = ""
@@ -327,16 +341,22 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                 return True if can_restart(job) else None
             if action == "edit_job":
                 return True if can_edit(job) else None
+            if self.table.marked:
+                return True  # (c cancels the marked jobs, wherever the cursor is)
             return True if job is not None and job.get("status") in ACTIVE_STATUSES else None
         if action == "open_job" and not self._in_filter():
             # (dimmed on an empty view, as c, R and e are: tester h95)
             return True if self.table.cursor_job_id is not None else None
         if action == "start_filter":  # (in the filter line, "/" is text)
             return not isinstance(self.focused, Input) or self.focused.id != "filter"
+        if action in ("toggle_mark", "mark_shown"):
+            # (typed in the filter line, space and a are text)
+            return not isinstance(self.focused, Input)
         if action == "clear_filter":
             table = self.table
             filtering = bool(table.filter_text) or table.status_filter != "all"
-            return filtering or self.query_one("#filter-row").has_class("-open")
+            open_row = self.query_one("#filter-row").has_class("-open")
+            return filtering or open_row or bool(table.marked)
         return True
 
     def action_open_job(self) -> None:
@@ -366,10 +386,53 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         app.open_job(job_id)
 
     def action_cancel_job(self) -> None:
-        """Cancel the job under the cursor (after a confirmation)."""
+        """Cancel the marked jobs, or with none marked the job under the cursor (after a
+        confirmation)."""
+        table = self.table
+        if table.marked:
+            jobs = [job for job in map(table.job, table.marked) if job is not None]
+            ask_to_cancel_many(self, jobs, self._unmark)
+            return
         job = self._cursor_job()
         if job is not None:
             ask_to_cancel(self, job)
+
+    def _unmark(self, job_ids: list[int]) -> None:
+        for job_id in job_ids:
+            self.table.set_marked(job_id, False)
+        self._update_bar()
+
+    def action_toggle_mark(self) -> None:
+        """Mark the job under the cursor for one cancel of several (or unmark it); the
+        cursor moves down, so that space space space marks three in a row."""
+        table = self.table
+        job_id = table.cursor_job_id
+        if job_id is None:
+            self.app.notify("no job selected", severity="warning")
+            return
+        if not table.set_marked(job_id, job_id not in table.marked):
+            job = table.job(job_id)
+            status = "" if job is None else job.get("status", "")
+            self.app.notify(
+                f"job {job_id} already {status}: only a waiting or running job is marked "
+                "(c cancels the marked jobs)",
+                severity="warning",
+            )
+            return
+        if table.cursor_row < table.row_count - 1:
+            table.move_cursor(row=table.cursor_row + 1, animate=False)
+        self._update_bar()
+
+    def action_mark_shown(self) -> None:
+        """Mark every waiting or running job the view shows (filter first: ``/`` and
+        ``s``), or unmark them all when each is marked already."""
+        table = self.table
+        if not table.mark_shown():
+            if table.marked:
+                table.clear_marks()
+            else:
+                self.app.notify("no waiting or running job is shown", severity="warning")
+        self._update_bar()
 
     def _cursor_job(self) -> JobRowJSON | None:
         job_id = self.table.cursor_job_id

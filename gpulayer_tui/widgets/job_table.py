@@ -45,7 +45,7 @@ from textual.widgets.data_table import (
 from .. import keymap
 from ..formatting import duration, live_message
 from ..job_store import JobStore
-from ..wire import JobRowJSON
+from ..wire import ACTIVE_STATUSES, JobRowJSON
 from .job_columns import (
     BY_KEY,
     COLUMNS,
@@ -136,6 +136,7 @@ class JobTable(OwnKeys, DataTable[Any]):
         "jobtable--muted",
         "jobtable--replicas-up",
         "jobtable--replicas-down",
+        "jobtable--marked",
     }
 
     DEFAULT_CSS = """
@@ -156,6 +157,7 @@ class JobTable(OwnKeys, DataTable[Any]):
     JobTable > .jobtable--muted { color: $text-muted; }
     JobTable > .jobtable--replicas-up { color: $success; }
     JobTable > .jobtable--replicas-down { color: $warning; text-style: bold; }
+    JobTable > .jobtable--marked { color: $accent; text-style: bold; }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings(keymap.TABLE))
@@ -201,6 +203,8 @@ class JobTable(OwnKeys, DataTable[Any]):
         """Jobs with a row in the table."""
         self._haystack: dict[int, str] = {}
         self._running_ids: set[int] = set()
+        self._marked: dict[int, None] = {}
+        """Jobs marked (space) for one cancel, in the order marked; only active jobs."""
         self._filter_text = ""
         self._status_filter = "all"
         self._sort_key = "id"
@@ -290,6 +294,43 @@ class JobTable(OwnKeys, DataTable[Any]):
     def job(self, job_id: int) -> JobRowJSON | None:
         """The latest copy of one job the table knows."""
         return self._jobs.get(job_id)
+
+    # -- marks ------------------------------------------------------------------------------
+
+    @property
+    def marked(self) -> list[int]:
+        """The jobs marked for one cancel, in the order marked (each still active)."""
+        return list(self._marked)
+
+    def set_marked(self, job_id: int, marked: bool) -> bool:
+        """Mark or unmark one job; False (nothing done) for a job that is not active, or
+        one the table does not know: a mark is for a cancel."""
+        job = self._jobs.get(job_id)
+        if marked and (job is None or job.get("status") not in ACTIVE_STATUSES):
+            return False
+        if marked == (job_id in self._marked):
+            return True
+        if marked:
+            self._marked[job_id] = None
+        else:
+            del self._marked[job_id]
+        if job is not None and job_id in self._shown:
+            self._update_row(job)
+        return True
+
+    def mark_shown(self) -> int:
+        """Mark every active job the view shows (the loaded rows); how many it added."""
+        added = 0
+        for row_key in list(self.rows):
+            job_id = None if row_key.value is None else int(row_key.value)
+            if job_id is not None and job_id not in self._marked:
+                added += self.set_marked(job_id, True)
+        return added
+
+    def clear_marks(self) -> None:
+        """Unmark every job."""
+        for job_id in list(self._marked):
+            self.set_marked(job_id, False)
 
     def component_style(self, component: str) -> Style:
         """The Rich style of one of our component classes (for cells as they are drawn).
@@ -481,6 +522,8 @@ class JobTable(OwnKeys, DataTable[Any]):
     def _remember(self, job: JobRowJSON) -> None:
         job_id = job["id"]
         self._jobs[job_id] = job
+        if job_id in self._marked and job.get("status") not in ACTIVE_STATUSES:
+            del self._marked[job_id]  # (it ended: nothing left to cancel; its row redraws)
         self._haystack[job_id] = filter_haystack(job)
         if job.get("status") == "running":
             self._running_ids.add(job_id)
@@ -489,6 +532,7 @@ class JobTable(OwnKeys, DataTable[Any]):
 
     def _forget(self, job_id: int) -> None:
         self._jobs.pop(job_id, None)
+        self._marked.pop(job_id, None)
         self._haystack.pop(job_id, None)
         self._running_ids.discard(job_id)
 
@@ -506,8 +550,10 @@ class JobTable(OwnKeys, DataTable[Any]):
     def cell_parts(self, job: JobRowJSON, key: str) -> Parts:
         """What the ``key`` column shows for ``job``, in styled pieces."""
         if key == "id":
-            return ((str(job["id"]), ""),)
+            return ((str(job["id"]), "jobtable--marked" if job["id"] in self._marked else ""),)
         if key == "name":
+            if job["id"] in self._marked:
+                return (("● ", "jobtable--marked"), (str(job.get("name", "")), ""))
             return ((str(job.get("name", "")), ""),)
         if key == "user":
             return ((user_text(job), ""),)
