@@ -1599,6 +1599,53 @@ async def test_a_replica_that_exits_on_a_drained_gpu_moves_where_the_service_fit
     await engine.cancel(job.id)
 
 
+async def test_an_engine_stopped_while_a_service_moves_off_a_drained_gpu_goes_on_moving_it(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Read back as a loss, the move spent a placement: with retry.max_attempts = 1 the
+    # service failed "domain lost: gave up after 1 placement" (tester h109).
+    config = make_config(engine={"grace_period": 3.0})
+    engine = await make_engine("3xA100-80GB", config=config)
+    gate = tmp_path / "exit"
+    # Replica 0 exits once the gate is there; replica 1 ignores SIGTERM, so the move
+    # waits for its SIGKILL, and the engine stops in between.
+    script = (
+        f'if [ "$GPULAYER_REPLICA" = 0 ]; then while [ ! -e {gate} ]; do sleep 0.02; done; '
+        "exit 1; fi; trap '' TERM; while true; do sleep 0.05; done"
+    )
+    spec = _service(["sh", "-c", script], replicas=2, gpus=1, port=False, retry={"max_attempts": 1})
+    job = await engine.submit(spec)
+
+    def service() -> Any:
+        return engine.book.get(job.id).job  # type: ignore[union-attr]
+
+    first = await eventually(lambda: all(r.pid for r in service().replicas) and service())
+    drained = first.replicas[0].domains[0]
+    await engine.domain_ops.drain(drained, "fan")
+    gate.touch()
+    await eventually(
+        lambda: engine.book.get(job.id).job.stop_reason is TerminationReason.DOMAIN_LOST,
+        timeout=20,
+    )
+    await engine.stop()
+    gate.unlink()  # (from its next start on, replica 0 runs on)
+    again = await make_engine("3xA100-80GB", config=config)
+    moved = await eventually(
+        lambda: (
+            (j := again.book.get(job.id).job).status is JobStatus.RUNNING
+            and j.domains
+            and drained not in j.domains
+            and j
+        ),
+        timeout=20,
+    )
+    assert moved.attempt == 1
+    messages = [e["message"] for e in await again.events_of(job.id)]
+    assert f"moving off domain {drained} draining: fan" in messages, messages
+    assert not any("gave up" in m or "placement 2" in m for m in messages), messages
+    await again.cancel(job.id)
+
+
 async def test_a_replica_that_exits_on_the_drained_cpu_pool_starts_again_in_place(
     make_engine: EngineFactory,
 ) -> None:

@@ -79,6 +79,8 @@ Reason = TerminationReason
 _WATCHED = (R.STARTING, R.UP, R.DOWN)
 REPLICAS_SAID = 3
 """A service's message names this many endpoints, and replicas not up; then counts."""
+MOVING_OFF = "moving off "
+"""How a move's stored stop message begins (off a drained domain: no lost placement)."""
 
 
 class ServiceRunner:
@@ -1113,8 +1115,12 @@ class ServiceRunner:
             return
         runtime.replacing, runtime.moving = why, move
         # Stored with the stop: an engine restarted before the replicas are gone goes on
-        # placing it again (it ended it "cancelled", which no one had asked for).
-        act.job.stop_reason, act.job.stop_message = Reason.DOMAIN_LOST, why
+        # placing it again (it ended it "cancelled", which no one had asked for), and a
+        # move stays a move (its words say so, as a preemption's name the job it is for):
+        # read back as a loss, it spent a placement, and with retry.max_attempts = 1 the
+        # service failed "domain lost" (tester h109).
+        act.job.stop_reason = Reason.DOMAIN_LOST
+        act.job.stop_message = f"{MOVING_OFF}{why}" if move else why
         self._stop_replicas(act, runtime, f"placing again: {why}")
         self._settle(act)
 
@@ -1199,7 +1205,7 @@ class ServiceRunner:
             return
         job.domains, job.gpus = [], []
         if runtime.moving:
-            message = f"moving off {why}"
+            message = f"{MOVING_OFF}{why}"
         else:
             message = f"placing again after {why} (placement {counted + 1} of {spec.max_attempts})"
         self._book.transition(act, JobStatus.QUEUED, message=message)
@@ -1293,7 +1299,9 @@ class ServiceRunner:
         if interrupted_stop and runtime.end is None and act.job.id in self._book:
             # The engine stopped while the service was stopping: finish what was decided.
             if job.stop_reason is Reason.DOMAIN_LOST and runtime.replacing is None:
-                runtime.replacing = job.stop_message or "a domain of it was lost"
+                why = job.stop_message or "a domain of it was lost"
+                runtime.moving = why.startswith(MOVING_OFF)
+                runtime.replacing = why.removeprefix(MOVING_OFF)
                 self._settle(act)
                 return
             reason = job.stop_reason or Reason.CANCELLED
