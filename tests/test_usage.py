@@ -597,6 +597,35 @@ async def test_a_busy_job_is_never_warned(make_engine: EngineFactory, fake_nvml:
 # -- the CLI, against a real --serve --------------------------------------------------------
 
 
+def test_a_young_jobs_energy_never_goes_back_at_an_engine_sigkill(served: Served) -> None:
+    # Younger than a save's interval, it had no record to take back: its energy restarted
+    # from 0 (1.809 Wh read 0.226 after) while its GPU-seconds went on (tester h109).
+    # Its time unobserved is now booked at the power read since, estimated.
+    import json
+
+    served.home.mkdir(mode=0o700, exist_ok=True)
+    (served.home / "config.toml").write_text("[engine]\nsample_interval = 0.1\n")
+    served.start("--simulate", "1xA100-80GB")
+    job_id = served.cli("submit", "--gpus", "1", "--", "sleep", "600").stdout.strip()
+
+    def usage() -> dict[str, Any]:
+        answer = served.cli("status", job_id, "--json")
+        return json.loads(answer.stdout)["job"].get("usage") or {}
+
+    before = wait_for(lambda: (u := usage()).get("samples", 0) >= 10 and u, timeout=20)
+    assert before["energy_wh"] > 0 and before["gpu_hours"] > 0
+    assert served.proc is not None
+    served.proc.kill()  # (SIGKILL: nothing more is saved)
+    served.proc.wait(timeout=10)
+    served.start("--simulate", "1xA100-80GB")
+    # Booked at the power read since, its mean power stays what it was (unbooked, its
+    # energy restarted from 0 while its GPU-hours went on: half of it, or far less).
+    power = before["energy_wh"] / before["gpu_hours"]
+    after = wait_for(lambda: (u := usage()).get("samples", 0) >= before["samples"] + 5 and u)
+    assert after["energy_wh"] / after["gpu_hours"] > power / 2, (before, after)
+    assert after["energy_wh"] >= before["energy_wh"], (before, after)
+
+
 def test_status_shows_usage_plots_it_and_submit_like_takes_the_advice(served: Served) -> None:
     import json
 

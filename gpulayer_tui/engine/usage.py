@@ -324,6 +324,11 @@ class JobUsage:
         # GPU-seconds of such gaps: held, but with no reading (left out of the mean VRAM,
         # as they are of the utilisation: counted as 0 GiB they lowered it at each restart).
         self.unobserved_seconds = 0.0
+        # Gaps with no mean power to book their energy at (no record was taken back: it
+        # was younger than a save's interval), by GPU: booked at the power of its first
+        # readings there, estimated. Left out, its energy went back at an engine SIGKILL
+        # (1.809 Wh read 0.226 after) while its GPU-seconds went on (tester h109).
+        self._gap_unpriced: dict[int, float] = {}
         # One of its GPUs' domains takes more than one job (slots > 1): only there does a
         # declared vram_gb let it share a GPU ("so it can share a GPU" was said where every
         # domain had one slot: tester h67).
@@ -351,6 +356,8 @@ class JobUsage:
                 # engine had not saved, while its GPU-seconds went on (tester h63).
                 self.carried["energy_j"] += self.carried["energy_j"] / held_before * gap
                 self.carried["estimated_ticks"] += 1
+            elif gap > 0:
+                self._gap_unpriced[gpu] = self._gap_unpriced.get(gpu, 0.0) + gap
             self.carried["seconds"] += gap
             self.unobserved_seconds += gap
         on = self.on[gpu] = _OnGpu(
@@ -408,6 +415,29 @@ class JobUsage:
                 on.window_peak, on.point_ticks = 0, totals.ticks
             elif gpu not in series:
                 self._point(gpu, on, at)
+
+    @property
+    def gaps_unpriced(self) -> bool:
+        """Whether an unobserved gap's energy waits for a reading (see :meth:`price_gaps`)."""
+        return bool(self._gap_unpriced)
+
+    def price_gaps(self) -> bool:
+        """Book the energy of unobserved gaps with no mean power before them at the mean
+        power read on that GPU since (estimated), once there is any (the recorder calls
+        it each tick until it is done); True when none is left to book."""
+        seconds = _SCALARS.index("seconds")
+        for gpu, gap in list(self._gap_unpriced.items()):
+            on = self.on.get(gpu)
+            if on is None:
+                continue  # (left before a reading: its gap stays unpriced)
+            now = on.totals.snapshot()
+            held = now[seconds] - on.base[seconds]
+            energy = now[_ENERGY] - on.base[_ENERGY]
+            if held > 0 and energy > 0:
+                self.carried["energy_j"] += energy / held * gap
+                self.carried["estimated_ticks"] += 1
+                del self._gap_unpriced[gpu]
+        return not self._gap_unpriced
 
     def _point(self, gpu: int, on: _OnGpu, at: float) -> None:
         series = self.series.get(gpu)
@@ -631,6 +661,7 @@ class UsageRecorder:
         # Jobs running when the engine started with no record to take back: killed
         # before their first save, their time until they are seen again is unobserved.
         self._unrecorded: set[int] = set()
+        self._pricing: set[int] = set()  # jobs with gaps to book at the power read since
 
     def reconfigure(self, settings: UsageSettings, policy: PolicySettings) -> None:
         """A reloaded ``[usage]`` / ``[policy]``."""
@@ -734,6 +765,10 @@ class UsageRecorder:
             ):
                 self._counter_read(reading.index, totals, reading.energy_mj, reading.energy_at)
             self._members(reading.index, totals, holders.keys(), domain, at)
+        for job_id in list(self._pricing):
+            usage = self._jobs.get(job_id)
+            if usage is None or usage.price_gaps():
+                self._pricing.discard(job_id)
         if self._policy.idle_after is not None and idle_gpus:
             self._idle(at, idle_gpus)
         if at - self._last_point >= self._settings.point_interval:
@@ -799,6 +834,8 @@ class UsageRecorder:
                         usage.gap_on_every_gpu = True
                     self._unrecorded.discard(job_id)
                 usage.join(gpu, totals, at, held.get(job_id, 0))
+                if usage.gaps_unpriced:
+                    self._pricing.add(job_id)
                 usage.shareable = usage.shareable or domain.slots > 1
             totals.members = {j for j in holders if j in self._jobs}
         if held != totals.held:
