@@ -518,6 +518,8 @@ async def test_p_says_there_is_nothing_to_page_instead_of_an_empty_pager(
             )
             await pilot.press("P")
             await until(pilot, lambda s=said: any(s in n.message for n in app._notifications))
+            if job is adopted:  # (f flipped its label, nothing more: tester h110)
+                assert _detail(app).check_action("toggle_follow", ()) is False
             await until(pilot, lambda: not [w for w in app.screen.workers if w.group == "pager"])
             assert not marker.exists()
             await pilot.press("escape")
@@ -644,6 +646,32 @@ async def test_the_footer_says_what_f_does_and_a_waiting_job_says_it_has_not_run
             "the waiting job's pane",
         )
         await app.backend.cancel(blocker["id"])
+
+
+async def test_a_jobs_first_output_ends_no_output_yet_in_the_title(
+    ui_app: Any, tmp_path: Path
+) -> None:
+    # Its first lines showed under "following · no output yet" for as long as it was
+    # quiet after them (testers h109, h110).
+    app = await ui_app("1xA100-80GB")
+    gate = tmp_path / "speak"
+    job = await app.backend.submit(
+        {
+            "shell": f"while [ ! -e {gate} ]; do sleep 0.02; done; echo hello-late; sleep 60",
+            "gpus": 0,
+            "cwd": "/",
+        }
+    )
+    async with app.run_test(size=(140, 40)) as pilot:
+        _, log = await _open_log(pilot, app, job["id"])
+        await until(pilot, lambda: "no output yet" in str(log.border_title), "no output yet")
+        gate.touch()
+        await until(pilot, lambda: log.bytes_read > 0, "the output shown")
+        await until(
+            pilot, lambda: "no output yet" not in str(log.border_title), "the title said anew"
+        )
+        assert "output · following" in str(log.border_title)
+        await app.backend.cancel(job["id"])
 
 
 async def test_an_output_that_cannot_be_read_says_so_in_its_title(embedded_app: Any) -> None:

@@ -46,6 +46,27 @@ async def test_a_service_never_placed_counts_the_replicas_it_asks_for(ui_app: An
         await until(pilot, lambda: "replica 1 (of 5" in str(log.border_title), "replica 1")
 
 
+async def test_the_next_replica_key_on_a_service_of_one_says_why_it_does_nothing(
+    ui_app: Any,
+) -> None:
+    # Dimmed, "]" did nothing at all, where R and e say why (tester h110).
+    app = await ui_app("2xA100-80GB", cpu_count=4)
+    async with app.run_test(size=(140, 40)) as pilot:
+        job = await app.backend.submit(
+            {"kind": "service", "command": ["sleep", "600"], "port": False, "cwd": os.getcwd()}
+        )
+        app.open_job(job["id"])
+        detail = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
+        )
+        await until(pilot, lambda: detail.job is not None, "the job loaded")
+        assert detail.check_action("next_replica", ()) is None
+        await pilot.press("right_square_bracket")
+        said = "this service has one replica: its output is the one shown"
+        await until(pilot, lambda: any(n.message == said for n in app._notifications), said)
+        await app.backend.cancel(job["id"])
+
+
 async def test_under_130_columns_a_services_status_says_its_replicas_health(
     ui_app: Any,
 ) -> None:

@@ -587,6 +587,10 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             # (an ended job's output, read to its end: nothing more comes to follow, and
             # the footer offered f, which then did nothing to be seen; nor has a job that
             # waits to start any output yet: tester h89)
+            # An adopted process's output is not here: f flipped its label, nothing more
+            # (tester h110).
+            if self._adopted:
+                return False
             return not (self.finished and self._log_done) and not self._not_started
         return True
 
@@ -704,11 +708,15 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                 self._log_error = str(err)
                 break
             if chunk.data:
-                kept = len(log.source_lines)
+                kept, first = len(log.source_lines), not log.bytes_read
                 log.feed(chunk.data)
                 self._log_next = chunk.next
-                if (log.lines_dropped or log.head_skipped) and len(log.source_lines) != kept:
-                    self._update_log_title()  # (how many of its lines are kept, said)
+                if first or (
+                    (log.lines_dropped or log.head_skipped) and len(log.source_lines) != kept
+                ):
+                    # (how many of its lines are kept, said; and its first output ends "no
+                    # output yet", which stayed over the lines shown: testers h109, h110)
+                    self._update_log_title()
                 continue
             if finished:
                 break
