@@ -45,6 +45,50 @@ class EngineNotRunning(RuntimeError):
         super().__init__(f"no engine is serving {paths.state_text}\n{how}")
 
 
+class EngineStarting(EngineNotRunning):
+    """An engine holds the state dir's lock but its socket did not answer in time: it is
+    still starting (taking back its jobs), or its socket was removed."""
+
+    def __init__(self, paths: Paths, pid: int, waited: float) -> None:
+        who = f" (pid {pid})" if pid else ""
+        RuntimeError.__init__(
+            self,
+            f"the engine{who} serving {paths.state_text} is not answering on its socket "
+            f"after {waited:g} s: still starting (taking back its jobs), or its socket "
+            "was removed; try again shortly, or see its log",
+        )
+
+
+STARTING_WAIT_S = 30.0
+"""How long a request waits for an engine that holds the lock but does not listen yet
+(when the client itself waits forever)."""
+
+
+def starting_engine(paths: Paths) -> int | None:
+    """The pid of an engine that holds the state dir's lock (0: one unknown), else None;
+    a connect that found no socket or no listener means it is starting. One that said
+    it is stopping counts as none."""
+    import fcntl
+    import os
+
+    try:
+        fd = os.open(paths.lock, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        words = os.pread(fd, 64, 0).split()
+        if words[1:2] == [b"stopping"]:
+            return None
+        return int(words[0]) if words and words[0].isdigit() else 0
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None
+
+
 class EngineLost(OSError):
     """The engine took the request but stopped answering (it was stopped, killed or is
     overloaded): whether it acted on the request is unknown."""
@@ -307,11 +351,36 @@ class Client:
 
         deadline = None if wait is None else time.monotonic() + wait
         pause = 0.005
+        starting_since: float | None = None
         while True:
             try:
                 with SocketPath(self.paths.socket_file) as where:
                     sock.connect(where.path)
                 return sock
+            except (FileNotFoundError, ConnectionRefusedError):
+                # No socket, or no one listening: "no engine is serving", and its advice
+                # to start one, were said while an engine was taking back its jobs, and
+                # starting one then was refused "already serving" (tester h111).
+                pid = starting_engine(self.paths)
+                if pid is None:
+                    raise
+                now = time.monotonic()
+                if starting_since is None:
+                    starting_since = now
+                    if self.on_busy is not None:
+                        who = f" (pid {pid})" if pid else ""
+                        self.on_busy(
+                            f"the engine{who} is starting (taking back its jobs): waiting "
+                            "for it to answer"
+                        )
+                limit = wait if wait is not None else STARTING_WAIT_S
+                if now - starting_since >= limit:
+                    sock.close()
+                    raise EngineStarting(self.paths, pid, limit) from None
+                sock.close()
+                time.sleep(0.05)
+                sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+                sock.settimeout(wait)
             except BlockingIOError:
                 if deadline is not None and time.monotonic() + pause > deadline:
                     sock.close()

@@ -468,3 +468,59 @@ def test_a_socket_too_busy_to_take_a_connection_is_waited_on_then_said(tmp_path:
         server.close()
         for waiting in queued:
             waiting.close()
+
+
+def test_an_engine_holding_the_lock_that_does_not_listen_yet_is_waited_for(tmp_path: Path) -> None:
+    # While an engine took back its jobs (6 s with 20,000), every CLI call said "no engine
+    # is serving ... start one with: gpulayer-tui --serve", and starting one was refused
+    # "already serving" (tester h111). Now the call waits for it, and says so once.
+    import socket
+
+    from gpulayer_tui.client import Client
+    from gpulayer_tui.engine.lock import EngineLock
+    from gpulayer_tui.engine.paths import Paths
+
+    paths = Paths(tmp_path, tmp_path / "config.toml")
+    lock = EngineLock(paths.lock)
+    lock.acquire()  # (this process is the engine that starts)
+    try:
+        told: list[str] = []
+        client = Client(paths, timeout=20)
+        client.on_busy = told.append
+        answers: list[object] = []
+        asking = threading.Thread(target=lambda: answers.append(client.request("GET", "/health")))
+        asking.start()
+        wait_for(lambda: told)
+        assert told == [
+            f"the engine (pid {os.getpid()}) is starting (taking back its jobs): "
+            "waiting for it to answer"
+        ]
+        with socket.socket(socket.AF_UNIX) as server:  # (it listens: the call goes through)
+            server.bind(str(paths.socket_file))
+            server.listen(1)
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 2\r\n\r\n{}"
+                )
+        asking.join(timeout=20)
+        assert answers == [{}]
+        os.unlink(paths.socket_file)
+
+        # Held, and never listening: said as that, after the call's wait (exit 3).
+        env = {**os.environ, "GPULAYER_HOME": str(tmp_path), "GPULAYER_TIMEOUT": "0.5"}
+        command = [sys.executable, "-m", "gpulayer_tui", "jobs"]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 3, done.stderr
+        assert "is starting (taking back its jobs)" in done.stderr
+        assert "is not answering on its socket after 0.5 s: still starting" in done.stderr
+        assert "start one with" not in done.stderr
+
+        # One that said it is stopping is no engine: said at once, as before.
+        lock.mark_stopping()
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 3 and "no engine is serving" in done.stderr, done.stderr
+    finally:
+        lock.release()
