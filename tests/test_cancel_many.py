@@ -51,11 +51,16 @@ def test_the_api_cancels_many_ids_in_one_request_each_answered(served: Served) -
         ({"ids": [1, "2"]}, 'ids: a job id is a positive integer, not "2"'),
         ({"ids": [True]}, "ids: a job id is a positive integer, not true"),
         ({"ids": [0]}, "ids: a job id is a positive integer, not 0"),
-        ({"jobs": [1]}, 'expected {"ids": [job ids]}'),
         ([1, 2], 'expected {"ids": [job ids]}'),
+        ({}, 'expected {"ids": [job ids]}'),
     ):
         status, data = request(socket, "POST", "/v1/jobs/cancel", body)
         assert (status, data) == (400, {"error": said, "field": "ids"}), body
+    # A field it does not take is named (it was "ids" at fault: tester h111).
+    for body, field in (({"jobs": [1]}, "jobs"), ({"ids": [1], "force": True}, "force")):
+        status, data = request(socket, "POST", "/v1/jobs/cancel", body)
+        said = f"expected {{\"ids\": [job ids]}}: unknown key '{field}'"
+        assert (status, data) == (400, {"error": said, "field": field}), body
 
 
 def test_cli_cancels_thousands_of_ids_and_waits_out_an_engine_lost_midway(
@@ -98,3 +103,21 @@ def test_cli_cancels_thousands_of_ids_and_waits_out_an_engine_lost_midway(
     assert len(told) == 1300, (out_text[-500:], err_text[-500:])
     assert all(" cancelled: " in line or "was cancelled already" in line for line in told)
     wait_for(lambda: set(_statuses(served).values()) == {"cancelled"}, timeout=30)
+
+
+def test_a_chain_cancelled_by_all_its_ids_names_each_once(served: Served) -> None:
+    # `cancel A B C` of C --after B --after A named B and C as going with A, B again with
+    # its own cause, C as going with B, then as cancelled already (tester h111).
+    served.start("--simulate", "1xA100-80GB")
+    first = served.cli("submit", "--", "sleep", "600").stdout.strip()
+    second = served.cli("submit", "--after", first, "--", "true").stdout.strip()
+    third = served.cli("submit", "--after", second, "--", "true").stdout.strip()
+    out = served.cli("cancel", "--no-wait", first, second, third)
+    assert out.returncode == 0, out.stderr
+    said = out.stdout + out.stderr
+    lines = [line.removeprefix("gpulayer-tui: ") for line in said.splitlines()]
+    for job_id in (first, second, third):  # (each the subject of one line)
+        assert sum(line.startswith(f"job {job_id} ") for line in lines) == 1, said
+    assert len(lines) == 3 and "cancelled too" not in said, said
+    statuses = _statuses(served)
+    assert {statuses[int(i)] for i in (first, second, third)} == {"cancelled"}

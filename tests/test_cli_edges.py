@@ -836,6 +836,10 @@ def test_the_api_refuses_an_empty_page_a_keep_past_sqlite_and_a_batch_with_more(
     assert status == 400 and "limit must be 1 or more" in body["error"]
     status, body = request(socket_path, "POST", "/v1/clean", {"keep": 2**63})
     assert status == 400 and "keep must be a whole number" in body["error"]
+    # A key it does not take is named (the typo "older_than" was not: tester h111).
+    status, body = request(socket_path, "POST", "/v1/clean", {"keep": 3, "older_than": 2})
+    assert status == 400 and body["field"] == "older_than", body
+    assert body["error"].endswith("unknown key 'older_than'"), body
     batch = {"jobs": [{"command": ["true"]}], "extra": 1}
     status, body = request(socket_path, "POST", "/v1/jobs", batch)
     assert status == 400 and body["error"].endswith("unknown key 'extra'"), body
