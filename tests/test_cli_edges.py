@@ -331,6 +331,18 @@ def test_a_shell_line_with_a_quote_never_closed_is_refused_at_submission(
     assert ran.returncode != 0
 
 
+def test_a_batch_refused_for_an_option_is_not_blamed_on_its_first_line(
+    engine: Served, tmp_path: Path
+) -> None:
+    # "jobs.txt: line 1: --after: no job 99999": the --after came from the command line,
+    # for every line (tester h111).
+    batch = tmp_path / "jobs.txt"
+    for text in ("echo one\necho two\n", "echo one\n"):
+        batch.write_text(text)
+        out = engine.cli("submit", "--file", str(batch), "--after", "99999")
+        assert (out.returncode, out.stderr) == (2, "gpulayer-tui: --after: no job 99999\n")
+
+
 def test_a_batch_line_with_a_quote_never_closed_is_refused_by_its_line(
     engine: Served, tmp_path: Path
 ) -> None:

@@ -632,6 +632,12 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         try:
             jobs = _submit_once(client, specs, env, rows=True)
         except ApiError as err:
+            if err.field is not None and err.field != "shell" and err.field in base:
+                # An option given on the command line, for every line: "f.txt: line 1:
+                # --after: no job 99999" blamed the file's first line (tester h111).
+                where, at, rest = _by_line(str(err), args.file, numbers).partition(": line ")
+                detail = rest.partition(": ")[2] if at else where
+                raise ApiError(err.status, detail, field=err.field) from None
             said = _by_line(str(err), args.file, numbers)
             raise ApiError(err.status, said, field=err.field) from None
     else:
