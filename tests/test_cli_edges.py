@@ -1610,6 +1610,11 @@ def test_an_edit_that_changes_nothing_says_so_and_records_nothing(engine: Served
     assert engine.cli("edit", waiting, "--after", first, "--after", second).returncode == 0
     out = engine.cli("edit", waiting, "--after", second, "--after", first)
     assert out.stdout == f"job {waiting}: nothing to change (it has what was asked)\n"
+    # 0 GPUs asked of a job with none set: "gpus 0 -> 0" was said and recorded (h110).
+    cpu = _submit(engine, "--after", blocker, "--", "true")
+    out = engine.cli("edit", cpu, "--gpus", "0")
+    assert out.stdout == f"job {cpu}: nothing to change (it has what was asked)\n"
+    assert "edited" not in engine.cli("status", cpu).stdout
     real = engine.cli("edit", waiting, "--priority", "2", "--json")
     assert real.returncode == 0 and json.loads(real.stdout)["changed"] is True
     said = engine.cli("status", waiting).stdout

@@ -668,6 +668,10 @@ class Engine:
         if "replicas" in changes and act.job.kind is not JobKind.SERVICE:
             # (A waiting service's copies: it was cancel and submit again, a new id.)
             raise SpecError(f"replicas: job {job_id} is not a service", "replicas")
+        if changes.get("gpus") == 0 and not act.job.spec.get("gpus"):
+            # (none set is 0 GPUs: "gpus 0 -> 0" was said, and a timeline entry written:
+            # tester h110)
+            changes = {key: value for key, value in changes.items() if key != "gpus"}
         if changes.get("gpus") == 0 and "vram_gb" not in changes and act.spec.vram_gb:
             # (a GPU job made a CPU one: its VRAM per GPU no longer applies; refused, it
             # could not be undone, as vram_gb 0 is no value)
