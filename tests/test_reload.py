@@ -97,6 +97,20 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
     changes = (await engine.config_reload.reload())["changes"]
     assert "history.keep_jobs: unset -> 50" in changes and "notify.url" in changes, changes
     assert not [c for c in changes if "secret" in c], changes
+    # A table of named tables, table by table ("users" alone: tester h111).
+    kept = BASE + "[cpu]\nslots = 2\n[logs]\nmax_bytes = 65536\n[history]\nkeep_jobs = 50\n"
+    kept += '[notify]\nurl = "https://hooks.example/T0/secret"\n'
+    paths.config_file.write_text(kept + "[users.root]\nmax_gpus = 1\n")
+    assert (await engine.config_reload.reload())["changes"] == ["users.root added"]
+    paths.config_file.write_text(
+        kept + "[users.root]\nmax_gpus = 2\n[users.nobody]\nmax_gpus = 1\n"
+    )
+    assert (await engine.config_reload.reload())["changes"] == [
+        "users.nobody added",
+        "users.root.max_gpus: 1 -> 2",
+    ]
+    paths.config_file.write_text(kept + "[users.nobody]\nmax_gpus = 1\n")
+    assert (await engine.config_reload.reload())["changes"] == ["users.root removed"]
     # Two errors: one log record, one line, that says a restart would refuse the file
     # (the second error went to the log bare: tester h90).
     caplog.set_level(logging.WARNING, "gpulayer_tui.engine.reload")

@@ -73,7 +73,20 @@ def _section_changes(name: str, old: Any, new: Any) -> list[str]:
     """What changed in section ``name``: ``logs.max_bytes: 1073741824 -> 65536`` for each
     plain setting (the log said only "history" of a new keep_jobs: tester h81), the
     setting's name alone where its value is a table or not to be said, the section's name
-    where it is not a table of settings."""
+    where it is not a table of settings. A table of named tables (``[users.NAME]``) is
+    said table by table: added, removed, or its settings as above (a new limit read
+    "users" alone: tester h111)."""
+    if isinstance(old, dict) and isinstance(new, dict) and name not in _VALUES_UNSAID:
+        out = []
+        for key in sorted(set(old) | set(new), key=str):
+            label = f"{name}.{printable(str(key))}"
+            if key not in old:
+                out.append(f"{label} added")
+            elif key not in new:
+                out.append(f"{label} removed")
+            elif old[key] != new[key]:
+                out += _section_changes(label, old[key], new[key])
+        return out or [name]
     if not isinstance(old, BaseModel) or not isinstance(new, BaseModel):
         return [name]
     said = []
