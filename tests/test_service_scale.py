@@ -378,3 +378,32 @@ async def test_a_scale_down_goes_on_down_while_the_last_ones_stop(
     assert not any(svc.id in engine.scheduler.domains[f"gpu{i}"].holdings for i in (1, 2))
     await engine.cancel(svc.id)
     await engine.wait(svc.id, timeout=20)
+
+
+async def test_each_removed_replica_gives_its_gpu_back_as_it_ends(
+    make_engine: EngineFactory,
+) -> None:
+    # Replicas 2 and 3 ended at their SIGTERM, replica 1 at its SIGKILL seconds later,
+    # and only then were all three GPUs given back; a job waiting for two read "all GPU
+    # slots busy" meanwhile (tester h109). Replica 1 here ignores SIGTERM; 2 and 3 end.
+    engine = await make_engine("4xA100-80GB", config=make_config(engine={"grace_period": 30.0}))
+    script = "if [ \"$GPULAYER_REPLICA\" = 1 ]; then trap '' TERM; fi; sleep 600 & wait"
+    svc = await engine.submit(_service(["sh", "-c", script], port=False, gpus=1, replicas=4))
+    await eventually(lambda: all(r.pid is not None for r in _live(engine, svc.id).replicas))
+    stubborn = _live(engine, svc.id).replicas[1]
+    pair = await engine.submit({"command": ["sleep", "600"], "gpus": 2})
+    assert pair.status is JobStatus.QUEUED
+    await engine.edit(svc.id, {"replicas": 1})
+    started = await eventually(
+        lambda: (j := engine.book.get(pair.id).job).status is JobStatus.RUNNING and j, timeout=20
+    )
+    assert sorted(started.domains) == ["gpu2", "gpu3"]
+    live = _live(engine, svc.id)
+    assert [r.index for r in live.replicas] == [0, 1] and live.replicas[1].state is R.STOPPING
+    assert live.domains == ["gpu0", "gpu1"] and not pid_gone(stubborn.pid)
+    said = await _edited(engine, svc.id)
+    assert said[-1] == "scaled down to 1: replicas 2, 3 ended; gpu2, gpu3 given back", said
+    with pytest.raises(JobNotActive, match=r"still stopping replica 1 of .* \(SIGKILL at "):
+        await engine.edit(svc.id, {"replicas": 2})
+    await engine.cancel(svc.id)
+    await engine.cancel(pair.id)

@@ -250,9 +250,12 @@ class ServiceRunner:
             return f"is being placed again ({runtime.replacing}): try again in a moment"
         leaving = [r.index for r in job.replicas if r.index >= spec.replica_count]
         if leaving and count > spec.replica_count:
+            by = ""
+            if job.kill_at is not None:  # (when to try again, at the latest: tester h109)
+                by = f" (SIGKILL at {time.strftime('%H:%M:%S', time.localtime(job.kill_at))})"
             return (
                 f"is still stopping {_replicas_said(leaving)} of its last scale-down: "
-                f"try again once {'it has' if len(leaving) == 1 else 'they have'} ended"
+                f"try again once {'it has' if len(leaving) == 1 else 'they have'} ended{by}"
             )
         return None
 
@@ -359,16 +362,25 @@ class ServiceRunner:
         return said
 
     def _drop_removed(self, act: ActiveJob) -> None:
-        """Once the replicas a scale-down removed have no process left: they leave the
-        service's record, and the domains only they held are given back."""
+        """The replicas a scale-down removed leave the service's record as their
+        processes end, from the highest down (``job.replicas`` stays indexed by replica),
+        and the domains only they held are given back then: a GPU freed by one that
+        ended waited for the slowest of the others (tester h109). The pool's slots are
+        given back once all have ended."""
         job, spec = act.job, act.spec
         if spec is None:
             return
         count = spec.replica_count
-        leaving = [r for r in job.replicas if r.index >= count]
-        if not leaving or any(r.state.has_process for r in leaving):
+        leaving: list[Replica] = []
+        while (
+            job.replicas
+            and job.replicas[-1].index >= count
+            and not job.replicas[-1].state.has_process
+        ):
+            leaving.append(job.replicas.pop())
+        if not leaving:
             return
-        job.replicas = [r for r in job.replicas if r.index < count]
+        leaving.reverse()
         runtime = self._runtimes.get(job.id)
         if runtime is not None:
             runtime.removed_runs.update((r.index, r.launches) for r in leaving)
@@ -377,12 +389,14 @@ class ServiceRunner:
         for dom in freed:
             dom.unhold(job.id)
         act.holds = [d for d in act.holds if d.name in kept]
+        done = not any(r.index >= count for r in job.replicas)
         for dom in act.holds:
-            if not dom.is_gpu and act.request is not None:  # (the pool: fewer slots)
+            if done and not dom.is_gpu and act.request is not None:  # (the pool: fewer slots)
                 dom.hold(job.id, None, act.request.exclusive, act.request.slots_on(dom))
         job.domains = [d.name for d in act.holds]
         job.gpus = [d.gpu_index for d in act.holds if d.gpu_index is not None]
-        job.kill_at = None
+        if done:
+            job.kill_at = None
         gone = _replicas_said([r.index for r in leaving])
         given = f"; {', '.join(d.name for d in freed)} given back" if freed else ""
         job.message = self._summary(job)
