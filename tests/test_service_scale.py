@@ -272,6 +272,42 @@ def test_cli_scales_a_running_service(served: Served) -> None:
     assert served.cli("cancel", job_id, busy.stdout.strip()).returncode == 0
 
 
+def test_following_a_replica_ends_when_a_scale_down_removes_it(served: Served) -> None:
+    # `logs ID --replica 1 -f` printed the SIGTERM line, then waited, silent, for the
+    # whole service's end (tester h109).
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    served.start("--simulate", "2xA100-80GB")
+    line = "while true; do echo r=$GPULAYER_REPLICA; sleep 0.2; done"
+    svc = served.cli("submit", "--service", "--no-port", "--replicas", "2", "--shell", "--", line)
+    job_id = svc.stdout.strip()
+    wait_for(lambda: "2/2 up" in served.cli("status", job_id).stdout, timeout=30)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui", "logs", job_id, "--replica", "1", "-f"],
+        env=served.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert served.cli("edit", job_id, "--replicas", "1").returncode == 0
+        out, err = follow.communicate(timeout=30)
+    finally:
+        follow.kill()
+    assert "r=1" in out, (out, err)
+    assert follow.returncode == 0, err
+    assert err == (
+        f"gpulayer-tui: replica 1 of job {job_id} was removed by a scale-down (it has 1 now): "
+        "its output ends here\n"
+    )
+    assert "1/1 up" in served.cli("status", job_id).stdout  # (the service runs on)
+    assert served.cli("cancel", job_id).returncode == 0
+
+
 async def test_a_replica_added_that_cannot_start_backs_off_and_the_others_run_on(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

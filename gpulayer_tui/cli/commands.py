@@ -841,6 +841,8 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             if not written:
                 # (it printed nothing at all: a job with no output yet read the same)
                 return _no_output(client, args)
+            if args.follow and args.replica:
+                _say_replica_removed(client, args)
             return EXIT_OK
         except StreamIdle:
             if tail is not None and "x-log-offset" in headers:
@@ -903,6 +905,18 @@ def _output_after(headers: dict[str, str], asked: int, got: int) -> int:
     a cut log's note is not output."""
     start = int(headers.get("x-log-offset", asked))
     return start + max(0, got - int(headers.get("x-log-note", 0)))
+
+
+def _say_replica_removed(client: Client, args: argparse.Namespace) -> None:
+    """A followed replica's output ended while its service runs on: a scale-down removed
+    it (the follow ended with no word, exit 0: tester h109)."""
+    job = client.job(args.job)["job"]
+    count = (job.get("spec") or {}).get("replicas", 1)
+    if job["status"] == "running" and isinstance(count, int) and args.replica >= count:
+        _error(
+            f"replica {args.replica} of job {args.job} was removed by a scale-down (it has "
+            f"{count} now): its output ends here"
+        )
 
 
 def _no_output(client: Client, args: argparse.Namespace) -> int:

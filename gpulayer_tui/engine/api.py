@@ -1153,7 +1153,9 @@ async def logs(request: web.Request) -> web.StreamResponse:
             response.headers["X-Log-Size"] = str(first.size)
         await response.prepare(request)
         try:
-            await _send_log(request, engine, job_id, path, first, follow, response, allowed)
+            await _send_log(
+                request, engine, job_id, path, first, follow, response, allowed, replica
+            )
         except LogUnreadable as err:
             # No end of stream (it read as the job's end: `logs -f ID && next` went on):
             # the reader asks again and is told why.
@@ -1182,6 +1184,7 @@ async def _send_log(
     follow: bool,
     response: web.StreamResponse,
     allowed: Callable[[], bool] = lambda: True,
+    replica: int | None = None,
 ) -> None:
     if first.data:
         await _write(request, response, first.data)
@@ -1207,7 +1210,7 @@ async def _send_log(
             # (removed under the reader, by `clean` or by hand: read as its end, `logs`
             # had part of it and exited 0, and `logs -f` stopped with no word)
             raise LogUnreadable(f"{path.name} is missing (removed from jobs/)")
-        if last or not follow or not (await engine.get(job_id)).status.is_active:
+        if last or not follow or _output_ended(await engine.get(job_id), replica):
             if last or not follow:
                 break
             last = True  # (one last read: output written just before the exit)
@@ -1217,6 +1220,18 @@ async def _send_log(
         except TimeoutError:
             pass
     await response.write_eof()
+
+
+def _output_ended(job: Job, replica: int | None) -> bool:
+    """Whether a followed log has no more to come: its job has ended, or the replica is
+    one a scale-down removed and has ended (its follow waited, silent, for the whole
+    service's end: tester h109)."""
+    if not job.status.is_active:
+        return True
+    if replica is None:
+        return False
+    removed = replica >= int(job.spec.get("replicas", 1))
+    return removed and all(r.index != replica for r in job.replicas)
 
 
 class _QuietBadRequests(logging.Filter):
