@@ -443,3 +443,25 @@ async def test_each_removed_replica_gives_its_gpu_back_as_it_ends(
         await engine.edit(svc.id, {"replicas": 2})
     await engine.cancel(svc.id)
     await engine.cancel(pair.id)
+
+
+async def test_a_replica_scaled_away_in_back_off_leaves_after_the_scales_entry(
+    make_engine: EngineFactory,
+) -> None:
+    # "scaled down to 1: replica 1 ended" came before the "scaled: replicas 2 -> 1" that
+    # caused it (tester h109).
+    engine = await make_engine("2xA100-80GB")
+    script = 'if [ "$GPULAYER_REPLICA" = 1 ]; then exit 7; fi; exec sleep 600'
+    svc = await engine.submit(_service(["sh", "-c", script], port=False, gpus=1, replicas=2))
+    await eventually(lambda: _live(engine, svc.id).replicas[1].state is R.BACKOFF, timeout=20)
+    await engine.edit(svc.id, {"replicas": 1})
+    said = await _edited(engine, svc.id)
+    assert said[-2:] == [
+        "scaled: replicas 2 -> 1 (replica 1 removed)",
+        "scaled down to 1: replica 1 ended; gpu1 given back",
+    ], said
+    assert [r.index for r in _live(engine, svc.id).replicas] == [0]
+    await engine.store.flush()
+    stored = await engine.store.get_job(svc.id)
+    assert stored is not None and [r.index for r in stored.replicas] == [0]
+    await engine.cancel(svc.id)

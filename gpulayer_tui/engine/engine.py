@@ -809,6 +809,7 @@ class Engine:
         record.made(act.job)
         self.store.save_edit(act.job)
         self.book.record(act, EventKind.EDITED, {"message": f"scaled: {said}"})
+        self.services.scaled(act)
         await self.store.flush()
         return act.job
 

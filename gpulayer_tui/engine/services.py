@@ -358,8 +358,15 @@ class ServiceRunner:
             self._book.after_commit(
                 functools.partial(self._signal_replicas, job.id, stopping, grace)
             )
-        self._settle(act)
-        return said
+        return said  # (those with no process leave in :meth:`scaled`, after the entry)
+
+    def scaled(self, act: ActiveJob) -> None:
+        """After a scale's own timeline entry: replicas it removed that had no process
+        (waiting in back-off) leave now. Dropped during the scale, their "scaled down
+        to 1: replica 1 ended" came before the "scaled: replicas 2 -> 1" that caused it
+        (tester h109)."""
+        if act.job.id in self._runtimes:
+            self._settle(act)
 
     def _drop_removed(self, act: ActiveJob) -> None:
         """The replicas a scale-down removed leave the service's record as their
