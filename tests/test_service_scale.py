@@ -465,3 +465,24 @@ async def test_a_replica_scaled_away_in_back_off_leaves_after_the_scales_entry(
     stored = await engine.store.get_job(svc.id)
     assert stored is not None and [r.index for r in stored.replicas] == [0]
     await engine.cancel(svc.id)
+
+
+async def test_a_replica_added_back_keeps_counting_its_restarts(
+    make_engine: EngineFactory,
+) -> None:
+    # Scaled away and back, a crash-looping replica started over at "restart #1", so it
+    # could dodge max_restarts (tester h109).
+    engine = await make_engine("2xA100-80GB")
+    script = 'if [ "$GPULAYER_REPLICA" = 1 ]; then exit 7; fi; exec sleep 600'
+    svc = await engine.submit(
+        _service(["sh", "-c", script], port=False, gpus=1, replicas=2, max_restarts=50)
+    )
+    await eventually(lambda: _live(engine, svc.id).replicas[1].restarts >= 1, timeout=20)
+    await eventually(lambda: _live(engine, svc.id).replicas[1].state is R.BACKOFF, timeout=20)
+    had = _live(engine, svc.id).replicas[1].restarts
+    await engine.edit(svc.id, {"replicas": 1})
+    await eventually(lambda: len(_live(engine, svc.id).replicas) == 1, timeout=20)
+    await engine.edit(svc.id, {"replicas": 2})
+    assert _live(engine, svc.id).replicas[1].restarts == had
+    await eventually(lambda: _live(engine, svc.id).replicas[1].restarts > had, timeout=20)
+    await engine.cancel(svc.id)

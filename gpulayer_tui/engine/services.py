@@ -228,7 +228,7 @@ class ServiceRunner:
         job = act.job
         kept = [r for r in job.replicas if r.index < count]
         runtime = self._runtimes.setdefault(job.id, ServiceRuntime())
-        runtime.removed_runs.update((r.index, r.launches) for r in job.replicas[count:])
+        runtime.remember_removed(job.replicas[count:])
         added = [self._added_replica(job.id, index) for index in range(len(kept), count)]
         job.replicas = kept + added
         act.ran_on = frozenset(name for r in kept for name in r.domains if name in act.ran_on)
@@ -327,6 +327,8 @@ class ServiceRunner:
         replica = Replica(index)
         runtime = self._runtimes.get(job_id)
         runs = runtime.removed_runs.pop(index, 0) if runtime is not None else 0
+        if runtime is not None and index in runtime.removed_restarts:
+            replica.restarts, replica.backoff_step = runtime.removed_restarts.pop(index)
         if not runs and self._executor.log_path((job_id, index)).exists():
             runs = 1  # (their keys were forgotten at the start: see Engine)
         replica.launches = runs
@@ -390,7 +392,7 @@ class ServiceRunner:
         leaving.reverse()
         runtime = self._runtimes.get(job.id)
         if runtime is not None:
-            runtime.removed_runs.update((r.index, r.launches) for r in leaving)
+            runtime.remember_removed(leaving)
         kept = {name for r in job.replicas for name in r.domains}
         freed = [d for d in act.holds if d.name not in kept]
         for dom in freed:
