@@ -72,7 +72,7 @@ def starting_engine(paths: Paths) -> int | None:
     import os
 
     try:
-        fd = os.open(paths.lock, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(paths.lock_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
         return None
     try:

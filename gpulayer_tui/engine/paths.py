@@ -84,7 +84,12 @@ class Paths:
     @property
     def lock(self) -> Path:
         """The lock file that makes one engine per state dir."""
-        return self._path(os.path.join(self._state, "engine.lock"))
+        return self._path(self.lock_file)
+
+    @property
+    def lock_file(self) -> str:
+        """The lock file, as a string (the CLI's client looks at it without pathlib)."""
+        return os.path.join(self._state, "engine.lock")
 
     @property
     def jobs_dir(self) -> Path:
