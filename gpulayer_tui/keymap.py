@@ -25,7 +25,7 @@ binding (and the footer shows "New job" again); ``esc`` ends the search.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from textual.binding import Binding
 
@@ -203,7 +203,14 @@ KEYMAP: tuple[Key, ...] = (
     ),
     Key("s", "cycle_status(1)", "Status filter", ("jobs",), footer="Status"),
     Key("S,shift+s", "cycle_status(-1)", "Status filter back", ("jobs",), show=False, display="S"),
-    Key("escape", "clear_filter", "Clear filter", ("jobs",), display="esc", footer="Clear"),
+    Key(
+        "escape",
+        "clear_filter",
+        "Clear filter (with none set: unmark every job)",
+        ("jobs",),
+        display="esc",
+        footer="Clear",
+    ),
     # Down and enter leave the filter line before the next key is routed (as plain
     # bindings they ran once the line's message reached the screen, and "logger", enter,
     # "j" filtered "loggerj": tester h56); in the table they skip, and do what they do there.
@@ -370,9 +377,26 @@ def keys_of(scope: str) -> list[Key]:
     return [k for k in KEYMAP if scope in k.scopes]
 
 
+ON_JOBS_TABLE = frozenset({"toggle_mark", "mark_shown"})
+"""Jobs-screen actions bound on the jobs table itself, run on the screen (``screen.``):
+as the screen's own bindings they ran once the key had bubbled back up, after the
+table's ``j``/``k`` typed later, and "space j space" typed in one burst marked rows 2
+and 3 (tester h112); as a priority binding, ahead of the ``j`` typed before. The table
+runs its own bindings as each key reaches it (:class:`~.widgets.own_keys.OwnKeys`)."""
+
+
 def bindings(scope: str) -> list[Binding]:
     """The Textual bindings of one scope (a screen's or table's ``BINDINGS``)."""
-    return [k.binding() for k in keys_of(scope)]
+    return [k.binding() for k in keys_of(scope) if k.action not in ON_JOBS_TABLE]
+
+
+def jobs_table_bindings() -> list[Binding]:
+    """The jobs table's bindings of :data:`ON_JOBS_TABLE` actions (run on its screen)."""
+    out = []
+    for key in keys_of("jobs"):
+        if key.action in ON_JOBS_TABLE:
+            out.append(replace(key.binding(), action=f"screen.{key.action}"))
+    return out
 
 
 def key_names(key: Key) -> list[str]:

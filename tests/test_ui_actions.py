@@ -702,3 +702,16 @@ def test_a_duration_takes_each_unit_once_largest_first(typed: str) -> None:
     with pytest.raises(FieldError, match=r"each unit once, largest first \(1d2h30m\)"):
         parse_duration("timeout", typed)
     assert parse_duration("timeout", "1m 30s") == 90  # (spaced, in order: fine)
+
+
+def test_the_dependents_note_of_several_marked_jobs_says_one_of_them() -> None:
+    # "Job 507 waits for it to complete" with two marked: "it" was neither (tester h112).
+    from gpulayer_tui.screens.actions import dependents_note
+
+    rows: dict[int, Any] = {7: {"name": "chainC"}}
+    assert dependents_note([7], rows) == (
+        "Job 7 (chainC) waits for it to complete: it is cancelled too."
+    )
+    assert dependents_note([7], rows, cancelled=2) == (
+        "Job 7 (chainC) waits for one of them to complete: it is cancelled too."
+    )

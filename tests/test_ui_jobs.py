@@ -156,7 +156,7 @@ async def test_marked_jobs_are_cancelled_together_and_the_rest_go_on(ui_app: Any
         assert table.cursor_job_id == jobs[0]["id"]  # (each space moved down)
         assert cell(table, jobs[2]["id"], "name") == "● sleeper-2"
         assert cell(table, jobs[0]["id"], "name") == "sleeper-0"
-        assert count().startswith("2 marked (c cancels, esc unmarks)")
+        assert count().startswith("2 marked · ")
         # A job that ended is not marked: it says why.
         await pilot.press("down", "space")
         said = f"job {ended['id']} already completed"
@@ -1815,3 +1815,35 @@ async def test_the_forms_priority_0_is_asked_for(ui_app: Any) -> None:
         assert "priority" not in form.build_spec()
         await fill(pilot, form, "priority", "0")
         assert form.build_spec()["priority"] == 0
+
+
+async def test_marks_follow_the_keys_typed_and_star_leaves_hidden_marks_alone() -> None:
+    # "space j space" typed in one burst marked rows 2 and 3 (the j overtook the first
+    # space); "*" with nothing active shown, or all shown marked, took every mark away,
+    # those a filter hid too (tester h112).
+    app = _static_app()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        table = table_of(app)
+        await until(pilot, lambda: table.row_count == 10, "the rows")
+        await pilot.press("g", "j", "j")
+        assert table.cursor_job_id == 12
+        for key, char in [("space", " "), ("j", "j"), ("space", " ")]:
+            app.post_message(events.Key(key, char))
+        await until(pilot, lambda: len(table.marked) == 2, "two marks")
+        assert table.marked == [12, 10]
+        await pilot.press("slash", *"train", "enter")
+        await until(pilot, lambda: table.row_count == 3, "the train jobs alone")
+        await pilot.press("asterisk")  # (11 added: not all shown were marked)
+        assert sorted(table.marked) == [10, 11, 12]
+        await pilot.press("asterisk")  # (all shown marked: those shown unmarked)
+        assert table.marked == [12]
+        await pilot.press("escape")
+        await until(pilot, lambda: table.row_count == 10, "every row again")
+        for _ in range(5):
+            await pilot.press("s")
+        await until(pilot, lambda: table.status_filter == "completed", "completed")
+        await pilot.press("asterisk")
+        said = "no waiting or running job is shown"
+        await until(pilot, lambda: any(n.message == said for n in app._notifications), said)
+        assert table.marked == [12]

@@ -177,15 +177,16 @@ def ask_to_cancel_many(
         )
         return
     ids = [int(job["id"]) for job in active]
+    title = f"cancel {len(ids)} marked job{'' if len(ids) == 1 else 's'}"  # ("1 jobs": h112)
 
     async def cancel() -> None:
         try:
             answers = await app.backend.cancel_many(ids)
         except BackendError as err:
-            ui.notify(str(err), title=f"cancel {len(ids)} jobs", severity="error")
+            ui.notify(str(err), title=title, severity="error")
             return
         done: list[int] = []
-        cancelled = stopping = ended = 0
+        cancelled = stopping = went = ended = 0
         refused: list[str] = []
         for answer in answers:
             if "error" not in answer:
@@ -195,13 +196,20 @@ def ask_to_cancel_many(
                 else:
                     stopping += 1
             elif answer.get("status") == 409:
-                done.append(int(answer["id"]))  # (it ended meanwhile: nothing to cancel)
-                ended += 1
+                done.append(int(answer["id"]))  # (nothing left to cancel)
+                if (answer.get("job") or {}).get("status") == "cancelled":
+                    # (with a marked job it waited for, in this very request: it was said
+                    # to have "ended before the cancel": tester h112)
+                    went += 1
+                else:
+                    ended += 1
             else:
                 refused.append(str(answer.get("error", answer.get("id"))))
         said = [f"{cancelled} cancelled"] if cancelled else []
         if stopping:
             said.append(f"{stopping} stopping (SIGTERM, then SIGKILL)")
+        if went:
+            said.append(f"{went} cancelled already (with a job waited for, or before)")
         if ended:
             said.append(f"{ended} ended before the cancel")
         then(done)
@@ -209,11 +217,11 @@ def ask_to_cancel_many(
             first = refused[0] + (f" (and {len(refused) - 1} more)" if len(refused) > 1 else "")
             ui.notify(
                 ", ".join([*said, f"{len(refused)} refused: {first}"]),
-                title=f"cancel {len(ids)} jobs",
+                title=title,
                 severity="error",
             )
         else:
-            ui.notify(", ".join(said), title=f"cancel {len(ids)} jobs")
+            ui.notify(", ".join(said), title=title)
 
     def answered(yes: bool | None) -> None:
         if yes:
@@ -223,7 +231,9 @@ def ask_to_cancel_many(
     listed = ", ".join(named[:MARKED_SHOWN])
     if len(named) > MARKED_SHOWN:
         listed += f" and {len(named) - MARKED_SHOWN} more"
-    running = sum(job.get("status") == "running" for job in active)
+    # (one stopping already was said to get SIGTERM: it has had it: tester h112)
+    running = sum(job.get("status") == "running" and not job.get("kill_at") for job in active)
+    stopping = sum(job.get("status") == "running" and bool(job.get("kill_at")) for job in active)
     what = (
         f" The {running} running get SIGTERM, then SIGKILL."
         if running > 1
@@ -231,6 +241,8 @@ def ask_to_cancel_many(
         if running
         else ""
     )
+    if stopping:
+        what += f" {stopping} {'is' if stopping == 1 else 'are'} stopping already."
     gone = len(jobs) - len(active)
     ended_note = f" ({gone} marked ended already.)" if gone else ""
     dialog = ConfirmScreen(
@@ -250,21 +262,24 @@ def ask_to_cancel_many(
                 return
             dependents += [i for i in detail["job"].get("cancels_dependents") or [] if i not in ids]
         if dependents:
-            dialog.add_note(dependents_note(list(dict.fromkeys(dependents)), app.job_store.jobs))
+            note = dependents_note(list(dict.fromkeys(dependents)), app.job_store.jobs, len(ids))
+            dialog.add_note(note)
 
     _run(ui, say_dependents, "cancel-dependents-marked", exclusive=True)
 
 
-def dependents_note(ids: list[int], rows: dict[int, JobRowJSON]) -> str:
-    """What the cancel dialog says of the waiting jobs a cancel takes with it."""
+def dependents_note(ids: list[int], rows: dict[int, JobRowJSON], cancelled: int = 1) -> str:
+    """What the cancel dialog says of the waiting jobs a cancel takes with it (of
+    ``cancelled`` jobs: with several, "one of them", not "it": tester h112)."""
     shown = [f"{i} ({rows[i]['name']})" if i in rows else str(i) for i in ids[:8]]
     more = f" and {len(ids) - 8} more" if len(ids) > 8 else ""
     noun, verb = ("Job", "waits") if len(ids) == 1 else ("Jobs", "wait")
     pronoun = "it is" if len(ids) == 1 else "they are"
     # (those waiting through another were said to wait for it: tester h103)
     chain = " (directly or through one another)" if len(ids) > 1 else ""
+    whom = "it" if cancelled == 1 else "one of them"
     return (
-        f"{noun} {', '.join(shown)}{more} {verb}{chain} for it to complete: {pronoun} "
+        f"{noun} {', '.join(shown)}{more} {verb}{chain} for {whom} to complete: {pronoun} "
         "cancelled too."
     )
 

@@ -198,8 +198,9 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             )
         marked = len(table.marked)
         if marked:
-            # (marks can sit on rows a filter hides: the count says they are there)
-            count = f"{marked:,} marked (c cancels, esc unmarks) · {count}"
+            # (marks can sit on rows a filter hides: the count says they are there; the
+            # keys are in help: at 80 columns they pushed the filter and sort out: h112)
+            count = f"{marked:,} marked · {count}"
         self.query_one("#jobs-count", Label).update(count)
         self._say_when_empty()
         self.refresh_bindings()  # (enter and c, R, e: the view may have emptied or filled)
@@ -390,7 +391,8 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         confirmation)."""
         table = self.table
         if table.marked:
-            jobs = [job for job in map(table.job, table.marked) if job is not None]
+            ordered = table.in_table_order(table.marked)
+            jobs = [job for job in map(table.job, ordered) if job is not None]
             ask_to_cancel_many(self, jobs, self._unmark)
             return
         job = self._cursor_job()
@@ -425,13 +427,24 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
 
     def action_mark_shown(self) -> None:
         """Mark every waiting or running job the view shows (filter first: ``/`` and
-        ``s``), or unmark them all when each is marked already."""
+        ``s``), or unmark those when each is marked already; marks the view hides stay
+        (every mark went, those a filter hid too, unsaid: tester h112)."""
         table = self.table
-        if not table.mark_shown():
-            if table.marked:
-                table.clear_marks()
-            else:
-                self.app.notify("no waiting or running job is shown", severity="warning")
+        shown = table.shown_active()
+        if not shown:
+            self.app.notify("no waiting or running job is shown", severity="warning")
+            return
+        marked = set(table.marked)
+        unmark = all(job_id in marked for job_id in shown)
+        for job_id in shown:
+            table.set_marked(job_id, not unmark)
+        if not unmark and view_of(self).job_feed.known_more:
+            # (only the rows loaded: the oldest active jobs went unmarked, unsaid: h112)
+            self.app.notify(
+                f"{len(shown):,} shown marked; older jobs are not loaded yet (G loads "
+                "them, or s shows the active ones alone)",
+                severity="warning",
+            )
         self._update_bar()
 
     def _cursor_job(self) -> JobRowJSON | None:

@@ -160,7 +160,10 @@ class JobTable(OwnKeys, DataTable[Any]):
     JobTable > .jobtable--marked { color: $accent; text-style: bold; }
     """
 
-    BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings(keymap.TABLE))
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *keymap.bindings(keymap.TABLE),
+        *keymap.jobs_table_bindings(),  # (marks: in the order typed, see keymap)
+    ]
 
     _column_order: tuple[int, list[Column]] | None = None
     """Cache of :attr:`ordered_columns` (a class default: DataTable asks during __init__)."""
@@ -318,14 +321,21 @@ class JobTable(OwnKeys, DataTable[Any]):
             self._update_row(job)
         return True
 
-    def mark_shown(self) -> int:
-        """Mark every active job the view shows (the loaded rows); how many it added."""
-        added = 0
-        for row_key in list(self.rows):
-            job_id = None if row_key.value is None else int(row_key.value)
-            if job_id is not None and job_id not in self._marked:
-                added += self.set_marked(job_id, True)
-        return added
+    def shown_active(self) -> list[int]:
+        """The waiting or running jobs the view shows (the loaded rows), in table order."""
+        shown = []
+        for row_key in self.rows:
+            job = None if row_key.value is None else self._jobs.get(int(row_key.value))
+            if job is not None and job.get("status") in ACTIVE_STATUSES:
+                shown.append(int(job["id"]))
+        return shown
+
+    def in_table_order(self, job_ids: Iterable[int]) -> list[int]:
+        """``job_ids`` as the table lists them; those it does not show (a filter hides
+        them) after, in the order given."""
+        wanted = list(job_ids)
+        rows = {int(k.value): i for i, k in enumerate(self.rows) if k.value is not None}
+        return sorted(wanted, key=lambda j: (j not in rows, rows.get(j, 0)))
 
     def clear_marks(self) -> None:
         """Unmark every job."""
