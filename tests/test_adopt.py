@@ -548,6 +548,27 @@ async def test_an_idle_engine_notes_it_is_alive_so_a_kill_is_placed_later(
     await second.close()
 
 
+async def test_a_busy_engine_notes_it_is_alive_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Woken more often than the note was due (its writes rows, not events), it never
+    # noted it: an adopted process that ended while no engine ran got 0 s (tester h112).
+    from gpulayer_tui import __version__
+    from gpulayer_tui.engine import store as store_module
+    from gpulayer_tui.engine.store import SEEN_RUN_SETTING, Store
+
+    monkeypatch.setattr(store_module, "ALIVE_NOTE_S", 0.3)
+    store = Store(tmp_path / "state.db", lambda _event: None)
+    await store.open(__version__, os.getpid())
+
+    async def noted_while_busy() -> bool:
+        store.save_setting("busy", time.monotonic_ns())  # (a write: it wakes the writer)
+        return await store.setting(SEEN_RUN_SETTING) == store.run_id
+
+    await eventually(noted_while_busy, timeout=5, interval=0.05)
+    await store.close()
+
+
 def test_cli_adopt(served: Served, spawn: list[subprocess.Popen[bytes]]) -> None:
     served.start("--simulate", "2xA100-80GB")
     proc = start(spawn, "sleep", "600")

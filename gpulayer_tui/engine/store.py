@@ -632,6 +632,7 @@ class Store:
         self._inflight: list[_Write] = []  # the batch being committed now
         self._next_event_id = 0
         self._wake = asyncio.Event()
+        self._alive_due = 0.0  # (monotonic: when this run next notes that it is alive)
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
         self._closed = asyncio.Event()
@@ -921,10 +922,19 @@ class Store:
                     pass
                 self._retry_delay = min(self._retry_delay * 2, RETRY_MAX_S)
             else:
+                # Due every ALIVE_NOTE_S, busy or idle: woken more often than that, a
+                # busy engine never noted it (its writes were rows, not events), and an
+                # adopted process that ended while none ran got 0 s of runtime (h112).
+                now = time.monotonic()
+                if not self._alive_due:
+                    self._alive_due = now + ALIVE_NOTE_S
                 try:
-                    async with asyncio.timeout(ALIVE_NOTE_S):
+                    async with asyncio.timeout(max(0.0, self._alive_due - now)):
                         await self._wake.wait()
                 except TimeoutError:
+                    pass
+                if time.monotonic() >= self._alive_due:
+                    self._alive_due = time.monotonic() + ALIVE_NOTE_S
                     self._note_alive()
                 # Let what is already scheduled on the loop run first (the scheduling
                 # pass after a job's end, say), so it joins this commit instead of
