@@ -765,3 +765,33 @@ async def test_a_service_placed_again_keeps_its_usage_across_the_move_and_a_rest
     assert kept is not None  # (it was gone: its next placement started from nothing)
     assert kept.summary()["samples"] == waiting["samples"] >= moved["samples"]
     await again.cancel(service.id)
+
+
+def test_an_older_jobs_energy_never_reads_less_right_after_an_engine_sigkill(
+    served: Served,
+) -> None:
+    # The saved record alone was served until the first sample: less than before the
+    # kill, which a Prometheus counter takes for a reset, counting the whole job's
+    # energy again (tester h113). Its time since the record is booked as it starts.
+    import json
+
+    served.home.mkdir(mode=0o700, exist_ok=True)
+    (served.home / "config.toml").write_text(
+        "[engine]\nsample_interval = 1\n[usage]\nsave_interval = 4\npoint_interval = 1\n"
+    )
+    served.start("--simulate", "1xA100-80GB")
+    job_id = served.cli("submit", "--gpus", "1", "--", "sleep", "600").stdout.strip()
+
+    def usage() -> dict[str, Any]:
+        answer = served.cli("status", job_id, "--json")
+        return json.loads(answer.stdout)["job"].get("usage") or {}
+
+    wait_for(lambda: usage().get("samples", 0) >= 7, timeout=30)  # (saved once at least)
+    before = usage()
+    assert served.proc is not None
+    served.proc.kill()
+    served.proc.wait(timeout=10)
+    served.start("--simulate", "1xA100-80GB")
+    first = usage()  # (as soon as it answers: its record, and the time since)
+    assert first["energy_wh"] >= before["energy_wh"], (before, first)
+    assert first["gpu_hours"] >= before["gpu_hours"], (before, first)

@@ -492,6 +492,9 @@ class Engine:
                 [j.id for j in active if j.status is JobStatus.RUNNING],
             )
             await self.recovery.restore(active, renamed)
+            # (those still running: their time since their record, booked now)
+            running = [a.job.id for a in self.book if a.job.status is JobStatus.RUNNING]
+            self.usage.book_gaps(running, time.time())
             for dom in self.scheduler.gpu_domains:
                 if dom.state is DomainState.QUARANTINED and dom.holdings:
                     self.domain_ops.quarantined(dom)  # (see DomainOps.quarantined)

@@ -186,7 +186,10 @@ def _usage_families(engine: Engine) -> Iterator[Metric]:
             continue
         label = [f"{usage.job_id}:{act.job.name}"]
         gpu_seconds.add_metric(label, usage.gpu_seconds)
-        energy.add_metric(label, usage.energy_j)
+        if not usage.gaps_unpriced:
+            # (until its time unobserved is priced, its energy reads low: left out, not
+            # a counter that goes back, which Prometheus takes for a reset: h113)
+            energy.add_metric(label, usage.energy_j)
         idle.add_metric(label, usage.idle_seconds)
         vram.add_metric(label, usage.vram_peak)
         idle_now += engine.usage.idle_now(usage.job_id)

@@ -416,6 +416,25 @@ class JobUsage:
             elif gpu not in series:
                 self._point(gpu, on, at)
 
+    def book_gap_until(self, now: float) -> None:
+        """Book its unobserved time up to ``now`` on each GPU it held, its energy at its
+        mean power so far (estimated), as :meth:`join` does when it is seen again: done
+        as the engine starts, so that what it serves never reads less than before the
+        restart (the saved record alone did, until the first sample: a Prometheus counter
+        read that as a reset and counted the whole job's energy again: tester h113)."""
+        gap_from = self.unobserved_from
+        gpus = [gpu for gpu in self.series if gpu not in self._gap_booked]
+        if gap_from is None or now <= gap_from or not gpus:
+            return
+        gap = (now - gap_from) * len(gpus)
+        held_before, energy = self.carried["seconds"], self.carried["energy_j"]
+        if held_before > 0 and energy > 0:
+            self.carried["energy_j"] += energy / held_before * gap
+            self.carried["estimated_ticks"] += 1
+        self.carried["seconds"] += gap
+        self.unobserved_seconds += gap
+        self.unobserved_from = now
+
     @property
     def gaps_unpriced(self) -> bool:
         """Whether an unobserved gap's energy waits for a reading (see :meth:`price_gaps`)."""
@@ -698,6 +717,14 @@ class UsageRecorder:
     def running(self) -> list[JobUsage]:
         """Every job being observed now."""
         return list(self._jobs.values())
+
+    def book_gaps(self, running: Iterable[int], now: float) -> None:
+        """At start, once recovery has said which jobs still run: book each one's time
+        since its record up to ``now`` (see :meth:`JobUsage.book_gap_until`)."""
+        for job_id in running:
+            usage = self._jobs.get(job_id)
+            if usage is not None:
+                usage.book_gap_until(now)
 
     def observe(self, at: float, domains: Iterable[Domain]) -> None:
         """Book one tick (read at ``at``): each GPU's sums move on; jobs are touched only
