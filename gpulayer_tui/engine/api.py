@@ -1049,10 +1049,21 @@ async def cancel_many(request: web.Request) -> web.Response:
     uid = peer_uid(request)
     who = user_name(uid) if uid is not None else "an unidentified caller"
     done: list[tuple[int, Job | None, dict[str, Any] | None, list[int]]] = []
-    asked = set(ids)
-    for count, job_id in enumerate(dict.fromkeys(ids), 1):
+    unique = list(dict.fromkeys(ids))
+    asked = set(unique)
+    waits_on_it: dict[int, list[int]] = {}
+    for count, job_id in enumerate(unique, 1):
         if count % 256 == 0:
             await asyncio.sleep(0)  # (the loop serves others between steps)
+        waits_on_it[job_id] = engine.queue.cancelled_with(job_id)
+    # A job asked for is cancelled before those it waits for: after them, it was found
+    # cancelled already, by this very request's cascade, and said so with its cause
+    # ("cancel A B C" of a chain; "C B A" said each cancelled: tester h113). Those lists
+    # are transitive, so one that waits on another has fewer of the asked in its own.
+    order = sorted(unique, key=lambda j: sum(d in asked for d in waits_on_it[j]))
+    for count, job_id in enumerate(order, 1):
+        if count % 256 == 0:
+            await asyncio.sleep(0)
         try:
             job = await engine.get(job_id)
         except UnknownJob as err:
@@ -1068,7 +1079,7 @@ async def cancel_many(request: web.Request) -> web.Response:
         by = user_name(uid) if uid is not None and uid != _owner(job.owner_uid) else None
         # (Those asked for too are answered on their own: a chain cancelled by all its
         # ids named each up to three times, with two causes: tester h111.)
-        dependents = [d for d in engine.queue.cancelled_with(job_id) if d not in asked]
+        dependents = [d for d in waits_on_it[job_id] if d not in asked]
         try:
             job = await engine.cancel(job_id, by, flush=False)
         except JobNotActive as err:
@@ -1077,6 +1088,8 @@ async def cancel_many(request: web.Request) -> web.Response:
         done.append((job_id, job, None, dependents))
     await engine.store.flush()  # (durable, then answered: the signals follow this commit)
     out: list[dict[str, Any]] = []
+    place = {job_id: at for at, job_id in enumerate(unique)}  # (answered in the order given)
+    done.sort(key=lambda entry: place[entry[0]])
     for job_id, found, refused, dependents in done:
         if refused is not None:
             entry: dict[str, Any] = {"id": job_id, **refused}
