@@ -65,10 +65,15 @@ STARTING_WAIT_S = 30.0
 
 
 def starting_engine(paths: Paths) -> int | None:
-    """The pid of an engine that holds the state dir's lock (0: one unknown), else None;
-    a connect that found no socket or no listener means it is starting. One that said
-    it is stopping counts as none."""
-    import fcntl
+    """The pid of an engine that holds the state dir's lock, else None; a connect that
+    found no socket or no listener means it is starting. One that said it is stopping
+    counts as none.
+
+    Read, never locked: the lock file names the engine that took it, and that process is
+    alive and a gpulayer-tui one (a killed engine's pid stays in the file). A shared
+    ``flock`` to ask, held for an instant every 50 ms while waiting, would make an
+    engine taking the lock in that instant refuse to start ("already serving").
+    """
     import os
 
     try:
@@ -76,17 +81,20 @@ def starting_engine(paths: Paths) -> int | None:
     except OSError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
         words = os.pread(fd, 64, 0).split()
-        if words[1:2] == [b"stopping"]:
-            return None
-        return int(words[0]) if words and words[0].isdigit() else 0
     except OSError:
         return None
     finally:
         os.close(fd)
-    return None
+    if not words or not words[0].isdigit() or words[1:2] == [b"stopping"]:
+        return None
+    pid = int(words[0])
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as proc:
+            command = proc.read()
+    except OSError:
+        return None  # (gone: the file names a killed engine)
+    return pid if b"gpulayer" in command else None
 
 
 class EngineLost(OSError):

@@ -473,17 +473,33 @@ def test_a_socket_too_busy_to_take_a_connection_is_waited_on_then_said(tmp_path:
 def test_an_engine_holding_the_lock_that_does_not_listen_yet_is_waited_for(tmp_path: Path) -> None:
     # While an engine took back its jobs (6 s with 20,000), every CLI call said "no engine
     # is serving ... start one with: gpulayer-tui --serve", and starting one was refused
-    # "already serving" (tester h111). Now the call waits for it, and says so once.
+    # "already serving" (tester h111). Now the call waits for it, and says so once. The
+    # lock is held by another process, as an engine holds it (the client reads the file
+    # and looks the process up; it never takes the lock itself).
     import socket
 
     from gpulayer_tui.client import Client
-    from gpulayer_tui.engine.lock import EngineLock
     from gpulayer_tui.engine.paths import Paths
 
     paths = Paths(tmp_path, tmp_path / "config.toml")
-    lock = EngineLock(paths.lock)
-    lock.acquire()  # (this process is the engine that starts)
+    holder_code = (
+        "import signal, sys, time\n"
+        "from gpulayer_tui.engine.lock import EngineLock\n"
+        "lock = EngineLock(__import__('pathlib').Path(sys.argv[1]))\n"
+        "lock.acquire()\n"
+        "signal.signal(signal.SIGUSR1, lambda *_: (lock.mark_stopping(), print('stopping')))\n"
+        "print('held', flush=True)\n"
+        "while True:\n"
+        "    time.sleep(0.05)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", holder_code, str(paths.lock)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         told: list[str] = []
         client = Client(paths, timeout=20)
         client.on_busy = told.append
@@ -492,7 +508,7 @@ def test_an_engine_holding_the_lock_that_does_not_listen_yet_is_waited_for(tmp_p
         asking.start()
         wait_for(lambda: told)
         assert told == [
-            f"the engine (pid {os.getpid()}) is starting (taking back its jobs): "
+            f"the engine (pid {holder.pid}) is starting (taking back its jobs): "
             "waiting for it to answer"
         ]
         with socket.socket(socket.AF_UNIX) as server:  # (it listens: the call goes through)
@@ -519,8 +535,17 @@ def test_an_engine_holding_the_lock_that_does_not_listen_yet_is_waited_for(tmp_p
         assert "start one with" not in done.stderr
 
         # One that said it is stopping is no engine: said at once, as before.
-        lock.mark_stopping()
+        holder.send_signal(signal.SIGUSR1)
+        assert holder.stdout.readline() == "stopping\n"
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 3 and "no engine is serving" in done.stderr, done.stderr
+        # Killed, its pid stays in the file: no engine either.
+        holder.kill()
+        holder.wait(timeout=10)
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 3 and "no engine is serving" in done.stderr, done.stderr
     finally:
-        lock.release()
+        holder.kill()
+        holder.wait(timeout=10)
+        if holder.stdout is not None:
+            holder.stdout.close()
