@@ -549,3 +549,66 @@ def test_an_engine_holding_the_lock_that_does_not_listen_yet_is_waited_for(tmp_p
         holder.wait(timeout=10)
         if holder.stdout is not None:
             holder.stdout.close()
+
+
+def test_a_cli_call_made_as_serve_starts_waits_for_it(tmp_path: Path) -> None:
+    # `--serve` took its lock only once the engine's modules were imported and the engine
+    # built (0.7-1.5 s); a CLI call made meanwhile said "no engine is serving ... start one"
+    # (tester h113). The lock is now taken first. Here the import of the engine's modules
+    # is held back until the test lets it go, so the window is as wide as the test needs.
+    gate = tmp_path / "go"
+    code = (
+        "import importlib.abc, os, sys, time\n"
+        "gate = sys.argv.pop(1)\n"
+        "class HoldServe(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'gpulayer_tui.engine.serve':\n"
+        "            while not os.path.exists(gate):\n"
+        "                time.sleep(0.01)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, HoldServe())\n"
+        "sys.argv[0] = 'gpulayer-tui'\n"
+        "from gpulayer_tui.cli.main import main\n"
+        "sys.exit(main())\n"
+    )
+    home = tmp_path / "home"
+    env = {**os.environ, "GPULAYER_HOME": str(home), "GPULAYER_TIMEOUT": "60"}
+    serve = subprocess.Popen(
+        [sys.executable, "-c", code, str(gate), "--serve", "--simulate", "1xA100-80GB"],
+        env=env,
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lock = home / "engine.lock"
+        wait_for(lambda: lock.exists() and lock.read_text().split()[:1] == [str(serve.pid)])
+        assert not (home / "engine.sock").exists()
+        command = [sys.executable, "-m", "gpulayer_tui", "jobs"]
+        asking = subprocess.Popen(
+            command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        assert asking.stderr is not None
+        said = asking.stderr.readline()  # (said once, as it starts waiting)
+        assert f"the engine (pid {serve.pid}) is starting" in said, said
+        assert asking.poll() is None
+        # A second engine is refused at once, naming the first, before it imports anything.
+        second = subprocess.run(
+            [sys.executable, "-m", "gpulayer_tui", "--serve", "--simulate", "1xA100-80GB"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1
+        assert f"an engine is already serving {home} (pid {serve.pid})" in second.stderr
+        gate.touch()
+        out, err = asking.communicate(timeout=60)
+        assert asking.returncode == 0, err
+        assert "no engine is serving" not in said + err
+    finally:
+        serve.terminate()
+        _, serve_err = serve.communicate(timeout=60)
+    assert serve.returncode == 0, serve_err
+    assert "engine stopped" in serve_err

@@ -405,6 +405,15 @@ def _submit_once(
         return _submit_keyed(client, specs, key, env, rows)
     except EngineLost:
         time.sleep(0.2)
+    noun = "job" if len(specs) == 1 else f"{len(specs):,} jobs"
+    lost = (
+        f"lost the engine; submitting the {noun} again once it answers (with the same key: "
+        "made once whatever the first try did)"
+    )
+    told = client.on_busy
+    # (a restarted engine found starting is waited for by the client, which says so: said
+    # with why the submission is asked again)
+    client.on_busy = lambda starting: _error(f"{lost}; {starting}")
     try:
         return _submit_keyed(client, specs, key, env, rows)
     except EngineNotRunning:
@@ -416,16 +425,14 @@ def _submit_once(
             f"{err}; it was asked twice, waiting that long each time, with one key: the "
             "job(s) are made at most once",
         ) from None
+    finally:
+        client.on_busy = told
     # Gone after taking the first attempt: it may have stored the jobs. A restarted engine
     # is waited for and asked once more with the same key: it answers with what the first
     # made, or makes it now (it said "unknown", and a second submit made them twice).
     # Said, as wait and logs -f say it: silent for 11 s, it looked hung, and a Ctrl-C and
     # a second submit would have made the jobs twice (tester h106).
-    noun = "job" if len(specs) == 1 else f"{len(specs):,} jobs"
-    _error(
-        f"lost the engine; submitting the {noun} again once it answers (with the same key: "
-        "made once whatever the first try did)"
-    )
+    _error(lost)
     try:
         _wait_for_engine(client)
         return _submit_keyed(client, specs, key, env, rows)

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from ..engine.paths import Paths
+
 
 class _ParserOnDemand:
     """Stands in for the parser on the quick path (see ``quick.py``): argparse is built
@@ -121,9 +123,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.serve:
         if args.command:
             parser.error("--serve takes no subcommand")
-        from ..engine.serve import run_serve
-
-        return run_serve(paths, args.simulate, args.simulate_if_no_gpu, args.verbose)
+        return _serve(paths, args.simulate, args.simulate_if_no_gpu, args.verbose)
     if args.simulate and args.simulate_if_no_gpu:
         parser.error("give --simulate or --simulate-if-no-gpu, not both")
     if args.command is None:
@@ -169,3 +169,33 @@ def _main(argv: Sequence[str] | None) -> int:
     from . import commands
 
     return commands.run(args, paths, parser)
+
+
+def _serve(
+    paths: Paths, simulate: str | None, simulate_if_no_gpu: str | None, verbose: bool
+) -> int:
+    """``--serve``: the state dir's lock is taken first, before the engine's modules are
+    imported (most of a start's first second), so that a CLI call made meanwhile waits for
+    this engine instead of saying none is serving (tester h113)."""
+    import sys
+
+    from ..engine.errors import StoreError
+    from ..engine.lock import EngineBusy, EngineLock
+    from ..engine.statedir import claim_state_dir
+    from ..fields import printable
+
+    lock = EngineLock(paths.lock)
+    try:
+        claim_state_dir(paths, lock)
+    except EngineBusy as err:
+        sys.stderr.write(f"gpulayer-tui: {err}\n")
+        return 1
+    except StoreError as err:
+        sys.stderr.write(f"gpulayer-tui: {printable(str(err), keep=chr(10))}\n")
+        return 2
+    try:
+        from ..engine.serve import run_serve
+
+        return run_serve(paths, simulate, simulate_if_no_gpu, verbose, lock=lock)
+    finally:
+        lock.release()

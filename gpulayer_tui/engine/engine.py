@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import errno
 import hashlib
 import logging
 import os
@@ -91,7 +90,7 @@ from .services import ServiceRunner
 from .simulate import SimulatedProbe, placed_processes
 from .snapshot import SnapshotStore
 from .spec import JobSpec, parse_spec
-from .statedir import check_state_dir
+from .statedir import claim_state_dir, unwritable_state_dir
 from .store import Store
 from .supervisor import Supervisor
 from .usage import UsageRecorder
@@ -169,6 +168,8 @@ class Engine:
         config: Parsed config; read from ``paths.config_file`` when omitted.
         cpu_count: Size of the default CPU pool (defaults to the core count).
         service_clock: Clock for service restart back-off (tests step it by hand).
+        lock: The state dir's lock, already taken (:func:`.statedir.claim_state_dir`);
+            :meth:`start` takes it when omitted.
     """
 
     def __init__(
@@ -179,6 +180,7 @@ class Engine:
         config: Config | None = None,
         cpu_count: int | None = None,
         service_clock: ServiceClock | None = None,
+        lock: EngineLock | None = None,
     ) -> None:
         self._config_listeners: list[Callable[[Config], None]] = []
         self.paths = paths
@@ -326,7 +328,7 @@ class Engine:
             self._reconfigure,
             self.services.domains_changed,
         )
-        self._lock = EngineLock(paths.lock)
+        self._lock = lock if lock is not None else EngineLock(paths.lock)
         self.started_at = 0.0
         self.paused_at: float | None = None  # the queue's pause (gpulayer-tui pause)
         self.no_gpu_notice: str | None = None
@@ -415,27 +417,17 @@ class Engine:
             ConfigError: The config does not match this machine.
             StoreError: The database cannot be used.
         """
-        state = self.paths.state_dir
+        if not self._lock.held:  # (--serve took it before it built the engine)
+            claim_state_dir(self.paths, self._lock)
+        # (After the lock: a second engine refused here emptied the serving one's tmp/,
+        # the snapshots it was building, and collected their objects.)
         try:
-            state.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self.paths.jobs_dir.mkdir(exist_ok=True, mode=0o700)
-            # Before anything is written there: no other user may control these dirs.
-            check_state_dir(state, self.paths.jobs_dir)
-            os.chmod(state, 0o700)  # (the API opens it to 0711 if [security] lets others in)
-            self._lock.acquire()
-            # (After the lock: a second engine refused here emptied the serving one's tmp/,
-            # the snapshots it was building, and collected their objects.)
-            try:
-                self.snapshots.prepare()  # (snapshots/, 0700; what a crash left in tmp/ goes)
-            except BaseException:
-                self._lock.release()
-                raise
-        except OSError as err:
-            if err.errno == errno.ELOOP:  # O_NOFOLLOW met a link
-                why = f"{err.filename} is a symlink; the engine never writes through one"
-            else:
-                why = f"{err.strerror}" + (f" ({err.filename})" if err.filename else "")
-            raise StoreError(f"the state dir {state} cannot be written: {why}") from None
+            self.snapshots.prepare()  # (snapshots/, 0700; what a crash left in tmp/ goes)
+        except BaseException as err:
+            self._lock.release()
+            if isinstance(err, OSError):
+                raise unwritable_state_dir(self.paths.state_dir, err) from None
+            raise
         try:
             self.notifier.start()  # (before recovery: a job that ended meanwhile notifies)
             await self.store.open(__version__, os.getpid())

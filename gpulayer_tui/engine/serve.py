@@ -18,7 +18,7 @@ from .api import ApiServer
 from .config import ConfigError, Paths
 from .engine import Engine
 from .errors import StoreError
-from .lock import EngineBusy
+from .lock import EngineBusy, EngineLock
 from .probes import make_probe
 from .sdnotify import SystemdNotifier
 from .tasks import cancel_and_wait
@@ -29,19 +29,23 @@ REPEAT_EVERY_S = 10.0
 
 
 async def serve(
-    paths: Paths, simulate: str | None = None, simulate_if_no_gpu: str | None = None
+    paths: Paths,
+    simulate: str | None = None,
+    simulate_if_no_gpu: str | None = None,
+    lock: EngineLock | None = None,
 ) -> int:
     """Run an engine on ``paths`` until asked to stop; return the process exit code.
 
     Running jobs are left running on shutdown: a later engine re-attaches to them. Under
     systemd (``Type=notify``) it says ``READY=1`` once its socket answers and
-    ``STOPPING=1`` when asked to stop.
+    ``STOPPING=1`` when asked to stop. ``lock`` is the state dir's lock when the caller
+    took it already (:func:`.statedir.claim_state_dir`).
     """
     systemd = SystemdNotifier.from_environ()
     raise_open_files_limit()
     try:
         probe = make_probe(simulate, paths.state_dir, simulate_if_no_gpu)
-        engine = Engine(paths, probe=probe)
+        engine = Engine(paths, probe=probe, lock=lock)
     except (ConfigError, ValueError) as err:
         # (Escaped: a domain name's escape sequences reached the terminal raw.)
         print(f"gpulayer-tui: {printable(str(err), keep=chr(10))}", file=sys.stderr)
@@ -181,8 +185,9 @@ def run_serve(
     simulate: str | None = None,
     simulate_if_no_gpu: str | None = None,
     verbose: bool = False,
+    lock: EngineLock | None = None,
 ) -> int:
-    """Blocking entry point for ``--serve``."""
+    """Blocking entry point for ``--serve`` (``lock``: as for :func:`serve`)."""
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -193,4 +198,4 @@ def run_serve(
     # (when a new configuration took effect belongs in the log without -v: only its
     # refusals were there, tester h79)
     logging.getLogger("gpulayer_tui.engine.reload").setLevel(logging.INFO)
-    return asyncio.run(serve(paths, simulate, simulate_if_no_gpu))
+    return asyncio.run(serve(paths, simulate, simulate_if_no_gpu, lock))

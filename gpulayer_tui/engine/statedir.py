@@ -18,11 +18,17 @@ anyway where the engine creates them (lock, logs, the launcher's files).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import StoreError
+
+if TYPE_CHECKING:
+    from .lock import EngineLock
+    from .paths import Paths
 
 
 class UnsafeStateDir(StoreError):
@@ -84,3 +90,35 @@ def check_state_dir(state_dir: Path, jobs_dir: Path) -> None:
                 f"(mode {stat.S_IMODE(info.st_mode):04o}, not sticky): they could swap the "
                 "state dir for another."
             )
+
+
+def claim_state_dir(paths: Paths, lock: EngineLock) -> None:
+    """Make the state dir and ``jobs/`` if need be, check them, then take the engine's lock.
+
+    ``--serve`` calls it before it imports the rest of the engine (0.7-1.5 s on a loaded
+    2-core box), so that from its first instant a CLI call finds the lock held and waits
+    for the engine instead of saying none is serving (tester h113).
+
+    Raises:
+        EngineBusy: Another engine serves this state dir.
+        StoreError: The state dir cannot be written, or is unsafe (:class:`UnsafeStateDir`).
+    """
+    state = paths.state_dir
+    try:
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        paths.jobs_dir.mkdir(exist_ok=True, mode=0o700)
+        # Before anything is written there: no other user may control these dirs.
+        check_state_dir(state, paths.jobs_dir)
+        os.chmod(state, 0o700)  # (the API opens it to 0711 if [security] lets others in)
+        lock.acquire()
+    except OSError as err:
+        raise unwritable_state_dir(state, err) from None
+
+
+def unwritable_state_dir(state: Path, err: OSError) -> StoreError:
+    """The error for a state dir the engine could not write, naming the file and why."""
+    if err.errno == errno.ELOOP:  # O_NOFOLLOW met a link
+        why = f"{err.filename} is a symlink; the engine never writes through one"
+    else:
+        why = f"{err.strerror}" + (f" ({err.filename})" if err.filename else "")
+    return StoreError(f"the state dir {state} cannot be written: {why}")
