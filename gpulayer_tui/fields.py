@@ -242,13 +242,13 @@ def blank_label(field: str, value: str) -> None:
         )
 
 
-def check_label(field: str, value: object) -> str:
-    """A name or project: 1-200 characters, none of them unsafe on a terminal (see
-    :func:`unsafe_characters`)."""
+def check_label(field: str, value: object, limit: int = NAME_MAX) -> str:
+    """A name or project (or a short text, as a drain's reason): 1 to ``limit``
+    characters, none of them unsafe on a terminal (see :func:`unsafe_characters`)."""
     if not isinstance(value, str) or not value:
-        raise FieldError(field, f"must be text of 1 to {NAME_MAX} characters")
-    if len(value) > NAME_MAX:
-        raise FieldError(field, f"must be at most {NAME_MAX} characters, not {len(value)}")
+        raise FieldError(field, f"must be text of 1 to {limit} characters")
+    if len(value) > limit:
+        raise FieldError(field, f"must be at most {limit} characters, not {len(value)}")
     unsafe = unsafe_characters(value)
     if unsafe:
         if any(c < " " or "\x7f" <= c <= "\x9f" for c in unsafe):

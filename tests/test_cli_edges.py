@@ -72,9 +72,12 @@ def test_output_that_cannot_be_written_is_no_bad_input_and_a_closed_one_acts_not
             argv, env=engine.env, cwd=REPO, stdout=full, stderr=subprocess.PIPE, text=True
         )
     assert done.returncode == 1, done.stderr
+    job = json.loads(engine.cli("jobs", "--json").stdout)[0]
+    assert job["name"] == "full"
+    # (and it names the job it made: its id was only in `jobs`: tester h114)
     assert done.stderr == (
-        "gpulayer-tui: cannot write the output: No space left on device (the command ran; "
-        "only its output was lost)\n"
+        "gpulayer-tui: cannot write the output: No space left on device (the command ran: "
+        f"job {job['id']} was submitted; only its output was lost)\n"
     )
     closed = subprocess.run(
         [*argv[:4], "--name", "closed", "--", "true"],

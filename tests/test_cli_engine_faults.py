@@ -604,7 +604,7 @@ def test_a_cli_call_made_as_serve_starts_waits_for_it(tmp_path: Path) -> None:
         assert second.returncode == 1
         assert f"an engine is already serving {home} (pid {serve.pid})" in second.stderr
         gate.touch()
-        out, err = asking.communicate(timeout=60)
+        _, err = asking.communicate(timeout=60)
         assert asking.returncode == 0, err
         assert "no engine is serving" not in said + err
     finally:

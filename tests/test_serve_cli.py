@@ -310,6 +310,15 @@ def test_api_names_the_field_at_fault_and_refuses_a_body_over_the_cap_unread(
     assert (status, data["field"]) == (400, "why") and "unknown key 'why'" in data["error"]
     status, data = post(b'{"reason": 0}', "/v1/domains/gpu0/drain")  # (0 was read as none)
     assert status == 400 and data["error"] == "reason must be text, not int"
+    # Escapes went raw into the domains' JSON and every waiting job's reason (tester h114).
+    for reason, why in (
+        ("\u001b[31mfan\u001b]0;PWN\u0007", "control characters are not allowed"),
+        ("fan\u202e", "invisible formatting characters"),
+        ("x" * 501, "must be at most 500 characters, not 501"),
+    ):
+        status, data = post(json.dumps({"reason": reason}).encode(), "/v1/domains/gpu0/drain")
+        assert (status, data["field"]) == (400, "reason"), data
+        assert data["error"].startswith("reason: ") and why in data["error"], data
     # A release took any body, even one that was no JSON, and acted (tester h45).
     assert post(b'{"reason": "x"}', "/v1/domains/gpu0/drain")[0] == 200
     for body in (b"garbage", b"[1, 2]", b'{"x": 5}'):

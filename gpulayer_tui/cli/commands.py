@@ -655,11 +655,20 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         else:
             base["command"] = cmd
         jobs = _submit_once(client, [base])
-    if args.json:
-        _print_json(jobs if args.file or args.spec else jobs[0])
-    else:
-        for job in jobs:
-            print(job["id"])
+    try:
+        if args.json:
+            _print_json(jobs if args.file or args.spec else jobs[0])
+        else:
+            for job in jobs:
+                print(job["id"])
+        sys.stdout.flush()
+    except OSError as err:
+        # (`submit > /dev/full` said only that the output was lost: the new job's id was
+        # nowhere but in `jobs`: tester h114)
+        ids = [job["id"] for job in jobs]
+        shown = f"job {ids[0]} was" if len(ids) == 1 else f"jobs {_id_span(ids)} were"
+        err.done = f"{shown} submitted"  # type: ignore[attr-defined]
+        raise
     # Only a job the engine would not run is a failed submission; one that already ran
     # and ended (fast jobs can, before this call returns) is an ordinary outcome.
     failed = [j for j in jobs if j["termination_reason"] in REFUSED]
@@ -1841,3 +1850,11 @@ def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+
+
+def _id_span(ids: list[int]) -> str:
+    """``5-9`` for consecutive ids (a batch's), else the first few and how many more."""
+    if ids == list(range(ids[0], ids[0] + len(ids))):
+        return f"{ids[0]}-{ids[-1]}"
+    shown = ", ".join(str(i) for i in ids[:5])
+    return shown if len(ids) <= 5 else f"{shown} and {len(ids) - 5:,} more"

@@ -348,7 +348,12 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not pass this shell's environment to the job",
     )
-    p.add_argument("--shell", action="store_true", help="run CMD as one shell line (sh -c)")
+    p.add_argument(
+        "--shell",
+        action="store_true",
+        help="run CMD as one shell line (sh -c); several words are joined with spaces, as "
+        "ssh does: quote the line as one word to keep its own quoting",
+    )
     p.add_argument(
         "--file",
         metavar="PATH",

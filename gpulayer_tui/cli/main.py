@@ -58,9 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Its output could not be written (`> /dev/full`, a full disk): said, no traceback,
         # and not as bad input (exit 2 says nothing changed, and the command had acted).
         _quiet_stdout()
+        done = getattr(err, "done", None)  # (what it did, where the output would say it)
+        ran = f"the command ran: {done}" if done else "the command ran"
         sys.stderr.write(
-            f"gpulayer-tui: cannot write the output: {err.strerror} (the command ran; only "
-            "its output was lost)\n"
+            f"gpulayer-tui: cannot write the output: {err.strerror} ({ran}; only its output "
+            "was lost)\n"
         )
         return 1
 

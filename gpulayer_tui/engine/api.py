@@ -68,7 +68,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import wire
-from ..fields import FieldError, keys_once, parse_number, printable, too_long
+from ..fields import FieldError, check_label, keys_once, parse_number, printable, too_long
 from ..unixsock import SocketPath
 from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
 from .config import Config
@@ -101,6 +101,7 @@ MAX_INT = wire.MAX_INT  # SQLite's INTEGER; a larger id or offset names nothing
 LISTEN_BACKLOG = 4096
 """Connections the kernel queues for the engine to accept (see ``ApiServer._listen``)."""
 MAX_WAIT_S = wire.MAX_SECONDS
+DRAIN_REASON_MAX = 500
 
 
 @dataclass(slots=True)
@@ -746,8 +747,12 @@ async def drain(request: web.Request) -> web.Response:
     reason = body.get("reason")  # (None: keep it; "": the default)
     if reason is not None and not isinstance(reason, str):
         raise SpecError(f"reason must be text, not {type(reason).__name__}", "reason")
-    if reason is not None and len(reason) > 500:
-        raise SpecError(f"reason must be at most 500 characters, not {len(reason)}", "reason")
+    if reason:
+        # (escapes went raw into the API's domains and every waiting job's reason: h114)
+        try:
+            check_label("reason", reason, DRAIN_REASON_MAX)
+        except FieldError as err:
+            raise SpecError(str(err), "reason") from None
     engine = request.app[ENGINE_KEY]
     return web.json_response(
         {"domain": await engine.domain_ops.drain(request.match_info["name"], reason)}
