@@ -1282,8 +1282,13 @@ def test_domain_takes_a_comma_list_as_after_does(served: Served) -> None:
         return json.loads(status.stdout)["job"]["spec"].get("domain")
 
     assert pinned("--gpus", "2", "--domain", "gpu0,gpu1") == ["gpu0", "gpu1"]
-    assert pinned("--domain", "gpu1, gpu0", "--domain", "gpu1") == ["gpu1", "gpu0"]
+    assert pinned("--domain", "gpu1, gpu0") == ["gpu1", "gpu0"]
     assert pinned("--domain", "gpu1,") == "gpu1"
+    # A name given twice is told, as a repeated --after id is (it was taken once, silently:
+    # most often it is a slip for another name; tester h114).
+    for words in (["gpu0,gpu0"], ["gpu1, gpu0", "--domain", "gpu1"]):
+        twice = engine.cli("submit", "--domain", *words, "--", "true")
+        assert twice.returncode == 2 and "is named twice" in twice.stderr, twice.stderr
     refused = engine.cli("submit", "--domain", "gpu0,nope", "--", "true")
     assert refused.returncode != 0 and "nope" in refused.stderr, refused.stderr
 
@@ -1623,6 +1628,13 @@ def test_an_edit_that_changes_nothing_says_so_and_records_nothing(engine: Served
     out = engine.cli("edit", cpu, "--gpus", "0")
     assert out.stdout == f"job {cpu}: nothing to change (it has what was asked)\n"
     assert "edited" not in engine.cli("status", cpu).stdout
+    # Nor 1 GPU asked of one pinned to a GPU with none set: "gpus 1 -> 1" (tester h115).
+    pinned = _submit(engine, "--domain", "gpu0", "--after", blocker, "--", "true")
+    out = engine.cli("edit", pinned, "--gpus", "1")
+    assert out.stdout == f"job {pinned}: nothing to change (it has what was asked)\n"
+    assert "edited" not in engine.cli("status", pinned).stdout
+    out = engine.cli("edit", pinned, "--gpus", "0")  # (no "nothing to change": refused)
+    assert out.returncode == 2 and "gpus is 0 but domain gpu0 is a GPU domain" in out.stderr
     real = engine.cli("edit", waiting, "--priority", "2", "--json")
     assert real.returncode == 0 and json.loads(real.stdout)["changed"] is True
     said = engine.cli("status", waiting).stdout

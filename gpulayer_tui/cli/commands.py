@@ -49,10 +49,11 @@ def _error(message: str) -> None:
 
 def domain_names(given: list[str]) -> list[str]:
     """``--domain`` values, each one name or a comma-separated list (as ``--after``
-    takes ids: ``--domain gpu0,gpu1`` was refused as one name, tester h84), in order,
-    once each. (A domain name has no comma; empty parts are left to the engine's check.)"""
+    takes ids: ``--domain gpu0,gpu1`` was refused as one name, tester h84), in order.
+    (A domain name has no comma; empty parts are left to the engine's check, and a name
+    given twice too: most often a slip for another, as a repeated ``--after`` id is.)"""
     names = [part.strip() for value in given for part in value.split(",")]
-    return list(dict.fromkeys(name for name in names if name)) or given
+    return [name for name in names if name] or given
 
 
 def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:

@@ -298,7 +298,8 @@ class Adopter:
         pid = request["pid"]
         pins = request["domain"]
         if len(set(pins)) != len(pins):
-            raise SpecError("domain: a domain is named twice", "domain")
+            twice = next(name for name in pins if pins.count(name) > 1)
+            raise SpecError(f"domain: {twice} is named twice", "domain")
         for pin in pins:
             if pin not in self._scheduler.domains:
                 raise SpecError(f"domain: {self._scheduler.unknown_domain(pin)}", "domain")

@@ -663,10 +663,8 @@ class Engine:
         if "replicas" in changes and act.job.kind is not JobKind.SERVICE:
             # (A waiting service's copies: it was cancel and submit again, a new id.)
             raise SpecError(f"replicas: job {job_id} is not a service", "replicas")
-        if changes.get("gpus") == 0 and not act.job.spec.get("gpus"):
-            # (none set is 0 GPUs: "gpus 0 -> 0" was said, and a timeline entry written:
-            # tester h110)
-            changes = {key: value for key, value in changes.items() if key != "gpus"}
+        if "gpus" in changes and act.job.spec.get("gpus") is None:
+            changes = self._implied_gpus_left_out(act.job.spec, changes)
         if changes.get("gpus") == 0 and "vram_gb" not in changes and act.spec.vram_gb:
             # (a GPU job made a CPU one: its VRAM per GPU no longer applies; refused, it
             # could not be undone, as vram_gb 0 is no value)
@@ -842,6 +840,20 @@ class Engine:
         if act.spec is None:
             raise JobNotActive(f"job {job_id} has no spec this version can edit")
         return act
+
+    def _implied_gpus_left_out(
+        self, old: dict[str, Any], changes: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``changes`` less a GPU count that a job with none set has already: none is 0
+        GPUs, or 1 with a GPU domain pinned or a VRAM amount ("gpus 0 -> 0" and
+        "gpus 1 -> 1" were said, and a timeline entry written: testers h110, h115)."""
+        rest = {key: value for key, value in changes.items() if key != "gpus"}
+        try:
+            asked = self.scheduler.request_for(parse_spec({**old, **changes}))
+            implied = self.scheduler.request_for(parse_spec({**old, **rest}))
+        except (SpecError, ValueError):
+            return changes  # (refused below, in the edit's own words)
+        return rest if asked == implied else changes
 
     async def _edited_dependencies(self, job_id: int, spec: JobSpec) -> list[ResolvedDep]:
         """``spec``'s dependencies, resolved, for an edit of ``job_id``.

@@ -303,7 +303,8 @@ class Scheduler:
             if name not in self.domains and not keep_gone and name not in self.configured_missing:
                 raise SpecError(f"domain: {self.unknown_domain(name)}", "domain")
         if len(set(pins)) != len(pins):
-            raise SpecError("domain: a domain is named twice", "domain")
+            twice = next(name for name in pins if pins.count(name) > 1)
+            raise SpecError(f"domain: {twice} is named twice", "domain")
         # (a pin that is gone was a GPU domain: the cpu pool is always there)
         gpu_pins = [p for p in pins if p not in self.domains or self.domains[p].is_gpu]
         if gpu_pins and len(gpu_pins) != len(pins):
