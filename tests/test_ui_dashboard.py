@@ -853,6 +853,24 @@ async def test_a_gpu_missing_since_the_last_engine_is_said_in_the_summary(
         assert summary_text(app).endswith("1 GPU (1 missing: gpu1; jobs needing it wait)")
 
 
+async def test_a_missing_gpu_whose_name_is_another_gpus_now_is_told_by_its_uuid(
+    make_engine: EngineFactory, embedded_app: Any
+) -> None:
+    # Two A100s gone and four H100s in their place: "2 missing: gpu0, gpu1" was said while
+    # gpu0 and gpu1 (the new GPUs under those names) ran jobs (tester h115).
+    first = await make_engine("2xA100-80GB")
+    gone = {d.name: d.gpu_uuid for d in first.scheduler.gpu_domains}
+    await first.stop()
+    app = await embedded_app("4xH100-80GB")
+    async with app.run_test(size=(200, 40)) as pilot:
+        await until(pilot, lambda: "missing" in summary_text(app))
+        said = [f"{name}'s old GPU {uuid[:12]}…" for name, uuid in sorted(gone.items())]
+        assert summary_text(app).endswith(
+            f"4 GPUs (2 missing: {', '.join(said)}; jobs needing them wait)"
+        ), summary_text(app)
+        assert len({uuid for uuid in gone.values()}) == 2
+
+
 async def test_gpu_panels_change_while_the_dashboard_is_hidden(
     embedded_app: Any, paths: Any
 ) -> None:

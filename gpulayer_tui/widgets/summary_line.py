@@ -136,7 +136,16 @@ class SummaryLine(Vertical):
         if others:  # (left out by the config: shown, never scheduled on)
             said = f" (+{others})" if short else f" (+{others} without a domain)"
             pieces.append((said, "$text-muted"))
-        missing = [str(g.get("name", "?")) for g in state.get("missing_gpus") or ()]
+        here = {str(d.get("name")) for d in state.get("domains") or ()}
+        missing = [
+            # (its old name is another GPU's now: "2 missing: gpu0, gpu1" was said of two
+            # GPUs at work; the driver numbers the GPUs it lists: tester h115)
+            f"{name}'s old GPU {_short_uuid(str(g.get('gpu_uuid') or '?'))}"
+            if name in here
+            else name
+            for g in state.get("missing_gpus") or ()
+            for name in (str(g.get("name", "?")),)
+        ]
         if missing:  # (had here, not listed by the driver now: jobs needing them wait)
             said, them = ", ".join(missing), "it" if len(missing) == 1 else "them"
             said = f" ({len(missing)} missing: {said}; jobs needing {them} wait)"
@@ -156,3 +165,8 @@ class SummaryLine(Vertical):
                 (" submits one.", "$text-muted"),
             )
         return Content.styled(message, "$warning")
+
+
+def _short_uuid(uuid: str) -> str:
+    """``GPU-5f3c09a1…``: a UUID cut to what tells GPUs apart on a line."""
+    return uuid if len(uuid) <= 13 else f"{uuid[:12]}…"
