@@ -97,6 +97,25 @@ def starting_engine(paths: Paths) -> int | None:
     return pid if b"gpulayer" in command else None
 
 
+def engine_was_stopped(paths: Paths) -> bool:
+    """True if the last engine of the state dir said it was stopping (``PID stopping`` in
+    the lock file, left there once it ended) and none has taken the lock since: stopped on
+    purpose, not lost."""
+    import os
+
+    try:
+        fd = os.open(paths.lock_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        words = os.pread(fd, 64, 0).split()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return words[1:2] == [b"stopping"]
+
+
 class EngineLost(OSError):
     """The engine took the request but stopped answering (it was stopped, killed or is
     overloaded): whether it acted on the request is unknown."""

@@ -325,9 +325,11 @@ def _through_a_restart(
     assert waiting.poll() is None and follow.poll() is None
     served.stop()
     # Each notices the engine gone (a slice, or a quiet follow's check, finds no socket)
-    # and waits for one; before, it exited 3 there.
-    wait_for(lambda: heard(waiting, "lost the engine"), timeout=30)
-    wait_for(lambda: heard(follow, "lost the engine"), timeout=30)
+    # and waits for one; before, it exited 3 there. Stopped on purpose, it is said so
+    # ("lost the engine" was said of a `gpulayer-tui stop`: tester h114).
+    wait_for(lambda: heard(waiting, "the engine was stopped; "), timeout=30)
+    wait_for(lambda: heard(follow, "the engine was stopped; "), timeout=30)
+    assert "lost the engine" not in said[waiting] + said[follow], said
     assert waiting.poll() is None and follow.poll() is None, said
     served.start("--simulate", "1xA100-80GB")
     gate.touch()

@@ -408,7 +408,7 @@ def _submit_once(
         time.sleep(0.2)
     noun = "job" if len(specs) == 1 else f"{len(specs):,} jobs"
     lost = (
-        f"lost the engine; submitting the {noun} again once it answers (with the same key: "
+        f"{_gone(client)}; submitting the {noun} again once it answers (with the same key: "
         "made once whatever the first try did)"
     )
     told = client.on_busy
@@ -822,7 +822,7 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             except EngineLost:
                 # (one that went away mid-ask is a restart to wait out, as `wait` does:
                 # a follower started as the engine was killed exited 4; CI saw it)
-                _error(f"lost the engine; following job {args.job} once it answers")
+                _error(f"{_gone(client)}; following job {args.job} once it answers")
                 _wait_for_engine(client)
         if job["status"] in ("pending", "queued"):
             from ..fields import printable
@@ -913,7 +913,7 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
                     pass
         # Following, and the engine went away (a restart): reading is safe to resume where
         # it stopped, once an engine answers again.
-        _error(f"lost the engine; reconnecting to follow job {args.job} from byte {written}")
+        _error(f"{_gone(client)}; reconnecting to follow job {args.job} from byte {written}")
         _wait_for_engine(client)
 
 
@@ -1001,6 +1001,14 @@ class EngineStayedAway(EngineNotRunning):
     def __init__(self, paths: Paths, waited: float) -> None:
         super().__init__(paths)
         self.args = (f"the engine went away and none came back for {waited:g} s: {self.args[0]}",)
+
+
+def _gone(client: Client) -> str:
+    """How a client that lost its engine says so: stopped on purpose (`gpulayer-tui stop`,
+    SIGTERM) or lost ("lost the engine; reconnecting" was said of a deliberate stop: h114)."""
+    from ..client import engine_was_stopped
+
+    return "the engine was stopped" if engine_was_stopped(client.paths) else "lost the engine"
 
 
 def _wait_for_engine(client: Client) -> None:
@@ -1127,7 +1135,7 @@ def _wait_one(client: Client, job_id: int, deadline: float | None) -> dict[str, 
             # 3, in the middle of a restart; with none at all from the start it is said)
             if isinstance(err, EngineNotRunning) and not asked:
                 raise
-            _error(f"lost the engine; waiting for job {job_id} again once it answers")
+            _error(f"{_gone(client)}; waiting for job {job_id} again once it answers")
             _wait_for_engine(client)
             continue
         asked = True
@@ -1244,7 +1252,7 @@ def _cancel_all(client: Client, ids: list[int]) -> list[dict[str, Any]]:
                     raise  # (none there at all: "no engine", exit 3; nothing was asked)
                 left = len(ids) - start
                 _error(
-                    f"lost the engine; asking again for the {left:,} cancel"
+                    f"{_gone(client)}; asking again for the {left:,} cancel"
                     f"{'' if left == 1 else 's'} not yet answered once it answers"
                 )
                 _wait_for_engine(client)
@@ -1387,7 +1395,7 @@ def _wait_through(client: Client, job_id: int, timeout: float) -> dict[str, Any]
         except (EngineLost, EngineNotRunning):
             if time.monotonic() >= deadline:
                 raise
-            _error(f"lost the engine; waiting for job {job_id} to stop once it answers again")
+            _error(f"{_gone(client)}; waiting for job {job_id} to stop once it answers again")
             _wait_for_engine(client)
             continue
         if not data.get("timed_out") or time.monotonic() >= deadline:
