@@ -14,7 +14,7 @@ import pytest
 from gpulayer_tui.engine.engine import Engine, SpecError
 from gpulayer_tui.engine.errors import JobNotActive
 from gpulayer_tui.engine.fairness import owner_of
-from gpulayer_tui.engine.models import JobStatus, ReplicaState
+from gpulayer_tui.engine.models import JobQuery, JobStatus, ReplicaState
 from gpulayer_tui.formatting import replica_health
 
 from .conftest import EngineFactory, Served, eventually, make_config, pid_gone, wait_for
@@ -481,7 +481,8 @@ async def test_a_replica_added_back_keeps_counting_its_restarts(
     make_engine: EngineFactory,
 ) -> None:
     # Scaled away and back, a crash-looping replica started over at "restart #1", so it
-    # could dodge max_restarts (tester h109).
+    # could dodge max_restarts (tester h109); and so it did when the engine restarted in
+    # between, its runs counted again from 1 (tester h116).
     engine = await make_engine("2xA100-80GB")
     script = 'if [ "$GPULAYER_REPLICA" = 1 ]; then exit 7; fi; exec sleep 600'
     svc = await engine.submit(
@@ -495,4 +496,27 @@ async def test_a_replica_added_back_keeps_counting_its_restarts(
     await engine.edit(svc.id, {"replicas": 2})
     assert _live(engine, svc.id).replicas[1].restarts == had
     await eventually(lambda: _live(engine, svc.id).replicas[1].restarts > had, timeout=20)
-    await engine.cancel(svc.id)
+    # Again, with an engine restart between the scale-down and the scale-up.
+    await eventually(lambda: _live(engine, svc.id).replicas[1].state is R.BACKOFF, timeout=20)
+    await engine.edit(svc.id, {"replicas": 1})
+    await eventually(lambda: len(_live(engine, svc.id).replicas) == 1, timeout=20)
+    removed = (await engine.get(svc.id)).to_json()
+    assert [r["index"] for r in removed["replicas"]] == [0]  # (the counts are not shown)
+    stored = engine.services.active()
+    had = next(j for j in stored if j.id == svc.id).removed_replicas[1]
+    await engine.stop()
+    again = await make_engine("2xA100-80GB")
+    assert _live(again, svc.id).removed_replicas == {1: had}
+    rows = [
+        row
+        async for chunk in again.store.job_rows(JobQuery(), time.time())
+        for row in chunk
+        if row["id"] == svc.id
+    ]
+    assert [r["index"] for r in rows[0]["replicas"]] == [0]  # (from the stored row)
+    await again.edit(svc.id, {"replicas": 2})
+    back = _live(again, svc.id).replicas[1]
+    # (its next run, started as it is added: its log goes on, "run 2" was said again)
+    assert (back.launches, back.restarts, back.backoff_step) == (had[0] + 1, *had[1:])
+    assert _live(again, svc.id).removed_replicas == {}
+    await again.cancel(svc.id)

@@ -153,7 +153,9 @@ def _service_families(engine: Engine) -> Iterator[Metric]:
         for value in ReplicaState:
             count = sum(r.state is value for r in job.replicas)
             replicas.add_metric([label, value.value], count)
-        restarts.add_metric([label], sum(r.restarts for r in job.replicas))
+        # (and those of replicas a scale-down removed: a counter never goes back: h116)
+        gone = sum(counts[1] for counts in job.removed_replicas.values())
+        restarts.add_metric([label], sum(r.restarts for r in job.replicas) + gone)
     yield from (replicas, restarts)
 
 

@@ -271,6 +271,42 @@ class Job:
     submit_digest: str | None = None  # what that submission asked for (a key reused for
     # another request is refused: see Admission.submit_many)
     cluster_job_id: str | None = None  # its id on its Slurm cluster (issue 16)
+    # A service's replicas a scale-down removed, by index: (runs, restarts, back-off step).
+    # One added back goes on from there: its log continues, each run keeps a launcher key
+    # of its own, and it goes on counting toward max_restarts (a crash-looping replica
+    # scaled away and back started over: h109; and again after an engine restart: h116).
+    removed_replicas: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+
+    def replicas_json(self) -> str | None:
+        """The ``replicas`` column: each replica, then each removed one's counts (marked
+        ``"removed"``; :meth:`replicas_from_json` splits them again)."""
+        if not self.replicas and not self.removed_replicas:
+            return None
+        kept: list[Any] = [r.to_json() for r in self.replicas]
+        for index, (runs, restarts, step) in sorted(self.removed_replicas.items()):
+            kept.append(
+                {
+                    "index": index,
+                    "removed": True,
+                    "launches": runs,
+                    "restarts": restarts,
+                    "backoff_step": step,
+                }
+            )
+        return json.dumps(kept)
+
+    def replicas_from_json(self, text: str | None) -> None:
+        """Take the ``replicas`` column back (see :meth:`replicas_json`)."""
+        self.replicas, self.removed_replicas = [], {}
+        for item in json.loads(text) if text else ():
+            if item.get("removed"):
+                self.removed_replicas[int(item["index"])] = (
+                    int(item.get("launches", 0)),
+                    int(item.get("restarts", 0)),
+                    int(item.get("backoff_step", 0)),
+                )
+            else:
+                self.replicas.append(Replica.from_json(item))
 
     def to_row(self) -> JobRowJSON:
         """The job's *row* (lists, events): what a table shows, the spec cut to

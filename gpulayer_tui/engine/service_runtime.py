@@ -8,14 +8,14 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from .. import wire
 from .batch import signal_name
 from .executor import LaunchError
-from .models import JobStatus, Replica, TerminationReason
+from .models import JobStatus, TerminationReason
 
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -147,19 +147,6 @@ class ServiceRuntime:
     # Replicas a restarted engine found ended (their exits applied in the order they
     # ended): not signalled by a stop another's exit decides first.
     ended_unseen: set[int] = field(default_factory=set)
-    # Replicas a scale-down removed, by index: the runs each had (one added back goes on
-    # from there: its log continues, and its runs keep keys of their own at the launcher).
-    removed_runs: dict[int, int] = field(default_factory=dict)
-    # ... and their restarts and back-off step: one added back goes on counting toward
-    # max_restarts (a crash-looping replica scaled away and back started over, and so
-    # could dodge its limit: tester h109). Kept in memory only, as a scale-down's runs are.
-    removed_restarts: dict[int, tuple[int, int]] = field(default_factory=dict)
-
-    def remember_removed(self, replicas: Iterable[Replica]) -> None:
-        """Keep what replicas leaving by a scale-down had: their runs and restarts."""
-        for replica in replicas:
-            self.removed_runs[replica.index] = replica.launches
-            self.removed_restarts[replica.index] = (replica.restarts, replica.backoff_step)
 
     def cancel_restarts(self) -> None:
         """Forget every pending restart."""

@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ..fields import ANSWERED_BY, starting_why
@@ -227,9 +227,8 @@ class ServiceRunner:
         past it are dropped (with the GPUs kept for them), new ones wait to be placed."""
         job = act.job
         kept = [r for r in job.replicas if r.index < count]
-        runtime = self._runtimes.setdefault(job.id, ServiceRuntime())
-        runtime.remember_removed(job.replicas[count:])
-        added = [self._added_replica(job.id, index) for index in range(len(kept), count)]
+        _remember_removed(job, job.replicas[count:])
+        added = [self._added_replica(job, index) for index in range(len(kept), count)]
         job.replicas = kept + added
         act.ran_on = frozenset(name for r in kept for name in r.domains if name in act.ran_on)
 
@@ -302,7 +301,7 @@ class ServiceRunner:
         job.gpus = [d.gpu_index for d in act.holds if d.gpu_index is not None]
         added: list[Replica] = []
         for index in range(before, count):
-            replica = self._added_replica(job.id, index)
+            replica = self._added_replica(job, index)
             if per_replica:
                 at = (index - before) * per_replica
                 mine = domains[at : at + per_replica]
@@ -318,18 +317,15 @@ class ServiceRunner:
         where = ", ".join(f"{r.index} on {'+'.join(r.domains)}" for r in added)
         return f"{'replica' if len(added) == 1 else 'replicas'} {where} starting"
 
-    def _added_replica(self, job_id: int, index: int) -> Replica:
+    def _added_replica(self, job: Job, index: int) -> Replica:
         """A replica a scale-up adds (or an edit of a waiting service): one this index had
         before goes on from its runs, so its log continues (a first start set the old log
         aside as if another job's: tester h108) and each run keeps a launcher key of its
         own (see :func:`.launch_client.launcher_key`). Where this engine does not know them
         (removed before a restart) but the log is there, it goes on as a later run."""
         replica = Replica(index)
-        runtime = self._runtimes.get(job_id)
-        runs = runtime.removed_runs.pop(index, 0) if runtime is not None else 0
-        if runtime is not None and index in runtime.removed_restarts:
-            replica.restarts, replica.backoff_step = runtime.removed_restarts.pop(index)
-        if not runs and self._executor.log_path((job_id, index)).exists():
+        runs, replica.restarts, replica.backoff_step = job.removed_replicas.pop(index, (0, 0, 0))
+        if not runs and self._executor.log_path((job.id, index)).exists():
             runs = 1  # (their keys were forgotten at the start: see Engine)
         replica.launches = runs
         return replica
@@ -390,9 +386,7 @@ class ServiceRunner:
         if not leaving:
             return
         leaving.reverse()
-        runtime = self._runtimes.get(job.id)
-        if runtime is not None:
-            runtime.remember_removed(leaving)
+        _remember_removed(job, leaving)
         kept = {name for r in job.replicas for name in r.domains}
         freed = [d for d in act.holds if d.name not in kept]
         for dom in freed:
@@ -1470,3 +1464,14 @@ def _foreign_listener(port: int, pid: int, ticks: int | None) -> int | None:
     if owner is None or procs.in_session(owner, pid):
         return None
     return None if procs.find_owner(owner, {pid: (0, ticks)}) == 0 else owner
+
+
+def _remember_removed(job: Job, replicas: Iterable[Replica]) -> None:
+    """Keep what replicas leaving by a scale-down had, with the job (stored with its
+    replicas): their runs, restarts and back-off step (see ``Job.removed_replicas``)."""
+    for replica in replicas:
+        job.removed_replicas[replica.index] = (
+            replica.launches,
+            replica.restarts,
+            replica.backoff_step,
+        )

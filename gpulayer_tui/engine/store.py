@@ -54,7 +54,6 @@ from .models import (
     JobQuery,
     JobStatus,
     KnownGpu,
-    Replica,
     TerminationReason,
 )
 from .worker_thread import WorkerThread
@@ -394,7 +393,7 @@ def _dynamic_row(job: Job) -> tuple[Any, ...]:
         job.queued_at,
         job.started_at,
         job.ended_at,
-        json.dumps([r.to_json() for r in job.replicas]) if job.replicas else None,
+        job.replicas_json(),
         job.attempt,
         job.stop_reason.value if job.stop_reason else None,
         job.stop_message,
@@ -467,7 +466,10 @@ def job_row_json(row: Sequence[Any]) -> JobRowJSON:
     if row[12] is not None:
         out["kill_at"] = round(row[12], 3)
     if row[2] == JobKind.SERVICE:
-        out["replicas"] = json.loads(row[13]) if row[13] else []
+        # (less the removed replicas' counts kept with them: see Job.replicas_json)
+        out["replicas"] = (
+            [r for r in json.loads(row[13]) if not r.get("removed")] if row[13] else []
+        )
     if row[15] is not None:
         peak, util, energy = json.loads(row[15])
         out["use"] = {"peak_vram": peak, "util_mean": util, "energy_wh": energy}
@@ -536,7 +538,7 @@ def _like(text: str) -> str:
 
 def job_from_row(row: Sequence[Any]) -> Job:
     """Build a :class:`Job` from a row selected with the full column list."""
-    return Job(
+    job = Job(
         id=row[0],
         name=row[1],
         kind=JobKind(row[2]),
@@ -555,13 +557,14 @@ def job_from_row(row: Sequence[Any]) -> Job:
         ended_at=row[15],
         owner_uid=row[16],
         spec=_with_env(json.loads(row[17]), row[24]),
-        replicas=[Replica.from_json(r) for r in json.loads(row[18])] if row[18] else [],
         attempt=row[19] or 0,
         stop_reason=TerminationReason(row[20]) if row[20] else None,
         stop_message=row[21] or "",
         kill_at=row[22],
         cluster_job_id=row[23],
     )
+    job.replicas_from_json(row[18])
+    return job
 
 
 def _with_env(spec: dict[str, Any], env: str | None) -> dict[str, Any]:
@@ -1358,9 +1361,7 @@ class Store:
                             *_spec_and_env(job.spec),
                             job.name,
                             job.priority,
-                            json.dumps([r.to_json() for r in job.replicas])
-                            if job.replicas
-                            else None,
+                            job.replicas_json(),
                             job.id,
                         ),
                     )
