@@ -111,6 +111,8 @@ async def test_refusals_are_recorded_failed_jobs(
     reused = await adopt(engine, proc.pid, start_ticks=ticks - 1)
     assert reused.termination_reason is TerminationReason.ADOPT_PID_MISMATCH
     assert "the pid was reused" in reused.message
+    # (recorded as asked, not as found there: tester h116)
+    assert reused.spec["start_ticks"] == ticks - 1
 
     stranger = await adopt(engine, proc.pid, requester_uid=os.getuid() + 4242)
     assert stranger.termination_reason is TerminationReason.ADOPT_UID_MISMATCH

@@ -338,7 +338,9 @@ class Adopter:
                 if pidfd is not None and pidfd >= 0:
                     os.close(pidfd)
                 reason, message = refusal
-                job = self._record_refusal(pid, snapshot, name, reason, message, requester_uid)
+                job = self._record_refusal(
+                    pid, snapshot, request["start_ticks"], name, reason, message, requester_uid
+                )
             else:
                 assert snapshot is not None
                 job = self._accept(
@@ -615,6 +617,7 @@ class Adopter:
         self,
         pid: int,
         snapshot: ProcessSnapshot | None,
+        asked_ticks: int | None,
         name: str | None,
         reason: TerminationReason,
         message: str,
@@ -623,6 +626,10 @@ class Adopter:
         spec: dict[str, Any] = {"kind": "adopted", "pid": pid}
         if snapshot is not None:
             spec.update(command=snapshot.command, start_ticks=snapshot.start_ticks)
+        if asked_ticks is not None:
+            # (the process asked for, as asked: a reused pid's refusal recorded the start
+            # time of the process found there instead, tester h116)
+            spec["start_ticks"] = asked_ticks
         act = self._new_job(pid, snapshot, name, spec, owner_uid, None)
         self._book.finish(act, JobStatus.FAILED, reason, f"refused to adopt: {message}")
         return act.job
