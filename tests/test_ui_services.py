@@ -382,6 +382,27 @@ def test_the_replicas_of_a_big_service_line_up_in_the_detail() -> None:
     assert lines[0].startswith(" 0 up") and lines[10].startswith("10 up")
 
 
+def test_a_detail_opened_on_a_row_says_nothing_of_what_a_row_lacks() -> None:
+    from gpulayer_tui.screens.job_detail import job_fields, replica_lines
+
+    # Opened from the table (a row), a service read "cwd -", "restart always" and
+    # "placement 0 of 10" until the whole job came (tester h115).
+    replicas = [{"index": 0, "state": "up", "endpoint": "127.0.0.1:9000", "domains": ["cpu"]}]
+    row: Any = {"kind": "service", "status": "running", "replicas": replicas, "spec": {}}
+    head = replica_lines(row, FIXED_NOW).plain.splitlines()[0]
+    assert head == "1/1 up · …"
+    assert job_fields(row, FIXED_NOW)["cwd"].plain == "…"
+    whole: Any = {
+        **row,
+        "queued_at": FIXED_NOW,
+        "attempt": 1,
+        "spec": {"cwd": "/srv", "restart": "on_failure", "retry": {"max_attempts": 3}},
+    }
+    head = replica_lines(whole, FIXED_NOW).plain.splitlines()[0]
+    assert head == "1/1 up · restart on_failure · placement 1 of 3"
+    assert job_fields(whole, FIXED_NOW)["cwd"].plain == "/srv"
+
+
 async def test_e_on_a_running_service_scales_it_from_a_form_of_its_replicas(
     ui_app: Any,
 ) -> None:

@@ -119,6 +119,12 @@ def _cwd(spec: dict[str, Any]) -> Content:
     return Content.assemble(cwd, (f"  (snapshot: {said})", "$foreground-muted"))
 
 
+def is_whole(job: JobJSON | JobRowJSON) -> bool:
+    """True for a whole job (``GET /v1/jobs/ID``), false for a row (a list's, an event's:
+    the detail opens on one): a row has no ``queued_at``, a whole job always has it."""
+    return "queued_at" in job
+
+
 def _or_dash(text: str) -> Content:
     return Content(text) if text else Content.styled("-", "$foreground-muted")
 
@@ -165,11 +171,16 @@ def replica_lines(job: JobJSON, now: float) -> Content:
     limit = spec.get("max_restarts")
     # (never placed: "0/5 up", not "0 up", beside the 5 it asks for)
     health = replica_health(job) or f"0/{spec.get('replicas') or 1} up"
-    head = (
-        f"{health} · restart {spec.get('restart', 'always')}"
-        + ("" if limit is None else f", at most {limit}")
-        + f" · {placement_words(job)}"
-    )
+    if not is_whole(job):
+        # (a row, until the whole job comes: it has neither the restart policy nor the
+        # placement, which read "restart always · placement 0 of 10": tester h115)
+        head = f"{health} · …"
+    else:
+        head = (
+            f"{health} · restart {spec.get('restart', 'always')}"
+            + ("" if limit is None else f", at most {limit}")
+            + f" · {placement_words(job)}"
+        )
     lines = [Content.styled(head, "$foreground-muted")]
     digits = len(str(len(replicas) - 1))  # (indexes right-aligned: 10 sat one column off)
     for replica in replicas:
@@ -252,7 +263,8 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
         "command": Content(printable(command_line))
         if spec.get("command")
         else Content.assemble(printable(command_line), (SHELL_LINE_MARK, "dim")),
-        "cwd": _cwd(spec),
+        # (a row has none: "-" was said until the whole job came: tester h115)
+        "cwd": _cwd(spec) if is_whole(job) else Content.styled("…", "$foreground-muted"),
         "domains": _or_dash(_placement(job, spec)),
         "replicas": replica_lines(job, now),
         "vram": _or_dash("" if vram is None else f"{vram:g} GiB per GPU"),
