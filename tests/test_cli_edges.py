@@ -267,6 +267,11 @@ def test_a_batch_file_of_only_comments_is_refused_and_submits_nothing(
     out = engine.cli("submit", "--file", str(batch))
     assert (out.returncode, out.stdout) == (2, "")
     assert f"{batch}: no command lines found" in out.stderr
+    # One that cannot be read is said with the flag ("No such file or directory: X": h114).
+    for path, why in ((tmp_path / "gone.txt", "No such file or directory"), (tmp_path, "Is a")):
+        out = engine.cli("submit", "--file", str(path))
+        assert (out.returncode, out.stdout) == (2, "")
+        assert out.stderr.startswith(f"gpulayer-tui: --file: cannot read {path}: {why}"), out
     assert engine.cli("jobs", "--json").stdout.strip() in ("[]", "")
 
 

@@ -621,6 +621,9 @@ def _submit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         except ValueError as err:
             _error(str(err))
             return EXIT_USAGE
+        except OSError as err:  # (it said "No such file or directory: X", naming no flag)
+            _error(f"--file: cannot read {args.file}: {err.strerror or err}")
+            return EXIT_USAGE
         # Each line is a shell line as written; the engine runs a plain one without a
         # shell (see engine/commandline.py).
         env = base.pop("env", None)
