@@ -1118,9 +1118,12 @@ async def test_a_port_answered_by_another_program_is_not_the_replica_up(
             assert live.message.endswith(f"; replica 0 starting ({said})")
         finally:
             other.kill()
-    # Once the other program is gone, it is no longer named.
+    # Once the other program is gone, it is no longer named; nor is the replica said to
+    # have started again ("pid N started" read as a new start: tester h116).
     await eventually(lambda: "not by this replica" not in replica.message, timeout=20)
-    assert replica.message.endswith(f"waiting for port {replica.port} to accept")
+    assert replica.message == (
+        f"port {replica.port} is free again; still waiting for pid {replica.pid} to accept on it"
+    )
     assert (await engine.get(job.id)).message.endswith("not answering yet)")
     await engine.cancel(job.id)
 

@@ -684,12 +684,13 @@ class ServiceRunner:
                     and replica.state is R.STARTING
                     and replica.message.startswith(f"port {port} {ANSWERED_BY} ")
                 ):
-                    # (the other program is gone: it went on being named)
+                    # (the other program is gone: it went on being named; and "pid N started"
+                    # read as a new start, of a replica started minutes before: h116)
                     self._set_replica(
                         act,
                         replica,
                         R.STARTING,
-                        f"pid {pid} started; waiting for port {port} to accept",
+                        f"port {port} is free again; still waiting for pid {pid} to accept on it",
                     )
                 await asyncio.sleep(delay)
                 delay = min(PROBE_INTERVAL_MAX_S, delay * 1.5)
