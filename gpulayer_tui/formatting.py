@@ -168,6 +168,8 @@ def placement_words(job: Mapping[str, Any]) -> str:
     attempt = int(job.get("attempt") or 0)
     if job.get("status") in ("pending", "queued"):
         return f"placement {attempt + 1} of {most} next"
+    if not attempt:  # (refused, or cancelled while waiting: "placement 0 of 10" was said)
+        return "never placed"
     return f"placement {attempt} of {most}"
 
 

@@ -401,6 +401,9 @@ def test_a_detail_opened_on_a_row_says_nothing_of_what_a_row_lacks() -> None:
     head = replica_lines(whole, FIXED_NOW).plain.splitlines()[0]
     assert head == "1/1 up · restart on_failure · placement 1 of 3"
     assert job_fields(whole, FIXED_NOW)["cwd"].plain == "/srv"
+    # Refused over capacity (or cancelled while it waited): it was said "placement 0 of 10".
+    refused: Any = {**whole, "status": "failed", "attempt": 0, "replicas": []}
+    assert replica_lines(refused, FIXED_NOW).plain.splitlines()[0].endswith(" · never placed")
 
 
 async def test_e_on_a_running_service_scales_it_from_a_form_of_its_replicas(
