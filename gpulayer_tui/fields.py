@@ -111,14 +111,18 @@ def duration_typed(seconds: float) -> str:
     """Seconds as a person types them, in the units the field takes (``600`` -> ``10m``,
     ``5400`` -> ``1h30m``; a fraction of a second as seconds): the form showed ``600``
     for the ``10m`` typed (tester h91)."""
-    if seconds <= 0 or seconds != int(seconds):
+    if seconds <= 0 or seconds != seconds or seconds == float("inf"):
         return f"{seconds:g}"
     rest, parts = int(seconds), []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if rest >= size:
             parts.append(f"{rest // size}{unit}")
             rest %= size
-    return "".join(parts)
+    # (a fraction with the seconds: "5400.4" was said with no unit at all: tester h117)
+    left = round(rest + (seconds - int(seconds)), 6)
+    if left:
+        parts.append(f"{left:g}s")
+    return "".join(parts) or f"{seconds:g}"
 
 
 EDIT_WORDS = {"depends_on": "after"}
@@ -230,8 +234,9 @@ combining grapheme joiner, the blank Braille pattern): a name of only these look
 
 
 def blank_label(field: str, value: str) -> None:
-    """Refuse a name or project that shows nothing: only spaces and :data:`BLANK_FILLERS`
-    (checked where a label is given, not in the spec's rule: jobs stored before load).
+    """Refuse a name or project that shows nothing (only spaces and
+    :data:`BLANK_FILLERS`) or starts or ends with a space (checked where a label is given,
+    not in the spec's rule: jobs stored before load).
 
     Raises:
         FieldError: It shows nothing.
@@ -240,6 +245,10 @@ def blank_label(field: str, value: str) -> None:
         raise FieldError(
             field, "needs a visible character (it is only spaces or blank filler characters)"
         )
+    if value != value.strip():
+        # ("e1 " and "e1" read alike in every list, and renaming one to the other was
+        # said "name e1 -> e1": tester h117)
+        raise FieldError(field, f"starts or ends with a space: {value!r}")
 
 
 def check_label(field: str, value: object, limit: int = NAME_MAX) -> str:

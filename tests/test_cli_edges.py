@@ -931,6 +931,8 @@ def test_small_cli_mistakes_are_told_not_ignored(engine: Served, tmp_path: Path)
         (["submit", "--after-any", "999", "--", "true"], "--after-any: no job 999"),
         (["submit", "--domain", "gpu9", "--", "true"], "--domain: unknown domain 'gpu9'"),
         (["edit", waiting, "--replicas", "2"], f"--replicas: job {waiting} is not a service"),
+        # (a running one too: "only a waiting job is edited" was said: tester h117)
+        (["edit", held, "--replicas", "2"], f"--replicas: job {held} is not a service"),
     ):
         out = engine.cli(*words)
         assert out.returncode in (1, 2) and out.stderr.startswith(f"gpulayer-tui: {said}"), (
@@ -1294,6 +1296,9 @@ def test_domain_takes_a_comma_list_as_after_does(served: Served) -> None:
     for words in (["gpu0,gpu0"], ["gpu1, gpu0", "--domain", "gpu1"]):
         twice = engine.cli("submit", "--domain", *words, "--", "true")
         assert twice.returncode == 2 and "is named twice" in twice.stderr, twice.stderr
+    # No name at all is said so ("unknown domain ','" was: tester h117).
+    empty = engine.cli("submit", "--domain", ",", "--", "true")
+    assert empty.returncode == 2 and "--domain: no domain name in ','" in empty.stderr
     refused = engine.cli("submit", "--domain", "gpu0,nope", "--", "true")
     assert refused.returncode != 0 and "nope" in refused.stderr, refused.stderr
 

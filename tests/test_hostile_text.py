@@ -349,6 +349,24 @@ async def test_a_name_or_project_that_shows_nothing_is_refused(
     await engine.cancel(running.id)
 
 
+async def test_a_name_or_project_with_spaces_around_it_is_refused(
+    make_engine: EngineFactory,
+) -> None:
+    # "e1 " and "e1" read alike in every list; renaming one to the other was said
+    # "name e1 -> e1" (tester h117).
+    engine = await make_engine()
+    for field in ("name", "project"):
+        for value in ("e1 ", " e1", "\u3000e1"):
+            with pytest.raises(SpecError, match=f"{field}: starts or ends with a space"):
+                await engine.submit({"command": ["true"], field: value})
+    running = await engine.submit({"command": ["sleep", "60"], "name": "e1"})
+    waiting = await engine.submit({"command": ["true"], "depends_on": [running.id]})
+    with pytest.raises(SpecError, match="name: starts or ends with a space: 'e1 '"):
+        await engine.edit(waiting.id, {"name": "e1 "})
+    assert (await engine.submit({"command": ["true"], "name": "e 1"})).name == "e 1"
+    await engine.cancel(running.id)
+
+
 @pytest.mark.parametrize(
     ("name", "said"),
     [

@@ -319,6 +319,9 @@ def test_api_names_the_field_at_fault_and_refuses_a_body_over_the_cap_unread(
         status, data = post(json.dumps({"reason": reason}).encode(), "/v1/domains/gpu0/drain")
         assert (status, data["field"]) == (400, "reason"), data
         assert data["error"].startswith("reason: ") and why in data["error"], data
+    # Only spaces is no reason: the default (it was stored, and said as none: h117).
+    status, data = post(b'{"reason": "   "}', "/v1/domains/gpu0/drain")
+    assert status == 200 and data["domain"]["drain_reason"] == "drained by the operator", data
     # A release took any body, even one that was no JSON, and acted (tester h45).
     assert post(b'{"reason": "x"}', "/v1/domains/gpu0/drain")[0] == 200
     for body in (b"garbage", b"[1, 2]", b'{"x": 5}'):

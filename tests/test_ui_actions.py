@@ -684,7 +684,17 @@ async def test_the_edit_form_stays_while_the_engine_has_its_edit(
 
 @pytest.mark.parametrize(
     ("seconds", "typed"),
-    [(600, "10m"), (5400, "1h30m"), (86400, "1d"), (90061, "1d1h1m1s"), (2.5, "2.5"), (45, "45s")],
+    [
+        (600, "10m"),
+        (5400, "1h30m"),
+        (86400, "1d"),
+        (90061, "1d1h1m1s"),
+        (2.5, "2.5s"),
+        (45, "45s"),
+        # (a fraction with its unit: "5400.4" was said bare: tester h117)
+        (5400.4, "1h30m0.4s"),
+        (0.0005, "0.0005s"),
+    ],
 )
 def test_the_edit_form_shows_a_timeout_as_it_is_typed(seconds: float, typed: str) -> None:
     # (it showed 600 for the 10m typed in the new-job form: tester h91)

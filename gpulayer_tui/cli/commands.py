@@ -53,7 +53,7 @@ def domain_names(given: list[str]) -> list[str]:
     (A domain name has no comma; empty parts are left to the engine's check, and a name
     given twice too: most often a slip for another, as a repeated ``--after`` id is.)"""
     names = [part.strip() for value in given for part in value.split(",")]
-    return [name for name in names if name] or given
+    return [name for name in names if name]
 
 
 def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:
@@ -64,6 +64,8 @@ def _spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -
             spec[key] = value
     if args.domain:
         names = domain_names(args.domain)
+        if not names:  # (",": "unknown domain ','" was said)
+            parser.error(f"--domain: no domain name in {', '.join(map(repr, args.domain))}")
         spec["domain"] = names[0] if len(names) == 1 else names
     if args.exclusive:
         spec["exclusive"] = True
@@ -1432,6 +1434,8 @@ def _adopt(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
         body["gpu"] = True
     if args.domain:
         body["domain"] = domain_names(args.domain)
+        if not body["domain"]:
+            parser.error(f"--domain: no domain name in {', '.join(map(repr, args.domain))}")
     job = client.request("POST", "/adopt", body)["job"]
     if args.json:
         _print_json(job)

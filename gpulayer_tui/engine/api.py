@@ -747,6 +747,8 @@ async def drain(request: web.Request) -> web.Response:
     reason = body.get("reason")  # (None: keep it; "": the default)
     if reason is not None and not isinstance(reason, str):
         raise SpecError(f"reason must be text, not {type(reason).__name__}", "reason")
+    if reason is not None and not reason.strip():
+        reason = ""  # (the default: only spaces were stored, and said as no reason: h117)
     if reason:
         # (escapes went raw into the API's domains and every waiting job's reason: h114)
         try:

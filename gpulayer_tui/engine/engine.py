@@ -653,6 +653,14 @@ class Engine:
         running = self.book.get(job_id)
         if (
             running is not None
+            and "replicas" in changes
+            and running.job.kind is not JobKind.SERVICE
+        ):
+            # (said of any batch job, whatever its state: a running one was told "only a
+            # waiting job is edited", as if it could be once queued: tester h117)
+            raise SpecError(f"replicas: job {job_id} is not a service", "replicas")
+        if (
+            running is not None
             and running.job.kind is JobKind.SERVICE
             and running.job.status is JobStatus.RUNNING
             and "replicas" in changes
