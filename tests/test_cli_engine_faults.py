@@ -553,26 +553,31 @@ def test_an_engine_holding_the_lock_that_does_not_listen_yet_is_waited_for(tmp_p
             holder.stdout.close()
 
 
+_SERVE_HELD_AT_ITS_IMPORTS = (
+    "import importlib.abc, os, sys, time\n"
+    "gate = sys.argv.pop(1)\n"
+    "class HoldServe(importlib.abc.MetaPathFinder):\n"
+    "    def find_spec(self, name, path, target=None):\n"
+    "        if name == 'gpulayer_tui.engine.serve':\n"
+    "            while not os.path.exists(gate):\n"
+    "                time.sleep(0.01)\n"
+    "        return None\n"
+    "sys.meta_path.insert(0, HoldServe())\n"
+    "sys.argv[0] = 'gpulayer-tui'\n"
+    "from gpulayer_tui.cli.main import main\n"
+    "sys.exit(main())\n"
+)
+"""``gpulayer-tui --serve ARGS`` as ``python -c CODE GATE ARGS``: held before it imports
+the engine's modules until the file GATE exists."""
+
+
 def test_a_cli_call_made_as_serve_starts_waits_for_it(tmp_path: Path) -> None:
     # `--serve` took its lock only once the engine's modules were imported and the engine
     # built (0.7-1.5 s); a CLI call made meanwhile said "no engine is serving ... start one"
     # (tester h113). The lock is now taken first. Here the import of the engine's modules
     # is held back until the test lets it go, so the window is as wide as the test needs.
     gate = tmp_path / "go"
-    code = (
-        "import importlib.abc, os, sys, time\n"
-        "gate = sys.argv.pop(1)\n"
-        "class HoldServe(importlib.abc.MetaPathFinder):\n"
-        "    def find_spec(self, name, path, target=None):\n"
-        "        if name == 'gpulayer_tui.engine.serve':\n"
-        "            while not os.path.exists(gate):\n"
-        "                time.sleep(0.01)\n"
-        "        return None\n"
-        "sys.meta_path.insert(0, HoldServe())\n"
-        "sys.argv[0] = 'gpulayer-tui'\n"
-        "from gpulayer_tui.cli.main import main\n"
-        "sys.exit(main())\n"
-    )
+    code = _SERVE_HELD_AT_ITS_IMPORTS
     home = tmp_path / "home"
     env = {**os.environ, "GPULAYER_HOME": str(home), "GPULAYER_TIMEOUT": "60"}
     serve = subprocess.Popen(
@@ -614,3 +619,30 @@ def test_a_cli_call_made_as_serve_starts_waits_for_it(tmp_path: Path) -> None:
         _, serve_err = serve.communicate(timeout=60)
     assert serve.returncode == 0, serve_err
     assert "engine stopped" in serve_err
+
+
+def test_an_engine_asked_to_stop_as_it_starts_stops_as_it_always_does(tmp_path: Path) -> None:
+    # `stop` finds an engine by its lock from its first instant; SIGTERM then, before its
+    # own handlers were in place, killed it silently, exit 143 (tester h117).
+    gate = tmp_path / "go"
+    home = tmp_path / "home"
+    env = {**os.environ, "GPULAYER_HOME": str(home)}
+    serve = subprocess.Popen(
+        [sys.executable, "-c", _SERVE_HELD_AT_ITS_IMPORTS, str(gate), "--serve", "--simulate",
+         "1xA100-80GB"],
+        env=env, cwd=REPO, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        lock = home / "engine.lock"
+        wait_for(lambda: lock.exists() and lock.read_text().split()[:1] == [str(serve.pid)])
+        os.kill(serve.pid, signal.SIGTERM)  # (as `stop` sends it)
+        # Kept, not obeyed by dying (a held process, once signalled, ends at once or never).
+        with pytest.raises(subprocess.TimeoutExpired):
+            serve.wait(timeout=1)
+        gate.touch()
+        _, said = serve.communicate(timeout=60)
+    finally:
+        serve.kill()
+        serve.wait(timeout=10)
+    assert serve.returncode == 0, said
+    assert "engine stopped; running jobs keep running" in said

@@ -179,6 +179,7 @@ def _serve(
     """``--serve``: the state dir's lock is taken first, before the engine's modules are
     imported (most of a start's first second), so that a CLI call made meanwhile waits for
     this engine instead of saying none is serving (tester h113)."""
+    import signal
     import sys
 
     from ..engine.errors import StoreError
@@ -186,6 +187,12 @@ def _serve(
     from ..engine.statedir import claim_state_dir
     from ..fields import printable
 
+    # Asked to stop before the engine's own handlers are in place (`stop` finds it by its
+    # lock from the start): kept, and acted on as soon as it serves, with its usual
+    # words ("engine stopped"); it died of the signal, silently, exit 143 (tester h117).
+    stop_asked: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stop_asked.append(signum))
     lock = EngineLock(paths.lock)
     try:
         claim_state_dir(paths, lock)
@@ -198,6 +205,8 @@ def _serve(
     try:
         from ..engine.serve import run_serve
 
-        return run_serve(paths, simulate, simulate_if_no_gpu, verbose, lock=lock)
+        return run_serve(
+            paths, simulate, simulate_if_no_gpu, verbose, lock=lock, stop_asked=stop_asked
+        )
     finally:
         lock.release()

@@ -33,13 +33,15 @@ async def serve(
     simulate: str | None = None,
     simulate_if_no_gpu: str | None = None,
     lock: EngineLock | None = None,
+    stop_asked: list[int] | None = None,
 ) -> int:
     """Run an engine on ``paths`` until asked to stop; return the process exit code.
 
     Running jobs are left running on shutdown: a later engine re-attaches to them. Under
     systemd (``Type=notify``) it says ``READY=1`` once its socket answers and
     ``STOPPING=1`` when asked to stop. ``lock`` is the state dir's lock when the caller
-    took it already (:func:`.statedir.claim_state_dir`).
+    took it already (:func:`.statedir.claim_state_dir`); ``stop_asked``, if given, fills
+    with the signals that asked it to stop before it served (it stops once it does).
     """
     systemd = SystemdNotifier.from_environ()
     raise_open_files_limit()
@@ -73,6 +75,8 @@ async def serve(
     loop.set_exception_handler(QuietRepeats())
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if stop_asked:
+        stop.set()
     # SIGHUP (the terminal it was started from went away: `&` without nohup, an ssh
     # logout) must not end it: a daemon's convention, the config is read again.
     reloads: set[asyncio.Task[None]] = set()
@@ -186,6 +190,7 @@ def run_serve(
     simulate_if_no_gpu: str | None = None,
     verbose: bool = False,
     lock: EngineLock | None = None,
+    stop_asked: list[int] | None = None,
 ) -> int:
     """Blocking entry point for ``--serve`` (``lock``: as for :func:`serve`)."""
     logging.basicConfig(
@@ -198,4 +203,4 @@ def run_serve(
     # (when a new configuration took effect belongs in the log without -v: only its
     # refusals were there, tester h79)
     logging.getLogger("gpulayer_tui.engine.reload").setLevel(logging.INFO)
-    return asyncio.run(serve(paths, simulate, simulate_if_no_gpu, lock))
+    return asyncio.run(serve(paths, simulate, simulate_if_no_gpu, lock, stop_asked))
