@@ -1313,6 +1313,16 @@ async def test_waiting_jobs_pinned_to_a_gpu_gone_across_a_restart_wait_for_it(
     waiting = await second.get(pinned.id)
     assert waiting.status is JobStatus.QUEUED, waiting.message
     assert waiting.message == "waiting for GPU 1 (gpu1): not found by the driver"
+    # Its pins as they were, it can be edited: every edit was refused "not found by the
+    # driver", even of its priority (tester h118); a bad value is told as itself.
+    edited = await second.edit(pinned.id, {"priority": 3, "name": "renamed"})
+    assert (edited.priority, edited.name, edited.status) == (3, "renamed", JobStatus.QUEUED)
+    with pytest.raises(
+        SpecError,
+        match=r"unable to ever run: requested 500 GiB per GPU, but the GPU of gpu1 \(not found "
+        r"by the driver now\) has 80 GiB",
+    ):
+        await second.edit(pinned.id, {"vram_gb": 500})
     assert (await second.get(choice.id)).status is JobStatus.QUEUED
     await second.cancel(blocker.id)
     done = await second.wait(choice.id, timeout=20)  # (on gpu0, the one left)

@@ -703,7 +703,11 @@ class Engine:
             deps = await self._edited_dependencies(job_id, spec)
             # (The look-ups awaited: it may have started or ended meanwhile.)
             act = await self._editable(job_id, changes)
-        request = self.scheduler.request_for(spec)
+        # Pins kept as they were may name a GPU that is missing now: the job waits for it,
+        # as it did (every edit was refused, "not found by the driver", even of its
+        # priority, and named --domain, never given: tester h118).
+        kept_pins = spec.pinned_domains == act.spec.pinned_domains
+        request = self.scheduler.request_for(spec, keep_gone=kept_pins)
         old = act.job.spec
         trial = ActiveJob(act.job, spec, request)
         verdict = self.queue.verdict(trial)
@@ -784,7 +788,7 @@ class Engine:
         refused = self.services.scale_refusal(act, count)
         if refused is not None:
             raise JobNotActive(f"job {job_id} {refused}")
-        request = self.scheduler.request_for(spec)
+        request = self.scheduler.request_for(spec, keep_gone=True)  # (pins as they were)
         verdict = self.queue.verdict(ActiveJob(act.job, spec, request))
         if verdict.possible is False:
             raise SpecError(
