@@ -508,14 +508,22 @@ async def test_p_says_there_is_nothing_to_page_instead_of_an_empty_pager(
     # opened an empty pager.
     marker = _pager(monkeypatch, tmp_path, QUIET_PAGER)
     app = await ui_app("1xA100-80GB")
+    ended = await app.backend.submit({"command": ["true"], "gpus": 0})  # (first: a slot)
     silent = await app.backend.submit({"command": ["sleep", "600"], "gpus": 0})
     adopted = await app.backend.adopt({"pid": sleeper})
     async with app.run_test(size=(120, 40)) as pilot:
-        for job, said in [(silent, "no output yet"), (adopted, "an adopted process has no")]:
+        for job, said in [
+            (silent, "no output yet"),
+            (adopted, "an adopted process has no"),
+            # (an ended job writes no more: "no output yet" was said of it: tester h118)
+            (ended, "no output: it ended without writing any"),
+        ]:
             app.open_job(job["id"])
             await until(
                 pilot, lambda j=job: (d := _detail(app)) is not None and d.job_id == j["id"]
             )
+            if job is ended:
+                await until(pilot, lambda: _detail(app).finished, "it ended", timeout=30)
             await pilot.press("P")
             await until(pilot, lambda s=said: any(s in n.message for n in app._notifications))
             if job is adopted:  # (f flipped its label, nothing more: tester h110)

@@ -706,7 +706,7 @@ class Engine:
         # Pins kept as they were may name a GPU that is missing now: the job waits for it,
         # as it did (every edit was refused, "not found by the driver", even of its
         # priority, and named --domain, never given: tester h118).
-        kept_pins = spec.pinned_domains == act.spec.pinned_domains
+        kept_pins = act.spec is not None and spec.pinned_domains == act.spec.pinned_domains
         request = self.scheduler.request_for(spec, keep_gone=kept_pins)
         old = act.job.spec
         trial = ActiveJob(act.job, spec, request)

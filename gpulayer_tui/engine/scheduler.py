@@ -438,18 +438,17 @@ class Scheduler:
         if gone and len(candidates) < max(req.gpus, 1):
             # (a choice whose others can still hold it goes on without them)
             missing = [p for p in gone if self._missing_gpu(p) is not None]
-            sizes = {g.name: g.memory for g in self.missing_known.values()}
-            held = [p for p in missing if req.vram_bytes is None or (sizes.get(p) or 0) == 0
-                    or (sizes.get(p) or 0) >= req.vram_bytes]  # fmt: skip
+            remembered = {g.name: g.memory or 0 for g in self.missing_known.values()}
+            held = [p for p in missing if req.vram_bytes is None or not remembered.get(p)
+                    or remembered[p] >= req.vram_bytes]  # fmt: skip
             if missing and not held and req.vram_bytes is not None:
                 # (its size is remembered: a job it can never hold waited for it, once its
                 # edit was let through: tester h118)
-                largest = max(sizes.get(p) or 0 for p in missing)
-                need, size = gib_apart(req.vram_bytes, largest)
+                asked, had = gib_apart(req.vram_bytes, max(remembered.get(p, 0) for p in missing))
                 return Verdict(
                     False,
-                    f"requested {need} per GPU, but the GPU of {', '.join(missing)} (not "
-                    f"found by the driver now) has {size}",
+                    f"requested {asked} per GPU, but the GPU of {', '.join(missing)} (not "
+                    f"found by the driver now) has {had}",
                 )
             if missing:
                 said = ", ".join(f"GPU {self._missing_gpu(p)} ({p})" for p in missing)

@@ -966,7 +966,13 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                     await asyncio.to_thread(out.write, chunk.data)
                     offset = chunk.next
             if offset == 0:
-                self.app.notify("no output yet", title=f"output of job {self.job_id}")
+                # (an ended job writes no more: "no output yet" was said of it: h118)
+                said = (
+                    "no output: it ended without writing any"
+                    if self.finished
+                    else ("no output yet")
+                )
+                self.app.notify(said, title=f"output of job {self.job_id}")
                 return
             status = await page_file(self.app, path)
         except BackendError as err:
