@@ -74,18 +74,7 @@ def starting_engine(paths: Paths) -> int | None:
     ``flock`` to ask, held for an instant every 50 ms while waiting, would make an
     engine taking the lock in that instant refuse to start ("already serving").
     """
-    import os
-
-    try:
-        fd = os.open(paths.lock_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        words = os.pread(fd, 64, 0).split()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    words = _lock_file_words(paths)
     if not words or not words[0].isdigit() or words[1:2] == [b"stopping"]:
         return None
     pid = int(words[0])
@@ -101,19 +90,24 @@ def engine_was_stopped(paths: Paths) -> bool:
     """True if the last engine of the state dir said it was stopping (``PID stopping`` in
     the lock file, left there once it ended) and none has taken the lock since: stopped on
     purpose, not lost."""
+    return _lock_file_words(paths)[1:2] == [b"stopping"]
+
+
+def _lock_file_words(paths: Paths) -> list[bytes]:
+    """The words of the state dir's lock file (``PID`` or ``PID stopping``), read without
+    locking it; none if it cannot be read."""
     import os
 
     try:
         fd = os.open(paths.lock_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
-        return False
+        return []
     try:
-        words = os.pread(fd, 64, 0).split()
+        return os.pread(fd, 64, 0).split()
     except OSError:
-        return False
+        return []
     finally:
         os.close(fd)
-    return words[1:2] == [b"stopping"]
 
 
 class EngineLost(OSError):
