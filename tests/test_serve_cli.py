@@ -573,6 +573,7 @@ def test_stop_ends_the_background_engine_and_its_jobs_go_on(served: Served) -> N
     assert served.proc is not None and served.proc.wait(timeout=5) == 0
     again = served.cli("stop")
     assert again.returncode == 3 and "no engine is serving" in again.stderr
+    assert again.stderr.rstrip().endswith(": nothing to stop") and "start one" not in again.stderr
     served.start("--simulate", "1xA100-80GB")  # the next engine takes the job back
     assert json.loads(served.cli("status", job, "--json").stdout)["job"]["status"] == "running"
     assert served.cli("cancel", job).returncode == 0

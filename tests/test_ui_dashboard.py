@@ -838,6 +838,9 @@ async def test_a_gpu_gone_with_a_job_still_on_it_shows_as_missing(
         assert gone.title().plain.endswith(
             f"not found by the driver; still running there: job {running.id}"
         )
+        # Counted once, as missing (it was "+1 without a domain" too: tester h118).
+        await until(pilot, lambda: "missing" in summary_text(app))
+        assert summary_text(app).endswith("1 GPU (1 missing: gpu1; jobs needing it wait)")
 
 
 async def test_a_gpu_missing_since_the_last_engine_is_said_in_the_summary(

@@ -1610,7 +1610,9 @@ def _stop(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     lock = EngineLock(client.paths.lock)
     pid = lock.holder()  # (also where its lock file was removed)
     if not pid:
-        raise EngineNotRunning(client.paths)
+        # (its advice to start one read oddly after a stop: tester h117)
+        _error(f"no engine is serving {client.paths.state_text}: nothing to stop")
+        return EXIT_NO_ENGINE
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             command = fh.read().replace(b"\0", b" ").decode(errors="replace")

@@ -132,7 +132,9 @@ class SummaryLine(Vertical):
         if unwell:
             said = ", ".join(f"{n} {where}" for where, n in sorted(unwell.items()))
             pieces.append((f" ({said})", "$warning"))
-        others = len(state.get("gpus_without_domain") or ())
+        # (less a missing GPU a job still runs on: listed there too, it was counted both
+        # "without a domain" and "missing": tester h118)
+        others = sum(1 for g in state.get("gpus_without_domain") or () if not g.get("missing"))
         if others:  # (left out by the config: shown, never scheduled on)
             said = f" (+{others})" if short else f" (+{others} without a domain)"
             pieces.append((said, "$text-muted"))
