@@ -783,6 +783,13 @@ async def test_a_process_holding_nothing_is_not_placed_on_a_domain_out_of_servic
     await engine.sampler.sample_once()
     with pytest.raises(SpecError, match=r"domain: gpu1 is draining \(fan\) and pid \d+ holds"):
         await adopt(engine, proc.pid, domain=["gpu1"])
+    # With no domain named it goes on the cpu pool: not while that is drained either (it
+    # was placed there, named it was refused: tester h121).
+    await engine.domain_ops.drain("cpu", "reboot")
+    with pytest.raises(SpecError, match=r"domain: cpu is draining \(reboot\) and pid \d+ holds"):
+        await adopt(engine, proc.pid)
+    assert await engine.list_jobs() == []
+    await engine.domain_ops.release("cpu")
     SimLedger(engine.paths.state_dir).hold(1, proc.pid, 3.0)  # (it is there: tracked)
     await engine.sampler.sample_once()
     held = await adopt(engine, proc.pid, domain=["gpu1"])
@@ -829,3 +836,19 @@ def test_what_reads_the_engines_output_is_not_adopted(served: Served, tmp_path: 
     finally:
         tee.kill()
         tee.wait()
+
+
+async def test_the_one_gpu_taken_for_a_process_holding_nothing_must_be_in_service(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    # `adopt --gpu` of a process holding no memory yet takes the box's one GPU: not while
+    # it is drained (it was, the same placement named was refused).
+    engine = await make_engine("1xA100-80GB")
+    await engine.domain_ops.drain("gpu0", "fan")
+    proc = start(spawn, "sleep", "600")
+    await engine.sampler.sample_once()
+    with pytest.raises(SpecError, match=r"domain: gpu0 is draining \(fan\) and pid \d+ holds"):
+        await adopt(engine, proc.pid, gpu=True)
+    await engine.domain_ops.release("gpu0")
+    job = await adopt(engine, proc.pid, gpu=True)
+    assert job.status is JobStatus.RUNNING and job.domains == ["gpu0"]

@@ -27,6 +27,7 @@ from ..fields import NAME_MAX, printable, program_name
 from ..wire import AdoptRequest
 from . import procs
 from .batch import decide_stop
+from .config import CPU_DOMAIN
 from .domain import Domain, DomainState, gib_apart
 from .errors import SpecError, StoreError
 from .executor import Exit
@@ -532,14 +533,20 @@ class Adopter:
         if elsewhere:
             raise self._unmanaged(pid, elsewhere)
         for name in pins:
-            dom = self._scheduler.domains[name]
-            if dom.state is not DomainState.IN_SERVICE and name not in found:
-                raise SpecError(
-                    f"domain: {name} is {dom.state.value}"
-                    + (f" ({dom.state_reason})" if dom.state_reason else "")
-                    + f" and pid {pid} holds no memory there: nothing new is placed on it",
-                    "domain",
-                )
+            if name not in found:
+                self._check_in_service(pid, name)
+
+    def _check_in_service(self, pid: int, name: str) -> None:
+        """A process holding no memory on domain ``name`` is not placed there while the
+        domain is out of service (a submission there is refused or waits)."""
+        dom = self._scheduler.domains[name]
+        if dom.state is not DomainState.IN_SERVICE:
+            raise SpecError(
+                f"domain: {name} is {dom.state.value}"
+                + (f" ({dom.state_reason})" if dom.state_reason else "")
+                + f" and pid {pid} holds no memory there: nothing new is placed on it",
+                "domain",
+            )
 
     def _where_held(self, pid: int, snapshot: ProcessSnapshot) -> tuple[list[str], list[int]]:
         """The GPU domains where ``pid`` or a descendant holds memory, and the GPUs with
@@ -585,10 +592,16 @@ class Adopter:
             return found
         if gpu or vram_gb is not None:
             gpus = self._scheduler.gpu_domains
-            if len(gpus) == 1:
-                return [gpus[0].name]
-            raise SpecError(f"pid {pid} holds no GPU memory now; name its GPU domain", "domain")
-        return ["cpu"]
+            if len(gpus) != 1:
+                raise SpecError(
+                    f"pid {pid} holds no GPU memory now; name its GPU domain", "domain"
+                )
+            chosen = gpus[0].name
+        else:
+            chosen = CPU_DOMAIN
+        # (Named, such a domain was refused; found for it, a drained pool took it: h121.)
+        self._check_in_service(pid, chosen)
+        return [chosen]
 
     def _new_job(
         self,
