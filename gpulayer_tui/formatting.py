@@ -10,7 +10,7 @@ from .fields import (
     wait_words,
     wanted_gpus,
 )
-from .wire import NOT_ACCEPTING, RESTARTING_DOWN
+from .wire import ENDING_DOWN, NOT_ACCEPTING, RESTARTING_DOWN
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
 if TYPE_CHECKING:  # (the CLI imports this module: no wire, no typing at run time)
@@ -341,6 +341,8 @@ def replica_state(replica: ReplicaJSON, now: float, *, placing: bool = False) ->
             # (through the SIGTERM's grace it read "down for 12s ... 18s" as if nothing
             # was done, while cancel's said "stopping": tester h93)
             return f"stopping to restart (down for {duration(now - down_since)}, SIGTERM sent)"
+        if ENDING_DOWN in str(replica.get("message") or ""):
+            return f"stopping, not restarted (down for {duration(now - down_since)}, SIGTERM sent)"
         return f"down for {duration(now - down_since)} (port {port} {how})"
     if state == "backoff" and restart_at:
         # Rounded up, as a countdown is: "in 0s" was said a second before the restart.

@@ -169,6 +169,10 @@ RESTARTING_DOWN = "SIGTERM sent to restart it"
 """A down replica's ``message`` says it once the engine stops it to restart it (down too
 long): tables say it is stopping to restart, not only how long it has been down."""
 
+ENDING_DOWN = "SIGTERM sent to end it"
+"""... or this, where its policy allows no more restarts (it said "to restart it", and
+the next line "not restarted": tester h121)."""
+
 NOT_ACCEPTING = "stopped accepting connections"
 """A down replica's ``message`` says it when its port answered but its server took none of
 the connections waiting (a hung server): tables say so too, not "not answering"."""

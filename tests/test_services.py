@@ -1441,6 +1441,20 @@ async def test_a_replica_stopped_for_not_answering_with_no_restart_left_fails_th
         "not restarted (max_restarts = 0 reached)"
     )
     assert (await engine.wait(after.id, timeout=20)).status is not JobStatus.COMPLETED
+    # Its stop said "SIGTERM sent to restart it", and the next line "not restarted" (h121).
+    stops = [
+        e["data"]["message"]
+        for e in await engine.events_of(job.id)
+        if e["kind"] == "job.replica" and "SIGTERM sent" in e["data"]["message"]
+    ]
+    assert len(stops) == 1 and "to restart it" not in stops[0], stops
+    assert stops[0].endswith(
+        "s: SIGTERM sent to end it (SIGKILL after 2 s); max_restarts = 0 reached"
+    ), stops
+    down = {"state": "down", "down_since": 100.0, "port": port, "message": stops[0]}
+    assert replica_state(down, 112.0) == (  # type: ignore[arg-type]
+        "stopping, not restarted (down for 12s, SIGTERM sent)"
+    )
 
 
 async def test_a_restarted_engine_asks_a_down_replica_before_it_stops_it(

@@ -593,9 +593,7 @@ class Adopter:
         if gpu or vram_gb is not None:
             gpus = self._scheduler.gpu_domains
             if len(gpus) != 1:
-                raise SpecError(
-                    f"pid {pid} holds no GPU memory now; name its GPU domain", "domain"
-                )
+                raise SpecError(f"pid {pid} holds no GPU memory now; name its GPU domain", "domain")
             chosen = gpus[0].name
         else:
             chosen = CPU_DOMAIN

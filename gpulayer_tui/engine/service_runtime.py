@@ -24,6 +24,7 @@ PROBE_INTERVAL_MAX_S = 1.0
 # (a down replica's message says it: ``services._probe_port`` reads it back after a restart)
 NOT_ACCEPTING = wire.NOT_ACCEPTING
 RESTARTING_DOWN = wire.RESTARTING_DOWN
+ENDING_DOWN = wire.ENDING_DOWN
 
 
 class Cancellable(Protocol):

@@ -52,6 +52,7 @@ from .models import (
     check_replica_transition,
 )
 from .service_runtime import (
+    ENDING_DOWN,
     NOT_ACCEPTING,
     PROBE_INTERVAL_MAX_S,
     PROBE_TIMEOUT_S,
@@ -732,13 +733,15 @@ class ServiceRunner:
         down = time.time() - (replica.down_since or time.time())
         # (the same words as its down message: a hung server's port answers)
         how = NOT_ACCEPTING if NOT_ACCEPTING in replica.message else "not answering"
+        # (Its exit is judged as not answering: only the policy's count can end it.)
+        final = self._no_restart_because(act, replica, None)
         self._set_replica(
             act,
             replica,
             R.DOWN,
             f"port {replica.port} {how} for {down:.{1 if down < 10 else 0}f} s: "
-            f"{RESTARTING_DOWN}"
-            f" (SIGKILL after {grace:g} s)",
+            f"{RESTARTING_DOWN if final is None else ENDING_DOWN}"
+            f" (SIGKILL after {grace:g} s)" + ("" if final is None else f"; {final}"),
         )
         self._book.after_commit(
             functools.partial(
