@@ -927,3 +927,31 @@ async def test_a_batchs_jobs_share_one_environment_while_they_wait(
     for job in jobs:
         await engine.wait(job.id, timeout=10)
     assert engine.scheduler.domains["cpu"]._left == set()
+
+
+async def test_a_timeline_entry_learnt_late_is_listed_when_it_happened(
+    make_engine: EngineFactory,
+) -> None:
+    # An end learnt late (a replica killed while no engine ran) is stamped when it
+    # happened: the timeline listed it after later entries ("09:27:54 scaled down ...
+    # replica 2 ended", then "09:27:48 replica 1 stopped"; tester h121).
+    from gpulayer_tui.engine.models import EventKind
+
+    engine = await make_engine()
+    job = await engine.submit({"command": ["sleep", "600"]})
+    act = engine.book.get(job.id)
+    assert act is not None and job.started_at is not None
+    first = (await engine.events_of(job.id))[0]
+    assert first["status"] == "pending"
+    late = first["at"]  # (before its start)
+    for queued in (True, False):  # (read while still queued for commit, then stored)
+        engine.book.record(act, EventKind.REPLICA, {"message": f"late {queued}"}, at=late)
+        if not queued:
+            await engine.store.flush()
+        messages = [e["message"] for e in await engine.events_of(job.id)]
+        ats = [e["at"] for e in await engine.events_of(job.id)]
+        assert ats == sorted(ats), messages
+    statuses = [e["status"] for e in await engine.events_of(job.id)]
+    assert statuses[:3] == ["pending", None, None] and "running" in statuses[3:]
+    assert messages[1:3] == ["late True", "late False"]  # (same time: as stored)
+    await engine.cancel(job.id)

@@ -1781,7 +1781,8 @@ class Store:
                 return
 
     def job_events(self, job_id: int) -> Coroutine[Any, Any, list[dict[str, Any]]]:
-        """The timeline of one job, oldest first: what is committed plus what is queued.
+        """The timeline of one job, oldest first (by time, then as stored): what is
+        committed plus what is queued.
 
         What is queued is taken when this is *called* (before any await), so a caller that
         snapshots the job in the same step gets a timeline that includes every transition
@@ -1816,7 +1817,9 @@ class Store:
         }
         for row_id, ev in pending:
             timeline.setdefault(row_id, _timeline_entry(ev))
-        return [timeline[k] for k in sorted(timeline)]
+        # By time, then as stored: an entry learnt late (a replica's end while no engine
+        # ran) is stamped when it happened, and came after later ones (tester h121).
+        return sorted((timeline[k] for k in sorted(timeline)), key=lambda e: e["at"] or 0.0)
 
     async def count_by_status(self, since: float | None = None) -> dict[str, int]:
         """Number of jobs per status (optionally only those created since ``since``)."""
