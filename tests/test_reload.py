@@ -1632,3 +1632,45 @@ async def test_a_domain_removed_leaves_a_choice_and_its_name_given_later_is_not_
     await engine.cancel(busy.id)
     done = await engine.wait(choice.id, timeout=10)
     assert done.status is JobStatus.COMPLETED and done.domains == ["g1"]
+
+
+def _cluster_toml(says: str) -> str:
+    """A cluster whose every command fails as Slurm's do, saying ``says`` (no Slurm here:
+    the prefix stands in for its commands)."""
+    fail = f"echo {json.dumps(says)} >&2; exit 1"
+    return (
+        '[clusters.lab]\npartition = "gpu"\npoll_interval = 0.2\n'
+        f'command_prefix = ["sh", "-c", {json.dumps(fail)}, "x"]\n'
+    )
+
+
+async def test_a_cluster_added_by_a_reload_is_followed_and_its_jobs_told_why_they_wait(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # Added to an engine that had none, it was never read: its jobs said "not read yet"
+    # for ever, and `gpus` showed it answering (tester h122).
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE)
+    engine = await make_engine(config=load_config(paths.config_file))
+    paths.config_file.write_text(BASE + _cluster_toml("fatal: no such controller"))
+    assert (await engine.config_reload.reload())["changes"] == ["clusters.lab added"]
+    job = await engine.submit({"command": ["true"], "cluster": "lab"})
+
+    def told() -> str:
+        act = engine.book.get(job.id)
+        assert act is not None
+        return act.job.message
+
+    await eventually(lambda: "no such controller" in told(), timeout=10)
+    assert told() == "cluster lab refused: sinfo: fatal: no such controller", told()
+    # Changed, it is read again (what was read of it before says nothing of it now); out
+    # of reach, its jobs say since when, once.
+    paths.config_file.write_text(BASE + _cluster_toml("Unable to contact slurm controller"))
+    await engine.config_reload.reload()
+    await eventually(lambda: "not answering since" in told(), timeout=10)
+    assert told().endswith(": sinfo: Unable to contact slurm controller"), told()
+    said = len(await engine.events_of(job.id))
+    polls = engine.clusters._polls
+    await eventually(lambda: engine.clusters._polls >= polls + 3, timeout=10)
+    assert len(await engine.events_of(job.id)) == said and "not answering since" in told()
+    await engine.cancel(job.id)

@@ -105,6 +105,7 @@ class ClusterRunner:
         self._up_since: dict[str, float] = {}  # cluster -> since when it answers again
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.Task[None] | None = None
+        self._polling = False  # (started: a cluster added later is followed too)
         self._polls = 0
         self._sbatch_slots = asyncio.Semaphore(SBATCH_AT_ONCE)
         # job -> [(dependency job, its cluster id, any exit)] that Slurm holds it for
@@ -118,8 +119,25 @@ class ClusterRunner:
         self.reconfigure(settings)
 
     def reconfigure(self, settings: dict[str, ClusterSettings]) -> None:
-        """A reloaded ``[clusters.*]``."""
-        self._clusters = {name: SlurmCluster(name, s) for name, s in settings.items()}
+        """A reloaded ``[clusters.*]``: a cluster added is followed from now on (one added
+        to an engine that had none was never read, and its jobs waited for ever: tester
+        h122); one changed is read again."""
+        old = self._clusters
+        self._clusters = {
+            name: old[name] if name in old and old[name].settings == s else SlurmCluster(name, s)
+            for name, s in settings.items()
+        }
+        for name in old:
+            if self._clusters.get(name) is not old[name]:
+                # (what was read of it before says nothing of it now)
+                self._partitions.pop(name, None)
+                self._errors.pop(name, None)
+                self._down_since.pop(name, None)
+                self._silent_why.pop(name, None)
+                self._up_since.pop(name, None)
+                self._refused.discard(name)
+        if self._polling:
+            self.start_polling()
 
     @property
     def names(self) -> list[str]:
@@ -341,11 +359,13 @@ class ClusterRunner:
 
     def start_polling(self) -> None:
         """Follow every cluster job from now on (one squeue per cluster per tick)."""
+        self._polling = True
         if self._loop is None and self._clusters:
             self._loop = asyncio.get_running_loop().create_task(self._poll_forever())
 
     async def close(self) -> None:
         """Stop following (cluster jobs run on; a restarted engine finds them again)."""
+        self._polling = False
         if self._loop is not None:
             await cancel_and_wait(self._loop)
             self._loop = None
@@ -391,12 +411,17 @@ class ClusterRunner:
         try:
             part = await cluster.partition()
         except ClusterError as err:
+            before = (self._errors.get(name), name in self._refused)
             self._errors[name] = str(err)
             if err.unreachable:
                 self._refused.discard(name)
-                self._unanswered(name, str(err))
             else:
                 self._refused.add(name)  # (it answered: "not answering" was untrue)
+            if (str(err), not err.unreachable) != before:
+                # Jobs judged before its first read kept "not read yet" for ever (h122).
+                self._recheck()
+            if err.unreachable:
+                self._unanswered(name, str(err))
             return
         self._refused.discard(name)
         had = name in self._partitions
@@ -552,7 +577,7 @@ class ClusterRunner:
                 if "not answering since" not in act.job.message:
                     self._book.set_reason(act, f"{SUBMITTING}{name}, {silent}")
                 continue
-            if not act.job.message.startswith(f"cluster {name} not answering"):
+            if not act.job.message.startswith(f"cluster {name} not answering since"):
                 if act.job.status is JobStatus.RUNNING:
                     self._book.note(act, text)
                 else:
