@@ -693,3 +693,32 @@ async def test_a_submission_refused_unread_is_sent_again_until_a_slot_frees(
     finally:
         stalled.close()
         await server.stop()
+
+
+async def test_a_start_whose_commit_waits_on_a_locked_database_gets_its_whole_timeout(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Someone's `sqlite3` session held the write lock as a slot freed: the next job was
+    # decided (its start waiting for the commit), its timeout ran from the decision, and
+    # it failed "timed out ... (stopped before it started)" without ever running (h119).
+    engine = await make_engine(cpu_count=1)
+    ran, gate = tmp_path / "ran", tmp_path / "gate"
+    await engine.submit({"shell": f"while [ ! -e {gate} ]; do sleep 0.02; done"})
+    later = await engine.submit({"shell": f"echo ran >> {ran}", "timeout": 1.0})
+    assert later.status is JobStatus.QUEUED
+    db = sqlite3.connect(engine.paths.database, timeout=0, isolation_level=None)
+    try:
+        db.execute("BEGIN IMMEDIATE")  # (the write lock, as an open session holds it)
+        gate.touch()  # (the first job ends: the next is decided, its commit waits)
+        act = engine.book.get(later.id)
+        assert act is not None
+        await eventually(lambda: act.job.status is JobStatus.RUNNING, timeout=20)
+        # The scenario's input, not a wait for a condition: the lock outlives the timeout.
+        await asyncio.sleep(1.5)
+        assert act.job.stop_reason is None and not ran.exists()
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+    done = await engine.wait(later.id, timeout=30)
+    assert done.status is JobStatus.COMPLETED, done.message
+    assert ran.read_text() == "ran\n"

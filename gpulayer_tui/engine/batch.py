@@ -385,9 +385,9 @@ class BatchRunner:
                 f"placed on {', '.join(job.domains)}; starts once the launcher can start "
                 f"jobs ({self._executor.problem})"
             )
+        # (Its timeout is armed as it starts: armed here, a decision whose commit waited
+        # on a locked database timed the job out before it ever ran: tester h119.)
         self._book.transition(act, JobStatus.RUNNING, message=message)
-        if spec.timeout is not None and not act.held_back:  # (else armed as it starts)
-            self._arm_timeout(act, spec.timeout)
         try:
             prepared: PreparedStart | None = self._prepare(act)
         except LaunchError:
@@ -474,6 +474,15 @@ class BatchRunner:
         )
         if (late or act.held_back) and job.status is JobStatus.RUNNING:
             self._started_late(act, started.at or time.time())
+        elif (
+            act.spec is not None
+            and act.spec.timeout is not None
+            and job.status is JobStatus.RUNNING
+            and job.stop_reason is None
+            and job.id not in self._timers
+        ):
+            since = job.started_at if job.started_at is not None else time.time()
+            self._arm_timeout(act, act.spec.timeout - (time.time() - since))
         act.held_back = False
         self._book.started(job_id, started.at)
 
