@@ -155,6 +155,44 @@ async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
         assert all(pid_gone(pid) for pid in pids)
 
 
+async def test_a_replica_shown_then_removed_by_a_scale_down_says_so_and_next_goes_on(
+    ui_app: Any,
+) -> None:
+    # The detail showed the removed replica's log as "following", and "]" said "this
+    # service has one replica: its output is the one shown" over it (tester h120).
+    app = await ui_app("2xA100-80GB", cpu_count=4)
+    async with app.run_test(size=(140, 40)) as pilot:
+        job = await app.backend.submit(
+            {"kind": "service", "shell": SCRIPT, "replicas": 2, "port": False, "cwd": os.getcwd()}
+        )
+        await pilot.press("2")
+        table = table_of(app)
+        await until(pilot, lambda: cell(table, job["id"], "kind") == "svc 2/2", "2/2 up")
+        await pilot.press("g", "enter")
+        detail = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
+        )
+        log = detail.query_one(LogTail)
+        await until(pilot, lambda: "hello from replica 0" in log.lines, "replica 0's output")
+        await pilot.press("right_square_bracket")
+        await until(pilot, lambda: "hello from replica 1" in log.lines, "replica 1's output")
+        await app.backend.edit(job["id"], {"replicas": 1})
+        await until(
+            pilot,
+            lambda: len((detail.job or {}).get("replicas") or []) == 1,
+            "the scale-down",
+            timeout=20,
+        )
+        title = str(log.border_title)
+        assert "replica 1 (removed by a scale-down; ]: replica 0)" in title, title
+        assert "following" not in title, title
+        await pilot.press("right_square_bracket")
+        await until(pilot, lambda: "hello from replica 0" in log.lines, "replica 0's output")
+        assert "hello from replica 1" not in log.lines
+        assert "replica 0 ·" in str(log.border_title), log.border_title
+        await app.backend.cancel(job["id"])
+
+
 async def test_next_replica_key_is_only_for_services(ui_app: Any) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:

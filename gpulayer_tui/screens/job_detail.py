@@ -570,7 +570,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             return None if self._adopted else True
         if action == "next_replica":
             # (dimmed for one replica: "]" re-read the same log without a word; h98, h99)
-            return (True if self._replica_count > 1 else None) if self.is_service else False
+            count = self._replica_count
+            shown_gone = self._replica >= count  # (removed by a scale-down)
+            return (True if count > 1 or shown_gone else None) if self.is_service else False
         if action == "toggle_usage":
             # (a GPU job that has not run yet shows no usage: u did nothing to be seen)
             return self._job is not None and uses_gpus(self._job) and self._usage_shown
@@ -776,6 +778,12 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             count = self._replica_count
             # (numbered as logs --replica N and status number them; "of 0-1" read oddly)
             which = f" · replica {self._replica}" + (f" (of {count}: ]: next)" if count > 1 else "")
+            if self._replica >= count:
+                # (a scale-down removed it: its log stayed, said "following", and "]" said
+                # the one shown was the only one: tester h120)
+                which = f" · replica {self._replica} (removed by a scale-down; ]: replica 0)"
+                if not self._log_done and state == "following":
+                    state = "its last output"
         extra = " · wrapped" if log.wrap else ""
         if log.lines_dropped or log.head_skipped:  # (g, a search and its count cover these)
             kept = len(log.source_lines)  # ("last 1 lines": tester h104)
@@ -1013,10 +1021,10 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             self._say_not_here("has no replicas: only a service has one log per replica")
             return
         count = self._replica_count
-        if count == 1:
+        if count == 1 and self._replica == 0:
             self.app.notify("this service has one replica: its output is the one shown")
             return
-        self._replica = (self._replica + 1) % count
+        self._replica = 0 if self._replica >= count else (self._replica + 1) % count
         self.query_one(LogTail).reset()
         self._log_next = 0
         self._log_done = False
