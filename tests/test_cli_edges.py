@@ -272,6 +272,13 @@ def test_a_batch_file_of_only_comments_is_refused_and_submits_nothing(
         out = engine.cli("submit", "--file", str(path))
         assert (out.returncode, out.stdout) == (2, "")
         assert out.stderr.startswith(f"gpulayer-tui: --file: cannot read {path}: {why}"), out
+    # One without end (/dev/zero, an endless pipe) is refused past what the engine takes:
+    # read whole, it grew the CLI to a MemoryError traceback (tester h122).
+    for flag in ("--file", "--spec"):
+        out = engine.cli("submit", flag, "/dev/zero")
+        assert (out.returncode, out.stdout) == (2, ""), out
+        assert "/dev/zero: over 64 MiB (the engine takes no larger request" in out.stderr, out
+        assert "Traceback" not in out.stderr
     assert engine.cli("jobs", "--json").stdout.strip() in ("[]", "")
 
 

@@ -169,6 +169,31 @@ LIKE_SERVICE = "__service_options"
 whether the job it copies is a service (then they apply, as to ``--service``)."""
 
 
+INPUT_MAX = 64 * 1024 * 1024
+"""The most a ``--file`` or ``--spec`` is read of (the engine takes no larger request)."""
+
+
+def _read_input(path: str) -> bytes:
+    """The whole of ``path`` (``-``: standard input), up to :data:`INPUT_MAX`.
+
+    Raises:
+        ValueError: It is larger (read whole, /dev/zero or an endless pipe grew the CLI
+            until a MemoryError traceback: tester h122).
+        OSError: It cannot be read.
+    """
+    if path == "-":
+        raw = sys.stdin.buffer.read(INPUT_MAX + 1)
+    else:
+        with open(path, "rb") as fh:
+            raw = fh.read(INPUT_MAX + 1)
+    if len(raw) > INPUT_MAX:
+        raise ValueError(
+            f"{path}: over {INPUT_MAX // 2**20} MiB (the engine takes no larger request; "
+            "split it into several submissions)"
+        )
+    return raw
+
+
 def _read_spec_file(path: str) -> list[dict[str, Any]]:
     """Specs from a TOML or JSON file: one spec, or ``jobs = [...]`` / a JSON list.
 
@@ -176,11 +201,7 @@ def _read_spec_file(path: str) -> list[dict[str, Any]]:
         ValueError: Unreadable file or wrong shape, with the file named.
     """
     try:
-        if path == "-":
-            raw = sys.stdin.buffer.read()
-        else:
-            with open(path, "rb") as fh:
-                raw = fh.read()
+        raw = _read_input(path)
     except OSError as err:
         raise ValueError(f"{path}: {err.strerror or err}") from None
     if raw.startswith(b"\xef\xbb\xbf"):
@@ -279,11 +300,7 @@ def _command_lines(path: str) -> list[str]:
         ValueError: A line that is not UTF-8 text (the engine stores text: such a line
             would not run as written), with the file and line named.
     """
-    if path == "-":
-        raw = sys.stdin.buffer.read()
-    else:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+    raw = _read_input(path)
     if raw.startswith(b"\xef\xbb\xbf"):
         raw = raw[3:]  # a UTF-8 byte order mark (some editors write one): not a command
     lines = []
