@@ -104,6 +104,15 @@ def test_wait_for_several_jobs_waits_for_each_and_exits_with_the_worst(engine: S
     out = engine.cli("wait", done, "999", failed)
     assert out.returncode == 2 and out.stderr == "gpulayer-tui: no job 999\n"
     assert len(out.stdout.splitlines()) == 2
+    # With --json, one object for each id in the order given, as cancel's (the unknown
+    # one was left out; alone, nothing was printed: tester h122).
+    out = engine.cli("wait", done, "999", failed, "--json")
+    assert out.returncode == 2, out
+    shown = json.loads(out.stdout)
+    assert [d.get("job", d).get("id") for d in shown] == [int(done), 999, int(failed)]
+    assert shown[1] == {"id": 999, "error": "no job 999"}
+    out = engine.cli("wait", "999", "--json")
+    assert out.returncode == 2 and json.loads(out.stdout) == {"id": 999, "error": "no job 999"}
     # One deadline for all: the one still running is said, exit 5; --json is one list.
     running = _submit(engine, "--", "sleep", "600")
     out = engine.cli("wait", running, done, "--timeout", "0.3", "--json")

@@ -1118,7 +1118,12 @@ def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     ids = _listed_ids(args.job)
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     if len(ids) == 1:
-        data = _wait_one(client, ids[0], deadline)
+        try:
+            data = _wait_one(client, ids[0], deadline)
+        except ApiError as err:
+            if args.json:  # (one id, one object: it printed nothing, as cancel did once)
+                _print_json({"id": ids[0], "error": str(err)})
+            raise
         return _waited(data, args.json, args.timeout)
     # Several: each in turn under one deadline (all must end, so the order costs no
     # time), each said as its wait returns; one refused (an unknown id) is said and the
@@ -1131,6 +1136,9 @@ def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         except ApiError as err:
             _error(str(err))
             worst = max(worst, EXIT_USAGE if err.status in (400, 404) else EXIT_FAILED)
+            # (one for each id, in the order given, as cancel's list: a script lined
+            # them up with its ids and one was missing; tester h122)
+            documents.append({"id": job_id, "error": str(err)})
             continue
         documents.append(data)
         worst = max(worst, _waited(data, False, args.timeout, quiet=args.json))
