@@ -480,6 +480,14 @@ def test_a_folder_that_is_not_there_is_refused_at_submission(
     assert "--cwd ~nouser-h/x: no user 'nouser-h' (a folder named so: ./~nouser-h/x)" in (
         out.stderr
     )
+    # A spec file's cwd too, relative ones from the file's folder (it was stored, and
+    # failed "launch_failed": tester h122).
+    spec = tmp_path / "job.json"
+    for cwd, what in ((str(tmp_path / "gone"), "no such folder"), ("file", "not a folder")):
+        spec.write_text(json.dumps({"shell": "true", "cwd": cwd}))
+        out = engine.cli("submit", "--spec", str(spec))
+        assert out.returncode == 2, out
+        assert f"{spec}: cwd {tmp_path / Path(cwd).name}: {what}" in out.stderr, out
     assert engine.cli("jobs", "--json").stdout == before
     out = engine.cli("submit", "--cwd=~", "--json", "--", "true")
     assert out.returncode == 0, out.stderr

@@ -625,6 +625,7 @@ async def test_invalid_specs_change_nothing(make_engine: EngineFactory) -> None:
         # ("snapshot.bool: Input should be a valid boolean; snapshot.SnapshotInfo: ...").
         ({"snapshot": "yes"}, "snapshot", "snapshot: must be true (run a copy of cwd"),
         ({"snapshot": {"path": "/x"}}, "snapshot", "snapshot: must be true (run a copy"),
+        ({"snapshot": {"dir": "/etc"}}, "snapshot", "snapshot: must be true (run a copy"),
         ({"domain": 5}, "domain", "domain: must be a domain's name or a list of names"),
         ({"domain": ["gpu0", 1]}, "domain", "domain: must be a domain's name or a list"),
         # Types in the words of the rest (pydantic's "Input should be a valid integer":

@@ -245,9 +245,20 @@ def _read_spec_file(path: str) -> list[dict[str, Any]]:
             from ..fields import typed_folder
 
             try:
-                item["cwd"] = typed_folder(cwd, base)
+                item["cwd"] = cwd = typed_folder(cwd, base)
             except ValueError as err:
                 raise ValueError(f"{path}: cwd {err}") from None
+        if (
+            isinstance(cwd, str)
+            and cwd
+            and not item.get("cluster")
+            and not item.get("depends_on")
+            and not os.path.isdir(cwd)
+        ):
+            # (as --cwd is: it was stored, and failed at its start: tester h122; not a
+            # cluster's folder, nor one a job it waits for may make)
+            what = "not a folder" if os.path.exists(cwd) else "no such folder"
+            raise ValueError(f"{path}: cwd {cwd}: {what}")
     _named_dependencies(items, path)
     return items
 
