@@ -528,6 +528,9 @@ class GpulayerApp(App[str]):
             return
         if any(isinstance(screen, QuitScreen) for screen in self.screen_stack):
             return  # (ctrl+c is a priority key: inside the dialog it stacked another)
+        may_quit = getattr(self.screen, "may_quit", None)
+        if may_quit is not None and not may_quit():
+            return  # (a form with something typed: the first ctrl+c says what a second does)
         active = self.job_store.active_count()
         # (TUIs in other windows attached to this one's engine lost it with no word)
         elsewhere = getattr(self.backend, "attached_elsewhere", lambda: 0)()

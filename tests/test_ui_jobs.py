@@ -839,6 +839,28 @@ async def test_esc_asks_again_before_it_throws_away_a_typed_form(ui_app: Any) ->
         await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the form closed")
 
 
+async def test_ctrl_c_asks_again_before_it_quits_over_a_typed_form(ui_app: Any) -> None:
+    # ctrl+c (copy, to many) quit the app at once, the typed form lost (tester h120).
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        form = await open_form(pilot)
+        await type_text(pilot, "important command")
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.is_running and app.screen is form
+        assert form.form_message == (
+            "ctrl+c again quits, throwing away what you typed (ctrl+s submits it)"
+        )
+        assert form.query_one("#command", Input).value == "important command"
+        await type_text(pilot, "!")  # (typed on: the next ctrl+c asks again)
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.is_running and app.screen is form
+        await pilot.press("ctrl+c")
+        await until(pilot, lambda: not app.is_running, "the app quit", timeout=10)
+
+
 async def test_unicode_digits_in_the_forms_are_refused_not_the_end_of_the_app(
     ui_app: Any,
 ) -> None:

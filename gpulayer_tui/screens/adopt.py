@@ -70,6 +70,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         self._refused_for_good = ""
         self._as_opened: tuple[str, ...] = ()
         self._discard_armed = False
+        self._quit_armed = False
 
     def compose(self) -> ComposeResult:
         proc = self.process
@@ -279,6 +280,18 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
     @on(Input.Changed)
     def _typed_on(self) -> None:
         self._discard_armed = False  # (the next esc asks again)
+        self._quit_armed = False
+
+    def may_quit(self) -> bool:
+        """Whether ctrl+c may quit the app now: nothing typed, or ctrl+c twice in a row
+        (it quit at once, what was typed lost: tester h120)."""
+        if self._quit_armed or self._values() == self._as_opened:
+            return True
+        self._quit_armed = True
+        self.query_one("#adopt-error", Static).update(
+            "ctrl+c again quits, throwing away what you typed (ctrl+s adopts)"
+        )
+        return False
 
     def action_enter_field(self) -> None:
         """Enter in a field (a priority key: see keymap): the next field; past the last,

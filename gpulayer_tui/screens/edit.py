@@ -121,6 +121,7 @@ class EditScreen(FormScreen[JobJSON | None]):
     KEYMAP_SCOPE: ClassVar[str] = "edit"
     """Its part of :data:`~gpulayer_tui.keymap.KEYMAP` (help and the palette show it)."""
     DISCARD_WORDS = "esc again throws away your changes (ctrl+s saves them)"
+    QUIT_WORDS = "ctrl+c again quits, throwing away your changes (ctrl+s saves them)"
 
     def __init__(self, job: JobJSON) -> None:
         super().__init__()

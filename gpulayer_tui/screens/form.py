@@ -87,9 +87,14 @@ class FormScreen(ModalScreen[ResultType]):
     """Said at the first esc once something was typed: a reflexive esc (it also leaves a
     search) lost a whole form (tester h46)."""
 
+    QUIT_WORDS = "ctrl+c again quits, throwing away what you typed (ctrl+s submits it)"
+    """Said at the first ctrl+c once something was typed: it quit the whole app at once,
+    the form lost (a ctrl+c meant as copy: tester h120)."""
+
     _as_opened: tuple[tuple[str, str | bool], ...] | None = None
     _discard_armed = False
     _armed_with: tuple[tuple[str, str | bool], ...] | None = None
+    _quit_armed = False
 
     def _values(self) -> tuple[tuple[str, str | bool], ...]:
         fields: list[tuple[str, str | bool]] = [(w.id or "", w.value) for w in self.query(Input)]
@@ -125,6 +130,7 @@ class FormScreen(ModalScreen[ResultType]):
         # second esc only asked again, the next keys landing in the old form (h103).
         if self._values() != self._armed_with:
             self._discard_armed = False
+            self._quit_armed = False
 
     def may_discard(self) -> bool:
         """Whether esc may close the form now: nothing changed since it opened, or esc
@@ -134,6 +140,16 @@ class FormScreen(ModalScreen[ResultType]):
         self._discard_armed = True
         self._armed_with = self._values()
         self._show_form_message(self.DISCARD_WORDS, busy=True)
+        return False
+
+    def may_quit(self) -> bool:
+        """Whether ctrl+c may quit the app now: nothing typed since the form opened, or
+        ctrl+c came twice in a row (the first says so)."""
+        if self._quit_armed or self._as_opened is None or self._values() == self._as_opened:
+            return True
+        self._quit_armed = True
+        self._armed_with = self._values()
+        self._show_form_message(self.QUIT_WORDS, busy=True)
         return False
 
     FORM_CHROME = 8
