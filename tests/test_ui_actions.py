@@ -288,6 +288,12 @@ async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:
         await until(pilot, lambda: detail.finished, "the detail's job")
         # Its output read to the end, f (follow) is not offered: it did nothing to be seen.
         await until(pilot, lambda: detail.check_action("toggle_follow", ()) is False, "no f")
+        await pilot.press("f")  # (out of the footer: pressed, it did nothing at all; h120)
+        await until(
+            pilot,
+            lambda: any("has ended: its output is all shown" in n for n in _notes(app)),
+            "the hidden follow key's word",
+        )
         # Cancel is dimmed on the ended job's detail as in the table, and says why.
         assert detail.check_action("cancel_job", ()) is None
         await pilot.press("c")
@@ -353,9 +359,9 @@ async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:
             lambda: any("uses no GPU: there is no GPU usage" in n for n in _notes(app)),
             "the hidden usage key's word",
         )
-        await pilot.press("slash", "u", "right_square_bracket")  # (typed in a search: text)
+        await pilot.press("slash", "u", "right_square_bracket", "f")  # (in a search: text)
         search = detail.query_one("#log-search", Input)
-        await until(pilot, lambda: search.value == "u]", "the search field's text")
+        await until(pilot, lambda: search.value == "u]f", "the search field's text")
         await pilot.press("escape")
         assert isinstance(app.screen, JobDetailScreen)
         assert app.is_running
@@ -725,3 +731,37 @@ def test_the_dependents_note_of_several_marked_jobs_says_one_of_them() -> None:
     assert dependents_note([7], rows, cancelled=2) == (
         "Job 7 (chainC) waits for one of them to complete: it is cancelled too."
     )
+
+
+async def test_u_on_a_gpu_job_that_has_not_run_yet_says_why(ui_app: Any) -> None:
+    # It toggled a hidden panel: nothing to be seen, nothing said (tester h120).
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        first = await app.backend.submit(_spec("sleep 60", gpus=0))
+        waiting = await app.backend.submit({**_spec("true", gpus=1), "depends_on": [first["id"]]})
+        app.open_job(waiting["id"])
+        detail = await until(
+            pilot,
+            lambda: (
+                isinstance(app.screen, JobDetailScreen)
+                and app.screen.job is not None
+                and app.screen
+            ),
+            "the waiting job's detail",
+        )
+        assert detail.check_action("toggle_usage", ()) is False
+        await pilot.press("u")
+        await until(
+            pilot,
+            lambda: any("has not run yet: it has no GPU usage to show" in n for n in _notes(app)),
+            "u's word",
+        )
+        await pilot.press("f")
+        await until(
+            pilot,
+            lambda: any(
+                "has not started yet: it has no output to follow" in n for n in _notes(app)
+            ),
+            "f's word",
+        )
+        await app.backend.cancel(first["id"])

@@ -86,7 +86,8 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
         await _open_strays(pilot, app)
         # No stray listed: a and x are dimmed in the footer (a did nothing at all, with no
         # word; then they said "no process selected" from a footer that offered them:
-        # tester h95), and do nothing.
+        # tester h95); pressed anyway they say why, as the jobs table's dimmed keys do
+        # (they did nothing at all: tester h120).
         from textual.widgets._footer import FooterKey
 
         def dimmed() -> set[str]:
@@ -95,8 +96,22 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
 
         await until(pilot, lambda: {"a", "x"} <= dimmed(), "a and x dimmed")
         await pilot.press("a")
-        await pilot.pause()
+        await until(
+            pilot,
+            lambda: any(
+                n.message == "no process selected (p adopts one by its pid)"
+                for n in app._notifications
+            ),
+            "a's word",
+        )
         assert not isinstance(app.screen, AdoptScreen)
+        app.clear_notifications()
+        await pilot.press("x")
+        await until(
+            pilot,
+            lambda: any(n.message == "no process selected" for n in app._notifications),
+            "x's word",
+        )
         await pilot.press("p")
         await pilot.press("\u00b2", "enter")  # not an ASCII digit: the field drops it
         told = await until(

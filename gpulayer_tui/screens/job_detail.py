@@ -330,6 +330,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     HIDDEN_KEYS_SAY_WHY: ClassVar[dict[str, str]] = {
         "right_square_bracket": "next_replica",
         "u": "toggle_usage",
+        "f": "toggle_follow",
     }
     KEYMAP_SCOPE: ClassVar[str] = "detail"
     """Its part of :data:`~gpulayer_tui.keymap.KEYMAP` (help and the palette show it)."""
@@ -815,6 +816,19 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
 
     def action_toggle_follow(self) -> None:
         """Follow the output (scroll with it) or stop following."""
+        # (hidden where there is nothing to follow, f did nothing and said nothing: h120)
+        if self._job is None:
+            self.app.notify("the job is still loading", severity="warning")
+            return
+        if self._adopted:
+            self._say_not_here("is an adopted process: it writes where it was started")
+            return
+        if self._not_started:
+            self._say_not_here("has not started yet: it has no output to follow")
+            return
+        if self.finished and self._log_done:
+            self._say_not_here("has ended: its output is all shown, nothing more comes")
+            return
         log = self.query_one(LogTail)
         log.follow = not log.follow
         self._update_log_title()
@@ -1001,6 +1015,10 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         """Show the GPU usage as one line, or with its lines and plots."""
         if self._job is not None and not uses_gpus(self._job):
             self._say_not_here("uses no GPU: there is no GPU usage to show")
+            return
+        if not self._usage_shown:
+            # (a GPU job that has not run yet: u toggled a hidden panel: tester h120)
+            self._say_not_here("has not run yet: it has no GPU usage to show")
             return
         panel = self.query_one(UsagePanel)
         panel.expanded = not panel.expanded

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.screen import Screen
@@ -84,6 +84,15 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
                     else ""
                 )
             )
+
+    def on_key(self, event: events.Key) -> None:
+        # Dimmed with no process listed, a and x did nothing at all, their actions'
+        # words never said (tester h120): pressed, they say why.
+        action = {"a": "adopt_selected", "x": "signal_process"}.get(event.key)
+        if action is not None and self.check_action(action, ()) is None:
+            event.stop()
+            event.prevent_default()
+            getattr(self, f"action_{action}")()
 
     def action_adopt_selected(self) -> None:
         """Adopt the process on the cursor row."""
