@@ -171,8 +171,12 @@ class GpulayerApp(App[str]):
         must show as written, not end the app with a ``MarkupError``; and a terminal escape
         in one is written as an escape, not sent to the terminal."""
         message, title = printable(message, keep="\n"), printable(title)
-        if any(n.message == message and n.title == title for n in self._notifications):
-            return  # still shown (a lost engine told once per view change: five alike)
+        # One alike still shown goes, and this one comes in at the bottom: shown once (a
+        # lost engine told at each view change stacked five alike), and the newest toast
+        # is the latest word (t t t kept "theme: dark" below "theme: light", dropping the
+        # third, which named the theme in use: tester h120).
+        for shown in [n for n in self._notifications if n.message == message and n.title == title]:
+            self._unnotify(shown, refresh=False)
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:

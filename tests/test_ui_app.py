@@ -229,6 +229,15 @@ async def test_theme_switch_is_saved_in_config(embedded_app: AppFactory, paths: 
         await pilot.pause()
         said = [n.message for n in app._notifications]
         assert said == ["theme: gpulayer-light (t: the next; ctrl+p lists them)"], said
+        # t t while the first is shown: the newest toast names the theme in use (the
+        # third, alike to the first, was dropped, "dark" left below it: tester h120).
+        await pilot.press("t")
+        await until(pilot, lambda: app.theme == "gpulayer-dark")
+        await pilot.press("t")
+        await until(pilot, lambda: app.theme == "gpulayer-light")
+        await pilot.pause()
+        said = [n.message.split(" (")[0] for n in app._notifications]
+        assert said == ["theme: gpulayer-dark", "theme: gpulayer-light"], said
     config = load_config(paths.config_file)
     assert config.ui.theme == "gpulayer-light"
     assert config.engine.grace_period == 2.0
