@@ -341,6 +341,38 @@ async def test_an_output_whose_last_line_is_longer_than_its_read_end_says_so(
         assert log.source_lines == [LINE_PAST_READ.format(read=LOG_TAIL_BYTES)]
 
 
+async def test_a_running_jobs_unfinished_line_longer_than_its_read_end_says_so(
+    ui_app: Any, tmp_path: Path
+) -> None:
+    # A 5 MB line still being written: the pane stayed blank under "last 0 lines" until
+    # the job ended (tester h120).
+    from gpulayer_tui.screens.job_detail import LOG_TAIL_BYTES
+    from gpulayer_tui.widgets.log_tail import LINE_PAST_READ
+
+    gate = tmp_path / "gate"
+    script = (
+        f"import os, sys, time\nsys.stdout.write('x' * {LOG_TAIL_BYTES + 1_000_000})\n"
+        f"sys.stdout.flush()\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.02)\n"
+    )
+    app = await ui_app("1xA100-80GB")
+    job = await app.backend.submit(
+        {"command": [sys.executable, "-c", script], "gpus": 0, "cwd": os.getcwd()}
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        _detail, log = await _open_log(pilot, app, job["id"])
+        said = LINE_PAST_READ.format(read=LOG_TAIL_BYTES)
+        await until(pilot, lambda: str(log.border_subtitle) == said, "the note", timeout=30)
+        title = str(log.border_title)
+        assert "last 0 lines" not in title and "its last line only, in part" in title, title
+        gate.touch()
+        await until(
+            pilot,
+            lambda: app.job_store.jobs.get(job["id"], {}).get("status") == "completed",
+            "its end",
+            timeout=30,
+        )
+
+
 async def test_search_keys_in_the_detail_and_n_is_new_job_again_after(ui_app: Any) -> None:
     app = await ui_app("1xA100-80GB")
     script = "for i in $(seq 0 199); do echo line $i; [ $((i % 50)) = 7 ] && echo needle $i; done"

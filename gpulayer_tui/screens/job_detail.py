@@ -788,7 +788,10 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         extra = " · wrapped" if log.wrap else ""
         if log.lines_dropped or log.head_skipped:  # (g, a search and its count cover these)
             kept = len(log.source_lines)  # ("last 1 lines": tester h104)
-            extra += f" · last {kept:,} line{'' if kept == 1 else 's'} (P: all)"
+            if kept:
+                extra += f" · last {kept:,} line{'' if kept == 1 else 's'} (P: all)"
+            else:  # ("last 0 lines" over a line longer than all that was read: h120)
+                extra += " · its last line only, in part (P: all)"
         if log.search_term:
             found = (
                 f"match {(log.match_index or 0) + 1} of {len(log.matches)}"

@@ -293,6 +293,9 @@ class LogTail(Log):
             # was "its last line starts before ..." for a long run of "\r"-updates).
             start = _LINE_OR_REWRITE.search(data)
             if start is None:
+                # (said as it runs too: the pane stayed blank under "last 0 lines" until
+                # the job ended, a 5 MB line still being written: tester h120)
+                self.border_subtitle = Content(LINE_PAST_READ.format(read=self.bytes_read))
                 return
             self._to_line_start = False
             data = data[start.end() if start[0] == b"\n" else start.start() :]
