@@ -32,7 +32,7 @@ from typing import Any
 from .batch import JobEnv, argv_of
 from .config import ClusterSettings
 from .jobbook import ActiveJob, JobBook
-from .models import JobStatus, TerminationReason
+from .models import Job, JobStatus, TerminationReason
 from .scheduler import Verdict
 from .slurm import (
     PENDING_STATES,
@@ -60,6 +60,15 @@ UNSURE_WAIT_S = 15.0
 # Seconds a job may be missing from both squeue and accounting before it is given up on
 # (slurmdbd may store an end a moment after the controller forgot the job).
 FORGOTTEN_AFTER_S = 30.0
+
+
+def _began(job: Job, found: SlurmJob) -> float | None:
+    """When a cluster job's run began: Slurm's start time, but not before it was queued
+    here (Slurm's times are whole seconds, and its clock may run behind ours: a job that
+    ran within its first second ended, in the timeline, before it was submitted)."""
+    if not found.start_time:
+        return None
+    return max(found.start_time, job.queued_at or job.created_at or 0.0)
 
 
 def _plural(n: int, word: str) -> str:
@@ -520,9 +529,11 @@ class ClusterRunner:
                 self._book.set_reason(act, f"{label}: {words}")
         elif found.state in RUNNING_STATES:
             if job.status is not JobStatus.RUNNING:
-                self._book.transition(act, JobStatus.RUNNING, message=f"running on {label}")
+                self._book.transition(
+                    act, JobStatus.RUNNING, message=f"running on {label}", at=_began(job, found)
+                )
                 if found.start_time:
-                    job.started_at = found.start_time
+                    job.started_at = _began(job, found)
             elif job.message.startswith(f"cluster {name} not answering"):
                 self._book.note(act, f"running on {label}")  # (it answers again)
         else:
@@ -545,10 +556,13 @@ class ClusterRunner:
                 found.start_time is not None and status is not JobStatus.CANCELLED
             )
             if job.status is not JobStatus.RUNNING and ran:
-                # It ran (and ended) between two looks: its run is in the timeline too.
-                self._book.transition(act, JobStatus.RUNNING, message=f"running on {label}")
+                # It ran (and ended) between two looks: its run is in the timeline too,
+                # when it began (stamped at the look, it came after its end).
+                self._book.transition(
+                    act, JobStatus.RUNNING, message=f"running on {label}", at=_began(job, found)
+                )
                 if found.start_time:
-                    job.started_at = found.start_time
+                    job.started_at = _began(job, found)
             # As a local job's: 128+N for signal N. Slurm records 0:0 for a cancelled job
             # (pending, held for its dependencies, or running): no exit status, not 0.
             code = found.exit_code if found.signal is None else 128 + found.signal

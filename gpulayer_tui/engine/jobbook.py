@@ -320,12 +320,16 @@ class JobBook:
         message: str | None = None,
         exit_code: int | None = None,
         started_at: float | None = None,
+        at: float | None = None,
     ) -> None:
         """Move a job to a non-terminal status (:meth:`finish` ends jobs).
 
         Check, stamp, queue for commit; the store publishes the event once it is durable.
         ``started_at``: when a job that runs again first started (a service placed again
         keeps it: its time limit and runtime count from there), else it starts now.
+        ``at``: when the change happened, if learnt later (a cluster job seen running at
+        a poll); its event is stamped so (timelines are in time order), never later than
+        now.
 
         Raises:
             IllegalTransition: The table does not allow the move (a bug).
@@ -333,7 +337,13 @@ class JobBook:
         if new.is_terminal:
             raise ValueError(f"job {act.job.id}: use finish() to end a job")
         self._change(
-            act, new, reason=reason, message=message, exit_code=exit_code, started_at=started_at
+            act,
+            new,
+            reason=reason,
+            message=message,
+            exit_code=exit_code,
+            started_at=started_at,
+            at=at,
         )
 
     def _change(
@@ -346,6 +356,7 @@ class JobBook:
         exit_code: int | None,
         ended_at: float | None = None,
         started_at: float | None = None,
+        at: float | None = None,
     ) -> None:
         """The one place a status changes."""
         job = act.job
@@ -353,6 +364,7 @@ class JobBook:
         old = job.status
         job.status = new
         now = time.time()
+        stamp = now if at is None else min(now, at)
         if message is not None:
             job.message = message
         if new is JobStatus.QUEUED:
@@ -377,7 +389,7 @@ class JobBook:
             },
             # An end the launcher saw while no engine ran goes in the timeline when it
             # happened (it was stamped with the restart that learnt of it).
-            at=job.ended_at if new.is_terminal else now,
+            at=job.ended_at if new.is_terminal else stamp,
         )
         if not new.is_terminal:
             self._journal.save(job, [event])
