@@ -108,24 +108,29 @@ async def test_a_one_replica_services_detail_offers_no_next_replica(ui_app: Any)
         await app.backend.cancel(job["id"])
 
 
+async def _two_replicas_detail(pilot: Pilot[Any], app: Any) -> tuple[Any, JobDetailScreen]:
+    """A service of two replicas (no port), both up in the jobs table, its detail open."""
+    job = await app.backend.submit(
+        {"kind": "service", "shell": SCRIPT, "replicas": 2, "port": False, "cwd": os.getcwd()}
+    )
+    await pilot.press("2")
+    table = table_of(app)
+    await until(pilot, lambda: cell(table, job["id"], "kind") == "svc 2/2", "2/2 up")
+    assert status_of(table, job["id"]) == "running"
+    await pilot.press("g", "enter")
+    detail = await until(
+        pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
+    )
+    return job, detail
+
+
 async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
     ui_app: Any,
 ) -> None:
     app = await ui_app("2xA100-80GB", cpu_count=4)
     async with app.run_test(size=(140, 40)) as pilot:
-        job = await app.backend.submit(
-            {"kind": "service", "shell": SCRIPT, "replicas": 2, "port": False, "cwd": os.getcwd()}
-        )
-        await pilot.press("2")
-        table = table_of(app)
-        await until(pilot, lambda: cell(table, job["id"], "kind") == "svc 2/2", "2/2 up")
-        assert status_of(table, job["id"]) == "running"
+        job, detail = await _two_replicas_detail(pilot, app)
         pids = [r["pid"] for r in app.job_store.jobs[job["id"]]["replicas"]]
-
-        await pilot.press("g", "enter")
-        detail = await until(
-            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
-        )
         fields = detail.query_one("#fields", FieldList)
         await until(pilot, lambda: "2/2 up" in fields.text("replicas"), "the replicas field")
         assert fields.shown("replicas")
@@ -162,16 +167,7 @@ async def test_a_replica_shown_then_removed_by_a_scale_down_says_so_and_next_goe
     # service has one replica: its output is the one shown" over it (tester h120).
     app = await ui_app("2xA100-80GB", cpu_count=4)
     async with app.run_test(size=(140, 40)) as pilot:
-        job = await app.backend.submit(
-            {"kind": "service", "shell": SCRIPT, "replicas": 2, "port": False, "cwd": os.getcwd()}
-        )
-        await pilot.press("2")
-        table = table_of(app)
-        await until(pilot, lambda: cell(table, job["id"], "kind") == "svc 2/2", "2/2 up")
-        await pilot.press("g", "enter")
-        detail = await until(
-            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
-        )
+        job, detail = await _two_replicas_detail(pilot, app)
         log = detail.query_one(LogTail)
         await until(pilot, lambda: "hello from replica 0" in log.lines, "replica 0's output")
         await pilot.press("right_square_bracket")
