@@ -1684,6 +1684,9 @@ async def test_a_replica_that_exits_on_the_drained_cpu_pool_starts_again_in_plac
     assert again.replicas[1].pid == first[1]  # (the healthy one ran on)
     messages = [e["message"] for e in await engine.events_of(job.id)]
     assert not any("moving off" in m for m in messages), messages
+    # Said where it restarted, and why there (nothing did: tester h121).
+    said = "restarted in place on cpu, draining (maint), as the service fits nowhere else now"
+    assert any(m.startswith("replica 0: up (") and m.endswith(said) for m in messages), messages
     await engine.cancel(job.id)
 
 

@@ -68,7 +68,8 @@ def _began(job: Job, found: SlurmJob) -> float | None:
     ran within its first second ended, in the timeline, before it was submitted)."""
     if not found.start_time:
         return None
-    return max(found.start_time, job.queued_at or job.created_at or 0.0)
+    # (nor after now: a clock ahead of ours put its start in the future)
+    return min(time.time(), max(found.start_time, job.queued_at or job.created_at or 0.0))
 
 
 def _plural(n: int, word: str) -> str:

@@ -461,9 +461,10 @@ class ServiceRunner:
             if r.port is not None and r.state.has_process
         }
 
-    def _decide_launch(self, act: ActiveJob, replica: Replica, verb: str) -> bool:
+    def _decide_launch(self, act: ActiveJob, replica: Replica, verb: str, note: str = "") -> bool:
         """Decide the replica's next start (its port, its run number) and record it; the
-        process is started once that is durable (:meth:`_spawn`).
+        process is started once that is durable (:meth:`_spawn`). ``note`` goes after
+        its message (why it starts where it does).
 
         Returns:
             False if it cannot start (then the service is failing, with the reason).
@@ -485,9 +486,10 @@ class ServiceRunner:
         replica.started_at = self.clock.now()
         if port is None:
             # (up from its start: no port to wait for; "starting" beside state up read wrong)
-            self._set_replica(act, replica, R.UP, "up (no port to wait for); its process starting")
+            said = "up (no port to wait for); its process starting"
+            self._set_replica(act, replica, R.UP, said + note)
         else:
-            self._set_replica(act, replica, R.STARTING, f"starting with $PORT {port}")
+            self._set_replica(act, replica, R.STARTING, f"starting with $PORT {port}{note}")
         self._book.after_commit(
             functools.partial(self._spawn, job.id, replica.index, replica.launches, verb)
         )
@@ -1001,7 +1003,17 @@ class ServiceRunner:
             return
         runtime.off_domain.pop(index, None)
         replica.restarts += 1
-        self._decide_launch(act, replica, "restart")
+        # (it restarted on a drained domain with no word of it: only `domain drain`
+        # said it might; tester h121)
+        drained = self._drained_domain(replica)
+        note = ""
+        if drained is not None:
+            why = f" ({drained.state_reason})" if drained.state_reason else ""
+            note = (
+                f"; restarted in place on {drained.name}, draining{why}, as the service "
+                "fits nowhere else now"
+            )
+        self._decide_launch(act, replica, "restart", note)
 
     def domains_changed(self) -> None:
         """A reload changed the domains: a replica that waited in back-off off a domain
@@ -1059,11 +1071,18 @@ class ServiceRunner:
     def _domain_draining(self, act: ActiveJob, replica: Replica) -> str | None:
         """Why the replica should rather not start again where it ran (a domain of it is
         drained), or ``None``."""
+        dom = self._drained_domain(replica)
+        if dom is None:
+            return None
+        reason = f": {dom.state_reason}" if dom.state_reason else ""
+        return f"domain {dom.name} draining{reason}"
+
+    def _drained_domain(self, replica: Replica) -> Domain | None:
+        """The first domain the replica ran on that is draining, or ``None``."""
         for name in replica.domains:
             dom = self._scheduler.domains.get(name)
             if dom is not None and dom.state is DomainState.DRAINING:
-                reason = f": {dom.state_reason}" if dom.state_reason else ""
-                return f"domain {name} draining{reason}"
+                return dom
         return None
 
     def _domain_gone(self, act: ActiveJob, replica: Replica) -> str | None:
