@@ -179,6 +179,8 @@ class DomainJSON(TypedDict):
     """The operator's drain (its reason), also while a quarantine is on top of it: a
     release lifts the quarantine and the domain drains again (an older engine leaves it
     out)."""
+    previous_drain_reason: NotRequired[str]
+    """Only in a drain's answer that changed a drain's reason: the reason it replaced."""
     health: str
     failures: int
     last_error: str

@@ -825,6 +825,9 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         # (too large for a float: "must be a finite number, not inf", of what was typed)
         (["submit", "--vram-gb", "1e400", "--", "true"], "must be at most 1000000 GiB, got 1e400"),
         (["submit", "--timeout=-1e400", "--", "true"], "must be greater than 0, got -1e400"),
+        # (a duration with a minus was "expected one argument": its unit made it an option)
+        (["jobs", "--since", "-1h"], "--since: expected seconds or a duration such as"),
+        (["submit", "--timeout", "-1h", "--", "true"], "--timeout: expected seconds or a"),
         (["submit", "--", "   "], "command: the program name (first word) is empty"),
         # (checked as seconds: "about 31 years", and past the engine's own limit)
         (["submit", "--mem-gb", "2000000", "--", "true"], "at most 1000000 GB, got 2000000"),
@@ -850,6 +853,8 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         "timeout-days-past-ceiling",
         "vram-overflow",
         "timeout-overflow",
+        "since-negative-duration",
+        "timeout-negative-duration",
         "blank-program",
         "mem-gb",
         "cancel-no-wait-timeout",

@@ -250,7 +250,7 @@ def test_cli_domain_commands_and_ready(served: Served) -> None:
     listed = served.cli("domain", "list")
     assert listed.returncode == 0 and "gpu1" in listed.stdout and "in_service" in listed.stdout
     drained = served.cli("domain", "drain", "gpu1", "--reason", "swap fan")
-    assert drained.returncode == 0 and drained.stdout.strip() == "domain gpu1: draining"
+    assert drained.stdout.strip() == "domain gpu1: draining (reason: swap fan)", drained
     domains = json.loads(served.cli("domain", "list", "--json").stdout)
     assert {d["name"]: d["state"] for d in domains}["gpu1"] == "draining"
     again = served.cli("domain", "drain", "gpu1")
@@ -259,9 +259,13 @@ def test_cli_domain_commands_and_ready(served: Served) -> None:
         "gpu1 is already draining (reason: swap fan); give another reason to change it, or "
         "an empty one for the default" in again.stderr
     )  # (it said how to do neither: h45)
-    cleared = served.cli("domain", "drain", "gpu1", "--reason", "", "--json")
-    assert cleared.returncode == 0, cleared.stderr
-    assert json.loads(cleared.stdout)["drain_reason"] == "drained by the operator"
+    # A new reason is said with the one it replaced: it said "domain gpu1: draining",
+    # the same words as a first drain.
+    changed = served.cli("domain", "drain", "gpu1", "--reason", "RMA")
+    assert changed.stdout.strip() == "domain gpu1: draining (reason changed: swap fan -> RMA)"
+    cleared = json.loads(served.cli("domain", "drain", "gpu1", "--reason", "", "--json").stdout)
+    assert cleared["drain_reason"] == "drained by the operator"
+    assert cleared["previous_drain_reason"] == "RMA"
     unknown = served.cli("domain", "release", "gpu9")
     assert unknown.returncode == 2 and "unknown domain 'gpu9'" in unknown.stderr
     missing = served.cli("domain", "drain")
@@ -279,7 +283,10 @@ def test_cli_domain_commands_and_ready(served: Served) -> None:
         for j in (batch, service)
     }
     out = served.cli("domain", "drain", on[batch]).stdout.splitlines()
-    assert out == [f"domain {on[batch]}: draining", f"  job {batch} runs there until it ends"]
+    assert out == [
+        f"domain {on[batch]}: draining (reason: drained by the operator)",
+        f"  job {batch} runs there until it ends",
+    ]
     out = served.cli("domain", "drain", on[service]).stdout.splitlines()
     assert out[1].startswith(f"  service {service} moves off it when a replica there exits"), out
     served.cli("cancel", batch, service)

@@ -1545,7 +1545,9 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     if args.json:
         _print_json(dom)
     else:
-        print(f"domain {dom['name']}: {dom['state']}{_kept_drain(dom)}")
+        from ..fields import printable
+
+        print(printable(f"domain {dom['name']}: {dom['state']}{_drain_said(dom, args.action)}"))
         if args.action == "drain" and dom.get("used_slots"):
             _say_still_there(client, dom["name"])
     return EXIT_OK
@@ -1559,6 +1561,19 @@ def _say_still_there(client: Client, name: str) -> None:
 
     for line in still_on_domain(client.jobs(["running"], limit=10_000), name):
         print(printable(f"  {line}"))
+
+
+def _drain_said(dom: dict[str, Any], action: str) -> str:
+    """What a drain or release answer says after the domain's state: the drain's reason,
+    and the one it replaced (a drain of a draining domain changes it, and said only
+    "domain X: draining", as if nothing had changed)."""
+    if action != "drain" or dom.get("state") != "draining":
+        return _kept_drain(dom)
+    reason = dom.get("drain_reason") or dom.get("state_reason") or ""
+    previous = dom.get("previous_drain_reason")
+    if previous is not None:
+        return f" (reason changed: {previous} -> {reason})"
+    return f" (reason: {reason})" if reason else ""
 
 
 def _kept_drain(dom: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ subcommand's arguments are built.
 from __future__ import annotations
 
 import argparse
+import re  # (argparse's own import: free)
 
 from .. import __version__
 
@@ -214,6 +215,15 @@ def _columns() -> int:
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose error messages show what was typed as text: an argument
     holding terminal escapes is written escaped (see :func:`printable`), never raw."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A value that starts with a minus and a digit is a value, as argparse already
+        # takes -5 and -1.5 (no option here looks like one): `jobs --since -1h` was
+        # "expected one argument" (its unit made it an unknown option), where
+        # `--since=-1h` named the real problem. (argparse's own attribute: if a later
+        # Python drops it, only that message goes back to what it was.)
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
 
     def error(self, message: str) -> NoReturn:
         from ..fields import printable

@@ -295,12 +295,16 @@ class DomainOps:
         new = reason or DEFAULT_DRAIN_REASON
         if dom.state is DomainState.DRAINING or dom.drain_reason is not None:
             if reason is not None and new != dom.drain_reason:
+                previous = dom.drain_reason or ""
                 dom.drain_reason = new
                 if dom.state is DomainState.DRAINING:
                     dom.state_reason = new
                 self._changed(dom, "drain reason")
                 await self._store.flush()
-                return dom.to_json()
+                # (the CLI said only "domain X: draining", the same as before: h-list)
+                changed = dom.to_json()
+                changed["previous_drain_reason"] = previous
+                return changed
             under = "" if dom.state is DomainState.DRAINING else " under its quarantine"
             # (It said only "already draining": nothing said how to change or clear it.)
             raise DomainRefused(
