@@ -268,6 +268,8 @@ class OtherGpuJSON(TypedDict):
     history: NotRequired[list[list[float | int | None]]]
     missing: NotRequired[bool]
     """True for a GPU jobs still run on that the driver no longer lists (``gpu`` is None)."""
+    name: NotRequired[str]
+    """A missing GPU's last domain's name."""
 
 
 class MissingGpuJSON(TypedDict):

@@ -796,7 +796,9 @@ async def test_a_gpu_gone_across_a_restart_with_a_job_still_there_is_said_everyw
     view = second.gpus()
     gone = [g for g in view.get("gpus_without_domain", []) if g.get("missing")]
     assert [(g["gpu_index"], g["jobs"]) for g in gone] == [(1, [running.id])]
-    row = next(line for line in format_gpus(dict(view)).splitlines() if line.startswith("-"))
+    # Its row names the domain it was and its UUID (it said "-" and "?")
+    row = next(line for line in format_gpus(dict(view)).splitlines() if "missing" in line)
+    assert row.startswith("(gpu1) ") and (gone[0]["gpu_uuid"] or "?") in row, row
     assert f"missing: not found by the driver (still running: job {running.id})" in row
     # The job says so too (it said "running on gpu1", as if all were well).
     await second.sampler.sample_once()

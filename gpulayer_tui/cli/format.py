@@ -434,9 +434,10 @@ def format_gpus(data: dict[str, Any]) -> str:
         free = gib(max(0, total - used)) if total is not None and used is not None else ""
         rows.append(
             [
-                "-",
+                # (a missing GPU's row said "-" and "?": the domain it was, and its UUID)
+                f"({other['name']})" if other.get("missing") and other.get("name") else "-",
                 str(other["gpu_index"]),
-                gpu.get("name", "?"),
+                gpu.get("name") or (other.get("missing") and other.get("gpu_uuid")) or "?",
                 "",
                 util,
                 temp,

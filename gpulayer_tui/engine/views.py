@@ -128,6 +128,9 @@ def gpus_view(
         gone: dict[str, Any] = {
             "gpu_index": index,
             "gpu_uuid": scheduler.retired[index].gpu_uuid,
+            # (its panel said "unknown GPU" and `gpus` "-": which domain it was is what
+            # a user knows it by)
+            "name": scheduler.retired[index].name,
             "jobs": jobs,
             "gpu": None,
             "processes": [],

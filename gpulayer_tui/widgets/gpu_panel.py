@@ -70,6 +70,8 @@ def no_domain_view(other: Mapping[str, Any]) -> dict[str, Any]:
         "jobs": list(held),
         "processes": list(other.get("processes") or ()),
         "missing": bool(other.get("missing")),
+        "was": other.get("name"),
+        "gpu_uuid": other.get("gpu_uuid"),
     }
 
 
@@ -282,8 +284,13 @@ class GpuPanel(Vertical):
 
     @property
     def model(self) -> str:
-        """The GPU's model name as NVML reports it."""
-        return str(self.gpu.get("name") or "unknown GPU")
+        """The GPU's model name as NVML reports it; for one the driver no longer lists,
+        the domain it was and its UUID (it said "unknown GPU")."""
+        if self.domain.get("missing") and not self.gpu:
+            was, uuid = self.domain.get("was"), self.domain.get("gpu_uuid")
+            known = ", ".join(str(part) for part in (was, uuid) if part)
+            return f"was {known}" if known else "no longer listed"
+        return str(self.gpu.get("name") or "no reading yet")
 
     def health(self) -> tuple[str, str, str]:
         """``(mark, word, style)``: ``● ok``, ``◐ draining``, ``✖ LOST`` and so on."""
