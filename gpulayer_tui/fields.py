@@ -446,13 +446,13 @@ def parse_number(field: str, text: str) -> float:
         raise FieldError(field, f"expected a number, got {text!r}") from None
 
 
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def parse_duration(field: str, text: str) -> float:
     """Seconds typed by a person: a number (``5400``), or amounts with units ``s``, ``m``,
-    ``h``, ``d`` (``90m``, ``1h30m``, ``1.5h``, ``2d``): ``--timeout 2h`` was refused,
-    "expected a number" (tester h69)."""
+    ``h``, ``d``, ``w`` (``90m``, ``1h30m``, ``1.5h``, ``2d``, ``2w``): ``--timeout 2h`` was
+    refused, "expected a number" (tester h69)."""
     import re
 
     typed = text.strip().lower().replace(" ", "")
@@ -464,9 +464,9 @@ def parse_duration(field: str, text: str) -> float:
             return parse_number(field, text)
         except FieldError:
             raise wrong from None
-    if re.fullmatch(r"(?:\d+(?:\.\d+)?[smhd])+", typed) is None:
+    if re.fullmatch(r"(?:\d+(?:\.\d+)?[smhdw])+", typed) is None:
         raise wrong
-    parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", typed)
+    parts = re.findall(r"(\d+(?:\.\d+)?)([smhdw])", typed)
     units = [unit for _, unit in parts]
     if len(set(units)) != len(units) or units != sorted(units, key=_UNIT_SECONDS.__getitem__)[::-1]:
         # ("1d1d" was taken as 2 days, "30s1h" as 3630 s: a typo read as meant; h103)

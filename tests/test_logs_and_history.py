@@ -23,7 +23,15 @@ from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.paths import Paths
 from gpulayer_tui.formatting import why_lines
 
-from .conftest import STEADY_WRITER, EngineFactory, Served, eventually, make_config, pid_reaped
+from .conftest import (
+    STEADY_WRITER,
+    EngineFactory,
+    Served,
+    eventually,
+    make_config,
+    pid_reaped,
+    wait_for,
+)
 
 
 async def test_a_log_past_its_limit_is_cut_back_to_its_end_with_a_note(
@@ -444,7 +452,7 @@ async def test_clean_removes_old_finished_jobs_and_never_reuses_an_id(
     assert all(engine.log_path(j.id).exists() for j in jobs)
     done = await engine.retention.clean(None, keep=2)
     assert done.pop("database_bytes_freed") >= 0
-    assert done == {"jobs": 3, "files": 3, "snapshots": 0, "spared": []}
+    assert done == {"jobs": 3, "files": 3, "bytes": 6, "snapshots": 0, "spared": []}
     left = {j.id for j in await engine.list_jobs()}
     assert left == {jobs[3].id, jobs[4].id, running.id}  # the running one is never touched
     assert not engine.log_path(jobs[0].id).exists() and engine.log_path(jobs[4].id).exists()
@@ -578,6 +586,11 @@ def test_clean_from_the_cli(served: Served) -> None:
         "snapshots": 0,
         "spared": [],
     }
+    # A duration with its unit is taken as such (`--older-than 30d` was "expected a
+    # number", while `jobs --since` took units: tester h123); none of these ended so long ago.
+    for ago in ("30d", "2w", "12h"):
+        said = served.cli("clean", "--older-than", ago, "--dry-run")
+        assert said.stdout.startswith("would remove 0 finished jobs"), (ago, said)
     said = served.cli("clean", "--older-than", "0", "--dry-run").stdout
     assert said.startswith(f"would remove 3 finished jobs (jobs {', '.join(ids)}) and 3 files")
     assert said.endswith("; nothing was removed\n")
@@ -587,11 +600,12 @@ def test_clean_from_the_cli(served: Served) -> None:
     assert out.returncode == 0, out.stderr
     done = json.loads(out.stdout)
     assert done.pop("database_bytes_freed") >= 0
-    assert done == {"jobs": 2, "files": 2, "snapshots": 0, "spared": []}
+    # (what the files took, as the dry run says it: freeing the disk is what clean is for)
+    assert done == {"jobs": 2, "files": 2, "bytes": 5, "snapshots": 0, "spared": []}
     listed = json.loads(served.cli("jobs", "--json").stdout)
     assert [j["id"] for j in listed] == [int(ids[-1])]
     said = served.cli("clean", "--older-than", "0")
-    assert said.stdout.strip() == "removed 1 finished job and 1 file"
+    assert said.stdout.strip() == "removed 1 finished job and 1 file (4 B in all)"
     # Jobs with big environments: the room their rows took goes back to the disk, and
     # the CLI says how much.
     jobs = [
@@ -604,8 +618,21 @@ def test_clean_from_the_cli(served: Served) -> None:
         assert served.cli("wait", str(job["id"])).returncode == 0
     said = served.cli("clean", "--older-than", "0")
     assert said.returncode == 0, said.stderr
-    assert said.stdout.startswith("removed 16 finished jobs and 16 files; the database gave")
+    assert said.stdout.startswith(
+        "removed 16 finished jobs and 16 files (0 B in all); the database gave"
+    )
     assert said.stdout.endswith(" MiB\n"), said.stdout
+    # What [history] removes is in the engine's log without -v (1,200 jobs and their logs
+    # went without a line: tester h123).
+    for _ in range(3):
+        done = served.cli("submit", "--", "echo", "y").stdout.strip()
+        assert served.cli("wait", done).returncode == 0
+    (served.home / "config.toml").write_text("[history]\nkeep_jobs = 1\n")
+    wait_for(lambda: "([history] keep_jobs" in served.log.read_text(), timeout=20)
+    assert (
+        "history cleaned ([history] keep_jobs = 1): 2 finished jobs, 2 files (4 bytes) and 0 "
+        "snapshots removed" in served.log.read_text()
+    )
 
 
 @pytest.mark.parametrize("follow", [False, True])
@@ -916,6 +943,7 @@ async def test_clean_keeps_the_jobs_that_waiting_jobs_depend_on(
     # Once nothing waits for them, they go like any other finished job.
     done = await engine.retention.clean(None, keep=0)
     assert done.pop("database_bytes_freed") >= 0
+    assert done.pop("bytes") >= 0
     assert done == {"jobs": 4, "files": 4, "snapshots": 0, "spared": []}
 
 

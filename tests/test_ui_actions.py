@@ -718,6 +718,7 @@ def test_a_duration_takes_each_unit_once_largest_first(typed: str) -> None:
     with pytest.raises(FieldError, match=r"each unit once, largest first \(1d2h30m\)"):
         parse_duration("timeout", typed)
     assert parse_duration("timeout", "1m 30s") == 90  # (spaced, in order: fine)
+    assert parse_duration("timeout", "2w1d") == 15 * 86400  # (weeks: history is kept in them)
 
 
 def test_the_dependents_note_of_several_marked_jobs_says_one_of_them() -> None:

@@ -1624,8 +1624,11 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
         )
         return EXIT_OK
     freed = done.get("database_bytes_freed") or 0
+    took = done.get("bytes")  # (an older engine leaves it out)
     print(
         f"removed {jobs} and {files}"
+        # (what freeing the disk is about: only the dry run said it, tester h123)
+        + (f" ({size_words(took)} in all)" if took is not None and done["files"] else "")
         + snapshots
         # (a few pages back is no news: said from a MiB)
         + (f"; the database gave back {size_words(freed)}" if freed >= 1 << 20 else "")

@@ -142,11 +142,15 @@ def memory_gb(text: str) -> float:
 
 
 def days_arg(text: str) -> float:
-    """A number of days, 0 or more."""
+    """A number of days, 0 or more; or a duration with its unit (``30d``, ``2w``, ``12h``:
+    ``--older-than 30d`` was "expected a number", tester h123)."""
     from .. import fields as wire
 
     try:
-        value = wire.parse_number("days", text)
+        if text.strip()[-1:].lower() in ("s", "m", "h", "d", "w"):
+            value = wire.parse_duration("days", text) / 86400
+        else:
+            value = wire.parse_number("days", text)
     except wire.FieldError as err:
         raise argparse.ArgumentTypeError(err.detail) from None
     if not 0 <= value <= 36500:
@@ -555,7 +559,12 @@ def _domain_args(p: argparse.ArgumentParser) -> None:
 
 
 def _clean_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--older-than", type=days_arg, metavar="DAYS")
+    p.add_argument(
+        "--older-than",
+        type=days_arg,
+        metavar="DAYS",
+        help="finished jobs that ended more than DAYS ago: days, or 12h, 30d, 2w",
+    )
     p.add_argument(
         "--keep", type=positive_int, metavar="N", help="keep the N finished jobs that ended last"
     )

@@ -70,13 +70,19 @@ def _sizes(paths: list[Path]) -> int:
     return total
 
 
-def _unlink(paths: list[Path]) -> int:
-    removed = 0
+def _unlink(paths: list[Path]) -> tuple[int, int]:
+    """Remove ``paths``: (how many were removed, the bytes they took)."""
+    removed = size = 0
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
+            try:
+                took = path.lstat().st_size
+            except OSError:
+                took = 0
             path.unlink()
             removed += 1
-    return removed
+            size += took
+    return removed, size
 
 
 class Retention:
@@ -128,16 +134,19 @@ class Retention:
         if changed:
             self._due.set()
 
-    async def clean(self, ended_before: float | None, keep: int | None) -> dict[str, Any]:
+    async def clean(
+        self, ended_before: float | None, keep: int | None, by: str = "a clean request"
+    ) -> dict[str, Any]:
         """Remove finished jobs that ended before ``ended_before`` and/or all but the ``keep``
-        finished ones that ended last; return ``{"jobs": n, "files": m, "snapshots": k, "spared":
-        [ids], "database_bytes_freed": b}`` (``k``: snapshot trees removed, with the
+        finished ones that ended last; return ``{"jobs": n, "files": m, "bytes": f,
+        "snapshots": k, "spared": [ids], "database_bytes_freed": b}`` (``f``: what the
+        removed files took; ``k``: snapshot trees removed, with the
         objects only they held; ``spared``: jobs that matched but were kept, still needed;
         ``b``: what the database file shrank by, its deleted rows' room given back)."""
         jobs = trees = 0
         # Files of jobs whose rows an earlier clean deleted, killed before it removed them
         # (recorded with the rows: see Store.files_owed).
-        files = await self._owed_files()
+        files, size = await self._owed_files()
         while True:
             try:
                 ids = await self._store.prune(ended_before, keep, CHUNK, self._spared())
@@ -151,7 +160,7 @@ class Retention:
                     len(full.ids),
                 )
                 removed = await self._remove_files(full.ids)
-                files, trees = files + removed[0], trees + removed[1]
+                files, trees, size = files + removed[0], trees + removed[1], size + removed[2]
                 try:
                     ids = await self._store.prune(ended_before, keep, CHUNK, self._spared())
                 except PruneBlocked as still:
@@ -169,7 +178,7 @@ class Retention:
             if self._bus is not None:
                 self._bus.publish(self._bus.make(EventKind.REMOVED, None, {"ids": list(ids)}))
             removed = await self._remove_files(ids)
-            files, trees = files + removed[0], trees + removed[1]
+            files, trees, size = files + removed[0], trees + removed[1], size + removed[2]
             await self._store.files_removed(ids)
             if keep is not None and ended_before is None and len(ids) < CHUNK:
                 break
@@ -180,9 +189,12 @@ class Retention:
             raise await self._nothing_seen("nothing was cleaned")
         if jobs:
             log.info(
-                "history cleaned: %d finished jobs, %d files and %d snapshots removed",
+                "history cleaned (%s): %d finished jobs, %d files (%d bytes) and %d "
+                "snapshots removed",
+                by,
                 jobs,
                 files,
+                size,
                 trees,
             )
         # The rows' room goes back to the disk too (it stayed in the file for good).
@@ -193,6 +205,7 @@ class Retention:
         return {
             "jobs": jobs,
             "files": files,
+            "bytes": size,
             "snapshots": trees,
             "spared": spared,
             "database_bytes_freed": freed,
@@ -248,23 +261,24 @@ class Retention:
             return 0
         return await asyncio.to_thread(self._snapshots.remove_jobs, gone)
 
-    async def _owed_files(self) -> int:
+    async def _owed_files(self) -> tuple[int, int]:
         owed = await self._store.files_owed()
         if not owed:
-            return 0
-        files, _ = await self._remove_files(owed)
+            return 0, 0
+        files, _, size = await self._remove_files(owed)
         await self._store.files_removed(owed)
         log.info("cleaning history: removed %d file(s) an interrupted clean left", files)
-        return files
+        return files, size
 
-    async def _remove_files(self, ids: list[int]) -> tuple[int, int]:
-        """Remove the files and snapshot trees of jobs ``ids``: (files, trees)."""
+    async def _remove_files(self, ids: list[int]) -> tuple[int, int, int]:
+        """Remove the files and snapshot trees of jobs ``ids``: (files, trees, the bytes
+        the files took)."""
         paths = await asyncio.to_thread(_files_of, self._jobs_dir, set(ids))
-        files = await asyncio.to_thread(_unlink, paths)
+        files, size = await asyncio.to_thread(_unlink, paths)
         trees = 0
         if self._snapshots is not None:
             trees = await asyncio.to_thread(self._snapshots.remove_jobs, set(ids))
-        return files, trees
+        return files, trees, size
 
     def start(self) -> None:
         """Apply ``[history] keep_days`` and ``keep_jobs`` now, every hour, and at once
@@ -280,9 +294,11 @@ class Retention:
             days, count = self._settings.keep_days, self._settings.keep_jobs
             try:
                 if days is not None:
-                    await self.clean(time.time() - days * 86400, None)
+                    await self.clean(
+                        time.time() - days * 86400, None, f"[history] keep_days = {days:g}"
+                    )
                 if count is not None:
-                    await self.clean(None, count)
+                    await self.clean(None, count, f"[history] keep_jobs = {count}")
             except Exception:  # a failed round is tried again at the next
                 log.exception("cleaning history failed")
             with contextlib.suppress(TimeoutError):

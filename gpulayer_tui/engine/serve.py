@@ -203,4 +203,7 @@ def run_serve(
     # (when a new configuration took effect belongs in the log without -v: only its
     # refusals were there, tester h79)
     logging.getLogger("gpulayer_tui.engine.reload").setLevel(logging.INFO)
+    # (nor did what `[history]` removed: 1,200 jobs and their logs went without a line,
+    # tester h123)
+    logging.getLogger("gpulayer_tui.engine.retention").setLevel(logging.INFO)
     return asyncio.run(serve(paths, simulate, simulate_if_no_gpu, lock, stop_asked))
