@@ -1616,6 +1616,45 @@ async def test_a_replica_that_exits_on_a_drained_gpu_moves_where_the_service_fit
     await engine.cancel(job.id)
 
 
+async def test_a_service_past_its_users_lowered_limit_starts_again_in_place_on_a_drain(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Its user past a limit a reload had lowered, a replica exit on a drained GPU moved
+    # the whole service to wait, every replica down, with a free GPU and its own GPU
+    # given back: "user's limit: 1 GPU running at once, 2 running now" (tester h125).
+    engine = await make_engine("3xA100-80GB", config=make_config(engine={"grace_period": 1.0}))
+    batch = await engine.submit({"command": ["sleep", "600"], "gpus": 1})
+    gate = tmp_path / "exit"
+    script = f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 1"
+    job = await engine.submit(_service(["sh", "-c", script], gpus=1, port=False))
+    first = await eventually(lambda: (j := engine.book.get(job.id).job).replicas[0].pid and j)
+    drained = first.domains[0]
+    engine.paths.config_file.write_text(
+        "[engine]\ngrace_period = 1.0\n[users.default]\nmax_gpus = 1\n"
+    )
+    changes = (await engine.config_reload.reload())["changes"]
+    assert "users.default added" in changes or any("max_gpus" in c for c in changes), changes
+    await engine.domain_ops.drain(drained, "fan")
+    gate.touch()
+    await eventually(
+        lambda: engine.book.get(job.id).job.replicas[0].restarts >= 1,  # type: ignore[union-attr]
+        timeout=20,
+    )
+    gate.unlink()
+    again = engine.book.get(job.id).job  # type: ignore[union-attr]
+    assert again.status is JobStatus.RUNNING and again.domains == [drained], again
+    messages = [e["message"] for e in await engine.events_of(job.id)]
+    assert not any(m.startswith("moving off") for m in messages), messages
+    said = (
+        f"restarted in place on {drained}, draining (fan), as the service placed again "
+        f"would wait (user "
+    )
+    assert any(said in m and "max_gpus" in m for m in messages), messages
+    assert (await engine.get(batch.id)).status is JobStatus.RUNNING
+    await engine.cancel(job.id)
+    await engine.cancel(batch.id)
+
+
 async def test_an_engine_stopped_while_a_service_moves_off_a_drained_gpu_goes_on_moving_it(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

@@ -1070,6 +1070,34 @@ class JobQueue:
         """Why nothing may start now (paused, the disk below its floor), or ``None``."""
         return self._gate()
 
+    def limit_blocks_again(self, act: ActiveJob) -> str | None:
+        """Why its user's limits would hold back ``act``, a running job placed again
+        now, or ``None``: what it holds itself is given back as it stops, so it counts
+        only against the user's other running work.
+
+        A service moved off a drained domain went down to wait there, every replica
+        stopped, when its user was past a limit a reload had lowered (tester h125).
+        """
+        request = act.request
+        if request is None or not request.gpus:
+            return None
+        uid = owner_of(act.job.owner_uid)
+        held = self.running_by_user(time.time()).get(uid, Running())
+        own = [d for d in act.holds if d.is_gpu]
+        others = Running(
+            gpus=max(0, held.gpus - len(own)),
+            vram_bytes=max(
+                0,
+                held.vram_bytes
+                - sum(
+                    (d.holdings[act.job.id].declared_bytes or 0)
+                    for d in own
+                    if act.job.id in d.holdings
+                ),
+            ),
+        )
+        return limit_blocker(self.limits, uid, others, request.gpus, request.vram_bytes)
+
     def closed_since(self, at: float) -> None:
         """The queue has been closed since ``at`` (a pause stored by an earlier engine):
         that time is no wait for room either."""

@@ -1009,9 +1009,11 @@ class ServiceRunner:
         note = ""
         if drained is not None:
             why = f" ({drained.state_reason})" if drained.state_reason else ""
-            note = (
-                f"; restarted in place on {drained.name}, draining{why}, as the service "
-                "fits nowhere else now"
+            held_back = self._queue.limit_blocks_again(act)
+            note = f"; restarted in place on {drained.name}, draining{why}, as the service " + (
+                f"placed again would wait ({held_back})"
+                if held_back is not None
+                else "fits nowhere else now"
             )
         self._decide_launch(act, replica, "restart", note)
 
@@ -1051,6 +1053,10 @@ class ServiceRunner:
             # CPU replicas share the one cpu pool: there is no elsewhere. (True moved a
             # service off a drained pool to wait there, every replica down, until the
             # drain was released; tester h98.)
+            return False
+        if self._queue.limit_blocks_again(act) is not None:
+            # Its user is past a limit (lowered by a reload while it ran): placed again,
+            # it would wait there, every replica down (tester h125).
             return False
         domains = self._scheduler.domains
         own = {
