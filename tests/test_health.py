@@ -251,6 +251,9 @@ def test_cli_domain_commands_and_ready(served: Served) -> None:
     assert listed.returncode == 0 and "gpu1" in listed.stdout and "in_service" in listed.stdout
     drained = served.cli("domain", "drain", "gpu1", "--reason", "swap fan")
     assert drained.stdout.strip() == "domain gpu1: draining (reason: swap fan)", drained
+    # (in the engine's log without -v: a headless engine's journal had none: h125)
+    said = "domain gpu1, draining: state draining, health healthy (swap fan)"
+    wait_for(lambda: said in served.log.read_text(), timeout=10)
     domains = json.loads(served.cli("domain", "list", "--json").stdout)
     assert {d["name"]: d["state"] for d in domains}["gpu1"] == "draining"
     again = served.cli("domain", "drain", "gpu1")

@@ -139,7 +139,11 @@ async def test_lowering_max_priority_brings_waiting_jobs_down_to_it(
     high = await engine.submit({"command": ["true"], "gpus": 1, "priority": 50})
     low = await engine.submit({"command": ["true"], "gpus": 1, "priority": -2})
     paths.config_file.write_text(BASE + "[users.default]\nmax_priority = 0\n")
-    assert (await engine.config_reload.reload())["applied"] is True
+    done = await engine.config_reload.reload()
+    assert done["applied"] is True
+    # (the reply names the jobs it edited: it said only "max_priority: 50 -> 0", h125)
+    said_now = f"job {high.id} edited: priority lowered to max_priority"
+    assert done["changes"][-1] == said_now, done
     capped = await engine.get(high.id)
     assert capped.priority == 0 and capped.spec["priority"] == 0
     said = [e["message"] for e in await engine.events_of(high.id) if e["kind"] == "job.edited"]
@@ -216,9 +220,14 @@ async def test_renaming_a_gpu_domain_keeps_running_jobs_and_moves_waiting_pins_w
     paths.config_file.write_text(
         BASE + "auto_domains = false\n[domains.train]\ngpu = 1\nslots = 1\n"
     )
-    assert (await engine.config_reload.reload())["applied"] is True
+    done = await engine.config_reload.reload()
+    assert done["applied"] is True
     failed = await engine.wait(gone.id, timeout=10)
     assert failed.termination_reason is TerminationReason.OVER_CAPACITY
+    # (named in the reply and the log: queued work lost to a one-line setting, h125)
+    assert done["changes"][-1] == (
+        f"job {gone.id} failed: it can no longer run (see the job's message)"
+    ), done
     assert "can no longer run after a configuration change" in failed.message
     await engine.cancel(running.id)
     await engine.wait(running.id, timeout=10)

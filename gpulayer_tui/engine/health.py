@@ -11,6 +11,7 @@ maintenance switch for a healthy domain. States survive an engine restart.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from .events import EventBus
 from .jobbook import ActiveJob, JobBook, adopted_on
 from .models import EventKind, Job, JobKind, JobStatus, KnownGpu, TerminationReason
 from .services import service_summary
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .config import HealthSettings
@@ -190,6 +193,18 @@ class DomainOps:
 
     def _changed(self, dom: Domain, what: str) -> None:
         """Record and publish a domain's change, then let the queue see it."""
+        # In the engine's log too, without -v (a headless engine's journal had no line of
+        # a quarantine, a lost GPU, a drain or a release: tester h125).
+        healthy = dom.state is not DomainState.QUARANTINED and dom.health is DomainHealth.HEALTHY
+        log.log(
+            logging.INFO if healthy else logging.WARNING,
+            "domain %s, %s: state %s, health %s%s",
+            dom.name,
+            what,
+            dom.state.value,
+            dom.health.value,
+            f" ({printable(dom.reason)})" if dom.reason else "",
+        )
         self._store.save_domain_state(
             dom.name, dom.state.value, dom.state_reason, dom.gpu_uuid, dom.drain_reason
         )

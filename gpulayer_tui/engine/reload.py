@@ -69,6 +69,12 @@ _VALUES_UNSAID = frozenset({"notify", "security"})
 may use the engine is not for every reader of its log and events)."""
 
 
+def _jobs_words(ids: list[int], shown: int = 10) -> str:
+    """``job 3`` / ``jobs 3, 4 and 9 more``."""
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ("job " if len(ids) == 1 else "jobs ") + ", ".join(map(str, ids[:shown])) + more
+
+
 def _section_changes(name: str, old: Any, new: Any) -> list[str]:
     """What changed in section ``name``: ``logs.max_bytes: 1073741824 -> 65536`` for each
     plain setting (the log said only "history" of a new keep_jobs: tester h81), the
@@ -440,6 +446,14 @@ class ConfigReloader:
             if name not in ("domains", "cpu") and getattr(config, name) != getattr(old, name)
             for said in _section_changes(name, getattr(old, name), getattr(config, name))
         ]
+        # Waiting work the new configuration may fail or edit: said with the changes (a
+        # lowered max_gpus failed queued jobs, and the reply said only "max_gpus: 1 -> 0":
+        # tester h125).
+        waiting = [
+            act.job.id
+            for act in self._book
+            if not act.job.status.is_terminal and act.job.status is not JobStatus.RUNNING
+        ]
         self._apply_config(config)
         before = dict(self._scheduler.domains)
         fresh, moved, domain_changes = rebuild_domains(
@@ -474,7 +488,7 @@ class ConfigReloader:
                 )
         # (a missing GPU the edit gives a domain again is no longer missing)
         self._store.save_known_gpus(self._scheduler.know_gpus({}, None))
-        self._cap_priorities()
+        lowered = self._cap_priorities()
         self._queue.reresolve(self._scheduler.request_for)
         self._queue.recheck_capacity()
         self._queue.schedule_soon()
@@ -482,14 +496,26 @@ class ConfigReloader:
             self._domains_changed()
         removed = [f"domain {n} removed (its GPU was not found)" for n in self._missing_removed]
         self._missing_removed = []
-        return changes + domain_changes + removed
+        failed = [
+            i for i in waiting if (act := self._book.get(i)) is None or act.job.status.is_terminal
+        ]
+        jobs_said = []
+        if failed:
+            jobs_said.append(
+                f"{_jobs_words(failed)} failed: {'it' if len(failed) == 1 else 'they'} can no "
+                "longer run (see the job's message)"
+            )
+        if lowered:
+            jobs_said.append(f"{_jobs_words(lowered)} edited: priority lowered to max_priority")
+        return changes + domain_changes + removed + jobs_said
 
-    def _cap_priorities(self) -> None:
+    def _cap_priorities(self) -> list[int]:
         """Waiting jobs whose priority is above what their user may have now (a reload
         lowered ``[users] max_priority``) go down to it, stored as an edit with a
         ``job.edited`` entry: they kept their rank, and preempted others with it (tester
-        h47). Running jobs keep theirs (they are placed already)."""
+        h47). Running jobs keep theirs (they are placed already). Returns their ids."""
         limits = self._queue.limits
+        lowered = []
         for act in list(self._book):
             if act.spec is None or act.job.status is JobStatus.RUNNING:
                 continue
@@ -512,6 +538,8 @@ class ConfigReloader:
             where = limits.where(uid, "max_priority")
             message = f"edited: priority {was} -> {most} ({where} max_priority lowered)"
             self._book.record(act, EventKind.EDITED, {"message": message})
+            lowered.append(act.job.id)
+        return lowered
 
     def _follow_pins(self, renamed: dict[str, str], only: set[int] | None = None) -> None:
         """Jobs pinned to a domain the edit renamed (the same GPU, a new name) are pinned to

@@ -206,4 +206,6 @@ def run_serve(
     # (nor did what `[history]` removed: 1,200 jobs and their logs went without a line,
     # tester h123)
     logging.getLogger("gpulayer_tui.engine.retention").setLevel(logging.INFO)
+    # (and a domain's changes: quarantine, a lost GPU, drain, release: tester h125)
+    logging.getLogger("gpulayer_tui.engine.health").setLevel(logging.INFO)
     return asyncio.run(serve(paths, simulate, simulate_if_no_gpu, lock, stop_asked))
