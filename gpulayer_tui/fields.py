@@ -50,9 +50,16 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _as_typed(value: object) -> str:
+    """A value as JSON writes it (what was sent): ``true``, not Python's ``True``."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return repr(value)
+
+
 def _whole(field: str, value: object, low: int, high: int, what: str = "") -> int:
     if not _is_int(value):
-        raise FieldError(field, f"must be a whole number, not {value!r}"[:200])
+        raise FieldError(field, f"must be a whole number, not {_as_typed(value)}"[:200])
     assert isinstance(value, int)
     if not low <= value <= high:
         raise FieldError(field, what or f"must be from {low} to {high}, not {value}")
@@ -61,7 +68,7 @@ def _whole(field: str, value: object, low: int, high: int, what: str = "") -> in
 
 def _number(field: str, value: object, high: float, unit: str = "") -> float:
     if not _is_number(value):
-        raise FieldError(field, f"must be a number, not {value!r}"[:200])
+        raise FieldError(field, f"must be a number, not {_as_typed(value)}"[:200])
     number = float(value)  # type: ignore[arg-type]
     if number != number or number in (float("inf"), float("-inf")):
         raise FieldError(field, f"must be a finite number, not {number}")

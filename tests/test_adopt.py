@@ -152,6 +152,8 @@ async def test_process_of_another_user_is_refused(
     [
         ({"pid": 0}, FieldError, "pid: must be a process id"),
         ({"pid": "12"}, FieldError, "pid: must be a whole number"),
+        # (said as it was sent, not as Python writes it: "not True": tester h125)
+        ({"pid": os.getpid(), "start_ticks": True}, FieldError, "must be a whole number, not true"),
         ({"pid": os.getpid(), "vram_gb": -1}, FieldError, "vram_gb: must be greater than 0"),
         ({"pid": os.getpid(), "vram_gb": 1e9}, FieldError, "vram_gb: must be at most"),
         ({"pid": os.getpid(), "domain": "gpu9"}, SpecError, "unknown domain 'gpu9'"),
