@@ -71,6 +71,35 @@ async def test_a_log_past_its_limit_is_cut_back_to_its_end_with_a_note(
     assert "passed [logs] max_bytes (65536 bytes)" in events[0]["message"]
 
 
+async def test_a_log_far_past_its_cap_is_cut_by_copying_its_end_with_a_true_count(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Far past its cap (more than launcher.COLLAPSE_MAX_OVER) a log is cut by copying its
+    # end, not by a collapse (which writes the whole file back to the disk first: four
+    # `yes` under a 64 KiB cap reached 100 MB each, tester h123). The count stays true.
+    from gpulayer_tui.engine.launcher import COLLAPSE_MAX_OVER
+
+    limit = 64 * 1024
+    engine = await make_engine(config=make_config(logs={"max_bytes": limit}))
+    gate = tmp_path / "go"
+    size = COLLAPSE_MAX_OVER + 4 * 1024 * 1024
+    script = (  # (one write: the whole of it is there at the first look)
+        f"import os, time, pathlib\n"
+        f"os.write(1, b'x' * {size} + b'\\nend\\n')\n"
+        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
+    )
+    job = await engine.submit({"command": [sys.executable, "-c", script], "gpus": 0})
+    log = engine.log_path(job.id)
+    await eventually(lambda: log.read_bytes().startswith(b"[gpulayer-tui: this log passed"))
+    gate.touch()
+    await engine.wait(job.id, timeout=15)
+    text = log.read_bytes()
+    assert len(text) <= limit and text.endswith(b"x\nend\n")
+    note, kept = text.split(b"\n", 1)
+    dropped = int(note.split(b"its first ")[1].split(b" ")[0])
+    assert dropped + len(kept) == size + len(b"\nend\n"), (dropped, len(kept))
+
+
 async def test_offsets_into_a_cut_log_stay_true_and_its_end_comes_once(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:

@@ -154,6 +154,11 @@ LOG_CHECK_S = 1.0
 LOG_CHECK_FIRST_S = 0.01
 LOG_FAST_BYTES = 1024 * 1024
 LOG_KEEP_MAX = 32 * 1024 * 1024  # at most this much of a cut log's end is kept
+# A log past its cap by more than this is cut by copying its end, not by a collapse: a
+# collapse first writes the whole file back to the disk (ext4), so for a fast writer far
+# past its cap each cut took longer than the last, and four `yes` under a 64 KiB cap
+# reached 100 MB each (tester h123); the copy reads and writes only the part kept.
+COLLAPSE_MAX_OVER = 8 * 1024 * 1024
 COLLAPSE_MIN_KEEP = 16 * 1024  # a cut keeping less is made by copying (see _collapse_log)
 NOTE_PAD_MAX = 256  # a note is padded with spaces to the end of a line at most this far
 FALLOC_FL_COLLAPSE_RANGE = 0x08  # <linux/falloc.h>
@@ -1013,7 +1018,9 @@ class Spawner:
             if size <= task.max_log:
                 return size
             keep = min(task.max_log // 2, LOG_KEEP_MAX)
-            collapsed = self._collapse_log(task, size, keep)
+            collapsed = None
+            if size - task.max_log <= COLLAPSE_MAX_OVER:
+                collapsed = self._collapse_log(task, size, keep)
             if collapsed is not None:
                 total, kept, dropped_now = collapsed
                 self._send(
@@ -1049,6 +1056,18 @@ class Spawner:
                         now = os.fstat(task.log_fd).st_size
                         if now <= seen:
                             break
+                        if now - seen > keep:
+                            # It wrote more than the part kept since the look: the
+                            # newest part is kept instead (all of it was moved, so a
+                            # writer faster than the copy stayed far past its cap).
+                            tail = os.pread(task.log_fd, keep, now - keep)
+                            dropped = now - len(tail)
+                            total = before + dropped - old_note
+                            task.log_dropped = total
+                            data = cut_note(task.max_log, total, len(tail)) + tail
+                            os.pwrite(at_zero, data, 0)
+                            end, seen = len(data), now
+                            continue
                         # (Written before ``seen``, never over what is still to be read.)
                         more = os.pread(task.log_fd, now - seen, seen)
                         os.pwrite(at_zero, more, end)
