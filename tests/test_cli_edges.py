@@ -1630,16 +1630,16 @@ def test_clean_says_which_jobs_it_kept_for_waiting_dependents(engine: Served) ->
     waiting = _submit(engine, "--after", needed, "--", "true")
     said = engine.cli("clean", "--keep", "0", "--dry-run").stdout
     assert said.startswith(f"would remove 1 finished job (job {other})")
+    # (each with why: which job depends on it, or its notification: tester h123)
     assert said.endswith(
-        f"; would keep 1 still needed (a job not ended yet depends on it, or its notification "
-        f"is not sent yet): job {needed}; nothing was removed\n"
+        f"; would keep 1 still needed: job {needed} (job {waiting} depends on it); nothing "
+        "was removed\n"
     )
     out = engine.cli("clean", "--keep", "0")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("removed 1 finished job")
     assert out.stdout.endswith(
-        f"; kept 1 still needed (a job not ended yet depends on it, or its notification is "
-        f"not sent yet): job {needed}\n"
+        f"; kept 1 still needed: job {needed} (job {waiting} depends on it)\n"
     )
     engine.cli("resume")
     assert engine.cli("wait", waiting).returncode == 0

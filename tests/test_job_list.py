@@ -309,6 +309,9 @@ def test_the_cli_pages_filters_and_prints_json_rows(
     assert served.cli("jobs", "--sort", "name", "--page", "3", "--limit", "3").stderr == ""
     page3 = json.loads(served.cli("jobs", "--limit", "3", "--page", "3", "--json").stdout)
     assert [r["id"] for r in page3] == [1]
+    # A page past the end says so ("no jobs" alone read as an empty list: tester h123).
+    past = served.cli("jobs", "--limit", "3", "--page", "1000")
+    assert (past.stdout, past.stderr) == ("no jobs\n", "page 1000 is past the end of the list\n")
     # Each way of paging is told its own next step (--page 2 was told --before; --after
     # and --reverse nothing).
     page2 = served.cli("jobs", "--limit", "2", "--page", "2")

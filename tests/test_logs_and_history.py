@@ -481,7 +481,14 @@ async def test_clean_removes_old_finished_jobs_and_never_reuses_an_id(
     assert all(engine.log_path(j.id).exists() for j in jobs)
     done = await engine.retention.clean(None, keep=2)
     assert done.pop("database_bytes_freed") >= 0
-    assert done == {"jobs": 3, "files": 3, "bytes": 6, "snapshots": 0, "spared": []}
+    assert done == {
+        "jobs": 3,
+        "files": 3,
+        "bytes": 6,
+        "snapshots": 0,
+        "spared": [],
+        "spared_why": {},
+    }
     left = {j.id for j in await engine.list_jobs()}
     assert left == {jobs[3].id, jobs[4].id, running.id}  # the running one is never touched
     assert not engine.log_path(jobs[0].id).exists() and engine.log_path(jobs[4].id).exists()
@@ -614,6 +621,7 @@ def test_clean_from_the_cli(served: Served) -> None:
         "bytes": len("x\n") + len("xx\n"),
         "snapshots": 0,
         "spared": [],
+        "spared_why": {},
     }
     # A duration with its unit is taken as such (`--older-than 30d` was "expected a
     # number", while `jobs --since` took units: tester h123); none of these ended so long ago.
@@ -630,7 +638,14 @@ def test_clean_from_the_cli(served: Served) -> None:
     done = json.loads(out.stdout)
     assert done.pop("database_bytes_freed") >= 0
     # (what the files took, as the dry run says it: freeing the disk is what clean is for)
-    assert done == {"jobs": 2, "files": 2, "bytes": 5, "snapshots": 0, "spared": []}
+    assert done == {
+        "jobs": 2,
+        "files": 2,
+        "bytes": 5,
+        "snapshots": 0,
+        "spared": [],
+        "spared_why": {},
+    }
     listed = json.loads(served.cli("jobs", "--json").stdout)
     assert [j["id"] for j in listed] == [int(ids[-1])]
     said = served.cli("clean", "--older-than", "0")
@@ -683,7 +698,8 @@ def test_a_log_cleaned_while_it_is_read_is_said_not_cut_short(served: Served, fo
     out, err = reader.communicate(timeout=60)
     assert 1024 + len(out) < 3_200_000  # (cut short by the clean)
     assert b"Traceback" not in err, err
-    assert reader.returncode != 0
+    assert reader.returncode == 1  # (not 2, a bad id, "nothing changed": tester h123)
+    assert f"job {job}'s output was cut short after ".encode() in err, err
     assert f"no job {job} (no longer in the history: cleaned)".encode() in err, err
 
 
@@ -973,7 +989,7 @@ async def test_clean_keeps_the_jobs_that_waiting_jobs_depend_on(
     done = await engine.retention.clean(None, keep=0)
     assert done.pop("database_bytes_freed") >= 0
     assert done.pop("bytes") >= 0
-    assert done == {"jobs": 4, "files": 4, "snapshots": 0, "spared": []}
+    assert done == {"jobs": 4, "files": 4, "snapshots": 0, "spared": [], "spared_why": {}}
 
 
 async def test_output_that_starts_like_a_cut_note_is_the_jobs_own(

@@ -574,6 +574,11 @@ def test_stop_ends_the_background_engine_and_its_jobs_go_on(served: Served) -> N
     again = served.cli("stop")
     assert again.returncode == 3 and "no engine is serving" in again.stderr
     assert again.stderr.rstrip().endswith(": nothing to stop") and "start one" not in again.stderr
+    # `logs` with no engine says where the log is on disk (h123)
+    read = served.cli("logs", job)
+    assert read.returncode == 3
+    where = served.home / "jobs" / f"{job}.log"
+    assert read.stderr.rstrip().endswith(f"; job {job}'s log as last written is {where}"), read
     served.start("--simulate", "1xA100-80GB")  # the next engine takes the job back
     assert json.loads(served.cli("status", job, "--json").stdout)["job"]["status"] == "running"
     assert served.cli("cancel", job).returncode == 0

@@ -793,6 +793,10 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
 def _say_older(client: Client, args: argparse.Namespace, count: int, last: int | None) -> None:
     """Say on stderr how to list the next page when more jobs follow this one (``last``:
     the id of the last job listed)."""
+    if not count and args.page and args.page > 1:
+        # ("no jobs" alone read as an empty list: the page was past its end; h123)
+        print(f"page {args.page} is past the end of the list", file=sys.stderr)
+        return
     if last is None or count < args.limit or not client.more_jobs:
         return  # (it said "older" of a list that had no more)
     # (--page 2 was told "older: --before N", which leaves its --page; --after and
@@ -913,6 +917,11 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             # Asked again after a quiet spell, the stream it left may still be counted
             # against [limits] streams_per_user for a moment (the engine sees it gone at
             # its next look, within a second): many quiet followers were refused at once.
+            if err.status == 404 and written:
+                # Removed while it was read (`clean`): said as output cut short, not as
+                # a bad id with exit 2, "nothing changed" (tester h123).
+                _error(f"job {args.job}'s output was cut short after {written} bytes: {err}")
+                return EXIT_FAILED
             if not (resumed and err.status == 429 and refused < 10):
                 raise
             refused += 1
@@ -1600,13 +1609,20 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
         return EXIT_OK
     trees = done.get("snapshots", 0)
     spared = done.get("spared") or []
-    kept = (
-        f"; kept {len(spared)} still needed (a job not ended yet depends on it, or its "
-        f"notification is not sent yet): {'job' if len(spared) == 1 else 'jobs'} "
-        f"{_some_ids(spared)}"
-        if spared
-        else ""
-    )
+    why = done.get("spared_why")  # (an older engine leaves it out)
+    if spared and why is not None:
+        # Each with why (which dependent, or its notification: tester h123).
+        shown = [f"job {i} ({why.get(str(i), 'still needed')})" for i in spared[:10]]
+        more = f" and {len(spared) - 10} more" if len(spared) > 10 else ""
+        kept = f"; kept {len(spared)} still needed: {', '.join(shown)}{more}"
+    else:
+        kept = (
+            f"; kept {len(spared)} still needed (a job not ended yet depends on it, or its "
+            f"notification is not sent yet): {'job' if len(spared) == 1 else 'jobs'} "
+            f"{_some_ids(spared)}"
+            if spared
+            else ""
+        )
     from ..formatting import plural, size_words
 
     # (counted in words: "1 finished job(s)", "would remove ... (job 1, 2, 3)": tester h94)
@@ -1893,7 +1909,13 @@ def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser)
     try:
         return COMMANDS[args.command](client, args, parser)
     except EngineNotRunning as err:
-        _error(str(err))
+        said = str(err)
+        if args.command == "logs" and args.replica is None:
+            # (its log is still on disk: said where, h123)
+            log = os.path.join(paths.jobs_dir, f"{args.job}.log")
+            if os.path.isfile(log):
+                said += f"; job {args.job}'s log as last written is {log}"
+        _error(said)
         return EXIT_NO_ENGINE
     except NotText as err:
         _error(str(err))

@@ -310,8 +310,7 @@ class Engine:
             paths.jobs_dir,
             self.config.history,
             self.snapshots,
-            # (and a job whose notification has yet to go: it reads the job as it goes)
-            lambda: self._depended_on() | self.notifier.jobs_owed(),
+            self._kept_because,
             lambda job_id: self.book.live(job_id) is not None,
             self.bus,
         )
@@ -519,14 +518,19 @@ class Engine:
             return f"the queue has been paused since {since} (gpulayer-tui resume)"
         return self.disk.blocker()
 
-    def _depended_on(self) -> frozenset[int]:
-        """The jobs that active jobs depend on (history cleaning keeps them)."""
-        return frozenset(
-            dep.job
-            for act in self.book
-            if act.spec is not None and act.job.status.is_active
-            for dep in act.spec.dependencies
-        )
+    def _kept_because(self) -> dict[int, str]:
+        """The finished jobs history cleaning keeps, each with why: one a waiting job
+        depends on (named: a kept job said only "a job not ended yet depends on it, or
+        its notification is not sent yet", tester h123), and one whose notification has
+        yet to go (it reads the job as it goes)."""
+        why: dict[int, str] = {}
+        for act in self.book:
+            if act.spec is not None and act.job.status.is_active:
+                for dep in act.spec.dependencies:
+                    why.setdefault(dep.job, f"job {act.job.id} depends on it")
+        for job_id in self.notifier.jobs_owed():
+            why.setdefault(job_id, "its notification is not sent yet")
+        return why
 
     async def doctor_checks(self) -> list[dict[str, str]]:
         """``GET /v1/doctor``: the config file as a reload would find it, then the domains,

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,9 +93,10 @@ class Retention:
         jobs_dir: Where job files are.
         settings: ``[history]``.
         snapshots: The jobs' snapshots (removed with them).
-        spared: The finished jobs still needed, kept: those waiting jobs depend on (a
-            restarted engine looks their outcome up; one cleaned away read as failed, and
-            cancelled its dependents), and those with a notification still to send.
+        spared: The finished jobs still needed, kept, each with why: those waiting jobs
+            depend on (a restarted engine looks their outcome up; one cleaned away read
+            as failed, and cancelled its dependents), and those with a notification
+            still to send.
         live: Whether the engine holds a job (a new one's tree is placed before its row
             is committed: never an orphan).
         bus: Where a ``jobs.removed`` event says which jobs went (once their rows are
@@ -109,13 +110,13 @@ class Retention:
         jobs_dir: Path,
         settings: HistorySettings,
         snapshots: SnapshotStore | None = None,
-        spared: Callable[[], frozenset[int]] = frozenset,
+        spared: Callable[[], Mapping[int, str]] = dict,
         live: Callable[[int], bool] = lambda _job_id: False,
         bus: EventBus | None = None,
     ) -> None:
         self._store = store
         self._bus = bus
-        self._spared = spared
+        self._spared_why = spared
         self._live = live
         self._jobs_dir = jobs_dir
         self._snapshots = snapshots
@@ -149,7 +150,9 @@ class Retention:
         files, size = await self._owed_files()
         while True:
             try:
-                ids = await self._store.prune(ended_before, keep, CHUNK, self._spared())
+                ids = await self._store.prune(
+                    ended_before, keep, CHUNK, frozenset(self._spared_why())
+                )
             except PruneBlocked as full:
                 # The disk is full, so the rows cannot be deleted: their files go first
                 # (what clean is for), then the rows again, in the room that made.
@@ -162,7 +165,9 @@ class Retention:
                 removed = await self._remove_files(full.ids)
                 files, trees, size = files + removed[0], trees + removed[1], size + removed[2]
                 try:
-                    ids = await self._store.prune(ended_before, keep, CHUNK, self._spared())
+                    ids = await self._store.prune(
+                        ended_before, keep, CHUNK, frozenset(self._spared_why())
+                    )
                 except PruneBlocked as still:
                     biggest = await asyncio.to_thread(_largest, self._jobs_dir)
                     raise StoreError(
@@ -183,6 +188,7 @@ class Retention:
             if keep is not None and ended_before is None and len(ids) < CHUNK:
                 break
         trees += await self._orphaned_trees()
+        spared_now = self._spared_why()
         if not jobs and not files and self._store.failure:
             # Nothing recorded as finished could go, and nothing can be recorded: a job
             # that filled the disk may have ended unrecorded (its row still says running).
@@ -201,13 +207,14 @@ class Retention:
         freed = await self._store.give_back_space() if jobs else 0
         # (said, not only kept: `clean --keep 0` that left a job in the history, with no
         # word why, read as a bug)
-        spared = await self._store.finished_past(self._spared(), ended_before, keep)
+        spared = await self._store.finished_past(frozenset(spared_now), ended_before, keep)
         return {
             "jobs": jobs,
             "files": files,
             "bytes": size,
             "snapshots": trees,
             "spared": spared,
+            "spared_why": {str(i): spared_now[i] for i in spared},
             "database_bytes_freed": freed,
         }
 
@@ -216,7 +223,8 @@ class Retention:
         ``{"dry_run": true, "jobs": n, "ids": [ids], "files": m, "bytes": b, "snapshots":
         k, "spared": [ids]}`` (``b``: what the files take; snapshot objects other trees
         share are not counted)."""
-        spared_now = self._spared()
+        spared_why = self._spared_why()
+        spared_now = frozenset(spared_why)
         ids = await self._store.prunable(ended_before, keep, spared_now)
         if not ids and self._store.failure:
             # (as clean says it: "would remove 0", exit 0, while clean itself said why
@@ -236,6 +244,7 @@ class Retention:
             "bytes": size,
             "snapshots": trees,
             "spared": spared,
+            "spared_why": {str(i): spared_why[i] for i in spared},
         }
 
     async def _nothing_seen(self, said: str) -> StoreError:
