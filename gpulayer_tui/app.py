@@ -370,6 +370,8 @@ class GpulayerApp(App[str]):
             return
         now = {"state": data["state"], "health": data.get("health")}
         now["state_reason"] = "" if data["state"] == "in_service" else data.get("reason") or ""
+        if data.get("health") == "degraded" and data.get("reason"):
+            now["last_error"] = data["reason"]  # (what its panel says it degraded of)
         domains = [
             {**d, **now} if d.get("name") == data.get("domain") else d for d in state["domains"]
         ]

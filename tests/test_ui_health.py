@@ -106,6 +106,25 @@ async def test_a_drain_toast_says_what_still_runs_there(ui_app: AppFactory) -> N
             await app.backend.cancel(job["id"])
 
 
+async def test_a_degraded_gpu_is_said_on_its_panel(ui_app: AppFactory) -> None:
+    # Its panel said "● ok" while `domain list` said degraded (tester h124).
+    from gpulayer_tui.widgets.gpu_panel import GpuPanel
+
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    crash = "echo 'RuntimeError: no CUDA-capable device is detected'; exit 1"
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause()
+        for _ in range(2):  # ([health] degrade_after: jobs' device errors count too)
+            job = await app.backend.submit({"shell": crash, "gpus": 1, "domain": "gpu1"})
+            await engine.wait(job["id"], timeout=10)
+        await until(pilot, lambda: engine.scheduler.domains["gpu1"].health.value == "degraded")
+        panel = next(p for p in app.screen.query(GpuPanel) if p.domain_name == "gpu1")
+        await until(pilot, lambda: panel.health()[1] == "degraded", "said degraded")
+        assert panel.health() == ("◐", "degraded", "$warning")
+        assert " · degraded (no CUDA-capable device" in panel.title().plain, panel.title().plain
+
+
 async def test_releasing_a_drained_then_quarantined_domain_says_it_drains_again(
     ui_app: AppFactory,
 ) -> None:

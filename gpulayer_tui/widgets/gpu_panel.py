@@ -306,6 +306,9 @@ class GpuPanel(Vertical):
             return "✖", "error", "$error"
         if state == NO_DOMAIN:
             return "○", "no domain", "$text-muted"
+        if state == "in_service" and self.domain.get("health") == "degraded":
+            # (it said "● ok" while `domain list` said degraded: tester h124)
+            return "◐", "degraded", "$warning"
         if state == "in_service":
             return "●", "ok", "$success"
         return ("◐" if state == "draining" else "✖"), state, self._STATE_STYLE.get(state, "$error")
@@ -321,6 +324,12 @@ class GpuPanel(Vertical):
             )
         elif state == NO_DOMAIN:
             pieces.append((" · no domain: not managed", "$text-muted"))
+        elif state == "in_service" and self.domain.get("health") == "degraded":
+            pieces.append((" · degraded", "$warning bold"))
+            # (a domain event says its reason; a /gpus view its last error)
+            why = self.domain.get("reason") or self.domain.get("last_error")
+            if why:
+                pieces.append((f" ({why})", "$text-muted"))
         elif state != "in_service":
             pieces.append((f" · {state}", f"{self._STATE_STYLE.get(state, '$error')} bold"))
             reason = self.domain.get("state_reason")
