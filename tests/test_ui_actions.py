@@ -766,3 +766,22 @@ async def test_u_on_a_gpu_job_that_has_not_run_yet_says_why(ui_app: Any) -> None
             "f's word",
         )
         await app.backend.cancel(first["id"])
+
+
+@pytest.mark.parametrize(
+    ("row", "uses"),
+    [
+        # (preempted back to the queue, asked by its VRAM: "uses no GPU", tester h124)
+        ({"gpus": [], "spec": {"vram_gb": 60}}, True),
+        ({"gpus": [], "spec": {"domain": "gpu1"}}, True),
+        ({"gpus": [], "spec": {"gpus": 2}}, True),
+        ({"gpus": [2], "spec": {}}, True),
+        ({"gpus": [], "spec": {}}, False),
+        ({"gpus": [], "spec": {"domain": "cpu"}}, False),
+        ({"gpus": [], "spec": {"kind": "adopted", "vram_gb": 3}}, False),
+    ],
+)
+def test_a_job_uses_gpus_as_the_engine_resolves_its_count(row: dict[str, Any], uses: bool) -> None:
+    from gpulayer_tui.screens.job_detail import uses_gpus
+
+    assert uses_gpus(row) is uses  # type: ignore[arg-type]

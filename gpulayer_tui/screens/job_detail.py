@@ -26,7 +26,7 @@ from textual.widgets import Input, Label, Static
 
 from .. import keymap
 from ..backend import BackendError, ConnectionLost
-from ..fields import printable
+from ..fields import printable, wanted_gpus
 from ..formatting import (
     SHELL_LINE_MARK,
     dependencies_text,
@@ -82,7 +82,14 @@ EXPAND_USAGE_FROM = 36
 def uses_gpus(job: JobRowJSON) -> bool:
     """True for a job that asked for (or was given) GPUs: it has a usage panel."""
     spec = job.get("spec") or {}
-    return bool(job.get("gpus") or spec.get("gpus"))
+    if job.get("gpus"):
+        return True
+    # A count left out is resolved as the engine does (a VRAM figure or a GPU pin asks
+    # for one): a preempted job back in the queue, asked by its VRAM, said "uses no GPU"
+    # (tester h124). An adopted process's spec says what it holds.
+    if spec.get("kind") == "adopted":
+        return bool(spec.get("gpus"))
+    return bool(wanted_gpus(spec))
 
 
 FIELDS = (
