@@ -436,7 +436,7 @@ async def test_over_capacity_shows_the_engines_message(ui_app: Any) -> None:
         message = "requested 3 GPUs, but this machine has 2"
         await until(pilot, lambda: message in form.form_message, "the engine's message")
         assert app.screen is form
-        assert "over_capacity" in form.form_message
+        assert "(over capacity)" in form.form_message  # (it said "over_capacity": h124)
 
         await pilot.press("escape")
         table = table_of(app)
@@ -444,6 +444,31 @@ async def test_over_capacity_shows_the_engines_message(ui_app: Any) -> None:
         await until(pilot, lambda: status_of(table, job_id) == "failed", "the failed row")
         assert message in cell(table, job_id, "message")
         assert "over capacity" in cell(table, job_id, "message")
+
+
+async def test_an_over_capacity_message_is_scrolled_into_view(ui_app: Any) -> None:
+    # Scrolled down to a late field, the form showed only the message's last line, its
+    # title above the view (tester h124).
+    from textual.containers import VerticalScroll
+
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 20)) as pilot:
+        await pilot.press("2")
+        form = await open_form(pilot)
+        await type_text(pilot, "python big.py")
+        await fill(pilot, form, "gpus", "3")
+        scroller = form.query_one(VerticalScroll)
+        scroller.scroll_end(animate=False)
+        await pilot.pause()
+        assert scroller.scroll_y > 0  # (the form is taller than the window)
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: "this machine has 2" in form.form_message, "the message")
+        box = form.query_one("#form-error")
+        await until(
+            pilot,
+            lambda: scroller.scrollable_content_region.contains_region(box.region),
+            "the message in view",
+        )
 
 
 async def test_a_waiting_pinned_job_shows_where_it_may_run(ui_app: Any) -> None:

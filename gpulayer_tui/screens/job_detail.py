@@ -538,8 +538,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         usage = self.query_one(UsagePanel)
         # (a GPU job that has not run yet has no usage: "no GPU usage seen yet" took the
         # room its "why it waits" needed)
+        # (nor has one that ended without running: over capacity, a dependency failed)
         usage.display = uses_gpus(job) and (
-            job.get("status") not in WAITING_STATUSES or job.get("started_at") is not None
+            job.get("started_at") is not None or job.get("status") == "running"
         )
         if "usage" in job or usage.summary is None:
             usage.show_summary(job.get("usage"), active=not self.finished)
@@ -1028,7 +1029,8 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             return
         if not self._usage_shown:
             # (a GPU job that has not run yet: u toggled a hidden panel: tester h120)
-            self._say_not_here("has not run yet: it has no GPU usage to show")
+            ran = "never ran" if self.finished else "has not run yet"
+            self._say_not_here(f"{ran}: it has no GPU usage to show")
             return
         panel = self.query_one(UsagePanel)
         panel.expanded = not panel.expanded

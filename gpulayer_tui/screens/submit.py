@@ -477,7 +477,12 @@ class SubmitScreen(FormScreen[JobJSON | None]):
         # request can be fixed.
         message = job.get("message") or status
         self._take_opened()  # (what it shows made a job: esc loses nothing)
-        self._show_form_message(f"job {job_id} {status} ({reason}): {message}")
+        said = str(reason).replace("_", " ")  # ("over_capacity" was the wire's word: h124)
+        self._show_form_message(f"job {job_id} {status} ({said}): {message}")
+        # (a form scrolled down to its last field showed the message's last line only,
+        # the form's title above the view: tester h124)
+        box = self.query_one("#form-error", Static)
+        self.call_after_refresh(box.scroll_visible, animate=False, top=True)
         self.app.notify(message, title=f"job {job_id} {status}", severity="error")
 
     def _engine_refused(self, message: str, field: str | None) -> None:
