@@ -456,7 +456,7 @@ async def test_host_cpu_memory_and_elapsed_columns_sort(
             assert table_keys(app) == [busy_key, idle_key]
             await pilot.press("greater_than_sign")  # ELAPSED: longest-running first
             assert table_keys(app) == [idle_key, busy_key]
-            assert table.sort_label == "ELAPSED ▲"
+            assert table.sort_label == "ELAPSED ▼"
             await pilot.press("less_than_sign", "less_than_sign")  # back to CPU%
             assert table.sort_label == "CPU% ▼"
             assert table_keys(app) == [busy_key, idle_key]
@@ -529,11 +529,11 @@ async def test_host_columns_go_first_when_the_table_narrows() -> None:
         while table.sort_key != "elapsed":
             await pilot.press("o")
         header = [str(c.label) for c in table.columns.values()]
-        assert "ELAPSED ▲" in header, header
+        assert "ELAPSED ▼" in header, header
         await pilot.resize_terminal(80, 40)
         await pilot.pause()
         assert "elapsed" in table.shown_columns, table.shown_columns
-        assert "ELAPSED ▲" in [str(c.label) for c in table.columns.values()]
+        assert "ELAPSED ▼" in [str(c.label) for c in table.columns.values()]
 
 
 async def test_eight_gpus_at_80x24(ui_app: Any) -> None:

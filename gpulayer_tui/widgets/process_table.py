@@ -61,9 +61,18 @@ COLUMNS: tuple[SortColumn, ...] = (
     SortColumn("sm", "GPU%", 6, True, True, lambda r: _or_minus(r.gpu_util), True),
     SortColumn("cpu", "CPU%", 6, True, True, lambda r: _or_minus(r.cpu_percent), True),
     SortColumn("mem", "MEM", 6, True, True, lambda r: _or_minus(r.rss), True),
-    # Longest-running first: the earliest start (an unknown start sorts last).
+    # Longest-running first, as the arrow says of the times shown (▼: it said ▲ of that
+    # order, by the start times not shown: tester h124); an unknown start sorts last.
     # (9: "ELAPSED ▼"; at 7 its arrow did not fit, and nothing said the order's column: h99)
-    SortColumn("elapsed", "ELAPSED", 9, True, False, lambda r: r.started_at or float("inf"), True),
+    SortColumn(
+        "elapsed",
+        "ELAPSED",
+        9,
+        True,
+        True,
+        lambda r: -r.started_at if r.started_at else float("-inf"),
+        True,
+    ),
     SortColumn("owner", "OWNER", 12, False, False, _owner_order),
     SortColumn("command", "COMMAND", 0, False, False, lambda r: short_command(r.command)),
 )
