@@ -352,6 +352,9 @@ class GpulayerApp(App[str]):
                 # (a drain made before the quarantine outlives it: "released" read as back
                 # in service)
                 said = "quarantine lifted; draining again, as it was drained before"
+            elif change == "draining" and data.get("state") == "quarantined":
+                # (it said "draining" of a domain still quarantined: tester h124)
+                said = "drained under its quarantine: it drains once the quarantine is lifted"
             # What still runs there, and when it leaves, as `domain drain` says it (the
             # toast said "draining" alone: tester h96).
             still = still_on_domain(self.job_store.jobs.values(), str(name))

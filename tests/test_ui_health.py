@@ -125,6 +125,22 @@ async def test_a_degraded_gpu_is_said_on_its_panel(ui_app: AppFactory) -> None:
         assert " · degraded (no CUDA-capable device" in panel.title().plain, panel.title().plain
 
 
+async def test_draining_a_quarantined_domain_says_it_drains_under_it(ui_app: AppFactory) -> None:
+    # The toast said "domain gpu1: draining" of a domain still quarantined (tester h124).
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    ledger = SimLedger(engine.paths.state_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        ledger.set_gpu(1, lost=True, error="GPU is lost: fell off the bus")
+        await engine.sampler.sample_once()
+        await until(pilot, lambda: _state(app, "gpu1") == "quarantined")
+        await app.domain_action("gpu1", "drain").wait()
+        said = "domain gpu1: drained under its quarantine: it drains once the quarantine is lifted"
+        await until(pilot, lambda: any(said in n for n in _notes(app)), said)
+        assert not any(n.endswith("domain gpu1: draining") for n in _notes(app))
+
+
 async def test_releasing_a_drained_then_quarantined_domain_says_it_drains_again(
     ui_app: AppFactory,
 ) -> None:
