@@ -882,6 +882,21 @@ async def test_ctrl_c_asks_again_before_it_quits_over_a_typed_form(ui_app: Any) 
         await pilot.press("ctrl+c")
         await pilot.pause()
         assert app.is_running and app.screen is form
+        # An esc between them is no ctrl+c twice in a row: it asks again (the app quit,
+        # the form lost: tester h124); and a ctrl+c no second esc.
+        await pilot.press("escape")
+        await pilot.pause()
+        assert form.form_message.startswith("esc again throws away")
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.is_running and app.screen is form
+        assert form.form_message.startswith("ctrl+c again quits")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is form
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert app.is_running and app.screen is form
         await pilot.press("ctrl+c")
         await until(pilot, lambda: not app.is_running, "the app quit", timeout=10)
 

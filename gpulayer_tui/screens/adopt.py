@@ -271,6 +271,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
             return
         if not self._discard_armed and self._values() != self._as_opened:
             self._discard_armed = True
+            self._quit_armed = False  # (in a row: h124)
             self.query_one("#adopt-error", Static).update(
                 "esc again throws away what you typed (ctrl+s adopts)"
             )
@@ -288,6 +289,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         if self._quit_armed or self._values() == self._as_opened:
             return True
         self._quit_armed = True
+        self._discard_armed = False
         self.query_one("#adopt-error", Static).update(
             "ctrl+c again quits, throwing away what you typed (ctrl+s adopts)"
         )

@@ -138,6 +138,7 @@ class FormScreen(ModalScreen[ResultType]):
         if self._discard_armed or self._as_opened is None or self._values() == self._as_opened:
             return True
         self._discard_armed = True
+        self._quit_armed = False  # (in a row: an esc between two ctrl+c quit unasked, h124)
         self._armed_with = self._values()
         self._show_form_message(self.DISCARD_WORDS, busy=True)
         return False
@@ -148,6 +149,7 @@ class FormScreen(ModalScreen[ResultType]):
         if self._quit_armed or self._as_opened is None or self._values() == self._as_opened:
             return True
         self._quit_armed = True
+        self._discard_armed = False
         self._armed_with = self._values()
         self._show_form_message(self.QUIT_WORDS, busy=True)
         return False
