@@ -350,6 +350,48 @@ async def test_a_stop_reaches_what_the_job_started_in_a_session_of_its_own(
     assert (await engine.get(job.id)).status is JobStatus.CANCELLED
 
 
+async def test_a_stop_reaches_what_a_double_fork_left_with_the_keeper(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A daemon whose middle parent exited is the keeper's child, no longer below the
+    # job's leader: it ran on after a cancel or a timeout, still on the job's GPU, while
+    # the next job ran there (tester h126). Found by the run its environment names.
+    engine = await make_engine(config=make_config(engine={"grace_period": 1.0}))
+    ignores = tmp_path / "ignores.py"
+    ignores.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                       "time.sleep(600)\n")  # fmt: skip
+    one, two = tmp_path / "one", tmp_path / "two"
+    job = await engine.submit(
+        {
+            "shell": f"(setsid sleep 600 & echo $! > {one}); "
+            f"(setsid {sys.executable} {ignores} & echo $! > {two}); sleep 600",
+            "gpus": 0,
+        }
+    )
+
+    def daemons() -> list[psutil.Process] | None:
+        try:
+            found = [psutil.Process(int(p.read_text())) for p in (one, two)]
+        except (OSError, ValueError, psutil.NoSuchProcess):
+            return None
+        # (left with the keeper: not below the job's leader any more)
+        below = {p.pid for p in psutil.Process(job.pid).children(recursive=True)}
+        return found if not below & {p.pid for p in found} else None
+
+    found = await eventually(daemons)
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=15)
+
+    def alive(proc: psutil.Process) -> bool:
+        try:
+            return proc.is_running() and proc.status() != "zombie"
+        except psutil.NoSuchProcess:
+            return False
+
+    await eventually(lambda: not any(alive(p) for p in found))
+    assert (await engine.get(job.id)).status is JobStatus.CANCELLED
+
+
 @pytest.mark.skipif(shutil.which("timeout") is None, reason="needs GNU timeout")
 async def test_a_stop_and_an_end_reach_what_the_job_started_in_a_group_of_its_own(
     make_engine: EngineFactory, tmp_path: Path

@@ -1118,8 +1118,10 @@ class Spawner:
             entry.timed_out = timed_out
         # What it started in groups or sessions of its own is not in its group: stopped
         # with it (a service's `setsid` server kept its port after the cancel, `timeout`'s
-        # child ran on). Found first: its leader gone, they are no longer below it.
-        outside = _outside_group(task.pid)
+        # child ran on). Found first: its leader gone, they are no longer below it. So is
+        # what a double fork left with the keeper, found by the run its environment names:
+        # it ran on after the cancel, on the GPU handed to the next job (tester h126).
+        outside = _outside_group(task.pid, self._keeper_children_of(f"{self.state_dir}/{key}"))
         if task.log_fd >= 0:
             # Said in its log, where the output stops: a cancelled or timed-out run's log
             # just ended, no word of why (tester h69).
@@ -1196,6 +1198,15 @@ class Spawner:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(stat.pgrp, signal.SIGKILL)
         return found
+
+    def _keeper_children_of(self, run: str) -> frozenset[int]:
+        """The keeper's children (orphans it inherited) whose TASK_ENV names ``run``."""
+        try:
+            with open(f"/proc/{self.keeper_pid}/task/{self.keeper_pid}/children", "rb") as fh:
+                orphans = [int(p) for p in fh.read().split()]
+        except (OSError, ValueError):
+            return frozenset()
+        return frozenset(pid for pid in orphans if _task_of(pid) == run)
 
     def _kill_strays(self, now: float) -> None:
         """SIGKILL the strays whose stop's grace period is over (still the same process)."""
@@ -1332,20 +1343,25 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _outside_group(leader: int) -> list[tuple[int, int]]:
+def _outside_group(leader: int, also: frozenset[int] = frozenset()) -> list[tuple[int, int]]:
     """``(pid, start ticks)`` of the descendants of ``leader`` that are in another process
     group than its own (the job's group and session are its leader's), from one pass over
     /proc: a signal to the group does not reach them. Another session (``setsid``), and
     also a group of its own in the job's session: GNU ``timeout``, ``bash -m`` and
-    ``setpgid`` put a child there, and it ran on after the cancel (tester h52)."""
+    ``setpgid`` put a child there, and it ran on after the cancel (tester h52). Also the
+    processes ``also`` and their descendants: what the job started that is no longer
+    below it (a double fork's daemon, the keeper's child once its parent exited)."""
     children: dict[int, list[procstat.ProcStat]] = {}
+    roots: list[procstat.ProcStat] = []
     with contextlib.suppress(OSError):
         for name in os.listdir("/proc"):
             if name.isdigit():
                 stat = procstat.read_stat(int(name))
                 if stat is not None:
                     children.setdefault(stat.ppid, []).append(stat)
-    found, todo = [], [leader]
+                    if stat.pid in also and stat.state not in ("Z", "X"):
+                        roots.append(stat)
+    found, todo = [(r.pid, r.start_ticks) for r in roots], [leader, *(r.pid for r in roots)]
     while todo:
         for child in children.get(todo.pop(), ()):
             todo.append(child.pid)
