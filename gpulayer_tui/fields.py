@@ -603,6 +603,8 @@ def engine_sets_env(
         return f"the engine sets it to the job's GPUs; {ask_gpus}"
     if key in ("CUDA_DEVICE_ORDER", "GPULAYER_JOB_ID", "GPULAYER_REPLICA", "GPULAYER_TASK"):
         return "the engine sets it for every job"
+    if key == "PWD":
+        return "the engine sets it to the folder the job runs in; give that with --cwd"
     if key == "PORT" and port_service:
         return (
             "each start of a replica gets a free port as $PORT from the engine; "

@@ -1743,6 +1743,7 @@ def test_a_wait_with_microseconds_left_is_a_timeout_not_a_refusal(engine: Served
     [
         (["--env", "CUDA_VISIBLE_DEVICES=1"], "--env CUDA_VISIBLE_DEVICES: the engine sets it"),
         (["--env", "GPULAYER_JOB_ID=7"], "--env GPULAYER_JOB_ID: the engine sets it"),
+        (["--env", "PWD=/x"], "--env PWD: the engine sets it to the folder the job runs in"),
         (["--service", "--env", "PORT=80"], "--env PORT: each start of a replica gets a free"),
         # (a variable "LR " that the job's $LR never read; an escape is shown as one)
         (["--env", "LR =0.1"], "--env 'LR ': a variable's name has no spaces or control"),

@@ -305,7 +305,7 @@ async def test_a_multi_gpu_jobs_gpus_are_in_index_order(make_engine: EngineFacto
 
 
 async def test_a_job_gets_its_submitters_environment_never_the_engines(
-    make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
+    make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # Every job got the engine's whole environment under its spec's: its PYTHONPATH, its
     # virtualenv, what its service unit set; with `--no-inherit-env` too.
@@ -316,18 +316,24 @@ async def test_a_job_gets_its_submitters_environment_never_the_engines(
     dump = [sys.executable, "-c", "import json, os; print(json.dumps(dict(os.environ)))"]
     bare = await engine.submit({"command": dump})
     given = await engine.submit({"command": dump, "env": {"A": "1", "PATH": "/opt/x:/usr/bin"}})
+    # $PWD is where it runs, not the submitting shell's (a plain command read the shell's
+    # PWD, a shell line sh's: tester h126).
+    there = tmp_path / "dir with space"
+    there.mkdir()
+    moved = await engine.submit({"command": dump, "cwd": str(there), "env": {"PWD": "/elsewhere"}})
     seen = {}
-    for job in (bare, given):
+    for job in (bare, given, moved):
         await engine.wait(job.id, timeout=20)
         seen[job.id] = json.loads(engine.log_path(job.id).read_text())
     me = pwd.getpwuid(os.geteuid())
-    own = {"GPULAYER_JOB_ID", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPULAYER_TASK"}
+    own = {"GPULAYER_JOB_ID", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GPULAYER_TASK", "PWD"}
     basics = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PYTHONUNBUFFERED"}
     assert set(seen[bare.id]) - {"LC_CTYPE"} == basics | own  # (Python may set LC_CTYPE)
     assert seen[bare.id]["HOME"] == me.pw_dir and seen[bare.id]["USER"] == me.pw_name
     assert "/usr/bin" in seen[bare.id]["PATH"].split(":")
     assert seen[given.id]["A"] == "1" and seen[given.id]["PATH"] == "/opt/x:/usr/bin"
     assert "ENGINE_ONLY" not in seen[given.id]
+    assert seen[bare.id]["PWD"] == me.pw_dir and seen[moved.id]["PWD"] == str(there)
 
 
 async def test_dependency_cascade_and_any_exit(make_engine: EngineFactory) -> None:

@@ -142,15 +142,21 @@ class JobEnv:
         return env
 
     @staticmethod
-    def own(job_id: int, gpus: list[int]) -> dict[str, str]:
-        """What gpulayer-tui sets for one job."""
-        return {
+    def own(job_id: int, gpus: list[int], cwd: str | None = None) -> dict[str, str]:
+        """What gpulayer-tui sets for one job (``cwd``: where it runs, as ``PWD``)."""
+        own = {
             "GPULAYER_JOB_ID": str(job_id),
             # PCI bus order makes CUDA's numbering match NVML's (and ours). CPU jobs see no
             # GPU, so they cannot take GPU memory behind the scheduler's back.
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)),
         }
+        if cwd is not None:
+            # The folder it runs in: the submitting shell's PWD came with its environment,
+            # and a program that reads $PWD found that, not its --cwd (a shell line's `sh`
+            # set it right: tester h126).
+            own["PWD"] = cwd
+        return own
 
 
 def argv_of(spec: JobSpec) -> tuple[list[str], str]:
@@ -409,7 +415,7 @@ class BatchRunner:
             job.id,
             spec,
             self._env.shared(spec, job.owner_uid),
-            self._env.own(job.id, job.gpus),
+            self._env.own(job.id, job.gpus, spec.run_dir),
             functools.partial(self._started, job.id),
             functools.partial(self._exited, job.id),
             run=job.attempt,

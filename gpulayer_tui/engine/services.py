@@ -513,7 +513,7 @@ class ServiceRunner:
             return
         spec = act.spec
         assert spec is not None
-        own = self._env.own(job_id, replica.gpus)
+        own = self._env.own(job_id, replica.gpus, spec.run_dir)
         own["GPULAYER_REPLICA"] = str(index)
         if replica.port is not None:
             own["PORT"] = str(replica.port)
