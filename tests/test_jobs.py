@@ -512,6 +512,18 @@ async def test_timeout_kills_and_fails(make_engine: EngineFactory) -> None:
     assert done.termination_reason is TerminationReason.TIMEOUT
     assert done.message == "timed out after 0.3 s"
     assert done.exit_code == 143
+    # One that SIGTERM did not end says so, as a cancel does ("timed out after 2 s" alone,
+    # exit 137: tester h126).
+    await engine.stop()
+    graced = await make_engine(config=make_config(engine={"grace_period": 0.5}))
+    stubborn = await graced.submit(
+        {"shell": "trap '' TERM; echo ready; while :; do sleep 0.05; done", "timeout": 1}
+    )
+    done = await graced.wait(stubborn.id, timeout=10)
+    assert done.exit_code == 137
+    assert done.message == (
+        "timed out after 1 s; SIGTERM did not end it: SIGKILL did, after the grace period"
+    )
 
 
 async def test_a_timeout_shorter_than_the_start_is_still_a_timeout(

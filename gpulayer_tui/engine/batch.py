@@ -298,6 +298,9 @@ def stop_verdict(job: Job, exit: Exit) -> tuple[JobStatus, TerminationReason, st
     if job.stop_reason is Reason.TIMEOUT:
         # (a timeout shorter than the start itself ends it before it runs: still a timeout)
         said = job.stop_message + (f" ({exit.error})" if exit.error is not None else "")
+        if exit.code == 128 + signal.SIGKILL and "outlived SIGTERM" not in said:
+            # (as a cancel says it: "timed out after 2 s" alone, exit 137: tester h126)
+            said += "; SIGTERM did not end it: SIGKILL did, after the grace period"
         return JobStatus.FAILED, Reason.TIMEOUT, said
     if exit.error is not None:
         return JobStatus.FAILED, Reason.LAUNCH_FAILED, exit.error
