@@ -189,6 +189,38 @@ async def test_a_replica_shown_then_removed_by_a_scale_down_says_so_and_next_goe
         await app.backend.cancel(job["id"])
 
 
+async def test_a_waiting_replica_removed_by_a_scale_down_is_no_error(ui_app: Any) -> None:
+    # A queued service's replica 1, shown, then removed: its title said so, and an error
+    # toast "job 11 has one replica (0), not 1" came too (tester h124).
+    app = await ui_app("2xA100-80GB", cpu_count=4)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await app.backend.queue_action("pause")
+        job = await app.backend.submit(
+            {"kind": "service", "shell": SCRIPT, "replicas": 2, "port": False, "cwd": os.getcwd()}
+        )
+        await pilot.press("2")
+        table = table_of(app)
+        await until(pilot, lambda: status_of(table, job["id"]) == "queued", "queued")
+        await pilot.press("g", "enter")
+        detail = await until(
+            pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen, "detail"
+        )
+        log = detail.query_one(LogTail)
+        await pilot.press("right_square_bracket")
+        await until(pilot, lambda: "replica 1" in str(log.border_title), "replica 1 shown")
+        await app.backend.edit(job["id"], {"replicas": 1})
+        await until(
+            pilot,
+            lambda: "removed by a scale-down" in str(log.border_title),
+            "said removed",
+            timeout=20,
+        )
+        await pilot.pause(0.3)
+        errors = [n for n in app._notifications if n.severity == "error"]
+        assert not errors, [n.message for n in errors]
+        await app.backend.cancel(job["id"])
+
+
 async def test_next_replica_key_is_only_for_services(ui_app: Any) -> None:
     app = await ui_app("2xA100-80GB")
     async with app.run_test(size=(140, 40)) as pilot:

@@ -727,7 +727,13 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                 await asyncio.sleep(2.0)
                 continue
             except BackendError as err:
-                self.app.notify(str(err), title=f"output of job {self.job_id}", severity="error")
+                if not (self.is_service and self._replica >= self._replica_count):
+                    # (a replica a scale-down removed before it ever ran has no output:
+                    # its title says it was removed; the toast added "job 11 has one
+                    # replica (0), not 1": tester h124)
+                    self.app.notify(
+                        str(err), title=f"output of job {self.job_id}", severity="error"
+                    )
                 self._log_error = str(err)
                 break
             if chunk.data:
