@@ -51,6 +51,8 @@ async def test_adopt_a_stray_from_the_table(
         dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
         # Per GPU: the most it holds on one (the sum over its GPUs was offered)
         assert dialog.query_one("#adopt-vram", Input).value == "20.0"
+        # (emptied, it said "e.g. 24", where empty is what it holds: tester h124)
+        assert dialog.query_one("#adopt-vram", Input).placeholder == "20.0: what it holds"
         assert dialog.query_one("#adopt-name", Input).value == "sleep"
         name = dialog.query_one("#adopt-name", Input)
         name.value = "notebook"

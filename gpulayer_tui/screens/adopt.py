@@ -104,7 +104,9 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
             yield FieldInput(
                 value=f"{per_gpu / GIB:.1f}" if per_gpu else "",
                 id="adopt-vram",
-                placeholder="e.g. 24",
+                # (emptied, it said "e.g. 24" beside a label saying empty is what it holds:
+                # tester h124)
+                placeholder=f"{per_gpu / GIB:.1f}: what it holds" if per_gpu else "e.g. 24",
                 compact=True,
             )
             yield Label("Domain (empty: where it holds GPU memory, else the cpu pool)")
