@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -124,6 +125,36 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
         assert "an engine started now would refuse this file" in said
     await engine.cancel(first.id)
     await engine.cancel(second.id)
+
+
+async def test_the_watcher_applies_nothing_for_a_file_already_read(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # An edit then `POST /config/reload`: applied, then again by the watcher, "nothing
+    # changed", a second event and log line; a save of the same bytes did the same.
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE + "[cpu]\nslots = 1\n")
+    engine = await make_engine(config=load_config(paths.config_file))
+    reloader = engine.config_reload
+    # Written until the watcher applies it (it watches a moment after the engine starts).
+    deadline, tries = time.monotonic() + 20, 0
+    while engine.scheduler.domains["cpu"].slots != 2:
+        assert time.monotonic() < deadline, "the watcher never applied an edit"
+        tries += 1
+        paths.config_file.write_text(BASE + f"[cpu]\nslots = 2\n# {tries}\n")
+        with contextlib.suppress(AssertionError):
+            await eventually(lambda: engine.scheduler.domains["cpu"].slots == 2, timeout=1)
+    handled = reloader.changes_handled
+    edited = BASE + "[cpu]\nslots = 3\n"
+    paths.config_file.write_text(edited)
+    await engine.config_reload.reload()
+    await eventually(lambda: reloader.changes_handled > handled, timeout=10)
+    assert engine.scheduler.domains["cpu"].slots == 3
+    seen, handled = len(_config_events(paths)), reloader.changes_handled
+    paths.config_file.write_text(edited)  # (saved again, unchanged)
+    await eventually(lambda: reloader.changes_handled > handled, timeout=10)
+    assert len(_config_events(paths)) == seen, _config_events(paths)[seen:]
+    assert [e["changes"] for e in _config_events(paths)].count([]) <= 1
 
 
 async def test_lowering_max_priority_brings_waiting_jobs_down_to_it(

@@ -69,6 +69,14 @@ _VALUES_UNSAID = frozenset({"notify", "security"})
 may use the engine is not for every reader of its log and events)."""
 
 
+def _read_bytes(path: Path) -> bytes | None:
+    """The file's bytes, or ``None`` where it cannot be read."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
 def _jobs_words(ids: list[int], shown: int = 10) -> str:
     """``job 3`` / ``jobs 3, 4 and 9 more``."""
     more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
@@ -273,6 +281,12 @@ class ConfigReloader:
         self._domains_changed = domains_changed
         self._task: asyncio.Task[None] | None = None
         self._missing_removed: list[str] = []  # (set by _plan, said by _apply)
+        # The file's bytes as the last reload (or the start) read them: the watcher
+        # seeing the same again applies nothing (an edit then `POST /config/reload` was
+        # applied, then again by the watcher, "nothing changed": tester h125).
+        self._last_read: bytes | None = _read_bytes(paths.config_file)
+        self.changes_handled = 0
+        """Settled changes of the file the watcher has handled (applied or not)."""
 
     def start(self) -> None:
         """Follow the config file (its directory must exist; otherwise nothing to watch)."""
@@ -321,7 +335,11 @@ class ConfigReloader:
                         "was removed" if gone == "absent" else f"is {gone}",
                     )
                     continue
+                if await asyncio.to_thread(_read_bytes, target) == self._last_read:
+                    self.changes_handled += 1
+                    continue  # (read and applied already: by a reload asked for, or a touch)
                 await self.reload()
+                self.changes_handled += 1
                 if _link_chain(target) != chain:
                     break  # (a link names another file now: watch its folders instead)
 
@@ -332,6 +350,7 @@ class ConfigReloader:
             ``{"applied": bool, "changes": [...]}`` or ``{"applied": False, "error": ...}``.
         """
         source = str(self._paths.config_file)
+        self._last_read = await asyncio.to_thread(_read_bytes, self._paths.config_file)
         try:
             config = await _load_checked(self._paths.config_file, source)
             sample = self._sampler.latest
