@@ -127,6 +127,19 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
     await engine.cancel(second.id)
 
 
+async def test_a_rename_says_the_slots_that_change_with_it(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # "GPU 1: domain dev -> gpu1" alone, while its slots went 2 -> 1 (tester h125).
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(UNMANAGED + "[domains.dev]\ngpu = 1\nslots = 2\n")
+    engine = await make_engine("2xA100-80GB", config=load_config(paths.config_file))
+    paths.config_file.write_text(BASE)
+    changes = (await engine.config_reload.reload())["changes"]
+    assert "GPU 1: domain dev -> gpu1, slots 2 -> 1" in changes, changes
+    assert engine.scheduler.domains["gpu1"].slots == 1
+
+
 async def test_the_watcher_applies_nothing_for_a_file_already_read(
     make_engine: EngineFactory, paths: Paths
 ) -> None:

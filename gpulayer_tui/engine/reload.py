@@ -162,10 +162,15 @@ def rebuild_domains(
         if previous is not None:
             dom.take_over(previous)
             moved.append((previous, dom))
+            # (its slots too, when they change with it: "dev -> gpu1" hid 2 -> 1: h125)
+            slots = ""
+            if previous.slots != plan.slots:
+                slots = f", slots {previous.slots} -> {plan.slots}"
             changes.append(
-                f"GPU {plan.gpu_index}: domain {previous.name} -> {plan.name}"
+                f"GPU {plan.gpu_index}: domain {previous.name} -> {plan.name}{slots}"
                 if previous.name != plan.name
-                else f"domain {plan.name} back (GPU {plan.gpu_index})"  # (it was "gpu1 -> gpu1")
+                # (it was "gpu1 -> gpu1")
+                else f"domain {plan.name} back (GPU {plan.gpu_index}){slots}"
             )
         else:
             changes.append(f"new domain {plan.name}")
