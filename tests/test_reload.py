@@ -353,6 +353,12 @@ async def test_a_domain_removed_while_it_holds_a_job_lets_the_job_finish(
     assert shown[1].startswith("-") and shown[1].split()[1] == "0"
     assert shown[2].endswith(f"no domain (still running: job {running.id})")
     assert shown[3].startswith("cpu")
+    # Its row says so too ("running on train" alone, with no domain train listed: h125).
+    await engine.sampler.sample_once()
+    assert (await engine.get(running.id)).message == (
+        "running on train; warning: domain train is no longer in the configuration (it is "
+        "let run to its end)"
+    )
     failed = await engine.wait(waiting.id, timeout=10)
     assert failed.termination_reason is TerminationReason.OVER_CAPACITY
     assert "domain: unknown domain 'train'" in failed.message

@@ -27,6 +27,9 @@ from .jobbook import ActiveJob, JobBook, adopted_on
 from .models import EventKind, Job, JobKind, JobStatus, KnownGpu, TerminationReason
 from .services import service_summary
 
+REMOVED_WARNING = " is no longer in the configuration (it is let run to its end)"
+"""What a running job's message adds while its domain is one a reload took out."""
+
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
@@ -149,7 +152,26 @@ class DomainOps:
         so in their message, as under a quarantine ("running on gpu1" read as all well,
         while ``gpus`` showed the GPU missing); the warning goes when the GPU is back."""
         warned: set[int] = set()
-        for index, jobs in self._scheduler.missing_gpus().items():
+        missing = self._scheduler.missing_gpus()
+        for index, dom in sorted(self._scheduler.retired.items()):
+            if index in missing:
+                continue
+            # A GPU the config no longer gives a domain, jobs still running there (a
+            # reload took it out): said too, as `gpus` says it ("running on gpu1" alone,
+            # while `domain list` no longer listed gpu1: tester h125).
+            for job_id in sorted(dom.holdings):
+                act = self._book.get(job_id)
+                if act is None or act.job.status is not JobStatus.RUNNING:
+                    continue
+                warned.add(job_id)
+                said = f"; warning: domain {dom.name}{REMOVED_WARNING}"
+                if act.job.kind is JobKind.SERVICE:
+                    warning = service_summary(act.job) + said
+                else:
+                    warning = f"{_where(act)}{said}"
+                if not act.job.message.startswith(warning):
+                    self._book.set_reason(act, warning)
+        for index, jobs in missing.items():
             for job_id in jobs:
                 act = self._book.get(job_id)
                 if act is None or act.job.status is not JobStatus.RUNNING:
@@ -168,7 +190,10 @@ class DomainOps:
         for act in self._book:
             if act.job.id in warned or act.job.status is not JobStatus.RUNNING:
                 continue
-            if MISSING_WARNING in act.job.message and "; warning: GPU " in act.job.message:
+            message = act.job.message
+            if (MISSING_WARNING in message and "; warning: GPU " in message) or (
+                REMOVED_WARNING in message and "; warning: domain " in message
+            ):
                 if act.job.kind is JobKind.SERVICE:
                     self._book.set_reason(act, service_summary(act.job))
                 else:
