@@ -318,15 +318,28 @@ async def test_a_spawner_replaced_while_no_engine_runs_keeps_a_jobs_log_capped(
     assert (await again.wait(job.id, timeout=15)).status is JobStatus.COMPLETED
 
 
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != "zombie"
+    except psutil.NoSuchProcess:  # (gone between the two reads: it flaked so)
+        return False
+
+
+def _ignores_sigterm(folder: Path) -> Path:
+    """A Python script that ignores SIGTERM and sleeps."""
+    script = folder / "ignores.py"
+    script.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                      "time.sleep(600)\n")  # fmt: skip
+    return script
+
+
 async def test_a_stop_reaches_what_the_job_started_in_a_session_of_its_own(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:
     # Only the job's process group was signalled: a server it started with `setsid` (or
     # a container runtime) ran on after the cancel, holding its port (and GPU memory).
     engine = await make_engine(config=make_config(engine={"grace_period": 1.0}))
-    ignores = tmp_path / "ignores.py"
-    ignores.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                       "time.sleep(600)\n")  # fmt: skip
+    ignores = _ignores_sigterm(tmp_path)
     job = await engine.submit(
         {"shell": f"setsid sleep 600 & setsid {sys.executable} {ignores} & wait", "gpus": 0}
     )
@@ -339,14 +352,7 @@ async def test_a_stop_reaches_what_the_job_started_in_a_session_of_its_own(
     await engine.cancel(job.id)
     await engine.wait(job.id, timeout=15)
     # The one that ends on SIGTERM at once, the one that ignores it after the grace period.
-
-    def alive(proc: psutil.Process) -> bool:
-        try:
-            return proc.is_running() and proc.status() != "zombie"
-        except psutil.NoSuchProcess:  # (gone between the two reads: it flaked so)
-            return False
-
-    await eventually(lambda: not any(alive(p) for p in found))
+    await eventually(lambda: not any(_alive(p) for p in found))
     assert (await engine.get(job.id)).status is JobStatus.CANCELLED
 
 
@@ -357,9 +363,7 @@ async def test_a_stop_reaches_what_a_double_fork_left_with_the_keeper(
     # job's leader: it ran on after a cancel or a timeout, still on the job's GPU, while
     # the next job ran there (tester h126). Found by the run its environment names.
     engine = await make_engine(config=make_config(engine={"grace_period": 1.0}))
-    ignores = tmp_path / "ignores.py"
-    ignores.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                       "time.sleep(600)\n")  # fmt: skip
+    ignores = _ignores_sigterm(tmp_path)
     one, two = tmp_path / "one", tmp_path / "two"
     job = await engine.submit(
         {
@@ -381,14 +385,7 @@ async def test_a_stop_reaches_what_a_double_fork_left_with_the_keeper(
     found = await eventually(daemons)
     await engine.cancel(job.id)
     await engine.wait(job.id, timeout=15)
-
-    def alive(proc: psutil.Process) -> bool:
-        try:
-            return proc.is_running() and proc.status() != "zombie"
-        except psutil.NoSuchProcess:
-            return False
-
-    await eventually(lambda: not any(alive(p) for p in found))
+    await eventually(lambda: not any(_alive(p) for p in found))
     assert (await engine.get(job.id)).status is JobStatus.CANCELLED
 
 

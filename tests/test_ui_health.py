@@ -35,16 +35,22 @@ def _state(app: Any, name: str) -> str:
     return next(d["state"] for d in app.gpu_state["domains"] if d["name"] == name)
 
 
+async def _lose_gpu1(pilot: Any, app: Any) -> SimLedger:
+    """Lose the simulated gpu1 (quarantined at the next sample); its ledger."""
+    await pilot.pause()
+    ledger = SimLedger(app.backend.engine.paths.state_dir)
+    ledger.set_gpu(1, lost=True, error="GPU is lost: fell off the bus")
+    await app.backend.engine.sampler.sample_once()
+    await until(pilot, lambda: _state(app, "gpu1") == "quarantined")
+    return ledger
+
+
 async def test_quarantine_is_notified_and_release_is_offered(ui_app: AppFactory) -> None:
     app = await ui_app("2xA100-80GB")
     engine = app.backend.engine
-    ledger = SimLedger(engine.paths.state_dir)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        ledger.set_gpu(1, lost=True, error="GPU is lost: fell off the bus")
-        await engine.sampler.sample_once()
+        ledger = await _lose_gpu1(pilot, app)
         await until(pilot, lambda: any("domain gpu1 quarantined" in n for n in _notes(app)))
-        await until(pilot, lambda: _state(app, "gpu1") == "quarantined")
         # The summary line counts it (its panel's title alone said so, cut at 120: h107).
         line = app.screen.query_one(SummaryLine)
         await until(pilot, lambda: line.counts().plain.endswith("2 GPUs (1 quarantined)"))
@@ -128,13 +134,8 @@ async def test_a_degraded_gpu_is_said_on_its_panel(ui_app: AppFactory) -> None:
 async def test_draining_a_quarantined_domain_says_it_drains_under_it(ui_app: AppFactory) -> None:
     # The toast said "domain gpu1: draining" of a domain still quarantined (tester h124).
     app = await ui_app("2xA100-80GB")
-    engine = app.backend.engine
-    ledger = SimLedger(engine.paths.state_dir)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause()
-        ledger.set_gpu(1, lost=True, error="GPU is lost: fell off the bus")
-        await engine.sampler.sample_once()
-        await until(pilot, lambda: _state(app, "gpu1") == "quarantined")
+        await _lose_gpu1(pilot, app)
         await app.domain_action("gpu1", "drain").wait()
         said = "domain gpu1: drained under its quarantine: it drains once the quarantine is lifted"
         await until(pilot, lambda: any(said in n for n in _notes(app)), said)
