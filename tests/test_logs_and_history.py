@@ -934,6 +934,12 @@ async def test_clean_on_a_disk_a_job_filled_names_what_holds_the_space(
     # A dry run that finds nothing says why, as clean does ("would remove 0", exit 0: h66).
     with pytest.raises(StoreError, match=r"nothing would be cleaned: .* Free space on that disk"):
         await engine.retention.preview(0.0, None)
+    # One that finds some says what it cannot see, naming the file that holds the disk
+    # (the filler was left out without a word: tester h123).
+    found = await engine.retention.preview(None, 0)
+    assert found["ids"] == [small.id]
+    assert found["unrecorded"].startswith("not counted: "), found
+    assert f"the largest job files: {engine.log_path(filler.id)} (" in found["unrecorded"]
     with pytest.raises(StoreError) as refused:
         await engine.retention.clean(None, keep=0)
     said = str(refused.value)

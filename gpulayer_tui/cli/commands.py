@@ -1638,6 +1638,8 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
             + kept.replace("; kept", "; would keep")
             + "; nothing was removed"
         )
+        if done.get("unrecorded"):  # (the database cannot be written: not all is seen)
+            _error(f"note: {done['unrecorded']}")
         return EXIT_OK
     freed = done.get("database_bytes_freed") or 0
     took = done.get("bytes")  # (an older engine leaves it out)
