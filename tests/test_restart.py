@@ -372,7 +372,10 @@ async def test_an_engine_that_finds_the_launcher_stopping_a_job_for_its_timeout(
     await again.cancel(job.id)
     done = await again.wait(job.id, timeout=15)
     assert (done.status, done.termination_reason) == (JobStatus.FAILED, TerminationReason.TIMEOUT)
-    assert done.message == ("timed out after 1 s (its launcher stopped it: no engine was running)")
+    assert done.message == (
+        "timed out after 1 s (its launcher stopped it: no engine was running); SIGTERM did "
+        "not end it: SIGKILL did, after the grace period"
+    )
     assert done.exit_code == 128 + signal.SIGKILL
 
 

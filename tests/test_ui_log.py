@@ -453,12 +453,16 @@ while True:
 
 QUIET_PAGER = """\
 import os, shutil, sys
-shutil.copyfile(sys.argv[-1], os.environ["MARKER"])
+# (copied, then renamed: a test that saw the marker at once read it empty)
+shutil.copyfile(sys.argv[-1], os.environ["MARKER"] + ".part")
+os.rename(os.environ["MARKER"] + ".part", os.environ["MARKER"])
 """
 
 PAGER_SCRIPT = """\
 import os, shutil, signal, sys
-shutil.copyfile(sys.argv[-1], os.environ["MARKER"])
+# (copied, then renamed: a test that saw the marker at once read it empty)
+shutil.copyfile(sys.argv[-1], os.environ["MARKER"] + ".part")
+os.rename(os.environ["MARKER"] + ".part", os.environ["MARKER"])
 # Ctrl+C typed in a pager reaches the whole foreground group: the TUI must live on.
 os.kill(os.getppid(), signal.SIGINT)
 """
