@@ -675,6 +675,12 @@ class GpulayerApp(App[str]):
                     f"Save an SVG of the screen (in {markup_escape(str(_screenshot_folder()))})",
                     lambda: self.set_timer(0.1, self._save_screenshot),
                 )
+            elif command.title == "Keys" and command.help.startswith("Show"):
+                # (Textual's key panel docks beside the screen and no key closes it, esc
+                # included: ours is the help screen ? opens, which esc closes)
+                yield SystemCommand(
+                    "Keys", "Every key of this screen, then the rest (esc closes)", self.action_help
+                )
             elif command.title not in ("Theme", "Quit"):
                 yield command
 

@@ -64,6 +64,19 @@ async def test_command_palette_offers_every_action(embedded_app: AppFactory) -> 
         assert {"Theme: gpulayer-dark", "Theme: gpulayer-light"} <= titles
 
 
+async def test_the_palettes_keys_open_the_help_that_esc_closes(embedded_app: AppFactory) -> None:
+    # Textual's "Keys" docked a key panel that no key closed, esc included (h124).
+    app = await embedded_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        (keys,) = [c for c in app.get_system_commands(app.screen) if c.title == "Keys"]
+        keys.callback()
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
+        assert not app.screen.query("HelpPanel")
+
+
 async def test_the_palettes_screenshot_is_saved_where_there_is_a_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

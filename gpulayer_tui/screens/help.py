@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import VerticalScroll
@@ -31,6 +33,17 @@ def help_scopes(scope: str | None, has_table: bool) -> list[str]:
     return first + rest
 
 
+def key_table(rows: list[tuple[str, str]]) -> Table:
+    """The keys and what they do, a description too long for the dialog wrapping under
+    itself (as one text it wrapped to the dialog's left edge, under the keys: h124)."""
+    table = Table.grid(padding=(0, 2), pad_edge=True)
+    table.add_column(no_wrap=True)
+    table.add_column()
+    for keys, description in rows:
+        table.add_row(Text(keys), Text(description))  # (Text: never read as markup)
+    return table
+
+
 class HelpScreen(ModalScreen[None]):
     """Lists the keys of the screen it was opened on, the global ones, then the rest."""
 
@@ -53,12 +66,7 @@ class HelpScreen(ModalScreen[None]):
                 if scope == self.scope:
                     title += " (this screen)"
                 yield Label(title, classes="help-section")
-                width = max(len(k) for k, _ in rows)
-                yield Static(
-                    "\n".join(f"  {k.ljust(width)}  {d}" for k, d in rows),
-                    markup=False,
-                    classes=f"help-{scope}",
-                )
+                yield Static(key_table(rows), classes=f"help-{scope}")
             yield Static(
                 "\nctrl+p or : opens the command palette: every action of this screen, searchable.",
                 classes="muted",
