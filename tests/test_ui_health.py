@@ -131,6 +131,39 @@ async def test_a_degraded_gpu_is_said_on_its_panel(ui_app: AppFactory) -> None:
         assert " · degraded (no CUDA-capable device" in panel.title().plain, panel.title().plain
 
 
+async def test_a_quarantine_reason_is_said_in_every_panel_view(ui_app: AppFactory) -> None:
+    # Cut from a narrow panel's title, and with no title in the compact and rows views:
+    # only the mark was left (tester h124).
+    from textual.widgets import Static
+
+    from gpulayer_tui.widgets.gpu_panel import GpuPanel
+
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(60, 40)) as pilot:
+        await _lose_gpu1(pilot, app)
+        panel = next(p for p in app.screen.query(GpuPanel) if p.domain_name == "gpu1")
+        reason = "quarantined (GPU is lost: fell off the bus)"
+        assert reason in panel.problem(), panel.problem()
+        for density, width, said in (
+            ("full", 60, reason),
+            ("compact", 60, reason),
+            ("row", 80, "quarantined ("),  # (over the model and job columns: cut at 80)
+            ("row", 160, reason),
+        ):
+            await pilot.resize_terminal(width, 40)
+            while app.screen._density_override != density:
+                await pilot.press("v")  # (the view key: auto, full, compact, rows)
+            shown = panel.query_one("#stats" if density == "row" else "#jobs", Static)
+            await until(pilot, lambda s=shown, t=said: t in str(s.content), f"{density} at {width}")
+            if density == "full":
+                assert len(panel.title().plain) > panel.content_size.width  # (cut there)
+        # A panel wide enough for its title does not say it twice.
+        await pilot.resize_terminal(200, 40)
+        while app.screen._density_override != "full":
+            await pilot.press("v")
+        await until(pilot, lambda: "no job" in str(panel.query_one("#jobs", Static).content))
+
+
 async def test_draining_a_quarantined_domain_says_it_drains_under_it(ui_app: AppFactory) -> None:
     # The toast said "domain gpu1: draining" of a domain still quarantined (tester h124).
     app = await ui_app("2xA100-80GB")

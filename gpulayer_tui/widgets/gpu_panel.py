@@ -338,9 +338,12 @@ class GpuPanel(Vertical):
             drained = self.domain.get("drain_reason")
             if state == "quarantined" and drained is not None:
                 pieces.append((f" · drained under it ({drained})", "$warning"))
-        if self.gpu.get("lost"):
+        # (not again where the quarantine's reason said it: "quarantined (GPU is lost:
+        # fell off the bus) · LOST · GPU is lost: fell off the bus")
+        said = "".join(text for text, _style in pieces[1:]).lower()
+        if self.gpu.get("lost") and "lost" not in said:
             pieces.append((" · LOST", "$error bold"))
-        if self.gpu.get("error"):
+        if self.gpu.get("error") and str(self.gpu["error"]).lower() not in said:
             pieces.append((f" · {self.gpu['error']}", "$error"))
         return Content.assemble(*pieces)
 
@@ -418,8 +421,25 @@ class GpuPanel(Vertical):
         )
         return _fit(text, width).rstrip() if text else ""
 
+    def problem(self) -> str:
+        """What the title says after the model (``quarantined (ECC errors)``); empty when
+        all is well. The jobs line and the rows' JOB column say it where no title does."""
+        head = f"{self.domain_name} · {self.model}"
+        return self.title().plain[len(head) :].removeprefix(" · ")
+
     def _jobs_line(self, width: int) -> Content:
+        # Compact has no title; a full panel's is cut at its width: the reason a GPU is
+        # out of service was lost from both (only its mark was left: tester h124).
+        problem = self.problem()
+        if self.density == "full" and len(self.title().plain) <= width:
+            problem = ""
         text = self.holder_text(width)
+        if problem:
+            _mark, _word, style = self.health()
+            line = Content.styled(problem, style)
+            if text:
+                line = Content.assemble(line, " · ", (text, "$accent"))
+            return line.truncate(width, ellipsis=True)
         if not text:
             return Content.styled("no job", "$text-muted")
         return Content.styled(text, "$accent")
@@ -553,8 +573,7 @@ class GpuPanel(Vertical):
             (" ", ""),
             (self.domain_name.ljust(layout.name), "bold"),
             (" ", ""),
-            (_fit(short_model(self.model), layout.model), ""),
-            *self._row_job(layout),
+            *self._row_model_and_job(layout, health_style),
             (" ", ""),
             *self._util_pieces(layout.bar),
             ("  ", ""),
@@ -571,6 +590,16 @@ class GpuPanel(Vertical):
             _rjust(self._slots_piece(), 5),
             (" ", ""),
         )
+
+    def _row_model_and_job(self, layout: RowLayout, health_style: str) -> list[Piece]:
+        problem = self.problem()
+        if not problem:
+            return [(_fit(short_model(self.model), layout.model), ""), *self._row_job(layout)]
+        # Why it is out of service, over the MODEL and JOB columns (the mark alone said
+        # nothing: tester h124), then whose jobs are still there.
+        width = layout.model + (layout.job + 1 if layout.job else 0)
+        holders = self.holder_text(width, word="")
+        return [(_fit(f"{problem} · {holders}" if holders else problem, width), health_style)]
 
     def _row_job(self, layout: RowLayout) -> list[Piece]:
         if not layout.job:
