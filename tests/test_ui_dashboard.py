@@ -580,6 +580,36 @@ async def test_layout_follows_the_terminal_and_v_overrides_it() -> None:
         assert {p.density for p in panels} == {"full"}
 
 
+async def test_rows_out_of_sight_are_counted_in_the_header() -> None:
+    # 8 GPUs at 40x12: three rows shown, and only a one-cell scrollbar said there were
+    # more (tester h124).
+    app = build_app(StaticBackend(n_gpus=8), clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(40, 12)) as pilot:
+        panels = await until(pilot, lambda: list(app.screen.query(GpuPanel)))
+        while app.screen._density_override != "row":
+            await pilot.press("v")
+        head = app.screen.query_one("#gpu-head", Static)
+        grid = app.screen.query_one("#gpu-grid")
+
+        def hint() -> str:
+            text = str(head.render())
+            return text[text.index("+") :].strip() if "+" in text else ""
+
+        def shown() -> int:
+            bottom = grid.scroll_y + grid.scrollable_content_region.height
+            return sum(p.virtual_region.bottom <= bottom for p in panels)
+
+        await until(pilot, lambda: 0 < shown() < 8 and hint(), "some rows out of sight")
+        assert hint() == f"+{8 - shown()} more ↓"
+        assert head.region.right <= 40  # (on the screen)
+        grid.scroll_end(animate=False)
+        await until(pilot, lambda: shown() == 8 and not hint(), "the last rows in sight")
+        grid.scroll_home(animate=False)
+        await until(pilot, lambda: hint() == f"+{8 - shown()} more ↓", "out of sight again")
+        await pilot.resize_terminal(120, 40)  # (all in sight)
+        await until(pilot, lambda: shown() == 8 and not hint(), "all in sight")
+
+
 async def test_the_rows_at_60_columns_show_the_memory_figures() -> None:
     # At 60 columns the rows view (chosen there) cut the bar before its USED/TOTAL: no
     # memory figure anywhere (tester h54). POWER gives way below 72.

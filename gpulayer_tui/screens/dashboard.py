@@ -103,6 +103,7 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
         self._density_override: str | None = None
         self._stale = False
         self._cpu_shown: str | None = None
+        self._row_head_width: tuple[int, int] | None = None
 
     def compose(self) -> ComposeResult:
         yield EngineStatus("dashboard")
@@ -115,6 +116,8 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
         yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
+        grid = self.query_one("#gpu-grid")
+        self.watch(grid, "scroll_y", lambda _y: self._show_row_head(), init=False)
         self.watch(self.app, "gpu_state", self._on_gpu_state, init=True)
         self.watch(self.app, "jobs_version", self._on_jobs_version, init=True)
 
@@ -322,14 +325,36 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
         for panel in panels:
             panel.density = density
             panel.graph_height = graph_height
+        if density == "row":  # (how many rows fit is known once laid out)
+            self.call_after_refresh(self._show_row_head)
 
     @on(GpuPanel.RowWidthChanged)
     def _row_width_changed(self, message: GpuPanel.RowWidthChanged) -> None:
         # The header is as wide as every row (same column, same padding): draw it for the
         # width the rows were drawn for, so the columns line up exactly.
-        self.query_one("#gpu-head", Static).update(
-            GpuPanel.row_header(message.width, message.name_width)
+        self._row_head_width = (message.width, message.name_width)
+        self._show_row_head()
+
+    def _show_row_head(self) -> None:
+        """The rows' header, ending in ``+5 more ↓`` while rows are scrolled out of sight
+        below (only a one-cell scrollbar said so: tester h124, 8 GPUs at 40x12)."""
+        if self._row_head_width is None:
+            return
+        width, name_width = self._row_head_width
+        head = GpuPanel.row_header(width, name_width)
+        grid = self.query_one("#gpu-grid")
+        bottom = grid.scroll_y + grid.scrollable_content_region.height
+        below = sum(
+            1
+            for panel in self._panels.values()
+            if panel.density == "row" and panel.virtual_region.bottom > bottom
         )
+        if below:
+            hint = f" +{below} more ↓"
+            head = Content.assemble(
+                head.truncate(max(0, width - len(hint))), (hint, "$warning bold")
+            )
+        self.query_one("#gpu-head", Static).update(head)
 
     # -- actions --------------------------------------------------------------------------
 
