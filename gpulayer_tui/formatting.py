@@ -69,6 +69,16 @@ def event_words(event: Mapping[str, Any]) -> tuple[str, str]:
     return reason_text, message
 
 
+def run_started_at(job: JobRowJSON | Mapping[str, Any]) -> float | None:
+    """When its last run started; ``None`` if none did. A launch that failed is recorded
+    running first (the decision is durable before the launcher is asked), but no process
+    ran: it showed "started 15:44:52  runtime 0s"."""
+    if job.get("termination_reason") == "launch_failed":
+        return None
+    started = job.get("started_at")
+    return float(started) if started else None
+
+
 def duration(seconds: float) -> str:
     """``42s``, ``3m05s``, ``2h07m``, ``3d04h``."""
     s = int(max(0, seconds))

@@ -1581,6 +1581,12 @@ def test_logs_of_a_job_whose_launch_failed_says_it_never_ran(engine: Served) -> 
     assert out.stderr.startswith(f"gpulayer-tui: job {job_id} ended without starting (failed")
     # ("job 2 is failed" was said)
     assert engine.cli("why", job_id).stdout.startswith(f"job {job_id} failed: command not found")
+    # Nor does `status` or `jobs` say it started (recorded running before the launcher
+    # was asked: "started 15:44:52  runtime 0s").
+    status = engine.cli("status", job_id).stdout
+    assert "  started     - (never: its launch failed)" in status and "runtime" not in status
+    (row,) = [line for line in engine.cli("jobs").stdout.splitlines() if line.startswith(job_id)]
+    assert " 0s " not in row, row
     # `domain` alone lists, as its help says.
     listed = engine.cli("domain")
     assert listed.returncode == 0 and listed.stdout.startswith("DOMAIN")

@@ -1548,6 +1548,14 @@ def test_a_job_waiting_again_shows_no_runtime() -> None:
     running = {**row, "status": "running"}
     assert runtime_seconds(running, FIXED_NOW) == 600
     assert "10m" in format_jobs([running], FIXED_NOW)
+    # A launch that failed was recorded running first, but nothing ran: no start, no
+    # runtime ("started 15:44:52 runtime 0s").
+    from gpulayer_tui.screens.job_detail import job_fields
+
+    never = {**row, "kind": "batch", "status": "failed", "termination_reason": "launch_failed",
+             "started_at": FIXED_NOW - 1, "ended_at": FIXED_NOW - 1}  # fmt: skip
+    assert runtime_seconds(never, FIXED_NOW) is None
+    assert "started" not in job_fields(never, FIXED_NOW)["times"].plain
 
 
 def test_failed_today_counts_runs_not_refused_submissions() -> None:

@@ -19,6 +19,7 @@ from ..formatting import (
     reason_words,
     replica_health,
     replica_state,
+    run_started_at,
     usage_lines,
     user_text,
 )
@@ -47,7 +48,7 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def _runtime(job: JobRowJSON, now: float) -> str:
-    started = job.get("started_at")
+    started = run_started_at(job)
     if not started or job.get("status") in ("queued", "pending"):
         return ""  # (a job waiting again: its last start is no run now)
     return duration((job.get("ended_at") or now) - started)
@@ -169,7 +170,9 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
         f"  user        {user_text(job) or '-'}",
         f"  created     {_when(job['created_at'])}",
     ]
-    if job.get("started_at"):
+    if job.get("termination_reason") == "launch_failed":
+        lines.append("  started     - (never: its launch failed)")
+    elif job.get("started_at"):
         # (waiting again, a requeued job or a service being placed again, it has no
         # runtime now: "runtime" was followed by nothing)
         ran = _runtime(job, now)

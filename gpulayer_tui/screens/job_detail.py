@@ -34,6 +34,7 @@ from ..formatting import (
     placement_words,
     replica_health,
     replica_state,
+    run_started_at,
     user_text,
 )
 from ..pager import page_file
@@ -258,7 +259,7 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
     command_line = command_text(job)
     stamps = (
         ("created", job.get("created_at")),
-        ("started", job.get("started_at")),
+        ("started", run_started_at(job)),
         ("ended", job.get("ended_at")),
     )
     times = [f"{label} {clock_time(at, now)}" for label, at in stamps if at]

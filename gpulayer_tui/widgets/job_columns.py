@@ -9,7 +9,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..formatting import argv_text, domains_text, gpus_text, reason_words, user_text
+from ..formatting import (
+    argv_text,
+    domains_text,
+    gpus_text,
+    reason_words,
+    run_started_at,
+    user_text,
+)
 from ..wire import ACTIVE_STATUSES, ASCENDING_JOB_SORTS, JOB_SORTS, STATUS_RANK, JobRowJSON
 
 __all__ = ["domains_text", "gpus_text", "user_text"]  # (shared with the CLI's jobs table)
@@ -227,7 +234,7 @@ def use_texts(job: JobRowJSON) -> tuple[str, str, str]:
 def runtime_seconds(job: JobRowJSON, now: float) -> float | None:
     """Seconds from start to end (or to ``now`` while it runs); None if it never started,
     or waits again (requeued, a service placed again: its last start is not a run now)."""
-    started = job.get("started_at")
+    started = run_started_at(job)
     if not started or job.get("status") in ("queued", "pending"):
         return None
     return max(0.0, float(job.get("ended_at") or now) - float(started))

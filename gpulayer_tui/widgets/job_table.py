@@ -43,7 +43,7 @@ from textual.widgets.data_table import (
 )
 
 from .. import keymap
-from ..formatting import duration, live_message
+from ..formatting import duration, live_message, run_started_at
 from ..job_store import JobStore
 from ..wire import ACTIVE_STATUSES, JobRowJSON
 from .job_columns import (
@@ -603,7 +603,7 @@ class JobTable(OwnKeys, DataTable[Any]):
             peak, util, energy = use_texts(job)
             return (({"peak": peak, "util": util, "energy": energy}[key], ""),)
         if key == "started":
-            return ((started_text(job.get("started_at"), self._now()), ""),)
+            return ((started_text(run_started_at(job), self._now()), ""),)
         if key == "runtime":
             runtime = runtime_seconds(job, self._now())
             return (("" if runtime is None else duration(runtime), ""),)
