@@ -155,6 +155,12 @@ class GpulayerApp(App[str]):
 
     def on_key(self, event: events.Key) -> None:
         """A key reached the app (its bindings run next, in App's own handler)."""
+        if not self.screen.is_mounted:
+            # It bubbled up from the screen before this one, which it opened (enter on a
+            # row): the bindings now are those of a screen with no widgets yet.
+            event.prevent_default()
+            self.key_hold.hold_for_screen(event)
+            return
         self.key_hold.key_reached_app(event)
 
     def notify(

@@ -7,6 +7,12 @@ the table underneath, and were lost. A key that opens a form therefore *holds* t
 after it. They are let go, in order, once the form has focused its first field (it calls
 :meth:`KeyHold.release`), once the key's binding ran and opened no form, or after
 :data:`HOLD_LIMIT` seconds whatever happened (a form that never came must not swallow the keyboard).
+
+A key that comes while the current screen is still being built (pushed, its widgets not
+composed yet) is held the same way, until that screen is mounted: ``home``, ``enter``
+and a lone ``esc`` (which the terminal's parser hands on last) in one burst opened a
+job's detail and ran its ``esc`` there before it had widgets, and the app ended in
+``NoMatches`` (tester h127).
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ FORM_ACTIONS = frozenset({"new_job", "edit_job", "adopt_selected"})
 """The actions whose key opens a form (typed-ahead text is meant for it). The lines opened
 in place (``/``, ``p``) need no hold: theirs are priority bindings whose actions focus at
 once (docs/architecture.md, "Keys")."""
+
+SCREEN_CHECK_S = 0.01
+"""How often a hold for a screen being built looks whether it is mounted."""
 
 HOLD_LIMIT = 1.5
 """Seconds keys are held at most: the edit form first fetches its job from the engine."""
@@ -75,6 +84,9 @@ class KeyHold:
         if self._held is not None:
             self._held.append(event)
             return True
+        if not self._app.screen.is_mounted:
+            self.hold_for_screen(event)
+            return True
         if self._opens_form(event.key):
             self._held, self._opener, self._form_coming = [], event, False
             self._timer = self._app.set_timer(HOLD_LIMIT, self.release)
@@ -89,6 +101,27 @@ class KeyHold:
             return False  # (there the key is text, or the form is open already)
         scope = getattr(screen, "KEYMAP_SCOPE", None)
         return keymap.APP in scopes or scope in scopes
+
+    def hold_for_screen(self, event: events.Key) -> None:
+        """``event`` came while the current screen is being built (from the terminal, or
+        bubbled up from the screen before it to the app, whose bindings are the new
+        screen's now): it goes on, before any key held after it, once that screen is
+        mounted."""
+        again = events.Key(event.key, event.character)  # (a fresh one: this one is spent)
+        if self._held is not None:
+            self._held.insert(0, again)
+            return
+        self._held, self._opener, self._form_coming = [again], None, False
+        self._timer = self._app.set_timer(HOLD_LIMIT, self.release)
+        self._app.set_timer(SCREEN_CHECK_S, self._when_screen_mounted)
+
+    def _when_screen_mounted(self) -> None:
+        if self._held is None or self._opener is not None:
+            return  # (let go already, or a form's hold now)
+        if self._app.screen.is_mounted:
+            self.release()
+        else:
+            self._app.set_timer(SCREEN_CHECK_S, self._when_screen_mounted)
 
     def form_coming(self) -> None:
         """The key's action will open a form (now, or once a worker has what it needs):

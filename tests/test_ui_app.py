@@ -26,7 +26,7 @@ from gpulayer_tui.ui_config import save_theme
 from gpulayer_tui.widgets.engine_status import EngineStatus
 
 from .conftest import Served, make_config, pid_gone, wait_for
-from .ui_support import FIXED_NOW, StaticBackend, until
+from .ui_support import FIXED_NOW, StaticBackend, shown_text, until
 
 AppFactory = Callable[..., Awaitable[Any]]
 
@@ -44,7 +44,7 @@ async def test_single_keys_switch_areas_and_help_lists_every_key(
         await until(pilot, lambda: app.current_mode == "dashboard")
         await pilot.press("question_mark")
         help_screen = await until(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen)
-        text = "\n".join(str(w.render()) for w in help_screen.query(Static))
+        text = "\n".join(shown_text(w) for w in help_screen.query(Static))
         for binding in app.BINDINGS:
             if binding.show:
                 assert binding.description in text

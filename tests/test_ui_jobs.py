@@ -811,6 +811,34 @@ async def test_keys_typed_right_after_slash_go_into_the_filter(ui_app: Any) -> N
         assert app.is_running and app.screen is screen
 
 
+@pytest.mark.parametrize("move", ["home", "down"])
+async def test_a_key_reaching_a_screen_still_being_built_waits_for_it(
+    ui_app: Any, move: str
+) -> None:
+    # esc, home, enter in one burst: the terminal's parser hands the lone esc on last, it
+    # reached the job's detail before its widgets were, and the app ended in NoMatches
+    # (tester h127).
+    from gpulayer_tui.screens.job_detail import JobDetailScreen
+
+    app = await ui_app("2xA100-80GB")
+    await app.backend.submit({"command": ["sleep", "60"]})
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        screen = await until(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen)
+        await until(pilot, lambda: screen.table.row_count > 0, "the job listed")
+        shown: list[Any] = []
+        app.screen_change_signal.subscribe(screen, shown.append)
+        for key, char in [(move, None), ("enter", "\r"), ("escape", "\x1b")]:
+            app.post_message(events.Key(key, char))
+        # The detail opened, then the esc it got closed it.
+        await until(pilot, lambda: [type(s) for s in shown] == [JobDetailScreen, JobsScreen])
+        assert not app.key_hold.holding
+        assert app.is_running and app._exception is None, app._exception
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, JobDetailScreen), "it opens again")
+        await app.backend.cancel(1)
+
+
 async def test_keys_typed_right_after_enter_or_down_in_the_filter_go_to_the_table(
     ui_app: Any,
 ) -> None:

@@ -4,10 +4,8 @@ their own keys."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
-from rich.console import Console
 from textual.widgets import Footer, Input, Static
 from textual.widgets._footer import FooterKey
 
@@ -19,7 +17,7 @@ from gpulayer_tui.screens.job_detail import JobDetailScreen
 from gpulayer_tui.screens.jobs import JobsScreen
 from gpulayer_tui.screens.submit import SubmitScreen
 from gpulayer_tui.widgets.job_table import JobTable
-from tests.ui_support import FIXED_NOW, StaticBackend, until
+from tests.ui_support import FIXED_NOW, StaticBackend, shown_text, until
 
 SCREENS = ("dashboard", "jobs", "detail", "strays")
 """Non-modal screens: the App's keys and the tables' keys work there too."""
@@ -139,7 +137,7 @@ async def test_help_lists_every_key_of_the_current_screen() -> None:
         await pilot.press("question_mark")
         help_screen = await until(pilot, lambda: isinstance(app.screen, HelpScreen) and app.screen)
         for scope in ("jobs", keymap.TABLE, keymap.APP):
-            text = _shown(help_screen.query_one(f".help-{scope}", Static))
+            text = shown_text(help_screen.query_one(f".help-{scope}", Static))
             for key in keymap.keys_of(scope):
                 assert key.description in text and key.shown_keys in text, key
         first = help_screen.query(".help-section").first()
@@ -159,19 +157,11 @@ async def test_help_lists_every_key_of_the_current_screen() -> None:
         # A description too long for the dialog wraps under itself, not under the keys (h124).
         keys = help_screen.query_one(".help-jobs", Static)
         await until(pilot, lambda: keys.content_region.width < 70, "the dialog narrowed")
-        lines = _shown(keys, keys.content_region.width).splitlines()
+        lines = shown_text(keys, keys.content_region.width).splitlines()
         at = next(i for i, line in enumerate(lines) if "Mark every waiting" in line)
         column = lines[at].index("Mark every waiting")
         assert column > 4 and lines[at + 1][:column].strip() == "", lines[at : at + 2]
         assert lines[at + 1][column:].strip(), "the rest of the description"
-
-
-def _shown(widget: Static, width: int = 300) -> str:
-    """What ``widget`` shows, as plain text, ``width`` columns wide."""
-    console = Console(width=width, file=io.StringIO(), color_system=None)
-    with console.capture() as capture:
-        console.print(widget.content)
-    return capture.get()
 
 
 async def test_new_job_form_shows_its_submit_key_at_80x24() -> None:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import io
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from rich.console import Console
 from textual.pilot import Pilot
+from textual.widgets import Static
 
 from gpulayer_tui.backend import BackendError, LogChunk
 from gpulayer_tui.engine.config import PolicySettings, UsageSettings
@@ -661,3 +664,11 @@ async def until(
         if time.monotonic() > deadline:
             raise AssertionError(f"not reached within {timeout} s: {what or predicate}")
         await pilot.pause(0.05)
+
+
+def shown_text(widget: Static, width: int = 300) -> str:
+    """What ``widget`` shows, as plain text, ``width`` columns wide (a rich table too)."""
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    with console.capture() as capture:
+        console.print(widget.content)
+    return capture.get()
