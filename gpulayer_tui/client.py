@@ -351,6 +351,15 @@ class Client:
         try:
             sock.sendall(head.encode("latin-1") + b"\r\n" + payload)
             return _Response(sock)
+        except (BrokenPipeError, ConnectionResetError) as err:
+            # The engine may answer before it reads the request (a connection past
+            # [limits] connections_per_user is told so and closed): that answer, not
+            # "the engine closed the connection".
+            try:
+                return _Response(sock)
+            except OSError:
+                sock.close()
+                raise self._lost(wait, err, method) from None
         except OSError as err:
             sock.close()
             if isinstance(err, EngineLost):

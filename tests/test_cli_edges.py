@@ -1937,3 +1937,26 @@ def test_a_full_jobs_table_keeps_runtime_and_exit_on_80_columns() -> None:
     for sort, column in (("vram", "VRAM"), ("priority", "PRIO")):
         header = fit(format_jobs(rows, 200.0, 80, sort), 80).splitlines()[0]  # type: ignore[arg-type]
         assert column in header and "REASON" in header, (sort, header)
+
+
+def test_a_command_past_the_connection_limit_says_why(served: Served) -> None:
+    # The engine answers such a connection before it reads the request, and closes it:
+    # the CLI's write may fail on the closed socket, and it said the engine had gone.
+    served.home.mkdir(parents=True)
+    (served.home / "config.toml").write_text("[limits]\nconnections_per_user = 2\n")
+    served.start("--simulate", "1xA100-80GB")
+    held = []
+    try:
+        for _ in range(2):
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(str(served.home / "engine.sock"))
+            held.append(sock)
+        for argv in (("jobs",), ("submit", "--", "true")):
+            out = served.cli(*argv)
+            assert out.returncode != 0 and out.stdout == ""
+            assert "connections_per_user = 2 allows" in out.stderr, out.stderr
+    finally:
+        for sock in held:
+            sock.close()
+    wait_for(lambda: served.cli("jobs").returncode == 0)
+    assert json.loads(served.cli("jobs", "--json").stdout) == []  # (nothing was submitted)

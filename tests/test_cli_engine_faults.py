@@ -480,6 +480,38 @@ def test_a_socket_too_busy_to_take_a_connection_is_waited_on_then_said(tmp_path:
             waiting.close()
 
 
+def test_an_answer_sent_before_the_request_was_read_is_the_answer(tmp_path: Path) -> None:
+    # A connection past [limits] connections_per_user is answered 429 and closed before
+    # its request is read: a request larger than the socket takes then fails to be
+    # written (EPIPE), and the CLI said the engine had gone, not the engine's reason.
+    import socket
+
+    from gpulayer_tui.client import ApiError, Client
+    from gpulayer_tui.engine.paths import Paths
+
+    paths = Paths(tmp_path, tmp_path / "config.toml")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(paths.socket_file))
+    server.listen(1)
+    said = b'{"error": "uid 0 has 2 connections open to the engine"}'
+
+    def refuse() -> None:
+        conn, _ = server.accept()
+        conn.sendall(b"HTTP/1.1 429 Too Many Requests\r\nConnection: close\r\n")
+        conn.sendall(b"Content-Length: %d\r\n\r\n%s" % (len(said), said))
+        conn.shutdown(socket.SHUT_WR)
+        conn.close()  # (unread: the client's writes fail)
+
+    helper = threading.Thread(target=refuse)
+    helper.start()
+    try:
+        with pytest.raises(ApiError, match="has 2 connections open to the engine"):
+            Client(paths, timeout=10).request("POST", "/jobs", {"pad": "x" * 4_000_000})
+    finally:
+        helper.join(timeout=10)
+        server.close()
+
+
 def test_an_engine_holding_the_lock_that_does_not_listen_yet_is_waited_for(tmp_path: Path) -> None:
     # While an engine took back its jobs (6 s with 20,000), every CLI call said "no engine
     # is serving ... start one with: gpulayer-tui --serve", and starting one was refused

@@ -149,8 +149,59 @@ async def test_a_reader_that_reads_nothing_is_cut_off_and_frees_its_slot(
                         break
                 assert asyncio.get_running_loop().time() < deadline, "still held"
                 await asyncio.sleep(0.1)
+        # Its connection is gone too, though it still reads nothing: a close waited for
+        # the buffered bytes to be taken, and held the descriptor (tester h128).
+        await eventually(lambda: not server.connections.open, timeout=10)
     finally:
         reader.close()
+        await server.stop()
+
+
+async def test_connections_past_the_per_user_limit_are_told_why_and_closed(
+    make_engine: EngineFactory,
+) -> None:
+    # A user's thousand connections, each a `wait` or an answer it did not read, used up
+    # the engine's descriptors: nobody else got an answer (tester h128).
+    engine = await make_engine(config=make_config(limits={"connections_per_user": 3}))
+    server = ApiServer(engine, engine.paths.socket)
+    await server.start()
+    held: list[socket.socket] = []
+
+    def connect() -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.settimeout(10)
+        sock.connect(str(engine.paths.socket))
+        return sock
+
+    def answer(sock: socket.socket) -> bytes:
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+        return got
+
+    try:
+        for _ in range(3):
+            held.append(connect())
+        await eventually(lambda: sum(server.connections.open.values()) == 3)
+        extra = connect()
+        refused = await asyncio.to_thread(answer, extra)  # (answered before it asks)
+        extra.close()
+        head, _, body = refused.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 429 ")
+        said = json.loads(body)["error"]
+        assert "connections open to the engine, the most [limits] connections_per_user = 3" in (
+            said
+        )
+        assert server.connections.refused == 1
+        held.pop().close()
+        await eventually(lambda: sum(server.connections.open.values()) == 2)
+        sock = connect()  # (a place again)
+        sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert (await asyncio.to_thread(answer, sock)).startswith(b"HTTP/1.1 200 ")
+        sock.close()
+    finally:
+        for sock in held:
+            sock.close()
         await server.stop()
 
 

@@ -71,6 +71,7 @@ from .. import wire
 from ..fields import FieldError, check_label, keys_once, parse_number, printable, too_long
 from ..unixsock import SocketPath
 from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
+from .api_connections import ConnectionCount, CountedSocketSite
 from .config import Config
 from .engine import EditRecord, Engine
 from .errors import (
@@ -214,9 +215,14 @@ async def _write(request: web.Request, response: web.StreamResponse, data: bytes
 
 def _cut_off(request: web.Request) -> None:
     """End a stream whose reader is no longer let in without a proper end of stream: a
-    client then asks again, and is told why it may not (a clean end read as the job's)."""
+    client then asks again, and is told why it may not (a clean end read as the job's).
+
+    Aborted, not closed: a close waits until the buffered bytes are written, which a
+    reader that takes nothing never lets happen; its descriptor and the kernel's buffer
+    were held as long as it stayed connected, and it could open more streams meanwhile
+    (the slot was given back: tester h128)."""
     if request.transport is not None:
-        request.transport.close()
+        request.transport.abort()
 
 
 class _StillAllowed:
@@ -1386,6 +1392,8 @@ class ApiServer:
         self._runner: web.AppRunner | None = None
         self._keeper: asyncio.Task[None] | None = None
         self._folder: tuple[int, int] | None = None  # (device, inode) of the socket's folder
+        self.connections = ConnectionCount(lambda: engine.config.limits.connections_per_user)
+        """Open connections per uid (see :mod:`.api_connections`)."""
 
     def followers(self) -> int:
         """Other processes following the engine's events now: TUIs attached from other
@@ -1449,7 +1457,7 @@ class ApiServer:
             # (aiohttp's 128: while the loop ran one large request, 400 clients connecting
             # at once were refused by the kernel, curl's "Couldn't connect": tester h64;
             # the kernel caps it at net.core.somaxconn)
-            site = web.SockSite(self._runner, sock, backlog=LISTEN_BACKLOG)
+            site = CountedSocketSite(self._runner, sock, self.connections, LISTEN_BACKLOG)
             await site.start()
         finally:
             os.umask(old_umask)

@@ -30,6 +30,7 @@ Example ``config.toml``::
     active_jobs = 50000     # pending + queued + running jobs
     submissions_in_flight = 64  # submit requests being handled at once
     idle_connection = 30.0  # seconds a connection may wait without a whole request
+    connections_per_user = 512  # open connections per uid (429 past it)
 
     [snapshot]              # submit --snapshot: the job runs a copy of its cwd
     default = false         # snapshot every submission of the engine's user
@@ -231,6 +232,8 @@ class LimitsSettings(_Strict):
     # Open streams (GET /v1/events, logs --follow) per uid: each holds a descriptor for as
     # long as it is read, and one user holding thousands locked every other user out.
     streams_per_user: int = Field(64, ge=1, le=100_000)
+    # Connections to the socket per uid (each a descriptor): past it, 429 and closed.
+    connections_per_user: int = Field(512, ge=1, le=100_000)
 
 
 class LogSettings(_Strict):
