@@ -331,6 +331,16 @@ async def test_actions_that_take_no_fields_refuse_them_and_do_nothing(
             status, data = await asyncio.to_thread(request, sock, "POST", path, body)
             assert status == 400 and says in data["error"], (path, data)
             assert data.get("field") == field, data
+        # A JSON null is refused as [] is (it cancelled: tester h128).
+        from .raw_http import UnixHTTPConnection
+
+        conn = UnixHTTPConnection(sock)
+        try:
+            cancel = f"/v1/jobs/{running.id}/cancel"
+            status, data, _ = await asyncio.to_thread(conn.call, "POST", cancel, b"null")
+        finally:
+            conn.close()
+        assert status == 400 and "a cancel takes no fields, and was given a body" in data["error"]
         assert len(await engine.list_jobs()) == 2  # (no restart made)
         assert (await engine.get(running.id)).status is JobStatus.RUNNING
         assert engine.paused_at is None
