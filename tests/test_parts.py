@@ -422,21 +422,28 @@ def test_memory_declared_beyond_use_counts_only_what_is_left_to_hold_it() -> Non
     assert sum(parts) + account.free == account.total
 
 
-def test_a_job_that_declares_no_vram_waits_for_a_little_on_a_shared_gpu() -> None:
+def test_a_job_that_declares_no_vram_waits_for_a_little_of_the_gpu() -> None:
     # It was placed beside a job holding all 80 GiB ("81.0 GiB of an 80 GiB GPU").
     dom = Domain("gpu0", 0, "GPU-0", 2)
     dom.hold(7, 80 * GIB, False)
     dom.apply_sample(gpu(0, total_gib=80, used_gib=1, procs=((100, 1),)), {100: 7}, {})
     assert dom.blocker(None, False) == (
-        "gpu0: 80.0 GiB held by job 7; 0.0 GiB free (a job that declares no VRAM waits for "
-        "1.0 GiB on a shared GPU)"
+        "gpu0: 80.0 GiB held by job 7; 0.0 GiB free (a job that declares no VRAM waits for 1.0 GiB)"
     )
     dom.unhold(7)
     dom.hold(7, 40 * GIB, False)
     assert dom.blocker(None, False) is None  # (40 GiB free)
     dom.unhold(7)
-    dom.apply_sample(gpu(0, total_gib=80, used_gib=80, procs=((200, 80),)), {200: None}, {})
-    assert dom.blocker(None, False) is None  # (no job shares it: as before, a stranger's)
+    # Nor on one a process not ours fills, whatever its slots (it started there, and on
+    # a real GPU ran out of memory: tester h129).
+    for slots in (2, 1):
+        alone = Domain("gpu0", 0, "GPU-0", slots)
+        alone.apply_sample(gpu(0, total_gib=80, used_gib=80, procs=((200, 80),)), {200: None}, {})
+        said = alone.blocker(None, False)
+        assert said is not None and said.startswith("gpu0: 80.0 GiB held by pid 200"), said
+        assert said.endswith("0.0 GiB free (a job that declares no VRAM waits for 1.0 GiB)")
+        alone.apply_sample(gpu(0, total_gib=80, used_gib=70, procs=((200, 70),)), {200: None}, {})
+        assert alone.blocker(None, False) is None  # (10 GiB free)
 
 
 def test_domain_states_follow_their_table() -> None:

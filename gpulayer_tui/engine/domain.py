@@ -557,14 +557,14 @@ class Domain:
             return None
         account = self.account
         if not vram_bytes:
-            if self.holdings and account is not None and account.free < SHARED_FLOOR:
-                # (A GPU shared by slots whose memory the jobs there hold or reserve: a job
+            if account is not None and account.free < SHARED_FLOOR:
+                # (Memory the jobs there, or processes not ours, hold or reserve: a job
                 # that declares nothing was placed on 0 GiB free, and on a real GPU ran
-                # out of memory at its first allocation.)
+                # out of memory at its first allocation; on a GPU filled by a stray it
+                # was, whatever its slots: tester h129.)
                 return (
                     f"{self.name}: {self._largest_holder()}; {gib(account.free)} free "
-                    f"(a job that declares no VRAM waits for {gib(SHARED_FLOOR)} on a "
-                    "shared GPU)"
+                    f"(a job that declares no VRAM waits for {gib(SHARED_FLOOR)})"
                 )
             return None
         if account is None:
