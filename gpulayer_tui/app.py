@@ -492,6 +492,14 @@ class GpulayerApp(App[str]):
         if self.use_command_palette and not self.screen.has_class("--textual-command-palette"):
             self.push_screen(SafeCommandPalette(id="--command-palette"))
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """``n`` is not "new job" on a screen that keeps it while the user searches a log
+        (its "next match", dimmed where there is none, let the key fall through to the
+        new-job form, and what was typed next went into its command: tester h130)."""
+        if action == "new_job" and getattr(self.screen, "keeps_n", False):
+            return False
+        return True
+
     def action_new_job(self) -> None:
         """Open the submit form."""
         self.key_hold.form_coming()  # (the keys typed after n are its command)

@@ -433,6 +433,10 @@ async def test_search_keys_in_the_detail_and_n_is_new_job_again_after(ui_app: An
         await until(pilot, lambda: "no match" in str(log.border_title), "no match")
         await until(pilot, lambda: detail.check_action("next_match", ()) is None, "n dimmed")
         assert detail.check_action("previous_match", ()) is None
+        # ... and n is still the search's: it fell through to the new-job form (h130).
+        await pilot.press("n")
+        await pilot.pause()
+        assert isinstance(app.screen, JobDetailScreen) and "no match" in str(log.border_title)
         await pilot.press("escape")
         await until(pilot, lambda: footer().get("esc") == "Back", "the search ended")
         await pilot.press("n")

@@ -1115,6 +1115,12 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         return isinstance(focused, Input) and focused.id == "log-search"
 
     @property
+    def keeps_n(self) -> bool:
+        """``n`` is the search's "next match" here now, even with no match to go to (see
+        :meth:`~gpulayer_tui.app.GpulayerApp.check_action`)."""
+        return self.is_mounted and not self._widgets_gone and self._searching
+
+    @property
     def _searching(self) -> bool:
         """A search is open: its line, or a term kept for n / N."""
         return self.query_one("#search-row").has_class("-open") or bool(
