@@ -738,6 +738,39 @@ async def test_the_engine_names_the_field_it_refuses_and_the_form_marks_it(
         await pilot.press("ctrl+s")
         await until(pilot, lambda: "unknown domain 'gpu9'" in form.form_message, "the refusal")
         assert form.query_one("#domain", Input).has_class("-invalid")
+        assert field_error(form, "domain") == "unknown domain 'gpu9' (known: gpu0, gpu1, cpu)"
+        assert form.focused is form.query_one("#domain", Input)
+
+
+async def test_a_refusal_is_said_where_it_can_be_seen_at_80x24(ui_app: Any) -> None:
+    # The engine's message was at the form's top, scrolled away: ctrl+s seemed to do
+    # nothing (tester h130).
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2")
+        form = await open_form(pilot)
+        await type_text(pilot, "sleep 1")
+        await fill(pilot, form, "after", "999")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: field_error(form, "after") == "no job 999", "under the field")
+        fields = form.query_one("#submit-fields")
+        said = form.query_one("#after-error", Label)
+
+        def in_sight() -> bool:
+            return fields.region.y <= said.region.y < fields.region.bottom
+
+        await until(pilot, in_sight, "the field's message in sight")
+        assert form.focused is form.query_one("#after", Input)
+        # One the form cannot put under a field shows the message at the top, in sight.
+        await clear(pilot, form, "after")
+        await until(pilot, lambda: field_error(form, "after") == "", "cleared")
+        await fill(pilot, form, "gpus", "2")
+        await fill(pilot, form, "vram", "90")
+        await pilot.press("ctrl+s")
+        box = form.query_one("#form-error")
+        await until(pilot, lambda: "over capacity" in form.form_message, "the refusal")
+        await until(pilot, lambda: fields.region.y <= box.region.y, "the message in sight")
+        assert app.screen is form
 
 
 async def test_a_key_typed_right_after_tab_goes_to_the_next_field(ui_app: Any) -> None:
