@@ -289,11 +289,7 @@ class EditScreen(FormScreen[JobJSON | None]):
         try:
             edited = await app.backend.edit(job_id, changes)
         except BackendError as err:
-            input_id = _INPUT_OF.get(err.field or "")
-            self._show_form_message(self.in_form_words(str(err), err.field, input_id))
-            if input_id is not None:
-                self.query_one(f"#{input_id}", Input).add_class("-invalid")
-                self.query_one(f"#{input_id}", Input).focus()
+            self.show_refusal(str(err), err.field, _INPUT_OF.get(err.field or ""))
             return
         finally:
             self._busy = False

@@ -185,6 +185,20 @@ class FormScreen(ModalScreen[ResultType]):
         label = next((str(found.content).strip() for found in labels), "")
         return f"{label}{message[len(field) :]}" if label else message
 
+    def show_refusal(self, message: str, field: str | None, input_id: str | None) -> None:
+        """The engine's refusal, at the form's top and under the field it names (focused,
+        so in sight: at 80x24 the top was scrolled away, and ctrl+s seemed to do nothing:
+        tester h130); one that names no field of the form is scrolled into sight."""
+        self._show_form_message(self.in_form_words(message, field, input_id))
+        if input_id is None:
+            box = self.query_one("#form-error", Static)
+            self.call_after_refresh(box.scroll_visible, animate=False, top=True)
+            return
+        if field and message.startswith(f"{field}:"):
+            message = message[len(field) + 1 :].strip()
+        self._show_problem(input_id, message)
+        self.query_one(f"#{input_id}", Input).focus()
+
     def _show_form_message(self, message: str, *, busy: bool = False) -> None:
         box = self.query_one("#form-error", Static)
         box.update(Content(message))  # (the engine's words quote names: text, not markup)

@@ -486,19 +486,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
         self.app.notify(message, title=f"job {job_id} {status}", severity="error")
 
     def _engine_refused(self, message: str, field: str | None) -> None:
-        field_id = _SPEC_FIELD.get(field or "")
-        self._show_form_message(self.in_form_words(message, field, field_id))
-        box = self.query_one("#form-error", Static)
-        if field_id is None:
-            self.call_after_refresh(box.scroll_visible, animate=False, top=True)
-            return
-        # Said under the field too, which is focused (in sight): at 80x24 the form's top,
-        # where the message is, was scrolled away, and ctrl+s seemed to do nothing
-        # (tester h130).
-        if field and message.startswith(f"{field}:"):
-            message = message[len(field) + 1 :].strip()
-        self._show_problem(field_id, message)
-        self.query_one(f"#{field_id}", Input).focus()
+        self.show_refusal(message, field, _SPEC_FIELD.get(field or ""))
 
     def _set_busy(self, busy: bool) -> None:
         self._busy = busy
