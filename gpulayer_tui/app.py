@@ -42,7 +42,7 @@ from .screens.job_detail import JobDetailScreen
 from .screens.jobs import JobsScreen
 from .screens.strays import StraysScreen
 from .screens.submit import SubmitScreen
-from .theme_files import themes
+from .theme_files import themes, unknown_theme_words
 from .view import HistoryPoint
 from .wire import (
     ACTIVE_STATUSES,
@@ -199,7 +199,8 @@ class GpulayerApp(App[str]):
             self.theme = self._initial_theme
         else:
             self.theme = themes.DEFAULT_THEME
-            self.notify(f"unknown theme '{self._initial_theme}'", severity="warning")
+            said = unknown_theme_words(self._initial_theme)
+            self.notify(said, severity="warning", timeout=15)
         for notice in self._notices:
             self.notify(notice.text, title=notice.title, severity=notice.severity, timeout=30)
         # Subscribe first, then load: what changes between the two arrives as an event.

@@ -33,3 +33,21 @@ def _load() -> ModuleType:
 
 themes = _load()
 """``gpulayer_tui.themes``: ``THEMES``, ``DARK``, ``DEFAULT_THEME``, ``CSS_PATH``."""
+
+
+def theme_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The names a ``[ui] theme`` may give: ours (the default first), and Textual's own."""
+    from textual.theme import BUILTIN_THEMES
+
+    default = themes.DEFAULT_THEME
+    ours = (default, *(t.name for t in themes.THEMES if t.name != default))
+    return ours, tuple(sorted(BUILTIN_THEMES))
+
+
+def unknown_theme_words(theme: str) -> str:
+    """What is said of a ``[ui] theme`` no theme has (the TUI said only "unknown theme")."""
+    ours = theme_names()[0]
+    return (
+        f"[ui] theme {theme!r} is no theme: the TUI uses {ours[0]} (ours: {', '.join(ours)}; "
+        "Textual's own, such as nord or dracula, work too)"
+    )

@@ -237,6 +237,7 @@ def run_tui(
         print(
             # (said of no jobs too: "jobs handed over" then read wrong)
             f"gpulayer-tui: the engine goes on in the background (pid {pid}), with any jobs; "
-            "run gpulayer-tui again to attach"
+            f"run gpulayer-tui again to attach (its log: {paths.state_dir / 'serve.log'}; "
+            "`gpulayer-tui stop` stops it)"
         )
     return 0

@@ -907,6 +907,10 @@ def test_the_api_refuses_an_empty_page_a_keep_past_sqlite_and_a_batch_with_more(
         (["jobs", "--x\x1b[2J"], "usage: gpulayer-tui jobs"),
         (["submit", "--env", "A\x1b[2J", "--", "true"], "usage: gpulayer-tui submit"),
         (["domain", "drain"], "usage: gpulayer-tui domain"),
+        # (taken and dropped without a word: tester h131)
+        (["domain", "release", "gpu0", "--reason", "x"], "usage: gpulayer-tui domain"),
+        # (it served with --simulate, the other ignored: h131)
+        (["--serve", "--simulate", "1xL4-24GB", "--simulate-if-no-gpu", "1xL4-24GB"], "usage:"),
     ],
 )
 def test_usage_errors_show_what_was_typed_as_text_with_the_subcommands_usage(
@@ -926,6 +930,10 @@ def test_usage_errors_show_what_was_typed_as_text_with_the_subcommands_usage(
     assert out.returncode == 2
     assert "\x1b" not in out.stderr and "\x07" not in out.stderr
     assert out.stderr.startswith(usage), out.stderr
+    if "--serve" in words:
+        assert "give --simulate or --simulate-if-no-gpu, not both" in out.stderr
+    if "--reason" in words:
+        assert "--reason goes with drain (the reason said for it), not release" in out.stderr
     if "\x1b" in "".join(words):
         assert "\\x1b" in out.stderr
 

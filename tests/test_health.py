@@ -436,6 +436,13 @@ def test_doctor_without_an_engine(served: Served) -> None:
     assert "an engine started here runs with 0 GPUs" in checks["driver"]["detail"]
     assert "or on simulated ones with --simulate" in checks["driver"]["detail"]
     assert "running with" not in checks["driver"]["detail"]
+    assert "ui" not in checks
+    # A theme the TUI does not know is a warning (the config was "valid": tester h131).
+    (served.home / "config.toml").write_text('[ui]\ntheme = "nope"\n')
+    checks = {c["check"]: c for c in json.loads(served.cli("doctor", "--json").stdout)}
+    assert checks["ui"]["status"] == "warn" and "theme 'nope' is no theme" in checks["ui"]["detail"]
+    (served.home / "config.toml").write_text('[ui]\ntheme = "nord"\n')  # (Textual's own)
+    assert "ui" not in {c["check"] for c in json.loads(served.cli("doctor", "--json").stdout)}
 
 
 def test_doctor_without_an_engine_opens_the_database_and_reads_a_failed_launcher(
@@ -483,6 +490,14 @@ def test_a_removed_socket_is_bound_again(served: Served) -> None:
     assert "engine.sock was removed; listening on it again" in served.stop()
 
 
+def test_a_run_is_said_in_words() -> None:
+    from gpulayer_tui.cli.doctor import _run_words
+
+    assert [_run_words(k) for k in ("7", "7~1", "10.0.1", "10.2.13")] == [
+        "job 7", "job 7", "job 10 replica 0", "job 10 replica 2"
+    ]  # fmt: skip
+
+
 def test_doctor_without_an_engine_says_what_its_launcher_still_runs(
     served: Served, tmp_path: Path
 ) -> None:
@@ -500,7 +515,7 @@ def test_doctor_without_an_engine_says_what_its_launcher_still_runs(
     jobs = [c for c in json.loads(out.stdout) if c["check"] == "jobs"]
     assert [c["status"] for c in jobs] == ["warn", "warn"], jobs
     assert jobs[0]["detail"].startswith(
-        f"1 still running with no engine to follow them: {long} (pid {pid});"
+        f"1 still running with no engine to follow them: job {long} (pid {pid});"
     )
     assert jobs[1]["detail"].startswith("1 ended with no engine running")
     assert "the next engine learns them" in jobs[0]["detail"]

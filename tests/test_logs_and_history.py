@@ -628,6 +628,10 @@ def test_clean_from_the_cli(served: Served) -> None:
     for ago in ("30d", "2w", "12h"):
         said = served.cli("clean", "--older-than", ago, "--dry-run")
         assert said.stdout.startswith("would remove 0 finished jobs"), (ago, said)
+    said = served.cli("clean", "--older-than", "3x")  # (the units said: tester h131)
+    assert said.returncode == 2 and said.stderr.rstrip().endswith(
+        "got '3x' (days, or with a unit: 12h, 30d, 2w)"
+    )
     said = served.cli("clean", "--older-than", "0", "--dry-run").stdout
     assert said.startswith(f"would remove 3 finished jobs (jobs {', '.join(ids)}) and 3 files")
     assert said.endswith("; nothing was removed\n")

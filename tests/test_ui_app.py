@@ -259,6 +259,14 @@ async def test_theme_switch_is_saved_in_config(embedded_app: AppFactory, paths: 
     async with again.run_test(size=(100, 30)) as pilot:
         await pilot.pause()
         assert again.theme == "gpulayer-light"
+    # A theme no theme has says which there are (it said only "unknown theme": h131).
+    unknown = build_app(StaticBackend(), theme="nope", clock=lambda: FIXED_NOW)
+    async with unknown.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: unknown._notifications, "the toast")
+        (said,) = [n.message for n in unknown._notifications]
+        assert unknown.theme == "gpulayer-dark"
+        assert said.startswith("[ui] theme 'nope' is no theme: the TUI uses gpulayer-dark")
+        assert "ours: gpulayer-dark, gpulayer-light" in said
 
 
 @pytest.mark.parametrize(

@@ -1498,6 +1498,9 @@ def _adopt(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
 
 
 def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.reason is not None and args.action != "drain":
+        # (taken and dropped without a word: tester h131)
+        parser.error(f"--reason goes with drain (the reason said for it), not {args.action}")
     if args.action == "list":
         answer = client.request("GET", "/domains")
         domains = answer["domains"]

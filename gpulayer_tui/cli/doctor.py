@@ -61,6 +61,25 @@ def _config(paths: Paths) -> dict[str, str]:
     return _check("config", "ok", f"{paths.config_file} is valid")
 
 
+def _theme(paths: Paths) -> list[dict[str, str]]:
+    """A warning for a ``[ui] theme`` the TUI does not know (the config was "valid and
+    applied", and the TUI said only "unknown theme": tester h131)."""
+    from ..engine.config import ConfigError, load_config
+
+    try:
+        theme = load_config(paths.config_file).ui.theme if paths.config_file.is_file() else None
+    except (ConfigError, OSError):
+        return []  # (the config check says why)
+    if theme is None:
+        return []
+    from ..theme_files import theme_names, unknown_theme_words
+
+    ours, textuals = theme_names()
+    if theme in ours or theme in textuals:
+        return []
+    return [_check("ui", "warn", unknown_theme_words(theme))]
+
+
 def _free_floor_mb(paths: Paths) -> int:
     """``[logs] min_free_mb`` from the config file (the default when it cannot be read)."""
     from ..engine.config import Config, ConfigError, load_config
@@ -283,7 +302,7 @@ def _unwatched_jobs(paths: Paths) -> list[dict[str, str]]:
     if running:
         from ..engine.launch_client import keeper_alive
 
-        shown = ", ".join(f"{key} (pid {pid})" for key, pid in sorted(running)[:10])
+        shown = ", ".join(f"{_run_words(key)} (pid {pid})" for key, pid in sorted(running)[:10])
         more = f" and {len(running) - 10} more" if len(running) > 10 else ""
         if keeper_alive(paths.state_dir):
             ends = "their ends are recorded, and the next engine learns them"
@@ -312,6 +331,16 @@ def _unwatched_jobs(paths: Paths) -> list[dict[str, str]]:
     return checks
 
 
+def _run_words(key: str) -> str:
+    """A launcher key in words: ``7`` and ``7~1`` (its run after a requeue) are job 7,
+    ``10.0.1`` is job 10's replica 0 ("10.0.1 (pid 8634)" was said: tester h131)."""
+    job, dot, rest = key.partition(".")
+    job = job.partition("~")[0]
+    if dot:
+        return f"job {job} replica {rest.partition('.')[0]}"
+    return f"job {job}"
+
+
 def run_doctor(paths: Paths, as_json: bool) -> int:
     """Print the checks; 1 if any failed (2: a bad ``GPULAYER_TIMEOUT``)."""
     from .commands import _answer_within
@@ -326,7 +355,7 @@ def run_doctor(paths: Paths, as_json: bool) -> int:
     # An engine that answers checks the config itself (bound to the GPUs it sees, and
     # whether it is applied); only without one is the file read here.
     local = [] if any(c["check"] == "config" for c in engine) else [_config(paths)]
-    checks: list[dict[str, Any]] = [*local, *_state_dir(paths), *engine]
+    checks: list[dict[str, Any]] = [*local, *_theme(paths), *_state_dir(paths), *engine]
     if as_json:
         print(json.dumps(checks, indent=2))
     else:

@@ -152,7 +152,10 @@ def days_arg(text: str) -> float:
         else:
             value = wire.parse_number("days", text)
     except wire.FieldError as err:
-        raise argparse.ArgumentTypeError(err.detail) from None
+        # (a number of days, or one with a unit: "3x" was "expected a number": h131)
+        raise argparse.ArgumentTypeError(
+            f"{err.detail} (days, or with a unit: 12h, 30d, 2w)"
+        ) from None
     if not 0 <= value <= 36500:
         raise argparse.ArgumentTypeError(f"must be from 0 to 36500 days, got {text}")
     return value

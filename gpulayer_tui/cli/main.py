@@ -122,12 +122,13 @@ def _main(argv: Sequence[str] | None) -> int:
         if problem is not None:
             sys.stderr.write(f"gpulayer-tui: {problem}\n")
             return 2
+    if args.simulate and args.simulate_if_no_gpu:
+        # (checked before --serve too: it started with --simulate, the other ignored: h131)
+        parser.error("give --simulate or --simulate-if-no-gpu, not both")
     if args.serve:
         if args.command:
             parser.error("--serve takes no subcommand")
         return _serve(paths, args.simulate, args.simulate_if_no_gpu, args.verbose)
-    if args.simulate and args.simulate_if_no_gpu:
-        parser.error("give --simulate or --simulate-if-no-gpu, not both")
     if args.command is None:
         from ..tui import run_tui
 
