@@ -448,6 +448,22 @@ def test_the_replicas_of_a_big_service_line_up_in_the_detail() -> None:
     assert lines[0].startswith(" 0 up") and lines[10].startswith("10 up")
 
 
+def test_a_services_detail_shows_its_replicas_pids() -> None:
+    from gpulayer_tui.screens.job_detail import job_fields, replica_lines
+
+    # "pid -" of a running service, and no pid on its replicas' lines (tester h127).
+    replicas = [
+        {"index": 0, "state": "up", "pid": 4242, "endpoint": "127.0.0.1:9000", "domains": []},
+        {"index": 1, "state": "backoff", "pid": None, "domains": []},
+        {"index": 2, "state": "up", "pid": 4343, "domains": []},
+    ]
+    job: Any = {"kind": "service", "status": "running", "replicas": replicas, "spec": {}}
+    lines = replica_lines(job, FIXED_NOW).plain.splitlines()[1:]
+    assert lines[0].startswith("0 up  pid 4242  127.0.0.1:9000"), lines
+    assert "pid" not in lines[1] and "pid 4343" in lines[2]
+    assert job_fields(job, FIXED_NOW)["pid"].plain == "4242, 4343"
+
+
 def test_a_detail_opened_on_a_row_says_nothing_of_what_a_row_lacks() -> None:
     from gpulayer_tui.screens.job_detail import job_fields, replica_lines
 

@@ -48,7 +48,7 @@ from ..widgets.log_tail import LogTail
 from ..widgets.timeline import STATUS_STYLES, Timeline, clock_time
 from ..widgets.usage_panel import UsagePanel
 from ..widgets.why_panel import WhyPanel
-from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
+from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON, ReplicaJSON, ReplicaState
 from .actions import (
     SaysWhyKeysAreDimmed,
     ask_to_cancel,
@@ -200,6 +200,8 @@ def replica_lines(job: JobJSON, now: float) -> Content:
             Content.assemble(
                 (f"{replica.get('index', 0):>{digits}} ", "$foreground-muted"),
                 (replica_state(replica, now, placing=placing), _REPLICA_STYLES.get(state, "")),
+                # (its pid, as `status` shows it: the detail had none: tester h127)
+                (f"  pid {replica['pid']}", "$foreground-muted") if _live_pid(replica) else "",
                 f"  {replica.get('endpoint') or ''}".rstrip(),
                 (f"  {','.join(replica.get('domains') or [])}", "$foreground-muted"),
                 f"  restarts {restarts}" if restarts else "",
@@ -282,11 +284,29 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
         "user": _or_dash(user_text(job)),
         "times": _or_dash("  ·  ".join(times)),
         "runtime": _or_dash("" if runtime is None else duration(runtime)),
-        "pid": _or_dash(str(job["pid"]) if job.get("pid") else ""),
+        "pid": _or_dash(_pids(job)),
         # (status shows both; the detail had neither: tester h74)
         "restart": _or_dash(f"job {spec['restart_of']}" if spec.get("restart_of") else ""),
         "project": _or_dash(printable(str(spec.get("project") or ""))),
     }
+
+
+def _live_pid(replica: ReplicaJSON) -> int | None:
+    """A replica's pid while a process of it may run (one in back-off keeps its last)."""
+    pid = replica.get("pid")
+    try:
+        alive = ReplicaState(replica.get("state")).has_process
+    except ValueError:
+        alive = False
+    return pid if pid and alive else None
+
+
+def _pids(job: JobJSON) -> str:
+    """The job's pid; a service's, its replicas' (it had none of its own: "pid -" was
+    said of a running service: tester h127)."""
+    if job.get("kind") == "service":
+        return ", ".join(str(r["pid"]) for r in job.get("replicas") or () if _live_pid(r))
+    return str(job["pid"]) if job.get("pid") else ""
 
 
 SHORT_BELOW = 30
