@@ -59,7 +59,15 @@ async def test_a_frozen_then_killed_engine_is_said_and_survived(served: Served, 
 
         health = app.screen.query_one("#health", Label)
         shown = str(health.render())
-        assert shown == "⚠ no engine answers: start one with `gpulayer-tui --serve`", shown
+        assert shown == "⚠ no engine answers: run `gpulayer-tui --serve`", shown
+        await pilot.resize_terminal(80, 24)  # (all of it in sight: tester h130)
+        await until(pilot, lambda: health.region.right <= 80 and health.region.width >= 49)
+        assert health.region.width == len(shown) + 2  # (its padding)
+        # The last readings are dimmed: they read as live (tester h130).
+        dashboard = app.screen
+        assert dashboard.has_class("-no-engine")
+        grid = dashboard.query_one("#gpu-grid")
+        assert grid.styles.text_opacity < 1
         # Each view change asks the engine again: one toast says it is gone (five alike
         # stacked up, one per key).
         await pilot.press("2")
@@ -79,6 +87,7 @@ async def test_a_frozen_then_killed_engine_is_said_and_survived(served: Served, 
             timeout=20,
         )
         assert app.connection_problem == ""
+        await until(pilot, lambda: not dashboard.has_class("-no-engine"), "not dimmed again")
     await backend.close()
 
 

@@ -94,6 +94,10 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
         & #gpu-head { display: none; height: 1; padding: 0 1; }
         & #gpu-grid.-row #gpu-head { display: block; }
         & #cpu-pool { height: 1; padding: 0 1; }
+        /* No engine answers: the last readings, dimmed (they read as live: tester h130). */
+        &.-no-engine #gpu-grid, &.-no-engine #cpu-pool, &.-no-engine ProcessTable {
+            text-opacity: 50%;
+        }
     }
     """
 
@@ -119,10 +123,14 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
         grid = self.query_one("#gpu-grid")
         self.watch(grid, "scroll_y", lambda _y: self._show_row_head(), init=False)
         self.watch(self.app, "gpu_state", self._on_gpu_state, init=True)
+        self.watch(self.app, "connection_problem", self._engine_answers, init=True)
         self.watch(self.app, "jobs_version", self._on_jobs_version, init=True)
 
     def on_resize(self) -> None:
         self._relayout()
+
+    def _engine_answers(self, problem: str) -> None:
+        self.set_class(bool(problem), "-no-engine")
 
     def on_screen_resume(self) -> None:
         if self._stale:

@@ -72,6 +72,10 @@ class EngineStatus(Horizontal):
             or health.get("launcher_problem")
             or ""
         )
+        # (where it attaches gives way to the problem: at 80 columns "start one with
+        # `gpulay" was all that was left of it: tester h130)
+        for part in ("#where", "#backend"):
+            self.query_one(part, Label).display = not app.connection_problem
         if problem:
             self._show("#health", f"⚠ {_header_words(str(problem))}")
             label.add_class("problem")
@@ -96,5 +100,5 @@ def _header_words(problem: str) -> str:
     header shows where it attaches), so that "start one" fits in 80 columns; it read "no
     engine answers at /tmp/h56/home/eng" there, cut (tester h56)."""
     if problem.startswith("no engine answers at "):
-        return "no engine answers: start one with `gpulayer-tui --serve`"
+        return "no engine answers: run `gpulayer-tui --serve`"
     return problem
