@@ -186,6 +186,24 @@ async def test_why_names_no_holder_where_there_is_room(make_engine: EngineFactor
     await engine.cancel(busy.id)
 
 
+async def test_why_names_no_holder_of_a_gpu_too_small_for_the_job(
+    make_engine: EngineFactory,
+) -> None:
+    # "held by g0: job 32; g1: job 33; g2: job 10; g3: job 14" of a 2 x 30 GiB job, g2 and
+    # g3 24 GiB cards it can never use (tester h129).
+    engine = await make_engine("2xA100-80GB,2xL4-24GB")
+    busy = [
+        await engine.submit({"command": ["sleep", "30"], "gpus": 1, "domain": f"gpu{n}"})
+        for n in range(4)
+    ]
+    big = await engine.submit({"command": ["true"], "gpus": 2, "vram_gb": 30})
+    assert big.status is JobStatus.QUEUED, big.message
+    held = (await engine.why(big.id))["held_by"]
+    assert [h["domain"] for h in held] == ["gpu0", "gpu1"], held
+    for job in (big, *busy):
+        await engine.cancel(job.id)
+
+
 async def test_why_names_who_holds_the_cpu_slots_a_service_waits_for(
     make_engine: EngineFactory,
 ) -> None:
@@ -919,6 +937,21 @@ async def test_a_stopped_jobs_log_says_where_and_when_it_was_stopped(
     said = "--- gpulayer-tui sent SIGTERM (SIGKILL 2 s later if it still runs) at "
     assert lines[1].startswith(said)
     assert lines[1].endswith(" ---") and len(lines) == 2
+    # One that ignores SIGTERM: its SIGKILL is said too (it was in the timeline only:
+    # tester h127).
+    script = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('up', flush=True); time.sleep(60)"
+    )
+    stubborn = await engine.submit({"command": [sys.executable, "-c", script], "gpus": 0})
+    log = engine.log_path(stubborn.id)
+    await eventually(lambda: log.exists() and "up" in log.read_text(), timeout=20)
+    await engine.cancel(stubborn.id)
+    await engine.wait(stubborn.id, timeout=20)
+    lines = log.read_text().splitlines()
+    assert lines[1].startswith(said)
+    assert lines[2].startswith("--- gpulayer-tui sent SIGKILL (it still ran) at ")
+    assert len(lines) == 3
 
 
 async def test_a_batchs_jobs_share_one_environment_while_they_wait(

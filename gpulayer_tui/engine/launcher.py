@@ -450,6 +450,10 @@ class Spawner:
                     self._ended(task, None)  # nobody could see its exit status
             elif task.kill_at is not None and now >= task.kill_at:
                 task.kill_at = None
+                if task.log_fd >= 0:
+                    # (its log said SIGTERM and "SIGKILL later if it still runs", then
+                    # nothing: whether it was sent was in the timeline only: tester h127)
+                    _write_banner(task.log_fd, "--- gpulayer-tui sent SIGKILL (it still ran) at ")
                 self._killpg(task, signal.SIGKILL)
             elif (
                 task.timeout_at is not None
