@@ -49,7 +49,7 @@ async def test_a_running_service_grows_onto_free_gpus_and_shrinks_giving_them_ba
     assert grown.status is JobStatus.RUNNING and grown.spec["replicas"] == 3
     assert [r.domains for r in grown.replicas] == [["gpu0"], ["gpu1"], ["gpu2"]]
     assert await _edited(engine, svc.id) == [
-        "scaled: replicas 1 -> 3 (replicas 1 on gpu1, 2 on gpu2 starting)"
+        "scaled: replicas 1 -> 3 (replica 1 starting on gpu1; replica 2 starting on gpu2)"
     ]
     await eventually(lambda: _live(engine, svc.id).message == "3/3 up on gpu0, gpu1, gpu2")
     replicas = _live(engine, svc.id).replicas

@@ -1388,6 +1388,26 @@ async def test_a_replica_whose_server_accepts_nothing_goes_down_and_up_again(
     await engine.wait(job.id, timeout=20)
 
 
+async def test_a_hung_replica_restarted_says_its_port_took_no_connection(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Its restart said "stopped after its port stopped answering" of a port that answered
+    # and accepted nothing (tester h127).
+    engine = await make_engine(simulate=None, config=_checked(restart_down_after=0.5))
+    job = await engine.submit(_service([*HUNG_SERVER, str(tmp_path)]))
+    await eventually(lambda: _all_up(engine, job.id), timeout=20)
+    replica = _replicas(engine, job.id)[0]
+    port = replica.port
+    (tmp_path / f"hung-{port}").touch()
+    await eventually(lambda: _replicas(engine, job.id)[0].restarts == 1, timeout=30)
+    said = [str(e.get("message", "")) for e in await engine.events_of(job.id)]
+    ours = f"stopped after its port {port} stopped accepting connections ("
+    assert any(ours in line for line in said), said
+    assert not any(f"port {port} stopped answering" in line for line in said), said
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+
+
 async def test_a_replica_down_too_long_is_restarted_whatever_it_exits_with(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

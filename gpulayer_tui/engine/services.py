@@ -315,8 +315,17 @@ class ServiceRunner:
         for replica in added:
             if not self._decide_launch(act, replica, "start"):
                 break
-        where = ", ".join(f"{r.index} on {'+'.join(r.domains)}" for r in added)
-        return f"{'replica' if len(added) == 1 else 'replicas'} {where} starting"
+        # Grouped by where they run ("replicas 2 on cpu, 3 on cpu starting" read as the
+        # count of replicas on cpu: tester h127): "replicas 2, 3 starting on cpu".
+        places: dict[str, list[int]] = {}
+        for replica in added:
+            places.setdefault("+".join(replica.domains), []).append(replica.index)
+        said = "; ".join(
+            f"{'replica' if len(ids) == 1 else 'replicas'} {', '.join(map(str, ids))} "
+            f"starting on {place}"
+            for place, ids in places.items()
+        )
+        return said
 
     def _added_replica(self, job: Job, index: int) -> Replica:
         """A replica a scale-up adds (or an edit of a waiting service): one this index had
@@ -878,7 +887,10 @@ class ServiceRunner:
         # server that exits 0 on SIGTERM ended an `on_failure` service "completed").
         forced = self._overdue(replica, exit.at or time.time())
         if forced:
-            what = f"stopped after its port {replica.port} stopped answering ({what})"
+            # (its down message's words: "stopped answering" was said of a hung server,
+            # whose port answered but took no connection: tester h127)
+            how = NOT_ACCEPTING if NOT_ACCEPTING in replica.message else "stopped answering"
+            what = f"stopped after its port {replica.port} {how} ({what})"
         why = self._no_restart_because(act, replica, None if forced else code)
         if why is None:
             self._back_off(act, runtime, replica, what, code, late)
