@@ -1481,6 +1481,27 @@ async def test_why_says_whom_the_first_job_in_line_will_preempt_and_when(
     await engine.cancel(victim.id)
 
 
+async def test_a_reservation_waits_for_its_gpus_jobs_to_stop(make_engine: EngineFactory) -> None:
+    # Past their timeout, jobs stopping (SIGKILL in 7 s) were taken for ended: "reserved
+    # gpu0, gpu1 for this job now" (tester h129).
+    engine = await make_engine("2xA100-80GB")
+    stubborn = {"shell": "trap '' TERM; sleep 30", "gpus": 1, "timeout": 1}
+    held = [await engine.submit({**stubborn, "domain": f"gpu{n}"}) for n in (0, 1)]
+    big = await engine.submit({"command": ["true"], "gpus": 2})
+
+    def stopping() -> bool:
+        live = [engine.book.live(j.id) for j in held]
+        return all(a is not None and a.job.kill_at is not None for a in live)
+
+    await eventually(stopping, timeout=20)
+    engine.queue.schedule()
+    reserved = engine.queue.explain(big.id)["reservation"]
+    assert isinstance(reserved, dict) and reserved["when"].startswith("from ~"), reserved
+    assert "(in " in reserved["when"], reserved
+    done = await engine.wait(big.id, timeout=30)  # (once their SIGKILL fell)
+    assert done.status is JobStatus.COMPLETED
+
+
 async def test_the_gpus_reserved_for_a_job_are_those_its_preemption_frees(
     make_engine: EngineFactory,
 ) -> None:

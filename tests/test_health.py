@@ -944,4 +944,9 @@ def test_a_one_slot_domain_held_by_two_jobs_names_them_as_jobs() -> None:
     dom.hold(9, None, False)
     assert dom.blocker(None, False) == "gpu0: slot held by job 9"
     dom.hold(13, None, False)
-    assert dom.blocker(None, False) == "gpu0: slot held by jobs 9, 13"
+    # ("slot held by jobs 9, 13" read as one slot shared by two: tester h129)
+    assert dom.blocker(None, False) == "gpu0: jobs 9, 13 running, more than its 1 slot"
+    three = Domain("gpu1", 1, None, 2)
+    for job in (49, 50, 51):
+        three.hold(job, None, False)
+    assert three.blocker(None, False) == "gpu1: jobs 49, 50, 51 running, more than its 2 slots"

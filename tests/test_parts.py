@@ -619,3 +619,8 @@ def test_sizes_that_differ_are_never_said_alike() -> None:
     assert verdict.message == (
         "requested 2 GPUs with 24.001 GiB each, but only 1 GPU has that much"
     ), verdict.message
+    # Pinned, of the pinned ones ("only 1 GPU has that much" of a box with more: h129).
+    pinned = Request(gpus=2, vram_bytes=30 * GIB, pins=("gpu0", "gpu1"), exclusive=False)
+    assert scheduler.capacity_verdict(pinned).message == (
+        "requested 2 GPUs with 30 GiB each, but only 1 GPU of the pinned gpu0, gpu1 has that much"
+    )

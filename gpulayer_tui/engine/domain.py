@@ -546,11 +546,16 @@ class Domain:
                 # rewritten for every queued row on every job end.
                 return busy_words(self.slots, "cpu")
             jobs = ", ".join(str(j) for j in sorted(self.holdings))
+            if len(self.holdings) > self.slots:
+                # (slots lowered while they ran, or an adoption: "slot held by jobs 49, 50,
+                # 51" read as one slot shared by three: tester h129)
+                have = f"{self.slots} slot{'s' if self.slots > 1 else ''}"
+                return (
+                    f"{self.name}: jobs {jobs} running, more than its {have}"
+                    f"{self.outside_shortfall(vram_bytes)}"
+                )
             if self.slots == 1:
-                # ("slot held by job 9, 13": an adoption, or a slot count lowered, put two
-                # there; tester h102)
-                who = "jobs" if len(self.holdings) > 1 else "job"
-                return f"{self.name}: slot held by {who} {jobs}{self.outside_shortfall(vram_bytes)}"
+                return f"{self.name}: slot held by job {jobs}{self.outside_shortfall(vram_bytes)}"
             busy = f"{self.name}: all {self.slots} slots busy (jobs {jobs})"
             return busy + self.outside_shortfall(vram_bytes)
         if not self.is_gpu:

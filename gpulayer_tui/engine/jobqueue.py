@@ -779,6 +779,11 @@ class JobQueue:
             if act.request.gpus > 0
             else [d for d in self._scheduler.domains.values() if not d.is_gpu]
         )
+        asked = act.request.vram_bytes
+        if asked:
+            # (not the GPUs too small for it: "held by g2: job 10" named a 24 GiB card a
+            # 30 GiB job can never use: tester h129)
+            domains = [d for d in domains if d.capacity_bytes is None or d.capacity_bytes >= asked]
         if act.request.gpus > 0:
             roomy = sum(1 for d in domains if d.free_slots >= act.request.slots_on(d))
             if roomy >= act.request.gpus:
@@ -1337,6 +1342,11 @@ class JobQueue:
         act = self._book.get(job_id)
         if act is None or act.spec is None:
             return None
+        if act.job.kill_at is not None:
+            # Being stopped: gone by its SIGKILL at the latest (past its timeout, it was
+            # taken for ended: "reserved gpu0, gpu1 for this job now" was said of GPUs
+            # whose jobs had 7 s left before their SIGKILL: tester h129).
+            return act.job.kill_at
         if act.spec.is_service:
             return math.inf
         if act.spec.timeout is None:

@@ -501,10 +501,13 @@ class Scheduler:
             # (told apart from the GPUs just short of it: "24 GiB each, but only 6 GPUs
             # have that much" was said of 24.001 with two 24 GiB GPUs: tester h80)
             need = gib_apart(req.vram_bytes, short)[0]
+        # (of the pinned ones: "only 1 GPU has that much" was said of a box with two
+        # such, as g1 and g2 were pinned and one of them has: tester h129)
+        which = f"of the pinned {', '.join(req.pins)} " if req.pins else ""
         return Verdict(
             False,
             f"requested {plural(req.gpus, 'GPU')} with {need} each, but only "
-            f"{plural(len(big), 'GPU')} {'has' if len(big) == 1 else 'have'} that much",
+            f"{plural(len(big), 'GPU')} {which}{'has' if len(big) == 1 else 'have'} that much",
         )
 
     # -- can it run now? --------------------------------------------------------------------
