@@ -909,6 +909,7 @@ def test_the_api_refuses_an_empty_page_a_keep_past_sqlite_and_a_batch_with_more(
         (["domain", "drain"], "usage: gpulayer-tui domain"),
         # (taken and dropped without a word: tester h131)
         (["domain", "release", "gpu0", "--reason", "x"], "usage: gpulayer-tui domain"),
+        (["submit", "--gpu", "1", "--", "true"], "usage: gpulayer-tui submit"),
         # (it served with --simulate, the other ignored: h131)
         (["--serve", "--simulate", "1xL4-24GB", "--simulate-if-no-gpu", "1xL4-24GB"], "usage:"),
     ],
@@ -930,6 +931,10 @@ def test_usage_errors_show_what_was_typed_as_text_with_the_subcommands_usage(
     assert out.returncode == 2
     assert "\x1b" not in out.stderr and "\x07" not in out.stderr
     assert out.stderr.startswith(usage), out.stderr
+    # (the usage cut to its first lines: submit's 13 buried the error: tester h131)
+    assert len(out.stderr.splitlines()) <= 5, out.stderr
+    if "--gpu" in words:  # (a near miss is named: tester h131)
+        assert "unrecognized arguments: --gpu (did you mean --gpus?)" in out.stderr
     if "--serve" in words:
         assert "give --simulate or --simulate-if-no-gpu, not both" in out.stderr
     if "--reason" in words:
@@ -1424,6 +1429,19 @@ def test_status_of_a_job_waiting_again_says_so_instead_of_an_empty_runtime() -> 
     # An ended service says none of the replicas it ran is up ("replicas    -"; then "2": h96).
     job.update(status="completed", ended_at=160.0, spec={**job["spec"], "replicas": 2})
     assert "  replicas    0/2 up  restart always" in format_job(job, [], 200.0)  # type: ignore[arg-type]
+    # A crash loop's timeline is cut to its last entries, and says so (164 entries in
+    # 28 s were printed whole: tester h127).
+    events: Any = [
+        {"at": 100.0 + n, "kind": "replica", "status": None, "reason": None,
+         "message": f"replica 0: restart #{n}"}
+        for n in range(100)
+    ]  # fmt: skip
+    shown = format_job(job, events, 200.0, last=40).splitlines()  # type: ignore[arg-type]
+    timeline = shown[shown.index("  timeline") + 1 :]
+    assert timeline[0] == "    ... 60 earlier (status 7 --last 0 shows all)", timeline[0]
+    assert len(timeline) == 41 and timeline[-1].endswith("replica 0: restart #99")
+    whole = format_job(job, events, 200.0, last=0).splitlines()  # type: ignore[arg-type]
+    assert len(whole) == len(shown) + 59
 
 
 @pytest.mark.parametrize(

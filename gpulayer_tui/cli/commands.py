@@ -819,7 +819,7 @@ def _status(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     else:
         from .format import format_job
 
-        print(format_job(data["job"], data["events"], time.time()))
+        print(format_job(data["job"], data["events"], time.time(), last=args.last))
     if getattr(args, "plot", False):
         from ..formatting import usage_plot
 

@@ -142,8 +142,8 @@ def _when(ts: float | None) -> str:
     return "" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
-def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str:
-    """The ``status`` view: fields, then the timeline."""
+def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float, last: int = 40) -> str:
+    """The ``status`` view: fields, then the timeline (its ``last`` entries; 0: all)."""
     spec = job.get("spec", {})
     command = spec.get("command")
     if isinstance(command, str):  # (an adopted process's command line, as /proc has it)
@@ -188,6 +188,10 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float) -> str
     if usage is not None:
         lines.extend(f"  {label:<11} {text}" for label, text in usage_lines(usage))
     lines.append("  timeline")
+    if last and len(events) > last:
+        earlier = len(events) - last
+        lines.append(f"    ... {earlier} earlier (status {job['id']} --last 0 shows all)")
+        events = events[-last:]
     for ev in events:
         # (as the TUI's timeline says it: "completed (exit_code): exited with code 0" and
         # "job.edited: edited: priority 0 -> 5" were the wire's words: tester h94)

@@ -18,6 +18,11 @@ if TYPE_CHECKING:  # (annotations only; the wire rules load when an option needs
     from typing import Any, NoReturn
 
 
+TIMELINE_SHOWN = 40
+"""The timeline entries ``status`` shows by default: its last ones (a crash-looping
+service's ran to hundreds of lines a minute: tester h127)."""
+
+
 def positive_int(text: str) -> int:
     """A whole number, 0 or more (replica numbers, how many to keep, a port)."""
     return _whole(text, 0)
@@ -236,6 +241,29 @@ class _Parser(argparse.ArgumentParser):
         from ..fields import printable
 
         super().error(printable(message))
+
+    def print_usage(self, file: Any = None) -> None:
+        """The usage, before an error: its first three lines, then where the rest is (the
+        13 lines of submit's buried the one line that said what was wrong: h131)."""
+        lines = self.format_usage().rstrip("\n").splitlines()
+        if len(lines) > 4:
+            lines = [*lines[:3], f"       ... (`{self.prog} --help` says every option)"]
+        self._print_message("\n".join(lines) + "\n", file)
+
+
+def did_you_mean(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """`` (did you mean --gpus?)`` for an unknown option close to one of ``parser``'s
+    (``--gpu 1`` was only "unrecognized arguments": tester h131); ``""`` otherwise."""
+    import difflib
+
+    known = [o for action in parser._actions for o in action.option_strings]
+    close = []
+    for word in extra:
+        if word.startswith("--"):
+            name = word.partition("=")[0]
+            close += difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    close = list(dict.fromkeys(close))
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def parser_for(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
@@ -465,6 +493,13 @@ def _status_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", type=job_id_arg)
     p.add_argument("--json", action="store_true")
     p.add_argument("--plot", action="store_true", help="also plot each GPU's VRAM and utilisation")
+    p.add_argument(
+        "--last",
+        type=positive_int,
+        metavar="N",
+        default=TIMELINE_SHOWN,
+        help=f"the timeline's last N entries (default {TIMELINE_SHOWN}; 0: all of it)",
+    )
 
 
 def _logs_args(p: argparse.ArgumentParser) -> None:

@@ -97,12 +97,13 @@ def _main(argv: Sequence[str] | None) -> int:
         args: Any = quick
         parser: Any = _ParserOnDemand(words)
     else:
-        from .grammar import build_parser, parser_for, subcommand_of
+        from .grammar import build_parser, did_you_mean, parser_for, subcommand_of
 
         parser = build_parser(only=subcommand_of(words))
         args, extra = parser.parse_known_args(words)
         if extra:  # (told with the subcommand's usage, not the top level's)
-            parser_for(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
+            sub = parser_for(parser, args.command)
+            sub.error(f"unrecognized arguments: {' '.join(extra)}{did_you_mean(sub, extra)}")
     from ..engine.paths import resolve_paths
 
     paths = resolve_paths(args.config)

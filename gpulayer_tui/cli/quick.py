@@ -178,7 +178,7 @@ def _submit(words: Sequence[str]) -> Args | None:
 
 def _status(words: Sequence[str]) -> Args | None:
     job: int | None = None
-    values: dict[str, Any] = {"json": False, "plot": False}
+    values: dict[str, Any] = {"json": False, "plot": False, "last": 40}
     at = 0
     while at < len(words):
         word = words[at]
