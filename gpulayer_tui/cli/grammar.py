@@ -567,7 +567,12 @@ def _adopt_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--vram-gb", type=_field("vram_gb"), help="declared GiB per GPU")
-    group.add_argument("--gpu", action="store_true", help="on the GPUs where it holds memory")
+    group.add_argument(
+        "--gpu",
+        action="store_true",
+        # (it said "on the GPUs where it holds memory", which adopt does by itself: h131)
+        help="a GPU job though it holds no GPU memory yet: on the one GPU (else --domain)",
+    )
     completes(
         p.add_argument(
             "--domain",
