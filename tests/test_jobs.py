@@ -84,6 +84,9 @@ async def test_over_capacity_messages_are_terminal_and_kept(make_engine: EngineF
     assert pinned.message == "requested 40 GiB per GPU, but gpu1 (Simulated L4) has 24 GiB"
     pair = await engine.submit({"command": ["true"], "gpus": 2, "vram_gb": 40})
     assert pair.message == "requested 2 GPUs with 40 GiB each, but only 1 GPU has that much"
+    # With no cluster set up, the next step is said (tester h131).
+    with pytest.raises(SpecError, match=r"none configured: \[clusters\.lab\] in config.toml"):
+        await engine.submit({"shell": "true", "cluster": "lab"})
     # A request just over a size says as much ("requested 141 GiB ... has 141 GiB").
     just = await engine.submit({"command": ["true"], "vram_gb": 141.04})
     assert just.message == "requested 141.04 GiB per GPU, but the largest GPU has 141 GiB"

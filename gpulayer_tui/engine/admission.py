@@ -208,7 +208,10 @@ class Admission:
                 if restart_of is not None:
                     spec = spec.model_copy(update={"restart_of": restart_of})
                 if spec.cluster is not None and spec.cluster not in self.clusters:
-                    known = ", ".join(self.clusters) or "none configured"
+                    # (with none: where one is set up, the next step: tester h131)
+                    known = ", ".join(self.clusters) or (
+                        f"none configured: [clusters.{spec.cluster}] in config.toml sets one up"
+                    )
                     raise SpecError(
                         f"cluster: unknown cluster '{spec.cluster}' (known: {known})", "cluster"
                     )
