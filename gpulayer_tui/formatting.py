@@ -447,7 +447,8 @@ def usage_plot(usage: UsageJSON, width: int = 60) -> str:
         vram: list[float | None] = [float(v) for v in series["vram_mib"]]
         peak = max((v for v in vram if v is not None), default=0.0)
         util: list[float | None] = [None if v is None else float(v) for v in series["util"]]
-        lines.append(f"GPU #{series['gpu']}  ({len(times)} points over {span})")
+        over = f" over {span}" if len(times) > 1 else ""
+        lines.append(f"GPU #{series['gpu']}  ({plural(len(times), 'point')}{over})")
         lines.append(f"  VRAM {sparkline(vram, width)}  peak {peak / 1024:.1f} GiB")
         lines.append(f"  util {sparkline(util, width, top=100)}  0-100%")
     return "\n".join(lines)

@@ -103,6 +103,12 @@ async def test_a_running_gpu_jobs_usage_fills_as_ticks_come_then_is_stored(
         assert "stored" in str(panel.border_subtitle)
         stored = panel.points
         assert stored >= seen + 3
+        assert str(panel.border_subtitle).startswith(f"{stored} points over ")
+        # One point has no span ("1 points over 0s" was said: tester h131).
+        one = {**panel.usage["series"][0], "t": [0.0]}
+        panel.usage = {**panel.usage, "series": [one]}
+        panel._update_subtitle()
+        assert str(panel.border_subtitle) == "1 point · stored · u: fewer"
         # Small screens show one line; u shows the lines and plots (and hides them again).
         await pilot.resize_terminal(80, 24)
         await until(pilot, lambda: not panel.expanded, "one line at 80x24")

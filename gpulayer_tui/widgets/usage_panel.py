@@ -18,7 +18,7 @@ from textual.events import Resize
 from textual.reactive import reactive
 from textual.widgets import Label, Static
 
-from ..formatting import duration, gib, usage_lines
+from ..formatting import duration, gib, plural, usage_lines
 from ..wire import UsageJSON, UsageSeriesJSON, UsageSummaryJSON
 from .field_list import FieldList
 from .level_line import LevelLine
@@ -184,14 +184,15 @@ class UsagePanel(VerticalScroll, can_focus=False):
 
     def show_lost(self) -> None:
         """Say that the reads get no answer (the next answered read redraws)."""
-        self.border_subtitle = f"{self.points} points · no engine answers · u: fewer"
+        self.border_subtitle = f"{plural(self.points, 'point')} · no engine answers · u: fewer"
 
     def _update_subtitle(self) -> None:
         series = self.usage.get("series") if self.usage else None
         span = max((s["t"][-1] for s in series or [] if s["t"]), default=None)
-        over = "" if span is None else f" over {duration(span)}"
+        # (one point has no span: "1 points over 0s" was said: tester h131)
+        over = "" if span is None or self.points < 2 else f" over {duration(span)}"
         state = "live" if self.active else "stored"
-        self.border_subtitle = f"{self.points} points{over} · {state} · u: fewer"
+        self.border_subtitle = f"{plural(self.points, 'point')}{over} · {state} · u: fewer"
 
 
 class _GpuPlots:
