@@ -36,6 +36,29 @@ FORM_ACTIONS = frozenset({"new_job", "edit_job", "adopt_selected"})
 in place (``/``, ``p``) need no hold: theirs are priority bindings whose actions focus at
 once (docs/architecture.md, "Keys")."""
 
+SCREEN_ACTIONS = frozenset(
+    {
+        "open_job",
+        "cancel_job",
+        "restart_job",
+        "signal_process",
+        "command_palette",
+        "help",
+        "quit_app",
+        "show_area",
+        "back",
+    }
+)
+"""The actions whose key may open (or leave) a screen or dialog: the keys typed after it
+are meant for what it opens. ``enter c n`` on a job ran the cancel on the table and typed
+``n`` into a new-job form, ``: cancel`` lost its first letters to the table, ``1 g`` moved
+the cursor of the area left (tester h132)."""
+
+SCREEN_SETTLE_S = 0.3
+"""Seconds after a screen key's binding has run that the keys after it are still held when
+no screen comes (a cancel of a job that has ended only says so): its action may run a
+moment after its binding (``enter`` opens the row the keys before it moved to)."""
+
 SCREEN_CHECK_S = 0.01
 """How often a hold for a screen being built looks whether it is mounted."""
 
@@ -43,11 +66,11 @@ HOLD_LIMIT = 1.5
 """Seconds keys are held at most: the edit form first fetches its job from the engine."""
 
 
-def _form_keys() -> dict[str, frozenset[str]]:
-    """Key name -> the scopes in which it opens a form."""
+def _form_keys(actions: frozenset[str]) -> dict[str, frozenset[str]]:
+    """Key name -> the scopes in which it runs one of ``actions``."""
     keys: dict[str, set[str]] = {}
     for key in keymap.KEYMAP:
-        if key.action in FORM_ACTIONS:
+        if key.action.partition("(")[0] in actions:
             for name in keymap.key_names(key):
                 keys.setdefault(name, set()).update(key.scopes)
     return {name: frozenset(scopes) for name, scopes in keys.items()}
@@ -65,11 +88,14 @@ class KeyHold:
     def __init__(self, app: App[Any], replay: Callable[[events.Key], Awaitable[None]]) -> None:
         self._app = app
         self._replay = replay
-        self._form_keys = _form_keys()
+        self._form_keys = _form_keys(FORM_ACTIONS)
+        self._screen_keys = _form_keys(SCREEN_ACTIONS)
         self._held: list[events.Key] | None = None
         self._opener: events.Key | None = None
         self._form_coming = False
         self._timer: Timer | None = None
+        self._opened_from: Screen[Any] | None = None  # the screen an opener was pressed on
+        self._screen_opener: events.Key | None = None  # the key that may open a screen
 
     @property
     def holding(self) -> bool:
@@ -87,13 +113,39 @@ class KeyHold:
         if not self._app.screen.is_mounted:
             self.hold_for_screen(event)
             return True
-        if self._opens_form(event.key):
+        if self._opens(event.key, self._form_keys):
             self._held, self._opener, self._form_coming = [], event, False
             self._timer = self._app.set_timer(HOLD_LIMIT, self.release)
+        elif self._opens(event.key, self._screen_keys):
+            # Let go once the screen it opens (or goes back to) is mounted, or when none
+            # has come for a moment; not when its binding has run (the tables' enter never
+            # reaches the app, and opens its row only once the keys before it moved there).
+            self._held, self._opener, self._form_coming = [], None, False
+            # (the moment counts from its binding's end: from the key's arrival, a loaded
+            # machine let the keys go before the binding had run, to the screen left)
+            self._timer = self._app.set_timer(HOLD_LIMIT, self.release)
+            self._screen_opener = event
+            self._opened_from = self._app.screen
+            self._app.set_timer(SCREEN_CHECK_S, self._when_opened)
         return False
 
-    def _opens_form(self, key: str) -> bool:
-        scopes = self._form_keys.get(key)
+    def _current_screen(self) -> Screen[Any] | None:
+        """The screen now; ``None`` while the app ends (a check's timer may fire then)."""
+        return self._app.screen_stack[-1] if self._app.screen_stack else None
+
+    def _when_opened(self) -> None:
+        if self._held is None or self._opened_from is None:
+            return  # (let go already)
+        screen = self._current_screen()
+        if screen is None:
+            return
+        if screen is not self._opened_from and screen.is_mounted:
+            self.release()
+        else:
+            self._app.set_timer(SCREEN_CHECK_S, self._when_opened)
+
+    def _opens(self, key: str, keys: dict[str, frozenset[str]]) -> bool:
+        scopes = keys.get(key)
         if not scopes:
             return False
         screen = self._app.screen
@@ -118,7 +170,10 @@ class KeyHold:
     def _when_screen_mounted(self) -> None:
         if self._held is None or self._opener is not None:
             return  # (let go already, or a form's hold now)
-        if self._app.screen.is_mounted:
+        screen = self._current_screen()
+        if screen is None:
+            return
+        if screen.is_mounted:
             self.release()
         else:
             self._app.set_timer(SCREEN_CHECK_S, self._when_screen_mounted)
@@ -134,10 +189,26 @@ class KeyHold:
         and its action opens no form, the held keys go on after that."""
         if event is self._opener:
             self._app.call_next(self._after_opener, event)
+        elif event is self._screen_opener:
+            self._app.call_next(self._settle, event)
+
+    def _settle(self, event: events.Key) -> None:
+        """A screen key's binding has run: if no screen comes within a moment, the keys
+        after it go on where they are."""
+        if event is not self._screen_opener or self._held is None:
+            return
+        if self._timer is not None:
+            self._timer.stop()
+        self._timer = self._app.set_timer(SCREEN_SETTLE_S, self.release)
 
     async def _after_opener(self, event: events.Key) -> None:
-        if event is self._opener and not self._form_coming:
+        if event is not self._opener or self._form_coming:
+            return
+        if self._app.screen.is_mounted:
             await self._let_go()
+        else:  # (its action opened a screen: the keys after it are for that screen)
+            self._opener = None
+            self._app.set_timer(SCREEN_CHECK_S, self._when_screen_mounted)
 
     def release(self) -> None:
         """Let the held keys go on, in the order they came (to the form now up, if one
@@ -146,14 +217,29 @@ class KeyHold:
             self._app.call_next(self._let_go)
 
     async def _let_go(self) -> None:
+        """Let the held keys go on, one at a time: each after the one before it has been
+        handled (its binding may open a screen, which the rest are for: replayed at once,
+        a key overtook the dialog the one before it opened, and went to the screen under
+        it: tester h132)."""
         held = self._held
         if held is None:
             return
         if self._timer is not None:
             self._timer.stop()
         self._held, self._opener, self._form_coming, self._timer = None, None, False, None
-        for key in held:
-            await self._replay(key)  # (one that opens a form again holds those after it)
+        self._opened_from = self._screen_opener = None
+        if not held:
+            return
+        first, rest = held[0], held[1:]
+        await self._replay(first)  # (one that opens a form or a screen holds what follows)
+        if not rest:
+            return
+        if self._held is not None:  # (it started a hold: the rest wait behind it, in order)
+            self._held.extend(rest)
+            return
+        self._held = rest
+        self._timer = self._app.set_timer(HOLD_LIMIT, self.release)
+        self._app.call_after_refresh(self._when_screen_mounted)
 
 
 def focus_first_field(screen: Screen[Any], field: Widget) -> None:

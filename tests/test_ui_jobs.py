@@ -865,11 +865,68 @@ async def test_a_key_reaching_a_screen_still_being_built_waits_for_it(
             app.post_message(events.Key(key, char))
         # The detail opened, then the esc it got closed it.
         await until(pilot, lambda: [type(s) for s in shown] == [JobDetailScreen, JobsScreen])
-        assert not app.key_hold.holding
+        await until(pilot, lambda: not app.key_hold.holding, "let go")
         assert app.is_running and app._exception is None, app._exception
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, JobDetailScreen), "it opens again")
         await app.backend.cancel(1)
+
+
+async def test_keys_typed_after_one_that_opens_a_screen_are_for_that_screen(ui_app: Any) -> None:
+    # One burst (a slow link, tmux): "enter c n" opened the detail, and "c" and "n" went
+    # past the cancel dialog into a new-job form that ran "c"; "enter j j" opened the job
+    # two rows down; ": cancel" lost its first letters to the table (tester h132).
+    from gpulayer_tui.screens.job_detail import JobDetailScreen
+    from gpulayer_tui.screens.submit import SubmitScreen
+
+    app = await ui_app("2xA100-80GB")
+    jobs = [await app.backend.submit({"command": ["sleep", "60"], "gpus": 0}) for _ in range(3)]
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        screen = await until(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen)
+        await until(pilot, lambda: screen.table.row_count == 3, "the jobs listed")
+        shown: list[Any] = []
+        app.screen_change_signal.subscribe(screen, shown.append)
+
+        def burst(*keys: tuple[str, str | None]) -> None:
+            for key, char in keys:
+                app.post_message(events.Key(key, char))
+
+        top = screen.table.cursor_job_id
+        burst(("enter", "\r"), ("c", "c"), ("n", "n"))
+        await until(pilot, lambda: ConfirmScreen in [type(s) for s in shown], "the dialog")
+        await until(pilot, lambda: isinstance(app.screen, JobDetailScreen), "answered no")
+        assert app.screen.job_id == top and not app.key_hold.holding
+        assert SubmitScreen not in [type(s) for s in shown], shown
+        statuses = [j["status"] for j in await app.backend.jobs()]
+        assert "cancelled" not in statuses, statuses
+        # esc back, two rows down, that job's detail; then enter j j: the detail of the row
+        # the cursor was on (the j's are the detail's), not of the row two down.
+        burst(("escape", "\x1b"), ("j", "j"), ("j", "j"), ("enter", "\r"))
+        await until(pilot, lambda: [type(s) for s in shown][-2:] == [JobsScreen, JobDetailScreen])
+        await until(pilot, lambda: not app.key_hold.holding, "all let go")
+        third = screen.table.cursor_job_id
+        assert app.screen.job_id == third != top
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is screen, "back")
+        await pilot.press("g")
+        await until(pilot, lambda: screen.table.cursor_job_id == top, "the first row")
+        burst(("enter", "\r"), ("j", "j"), ("j", "j"))
+        await until(pilot, lambda: isinstance(app.screen, JobDetailScreen), "the detail")
+        await until(pilot, lambda: not app.key_hold.holding, "all let go")
+        assert app.screen.job_id == top
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen is screen, "back")
+        assert screen.table.cursor_job_id == top  # (the j's did not reach the table)
+        burst(("colon", ":"), *((c, c) for c in "cancel"))
+        await until(pilot, lambda: app.screen.id == "--command-palette", "the palette")
+        from textual.widgets import Input as Field
+
+        field = app.screen.query_one(Field)
+        await until(pilot, lambda: field.value == "cancel", "every letter in the palette")
+        await pilot.press("escape")
+        for job in jobs:
+            await app.backend.cancel(job["id"])
 
 
 async def test_keys_typed_right_after_enter_or_down_in_the_filter_go_to_the_table(

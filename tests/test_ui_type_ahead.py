@@ -86,7 +86,7 @@ async def test_keys_after_one_that_opens_no_form_still_arrive_in_order() -> None
         await _jobs_screen(pilot, 10)  # (running: not edited, a warning says why)
         _burst(app, "e", "1")
         await until(pilot, lambda: app.current_mode == "dashboard", "1: back to the dashboard")
-        assert not app.key_hold.holding
+        await until(pilot, lambda: not app.key_hold.holding, "let go once it is shown")
         assert not isinstance(app.screen, EditScreen)
 
 
@@ -161,3 +161,20 @@ async def test_esc_after_text_typed_right_after_n_asks_before_it_drops_it() -> N
         form = app.screen
         await until(pilot, lambda: form.form_message == form.DISCARD_WORDS, "the question")
         assert command.value == "echo hi" and app.screen is form
+
+
+async def test_keys_typed_after_an_area_key_are_for_that_area() -> None:
+    # "1 g" moved the cursor of the jobs table being left, "2 G" the dashboard's
+    # processes (tester h132).
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _jobs_screen(pilot, 10)
+        await pilot.press("1")
+        await until(pilot, lambda: app.current_mode == "dashboard", "the dashboard")
+        _burst(app, "2", "G")
+        await until(pilot, lambda: app.current_mode == "jobs", "the jobs")
+        await until(pilot, lambda: table.cursor_row == table.row_count - 1, "G: the last row")
+        _burst(app, "g", "1", "G")
+        await until(pilot, lambda: app.current_mode == "dashboard", "the dashboard again")
+        await until(pilot, lambda: not app.key_hold.holding, "let go")
+        assert table.cursor_row == 0  # (the G after 1 was the dashboard's)

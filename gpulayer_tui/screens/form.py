@@ -198,6 +198,10 @@ class FormScreen(ModalScreen[ResultType]):
             message = message[len(field) + 1 :].strip()
         self._show_problem(input_id, message)
         self.query_one(f"#{input_id}", Input).focus()
+        # (in sight with its message: focused already, it was not scrolled to, and the
+        # message above it pushed it below the fold: tester h132)
+        row = self.query_one(f"#{input_id}-field")
+        self.call_after_refresh(row.scroll_visible, animate=False)
 
     def _show_form_message(self, message: str, *, busy: bool = False) -> None:
         box = self.query_one("#form-error", Static)
