@@ -155,7 +155,11 @@ class GpulayerApp(App[str]):
 
     def on_key(self, event: events.Key) -> None:
         """A key reached the app (its bindings run next, in App's own handler)."""
-        if not self.screen.is_mounted:
+        screen = self.key_hold.current_screen()
+        if screen is None:  # (the app is ending: its screens are gone)
+            event.prevent_default()
+            return
+        if not screen.is_mounted:
             # It bubbled up from the screen before this one, which it opened (enter on a
             # row): the bindings now are those of a screen with no widgets yet.
             event.prevent_default()

@@ -18,9 +18,11 @@ job's detail and ran its ``esc`` there before it had widgets, and the app ended 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from textual import events
+from textual.app import ScreenStackError, UnknownModeError
 from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Input, TextArea
@@ -110,39 +112,59 @@ class KeyHold:
         if self._held is not None:
             self._held.append(event)
             return True
-        if not self._app.screen.is_mounted:
+        screen = self.current_screen()
+        if screen is None:
+            return True  # (the app is ending: a key has no screen to go to)
+        if not screen.is_mounted:
             self.hold_for_screen(event)
             return True
         if self._opens(event.key, self._form_keys):
-            self._held, self._opener, self._form_coming = [], event, False
-            self._timer = self._app.set_timer(HOLD_LIMIT, self.release)
+            self._start_hold([], opener=event)
         elif self._opens(event.key, self._screen_keys):
             # Let go once the screen it opens (or goes back to) is mounted, or when none
             # has come for a moment; not when its binding has run (the tables' enter never
             # reaches the app, and opens its row only once the keys before it moved there).
-            self._held, self._opener, self._form_coming = [], None, False
             # (the moment counts from its binding's end: from the key's arrival, a loaded
             # machine let the keys go before the binding had run, to the screen left)
-            self._timer = self._app.set_timer(HOLD_LIMIT, self.release)
+            held = self._start_hold([], opener=None)
             self._screen_opener = event
-            self._opened_from = self._app.screen
-            self._app.set_timer(SCREEN_CHECK_S, self._when_opened)
+            self._opened_from = screen
+            self._app.set_timer(SCREEN_CHECK_S, partial(self._when_opened, held))
         return False
 
-    def _current_screen(self) -> Screen[Any] | None:
-        """The screen now; ``None`` while the app ends (a check's timer may fire then)."""
-        return self._app.screen_stack[-1] if self._app.screen_stack else None
+    def _start_hold(self, held: list[events.Key], opener: events.Key | None) -> list[events.Key]:
+        """Hold keys from now (``held`` first), until :data:`HOLD_LIMIT` at most.
 
-    def _when_opened(self) -> None:
-        if self._held is None or self._opened_from is None:
+        The list is the hold's identity: every timer and check started for it lets go of
+        that hold only. (A check left from the hold before let go of the one a replayed
+        ``3`` had just started, before its area came: the keys after it went to the area
+        being left, under load.)
+        """
+        self._held, self._opener, self._form_coming = held, opener, False
+        self._timer = self._app.set_timer(HOLD_LIMIT, partial(self.release, held))
+        return held
+
+    def current_screen(self) -> Screen[Any] | None:
+        """The screen now; ``None`` while the app ends (a check's timer may fire then, and
+        held keys be let go: ``q`` then more keys ended the app in ``ScreenStackError``,
+        and a held ``3`` switched to a new area while the app closed its screens)."""
+        if not self._app.is_running:
+            return None
+        try:
+            return self._app.screen
+        except (ScreenStackError, UnknownModeError):
+            return None
+
+    def _when_opened(self, held: list[events.Key]) -> None:
+        if self._held is not held or self._opened_from is None:
             return  # (let go already)
-        screen = self._current_screen()
+        screen = self.current_screen()
         if screen is None:
             return
         if screen is not self._opened_from and screen.is_mounted:
-            self.release()
+            self.release(held)
         else:
-            self._app.set_timer(SCREEN_CHECK_S, self._when_opened)
+            self._app.set_timer(SCREEN_CHECK_S, partial(self._when_opened, held))
 
     def _opens(self, key: str, keys: dict[str, frozenset[str]]) -> bool:
         scopes = keys.get(key)
@@ -163,20 +185,19 @@ class KeyHold:
         if self._held is not None:
             self._held.insert(0, again)
             return
-        self._held, self._opener, self._form_coming = [again], None, False
-        self._timer = self._app.set_timer(HOLD_LIMIT, self.release)
-        self._app.set_timer(SCREEN_CHECK_S, self._when_screen_mounted)
+        held = self._start_hold([again], opener=None)
+        self._app.set_timer(SCREEN_CHECK_S, partial(self._when_screen_mounted, held))
 
-    def _when_screen_mounted(self) -> None:
-        if self._held is None or self._opener is not None:
+    def _when_screen_mounted(self, held: list[events.Key]) -> None:
+        if self._held is not held or self._opener is not None:
             return  # (let go already, or a form's hold now)
-        screen = self._current_screen()
+        screen = self.current_screen()
         if screen is None:
             return
         if screen.is_mounted:
-            self.release()
+            self.release(held)
         else:
-            self._app.set_timer(SCREEN_CHECK_S, self._when_screen_mounted)
+            self._app.set_timer(SCREEN_CHECK_S, partial(self._when_screen_mounted, held))
 
     def form_coming(self) -> None:
         """The key's action will open a form (now, or once a worker has what it needs):
@@ -199,36 +220,44 @@ class KeyHold:
             return
         if self._timer is not None:
             self._timer.stop()
-        self._timer = self._app.set_timer(SCREEN_SETTLE_S, self.release)
+        self._timer = self._app.set_timer(SCREEN_SETTLE_S, partial(self.release, self._held))
 
     async def _after_opener(self, event: events.Key) -> None:
         if event is not self._opener or self._form_coming:
             return
-        if self._app.screen.is_mounted:
-            await self._let_go()
-        else:  # (its action opened a screen: the keys after it are for that screen)
+        screen = self.current_screen()
+        if screen is None:
+            return
+        if screen.is_mounted:
+            if self._held is not None:
+                await self._let_go(self._held)
+        elif self._held is not None:  # (its action opened a screen: the keys are for it)
             self._opener = None
-            self._app.set_timer(SCREEN_CHECK_S, self._when_screen_mounted)
+            self._app.set_timer(SCREEN_CHECK_S, partial(self._when_screen_mounted, self._held))
 
-    def release(self) -> None:
+    def release(self, held: list[events.Key] | None = None) -> None:
         """Let the held keys go on, in the order they came (to the form now up, if one
-        is), from the app's own message loop: keys that come meanwhile join the held ones."""
-        if self._held is not None:
-            self._app.call_next(self._let_go)
+        is), from the app's own message loop: keys that come meanwhile join the held ones.
 
-    async def _let_go(self) -> None:
+        Args:
+            held: The hold to let go of (a timer's or a check's own); ``None``: the one now.
+        """
+        current = self._held
+        if current is not None and (held is None or held is current):
+            self._app.call_next(self._let_go, current)
+
+    async def _let_go(self, held: list[events.Key]) -> None:
         """Let the held keys go on, one at a time: each after the one before it has been
         handled (its binding may open a screen, which the rest are for: replayed at once,
         a key overtook the dialog the one before it opened, and went to the screen under
         it: tester h132)."""
-        held = self._held
-        if held is None:
-            return
+        if self._held is not held:
+            return  # (let go already: two asked, the second would let go of a later hold)
         if self._timer is not None:
             self._timer.stop()
         self._held, self._opener, self._form_coming, self._timer = None, None, False, None
         self._opened_from = self._screen_opener = None
-        if not held:
+        if not held or self.current_screen() is None:
             return
         first, rest = held[0], held[1:]
         await self._replay(first)  # (one that opens a form or a screen holds what follows)
@@ -237,9 +266,8 @@ class KeyHold:
         if self._held is not None:  # (it started a hold: the rest wait behind it, in order)
             self._held.extend(rest)
             return
-        self._held = rest
-        self._timer = self._app.set_timer(HOLD_LIMIT, self.release)
-        self._app.call_after_refresh(self._when_screen_mounted)
+        self._start_hold(rest, opener=None)
+        self._app.call_after_refresh(partial(self._when_screen_mounted, rest))
 
 
 def focus_first_field(screen: Screen[Any], field: Widget) -> None:

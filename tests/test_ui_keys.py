@@ -195,10 +195,27 @@ async def test_at_80_columns_every_footer_shows_whole_keys_its_own_first() -> No
             else:
                 await pilot.press("2", "enter")
                 await until(pilot, lambda: isinstance(app.screen, JobDetailScreen), "detail")
+            # (the area's screen, mounted: under load it is still being built a moment)
+            await until(
+                pilot,
+                lambda name=name: (
+                    name in type(app.screen).__name__.lower()
+                    and app.screen.is_mounted
+                    and not app.key_hold.holding
+                ),
+                name,
+            )
             footer = app.screen.query_one(Footer)
-            await until(pilot, lambda footer=footer: footer.query(FooterKey), "footer keys")
+
+            def palette_key(footer: Footer = footer) -> FooterKey | None:
+                # (in the footer a moment before it is laid out: region 0x0)
+                key = next(
+                    (k for k in footer.query(FooterKey) if k.has_class("-command-palette")), None
+                )
+                return key if key is not None and key.region.width else None
+
+            palette = await until(pilot, palette_key, "the palette's key laid out")
             keys = [k for k in footer.query(FooterKey) if not k.has_class("-command-palette")]
-            palette = next(k for k in footer.query(FooterKey) if k.has_class("-command-palette"))
             edge = palette.region.x
             # The palette's key takes the last column (nothing shows through beside it),
             # and no key runs under it: each is shown whole before it, or not at all.

@@ -178,3 +178,29 @@ async def test_keys_typed_after_an_area_key_are_for_that_area() -> None:
         await until(pilot, lambda: app.current_mode == "dashboard", "the dashboard again")
         await until(pilot, lambda: not app.key_hold.holding, "let go")
         assert table.cursor_row == 0  # (the G after 1 was the dashboard's)
+
+
+async def test_a_burst_through_every_area_ends_where_its_last_key_says() -> None:
+    # Each area key holds the keys after it until its area is up. A check left from the
+    # hold before let go of the hold a replayed `3` had just started, before the strays
+    # came: under load the `2 enter` after it went to the area being left, and the detail
+    # opened there was closed again while it was being built (NoMatches, the app ended).
+    app = _static_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        _burst(app, "1", "2", "3", "2", "enter")
+        await until(pilot, lambda: isinstance(app.screen, JobDetailScreen), "the detail")
+        await until(pilot, lambda: app.screen.is_mounted and not app.key_hold.holding, "let go")
+        assert app.current_mode == "jobs" and isinstance(app.screen, JobDetailScreen)
+        assert [type(screen) for screen in app.screen_stack] == [JobsScreen, JobDetailScreen]
+
+
+async def test_keys_held_when_the_app_ends_go_nowhere_and_end_nothing() -> None:
+    # `q` then keys: the held ones were let go while the app closed its screens
+    # (ScreenStackError; a held `3` opened a new area as the app closed them).
+    app = _static_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        _burst(app, "1", "j", "2")  # (held: `1` waits a moment for an area that is up)
+        await until(pilot, lambda: app.key_hold.holding, "held")
+    assert app.return_code in (None, 0)
+    assert app.key_hold.current_screen() is None
+    assert app.key_hold.take(events.Key("j", "j"))  # (kept from a screen that is gone)
