@@ -520,3 +520,33 @@ async def test_a_replica_added_back_keeps_counting_its_restarts(
     assert (back.launches, back.restarts, back.backoff_step) == (had[0] + 1, *had[1:])
     assert _live(again, svc.id).removed_replicas == {}
     await again.cancel(svc.id)
+
+
+async def test_a_cancel_in_back_off_after_a_scale_down_ends_the_service_at_the_cancel(
+    make_engine: EngineFactory,
+) -> None:
+    # The replica a scale-down stopped set the service's end: a cancel later, with every
+    # replica in back-off, ended it then ("runtime 1s" for a service cancelled after 13 s;
+    # its "cancelled" in the middle of its timeline: tester h134).
+    engine = await make_engine("2xA100-80GB")
+    script = 'if [ "$GPULAYER_REPLICA" = 0 ]; then sleep 0.3; exit 7; fi; exec sleep 600'
+    svc = await engine.submit(_service(["sh", "-c", script], port=False, gpus=1, replicas=2))
+    await eventually(lambda: _live(engine, svc.id).replicas[1].pid is not None)
+    await engine.edit(svc.id, {"replicas": 1})
+    await eventually(lambda: [r.index for r in _live(engine, svc.id).replicas] == [0])
+    scaled_at = time.time()
+    await eventually(
+        lambda: (
+            time.time() > scaled_at + 1.0 and _live(engine, svc.id).replicas[0].state is R.BACKOFF
+        ),
+        timeout=20,
+    )
+    cancelled_at = time.time()
+    await engine.cancel(svc.id)
+    done = await engine.wait(svc.id, timeout=20)
+    assert done.status is JobStatus.CANCELLED
+    assert done.ended_at is not None and done.ended_at >= cancelled_at - 0.05, (
+        done.ended_at - scaled_at
+    )
+    timeline = await engine.events_of(svc.id)
+    assert timeline[-1]["kind"] == "job.transition", timeline[-1]

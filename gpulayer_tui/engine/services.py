@@ -181,7 +181,7 @@ class ServiceRunner:
             replica.domains = [d.name for d in mine]
             replica.gpus = [d.gpu_index for d in mine if d.gpu_index is not None]
             job.replicas.append(replica)
-        runtime.end = None
+        runtime.end = runtime.ended_at = None  # (a placement before this one ended nothing)
         job.stop_reason, job.stop_message, job.kill_at = None, "", None
         # (``attempt`` counts placements against retry.max_attempts: a move off a drained
         # domain, no loss, gave its placement back in _requeue)
@@ -867,8 +867,10 @@ class ServiceRunner:
                 # not a stop)
                 said = f"stopped ({what})" if replica.state is R.STOPPING else what
                 self._set_replica(act, replica, R.EXITED, said, code, at=late)
-            if exit.at is not None:  # (the service ends when its last replica did, as
-                # the launcher recorded it: not at the next engine's start)
+            if exit.at is not None and (runtime.end is not None or act.job.stop_reason):
+                # (the service ends when its last replica did, as the launcher recorded
+                # it: not at the next engine's start; a replica a scale-down stopped ends
+                # no service: a cancel later, with none running, ended it back then)
                 runtime.ended_at = max(runtime.ended_at or 0.0, exit.at)
             self._settle(act)
             return
