@@ -143,11 +143,11 @@ class GpulayerApp(App[str]):
     async def on_event(self, event: events.Event) -> None:
         """Keys typed right after one that opens a form wait for that form (see
         :mod:`~gpulayer_tui.key_hold`)."""
-        if isinstance(event, events.Key) and not event.is_forwarded:
+        if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded:
             if self.key_hold.take(event):
                 return
             await super().on_event(event)
-            if not event.is_forwarded:
+            if isinstance(event, events.Key) and not event.is_forwarded:
                 # (A priority binding ran it: it goes no further, to the widget and back.)
                 self.key_hold.key_reached_app(event)
             return

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from textual import events
 from textual.app import ScreenStackError, UnknownModeError
+from textual.command import CommandPalette
 from textual.screen import ModalScreen, Screen
 from textual.widget import Widget
 from textual.widgets import Input, TextArea
@@ -32,6 +33,10 @@ from . import keymap
 if TYPE_CHECKING:
     from textual.app import App
     from textual.timer import Timer
+
+Typed = events.Key | events.Paste
+"""What the terminal hands on that a hold keeps: keys, and pastes (a paste right after
+``n`` was dropped whole: tester h133)."""
 
 FORM_ACTIONS = frozenset({"new_job", "edit_job", "adopt_selected"})
 """The actions whose key opens a form (typed-ahead text is meant for it). The lines opened
@@ -87,12 +92,12 @@ class KeyHold:
             ``on_event``; a held key that opens a form again holds the ones after it).
     """
 
-    def __init__(self, app: App[Any], replay: Callable[[events.Key], Awaitable[None]]) -> None:
+    def __init__(self, app: App[Any], replay: Callable[[Typed], Awaitable[None]]) -> None:
         self._app = app
         self._replay = replay
         self._form_keys = _form_keys(FORM_ACTIONS)
         self._screen_keys = _form_keys(SCREEN_ACTIONS)
-        self._held: list[events.Key] | None = None
+        self._held: list[Typed] | None = None
         self._opener: events.Key | None = None
         self._form_coming = False
         self._timer: Timer | None = None
@@ -104,8 +109,9 @@ class KeyHold:
         """Whether keys are being held now."""
         return self._held is not None
 
-    def take(self, event: events.Key) -> bool:
-        """A key just came from the terminal: hold it (True), or let it go on (False).
+    def take(self, event: Typed) -> bool:
+        """A key (or a paste) just came from the terminal: hold it (True), or let it go
+        on (False).
 
         One that opens a form on the current screen goes on, and starts a hold.
         """
@@ -118,7 +124,15 @@ class KeyHold:
         if not screen.is_mounted:
             self.hold_for_screen(event)
             return True
-        if self._opens(event.key, self._form_keys):
+        if isinstance(event, events.Paste):
+            return False  # (a paste opens nothing)
+        if self._enter_opens_a_screen(event, screen):
+            # (enter on a palette's command, or in a field whose enter opens a dialog: it
+            # never reaches the app; the screen or form that comes takes the keys)
+            held = self._start_hold([], opener=None)
+            self._opened_from = screen
+            self._app.set_timer(SCREEN_CHECK_S, partial(self._when_opened, held))
+        elif self._opens(event.key, self._form_keys):
             self._start_hold([], opener=event)
         elif self._opens(event.key, self._screen_keys):
             # Let go once the screen it opens (or goes back to) is mounted, or when none
@@ -132,7 +146,7 @@ class KeyHold:
             self._app.set_timer(SCREEN_CHECK_S, partial(self._when_opened, held))
         return False
 
-    def _start_hold(self, held: list[events.Key], opener: events.Key | None) -> list[events.Key]:
+    def _start_hold(self, held: list[Typed], opener: events.Key | None) -> list[Typed]:
         """Hold keys from now (``held`` first), until :data:`HOLD_LIMIT` at most.
 
         The list is the hold's identity: every timer and check started for it lets go of
@@ -155,15 +169,33 @@ class KeyHold:
         except (ScreenStackError, UnknownModeError):
             return None
 
-    def _when_opened(self, held: list[events.Key]) -> None:
+    def _enter_opens_a_screen(self, event: events.Key, screen: Screen[Any]) -> bool:
+        if event.key != "enter":
+            return False
+        return isinstance(screen, CommandPalette) or bool(
+            getattr(self._app.focused, "enter_opens_a_screen", False)
+        )
+
+    def _when_opened(self, held: list[Typed]) -> None:
         if self._held is not held or self._opened_from is None:
             return  # (let go already)
         screen = self.current_screen()
         if screen is None:
             return
-        if screen is not self._opened_from and screen.is_mounted:
-            self.release(held)
+        if screen is not self._opened_from and screen.is_mounted and not self._form_coming:
+            # (after what is queued now: a palette's command runs once the palette is
+            # gone, and may open a form or focus a line)
+            self._app.call_later(partial(self._opened, held))
         else:
+            self._app.set_timer(SCREEN_CHECK_S, partial(self._when_opened, held))
+
+    def _opened(self, held: list[Typed]) -> None:
+        screen = self.current_screen()
+        if self._held is not held or screen is None:
+            return
+        if screen.is_mounted and not self._form_coming:
+            self.release(held)
+        else:  # (the command opened a screen, or a form is on its way)
             self._app.set_timer(SCREEN_CHECK_S, partial(self._when_opened, held))
 
     def _opens(self, key: str, keys: dict[str, frozenset[str]]) -> bool:
@@ -176,19 +208,23 @@ class KeyHold:
         scope = getattr(screen, "KEYMAP_SCOPE", None)
         return keymap.APP in scopes or scope in scopes
 
-    def hold_for_screen(self, event: events.Key) -> None:
+    def hold_for_screen(self, event: Typed) -> None:
         """``event`` came while the current screen is being built (from the terminal, or
         bubbled up from the screen before it to the app, whose bindings are the new
         screen's now): it goes on, before any key held after it, once that screen is
         mounted."""
-        again = events.Key(event.key, event.character)  # (a fresh one: this one is spent)
+        again: Typed  # (a fresh one: this one is spent)
+        if isinstance(event, events.Paste):
+            again = events.Paste(event.text)
+        else:
+            again = events.Key(event.key, event.character)
         if self._held is not None:
             self._held.insert(0, again)
             return
         held = self._start_hold([again], opener=None)
         self._app.set_timer(SCREEN_CHECK_S, partial(self._when_screen_mounted, held))
 
-    def _when_screen_mounted(self, held: list[events.Key]) -> None:
+    def _when_screen_mounted(self, held: list[Typed]) -> None:
         if self._held is not held or self._opener is not None:
             return  # (let go already, or a form's hold now)
         screen = self.current_screen()
@@ -235,7 +271,7 @@ class KeyHold:
             self._opener = None
             self._app.set_timer(SCREEN_CHECK_S, partial(self._when_screen_mounted, self._held))
 
-    def release(self, held: list[events.Key] | None = None) -> None:
+    def release(self, held: list[Typed] | None = None) -> None:
         """Let the held keys go on, in the order they came (to the form now up, if one
         is), from the app's own message loop: keys that come meanwhile join the held ones.
 
@@ -246,7 +282,7 @@ class KeyHold:
         if current is not None and (held is None or held is current):
             self._app.call_next(self._let_go, current)
 
-    async def _let_go(self, held: list[events.Key]) -> None:
+    async def _let_go(self, held: list[Typed]) -> None:
         """Let the held keys go on, one at a time: each after the one before it has been
         handled (its binding may open a screen, which the rest are for: replayed at once,
         a key overtook the dialog the one before it opened, and went to the screen under

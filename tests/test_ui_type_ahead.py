@@ -13,6 +13,7 @@ from textual import events
 from textual.widgets import Input
 
 from gpulayer_tui.app import build_app
+from gpulayer_tui.screens.adopt import AdoptScreen
 from gpulayer_tui.screens.edit import EditScreen
 from gpulayer_tui.screens.job_detail import JobDetailScreen
 from gpulayer_tui.screens.jobs import JobsScreen
@@ -20,7 +21,7 @@ from gpulayer_tui.screens.submit import SubmitScreen
 from gpulayer_tui.widgets.job_table import JobTable
 from tests.ui_support import FIXED_NOW, StaticBackend, until
 
-NAMED = {" ": "space", "/": "slash", ".": "full_stop", "-": "minus"}
+NAMED = {" ": "space", "/": "slash", ".": "full_stop", "-": "minus", ":": "colon"}
 
 
 def _static_app(backend: StaticBackend | None = None) -> Any:
@@ -204,3 +205,41 @@ async def test_keys_held_when_the_app_ends_go_nowhere_and_end_nothing() -> None:
     assert app.return_code in (None, 0)
     assert app.key_hold.current_screen() is None
     assert app.key_hold.take(events.Key("j", "j"))  # (kept from a screen that is gone)
+
+
+async def test_keys_typed_after_a_palette_command_go_where_the_command_leads() -> None:
+    # Enter on a palette's command held nothing: ": new job <enter> sleep 7" gave the form
+    # "eep 7", ": cancel <enter> n" left the cancel dialog open (tester h133).
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.gpu_state is not None, "the first picture")
+        _burst(app, ":", *"new job", "enter", *"sleep 7")
+        command = await until(pilot, lambda: _field(app, SubmitScreen, "#command"), "the form")
+        await until(pilot, lambda: command.value == "sleep 7", "the command")
+        assert not app.key_hold.holding
+
+
+async def test_a_paste_right_after_n_goes_into_the_form_in_its_place() -> None:
+    # A paste that came with the `n` was dropped whole; "n a b <paste> c d" gave "abcd".
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.gpu_state is not None, "the first picture")
+        _burst(app, "n", "a", "b")
+        app.post_message(events.Paste("XY"))
+        _burst(app, "c", "d")
+        command = await until(pilot, lambda: _field(app, SubmitScreen, "#command"), "the form")
+        await until(pilot, lambda: command.value == "abXYcd", "the command")
+        await until(pilot, lambda: not app.key_hold.holding, "let go")
+        assert command.value == "abXYcd"
+
+
+async def test_keys_typed_after_a_pid_and_enter_go_into_the_adopt_dialog() -> None:
+    # "p 4242 enter zz": the dialog opened with its name untouched, the zz lost (h133).
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")
+        await until(pilot, lambda: app.screen.is_mounted and app.screen.query("#strays"))
+        _burst(app, "p", *"4242", "enter", "z", "z")
+        name = await until(pilot, lambda: _field(app, AdoptScreen, "#adopt-name"), "the dialog")
+        await until(pilot, lambda: name.value == "zz", "typed over the name offered")
+        assert app.focused is name

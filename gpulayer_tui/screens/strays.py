@@ -47,12 +47,14 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
             id="strays-hint",
         )
         # Disabled while hidden, so it never takes the focus (and the keys) from the table.
-        yield FieldInput(
+        pid_input = FieldInput(
             placeholder="pid to adopt, then enter (esc: close)",
             id="pid-input",
             type="integer",
             disabled=True,
         )
+        pid_input.enter_opens_a_screen = True  # (the adopt dialog: `p 4242 enter` + name)
+        yield pid_input
         yield StrayTable(id="strays")
         yield Static("No unregistered GPU processes.", id="strays-empty")
         yield KeyFooter(compact=True)

@@ -25,6 +25,10 @@ class FieldInput(Input):
     same way.
     """
 
+    enter_opens_a_screen = False
+    """Whether ``enter`` here opens a dialog (the keys typed after it are for that: see
+    :mod:`~gpulayer_tui.key_hold`)."""
+
     async def _on_key(self, event: events.Key) -> None:
         if not await run_own_binding(self, event):
             await super()._on_key(event)
