@@ -33,7 +33,7 @@ from .fields import printable
 from .formatting import still_on_domain
 from .job_feed import PAGE, JobFeed, JobView
 from .job_store import JobStore, start_of_today
-from .key_hold import KeyHold
+from .key_hold import KeyHold, esc_then_key
 from .palette import KeymapCommands, SafeCommandPalette
 from .screens.dashboard import DashboardScreen
 from .screens.dialogs import ConfirmScreen, QuitChoice, QuitScreen
@@ -144,6 +144,13 @@ class GpulayerApp(App[str]):
         """Keys typed right after one that opens a form wait for that form (see
         :mod:`~gpulayer_tui.key_hold`)."""
         if isinstance(event, (events.Key, events.Paste)) and not event.is_forwarded:
+            screen = self.key_hold.current_screen()
+            if isinstance(event, events.Key) and screen is not None:
+                keys = esc_then_key(event, screen)
+                if keys is not None:
+                    for key in keys:
+                        await self.on_event(key)
+                    return
             if self.key_hold.take(event):
                 return
             await super().on_event(event)

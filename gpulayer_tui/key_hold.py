@@ -306,6 +306,21 @@ class KeyHold:
         self._app.call_after_refresh(partial(self._when_screen_mounted, rest))
 
 
+def esc_then_key(event: events.Key, screen: Screen[Any]) -> list[events.Key] | None:
+    """``esc`` and a key typed within the terminal parser's escape delay (0.1 s) come as
+    one ``alt+`` key: "esc j" (back, then the next row) did nothing at all (tester h133).
+    Where nothing binds that ``alt+`` key, it is the two keys again (else ``None``)."""
+    if not event.key.startswith("alt+") or event.key in screen.active_bindings:
+        return None
+    character = event.character
+    if character is None or len(character) != 1 or not character.isprintable():
+        return None
+    name = event.key.removeprefix("alt+")
+    if name.startswith("shift+"):
+        name = character  # (an upper-case letter's key is the letter)
+    return [events.Key("escape", "\x1b"), events.Key(name, character)]
+
+
 def focus_first_field(screen: Screen[Any], field: Widget) -> None:
     """Focus a form's first field now, and let the keys held for the form go into it."""
     screen.set_focus(field)  # (now: Widget.focus waits behind the keys on their way)

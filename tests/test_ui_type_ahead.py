@@ -243,3 +243,36 @@ async def test_keys_typed_after_a_pid_and_enter_go_into_the_adopt_dialog() -> No
         name = await until(pilot, lambda: _field(app, AdoptScreen, "#adopt-name"), "the dialog")
         await until(pilot, lambda: name.value == "zz", "typed over the name offered")
         assert app.focused is name
+
+
+async def test_esc_and_a_key_read_as_one_alt_key_are_the_two_keys() -> None:
+    # The terminal's parser makes "esc j" typed within 0.1 s one `alt+j`, which nothing
+    # binds: "esc j enter" in a detail stayed there (tester h133).
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _jobs_screen(pilot, 10)
+        first = table.cursor_job_id
+        await pilot.press("j")
+        second = table.cursor_job_id
+        await pilot.press("k")
+        await until(pilot, lambda: table.cursor_job_id == first)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, JobDetailScreen), "the detail")
+        await until(pilot, lambda: app.screen.is_mounted, "mounted")
+        assert app.screen.job_id == first != second
+        app.post_message(events.Key("alt+j", "j"))
+        _burst(app, "enter")
+        await until(
+            pilot,
+            lambda: isinstance(app.screen, JobDetailScreen) and app.screen.job_id == second,
+            "the next row's detail",
+        )
+        # (where an alt+ key is bound, as the fields' alt+backspace, it stays one key)
+        _burst(app, "n", *"ab cd")
+        command = await until(pilot, lambda: _field(app, SubmitScreen, "#command"), "the form")
+        await until(pilot, lambda: command.value == "ab cd", "typed")
+        await pilot.press("home")
+        app.post_message(events.Key("alt+backspace", "\x7f"))  # (a word to the right)
+        await until(pilot, lambda: "ab" not in command.value, "a word deleted")
+        assert command.value.endswith("cd")
+        assert isinstance(app.screen, SubmitScreen)
