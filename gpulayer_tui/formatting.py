@@ -250,6 +250,21 @@ def gpus_text(job: JobRowJSON) -> str:
     return f"\N{MULTIPLICATION SIGN}{wanted}" if wanted else ""
 
 
+def gpus_named(indices: Iterable[int], state: Mapping[str, Any] | None) -> str:
+    """GPUs by index with the domain that owns each, as a field asking for a domain
+    takes it: ``GPU 1 (small)`` (``gpu1`` read as a domain's name, and was not one)."""
+    names = {
+        d.get("gpu_index"): d.get("name")
+        for d in (state or {}).get("domains", [])
+        if d.get("gpu_index") is not None
+    }
+    said = []
+    for index in indices:
+        name = names.get(index)
+        said.append(f"GPU {index} ({name})" if name else f"GPU {index}")
+    return ", ".join(said)
+
+
 _USER_NAMES: dict[int, str] = {}
 
 

@@ -7,14 +7,15 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-from textual.widgets import Button, Input
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Static
 
 from gpulayer_tui.app import build_app
 from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.screens.adopt import AdoptScreen
 from gpulayer_tui.widgets.stray_table import StrayTable
 
-from .ui_support import FIXED_NOW, StaticBackend, until
+from .ui_support import FIXED_NOW, StaticBackend, shown_text, until
 
 AppFactory = Callable[..., Awaitable[Any]]
 GIB = 1024**3
@@ -474,3 +475,26 @@ async def test_the_pid_line_s_footer_says_enter_and_esc_and_no_table_keys(
         await until(pilot, lambda: not isinstance(app.screen, AdoptScreen), "the dialog left")
         await until(pilot, lambda: "adopt_pid" in footer(), "the table's keys again")
         assert not {"submit_pid", "close_pid"} & set(footer())
+
+
+async def test_the_adopt_and_signal_dialogs_name_each_gpu_with_its_domain() -> None:
+    # "user root · gpu1 · holds 8.0 GiB" over a Domain field offering "big, small":
+    # gpu1 read as a domain's name, and typed, was "unknown domain" (tester h136).
+    backend = StaticBackend()
+    for domain in backend._gpus["domains"]:
+        if domain.get("gpu_index") == 1:
+            domain["name"] = "small"
+    app = build_app(backend, clock=lambda: FIXED_NOW, cursor_blink=False)
+    async with app.run_test(size=(120, 32)) as pilot:
+        await pilot.press("3")
+        await until(pilot, lambda: app.screen.is_mounted and app.screen.query("#strays"))
+        await pilot.press("a")
+        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        text = " ".join(shown_text(s, 110) for s in dialog.query(Static))
+        assert "GPU 1 (small)" in text and "gpu1" not in text, text
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, AdoptScreen), "closed")
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ModalScreen), "the signal dialog")
+        text = " ".join(shown_text(s, 110) for s in app.screen.query(Static))
+        assert "GPU 1 (small)" in text, text

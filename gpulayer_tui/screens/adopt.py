@@ -20,7 +20,7 @@ from textual.widgets import Button, Input, Label, Static
 from .. import keymap, wire
 from ..backend import BackendError
 from ..fields import program_name
-from ..formatting import GIB
+from ..formatting import GIB, gpus_named
 from ..key_hold import focus_first_field
 from ..view import view_of
 from ..widgets.field_input import FieldInput, after_typed
@@ -75,7 +75,8 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
     def compose(self) -> ComposeResult:
         proc = self.process
         held = proc.get("used_bytes")
-        gpus = ", ".join(f"gpu{g}" for g in proc.get("gpus", [])) or "no GPU memory seen"
+        state = view_of(self).gpu_state
+        gpus = gpus_named(proc.get("gpus") or [], state) or "no GPU memory seen"
         program = (proc.get("command") or "").split(" ", 1)[0]
         with Vertical(classes="dialog", id="adopt-dialog"):
             yield Label(f"Adopt pid {proc['pid']}?", classes="dialog-title")

@@ -20,7 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Label, Static
 
 from .. import keymap
-from ..formatting import GIB
+from ..formatting import GIB, gpus_named
 from ..widgets.key_footer import KeyFooter
 
 
@@ -101,7 +101,7 @@ class SignalScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         proc = self.process
         user = str(proc.get("user") or "")
-        gpus = ", ".join(f"gpu{g}" for g in proc.get("gpus") or [])
+        gpus = gpus_named(proc.get("gpus") or [], getattr(self.app, "gpu_state", None))
         held = proc.get("used_bytes")
         facts = [f"pid {proc['pid']}", f"user {user or '?'}"]
         if gpus:
