@@ -89,6 +89,13 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
     assert (await engine.config_reload.reload())["changes"] == [
         "logs.max_bytes: 1073741824 -> 65536"
     ]
+    # The next launcher started gets a new launcher_idle ("applied", and it still got the
+    # old --idle: tester h135).
+    paths.config_file.write_text(
+        BASE + "launcher_idle = 4.0\n[cpu]\nslots = 2\n[logs]\nmax_bytes = 65536\n"
+    )
+    assert (await engine.config_reload.reload())["changes"] == ["engine.launcher_idle: 60.0 -> 4.0"]
+    assert engine.executor.idle_timeout == 4.0
     # Each setting with its values (the log said only "history": tester h81), but not a
     # notification's: a webhook URL may hold a secret.
     paths.config_file.write_text(
@@ -313,7 +320,9 @@ async def test_slots_lowered_below_use_stop_nothing_and_hold_new_work_until_belo
     # Both keep running: a lower limit stops nothing; new work waits for room under it.
     assert [(await engine.get(j.id)).status for j in (first, second)] == [JobStatus.RUNNING] * 2
     third = await engine.submit({"command": ["true"]})
-    assert third.status is JobStatus.QUEUED and third.message == "the only cpu slot is busy"
+    # ("the only cpu slot is busy" of a pool cut to 1 under 3 jobs: tester h136)
+    assert third.status is JobStatus.QUEUED
+    assert third.message == "cpu: 2 slots in use, more than its 1 slot (lowered while jobs ran)"
     # doctor said "2/1 slots used" and "ok".
     checks = {c["check"]: c for c in await engine.doctor_checks()}
     assert checks["domain cpu"]["status"] == "warn"
@@ -322,7 +331,8 @@ async def test_slots_lowered_below_use_stop_nothing_and_hold_new_work_until_belo
     )
     await engine.cancel(first.id)
     await engine.wait(first.id, timeout=10)
-    assert (await engine.get(third.id)).status is JobStatus.QUEUED  # 1 running: still full
+    waiting = await engine.get(third.id)  # 1 running: still full
+    assert waiting.status is JobStatus.QUEUED and waiting.message == "the only cpu slot is busy"
     await engine.cancel(second.id)
     assert (await engine.wait(third.id, timeout=10)).status is JobStatus.COMPLETED
 

@@ -544,6 +544,12 @@ class Domain:
             if not self.is_gpu:
                 # CPU queues get long; a text that changes with every job id would be
                 # rewritten for every queued row on every job end.
+                if self.used_slots > self.slots:
+                    # ("the only cpu slot is busy" of 3 jobs on a pool cut to 1: h136)
+                    return (
+                        f"{self.name}: {self.used_slots} slots in use, more than its "
+                        f"{plural(self.slots, 'slot')} (lowered while jobs ran)"
+                    )
                 return busy_words(self.slots, "cpu")
             jobs = ", ".join(str(j) for j in sorted(self.holdings))
             if len(self.holdings) > self.slots:

@@ -389,6 +389,9 @@ class Engine:
         self.services.reconfigure(config)
         self.domain_ops.reconfigure(config.health)
         self.executor.set_max_log(config.logs.max_bytes)
+        # (the next launcher this engine starts gets it: "applied", and the next one still
+        # got the old --idle; tester h135)
+        self.executor.idle_timeout = engine.launcher_idle
         self.retention.reconfigure(config.history)
         self.disk.min_free_mb = config.logs.min_free_mb
         self.admission.reconfigure(config.limits, config.snapshot)
