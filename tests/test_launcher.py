@@ -1089,6 +1089,12 @@ def test_a_new_keeper_settles_the_start_a_launcher_that_died_whole_was_in(
     intent = journal.boot_ticks()
     with open(tmp_path / journal.NAME, "ab") as fh:
         fh.write(journal.line("S", "9", intent) + journal.line("S", "10", intent))
+        fh.write(journal.line("S", "12", intent))
+    # Job 12's process was made (it made its start mark), ran, and ended before this
+    # keeper came: it ran a second time (tester h135).
+    (tmp_path / journal.STARTING).mkdir()
+    mark = Path(journal.start_mark(state, "12", intent))
+    mark.touch()
     # Job 9's process started, and is init's now (not this keeper's child); 10's never did.
     started = subprocess.run(
         ["setsid", "sh", "-c", "sleep 60 >/dev/null 2>&1 & echo $!"],
@@ -1104,6 +1110,9 @@ def test_a_new_keeper_settles_the_start_a_launcher_that_died_whole_was_in(
         assert entries["9"].state == journal.RUNNING and entries["9"].pid == pid
         assert "10" not in entries  # ("N": it never started; the engine starts it once)
         assert journal.line("N", "10") in (tmp_path / journal.NAME).read_bytes()
+        # Ran and ended unseen: its end recorded, exit status unknown, never run again.
+        assert entries["12"].state == journal.EXITED and entries["12"].code is None
+        assert entries["12"].pid is None and not mark.exists()
     finally:
         os.kill(pid, signal.SIGKILL)
     # A keeper started afresh settles it before its first spawner reads the journal.
@@ -1247,3 +1256,25 @@ def test_a_later_runs_line_starts_on_a_line_of_its_own(tmp_path: Path) -> None:
         assert written.endswith(b" ---\n") and written.count(b"\n") == before.count(b"\n") + (
             1 + len(lead)
         )
+
+
+async def test_a_jobs_start_mark_is_there_while_it_runs_and_goes_with_its_end(
+    make_engine: EngineFactory,
+) -> None:
+    # The mark a job's process makes as it is made tells a new keeper that a start cut
+    # short between "S" and "P" ran (see journal.STARTING); the job never sees its file.
+    engine = await make_engine()
+    job = await engine.submit({"shell": "ls -l /proc/$$/fd; exec sleep 600"})
+    marks = engine.paths.state_dir / journal.STARTING
+    await eventually(lambda: [m.name.split(".")[0] for m in marks.iterdir()] == [str(job.id)])
+    log = engine.log_path(job.id)
+    await eventually(lambda: " 2 -> " in log.read_text())
+    assert journal.STARTING not in log.read_text() and " 3 -> " not in log.read_text()
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+    await eventually(lambda: not any(marks.iterdir()))
+    # Removed under it, the folder is made again: jobs still start.
+    marks.rmdir()
+    again = await engine.submit({"command": ["true"]})
+    done = await engine.wait(again.id, timeout=20)
+    assert done.status is JobStatus.COMPLETED, done.message

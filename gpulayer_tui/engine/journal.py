@@ -41,6 +41,22 @@ import os
 import time
 
 NAME = "launcher.journal"
+
+STARTING = "starting"
+"""The folder (in the state dir) of start marks: the spawner has each job's process make
+``KEY.TICKS`` (the ``S`` line's ticks) as it is made, before its program runs, and removes
+it once the job has ended. A start whose ``P`` line never came (both launcher processes
+killed between the two) and whose process is gone by the time a new keeper looks is told
+by it: with the mark, its process was made and ran (it ended unseen: exit status unknown,
+never run again); without, it never started. A job that ran and ended before the next
+keeper came ran twice (tester h135)."""
+
+
+def start_mark(state_dir: str, key: str, ticks: int) -> str:
+    """The path of the start mark of ``key``'s start begun at ``ticks`` (see STARTING)."""
+    return os.path.join(state_dir, STARTING, f"{key}.{ticks}")
+
+
 COMPACT_BYTES = 1 << 20
 """A journal is compacted as it runs once it is this big (and 4x its live entries)."""
 

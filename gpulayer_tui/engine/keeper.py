@@ -328,10 +328,10 @@ class Keeper:
     def _settle_interrupted_start(self, anywhere: bool = False) -> None:
         """The spawner died: decide the start it may have been in the middle of.
         ``anywhere``: the keeper above it died too (this keeper is new): the process of
-        that start, if any, is init's now, so it is looked for among every process; one
-        that ran and ended in that instant is gone with no trace, and runs again (the
-        one case where a start is not exactly once: both launcher processes killed
-        within the same millisecond of a start)."""
+        that start, if any, is init's now, so it is looked for among every process. One
+        that ran and has ended since is gone, but its start mark says it was made
+        (``journal.STARTING``): its end is recorded, exit status unknown, and it never
+        runs again (it ran a second time: tester h135)."""
         entries = journal.replay(self.journal_path)
         intents = sorted(
             (e.intent_ticks, key) for key, e in entries.items() if e.state == journal.INTENT
@@ -349,9 +349,20 @@ class Keeper:
         writer = journal.Journal(self.journal_path)  # the only writer while no spawner runs
         try:
             for since, key in intents:
-                if not self._find(key, since, known, writer, anywhere):
+                if self._find(key, since, known, writer, anywhere):
+                    continue
+                mark = journal.start_mark(self.state_dir, key, since)
+                if os.path.exists(mark):
+                    writer.write("E", key, None, time.time())
+                    _say(
+                        f"the start of {key} was interrupted after its process was made: "
+                        "it ran and has ended, exit status unknown (not run again)"
+                    )
+                else:
                     writer.write("N", key)  # no trace: it never started; the engine will
                     _say(f"the start of {key} was interrupted before it began: never ran")
+                with contextlib.suppress(OSError):
+                    os.unlink(mark)
         finally:
             writer.close()
 

@@ -488,7 +488,9 @@ class LauncherExecutor:
             elif info["state"] == "running" and watch.pid is None:
                 self._started(lkey, info["pid"], info["ticks"])
             elif info["state"] == "exited":
-                if watch.pid is None:
+                if watch.pid is None and info.get("pid"):
+                    # (none: its start was interrupted, and a keeper found it had run and
+                    # ended, its pid unknown; see journal.STARTING)
                     self._started(lkey, info["pid"], info["ticks"])
                 self._exited(lkey, info["code"], info.get("at"))
         # A new spawner knows no environment: send every one again, before anything else;

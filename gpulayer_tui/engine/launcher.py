@@ -227,6 +227,7 @@ class Task:
         "log_fd",
         "log_next",
         "log_seen",
+        "mark",
         "max_log",
         "pid",
         "pidfd",
@@ -252,6 +253,7 @@ class Task:
         self.log_next = time.monotonic() + LOG_CHECK_FIRST_S
         self.log_seen = 0  # its size at the last look
         self.log_dropped = 0  # its output that cuts dropped, in all (the note's count)
+        self.mark = ""  # its start mark (see journal.STARTING), removed as it ends
         # Its --timeout (wall clock), enforced here only while no engine is connected:
         # an engine enforces it itself, and one stopped for hours left it running on.
         self.timeout_at: float | None = None
@@ -280,6 +282,8 @@ class Spawner:
         self.idle_timeout = idle_timeout
         self.journal = journal.Journal(os.path.join(state_dir, journal.NAME))
         self.entries = journal.replay(self.journal.path)
+        self.marks = os.path.join(state_dir, journal.STARTING)
+        self._sweep_marks()
         self.journal_lagging = False  # (said once, until the journal is written again)
         self.tasks: dict[str, Task] = {}
         self.by_pidfd: dict[int, Task] = {}
@@ -325,6 +329,23 @@ class Spawner:
         self._resume()
 
     # -- start-up -----------------------------------------------------------------------------
+
+    def _sweep_marks(self) -> None:
+        """Make the start marks' folder; remove the marks of starts the journal has
+        settled (a job's is removed as it ends; one whose end a keeper or an earlier
+        spawner saw stays until here)."""
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(self.marks, 0o700)
+        try:
+            names = os.listdir(self.marks)
+        except OSError:
+            return
+        for name in names:
+            key, _, ticks = name.rpartition(".")
+            entry = self.entries.get(key)
+            if entry is None or entry.state != journal.INTENT or str(entry.intent_ticks) != ticks:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self.marks, name))
 
     def _listen(self) -> socket.socket:
         try:
@@ -812,7 +833,8 @@ class Spawner:
             return f"cannot write the job's log {log}: {err.strerror}"
         if banner:
             _write_banner(log_fd, banner)
-        if not self.journal.write("S", key, journal.boot_ticks(), required=True):
+        intent = journal.boot_ticks()
+        if not self.journal.write("S", key, intent, required=True):
             # (nothing is started that the journal does not announce first: a spawner
             # killed after the spawn would leave no trace of a running job)
             os.close(log_fd)
@@ -823,24 +845,11 @@ class Spawner:
             )
         if self.journal_lagging:
             self._journal_caught_up()
+        mark = journal.start_mark(self.state_dir, key, intent)
         try:
             os.chdir(cwd)  # posix_spawn has no cwd; this process is single-threaded
             before = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
-            pid = os.posix_spawn(
-                program,
-                argv,
-                env,
-                file_actions=[
-                    (os.POSIX_SPAWN_DUP2, self.devnull, 0),
-                    (os.POSIX_SPAWN_DUP2, log_fd, 1),
-                    (os.POSIX_SPAWN_DUP2, log_fd, 2),
-                ],
-                setsid=True,
-                # Signals this process ignores would stay ignored in the job (SIGTERM
-                # among them): give the job the defaults, and an empty signal mask.
-                setsigdef=DEFAULT_SIGNALS,
-                setsigmask=(),
-            )
+            pid = self._make_process(program, argv, env, log_fd, mark)
         except OSError as err:
             self._journal("F", key)
             os.close(log_fd)
@@ -858,7 +867,7 @@ class Spawner:
         entry = self.entries[key] = journal.Entry(journal.RUNNING)
         entry.pid, entry.ticks, entry.max_log = pid, ticks, max_log
         task = Task(key, pid, ticks, os.pidfd_open(pid), child=True)
-        task.log_fd, task.max_log = log_fd, max_log
+        task.log_fd, task.max_log, task.mark = log_fd, max_log, mark
         if timeout is not None:
             entry.timeout_at = task.timeout_at = timeout_at
             entry.timeout_grace = task.timeout_grace = timeout[1]
@@ -866,6 +875,40 @@ class Spawner:
         # (when it was spawned: the engine reads this line later, maybe after the job ended)
         self._send({"ev": "started", "key": key, "pid": pid, "ticks": ticks, "at": spawned_at})
         return None
+
+    def _make_process(
+        self, program: str, argv: list[str], env: dict[str, str], log_fd: int, mark: str
+    ) -> int:
+        """Make the job's process: its output to its log, its start mark made by the
+        process itself before its program runs (see journal.STARTING)."""
+        actions: list[tuple[Any, ...]] = [
+            (os.POSIX_SPAWN_DUP2, self.devnull, 0),
+            (os.POSIX_SPAWN_DUP2, log_fd, 1),
+            (os.POSIX_SPAWN_DUP2, log_fd, 2),
+            # (in the child: fd 3 there is closed again, the job never sees it)
+            (os.POSIX_SPAWN_OPEN, 3, mark, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600),
+            (os.POSIX_SPAWN_CLOSE, 3),
+        ]
+        for attempt in (1, 2):
+            try:
+                return os.posix_spawn(
+                    program,
+                    argv,
+                    env,
+                    file_actions=actions,
+                    setsid=True,
+                    # Signals this process ignores would stay ignored in the job (SIGTERM
+                    # among them): give the job the defaults, and an empty signal mask.
+                    setsigdef=DEFAULT_SIGNALS,
+                    setsigmask=(),
+                )
+            except FileNotFoundError:
+                # (said of the program whatever was missing: the marks' folder, removed
+                # under it, is made again)
+                if attempt == 2 or os.path.isdir(self.marks):
+                    raise
+                self._sweep_marks()
+        raise AssertionError("unreachable")
 
     def _watch(self, task: Task) -> None:
         self.tasks[task.key] = task
@@ -928,6 +971,9 @@ class Spawner:
         # cut seen, told the last total it had seen.)
         dropped = task.log_dropped or None
         self._journal("E", task.key, code, at, dropped)
+        if task.mark:  # (after its end is journaled: the mark is no longer asked about)
+            with contextlib.suppress(OSError):
+                os.unlink(task.mark)
         entry = self.entries.setdefault(task.key, journal.Entry(journal.EXITED))
         entry.state, entry.code, entry.ended_at = journal.EXITED, code, at
         entry.log_dropped = task.log_dropped
