@@ -1804,3 +1804,20 @@ async def test_a_move_off_a_drained_gpu_is_no_lost_placement_and_a_pause_keeps_i
     assert again.status is JobStatus.RUNNING and again.domains == [here]
     assert again.attempt == 1
     await engine.cancel(job.id)
+
+
+async def test_a_replica_that_exits_at_once_starts_before_it_ends_in_its_timeline(
+    make_engine: EngineFactory,
+) -> None:
+    # Its "pid N started" was dated when the engine learnt of the start, after the exit
+    # the launcher had dated: the stored timeline read "exited", then "started" (h134).
+    engine = await make_engine()
+    job = await engine.submit(_service(["sh", "-c", "exit 0"], restart="on_failure"))
+    # (The race needs a loaded machine, the engine reading the start after the exit: on an
+    # idle one this checks the order holds.)
+    done = await engine.wait(job.id, timeout=20)
+    assert done.status is JobStatus.COMPLETED, done.message
+    said = [e["message"] for e in await engine.events_of(job.id)]
+    started = [i for i, m in enumerate(said) if "pid " in m]
+    exited = [i for i, m in enumerate(said) if "exited with code 0" in m]
+    assert started and exited and started[0] < exited[0], said

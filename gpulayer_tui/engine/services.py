@@ -558,15 +558,18 @@ class ServiceRunner:
             self._book.started(job_id, started.at)
         if replica.state is R.STARTING:
             assert replica.port is not None
+            # (dated when the launcher made it: one that exited at once was learnt of
+            # after its exit, and its timeline said it ended before it started: h134)
             self._set_replica(
                 act,
                 replica,
                 R.STARTING,
                 f"pid {pid} started; waiting for port {replica.port} to accept",
+                at=started.at,
             )
             self._watch_port(act, replica)
         elif replica.state is R.UP:
-            self._set_replica(act, replica, R.UP, f"running (pid {pid})")
+            self._set_replica(act, replica, R.UP, f"running (pid {pid})", at=started.at)
 
     def _launch_failed(self, act: ActiveJob, replica: Replica, verb: str, error: str) -> None:
         """A replica cannot start: the service fails with the reason; a restart that
