@@ -243,6 +243,17 @@ async def test_a_key_whose_jobs_were_cleaned_makes_nothing_again(
     assert await later.list_jobs() == []
     fresh = await later.submit({"command": ["true"]}, 0, "k3")  # a new key: a new job
     assert fresh.id > single.id
+    # One job of a batch cleaned, one still running: the retry answered with one job for
+    # two items, and no word (tester h135). It is refused, naming both.
+    pair = [{"command": ["true"]}, {"command": ["sleep", "600"]}]
+    ended, running = await later.submit_many(pair, 0, "k4")
+    await later.wait(ended.id, timeout=10)
+    assert (await later.retention.clean(None, keep=0))["jobs"] == 2  # (fresh, ended)
+    with pytest.raises(KeySpent) as refused:
+        await later.submit_many(pair, 0, "k4")
+    assert f"some of whose jobs ({ended.id}) were removed" in str(refused.value)
+    assert f"jobs {running.id} of it are still there" in str(refused.value)
+    await later.cancel(running.id)
 
 
 def test_a_key_reused_for_another_request_is_a_422_naming_the_header(served: Served) -> None:

@@ -167,7 +167,9 @@ class Admission:
         """The jobs ``ids`` as they are now.
 
         Raises:
-            KeySpent: Every one of them was cleaned from the history since.
+            KeySpent: One of them (or every one) was cleaned from the history since: the
+                answer can no longer be the one job per item the first one gave (a partial
+                clean answered with fewer, and no word: tester h135).
         """
         out = []
         for job_id in ids:
@@ -175,8 +177,9 @@ class Admission:
             job = live.job if live is not None else await self._store.get_job(job_id)
             if job is not None:  # (a job cleaned from history since is left out)
                 out.append(job)
-        if ids and not out:
-            raise _spent(key, ids)
+        if len(out) < len(ids):
+            kept = [job.id for job in out]
+            raise _spent(key, [i for i in ids if i not in kept], kept)
         return out
 
     async def _submit(
@@ -528,15 +531,20 @@ def request_digest(items: list[Any]) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def _spent(key: str, ids: list[int] | None = None) -> KeySpent:
-    """A retry of a submission whose jobs were all cleaned from the history since."""
-    which = ""
-    if ids:
-        which = " (" + ", ".join(str(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "") + ")"
+def _ids(ids: list[int]) -> str:
+    return ", ".join(str(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
+
+
+def _spent(key: str, ids: list[int] | None = None, kept: list[int] | None = None) -> KeySpent:
+    """A retry of a submission whose jobs (``ids``; ``kept``: the others, still there)
+    were cleaned from the history since."""
+    which = f" ({_ids(ids)})" if ids else ""
+    rest = f"; jobs {_ids(kept)} of it are still there" if kept else ""
+    whose = "some of whose jobs" if kept else "whose jobs"
     return KeySpent(
-        f"Idempotency-Key {key!r} was used already, by a submission whose jobs{which} were "
-        "removed from the history since (clean); nothing was stored (send a new key for a "
-        "new submission)",
+        f"Idempotency-Key {key!r} was used already, by a submission {whose}{which} were "
+        f"removed from the history since (clean){rest}; nothing was stored (send a new key "
+        "for a new submission)",
         "Idempotency-Key",
     )
 
