@@ -1605,6 +1605,12 @@ async def test_a_named_domain_whose_gpu_did_not_come_up_is_left_out_not_refused(
         "can no longer run after a configuration change: domain: domain 'big' was removed "
         "from the configuration (its GPU is not found by the driver now)"
     ), failed.message
+    # A new one pinned to it is refused, without "jobs queued for it before wait for it"
+    # of the jobs that edit has just failed (tester h136).
+    with pytest.raises(SpecError) as refused:
+        await second.submit({"command": ["true"], "domain": "big"})
+    assert "is not found by the driver now" in str(refused.value)
+    assert "queued for it before" not in str(refused.value)
     await second.cancel(running.id)
 
 

@@ -159,9 +159,10 @@ class Scheduler:
         away = self.missing_named(name)
         if away:
             return (
-                f"domain {name!r}: its GPU ({away[0]}) is not found by the driver now (jobs "
-                f"queued for it before wait for it; `gpulayer-tui domain forget {name}` if it "
-                "was removed for good)"
+                # ("jobs queued for it before wait for it" was said right after a config
+                # edit had failed them all: tester h136)
+                f"domain {name!r}: its GPU ({away[0]}) is not found by the driver now "
+                f"(`gpulayer-tui domain forget {name}` if it was removed for good)"
             )
         known = ", ".join(self._domains) or "none"
         shown = name if len(name) <= 100 else name[:100] + "..."
