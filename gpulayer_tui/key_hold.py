@@ -155,8 +155,29 @@ class KeyHold:
         being left, under load.)
         """
         self._held, self._opener, self._form_coming = held, opener, False
-        self._timer = self._app.set_timer(HOLD_LIMIT, partial(self.release, held))
+        self._timer = self._app.set_timer(HOLD_LIMIT, partial(self._limit_reached, held))
         return held
+
+    def _limit_reached(self, held: list[Typed]) -> None:
+        """:data:`HOLD_LIMIT` passed: the keys go on where they are, but for a form still
+        on its way (the edit form waits for its job from a slow engine): those keys were
+        meant for its fields, and went to the table under it, silently (``e 3 Tab ...``
+        there could cancel or restart the row: tester h133). They are dropped, saying so."""
+        if self._held is not held:
+            return
+        if not (self._form_coming and held):
+            self.release(held)
+            return
+        if self._timer is not None:
+            self._timer.stop()
+        self._held, self._opener, self._form_coming, self._timer = None, None, False, None
+        self._opened_from = self._screen_opener = None
+        self._app.notify(
+            f"the form took more than {HOLD_LIMIT:g} s to open: the {len(held)} "
+            f"key{'s' if len(held) > 1 else ''} typed meanwhile went nowhere",
+            title="keys",
+            severity="warning",
+        )
 
     def current_screen(self) -> Screen[Any] | None:
         """The screen now; ``None`` while the app ends (a check's timer may fire then, and

@@ -7,9 +7,11 @@ once, with no pause between them (``pilot.press`` waits after each key, and neve
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from textual import events
+from textual.screen import ModalScreen
 from textual.widgets import Input
 
 from gpulayer_tui.app import build_app
@@ -276,3 +278,33 @@ async def test_esc_and_a_key_read_as_one_alt_key_are_the_two_keys() -> None:
         await until(pilot, lambda: "ab" not in command.value, "a word deleted")
         assert command.value.endswith("cd")
         assert isinstance(app.screen, SubmitScreen)
+
+
+class _SlowJobBackend(StaticBackend):
+    """A job's detail comes only once ``gate`` is set (an engine slow to answer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def job(self, job_id: int) -> dict[str, Any]:
+        await self.gate.wait()
+        return await super().job(job_id)
+
+
+async def test_keys_held_for_a_form_that_comes_too_late_are_dropped_saying_so() -> None:
+    # "e 3 Tab ..." while the engine was slow: the keys went to the table under the form
+    # (there "c" is cancel, "R" restart), silently (tester h133).
+    backend = _SlowJobBackend()
+    app = _static_app(backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _jobs_screen(pilot, 11)
+        _burst(app, "e", "c", "j")
+        await until(pilot, lambda: app.key_hold.holding, "held")
+        await until(pilot, lambda: not app.key_hold.holding, "the hold's limit", timeout=5)
+        notes = [n.message for n in app._notifications]
+        assert any("2 keys typed meanwhile went nowhere" in m for m in notes), notes
+        assert table.cursor_job_id == 11 and backend.cancelled == []
+        assert not isinstance(app.screen, ModalScreen)  # (no cancel dialog either)
+        backend.gate.set()
+        await until(pilot, lambda: isinstance(app.screen, EditScreen), "the form, late")
