@@ -1278,3 +1278,54 @@ async def test_a_jobs_start_mark_is_there_while_it_runs_and_goes_with_its_end(
     again = await engine.submit({"command": ["true"]})
     done = await engine.wait(again.id, timeout=20)
     assert done.status is JobStatus.COMPLETED, done.message
+
+
+def test_a_new_keeper_takes_an_interrupted_starts_process_that_names_no_job(
+    tmp_path: Path,
+) -> None:
+    # Its process cleared its environment (`exec env -i ...`): with its start mark there,
+    # it was taken for ended while it ran on, unwatched (a service's replica ran twice:
+    # tester h138). The one live session leader of ours made at that moment is it.
+    from gpulayer_tui.engine import procstat
+
+    proc = subprocess.Popen(["env", "-i", "sleep", "60"], start_new_session=True)
+    pid = proc.pid
+    try:
+        wait_for(lambda: Path(f"/proc/{pid}/exe").resolve().name == "sleep")
+        stat = procstat.read_stat(pid)
+        assert stat is not None and stat.session == pid
+        state = str(tmp_path)
+        (tmp_path / journal.NAME).write_bytes(journal.line("S", "13", stat.start_ticks))
+        (tmp_path / journal.STARTING).mkdir()
+        Path(journal.start_mark(state, "13", stat.start_ticks)).touch()
+        Keeper(state, 60)._settle_interrupted_start(anywhere=True)
+        entries = journal.replay(str(tmp_path / journal.NAME))
+        assert entries["13"].state == journal.RUNNING and entries["13"].pid == pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def test_a_start_that_cannot_exec_leaves_no_mark_and_a_file_in_the_marks_place_is_said(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Made before its exec failed, the mark stayed (22 after 22 such jobs: tester h138);
+    # a file where the marks' folder goes failed every job "cannot start PROGRAM: Not a
+    # directory (PROGRAM)".
+    engine = await make_engine()
+    script = tmp_path / "bad.sh"
+    script.write_text("#!/nonexistent/interp\n")
+    script.chmod(0o755)
+    bad = await engine.submit({"command": [str(script)]})
+    done = await engine.wait(bad.id, timeout=20)
+    assert done.termination_reason is TerminationReason.LAUNCH_FAILED, done.message
+    marks = engine.paths.state_dir / journal.STARTING
+    assert not any(marks.iterdir())
+    marks.rmdir()
+    marks.write_text("not a folder\n")
+    job = await engine.submit({"command": ["true"]})
+    done = await engine.wait(job.id, timeout=20)
+    assert done.termination_reason is TerminationReason.LAUNCH_FAILED, done.message
+    assert "start-mark folder is not a directory" in done.message, done.message
+    assert str(marks) in done.message
+    marks.unlink()

@@ -150,6 +150,9 @@ class Keeper:
         self.spawners = 0  # started so far (the first is told: see Spawner's ``first``)
         # Reaped children the journal did not name: pid, start ticks, code, led a session.
         self.unknown: list[tuple[int, int, int, bool]] = []
+        # Live processes the last look for an interrupted start saw that name no job
+        # (pid, start ticks): session leaders of ours made at that start's moment.
+        self.unnamed: list[tuple[int, int]] = []
         # Exits of jobs reaped here, told to a spawner: told again to the next one until the
         # journal has them (a spawner may die before it reads its pipe).
         self.reaped: dict[str, int] = {}
@@ -352,7 +355,20 @@ class Keeper:
                 if self._find(key, since, known, writer, anywhere):
                     continue
                 mark = journal.start_mark(self.state_dir, key, since)
-                if os.path.exists(mark):
+                unnamed = [p for p in self.unnamed if p not in known]
+                if os.path.exists(mark) and len(unnamed) == 1:
+                    # Its process was made, and one (only one) of ours, made at that very
+                    # moment and leading its own session, still runs with no job named in
+                    # its environment: it (taken for ended, it ran on unwatched, holding
+                    # nothing, and a service's replica ran twice: tester h138).
+                    pid, ticks = unnamed[0]
+                    writer.write("P", key, pid, ticks)
+                    known.add((pid, ticks))
+                    _say(
+                        f"the interrupted start of {key} runs as pid {pid} (its environment "
+                        "names no job: taken by the moment it was made, and its session)"
+                    )
+                elif os.path.exists(mark):
                     writer.write("E", key, None, time.time())
                     _say(
                         f"the start of {key} was interrupted after its process was made: "
@@ -386,7 +402,9 @@ class Keeper:
         """
         seen = []
         ended = []
+        self.unnamed = []
         own_session = _own_session()
+        uid = os.getuid()
         for child in _every_process() if anywhere else _children():
             stat = procstat.read_stat(child)
             if stat is None or (child, stat.start_ticks) in known:
@@ -403,6 +421,13 @@ class Keeper:
                 else _task_key(child, self.state_dir, 0.0 if anywhere else ENVIRON_WAIT_S)
             )
             seen.append((child, stat.start_ticks, stat.session, found))
+            if found is None and stat.session == child and stat.start_ticks <= since + 1:
+                # (a live session leader of ours made at that very moment whose environment
+                # names no job: one that cleared it, `exec env -i ...`, or wrote over it
+                # to set its title; see _settle_interrupted_start)
+                with contextlib.suppress(OSError):
+                    if os.stat(f"/proc/{child}").st_uid == uid:
+                        self.unnamed.append((child, stat.start_ticks))
             if found == key:
                 writer.write("P", key, child, stat.start_ticks)
                 _say(f"the interrupted start of {key} runs as pid {child}")

@@ -852,6 +852,8 @@ class Spawner:
             pid = self._make_process(program, argv, env, log_fd, mark)
         except OSError as err:
             self._journal("F", key)
+            with contextlib.suppress(OSError):  # (made before its exec failed: h138)
+                os.unlink(mark)
             os.close(log_fd)
             where = f" ({err.filename})" if err.filename else ""
             return f"cannot start {argv[0]}: {err.strerror}{where}"
@@ -902,12 +904,19 @@ class Spawner:
                     setsigdef=DEFAULT_SIGNALS,
                     setsigmask=(),
                 )
-            except FileNotFoundError:
+            except OSError as err:
                 # (said of the program whatever was missing: the marks' folder, removed
-                # under it, is made again)
-                if attempt == 2 or os.path.isdir(self.marks):
+                # under it, is made again; a file in its place is said as such)
+                if os.path.isdir(self.marks):
                     raise
-                self._sweep_marks()
+                if attempt == 1 and not os.path.lexists(self.marks):
+                    self._sweep_marks()
+                    continue
+                raise OSError(
+                    err.errno,
+                    "the launcher's start-mark folder is not a directory",
+                    self.marks,
+                ) from err
         raise AssertionError("unreachable")
 
     def _watch(self, task: Task) -> None:
