@@ -61,6 +61,12 @@ are meant for what it opens. ``enter c n`` on a job ran the cancel on the table 
 ``n`` into a new-job form, ``: cancel`` lost its first letters to the table, ``1 g`` moved
 the cursor of the area left (tester h132)."""
 
+SEND_ACTIONS = frozenset({"submit", "save", "adopt"})
+"""The forms' ``ctrl+s``: it reads the fields once the keys typed before it have reached
+them, and the keys after it are for the screen the form leaves (``n 'sleep 81' ctrl+s j``
+submitted ``sleep 81j``: tester h137). They wait until the form is gone, or it shows the
+engine's refusal (:meth:`KeyHold.release`)."""
+
 SCREEN_SETTLE_S = 0.3
 """Seconds after a screen key's binding has run that the keys after it are still held when
 no screen comes (a cancel of a job that has ended only says so): its action may run a
@@ -97,6 +103,7 @@ class KeyHold:
         self._replay = replay
         self._form_keys = _form_keys(FORM_ACTIONS)
         self._screen_keys = _form_keys(SCREEN_ACTIONS)
+        self._send_keys = _form_keys(SEND_ACTIONS)
         self._held: list[Typed] | None = None
         self._opener: events.Key | None = None
         self._form_coming = False
@@ -146,6 +153,16 @@ class KeyHold:
             self._app.set_timer(SCREEN_CHECK_S, partial(self._when_opened, held))
         return False
 
+    def settle_for(self, screen: Screen[Any]) -> None:
+        """The hold ``screen`` started (its ``ctrl+s``) ends :data:`SCREEN_SETTLE_S` from
+        now at most (see :func:`form_sent`)."""
+        held = self._held
+        if held is None or self._opened_from is not screen:
+            return
+        if self._timer is not None:
+            self._timer.stop()
+        self._timer = self._app.set_timer(SCREEN_SETTLE_S, partial(self.release, held))
+
     def _start_hold(self, held: list[Typed], opener: events.Key | None) -> list[Typed]:
         """Hold keys from now (``held`` first), until :data:`HOLD_LIMIT` at most.
 
@@ -191,9 +208,13 @@ class KeyHold:
             return None
 
     def _enter_opens_a_screen(self, event: events.Key, screen: Screen[Any]) -> bool:
-        if event.key != "enter":
-            return False
-        return isinstance(screen, CommandPalette) or bool(
+        if isinstance(screen, CommandPalette):
+            # (enter runs a command; esc closes it, and "j j" after it were lost: h137)
+            return event.key in ("enter", "escape")
+        scopes = self._send_keys.get(event.key)
+        if scopes and getattr(screen, "KEYMAP_SCOPE", None) in scopes:
+            return True  # (a form sent: what follows is for the screen under it)
+        return event.key == "enter" and bool(
             getattr(self._app.focused, "enter_opens_a_screen", False)
         )
 
@@ -340,6 +361,23 @@ def esc_then_key(event: events.Key, screen: Screen[Any]) -> list[events.Key] | N
     if name.startswith("shift+"):
         name = character  # (an upper-case letter's key is the letter)
     return [events.Key("escape", "\x1b"), events.Key(name, character)]
+
+
+def form_sent(screen: Screen[Any]) -> None:
+    """A form has read its fields and waits for the engine's answer: the keys typed after
+    its ``ctrl+s`` wait a moment more for it to close (a quick answer), then go to it (a
+    slow engine: esc there says what it waits for)."""
+    hold = getattr(screen.app, "key_hold", None)
+    if isinstance(hold, KeyHold):
+        hold.settle_for(screen)
+
+
+def release_keys(screen: Screen[Any]) -> None:
+    """A form sent with ``ctrl+s`` stays open (a problem in a field, the engine's refusal):
+    the keys typed after it are for the form after all."""
+    hold = getattr(screen.app, "key_hold", None)
+    if isinstance(hold, KeyHold):
+        hold.release()
 
 
 def focus_first_field(screen: Screen[Any], field: Widget) -> None:

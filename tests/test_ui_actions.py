@@ -681,7 +681,9 @@ async def test_the_edit_form_stays_while_the_engine_has_its_edit(
         await pilot.press("ctrl+s")
         await until(pilot, lambda: form._busy, "saving")
         await pilot.press("escape", "escape")
-        assert app.screen is form and "wait for its answer" in form.form_message
+        # (the keys after ctrl+s wait a moment for the form to close: then go to it)
+        await until(pilot, lambda: "wait for its answer" in form.form_message)
+        assert app.screen is form
         answer.set()
         await until(pilot, lambda: app.screen is not form, "closed once answered")
         assert (await app.backend.job(waiting["id"]))["job"]["priority"] == -1

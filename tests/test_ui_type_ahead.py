@@ -308,3 +308,41 @@ async def test_keys_held_for_a_form_that_comes_too_late_are_dropped_saying_so() 
         assert not isinstance(app.screen, ModalScreen)  # (no cancel dialog either)
         backend.gate.set()
         await until(pilot, lambda: isinstance(app.screen, EditScreen), "the form, late")
+
+
+async def test_keys_typed_after_ctrl_s_are_for_the_screen_the_form_leaves() -> None:
+    # "n 'sleep 81' ctrl+s j" submitted "sleep 81j"; two forms in one burst made one job
+    # (tester h137).
+    backend = StaticBackend()
+    app = _static_app(backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _jobs_screen(pilot, 11)
+        await pilot.press("j")
+        below = table.cursor_job_id
+        await pilot.press("k")
+        await until(pilot, lambda: table.cursor_job_id == 11)
+        _burst(app, "n", *"sleep 81", "ctrl+s", "j")
+        await until(pilot, lambda: table.cursor_job_id == below, "j: the row below")
+        _burst(app, "n", *"sleep 82", "ctrl+s", "k")
+        await until(pilot, lambda: len(backend.submitted) == 2, "both sent")
+        await until(pilot, lambda: not app.key_hold.holding, "let go")
+        said = [str(spec) for spec in backend.submitted]
+        assert "sleep 81" in said[0] and "81j" not in said[0], said
+        assert "sleep 82" in said[1] and "82k" not in said[1], said
+        await until(pilot, lambda: table.cursor_job_id == 11, "k: back up")
+        _burst(app, "n", *"sleep 83", "ctrl+s", "n", *"sleep 84", "ctrl+s")
+        await until(pilot, lambda: len(backend.submitted) == 4, "both of one burst sent")
+        said = [str(spec) for spec in backend.submitted[2:]]
+        assert "sleep 83" in said[0] and "sleep 84" in said[1], said
+
+
+async def test_keys_typed_after_esc_in_the_palette_are_for_the_screen_under_it() -> None:
+    # ": esc j j" left the cursor where it was (tester h137).
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _jobs_screen(pilot, 11)
+        await pilot.press("g")
+        await until(pilot, lambda: table.cursor_row == 0, "the first row")
+        _burst(app, ":", "escape", "j", "j")
+        await until(pilot, lambda: table.cursor_row == 2, "two rows down")
+        assert not app.key_hold.holding

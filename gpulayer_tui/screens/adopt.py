@@ -21,7 +21,7 @@ from .. import keymap, wire
 from ..backend import BackendError
 from ..fields import program_name
 from ..formatting import GIB, gpus_named
-from ..key_hold import focus_first_field
+from ..key_hold import focus_first_field, form_sent, release_keys
 from ..view import view_of
 from ..widgets.field_input import FieldInput, after_typed
 from ..widgets.key_footer import KeyFooter
@@ -193,12 +193,14 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
                 request["name"] = wire.parse_field("name", name)
             except wire.FieldError as err:
                 error.update(Content(f"name: {err.detail}"))
+                release_keys(self)
                 return None
         if raw:
             try:
                 request["vram_gb"] = wire.parse_field("vram_gb", raw)
             except wire.FieldError as err:
                 error.update(Content(f"declared VRAM: {err.detail}"))  # (quotes the input)
+                release_keys(self)
                 return None
         domains = split_list(self.query_one("#adopt-domain", Input).value)
         if domains:
@@ -256,6 +258,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         if words is not None and message.startswith(f"{field}:"):
             message = words + message[len(str(field)) :]
         self.query_one("#adopt-error", Static).update(Content(message))
+        release_keys(self)  # (typed after ctrl+s: for the dialog, still open)
         input_id = _FIELD_INPUT.get(field or "")
         if input_id is not None:
             self.query_one(f"#{input_id}", Input).focus()
@@ -265,6 +268,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         self.query_one("#adopt", Button).disabled = busy or bool(self._refused_for_good)
         if busy:
             self.query_one("#adopt-error", Static).update("adopting…")
+            form_sent(self)
 
     def action_cancel(self) -> None:
         """Close without adopting (not while the engine is answering: closed then, the

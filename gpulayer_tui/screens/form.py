@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Checkbox, Input, Label, Static
 
-from ..key_hold import focus_first_field
+from ..key_hold import focus_first_field, form_sent, release_keys
 
 ResultType = TypeVar("ResultType")
 
@@ -170,6 +170,8 @@ class FormScreen(ModalScreen[ResultType]):
         return self.query_one(f"#{field_id}", Input).value.strip()
 
     def _show_problem(self, field_id: str, problem: str) -> None:
+        if problem:
+            release_keys(self)  # (typed after ctrl+s: for the form, still open)
         field = self.query_one(f"#{field_id}", Input)
         field.set_class(bool(problem), "-invalid")
         label = self.query_one(f"#{field_id}-error", Label)
@@ -204,6 +206,10 @@ class FormScreen(ModalScreen[ResultType]):
         self.call_after_refresh(row.scroll_visible, animate=False)
 
     def _show_form_message(self, message: str, *, busy: bool = False) -> None:
+        if message and not busy:
+            release_keys(self)  # (typed after ctrl+s: for the form, still open)
+        elif busy:
+            form_sent(self)
         box = self.query_one("#form-error", Static)
         box.update(Content(message))  # (the engine's words quote names: text, not markup)
         box.set_class(bool(message), "-shown")
