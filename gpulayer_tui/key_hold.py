@@ -64,8 +64,10 @@ the cursor of the area left (tester h132)."""
 SEND_ACTIONS = frozenset({"submit", "save", "adopt"})
 """The forms' ``ctrl+s``: it reads the fields once the keys typed before it have reached
 them, and the keys after it are for the screen the form leaves (``n 'sleep 81' ctrl+s j``
-submitted ``sleep 81j``: tester h137). They wait until the form is gone, or it shows the
-engine's refusal (:meth:`KeyHold.release`)."""
+submitted ``sleep 81j``: tester h137). They wait until the form is gone, or it shows a
+problem or the engine's refusal (:func:`release_keys`), or :data:`HOLD_LIMIT` (an engine
+slow to answer: they go to the form, where esc says what it waits for; at 0.3 s a second
+form typed in the same burst went into the first one, still waiting, and was lost)."""
 
 SCREEN_SETTLE_S = 0.3
 """Seconds after a screen key's binding has run that the keys after it are still held when
@@ -152,16 +154,6 @@ class KeyHold:
             self._opened_from = screen
             self._app.set_timer(SCREEN_CHECK_S, partial(self._when_opened, held))
         return False
-
-    def settle_for(self, screen: Screen[Any]) -> None:
-        """The hold ``screen`` started (its ``ctrl+s``) ends :data:`SCREEN_SETTLE_S` from
-        now at most (see :func:`form_sent`)."""
-        held = self._held
-        if held is None or self._opened_from is not screen:
-            return
-        if self._timer is not None:
-            self._timer.stop()
-        self._timer = self._app.set_timer(SCREEN_SETTLE_S, partial(self.release, held))
 
     def _start_hold(self, held: list[Typed], opener: events.Key | None) -> list[Typed]:
         """Hold keys from now (``held`` first), until :data:`HOLD_LIMIT` at most.
@@ -361,15 +353,6 @@ def esc_then_key(event: events.Key, screen: Screen[Any]) -> list[events.Key] | N
     if name.startswith("shift+"):
         name = character  # (an upper-case letter's key is the letter)
     return [events.Key("escape", "\x1b"), events.Key(name, character)]
-
-
-def form_sent(screen: Screen[Any]) -> None:
-    """A form has read its fields and waits for the engine's answer: the keys typed after
-    its ``ctrl+s`` wait a moment more for it to close (a quick answer), then go to it (a
-    slow engine: esc there says what it waits for)."""
-    hold = getattr(screen.app, "key_hold", None)
-    if isinstance(hold, KeyHold):
-        hold.settle_for(screen)
 
 
 def release_keys(screen: Screen[Any]) -> None:

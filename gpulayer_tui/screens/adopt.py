@@ -21,7 +21,7 @@ from .. import keymap, wire
 from ..backend import BackendError
 from ..fields import program_name
 from ..formatting import GIB, gpus_named
-from ..key_hold import focus_first_field, form_sent, release_keys
+from ..key_hold import focus_first_field, release_keys
 from ..view import view_of
 from ..widgets.field_input import FieldInput, after_typed
 from ..widgets.key_footer import KeyFooter
@@ -268,7 +268,6 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         self.query_one("#adopt", Button).disabled = busy or bool(self._refused_for_good)
         if busy:
             self.query_one("#adopt-error", Static).update("adopting…")
-            form_sent(self)
 
     def action_cancel(self) -> None:
         """Close without adopting (not while the engine is answering: closed then, the

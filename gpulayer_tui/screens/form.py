@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Checkbox, Input, Label, Static
 
-from ..key_hold import focus_first_field, form_sent, release_keys
+from ..key_hold import focus_first_field, release_keys
 
 ResultType = TypeVar("ResultType")
 
@@ -208,8 +208,6 @@ class FormScreen(ModalScreen[ResultType]):
     def _show_form_message(self, message: str, *, busy: bool = False) -> None:
         if message and not busy:
             release_keys(self)  # (typed after ctrl+s: for the form, still open)
-        elif busy:
-            form_sent(self)
         box = self.query_one("#form-error", Static)
         box.update(Content(message))  # (the engine's words quote names: text, not markup)
         box.set_class(bool(message), "-shown")
