@@ -21,6 +21,11 @@ AppFactory = Callable[..., Awaitable[Any]]
 GIB = 1024**3
 
 
+def _adopt_dialog(app: Any) -> AdoptScreen | None:
+    """The adopt dialog once it is mounted (pushed, it has no widgets yet a moment)."""
+    return app.screen if isinstance(app.screen, AdoptScreen) and app.screen.is_mounted else None
+
+
 async def _open_strays(pilot: Any, app: Any) -> None:
     await pilot.press("3")
     await until(pilot, lambda: app.current_mode == "strays", "the strays screen")
@@ -49,7 +54,7 @@ async def test_adopt_a_stray_from_the_table(
         assert "sleep 600" in row["command"]
         assert app.gpu_state["unregistered_total"] == 25 * GIB
         await pilot.press("a")
-        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        dialog = await until(pilot, lambda: _adopt_dialog(app))
         # Per GPU: the most it holds on one (the sum over its GPUs was offered)
         assert dialog.query_one("#adopt-vram", Input).value == "20.0"
         # (emptied, it said "e.g. 24", where empty is what it holds: tester h124)
@@ -122,7 +127,7 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
         )
         assert told.message == "type a process id (digits 0-9), then enter"
         await pilot.press(*str(sleeper_proc.pid), "enter")
-        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        dialog = await until(pilot, lambda: _adopt_dialog(app))
         assert dialog.query_one("#adopt-vram", Input).value == ""
         dialog.query_one("#adopt-vram", Input).value = "lots"
         await pilot.press("ctrl+s")
@@ -189,7 +194,7 @@ async def test_a_pid_typed_with_its_enter_in_one_burst_is_read_whole(
         for char in str(sleeper_proc.pid):
             app.post_message(events.Key(char, char))
         app.post_message(events.Key("enter", "\r"))
-        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        dialog = await until(pilot, lambda: _adopt_dialog(app))
         assert dialog.process["pid"] == sleeper_proc.pid
         assert not any("type a process id" in n.message for n in app._notifications)
 
@@ -204,7 +209,7 @@ async def test_a_process_that_left_while_its_dialog_was_open_is_refused_once(
         await _open_strays(pilot, app)
         await pilot.press("p")
         await pilot.press(*str(sleeper_proc.pid), "enter")
-        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        dialog = await until(pilot, lambda: _adopt_dialog(app))
         sleeper_proc.kill()
         sleeper_proc.wait()
         await pilot.press("ctrl+s")
@@ -240,7 +245,7 @@ async def test_the_adopt_dialog_takes_a_domain_and_stays_open_on_a_refusal(
         )
         await pilot.press("p")
         await pilot.press(*str(sleeper_proc.pid), "enter")
-        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        dialog = await until(pilot, lambda: _adopt_dialog(app))
         domain = dialog.query_one("#adopt-domain", Input)
         assert "gpu0" in domain.placeholder  # (the names it takes)
         # A domain whose slots are all taken is said before it is taken once more (it
@@ -329,7 +334,7 @@ async def test_the_adopt_dialog_shows_a_command_as_written_never_as_markup(
         table = app.screen.query_one(StrayTable)
         await until(pilot, lambda: pid in table.rows_by_pid, "the stray")
         await pilot.press("a")
-        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        dialog = await until(pilot, lambda: _adopt_dialog(app))
         await pilot.pause()
         assert "[/bold] [b]x[/b]" in str(dialog.query_one("#adopt-what").render())
         dialog.query_one("#adopt-vram", Input).value = "[/bold]"
@@ -364,7 +369,7 @@ async def test_keys_typed_in_one_burst_in_the_adopt_dialog_land_where_they_were_
     async with app.run_test(size=(140, 40)) as pilot:
         await _listed(pilot, app, sleeper_proc.pid)
         await pilot.press("a")
-        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        dialog = await until(pilot, lambda: _adopt_dialog(app))
         vram = dialog.query_one("#adopt-vram", Input)
         vram.focus()
         await pilot.pause()
@@ -392,7 +397,7 @@ async def test_a_name_typed_right_after_a_goes_into_the_adopt_dialog(
         await _listed(pilot, app, sleeper_proc.pid)
         for key, char in [("a", "a"), ("ctrl+u", "\x15"), ("n", "n"), ("b", "b")]:
             app.post_message(events.Key(key, char))
-        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        dialog = await until(pilot, lambda: _adopt_dialog(app))
         name = dialog.query_one("#adopt-name", Input)
         await until(pilot, lambda: name.value == "nb", "the name typed")
         assert not app.key_hold.holding
@@ -412,7 +417,7 @@ async def test_enter_in_the_adopt_dialog_goes_field_by_field_and_esc_asks_first(
     async with app.run_test(size=(140, 40)) as pilot:
         await _listed(pilot, app, sleeper_proc.pid)
         await pilot.press("a")
-        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        dialog = await until(pilot, lambda: _adopt_dialog(app))
         await until(pilot, lambda: app.focused is dialog.query_one("#adopt-name", Input))
         await pilot.press("x", "enter")
         assert app.focused is dialog.query_one("#adopt-vram", Input)
@@ -469,7 +474,7 @@ async def test_the_pid_line_s_footer_says_enter_and_esc_and_no_table_keys(
         assert footer()["submit_pid"] == "Adopt" and footer()["close_pid"] == "Close"
         assert not {"adopt_pid", "adopt_selected", "signal_process"} & set(footer())
         await pilot.press(*str(sleeper_proc.pid), "enter")
-        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        dialog = await until(pilot, lambda: _adopt_dialog(app))
         assert dialog.query_one("#adopt-name", Input) is not None  # (enter adopted it)
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, AdoptScreen), "the dialog left")
@@ -489,7 +494,7 @@ async def test_the_adopt_and_signal_dialogs_name_each_gpu_with_its_domain() -> N
         await pilot.press("3")
         await until(pilot, lambda: app.screen.is_mounted and app.screen.query("#strays"))
         await pilot.press("a")
-        dialog = await until(pilot, lambda: isinstance(app.screen, AdoptScreen) and app.screen)
+        dialog = await until(pilot, lambda: _adopt_dialog(app))
         text = " ".join(shown_text(s, 110) for s in dialog.query(Static))
         assert "GPU 1 (small)" in text and "gpu1" not in text, text
         await pilot.press("escape")
