@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import partial
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from textual import events
@@ -78,7 +79,18 @@ SCREEN_CHECK_S = 0.01
 """How often a hold for a screen being built looks whether it is mounted."""
 
 HOLD_LIMIT = 1.5
-"""Seconds keys are held at most: the edit form first fetches its job from the engine."""
+"""Seconds keys are held at most for a form or screen that has not come: the edit form
+first fetches its job from the engine."""
+
+HOLD_CAP = 10.0
+"""Seconds keys are held at most for a form or screen that has come, but is still being
+built, or has not taken them yet: the app itself is slow then (a loaded machine), and the
+keys are its. At :data:`HOLD_LIMIT` a form mounted under CI's load, its keys asked for and
+on their way behind its build, lost them all (": new job enter sleep 7" gave an empty
+form)."""
+
+HOLD_RECHECK_S = 0.1
+"""How often a hold past :data:`HOLD_LIMIT` looks again whether its screen is up."""
 
 
 def _form_keys(actions: frozenset[str]) -> dict[str, frozenset[str]]:
@@ -107,6 +119,9 @@ class KeyHold:
         self._screen_keys = _form_keys(SCREEN_ACTIONS)
         self._send_keys = _form_keys(SEND_ACTIONS)
         self._held: list[Typed] | None = None
+        self._held_since = 0.0  # (monotonic)
+        self._held_on: Screen[Any] | None = None  # the screen the hold started on
+        self._releasing: list[Typed] | None = None  # the hold whose release is on its way
         self._opener: events.Key | None = None
         self._form_coming = False
         self._timer: Timer | None = None
@@ -164,6 +179,7 @@ class KeyHold:
         being left, under load.)
         """
         self._held, self._opener, self._form_coming = held, opener, False
+        self._held_since, self._held_on = monotonic(), self.current_screen()
         self._timer = self._app.set_timer(HOLD_LIMIT, partial(self._limit_reached, held))
         return held
 
@@ -171,10 +187,22 @@ class KeyHold:
         """:data:`HOLD_LIMIT` passed: the keys go on where they are, but for a form still
         on its way (the edit form waits for its job from a slow engine): those keys were
         meant for its fields, and went to the table under it, silently (``e 3 Tab ...``
-        there could cancel or restart the row: tester h133). They are dropped, saying so."""
-        if self._held is not held:
+        there could cancel or restart the row: tester h133). They are dropped, saying so.
+
+        A screen that came and is still being built, or a form that came and has not
+        taken its keys yet, is waited for up to :data:`HOLD_CAP`: the limit's timer fires
+        on time, but a busy app handles it late, behind its build (CI's coverage run)."""
+        if self._held is not held or self._releasing is held:
+            return  # (let go already, or its release is queued behind a busy app)
+        screen = self.current_screen()
+        came = screen is not None and screen is not self._held_on
+        building = screen is not None and not screen.is_mounted
+        if (building or (came and self._form_coming)) and (
+            monotonic() - self._held_since < HOLD_CAP
+        ):
+            self._timer = self._app.set_timer(HOLD_RECHECK_S, partial(self._limit_reached, held))
             return
-        if not (self._form_coming and held):
+        if not (self._form_coming and held) or came:
             self.release(held)
             return
         if self._timer is not None:
@@ -314,6 +342,7 @@ class KeyHold:
         """
         current = self._held
         if current is not None and (held is None or held is current):
+            self._releasing = current
             self._app.call_next(self._let_go, current)
 
     async def _let_go(self, held: list[Typed]) -> None:
