@@ -156,6 +156,10 @@ class KeyHold:
             held = self._start_hold([], opener=None)
             self._opened_from = screen
             self._app.set_timer(SCREEN_CHECK_S, partial(self._when_opened, held))
+        elif event.key in getattr(self._app.focused, "keys_that_apply_later", ()):
+            # (it leaves its line at once, and the line applies once the keys before it
+            # reached it: the keys after it wait for that, not for a screen)
+            self._start_hold([], opener=None)
         elif self._opens(event.key, self._form_keys):
             self._start_hold([], opener=event)
         elif self._opens(event.key, self._screen_keys):

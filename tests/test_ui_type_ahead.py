@@ -106,6 +106,23 @@ async def test_a_filter_typed_right_after_slash_goes_into_the_filter_line() -> N
         await until(pilot, lambda: table.filter_text == "eq", "the filter applied")
 
 
+@pytest.mark.parametrize("leave", ["enter", "down"])
+async def test_keys_after_leaving_the_filter_act_on_the_filtered_rows(leave: str) -> None:
+    # "/ sleep enter c y" in one burst cancelled a job the filter hid: the keys after enter
+    # ran on the table before the filter applied (tester h139).
+    backend = StaticBackend()
+    app = _static_app(backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _jobs_screen(pilot, 12)  # (eval: the filter "train" hides it)
+        _burst(app, "/", *"train", leave, "j", "c")
+        await until(pilot, lambda: isinstance(app.screen, ModalScreen), "the cancel dialog")
+        _burst(app, "y")
+        await until(pilot, lambda: backend.cancelled, "cancelled")
+        rows = [int(row.key.value) for row in table.ordered_rows]
+        assert rows == [11, 10, 2]
+        assert backend.cancelled == [10]  # (j: from the first row shown to the second)
+
+
 async def test_n_typed_in_a_text_field_is_text_and_holds_nothing() -> None:
     app = _static_app()
     async with app.run_test(size=(120, 40)) as pilot:

@@ -22,6 +22,7 @@ from textual.widgets import Input, Label, Static
 from .. import keymap
 from ..fields import cut_to_width, printable
 from ..job_feed import JobView
+from ..key_hold import release_keys
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
 from ..widgets.field_input import FieldInput, after_typed
@@ -94,13 +95,16 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             yield Label("", id="jobs-count")
         with Horizontal(id="filter-row"):
             yield Label("/", id="filter-prompt")
-            yield FieldInput(
+            filter_input = FieldInput(
                 placeholder=(
                     "filter on id, name, command, message, status, project or domain (esc clears)"
                 ),
                 compact=True,
                 id="filter",
             )
+            # (the keys after them are for the table the filter leaves, filtered)
+            filter_input.keys_that_apply_later = frozenset({"enter", "down"})
+            yield filter_input
         yield JobTable(id="jobs-table")
         # (an empty table showed its header alone: no word of why)
         yield Static("", id="jobs-empty")
@@ -280,7 +284,11 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         if not self._in_filter():
             raise SkipAction()
         self.set_focus(self.table)
-        after_typed(self, self._apply_filter)
+        after_typed(self, self._filter_left)
+
+    def _filter_left(self) -> None:
+        self._apply_filter()
+        release_keys(self)  # (held since the key: see FieldInput.keys_that_apply_later)
 
     def _in_filter(self) -> bool:
         focused = self.focused
@@ -290,6 +298,7 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self._apply_filter()
         if not self.query_one("#filter", Input).value.strip():
             self.query_one("#filter-row").remove_class("-open")
+        release_keys(self)  # (held since the key: see FieldInput.keys_that_apply_later)
 
     def action_cycle_status(self, step: int) -> None:
         """Show the next (or previous) group of statuses."""

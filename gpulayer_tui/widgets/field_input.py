@@ -29,6 +29,12 @@ class FieldInput(Input):
     """Whether ``enter`` here opens a dialog (the keys typed after it are for that: see
     :mod:`~gpulayer_tui.key_hold`)."""
 
+    keys_that_apply_later: frozenset[str] = frozenset()
+    """Keys that leave this line at once and apply it only once the keys typed before
+    them have reached it: the keys typed after one are held until the screen has applied
+    it and calls :func:`~gpulayer_tui.key_hold.release_keys` (``/ sleep enter c`` in
+    the jobs filter cancelled a job the filter hid: tester h139)."""
+
     async def _on_key(self, event: events.Key) -> None:
         if not await run_own_binding(self, event):
             await super()._on_key(event)
