@@ -123,6 +123,47 @@ async def test_no_driver_means_gpu_jobs_are_over_capacity(
     assert (await engine.wait(cpu.id, timeout=10)).status is JobStatus.COMPLETED
 
 
+async def test_jobs_wait_for_the_gpus_a_machine_had_when_its_driver_is_gone(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # An engine started without the driver (a driver upgrade not loaded until a reboot)
+    # failed every queued GPU job for good: "this machine has no GPUs" (tester h140).
+    import pynvml
+
+    from gpulayer_tui.engine.nvml import NvmlProbe
+
+    first = await make_engine(probe=NvmlProbe())
+    await first.pause()
+    one = await first.submit({"command": ["true"], "gpus": 1})
+    pinned = await first.submit({"command": ["true"], "domain": "gpu1"})
+    big = await first.submit({"command": ["true"], "gpus": 1, "vram_gb": 70})
+    await first.stop()
+
+    fake_nvml.fail("nvmlInit", pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    second = await make_engine(probe=NvmlProbe())
+    assert second.scheduler.gpu_domains == []
+    for job in (one, pinned, big):
+        waiting = await second.get(job.id)
+        assert waiting.status is JobStatus.QUEUED, waiting.message
+    assert (await second.get(one.id)).message.startswith(
+        "waiting for the GPUs of gpu0, gpu1: not found by the driver (0 here, 2 missing;"
+    )
+    assert "GPU 1 (gpu1)" in (await second.get(pinned.id)).message
+    # Past what it had: no wait.
+    three = await second.submit({"command": ["true"], "gpus": 3})
+    assert three.status is JobStatus.FAILED
+    assert three.message.startswith("requested 3 GPUs, but this machine has no GPUs")
+    huge = await second.submit({"command": ["true"], "gpus": 1, "vram_gb": 90})
+    assert huge.status is JobStatus.FAILED, huge.message
+    await second.stop()
+
+    fake_nvml.clear_failures()
+    third = await make_engine(probe=NvmlProbe())
+    await third.resume()
+    for job in (one, pinned, big):
+        assert (await third.wait(job.id, timeout=10)).status is JobStatus.COMPLETED
+
+
 async def test_capacity_unknown_keeps_job_queued_then_runs(
     make_engine: EngineFactory, fake_nvml: FakeNvml
 ) -> None:

@@ -452,7 +452,12 @@ class Engine:
             # (GPUs the engines before had: one the driver does not list now may come back;
             # after the first sample, which tells each domain's size)
             result = first.result
-            listed = [g.uuid for g in result.gpus] if result.status is ProbeStatus.OK else None
+            # (no driver: it lists none, and the GPUs before are missing, not unknown)
+            listed = (
+                [g.uuid for g in result.gpus]
+                if result.status in (ProbeStatus.OK, ProbeStatus.NO_DRIVER)
+                else None
+            )
             self.store.save_known_gpus(self.scheduler.know_gpus(had, listed))
             stored = await self.store.max_job_id()
             # (The launcher's runs, and the logs in jobs/: a run it had forgotten, its end

@@ -258,6 +258,10 @@ class Scheduler:
         if result.status is ProbeStatus.NO_DRIVER:
             self._capacity = Capacity.NO_GPUS
             self._capacity_message = result.message or "no NVIDIA driver"
+            # (known: none is listed; GPUs that had a domain here may come back, as after
+            # a driver upgrade whose library does not load until the next reboot)
+            self._gpus_seen = 0
+            self._gpu_indices = frozenset()
         else:
             self._capacity = Capacity.UNKNOWN
             self._capacity_message = result.message or "GPU probe failed"
@@ -380,6 +384,27 @@ class Scheduler:
         size = dom.capacity_bytes
         return req.vram_bytes is None or size is None or size >= req.vram_bytes
 
+    def _waiting_without_driver(self, req: Request) -> Verdict | None:
+        """With no GPU driver now: the job waits for GPUs that had a domain here (a queued
+        job was failed for good when an engine started without the driver: tester h140),
+        where they could hold it; ``None`` when its pins are judged as such (below);
+        otherwise it can never run here."""
+        away = [
+            uuid
+            for uuid, gpu in self.missing_known.items()
+            if req.vram_bytes is None or gpu.memory is None or gpu.memory >= req.vram_bytes
+        ]
+        if req.pins:
+            if any(p not in self.domains and self._missing_gpu(p) is not None for p in req.pins):
+                return None  # (judged by its pins: a GPU it names may come back)
+        elif away and req.gpus <= len(away):
+            return self._waiting_for_missing(away)
+        return Verdict(
+            False,
+            f"requested {plural(req.gpus, 'GPU')}, but this machine has no GPUs "
+            f"({self.capacity_message})",
+        )
+
     def capacity_verdict(self, req: Request) -> Verdict:
         """Decide whether ``req`` fits this machine at all (ignoring current use)."""
         verdict = self._capacity_verdict(req)
@@ -401,11 +426,9 @@ class Scheduler:
                 )
             return Verdict(True)
         if self.capacity is Capacity.NO_GPUS:
-            return Verdict(
-                False,
-                f"requested {plural(req.gpus, 'GPU')}, but this machine has no GPUs "
-                f"({self.capacity_message})",
-            )
+            waits = self._waiting_without_driver(req)
+            if waits is not None:
+                return waits
         all_gpu = self.gpu_domains
         away = [
             uuid
