@@ -281,6 +281,34 @@ def test_a_key_reused_for_another_request_is_a_422_naming_the_header(served: Ser
     assert [job["name"] for job in _jobs(served)] == ["first"]
 
 
+def test_a_bad_or_repeated_key_header_is_a_400_and_stores_nothing(served: Served) -> None:
+    from .raw_http import UnixHTTPConnection
+
+    served.start("--simulate", "1xA100-80GB")
+
+    def post(*keys: str) -> tuple[int, dict[str, object]]:
+        conn = UnixHTTPConnection(served.home / "engine.sock")
+        try:
+            body = json.dumps({"command": ["true"]}).encode()
+            conn.putrequest("POST", "/v1/jobs")
+            conn.putheader("Content-Type", "application/json")
+            conn.putheader("Content-Length", str(len(body)))
+            for key in keys:
+                conn.putheader("Idempotency-Key", key)
+            conn.endheaders(body)
+            answer = conn.getresponse()
+            return answer.status, json.loads(answer.read())
+        finally:
+            conn.close()
+
+    for keys in [("",), ("k" * 129,), ("a b",), ("k1", "k2")]:
+        status, refused = post(*keys)
+        assert status == 400 and refused["field"] == "Idempotency-Key", (keys, refused)
+    assert "given more than once" in str(refused["error"])  # (the first was used: h140)
+    assert _jobs(served) == []
+    assert post("k1")[0] == 201
+
+
 def test_wait_and_logs_follow_go_on_through_a_graceful_restart_between_requests(
     served: Served, tmp_path: Path
 ) -> None:

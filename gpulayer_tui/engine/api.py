@@ -638,9 +638,12 @@ _KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
 
 def _submit_key(request: web.Request) -> str | None:
     """The ``Idempotency-Key`` header: 1-128 letters, digits or ``._:-``."""
-    key = request.headers.get("Idempotency-Key")
-    if key is None:
+    keys = request.headers.getall("Idempotency-Key", [])
+    if not keys:
         return None
+    if len(keys) > 1:  # (the first one was used, silently: tester h140)
+        raise SpecError("Idempotency-Key is given more than once", "Idempotency-Key")
+    key = keys[0]
     if not 0 < len(key) <= 128 or not set(key) <= _KEY_CHARS:
         raise SpecError(
             "Idempotency-Key must be 1-128 letters, digits or ._:- (the CLI sends 32 hex digits)",
