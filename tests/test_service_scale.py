@@ -197,6 +197,27 @@ async def test_cpu_replicas_added_get_their_own_port_and_slots_of_the_pool(
     await engine.wait(svc.id, timeout=20)
 
 
+async def test_a_replica_told_to_stop_shows_no_endpoint(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # A stopping replica (SIGTERMed, its SIGKILL due) still showed its endpoint, in
+    # `status` and the API: a client sent there reached one told to go (tester h140).
+    config = make_config(engine={"grace_period": 30.0})
+    engine = await make_engine(simulate=None, cpu_count=4, config=config)
+    spec = _http_service(cwd=str(tmp_path), replicas=2)
+    spec["shell"] = "trap '' TERM; " + spec["shell"]  # (SIGTERM stays ignored across exec)
+    svc = await engine.submit(spec)
+    await eventually(lambda: _live(engine, svc.id).message.startswith("2/2 up"), timeout=20)
+    assert all(r.endpoint for r in _live(engine, svc.id).replicas)
+    await engine.edit(svc.id, {"replicas": 1})
+    kept, leaving = _live(engine, svc.id).replicas
+    assert leaving.state is R.STOPPING and leaving.endpoint is None
+    assert kept.endpoint is not None
+    shown = (await engine.get(svc.id)).to_json()["replicas"][1]
+    assert shown["state"] == "stopping" and shown["endpoint"] is None
+    await engine.cancel(svc.id)
+
+
 async def test_a_scale_down_outlives_an_engine_restart_and_a_second_waits_for_it(
     make_engine: EngineFactory,
 ) -> None:

@@ -790,8 +790,9 @@ class ServiceRunner:
             # (A dead process's pid and port, shown in back-off or after the end, told a
             # script to signal a pid the system may have given to another: tester h77.)
             replica.pid = replica.start_ticks = replica.port = None
-        if state not in (R.UP, R.STOPPING):
-            # (Shown in backoff or after it ended, an endpoint sent clients to a dead port.)
+        if state is not R.UP:
+            # (Shown in backoff or after it ended, an endpoint sent clients to a dead port;
+            # while stopping, to one told to go: tester h140.)
             replica.endpoint = None
         runtime = self._runtimes.get(job.id)
         steady = runtime is None or (runtime.end is None and runtime.replacing is None)
