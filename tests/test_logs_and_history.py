@@ -483,6 +483,7 @@ async def test_clean_removes_old_finished_jobs_and_never_reuses_an_id(
     assert done.pop("database_bytes_freed") >= 0
     assert done == {
         "jobs": 3,
+        "ids": [job.id for job in jobs[:3]],
         "files": 3,
         "bytes": 6,
         "snapshots": 0,
@@ -644,6 +645,7 @@ def test_clean_from_the_cli(served: Served) -> None:
     # (what the files took, as the dry run says it: freeing the disk is what clean is for)
     assert done == {
         "jobs": 2,
+        "ids": [int(ids[0]), int(ids[1])],  # (which, as the dry run says: tester h140)
         "files": 2,
         "bytes": 5,
         "snapshots": 0,
@@ -999,6 +1001,7 @@ async def test_clean_keeps_the_jobs_that_waiting_jobs_depend_on(
     done = await engine.retention.clean(None, keep=0)
     assert done.pop("database_bytes_freed") >= 0
     assert done.pop("bytes") >= 0
+    assert len(done.pop("ids")) == 4
     assert done == {"jobs": 4, "files": 4, "snapshots": 0, "spared": [], "spared_why": {}}
 
 

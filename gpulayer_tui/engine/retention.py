@@ -139,7 +139,7 @@ class Retention:
         self, ended_before: float | None, keep: int | None, by: str = "a clean request"
     ) -> dict[str, Any]:
         """Remove finished jobs that ended before ``ended_before`` and/or all but the ``keep``
-        finished ones that ended last; return ``{"jobs": n, "files": m, "bytes": f,
+        finished ones that ended last; return ``{"jobs": n, "ids": [ids], "files": m, "bytes": f,
         "snapshots": k, "spared": [ids], "database_bytes_freed": b}`` (``f``: what the
         removed files took; ``k``: snapshot trees removed, with the
         objects only they held; ``spared``: jobs that matched but were kept, still needed;
@@ -148,6 +148,7 @@ class Retention:
         # Files of jobs whose rows an earlier clean deleted, killed before it removed them
         # (recorded with the rows: see Store.files_owed).
         files, size = await self._owed_files()
+        gone: list[int] = []  # (the ids: `clean --json` said how many, not which: h140)
         while True:
             try:
                 ids = await self._store.prune(
@@ -180,6 +181,7 @@ class Retention:
             if not ids:
                 break
             jobs += len(ids)
+            gone.extend(ids)
             if self._bus is not None:
                 self._bus.publish(self._bus.make(EventKind.REMOVED, None, {"ids": list(ids)}))
             removed = await self._remove_files(ids)
@@ -210,6 +212,7 @@ class Retention:
         spared = await self._store.finished_past(frozenset(spared_now), ended_before, keep)
         return {
             "jobs": jobs,
+            "ids": sorted(gone),
             "files": files,
             "bytes": size,
             "snapshots": trees,
