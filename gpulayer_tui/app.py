@@ -172,6 +172,9 @@ class GpulayerApp(App[str]):
             event.prevent_default()
             self.key_hold.hold_for_screen(event)
             return
+        if self.key_hold.typed_on_another_screen(event):
+            event.prevent_default()  # (it was for the screen it was typed on, now gone)
+            return
         self.key_hold.key_reached_app(event)
 
     def notify(

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from time import monotonic
 from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
 from textual import events
 from textual.app import ScreenStackError, UnknownModeError
@@ -127,6 +128,7 @@ class KeyHold:
         self._timer: Timer | None = None
         self._opened_from: Screen[Any] | None = None  # the screen an opener was pressed on
         self._screen_opener: events.Key | None = None  # the key that may open a screen
+        self._typed_on: WeakKeyDictionary[events.Key, Screen[Any]] = WeakKeyDictionary()
 
     @property
     def holding(self) -> bool:
@@ -145,6 +147,8 @@ class KeyHold:
         screen = self.current_screen()
         if screen is None:
             return True  # (the app is ending: a key has no screen to go to)
+        if isinstance(event, events.Key):
+            self._typed_on[event] = screen
         if not screen.is_mounted:
             self.hold_for_screen(event)
             return True
@@ -219,6 +223,15 @@ class KeyHold:
             title="keys",
             severity="warning",
         )
+
+    def typed_on_another_screen(self, event: events.Key) -> bool:
+        """Whether ``event``, on its way back up to the app's bindings, was typed on a
+        screen that is no longer the current one: a priority key typed after it opened
+        another meanwhile (``esc j enter`` on the jobs table opened the row, and the
+        ``esc``, declined there, then ran the detail's back: tester h139). Its bindings
+        would be the new screen's."""
+        typed_on = self._typed_on.get(event)
+        return typed_on is not None and typed_on is not self.current_screen()
 
     def current_screen(self) -> Screen[Any] | None:
         """The screen now; ``None`` while the app ends (a check's timer may fire then, and

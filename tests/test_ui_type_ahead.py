@@ -123,6 +123,25 @@ async def test_keys_after_leaving_the_filter_act_on_the_filtered_rows(leave: str
         assert backend.cancelled == [10]  # (j: from the first row shown to the second)
 
 
+@pytest.mark.parametrize("keys", [("escape", "j", "enter"), ("escape", "enter")])
+async def test_a_key_declined_on_the_table_does_not_run_on_the_detail_opened_after_it(
+    keys: tuple[str, ...],
+) -> None:
+    # "esc j enter" on the jobs table (nothing to clear) opened the row and closed it at
+    # once: enter, a priority key, opened it before the esc had come back up to the app,
+    # whose bindings were the detail's by then (tester h139).
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _jobs_screen(pilot, 12)
+        rows = [int(row.key.value) for row in table.ordered_rows]
+        _burst(app, *keys)
+        detail = await until(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen)
+        await until(pilot, lambda: detail.is_mounted and not app.key_hold.holding, "let go")
+        await pilot.pause(0.2)  # (an esc that would close it has come by now)
+        assert app.screen is detail
+        assert detail.job_id == rows[rows.index(12) + len(keys) - 2]
+
+
 async def test_n_typed_in_a_text_field_is_text_and_holds_nothing() -> None:
     app = _static_app()
     async with app.run_test(size=(120, 40)) as pilot:
