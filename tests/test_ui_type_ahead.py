@@ -142,6 +142,22 @@ async def test_a_key_declined_on_the_table_does_not_run_on_the_detail_opened_aft
         assert detail.job_id == rows[rows.index(12) + len(keys) - 2]
 
 
+async def test_a_paste_of_many_lines_into_the_filter_is_refused_saying_so() -> None:
+    # It kept the first line, silently; the command field refused it, saying why (h139).
+    app = _static_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _jobs_screen(pilot, 10)
+        _burst(app, "/", *"tr")
+        field = app.screen.query_one("#filter", Input)
+        await until(pilot, lambda: field.value == "tr", "typed")
+        app.post_message(events.Paste("gamma\ndelta"))
+        await until(pilot, lambda: app._notifications, "said")
+        note = next(iter(app._notifications)).message
+        assert note == "pasted 2 lines: the filter is one line; nothing was pasted"
+        assert field.value == "tr"
+        await until(pilot, lambda: table.filter_text == "tr", "the filter applied")
+
+
 async def test_n_typed_in_a_text_field_is_text_and_holds_nothing() -> None:
     app = _static_app()
     async with app.run_test(size=(120, 40)) as pilot:

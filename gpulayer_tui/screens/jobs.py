@@ -25,10 +25,11 @@ from ..job_feed import JobView
 from ..key_hold import release_keys
 from ..view import view_of
 from ..widgets.engine_status import EngineStatus
-from ..widgets.field_input import FieldInput, after_typed
+from ..widgets.field_input import after_typed
 from ..widgets.job_columns import SORTS, STATUS_FILTERS
 from ..widgets.job_table import JobTable
 from ..widgets.key_footer import KeyFooter
+from ..widgets.one_line_input import OneLineInput
 from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON
 from .actions import (
     SaysWhyKeysAreDimmed,
@@ -95,7 +96,7 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             yield Label("", id="jobs-count")
         with Horizontal(id="filter-row"):
             yield Label("/", id="filter-prompt")
-            filter_input = FieldInput(
+            filter_input = OneLineInput(
                 placeholder=(
                     "filter on id, name, command, message, status, project or domain (esc clears)"
                 ),
@@ -293,6 +294,13 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     def _in_filter(self) -> bool:
         focused = self.focused
         return isinstance(focused, Input) and focused.id == "filter"
+
+    @on(OneLineInput.ManyLinesPasted)
+    def _many_lines(self, event: OneLineInput.ManyLinesPasted) -> None:
+        self.notify(
+            f"pasted {event.lines} lines: the filter is one line; nothing was pasted",
+            severity="warning",
+        )
 
     def _filter_entered(self) -> None:
         self._apply_filter()

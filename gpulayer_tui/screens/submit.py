@@ -30,9 +30,9 @@ from .. import keymap, wire
 from ..backend import BackendError
 from ..fields import engine_sets_env, env_name_shown, typed_folder
 from ..view import view_of
-from ..widgets.command_input import CommandInput
 from ..widgets.field_input import FieldInput, after_typed
 from ..widgets.key_footer import KeyFooter
+from ..widgets.one_line_input import OneLineInput
 from ..wire import JobJSON
 from .form import FormScreen, form_field
 
@@ -201,7 +201,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                 yield Static("", id="form-error")
                 yield form_field(
                     "Command",
-                    CommandInput(placeholder="python train.py --epochs 10", id="command"),
+                    OneLineInput(placeholder="python train.py --epochs 10", id="command"),
                 )
                 with Horizontal(classes="option-row"):
                     yield Checkbox(
@@ -354,8 +354,8 @@ class SubmitScreen(FormScreen[JobJSON | None]):
         self._show_problem(field_id, problem)
         return not problem
 
-    @on(CommandInput.ManyLinesPasted)
-    def _many_lines(self, event: CommandInput.ManyLinesPasted) -> None:
+    @on(OneLineInput.ManyLinesPasted)
+    def _many_lines(self, event: OneLineInput.ManyLinesPasted) -> None:
         self._show_problem(
             "command",
             f"pasted {event.lines} lines: a command is one line (put them in a script, or "

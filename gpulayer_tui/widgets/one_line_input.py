@@ -1,4 +1,5 @@
-"""The new-job form's command line: one line, so a pasted script is refused, not cut."""
+"""A one-line field (the new-job form's command, the jobs filter): a pasted script is
+refused, not cut."""
 
 from __future__ import annotations
 
@@ -8,27 +9,27 @@ from textual.message import Message
 from .field_input import FieldInput
 
 
-class CommandInput(FieldInput):
-    """An :class:`~textual.widgets.Input` for a command line.
+class OneLineInput(FieldInput):
+    """An :class:`~textual.widgets.Input` for one line.
 
     Textual's ``Input`` keeps only the first line of a paste: a pasted two-line script
-    became a job running its first line, with no word said. Here a paste of several
-    lines is not inserted; :class:`CommandInput.ManyLinesPasted` tells the form, which
-    says why.
+    became a job running its first line, with no word said (and a filter its first
+    line: tester h139). Here a paste of several lines is not inserted;
+    :class:`OneLineInput.ManyLinesPasted` tells the screen, which says why.
     """
 
     class ManyLinesPasted(Message):
         """A paste of ``lines`` lines (more than one) was refused."""
 
-        def __init__(self, command_input: CommandInput, lines: int) -> None:
+        def __init__(self, field: OneLineInput, lines: int) -> None:
             super().__init__()
-            self.command_input = command_input
+            self.field = field
             self.lines = lines
 
         @property
-        def control(self) -> CommandInput:
+        def control(self) -> OneLineInput:
             """The input that refused the paste."""
-            return self.command_input
+            return self.field
 
     def _on_paste(self, event: events.Paste) -> None:
         lines = [line for line in event.text.splitlines() if line.strip()]
