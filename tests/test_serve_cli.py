@@ -57,6 +57,30 @@ def test_submit_status_logs_wait_end_to_end(served: Served, tmp_path: object) ->
     assert "greet" in table.stdout and "completed" in table.stdout
 
 
+def test_serve_v_logs_each_job_change_and_what_a_restart_took_back(served: Served) -> None:
+    # `--serve -v` logged schema migrations and the start and stop, nothing of the jobs,
+    # nor what a restart re-attached (tester h140).
+    served.start("--simulate", "1xA100-80GB", "-v")
+    done = served.cli("submit", "--name", "[b]x[/b]", "--", "true").stdout.strip()
+    assert served.cli("wait", done).returncode == 0
+    running = served.cli("submit", "--", "sleep", "600").stdout.strip()
+    served.stop()
+    served.start("--simulate", "1xA100-80GB", "-v")
+    served.cli("cancel", running)
+    assert served.cli("wait", running).returncode != 0
+    log = served.stop()
+    assert f"job {done} '[b]x[/b]': running -> completed" in log, log
+    assert f"took back 1 active jobs: 1 running ({running}), 0 waiting" in log, log
+    assert f"job {running} 'sleep': running -> cancelled (cancelled)" in log, log
+
+
+def test_the_serve_log_writes_control_characters_as_text() -> None:
+    from gpulayer_tui.engine.serve import PrintableFormatter
+
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "said: %s", ("a\x1b[2Jb",), None)
+    assert PrintableFormatter("%(message)s").format(record) == "said: a\\x1b[2Jb"
+
+
 def test_failed_job_exit_codes(served: Served) -> None:
     served.start("--simulate", "2xA100-80GB")
     sub = served.cli("submit", "--shell", "--", "exit 4")

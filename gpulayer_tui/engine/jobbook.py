@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .domain import Domain
 from .errors import WriteDeferred
 from .models import Event, EventKind, Job, JobKind, JobStatus, TerminationReason, check_transition
+
+log = logging.getLogger(__name__)
 
 LOG_CUT = "log cut: "  # how a job's message starts while it says its log was cut
 
@@ -391,6 +394,16 @@ class JobBook:
             # happened (it was stamped with the restart that learnt of it).
             at=job.ended_at if new.is_terminal else stamp,
         )
+        if log.isEnabledFor(logging.INFO):  # (`--serve -v` said nothing of jobs: h140)
+            log.info(
+                "job %d %r: %s -> %s%s%s",
+                job.id,
+                job.name,
+                old.value,
+                new.value,
+                f" ({reason.value})" if reason else "",
+                f": {job.message}" if job.message else "",
+            )
         if not new.is_terminal:
             self._journal.save(job, [event])
             return

@@ -9,6 +9,7 @@ requeued, and end ``orphaned`` if they vanished.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 
 from .adoption import adopted_request
@@ -18,6 +19,8 @@ from .jobqueue import JobQueue
 from .models import EventKind, Job, JobKind, JobStatus, TerminationReason
 from .scheduler import Request, Scheduler
 from .spec import JobSpec, parse_spec
+
+log = logging.getLogger(__name__)
 
 Reason = TerminationReason
 
@@ -111,9 +114,20 @@ class Recovery:
                 self._queue.enqueue(act, deps)
             if self._waiting_again is not None and act.job.id in self._book:
                 self._waiting_again(act)
+        running = []
         for act in acts:
             if act.job.status is JobStatus.RUNNING and act.job.id in self._book:
                 self._runners[act.job.kind].reattach(act)
+                running.append(act.job.id)
+        if acts:
+            log.info(
+                "took back %d active jobs: %d running (%s), %d waiting; what each "
+                "found is in its timeline",
+                len(acts),
+                len(running),
+                ", ".join(map(str, running)) or "none",
+                len(waiting),
+            )
 
     def _request(self, spec: JobSpec) -> Request:
         """A taken-back job's request; a pin to a domain that is gone fails it unless the

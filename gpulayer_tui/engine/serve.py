@@ -184,6 +184,15 @@ async def _answers(socket_path: str, timeout: float = 10.0) -> bool:
     return status.startswith(b"HTTP/1.1 200")
 
 
+class PrintableFormatter(logging.Formatter):
+    """Log lines as text: the job names, commands and messages they carry are the users',
+    and a control character among them (an escape sequence in a name) is written as
+    ``\\xNN``, never sent to the terminal or log reader as such."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record), keep="\n")
+
+
 def run_serve(
     paths: Paths,
     simulate: str | None = None,
@@ -193,10 +202,9 @@ def run_serve(
     stop_asked: list[int] | None = None,
 ) -> int:
     """Blocking entry point for ``--serve`` (``lock``: as for :func:`serve`)."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(PrintableFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     # ("N changes detected" every few seconds under -v buried the engine's own lines: the
     # config watcher's events are said by the reload itself)
     logging.getLogger("watchfiles").setLevel(logging.WARNING)
