@@ -51,6 +51,7 @@ from .wire import (
     EventJSON,
     GpusJSON,
     HealthJSON,
+    JobJSON,
     JobRowJSON,
 )
 
@@ -639,12 +640,15 @@ class GpulayerApp(App[str]):
                 f"{type(error).__name__}: {error}", title="something went wrong", severity="error"
             )
 
-    @on(SubmitScreen.Submitted)
-    def _job_submitted(self, message: SubmitScreen.Submitted) -> None:
+    def job_submitted(self, job: JobJSON) -> None:
+        """Take a job the engine accepted into the jobs table now, before the form goes
+        and the keys typed after its ctrl+s are let go (``n cmd ctrl+s 2 g enter`` opened
+        the job before it: the new one came with the next refresh, tester h139)."""
         # The event stream may already have brought a newer copy (the job may even have
         # finished): the submit answer only fills in a job we have not heard of yet.
-        if message.job["id"] not in self.job_store.jobs:
-            self.job_store.apply(message.job)
+        if job["id"] not in self.job_store.jobs:
+            self.job_store.apply(job)
+            self._publish_job_changes()
 
     # -- command palette --------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, cast
 
-from .wire import GpusJSON, HealthJSON
+from .wire import GpusJSON, HealthJSON, JobJSON
 
 if TYPE_CHECKING:
     from textual.message_pump import MessagePump
@@ -47,6 +47,10 @@ class AppView(Protocol):
 
     def open_job(self, job_id: int) -> None:
         """Show one job's detail."""
+        ...
+
+    def job_submitted(self, job: JobJSON) -> None:
+        """Take a job the engine accepted into the jobs table now, before the form goes."""
         ...
 
     def show_jobs(self, view: JobView) -> None:

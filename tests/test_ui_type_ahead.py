@@ -158,6 +158,19 @@ async def test_a_paste_of_many_lines_into_the_filter_is_refused_saying_so() -> N
         await until(pilot, lambda: table.filter_text == "tr", "the filter applied")
 
 
+async def test_keys_after_ctrl_s_find_the_new_job_in_the_table() -> None:
+    # "n 'sleep 41' ctrl+s 2 g enter" opened the job before it: the new one came into
+    # the table with the next refresh, after the keys (tester h139).
+    backend = StaticBackend()
+    app = _static_app(backend)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.gpu_state is not None, "the first picture")
+        _burst(app, "n", *"sleep 41", "ctrl+s", "2", "g", "enter")
+        detail = await until(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen)
+        assert len(backend.submitted) == 1
+        assert detail.job_id == max(backend._jobs)  # (the job just made)
+
+
 async def test_n_typed_in_a_text_field_is_text_and_holds_nothing() -> None:
     app = _static_app()
     async with app.run_test(size=(120, 40)) as pilot:

@@ -22,7 +22,6 @@ from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.message import Message
 from textual.suggester import Suggester
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
@@ -176,14 +175,6 @@ class SubmitScreen(FormScreen[JobJSON | None]):
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("submit"))
     KEYMAP_SCOPE: ClassVar[str] = "submit"
     """Its part of :data:`~gpulayer_tui.keymap.KEYMAP` (help and the palette show it)."""
-
-    class Submitted(Message):
-        """A job was accepted by the engine (it may have failed over capacity)."""
-
-        def __init__(self, job: JobJSON) -> None:
-            super().__init__()
-            self.job = job
-            """The job as the engine returned it."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -464,7 +455,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             return
         finally:
             self._set_busy(False)
-        self.post_message(self.Submitted(job))
+        app.job_submitted(job)  # (in the table before the keys after ctrl+s go on)
         job_id, status = job["id"], job.get("status", "")
         reason = job.get("termination_reason")
         if reason not in _REFUSED_AT_ADMISSION:
