@@ -117,7 +117,7 @@ def test_an_exclusive_or_multi_slot_cpu_job_is_not_starved_by_one_slot_jobs() ->
         box.end(first)  # a slot frees: kept for the better job, not given to the stream
         assert all(status(s) == "queued" for s in stream), needs
         assert stream[0].job.message.startswith(
-            f"waiting: cpu reserved for job {better.job.id} until it frees up"
+            f"waiting: cpu reserved for job {better.job.id} until it can start"
         ), stream[0].job.message
         assert "cpu reserved for it" in better.job.message
         box.end(second)
@@ -165,7 +165,7 @@ def test_a_two_gpu_job_is_not_starved_by_a_stream_of_one_gpu_jobs() -> None:
     assert status(big) == "queued"
     assert all(status(s) == "queued" for s in stream)
     assert stream[0].job.message.startswith("waiting: gpu0, gpu1 reserved for job 3")
-    assert big.job.message.endswith("gpu0, gpu1 reserved for it until they free up")
+    assert big.job.message.endswith("gpu0, gpu1 reserved for it until it can start")
     box.end(second)  # both free: the 2-GPU job starts at once
     assert status(big) == "running" and sorted(big.job.domains) == ["gpu0", "gpu1"]
     box.end(big)
@@ -190,7 +190,7 @@ def test_a_service_of_several_replicas_is_not_starved_either() -> None:
     stream = [box.run(gpus=1) for _ in range(3)]
     box.end(first)  # gpu0 frees: it is kept for the service's replicas
     assert status(service) == "queued" and all(status(s) == "queued" for s in stream)
-    assert service.job.message.endswith("reserved for it until they free up")
+    assert service.job.message.endswith("reserved for it until it can start")
     box.end(second)
     assert status(service) == "running" and sorted(service.job.domains) == ["gpu0", "gpu1"]
     box.end(third)
@@ -288,7 +288,7 @@ def test_a_reservation_never_waits_on_a_foreign_process() -> None:
 
 def test_a_reservation_never_waits_on_a_service() -> None:
     # A service runs until someone stops it: a 4-GPU job behind two of its replicas
-    # kept the two free GPUs idle for ever ("reserved ... until they free up").
+    # kept the two free GPUs idle for ever ("reserved ... until it can start").
     box = Box(gpus=4)
     service = box.run(gpus=1, replicas=2, kind="service")
     assert status(service) == "running"
@@ -305,8 +305,8 @@ def test_a_reservation_whose_start_is_unknown_does_not_offer_backfill() -> None:
     short = box.run(gpus=1, timeout=60)
     assert status(big) == "queued" and status(short) == "queued"
     assert short.job.message == (
-        "waiting: gpu0, gpu1 reserved for job 2 until they free up (it is not known when: "
-        "the jobs there have no timeout)"
+        "waiting: gpu0, gpu1 reserved for job 2 until it can start (it is not known when: "
+        "the jobs it waits for have no timeout)"
     )
 
 
@@ -1457,7 +1457,7 @@ async def test_a_pause_an_engine_restart_kept_is_not_counted_toward_preempt_afte
 async def test_why_says_whom_the_first_job_in_line_will_preempt_and_when(
     make_engine: EngineFactory,
 ) -> None:
-    # `why` said "reserved gpu1 for this job until it frees up" of a job that would stop
+    # `why` said "reserved gpu1 for this job until it can start" of a job that would stop
     # the preemptible job there in at most a minute (tester h47).
     from gpulayer_tui.formatting import why_lines
 

@@ -1225,7 +1225,7 @@ async def test_a_service_placed_again_keeps_its_healthy_gpus_from_later_jobs(
     waiting = engine.book.get(later.id).job
     assert waiting.status is JobStatus.QUEUED, waiting.message
     assert f"reserved for job {first.id}" in waiting.message, waiting.message
-    # (said as what it waits for: "until they free up ... the jobs there have no timeout"
+    # (said as what it waits for: "until it can start ... the jobs it waits for have no timeout"
     # was of a GPU no job was on)
     assert "until gpu0 is back in service (it ran there before gpu0 was lost)" in (waiting.message)
     SimLedger(engine.paths.state_dir).set_gpu(0, lost=False)

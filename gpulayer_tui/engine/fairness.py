@@ -235,12 +235,12 @@ class Reservation:
     back: frozenset[str] = frozenset()
 
     def when(self, now: float) -> str:
-        """``from ~14:05`` or ``until they free up`` (``now``: the queue's clock)."""
+        """``from ~14:05`` or ``until it can start`` (``now``: the queue's clock)."""
         if self.back:
             verb = "is" if len(self.back) == 1 else "are"
             return f"until {', '.join(sorted(self.back))} {verb} back in service"
         if self.start is None:
-            return "until it frees up" if len(self.domains) == 1 else "until they free up"
+            return "until it can start"  # (not "they free up": one may be idle: h141)
         if self.start <= now:
             return "now"
         return f"from ~{clock_and_wait(self.start, now)}"

@@ -1050,7 +1050,7 @@ class JobQueue:
         backfill = (
             "a job with a timeout that ends before may use them"
             if reserving.start is not None
-            else "it is not known when: the jobs there have no timeout"
+            else "it is not known when: the jobs it waits for have no timeout"
         )
         if reserving.back:  # (a service placed again after a loss keeps where it ran)
             backfill = f"it ran there before {', '.join(sorted(reserving.back))} was lost"
