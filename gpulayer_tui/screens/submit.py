@@ -434,13 +434,15 @@ class SubmitScreen(FormScreen[JobJSON | None]):
             return
         bad = [f for f in _FIELDS if not self._check(f)]
         if bad:
+            # (the message first: shown after the scroll was worked out, its line pushed
+            # the field's error line back under the buttons, under CI's load)
+            self._show_form_message("fix the fields marked in red")
             self.query_one(f"#{bad[0]}", Input).focus(scroll_visible=False)
             # (the field with its error line, in sight: the message at the top said "fix
             # the fields marked in red" of one scrolled off below: tester h73)
             self.call_after_refresh(
                 self.query_one(f"#{bad[0]}-field").scroll_visible, animate=False
             )
-            self._show_form_message("fix the fields marked in red")
             return
         self._submit(self.build_spec())
 
