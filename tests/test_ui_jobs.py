@@ -1293,6 +1293,13 @@ def test_snapshot_job_detail_over_capacity(snap_compare: Any) -> None:
     assert snap_compare(_static_app(), terminal_size=(140, 40), run_before=_open_detail(5))
 
 
+def test_snapshot_a_waiting_job_at_80x24_shows_why_it_waits_not_an_empty_log(
+    snap_compare: Any,
+) -> None:
+    # (its empty output box took 9 of the 24 rows, and "why it waits" was cut: h141)
+    assert snap_compare(_static_app(), terminal_size=(80, 24), run_before=_open_detail(2))
+
+
 async def test_a_long_field_error_wraps_inside_the_form() -> None:
     # (a priority of 23 digits: its error ran past the dialog's edge, cut off)
     app = _static_app()

@@ -332,6 +332,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     JobDetailScreen #log { min-height: 3; }
     JobDetailScreen.-short #detail-top { max-height: 50%; }
     JobDetailScreen.-short #usage { max-height: 35%; }
+    /* (a job that never ran has no output: its empty box took 9 of 24 rows, and "why it
+       waits" was cut: tester h141) */
+    JobDetailScreen.-not-started #detail-top { max-height: 100%; }
     JobDetailScreen #fields-box, JobDetailScreen #timeline-box {
         height: auto;
         max-height: 100%;
@@ -565,6 +568,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         )
         if "usage" in job or usage.summary is None:
             usage.show_summary(job.get("usage"), active=not self.finished)
+        self.set_class(self._not_started, "-not-started")
         self._update_log_title()
         self.refresh_bindings()
 
