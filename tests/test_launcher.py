@@ -1219,22 +1219,29 @@ async def test_a_timeout_a_late_launcher_enforces_says_how_long_the_job_ran(
     # Engine and both launcher processes gone past its limit: the next launcher stops it
     # at once, and its end said "its launcher stopped it" of a run far past its limit.
     engine = await make_engine()
-    job = await engine.submit({"command": ["sleep", "600"], "timeout": 1})
+    job = await engine.submit({"command": ["sleep", "600"], "timeout": 3})
     keeper = _launcher(engine.paths.state_dir, "keeper")
     spawner = _launcher(engine.paths.state_dir, "spawner")
     await engine.stop()
     keeper.kill()
     spawner.kill()
     started = job.started_at or 0.0
-    await eventually(lambda: time.time() > started + 4.5, interval=0.1)  # (nothing ran)
+    killed_in_time = time.time() < started + 3
+    await eventually(lambda: time.time() > started + 6.5, interval=0.1)  # (nothing ran)
     second = await make_engine()
     done = await second.wait(job.id, timeout=15)
     assert done.termination_reason is TerminationReason.TIMEOUT
     # (the new launcher or the new engine's own timer, whichever comes first: under
     # coverage the engine's came first once in CI)
     said = (
-        r"timed out after 1 s \(stopped at \d+ s: no engine (or launcher )?ran to stop it sooner\)"
+        r"timed out after 3 s \(stopped at \d+ s: no engine (or launcher )?ran to stop it sooner\)"
     )
+    on_time = "timed out after 3 s (its launcher stopped it: no engine was running)"
+    if not killed_in_time and done.message == on_time:
+        # (the engine's stop took past the limit, under CI's coverage load: the first
+        # launcher stopped it on time, before it was killed, and says so)
+        assert (done.ended_at or 0) - started < 3 + 2
+        return
     assert re.fullmatch(said, done.message), done.message
 
 
