@@ -252,15 +252,26 @@ def test_cli_submit_path_does_not_load_the_engine_stack() -> None:
     assert heavy == []
 
 
-def test_a_cli_submit_loads_neither_the_engine_nor_heavy_libraries(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "words",
+    [["--gpus", "1", "--", "true"], ["--gpus", "1", "--file", "JOBS"]],
+    ids=["command", "file"],
+)
+def test_a_cli_submit_loads_neither_the_engine_nor_heavy_libraries(
+    tmp_path: Path, words: list[str]
+) -> None:
     # A whole `gpulayer-tui submit -- true` (here against no engine: exit 3), not just the
     # imports at the top of the modules: lazy imports on the way count too. The CLI's
     # start-up time is most of a submit, so the budget is strict: only the state-dir helper
-    # of the engine package, and no http.client (it pulls in email and ssl).
+    # of the engine package, and no http.client (it pulls in email and ssl). A batch from
+    # a file (`--file`) too: scripts queue many jobs that way.
+    lines = tmp_path / "jobs.txt"
+    lines.write_text("true\necho 'a b' > out.txt\n")
+    argv = ["gpulayer-tui", "submit", *(str(lines) if w == "JOBS" else w for w in words)]
     code = (
         "import sys\n"
         "from gpulayer_tui.__main__ import main\n"
-        "sys.argv = ['gpulayer-tui', 'submit', '--gpus', '1', '--', 'true']\n"
+        f"sys.argv = {argv!r}\n"
         "try:\n"
         "    main()\n"
         "except SystemExit as exit:\n"

@@ -30,6 +30,8 @@ READ = [
     ["submit", "--after", "3", "--after", "4", "--after-any", "5", "--", "true"],
     ["submit", "--timeout", "3600", "--cwd", "/tmp", "--env", "A=1", "--env", "B=", "x"],
     ["submit", "--no-inherit-env", "--shell", "--json", "--", "echo $HOME"],
+    ["submit", "--file", "jobs.txt"],
+    ["submit", "--gpus", "1", "--name", "sweep", "--file=jobs.txt", "--json"],
     ["submit", "--", "--weird", "-x"],
     ["submit", "--name", "n", "cmd", "--name", "m"],  # after the command: the command's
     ["status", "12"],
@@ -51,7 +53,9 @@ LEFT = [
     ["submit", "--vram-gb", "nan", "--", "true"],
     ["submit", "--priority", "-5", "--", "true"],  # a dash value: argparse's call
     ["submit", "--exc", "--", "true"],  # an abbreviation
-    ["submit", "--file", "jobs.txt"],
+    ["submit", "--file", "jobs.txt", "--", "true"],  # a file and a command: refused there
+    ["submit", "--file", "-"],  # (standard input: a dash value is argparse's call)
+    ["submit", "--spec", "jobs.toml"],
     ["submit", "--service", "--", "x"],
     ["submit", "--name"],
     ["submit", "--exclusive=1", "--", "true"],

@@ -726,6 +726,28 @@ def test_a_whole_spec_problem_names_its_field(
     assert str(refused.value).startswith(message)
 
 
+def test_an_environment_is_judged_by_its_contents_whichever_came_before() -> None:
+    # A batch's shared environment is checked once, not once per job (two fifths of a
+    # 500-line batch's admission): the verdict kept is for equal contents only.
+    shell = {f"VAR{n}": "v" * 50 for n in range(60)}
+    parse_spec({"command": ["true"], "env": shell})
+    parse_spec({"command": ["true"], "env": dict(shell)})  # equal, another dict: known good
+    for bad, message in [
+        ({**shell, "VAR7": "x\0"}, "env[VAR7] contains a NUL byte"),
+        ({**shell, "A=B": "x"}, "env: 'A=B' is not a valid variable name"),
+        ({**shell, "BIG": "x" * 200_000}, "env[BIG]: 200004 bytes; Linux passes no"),
+    ]:
+        with pytest.raises(SpecError, match=re.escape(message)):
+            parse_spec({"command": ["true"], "env": bad})
+        parse_spec({"command": ["true"], "env": shell})  # (and the good one stays good)
+    # What the batch's environment costs a program's start is that environment's.
+    from gpulayer_tui.engine.spec import env_exec_bytes, exec_bytes
+
+    other = {"ONLY": "1"}
+    assert env_exec_bytes(shell) == exec_bytes(f"{k}={v}" for k, v in shell.items())
+    assert env_exec_bytes(other) == len("ONLY=1") + 1 + 8
+
+
 async def test_only_the_engine_names_the_job_a_job_restarts(make_engine: EngineFactory) -> None:
     # A submission could set restart_of: `status` then said "restart of job 1" of a job
     # that never was one (and `submit --like` of a restarted job copied its lineage).

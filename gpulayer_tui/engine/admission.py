@@ -25,7 +25,7 @@ from .fairness import owner_of, user_label
 from .jobbook import ActiveJob, JobBook
 from .models import Job, JobKind
 from .snapshot import Built, SnapshotError, SnapshotStore, files_mode
-from .spec import Dependency, JobSpec, SnapshotInfo, parse_spec
+from .spec import Dependency, JobSpec, SnapshotInfo, env_exec_bytes, exec_bytes, parse_spec
 
 if TYPE_CHECKING:
     from .config import LimitsSettings, SnapshotSettings
@@ -578,11 +578,6 @@ def _check_labels(data: Any) -> None:
                 raise SpecError(str(err), field) from None
 
 
-def _exec_bytes(strings: Any) -> int:
-    """What strings cost a program's start: each, its NUL and its pointer."""
-    return sum(len(s.encode("utf-8", "surrogateescape")) + 1 + 8 for s in strings)
-
-
 _ENGINE_ENV_BYTES: list[int] = []  # the engine's own environment's cost, read once
 
 
@@ -605,13 +600,13 @@ def _check_arg_max(spec: JobSpec) -> None:
     program (``ARG_MAX``): it could only fail at launch, "Argument list too long", after
     being stored. The engine's own environment (the job's starts from it) counts too."""
     if not _ENGINE_ENV_BYTES:
-        _ENGINE_ENV_BYTES.append(_exec_bytes(f"{k}={v}" for k, v in os.environ.items()))
+        _ENGINE_ENV_BYTES.append(exec_bytes(f"{k}={v}" for k, v in os.environ.items()))
     argv = spec.command if spec.command is not None else ["sh", "-c", spec.shell or ""]
-    own = _exec_bytes(argv) + _exec_bytes(f"{k}={v}" for k, v in spec.env.items())
+    own = exec_bytes(argv) + env_exec_bytes(spec.env)
     limit = os.sysconf("SC_ARG_MAX") - 4096  # (room for the variables the engine adds)
     if own + _ENGINE_ENV_BYTES[0] > limit:
         words = "command" if spec.command is not None else "shell"
-        field = "env" if _exec_bytes(argv) < own / 2 else words
+        field = "env" if exec_bytes(argv) < own / 2 else words
         raise SpecError(
             f"{field}: the command and its environment are {own} bytes together (with the "
             f"engine's own environment, {own + _ENGINE_ENV_BYTES[0]}); Linux passes a "
