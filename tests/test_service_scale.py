@@ -571,3 +571,32 @@ async def test_a_cancel_in_back_off_after_a_scale_down_ends_the_service_at_the_c
     )
     timeline = await engine.events_of(svc.id)
     assert timeline[-1]["kind"] == "job.transition", timeline[-1]
+
+
+async def test_a_scales_timeline_entry_comes_before_the_replica_entries_it_causes(
+    make_engine: EngineFactory,
+) -> None:
+    # "replica 1: up ... starting" was listed before the "scaled: replicas 1 -> 2" that
+    # started it, and "SIGTERM sent (scaled to 1)" before the scale-down's own entry: the
+    # effect before its cause (testers h134, h140).
+    engine = await make_engine("2xA100-80GB")
+    svc = await engine.submit(_service(["sleep", "600"], port=False, gpus=1))
+    await eventually(lambda: _live(engine, svc.id).replicas[0].pid is not None)
+
+    def said(events: list[dict[str, Any]]) -> list[str]:
+        return [e["message"] for e in events if e["kind"] in ("job.edited", "job.replica")]
+
+    before = len(await engine.events_of(svc.id))
+    await engine.edit(svc.id, {"replicas": 2})
+    await eventually(lambda: _live(engine, svc.id).replicas[1].pid is not None)
+    grown = said((await engine.events_of(svc.id))[before:])
+    assert grown[0] == "scaled: replicas 1 -> 2 (replica 1 starting on gpu1)", grown
+    assert grown[1].startswith("replica 1: up"), grown
+
+    before = len(await engine.events_of(svc.id))
+    await engine.edit(svc.id, {"replicas": 1})
+    shrunk = said((await engine.events_of(svc.id))[before:])
+    assert shrunk[:2] == [
+        "scaled: replicas 2 -> 1 (replica 1 removed: SIGTERM sent, SIGKILL after 2 s)",
+        "replica 1: SIGTERM sent (scaled to 1)",
+    ], shrunk

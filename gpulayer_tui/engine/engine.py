@@ -822,10 +822,15 @@ class Engine:
             domains = room
         # (All before the next await: nothing else acts on the service in between.)
         self.queue.charge_so_far(act)
-        said = self.services.scale(act, spec, request, domains)
+        self.services.scale(
+            act,
+            spec,
+            request,
+            domains,
+            lambda said: self.book.record(act, EventKind.EDITED, {"message": f"scaled: {said}"}),
+        )
         record.made(act.job)
         self.store.save_edit(act.job)
-        self.book.record(act, EventKind.EDITED, {"message": f"scaled: {said}"})
         self.services.scaled(act)
         await self.store.flush()
         return act.job

@@ -259,7 +259,14 @@ class ServiceRunner:
             )
         return None
 
-    def scale(self, act: ActiveJob, spec: JobSpec, request: Request, domains: list[Domain]) -> str:
+    def scale(
+        self,
+        act: ActiveJob,
+        spec: JobSpec,
+        request: Request,
+        domains: list[Domain],
+        announce: Callable[[str], None],
+    ) -> None:
         """Change a running service's number of replicas to ``spec``'s (checked by the
         caller: :meth:`scale_refusal`, over capacity, room now).
 
@@ -270,8 +277,9 @@ class ServiceRunner:
         after the grace period; their domains are given back once their processes are
         gone (a GPU is not handed on while a stopping replica still holds its memory).
 
-        Returns:
-            What changed, in words (for the timeline's ``job.edited`` entry).
+        ``announce`` is given what changes, in words (the timeline's ``job.edited``
+        entry), before any replica's own entry: the cause before its effects (the replicas'
+        "starting" came before the "scaled" that started them: testers h134, h140).
         """
         job = act.job
         runtime = self._runtimes[job.id]
@@ -280,14 +288,21 @@ class ServiceRunner:
         act.spec, act.request = spec, request
         job.spec = spec.stored()
         if count > had:
-            said = self._grow(act, domains, len(job.replicas), count)
+            self._grow(act, domains, had, count, announce)
         else:
-            said = self._shrink(act, runtime, count, had)
+            self._shrink(act, runtime, count, had, announce)
         if job.status is JobStatus.RUNNING:
             job.message = self._summary(job)
-        return f"replicas {had} -> {count} ({said})"
 
-    def _grow(self, act: ActiveJob, domains: list[Domain], before: int, count: int) -> str:
+    def _grow(
+        self,
+        act: ActiveJob,
+        domains: list[Domain],
+        had: int,
+        count: int,
+        announce: Callable[[str], None],
+    ) -> None:
+        before = len(act.job.replicas)
         job, request = act.job, act.request
         assert request is not None
         per_replica = request.gpus // request.replicas
@@ -312,9 +327,6 @@ class ServiceRunner:
             replica.gpus = [d.gpu_index for d in mine if d.gpu_index is not None]
             job.replicas.append(replica)
             added.append(replica)
-        for replica in added:
-            if not self._decide_launch(act, replica, "start"):
-                break
         # Grouped by where they run ("replicas 2 on cpu, 3 on cpu starting" read as the
         # count of replicas on cpu: tester h127): "replicas 2, 3 starting on cpu".
         places: dict[str, list[int]] = {}
@@ -325,7 +337,10 @@ class ServiceRunner:
             f"starting on {place}"
             for place, ids in places.items()
         )
-        return said
+        announce(f"replicas {had} -> {count} ({said})")
+        for replica in added:
+            if not self._decide_launch(act, replica, "start"):
+                break
 
     def _added_replica(self, job: Job, index: int) -> Replica:
         """A replica a scale-up adds (or an edit of a waiting service): one this index had
@@ -340,11 +355,22 @@ class ServiceRunner:
         replica.launches = runs
         return replica
 
-    def _shrink(self, act: ActiveJob, runtime: ServiceRuntime, count: int, had: int) -> str:
+    def _shrink(
+        self,
+        act: ActiveJob,
+        runtime: ServiceRuntime,
+        count: int,
+        had: int,
+        announce: Callable[[str], None],
+    ) -> None:
         job = act.job
         grace = self._config.engine.grace_period
         # (those past ``had`` are stopping already, from a scale-down before)
         leaving = [r for r in job.replicas if count <= r.index < had]
+        said = f"{_replicas_said([r.index for r in leaving])} removed"
+        if any(r.state.has_process and r.state is not R.STOPPING for r in leaving):
+            said += f": SIGTERM sent, SIGKILL after {grace:g} s"
+        announce(f"replicas {had} -> {count} ({said})")
         stopping: list[tuple[int, int]] = []
         for replica in leaving:
             timer = runtime.restart_timers.pop(replica.index, None)
@@ -357,16 +383,14 @@ class ServiceRunner:
             elif not replica.state.has_process and replica.state is not R.EXITED:
                 replica.next_restart_at = None
                 self._set_replica(act, replica, R.EXITED, f"removed (scaled to {count})")
-        said = f"{_replicas_said([r.index for r in leaving])} removed"
         if stopping:
             # (stored: a restarted engine still kills them on time; never sooner than an
             # earlier scale-down's stop, still under way, was told)
             job.kill_at = max(job.kill_at or 0.0, time.time() + grace)
-            said += f": SIGTERM sent, SIGKILL after {grace:g} s"
             self._book.after_commit(
                 functools.partial(self._signal_replicas, job.id, stopping, grace)
             )
-        return said  # (those with no process leave in :meth:`scaled`, after the entry)
+        # (those with no process leave in :meth:`scaled`, after the entry)
 
     def scaled(self, act: ActiveJob) -> None:
         """After a scale's own timeline entry: replicas it removed that had no process
