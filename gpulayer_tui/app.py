@@ -377,6 +377,14 @@ class GpulayerApp(App[str]):
             elif change == "draining" and data.get("state") == "quarantined":
                 # (it said "draining" of a domain still quarantined: tester h124)
                 said = "drained under its quarantine: it drains once the quarantine is lifted"
+            elif change == "healthy" and data.get("state") == "quarantined":
+                # (it said "healthy" alone of a GPU still quarantined: tester h142)
+                said = (
+                    "the GPU answers again; still quarantined, no new work goes there: "
+                    "release it (ctrl+p) when you trust it"
+                )
+            elif change == "healthy" and data.get("state") == "draining":
+                said = "the GPU answers again; still draining"
             # What still runs there, and when it leaves, as `domain drain` says it (the
             # toast said "draining" alone: tester h96).
             still = still_on_domain(self.job_store.jobs.values(), str(name))
@@ -681,7 +689,7 @@ class GpulayerApp(App[str]):
                 yield SystemCommand(
                     f"Drain {name}",
                     "Stop new placements there (maintenance)",
-                    self._domain_cmd(name, "drain"),
+                    self._drain_cmd(name),
                 )
             else:
                 kept = dom.get("drain_reason")
@@ -691,13 +699,13 @@ class GpulayerApp(App[str]):
                     f"Lift the quarantine; it stays drained ({markup_escape(kept)})"
                     if state == "quarantined" and kept
                     else f"Return it to service (now {state})",
-                    self._domain_cmd(name, "release"),
+                    self._release_cmd(dict(dom)),
                 )
                 if state == "quarantined" and not kept:
                     yield SystemCommand(
                         f"Drain {name}",
                         "Keep it out of service once the quarantine is lifted (maintenance)",
-                        self._domain_cmd(name, "drain"),
+                        self._drain_cmd(name),
                     )
         for command in super().get_system_commands(screen):
             if command.title == "Screenshot":
@@ -739,15 +747,11 @@ class GpulayerApp(App[str]):
     def _theme_cmd(self, name: str) -> Callable[[], None]:
         return lambda: self.set_theme(name)
 
-    def _domain_cmd(self, name: str, action: str) -> Callable[[], None]:
+    def _drain_cmd(self, name: str) -> Callable[[], None]:
         def run() -> None:
-            if action != "drain":
-                self.domain_action(name, action)
-                return
-
             def answered(yes: bool | None) -> None:
                 if yes:
-                    self.domain_action(name, action)
+                    self.domain_action(name, "drain")
 
             # (as cancel and restart do: on a shared box a drain holds back everyone's
             # new work there, and a palette entry is one Enter away)
@@ -761,6 +765,33 @@ class GpulayerApp(App[str]):
                 ),
                 answered,
             )
+
+        return run
+
+    def _release_cmd(self, dom: dict[str, Any]) -> Callable[[], None]:
+        """Release a domain once asked: the question says why it is out of service, in
+        full (rows and panels cut the reason, and a release was one Enter away: another
+        operator's drain for an RMA went unread: tester h142)."""
+        name, state = str(dom["name"]), dom.get("state")
+        why = str(dom.get("state_reason") or "")
+        kept = str(dom.get("drain_reason") or "")
+        if state == "quarantined":
+            question = f"{name} is quarantined: {why or 'no reason recorded'}."
+            question += (
+                f"\n\nIt was drained before: {kept}\nLifted, the quarantine leaves it drained."
+                if kept
+                else "\n\nLifted, it takes new work again (every user's)."
+            )
+        else:
+            question = f"{name} is draining: {why or 'no reason recorded'}."
+            question += "\n\nReleased, it takes new work again (every user's)."
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.domain_action(name, "release")
+
+        def run() -> None:
+            self.push_screen(ConfirmScreen(f"Release {name}?", question, "Release"), answered)
 
         return run
 

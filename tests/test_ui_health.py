@@ -374,3 +374,56 @@ async def test_the_queue_is_paused_and_resumed_from_the_palette(ui_app: AppFacto
         await until(pilot, lambda: any("queue resumed" in n for n in _notes(app)))
         await engine.wait(waiting.id, timeout=20)
         await until(pilot, lambda: "engine ok" in str(header.render()), "ok again")
+
+
+async def test_releasing_from_the_palette_asks_and_shows_the_whole_reason(
+    ui_app: AppFactory,
+) -> None:
+    # The reason was cut everywhere at 80x24 ("draining (Fan …"), and a release was one
+    # Enter away: another operator's drain for an RMA went unread (tester h142).
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    reason = "Fan 2 bearing failing; vendor RMA ticket #88231 [b]open[/b], " + "x" * 120 + " END"
+    await engine.domain_ops.drain("gpu1", reason)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: _state(app, "gpu1") == "draining")
+
+        def release() -> None:
+            command = next(
+                c for c in app.get_system_commands(app.screen) if c.title == "Release gpu1"
+            )
+            command.callback()
+
+        release()
+        question = await until(
+            pilot,
+            lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#question"),
+        )
+        shown = str(question.first().render())
+        assert f"gpu1 is draining: {reason}." in " ".join(shown.split("\n")) or reason in shown
+        said = question.first()
+        assert said.region.bottom <= app.screen.size.height  # (whole, on the screen)
+        assert app.screen.query_one("#yes").region.bottom <= 24
+        await pilot.press("n")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        await pilot.pause()
+        assert engine.scheduler.domains["gpu1"].state.value == "draining"
+        release()
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await until(pilot, lambda: _state(app, "gpu1") == "in_service")
+
+
+async def test_a_quarantined_gpu_that_answers_again_is_not_said_healthy_alone(
+    ui_app: AppFactory,
+) -> None:
+    # The toast said "domain gpu1: healthy" while it stayed quarantined (tester h142).
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(120, 40)) as pilot:
+        ledger = await _lose_gpu1(pilot, app)
+        ledger.set_gpu(1, lost=False, error=None)
+        await _answers(pilot, app.backend.engine, "gpu1")
+        said = "domain gpu1: the GPU answers again; still quarantined, no new work goes there"
+        await until(pilot, lambda: any(said in n for n in _notes(app)), said)
+        assert not any(n.endswith("domain gpu1: healthy") for n in _notes(app))
+        assert _state(app, "gpu1") == "quarantined"
