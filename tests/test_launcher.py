@@ -220,6 +220,42 @@ async def test_a_spawner_that_cannot_start_is_said_and_tried_again_ever_later(
     assert (state / launcher.LOG).read_text().count("could not start") < 8
 
 
+async def test_a_stopped_spawner_is_said_and_the_jobs_decided_meanwhile_wait_for_it(
+    make_engine: EngineFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A spawner stopped (SIGSTOP here; hung or starved of CPU alike) went unsaid: a job
+    # showed running with no process, /ready answered 200 and doctor said all was well
+    # (tester h143). (Shorter waits than the engine's 5 s, for the test's time.)
+    from gpulayer_tui.engine import admission, launch_client
+
+    monkeypatch.setattr(launch_client, "STALL_S", 1.0)
+    monkeypatch.setattr(admission, "LAUNCH_WAIT_S", 0.2)
+    engine = await make_engine()
+    assert engine.domain_ops.readiness()[0]
+    side = tmp_path / "ran"
+    spawner = _launcher(engine.paths.state_dir, "spawner")
+    spawner.suspend()
+    try:
+        first = await engine.submit({"shell": f"echo first >> {side}", "gpus": 0})
+        problem = await eventually(lambda: engine.health()["launcher_problem"], timeout=10)
+        assert problem.startswith("the launcher has not answered a start sent "), problem
+        assert problem.endswith("(1 waiting; is its spawner stopped or starved of CPU?)")
+        ready, reason = engine.domain_ops.readiness()
+        assert not ready and reason.startswith("no job starts: the launcher has not answered")
+        # Decided now, it says it waits for the launcher ("running on cpu", no process).
+        second = await engine.submit({"shell": f"echo second >> {side}", "gpus": 0})
+        said = (await engine.get(second.id)).message
+        assert said.startswith("placed on cpu; starts once the launcher can start jobs (the ")
+        assert not side.exists()
+    finally:
+        spawner.resume()
+    for job in (first, second):
+        assert (await engine.wait(job.id, timeout=15)).status is JobStatus.COMPLETED
+    assert sorted(side.read_text().split()) == ["first", "second"]  # once each
+    assert engine.health()["launcher_problem"] is None
+    assert engine.domain_ops.readiness() == (True, "every domain is ready")
+
+
 def test_the_keeper_names_a_reap_the_journal_could_not_name_then(tmp_path: Path) -> None:
     # A job reaped while the journal could not be read (a directory in its place): the
     # look-up raised and ended the keeper, and every code it held with it; one reaped in

@@ -254,6 +254,7 @@ class Engine:
             lambda: self.sampler.stalled(),
             self._gate,
             self.disk.blocker,
+            lambda: self.executor.problem,
         )
         # Cluster jobs (issue 16): batch jobs that Slurm runs; the queue hands them over.
         # (Named on the cluster by this state dir's id, read at start.)

@@ -103,8 +103,9 @@ class PreparedStart(Protocol):
 class Executor(Protocol):
     """Runs tasks for the engine's runners."""
 
-    problem: str | None
-    """Why it cannot start tasks now (they start once it can), or ``None``."""
+    @property
+    def problem(self) -> str | None:
+        """Why it cannot start tasks now (they start once it can), or ``None``."""
 
     def prepare(
         self,

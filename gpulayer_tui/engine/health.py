@@ -107,9 +107,11 @@ class DomainOps:
         sampling: Callable[[], str | None] = lambda: None,
         gate: Callable[[], str | None] = lambda: None,
         disk: Callable[[], str | None] = lambda: None,
+        launcher: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._scheduler = scheduler
         self._disk = disk
+        self._launcher = launcher
         self._sampling = sampling
         self._gate = gate
         self._book = book
@@ -503,8 +505,9 @@ class DomainOps:
     # -- reports ------------------------------------------------------------------------------
 
     def readiness(self) -> tuple[bool, str]:
-        """Ready when every domain is in service, GPU capacity is known, writes work and
-        the state dir has room for new jobs (``[logs] min_free_mb``)."""
+        """Ready when every domain is in service, GPU capacity is known, writes work, the
+        state dir has room for new jobs (``[logs] min_free_mb``) and the launcher starts
+        them."""
         problems = [
             f"domain {d.name} {d.state.value}" + (f": {d.state_reason}" if d.state_reason else "")
             for d in self._scheduler.domains.values()
@@ -533,6 +536,11 @@ class DomainOps:
         if full:
             # (no job could start and /ready said ready: only doctor knew; tester h63)
             problems.append(f"new jobs are held: {full}")
+        launcher = self._launcher()
+        if launcher:
+            # (a stopped spawner: jobs said running with no process, and /ready said
+            # yes: tester h143)
+            problems.append(f"no job starts: {launcher}")
         return (not problems, "; ".join(problems) or "every domain is ready")
 
     async def doctor_checks(self) -> list[dict[str, str]]:

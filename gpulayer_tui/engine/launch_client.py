@@ -67,6 +67,10 @@ ACK_DELAY_S = 0.05  # an ack waits this long for a request to ride with (at most
 RECENT_ACKS = 4096  # acks remembered, to send again if a connection dies with them
 LINE_LIMIT = 64 * 1024 * 1024  # (the table of a launcher with many tasks is one line)
 PROGRAM_CACHE_S = 5.0
+# A start the connected launcher has not answered in this long means it cannot start jobs
+# now (stopped, hung, starved): said as the executor's problem. (A spawn takes
+# milliseconds; a submission waits as long for its job's start: admission.LAUNCH_WAIT_S.)
+STALL_S = 5.0
 
 
 _LEADING_ID = re.compile(r"[0-9]+")
@@ -199,7 +203,7 @@ class _Connection(asyncio.Protocol):
 class _Prepared:
     """A spawn request made while its decision commits (see :class:`.PreparedStart`)."""
 
-    __slots__ = ("_executor", "data", "discarded", "lkey", "request", "sent")
+    __slots__ = ("_executor", "data", "discarded", "lkey", "request", "sent", "sent_at")
 
     def __init__(self, executor: LauncherExecutor, lkey: str, request: dict[str, Any]) -> None:
         self._executor = executor
@@ -207,6 +211,7 @@ class _Prepared:
         self.request = request
         self.data = json.dumps(request, separators=(",", ":")).encode() + b"\n"
         self.sent = False  # (set under the executor's lock)
+        self.sent_at: float | None = None  # (monotonic) written to a connected launcher
         self.discarded = False
 
     def send_now(self) -> None:
@@ -250,9 +255,7 @@ class LauncherExecutor:
         self._transport: asyncio.WriteTransport | None = None
         self._serving = False  # open() is done: a lost connection is reconnected
         self._reconnecting: asyncio.Task[None] | None = None
-        self.problem: str | None = None
-        """Why no launcher answers now (its spawner cannot start, say), while none does:
-        jobs decided to start wait for it (the engine's health says it)."""
+        self._connect_problem: str | None = None  # why no launcher can be reached now
         self._watches: dict[str, _Watch] = {}
         self._pending: dict[str, _Prepared] = {}  # starts not answered yet
         self._outbox: list[bytes] = []  # held while no launcher is connected
@@ -290,6 +293,27 @@ class LauncherExecutor:
         self._direct_fd = -1
         self._tail = b""  # what a partial direct write left, sent before anything else
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def problem(self) -> str | None:
+        """Why no job starts now, while that lasts: no launcher can be reached (its
+        spawner cannot start, say), or the one connected has answered none of the starts
+        sent to it for :data:`STALL_S` (stopped, hung, or starved of CPU). Jobs decided
+        meanwhile wait for it, and the engine's health, ``/ready`` and ``doctor`` say it.
+        (A stopped spawner went unsaid: jobs showed running with no process, /ready
+        answered 200 and doctor said all was well: tester h143.)"""
+        if self._connect_problem is not None:
+            return self._connect_problem
+        sent = [p.sent_at for p in self._pending.values() if p.sent_at is not None]
+        if not sent:
+            return None
+        waited = time.monotonic() - min(sent)
+        if waited < STALL_S:
+            return None
+        return (
+            f"the launcher has not answered a start sent {waited:.0f} s ago ({len(sent)} "
+            "waiting; is its spawner stopped or starved of CPU?)"
+        )
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -456,12 +480,12 @@ class LauncherExecutor:
                 except OSError as err:
                     # (the last spawner's own words, while none has started since)
                     problem = start_failure(self.state_dir) or str(err)
-                    if self.problem != problem:
+                    if self._connect_problem != problem:
                         log.error("cannot reach the launcher (%s); trying again", problem)
-                    self.problem = problem
+                    self._connect_problem = problem
                     await asyncio.sleep(1.0)
                     continue
-                self.problem = None
+                self._connect_problem = None
                 if self._closing:
                     return
                 try:
@@ -523,6 +547,7 @@ class LauncherExecutor:
             outbox, self._outbox = self._outbox, []
             for prepared in resend:
                 self._transport_write(prepared.data)
+                prepared.sent_at = time.monotonic()
             for data in outbox:
                 self._transport_write(data)
             self._syncing = False
@@ -610,7 +635,7 @@ class LauncherExecutor:
                     self._acks[:0] = acks  # (they go with the loop's next write)
                     raise
                 self._recent_acks.extend(acks)
-                prepared.sent = True
+                prepared.sent, prepared.sent_at = True, time.monotonic()
                 if written < len(data):
                     # The socket took part of it: the rest goes first from the loop.
                     self._tail = data[written:]
@@ -626,6 +651,7 @@ class LauncherExecutor:
             sent_early, prepared.sent = prepared.sent, True
             if not sent_early:
                 self._batch.append(prepared.data)
+                prepared.sent_at = time.monotonic()  # (with this iteration's write)
         if not sent_early:
             self._flush_soon()
         watch = self._watches.get(prepared.lkey)
