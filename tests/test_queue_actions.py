@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from gpulayer_tui.engine.engine import EditRecord
 from gpulayer_tui.engine.errors import SpecError
 from gpulayer_tui.engine.models import JobStatus
 
@@ -283,6 +284,26 @@ async def test_a_gpu_count_left_out_is_said_as_the_one_its_vram_asks_for(
         e["message"] for e in await engine.events_of(waiting.id) if e["kind"] == "job.edited"
     ]
     assert timeline == ["edited: gpus 1 -> 2", "edited: gpus 2 -> 1"], timeline
+    await engine.resume()
+
+
+async def test_a_null_gpu_count_that_is_the_jobs_own_changes_nothing(
+    make_engine: EngineFactory,
+) -> None:
+    # gpus: null (back to the default) of a 1-GPU job with a VRAM amount answered
+    # "changed" and wrote "gpus 1 -> 1" (tester h143); of a 2-GPU job it is 0 GPUs (the
+    # default, as documented), said as such.
+    engine = await make_engine("2xA100-80GB")
+    await engine.pause()
+    one = await engine.submit({"command": ["true"], "gpus": 1, "vram_gb": 10})
+    record = EditRecord()
+    await engine.edit(one.id, {"gpus": None}, record)
+    assert record.after == record.before, (record.before, record.after)
+    assert [e for e in await engine.events_of(one.id) if e["kind"] == "job.edited"] == []
+    two = await engine.submit({"command": ["true"], "gpus": 2})
+    await engine.edit(two.id, {"gpus": None})
+    timeline = [e["message"] for e in await engine.events_of(two.id) if e["kind"] == "job.edited"]
+    assert timeline == ["edited: gpus 2 -> 0"], timeline
     await engine.resume()
 
 

@@ -684,7 +684,7 @@ class Engine:
         if "replicas" in changes and act.job.kind is not JobKind.SERVICE:
             # (A waiting service's copies: it was cancel and submit again, a new id.)
             raise SpecError(f"replicas: job {job_id} is not a service", "replicas")
-        if "gpus" in changes and act.job.spec.get("gpus") is None:
+        if "gpus" in changes:
             changes = self._implied_gpus_left_out(act.job.spec, changes)
         if changes.get("gpus") == 0 and "vram_gb" not in changes and act.spec.vram_gb:
             # (a GPU job made a CPU one: its VRAM per GPU no longer applies; refused, it
@@ -874,9 +874,11 @@ class Engine:
     def _implied_gpus_left_out(
         self, old: dict[str, Any], changes: dict[str, Any]
     ) -> dict[str, Any]:
-        """``changes`` less a GPU count that a job with none set has already: none is 0
-        GPUs, or 1 with a GPU domain pinned or a VRAM amount ("gpus 0 -> 0" and
-        "gpus 1 -> 1" were said, and a timeline entry written: testers h110, h115)."""
+        """``changes`` less a GPU count that the job has already: none set is 0 GPUs, or
+        1 with a GPU domain pinned or a VRAM amount ("gpus 0 -> 0" and "gpus 1 -> 1" were
+        said, and a timeline entry written: testers h110, h115); and so a ``null`` count
+        (back to that default) where the job's count is the default's (``gpus: null`` of
+        a 1-GPU job with a VRAM amount answered "changed" and wrote "gpus 1 -> 1": h143)."""
         rest = {key: value for key, value in changes.items() if key != "gpus"}
         try:
             asked = self.scheduler.request_for(parse_spec({**old, **changes}))
