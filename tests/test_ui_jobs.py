@@ -982,6 +982,30 @@ async def test_esc_asks_again_before_it_throws_away_a_typed_form(ui_app: Any) ->
         await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the form closed")
 
 
+async def test_the_esc_question_is_scrolled_into_sight_at_80x24(ui_app: Any) -> None:
+    # Asked with a field further down focused, the question was at the top of the
+    # scrolled fields, out of sight: the screen looked unchanged, and the next esc threw
+    # the form away (tester h142).
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2")
+        form = await open_form(pilot)
+        await type_text(pilot, "sleep 5")
+        fields = form.query_one("#submit-fields")
+        for _ in range(8):  # (to the options below Directory and Environment)
+            await pilot.press("tab")
+        await until(pilot, lambda: fields.scroll_y > 0, "the fields scrolled down")
+        box = form.query_one("#form-error")
+        await pilot.press("escape")
+        await until(pilot, lambda: form.form_message == form.DISCARD_WORDS, "the question")
+        await until(
+            pilot,
+            lambda: box.region.height > 0 and form.screen.region.contains_region(box.region),
+            "the question in sight",
+        )
+        assert app.screen is form
+
+
 async def test_ctrl_c_asks_again_before_it_quits_over_a_typed_form(ui_app: Any) -> None:
     # ctrl+c (copy, to many) quit the app at once, the typed form lost (tester h120).
     app = await ui_app("2xA100-80GB")

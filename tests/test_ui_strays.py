@@ -503,3 +503,41 @@ async def test_the_adopt_and_signal_dialogs_name_each_gpu_with_its_domain() -> N
         await until(pilot, lambda: isinstance(app.screen, ModalScreen), "the signal dialog")
         text = " ".join(shown_text(s, 110) for s in app.screen.query(Static))
         assert "GPU 1 (small)" in text, text
+
+
+async def test_the_adopt_dialog_keeps_its_message_and_buttons_in_sight_at_80x24(
+    ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
+) -> None:
+    # At 80x24 the dialog's bottom was cut: a refusal ("declared VRAM: expected a
+    # number") and both buttons were below the screen's edge, ctrl+s seemed to do
+    # nothing and Tab went to buttons out of sight (tester h142).
+    app = await ui_app("4xA100-80GB")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _open_strays(pilot, app)
+        await pilot.press("p")
+        await pilot.press(*str(sleeper_proc.pid), "enter")
+        dialog = await until(pilot, lambda: _adopt_dialog(app))
+        screen = dialog.region
+
+        def in_sight(widget: Any) -> bool:
+            region = widget.region
+            return bool(region.height) and screen.contains_region(region)
+
+        await pilot.press("tab", *"abc", "tab", *"nosuchdomain")
+        await pilot.press("ctrl+s")
+        error = dialog.query_one("#adopt-error", Static)
+        await until(pilot, lambda: "declared VRAM: " in str(error.render()), "the refusal")
+        await until(pilot, lambda: in_sight(error), "the refusal in sight")
+        for button in dialog.query(Button):
+            assert in_sight(button), button
+        # The field the focus is on is scrolled to, and Tab reaches the buttons in sight.
+        assert dialog.focused is not None and in_sight(dialog.focused)
+        await pilot.press("tab", "tab")
+        await until(pilot, lambda: isinstance(dialog.focused, Button), "a button")
+        assert in_sight(dialog.focused)
+        # esc asks first, in sight too.
+        await pilot.press("escape")
+        await until(pilot, lambda: "esc again throws away" in str(error.render()), "asked")
+        assert in_sight(error)
+        await pilot.press("escape")
+        await until(pilot, lambda: _adopt_dialog(app) is None, "closed")

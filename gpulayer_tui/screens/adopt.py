@@ -12,7 +12,7 @@ from textual import on, work
 from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
@@ -73,13 +73,25 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         self._quit_armed = False
 
     def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="adopt-dialog"):
+            yield Label(f"Adopt pid {self.process['pid']}?", classes="dialog-title")
+            yield from self._fields()
+            # (outside the fields' scroll, as the buttons: at 80x24 a refusal and both
+            # buttons were below the screen's edge, and Tab went to buttons out of sight:
+            # tester h142)
+            yield Static("", id="adopt-error", classes="error-text")
+            with Horizontal(classes="buttons"):
+                yield Button("Adopt (ctrl+s)", id="adopt", variant="primary")
+                yield Button("Cancel (esc)", id="cancel")
+        yield KeyFooter()
+
+    def _fields(self) -> ComposeResult:
         proc = self.process
         held = proc.get("used_bytes")
         state = view_of(self).gpu_state
         gpus = gpus_named(proc.get("gpus") or [], state) or "no GPU memory seen"
         program = (proc.get("command") or "").split(" ", 1)[0]
-        with Vertical(classes="dialog", id="adopt-dialog"):
-            yield Label(f"Adopt pid {proc['pid']}?", classes="dialog-title")
+        with VerticalScroll(classes="form-fields", id="adopt-fields"):
             # (Content: a command line and a user name are shown as written, never as
             # markup: "[/bold]" in an argv would end the app)
             yield Static(
@@ -118,11 +130,28 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
                 compact=True,
             )
             yield Static("", id="adopt-note", classes="muted")
-            yield Static("", id="adopt-error", classes="error-text")
-            with Horizontal(classes="buttons"):
-                yield Button("Adopt (ctrl+s)", id="adopt", variant="primary")
-                yield Button("Cancel (esc)", id="cancel")
-        yield KeyFooter()
+
+    CHROME = 10
+    """Rows of the dialog that are not its fields or its message: border and padding
+    (4), the title and the row under it (2), the buttons and the row above them (4)."""
+
+    def _say(self, message: str) -> None:
+        """The dialog's message (text: it quotes what was typed), above the buttons."""
+        self.query_one("#adopt-error", Static).update(Content(message))
+        self.call_after_refresh(self._fit)
+
+    def on_resize(self) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        """Give the fields what the dialog (at most 90% of the screen) leaves beside its
+        message and buttons, which stay in sight; the focused field is scrolled to."""
+        said = self.query_one("#adopt-error", Static).outer_size.height
+        room = max(3, self.size.height * 9 // 10 - self.CHROME - said)
+        self.query_one("#adopt-fields").styles.max_height = room
+        focused = self.focused
+        if focused is not None:
+            self.call_after_refresh(focused.scroll_visible, animate=False)
 
     def on_mount(self) -> None:
         blink = bool(getattr(self.app, "cursor_blink", True))
@@ -182,7 +211,6 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         return "e.g. " + ", ".join(names[:6]) if names else "e.g. gpu0"
 
     def _request(self) -> dict[str, Any] | None:
-        error = self.query_one("#adopt-error", Static)
         name = self.query_one("#adopt-name", Input).value.strip()
         raw = self.query_one("#adopt-vram", Input).value.strip()
         request: dict[str, Any] = {"pid": self.process["pid"]}
@@ -192,14 +220,14 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
             try:  # (the engine's refusal closed the dialog, and what was typed was lost)
                 request["name"] = wire.parse_field("name", name)
             except wire.FieldError as err:
-                error.update(Content(f"name: {err.detail}"))
+                self._say(f"name: {err.detail}")
                 release_keys(self)
                 return None
         if raw:
             try:
                 request["vram_gb"] = wire.parse_field("vram_gb", raw)
             except wire.FieldError as err:
-                error.update(Content(f"declared VRAM: {err.detail}"))  # (quotes the input)
+                self._say(f"declared VRAM: {err.detail}")  # (quotes the input)
                 release_keys(self)
                 return None
         domains = split_list(self.query_one("#adopt-domain", Input).value)
@@ -212,7 +240,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         except wire.FieldError as err:
             self._refused(f"{err.field}: {err.detail}", err.field)
             return None
-        error.update("")
+        self._say("")
         return request
 
     def action_adopt(self) -> None:
@@ -257,7 +285,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         words = _FIELD_WORDS.get(field or "")
         if words is not None and message.startswith(f"{field}:"):
             message = words + message[len(str(field)) :]
-        self.query_one("#adopt-error", Static).update(Content(message))
+        self._say(message)
         release_keys(self)  # (typed after ctrl+s: for the dialog, still open)
         input_id = _FIELD_INPUT.get(field or "")
         if input_id is not None:
@@ -267,7 +295,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         self._busy = busy
         self.query_one("#adopt", Button).disabled = busy or bool(self._refused_for_good)
         if busy:
-            self.query_one("#adopt-error", Static).update("adopting…")
+            self._say("adopting…")
 
     def action_cancel(self) -> None:
         """Close without adopting (not while the engine is answering: closed then, the
@@ -278,9 +306,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         if not self._discard_armed and self._values() != self._as_opened:
             self._discard_armed = True
             self._quit_armed = False  # (in a row: h124)
-            self.query_one("#adopt-error", Static).update(
-                "esc again throws away what you typed (ctrl+s adopts)"
-            )
+            self._say("esc again throws away what you typed (ctrl+s adopts)")
             return
         self.dismiss(None)
 
@@ -296,9 +322,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
             return True
         self._quit_armed = True
         self._discard_armed = False
-        self.query_one("#adopt-error", Static).update(
-            "ctrl+c again quits, throwing away what you typed (ctrl+s adopts)"
-        )
+        self._say("ctrl+c again quits, throwing away what you typed (ctrl+s adopts)")
         return False
 
     def action_enter_field(self) -> None:

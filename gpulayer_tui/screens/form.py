@@ -141,6 +141,7 @@ class FormScreen(ModalScreen[ResultType]):
         self._quit_armed = False  # (in a row: an esc between two ctrl+c quit unasked, h124)
         self._armed_with = self._values()
         self._show_form_message(self.DISCARD_WORDS, busy=True)
+        self._scroll_to_form_message()
         return False
 
     def may_quit(self) -> bool:
@@ -152,7 +153,15 @@ class FormScreen(ModalScreen[ResultType]):
         self._discard_armed = False
         self._armed_with = self._values()
         self._show_form_message(self.QUIT_WORDS, busy=True)
+        self._scroll_to_form_message()
         return False
+
+    def _scroll_to_form_message(self) -> None:
+        """Bring the form's message (at the top of its fields) into sight: said while a
+        field further down had the focus, the question was scrolled away at 80x24, the
+        screen looked unchanged, and the next esc threw the form away (tester h142)."""
+        box = self.query_one("#form-error", Static)
+        self.call_after_refresh(box.scroll_visible, animate=False, top=True)
 
     FORM_CHROME = 8
     """Rows of a form's dialog that are not its fields: border and padding (4), the
