@@ -427,3 +427,47 @@ async def test_a_quarantined_gpu_that_answers_again_is_not_said_healthy_alone(
         await until(pilot, lambda: any(said in n for n in _notes(app)), said)
         assert not any(n.endswith("domain gpu1: healthy") for n in _notes(app))
         assert _state(app, "gpu1") == "quarantined"
+
+
+async def test_a_long_drain_reason_leaves_the_job_still_there_in_sight(
+    ui_app: AppFactory,
+) -> None:
+    # A long reason over the MODEL and JOB columns hid that job 13 still ran on the
+    # drained GPU, in the rows and in a full panel; and the 80-column summary ended
+    # "4 GPUs (2 draining, 1" with no mark that it was cut (tester h142).
+    from textual.widgets import Static
+
+    from gpulayer_tui.widgets.gpu_panel import GpuPanel
+
+    app = await ui_app("4xA100-80GB")
+    engine = app.backend.engine
+    job = await app.backend.submit({"command": ["sleep", "600"], "gpus": 1, "domain": "gpu0"})
+    reason = "Fan 2 bearing failing; vendor RMA ticket #88231 " + "x" * 100
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(
+            pilot, lambda: (app.job_store.jobs.get(job["id"]) or {}).get("status") == "running"
+        )
+        await engine.domain_ops.drain("gpu0", reason)
+        await engine.domain_ops.drain("gpu1", reason)
+        ledger = SimLedger(engine.paths.state_dir)
+        ledger.set_gpu(2, lost=True, error="GPU is lost: fell off the bus")
+        await engine.sampler.sample_once()
+        await until(pilot, lambda: _state(app, "gpu2") == "quarantined")
+        app.gpu_state = await app.backend.gpus()
+        panel = next(p for p in app.screen.query(GpuPanel) if p.domain_name == "gpu0")
+        for density, said in (("row", "drai"), ("full", "draining (Fan 2")):
+            while app.screen._density_override != density:
+                await pilot.press("v")
+            shown = panel.query_one("#stats" if density == "row" else "#jobs", Static)
+            await until(
+                pilot,
+                lambda s=shown, w=said: (
+                    w in str(s.content) and f"{job['id']} sleep" in str(s.content)
+                ),
+                f"the state and the job, {density}",
+            )
+        line = app.screen.query_one(SummaryLine)
+        counts = str(app.screen.query_one(SummaryLine).query_one("#counts", Static).content)
+        assert counts.endswith("4 GPUs (2 draining, 1 quarantined)") or counts.endswith("…")
+        assert line.counts(40).plain.endswith("…")
+        await app.backend.cancel(job["id"])

@@ -127,6 +127,23 @@ def _fit(text: str, width: int) -> str:
     return pad_to_width(cut, width)
 
 
+def _problem_then_holders(problem: str, holders: str, width: int) -> str:
+    """``draining (Fan 2 be… · 13 gsvc``: why a GPU is out of service, cut so that the jobs
+    still there (``holders``) fit beside it: its reason first, then its state's word
+    (``drain… · 13 gsvc``); where even that leaves no room, the holders are cut after
+    half of ``width``."""
+    full = f"{problem} · {holders}"
+    if cell_width(full) <= width:
+        return full
+    word = problem.split(" (", 1)[0]
+    room = width - cell_width(holders) - 3
+    if room >= cell_width(word) + 4:  # (the word and a little of its reason)
+        return f"{cut_to_width(problem, room)} · {holders}"
+    if room >= min(cell_width(word), 5):
+        return f"{cut_to_width(word, room)} · {holders}"
+    return f"{cut_to_width(word, max(1, width // 2))} · {holders}"
+
+
 POWER_MIN_WIDTH = 72
 """Below this content width the rows leave out POWER: at 60 columns the bar had no room
 for its USED/TOTAL figures, and the rows view (the one chosen there) showed no memory
@@ -436,9 +453,11 @@ class GpuPanel(Vertical):
         text = self.holder_text(width)
         if problem:
             _mark, _word, style = self.health()
-            line = Content.styled(problem, style)
-            if text:
-                line = Content.assemble(line, " · ", (text, "$accent"))
+            if not text:
+                return Content.styled(problem, style).truncate(width, ellipsis=True)
+            said = _problem_then_holders(problem, text, width)
+            cut = said[: len(said) - len(text) - 3]  # (the reason, as cut to fit)
+            line = Content.assemble((cut, style), " · ", (text, "$accent"))
             return line.truncate(width, ellipsis=True)
         if not text:
             return Content.styled("no job", "$text-muted")
@@ -599,7 +618,12 @@ class GpuPanel(Vertical):
         # nothing: tester h124), then whose jobs are still there.
         width = layout.model + (layout.job + 1 if layout.job else 0)
         holders = self.holder_text(width, word="")
-        return [(_fit(f"{problem} · {holders}" if holders else problem, width), health_style)]
+        if holders:
+            # The reason cut first, so whose jobs are there stays in sight (a long drain
+            # reason hid that job 13 still ran there: tester h142).
+            said = _problem_then_holders(problem, holders, width)
+            return [(_fit(said, width), health_style)]
+        return [(_fit(problem, width), health_style)]
 
     def _row_job(self, layout: RowLayout) -> list[Piece]:
         if not layout.job:

@@ -82,13 +82,20 @@ class SummaryLine(Vertical):
         """The summary line itself; where it is wider than ``width`` cells, in short words
         (at 60 columns the line ended "· unregistered VRAM", its figure cut off)."""
         line = self._counts(short=False)
-        for short, refused in ((True, True), (True, False)):
+        for short, refused, no_unreg in (
+            (True, True, False),
+            (True, False, False),
+            (True, False, True),
+        ):
             if width is None or line.cell_length <= width:
                 break
-            line = self._counts(short, refused)
+            line = self._counts(short, refused, no_unreg)
+        if width is not None and line.cell_length > width:
+            # (cut mid-phrase, "4 GPUs (2 draining, 1", it read as whole: tester h142)
+            line = line.truncate(width, ellipsis=True)
         return line
 
-    def _counts(self, short: bool, refused_said: bool = True) -> Content:
+    def _counts(self, short: bool, refused_said: bool = True, no_unreg: bool = False) -> Content:
         running = self.summary.get("running", 0)
         queued = self.summary.get("queued", 0)
         failed = self.summary.get("failed_today", 0)
@@ -115,13 +122,13 @@ class SummaryLine(Vertical):
             return Content.assemble(*pieces)
         unregistered = int(state.get("unregistered_total") or 0)
         gpus = self.gpu_count
-        pieces += [
-            sep,
-            ("unreg " if short else "unregistered VRAM ", "$text-muted"),
-            (f"{unregistered / GIB:.1f} GiB", "$error bold" if unregistered else "bold"),
-            sep,
-            (f"{gpus} GPU{'' if gpus == 1 else 's'}", "bold"),
-        ]
+        if unregistered or not no_unreg:  # (none, and no room: it goes first)
+            pieces += [
+                sep,
+                ("unreg " if short else "unregistered VRAM ", "$text-muted"),
+                (f"{unregistered / GIB:.1f} GiB", "$error bold" if unregistered else "bold"),
+            ]
+        pieces += [sep, (f"{gpus} GPU{'' if gpus == 1 else 's'}", "bold")]
         # (a quarantined or draining GPU was said only in its panel's title, cut at 120
         # columns: "quarantined (GPU is lost) · L…", the line said "2 GPUs": tester h107)
         unwell: dict[str, int] = {}
