@@ -292,7 +292,9 @@ class ServiceRunner:
         else:
             self._shrink(act, runtime, count, had, announce)
         if job.status is JobStatus.RUNNING:
-            job.message = self._summary(job)
+            # (its row and subscribers get the new summary: the entries above carried the
+            # one from before the scale)
+            self._book.note(act, self._summary(job))
 
     def _grow(
         self,
