@@ -37,6 +37,7 @@ from .key_hold import KeyHold, esc_then_key
 from .palette import KeymapCommands, SafeCommandPalette
 from .screens.dashboard import DashboardScreen
 from .screens.dialogs import ConfirmScreen, QuitChoice, QuitScreen
+from .screens.drain import DrainScreen
 from .screens.help import HelpScreen
 from .screens.job_detail import JobDetailScreen
 from .screens.jobs import JobsScreen
@@ -749,22 +750,14 @@ class GpulayerApp(App[str]):
 
     def _drain_cmd(self, name: str) -> Callable[[], None]:
         def run() -> None:
-            def answered(yes: bool | None) -> None:
-                if yes:
-                    self.domain_action(name, "drain")
+            def answered(reason: str | None) -> None:
+                if reason is not None:
+                    self.domain_action(name, "drain", reason)
 
-            # (as cancel and restart do: on a shared box a drain holds back everyone's
-            # new work there, and a palette entry is one Enter away)
-            self.push_screen(
-                ConfirmScreen(
-                    f"Drain {name}?",
-                    f"No new job is placed on {name} until it is released; running jobs "
-                    "stay until they end, and a service moves off when a replica there "
-                    "exits. This holds for every user of the box.",
-                    "Drain",
-                ),
-                answered,
-            )
+            # (asked first, as cancel and restart are: on a shared box a drain holds back
+            # everyone's new work there, and a palette entry is one Enter away; with the
+            # reason the others will read)
+            self.push_screen(DrainScreen(name), answered)
 
         return run
 
@@ -829,10 +822,11 @@ class GpulayerApp(App[str]):
         await self._poll_health()
 
     @work(group="domains", exit_on_error=False)
-    async def domain_action(self, name: str, action: str) -> None:
-        """Drain or release a domain; the engine's refusal is shown, never raised."""
+    async def domain_action(self, name: str, action: str, reason: str | None = None) -> None:
+        """Drain (with ``reason``) or release a domain; the engine's refusal is shown,
+        never raised."""
         try:
-            await self.backend.domain_action(name, action)
+            await self.backend.domain_action(name, action, reason)
         except BackendError as err:
             self.notify(str(err), title=f"{action} {name}", severity="error")
             return

@@ -207,8 +207,9 @@ class EngineBackend(Protocol):
         ``offset`` (an offset in its whole output: :attr:`LogChunk.next`)."""
         ...
 
-    async def domain_action(self, name: str, action: str) -> DomainJSON:
-        """``drain`` or ``release`` a domain; return its new state."""
+    async def domain_action(self, name: str, action: str, reason: str | None = None) -> DomainJSON:
+        """``drain`` (with ``reason``; none: "drained from the TUI") or ``release`` a
+        domain; return its new state."""
         ...
 
     async def queue_action(self, action: str) -> dict[str, Any]:
@@ -381,9 +382,9 @@ class SocketBackend:
             raise ValueError(f"no queue action {action!r}")
         return dict(await self._request("POST", f"/queue/{action}"))
 
-    async def domain_action(self, name: str, action: str) -> DomainJSON:
-        """Drain or release a domain."""
-        body = {"reason": "drained from the TUI"} if action == "drain" else None
+    async def domain_action(self, name: str, action: str, reason: str | None = None) -> DomainJSON:
+        """Drain (with ``reason``, else "drained from the TUI") or release a domain."""
+        body = {"reason": reason or "drained from the TUI"} if action == "drain" else None
         path = f"/domains/{quote(name, safe='')}/{action}"
         return cast(DomainJSON, (await self._request("POST", path, json=body))["domain"])
 

@@ -258,6 +258,10 @@ def blank_label(field: str, value: str) -> None:
         raise FieldError(field, f"starts or ends with a space: {value!r}")
 
 
+DRAIN_REASON_MAX = 500
+"""The longest reason a drain is given (the API's, the CLI's and the TUI's)."""
+
+
 def check_label(field: str, value: object, limit: int = NAME_MAX) -> str:
     """A name or project (or a short text, as a drain's reason): 1 to ``limit``
     characters, none of them unsafe on a terminal (see :func:`unsafe_characters`)."""

@@ -13,6 +13,7 @@ import pytest
 
 from gpulayer_tui.engine.simulate import SimLedger
 from gpulayer_tui.screens.dialogs import ConfirmScreen
+from gpulayer_tui.screens.drain import DrainScreen
 from gpulayer_tui.widgets.job_table import JobTable
 from gpulayer_tui.widgets.summary_line import SummaryLine
 
@@ -63,25 +64,36 @@ async def test_quarantine_is_notified_and_release_is_offered(ui_app: AppFactory)
         await _answers(pilot, engine, "gpu1")
         await app.domain_action("gpu1", "release").wait()
         await until(pilot, lambda: _state(app, "gpu1") == "in_service")
-        # Drain from the palette asks first (it holds back every user's new work there).
+        # Drain from the palette asks first (it holds back every user's new work there),
+        # with the reason every user will read (it stored "drained from the TUI" alone:
+        # tester h141).
         drain = next(c for c in app.get_system_commands(app.screen) if c.title == "Drain gpu0")
         drain.callback()
         question = await until(
             pilot,
-            lambda: isinstance(app.screen, ConfirmScreen) and app.screen.query("#question"),
+            lambda: isinstance(app.screen, DrainScreen) and app.screen.query("#question"),
         )
         assert "This holds for every user of the box" in str(question.first().render())
-        # The footer names y as the button does (it said "Yes" beside "Drain (y)").
-        footer_y = app.screen.active_bindings["y"].binding.description
-        assert app.screen.query_one("#yes").label.plain == f"{footer_y} (y)" != "Yes (y)"
-        await pilot.press("n")
-        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        await pilot.press(*"no")  # (typed into the reason: no answer)
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, DrainScreen))
         await pilot.pause()
         assert _state(app, "gpu0") == "in_service"
         drain.callback()
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
-        await pilot.press("y")
+        found = await until(
+            pilot, lambda: isinstance(app.screen, DrainScreen) and app.screen.query("#drain-reason")
+        )
+        dialog, reason = app.screen, found.first()
+        reason.value = "x" * 501
+        await pilot.press("ctrl+s")
+        error = dialog.query_one("#drain-error")
+        await until(pilot, lambda: "at most 500 characters" in str(error.render()), "refused")
+        assert app.screen is dialog and _state(app, "gpu0") == "in_service"
+        reason.value = ""
+        await pilot.press(*"fan swap [b]x[/b], back by 14:00", "enter")
         await until(pilot, lambda: _state(app, "gpu0") == "draining")
+        dom = engine.scheduler.domains["gpu0"]
+        assert dom.drain_reason == "fan swap [b]x[/b], back by 14:00"
         await until(pilot, lambda: line.counts().plain.endswith("2 GPUs (1 draining)"))
 
 
@@ -471,3 +483,24 @@ async def test_a_long_drain_reason_leaves_the_job_still_there_in_sight(
         assert counts.endswith("4 GPUs (2 draining, 1 quarantined)") or counts.endswith("…")
         assert line.counts(40).plain.endswith("…")
         await app.backend.cancel(job["id"])
+
+
+def test_snapshot_the_drain_dialog_at_80x24(snap_compare: Any) -> None:
+    # Asked from the palette, with the reason every user will read (tester h141).
+    from gpulayer_tui.app import build_app
+
+    from .ui_support import FIXED_NOW, StaticBackend
+
+    app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW, cursor_blink=False)
+
+    async def ask(pilot: Any) -> None:
+        await until(pilot, lambda: app.gpu_state is not None, "the GPUs")
+        drain = next(c for c in app.get_system_commands(app.screen) if c.title == "Drain gpu0")
+        drain.callback()
+        await until(
+            pilot, lambda: isinstance(app.screen, DrainScreen) and app.screen.query("#drain-reason")
+        )
+        await pilot.press(*"fan swap, back by 14:00")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=ask)

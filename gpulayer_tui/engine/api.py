@@ -68,7 +68,15 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import wire
-from ..fields import FieldError, check_label, keys_once, parse_number, printable, too_long
+from ..fields import (
+    DRAIN_REASON_MAX,
+    FieldError,
+    check_label,
+    keys_once,
+    parse_number,
+    printable,
+    too_long,
+)
 from ..unixsock import SocketPath
 from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
 from .api_connections import ConnectionCount, CountedSocketSite
@@ -102,7 +110,6 @@ MAX_INT = wire.MAX_INT  # SQLite's INTEGER; a larger id or offset names nothing
 LISTEN_BACKLOG = 4096
 """Connections the kernel queues for the engine to accept (see ``ApiServer._listen``)."""
 MAX_WAIT_S = wire.MAX_SECONDS
-DRAIN_REASON_MAX = 500
 
 
 @dataclass(slots=True)
