@@ -742,3 +742,35 @@ def test_a_client_that_lost_its_engine_says_whether_it_was_stopped(tmp_path: Pat
     assert _gone(client) == "lost the engine"
     lock.write_text("4242 stopping\n")
     assert _gone(client) == "the engine was stopped"
+
+
+def test_cancelling_a_job_its_stopped_launcher_has_not_started_says_so(
+    served: Served, tmp_path: Path
+) -> None:
+    # With the spawner stopped, `cancel --timeout` said "SIGTERM sent ... still running"
+    # of a job with no process (tester h143). It says it has not started, and is stopped
+    # as soon as it does: once the spawner runs again, the job never does.
+    import psutil
+
+    served.start("--simulate", "1xA100-80GB")
+    home = str(served.home)
+    spawner = next(
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "gpulayer_tui.engine.launcher" in (p.info["cmdline"] or [])
+        and home in (p.info["cmdline"] or [])
+    )
+    ran = tmp_path / "ran"
+    spawner.suspend()
+    try:
+        job = served.cli("submit", "--shell", "--", f"touch {ran}; sleep 30", timeout=30)
+        assert job.returncode == 0, job.stderr
+        job_id = job.stdout.strip()
+        done = served.cli("cancel", job_id, "--timeout", "1", timeout=30)
+    finally:
+        spawner.resume()
+    assert done.returncode == 5, (done.returncode, done.stderr)
+    assert f"job {job_id} has not started yet (its launcher has not answered" in done.stderr
+    assert "not started after --timeout 1 s" in done.stderr
+    assert "SIGTERM sent" not in done.stderr
+    wait_for(lambda: served.cli("status", job_id, "--json").stdout.count('"cancelled"') > 0)

@@ -1386,6 +1386,17 @@ def _cancel_one(
         if cluster:
             # Slurm stops it (scancel, then its own KILL): no SIGKILL of ours to wait for.
             said = f"job {job['id']} is stopping on cluster {cluster}: {job['message']}"
+        elif job["kind"] == "command" and job.get("pid") is None:
+            # Decided, and not started yet: its launcher has not answered (stopped, hung).
+            # ("SIGTERM sent ... still running" was said of a job with no process: h143)
+            said = (
+                f"job {job['id']} has not started yet (its launcher has not answered; see "
+                "`gpulayer-tui doctor`): it is stopped as soon as it starts"
+            )
+            if not args.no_wait:
+                waited = "the wait" if args.timeout is None else f"--timeout {args.timeout:g} s"
+                _error(f"{said}; not started after {waited}")
+                return EXIT_TIMED_OUT if args.timeout is not None else EXIT_FAILED
         elif args.no_wait or (kill_at and time.time() < kill_at):
             # Stopping as asked: SIGTERM is sent, its SIGKILL not due yet.
             clock = time.strftime("%H:%M:%S", time.localtime(kill_at or time.time()))
@@ -1426,6 +1437,8 @@ def _await_stop(client: Client, job: dict[str, Any], timeout: float | None) -> d
     cluster = (job.get("spec") or {}).get("cluster")
     if cluster:  # (scancel, then Slurm's own KILL: no SIGKILL of ours)
         doing = f"stopping on cluster {cluster}"
+    elif job["kind"] == "command" and waited["job"].get("pid") is None:
+        doing = "not started yet (its launcher has not answered): stopped as soon as it starts"
     else:
         doing = f"stopping: SIGTERM sent, SIGKILL at {clock} if it still runs"
     print(f"job {job['id']} is {doing}; waiting until {until}", file=sys.stderr, flush=True)
