@@ -489,18 +489,25 @@ def test_snapshot_the_drain_dialog_at_80x24(snap_compare: Any) -> None:
     # Asked from the palette, with the reason every user will read (tester h141).
     from gpulayer_tui.app import build_app
 
+    from .test_ui_dashboard import settled
     from .ui_support import FIXED_NOW, StaticBackend
 
     app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW, cursor_blink=False)
 
     async def ask(pilot: Any) -> None:
-        await until(pilot, lambda: app.gpu_state is not None, "the GPUs")
+        # (the panels behind it drawn first: under CI's coverage pass they were still
+        # empty when the dialog was taken)
+        await settled(2)(pilot)
         drain = next(c for c in app.get_system_commands(app.screen) if c.title == "Drain gpu0")
         drain.callback()
         await until(
             pilot, lambda: isinstance(app.screen, DrainScreen) and app.screen.query("#drain-reason")
         )
         await pilot.press(*"fan swap, back by 14:00")
+        field = app.screen.query_one("#drain-reason")
+        await until(pilot, lambda: field.value == "fan swap, back by 14:00", "typed")
+        await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=ask)
