@@ -1123,13 +1123,18 @@ def test_a_new_keeper_settles_the_start_a_launcher_that_died_whole_was_in(
 
     state = str(tmp_path)
     intent = journal.boot_ticks()
+    # (12's start begun 10 s before: a live session leader of ours made at its moment,
+    # naming no job, is taken for it (tester h138), and under CI's load another test's
+    # process was made in the very tick of "now"; one made 10 s ago must also still run)
+    earlier = intent - 1000
+    assert earlier > 1000  # (booted minutes ago at least: not init's moment)
     with open(tmp_path / journal.NAME, "ab") as fh:
         fh.write(journal.line("S", "9", intent) + journal.line("S", "10", intent))
-        fh.write(journal.line("S", "12", intent))
+        fh.write(journal.line("S", "12", earlier))
     # Job 12's process was made (it made its start mark), ran, and ended before this
     # keeper came: it ran a second time (tester h135).
     (tmp_path / journal.STARTING).mkdir()
-    mark = Path(journal.start_mark(state, "12", intent))
+    mark = Path(journal.start_mark(state, "12", earlier))
     mark.touch()
     # Job 9's process started, and is init's now (not this keeper's child); 10's never did.
     started = subprocess.run(
