@@ -1333,11 +1333,11 @@ def test_a_new_keeper_takes_an_interrupted_starts_process_that_names_no_job(
 ) -> None:
     # Its process cleared its environment (`exec env -i ...`): with its start mark there,
     # it was taken for ended while it ran on, unwatched (a service's replica ran twice:
-    # tester h138). The one live session leader of ours made at that moment is it.
+    # tester h138). The one live session leader of ours made at that moment, an orphan
+    # (its launcher died whole), is it.
     from gpulayer_tui.engine import procstat
 
-    proc = subprocess.Popen(["env", "-i", "sleep", "60"], start_new_session=True)
-    pid = proc.pid
+    pid = _orphan_session_leader("env -i sleep 60")
     try:
         wait_for(lambda: Path(f"/proc/{pid}/exe").resolve().name == "sleep")
         stat = procstat.read_stat(pid)
@@ -1350,8 +1350,60 @@ def test_a_new_keeper_takes_an_interrupted_starts_process_that_names_no_job(
         entries = journal.replay(str(tmp_path / journal.NAME))
         assert entries["13"].state == journal.RUNNING and entries["13"].pid == pid
     finally:
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_a_new_keeper_does_not_take_another_launchers_job_made_at_the_starts_moment(
+    tmp_path: Path,
+) -> None:
+    # CI: another test's job (its launcher alive: not an orphan), a session leader of the
+    # same user naming no job here, was made in the very tick of an interrupted start
+    # that had run and ended: it was taken for that start, which is then "running" as a
+    # process of someone else's. An orphan made then is still taken (the test above).
+    from gpulayer_tui.engine import procstat
+
+    proc = subprocess.Popen(["env", "-i", "sleep", "60"], start_new_session=True)
+    orphan = None
+    try:
+        wait_for(lambda: Path(f"/proc/{proc.pid}/exe").resolve().name == "sleep")
+        stat = procstat.read_stat(proc.pid)
+        assert stat is not None and stat.session == proc.pid
+        state = str(tmp_path)
+        (tmp_path / journal.NAME).write_bytes(journal.line("S", "14", stat.start_ticks))
+        (tmp_path / journal.STARTING).mkdir()
+        mark = Path(journal.start_mark(state, "14", stat.start_ticks))
+        mark.touch()
+        Keeper(state, 60)._settle_interrupted_start(anywhere=True)
+        entries = journal.replay(str(tmp_path / journal.NAME))
+        assert entries["14"].state == journal.EXITED and entries["14"].pid is None
+        assert entries["14"].code is None and not mark.exists()
+        # The same with an orphan beside it, made just then: that one is taken.
+        orphan = _orphan_session_leader("env -i sleep 60")
+        wait_for(lambda: Path(f"/proc/{orphan}/exe").resolve().name == "sleep")
+        ticks = procstat.read_stat(orphan).start_ticks  # type: ignore[union-attr]
+        with open(tmp_path / journal.NAME, "ab") as fh:
+            fh.write(journal.line("S", "15", ticks))
+        Path(journal.start_mark(state, "15", ticks)).touch()
+        Keeper(state, 60)._settle_interrupted_start(anywhere=True)
+        entries = journal.replay(str(tmp_path / journal.NAME))
+        assert entries["15"].state == journal.RUNNING and entries["15"].pid == orphan
+    finally:
         proc.kill()
         proc.wait()
+        if orphan is not None:
+            os.kill(orphan, signal.SIGKILL)
+
+
+def _orphan_session_leader(command: str) -> int:
+    """Start ``command`` leading its own session, its parent gone (init's, or a
+    subreaper's above this test): as a job whose launcher died whole is."""
+    started = subprocess.run(
+        ["sh", "-c", f"setsid {command} >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    return int(started.stdout)
 
 
 async def test_a_start_that_cannot_exec_leaves_no_mark_and_a_file_in_the_marks_place_is_said(

@@ -84,6 +84,23 @@ def _every_process() -> list[int]:
 ENDED = "(ended)"
 
 
+def _adopters() -> set[int]:
+    """The processes an orphan of a launcher that died whole can have been handed to.
+
+    A process whose parent dies goes to the nearest child subreaper above that parent, or
+    to init. The keeper that died was started as this one is (by an engine, through a
+    shell that exits at once): its orphans went where that keeper itself had gone, to a
+    process above this keeper too. So they are init and this keeper's ancestors.
+    """
+    found = {1}
+    pid = os.getppid()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        stat = procstat.read_stat(pid)
+        pid = stat.ppid if stat is not None else 0
+    return found
+
+
 def _own_session() -> int:
     """The keeper's session, which its spawner shares.
 
@@ -358,9 +375,10 @@ class Keeper:
                 unnamed = [p for p in self.unnamed if p not in known]
                 if os.path.exists(mark) and len(unnamed) == 1:
                     # Its process was made, and one (only one) of ours, made at that very
-                    # moment and leading its own session, still runs with no job named in
-                    # its environment: it (taken for ended, it ran on unwatched, holding
-                    # nothing, and a service's replica ran twice: tester h138).
+                    # moment and leading its own session (an orphan, when the launcher
+                    # died whole), still runs with no job named in its environment: it
+                    # (taken for ended, it ran on unwatched, holding nothing, and a
+                    # service's replica ran twice: tester h138).
                     pid, ticks = unnamed[0]
                     writer.write("P", key, pid, ticks)
                     known.add((pid, ticks))
@@ -405,6 +423,9 @@ class Keeper:
         self.unnamed = []
         own_session = _own_session()
         uid = os.getuid()
+        # (only an orphan can be the start of a launcher that died whole: without this, a
+        # session leader of another launcher's, made in that very tick, was taken for it)
+        adopters = _adopters() if anywhere else set()
         for child in _every_process() if anywhere else _children():
             stat = procstat.read_stat(child)
             if stat is None or (child, stat.start_ticks) in known:
@@ -421,10 +442,17 @@ class Keeper:
                 else _task_key(child, self.state_dir, 0.0 if anywhere else ENVIRON_WAIT_S)
             )
             seen.append((child, stat.start_ticks, stat.session, found))
-            if found is None and stat.session == child and stat.start_ticks <= since + 1:
+            if (
+                found is None
+                and stat.session == child
+                and stat.start_ticks <= since + 1
+                and (not anywhere or stat.ppid in adopters)
+            ):
                 # (a live session leader of ours made at that very moment whose environment
                 # names no job: one that cleared it, `exec env -i ...`, or wrote over it
-                # to set its title; see _settle_interrupted_start)
+                # to set its title; see _settle_interrupted_start. In CI another test's
+                # job, its spawner alive, was made in the very tick of a start being
+                # settled: taken for it, so an "anywhere" one must be an orphan)
                 with contextlib.suppress(OSError):
                     if os.stat(f"/proc/{child}").st_uid == uid:
                         self.unnamed.append((child, stat.start_ticks))
