@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -489,6 +490,8 @@ async def test_clean_removes_old_finished_jobs_and_never_reuses_an_id(
         "snapshots": 0,
         "spared": [],
         "spared_why": {},
+        "left": [],
+        "left_count": 0,
     }
     left = {j.id for j in await engine.list_jobs()}
     assert left == {jobs[3].id, jobs[4].id, running.id}  # the running one is never touched
@@ -602,6 +605,39 @@ async def test_a_clean_killed_before_it_removed_the_files_has_them_removed_by_th
     assert (await again.retention.clean(None, keep=0))["files"] == 0
 
 
+def test_a_file_clean_cannot_remove_is_named_and_the_clean_finishes(served: Served) -> None:
+    # A directory in a log's place made `clean` answer "HTTP 500" with up to a chunk of
+    # rows deleted and their files left on disk, and every later clean and [history]
+    # round failed the same way on it (tester h145).
+    served.start("--simulate", "1xA100-80GB")
+    ids = [served.cli("submit", "--", "echo", str(n)).stdout.strip() for n in range(3)]
+    for job_id in ids:
+        assert served.cli("wait", job_id).returncode == 0
+    jobs = served.home / "jobs"
+    blocked = jobs / f"{ids[1]}.log"
+    blocked.unlink()
+    blocked.mkdir()
+    said = served.cli("clean", "--keep", "0")
+    assert said.returncode == 1, said
+    assert said.stdout.startswith("removed 3 finished jobs and 2 files"), said.stdout
+    assert said.stderr == (
+        "gpulayer-tui: could not remove 1 file; each is tried again at the next clean:\n"
+        f"  {blocked}: Is a directory\n"
+    )
+    assert json.loads(served.cli("jobs", "--json").stdout) == []
+    assert sorted(p.name for p in jobs.iterdir()) == [blocked.name]
+    # Tried again by the next clean, which says it again; once it can go, it goes.
+    again = served.cli("clean", "--keep", "0", "--json")
+    assert again.returncode == 1
+    assert json.loads(again.stdout)["left"] == [f"{blocked}: Is a directory"]
+    blocked.rmdir()
+    blocked.write_text("back\n")
+    done = served.cli("clean", "--keep", "0")
+    assert done.returncode == 0 and done.stderr == "", done
+    assert done.stdout.startswith("removed 0 finished jobs and 1 file"), done.stdout
+    assert list(jobs.iterdir()) == []
+
+
 def test_clean_from_the_cli(served: Served) -> None:
     served.start("--simulate", "1xA100-80GB")
     ids = []
@@ -633,8 +669,17 @@ def test_clean_from_the_cli(served: Served) -> None:
     assert said.returncode == 2 and said.stderr.rstrip().endswith(
         "got '3x' (days, or with a unit: 12h, 30d, 2w)"
     )
+    # `m` is minutes elsewhere: here it could be months, and clean deletes (`1m` removed
+    # every job that ended a minute ago: tester h145). Refused; the cutoff is said.
+    for typed in ("1m", "1M", "1h30m"):
+        said = served.cli("clean", "--older-than", typed, "--dry-run")
+        assert said.returncode == 2 and "'m' could be minutes or months" in said.stderr
     said = served.cli("clean", "--older-than", "0", "--dry-run").stdout
-    assert said.startswith(f"would remove 3 finished jobs (jobs {', '.join(ids)}) and 3 files")
+    assert re.match(
+        rf"would remove 3 finished jobs that ended before \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d "
+        rf"\(jobs {', '.join(ids)}\) and 3 files",
+        said,
+    ), said
     assert said.endswith("; nothing was removed\n")
     assert sorted(p.name for p in (served.home / "jobs").iterdir()) == logs
     assert len(json.loads(served.cli("jobs", "--json").stdout)) == 3
@@ -651,10 +696,12 @@ def test_clean_from_the_cli(served: Served) -> None:
         "snapshots": 0,
         "spared": [],
         "spared_why": {},
+        "left": [],
+        "left_count": 0,
     }
     listed = json.loads(served.cli("jobs", "--json").stdout)
     assert [j["id"] for j in listed] == [int(ids[-1])]
-    said = served.cli("clean", "--older-than", "0")
+    said = served.cli("clean", "--keep", "0")
     assert said.stdout.strip() == "removed 1 finished job and 1 file (4 B in all)"
     # Jobs with big environments: the room their rows took goes back to the disk, and
     # the CLI says how much.
@@ -668,9 +715,8 @@ def test_clean_from_the_cli(served: Served) -> None:
         assert served.cli("wait", str(job["id"])).returncode == 0
     said = served.cli("clean", "--older-than", "0")
     assert said.returncode == 0, said.stderr
-    assert said.stdout.startswith(
-        "removed 16 finished jobs and 16 files (0 B in all); the database gave"
-    )
+    assert said.stdout.startswith("removed 16 finished jobs that ended before "), said.stdout
+    assert " and 16 files (0 B in all); the database gave back " in said.stdout
     assert said.stdout.endswith(" MiB\n"), said.stdout
     # What [history] removes is in the engine's log without -v (1,200 jobs and their logs
     # went without a line: tester h123).
@@ -1002,7 +1048,15 @@ async def test_clean_keeps_the_jobs_that_waiting_jobs_depend_on(
     assert done.pop("database_bytes_freed") >= 0
     assert done.pop("bytes") >= 0
     assert len(done.pop("ids")) == 4
-    assert done == {"jobs": 4, "files": 4, "snapshots": 0, "spared": [], "spared_why": {}}
+    assert done == {
+        "jobs": 4,
+        "files": 4,
+        "snapshots": 0,
+        "spared": [],
+        "spared_why": {},
+        "left": [],
+        "left_count": 0,
+    }
 
 
 async def test_output_that_starts_like_a_cut_note_is_the_jobs_own(

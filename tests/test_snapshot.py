@@ -436,7 +436,15 @@ async def test_clean_removes_a_jobs_tree_and_the_objects_only_it_held(
     assert done.pop("database_bytes_freed") >= 0
     assert done.pop("bytes") >= 0
     assert done.pop("ids") == [first.id]
-    assert done == {"jobs": 1, "files": 1, "snapshots": 1, "spared": [], "spared_why": {}}
+    assert done == {
+        "jobs": 1,
+        "files": 1,
+        "snapshots": 1,
+        "spared": [],
+        "spared_why": {},
+        "left": [],
+        "left_count": 0,
+    }
     assert not engine.snapshots.job_tree(first.id).exists()
     kept = engine.snapshots.job_tree(second.id)
     assert (kept / "new.txt").read_text() == "untracked v2\n"

@@ -151,8 +151,15 @@ def days_arg(text: str) -> float:
     ``--older-than 30d`` was "expected a number", tester h123)."""
     from .. import fields as wire
 
+    if "m" in text.lower():
+        # (minutes everywhere else, `1m` here removed every job that ended over a minute
+        # ago from someone who meant a month: refused, not guessed; tester h145)
+        raise argparse.ArgumentTypeError(
+            f"got {text!r}: 'm' could be minutes or months; say 30d for days, 1h or 3600s "
+            "for less than a day"
+        )
     try:
-        if text.strip()[-1:].lower() in ("s", "m", "h", "d", "w"):
+        if text.strip()[-1:].lower() in ("s", "h", "d", "w"):
             value = wire.parse_duration("days", text) / 86400
         else:
             value = wire.parse_number("days", text)
@@ -606,7 +613,7 @@ def _clean_args(p: argparse.ArgumentParser) -> None:
         "--older-than",
         type=days_arg,
         metavar="DAYS",
-        help="finished jobs that ended more than DAYS ago: days, or 12h, 30d, 2w",
+        help="finished jobs that ended more than DAYS ago: days, or 12h, 30d, 2w (not m)",
     )
     p.add_argument(
         "--keep", type=positive_int, metavar="N", help="keep the N finished jobs that ended last"

@@ -70,19 +70,55 @@ def _sizes(paths: list[Path]) -> int:
     return total
 
 
-def _unlink(paths: list[Path]) -> tuple[int, int]:
-    """Remove ``paths``: (how many were removed, the bytes they took)."""
+def _unlink(paths: list[Path]) -> tuple[int, int, list[tuple[Path, str]]]:
+    """Remove ``paths``: (how many were removed, the bytes they took, those that could not
+    be removed with why). One that cannot be removed (a directory made in a log's place, a
+    read-only disk) is passed over: it stopped the whole clean, its job's row deleted and
+    its files and those of the chunk's other jobs left on disk, and every later clean too
+    (tester h145)."""
     removed = size = 0
+    failed: list[tuple[Path, str]] = []
     for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            try:
-                took = path.lstat().st_size
-            except OSError:
-                took = 0
+        try:
+            took = path.lstat().st_size
+        except OSError:
+            took = 0
+        try:
             path.unlink()
-            removed += 1
-            size += took
-    return removed, size
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            failed.append((path, err.strerror or str(err)))
+            continue
+        removed += 1
+        size += took
+    return removed, size, failed
+
+
+LEFT_SHOWN = 20
+"""Files that could not be removed named in a clean's answer (the rest counted)."""
+
+
+class _Removed:
+    """What a clean removed so far, and what it could not."""
+
+    def __init__(self) -> None:
+        self.files = self.trees = self.size = 0
+        self.left: list[tuple[Path, str]] = []
+
+    def add(self, files: int, trees: int, size: int, left: list[tuple[Path, str]]) -> None:
+        self.files, self.trees, self.size = self.files + files, self.trees + trees, self.size + size
+        self.left.extend(left)
+
+    @staticmethod
+    def ids_of(left: list[tuple[Path, str]]) -> set[int]:
+        """The jobs whose files are among ``left``."""
+        return {int(path.name.split(".", 1)[0]) for path, _ in left}
+
+    def said(self) -> dict[str, Any]:
+        """``left``: the first :data:`LEFT_SHOWN` as ``"PATH: why"``; ``left_count``: all."""
+        shown = [f"{path}: {why}" for path, why in self.left[:LEFT_SHOWN]]
+        return {"left": shown, "left_count": len(self.left)}
 
 
 class Retention:
@@ -144,10 +180,10 @@ class Retention:
         removed files took; ``k``: snapshot trees removed, with the
         objects only they held; ``spared``: jobs that matched but were kept, still needed;
         ``b``: what the database file shrank by, its deleted rows' room given back)."""
-        jobs = trees = 0
+        jobs = 0
         # Files of jobs whose rows an earlier clean deleted, killed before it removed them
-        # (recorded with the rows: see Store.files_owed).
-        files, size = await self._owed_files()
+        # or unable to (recorded with the rows: see Store.files_owed).
+        done = await self._owed_files()
         gone: list[int] = []  # (the ids: `clean --json` said how many, not which: h140)
         while True:
             try:
@@ -164,7 +200,7 @@ class Retention:
                     len(full.ids),
                 )
                 removed = await self._remove_files(full.ids)
-                files, trees, size = files + removed[0], trees + removed[1], size + removed[2]
+                done.add(*removed)
                 try:
                     ids = await self._store.prune(
                         ended_before, keep, CHUNK, frozenset(self._spared_why())
@@ -185,11 +221,14 @@ class Retention:
             if self._bus is not None:
                 self._bus.publish(self._bus.make(EventKind.REMOVED, None, {"ids": list(ids)}))
             removed = await self._remove_files(ids)
-            files, trees, size = files + removed[0], trees + removed[1], size + removed[2]
-            await self._store.files_removed(ids)
+            done.add(*removed)
+            # (those it could not remove stay owed: tried again at the next clean)
+            left = _Removed.ids_of(removed[3])
+            await self._store.files_removed([i for i in ids if i not in left])
             if keep is not None and ended_before is None and len(ids) < CHUNK:
                 break
-        trees += await self._orphaned_trees()
+        done.trees += await self._orphaned_trees()
+        files, trees, size = done.files, done.trees, done.size
         spared_now = self._spared_why()
         if not jobs and not files and self._store.failure:
             # Nothing recorded as finished could go, and nothing can be recorded: a job
@@ -205,6 +244,14 @@ class Retention:
                 size,
                 trees,
             )
+        if done.left:
+            log.warning(
+                "cleaning history (%s): %d file(s) could not be removed (tried again at the "
+                "next clean): %s",
+                by,
+                len(done.left),
+                "; ".join(done.said()["left"]),
+            )
         # The rows' room goes back to the disk too (it stayed in the file for good).
         freed = await self._store.give_back_space() if jobs else 0
         # (said, not only kept: `clean --keep 0` that left a job in the history, with no
@@ -219,7 +266,7 @@ class Retention:
             "spared": spared,
             "spared_why": {str(i): spared_now[i] for i in spared},
             "database_bytes_freed": freed,
-        }
+        } | done.said()
 
     async def preview(self, ended_before: float | None, keep: int | None) -> dict[str, Any]:
         """What :meth:`clean` with the same arguments would remove now, removing nothing:
@@ -279,24 +326,28 @@ class Retention:
             return 0
         return await asyncio.to_thread(self._snapshots.remove_jobs, gone)
 
-    async def _owed_files(self) -> tuple[int, int]:
+    async def _owed_files(self) -> _Removed:
+        """Remove the files still owed (see :meth:`.Store.files_owed`)."""
+        done = _Removed()
         owed = await self._store.files_owed()
         if not owed:
-            return 0, 0
-        files, _, size = await self._remove_files(owed)
-        await self._store.files_removed(owed)
-        log.info("cleaning history: removed %d file(s) an interrupted clean left", files)
-        return files, size
+            return done
+        done.add(*await self._remove_files(owed))
+        left = _Removed.ids_of(done.left)
+        await self._store.files_removed([i for i in owed if i not in left])
+        if done.files:
+            log.info("cleaning history: removed %d file(s) an earlier clean left", done.files)
+        return done
 
-    async def _remove_files(self, ids: list[int]) -> tuple[int, int, int]:
+    async def _remove_files(self, ids: list[int]) -> tuple[int, int, int, list[tuple[Path, str]]]:
         """Remove the files and snapshot trees of jobs ``ids``: (files, trees, the bytes
-        the files took)."""
+        the files took, the files that could not be removed with why)."""
         paths = await asyncio.to_thread(_files_of, self._jobs_dir, set(ids))
-        files, size = await asyncio.to_thread(_unlink, paths)
+        files, size, left = await asyncio.to_thread(_unlink, paths)
         trees = 0
         if self._snapshots is not None:
             trees = await asyncio.to_thread(self._snapshots.remove_jobs, set(ids))
-        return files, trees, size
+        return files, trees, size, left
 
     def start(self) -> None:
         """Apply ``[history] keep_days`` and ``keep_jobs`` now, every hour, and at once
@@ -305,7 +356,13 @@ class Retention:
 
     async def _every_hour(self) -> None:
         try:  # (what a clean killed before it unlinked left: at start, [history] or not)
-            await self._owed_files()
+            owed = await self._owed_files()
+            if owed.left:
+                log.warning(
+                    "cleaning history: %d file(s) of cleaned jobs could not be removed: %s",
+                    len(owed.left),
+                    "; ".join(owed.said()["left"]),
+                )
         except Exception:
             log.exception("removing the files an interrupted clean left failed")
         while True:
