@@ -774,3 +774,57 @@ def test_cancelling_a_job_its_stopped_launcher_has_not_started_says_so(
     assert "not started after --timeout 1 s" in done.stderr
     assert "SIGTERM sent" not in done.stderr
     wait_for(lambda: served.cli("status", job_id, "--json").stdout.count('"cancelled"') > 0)
+
+
+def test_logs_follow_says_what_a_cut_dropped_before_it_was_read(served: Served) -> None:
+    # A follower that fell behind a cut went on with the kept end: the output it never
+    # got was not said, and the cut's note was glued to the half line it had shown
+    # (tester h145). The engine is away while the launcher cuts: the follower is then
+    # surely behind, and asks again from where it got to.
+    served.home.mkdir(parents=True, exist_ok=True)
+    (served.home / "config.toml").write_text("[logs]\nmax_bytes = 65536\n")
+    served.start("--simulate", "1xA100-80GB")
+    go, fin = served.home.parent / "go", served.home.parent / "fin"
+    job_id = served.cli(
+        "submit",
+        "--shell",
+        "--",
+        f"printf half; until [ -e {go} ]; do sleep 0.05; done; "
+        "head -c 300000 /dev/zero | tr '\\0' x; echo; "
+        f"until [ -e {fin} ]; do sleep 0.05; done; echo last",
+    ).stdout.strip()
+    shown = served.home.parent / "shown"
+    with open(shown, "wb") as out:
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "gpulayer_tui", "logs", "-f", job_id],
+            env=dict(served.env, GPULAYER_TIMEOUT="20"),
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    try:
+        wait_for(lambda: shown.read_bytes() == b"half")
+        assert served.proc is not None
+        served.proc.kill()
+        served.proc.wait()
+        go.touch()
+        log = served.home / "jobs" / f"{job_id}.log"
+        wait_for(lambda: log.read_bytes().startswith(b"[gpulayer-tui: this log passed"))
+        served.start("--simulate", "1xA100-80GB")
+        fin.touch()
+        _, err = follow.communicate(timeout=60)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    assert follow.returncode == 0, err
+    text = shown.read_text()
+    said = re.match(
+        r"half\n\[gpulayer-tui: (\d+) bytes of output not shown: the log was cut back to its "
+        r"cap before they were read\]\n\[gpulayer-tui: this log passed 65536 bytes \(\[logs\] "
+        r"max_bytes\); its first (\d+) bytes of output were dropped, \d+ kept at this cut\] *\n"
+        r"x+\nlast\n$",
+        text,
+    )
+    assert said is not None, text[:300]
+    assert int(said[1]) == int(said[2]) - len("half")

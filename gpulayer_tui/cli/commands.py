@@ -848,6 +848,7 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     stalled = 0  # plain `logs`: streams in a row cut off with nothing received
     resumed = False  # asking again after a quiet spell: its old stream may still count
     refused = 0
+    line_open = False  # what was written last does not end its line
     if args.follow:
         # With no engine at all, say so at once, as `logs` and `wait` do: following, it
         # said "lost the engine; reconnecting" and waited 30 s for one (tester h49).
@@ -878,6 +879,11 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         asked, got = written, 0
         try:
             for chunk in client.stream(path, idle=idle, headers=headers):
+                if not got:
+                    lead = _cut_under_reader(headers, asked if tail is None else 0, line_open)
+                    if lead:
+                        out.write(lead if safe is None else safe.text(lead))
+                line_open = not chunk.endswith(b"\n")
                 out.write(chunk if safe is None else safe.text(chunk))
                 out.flush()
                 got += len(chunk)
@@ -957,6 +963,25 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         # it stopped, once an engine answers again.
         _error(f"{_gone(client)}; reconnecting to follow job {args.job} from byte {written}")
         _wait_for_engine(client)
+
+
+def _cut_under_reader(headers: dict[str, str], asked: int, line_open: bool) -> bytes:
+    """What goes before an answer that begins with a cut log's note: a line break if the
+    output shown stopped mid-line, and how much output a cut dropped before it was read
+    (``asked``: the offset asked for, 0 for none). The note followed a half line, and the
+    output skipped was not said (tester h145)."""
+    note = int(headers.get("x-log-note", 0))
+    start = int(headers.get("x-log-offset", asked))
+    skipped = start - asked if asked else 0
+    if not note and skipped <= 0:
+        return b""
+    lead = b"\n" if line_open else b""
+    if skipped > 0:
+        lead += (
+            f"[gpulayer-tui: {skipped} bytes of output not shown: the log was cut back to "
+            "its cap before they were read]\n"
+        ).encode()
+    return lead
 
 
 def _output_after(headers: dict[str, str], asked: int, got: int) -> int:
