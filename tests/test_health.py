@@ -423,6 +423,33 @@ async def test_a_disk_below_the_floor_is_not_ready_and_is_in_the_metrics(
     await engine.cancel(held.id)
 
 
+def test_doctor_checks_the_config_file_it_is_given_not_only_the_engines(
+    served: Served,
+) -> None:
+    # `--config other.toml doctor` said "config ok <the engine's file> is valid and
+    # applied": someone checking a new file before installing it got a false OK (h145).
+    served.start("--simulate", "1xA100-80GB")
+    other = served.home.parent / "other.toml"
+    other.write_text("[history]\nkeep_jobs = -1\n")
+    out = served.cli("--config", str(other), "doctor", "--json")
+    assert out.returncode == 1, out
+    checks = {c["check"]: c for c in json.loads(out.stdout)}
+    assert checks["config"]["status"] == "fail"
+    assert "history.keep_jobs" in checks["config"]["detail"], checks["config"]
+    engine = checks["engine config"]
+    assert engine["status"] == "ok" and str(served.home / "config.toml") in engine["detail"]
+    other.write_text("[history]\nkeep_jobs = 5\n")
+    out = served.cli("--config", str(other), "doctor")
+    assert out.returncode == 0, out
+    line = next(x for x in out.stdout.splitlines() if x.startswith("config "))
+    assert f"{other} is valid (not the engine's config: it reads " in line
+    # The engine's own file named: one check, the engine's, as without --config.
+    (served.home / "config.toml").write_text("")
+    out = served.cli("--config", str(served.home / "config.toml"), "doctor", "--json")
+    names = [c["check"] for c in json.loads(out.stdout)]
+    assert names.count("config") == 1 and "engine config" not in names
+
+
 def test_doctor_without_an_engine(served: Served) -> None:
     served.home.mkdir(parents=True)
     (served.home / "config.toml").write_text("[domains.a]\ngpu = 0\nslots = 0\n")

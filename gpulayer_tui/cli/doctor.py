@@ -176,7 +176,8 @@ def _driver_locally() -> dict[str, str]:
     return _check("driver", "fail", result.message or "NVML failed")
 
 
-def _engine(paths: Paths, timeout: float) -> list[dict[str, str]]:
+def _engine(paths: Paths, timeout: float) -> tuple[list[dict[str, str]], str | None]:
+    """The engine's checks, and the config file it reads (``None``: no engine answers)."""
     from ..engine.lock import EngineLock
 
     client = Client(paths, timeout=timeout)
@@ -184,7 +185,7 @@ def _engine(paths: Paths, timeout: float) -> list[dict[str, str]]:
         health = client.health()
     except EngineLost as err:
         # Frozen or overloaded: the check that matters most then (it ended in a traceback).
-        return [_check("engine", "fail", str(err).split(": whether")[0]), _driver_locally()]
+        return [_check("engine", "fail", str(err).split(": whether")[0]), _driver_locally()], None
     except EngineNotRunning:
         pid = EngineLock(paths.lock).holder()
         if pid is not None:
@@ -195,14 +196,14 @@ def _engine(paths: Paths, timeout: float) -> list[dict[str, str]]:
                     f"pid {pid} holds {paths.lock} but {paths.socket} does not answer",
                 ),
                 _driver_locally(),
-            ]
+            ], None
         return [
             _check("engine", "warn", f"no engine serving {paths.state_dir} (gpulayer-tui --serve)"),
             *_database(paths),
             *_launcher_failure(paths),
             *_unwatched_jobs(paths),
             _driver_locally(),
-        ]
+        ], None
     checks = [
         _check(
             "engine",
@@ -232,7 +233,7 @@ def _engine(paths: Paths, timeout: float) -> list[dict[str, str]]:
         checks.extend(client.request("GET", "/doctor")["checks"])
     except (ApiError, EngineLost) as err:
         checks.append(_check("engine checks", "fail", str(err).split(": whether")[0]))
-    return checks
+    return checks, health.get("config_file")
 
 
 def _database(paths: Paths) -> list[dict[str, str]]:
@@ -341,8 +342,14 @@ def _run_words(key: str) -> str:
     return f"job {job}"
 
 
-def run_doctor(paths: Paths, as_json: bool) -> int:
-    """Print the checks; 1 if any failed (2: a bad ``GPULAYER_TIMEOUT``)."""
+def _same_file(path: str, paths: Paths) -> bool:
+    return os.path.realpath(path) == os.path.realpath(paths.config_file)
+
+
+def run_doctor(paths: Paths, as_json: bool, config_given: bool = False) -> int:
+    """Print the checks; 1 if any failed (2: a bad ``GPULAYER_TIMEOUT``). ``config_given``:
+    the config file was named (``--config FILE``): it is checked, whichever the engine
+    reads."""
     from .commands import _answer_within
 
     try:
@@ -351,10 +358,19 @@ def run_doctor(paths: Paths, as_json: bool) -> int:
     except ValueError as err:
         print(f"gpulayer-tui: {err}", file=sys.stderr)
         return 2
-    engine = _engine(paths, timeout)
+    engine, engine_config = _engine(paths, timeout)
     # An engine that answers checks the config itself (bound to the GPUs it sees, and
-    # whether it is applied); only without one is the file read here.
+    # whether it is applied); only without one is the file read here. A file named with
+    # --config that the engine does not read is read here too: the engine's "valid and
+    # applied" of its own file read as this one's, a false OK (tester h145).
     local = [] if any(c["check"] == "config" for c in engine) else [_config(paths)]
+    if config_given and engine_config is not None and not _same_file(engine_config, paths):
+        for check in engine:
+            if check["check"] == "config":
+                check["check"] = "engine config"
+        named = _config(paths)
+        named["detail"] += f" (not the engine's config: it reads {engine_config})"
+        local = [named]
     checks: list[dict[str, Any]] = [*local, *_theme(paths), *_state_dir(paths), *engine]
     if as_json:
         print(json.dumps(checks, indent=2))

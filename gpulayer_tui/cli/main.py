@@ -169,7 +169,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "doctor":
         from .doctor import run_doctor
 
-        return run_doctor(paths, args.json)
+        return run_doctor(paths, args.json, config_given=args.config is not None)
     from . import commands
 
     return commands.run(args, paths, parser)
