@@ -130,19 +130,26 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
         dialog = await until(pilot, lambda: _adopt_dialog(app))
         assert dialog.query_one("#adopt-vram", Input).value == ""
         dialog.query_one("#adopt-vram", Input).value = "lots"
+        # (asked from another field: the one it names is focused, as for the engine's
+        # refusals; the next keys wrote over the field focused before: tester h144)
+        dialog.query_one("#adopt-domain", Input).focus()
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert isinstance(app.screen, AdoptScreen)  # invalid: stays open with the message
-        assert "expected a number, got 'lots'" in str(dialog.query_one("#adopt-error").render())
+        said = str(dialog.query_one("#adopt-error").render())
+        assert said == "declared VRAM: expected a number, got 'lots'"
+        await until(pilot, lambda: dialog.query_one("#adopt-vram", Input).has_focus, "vram")
         dialog.query_one("#adopt-vram", Input).value = ""
         # A name the engine refuses is said here (its refusal closed the dialog, and what
         # was typed was lost).
         dialog.query_one("#adopt-name", Input).value = "a\x1b[31mb"
+        dialog.query_one("#adopt-domain", Input).focus()
         await pilot.press("ctrl+s")
         await pilot.pause()
         assert isinstance(app.screen, AdoptScreen)
         said = str(dialog.query_one("#adopt-error").render())
         assert said.startswith("name: control characters are not allowed")
+        await until(pilot, lambda: dialog.query_one("#adopt-name", Input).has_focus, "name")
         dialog.query_one("#adopt-name", Input).value = "sleeper"
         await pilot.press("ctrl+s")
         job = await until(

@@ -220,15 +220,15 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
             try:  # (the engine's refusal closed the dialog, and what was typed was lost)
                 request["name"] = wire.parse_field("name", name)
             except wire.FieldError as err:
-                self._say(f"name: {err.detail}")
-                release_keys(self)
+                # (with its field focused, as the engine's refusals are: the next keys
+                # went to the field focused before, and wrote over it: tester h144)
+                self._refused(f"name: {err.detail}", "name")
                 return None
         if raw:
             try:
                 request["vram_gb"] = wire.parse_field("vram_gb", raw)
             except wire.FieldError as err:
-                self._say(f"declared VRAM: {err.detail}")  # (quotes the input)
-                release_keys(self)
+                self._refused(f"vram_gb: {err.detail}", "vram_gb")  # (quotes the input)
                 return None
         domains = split_list(self.query_one("#adopt-domain", Input).value)
         if domains:
