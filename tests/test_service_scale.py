@@ -272,6 +272,11 @@ async def test_a_cancel_during_a_scale_down_ends_the_service_cancelled(
     pids = [r.pid for r in _live(engine, svc.id).replicas]
     await engine.edit(svc.id, {"replicas": 1})
     await engine.cancel(svc.id)
+    # Stopping: any count is refused alike (its count asked again was "nothing to
+    # change" and any other "is stopping": tester h144).
+    for count in (1, 2, 3):
+        with pytest.raises(JobNotActive, match=rf"job {svc.id} is stopping \(cancelled"):
+            await engine.edit(svc.id, {"replicas": count})
     done = await engine.wait(svc.id, timeout=20)
     assert done.status is JobStatus.CANCELLED
     assert all(pid_gone(pid) for pid in pids)

@@ -796,6 +796,11 @@ class Engine:
         spec = parse_spec({**act.job.spec, "replicas": changes["replicas"]})
         count, now = spec.replica_count, len(act.job.replicas)
         record.took(act.job)
+        stopping = self.services.stopping(act)
+        if stopping is not None:
+            # (before "nothing to change": its count asked again was "nothing to change",
+            # exit 0, and any other count "is stopping", exit 1: tester h144)
+            raise JobNotActive(f"job {job_id} {stopping}")
         if count == act.spec.replica_count:
             return act.job  # (asked for what it has, or is going to: no timeline entry)
         refused = self.services.scale_refusal(act, count)

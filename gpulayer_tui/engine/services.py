@@ -235,6 +235,13 @@ class ServiceRunner:
 
     # -- scaling a running service --------------------------------------------------------------
 
+    def stopping(self, act: ActiveJob) -> str | None:
+        """``is stopping (why)`` while the running service is being stopped, else ``None``."""
+        runtime = self._runtimes.get(act.job.id)
+        if runtime is not None and runtime.end is not None:
+            return f"is stopping ({act.job.stop_message})"
+        return None
+
     def scale_refusal(self, act: ActiveJob, count: int) -> str | None:
         """Why the running service cannot change its number of replicas to ``count`` now,
         or ``None``. Down again while a scale-down's replicas stop is fine (it needs
@@ -243,8 +250,9 @@ class ServiceRunner:
         runtime = self._runtimes.get(job.id)
         if spec is None or runtime is None:
             return "has no spec this version can scale"
-        if runtime.end is not None:
-            return f"is stopping ({job.stop_message})"
+        stopping = self.stopping(act)
+        if stopping is not None:
+            return stopping
         if runtime.replacing is not None:
             # (once it waits to be placed again, an edit of its replicas applies)
             return f"is being placed again ({runtime.replacing}): try again in a moment"
