@@ -555,11 +555,18 @@ def parse_job_ids(text: str, field: str = "depends_on") -> list[int]:
 ANSWERED_BY = "is answered by"
 """How a starting replica's message says another program holds its port."""
 
+LISTENED_ONLY_ON = "is listened on only at"
+"""How a starting replica's message says it listens on another address than the one
+checked (``::1``, where ``[services] host`` is 127.0.0.1)."""
+
 
 def starting_why(port: int | None, message: str) -> str:
-    """Why a starting replica is not up yet: its port does not answer, or another
-    program answers it (its message says which; "not answering" contradicted it)."""
-    if port is not None and message.startswith(f"port {port} {ANSWERED_BY} "):
+    """Why a starting replica is not up yet: its port does not answer, another program
+    answers it, or it listens where the engine does not connect (its message says which;
+    "not answering" contradicted it)."""
+    if port is not None and message.startswith(
+        (f"port {port} {ANSWERED_BY} ", f"port {port} {LISTENED_ONLY_ON} ")
+    ):
         return message
     return f"port {port} not answering yet"
 

@@ -1128,6 +1128,35 @@ async def test_a_port_answered_by_another_program_is_not_the_replica_up(
     await engine.cancel(job.id)
 
 
+async def test_a_replica_listening_only_where_the_engine_does_not_check_is_said_so(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # A server bound to ::1 (as many bind "localhost") with [services] host 127.0.0.1:
+    # "port N not answering yet" for ever, and the user looked for a bug in the server
+    # (tester h144). Said where it listens, and what to change.
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    engine = await make_engine(simulate=None)
+    server = [*HTTP_SERVER[:-1], "::1"]
+    job = await engine.submit(
+        {"kind": "service", "shell": f"exec {' '.join(server)} $PORT", "cwd": str(tmp_path)}
+    )
+    replica = _replicas(engine, job.id)[0]
+    said = (
+        f"port {replica.port} is listened on only at ::1, not at 127.0.0.1 where the engine "
+        "checks it ([services] host): bind 127.0.0.1 (or all addresses), or set [services] host"
+    )
+    await eventually(lambda: replica.message == said, timeout=20)
+    assert replica.state is ReplicaState.STARTING and replica.endpoint is None
+    assert (await engine.get(job.id)).message.endswith(f"; replica 0 starting ({said})")
+    await engine.cancel(job.id)
+
+
 async def test_a_replica_whose_server_runs_in_a_session_of_its_own_comes_up(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

@@ -266,6 +266,34 @@ def accept_queue(port: int) -> int | None:
     return longest
 
 
+def listen_addresses(port: int) -> list[str]:
+    """The local addresses TCP ``port`` is listened on in this network namespace
+    (``127.0.0.1``, ``::1``, ``0.0.0.0``, ``::``...), from ``/proc/net/tcp`` and ``tcp6``;
+    empty when nothing listens there or the tables cannot be read. Blocking: run it in a
+    thread."""
+    import ipaddress
+
+    found: list[str] = []
+    wanted = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as fh:
+                next(fh, None)  # (the header)
+                for line in fh:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[3] == "0A" and fields[1].endswith(wanted):
+                        raw = bytes.fromhex(fields[1].partition(":")[0])
+                        # (the kernel prints each 32-bit word of the address in host
+                        # order: little-endian here, so each word's bytes come reversed)
+                        packed = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+                        text = str(ipaddress.ip_address(packed))
+                        if text not in found:
+                            found.append(text)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
 def in_session(pid: int, leader: int) -> bool:
     """Whether ``pid`` is in the session ``leader`` leads (a job's processes: its leader
     starts one, and what it starts stays in it unless it makes a session of its own)."""

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from ..fields import ANSWERED_BY, starting_why
+from ..fields import ANSWERED_BY, LISTENED_ONLY_ON, starting_why
 from . import procs
 from .batch import JobEnv, assign, exit_verdict, prepare_task, timeout_message
 from .domain import DomainState, missing_warning, plural
@@ -741,6 +741,8 @@ class ServiceRunner:
                         R.STARTING,
                         f"port {port} is free again; still waiting for pid {pid} to accept on it",
                     )
+                elif replica.state is R.STARTING and delay >= PROBE_INTERVAL_MAX_S:
+                    await self._say_where_it_listens(act, replica, pid, port, host)
                 await asyncio.sleep(delay)
                 delay = min(PROBE_INTERVAL_MAX_S, delay * 1.5)
                 continue
@@ -763,6 +765,28 @@ class ServiceRunner:
             stuck_at = None
             said = "answering again" if again else "up"
             self._set_replica(act, replica, R.UP, f"{said} at {replica.endpoint} (pid {pid})")
+
+    async def _say_where_it_listens(
+        self, act: ActiveJob, replica: Replica, pid: int, port: int, host: str
+    ) -> None:
+        """A starting replica whose port does not answer at ``host`` but is listened on
+        at another address (a server bound to ``::1``, where ``host`` is 127.0.0.1): say
+        so. It said "port N not answering yet" for ever, and the user looked for a bug in
+        the server (tester h144)."""
+        where = await asyncio.to_thread(procs.listen_addresses, port)
+        if not where or replica.pid != pid or replica.state is not R.STARTING:
+            return
+        if host in where or "0.0.0.0" in where or "::" in where:
+            return  # (it listens where it is checked: it does not accept yet)
+        if await asyncio.to_thread(_foreign_listener, port, pid, replica.start_ticks):
+            return  # (another program's: said once it answers, as ever)
+        said = (
+            f"port {port} {LISTENED_ONLY_ON} {', '.join(where)}, not at {host} where the "
+            f"engine checks it ([services] host): bind {host} (or all addresses), or set "
+            "[services] host"
+        )
+        if replica.pid == pid and replica.state is R.STARTING and replica.message != said:
+            self._set_replica(act, replica, R.STARTING, said)
 
     def _overdue(self, replica: Replica, at: float) -> bool:
         """Whether a down replica has been down long enough at ``at`` to be restarted
