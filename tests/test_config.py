@@ -126,7 +126,7 @@ def test_a_domain_named_like_an_automatic_one_is_told_its_own_gpu_is_missing(
         ({"clusters": {"x\n": {"partition": "gpu"}}}, "a cluster name is a letter"),
         (
             {"clusters": {"a b;$(x)": {"partition": "gpu"}}},
-            r"clusters\.a b;\$\(x\): a cluster name is a letter",
+            r'clusters\."a b;\$\(x\)": a cluster name is a letter',
         ),
         # Every timing has a floor: these would spin a core for ever.
         ({"engine": {"sample_interval": 1e-9}}, "engine.sample_interval: Input should be great"),

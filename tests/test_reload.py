@@ -233,6 +233,17 @@ async def test_a_services_host_nothing_can_listen_on_is_refused(
     refused = await engine.config_reload.reload()  # (it had no field: tester h105)
     assert "unknown key 'engine.bogus'" in refused["error"]
     assert refused["field"] == "engine.bogus"
+    # Those that name a domain name it as their field, as TOML writes it (no field, and
+    # `domains.a b` unquoted: tester h145).
+    for table, field in (
+        ('[domains."a b"]\ngpu = 0\n', 'domains."a b"'),
+        ("[domains.gpu1]\ngpu = 0\n", "domains.gpu1"),
+        ("[domains.x]\ngpu = 0\n[domains.y]\ngpu = 0\n", "domains.y"),
+    ):
+        paths.config_file.write_text(BASE + table)
+        refused = await engine.config_reload.reload()
+        assert refused["applied"] is False and refused.get("field") == field, refused
+        assert refused["error"].startswith(f"{paths.config_file}: {field}: "), refused
     paths.config_file.write_text(BASE + '[services]\nhost = "localhost"\n')
     assert (await engine.config_reload.reload())["applied"] is True
 

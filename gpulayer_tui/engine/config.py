@@ -562,14 +562,14 @@ def parse_config(data: dict[str, Any], source: str = "config") -> Config:
             raise ConfigError(f"{source}: domains.{name}: '{CPU_DOMAIN}' is the CPU pool's name")
         if not _DOMAIN_NAME.fullmatch(name):
             raise ConfigError(
-                f"{source}: domains.{name}: a domain name is a letter then up to 31 "
+                f"{source}: domains.{_toml_key(name)}: a domain name is a letter then up to 31 "
                 "letters, digits, '-' or '_'"
             )
     for name in config.clusters:
         # (Typed on command lines and shown in tables, as domain names are.)
         if not _DOMAIN_NAME.fullmatch(name):
             raise ConfigError(
-                f"{source}: clusters.{name}: a cluster name is a letter then up to 31 "
+                f"{source}: clusters.{_toml_key(name)}: a cluster name is a letter then up to 31 "
                 "letters, digits, '-' or '_'"
             )
     tables: dict[int, str] = {}
@@ -579,15 +579,18 @@ def parse_config(data: dict[str, Any], source: str = "config") -> Config:
         uid = uid_of_table(name)
         if uid is None:
             if name.isascii() and name.isdigit():
-                raise ConfigError(f"{source}: users.{name}: not a uid (at most {MAX_UID})")
+                raise ConfigError(
+                    f"{source}: users.{_toml_key(name)}: not a uid (at most {MAX_UID})"
+                )
             raise ConfigError(
-                f"{source}: users.{name}: no user named {name!r} on this machine (a uid "
+                f"{source}: users.{_toml_key(name)}: no user named {name!r} on this machine (a uid "
                 "with no name is written as its number: [users.1234])"
             )
         if uid in tables:
             # (both were taken, the last one winning, and swapping them said no change)
             raise ConfigError(
-                f"{source}: users.{tables[uid]} and users.{name} are the same user "
+                f"{source}: users.{_toml_key(name)}: users.{_toml_key(tables[uid])} and "
+                f"users.{_toml_key(name)} are the same user "
                 f"(uid {uid}): give its limits in one table"
             )
         tables[uid] = name
@@ -724,7 +727,8 @@ def plan_domains(
             raise ConfigError(f"{source}: domains.{name}: {shown} does not exist ({visible})")
         if gpu.index in owner:
             raise ConfigError(
-                f"{source}: domains.{owner[gpu.index]} and domains.{name} both claim GPU "
+                f"{source}: domains.{name}: domains.{owner[gpu.index]} and domains.{name} "
+                "both claim GPU "
                 f"{gpu.index}; a GPU has exactly one owning domain"
             )
         owner[gpu.index] = name
@@ -745,7 +749,7 @@ def plan_domains(
                         "when no domain owns it)"
                     )
                 raise ConfigError(
-                    f"{source}: domains.{name} names GPU {named} but "
+                    f"{source}: domains.{name}: it names GPU {named} but "
                     f"'{name}' is also the automatic name of GPU {gpu.index}; rename it"
                 )
             plans.append(DomainPlan(name, gpu.index, gpu.uuid, 1))

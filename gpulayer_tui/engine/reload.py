@@ -713,7 +713,8 @@ def _key_named(message: str, source: str) -> str | None:
     unknown = re.match(r"unknown key '([^']+)'", rest)
     if unknown is not None:
         return unknown.group(1)
-    head, sep, _ = rest.partition(": ")
-    if not sep or not head or any(c.isspace() for c in head):
-        return None
-    return head
+    # (a part may be quoted, as TOML writes it: domains."a b" had no field: tester h145)
+    head = re.match(
+        r'((?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*")(?:\.(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"))*): ', rest
+    )
+    return None if head is None else head.group(1)
