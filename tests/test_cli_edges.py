@@ -1061,6 +1061,17 @@ def test_a_job_whose_dependency_was_cleaned_restarts_and_is_copied(engine: Serve
     assert cleaned.returncode == 0 and "removed 1 finished job" in cleaned.stdout, cleaned
     restarted = engine.cli("restart", second)
     assert restarted.returncode == 0, restarted.stderr
+    new = restarted.stdout.strip()
+    # Said, here and in its timeline (its spec just had fewer, no word why: tester h145).
+    assert restarted.stderr == (
+        f"gpulayer-tui: note: job {new} does not wait for job {first}, which job {second} "
+        "depended on: cleaned from the history (it had ended before that job ran)\n"
+    )
+    events = json.loads(engine.cli("status", "--json", new).stdout)["events"]
+    assert events[0]["kind"] == "job.submitted" and events[0]["message"] == (
+        f"restart of job {second}: its dependency on job {first} left out (cleaned from the "
+        f"history; ended before job {second} ran)"
+    )
     gone = engine.cli("status", first)  # (it said "no job 1", as of an id never given)
     assert f"no job {first} (no longer in the history: cleaned)" in gone.stderr
     again = json.loads(engine.cli("status", "--json", restarted.stdout.split()[-1]).stdout)

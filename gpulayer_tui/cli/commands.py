@@ -1868,11 +1868,19 @@ def _resume(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
 
 
 def _restart(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    job = client.request("POST", f"/jobs/{quote(args.job)}/restart")["job"]
+    answer = client.request("POST", f"/jobs/{quote(args.job)}/restart")
+    job = answer["job"]
     if args.json:
         _print_json(job)
     else:
         print(job["id"])
+    gone = answer.get("left_out") or []  # (an older engine leaves it out)
+    if gone:
+        _error(
+            f"note: job {job['id']} does not wait for job{'s' if len(gone) > 1 else ''} "
+            f"{', '.join(map(str, gone))}, which job {args.job} depended on: cleaned from "
+            "the history (it had ended before that job ran)"
+        )
     if job.get("termination_reason") in REFUSED:
         # The engine would not run it (over capacity, a dependency that failed): as
         # submit says it; one that already ran and ended is an ordinary outcome.

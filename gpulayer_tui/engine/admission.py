@@ -153,15 +153,17 @@ class Admission:
             self._digests.pop(oldest, None)
         return jobs
 
-    async def resubmit(self, data: dict[str, Any], owner_uid: int | None, restart_of: int) -> Job:
+    async def resubmit(
+        self, data: dict[str, Any], owner_uid: int | None, restart_of: int, note: str = ""
+    ) -> Job:
         """Submit an ended job's spec again as a new job whose ``restart_of`` names it
         (the engine's to set: a submission that names one is refused, or anyone could
-        forge a job's lineage).
+        forge a job's lineage); ``note`` is said in its submission's timeline entry.
 
         Raises:
             SpecError, Overloaded, StoreError: As :meth:`submit_many`.
         """
-        return (await self._submit([data], owner_uid, None, restart_of=restart_of))[0]
+        return (await self._submit([data], owner_uid, None, restart_of=restart_of, note=note))[0]
 
     async def _current(self, ids: list[int], key: str) -> list[Job]:
         """The jobs ``ids`` as they are now.
@@ -189,6 +191,7 @@ class Admission:
         key: str | None,
         digest: str | None = None,
         restart_of: int | None = None,
+        note: str = "",
     ) -> list[Job]:
         self._check_writable()
         self._check_room(len(items))
@@ -282,6 +285,7 @@ class Admission:
                 owner_uid=owner_uid,
                 submit_key=key,
                 submit_digest=digest,
+                note=note,
             )
             self._queue.enqueue(act, job_deps)
             acts.append(act)

@@ -921,9 +921,13 @@ class Engine:
                 )
         return deps
 
-    async def restart(self, job_id: int, owner_uid: int | None = None) -> Job:
+    async def restart(
+        self, job_id: int, owner_uid: int | None = None, left_out: list[int] | None = None
+    ) -> Job:
         """Submit a finished job again: its spec, a new id, ``restart_of`` naming the old
-        one (a snapshot is made afresh from where the old one was taken).
+        one (a snapshot is made afresh from where the old one was taken). Dependencies
+        cleaned from the history since are left out (they had ended before the job ran),
+        said in its submission's timeline entry and added to ``left_out``.
 
         Raises:
             UnknownJob: No such id.
@@ -940,6 +944,7 @@ class Engine:
             raise SpecError(f"job {job_id} {ADOPTED_NOT_RUN}", "job")
         spec = {k: v for k, v in job.spec.items() if k not in ("restart_of",)}
         deps = spec.get("depends_on") or []
+        note = ""
         if deps:
             # A dependency cleaned from the history since had ended before this job ran
             # (met, or it would not have run): left out, or the restart was refused for
@@ -951,11 +956,21 @@ class Engine:
                 for d in deps
                 if _dependency_id(d) in kept
             ]
+            gone = sorted({i for i in ids if i is not None and i not in kept})
+            if gone:
+                # (said: the new job's spec just had fewer, and nothing told why: h145)
+                words = ", ".join(map(str, gone))
+                note = (
+                    f"restart of job {job_id}: its dependency on job{'s' if len(gone) > 1 else ''}"
+                    f" {words} left out (cleaned from the history; ended before job {job_id} ran)"
+                )
+                if left_out is not None:
+                    left_out.extend(gone)
         snapshot = spec.get("snapshot")
         if isinstance(snapshot, dict):
             spec["snapshot"] = True
             spec["cwd"] = snapshot.get("source") or spec.get("cwd")
-        return await self.admission.resubmit(spec, owner_uid, restart_of=job_id)
+        return await self.admission.resubmit(spec, owner_uid, restart_of=job_id, note=note)
 
     async def _restarted_dependency(self, job_id: int, dep: Any) -> Any:
         """A dependency of ``job_id`` as its restart should wait for it.

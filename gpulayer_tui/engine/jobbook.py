@@ -247,8 +247,10 @@ class JobBook:
         owner_uid: int | None = None,
         submit_key: str | None = None,
         submit_digest: str | None = None,
+        note: str = "",
     ) -> ActiveJob:
-        """A new job with the next id, ``pending``, queued for commit with its submission."""
+        """A new job with the next id, ``pending``, queued for commit with its submission
+        (``note``: said in that timeline entry)."""
         self._last_id += 1
         job = Job(
             id=self._last_id,
@@ -263,7 +265,7 @@ class JobBook:
         act = ActiveJob(job, spec, request)
         self._active[job.id] = act
         submitted = self.event(
-            EventKind.SUBMITTED, job, {"status": JobStatus.PENDING.value, "message": ""}
+            EventKind.SUBMITTED, job, {"status": JobStatus.PENDING.value, "message": note}
         )
         self._journal.save(job, [submitted], new=True)
         return act
