@@ -239,6 +239,26 @@ def listener_of(port: int) -> int | None:
     return None
 
 
+def _listening(port: int) -> list[list[str]]:
+    """The rows of ``/proc/net/tcp`` and ``tcp6`` for sockets listening on ``port`` (in
+    this network namespace), each split into its fields: ``sl local_address rem_address
+    st tx_queue:rx_queue ...``. A table that cannot be read is passed over."""
+    rows: list[list[str]] = []
+    wanted = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as fh:
+                next(fh, None)  # (the header)
+                for line in fh:
+                    fields = line.split()
+                    # (state 0A: LISTEN)
+                    if len(fields) > 4 and fields[3] == "0A" and fields[1].endswith(wanted):
+                        rows.append(fields)
+        except (OSError, ValueError):
+            continue
+    return rows
+
+
 def accept_queue(port: int) -> int | None:
     """How many connections wait to be accepted on TCP ``port`` (the longest queue of its
     listening sockets, IPv4 or IPv6, in this network namespace), or ``None`` when nothing
@@ -250,19 +270,12 @@ def accept_queue(port: int) -> int | None:
     psutil does not give it.) Blocking: run it in a thread.
     """
     longest: int | None = None
-    wanted = f":{port:04X}"
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for fields in _listening(port):
         try:
-            with open(table, encoding="ascii") as fh:
-                next(fh, None)  # (the header)
-                for line in fh:
-                    fields = line.split()
-                    # sl local_address rem_address st tx_queue:rx_queue ...; 0A: LISTEN
-                    if len(fields) > 4 and fields[3] == "0A" and fields[1].endswith(wanted):
-                        waiting = int(fields[4].partition(":")[2], 16)
-                        longest = waiting if longest is None else max(longest, waiting)
-        except (OSError, ValueError):
+            waiting = int(fields[4].partition(":")[2], 16)
+        except ValueError:
             continue
+        longest = waiting if longest is None else max(longest, waiting)
     return longest
 
 
@@ -274,23 +287,17 @@ def listen_addresses(port: int) -> list[str]:
     import ipaddress
 
     found: list[str] = []
-    wanted = f":{port:04X}"
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for fields in _listening(port):
         try:
-            with open(table, encoding="ascii") as fh:
-                next(fh, None)  # (the header)
-                for line in fh:
-                    fields = line.split()
-                    if len(fields) > 3 and fields[3] == "0A" and fields[1].endswith(wanted):
-                        raw = bytes.fromhex(fields[1].partition(":")[0])
-                        # (the kernel prints each 32-bit word of the address in host
-                        # order: little-endian here, so each word's bytes come reversed)
-                        packed = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-                        text = str(ipaddress.ip_address(packed))
-                        if text not in found:
-                            found.append(text)
-        except (OSError, ValueError):
+            raw = bytes.fromhex(fields[1].partition(":")[0])
+            # (the kernel prints each 32-bit word of the address in host order:
+            # little-endian here, so each word's bytes come reversed)
+            packed = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            text = str(ipaddress.ip_address(packed))
+        except ValueError:
             continue
+        if text not in found:
+            found.append(text)
     return found
 
 
