@@ -256,6 +256,34 @@ async def test_a_stopped_spawner_is_said_and_the_jobs_decided_meanwhile_wait_for
     assert engine.domain_ops.readiness() == (True, "every domain is ready")
 
 
+async def test_a_job_cancelled_while_its_start_waits_in_a_stopped_spawner_never_starts(
+    make_engine: EngineFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its start sent, the spawner stopped (hung, starved) before it read it: cancelled
+    # then, it started once the spawner ran again, and was stopped a moment later
+    # (tester h143). The stop comes in the same read as the start: it is not made.
+    from gpulayer_tui.engine import admission
+
+    monkeypatch.setattr(admission, "LAUNCH_WAIT_S", 0.2)  # (the submit's wait for a pid)
+    engine = await make_engine()
+    side = tmp_path / "ran"
+    spawner = _launcher(engine.paths.state_dir, "spawner")
+    spawner.suspend()
+    try:
+        job = await engine.submit({"shell": f"echo ran >> {side}", "gpus": 0})
+        assert engine.health()["launcher_problem"] is None  # (not held back: sent)
+        await engine.cancel(job.id)
+    finally:
+        spawner.resume()
+    ended = await engine.wait(job.id, timeout=15)
+    assert ended.status is JobStatus.CANCELLED and ended.pid is None, ended
+    assert not side.exists()
+    # The spawner goes on: the next job runs.
+    after = await engine.submit({"shell": f"echo next >> {side}", "gpus": 0})
+    assert (await engine.wait(after.id, timeout=15)).status is JobStatus.COMPLETED
+    assert side.read_text() == "next\n"
+
+
 def test_the_keeper_names_a_reap_the_journal_could_not_name_then(tmp_path: Path) -> None:
     # A job reaped while the journal could not be read (a directory in its place): the
     # look-up raised and ended the keeper, and every code it held with it; one reaped in

@@ -74,6 +74,8 @@ SOCKET = "launch.sock"  # (no longer than engine.sock: AF_UNIX paths are short)
 LOCK = "launcher.lock"
 FAILED_NOTE = "launcher.failed"  # why the last spawner could not start (see main)
 START_FAILED = 3  # a spawner's exit code when it could not start
+NEVER_STARTED = "stopped before it started"
+"""A start not made: its stop came with it (see Spawner._handle_lines)."""
 LOG = "launcher.log"
 TASK_ENV = "GPULAYER_TASK"  # "<state dir>/<key>": lets the keeper recognise a job's process
 KEEPER_FD = 3  # the keeper's pipe to the spawner (found-again pids and exits)
@@ -641,9 +643,7 @@ class Spawner:
                 return
             self.inbox += data
             *lines, self.inbox = self.inbox.split(b"\n")
-            for raw in lines:
-                if raw.strip():
-                    self._handle(raw)
+            self._handle_lines(lines)
 
     def _client_io(self, conn: Any, events: int) -> None:
         if events & selectors.EVENT_WRITE:
@@ -663,9 +663,31 @@ class Spawner:
             return
         self.inbox += data
         *lines, self.inbox = self.inbox.split(b"\n")
+        self._handle_lines(lines)
+
+    def _handle_lines(self, lines: list[bytes]) -> None:
+        """Act on the requests of one read, in order. A start whose stop came in the same
+        read (sent while this process was stopped or starved: the engine took the start
+        for made) is not made: said failed, "stopped before it started". It started, and
+        was stopped a moment later (tester h143)."""
+        stopped: set[str] = set()
         for raw in lines:
-            if raw.strip():
-                self._handle(raw)
+            if b'"terminate"' in raw:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    request = json.loads(raw)
+                    if request["op"] == "terminate":
+                        stopped.add(str(request["key"]))
+        for raw in lines:
+            if not raw.strip():
+                continue
+            if stopped and b'"spawn"' in raw:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    request = json.loads(raw)
+                    key = str(request["key"])
+                    if request["op"] == "spawn" and key in stopped and key not in self.entries:
+                        self._send({"ev": "failed", "key": key, "error": NEVER_STARTED})
+                        continue
+            self._handle(raw)
 
     def _send(self, event: dict[str, Any]) -> None:
         if self.client is None:
