@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psutil
 import pytest
 
 from gpulayer_tui.engine.commandline import exec_line, plain_argv, shell_argv
-from gpulayer_tui.engine.models import JobStatus
+from gpulayer_tui.engine.models import JobStatus, TerminationReason
 
 from .conftest import EngineFactory, eventually
 
@@ -69,14 +71,27 @@ async def test_a_line_that_needs_the_shell_gets_it(make_engine: EngineFactory) -
     assert (await engine.wait(builtin.id, timeout=10)).exit_code == 4
 
 
-async def test_a_plain_line_with_an_unknown_program_fails_as_the_shell_would(
-    make_engine: EngineFactory,
+async def test_a_plain_line_with_an_unknown_program_fails_at_once_as_argv_would(
+    make_engine: EngineFactory, tmp_path: Path
 ) -> None:
+    # It ran through sh and failed with 127, the reason in its log alone, where the same
+    # command as argv fails at once, saying why (tester h147).
     engine = await make_engine()
     job = await engine.submit({"shell": "no-such-program-gpulayer --flag", "gpus": 0})
     done = await engine.wait(job.id, timeout=10)
-    assert done.status is JobStatus.FAILED and done.exit_code == 127
-    assert "no-such-program-gpulayer" in engine.log_path(job.id).read_text()
+    assert done.status is JobStatus.FAILED and done.exit_code is None
+    assert done.termination_reason is TerminationReason.LAUNCH_FAILED
+    assert done.message.startswith("command not found: no-such-program-gpulayer"), done.message
+    # A builtin of the shell whose program is not there still runs, through the shell.
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "sh").symlink_to("/bin/sh")
+    echo = await engine.submit(
+        {"shell": "echo ok", "gpus": 0, "env": {"PATH": str(bare)}, "cwd": str(tmp_path)}
+    )
+    ran = await engine.wait(echo.id, timeout=10)
+    assert ran.status is JobStatus.COMPLETED, ran.message
+    assert engine.log_path(echo.id).read_text() == "ok\n"
 
 
 @pytest.mark.parametrize(

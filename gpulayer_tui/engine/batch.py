@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .commandline import plain_argv, shell_argv
+from .commandline import SHELL_BUILTIN_PROGRAMS, plain_argv, shell_argv
 from .executor import Executor, Exit, LaunchError, PreparedStart, Started, TaskKey
 from .jobbook import ActiveJob, JobBook, release_holds, retake_holds, take_holds
 from .models import DomainState, EventKind, Job, JobStatus, TerminationReason
@@ -190,8 +190,11 @@ def prepare_task(
     """Have ``executor`` prepare ``spec``'s command as ``key`` (sent once durable);
     ``timeout`` (seconds, grace) is kept by the executor while no engine runs.
 
-    A plain shell line whose program cannot be run goes through ``sh -c`` after all, so it
-    fails the way the shell makes it fail (exit 127, the shell's message in the log).
+    A plain shell line whose program cannot be run fails as an argv command does
+    (``launch_failed``, "command not found: ..."): it went through ``sh -c`` and failed
+    with exit 127, its reason in its log alone (tester h147). One that names a builtin of
+    the shell (``kill``, ``echo``) with no program of that name here still runs, through
+    the shell.
 
     Raises:
         LaunchError: The command cannot be started (its cwd, its program).
@@ -202,10 +205,20 @@ def prepare_task(
             key, argv, cwd, env, own_env, on_start, on_exit, run, timeout=timeout
         )
     except LaunchError:
-        if spec.shell is None or argv[:2] == ["sh", "-c"]:
+        if spec.shell is None or argv[:2] == ["sh", "-c"] or argv[0] not in SHELL_BUILTIN_PROGRAMS:
             raise
+        # (as written, no `exec` before it: `exec echo` looks for a program, and there is
+        # none; the builtin runs in the shell)
         return executor.prepare(
-            key, shell_argv(spec.shell), cwd, env, own_env, on_start, on_exit, run, timeout=timeout
+            key,
+            ["sh", "-c", spec.shell],
+            cwd,
+            env,
+            own_env,
+            on_start,
+            on_exit,
+            run,
+            timeout=timeout,
         )
 
 

@@ -35,6 +35,11 @@ _SHELL_WORDS = frozenset(
 )
 
 
+# Builtins of sh that are also programs where a system has them (``kill``, ``echo``): a
+# plain line naming one whose program is not there still runs, through the shell.
+SHELL_BUILTIN_PROGRAMS = frozenset("[ chdir echo false kill printf pwd test true".split())
+
+
 def plain_argv(line: str) -> list[str] | None:
     """The argv ``sh -c line`` would exec, or ``None`` if the shell is needed for it.
 
