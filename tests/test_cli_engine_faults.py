@@ -426,6 +426,53 @@ def test_a_submission_taken_by_an_engine_that_went_away_is_asked_of_the_next(
     assert "lost the engine; submitting the job again once it answers" in out.stderr
 
 
+def test_a_submission_whose_engine_went_away_and_stayed_away_says_what_that_means(
+    served: Served, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Taken, then the engine was gone and none came back: "went away during the
+    # submission: whether it stored the job(s) is unknown", after a promise to ask again;
+    # two such "unknown" submissions had been stored, and ran once an engine started
+    # (tester h147). Said: why it was not asked again, and what the unknown means.
+    import socket
+    import threading
+
+    from gpulayer_tui.cli import commands
+    from gpulayer_tui.cli.main import main
+
+    served.home.mkdir(mode=0o700)
+    path = served.home / "engine.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen()
+
+    def taken_then_gone() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)  # (the request, never answered)
+        listener.close()
+        path.unlink()
+        conn.close()
+
+    engine = threading.Thread(target=taken_then_gone)
+    engine.start()
+    monkeypatch.setenv("GPULAYER_HOME", served.env["GPULAYER_HOME"])
+    monkeypatch.setenv("GPULAYER_TIMEOUT", "0.5")
+    monkeypatch.setattr(commands, "RESTART_PATIENCE_S", 0.5)
+    capfd.readouterr()
+    try:
+        code = main(["submit", "--", "true"])
+    finally:
+        engine.join(timeout=60)
+    assert code == 4
+    err = capfd.readouterr().err
+    assert "submitting the job again once it answers" in err
+    assert (
+        f"the engine at {path} went away during the submission and no engine came back "
+        "within 0.5 s to ask again: the first try may have stored the job; if so, it runs "
+        "once an engine starts (`gpulayer-tui jobs` shows it; look there before "
+        "submitting again)"
+    ) in err, err
+
+
 def test_a_follow_whose_engine_went_away_and_stayed_away_is_exit_3(
     served: Served, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:

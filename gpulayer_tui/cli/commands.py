@@ -467,11 +467,20 @@ def _submit_once(
     try:
         _wait_for_engine(client)
         return _submit_keyed(client, specs, key, env, rows)
-    except (EngineLost, EngineNotRunning):
+    except (EngineLost, EngineNotRunning) as err:
+        # (why it was not asked again, and what the unknown means: it said only "went
+        # away", and a submission stored by then ran once an engine started: tester h147)
+        them = "it runs" if len(specs) == 1 else "they run"
+        why = (
+            f"no engine came back within {err.waited:g} s to ask again"
+            if isinstance(err, EngineStayedAway)
+            else f"it was not asked again: {err}"
+        )
         raise EngineLost(
             0,
-            f"the engine at {client.paths.socket_file} went away during the submission: "
-            "whether it stored the job(s) is unknown (`gpulayer-tui jobs` shows them)",
+            f"the engine at {client.paths.socket_file} went away during the submission and "
+            f"{why}: the first try may have stored the {noun}; if so, {them} once an engine "
+            "starts (`gpulayer-tui jobs` shows it; look there before submitting again)",
         ) from None
 
 
@@ -1067,6 +1076,7 @@ class EngineStayedAway(EngineNotRunning):
 
     def __init__(self, paths: Paths, waited: float) -> None:
         super().__init__(paths)
+        self.waited = waited
         self.args = (f"the engine went away and none came back for {waited:g} s: {self.args[0]}",)
 
 
