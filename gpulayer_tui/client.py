@@ -246,6 +246,10 @@ class _Response:
         self._file = _Buffered(sock)
         status_line = self._file.readline(65537)
         parts = status_line.split(None, 2)
+        if not status_line:
+            # (said in words: "not an HTTP response: b''" reached users, tester h147)
+            self.close()
+            raise OSError(errno.ECONNRESET, "it closed the connection without an answer")
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
             self.close()
             raise OSError(errno.EPROTO, f"not an HTTP response: {status_line[:80]!r}")

@@ -426,6 +426,41 @@ def test_a_submission_taken_by_an_engine_that_went_away_is_asked_of_the_next(
     assert "lost the engine; submitting the job again once it answers" in out.stderr
 
 
+def test_a_clean_whose_engine_went_away_is_asked_again_of_the_next(served: Served) -> None:
+    # Killed mid-clean: exit 4, "went away mid-request (not an HTTP response: b'')", the
+    # clean half done (tester h147). A clean can be asked twice: it is, of the next one.
+    import socket
+    import threading
+
+    served.home.mkdir(mode=0o700)
+    path = served.home / "engine.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen()
+
+    def taken_then_gone() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)  # (the request, never answered)
+        listener.close()
+        path.unlink()
+        conn.close()
+        served.start("--simulate", "1xA100-80GB")
+
+    engine = threading.Thread(target=taken_then_gone)
+    engine.start()
+    try:
+        out = served.cli("clean", "--keep", "0", timeout=60)
+    finally:
+        engine.join(timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("removed 0 finished jobs"), out.stdout
+    # (and, if it is asked while the next one starts, that it waits for it)
+    assert out.stderr.startswith(
+        "gpulayer-tui: lost the engine; asking for the clean again once it answers\n"
+    ), out.stderr
+    assert "b''" not in out.stderr
+
+
 def test_a_submission_whose_engine_went_away_and_stayed_away_says_what_that_means(
     served: Served, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
