@@ -219,6 +219,31 @@ async def test_a_paused_view_stays_on_its_lines_while_old_ones_are_dropped(wrap:
             assert log.source_lines[log.top_line()] == top
             assert log.source_lines[log.matches[log.match_index or 0]] == "L20"
         assert log.lines_dropped > 0 and log.source_lines[0] != "L0"
+        # Up then shows the line before (it jumped on by as many lines as were dropped
+        # since the last key: tester h146), and so does PageUp, by a page.
+
+
+async def test_up_in_a_paused_view_shows_the_line_before_while_old_ones_are_dropped() -> None:
+    # Each up (and PageUp) jumped on by as many lines as were dropped since the last key:
+    # the keys moved from where the view was before the drops (tester h146).
+    app = _LogApp()
+    async with app.run_test(size=(60, 20)) as pilot:
+        log = app.query_one(LogTail)
+        log.feed("".join(f"L{i}\n" for i in range(50)).encode())
+        await pilot.pause()
+        assert log.search("L40", from_line=0) and not log.follow
+        await pilot.pause()
+        log.focus()
+        top = int(log.source_lines[log.top_line()][1:])
+        fed = 50
+        for step in (1, 2, 3):
+            log.feed("".join(f"L{i}\n" for i in range(fed, fed + 3)).encode())
+            fed += 3
+            await pilot.pause()
+            await pilot.press("up")
+            want = f"L{top - step}"
+            await until(pilot, lambda w=want: log.source_lines[log.top_line()] == w, want)
+        assert log.lines_dropped == fed - 50
 
 
 @pytest.mark.parametrize("how", ["up", "pageup", "home", "wheel"])

@@ -492,7 +492,11 @@ class LogTail(Log):
             if dropped and not self.follow:
                 # Paused, the view stays on what it showed: rows dropped above it moved
                 # it on by as many lines (a busy job's output scrolled by as if followed).
-                self.set_scroll(None, max(0.0, self.scroll_y - dropped))
+                # (the target too: up and PageUp go from it, and jumped on by what was
+                # dropped since: tester h146)
+                kept = max(0.0, self.scroll_y - dropped)
+                self.set_scroll(None, kept)
+                self.scroll_target_y = kept
             return
         rows: list[str] = []
         start = len(self.lines)
