@@ -2067,3 +2067,17 @@ async def test_marks_follow_the_keys_typed_and_star_leaves_hidden_marks_alone() 
         said = "no waiting or running job is shown"
         await until(pilot, lambda: any(n.message == said for n in app._notifications), said)
         assert table.marked == [12]
+
+
+def test_a_job_cancelled_for_its_dependency_says_how_that_one_ended() -> None:
+    # "cancelled: a job it depends on failed" of one whose dependency was cancelled, not
+    # failed (tester h146): the engine's words say which, and how it ended.
+    from gpulayer_tui.screens.job_detail import status_words
+
+    for how in ("cancelled", "failed", "timed_out"):
+        job = {
+            "status": "cancelled",
+            "termination_reason": "dependency_failed",
+            "message": f"dependency job 5 {how}",
+        }
+        assert status_words(job) == f"cancelled: dependency job 5 {how}"  # type: ignore[arg-type]

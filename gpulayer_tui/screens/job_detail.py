@@ -213,7 +213,6 @@ def replica_lines(job: JobJSON, now: float) -> Content:
 
 REASON_WORDS: dict[str, str] = {
     "over_capacity": "over capacity",
-    "dependency_failed": "a job it depends on failed",
     "launch_failed": "it could not be started",
     "engine_lost": "its end was not seen (the engine lost it)",
     "domain_lost": "the GPU it ran on was lost",
