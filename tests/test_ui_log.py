@@ -410,6 +410,13 @@ async def test_search_keys_in_the_detail_and_n_is_new_job_again_after(ui_app: An
         assert detail.check_action("next_match", ()) is False  # n: the App's new job
         await pilot.press("g")  # top
         assert log.scroll_y == 0 and not log.follow
+        # j and k move it a line, as down and up do (they did nothing: tester h146).
+        await pilot.press("j", "j")
+        await until(pilot, lambda: log.scroll_y == 2, "j j")
+        await pilot.press("k")
+        await until(pilot, lambda: log.scroll_y == 1, "k")
+        await pilot.press("g")
+        await until(pilot, lambda: log.scroll_y == 0, "g again")
         from textual.widgets._footer import FooterKey
 
         def footer() -> dict[str, str]:

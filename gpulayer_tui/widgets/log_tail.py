@@ -15,11 +15,14 @@ from rich.style import Style
 from rich.text import Text
 from textual import events, work
 from textual._context import NoActiveAppError
+from textual.binding import BindingType
 from textual.content import Content
 from textual.message import Message
 from textual.reactive import reactive
 from textual.strip import Strip
 from textual.widgets import Log
+
+from .. import keymap
 
 # Escape sequences, whole: CSI (colours, cursor moves; U+009B is its one-character form),
 # the string sequences OSC (titles, hyperlinks), DCS (terminal queries, sixel images), SOS,
@@ -186,6 +189,11 @@ class LogTail(Log):
     """
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"log-tail--match", "log-tail--current-match"}
+
+    # j and k, as in tables (they did nothing here, where g and G moved the log: h146)
+    BINDINGS: ClassVar[list[BindingType]] = [
+        b for b in keymap.bindings(keymap.TABLE) if b.action in ("cursor_down", "cursor_up")
+    ]
 
     DEFAULT_CSS = """
     LogTail {
@@ -437,6 +445,14 @@ class LogTail(Log):
     def action_scroll_up(self) -> None:
         self._reading_back()
         super().action_scroll_up()
+
+    def action_cursor_up(self) -> None:
+        """k: a line up, as up."""
+        self.action_scroll_up()
+
+    def action_cursor_down(self) -> None:
+        """j: a line down, as down."""
+        self.action_scroll_down()
 
     def action_page_up(self) -> None:
         self._reading_back()
