@@ -162,6 +162,14 @@ async def test_marked_jobs_are_cancelled_together_and_the_rest_go_on(ui_app: Any
         said = f"job {ended['id']} already completed"
         await until(pilot, lambda: any(said in n.message for n in app._notifications), said)
         assert table.marked == [jobs[2]["id"], jobs[1]["id"]]
+        # Passed over, the cursor still moves on (it stayed, and every space after it was
+        # refused on that row: tester h146). Oldest first, the ended job leads.
+        await pilot.press("r", "g")
+        await until(pilot, lambda: table.cursor_job_id == ended["id"], "the ended job first")
+        await pilot.press("space")
+        await until(pilot, lambda: table.cursor_job_id == jobs[0]["id"], "past the ended row")
+        assert table.marked == [jobs[2]["id"], jobs[1]["id"]]
+        await pilot.press("r")
 
         await pilot.press("c")
         dialog = await until(

@@ -437,7 +437,8 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                 "(c cancels the marked jobs)",
                 severity="warning",
             )
-            return
+            # (passed over, the cursor still moves on: it stayed, and every space after it
+            # was refused on the same ended row, the run of marks lost: tester h146)
         if table.cursor_row < table.row_count - 1:
             table.move_cursor(row=table.cursor_row + 1, animate=False)
         self._update_bar()
