@@ -24,7 +24,12 @@ def test_pause_holds_new_starts_across_a_restart_and_resume_lets_them_go(served:
     served.start("--simulate", "1xA100-80GB")
     running = served.cli("submit", "--", "sleep", "30").stdout.strip()
     paused = served.cli("pause")
-    assert paused.returncode == 0 and "queue paused since" in paused.stdout
+    assert paused.returncode == 0 and paused.stdout.startswith("queue paused since")
+    # A second pause says it was paused already (the same words as the first: h147).
+    again = served.cli("pause")
+    assert again.returncode == 0
+    assert again.stdout.startswith("the queue was already paused since "), again.stdout
+    assert again.stdout.split(" since ")[1] == paused.stdout.split(" since ")[1]
     waiting = served.cli("submit", "--", "true").stdout.strip()
     job = _status(served, waiting)
     assert job["status"] == "queued"

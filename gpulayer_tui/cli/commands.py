@@ -1874,7 +1874,9 @@ def _edit(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
 def _pause(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     data = client.request("POST", "/queue/pause")
     when = time.strftime("%H:%M:%S", time.localtime(data["paused_at"]))
-    print(f"queue paused since {when}: nothing new starts until `gpulayer-tui resume`")
+    # (as resume says "the queue was not paused": a second pause read as the first, h147)
+    already = "the queue was already paused" if data.get("was_paused") else "queue paused"
+    print(f"{already} since {when}: nothing new starts until `gpulayer-tui resume`")
     return EXIT_OK
 
 

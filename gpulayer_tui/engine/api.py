@@ -923,8 +923,10 @@ async def queue_pause(request: web.Request) -> web.Response:
     """POST /v1/queue/pause: nothing new starts until resumed (the engine's user, root)."""
     _admin_only(request, "pause the queue")
     await _no_fields(request, "pausing the queue", "running jobs go on, nothing new starts")
-    paused_at = await request.app[ENGINE_KEY].pause()
-    return web.json_response({"paused_at": paused_at})
+    engine = request.app[ENGINE_KEY]
+    was_paused = engine.paused_at is not None  # (said: a second pause read as a first, h147)
+    paused_at = await engine.pause()
+    return web.json_response({"paused_at": paused_at, "was_paused": was_paused})
 
 
 async def queue_resume(request: web.Request) -> web.Response:
