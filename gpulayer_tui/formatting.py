@@ -487,7 +487,19 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     the reservation, its user's limits, the fair-share order, whom it preempts."""
     job = data["job"]
     rows = [("reason", str(data.get("reason") or "-"))]
-    if data.get("waiting_for_jobs"):
+    if data.get("waiting_for"):
+        # each with how it is doing (a chain took a `status` per link: tester h147)
+        said = "; ".join(
+            f"job {d['job']}"
+            + (
+                f" ({d['status']}{': ' + d['message'] if d.get('message') else ''})"
+                if d.get("status")
+                else ""
+            )
+            for d in data["waiting_for"]
+        )
+        rows.append(("waits for", said))
+    elif data.get("waiting_for_jobs"):
         waited = data["waiting_for_jobs"]
         rows.append(("waits for", f"{_jobs_word(waited)} {', '.join(map(str, waited))}"))
     if data.get("capacity"):

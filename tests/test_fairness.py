@@ -1088,6 +1088,15 @@ def test_why_explains_a_waiting_job_through_the_cli(served: Any) -> None:
         refused.returncode == 2
         and "--no-requeue applies to --preemptible jobs only" in refused.stderr
     )
+    # What it waits for is said with how each is doing (only the ids were: tester h147).
+    third = served.cli("submit", "--after", f"{first},{second}", "--", "true").stdout.strip()
+    lines = served.cli("why", third).stdout.splitlines()
+    waits = next(line for line in lines if line.startswith("  waits for"))
+    assert waits.startswith(f"  waits for   job {first} (running: running on gpu0"), waits
+    assert f"; job {second} (queued: " in waits, waits
+    data = json.loads(served.cli("why", third, "--json").stdout)
+    assert [d["job"] for d in data["waiting_for"]] == [int(first), int(second)]
+    assert [d["status"] for d in data["waiting_for"]] == ["running", "queued"]
 
 
 async def test_a_priority_above_the_users_max_priority_is_refused(

@@ -378,6 +378,14 @@ class JobQueue:
         else:
             self.ready(act)
 
+    def _dependency_state(self, job_id: int) -> dict[str, object]:
+        """``{"job", "status", "message"}`` of a job another waits for (``None`` status:
+        not active here any more, its end on its way)."""
+        dep = self._book.get(job_id)
+        if dep is None:
+            return {"job": job_id, "status": None, "message": ""}
+        return {"job": job_id, "status": dep.job.status.value, "message": dep.job.message}
+
     def _set_dependency_reason(self, act: ActiveJob) -> None:
         ids = sorted(self._waiting_on.get(act.job.id, ()))
         noun = "job" if len(ids) == 1 else "jobs"
@@ -702,6 +710,11 @@ class JobQueue:
             "ready": len(ids),
             "ahead": ids[: ids.index(job_id)][:10] if job_id in ids else [],
             "waiting_for_jobs": sorted(self._waiting_on.get(job_id, ())),
+            # (each with how it is doing: "waits for job 2681" alone took a `status` per
+            # link to explain a chain: tester h147)
+            "waiting_for": [
+                self._dependency_state(dep) for dep in sorted(self._waiting_on.get(job_id, ()))
+            ],
             "capacity": self._capacity_block.get(job_id),
             "limits": {
                 "max_gpus": own.max_gpus,
