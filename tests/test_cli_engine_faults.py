@@ -391,14 +391,11 @@ def _through_a_restart(
     assert f"job {job_id} completed" in w_out
 
 
-def test_a_submission_taken_by_an_engine_that_went_away_is_asked_of_the_next(
-    served: Served,
-) -> None:
-    # Taken, then the engine was gone (its socket too): "whether it stored the job(s) is
-    # unknown", exit 4, and a second submit could make them twice. A restarted engine is
-    # waited for and asked again with the same key.
+def _taken_then_gone(served: Served, then_start: bool) -> threading.Thread:
+    """An "engine" at the socket that takes one request, never answers it, and is gone
+    (its socket too); then, with ``then_start``, a real engine starts. Running in a thread,
+    started."""
     import socket
-    import threading
 
     served.home.mkdir(mode=0o700)
     path = served.home / "engine.sock"
@@ -412,10 +409,21 @@ def test_a_submission_taken_by_an_engine_that_went_away_is_asked_of_the_next(
         listener.close()
         path.unlink()
         conn.close()
-        served.start("--simulate", "1xA100-80GB")
+        if then_start:
+            served.start("--simulate", "1xA100-80GB")
 
     engine = threading.Thread(target=taken_then_gone)
     engine.start()
+    return engine
+
+
+def test_a_submission_taken_by_an_engine_that_went_away_is_asked_of_the_next(
+    served: Served,
+) -> None:
+    # Taken, then the engine was gone (its socket too): "whether it stored the job(s) is
+    # unknown", exit 4, and a second submit could make them twice. A restarted engine is
+    # waited for and asked again with the same key.
+    engine = _taken_then_gone(served, then_start=True)
     try:
         out = served.cli("submit", "--", "true", timeout=60)
     finally:
@@ -429,25 +437,7 @@ def test_a_submission_taken_by_an_engine_that_went_away_is_asked_of_the_next(
 def test_a_clean_whose_engine_went_away_is_asked_again_of_the_next(served: Served) -> None:
     # Killed mid-clean: exit 4, "went away mid-request (not an HTTP response: b'')", the
     # clean half done (tester h147). A clean can be asked twice: it is, of the next one.
-    import socket
-    import threading
-
-    served.home.mkdir(mode=0o700)
-    path = served.home / "engine.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    listener.listen()
-
-    def taken_then_gone() -> None:
-        conn, _ = listener.accept()
-        conn.recv(65536)  # (the request, never answered)
-        listener.close()
-        path.unlink()
-        conn.close()
-        served.start("--simulate", "1xA100-80GB")
-
-    engine = threading.Thread(target=taken_then_gone)
-    engine.start()
+    engine = _taken_then_gone(served, then_start=True)
     try:
         out = served.cli("clean", "--keep", "0", timeout=60)
     finally:
@@ -468,27 +458,11 @@ def test_a_submission_whose_engine_went_away_and_stayed_away_says_what_that_mean
     # submission: whether it stored the job(s) is unknown", after a promise to ask again;
     # two such "unknown" submissions had been stored, and ran once an engine started
     # (tester h147). Said: why it was not asked again, and what the unknown means.
-    import socket
-    import threading
-
     from gpulayer_tui.cli import commands
     from gpulayer_tui.cli.main import main
 
-    served.home.mkdir(mode=0o700)
+    engine = _taken_then_gone(served, then_start=False)
     path = served.home / "engine.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(path))
-    listener.listen()
-
-    def taken_then_gone() -> None:
-        conn, _ = listener.accept()
-        conn.recv(65536)  # (the request, never answered)
-        listener.close()
-        path.unlink()
-        conn.close()
-
-    engine = threading.Thread(target=taken_then_gone)
-    engine.start()
     monkeypatch.setenv("GPULAYER_HOME", served.env["GPULAYER_HOME"])
     monkeypatch.setenv("GPULAYER_TIMEOUT", "0.5")
     monkeypatch.setattr(commands, "RESTART_PATIENCE_S", 0.5)
