@@ -587,6 +587,7 @@ class StaticBackend:
             "ready": len(ready),
             "ahead": ready[: (place or 1) - 1],
             "waiting_for_jobs": [],
+            "waiting_for": [],
             "capacity": None,
             "limits": {
                 "max_gpus": None,
