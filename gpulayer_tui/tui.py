@@ -153,6 +153,7 @@ def run_tui(
 
         print(f"gpulayer-tui: {printable(refused, keep=chr(10))}", file=sys.stderr)
         return 2
+    from . import paste_guard
     from .app import StartNotice, build_app
     from .engine.config import ConfigError, load_config
     from .engine.errors import StoreError
@@ -203,6 +204,7 @@ def run_tui(
             )
             print(f"gpulayer-tui: {said}", file=sys.stderr)
             notices.append(StartNotice(flag, said))
+        paste_guard.install()  # (a paste is text, never keys: tester h151)
         try:
             app = build_app(backend, theme=theme, config_file=paths.config_file, notices=notices)
             result = await app.run_async() or ""

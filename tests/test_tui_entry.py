@@ -160,3 +160,45 @@ def test_simulate_given_to_a_tui_that_starts_its_own_engine_is_not_said_ignored(
     terminal.wait_for_text("EXIT=0", timeout=30)
     # (the stderr line is printed before the app runs: after it, it would still show)
     assert "applies only to a new engine" not in terminal.screen()
+
+
+def test_a_paste_holding_escape_sequences_is_text_never_keys(
+    served: Served, terminal: Terminal, tmp_path: Path
+) -> None:
+    # Textual's parser handed the part of a paste after an ESC to the app as keys: a
+    # copied coloured line ending in "cy" cancelled the job under the cursor, one with
+    # "q" asked to quit, and a form's field got the text out of order (tester h151).
+    served.start("--simulate", "1xA100-80GB")
+    submitted = served.cli("submit", "--name", "keep-me", "--", "sleep", "600")
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    terminal.start(f"{sys.executable} -m gpulayer_tui; echo EXIT=$?; sleep 600")
+    terminal.wait_for_text("1 running", timeout=30)
+
+    def paste(text: str) -> None:
+        # (a bracketed paste, as a terminal sends one: the app asked for the mode)
+        clip = tmp_path / "clip"
+        clip.write_bytes(text.encode())
+        terminal.tmux("load-buffer", "-b", "clip", str(clip))
+        terminal.tmux("paste-buffer", "-p", "-d", "-b", "clip", "-t", "t")
+
+    terminal.keys("2")
+    terminal.wait_for_text("keep-me", timeout=20)
+    paste("hello \x1b[0mcy")
+    paste("x \x1b[0mq")
+    terminal.keys("n")  # (a key after the pastes: once its form shows, they were read,
+    terminal.wait_for_text("New job", timeout=20)  # and the app did not quit)
+    status = json.loads(served.cli("status", job_id, "--json").stdout)["job"]["status"]
+    assert status == "running"
+    paste("A1 B2\x1b[31mC3 D4\x1b]0;title\x07E5")  # (into the command field, which has focus)
+    terminal.wait_for_text("A1 B2C3 D4E5", timeout=20)
+    assert "^[" not in terminal.screen()
+    terminal.keys("Escape")
+    terminal.wait_for_text("esc again throws away", timeout=20)
+    terminal.keys("Escape")
+    # (a capture now and then comes back empty: the table must show, the form not)
+    wait_for(
+        lambda: "keep-me" in (s := terminal.screen()) and "Submit (ctrl+s)" not in s, timeout=20
+    )
+    terminal.keys("q")
+    terminal.wait_for_text("EXIT=0", timeout=30)

@@ -9,6 +9,7 @@ from textual import events
 from textual.screen import Screen
 from textual.widgets import Input
 
+from ..paste_guard import pasted_text
 from .own_keys import run_own_binding
 
 
@@ -38,6 +39,22 @@ class FieldInput(Input):
     async def _on_key(self, event: events.Key) -> None:
         if not await run_own_binding(self, event):
             await super()._on_key(event)
+
+    def _on_paste(self, event: events.Paste) -> None:
+        # A copied coloured line or terminal output is taken as its words: its escape
+        # sequences and control characters stayed in the value (an environment value
+        # with "^[[31m" in it: tester h151).
+        text = pasted_text(event.text)
+        if text == event.text:
+            return  # (Input's own handler takes it)
+        event.prevent_default()
+        event.stop()
+        if text:  # (as Input takes a paste: its first line, at the cursor or over the selection)
+            line = text.splitlines()[0]
+            if self.selection.is_empty:
+                self.insert_text_at_cursor(line)
+            else:
+                self.replace(line, *self.selection)
 
 
 def after_typed(screen: Screen[Any], then: Callable[[], None]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from textual import events
 from textual.message import Message
 
+from ..paste_guard import pasted_text
 from .field_input import FieldInput
 
 
@@ -32,7 +33,7 @@ class OneLineInput(FieldInput):
             return self.field
 
     def _on_paste(self, event: events.Paste) -> None:
-        lines = [line for line in event.text.splitlines() if line.strip()]
+        lines = [line for line in pasted_text(event.text).splitlines() if line.strip()]
         if len(lines) > 1:
             event.prevent_default()  # (Input's own handler would insert the first line)
             event.stop()
