@@ -38,7 +38,7 @@ from tests.conftest import eventually, make_config, pid_gone
 from tests.ui_support import FIXED_NOW, StaticBackend
 
 # -- helpers --------------------------------------------------------------------------------
-from .ui_support import until
+from .ui_support import type_text, until
 
 
 def table_of(app: App[Any]) -> JobTable:
@@ -60,10 +60,6 @@ def status_of(table: JobTable, job_id: int) -> str | None:
 
 def spec(shell: str, **extra: Any) -> dict[str, Any]:
     return {"shell": shell, "cwd": os.getcwd(), **extra}
-
-
-async def type_text(pilot: Pilot[Any], text: str) -> None:
-    await pilot.press(*text)
 
 
 async def open_form(pilot: Pilot[Any]) -> SubmitScreen:
@@ -558,8 +554,10 @@ async def test_the_form_sets_a_jobs_project_folder_and_environment(
         # ctrl+s with it so: the field and its error come into sight (they stayed below
         # the fold under "fix the fields marked in red": tester h73)
         await pilot.resize_terminal(130, 30)
+        await until(pilot, lambda: form.size.height <= 30, "the form drawn at its new size")
         form.query_one("#project", Input).focus()
         form.query_one("#submit-fields").scroll_home(animate=False)
+        await pilot.pause()
         await pilot.press("ctrl+s")
         await until(pilot, lambda: form.form_message == "fix the fields marked in red")
         error_line = form.query_one("#cwd-error")
@@ -1103,6 +1101,14 @@ async def test_a_pasted_script_is_refused_in_the_command_not_cut_to_its_first_li
         assert "pasted 2 lines: a command is one line" in error
         command.post_message(events.Paste("echo one line\n"))  # one line (and its newline)
         await until(pilot, lambda: command.value == "echo one line", "the paste")
+        # A copied coloured line is its words: the escapes stayed in the value (h151).
+        name = form.query_one("#name", Input)
+        name.focus()
+        name.post_message(events.Paste("run\x1b[31m-a\x1b[0m\x07\n"))
+        await until(pilot, lambda: name.value == "run-a", "the paste without its escapes")
+        command.post_message(events.Paste("\x1b[1ma\x1b[0m\n\x1b[1mb\n"))  # (2 lines)
+        await until(pilot, lambda: command.has_class("-invalid"), "the refusal")
+        assert command.value == "echo one line"
 
 
 async def test_adopt_rules_are_the_same_in_both_modes(ui_app: Any, sleeper: int) -> None:
