@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from gpulayer_tui.engine.engine import Engine
+from gpulayer_tui.engine.errors import SpecError
 from gpulayer_tui.engine.models import JobStatus, TerminationReason
 from gpulayer_tui.engine.paths import resolve_paths
 from gpulayer_tui.engine.slurm import (
@@ -196,6 +197,43 @@ async def test_an_engine_restart_finds_every_cluster_job_again(
     done = await again.wait(job.id, timeout=60)
     assert done.status is JobStatus.COMPLETED and done.cluster_job_id == cluster_id
     assert "finished" in again.log_path(job.id).read_text()
+
+
+async def test_a_batch_reaches_the_cluster_in_its_order(cluster_engine: Any) -> None:
+    # Eight sbatch calls at once reached the controller in any order: a `submit --file`'s
+    # later lines got the lower ids and ran first on a first-in-first-out partition
+    # (tester h150).
+    engine = cluster_engine
+    jobs = await engine.submit_many([_spec(f"exit {n}", gpus=0) for n in range(12)])
+    ids = [job.id for job in jobs]
+    done = [await engine.wait(i, timeout=60) for i in ids]
+    cluster_ids = [int(job.cluster_job_id) for job in done]
+    assert cluster_ids == sorted(cluster_ids), list(zip(ids, cluster_ids, strict=True))
+
+
+async def test_a_cluster_removed_from_the_config_still_follows_and_cancels_its_jobs(
+    cluster_engine: Any, paths: Any, slurm_conf: str
+) -> None:
+    # Its jobs froze at their last state for ever, and a cancel said "scancel sent" and
+    # was never sent: the Slurm job ran on (tester h150).
+    engine = cluster_engine
+    ran = await engine.submit(_spec("true", gpus=0))
+    job = await engine.submit(_spec("sleep 300", gpus=0))
+    await eventually(lambda: engine.book.get(job.id).job.status is JobStatus.RUNNING, timeout=30)
+    paths.config_file.write_text("[engine]\nsample_interval = 0.2\n")  # (no cluster)
+    answer = await engine.config_reload.reload()
+    assert answer["applied"] and "clusters.test removed" in answer["changes"], answer
+    assert engine.clusters.names == [] and engine.clusters.views() == []
+    with pytest.raises(SpecError, match="test"):
+        await engine.submit(_spec("true", gpus=0))  # (nothing new goes to it)
+    assert (await engine.wait(ran.id, timeout=30)).status is JobStatus.COMPLETED
+    await engine.cancel(job.id)
+    done = await engine.wait(job.id, timeout=30)
+    assert done.status is JobStatus.CANCELLED, done.message
+    sacct = ("sacct", "-c", "-X", "-P", "-n", "-o", "State", "-j", done.cluster_job_id)
+    state = await asyncio.to_thread(_slurm, slurm_conf, *sacct)
+    assert state.split() == ["CANCELLED"]  # (scancel reached Slurm)
+    await eventually(lambda: "test" not in engine.clusters._clusters, timeout=10)
 
 
 def _slurm(slurm_conf: str, *argv: str) -> str:
@@ -657,3 +695,28 @@ async def test_a_command_cancelled_in_flight_is_killed_not_left_running(tmp_path
     with pytest.raises(asyncio.CancelledError):
         await task
     await eventually(lambda: pid_gone(pid))
+
+
+async def test_sbatch_answers_are_read_for_their_job_id_alone(tmp_path: Path) -> None:
+    # A login banner a command_prefix's shell printed was kept with the id, and every
+    # later squeue and sacct of the cluster, given it, failed: no job of it was followed
+    # again, even after a restart (tester h150).
+    from gpulayer_tui.engine.config import ClusterSettings
+    from gpulayer_tui.engine.slurm import ClusterError, SlurmCluster, parsable_id
+
+    assert parsable_id("Welcome to login1 - maintenance Friday\n64\n") == "64"
+    assert parsable_id("812;fed-b\n") == "812"
+    with pytest.raises(ClusterError, match=r"printed no job id .*'Submitted batch job banana'"):
+        parsable_id("Submitted batch job banana\n")
+
+    def answering(text: str) -> SlurmCluster:
+        script = f"cat > /dev/null; printf {shlex.quote(text)}"
+        prefix = ["sh", "-c", script, "x"]
+        return SlurmCluster("c", ClusterSettings(partition="p", command_prefix=prefix))
+
+    banner = answering("motd: be nice\\n4242\\n")
+    assert await banner.submit(["true"], [], {}) == "4242"
+    with pytest.raises(ClusterError, match="printed no job id"):
+        await answering("\\n").submit(["true"], [], {})
+    # (ids that are no number, stored before this, are not given to squeue or sacct)
+    assert await answering("").jobs(["Submitted batch job banana"]) == []

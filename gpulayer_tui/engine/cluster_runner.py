@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 
 SUBMITTING = "submitting to cluster "  # how the decision to submit reads (and is found)
 PROBE_EVERY = 6  # partitions are read again every this many polls
-SBATCH_AT_ONCE = 8  # sbatch calls in flight at once
 # Seconds an sbatch that went unanswered, and the cluster answering again, must be past
 # before a job it may have submitted is taken as never submitted (see ClusterRunner._unsure).
 UNSURE_WAIT_S = 15.0
@@ -101,6 +100,7 @@ class ClusterRunner:
         self.tag = tag
         self._recheck = recheck
         self._clusters: dict[str, SlurmCluster] = {}
+        self._retiring: set[str] = set()  # removed from the config, its jobs still followed
         self._partitions: dict[str, Partition] = {}
         self._errors: dict[str, str] = {}
         self._down_since: dict[str, float] = {}
@@ -117,7 +117,10 @@ class ClusterRunner:
         self._loop: asyncio.Task[None] | None = None
         self._polling = False  # (started: a cluster added later is followed too)
         self._polls = 0
-        self._sbatch_slots = asyncio.Semaphore(SBATCH_AT_ONCE)
+        # One sbatch at a time per cluster, in the order the jobs were decided: eight at once
+        # reached the controller in any order, and a `submit --file`'s later lines ran
+        # before its first on a first-in-first-out partition (tester h150).
+        self._sbatch_turns: dict[str, asyncio.Lock] = {}
         # job -> [(dependency job, its cluster id, any exit)] that Slurm holds it for
         self._deps: dict[int, list[tuple[int, str, bool]]] = {}
         self._missing: dict[int, float] = {}  # job -> since when neither squeue nor sacct has it
@@ -137,6 +140,20 @@ class ClusterRunner:
             name: old[name] if name in old and old[name].settings == s else SlurmCluster(name, s)
             for name, s in settings.items()
         }
+        self._retiring.intersection_update(old.keys() - settings.keys())
+        for name in old.keys() - settings.keys():
+            # Removed with jobs on it: they are followed, and their cancels sent, until they
+            # end, with its last settings; nothing new goes to it. Its jobs were frozen at
+            # their last state for ever, and a cancel said "sent" was never sent (h150).
+            if self._has_jobs_on(name):
+                self._clusters[name] = old[name]
+                if name not in self._retiring:
+                    self._retiring.add(name)
+                    log.warning(
+                        "cluster %s was removed from the configuration: its jobs there are "
+                        "followed until they end, and no new job goes to it",
+                        name,
+                    )
         for name in old:
             if self._clusters.get(name) is not old[name]:
                 # (what was read of it before says nothing of it now)
@@ -151,8 +168,31 @@ class ClusterRunner:
 
     @property
     def names(self) -> list[str]:
-        """The configured clusters."""
-        return list(self._clusters)
+        """The configured clusters (not one removed whose jobs are still followed)."""
+        return [name for name in self._clusters if name not in self._retiring]
+
+    def _has_jobs_on(self, name: str) -> bool:
+        """Whether a job submitted to cluster ``name`` (or its cancel) is still followed."""
+        return (
+            name in self._tracked.values()
+            or any(cname == name for cname, _ in self._cancels.values())
+            or any(
+                act.spec is not None
+                and act.spec.cluster == name
+                and act.job.cluster_job_id is not None
+                for act in self._book
+            )
+        )
+
+    def _retire_done(self) -> None:
+        """Stop following a removed cluster once none of its jobs is left."""
+        for name in [n for n in self._retiring if not self._has_jobs_on(n)]:
+            self._retiring.discard(name)
+            self._clusters.pop(name, None)
+            self._partitions.pop(name, None)
+            self._errors.pop(name, None)
+            self._down_since.pop(name, None)
+            log.warning("cluster %s: its last job here ended; it is no longer followed", name)
 
     # -- verdicts -------------------------------------------------------------------------------
 
@@ -161,7 +201,9 @@ class ClusterRunner:
         spec = act.spec
         assert spec is not None and spec.cluster is not None
         name = spec.cluster
-        if name not in self._clusters:
+        if name not in self._clusters or (
+            name in self._retiring and act.job.cluster_job_id is None
+        ):
             return Verdict(False, f"cluster {name} is no longer configured")
         part = self._partitions.get(name)
         if part is None:
@@ -262,7 +304,7 @@ class ClusterRunner:
         name = spec.cluster
         assert name is not None
         cluster = self._clusters.get(name)
-        if cluster is None:
+        if cluster is None or name in self._retiring:
             self._book.finish(
                 act, JobStatus.FAILED, Reason.LAUNCH_FAILED, f"cluster {name} not configured"
             )
@@ -271,7 +313,8 @@ class ClusterRunner:
         sent = False
         try:
             slurm_name = self.slurm_name(job_id)
-            async with self._sbatch_slots:  # (500 at once would crowd the controller)
+            turn = self._sbatch_turns.setdefault(name, asyncio.Lock())  # (FIFO waiters)
+            async with turn:
                 # A submission decided before a crash, or one whose sbatch went unanswered,
                 # may have reached the cluster: looked up by name first.
                 found = await cluster.find(slurm_name, job.created_at) if restored else []
@@ -416,6 +459,7 @@ class ClusterRunner:
             for job_id, (cname, cluster_id) in list(self._cancels.items()):
                 if cname == name and job_id not in self._cancelling:
                     self._spawn(self._scancel(job_id, name, cluster_id))
+        self._retire_done()
 
     async def _probe(self, name: str, cluster: SlurmCluster) -> None:
         try:
@@ -678,6 +722,8 @@ class ClusterRunner:
         """Each cluster: its partition's nodes and GPUs, and whether it answers."""
         out = []
         for name, cluster in self._clusters.items():
+            if name in self._retiring:
+                continue  # (not configured: its jobs say where they are)
             part = self._partitions.get(name)
             row: dict[str, Any] = {
                 "name": name,

@@ -205,6 +205,30 @@ def parse_squeue(text: str) -> list[SlurmJob]:
 # last, since it may hold ``|``.
 SACCT_FORMAT = "JobID,State,ExitCode,Start,End,JobName"
 _SH_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a variable name POSIX sh takes
+# What `sbatch --parsable` prints: the job's id, and ";CLUSTER" on a federation.
+_PARSABLE = re.compile(r"(\d+)(?:;\S+)?")
+
+
+def parsable_id(out: str) -> str:
+    """The job id in ``sbatch --parsable``'s answer: its last line.
+
+    What a ``command_prefix`` such as ssh puts before it (a login banner a shell's rc file
+    prints on stdout) is passed over: the whole answer was kept as the id, and every later
+    squeue and sacct of the cluster, given it, failed ("Bad job/step specified"): none of
+    its jobs was followed again (tester h150).
+
+    Raises:
+        ClusterError: No line of it is a job id (said with what it was).
+    """
+    for line in reversed(out.strip().splitlines()):
+        if match := _PARSABLE.fullmatch(line.strip()):
+            return match.group(1)
+    shown = " ".join(out.split())[:200] or "nothing"
+    raise ClusterError(
+        f"sbatch --parsable printed no job id (it printed {shown!r}): whether the job reached "
+        "the cluster is not known; a job named for it there is not followed"
+    )
+
 
 # sacct's words for "this cluster keeps no such records" (slurmdbd, job completion log).
 NO_ACCOUNTING = ("accounting storage is disabled", "job completion is disabled")
@@ -425,7 +449,7 @@ class SlurmCluster:
         out = await self.run(
             "sbatch", "--parsable", "--export=ALL", *options, stdin="\n".join(lines) + "\n"
         )
-        return out.strip().split(";")[0]
+        return parsable_id(out)
 
     async def jobs(self, ids: list[str]) -> list[SlurmJob]:
         """Every one of ``ids`` the controller still knows (one squeue call), without exit
@@ -435,6 +459,9 @@ class SlurmCluster:
         remembers whatever was asked (thousands, parsed on every poll), the text form
         only those asked for.
         """
+        # (an id that is no number, stored by an older version from a login banner, made
+        # every call fail "Invalid job id" and froze all the cluster's jobs: tester h150)
+        ids = [i for i in ids if i.isdigit()]
         if not ids:
             return []
         try:
@@ -458,6 +485,7 @@ class SlurmCluster:
         Raises:
             ClusterError: sacct failed (or did not answer) for another reason.
         """
+        ids = [i for i in ids if i.isdigit()]  # (see :meth:`jobs`)
         if not ids or self.accounting == "none":
             return None if self.accounting == "none" else {}
         modes = ["sacct", "jobcomp"] if self.accounting is None else [self.accounting]
