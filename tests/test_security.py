@@ -740,7 +740,7 @@ def test_one_user_stalling_its_submissions_leaves_a_quarter_of_the_slots_to_othe
 
         wait_for(refused)  # (once the three are being read)
         assert f"at once from uid {os.geteuid()} (" in body["error"], body
-        assert ": 3 of its are being handled" in body["error"]
+        assert ": 3 of its submissions are being handled" in body["error"]
         assert "a quarter is kept for other users" in body["error"]
         # Another user is let in at once (its CLI would have said it retries).
         job = shared.nobody("submit", "--", "true")

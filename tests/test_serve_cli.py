@@ -409,6 +409,25 @@ def test_api_refuses_a_query_parameter_it_would_ignore(served: Served) -> None:
         assert request(served.home / "engine.sock", "GET", path)[0] == 200, path
     for path in ("/v1/jobs/1/logs?follow=0&offset=0&replica=0", "/v1/jobs/1/wait?timeout=0"):
         assert request(served.home / "engine.sock", "GET", path)[0] == 404, path
+    # HEAD reads what GET reads (it was refused any parameter: tester h149)
+    assert request(served.home / "engine.sock", "HEAD", "/v1/jobs?limit=2")[0] == 200
+
+
+def test_head_of_a_stream_is_refused_not_streamed(served: Served) -> None:
+    # `HEAD /v1/events` sent the event stream after its headers, for ever (tester h149).
+    served.start("--simulate", "1xA100-80GB")
+    job = served.cli("submit", "--", "true").stdout.strip()
+    for path in ("/v1/events", f"/v1/jobs/{job}/logs?follow=1", f"/v1/jobs/{job}/wait"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(str(served.home / "engine.sock"))
+            sock.sendall(f"HEAD {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            answer = b""
+            while chunk := sock.recv(65536):  # (until the engine closes it: it must)
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 405"), (path, answer[:300])
+        assert b"Allow: GET" in head and body == b"", (path, answer[:300])
 
 
 def test_socket_permissions_second_engine_and_restart(served: Served) -> None:
