@@ -512,9 +512,25 @@ def test_a_removed_socket_is_bound_again(served: Served) -> None:
     # Removed (a tmp cleaner), the engine served on unreachable: the CLI said to start
     # one, and starting one was refused, as this one held the lock (tester h60).
     served.start("--simulate", "1xA100-80GB")
-    (served.home / "engine.sock").unlink()
+    sock = served.home / "engine.sock"
+    sock.unlink()
     wait_for(lambda: served.cli("jobs").returncode == 0, timeout=20, interval=0.2)
-    assert "engine.sock was removed; listening on it again" in served.stop()
+    # Replaced by a file or a link, it was never bound again (tester h149).
+    elsewhere = served.home.parent / "elsewhere"
+    elsewhere.write_text("kept")
+    for replace in (lambda: sock.write_text(""), lambda: sock.symlink_to(elsewhere)):
+        sock.unlink()
+        replace()
+        wait_for(
+            lambda: sock.is_socket() and served.cli("jobs").returncode == 0,
+            timeout=20,
+            interval=0.2,
+        )
+    assert elsewhere.read_text() == "kept"  # (the link went, not what it named)
+    log = served.stop()
+    assert "engine.sock was removed; listening on it again" in log
+    assert "engine.sock was replaced by a regular file; listening on it again" in log
+    assert "engine.sock was replaced by a symbolic link; listening on it again" in log
 
 
 def test_a_run_is_said_in_words() -> None:

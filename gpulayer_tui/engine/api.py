@@ -58,6 +58,7 @@ import logging
 import os
 import socket
 import sqlite3
+import stat
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -692,8 +693,8 @@ async def submit(request: web.Request) -> web.Response:
         gate.refused += 1
         who = user_name(uid) if uid is not None else "this caller"
         raise Overloaded(
-            f"too many submissions at once from {who}: {mine} of its submissions are being handled, "
-            f"the most one user may have of [limits] submissions_in_flight = {limit} (a "
+            f"too many submissions at once from {who}: {mine} of its submissions are being "
+            f"handled, the most one user may have of [limits] submissions_in_flight = {limit} (a "
             "quarter is kept for other users); nothing was stored, retry shortly"
         )
     gate.busy += 1
@@ -1411,6 +1412,7 @@ class ApiServer:
         self._runner: web.AppRunner | None = None
         self._keeper: asyncio.Task[None] | None = None
         self._folder: tuple[int, int] | None = None  # (device, inode) of the socket's folder
+        self._bound: tuple[int, int] | None = None  # (device, inode) of the socket bound
         self.connections = ConnectionCount(lambda: engine.config.limits.connections_per_user)
         """Open connections per uid (see :mod:`.api_connections`)."""
 
@@ -1480,6 +1482,8 @@ class ApiServer:
             await site.start()
         finally:
             os.umask(old_umask)
+        st = os.lstat(self.path)
+        self._bound = (st.st_dev, st.st_ino)
         self._set_modes()
 
     async def _keep_socket(self) -> None:
@@ -1491,7 +1495,8 @@ class ApiServer:
         while True:
             await asyncio.sleep(SOCKET_CHECK_S)
             try:
-                if not self._socket_gone():
+                lost = self._socket_lost()
+                if lost is None:
                     continue
                 await self._listen()
             except OSError as err:
@@ -1500,19 +1505,41 @@ class ApiServer:
                 said = str(err)
                 continue
             said = ""
-            log.warning("%s was removed; listening on it again", self.path)
+            log.warning("%s was %s; listening on it again", self.path, lost)
 
-    def _socket_gone(self) -> bool:
-        """Whether the socket's path is gone from the folder it was bound in (a stat of a
-        local folder: no thread for it).
+    def _socket_lost(self) -> str | None:
+        """How the socket's path stopped being this engine's socket in the folder it was
+        bound in ("removed", or "replaced by ...", which is then removed), or None (a stat
+        of a local folder: no thread for it). A path replaced by a file or a link was
+        never bound again: the engine served on, unreachable, and the CLI said no engine
+        ran (tester h149).
 
         Raises:
-            OSError: The folder cannot be read.
+            OSError: The folder cannot be read, or what replaced the socket removed.
         """
-        if os.path.lexists(self.path):
-            return False
+        try:
+            there = os.lstat(self.path)
+        except FileNotFoundError:
+            there = None
+        if there is not None and (there.st_dev, there.st_ino) == self._bound:
+            return None
         st = os.stat(self.path.parent)
-        return (st.st_dev, st.st_ino) == self._folder  # (another folder there: not ours)
+        if (st.st_dev, st.st_ino) != self._folder:
+            return None  # (another folder there: not ours)
+        if there is None:
+            return "removed"
+        mode = there.st_mode
+        kind = (
+            "a symbolic link"
+            if stat.S_ISLNK(mode)
+            else "a regular file"
+            if stat.S_ISREG(mode)
+            else "another socket"
+            if stat.S_ISSOCK(mode)
+            else "something that is no socket"
+        )
+        os.unlink(self.path)  # (a link itself, never what it names; a folder: OSError)
+        return f"replaced by {kind}"
 
     def _reconfigured(self, config: Config) -> None:
         """``[limits] idle_connection`` for the connections made from now on (it was
