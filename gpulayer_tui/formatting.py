@@ -487,6 +487,11 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     the reservation, its user's limits, the fair-share order, whom it preempts."""
     job = data["job"]
     rows = [("reason", str(data.get("reason") or "-"))]
+    # (what else it needs back in service: a user's limit as the reason hid them: h148)
+    reason = str(data.get("reason") or "")
+    out_of_service = [s for s in data.get("out_of_service") or () if s not in reason]
+    if out_of_service:
+        rows.append(("also needs", "; ".join(out_of_service) + " (back in service)"))
     if data.get("waiting_for"):
         # each with how it is doing (a chain took a `status` per link: tester h147)
         said = "; ".join(

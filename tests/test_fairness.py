@@ -364,6 +364,25 @@ def test_a_user_past_its_gpu_limit_waits_and_others_go_on() -> None:
     assert status(mine[1]) == "running"
 
 
+def test_why_names_the_domain_out_of_service_a_limit_hides() -> None:
+    # The reason is the first blocker: a user's limit hid the drained (or quarantined)
+    # GPU a pinned job waited for, and raising the limit would not start it (h148).
+    from gpulayer_tui.formatting import why_lines
+
+    box = Box(gpus=3, users={"default": UserLimits(max_gpus=1)})
+    running = box.run(gpus=1, domain="gpu0")
+    box.scheduler.domains["gpu1"].drain("fan swap")
+    pinned = box.run(gpus=1, domain="gpu1")
+    anywhere = box.run(gpus=1)
+    assert status(running) == "running" and "max_gpus" in pinned.job.message
+    said = box.queue.explain(pinned.job.id)["out_of_service"]
+    assert said == ["domain gpu1 draining: fan swap"]
+    lines = why_lines(box.queue.explain(pinned.job.id))
+    assert "  also needs  domain gpu1 draining: fan swap (back in service)" in lines, lines
+    # (gpu2 is in service: a job that may run anywhere needs nothing back)
+    assert box.queue.explain(anywhere.job.id)["out_of_service"] == []
+
+
 def test_a_users_own_table_overrides_the_default() -> None:
     users = {"default": UserLimits(max_gpus=1), user_label(OTHER): UserLimits(max_gpus=2)}
     box = Box(gpus=3, users=users)

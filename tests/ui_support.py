@@ -605,6 +605,7 @@ class StaticBackend:
             "preempting": [],
             "may_preempt": None,
             "held_by": [],
+            "out_of_service": [],
         }
 
     async def restart(self, job_id: int) -> dict[str, Any]:

@@ -742,6 +742,7 @@ class JobQueue:
             "reservation": None,
             "preempting": sorted(self._preempting.get(job_id, ())),
             "held_by": self._holders_in_the_way(act),
+            "out_of_service": self._out_of_service(act),
         }
         out["may_preempt"] = self._coming_preemption(act, out["place"], now)
         reserved = self._reservation_of(act)
@@ -753,6 +754,35 @@ class JobQueue:
                 "when": reserved.when(now),
             }
         return out
+
+    def _out_of_service(self, act: ActiveJob) -> list[str]:
+        """The domains out of service (quarantined, draining) without which ``act`` cannot
+        start, each as its blocker says it; none while enough in service could hold it.
+
+        The reason names only the first blocker: a user's limit hid the quarantined GPU
+        a pinned job waited for, and raising the limit would not have started it, while
+        ``doctor`` named it (tester h148).
+        """
+        request = act.request
+        if request is None:
+            return []
+        domains = self._scheduler.domains
+        if request.pins:
+            candidates = [domains[p] for p in request.pins if p in domains]
+        elif request.gpus:
+            candidates = self._scheduler.gpu_domains
+        else:
+            candidates = [domains[CPU_DOMAIN]] if CPU_DOMAIN in domains else []
+        fit = [d for d in candidates if self._scheduler.could_hold(d, request)]
+        usable = [d for d in fit if d.state is DomainState.IN_SERVICE]
+        if len(usable) >= max(1, request.gpus):
+            return []
+        return [
+            said
+            for d in fit
+            if d.state is not DomainState.IN_SERVICE
+            and (said := d.blocker(None, exclusive=False)) is not None
+        ]
 
     def _coming_preemption(
         self, act: ActiveJob, place: object, now: float
