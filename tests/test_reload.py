@@ -512,6 +512,34 @@ async def test_a_pinned_service_placed_again_after_its_domain_was_renamed_waits_
     await engine.cancel(other.id)
 
 
+async def test_a_quarantined_domain_removed_and_brought_back_warns_its_job_again(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # Back under its quarantine, its running job said "running on gpu1" alone: the
+    # quarantine's warning went with the "no longer in the configuration" one (h148).
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE)
+    engine = await make_engine(config=load_config(paths.config_file))
+    await engine.config_reload.stop()  # (only the reloads below)
+    job = await engine.submit({"command": ["sleep", "600"], "domain": "gpu1"})
+    SimLedger(paths.state_dir).set_gpu(1, lost=True, error="GPU is lost: fell off the bus")
+    warned = "running on gpu1; warning: domain gpu1 quarantined: GPU is lost: fell off the bus"
+
+    async def said() -> str:
+        await engine.sampler.sample_once()
+        return (await engine.get(job.id)).message
+
+    assert await said() == warned
+    paths.config_file.write_text(BASE + "auto_domains = false\n")
+    assert (await engine.config_reload.reload())["applied"]
+    assert "is no longer in the configuration" in await said()
+    paths.config_file.write_text(BASE)
+    assert (await engine.config_reload.reload())["applied"]
+    assert engine.scheduler.domains["gpu1"].state is DomainState.QUARANTINED
+    assert await said() == warned
+    await engine.cancel(job.id)
+
+
 async def test_a_preempted_job_pinned_to_a_renamed_domain_waits_for_it_when_requeued(
     make_engine: EngineFactory, paths: Paths
 ) -> None:

@@ -199,7 +199,13 @@ class DomainOps:
                 if act.job.kind is JobKind.SERVICE:
                     self._book.set_reason(act, service_summary(act.job))
                 else:
-                    self._book.set_reason(act, _where(act))
+                    # (back under a quarantine, it said all was well: the quarantine's
+                    # warning, lost to the "no longer in the configuration" one: h148)
+                    sick = [d for d in act.holds if d.state is DomainState.QUARANTINED]
+                    said = "".join(
+                        f"; warning: domain {d.name} quarantined: {d.state_reason}" for d in sick
+                    )
+                    self._book.set_reason(act, _where(act) + said)
 
     def quarantined(self, dom: Domain) -> None:
         """What runs on a quarantined domain reacts: its services are placed again (the
