@@ -862,6 +862,11 @@ def test_domain_forget_from_the_command_line(served: Served) -> None:
     served.start("--simulate", "1xA100-80GB")
     shown = served.cli("gpus")
     assert "not found by the driver: the GPU of gpu1" in shown.stdout, shown.stdout
+    # (listed as missing, as gpus, drain and doctor say it: "unknown domain" was said of
+    # a domain made automatically: tester h148)
+    one = served.cli("domain", "list", "gpu1")
+    assert one.returncode == 1 and "domain 'gpu1': its GPU (GPU-" in one.stderr, one.stderr
+    assert "domain forget gpu1" in served.cli("domain", "list").stderr
     refused = served.cli("domain", "forget", "gpu0")
     assert refused.returncode == 1 and "gpu0's GPU is listed by the driver" in refused.stderr
     unknown = served.cli("domain", "forget", "gpu5")
@@ -870,6 +875,8 @@ def test_domain_forget_from_the_command_line(served: Served) -> None:
     assert forgot.returncode == 0, forgot.stderr
     assert forgot.stdout.startswith("forgot the GPU of gpu1 (GPU-"), forgot.stdout
     assert "not found by the driver" not in served.cli("gpus").stdout
+    gone = served.cli("domain", "list", "gpu1")
+    assert gone.returncode == 2 and "unknown domain 'gpu1'" in gone.stderr
 
 
 def test_a_configured_domain_whose_gpu_is_missing_is_listed_as_missing(served: Served) -> None:

@@ -741,12 +741,18 @@ async def ready(request: web.Request) -> web.Response:
 
 
 async def domains(request: web.Request) -> web.Response:
-    """GET /v1/domains: the domains, and ``missing``: those the config names whose GPU the
-    driver does not list now (left out until it does), each with the reason in words."""
+    """GET /v1/domains: the domains, and ``missing``: those the config names, or that had
+    a GPU here before, whose GPU the driver does not list now (left out until it does, or
+    forgotten), each with the reason in words."""
     scheduler = request.app[ENGINE_KEY].scheduler
+    # (a GPU domain made automatically was left out of both: `domain list gpu2` said
+    # "unknown domain" while drain, gpus and doctor said its GPU was missing: h148)
+    names = set(scheduler.configured_missing) | {
+        gpu.name for gpu in scheduler.missing_known.values()
+    }
     missing = [
         {"name": name, "reason": scheduler.unknown_domain(name)}
-        for name in sorted(scheduler.configured_missing)
+        for name in sorted(names - scheduler.domains.keys())
     ]
     domains = [d.to_json() for d in scheduler.domains.values()]
     return web.json_response({"domains": domains, "missing": missing})
