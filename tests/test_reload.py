@@ -804,6 +804,9 @@ async def test_a_gpu_missing_after_a_restart_is_waited_for_until_it_is_forgotten
     # A job pinned to it is decided again too: it waited for good (tester h48).
     gone = await again.get(pinned.id)
     assert gone.status is JobStatus.FAILED, gone.message
+    # (saying what happened: "unknown domain 'gpu1'" said nothing of it: tester h148)
+    assert "domain 'gpu1': its GPU (GPU-" in gone.message, gone.message
+    assert "was forgotten (`gpulayer-tui domain forget`)" in gone.message, gone.message
     assert again.gpus()["missing_gpus"] == []
     await again.stop()
     last = await make_engine("1xA100-80GB")  # (forgotten for good: not waited for again)

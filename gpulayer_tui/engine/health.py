@@ -441,6 +441,7 @@ class DomainOps:
                 "config.toml): take that domain out of the config first, then forget it"
             )
         del scheduler.missing_known[uuid]
+        scheduler.forgotten[known.name] = uuid
         self._store.forget_gpu(uuid)
         await self._store.flush()
         self._queue.recheck_capacity()

@@ -93,6 +93,9 @@ class Scheduler:
         # that did not come up after a reboot destroyed every queued multi-GPU job), until
         # the operator forgets one removed for good (`domain forget`).
         self.missing_known: dict[str, KnownGpu] = {}
+        # domain name -> the UUID of its GPU, forgotten by `domain forget` (said to the jobs
+        # that waited for it)
+        self.forgotten: dict[str, str] = {}
         self._capacity = Capacity.UNKNOWN
         self._capacity_message = "no GPU sample yet"
         self._gpus_seen = 0  # GPUs in the last good sample (more than domains: some unused)
@@ -166,6 +169,13 @@ class Scheduler:
             )
         known = ", ".join(self._domains) or "none"
         shown = name if len(name) <= 100 else name[:100] + "..."
+        if name in self.forgotten:
+            # (a job that waited for it failed "unknown domain 'gpu2'", which said nothing
+            # of what happened: tester h148)
+            return (
+                f"domain {shown!r}: its GPU ({self.forgotten[name]}) was forgotten "
+                f"(`gpulayer-tui domain forget`), and no domain goes by that name (known: {known})"
+            )
         return f"unknown domain {shown!r} (known: {known})"
 
     def capacity_signature(self) -> tuple[object, ...]:
@@ -477,6 +487,9 @@ class Scheduler:
             if missing:
                 said = ", ".join(f"GPU {self._missing_gpu(p)} ({p})" for p in missing)
                 return Verdict(None, f"waiting for {said}: not found by the driver")
+            forgotten = [p for p in gone if p in self.forgotten]
+            if forgotten:
+                return Verdict(False, self.unknown_domain(forgotten[0]))
             return Verdict(False, f"unknown domain {', '.join(map(repr, gone))}")
         if req.pins and req.gpus > len(candidates):
             names = ", ".join(req.pins)
