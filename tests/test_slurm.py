@@ -413,6 +413,10 @@ async def test_a_silent_controller_loses_no_submission_and_no_cancel(
         await engine.cancel(doomed.id)  # (its sbatch went unanswered: the cluster may have it)
         await eventually(lambda: "sent again at the next poll" in message(hog.id), timeout=60)
         assert engine.book.get(hog.id).job.status is JobStatus.RUNNING
+        # (the cancel is said while the cluster is silent: it read "queued: cluster test
+        # not answering since", as if the cancel was lost: tester h150)
+        await eventually(lambda: "not answering since" in message(pending.id), timeout=60)
+        assert message(pending.id).startswith("stopping (cancelled by user): cluster test not")
         # Several polls while it is stopped: a stopped controller keeps every sbatch it
         # was sent and takes them all when it wakes; none may be sent twice.
         await asyncio.sleep(8)
@@ -659,7 +663,11 @@ async def test_the_tui_shows_the_cluster_and_its_jobs_with_logs_and_cancel(
         log = detail.query_one(LogTail)
         await until(pilot, lambda: "from-slurm" in log.lines, "the Slurm output", timeout=20)
         await pilot.press("c")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "confirm")
+        confirm = await until(
+            pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen, "confirm"
+        )
+        # (scancel, not signals: it said "It gets SIGTERM, then SIGKILL": tester h150)
+        assert "It is cancelled on cluster test (scancel)." in confirm._question
         await pilot.press("y")
         await until(
             pilot,

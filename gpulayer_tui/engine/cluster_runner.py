@@ -636,11 +636,19 @@ class ClusterRunner:
                 if "not answering since" not in act.job.message:
                     self._book.set_reason(act, f"{SUBMITTING}{name}, {silent}")
                 continue
-            if not act.job.message.startswith(f"cluster {name} not answering since"):
+            said = text
+            if act.job.stop_reason is not None:
+                # (its stop went unsaid: "queued: cluster lab not answering" of a job
+                # cancelled, which read as if the cancel was lost: tester h150)
+                said = (
+                    f"stopping ({act.job.stop_message}): {text}; scancel sent again at the "
+                    "next poll"
+                )
+            if f"cluster {name} not answering since" not in act.job.message:
                 if act.job.status is JobStatus.RUNNING:
-                    self._book.note(act, text)
+                    self._book.note(act, said)
                 else:
-                    self._book.set_reason(act, text)
+                    self._book.set_reason(act, said)
 
     # -- stopping and restarting ----------------------------------------------------------------
 

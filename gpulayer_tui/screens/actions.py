@@ -19,6 +19,7 @@ from ..backend import BackendError
 from ..fields import printable, status_phrase
 from ..formatting import user_text
 from ..view import view_of
+from ..widgets.job_columns import job_spec
 from ..wire import ACTIVE_STATUSES, ADOPTED_NOT_RUN, JobJSON, JobRowJSON
 from .dialogs import ConfirmScreen, SignalScreen
 from .edit import EditScreen
@@ -119,6 +120,8 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
             return
         if result.get("status") == "cancelled":
             ui.notify(f"job {job_id} cancelled")
+        elif cluster:
+            ui.notify(f"job {job_id}: stopping (scancel to cluster {cluster})")
         else:
             ui.notify(f"job {job_id}: stopping (SIGTERM, then SIGKILL)")
 
@@ -126,7 +129,14 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
         if yes:
             _run(ui, cancel, f"cancel-{job_id}", exclusive=True)
 
-    what = "It has not started yet." if status != "running" else "It gets SIGTERM, then SIGKILL."
+    # (a Slurm job is stopped by scancel: it read "It gets SIGTERM, then SIGKILL": h150)
+    cluster = printable(str(job_spec(job).get("cluster") or ""))
+    if cluster:
+        what = f"It is cancelled on cluster {cluster} (scancel)."
+    elif status != "running":
+        what = "It has not started yet."
+    else:
+        what = "It gets SIGTERM, then SIGKILL."
     dialog = ConfirmScreen(
         f"Cancel job {job_id}?",
         f"{job.get('name', '')} is {status}. {what}",
