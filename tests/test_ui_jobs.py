@@ -1111,6 +1111,22 @@ async def test_a_pasted_script_is_refused_in_the_command_not_cut_to_its_first_li
         assert command.value == "echo one line"
 
 
+async def test_a_checkbox_says_whether_it_is_ticked_without_colour(ui_app: Any) -> None:
+    # Textual's box drew "X" ticked or not, told apart by colour alone: "run without a
+    # shell" read as ticked, and a command went as argv by mistake (tester h151).
+    from textual.widgets import Checkbox
+
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        form = await open_form(pilot)
+        box = form.query_one("#no-shell", Checkbox)
+        assert not box.value and str(box.render()).startswith("▐ ▌")
+        box.value = True
+        await pilot.pause()
+        assert str(box.render()).startswith("▐X▌")
+
+
 async def test_adopt_rules_are_the_same_in_both_modes(ui_app: Any, sleeper: int) -> None:
     # vram_gb = 1e9 was refused over the socket but accepted by an embedded engine.
     app = await ui_app("2xA100-80GB")

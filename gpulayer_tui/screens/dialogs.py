@@ -21,6 +21,7 @@ from textual.widgets import Button, Checkbox, Label, Static
 
 from .. import keymap
 from ..formatting import GIB, gpus_named
+from ..widgets.check_box import CheckBox
 from ..widgets.key_footer import KeyFooter
 
 
@@ -123,7 +124,7 @@ class SignalScreen(ModalScreen[str | None]):
                     id="signal-owner",
                     classes="error-text",
                 )
-            yield Checkbox("SIGKILL instead of SIGTERM (k): no chance to clean up", id="kill")
+            yield CheckBox("SIGKILL instead of SIGTERM (k): no chance to clean up", id="kill")
             with Horizontal(classes="buttons"):
                 yield Button("Send SIGTERM (y)", id="send", variant="error")
                 yield Button("No (n)", id="no", variant="primary")

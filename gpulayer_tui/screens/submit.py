@@ -29,6 +29,7 @@ from .. import keymap, wire
 from ..backend import BackendError
 from ..fields import engine_sets_env, env_name_shown, typed_folder
 from ..view import view_of
+from ..widgets.check_box import CheckBox
 from ..widgets.field_input import FieldInput, after_typed
 from ..widgets.key_footer import KeyFooter
 from ..widgets.one_line_input import OneLineInput
@@ -195,7 +196,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                     OneLineInput(placeholder="python train.py --epochs 10", id="command"),
                 )
                 with Horizontal(classes="option-row"):
-                    yield Checkbox(
+                    yield CheckBox(
                         "run without a shell (split into argv)", id="no-shell", compact=True
                     )
                 yield form_field(
@@ -231,7 +232,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                     FieldInput(placeholder="job ids, e.g. 12, 13", id="after"),
                 )
                 with Horizontal(classes="option-row"):
-                    yield Checkbox(
+                    yield CheckBox(
                         "run even if they fail or are cancelled",
                         id="after-any",
                         compact=True,
@@ -258,7 +259,7 @@ class SubmitScreen(FormScreen[JobJSON | None]):
                     "over this TUI's own ('quote' a value with spaces)",
                 )
                 with Horizontal(classes="option-row"):
-                    yield Checkbox(
+                    yield CheckBox(
                         "service: keep it running (restarts, $PORT)",
                         id="service",
                         compact=True,
