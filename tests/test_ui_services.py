@@ -516,3 +516,13 @@ async def test_e_on_a_running_service_scales_it_from_a_form_of_its_replicas(
         assert any("scaled: replicas 1 -> 3" in n.message for n in app._notifications)
         await until(pilot, lambda: table.job(job["id"])["message"].startswith("3/3 up"), "3/3 up")
         await app.backend.cancel(job["id"])
+
+
+def test_a_waiting_services_detail_says_its_gpus_per_replica() -> None:
+    # "wants 1 GPU" of a 2-replica service, beside its reason "needs 2 GPUs" (h151).
+    from gpulayer_tui.screens.job_detail import _placement
+
+    service: Any = {"kind": "service", "domains": [], "gpus": []}
+    assert _placement(service, {"gpus": 1, "replicas": 2}) == "wants 1 GPU per replica, 2 replicas"
+    assert _placement(service, {"gpus": 2, "replicas": 1}) == "wants 2 GPUs"
+    assert _placement({**service, "kind": "command"}, {"gpus": 1}) == "wants 1 GPU"

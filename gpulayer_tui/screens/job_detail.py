@@ -152,7 +152,12 @@ def _placement(job: JobJSON, spec: dict[str, Any]) -> str:
     if job.get("gpus"):
         parts.append(f"(GPU {', '.join(str(g) for g in job['gpus'])})")
     elif spec.get("gpus"):
-        parts.append(f"wants {spec['gpus']} GPU{'s' if spec['gpus'] != 1 else ''}")
+        wants = f"wants {spec['gpus']} GPU{'s' if spec['gpus'] != 1 else ''}"
+        replicas = spec.get("replicas") or 1
+        if job.get("kind") == "service" and replicas > 1:
+            # (a 2-replica service said "wants 1 GPU" beside "needs 2 GPUs": tester h151)
+            wants += f" per replica, {replicas} replicas"
+        parts.append(wants)
     pinned = spec.get("domain")
     if pinned:
         parts.append("pinned to " + (pinned if isinstance(pinned, str) else ", ".join(pinned)))
