@@ -517,6 +517,9 @@ def parse_field(field: str, text: str) -> Any:
                 # What was typed, not its seconds: "--timeout 99999999d ... got
                 # 8639999913600" (tester h86).
                 raise FieldError(field, f"{said}, got {text.strip()[:40]} ({got} s)") from None
+            if said and got != text.strip():
+                # (as typed: "got 1e+20" of twenty digits typed: tester h151)
+                raise FieldError(field, f"{said}, got {text.strip()[:40]}") from None
             raise
     if field in ("name", "project"):
         return RULES[field](text)

@@ -817,6 +817,11 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         (["signal", "1234", "--start-ticks", "-5"], "must be from 0 to"),
         # ("must be at most 3.1536e+08 s, got 3.1536e+08")
         (["submit", "--timeout", "315360001", "--", "true"], "at most 315360000 s, got 315360001"),
+        # (as typed: "got 1e+20" of twenty digits, h151)
+        (
+            ["submit", "--timeout", "100000000000000000000", "--", "true"],
+            "at most 315360000 s, got 100000000000000000000",
+        ),
         # (what was typed, then its seconds: it said only "got 8639999913600", h86)
         (
             ["submit", "--timeout", "99999999d", "--", "true"],
@@ -850,6 +855,7 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         "wait-nan",
         "start-ticks-negative",
         "timeout-past-ceiling",
+        "timeout-twenty-digits",
         "timeout-days-past-ceiling",
         "vram-overflow",
         "timeout-overflow",
