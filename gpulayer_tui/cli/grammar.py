@@ -387,7 +387,7 @@ def _submit_args(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=_field("timeout"),
         metavar="SECONDS",
-        help="stop it this long after it starts: seconds, or 90m, 2h, 1h30m, 1d (each run "
+        help="stop it this long after it starts: seconds, or 90m, 2h, 1h30m, 1d, 1w (each run "
         "of a preempted job anew; a service's from its first start)",
     )
     p.add_argument("--priority", type=_field("priority"), help="higher starts first (default 0)")
@@ -653,7 +653,7 @@ def _edit_args(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=_field("timeout"),
         metavar="SECONDS",
-        help="stop it this long after it starts: seconds, or 90m, 2h, 1h30m, 1d",
+        help="stop it this long after it starts: seconds, or 90m, 2h, 1h30m, 1d, 1w",
     )
     p.add_argument("--name", help="its name")
     p.add_argument("--project", help="its project")
