@@ -537,6 +537,10 @@ async def test_a_quarantined_domain_removed_and_brought_back_warns_its_job_again
     assert (await engine.config_reload.reload())["applied"]
     assert engine.scheduler.domains["gpu1"].state is DomainState.QUARANTINED
     assert await said() == warned
+    # Renamed, its message names the new name, in its warning too (h148)
+    paths.config_file.write_text(BASE + "[domains.renamed]\ngpu = 1\n")
+    assert (await engine.config_reload.reload())["applied"]
+    assert (await engine.get(job.id)).message == warned.replace("gpu1", "renamed")
     await engine.cancel(job.id)
 
 

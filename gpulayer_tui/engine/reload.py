@@ -648,12 +648,22 @@ class ConfigReloader:
                 act.job
             )
             said = act.job.message == f"running on {', '.join(act.job.domains)}"
+            # (with a quarantine's warning, both named the old domain ever after: h148)
+            old_where = f"running on {', '.join(act.job.domains)}"
+            sick = f"; warning: domain {old.name} quarantined"
+            warned = act.job.message.startswith(old_where + sick)
             adopted = act.job.kind is JobKind.ADOPTED
             said_adopted = adopted and act.job.message == adopted_on(act.job)
             act.holds = [new if d is old else d for d in act.holds]
             act.job.domains = [new.name if n == old.name else n for n in act.job.domains]
             if said:  # (a batch job's "running on gpu0" named the old domain ever after)
                 act.job.message = f"running on {', '.join(act.job.domains)}"
+            elif warned:
+                rest = act.job.message[len(old_where + sick) :]
+                act.job.message = (
+                    f"running on {', '.join(act.job.domains)}; warning: domain {new.name} "
+                    f"quarantined{rest}"
+                )
             if adopted:
                 # (its message and status named the old domains ever after: tester h102;
                 # an adopted job has no parsed spec for the pin renames above)
