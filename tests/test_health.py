@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import sqlite3
 import subprocess
@@ -470,6 +471,19 @@ def test_doctor_without_an_engine(served: Served) -> None:
     assert checks["ui"]["status"] == "warn" and "theme 'nope' is no theme" in checks["ui"]["detail"]
     (served.home / "config.toml").write_text('[ui]\ntheme = "nord"\n')  # (Textual's own)
     assert "ui" not in {c["check"] for c in json.loads(served.cli("doctor", "--json").stdout)}
+    # A state dir the engine refuses fails as the engine says it (a warning, exit 0: h153)
+    served.home.chmod(0o777)
+    out = served.cli("doctor", "--json")
+    state = {c["check"]: c for c in json.loads(out.stdout)}["state dir"]
+    assert out.returncode == 1 and state["status"] == "fail", state
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert state["detail"] == (
+        f"{served.home} is writable by others (mode 0777); the engine needs it writable by "
+        f"{me} alone: chmod 700 {served.home} (an engine refuses to start on it)"
+    )
+    served.home.chmod(0o755)  # (an engine starts on it: a warning)
+    state = {c["check"]: c for c in json.loads(served.cli("doctor", "--json").stdout)}["state dir"]
+    assert state["status"] == "warn", state
 
 
 def test_doctor_without_an_engine_opens_the_database_and_reads_a_failed_launcher(
@@ -993,3 +1007,30 @@ def test_a_one_slot_domain_held_by_two_jobs_names_them_as_jobs() -> None:
     for job in (49, 50, 51):
         three.hold(job, None, False)
     assert three.blocker(None, False) == "gpu1: jobs 49, 50, 51 running, more than its 2 slots"
+
+
+def test_doctor_names_the_engines_version_and_warns_of_another(
+    served: Served, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An engine keeps its code until restarted: a newer CLI against it was never told
+    # (tester h149). A simulated driver is said as such ("readable through simulated").
+    import gpulayer_tui
+    from gpulayer_tui.cli import doctor
+    from gpulayer_tui.engine.paths import resolve_paths
+
+    served.start("--simulate", "1xA100-80GB")
+    monkeypatch.setenv("GPULAYER_HOME", str(served.home))
+    doctor.run_doctor(resolve_paths(), as_json=True)
+    checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)}
+    version = gpulayer_tui.__version__
+    assert checks["engine"]["detail"].endswith(f", gpulayer-tui {version}")
+    assert "engine version" not in checks
+    assert checks["driver"]["detail"] == "simulated GPUs (--simulate): no driver is read"
+    monkeypatch.setattr(gpulayer_tui, "__version__", "9.9.9")
+    doctor.run_doctor(resolve_paths(), as_json=True)
+    checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)}
+    assert checks["engine version"]["status"] == "warn"
+    assert checks["engine version"]["detail"] == (
+        f"the engine runs gpulayer-tui {version}, this command is 9.9.9: stop the engine and "
+        "start it again to run this version"
+    )

@@ -100,6 +100,20 @@ def _opens_socket(paths: Paths) -> bool:
         return False
 
 
+def _unsafe(paths: Paths) -> str | None:
+    """Why the engine would refuse the state dir (another user could change it), or None."""
+    from ..engine.statedir import UnsafeStateDir, check_state_dir
+
+    jobs = paths.jobs_dir if paths.jobs_dir.exists() else paths.state_dir
+    try:
+        check_state_dir(paths.state_dir, jobs)
+    except UnsafeStateDir as err:
+        return str(err)
+    except OSError:
+        return None  # (unreadable: said by the checks around it)
+    return None
+
+
 def _state_dir(paths: Paths) -> list[dict[str, str]]:
     state = paths.state_dir
     if not state.exists():
@@ -124,6 +138,10 @@ def _state_dir(paths: Paths) -> list[dict[str, str]]:
         )
     elif not os.access(state, os.W_OK):
         checks.append(_check("state dir", "fail", f"{state} is not writable"))
+    elif (unsafe := _unsafe(paths)) is not None:
+        # (as the engine refuses it: "mode 777; expected 700", a warning and exit 0, of a
+        # dir the engine will not start on: tester h153)
+        checks.append(_check("state dir", "fail", f"{unsafe} (an engine refuses to start on it)"))
     elif mode & 0o077 and mode != expected:
         checks.append(
             _check("state dir", "warn", f"{state} is mode {mode:o}; expected {expected:o}{why}")
@@ -204,14 +222,28 @@ def _engine(paths: Paths, timeout: float) -> tuple[list[dict[str, str]], str | N
             *_unwatched_jobs(paths),
             _driver_locally(),
         ], None
+    from .. import __version__
+
+    running = health.get("version")
     checks = [
         _check(
             "engine",
             "ok",
             f"pid {health['pid']} serving {paths.socket} ({health['backend']}), "
-            f"up {health['uptime']:.0f} s",
+            f"up {health['uptime']:.0f} s" + (f", gpulayer-tui {running}" if running else ""),
         )
     ]
+    if running and running != __version__:
+        # (an engine keeps its code until restarted: a newer CLI against it was never
+        # told, and an answer of another shape ended in a traceback: tester h149)
+        checks.append(
+            _check(
+                "engine version",
+                "warn",
+                f"the engine runs gpulayer-tui {running}, this command is {__version__}: "
+                "stop the engine and start it again to run this version",
+            )
+        )
     if health.get("store_failure"):
         checks.append(_check("database", "fail", health["store_failure"]))
     if health.get("launcher_problem"):
@@ -224,7 +256,13 @@ def _engine(paths: Paths, timeout: float) -> tuple[list[dict[str, str]], str | N
         )
     capacity = health.get("capacity")
     if capacity == "known":
-        checks.append(_check("driver", "ok", f"GPUs readable through {health['backend']}"))
+        backend = health["backend"]
+        said = (
+            "simulated GPUs (--simulate): no driver is read"
+            if backend == "simulated"
+            else f"GPUs readable through {backend}"
+        )
+        checks.append(_check("driver", "ok", said))
     elif capacity == "no_gpus":
         checks.append(_check("driver", "warn", health.get("no_gpu_notice") or "no GPUs"))
     else:
