@@ -193,6 +193,17 @@ async def test_a_failing_webhook_is_logged_and_changes_nothing(
         assert (await engine.wait(first.id, timeout=20)).status is JobStatus.COMPLETED
         await eventually(lambda: engine.notifier.failed == 1, timeout=20)
         assert len(hook.got) == 1
+        # Said in /metrics too: failing deliveries showed only in the log (h153)
+        from prometheus_client.parser import text_string_to_metric_families
+
+        from gpulayer_tui.engine.metrics import render
+
+        text = (await render(engine)).decode()
+        (family,) = [
+            f for f in text_string_to_metric_families(text) if f.name == "gpulayer_notifications"
+        ]
+        said = {s.labels["result"]: s.value for s in family.samples if s.name.endswith("_total")}
+        assert said == {"sent": 0.0, "failed": 1.0, "dropped": 0.0}, said
         host = hook.url.split("/")[2]  # (its path is not logged: webhooks keep secrets there)
         assert f"job {first.id}: job.ended notification to http://{host}/... failed: HTTP 500" in (
             caplog.text

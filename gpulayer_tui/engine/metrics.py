@@ -55,6 +55,17 @@ def _families(engine: Engine, jobs_by_status: dict[str, int]) -> Iterator[Metric
             value=engine.disk.min_free_mb * 1024**2,
         )
 
+    # (failing deliveries showed only in the engine's log: tester h153)
+    notifier = engine.notifier
+    notes = CounterMetricFamily(
+        "gpulayer_notifications",
+        "[notify] deliveries since the engine started, by how they went",
+        labels=["result"],
+    )
+    for result in ("sent", "failed", "dropped"):
+        notes.add_metric([result], getattr(notifier, result))
+    yield notes
+
     jobs = GaugeMetricFamily(
         "gpulayer_jobs", "Jobs by status (history included)", labels=["status"]
     )
