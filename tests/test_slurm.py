@@ -728,3 +728,12 @@ async def test_sbatch_answers_are_read_for_their_job_id_alone(tmp_path: Path) ->
         await answering("\\n").submit(["true"], [], {})
     # (ids that are no number, stored before this, are not given to squeue or sacct)
     assert await answering("").jobs(["Submitted batch job banana"]) == []
+    # A refusal is said once as Slurm says it ("sbatch: sbatch: error: ...": h150)
+    said = "sbatch: error: Batch job submission failed: Invalid account"
+    script = f"cat > /dev/null; echo {shlex.quote(said)} >&2; exit 1"
+    refusing = SlurmCluster(
+        "c", ClusterSettings(partition="p", command_prefix=["sh", "-c", script, "x"])
+    )
+    with pytest.raises(ClusterError) as refused:
+        await refusing.submit(["true"], [], {})
+    assert str(refused.value) == said

@@ -54,6 +54,13 @@ def test_a_silent_cluster_says_since_when_and_keeps_its_last_figures() -> None:
     assert (
         cluster_line(first).plain == "◐ cluster lab · partition gpu · refused: sinfo: boom · 0 jobs"
     )
+    # `gpus` says it as the panel does (it said "not answering" of a refusal: h150)
+    from gpulayer_tui.cli.format import _not_answering
+
+    assert _not_answering(first) == "refused: sinfo: boom"
+    assert _not_answering(view) == (
+        "not answering since 14:02:11: squeue did not answer within 30 s"
+    )
 
 
 def test_names_and_errors_are_text_never_markup() -> None:

@@ -524,8 +524,10 @@ def format_gpus(data: dict[str, Any]) -> str:
 def _not_answering(cluster: dict[str, Any]) -> str:
     """``not answering since 14:02:11: squeue did not answer within 30 s``."""
     since = cluster.get("down_since")
-    words = "not answering"
+    why = cluster.get("error")
+    # (an answer that is an error is a refusal, as the TUI's panel says it: "not answering:
+    # scontrol: Partition nope not found" of a cluster that answered: tester h150)
+    words = "not answering" if since or not why else "refused"
     if since:
         words += f" since {time.strftime('%H:%M:%S', time.localtime(since))}"
-    why = cluster.get("error")
     return f"{words}: {why}" if why else words

@@ -411,7 +411,9 @@ class SlurmCluster:
                     "Munge",
                 )
             )
-            raise ClusterError(f"{argv[0]}: {why}", unreachable=unreachable)
+            # ("sbatch: sbatch: error: ...": Slurm's commands name themselves: h150)
+            said = why if why.startswith(f"{argv[0]}: ") else f"{argv[0]}: {why}"
+            raise ClusterError(said, unreachable=unreachable)
         return out.decode(errors="replace")
 
     async def partition(self) -> Partition:
