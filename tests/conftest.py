@@ -53,6 +53,40 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(4, 2 * len(os.sched_getaffinity(0)))
 
 
+UI_MODES = ("embedded", "attached")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A ``ui_app`` test runs in one of the two ways the TUI reaches an engine, the same
+    one every run (by its name), so each way runs about half of them; with
+    ``GPULAYER_UI_BOTH_MODES=1`` (or marked ``both_ui_modes``: a test of their sameness),
+    in both.
+
+    Both reach the engine through the same socket client (``EmbeddedBackend`` is a
+    ``SocketBackend`` that owns its engine), and the ways they differ (start, quit, hand
+    over) have tests of their own; every TUI test twice was about a fifth of the suite's
+    time.
+    """
+    if os.environ.get("GPULAYER_UI_BOTH_MODES") == "1":
+        return
+    import zlib
+
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        mode = callspec.params.get("ui_app") if callspec is not None else None
+        if mode is None or item.get_closest_marker("both_ui_modes"):
+            kept.append(item)
+            continue
+        # (the test's name without its parameters: the same way for each of its cases)
+        name = item.nodeid.split("[", 1)[0]
+        chosen = UI_MODES[zlib.crc32(name.encode()) % len(UI_MODES)]
+        (kept if mode == chosen else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
@@ -357,8 +391,9 @@ embedded_app = pytest.fixture(_app_fixture(lambda request: "embedded"))
 ``app = await embedded_app("2xA100-80GB")`` then ``async with app.run_test()``."""
 
 ui_app = pytest.fixture(params=["embedded", "attached"])(_app_fixture(lambda r: r.param))
-"""Like ``embedded_app``, once per way the TUI reaches an engine: embedded, and attached to
-an engine serving its socket (``app.backend.engine`` is that engine in both)."""
+"""Like ``embedded_app``, in one of the ways the TUI reaches an engine: embedded, or attached
+to an engine serving its socket (``app.backend.engine`` is that engine in both); which one
+is fixed per test (:func:`pytest_collection_modifyitems`)."""
 
 
 class Served:

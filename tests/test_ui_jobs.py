@@ -1127,6 +1127,7 @@ async def test_a_checkbox_says_whether_it_is_ticked_without_colour(ui_app: Any) 
         assert str(box.render()).startswith("▐X▌")
 
 
+@pytest.mark.both_ui_modes
 async def test_adopt_rules_are_the_same_in_both_modes(ui_app: Any, sleeper: int) -> None:
     # vram_gb = 1e9 was refused over the socket but accepted by an embedded engine.
     app = await ui_app("2xA100-80GB")
