@@ -149,6 +149,8 @@ def test_bash_completes_job_ids_and_domains_from_a_running_engine(
         f"{done},{running}"
     ]
     assert bash_complete(tmp_path, command, ["submit", "--domain", ""], env) == ["gpu0", "cpu"]
+    # (a choice of domains goes on after its comma: nothing was offered, h153)
+    assert bash_complete(tmp_path, command, ["submit", "--domain", "gpu0,"], env) == ["gpu0,cpu"]
     assert bash_complete(tmp_path, command, ["domain", "drain", "g"], env) == ["gpu0"]
     # zsh and fish get the job's status and name too.
     out = served.cli("__complete", "jobs")

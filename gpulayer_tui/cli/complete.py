@@ -62,6 +62,16 @@ def _jobs(client: Client, prefix: str) -> list[str]:
 
 
 def _domains(client: Client, prefix: str) -> list[str]:
+    head, comma, last = prefix.rpartition(",")
+    if comma:
+        # `--domain gpu0,<Tab>`: a choice of domains goes on after its last comma, as
+        # the whole word (none was offered past a comma: tester h153)
+        given = head.split(",")
+        return [
+            f"{head},{line}"
+            for line in _domains(client, last)
+            if line.split("\t", 1)[0] not in given
+        ]
     domains = client.request("GET", "/domains")["domains"]
     lines = []
     for domain in domains:
