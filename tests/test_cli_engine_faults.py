@@ -884,3 +884,50 @@ def test_logs_follow_says_what_a_cut_dropped_before_it_was_read(served: Served) 
     )
     assert said is not None, text[:300]
     assert int(said[1]) == int(said[2]) - len("half")
+
+
+def test_an_answer_of_another_shape_is_said_not_a_traceback(tmp_path: Path) -> None:
+    # An engine of another version answered rows without a field this CLI reads: `jobs`
+    # ended in a KeyError traceback, and a non-JSON answer in a TypeError (tester h149).
+    import http.server
+    import socketserver
+
+    answers = {"/v1/jobs": b'{"jobs": [{"id": 1}], "total": 1}', "/v1/gpus": b"null"}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = answers.get(self.path.split("?")[0], b"{}")
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def address_string(self) -> str:
+            return "unix"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    server = socketserver.UnixStreamServer(str(home / "engine.sock"), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        env = dict(os.environ, GPULAYER_HOME=str(home), GPULAYER_TIMEOUT="5")
+        for command in (["jobs"], ["gpus"]):
+            out = subprocess.run(
+                [sys.executable, "-m", "gpulayer_tui", *command],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=REPO,
+                timeout=30,
+            )
+            assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+            assert "the engine's answer is not what gpulayer-tui" in out.stderr, out.stderr
+            assert "`gpulayer-tui doctor` names its version" in out.stderr
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -45,6 +45,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             setattr(sys, name, open(os.devnull, "w"))
     try:
         return _main(argv)
+    except (KeyError, TypeError, AttributeError, IndexError) as err:
+        # An answer of another shape than this version reads (an engine of another
+        # version: it keeps its code until restarted) ended in a traceback (tester h149).
+        from .. import __version__
+
+        sys.stderr.write(
+            f"gpulayer-tui: the engine's answer is not what gpulayer-tui {__version__} reads "
+            f"({type(err).__name__}: {err}); an engine of another version? `gpulayer-tui "
+            "doctor` names its version (stop it and start it again to run this one)\n"
+        )
+        return 1
     except BrokenPipeError:
         # Its reader went away (`| head`, `| :`): nothing more to say, and no traceback
         # (`completion`, `doctor` and `install-service --print` ended in one).
