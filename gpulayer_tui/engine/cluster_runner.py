@@ -51,6 +51,44 @@ from .tasks import cancel_and_wait
 Reason = TerminationReason
 log = logging.getLogger(__name__)
 
+SBATCH_AHEAD = 8
+"""sbatch processes started ahead of their turn per cluster (waiting for their script)."""
+
+
+class Turns:
+    """Tickets served in the order they were taken: the sbatch calls of one cluster go to
+    its controller one at a time, in the order the jobs were decided (eight at once
+    reached it in any order, and a ``submit --file``'s later lines got the lower ids and
+    ran first on a first-in-first-out partition: tester h150). A ticket whose holder
+    gives up before its turn is passed over."""
+
+    def __init__(self) -> None:
+        self._taken = 0
+        self._current = 0
+        self._finished: set[int] = set()
+        self._moved = asyncio.Event()
+
+    def take(self) -> int:
+        """The next ticket (taken in the order the submissions were decided)."""
+        self._taken += 1
+        return self._taken - 1
+
+    async def wait(self, ticket: int, ahead: int = 0) -> None:
+        """Return once ``ticket`` is served, or is at most ``ahead`` behind the one that is."""
+        while ticket > self._current + ahead:
+            moved = self._moved
+            await moved.wait()
+
+    def done(self, ticket: int) -> None:
+        """``ticket``'s turn is over (or given up): the next ones move up."""
+        self._finished.add(ticket)
+        while self._current in self._finished:
+            self._finished.discard(self._current)
+            self._current += 1
+        self._moved.set()
+        self._moved = asyncio.Event()
+
+
 SUBMITTING = "submitting to cluster "  # how the decision to submit reads (and is found)
 PROBE_EVERY = 6  # partitions are read again every this many polls
 # Seconds an sbatch that went unanswered, and the cluster answering again, must be past
@@ -117,10 +155,9 @@ class ClusterRunner:
         self._loop: asyncio.Task[None] | None = None
         self._polling = False  # (started: a cluster added later is followed too)
         self._polls = 0
-        # One sbatch at a time per cluster, in the order the jobs were decided: eight at once
-        # reached the controller in any order, and a `submit --file`'s later lines ran
-        # before its first on a first-in-first-out partition (tester h150).
-        self._sbatch_turns: dict[str, asyncio.Lock] = {}
+        # One sbatch at a time per cluster, in the order the jobs were decided (Turns);
+        # the next few started ahead, each given its script at its turn.
+        self._sbatch_turns: dict[str, Turns] = {}
         # job -> [(dependency job, its cluster id, any exit)] that Slurm holds it for
         self._deps: dict[int, list[tuple[int, str, bool]]] = {}
         self._missing: dict[int, float] = {}  # job -> since when neither squeue nor sacct has it
@@ -311,26 +348,34 @@ class ClusterRunner:
             return
         self._submitting.add(job_id)
         sent = False
+        turns = self._sbatch_turns.setdefault(name, Turns())
+        ticket = turns.take()  # (before any await: in the order the submissions were decided)
         try:
             slurm_name = self.slurm_name(job_id)
-            turn = self._sbatch_turns.setdefault(name, asyncio.Lock())  # (FIFO waiters)
-            async with turn:
-                # A submission decided before a crash, or one whose sbatch went unanswered,
-                # may have reached the cluster: looked up by name first.
-                found = await cluster.find(slurm_name, job.created_at) if restored else []
-                if found:
-                    cluster_id = found[0].job_id
-                elif not self._surely_absent(job_id, name):
-                    return  # (looked up again at the next poll)
-                elif job.stop_reason is not None:
-                    # Cancelled, and it never reached the cluster: it ends here.
-                    self._unsure.pop(job_id, None)
-                    self._book.finish(act, JobStatus.CANCELLED, Reason.CANCELLED, job.stop_message)
-                    return
-                else:
-                    options = self._sbatch(job_id, spec, cluster, slurm_name)
-                    sent = True
-                    cluster_id = await cluster.submit(*options, cwd=argv_of(spec)[1])
+            await turns.wait(ticket, ahead=SBATCH_AHEAD)
+            # A submission decided before a crash, or one whose sbatch went unanswered, may
+            # have reached the cluster: looked up by name first, in its turn.
+            found = []
+            if restored:
+                await turns.wait(ticket)
+                found = await cluster.find(slurm_name, job.created_at)
+            if found:
+                cluster_id = found[0].job_id
+            elif not self._surely_absent(job_id, name):
+                return  # (looked up again at the next poll)
+            elif job.stop_reason is not None:
+                # Cancelled, and it never reached the cluster: it ends here.
+                self._unsure.pop(job_id, None)
+                self._book.finish(act, JobStatus.CANCELLED, Reason.CANCELLED, job.stop_message)
+                return
+            else:
+                options = self._sbatch(job_id, spec, cluster, slurm_name)
+                sent = True
+                # (started now, given its script in its turn: a cancel meanwhile is sent
+                # once it has its id, as for one cancelled while its sbatch ran)
+                cluster_id = await cluster.submit(
+                    *options, cwd=argv_of(spec)[1], gate=functools.partial(turns.wait, ticket)
+                )
         except ClusterError as err:
             if err.unreachable:
                 if sent:
@@ -342,6 +387,7 @@ class ClusterRunner:
                 )
             return
         finally:
+            turns.done(ticket)
             self._submitting.discard(job_id)
         self._unsure.pop(job_id, None)
         if job_id not in self._book:

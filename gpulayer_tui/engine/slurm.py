@@ -19,6 +19,7 @@ import os
 import re
 import shlex
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -351,8 +352,16 @@ class SlurmCluster:
             shell = any(os.path.basename(part) == "ssh" for part in prefix)
         return [shlex.quote(a) for a in argv] if prefix and shell else list(argv)
 
-    async def run(self, *argv: str, stdin: str | None = None) -> str:
-        """Run a Slurm command; its stdout.
+    async def run(
+        self,
+        *argv: str,
+        stdin: str | None = None,
+        gate: Callable[[], Awaitable[None]] | None = None,
+    ) -> str:
+        """Run a Slurm command; its stdout. With ``gate``, the command is started, then
+        given its input (and its deadline starts) only once ``gate()`` returns: what it does
+        before it reads its input (start, load its libraries and the Slurm config) is done
+        meanwhile.
 
         Raises:
             ClusterError: It failed (its stderr), or did not answer in time (unreachable).
@@ -371,6 +380,8 @@ class SlurmCluster:
                 f"cannot run {full[0]}: {failed.strerror}", unreachable=True
             ) from None
         try:
+            if gate is not None:
+                await gate()
             out, err = await asyncio.wait_for(
                 proc.communicate(None if stdin is None else stdin.encode()),
                 self.settings.command_timeout,
@@ -429,11 +440,13 @@ class SlurmCluster:
         options: list[str],
         env: dict[str, str],
         cwd: str | None = None,
+        gate: Callable[[], Awaitable[None]] | None = None,
     ) -> str:
         """``sbatch --parsable`` with a script that sets ``env`` and execs ``argv``; the
         job's id on the cluster. (The environment travels in the script, not sbatch's
         ``--export``, so values may hold commas and a ``command_prefix`` such as ssh does
-        not lose it.)"""
+        not lose it.) ``gate``: see :meth:`run` (sbatch reads its script before it asks the
+        controller for an id, so submissions let through one at a time keep their order)."""
         lines = ["#!/bin/sh"]
         # Names sh can export (dash aborts the whole script at "export café=1"; Python's
         # isidentifier took it).
@@ -449,7 +462,12 @@ class SlurmCluster:
             )
         lines.append("exec " + shlex.join(argv))
         out = await self.run(
-            "sbatch", "--parsable", "--export=ALL", *options, stdin="\n".join(lines) + "\n"
+            "sbatch",
+            "--parsable",
+            "--export=ALL",
+            *options,
+            stdin="\n".join(lines) + "\n",
+            gate=gate,
         )
         return parsable_id(out)
 
