@@ -58,7 +58,6 @@ import logging
 import os
 import socket
 import sqlite3
-import stat
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -1534,16 +1533,9 @@ class ApiServer:
             return None  # (another folder there: not ours)
         if there is None:
             return "removed"
-        mode = there.st_mode
-        kind = (
-            "a symbolic link"
-            if stat.S_ISLNK(mode)
-            else "a regular file"
-            if stat.S_ISREG(mode)
-            else "another socket"
-            if stat.S_ISSOCK(mode)
-            else "something that is no socket"
-        )
+        from .logfiles import kind_of
+
+        kind = kind_of(there.st_mode)
         os.unlink(self.path)  # (a link itself, never what it names; a folder: OSError)
         return f"replaced by {kind}"
 

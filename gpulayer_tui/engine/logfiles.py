@@ -55,16 +55,7 @@ def _set_aside(path: str, say: Callable[[str], None]) -> None:
     if stat.S_ISDIR(mode):
         raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
     if not stat.S_ISREG(mode):
-        what = (
-            "a symbolic link"
-            if stat.S_ISLNK(mode)
-            else "a FIFO"
-            if stat.S_ISFIFO(mode)
-            else "a socket"
-            if stat.S_ISSOCK(mode)
-            else "a device"
-        )
-        raise OSError(errno.ELOOP, f"not a regular file ({what})", path)
+        raise OSError(errno.ELOOP, f"not a regular file ({kind_of(mode)})", path)
     os.replace(path, f"{path}.old-{int(time.time())}")
     say(f"{path} was there before its first start: kept aside as .old-*")
 
@@ -235,3 +226,17 @@ def highest_log_id(jobs_dir: os.PathLike[str] | str) -> int:
     except OSError:
         return 0
     return best
+
+
+def kind_of(mode: int) -> str:
+    """What kind of file ``mode`` (an ``lstat``'s) is, in words: "a symbolic link", "a
+    regular file", "a folder", "a FIFO", "a socket" or "a device"."""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    return "a socket" if stat.S_ISSOCK(mode) else "a device"
