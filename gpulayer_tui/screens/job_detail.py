@@ -756,6 +756,14 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                 await asyncio.sleep(2.0)
                 continue
             except BackendError as err:
+                shown = self._replica < self._replica_count
+                if self.is_service and err.field == "replica" and shown:
+                    # The scale-down that removed it may not have reached this view yet (CI
+                    # saw the toast below in that moment): the job as it is now decides.
+                    try:
+                        self._show_job((await view_of(self).backend.job(self.job_id))["job"])
+                    except BackendError:
+                        pass
                 if not (self.is_service and self._replica >= self._replica_count):
                     # (a replica a scale-down removed before it ever ran has no output:
                     # its title says it was removed; the toast added "job 11 has one
