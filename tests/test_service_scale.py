@@ -91,7 +91,10 @@ async def test_a_running_service_grows_onto_free_gpus_and_shrinks_giving_them_ba
     ), said
     # The GPUs it gave back go to the job that waited for them.
     await eventually(lambda: _live(engine, pair.id).status is JobStatus.RUNNING, timeout=20)
-    assert sorted(_live(engine, pair.id).domains) == ["gpu1", "gpu2"]
+    # (replica 2 ending first frees gpu2 beside the free gpu3: the pair may start there at
+    # once, before replica 1 ends; CI saw ["gpu2", "gpu3"])
+    taken = set(_live(engine, pair.id).domains)
+    assert len(taken) == 2 and taken <= {"gpu1", "gpu2", "gpu3"}, taken  # (never gpu0)
     await engine.store.flush()
     stored = await engine.store.get_job(svc.id)
     assert stored is not None and [r.index for r in stored.replicas] == [0]
