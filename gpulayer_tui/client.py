@@ -319,6 +319,9 @@ class Client:
         # Told once when a submission waits for the engine to take it (the CLI prints it:
         # it said nothing for as long as 30 s while held back)
         self.on_busy: Callable[[str], None] | None = None
+        # Told each warning a submission's answer carries (taken, but with something the
+        # submitter should know: a --notify with nowhere to send)
+        self.on_warning: Callable[[str], None] | None = None
 
     def _open(
         self,
@@ -517,7 +520,7 @@ class Client:
         told = False
         while True:
             try:
-                return self.request(
+                answer = self.request(
                     "POST", "/jobs", body, timeout=self._submit_timeout(body), headers=headers
                 )
             except ApiError as err:
@@ -532,6 +535,11 @@ class Client:
                         f"yet): trying again for up to {patience:g} s (GPULAYER_TIMEOUT)"
                     )
                 time.sleep(wait)
+                continue
+            if self.on_warning is not None and isinstance(answer, dict):
+                for warning in answer.get("warnings") or ():
+                    self.on_warning(str(warning))
+            return answer
 
     def stream(
         self, path: str, idle: float | None = None, headers: dict[str, str] | None = None

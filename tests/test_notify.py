@@ -761,3 +761,32 @@ async def test_turning_notify_off_drops_what_waits(
     assert len(under_way) < len(jobs)  # (only those a worker has taken are left)
     dropped = len(jobs) - len(under_way)
     assert f"[notify] turned off: {dropped} notifications waiting dropped" in caplog.text
+
+
+def test_notify_with_nowhere_to_send_is_taken_with_a_warning(
+    served: Served, tmp_path: Path
+) -> None:
+    # `submit --notify` on an engine whose config has no [notify] command or url was
+    # taken without a word, and nothing was ever sent (tester h152).
+    served.start("--simulate", "1xA100-80GB")
+    one = served.cli("submit", "--notify", "--", "true")
+    assert one.returncode == 0, one.stderr
+    job = one.stdout.strip()
+    assert one.stderr == (
+        f"gpulayer-tui: warning: job {job} asks to be notified (notify), but [notify] in the "
+        "engine's config has no command or url: nothing is sent unless one is set (and the "
+        "config reloaded) before the job ends\n"
+    )
+    lines = tmp_path / "lines.txt"
+    lines.write_text("true\ntrue\n")
+    batch = served.cli("submit", "--notify", "--file", str(lines))
+    first, last = batch.stdout.split()
+    assert batch.returncode == 0 and f"warning: jobs {first}-{last} ask to be" in batch.stderr
+    quiet = served.cli("submit", "--", "true")  # (not asked: nothing said)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    # With somewhere to send, nothing is said either.
+    served.stop()
+    (served.home / "config.toml").write_text('[notify]\ncommand = ["true"]\n')
+    served.start("--simulate", "1xA100-80GB")
+    sent = served.cli("submit", "--notify", "--", "true")
+    assert sent.returncode == 0 and sent.stderr == ""

@@ -1989,6 +1989,7 @@ def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser)
     try:
         client = Client(paths, timeout=_answer_within())
         client.on_busy = _error
+        client.on_warning = lambda warning: _error(f"warning: {warning}")
     except ValueError as err:
         _error(str(err))
         return EXIT_USAGE

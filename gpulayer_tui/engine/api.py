@@ -721,9 +721,15 @@ async def submit(request: web.Request) -> web.Response:
             jobs = await engine.submit_many(items, uid, key, await _body_digest(request, key))
             # Rows, as GET /v1/jobs lists them: a batch's answer does not echo every
             # job's environment back (GET /v1/jobs/ID has the whole job).
-            return web.json_response({"jobs": [j.to_row() for j in jobs]}, status=201)
-        job = await engine.submit(body, uid, key, await _body_digest(request, key))
-        return web.json_response({"job": _job(job)}, status=201)
+            answer: dict[str, Any] = {"jobs": [j.to_row() for j in jobs]}
+        else:
+            job = await engine.submit(body, uid, key, await _body_digest(request, key))
+            jobs, answer = [job], {"job": _job(job)}
+        # ("warnings": taken, but something the submitter should know; absent when none)
+        warning = engine.notifier.unsent_warning(jobs)
+        if warning is not None:
+            answer["warnings"] = [warning]
+        return web.json_response(answer, status=201)
     finally:
         gate.busy -= 1
         left = gate.by_uid[uid] - 1

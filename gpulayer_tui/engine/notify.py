@@ -148,6 +148,26 @@ class Notifier:
         self.failed = 0
         self.dropped = 0
 
+    def unsent_warning(self, jobs: list[Job]) -> str | None:
+        """What to tell the submitter of ``jobs`` where some ask to be notified and
+        ``[notify]`` has nowhere to send (the flag was taken without a word: tester h152);
+        None otherwise. Not a refusal: a command or url set before they end still counts.
+        """
+        marked = [job.id for job in jobs if job.spec.get("notify")]
+        if not marked or self._settings.enabled:
+            return None
+        if len(marked) == 1:
+            which = f"job {marked[0]} asks"
+        elif len(marked) == len(jobs) and marked == list(range(marked[0], marked[-1] + 1)):
+            which = f"jobs {marked[0]}-{marked[-1]} ask"
+        else:
+            which = f"{len(marked)} of these jobs ask"
+        return (
+            f"{which} to be notified (notify), but [notify] in the engine's config has no "
+            "command or url: nothing is sent unless one is set (and the config reloaded) "
+            "before the job ends"
+        )
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
