@@ -43,6 +43,8 @@ EVENT_LABELS = {
     "job.edited": "edited",
     "job.log": "log cut",
     "job.idle": "idle",
+    # (a domain's change that a run of this job caused: its device error quarantined it)
+    "domain.state": "GPU",
 }
 """A timeline entry without a status, in a word (its kind is the wire's name)."""
 

@@ -23,6 +23,7 @@ from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.nvml import NvmlProbe
 from gpulayer_tui.engine.spec import SpecError
 from gpulayer_tui.engine.store import MIGRATIONS, SCHEMA_VERSION
+from gpulayer_tui.formatting import event_label, event_words
 
 from .conftest import EngineFactory, Served, eventually, make_config, pid_gone, wait_for
 
@@ -765,15 +766,38 @@ async def test_jobs_dying_of_device_errors_count_against_their_gpu(
         await engine.wait((await engine.submit(program_bug)).id, timeout=10)
     assert gpu0.launch_failures == 0 and gpu0.health.value == "healthy"  # not the GPU's fault
     await engine.wait((await engine.submit(cuda_dead)).id, timeout=10)
-    await engine.wait((await engine.submit(cuda_dead)).id, timeout=10)
+    second = await engine.submit(cuda_dead)
+    await engine.wait(second.id, timeout=10)
     assert gpu1.health.value == "degraded" and gpu1.state.value == "in_service"
     ok = await engine.submit({"command": ["true"], "domain": "gpu1"})
     await engine.wait(ok.id, timeout=10)
     assert gpu1.launch_failures == 0  # a clean run resets the count
     for _ in range(3):
-        await engine.wait((await engine.submit(cuda_dead)).id, timeout=10)
+        last = await engine.submit(cuda_dead)
+        await engine.wait(last.id, timeout=10)
     assert gpu1.state.value == "quarantined"
     assert gpu1.state_reason == "3 jobs in a row failed with: no CUDA-capable device"
+    # The job whose run tipped it over is told, in its timeline (tester h148: it said only
+    # that it failed); the clean run that made the GPU healthy again is not the job's news.
+    said = [
+        (e["kind"], event_label(e), event_words(e)[1])
+        for job in (second, ok, last)
+        for e in (await engine.job_detail(job.id))[1]
+        if e["kind"] == "domain.state"
+    ]
+    assert said == [
+        (
+            "domain.state",
+            "GPU",
+            "domain gpu1 degraded after this run's device error: no CUDA-capable device",
+        ),
+        (
+            "domain.state",
+            "GPU",
+            "domain gpu1 quarantined after this run's device error: 3 jobs in a row failed "
+            "with: no CUDA-capable device",
+        ),
+    ]
     assert gpu0.state.value == "in_service"
     # The operator's release starts the count again: one more such job quarantined it at
     # once ("4 jobs in a row") while it showed healthy (tester h72).

@@ -224,8 +224,12 @@ class DomainOps:
             warning = f"{_where(act)}; warning: domain "
             self._book.set_reason(act, f"{warning}{dom.name} quarantined: {dom.state_reason}")
 
-    def _changed(self, dom: Domain, what: str) -> None:
-        """Record and publish a domain's change, then let the queue see it."""
+    def _changed(self, dom: Domain, what: str, caused_by: int | None = None) -> None:
+        """Record and publish a domain's change, then let the queue see it.
+
+        ``caused_by``: the job whose run's device error made the change; the event is
+        then in that job's timeline too, with a message saying so (it was told nothing,
+        its GPU quarantined behind it: tester h148)."""
         # In the engine's log too, without -v (a headless engine's journal had no line of
         # a quarantine, a lost GPU, a drain or a release: tester h125).
         healthy = dom.state is not DomainState.QUARANTINED and dom.health is DomainHealth.HEALTHY
@@ -241,17 +245,18 @@ class DomainOps:
         self._store.save_domain_state(
             dom.name, dom.state.value, dom.state_reason, dom.gpu_uuid, dom.drain_reason
         )
-        event = self._bus.make(
-            EventKind.DOMAIN,
-            None,
-            {
-                "domain": dom.name,
-                "change": what,
-                "state": dom.state.value,
-                "health": dom.health.value,
-                "reason": dom.reason,
-            },
-        )
+        data = {
+            "domain": dom.name,
+            "change": what,
+            "state": dom.state.value,
+            "health": dom.health.value,
+            "reason": dom.reason,
+        }
+        if caused_by is not None:
+            data["message"] = (
+                f"domain {dom.name} {what} after this run's device error: {dom.reason}"
+            )
+        event = self._bus.make(EventKind.DOMAIN, caused_by, data)
         self._store.save(None, [event])
         if dom.state is DomainState.QUARANTINED:
             self.quarantined(dom)
@@ -307,7 +312,8 @@ class DomainOps:
                 # errors count against no GPU from now on; other jobs' still do.
                 self._faults_follow.add(job_id)
             if change is not None:
-                self._changed(dom, str(change))
+                # (a clean end that restores health is the GPU's news, not the job's)
+                self._changed(dom, str(change), job_id if error is not None else None)
 
     def refuse_quarantined_pins(self, pins: list[str]) -> None:
         """Refuse a submission whose every pinned domain is quarantined.
