@@ -1012,7 +1012,7 @@ async def test_a_missing_gpu_whose_name_another_gpu_took_is_named_by_its_uuid(
     ), waiting.message
     assert second.scheduler.domains["gpu0"].gpu_uuid == fake_nvml.devices[0].uuid
     forgotten = await second.domain_ops.forget(gone.uuid)  # (by UUID too)
-    assert forgotten == {"name": "gpu0", "gpu_uuid": gone.uuid}
+    assert forgotten == {"name": "gpu0", "gpu_uuid": gone.uuid, "still_running": []}
     assert (await second.get(both.id)).status is JobStatus.FAILED
 
 

@@ -865,6 +865,10 @@ async def test_a_gpu_the_config_names_is_not_forgotten_and_an_edit_may_name_it(
 
 def test_domain_forget_from_the_command_line(served: Served) -> None:
     served.start("--simulate", "2xA100-80GB")
+    # (a job still running on the GPU forgotten is said: forgotten, the GPU went on
+    # showing in `gpus` with the job, and nothing said why: tester h148)
+    running = served.cli("submit", "--domain", "gpu1", "--", "sleep", "600").stdout.strip()
+    wait_for(lambda: "running" in served.cli("status", running).stdout)
     served.stop()
     served.start("--simulate", "1xA100-80GB")
     shown = served.cli("gpus")
@@ -881,7 +885,13 @@ def test_domain_forget_from_the_command_line(served: Served) -> None:
     forgot = served.cli("domain", "forget", "gpu1")
     assert forgot.returncode == 0, forgot.stderr
     assert forgot.stdout.startswith("forgot the GPU of gpu1 (GPU-"), forgot.stdout
-    assert "not found by the driver" not in served.cli("gpus").stdout
+    assert forgot.stdout.endswith(
+        f"were decided again\n  job {running} was running on it and still runs: left to end "
+        "by itself (cancel stops it now); `gpus` lists the GPU until it ends\n"
+    ), forgot.stdout
+    assert "not found by the driver" in served.cli("gpus").stdout
+    assert served.cli("cancel", running).returncode == 0
+    wait_for(lambda: "not found by the driver" not in served.cli("gpus").stdout)
     gone = served.cli("domain", "list", "gpu1")
     assert gone.returncode == 2 and "unknown domain 'gpu1'" in gone.stderr
 

@@ -1600,6 +1600,16 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
                 f"forgot the GPU of {gone['name']} ({gone['gpu_uuid']}): jobs that waited "
                 "for it were decided again"
             )
+            running = gone.get("still_running") or []  # (an older engine leaves it out)
+            if running:
+                ids = ", ".join(map(str, running))
+                print(
+                    f"  job {ids} was running on it and still runs: left to end by itself "
+                    "(cancel stops it now); `gpus` lists the GPU until it ends"
+                    if len(running) == 1
+                    else f"  jobs {ids} were running on it and still run: left to end by "
+                    "themselves (cancel stops them now); `gpus` lists the GPU until they end"
+                )
         return EXIT_OK
     dom = answer["domain"]
     if args.json:

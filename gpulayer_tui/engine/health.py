@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..fields import printable
 from ..wire import DomainJSON
@@ -391,7 +391,7 @@ class DomainOps:
         await self._store.flush()
         return dom.to_json()
 
-    async def forget(self, name: str) -> dict[str, str]:
+    async def forget(self, name: str) -> dict[str, Any]:
         """Forget a GPU that had a domain here and that the driver no longer lists (one
         removed for good): jobs that waited for it are decided again (those that can never
         run without it fail ``over_capacity``), and the next engine does not wait for it.
@@ -400,7 +400,9 @@ class DomainOps:
             name: Its last domain's name, or its UUID.
 
         Returns:
-            ``{"name", "gpu_uuid"}`` of the GPU forgotten.
+            ``{"name", "gpu_uuid"}`` of the GPU forgotten, and ``still_running``: the
+            jobs recorded on it that still run (taken back by an engine started after it
+            went missing); they are left to end by themselves, the GPU listed till then.
 
         Raises:
             UnknownDomain: No missing GPU goes by ``name``.
@@ -446,13 +448,22 @@ class DomainOps:
                 f"the config names the GPU of {known.name} ([domains.{named[0]}] in "
                 "config.toml): take that domain out of the config first, then forget it"
             )
+        # (they were not said: forgotten, the GPU still showed in `gpus` with a job on it,
+        # and nothing told why: tester h148)
+        # (the jobs taken back on a GPU gone while no engine ran are held by a stand-in
+        # domain of its index, made without its UUID)
+        still_running: list[int] = []
+        if known.index is not None:
+            retired = scheduler.retired.get(known.index)
+            if retired is not None and retired.gpu_uuid in (None, uuid):
+                still_running = scheduler.missing_gpus().get(known.index, [])
         del scheduler.missing_known[uuid]
         scheduler.forgotten[known.name] = uuid
         self._store.forget_gpu(uuid)
         await self._store.flush()
         self._queue.recheck_capacity()
         self._queue.schedule_soon()
-        return {"name": known.name, "gpu_uuid": uuid}
+        return {"name": known.name, "gpu_uuid": uuid, "still_running": still_running}
 
     def _missing_not_configured(self) -> list[tuple[str, KnownGpu]]:
         """The missing known GPUs the config does not name (those it names are said as
