@@ -425,6 +425,32 @@ async def test_a_disk_below_the_floor_is_not_ready_and_is_in_the_metrics(
     await engine.cancel(held.id)
 
 
+async def test_a_paused_queue_is_in_the_metrics(make_engine: EngineFactory) -> None:
+    # A paused queue showed nowhere a monitor looks (tester h153).
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpulayer_tui.engine.metrics import render
+
+    engine = await make_engine()
+
+    async def paused() -> dict[str, float]:
+        return {
+            f.name: f.samples[0].value
+            for f in text_string_to_metric_families((await render(engine)).decode())
+            if f.name.startswith("gpulayer_queue_paused")
+        }
+
+    assert await paused() == {"gpulayer_queue_paused": 0.0}
+    await engine.pause()
+    assert engine.paused_at is not None
+    assert await paused() == {
+        "gpulayer_queue_paused": 1.0,
+        "gpulayer_queue_paused_since_seconds": engine.paused_at,
+    }
+    await engine.resume()
+    assert await paused() == {"gpulayer_queue_paused": 0.0}
+
+
 def test_doctor_checks_the_config_file_it_is_given_not_only_the_engines(
     served: Served,
 ) -> None:

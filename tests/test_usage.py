@@ -693,7 +693,8 @@ async def test_metrics_show_what_running_jobs_use(
     gpu0.energy_mj = 7_200_000
     await engine.sampler.sample_once()
     body = (await render(engine)).decode()
-    label = f'job="{job.id}:a \\"quoted\\" name"'
+    # (job_id and job_name, not job: Prometheus' own label, renamed exported_job: h153)
+    label = f'job_id="{job.id}",job_name="a \\"quoted\\" name"'
     assert f"gpulayer_job_energy_joules_total{{{label}}} 7200.0" in body
     assert f"gpulayer_job_vram_peak_bytes{{{label}}} 3.221225472e+09" in body
     usage = engine.usage.live(job.id)
@@ -705,7 +706,7 @@ async def test_metrics_show_what_running_jobs_use(
     assert f"gpulayer_job_idle_seconds_total{{{label}}} {idle}" in body
     await engine.cancel(job.id)
     await engine.wait(job.id, timeout=10)
-    assert f'job="{job.id}:' not in (await render(engine)).decode()  # running jobs only
+    assert f'job_id="{job.id}"' not in (await render(engine)).decode()  # running jobs only
 
 
 async def _ticks(engine: Engine, count: int) -> None:

@@ -55,6 +55,20 @@ def _families(engine: Engine, jobs_by_status: dict[str, int]) -> Iterator[Metric
             value=engine.disk.min_free_mb * 1024**2,
         )
 
+    # (a paused queue showed nowhere a monitor looks: only in `gpulayer-tui pause`'s
+    # answer and the TUI's header: tester h153)
+    yield GaugeMetricFamily(
+        "gpulayer_queue_paused",
+        "1 while the queue is paused (gpulayer-tui pause): no waiting job starts",
+        value=int(engine.paused_at is not None),
+    )
+    if engine.paused_at is not None:
+        yield GaugeMetricFamily(
+            "gpulayer_queue_paused_since_seconds",
+            "When the queue was paused (Unix time)",
+            value=engine.paused_at,
+        )
+
     # (failing deliveries showed only in the engine's log: tester h153)
     notifier = engine.notifier
     notes = CounterMetricFamily(
@@ -172,22 +186,25 @@ def _service_families(engine: Engine) -> Iterator[Metric]:
 
 def _usage_families(engine: Engine) -> Iterator[Metric]:
     """What each running GPU job uses (issue 17). Labels are bounded: running jobs only,
-    as ``job="ID:NAME"`` (finished jobs' figures are in their history, not here)."""
+    as ``job_id="ID", job_name="NAME"`` (finished jobs' figures are in their history, not
+    here). Not ``job``: Prometheus sets that label on every series it scrapes, to the
+    scrape job's name, and renamed ours ``exported_job`` (tester h153)."""
+    labels = ["job_id", "job_name"]
     gpu_seconds = CounterMetricFamily(
-        "gpulayer_job_gpu_seconds", "GPU-seconds held by a running job", labels=["job"]
+        "gpulayer_job_gpu_seconds", "GPU-seconds held by a running job", labels=labels
     )
     energy = CounterMetricFamily(
         "gpulayer_job_energy_joules",
         "Energy of the GPUs a running job holds (split between jobs sharing a GPU)",
-        labels=["job"],
+        labels=labels,
     )
     idle = CounterMetricFamily(
         "gpulayer_job_idle_seconds",
         "GPU-seconds a running job held its GPUs under [policy] idle_below percent",
-        labels=["job"],
+        labels=labels,
     )
     vram = GaugeMetricFamily(
-        "gpulayer_job_vram_peak_bytes", "Peak VRAM on one GPU of a running job", labels=["job"]
+        "gpulayer_job_vram_peak_bytes", "Peak VRAM on one GPU of a running job", labels=labels
     )
     warned = GaugeMetricFamily(
         "gpulayer_jobs_idle", "Running jobs warned as idle that are still idle"
@@ -197,7 +214,7 @@ def _usage_families(engine: Engine) -> Iterator[Metric]:
         act = engine.book.live(usage.job_id)
         if act is None:
             continue
-        label = [f"{usage.job_id}:{act.job.name}"]
+        label = [str(usage.job_id), act.job.name]
         gpu_seconds.add_metric(label, usage.gpu_seconds)
         if not usage.gaps_unpriced:
             # (until its time unobserved is priced, its energy reads low: left out, not
