@@ -136,9 +136,11 @@ def test_bash_completes_job_ids_and_domains_from_a_running_engine(
     assert bash_complete(tmp_path, command, ["logs", running], env) == [running]
     assert bash_complete(tmp_path, command, ["submit", "--after", ""], env) == ids
     assert bash_complete(tmp_path, command, ["submit", "--after", "=", ""], env) == ids  # --after=
-    assert bash_complete(tmp_path, command, ["cancel", "--no-wait", ""], env) == ids
+    # (cancel offers the active jobs alone: ended ones, which it refuses, were: h153)
+    assert bash_complete(tmp_path, command, ["cancel", "--no-wait", ""], env) == [running]
     # (cancel takes several: only its first was completed: tester h49)
-    assert bash_complete(tmp_path, command, ["cancel", done, ""], env) == ids
+    assert bash_complete(tmp_path, command, ["cancel", done, ""], env) == [running]
+    assert bash_complete(tmp_path, command, ["cancel", done], env) == []
     assert bash_complete(tmp_path, command, ["status", done, ""], env) == []  # (takes one)
     # After a comma: the ids not in the list yet, as the whole word (tester h69).
     assert bash_complete(tmp_path, command, ["wait", f"{running},"], env) == [f"{running},{done}"]
@@ -152,6 +154,18 @@ def test_bash_completes_job_ids_and_domains_from_a_running_engine(
     # (a choice of domains goes on after its comma: nothing was offered, h153)
     assert bash_complete(tmp_path, command, ["submit", "--domain", "gpu0,"], env) == ["gpu0,cpu"]
     assert bash_complete(tmp_path, command, ["domain", "drain", "g"], env) == ["gpu0"]
+    # (each action offers the domains it applies to: release offered those in service)
+    assert bash_complete(tmp_path, command, ["domain", "release", ""], env) == []
+    assert served.cli("domain", "drain", "gpu0").returncode == 0
+    assert bash_complete(tmp_path, command, ["domain", "release", ""], env) == ["gpu0"]
+    assert bash_complete(tmp_path, command, ["domain", "drain", ""], env) == ["cpu"]
+    assert bash_complete(tmp_path, command, ["domain", "list", ""], env) == ["gpu0", "cpu"]
+    assert bash_complete(tmp_path, command, ["domain", "forget", ""], env) == []
+    # A comma list of statuses goes on after its comma (nothing was offered: h153).
+    assert bash_complete(tmp_path, command, ["jobs", "--status", "queued,r"], env) == [
+        "queued,running"
+    ]
+    assert "failed" in bash_complete(tmp_path, command, ["jobs", "--status", ""], env)
     # zsh and fish get the job's status and name too.
     out = served.cli("__complete", "jobs")
     assert out.stdout.splitlines() == [f"{running}\trunning train", f"{done}\tcompleted first"]
@@ -160,6 +174,7 @@ def test_bash_completes_job_ids_and_domains_from_a_running_engine(
         served.cli("__complete", "jobs", f"{done},").stdout == f"{done},{running}\trunning train\n"
     )
     assert served.cli("__complete", "jobs", "x,").stdout == ""
+    assert served.cli("__complete", "jobs:active", done).stdout == ""  # (typed whole: ended)
     assert served.cli("cancel", running).returncode == 0
 
 
@@ -259,7 +274,13 @@ def test_fish_script_parses_and_completes(tmp_path: Path, command: Path, served:
     ]
     assert complete("gpulayer-tui status ") == [f"{job}\trunning train"]
     assert complete("gpulayer-tui jobs --so") == [
-        "--sort\torder (default id, newest first; name and status ascend)"
+        "--sort\torder (default id, newest first; name, status, user and kind ascend, the "
+        "others start with the biggest)"
     ]
     assert [c.split("\t")[0] for c in complete("gpulayer-tui domain drain ")] == ["gpu0", "cpu"]
+    assert complete("gpulayer-tui domain release ") == []
+    said = complete("gpulayer-tui jobs --status queued,r")
+    assert [c.split("\t")[0] for c in said] == ["queued,running"]
+    assert complete("gpulayer-tui cancel ") == [f"{job}\trunning train"]
     assert served.cli("cancel", job).returncode == 0
+    assert complete("gpulayer-tui cancel ") == []  # (ended: not offered)

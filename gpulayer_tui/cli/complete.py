@@ -1,6 +1,9 @@
 """``gpulayer-tui __complete jobs|domains [PREFIX]``: the values the completion scripts
 (:mod:`.completion`) offer, from the running engine, one per line as ``VALUE<TAB>TEXT``
-(``TEXT`` describes it, for zsh and fish; bash keeps ``VALUE``).
+(``TEXT`` describes it, for zsh and fish; bash keeps ``VALUE``). ``jobs:active`` offers
+only the active jobs (what ``cancel`` takes); ``domains:ACTION`` the domains ``domain
+ACTION`` applies to (``drain``: those not drained yet; ``release``: those out of service;
+``forget``: the missing GPUs; anything else: every domain).
 
 Hidden, and called on every <Tab>, so it must be quick and quiet: the light client (no
 argparse, no engine stack), a short timeout, and with no engine (or any trouble) nothing
@@ -26,7 +29,7 @@ def _text(value: object) -> str:
     return printable(str(value)).replace("\t", " ")
 
 
-def _jobs(client: Client, prefix: str) -> list[str]:
+def _jobs(client: Client, prefix: str, active_only: bool = False) -> list[str]:
     head, comma, last = prefix.rpartition(",")
     if comma:
         # `cancel 12,1<Tab>`: the ids a comma list takes (`cancel`, `wait`, `--after`) go on
@@ -35,12 +38,14 @@ def _jobs(client: Client, prefix: str) -> list[str]:
         if not all(word.isdigit() for word in given):
             return []
         return [
-            f"{head},{line}" for line in _jobs(client, last) if line.split("\t", 1)[0] not in given
+            f"{head},{line}"
+            for line in _jobs(client, last, active_only)
+            if line.split("\t", 1)[0] not in given
         ]
     if prefix and not prefix.isdigit():
         return []
     active = client.jobs_page(status=ACTIVE, limit=1000)["jobs"]
-    recent = client.jobs_page(limit=RECENT)["jobs"]
+    recent = [] if active_only else client.jobs_page(limit=RECENT)["jobs"]
     typed: list[dict[str, object]] = []
     if prefix and prefix == str(int(prefix)):
         # The job the prefix names itself, older than the newest RECENT: left out, the
@@ -50,6 +55,8 @@ def _jobs(client: Client, prefix: str) -> list[str]:
             typed = [client.request("GET", f"/jobs/{prefix}")["job"]]
         except Exception:  # (no such job: nothing to add)
             typed = []
+        if active_only:
+            typed = [row for row in typed if row["status"] in ACTIVE]
     lines: list[str] = []
     seen: set[int] = set()
     for row in (*typed, *active, *recent):
@@ -61,7 +68,7 @@ def _jobs(client: Client, prefix: str) -> list[str]:
     return lines
 
 
-def _domains(client: Client, prefix: str) -> list[str]:
+def _domains(client: Client, prefix: str, action: str = "") -> list[str]:
     head, comma, last = prefix.rpartition(",")
     if comma:
         # `--domain gpu0,<Tab>`: a choice of domains goes on after its last comma, as
@@ -69,17 +76,28 @@ def _domains(client: Client, prefix: str) -> list[str]:
         given = head.split(",")
         return [
             f"{head},{line}"
-            for line in _domains(client, last)
+            for line in _domains(client, last, action)
             if line.split("\t", 1)[0] not in given
         ]
-    domains = client.request("GET", "/domains")["domains"]
+    answer = client.request("GET", "/domains")
     lines = []
-    for domain in domains:
-        name = str(domain["name"])
-        if name.startswith(prefix) and name.isprintable() and "\t" not in name:
-            gpu = domain.get("gpu_index")
-            where = "cpu pool" if gpu is None else f"GPU {gpu}"
-            lines.append(f"{name}\t{where}, {_text(domain['state'])}")
+    if action != "forget":
+        for domain in answer["domains"]:
+            state = domain["state"]
+            if action == "release" and state == "in_service":
+                continue  # (release offered domains in service: tester h153)
+            if action == "drain" and state == "draining":
+                continue
+            name = str(domain["name"])
+            if name.startswith(prefix) and name.isprintable() and "\t" not in name:
+                gpu = domain.get("gpu_index")
+                where = "cpu pool" if gpu is None else f"GPU {gpu}"
+                lines.append(f"{name}\t{where}, {_text(state)}")
+    if action in ("forget", "list"):
+        for missing in answer.get("missing") or ():
+            name = str(missing["name"])
+            if name.startswith(prefix) and name.isprintable() and "\t" not in name:
+                lines.append(f"{name}\tmissing: {_text(missing['reason'])[:60]}")
     return lines
 
 
@@ -88,7 +106,8 @@ def run_complete(words: Sequence[str]) -> int:
     import os
     import sys
 
-    if not words or words[0] not in ("jobs", "domains") or len(words) > 2:
+    kind, _, detail = words[0].partition(":") if words else ("", "", "")
+    if kind not in ("jobs", "domains") or len(words) > 2:
         return 0
     prefix = words[1] if len(words) == 2 else ""
     try:
@@ -97,7 +116,10 @@ def run_complete(words: Sequence[str]) -> int:
 
         timeout = float(os.environ.get("GPULAYER_COMPLETE_TIMEOUT", TIMEOUT_S))
         client = Client(resolve_paths(), timeout=timeout if 0 < timeout <= 10 else TIMEOUT_S)
-        lines = _jobs(client, prefix) if words[0] == "jobs" else _domains(client, prefix)
+        if kind == "jobs":
+            lines = _jobs(client, prefix, active_only=detail == "active")
+        else:
+            lines = _domains(client, prefix, detail)
         if lines:
             sys.stdout.write("\n".join(lines) + "\n")
             sys.stdout.flush()

@@ -49,11 +49,14 @@ class Command:
 
 def _kind(action: argparse.Action) -> str:
     """What a value of ``action`` is: jobs, domains, dirs, files, command, choice:A B, or
-    value (anything); "" when it takes none."""
+    value (anything); "" when it takes none. Marked ones (:func:`.grammar.completes`) may
+    also be jobs:active (active jobs only), domains:by-action (``domain ACTION NAME``: the
+    domains ACTION applies to) and list:A B (a comma list of those words)."""
     if action.option_strings and action.nargs == 0:
         return ""
     marked = getattr(action, "completes", None)
     if marked:
+        assert set(str(marked)) <= SAFE | {":", " "}, marked  # (it goes into scripts)
         return str(marked)
     if action.type in (job_id_arg, job_ids_arg):
         return "jobs"
@@ -169,10 +172,11 @@ _gpulayer_tui_positional() {{
 }}
 
 # Read the words before the cursor: the subcommand (_gpl_sub), positionals seen
-# (_gpl_pos), inside submit's command (_gpl_rest=1), an option's value wanted next
-# (_gpl_want: its kind). bash splits --opt=value into three words at the "=".
+# (_gpl_pos) and the first of them (_gpl_first: `domain drain`), inside submit's command
+# (_gpl_rest=1), an option's value wanted next (_gpl_want: its kind). bash splits
+# --opt=value into three words at the "=".
 _gpulayer_tui_scan() {{
-    _gpl_sub='' _gpl_pos=0 _gpl_rest=0 _gpl_want=''
+    _gpl_sub='' _gpl_pos=0 _gpl_rest=0 _gpl_want='' _gpl_first=''
     while [ $# -gt 0 ]; do
         if [ "$_gpl_rest" = 1 ]; then
             _gpl_pos=$((_gpl_pos + 1))
@@ -192,6 +196,7 @@ _gpulayer_tui_scan() {{
                         _gpl_sub=$1
                     else
                         _gpl_pos=$((_gpl_pos + 1))
+                        [ "$_gpl_pos" = 1 ] && _gpl_first=$1
                         _gpulayer_tui_positional "$_gpl_sub" '*'
                         [ "$_gpl_kind" = command ] && _gpl_rest=1
                     fi ;;
@@ -238,14 +243,20 @@ _gpulayer_tui_compgen() {{
 _gpulayer_tui_values() {{
     local line
     case "$1" in
-        jobs|domains)
+        jobs|jobs:*|domains|domains:*)
             # (in the engine's order, active jobs first: bash sorted them as text, 1 10 11
             # ... 2, finished ones among the running: tester h74; bash 4.4 and later)
             compopt -o nosort 2>/dev/null
+            local kind=$1
+            [ "$kind" = domains:by-action ] && kind=domains:$_gpl_first
             while IFS= read -r line; do
                 [ -n "$line" ] && COMPREPLY+=("${{line%%$'\\t'*}}")
-            done < <("$_gpl_cmd" __complete "$1" "$2" 2>/dev/null) ;;
+            done < <("$_gpl_cmd" __complete "$kind" "$2" 2>/dev/null) ;;
         choice:*) COMPREPLY=($(compgen -W "${{1#choice:}}" -- "$2")) ;;
+        list:*)
+            local head=
+            [[ $2 == *,* ]] && head=${{2%,*}},
+            COMPREPLY=($(compgen -P "$head" -W "${{1#list:}}" -- "${{2##*,}}")) ;;
         dirs) compopt -o filenames 2>/dev/null; _gpulayer_tui_compgen -d "$2" ;;
         files) compopt -o filenames 2>/dev/null; _gpulayer_tui_compgen -f "$2" ;;
         command)
@@ -259,7 +270,7 @@ _gpulayer_tui_values() {{
 
 _gpulayer_tui() {{
     local cur=${{COMP_WORDS[COMP_CWORD]}} _gpl_cmd=${{COMP_WORDS[0]}}
-    local _gpl_sub _gpl_pos _gpl_rest _gpl_want _gpl_kind _gpl_words
+    local _gpl_sub _gpl_pos _gpl_rest _gpl_want _gpl_kind _gpl_words _gpl_first
     COMPREPLY=()
     [[ $_gpl_cmd == "~/"* ]] && _gpl_cmd=$HOME/${{_gpl_cmd#"~/"}}
     _gpulayer_tui_scan "${{COMP_WORDS[@]:1:COMP_CWORD-1}}"
@@ -299,15 +310,19 @@ def zsh_script() -> str:
 _gpulayer_tui_values() {{
     local line
     local -a values shown
-    case "$1" in
-        jobs|domains)
-            for line in "${{(@f)$("$_gpl_cmd" __complete "$1" "$PREFIX" 2>/dev/null)}}"; do
+    local kind=$1
+    [[ $kind == domains:by-action ]] && kind=domains:$_gpl_first
+    case "$kind" in
+        jobs|jobs:*|domains|domains:*)
+            for line in "${{(@f)$("$_gpl_cmd" __complete "$kind" "$PREFIX" 2>/dev/null)}}"; do
                 [[ -z $line ]] && continue
                 values+=("${{line%%$'\\t'*}}")
                 shown+=("${{line%%$'\\t'*}}  ${{line#*$'\\t'}}")
             done
-            (( ${{#values}} )) && compadd -V "gpulayer-$1" -l -d shown -- "${{values[@]}}" ;;
+            (( ${{#values}} )) \\
+                && compadd -V "gpulayer-${{kind%%:*}}" -l -d shown -- "${{values[@]}}" ;;
         choice:*) compadd -- ${{=1#choice:}} ;;
+        list:*) compset -P '*,'; compadd -S '' -- ${{=1#list:}} ;;
         dirs) _files -/ ;;
         files) _files ;;
         command) if (( _gpl_pos > 0 )); then _files; else _command_names -e; fi ;;
@@ -316,6 +331,7 @@ _gpulayer_tui_values() {{
 
 _gpulayer_tui() {{
     local _gpl_cmd=${{words[1]}} _gpl_sub _gpl_pos _gpl_rest _gpl_want _gpl_kind _gpl_words
+    local _gpl_first
     local -a subcommands
     _gpl_cmd=${{~_gpl_cmd}}
     _gpulayer_tui_scan "${{(@)words[2,CURRENT-1]}}"
@@ -356,8 +372,11 @@ def _fish_option(condition: str, option: Option) -> str:
     for flag in option.flags:
         parts.append(f"-l {flag[2:]}" if flag.startswith("--") else f"-s {flag[1:]}")
     kind = option.kind
-    if kind in ("jobs", "domains"):
+    if kind.split(":")[0] in ("jobs", "domains"):
         parts.append(f"-x -k -a {_fish_quote(f'(__gpulayer_tui_values {kind})')}")
+    elif kind.startswith("list:"):
+        words = kind[len("list:") :]
+        parts.append(f"-x -a {_fish_quote(f'(__gpulayer_tui_list {words})')}")
     elif kind.startswith("choice:"):
         parts.append(f"-x -a {_fish_quote(kind[len('choice:') :])}")
     elif kind == "files":
@@ -381,8 +400,29 @@ def fish_script() -> str:
         "# (generated from this installation's grammar by `gpulayer-tui completion fish`)",
         "function __gpulayer_tui_values",
         "    set -l cmd (commandline -opc)[1]",
-        "    command $cmd __complete $argv[1] (commandline -ct | string replace -r '^-[^=]*=' '')"
+        "    set -l kind $argv[1]",
+        "    if test $kind = domains:by-action",  # (`domain ACTION <Tab>`: ACTION's domains)
+        "        set -l seen 0",
+        "        set kind domains:",
+        "        for word in (commandline -opc)[2..-1]",
+        "            if test $seen = 0",
+        "                test $word = domain; and set seen 1",
+        "            else if not string match -q -- '-*' $word",
+        "                set kind domains:$word",
+        "                break",
+        "            end",
+        "        end",
+        "    end",
+        "    command $cmd __complete $kind (commandline -ct | string replace -r '^-[^=]*=' '')"
         " 2>/dev/null",
+        "end",
+        "# The words $argv after the last comma of the word being typed (a comma list).",
+        "function __gpulayer_tui_list",
+        "    set -l head (commandline -ct | string replace -r '^-[^=]*=' ''"
+        " | string match -r '^.*,')",
+        "    for word in $argv",
+        "        echo $head$word",
+        "    end",
         "end",
         "# The number of positionals after subcommand $argv[1] is $argv[2].",
         "function __gpulayer_tui_at",
@@ -416,7 +456,7 @@ def fish_script() -> str:
         for index, kind in enumerate(command.positionals):
             last = index == len(command.positionals) - 1 and command.repeats
             condition = f"__gpulayer_tui_at {command.name} {index}" + (" more" if last else "")
-            if kind in ("jobs", "domains"):
+            if kind.split(":")[0] in ("jobs", "domains"):
                 lines.append(
                     f"complete -c gpulayer-tui -n {_fish_quote(condition)}"
                     f" -k -a {_fish_quote(f'(__gpulayer_tui_values {kind})')}"

@@ -461,7 +461,8 @@ def _jobs_args(p: argparse.ArgumentParser) -> None:
             default=[],
             help="filter (repeat or a,b; active: pending, queued and running)",
         ),
-        "choice:active " + " ".join(s.value for s in JobStatus),
+        # (a comma list: `--status queued,<Tab>` offered nothing: tester h153)
+        "list:active " + " ".join(s.value for s in JobStatus),
     )
     p.add_argument(
         "--filter",
@@ -547,12 +548,16 @@ def _wait_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cancel_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "job",
-        type=job_ids_arg,
-        action=JobIdsAction,
-        nargs="+",
-        help="one or more job ids (or ids separated by commas)",
+    completes(
+        p.add_argument(
+            "job",
+            type=job_ids_arg,
+            action=JobIdsAction,
+            nargs="+",
+            help="one or more job ids (or ids separated by commas)",
+        ),
+        # (active jobs only: ended ones, which cancel refuses, were offered: tester h153)
+        "jobs:active",
     )
     # (--timeout with --no-wait was taken and meant nothing: there is no wait to bound)
     waiting = p.add_mutually_exclusive_group()
@@ -602,7 +607,8 @@ def _domain_args(p: argparse.ArgumentParser) -> None:
             help="the domain (for drain and release; for list, that one alone); for forget, "
             "the last domain (or UUID) of a GPU the driver no longer lists",
         ),
-        "domains",
+        # (those the action applies to: release offered domains in service: tester h153)
+        "domains:by-action",
     )
     p.add_argument("--reason", help="why it is drained (shown to users)")
     p.add_argument("--json", action="store_true")
