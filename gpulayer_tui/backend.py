@@ -499,10 +499,25 @@ async def engine_is_serving(paths: Paths) -> bool:
     Raises:
         EngineRefused: One serves, and refuses this user (``[security]``): a TUI took
             that for no engine, and started one of its own on that state dir, which
-            failed on its owner (tester h75).
+            failed on its owner (tester h75). Or its socket cannot be reached (another
+            user's private state dir), or is reached through a symlink another user
+            owns (see :mod:`.engine.pathwalk`).
     """
-    if not paths.socket.exists():
-        return False
+    from .engine.pathwalk import untrusted_link
+
+    why = untrusted_link(str(paths.state_dir))
+    if why is not None:
+        raise EngineRefused(f"not connecting to the engine: {why}")
+    try:
+        if not paths.socket.exists():
+            return False
+    except PermissionError:
+        # (a traceback, from `web` and the TUI of a user another's engine does not serve:
+        # tester h155)
+        raise EngineRefused(
+            f"cannot reach the engine's socket {paths.socket}: permission denied; an engine "
+            "serves only its own user unless its config lists yours in [security]"
+        ) from None
     backend = SocketBackend(paths)
     try:
         await backend.health()

@@ -322,6 +322,7 @@ class Client:
         # Told each warning a submission's answer carries (taken, but with something the
         # submitter should know: a --notify with nowhere to send)
         self.on_warning: Callable[[str], None] | None = None
+        self._way_checked = False  # (the way to the socket: see _connect)
 
     def _open(
         self,
@@ -386,6 +387,18 @@ class Client:
         """
         from .unixsock import SocketPath
 
+        if not self._way_checked:
+            # (nothing is sent through a link another user can point at an engine of
+            # theirs: a submission's whole environment went to one: tester h155)
+            import os
+
+            from .engine.pathwalk import UntrustedLink, untrusted_link
+
+            why = untrusted_link(os.path.dirname(self.paths.socket_file))
+            if why is not None:
+                sock.close()
+                raise UntrustedLink(why)
+            self._way_checked = True
         deadline = None if wait is None else time.monotonic() + wait
         pause = 0.005
         starting_since: float | None = None

@@ -141,6 +141,10 @@ def test_private_socket_cannot_even_be_reached_by_another_user(open_home: Path) 
         tui = _as_nobody(served)
         assert tui.returncode == 2, (tui.stdout, tui.stderr)
         assert f"cannot reach the engine's socket {open_home / 'engine.sock'}" in tui.stderr
+        # doctor says it as a failed check (it ended in a traceback: tester h155).
+        doctor = _as_nobody(served, "doctor")
+        assert doctor.returncode == 1 and "Traceback" not in doctor.stderr, doctor.stderr
+        assert f"cannot reach the engine's socket {open_home / 'engine.sock'}" in doctor.stdout
     finally:
         if served.proc is not None and served.proc.poll() is None:
             served.stop()
@@ -227,6 +231,9 @@ def test_unlisted_uids_are_refused_naming_the_uid_and_nothing_is_kept(
     assert tui.returncode == 2, (tui.stdout, tui.stderr)
     assert "uid 65534 (nobody) may not use this engine" in tui.stderr
     assert "belongs to" not in tui.stderr
+    doctor = shared.nobody("doctor")  # (a traceback: tester h155)
+    assert doctor.returncode == 1 and "Traceback" not in doctor.stderr, doctor.stderr
+    assert "uid 65534 (nobody) may not use this engine" in doctor.stdout
     assert _job_count(home) == 0
     # Allowing its group applies live (the socket is already open to others); its jobs
     # are its own (SO_PEERCRED) and run as the engine's user.

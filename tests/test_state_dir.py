@@ -118,3 +118,54 @@ def test_the_lock_is_never_taken_through_a_link(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert "engine.lock" in done.stderr
     assert bait.read_text() == "precious\n"
+
+
+@as_root
+def test_a_state_dir_reached_through_another_users_link_is_refused_by_engine_and_cli(
+    tmp_path: Path,
+) -> None:
+    # Tester h155: a link another user planted in /tmp, pointing at a private dir of
+    # the engine's user, was taken as its state dir (realpath hid the link); swapped
+    # later for a dir of theirs, `submit` sent the whole environment to their engine.
+    from .conftest import Served, kill_jobs_of
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # (as /tmp)
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = shared / "home"
+    link.symlink_to(real)
+    os.lchown(link, NOBODY, -1)
+    said = f"{link}, on the way to the state dir {link}, is a symlink that belongs to nobody"
+    done = _serve(link)
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert list(real.iterdir()) == []  # nothing written
+    # One pointing nowhere yet: said the same ("cannot be written: File exists" was).
+    dangling = shared / "later"
+    dangling.symlink_to(tmp_path / "nothing")
+    os.lchown(dangling, NOBODY, -1)
+    done = _serve(dangling)
+    assert done.returncode == 2 and "later, on the way to the state dir" in done.stderr
+    # An engine on the real dir: the CLI sends nothing through the link.
+    server = Served(real)
+    try:
+        server.start("--simulate", "1xA100-80GB")
+        server.env["GPULAYER_HOME"] = str(link)
+        refused = server.cli("submit", "--", "true")
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.startswith("gpulayer-tui: not connecting to the engine: " + str(link))
+        assert "is a symlink that belongs to nobody" in refused.stderr
+        doctor = server.cli("doctor")
+        assert doctor.returncode == 1 and "is a symlink that belongs to nobody" in doctor.stdout
+        server.env["GPULAYER_HOME"] = str(real)
+        assert server.cli("jobs", "--json").stdout.strip() in ("[]", '{"jobs": [], "more": false}')
+        # A link of the engine's user's own (or root's) is theirs: it is followed.
+        os.lchown(link, 0, -1)
+        server.env["GPULAYER_HOME"] = str(link)
+        assert server.cli("submit", "--", "true").returncode == 0
+    finally:
+        if server.proc is not None:
+            server.proc.kill()
+            server.proc.wait(timeout=10)
+        kill_jobs_of(real)

@@ -9,6 +9,7 @@ import time
 
 from .. import jsonlite
 from ..client import ApiError, Client, EngineLost, EngineNotRunning, NotText, StreamIdle, quote
+from ..engine.pathwalk import UntrustedLink
 from .exits import EXIT_FAILED, EXIT_LOST, EXIT_NO_ENGINE, EXIT_OK, EXIT_TIMED_OUT, EXIT_USAGE
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)
@@ -2017,6 +2018,9 @@ def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser)
     except NotText as err:
         _error(str(err))
         return EXIT_USAGE
+    except UntrustedLink as err:
+        _error(f"not connecting to the engine: {err}")
+        return EXIT_FAILED
     except EngineLost as err:
         _error(str(err))
         return EXIT_LOST

@@ -34,7 +34,12 @@ def _config(paths: Paths) -> dict[str, str]:
     from ..engine.gpus import ProbeStatus
     from ..engine.nvml import NvmlProbe
 
-    if not paths.config_file.exists():
+    try:
+        there = paths.config_file.exists()
+    except PermissionError:
+        # (another user's private state dir: a traceback, tester h155)
+        return _check("config", "warn", f"{paths.config_file} cannot be read: permission denied")
+    if not there:
         gone = absent_words(paths.config_file)
         if gone != "absent":  # (a link leading nowhere was meant to be read: a warning)
             return _check("config", "warn", f"{paths.config_file} is {gone}: defaults apply")
@@ -197,10 +202,22 @@ def _driver_locally() -> dict[str, str]:
 def _engine(paths: Paths, timeout: float) -> tuple[list[dict[str, str]], str | None]:
     """The engine's checks, and the config file it reads (``None``: no engine answers)."""
     from ..engine.lock import EngineLock
+    from ..engine.pathwalk import UntrustedLink
 
     client = Client(paths, timeout=timeout)
     try:
         health = client.health()
+    except UntrustedLink as err:
+        return [_check("engine", "fail", f"not connecting to the engine: {err}")], None
+    except PermissionError:
+        # (a traceback, for a user another's engine does not serve: tester h155)
+        said = (
+            f"cannot reach the engine's socket {paths.socket}: permission denied; an engine "
+            "serves only its own user unless its config lists yours in [security]"
+        )
+        return [_check("engine", "fail", said), _driver_locally()], None
+    except ApiError as err:  # (403: it serves, but not this user)
+        return [_check("engine", "fail", str(err)), _driver_locally()], None
     except EngineLost as err:
         # Frozen or overloaded: the check that matters most then (it ended in a traceback).
         return [_check("engine", "fail", str(err).split(": whether")[0]), _driver_locally()], None

@@ -10,7 +10,11 @@ another between a check and a use). So, as OpenSSH's StrictModes does for ``~/.s
   writable by no one else;
 * every directory above the state dir is owned by the engine's user or root, and
   writable by no one else unless it is sticky (like ``/tmp``, where only an entry's owner
-  may rename or remove it).
+  may rename or remove it);
+* every symlink on the way to it is the engine's user's or root's: one of another user's
+  in ``/tmp`` is theirs to point elsewhere at any time (tester h155). The path is walked
+  as the kernel resolves it (:mod:`.pathwalk`), each directory met checked as above, not
+  only those above its ``realpath``, which hides the links.
 
 Files inside are then as trusted as the directory; they are opened with ``O_NOFOLLOW``
 anyway where the engine creates them (lock, logs, the launcher's files).
@@ -25,6 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import StoreError
+from .pathwalk import owner_name as _owner
+from .pathwalk import walk
 
 if TYPE_CHECKING:
     from .lock import EngineLock
@@ -36,15 +42,6 @@ class UnsafeStateDir(StoreError):
     user; the engine refuses to start (exit code 2) and says which and why."""
 
 
-def _owner(uid: int) -> str:
-    try:
-        import pwd
-
-        return pwd.getpwuid(uid).pw_name
-    except (KeyError, ImportError):
-        return f"uid {uid}"
-
-
 def check_state_dir(state_dir: Path, jobs_dir: Path) -> None:
     """Refuse a state dir another user could change (see the module's docstring).
 
@@ -52,6 +49,7 @@ def check_state_dir(state_dir: Path, jobs_dir: Path) -> None:
         UnsafeStateDir: Naming the directory and what is wrong with it.
     """
     me = os.geteuid()
+    _check_the_way(state_dir, me)
     for path in (state_dir, jobs_dir):
         info = os.lstat(path)
         if stat.S_ISLNK(info.st_mode) and path == jobs_dir:
@@ -74,9 +72,24 @@ def check_state_dir(state_dir: Path, jobs_dir: Path) -> None:
                 f" (mode {stat.S_IMODE(info.st_mode):04o}); the engine needs it writable by "
                 f"{_owner(me)} alone: chmod 700 {path}"
             )
-    real = Path(os.path.realpath(state_dir))
-    for parent in real.parents:
-        info = os.stat(parent)
+
+
+def _check_the_way(state_dir: Path, me: int) -> None:
+    """Refuse a symlink or a directory on the way to ``state_dir`` another user controls."""
+    real = os.path.realpath(state_dir)
+    for where, info in walk(os.fspath(state_dir)):
+        if stat.S_ISLNK(info.st_mode):
+            if info.st_uid not in (0, me):
+                raise UnsafeStateDir(
+                    f"{where}, on the way to the state dir {state_dir}, is a symlink that "
+                    f"belongs to {_owner(info.st_uid)}: they could point it at another "
+                    "directory at any time. Use a state dir whose path has no link of "
+                    "another user's in it."
+                )
+            continue
+        if where == real:
+            continue  # (the state dir itself: see check_state_dir)
+        parent = Path(where)
         if info.st_uid not in (0, me):
             raise UnsafeStateDir(
                 f"{parent}, above the state dir {state_dir}, belongs to {_owner(info.st_uid)}: "
@@ -105,6 +118,9 @@ def claim_state_dir(paths: Paths, lock: EngineLock) -> None:
     """
     state = paths.state_dir
     try:
+        # (first: a link of another user's where the state dir goes was said "cannot be
+        # written: File exists" when it pointed nowhere, and taken when it did: h155)
+        _check_the_way(state, os.geteuid())
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
         paths.jobs_dir.mkdir(exist_ok=True, mode=0o700)
         # Before anything is written there: no other user may control these dirs.

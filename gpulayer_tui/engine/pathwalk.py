@@ -1,0 +1,91 @@
+"""The directories and symlinks a path goes through, as the kernel resolves it.
+
+A path is only as trusted as every entry on the way to it: a symlink another user owns,
+in a sticky directory such as ``/tmp``, is theirs to point elsewhere at any time (tester
+h155: a state dir reached through one was accepted, and later swapped for a directory of
+theirs: the next ``submit`` sent its whole environment to their engine). ``realpath``
+hides such a link; this walk sees each one.
+
+Stdlib only: the CLI's light client uses it on every call.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+MAX_LINKS = 40  # (as the kernel's limit on links followed in one lookup)
+
+
+class UntrustedLink(Exception):
+    """A symlink on the way to a path belongs to a user other than this one or root."""
+
+
+def walk(path: str) -> list[tuple[str, os.stat_result]]:
+    """Each directory (the last component's too) and symlink met resolving ``path``,
+    in order, with its ``lstat``; a symlink's target is walked in its place.
+
+    It stops at the first component that does not exist: what is there so far.
+
+    Raises:
+        OSError: ELOOP past :data:`MAX_LINKS` links; what ``lstat`` raises but ENOENT.
+    """
+    seen: list[tuple[str, os.stat_result]] = []
+    current = "/"
+    seen.append((current, os.lstat(current)))
+    pending = _parts(os.path.join(os.getcwd(), path))
+    links = 0
+    while pending:
+        name = pending.pop(0)
+        if name == ".":
+            continue
+        if name == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, name)
+        try:
+            info = os.lstat(candidate)
+        except FileNotFoundError:
+            return seen
+        seen.append((candidate, info))
+        if stat.S_ISLNK(info.st_mode):
+            links += 1
+            if links > MAX_LINKS:
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+            target = os.readlink(candidate)
+            if target.startswith("/"):
+                current = "/"
+            pending = _parts(target) + pending
+            continue
+        current = candidate
+    return seen
+
+
+def _parts(path: str) -> list[str]:
+    return [part for part in path.split("/") if part]
+
+
+def untrusted_link(path: str, uid: int | None = None) -> str | None:
+    """Why ``path`` cannot be trusted by ``uid`` (default: this process's), or None:
+    the first symlink on the way to it that neither ``uid`` nor root owns."""
+    me = os.geteuid() if uid is None else uid
+    for where, info in walk(path):
+        if stat.S_ISLNK(info.st_mode) and info.st_uid not in (0, me):
+            return (
+                f"{where}, on the way to {path}, is a symlink that belongs to "
+                f"{owner_name(info.st_uid)}: they can point it at another directory at any "
+                "time (at one of their own, where an engine of theirs would get your jobs "
+                "and their environment). Use a path with no link of another user's in it."
+            )
+    return None
+
+
+def owner_name(uid: int) -> str:
+    """A user's name, or ``uid N`` where it has none."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, ImportError):
+        return f"uid {uid}"
