@@ -169,3 +169,74 @@ def test_a_state_dir_reached_through_another_users_link_is_refused_by_engine_and
             server.proc.kill()
             server.proc.wait(timeout=10)
         kill_jobs_of(real)
+
+
+def test_a_config_file_others_may_write_is_refused_at_start_and_on_reload(tmp_path: Path) -> None:
+    # Tester h155: a --config file another user could write was taken, and reloaded live:
+    # its [notify] command then ran as the engine's user.
+    from .conftest import Served, kill_jobs_of
+    from .raw_http import request
+
+    home = tmp_path / "home"
+    config = tmp_path / "config.toml"
+    config.write_text('[notify]\ncommand = ["true"]\n')
+    config.chmod(0o666)
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "gpulayer_tui", "--config", str(config)),
+            *("--serve", "--simulate", "1xA100-80GB"),
+        ],
+        env=dict(os.environ, GPULAYER_HOME=str(home)),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+    )
+    said = f"the config file {config} is writable by others (mode 0666)"
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert f"chmod go-w {config}" in done.stderr
+    config.chmod(0o644)
+    server = Served(home)
+    try:
+        server.start("--simulate", "1xA100-80GB", "--config", str(config))
+        # Made writable by others and changed: not applied; the running config stays.
+        config.chmod(0o666)
+        config.write_text('[notify]\ncommand = ["false"]\n')
+        status, answer = request(home / "engine.sock", "POST", "/v1/config/reload")
+        assert status == 400 and answer["applied"] is False, answer
+        assert said in answer["error"]
+        doctor = server.cli("--config", str(config), "doctor")
+        assert doctor.returncode == 1 and said in doctor.stdout, doctor.stdout
+    finally:
+        if server.proc is not None:
+            server.proc.kill()
+            server.proc.wait(timeout=10)
+        kill_jobs_of(home)
+
+
+@as_root
+def test_a_config_file_another_user_owns_or_links_is_refused(tmp_path: Path) -> None:
+    from gpulayer_tui.engine.statedir import config_file_problem
+
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    os.chown(config, NOBODY, -1)
+    assert f"the config file {config} belongs to nobody, not to root" in str(
+        config_file_problem(config)
+    )
+    os.chown(config, 0, -1)
+    assert config_file_problem(config) is None
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    link = shared / "config.toml"
+    link.symlink_to(config)
+    os.lchown(link, NOBODY, -1)
+    assert "is a symlink that belongs to nobody" in str(config_file_problem(link))
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "config.toml").write_text("")
+    os.chown(theirs, NOBODY, -1)
+    said = f"{theirs}, above the config file {theirs / 'config.toml'}, belongs to nobody"
+    assert said in str(config_file_problem(theirs / "config.toml"))
+    assert config_file_problem(tmp_path / "absent.toml") is None  # (load_config: defaults)

@@ -44,6 +44,11 @@ def _config(paths: Paths) -> dict[str, str]:
         if gone != "absent":  # (a link leading nowhere was meant to be read: a warning)
             return _check("config", "warn", f"{paths.config_file} is {gone}: defaults apply")
         return _check("config", "ok", f"{paths.config_file} absent: defaults")
+    from ..engine.statedir import config_file_problem
+
+    problem = config_file_problem(paths.config_file)
+    if problem is not None:  # (the engine refuses it: said as it would, tester h155)
+        return _check("config", "fail", problem)
     try:
         config = load_config(paths.config_file)
         if not config.domains:

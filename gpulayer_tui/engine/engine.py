@@ -184,7 +184,14 @@ class Engine:
     ) -> None:
         self._config_listeners: list[Callable[[Config], None]] = []
         self.paths = paths
-        self.config = config if config is not None else load_config(paths.config_file)
+        if config is None:
+            from .statedir import config_file_problem
+
+            problem = config_file_problem(paths.config_file)
+            if problem is not None:
+                raise ConfigError(problem)
+            config = load_config(paths.config_file)
+        self.config = config
         self.probe = probe if probe is not None else make_probe(simulate, paths.state_dir)
         self.cpu_count = cpu_count or os.cpu_count() or 1
         settings = self.config.engine

@@ -34,7 +34,8 @@ def walk(path: str) -> list[tuple[str, os.stat_result]]:
     seen: list[tuple[str, os.stat_result]] = []
     current = "/"
     seen.append((current, os.lstat(current)))
-    pending = _parts(os.path.join(os.getcwd(), path))
+    # (the working directory only for a relative path: it may have been removed)
+    pending = _parts(path if path.startswith("/") else os.path.join(os.getcwd(), path))
     links = 0
     while pending:
         name = pending.pop(0)

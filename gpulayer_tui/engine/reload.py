@@ -228,7 +228,13 @@ for longer than :data:`SETTLE_S`. SIGHUP and ``POST /v1/config/reload`` apply at
 
 async def _load_checked(path: Path, source: str) -> Config:
     """The config at ``path``, refused (ConfigError) where services could not listen on
-    its ``[services] host``: taken, every service failed at its next replica start."""
+    its ``[services] host``: taken, every service failed at its next replica start; and
+    where another user could write or replace it (see ``statedir.config_file_problem``)."""
+    from .statedir import config_file_problem
+
+    problem = await asyncio.to_thread(config_file_problem, path)
+    if problem is not None:
+        raise ConfigError(problem)
     config = await asyncio.to_thread(load_config, path)
     host = config.services.host
     try:

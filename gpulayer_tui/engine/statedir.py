@@ -138,3 +138,83 @@ def unwritable_state_dir(state: Path, err: OSError) -> StoreError:
     else:
         why = f"{err.strerror}" + (f" ({err.filename})" if err.filename else "")
     return StoreError(f"the state dir {state} cannot be written: {why}")
+
+
+def config_file_problem(path: Path) -> str | None:
+    """Why the engine must not read the config file at ``path``, or None.
+
+    A config runs commands as the engine's user (``[notify] command``) and decides who may
+    use the engine (``[security]``): one another user can write, or replace, is theirs to
+    run code as this one (tester h155: a ``--config`` file in ``/tmp`` of another user's,
+    reloaded live). So, as for the state dir: the file is this user's or root's and
+    writable by no one else (its group only where that group is this user's own private
+    one), every directory on the way is this user's or root's and not writable by others
+    unless sticky, and every symlink on the way is this user's or root's. A missing or
+    unreadable file is for :func:`~.config.load_config` to say.
+    """
+    me = os.geteuid()
+    try:
+        way = walk(os.fspath(path))
+        real = os.path.realpath(path)
+    except OSError:
+        return None
+    for where, info in way:
+        owner = info.st_uid
+        if stat.S_ISLNK(info.st_mode):
+            if owner not in (0, me):
+                return (
+                    f"{where}, on the way to the config file {path}, is a symlink that "
+                    f"belongs to {_owner(owner)}: they could point it at a config of theirs, "
+                    f"which runs commands as {_owner(me)} ([notify] command)"
+                )
+            continue
+        if where == real:
+            if not stat.S_ISREG(info.st_mode):
+                return None  # (load_config says what it is)
+            if owner not in (0, me):
+                return (
+                    f"the config file {path} belongs to {_owner(owner)}, not to {_owner(me)} "
+                    f"who runs the engine: a config runs commands as {_owner(me)} ([notify] "
+                    "command); the engine reads only one of its user's or root's (copy it to "
+                    "a file of your own, or chown it)"
+                )
+            if info.st_mode & stat.S_IWOTH or (
+                info.st_mode & stat.S_IWGRP and not _own_private_group(info.st_gid, me)
+            ):
+                who = "others" if info.st_mode & stat.S_IWOTH else "its group"
+                return (
+                    f"the config file {path} is writable by {who} (mode "
+                    f"{stat.S_IMODE(info.st_mode):04o}): a config runs commands as "
+                    f"{_owner(me)} ([notify] command): chmod go-w {path}"
+                )
+            continue
+        if owner not in (0, me):
+            return (
+                f"{where}, above the config file {path}, belongs to {_owner(owner)}: they "
+                "could replace the file with one of theirs"
+            )
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+            return (
+                f"{where}, above the config file {path}, is writable by others (mode "
+                f"{stat.S_IMODE(info.st_mode):04o}, not sticky): they could replace the file "
+                "with one of theirs"
+            )
+    return None
+
+
+def _own_private_group(gid: int, uid: int) -> bool:
+    """Whether ``gid`` is ``uid``'s own group alone (a user private group, as Debian makes
+    for each user: its files are group-writable under umask 002, and safe)."""
+    try:
+        import grp
+        import pwd
+
+        user = pwd.getpwuid(uid)
+        group = grp.getgrgid(gid)
+    except (KeyError, ImportError):
+        return False
+    return (
+        user.pw_gid == gid
+        and group.gr_name == user.pw_name
+        and not set(group.gr_mem) - {user.pw_name}
+    )
