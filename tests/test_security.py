@@ -759,3 +759,26 @@ def test_one_user_stalling_its_submissions_leaves_a_quarter_of_the_slots_to_othe
             sock.close()
     # Its slots come back as its stalled clients go.
     wait_for(lambda: request(shared.sock, "POST", "/v1/jobs", {"command": ["true"]})[0] == 201)
+
+
+def test_allowed_groups_are_the_users_groups_not_its_processes(shared: SharedEngine) -> None:
+    # The groups were read from /proc/PID/status of the pid SO_PEERCRED recorded at
+    # connect time: a connection handed to a child, its parent gone and the pid reused by
+    # a process of an allowed group's member, let an unlisted user in (tester h155). Now
+    # the uid's groups as the user database has them decide, as they do for its waiting
+    # jobs: a process of nobody's given group adm by setpriv, which the database does not
+    # list nobody in, is not let in.
+    shared.allow('allowed_groups = ["adm"]')
+    argv = list(_NOBODY_CLIENT)
+    argv[argv.index("--clear-groups")] = "--groups=adm"
+    out = subprocess.run(
+        [*argv, "jobs"],
+        env=shared.served.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=_NOBODY_CWD[0],
+    )
+    assert out.returncode == 1 and "uid 65534 (nobody) may not use this engine" in out.stderr
+    shared.allow('allowed_groups = ["nogroup"]')  # (nobody's own group in the database)
+    assert shared.nobody("jobs").returncode == 0

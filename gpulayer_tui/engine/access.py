@@ -51,17 +51,37 @@ def user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def _peer_groups(pid: int, gid: int) -> set[int]:
-    """The peer's primary gid plus its supplementary groups (from /proc, if readable)."""
-    groups = {gid}
+GROUPS_CACHE_S = 10.0
+"""How long a user's groups, as the user database has them, are taken as read (the
+database may be a network service; an edit to it applies within this)."""
+
+_groups_read: dict[int, tuple[float, frozenset[int]]] = {}
+
+
+def user_groups(uid: int) -> frozenset[int]:
+    """``uid``'s groups as the user database has them (its primary group and those that
+    list it); none for a uid it does not know.
+
+    Not the connecting process's own groups, read from ``/proc/PID/status`` as this did:
+    that pid, recorded at connect time, may be another process's by the time a request
+    is read (a connection handed to a child, its parent gone and the pid reused by a
+    member of an allowed group let an unlisted user in: tester h155). And the same rule
+    as for a waiting job's owner (:class:`OwnerAccess`), which has no process to ask.
+    """
+    import time
+
+    now = time.monotonic()
+    cached = _groups_read.get(uid)
+    if cached is not None and now - cached[0] < GROUPS_CACHE_S:
+        return cached[1]
     try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("Groups:"):
-                    groups.update(int(g) for g in line.split()[1:] if g.isascii() and g.isdigit())
-                    break
-    except OSError:
-        pass
+        user = pwd.getpwuid(uid)
+        groups = frozenset(os.getgrouplist(user.pw_name, user.pw_gid))
+    except (KeyError, OSError):
+        groups = frozenset()
+    if len(_groups_read) > 1024:
+        _groups_read.clear()
+    _groups_read[uid] = (now, groups)
     return groups
 
 
@@ -74,10 +94,10 @@ def access_refusal(security: SecuritySettings, creds: tuple[int, int, int] | Non
     """Why this peer may not use the engine at all, or ``None`` if it may."""
     if creds is None:
         return "the caller cannot be identified (SO_PEERCRED works on the Unix socket only)"
-    pid, uid, gid = creds
+    _pid, uid, _gid = creds
     if is_admin(uid) or uid in security.allowed_uids:
         return None
-    if security.allowed_groups and _peer_groups(pid, gid) & security.group_ids():
+    if security.allowed_groups and user_groups(uid) & security.group_ids():
         return None
     return (
         f"{user_name(uid)} may not use this engine: it serves {user_name(os.geteuid())}; "
@@ -110,13 +130,8 @@ class OwnerAccess:
     def _refusal(self, uid: int) -> str | None:
         if is_admin(uid) or uid in self._security.allowed_uids:
             return None
-        if self._gids:
-            try:
-                user = pwd.getpwuid(uid)
-                if set(os.getgrouplist(user.pw_name, user.pw_gid)) & self._gids:
-                    return None
-            except (KeyError, OSError):
-                pass
+        if self._gids and user_groups(uid) & self._gids:
+            return None
         return (
             f"held: its owner, {user_name(uid)}, may no longer use this engine ([security]); "
             "it starts once they are let in again (cancel it otherwise)"
