@@ -557,7 +557,8 @@ async def _serve(server: WebServer, host: str, port: int, paths: Paths) -> int:
             file=sys.stderr,
         )
     print("gpulayer-tui web: serving the TUI to browsers (Ctrl+C stops); open", flush=True)
-    print(f"    http://{browser_host(host)}:{bound_port}/?token={server.gate.token}", flush=True)
+    shown = _bound_literal(runner, host) or browser_host(host)
+    print(f"    http://{shown}:{bound_port}/?token={server.gate.token}", flush=True)
     try:
         await stop.wait()
     finally:
@@ -672,6 +673,25 @@ def connection_limit() -> int:
     if soft == resource.RLIM_INFINITY:
         return MAX_CONNECTIONS
     return min(MAX_CONNECTIONS, max(8, soft // 2))
+
+
+def _bound_literal(runner: web.AppRunner, host: str) -> str | None:
+    """For a host given by name (``localhost``), the address it was bound at, as the URL
+    printed should name it; else None. A browser resolving the name may try an address
+    not bound here (``::1``), where another user's listener got the token: tester h155."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return None  # (a literal already)
+    except ValueError:
+        pass
+    if is_wildcard(host):
+        return None
+    bound = sorted(
+        (":" in str(address[0]), str(address[0]))
+        for address in runner.addresses
+        if isinstance(address, tuple) and address
+    )
+    return url_host(bound[0][1]) if bound else None
 
 
 def _bound_port(runner: web.AppRunner, asked: int) -> int:

@@ -517,6 +517,17 @@ def test_web_warns_off_loopback_and_stops_on_sigint(web_process: type[WebProcess
     assert web.stop(signal.SIGINT) == 0
 
 
+def test_a_host_given_by_name_is_printed_as_the_address_bound(
+    web_process: type[WebProcess],
+) -> None:
+    # `--host localhost` printed http://localhost:PORT/?token=...: a browser trying ::1
+    # first met another user's listener there (bound only 127.0.0.1), token and all:
+    # tester h155. The URL names the address bound.
+    web = web_process("--host", "localhost")
+    assert web.url.startswith(("http://127.0.0.1:", "http://[::1]:")), web.url
+    assert web.stop(signal.SIGTERM) == 0
+
+
 def test_web_on_loopback_does_not_warn_and_stops_on_sigterm(
     web_process: type[WebProcess],
 ) -> None:
