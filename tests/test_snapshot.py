@@ -113,6 +113,15 @@ async def test_a_git_snapshot_runs_the_code_as_submitted(
 
     line = job_fields(detail, time.time())["cwd"].plain
     assert line == f"{repo / 'sub'}  (snapshot: commit {snap['commit'][:12]} dirty)"
+    # A restart takes a new copy and runs at the same place in it (it ran in the repo's
+    # top, where ../code.txt is not: tester h156).
+    again = await engine.restart(job.id)
+    rerun = await engine.wait(again.id, timeout=15)
+    assert rerun.status is JobStatus.COMPLETED, rerun.message
+    fresh = engine.snapshots.job_tree(again.id)
+    assert rerun.spec["cwd"] == str(repo / "sub")
+    out = engine.log_path(again.id).read_text().splitlines()
+    assert out == ["code v2", "untracked v2", "run v2", str(fresh / "sub")]
 
 
 async def test_a_clean_repo_is_not_dirty_and_a_plain_job_is_not_copied(
@@ -381,8 +390,11 @@ async def test_a_git_failure_or_an_unreadable_file_refuses_the_submission(
     with pytest.raises(SpecError, match="git ls-files` failed") as err:
         await engine.submit(spec)
     assert err.value.field == "snapshot"
-    with pytest.raises(SpecError, match="is not a directory"):
+    with pytest.raises(SpecError, match="missing does not exist; nothing was stored"):
         await engine.submit({**spec, "cwd": str(tmp_path / "missing")})
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SpecError, match="file is not a directory"):
+        await engine.submit({**spec, "cwd": str(tmp_path / "file")})
     if os.geteuid() != 0:  # (root reads everything)
         work = tmp_path / "work"
         work.mkdir()
@@ -650,6 +662,20 @@ async def test_a_folder_git_ignores_is_refused_not_run_empty(
     assert job.status is not JobStatus.FAILED, job.message
     (repo / "empty").mkdir()  # (a folder with nothing in it is no loss)
     assert (await engine.submit({**spec, "cwd": str(repo / "empty")})).id
+    # At the repository's top too: `*` in .gitignore, git lists nothing (it ran in an
+    # empty folder: tester h156).
+    top = tmp_path / "top"
+    top.mkdir()
+    git(top, "init", "-q")
+    (top / ".gitignore").write_text("*\n")
+    (top / "d.txt").write_text("data\n")
+    with pytest.raises(SpecError, match="git lists none of its files"):
+        await engine.submit({**spec, "cwd": str(top)})
+    (top / "d.txt").unlink()
+    (top / ".gitignore").unlink()
+    assert (await engine.submit({**spec, "cwd": str(top)})).id  # (only .git there: no loss)
+    with pytest.raises(SpecError, match=f"snapshot: {tmp_path / 'gone'} does not exist"):
+        await engine.submit({**spec, "cwd": str(tmp_path / "gone")})
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the repo to another user")

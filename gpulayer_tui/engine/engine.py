@@ -975,8 +975,11 @@ class Engine:
                     left_out.extend(gone)
         snapshot = spec.get("snapshot")
         if isinstance(snapshot, dict):
+            # A new copy of the folder it was submitted from, run at the same place in it
+            # (its cwd, which the record leaves as given: the copy's source is the repo's
+            # top, and a job submitted from repo/sub ran again in repo: tester h156).
             spec["snapshot"] = True
-            spec["cwd"] = snapshot.get("source") or spec.get("cwd")
+            spec["cwd"] = spec.get("cwd") or snapshot.get("source")
         return await self.admission.resubmit(spec, owner_uid, restart_of=job_id, note=note)
 
     async def _restarted_dependency(self, job_id: int, dep: Any) -> Any:

@@ -481,7 +481,9 @@ class SnapshotStore:
             cwd, max_bytes, time.monotonic() + timeout, str(self.root.parent), min_free
         )
         if not os.path.isdir(cwd):
-            raise SnapshotError(f"snapshot: {cwd} is not a directory; nothing was stored")
+            # (a folder removed since was said "is not a directory": tester h156)
+            what = "is not a directory" if os.path.lexists(cwd) else "does not exist"
+            raise SnapshotError(f"snapshot: {cwd} {what}; nothing was stored")
         real = os.path.realpath(cwd)
         state = os.stat(self.root.parent)
         skip = frozenset({(state.st_dev, state.st_ino)})  # (never copied into itself)
@@ -500,9 +502,12 @@ class SnapshotStore:
             entries = _git_entries(source, names, budget, skip)
             rel_cwd = os.path.relpath(real, source)
             inside = rel_cwd + os.sep
-            if rel_cwd != "." and not any(e.rel.startswith(inside) for e in entries):
+            listed = any(e.rel.startswith(inside) for e in entries) if rel_cwd != "." else entries
+            if not listed:
+                # (at the top too: a `*` in .gitignore listed nothing, and the job ran in an
+                # empty folder: tester h156)
                 with os.scandir(real) as found:
-                    has_files = any(True for _ in found)
+                    has_files = any(entry.name != ".git" for entry in found)
                 if has_files:
                     # (git lists none of its files: an ignored folder, such as build/. The
                     # job ran in an empty folder, and failed for its missing files: h49)
