@@ -282,6 +282,7 @@ class GpulayerApp(App[str]):
     async def _follow_events(self) -> None:
         """The one long-lived consumer of the engine's events."""
         while not self._stopping:
+            refused: str | None = None
             try:
                 async for event in self.backend.events():
                     if event.get("kind") == "hello":
@@ -293,6 +294,8 @@ class GpulayerApp(App[str]):
                         self._apply_event(event)
             except asyncio.CancelledError:
                 raise
+            except BackendError as err:
+                refused = f"event stream refused: {err}; asking again"
             except Exception as err:
                 # A cut stream (a killed engine), a torn line, an engine answering garbage:
                 # the only way on is to reconnect and load everything again.
@@ -311,7 +314,9 @@ class GpulayerApp(App[str]):
             # ... start one" goes on saying it while none does (the line below replaced
             # it at each try, every second: tester h54).
             await self._poll_health()
-            if not self.connection_problem:
+            if refused is not None:
+                self.connection_problem = refused
+            elif not self.connection_problem:
                 self.connection_problem = "event stream lost; reconnecting"
             await asyncio.sleep(1.0)
 

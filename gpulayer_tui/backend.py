@@ -417,6 +417,10 @@ class SocketBackend:
 
         try:
             async with self._client().get("/v1/events", timeout=aiohttp.ClientTimeout()) as resp:
+                if resp.status >= 400:
+                    # (refused, e.g. past [limits] streams_per_user: its words, not "event
+                    # stream lost; reconnecting" for as long as it lasted: tester h156)
+                    raise _refusal(resp.status, await resp.read())
                 async for line in resp.content:
                     if line.strip():
                         yield _json_shown(line)

@@ -154,3 +154,38 @@ async def test_a_change_with_no_engine_says_nothing_was_sent_and_one_unanswered_
             os.kill(served.proc.pid, signal.SIGCONT)
     finally:
         await backend.close()
+
+
+async def test_an_event_stream_refused_says_the_engines_reason(served: Served, home: Path) -> None:
+    # Past [limits] streams_per_user the header said "event stream lost; reconnecting"
+    # for as long as the other streams stayed open, where the CLI says why (tester h156).
+    import socket
+
+    _write_config(home, "[limits]\nstreams_per_user = 1\n")
+    served.start("--simulate", "1xA100-80GB")
+    held = socket.socket(socket.AF_UNIX)
+    held.connect(str(home / "engine.sock"))
+    held.sendall(b"GET /v1/events HTTP/1.1\r\nHost: engine\r\n\r\n")
+    assert held.recv(64).startswith(b"HTTP/1.1 200")
+    backend = SocketBackend(resolve_paths())
+    try:
+        app = build_app(backend, refresh_interval=0.05)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(
+                pilot,
+                lambda: (
+                    app.connection_problem.startswith("event stream refused: ")
+                    and "streams_per_user = 1" in app.connection_problem
+                ),
+                "the refusal said",
+            )
+            held.close()
+            await until(pilot, lambda: app.connection_problem == "", "the stream taken")
+    finally:
+        held.close()
+        await backend.close()
+
+
+def _write_config(home: Path, text: str) -> None:
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (home / "config.toml").write_text(text)
