@@ -478,7 +478,12 @@ def why_lines(data: dict[str, Any]) -> list[str]:
     if not data.get("waiting"):
         status = data.get("status")
         said = f"job {job} {status}" if status in TERMINAL_STATUSES else f"job {job} is {status}"
-        return [f"{said}: {data.get('reason', '')}".rstrip(": ")]
+        reason = str(data.get("reason") or "")
+        if data.get("kill_at"):  # (a stop under way: counted down as of now)
+            import time
+
+            reason = live_message({"message": reason, **data}, time.time())
+        return [f"{said}: {reason}".rstrip(": ")]
     lines = [f"job {job} ({data['status']}, priority {data['priority']}, user {data['user']})"]
     lines += [f"  {label:<12}{text}" for label, text in why_rows(data)]
     return lines

@@ -1654,7 +1654,11 @@ def test_a_stop_under_way_counts_down_to_its_sigkill(engine: Served) -> None:
 
     job_id = _submit(engine, "--shell", "--", "trap '' TERM; sleep 60")
     assert engine.cli("cancel", "--no-wait", job_id).returncode == 0
-    for out in (engine.cli("status", job_id).stdout, engine.cli("jobs").stdout):
+    # (and `why`: it said the stored "SIGTERM in 8 s" of a preemption for as long: h154)
+    shown = [
+        engine.cli(*words).stdout for words in (("status", job_id), ("jobs",), ("why", job_id))
+    ]
+    for out in shown:
         assert "SIGKILL after" not in out and "SIGKILL in " in out, out
     row = {"status": "running", "message": "stopping (x): SIGTERM sent, SIGKILL after 10 s"}
     assert live_message({**row, "kill_at": 100.0}, 96.8) == (

@@ -581,6 +581,7 @@ class StaticBackend:
             "status": job["status"],
             "waiting": waiting,
             "reason": job["message"],
+            "kill_at": job.get("kill_at"),
             "priority": job["priority"],
             "user": "nobody",
             "place": place,

@@ -704,6 +704,9 @@ class JobQueue:
             "status": act.job.status.value,
             "waiting": act.job.status is not JobStatus.RUNNING,
             "reason": act.job.message,
+            # (while it stops: when SIGKILL follows, so a reader counts the message's
+            # "SIGTERM in 8 s" down as `jobs` does; `why` said 8 s for as long: h154)
+            "kill_at": act.job.kill_at,
             "priority": act.job.priority,
             "user": user_label(uid),
             "place": ids.index(job_id) + 1 if job_id in ids else None,
