@@ -1563,3 +1563,22 @@ async def test_the_gpus_reserved_for_a_job_are_those_its_preemption_frees(
     for job in low:  # (the three stopped for it run again: sleep 600)
         if engine.book.live(job.id) is not None:
             await engine.cancel(job.id)
+
+
+async def test_preemption_turned_off_by_a_reload_calls_off_a_stop_in_its_lead(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # The stop went on, the job it was for no longer said so, and `why` still said it
+    # preempted (tester h154): a stop whose SIGTERM is still to come is called off.
+    engine, victim, urgent = await _being_preempted(make_engine, tmp_path, lead=30)
+    assert engine.queue.explain(urgent.id)["preempting"]
+    off = make_config(scheduling={"checkpoint_signal": "SIGUSR1", "checkpoint_grace": 30})
+    engine._reconfigure(off)
+    live = engine.book.get(victim.id)
+    assert live is not None and live.job.stop_reason is None and live.job.kill_at is None
+    assert live.job.message == (
+        "running on gpu0 (preemption called off: [scheduling] preempt_after was unset by a reload)"
+    )
+    assert not engine.queue.explain(urgent.id)["preempting"]
+    for job in (victim, urgent):
+        await engine.cancel(job.id)

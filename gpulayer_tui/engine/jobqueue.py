@@ -162,7 +162,12 @@ class JobQueue:
     (:class:`.access.OwnerAccess`), or ``None``; the engine sets it with each config."""
 
     def reconfigure(self, settings: SchedulingSettings, limits: Limits) -> None:
-        """A reloaded ``[scheduling]`` / ``[users.*]``."""
+        """A reloaded ``[scheduling]`` / ``[users.*]``. Preemption turned off calls off
+        the stops still in their checkpoint lead (they went on, while the job they were
+        for no longer said it preempted them, and `why` still did: tester h154)."""
+        if settings.preempt_after is None and self.settings.preempt_after is not None:
+            for urgent in list(self._preempting):
+                self._call_off(urgent, "[scheduling] preempt_after was unset by a reload")
         self.settings, self.limits = settings, limits
         self.fair.half_life = settings.fairshare_half_life
         self.schedule_soon()
