@@ -1582,3 +1582,16 @@ async def test_preemption_turned_off_by_a_reload_calls_off_a_stop_in_its_lead(
     assert not engine.queue.explain(urgent.id)["preempting"]
     for job in (victim, urgent):
         await engine.cancel(job.id)
+
+
+def test_a_job_stopping_two_says_jobs() -> None:
+    # "stopping preemptible job 44, 45 for it" (tester h154).
+    box, stopped = _two_slot_box()
+    first = box.run(gpus=1, preemptible=True)
+    second = box.run(gpus=1, preemptible=True)
+    urgent = box.run(gpus=1, priority=5, exclusive=True)
+    urgent.job.queued_at = box.clock.now - 100
+    box.queue.schedule()
+    assert sorted(stopped) == sorted([first.job.id, second.job.id])
+    ids = ", ".join(map(str, sorted(stopped)))
+    assert urgent.job.message.endswith(f"; stopping preemptible jobs {ids} for it")

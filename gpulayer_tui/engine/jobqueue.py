@@ -1031,7 +1031,8 @@ class JobQueue:
                         # (said of that job alone: its group's other jobs, of the same
                         # shape, were said to be stopping it too)
                         ids = ", ".join(map(str, sorted(stopping)))
-                        stopping_for[job_id] = f"; stopping preemptible job {ids} for it"
+                        noun = "job" if len(stopping) == 1 else "jobs"  # (h154)
+                        stopping_for[job_id] = f"; stopping preemptible {noun} {ids} for it"
                         break
         for made in reserved:
             group = reserved_groups[made.job_id]
