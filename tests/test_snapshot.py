@@ -444,6 +444,10 @@ async def test_clean_removes_a_jobs_tree_and_the_objects_only_it_held(
     objects = engine.snapshots.objects
     before = {p.name for p in objects.iterdir()}
     assert len(before) == 5
+    # What the trees give back is said, the dry run's too (it was left out: tester h156):
+    # the first's own new.txt; the rest the second still links.
+    preview = await engine.retention.preview(None, keep=1)
+    assert preview["snapshot_bytes"] == len("untracked v1\n")
     done = await engine.retention.clean(None, keep=1)
     assert done.pop("database_bytes_freed") >= 0
     assert done.pop("bytes") >= 0
@@ -452,6 +456,7 @@ async def test_clean_removes_a_jobs_tree_and_the_objects_only_it_held(
         "jobs": 1,
         "files": 1,
         "snapshots": 1,
+        "snapshot_bytes": len("untracked v1\n"),
         "spared": [],
         "spared_why": {},
         "left": [],
@@ -464,7 +469,9 @@ async def test_clean_removes_a_jobs_tree_and_the_objects_only_it_held(
     assert len(after) == 4 and after < before  # the shared ones stay
     assert all((objects / name).stat().st_nlink == 2 for name in after)
     # The last job goes: its tree and every object with it.
-    assert (await engine.retention.clean(time.time() + 1, None))["snapshots"] == 1
+    whole = sum((kept / f).stat().st_size for f in tree_files(kept))
+    last = await engine.retention.clean(time.time() + 1, None)
+    assert last["snapshots"] == 1 and last["snapshot_bytes"] == whole
     assert not kept.exists() and list(objects.iterdir()) == []
 
 

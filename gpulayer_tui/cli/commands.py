@@ -1704,7 +1704,13 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
         # month, and nothing showed the cutoff it was taken for: tester h145)
         cutoff = time.localtime(time.time() - args.older_than * 86400)
         jobs += f" that ended before {time.strftime('%Y-%m-%d %H:%M:%S', cutoff)}"
-    snapshots = f", {plural(trees, 'snapshot')}" if trees else ""
+    tree_bytes = done.get("snapshot_bytes")  # (an older engine leaves it out)
+    snapshots = (
+        f", {plural(trees, 'snapshot')}"
+        + (f" ({size_words(tree_bytes)})" if tree_bytes is not None else "")
+        if trees
+        else ""
+    )
     if args.dry_run:
         ids = done.get("ids") or []
         print(

@@ -103,11 +103,19 @@ class _Removed:
     """What a clean removed so far, and what it could not."""
 
     def __init__(self) -> None:
-        self.files = self.trees = self.size = 0
+        self.files = self.trees = self.size = self.tree_bytes = 0
         self.left: list[tuple[Path, str]] = []
 
-    def add(self, files: int, trees: int, size: int, left: list[tuple[Path, str]]) -> None:
+    def add(
+        self,
+        files: int,
+        trees: int,
+        size: int,
+        left: list[tuple[Path, str]],
+        tree_bytes: int = 0,
+    ) -> None:
         self.files, self.trees, self.size = self.files + files, self.trees + trees, self.size + size
+        self.tree_bytes += tree_bytes
         self.left.extend(left)
 
     @staticmethod
@@ -263,6 +271,8 @@ class Retention:
             "files": files,
             "bytes": size,
             "snapshots": trees,
+            # (what the snapshots gave back: left out of "bytes", most of it: h156)
+            "snapshot_bytes": done.tree_bytes,
             "spared": spared,
             "spared_why": {str(i): spared_now[i] for i in spared},
             "database_bytes_freed": freed,
@@ -282,9 +292,11 @@ class Retention:
             raise await self._nothing_seen("nothing would be cleaned")
         paths = await asyncio.to_thread(_files_of, self._jobs_dir, set(ids)) if ids else []
         size = await asyncio.to_thread(_sizes, paths) if paths else 0
-        trees = 0
+        trees = tree_bytes = 0
         if self._snapshots is not None and ids:
-            trees = len(await asyncio.to_thread(self._snapshots.tree_ids) & set(ids))
+            held = await asyncio.to_thread(self._snapshots.tree_ids) & set(ids)
+            trees = len(held)
+            tree_bytes = await asyncio.to_thread(self._snapshots.freed_by, held)
         spared = await self._store.finished_past(spared_now, ended_before, keep)
         preview: dict[str, Any] = {}
         if self._store.failure:
@@ -299,6 +311,7 @@ class Retention:
             "files": len(paths),
             "bytes": size,
             "snapshots": trees,
+            "snapshot_bytes": tree_bytes,
             "spared": spared,
             "spared_why": {str(i): spared_why[i] for i in spared},
         }
@@ -339,15 +352,19 @@ class Retention:
             log.info("cleaning history: removed %d file(s) an earlier clean left", done.files)
         return done
 
-    async def _remove_files(self, ids: list[int]) -> tuple[int, int, int, list[tuple[Path, str]]]:
+    async def _remove_files(
+        self, ids: list[int]
+    ) -> tuple[int, int, int, list[tuple[Path, str]], int]:
         """Remove the files and snapshot trees of jobs ``ids``: (files, trees, the bytes
-        the files took, the files that could not be removed with why)."""
+        the files took, the files that could not be removed with why, the bytes the
+        trees gave back)."""
         paths = await asyncio.to_thread(_files_of, self._jobs_dir, set(ids))
         files, size, left = await asyncio.to_thread(_unlink, paths)
-        trees = 0
+        trees = tree_bytes = 0
         if self._snapshots is not None:
+            tree_bytes = await asyncio.to_thread(self._snapshots.freed_by, set(ids))
             trees = await asyncio.to_thread(self._snapshots.remove_jobs, set(ids))
-        return files, trees, size, left
+        return files, trees, size, left, tree_bytes
 
     def start(self) -> None:
         """Apply ``[history] keep_days`` and ``keep_jobs`` now, every hour, and at once
