@@ -70,7 +70,7 @@ def test_serve_v_logs_each_job_change_and_what_a_restart_took_back(served: Serve
     assert served.cli("wait", running).returncode != 0
     log = served.stop()
     assert f"job {done} '[b]x[/b]': running -> completed" in log, log
-    assert f"took back 1 active jobs: 1 running ({running}), 0 waiting" in log, log
+    assert f"took back 1 active job: 1 running ({running}), 0 waiting" in log, log
     assert f"job {running} 'sleep': running -> cancelled (cancelled)" in log, log
 
 

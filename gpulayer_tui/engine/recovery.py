@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from .adoption import adopted_request
+from .domain import plural
 from .errors import SpecError
 from .jobbook import ActiveJob, JobBook, Runner
 from .jobqueue import JobQueue
@@ -114,18 +115,22 @@ class Recovery:
                 self._queue.enqueue(act, deps)
             if self._waiting_again is not None and act.job.id in self._book:
                 self._waiting_again(act)
-        running = []
+        running: list[int] = []
+        ended: list[int] = []
         for act in acts:
             if act.job.status is JobStatus.RUNNING and act.job.id in self._book:
                 self._runners[act.job.kind].reattach(act)
-                running.append(act.job.id)
+                # (one found ended as it was taken back was counted as running: h157)
+                alive = act.job.status is JobStatus.RUNNING and act.job.id in self._book
+                (running if alive else ended).append(act.job.id)
         if acts:
             log.info(
-                "took back %d active jobs: %d running (%s), %d waiting; what each "
-                "found is in its timeline",
-                len(acts),
+                "took back %s: %d running (%s), %s%d waiting; a job whose state changed "
+                "meanwhile says how in its timeline",
+                plural(len(acts), "active job"),
                 len(running),
                 ", ".join(map(str, running)) or "none",
+                f"{len(ended)} found ended ({', '.join(map(str, ended))}), " if ended else "",
                 len(waiting),
             )
 
