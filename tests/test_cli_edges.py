@@ -2007,3 +2007,68 @@ def test_a_command_past_the_connection_limit_says_why(served: Served) -> None:
             sock.close()
     wait_for(lambda: served.cli("jobs").returncode == 0)
     assert json.loads(served.cli("jobs", "--json").stdout) == []  # (nothing was submitted)
+
+
+def _fake_engine(sock_path: Path, version: str) -> socket.socket:
+    """A stand-in engine of ``version`` on ``sock_path``: /v1/health answers, anything
+    else is refused 409 as an older engine refused an edit of a running service."""
+    import threading
+
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(sock_path))
+    server.listen(8)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                line = data.split(b"\r\n", 1)[0].decode()
+                if line.startswith("GET /v1/health "):
+                    status, body = "200 OK", {"version": version, "pid": 1}
+                else:
+                    status = "409 Conflict"
+                    body = {"error": "job 3 is running: only a waiting job is edited"}
+                payload = json.dumps(body).encode()
+                conn.sendall(
+                    f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+                    + payload
+                )
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+def test_a_refusal_from_an_engine_of_another_version_says_so(tmp_path: Path) -> None:
+    # A new CLI against an engine not restarted since the upgrade: its refusal read as
+    # "not allowed", with no word that the engine was older (tester h157).
+    from gpulayer_tui import __version__
+
+    for version, hinted in (("0.0.1", True), (__version__, False)):
+        home = tmp_path / version
+        home.mkdir(mode=0o700)
+        server = _fake_engine(home / "engine.sock", version)
+        try:
+            out = subprocess.run(
+                [sys.executable, "-m", "gpulayer_tui", "edit", "3", "--priority", "2"],
+                env=dict(os.environ, GPULAYER_HOME=str(home)),
+                capture_output=True,
+                text=True,
+                timeout=30,
+                cwd=REPO,
+            )
+        finally:
+            server.close()
+        assert out.returncode == 1, out.stderr
+        assert out.stderr.startswith("gpulayer-tui: job 3 is running: only a waiting job")
+        said = f"(the engine runs gpulayer-tui 0.0.1, this command is {__version__}: an engine"
+        assert (said in out.stderr) is hinted, out.stderr

@@ -2031,7 +2031,7 @@ def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser)
         _error(str(err))
         return EXIT_LOST
     except ApiError as err:
-        _error(_in_flags(str(err), err.field, args))
+        _error(_in_flags(str(err), err.field, args) + _other_version(client, err))
         return EXIT_USAGE if err.status in (400, 404) else EXIT_FAILED
     except BrokenPipeError:
         return EXIT_OK
@@ -2051,6 +2051,28 @@ def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+
+
+def _other_version(client: Client, err: ApiError) -> str:
+    """A refusal from an engine of another version says so: one not restarted since an
+    upgrade answered in its own version's terms ("only a waiting job is edited" of what
+    the new one does), read as "not allowed" (tester h157). Asked only on a refusal."""
+    if err.status not in (400, 404, 409, 422):
+        return ""
+    from .. import __version__
+
+    client.timeout = 2.0
+    try:
+        running = client.health().get("version")
+    except Exception:  # (no answer: nothing to add to what was refused)
+        return ""
+    if not running or running == __version__:
+        return ""
+    return (
+        f"\n  (the engine runs gpulayer-tui {running}, this command is {__version__}: an "
+        "engine not restarted since an upgrade answers as its own version does; restart it "
+        "to run this one: gpulayer-tui stop, then start it again)"
+    )
 
 
 def _id_span(ids: list[int]) -> str:
