@@ -311,13 +311,13 @@ async def test_a_snapshot_too_big_is_refused_and_nothing_is_stored(
     (work / "weights.bin").write_bytes(b"\0" * (3 * 1024 * 1024))
     spec = {"command": ["true"], "gpus": 0, "cwd": str(work), "snapshot": True}
     with pytest.raises(
-        SpecError, match=r"snapshot of .*work is at least 3.00 MB, over \[snapshot\] max_mb = 1"
+        SpecError, match=r"snapshot of .*work is at least 3.00 MiB, over \[snapshot\] max_mb = 1"
     ):
         await engine.submit(spec)
     # In a git tree the whole listing is measured: the message says its size.
     repo = make_repo(tmp_path / "repo")
     (repo / "weights.bin").write_bytes(b"\0" * (3 * 1024 * 1024))
-    with pytest.raises(SpecError, match=r"snapshot of .*repo is 3.01 MB, over \[snapshot\] max_mb"):
+    with pytest.raises(SpecError, match=r"snapshot of .*repo is 3.01 MiB, over \[snapshot\]"):
         await engine.submit({**spec, "cwd": str(repo)})
     # Just past the limit: rounded, it read "is 1.00 MB, over max_mb = 1".
     edge = tmp_path / "edge"
@@ -731,6 +731,9 @@ async def test_a_submissions_copies_keep_the_disk_floor_and_the_timeout(
             (many / f"f{i}").write_text("x")
         engine.snapshots.clone(engine.snapshots.build(str(many), 10**12, 60), time.monotonic() - 1)
     engine.snapshots.discard([one])
+    # The limit passed is said with its value (it was not: tester h156).
+    with pytest.raises(SnapshotError, match=r"took longer than \[snapshot\] timeout = 30 s;"):
+        engine.snapshots.build(str(work), 10**12, 0.0, configured_timeout=30)
 
 
 def test_a_submission_asking_for_snapshots_is_waited_for_long_enough() -> None:

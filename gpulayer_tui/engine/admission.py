@@ -371,6 +371,7 @@ class Admission:
                                 max(0.1, deadline - time.monotonic()),
                                 files_mode(settings.files) == "private",
                                 floor,
+                                settings.timeout,
                             ),
                             max(0.1, deadline - time.monotonic()) + 10,  # (the thread keeps
                             # its own deadline)

@@ -141,8 +141,9 @@ class Built:
 def _mb(size: int) -> str:
     if size < MB:
         return f"{size} bytes"
-    # (rounded, a size just past the limit read "is 5.0 MB, over max_mb = 5")
-    return f"{size / MB:.2f} MB" if size < 100 * MB else f"{size / MB:.0f} MB"
+    # (rounded, a size just past the limit read "is 5.0 MB, over max_mb = 5"; MiB, as
+    # max_mb counts: "MB" was said of them, tester h156)
+    return f"{size / MB:.2f} MiB" if size < 100 * MB else f"{size / MB:.0f} MiB"
 
 
 SPACE_CHECK_BYTES = 8 * MB  # a copy looks at the state dir's free space this often
@@ -160,6 +161,7 @@ class _Budget:
         self.state_dir = state_dir
         self.floor = floor  # bytes the state dir's disk keeps free ([logs] min_free_mb)
         self._space_seen = -SPACE_CHECK_BYTES  # copied bytes at the last look
+        self.timeout: float | None = None  # ([snapshot] timeout, said when it is passed)
 
     def check_space(self, copied: int) -> None:
         """Refuse once the state dir's disk has less than the floor free (checked before
@@ -184,9 +186,10 @@ class _Budget:
 
     def check_time(self) -> None:
         if time.monotonic() > self.deadline:
+            limit = f" = {self.timeout:g} s" if self.timeout is not None else ""
             raise SnapshotError(
-                f"snapshot of {self.cwd} took longer than [snapshot] timeout; nothing was "
-                "stored (submit from a smaller directory, or with --no-snapshot)"
+                f"snapshot of {self.cwd} took longer than [snapshot] timeout{limit}; nothing "
+                "was stored (submit from a smaller directory, or with --no-snapshot)"
             )
 
     def check_size(self, total: int, partial: bool = False) -> None:
@@ -468,10 +471,13 @@ class SnapshotStore:
         timeout: float,
         private: bool = False,
         min_free: int = 0,
+        configured_timeout: float | None = None,
     ) -> Built:
         """Copy ``cwd`` (see the module's docstring) into a new tree in ``tmp/``;
         ``private``: with copies of its own, not links to the store's objects;
-        ``min_free``: bytes the state dir's disk must keep free ([logs] min_free_mb).
+        ``min_free``: bytes the state dir's disk must keep free ([logs] min_free_mb);
+        ``configured_timeout``: ``[snapshot] timeout``, said when the time runs out
+        (``timeout`` is what is left of it for this submission).
 
         Raises:
             SnapshotError: Too big, unreadable, git failing, out of time or of disk space;
@@ -480,6 +486,7 @@ class SnapshotStore:
         budget = _Budget(
             cwd, max_bytes, time.monotonic() + timeout, str(self.root.parent), min_free
         )
+        budget.timeout = configured_timeout
         if not os.path.isdir(cwd):
             # (a folder removed since was said "is not a directory": tester h156)
             what = "is not a directory" if os.path.lexists(cwd) else "does not exist"
