@@ -746,3 +746,38 @@ def test_a_submission_asking_for_snapshots_is_waited_for_long_enough() -> None:
     assert client._submit_timeout({"command": ["true"], "snapshot": True}) == SNAPSHOT_WAIT_S
     batch = {"jobs": [{"command": ["a"]}, {"command": ["b"], "snapshot": True}]}
     assert client._submit_timeout(batch) == SNAPSHOT_WAIT_S
+
+
+async def test_a_submodule_is_copied_as_its_own_git_lists_it(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Its own .gitignore was not heeded (copied by the plain rules, with no ignore list):
+    # its ignored checkpoints were copied, and a snapshot over max_mb could not be made
+    # smaller by any ignore entry (tester h156).
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    git(inner, "init", "-q")
+    (inner / ".gitignore").write_text("*.ign\n")
+    (inner / "code.py").write_text("print(1)\n")
+    git(inner, "add", "-A")
+    git(inner, "commit", "-q", "-m", "inner")
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    git(outer, "init", "-q")
+    (outer / "main.py").write_text("print(0)\n")
+    git(outer, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(inner), "mod")
+    git(outer, "add", "-A")
+    git(outer, "commit", "-q", "-m", "outer")
+    (outer / "mod" / "ckpt.ign").write_bytes(b"\0" * 1000)  # (ignored by the submodule)
+    (outer / "mod" / "new.txt").write_text("untracked in the submodule\n")
+    engine = await make_engine()
+    job = await engine.submit({"command": ["true"], "gpus": 0, "cwd": str(outer), "snapshot": True})
+    tree = engine.snapshots.job_tree(job.id)
+    assert tree_files(tree) == {
+        ".gitmodules",
+        "main.py",
+        "mod/.gitignore",
+        "mod/code.py",
+        "mod/new.txt",
+    }
+    await engine.wait(job.id, timeout=10)

@@ -392,10 +392,27 @@ def _git_entries(
             out.append(_Entry(rel, "link", 0))
         elif stat.S_ISREG(info.st_mode):
             out.append(_Entry(rel, "file", info.st_size))
-        elif stat.S_ISDIR(info.st_mode):  # a submodule: copied by the plain rules
+        elif stat.S_ISDIR(info.st_mode):  # a submodule
             out.append(_Entry(rel, "dir", 0))
-            out.extend(_walk(root, budget, [], rel, skip=skip))
+            out.extend(_submodule_entries(root, rel, budget, skip))
     return out
+
+
+def _submodule_entries(
+    root: str, rel: str, budget: _Budget, skip: frozenset[tuple[int, int]]
+) -> list[_Entry]:
+    """A submodule's entries (under ``rel``): what its own git lists, as for the
+    repository, its own ``.gitignore`` heeded (its ignored checkpoints were copied, and a
+    snapshot over max_mb could not be made smaller: tester h156); one not checked out, or
+    whose git fails, by the plain rules with its ``.gpulayerignore``."""
+    sub = os.path.join(root, rel)
+    if os.path.lexists(os.path.join(sub, ".git")):
+        listed = _git(["ls-files", "-co", "--exclude-standard", "-z"], sub, budget)
+        if listed.returncode == 0:
+            names = list(dict.fromkeys(os.fsdecode(n) for n in listed.stdout.split(b"\0") if n))
+            inner = _git_entries(sub, names, budget, skip)
+            return [_Entry(f"{rel}/{e.rel}", e.kind, e.size) for e in inner]
+    return _walk(root, budget, _ignore_rules(sub), rel, skip=skip)
 
 
 def _inside(
