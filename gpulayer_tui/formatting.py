@@ -393,6 +393,17 @@ def usage_lines(summary: UsageSummaryJSON) -> list[tuple[str, str]]:
     mem = summary.get("mem_util_mean")
     idle = summary.get("idle_share")
     gpus = ",".join(f"#{g}" for g in summary.get("gpus", []))
+    if not summary.get("samples"):
+        # Ended between two readings of its GPUs: "util ?" and "energy 0 Wh" (not marked
+        # as estimated) read as measured (tester h156).
+        return [
+            (
+                "GPU use",
+                "not read: it ended before its GPUs were next sampled ([engine] "
+                "sample_interval)" + (f" ({gpus})" if gpus else ""),
+            ),
+            ("energy", f"not measured, {summary['gpu_hours']:.3f} GPU-hours held"),
+        ]
     lines = [
         (
             "GPU memory",
@@ -401,7 +412,7 @@ def usage_lines(summary: UsageSummaryJSON) -> list[tuple[str, str]]:
         ),
         (
             "GPU use",
-            ("util ?" if util is None else f"util mean {util:g}%")
+            ("util not read" if util is None else f"util mean {util:g}%")
             + ("" if p95 is None else f", p95 {p95}%")
             + ("" if mem is None else f", memory bandwidth {mem:g}%")
             + ("" if idle is None else f", idle {idle:.0%} of the time")

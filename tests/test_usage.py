@@ -796,3 +796,36 @@ def test_an_older_jobs_energy_never_reads_less_right_after_an_engine_sigkill(
     first = usage()  # (as soon as it answers: its record, and the time since)
     assert first["energy_wh"] >= before["energy_wh"], (before, first)
     assert first["gpu_hours"] >= before["gpu_hours"], (before, first)
+
+
+def test_a_job_that_ended_between_two_readings_says_it_was_not_read() -> None:
+    # "util ?" and "energy 0 Wh" (not marked estimated) read as measured for a job that
+    # ended before its GPUs were next sampled (tester h156).
+    from gpulayer_tui.formatting import usage_lines
+
+    summary: dict[str, Any] = {
+        "gpus": [0],
+        "samples": 0,
+        "gpu_hours": 0.0003,
+        "peak_vram": 0,
+        "mean_vram": 0,
+        "util_mean": None,
+        "util_p95": None,
+        "mem_util_mean": None,
+        "energy_wh": 0.0,
+        "energy_estimated": False,
+        "idle_share": None,
+        "shared": False,
+        "advice": None,
+        "idle_warning": None,
+    }
+    assert usage_lines(summary) == [  # type: ignore[arg-type]
+        (
+            "GPU use",
+            "not read: it ended before its GPUs were next sampled ([engine] sample_interval) (#0)",
+        ),
+        ("energy", "not measured, 0.000 GPU-hours held"),
+    ]
+    read = dict(summary, samples=1, util_mean=55.0, energy_wh=0.011, peak_vram=GIB)
+    said = dict(usage_lines(read))  # type: ignore[arg-type]
+    assert said["GPU use"].startswith("util mean 55%") and said["energy"].startswith("0.011 Wh")
