@@ -505,9 +505,9 @@ async def engine_is_serving(paths: Paths) -> bool:
             that for no engine, and started one of its own on that state dir, which
             failed on its owner (tester h75). Or its socket cannot be reached (another
             user's private state dir), or is reached through a symlink another user
-            owns (see :mod:`.engine.pathwalk`).
+            owns (see :mod:`.pathwalk`).
     """
-    from .engine.pathwalk import untrusted_link
+    from .pathwalk import untrusted_link
 
     why = untrusted_link(str(paths.state_dir))
     if why is not None:

@@ -392,7 +392,7 @@ class Client:
             # theirs: a submission's whole environment went to one: tester h155)
             import os
 
-            from .engine.pathwalk import UntrustedLink, untrusted_link
+            from .pathwalk import UntrustedLink, untrusted_link
 
             why = untrusted_link(os.path.dirname(self.paths.socket_file))
             if why is not None:

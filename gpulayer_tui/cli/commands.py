@@ -9,7 +9,7 @@ import time
 
 from .. import jsonlite
 from ..client import ApiError, Client, EngineLost, EngineNotRunning, NotText, StreamIdle, quote
-from ..engine.pathwalk import UntrustedLink
+from ..pathwalk import UntrustedLink
 from .exits import EXIT_FAILED, EXIT_LOST, EXIT_NO_ENGINE, EXIT_OK, EXIT_TIMED_OUT, EXIT_USAGE
 
 TYPE_CHECKING = False  # (not typing's: importing typing costs ~2 ms of a CLI call)

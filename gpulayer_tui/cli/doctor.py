@@ -207,7 +207,7 @@ def _driver_locally() -> dict[str, str]:
 def _engine(paths: Paths, timeout: float) -> tuple[list[dict[str, str]], str | None]:
     """The engine's checks, and the config file it reads (``None``: no engine answers)."""
     from ..engine.lock import EngineLock
-    from ..engine.pathwalk import UntrustedLink
+    from ..pathwalk import UntrustedLink
 
     client = Client(paths, timeout=timeout)
     try:

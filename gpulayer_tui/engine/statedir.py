@@ -13,7 +13,7 @@ another between a check and a use). So, as OpenSSH's StrictModes does for ``~/.s
   may rename or remove it);
 * every symlink on the way to it is the engine's user's or root's: one of another user's
   in ``/tmp`` is theirs to point elsewhere at any time (tester h155). The path is walked
-  as the kernel resolves it (:mod:`.pathwalk`), each directory met checked as above, not
+  as the kernel resolves it (:mod:`gpulayer_tui.pathwalk`), each directory met checked as above, not
   only those above its ``realpath``, which hides the links.
 
 Files inside are then as trusted as the directory; they are opened with ``O_NOFOLLOW``
@@ -28,9 +28,9 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..pathwalk import owner_name as _owner
+from ..pathwalk import walk
 from .errors import StoreError
-from .pathwalk import owner_name as _owner
-from .pathwalk import walk
 
 if TYPE_CHECKING:
     from .lock import EngineLock
