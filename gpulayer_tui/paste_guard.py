@@ -14,11 +14,18 @@ it: everything between the terminal's paste start and end markers becomes one
 such a text without its escape sequences and control characters
 (:func:`pasted_text`). :func:`install` puts the parser in the drivers that read a
 terminal (Linux, and the browser's through ``textual-serve``).
+
+Input that is not UTF-8 is text too: the drivers decode what they read strictly, and one
+byte that is not (a Latin-1 terminal's ``é``, a Meta key that sets the 8th bit, a pasted
+binary) ended the TUI in a UnicodeDecodeError, and an embedded engine with it, exit 0
+(tester h160). :func:`install` gives them a decoder that reads such a byte as U+FFFD.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import codecs
+import functools
+from collections.abc import Callable, Iterable
 
 from textual import events
 from textual._time import get_time
@@ -118,8 +125,16 @@ def install() -> None:
     from textual.drivers import linux_driver
 
     linux_driver.XTermParser = PasteSafeParser  # type: ignore[attr-defined]
+    linux_driver.getincrementaldecoder = replacing_decoder  # type: ignore[attr-defined,assignment]
     try:
         from textual.drivers import web_driver
     except ImportError:  # pragma: no cover (part of textual; kept apart from the terminal)
         return
     web_driver.XTermParser = PasteSafeParser  # type: ignore[attr-defined]
+    web_driver.getincrementaldecoder = replacing_decoder  # type: ignore[attr-defined,assignment]
+
+
+def replacing_decoder(encoding: str) -> Callable[[], codecs.IncrementalDecoder]:
+    """``codecs.getincrementaldecoder(encoding)`` whose decoders read a byte sequence
+    that is not valid as U+FFFD, where the strict one raised (see the module)."""
+    return functools.partial(codecs.getincrementaldecoder(encoding), errors="replace")

@@ -202,3 +202,29 @@ def test_a_paste_holding_escape_sequences_is_text_never_keys(
     )
     terminal.keys("q")
     terminal.wait_for_text("EXIT=0", timeout=30)
+
+
+def test_input_that_is_not_utf8_is_text_and_never_ends_the_tui(
+    served: Served, terminal: Terminal, tmp_path: Path
+) -> None:
+    # One byte that is not UTF-8 (a Latin-1 terminal's é, an 8-bit Meta key, a pasted
+    # binary) ended the TUI in a UnicodeDecodeError, exit 0, and an embedded engine with
+    # it (tester h160). It is read as U+FFFD.
+    served.start("--simulate", "1xA100-80GB")
+    terminal.start(f"{sys.executable} -m gpulayer_tui; echo EXIT=$?; sleep 600")
+    terminal.wait_for_text("engine ok", timeout=30)
+    terminal.tmux("send-keys", "-t", "t", "-H", "e9", "41")  # (typed: Latin-1 é, then A)
+    terminal.keys("n")
+    terminal.wait_for_text("New job", timeout=20)
+    clip = tmp_path / "clip"
+    clip.write_bytes(b"abc\xffdef")
+    terminal.tmux("load-buffer", "-b", "clip", str(clip))
+    terminal.tmux("paste-buffer", "-p", "-d", "-b", "clip", "-t", "t")
+    terminal.wait_for_text("abc\ufffddef", timeout=20)
+    assert "Traceback" not in terminal.screen() and "EXIT=" not in terminal.screen()
+    terminal.keys("Escape")
+    terminal.wait_for_text("esc again throws away", timeout=20)
+    terminal.keys("Escape")
+    wait_for(lambda: "Submit (ctrl+s)" not in terminal.screen(), timeout=20)
+    terminal.keys("q")
+    terminal.wait_for_text("EXIT=0", timeout=30)
