@@ -2072,3 +2072,31 @@ def test_a_refusal_from_an_engine_of_another_version_says_so(tmp_path: Path) -> 
         assert out.stderr.startswith("gpulayer-tui: job 3 is running: only a waiting job")
         said = f"(the engine runs gpulayer-tui 0.0.1, this command is {__version__}: an engine"
         assert (said in out.stderr) is hinted, out.stderr
+
+
+def test_a_reader_gone_early_leaves_wait_and_status_their_exit_status(engine: Served) -> None:
+    # `wait A B | head -1` exited 0 at once: B not waited for, A's failure not told; and
+    # `status ID | true` exited 0 for a failed job (tester h159). The output is lost, the
+    # status is still the jobs'.
+    failed = _submit(engine, "--", "false")
+    slow = _submit(engine, "--", "sleep", "2")
+
+    def closed_reader(*args: str) -> int:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpulayer_tui", *args],
+            env=engine.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=REPO,
+        )
+        assert proc.stdout is not None
+        proc.stdout.close()  # (the reader is gone before anything is written)
+        return proc.wait(timeout=60)
+
+    assert closed_reader("wait", failed, slow) == 1
+    done = json.loads(engine.cli("status", slow, "--json").stdout)["job"]
+    assert done["status"] == "completed"  # (waited for, though nothing could be said)
+    assert closed_reader("wait", "--json", failed, slow) == 1
+    assert closed_reader("status", failed) == 1
+    assert closed_reader("status", "--json", failed) == 1
+    assert closed_reader("status", slow) == 0

@@ -824,20 +824,30 @@ def _status(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         # (the plot went after the JSON: output no JSON reader could read)
         parser.error("--plot draws text: it does not go with --json")
     data = client.job(args.job)
-    if args.json:
-        _print_json(data)
-    else:
-        from .format import format_job
+    from ..fields import NOT_COMPLETED_STATUSES
 
-        print(format_job(data["job"], data["events"], time.time(), last=args.last))
+    # (its status says how the job ended, read or not: `status ID | true` exited 0 for a
+    # failed job: tester h159)
+    code = EXIT_FAILED if data["job"]["status"] in NOT_COMPLETED_STATUSES else EXIT_OK
+    try:
+        if args.json:
+            _print_json(data)
+        else:
+            from .format import format_job
+
+            print(format_job(data["job"], data["events"], time.time(), last=args.last))
+    except BrokenPipeError:
+        _lose_stdout()
+        return code
     if getattr(args, "plot", False):
         from ..formatting import usage_plot
 
         width = _terminal_columns() - 30 if sys.stdout.isatty() else 60
-        print(usage_plot(client.usage(args.job), max(10, width)))
-    from ..fields import NOT_COMPLETED_STATUSES
-
-    return EXIT_FAILED if data["job"]["status"] in NOT_COMPLETED_STATUSES else EXIT_OK
+        try:
+            print(usage_plot(client.usage(args.job), max(10, width)))
+        except BrokenPipeError:
+            _lose_stdout()
+    return code
 
 
 def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -1170,6 +1180,33 @@ def _listed_ids(given: Any) -> list[int]:
     return list(dict.fromkeys(i for w in words for i in (w if isinstance(w, list) else [w])))
 
 
+def _lose_stdout() -> None:
+    """Its reader went away (``| head -1``, ``| grep -q``): what is still to print goes
+    nowhere, and the command goes on to its own exit status (see :func:`_wait`)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _outcome(data: dict[str, Any]) -> int:
+    """A waited-for job's exit status, as :func:`_waited` returns it."""
+    if data.get("timed_out"):
+        return EXIT_TIMED_OUT
+    return EXIT_OK if data["job"]["status"] == "completed" else EXIT_FAILED
+
+
+def _waited_said(data: dict[str, Any], as_json: bool, timeout: float | None, quiet: bool) -> int:
+    """:func:`_waited`, its output lost if its reader went away: the status stays the
+    job's (`wait A B | head -1` exited 0 at once, B not waited for and A's failure not
+    told: tester h159)."""
+    try:
+        return _waited(data, as_json, timeout, quiet)
+    except BrokenPipeError:
+        _lose_stdout()
+        return _outcome(data)
+
+
 def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     ids = _listed_ids(args.job)
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
@@ -1180,7 +1217,7 @@ def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             if args.json:  # (one id, one object: it printed nothing, as cancel did once)
                 _print_json({"id": ids[0], "error": str(err)})
             raise
-        return _waited(data, args.json, args.timeout)
+        return _waited_said(data, args.json, args.timeout, False)
     # Several: each in turn under one deadline (all must end, so the order costs no
     # time), each said as its wait returns; one refused (an unknown id) is said and the
     # others go on. Exit: the highest of theirs, as for `cancel X Y`.
@@ -1197,9 +1234,12 @@ def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             documents.append({"id": job_id, "error": str(err)})
             continue
         documents.append(data)
-        worst = max(worst, _waited(data, False, args.timeout, quiet=args.json))
+        worst = max(worst, _waited_said(data, False, args.timeout, args.json))
     if args.json:
-        _print_json(documents)
+        try:
+            _print_json(documents)
+        except BrokenPipeError:
+            _lose_stdout()
     return worst
 
 
