@@ -141,6 +141,11 @@ def test_private_socket_cannot_even_be_reached_by_another_user(open_home: Path) 
         tui = _as_nobody(served)
         assert tui.returncode == 2, (tui.stdout, tui.stderr)
         assert f"cannot reach the engine's socket {open_home / 'engine.sock'}" in tui.stderr
+        # An engine of nobody's own on it says whose the dir is (it said "Permission
+        # denied (.../jobs)" alone: tester h155).
+        theirs = _as_nobody(served, "--serve", "--simulate", "1xA100-80GB")
+        assert theirs.returncode == 2, (theirs.stdout, theirs.stderr)
+        assert f"{open_home} belongs to root, not to nobody" in theirs.stderr, theirs.stderr
         # doctor says it as a failed check (it ended in a traceback: tester h155).
         doctor = _as_nobody(served, "doctor")
         assert doctor.returncode == 1 and "Traceback" not in doctor.stderr, doctor.stderr

@@ -137,7 +137,30 @@ def unwritable_state_dir(state: Path, err: OSError) -> StoreError:
         why = f"{err.filename} is a symlink; the engine never writes through one"
     else:
         why = f"{err.strerror}" + (f" ({err.filename})" if err.filename else "")
+        if err.errno in (errno.EACCES, errno.EPERM):
+            why += _whose(state)
     return StoreError(f"the state dir {state} cannot be written: {why}")
+
+
+def _whose(state: Path) -> str:
+    """Whose the nearest existing directory of ``state`` (or above it) is, where it is
+    another user's: "Permission denied (.../jobs)" named neither (tester h155)."""
+    me = os.geteuid()
+    for path in (state, *state.parents):
+        try:
+            owner = os.lstat(path).st_uid
+        except OSError:
+            continue
+        if owner in (me, 0) and path != state:
+            return ""
+        if owner != me:
+            return (
+                f"; {path} belongs to {_owner(owner)}, not to {_owner(me)}: an engine serves "
+                "the state dir of the user it runs as (set GPULAYER_HOME to one of yours, or "
+                f"use {_owner(owner)}'s engine if its config lets you in)"
+            )
+        return ""
+    return ""
 
 
 def config_file_problem(path: Path) -> str | None:
