@@ -781,3 +781,21 @@ async def test_a_submodule_is_copied_as_its_own_git_lists_it(
         "mod/new.txt",
     }
     await engine.wait(job.id, timeout=10)
+
+
+async def test_linked_files_set_by_hand_where_they_are_not_safe_is_warned(
+    make_engine: EngineFactory,
+) -> None:
+    # Chosen by hand as root, one job's write changed what another sharing the file ran,
+    # and nothing said so (tester h156).
+    from gpulayer_tui.engine.snapshot import writes_read_only_files
+
+    engine = await make_engine(config=LINKED)
+    warned = [c for c in await engine.doctor_checks() if c["check"] == "snapshot"]
+    if writes_read_only_files():
+        assert [c["status"] for c in warned] == ["warn"]
+        assert 'files = "linked" while the engine ignores read-only modes' in warned[0]["detail"]
+    else:
+        assert warned == []
+    engine.config = make_config(snapshot={"files": "auto"})  # (as a reload makes it)
+    assert not [c for c in await engine.doctor_checks() if c["check"] == "snapshot"]

@@ -88,7 +88,7 @@ from .scheduler import Scheduler
 from .service_runtime import ServiceClock
 from .services import ServiceRunner
 from .simulate import SimulatedProbe, placed_processes
-from .snapshot import SnapshotStore
+from .snapshot import SnapshotStore, writes_read_only_files
 from .spec import JobSpec, parse_spec
 from .statedir import claim_state_dir, unwritable_state_dir
 from .store import Store
@@ -574,6 +574,18 @@ class Engine:
                     "detail": "this engine runs as root and [security] lets other users in: "
                     "every job runs as root, so each allowed user can do anything root "
                     "can; run the engine as a service account of its own",
+                }
+            )
+        if self.config.snapshot.files == "linked" and writes_read_only_files():
+            # (set by hand where auto would not: one job's write changed what another
+            # sharing its files ran, and nothing said so: tester h156)
+            checks.append(
+                {
+                    "check": "snapshot",
+                    "status": "warn",
+                    "detail": '[snapshot] files = "linked" while the engine ignores read-only '
+                    "modes (root, or CAP_DAC_OVERRIDE): a job that writes a file of its copy "
+                    'changes it for every job sharing it; "auto" makes them private here',
                 }
             )
         alive = [(k, pid) for k, pid, ticks in self.unwatched_runs if is_alive(pid, ticks)]
