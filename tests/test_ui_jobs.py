@@ -1109,6 +1109,21 @@ async def test_a_pasted_script_is_refused_in_the_command_not_cut_to_its_first_li
         command.post_message(events.Paste("\x1b[1ma\x1b[0m\n\x1b[1mb\n"))  # (2 lines)
         await until(pilot, lambda: command.has_class("-invalid"), "the refusal")
         assert command.value == "echo one line"
+        # Any field: several lines are refused, said (the first was kept and the rest
+        # dropped without a word), and a tab is a space (it stayed, and the field said
+        # "control characters are not allowed": tester h160).
+        name.post_message(events.Paste("N\x1b[31mRED\trest\rCR\nNL"))
+        await until(
+            pilot,
+            lambda: any(
+                "pasted 3 lines: this field takes one" in str(n.message) for n in app._notifications
+            ),
+            "the refusal said",
+        )
+        assert name.value == "run-a"
+        name.value = ""
+        name.post_message(events.Paste("a\tb"))
+        await until(pilot, lambda: name.value == "a b", "the tab as a space")
 
 
 async def test_a_checkbox_says_whether_it_is_ticked_without_colour(ui_app: Any) -> None:

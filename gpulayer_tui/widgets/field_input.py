@@ -43,14 +43,26 @@ class FieldInput(Input):
     def _on_paste(self, event: events.Paste) -> None:
         # A copied coloured line or terminal output is taken as its words: its escape
         # sequences and control characters stayed in the value (an environment value
-        # with "^[[31m" in it: tester h151).
+        # with "^[[31m" in it: tester h151). A tab is a space here. A paste of several
+        # lines is refused, said: Input kept the first without a word, the rest dropped
+        # (tester h160).
         text = pasted_text(event.text)
-        if text == event.text:
+        lines = [line for line in text.splitlines() if line.strip()]
+        if len(lines) > 1:
+            event.prevent_default()
+            event.stop()
+            self.app.notify(
+                f"pasted {len(lines)} lines: this field takes one line; nothing was pasted",
+                severity="warning",
+                timeout=6,
+            )
+            return
+        line = (lines[0] if lines else "").replace("\t", " ")
+        if line == event.text:
             return  # (Input's own handler takes it)
         event.prevent_default()
         event.stop()
-        if text:  # (as Input takes a paste: its first line, at the cursor or over the selection)
-            line = text.splitlines()[0]
+        if line:  # (at the cursor, or over the selection)
             if self.selection.is_empty:
                 self.insert_text_at_cursor(line)
             else:
