@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import sqlite3
 import time
@@ -106,7 +107,17 @@ async def test_a_reader_cut_off_for_falling_behind_is_told_so_in_a_last_line(
         async with aiohttp.ClientSession(connector=connector) as session:
             async with session.get("http://engine/v1/events") as stream:
                 hello = json.loads(await stream.content.readline())
-                assert hello == {"kind": "hello", "seq": engine.bus.last_seq}
+                # (which engine it is too: a reader that reconnects can tell a restarted
+                # one, whose seq starts again: tester h149)
+                from gpulayer_tui import __version__
+
+                assert hello == {
+                    "kind": "hello",
+                    "seq": engine.bus.last_seq,
+                    "pid": os.getpid(),
+                    "started_at": engine.started_at,
+                    "version": __version__,
+                }
                 (sub,) = engine.bus._subscribers - before
                 for i in range(sub.queue.maxsize + 1):  # (more than it keeps, at once)
                     engine.bus.publish(engine.bus.make(EventKind.ENGINE, None, {"i": i}))

@@ -67,7 +67,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from .. import wire
+from .. import __version__, wire
 from ..fields import (
     DRAIN_REASON_MAX,
     FieldError,
@@ -1316,7 +1316,20 @@ async def events(request: web.Request) -> web.StreamResponse:
         subscription = engine.subscribe()
         # (Read with the subscription, before any await: the first event it gets is the
         # one after this; a reader had no way to tell one missed before its first.)
-        hello = b'{"kind": "hello", "seq": %d}\n' % engine.bus.last_seq
+        # (and which engine: a reader that reconnects can tell a restarted one, whose
+        # seq starts again, from the same one: tester h149)
+        hello = (
+            json.dumps(
+                {
+                    "kind": "hello",
+                    "seq": engine.bus.last_seq,
+                    "pid": os.getpid(),
+                    "started_at": engine.started_at,
+                    "version": __version__,
+                }
+            )
+            + "\n"
+        ).encode()
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
         await response.write(hello)
