@@ -722,3 +722,33 @@ async def test_a_start_whose_commit_waits_on_a_locked_database_gets_its_whole_ti
     done = await engine.wait(later.id, timeout=30)
     assert done.status is JobStatus.COMPLETED, done.message
     assert ran.read_text() == "ran\n"
+
+
+async def test_nothing_is_started_while_the_database_cannot_be_written(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # A queued job whose slot freed during the outage was decided then: it read
+    # "running" with no process for as long, and its timeline said it started then, the
+    # start being the commit that came once the disk had room (tester h158). It waits
+    # now, saying why, and starts once writes work again.
+    engine = await make_engine(cpu_count=1)
+    go = tmp_path / "go"
+    holder = await engine.submit({"shell": f"while [ ! -e {go} ]; do sleep 0.02; done"})
+    waiter = await engine.submit({"command": ["true"]})
+    assert holder.status is JobStatus.RUNNING and waiter.status is JobStatus.QUEUED
+    await _break_writes(engine, "full")
+    with pytest.raises(StoreError):  # (the first write that fails)
+        await engine.submit(
+            {"command": ["true"], "env": {f"BIG{i}": "x" * 50_000 for i in range(4)}}
+        )
+    assert engine.store.failure is not None
+    go.touch()
+    await eventually(lambda: holder.id not in engine.book)
+    said = "nothing starts while the database cannot be written (database write failed: "
+    live = await eventually(
+        lambda: (act := engine.book.get(waiter.id)) and said in act.job.message and act
+    )
+    assert live.job.status is JobStatus.QUEUED and live.job.pid is None
+    await _mend_writes(engine, "full")
+    done = await engine.wait(waiter.id, timeout=20)
+    assert done.status is JobStatus.COMPLETED, done.message

@@ -217,6 +217,7 @@ class Engine:
             limits=Limits(self.config.users),
         )
         self.queue.owner_refusal = OwnerAccess(self.config.security).refusal
+        self.store.on_writable = self.queue.schedule_soon  # (see _gate)
         self.batch = BatchRunner(
             self.book, self.scheduler, self.executor, self.watcher, settings, env, self.disk
         )
@@ -528,10 +529,16 @@ class Engine:
         self.probe.place(placed_processes(self.book.roots.snapshot(), self.book.get))
 
     def _gate(self) -> str | None:
-        """Why nothing may start now: the queue is paused, or the disk is nearly full."""
+        """Why nothing may start now: the queue is paused, the disk is nearly full, or the
+        database cannot be written (a start is decided durably first: decided meanwhile,
+        a job read "running" for as long, with no process: tester h158)."""
         if self.paused_at is not None:
             since = time.strftime("%H:%M:%S", time.localtime(self.paused_at))
             return f"the queue has been paused since {since} (gpulayer-tui resume)"
+        if self.store.failure is not None:
+            return (
+                f"nothing starts while the database cannot be written ({self.store.failure})"
+            )
         return self.disk.blocker()
 
     def _kept_because(self) -> dict[int, str]:

@@ -643,6 +643,8 @@ class Store:
         self._retry: list[_Write] = []
         self._retry_delay = RETRY_FIRST_S
         self.failure: str | None = None
+        self.on_writable: Callable[[], None] | None = None
+        """Called (on the loop) when writes work again after a failure."""
         self.run_id = 0
         self.previous_run_id = 0  # (the engine run before this one: 0 for none)
         # When the engine before this one was last known to run, and whether it stopped
@@ -1006,6 +1008,8 @@ class Store:
             if self.failure is not None:
                 log.warning("database writes work again; the engine takes new work")
                 self.failure = None
+                if self.on_writable is not None:  # (what waited for it may start now)
+                    self.on_writable()
             self._retry_delay = RETRY_FIRST_S
         elif not isinstance(error, sqlite3.Error):
             # A value SQLite cannot take (a bug, not the disk): retrying cannot help, and
