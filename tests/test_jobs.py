@@ -185,30 +185,39 @@ async def test_capacity_unknown_keeps_job_queued_then_runs(
 
 
 async def test_queued_reasons_name_the_blocker(make_engine: EngineFactory) -> None:
-    engine = await make_engine("2xA100-80GB")
+    engine = await make_engine("3xA100-80GB")
     first = await engine.submit(
         {"kind": "service", "command": ["sleep", "30"], "gpus": 1, "port": False}
     )
     second = await engine.submit({"command": ["sleep", "30"], "gpus": 1})
+    # (a service with a timeout ends by then: "runs until stopped" was said of it: h158)
+    timed = await engine.submit(
+        {"kind": "service", "command": ["sleep", "30"], "gpus": 1, "port": False, "timeout": 60}
+    )
     third = await engine.submit({"command": ["true"], "gpus": 1})
     assert first.status is JobStatus.RUNNING and second.status is JobStatus.RUNNING
     assert third.status is JobStatus.QUEUED
-    assert third.message == ("all 2 GPU slots busy")
+    assert third.message == ("all 3 GPU slots busy")
     # `why` names who holds them (the row does not: it would change at each job end).
     why = await engine.why(third.id)
     assert why["held_by"] == [
         {"domain": "gpu0", "jobs": [first.id], "services": [first.id]},
         {"domain": "gpu1", "jobs": [second.id], "services": []},
+        {"domain": "gpu2", "jobs": [timed.id], "services": []},
     ]
     # (a service holds its GPU until stopped: the wait has no end of its own: tester h47)
     assert (
         f"  held by     gpu0: job {first.id} (a service: runs until stopped); gpu1: job {second.id}"
+        f"; gpu2: job {timed.id}"
     ) in why_lines(why)
+    # (and it is reserved for, ending by its timeout)
+    assert why["reservation"] and why["reservation"]["domains"] == ["gpu2"], why["reservation"]
     dependent = await engine.submit({"command": ["true"], "depends_on": [third.id]})
     assert dependent.message == f"waiting for job {third.id}"
     assert (await engine.why(dependent.id))["held_by"] == []  # (it waits for a job)
     await engine.cancel(first.id)
     await engine.cancel(second.id)
+    await engine.cancel(timed.id)
     assert (await engine.wait(third.id, timeout=10)).status is JobStatus.COMPLETED
 
 

@@ -536,9 +536,7 @@ class Engine:
             since = time.strftime("%H:%M:%S", time.localtime(self.paused_at))
             return f"the queue has been paused since {since} (gpulayer-tui resume)"
         if self.store.failure is not None:
-            return (
-                f"nothing starts while the database cannot be written ({self.store.failure})"
-            )
+            return f"nothing starts while the database cannot be written ({self.store.failure})"
         return self.disk.blocker()
 
     def _kept_because(self) -> dict[int, str]:

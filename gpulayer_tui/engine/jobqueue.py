@@ -850,10 +850,13 @@ class JobQueue:
             jobs = sorted(dom.holdings)[:20]
             # (a service holds its GPU until stopped: "held by gpu0: job 50" told nothing
             # of a wait with no end: tester h47)
+            # (one with a timeout ends by then: "runs until stopped" was said of it: h158)
             services = [
                 j
                 for j in jobs
-                if (held := self._book.get(j)) is not None and held.job.kind is JobKind.SERVICE
+                if (held := self._book.get(j)) is not None
+                and held.job.kind is JobKind.SERVICE
+                and (held.spec is None or held.spec.timeout is None)
             ]
             out.append({"domain": dom.name, "jobs": jobs, "services": services})
         return out
@@ -1390,7 +1393,7 @@ class JobQueue:
 
     def _ends_at(self, job_id: int) -> float | None:
         """When a running job will have ended at the latest (its timeout), if known;
-        ``math.inf`` for a service (it runs until stopped)."""
+        ``math.inf`` for a service with no timeout (it runs until stopped)."""
         act = self._book.get(job_id)
         if act is None or act.spec is None:
             return None
@@ -1399,10 +1402,8 @@ class JobQueue:
             # taken for ended: "reserved gpu0, gpu1 for this job now" was said of GPUs
             # whose jobs had 7 s left before their SIGKILL: tester h129).
             return act.job.kill_at
-        if act.spec.is_service:
-            return math.inf
         if act.spec.timeout is None:
-            return None
+            return math.inf if act.spec.is_service else None
         started = act.job.started_at
         return None if started is None else started + act.spec.timeout
 
