@@ -122,6 +122,9 @@ def claim_state_dir(paths: Paths, lock: EngineLock) -> None:
         # written: File exists" when it pointed nowhere, and taken when it did: h155)
         _check_the_way(state, os.geteuid())
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # (the state dir itself before jobs/ is made there: one refused for its mode was
+        # left with a jobs/ folder in it: tester h158)
+        check_state_dir(state, state)
         paths.jobs_dir.mkdir(exist_ok=True, mode=0o700)
         # Before anything is written there: no other user may control these dirs.
         check_state_dir(state, paths.jobs_dir)
