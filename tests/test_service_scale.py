@@ -224,13 +224,15 @@ async def test_a_replica_told_to_stop_shows_no_endpoint(
 async def test_a_scale_down_outlives_an_engine_restart_and_a_second_waits_for_it(
     make_engine: EngineFactory,
 ) -> None:
-    config = make_config(engine={"grace_period": 4.0})
+    grace = 8.0
+    config = make_config(engine={"grace_period": grace})
     engine = await make_engine("2xA100-80GB", config=config)
     svc = await engine.submit(_service(STUBBORN, port=False, gpus=1, replicas=2))
     await eventually(lambda: _live(engine, svc.id).message == "2/2 up on gpu0, gpu1")
     await eventually(lambda: all(r.pid is not None for r in _live(engine, svc.id).replicas))
     kept, removed = (r.pid for r in _live(engine, svc.id).replicas)
     await engine.edit(svc.id, {"replicas": 1})
+    edited_at = time.monotonic()
     assert _live(engine, svc.id).replicas[1].state is R.STOPPING
     assert _live(engine, svc.id).message == (
         "1/1 up on gpu0, gpu1; replica 1 stopping (scaled to 1)"
@@ -240,14 +242,15 @@ async def test_a_scale_down_outlives_an_engine_restart_and_a_second_waits_for_it
         await engine.edit(svc.id, {"replicas": 2})
     assert (await engine.edit(svc.id, {"replicas": 1})).spec["replicas"] == 1  # (as asked)
     await engine.stop()
-    assert not pid_gone(removed)  # (it ignores SIGTERM: its SIGKILL is due)
+    if time.monotonic() - edited_at < grace - 1:  # (CI under load took 4 s to get here)
+        assert not pid_gone(removed)  # (it ignores SIGTERM: its SIGKILL is due)
 
     again = await make_engine("2xA100-80GB", config=config)
     # The removed replica's stop goes on (it is no stop of the service) ...
     live = await again.get(svc.id)
     assert live.status is JobStatus.RUNNING
-    await eventually(lambda: pid_gone(removed), timeout=20)
-    await eventually(lambda: len(_live(again, svc.id).replicas) == 1, timeout=20)
+    await eventually(lambda: pid_gone(removed), timeout=30)
+    await eventually(lambda: len(_live(again, svc.id).replicas) == 1, timeout=30)
     live = _live(again, svc.id)
     assert live.status is JobStatus.RUNNING and live.replicas[0].pid == kept
     assert live.message == "1/1 up on gpu0" and live.domains == ["gpu0"]
