@@ -2100,3 +2100,24 @@ def test_a_reader_gone_early_leaves_wait_and_status_their_exit_status(engine: Se
     assert closed_reader("status", failed) == 1
     assert closed_reader("status", "--json", failed) == 1
     assert closed_reader("status", slow) == 0
+
+
+def test_wait_says_an_unknown_id_before_it_waits_for_the_others(engine: Served) -> None:
+    # `wait ID 99999` waited for ID to end, then said "no job 99999" (tester h159): a
+    # typo among the ids was found hours later.
+    slow = _submit(engine, "--", "sleep", "3")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui", "wait", slow, "99999"],
+        env=engine.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # (said while job `slow` still runs)
+    assert first == "gpulayer-tui: no job 99999\n"
+    assert json.loads(engine.cli("status", slow, "--json").stdout)["job"]["status"] == "running"
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and err == "", err  # (said once)
+    assert f"job {slow} completed" in out

@@ -1223,11 +1223,26 @@ def _wait(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     # others go on. Exit: the highest of theirs, as for `cancel X Y`.
     worst = EXIT_OK
     documents: list[Any] = []
+    # An unknown id is said before any waiting (a typo among the ids was said once the
+    # others had all ended, hours later: tester h159); the others are waited for still.
+    unknown: dict[int, ApiError] = {}
     for job_id in ids:
         try:
+            client.wait(job_id, 0.0)
+        except ApiError as err:
+            if err.status == 404:
+                unknown[job_id] = err
+                _error(str(err))
+        except (EngineLost, EngineNotRunning):
+            break  # (the waits below say it, and wait for one to come back)
+    for job_id in ids:
+        try:
+            if job_id in unknown:
+                raise unknown[job_id]
             data = _wait_one(client, job_id, deadline)
         except ApiError as err:
-            _error(str(err))
+            if job_id not in unknown:
+                _error(str(err))
             worst = max(worst, EXIT_USAGE if err.status in (400, 404) else EXIT_FAILED)
             # (one for each id, in the order given, as cancel's list: a script lined
             # them up with its ids and one was missing; tester h122)
