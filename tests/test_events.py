@@ -327,3 +327,27 @@ async def test_a_job_and_its_timeline_are_read_together(make_engine: EngineFacto
     # Once committed, the same read gives the same answer (no event twice).
     await engine.store.flush()
     assert (await engine.job_detail(waiting.id))[1] == events
+
+
+async def test_a_stream_ended_by_the_engines_stop_says_so(make_engine: EngineFactory) -> None:
+    # The stream just ended: a reader could not tell a stop from a crash (tester h149).
+    engine = await make_engine()
+    server = ApiServer(engine, engine.paths.socket)
+    await server.start()
+    stopped = False
+    try:
+        connector = aiohttp.UnixConnector(path=str(engine.paths.socket))
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.get("http://engine/v1/events") as stream:
+                hello = json.loads(await stream.content.readline())
+                assert hello["kind"] == "hello"
+                await server.stop()
+                stopped = True
+                lines = [json.loads(line) async for line in stream.content if line.strip()]
+        assert lines[-1] == {
+            "kind": "stopping",
+            "data": {"message": "the engine is stopping (its running jobs keep running)"},
+        }
+    finally:
+        if not stopped:
+            await server.stop()

@@ -1366,7 +1366,8 @@ async def _end_of_events(
 ) -> None:
     """A reader cut off for falling behind is told so in a last line (``{"kind":
     "lagged"}``: read the state again, then subscribe again); its stream read as the
-    engine's end."""
+    engine's end. One ended because the engine stops is told that (``{"kind":
+    "stopping"}``): a stream that just ended read as a crash (tester h149)."""
     if subscription.overflowed:
         line = {
             "kind": "lagged",
@@ -1375,8 +1376,13 @@ async def _end_of_events(
                 "and was cut off: read the state again and subscribe again"
             },
         }
-        with contextlib.suppress(ConnectionError):
-            await _write(request, response, json.dumps(line).encode() + b"\n")
+    else:
+        line = {
+            "kind": "stopping",
+            "data": {"message": "the engine is stopping (its running jobs keep running)"},
+        }
+    with contextlib.suppress(ConnectionError):
+        await _write(request, response, json.dumps(line).encode() + b"\n")
 
 
 def make_app(engine: Engine) -> web.Application:
