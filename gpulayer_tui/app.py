@@ -329,7 +329,7 @@ class GpulayerApp(App[str]):
                 if dom["gpu_index"] is None or gpu is None:
                     continue
                 points = self.gpu_history.setdefault(dom["gpu_index"], deque(maxlen=HISTORY_POINTS))
-                if gpu.get("lost") or dom.get("failures"):
+                if gpu.get("lost") or dom.get("failures"):  # (no-domain GPUs say it too)
                     # (a gap: the figures are the last good read's, and the graph went on
                     # plotting them as live)
                     points.append((event["at"], None, None))

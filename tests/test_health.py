@@ -1084,3 +1084,23 @@ def test_doctor_names_the_engines_version_and_warns_of_another(
         f"the engine runs gpulayer-tui {version}, this command is 9.9.9: stop the engine and "
         "start it again to run this version"
     )
+
+
+async def test_a_gpu_with_no_domain_whose_reads_fail_is_shown_as_such(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # Its figures were the last good read's, shown as live (and plotted on): tester h148.
+    from gpulayer_tui.widgets.gpu_panel import GpuPanel
+
+    config = make_config(engine={"sample_interval": 3600, "auto_domains": False})
+    engine = await make_engine(probe=NvmlProbe(), config=config)
+    await engine.sampler.sample_once()
+    (fresh,) = [g for g in engine.gpus()["gpus_without_domain"] if g["gpu_index"] == 1]
+    assert fresh["failures"] == 0
+    fake_nvml.fail("nvmlDeviceGetMemoryInfo", pynvml.NVML_ERROR_UNKNOWN, index=1)
+    await engine.sampler.sample_once()
+    (failing,) = [g for g in engine.gpus()["gpus_without_domain"] if g["gpu_index"] == 1]
+    assert failing["failures"] == 1 and failing["gpu"]["error"]
+    panel = GpuPanel("gpu 1")  # (the dashboard's panel of a GPU with no domain)
+    panel.domain = dict(failing)
+    assert panel.stale

@@ -116,6 +116,9 @@ def gpus_view(
             "jobs": sorted(retired.holdings) if retired is not None else [],
             "gpu": None,
             "processes": [],
+            # (its read failed: the figures are the last good read's, as a domain's
+            # "failures" says; they showed as live, and its graph plotted them: h148)
+            "failures": 1 if reading.failed else 0,
         }
         _reading_view(reading, sample, entry)
         if history:
