@@ -105,6 +105,17 @@ def test_gpulayer_home_and_config_are_pinned_and_quoted_for_systemd(tmp_path: Pa
     assert not (tmp_path / "xdg").exists()  # --print writes nothing
 
 
+def test_the_simulated_gpus_given_are_pinned(tmp_path: Path) -> None:
+    # A box with no driver (a demo): the unit could not carry --simulate (tester h152).
+    out = run("--simulate", "2xA100-80GB", "install-service", "--print", tmp_path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (start,) = [line for line in unit_lines(out.stdout) if line.startswith("ExecStart=")]
+    assert start.endswith(" --simulate 2xA100-80GB --serve"), start
+    out = run("--simulate-if-no-gpu", "1xL4-24GB", "install-service", "--print", tmp_path=tmp_path)
+    (start,) = [line for line in unit_lines(out.stdout) if line.startswith("ExecStart=")]
+    assert start.endswith(" --simulate-if-no-gpu 1xL4-24GB --serve"), start
+
+
 def test_the_python_path_it_ran_with_is_pinned_so_the_unit_imports_this_code(
     tmp_path: Path,
 ) -> None:

@@ -64,9 +64,15 @@ def environment_line(name: str, value: str) -> str:
     return 'Environment="' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def serve_command(config: str | None = None) -> list[str]:
+def serve_command(
+    config: str | None = None,
+    simulate: str | None = None,
+    simulate_if_no_gpu: str | None = None,
+) -> list[str]:
     """The command line of this installation's engine: the ``gpulayer-tui`` script that
-    is running, else this interpreter with ``-m gpulayer_tui`` (both absolute)."""
+    is running, else this interpreter with ``-m gpulayer_tui`` (both absolute); with the
+    ``--config`` and the simulated GPUs given (a box without a driver, a demo: the unit
+    could not carry them, tester h152)."""
     script = sys.argv[0] if sys.argv else ""
     if (
         os.path.basename(script) == "gpulayer-tui"
@@ -78,6 +84,10 @@ def serve_command(config: str | None = None) -> list[str]:
         words = [os.path.abspath(sys.executable), "-m", "gpulayer_tui"]
     if config is not None:
         words += ["--config", os.path.abspath(os.path.expanduser(config))]
+    if simulate is not None:
+        words += ["--simulate", simulate]
+    if simulate_if_no_gpu is not None:
+        words += ["--simulate-if-no-gpu", simulate_if_no_gpu]
     return [*words, "--serve"]
 
 
@@ -181,7 +191,11 @@ def run_install_service(args: argparse.Namespace, paths: Paths) -> int:
                     "the engine would run as root, and every job with it: give --user NAME "
                     "(the account jobs should run as), or --user root if you mean it"
                 )
-        command = serve_command(args.config)
+        command = serve_command(
+            args.config,
+            getattr(args, "simulate", None),
+            getattr(args, "simulate_if_no_gpu", None),
+        )
         path = python_path(command)
         if path is not None:
             environment["PYTHONPATH"] = path

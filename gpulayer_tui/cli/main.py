@@ -145,12 +145,13 @@ def _main(argv: Sequence[str] | None) -> int:
         from ..tui import run_tui
 
         return run_tui(paths, args.simulate, args.simulate_if_no_gpu)
-    if args.simulate or args.simulate_if_no_gpu:
-        # (not "applies to --serve": the TUI takes it too, for the engine it starts: h94)
+    if (args.simulate or args.simulate_if_no_gpu) and args.command != "install-service":
+        # (not "applies to --serve": the TUI takes it too, for the engine it starts: h94;
+        # and the unit install-service writes, for the engine it runs: h152)
         flag = "--simulate" if args.simulate else "--simulate-if-no-gpu"
         parser.error(
-            f"{flag} applies to an engine the command starts (--serve, or the TUI with no "
-            "subcommand): the engine owns the GPUs"
+            f"{flag} applies to an engine the command starts (--serve, the TUI with no "
+            "subcommand, or the unit of install-service): the engine owns the GPUs"
         )
     if _stdout_closed:
         # (a submission's id, a status, went nowhere and it exited 0: refused before it
