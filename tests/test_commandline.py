@@ -94,6 +94,31 @@ async def test_a_plain_line_with_an_unknown_program_fails_at_once_as_argv_would(
     assert engine.log_path(echo.id).read_text() == "ok\n"
 
 
+async def test_a_line_the_shell_expands_naming_an_unknown_program_fails_at_once(
+    make_engine: EngineFactory,
+) -> None:
+    # `vllm serve m --port $PORT` where vllm is not installed exited 127 in the shell, and
+    # a service restarted it for ever (tester h152, the README's example).
+    engine = await make_engine()
+    job = await engine.submit({"shell": "no-such-program-gpulayer --x $HOME", "gpus": 0})
+    done = await engine.wait(job.id, timeout=10)
+    assert done.termination_reason is TerminationReason.LAUNCH_FAILED
+    assert done.message.startswith("command not found: no-such-program-gpulayer"), done.message
+    service = await engine.submit(
+        {"kind": "service", "shell": "no-such-program-gpulayer serve --port $PORT", "gpus": 0}
+    )
+    ended = await engine.wait(service.id, timeout=10)
+    assert ended.status is JobStatus.FAILED
+    assert ended.termination_reason is TerminationReason.LAUNCH_FAILED, ended.message
+    assert "command not found: no-such-program-gpulayer" in ended.message
+    # A name the shell makes, or a PATH set before it, is the shell's to find.
+    for line in ('"$0" -c true', "PATH=/usr/bin:/bin true $HOME"):
+        other = await engine.submit({"shell": line, "gpus": 0})
+        assert (await engine.wait(other.id, timeout=10)).termination_reason is not (
+            TerminationReason.LAUNCH_FAILED
+        )
+
+
 @pytest.mark.parametrize(
     ("line", "runs"),
     [

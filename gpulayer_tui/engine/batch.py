@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .commandline import SHELL_BUILTIN_PROGRAMS, plain_argv, shell_argv
+from .commandline import SHELL_BUILTIN_PROGRAMS, literal_program, plain_argv, shell_argv
 from .executor import Executor, Exit, LaunchError, PreparedStart, Started, TaskKey
 from .jobbook import ActiveJob, JobBook, release_holds, retake_holds, take_holds
+from .launcher import why_not_runnable
 from .models import DomainState, EventKind, Job, JobStatus, TerminationReason
 from .unkillable import StuckReleaser
 
@@ -200,6 +201,13 @@ def prepare_task(
         LaunchError: The command cannot be started (its cwd, its program).
     """
     argv, cwd = argv_of(spec)
+    program = literal_program(spec.shell) if spec.shell is not None else None
+    if program is not None and argv[:2] == ["sh", "-c"]:
+        # (a line the shell must expand, naming its program as written: a missing one
+        # exited 127, and a service restarted it for ever: tester h152's vllm example)
+        found, why = why_not_runnable(program, cwd, {**env, **own_env})
+        if found is None:
+            raise LaunchError(why)
     try:
         return executor.prepare(
             key, argv, cwd, env, own_env, on_start, on_exit, run, timeout=timeout

@@ -88,6 +88,27 @@ def exec_line(line: str) -> str | None:
     return f"{head}exec {rest}"
 
 
+# A word the shell takes as it is: no quote, expansion, glob or tilde in it.
+_LITERAL_WORD = re.compile(r"[A-Za-z0-9_./:,+@%-]+")
+
+
+def literal_program(line: str) -> str | None:
+    """The program a one-simple-command line runs, where the shell takes its name as
+    written (``vllm serve m --port $PORT``: ``vllm``); ``None`` where it cannot be known
+    before the shell runs (an expansion or quote in the name, ``PATH=`` set before it,
+    a keyword, a builtin, or more than one command)."""
+    if exec_line(line) is None:
+        return None
+    prefix = _ASSIGNMENTS.match(line)
+    head = prefix.group(0) if prefix else ""
+    if "PATH=" in head:
+        return None
+    first = line[len(head) :].split(None, 1)[0]
+    if not _LITERAL_WORD.fullmatch(first) or first in SHELL_BUILTIN_PROGRAMS:
+        return None
+    return first
+
+
 def shell_argv(line: str) -> list[str]:
     """How a line runs through the shell: ``sh -c LINE``, or ``sh -c 'exec LINE'`` for one
     simple command (see the module's docstring)."""
