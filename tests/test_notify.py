@@ -463,6 +463,15 @@ def test_notify_payload_keeps_env_names_only() -> None:
     assert job.spec["env"] == {"A": "1", "B": "2"}  # the job itself is untouched
     assert (body["event"], body["event_at"]) == ("job.ended", 5.0) and "replica" not in body
     assert os.environ.get("GPULAYER_NOTIFY_EVENT") is None
+    # A command's bytes that are not UTF-8 (lone surrogates here) go as U+FFFD: strict
+    # JSON parsers refused the \udcff escapes (tester h153).
+    from gpulayer_tui.engine.notify import notification_body
+
+    odd = Job(2, "a\udcffb", JobKind.COMMAND, {"command": ["printf", "a\udcffb"]})
+    sent = notification_body(payload("job.ended", 5.0, odd, None))
+    assert b"\\udc" not in sent
+    parsed = json.loads(sent.decode("utf-8", "strict"))
+    assert parsed["name"] == "a\ufffdb" and parsed["spec"]["command"] == ["printf", "a\ufffdb"]
 
 
 # Records like RECORD, but first waits for a gate file (sys.argv[2]) to exist.

@@ -478,7 +478,7 @@ class Notifier:
         settings = pending.settings
         if settings.jobs == "marked" and not job.spec.get("notify"):
             return
-        body = json.dumps(payload(pending.event, pending.at, job, pending.replica)).encode()
+        body = notification_body(payload(pending.event, pending.at, job, pending.replica))
         sends: list[Awaitable[None]] = []
         timeout = settings.timeout
         if settings.command and pending.channels & COMMAND:
@@ -651,6 +651,16 @@ def payload(event: str, at: float, job: Job, replica: dict[str, Any] | None) -> 
     if replica is not None:
         out["replica"] = replica
     return out
+
+
+def notification_body(data: dict[str, Any]) -> bytes:
+    """``data`` as the JSON sent: strict UTF-8 JSON. A command's bytes that are not UTF-8
+    are held as lone surrogates (Python's ``surrogateescape``), which ``json.dumps`` writes
+    as ``\\udcXX`` escapes that strict parsers refuse (tester h153): each such byte is
+    sent as U+FFFD, as a job's log shows it."""
+    text = json.dumps(data, ensure_ascii=False)
+    fixed = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return fixed.encode("utf-8")
 
 
 async def _feed(stdin: asyncio.StreamWriter, body: bytes) -> None:
