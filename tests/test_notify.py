@@ -404,6 +404,8 @@ async def test_replicas_false_notifies_only_the_end(
         ('jobs = "mine"', "notify.jobs"),
         ("command = []", "notify.command"),
         ('command = "notify-send"', "notify.command"),
+        # (run from the engine's working directory: every delivery failed, tester h153)
+        ('command = ["./notify.sh"]', "notify.command: './notify.sh' is a relative path"),
         ("timeout = 0", "notify.timeout"),
         ("when = 1", "unknown key 'notify.when'"),
     ],

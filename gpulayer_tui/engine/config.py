@@ -332,6 +332,14 @@ class NotifySettings(_Strict):
     def _command(cls, value: list[str]) -> list[str]:
         if any("\0" in word for word in value):
             raise ValueError("the command contains a NUL byte")
+        program = value[0]
+        if "/" in program and not program.startswith("/"):
+            # (run from the engine's working directory, which a unit sets to /: "./n.sh"
+            # was taken, and every notification failed "No such file": tester h153)
+            raise ValueError(
+                f"{program!r} is a relative path; give an absolute path, or a program name "
+                "found in PATH"
+            )
         return value
 
     @field_validator("on")
