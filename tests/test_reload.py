@@ -1814,3 +1814,21 @@ async def test_a_cluster_added_by_a_reload_is_followed_and_its_jobs_told_why_the
     await eventually(lambda: engine.clusters._polls >= polls + 3, timeout=10)
     assert len(await engine.events_of(job.id)) == said and "not answering since" in told()
     await engine.cancel(job.id)
+
+
+async def test_a_file_gone_by_the_watchers_read_leaves_the_running_configuration(
+    make_engine: EngineFactory, paths: Paths
+) -> None:
+    # The watcher saw a file, gone again by its read: the defaults were applied, dropping
+    # [security] and the domains (tester h161's race); an explicit reload still applies
+    # a file's absence on purpose.
+    paths.state_dir.mkdir(parents=True)
+    paths.config_file.write_text(BASE + "[cpu]\nslots = 3\n")
+    engine = await make_engine(config=load_config(paths.config_file))
+    await engine.config_reload.stop()  # (applied by hand below, not by the watcher)
+    paths.config_file.unlink()
+    kept = await engine.config_reload.reload(absent_keeps=True)
+    assert kept == {"applied": False, "error": f"{paths.config_file} was removed"}
+    assert engine.scheduler.domains["cpu"].slots == 3
+    asked = await engine.config_reload.reload()
+    assert asked["applied"] is True and engine.scheduler.domains["cpu"].slots != 3

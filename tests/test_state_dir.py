@@ -241,3 +241,50 @@ def test_a_config_file_another_user_owns_or_links_is_refused(tmp_path: Path) -> 
     said = f"{theirs}, above the config file {theirs / 'config.toml'}, belongs to nobody"
     assert said in str(config_file_problem(theirs / "config.toml"))
     assert config_file_problem(tmp_path / "absent.toml") is None  # (load_config: defaults)
+
+
+@as_root
+def test_a_config_file_writable_through_an_acl_or_by_its_group_is_refused(tmp_path: Path) -> None:
+    # Tester h161: an ACL entry let another user write the config (its mode's group bits
+    # are the ACL's mask, and a user's own private group was excused), and a user whose
+    # primary group was the owner's private group could write it too: both ran code as
+    # the engine's user. No group write is excused now, and an ACL's writers are named.
+    import struct
+
+    from gpulayer_tui.engine.statedir import config_file_problem
+
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    entries = [(1, 6, 0xFFFFFFFF), (2, 6, NOBODY), (4, 4, 0xFFFFFFFF), (0x10, 6, 0xFFFFFFFF)]
+    entries.append((0x20, 4, 0xFFFFFFFF))
+    acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+    try:
+        os.setxattr(config, "system.posix_acl_access", acl)
+    except OSError as err:
+        pytest.skip(f"no POSIX ACLs here: {err}")
+    said = config_file_problem(config)
+    assert said is not None and "is writable by nobody through its ACL" in said, said
+    os.removexattr(config, "system.posix_acl_access")
+    config.chmod(0o664)  # (group write: the owner's own group, root here)
+    assert "is writable by its group (mode 0664)" in str(config_file_problem(config))
+    config.chmod(0o644)
+    assert config_file_problem(config) is None
+
+
+def test_the_config_read_is_the_file_checked(tmp_path: Path) -> None:
+    # Checked by name and read by name, another user's file made at that name in a
+    # sticky folder between the two was read (tester h161): the engine reads the one
+    # descriptor it checked.
+    from gpulayer_tui.engine.config import load_engine_config
+    from gpulayer_tui.engine.statedir import read_trusted_config
+
+    config = tmp_path / "config.toml"
+    assert read_trusted_config(config) is None and load_engine_config(config) is None
+    config.write_text("[engine]\nsample_interval = 7\n")
+    loaded = load_engine_config(config)
+    assert loaded is not None and loaded.engine.sample_interval == 7
+    config.chmod(0o666)
+    from gpulayer_tui.engine.config import ConfigError
+
+    with pytest.raises(ConfigError, match="is writable by others"):
+        load_engine_config(config)

@@ -665,6 +665,33 @@ def load_config(path: Path) -> Config:
     return parse_config_text(text, str(path))
 
 
+def load_engine_config(path: Path) -> Config | None:
+    """The config file as the engine reads it: only one no other user could write or
+    replace, checked as it is opened and read from that descriptor (see
+    :func:`.statedir.read_trusted_config`); None where there is no file.
+
+    Raises:
+        ConfigError: Another user controls it, it cannot be read, or it is invalid.
+    """
+    from .statedir import UntrustedConfig, read_trusted_config
+
+    try:
+        data = read_trusted_config(path)
+    except UntrustedConfig as err:
+        raise ConfigError(str(err)) from None
+    except OSError as err:
+        if err.errno == errno.EINVAL:
+            raise ConfigError(f"{path}: not a regular file; the config is a TOML file") from None
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    if data is None:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text: {err.reason} at byte {err.start}") from None
+    return parse_config_text(text, str(path))
+
+
 def parse_config_text(text: str, source: str = "config") -> Config:
     """Parse and validate the text of a config file.
 

@@ -61,7 +61,7 @@ from .admission import Admission
 from .adoption import Adopter, read_process, runs_the_asker, thread_group_of
 from .batch import BatchRunner, JobEnv, login_basics
 from .cluster_runner import ClusterRunner
-from .config import Config, ConfigError, Paths, load_config, plan_domains
+from .config import Config, ConfigError, Paths, load_engine_config, plan_domains
 from .disk import DiskSpace
 from .domain import Domain, DomainState
 from .errors import JobNotActive, Overloaded, SpecError, StoreError, UnknownJob
@@ -185,12 +185,7 @@ class Engine:
         self._config_listeners: list[Callable[[Config], None]] = []
         self.paths = paths
         if config is None:
-            from .statedir import config_file_problem
-
-            problem = config_file_problem(paths.config_file)
-            if problem is not None:
-                raise ConfigError(problem)
-            config = load_config(paths.config_file)
+            config = load_engine_config(paths.config_file) or Config()
         self.config = config
         self.probe = probe if probe is not None else make_probe(simulate, paths.state_dir)
         self.cpu_count = cpu_count or os.cpu_count() or 1

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from ..fields import printable
-from .config import Config, ConfigError, DomainPlan, absent_words, load_config, plan_domains
+from .config import Config, ConfigError, DomainPlan, absent_words, load_engine_config, plan_domains
 from .domain import Domain, DomainHealth, DomainState
 from .errors import SpecError
 from .fairness import owner_of
@@ -226,16 +226,14 @@ for longer than :data:`SETTLE_S`. SIGHUP and ``POST /v1/config/reload`` apply at
 """How long a reload waits for ``[services] host`` to resolve before refusing it."""
 
 
-async def _load_checked(path: Path, source: str) -> Config:
-    """The config at ``path``, refused (ConfigError) where services could not listen on
-    its ``[services] host``: taken, every service failed at its next replica start; and
-    where another user could write or replace it (see ``statedir.config_file_problem``)."""
-    from .statedir import config_file_problem
-
-    problem = await asyncio.to_thread(config_file_problem, path)
-    if problem is not None:
-        raise ConfigError(problem)
-    config = await asyncio.to_thread(load_config, path)
+async def _load_checked(path: Path, source: str) -> Config | None:
+    """The config at ``path`` (None: there is no file), refused (ConfigError) where
+    another user could write or replace it (see :func:`.config.load_engine_config`), and
+    where services could not listen on its ``[services] host``: taken, every service
+    failed at its next replica start."""
+    config = await asyncio.to_thread(load_engine_config, path)
+    if config is None:
+        return None
     host = config.services.host
     try:
         async with asyncio.timeout(HOST_CHECK_S):
@@ -349,13 +347,15 @@ class ConfigReloader:
                 if await asyncio.to_thread(_read_bytes, target) == self._last_read:
                     self.changes_handled += 1
                     continue  # (read and applied already: by a reload asked for, or a touch)
-                await self.reload()
+                await self.reload(absent_keeps=True)
                 self.changes_handled += 1
                 if _link_chain(target) != chain:
                     break  # (a link names another file now: watch its folders instead)
 
-    async def reload(self) -> dict[str, Any]:
-        """Read the config file again and apply it if valid.
+    async def reload(self, absent_keeps: bool = False) -> dict[str, Any]:
+        """Read the config file again and apply it if valid; a file that is not there is
+        the defaults, unless ``absent_keeps`` (the watcher's: it saw a file, gone again by
+        the read, and the running configuration stays).
 
         Returns:
             ``{"applied": bool, "changes": [...]}`` or ``{"applied": False, "error": ...}``.
@@ -363,7 +363,11 @@ class ConfigReloader:
         source = str(self._paths.config_file)
         self._last_read = await asyncio.to_thread(_read_bytes, self._paths.config_file)
         try:
-            config = await _load_checked(self._paths.config_file, source)
+            found = await _load_checked(self._paths.config_file, source)
+            if found is None and absent_keeps:
+                log.warning("%s was removed: the running configuration stays", source)
+                return {"applied": False, "error": f"{source} was removed"}
+            config = found if found is not None else Config()
             sample = self._sampler.latest
             gpus = sample.result.gpus if sample is not None else ()
             plans = self._plan(config, gpus, source)
@@ -410,7 +414,7 @@ class ConfigReloader:
                 "(SIGHUP or POST /v1/config/reload applies the defaults)",
             )
         try:
-            config = await _load_checked(target, str(target))
+            config = await _load_checked(target, str(target)) or Config()
             sample = self._sampler.latest
             gpus = sample.result.gpus if sample is not None else ()
             self._plan(config, gpus, str(target), keep=False)

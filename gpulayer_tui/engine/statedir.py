@@ -166,81 +166,166 @@ def _whose(state: Path) -> str:
     return ""
 
 
-def config_file_problem(path: Path) -> str | None:
-    """Why the engine must not read the config file at ``path``, or None.
+class UntrustedConfig(StoreError):
+    """The config file is one another user could write or replace (see
+    :func:`read_trusted_config`); the message says which and how to fix it."""
+
+
+CONFIG_MAX_BYTES = 1 << 20  # (a config is kilobytes: more is a mistake, not read whole)
+
+
+def read_trusted_config(path: Path) -> bytes | None:
+    """The config file's bytes, or None where there is none.
 
     A config runs commands as the engine's user (``[notify] command``) and decides who may
     use the engine (``[security]``): one another user can write, or replace, is theirs to
     run code as this one (tester h155: a ``--config`` file in ``/tmp`` of another user's,
-    reloaded live). So, as for the state dir: the file is this user's or root's and
-    writable by no one else (its group only where that group is this user's own private
-    one), every directory on the way is this user's or root's and not writable by others
-    unless sticky, and every symlink on the way is this user's or root's. A missing or
-    unreadable file is for :func:`~.config.load_config` to say.
+    reloaded live). So, as for the state dir: every directory on the way is this user's or
+    root's and not writable by others unless sticky, and every symlink on the way is this
+    user's or root's; the file itself is this user's or root's, writable by no one else,
+    by its mode bits and by its ACL alike (an ACL entry let another user write: tester
+    h161). The file is checked as opened, and read from that one descriptor: checked by
+    name and then read by name, another user's file made at that name in a sticky folder
+    in between was read (tester h161).
+
+    Raises:
+        UntrustedConfig: Naming what another user controls.
+        OSError: It cannot be opened or read (not a regular file: ``EINVAL``).
     """
     me = os.geteuid()
+    _config_way(path, me)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        problem = _config_file_itself(path, info, fd, me)
+        if problem is not None:
+            raise UntrustedConfig(problem)
+        os.set_blocking(fd, True)
+        chunks = []
+        size = 0
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > CONFIG_MAX_BYTES:
+                raise OSError(errno.EFBIG, f"larger than {CONFIG_MAX_BYTES} bytes", str(path))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def config_file_problem(path: Path) -> str | None:
+    """Why the engine would refuse the config file at ``path`` (see
+    :func:`read_trusted_config`), or None (a missing file too)."""
+    try:
+        read_trusted_config(path)
+    except UntrustedConfig as err:
+        return str(err)
+    except OSError:
+        return None  # (load_config says what is wrong with it)
+    return None
+
+
+def _config_way(path: Path, me: int) -> None:
+    """Refuse a symlink or a directory on the way to the config that another user
+    controls (the file itself is checked as opened)."""
     try:
         way = walk(os.fspath(path))
-        real = os.path.realpath(path)
-    except OSError:
-        return None
+    except OSError as err:
+        raise UntrustedConfig(
+            f"the config file {path} cannot be followed: {err.strerror}"
+        ) from None
+    real = os.path.realpath(path)
     for where, info in way:
         owner = info.st_uid
         if stat.S_ISLNK(info.st_mode):
             if owner not in (0, me):
-                return (
+                raise UntrustedConfig(
                     f"{where}, on the way to the config file {path}, is a symlink that "
                     f"belongs to {_owner(owner)}: they could point it at a config of theirs, "
                     f"which runs commands as {_owner(me)} ([notify] command)"
                 )
             continue
         if where == real:
-            if not stat.S_ISREG(info.st_mode):
-                return None  # (load_config says what it is)
-            if owner not in (0, me):
-                return (
-                    f"the config file {path} belongs to {_owner(owner)}, not to {_owner(me)} "
-                    f"who runs the engine: a config runs commands as {_owner(me)} ([notify] "
-                    "command); the engine reads only one of its user's or root's (copy it to "
-                    "a file of your own, or chown it)"
-                )
-            if info.st_mode & stat.S_IWOTH or (
-                info.st_mode & stat.S_IWGRP and not _own_private_group(info.st_gid, me)
-            ):
-                who = "others" if info.st_mode & stat.S_IWOTH else "its group"
-                return (
-                    f"the config file {path} is writable by {who} (mode "
-                    f"{stat.S_IMODE(info.st_mode):04o}): a config runs commands as "
-                    f"{_owner(me)} ([notify] command): chmod go-w {path}"
-                )
-            continue
+            continue  # (the file: checked as opened)
         if owner not in (0, me):
-            return (
+            raise UntrustedConfig(
                 f"{where}, above the config file {path}, belongs to {_owner(owner)}: they "
                 "could replace the file with one of theirs"
             )
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
-            return (
+            raise UntrustedConfig(
                 f"{where}, above the config file {path}, is writable by others (mode "
                 f"{stat.S_IMODE(info.st_mode):04o}, not sticky): they could replace the file "
                 "with one of theirs"
             )
+
+
+def _config_file_itself(path: Path, info: os.stat_result, fd: int, me: int) -> str | None:
+    owner = info.st_uid
+    if owner not in (0, me):
+        return (
+            f"the config file {path} belongs to {_owner(owner)}, not to {_owner(me)} who "
+            f"runs the engine: a config runs commands as {_owner(me)} ([notify] command); "
+            "the engine reads only one of its user's or root's (copy it to a file of your "
+            "own, or chown it)"
+        )
+    # (an ACL's named writers show only as group-write in the mode, its mask: said by
+    # name, tester h161)
+    writers = _acl_writers(fd)
+    if writers:
+        return (
+            f"the config file {path} is writable by {', '.join(writers)} through its ACL: a "
+            f"config runs commands as {_owner(me)} ([notify] command): setfacl -b {path}"
+        )
+    # (its group too, whatever the group: the exception made for a user's own private
+    # group let in another user whose primary group it was: tester h161)
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = "others" if info.st_mode & stat.S_IWOTH else "its group"
+        return (
+            f"the config file {path} is writable by {who} (mode "
+            f"{stat.S_IMODE(info.st_mode):04o}): a config runs commands as {_owner(me)} "
+            f"([notify] command): chmod go-w {path}"
+        )
     return None
 
 
-def _own_private_group(gid: int, uid: int) -> bool:
-    """Whether ``gid`` is ``uid``'s own group alone (a user private group, as Debian makes
-    for each user: its files are group-writable under umask 002, and safe)."""
-    try:
-        import grp
-        import pwd
+_ACL_USER, _ACL_GROUP, _ACL_MASK = 0x02, 0x08, 0x10
+_ACL_WRITE = 0x02
 
-        user = pwd.getpwuid(uid)
-        group = grp.getgrgid(gid)
-    except (KeyError, ImportError):
-        return False
-    return (
-        user.pw_gid == gid
-        and group.gr_name == user.pw_name
-        and not set(group.gr_mem) - {user.pw_name}
-    )
+
+def _acl_writers(fd: int) -> list[str]:
+    """Who the file's access ACL lets write it besides its owner: its named users and
+    groups with the write bit, where the mask keeps it; none without an ACL."""
+    try:
+        raw = os.getxattr(fd, "system.posix_acl_access")
+    except OSError:
+        return []  # (no ACL, or a filesystem without them)
+    mask = _ACL_WRITE
+    named = []
+    for at in range(4, len(raw) - 7, 8):  # (a 4-byte header, then 8-byte entries)
+        tag = int.from_bytes(raw[at : at + 2], "little")
+        perm = int.from_bytes(raw[at + 2 : at + 4], "little")
+        ident = int.from_bytes(raw[at + 4 : at + 8], "little")
+        if tag == _ACL_MASK:
+            mask = perm
+        elif tag in (_ACL_USER, _ACL_GROUP) and perm & _ACL_WRITE:
+            named.append((tag, ident))
+    if not mask & _ACL_WRITE:
+        return []
+    said = []
+    for tag, ident in named:
+        if tag == _ACL_USER:
+            said.append(_owner(ident))
+            continue
+        try:
+            import grp
+
+            said.append(f"group {grp.getgrgid(ident).gr_name}")
+        except (KeyError, ImportError):
+            said.append(f"gid {ident}")
+    return said
