@@ -787,3 +787,34 @@ def test_allowed_groups_are_the_users_groups_not_its_processes(shared: SharedEng
     assert out.returncode == 1 and "uid 65534 (nobody) may not use this engine" in out.stderr
     shared.allow('allowed_groups = ["nogroup"]')  # (nobody's own group in the database)
     assert shared.nobody("jobs").returncode == 0
+
+
+def test_a_user_taken_out_of_an_allowed_group_is_held_within_the_groups_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The answer for a waiting job's owner was kept for the config's life: a user taken
+    # out of an allowed group had its waiting job started 30 s later (tester h161). It
+    # is asked again once the groups read are GROUPS_CACHE_S old. (The user database is
+    # faked at its boundary, os.getgrouplist: this test changes no real group.)
+    import grp
+    import pwd
+
+    from gpulayer_tui.engine import access
+    from gpulayer_tui.engine.config import parse_config_text
+
+    nobody = pwd.getpwnam("nobody")
+    group = grp.getgrgid(0).gr_name  # (root's group: nobody is not in it)
+    member = {"now": True}
+
+    def groups(name: str, gid: int) -> list[int]:
+        return [gid, 0] if name == "nobody" and member["now"] else [gid]
+
+    monkeypatch.setattr(access.os, "getgrouplist", groups)
+    monkeypatch.setattr(access, "GROUPS_CACHE_S", 0.0)
+    access._groups_read.clear()
+    security = parse_config_text(f'[security]\nallowed_groups = ["{group}"]\n').security
+    owners = access.OwnerAccess(security)
+    assert owners.refusal(nobody.pw_uid) is None
+    member["now"] = False  # (taken out of the group)
+    assert "may no longer use this engine" in str(owners.refusal(nobody.pw_uid))
+    access._groups_read.clear()

@@ -119,13 +119,20 @@ class OwnerAccess:
     def __init__(self, security: SecuritySettings) -> None:
         self._security = security
         self._gids = security.group_ids() if security.allowed_groups else frozenset()
-        self._said: dict[int, str | None] = {}
+        # uid -> (when answered, the answer): kept for GROUPS_CACHE_S, as the groups it
+        # read are (kept for the config's life, a user taken out of an allowed group had
+        # its waiting job started 30 s later: tester h161)
+        self._said: dict[int, tuple[float, str | None]] = {}
 
     def refusal(self, uid: int) -> str | None:
         """Why ``uid``'s waiting jobs are held (it is no longer let in), or ``None``."""
-        if uid not in self._said:
-            self._said[uid] = self._refusal(uid)
-        return self._said[uid]
+        import time
+
+        now = time.monotonic()
+        said = self._said.get(uid)
+        if said is None or (self._gids and now - said[0] >= GROUPS_CACHE_S):
+            said = self._said[uid] = (now, self._refusal(uid))
+        return said[1]
 
     def _refusal(self, uid: int) -> str | None:
         if is_admin(uid) or uid in self._security.allowed_uids:
