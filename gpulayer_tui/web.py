@@ -536,7 +536,7 @@ async def _serve(server: WebServer, host: str, port: int, paths: Paths) -> int:
             file=sys.stderr,
         )
         return 2
-    bound_port = _bound_port(runner, port)
+    shown, bound_port = _bound_address(runner, host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -557,7 +557,6 @@ async def _serve(server: WebServer, host: str, port: int, paths: Paths) -> int:
             file=sys.stderr,
         )
     print("gpulayer-tui web: serving the TUI to browsers (Ctrl+C stops); open", flush=True)
-    shown = _bound_literal(runner, host) or browser_host(host)
     print(f"    http://{shown}:{bound_port}/?token={server.gate.token}", flush=True)
     try:
         await stop.wait()
@@ -675,30 +674,28 @@ def connection_limit() -> int:
     return min(MAX_CONNECTIONS, max(8, soft // 2))
 
 
-def _bound_literal(runner: web.AppRunner, host: str) -> str | None:
-    """For a host given by name (``localhost``), the address it was bound at, as the URL
-    printed should name it; else None. A browser resolving the name may try an address
-    not bound here (``::1``), where another user's listener got the token: tester h155."""
+def _bound_address(runner: web.AppRunner, host: str, asked: int) -> tuple[str, int]:
+    """The host and port the URL printed names: one address bound, and its own port.
+
+    A host given by name (``localhost``) is printed as the address it was bound at: a
+    browser resolving the name may try an address not bound here (``::1``), where another
+    user's listener got the token (tester h155). With port 0 each address gets a port of
+    its own, so the port is that address's (the IPv4 address was printed with the ::1
+    port, which another user then took on 127.0.0.1: tester h161).
+    """
+    bound = [a for a in runner.addresses if isinstance(a, tuple) and len(a) >= 2]
+    if not bound:
+        return browser_host(host), asked
+    # (IPv4 first: what "localhost" meant before ::1 existed)
+    first = sorted(bound, key=lambda a: ":" in str(a[0]))[0]
     try:
         ipaddress.ip_address(host.strip("[]"))
-        return None  # (a literal already)
+        literal = True
     except ValueError:
-        pass
-    if is_wildcard(host):
-        return None
-    bound = sorted(
-        (":" in str(address[0]), str(address[0]))
-        for address in runner.addresses
-        if isinstance(address, tuple) and address
-    )
-    return url_host(bound[0][1]) if bound else None
-
-
-def _bound_port(runner: web.AppRunner, asked: int) -> int:
-    for address in runner.addresses:
-        if isinstance(address, tuple) and len(address) >= 2:
-            return int(address[1])
-    return asked
+        literal = is_wildcard(host)
+    if literal:
+        return browser_host(host), int(first[1])
+    return url_host(str(first[0])), int(first[1])
 
 
 def run_web(paths: Paths, host: str, port: int, max_sessions: int = MAX_SESSIONS) -> int:

@@ -528,6 +528,22 @@ def test_a_host_given_by_name_is_printed_as_the_address_bound(
     assert web.stop(signal.SIGTERM) == 0
 
 
+def test_the_url_names_one_bound_address_with_its_own_port() -> None:
+    # With port 0 and a name bound at 127.0.0.1 and ::1, each got a port of its own, and
+    # the URL paired the IPv4 address with the ::1 port: another user took that port on
+    # 127.0.0.1 and got the token (tester h161).
+    from types import SimpleNamespace
+
+    from gpulayer_tui.web import _bound_address
+
+    both = SimpleNamespace(addresses=[("::1", 45805, 0, 0), ("127.0.0.1", 32951)])
+    assert _bound_address(both, "dual.example", 0) == ("127.0.0.1", 32951)  # type: ignore[arg-type]
+    six = SimpleNamespace(addresses=[("::1", 45805, 0, 0)])
+    assert _bound_address(six, "localhost", 0) == ("[::1]", 45805)  # type: ignore[arg-type]
+    given = SimpleNamespace(addresses=[("127.0.0.1", 8765)])
+    assert _bound_address(given, "127.0.0.1", 8765) == ("127.0.0.1", 8765)  # type: ignore[arg-type]
+
+
 def test_web_on_loopback_does_not_warn_and_stops_on_sigterm(
     web_process: type[WebProcess],
 ) -> None:
