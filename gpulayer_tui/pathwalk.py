@@ -71,7 +71,12 @@ def untrusted_link(path: str, uid: int | None = None) -> str | None:
     """Why ``path`` cannot be trusted by ``uid`` (default: this process's), or None:
     the first symlink on the way to it that neither ``uid`` nor root owns."""
     me = os.geteuid() if uid is None else uid
-    for where, info in walk(path):
+    try:
+        way = walk(path)
+    except OSError as err:
+        # (a link loop ended doctor, web and the TUI in a traceback: tester h161)
+        return f"{path} cannot be followed: {err.strerror or err}"
+    for where, info in way:
         if stat.S_ISLNK(info.st_mode) and info.st_uid not in (0, me):
             return (
                 f"{where}, on the way to {path}, is a symlink that belongs to "

@@ -288,3 +288,27 @@ def test_the_config_read_is_the_file_checked(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="is writable by others"):
         load_engine_config(config)
+
+
+def test_a_link_loop_for_a_state_dir_is_said_by_the_engine_and_every_client(
+    tmp_path: Path,
+) -> None:
+    # doctor, web and the TUI ended in a traceback (ELOOP from the path walk), and the
+    # engine called it "a symlink; the engine never writes through one" (tester h161).
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    done = _serve(loop)
+    assert done.returncode == 2, done.stderr
+    assert "cannot be followed: Too many levels of symbolic links" in done.stderr
+    env = dict(os.environ, GPULAYER_HOME=str(loop))
+    for args in (("doctor",), ("jobs",)):
+        out = subprocess.run(
+            [sys.executable, "-m", "gpulayer_tui", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
+        assert "Traceback" not in out.stderr, (args, out.stderr)
+        assert "Too many levels of symbolic links" in out.stdout + out.stderr, (args, out)

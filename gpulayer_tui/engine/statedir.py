@@ -77,7 +77,14 @@ def check_state_dir(state_dir: Path, jobs_dir: Path) -> None:
 def _check_the_way(state_dir: Path, me: int) -> None:
     """Refuse a symlink or a directory on the way to ``state_dir`` another user controls."""
     real = os.path.realpath(state_dir)
-    for where, info in walk(os.fspath(state_dir)):
+    try:
+        way = walk(os.fspath(state_dir))
+    except OSError as err:
+        # (a link loop was said "is a symlink; the engine never writes through one")
+        raise UnsafeStateDir(
+            f"the state dir {state_dir} cannot be followed: {err.strerror or err}"
+        ) from None
+    for where, info in way:
         if stat.S_ISLNK(info.st_mode):
             if info.st_uid not in (0, me):
                 raise UnsafeStateDir(
