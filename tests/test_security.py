@@ -147,6 +147,7 @@ def test_private_socket_cannot_even_be_reached_by_another_user(open_home: Path) 
         assert theirs.returncode == 2, (theirs.stdout, theirs.stderr)
         assert f"{open_home} belongs to root, not to nobody" in theirs.stderr, theirs.stderr
         # doctor says it as a failed check (it ended in a traceback: tester h155).
+        _give_nobody_the_config_reader()  # (doctor reads a config: pydantic)
         doctor = _as_nobody(served, "doctor")
         assert doctor.returncode == 1 and "Traceback" not in doctor.stderr, doctor.stderr
         assert f"cannot reach the engine's socket {open_home / 'engine.sock'}" in doctor.stdout
@@ -236,6 +237,7 @@ def test_unlisted_uids_are_refused_naming_the_uid_and_nothing_is_kept(
     assert tui.returncode == 2, (tui.stdout, tui.stderr)
     assert "uid 65534 (nobody) may not use this engine" in tui.stderr
     assert "belongs to" not in tui.stderr
+    _give_nobody_the_config_reader()  # (doctor reads a config: pydantic)
     doctor = shared.nobody("doctor")  # (a traceback: tester h155)
     assert doctor.returncode == 1 and "Traceback" not in doctor.stderr, doctor.stderr
     assert "uid 65534 (nobody) may not use this engine" in doctor.stdout

@@ -42,15 +42,16 @@ class UnsafeStateDir(StoreError):
     user; the engine refuses to start (exit code 2) and says which and why."""
 
 
-def check_state_dir(state_dir: Path, jobs_dir: Path) -> None:
-    """Refuse a state dir another user could change (see the module's docstring).
+def check_state_dir(state_dir: Path, jobs_dir: Path | None) -> None:
+    """Refuse a state dir another user could change (see the module's docstring);
+    ``jobs_dir`` None: the state dir alone (before ``jobs/`` is made there).
 
     Raises:
         UnsafeStateDir: Naming the directory and what is wrong with it.
     """
     me = os.geteuid()
     _check_the_way(state_dir, me)
-    for path in (state_dir, jobs_dir):
+    for path in (state_dir,) if jobs_dir is None else (state_dir, jobs_dir):
         info = os.lstat(path)
         if stat.S_ISLNK(info.st_mode) and path == jobs_dir:
             raise UnsafeStateDir(
@@ -131,7 +132,7 @@ def claim_state_dir(paths: Paths, lock: EngineLock) -> None:
         state.mkdir(parents=True, exist_ok=True, mode=0o700)
         # (the state dir itself before jobs/ is made there: one refused for its mode was
         # left with a jobs/ folder in it: tester h158)
-        check_state_dir(state, state)
+        check_state_dir(state, None)
         paths.jobs_dir.mkdir(exist_ok=True, mode=0o700)
         # Before anything is written there: no other user may control these dirs.
         check_state_dir(state, paths.jobs_dir)
