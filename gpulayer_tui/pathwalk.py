@@ -68,8 +68,12 @@ def _parts(path: str) -> list[str]:
 
 
 def untrusted_link(path: str, uid: int | None = None) -> str | None:
-    """Why ``path`` cannot be trusted by ``uid`` (default: this process's), or None:
-    the first symlink on the way to it that neither ``uid`` nor root owns."""
+    """Why a client of ``uid`` (default: this process's) must not use the state dir at
+    ``path``, or None: a symlink on the way to it that neither ``uid`` nor root owns; or,
+    for a state dir of another user's (a shared engine's), a directory on the way that
+    someone else than root or that user controls, or where anyone may make a folder (a
+    sticky ``/tmp``: one named as a victim's state dir was gone after a reboot, made by
+    another user, and got the victim's jobs and environment: tester h161)."""
     me = os.geteuid() if uid is None else uid
     try:
         way = walk(path)
@@ -83,6 +87,26 @@ def untrusted_link(path: str, uid: int | None = None) -> str | None:
                 f"{owner_name(info.st_uid)}: they can point it at another directory at any "
                 "time (at one of their own, where an engine of theirs would get your jobs "
                 "and their environment). Use a path with no link of another user's in it."
+            )
+    folders = [(where, info) for where, info in way if stat.S_ISDIR(info.st_mode)]
+    if not folders or folders[-1][0] != os.path.realpath(path):
+        return None  # (it does not exist: no engine serves it)
+    owner = folders[-1][1].st_uid
+    if owner in (0, me):
+        return None
+    for where, info in folders[:-1]:
+        anyone = info.st_mode & stat.S_IWOTH
+        if info.st_uid not in (0, owner) or anyone:
+            why = (
+                "where any user may make a folder"
+                if anyone
+                else f"which {owner_name(info.st_uid)} controls"
+            )
+            return (
+                f"the state dir {path} is {owner_name(owner)}'s, in {where}, {why}: an "
+                "engine there may be anyone's, and would get your jobs and their "
+                f"environment. A shared engine's state dir goes under directories only "
+                f"root or {owner_name(owner)} control (e.g. /srv/gpulayer)."
             )
     return None
 

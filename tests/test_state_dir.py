@@ -312,3 +312,49 @@ def test_a_link_loop_for_a_state_dir_is_said_by_the_engine_and_every_client(
         )
         assert "Traceback" not in out.stderr, (args, out.stderr)
         assert "Too many levels of symbolic links" in out.stdout + out.stderr, (args, out)
+
+
+@as_root
+def test_a_client_refuses_another_users_state_dir_where_anyone_may_make_one(
+    tmp_path: Path,
+) -> None:
+    # Tester h161: a victim's state dir in /tmp, gone after a reboot, was made by another
+    # user, whose engine there got the victim's next `submit` and its environment. A
+    # state dir of another user's is used only under directories root or they control.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # (as /tmp)
+    theirs = shared / "gl"
+    theirs.mkdir()
+    os.chown(theirs, NOBODY, -1)
+    env = dict(os.environ, GPULAYER_HOME=str(theirs))
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "gpulayer_tui", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
+
+    refused = cli("submit", "--", "true")
+    assert refused.returncode == 1, refused.stderr
+    assert f"the state dir {theirs} is nobody's, in " in refused.stderr
+    assert ", where any user may make a folder: an engine there may be anyone's" in (refused.stderr)
+    # Under directories root owns, none writable by others: a shared engine's (no engine
+    # serves it here: that is all that is said). (Not under /tmp, which anyone writes.)
+    import shutil
+    import tempfile
+
+    safe = Path(tempfile.mkdtemp(prefix="gpulayer-test-", dir="/var/lib"))
+    try:
+        safe.chmod(0o755)
+        (safe / "gl").mkdir()
+        os.chown(safe / "gl", NOBODY, -1)
+        env["GPULAYER_HOME"] = str(safe / "gl")
+        plain = cli("jobs")
+        assert plain.returncode == 3 and "no engine is serving" in plain.stderr, plain.stderr
+    finally:
+        shutil.rmtree(safe)
