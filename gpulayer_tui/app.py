@@ -30,7 +30,7 @@ from textual.worker import Worker, WorkerState
 from . import keymap
 from .backend import BackendError, EngineBackend
 from .fields import printable
-from .formatting import still_on_domain
+from .formatting import drain_said, still_on_domain
 from .job_feed import PAGE, JobFeed, JobView
 from .job_store import JobStore, start_of_today
 from .key_hold import KeyHold, esc_then_key
@@ -818,7 +818,10 @@ class GpulayerApp(App[str]):
         except BackendError as err:
             self.notify(str(err), title=f"{action} the queue", severity="error")
             return
-        if action == "pause":
+        if action == "pause" and answer.get("was_paused"):
+            # (a second client's pause said "queue paused" as if it were the first: h162)
+            self.notify("the queue was paused already")
+        elif action == "pause":
             self.notify("queue paused: nothing new starts until it is resumed")
         elif answer.get("was_paused") is False:
             self.notify("the queue was not paused")
@@ -831,10 +834,15 @@ class GpulayerApp(App[str]):
         """Drain (with ``reason``) or release a domain; the engine's refusal is shown,
         never raised."""
         try:
-            await self.backend.domain_action(name, action, reason)
+            dom = await self.backend.domain_action(name, action, reason)
         except BackendError as err:
             self.notify(str(err), title=f"{action} {name}", severity="error")
             return
+        # (what changed, as the CLI says it: a drain replaced another client's reason
+        # without a word, tester h162)
+        said = drain_said(dict(dom), action)
+        if said:
+            self.notify(f"domain {dom['name']}: {dom['state']}{said}")
         self.gpu_state = await self.backend.gpus()
 
 

@@ -597,3 +597,25 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
 def _jobs_word(ids: list[Any]) -> str:
     """``job`` or ``jobs``, for a list of ids."""
     return "job" if len(ids) == 1 else "jobs"
+
+
+def drain_said(dom: Mapping[str, Any], action: str) -> str:
+    """What a drain or release answer says after the domain's state: the drain's reason,
+    and the one it replaced (a drain of a draining domain changes it, and said only
+    "domain X: draining", as if nothing had changed; the TUI said nothing of another
+    client's reason it replaced: tester h162)."""
+    if action != "drain" or dom.get("state") != "draining":
+        return kept_drain(dom)
+    reason = dom.get("drain_reason") or dom.get("state_reason") or ""
+    previous = dom.get("previous_drain_reason")
+    if previous is not None:
+        return f" (reason changed: {previous} -> {reason})"
+    return f" (reason: {reason})" if reason else ""
+
+
+def kept_drain(dom: Mapping[str, Any]) -> str:
+    """`` (drained under it: RMA; a release drains it again)`` for a quarantined domain
+    the operator drained: the drain outlives the quarantine."""
+    if dom.get("state") != "quarantined" or dom.get("drain_reason") is None:
+        return ""
+    return f" (drained under it: {dom['drain_reason']}; a release drains it again)"

@@ -511,3 +511,22 @@ def test_snapshot_the_drain_dialog_at_80x24(snap_compare: Any) -> None:
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=ask)
+
+
+async def test_a_drain_that_replaces_another_reason_and_a_second_pause_say_so(
+    ui_app: AppFactory,
+) -> None:
+    # Another client's drain reason was replaced without a word, and a pause of a queue
+    # paused already said "queue paused" as if it were the first (tester h162).
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await engine.domain_ops.drain("gpu1", "cli reason")  # (another client's)
+        await app.domain_action("gpu1", "drain", "PSU check").wait()
+        said = "domain gpu1: draining (reason changed: cli reason -> PSU check)"
+        await until(pilot, lambda: any(said in n for n in _notes(app)), said)
+        await engine.pause()  # (another client's)
+        await app.queue_action("pause").wait()
+        assert any(n.endswith("the queue was paused already") for n in _notes(app))
+        await engine.resume()

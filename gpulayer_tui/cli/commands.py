@@ -1623,6 +1623,8 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         if args.json:
             _print_json(domains)
         else:
+            from ..formatting import kept_drain
+
             rows = [
                 [
                     d["name"],
@@ -1632,7 +1634,7 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
                     f"{d['used_slots']}/{d['slots']}",
                     # (an old error does not explain a healthy GPU)
                     (d["state_reason"] or (d["last_error"] if d["health"] != "healthy" else ""))
-                    + _kept_drain(d),
+                    + kept_drain(d),
                 ]
                 for d in domains
             ]
@@ -1672,8 +1674,9 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         _print_json(dom)
     else:
         from ..fields import printable
+        from ..formatting import drain_said
 
-        print(printable(f"domain {dom['name']}: {dom['state']}{_drain_said(dom, args.action)}"))
+        print(printable(f"domain {dom['name']}: {dom['state']}{drain_said(dom, args.action)}"))
         if args.action == "drain" and dom.get("used_slots"):
             _say_still_there(client, dom["name"])
     return EXIT_OK
@@ -1687,27 +1690,6 @@ def _say_still_there(client: Client, name: str) -> None:
 
     for line in still_on_domain(client.jobs(["running"], limit=10_000), name):
         print(printable(f"  {line}"))
-
-
-def _drain_said(dom: dict[str, Any], action: str) -> str:
-    """What a drain or release answer says after the domain's state: the drain's reason,
-    and the one it replaced (a drain of a draining domain changes it, and said only
-    "domain X: draining", as if nothing had changed)."""
-    if action != "drain" or dom.get("state") != "draining":
-        return _kept_drain(dom)
-    reason = dom.get("drain_reason") or dom.get("state_reason") or ""
-    previous = dom.get("previous_drain_reason")
-    if previous is not None:
-        return f" (reason changed: {previous} -> {reason})"
-    return f" (reason: {reason})" if reason else ""
-
-
-def _kept_drain(dom: dict[str, Any]) -> str:
-    """`` (drained under it: RMA; a release drains it again)`` for a quarantined domain
-    the operator drained: the drain outlives the quarantine."""
-    if dom.get("state") != "quarantined" or dom.get("drain_reason") is None:
-        return ""
-    return f" (drained under it: {dom['drain_reason']}; a release drains it again)"
 
 
 def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
