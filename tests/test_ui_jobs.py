@@ -174,7 +174,10 @@ async def test_marked_jobs_are_cancelled_together_and_the_rest_go_on(ui_app: Any
         question = str(dialog.query_one("#question").render())
         assert "sleeper-2" in question and "sleeper-1" in question
         assert "sleeper-0" not in question
-        assert "The 2 running get SIGTERM, then SIGKILL." in question
+        # (SIGKILL only if still running: tester h162)
+        assert "The 2 running get SIGTERM, and SIGKILL if still running after the grace" in (
+            question
+        )
         await pilot.press("y")
         for job in jobs[1:]:
             await until(

@@ -123,7 +123,9 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
         elif cluster:
             ui.notify(f"job {job_id}: stopping (scancel to cluster {cluster})")
         else:
-            ui.notify(f"job {job_id}: stopping (SIGTERM, then SIGKILL)")
+            # (SIGKILL only if it still runs: "SIGTERM, then SIGKILL" was said of a job that
+            # ended on the SIGTERM at once: tester h162)
+            ui.notify(f"job {job_id}: stopping (SIGTERM sent; SIGKILL if it still runs)")
 
     def answered(yes: bool | None) -> None:
         if yes:
@@ -136,7 +138,7 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
     elif status != "running":
         what = "It has not started yet."
     else:
-        what = "It gets SIGTERM, then SIGKILL."
+        what = "It gets SIGTERM, and SIGKILL if it still runs after the grace period."
     dialog = ConfirmScreen(
         f"Cancel job {job_id}?",
         f"{job.get('name', '')} is {status}. {what}",
@@ -217,7 +219,7 @@ def ask_to_cancel_many(
                 refused.append(str(answer.get("error", answer.get("id"))))
         said = [f"{cancelled} cancelled"] if cancelled else []
         if stopping:
-            said.append(f"{stopping} stopping (SIGTERM, then SIGKILL)")
+            said.append(f"{stopping} stopping (SIGTERM sent; SIGKILL if still running)")
         if went:
             said.append(f"{went} cancelled already (with a job waited for, or before)")
         if ended:
@@ -245,9 +247,9 @@ def ask_to_cancel_many(
     running = sum(job.get("status") == "running" and not job.get("kill_at") for job in active)
     stopping = sum(job.get("status") == "running" and bool(job.get("kill_at")) for job in active)
     what = (
-        f" The {running} running get SIGTERM, then SIGKILL."
+        f" The {running} running get SIGTERM, and SIGKILL if still running after the grace period."
         if running > 1
-        else " The running one gets SIGTERM, then SIGKILL."
+        else " The running one gets SIGTERM, and SIGKILL if it still runs after the grace period."
         if running
         else ""
     )
