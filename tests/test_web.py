@@ -198,6 +198,16 @@ async def test_on_loopback_a_request_for_another_host_name_is_refused(servers: G
         writer.close()
         expected = "200" if "evil" not in target + host else "403"
         assert status_line.split()[1] == expected, (target, host, status_line)
+    # No Host at all (HTTP/1.0): aiohttp took the socket's own address for it, and it
+    # passed (tester h162).
+    reader, writer = await asyncio.open_connection(address.hostname, address.port)
+    writer.write(f"GET /?token={TOKEN} HTTP/1.0\r\n\r\n".encode())
+    await writer.drain()
+    status_line = (await asyncio.wait_for(reader.readline(), 10)).decode()
+    await asyncio.wait_for(reader.read(), 10)  # (to its end: the server closes it)
+    writer.close()
+    await writer.wait_closed()
+    assert status_line.split()[1] == "403", status_line
     async with aiohttp.ClientSession() as session:
         # Bound to every address, any name may be this machine's.
         async with session.get(
