@@ -181,6 +181,11 @@ async def test_a_panel_per_gpu_with_its_model(ui_app: Any) -> None:
         assert {p.density for p in panels} == {"full"}
         assert "2 GPUs" in summary_text(app)
         assert "cpu pool" in str(screen.query_one("#cpu-pool").render())
+        # A drained cpu pool says why, as a GPU's panel does ("draining" alone: h162).
+        await app.backend.engine.domain_ops.drain("cpu", "cpu maint")
+        app.gpu_state = await app.backend.gpus()
+        line = screen.query_one("#cpu-pool")
+        await until(pilot, lambda: "draining (cpu maint)" in str(line.render()), "the reason")
 
 
 async def test_a_gpu_whose_reads_fail_shows_its_last_figures_as_stale(ui_app: Any) -> None:

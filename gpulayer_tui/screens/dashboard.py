@@ -291,7 +291,10 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
             (" slots", "$text-muted"),
         ]
         if state != "in_service":
-            pieces.append((f" · {state}", "$warning"))
+            # (with its reason, as a GPU's panel says it: "draining" alone, tester h162)
+            reason = str(cpu.get("drain_reason") or cpu.get("state_reason") or "")
+            said = f" · {state}" + (f" ({reason})" if reason else "")
+            pieces.append((said, "$warning"))
         if job_text:
             pieces += [(" · ", "$text-muted"), (job_text, "")]
         content = Content.assemble(*pieces)
