@@ -248,6 +248,7 @@ async def test_a_key_whose_jobs_were_cleaned_makes_nothing_again(
     pair = [{"command": ["true"]}, {"command": ["sleep", "600"]}]
     ended, running = await later.submit_many(pair, 0, "k4")
     await later.wait(ended.id, timeout=10)
+    await later.wait(fresh.id, timeout=10)  # (ended too: under CI's load it was not yet)
     assert (await later.retention.clean(None, keep=0))["jobs"] == 2  # (fresh, ended)
     with pytest.raises(KeySpent) as refused:
         await later.submit_many(pair, 0, "k4")

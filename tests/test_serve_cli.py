@@ -216,7 +216,7 @@ def test_bad_input_is_refused_and_changes_nothing(served: Served) -> None:
         (["jobs", "--status", "bogus"], 2, "unknown status 'bogus'"),
         # ("active" is the CLI's own: the engine's list of statuses left it out: h94)
         (["jobs", "--status", "running,bogus"], 2, "orphaned; or active: pending, queued"),
-        (["--simulate", "1xA100-80GB", "jobs"], 2, "or the TUI with no subcommand"),
+        (["--simulate", "1xA100-80GB", "jobs"], 2, "the TUI with no subcommand"),
     ]
     for args, code, message in cases:
         out = served.cli(*args)
