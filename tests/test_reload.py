@@ -1832,3 +1832,16 @@ async def test_a_file_gone_by_the_watchers_read_leaves_the_running_configuration
     assert engine.scheduler.domains["cpu"].slots == 3
     asked = await engine.config_reload.reload()
     assert asked["applied"] is True and engine.scheduler.domains["cpu"].slots != 3
+
+
+def test_a_checkpoint_signal_turned_off_is_said_as_none_sent() -> None:
+    # "checkpoint_signal: 'SIGUSR1' -> unset" read as back to the default, SIGUSR1; it
+    # means no signal is sent (tester h154).
+    from gpulayer_tui.engine.config import parse_config_text
+    from gpulayer_tui.engine.reload import _section_changes
+
+    on = parse_config_text("[scheduling]\npreempt_after = 60\n").scheduling
+    off = parse_config_text('[scheduling]\npreempt_after = 60\ncheckpoint_signal = ""\n')
+    assert _section_changes("scheduling", on, off.scheduling) == [
+        "scheduling.checkpoint_signal: 'SIGUSR1' -> \"\" (none sent)"
+    ]

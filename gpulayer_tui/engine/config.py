@@ -433,8 +433,14 @@ class SchedulingSettings(_Strict):
     def _signal(cls, value: str | None) -> str | None:
         import signal as _signal
 
-        if value is not None and not isinstance(getattr(_signal, value, None), _signal.Signals):
-            raise ValueError(f"{value!r} is not a signal name (e.g. SIGUSR1)")
+        if value is None:
+            return None
+        # (the name as `signal --signal` takes it too, without SIG: "USR2" was refused
+        # while SIGUSR2 was taken: tester h154)
+        named = value if value.startswith("SIG") else f"SIG{value}"
+        if not value.isascii() or not isinstance(getattr(_signal, named, None), _signal.Signals):
+            raise ValueError(f"{value!r} is not a signal name (e.g. SIGUSR1, or USR1)")
+        value = named
         if value in UNCATCHABLE_WARNINGS:
             # (SIGSTOP froze the job through its SIGTERM: its handler never ran and it was
             # SIGKILLed unsaved; tester h59)

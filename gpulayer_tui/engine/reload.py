@@ -110,16 +110,24 @@ def _section_changes(name: str, old: Any, new: Any) -> list[str]:
             continue
         plain = all(v is None or isinstance(v, (bool, int, float, str)) for v in (before, after))
         if plain and name not in _VALUES_UNSAID:
-            said.append(f"{name}.{field}: {_value(before)} -> {_value(after)}")
+            unset = _UNSET_WORDS.get(f"{name}.{field}", "unset")
+            said.append(f"{name}.{field}: {_value(before, unset)} -> {_value(after, unset)}")
         else:
             said.append(f"{name}.{field}")
     return said or [name]
 
 
-def _value(value: object) -> str:
-    """A setting's value as TOML writes it (``unset`` for none)."""
+_UNSET_WORDS = {
+    # ("unset" read as "back to its default, SIGUSR1": it means no signal is sent, h154)
+    "scheduling.checkpoint_signal": '"" (none sent)',
+}
+"""What a setting's ``None`` means where "unset" would mislead."""
+
+
+def _value(value: object, unset: str = "unset") -> str:
+    """A setting's value as TOML writes it (``unset``, or what none means, for none)."""
     if value is None:
-        return "unset"
+        return unset
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
