@@ -425,8 +425,14 @@ async def test_active_job_limit_refuses_with_the_reason_and_stores_nothing(
         await engine.submit_many([{"command": ["true"]}] * 2)
     assert await engine.list_jobs() == before
     third = await engine.submit({"command": ["sleep", "60"]})
-    with pytest.raises(Overloaded, match=r"\[limits\] active_jobs"):
+    with pytest.raises(Overloaded, match=r"\[limits\] active_jobs.*retry when jobs have ended"):
         await engine.submit({"command": ["true"]})
+    # Paused, the waiting jobs neither start nor end: said (only "retry when jobs have
+    # ended" was: tester h156).
+    await engine.pause()
+    with pytest.raises(Overloaded, match=r"nothing starts now \(the queue has been paused"):
+        await engine.submit({"command": ["true"]})
+    await engine.resume()
     for job in [*first, third]:
         await engine.cancel(job.id)
     for job in [*first, third]:

@@ -448,10 +448,18 @@ class Admission:
         limit = self._limits.active_jobs
         active = len(self._book)
         if active + count > limit:
+            # (while nothing starts, "retry when jobs have ended" waits on what will not
+            # come by itself: tester h156)
+            closed = self._queue.closed()
+            then = (
+                f"nothing starts now ({closed}): retry once it does and jobs have ended"
+                if closed
+                else "retry when jobs have ended"
+            )
             raise Overloaded(
                 f"too many active jobs: {active} pending, queued or running, "
                 f"{count} more would pass the limit of {limit} ([limits] active_jobs); "
-                "nothing was stored, retry when jobs have ended"
+                f"nothing was stored; {then}"
             )
 
 
