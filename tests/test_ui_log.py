@@ -174,6 +174,17 @@ async def test_the_log_searches_wraps_and_keeps_its_lines() -> None:
         assert log.next_match() and log.match_index == 2
         assert log.next_match(-1) and log.next_match(-1) and log.match_index == 0
         assert log.next_match(-1) and log.match_index == 3  # wraps around
+        # Moved away from the current match, `n` goes on from the view, as in `less`:
+        # after G it went back up to the match after the last one seen (tester h160).
+        assert log.search("needle", from_line=0) and log.match_index == 0
+        await pilot.pause()
+        log.scroll_to(y=20, animate=False)  # (lines 20-37 in view; the match at 3 is not)
+        await pilot.pause()
+        assert log.next_match() and log.matches[log.match_index or 0] == 23
+        await pilot.pause()
+        log.scroll_to(y=20, animate=False)
+        await pilot.pause()
+        assert log.next_match(-1) and log.matches[log.match_index or 0] == 13
         # The far-away match scrolls the view sideways to it.
         log.search("far end", from_line=0)
         await pilot.pause()

@@ -595,13 +595,28 @@ class LogTail(Log):
         self._redraw()
 
     def next_match(self, step: int = 1) -> bool:
-        """Go to the next (``step`` 1) or previous (-1) match, wrapping around."""
+        """Go to the next (``step`` 1) or previous (-1) match, wrapping around: from the
+        current match while it is in view, else from the view, as ``less`` does (after
+        ``G``, ``n`` went back up to the match after the last one seen: tester h160)."""
         if not self.matches:
             return False
         here = -1 if self.match_index is None and step > 0 else (self.match_index or 0)
+        if self.match_index is not None and not self._current_match_in_view():
+            top = self.top_line()
+            if step > 0:
+                here = bisect_right(self.matches, top) - 1
+            else:
+                here = bisect_left(self.matches, top)
         self._go_to_match((here + step) % len(self.matches))
         self._redraw()
         return True
+
+    def _current_match_in_view(self) -> bool:
+        if self.match_index is None or not self.matches:
+            return False
+        row = self.row_of_line(self.matches[self.match_index])
+        top = round(self.scroll_y)
+        return top <= row < top + self.scrollable_content_region.height
 
     def row_of_current_match(self) -> tuple[int, int] | None:
         """(row, line) of the current match, if any."""
