@@ -475,9 +475,10 @@ def parse_duration(field: str, text: str) -> float:
             return parse_number(field, text)
         except FieldError:
             raise wrong from None
-    if re.fullmatch(r"(?:\d+(?:\.\d+)?[smhdw])+", typed) is None:
+    # ([0-9], not \d: a full-width "3h" was taken here, refused elsewhere: tester h159)
+    if re.fullmatch(r"(?:[0-9]+(?:\.[0-9]+)?[smhdw])+", typed) is None:
         raise wrong
-    parts = re.findall(r"(\d+(?:\.\d+)?)([smhdw])", typed)
+    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)([smhdw])", typed)
     units = [unit for _, unit in parts]
     if len(set(units)) != len(units) or units != sorted(units, key=_UNIT_SECONDS.__getitem__)[::-1]:
         # ("1d1d" was taken as 2 days, "30s1h" as 3630 s: a typo read as meant; h103)

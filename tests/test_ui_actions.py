@@ -787,3 +787,13 @@ def test_a_job_uses_gpus_as_the_engine_resolves_its_count(row: dict[str, Any], u
     from gpulayer_tui.screens.job_detail import uses_gpus
 
     assert uses_gpus(row) is uses  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("typed", ["\uff13h", "1h\uff130m", "\u0663d"])
+def test_a_duration_takes_ascii_digits_only(typed: str) -> None:
+    # A full-width "3h" was taken where a full-width 3 alone was refused (tester h159):
+    # digits of other scripts are refused alike.
+    from gpulayer_tui.fields import FieldError, parse_duration
+
+    with pytest.raises(FieldError, match="expected seconds or a duration"):
+        parse_duration("timeout", typed)
