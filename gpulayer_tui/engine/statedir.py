@@ -77,40 +77,53 @@ def check_state_dir(state_dir: Path, jobs_dir: Path | None) -> None:
 
 def _check_the_way(state_dir: Path, me: int) -> None:
     """Refuse a symlink or a directory on the way to ``state_dir`` another user controls."""
-    real = os.path.realpath(state_dir)
+    problem = _way_problem(
+        state_dir,
+        me,
+        "the state dir",
+        linked="they could point it at another directory at any time. Use a state dir whose "
+        "path has no link of another user's in it.",
+        swapped="they could swap the state dir for another",
+        owned_hint=f" Use a state dir under a directory that {_owner(me)} or root owns.",
+    )
+    if problem is not None:
+        raise UnsafeStateDir(problem)
+
+
+def _way_problem(
+    path: Path, me: int, noun: str, linked: str, swapped: str, owned_hint: str = ""
+) -> str | None:
+    """What another user controls on the way to ``path`` (the state dir, or the config
+    file: ``noun``), or None: a symlink of theirs, a directory above it that is theirs
+    or that others may write and is not sticky. ``path`` itself is its caller's to check.
+    The path is walked as the kernel resolves it (see the module's docstring)."""
     try:
-        way = walk(os.fspath(state_dir))
+        way = walk(os.fspath(path))
     except OSError as err:
         # (a link loop was said "is a symlink; the engine never writes through one")
-        raise UnsafeStateDir(
-            f"the state dir {state_dir} cannot be followed: {err.strerror or err}"
-        ) from None
+        return f"{noun} {path} cannot be followed: {err.strerror or err}"
+    real = os.path.realpath(path)
     for where, info in way:
+        owner = info.st_uid
         if stat.S_ISLNK(info.st_mode):
-            if info.st_uid not in (0, me):
-                raise UnsafeStateDir(
-                    f"{where}, on the way to the state dir {state_dir}, is a symlink that "
-                    f"belongs to {_owner(info.st_uid)}: they could point it at another "
-                    "directory at any time. Use a state dir whose path has no link of "
-                    "another user's in it."
+            if owner not in (0, me):
+                return (
+                    f"{where}, on the way to {noun} {path}, is a symlink that belongs to "
+                    f"{_owner(owner)}: {linked}"
                 )
             continue
         if where == real:
-            continue  # (the state dir itself: see check_state_dir)
-        parent = Path(where)
-        if info.st_uid not in (0, me):
-            raise UnsafeStateDir(
-                f"{parent}, above the state dir {state_dir}, belongs to {_owner(info.st_uid)}: "
-                "they could swap the state dir for another. Use a state dir under a "
-                f"directory that {_owner(me)} or root owns."
+            continue  # (the path itself: its caller's)
+        if owner not in (0, me):
+            return (
+                f"{where}, above {noun} {path}, belongs to {_owner(owner)}: {swapped}.{owned_hint}"
             )
-        sticky = bool(info.st_mode & stat.S_ISVTX)
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
-            raise UnsafeStateDir(
-                f"{parent}, above the state dir {state_dir}, is writable by others "
-                f"(mode {stat.S_IMODE(info.st_mode):04o}, not sticky): they could swap the "
-                "state dir for another."
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+            return (
+                f"{where}, above {noun} {path}, is writable by others (mode "
+                f"{stat.S_IMODE(info.st_mode):04o}, not sticky): {swapped}."
             )
+    return None
 
 
 def claim_state_dir(paths: Paths, lock: EngineLock) -> None:
@@ -241,36 +254,16 @@ def config_file_problem(path: Path) -> str | None:
 def _config_way(path: Path, me: int) -> None:
     """Refuse a symlink or a directory on the way to the config that another user
     controls (the file itself is checked as opened)."""
-    try:
-        way = walk(os.fspath(path))
-    except OSError as err:
-        raise UntrustedConfig(
-            f"the config file {path} cannot be followed: {err.strerror}"
-        ) from None
-    real = os.path.realpath(path)
-    for where, info in way:
-        owner = info.st_uid
-        if stat.S_ISLNK(info.st_mode):
-            if owner not in (0, me):
-                raise UntrustedConfig(
-                    f"{where}, on the way to the config file {path}, is a symlink that "
-                    f"belongs to {_owner(owner)}: they could point it at a config of theirs, "
-                    f"which runs commands as {_owner(me)} ([notify] command)"
-                )
-            continue
-        if where == real:
-            continue  # (the file: checked as opened)
-        if owner not in (0, me):
-            raise UntrustedConfig(
-                f"{where}, above the config file {path}, belongs to {_owner(owner)}: they "
-                "could replace the file with one of theirs"
-            )
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
-            raise UntrustedConfig(
-                f"{where}, above the config file {path}, is writable by others (mode "
-                f"{stat.S_IMODE(info.st_mode):04o}, not sticky): they could replace the file "
-                "with one of theirs"
-            )
+    problem = _way_problem(
+        path,
+        me,
+        "the config file",
+        linked=f"they could point it at a config of theirs, which runs commands as "
+        f"{_owner(me)} ([notify] command)",
+        swapped="they could replace the file with one of theirs",
+    )
+    if problem is not None:
+        raise UntrustedConfig(problem)
 
 
 def _config_file_itself(path: Path, info: os.stat_result, fd: int, me: int) -> str | None:
