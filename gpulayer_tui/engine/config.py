@@ -439,7 +439,7 @@ class SchedulingSettings(_Strict):
         # while SIGUSR2 was taken: tester h154)
         named = value if value.startswith("SIG") else f"SIG{value}"
         if not value.isascii() or not isinstance(getattr(_signal, named, None), _signal.Signals):
-            raise ValueError(f"{value!r} is not a signal name (e.g. SIGUSR1, or USR1)")
+            raise ValueError(f"{value!r} is not a signal name (e.g. SIGUSR1)")
         value = named
         if value in UNCATCHABLE_WARNINGS:
             # (SIGSTOP froze the job through its SIGTERM: its handler never ran and it was
