@@ -38,6 +38,18 @@ _NOBODY_CLIENT: list[str] = []  # argv prefix that runs the CLI as nobody, once 
 _NOBODY_CWD: list[Path] = []  # where that copy of the package is importable from
 
 
+def _nobody_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (this process's by default) for a process run as ``nobody``, less coverage's
+    own variables: under CI's coverage pass, coverage starts in every Python process and
+    writes its data file beside the checkout at exit, which nobody may not; its traceback
+    on stderr was taken for ours (CI, a checkout nobody can traverse)."""
+    return {
+        k: v
+        for k, v in (os.environ if env is None else env).items()
+        if not k.startswith("COVERAGE_")
+    }
+
+
 def _nobody_client(readable: Path) -> list[str] | str:
     """An argv prefix that runs ``gpulayer-tui`` as ``nobody``, or why there is none.
 
@@ -58,7 +70,7 @@ def _nobody_client(readable: Path) -> list[str] | str:
     why = ""
     for python in candidates:
         argv = [*NOBODY, *python, "-c", "import gpulayer_tui.cli.main, gpulayer_tui.client"]
-        probe = subprocess.run(argv, cwd=src, capture_output=True, text=True)
+        probe = subprocess.run(argv, cwd=src, capture_output=True, text=True, env=_nobody_env())
         if probe.returncode == 0:
             return [*NOBODY, *python, "-m", "gpulayer_tui"]
         why = probe.stderr.strip()[-200:]
@@ -81,7 +93,11 @@ def _give_nobody_the_config_reader() -> None:
     for path in src.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     probe = subprocess.run(
-        [*_NOBODY_CLIENT[:-2], "-c", "import pydantic"], cwd=src, capture_output=True, text=True
+        [*_NOBODY_CLIENT[:-2], "-c", "import pydantic"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        env=_nobody_env(),
     )
     if probe.returncode != 0:
         pytest.skip(f"nobody's Python cannot load pydantic: {probe.stderr.strip()[-200:]}")
@@ -112,7 +128,7 @@ def _as_nobody(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
     assert _NOBODY_CLIENT, "use the open_home fixture"
     return subprocess.run(
         [*_NOBODY_CLIENT, *args],
-        env=served.env,
+        env=_nobody_env(served.env),
         capture_output=True,
         text=True,
         timeout=60,
@@ -396,16 +412,18 @@ def test_another_users_output_reaches_a_terminal_with_its_controls_escaped(
     job = str(mine["job"]["id"])
     assert shared.call("GET", f"/jobs/{job}/wait")["job"]["status"] == "completed"
     raw = b"a\x1b]0;PWN\x07b\xc2\x9bc\x9bd\xe2\x80\xaee\r\n"  # (a pty: CR LF for a newline)
-    shown = _on_a_terminal([*_NOBODY_CLIENT, "logs", job], shared.served.env, _NOBODY_CWD[0])
+    shown = _on_a_terminal(
+        [*_NOBODY_CLIENT, "logs", job], _nobody_env(shared.served.env), _NOBODY_CWD[0]
+    )
     # (C1 as UTF-8 and a lone 8-bit CSI byte alike; a bidi override)
     assert shown == b"a\\x1b]0;PWN\\x07b\\x9bc\\x9bd\\u202ee\r\n"
     asked = _on_a_terminal(
-        [*_NOBODY_CLIENT, "logs", "--raw", job], shared.served.env, _NOBODY_CWD[0]
+        [*_NOBODY_CLIENT, "logs", "--raw", job], _nobody_env(shared.served.env), _NOBODY_CWD[0]
     )
     assert asked == raw
     piped = subprocess.run(  # not a terminal: the bytes as they are
         [*_NOBODY_CLIENT, "logs", job],
-        env=shared.served.env,
+        env=_nobody_env(shared.served.env),
         cwd=_NOBODY_CWD[0],
         capture_output=True,
         timeout=60,
@@ -648,11 +666,14 @@ def test_open_streams_end_when_their_reader_is_let_out_and_are_bounded_per_user(
         "print('ended', flush=True)\n"
     )
     events = subprocess.Popen(
-        [*NOBODY, python, "-c", reader, str(shared.sock)], stdout=subprocess.PIPE, text=True
+        [*NOBODY, python, "-c", reader, str(shared.sock)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_nobody_env(),
     )
     follow = subprocess.Popen(
         [*_NOBODY_CLIENT, "logs", "-f", job],
-        env=shared.served.env,
+        env=_nobody_env(shared.served.env),
         cwd=_NOBODY_CWD[0],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -780,7 +801,7 @@ def test_allowed_groups_are_the_users_groups_not_its_processes(shared: SharedEng
     argv[argv.index("--clear-groups")] = "--groups=adm"
     out = subprocess.run(
         [*argv, "jobs"],
-        env=shared.served.env,
+        env=_nobody_env(shared.served.env),
         capture_output=True,
         text=True,
         timeout=60,
