@@ -28,6 +28,7 @@ from .wire import (
     JobPageJSON,
     JobRowJSON,
     ProcessInfoJSON,
+    RestartedJSON,
     UsageJSON,
 )
 
@@ -180,9 +181,10 @@ class EngineBackend(Protocol):
         """What the engine sees of a process (its command, user and start time)."""
         ...
 
-    async def restart(self, job_id: int) -> JobJSON:
+    async def restart(self, job_id: int) -> RestartedJSON:
         """Submit an ended job's spec again as a new job (``restart_of`` names the old one);
-        return the new job (which may be ``failed``: over capacity)."""
+        return the new job (which may be ``failed``: over capacity), the dependencies it
+        left out and any warnings."""
         ...
 
     async def edit(self, job_id: int, changes: dict[str, Any]) -> JobJSON:
@@ -354,10 +356,11 @@ class SocketBackend:
         """What the engine sees of a process."""
         return cast(ProcessInfoJSON, await self._request("GET", f"/processes/{int(pid)}"))
 
-    async def restart(self, job_id: int) -> JobJSON:
+    async def restart(self, job_id: int) -> RestartedJSON:
         """Run an ended job again, as a new job."""
-        path = f"/jobs/{int(job_id)}/restart"
-        return cast(JobJSON, (await self._request("POST", path))["job"])
+        answer = await self._request("POST", f"/jobs/{int(job_id)}/restart")
+        answer.setdefault("left_out", [])  # (an older engine's answer)
+        return cast(RestartedJSON, answer)
 
     async def edit(self, job_id: int, changes: dict[str, Any]) -> JobJSON:
         """Change a waiting job."""

@@ -508,6 +508,10 @@ class Client:
                 _retry_after(response.headers),
                 field if isinstance(field, str) else None,
             )
+        if self.on_warning is not None and isinstance(decoded, dict):
+            # (any answer's: a submission's and a restart's carry them)
+            for warning in decoded.get("warnings") or ():
+                self.on_warning(str(warning))
         return decoded
 
     def _submit_timeout(self, body: Any) -> float | None:
@@ -549,9 +553,6 @@ class Client:
                     )
                 time.sleep(wait)
                 continue
-            if self.on_warning is not None and isinstance(answer, dict):
-                for warning in answer.get("warnings") or ():
-                    self.on_warning(str(warning))
             return answer
 
     def stream(

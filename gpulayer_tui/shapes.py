@@ -168,6 +168,16 @@ class JobDetailJSON(TypedDict):
     events: list[TimelineEntryJSON]
 
 
+class RestartedJSON(TypedDict):
+    """``POST /v1/jobs/ID/restart``: the new job, the dependencies it no longer waits for
+    (cleaned from the history), and what the restarter should know (absent when none: a
+    restart of a job whose earlier restart has not ended runs it a second time)."""
+
+    job: JobJSON
+    left_out: list[int]
+    warnings: NotRequired[list[str]]
+
+
 class DomainJSON(TypedDict):
     """A domain's state (``GET /v1/domains``, drain and release answers)."""
 

@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from .shapes import ProcessInfoJSON as ProcessInfoJSON
     from .shapes import ProcessJSON as ProcessJSON
     from .shapes import ReplicaJSON as ReplicaJSON
+    from .shapes import RestartedJSON as RestartedJSON
     from .shapes import RowUsageJSON as RowUsageJSON
     from .shapes import TimelineEntryJSON as TimelineEntryJSON
     from .shapes import UsageJSON as UsageJSON
@@ -282,6 +283,7 @@ SHAPES = frozenset(
         "JobJSON",
         "TimelineEntryJSON",
         "JobDetailJSON",
+        "RestartedJSON",
         "JobPageJSON",
         "JobRowJSON",
         "DomainJSON",

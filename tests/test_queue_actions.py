@@ -3,6 +3,7 @@ edit a waiting one (its dependencies too)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -72,6 +73,55 @@ def test_restart_submits_an_ended_job_again_and_refuses_an_active_one(served: Se
     assert again.returncode == 0, again.stderr
     assert _status(served, again.stdout.strip())["spec"]["depends_on"] == [int(busy_again)]  # type: ignore[index]
     assert served.cli("cancel", busy_again).returncode == 0
+
+
+def test_a_second_restart_while_the_first_runs_is_made_and_said(served: Served) -> None:
+    # Two clients restarted one failed job and made two runs of it, neither told (h162).
+    served.start("--simulate", "1xA100-80GB")
+    first = served.cli("submit", "--", "sleep", "600").stdout.strip()
+    assert served.cli("cancel", first).returncode == 0
+    once = served.cli("restart", first)
+    assert once.returncode == 0 and once.stderr == "", once.stderr
+    new = once.stdout.strip()
+    twice = served.cli("restart", first)
+    assert twice.returncode == 0, twice.stderr
+    second = twice.stdout.strip()
+    assert twice.stderr == (
+        f"gpulayer-tui: warning: job {first} was restarted already as job {new}, which is "
+        f"running: job {second} runs it a second time\n"
+    )
+    answer = json.loads(served.cli("restart", "--json", first).stdout)
+    assert answer["spec"]["restart_of"] == int(first)
+    for job in (new, second, str(answer["id"])):
+        assert served.cli("cancel", job).returncode == 0
+    # Its restarts all ended: a restart now is the usual retry, with nothing to say.
+    again = served.cli("restart", first)
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    assert served.cli("cancel", again.stdout.strip()).returncode == 0
+
+
+async def test_two_restarts_of_one_job_at_one_moment_tell_the_second(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine("1xA100-80GB")
+    job = await engine.submit({"command": ["sleep", "600"]})
+    await engine.cancel(job.id)
+    assert (await engine.wait(job.id, timeout=10)).status is JobStatus.CANCELLED
+    said: tuple[list[str], list[str]] = ([], [])
+    made = await asyncio.gather(
+        engine.restart(job.id, warnings=said[0]), engine.restart(job.id, warnings=said[1])
+    )
+    # One is told at least (it saw the other being made, or made); both may be, each
+    # rightly (the other was being made when it looked, and made when it ended).
+    assert said[0] or said[1], said
+    for words, new in zip(said, made, strict=True):
+        assert len(words) <= 1
+        for warning in words:
+            assert warning.startswith(f"job {job.id} ")
+            assert warning.endswith(f": job {new.id} runs it a second time")
+    assert made[0].id != made[1].id
+    for new in made:
+        await engine.cancel(new.id)
 
 
 def test_edit_changes_a_waiting_job_and_refuses_what_cannot_be(served: Served) -> None:

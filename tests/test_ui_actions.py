@@ -235,6 +235,41 @@ async def test_a_restart_the_view_hides_says_what_hides_it(ui_app: Any, tmp_path
         )
 
 
+async def test_the_restart_toast_says_a_second_run_and_a_dependency_left_out(
+    ui_app: Any,
+) -> None:
+    # The CLI said both on stderr; the toast said only the new id (a left-out dependency:
+    # found last round; a second run made from two clients: tester h162).
+    app = await ui_app("1xA100-80GB")
+    engine = app.backend.engine
+    first = await app.backend.submit(_spec("true", gpus=0))
+    await engine.wait(first["id"], timeout=30)
+    old = await app.backend.submit(_spec("sleep 600", gpus=0, depends_on=[first["id"]]))
+    await engine.cancel(old["id"])
+    await engine.wait(old["id"], timeout=30)
+    await engine.retention.clean(None, 1)  # (first goes; old, ended last, stays)
+    elsewhere = (await app.backend.restart(old["id"]))["job"]  # (another client's restart)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _jobs_table(pilot, app, old["id"])
+        await pilot.press("R")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await pilot.press("y")
+        said = await until(
+            pilot,
+            lambda: next((n for n in _notes(app) if f"job {old['id']} restarted as" in n), None),
+            "the toast",
+        )
+        new_id = max(app.job_store.jobs)
+        assert said.startswith(f"job {old['id']} restarted as job {new_id} ("), said
+        assert (
+            f"job {old['id']} was restarted already as job {elsewhere['id']}, which is running: "
+            f"job {new_id} runs it a second time" in said
+        ), said
+        assert f"it does not wait for job {first['id']}, cleaned from the history" in said, said
+        for job_id in (elsewhere["id"], new_id):
+            await engine.cancel(job_id)
+
+
 async def test_restart_from_the_table_and_from_the_detail(ui_app: Any) -> None:
     app = await ui_app("1xA100-80GB")
     old = await app.backend.submit(_spec("exit 3", gpus=0, name=MARKUP_NAME))

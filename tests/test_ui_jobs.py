@@ -622,7 +622,7 @@ async def test_the_detail_says_a_jobs_project_and_what_it_restarts(ui_app: Any) 
             lambda: app.job_store.jobs.get(first["id"], {}).get("status") == "completed",
             "the first job's end",
         )
-        again = await app.backend.restart(first["id"])
+        again = (await app.backend.restart(first["id"]))["job"]
         expected = {
             first["id"]: ("[i]demo[/i]", None),
             again["id"]: ("[i]demo[/i]", f"job {first['id']}"),

@@ -616,7 +616,7 @@ class StaticBackend:
             raise BackendError(f"no job {job_id}", 404)
         if old["status"] in ("pending", "queued", "running"):
             raise BackendError(f"job {job_id} is {old['status']}: only an ended job restarts", 409)
-        return await self.submit({**old["spec"], "restart_of": job_id})
+        return {"job": await self.submit({**old["spec"], "restart_of": job_id}), "left_out": []}
 
     async def edit(self, job_id: int, changes: dict[str, Any]) -> dict[str, Any]:
         job = self._jobs.get(job_id)

@@ -974,11 +974,19 @@ async def job_restart(request: web.Request) -> web.Response:
     # (the job stays its owner's when an admin restarts it: it was root's, carrying the
     # owner's environment, and the owner could no longer see, cancel or read it: h65)
     left_out: list[int] = []
+    warnings: list[str] = []
     new = await engine.restart(
-        job_id, job.owner_uid if job.owner_uid is not None else peer_uid(request), left_out
+        job_id,
+        job.owner_uid if job.owner_uid is not None else peer_uid(request),
+        left_out,
+        warnings,
     )
-    # ("left_out": dependencies cleaned from the history, which it no longer waits for)
-    return web.json_response({"job": _job(new), "left_out": left_out}, status=201)
+    # ("left_out": dependencies cleaned from the history, which it no longer waits for;
+    # "warnings", absent when none: the answer of a submission's kind)
+    answer: dict[str, Any] = {"job": _job(new), "left_out": left_out}
+    if warnings:
+        answer["warnings"] = warnings
+    return web.json_response(answer, status=201)
 
 
 async def job_edit(request: web.Request) -> web.Response:

@@ -373,6 +373,9 @@ class Engine:
         # A log cut back to its limit is said in the job's timeline (at most once a
         # minute per log: how often, how much in all, by job id, cuts, bytes, when said).
         self._log_cuts: dict[TaskKey, tuple[int, int, int, float]] = {}
+        # Restarts being made, by the job they restart: a second one at the same moment
+        # (two clients) is told it makes a second run.
+        self._restarting: dict[int, int] = {}
         self.executor.log_cut.append(self._log_cut)
         self.batch.log_total = self._log_total
         self.book.on_end(self._forget_log_cuts)
@@ -941,12 +944,18 @@ class Engine:
         return deps
 
     async def restart(
-        self, job_id: int, owner_uid: int | None = None, left_out: list[int] | None = None
+        self,
+        job_id: int,
+        owner_uid: int | None = None,
+        left_out: list[int] | None = None,
+        warnings: list[str] | None = None,
     ) -> Job:
         """Submit a finished job again: its spec, a new id, ``restart_of`` naming the old
         one (a snapshot is made afresh from where the old one was taken). Dependencies
         cleaned from the history since are left out (they had ended before the job ran),
-        said in its submission's timeline entry and added to ``left_out``.
+        said in its submission's timeline entry and added to ``left_out``. A job restarted
+        already by a job that has not ended (or by a restart being made at this moment:
+        two clients) is restarted again, and ``warnings`` says it runs a second time.
 
         Raises:
             UnknownJob: No such id.
@@ -961,6 +970,39 @@ class Engine:
             raise JobNotActive(f"job {job_id} {state}: only an ended job restarts")
         if job.kind is JobKind.ADOPTED:
             raise SpecError(f"job {job_id} {ADOPTED_NOT_RUN}", "job")
+        self._restarting[job_id] = self._restarting.get(job_id, 0) + 1
+        try:
+            twice = await self._restarted_already(job_id)
+            new = await self._restart(job, owner_uid, left_out)
+        finally:
+            if self._restarting[job_id] <= 1:
+                del self._restarting[job_id]
+            else:
+                self._restarting[job_id] -= 1
+        if twice and warnings is not None:
+            # (two clients restarted one failed job and made two runs of it, with no word
+            # to either: tester h162)
+            warnings.append(f"job {job_id} {twice}: job {new.id} runs it a second time")
+        return new
+
+    async def _restarted_already(self, job_id: int) -> str:
+        """How ``job_id`` is being run again already ("" when it is not): by a restart
+        that has not ended, or one being made at this moment."""
+        if self._restarting.get(job_id, 0) > 1:
+            return "is being restarted by another request at this moment"
+        newer = await self.store.newest_restart(job_id)
+        if newer is None:
+            return ""
+        try:
+            other = await self.get(newer)
+        except UnknownJob:
+            return ""
+        if other.status.is_terminal:
+            return ""  # (running it again after its restart ended: the usual retry)
+        return f"was restarted already as job {newer}, which {status_phrase(other.status.value)}"
+
+    async def _restart(self, job: Job, owner_uid: int | None, left_out: list[int] | None) -> Job:
+        job_id = job.id
         spec = {k: v for k, v in job.spec.items() if k not in ("restart_of",)}
         deps = spec.get("depends_on") or []
         note = ""

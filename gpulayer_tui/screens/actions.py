@@ -345,18 +345,34 @@ def ask_to_restart(
 
     async def restart() -> None:
         try:
-            new = await app.backend.restart(job_id)
+            answer = await app.backend.restart(job_id)
         except BackendError as err:
             ui.notify(str(err), title=f"restart job {job_id}", severity="error")
             return
+        new = answer["job"]
         if new["id"] not in app.job_store.jobs:  # (the event stream may have brought it)
             app.job_store.apply(new)
         new_status = new.get("status", "")
+        # What the CLI says on stderr, the toast says too (it said only the new id: a left
+        # out dependency and a second run of the job went unsaid).
+        notes = [printable(w) for w in answer.get("warnings") or ()]
+        gone = answer.get("left_out") or []
+        if gone:
+            notes.append(
+                f"it does not wait for job{'s' if len(gone) > 1 else ''} "
+                f"{', '.join(map(str, gone))}, cleaned from the history"
+            )
         if new.get("termination_reason") is not None:  # ended at admission (over capacity)
             ui.notify(
-                str(new.get("message") or new_status),
+                "\n".join([str(new.get("message") or new_status), *notes]),
                 title=f"job {job_id} restarted as job {new['id']}: {new_status}",
                 severity="error",
+            )
+        elif notes:
+            ui.notify(
+                "\n".join(notes),
+                title=f"job {job_id} restarted as job {new['id']} ({new_status})",
+                severity="warning",
             )
         else:
             ui.notify(f"job {job_id} restarted as job {new['id']} ({new_status})")
