@@ -2121,3 +2121,13 @@ def test_wait_says_an_unknown_id_before_it_waits_for_the_others(engine: Served) 
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and err == "", err  # (said once)
     assert f"job {slow} completed" in out
+
+
+def test_a_snapshot_of_one_file_is_said_in_the_singular() -> None:
+    # "1 files, 12 bytes" (tester h164).
+    from gpulayer_tui.cli.format import _snapshot_lines
+
+    one = {"snapshot": {"commit": "36f5aaeea416aa", "dirty": False, "files": 1, "bytes": 1}}
+    assert "commit 36f5aaeea416 (clean)  1 file, 1 byte" in _snapshot_lines(one)[0]
+    two = {"snapshot": {"commit": None, "dirty": None, "files": 2, "bytes": 12}}
+    assert "not a git tree  2 files, 12 bytes" in _snapshot_lines(two)[0]

@@ -471,6 +471,20 @@ def test_doctor_checks_the_config_file_it_is_given_not_only_the_engines(
     assert out.returncode == 0, out
     line = next(x for x in out.stdout.splitlines() if x.startswith("config "))
     assert f"{other} is valid (not the engine's config: it reads " in line
+    # Its domains are bound to the GPUs the engine sees (no driver here: it was called
+    # valid, "checked when the engine starts", and the engine then rejected it: h164).
+    other.write_text("[domains.train]\ngpu = 5\n")
+    out = served.cli("--config", str(other), "doctor", "--json")
+    checks = {c["check"]: c for c in json.loads(out.stdout)}
+    assert out.returncode == 1 and checks["config"]["status"] == "fail", out
+    assert "domains.train: gpu 5 does not exist" in checks["config"]["detail"], checks
+    other.write_text("[domains.train]\ngpu = 0\n")
+    out = served.cli("--config", str(other), "doctor", "--json")
+    checks = {c["check"]: c for c in json.loads(out.stdout)}
+    assert checks["config"]["status"] == "ok", checks
+    assert checks["config"]["detail"].startswith(
+        f"{other} is valid (for the GPUs the engine sees) (not the engine's config"
+    )
     # The engine's own file named: one check, the engine's, as without --config.
     (served.home / "config.toml").write_text("")
     out = served.cli("--config", str(served.home / "config.toml"), "doctor", "--json")

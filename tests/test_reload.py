@@ -96,6 +96,12 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
     )
     assert (await engine.config_reload.reload())["changes"] == ["engine.launcher_idle: 60.0 -> 4.0"]
     assert engine.executor.idle_timeout == 4.0
+    # [ui] is the TUI's: not the engine's change (a theme switched with `t` was: h164).
+    paths.config_file.write_text(
+        BASE + "launcher_idle = 4.0\n[cpu]\nslots = 2\n[logs]\nmax_bytes = 65536\n"
+        '[ui]\ntheme = "gpulayer-light"\n'
+    )
+    assert (await engine.config_reload.reload())["changes"] == []
     # Each setting with its values (the log said only "history": tester h81), but not a
     # notification's: a webhook URL may hold a secret.
     paths.config_file.write_text(

@@ -25,11 +25,12 @@ def _check(name: str, status: str, detail: str) -> dict[str, str]:
     return {"check": name, "status": status, "detail": detail}
 
 
-def _config(paths: Paths) -> dict[str, str]:
-    """The config file, read here (an engine that answers checks it itself, against the
-    GPUs it sees: see :func:`run_doctor`). Its domains are bound to this machine's GPUs
-    when the driver answers: a GPU that does not exist, or one claimed twice, is what
-    makes an engine refuse to start."""
+def _config(paths: Paths, engines_gpus: tuple[Any, ...] | None = None) -> dict[str, str]:
+    """The config file, read here (an engine that answers checks its own itself, against
+    the GPUs it sees: see :func:`run_doctor`). Its domains are bound to the GPUs a running
+    engine sees (``engines_gpus``: a file named with ``--config``), or else to this
+    machine's when the driver answers: a GPU that does not exist, or one claimed twice, is
+    what makes an engine refuse to start."""
     from ..engine.config import ConfigError, absent_words, load_engine_config, plan_domains
     from ..engine.gpus import ProbeStatus
     from ..engine.nvml import NvmlProbe
@@ -52,6 +53,13 @@ def _config(paths: Paths) -> dict[str, str]:
             return _check("config", "ok", f"{paths.config_file} absent: defaults")
         if not config.domains:
             return _check("config", "ok", f"{paths.config_file} is valid")
+        if engines_gpus is not None:
+            # (checked against this machine's driver, none on simulated GPUs: a file the
+            # engine then rejected, "gpu 5 does not exist", was called valid: tester h164)
+            plan_domains(config, engines_gpus, os.cpu_count() or 1, str(paths.config_file))
+            return _check(
+                "config", "ok", f"{paths.config_file} is valid (for the GPUs the engine sees)"
+            )
         probe = NvmlProbe()
         try:
             result = probe.read()
@@ -401,6 +409,31 @@ def _run_words(key: str) -> str:
     return f"job {job}"
 
 
+def _engines_gpus(paths: Paths, timeout: float) -> tuple[Any, ...] | None:
+    """The GPUs the engine sees (``GET /v1/gpus``: its domains' and those of none), as
+    readings a config's domains are bound to; ``None`` when it does not say."""
+    from ..engine.gpus import GpuReading
+
+    try:
+        view = Client(paths, timeout=timeout).request("GET", "/gpus")
+    except (ApiError, EngineLost, EngineNotRunning, OSError):
+        return None
+    seen = [
+        (d["gpu_index"], d.get("gpu_uuid") or "", (d.get("gpu") or {}).get("name") or "")
+        for d in view.get("domains") or ()
+        if d.get("gpu_index") is not None
+    ]
+    seen += [
+        (g["gpu_index"], g.get("gpu_uuid") or "", (g.get("gpu") or {}).get("name") or "")
+        for g in view.get("gpus_without_domain") or ()
+        if not g.get("missing")
+    ]
+    return tuple(
+        GpuReading(index=index, uuid=uuid, name=name, memory_total=None, memory_used=None)
+        for index, uuid, name in sorted(set(seen))
+    )
+
+
 def _same_file(path: str, paths: Paths) -> bool:
     return os.path.realpath(path) == os.path.realpath(paths.config_file)
 
@@ -427,7 +460,7 @@ def run_doctor(paths: Paths, as_json: bool, config_given: bool = False) -> int:
         for check in engine:
             if check["check"] == "config":
                 check["check"] = "engine config"
-        named = _config(paths)
+        named = _config(paths, _engines_gpus(paths, timeout))
         named["detail"] += f" (not the engine's config: it reads {engine_config})"
         local = [named]
     checks: list[dict[str, Any]] = [*local, *_theme(paths), *_state_dir(paths), *engine]

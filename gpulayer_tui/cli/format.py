@@ -16,6 +16,7 @@ from ..formatting import (
     gpus_text,
     live_message,
     placement_words,
+    plural,
     reason_words,
     replica_health,
     replica_state,
@@ -286,9 +287,9 @@ def _snapshot_lines(spec: dict[str, Any]) -> list[str]:
     else:
         source = "not a git tree"
     size = snap.get("bytes", 0)
-    shown = f"{size / 1024**2:.1f} MB" if size >= 1024**2 else f"{size} bytes"
+    shown = f"{size / 1024**2:.1f} MB" if size >= 1024**2 else plural(size, "byte")
     return [
-        f"  snapshot    {source}  {snap.get('files', 0)} files, {shown}",
+        f"  snapshot    {source}  {plural(snap.get('files', 0), 'file')}, {shown}",
         f"  runs in     {snap.get('path', '-')}  (copy of {snap.get('source', '-')})",
     ]
 

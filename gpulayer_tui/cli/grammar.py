@@ -848,7 +848,11 @@ _SUBCOMMAND_TABLE: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser],
         "this every hour.",
         _clean_args,
     ),
-    "doctor": ("check the driver, config, engine and domains", "", _doctor_args),
+    "doctor": (
+        "check the driver, config, engine, domains, sampling, disk and clock",
+        "",
+        _doctor_args,
+    ),
     "gpus": ("domains, GPU samples and unregistered VRAM", "", _gpus_args),
     "stop": (
         "stop the background engine (--serve); its running jobs go on",

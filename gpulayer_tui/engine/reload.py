@@ -482,10 +482,12 @@ class ConfigReloader:
         old = self._current()
         # Every section that changed is named (the event said [] for [logs], [limits],
         # [users], [security] ...); domains and cpu slots are said below, one by one.
+        # [ui] is the TUI's own, which the engine ignores (a theme switched with `t` was
+        # logged as the engine's configuration change: tester h164).
         changes = [
             said
             for name in type(config).model_fields
-            if name not in ("domains", "cpu") and getattr(config, name) != getattr(old, name)
+            if name not in ("domains", "cpu", "ui") and getattr(config, name) != getattr(old, name)
             for said in _section_changes(name, getattr(old, name), getattr(config, name))
         ]
         # Waiting work the new configuration may fail or edit: said with the changes (a
