@@ -114,6 +114,22 @@ def program_name(program: str) -> str:
     return program
 
 
+def default_job_name(program: str, fallback: str) -> str:
+    """The name a job gets from its program (an adopted process's argv[0], whole: one
+    under "/tmp/my proj/" was named "my"): :func:`program_name`, less the characters a
+    name may not hold (an escape in a renamed process's argv0 was kept as the text
+    "\\x1b", which then read like an escaped real one: tester h163), cut to
+    :data:`NAME_MAX`; ``fallback`` when nothing of it is left to show."""
+    name = program_name(program)
+    unsafe = set(unsafe_characters(name))
+    name = "".join(c for c in name if c not in unsafe).strip()[:NAME_MAX].strip()
+    try:
+        blank_label("name", name)
+    except FieldError:
+        return fallback
+    return name
+
+
 def duration_typed(seconds: float) -> str:
     """Seconds as a person types them, in the units the field takes (``600`` -> ``10m``,
     ``5400`` -> ``1h30m``; a fraction of a second as seconds): the form showed ``600``
@@ -246,11 +262,29 @@ def blank_label(field: str, value: str) -> None:
     not in the spec's rule: jobs stored before load).
 
     Raises:
-        FieldError: It shows nothing.
+        FieldError: It shows nothing, or starts with a mark that joins what is before it.
     """
-    if all(c.isspace() or c in BLANK_FILLERS for c in value):
+    if value.isascii():
+        marks: list[str] = []
+        blank = all(c.isspace() for c in value)
+    else:
+        import unicodedata  # (only for text that needs it)
+
+        # Combining marks and joiners show nothing alone: "\u0301\u0301" and "\u200d"
+        # made names shown empty in every list (they join the column's space: h163).
+        marks = [c for c in value if c in _JOINERS or unicodedata.category(c) in ("Mn", "Me", "Cf")]
+        blank = all(c.isspace() or c in BLANK_FILLERS or c in marks for c in value)
+    if blank:
         raise FieldError(
-            field, "needs a visible character (it is only spaces or blank filler characters)"
+            field,
+            "needs a visible character (it is only spaces, blank filler characters or "
+            "combining marks)",
+        )
+    if marks and value[0] in marks:
+        raise FieldError(
+            field,
+            f"starts with U+{ord(value[0]):04X}, a mark that joins the character before it "
+            "(in a list, the column's space): start it with a visible character",
         )
     if value != value.strip():
         # ("e1 " and "e1" read alike in every list, and renaming one to the other was

@@ -358,6 +358,7 @@ class ProcessInfoJSON(TypedDict):
     user: str
     command: str
     started_at: float
+    name: NotRequired[str]  # the job name its adoption gets when none is given (older: absent)
     gpus: NotRequired[list[int]]  # GPUs it holds memory on, in the latest sample
     used_bytes: NotRequired[int]  # that memory, in all
     most_on_a_gpu: NotRequired[int]  # the most of it on one GPU

@@ -495,7 +495,8 @@ async def test_comm_with_spaces_and_parenthesis(
     engine = await make_engine()
     job = await adopt(engine, proc.pid, start_ticks=stat.start_ticks)
     assert job.status is JobStatus.RUNNING
-    assert job.name == "my"  # the first word of the command line
+    # Its program's name, whole: the command line's first word was "my" (tester h163).
+    assert job.name == "my )weird( sleep"
     assert job.spec["command"] == f"{weird} 600"
 
 
@@ -728,7 +729,20 @@ async def test_an_adopted_process_named_after_a_hostile_argv0_gets_a_printable_n
     proc = _python_as(spawn, b"/tmp/e\x1b[31mvil")
     job = await adopt(engine, proc.pid)
     assert job.status is JobStatus.RUNNING
-    assert job.name == "e\\x1b[31mvil"
+    # What a name may hold of it: the escape kept as the text "\\x1b" read like an
+    # escaped real one in every view (tester h163).
+    assert job.name == "e[31mvil"
+    await engine.cancel(job.id)
+    # The name offered for it before (the TUI's dialog) is the one it gets.
+    spaced = _python_as(spawn, b"/opt/my tool/run thing")
+    info = engine.process_info(spaced.pid)
+    assert info is not None and info["name"] == "run thing", info
+    job = await adopt(engine, spaced.pid)
+    assert job.name == "run thing", job.name
+    await engine.cancel(job.id)
+    nothing = _python_as(spawn, b"\x1b\x07")
+    job = await adopt(engine, nothing.pid)
+    assert job.name == f"pid {nothing.pid}", job.name
     await engine.cancel(job.id)
     # A renamed process whose name is no path keeps it whole: `exec -a '[red]stray[/]'`
     # was named "]", after its last "/" (tester h54).

@@ -331,7 +331,14 @@ async def test_escapes_users_and_processes_wrote_never_reach_the_terminal(
         stray.wait()
 
 
-@pytest.mark.parametrize("blank", ["   ", "\u3164", "\u115f\u1160", " \u034f ", "\u2800", "\uffa0"])
+@pytest.mark.parametrize(
+    "blank",
+    # (joiners and combining marks alone, too: names shown empty: tester h163)
+    [
+        *("   ", "\u3164", "\u115f\u1160", " \u034f ", "\u2800", "\uffa0", "\u200d"),
+        *("\u200c\u200d", "\u0301\u0301", "\u0e31", "\u20dd", " \u0301"),
+    ],
+)
 async def test_a_name_or_project_that_shows_nothing_is_refused(
     make_engine: EngineFactory, blank: str
 ) -> None:
@@ -346,6 +353,13 @@ async def test_a_name_or_project_that_shows_nothing_is_refused(
         await engine.edit(waiting.id, {"name": blank})
     ok = await engine.submit({"command": ["true"], "name": "a\u3164b"})  # (shows something)
     assert ok.name == "a\u3164b"
+    accented = await engine.submit(
+        {"command": ["true"], "name": "e\u0301t\u00e9 \U0001f468\u200d\U0001f4bb"}
+    )
+    assert accented.name == "e\u0301t\u00e9 \U0001f468\u200d\U0001f4bb"
+    # A mark first joins the column's space before it: refused, saying which.
+    with pytest.raises(SpecError, match="name: starts with U\\+0301, a mark that joins"):
+        await engine.submit({"command": ["true"], "name": "\u0301abc"})
     await engine.cancel(running.id)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -84,6 +85,35 @@ async def test_adopt_a_stray_from_the_table(
         # Nothing to search there: "/" is dimmed ("/x: no match" was said of no output: h99)
         assert app.screen.check_action("search_log", ()) is None
         await app.backend.cancel(job["id"])
+
+
+@pytest.fixture
+def spaced_stray() -> Iterator[subprocess.Popen[bytes]]:
+    """A process whose argv[0] is a path with a space and a terminal escape in it."""
+    argv = [b"/opt/my tool/run\x1b]0;T\x07 thing", b"-c", b"import time; time.sleep(600)"]
+    stray = subprocess.Popen(argv, executable=sys.executable, start_new_session=True)
+    yield stray
+    stray.kill()
+    stray.wait()
+
+
+async def test_the_adopt_dialog_offers_the_programs_name_whole_and_as_a_name_may_be(
+    ui_app: AppFactory, spaced_stray: subprocess.Popen[bytes]
+) -> None:
+    # Made from the row's command text, a program under "/opt/my tool/" was offered "my",
+    # and an escape in an argv0 was offered as the text "\\x1b" (tester h163).
+    app = await ui_app("1xA100-80GB")
+    engine = app.backend.engine
+    SimLedger(engine.paths.state_dir).hold(0, spaced_stray.pid, 5.0)
+    await engine.sampler.sample_once()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _listed(pilot, app, spaced_stray.pid)
+        await pilot.press("a")
+        dialog = await until(pilot, lambda: _adopt_dialog(app))
+        name = dialog.query_one("#adopt-name", Input)
+        await until(pilot, lambda: name.value == "run]0;T thing", f"the name ({name.value!r})")
+        await pilot.press("escape")  # (untouched: closes without asking)
+        await until(pilot, lambda: not isinstance(app.screen, AdoptScreen), "closed")
 
 
 async def test_adopt_any_pid_by_typing_and_refusals_are_shown(

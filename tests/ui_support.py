@@ -629,6 +629,19 @@ class StaticBackend:
         job["priority"] = job["spec"].get("priority", 0)
         return copy.deepcopy(job)
 
+    async def process(self, pid: int) -> dict[str, Any]:
+        """What the engine says of a listed process (its name: its program's)."""
+        for dom in self._gpus["domains"]:
+            for proc in dom["processes"]:
+                if proc["pid"] == pid:
+                    program = proc["command"].split(" ", 1)[0]
+                    uid = 0 if proc["user"] == "root" else 1000
+                    return {
+                        **{k: proc[k] for k in ("pid", "start_ticks", "user", "command")},
+                        **{"uid": uid, "started_at": proc["started_at"], "name": program},
+                    }
+        raise BackendError(f"no process with pid {pid}", 404, "pid")
+
     async def signal_process(self, pid: int, signal: str, start_ticks: int | None) -> str:
         """The engine's rule for someone else's process (every fixed stray is ben's, and
         the fixed data's user is ana)."""

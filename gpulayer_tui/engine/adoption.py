@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from stat import S_ISFIFO
 from typing import TYPE_CHECKING, Any
 
-from ..fields import NAME_MAX, printable, program_name
+from ..fields import default_job_name, printable
 from ..wire import AdoptRequest
 from . import procs
 from .batch import decide_stop
@@ -64,6 +64,7 @@ class ProcessSnapshot:
     uid: int
     command: str
     cwd: str
+    program: str = ""  # argv[0] whole (``command`` joins the words with spaces)
 
 
 def _shortened(command: str, limit: int = 80) -> str:
@@ -214,7 +215,13 @@ def read_process(pid: int) -> ProcessSnapshot | None:
         uid=uid,
         command=procs.read_cmdline(pid, limit=4096),
         cwd=procs.read_cwd(pid),
+        program=procs.read_program(pid),
     )
+
+
+def default_name(pid: int, snapshot: ProcessSnapshot | None) -> str:
+    """The name an adopted process gets when none is given: its program's."""
+    return default_job_name(snapshot.program, f"pid {pid}") if snapshot else f"pid {pid}"
 
 
 def adopted_request(spec: dict[str, Any]) -> Request:
@@ -610,13 +617,10 @@ class Adopter:
         owner_uid: int | None,
         request: Request | None,
     ) -> ActiveJob:
-        command = snapshot.command if snapshot else ""
-        label = name or (program_name(command.split(" ", 1)[0]) if command else f"pid {pid}")
         # (A program's name held to the name rule, as a submitted job's is: an argv0 with
         # a terminal escape reached the API and --json raw.)
-        label = printable(label)[:NAME_MAX] or f"pid {pid}"
         return self._book.create(
-            name=label,
+            name=name or default_name(pid, snapshot),
             kind=JobKind.ADOPTED,
             spec_json=spec,
             spec=None,

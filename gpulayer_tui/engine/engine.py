@@ -58,7 +58,7 @@ from ..wire import (
 from . import procs
 from .access import Forbidden, OwnerAccess
 from .admission import Admission
-from .adoption import Adopter, read_process, runs_the_asker, thread_group_of
+from .adoption import Adopter, default_name, read_process, runs_the_asker, thread_group_of
 from .batch import BatchRunner, JobEnv, login_basics
 from .cluster_runner import ClusterRunner
 from .config import Config, ConfigError, Paths, load_engine_config, plan_domains
@@ -1489,6 +1489,9 @@ class Engine:
             "user": procs.user_name(snapshot.uid),
             "command": snapshot.command,
             "started_at": procs.started_at(snapshot.start_ticks),
+            # (the name an adoption with none gives it: the TUI's dialog offers it; made
+            # there from the command's escaped text, it split at a space in a path: h163)
+            "name": default_name(pid, snapshot),
         }
         sample = self.sampler.latest
         held = {

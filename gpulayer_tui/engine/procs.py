@@ -86,6 +86,20 @@ def _command(process: psutil.Process, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def read_program(pid: int) -> str:
+    """``pid``'s argv[0] as it is (its name for a kernel thread, or one whose command
+    line is empty); bytes that are not UTF-8 as U+FFFD; '' if gone."""
+    process = open_process(pid)
+    if process is None:
+        return ""
+    try:
+        args = process.cmdline()
+        program = args[0] if args and args[0] else process.name()
+    except psutil.Error:
+        return ""
+    return program.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def read_cmdline(pid: int, limit: int = 200) -> str:
     """The command line joined by spaces (kernel threads: ``[comm]``); '' if gone."""
     process = open_process(pid)

@@ -19,7 +19,7 @@ from textual.widgets import Button, Input, Label, Static
 
 from .. import keymap, wire
 from ..backend import BackendError
-from ..fields import program_name
+from ..fields import default_job_name
 from ..formatting import GIB, gpus_named
 from ..key_hold import focus_first_field, release_keys
 from ..view import view_of
@@ -90,7 +90,6 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         held = proc.get("used_bytes")
         state = view_of(self).gpu_state
         gpus = gpus_named(proc.get("gpus") or [], state) or "no GPU memory seen"
-        program = (proc.get("command") or "").split(" ", 1)[0]
         with VerticalScroll(classes="form-fields", id="adopt-fields"):
             # (Content: a command line and a user name are shown as written, never as
             # markup: "[/bold]" in an argv would end the app)
@@ -109,7 +108,7 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
                 classes="muted",
             )
             yield Label("Name")
-            yield FieldInput(value=program_name(program), id="adopt-name", compact=True)
+            yield FieldInput(value=self._suggested_name(), id="adopt-name", compact=True)
             yield Label("Declared VRAM per GPU (GiB, empty for what it holds)")
             # (per GPU: the most it holds on one; the sum over its GPUs was offered, and a
             # process on two GPUs was over-reserved on each, or refused as too big)
@@ -160,6 +159,39 @@ class AdoptScreen(ModalScreen[JobJSON | None]):
         self._as_opened = self._values()  # (before the keys typed after a go in)
         self._say_busy_domains()
         focus_first_field(self, self.query_one("#adopt-name", Input))
+        if not self.process.get("name"):
+            self._ask_name()
+
+    def _suggested_name(self) -> str:
+        """The name offered: the engine's for the process where it said one, else its
+        command's first word, less what a name may not hold."""
+        if self.process.get("name"):
+            return str(self.process["name"])
+        return default_job_name((self.process.get("command") or "").split(" ", 1)[0], "")
+
+    @work(exclusive=True, group="adopt-name", exit_on_error=False)
+    async def _ask_name(self) -> None:
+        """Offer the engine's name for the process (from its argv[0] whole) instead of
+        the one made here from a table row's command: that text joins the words with
+        spaces (a program under "/tmp/my proj/" was offered "my") and shows escapes as
+        text, kept as such in the name (tester h163). Only while the name is untouched."""
+        field = self.query_one("#adopt-name", Input)
+        offered = field.value
+        try:
+            info = await view_of(self).backend.process(int(self.process["pid"]))
+        except BackendError:
+            return  # (gone, or no engine: the adoption says so when it is asked)
+        ticks = self.process.get("start_ticks")
+        if ticks is not None and info.get("start_ticks") != ticks:
+            return  # (another process now has the pid: the adoption refuses it)
+        name = info.get("name")
+        if not name or field.value != offered or name == offered:
+            return
+        untouched = self._values() == self._as_opened
+        field.value = name
+        field.cursor_position = len(name)
+        if untouched:
+            self._as_opened = self._values()  # (esc closes without asking, as before)
 
     @on(Input.Changed, "#adopt-domain")
     def _domain_typed(self) -> None:
