@@ -386,13 +386,23 @@ def replica_state(replica: ReplicaJSON, now: float, *, placing: bool = False) ->
     return state
 
 
-def usage_lines(summary: UsageSummaryJSON) -> list[tuple[str, str]]:
-    """What a job used, as ``(label, text)`` lines (``status`` and the job detail)."""
+def usage_lines(summary: UsageSummaryJSON, active: bool = False) -> list[tuple[str, str]]:
+    """What a job used, as ``(label, text)`` lines (``status`` and the job detail);
+    ``active``: it has not ended."""
     util = summary.get("util_mean")
     p95 = summary.get("util_p95")
     mem = summary.get("mem_util_mean")
     idle = summary.get("idle_share")
     gpus = ",".join(f"#{g}" for g in summary.get("gpus", []))
+    if not summary.get("samples") and active:
+        # (one just started was said to have "ended before its GPUs were next sampled")
+        return [
+            (
+                "GPU use",
+                "not read yet: its GPUs are read every [engine] sample_interval"
+                + (f" ({gpus})" if gpus else ""),
+            )
+        ]
     if not summary.get("samples"):
         # Ended between two readings of its GPUs: "util ?" and "energy 0 Wh" (not marked
         # as estimated) read as measured (tester h156).

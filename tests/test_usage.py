@@ -826,6 +826,10 @@ def test_a_job_that_ended_between_two_readings_says_it_was_not_read() -> None:
         ),
         ("energy", "not measured, 0.000 GPU-hours held"),
     ]
+    # Not ended: not read yet ("it ended before ..." of a job just started: tester h163).
+    assert usage_lines(summary, active=True) == [  # type: ignore[arg-type]
+        ("GPU use", "not read yet: its GPUs are read every [engine] sample_interval (#0)")
+    ]
     read = dict(summary, samples=1, util_mean=55.0, energy_wh=0.011, peak_vram=GIB)
     said = dict(usage_lines(read))  # type: ignore[arg-type]
     assert said["GPU use"].startswith("util mean 55%") and said["energy"].startswith("0.011 Wh")

@@ -187,7 +187,8 @@ def format_job(job: JobJSON, events: list[TimelineEntryJSON], now: float, last: 
         lines.extend(_replica_lines(job, now))
     usage = job.get("usage")
     if usage is not None:
-        lines.extend(f"  {label:<11} {text}" for label, text in usage_lines(usage))
+        active = job.get("status") in ("pending", "queued", "running")
+        lines.extend(f"  {label:<11} {text}" for label, text in usage_lines(usage, active))
     lines.append("  timeline")
     if last and len(events) > last:
         earlier = len(events) - last

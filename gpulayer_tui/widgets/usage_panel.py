@@ -52,14 +52,16 @@ def collapsed_line(summary: UsageSummaryJSON | None, active: bool) -> Content:
     return Content.assemble(*pieces)
 
 
-def summary_rows(summary: UsageSummaryJSON | None) -> list[tuple[str, Content]]:
+def summary_rows(
+    summary: UsageSummaryJSON | None, active: bool = False
+) -> list[tuple[str, Content]]:
     """The expanded text: one ``(label, text)`` row per :func:`usage_lines` entry (the
     engine's words, shown as text: never markup)."""
     if summary is None:
         return []
     return [
         (label, Content.styled(text, _LINE_STYLES.get(label, "")))
-        for label, text in usage_lines(summary)
+        for label, text in usage_lines(summary, active)
     ]
 
 
@@ -163,7 +165,7 @@ class UsagePanel(VerticalScroll, can_focus=False):
         self.active = active
         self.query_one("#usage-line", Static).update(collapsed_line(summary, active))
         self.query_one("#usage-text", FieldList).set_rows(
-            summary_rows(summary), heading=summary_heading(summary, active)
+            summary_rows(summary, active), heading=summary_heading(summary, active)
         )
         self._update_subtitle()
 
