@@ -1066,11 +1066,24 @@ def test_a_one_slot_domain_held_by_two_jobs_names_them_as_jobs() -> None:
     assert dom.blocker(None, False) == "gpu0: slot held by job 9"
     dom.hold(13, None, False)
     # ("slot held by jobs 9, 13" read as one slot shared by two: tester h129)
-    assert dom.blocker(None, False) == "gpu0: jobs 9, 13 running, more than its 1 slot"
+    assert dom.blocker(None, False) == (
+        "gpu0: jobs 9, 13 running, more than its 1 slot (lowered while jobs ran)"
+    )
     three = Domain("gpu1", 1, None, 2)
-    for job in (49, 50, 51):
+    for job in (49, 50):
         three.hold(job, None, False)
-    assert three.blocker(None, False) == "gpu1: jobs 49, 50, 51 running, more than its 2 slots"
+    three.hold(51, None, False, adopted=True)
+    # Which: "lowered" was said of a pool adoptions over-filled (tester h163).
+    assert three.blocker(None, False) == (
+        "gpu1: jobs 49, 50, 51 running, more than its 2 slots (adopted processes take slots, "
+        "free or not)"
+    )
+    cpu = Domain("cpu", None, None, 2)
+    for job in (1, 2, 3):
+        cpu.hold(job, None, False, adopted=job == 3)
+    assert cpu.blocker(None, False) == (
+        "cpu: 3 slots in use, more than its 2 slots (adopted processes take slots, free or not)"
+    )
 
 
 def test_doctor_names_the_engines_version_and_warns_of_another(

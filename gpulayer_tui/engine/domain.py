@@ -38,6 +38,7 @@ class Holding:
     declared_bytes: int | None
     exclusive: bool
     slots: int = 1  # a service's CPU replicas share the pool: one slot each
+    adopted: bool = False  # a process adopted as it ran (it took its slot, free or not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,10 +414,16 @@ class Domain:
         return self.failures == 0 and self.reading is not None and not self.reading.lost
 
     def hold(
-        self, job_id: int, declared_bytes: int | None, exclusive: bool, slots: int = 1
+        self,
+        job_id: int,
+        declared_bytes: int | None,
+        exclusive: bool,
+        slots: int = 1,
+        adopted: bool = False,
     ) -> None:
-        """Take ``slots`` slots for ``job_id`` and reserve its declared memory."""
-        self.holdings[job_id] = Holding(job_id, declared_bytes, exclusive, slots)
+        """Take ``slots`` slots for ``job_id`` and reserve its declared memory
+        (``adopted``: a running process adopted, which may take more slots than are free)."""
+        self.holdings[job_id] = Holding(job_id, declared_bytes, exclusive, slots, adopted)
         self._left.discard(job_id)
         self._count_slots()
         self._recount()
@@ -545,10 +552,11 @@ class Domain:
                 # CPU queues get long; a text that changes with every job id would be
                 # rewritten for every queued row on every job end.
                 if self.used_slots > self.slots:
-                    # ("the only cpu slot is busy" of 3 jobs on a pool cut to 1: h136)
+                    # ("the only cpu slot is busy" of 3 jobs on a pool cut to 1: h136;
+                    # "lowered" of a pool adoptions over-filled: tester h163)
                     return (
                         f"{self.name}: {self.used_slots} slots in use, more than its "
-                        f"{plural(self.slots, 'slot')} (lowered while jobs ran)"
+                        f"{plural(self.slots, 'slot')} ({self._overfilled_by()})"
                     )
                 return busy_words(self.slots, "cpu")
             jobs = ", ".join(str(j) for j in sorted(self.holdings))
@@ -557,8 +565,8 @@ class Domain:
                 # 51" read as one slot shared by three: tester h129)
                 have = f"{self.slots} slot{'s' if self.slots > 1 else ''}"
                 return (
-                    f"{self.name}: jobs {jobs} running, more than its {have}"
-                    f"{self.outside_shortfall(vram_bytes)}"
+                    f"{self.name}: jobs {jobs} running, more than its {have} "
+                    f"({self._overfilled_by()}){self.outside_shortfall(vram_bytes)}"
                 )
             if self.slots == 1:
                 return f"{self.name}: slot held by job {jobs}{self.outside_shortfall(vram_bytes)}"
@@ -584,6 +592,13 @@ class Domain:
             return None
         holder = self._largest_holder()
         return f"{self.name}: {holder}; needs {gib(vram_bytes)}, {gib(account.free)} free"
+
+    def _overfilled_by(self) -> str:
+        """Why more slots are taken than it has: adopted processes (each takes its slot,
+        free or not), or slots lowered while jobs ran."""
+        if any(h.adopted for h in self.holdings.values()):
+            return "adopted processes take slots, free or not"
+        return "lowered while jobs ran"
 
     def outside_shortfall(self, vram_bytes: int | None) -> str:
         """What memory held outside our jobs would still keep ``vram_bytes`` out once

@@ -135,12 +135,14 @@ EndListener = Callable[[ActiveJob], None]
 
 def take_holds(act: ActiveJob, domains: list[Domain]) -> None:
     """Give ``act`` the slots (and declared memory) of ``domains``, all in one step."""
+    adopted = act.job.kind is JobKind.ADOPTED
     for dom in domains:
         if act.request is None:  # a restored job whose spec can no longer be read
-            dom.hold(act.job.id, None, False)
+            dom.hold(act.job.id, None, False, adopted=adopted)
         else:
             request = act.request
-            dom.hold(act.job.id, request.vram_bytes, request.exclusive, request.slots_on(dom))
+            slots = request.slots_on(dom)
+            dom.hold(act.job.id, request.vram_bytes, request.exclusive, slots, adopted)
     act.holds = list(domains)
 
 
