@@ -87,6 +87,23 @@ def test_quit_handover_that_cannot_start_an_engine_says_the_jobs_go_on(
     assert Path(f"/proc/{job['pid']}").exists()  # and they do
 
 
+def test_a_bad_simulate_spec_is_refused_with_an_engine_serving_too(served: Served) -> None:
+    # Attached, "X<ESC>..." was said to "apply only to a new engine" and the TUI opened,
+    # the spec never read (tester h163).
+    served.start("--simulate", "1xA100-80GB")
+    out = subprocess.run(
+        [sys.executable, "-m", "gpulayer_tui", "--simulate", "X\x1b]0;T"],
+        env=served.env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert out.returncode == 2, out
+    assert "--simulate: cannot read 'X\\x1b]0;T'; expected COUNTxMODEL-MEMGB" in out.stderr
+    assert "\x1b" not in out.stderr and "applies only" not in out.stderr
+
+
 def test_a_bad_config_stops_the_tui_before_it_starts(served: Served, terminal: Terminal) -> None:
     served.home.mkdir(parents=True)
     (served.home / "config.toml").write_text("[ui]\ntheme = 3\n")
