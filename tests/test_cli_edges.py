@@ -2131,3 +2131,26 @@ def test_a_snapshot_of_one_file_is_said_in_the_singular() -> None:
     assert "commit 36f5aaeea416 (clean)  1 file, 1 byte" in _snapshot_lines(one)[0]
     two = {"snapshot": {"commit": None, "dirty": None, "files": 2, "bytes": 12}}
     assert "not a git tree  2 files, 12 bytes" in _snapshot_lines(two)[0]
+
+
+def test_domain_list_says_a_missing_gpu_whose_name_another_gpu_has_now(served: Served) -> None:
+    # Started over on other simulated GPUs, the old ones were missing (ready false), and
+    # `domain list` said nothing of them: their names were the new GPUs' (tester h164).
+    served.start("--simulate", "1xA100-80GB")
+    old = json.loads(served.cli("gpus", "--json").stdout)["domains"]
+    uuid = next(d["gpu_uuid"] for d in old if d["name"] == "gpu0")
+    served.stop()
+    served.start("--simulate", "1xH100-80GB")
+    listed = served.cli("domain", "list")
+    assert listed.returncode == 0, listed.stderr
+    said = (
+        f"gpulayer-tui: the GPU domain 'gpu0' had before ({uuid}) is not found by the driver "
+        f"now; gpu0 is another GPU's domain since (`gpulayer-tui domain forget {uuid}` if it "
+        "was removed for good)\n"
+    )
+    assert listed.stderr == said
+    one = served.cli("domain", "list", "gpu0")  # (the live domain, and the note)
+    assert one.returncode == 0 and one.stdout.splitlines()[1].startswith("gpu0 "), one
+    assert one.stderr == said
+    assert served.cli("domain", "forget", uuid).returncode == 0
+    assert served.cli("domain", "list").stderr == ""

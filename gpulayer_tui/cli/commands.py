@@ -1613,9 +1613,9 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
         missing = answer.get("missing") or []
         if args.name:  # one domain (it was ignored: every domain was listed)
             domains = [d for d in domains if d["name"] == args.name]
-            away = [m for m in missing if m["name"] == args.name]
-            if away:
-                _error(away[0]["reason"])
+            missing = [m for m in missing if m["name"] == args.name]
+            if missing and not domains:
+                _error(missing[0]["reason"])
                 return EXIT_FAILED
             if not domains:
                 _error(f"unknown domain {args.name!r}")
@@ -1641,7 +1641,7 @@ def _domain(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
             from .format import table
 
             print(table(["DOMAIN", "GPU", "STATE", "HEALTH", "SLOTS", "REASON"], rows))
-            for away in missing if not args.name else ():
+            for away in missing:
                 _error(away["reason"])
         return EXIT_OK
     if not args.name:

@@ -755,10 +755,25 @@ async def domains(request: web.Request) -> web.Response:
     names = set(scheduler.configured_missing) | {
         gpu.name for gpu in scheduler.missing_known.values()
     }
-    missing = [
+    missing: list[dict[str, Any]] = [
         {"name": name, "reason": scheduler.unknown_domain(name)}
         for name in sorted(names - scheduler.domains.keys())
     ]
+    # A missing GPU whose domain's name another GPU has now (a new --simulate, GPUs
+    # numbered anew): said too, by its UUID (it was left out: tester h164).
+    for uuid, gpu in sorted(scheduler.missing_known.items(), key=lambda kv: kv[1].name):
+        if gpu.name in scheduler.domains:
+            missing.append(
+                {
+                    "name": gpu.name,
+                    "gpu_uuid": uuid,
+                    "reason": (
+                        f"the GPU domain {gpu.name!r} had before ({uuid}) is not found by the "
+                        f"driver now; {gpu.name} is another GPU's domain since "
+                        f"(`gpulayer-tui domain forget {uuid}` if it was removed for good)"
+                    ),
+                }
+            )
     domains = [d.to_json() for d in scheduler.domains.values()]
     return web.json_response({"domains": domains, "missing": missing})
 
