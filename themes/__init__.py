@@ -2,7 +2,12 @@
 
 This folder is installed as the package ``gpulayer_tui.themes`` (see pyproject). Widgets
 use only ``$variables`` (Textual's, plus the ``memory-*`` ones below for the VRAM split),
-never literal colours, so every theme restyles everything.
+never literal colours, so every theme restyles everything. Coloured text is drawn in
+Textual's ``$text-success``, ``$text-warning``, ... (never ``$success`` and the like,
+which a theme may mean for backgrounds: in Textual's atom-one-light, "completed" in
+``$success`` on its background was 1.01:1, unreadable: tester h165); Textual makes
+those readable on the theme's background, and ours set them to their own colours,
+chosen for it.
 """
 
 from __future__ import annotations
@@ -56,6 +61,17 @@ LIGHT = Theme(
         "footer-key-foreground": "#B7791F",
     },
 )
+
+
+def _text_as_chosen(theme: Theme) -> None:
+    """Coloured text in ``theme``'s own colours (chosen to read on its background), not
+    the paler mixes Textual makes for a theme that does not say."""
+    for name in ("primary", "secondary", "accent", "warning", "error", "success"):
+        theme.variables.setdefault(f"text-{name}", getattr(theme, name))
+
+
+_text_as_chosen(DARK)
+_text_as_chosen(LIGHT)
 
 THEMES: tuple[Theme, ...] = (DARK, LIGHT)
 DEFAULT_THEME = DARK.name

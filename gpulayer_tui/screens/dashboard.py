@@ -281,11 +281,11 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
             shown = ", ".join(jobs[:6]) + (f" +{len(jobs) - 6}" if len(jobs) > 6 else "")
             job_text = f"job{'s' if len(jobs) > 1 else ''} {shown}"
         state = cpu.get("state", "in_service")
-        mark, style = ("●", "$success") if state == "in_service" else ("◐", "$warning")
+        mark, style = ("●", "$text-success") if state == "in_service" else ("◐", "$text-warning")
         pieces: list[tuple[str, str]] = [
             (mark, style),
             (" cpu pool ", "bold"),
-            (BAR_CHAR * filled, "$secondary"),
+            (BAR_CHAR * filled, "$text-secondary"),
             (BAR_CHAR * (width - filled), "$memory-free"),
             (f" {used}/{slots}", "bold"),
             (" slots", "$text-muted"),
@@ -294,7 +294,7 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
             # (with its reason, as a GPU's panel says it: "draining" alone, tester h162)
             reason = str(cpu.get("drain_reason") or cpu.get("state_reason") or "")
             said = f" · {state}" + (f" ({reason})" if reason else "")
-            pieces.append((said, "$warning"))
+            pieces.append((said, "$text-warning"))
         if job_text:
             pieces += [(" · ", "$text-muted"), (job_text, "")]
         content = Content.assemble(*pieces)
@@ -363,7 +363,7 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
         if below:
             hint = f" +{below} more ↓"
             head = Content.assemble(
-                head.truncate(max(0, width - len(hint))), (hint, "$warning bold")
+                head.truncate(max(0, width - len(hint))), (hint, "$text-warning bold")
             )
         self.query_one("#gpu-head", Static).update(head)
 

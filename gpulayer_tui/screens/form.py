@@ -43,7 +43,7 @@ class FormScreen(ModalScreen[ResultType]):
     FormScreen #form-error {
         display: none;
         height: auto;
-        color: $error;
+        color: $text-error;
         border-left: thick $error;
         padding: 0 1;
         margin-bottom: 1;
@@ -69,7 +69,7 @@ class FormScreen(ModalScreen[ResultType]):
         width: 1fr;  /* (wrapped: a long error ran past the dialog's edge, cut) */
         height: auto;
         margin-left: 14;
-        color: $error;
+        color: $text-error;
     }
     FormScreen .field-error.-shown { display: block; }
     FormScreen .option-row { height: 1; margin-left: 14; }

@@ -165,10 +165,10 @@ def _placement(job: JobJSON, spec: dict[str, Any]) -> str:
 
 
 _REPLICA_STYLES = {
-    "up": "$success",
-    "starting": "$warning",
-    "down": "bold $error",
-    "backoff": "bold $warning",
+    "up": "$text-success",
+    "starting": "$text-warning",
+    "down": "bold $text-error",
+    "backoff": "bold $text-warning",
     "stopping": "$foreground-muted",
     "exited": "$foreground-muted",
     "pending": "$foreground-muted",
@@ -210,7 +210,7 @@ def replica_lines(job: JobJSON, now: float) -> Content:
                 f"  {replica.get('endpoint') or ''}".rstrip(),
                 (f"  {','.join(replica.get('domains') or [])}", "$foreground-muted"),
                 f"  restarts {restarts}" if restarts else "",
-                (f"  last exit {code}", "$accent") if code is not None else "",
+                (f"  last exit {code}", "$text-accent") if code is not None else "",
             )
         )
     return Content("\n").join(lines)
@@ -353,10 +353,12 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     JobDetailScreen.-narrow #timeline-box { width: 100%; height: auto; max-height: 40%; }
     JobDetailScreen #fields { display: none; }
     JobDetailScreen #field-loading { color: $text-muted; }
-    JobDetailScreen #field-loading.-error { color: $error; }
+    JobDetailScreen #field-loading.-error { color: $text-error; }
     JobDetailScreen #search-row { height: 1; display: none; background: $surface; }
     JobDetailScreen #search-row.-open { display: block; }
-    JobDetailScreen #search-prompt { width: 3; padding: 0 1; color: $accent; text-style: bold; }
+    JobDetailScreen #search-prompt {
+        width: 3; padding: 0 1; color: $text-accent; text-style: bold;
+    }
     JobDetailScreen #log-search { width: 1fr; background: $surface; }
     JobDetailScreen #log-search:focus { background: $boost; }
     """

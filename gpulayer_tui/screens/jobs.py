@@ -68,7 +68,7 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         background: $surface;
     }
     JobsScreen #filter-row.-open { display: block; }
-    JobsScreen #filter-prompt { width: 3; padding: 0 1; color: $accent; text-style: bold; }
+    JobsScreen #filter-prompt { width: 3; padding: 0 1; color: $text-accent; text-style: bold; }
     JobsScreen #filter {
         width: 1fr;
         background: $surface;
@@ -171,17 +171,20 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         table = self.table
         parts: list[str | tuple[str, str]] = [
             ("status ", "$foreground-muted"),
-            (table.status_filter, "bold $accent"),
+            (table.status_filter, "bold $text-accent"),
         ]
         # (The filter before the sort: at 80 columns the bar was cut in the sort's note and
         # the filter's text never showed, so a table it emptied looked wrong: tester h70.)
         if table.filter_text:
             # (cut: a long one ran the sort into the count at 80 columns: tester h73)
             term = cut_to_width(printable(table.filter_text), 20)
-            parts += [("   filter ", "$foreground-muted"), (term, "bold $accent")]
+            parts += [("   filter ", "$foreground-muted"), (term, "bold $text-accent")]
         parts += [
             ("   sort ", "$foreground-muted"),
-            (SORTS[table.sort_key][0] + (" ▼" if table.sort_reverse else " ▲"), "bold $accent"),
+            (
+                SORTS[table.sort_key][0] + (" ▼" if table.sort_reverse else " ▲"),
+                "bold $text-accent",
+            ),
         ]
         if table.sort_hidden:  # (a resize hid the column: the order stays, o moves on)
             parts.append((" (hidden)", "$foreground-muted"))

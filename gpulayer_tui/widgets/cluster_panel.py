@@ -39,7 +39,10 @@ def cluster_line(cluster: dict[str, Any]) -> Content:
     state = str(cluster.get("state") or "unknown").lower()
     up = answering and state == "up"
     pieces: list[tuple[str, str]] = [
-        ("●" if up else "◐", "$success" if up else "$warning" if answering else "$error"),
+        (
+            "●" if up else "◐",
+            "$text-success" if up else "$text-warning" if answering else "$text-error",
+        ),
         (" cluster ", "bold"),
         (str(cluster.get("name", "")), "bold"),
         (" · partition ", "$text-muted"),
@@ -51,13 +54,13 @@ def cluster_line(cluster: dict[str, Any]) -> Content:
             words = f"not answering{_since(cluster.get('down_since'))}"
         else:
             words = "refused" if why else "not answering"
-        pieces += [_SEP, (words, "$error bold")]
+        pieces += [_SEP, (words, "$text-error bold")]
         if why:
-            pieces.append((f": {why}", "$error"))
+            pieces.append((f": {why}", "$text-error"))
     if "nodes" in cluster:  # (read at least once: while it does not answer, the last known)
         muted = "" if answering else "$text-muted"
         if answering:
-            pieces += [_SEP, (state, "" if up else "$warning")]
+            pieces += [_SEP, (state, "" if up else "$text-warning")]
         pieces += [_SEP, (_plural(cluster.get("nodes", 0), "node"), muted)]
         states = cluster.get("node_states") or {}
         if states:
@@ -70,7 +73,7 @@ def cluster_line(cluster: dict[str, Any]) -> Content:
             filled = 1
         pieces += [
             (" · GPUs ", "$text-muted"),
-            (BAR_CHAR * filled, "$secondary"),
+            (BAR_CHAR * filled, "$text-secondary"),
             (BAR_CHAR * (BAR_WIDTH - filled), "$memory-free"),
             (f" {total} total", muted or "bold"),
             _SEP,

@@ -25,7 +25,7 @@ class EngineStatus(Horizontal):
         background: $panel;
         color: $foreground;
     }
-    EngineStatus > #title { text-style: bold; padding: 0 1; color: $primary; }
+    EngineStatus > #title { text-style: bold; padding: 0 1; color: $text-primary; }
     EngineStatus > #area { padding: 0 1; text-style: bold; }
     EngineStatus > #where {
         width: 1fr;
@@ -35,9 +35,9 @@ class EngineStatus(Horizontal):
         text-overflow: ellipsis;
     }
     EngineStatus > #backend { padding: 0 1 0 0; color: $text-muted; }
-    EngineStatus > #backend.-simulated { color: $warning; }
-    EngineStatus > #health { padding: 0 1; color: $success; }
-    EngineStatus > #health.problem { color: $error; text-style: bold; }
+    EngineStatus > #backend.-simulated { color: $text-warning; }
+    EngineStatus > #health { padding: 0 1; color: $text-success; }
+    EngineStatus > #health.problem { color: $text-error; text-style: bold; }
     """
 
     def __init__(self, area: str) -> None:

@@ -240,9 +240,9 @@ class GpuPanel(Vertical):
 
     # The colour of each service state (see :meth:`health` and :meth:`title`).
     _STATE_STYLE: ClassVar[dict[str, str]] = {
-        "in_service": "$success",
-        "draining": "$warning",
-        "quarantined": "$error",
+        "in_service": "$text-success",
+        "draining": "$text-warning",
+        "quarantined": "$text-error",
         NO_DOMAIN: "$text-muted",
     }
 
@@ -314,21 +314,22 @@ class GpuPanel(Vertical):
         gpu = self.domain.get("gpu")
         state = self.domain.get("state", "in_service")
         if self.domain.get("missing"):
-            return "✖", "MISSING", "$error"
+            return "✖", "MISSING", "$text-error"
         if gpu is None:
-            return "?", "no reading", "$warning"
+            return "?", "no reading", "$text-warning"
         if gpu.get("lost"):
-            return "✖", "LOST", "$error"
+            return "✖", "LOST", "$text-error"
         if gpu.get("error"):
-            return "✖", "error", "$error"
+            return "✖", "error", "$text-error"
         if state == NO_DOMAIN:
             return "○", "no domain", "$text-muted"
         if state == "in_service" and self.domain.get("health") == "degraded":
             # (it said "● ok" while `domain list` said degraded: tester h124)
-            return "◐", "degraded", "$warning"
+            return "◐", "degraded", "$text-warning"
         if state == "in_service":
-            return "●", "ok", "$success"
-        return ("◐" if state == "draining" else "✖"), state, self._STATE_STYLE.get(state, "$error")
+            return "●", "ok", "$text-success"
+        mark = "◐" if state == "draining" else "✖"
+        return mark, state, self._STATE_STYLE.get(state, "$text-error")
 
     def title(self) -> Content:
         """``gpu1 · NVIDIA A100-SXM4-80GB`` plus the state and any error."""
@@ -337,31 +338,31 @@ class GpuPanel(Vertical):
         if self.domain.get("missing"):
             jobs = ", ".join(map(str, self.domain.get("jobs") or ()))
             pieces.append(
-                (f" · not found by the driver; still running there: job {jobs}", "$error")
+                (f" · not found by the driver; still running there: job {jobs}", "$text-error")
             )
         elif state == NO_DOMAIN:
             pieces.append((" · no domain: not managed", "$text-muted"))
         elif state == "in_service" and self.domain.get("health") == "degraded":
-            pieces.append((" · degraded", "$warning bold"))
+            pieces.append((" · degraded", "$text-warning bold"))
             # (a domain event says its reason; a /gpus view its last error)
             why = self.domain.get("reason") or self.domain.get("last_error")
             if why:
                 pieces.append((f" ({why})", "$text-muted"))
         elif state != "in_service":
-            pieces.append((f" · {state}", f"{self._STATE_STYLE.get(state, '$error')} bold"))
+            pieces.append((f" · {state}", f"{self._STATE_STYLE.get(state, '$text-error')} bold"))
             reason = self.domain.get("state_reason")
             if reason:
                 pieces.append((f" ({reason})", "$text-muted"))
             drained = self.domain.get("drain_reason")
             if state == "quarantined" and drained is not None:
-                pieces.append((f" · drained under it ({drained})", "$warning"))
+                pieces.append((f" · drained under it ({drained})", "$text-warning"))
         # (not again where the quarantine's reason said it: "quarantined (GPU is lost:
         # fell off the bus) · LOST · GPU is lost: fell off the bus")
         said = "".join(text for text, _style in pieces[1:]).lower()
         if self.gpu.get("lost") and "lost" not in said:
-            pieces.append((" · LOST", "$error bold"))
+            pieces.append((" · LOST", "$text-error bold"))
         if self.gpu.get("error") and str(self.gpu["error"]).lower() not in said:
-            pieces.append((f" · {self.gpu['error']}", "$error"))
+            pieces.append((f" · {self.gpu['error']}", "$text-error"))
         return Content.assemble(*pieces)
 
     # -- drawing --------------------------------------------------------------------------
@@ -457,11 +458,11 @@ class GpuPanel(Vertical):
                 return Content.styled(problem, style).truncate(width, ellipsis=True)
             said = _problem_then_holders(problem, text, width)
             cut = said[: len(said) - len(text) - 3]  # (the reason, as cut to fit)
-            line = Content.assemble((cut, style), " · ", (text, "$accent"))
+            line = Content.assemble((cut, style), " · ", (text, "$text-accent"))
             return line.truncate(width, ellipsis=True)
         if not text:
             return Content.styled("no job", "$text-muted")
-        return Content.styled(text, "$accent")
+        return Content.styled(text, "$text-accent")
 
     @property
     def stale(self) -> bool:
@@ -487,7 +488,7 @@ class GpuPanel(Vertical):
         return [
             (f"{util:>3}%", "bold"),
             (" ", ""),
-            (BAR_CHAR * filled, "$secondary"),
+            (BAR_CHAR * filled, "$text-secondary"),
             (BAR_CHAR * (bar_width - filled), "$memory-free"),
         ]
 
@@ -497,7 +498,7 @@ class GpuPanel(Vertical):
             return " ?°C", "$text-muted"
         if self.stale:
             return f"{temp:>2}C?", "$text-muted"
-        style = "$error bold" if temp >= 85 else "$warning" if temp >= 75 else ""
+        style = "$text-error bold" if temp >= 85 else "$text-warning" if temp >= 75 else ""
         return f"{temp:>2}°C", style
 
     def _power_piece(self, with_limit: bool, unit_space: bool = False) -> Piece:
@@ -514,7 +515,7 @@ class GpuPanel(Vertical):
             widest = len(f"{limit or 999:.0f}{unit}")
         if watts is None:
             return "?".rjust(widest - len(unit)) + unit, "$text-muted"
-        style = "$warning" if limit and watts >= 0.9 * limit else ""
+        style = "$text-warning" if limit and watts >= 0.9 * limit else ""
         if self.stale:
             style = "$text-muted"
         if with_limit and limit:
@@ -525,7 +526,7 @@ class GpuPanel(Vertical):
         if self.domain.get("state") == NO_DOMAIN:
             return "-", "$text-muted"  # (no slots: the engine starts nothing there)
         used, slots = self.domain.get("used_slots", 0), self.domain.get("slots", 0)
-        return f"{used}/{slots}", "$warning bold" if slots and used >= slots else ""
+        return f"{used}/{slots}", "$text-warning bold" if slots and used >= slots else ""
 
     def _full_stats(self, width: int) -> Content:
         mark, word, health_style = self.health()
@@ -631,7 +632,7 @@ class GpuPanel(Vertical):
         text = self.holder_text(layout.job, word="")
         if not text:
             return [(" ", ""), (_fit("-", layout.job), "$text-muted")]
-        return [(" ", ""), (_fit(text, layout.job), "$accent")]
+        return [(" ", ""), (_fit(text, layout.job), "$text-accent")]
 
     @staticmethod
     def row_header(width: int, name_width: int = 4) -> Content:

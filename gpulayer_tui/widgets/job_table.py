@@ -147,17 +147,17 @@ class JobTable(OwnKeys, DataTable[Any]):
         background: $surface;
     }
     JobTable > .jobtable--pending { color: $text-muted; }
-    JobTable > .jobtable--queued { color: $warning; }
-    JobTable > .jobtable--running { color: $primary; text-style: bold; }
-    JobTable > .jobtable--completed { color: $success; }
-    JobTable > .jobtable--failed { color: $error; text-style: bold; }
+    JobTable > .jobtable--queued { color: $text-warning; }
+    JobTable > .jobtable--running { color: $text-primary; text-style: bold; }
+    JobTable > .jobtable--completed { color: $text-success; }
+    JobTable > .jobtable--failed { color: $text-error; text-style: bold; }
     JobTable > .jobtable--cancelled { color: $text-muted; text-style: italic; }
-    JobTable > .jobtable--orphaned { color: $error; text-style: italic; }
-    JobTable > .jobtable--reason { color: $accent; }
+    JobTable > .jobtable--orphaned { color: $text-error; text-style: italic; }
+    JobTable > .jobtable--reason { color: $text-accent; }
     JobTable > .jobtable--muted { color: $text-muted; }
-    JobTable > .jobtable--replicas-up { color: $success; }
-    JobTable > .jobtable--replicas-down { color: $warning; text-style: bold; }
-    JobTable > .jobtable--marked { color: $accent; text-style: bold; }
+    JobTable > .jobtable--replicas-up { color: $text-success; }
+    JobTable > .jobtable--replicas-down { color: $text-warning; text-style: bold; }
+    JobTable > .jobtable--marked { color: $text-accent; text-style: bold; }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [

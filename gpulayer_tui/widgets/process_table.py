@@ -155,8 +155,8 @@ class ProcessTable(OwnKeys, DataTable[Text]):
         border-title-color: $foreground;
         border-title-style: bold;
         scrollbar-size-vertical: 1;
-        & > .process-table--unregistered { color: $error; text-style: bold; }
-        & > .process-table--job { color: $primary; }
+        & > .process-table--unregistered { color: $text-error; text-style: bold; }
+        & > .process-table--job { color: $text-primary; }
         & > .process-table--muted { color: $text-muted; }
     }
     """

@@ -34,7 +34,7 @@ class SummaryLine(Vertical):
             margin: 1 1 0 1;
             padding: 0 1;
             border: round $warning;
-            border-title-color: $warning;
+            border-title-color: $text-warning;
             border-title-style: bold;
         }
         &.-notice > #notice { display: block; }
@@ -101,13 +101,13 @@ class SummaryLine(Vertical):
         failed = self.summary.get("failed_today", 0)
         sep: Piece = (" · ", "$text-muted")
         pieces: list[Piece] = [
-            (str(running), "$success bold" if running else "bold"),
+            (str(running), "$text-success bold" if running else "bold"),
             (" running", "$text-muted"),
             sep,
-            (str(queued), "$warning bold" if queued else "bold"),
+            (str(queued), "$text-warning bold" if queued else "bold"),
             (" queued", "$text-muted"),
             sep,
-            (str(failed), "$error bold" if failed else "bold"),
+            (str(failed), "$text-error bold" if failed else "bold"),
             (" failed" if short else " failed today", "$text-muted"),
         ]
         refused = self.summary.get("refused_today", 0)
@@ -115,7 +115,7 @@ class SummaryLine(Vertical):
             pieces.append((f" (+{refused} refused)", "$text-muted"))
         idle = self.summary.get("idle", 0)
         if idle:  # (running jobs warned for holding their GPUs idle)
-            pieces += [sep, (str(idle), "$warning bold"), (" idle", "$text-muted")]
+            pieces += [sep, (str(idle), "$text-warning bold"), (" idle", "$text-muted")]
         state = self.gpu_state
         if state is None:
             pieces += [sep, ("waiting for the first GPU sample…", "$text-muted")]
@@ -126,7 +126,7 @@ class SummaryLine(Vertical):
             pieces += [
                 sep,
                 ("unreg " if short else "unregistered VRAM ", "$text-muted"),
-                (f"{unregistered / GIB:.1f} GiB", "$error bold" if unregistered else "bold"),
+                (f"{unregistered / GIB:.1f} GiB", "$text-error bold" if unregistered else "bold"),
             ]
         pieces += [sep, (f"{gpus} GPU{'' if gpus == 1 else 's'}", "bold")]
         # (a quarantined or draining GPU was said only in its panel's title, cut at 120
@@ -138,7 +138,7 @@ class SummaryLine(Vertical):
                 unwell[where] = unwell.get(where, 0) + 1
         if unwell:
             said = ", ".join(f"{n} {where}" for where, n in sorted(unwell.items()))
-            pieces.append((f" ({said})", "$warning"))
+            pieces.append((f" ({said})", "$text-warning"))
         # (less a missing GPU a job still runs on: listed there too, it was counted both
         # "without a domain" and "missing": tester h118)
         others = sum(1 for g in state.get("gpus_without_domain") or () if not g.get("missing"))
@@ -158,7 +158,7 @@ class SummaryLine(Vertical):
         if missing:  # (had here, not listed by the driver now: jobs needing them wait)
             said, them = ", ".join(missing), "it" if len(missing) == 1 else "them"
             said = f" ({len(missing)} missing: {said}; jobs needing {them} wait)"
-            pieces.append((said, "$warning"))
+            pieces.append((said, "$text-warning"))
         return Content.assemble(*pieces)
 
     def notice(self) -> Content:
@@ -170,10 +170,10 @@ class SummaryLine(Vertical):
             return Content.assemble(
                 (message, ""),
                 ("\nJobs that need no GPU run in the CPU pool below; ", "$text-muted"),
-                ("n", "$accent bold"),
+                ("n", "$text-accent bold"),
                 (" submits one.", "$text-muted"),
             )
-        return Content.styled(message, "$warning")
+        return Content.styled(message, "$text-warning")
 
 
 def _short_uuid(uuid: str) -> str:

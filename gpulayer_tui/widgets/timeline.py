@@ -13,12 +13,12 @@ from ..wire import TimelineEntryJSON
 
 STATUS_STYLES: dict[str, str] = {
     "pending": "$foreground-muted",
-    "queued": "$warning",
-    "running": "bold $primary",
-    "completed": "$success",
-    "failed": "bold $error",
+    "queued": "$text-warning",
+    "running": "bold $text-primary",
+    "completed": "$text-success",
+    "failed": "bold $text-error",
     "cancelled": "italic $foreground-muted",
-    "orphaned": "italic $error",
+    "orphaned": "italic $text-error",
 }
 """How a status is drawn (theme variables only); the job detail view uses it too."""
 
@@ -127,7 +127,7 @@ class Timeline(Widget):
         reason_text, message = event_words(event)
         text = f"{reason_text} · {message}" if reason_text and message else reason_text or message
         # The reason leads, in its own colour; the message is text (never markup).
-        body = Content.assemble((reason_text, "$accent"), text[len(reason_text) :])
+        body = Content.assemble((reason_text, "$text-accent"), text[len(reason_text) :])
         indent = head.cell_length
         if width - indent >= NARROW_MESSAGE or body.cell_length <= width - indent:
             # Wrapped by cells, not characters (wide characters overran the width), and

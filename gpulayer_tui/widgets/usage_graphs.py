@@ -27,7 +27,7 @@ class GraphLine(NamedTuple):
 
 
 class UsageGraphs(Widget):
-    """Lines of history graphs (utilisation in ``$secondary``, memory in ``$primary``,
+    """Lines of history graphs (utilisation in ``$text-secondary``, memory in ``$text-primary``,
     labels muted), as tall as its lines and, with ``width: auto``, as wide as the widest."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
@@ -40,8 +40,8 @@ class UsageGraphs(Widget):
     UsageGraphs {
         height: auto;
         & > .usage-graphs--label { color: $text-muted; }
-        & > .usage-graphs--util { color: $secondary; }
-        & > .usage-graphs--mem { color: $primary; }
+        & > .usage-graphs--util { color: $text-secondary; }
+        & > .usage-graphs--mem { color: $text-primary; }
     }
     """
 

@@ -26,7 +26,7 @@ from .level_line import LevelLine
 STACK_BELOW = 150
 """Content widths under this put the plots under the text instead of beside it."""
 
-_LINE_STYLES = {"warning": "$warning", "advice": "$accent"}
+_LINE_STYLES = {"warning": "$text-warning", "advice": "$text-accent"}
 
 
 def collapsed_line(summary: UsageSummaryJSON | None, active: bool) -> Content:
@@ -46,9 +46,9 @@ def collapsed_line(summary: UsageSummaryJSON | None, active: bool) -> Content:
         f"{summary['energy_wh']:g} Wh",
     ]
     if summary.get("idle_warning"):
-        pieces += [sep, ("idle warning", "$warning bold")]
+        pieces += [sep, ("idle warning", "$text-warning bold")]
     elif summary.get("advice"):
-        pieces += [sep, ("advice", "$accent")]
+        pieces += [sep, ("advice", "$text-accent")]
     return Content.assemble(*pieces)
 
 
@@ -119,7 +119,7 @@ class UsagePanel(VerticalScroll, can_focus=False):
         .usage-plot-label { width: 12; color: $text-muted; }
         .usage-plot-figure { width: 24; padding-left: 1; color: $text-muted; }
         LevelLine.-vram { color: $memory-owned; }
-        LevelLine.-util { color: $success; }
+        LevelLine.-util { color: $text-success; }
     }
     """
 
