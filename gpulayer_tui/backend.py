@@ -30,6 +30,7 @@ from .wire import (
     ProcessInfoJSON,
     RestartedJSON,
     UsageJSON,
+    UsersJSON,
 )
 
 if TYPE_CHECKING:
@@ -195,6 +196,11 @@ class EngineBackend(Protocol):
     async def why(self, job_id: int) -> dict[str, Any]:
         """Why a job waits: its place, the reservation, its user's limits, the fair-share
         order (``gpulayer-tui why``)."""
+        ...
+
+    async def users(self) -> UsersJSON:
+        """Every user with recent GPU use, running or waiting jobs, in fair-share order
+        (``gpulayer-tui users``): GPU-hours, share, what runs and waits, the limits."""
         ...
 
     async def signal_process(self, pid: int, signal: str, start_ticks: int | None) -> str:
@@ -370,6 +376,10 @@ class SocketBackend:
     async def why(self, job_id: int) -> dict[str, Any]:
         """Why a job waits."""
         return dict(await self._request("GET", f"/jobs/{int(job_id)}/why"))
+
+    async def users(self) -> UsersJSON:
+        """Every user in fair-share order, with what runs and waits and the limits."""
+        return cast(UsersJSON, await self._request("GET", "/users"))
 
     async def signal_process(self, pid: int, signal: str, start_ticks: int | None) -> str:
         """Signal a stray GPU process."""

@@ -629,3 +629,37 @@ def kept_drain(dom: Mapping[str, Any]) -> str:
     if dom.get("state") != "quarantined" or dom.get("drain_reason") is None:
         return ""
     return f" (drained under it: {dom['drain_reason']}; a release drains it again)"
+
+
+USER_HEADS = (
+    "USER",
+    "GPU-H",
+    "SHARE",
+    "RUNNING",
+    "GPUS/MAX",
+    "VRAM GB/MAX",
+    "WAITING/MAX",
+    "MAX PRIO",
+)
+"""The columns of a user's row, as ``gpulayer-tui users`` and the TUI's users view (``4``)
+head them."""
+
+
+def user_cells(user: Mapping[str, Any]) -> list[str]:
+    """A user of ``GET /v1/users`` as the cells of :data:`USER_HEADS`: its
+    name, recent GPU-hours, share, running jobs, then what it holds or queues beside its
+    limit (``1/4``; ``-``: no limit)."""
+
+    def limit(value: Any) -> str:
+        return "-" if value is None else f"{value:g}"
+
+    return [
+        str(user["user"]),
+        f"{user['gpu_hours']:g}",
+        f"{user['share']:g}",
+        str(user.get("running_jobs", "-")),  # (an older engine leaves it out)
+        f"{user['running_gpus']}/{limit(user['max_gpus'])}",
+        f"{user['running_vram_gb']:g}/{limit(user['max_vram_gb'])}",
+        f"{user['waiting']}/{limit(user['max_queued'])}",
+        limit(user.get("max_priority")),
+    ]

@@ -338,6 +338,36 @@ class HealthJSON(TypedDict):
     them counts these (its dashboard said "10000 queued" of 20,000: tester h104)."""
 
 
+class UserJSON(TypedDict):
+    """One user in ``GET /v1/users``: fair-share figures, what runs and waits, the limits
+    (``None``: no limit)."""
+
+    user: str
+    """The user's name (the uid as a number where it has none)."""
+    uid: int
+    gpu_hours: float
+    """GPU-hours used recently (halved every ``[scheduling] fairshare_half_life``), plus
+    what its running jobs have used so far."""
+    share: float
+    fair_usage: float
+    """``gpu_hours / share``: what orders users (least first)."""
+    running_jobs: int
+    running_gpus: int
+    running_vram_gb: float
+    waiting: int
+    max_gpus: int | None
+    max_vram_gb: float | None
+    max_queued: int | None
+    max_priority: int | None
+
+
+class UsersJSON(TypedDict):
+    """``GET /v1/users``: every user with recent use, running or waiting jobs, in
+    fair-share order (the order jobs of equal priority start in)."""
+
+    users: list[UserJSON]
+
+
 class EventJSON(TypedDict):
     """One event on ``GET /v1/events`` (one JSON object per line)."""
 

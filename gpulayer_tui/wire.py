@@ -82,6 +82,8 @@ if TYPE_CHECKING:
     from .shapes import UsageJSON as UsageJSON
     from .shapes import UsageSeriesJSON as UsageSeriesJSON
     from .shapes import UsageSummaryJSON as UsageSummaryJSON
+    from .shapes import UserJSON as UserJSON
+    from .shapes import UsersJSON as UsersJSON
     from .shapes import VramJSON as VramJSON
 
 # -- names -------------------------------------------------------------------------------
@@ -302,6 +304,8 @@ SHAPES = frozenset(
         "UsageSeriesJSON",
         "UsageJSON",
         "RowUsageJSON",
+        "UserJSON",
+        "UsersJSON",
     )
 )
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpulayer_tui.engine.models import JobQuery
 from gpulayer_tui.engine.simulate import SimLedger
-from gpulayer_tui.shapes import JobJSON, JobRowJSON, ProcessJSON
+from gpulayer_tui.shapes import JobJSON, JobRowJSON, ProcessJSON, UserJSON
 from gpulayer_tui.wire import ACTIVE_STATUSES, JobKind, JobStatus, TerminationReason
 
 from .conftest import EngineFactory
@@ -162,3 +162,32 @@ async def test_the_fake_usage_matches_a_real_engines(make_engine: EngineFactory)
     # The running job's VRAM is what /gpus says it holds.
     held = next(d for d in gpus_view(2)["domains"] if d["name"] == "gpu0")["vram"]["owned"]
     assert (await fake.usage(10))["summary"]["peak_vram"] == held  # type: ignore[index]
+
+
+async def test_the_fake_users_match_a_real_engines(make_engine: EngineFactory) -> None:
+    """``GET /v1/users`` (the users view, ``4``): the fake's rows have the engine's keys,
+    each value of the engine's type, and tell the fixture's story in the engine's order."""
+    engine = await make_engine("2xA100-80GB")
+    job = await engine.submit({"command": ["sleep", "60"], "gpus": 1, "vram_gb": 1})
+    waiting = await engine.submit({"command": ["sleep", "60"], "gpus": 2})
+    real = engine.queue.users_view()
+    assert real, "the submitter is listed"
+    fake = (await StaticBackend().users())["users"]
+    want = set(UserJSON.__annotations__)
+    for row in [*real, *fake]:
+        assert set(row) == want, set(row) ^ want
+    for key, value in real[0].items():
+        for row in fake:
+            if value is not None and row[key] is not None:
+                # (ints where the engine's are ints, floats where its are floats)
+                assert type(row[key]) is type(value), (key, row[key], value)
+    assert [r["fair_usage"] for r in fake] == sorted(r["fair_usage"] for r in fake)
+    # The jobs' owner holds and waits for what the fixture's jobs do.
+    jobs = jobs_fixture()
+    owner = next(r for r in fake if r["uid"] == jobs[0]["owner_uid"])
+    running = [j for j in jobs if j["status"] == "running"]
+    assert owner["running_jobs"] == len(running)
+    assert owner["running_gpus"] == sum(len(j["gpus"]) for j in running)
+    assert owner["waiting"] == sum(j["status"] in ("pending", "queued") for j in jobs)
+    await engine.cancel(waiting.id)
+    await engine.cancel(job.id)

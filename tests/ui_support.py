@@ -427,6 +427,21 @@ def events_fixture(job: dict[str, Any]) -> list[dict[str, Any]]:
     return events
 
 
+FAKE_USERS = {
+    1000: ("ana", 0.5, 2.0),
+    65534: ("nobody", 1.5, 1.0),
+    1001: ("ben", 3.25, 1.0),
+}
+"""uid -> (name, recent GPU-hours, share) of :meth:`StaticBackend.users` (every fixed job
+is nobody's; ana and ben have only past use)."""
+
+FAKE_LIMITS: dict[str, dict[str, Any]] = {
+    "default": {"max_gpus": 4, "max_vram_gb": None, "max_queued": 500, "max_priority": 0},
+    "ana": {"max_gpus": 8, "max_vram_gb": 160.0, "max_queued": 500, "max_priority": 0},
+}
+"""The README's example ``[users.default]`` and ``[users.ana]`` (with a VRAM limit)."""
+
+
 class StaticBackend:
     """Canned engine answers; ``submit`` validates with the engine's own spec rules."""
 
@@ -608,6 +623,35 @@ class StaticBackend:
             "held_by": [],
             "out_of_service": [],
         }
+
+    async def users(self) -> dict[str, Any]:
+        """``GET /v1/users`` over the fixture: the jobs' owner (nobody) with what its jobs
+        hold and have waiting, and two users with only past use, under the README's
+        example limits; in fair-share order, as the engine's (keys checked against a real
+        engine's in test_ui_fake_contract)."""
+        rows = []
+        for uid, (name, gpu_hours, share) in FAKE_USERS.items():
+            own = [j for j in self._jobs.values() if j["owner_uid"] == uid]
+            running = [j for j in own if j["status"] == "running"]
+            limits = FAKE_LIMITS.get(name, FAKE_LIMITS["default"])
+            rows.append(
+                {
+                    "user": name,
+                    "gpu_hours": gpu_hours,
+                    "share": share,
+                    "fair_usage": gpu_hours / share,
+                    "uid": uid,
+                    "running_jobs": len(running),
+                    "running_gpus": sum(len(j["gpus"]) for j in running),
+                    "running_vram_gb": round(
+                        float(sum(j["spec"].get("vram_gb") or 0 for j in running if j["gpus"])), 1
+                    ),
+                    "waiting": sum(j["status"] in ("pending", "queued") for j in own),
+                    **limits,
+                }
+            )
+        rows.sort(key=lambda row: (row["fair_usage"], row["user"]))
+        return {"users": rows}
 
     async def restart(self, job_id: int) -> dict[str, Any]:
         """The ended job's spec again, as the engine would (a new queued job)."""

@@ -1968,26 +1968,10 @@ def _users(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
     if args.json:
         _print_json(data)
         return EXIT_OK
+    from ..formatting import USER_HEADS, user_cells
     from .format import table
 
-    def limit(value: Any) -> str:
-        return "-" if value is None else f"{value:g}"
-
-    rows = [
-        [
-            str(u["user"]),
-            f"{u['gpu_hours']:g}",
-            f"{u['share']:g}",
-            str(u.get("running_jobs", "-")),
-            f"{u['running_gpus']}/{limit(u['max_gpus'])}",
-            f"{u['running_vram_gb']:g}/{limit(u['max_vram_gb'])}",
-            f"{u['waiting']}/{limit(u['max_queued'])}",
-            limit(u.get("max_priority")),
-        ]
-        for u in data["users"]
-    ]
-    heads = ["USER", "GPU-H", "SHARE", "RUNNING", "GPUS/MAX", "VRAM GB/MAX", "WAITING/MAX"]
-    print(table([*heads, "MAX PRIO"], rows))
+    print(table(list(USER_HEADS), [user_cells(u) for u in data["users"]]))
     return EXIT_OK
 
 
