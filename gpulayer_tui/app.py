@@ -43,6 +43,7 @@ from .screens.job_detail import JobDetailScreen
 from .screens.jobs import JobsScreen
 from .screens.strays import StraysScreen
 from .screens.submit import SubmitScreen
+from .screens.users import UsersScreen
 from .theme_files import themes, unknown_theme_words
 from .view import HistoryPoint
 from .wire import (
@@ -82,7 +83,12 @@ class GpulayerApp(App[str]):
 
     CSS_PATH = str(themes.CSS_PATH)
     TITLE = "gpulayer-tui"
-    MODES = {"dashboard": DashboardScreen, "jobs": JobsScreen, "strays": StraysScreen}
+    MODES = {
+        "dashboard": DashboardScreen,
+        "jobs": JobsScreen,
+        "strays": StraysScreen,
+        "users": UsersScreen,
+    }
     DEFAULT_MODE = "dashboard"
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings(keymap.APP))
     COMMANDS: ClassVar[set[type[Provider] | Callable[[], type[Provider]]]] = {
@@ -509,9 +515,9 @@ class GpulayerApp(App[str]):
     # -- actions ----------------------------------------------------------------------------
 
     def action_show_area(self, mode: str) -> None:
-        """Show the dashboard, the jobs table or the strays themselves, as the footer's
-        "2 Jobs" promises: a job's detail left open in that area is closed (it came back
-        on `2`, and a filter typed then searched the job's log: tester h67)."""
+        """Show the dashboard, the jobs table, the strays or the users themselves, as the
+        footer's "2 Jobs" promises: a job's detail left open in that area is closed (it came
+        back on `2`, and a filter typed then searched the job's log: tester h67)."""
         if self.current_mode != mode:
             self.switch_mode(mode)
         while len(self.screen_stack) > 1 and not isinstance(self.screen, ModalScreen):

@@ -6,8 +6,8 @@ footer, the help and the palette cannot drift apart.
 
 The design, k9s- and lazygit-like:
 
-- ``1`` ``2`` ``3`` switch screens (dashboard, jobs, strays), so no letter is taken from
-  the screens: vim movement works in every table (``j``/``k``, ``g``/``G``).
+- ``1`` ``2`` ``3`` ``4`` switch screens (dashboard, jobs, strays, users), so no letter is
+  taken from the screens: vim movement works in every table (``j``/``k``, ``g``/``G``).
 - One key, one idea, on every screen: ``/`` filters, ``o``/``O`` order by the next /
   previous column, ``r`` reverses the order, ``s``/``S`` cycle the status filter, ``f``
   follows output, ``]`` shows the next replica, ``c`` cancels, ``R`` restarts an ended
@@ -32,7 +32,7 @@ from textual.binding import Binding
 APP = "app"
 """Bindings of the App itself: they work on every (non-modal) screen."""
 TABLE = "table"
-"""Movement in the tables (jobs, GPU processes, strays)."""
+"""Movement in the tables (jobs, GPU processes, strays, users)."""
 
 SCREEN_TITLES: dict[str, str] = {
     APP: "Everywhere",
@@ -41,6 +41,7 @@ SCREEN_TITLES: dict[str, str] = {
     "jobs": "Jobs",
     "detail": "Job detail",
     "strays": "Strays",
+    "users": "Users",
     "submit": "New job form",
     "edit": "Edit job form",
     "adopt": "Adopt dialog",
@@ -117,6 +118,7 @@ KEYMAP: tuple[Key, ...] = (
     Key("1", "show_area('dashboard')", "Dashboard", (APP,), footer="Dash"),
     Key("2", "show_area('jobs')", "Jobs", (APP,)),
     Key("3", "show_area('strays')", "Strays", (APP,)),
+    Key("4", "show_area('users')", "Users", (APP,)),
     Key("n", "new_job", "New job", (APP,), footer="New"),
     Key("t", "next_theme", "Theme", (APP,), show=False),
     Key(

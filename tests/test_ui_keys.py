@@ -19,7 +19,7 @@ from gpulayer_tui.screens.submit import SubmitScreen
 from gpulayer_tui.widgets.job_table import JobTable
 from tests.ui_support import FIXED_NOW, StaticBackend, shown_text, until
 
-SCREENS = ("dashboard", "jobs", "detail", "strays")
+SCREENS = ("dashboard", "jobs", "detail", "strays", "users")
 """Non-modal screens: the App's keys and the tables' keys work there too."""
 MODALS = ("submit", "edit", "adopt", "signal", "confirm", "quit", "help")
 
@@ -89,6 +89,8 @@ async def test_number_keys_switch_screens_and_vim_keys_move() -> None:
         await until(pilot, lambda: app.current_mode == "dashboard")
         await pilot.press("3")
         await until(pilot, lambda: app.current_mode == "strays")
+        await pilot.press("4")
+        await until(pilot, lambda: app.current_mode == "users")
 
 
 async def _palette_titles(screen: Any) -> set[str]:
@@ -99,7 +101,7 @@ async def _palette_titles(screen: Any) -> set[str]:
 async def test_palette_offers_each_screens_actions() -> None:
     app = _static_app()
     async with app.run_test(size=(140, 30)) as pilot:
-        everywhere = {"Dashboard", "Jobs", "Strays", "New job", "Help", "Quit"}
+        everywhere = {"Dashboard", "Jobs", "Strays", "Users", "New job", "Help", "Quit"}
         dashboard = await _palette_titles(app.screen)
         assert everywhere | {"Sort", "Reverse sort"} <= dashboard
         assert "Cancel job" not in dashboard

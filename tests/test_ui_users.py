@@ -1,0 +1,162 @@
+"""The users screen (``4``): who uses the box, in fair-share order, with their limits;
+over a real engine, and over the fixed data for its picture and its failures."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from gpulayer_tui.app import build_app
+from gpulayer_tui.backend import BackendError
+from gpulayer_tui.screens import users as users_screen
+from gpulayer_tui.screens.actions import my_uid
+from gpulayer_tui.screens.users import EMPTY, NOT_ANSWERED, UsersScreen
+from gpulayer_tui.widgets.user_table import YOU, UserTable
+
+from .ui_support import FIXED_NOW, StaticBackend, until
+
+AppFactory = Callable[..., Awaitable[Any]]
+
+
+def _cells(table: UserTable, uid: int) -> dict[str, str] | None:
+    """The row of ``uid`` as plain text by column head, or None while it is not listed."""
+    if uid not in table.rows_by_uid:
+        return None
+    row = table.get_row(str(uid))
+    heads = [str(column.label) for column in table.ordered_columns]
+    return dict(zip(heads, (str(cell) for cell in row), strict=True))
+
+
+async def _open_users(pilot: Any, app: Any) -> UserTable:
+    await pilot.press("4")
+    await until(pilot, lambda: isinstance(app.screen, UsersScreen) and app.screen.is_mounted)
+    return app.screen.query_one(UserTable)
+
+
+@pytest.fixture
+def no_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only job events (and showing the screen) ask for the users: no periodic ask."""
+    monkeypatch.setattr(users_screen, "USERS_REFRESH_S", 3600.0)
+
+
+async def test_a_gpu_job_shows_in_its_users_row(ui_app: AppFactory, no_polling: None) -> None:
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 30)) as pilot:
+        table = await _open_users(pilot, app)
+        empty = app.screen.query_one("#users-empty")
+        # A fresh engine: nobody used it yet, said in words.
+        await until(pilot, lambda: str(empty.render()) == EMPTY and empty.display, "empty")
+        job = await app.backend.submit({"command": ["sleep", "60"], "gpus": 1, "vram_gb": 2})
+        me = my_uid()
+        row = await until(
+            pilot,
+            lambda: (cells := _cells(table, me)) and cells["RUNNING"] == "1" and cells,
+            "my row, 1 running",
+        )
+        assert row["GPUS/MAX"] == "1/-" and row["VRAM GB/MAX"] == "2/-"
+        assert row["WAITING/MAX"] == "0/-" and row["MAX PRIO"] == "-"
+        assert row["USER"].endswith(YOU)  # this TUI's user's row is marked
+        assert not empty.display
+        await app.backend.cancel(job["id"])
+
+
+async def test_the_view_follows_a_job_that_ends(ui_app: AppFactory, no_polling: None) -> None:
+    app = await ui_app("2xA100-80GB")
+    first = await app.backend.submit({"command": ["sleep", "60"], "gpus": 1})
+    async with app.run_test(size=(140, 30)) as pilot:
+        table = await _open_users(pilot, app)
+        me = my_uid()
+        await until(pilot, lambda: (c := _cells(table, me)) and c["RUNNING"] == "1", "1 running")
+        # A second one waits (2 GPUs, one is taken), then starts as the first ends.
+        second = await app.backend.submit({"command": ["sleep", "60"], "gpus": 2})
+        await until(
+            pilot, lambda: (c := _cells(table, me)) and c["WAITING/MAX"] == "1/-", "1 waiting"
+        )
+        await app.backend.cancel(first["id"])
+        row = await until(
+            pilot,
+            lambda: (c := _cells(table, me)) and c["GPUS/MAX"] == "2/-" and c,
+            "the second job running on both GPUs",
+        )
+        assert row["RUNNING"] == "1" and row["WAITING/MAX"] == "0/-"
+        await app.backend.cancel(second["id"])
+        row = await until(
+            pilot, lambda: (c := _cells(table, me)) and c["RUNNING"] == "0" and c, "ended"
+        )
+        # Still listed: its recent GPU-hours order it.
+        assert row["GPUS/MAX"] == "0/-" and float(row["GPU-H"]) > 0
+
+
+class _Counting(StaticBackend):
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    async def users(self) -> dict[str, Any]:
+        self.asked += 1
+        return await super().users()
+
+
+async def test_it_asks_while_shown_and_never_while_hidden(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(users_screen, "USERS_REFRESH_S", 0.1)
+    backend = _Counting()
+    app = build_app(backend, clock=lambda: FIXED_NOW, cursor_blink=False)
+    async with app.run_test(size=(120, 24)) as pilot:
+        await pilot.pause(0.3)
+        assert backend.asked == 0  # (never shown: never asked)
+        table = await _open_users(pilot, app)
+        await until(pilot, lambda: table.row_count == 3, "the rows")
+        await until(pilot, lambda: backend.asked >= 3, "asked again while shown")
+        await pilot.press("1")
+        await until(pilot, lambda: app.current_mode == "dashboard")
+        await pilot.pause(0.15)  # (one on its way when it was hidden may still answer)
+        hidden = backend.asked
+        await pilot.pause(0.5)
+        assert backend.asked == hidden, "asked while hidden"
+        await pilot.press("4")
+        await until(pilot, lambda: backend.asked > hidden, "asked once shown again")
+
+
+class _Refusing(StaticBackend):
+    async def users(self) -> dict[str, Any]:
+        raise BackendError("the engine says [/bold] no", 503)
+
+
+async def test_an_engine_refusal_is_a_notice_not_a_crash() -> None:
+    app = build_app(_Refusing(), clock=lambda: FIXED_NOW, cursor_blink=False)
+    async with app.run_test(size=(120, 24)) as pilot:
+        await _open_users(pilot, app)
+        await until(
+            pilot,
+            lambda: any(n.message == "the engine says [/bold] no" for n in app._notifications),
+            "the notice",
+        )
+        empty = app.screen.query_one("#users-empty")
+        await until(pilot, lambda: str(empty.render()) == NOT_ANSWERED, "said in words")
+        assert isinstance(app.screen, UsersScreen) and app.is_running
+
+
+class _Hostile(StaticBackend):
+    async def users(self) -> dict[str, Any]:
+        answer = await super().users()
+        answer["users"][0]["user"] = "[bold red]ana[/]"
+        return answer
+
+
+async def test_a_user_name_is_shown_as_written_never_as_markup() -> None:
+    app = build_app(_Hostile(), clock=lambda: FIXED_NOW, cursor_blink=False)
+    async with app.run_test(size=(120, 24)) as pilot:
+        table = await _open_users(pilot, app)
+        row = await until(pilot, lambda: _cells(table, 1000), "ana's row")
+        assert row["USER"] == "[bold red]ana[/]"
+
+
+def test_users_snapshot(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (this TUI runs as nobody, the fixed jobs' owner: its row is the one marked)
+    monkeypatch.setattr(users_screen, "my_uid", lambda: 65534)
+    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
+    assert snap_compare(app, press=["4"], terminal_size=(120, 24))
