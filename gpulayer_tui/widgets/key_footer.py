@@ -69,9 +69,10 @@ class KeyFooter(Footer):
 
     def _fit_keys(self) -> None:
         """Show the keys that fit whole before the palette's key, in their order. When not
-        all fit, ``?`` (help, which lists them all: it fell off the end at 80 columns,
-        tester h70) and ``esc`` (the way out) are kept first, then the screen's own keys
-        (those that act now before the dimmed ones), then the App's, each in order."""
+                all fit, ``?`` (help, which lists them all: it fell off the end at 80 columns,
+                tester h70) and ``esc`` (the way out) are kept first, then the screen's own keys
+                (those that act now before the dimmed ones), then the App's (the areas' 1 2 3 4
+        last), each in order."""
         keys = [child for child in self.children if isinstance(child, FooterKey)]
         palette = next((k for k in keys if k.has_class("-command-palette")), None)
         room = self.size.width
@@ -88,6 +89,9 @@ class KeyFooter(Footer):
                 key=lambda n: (
                     listed[n].key not in KEPT_KEYS,
                     listed[n].action in _APP_ACTIONS,
+                    # (the areas' keys after the App's others: the fourth, 4 Users, took
+                    # q Quit's place at 80 columns)
+                    listed[n].action.startswith("show_area"),
                     listed[n].has_class("-disabled"),
                     n,
                 ),

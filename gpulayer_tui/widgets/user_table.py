@@ -33,7 +33,7 @@ class UserTable(OwnKeys, DataTable[Any]):
 
     DEFAULT_CSS = """
     UserTable { height: 1fr; }
-    UserTable > .user-table--you { color: $accent; text-style: bold; }
+    UserTable > .user-table--you { color: $text-accent; text-style: bold; }
     """
 
     def __init__(self, **kwargs: Any) -> None:
