@@ -121,6 +121,18 @@ def default_job_name(program: str, fallback: str) -> str:
     "\\x1b", which then read like an escaped real one: tester h163), cut to
     :data:`NAME_MAX`; ``fallback`` when nothing of it is left to show."""
     name = program_name(program)
+    if "\x1b" in name or "\x9b" in name or "\x9d" in name:
+        import re  # (not on the CLI's path: only an escape in a program's name asks)
+
+        # A terminal sequence goes whole: its ESC alone dropped left "]0;pwned[31mred"
+        # of an argv0 that set a title and a colour (tester h166).
+        name = re.sub(
+            r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"  # CSI ... final
+            r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC ... BEL/ST
+            r"|\x1b[ -/]*[0-~]?",  # other escapes
+            "",
+            name,
+        )
     unsafe = set(unsafe_characters(name))
     name = "".join(c for c in name if c not in unsafe).strip()[:NAME_MAX].strip()
     try:
@@ -256,6 +268,28 @@ BLANK_FILLERS = "\u115f\u1160\u3164\uffa0\u034f\u2800"
 combining grapheme joiner, the blank Braille pattern): a name of only these looked empty."""
 
 
+def _joining_marks(value: str) -> list[str]:
+    """The characters of ``value`` that join the one before them: combining marks
+    (spacing ones too), joiners and other format characters."""
+    if value.isascii():
+        return []
+    import unicodedata  # (only for text that needs it)
+
+    # "\u0301\u0301" and "\u200d" alone made names shown empty in every list (they join
+    # the column's space: tester h163); a lone spacing mark (U+0903) was drawn one column
+    # wider than counted (tester h166).
+    joining = ("Mn", "Me", "Mc", "Cf")
+    return [c for c in value if c in _JOINERS or unicodedata.category(c) in joining]
+
+
+def shows_nothing(value: str, marks: list[str] | None = None) -> bool:
+    """True for text of only spaces, :data:`BLANK_FILLERS` and marks that join what is
+    before them: nothing of it is seen."""
+    if marks is None:
+        marks = _joining_marks(value)
+    return all(c.isspace() or c in BLANK_FILLERS or c in marks for c in value)
+
+
 def blank_label(field: str, value: str) -> None:
     """Refuse a name or project that shows nothing (only spaces and
     :data:`BLANK_FILLERS`) or starts or ends with a space (checked where a label is given,
@@ -264,17 +298,8 @@ def blank_label(field: str, value: str) -> None:
     Raises:
         FieldError: It shows nothing, or starts with a mark that joins what is before it.
     """
-    if value.isascii():
-        marks: list[str] = []
-        blank = all(c.isspace() for c in value)
-    else:
-        import unicodedata  # (only for text that needs it)
-
-        # Combining marks and joiners show nothing alone: "\u0301\u0301" and "\u200d"
-        # made names shown empty in every list (they join the column's space: h163).
-        marks = [c for c in value if c in _JOINERS or unicodedata.category(c) in ("Mn", "Me", "Cf")]
-        blank = all(c.isspace() or c in BLANK_FILLERS or c in marks for c in value)
-    if blank:
+    marks = _joining_marks(value)
+    if shows_nothing(value, marks):
         raise FieldError(
             field,
             "needs a visible character (it is only spaces, blank filler characters or "

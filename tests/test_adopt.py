@@ -591,6 +591,14 @@ def test_cli_adopt(served: Served, spawn: list[subprocess.Popen[bytes]]) -> None
     other = start(spawn, "sleep", "601")
     unnamed = served.cli("adopt", "--pid", str(other.pid), "--name", "")
     assert unnamed.returncode == 2 and "name: must be text of 1 to 200" in unnamed.stderr
+    # Nor one that shows nothing, as a submission's (taken, shown empty: tester h166);
+    # nothing is stored, not even a refused job.
+    before = len(json.loads(served.cli("jobs", "--json").stdout))
+    for blank in ("\u0301\u0301", "   ", "\u3164", "\u0301abc"):
+        named = served.cli("adopt", "--pid", str(other.pid), "--name", blank)
+        assert named.returncode == 2, (blank, named)
+        assert "name: " in named.stderr and ("visible" in named.stderr or "U+0301" in named.stderr)
+    assert len(json.loads(served.cli("jobs", "--json").stdout)) == before
     # `logs -f` says at once where its output is (it waited, silent, till the end).
     follow = served.cli("logs", "-f", job_id, timeout=20)
     assert "its output goes where it was started" in follow.stderr
@@ -729,9 +737,10 @@ async def test_an_adopted_process_named_after_a_hostile_argv0_gets_a_printable_n
     proc = _python_as(spawn, b"/tmp/e\x1b[31mvil")
     job = await adopt(engine, proc.pid)
     assert job.status is JobStatus.RUNNING
-    # What a name may hold of it: the escape kept as the text "\\x1b" read like an
-    # escaped real one in every view (tester h163).
-    assert job.name == "e[31mvil"
+    # What a name may hold of it, the escape sequence gone whole: kept as the text
+    # "\\x1b" it read like an escaped real one in every view (tester h163), and its ESC
+    # alone dropped left "[31m" (tester h166).
+    assert job.name == "evil"
     await engine.cancel(job.id)
     # The name offered for it before (the TUI's dialog) is the one it gets.
     spaced = _python_as(spawn, b"/opt/my tool/run thing")

@@ -268,6 +268,14 @@ def test_cli_domain_commands_and_ready(served: Served) -> None:
     # the same words as a first drain.
     changed = served.cli("domain", "drain", "gpu1", "--reason", "RMA")
     assert changed.stdout.strip() == "domain gpu1: draining (reason changed: swap fan -> RMA)"
+    # A reason that shows nothing is refused, as such a name is (taken, it was shown as
+    # no reason at all: tester h166); the drain stays as it was.
+    for blank in ("\u0301\u0301", "\u200d", "\u3164"):
+        refused = served.cli("domain", "drain", "gpu1", "--reason", blank)
+        assert refused.returncode == 2, refused
+        assert "reason: needs a visible character" in refused.stderr, refused.stderr
+    kept = json.loads(served.cli("domain", "list", "--json").stdout)
+    assert {d["name"]: d["drain_reason"] for d in kept}["gpu1"] == "RMA"
     cleared = json.loads(served.cli("domain", "drain", "gpu1", "--reason", "", "--json").stdout)
     assert cleared["drain_reason"] == "drained by the operator"
     assert cleared["previous_drain_reason"] == "RMA"

@@ -336,7 +336,7 @@ async def test_escapes_users_and_processes_wrote_never_reach_the_terminal(
     # (joiners and combining marks alone, too: names shown empty: tester h163)
     [
         *("   ", "\u3164", "\u115f\u1160", " \u034f ", "\u2800", "\uffa0", "\u200d"),
-        *("\u200c\u200d", "\u0301\u0301", "\u0e31", "\u20dd", " \u0301"),
+        *("\u200c\u200d", "\u0301\u0301", "\u0e31", "\u20dd", " \u0301", "\u0903"),
     ],
 )
 async def test_a_name_or_project_that_shows_nothing_is_refused(
@@ -360,6 +360,12 @@ async def test_a_name_or_project_that_shows_nothing_is_refused(
     # A mark first joins the column's space before it: refused, saying which.
     with pytest.raises(SpecError, match="name: starts with U\\+0301, a mark that joins"):
         await engine.submit({"command": ["true"], "name": "\u0301abc"})
+    with pytest.raises(SpecError, match="name: starts with U\\+093E, a mark that joins"):
+        await engine.submit({"command": ["true"], "name": "\u093eabc"})  # (a spacing one)
+    hindi = await engine.submit(
+        {"command": ["true"], "name": "\u0928\u092e\u0938\u094d\u0924\u0947"}
+    )
+    assert hindi.name == "\u0928\u092e\u0938\u094d\u0924\u0947"
     await engine.cancel(running.id)
 
 

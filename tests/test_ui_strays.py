@@ -111,7 +111,7 @@ async def test_the_adopt_dialog_offers_the_programs_name_whole_and_as_a_name_may
         await pilot.press("a")
         dialog = await until(pilot, lambda: _adopt_dialog(app))
         name = dialog.query_one("#adopt-name", Input)
-        await until(pilot, lambda: name.value == "run]0;T thing", f"the name ({name.value!r})")
+        await until(pilot, lambda: name.value == "run thing", f"the name ({name.value!r})")
         await pilot.press("escape")  # (untouched: closes without asking)
         await until(pilot, lambda: not isinstance(app.screen, AdoptScreen), "closed")
 

@@ -75,6 +75,7 @@ from ..fields import (
     keys_once,
     parse_number,
     printable,
+    shows_nothing,
     too_long,
 )
 from ..unixsock import SocketPath
@@ -801,6 +802,13 @@ async def drain(request: web.Request) -> web.Response:
             check_label("reason", reason, DRAIN_REASON_MAX)
         except FieldError as err:
             raise SpecError(str(err), "reason") from None
+        if shows_nothing(reason):
+            # (combining marks or a joiner alone: shown as no reason at all: tester h166)
+            raise SpecError(
+                "reason: needs a visible character (it is only blank filler characters or "
+                "combining marks); give none for the default",
+                "reason",
+            )
     engine = request.app[ENGINE_KEY]
     return web.json_response(
         {"domain": await engine.domain_ops.drain(request.match_info["name"], reason)}
