@@ -87,17 +87,28 @@ def test_a_second_restart_while_the_first_runs_is_made_and_said(served: Served) 
     assert twice.returncode == 0, twice.stderr
     second = twice.stdout.strip()
     assert twice.stderr == (
-        f"gpulayer-tui: warning: job {first} was restarted already as job {new}, which is "
-        f"running: job {second} runs it a second time\n"
+        f"gpulayer-tui: warning: job {first} was restarted already: job {new} (running) has "
+        f"not ended; job {second} runs it again\n"
     )
-    answer = json.loads(served.cli("restart", "--json", first).stdout)
+    # Every restart that has not ended, not the newest alone: the newest ended, an older
+    # one still runs (it went unsaid: tester h166).
+    assert served.cli("cancel", second).returncode == 0
+    third = served.cli("restart", "--json", first)
+    answer = json.loads(third.stdout)
     assert answer["spec"]["restart_of"] == int(first)
-    for job in (new, second, str(answer["id"])):
+    assert f"job {new} (running) has not ended; job {answer['id']} runs" in third.stderr
+    for job in (new, str(answer["id"])):
         assert served.cli("cancel", job).returncode == 0
     # Its restarts all ended: a restart now is the usual retry, with nothing to say.
     again = served.cli("restart", first)
     assert again.returncode == 0 and again.stderr == "", again.stderr
+    # A restart of a restart runs the same spec: said too.
     assert served.cli("cancel", again.stdout.strip()).returncode == 0
+    line = served.cli("restart", new).stdout.strip()
+    after = served.cli("restart", first)
+    assert f"job {line} (running, a restart of job {new}) has not ended" in after.stderr, after
+    for job in (line, after.stdout.strip()):
+        assert served.cli("cancel", job).returncode == 0
 
 
 async def test_two_restarts_of_one_job_at_one_moment_tell_the_second(
@@ -118,7 +129,7 @@ async def test_two_restarts_of_one_job_at_one_moment_tell_the_second(
         assert len(words) <= 1
         for warning in words:
             assert warning.startswith(f"job {job.id} ")
-            assert warning.endswith(f": job {new.id} runs it a second time")
+            assert warning.endswith(f"; job {new.id} runs it again")
     assert made[0].id != made[1].id
     for new in made:
         await engine.cancel(new.id)

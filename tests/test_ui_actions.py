@@ -262,8 +262,8 @@ async def test_the_restart_toast_says_a_second_run_and_a_dependency_left_out(
         new_id = max(app.job_store.jobs)
         assert said.startswith(f"job {old['id']} restarted as job {new_id} ("), said
         assert (
-            f"job {old['id']} was restarted already as job {elsewhere['id']}, which is running: "
-            f"job {new_id} runs it a second time" in said
+            f"job {old['id']} was restarted already: job {elsewhere['id']} (running) has not "
+            f"ended; job {new_id} runs it again" in said
         ), said
         assert f"it does not wait for job {first['id']}, cleaned from the history" in said, said
         for job_id in (elsewhere["id"], new_id):

@@ -982,24 +982,54 @@ class Engine:
         if twice and warnings is not None:
             # (two clients restarted one failed job and made two runs of it, with no word
             # to either: tester h162)
-            warnings.append(f"job {job_id} {twice}: job {new.id} runs it a second time")
+            warnings.append(f"job {job_id} {twice}; job {new.id} runs it again")
         return new
 
     async def _restarted_already(self, job_id: int) -> str:
-        """How ``job_id`` is being run again already ("" when it is not): by a restart
-        that has not ended, or one being made at this moment."""
+        """How ``job_id``'s spec is being run again already ("" when it is not): by a
+        restart of it, or of a job of its line (a restart of its restart, of the job it
+        restarted, ...), that has not ended; or by a restart of it being made at this
+        moment. (Only its newest restart was looked at: a restart of a restart, and an
+        older restart still running, went unsaid: tester h166.)"""
         if self._restarting.get(job_id, 0) > 1:
             return "is being restarted by another request at this moment"
-        newer = await self.store.newest_restart(job_id)
-        if newer is None:
-            return ""
-        try:
-            other = await self.get(newer)
-        except UnknownJob:
-            return ""
-        if other.status.is_terminal:
-            return ""  # (running it again after its restart ended: the usual retry)
-        return f"was restarted already as job {newer}, which {status_phrase(other.status.value)}"
+        roots: dict[int, int] = {}
+        line = await self._first_of_line(job_id, roots)
+        others = []
+        for act in list(self.book):
+            job = act.job
+            of = job.spec.get("restart_of")
+            if not isinstance(of, int) or job.status.is_terminal:
+                continue
+            if await self._first_of_line(job.id, roots) == line:
+                how = "" if of == job_id else f", a restart of job {of}"
+                others.append((job.id, f"{job.id} ({job.status.value}{how})"))
+        if not others:
+            return ""  # (running it again after its restarts ended: the usual retry)
+        said = [words for _, words in sorted(others)]
+        jobs = f"job {said[0]} has" if len(said) == 1 else f"jobs {', '.join(said)} have"
+        return f"was restarted already: {jobs} not ended"
+
+    async def _first_of_line(self, job_id: int, seen: dict[int, int]) -> int:
+        """The job ``job_id`` restarts, and the one that restarts, ... up to the first
+        (``seen``: the answers found so far, kept by the caller)."""
+        walked = []
+        current = job_id
+        for _ in range(1000):  # (a line is as long as its restarts: never a circle)
+            if current in seen:
+                current = seen[current]
+                break
+            walked.append(current)
+            try:
+                of = (await self.get(current)).spec.get("restart_of")
+            except UnknownJob:
+                break  # (cleaned from the history: the line is known from here)
+            if not isinstance(of, int):
+                break
+            current = of
+        for job in walked:
+            seen[job] = current
+        return current
 
     async def _restart(self, job: Job, owner_uid: int | None, left_out: list[int] | None) -> Job:
         job_id = job.id
