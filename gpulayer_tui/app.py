@@ -426,9 +426,11 @@ class GpulayerApp(App[str]):
         if data.get("outcome") == "rejected":
             self.notify(str(data.get("error")), title="config edit rejected", severity="error")
             return
-        ui_changed = any(
+        # ("ui": [ui] said apart from the engine's changes; an older engine named it among
+        # them: "ui.theme: 'a' -> 'b'")
+        ui_changed = bool(data.get("ui")) or any(
             c == "ui" or str(c).startswith("ui.") for c in data.get("changes", [])
-        )  # (each setting is named: "ui.theme: 'a' -> 'b'")
+        )
         if ui_changed and self.config_file is not None:
             # The theme was edited in the config file: apply it live.
             from .engine.config import ConfigError, load_config

@@ -114,21 +114,6 @@ def no_engine_text(paths: Paths) -> str:
     )
 
 
-def _bad_simulate(simulate: str | None, simulate_if_no_gpu: str | None) -> str | None:
-    """Why a ``--simulate`` spec cannot be read, checked whether or not an engine already
-    serves (attached, one with an escape in it was said to "apply only to a new engine",
-    and the TUI opened: tester h163)."""
-    from .engine.simulate import parse_simulate_spec
-
-    for spec in (simulate, simulate_if_no_gpu):
-        if spec is not None:
-            try:
-                parse_simulate_spec(spec)
-            except ValueError as err:
-                return str(err)
-    return None
-
-
 def _refusal(paths: Paths) -> str | None:
     """The refusal of an engine that serves ``paths`` and refuses this user, asked with
     the CLI's standard-library client before the app and its libraries load (a user it
@@ -162,7 +147,11 @@ def run_tui(
     With ``attach_only`` (a browser session) it only attaches to a serving engine; without
     one it shows :func:`no_engine_text` and returns 3 (the CLI's "no engine" code).
     """
-    refused = _refusal(paths) or _bad_simulate(simulate, simulate_if_no_gpu)
+    from .engine.simulate import simulate_problem
+
+    # (the spec is read whether or not an engine already serves: attached, one with an
+    # escape in it was said to "apply only to a new engine", and the TUI opened: h163)
+    refused = _refusal(paths) or simulate_problem(simulate, simulate_if_no_gpu)
     if refused is not None:
         from .fields import printable
 

@@ -102,6 +102,9 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
         '[ui]\ntheme = "gpulayer-light"\n'
     )
     assert (await engine.config_reload.reload())["changes"] == []
+    # (said to the TUIs apart, which apply a theme live)
+    told = [e for e in _config_events(paths) if e["outcome"] == "applied"][-1]
+    assert told["changes"] == [] and told["ui"] == ["ui.theme: unset -> 'gpulayer-light'"]
     # Each setting with its values (the log said only "history": tester h81), but not a
     # notification's: a webhook URL may hold a secret.
     paths.config_file.write_text(

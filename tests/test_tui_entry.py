@@ -102,6 +102,17 @@ def test_a_bad_simulate_spec_is_refused_with_an_engine_serving_too(served: Serve
     assert out.returncode == 2, out
     assert "--simulate: cannot read 'X\\x1b]0;T'; expected COUNTxMODEL-MEMGB" in out.stderr
     assert "\x1b" not in out.stderr and "applies only" not in out.stderr
+    # A second --serve is told the engine serves, and that its spec is bad too.
+    serve = subprocess.run(
+        [sys.executable, "-m", "gpulayer_tui", "--serve", "--simulate", "3xFOO"],
+        env=served.env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert serve.returncode == 1, serve
+    assert "already" in serve.stderr and "cannot read '3xFOO'" in serve.stderr, serve.stderr
 
 
 def test_a_bad_config_stops_the_tui_before_it_starts(served: Served, terminal: Terminal) -> None:

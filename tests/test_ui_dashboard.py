@@ -869,7 +869,7 @@ async def test_a_gpu_gone_with_a_job_still_on_it_shows_as_missing(
         )
         gone = panels[1]
         await until(pilot, lambda: gone.domain)
-        assert gone.health() == ("✖", "MISSING", "$error")
+        assert gone.health() == ("✖", "MISSING", "$text-error")
         # (the domain it was and its UUID: it said "unknown GPU")
         assert gone.title().plain.startswith("gpu 1 · was gpu1 · "), gone.title().plain
         assert gone.title().plain.endswith(

@@ -139,7 +139,7 @@ async def test_a_degraded_gpu_is_said_on_its_panel(ui_app: AppFactory) -> None:
         await until(pilot, lambda: engine.scheduler.domains["gpu1"].health.value == "degraded")
         panel = next(p for p in app.screen.query(GpuPanel) if p.domain_name == "gpu1")
         await until(pilot, lambda: panel.health()[1] == "degraded", "said degraded")
-        assert panel.health() == ("◐", "degraded", "$warning")
+        assert panel.health() == ("◐", "degraded", "$text-warning")
         assert " · degraded (no CUDA-capable device" in panel.title().plain, panel.title().plain
 
 

@@ -212,6 +212,11 @@ def _serve(
         claim_state_dir(paths, lock)
     except EngineBusy as err:
         sys.stderr.write(f"gpulayer-tui: {err}\n")
+        from ..engine.simulate import simulate_problem
+
+        bad = simulate_problem(simulate, simulate_if_no_gpu)
+        if bad is not None:  # (said of the serving engine alone: tester h166)
+            sys.stderr.write(f"gpulayer-tui: {printable(bad)} (not used: see above)\n")
         return 1
     except StoreError as err:
         sys.stderr.write(f"gpulayer-tui: {printable(str(err), keep=chr(10))}\n")

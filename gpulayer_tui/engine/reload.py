@@ -396,12 +396,17 @@ class ConfigReloader:
             if key is not None:  # (errors name their field: tester h71)
                 refused["field"] = key
             return refused
+        old_ui = self._current().ui
         changes = self._apply(config, plans)
-        log.info(
-            "configuration applied: %s",
-            printable("; ".join(changes), "\n") if changes else "nothing changed",
-        )
-        self._event("applied", {"changes": changes})
+        # [ui] is the TUI's: not the engine's change (a theme switched with `t` was logged
+        # as one: tester h164), but told to the TUIs in the event, which apply it live.
+        ui = [] if config.ui == old_ui else _section_changes("ui", old_ui, config.ui)
+        if changes or not ui:
+            log.info(
+                "configuration applied: %s",
+                printable("; ".join(changes), "\n") if changes else "nothing changed",
+            )
+        self._event("applied", {"changes": changes, **({"ui": ui} if ui else {})})
         await self._store.flush()
         return {"applied": True, "changes": changes}
 
@@ -482,8 +487,7 @@ class ConfigReloader:
         old = self._current()
         # Every section that changed is named (the event said [] for [logs], [limits],
         # [users], [security] ...); domains and cpu slots are said below, one by one.
-        # [ui] is the TUI's own, which the engine ignores (a theme switched with `t` was
-        # logged as the engine's configuration change: tester h164).
+        # [ui] is the TUI's own, said apart (see reload).
         changes = [
             said
             for name in type(config).model_fields

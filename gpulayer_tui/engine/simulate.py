@@ -101,6 +101,18 @@ def parse_simulate_spec(spec: str) -> list[SimulatedGpu]:
     return gpus
 
 
+def simulate_problem(simulate: str | None, simulate_if_no_gpu: str | None = None) -> str | None:
+    """Why a ``--simulate`` (or ``--simulate-if-no-gpu``) spec cannot be read; ``None``
+    when it can, or none was given."""
+    for spec in (simulate, simulate_if_no_gpu):
+        if spec is not None:
+            try:
+                parse_simulate_spec(spec)
+            except ValueError as err:
+                return str(err)
+    return None
+
+
 def _session_and_start(pid: int) -> tuple[int, int] | None:
     """The session id and start time (clock ticks since boot) of a live ``pid``; ``None``
     when it is gone (or a zombie)."""
