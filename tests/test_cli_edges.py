@@ -2152,5 +2152,9 @@ def test_domain_list_says_a_missing_gpu_whose_name_another_gpu_has_now(served: S
     one = served.cli("domain", "list", "gpu0")  # (the live domain, and the note)
     assert one.returncode == 0 and one.stdout.splitlines()[1].startswith("gpu0 "), one
     assert one.stderr == said
+    # `gpus` and `doctor` give the same advice (they said `domain forget gpu0`).
+    assert f"`gpulayer-tui domain forget {uuid}`" in served.cli("gpus").stdout
+    doctor = served.cli("doctor").stdout
+    assert f"`gpulayer-tui domain forget {uuid}`" in doctor, doctor
     assert served.cli("domain", "forget", uuid).returncode == 0
     assert served.cli("domain", "list").stderr == ""

@@ -485,11 +485,14 @@ def format_gpus(data: dict[str, Any]) -> str:
             f" (and {gib(elsewhere)} GiB held by processes of no job on GPUs without a domain)"
         )
     lines.append(summary)
+    live = {d.get("name") for d in data.get("domains") or ()}
     for gone in data.get("missing_gpus") or ():
+        # (by its UUID where another GPU's domain has its name now: as `domain list`)
+        forget = gone["gpu_uuid"] if gone["name"] in live else gone["name"]
         lines.append(
             f"not found by the driver: the GPU of {gone['name']} ({gone['gpu_uuid']}), "
             "which this machine had; jobs needing it wait (`gpulayer-tui domain forget "
-            f"{gone['name']}` if it was removed for good)"
+            f"{forget}` if it was removed for good)"
         )
     kept = _driver_reserves(data)
     if kept:

@@ -590,12 +590,15 @@ class DomainOps:
         for index, jobs in self._scheduler.missing_gpus().items():
             checks.append({"check": f"GPU {index}", "status": "fail", "detail": _missing(jobs)})
         for uuid, known in self._missing_not_configured():
+            # (by its UUID where another GPU's domain has its name now: the same advice
+            # as `domain list`'s, tester h166)
+            forget = uuid if known.name in self._scheduler.domains else known.name
             checks.append(
                 {
                     "check": f"GPU of {self._scheduler.missing_text([uuid])}",
                     "status": "warn",
                     "detail": f"{uuid} is not found by the driver (this machine had it): jobs "
-                    f"needing it wait; `gpulayer-tui domain forget {known.name}` if it was "
+                    f"needing it wait; `gpulayer-tui domain forget {forget}` if it was "
                     "removed for good",
                 }
             )
