@@ -13,6 +13,7 @@ from .. import keymap
 from ..formatting import GIB, duration
 from ..wire import GpusJSON
 from .own_keys import OwnKeys
+from .row_keys import cursor_number
 
 
 def strays_from(gpu_state: GpusJSON | None) -> list[dict[str, Any]]:
@@ -102,13 +103,7 @@ class StrayTable(OwnKeys, DataTable[Any]):
     @property
     def cursor_pid(self) -> int | None:
         """The pid on the cursor row, if any."""
-        if not self.row_count:
-            return None
-        try:
-            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
-        except Exception:
-            return None
-        return int(key) if key else None
+        return cursor_number(self)
 
     def action_adopt(self) -> None:
         """Ask to adopt the cursor row's process."""

@@ -15,6 +15,7 @@ from .. import keymap
 from ..formatting import USER_HEADS, user_cells
 from ..wire import UserJSON
 from .own_keys import OwnKeys
+from .row_keys import cursor_number
 
 COLUMN_KEYS = ("user", "gpu_hours", "share", "running", "gpus", "vram", "waiting", "max_prio")
 """The columns' keys, one per :data:`~gpulayer_tui.formatting.USER_HEADS`."""
@@ -83,13 +84,7 @@ class UserTable(OwnKeys, DataTable[Any]):
     @property
     def cursor_uid(self) -> int | None:
         """The uid on the cursor row, if any."""
-        if not self.row_count:
-            return None
-        try:
-            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
-        except Exception:
-            return None
-        return int(key) if key else None
+        return cursor_number(self)
 
     def _you(self) -> Style:
         # Colour and weight only: a background would hide the cursor and zebra stripes
