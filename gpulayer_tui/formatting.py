@@ -651,7 +651,12 @@ def user_cells(user: Mapping[str, Any]) -> list[str]:
     limit (``1/4``; ``-``: no limit)."""
 
     def limit(value: Any) -> str:
-        return "-" if value is None else f"{value:g}"
+        # (whole numbers whole: a max_queued of 1000000 read "1e+06": tester h167)
+        if value is None:
+            return "-"
+        if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+            return str(int(value)) if abs(value) < 1e15 else f"{value:g}"
+        return f"{value:g}"
 
     return [
         str(user["user"]),

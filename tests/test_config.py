@@ -261,6 +261,7 @@ def test_health_thresholds_out_of_order_are_refused() -> None:
             {"users": {"default": {"max_vram_gb": 0.0001}}},
             "users.default.max_vram_gb: 0.0001 GiB is less than the least VRAM a job may declare",
         ),
+        ({"users": {"ana": {"share": 1e-320}}}, "users.ana.share: "),
     ],
 )
 def test_config_errors_say_what_is_wrong_in_the_files_words(

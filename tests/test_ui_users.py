@@ -160,3 +160,44 @@ def test_users_snapshot(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(users_screen, "my_uid", lambda: 65534)
     app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
     assert snap_compare(app, press=["4"], terminal_size=(120, 24))
+
+
+async def test_the_marked_row_takes_a_new_themes_colour_at_once(
+    monkeypatch: pytest.MonkeyPatch, no_polling: None
+) -> None:
+    # It kept the old theme's colour until the next ask (for good with no engine): light
+    # orange on a white background (tester h167).
+    monkeypatch.setattr(users_screen, "my_uid", lambda: 65534)
+    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
+    async with app.run_test(size=(120, 24)) as pilot:
+        table = await _open_users(pilot, app)
+        await until(pilot, lambda: _cells(table, 65534), "my row")
+
+        def drawn() -> Any:
+            return table.get_row("65534")[0].style.color
+
+        before = drawn()
+        await pilot.press("t")
+        await until(pilot, lambda: app.theme == "gpulayer-light", "the light theme")
+        wanted = table.get_component_rich_style("user-table--you").color
+        await until(pilot, lambda: drawn() == wanted and drawn() != before, "the new colour")
+
+
+def test_limits_are_said_as_written_not_in_exponents() -> None:
+    # A max_queued of 1000000 read "1e+06", in the CLI and the TUI alike (tester h167).
+    from gpulayer_tui.formatting import user_cells
+
+    user = {
+        "user": "ana",
+        "gpu_hours": 1.5,
+        "share": 0.5,
+        "running_jobs": 1,
+        "running_gpus": 1,
+        "max_gpus": 4096,
+        "running_vram_gb": 2.5,
+        "max_vram_gb": 1000000.0,
+        "waiting": 3,
+        "max_queued": 1000000,
+        "max_priority": None,
+    }
+    assert user_cells(user) == ["ana", "1.5", "0.5", "1", "1/4096", "2.5/1000000", "3/1000000", "-"]

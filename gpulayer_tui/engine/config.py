@@ -375,7 +375,9 @@ class UserLimits(_Strict):
     max_gpus: int | None = Field(None, ge=0, le=4096)  # GPUs held by its running jobs
     max_vram_gb: float | None = Field(None, ge=0, le=1e6)  # declared VRAM of running jobs
     max_queued: int | None = Field(None, ge=0, le=10_000_000)  # jobs waiting to run
-    share: float | None = Field(None, gt=0, le=1000)
+    # (1e-320 was taken: a user's fair_usage divided by it was Infinity, which the API
+    # wrote as no JSON allows: tester h167)
+    share: float | None = Field(None, ge=0.001, le=1000)
     # The highest priority its jobs may ask for (a submission or edit above it is refused:
     # on a shared box, anyone's `--priority 1000` went ahead of everyone).
     max_priority: int | None = Field(None, ge=-1_000_000, le=1_000_000)

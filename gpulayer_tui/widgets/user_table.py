@@ -54,9 +54,15 @@ class UserTable(OwnKeys, DataTable[Any]):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         # The marked row's cells are Rich Text with resolved colours: drawn again when
-        # the theme changes them.
-        if self.is_mounted and self._style_seen is not None and self._you() != self._style_seen:
-            self.call_later(self.show, self._users, self.me)
+        # the theme changes them. Looked at once the styles are all updated: asked here,
+        # the component's style was still the old theme's, and the row kept its colour
+        # until the next ask of the engine (tester h167).
+        if self.is_mounted and self._style_seen is not None:
+            self.call_after_refresh(self._restyle)
+
+    def _restyle(self) -> None:
+        if self._style_seen is not None and self._you() != self._style_seen:
+            self.show(self._users, self.me)
 
     def show(self, users: Sequence[UserJSON], me: int | None) -> None:
         """Replace the rows (one per user: a handful), in the order given, keeping the
