@@ -2158,3 +2158,14 @@ def test_domain_list_says_a_missing_gpu_whose_name_another_gpu_has_now(served: S
     assert f"`gpulayer-tui domain forget {uuid}`" in doctor, doctor
     assert served.cli("domain", "forget", uuid).returncode == 0
     assert served.cli("domain", "list").stderr == ""
+
+
+def test_users_with_nobody_to_list_says_why(engine: Served) -> None:
+    # A header alone said nothing of why it was empty (tester h167).
+    out = engine.cli("users")
+    assert out.returncode == 0 and out.stdout.startswith("USER "), out
+    assert len(out.stdout.splitlines()) == 1
+    assert out.stderr == (
+        "gpulayer-tui: no user has used the GPUs recently, and no job runs or waits\n"
+    )
+    assert json.loads(engine.cli("users", "--json").stdout) == {"users": []}

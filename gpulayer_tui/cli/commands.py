@@ -1972,6 +1972,8 @@ def _users(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
     from .format import table
 
     print(table(list(USER_HEADS), [user_cells(u) for u in data["users"]]))
+    if not data["users"]:  # (a header alone said nothing of why: tester h167)
+        _error("no user has used the GPUs recently, and no job runs or waits")
     return EXIT_OK
 
 

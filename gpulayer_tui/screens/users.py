@@ -66,8 +66,10 @@ class UsersScreen(KeepsStylesOnResume, Screen[None]):
     def compose(self) -> ComposeResult:
         yield EngineStatus("users")
         yield Static(HINT, id="users-hint", markup=False)
-        yield UserTable(id="users")
+        # (above the table: below it, the table's height put it on the last line before
+        # the footer, far from anything: tester h167)
         yield Static(ASKING, id="users-empty", markup=False)
+        yield UserTable(id="users")
         yield KeyFooter(compact=True)
 
     def on_mount(self) -> None:
