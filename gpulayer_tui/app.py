@@ -23,6 +23,7 @@ from textual.markup import escape as markup_escape
 from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
+from textual.theme import Theme
 from textual.widget import Widget
 from textual.widgets import DataTable
 from textual.worker import Worker, WorkerState
@@ -72,6 +73,14 @@ class StartNotice(NamedTuple):
     title: str
     text: str
     severity: SeverityLevel = "warning"
+
+
+OWN_THEMES = frozenset(item.name for item in themes.THEMES)
+"""Our themes, whose coloured text is chosen (see :meth:`GpulayerApp.get_theme`)."""
+
+_READABLE_THEMES: dict[str, tuple[Theme, Theme]] = {}
+"""Textual's themes as :func:`themes.readable` made them, by name, with the theme made
+from (each made once per process)."""
 
 
 class GpulayerApp(App[str]):
@@ -206,6 +215,18 @@ class GpulayerApp(App[str]):
         for shown in [n for n in self._notifications if n.message == message and n.title == title]:
             self._unnotify(shown, refresh=False)
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
+
+    def get_theme(self, theme_name: str) -> Theme | None:
+        """A theme by name; Textual's own with their coloured text made to read on their
+        grounds (:func:`themes.readable`), worked out once, when first asked for (for
+        every theme at start it took 50 ms)."""
+        theme = super().get_theme(theme_name)
+        if theme is None or theme_name in OWN_THEMES or theme_name.startswith("ansi"):
+            return theme  # (ours choose their own; ANSI ones are the terminal's palette)
+        made = _READABLE_THEMES.get(theme_name)
+        if made is None or made[0] is not theme:
+            made = _READABLE_THEMES[theme_name] = (theme, themes.readable(theme))
+        return made[1]
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         """Our extra variables for every theme, Textual's built-in ones included."""

@@ -12,8 +12,10 @@ chosen for it.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+from textual.color import Color
 from textual.theme import Theme
 
 CSS_PATH = Path(__file__).with_name("app.tcss")
@@ -74,4 +76,46 @@ _text_as_chosen(DARK)
 _text_as_chosen(LIGHT)
 
 THEMES: tuple[Theme, ...] = (DARK, LIGHT)
+
+TEXT_CONTRAST = 4.5
+"""What coloured text of Textual's themes is made to read at (WCAG's AA for text) on
+the theme's background, surface and panel: the ``text-*`` colours Textual derives read at
+about 3:1 on the background of its light themes, and 2.1-2.7:1 on table stripes and
+the header and footer bars, which are darker (tester h166)."""
+
+
+def contrast(a: Color, b: Color) -> float:
+    """The WCAG contrast ratio of two colours (1 to 21)."""
+
+    def luminance(c: Color) -> float:
+        def channel(v: int) -> float:
+            s = v / 255
+            return s / 12.92 if s <= 0.03928 else ((s + 0.055) / 1.055) ** 2.4
+
+        return 0.2126 * channel(c.r) + 0.7152 * channel(c.g) + 0.0722 * channel(c.b)
+
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def readable(theme: Theme) -> Theme:
+    """``theme`` with each ``text-*`` colour it does not set itself darkened (light
+    themes) or lightened (dark ones) until it reads at :data:`TEXT_CONTRAST` on the
+    theme's background, surface and panel (or as near as 20 steps take it)."""
+    colours = theme.to_color_system().generate()
+    grounds = [Color.parse(colours[key]) for key in ("background", "surface", "panel")]
+    variables = dict(theme.variables)
+    for name in ("primary", "secondary", "accent", "warning", "error", "success"):
+        key = f"text-{name}"
+        if key in theme.variables:
+            continue
+        colour = Color.parse(colours[key])
+        for _ in range(20):
+            if min(contrast(colour, ground) for ground in grounds) >= TEXT_CONTRAST:
+                break
+            colour = colour.lighten(0.04) if theme.dark else colour.darken(0.04)
+        variables[key] = colour.hex
+    return dataclasses.replace(theme, variables=variables)
+
+
 DEFAULT_THEME = DARK.name
