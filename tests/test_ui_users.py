@@ -10,10 +10,11 @@ import pytest
 
 from gpulayer_tui.app import build_app
 from gpulayer_tui.backend import BackendError
+from gpulayer_tui.formatting import USER_HEADS
 from gpulayer_tui.screens import users as users_screen
 from gpulayer_tui.screens.actions import my_uid
 from gpulayer_tui.screens.users import EMPTY, NOT_ANSWERED, UsersScreen
-from gpulayer_tui.widgets.user_table import YOU, UserTable
+from gpulayer_tui.widgets.user_table import SHORT_HEADS, YOU, UserTable
 
 from .ui_support import FIXED_NOW, StaticBackend, until
 
@@ -201,3 +202,53 @@ def test_limits_are_said_as_written_not_in_exponents() -> None:
         "max_priority": None,
     }
     assert user_cells(user) == ["ana", "1.5", "0.5", "1", "1/4096", "2.5/1000000", "3/1000000", "-"]
+
+
+class _Changing(StaticBackend):
+    """ana with a long name and a max priority of 10 until :attr:`short` is set."""
+
+    short = False
+
+    async def users(self) -> dict[str, Any]:
+        answer = await super().users()
+        ana = answer["users"][0]
+        ana["max_priority"] = 10
+        ana["user"] = "ana" if self.short else "ana-" + "x" * 30
+        return answer
+
+
+def _shown(table: UserTable) -> bool:
+    """Whether every column is within the table's width (nothing cut, nothing to scroll)."""
+    return table.virtual_size.width <= table.scrollable_content_region.width
+
+
+async def test_at_80_columns_short_heads_keep_every_cell_whole(no_polling: None) -> None:
+    # At 80 columns MAX PRIO was cut: a max priority of 10 read "1" (tester h167).
+    backend = _Changing()
+    app = build_app(backend, clock=lambda: FIXED_NOW, cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = await _open_users(pilot, app)
+        await until(pilot, lambda: _cells(table, 1000), "ana's row")
+        await until(pilot, lambda: table.heads == SHORT_HEADS, "the short heads")
+        assert _shown(table)
+        assert _cells(table, 1000)["PRIO"] == "10"  # type: ignore[index]
+        # Wider, the full heads come back; narrower again, the short ones.
+        await pilot.resize_terminal(140, 24)
+        await until(pilot, lambda: table.heads == USER_HEADS and _shown(table), "full heads")
+        assert _cells(table, 1000)["MAX PRIO"] == "10"  # type: ignore[index]
+        await pilot.resize_terminal(80, 24)
+        await until(pilot, lambda: table.heads == SHORT_HEADS and _shown(table), "short again")
+
+
+async def test_a_column_shrinks_when_its_widest_cell_goes(no_polling: None) -> None:
+    # A DataTable's columns only widen: a long name gone kept its width (tester h167).
+    backend = _Changing()
+    app = build_app(backend, clock=lambda: FIXED_NOW, cursor_blink=False)
+    async with app.run_test(size=(140, 24)) as pilot:
+        table = await _open_users(pilot, app)
+        await until(pilot, lambda: _cells(table, 1000), "ana's row")
+        wide = table.ordered_columns[0].get_render_width(table)
+        backend.short = True
+        app.screen.fetch_users()
+        await until(pilot, lambda: (_cells(table, 1000) or {}).get("USER") == "ana", "short")
+        assert table.ordered_columns[0].get_render_width(table) < wide - 20

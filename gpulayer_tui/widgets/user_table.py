@@ -20,6 +20,16 @@ from .row_keys import cursor_number
 COLUMN_KEYS = ("user", "gpu_hours", "share", "running", "gpus", "vram", "waiting", "max_prio")
 """The columns' keys, one per :data:`~gpulayer_tui.formatting.USER_HEADS`."""
 
+SHORT_HEADS = ("USER", "GPU-H", "SHARE", "RUN", "GPUS", "VRAM GB", "WAITING", "PRIO")
+"""The heads used where the full ones would not fit: the cells still say ``held/limit``.
+(At 80 columns the last column was cut, and a max priority of 10 read "1": tester h167.)"""
+
+MIN_NAME_WIDTH = 8
+"""The USER column is cut no narrower than this (the figures then scroll)."""
+
+CELL_PADDING = 2
+"""What a column adds to its widest cell (a space each side)."""
+
 YOU = " (you)"
 """Said after this TUI's user's name (its row is also in the accent colour)."""
 
@@ -45,11 +55,26 @@ class UserTable(OwnKeys, DataTable[Any]):
         """The uid whose row is marked (this TUI's user)."""
         self._users: list[UserJSON] = []
         self._style_seen: Style | None = None
+        self.heads: tuple[str, ...] = USER_HEADS
+        """The column heads shown: :data:`USER_HEADS`, or :data:`SHORT_HEADS` where
+        those would not fit."""
+        self.name_width: int | None = None
+        """The USER column's width where long names are cut to fit (None: not cut)."""
 
     def on_mount(self) -> None:
-        for head, key in zip(USER_HEADS, COLUMN_KEYS, strict=True):
+        self._add_columns(USER_HEADS)
+
+    def _add_columns(self, heads: Sequence[str], name_width: int | None = None) -> None:
+        self.heads = tuple(heads)
+        self.name_width = name_width
+        for head, key in zip(heads, COLUMN_KEYS, strict=True):
             # (the figures' heads over their right edge, as the figures are)
-            self.add_column(Text(head, justify="left" if key == "user" else "right"), key=key)
+            label = Text(head, justify="left" if key == "user" else "right")
+            self.add_column(label, key=key, width=name_width if key == "user" else None)
+
+    def on_resize(self) -> None:
+        if self._users and self._fit(self._rows()) != (self.heads, self.name_width):
+            self.show(self._users, self.me)
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
@@ -69,23 +94,48 @@ class UserTable(OwnKeys, DataTable[Any]):
         cursor on the same user; ``me``'s row is marked."""
         current = self.cursor_uid
         self._users, self.me = list(users), me
-        self._style_seen = you = self._you()
-        self.clear()
+        self._style_seen = self._you()
         self.rows_by_uid = {}
+        rows = self._rows()
+        # The columns are made again each time: a DataTable's columns only ever widen, so
+        # a long name gone kept its width (tester h167); a handful of rows, so cheap.
+        self.clear(columns=True)
+        self._add_columns(*self._fit(rows))
+        for uid, cells in rows:
+            self.add_row(*cells, key=str(uid))
+        if current in self.rows_by_uid:
+            self.move_cursor(row=self.get_row_index(str(current)))
+
+    def _rows(self) -> list[tuple[int, list[Text]]]:
+        rows = []
         for user in self._users:
             uid = int(user["uid"])
             self.rows_by_uid[uid] = user
-            mine = uid == me
-            style = you if mine else Style()
+            mine = uid == self.me
+            style = self._style_seen if mine and self._style_seen else Style()
             name, *figures = user_cells(user)
             # (Text: a user name is shown as written, never read as markup)
             first = Text(name, style=style, no_wrap=True, overflow="ellipsis")
             if mine:
                 first.append(YOU, style)
-            cells = [Text(cell, style=style, justify="right") for cell in figures]
-            self.add_row(first, *cells, key=str(uid))
-        if current in self.rows_by_uid:
-            self.move_cursor(row=self.get_row_index(str(current)))
+            rows.append((uid, [first, *(Text(c, style=style, justify="right") for c in figures)]))
+        return rows
+
+    def _fit(self, rows: list[tuple[int, list[Text]]]) -> tuple[tuple[str, ...], int | None]:
+        """The heads and the USER column's width (None: as wide as its widest name) that
+        fit the table's width: the full heads, else the short ones, else the short ones
+        with long names cut (with an ellipsis; the figures are never cut)."""
+        width = self.scrollable_content_region.width
+        if not width:  # (not laid out yet)
+            return USER_HEADS, None
+        for heads in (USER_HEADS, SHORT_HEADS):
+            widest = [len(head) for head in heads]
+            for _uid, cells in rows:
+                widest = [max(w, cell.cell_len) for w, cell in zip(widest, cells, strict=True)]
+            needed = sum(widest) + CELL_PADDING * len(widest)
+            if needed <= width:
+                return heads, None
+        return SHORT_HEADS, max(MIN_NAME_WIDTH, widest[0] - (needed - width))
 
     @property
     def cursor_uid(self) -> int | None:
