@@ -2152,6 +2152,10 @@ def test_domain_list_says_a_missing_gpu_whose_name_another_gpu_has_now(served: S
     one = served.cli("domain", "list", "gpu0")  # (the live domain, and the note)
     assert one.returncode == 0 and one.stdout.splitlines()[1].startswith("gpu0 "), one
     assert one.stderr == said
+    # --json lists the live domains and says the missing GPU all the same (it said nothing).
+    as_json = served.cli("domain", "list", "--json")
+    assert [d["name"] for d in json.loads(as_json.stdout)] == ["gpu0", "cpu"]
+    assert as_json.stderr == said
     # `gpus` and `doctor` give the same advice (they said `domain forget gpu0`).
     assert f"`gpulayer-tui domain forget {uuid}`" in served.cli("gpus").stdout
     doctor = served.cli("doctor").stdout
