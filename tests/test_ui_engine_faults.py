@@ -71,6 +71,10 @@ async def test_a_frozen_then_killed_engine_is_said_and_survived(served: Served, 
         # Each view change asks the engine again: one toast says it is gone (five alike
         # stacked up, one per key).
         await pilot.press("2")
+        # So are the jobs table's rows: they kept reading "running" (testers h162, h167).
+        jobs_screen = app.screen
+        await until(pilot, lambda: jobs_screen.has_class("-no-engine"), "jobs dimmed")
+        assert jobs_screen.query_one("JobTable").styles.text_opacity < 1
         for key in ("s", "S", "o", "O"):  # (and back: the view as it was)
             await pilot.press(key)
             await pilot.pause(0.05)
@@ -88,6 +92,8 @@ async def test_a_frozen_then_killed_engine_is_said_and_survived(served: Served, 
         )
         assert app.connection_problem == ""
         await until(pilot, lambda: not dashboard.has_class("-no-engine"), "not dimmed again")
+        assert not jobs_screen.has_class("-no-engine")
+        assert jobs_screen.query_one("JobTable").styles.text_opacity == 1
     await backend.close()
 
 

@@ -37,6 +37,7 @@ from ..widgets.summary_line import SummaryLine
 from ..wire import DomainViewJSON, GpusJSON
 from .actions import ask_to_signal
 from .resume import KeepsStylesOnResume
+from .stale import mark_while_no_engine
 
 DENSITY_CYCLE: tuple[str | None, ...] = (None, "full", "compact", "row")
 """What ``v`` cycles through; ``None`` is automatic."""
@@ -123,14 +124,11 @@ class DashboardScreen(KeepsStylesOnResume, Screen[None]):
         grid = self.query_one("#gpu-grid")
         self.watch(grid, "scroll_y", lambda _y: self._show_row_head(), init=False)
         self.watch(self.app, "gpu_state", self._on_gpu_state, init=True)
-        self.watch(self.app, "connection_problem", self._engine_answers, init=True)
+        mark_while_no_engine(self)
         self.watch(self.app, "jobs_version", self._on_jobs_version, init=True)
 
     def on_resize(self) -> None:
         self._relayout()
-
-    def _engine_answers(self, problem: str) -> None:
-        self.set_class(bool(problem), "-no-engine")
 
     def on_screen_resume(self) -> None:
         if self._stale:

@@ -58,6 +58,7 @@ from .actions import (
     can_restart,
 )
 from .resume import KeepsStylesOnResume
+from .stale import mark_while_no_engine
 
 WAITING_STATUSES = frozenset({"pending", "queued"})
 WHY_REFRESH_S = 5.0
@@ -334,6 +335,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         max-height: 55%;
     }
     JobDetailScreen #log { min-height: 3; }
+    JobDetailScreen.-no-engine #detail-top { text-opacity: 50%; }
     JobDetailScreen.-short #detail-top { max-height: 50%; }
     JobDetailScreen.-short #usage { max-height: 35%; }
     /* (a job that never ran has no output: its empty box took 9 of 24 rows, and "why it
@@ -416,6 +418,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         app = view_of(self)
         self.query_one("#fields-box").border_title = f"job {self.job_id}"
         self.query_one("#timeline-box").border_title = "timeline"
+        mark_while_no_engine(self)
         self.query_one(LogTail).wrap = app.log_wrap
         self._update_log_title()
         known = app.job_store.jobs.get(self.job_id)

@@ -41,6 +41,7 @@ from .actions import (
     can_restart,
 )
 from .resume import KeepsStylesOnResume
+from .stale import mark_while_no_engine
 
 FILTER_DEBOUNCE = 0.15
 """Seconds of quiet typing before the filter is applied (each apply rebuilds the rows)."""
@@ -61,6 +62,7 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         background: $surface;
     }
     JobsScreen #jobs-view { width: 1fr; }
+    JobsScreen.-no-engine JobTable { text-opacity: 50%; }
     JobsScreen #jobs-count { width: auto; color: $text-muted; }
     JobsScreen #filter-row {
         height: 1;
@@ -116,6 +118,7 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         self.query_one("#filter", Input).cursor_blink = getattr(app, "cursor_blink", True)
         self.watch(self.app, "jobs_version", self._jobs_changed, init=True)
         self.watch(self.app, "job_pages", self._pages_changed, init=False)
+        mark_while_no_engine(self)
         self.query_one(JobTable).focus()
 
     @property

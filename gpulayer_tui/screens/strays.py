@@ -22,6 +22,7 @@ from ..wire import JobJSON
 from .actions import ask_to_signal
 from .adopt import AdoptScreen
 from .resume import KeepsStylesOnResume
+from .stale import mark_while_no_engine
 
 
 class StraysScreen(KeepsStylesOnResume, Screen[None]):
@@ -35,6 +36,7 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
     DEFAULT_CSS = """
     StraysScreen #strays-hint { height: auto; padding: 0 1; color: $text-muted; }
     StraysScreen #strays-empty { padding: 1 2; color: $text-muted; }
+    StraysScreen.-no-engine StrayTable { text-opacity: 50%; }
     StraysScreen #pid-input { display: none; margin: 0 1; }
     StraysScreen #pid-input.visible { display: block; }
     """
@@ -62,6 +64,7 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
     def on_mount(self) -> None:
         app = view_of(self)
         self.watch(self.app, "gpu_state", self._refresh, init=True)
+        mark_while_no_engine(self)
         self.query_one("#pid-input", Input).cursor_blink = bool(getattr(app, "cursor_blink", True))
         self.query_one(StrayTable).focus()
 

@@ -21,6 +21,7 @@ from ..widgets.user_table import UserTable
 from ..wire import UserJSON
 from .actions import my_uid
 from .resume import KeepsStylesOnResume
+from .stale import mark_while_no_engine
 
 USERS_REFRESH_S = 5.0
 """How often the users are asked for again while the screen is shown (the GPU-hours of
@@ -51,6 +52,7 @@ class UsersScreen(KeepsStylesOnResume, Screen[None]):
     DEFAULT_CSS = """
     UsersScreen #users-hint { height: auto; padding: 0 1; color: $text-muted; }
     UsersScreen #users-empty { padding: 1 2; color: $text-muted; }
+    UsersScreen.-no-engine UserTable { text-opacity: 50%; }
     """
 
     def __init__(self) -> None:
@@ -74,6 +76,7 @@ class UsersScreen(KeepsStylesOnResume, Screen[None]):
 
     def on_mount(self) -> None:
         self.watch(self.app, "jobs_version", self._jobs_changed, init=False)
+        mark_while_no_engine(self)
         self.query_one(UserTable).focus()
 
     def on_screen_resume(self) -> None:
