@@ -34,7 +34,7 @@ from gpulayer_tui.widgets.memory_bar import MemoryBar, split_cells
 from gpulayer_tui.widgets.process_table import ProcessTable
 from gpulayer_tui.widgets.summary_line import SummaryLine
 from tests.conftest import EngineFactory, make_config
-from tests.ui_support import FIXED_NOW, StaticBackend, until
+from tests.ui_support import FIXED_NOW, StaticBackend, click_head, until
 
 GIB = 1024**3
 
@@ -407,6 +407,12 @@ async def test_sort_keys_change_the_row_order(ui_app: Any, foreign: Callable[[],
         assert table_keys(app) == [small_key, big_key]
         header = [str(c.label) for c in app.screen.query_one(ProcessTable).columns.values()]
         assert "VRAM GiB ▲" in header
+        # A click on a head sorts by it, a second the other way (it did nothing: h165).
+        await click_head(pilot, table, "pid")
+        await until(pilot, lambda: table_keys(app) == by_pid, "by pid on a click")
+        assert table.sort_key == "pid"  # (VRAM smallest first had that order too)
+        await click_head(pilot, table, "pid")
+        await until(pilot, lambda: table_keys(app) == by_pid[::-1], "the other way")
 
 
 BURNER = """

@@ -38,7 +38,7 @@ from tests.conftest import eventually, make_config, pid_gone
 from tests.ui_support import FIXED_NOW, StaticBackend
 
 # -- helpers --------------------------------------------------------------------------------
-from .ui_support import type_text, until
+from .ui_support import click_head, type_text, until
 
 
 def table_of(app: App[Any]) -> JobTable:
@@ -338,6 +338,32 @@ async def test_filter_as_you_type_and_by_status(ui_app: Any) -> None:
         assert cell(table, int(str(table.get_row_at(0)[0])), "name") == "gamma-train"
         await pilot.press("O")
         assert table.sort_key == "priority"
+
+
+async def test_a_click_on_a_head_sorts_by_it_and_again_the_other_way(ui_app: Any) -> None:
+    # A click on a head did nothing: o / O were the only ways (tester h165).
+    app = await ui_app("1xA100-80GB")
+    async with app.run_test(size=(140, 30)) as pilot:
+        for name in ("bee", "ant", "cat"):
+            await app.backend.submit(spec("true", name=name, gpus=0))
+        await pilot.press("2")
+        table = table_of(app)
+        await until(pilot, lambda: table.row_count == 3, "the rows")
+
+        def names() -> list[str]:
+            return [table.job(int(row.key.value))["name"] for row in table.ordered_rows]
+
+        await click_head(pilot, table, "name")
+        await until(pilot, lambda: table.sort_key == "name", "sorted by name")
+        assert names() == ["ant", "bee", "cat"] and not table.sort_reverse
+        await click_head(pilot, table, "name")
+        await until(pilot, lambda: table.sort_reverse, "the other way")
+        assert names() == ["cat", "bee", "ant"]
+        await click_head(pilot, table, "message")  # (no sort: nothing changes)
+        assert table.sort_key == "name" and table.sort_reverse
+        await click_head(pilot, table, "id")
+        await until(pilot, lambda: table.sort_key == "id", "by id, newest first")
+        assert names() == ["cat", "ant", "bee"] and table.sort_reverse
 
 
 async def test_sort_keys_cycle_through_the_columns_shown(ui_app: Any) -> None:

@@ -757,3 +757,17 @@ async def type_text(pilot: Pilot[Any], text: str) -> None:
     # (the keys reach the app's queue, then the focused field's: two rounds of waits)
     await pilot._wait_for_screen()
     await pilot.pause()
+
+
+async def click_head(pilot: Any, table: Any, key: str) -> None:
+    """Click the head of ``table``'s column ``key`` with the mouse (a real click: the
+    screen's coordinates of that head's first cell)."""
+    x = table.content_region.x - int(table.scroll_x)
+    for column in table.ordered_columns:
+        if column.key.value == key:
+            break
+        x += column.get_render_width(table)
+    else:
+        raise AssertionError(f"no column {key!r}")
+    await pilot.click(offset=(x + 1, table.content_region.y))
+    await pilot.pause()

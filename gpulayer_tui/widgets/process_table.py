@@ -220,6 +220,16 @@ class ProcessTable(OwnKeys, DataTable[Text]):
         self._rebuild()
         return self.sort_label
 
+    def sort_by(self, key: str) -> str:
+        """Sort by column ``key`` (a click on its head); by the one sorted already, the
+        other way round. Returns the column's label."""
+        if key == self.sort_key:
+            return self.reverse_sort()
+        self.sort_key = key
+        self.sort_reverse = False
+        self._rebuild()
+        return self.sort_label
+
     def reverse_sort(self) -> str:
         """Flip the sort direction; returns the column's label."""
         self.sort_reverse = not self.sort_reverse
@@ -495,6 +505,13 @@ class ProcessTable(OwnKeys, DataTable[Text]):
         text, never markup)."""
         row = self.cursor_process()
         self.tooltip = Content(row.command) if row is not None and row.command else None
+
+    @on(DataTable.HeaderSelected)
+    def _header_selected(self, event: DataTable.HeaderSelected) -> None:
+        # (a click on a head did nothing: `o` and `r` were the only ways; tester h165)
+        event.stop()
+        if event.column_key.value in SORT_ORDER:
+            self.sort_by(event.column_key.value)
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
