@@ -508,3 +508,24 @@ def test_help_snapshot(snap_compare: Any) -> None:
 def test_quit_dialog_snapshot(snap_compare: Any) -> None:
     app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
     assert snap_compare(app, press=["q"], terminal_size=(100, 30))
+
+
+async def test_a_question_too_tall_for_the_terminal_scrolls_to_its_buttons() -> None:
+    # At 40x12 the quit dialog's buttons were cut off, out of the mouse's reach (h165).
+    from textual.widgets import Button
+
+    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
+    async with app.run_test(size=(40, 12)) as pilot:
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+        dialog = app.screen.query_one("#quit-dialog")
+        button = app.screen.query_one("#handover", Button)
+        seen = dialog.content_region
+
+        def in_sight() -> bool:
+            return seen.y <= button.region.y and button.region.bottom <= seen.bottom
+
+        await until(pilot, lambda: dialog.max_scroll_y > 0 and in_sight(), "the buttons")
+        assert app.screen.focused is button
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, QuitScreen))

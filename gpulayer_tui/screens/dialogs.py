@@ -47,7 +47,7 @@ class ConfirmScreen(ModalScreen[bool]):
         }
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog"):
+        with Vertical(classes="dialog -scrolls"):
             yield Label(Content(self._title), classes="dialog-title")
             yield Static(Content(self._question), id="question")
             with Horizontal(classes="buttons"):
@@ -109,7 +109,7 @@ class SignalScreen(ModalScreen[str | None]):
             facts.append(gpus)
         if held:
             facts.append(f"holds {held / GIB:.1f} GiB")
-        with Vertical(classes="dialog", id="signal-dialog"):
+        with Vertical(classes="dialog -scrolls", id="signal-dialog"):
             yield Label(f"Signal pid {proc['pid']}?", classes="dialog-title")
             yield Static(Content(str(proc.get("command") or "(command unknown)")), id="signal-what")
             yield Static(Content(" · ".join(facts)), classes="muted")
@@ -203,7 +203,7 @@ class QuitScreen(ModalScreen[QuitChoice]):
             if self.active
             else "Stop: quit; the other windows lose their engine."
         )
-        with Vertical(classes="dialog", id="quit-dialog"):
+        with Vertical(classes="dialog -scrolls", id="quit-dialog"):
             yield Label("Quit gpulayer-tui?", classes="dialog-title")
             yield Static(" ".join(facts) + f"\n\n{keep}\n\n{stop}")
             with Horizontal(classes="buttons"):

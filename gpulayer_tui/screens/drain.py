@@ -50,7 +50,7 @@ class DrainScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         name = self.domain
-        with Vertical(classes="dialog", id="drain-dialog"):
+        with Vertical(classes="dialog -scrolls", id="drain-dialog"):
             yield Label(Content(f"Drain {name}?"), classes="dialog-title")
             yield Static(
                 Content(
