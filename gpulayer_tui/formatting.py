@@ -68,6 +68,11 @@ def event_words(event: Mapping[str, Any]) -> tuple[str, str]:
     lead = f"{event_label(event)}: "
     if message.startswith(lead):
         message = message[len(lead) :]
+    if reason_text and " ".join(reason_text.split()) in message:
+        # (a quarantine's entry said its reason twice: "GPU (3 jobs in a row failed
+        # with: X): domain train quarantined after this run's device error: 3 jobs in a
+        # row failed with: X": tester h169)
+        reason_text = ""
     return reason_text, message
 
 

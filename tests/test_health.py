@@ -827,8 +827,9 @@ async def test_jobs_dying_of_device_errors_count_against_their_gpu(
     assert gpu1.state_reason == "3 jobs in a row failed with: no CUDA-capable device"
     # The job whose run tipped it over is told, in its timeline (tester h148: it said only
     # that it failed); the clean run that made the GPU healthy again is not the job's news.
+    # (the reason is said once: it was said again before the message: tester h169)
     said = [
-        (e["kind"], event_label(e), event_words(e)[1])
+        (e["kind"], event_label(e), *event_words(e))
         for job in (second, ok, last)
         for e in (await engine.job_detail(job.id))[1]
         if e["kind"] == "domain.state"
@@ -837,11 +838,13 @@ async def test_jobs_dying_of_device_errors_count_against_their_gpu(
         (
             "domain.state",
             "GPU",
+            "",
             "domain gpu1 degraded after this run's device error: no CUDA-capable device",
         ),
         (
             "domain.state",
             "GPU",
+            "",
             "domain gpu1 quarantined after this run's device error: 3 jobs in a row failed "
             "with: no CUDA-capable device",
         ),
