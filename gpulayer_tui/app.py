@@ -406,7 +406,8 @@ class GpulayerApp(App[str]):
             if change == "released" and data.get("state") == "draining":
                 # (a drain made before the quarantine outlives it: "released" read as back
                 # in service)
-                said = "quarantine lifted; draining again, as it was drained before"
+                # (whether the drain came before or after the quarantine: tester h169)
+                said = "quarantine lifted; still draining, as it was drained under it"
             elif change == "draining" and data.get("state") == "quarantined":
                 # (it said "draining" of a domain still quarantined: tester h124)
                 said = "drained under its quarantine: it drains once the quarantine is lifted"
@@ -805,7 +806,8 @@ class GpulayerApp(App[str]):
         if state == "quarantined":
             question = f"{name} is quarantined: {why or 'no reason recorded'}."
             question += (
-                f"\n\nIt was drained before: {kept}\nLifted, the quarantine leaves it drained."
+                f"\n\nIt is drained too: {kept}\nLifted, the quarantine leaves it drained "
+                "(a second release ends the drain)."
                 if kept
                 else "\n\nLifted, it takes new work again (every user's)."
             )

@@ -619,6 +619,12 @@ def drain_said(dom: Mapping[str, Any], action: str) -> str:
     and the one it replaced (a drain of a draining domain changes it, and said only
     "domain X: draining", as if nothing had changed; the TUI said nothing of another
     client's reason it replaced: tester h162)."""
+    if action == "release" and dom.get("state") == "draining":
+        # A release that leaves it draining lifted a quarantine: the drain under it stays
+        # (said only "domain train: draining": tester h169).
+        reason = dom.get("drain_reason") or dom.get("state_reason") or ""
+        drained = f"still drained: {reason}" if reason else "still drained"
+        return f" (quarantine lifted; {drained}; release again to end the drain)"
     if action != "drain" or dom.get("state") != "draining":
         return kept_drain(dom)
     reason = dom.get("drain_reason") or dom.get("state_reason") or ""

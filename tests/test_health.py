@@ -1142,3 +1142,15 @@ async def test_a_gpu_with_no_domain_whose_reads_fail_is_shown_as_such(
     panel = GpuPanel("gpu 1")  # (the dashboard's panel of a GPU with no domain)
     panel.domain = dict(failing)
     assert panel.stale
+
+
+def test_a_release_that_leaves_a_drain_says_so() -> None:
+    # The first release of a quarantined, drained domain said "domain train: draining"
+    # alone: not that the quarantine went, nor that a second release ends the drain (h169).
+    from gpulayer_tui.formatting import drain_said
+
+    dom = {"name": "train", "state": "draining", "drain_reason": "rma", "state_reason": "rma"}
+    assert drain_said(dom, "release") == (
+        " (quarantine lifted; still drained: rma; release again to end the drain)"
+    )
+    assert drain_said({**dom, "state": "in_service", "drain_reason": None}, "release") == ""

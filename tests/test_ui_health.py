@@ -211,7 +211,7 @@ async def test_releasing_a_drained_then_quarantined_domain_says_it_drains_again(
         await until(pilot, lambda: _state(app, "gpu1") == "draining")
         await until(
             pilot,
-            lambda: any("quarantine lifted; draining again" in n for n in _notes(app)),
+            lambda: any("quarantine lifted; still draining" in n for n in _notes(app)),
             "the toast",
         )
         assert not any(n.endswith("domain gpu1: released") for n in _notes(app))
