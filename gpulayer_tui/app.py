@@ -403,6 +403,8 @@ class GpulayerApp(App[str]):
             self.notify(reason, title=f"domain {name} degraded", severity="warning")
         elif change in ("released", "draining", "healthy"):
             said = str(change)
+            if change == "draining" and data.get("state") == "draining" and reason:
+                said = f"draining (reason: {reason})"
             if change == "released" and data.get("state") == "draining":
                 # (a drain made before the quarantine outlives it: "released" read as back
                 # in service)
@@ -869,10 +871,12 @@ class GpulayerApp(App[str]):
         except BackendError as err:
             self.notify(str(err), title=f"{action} {name}", severity="error")
             return
-        # (what changed, as the CLI says it: a drain replaced another client's reason
-        # without a word, tester h162)
-        said = drain_said(dict(dom), action)
-        if said:
+        # A drain or release is said by its event's toast (in every TUI), reason and what
+        # still runs there included: said here too, it made two toasts (tester h169).
+        # What only the answer knows is said here: the reason a drain replaced (another
+        # client's went without a word: tester h162).
+        if dom.get("previous_drain_reason") is not None:
+            said = drain_said(dict(dom), action)
             self.notify(f"domain {dom['name']}: {dom['state']}{said}")
         self.gpu_state = await self.backend.gpus()
 

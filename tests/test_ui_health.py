@@ -115,8 +115,13 @@ async def test_a_drain_toast_says_what_still_runs_there(ui_app: AppFactory) -> N
             "both running",
         )
         await app.domain_action("gpu0", "drain").wait()
-        said = f"domain gpu0: draining\njob {batch['id']} runs there until it ends"
+        said = (
+            "domain gpu0: draining (reason: drained from the TUI)\n"
+            f"job {batch['id']} runs there until it ends"
+        )
         await until(pilot, lambda: any(said in n for n in _notes(app)), said)
+        # One toast for one drain: its answer said it again, without what runs (h169).
+        assert sum("domain gpu0: draining" in n for n in _notes(app)) == 1, _notes(app)
         await app.domain_action("gpu1", "drain").wait()
         said = f"service {pinned['id']} is pinned to the domains it holds: a replica that exits"
         await until(pilot, lambda: any(said in n for n in _notes(app)), said)

@@ -234,7 +234,7 @@ class DomainOps:
         # a quarantine, a lost GPU, a drain or a release: tester h125).
         healthy = dom.state is not DomainState.QUARANTINED and dom.health is DomainHealth.HEALTHY
         log.log(
-            logging.INFO if healthy else logging.WARNING,
+            logging.INFO if healthy or what == "healthy" else logging.WARNING,
             "domain %s, %s: state %s, health %s%s",
             dom.name,
             what,
