@@ -978,7 +978,7 @@ async def test_doctor_checks_the_config_file_as_the_engine_would_and_a_closed_qu
     waiting = await engine.submit({"command": ["true"]})
     said = await check("queued jobs")
     assert said["status"] == "warn"
-    assert said["detail"].startswith("1 wait: the queue has been paused")
+    assert said["detail"].startswith("1 waits: the queue has been paused")
     await engine.resume()
     await engine.wait(waiting.id, timeout=10)
 

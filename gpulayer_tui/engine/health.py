@@ -635,12 +635,16 @@ class DomainOps:
         def for_capacity() -> str:
             first = min(blocked)
             more = f" and {len(blocked) - 1} more" if len(blocked) > 1 else ""
-            return f"wait for capacity that is not there now: job {first} ({blocked[first]}){more}"
+            verb = "waits" if len(blocked) == 1 else "wait"
+            return (
+                f"{verb} for capacity that is not there now: job {first} ({blocked[first]}){more}"
+            )
 
         if closed is not None and (ready or blocked or "paused" in closed):
             # (Paused is someone's choice; a disk below the floor is a fault to fix.)
             waiting = len({job_id for job_id, _ in ready} | set(blocked))
-            detail = f"{waiting} wait: {closed}" if waiting else f"none waits; {closed}"
+            verb = "waits" if waiting == 1 else "wait"
+            detail = f"{waiting} {verb}: {closed}" if waiting else f"none waits; {closed}"
             if blocked:  # (it said "none waits" of jobs waiting for a missing GPU: h47)
                 detail += f"; {len(blocked)} of them {for_capacity()}"
             checks.append(
@@ -667,7 +671,11 @@ class DomainOps:
                 {
                     "check": "queued jobs",
                     "status": "warn",
-                    "detail": f"{_turn(len(ready))}; {len(blocked)} {for_capacity()}",
+                    # ("0 wait for a free place (nothing else); 2 wait for capacity ...": the
+                    # part with none left out: tester h169)
+                    "detail": f"{_turn(len(ready))}; {len(blocked)} {for_capacity()}"
+                    if ready
+                    else f"{len(blocked)} {for_capacity()}",
                 }
             )
         else:
