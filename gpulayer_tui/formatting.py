@@ -195,9 +195,10 @@ def still_on_domain(jobs: Iterable[Mapping[str, Any]], name: str) -> list[str]:
     kind (``domain drain`` and the TUI's toast say it): batch jobs stay until they end; a
     service moves off when a replica there exits, unless pinned there (it starts again in
     place: "moves off" was said of a service pinned to it, tester h96)."""
-    there = [
-        job for job in jobs if job.get("status") == "running" and name in (job.get("domains") or [])
-    ]
+    there = sorted(  # (in id order: "jobs 20, 19 run there": tester h169)
+        (j for j in jobs if j.get("status") == "running" and name in (j.get("domains") or [])),
+        key=lambda job: int(job["id"]),
+    )
     batch = [str(job["id"]) for job in there if job.get("kind") != "service"]
     moving: list[str] = []
     pinned: list[str] = []
@@ -540,7 +541,8 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     elif data.get("waiting_for_jobs"):
         waited = data["waiting_for_jobs"]
         rows.append(("waits for", f"{_jobs_word(waited)} {', '.join(map(str, waited))}"))
-    if data.get("capacity"):
+    if data.get("capacity") and str(data["capacity"]) != reason:
+        # (said once: the same words on both lines read as two facts: tester h169)
         rows.append(("capacity", str(data["capacity"])))
     held = data.get("held_by") or []
     if held:

@@ -442,3 +442,14 @@ async def test_actions_that_take_no_fields_refuse_them_and_do_nothing(
         assert status == 202
     finally:
         await server.stop()
+
+
+def test_why_says_a_capacity_the_reason_says_already_once() -> None:
+    # `why` printed the same words on its reason and capacity lines (tester h169).
+    from gpulayer_tui.formatting import why_rows
+
+    words = "waiting for GPU 1 (dev): not found by the driver"
+    data = {"job": 39, "reason": words, "capacity": words}
+    assert "capacity" not in [label for label, _ in why_rows(data)]
+    other = {**data, "capacity": "needs 2 GPUs; 1 is here"}
+    assert ("capacity", "needs 2 GPUs; 1 is here") in why_rows(other)
