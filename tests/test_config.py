@@ -120,6 +120,7 @@ def test_a_domain_named_like_an_automatic_one_is_told_its_own_gpu_is_missing(
         ({"engine": {"sample_interval": "1"}}, "engine.sample_interval"),
         ({"cpu": {"slots": 0}}, "cpu.slots"),
         ({"domains": {"cpu": {"gpu": 0}}}, "'cpu' is the CPU pool's name"),
+        ({"domains": {"CPU": {"gpu": 0}}}, "domains.CPU: too like 'cpu', the CPU pool's name"),
         ({"domains": {"9bad": {"gpu": 0}}}, "domains.9bad: a domain name is a letter"),
         # "^...$" took a name ending in a newline (only as $'x\n' could one name it)
         ({"domains": {"x\n": {"gpu": 0}}}, "a domain name is a letter"),

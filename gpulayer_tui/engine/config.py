@@ -576,6 +576,11 @@ def parse_config(data: dict[str, Any], source: str = "config") -> Config:
     for name in config.domains:
         if name == CPU_DOMAIN:
             raise ConfigError(f"{source}: domains.{name}: '{CPU_DOMAIN}' is the CPU pool's name")
+        if name.lower() == CPU_DOMAIN:  # (a GPU named `CPU` beside the pool: tester h169)
+            raise ConfigError(
+                f"{source}: domains.{name}: too like '{CPU_DOMAIN}', the CPU pool's name "
+                "(`--domain CPU` would be a GPU): choose another"
+            )
         if not _DOMAIN_NAME.fullmatch(name):
             raise ConfigError(
                 f"{source}: domains.{_toml_key(name)}: a domain name is a letter then up to 31 "
