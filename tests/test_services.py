@@ -1157,6 +1157,36 @@ async def test_a_replica_listening_only_where_the_engine_does_not_check_is_said_
     await engine.cancel(job.id)
 
 
+async def test_a_loopback_only_server_under_a_wildcard_host_is_said_and_named_truly(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # [services] host 0.0.0.0 asks for servers reachable from other machines: one bound to
+    # 127.0.0.1 answered the engine's check and was said "up at vm:34653", an endpoint
+    # nobody else could use (tester h168). Named where it answers, and said why.
+    import socket
+
+    engine = await make_engine(simulate=None, config=make_config(services={"host": "0.0.0.0"}))
+    local = await engine.submit(
+        {"kind": "service", "shell": f"exec {' '.join(HTTP_SERVER)} $PORT", "cwd": str(tmp_path)}
+    )
+    every = [*HTTP_SERVER[:-1], "0.0.0.0"]
+    everywhere = await engine.submit(
+        {"kind": "service", "shell": f"exec {' '.join(every)} $PORT", "cwd": str(tmp_path)}
+    )
+    one, two = _replicas(engine, local.id)[0], _replicas(engine, everywhere.id)[0]
+    await eventually(lambda: ReplicaState.UP == one.state == two.state, timeout=20)
+    assert one.endpoint == f"127.0.0.1:{one.port}"
+    assert one.message == (
+        f"up at 127.0.0.1:{one.port} (pid {one.pid}); listened on only at 127.0.0.1: not "
+        "reachable from other machines (bind 0.0.0.0 to be, as [services] host asks)"
+    )
+    assert two.endpoint == f"{socket.gethostname()}:{two.port}"
+    assert two.message == f"up at {two.endpoint} (pid {two.pid})"
+    for job in (local, everywhere):
+        await engine.cancel(job.id)
+        await engine.wait(job.id, timeout=20)
+
+
 async def test_a_replica_whose_server_runs_in_a_session_of_its_own_comes_up(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

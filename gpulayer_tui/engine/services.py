@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ipaddress
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
@@ -57,6 +58,7 @@ from .service_runtime import (
     PROBE_INTERVAL_MAX_S,
     PROBE_TIMEOUT_S,
     RESTARTING_DOWN,
+    WILDCARD_HOSTS,
     LoopClock,
     ServiceClock,
     ServiceRuntime,
@@ -759,12 +761,33 @@ class ServiceRunner:
                 delay = min(PROBE_INTERVAL_MAX_S, delay * 1.5)
                 continue
             again = replica.state is R.DOWN
-            replica.endpoint = endpoint_of(host, port)
+            endpoint, only_here = await self._reachable_at(host, port)
+            if replica.pid != pid or replica.state not in (R.STARTING, R.DOWN):
+                continue
+            replica.endpoint = endpoint
             replica.down_since = None
             failed = piled = unaccepted = 0
             stuck_at = None
             said = "answering again" if again else "up"
-            self._set_replica(act, replica, R.UP, f"{said} at {replica.endpoint} (pid {pid})")
+            self._set_replica(
+                act, replica, R.UP, f"{said} at {replica.endpoint} (pid {pid}){only_here}"
+            )
+
+    async def _reachable_at(self, host: str, port: int) -> tuple[str, str]:
+        """Where a replica answering at ``host:port`` can be reached, and a note when that
+        is not where ``[services] host`` says: with a wildcard host the endpoint names this
+        machine's host name, but a server bound to loopback alone answers the engine's own
+        check (a connect to 0.0.0.0 reaches 127.0.0.1) and no other machine. It was said
+        "up at vm:34653", an endpoint nobody else could use (tester h168)."""
+        if host not in WILDCARD_HOSTS:
+            return endpoint_of(host, port), ""
+        where = await asyncio.to_thread(procs.listen_addresses, port)
+        if not where or not all(ipaddress.ip_address(a).is_loopback for a in where):
+            return endpoint_of(host, port), ""
+        return endpoint_of(where[0], port), (
+            f"; listened on only at {', '.join(where)}: not reachable from other machines "
+            f"(bind {host} to be, as [services] host asks)"
+        )
 
     async def _say_where_it_listens(
         self, act: ActiveJob, replica: Replica, pid: int, port: int, host: str
