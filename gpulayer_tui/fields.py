@@ -619,6 +619,7 @@ ANSWERED_BY = "is answered by"
 """How a starting replica's message says another program holds its port."""
 
 LISTENED_ONLY_ON = "is listened on only at"
+LISTENS_ELSEWHERE = "not answering; this replica listens on"
 """How a starting replica's message says it listens on another address than the one
 checked (``::1``, where ``[services] host`` is 127.0.0.1)."""
 
@@ -628,7 +629,11 @@ def starting_why(port: int | None, message: str) -> str:
     answers it, or it listens where the engine does not connect (its message says which;
     "not answering" contradicted it)."""
     if port is not None and message.startswith(
-        (f"port {port} {ANSWERED_BY} ", f"port {port} {LISTENED_ONLY_ON} ")
+        (
+            f"port {port} {ANSWERED_BY} ",
+            f"port {port} {LISTENED_ONLY_ON} ",
+            f"port {port} {LISTENS_ELSEWHERE} ",
+        )
     ):
         return message
     return f"port {port} not answering yet"

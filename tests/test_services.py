@@ -1157,6 +1157,31 @@ async def test_a_replica_listening_only_where_the_engine_does_not_check_is_said_
     await engine.cancel(job.id)
 
 
+async def test_a_server_that_ignores_its_port_is_said_to_listen_elsewhere(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # A server on a port of its own, not $PORT: "port N not answering yet" for ever, the
+    # commonest mistake with $PORT (tester h168). Said where it listens instead.
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        own = probe.getsockname()[1]
+    engine = await make_engine(simulate=None)
+    job = await engine.submit(
+        {"kind": "service", "shell": f"exec {' '.join(HTTP_SERVER)} {own}", "cwd": str(tmp_path)}
+    )
+    replica = _replicas(engine, job.id)[0]
+    said = (
+        f"port {replica.port} not answering; this replica listens on {own} instead: serve on "
+        f"$PORT ({replica.port})"
+    )
+    await eventually(lambda: replica.message == said, timeout=30)
+    assert replica.state is ReplicaState.STARTING and replica.endpoint is None
+    assert (await engine.get(job.id)).message.endswith(f"; replica 0 starting ({said})")
+    await engine.cancel(job.id)
+
+
 async def test_a_loopback_only_server_under_a_wildcard_host_is_said_and_named_truly(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

@@ -253,6 +253,25 @@ def listener_of(port: int) -> int | None:
     return None
 
 
+def listened_ports(leader: int) -> list[int]:
+    """The TCP ports the processes of ``leader``'s session listen on (any address), in
+    order; empty when none does or the kernel hides the owners from this user. Blocking:
+    it reads every process's descriptors (run it in a thread)."""
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):
+        return []
+    ports = {
+        int(conn.laddr.port)
+        for conn in connections
+        if conn.status == psutil.CONN_LISTEN
+        and conn.laddr
+        and conn.pid
+        and in_session(int(conn.pid), leader)
+    }
+    return sorted(ports)
+
+
 def _listening(port: int) -> list[list[str]]:
     """The rows of ``/proc/net/tcp`` and ``tcp6`` for sockets listening on ``port`` (in
     this network namespace), each split into its fields: ``sl local_address rem_address

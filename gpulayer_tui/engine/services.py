@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from ..fields import ANSWERED_BY, LISTENED_ONLY_ON, starting_why
+from ..fields import ANSWERED_BY, LISTENED_ONLY_ON, LISTENS_ELSEWHERE, starting_why
 from . import procs
 from .batch import JobEnv, assign, exit_verdict, prepare_task, timeout_message
 from .domain import DomainState, missing_warning, plural
@@ -797,7 +797,17 @@ class ServiceRunner:
         so. It said "port N not answering yet" for ever, and the user looked for a bug in
         the server (tester h144)."""
         where = await asyncio.to_thread(procs.listen_addresses, port)
-        if not where or replica.pid != pid or replica.state is not R.STARTING:
+        if replica.pid != pid or replica.state is not R.STARTING:
+            return
+        if not where:
+            # Nothing listens on its port: its server may listen on another one (it
+            # ignores $PORT: "port N not answering yet" for ever; tester h168).
+            others = await asyncio.to_thread(procs.listened_ports, pid)
+            if others and replica.pid == pid and replica.state is R.STARTING:
+                ports = ", ".join(map(str, others))
+                said = f"port {port} {LISTENS_ELSEWHERE} {ports} instead: serve on $PORT ({port})"
+                if replica.message != said:
+                    self._set_replica(act, replica, R.STARTING, said)
             return
         if host in where or "0.0.0.0" in where or "::" in where:
             return  # (it listens where it is checked: it does not accept yet)
