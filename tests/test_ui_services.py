@@ -150,6 +150,10 @@ async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
 
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "confirm")
+        # It says its replicas stop (it said "It gets SIGTERM" of 64 of them: h168).
+        asked = str(app.screen.query_one("#question").render())
+        assert "All 2 of its replicas get SIGTERM" in asked, asked
+        assert "the service ends and is not restarted" in asked
         await pilot.press("y")
         await until(
             pilot,

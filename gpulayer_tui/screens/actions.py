@@ -137,6 +137,14 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
         what = f"It is cancelled on cluster {cluster} (scancel)."
     elif status != "running":
         what = "It has not started yet."
+    elif job.get("kind") == "service":
+        # (a service's cancel said nothing of its replicas: 64 of them stop: tester h168)
+        count = int(job_spec(job).get("replicas") or 1)
+        who = "Its replica gets" if count == 1 else f"All {count} of its replicas get"
+        what = (
+            f"{who} SIGTERM, and SIGKILL if still running after the grace period; the "
+            "service ends and is not restarted."
+        )
     else:
         what = "It gets SIGTERM, and SIGKILL if it still runs after the grace period."
     dialog = ConfirmScreen(
