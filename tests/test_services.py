@@ -1905,3 +1905,13 @@ async def test_a_replica_that_exits_at_once_starts_before_it_ends_in_its_timelin
     started = [i for i, m in enumerate(said) if "pid " in m]
     exited = [i for i, m in enumerate(said) if "exited with code 0" in m]
     assert started and exited and started[0] < exited[0], said
+
+
+def test_replicas_are_said_in_ranges() -> None:
+    # A scale from 64 to 1 said "replicas 1, 2, 3, ... 63 stopping" (tester h168).
+    from gpulayer_tui.engine.services import _replicas_said
+
+    assert _replicas_said([3]) == "replica 3"
+    assert _replicas_said([2, 3]) == "replicas 2, 3"
+    assert _replicas_said(list(range(1, 64))) == "replicas 1-63"
+    assert _replicas_said([7, 1, 2, 3, 5, 8, 9]) == "replicas 1-3, 5, 7-9"

@@ -1576,8 +1576,18 @@ def _removed(act: ActiveJob, replica: Replica) -> bool:
 
 
 def _replicas_said(indexes: list[int]) -> str:
-    """``replica 3``, ``replicas 2, 3``."""
-    return f"{'replica' if len(indexes) == 1 else 'replicas'} {', '.join(map(str, indexes))}"
+    """``replica 3``, ``replicas 2, 3``, ``replicas 1-63`` (runs of three or more as a
+    range: a scale from 64 to 1 listed all 63: tester h168)."""
+    runs: list[list[int]] = []
+    for index in sorted(indexes):
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    said = ", ".join(
+        f"{run[0]}-{run[-1]}" if len(run) >= 3 else ", ".join(map(str, run)) for run in runs
+    )
+    return f"{'replica' if len(indexes) == 1 else 'replicas'} {said}"
 
 
 async def _answers(host: str, port: int) -> bool:
