@@ -236,6 +236,15 @@ KEYMAP: tuple[Key, ...] = (
         display="]",
         footer="Replica",
     ),
+    # (only forward: replica 63 of 64 was 63 presses away: tester h168)
+    Key(
+        "left_square_bracket",
+        "previous_replica",
+        "Previous replica",
+        ("detail",),
+        display="[",
+        show=False,
+    ),
     Key("u", "toggle_usage", "GPU usage", ("detail",), footer="Usage"),
     Key(
         "slash",

@@ -41,7 +41,7 @@ async def test_a_service_never_placed_counts_the_replicas_it_asks_for(ui_app: An
         fields = detail.query_one("#fields", FieldList)
         await until(pilot, lambda: fields.text("replicas").startswith("0/5 up"), "0/5 up")
         log = detail.query_one(LogTail)
-        await until(pilot, lambda: "(of 5: ]: next)" in str(log.border_title), "of 5")
+        await until(pilot, lambda: "(of 5: [ ]: switch)" in str(log.border_title), "of 5")
         await pilot.press("right_square_bracket")
         await until(pilot, lambda: "replica 1 (of 5" in str(log.border_title), "replica 1")
 
@@ -136,11 +136,16 @@ async def test_service_in_the_table_and_detail_with_replica_logs_then_cancel(
         assert fields.shown("replicas")
         log = detail.query_one(LogTail)
         await until(pilot, lambda: "hello from replica 0" in log.lines, "replica 0's output")
-        assert "replica 0 (of 2: ]: next)" in str(log.border_title)
+        assert "replica 0 (of 2: [ ]: switch)" in str(log.border_title)
         await pilot.press("right_square_bracket")
         await until(pilot, lambda: "hello from replica 1" in log.lines, "replica 1's output")
         assert "hello from replica 0" not in log.lines
-        assert "replica 1 (of 2: ]: next)" in str(log.border_title)
+        assert "replica 1 (of 2: [ ]: switch)" in str(log.border_title)
+        # "[" goes back, round the end too (only "]" went: 63 presses to 63 of 64; h168).
+        await pilot.press("left_square_bracket")
+        await until(pilot, lambda: "replica 0 (of 2" in str(log.border_title), "back to 0")
+        await pilot.press("left_square_bracket")
+        await until(pilot, lambda: "replica 1 (of 2" in str(log.border_title), "round to 1")
         timeline = detail.query_one(Timeline)
         await until(
             pilot,

@@ -368,6 +368,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("detail"))
     HIDDEN_KEYS_SAY_WHY: ClassVar[dict[str, str]] = {
         "right_square_bracket": "next_replica",
+        "left_square_bracket": "previous_replica",
         "u": "toggle_usage",
         "f": "toggle_follow",
     }
@@ -611,7 +612,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                 return False
             # (an adopted process's output is not here: "/x: no match" said of none; h99)
             return None if self._adopted else True
-        if action == "next_replica":
+        if action in ("next_replica", "previous_replica"):
             # (dimmed for one replica: "]" re-read the same log without a word; h98, h99)
             count = self._replica_count
             shown_gone = self._replica >= count  # (removed by a scale-down)
@@ -834,7 +835,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         if self.is_service:
             count = self._replica_count
             # (numbered as logs --replica N and status number them; "of 0-1" read oddly)
-            which = f" · replica {self._replica}" + (f" (of {count}: ]: next)" if count > 1 else "")
+            which = f" · replica {self._replica}" + (
+                f" (of {count}: [ ]: switch)" if count > 1 else ""
+            )
             if self._replica >= count:
                 # (a scale-down removed it: its log stayed, said "following", and "]" said
                 # the one shown was the only one: tester h120)
@@ -1095,6 +1098,13 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
 
     def action_next_replica(self) -> None:
         """Show the next replica's output (services write one log per replica)."""
+        self._switch_replica(1)
+
+    def action_previous_replica(self) -> None:
+        """Show the previous replica's output."""
+        self._switch_replica(-1)
+
+    def _switch_replica(self, step: int) -> None:
         if not self.is_service:
             self._say_not_here("has no replicas: only a service has one log per replica")
             return
@@ -1102,7 +1112,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         if count == 1 and self._replica == 0:
             self.app.notify("this service has one replica: its output is the one shown")
             return
-        self._replica = 0 if self._replica >= count else (self._replica + 1) % count
+        self._replica = 0 if self._replica >= count else (self._replica + step) % count
         self.query_one(LogTail).reset()
         self._log_next = 0
         self._log_done = False
