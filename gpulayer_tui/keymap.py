@@ -193,7 +193,7 @@ KEYMAP: tuple[Key, ...] = (
     Key(
         "R,shift+r", "restart_job", "Restart job", ("jobs", "detail"), display="R", footer="Restart"
     ),
-    Key("e", "edit_job", "Edit job", ("jobs", "detail"), footer="Edit"),
+    Key("e", "edit_job", "Edit job or scale a service", ("jobs", "detail"), footer="Edit"),
     # Before the next key is routed (priority): as a plain binding it ran once the key had
     # bubbled up, and "/q" typed in one burst quit the app (the "q" went to the table).
     Key(
