@@ -94,7 +94,7 @@ def test_a_domain_named_like_an_automatic_one_is_told_its_own_gpu_is_missing(
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"domains": {"a": {"gpu": 0, "slots": 0}}}, "domains.a.slots: Input should be greater"),
+        ({"domains": {"a": {"gpu": 0, "slots": 0}}}, "domains.a.slots: must be at least 1, got 0"),
         ({"domains": {"a": {"gpu": 0, "slot": 2}}}, "unknown key 'domains.a.slot'"),
         # A union's members were said one by one, in the library's words ("gpu.int: Input
         # should be a valid integer", "gpu.str: ...").
@@ -130,12 +130,21 @@ def test_a_domain_named_like_an_automatic_one_is_told_its_own_gpu_is_missing(
             r'clusters\."a b;\$\(x\)": a cluster name is a letter',
         ),
         # Every timing has a floor: these would spin a core for ever.
-        ({"engine": {"sample_interval": 1e-9}}, "engine.sample_interval: Input should be great"),
-        ({"engine": {"probe_timeout": 1e-9}}, "engine.probe_timeout: Input should be greater"),
-        ({"services": {"steady_after": 1e-9}}, "services.steady_after: Input should be great"),
+        (
+            {"engine": {"sample_interval": 1e-9}},
+            "engine.sample_interval: must be at least 0.05, got",
+        ),
+        ({"engine": {"probe_timeout": 1e-9}}, "engine.probe_timeout: must be at least 0.05, got"),
+        ({"services": {"steady_after": 1e-9}}, "services.steady_after: must be at least 0.1, got"),
         # Not a number at all: said so (a bound's message before).
-        ({"engine": {"sample_interval": float("nan")}}, "sample_interval: Input should be a fin"),
-        ({"engine": {"probe_timeout": float("inf")}}, "probe_timeout: Input should be a finite"),
+        (
+            {"engine": {"sample_interval": float("nan")}},
+            "sample_interval: must be a finite number, got NaN",
+        ),
+        (
+            {"engine": {"probe_timeout": float("inf")}},
+            "probe_timeout: must be a finite number, got Inf",
+        ),
     ],
 )
 def test_schema_rejected(data: dict[str, object], message: str) -> None:

@@ -581,9 +581,12 @@ async def test_gpu_replicas_go_to_distinct_domains(make_engine: EngineFactory) -
             "replicas: must be from 1 to 64, not 0",
         ),
         ({"kind": "service", "replicas": 65}, "replicas: must be from 1 to 64, not 65"),
-        ({"kind": "service", "restart": "sometimes"}, "restart: Input should be 'always' or"),
+        (
+            {"kind": "service", "restart": "sometimes"},
+            "restart: must be 'always' or 'on_failure', not \"sometimes\"",
+        ),
         ({"kind": "service", "retry": {"max_attempts": 0}}, "retry.max_attempts: must be from 1"),
-        ({"kind": "daemon"}, "kind: Input should be 'command' or 'service'"),
+        ({"kind": "daemon"}, "kind: must be 'command' or 'service', not \"daemon\""),
         (  # (the server failed at run time: "invalid int value: '$PORT'"; tester h58)
             {"kind": "service", "command": ["python3", "-m", "http.server", "$PORT"]},
             "command: '$PORT': nothing expands $PORT in an argv command (no shell runs it)",

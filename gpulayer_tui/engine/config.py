@@ -85,6 +85,7 @@ from ..fields import CPU_POOL, VRAM_MIN_GB
 from ..wire import TERMINAL_STATUSES
 from .gpus import GpuReading
 from .paths import Paths, resolve_paths
+from .pydantic_words import constraint_words
 
 __all__ = ["CPU_DOMAIN", "Config", "ConfigError", "Paths", "load_config", "resolve_paths"]
 
@@ -546,6 +547,8 @@ def _format_validation(err: ValidationError, source: str) -> str:
             )
         elif item["type"].endswith(("_type", "_parsing")):  # (the value given, too)
             lines.append(f"{source}: {where}: {item['msg']}, got {_as_toml(item.get('input'))}")
+        elif (words := constraint_words(item)) is not None:  # (in our words: tester h168)
+            lines.append(f"{source}: {where}: {words}, got {_as_toml(item.get('input'))}")
         else:
             # (our own checks' words, without pydantic's "Value error, " before them)
             lines.append(f"{source}: {where}: {item['msg'].removeprefix('Value error, ')}")

@@ -26,6 +26,7 @@ from pydantic import (
 
 from .. import wire
 from .errors import SpecError
+from .pydantic_words import constraint_words
 
 __all__ = [
     "SERVICE_ONLY",
@@ -662,7 +663,7 @@ integer" of ``"gpus": true``: tester h86)."""
 
 
 def _in_our_words(item: Any) -> str:
-    said = _TYPE_WORDS.get(str(item.get("type")))
+    said = _TYPE_WORDS.get(str(item.get("type"))) or constraint_words(item)
     if said is None:
         return str(item["msg"]).removeprefix("Value error, ")
     try:

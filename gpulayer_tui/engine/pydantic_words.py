@@ -1,0 +1,39 @@
+"""pydantic's constraint errors in the words the rest of our errors use.
+
+"restart: Input should be 'always' or 'on_failure'" stood beside our own "must be from 1
+to 64, not 0", and "services.check_interval: Input should be greater than or equal to 0"
+in a config rejection (tester h168): one voice for every refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def constraint_words(item: Mapping[str, Any]) -> str | None:
+    """What a pydantic error ``item`` (one of ``ValidationError.errors()``) asks of its
+    value, as ``must be ...``; ``None`` for an error type said otherwise (a type error, a
+    validator of ours: its own words)."""
+    ctx = item.get("ctx") or {}
+    kind = str(item.get("type"))
+    if kind == "literal_error":
+        return f"must be {ctx.get('expected')}"
+    bounds = {
+        "greater_than_equal": ("at least", "ge"),
+        "greater_than": ("more than", "gt"),
+        "less_than_equal": ("at most", "le"),
+        "less_than": ("less than", "lt"),
+    }
+    if kind in bounds:
+        words, key = bounds[kind]
+        return f"must be {words} {ctx.get(key)}"
+    if kind == "finite_number":
+        return "must be a finite number"
+    if kind in ("string_too_long", "too_long"):
+        unit = "characters" if kind.startswith("string") else "items"
+        return f"must have at most {ctx.get('max_length')} {unit}"
+    if kind in ("string_too_short", "too_short"):
+        unit = "characters" if kind.startswith("string") else "items"
+        return f"must have at least {ctx.get('min_length')} {unit}"
+    return None
