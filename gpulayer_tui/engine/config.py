@@ -547,8 +547,8 @@ def _format_validation(err: ValidationError, source: str) -> str:
             )
         elif item["type"].endswith(("_type", "_parsing")):  # (the value given, too)
             lines.append(f"{source}: {where}: {item['msg']}, got {_as_toml(item.get('input'))}")
-        elif (words := constraint_words(item)) is not None:  # (in our words: tester h168)
-            lines.append(f"{source}: {where}: {words}, got {_as_toml(item.get('input'))}")
+        elif (said := constraint_words(item)) is not None:  # (in our words: tester h168)
+            lines.append(f"{source}: {where}: {said}, got {_as_toml(item.get('input'))}")
         else:
             # (our own checks' words, without pydantic's "Value error, " before them)
             lines.append(f"{source}: {where}: {item['msg'].removeprefix('Value error, ')}")
