@@ -476,6 +476,19 @@ def sparkline(values: list[float | None], width: int, top: float | None = None) 
     )
 
 
+def unobserved_note(usage: UsageJSON) -> str:
+    """``; no readings for 40s while no engine ran`` where part of a job's GPU time has no
+    points: an engine killed before it saved them (``[usage] save_interval``), or not
+    running. The plot covered a few seconds of a job that ran a minute, with no word of
+    what was missing (tester h168). Empty where nothing is missing."""
+    gpu_seconds = float((usage.get("totals") or {}).get("unobserved_seconds") or 0.0)
+    gpus = max(1, len(usage.get("series") or ()))
+    missing = gpu_seconds / gpus  # (booked per GPU held)
+    if missing < 1:
+        return ""
+    return f"; no readings for {duration(missing)} while no engine ran"
+
+
 def usage_plot(usage: UsageJSON, width: int = 60) -> str:
     """Each GPU's VRAM and utilisation over the job's life, as labelled sparklines."""
     summary = usage.get("summary")
@@ -485,6 +498,7 @@ def usage_plot(usage: UsageJSON, width: int = 60) -> str:
             "its GPUs were first sampled)"
         )
     lines = []
+    gap = unobserved_note(usage)
     for series in usage["series"]:
         times = series["t"]
         span = duration(times[-1] if times else 0)
@@ -492,7 +506,7 @@ def usage_plot(usage: UsageJSON, width: int = 60) -> str:
         peak = max((v for v in vram if v is not None), default=0.0)
         util: list[float | None] = [None if v is None else float(v) for v in series["util"]]
         over = f" over {span}" if len(times) > 1 else ""
-        lines.append(f"GPU #{series['gpu']}  ({plural(len(times), 'point')}{over})")
+        lines.append(f"GPU #{series['gpu']}  ({plural(len(times), 'point')}{over}{gap})")
         lines.append(f"  VRAM {sparkline(vram, width)}  peak {peak / 1024:.1f} GiB")
         lines.append(f"  util {sparkline(util, width, top=100)}  0-100%")
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -310,6 +311,10 @@ def test_a_young_jobs_gpu_time_before_a_kill_9_is_booked_unobserved(
     assert summary is not None
     last = totals["last_at"]
     assert summary["gpu_hours"] * 3600 == pytest.approx(last - started, abs=0.5)
+    # The plot says what it lacks (it covered the last seconds alone: tester h168).
+    plot = served.cli("status", str(job_id), "--plot").stdout
+    said = r"GPU #0  \(\d+ points?( over \d+s)?; no readings for \ds while no engine ran\)"
+    assert re.search(said, plot), plot
     assert served.cli("cancel", str(job_id)).returncode == 0
 
 

@@ -18,7 +18,7 @@ from textual.events import Resize
 from textual.reactive import reactive
 from textual.widgets import Label, Static
 
-from ..formatting import duration, gib, plural, usage_lines
+from ..formatting import duration, gib, plural, unobserved_note, usage_lines
 from ..wire import UsageJSON, UsageSeriesJSON, UsageSummaryJSON
 from .field_list import FieldList
 from .level_line import LevelLine
@@ -194,7 +194,8 @@ class UsagePanel(VerticalScroll, can_focus=False):
         # (one point has no span: "1 points over 0s" was said: tester h131)
         over = "" if span is None or self.points < 2 else f" over {duration(span)}"
         state = "live" if self.active else "stored"
-        self.border_subtitle = f"{plural(self.points, 'point')}{over} · {state} · u: fewer"
+        gap = unobserved_note(self.usage) if self.usage else ""
+        self.border_subtitle = f"{plural(self.points, 'point')}{over}{gap} · {state} · u: fewer"
 
 
 class _GpuPlots:
