@@ -1160,6 +1160,23 @@ async def test_a_replica_listening_only_where_the_engine_does_not_check_is_said_
     await engine.cancel(job.id)
 
 
+async def test_a_clean_exit_before_the_port_answered_says_to_stay_in_the_foreground(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # `server & echo started` ended at once, restarted and ended again, with no word of
+    # why (tester h168).
+    engine = await make_engine(simulate=None)
+    job = await engine.submit(
+        {"kind": "service", "shell": "sleep 600 & echo started", "restart": "on_failure"}
+    )
+    done = await engine.wait(job.id, timeout=20)
+    assert done.status is JobStatus.COMPLETED
+    assert done.message.startswith(
+        "replica 0 exited with code 0 before its port answered: a service's command must "
+        "keep running (in the foreground, not with &); not restarted"
+    ), done.message
+
+
 async def test_a_server_that_ignores_its_port_is_said_to_listen_elsewhere(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

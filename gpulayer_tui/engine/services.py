@@ -988,6 +988,11 @@ class ServiceRunner:
             # whose port answered but took no connection: tester h127)
             how = NOT_ACCEPTING if NOT_ACCEPTING in replica.message else "stopped answering"
             what = f"stopped after its port {replica.port} {how} ({what})"
+        elif code == 0 and replica.state is R.STARTING and replica.port is not None:
+            # A clean exit before its port ever answered: a command that started its
+            # server in the background (`server & echo started`) and ended, again and
+            # again, with no word of why (tester h168).
+            what = f"{what} before its port answered: {FOREGROUND}"
         why = self._no_restart_because(act, replica, None if forced else code)
         if why is None:
             self._back_off(act, runtime, replica, what, code, late)
@@ -1573,6 +1578,10 @@ def _target_count(job: Job) -> int:
 def _removed(act: ActiveJob, replica: Replica) -> bool:
     """Whether a scale-down removed ``replica`` (its index is past the service's count)."""
     return act.spec is not None and replica.index >= act.spec.replica_count
+
+
+FOREGROUND = "a service's command must keep running (in the foreground, not with &)"
+"""Said of a replica that exited cleanly before its port answered."""
 
 
 def _replicas_said(indexes: list[int]) -> str:
