@@ -184,7 +184,7 @@ def placement_words(job: Mapping[str, Any]) -> str:
     most = (spec.get("retry") or {}).get("max_attempts", 10)
     attempt = int(job.get("attempt") or 0)
     if job.get("status") in ("pending", "queued"):
-        return f"placement {attempt + 1} of {most} next"
+        return f"waits for placement {attempt + 1} of {most}"  # ("... of 10 next": h168)
     if not attempt:  # (refused, or cancelled while waiting: "placement 0 of 10" was said)
         return "never placed"
     return f"placement {attempt} of {most}"

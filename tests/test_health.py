@@ -326,8 +326,8 @@ def test_what_a_drain_says_of_services_is_what_they_will_do() -> None:
     # ("placing again ... (placement 2 of 10)") under a header that said "1 of 10".
     placed = {"status": "running", "attempt": 1, "spec": {"retry": {"max_attempts": 3}}}
     assert placement_words(placed) == "placement 1 of 3"
-    assert placement_words({**placed, "status": "queued"}) == "placement 2 of 3 next"
-    assert placement_words({"status": "pending", "spec": {}}) == "placement 1 of 10 next"
+    assert placement_words({**placed, "status": "queued"}) == "waits for placement 2 of 3"
+    assert placement_words({"status": "pending", "spec": {}}) == "waits for placement 1 of 10"
 
 
 def _status(served: Served, job: str) -> str:
