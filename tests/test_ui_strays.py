@@ -151,12 +151,18 @@ async def test_adopt_any_pid_by_typing_and_refusals_are_shown(
             "x's word",
         )
         await pilot.press("p")
-        await pilot.press("\u00b2", "enter")  # not an ASCII digit: the field drops it
+        await pilot.press("enter")  # (nothing typed)
         told = await until(
             pilot, lambda: next((n for n in app._notifications if n.title == "pid"), None)
         )
         assert told.message == "type a process id (digits 0-9), then enter"
-        await pilot.press(*str(sleeper_proc.pid), "enter")
+        app.clear_notifications()
+        await pilot.press("\u00b2", "enter")  # not an ASCII digit: said, kept to correct
+        told = await until(
+            pilot, lambda: next((n for n in app._notifications if n.title == "pid"), None)
+        )
+        assert told.message == "expected a whole number, got '\u00b2'"
+        await pilot.press("backspace", *str(sleeper_proc.pid), "enter")
         dialog = await until(pilot, lambda: _adopt_dialog(app))
         assert dialog.query_one("#adopt-vram", Input).value == ""
         dialog.query_one("#adopt-vram", Input).value = "lots"
@@ -234,6 +240,25 @@ async def test_a_pid_typed_with_its_enter_in_one_burst_is_read_whole(
         dialog = await until(pilot, lambda: _adopt_dialog(app))
         assert dialog.process["pid"] == sleeper_proc.pid
         assert not any("type a process id" in n.message for n in app._notifications)
+
+
+async def test_a_pid_with_a_space_in_it_is_refused_not_read_as_another(
+    ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
+) -> None:
+    # The integer field dropped the space: "12 34" was pid 1234, another process (h165).
+    app = await ui_app("2xA100-80GB")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _open_strays(pilot, app)
+        await pilot.press("p")
+        digits = str(sleeper_proc.pid)
+        await pilot.press(*digits[:1], "space", *digits[1:], "enter")
+        told = await until(
+            pilot, lambda: next((n for n in app._notifications if n.title == "pid"), None)
+        )
+        assert told.message == f"expected a whole number, got '{digits[:1]} {digits[1:]}'"
+        assert not isinstance(app.screen, AdoptScreen)
+        field = app.screen.query_one("#pid-input", Input)
+        assert field.value == f"{digits[:1]} {digits[1:]}"  # (kept, to correct)
 
 
 async def test_a_process_that_left_while_its_dialog_was_open_is_refused_once(

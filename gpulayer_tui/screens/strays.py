@@ -49,10 +49,11 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
             id="strays-hint",
         )
         # Disabled while hidden, so it never takes the focus (and the keys) from the table.
+        # Text, checked on enter: an integer field dropped what was not a digit, and
+        # "12 34" became pid 1234, another process (tester h165).
         pid_input = FieldInput(
             placeholder="pid to adopt, then enter (esc: close)",
             id="pid-input",
-            type="integer",
             disabled=True,
         )
         pid_input.enter_opens_a_screen = True  # (the adopt dialog: `p 4242 enter` + name)
@@ -162,7 +163,6 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
     @on(Input.Submitted, "#pid-input")
     def _pid_entered(self, event: Input.Submitted) -> None:
         if not event.value.strip():
-            # (The integer field drops what is not an ASCII digit, so "got ''" told nothing.)
             self.app.notify("type a process id (digits 0-9), then enter", title="pid")
             return
         try:
