@@ -217,6 +217,33 @@ async def test_cancel_sigterm_then_sigkill_only_that_pid(
     assert not pid_gone(sibling)  # its process group was not touched
 
 
+async def test_a_stopped_adopted_process_is_continued_to_take_its_sigterm(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    # Stopped with ctrl+z, it sat the whole grace period and was SIGKILLed: its SIGTERM
+    # handler never ran (tester h171).
+    engine = await make_engine(config=make_config(engine={"adopt_grace_period": 30}))
+    ready, said = tmp_path / "ready", tmp_path / "said"
+    proc = start(
+        spawn,
+        sys.executable,
+        "-c",
+        "import pathlib, signal, sys, time\n"
+        f"def bye(*_):\n    pathlib.Path('{said}').touch()\n    sys.exit(7)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        f"pathlib.Path('{ready}').touch()\n"
+        "time.sleep(600)",
+    )
+    await eventually(ready.exists)
+    os.kill(proc.pid, signal.SIGSTOP)
+    await eventually(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED)
+    job = await adopt(engine, proc.pid)
+    await engine.cancel(job.id)
+    done = await engine.wait(job.id, timeout=20)  # (well inside the 30 s grace period)
+    assert done.status is JobStatus.CANCELLED
+    assert said.exists() and proc.wait(timeout=5) == 7
+
+
 async def test_a_recycled_pid_is_never_signalled(
     spawn: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:

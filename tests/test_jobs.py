@@ -560,6 +560,38 @@ async def test_cancel_escalates_to_sigkill_after_grace(make_engine: EngineFactor
     )
 
 
+async def test_a_stopped_job_is_continued_to_take_its_sigterm(make_engine: EngineFactory) -> None:
+    # Stopped (ctrl+z, SIGSTOP), it never ran its SIGTERM handler: SIGKILLed after the
+    # grace period and said to have outlived a SIGTERM it never saw (tester h171).
+    engine = await make_engine(config=make_config(engine={"grace_period": 30}))
+    job = await engine.submit(
+        {
+            "command": [
+                "python3",
+                "-c",
+                "import signal, sys, time\n"
+                "def bye(*_):\n"
+                "    print('got TERM', flush=True)\n"
+                "    sys.exit(7)\n"
+                "signal.signal(signal.SIGTERM, bye)\n"
+                "print('ready', flush=True)\n"
+                "time.sleep(300)",
+            ]
+        }
+    )
+    log = engine.log_path(job.id)
+    await eventually(lambda: log.exists() and "ready" in log.read_text())
+    running = await engine.get(job.id)
+    assert running.pid is not None
+    os.killpg(running.pid, signal.SIGSTOP)
+    await eventually(lambda: psutil.Process(running.pid).status() == psutil.STATUS_STOPPED)
+    await engine.cancel(job.id)
+    done = await engine.wait(job.id, timeout=20)  # (well inside the 30 s grace period)
+    assert (done.status, done.exit_code) == (JobStatus.CANCELLED, 7)
+    assert "got TERM" in log.read_text()
+    assert done.message == "cancelled by user"
+
+
 async def test_cancel_queued_and_finished_jobs(make_engine: EngineFactory) -> None:
     from gpulayer_tui.engine.engine import JobNotActive, UnknownJob
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -453,3 +454,21 @@ def test_why_says_a_capacity_the_reason_says_already_once() -> None:
     assert "capacity" not in [label for label, _ in why_rows(data)]
     other = {**data, "capacity": "needs 2 GPUs; 1 is here"}
     assert ("capacity", "needs 2 GPUs; 1 is here") in why_rows(other)
+
+
+async def test_a_stopped_stray_is_continued_to_take_a_sigterm(
+    make_engine: EngineFactory, sleeper_proc: subprocess.Popen[bytes]
+) -> None:
+    # "SIGTERM sent to pid N", and nothing happened to a stray stopped with ctrl+z: the
+    # signal waits until it is continued (tester h171).
+    import signal
+
+    from gpulayer_tui.engine.simulate import SimLedger
+
+    engine = await make_engine("1xA100-80GB")
+    SimLedger(engine.paths.state_dir).hold(0, sleeper_proc.pid, 10.0)
+    await engine.sampler.sample_once()
+    os.kill(sleeper_proc.pid, signal.SIGSTOP)
+    said = engine.signal_process(sleeper_proc.pid, "TERM", None, requester_uid=os.geteuid())
+    assert said.startswith(f"SIGTERM sent to pid {sleeper_proc.pid}")
+    assert sleeper_proc.wait(timeout=10) == -signal.SIGTERM

@@ -1488,6 +1488,10 @@ class Engine:
             if again is None or again.start_ticks != snapshot.start_ticks:
                 raise SpecError(f"pid {pid} exited or was reused while asked", "pid")
             signal.pidfd_send_signal(fd, signum)
+            if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                # (a stopped process takes it only once continued: "SIGTERM sent" and
+                # nothing happened to a stray stopped with ctrl+z; tester h171)
+                signal.pidfd_send_signal(fd, signal.SIGCONT)
         except PermissionError:
             raise SpecError(
                 f"pid {pid} belongs to {procs.user_name(snapshot.uid)}: this engine may not "

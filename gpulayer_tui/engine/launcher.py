@@ -1212,11 +1212,16 @@ class Spawner:
                 f"--- gpulayer-tui sent SIGTERM{why} (SIGKILL {grace:g} s later if it still "
                 "runs) at ",
             )
+        # SIGCONT after it, as systemd does: a stopped job (ctrl+z, SIGSTOP) never ran its
+        # SIGTERM handler and was SIGKILLed after the grace period, said to have outlived
+        # a SIGTERM it never saw (tester h171).
         self._killpg(task, signal.SIGTERM)
+        self._killpg(task, signal.SIGCONT)
         for pid, ticks in outside:
             self.strays[(pid, ticks)] = task.kill_at
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGCONT)
 
     def _sweep_session(self, leader: int, key: str) -> None:
         """Sweep the session of the job led by ``leader`` (ended) from the next sweep on

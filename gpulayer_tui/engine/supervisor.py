@@ -264,6 +264,7 @@ class Supervisor:
         if watch is None:
             return False
         self._signal(watch, signal.SIGTERM)
+        self._signal(watch, signal.SIGCONT)  # (a stopped process gets its SIGTERM: h171)
         if key not in self._kill_timers:
             loop = asyncio.get_running_loop()
             self._kill_timers[key] = loop.call_later(grace, self._kill, key)
