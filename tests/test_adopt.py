@@ -96,6 +96,19 @@ async def test_adopted_process_runs_until_it_exits_then_is_orphaned(
     assert "cannot be observed" in done.message
 
 
+async def test_a_process_adopted_before_the_next_sample_is_placed_on_its_gpu(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    # Adopted within a sample of taking GPU memory, it was put on the cpu pool for good,
+    # its memory "outside its GPUs" (tester h171): a sample is taken for the adoption.
+    engine = await make_engine("2xA100-80GB", config=make_config(engine={"sample_interval": 60}))
+    await engine.sampler.sample_once()
+    proc = start(spawn, "sleep", "600")
+    SimLedger(engine.paths.state_dir).hold(1, proc.pid, 20.0)  # (after the last sample)
+    job = await adopt(engine, proc.pid, name="quick")
+    assert job.status is JobStatus.RUNNING and job.domains == ["gpu1"], job.message
+
+
 async def test_refusals_are_recorded_failed_jobs(
     make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
 ) -> None:

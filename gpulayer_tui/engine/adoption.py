@@ -18,7 +18,7 @@ import functools
 import itertools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from stat import S_ISFIFO
 from typing import TYPE_CHECKING, Any
@@ -247,6 +247,9 @@ class Adopter:
         store: Adoptions are answered once durable; none is taken while writes fail.
         latest_sample: The sampler's latest sample (which GPUs a process uses).
         settings: ``[engine]`` (``adopt_grace_period``).
+        sample_now: Takes a sample now (``latest_sample`` answers it after): asked before
+            each adoption, so a process that took GPU memory since the last tick is
+            placed on its GPUs (it was put on the cpu pool: tester h171).
     """
 
     def __init__(
@@ -258,8 +261,10 @@ class Adopter:
         latest_sample: Callable[[], Sample | None],
         settings: EngineSettings,
         state_dir: str = "",
+        sample_now: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self._state_dir = state_dir
+        self._sample_now = sample_now
         # One adoption at a time: two for one pid (or a parent and its child) both passed
         # the checks while the other waited on /proc, and two jobs owned one process.
         self._adopting = asyncio.Lock()
@@ -313,6 +318,8 @@ class Adopter:
                 raise SpecError(f"domain: {self._scheduler.unknown_domain(pin)}", "domain")
         name, vram_gb = request["name"], request["vram_gb"]
         async with self._adopting:
+            if self._sample_now is not None:
+                await self._sample_now()  # (where it holds memory now, not a tick ago)
             pidfd = open_pidfd(pid)
             snapshot = read_process(pid) if pidfd is not None else None
             overbooked = ""

@@ -245,6 +245,7 @@ class Engine:
             self._latest_sample,
             settings,
             state_dir=str(paths.state_dir),
+            sample_now=self._sample_now,
         )
         self.domain_ops = DomainOps(
             self.scheduler,
@@ -1633,6 +1634,9 @@ class Engine:
 
     def _latest_sample(self) -> Sample | None:
         return self.sampler.latest
+
+    async def _sample_now(self) -> Sample:
+        return await self.sampler.sample_once()
 
     def _on_sample(self, sample: Sample) -> None:
         before = self.scheduler.capacity_signature()
