@@ -1232,6 +1232,80 @@ async def test_a_loopback_only_server_under_a_wildcard_host_is_said_and_named_tr
         await engine.wait(job.id, timeout=20)
 
 
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+async def test_a_wildcard_host_takes_a_server_on_either_familys_addresses(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # Under host "::" a server on 0.0.0.0 (every IPv4 address) never came up: a connect
+    # to :: reaches ::1 alone; under "0.0.0.0" one on ::1 was "not at 0.0.0.0" for ever
+    # (tester h170).
+    import socket
+
+    if not _ipv6_loopback():
+        pytest.skip("no IPv6 loopback here")
+    engine = await make_engine(simulate=None, config=make_config(services={"host": "::"}))
+    everywhere = [*HTTP_SERVER[:-1], "0.0.0.0"]
+    job = await engine.submit(
+        {"kind": "service", "shell": f"exec {' '.join(everywhere)} $PORT", "cwd": str(tmp_path)}
+    )
+    replica = _replicas(engine, job.id)[0]
+    await eventually(lambda: replica.state is ReplicaState.UP, timeout=20)
+    assert replica.endpoint == f"{socket.gethostname()}:{replica.port}"
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+
+
+async def test_an_ipv6_loopback_server_under_an_ipv4_wildcard_is_said_loopback_only(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    if not _ipv6_loopback():
+        pytest.skip("no IPv6 loopback here")
+    engine = await make_engine(simulate=None, config=make_config(services={"host": "0.0.0.0"}))
+    six = [*HTTP_SERVER[:-1], "::1"]
+    job = await engine.submit(
+        {"kind": "service", "shell": f"exec {' '.join(six)} $PORT", "cwd": str(tmp_path)}
+    )
+    replica = _replicas(engine, job.id)[0]
+    await eventually(lambda: replica.state is ReplicaState.UP, timeout=20)
+    assert replica.endpoint == f"[::1]:{replica.port}"
+    assert "listened on only at ::1: not reachable from other machines" in replica.message
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+
+
+async def test_a_host_set_right_reaches_the_replicas_starting_already(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    # "bind 127.0.0.1 (or all addresses), or set [services] host": set, the replicas
+    # starting already kept the old host, and its stale advice, until restarted (h170).
+    if not _ipv6_loopback():
+        pytest.skip("no IPv6 loopback here")
+    engine = await make_engine(simulate=None)
+    server = [*HTTP_SERVER[:-1], "::1"]
+    job = await engine.submit(
+        {"kind": "service", "shell": f"exec {' '.join(server)} $PORT", "cwd": str(tmp_path)}
+    )
+    replica = _replicas(engine, job.id)[0]
+    await eventually(lambda: "is listened on only at ::1" in replica.message, timeout=30)
+    engine.paths.config_file.parent.mkdir(parents=True, exist_ok=True)
+    engine.paths.config_file.write_text('[services]\nhost = "::1"\n')
+    assert (await engine.config_reload.reload())["applied"] is True
+    await eventually(lambda: replica.state is ReplicaState.UP, timeout=30)
+    assert replica.endpoint == f"[::1]:{replica.port}"
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+
+
 async def test_a_replica_whose_server_runs_in_a_session_of_its_own_comes_up(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

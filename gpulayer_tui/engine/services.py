@@ -653,7 +653,6 @@ class ServiceRunner:
         it was shown "up" for as long as it ran, serving or not) until it answers again,
         and once down for ``restart_down_after`` seconds it is stopped and restarted.
         """
-        host = self._config.services.host
         delay = 0.02
         failed = 0
         first_failed = 0.0
@@ -662,6 +661,9 @@ class ServiceRunner:
         stuck_at: int | None = None  # down for not accepting: the queue it was found with
         while replica.pid == pid:
             settings = self._config.services
+            # (read each time: a [services] host set right, as a replica's message
+            # advises, never reached the replicas starting already: tester h170)
+            host = settings.host
             if replica.state is R.UP:
                 # (0: not checked, until a new configuration says otherwise)
                 interval = settings.check_interval if settings.check_interval > 0 else None
@@ -1600,16 +1602,22 @@ def _replicas_said(indexes: list[int]) -> str:
 
 
 async def _answers(host: str, port: int) -> bool:
-    """Whether ``host:port`` accepts a TCP connection within the probe timeout."""
-    try:
-        async with asyncio.timeout(PROBE_TIMEOUT_S):
-            _, writer = await asyncio.open_connection(host, port)
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
+    """Whether ``host:port`` accepts a TCP connection within the probe timeout. A wildcard
+    host (every address) is tried at the loopback address of each family: a connect to
+    ``::`` reaches ``::1`` alone, and a server on ``0.0.0.0`` under ``host = "::"`` never
+    came up (nor one on ``::1`` under ``0.0.0.0``: tester h170)."""
+    targets = ("127.0.0.1", "::1") if host in WILDCARD_HOSTS else (host,)
+    for target in targets:
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
+                _, writer = await asyncio.open_connection(target, port)
+        except (OSError, TimeoutError):
+            continue
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
+    return False
 
 
 def _foreign_listener(port: int, pid: int, ticks: int | None) -> int | None:
