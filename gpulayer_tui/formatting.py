@@ -587,7 +587,7 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     for key in ("max_gpus", "max_vram_gb", "max_queued", "max_priority"):
         if limits.get(key) is not None:
             table = str(tables.get(key) or limits.get("from"))
-            by_table.setdefault(table, []).append(f"{key} {limits[key]:g}")
+            by_table.setdefault(table, []).append(f"{key} {figure(limits[key])}")
     set_ = "; ".join(f"{', '.join(keys)} ({table})" for table, keys in by_table.items())
     rows.append(
         (
@@ -596,7 +596,7 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
             # two jobs on one GPU read "2 GPUs" on a 2-GPU box with 3 (tester h87).
             f"{set_ or 'none'}; running jobs hold "
             f"{plural(limits.get('running_gpus', 0), 'GPU slot')}, "
-            f"{limits.get('running_vram_gb', 0):g} GiB "
+            f"{figure(limits.get('running_vram_gb', 0))} GiB "
             f"declared; {plural(limits.get('waiting', 0), 'job')} waiting",
         )
     )
@@ -672,18 +672,25 @@ USER_HEADS = (
 head them."""
 
 
+def figure(value: float) -> str:
+    """A configured or summed number as written: whole ones whole, others as Python writes
+    them back (``999999.5``, ``12345.678``). ``:g`` said 1e+06 of a max_queued of 1000000
+    (tester h167), and 12345.7 of a limit of 12345.678: more than it is (tester h170)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    number = float(value)
+    if number.is_integer() and abs(number) < 1e15:
+        return str(int(number))
+    return repr(number)
+
+
 def user_cells(user: Mapping[str, Any]) -> list[str]:
     """A user of ``GET /v1/users`` as the cells of :data:`USER_HEADS`: its
     name, recent GPU-hours, share, running jobs, then what it holds or queues beside its
     limit (``1/4``; ``-``: no limit)."""
 
     def limit(value: Any) -> str:
-        # (whole numbers whole: a max_queued of 1000000 read "1e+06": tester h167)
-        if value is None:
-            return "-"
-        if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
-            return str(int(value)) if abs(value) < 1e15 else f"{value:g}"
-        return f"{value:g}"
+        return "-" if value is None else figure(value)
 
     return [
         str(user["user"]),
@@ -691,7 +698,7 @@ def user_cells(user: Mapping[str, Any]) -> list[str]:
         f"{user['share']:g}",
         str(user.get("running_jobs", "-")),  # (an older engine leaves it out)
         f"{user['running_gpus']}/{limit(user['max_gpus'])}",
-        f"{user['running_vram_gb']:g}/{limit(user['max_vram_gb'])}",
+        f"{figure(user['running_vram_gb'])}/{limit(user['max_vram_gb'])}",
         f"{user['waiting']}/{limit(user['max_queued'])}",
         limit(user.get("max_priority")),
     ]

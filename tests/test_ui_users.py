@@ -252,3 +252,23 @@ async def test_a_column_shrinks_when_its_widest_cell_goes(no_polling: None) -> N
         app.screen.fetch_users()
         await until(pilot, lambda: (_cells(table, 1000) or {}).get("USER") == "ana", "short")
         assert table.ordered_columns[0].get_render_width(table) < wide - 20
+
+
+def test_limits_with_fractions_are_said_exactly() -> None:
+    # 999999.5 read "1e+06" and 12345.678 "12345.7", more than it is (tester h170).
+    from gpulayer_tui.formatting import figure, why_rows
+
+    assert [figure(v) for v in (999999.5, 12345.678, 10000000, 4096.0, 0.5)] == [
+        "999999.5",
+        "12345.678",
+        "10000000",
+        "4096",
+        "0.5",
+    ]
+    data = {
+        "job": 8,
+        "reason": "waiting",
+        "limits": {"max_vram_gb": 999999.5, "max_queued": 10000000, "from": "[users.default]"},
+    }
+    said = dict(why_rows(data))["limits"]
+    assert "max_vram_gb 999999.5" in said and "max_queued 10000000" in said, said
