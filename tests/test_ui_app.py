@@ -527,5 +527,21 @@ async def test_a_question_too_tall_for_the_terminal_scrolls_to_its_buttons() -> 
 
         await until(pilot, lambda: dialog.max_scroll_y > 0 and in_sight(), "the buttons")
         assert app.screen.focused is button
+        # Each button whole, one above the other: in a row the last was cut off (h170).
+        assert app.screen.has_class("-narrow")
+        for each in app.screen.query(Button):
+            assert seen.x <= each.region.x and each.region.right <= seen.right, each
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, QuitScreen))
+        # Opened wide, then made small: the focused button is brought into sight (it
+        # stayed below the edge until Tab: tester h170).
+        await pilot.resize_terminal(120, 40)
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+        await pilot.pause()
+        assert not app.screen.has_class("-narrow")
+        await pilot.resize_terminal(40, 12)
+        dialog = app.screen.query_one("#quit-dialog")
+        button = app.screen.query_one("#handover", Button)
+        seen = dialog.content_region
+        await until(pilot, lambda: in_sight() and app.screen.has_class("-narrow"), "in sight")

@@ -23,9 +23,10 @@ from .. import keymap
 from ..formatting import GIB, gpus_named
 from ..widgets.check_box import CheckBox
 from ..widgets.key_footer import KeyFooter
+from .narrow import StacksButtonsWhenNarrow
 
 
-class ConfirmScreen(ModalScreen[bool]):
+class ConfirmScreen(StacksButtonsWhenNarrow, ModalScreen[bool]):
     """Ask a yes/no question; dismisses with True only on an explicit yes."""
 
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("confirm"))
@@ -83,7 +84,7 @@ def _user_name() -> str:
         return str(os.getuid())
 
 
-class SignalScreen(ModalScreen[str | None]):
+class SignalScreen(StacksButtonsWhenNarrow, ModalScreen[str | None]):
     """Signal a stray GPU process: SIGTERM, or SIGKILL when chosen. Dismisses with the
     signal's name (``"TERM"`` / ``"KILL"``), or ``None`` when cancelled.
 
@@ -171,7 +172,7 @@ class QuitChoice(StrEnum):
     STAY = "stay"
 
 
-class QuitScreen(ModalScreen[QuitChoice]):
+class QuitScreen(StacksButtonsWhenNarrow, ModalScreen[QuitChoice]):
     """Quitting with jobs in flight in an embedded engine: keep them, stop them, or stay."""
 
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("quit"))

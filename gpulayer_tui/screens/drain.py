@@ -21,9 +21,10 @@ from ..fields import DRAIN_REASON_MAX, FieldError, check_label
 from ..key_hold import focus_first_field, release_keys
 from ..widgets.field_input import FieldInput, after_typed
 from ..widgets.key_footer import KeyFooter
+from .narrow import StacksButtonsWhenNarrow
 
 
-class DrainScreen(ModalScreen[str | None]):
+class DrainScreen(StacksButtonsWhenNarrow, ModalScreen[str | None]):
     """Ask before draining a domain, with an optional reason. Dismisses with the reason
     (``""``: none given) or ``None`` when cancelled.
 
