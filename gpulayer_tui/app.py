@@ -410,9 +410,13 @@ class GpulayerApp(App[str]):
                 # in service)
                 # (whether the drain came before or after the quarantine: tester h169)
                 said = "quarantine lifted; still draining, as it was drained under it"
+                if data.get("drain_reason"):  # (said, as the CLI says it: tester h170)
+                    said += f" (reason: {data['drain_reason']})"
             elif change == "draining" and data.get("state") == "quarantined":
                 # (it said "draining" of a domain still quarantined: tester h124)
                 said = "drained under its quarantine: it drains once the quarantine is lifted"
+                if data.get("drain_reason"):
+                    said += f" (reason: {data['drain_reason']})"
             elif change == "healthy" and data.get("state") == "quarantined":
                 # (it said "healthy" alone of a GPU still quarantined: tester h142)
                 said = (

@@ -641,6 +641,14 @@ def drain_said(dom: Mapping[str, Any], action: str) -> str:
         reason = dom.get("drain_reason") or dom.get("state_reason") or ""
         drained = f"still drained: {reason}" if reason else "still drained"
         return f" (quarantine lifted; {drained}; release again to end the drain)"
+    previous = dom.get("previous_drain_reason")
+    if action == "drain" and previous is not None and dom.get("state") == "quarantined":
+        # (said only "(drained under it: x2; ...)": the reason it replaced went unsaid;
+        # tester h170)
+        return (
+            f" (drained under it; reason changed: {previous} -> {dom.get('drain_reason')}; "
+            "a release drains it again)"
+        )
     if action != "drain" or dom.get("state") != "draining":
         return kept_drain(dom)
     reason = dom.get("drain_reason") or dom.get("state_reason") or ""

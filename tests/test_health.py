@@ -1154,3 +1154,8 @@ def test_a_release_that_leaves_a_drain_says_so() -> None:
         " (quarantine lifted; still drained: rma; release again to end the drain)"
     )
     assert drain_said({**dom, "state": "in_service", "drain_reason": None}, "release") == ""
+    # A new reason for a drain under a quarantine says the one it replaced (h170).
+    under = {"name": "gpu0", "state": "quarantined", "drain_reason": "x2"}
+    assert drain_said({**under, "previous_drain_reason": "x1"}, "drain") == (
+        " (drained under it; reason changed: x1 -> x2; a release drains it again)"
+    )

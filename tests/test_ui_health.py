@@ -187,7 +187,10 @@ async def test_draining_a_quarantined_domain_says_it_drains_under_it(ui_app: App
     async with app.run_test(size=(120, 40)) as pilot:
         await _lose_gpu1(pilot, app)
         await app.domain_action("gpu1", "drain").wait()
-        said = "domain gpu1: drained under its quarantine: it drains once the quarantine is lifted"
+        said = (
+            "domain gpu1: drained under its quarantine: it drains once the quarantine is "
+            "lifted (reason: drained from the TUI)"  # (the reason too: tester h170)
+        )
         await until(pilot, lambda: any(said in n for n in _notes(app)), said)
         assert not any(n.endswith("domain gpu1: draining") for n in _notes(app))
 

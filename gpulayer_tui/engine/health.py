@@ -233,14 +233,20 @@ class DomainOps:
         # In the engine's log too, without -v (a headless engine's journal had no line of
         # a quarantine, a lost GPU, a drain or a release: tester h125).
         healthy = dom.state is not DomainState.QUARANTINED and dom.health is DomainHealth.HEALTHY
+        # (an operator's drain or release, or a GPU answering again, is no warning; a drain
+        # under a quarantine was logged as one, with the quarantine's cause and no word of
+        # the drain's reason: tester h170)
+        news = what in ("healthy", "draining", "drain reason", "released")
+        drained = dom.drain_reason if dom.drain_reason and dom.drain_reason != dom.reason else ""
         log.log(
-            logging.INFO if healthy or what == "healthy" else logging.WARNING,
-            "domain %s, %s: state %s, health %s%s",
+            logging.INFO if healthy or news else logging.WARNING,
+            "domain %s, %s: state %s, health %s%s%s",
             dom.name,
             what,
             dom.state.value,
             dom.health.value,
             f" ({printable(dom.reason)})" if dom.reason else "",
+            f"; drained: {printable(drained)}" if drained else "",
         )
         self._store.save_domain_state(
             dom.name, dom.state.value, dom.state_reason, dom.gpu_uuid, dom.drain_reason
@@ -251,6 +257,8 @@ class DomainOps:
             "state": dom.state.value,
             "health": dom.health.value,
             "reason": dom.reason,
+            # (a drain under a quarantine: its reason is not the domain's reason)
+            "drain_reason": dom.drain_reason,
         }
         if caused_by is not None:
             data["message"] = (
