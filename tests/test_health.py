@@ -684,6 +684,7 @@ async def test_doctor_checks_name_quarantine_and_a_clock_gone_backwards(
     checks = {c["check"]: c for c in await engine.domain_ops.doctor_checks()}
     assert checks["domain gpu1"]["status"] == "fail"
     assert checks["domain gpu1"]["detail"].startswith("quarantined: GPU is lost")
+    assert "answers again" not in checks["domain gpu1"]["detail"]
     assert checks["domain gpu0"]["status"] == "ok"
     assert checks["GPU sampling"] == {
         "check": "GPU sampling",
@@ -693,6 +694,16 @@ async def test_doctor_checks_name_quarantine_and_a_clock_gone_backwards(
     assert (
         checks["clock"]["status"] == "fail" and "behind the newest job" in checks["clock"]["detail"]
     )
+    # The GPU back, and drained under its quarantine: said, as `domain list` says it
+    # ("quarantined: GPU is lost" alone: tester h170).
+    fake_nvml.devices[1].lost = False
+    await engine.sampler.sample_once()
+    await engine.domain_ops.drain("gpu1", "rma")
+    checks = {c["check"]: c for c in await engine.domain_ops.doctor_checks()}
+    assert checks["domain gpu1"]["detail"].endswith(
+        "; the GPU answers again: release it when you trust it; drained under it (rma): a "
+        "release drains it"
+    ), checks["domain gpu1"]
 
 
 async def test_a_job_only_one_gpu_can_hold_waits_for_that_gpu_and_doctor_says_so(
@@ -721,7 +732,7 @@ async def test_a_job_only_one_gpu_can_hold_waits_for_that_gpu_and_doctor_says_so
     assert checks["queued jobs"] == {
         "check": "queued jobs",
         "status": "fail",
-        "detail": f"1 queued job(s) can only run on domains out of service: {big.id}",
+        "detail": f"1 queued job can only run on domains out of service: {big.id}",
     }
     # The same after a restart, the GPU lost before the new engine ever read it well.
     await engine.stop()

@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..fields import printable
 from ..wire import DomainJSON
-from .domain import MISSING_WARNING, Domain, DomainHealth, DomainState, missing_warning
+from .domain import (
+    MISSING_WARNING,
+    Domain,
+    DomainHealth,
+    DomainState,
+    missing_warning,
+    plural,
+)
 from .errors import DomainRefused, SpecError, UnknownDomain
 from .events import EventBus
 from .jobbook import ActiveJob, JobBook, adopted_on
@@ -584,6 +591,12 @@ class DomainOps:
         for dom in domains.values():
             if dom.state is DomainState.QUARANTINED:
                 status, detail = "fail", f"quarantined: {dom.state_reason}"
+                # (as `domain list` says it: "quarantined: GPU is lost" alone, of a GPU that
+                # answered again and had a drain under it: tester h170)
+                if dom.health is DomainHealth.HEALTHY:
+                    detail += "; the GPU answers again: release it when you trust it"
+                if dom.drain_reason is not None:
+                    detail += f"; drained under it ({dom.drain_reason}): a release drains it"
             elif dom.state is DomainState.DRAINING:
                 status, detail = "warn", f"draining: {dom.state_reason}"
             elif dom.health is DomainHealth.DEGRADED:
@@ -668,7 +681,8 @@ class DomainOps:
                 {
                     "check": "queued jobs",
                     "status": "fail",
-                    "detail": f"{len(stuck)} queued job(s) can only run on domains out of service: "
+                    "detail": f"{plural(len(stuck), 'queued job')} can only run on domains out "
+                    "of service: "
                     f"{ids}",
                 }
             )
