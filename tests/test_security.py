@@ -464,8 +464,8 @@ def test_a_user_cancels_only_its_own_jobs_and_the_engines_user_any(shared: Share
     [
         ({"allowed_uids": [-1]}, "security.allowed_uids.0: must be at least 0, got -1"),
         ({"allowed_uids": [2**32]}, "security.allowed_uids.0: must be at most 4294967294, got"),
-        ({"allowed_uids": ["ana"]}, "security.allowed_uids.0: Input should be a valid integer"),
-        ({"allowed_uids": 1000}, "security.allowed_uids: Input should be a valid list"),
+        ({"allowed_uids": ["ana"]}, 'security.allowed_uids.0: must be a whole number, got "ana"'),
+        ({"allowed_uids": 1000}, "security.allowed_uids: must be a list, got 1000"),
         (
             {"allowed_groups": ["no-such-group-xyz"]},
             "security.allowed_groups: no group named 'no-such-group-xyz' on this machine",

@@ -85,7 +85,7 @@ from ..fields import CPU_POOL, VRAM_MIN_GB
 from ..wire import TERMINAL_STATUSES
 from .gpus import GpuReading
 from .paths import Paths, resolve_paths
-from .pydantic_words import constraint_words
+from .pydantic_words import TYPE_WORDS, constraint_words
 
 __all__ = ["CPU_DOMAIN", "Config", "ConfigError", "Paths", "load_config", "resolve_paths"]
 
@@ -546,7 +546,9 @@ def _format_validation(err: ValidationError, source: str) -> str:
                 f"{source}: {where}: expected a table ({table}), got {_as_toml(item.get('input'))}"
             )
         elif item["type"].endswith(("_type", "_parsing")):  # (the value given, too)
-            lines.append(f"{source}: {where}: {item['msg']}, got {_as_toml(item.get('input'))}")
+            # (in the words of the rest: "Input should be a valid integer": tester h170)
+            typed = TYPE_WORDS.get(item["type"], item["msg"])
+            lines.append(f"{source}: {where}: {typed}, got {_as_toml(item.get('input'))}")
         elif (said := constraint_words(item)) is not None:  # (in our words: tester h168)
             lines.append(f"{source}: {where}: {said}, got {_as_toml(item.get('input'))}")
         else:

@@ -11,6 +11,29 @@ from collections.abc import Mapping
 from typing import Any
 
 
+TYPE_WORDS = {
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be text",
+    "list_type": "must be a list",
+    "dict_type": "must be an object",
+}
+"""pydantic's type errors in the words of the rest ("gpus: Input should be a valid
+integer" of ``"gpus": true``: tester h86)."""
+
+
+def _bound(value: Any) -> str:
+    """A bound as written: ``0``, not ``0.0`` (a float field's bound: tester h170)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def constraint_words(item: Mapping[str, Any]) -> str | None:
     """What a pydantic error ``item`` (one of ``ValidationError.errors()``) asks of its
     value, as ``must be ...``; ``None`` for an error type said otherwise (a type error, a
@@ -27,7 +50,7 @@ def constraint_words(item: Mapping[str, Any]) -> str | None:
     }
     if kind in bounds:
         words, key = bounds[kind]
-        return f"must be {words} {ctx.get(key)}"
+        return f"must be {words} {_bound(ctx.get(key))}"
     if kind == "finite_number":
         return "must be a finite number"
     if kind in ("string_too_long", "too_long"):

@@ -26,7 +26,7 @@ from pydantic import (
 
 from .. import wire
 from .errors import SpecError
-from .pydantic_words import constraint_words
+from .pydantic_words import TYPE_WORDS, constraint_words
 
 __all__ = [
     "SERVICE_ONLY",
@@ -646,24 +646,8 @@ _EITHER = {
 }
 
 
-_TYPE_WORDS = {
-    "int_type": "must be a whole number",
-    "int_parsing": "must be a whole number",
-    "int_from_float": "must be a whole number",
-    "float_type": "must be a number",
-    "float_parsing": "must be a number",
-    "bool_type": "must be true or false",
-    "bool_parsing": "must be true or false",
-    "string_type": "must be text",
-    "list_type": "must be a list",
-    "dict_type": "must be an object",
-}
-"""pydantic's type errors in the words of the rest ("gpus: Input should be a valid
-integer" of ``"gpus": true``: tester h86)."""
-
-
 def _in_our_words(item: Any) -> str:
-    said = _TYPE_WORDS.get(str(item.get("type"))) or constraint_words(item)
+    said = TYPE_WORDS.get(str(item.get("type"))) or constraint_words(item)
     if said is None:
         return str(item["msg"]).removeprefix("Value error, ")
     try:
