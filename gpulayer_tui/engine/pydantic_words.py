@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-
 TYPE_WORDS = {
     "int_type": "must be a whole number",
     "int_parsing": "must be a whole number",
