@@ -545,3 +545,16 @@ async def test_a_question_too_tall_for_the_terminal_scrolls_to_its_buttons() -> 
         button = app.screen.query_one("#handover", Button)
         seen = dialog.content_region
         await until(pilot, lambda: in_sight() and app.screen.has_class("-narrow"), "in sight")
+
+
+async def test_the_quit_question_says_one_job_in_the_singular() -> None:
+    # "1 job is running or queued ... takes them over" (tester h170).
+    app = build_app(StaticBackend(), clock=lambda: FIXED_NOW, cursor_blink=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        for active, takes in ((1, "takes it over"), (3, "takes them over")):
+            app.push_screen(QuitScreen(active))
+            await until(pilot, lambda: isinstance(app.screen, QuitScreen))
+            said = " ".join(str(w.render()) for w in app.screen.query("#quit-dialog Static"))
+            assert takes in said, said
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, QuitScreen))

@@ -191,7 +191,12 @@ class QuitScreen(StacksButtonsWhenNarrow, ModalScreen[QuitChoice]):
         if self.elsewhere:
             windows = "window is" if self.elsewhere == 1 else "windows are"
             facts.append(f"{self.elsewhere} other {windows} attached to it.")
-        takes = "takes them over" if self.active else "takes over"
+        # ("1 job is running ... takes them over": tester h170)
+        takes = (
+            ("takes it over" if self.active == 1 else "takes them over")
+            if self.active
+            else "takes over"
+        )
         if self.elsewhere:
             takes += " and the other windows stay attached"
         keep = (
