@@ -553,8 +553,12 @@ async def test_the_quit_question_says_one_job_in_the_singular() -> None:
     async with app.run_test(size=(100, 30)) as pilot:
         for active, takes in ((1, "takes it over"), (3, "takes them over")):
             app.push_screen(QuitScreen(active))
-            await until(pilot, lambda: isinstance(app.screen, QuitScreen))
-            said = " ".join(str(w.render()) for w in app.screen.query("#quit-dialog Static"))
-            assert takes in said, said
+
+            def said() -> str:
+                if not isinstance(app.screen, QuitScreen):
+                    return ""
+                return " ".join(str(w.render()) for w in app.screen.query("#quit-dialog Static"))
+
+            await until(pilot, lambda takes=takes: takes in said(), takes)
             await pilot.press("escape")
             await until(pilot, lambda: not isinstance(app.screen, QuitScreen))
