@@ -535,3 +535,44 @@ def test_a_waiting_services_detail_says_its_gpus_per_replica() -> None:
     assert _placement(service, {"gpus": 1, "replicas": 2}) == "wants 1 GPU per replica, 2 replicas"
     assert _placement(service, {"gpus": 2, "replicas": 1}) == "wants 2 GPUs"
     assert _placement({**service, "kind": "command"}, {"gpus": 1}) == "wants 1 GPU"
+
+
+async def test_the_marked_cancel_question_says_the_services_replicas(ui_app: Any) -> None:
+    # "The 4 running get SIGTERM": nothing of the services' replicas, which the question
+    # of one service says (tester h170).
+    from gpulayer_tui.screens.actions import ask_to_cancel_many
+
+    app = await ui_app("1xA100-80GB", cpu_count=8)
+    services = [
+        await app.backend.submit(
+            {"kind": "service", "port": False, "command": ["sleep", "600"], "replicas": n}
+        )
+        for n in (2, 3)
+    ]
+    async with app.run_test(size=(140, 40)) as pilot:
+        await until(
+            pilot,
+            lambda: all(
+                (app.job_store.jobs.get(s["id"]) or {}).get("status") == "running" for s in services
+            ),
+            "both running",
+        )
+        rows = [app.job_store.jobs[s["id"]] for s in services]
+
+        def question() -> str:
+            if not isinstance(app.screen, ConfirmScreen):
+                return ""
+            found = list(app.screen.query("#question"))
+            return str(found[0].render()) if found else ""
+
+        ask_to_cancel_many(app.screen, rows, lambda ids: None)
+        said = "Of them, 2 services stop with their 5 replicas, not restarted."
+        await until(pilot, lambda: said in question(), said)
+        await pilot.press("n")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        ask_to_cancel_many(app.screen, rows[:1], lambda ids: None)
+        said = f"Of them, service {services[0]['id']} stops with its 2 replicas, not restarted."
+        await until(pilot, lambda: said in question(), said)
+        await pilot.press("n")
+        for service in services:
+            await app.backend.cancel(service["id"])

@@ -17,7 +17,7 @@ from textual.screen import Screen
 
 from ..backend import BackendError
 from ..fields import printable, status_phrase
-from ..formatting import user_text
+from ..formatting import plural, user_text
 from ..view import view_of
 from ..widgets.job_columns import job_spec
 from ..wire import ACTIVE_STATUSES, ADOPTED_NOT_RUN, JobJSON, JobRowJSON
@@ -263,6 +263,21 @@ def ask_to_cancel_many(
     )
     if stopping:
         what += f" {stopping} {'is' if stopping == 1 else 'are'} stopping already."
+    # (services: their replicas are said, as a single service's cancel says them; h170)
+    services = [
+        job
+        for job in active
+        if job.get("kind") == "service"
+        and job.get("status") == "running"
+        and not job.get("kill_at")
+    ]
+    if services:
+        replicas = sum(int(job_spec(job).get("replicas") or 1) for job in services)
+        what += (
+            f" Of them, service {services[0]['id']} stops with its {plural(replicas, 'replica')}"
+            if len(services) == 1
+            else f" Of them, {len(services)} services stop with their {replicas} replicas"
+        ) + ", not restarted."
     gone = len(jobs) - len(active)
     ended_note = f" ({gone} marked ended already.)" if gone else ""
     dialog = ConfirmScreen(
