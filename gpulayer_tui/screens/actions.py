@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from textual import events
 from textual.screen import Screen
 
-from ..backend import BackendError
+from ..backend import BackendError, ConnectionLost
 from ..fields import printable, status_phrase
 from ..formatting import plural, user_text
 from ..view import view_of
@@ -464,7 +464,9 @@ def ask_to_signal(screen: Screen[Any], process: dict[str, Any]) -> None:
         try:
             done = await app.backend.signal_process(pid, name, ticks)
         except BackendError as err:
-            ui.notify(str(err), title=f"SIG{name} to pid {pid} refused", severity="error")
+            # (no engine refused anything: "refused" was said of a signal never sent; h170)
+            failed = "not sent" if isinstance(err, ConnectionLost) else "refused"
+            ui.notify(str(err), title=f"SIG{name} to pid {pid} {failed}", severity="error")
             return
         ui.notify(done, title=f"SIG{name}")
 
