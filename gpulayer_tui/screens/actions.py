@@ -465,7 +465,7 @@ def ask_to_signal(screen: Screen[Any], process: dict[str, Any]) -> None:
             done = await app.backend.signal_process(pid, name, ticks)
         except BackendError as err:
             # (no engine refused anything: "refused" was said of a signal never sent; h170)
-            failed = "not sent" if isinstance(err, ConnectionLost) else "refused"
+            failed = "unanswered" if isinstance(err, ConnectionLost) else "refused"
             ui.notify(str(err), title=f"SIG{name} to pid {pid} {failed}", severity="error")
             return
         ui.notify(done, title=f"SIG{name}")
