@@ -40,6 +40,28 @@ async def _listed(pilot: Any, app: Any, pid: int) -> StrayTable:
     return table
 
 
+async def test_a_selected_stray_the_engine_can_never_adopt_is_said_before_any_dialog(
+    ui_app: AppFactory,
+) -> None:
+    # The dialog opened on init (or another user's process, or the engine), and its
+    # refusal after ctrl+s left a failed job in the history (tester h171).
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    SimLedger(engine.paths.state_dir).hold(0, 1, 5.0)  # (pid 1: init)
+    await engine.sampler.sample_once()
+    async with app.run_test(size=(140, 40)) as pilot:
+        await _listed(pilot, app, 1)
+        app.screen.query_one(StrayTable).move_cursor(row=0)
+        await pilot.press("a")
+        told = await until(
+            pilot, lambda: next((n for n in app._notifications if n.title == "adopt"), None)
+        )
+        assert "pid 1" in told.message and told.severity == "error", told.message
+        await pilot.pause()
+        assert not isinstance(app.screen, AdoptScreen)
+        assert not app.job_store.jobs  # (no failed job left behind)
+
+
 async def test_adopt_a_stray_from_the_table(
     ui_app: AppFactory, sleeper_proc: subprocess.Popen[bytes]
 ) -> None:

@@ -201,7 +201,34 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
 
     @on(StrayTable.AdoptRequested)
     def _adopt_requested(self, message: StrayTable.AdoptRequested) -> None:
-        self.app.push_screen(AdoptScreen(message.process), self._confirmed)
+        self._confirm_selected(dict(message.process))
+
+    @work(exclusive=True, group="adopt", exit_on_error=False)
+    async def _confirm_selected(self, process: dict[str, Any]) -> None:
+        """Ask the engine about the selected stray first, as for a typed pid: one it can
+        never adopt (another user's, pid 1, the engine) is said before the dialog. The
+        dialog opened, and its refusal after ctrl+s was a failed job in the history
+        (tester h171)."""
+        app = view_of(self)
+        pid = int(process["pid"])
+        try:
+            info = dict(await app.backend.process(pid))
+        except BackendError as err:
+            if err.status == 404:
+                err = BackendError(f"no process with pid {pid} (it exited)")
+            self.app.notify(str(err), title="adopt", severity="error")
+            app.key_hold.release()  # (no dialog: what was typed after a goes on)
+            return
+        refused = info.get("refused")
+        ticks = process.get("start_ticks")
+        if not refused and ticks is not None and info.get("start_ticks") != ticks:
+            refused = f"pid {pid} is a different process now: the pid was reused"
+        if refused:
+            self.app.notify(str(refused), title="adopt", severity="error")
+            app.key_hold.release()
+            return
+        # (the row as listed, what it holds and its start time, over the engine's facts)
+        self.app.push_screen(AdoptScreen({**info, **process}), self._confirmed)
 
     def _confirmed(self, job: JobJSON | None) -> None:
         if job is not None:
