@@ -1579,7 +1579,7 @@ async def test_a_hung_replica_restarted_says_its_port_took_no_connection(
     (tmp_path / f"hung-{port}").touch()
     await eventually(lambda: _replicas(engine, job.id)[0].restarts == 1, timeout=30)
     said = [str(e.get("message", "")) for e in await engine.events_of(job.id)]
-    ours = f"stopped after its port {port} stopped accepting connections ("
+    ours = f"stopped after its port {port} stopped accepting connections: "
     assert any(ours in line for line in said), said
     assert not any(f"port {port} stopped answering" in line for line in said), said
     await engine.cancel(job.id)
@@ -1604,7 +1604,7 @@ async def test_a_replica_down_too_long_is_restarted_whatever_it_exits_with(
     await eventually(lambda: pid_reaped(pid))
     assert replica.last_exit_code == 0
     assert replica.message.startswith(
-        f"stopped after its port {port} stopped answering (exited with code 0); restart #1 at "
+        f"stopped after its port {port} stopped answering: exited with code 0; restart #1 at "
     )
     messages = [
         e["data"]["message"] for e in await engine.events_of(job.id) if e["kind"] == "job.replica"
@@ -1635,7 +1635,7 @@ async def test_a_replica_stopped_for_not_answering_with_no_restart_left_fails_th
     done = await engine.wait(job.id, timeout=20)
     assert done.status is JobStatus.FAILED and done.exit_code == 0
     assert done.message == (
-        f"replica 0 stopped after its port {port} stopped answering (exited with code 0); "
+        f"replica 0 stopped after its port {port} stopped answering: exited with code 0; "
         "not restarted (max_restarts = 0 reached)"
     )
     assert (await engine.wait(after.id, timeout=20)).status is not JobStatus.COMPLETED

@@ -962,7 +962,9 @@ class ServiceRunner:
             if replica.state.has_process:
                 # (one that ended by itself as the service's end was decided: its exit,
                 # not a stop)
-                said = f"stopped ({what})" if replica.state is R.STOPPING else what
+                said = (
+                    f"stopped: {what}" if replica.state is R.STOPPING else what
+                )  # (no (..(..)): h170)
                 self._set_replica(act, replica, R.EXITED, said, code, at=late)
             if exit.at is not None and (runtime.end is not None or act.job.stop_reason):
                 # (the service ends when its last replica did, as the launcher recorded
@@ -989,7 +991,7 @@ class ServiceRunner:
             # (its down message's words: "stopped answering" was said of a hung server,
             # whose port answered but took no connection: tester h127)
             how = NOT_ACCEPTING if NOT_ACCEPTING in replica.message else "stopped answering"
-            what = f"stopped after its port {replica.port} {how} ({what})"
+            what = f"stopped after its port {replica.port} {how}: {what}"
         elif code == 0 and replica.state is R.STARTING and replica.port is not None:
             # A clean exit before its port ever answered: a command that started its
             # server in the background (`server & echo started`) and ended, again and
