@@ -683,6 +683,14 @@ def test_clean_from_the_cli(served: Served) -> None:
         said,
     ), said
     assert said.endswith("; nothing was removed\n")
+    # With --keep too, either rule removes a job, and it says so: the jobs past the kept
+    # ones were said to have ended before the cutoff (tester h172).
+    both = served.cli("clean", "--older-than", "1h", "--keep", "1", "--dry-run").stdout
+    assert re.match(
+        r"would remove 2 finished jobs that ended before \S+ \S+ or are past the 1 that "
+        rf"ended last \(jobs {', '.join(ids[:2])}\)",
+        both,
+    ), both
     assert sorted(p.name for p in (served.home / "jobs").iterdir()) == logs
     assert len(json.loads(served.cli("jobs", "--json").stdout)) == 3
     out = served.cli("clean", "--keep", "1", "--json")

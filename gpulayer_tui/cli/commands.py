@@ -1743,6 +1743,10 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
         # month, and nothing showed the cutoff it was taken for: tester h145)
         cutoff = time.localtime(time.time() - args.older_than * 86400)
         jobs += f" that ended before {time.strftime('%Y-%m-%d %H:%M:%S', cutoff)}"
+        if args.keep is not None:
+            # (either rule removes a job: jobs past the N kept, ended after the cutoff,
+            # were said to have ended before it: tester h172)
+            jobs += f" or are past the {args.keep} that ended last"
     tree_bytes = done.get("snapshot_bytes")  # (an older engine leaves it out)
     snapshots = (
         f", {plural(trees, 'snapshot')}"

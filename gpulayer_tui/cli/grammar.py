@@ -622,7 +622,12 @@ def _clean_args(p: argparse.ArgumentParser) -> None:
         help="finished jobs that ended more than DAYS ago: days, or 12h, 30d, 2w (not m)",
     )
     p.add_argument(
-        "--keep", type=positive_int, metavar="N", help="keep the N finished jobs that ended last"
+        "--keep",
+        type=positive_int,
+        metavar="N",
+        # (it read as a floor beside --older-than, where either rule removes: tester h172)
+        help="remove all but the N finished jobs that ended last (with --older-than, a job "
+        "either one selects is removed)",
     )
     p.add_argument(
         "--dry-run",
