@@ -166,6 +166,9 @@ def test_bash_completes_job_ids_and_domains_from_a_running_engine(
         "queued,running"
     ]
     assert "failed" in bash_complete(tmp_path, command, ["jobs", "--status", ""], env)
+    # What is in the list already is not offered again ("queued,queued": tester h172).
+    offered = bash_complete(tmp_path, command, ["jobs", "--status", "queued,"], env)
+    assert "queued,running" in offered and "queued,queued" not in offered, offered
     # zsh and fish get the job's status and name too.
     out = served.cli("__complete", "jobs")
     assert out.stdout.splitlines() == [f"{running}\trunning train", f"{done}\tcompleted first"]
@@ -281,6 +284,8 @@ def test_fish_script_parses_and_completes(tmp_path: Path, command: Path, served:
     assert complete("gpulayer-tui domain release ") == []
     said = complete("gpulayer-tui jobs --status queued,r")
     assert [c.split("\t")[0] for c in said] == ["queued,running"]
+    offered = [c.split("\t")[0] for c in complete("gpulayer-tui jobs --status queued,")]
+    assert "queued,running" in offered and "queued,queued" not in offered, offered
     assert complete("gpulayer-tui cancel ") == [f"{job}\trunning train"]
     assert served.cli("cancel", job).returncode == 0
     assert complete("gpulayer-tui cancel ") == []  # (ended: not offered)

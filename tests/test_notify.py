@@ -785,8 +785,8 @@ def test_notify_with_nowhere_to_send_is_taken_with_a_warning(
     job = one.stdout.strip()
     assert one.stderr == (
         f"gpulayer-tui: warning: job {job} asks to be notified (notify), but [notify] in the "
-        "engine's config has no command or url: nothing is sent unless one is set (and the "
-        "config reloaded) before the job ends\n"
+        "engine's config has no command or url: nothing is sent unless one is set there (an "
+        "edit applies at once) before the job ends\n"
     )
     lines = tmp_path / "lines.txt"
     lines.write_text("true\ntrue\n")

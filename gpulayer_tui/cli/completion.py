@@ -254,9 +254,11 @@ _gpulayer_tui_values() {{
             done < <("$_gpl_cmd" __complete "$kind" "$2" 2>/dev/null) ;;
         choice:*) COMPREPLY=($(compgen -W "${{1#choice:}}" -- "$2")) ;;
         list:*)
-            local head=
+            # (the words given already are not offered again: "queued,queued": h172)
+            local head= words=" ${{1#list:}} " word
             [[ $2 == *,* ]] && head=${{2%,*}},
-            COMPREPLY=($(compgen -P "$head" -W "${{1#list:}}" -- "${{2##*,}}")) ;;
+            for word in ${{head//,/ }}; do words=${{words// $word / }}; done
+            COMPREPLY=($(compgen -P "$head" -W "$words" -- "${{2##*,}}")) ;;
         dirs) compopt -o filenames 2>/dev/null; _gpulayer_tui_compgen -d "$2" ;;
         files) compopt -o filenames 2>/dev/null; _gpulayer_tui_compgen -f "$2" ;;
         command)
@@ -322,7 +324,10 @@ _gpulayer_tui_values() {{
             (( ${{#values}} )) \\
                 && compadd -V "gpulayer-${{kind%%:*}}" -l -d shown -- "${{values[@]}}" ;;
         choice:*) compadd -- ${{=1#choice:}} ;;
-        list:*) compset -P '*,'; compadd -S '' -- ${{=1#list:}} ;;
+        list:*)
+            compset -P '*,'
+            local -a given; given=(${{(s:,:)IPREFIX}})
+            compadd -S '' -F given -- ${{=1#list:}} ;;
         dirs) _files -/ ;;
         files) _files ;;
         command) if (( _gpl_pos > 0 )); then _files; else _command_names -e; fi ;;
@@ -421,7 +426,7 @@ def fish_script() -> str:
         "    set -l head (commandline -ct | string replace -r '^-[^=]*=' ''"
         " | string match -r '^.*,')",
         "    for word in $argv",
-        "        echo $head$word",
+        "        contains -- $word (string split , -- $head); or echo $head$word",
         "    end",
         "end",
         "# The number of positionals after subcommand $argv[1] is $argv[2].",

@@ -164,7 +164,7 @@ class Notifier:
             which = f"{len(marked)} of these jobs ask"
         return (
             f"{which} to be notified (notify), but [notify] in the engine's config has no "
-            "command or url: nothing is sent unless one is set (and the config reloaded) "
+            "command or url: nothing is sent unless one is set there (an edit applies at once) "
             "before the job ends"
         )
 
