@@ -287,7 +287,7 @@ def _engine(paths: Paths, timeout: float) -> tuple[list[dict[str, str]], str | N
     if capacity == "known":
         backend = health["backend"]
         said = (
-            "simulated GPUs (--simulate): no driver is read"
+            "simulated GPUs (--simulate, or --simulate-if-no-gpu): no driver is read"
             if backend == "simulated"
             else f"GPUs readable through {backend}"
         )
