@@ -1124,7 +1124,10 @@ def test_doctor_names_the_engines_version_and_warns_of_another(
     version = gpulayer_tui.__version__
     assert checks["engine"]["detail"].endswith(f", gpulayer-tui {version}")
     assert "engine version" not in checks
-    assert checks["driver"]["detail"] == "simulated GPUs (--simulate): no driver is read"
+    assert (
+        checks["driver"]["detail"]
+        == "simulated GPUs (--simulate, or --simulate-if-no-gpu): no driver is read"
+    )
     monkeypatch.setattr(gpulayer_tui, "__version__", "9.9.9")
     doctor.run_doctor(resolve_paths(), as_json=True)
     checks = {c["check"]: c for c in json.loads(capsys.readouterr().out)}
