@@ -628,18 +628,18 @@ async def test_the_rows_at_60_columns_show_the_memory_figures() -> None:
     async with app.run_test(size=(60, 20)) as pilot:
         panels = await until(pilot, lambda: list(app.screen.query(GpuPanel)))
         await until(pilot, lambda: all(p.density == "row" for p in panels))
-        # (the first GPU reading comes a moment after the panels: "no memory reading")
-        await until(
-            pilot,
-            lambda: all(
-                "no memory reading" not in p.query_one(MemoryBar).render().plain for p in panels
-            ),
-            "every panel's first reading",
-        )
-        await pilot.pause()
-        for panel in panels:
-            shown = panel.query_one(MemoryBar).render().plain
-            assert "/" in shown and shown.rstrip().endswith(".0"), (panel.domain_name, shown)
+        # (the first GPU reading comes a moment after the panels: "no memory reading";
+        # under load a panel's bar was seen empty again after all had one: each is waited
+        # for, whole, in one condition)
+
+        def figures_shown() -> bool:
+            for panel in app.screen.query(GpuPanel):
+                shown = panel.query_one(MemoryBar).render().plain
+                if "/" not in shown or not shown.rstrip().endswith(".0"):
+                    return False
+            return True
+
+        await until(pilot, figures_shown, "every panel's USED/TOTAL")
         assert_panels_laid_out(app)
 
 
