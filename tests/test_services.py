@@ -1211,15 +1211,8 @@ async def test_a_loopback_only_server_under_a_wildcard_host_is_said_and_named_tr
     import socket
 
     engine = await make_engine(simulate=None, config=make_config(services={"host": "0.0.0.0"}))
-    local = await engine.submit(
-        {"kind": "service", "shell": f"exec {' '.join(HTTP_SERVER)} $PORT", "cwd": str(tmp_path)}
-    )
-    every = [*HTTP_SERVER[:-1], "0.0.0.0"]
-    everywhere = await engine.submit(
-        {"kind": "service", "shell": f"exec {' '.join(every)} $PORT", "cwd": str(tmp_path)}
-    )
-    one, two = _replicas(engine, local.id)[0], _replicas(engine, everywhere.id)[0]
-    await eventually(lambda: ReplicaState.UP == one.state == two.state, timeout=20)
+    local, one = await _served_at(engine, "127.0.0.1", tmp_path)
+    everywhere, two = await _served_at(engine, "0.0.0.0", tmp_path)
     assert one.endpoint == f"127.0.0.1:{one.port}"
     assert one.message == (
         f"up at 127.0.0.1:{one.port} (pid {one.pid}); listened on only at 127.0.0.1: not "
@@ -1228,8 +1221,7 @@ async def test_a_loopback_only_server_under_a_wildcard_host_is_said_and_named_tr
     assert two.endpoint == f"{socket.gethostname()}:{two.port}"
     assert two.message == f"up at {two.endpoint} (pid {two.pid})"
     for job in (local, everywhere):
-        await engine.cancel(job.id)
-        await engine.wait(job.id, timeout=20)
+        await _stopped(engine, job)
 
 
 def _ipv6_loopback() -> bool:
@@ -1243,6 +1235,22 @@ def _ipv6_loopback() -> bool:
     return True
 
 
+async def _served_at(engine: Any, bind: str, tmp_path: Any) -> tuple[Any, Any]:
+    """A service whose server binds ``bind`` only, once its replica is up: (job, replica)."""
+    server = [*HTTP_SERVER[:-1], bind]
+    job = await engine.submit(
+        {"kind": "service", "shell": f"exec {' '.join(server)} $PORT", "cwd": str(tmp_path)}
+    )
+    replica = _replicas(engine, job.id)[0]
+    await eventually(lambda: replica.state is ReplicaState.UP, timeout=20)
+    return job, replica
+
+
+async def _stopped(engine: Any, job: Any) -> None:
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+
+
 async def test_a_wildcard_host_takes_a_server_on_either_familys_addresses(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:
@@ -1254,15 +1262,9 @@ async def test_a_wildcard_host_takes_a_server_on_either_familys_addresses(
     if not _ipv6_loopback():
         pytest.skip("no IPv6 loopback here")
     engine = await make_engine(simulate=None, config=make_config(services={"host": "::"}))
-    everywhere = [*HTTP_SERVER[:-1], "0.0.0.0"]
-    job = await engine.submit(
-        {"kind": "service", "shell": f"exec {' '.join(everywhere)} $PORT", "cwd": str(tmp_path)}
-    )
-    replica = _replicas(engine, job.id)[0]
-    await eventually(lambda: replica.state is ReplicaState.UP, timeout=20)
+    job, replica = await _served_at(engine, "0.0.0.0", tmp_path)
     assert replica.endpoint == f"{socket.gethostname()}:{replica.port}"
-    await engine.cancel(job.id)
-    await engine.wait(job.id, timeout=20)
+    await _stopped(engine, job)
 
 
 async def test_an_ipv6_loopback_server_under_an_ipv4_wildcard_is_said_loopback_only(
@@ -1271,16 +1273,10 @@ async def test_an_ipv6_loopback_server_under_an_ipv4_wildcard_is_said_loopback_o
     if not _ipv6_loopback():
         pytest.skip("no IPv6 loopback here")
     engine = await make_engine(simulate=None, config=make_config(services={"host": "0.0.0.0"}))
-    six = [*HTTP_SERVER[:-1], "::1"]
-    job = await engine.submit(
-        {"kind": "service", "shell": f"exec {' '.join(six)} $PORT", "cwd": str(tmp_path)}
-    )
-    replica = _replicas(engine, job.id)[0]
-    await eventually(lambda: replica.state is ReplicaState.UP, timeout=20)
+    job, replica = await _served_at(engine, "::1", tmp_path)
     assert replica.endpoint == f"[::1]:{replica.port}"
     assert "listened on only at ::1: not reachable from other machines" in replica.message
-    await engine.cancel(job.id)
-    await engine.wait(job.id, timeout=20)
+    await _stopped(engine, job)
 
 
 async def test_a_host_set_right_reaches_the_replicas_starting_already(
