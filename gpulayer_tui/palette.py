@@ -33,10 +33,13 @@ class KeymapCommands(Provider):
         if scope is not None:
             targets.insert(0, (scope, screen))
         for name, node in targets:
+            # A screen may title an action as it stands now (f: "Stop following output"
+            # while following; "Follow output" was offered, and stopped it: tester h173).
+            now = getattr(node, "palette_title", None)
             for key in keys_of(name):
                 if key.palette and _offered(node, key):
                     yield (
-                        key.description,
+                        (now(parse(key.action)[1]) if now is not None else None) or key.description,
                         f"{SCREEN_TITLES[name]} · key {key.shown_keys}",
                         partial(self.app.run_action, key.action, node),
                     )

@@ -17,6 +17,7 @@ from gpulayer_tui.screens.job_detail import JobDetailScreen
 from gpulayer_tui.screens.jobs import JobsScreen
 from gpulayer_tui.screens.submit import SubmitScreen
 from gpulayer_tui.widgets.job_table import JobTable
+from gpulayer_tui.widgets.log_tail import LogTail
 from tests.ui_support import FIXED_NOW, StaticBackend, shown_text, until
 
 SCREENS = ("dashboard", "jobs", "detail", "strays", "users")
@@ -120,7 +121,8 @@ async def test_palette_offers_each_screens_actions() -> None:
         offered = await _palette_titles(detail)
         assert {"Cancel job", "GPU usage", "Back"} <= offered
         # (f: while output may still come, not for an ended job's output read to its end)
-        assert ("Follow output" in offered) is not detail.finished
+        follow = {"Follow output", "Stop following output"} & offered
+        assert bool(follow) is not detail.finished
         assert "Next replica" not in offered  # a batch job has no replicas (services do)
         await pilot.press("escape", "3")
         await until(pilot, lambda: app.current_mode == "strays")
@@ -259,3 +261,22 @@ async def test_at_80_columns_the_way_out_of_a_search_or_filter_stays_in_the_foot
         keys = {str(k.description) for k in app.screen.query(FooterKey) if k.display}
         # (n and N are dimmed here, this job's log having no match: they give way)
         assert "Help" in keys and not {"Next", "Prev"} & keys, keys
+
+
+async def test_the_palette_titles_follow_as_it_stands(ui_app: Any) -> None:
+    # "Follow output" was offered while the log was followed, and picked it stopped it
+    # (tester h173).
+    app = await ui_app("1xA100-80GB")
+    job = await app.backend.submit({"shell": "while :; do echo x; sleep 0.2; done", "gpus": 0})
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.open_job(job["id"])
+        detail = await until(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen)
+        log = await until(pilot, lambda: next(iter(detail.query(LogTail)), None))
+        await until(pilot, lambda: log.follow, "following")
+        offered = await _palette_titles(detail)
+        assert "Stop following output" in offered and "Follow output" not in offered
+        await pilot.press("f")
+        await until(pilot, lambda: not log.follow, "paused")
+        offered = await _palette_titles(detail)
+        assert "Follow output" in offered and "Stop following output" not in offered
+        await app.backend.cancel(job["id"])

@@ -868,6 +868,13 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         # (Content: the search term is the user's text, never markup)
         log.border_title = Content(f"output{which} · {state}{extra}")
 
+    def palette_title(self, action: str) -> str | None:
+        """The palette's title of ``action`` as it stands now (see :mod:`..palette`), or
+        ``None`` for the keymap's."""
+        if action == "toggle_follow" and self.query(LogTail) and self.query_one(LogTail).follow:
+            return "Stop following output"
+        return None
+
     def _show_follow_key(self, label: str) -> None:
         """The footer says what ``f`` does now: follow, or stop following (it said
         "Follow" while following: tester h83)."""
