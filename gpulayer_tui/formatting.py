@@ -702,7 +702,7 @@ def user_cells(user: Mapping[str, Any]) -> list[str]:
 
     return [
         str(user["user"]),
-        f"{user['gpu_hours']:g}",
+        f"{user['gpu_hours']:.4f}",  # (fixed: the digits shifted as it grew; h173)
         f"{user['share']:g}",
         str(user.get("running_jobs", "-")),  # (an older engine leaves it out)
         f"{user['running_gpus']}/{limit(user['max_gpus'])}",

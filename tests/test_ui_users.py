@@ -201,7 +201,16 @@ def test_limits_are_said_as_written_not_in_exponents() -> None:
         "max_queued": 1000000,
         "max_priority": None,
     }
-    assert user_cells(user) == ["ana", "1.5", "0.5", "1", "1/4096", "2.5/1000000", "3/1000000", "-"]
+    assert user_cells(user) == [
+        "ana",
+        "1.5000",
+        "0.5",
+        "1",
+        "1/4096",
+        "2.5/1000000",
+        "3/1000000",
+        "-",
+    ]
 
 
 class _Changing(StaticBackend):
