@@ -235,7 +235,8 @@ async def test_a_scale_down_outlives_an_engine_restart_and_a_second_waits_for_it
     edited_at = time.monotonic()
     assert _live(engine, svc.id).replicas[1].state is R.STOPPING
     assert _live(engine, svc.id).message == (
-        "1/1 up on gpu0, gpu1; replica 1 stopping (scaled to 1)"
+        # (the leaving replica's GPU said with it, not among the kept: tester h172)
+        "1/1 up on gpu0; replica 1 stopping on gpu1 (scaled to 1)"
     )
     assert replica_health(_live(engine, svc.id).to_json()) == "1/1 up"  # (the table's)
     with pytest.raises(JobNotActive, match=r"is still stopping replica 1 of its last scale"):

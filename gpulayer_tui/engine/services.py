@@ -1538,7 +1538,10 @@ def service_summary(job: Job) -> str:
     leaving = [r.index for r in job.replicas if r.index >= target]
     replicas = [r for r in job.replicas if r.index < target]
     up = sum(r.state is R.UP for r in replicas)
-    text = f"{up}/{len(replicas)} up on {', '.join(job.domains)}"
+    # Where the kept replicas are: a scale-down's leaving replica was said among them,
+    # "1/1 up on gpu0, gpu1" (tester h172); its own domains are said with it below.
+    where = list(dict.fromkeys(d for r in replicas for d in r.domains)) or job.domains
+    text = f"{up}/{len(replicas)} up on {', '.join(where)}"
     endpoints = [r.endpoint for r in replicas if r.state is R.UP and r.endpoint]
     if endpoints:
         # (a few, then a count: a 25-replica service's line ran to 1.5 KB; every
@@ -1566,7 +1569,13 @@ def service_summary(job: Job) -> str:
         counts = ", ".join(f"{n} {what}" for what, n in unsaid.items())
         text += f"; {sum(unsaid.values())} more not up ({counts})"
     if leaving:
-        text += f"; {_replicas_said(leaving)} stopping (scaled to {target})"
+        away = [
+            d
+            for d in dict.fromkeys(d for r in job.replicas if r.index >= target for d in r.domains)
+            if d not in where
+        ]
+        on = f" on {', '.join(away)}" if away else ""
+        text += f"; {_replicas_said(leaving)} stopping{on} (scaled to {target})"
     return text
 
 
