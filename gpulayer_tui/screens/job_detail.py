@@ -426,7 +426,6 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         app = view_of(self)
         self.query_one("#fields-box").border_title = f"job {self.job_id}"
         self.query_one("#timeline-box").border_title = "timeline"
-        self.query_one("#timeline-box", VerticalScroll).anchor()  # (see _show_events)
         mark_while_no_engine(self)
         self.query_one(LogTail).wrap = app.log_wrap
         self._update_log_title()
@@ -1112,12 +1111,15 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         return placed or int((self._job.get("spec") or {}).get("replicas") or 1)
 
     def _show_events(self, events: list[TimelineEntryJSON]) -> None:
-        """The timeline; its box is anchored (``on_mount``): kept on its newest entries
-        as they come, unless scrolled up to older ones, and again once scrolled back to
-        the end. A service's scale from 64 to 1 went on below the first "replica N: up"
-        lines, out of sight (tester h168). (Scrolled by hand after each update, it lost
-        the end when two updates came within one refresh.)"""
-        self.query_one(Timeline).set_events(events)
+        """The timeline, kept on its newest entries as they come, unless scrolled up to
+        older ones: a service's scale from 64 to 1 went on below the first "replica N:
+        up" lines, out of sight (tester h168). Shown first at its newest too."""
+        timeline = self.query_one(Timeline)
+        box = self.query_one("#timeline-box", VerticalScroll)
+        newest_shown = not timeline.events or box.scroll_y >= box.max_scroll_y - 1
+        timeline.set_events(events)
+        if newest_shown:
+            box.call_after_refresh(box.scroll_end, animate=False, immediate=True)
 
     def action_next_replica(self) -> None:
         """Show the next replica's output (services write one log per replica)."""
