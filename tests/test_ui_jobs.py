@@ -2156,34 +2156,3 @@ def test_a_job_cancelled_for_its_dependency_says_how_that_one_ended() -> None:
             "message": f"dependency job 5 {how}",
         }
         assert status_words(job) == f"cancelled: dependency job 5 {how}"  # type: ignore[arg-type]
-
-
-async def test_the_detail_timeline_keeps_its_newest_entries_in_sight(ui_app: Any) -> None:
-    # After 64 replicas' "up" lines a service's scale went on below them, out of sight
-    # (tester h168): shown at its newest, and kept there as entries come, unless the
-    # user scrolled up to older ones.
-    from textual.containers import VerticalScroll
-
-    app = await ui_app("1xA100-80GB")
-    blocker = await app.backend.submit(spec("sleep 60", gpus=0))
-    waiting = await app.backend.submit({**spec("true", gpus=0), "depends_on": [blocker["id"]]})
-    for priority in range(1, 25):
-        await app.backend.edit(waiting["id"], {"priority": priority})
-    async with app.run_test(size=(100, 24)) as pilot:
-        app.open_job(waiting["id"])
-        detail = await until(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen)
-        box = await until(pilot, lambda: next(iter(detail.query("#timeline-box")), None))
-        assert isinstance(box, VerticalScroll)
-        timeline = detail.query_one(Timeline)
-        await until(pilot, lambda: len(timeline.events) >= 25, "the entries")
-        await until(pilot, lambda: box.max_scroll_y > 0 and box.scroll_y == box.max_scroll_y)
-        await app.backend.edit(waiting["id"], {"priority": 99})
-        await until(pilot, lambda: any("99" in str(e.get("message")) for e in timeline.events))
-        await until(pilot, lambda: box.scroll_y == box.max_scroll_y, "still at the newest")
-        box.scroll_home(animate=False, immediate=True)
-        await pilot.pause()
-        await app.backend.edit(waiting["id"], {"priority": 100})
-        await until(pilot, lambda: any("100" in str(e.get("message")) for e in timeline.events))
-        await pilot.pause()
-        assert box.scroll_y == 0  # (the user's place among older entries is kept)
-        await app.backend.cancel(blocker["id"])

@@ -48,14 +48,7 @@ from ..widgets.log_tail import LogTail
 from ..widgets.timeline import STATUS_STYLES, Timeline, clock_time
 from ..widgets.usage_panel import UsagePanel
 from ..widgets.why_panel import WhyPanel
-from ..wire import (
-    ACTIVE_STATUSES,
-    JobJSON,
-    JobRowJSON,
-    ReplicaJSON,
-    ReplicaState,
-    TimelineEntryJSON,
-)
+from ..wire import ACTIVE_STATUSES, JobJSON, JobRowJSON, ReplicaJSON, ReplicaState
 from .actions import (
     SaysWhyKeysAreDimmed,
     ask_to_cancel,
@@ -526,7 +519,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             self.app.notify(str(err), title=f"job {self.job_id}", severity="error")
             return
         self._show_job(data["job"])
-        self._show_events(data.get("events") or [])
+        self.query_one(Timeline).set_events(data.get("events") or [])
         why = None
         if data["job"].get("status") in WAITING_STATUSES:
             try:
@@ -1109,17 +1102,6 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             return 1
         placed = len(self._job.get("replicas") or [])
         return placed or int((self._job.get("spec") or {}).get("replicas") or 1)
-
-    def _show_events(self, events: list[TimelineEntryJSON]) -> None:
-        """The timeline, kept on its newest entries as they come, unless scrolled up to
-        older ones: a service's scale from 64 to 1 went on below the first "replica N:
-        up" lines, out of sight (tester h168). Shown first at its newest too."""
-        timeline = self.query_one(Timeline)
-        box = self.query_one("#timeline-box", VerticalScroll)
-        newest_shown = not timeline.events or box.scroll_y >= box.max_scroll_y - 1
-        timeline.set_events(events)
-        if newest_shown:
-            box.call_after_refresh(box.scroll_end, animate=False, immediate=True)
 
     def action_next_replica(self) -> None:
         """Show the next replica's output (services write one log per replica)."""
