@@ -185,7 +185,8 @@ class EngineBackend(Protocol):
     async def restart(self, job_id: int) -> RestartedJSON:
         """Submit an ended job's spec again as a new job (``restart_of`` names the old one);
         return the new job (which may be ``failed``: over capacity), the dependencies it
-        left out and any warnings."""
+        left out and any warnings. A running service restarts its replicas one at a time
+        instead (``rolling``: which, in order; ``job``: the service)."""
         ...
 
     async def edit(self, job_id: int, changes: dict[str, Any]) -> JobJSON:
@@ -363,7 +364,8 @@ class SocketBackend:
         return cast(ProcessInfoJSON, await self._request("GET", f"/processes/{int(pid)}"))
 
     async def restart(self, job_id: int) -> RestartedJSON:
-        """Run an ended job again, as a new job."""
+        """Run an ended job again, as a new job (a running service: its replicas one at a
+        time)."""
         answer = await self._request("POST", f"/jobs/{int(job_id)}/restart")
         answer.setdefault("left_out", [])  # (an older engine's answer)
         return cast(RestartedJSON, answer)

@@ -723,3 +723,18 @@ def typed_folder(text: str, base: str | None = None) -> str:
         user = expanded[1:].split("/", 1)[0]
         raise ValueError(f"{text}: no user {user!r} (a folder named so: ./{text})")
     return os.path.normpath(os.path.join(base if base is not None else os.getcwd(), expanded))
+
+
+def replicas_said(indexes: list[int]) -> str:
+    """``replica 3``, ``replicas 2, 3``, ``replicas 1-63`` (runs of three or more as a
+    range: a scale from 64 to 1 listed all 63: tester h168)."""
+    runs: list[list[int]] = []
+    for index in sorted(indexes):
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    said = ", ".join(
+        f"{run[0]}-{run[-1]}" if len(run) >= 3 else ", ".join(map(str, run)) for run in runs
+    )
+    return f"{'replica' if len(indexes) == 1 else 'replicas'} {said}"

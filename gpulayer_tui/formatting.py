@@ -356,7 +356,23 @@ def replica_health(job: JobRowJSON) -> str:
 def replica_state(replica: ReplicaJSON, now: float, *, placing: bool = False) -> str:
     """What a replica is doing, with live countdowns: ``backoff (restart in 4s)``,
     ``starting for 12s (port 41234 not answering)``, ``down for 40s (port 41234 not
-    answering)``. ``placing``: its service waits to be placed (again)."""
+    answering)``; in a rolling restart, where it is in it. ``placing``: its service waits
+    to be placed (again)."""
+    said = _replica_state(replica, now, placing=placing)
+    roll = replica.get("roll") or ""
+    state = replica.get("state")
+    if roll == "stopping" and state == "stopping":
+        return "stopping to restart (rolling restart, SIGTERM sent)"
+    if roll == "restarting":
+        return "restarting (rolling restart)"
+    if roll == "waits":
+        return f"{said}; rolling restart: waits its turn"
+    if roll == "started":
+        return f"{said}; rolling restart: restarted, the next waits for it"
+    return said
+
+
+def _replica_state(replica: ReplicaJSON, now: float, *, placing: bool = False) -> str:
     state = str(replica.get("state", "?"))
     if placing and state in ("exited", "pending"):
         # (each read "exited" while its service waited to be placed again, as if it had

@@ -30,6 +30,7 @@ class ReplicaJSON(TypedDict):
     message: str
     launches: int
     down_since: NotRequired[float | None]  # (rows stored before it)
+    roll: NotRequired[str]  # its place in a rolling restart ("" when none; rows before it)
 
 
 class UsageSummaryJSON(TypedDict):
@@ -171,11 +172,14 @@ class JobDetailJSON(TypedDict):
 class RestartedJSON(TypedDict):
     """``POST /v1/jobs/ID/restart``: the new job, the dependencies it no longer waits for
     (cleaned from the history), and what the restarter should know (absent when none: a
-    restart of a job whose earlier restart has not ended runs it a second time)."""
+    restart of a job whose earlier restart has not ended runs it a second time). A
+    running service is restarted in place: ``job`` is itself, ``rolling`` the replicas
+    it restarts one at a time."""
 
     job: JobJSON
     left_out: list[int]
     warnings: NotRequired[list[str]]
+    rolling: NotRequired[list[int]]
 
 
 class DomainJSON(TypedDict):

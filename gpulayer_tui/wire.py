@@ -252,6 +252,18 @@ class ReplicaState(StrEnum):
         )
 
 
+class Roll(StrEnum):
+    """Where a replica is in a rolling restart of its running service (``restart`` of a
+    running service: its replicas restarted one at a time, each once the one before it
+    is up again). Stored with the replica, so a restarted engine goes on with it."""
+
+    NONE = ""  # not part of a rolling restart (or done with it)
+    WAITS = "waits"  # to be restarted when its turn comes
+    STOPPING = "stopping"  # the roll stopped it: SIGTERM sent, its start follows its exit
+    RESTARTING = "restarting"  # stopped by the roll: its start is due at once
+    STARTED = "started"  # started again: the roll goes on once it is up
+
+
 class DomainState(StrEnum):
     """Whether a domain takes new work (record 002)."""
 

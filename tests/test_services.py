@@ -1999,7 +1999,7 @@ async def test_a_replica_that_exits_at_once_starts_before_it_ends_in_its_timelin
 
 def test_replicas_are_said_in_ranges() -> None:
     # A scale from 64 to 1 said "replicas 1, 2, 3, ... 63 stopping" (tester h168).
-    from gpulayer_tui.engine.services import _replicas_said
+    from gpulayer_tui.fields import replicas_said as _replicas_said
 
     assert _replicas_said([3]) == "replica 3"
     assert _replicas_said([2, 3]) == "replicas 2, 3"

@@ -576,3 +576,54 @@ async def test_the_marked_cancel_question_says_the_services_replicas(ui_app: Any
         await pilot.press("n")
         for service in services:
             await app.backend.cancel(service["id"])
+
+
+async def test_r_on_a_running_service_restarts_its_replicas_one_at_a_time(ui_app: Any) -> None:
+    # R was dimmed on a running service ("only an ended job restarts"): it could be
+    # restarted only by a cancel and a new submission (tester h168 #4).
+    app = await ui_app("2xA100-80GB", cpu_count=4)
+    job = await app.backend.submit(
+        {"kind": "service", "shell": SCRIPT, "port": False, "replicas": 2, "cwd": os.getcwd()}
+    )
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("2")
+        table = table_of(app)
+        await until(pilot, lambda: status_of(table, job["id"]) == "running", "running")
+        assert table.select_job(job["id"])
+        await pilot.pause()
+        running = (await app.backend.job(job["id"]))["job"]["replicas"]
+        pids = [r["pid"] for r in running]
+        assert all(pids)
+        assert app.screen.check_action("restart_job", ()) is True  # (not dimmed)
+        await pilot.press("R")
+        question = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen)
+        said = str(question.query_one("#question").render())
+        assert f"Restart job {job['id']}'s 2 replicas?" in str(
+            question.query_one(".dialog-title", Label).render()
+        )
+        assert "one at a time, each once the one before it is up again" in said
+        await pilot.press("y")
+        await until(
+            pilot,
+            lambda: any(
+                f"job {job['id']} restarts replicas 0, 1 one at a time" in str(n.title)
+                for n in app._notifications
+            ),
+            "the toast",
+        )
+        assert isinstance(app.screen, type(table.screen))  # (no new job: the table stays)
+        assert table.cursor_job_id == job["id"]
+
+        # The engine restarts the first replica (a new process), the second waits its turn.
+        def replicas() -> list[Any]:
+            return list(app.job_store.jobs[job["id"]].get("replicas") or ())
+
+        await until(
+            pilot,
+            lambda: (
+                replicas()[0].get("pid") not in (None, *pids) and replicas()[0]["state"] == "up"
+            ),
+            "replica 0 restarted",
+        )
+        assert replicas()[1]["pid"] == pids[1] and replicas()[1]["roll"] == "waits"
+        await app.backend.cancel(job["id"])

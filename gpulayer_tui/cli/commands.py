@@ -1954,6 +1954,16 @@ def _restart(client: Client, args: argparse.Namespace, parser: argparse.Argument
         _print_json(job)
     else:
         print(job["id"])
+    rolling = answer.get("rolling")
+    if isinstance(rolling, list):  # (a running service: restarted in place)
+        from ..fields import replicas_said
+
+        _error(
+            f"job {job['id']} restarts {replicas_said(rolling)} one at a time, each "
+            f"once the one before it is up again (`gpulayer-tui status {job['id']}` shows "
+            "where it is)"
+        )
+        return EXIT_OK
     gone = answer.get("left_out") or []  # (an older engine leaves it out)
     if gone:
         _error(

@@ -976,8 +976,9 @@ async def queue_resume(request: web.Request) -> web.Response:
 
 
 async def job_restart(request: web.Request) -> web.Response:
-    """POST /v1/jobs/ID/restart: the ended job's spec again, as a new job (its owner's, or
-    the engine's user and root)."""
+    """POST /v1/jobs/ID/restart: the ended job's spec again, as a new job; a running
+    service's replicas restarted one at a time (its owner, or the engine's user and
+    root)."""
     engine = request.app[ENGINE_KEY]
     job_id = _job_id(request)
     job = await engine.get(job_id)
@@ -994,10 +995,19 @@ async def job_restart(request: web.Request) -> web.Response:
         "it runs the job's spec as it was; change the new job while it waits (PATCH "
         "/v1/jobs/ID), or submit a new spec",
     )
-    # (the job stays its owner's when an admin restarts it: it was root's, carrying the
-    # owner's environment, and the owner could no longer see, cancel or read it: h65)
     left_out: list[int] = []
     warnings: list[str] = []
+    if job.kind is JobKind.SERVICE and job.status is JobStatus.RUNNING:
+        # A rolling restart, in place: the same job ("rolling": the replicas it restarts,
+        # in order), 202: it goes on after the answer.
+        rolling = await engine.roll(job_id, warnings)
+        answer: dict[str, Any] = {"job": _job(await engine.get(job_id)), "rolling": rolling}
+        answer["left_out"] = left_out
+        if warnings:
+            answer["warnings"] = warnings
+        return web.json_response(answer, status=202)
+    # (the job stays its owner's when an admin restarts it: it was root's, carrying the
+    # owner's environment, and the owner could no longer see, cancel or read it: h65)
     new = await engine.restart(
         job_id,
         job.owner_uid if job.owner_uid is not None else peer_uid(request),
@@ -1006,7 +1016,7 @@ async def job_restart(request: web.Request) -> web.Response:
     )
     # ("left_out": dependencies cleaned from the history, which it no longer waits for;
     # "warnings", absent when none: the answer of a submission's kind)
-    answer: dict[str, Any] = {"job": _job(new), "left_out": left_out}
+    answer = {"job": _job(new), "left_out": left_out}
     if warnings:
         answer["warnings"] = warnings
     return web.json_response(answer, status=201)

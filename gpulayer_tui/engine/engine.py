@@ -986,6 +986,51 @@ class Engine:
             warnings.append(f"job {job_id} {twice}; job {new.id} runs it again")
         return new
 
+    async def roll(self, job_id: int, warnings: list[str] | None = None) -> list[int]:
+        """Restart a running service's replicas one at a time, each once the one before
+        it is up again (see :meth:`.ServiceRunner.roll`); decided and stored, with a
+        ``job.edited`` timeline entry, before the first replica is signalled.
+
+        Args:
+            job_id: The running service.
+            warnings: Given what the caller should know: a service of one replica does
+                not serve while it restarts.
+
+        Returns:
+            The indexes of the replicas restarted, in order.
+
+        Raises:
+            UnknownJob: No such id.
+            JobNotActive: It is not a running service, it is stopping or being placed
+                again, or a rolling restart of it is under way. Nothing changed.
+        """
+        act = self.book.get(job_id)
+        if (
+            act is None
+            or act.job.kind is not JobKind.SERVICE
+            or act.job.status is not (JobStatus.RUNNING)
+        ):
+            job = await self.get(job_id)
+            state = status_phrase(job.status.value)
+            what = "a running service" if job.kind is JobKind.SERVICE else "a service"
+            raise JobNotActive(
+                f"job {job_id} {state}: only {what} restarts its replicas one at a time "
+                "(an ended job restarts as a new job)"
+            )
+        refused = self.services.roll_refusal(act)
+        if refused is not None:
+            raise JobNotActive(f"job {job_id} {refused}")
+        # (All before the next await: nothing else acts on the service in between.)
+        indexes = self.services.roll(
+            act, lambda said: self.book.record(act, EventKind.EDITED, {"message": said})
+        )
+        if len(indexes) == 1 and warnings is not None:
+            warnings.append(
+                f"job {job_id} has one replica: it serves nothing until that one is up again"
+            )
+        await self.store.flush()
+        return indexes
+
     async def _restarted_already(self, job_id: int) -> str:
         """How ``job_id``'s spec is being run again already ("" when it is not): by a
         restart of it, or of a job of its line (a restart of its restart, of the job it

@@ -29,6 +29,7 @@ from ..wire import (
     JobStatus,
     ReplicaJSON,
     ReplicaState,
+    Roll,
     TerminationReason,
 )
 
@@ -50,6 +51,7 @@ __all__ = [
     "JobStatus",
     "Replica",
     "ReplicaState",
+    "Roll",
     "TerminationReason",
     "check_domain_transition",
     "check_replica_transition",
@@ -100,7 +102,8 @@ REPLICA_TRANSITIONS: dict[ReplicaState, frozenset[ReplicaState]] = {
     # back-off) when it stays down too long.
     _R.DOWN: frozenset({_R.UP, _R.BACKOFF, _R.STOPPING, _R.EXITED}),
     _R.BACKOFF: frozenset({_R.STARTING, _R.UP, _R.EXITED}),
-    _R.STOPPING: frozenset({_R.EXITED}),
+    # Stopped by a rolling restart, it starts again at once (through a back-off of none).
+    _R.STOPPING: frozenset({_R.EXITED, _R.BACKOFF}),
     # A service placed again after losing a domain starts its replicas afresh.
     _R.EXITED: frozenset({_R.PENDING}),
 }
@@ -151,6 +154,7 @@ class Replica:
         message: Human state (why it is starting, what it exited with).
         launches: How often a start was decided (numbers each start for the executor, so a
             start decided before a crash is carried out once, never twice).
+        roll: Its place in a rolling restart of the service (:class:`Roll`).
     """
 
     index: int
@@ -169,6 +173,7 @@ class Replica:
     message: str = ""
     launches: int = 0
     down_since: float | None = None
+    roll: Roll = Roll.NONE
 
     def to_json(self) -> ReplicaJSON:
         """JSON shape (also what the database stores)."""
@@ -189,6 +194,7 @@ class Replica:
             "message": self.message,
             "launches": self.launches,
             "down_since": self.down_since,
+            "roll": self.roll.value,
         }
 
     @classmethod
@@ -211,6 +217,8 @@ class Replica:
             message=str(data.get("message", "")),
             launches=int(data.get("launches", 0)),
             down_since=data.get("down_since"),
+            # (a place this version does not know, from a newer one: no roll)
+            roll=next((r for r in Roll if r.value == data.get("roll")), Roll.NONE),
         )
 
 

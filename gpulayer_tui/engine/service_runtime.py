@@ -148,12 +148,19 @@ class ServiceRuntime:
     # Replicas a restarted engine found ended (their exits applied in the order they
     # ended): not signalled by a stop another's exit decides first.
     ended_unseen: set[int] = field(default_factory=set)
+    # A rolling restart's limit on the replica it restarted to be up again.
+    roll_limit: Cancellable | None = None
+    roll_check: Cancellable | None = None  # (when a portless one has run long enough)
 
     def cancel_restarts(self) -> None:
-        """Forget every pending restart."""
+        """Forget every pending restart (and a rolling restart's limit)."""
         for timer in self.restart_timers.values():
             timer.cancel()
         self.restart_timers.clear()
+        for pending in (self.roll_limit, self.roll_check):
+            if pending is not None:
+                pending.cancel()
+        self.roll_limit = self.roll_check = None
 
     def close(self) -> None:
         """Cancel every timer and port probe."""

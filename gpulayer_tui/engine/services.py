@@ -36,7 +36,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from ..fields import ANSWERED_BY, LISTENED_ONLY_ON, LISTENS_ELSEWHERE, starting_why
+from ..fields import (
+    ANSWERED_BY,
+    LISTENED_ONLY_ON,
+    LISTENS_ELSEWHERE,
+    replicas_said,
+    starting_why,
+)
 from . import procs
 from .batch import JobEnv, assign, exit_verdict, prepare_task, timeout_message
 from .domain import DomainState, missing_warning, plural
@@ -49,6 +55,7 @@ from .models import (
     JobStatus,
     Replica,
     ReplicaState,
+    Roll,
     TerminationReason,
     check_replica_transition,
 )
@@ -264,7 +271,7 @@ class ServiceRunner:
             if job.kill_at is not None:  # (when to try again, at the latest: tester h109)
                 by = f" (SIGKILL at {time.strftime('%H:%M:%S', time.localtime(job.kill_at))})"
             return (
-                f"is still stopping {_replicas_said(leaving)} of its last scale-down: "
+                f"is still stopping {replicas_said(leaving)} of its last scale-down: "
                 f"try again once {'it has' if len(leaving) == 1 else 'they have'} ended{by}"
             )
         return None
@@ -379,7 +386,7 @@ class ServiceRunner:
         grace = self._config.engine.grace_period
         # (those past ``had`` are stopping already, from a scale-down before)
         leaving = [r for r in job.replicas if count <= r.index < had]
-        said = f"{_replicas_said([r.index for r in leaving])} removed"
+        said = f"{replicas_said([r.index for r in leaving])} removed"
         if any(r.state.has_process and r.state is not R.STOPPING for r in leaving):
             said += f": SIGTERM sent, SIGKILL after {grace:g} s"
         announce(f"replicas {had} -> {count} ({said})")
@@ -446,13 +453,207 @@ class ServiceRunner:
         job.gpus = [d.gpu_index for d in act.holds if d.gpu_index is not None]
         if done:
             job.kill_at = None
-        gone = _replicas_said([r.index for r in leaving])
+        gone = replicas_said([r.index for r in leaving])
         given = f"; {', '.join(d.name for d in freed)} given back" if freed else ""
         job.message = self._summary(job)
         self._book.record(
             act, EventKind.EDITED, {"message": f"scaled down to {count}: {gone} ended{given}"}
         )
         self._queue.schedule_soon()  # (what waited for those GPUs may start)
+
+    # -- rolling restart ------------------------------------------------------------------------
+
+    def roll_refusal(self, act: ActiveJob) -> str | None:
+        """Why the running service cannot restart its replicas one at a time now, or
+        ``None``."""
+        job = act.job
+        runtime = self._runtimes.get(job.id)
+        if act.spec is None or runtime is None:
+            return "has no spec this version can restart"
+        stopping = self.stopping(act)
+        if stopping is not None:
+            return stopping
+        if runtime.replacing is not None:
+            return f"is being placed again ({runtime.replacing}): its replicas start afresh"
+        current = next((r for r in job.replicas if r.roll not in (Roll.NONE, Roll.WAITS)), None)
+        if current is not None:
+            left = [r.index for r in job.replicas if r.roll is Roll.WAITS]
+            then = f"; then {replicas_said(left)}" if left else ""
+            return (
+                f"is restarting its replicas one at a time already (replica "
+                f"{current.index} now: {current.state.value}{then}): wait for it to end"
+            )
+        return None
+
+    def roll(self, act: ActiveJob, announce: Callable[[str], None]) -> list[int]:
+        """Restart the running service's replicas one at a time (checked by the caller:
+        :meth:`roll_refusal`): each is stopped (SIGTERM, SIGKILL after the grace period)
+        and started again at once, and the next one only once it is up again (its port
+        answers; with no port, its process runs), so the others serve meanwhile. Replicas
+        a scale-down is removing are left to stop. A restarted replica that exits, or is
+        not up within ``[services] restart_down_after`` s, stops the roll: the replicas
+        not restarted yet run on untouched.
+
+        The plan is stored with the replicas (``Replica.roll``) with the ``announce``d
+        entry, before the first replica is signalled, and a restarted engine goes on
+        with it. A roll's stop and start are not restarts of the policy's: they do not
+        count toward ``max_restarts``.
+
+        Returns:
+            The indexes of the replicas it restarts, in order.
+        """
+        job = act.job
+        count = act.spec.replica_count if act.spec is not None else len(job.replicas)
+        rolled = [r for r in job.replicas if r.index < count]
+        for replica in rolled:
+            replica.roll = Roll.WAITS
+        indexes = [r.index for r in rolled]
+        grace = self._config.engine.grace_period
+        announce(
+            f"rolling restart of {replicas_said(indexes)}: one at a time, each once the one "
+            f"before it is up again (SIGTERM, SIGKILL after {grace:g} s)"
+        )
+        self._roll_on(act)
+        return indexes
+
+    def _roll_on(self, act: ActiveJob) -> None:
+        """The roll's next step: the replica restarted is up again, so the next one is
+        stopped (or, waiting in back-off, started at once); the last up ends it."""
+        job = act.job
+        runtime = self._runtimes.get(job.id)
+        if runtime is None or runtime.end is not None or runtime.replacing is not None:
+            return
+        if not any(r.roll is not Roll.NONE for r in job.replicas):
+            return
+        finished: list[int] = []
+        for replica in job.replicas:
+            if replica.roll is Roll.NONE:
+                continue
+            if _removed(act, replica):
+                replica.roll = Roll.NONE  # (a scale-down removed it: it stops for good)
+            elif replica.roll is Roll.STARTED and _serves(replica):
+                settled = self._settles_in(replica)
+                if settled > 0:
+                    self._arm_roll_check(runtime, act.job.id, settled)
+                    continue
+                replica.roll = Roll.NONE
+                finished.append(replica.index)
+        current = next((r for r in job.replicas if r.roll not in (Roll.NONE, Roll.WAITS)), None)
+        if current is not None:
+            if current.roll is Roll.STARTED:
+                self._arm_roll_limit(act, runtime, current)
+            return
+        self._cancel_roll_limit(runtime)
+        following = next((r for r in job.replicas if r.roll is Roll.WAITS), None)
+        if following is None:
+            if finished:
+                self._book.record(
+                    act,
+                    EventKind.EDITED,
+                    {"message": f"rolling restart done: replica {finished[-1]}, the last, is up"},
+                )
+            return
+        if following.state in (R.STARTING, R.UP) and following.pid is None:
+            # Its start is decided and under way: it starts as things are now already.
+            following.roll = Roll.STARTED
+            self._roll_on(act)
+        elif following.state.has_process and following.state is not R.STOPPING:
+            grace = self._config.engine.grace_period
+            following.roll = Roll.STOPPING
+            # (stored: a restarted engine still kills it on time)
+            job.kill_at = max(job.kill_at or 0.0, time.time() + grace)
+            self._set_replica(
+                act,
+                following,
+                R.STOPPING,
+                f"rolling restart: SIGTERM sent, SIGKILL after {grace:g} s",
+            )
+            self._book.after_commit(
+                functools.partial(
+                    self._signal_replicas, job.id, [(following.index, following.launches)], grace
+                )
+            )
+        elif following.state is R.BACKOFF:
+            # It waits out a crash's back-off: its restart (the policy's, counted) is
+            # brought forward, and the roll goes on once it is up.
+            timer = runtime.restart_timers.pop(following.index, None)
+            if timer is not None:
+                timer.cancel()
+            following.roll = Roll.STARTED
+            self._restart_replica(job.id, following.index)
+        else:
+            following.roll = Roll.NONE  # (nothing of it runs to restart)
+            self._roll_on(act)
+
+    def _roll_stopped(self, act: ActiveJob, replica: Replica, what: str) -> None:
+        """The replica the roll restarted did not come up (``what`` happened instead): the
+        roll ends here, and the replicas not restarted yet run on untouched."""
+        runtime = self._runtimes.get(act.job.id)
+        if runtime is not None:
+            self._cancel_roll_limit(runtime)
+        left = [r.index for r in act.job.replicas if r.roll is Roll.WAITS]
+        for other in act.job.replicas:
+            other.roll = Roll.NONE
+        untouched = f"; {replicas_said(left)} not restarted" if left else ""
+        self._book.record(
+            act,
+            EventKind.EDITED,
+            {
+                "message": f"rolling restart stopped: replica {replica.index} {what} after "
+                f"its restart{untouched}"
+            },
+        )
+
+    def _arm_roll_limit(self, act: ActiveJob, runtime: ServiceRuntime, replica: Replica) -> None:
+        """Give the replica the roll restarted ``restart_down_after`` s to be up again
+        (counted from its start: a restarted engine arms what is left of it)."""
+        limit = self._config.services.restart_down_after
+        if limit <= 0 or runtime.roll_limit is not None:
+            return
+        started = replica.started_at if replica.started_at is not None else self.clock.now()
+        delay = max(0.0, started + limit - self.clock.now())
+        runtime.roll_limit = self.clock.call_later(
+            delay, functools.partial(self._roll_limit_passed, act.job.id, replica.index)
+        )
+
+    def _settles_in(self, replica: Replica) -> float:
+        """Seconds before a replica with no port counts as up for the roll: its process
+        has run :data:`ROLL_SETTLE_S` (one that crashes at its start took every replica
+        down, one after the other, as each "came up" the moment it started)."""
+        if replica.port is not None or replica.started_at is None:
+            return 0.0
+        return max(0.0, replica.started_at + ROLL_SETTLE_S - self.clock.now())
+
+    def _arm_roll_check(self, runtime: ServiceRuntime, job_id: int, delay: float) -> None:
+        if runtime.roll_check is not None:
+            runtime.roll_check.cancel()
+        runtime.roll_check = self.clock.call_later(
+            delay, functools.partial(self._roll_on_by_id, job_id)
+        )
+
+    @staticmethod
+    def _cancel_roll_limit(runtime: ServiceRuntime) -> None:
+        for timer in (runtime.roll_limit, runtime.roll_check):
+            if timer is not None:
+                timer.cancel()
+        runtime.roll_limit = runtime.roll_check = None
+
+    def _roll_limit_passed(self, job_id: int, index: int) -> None:
+        act = self._book.get(job_id)
+        runtime = self._runtimes.get(job_id)
+        if act is None or runtime is None or index >= len(act.job.replicas):
+            return
+        runtime.roll_limit = None
+        replica = act.job.replicas[index]
+        if replica.roll is not Roll.STARTED or _serves(replica):
+            return
+        limit = self._config.services.restart_down_after
+        self._roll_stopped(
+            act,
+            replica,
+            f"was not up {limit:g} s ([services] restart_down_after) after its start "
+            f"({replica.state.value}: {replica.message})",
+        )
 
     def timeout_edited(self, act: ActiveJob) -> None:
         """A waiting service's ``timeout`` was edited: its limit is armed again. One being
@@ -907,6 +1108,14 @@ class ServiceRunner:
         if not_started:
             data["not_started"] = True  # (see notify: not a restart to tell of)
         self._book.record(act, EventKind.REPLICA, data, at)
+        if replica.roll is Roll.STARTED and _serves(replica):
+            # (the roll's next stop is decided once this "up" is durable)
+            self._book.after_commit(functools.partial(self._roll_on_by_id, job.id))
+
+    def _roll_on_by_id(self, job_id: int) -> None:
+        act = self._book.get(job_id)
+        if act is not None and job_id in self._runtimes:
+            self._roll_on(act)
 
     def _summary(self, job: Job) -> str:
         """Its message: :func:`service_summary`, and a warning while a GPU it runs on is
@@ -958,6 +1167,27 @@ class ServiceRunner:
         # The timeline has the exit when the launcher saw it (one learnt late, while no
         # engine ran, was stamped with the restart that learnt of it).
         late = None if exit.at is None else min(exit.at, time.time())
+        if (
+            replica.roll is Roll.STOPPING
+            and replica.state is R.STOPPING
+            and runtime.end is None
+            and runtime.replacing is None
+            and not _removed(act, replica)
+        ):
+            # Stopped by a rolling restart: it starts again at once (the roll's own
+            # restart, not the policy's: its back-off starts afresh, and no count).
+            replica.roll = Roll.RESTARTING
+            replica.backoff_step = 0
+            replica.next_restart_at = self.clock.now()
+            if not any(r.state is R.STOPPING for r in act.job.replicas if r is not replica):
+                act.job.kill_at = None
+            self._set_replica(
+                act, replica, R.BACKOFF, f"rolling restart: {what}; starting again", code, at=late
+            )
+            runtime.restart_timers[index] = self.clock.call_later(
+                0.0, functools.partial(self._restart_replica, act.job.id, index)
+            )
+            return
         if replica.state is R.STOPPING or runtime.end is not None or runtime.replacing is not None:
             if replica.state.has_process:
                 # (one that ended by itself as the service's end was decided: its exit,
@@ -1063,6 +1293,8 @@ class ServiceRunner:
         runtime.restart_timers[replica.index] = self.clock.call_later(
             delay, functools.partial(self._restart_replica, act.job.id, replica.index)
         )
+        if replica.roll in (Roll.RESTARTING, Roll.STARTED):
+            self._roll_stopped(act, replica, what)
 
     @staticmethod
     def _no_restart_because(act: ActiveJob, replica: Replica, code: int | None) -> str | None:
@@ -1120,7 +1352,10 @@ class ServiceRunner:
             )
             return
         runtime.off_domain.pop(index, None)
-        replica.restarts += 1
+        if replica.roll is Roll.RESTARTING:
+            replica.roll = Roll.STARTED  # (a rolling restart's: not the policy's to count)
+        else:
+            replica.restarts += 1
         # (it restarted on a drained domain with no word of it: only `domain drain`
         # said it might; tester h121)
         drained = self._drained_domain(replica)
@@ -1295,6 +1530,7 @@ class ServiceRunner:
         grace = self._config.engine.grace_period
         stopping = []
         for replica in job.replicas:
+            replica.roll = Roll.NONE  # (a rolling restart ends with the service's run)
             if replica.index in runtime.ended_unseen:
                 continue  # (it ended while no engine ran: its exit is told next)
             if replica.state.has_process and replica.state is not R.STOPPING:
@@ -1335,6 +1571,7 @@ class ServiceRunner:
         runtime = self._runtimes[act.job.id]
         if runtime.end is None and runtime.replacing is None:
             self._drop_removed(act)
+            self._roll_on(act)  # (a replica it restarted or awaited may have gone with them)
         if any(r.state.has_process for r in act.job.replicas):
             return
         act.job.kill_at = None
@@ -1426,7 +1663,12 @@ class ServiceRunner:
         for replica in job.replicas:
             if replica.state.has_process:
                 # (one a scale-down removed stops on alone: no stop of the service)
-                interrupted_stop |= replica.state is R.STOPPING and not _removed(act, replica)
+                # (nor one a rolling restart stopped: it starts again)
+                interrupted_stop |= (
+                    replica.state is R.STOPPING
+                    and not _removed(act, replica)
+                    and replica.roll is not Roll.STOPPING
+                )
                 found = self._find_replica(act, runtime, replica)
                 if job.id not in self._book:
                     return
@@ -1455,6 +1697,8 @@ class ServiceRunner:
                 )
             elif replica.state is R.PENDING and not self._decide_launch(act, replica, "start"):
                 return
+        if not interrupted_stop:
+            self._roll_on(act)  # (a rolling restart goes on where it was)
         spec = act.spec
         if spec and spec.timeout is not None and job.started_at and job.id in self._book:
             # Its limit counts from its first start, across engine restarts (what is left
@@ -1575,7 +1819,7 @@ def service_summary(job: Job) -> str:
             if d not in where
         ]
         on = f" on {', '.join(away)}" if away else ""
-        text += f"; {_replicas_said(leaving)} stopping{on} (scaled to {target})"
+        text += f"; {replicas_said(leaving)} stopping{on} (scaled to {target})"
     return text
 
 
@@ -1588,28 +1832,25 @@ def _target_count(job: Job) -> int:
     return count if isinstance(count, int) and count >= 1 else len(job.replicas)
 
 
+def _serves(replica: Replica) -> bool:
+    """Whether the replica is up with its process running (and its port answering)."""
+    return (
+        replica.state is R.UP
+        and replica.pid is not None
+        and (replica.port is None or replica.endpoint is not None)
+    )
+
+
 def _removed(act: ActiveJob, replica: Replica) -> bool:
     """Whether a scale-down removed ``replica`` (its index is past the service's count)."""
     return act.spec is not None and replica.index >= act.spec.replica_count
 
 
+ROLL_SETTLE_S = 5.0
+"""How long a restarted replica with no port runs before a rolling restart goes on."""
+
 FOREGROUND = "a service's command must keep running (in the foreground, not with &)"
 """Said of a replica that exited cleanly before its port answered."""
-
-
-def _replicas_said(indexes: list[int]) -> str:
-    """``replica 3``, ``replicas 2, 3``, ``replicas 1-63`` (runs of three or more as a
-    range: a scale from 64 to 1 listed all 63: tester h168)."""
-    runs: list[list[int]] = []
-    for index in sorted(indexes):
-        if runs and index == runs[-1][-1] + 1:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
-    said = ", ".join(
-        f"{run[0]}-{run[-1]}" if len(run) >= 3 else ", ".join(map(str, run)) for run in runs
-    )
-    return f"{'replica' if len(indexes) == 1 else 'replicas'} {said}"
 
 
 async def _answers(host: str, port: int) -> bool:

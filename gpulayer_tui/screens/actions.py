@@ -16,7 +16,7 @@ from textual import events
 from textual.screen import Screen
 
 from ..backend import BackendError, ConnectionLost
-from ..fields import printable, status_phrase
+from ..fields import printable, replicas_said, status_phrase
 from ..formatting import plural, user_text
 from ..view import view_of
 from ..widgets.job_columns import job_spec
@@ -39,12 +39,13 @@ def _run(
 
 def can_restart(job: JobRowJSON | None) -> bool:
     """True for a job that has ended (``R`` restarts it) and that gpulayer-tui started (an
-    adopted process's command is never run)."""
-    return (
-        job is not None
-        and job.get("status") not in ACTIVE_STATUSES
-        and job.get("kind") != "adopted"
-    )
+    adopted process's command is never run), and for a running service (``R`` restarts
+    its replicas one at a time)."""
+    if job is None:
+        return False
+    if is_scalable(job):
+        return True
+    return job.get("status") not in ACTIVE_STATUSES and job.get("kind") != "adopted"
 
 
 def can_edit(job: JobRowJSON | None) -> bool:
@@ -358,6 +359,7 @@ def ask_to_restart(
             ADOPTED_NOT_RUN
             if job.get("kind") == "adopted"
             else f"{status_phrase(status)}: only an ended job restarts"
+            + (" (a running service: its replicas)" if job.get("kind") == "service" else "")
         )
         ui.notify(f"job {job_id} {why}", severity="warning")
         return
@@ -373,6 +375,15 @@ def ask_to_restart(
             ui.notify(str(err), title=f"restart job {job_id}", severity="error")
             return
         new = answer["job"]
+        rolling = answer.get("rolling")
+        if rolling is not None:  # (a running service, restarted in place)
+            said = "\n".join(printable(w) for w in answer.get("warnings") or ())
+            ui.notify(
+                said or "each once the one before it is up again",
+                title=f"job {job_id} restarts {replicas_said(rolling)} one at a time",
+                severity="warning" if said else "information",
+            )
+            return
         if new["id"] not in app.job_store.jobs:  # (the event stream may have brought it)
             app.job_store.apply(new)
         new_status = new.get("status", "")
@@ -406,15 +417,29 @@ def ask_to_restart(
         if yes:
             _run(ui, restart, f"restart-{job_id}", exclusive=True)
 
-    ui.push_screen(
-        ConfirmScreen(
+    if is_scalable(job):
+        # (its spec's count: past it, replicas a scale-down is stopping, not restarted)
+        count = int(job.get("spec", {}).get("replicas") or len(job.get("replicas") or ()) or 1)
+        how = (
+            "Its one replica is stopped (SIGTERM) and started again: the service serves "
+            "nothing until it is up again."
+            if count == 1
+            else f"Its {count} replicas are stopped (SIGTERM) and started again one at a "
+            "time, each once the one before it is up again: the others serve meanwhile."
+        )
+        question = ConfirmScreen(
+            f"Restart job {job_id}'s {plural(count, 'replica')}?",
+            f"{job.get('name', '')} runs. {how}",
+            "Restart",
+        )
+    else:
+        question = ConfirmScreen(
             f"Restart job {job_id}?",
             f"{job.get('name', '')} {status}. Its spec runs again as a new job (a new id; "
             f"job {job_id} stays as it is).",
             "Restart",
-        ),
-        answered,
-    )
+        )
+    ui.push_screen(question, answered)
 
 
 def ask_to_edit(screen: Screen[Any], job: JobRowJSON) -> None:
