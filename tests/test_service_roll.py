@@ -16,7 +16,7 @@ from gpulayer_tui.engine.errors import JobNotActive
 from gpulayer_tui.engine.models import JobStatus, ReplicaState, Roll
 
 from .conftest import EngineFactory, Served, eventually, pid_gone, wait_for
-from .test_services import ManualClock, _http_get, _http_service, _service
+from .test_services import HTTP_SERVER, ManualClock, _http_get, _http_service, _service
 
 R = ReplicaState
 
@@ -256,3 +256,39 @@ def test_cli_restart_of_a_running_service_rolls_it_in_place(served: Served) -> N
     wait_for(lambda: "rolling restart done" in served.cli("status", job_id).stdout, timeout=30)
     served.cli("cancel", job_id)
     assert all(pid_gone(pid) for pid in pids)
+
+
+async def test_a_restarted_replica_not_up_in_time_stops_the_roll(
+    make_engine: EngineFactory, tmp_path: Any
+) -> None:
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, cpu_count=4, service_clock=clock)
+    mute = tmp_path / "mute"  # (once there, a start opens no port)
+    server = " ".join(HTTP_SERVER)
+    svc = await engine.submit(
+        _service(
+            ["sh", "-c", f'[ -e "{mute}" ] && exec sleep 600; exec {server} "$PORT"'],
+            replicas=2,
+        )
+    )
+    await eventually(lambda: all(r.endpoint for r in _live(engine, svc.id).replicas), timeout=30)
+    second_pid = _live(engine, svc.id).replicas[1].pid
+    mute.write_text("")
+    await engine.roll(svc.id)
+    first = _live(engine, svc.id).replicas[0]
+    await eventually(lambda: first.roll is Roll.RESTARTING)
+    clock.advance(0.0)
+    await eventually(lambda: first.roll is Roll.STARTED and first.pid is not None)
+    assert first.state is R.STARTING
+    clock.advance(60.0)  # ([services] restart_down_after)
+    await eventually(lambda: first.roll is Roll.NONE)
+    edited = (await _edited(engine, svc.id))[-1]
+    assert edited.startswith(
+        "rolling restart stopped: replica 0 was not up 60 s ([services] restart_down_after) "
+        "after its start (starting: "
+    ), edited
+    assert edited.endswith("after its restart; replica 1 not restarted")
+    second = _live(engine, svc.id).replicas[1]
+    assert second.pid == second_pid and second.state is R.UP and second.roll is Roll.NONE
+    await engine.cancel(svc.id)
+    await engine.wait(svc.id, timeout=30)

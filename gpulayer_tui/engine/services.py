@@ -1368,7 +1368,8 @@ class ServiceRunner:
                 if held_back is not None
                 else "fits nowhere else now"
             )
-        self._decide_launch(act, replica, "restart", note)
+        if self._decide_launch(act, replica, "restart", note) and replica.roll is Roll.STARTED:
+            self._arm_roll_limit(act, runtime, replica)  # (it has so long to be up)
 
     def domains_changed(self) -> None:
         """A reload changed the domains: a replica that waited in back-off off a domain
