@@ -1595,3 +1595,47 @@ def test_a_job_stopping_two_says_jobs() -> None:
     assert sorted(stopped) == sorted([first.job.id, second.job.id])
     ids = ", ".join(map(str, sorted(stopped)))
     assert urgent.job.message.endswith(f"; stopping preemptible jobs {ids} for it")
+
+
+def test_a_job_held_back_by_its_users_gpu_limit_is_not_overtaken_by_that_users_later_jobs() -> None:
+    # Held back by its own user's max_gpus, a 2-GPU job of priority 5 was passed by nine
+    # 1-GPU jobs of that user submitted after it, each taking the room it waited for
+    # (tester h175 #1). Another user's jobs, and the user's CPU jobs, still go on.
+    box = Box(gpus=4, users={"default": UserLimits(max_gpus=3)})
+    sweeps = [box.run(gpus=1) for _ in range(2)]
+    big = box.run(gpus=2, priority=5)
+    later = box.run(gpus=1)
+    cpu = box.run(gpus=0)
+    theirs = box.run(uid=OTHER, gpus=1)
+    assert [status(a) for a in sweeps] == ["running", "running"]
+    assert status(big) == "queued" and "limit: 3 GPUs running at once" in big.job.message
+    assert status(later) == "queued"
+    assert later.job.message == (
+        f"waits behind job {big.job.id}, which the same limit holds back (user "
+        f"{user_label(ME)}'s limit: 3 GPUs running at once ([users.default] max_gpus), "
+        "2 running now)"
+    )
+    assert status(cpu) == "running" and status(theirs) == "running"
+    box.end(sweeps[0])
+    assert status(big) == "running" and status(later) == "queued"
+    box.end(sweeps[1])
+    assert status(later) == "running"
+
+
+def test_a_job_held_back_by_its_users_vram_limit_waits_first_in_line() -> None:
+    # v20, submitted after v50, started while v50 waited on the declared-VRAM limit: the
+    # order broken within one user (tester h175 #1). A GPU job declaring no VRAM takes
+    # nothing from that limit and starts.
+    box = Box(gpus=4, users={"default": UserLimits(max_vram_gb=100)})
+    big = box.run(gpus=1, vram_gb=60)
+    first = box.run(gpus=1, vram_gb=10)
+    v50 = box.run(gpus=1, vram_gb=50)
+    v20 = box.run(gpus=1, vram_gb=20)
+    undeclared = box.run(gpus=1)
+    assert status(first) == "running" and status(v50) == "queued"
+    assert status(v20) == "queued" and f"waits behind job {v50.job.id}" in v20.job.message
+    assert status(undeclared) == "running"
+    box.end(first)
+    assert status(v50) == "queued" and status(v20) == "queued"  # (60 + 50: past it still)
+    box.end(big)
+    assert status(v50) == "running" and status(v20) == "running"  # (50 + 20)

@@ -951,6 +951,10 @@ class JobQueue:
         first_blocked: tuple[int, Group] | None = None  # the best job that cannot start
         first_blocked_cpu: tuple[int, Group] | None = None  # ... of the cpu pool
         first_limited: tuple[int, Group] | None = None  # ... held back by its user's limit
+        # Per user, the best job of theirs a limit holds back: which limits (of "gpus",
+        # "vram"), the job, the reason. Their later jobs that count against one of those
+        # limits wait behind it (they took the room it waited for, again and again).
+        limited: dict[int, tuple[frozenset[str], int, str]] = {}
         shapes: dict[Request, str] = {}  # request shapes that fit nowhere now
         progress = closed is None
         while progress:
@@ -963,11 +967,19 @@ class JobQueue:
                 if refused is not None:
                     blocked[group] = refused  # (held, whatever is free: nothing reserved)
                     continue
-                why = limit_blocker(
-                    self.limits, uid, running.get(uid, Running()), request.gpus, request.vram_bytes
-                )
+                ahead = limited.get(uid)
+                if ahead is not None and ahead[0] & _limits_taken(request):
+                    _, ahead_id, ahead_why = ahead
+                    blocked[group] = (
+                        f"waits behind job {ahead_id}, which the same limit holds back "
+                        f"({ahead_why})"
+                    )
+                    continue
+                held = running.get(uid, Running())
+                why = limit_blocker(self.limits, uid, held, request.gpus, request.vram_bytes)
                 if why is not None:
                     blocked[group] = why
+                    limited[uid] = (self._limits_past(uid, held, request), key[1], why)
                     if first_limited is None and first_blocked is None and request.gpus:
                         # (its own user's preemptible jobs may make room under the limit)
                         first_limited = (key[1], group)
@@ -1129,6 +1141,20 @@ class JobQueue:
     def closed(self) -> str | None:
         """Why nothing may start now (paused, the disk below its floor), or ``None``."""
         return self._gate()
+
+    def _limits_past(self, uid: int, held: Running, request: Request) -> frozenset[str]:
+        """Which of ``uid``'s limits ``request`` would pass now ("gpus", "vram")."""
+        own = self.limits.of(uid)
+        past = set()
+        if own.max_gpus is not None and held.gpus + request.gpus > own.max_gpus:
+            past.add("gpus")
+        if (
+            own.max_vram_gb is not None
+            and request.vram_bytes
+            and held.vram_bytes + request.vram_bytes * request.gpus > own.max_vram_gb * GIB
+        ):
+            past.add("vram")
+        return frozenset(past)
 
     def limit_blocks_again(self, act: ActiveJob) -> str | None:
         """Why its user's limits would hold back ``act``, a running job placed again
@@ -1526,3 +1552,14 @@ def _ending(
 ) -> float | None:
     """When ``holder`` ends: at ``at`` if it is being stopped, else as ``ends_at`` says."""
     return at if holder in going else ends_at(holder)
+
+
+def _limits_taken(request: Request) -> frozenset[str]:
+    """Which of its user's limits a job of ``request`` counts against ("gpus": any GPU
+    job; "vram": a GPU job that declares its VRAM)."""
+    taken = set()
+    if request.gpus:
+        taken.add("gpus")
+        if request.vram_bytes:
+            taken.add("vram")
+    return frozenset(taken)
