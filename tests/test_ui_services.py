@@ -627,3 +627,54 @@ async def test_r_on_a_running_service_restarts_its_replicas_one_at_a_time(ui_app
         )
         assert replicas()[1]["pid"] == pids[1] and replicas()[1]["roll"] == "waits"
         await app.backend.cancel(job["id"])
+
+
+async def test_the_detail_timeline_of_a_running_service_keeps_its_newest_entries_in_sight(
+    ui_app: Any,
+) -> None:
+    # After 64 replicas' "up" lines a service's scale went on below them, out of sight
+    # (tester h168): kept at its newest entries as they come (the box anchored), unless
+    # the user scrolled up to older ones; back at the end, it follows again.
+    from textual.containers import VerticalScroll
+
+    app = await ui_app("1xA100-80GB", cpu_count=8)
+    job = await app.backend.submit(
+        {"kind": "service", "command": ["sleep", "600"], "port": False, "cwd": os.getcwd()}
+    )
+    async with app.run_test(size=(100, 24)) as pilot:
+        app.open_job(job["id"])
+        detail = await until(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen)
+        box = await until(pilot, lambda: next(iter(detail.query("#timeline-box")), None))
+        assert isinstance(box, VerticalScroll)
+        timeline = detail.query_one(Timeline)
+
+        async def scaled_to(count: int) -> None:
+            said = f"-> {count} ("
+            before = sum(said in str(e.get("message")) for e in timeline.events)
+            await app.backend.edit(job["id"], {"replicas": count})
+            await until(
+                pilot,
+                lambda: sum(said in str(e.get("message")) for e in timeline.events) > before,
+                f"scaled to {count}",
+            )
+
+            def settled() -> bool:  # (a scale-up waits for a scale-down's replicas to end)
+                replicas = app.job_store.jobs[job["id"]].get("replicas") or ()
+                return len(replicas) == count and all(r["state"] == "up" for r in replicas)
+
+            await until(pilot, settled, f"{count} up", timeout=30)
+
+        for count in (4, 1, 4, 1):
+            await scaled_to(count)
+        await until(pilot, lambda: box.max_scroll_y > 0, "more entries than the box holds")
+        await until(pilot, lambda: box.scroll_y == box.max_scroll_y, "at the newest")
+        box.scroll_home(animate=False)  # (as the user's keys or wheel do: it lets go)
+        await until(pilot, lambda: box.scroll_y == 0, "scrolled up")
+        await scaled_to(3)
+        await pilot.pause()
+        assert box.scroll_y == 0  # (the user's place among older entries is kept)
+        box.scroll_end(animate=False)
+        await until(pilot, lambda: box.scroll_y == box.max_scroll_y, "back at the end")
+        await scaled_to(1)
+        await until(pilot, lambda: box.scroll_y == box.max_scroll_y > 0, "following again")
+        await app.backend.cancel(job["id"])

@@ -353,6 +353,10 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
     JobDetailScreen.-narrow #detail-top { layout: vertical; }
     JobDetailScreen.-narrow #fields-box { width: 100%; max-height: 60%; }
     JobDetailScreen.-narrow #timeline-box { width: 100%; height: auto; max-height: 40%; }
+    /* (anchored to its end, a timeline shorter than its box was drawn at the box's
+       bottom: it fills the box, its lines at the top) */
+    JobDetailScreen.-timeline-follows #timeline { min-height: 100%; }
+    JobDetailScreen.-narrow #timeline { min-height: 0; }
     JobDetailScreen #fields { display: none; }
     JobDetailScreen #field-loading { color: $text-muted; }
     JobDetailScreen #field-loading.-error { color: $text-error; }
@@ -379,6 +383,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         super().__init__()
         self.job_id = job_id
         self._job: JobJSON | None = None
+        self._timeline_anchored = False  # (see _anchor_timeline)
         self._seen_version = 0
         self._seen_loads = 0
         self._log_done = False
@@ -579,8 +584,24 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         if "usage" in job or usage.summary is None:
             usage.show_summary(job.get("usage"), active=not self.finished)
         self.set_class(self._not_started, "-not-started")
+        self._anchor_timeline(job.get("status") not in WAITING_STATUSES)
         self._update_log_title()
         self.refresh_bindings()
+
+    def _anchor_timeline(self, anchored: bool) -> None:
+        """Keep the timeline on its newest entries as they come (Textual's anchor: until
+        the user scrolls up to older ones, and again once back at the end) for a job
+        that runs or has ended; a service's scale from 64 to 1 went on below the first
+        "replica N: up" lines, out of sight (tester h168). Not while it waits: "why it
+        waits" heads the box. Set as that changes only, so a scroll up is kept."""
+        if anchored is self._timeline_anchored:
+            return
+        self._timeline_anchored = anchored
+        self.set_class(anchored, "-timeline-follows")
+        box = self.query_one("#timeline-box", VerticalScroll)
+        box.anchor(anchored)
+        if not anchored:
+            box.scroll_home(animate=False, immediate=True)
 
     @property
     def _adopted(self) -> bool:
