@@ -833,3 +833,22 @@ def test_a_job_that_ended_between_two_readings_says_it_was_not_read() -> None:
     read = dict(summary, samples=1, util_mean=55.0, energy_wh=0.011, peak_vram=GIB)
     said = dict(usage_lines(read))  # type: ignore[arg-type]
     assert said["GPU use"].startswith("util mean 55%") and said["energy"].startswith("0.011 Wh")
+
+
+async def test_a_gpu_job_no_reading_saw_has_a_record_of_the_gpus_it_held(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # Started and ended between two readings, a GPU job had no usage at all (status, the
+    # API and the TUI each said so differently) while one read once said "not read" with
+    # the GPU-hours it held (tester h176 #1).
+    engine = await _engine(make_engine)
+    job = await engine.submit({"command": ["sleep", "0.3"], "gpus": 2})
+    done = await engine.wait(job.id, timeout=10)
+    assert done.started_at is not None and done.ended_at is not None
+    usage = await engine.usage_of(job.id)
+    summary = usage["summary"]
+    assert summary is not None and usage["series"] == []
+    assert summary["samples"] == 0 and summary["gpus"] == sorted(done.gpus)
+    held = (done.ended_at - done.started_at) * 2
+    assert summary["gpu_hours"] == round(held / 3600, 4)
+    assert summary["util_mean"] is None and summary["energy_wh"] == 0.0

@@ -353,6 +353,7 @@ class Engine:
                 act.job.started_at
                 if act.job.kind is JobKind.COMMAND and not act.job.attempt
                 else None,
+                act.job.gpus,
             )
         )
         self.book.on_end(release_holds)

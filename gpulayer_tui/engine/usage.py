@@ -333,6 +333,8 @@ class JobUsage:
         # declared vram_gb let it share a GPU ("so it can share a GPU" was said where every
         # domain had one slot: tester h67).
         self.shareable = False
+        # GPUs it held that no reading saw it on (it ended between two): named anyway.
+        self.unseen_gpus: set[int] = set()
 
     # -- what the recorder calls ---------------------------------------------------------
 
@@ -568,7 +570,7 @@ class JobUsage:
         samples = int(sums["ticks"])
         suggestion, advice = self.advice(samples)
         gpu_s, util_s, mem_s = sums["seconds"], sums["util_seconds"], sums["mem_seconds"]
-        gpus = sorted(set(self.series) | set(self.on))
+        gpus = sorted(set(self.series) | set(self.on) | self.unseen_gpus)
         return {
             "gpus": gpus,
             "samples": samples,
@@ -927,16 +929,20 @@ class UsageRecorder:
         ended_at: float | None = None,
         gpus: int = 0,
         held_since: float | None = None,
+        gpu_indexes: Iterable[int] = (),
     ) -> None:
         """The job ended (at ``ended_at``, holding ``gpus`` GPUs): its record is written one
         last time and forgotten here. Ended while no engine observed it, the time since
         its last tick is booked as held. ``held_since``: when it took those GPUs and held
         them to its end (a batch job's one run): its GPU-seconds are at least that span
         (ticks book the time between them: a 2 s job read 1.0 s, the time before its
-        first tick and after its last left out: tester h63)."""
+        first tick and after its last left out: tester h63). ``gpu_indexes``: the GPUs it
+        held, named in the record of a job no reading saw (it ended between two)."""
         usage = self._jobs.pop(job_id, None)
         if usage is None:
-            return
+            usage = self._unseen(job_id, ended_at, gpus, held_since, gpu_indexes)
+            if usage is None:
+                return
         gap_from = usage.unobserved_from
         if gap_from is not None and not usage.on and not usage._gap_booked and ended_at:
             usage.carried["seconds"] += max(0.0, ended_at - gap_from) * gpus
@@ -953,6 +959,29 @@ class UsageRecorder:
         self._ending[job_id] = record
         self._save(job_id, record)
         self._once_saved(lambda: self._saved(job_id))
+
+    def _unseen(
+        self,
+        job_id: int,
+        ended_at: float | None,
+        gpus: int,
+        held_since: float | None,
+        gpu_indexes: Iterable[int],
+    ) -> JobUsage | None:
+        """The record of a GPU job that started and ended between two readings of its
+        GPUs: no sample, the GPU-seconds it held. It had none at all: no usage in its
+        status, the API or the TUI, where one read once said "not read" with its
+        GPU-hours (tester h176)."""
+        if not self._settings.series or not gpus or held_since is None or ended_at is None:
+            return None
+        facts = self._facts(job_id)
+        usage = JobUsage(job_id, facts[1] if facts else None, self._settings.max_points)
+        held = max(0.0, ended_at - held_since) * gpus
+        usage.first_at, usage.last_at = held_since, max(held_since, ended_at)
+        usage.carried["seconds"] += held
+        usage.unobserved_seconds += held  # (no reading: out of the means)
+        usage.unseen_gpus = set(gpu_indexes)
+        return usage
 
 
 def _or0(value: float | None) -> float:
