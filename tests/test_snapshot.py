@@ -783,6 +783,31 @@ async def test_a_submodule_is_copied_as_its_own_git_lists_it(
     await engine.wait(job.id, timeout=10)
 
 
+async def test_a_repository_inside_the_tree_that_git_does_not_track_is_copied(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # git lists it as "nested/" (its own repository, neither a submodule nor ignored):
+    # the entry was skipped, and the job ran without the code in its folder, no word
+    # said (tester h176 #2). Copied as its own git lists it, as a submodule is.
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    git(outer, "init", "-q")
+    (outer / "main.py").write_text("print(0)\n")
+    git(outer, "add", "-A")
+    git(outer, "commit", "-q", "-m", "outer")
+    nested = outer / "nested"
+    nested.mkdir()
+    git(nested, "init", "-q")
+    (nested / ".gitignore").write_text("*.ign\n")
+    (nested / "inner.py").write_text("print(1)\n")
+    (nested / "ckpt.ign").write_bytes(b"\0" * 100)  # (ignored by its own .gitignore)
+    engine = await make_engine()
+    job = await engine.submit({"command": ["true"], "gpus": 0, "cwd": str(outer), "snapshot": True})
+    tree = engine.snapshots.job_tree(job.id)
+    assert tree_files(tree) == {"main.py", "nested/.gitignore", "nested/inner.py"}
+    await engine.wait(job.id, timeout=10)
+
+
 async def test_linked_files_set_by_hand_where_they_are_not_safe_is_warned(
     make_engine: EngineFactory,
 ) -> None:

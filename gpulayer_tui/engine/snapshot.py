@@ -372,6 +372,10 @@ def _git_entries(
     for index, rel in enumerate(names):
         if index % 256 == 0:
             budget.check_time()
+        if rel.endswith("/") and len(rel) > 1:
+            # An untracked repository inside the tree ("nested/"): copied as a submodule
+            # is, below. Left out, the job ran without the code in its folder (h176).
+            rel = rel[:-1]
         parts = rel.split("/")
         if rel.startswith("/") or ".." in parts or "" in parts:
             continue  # (git never lists these; a path must stay inside the tree)
@@ -392,7 +396,7 @@ def _git_entries(
             out.append(_Entry(rel, "link", 0))
         elif stat.S_ISREG(info.st_mode):
             out.append(_Entry(rel, "file", info.st_size))
-        elif stat.S_ISDIR(info.st_mode):  # a submodule
+        elif stat.S_ISDIR(info.st_mode):  # a submodule, or a repository git does not track
             out.append(_Entry(rel, "dir", 0))
             out.extend(_submodule_entries(root, rel, budget, skip))
     return out
