@@ -559,6 +559,10 @@ def test_doctor_without_an_engine_opens_the_database_and_reads_a_failed_launcher
     assert out.returncode == 1
     assert checks["database"]["status"] == "fail", checks["database"]
     assert "Move it aside" in checks["database"]["detail"]
+    # (SQLite's report has lines of its own: said on one, not as "\x0a": tester h174)
+    assert "(*** in database main *** " in checks["database"]["detail"]
+    assert "\n" not in checks["database"]["detail"]
+    assert "\\x0a" not in served.cli("doctor").stdout
     assert checks["launcher"]["status"] == "fail"
     assert checks["launcher"]["detail"].startswith("the launcher cannot start: [Errno 13]")
     serve = subprocess.run(

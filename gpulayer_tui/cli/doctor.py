@@ -327,7 +327,9 @@ def _database(paths: Paths) -> list[dict[str, str]]:
     finally:
         db.close()
     if problem != "ok":
-        return [_check("database", "fail", f"{path} is damaged ({problem}). {_DAMAGED_ADVICE}")]
+        # (one line, as the engine says it: SQLite's own line breaks came out as \x0a: h174)
+        said = " ".join(str(problem).split())
+        return [_check("database", "fail", f"{path} is damaged ({said}). {_DAMAGED_ADVICE}")]
     if version > SCHEMA_VERSION:
         return [
             _check(
