@@ -139,6 +139,11 @@ async def test_status_and_text_filters_are_served_by_sqlite(
     assert {r["name"] for r in await _all(engine, text="BETA")} == {"beta", "Beta"}
     assert [r["name"] for r in await _all(engine, text="python3 -c")] == ["gamma"]
     assert [r["name"] for r in await _all(engine, text="with CODE 3")] == ["delta"]
+    # The termination reason, as stored and as shown ("failed (exit code)"): h174.
+    ended = {r["name"] for r in await _all(engine) if r["termination_reason"] == "exit_code"}
+    assert ended >= {"alpha", "delta"}
+    assert {r["name"] for r in await _all(engine, text="exit code")} == ended
+    assert {r["name"] for r in await _all(engine, text="EXIT_CODE")} == ended
     running = await _all(engine, statuses=("running",))
     assert [r["name"] for r in running] == ["runner"]
     queued = await _all(engine, statuses=("queued", "pending"), text="wait")
@@ -202,6 +207,8 @@ async def test_the_text_filter_matches_what_the_tuis_filter_matches(
         "STRASSE",
         "straße",
         "sweep",
+        "exit code",  # (the termination reason as shown: "failed (exit code)"; h174)
+        "exit_code",
     ):
         served = {r["id"] for r in await _all(engine, text=text)}
         shown = {r["id"] for r in every if filter_matches(text, filter_haystack(r))}  # type: ignore[arg-type]

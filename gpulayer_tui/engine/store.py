@@ -476,8 +476,9 @@ def job_row_json(row: Sequence[Any]) -> JobRowJSON:
     return out
 
 
-# What the text filter looks in: id, name, command, message, status, project and domain
-# names (each domain held, each pinned to, @CLUSTER). The TUI's filter matches the same
+# What the text filter looks in: id, name, command, message, status, the termination
+# reason (as stored, and as shown: "engine lost"), project and domain names (each domain
+# held, each pinned to, @CLUSTER). The TUI's filter matches the same
 # (widgets/job_columns.filter_haystack); each is a predicate on :text (a LIKE pattern).
 def _text_matches(fold: str) -> tuple[str, ...]:
     """The filter's predicates, each value passed through the SQL function ``fold``
@@ -499,6 +500,9 @@ def _text_matches(fold: str) -> tuple[str, ...]:
             # The command's words joined by spaces, as a shell shows it (and the TUI).
             "(SELECT group_concat(value, ' ') FROM json_each(jobs.spec, '$.command'))",
             "status",
+            # ("failed (engine lost)" was shown and "engine lost" found nothing: h174)
+            "termination_reason",
+            "replace(termination_reason, '_', ' ')",
             # (a sweep's --project was stored and found nowhere: tester h69)
             "json_extract(spec, '$.project')",
             "'@' || json_extract(spec, '$.cluster')",

@@ -146,7 +146,8 @@ def command_text(job: JobRowJSON, quoted: bool = True) -> str:
 def filter_haystack(job: JobRowJSON) -> str:
     """What the jobs filter (``/``) looks in, its ASCII letters lower-cased (as SQLite's
     LIKE folds them: Python's lower() also turned the Kelvin sign into "k"), one field a
-    line (a match never spans two): id, name, command, message, status, project, the domain
+    line (a match never spans two): id, name, command, message, status, the termination
+    reason (as stored, and as shown: ``engine lost``), project, the domain
     names (each domain it holds or held, each it is pinned to, ``@CLUSTER`` for a Slurm
     job).
 
@@ -163,6 +164,11 @@ def filter_haystack(job: JobRowJSON) -> str:
             command_text(job, quoted=False),
             str(job.get("message") or ""),
             str(job.get("status", "")),
+            *(
+                (str(reason), str(reason).replace("_", " "))
+                if (reason := job.get("termination_reason"))
+                else ()
+            ),
             *((str(spec["project"]),) if spec.get("project") else ()),
             *(str(d) for d in job.get("domains") or ()),
             *((pinned,) if isinstance(pinned, str) else (str(d) for d in pinned or ())),
