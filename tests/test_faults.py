@@ -758,3 +758,31 @@ async def test_nothing_is_started_while_the_database_cannot_be_written(
     await _mend_writes(engine, "full")
     done = await engine.wait(waiter.id, timeout=20)
     assert done.status is JobStatus.COMPLETED, done.message
+
+
+async def test_a_start_decided_in_the_batch_whose_write_fails_says_it_waits_to_be_stored(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Decided as the job before it ended, in the commit that failed (a full disk), it read
+    # "running", its runtime counting, with no process; its timeline kept the decision
+    # as its start (tester h174 #2).
+    engine = await make_engine(cpu_count=1)
+    go = tmp_path / "go"
+    await engine.submit({"shell": f"while [ ! -e {go} ]; do sleep 0.02; done", "gpus": 0})
+    second = await engine.submit({"command": ["sleep", "0.2"], "gpus": 0})
+    assert second.status is JobStatus.QUEUED
+    await _break_writes(engine, "read-only")
+    go.touch()  # (its end and the next job's start: one commit, which fails)
+    await eventually(lambda: engine.store.failure is not None)
+    waiting = await engine.get(second.id)
+    assert waiting.status is JobStatus.RUNNING and waiting.pid is None
+    assert waiting.message == (
+        "placed on cpu; starts once its start is stored (database write failed: attempt to "
+        "write a readonly database)"
+    )
+    await _mend_writes(engine, "read-only")
+    done = await engine.wait(second.id, timeout=20)
+    assert done.status is JobStatus.COMPLETED
+    assert done.started_at is not None and done.pid is not None
+    messages = [e["message"] for e in await engine.events_of(second.id)]
+    assert "running on cpu" in messages

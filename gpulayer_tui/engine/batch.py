@@ -21,7 +21,7 @@ from .commandline import SHELL_BUILTIN_PROGRAMS, literal_program, plain_argv, sh
 from .executor import Executor, Exit, LaunchError, PreparedStart, Started, TaskKey
 from .jobbook import ActiveJob, JobBook, release_holds, retake_holds, take_holds
 from .launcher import why_not_runnable
-from .models import DomainState, EventKind, Job, JobStatus, TerminationReason
+from .models import DomainState, EventKind, Job, JobKind, JobStatus, TerminationReason
 from .unkillable import StuckReleaser
 
 if TYPE_CHECKING:
@@ -424,6 +424,28 @@ class BatchRunner:
             prepared = None  # (_launch tries again once durable, and fails the job then)
         early = None if prepared is None else functools.partial(self._send_early, job, prepared)
         self._book.after_commit(functools.partial(self._launch, job.id, prepared), early)
+
+    def starts_not_stored(self, failure: str) -> None:
+        """Database writes began to fail (``failure``): a start decided in the batch that
+        failed is not durable, so it is not made until a retry commits it. The job says
+        so, not "running" (it read running, its runtime counting, with no process; its
+        runtime then counts from its real start: tester h174)."""
+        for act in list(self._book):
+            job = act.job
+            if (
+                job.status is not JobStatus.RUNNING
+                or job.kind is not JobKind.COMMAND
+                or act.launched
+                or act.held_back
+                or job.pid is not None
+                or job.stop_reason is not None
+            ):
+                continue
+            act.held_back = True
+            self._book.note(
+                act,
+                f"placed on {', '.join(job.domains)}; starts once its start is stored ({failure})",
+            )
 
     def _prepare(self, act: ActiveJob) -> PreparedStart:
         """The job's start request.

@@ -216,6 +216,7 @@ class Engine:
         self.batch = BatchRunner(
             self.book, self.scheduler, self.executor, self.watcher, settings, env, self.disk
         )
+        self.store.on_unwritable = self.batch.starts_not_stored
         self.services = ServiceRunner(
             self.book,
             self.scheduler,

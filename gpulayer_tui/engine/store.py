@@ -648,6 +648,9 @@ class Store:
         self._retry_delay = RETRY_FIRST_S
         self.failure: str | None = None
         self.on_writable: Callable[[], None] | None = None
+        # Told (the failure, in words) when writes start failing: what was decided in the
+        # batch that failed is not durable, so not acted on, until a retry commits it.
+        self.on_unwritable: Callable[[str], None] | None = None
         """Called (on the loop) when writes work again after a failure."""
         self.run_id = 0
         self.previous_run_id = 0  # (the engine run before this one: 0 for none)
@@ -1004,6 +1007,7 @@ class Store:
         inserts = [r.static + r.dynamic for r in rows.values() if r.static is not None]
         updates = [(*r.dynamic, r.job_id) for r in rows.values() if r.static is None]
         error: Exception | None = None
+        began = False  # (a failure that begins with this batch)
         try:
             await self._on_writer(self._transaction, extra, inserts, updates, stored, early)
         except Exception as err:  # sqlite3.Error above all; the writer must never die
@@ -1020,7 +1024,8 @@ class Store:
             # keeping it would block every later write. Report it to the waiters and go on.
             log.error("database write failed; this batch is dropped", exc_info=error)
         else:
-            if self.failure is None:
+            began = self.failure is None
+            if began:
                 log.error("database write failed, refusing new work until it succeeds: %s", error)
             self.failure = f"database write failed: {error}"
             # Keep what must not be lost for the retry: each job's latest row, the history
@@ -1032,6 +1037,11 @@ class Store:
             self._retry.append(_Write(None, kept, None, extra, history))
             self._retry += [_Write(None, [], None, then=cb) for cb in callbacks]
         retried = isinstance(error, sqlite3.Error)  # (kept for the retry: see above)
+        if retried and began and self.on_unwritable is not None:
+            try:
+                self.on_unwritable(self.failure or "")
+            except Exception:
+                log.exception("a reaction to the database write failure failed")
         for write in batch:
             if write.done is not None and not write.done.done():
                 if error is None:
