@@ -195,3 +195,30 @@ async def test_an_event_stream_refused_says_the_engines_reason(served: Served, h
 def _write_config(home: Path, text: str) -> None:
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     (home / "config.toml").write_text(text)
+
+
+async def test_a_silent_jobs_output_stops_saying_the_lost_connection_once_read_again(
+    served: Served, home: Path
+) -> None:
+    # The job wrote nothing: "lost the connection to the engine" stayed under its output
+    # after the engine was back, with nothing read to replace it (tester h176 #4).
+    from gpulayer_tui.widgets.log_tail import LogTail
+
+    served.start("--simulate", "1xA100-80GB")
+    job_id = int(served.cli("submit", "--", "sleep", "600").stdout)
+    backend = SocketBackend(resolve_paths())
+    app = build_app(backend, refresh_interval=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.open_job(job_id)
+        detail = await until(pilot, lambda: isinstance(app.screen, JobDetailScreen) and app.screen)
+        log = await until(pilot, lambda: next(iter(detail.query(LogTail)), None))
+        assert served.proc is not None
+        served.proc.kill()
+        served.proc.wait()
+        lost = "lost the connection to the engine"
+        await until(pilot, lambda: lost in str(log.border_subtitle), "the loss said", timeout=20)
+        served.start("--simulate", "1xA100-80GB")
+        await until(pilot, lambda: app.connection_problem == "", "reconnected", timeout=20)
+        await until(pilot, lambda: lost not in str(log.border_subtitle), "no longer said", 20)
+        served.cli("cancel", str(job_id))
+    await backend.close()

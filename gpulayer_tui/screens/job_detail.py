@@ -745,6 +745,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
         """Read the output until the job has ended and everything it wrote is shown."""
         app = view_of(self)
         log = self.query_one(LogTail)
+        connection_said = False
         while True:
             if self._adopted:
                 break  # (its output is where it was started: the pane stayed blank)
@@ -780,6 +781,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                     continue
             except ConnectionLost as err:
                 log.border_subtitle = Content(str(err))
+                connection_said = True
                 await asyncio.sleep(2.0)
                 continue
             except BackendError as err:
@@ -800,6 +802,11 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                     )
                 self._log_error = str(err)
                 break
+            if connection_said:
+                # Read again: the lost connection is no longer said (with no output to
+                # replace it, it stayed under the log of a silent job: tester h176).
+                connection_said = False
+                log.border_subtitle = Content(log.partial_line)
             if chunk.data:
                 kept, first = len(log.source_lines), not log.bytes_read
                 log.feed(chunk.data)
