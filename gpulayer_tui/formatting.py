@@ -452,7 +452,7 @@ def usage_lines(summary: UsageSummaryJSON, active: bool = False) -> list[tuple[s
         ),
         (
             "energy",
-            f"{summary['energy_wh']:g} Wh"
+            f"{summary['energy_wh']:.3f} Wh"
             + (" (estimated from power)" if summary.get("energy_estimated") else "")
             + f", {summary['gpu_hours']:.3f} GPU-hours",
         ),

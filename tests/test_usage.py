@@ -833,6 +833,9 @@ def test_a_job_that_ended_between_two_readings_says_it_was_not_read() -> None:
     read = dict(summary, samples=1, util_mean=55.0, energy_wh=0.011, peak_vram=GIB)
     said = dict(usage_lines(read))  # type: ignore[arg-type]
     assert said["GPU use"].startswith("util mean 55%") and said["energy"].startswith("0.011 Wh")
+    # Always to the Wh's thousandth, as stored ("0.78 Wh" beside "14.943 Wh": h176 #8).
+    said = dict(usage_lines(dict(read, energy_wh=0.78)))  # type: ignore[arg-type]
+    assert said["energy"].startswith("0.780 Wh")
 
 
 async def test_a_gpu_job_no_reading_saw_has_a_record_of_the_gpus_it_held(

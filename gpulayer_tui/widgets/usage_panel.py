@@ -43,7 +43,7 @@ def collapsed_line(summary: UsageSummaryJSON | None, active: bool) -> Content:
         sep,
         "util ?" if util is None else f"util {util:g}%",
         sep,
-        f"{summary['energy_wh']:g} Wh",
+        f"{summary['energy_wh']:.3f} Wh",
     ]
     if summary.get("idle_warning"):
         pieces += [sep, ("idle warning", "$text-warning bold")]
