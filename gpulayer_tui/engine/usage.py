@@ -544,6 +544,13 @@ class JobUsage:
         if declared is None:
             if not self.shareable:
                 return None, None  # (nothing to gain here: a GPU takes one job whatever)
+            if self.totals()["shared_ticks"] > 0:
+                # (it did share: "so it can share a GPU" read wrong beside "(GPU shared
+                # with other jobs)"; tester h176)
+                return suggestion, (
+                    f"held at most {_gb(peak)} GiB per GPU; declare vram_gb = {suggestion:g} "
+                    "so the scheduler keeps that much for it beside the jobs sharing its GPU"
+                )
             return suggestion, (
                 f"held at most {_gb(peak)} GiB per GPU; declare vram_gb = {suggestion:g} so it "
                 "can share a GPU"
