@@ -2005,3 +2005,24 @@ def test_replicas_are_said_in_ranges() -> None:
     assert _replicas_said([2, 3]) == "replicas 2, 3"
     assert _replicas_said(list(range(1, 64))) == "replicas 1-63"
     assert _replicas_said([7, 1, 2, 3, 5, 8, 9]) == "replicas 1-3, 5, 7-9"
+
+
+def test_status_says_a_long_replica_state_under_its_table() -> None:
+    # A starting replica's whole message in STATE made the table ~190 columns wide
+    # (tester h170): its first words in the cell, marked, and the whole state below.
+    from gpulayer_tui.cli.format import _replica_lines
+
+    why = "port 41234 not answering; it listens on 127.0.0.1:8000 instead (a fixed port?)"
+    replica: dict[str, Any] = {
+        "index": 0, "state": "starting", "started_at": 100.0, "port": 41234, "message": why,
+        "domains": ["cpu"], "pid": 7, "restarts": 0, "last_exit_code": None, "endpoint": None,
+    }  # fmt: skip
+    up = {**replica, "index": 1, "state": "up", "endpoint": "127.0.0.1:5", "message": ""}
+    job: Any = {"status": "running", "spec": {"replicas": 2}, "replicas": [replica, up]}
+    lines = _replica_lines(job, 112.0)
+    table_rows = [line for line in lines if line.startswith("    0 ") or line.startswith("    1 ")]
+    assert table_rows[0].split()[1:4] == ["starting", "for", "12s"] and " * " in table_rows[0]
+    assert max(len(line) for line in table_rows) < 100
+    said = replica_state(replica, 112.0)
+    assert lines[-1] == f"    replica 0: {said}" and len(said) > 32
+    assert not any(line.startswith("    replica 1:") for line in lines)  # ("up": short)

@@ -307,10 +307,16 @@ def _replica_lines(job: JobRowJSON, now: float) -> list[str]:
         + ("" if limit is None else f", max {limit}")
         + f"  {placement_words(job)}"
     ]
+    placing = job.get("status") in ("pending", "queued")
+    states = {r["index"]: replica_state(r, now, placing=placing) for r in job.get("replicas", [])}
+    # A long state (why a replica is starting, a rolling restart's place) is said whole
+    # under the table, its first words in the cell: the table was ~190 columns wide with
+    # a starting replica's message in STATE (tester h170).
+    cells = {i: _state_cell(state) for i, state in states.items()}
     rows = [
         [
             str(r["index"]),
-            replica_state(r, now, placing=job.get("status") in ("pending", "queued")),
+            cells[r["index"]],
             r.get("endpoint") or "-",
             ",".join(r.get("domains", [])),
             "-"
@@ -324,7 +330,23 @@ def _replica_lines(job: JobRowJSON, now: float) -> list[str]:
     if rows:
         headers = ["#", "STATE", "ENDPOINT", "DOMAINS", "PID", "RESTARTS", "LAST EXIT"]
         lines.extend("    " + line for line in table(headers, rows).splitlines())
+        lines.extend(
+            f"    replica {i}: {state}" for i, state in states.items() if cells[i] != state
+        )
     return lines
+
+
+STATE_CELL_MAX = 32
+"""Columns of a replica's STATE cell in ``status``; a longer state is said under the table."""
+
+
+def _state_cell(state: str) -> str:
+    """A replica's state as its STATE cell says it: whole if short, else its first words
+    (before its details in parentheses or after a ``;``), with a ``*``: said whole below."""
+    if len(state) <= STATE_CELL_MAX:
+        return state
+    head = state.split(" (", 1)[0].split("; ", 1)[0]
+    return (head if len(head) <= STATE_CELL_MAX else head[: STATE_CELL_MAX - 1] + "…") + " *"
 
 
 def _driver_reserves(data: dict[str, Any]) -> str | None:
