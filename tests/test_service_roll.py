@@ -21,10 +21,10 @@ from .test_services import HTTP_SERVER, ManualClock, _http_get, _http_service, _
 R = ReplicaState
 
 
-def _stepped(clock: ManualClock) -> bool:
-    """Step the service clock by 5 s (a portless replica's settling) for a condition that
-    waits on it."""
-    clock.advance(5.0)
+def _stepped(clock: ManualClock, seconds: float = 5.0) -> bool:
+    """Step the service clock (by default 5 s: a portless replica's settling) for a
+    condition that waits on it."""
+    clock.advance(seconds)
     return True
 
 
@@ -106,6 +106,14 @@ async def test_a_rolling_restart_restarts_one_replica_at_a_time_and_serves_throu
     assert next(m for r, s, m in events if r == 0 and s == "backoff") == (
         "replica 0: rolling restart: killed by SIGTERM (exit code 143); starting again"
     )
+    # No "replica.restarted" notification for the roll's own steps (notify skips a
+    # replica event "not_started"): a roll of 5 sent 5 that read as crashes (h177 #4).
+    steps = [
+        e
+        for e in await engine.events_of(svc.id)
+        if e["kind"] == "job.replica" and e["data"]["state"] == "backoff"
+    ]
+    assert len(steps) == 3 and all(e["data"].get("not_started") for e in steps)
     await engine.cancel(svc.id)
     await engine.wait(svc.id, timeout=30)
 
@@ -201,6 +209,31 @@ async def test_a_scale_down_during_a_roll_leaves_out_the_replicas_it_removes(
     await engine.wait(svc.id, timeout=30)
 
 
+async def test_a_scale_down_removing_every_replica_left_to_restart_ends_the_roll_said(
+    make_engine: EngineFactory,
+) -> None:
+    # Its timeline said it started, then nothing: every replica it had left went with the
+    # scale-down (tester h177 #3).
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, cpu_count=4, service_clock=clock)
+    svc = await engine.submit(_service(["sleep", "600"], replicas=3, port=False))
+    await eventually(lambda: all(r.pid for r in _live(engine, svc.id).replicas))
+    await engine.roll(svc.id)
+    first, second, _ = _live(engine, svc.id).replicas
+    # Replica 0 restarted and up; replica 1 stopped by the roll (the clock is stepped
+    # only until then), then started, not up yet (5 s to settle: the clock stands).
+    await eventually(lambda: second.roll is Roll.RESTARTING or (_stepped(clock, 1.0) and False))
+    clock.advance(0.0)
+    await eventually(lambda: second.roll is Roll.STARTED and second.pid is not None)
+    assert first.roll is Roll.NONE
+    await engine.edit(svc.id, {"replicas": 1})
+    await eventually(lambda: len(_live(engine, svc.id).replicas) == 1)
+    said = [e for e in await _edited(engine, svc.id) if e.startswith("rolling restart")]
+    assert said[1:] == ["rolling restart done: replicas 1, 2 left removed by a scale-down"]
+    await engine.cancel(svc.id)
+    await engine.wait(svc.id, timeout=30)
+
+
 async def test_a_roll_is_refused_where_it_does_not_apply_and_warned_of_one_replica(
     make_engine: EngineFactory,
 ) -> None:
@@ -285,7 +318,7 @@ async def test_a_restarted_replica_not_up_in_time_stops_the_roll(
     edited = (await _edited(engine, svc.id))[-1]
     assert edited.startswith(
         "rolling restart stopped: replica 0 was not up 60 s ([services] restart_down_after) "
-        "after its start (starting: "
+        "(starting: "
     ), edited
     assert edited.endswith("after its restart; replica 1 not restarted")
     second = _live(engine, svc.id).replicas[1]

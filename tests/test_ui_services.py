@@ -626,6 +626,17 @@ async def test_r_on_a_running_service_restarts_its_replicas_one_at_a_time(ui_app
             "replica 0 restarted",
         )
         assert replicas()[1]["pid"] == pids[1] and replicas()[1]["roll"] == "waits"
+        # R again meanwhile says the roll under way at once, not after its question (h177).
+        await pilot.press("R")
+        await until(
+            pilot,
+            lambda: any(
+                "is restarting its replicas one at a time already (replica " in str(n.message)
+                for n in app._notifications
+            ),
+            "the roll said",
+        )
+        assert not isinstance(app.screen, ConfirmScreen)
         await app.backend.cancel(job["id"])
 
 

@@ -850,10 +850,42 @@ def _status(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
     return code
 
 
+def _exit_when_reader_goes() -> None:
+    """Following, exit 0 once whoever reads stdout (a pipe, a socket) has gone: ``logs -f
+    | grep -q READY`` returned only when the job next wrote, never for a service that
+    said READY and went quiet (tester h178), since a closed reader is seen only by a
+    write. A thread waits in ``poll`` for the pipe's error or hang-up, as ``tail -f``
+    does; there is nothing left to say to a reader that went away."""
+    import select
+    import stat
+    import threading
+
+    try:
+        fd = sys.stdout.fileno()
+        mode = os.fstat(fd).st_mode
+    except (OSError, ValueError):
+        return
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        return
+
+    def watch() -> None:
+        poller = select.poll()
+        # (POLLOUT is not asked for: a pipe with room reports it at once, a busy loop;
+        # its error and hang-up are reported whatever the mask)
+        poller.register(fd, select.POLLERR | select.POLLHUP)
+        while True:
+            for _, events in poller.poll():
+                if events & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+                    os._exit(EXIT_OK)
+
+    threading.Thread(target=watch, name="stdout-reader", daemon=True).start()
+
+
 def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     query = []
     if args.follow:
         query.append("follow=1")
+        _exit_when_reader_goes()
     if args.replica is not None:
         query.append(f"replica={args.replica}")
     out = sys.stdout.buffer
@@ -1958,10 +1990,14 @@ def _restart(client: Client, args: argparse.Namespace, parser: argparse.Argument
     if isinstance(rolling, list):  # (a running service: restarted in place)
         from ..fields import replicas_said
 
+        how = (
+            "one at a time, each once the one before it is up again"
+            if len(rolling) > 1
+            else "(stopped, then started again)"
+        )
         _error(
-            f"job {job['id']} restarts {replicas_said(rolling)} one at a time, each "
-            f"once the one before it is up again (`gpulayer-tui status {job['id']}` shows "
-            "where it is)"
+            f"job {job['id']} restarts {replicas_said(rolling)} {how} "
+            f"(`gpulayer-tui status {job['id']}` shows where it is)"
         )
         return EXIT_OK
     gone = answer.get("left_out") or []  # (an older engine leaves it out)

@@ -526,11 +526,13 @@ class ServiceRunner:
         if not any(r.roll is not Roll.NONE for r in job.replicas):
             return
         finished: list[int] = []
+        removed: list[int] = []
         for replica in job.replicas:
             if replica.roll is Roll.NONE:
                 continue
             if _removed(act, replica):
                 replica.roll = Roll.NONE  # (a scale-down removed it: it stops for good)
+                removed.append(replica.index)
             elif replica.roll is Roll.STARTED and _serves(replica):
                 settled = self._settles_in(replica)
                 if settled > 0:
@@ -547,11 +549,14 @@ class ServiceRunner:
         following = next((r for r in job.replicas if r.roll is Roll.WAITS), None)
         if following is None:
             if finished:
-                self._book.record(
-                    act,
-                    EventKind.EDITED,
-                    {"message": f"rolling restart done: replica {finished[-1]}, the last, is up"},
-                )
+                said = f"rolling restart done: replica {finished[-1]}, the last, is up"
+            elif removed:
+                # (the replicas it had left went with a scale-down: it ended unsaid, h177)
+                left = replicas_said(removed)
+                said = f"rolling restart done: {left} left removed by a scale-down"
+            else:
+                return
+            self._book.record(act, EventKind.EDITED, {"message": said})
             return
         if following.state in (R.STARTING, R.UP) and following.pid is None:
             # Its start is decided and under way: it starts as things are now already.
@@ -651,7 +656,7 @@ class ServiceRunner:
         self._roll_stopped(
             act,
             replica,
-            f"was not up {limit:g} s ([services] restart_down_after) after its start "
+            f"was not up {limit:g} s ([services] restart_down_after) "
             f"({replica.state.value}: {replica.message})",
         )
 
@@ -1181,8 +1186,16 @@ class ServiceRunner:
             replica.next_restart_at = self.clock.now()
             if not any(r.state is R.STOPPING for r in act.job.replicas if r is not replica):
                 act.job.kill_at = None
+            # (not_started: no "replica.restarted" notification; a roll of 5 sent 5 alerts
+            # that read as crashes: tester h177)
             self._set_replica(
-                act, replica, R.BACKOFF, f"rolling restart: {what}; starting again", code, at=late
+                act,
+                replica,
+                R.BACKOFF,
+                f"rolling restart: {what}; starting again",
+                code,
+                at=late,
+                not_started=True,
             )
             runtime.restart_timers[index] = self.clock.call_later(
                 0.0, functools.partial(self._restart_replica, act.job.id, index)

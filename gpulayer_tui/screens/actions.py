@@ -367,6 +367,18 @@ def ask_to_restart(
     if refused:  # (asked, confirmed, then refused by the engine: tester h75)
         ui.notify(f"job {job_id} {refused}", title=f"restart job {job_id}", severity="warning")
         return
+    rolling = [r for r in job.get("replicas") or () if r.get("roll")]
+    if is_scalable(job) and rolling:
+        # (asked, confirmed, then refused: the roll under way was said only after "y";
+        # tester h177)
+        now = next((r for r in rolling if r.get("roll") != "waits"), rolling[0])
+        ui.notify(
+            f"job {job_id} is restarting its replicas one at a time already (replica "
+            f"{now['index']} now: {now.get('state', '')}): wait for it to end",
+            title=f"restart job {job_id}",
+            severity="warning",
+        )
+        return
 
     async def restart() -> None:
         try:
@@ -378,9 +390,10 @@ def ask_to_restart(
         rolling = answer.get("rolling")
         if rolling is not None:  # (a running service, restarted in place)
             said = "\n".join(printable(w) for w in answer.get("warnings") or ())
+            one_by_one = " one at a time" if len(rolling) > 1 else ""
             ui.notify(
                 said or "each once the one before it is up again",
-                title=f"job {job_id} restarts {replicas_said(rolling)} one at a time",
+                title=f"job {job_id} restarts {replicas_said(rolling)}{one_by_one}",
                 severity="warning" if said else "information",
             )
             return
