@@ -170,6 +170,31 @@ async def test_a_scale_up_keeps_to_its_users_gpu_limit(make_engine: EngineFactor
     await engine.wait(svc.id, timeout=20)
 
 
+async def test_a_scale_up_leaves_the_room_a_job_held_at_the_same_limit_waits_for(
+    make_engine: EngineFactory,
+) -> None:
+    # Within the limit, a scale-up took the last GPU a 2-GPU job of the same user waited
+    # for under it, as its later jobs no longer may (tester h177 #1).
+    config = make_config(users={"default": {"max_gpus": 3}})
+    engine = await make_engine("4xA100-80GB", config=config)
+    svc = await engine.submit(_service(["sleep", "600"], port=False, gpus=1))
+    other = await engine.submit({"command": ["sleep", "600"], "gpus": 1})
+    held = await engine.submit({"command": ["true"], "gpus": 2})
+    assert held.status is JobStatus.QUEUED and "3 GPUs running at once" in held.message
+    with pytest.raises(JobNotActive) as refused:
+        await engine.edit(svc.id, {"replicas": 2})
+    assert str(refused.value).startswith(
+        f"job {svc.id} cannot grow to 2 replicas now: job {held.id} waits for that room under "
+        "the same limit (user root's limit: 3 GPUs running at once"
+    )
+    await engine.cancel(held.id)
+    await engine.edit(svc.id, {"replicas": 2})  # (no one waits for it now)
+    assert len(_live(engine, svc.id).replicas) == 2
+    await engine.cancel(other.id)
+    await engine.cancel(svc.id)
+    await engine.wait(svc.id, timeout=20)
+
+
 async def test_cpu_replicas_added_get_their_own_port_and_slots_of_the_pool(
     make_engine: EngineFactory, tmp_path: Any
 ) -> None:

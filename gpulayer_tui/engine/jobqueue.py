@@ -135,6 +135,9 @@ class JobQueue:
         self._waiting_count: dict[int, int] = {}  # user -> waiting jobs
         self.reservation: Reservation | None = None  # (the last pass's first)
         self.reservations: list[Reservation] = []  # (the last pass's: GPUs, the cpu pool)
+        # By user, the best job of theirs a limit held back in the last open pass: which
+        # limits, the job, why (a scale-up of that user's service leaves it that room).
+        self.held_by_limit: dict[int, tuple[frozenset[str], int, str]] = {}
         # Stops a preemptible job for a better one (wired by the engine to its runner).
         self.preempt: Callable[[ActiveJob, ActiveJob], None] | None = None
         # (a victim, why): the job it was stopped for no longer needs it
@@ -463,6 +466,11 @@ class JobQueue:
         )
         if why is not None:
             return why
+        held = self.held_by_limit.get(uid)
+        if held is not None and held[0] & _limits_taken(more) and held[1] in self._book:
+            # (the room under the limit that job waits for: taken by a scale-up, it waited
+            # on, again and again; tester h177)
+            return f"job {held[1]} waits for that room under the same limit ({held[2]})"
         # (a GPU replica goes on a domain of its own; CPU replicas take more of the pool)
         own = frozenset(d.name for d in act.holds) if more.gpus else frozenset()
         others = [r for r in self.reservations if r.job_id != act.job.id]
@@ -1029,6 +1037,8 @@ class JobQueue:
                 break  # resources changed: look at the heads again, best first
         self.reservation = reserved[0] if reserved else None
         self.reservations = reserved
+        if closed is None:
+            self.held_by_limit = limited
         self._recheck_preemptions(closed)
         stopping_for: dict[int, str] = {}  # the job a preemption is for -> its reason's end
         if self.settings.preempt_after is not None:
