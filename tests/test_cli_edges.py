@@ -2102,6 +2102,25 @@ def test_a_reader_gone_early_leaves_wait_and_status_their_exit_status(engine: Se
     assert closed_reader("status", slow) == 0
 
 
+def test_logs_follow_ends_when_its_reader_goes_even_with_the_job_silent(engine: Served) -> None:
+    # `logs -f ID | grep -q READY` returned only once the job next wrote: never, for a
+    # server that said READY and went quiet (tester h178). Its reader gone, it exits 0.
+    job = _submit(engine, "--shell", "--", "echo READY; exec sleep 600")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui", "logs", "-f", job],
+        env=engine.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"READY\n"
+    proc.stdout.close()  # (as grep -q does once it has its line)
+    assert proc.wait(timeout=20) == 0
+    assert json.loads(engine.cli("status", job, "--json").stdout)["job"]["status"] == "running"
+    engine.cli("cancel", job)
+
+
 def test_wait_says_an_unknown_id_before_it_waits_for_the_others(engine: Served) -> None:
     # `wait ID 99999` waited for ID to end, then said "no job 99999" (tester h159): a
     # typo among the ids was found hours later.
