@@ -220,7 +220,7 @@ def replica_lines(job: JobJSON, now: float) -> Content:
 REASON_WORDS: dict[str, str] = {
     "over_capacity": "over capacity",
     "launch_failed": "it could not be started",
-    "engine_lost": "its end was not seen (the engine lost it)",
+    "engine_lost": "its end was not seen (no engine or launcher watched it)",
     "domain_lost": "the GPU it ran on was lost",
     "adopted_exit_unobserved": "its exit was not seen",
     "adopt_pid_gone": "not adopted: the process was gone",
