@@ -408,6 +408,14 @@ def _replica_state(replica: ReplicaJSON, now: float, *, placing: bool = False) -
     return state
 
 
+def gpu_time(hours: float) -> str:
+    """GPU time held: ``0.500 GPU-hours``; under a thousandth of one, in GPU-seconds (a
+    half-second job "held 0.000 GPU-hours", as if nothing: tester h180)."""
+    if hours <= 0 or hours >= 0.001:
+        return f"{hours:.3f} GPU-hours"
+    return f"{hours * 3600:.1f} GPU-seconds"
+
+
 def usage_lines(summary: UsageSummaryJSON, active: bool = False) -> list[tuple[str, str]]:
     """What a job used, as ``(label, text)`` lines (``status`` and the job detail);
     ``active``: it has not ended."""
@@ -434,7 +442,7 @@ def usage_lines(summary: UsageSummaryJSON, active: bool = False) -> list[tuple[s
                 "not read: it ended before its GPUs were next sampled ([engine] "
                 "sample_interval)" + (f" ({gpus})" if gpus else ""),
             ),
-            ("energy", f"not measured, {summary['gpu_hours']:.3f} GPU-hours held"),
+            ("energy", f"not measured, {gpu_time(summary['gpu_hours'])} held"),
         ]
     lines = [
         (
@@ -454,7 +462,7 @@ def usage_lines(summary: UsageSummaryJSON, active: bool = False) -> list[tuple[s
             "energy",
             f"{summary['energy_wh']:.3f} Wh"
             + (" (estimated from power)" if summary.get("energy_estimated") else "")
-            + f", {summary['gpu_hours']:.3f} GPU-hours",
+            + f", {gpu_time(summary['gpu_hours'])}",
         ),
     ]
     if summary.get("advice"):

@@ -776,6 +776,7 @@ async def test_a_start_decided_in_the_batch_whose_write_fails_says_it_waits_to_b
     await eventually(lambda: engine.store.failure is not None)
     waiting = await engine.get(second.id)
     assert waiting.status is JobStatus.RUNNING and waiting.pid is None
+    assert waiting.started_at is None  # (no runtime counting with no process: h180)
     assert waiting.message == (
         "placed on cpu; starts once its start is stored (database write failed: attempt to "
         "write a readonly database)"

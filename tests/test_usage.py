@@ -834,7 +834,7 @@ def test_a_job_that_ended_between_two_readings_says_it_was_not_read() -> None:
             "GPU use",
             "not read: it ended before its GPUs were next sampled ([engine] sample_interval) (#0)",
         ),
-        ("energy", "not measured, 0.000 GPU-hours held"),
+        ("energy", "not measured, 1.1 GPU-seconds held"),
     ]
     # Not ended: not read yet ("it ended before ..." of a job just started: tester h163).
     assert usage_lines(summary, active=True) == [  # type: ignore[arg-type]
@@ -843,6 +843,12 @@ def test_a_job_that_ended_between_two_readings_says_it_was_not_read() -> None:
     read = dict(summary, samples=1, util_mean=55.0, energy_wh=0.011, peak_vram=GIB)
     said = dict(usage_lines(read))  # type: ignore[arg-type]
     assert said["GPU use"].startswith("util mean 55%") and said["energy"].startswith("0.011 Wh")
+    # GPU time under a thousandth of an hour in GPU-seconds ("0.000 GPU-hours held" of a
+    # half-second job read as nothing held: tester h180).
+    from gpulayer_tui.formatting import gpu_time
+
+    assert gpu_time(0.5) == "0.500 GPU-hours" and gpu_time(0.0) == "0.000 GPU-hours"
+    assert gpu_time(0.0002) == "0.7 GPU-seconds"
     # Always to the Wh's thousandth, as stored ("0.78 Wh" beside "14.943 Wh": h176 #8).
     said = dict(usage_lines(dict(read, energy_wh=0.78)))  # type: ignore[arg-type]
     assert said["energy"].startswith("0.780 Wh")
@@ -865,3 +871,15 @@ async def test_a_gpu_job_no_reading_saw_has_a_record_of_the_gpus_it_held(
     held = (done.ended_at - done.started_at) * 2
     assert summary["gpu_hours"] == round(held / 3600, 4)
     assert summary["util_mean"] is None and summary["energy_wh"] == 0.0
+
+
+async def test_a_gpu_job_whose_launch_failed_has_no_usage(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # It never ran: "not read: it ended before its GPUs were next sampled" was said of it
+    # (tester h180).
+    engine = await _engine(make_engine)
+    job = await engine.submit({"command": ["/nonexistent/program"], "gpus": 1})
+    done = await engine.wait(job.id, timeout=10)
+    assert done.termination_reason is not None and done.termination_reason.value == "launch_failed"
+    assert (await engine.usage_of(job.id))["summary"] is None

@@ -418,6 +418,8 @@ class BatchRunner:
         # (Its timeout is armed as it starts: armed here, a decision whose commit waited
         # on a locked database timed the job out before it ever ran: tester h119.)
         self._book.transition(act, JobStatus.RUNNING, message=message)
+        if act.held_back:
+            job.started_at = None  # (no runtime counting until it starts: _started_late)
         try:
             prepared: PreparedStart | None = self._prepare(act)
         except LaunchError:
@@ -442,6 +444,8 @@ class BatchRunner:
             ):
                 continue
             act.held_back = True
+            # (its runtime counted from the decision, with no process: tester h180)
+            job.started_at = None
             self._book.note(
                 act,
                 f"placed on {', '.join(job.domains)}; starts once its start is stored ({failure})",

@@ -350,9 +350,12 @@ class Engine:
                 act.job.id,
                 act.job.ended_at,
                 len(act.job.gpus),
-                # (a batch job's one run held its GPUs from its start to its end)
+                # (a batch job's one run held its GPUs from its start to its end; one that
+                # never started, its launch failed, held none: tester h180)
                 act.job.started_at
-                if act.job.kind is JobKind.COMMAND and not act.job.attempt
+                if act.job.kind is JobKind.COMMAND
+                and not act.job.attempt
+                and (act.launched or act.job.pid is not None)
                 else None,
                 act.job.gpus,
             )
