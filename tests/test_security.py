@@ -812,6 +812,45 @@ def test_allowed_groups_are_the_users_groups_not_its_processes(shared: SharedEng
     assert shared.nobody("jobs").returncode == 0
 
 
+def test_a_stream_of_a_user_taken_out_of_an_allowed_group_is_cut_within_the_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # New requests were refused within the groups' cache, but the event and log streams
+    # it had open went on for as long as it liked (tester h179): a stream's reader is
+    # asked again once the groups read are GROUPS_CACHE_S old, not only at a reload.
+    # (The user database is faked at its boundary, os.getgrouplist; the request at
+    # aiohttp's, its peer's credentials.)
+    import grp
+    import pwd
+    from types import SimpleNamespace
+
+    from gpulayer_tui.engine import access, api
+    from gpulayer_tui.engine.config import parse_config_text
+
+    nobody = pwd.getpwnam("nobody")
+    group = grp.getgrgid(0).gr_name
+    member = {"now": True}
+
+    def groups(name: str, gid: int) -> list[int]:
+        return [gid, 0] if name == "nobody" and member["now"] else [gid]
+
+    monkeypatch.setattr(access.os, "getgrouplist", groups)
+    monkeypatch.setattr(access, "GROUPS_CACHE_S", 0.0)
+    monkeypatch.setattr(api, "GROUPS_CACHE_S", 0.0)
+    monkeypatch.setattr(api, "peer_creds", lambda request: (1, nobody.pw_uid, nobody.pw_gid))
+    access._groups_read.clear()
+    config = parse_config_text(f'[security]\nallowed_groups = ["{group}"]\n')
+    engine = SimpleNamespace(config=config)
+    request: Any = SimpleNamespace(app={api.ENGINE_KEY: engine})
+    allowed = api._StillAllowed(request)
+    assert allowed() and allowed()
+    member["now"] = False  # (taken out of the group; the config unchanged)
+    assert not allowed() and allowed.lost
+    member["now"] = True
+    assert not allowed()  # (once cut, cut: it asks again, and is let in or told why)
+    access._groups_read.clear()
+
+
 def test_a_user_taken_out_of_an_allowed_group_is_held_within_the_groups_cache(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

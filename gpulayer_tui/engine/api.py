@@ -79,7 +79,15 @@ from ..fields import (
     too_long,
 )
 from ..unixsock import SocketPath
-from .access import Forbidden, access_refusal, is_admin, peer_creds, peer_uid, user_name
+from .access import (
+    GROUPS_CACHE_S,
+    Forbidden,
+    access_refusal,
+    is_admin,
+    peer_creds,
+    peer_uid,
+    user_name,
+)
 from .api_connections import ConnectionCount, CountedSocketSite
 from .config import Config
 from .engine import EditRecord, Engine
@@ -236,7 +244,9 @@ def _cut_off(request: web.Request) -> None:
 class _StillAllowed:
     """Whether a stream's reader is still let in: the access rules read again whenever
     the configuration changed (a uid taken out of ``[security]``, or ``share_logs``
-    turned off, kept reading what was already open)."""
+    turned off, kept reading what was already open), and, where groups let users in,
+    every ``GROUPS_CACHE_S`` (a user taken out of an allowed group kept the streams it
+    had open, new requests refused: tester h179)."""
 
     def __init__(
         self,
@@ -247,12 +257,18 @@ class _StillAllowed:
         self._creds = peer_creds(request)
         self._seen = self._engine.config
         self._more = more
+        self._checked_at = time.monotonic()
         self.lost = False
 
     def __call__(self) -> bool:
         config = self._engine.config
-        if config is not self._seen:
+        now = time.monotonic()
+        regroup = bool(config.security.allowed_groups) and (
+            now - self._checked_at >= GROUPS_CACHE_S
+        )
+        if (config is not self._seen or regroup) and not self.lost:
             self._seen = config
+            self._checked_at = now
             if access_refusal(config.security, self._creds) is not None or (
                 self._more is not None and not self._more(config)
             ):
