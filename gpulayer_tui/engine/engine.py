@@ -1542,7 +1542,10 @@ class Engine:
             if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 # (a stopped process takes it only once continued: "SIGTERM sent" and
                 # nothing happened to a stray stopped with ctrl+z; tester h171)
-                signal.pidfd_send_signal(fd, signal.SIGCONT)
+                with contextlib.suppress(ProcessLookupError):
+                    # (ended by the signal and reaped already: it was sent, and a 500
+                    # said it failed; tester h179)
+                    signal.pidfd_send_signal(fd, signal.SIGCONT)
         except PermissionError:
             raise SpecError(
                 f"pid {pid} belongs to {procs.user_name(snapshot.uid)}: this engine may not "
