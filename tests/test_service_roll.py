@@ -264,7 +264,8 @@ async def test_a_roll_is_refused_where_it_does_not_apply_and_warned_of_one_repli
 
 def test_cli_restart_of_a_running_service_rolls_it_in_place(served: Served) -> None:
     served.start("--simulate", "2xA100-80GB")
-    out = served.cli("submit", "--service", "--replicas", "2", "--no-port", "--", "sleep", "600")
+    server = "exec " + " ".join(HTTP_SERVER) + " $PORT"  # (up as its port answers)
+    out = served.cli("submit", "--service", "--replicas", "2", "--shell", "--", server)
     assert out.returncode == 0, out.stderr
     job_id = out.stdout.strip()
 
@@ -272,7 +273,7 @@ def test_cli_restart_of_a_running_service_rolls_it_in_place(served: Served) -> N
         shown = served.cli("status", job_id, "--json")
         return list(json.loads(shown.stdout)["job"]["replicas"])
 
-    wait_for(lambda: all(r["pid"] for r in replicas()), timeout=30)
+    wait_for(lambda: all(r["pid"] and r["state"] == "up" for r in replicas()), timeout=30)
     pids = [r["pid"] for r in replicas()]
 
     rolled = served.cli("restart", job_id)
