@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .backend import (
@@ -135,6 +136,31 @@ def _refusal(paths: Paths) -> str | None:
     return None
 
 
+TERMINAL_CHECK_S = 2.0
+"""How often the TUI looks whether its terminal is still there."""
+
+
+async def _exit_when_terminal_goes(exit_app: Callable[[], object]) -> None:
+    """End the app once its terminal is gone with no SIGHUP to say so (a TUI started
+    under ``setsid`` or ``runuser``, its tmux server killed): Textual's input thread then
+    read end-of-file in a loop, half a core for ever (tester h179). A terminal that hung
+    up is no longer a terminal to ``isatty``."""
+    try:
+        if not os.isatty(sys.stdin.fileno()):
+            return  # (not a terminal from the start: a test, a browser session)
+    except (OSError, ValueError):
+        return
+    while True:
+        await asyncio.sleep(TERMINAL_CHECK_S)
+        try:
+            gone = not os.isatty(sys.stdin.fileno())
+        except (OSError, ValueError):
+            gone = True
+        if gone:
+            exit_app()
+            return
+
+
 def run_tui(
     paths: Paths,
     simulate: str | None,
@@ -209,13 +235,17 @@ def run_tui(
             print(f"gpulayer-tui: {said}", file=sys.stderr)
             notices.append(StartNotice(flag, said))
         paste_guard.install()  # (a paste is text, never keys: tester h151)
+        watch: asyncio.Task[None] | None = None
         try:
             app = build_app(backend, theme=theme, config_file=paths.config_file, notices=notices)
+            watch = asyncio.get_running_loop().create_task(_exit_when_terminal_goes(app.exit))
             result = await app.run_async() or ""
             # (An app that ended on an error printed its traceback, and the shell saw 0.)
             crashed = bool(app.return_code)
             return result
         finally:
+            if watch is not None:
+                watch.cancel()
             await backend.close()
 
     try:

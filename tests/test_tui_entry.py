@@ -256,3 +256,25 @@ def test_input_that_is_not_utf8_is_text_and_never_ends_the_tui(
     wait_for(lambda: "Submit (ctrl+s)" not in terminal.screen(), timeout=20)
     terminal.keys("q")
     terminal.wait_for_text("EXIT=0", timeout=30)
+
+
+def test_a_tui_whose_terminal_goes_without_a_hangup_ends(
+    served: Served, terminal: Terminal, tmp_path: Path
+) -> None:
+    # Started where no SIGHUP reaches it (setsid, runuser) and its tmux server killed,
+    # it read end-of-file in a loop at half a core, for ever (tester h179). Its terminal
+    # no longer a terminal, it ends (as a hung-up one would).
+    served.start("--simulate", "1xA100-80GB")
+    pid_file = tmp_path / "tui.pid"
+    terminal.start(f"setsid -w sh -c 'echo $$ > {pid_file}; exec {sys.executable} -m gpulayer_tui'")
+    terminal.wait_for_text("engine ok", timeout=30)
+    pid = int(pid_file.read_text())
+    terminal.tmux("kill-server")
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), timeout=30)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
