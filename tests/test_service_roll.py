@@ -16,6 +16,7 @@ from gpulayer_tui.engine.errors import JobNotActive
 from gpulayer_tui.engine.models import JobStatus, ReplicaState, Roll
 
 from .conftest import EngineFactory, Served, eventually, pid_gone, wait_for
+from .test_service_scale import _edited, _live
 from .test_services import HTTP_SERVER, ManualClock, _http_get, _http_service, _service
 
 R = ReplicaState
@@ -28,14 +29,17 @@ def _stepped(clock: ManualClock, seconds: float = 5.0) -> bool:
     return True
 
 
-def _live(engine: Engine, job_id: int) -> Any:
-    act = engine.book.get(job_id)
-    assert act is not None
-    return act.job
-
-
-async def _edited(engine: Engine, job_id: int) -> list[str]:
-    return [e["message"] for e in await engine.events_of(job_id) if e["kind"] == "job.edited"]
+async def _rolling_portless(
+    make_engine: EngineFactory, replicas: int
+) -> tuple[Engine, ManualClock, Any]:
+    """An engine on a stepped clock, a portless service of ``replicas`` all started, and
+    its rolling restart begun."""
+    clock = ManualClock()
+    engine = await make_engine(simulate=None, cpu_count=4, service_clock=clock)
+    svc = await engine.submit(_service(["sleep", "600"], replicas=replicas, port=False))
+    await eventually(lambda: all(r.pid for r in _live(engine, svc.id).replicas))
+    await engine.roll(svc.id)
+    return engine, clock, svc
 
 
 async def _replica_events(engine: Engine, job_id: int) -> list[tuple[int, str, str]]:
@@ -190,11 +194,7 @@ async def test_a_rolling_restart_goes_on_after_an_engine_restart(
 async def test_a_scale_down_during_a_roll_leaves_out_the_replicas_it_removes(
     make_engine: EngineFactory,
 ) -> None:
-    clock = ManualClock()
-    engine = await make_engine(simulate=None, cpu_count=4, service_clock=clock)
-    svc = await engine.submit(_service(["sleep", "600"], replicas=3, port=False))
-    await eventually(lambda: all(r.pid for r in _live(engine, svc.id).replicas))
-    await engine.roll(svc.id)
+    engine, clock, svc = await _rolling_portless(make_engine, 3)
     first = _live(engine, svc.id).replicas[0]
     await eventually(lambda: first.roll is Roll.RESTARTING)
     await engine.edit(svc.id, {"replicas": 2})
@@ -214,11 +214,7 @@ async def test_a_scale_down_removing_every_replica_left_to_restart_ends_the_roll
 ) -> None:
     # Its timeline said it started, then nothing: every replica it had left went with the
     # scale-down (tester h177 #3).
-    clock = ManualClock()
-    engine = await make_engine(simulate=None, cpu_count=4, service_clock=clock)
-    svc = await engine.submit(_service(["sleep", "600"], replicas=3, port=False))
-    await eventually(lambda: all(r.pid for r in _live(engine, svc.id).replicas))
-    await engine.roll(svc.id)
+    engine, clock, svc = await _rolling_portless(make_engine, 3)
     first, second, _ = _live(engine, svc.id).replicas
     # Replica 0 restarted and up; replica 1 stopped by the roll (the clock is stepped
     # only until then), then started, not up yet (5 s to settle: the clock stands).
