@@ -453,6 +453,13 @@ def test_loopback_hosts_and_the_warning_for_others() -> None:
     # The URL printed for a wildcard host is one a browser elsewhere can open.
     assert browser_host("0.0.0.0") == browser_host("::") == socket.gethostname()
     assert browser_host("::1") == "[::1]" and browser_host("10.0.0.2") == "10.0.0.2"
+    # Judged by the addresses bound when given (h181): loopback ones, whatever the text.
+    from gpulayer_tui.web import bound_loopback_only
+
+    assert bound_loopback_only([("127.0.0.1", 1), ("::1", 1, 0, 0)])
+    assert not bound_loopback_only([("0.0.0.0", 1)]) and not bound_loopback_only([])
+    assert exposure_warning("127.1", 8765, loopback=True) is None
+    assert exposure_warning("127.0.0.1", 8765, loopback=False) is not None
 
 
 def test_the_session_command_textual_serve_runs(tmp_path: Path) -> None:
@@ -525,6 +532,31 @@ def test_web_warns_off_loopback_and_stops_on_sigint(web_process: type[WebProcess
     assert "and has the token controls your jobs" in web.output()
     assert "no engine serves" in web.output()  # and it says what sessions will do
     assert web.stop(signal.SIGINT) == 0
+
+
+def test_a_loopback_address_written_otherwise_is_loopback_with_its_host_check(
+    web_process: type[WebProcess],
+) -> None:
+    # `--host 127.1` (or 0x7f000001, or a name /etc/hosts maps to 127.0.1.1) bound
+    # 127.0.0.1 alone, yet was warned of as exposed and lost the Host check: a request
+    # naming evil.example was served (tester h181). Judged by the addresses bound.
+    import urllib.error
+    import urllib.request
+
+    web = web_process("--host", "127.1")
+    assert "WARNING" not in web.output(), web.output()
+    url = web.url
+    assert url.startswith("http://127.1:") or url.startswith("http://127.0.0.1:"), url
+    port = url.split(":")[2].split("/")[0]
+    token = url.split("token=", 1)[1]
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/?token={token}", headers={"Host": f"evil.example:{port}"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    refused.value.close()
+    assert refused.value.code == 403
+    assert web.stop(signal.SIGTERM) == 0
 
 
 def test_a_host_given_by_name_is_printed_as_the_address_bound(
