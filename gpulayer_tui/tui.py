@@ -144,16 +144,29 @@ async def _exit_when_terminal_goes(exit_app: Callable[[], object]) -> None:
     """End the app once its terminal is gone with no SIGHUP to say so (a TUI started
     under ``setsid`` or ``runuser``, its tmux server killed): Textual's input thread then
     read end-of-file in a loop, half a core for ever (tester h179). A terminal that hung
-    up is no longer a terminal to ``isatty``."""
+    up is no longer a terminal to ``isatty``. A browser session's input is a pipe from
+    ``gpulayer-tui web``: killed (SIGKILL, out of memory), its sessions lived on, each
+    attached to the engine (tester h181); the pipe's hang-up ends them."""
+    import select
+    import stat
+
     try:
-        if not os.isatty(sys.stdin.fileno()):
-            return  # (not a terminal from the start: a test, a browser session)
+        fd = sys.stdin.fileno()
+        terminal = os.isatty(fd)
+        piped = stat.S_ISFIFO(os.fstat(fd).st_mode) or stat.S_ISSOCK(os.fstat(fd).st_mode)
     except (OSError, ValueError):
         return
+    if not (terminal or piped):
+        return  # (a file, /dev/null: a test)
+    hangup = select.POLLHUP | select.POLLERR | select.POLLNVAL
+    watch = select.poll()
+    # (hang-up and error are reported whatever the mask: no POLLIN, which would be the
+    # input the app itself reads)
+    watch.register(fd, hangup)
     while True:
         await asyncio.sleep(TERMINAL_CHECK_S)
         try:
-            gone = not os.isatty(sys.stdin.fileno())
+            gone = not os.isatty(fd) if terminal else any(e & hangup for _, e in watch.poll(0))
         except (OSError, ValueError):
             gone = True
         if gone:

@@ -771,3 +771,44 @@ async def test_another_server_on_another_port_never_gets_the_token(
         assert await asyncio.to_thread(web.stop) == 0
     finally:
         await runner.cleanup()
+
+
+def test_a_browser_sessions_tui_ends_when_the_web_server_is_gone(served: Served) -> None:
+    # `gpulayer-tui web` killed (SIGKILL, out of memory): each tab's TUI lived on, still
+    # attached to the engine, its input a pipe nobody wrote to any more (tester h181).
+    # The pipe's hang-up ends it. (Run here as textual-serve runs it: the web driver, its
+    # input a pipe, its output read by nobody that matters.)
+    served.start("--simulate", "1xA100-80GB")
+    env = dict(
+        served.env,
+        TEXTUAL_DRIVER="textual.drivers.web_driver:WebDriver",
+        TERM_PROGRAM="textual",
+        COLUMNS="80",
+        ROWS="24",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui.web_session"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
+    )
+    try:
+        # Attached: its connections to the engine are open.
+        import psutil
+
+        def attached() -> bool:
+            try:
+                return bool(psutil.Process(proc.pid).net_connections("unix"))
+            except psutil.Error:
+                return False
+
+        wait_for(attached, timeout=30)
+        assert proc.stdin is not None
+        proc.stdin.close()  # (the server gone: nobody writes its input any more)
+        assert proc.wait(timeout=30) is not None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
