@@ -279,7 +279,17 @@ KEYMAP: tuple[Key, ...] = (
     Key("G,shift+g", "scroll_bottom", "End of the log", ("detail",), show=False, display="G"),
     # (in help and the palette; kept out of the footer so that "esc Back" stays in it)
     Key("w", "toggle_wrap", "Wrap lines", ("detail",), show=False),
-    Key("P,shift+p", "open_pager", "Open in $PAGER", ("detail",), show=False, display="P"),
+    # (a browser session has no terminal to hand to a pager: help said P there, and P did
+    # nothing: tester h181)
+    Key(
+        "P,shift+p",
+        "open_pager",
+        "Open in $PAGER",
+        ("detail",),
+        show=False,
+        display="P",
+        when="in a terminal, not in a browser",
+    ),
     # (before "back": while a search is open esc ends it, and the footer says so; it said
     # "esc Back", which ended the search and stayed: tester h95)
     Key(
