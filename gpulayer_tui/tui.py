@@ -105,11 +105,16 @@ def _tail(path: Path) -> str:
 
 def no_engine_text(paths: Paths) -> str:
     """What an attach-only TUI (a browser session) says when no engine serves."""
+    import shlex
+
+    # (the state dir named in the command: "gpulayer-tui --serve" in another shell started
+    # one on that shell's own state dir, not this one: tester h181)
+    home = shlex.quote(paths.state_text)
     return (
         f"No gpulayer-tui engine serves {paths.state_text}.\n\n"
         "The TUI in a browser attaches to a running engine; it never starts one (a browser "
         "tab must not own the GPUs and their jobs). Start one on this machine:\n\n"
-        "    gpulayer-tui --serve\n\n"
+        f"    GPULAYER_HOME={home} gpulayer-tui --serve\n\n"
         "or run it as a service (gpulayer-tui install-service prints how), then reload "
         "this page.\n\n(q closes this session)"
     )

@@ -714,8 +714,10 @@ async def test_without_an_engine_the_page_says_how_to_start_one(
     await page.send("Page.enable")
     await page.send("Page.addScriptToEvaluateOnNewDocument", source=CAPTURE_TERMINAL)
     await page.send("Page.navigate", url=web.url)
-    screen = await page.wait_for_text(lambda text: "gpulayer-tui --serve" in text)
+    screen = await page.wait_for_text(lambda text: "--serve" in text)
     assert f"No gpulayer-tui engine serves {home}" in screen
+    # (this state dir's, not the shell's own: tester h181)
+    assert f"GPULAYER_HOME={home}" in screen.replace("\n", "")
     await page.screenshot(_screenshot_dir(tmp_path) / "web-5-no-engine.png")
     assert not (home / "engine.sock").exists()  # no engine was started for the tab
     # q closes the session: the page says so (textual-serve's "Session ended").
