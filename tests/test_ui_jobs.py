@@ -2156,3 +2156,27 @@ def test_a_job_cancelled_for_its_dependency_says_how_that_one_ended() -> None:
             "message": f"dependency job 5 {how}",
         }
         assert status_words(job) == f"cancelled: dependency job 5 {how}"  # type: ignore[arg-type]
+
+
+async def test_a_shared_boxs_table_keeps_user_where_the_width_would_hide_it() -> None:
+    # At 100-129 columns USER was hidden: a shared box's users could not tell whose a row
+    # was (tester h179). Once the table holds two users' jobs, DOMAINS goes instead.
+    from gpulayer_tui.app import build_app
+    from tests.ui_support import jobs_fixture
+
+    jobs = jobs_fixture()
+    app = build_app(StaticBackend(jobs=jobs), clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await _show_jobs(pilot)
+        table = table_of(app)
+        keys = [str(c.key.value) for c in table.columns.values()]
+        assert "user" not in keys and "domains" in keys  # (one user: nothing to tell apart)
+        theirs = {**jobs[0], "id": 99, "name": "theirs", "owner_uid": 0}
+        app.job_store.apply(theirs)
+        await until(
+            pilot,
+            lambda: "user" in [str(c.key.value) for c in table.columns.values()],
+            "USER shown",
+        )
+        keys = [str(c.key.value) for c in table.columns.values()]
+        assert "domains" not in keys

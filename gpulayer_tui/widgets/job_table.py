@@ -55,6 +55,7 @@ from .job_columns import (
     START_LAYOUT,
     STATUS_FILTERS,
     ColumnSpec,
+    Layout,
     Parts,
     domains_text,
     filter_haystack,
@@ -206,6 +207,9 @@ class JobTable(OwnKeys, DataTable[Any]):
         """Jobs with a row in the table."""
         self._haystack: dict[int, str] = {}
         self._running_ids: set[int] = set()
+        # Whose jobs it has held: once two users', USER is shown where the width hides
+        # it (DOMAINS going instead), or a shared box's rows could not be told apart.
+        self._owners: set[object] = set()
         self._marked: dict[int, None] = {}
         """Jobs marked (space) for one cancel, in the order marked; only active jobs."""
         self._filter_text = ""
@@ -532,6 +536,12 @@ class JobTable(OwnKeys, DataTable[Any]):
     def _remember(self, job: JobRowJSON) -> None:
         job_id = job["id"]
         self._jobs[job_id] = job
+        owner = job.get("owner_uid")
+        if owner not in self._owners:
+            self._owners.add(owner)
+            if len(self._owners) == 2 and self.is_mounted:
+                # (at 100-129 columns a shared box's table had no USER: tester h179)
+                self.call_later(self._refit)
         if job_id in self._marked and job.get("status") not in ACTIVE_STATUSES:
             del self._marked[job_id]  # (it ended: nothing left to cancel; its row redraws)
         self._haystack[job_id] = filter_haystack(job)
@@ -898,9 +908,17 @@ class JobTable(OwnKeys, DataTable[Any]):
         for column in self._visible_columns():
             self.columns[ColumnKey(column.key)].label = self._label(column)
 
+    def _refit(self) -> None:
+        if self.is_mounted and self.size.width:
+            self._fit_columns(self.size.width)
+
     def _fit_columns(self, width: int) -> None:
-        """Choose the columns for this width and give the message column what is left."""
+        """Choose the columns for this width and give the message column what is left.
+        Once it holds two users' jobs, USER is kept where DOMAINS can go instead."""
         layout = next(layout for layout in LAYOUTS if width >= layout.min_width)
+        if len(self._owners) > 1 and "user" in layout.hidden and "domains" not in layout.hidden:
+            hidden = (layout.hidden - {"user"}) | {"domains"}
+            layout = Layout(layout.min_width, hidden, layout.name_width)
         visible = [c for c in COLUMNS if c.key not in layout.hidden]
         fixed = sum(layout.name_width if c.key == "name" else c.width for c in visible)
         padding = 2 * self.cell_padding * len(visible)
