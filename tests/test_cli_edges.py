@@ -113,6 +113,15 @@ def test_wait_for_several_jobs_waits_for_each_and_exits_with_the_worst(engine: S
     assert shown[1] == {"id": 999, "error": "no job 999"}
     out = engine.cli("wait", "999", "--json")
     assert out.returncode == 2 and json.loads(out.stdout) == {"id": 999, "error": "no job 999"}
+    # So do `status` and `why` (they printed nothing on stdout: tester h178), and a refusal
+    # of another command's, with no id to name.
+    for command in ("status", "why"):
+        out = engine.cli(command, "999", "--json")
+        assert (out.returncode, out.stderr) == (2, "gpulayer-tui: no job 999\n"), out
+        assert json.loads(out.stdout) == {"id": 999, "error": "no job 999"}, command
+    out = engine.cli("domain", "drain", "nosuchgpu", "--json")
+    assert out.returncode == 2 and json.loads(out.stdout)["error"] in out.stderr, out
+    assert "id" not in json.loads(out.stdout)
     # One deadline for all: the one still running is said, exit 5; --json is one list.
     running = _submit(engine, "--", "sleep", "600")
     out = engine.cli("wait", running, done, "--timeout", "0.3", "--json")
@@ -193,7 +202,8 @@ def test_cancel_says_the_waiting_jobs_it_takes_with_it(engine: Served) -> None:
     after_any_of_y = _submit(engine, "--after-any", y, "--", "true")
     detail = json.loads(engine.cli("status", x, "--json").stdout)["job"]
     assert detail["cancels_dependents"] == [int(y), int(z)]
-    assert "cancels_dependents" not in json.loads(engine.cli("status", z, "--json").stdout)["job"]
+    # An active job with none says so, `[]` (it was left out, as for an ended job: h178).
+    assert json.loads(engine.cli("status", z, "--json").stdout)["job"]["cancels_dependents"] == []
     out = engine.cli("cancel", x)
     assert out.returncode == 0, out.stderr
     said = f"jobs {y}, {z} waited (directly or through one another) for job {x} to complete"

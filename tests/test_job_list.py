@@ -318,7 +318,10 @@ def test_the_cli_pages_filters_and_prints_json_rows(
     assert [r["id"] for r in page3] == [1]
     # A page past the end says so ("no jobs" alone read as an empty list: tester h123).
     past = served.cli("jobs", "--limit", "3", "--page", "1000")
-    assert (past.stdout, past.stderr) == ("no jobs\n", "page 1000 is past the end of the list\n")
+    assert (past.stdout, past.stderr) == ("", "page 1000 is past the end of the list\n")
+    # An empty list is said on stderr: `jobs | wc -l` counted "no jobs" as a row (h178).
+    none = served.cli("jobs", "--status", "failed")
+    assert (none.returncode, none.stdout, none.stderr) == (0, "", "no jobs\n")
     # Each way of paging is told its own next step (--page 2 was told --before; --after
     # and --reverse nothing).
     page2 = served.cli("jobs", "--limit", "2", "--page", "2")

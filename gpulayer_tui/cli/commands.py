@@ -33,10 +33,34 @@ SERVICE_FLAGS = {
 }
 
 
+_json_printed = False
+"""Whether this command printed a JSON document (a refusal after it prints none)."""
+
+
 def _print_json(data: Any) -> None:
     import json  # (not on the quick path's default output: it imports re)
 
+    global _json_printed
+    _json_printed = True
     print(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _json_refusal(args: argparse.Namespace, said: str) -> None:
+    """With ``--json``, a refusal is a document on stdout too (``{"error", "id"?}``), as
+    ``wait`` and ``cancel`` answered already: ``status``/``why --json`` of an unknown id
+    printed nothing there, and a script reading stdout could not tell why (tester h178).
+    Not after a document was printed, nor for ``jobs``, whose list is written page by
+    page."""
+    if not getattr(args, "json", False) or _json_printed or args.command == "jobs":
+        return
+    document: dict[str, Any] = {"error": said}
+    job = getattr(args, "job", None)
+    if isinstance(job, (int, str)) and str(job).isdigit():
+        document["id"] = int(job)
+    try:
+        _print_json(document)
+    except OSError:
+        pass  # (the refusal is said on stderr as well)
 
 
 def _error(message: str) -> None:
@@ -795,7 +819,13 @@ def _jobs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     # On a terminal, a row longer than the window is cut at its edge (the reason column is
     # last); piped, every reason is whole (it used to be cut at 70 characters always).
     width = _terminal_columns() if sys.stdout.isatty() else None
-    print(fit(format_jobs(jobs, time.time(), width, args.sort), width))
+    if not jobs:
+        # (on stderr: `jobs | wc -l` counted "no jobs" as a job, and a pipe that reads
+        # rows read it as one; tester h178)
+        if not (args.page and args.page > 1):
+            print("no jobs", file=sys.stderr)
+    else:
+        print(fit(format_jobs(jobs, time.time(), width, args.sort), width))
     _say_older(client, args, len(jobs), jobs[-1]["id"] if jobs else None)
     return EXIT_OK
 
@@ -2106,7 +2136,9 @@ def run(args: argparse.Namespace, paths: Paths, parser: argparse.ArgumentParser)
         _error(str(err))
         return EXIT_LOST
     except ApiError as err:
-        _error(_in_flags(str(err), err.field, args) + _other_version(client, err))
+        said = _in_flags(str(err), err.field, args)
+        _json_refusal(args, said)
+        _error(said + _other_version(client, err))
         return EXIT_USAGE if err.status in (400, 404) else EXIT_FAILED
     except BrokenPipeError:
         return EXIT_OK

@@ -1109,8 +1109,7 @@ async def cancel(request: web.Request) -> web.Response:
     dependents = engine.queue.cancelled_with(job_id)  # (a queued job's go with it, at once)
     job = await engine.cancel(job_id, by)
     answer = _job(job)
-    if dependents:
-        answer["cancels_dependents"] = dependents
+    answer["cancels_dependents"] = dependents
     return web.json_response({"job": answer}, status=202)
 
 
@@ -1198,8 +1197,7 @@ async def cancel_many(request: web.Request) -> web.Response:
             continue
         assert found is not None
         answer: dict[str, Any] = dict(_job(found))
-        if dependents:
-            answer["cancels_dependents"] = dependents
+        answer["cancels_dependents"] = dependents
         out.append(answer)
     return web.json_response({"jobs": out})
 

@@ -1319,11 +1319,12 @@ class Engine:
     async def job_detail(self, job_id: int) -> tuple[JobJSON, list[dict[str, Any]]]:
         """One job and its timeline, read together (see :meth:`.JobReader.detail`); an
         active job's says which waiting jobs its end other than completed would cancel
-        (``cancels_dependents``, when there are any)."""
+        (``cancels_dependents``, ``[]`` when none; an ended job's has no such field)."""
         job, events = await self.reads.detail(job_id)
-        dependents = self.queue.cancelled_with(job_id)
-        if dependents and self.book.get(job_id) is not None:
-            job["cancels_dependents"] = dependents
+        if self.book.get(job_id) is not None:
+            # (always there while it applies: a script read a missing field as "none"
+            # and could not tell it from an ended job's: tester h178)
+            job["cancels_dependents"] = self.queue.cancelled_with(job_id)
         return job, events
 
     async def events_of(self, job_id: int) -> list[dict[str, Any]]:
