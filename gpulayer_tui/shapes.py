@@ -45,12 +45,13 @@ class UsageSummaryJSON(TypedDict):
     samples: int
     seconds: float
     gpu_hours: float
-    peak_vram: int
-    mean_vram: int
+    peak_vram: int | None
+    """None (as ``mean_vram`` and ``energy_wh``) while no sample was read."""
+    mean_vram: int | None
     util_mean: float | None
     util_p95: int | None
     mem_util_mean: float | None
-    energy_wh: float
+    energy_wh: float | None
     energy_estimated: bool
     idle_share: float | None
     """Share of the time its GPUs were under ``[policy] idle_below`` percent."""
@@ -90,9 +91,10 @@ class UsageJSON(TypedDict):
 class RowUsageJSON(TypedDict):
     """The usage figures a jobs table can show (a row's ``use``)."""
 
-    peak_vram: int
+    peak_vram: int | None
+    """None (as ``energy_wh``) while no sample was read."""
     util_mean: float | None
-    energy_wh: float
+    energy_wh: float | None
 
 
 class JobRowJSON(TypedDict):

@@ -674,7 +674,8 @@ def test_status_shows_usage_plots_it_and_submit_like_takes_the_advice(served: Se
     assert new["spec"]["vram_gb"] == 7 and new["spec"]["command"] == ["true"]
     assert new["name"] == "rerun" and new["spec"]["gpus"] == 1
     usage = json.loads(served.cli("status", "999", "--json").stdout or "{}")
-    assert usage == {}  # (an unknown id: nothing on stdout, the error on stderr)
+    # (an unknown id: the error as a document, as on stderr: tester h178)
+    assert usage == {"error": "no job 999", "id": 999}
     assert "999" in served.cli("status", "999", "--plot").stderr
     # A job with no usage recorded (a CPU job here; a GPU job that ends before its GPU is
     # first sampled reads the same): the sentence allows for both.
@@ -817,12 +818,12 @@ def test_a_job_that_ended_between_two_readings_says_it_was_not_read() -> None:
         "gpus": [0],
         "samples": 0,
         "gpu_hours": 0.0003,
-        "peak_vram": 0,
-        "mean_vram": 0,
+        "peak_vram": None,
+        "mean_vram": None,
         "util_mean": None,
         "util_p95": None,
         "mem_util_mean": None,
-        "energy_wh": 0.0,
+        "energy_wh": None,
         "energy_estimated": False,
         "idle_share": None,
         "shared": False,
@@ -840,7 +841,7 @@ def test_a_job_that_ended_between_two_readings_says_it_was_not_read() -> None:
     assert usage_lines(summary, active=True) == [  # type: ignore[arg-type]
         ("GPU use", "not read yet: its GPUs are read every [engine] sample_interval (#0)")
     ]
-    read = dict(summary, samples=1, util_mean=55.0, energy_wh=0.011, peak_vram=GIB)
+    read = dict(summary, samples=1, util_mean=55.0, energy_wh=0.011, peak_vram=GIB, mean_vram=GIB)
     said = dict(usage_lines(read))  # type: ignore[arg-type]
     assert said["GPU use"].startswith("util mean 55%") and said["energy"].startswith("0.011 Wh")
     # GPU time under a thousandth of an hour in GPU-seconds ("0.000 GPU-hours held" of a
@@ -870,7 +871,20 @@ async def test_a_gpu_job_no_reading_saw_has_a_record_of_the_gpus_it_held(
     assert summary["samples"] == 0 and summary["gpus"] == sorted(done.gpus)
     held = (done.ended_at - done.started_at) * 2
     assert summary["gpu_hours"] == round(held / 3600, 4)
-    assert summary["util_mean"] is None and summary["energy_wh"] == 0.0
+    # What was never read is null, not 0 ("held 0 GiB, used 0 Wh": tester h180 #4), in the
+    # record, in the row a table shows, and in the panel's line.
+    assert summary["util_mean"] is None and summary["energy_wh"] is None
+    assert summary["peak_vram"] is None and summary["mean_vram"] is None
+    rows = [row async for chunk in engine.job_rows(_query()) for row in chunk]
+    row = next(r for r in rows if r["id"] == job.id)
+    assert row["use"] == {"peak_vram": None, "util_mean": None, "energy_wh": None}
+    from gpulayer_tui.widgets.job_columns import use_texts
+    from gpulayer_tui.widgets.usage_panel import collapsed_line
+
+    assert use_texts(row) == ("", "", "")
+    assert collapsed_line(summary, active=False).plain == (
+        "GPU usage  not read: it ended before its GPUs were sampled"
+    )
 
 
 async def test_a_gpu_job_whose_launch_failed_has_no_usage(

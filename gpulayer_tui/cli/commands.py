@@ -613,7 +613,7 @@ def _like(
         said = "none" if was is None else f"{was:g}"
         print(
             f"vram_gb {said} -> {suggestion:g}: job {old['id']} held at most "
-            f"{usage['peak_vram'] / 1024**3:.1f} GiB per GPU",  # type: ignore[index]
+            f"{(usage['peak_vram'] or 0) / 1024**3:.1f} GiB per GPU",  # type: ignore[index]
             file=sys.stderr,
         )
     return spec

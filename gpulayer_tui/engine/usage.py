@@ -578,21 +578,26 @@ class JobUsage:
         suggestion, advice = self.advice(samples)
         gpu_s, util_s, mem_s = sums["seconds"], sums["util_seconds"], sums["mem_seconds"]
         gpus = sorted(set(self.series) | set(self.on) | self.unseen_gpus)
+        # With no sample, what was never read is null, not 0 (a record of a job that ended
+        # between two samples said it held 0 GiB and used 0 Wh: tester h180)
+        read = samples > 0
         return {
             "gpus": gpus,
             "samples": samples,
             "seconds": round(_or0(self._last_at()) - _or0(self.first_at), 1),
             "gpu_hours": round(gpu_s / 3600, 4),
-            "peak_vram": self.vram_peak,
+            "peak_vram": self.vram_peak if read else None,
             "mean_vram": (
-                int(self._byte_seconds() / seen_s)
+                None
+                if not read
+                else int(self._byte_seconds() / seen_s)
                 if (seen_s := gpu_s - self.unobserved_seconds) > 0
                 else self.vram_peak
             ),
             "util_mean": round(sums["util_weighted"] / util_s, 1) if util_s else None,
             "util_p95": self._p95(self.histogram()),
             "mem_util_mean": round(sums["mem_weighted"] / mem_s, 1) if mem_s else None,
-            "energy_wh": round(sums["energy_j"] / 3600, 3),
+            "energy_wh": round(sums["energy_j"] / 3600, 3) if read else None,
             "energy_estimated": sums["estimated_ticks"] > 0,
             "idle_share": round(sums["idle_seconds"] / util_s, 3) if util_s else None,
             "shared": sums["shared_ticks"] > 0,
@@ -606,10 +611,11 @@ class JobUsage:
         """The figures a jobs table shows (a row's ``use``)."""
         sums = self.totals()
         util_s = sums["util_seconds"]
+        read = sums["ticks"] > 0
         return {
-            "peak_vram": self.vram_peak,
+            "peak_vram": self.vram_peak if read else None,
             "util_mean": round(sums["util_weighted"] / util_s, 1) if util_s else None,
-            "energy_wh": round(sums["energy_j"] / 3600, 3),
+            "energy_wh": round(sums["energy_j"] / 3600, 3) if read else None,
         }
 
     def to_json(self) -> UsageJSON:
@@ -644,7 +650,7 @@ class JobUsage:
         usage.first_at = totals.get("first_at")
         usage.last_at = totals.get("last_at")
         usage.unobserved_from = usage.last_at
-        usage.vram_peak = int(summary.get("peak_vram", 0))
+        usage.vram_peak = int(summary.get("peak_vram") or 0)
         usage.vram_byte_seconds = float(totals.get("vram_byte_seconds", 0.0))
         usage.unobserved_seconds = float(totals.get("unobserved_seconds", 0.0))
         usage.idle_warning = summary.get("idle_warning")

@@ -226,12 +226,12 @@ def use_texts(job: JobRowJSON) -> tuple[str, str, str]:
     """Peak VRAM (GiB per GPU), mean utilisation and energy from the row's ``use`` (GPU
     jobs seen running), else empty."""
     use = job.get("use")
-    if not use:
+    if not use or use.get("peak_vram") is None:  # (no sample read: nothing to show, not 0)
         return "", "", ""
     util = use.get("util_mean")
     energy = float(use.get("energy_wh") or 0.0)
     return (
-        f"{use['peak_vram'] / 1024**3:.1f}",
+        f"{(use['peak_vram'] or 0) / 1024**3:.1f}",
         "" if util is None else f"{util:.0f}%",
         f"{energy:.1f}Wh" if energy < 1000 else f"{energy / 1000:.1f}kWh",
     )

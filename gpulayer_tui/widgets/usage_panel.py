@@ -35,6 +35,10 @@ def collapsed_line(summary: UsageSummaryJSON | None, active: bool) -> Content:
     if summary is None:
         text = "none seen yet" if active else "none recorded"
         return Content.assemble(head, (text, "$text-muted"))
+    if not summary.get("samples") or summary["energy_wh"] is None:
+        # (it said "peak 0.0 GiB · 0.000 Wh" of a job whose GPUs were never read: h180)
+        text = "no sample yet" if active else "not read: it ended before its GPUs were sampled"
+        return Content.assemble(head, (text, "$text-muted"))
     util = summary.get("util_mean")
     sep = (" · ", "$text-muted")
     pieces: list[Content | tuple[str, str] | str] = [
