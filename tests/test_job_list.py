@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pwd
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -176,6 +177,12 @@ async def test_the_text_filter_matches_what_the_tuis_filter_matches(
     swept = {"name": "lr-1", "project": "Sweep-7", "command": ["true"], "gpus": 0}
     done = await engine.submit(swept)
     await engine.wait(done.id, timeout=20)
+    # So is the owner's user name (a shared box's users looked for their jobs by name:
+    # tester h179); `daemon` (uid 1) owns one job here (waiting, as "pinned" does), the
+    # engine's user the rest.
+    theirs = {"name": "theirs", "command": ["true"], "gpus": 1, "domain": ["gpu1"]}
+    await engine.submit(theirs, owner_uid=1)
+    assert [r["name"] for r in await _all(engine, text="DAEMON")] == ["theirs"]
     every = await _all(engine)
     assert [r["name"] for r in await _all(engine, text="sweep-7")] == ["lr-1"]
     runner = next(r for r in every if r["name"] == "runner")
@@ -209,6 +216,9 @@ async def test_the_text_filter_matches_what_the_tuis_filter_matches(
         "sweep",
         "exit code",  # (the termination reason as shown: "failed (exit code)"; h174)
         "exit_code",
+        "daemon",
+        "aemo",
+        pwd.getpwuid(os.geteuid()).pw_name,
     ):
         served = {r["id"] for r in await _all(engine, text=text)}
         shown = {r["id"] for r in every if filter_matches(text, filter_haystack(r))}  # type: ignore[arg-type]

@@ -469,8 +469,8 @@ def _jobs_args(p: argparse.ArgumentParser) -> None:
         metavar="TEXT",
         default="",
         help=(
-            "only jobs whose id, name, command, message, status, project or a domain name "
-            "contains TEXT (any case)"
+            "only jobs whose id, name, command, message, status, project, a domain name or "
+            "owner's user name contains TEXT (any case)"
         ),
     )
     p.add_argument(

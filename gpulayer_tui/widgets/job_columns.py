@@ -149,7 +149,7 @@ def filter_haystack(job: JobRowJSON) -> str:
     line (a match never spans two): id, name, command, message, status, the termination
     reason (as stored, and as shown: ``engine lost``), project, the domain
     names (each domain it holds or held, each it is pinned to, ``@CLUSTER`` for a Slurm
-    job).
+    job), and its owner's user name.
 
     The engine's ``GET /v1/jobs?q=`` matches the same fields (``store._TEXT_MATCHES``), so
     a page fetched for a filter holds what the table shows for it.
@@ -173,6 +173,7 @@ def filter_haystack(job: JobRowJSON) -> str:
             *(str(d) for d in job.get("domains") or ()),
             *((pinned,) if isinstance(pinned, str) else (str(d) for d in pinned or ())),
             *((f"@{cluster}",) if cluster else ()),
+            user_text(job),
         )
     ).translate(_ASCII_LOWER)
 
