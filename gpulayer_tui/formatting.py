@@ -505,7 +505,10 @@ def unobserved_note(usage: UsageJSON) -> str:
     points: an engine killed before it saved them (``[usage] save_interval``), or not
     running. The plot covered a few seconds of a job that ran a minute, with no word of
     what was missing (tester h168). Empty where nothing is missing."""
-    gpu_seconds = float((usage.get("totals") or {}).get("unobserved_seconds") or 0.0)
+    totals = usage.get("totals") or {}
+    # (only the time no engine ran: the time before a job's first reading and after its
+    # last, under a sample interval, was said as such of every short job: tester h182)
+    gpu_seconds = float(totals.get("offline_seconds", totals.get("unobserved_seconds")) or 0.0)
     gpus = max(1, len(usage.get("series") or ()))
     missing = gpu_seconds / gpus  # (booked per GPU held)
     if missing < 1:
@@ -513,9 +516,15 @@ def unobserved_note(usage: UsageJSON) -> str:
     return f"; no readings for {duration(missing)} while no engine ran"
 
 
-def usage_plot(usage: UsageJSON, width: int = 60) -> str:
-    """Each GPU's VRAM and utilisation over the job's life, as labelled sparklines."""
+def usage_plot(usage: UsageJSON, width: int = 60, status: str | None = None) -> str:
+    """Each GPU's VRAM and utilisation over the job's life, as labelled sparklines
+    (``status``: the job's, for what to say when there is nothing to draw)."""
     summary = usage.get("summary")
+    if summary is None and status in ("pending", "queued"):
+        # (a waiting job was told it "held no GPU, or ended before ...": tester h182)
+        return f"job {usage['job']}: not started yet: no GPU usage to plot"
+    if summary is None and status == "running":
+        return f"job {usage['job']}: no GPU usage read yet (it holds no GPU, or is not sampled yet)"
     if summary is None:
         return (
             f"job {usage['job']}: no GPU usage recorded (it held no GPU, or ended before "

@@ -686,6 +686,12 @@ def test_status_shows_usage_plots_it_and_submit_like_takes_the_advice(served: Se
         f"job {quick}: no GPU usage recorded (it held no GPU, or ended before its GPUs "
         "were first sampled)"
     ) in plot
+    # A waiting job is told it has not started (it was told the above: tester h182 #2).
+    blocker = served.cli("submit", "--gpus", "0", "--", "sleep", "600").stdout.strip()
+    waiting = served.cli("submit", "--after", blocker, "--", "true").stdout.strip()
+    plot = served.cli("status", waiting, "--plot").stdout
+    assert f"job {waiting}: not started yet: no GPU usage to plot" in plot, plot
+    assert served.cli("cancel", blocker).returncode == 0
 
 
 async def test_metrics_show_what_running_jobs_use(
@@ -897,3 +903,29 @@ async def test_a_gpu_job_whose_launch_failed_has_no_usage(
     done = await engine.wait(job.id, timeout=10)
     assert done.termination_reason is not None and done.termination_reason.value == "launch_failed"
     assert (await engine.usage_of(job.id))["summary"] is None
+
+
+async def test_the_time_before_a_jobs_first_reading_is_not_said_as_no_engine_running(
+    make_engine: EngineFactory, fake_nvml: FakeNvml
+) -> None:
+    # Every job holds its GPU a while before its first reading and after its last; that
+    # time is booked as held with no reading, and was said as "no readings for 1s while
+    # no engine ran" of every short job, the engine up all along (tester h182 #1).
+    from gpulayer_tui.formatting import unobserved_note, usage_plot
+
+    gpu0 = fake_nvml.devices[0]
+    engine = await _engine(make_engine)
+    job = await engine.submit({"command": ["sleep", "60"], "gpus": 1, "domain": "gpu0"})
+    assert job.status is JobStatus.RUNNING and job.pid and job.started_at
+    gpu0.compute = [(job.pid, 2 * GIB)]
+    started = job.started_at
+    await eventually(lambda: time.time() - started >= 1.5, timeout=10)
+    await engine.sampler.sample_once()  # its first reading, 1.5 s after its start
+    await engine.cancel(job.id)
+    await engine.wait(job.id, timeout=20)
+    usage = await engine.usage_of(job.id)
+    totals = usage["totals"]
+    assert totals["unobserved_seconds"] >= 1.5  # (held, no reading: out of the means)
+    assert totals["offline_seconds"] == 0
+    assert unobserved_note(usage) == ""
+    assert "while no engine ran" not in usage_plot(usage)

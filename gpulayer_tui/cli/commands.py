@@ -874,7 +874,8 @@ def _status(client: Client, args: argparse.Namespace, parser: argparse.ArgumentP
 
         width = _terminal_columns() - 30 if sys.stdout.isatty() else 60
         try:
-            print(usage_plot(client.usage(args.job), max(10, width)))
+            said = usage_plot(client.usage(args.job), max(10, width), data["job"]["status"])
+            print(said)
         except BrokenPipeError:
             _lose_stdout()
     return code

@@ -324,6 +324,10 @@ class JobUsage:
         # GPU-seconds of such gaps: held, but with no reading (left out of the mean VRAM,
         # as they are of the utilisation: counted as 0 GiB they lowered it at each restart).
         self.unobserved_seconds = 0.0
+        # The part of those while no engine ran (or one ran that had lost its record): the
+        # rest is the time before its first reading and after its last, which every job
+        # has; said as "while no engine ran", it was said of every short job (tester h182).
+        self.offline_seconds = 0.0
         # Gaps with no mean power to book their energy at (no record was taken back: it
         # was younger than a save's interval), by GPU: booked at the power of its first
         # readings there, estimated. Left out, its energy went back at an engine SIGKILL
@@ -362,6 +366,7 @@ class JobUsage:
                 self._gap_unpriced[gpu] = self._gap_unpriced.get(gpu, 0.0) + gap
             self.carried["seconds"] += gap
             self.unobserved_seconds += gap
+            self.offline_seconds += gap
         on = self.on[gpu] = _OnGpu(
             totals, totals.snapshot(), list(totals.histogram), held, at, held, totals.ticks
         )
@@ -435,6 +440,7 @@ class JobUsage:
             self.carried["estimated_ticks"] += 1
         self.carried["seconds"] += gap
         self.unobserved_seconds += gap
+        self.offline_seconds += gap
         self.unobserved_from = now
 
     @property
@@ -632,6 +638,7 @@ class JobUsage:
                 "last_at": self._last_at(),
                 "vram_byte_seconds": self._byte_seconds(),
                 "unobserved_seconds": self.unobserved_seconds,
+                "offline_seconds": self.offline_seconds,
             },
         }
 
@@ -653,6 +660,8 @@ class JobUsage:
         usage.vram_peak = int(summary.get("peak_vram") or 0)
         usage.vram_byte_seconds = float(totals.get("vram_byte_seconds", 0.0))
         usage.unobserved_seconds = float(totals.get("unobserved_seconds", 0.0))
+        # (a record from before the split: all of it, as it was said then)
+        usage.offline_seconds = float(totals.get("offline_seconds", usage.unobserved_seconds))
         usage.idle_warning = summary.get("idle_warning")
         usage.series = {int(s["gpu"]): GpuSeries.from_json(s, max_points) for s in data["series"]}
         return usage
@@ -960,6 +969,7 @@ class UsageRecorder:
         if gap_from is not None and not usage.on and not usage._gap_booked and ended_at:
             usage.carried["seconds"] += max(0.0, ended_at - gap_from) * gpus
             usage.unobserved_seconds += max(0.0, ended_at - gap_from) * gpus
+            usage.offline_seconds += max(0.0, ended_at - gap_from) * gpus
             usage.last_at = max(usage.last_at or ended_at, ended_at)
         if held_since is not None and ended_at is not None and gpus and usage.first_at:
             short = max(0.0, ended_at - held_since) * gpus - usage.gpu_seconds
