@@ -114,7 +114,17 @@ def test_a_domain_named_like_an_automatic_one_is_told_its_own_gpu_is_missing(
             {"security": {"allowed_uids": ["bob"]}},
             'allowed_uids.0: must be a whole number, got "bob"$',
         ),
-        ({"domain": {}}, "unknown key 'domain'"),
+        ({"domain": {}}, r"unknown key 'domain' \(did you mean 'domains'\?\)$"),
+        # A near miss is named, as the CLI names a flag's (tester h182 #6).
+        (
+            {"engine": {"sample_intervall": 1.0}},
+            r"unknown key 'engine.sample_intervall' \(did you mean 'engine.sample_interval'\?\)$",
+        ),
+        (
+            {"users": {"root": {"max_gpuss": 1}}},
+            r"'users.root.max_gpuss' \(did you mean 'users.root.max_gpus'\?\)$",
+        ),
+        ({"engine": {"zzzz": 1}}, r"unknown key 'engine.zzzz'$"),
         # Keys that are not bare are quoted as TOML writes them (an empty one is "").
         ({"": 1}, "unknown key '\"\"'"),
         ({"engine": {"": 1}}, "unknown key 'engine.\"\"'"),

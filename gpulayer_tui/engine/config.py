@@ -74,6 +74,7 @@ import pwd
 import re
 import stat
 import tomllib
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -527,6 +528,44 @@ _UNION_MEMBERS = {"int": "an integer", "str": "a string", "float": "a number", "
 0.5`` said ``domains.a.gpu.int: ...`` and ``domains.a.gpu.str: ...``), in words."""
 
 
+def _keys_at(model: type[BaseModel], path: tuple[Any, ...]) -> list[str]:
+    """The keys the table at ``path`` of ``model`` takes (a ``dict`` table's part is the
+    name given: ``domains.NAME``); none where the path does not lead to a table."""
+    import typing
+
+    kind: Any = model
+    for part in path:
+        if typing.get_origin(kind) is dict:
+            kind = typing.get_args(kind)[1]  # (any name: its value's table)
+            continue
+        if not (isinstance(kind, type) and issubclass(kind, BaseModel)):
+            return []
+        field = kind.model_fields.get(str(part))
+        if field is None:
+            return []
+        kind = field.annotation
+        # (an optional table: the table)
+        members = [a for a in typing.get_args(kind) if a is not type(None)]
+        if typing.get_origin(kind) in (typing.Union, types.UnionType) and len(members) == 1:
+            kind = members[0]
+    if isinstance(kind, type) and issubclass(kind, BaseModel):
+        return list(kind.model_fields)
+    return []
+
+
+def _did_you_mean(loc: tuple[Any, ...]) -> str:
+    """`` (did you mean 'engine.sample_interval'?)`` for an unknown key close to one its
+    table takes, as the CLI says of a flag (tester h182)."""
+    import difflib
+
+    if not loc:
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]), _keys_at(Config, loc[:-1]), n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean '{'.'.join(_toml_key(p) for p in (*loc[:-1], close[0]))}'?)"
+
+
 def _format_validation(err: ValidationError, source: str) -> str:
     lines: list[str] = []
     unions: dict[tuple[Any, ...], tuple[list[str], object]] = {}
@@ -539,7 +578,7 @@ def _format_validation(err: ValidationError, source: str) -> str:
             continue
         where = ".".join(_toml_key(p) for p in loc) or "(top level)"
         if item["type"] == "extra_forbidden":
-            lines.append(f"{source}: unknown key '{where}'")
+            lines.append(f"{source}: unknown key '{where}'{_did_you_mean(loc)}")
         elif item["type"] in ("model_type", "dict_type"):  # (not a class's name)
             table = "[users.NAME]" if loc[:1] == ("users",) else f"[{where}]"
             lines.append(
