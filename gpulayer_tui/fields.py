@@ -513,6 +513,12 @@ def parse_number(field: str, text: str) -> float:
             raise ValueError
         return float(typed)
     except ValueError:
+        unit = typed.lower().rstrip("ib").rstrip("g") if field.endswith("_gb") else typed
+        if unit != typed and unit and unit.replace(".", "", 1).isdigit():
+            # ("10GB" beside --simulate 2xA100-80GB: a number of GiB, said so: h182)
+            raise FieldError(
+                field, f"expected a number of GiB without its unit ({unit}), got {text!r}"
+            ) from None
         raise FieldError(field, f"expected a number, got {text!r}") from None
 
 

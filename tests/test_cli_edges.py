@@ -814,6 +814,11 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         ),
         # (float() reads "1_6" as 16, and digits of other scripts)
         (["submit", "--vram-gb", "1_6", "--", "true"], "expected a number, got '1_6'"),
+        # (a unit after it, as `--simulate 2xA100-80GB` writes one: said so, h182 #7)
+        (
+            ["submit", "--vram-gb", "10GB", "--", "true"],
+            "--vram-gb: expected a number of GiB without its unit (10), got '10GB'",
+        ),
         (
             ["submit", "--timeout", "\u0663", "--", "true"],
             "expected seconds or a duration such as 90m, 2h, 1h30m, 1d; got '\u0663'",
@@ -858,6 +863,7 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         "keep-huge",
         "page-huge",
         "underscore",
+        "gb-unit",
         "arabic-indic",
         "cancel-inf",
         "wait-huge",
@@ -904,6 +910,13 @@ def test_the_api_refuses_an_empty_page_a_keep_past_sqlite_and_a_batch_with_more(
     socket_path = paths.socket
     status, body = request(socket_path, "GET", "/v1/jobs?limit=0")
     assert status == 400 and "limit must be 1 or more" in body["error"]
+    # A route asked for without its /v1 says where the routes are (a bare 404: h182 #8).
+    status, body = request(socket_path, "GET", "/health")
+    assert status == 404 and body["error"] == (
+        "GET /health: Not Found; the API's routes are under /v1 (GET /v1/health)"
+    )
+    status, body = request(socket_path, "GET", "/v1/nothing")
+    assert (status, body["error"]) == (404, "GET /v1/nothing: Not Found")
     status, body = request(socket_path, "POST", "/v1/clean", {"keep": 2**63})
     assert status == 400 and "keep must be a whole number" in body["error"]
     # A key it does not take is named (the typo "older_than" was not: tester h111).
