@@ -627,7 +627,9 @@ class GpulayerApp(App[str]):
             self._stopping = True
             self.exit("")
             return
-        self.push_screen(QuitScreen(active, elsewhere), self._on_quit_choice)
+        launched = self.job_store.active_count(launched_only=True)
+        quit_screen = QuitScreen(launched, elsewhere, adopted=active - launched)
+        self.push_screen(quit_screen, self._on_quit_choice)
 
     async def _on_quit_choice(self, choice: QuitChoice | None) -> None:
         if choice is None or choice is QuitChoice.STAY:

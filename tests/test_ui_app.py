@@ -562,3 +562,15 @@ async def test_the_quit_question_says_one_job_in_the_singular() -> None:
             await until(pilot, lambda takes=takes: takes in said(), takes)
             await pilot.press("escape")
             await until(pilot, lambda: not isinstance(app.screen, QuitScreen))
+        # Adopted processes are counted apart: "Stop" leaves them alone, and "3 jobs" of
+        # one job and two adopted processes read as three to cancel (tester h182 #9).
+        app.push_screen(QuitScreen(1, adopted=2))
+        await until(pilot, lambda: "adopted" in said(), "adopted")
+        assert (
+            "1 job is running or queued in this window's engine. 2 adopted processes are "
+            "watched by it."
+        ) in said(), said()
+        assert "Stop: cancel every job, then quit. Adopted processes are left alone" in said()
+        await pilot.press("escape")
+        app.push_screen(QuitScreen(0, adopted=1))
+        await until(pilot, lambda: "Stop: quit. Adopted processes are left alone" in said())

@@ -178,35 +178,43 @@ class QuitScreen(StacksButtonsWhenNarrow, ModalScreen[QuitChoice]):
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings("quit"))
     KEYMAP_SCOPE: ClassVar[str] = "quit"
 
-    def __init__(self, active: int, elsewhere: int = 0) -> None:
+    def __init__(self, active: int, elsewhere: int = 0, adopted: int = 0) -> None:
+        """``active``: jobs it started or will start; ``adopted``: adopted processes it
+        watches (counted apart: "Stop" leaves them alone, and "3 jobs" of one job and two
+        adopted processes read as three to cancel: tester h182)."""
         super().__init__()
         self.active = active
         self.elsewhere = elsewhere
+        self.adopted = adopted
 
     def compose(self) -> ComposeResult:
         facts = []
         if self.active:
             noun = "job is" if self.active == 1 else "jobs are"
             facts.append(f"{self.active} {noun} running or queued in this window's engine.")
+        if self.adopted:
+            noun = "process is" if self.adopted == 1 else "processes are"
+            facts.append(f"{self.adopted} adopted {noun} watched by it.")
+        every = self.active + self.adopted
         if self.elsewhere:
             windows = "window is" if self.elsewhere == 1 else "windows are"
             facts.append(f"{self.elsewhere} other {windows} attached to it.")
         # ("1 job is running ... takes them over": tester h170)
-        takes = (
-            ("takes it over" if self.active == 1 else "takes them over")
-            if self.active
-            else "takes over"
-        )
+        takes = ("takes it over" if every == 1 else "takes them over") if every else "takes over"
         if self.elsewhere:
             takes += " and the other windows stay attached"
         keep = (
             f"Keep running: a background engine (gpulayer-tui --serve) {takes}; reopen "
             "gpulayer-tui later to attach to it."
         )
+        left = (
+            " Adopted processes are left alone (a later engine re-learns them)."
+            if self.adopted
+            else ""
+        )
         stop = (
-            "Stop: cancel every job, then quit. Adopted processes are left alone "
-            "(a later engine re-learns them)."
-            if self.active
+            ("Stop: cancel every job, then quit." if self.active else "Stop: quit.") + left
+            if every
             else "Stop: quit; the other windows lose their engine."
         )
         with Vertical(classes="dialog -scrolls", id="quit-dialog"):
