@@ -89,6 +89,9 @@ class Key:
     footer: str | None = None
     """The footer's shorter word for it, where ``description`` would crowd out other keys
     at 80 columns (help and the palette say ``description``)."""
+    help_keys: str | None = None
+    """How help and the palette write the key(s) where they say more than the footer's
+    ``display`` (``esc, backspace``: the footer has room for ``esc`` alone)."""
     when: str | None = None
     """The state it acts in, when not always (say "while searching"): outside it the
     screen's ``check_action`` declines the action and the key falls through to the next
@@ -97,8 +100,10 @@ class Key:
     @property
     def shown_keys(self) -> str:
         """The key(s) as help writes them: ``o / O``, ``ctrl+s``."""
-        return self.display or ", ".join(
-            KEY_WORDS.get(k.strip(), k.strip()) for k in self.keys.split(",")
+        return (
+            self.help_keys
+            or self.display
+            or ", ".join(KEY_WORDS.get(k.strip(), k.strip()) for k in self.keys.split(","))
         )
 
     def binding(self) -> Binding:
@@ -301,7 +306,8 @@ KEYMAP: tuple[Key, ...] = (
         footer="End search",
         when="while searching",
     ),
-    Key("escape,backspace", "back", "Back", ("detail",), display="esc"),
+    # (help said "esc" alone, and backspace, which the README names, was nowhere: h183)
+    Key("escape,backspace", "back", "Back", ("detail",), display="esc", help_keys="esc, backspace"),
     # -- strays (and the dashboard's process table) -------------------------------------------
     Key("x", "signal_process", "Signal the process", ("dashboard", "strays"), footer="Signal"),
     Key("a", "adopt_selected", "Adopt", ("strays",)),

@@ -146,6 +146,10 @@ async def test_help_lists_every_key_of_the_current_screen() -> None:
                 assert key.description in text and key.shown_keys in text, key
         first = help_screen.query(".help-section").first()
         assert "Jobs" in str(first.render())  # this screen's keys come first
+        # Every key of a binding is named where the footer has room for one: backspace
+        # (back, in the detail; the README names it) was said nowhere (tester h183 #3).
+        detail = shown_text(help_screen.query_one(".help-detail", Static))
+        assert "esc, backspace" in detail and "Back" in detail, detail
         # j/k scroll it, as they move in every table (only down and pgdn did: tester h70)
         await pilot.resize_terminal(80, 24)
         dialog = help_screen.query_one("#help-dialog")
