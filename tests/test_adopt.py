@@ -53,6 +53,19 @@ def spawn() -> Iterator[list[subprocess.Popen[bytes]]]:
         proc.wait()
 
 
+def _zombie(spawned: list[subprocess.Popen[bytes]]) -> tuple[subprocess.Popen[bytes], int]:
+    """A process and its child, exited and not reaped (a zombie), by pid."""
+    script = "import os, time\nchild = os.fork()\nif child == 0: os._exit(0)\n"
+    script += "print(child, flush=True); time.sleep(600)"
+    parent = subprocess.Popen(["python3", "-c", script], stdout=subprocess.PIPE)
+    spawned.append(parent)
+    assert parent.stdout is not None
+    zombie = int(parent.stdout.readline())
+    parent.stdout.close()
+    wait_for(lambda: (stat := procs.read_stat(zombie)) is not None and stat.state == "Z")
+    return parent, zombie
+
+
 def start(
     spawned: list[subprocess.Popen[bytes]], *argv: str, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
@@ -117,6 +130,14 @@ async def test_refusals_are_recorded_failed_jobs(
     assert gone.status is JobStatus.FAILED
     assert gone.termination_reason is TerminationReason.ADOPT_PID_GONE
     assert gone.message.startswith("refused to adopt: no process with pid")
+    # A zombie is said as one (ps lists it: "it exited, or never was" read wrong: h184).
+    parent, zombie = _zombie(spawn)
+    dead = await adopt(engine, zombie)
+    assert dead.termination_reason is TerminationReason.ADOPT_PID_GONE
+    assert dead.message == (
+        f"refused to adopt: pid {zombie} has exited (a zombie its parent, pid {parent.pid}, "
+        "has not reaped yet)"
+    )
 
     proc = start(spawn, "sleep", "600")
     ticks = procs.start_ticks(proc.pid)
@@ -133,6 +154,7 @@ async def test_refusals_are_recorded_failed_jobs(
     listed = {j.id: j.status for j in await engine.list_jobs()}
     assert listed == {
         gone.id: JobStatus.FAILED,
+        dead.id: JobStatus.FAILED,
         reused.id: JobStatus.FAILED,
         stranger.id: JobStatus.FAILED,
     }

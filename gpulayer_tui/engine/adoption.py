@@ -411,7 +411,7 @@ class Adopter:
                     Reason.ADOPT_REFUSED,
                     f"pid {pid} is a thread of process {leader}: {instead}",
                 )
-            return Reason.ADOPT_PID_GONE, f"no process with pid {pid} (it exited, or never was)"
+            return Reason.ADOPT_PID_GONE, procs.gone_words(pid)
         never = self._never_adoptable(pid, snapshot)
         if never is not None:
             return Reason.ADOPT_REFUSED, never

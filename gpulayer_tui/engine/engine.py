@@ -1516,7 +1516,7 @@ class Engine:
             raise SpecError(f"pid {pid} is a thread of process {leader}, not a process", "pid")
         snapshot = read_process(pid)
         if snapshot is None:
-            raise SpecError(f"no process with pid {pid} (it exited, or never was)", "pid")
+            raise SpecError(procs.gone_words(pid), "pid")
         never = self.adopter.never_touched(pid, snapshot)
         if never is not None:
             raise SpecError(never, "pid")

@@ -129,6 +129,15 @@ def read_cwd(pid: int) -> str:
 
 
 @lru_cache(maxsize=256)
+def gone_words(pid: int) -> str:
+    """Why ``pid`` is no process to act on: gone, or a zombie its parent has not reaped
+    (``ps`` still lists one: "it exited, or never was" read as wrong beside it, h184)."""
+    stat = read_stat(pid)
+    if stat is not None and stat.state in ("Z", "X"):
+        return f"pid {pid} has exited (a zombie its parent, pid {stat.ppid}, has not reaped yet)"
+    return f"no process with pid {pid} (it exited, or never was)"
+
+
 def user_name(uid: int) -> str:
     """Login name for ``uid`` (the number as text when unknown)."""
     try:
