@@ -625,3 +625,30 @@ async def test_the_adopt_dialog_keeps_its_message_and_buttons_in_sight_at_80x24(
         assert in_sight(error)
         await pilot.press("escape")
         await until(pilot, lambda: _adopt_dialog(app) is None, "closed")
+
+
+async def test_a_jobs_process_on_a_gpu_the_job_does_not_hold_is_listed_as_the_cli_lists_it(
+    ui_app: AppFactory,
+) -> None:
+    # Its memory there counts as unregistered, and `gpus` lists it; the strays screen left
+    # it out, so its rows added up to less than the unregistered figure (tester h184 #3).
+    app = await ui_app("2xA100-80GB")
+    engine = app.backend.engine
+    job = await engine.submit({"command": ["sleep", "600"], "gpus": 0})
+    assert job.pid is not None
+    SimLedger(engine.paths.state_dir).hold(1, job.pid, 2.0)
+    await engine.sampler.sample_once()
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = await _listed(pilot, app, job.pid)
+        row = table.rows_by_pid[job.pid]
+        assert row["command"] == f"job {job.id}'s, outside its GPUs: sleep 600", row
+        assert row["gpus"] == [1] and row["used_bytes"] == 2 * GIB
+        # Asked to adopt it, the engine's refusal is said before any dialog.
+        table.move_cursor(row=list(table.rows_by_pid).index(job.pid))
+        await pilot.press("a")
+        told = await until(
+            pilot, lambda: next((n for n in app._notifications if n.title == "adopt"), None)
+        )
+        assert f"job {job.id}" in told.message, told.message
+        assert not isinstance(app.screen, AdoptScreen)
+    await engine.cancel(job.id)

@@ -17,18 +17,25 @@ from .row_keys import cursor_number
 
 
 def strays_from(gpu_state: GpusJSON | None) -> list[dict[str, Any]]:
-    """Foreign GPU processes, merged per pid across GPUs, most memory first."""
+    """Foreign GPU processes, merged per pid across GPUs, most memory first: those of no
+    job, and a job's on a GPU the job does not hold (its memory there is unregistered:
+    left out, the rows added up to less than the unregistered figure; `gpus` lists them
+    too: tester h184)."""
     merged: dict[int, dict[str, Any]] = {}
     for dom in gpu_state["domains"] if gpu_state else []:
+        # (a job that just ended owns its processes until the next sample: as `gpus`)
+        held = set(dom.get("jobs") or ()) | set(dom.get("leaving_jobs") or ())
         for proc in dom["processes"]:
-            if proc.get("job_id") is not None:
+            owner = proc.get("job_id")
+            if owner is not None and owner in held:
                 continue
+            whose = "" if owner is None else f"job {owner}'s, outside its GPUs: "
             row = merged.setdefault(
                 proc["pid"],
                 {
                     "pid": proc["pid"],
                     "user": proc.get("user", ""),
-                    "command": proc.get("command", ""),
+                    "command": whose + proc.get("command", ""),
                     "start_ticks": proc.get("start_ticks"),
                     "started_at": proc.get("started_at"),
                     "gpus": [],
