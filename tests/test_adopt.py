@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -250,6 +251,36 @@ async def test_cancel_sigterm_then_sigkill_only_that_pid(
     assert done.termination_reason is TerminationReason.CANCELLED
     assert leader.wait(timeout=5) == -signal.SIGKILL  # SIGTERM was ignored
     assert not pid_gone(sibling)  # its process group was not touched
+
+
+async def test_a_cancel_names_the_children_left_holding_gpu_memory(
+    make_engine: EngineFactory, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    # A cancel signals the adopted pid alone: its children ran on holding 6 GiB, now
+    # unregistered, and the job said only "cancelled by user" (tester h184 #1).
+    engine = await make_engine()
+    leader = start(spawn, "bash", "-c", "sleep 600 & sleep 601 & wait")
+    await eventually(lambda: len(psutil.Process(leader.pid).children()) == 2)
+    children = sorted(c.pid for c in psutil.Process(leader.pid).children())
+    try:
+        ledger = SimLedger(engine.paths.state_dir)
+        for pid in children:
+            ledger.hold(0, pid, 3.0)
+        job = await adopt(engine, leader.pid)
+        assert job.status is JobStatus.RUNNING, job.message
+        await engine.sampler.sample_once()
+        await engine.cancel(job.id)
+        done = await engine.wait(job.id, timeout=20)
+        assert done.status is JobStatus.CANCELLED
+        assert done.message.endswith(
+            f"; pids {children[0]}, {children[1]} it started still hold 6.0 GiB of GPU "
+            "memory, now unregistered (a cancel signals the adopted pid alone: "
+            "`gpulayer-tui signal PID`)"
+        ), done.message
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 async def test_a_stopped_adopted_process_is_continued_to_take_its_sigterm(

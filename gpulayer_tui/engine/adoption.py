@@ -718,7 +718,8 @@ class Adopter:
         self._book.roots.drop(job.pid)
         job.kill_at = None
         if job.stop_reason is Reason.CANCELLED:
-            self._book.finish(act, JobStatus.CANCELLED, Reason.CANCELLED, job.stop_message)
+            message = job.stop_message + self._left_holding(job)
+            self._book.finish(act, JobStatus.CANCELLED, Reason.CANCELLED, message)
             return
         # Only a parent can wait() for a process: the exit status is unknowable, so the job
         # is never "completed" (record 004).
@@ -728,6 +729,37 @@ class Adopter:
             Reason.ADOPTED_EXIT_UNOBSERVED,
             f"pid {job.pid} exited; its exit status cannot be observed "
             "(it was not started by gpulayer-tui)",
+        )
+
+    def _left_holding(self, job: Job) -> str:
+        """``; pids 6614, 6615 it started still hold 6.0 GiB ...`` of the processes the
+        latest sample counted as the job's that still run as it ends: a cancel signals the
+        adopted pid alone, and its children ran on, their memory now unregistered, with
+        no word of it (tester h184). Read from the sample (no /proc walk on the loop):
+        only processes holding GPU memory, the ones that matter here."""
+        sample = self._latest_sample()
+        if sample is None:
+            return ""
+        held: dict[int, int] = {}
+        for gpu in sample.result.gpus:
+            for process in gpu.processes:
+                if process.pid != job.pid and sample.owners.get(process.pid) == job.id:
+                    held[process.pid] = held.get(process.pid, 0) + (process.used_bytes or 0)
+        alive = [
+            pid
+            for pid in sorted(held)
+            if (info := sample.info.get(pid)) is not None
+            and info.start_ticks is not None
+            and procs.start_ticks(pid) == info.start_ticks
+        ]
+        if not alive:
+            return ""
+        pids = ", ".join(str(pid) for pid in alive)
+        memory = sum(held[pid] for pid in alive) / GIB
+        return (
+            f"; {'pid' if len(alive) == 1 else 'pids'} {pids} it started still "
+            f"{'holds' if len(alive) == 1 else 'hold'} {memory:.1f} GiB of GPU memory, now "
+            "unregistered (a cancel signals the adopted pid alone: `gpulayer-tui signal PID`)"
         )
 
     def stop(self, act: ActiveJob, reason: TerminationReason, message: str) -> None:
