@@ -1902,7 +1902,7 @@ def _stop(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     while lock.is_held_elsewhere():
         if time.monotonic() > deadline:
             _error(f"the engine (pid {pid}) is still stopping after {patience:g} s")
-            return EXIT_FAILED
+            return EXIT_TIMED_OUT  # (as wait's and cancel's time run out: tester h178)
         time.sleep(0.05)
     print(f"stopped the engine (pid {pid}); running jobs go on, the next engine takes them back")
     return EXIT_OK
