@@ -804,6 +804,8 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
     [
         (["jobs", "--limit", "0"], "--limit: must not be less than 1, got 0"),
         (["jobs", "--page", "0"], "--page: must not be less than 1, got 0"),
+        # (in argparse's words, as the others: a sentence of its own after parsing, h181)
+        (["web", "--port", "65536"], "argument --port: must be at most 65535, got 65536"),
         (
             ["clean", "--keep", "99999999999999999999"],
             "--keep: must be at most 9223372036854775807",
@@ -860,6 +862,7 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
     ids=[
         "limit-0",
         "page-0",
+        "port-past-65535",
         "keep-huge",
         "page-huge",
         "underscore",

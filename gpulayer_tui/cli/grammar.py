@@ -28,6 +28,15 @@ def positive_int(text: str) -> int:
     return _whole(text, 0)
 
 
+def port_arg(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535 (refused in argparse's words, as every other
+    flag is: it was a sentence of its own after parsing, tester h181)."""
+    value = _whole(text, 0)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be at most 65535, got {value}")
+    return value
+
+
 def count_arg(text: str) -> int:
     """A whole number, 1 or more (rows per page, a page number, CPUs)."""
     return _whole(text, 1)
@@ -766,7 +775,7 @@ def _web_args(p: argparse.ArgumentParser) -> None:
         help="address to listen on (default 127.0.0.1: reach it through an SSH tunnel)",
     )
     p.add_argument(
-        "--port", type=positive_int, default=8765, help="TCP port (default 8765; 0: any free)"
+        "--port", type=port_arg, default=8765, help="TCP port (default 8765; 0: any free)"
     )
     p.add_argument(
         "--max-sessions",

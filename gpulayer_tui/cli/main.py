@@ -173,8 +173,6 @@ def _main(argv: Sequence[str] | None) -> int:
         sys.stdout.write(completion_script(args.shell))
         return 0
     if args.command == "web":
-        if args.port > 65535:
-            parser.error(f"--port must be at most 65535, got {args.port}")
         from ..web import run_web  # (textual-serve, jinja2: loaded for `web` alone)
 
         return run_web(paths, args.host, args.port, args.max_sessions)
