@@ -61,6 +61,8 @@ async def test_cancel_of_another_users_job_is_refused_before_it_is_asked(
         table = await _jobs_table(pilot, app, job["id"])
         await until(pilot, lambda: table.job(job["id"])["status"] == "running", "running")
         monkeypatch.setattr("gpulayer_tui.screens.actions.my_uid", lambda: 4321)
+        # Dimmed, as on a job it does not apply to (offered, then refused: tester h179).
+        assert app.screen.check_action("cancel_job", ()) is None
         await pilot.press("c")
         await until(
             pilot,
@@ -69,7 +71,25 @@ async def test_cancel_of_another_users_job_is_refused_before_it_is_asked(
         )
         assert not isinstance(app.screen, ConfirmScreen)
         assert table.job(job["id"])["status"] == "running"
+        # So in its detail: c, R and e are dimmed there too.
+        app.open_job(job["id"])
+        detail = await until(
+            pilot,
+            lambda: isinstance(app.screen, JobDetailScreen) and app.screen.job and app.screen,
+        )
+        assert detail.check_action("cancel_job", ()) is None
+        app.clear_notifications()
+        await pilot.press("c")
+        await until(
+            pilot,
+            lambda: any("you may cancel only your own jobs" in n for n in _notes(app)),
+            "the refusal in the detail",
+        )
+        assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, JobsScreen), "the table")
         monkeypatch.undo()  # (the engine's user: asked, as ever)
+        assert app.screen.check_action("cancel_job", ()) is True
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
         await pilot.press("y")

@@ -107,7 +107,7 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
     if status not in ACTIVE_STATUSES:
         ui.notify(f"job {job_id} already {status}", severity="warning")
         return
-    refused = _not_yours(app.backend.location, job)
+    refused = not_yours(app.backend.location, job)
     if refused:
         # (asked, confirmed, then refused by the engine in a toast: tester h75)
         ui.notify(f"job {job_id} {refused}", title=f"cancel job {job_id}", severity="warning")
@@ -185,13 +185,13 @@ def ask_to_cancel_many(
         ui.notify("the marked jobs have all ended already", severity="warning")
         then([int(job["id"]) for job in jobs])
         return
-    theirs = [job for job in active if _not_yours(app.backend.location, job)]
+    theirs = [job for job in active if not_yours(app.backend.location, job)]
     if theirs:
         # (asked, confirmed, then refused one by one: said before the question, as for one)
         shown = ", ".join(str(job["id"]) for job in theirs[:MARKED_SHOWN])
         more = f" and {len(theirs) - MARKED_SHOWN} more" if len(theirs) > MARKED_SHOWN else ""
         ui.notify(
-            f"jobs {shown}{more} {_not_yours(app.backend.location, theirs[0])}; unmark them "
+            f"jobs {shown}{more} {not_yours(app.backend.location, theirs[0])}; unmark them "
             "(space) to cancel the others",
             title="cancel marked jobs",
             severity="warning",
@@ -325,7 +325,7 @@ def my_uid() -> int:
     return os.geteuid()
 
 
-def _not_yours(location: str, job: JobRowJSON, verb: str = "cancel") -> str:
+def not_yours(location: str, job: JobRowJSON, verb: str = "cancel") -> str:
     """Why this user may not ``verb`` (cancel, restart, edit) ``job`` ("" if it may):
     another user's job, and this user neither the engine's (its socket's or state dir's
     owner) nor root. The engine judges the same (403); said here before the question or
@@ -363,7 +363,7 @@ def ask_to_restart(
         )
         ui.notify(f"job {job_id} {why}", severity="warning")
         return
-    refused = _not_yours(app.backend.location, job, "restart")
+    refused = not_yours(app.backend.location, job, "restart")
     if refused:  # (asked, confirmed, then refused by the engine: tester h75)
         ui.notify(f"job {job_id} {refused}", title=f"restart job {job_id}", severity="warning")
         return
@@ -467,7 +467,7 @@ def ask_to_edit(screen: Screen[Any], job: JobRowJSON) -> None:
             severity="warning",
         )
         return
-    refused = _not_yours(app.backend.location, job, "edit")
+    refused = not_yours(app.backend.location, job, "edit")
     if refused:  # (the form opened, then the engine refused its answer: tester h75)
         ui.notify(f"job {job_id} {refused}", title=f"edit job {job_id}", severity="warning")
         return

@@ -56,6 +56,7 @@ from .actions import (
     ask_to_restart,
     can_edit,
     can_restart,
+    not_yours,
 )
 from .resume import KeepsStylesOnResume
 from .stale import mark_while_no_engine
@@ -644,6 +645,12 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
 
         if action in ("restart_job", "cancel_job", "edit_job") and isinstance(self.focused, Input):
             return False  # (in the search line letters are text: "R Restart" stayed: h83)
+        if (
+            action in ("restart_job", "cancel_job", "edit_job")
+            and self._job is not None
+            and not_yours(view_of(self).backend.location, self._job)
+        ):
+            return None  # (another user's: said why when pressed; h179)
         if action == "restart_job":
             return True if self._job is not None and can_restart(self._job) else None
         if action == "cancel_job":  # (still loading: on, to say so)

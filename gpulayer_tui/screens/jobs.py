@@ -39,6 +39,7 @@ from .actions import (
     ask_to_restart,
     can_edit,
     can_restart,
+    not_yours,
 )
 from .resume import KeepsStylesOnResume
 from .stale import mark_while_no_engine
@@ -376,6 +377,9 @@ class JobsScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
                 return False  # (letters typed there are text: "R Restart" stayed: h83)
             job_id = self.table.cursor_job_id
             job = None if job_id is None else self.table.job(job_id)
+            where = view_of(self).backend.location
+            if not self.table.marked and job is not None and not_yours(where, job):
+                return None  # (another user's: dimmed, said why when pressed; h179)
             if action == "restart_job":
                 return True if can_restart(job) else None
             if action == "edit_job":
