@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -558,6 +559,57 @@ async def test_cancel_escalates_to_sigkill_after_grace(make_engine: EngineFactor
     assert done.message == (
         "cancelled by user; SIGTERM did not end it: SIGKILL did, after the grace period"
     )
+
+
+async def test_a_program_under_a_shell_gets_its_grace_period_when_the_shell_dies_first(
+    make_engine: EngineFactory,
+) -> None:
+    # `sh -c 'server; echo after'`: the shell died of SIGTERM at once and the launcher
+    # SIGKILLed the rest of its group with it, the program's shutdown cut short, under a
+    # log saying "SIGKILL 10 s later if it still runs" (tester h185 #1). An ignoring one
+    # is still SIGKILLed when the grace period ends.
+    engine = await make_engine(config=make_config(engine={"grace_period": 20}))
+    drains = (
+        "import signal, sys, time\n"
+        "def bye(*_):\n"
+        "    print('draining', flush=True); time.sleep(1); print('drained', flush=True)\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(300)"
+    )
+    job = await engine.submit({"shell": f"python3 -c {shlex.quote(drains)}; echo after"})
+    log = engine.log_path(job.id)
+    await eventually(lambda: log.exists() and "ready" in log.read_text())
+    await engine.cancel(job.id)
+    done = await engine.wait(job.id, timeout=15)  # (well inside the 20 s grace period)
+    assert done.status is JobStatus.CANCELLED
+    said = log.read_text()
+    assert "draining" in said and "drained" in said, said
+    assert "sent SIGKILL" not in said, said
+
+
+async def test_a_program_under_a_shell_that_ignores_sigterm_is_killed_when_its_grace_ends(
+    make_engine: EngineFactory,
+) -> None:
+    engine = await make_engine(config=make_config(engine={"grace_period": 1}))
+    ignores = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(300)"
+    )
+    job = await engine.submit({"shell": f"python3 -c {shlex.quote(ignores)}; echo after"})
+    log = engine.log_path(job.id)
+    await eventually(lambda: log.exists() and "ready" in log.read_text())
+    running = await engine.get(job.id)
+    assert running.pid is not None
+    (program,) = _children(running.pid)
+    await engine.cancel(job.id)
+    done = await engine.wait(job.id, timeout=15)
+    assert done.status is JobStatus.CANCELLED
+    assert "sent SIGKILL (it still ran)" in log.read_text()
+    await eventually(lambda: pid_gone(program))
 
 
 async def test_a_stopped_job_is_continued_to_take_its_sigterm(make_engine: EngineFactory) -> None:

@@ -224,6 +224,7 @@ class Task:
         "ended_unseen",
         "key",
         "kill_at",
+        "leader_gone",
         "log_dropped",
         "log_every",
         "log_fd",
@@ -248,6 +249,9 @@ class Task:
         # both launcher processes died: init reaps it): its exit status is never known.
         self.ended_unseen = False
         self.kill_at: float | None = None
+        # Stopping, its leader ended first (a shell wrapper dies of its SIGTERM at once):
+        # the rest of its group has the rest of the grace period (see _pidfd_readable).
+        self.leader_gone = False
         self.dead_at: float | None = None  # ended, its code not known yet (keeper's word)
         self.log_fd = -1  # ours, to cut the log back when it grows past max_log
         self.max_log = 0
@@ -465,7 +469,15 @@ class Spawner:
         now = time.time()
         self._sweep_sessions()
         for task in list(self.tasks.values()):
-            if task.dead_at is not None:
+            if task.leader_gone:
+                due = task.kill_at is None or now >= task.kill_at
+                if due or not self._group_runs(task):
+                    task.leader_gone = False
+                    if due and task.log_fd >= 0:
+                        said = "--- gpulayer-tui sent SIGKILL (it still ran) at "
+                        _write_banner(task.log_fd, said)
+                    self._end_child(task)
+            elif task.dead_at is not None:
                 if task.key in self.keeper_exits:
                     self._ended(task, self.keeper_exits.pop(task.key))
                 elif time.monotonic() - task.dead_at > KEEPER_WAIT_S:
@@ -964,6 +976,18 @@ class Spawner:
             elif task.key in self.keeper_exits:
                 self._ended(task, self.keeper_exits.pop(task.key))
             return
+        if task.kill_at is not None and time.time() < task.kill_at and self._group_runs(task):
+            # Being stopped, and its leader went first: a shell running the job's program
+            # dies of SIGTERM at once, and the program itself (a server draining, a trainer
+            # saving a checkpoint) was SIGKILLed with the group at that moment, its grace
+            # period lost (tester h185). Its end waits until the group is empty or its
+            # SIGKILL falls; the leader, our unreaped zombie, keeps the group id ours.
+            task.leader_gone = True
+            return
+        self._end_child(task)
+
+    def _end_child(self, task: Task) -> None:
+        """The end of a job whose leader is our child (exited, not reaped yet)."""
         # Whatever is left in its process group would run on untracked, holding memory
         # and ports already given away: kill it while the leader is our unreaped child
         # (its pid, the group id, cannot be reused until we reap it).
@@ -1284,6 +1308,21 @@ class Spawner:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(stat.pgrp, signal.SIGKILL)
         return found
+
+    def _group_runs(self, task: Task) -> bool:
+        """Whether a process of ``task``'s group other than its leader still runs. Its
+        leader gone, what is left of it are the keeper's children (orphans go to the
+        subreaper): their list is read, not all of /proc."""
+        try:
+            with open(f"/proc/{self.keeper_pid}/task/{self.keeper_pid}/children", "rb") as fh:
+                orphans = [int(p) for p in fh.read().split()]
+        except (OSError, ValueError):
+            return False  # (no keeper to ask: the group is killed at once, as before)
+        for pid in orphans:
+            stat = procstat.read_stat(pid)
+            if stat is not None and stat.pgrp == task.pid and stat.state not in ("Z", "X"):
+                return True
+        return False
 
     def _keeper_children_of(self, run: str) -> frozenset[int]:
         """The keeper's children (orphans it inherited) whose TASK_ENV names ``run``."""
