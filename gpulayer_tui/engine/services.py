@@ -1011,6 +1011,10 @@ class ServiceRunner:
             # Nothing listens on its port: its server may listen on another one (it
             # ignores $PORT: "port N not answering yet" for ever; tester h168).
             others = await asyncio.to_thread(procs.listened_ports, pid)
+            if port in others:
+                # (bound between the two reads: it was said to listen on "52113 instead"
+                # of 52113, its own port: tester h185)
+                return
             if others and replica.pid == pid and replica.state is R.STARTING:
                 ports = ", ".join(map(str, others))
                 said = f"port {port} {LISTENS_ELSEWHERE} {ports} instead: serve on $PORT ({port})"
