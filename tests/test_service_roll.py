@@ -322,3 +322,18 @@ async def test_a_restarted_replica_not_up_in_time_stops_the_roll(
     assert second.pid == second_pid and second.state is R.UP and second.roll is Roll.NONE
     await engine.cancel(svc.id)
     await engine.wait(svc.id, timeout=30)
+
+
+async def test_a_cancel_in_the_middle_of_a_roll_says_the_roll_stopped(
+    make_engine: EngineFactory,
+) -> None:
+    # Its timeline said the roll began, then only the stops and "cancelled": the roll's
+    # end went unsaid (so did a re-placement's) (tester h185 #3).
+    engine, _clock, svc = await _rolling_portless(make_engine, 3)
+    first = _live(engine, svc.id).replicas[0]
+    await eventually(lambda: first.roll is Roll.RESTARTING)
+    await engine.cancel(svc.id)
+    await engine.wait(svc.id, timeout=30)
+    said = [e for e in await _edited(engine, svc.id) if e.startswith("rolling restart")]
+    assert len(said) == 2 and said[1].startswith("rolling restart stopped: stopping ("), said
+    assert said[1].endswith("; replicas 1, 2 not restarted"), said

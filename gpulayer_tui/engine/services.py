@@ -1546,9 +1546,19 @@ class ServiceRunner:
         job = act.job
         runtime.cancel_restarts()
         grace = self._config.engine.grace_period
+        if any(r.roll is not Roll.NONE for r in job.replicas):
+            # A rolling restart ends with the service's run, and says so: a cancel or a
+            # re-placement in the middle of one left its start the last word of it
+            # (tester h185).
+            self._cancel_roll_limit(runtime)
+            left = [r.index for r in job.replicas if r.roll is Roll.WAITS]
+            untouched = f"; {replicas_said(left)} not restarted" if left else ""
+            self._book.record(
+                act, EventKind.EDITED, {"message": f"rolling restart stopped: {summary}{untouched}"}
+            )
         stopping = []
         for replica in job.replicas:
-            replica.roll = Roll.NONE  # (a rolling restart ends with the service's run)
+            replica.roll = Roll.NONE
             if replica.index in runtime.ended_unseen:
                 continue  # (it ended while no engine ran: its exit is told next)
             if replica.state.has_process and replica.state is not R.STOPPING:
