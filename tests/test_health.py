@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pwd
 import signal
@@ -55,7 +56,7 @@ async def test_a_jobs_quarantine_warning_goes_when_its_drain_comes_back(
 
 
 async def test_lost_gpu_quarantines_only_its_domain(
-    make_engine: EngineFactory, fake_nvml: FakeNvml
+    make_engine: EngineFactory, fake_nvml: FakeNvml, caplog: pytest.LogCaptureFixture
 ) -> None:
     engine = await make_engine(probe=NvmlProbe())
     on_gpu0 = await engine.submit({"command": ["sleep", "600"], "domain": "gpu0"})
@@ -95,8 +96,15 @@ async def test_lost_gpu_quarantines_only_its_domain(
         await engine.domain_ops.release("gpu1")
     # ... and works once it answers again; the event is recorded
     fake_nvml.devices[1].lost = False
-    await engine.sampler.sample_once()
+    with caplog.at_level(logging.INFO, logger="gpulayer_tui.engine.health"):
+        await engine.sampler.sample_once()
     assert gpu1.state.value == "quarantined"  # never lifted automatically
+    # (logged "health healthy (GPU is lost)": the cause is the quarantine's: h185 #6)
+    healthy = [m for m in caplog.messages if m.startswith("domain gpu1, healthy:")]
+    assert len(healthy) == 1, caplog.messages
+    assert healthy[0].startswith(
+        "domain gpu1, healthy: state quarantined, health healthy (quarantined for: GPU is lost"
+    ) and healthy[0].endswith("; `domain release` lifts it)"), healthy
     released = await engine.domain_ops.release("gpu1")
     assert released["state"] == "in_service"
     assert engine.domain_ops.readiness() == (True, "every domain is ready")

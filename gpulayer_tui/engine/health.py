@@ -245,6 +245,11 @@ class DomainOps:
         # the drain's reason: tester h170)
         news = what in ("healthy", "draining", "drain reason", "released")
         drained = dom.drain_reason if dom.drain_reason and dom.drain_reason != dom.reason else ""
+        # (a GPU answering again under its quarantine read "health healthy (GPU is lost)":
+        # the cause is the quarantine's, which stands until released: tester h185)
+        cause = printable(dom.reason) if dom.reason else ""
+        if cause and dom.state is DomainState.QUARANTINED and dom.health is DomainHealth.HEALTHY:
+            cause = f"quarantined for: {cause}; `domain release` lifts it"
         log.log(
             logging.INFO if healthy or news else logging.WARNING,
             "domain %s, %s: state %s, health %s%s%s",
@@ -252,7 +257,7 @@ class DomainOps:
             what,
             dom.state.value,
             dom.health.value,
-            f" ({printable(dom.reason)})" if dom.reason else "",
+            f" ({cause})" if cause else "",
             f"; drained: {printable(drained)}" if drained else "",
         )
         self._store.save_domain_state(
