@@ -84,7 +84,7 @@ from .recovery import Recovery
 from .reload import ConfigReloader
 from .retention import Retention
 from .sampler import Sample, Sampler
-from .scheduler import Scheduler
+from .scheduler import Request, Scheduler
 from .service_runtime import ServiceClock
 from .services import ServiceRunner
 from .simulate import SimulatedProbe, placed_processes
@@ -156,6 +156,23 @@ def _dependency_id(dep: object) -> int | None:
     if isinstance(dep, dict):
         dep = dep.get("job")
     return dep if isinstance(dep, int) else None
+
+
+def _holders_said(domains: list[Domain], act: ActiveJob, request: Request) -> str:
+    """`` (gpu0: job 24)`` of the full GPU domains a scale-up could have used:
+    "gpu0 busy" left the user to find what held it (tester h185; `why` names them)."""
+    if request.gpus <= 0:
+        return ""
+    said = []
+    for dom in domains:
+        if dom.free_slots >= request.slots_on(dom) or act.job.id in dom.holdings:
+            continue
+        others = sorted(dom.holdings)
+        if others:
+            more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+            jobs = ", ".join(str(j) for j in others[:3]) + more
+            said.append(f"{dom.name}: job{'s' if len(others) > 1 else ''} {jobs}")
+    return f" ({'; '.join(said[:4])})" if said else ""
 
 
 class Engine:
@@ -849,6 +866,7 @@ class Engine:
                 room = room.removeprefix("waiting for a GPU: ").removeprefix("waiting for ")
                 if act.job.gpus:
                     room = room.replace(" GPU slots busy", " other GPU slots busy")
+                room += _holders_said(self.scheduler.candidates(request), act, request)
                 raise JobNotActive(
                     f"job {job_id} cannot grow to {count} replicas now: {room} (nothing "
                     "changed; a scale-up takes only what is free)"
