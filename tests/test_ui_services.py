@@ -519,7 +519,10 @@ async def test_e_on_a_running_service_scales_it_from_a_form_of_its_replicas(
         )
         assert app.focused is form.query_one("#replicas", Input)
         await pilot.press("backspace", "5", "ctrl+s")  # (5 on a 4-slot pool: never)
-        await until(pilot, lambda: "could never run" in form.form_message, "the refusal")
+        problem = form.query_one("#replicas-error", Label)
+        await until(pilot, lambda: "could never run" in str(problem.render()), "the refusal")
+        # Said once, under its one field (it was said at the top too: tester h185 #7).
+        assert form.form_message == ""
         await pilot.press("backspace", "3", "ctrl+s")
         await until(pilot, lambda: not isinstance(app.screen, EditScreen), "the form closed")
         assert any("scaled: replicas 1 -> 3" in n.message for n in app._notifications)

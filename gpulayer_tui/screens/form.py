@@ -200,7 +200,10 @@ class FormScreen(ModalScreen[ResultType]):
         """The engine's refusal, at the form's top and under the field it names (focused,
         so in sight: at 80x24 the top was scrolled away, and ctrl+s seemed to do nothing:
         tester h130); one that names no field of the form is scrolled into sight."""
-        self._show_form_message(self.in_form_words(message, field, input_id))
+        # (a form of one field, the scale dialog's, said it twice, at its top and under
+        # the field just below: tester h185)
+        alone = input_id is not None and len(self.query(Input)) == 1
+        self._show_form_message("" if alone else self.in_form_words(message, field, input_id))
         if input_id is None:
             box = self.query_one("#form-error", Static)
             self.call_after_refresh(box.scroll_visible, animate=False, top=True)
