@@ -2218,3 +2218,17 @@ def test_users_with_nobody_to_list_says_why(engine: Served) -> None:
         "gpulayer-tui: no user has used the GPUs recently, and no job runs or waits\n"
     )
     assert json.loads(engine.cli("users", "--json").stdout) == {"users": []}
+
+
+def test_logs_of_a_fast_writer_without_follow_prints_its_output_as_long_as_it_was(
+    served: Served,
+) -> None:
+    # Not following, the log was read on until its end was caught up with: a fast
+    # writer's never was, and `logs -n 2` of `yes` printed 12 million lines (h186 #2).
+    served.start("--simulate", "1xA100-80GB")
+    job = _submit(served, "--", "sh", "-c", "while :; do echo line; done")
+    wait_for(lambda: len(served.cli("logs", job, "-n", "3").stdout) > 0)
+    for _ in range(3):
+        tail = served.cli("logs", job, "-n", "2")
+        assert (tail.returncode, tail.stdout) == (0, "line\nline\n"), tail.stdout[:200]
+    assert served.cli("cancel", job).returncode == 0

@@ -104,7 +104,7 @@ from .errors import (
     WriteDeferred,
 )
 from .events import Subscription
-from .logread import LogRead, LogUnreadable, read_chunk, tail_start
+from .logread import LogRead, LogUnreadable, read_chunk, tail_span
 from .models import Job, JobKind, JobQuery, JobStatus
 from .tasks import cancel_and_wait
 
@@ -1246,8 +1246,9 @@ async def logs(request: web.Request) -> web.StreamResponse:
     streams = request.app[STREAMS_KEY]
     try:
         # (Before the answer starts: a log that cannot be read is said in a 409.)
+        tail_end = None
         if tail is not None:
-            offset = await asyncio.to_thread(tail_start, path, tail)
+            offset, tail_end = await asyncio.to_thread(tail_span, path, tail)
         first = await asyncio.to_thread(read_chunk, path, offset)
     except LogUnreadable as err:
         raise JobNotActive(f"job {job_id}'s log {err}") from None
@@ -1266,8 +1267,13 @@ async def logs(request: web.Request) -> web.StreamResponse:
             response.headers["X-Log-Size"] = str(first.size)
         await response.prepare(request)
         try:
+            # Not following, the answer stops where the output ended when asked (the end of
+            # the last lines asked for): read on to whatever end it had reached, a fast
+            # writer's was never caught up with, and `logs -n 2` of `yes` printed 12
+            # million lines (tester h186).
+            stop_at = None if follow else (tail_end if tail_end is not None else first.size)
             await _send_log(
-                request, engine, job_id, path, first, follow, response, allowed, replica
+                request, engine, job_id, path, first, stop_at, follow, response, allowed, replica
             )
         except LogUnreadable as err:
             # No end of stream (it read as the job's end: `logs -f ID && next` went on):
@@ -1294,16 +1300,23 @@ async def _send_log(
     job_id: int,
     path: Path,
     first: LogRead,
+    stop_at: int | None,
     follow: bool,
     response: web.StreamResponse,
     allowed: Callable[[], bool] = lambda: True,
     replica: int | None = None,
 ) -> None:
-    if first.data:
-        await _write(request, response, first.data)
+    bound = stop_at  # (see logs: where a read that does not follow stops)
+    data = first.data
+    if bound is not None and first.end > bound:
+        data = data[: len(data) - (first.end - bound)]
+    if data:
+        await _write(request, response, data)
     offset = first.end
     last = False  # the job has ended: one more read for what it wrote just before
     while True:
+        if bound is not None and offset >= bound:
+            break
         if not allowed():
             return  # (no end of stream: the reader asks again, and is told why not)
         if _gone(request):
@@ -1316,8 +1329,11 @@ async def _send_log(
             _cut_off(request)
             return
         if piece.data:
+            data = piece.data
+            if bound is not None and piece.end > bound:
+                data = data[: len(data) - (piece.end - bound)]
             offset = piece.end
-            await _write(request, response, piece.data)
+            await _write(request, response, data)
             continue
         if first.size is not None and not await asyncio.to_thread(os.path.lexists, path):
             # (removed under the reader, by `clean` or by hand: read as its end, `logs`

@@ -77,8 +77,15 @@ def tail_start(path: Path, lines: int) -> int:
     Raises:
         LogUnreadable: As for :func:`read_chunk`.
     """
-    start = _while_uncut(path, lambda fd, head: _tail_at(fd, lines, head))
-    return 0 if start is None else start
+    return tail_span(path, lines)[0]
+
+
+def tail_span(path: Path, lines: int) -> tuple[int, int]:
+    """:func:`tail_start`, and the output offset of the log's end as those lines were
+    found (where a read of just those lines stops: a fast writer's log grew past them
+    before they were read, and `logs -n 2` printed thousands of lines: tester h186)."""
+    span = _while_uncut(path, lambda fd, head: _tail_at(fd, lines, head))
+    return (0, 0) if span is None else span
 
 
 def _while_uncut(path: Path, read: Callable[[int, bytes], _T]) -> _T | None:
@@ -127,12 +134,13 @@ def _read_at(fd: int, offset: int, head: bytes) -> LogRead:
     return LogRead(os.pread(fd, LOG_CHUNK, at), offset, 0, size)
 
 
-def _tail_at(fd: int, lines: int, head: bytes) -> int:
-    """:func:`tail_start` of the log open on ``fd`` that starts with ``head``."""
+def _tail_at(fd: int, lines: int, head: bytes) -> tuple[int, int]:
+    """:func:`tail_span` of the log open on ``fd`` that starts with ``head``."""
     dropped, note = read_note(head)
     size = os.fstat(fd).st_size
+    end_offset = max(size, note) - note + dropped
     if lines <= 0:
-        return max(size, note) - note + dropped
+        return end_offset, end_offset
     found = 0
     end = size
     last_byte = True  # (a newline that ends the log ends its last line; it starts none)
@@ -149,7 +157,7 @@ def _tail_at(fd: int, lines: int, head: bytes) -> int:
         while (newline := block.rfind(b"\n", 0, search_to)) >= 0:
             found += 1
             if found == lines:
-                return at + newline + 1 - note + dropped
+                return at + newline + 1 - note + dropped, end_offset
             search_to = newline
         end = at
-    return 0
+    return 0, end_offset
