@@ -265,6 +265,9 @@ def test_full_disk_refuses_work_with_the_reason_then_recovers(
     served.start("--simulate", "1xA100-80GB")
     done = served.cli("submit", "--", "true").stdout.strip()
     assert served.cli("wait", done).returncode == 0
+    go = served.home.parent / "go"  # (outside the full disk)
+    ending = served.cli("submit", "--", "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done")
+    ending_id = ending.stdout.strip()
     filler = tiny_fs / "filler"
     _fill(filler)
     sock = tiny_fs / "engine.sock"
@@ -277,8 +280,29 @@ def test_full_disk_refuses_work_with_the_reason_then_recovers(
     cli = served.cli("submit", "--", "true")
     assert cli.returncode == 1 and "refuses new work" in cli.stderr and "full" in cli.stderr
     assert served.cli("status", done).returncode == 0  # reads keep working
+    # A job that ends meanwhile reads ended; `wait` answers once its end is stored, and
+    # says so (it sat silent, and `--timeout` said "job 26 still failed": tester h186).
+    go.touch()
+    wait_for(lambda: '"completed"' in served.cli("status", ending_id, "--json").stdout)
+    timed = served.cli("wait", ending_id, "--timeout", "0.5")
+    assert timed.returncode == 5, timed
+    assert timed.stderr == (
+        f"gpulayer-tui: job {ending_id} has ended (completed), but its end is still not stored "
+        "after 0.5 s\n"
+    )
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "gpulayer_tui", "wait", ending_id],
+        env=served.env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     filler.unlink()
     wait_for(lambda: request(sock, "GET", "/v1/health")[1]["store_failure"] is None, timeout=20)
+    out, err = waiter.communicate(timeout=30)
+    assert waiter.returncode == 0, (out, err)
+    assert out.startswith(f"job {ending_id} completed"), out
     again = served.cli("submit", "--", "true")
     assert again.returncode == 0, again.stderr
     assert served.cli("wait", again.stdout.strip()).returncode == 0

@@ -1347,7 +1347,10 @@ def _wait_one(client: Client, job_id: int, deadline: float | None) -> dict[str, 
             return dict(data)
         if not told:
             told = True
-            note = _never_ends(data["job"])
+            # (not for a deadline about to fall: its own words say the same: "still not
+            # stored after 0.5 s")
+            soon = deadline is not None and deadline - time.monotonic() < 1.0
+            note = _never_ends(data["job"]) or ("" if soon else _end_unstored(data["job"]))
             if note:
                 _error(note)
 
@@ -1359,11 +1362,33 @@ def _waited(data: dict[str, Any], as_json: bool, timeout: float | None, quiet: b
     if data.get("timed_out"):
         if as_json:  # (a script reads the document it asked for: it got nothing)
             _print_json(data)
-        _error(f"job {job['id']} still {job['status']} after {timeout:g} s")
+        if _end_unstored(job):  # ("job 26 still failed after 0 s": tester h186)
+            _error(
+                f"job {job['id']} has ended ({job['status']}), but its end is still not "
+                f"stored after {timeout:g} s"
+            )
+        else:
+            _error(f"job {job['id']} still {job['status']} after {timeout:g} s")
         return EXIT_TIMED_OUT
     if quiet:
         return EXIT_OK if job["status"] == "completed" else EXIT_FAILED
     return _report_end(job, as_json, data)
+
+
+def _end_unstored(job: dict[str, Any]) -> str:
+    """What ``wait`` says of a job that has ended while its end is not stored yet (the
+    engine's database cannot be written): the engine answers a wait once the end is
+    durable, and `wait` sat silent for as long as the disk was full while `jobs` showed
+    the job ended (tester h186)."""
+    from ..wire import ACTIVE_STATUSES
+
+    if job.get("status") in ACTIVE_STATUSES:
+        return ""
+    return (
+        f"job {job['id']} has ended ({job['status']}), but the engine has not stored its end "
+        "yet (its database cannot be written: `gpulayer-tui doctor` says why); waiting "
+        "until it is"
+    )
 
 
 def _never_ends(job: dict[str, Any]) -> str:
