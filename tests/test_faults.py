@@ -290,6 +290,12 @@ def test_full_disk_refuses_work_with_the_reason_then_recovers(
         f"gpulayer-tui: job {ending_id} has ended (completed), but its end is still not stored "
         "after 0.5 s\n"
     )
+    # `stop` now would lose that end: refused, unless forced (it stopped, and a cancel the
+    # engine had said it kept was lost: tester h186 #3).
+    refused = served.cli("stop")
+    assert refused.returncode == 1, refused
+    assert "cannot write its database (" in refused.stderr and "--force" in refused.stderr
+    assert served.proc is not None and served.proc.poll() is None
     waiter = subprocess.Popen(
         [sys.executable, "-m", "gpulayer_tui", "wait", ending_id],
         env=served.env,

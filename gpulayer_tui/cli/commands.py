@@ -1896,6 +1896,19 @@ def _gpus(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     return EXIT_OK
 
 
+def _store_failure(client: Client) -> str | None:
+    """The engine's database failure, if it has one now (asked briefly: an engine that
+    does not answer is stopped as before)."""
+    timeout, client.timeout = client.timeout, min(client.timeout or 2.0, 2.0)
+    try:
+        failure = client.health().get("store_failure")
+    except (ApiError, EngineLost, EngineNotRunning, OSError):
+        return None
+    finally:
+        client.timeout = timeout
+    return str(failure) if failure else None
+
+
 def _stop(client: Client, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import signal
 
@@ -1914,6 +1927,17 @@ def _stop(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
         command = ""
     if "--serve" not in command:
         _error(f"the engine (pid {pid}) runs inside a TUI: quit that TUI to stop it")
+        return EXIT_FAILED
+    unsaved = None if args.force else _store_failure(client)
+    if unsaved:
+        # (it stopped, said "stopped the engine", and a cancel it had answered "kept,
+        # takes effect once stored" was lost: the job ran later: tester h186)
+        _error(
+            f"the engine (pid {pid}) cannot write its database ({unsaved}): what it has not "
+            "stored yet (job ends, cancels and edits it said it keeps) is lost if it stops "
+            "now; free the space and let it catch up (`gpulayer-tui doctor` says when), or "
+            "stop it anyway with --force"
+        )
         return EXIT_FAILED
     try:
         os.kill(pid, signal.SIGTERM)

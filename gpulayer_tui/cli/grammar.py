@@ -737,6 +737,12 @@ def _stop_args(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long to wait for it to stop (default: GPULAYER_TIMEOUT, else 30)",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="stop it even while its database cannot be written (what it has not stored "
+        "yet is lost)",
+    )
 
 
 def _install_service_args(p: argparse.ArgumentParser) -> None:
