@@ -1003,6 +1003,8 @@ async def test_clean_on_a_disk_a_job_filled_names_what_holds_the_space(
     assert found["ids"] == [small.id]
     assert found["unrecorded"].startswith("not counted: "), found
     assert f"the largest job files: {engine.log_path(filler.id)} (" in found["unrecorded"]
+    # (not a 6-byte log beside it, "(0 MiB)", as one of "the largest": tester h186 #9)
+    assert f"{engine.log_path(small.id)} (0 MiB)" not in found["unrecorded"]
     with pytest.raises(StoreError) as refused:
         await engine.retention.clean(None, keep=0)
     said = str(refused.value)
