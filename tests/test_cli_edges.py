@@ -920,6 +920,9 @@ def test_the_api_refuses_an_empty_page_a_keep_past_sqlite_and_a_batch_with_more(
     )
     status, body = request(socket_path, "GET", "/v1/nothing")
     assert (status, body["error"]) == (404, "GET /v1/nothing: Not Found")
+    # A negative pid is out of range, not "not a whole number" (tester h171 #6).
+    status, body = request(socket_path, "GET", "/v1/processes/-1")
+    assert (status, body["error"]) == (400, "pid: must be a process id from 1 to 4194304")
     status, body = request(socket_path, "POST", "/v1/clean", {"keep": 2**63})
     assert status == 400 and "keep must be a whole number" in body["error"]
     # A key it does not take is named (the typo "older_than" was not: tester h111).

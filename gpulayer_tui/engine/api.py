@@ -419,6 +419,8 @@ def _job_id(request: web.Request) -> int:
 def _path_int(raw: str) -> object:
     """A number in a URL path for a field rule to judge (``raw`` itself if not digits; a
     number too long for ``int()`` as one past every limit)."""
+    if raw[:1] == "-" and raw[1:].isascii() and raw[1:].isdigit():
+        return -1  # (below every limit: "-1: must be a whole number" read wrong, h171)
     if not (raw.isascii() and raw.isdigit()):
         return raw
     return MAX_INT + 1 if too_long(raw) is not None else int(raw)
