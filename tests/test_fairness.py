@@ -389,6 +389,12 @@ def test_a_users_own_table_overrides_the_default() -> None:
     theirs = [box.run(uid=OTHER, gpus=1) for _ in range(3)]
     assert [status(a) for a in theirs] == ["running", "running", "queued"]
     assert f"[users.{user_label(OTHER)}] max_gpus" in theirs[2].job.message
+    # A table written by uid is named as written: "[users.nobody]" named a table the
+    # file does not have (tester h179 #5).
+    by_uid = Box(gpus=3, users={str(OTHER): UserLimits(max_gpus=1)})
+    first, second = by_uid.run(uid=OTHER, gpus=1), by_uid.run(uid=OTHER, gpus=1)
+    assert status(first) == "running" and status(second) == "queued"
+    assert f"([users.{OTHER}] max_gpus)" in second.job.message, second.job.message
 
 
 def test_each_limit_is_credited_to_the_table_that_sets_it() -> None:

@@ -513,7 +513,7 @@ class Config(_Strict):
     simulate: SimulateSettings = SimulateSettings()
 
 
-def _toml_key(part: object) -> str:
+def toml_key(part: object) -> str:
     """A key as TOML writes it: bare when it can be, else quoted (an empty key is ``""``)."""
     text = str(part)
     if isinstance(part, int) or (
@@ -563,7 +563,7 @@ def _did_you_mean(loc: tuple[Any, ...]) -> str:
     close = difflib.get_close_matches(str(loc[-1]), _keys_at(Config, loc[:-1]), n=1, cutoff=0.6)
     if not close:
         return ""
-    return f" (did you mean '{'.'.join(_toml_key(p) for p in (*loc[:-1], close[0]))}'?)"
+    return f" (did you mean '{'.'.join(toml_key(p) for p in (*loc[:-1], close[0]))}'?)"
 
 
 def _format_validation(err: ValidationError, source: str) -> str:
@@ -576,7 +576,7 @@ def _format_validation(err: ValidationError, source: str) -> str:
             words, _ = unions.setdefault(loc[:-1], ([], item.get("input")))
             words.append(_UNION_MEMBERS[member])
             continue
-        where = ".".join(_toml_key(p) for p in loc) or "(top level)"
+        where = ".".join(toml_key(p) for p in loc) or "(top level)"
         if item["type"] == "extra_forbidden":
             lines.append(f"{source}: unknown key '{where}'{_did_you_mean(loc)}")
         elif item["type"] in ("model_type", "dict_type"):  # (not a class's name)
@@ -594,7 +594,7 @@ def _format_validation(err: ValidationError, source: str) -> str:
             # (our own checks' words, without pydantic's "Value error, " before them)
             lines.append(f"{source}: {where}: {item['msg'].removeprefix('Value error, ')}")
     for loc, (words, given) in unions.items():
-        where = ".".join(_toml_key(p) for p in loc)
+        where = ".".join(toml_key(p) for p in loc)
         lines.append(f"{source}: {where}: expected {' or '.join(words)}, got {_as_toml(given)}")
     return "\n".join(lines)
 
@@ -627,14 +627,14 @@ def parse_config(data: dict[str, Any], source: str = "config") -> Config:
             )
         if not _DOMAIN_NAME.fullmatch(name):
             raise ConfigError(
-                f"{source}: domains.{_toml_key(name)}: a domain name is a letter then up to 31 "
+                f"{source}: domains.{toml_key(name)}: a domain name is a letter then up to 31 "
                 "letters, digits, '-' or '_'"
             )
     for name in config.clusters:
         # (Typed on command lines and shown in tables, as domain names are.)
         if not _DOMAIN_NAME.fullmatch(name):
             raise ConfigError(
-                f"{source}: clusters.{_toml_key(name)}: a cluster name is a letter then up to 31 "
+                f"{source}: clusters.{toml_key(name)}: a cluster name is a letter then up to 31 "
                 "letters, digits, '-' or '_'"
             )
     tables: dict[int, str] = {}
@@ -645,17 +645,17 @@ def parse_config(data: dict[str, Any], source: str = "config") -> Config:
         if uid is None:
             if name.isascii() and name.isdigit():
                 raise ConfigError(
-                    f"{source}: users.{_toml_key(name)}: not a uid (at most {MAX_UID})"
+                    f"{source}: users.{toml_key(name)}: not a uid (at most {MAX_UID})"
                 )
             raise ConfigError(
-                f"{source}: users.{_toml_key(name)}: no user named {name!r} on this machine (a uid "
+                f"{source}: users.{toml_key(name)}: no user named {name!r} on this machine (a uid "
                 "with no name is written as its number: [users.1234])"
             )
         if uid in tables:
             # (both were taken, the last one winning, and swapping them said no change)
             raise ConfigError(
-                f"{source}: users.{_toml_key(name)}: users.{_toml_key(tables[uid])} and "
-                f"users.{_toml_key(name)} are the same user "
+                f"{source}: users.{toml_key(name)}: users.{toml_key(tables[uid])} and "
+                f"users.{toml_key(name)} are the same user "
                 f"(uid {uid}): give its limits in one table"
             )
         tables[uid] = name

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..fields import wait_words
-from .config import SchedulingSettings, UserLimits, uid_of_table
+from .config import SchedulingSettings, UserLimits, toml_key, uid_of_table
 from .domain import Domain, DomainState, plural
 from .errors import SpecError
 from .gpus import GIB
@@ -109,6 +109,7 @@ class Limits:
 
     def __init__(self, users: dict[str, UserLimits]) -> None:
         self._by_uid: dict[int, UserLimits] = {}
+        self._table_of: dict[int, str] = {}  # (as written: [users.1003] is not [users.ana])
         self._merged: dict[int, UserLimits] = {}
         self._default = users.get("default", UserLimits())
         for name, limits in users.items():
@@ -118,6 +119,7 @@ class Limits:
             if uid is None:
                 continue  # (the config check refuses unknown names; a user deleted since)
             self._by_uid[uid] = limits
+            self._table_of[uid] = name
 
     @property
     def any(self) -> bool:
@@ -172,7 +174,10 @@ class Limits:
         own = self._by_uid.get(uid)
         if own is None or (key is not None and getattr(own, key) is None):
             return "[users.default]"
-        return f"[users.{user_label(uid)}]"
+        # (the table as the config names it: one written [users.1003] was named by the
+        # user's name, a table the file does not have: tester h179)
+        name = self._table_of.get(uid)
+        return f"[users.{user_label(uid) if name is None else toml_key(name)}]"
 
 
 @dataclass(slots=True)
