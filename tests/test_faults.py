@@ -200,12 +200,20 @@ async def test_a_job_that_ends_during_a_write_outage_reads_ended_and_is_waited_f
 async def test_a_cancel_during_a_write_outage_says_it_is_kept_and_signals_only_once_stored(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:
-    engine = await make_engine()
+    engine = await make_engine(config=make_config(engine={"grace_period": 2}))
     server = ApiServer(engine, engine.paths.socket)
     await server.start()
     try:
-        job = await engine.submit({"command": ["sleep", "600"]})
+        ready = tmp_path / "ready"
+        ignores = (
+            "import pathlib, signal, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            f"pathlib.Path({str(ready)!r}).touch()\n"
+            "time.sleep(600)"
+        )
+        job = await engine.submit({"command": [sys.executable, "-c", ignores]})
         assert job.pid is not None
+        await eventually(ready.exists)
         await _break_writes(engine, "read-only")
         with pytest.raises(StoreError):
             await engine.submit({"command": ["true"]})  # (the outage is noticed)
@@ -215,9 +223,19 @@ async def test_a_cancel_during_a_write_outage_says_it_is_kept_and_signals_only_o
         assert "not stored yet (database write failed: attempt to write a readonly" in err
         assert "it is kept and takes effect once the database takes writes again" in err
         os.kill(job.pid, 0)  # (not signalled: the stop is not durable)
+        # ... and its message says so ("SIGTERM sent, SIGKILL due" was said of a job no
+        # signal had reached, for as long as the disk was full: tester h187 #1).
+        waiting = (await engine.get(job.id)).message
+        assert waiting.startswith(
+            "stopping (cancelled by user): SIGTERM once this is stored (the database cannot "
+            "be written now), SIGKILL "
+        ), waiting
         await _mend_writes(engine, "read-only")
+        # Stored, it is sent, and said sent (the job ignores it: SIGKILL 2 s later).
+        await eventually(lambda: "SIGTERM sent" in engine.book.get(job.id).job.message)  # type: ignore[union-attr]
         done = await engine.wait(job.id, timeout=20)
         assert done.status is JobStatus.CANCELLED
+        assert done.message.endswith("SIGKILL did, after the grace period"), done.message
     finally:
         await server.stop()
 

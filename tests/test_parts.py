@@ -50,6 +50,8 @@ class Journal:
             self.rows.append(dict(job.to_json()))
         self.events.extend(events)
 
+    failure: str | None = None
+
     def after_commit(
         self, callback: Callable[[], None], early: Callable[[], None] | None = None
     ) -> None:

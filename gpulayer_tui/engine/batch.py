@@ -298,7 +298,24 @@ def decide_stop(
             return False
     job.stop_reason, job.stop_message = reason, message
     job.kill_at = time.time() + grace
-    book.note(act, f"stopping ({message}): SIGTERM sent, SIGKILL after {grace:g} s")
+    sent = f"stopping ({message}): SIGTERM sent, SIGKILL after {grace:g} s"
+    if book.write_failure is None:
+        book.note(act, sent)
+        return True
+    # Signalled only once the decision is stored: "SIGTERM sent, SIGKILL due" was said
+    # for as long as the disk was full, of a job no signal had reached (tester h187).
+    book.note(
+        act,
+        f"stopping ({message}): SIGTERM once this is stored (the database cannot be "
+        f"written now), SIGKILL {grace:g} s later",
+    )
+
+    def stored() -> None:
+        if book.get(job.id) is act and job.stop_reason is reason:
+            job.kill_at = time.time() + grace  # (counted from the SIGTERM, as it is sent)
+            book.note(act, sent)
+
+    book.after_commit(stored)
     return True
 
 

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 class Journal(Protocol):
     """Where job rows and events go (the store's group-commit writer)."""
 
+    failure: str | None
+    """Why the last commit failed, while writes fail (``None`` while they work)."""
+
     def save(
         self,
         job: Job | None,
@@ -520,6 +523,11 @@ class JobBook:
         """Change a job's message (e.g. "stopping: SIGTERM sent") and publish it."""
         act.job.message = message
         self._journal.save(act.job, [self.event(EventKind.REASON, act.job, {"message": message})])
+
+    @property
+    def write_failure(self) -> str | None:
+        """Why the database cannot be written now (``None`` while it can)."""
+        return self._journal.failure
 
     def after_commit(
         self, callback: Callable[[], None], early: Callable[[], None] | None = None
