@@ -530,6 +530,16 @@ def usage_plot(usage: UsageJSON, width: int = 60, status: str | None = None) -> 
             f"job {usage['job']}: no GPU usage recorded (it held no GPU, or ended before "
             "its GPUs were first sampled)"
         )
+    if not usage["series"]:
+        # (a GPU job that ended between two readings has a record with no points: an
+        # empty line was printed: tester h187)
+        gpus = ", ".join(f"#{g}" for g in summary.get("gpus") or ())
+        if status in ("pending", "queued", "running"):
+            return f"job {usage['job']}: no GPU usage read yet ({gpus or 'no GPU'})"
+        return (
+            f"job {usage['job']}: no GPU usage read: it ended before its GPUs "
+            f"({gpus or 'none'}) were first sampled ({gpu_time(summary['gpu_hours'])} held)"
+        )
     lines = []
     gap = unobserved_note(usage)
     for series in usage["series"]:

@@ -888,6 +888,13 @@ async def test_a_gpu_job_no_reading_saw_has_a_record_of_the_gpus_it_held(
     from gpulayer_tui.widgets.usage_panel import collapsed_line
 
     assert use_texts(row) == ("", "", "")
+    # Its plot says so (an empty line was printed: tester h187 #2).
+    from gpulayer_tui.formatting import usage_plot
+
+    gpus = ", ".join(f"#{g}" for g in sorted(done.gpus))
+    assert usage_plot(usage, 60, "completed").startswith(
+        f"job {job.id}: no GPU usage read: it ended before its GPUs ({gpus}) were first sampled ("
+    ), usage_plot(usage, 60, "completed")
     assert collapsed_line(summary, active=False).plain == (
         "GPU usage  not read: it ended before its GPUs were sampled"
     )
