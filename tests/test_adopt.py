@@ -277,6 +277,21 @@ async def test_a_cancel_names_the_children_left_holding_gpu_memory(
             "memory, now unregistered (a cancel signals the adopted pid alone: "
             "`gpulayer-tui signal PID`)"
         ), done.message
+        # So does one that ends by itself (tester h187 #3).
+        again = start(spawn, "bash", "-c", "sleep 602 & wait")
+        await eventually(lambda: len(psutil.Process(again.pid).children()) == 1)
+        (child,) = [c.pid for c in psutil.Process(again.pid).children()]
+        children.append(child)
+        ledger.hold(1, child, 4.0)
+        job = await adopt(engine, again.pid)
+        await engine.sampler.sample_once()
+        again.kill()
+        done = await engine.wait(job.id, timeout=20)
+        assert done.status is JobStatus.ORPHANED
+        assert done.message.endswith(
+            f"; pid {child} it started still holds 4.0 GiB of GPU memory, now unregistered "
+            "(`gpulayer-tui signal PID` stops one)"
+        ), done.message
     finally:
         for pid in children:
             with contextlib.suppress(ProcessLookupError):

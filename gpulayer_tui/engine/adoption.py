@@ -718,7 +718,7 @@ class Adopter:
         self._book.roots.drop(job.pid)
         job.kill_at = None
         if job.stop_reason is Reason.CANCELLED:
-            message = job.stop_message + self._left_holding(job)
+            message = job.stop_message + self._left_holding(job, cancelled=True)
             self._book.finish(act, JobStatus.CANCELLED, Reason.CANCELLED, message)
             return
         # Only a parent can wait() for a process: the exit status is unknowable, so the job
@@ -728,10 +728,10 @@ class Adopter:
             JobStatus.ORPHANED,
             Reason.ADOPTED_EXIT_UNOBSERVED,
             f"pid {job.pid} exited; its exit status cannot be observed "
-            "(it was not started by gpulayer-tui)",
+            "(it was not started by gpulayer-tui)" + self._left_holding(job, cancelled=False),
         )
 
-    def _left_holding(self, job: Job) -> str:
+    def _left_holding(self, job: Job, cancelled: bool) -> str:
         """``; pids 6614, 6615 it started still hold 6.0 GiB ...`` of the processes the
         latest sample counted as the job's that still run as it ends: a cancel signals the
         adopted pid alone, and its children ran on, their memory now unregistered, with
@@ -756,10 +756,15 @@ class Adopter:
             return ""
         pids = ", ".join(str(pid) for pid in alive)
         memory = sum(held[pid] for pid in alive) / GIB
+        why = (
+            "a cancel signals the adopted pid alone: `gpulayer-tui signal PID`"
+            if cancelled
+            else "`gpulayer-tui signal PID` stops one"
+        )
         return (
             f"; {'pid' if len(alive) == 1 else 'pids'} {pids} it started still "
             f"{'holds' if len(alive) == 1 else 'hold'} {memory:.1f} GiB of GPU memory, now "
-            "unregistered (a cancel signals the adopted pid alone: `gpulayer-tui signal PID`)"
+            f"unregistered ({why})"
         )
 
     def stop(self, act: ActiveJob, reason: TerminationReason, message: str) -> None:
