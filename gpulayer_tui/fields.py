@@ -513,12 +513,22 @@ def parse_number(field: str, text: str) -> float:
             raise ValueError
         return float(typed)
     except ValueError:
-        unit = typed.lower().rstrip("ib").rstrip("g") if field.endswith("_gb") else typed
-        if unit != typed and unit and unit.replace(".", "", 1).isdigit():
-            # ("10GB" beside --simulate 2xA100-80GB: a number of GiB, said so: h182)
-            raise FieldError(
-                field, f"expected a number of GiB without its unit ({unit}), got {text!r}"
-            ) from None
+        if field.endswith("_gb"):
+            import re
+
+            # ("10GB" beside --simulate 2xA100-80GB: a number of GiB, said so: h182; "10
+            # GiB", "1e3g" were not caught, and "10b" was taken for GiB: h187)
+            amount = r"\s*([0-9]+(?:\.[0-9]*)?(?:e[+-]?[0-9]+)?)\s*"
+            gib = re.fullmatch(amount + r"(g|gb|gib)\s*", typed, re.IGNORECASE)
+            if gib is not None:
+                raise FieldError(
+                    field,
+                    f"expected a number of GiB without its unit ({gib.group(1)}), got {text!r}",
+                ) from None
+            if re.fullmatch(amount + r"([kmtp]i?b?|b)\s*", typed, re.IGNORECASE):
+                raise FieldError(
+                    field, f"expected a number of GiB, without a unit, got {text!r}"
+                ) from None
         raise FieldError(field, f"expected a number, got {text!r}") from None
 
 

@@ -822,6 +822,14 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
             "--vram-gb: expected a number of GiB without its unit (10), got '10GB'",
         ),
         (
+            ["submit", "--vram-gb", "1.5 GiB", "--", "true"],
+            "--vram-gb: expected a number of GiB without its unit (1.5), got '1.5 GiB'",
+        ),
+        (
+            ["submit", "--vram-gb", "512MB", "--", "true"],
+            "--vram-gb: expected a number of GiB, without a unit, got '512MB'",
+        ),
+        (
             ["submit", "--timeout", "\u0663", "--", "true"],
             "expected seconds or a duration such as 90m, 2h, 1h30m, 1d; got '\u0663'",
         ),
@@ -867,6 +875,8 @@ def test_a_batch_environment_is_sent_per_job_to_an_engine_from_before_it(
         "page-huge",
         "underscore",
         "gb-unit",
+        "gib-unit-spaced",
+        "mb-unit",
         "arabic-indic",
         "cancel-inf",
         "wait-huge",
