@@ -342,7 +342,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         said = err.reason
         if err.status == 413:  # (which limit: it said only "Request Entity Too Large")
             said = f"the request body is over {MAX_BODY // 2**20} MiB"
-        elif err.status == 404 and not request.path.startswith("/v1/"):
+        elif err.status == 404 and not request.path.startswith("/v1/") and request.path != "/v1":
             # (`/health` answered a bare 404 while `/metrics` answers at both: h182)
             said += "; the API's routes are under /v1 (GET /v1/health)"
         response = _error(err.status, f"{request.method} {request.path[:200]}: {said}")

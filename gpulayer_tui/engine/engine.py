@@ -866,7 +866,8 @@ class Engine:
                 room = room.removeprefix("waiting for a GPU: ").removeprefix("waiting for ")
                 if act.job.gpus:
                     room = room.replace(" GPU slots busy", " other GPU slots busy")
-                room += _holders_said(self.scheduler.candidates(request), act, request)
+                if "held by job" not in room:  # (named already: "slot held by job 18")
+                    room += _holders_said(self.scheduler.candidates(request), act, request)
                 raise JobNotActive(
                     f"job {job_id} cannot grow to {count} replicas now: {room} (nothing "
                     "changed; a scale-up takes only what is free)"
