@@ -930,6 +930,8 @@ def test_the_api_refuses_an_empty_page_a_keep_past_sqlite_and_a_batch_with_more(
     )
     status, body = request(socket_path, "GET", "/v1/nothing")
     assert (status, body["error"]) == (404, "GET /v1/nothing: Not Found")
+    status, body = request(socket_path, "GET", "/v1")  # (not "the routes are under /v1")
+    assert (status, body["error"]) == (404, "GET /v1: Not Found")
     # A negative pid is out of range, not "not a whole number" (tester h171 #6).
     status, body = request(socket_path, "GET", "/v1/processes/-1")
     assert (status, body["error"]) == (400, "pid: must be a process id from 1 to 4194304")
