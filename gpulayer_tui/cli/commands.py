@@ -1928,8 +1928,8 @@ def _stop(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     if "--serve" not in command:
         _error(f"the engine (pid {pid}) runs inside a TUI: quit that TUI to stop it")
         return EXIT_FAILED
-    unsaved = None if args.force else _store_failure(client)
-    if unsaved:
+    unsaved = _store_failure(client)
+    if unsaved and not args.force:
         # (it stopped, said "stopped the engine", and a cancel it had answered "kept,
         # takes effect once stored" was lost: the job ran later: tester h186)
         _error(
@@ -1954,6 +1954,11 @@ def _stop(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
             return EXIT_TIMED_OUT  # (as wait's and cancel's time run out: tester h178)
         time.sleep(0.05)
     print(f"stopped the engine (pid {pid}); running jobs go on, the next engine takes them back")
+    if unsaved:  # (--force: said what it cost, not only "stopped": tester h187)
+        _error(
+            f"warning: it could not write its database ({unsaved}): what it had not stored "
+            "is lost (a cancel it had kept included: such a job runs on, or again)"
+        )
     return EXIT_OK
 
 
