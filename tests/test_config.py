@@ -125,6 +125,9 @@ def test_a_domain_named_like_an_automatic_one_is_told_its_own_gpu_is_missing(
             r"'users.root.max_gpuss' \(did you mean 'users.root.max_gpus'\?\)$",
         ),
         ({"engine": {"zzzz": 1}}, r"unknown key 'engine.zzzz'$"),
+        # (a key of another table: named with it; tester h187)
+        ({"sample_interval": 1.0}, r"'sample_interval' \(did you mean 'engine.sample_interval'"),
+        ({"slots": 2}, r"'slots' \(did you mean 'cpu.slots'\?\)$"),  # (not 'logs')
         # Keys that are not bare are quoted as TOML writes them (an empty one is "").
         ({"": 1}, "unknown key '\"\"'"),
         ({"engine": {"": 1}}, "unknown key 'engine.\"\"'"),

@@ -560,10 +560,16 @@ def _did_you_mean(loc: tuple[Any, ...]) -> str:
 
     if not loc:
         return ""
+    # A key of another table, written where it does not go (`sample_interval` at the top,
+    # not under [engine]: tester h187), before a near miss here ("slots" is not "logs").
+    tables = [name for name in Config.model_fields if _keys_at(Config, (name,))]
+    elsewhere = [f"{t}.{loc[-1]}" for t in tables if str(loc[-1]) in _keys_at(Config, (t,))]
+    if len(elsewhere) == 1:
+        return f" (did you mean '{elsewhere[0]}'?)"
     close = difflib.get_close_matches(str(loc[-1]), _keys_at(Config, loc[:-1]), n=1, cutoff=0.6)
-    if not close:
-        return ""
-    return f" (did you mean '{'.'.join(toml_key(p) for p in (*loc[:-1], close[0]))}'?)"
+    if close:
+        return f" (did you mean '{'.'.join(toml_key(p) for p in (*loc[:-1], close[0]))}'?)"
+    return ""
 
 
 def _format_validation(err: ValidationError, source: str) -> str:
