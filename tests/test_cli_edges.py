@@ -1681,8 +1681,14 @@ def test_flags_that_cannot_go_together_are_refused_by_their_names(engine: Served
     # --before N --reverse` was refused as "order=desc", and --after ignored --reverse.
     job_id = _submit(engine, "--", "true")
     out = engine.cli("status", "--json", "--plot", job_id)
-    assert out.returncode == 2 and out.stdout == ""
+    assert out.returncode == 2
     assert "--plot draws text: it does not go with --json" in out.stderr
+    # (with --json, bad usage is a document on stdout too, as any refusal: h187 #8)
+    assert json.loads(out.stdout) == {"error": "--plot draws text: it does not go with --json"}
+    out = engine.cli("adopt", "999999", "--json")  # (no --pid)
+    assert out.returncode == 2 and "required: --pid" in json.loads(out.stdout)["error"]
+    out = engine.cli("submit", "--", "echo", "--json", "--x")  # (the command's own)
+    assert out.returncode == 0 and out.stdout.strip().isdigit(), out
     for paging in ("--before", "--after"):
         out = engine.cli("jobs", paging, job_id, "--reverse")
         assert out.returncode == 2 and "--reverse does not go with --before/--after" in out.stderr

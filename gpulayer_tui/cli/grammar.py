@@ -8,7 +8,9 @@ subcommand's arguments are built.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re  # (argparse's own import: free)
+import sys
 
 from .. import __version__
 
@@ -253,9 +255,22 @@ class _Parser(argparse.ArgumentParser):
         # Python drops it, only that message goes back to what it was.)
         self._negative_number_matcher = re.compile(r"^-\.?\d")
 
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        words = list(sys.argv[1:] if args is None else args)
+        # (what the command line asks of its output, for a refusal: see error)
+        self._json_asked = "--json" in (words[: words.index("--")] if "--" in words else words)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
         from ..fields import printable
 
+        if getattr(self, "_json_asked", False):
+            # With --json, bad usage is a document on stdout too, as any refusal is: a
+            # script reading stdout got nothing (tester h187).
+            import json
+
+            with contextlib.suppress(OSError):
+                print(json.dumps({"error": printable(message)}, indent=2, sort_keys=True))
         super().error(printable(message))
 
     def print_usage(self, file: Any = None) -> None:

@@ -30,7 +30,10 @@ class _ParserOnDemand:
         from .grammar import build_parser, parser_for, subcommand_of
 
         command = subcommand_of(self._words)
-        parser_for(build_parser(only=command), command).error(message)
+        parser = parser_for(build_parser(only=command), command)
+        words = list(self._words)
+        parser._json_asked = "--json" in (words[: words.index("--")] if "--" in words else words)  # type: ignore[attr-defined]
+        parser.error(message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
