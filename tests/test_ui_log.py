@@ -448,11 +448,11 @@ async def test_search_keys_in_the_detail_and_n_is_new_job_again_after(ui_app: An
         await until(pilot, lambda: log.match_index == 1, "the next match, typed after enter")
         assert app.focused is log
         assert log.search_term == "needle" and len(log.matches) == 4
-        assert "/needle: match 2 of 4" in str(log.border_title)
+        assert "/needle: line 2 of 4 with it" in str(log.border_title)
         await until(pilot, lambda: footer().get("N") == "Prev", "N: the previous match")
         assert footer().get("esc") == "End search"
         await pilot.press("n")
-        assert log.match_index == 2 and "match 3 of 4" in str(log.border_title)
+        assert log.match_index == 2 and "line 3 of 4 with it" in str(log.border_title)
         # The term's Changed, read late (under load: after enter searched it and "n" went
         # on), searched again and went back to the first match (CI, once).
         field = detail.query_one("#log-search", Input)

@@ -887,8 +887,9 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             else:  # ("last 0 lines" over a line longer than all that was read: h120)
                 extra += " · its last line only, in part (P: all)"
         if log.search_term:
+            # (lines, not matches: "match 1 of 1" of a line holding the term twice: h183)
             found = (
-                f"match {(log.match_index or 0) + 1} of {len(log.matches)}"
+                f"line {(log.match_index or 0) + 1} of {len(log.matches)} with it"
                 if log.matches
                 else "no match"
             )
