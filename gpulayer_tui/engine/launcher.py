@@ -1284,10 +1284,8 @@ class Spawner:
         """SIGKILL the keeper's children in ``sessions`` outside their leader's group (and
         with them their groups), and those whose TASK_ENV names one of ``runs`` (ended
         replica runs) wherever they are; return the sessions (leaders) that had any."""
-        try:
-            with open(f"/proc/{self.keeper_pid}/task/{self.keeper_pid}/children", "rb") as fh:
-                orphans = [int(p) for p in fh.read().split()]
-        except (OSError, ValueError):
+        orphans = self._keeper_children()
+        if orphans is None:
             return set()  # (no keeper, or a kernel without the list: as before)
         found: set[int] = set()
         for pid in orphans:
@@ -1313,10 +1311,8 @@ class Spawner:
         """Whether a process of ``task``'s group other than its leader still runs. Its
         leader gone, what is left of it are the keeper's children (orphans go to the
         subreaper): their list is read, not all of /proc."""
-        try:
-            with open(f"/proc/{self.keeper_pid}/task/{self.keeper_pid}/children", "rb") as fh:
-                orphans = [int(p) for p in fh.read().split()]
-        except (OSError, ValueError):
+        orphans = self._keeper_children()
+        if orphans is None:
             return False  # (no keeper to ask: the group is killed at once, as before)
         for pid in orphans:
             stat = procstat.read_stat(pid)
@@ -1326,12 +1322,17 @@ class Spawner:
 
     def _keeper_children_of(self, run: str) -> frozenset[int]:
         """The keeper's children (orphans it inherited) whose TASK_ENV names ``run``."""
+        orphans = self._keeper_children() or []
+        return frozenset(pid for pid in orphans if _task_of(pid) == run)
+
+    def _keeper_children(self) -> list[int] | None:
+        """The keeper's children (orphans go to it, the subreaper), or ``None`` with no
+        keeper or a kernel without the list."""
         try:
             with open(f"/proc/{self.keeper_pid}/task/{self.keeper_pid}/children", "rb") as fh:
-                orphans = [int(p) for p in fh.read().split()]
+                return [int(p) for p in fh.read().split()]
         except (OSError, ValueError):
-            return frozenset()
-        return frozenset(pid for pid in orphans if _task_of(pid) == run)
+            return None
 
     def _kill_strays(self, now: float) -> None:
         """SIGKILL the strays whose stop's grace period is over (still the same process)."""
