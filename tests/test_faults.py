@@ -9,6 +9,7 @@ tiny tmpfs) where the tests run as root.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -835,3 +836,29 @@ async def test_a_start_decided_in_the_batch_whose_write_fails_says_it_waits_to_b
     assert done.started_at is not None and done.pid is not None
     messages = [e["message"] for e in await engine.events_of(second.id)]
     assert "running on cpu" in messages
+
+
+async def test_a_service_stopped_during_a_write_outage_says_its_sigterm_waits_to_be_stored(
+    make_engine: EngineFactory,
+) -> None:
+    # Its replicas said "SIGTERM sent" while no signal had gone (tester h187, as a job's).
+    from .test_services import _service
+
+    engine = await make_engine(simulate=None, cpu_count=2)
+    svc = await engine.submit(_service(["sleep", "600"], port=False))
+    await eventually(lambda: all(r.pid for r in engine.book.get(svc.id).job.replicas))  # type: ignore[union-attr]
+    (replica,) = engine.book.get(svc.id).job.replicas  # type: ignore[union-attr]
+    pid = replica.pid
+    assert pid is not None
+    await _break_writes(engine, "read-only")
+    with pytest.raises(StoreError):
+        await engine.submit({"command": ["true"]})  # (the outage is noticed)
+    with contextlib.suppress(StoreError):
+        await engine.cancel(svc.id)
+    act = engine.book.get(svc.id)
+    assert act is not None and "SIGTERM once this is stored" in act.job.message, act.job.message
+    assert replica.message == "SIGTERM once this is stored"
+    os.kill(pid, 0)  # (not signalled yet)
+    await _mend_writes(engine, "read-only")
+    done = await engine.wait(svc.id, timeout=30)
+    assert done.status is JobStatus.CANCELLED

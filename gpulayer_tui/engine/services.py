@@ -1546,6 +1546,10 @@ class ServiceRunner:
         job = act.job
         runtime.cancel_restarts()
         grace = self._config.engine.grace_period
+        # Signalled once stored: while the database cannot be written, "SIGTERM sent" was
+        # said of replicas no signal had reached (as of a batch job: tester h187).
+        unstored = self._book.write_failure is not None
+        sent = "SIGTERM once this is stored" if unstored else "SIGTERM sent"
         if any(r.roll is not Roll.NONE for r in job.replicas):
             # A rolling restart ends with the service's run, and says so: a cancel or a
             # re-placement in the middle of one left its start the last word of it
@@ -1562,7 +1566,7 @@ class ServiceRunner:
             if replica.index in runtime.ended_unseen:
                 continue  # (it ended while no engine ran: its exit is told next)
             if replica.state.has_process and replica.state is not R.STOPPING:
-                self._set_replica(act, replica, R.STOPPING, "SIGTERM sent")
+                self._set_replica(act, replica, R.STOPPING, sent)
                 stopping.append((replica.index, replica.launches))
             elif replica.state in (R.PENDING, R.BACKOFF):
                 replica.next_restart_at = None
@@ -1577,12 +1581,33 @@ class ServiceRunner:
                 self._set_replica(act, replica, R.EXITED, words)
         if stopping:
             job.kill_at = time.time() + grace
-            summary = f"{summary}: SIGTERM sent, SIGKILL after {grace:g} s"
+            said = f"{summary}: SIGTERM sent, SIGKILL after {grace:g} s"
+            if unstored:
+                summary += (
+                    ": SIGTERM once this is stored (the database cannot be written now), "
+                    f"SIGKILL {grace:g} s later"
+                )
+            else:
+                summary = said
         self._book.note(act, summary)
         if stopping:
+            if unstored:
+                self._book.after_commit(functools.partial(self._said_sent, job.id, said, grace))
             self._book.after_commit(
                 functools.partial(self._signal_replicas, job.id, stopping, grace)
             )
+
+    def _said_sent(self, job_id: int, said: str, grace: float) -> None:
+        """A stop decided while the database could not be written is stored: its SIGTERM
+        goes now, and the service and its stopping replicas say so."""
+        act = self._book.get(job_id)
+        if act is None:
+            return
+        act.job.kill_at = time.time() + grace
+        for replica in act.job.replicas:
+            if replica.state is R.STOPPING and replica.message == "SIGTERM once this is stored":
+                self._set_replica(act, replica, R.STOPPING, "SIGTERM sent")
+        self._book.note(act, said)
 
     def _signal_replicas(self, job_id: int, replicas: list[tuple[int, int]], grace: float) -> None:
         for index, run in replicas:
