@@ -448,6 +448,26 @@ def test_a_job_that_declares_no_vram_waits_for_a_little_of_the_gpu() -> None:
         assert alone.blocker(None, False) is None  # (10 GiB free)
 
 
+def test_jobs_that_declare_no_vram_each_keep_the_floor_they_were_placed_for() -> None:
+    # Two placed one after the other on 1.5 GiB free both passed the 1 GiB floor, the
+    # second before a sample saw the first's memory (tester h189 #1).
+    dom = Domain("l4", 0, "GPU-0", 3)
+    dom.hold(7, int(22.5 * GIB), False)
+    dom.apply_sample(gpu(0, total_gib=24, used_gib=22.5, procs=((100, 22.5),)), {100: 7}, {})
+    assert dom.blocker(None, False) is None  # (1.5 GiB free)
+    dom.hold(8, None, False)
+    assert dom.account is not None and dom.account.free == GIB // 2
+    said = dom.blocker(None, False)
+    assert said is not None and said.endswith(
+        "0.5 GiB free (a job that declares no VRAM waits for 1.0 GiB)"
+    ), said
+    # Once it holds more than the floor, what it holds is what counts.
+    dom.apply_sample(
+        gpu(0, total_gib=24, used_gib=24, procs=((100, 22.5), (101, 1.5))), {100: 7, 101: 8}, {}
+    )
+    assert dom.account.free == 0 and dom.account.reserved_extra == 0
+
+
 def test_domain_states_follow_their_table() -> None:
     dom = Domain("gpu0", 0, None, 1)
     dom.drain("maintenance")

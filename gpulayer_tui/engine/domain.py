@@ -13,7 +13,7 @@ VRAM accounting (one formula, everywhere; see docs/architecture.md):
     unregistered = memory of the other listed GPU processes
     unattributed = memory.used - all listed process memory (driver, other namespaces,
                    processes whose usage NVML reports as "not available")
-    reservation  = max(declared vram, held now), per job
+    reservation  = max(declared vram (1 GiB if none), held now), per job
     free         = total - sum(reservations) - leaving - unregistered - unattributed
 """
 
@@ -495,9 +495,13 @@ class Domain:
             )
         owned = sum(held.values())
         unattributed = max(0, reading.memory_used - listed)
-        # reservation = max(declared, held)  =>  extra beyond what is held already
+        # reservation = max(declared, held)  =>  extra beyond what is held already; a job
+        # that declares nothing reserves the floor it was placed for (SHARED_FLOOR): with
+        # none, a burst of them was placed on 1.5 GiB free, each passing the floor before
+        # the next sample saw the others' memory (tester h189)
         extra = sum(
-            max(0, (h.declared_bytes or 0) - held.get(h.job_id, 0)) for h in self.holdings.values()
+            max(0, (h.declared_bytes or (0 if h.adopted else SHARED_FLOOR)) - held.get(h.job_id, 0))
+            for h in self.holdings.values()
         )
         if not reading.processes_listed:
             # No process list (an NVML error, or not permitted, as in many containers):
