@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -620,6 +621,42 @@ async def test_losing_the_whole_launcher_loses_exit_codes_but_never_a_job(
     said = (engine.paths.state_dir / "launcher.log").read_text()
     assert f"{job.id} (pid {job.pid}) ended as init's child: exit status unknown" in said
     assert "ended unseen" not in said
+
+
+async def test_a_drain_cut_short_by_the_whole_launcher_s_loss_leaves_nothing_running(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Stopped, a job's shell leader died first and its program drained on; keeper and
+    # spawner killed then, the leader ended as init's child, the job ended, and the
+    # program ran on under init past its SIGKILL deadline, on the GPU handed on (h188).
+    engine = await make_engine(config=make_config(engine={"grace_period": 30}))
+    ready, pids = tmp_path / "ready", tmp_path / "pids"
+    program = (
+        "import os, pathlib, signal, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: time.sleep(120))\n"
+        f"pathlib.Path({str(pids)!r}).write_text(str(os.getpid()))\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(600)"
+    )
+    job = await engine.submit({"shell": f"python3 -c {shlex.quote(program)}; echo after"})
+    await eventually(ready.exists)
+    drains = int(pids.read_text())
+    try:
+        await engine.cancel(job.id)
+        # (its leader, the shell, died of the SIGTERM; the program drains)
+        await eventually(lambda: psutil.Process(job.pid or 0).status() == psutil.STATUS_ZOMBIE)
+        keeper = _launcher(engine.paths.state_dir, "keeper")
+        spawner = _launcher(engine.paths.state_dir, "spawner")
+        keeper.kill()
+        spawner.kill()
+        done = await engine.wait(job.id, timeout=20)
+        assert done.status is JobStatus.CANCELLED
+        await eventually(lambda: pid_gone(drains), timeout=10)
+        said = (engine.paths.state_dir / "launcher.log").read_text()
+        assert f"killed pid {drains}, left running by {job.id} (ended)" in said, said
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(drains, signal.SIGKILL)
 
 
 async def test_a_cancel_after_the_whole_launcher_was_lost_says_its_end_was_not_seen(

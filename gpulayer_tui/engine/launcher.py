@@ -1005,6 +1005,12 @@ class Spawner:
 
     def _ended(self, task: Task, code: int | None) -> None:
         self.tasks.pop(task.key, None)
+        if task.ended_unseen:
+            # Its leader ended as init's child (both launcher processes had died): what is
+            # left of its group is init's too, under no keeper of ours, and ran on after
+            # its job ended, past a stop's SIGKILL deadline, on the GPU handed on (tester
+            # h188). Found by the run its environment names, wherever it is.
+            self._kill_run_anywhere(f"{self.state_dir}/{task.key}")
         # (its own group was killed as it ended: by this process for a child of ours, by
         # the keeper as it reaped one taken over after a crash)
         self._sweep_session(task.pid, task.key)
@@ -1324,6 +1330,24 @@ class Spawner:
         """The keeper's children (orphans it inherited) whose TASK_ENV names ``run``."""
         orphans = self._keeper_children() or []
         return frozenset(pid for pid in orphans if _task_of(pid) == run)
+
+    @staticmethod
+    def _kill_run_anywhere(run: str) -> None:
+        """SIGKILL every live process whose TASK_ENV names ``run`` (one walk of /proc: a
+        rare path, after both launcher processes died)."""
+        own = os.getpid()
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == own:
+                continue
+            pid = int(name)
+            if _task_of(pid) != run:
+                continue
+            stat = procstat.read_stat(pid)
+            if stat is None or stat.state in ("Z", "X"):
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                _say(f"killed pid {pid}, left running by {run.rsplit('/', 1)[-1]} (ended)")
 
     def _keeper_children(self) -> list[int] | None:
         """The keeper's children (orphans go to it, the subreaper), or ``None`` with no
