@@ -345,6 +345,23 @@ def test_placement_of_a_job_that_declares_vram_takes_the_smallest_gpu_that_has_i
     assert [d.name for d in scheduler.place(unknown)] == ["gpu0"]  # type: ignore[union-attr]
 
 
+def test_a_job_that_declares_no_vram_takes_the_gpu_with_the_most_memory_free() -> None:
+    # By slots first, it took a GPU of no jobs a process not ours filled to 87 %, beside
+    # a shared one with 75 GiB free (tester h189 #4).
+    scheduler = machine(
+        gpu(0, used_gib=70, procs=((4242, 70),)), gpu(1, used_gib=5, procs=((77, 5),))
+    )
+    scheduler.domains["gpu1"].slots = 3
+    scheduler.domains["gpu1"]._count_slots()
+    scheduler.hold(
+        9,
+        Request(gpus=1, vram_bytes=5 * GIB, pins=(), exclusive=False),
+        [scheduler.domains["gpu1"]],
+    )
+    unknown = Request(gpus=1, vram_bytes=None, pins=(), exclusive=False)
+    assert [d.name for d in scheduler.place(unknown)] == ["gpu1"]  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(
     ("spec", "field", "message"),
     [
