@@ -166,6 +166,12 @@ def test_a_two_gpu_job_is_not_starved_by_a_stream_of_one_gpu_jobs() -> None:
     assert all(status(s) == "queued" for s in stream)
     assert stream[0].job.message.startswith("waiting: gpu0, gpu1 reserved for job 3")
     assert big.job.message.endswith("gpu0, gpu1 reserved for it until it can start")
+    # Another of its shape waits behind it, and is not said to have it reserved too
+    # (every job of the shape said "reserved for it": tester h189 #2).
+    twin = box.run(gpus=2)
+    box.soon.run()
+    assert status(twin) == "queued" and "reserved for it" not in twin.job.message, twin.job.message
+    assert big.job.message.endswith("gpu0, gpu1 reserved for it until it can start")
     box.end(second)  # both free: the 2-GPU job starts at once
     assert status(big) == "running" and sorted(big.job.domains) == ["gpu0", "gpu1"]
     box.end(big)

@@ -1062,9 +1062,12 @@ class JobQueue:
         for made in reserved:
             group = reserved_groups[made.job_id]
             if made.job_id in kept_off and group in blocked:
-                # Said on the reserved job only when it kept someone off its domains.
-                blocked[group] += (
+                # Said on the reserved job only when it kept someone off its domains, and
+                # on that job alone: on its group's reason, every job of its shape said
+                # "reserved for it" beside `why`'s "reserved for job 13" (tester h189).
+                stopping_for[made.job_id] = (
                     f"; {', '.join(sorted(made.domains))} reserved for it {made.when(now)}"
+                    + stopping_for.get(made.job_id, "")
                 )
         for group, reason in blocked.items():
             if self._ready.update_reason(group, reason):
