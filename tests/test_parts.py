@@ -447,7 +447,8 @@ def test_a_job_that_declares_no_vram_waits_for_a_little_of_the_gpu() -> None:
     dom.hold(7, 80 * GIB, False)
     dom.apply_sample(gpu(0, total_gib=80, used_gib=1, procs=((100, 1),)), {100: 7}, {})
     assert dom.blocker(None, False) == (
-        "gpu0: 80.0 GiB held by job 7; 0.0 GiB free (a job that declares no VRAM waits for 1.0 GiB)"
+        "gpu0: 80.0 GiB held or reserved by job 7; 0.0 GiB free (a job that declares no VRAM "
+        "waits for 1.0 GiB)"
     )
     dom.unhold(7)
     dom.hold(7, 40 * GIB, False)
@@ -550,8 +551,8 @@ def test_a_vram_wait_names_every_holder_largest_first() -> None:
     reason = scheduler.place(need_30)
     assert isinstance(reason, str)
     assert (
-        "gpu0: 30.0 GiB held by job 2, 20.0 GiB held by job 1, 10.0 GiB held by pid 4242; "
-        "needs 30.0 GiB, 20.0 GiB free"
+        "gpu0: 30.0 GiB reserved by job 2, 20.0 GiB reserved by job 1, 10.0 GiB held by pid "
+        "4242; needs 30.0 GiB, 20.0 GiB free"
     ) in reason, reason
     # Past three, the rest are counted.
     for job_id in (3, 4):
@@ -559,6 +560,26 @@ def test_a_vram_wait_names_every_holder_largest_first() -> None:
     reason = scheduler.place(need_30)
     assert isinstance(reason, str)
     assert "held by pid 4242, 2 more (10.0 GiB); needs 30.0 GiB, 10.0 GiB free" in reason, reason
+
+
+def test_a_vram_wait_names_holders_that_add_up_to_the_gpu() -> None:
+    # Two jobs declaring 30 GiB each, one holding 10 of them, beside a stray of 40: the
+    # reason named 40 + 30 + 30 = 100 GiB of an 80 GiB GPU, the 30 as "held" (h189 #3).
+    scheduler = Scheduler()
+    scheduler.replace_domains([Domain("gpu0", 0, "GPU-0", 3), Domain("cpu", None, None, 2)])
+    gpu0 = [scheduler.domains["gpu0"]]
+    for job_id in (11, 13):
+        scheduler.hold(job_id, Request(gpus=1, vram_bytes=30 * GIB, pins=(), exclusive=False), gpu0)
+    reading = gpu(0, used_gib=50, procs=((100, 10), (6612, 40)))
+    scheduler.observe(ProbeResult(ProbeStatus.OK, (reading,)), {100: 11, 6612: None}, {})
+    reason = scheduler.place(Request(gpus=1, vram_bytes=10 * GIB, pins=(), exclusive=False))
+    assert isinstance(reason, str)
+    assert (
+        # (the 30 GiB left after the stray and what job 11 holds, shared out as the
+        # account does: 20 + 30 declared beyond use, cut to 30, 12 and 18)
+        "gpu0: 40.0 GiB held by pid 6612, 22.0 GiB held or reserved by job 11, 18.0 GiB "
+        "reserved by job 13; needs 10.0 GiB, 0.0 GiB free"
+    ) in reason, reason
 
 
 def test_a_slot_wait_names_memory_held_outside_that_would_still_keep_it_out() -> None:

@@ -647,10 +647,26 @@ class Domain:
                 )
                 named = f"held by pid {proc.pid}" + (f" ({who})" if who else "")
                 held.append((proc.used_bytes, named))
+        # A job's part as the account counts it: what it holds, then what it declared
+        # beyond that, cut in proportion as the account cut it to what is left (named at
+        # max(declared, held) each, the holders of an 80 GiB GPU came to 100: h189).
+        extras = {
+            h.job_id: max(
+                0,
+                (h.declared_bytes or (0 if h.adopted else SHARED_FLOOR))
+                - account.held_by_job.get(h.job_id, 0),
+            )
+            for h in self.holdings.values()
+        }
+        wanted = sum(extras.values())
+        share = account.reserved_extra / wanted if wanted else 0.0
         for h in self.holdings.values():
-            reserved = max(h.declared_bytes or 0, account.held_by_job.get(h.job_id, 0))
-            if reserved:
-                held.append((reserved, f"held by job {h.job_id}"))
+            has = account.held_by_job.get(h.job_id, 0)
+            keeps = int(extras[h.job_id] * share)
+            if has and keeps:
+                held.append((has + keeps, f"held or reserved by job {h.job_id}"))
+            elif has or keeps:
+                held.append((has + keeps, f"{'held' if has else 'reserved'} by job {h.job_id}"))
         if account.unattributed:
             held.append((account.unattributed, "in use by unlisted processes"))
         if not held:
