@@ -466,6 +466,17 @@ def test_a_job_that_declares_no_vram_waits_for_a_little_of_the_gpu() -> None:
         assert alone.blocker(None, False) is None  # (10 GiB free)
 
 
+def test_a_gpu_an_exclusive_job_holds_is_said_held_whole_by_it() -> None:
+    # "all 2 slots busy (jobs 20)": one exclusive job held both (tester h189 #5).
+    dom = Domain("a0", 0, "GPU-0", 2)
+    dom.hold(20, None, True)
+    assert dom.blocker(5 * GIB, False) == "a0: held whole by exclusive job 20"
+    dom.unhold(20)
+    dom.hold(21, None, False)
+    dom.hold(22, None, False)
+    assert dom.blocker(None, False) == "a0: all 2 slots busy (jobs 21, 22)"
+
+
 def test_jobs_that_declare_no_vram_each_keep_the_floor_they_were_placed_for() -> None:
     # Two placed one after the other on 1.5 GiB free both passed the 1 GiB floor, the
     # second before a sample saw the first's memory (tester h189 #1).

@@ -574,7 +574,15 @@ class Domain:
                 )
             if self.slots == 1:
                 return f"{self.name}: slot held by job {jobs}{self.outside_shortfall(vram_bytes)}"
-            busy = f"{self.name}: all {self.slots} slots busy (jobs {jobs})"
+            only = next(iter(self.holdings.values())) if len(self.holdings) == 1 else None
+            if only is not None and only.exclusive:
+                # ("all 2 slots busy (jobs 20)" of one exclusive job holding both: h189)
+                return (
+                    f"{self.name}: held whole by exclusive job {only.job_id}"
+                    + self.outside_shortfall(vram_bytes)
+                )
+            noun = "job" if len(self.holdings) == 1 else "jobs"
+            busy = f"{self.name}: all {self.slots} slots busy ({noun} {jobs})"
             return busy + self.outside_shortfall(vram_bytes)
         if not self.is_gpu:
             return None
