@@ -715,7 +715,7 @@ USER_HEADS = (
     "SHARE",
     "RUNNING",
     "GPUS/MAX",
-    "VRAM GB/MAX",
+    "VRAM GiB/MAX",
     "WAITING/MAX",
     "MAX PRIO",
 )

@@ -56,7 +56,7 @@ async def test_a_gpu_job_shows_in_its_users_row(ui_app: AppFactory, no_polling: 
             lambda: (cells := _cells(table, me)) and cells["RUNNING"] == "1" and cells,
             "my row, 1 running",
         )
-        assert row["GPUS/MAX"] == "1/-" and row["VRAM GB/MAX"] == "2/-"
+        assert row["GPUS/MAX"] == "1/-" and row["VRAM GiB/MAX"] == "2/-"
         assert row["WAITING/MAX"] == "0/-" and row["MAX PRIO"] == "-"
         assert row["USER"].endswith(YOU)  # this TUI's user's row is marked
         assert not empty.display

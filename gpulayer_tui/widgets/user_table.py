@@ -20,7 +20,7 @@ from .row_keys import cursor_number
 COLUMN_KEYS = ("user", "gpu_hours", "share", "running", "gpus", "vram", "waiting", "max_prio")
 """The columns' keys, one per :data:`~gpulayer_tui.formatting.USER_HEADS`."""
 
-SHORT_HEADS = ("USER", "GPU-H", "SHARE", "RUN", "GPUS", "VRAM GB", "WAITING", "PRIO")
+SHORT_HEADS = ("USER", "GPU-H", "SHARE", "RUN", "GPUS", "VRAM GiB", "WAITING", "PRIO")
 """The heads used where the full ones would not fit: the cells still say ``held/limit``.
 (At 80 columns the last column was cut, and a max priority of 10 read "1": tester h167.)"""
 
@@ -36,7 +36,7 @@ YOU = " (you)"
 
 class UserTable(OwnKeys, DataTable[Any]):
     """One row per user (keyed by uid) in the engine's order: USER, GPU-H, SHARE, RUNNING,
-    GPUS/MAX, VRAM GB/MAX, WAITING/MAX, MAX PRIO; this TUI's user's row is marked."""
+    GPUS/MAX, VRAM GiB/MAX, WAITING/MAX, MAX PRIO; this TUI's user's row is marked."""
 
     BINDINGS: ClassVar[list[BindingType]] = list(keymap.bindings(keymap.TABLE))
 
