@@ -126,7 +126,9 @@ async def test_restart_and_edit_of_another_users_job_are_refused_before_they_are
         assert not isinstance(app.screen, EditScreen)
         monkeypatch.undo()  # (the engine's user: the form opens, as ever)
         await pilot.press("e")
-        await until(pilot, lambda: isinstance(app.screen, EditScreen), "the form")
+        form = await until(pilot, lambda: isinstance(app.screen, EditScreen) and app.screen)
+        # (its fields mounted before the test ends: quitting under its mount failed once)
+        await until(pilot, lambda: app.focused is form.query_one("#priority"), "its focus")
 
 
 async def test_the_cancel_question_names_the_waiting_jobs_that_go_with_it(ui_app: Any) -> None:
