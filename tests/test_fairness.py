@@ -1109,7 +1109,7 @@ def test_why_explains_a_waiting_job_through_the_cli(served: Any) -> None:
     assert users.returncode == 0, users.stderr
     header, *rows = users.stdout.splitlines()
     assert header.split() == [
-        "USER", "GPU-H", "SHARE", "RUNNING", "GPUS/MAX", "VRAM", "GB/MAX", "WAITING/MAX",
+        "USER", "GPU-H", "SHARE", "RUNNING", "GPUS/MAX", "VRAM", "GiB/MAX", "WAITING/MAX",
         "MAX", "PRIO",
     ]  # fmt: skip
     assert len(rows) == 1 and rows[0].split()[3:8] == ["1", "1/-", "0/-", "1/-", "-"]

@@ -193,10 +193,16 @@ class EditScreen(FormScreen[JobJSON | None]):
         blink = bool(getattr(self.app, "cursor_blink", True))
         for field in self.query(Input):
             field.cursor_blink = blink
-        first = self.query(f"#{self.fields[0][0]}").results(Input)
-        for field in first:  # (none while the app quits under it: CI's coverage pass)
+        self._focus_first_field(20)
+
+    def _focus_first_field(self, tries: int) -> None:
+        """Focus the first field once it is mounted (under load, CI's coverage pass once
+        ran this before it was, and raised NoMatches)."""
+        for field in self.query(f"#{self.fields[0][0]}").results(Input):
             self.focus_first(field)
-            break
+            return
+        if tries > 0:
+            self.call_after_refresh(self._focus_first_field, tries - 1)
 
     # -- validation -------------------------------------------------------------------------
 
