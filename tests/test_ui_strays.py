@@ -643,6 +643,9 @@ async def test_a_jobs_process_on_a_gpu_the_job_does_not_hold_is_listed_as_the_cl
         row = table.rows_by_pid[job.pid]
         assert row["command"] == f"job {job.id}'s, outside its GPUs: sleep 600", row
         assert row["gpus"] == [1] and row["used_bytes"] == 2 * GIB
+        # The header above it says such rows are listed (it said "that no job owns": h187).
+        hint = str(app.screen.query_one("#strays-hint", Static).render())
+        assert "no job on their GPU owns" in hint, hint
         # Asked to adopt it, the engine's refusal is said before any dialog.
         table.move_cursor(row=list(table.rows_by_pid).index(job.pid))
         await pilot.press("a")

@@ -44,7 +44,9 @@ class StraysScreen(KeepsStylesOnResume, Screen[None]):
     def compose(self) -> ComposeResult:
         yield EngineStatus("strays")
         yield Static(
-            "GPU processes that no job owns (their memory shows as unregistered). "
+            # (a job's process on a GPU its job does not hold is listed too: the header
+            # said "that no job owns" above it: tester h187)
+            "GPU processes that no job on their GPU owns (unregistered memory). "
             "a: adopt · p: adopt any pid · x: signal",
             id="strays-hint",
         )
