@@ -423,6 +423,42 @@ async def test_a_timeout_whose_sigkill_the_launcher_sent_is_not_said_late(
     ), done.message
 
 
+async def test_a_timeout_whose_program_shut_down_in_its_grace_period_is_not_said_late(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    # Its launcher sent SIGTERM on time, and the program took 3 s to shut down (a server
+    # draining, a trainer saving): its end, 4 s after its start, was said "stopped at 4 s:
+    # no engine or launcher ran to stop it sooner" (tester h188 #4). Likewise a job the
+    # next engine finds still shutting down.
+    config = make_config(engine={"grace_period": 20.0})
+    engine = await make_engine(config=config)
+    shutdown = "trap 'sleep 3; exit 0' TERM; touch {ready}; sleep 600 & wait"
+    ends, drains = tmp_path / "ends", tmp_path / "drains"
+    job = await engine.submit({"shell": shutdown.format(ready=ends), "timeout": 1})
+    slow = await engine.submit(
+        {"shell": f"trap 'sleep 600' TERM; touch {drains}; sleep 600 & wait",
+         "timeout": 1}
+    )  # fmt: skip
+    await eventually(lambda: ends.exists() and drains.exists(), timeout=10)
+    await engine.stop()
+    journal_path = engine.paths.state_dir / "launcher.journal"
+    await eventually(lambda: f"E {job.id} " in journal_path.read_text(), timeout=15)
+    again = await make_engine(config=config)
+    done = await again.wait(job.id, timeout=15)
+    assert done.termination_reason is TerminationReason.TIMEOUT
+    assert done.message == "timed out after 1 s (its launcher stopped it: no engine was running)"
+    assert done.ended_at is not None and done.started_at is not None
+    assert done.ended_at - done.started_at >= 3.5  # (its shutdown, 3 s after the SIGTERM)
+    stopping = await again.get(slow.id)
+    assert stopping.status is JobStatus.RUNNING
+    assert stopping.started_at is not None and time.time() - stopping.started_at > 4
+    said = "(timed out after 1 s (its launcher stopped it: no engine was running))"
+    assert stopping.message is not None and said in stopping.message, stopping.message
+    assert stopping.pid is not None
+    os.killpg(stopping.pid, signal.SIGKILL)
+    await again.wait(slow.id, timeout=10)
+
+
 async def test_an_old_wrappers_job_that_ended_while_no_engine_ran_ends_when_its_file_says(
     make_engine: EngineFactory,
 ) -> None:

@@ -245,19 +245,33 @@ LAUNCHER_STOPPED = "its launcher stopped it: no engine was running"
 
 
 def late_timeout_message(
-    job: Job, timeout: float, ended_at: float | None, grace: float, code: int | None = None
+    job: Job,
+    timeout: float,
+    ended_at: float | None,
+    grace: float,
+    code: int | None = None,
+    term_at: float | None = None,
 ) -> str:
     """A timeout its launcher enforced: on time (SIGTERM at the timeout, SIGKILL ``grace``
     seconds later, which ``code`` says), or (a launcher that came up late, after a double
-    fault) how long it really ran."""
-    ran = (ended_at or time.time()) - (job.started_at or time.time())
-    killed = code == 128 + signal.SIGKILL and ran <= timeout + grace + 2
-    if ran > timeout + 2 and not killed:
+    fault) how long it really ran. ``term_at``: when its launcher sent the SIGTERM, where
+    known: a program that shut down in its grace period ended well past its timeout, and
+    was said stopped late (tester h188 #4)."""
+    started = job.started_at or time.time()
+    ran = (ended_at or time.time()) - started
+    killed = code == 128 + signal.SIGKILL
+    if term_at is not None and job.started_at is not None:
+        stopped_at = term_at - started  # (what it ran after it was its own shutdown)
+    else:
+        # (not known: a SIGKILL within the grace period after its timeout was on time)
+        killed = killed and ran <= timeout + grace + 2
+        stopped_at = timeout if killed else ran
+    if stopped_at > timeout + 2:
         return (
-            f"timed out after {timeout:g} s (stopped at {int(ran)} s: no engine or launcher "
-            "ran to stop it sooner)"
+            f"timed out after {timeout:g} s (stopped at {int(stopped_at)} s: no engine or "
+            "launcher ran to stop it sooner)"
         )
-    if ran > timeout + 2:  # (it outlived its SIGTERM: that grace was not a late stop)
+    if killed and ran > timeout + 2:  # (it outlived its SIGTERM: not a late stop)
         return (
             f"timed out after {timeout:g} s ({LAUNCHER_STOPPED}; it outlived SIGTERM and "
             f"was killed {grace:g} s later)"
@@ -746,7 +760,7 @@ class BatchRunner:
             # launcher after both launcher processes died (it said "on time" of a 26 s run).
             job.stop_reason = Reason.TIMEOUT
             job.stop_message = late_timeout_message(
-                job, spec.timeout, exit.at, self._settings.grace_period, exit.code
+                job, spec.timeout, exit.at, self._settings.grace_period, exit.code, exit.term_at
             )
         status, reason, message = stop_verdict(act.job, exit)
         # (Read now: of an end before this engine started, today's disk says nothing.)
@@ -816,7 +830,7 @@ class BatchRunner:
                 # ran out): recorded as such, and signalled again below (the launcher's
                 # SIGKILL deadline stands).
                 message = late_timeout_message(
-                    job, act.spec.timeout, None, self._settings.grace_period
+                    job, act.spec.timeout, None, self._settings.grace_period, None, found.term_at
                 )
                 decide_stop(self._book, act, Reason.TIMEOUT, message, self._settings.grace_period)
         if (

@@ -41,6 +41,7 @@ class Exit:
         log_dropped: The output its log's cuts dropped in all (``None``: none, or unknown).
         timed_out: The executor stopped it itself for its timeout (no engine was
             connected to do so).
+        term_at: Then, when it sent the SIGTERM (``None``: not known).
     """
 
     code: int | None
@@ -49,6 +50,7 @@ class Exit:
     at: float | None = None
     log_dropped: int | None = None
     timed_out: bool = False
+    term_at: float | None = None
     pid: int | None = None
     """Its process, when the executor knew it and the runner may not have (it ended while
     no engine ran: the pid is kept in the job's history)."""
@@ -64,6 +66,8 @@ class Started:
     timed_out: bool = False
     """Found again being stopped by the executor for its timeout (no engine was
     connected when its time ran out)."""
+    term_at: float | None = None
+    """Then, when the executor sent it SIGTERM (``None``: not known)."""
     at: float | None = None
     """When the executor spawned it (``None``: not known, e.g. a start found again). The
     engine may hear of a start after the task ended; its event carries this time."""

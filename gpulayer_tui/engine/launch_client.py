@@ -135,6 +135,11 @@ def _job_of(key: TaskKey) -> int:
     return key[0] if isinstance(key, tuple) else key
 
 
+def _seconds(value: object) -> float | None:
+    """A time the launcher sent (``None`` when absent or not a number)."""
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def _ack_line(keys: list[str]) -> bytes:
     """The request that lets the launcher forget ``keys`` (nothing for none)."""
     return json.dumps({"op": "ack", "keys": keys}).encode() + b"\n" if keys else b""
@@ -690,6 +695,7 @@ class LauncherExecutor:
                 event.get("at"),
                 None if dropped is None else int(dropped),
                 bool(event.get("timed_out")),
+                _seconds(event.get("term_at")),
             )
         elif kind == "failed":
             self._failed(str(event["key"]), str(event["error"]))
@@ -733,11 +739,12 @@ class LauncherExecutor:
         at: float | None = None,
         dropped: int | None = None,
         timed_out: bool = False,
+        term_at: float | None = None,
     ) -> None:
         self._pending.pop(lkey, None)
         held = self._watches.get(lkey)
         if held is not None and held.hold(
-            functools.partial(self._exited, lkey, code, at, dropped, timed_out)
+            functools.partial(self._exited, lkey, code, at, dropped, timed_out, term_at)
         ):
             return
         self._stops.pop(lkey, None)
@@ -750,6 +757,7 @@ class LauncherExecutor:
                     at=at,
                     log_dropped=dropped,
                     timed_out=timed_out,
+                    term_at=term_at,
                 )
             )
         elif lkey in self._released:
@@ -768,6 +776,7 @@ class LauncherExecutor:
                 "at": at,
                 "dropped": dropped,
                 "timed_out": timed_out or None,
+                "term_at": term_at,
             }
 
     def _failed(self, lkey: str, error: str) -> None:
@@ -941,13 +950,17 @@ class LauncherExecutor:
                 at=info.get("at"),
                 log_dropped=None if dropped is None else int(dropped),
                 timed_out=bool(info.get("timed_out")),
+                term_at=_seconds(info.get("term_at")),
                 pid=int(info["pid"]) if info.get("pid") else None,
             )
         watch = _Watch(key, on_start, on_exit)
         watch.pid = int(info["pid"])
         self._watches[lkey] = watch
         return Started(
-            int(info["pid"]), int(info["ticks"] or 0), timed_out=bool(info.get("timed_out"))
+            int(info["pid"]),
+            int(info["ticks"] or 0),
+            timed_out=bool(info.get("timed_out")),
+            term_at=_seconds(info.get("term_at")),
         )
 
     def set_max_log(self, limit: int) -> None:

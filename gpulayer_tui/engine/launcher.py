@@ -38,7 +38,9 @@ Requests (engine -> spawner) and events (spawner -> engine), one JSON object per
                                                    when re-told of a known start)
 ``{"ev": "failed", "key", "error"}``                it could not start (never ran)
 ``{"ev": "exited", "key", "code", "at", ...}``      it ended at ``at`` (``code`` null: unobservable;
-                                                   ``dropped``: what its log's cuts dropped)
+                                                   ``dropped``: what its log's cuts dropped;
+                                                   ``timed_out``, ``term_at``: stopped here
+                                                   for its timeout, SIGTERM sent then)
 ``{"ev": "log_cut", "key", "dropped", "kept"}``      its log passed ``max_log`` and was cut
 =================================================  =========================================
 
@@ -201,6 +203,15 @@ def why_not_runnable(argv0: str, cwd: str, env: dict[str, str]) -> tuple[str | N
     if found is None:
         return None, f"command not found: {printable(argv0)} (no such program in PATH)"
     return found, ""
+
+
+def _term_at(entry: journal.Entry) -> float | None:
+    """When a job the spawner stopped for its timeout was sent SIGTERM (its SIGKILL
+    deadline less the grace period, both journaled), so that the engine can tell a late
+    stop from a program that used its grace period to shut down (tester h188 #4)."""
+    if entry.kill_at is None:
+        return None
+    return round(entry.kill_at - entry.timeout_grace, 3)
 
 
 def _write_banner(log_fd: int, banner: str) -> None:
@@ -781,6 +792,7 @@ class Spawner:
                 "dropped": entry.log_dropped or None,
                 "kill_at": entry.kill_at,
                 "timed_out": entry.timed_out or None,
+                "term_at": _term_at(entry) if entry.timed_out else None,
             }
         return table
 
@@ -1043,6 +1055,7 @@ class Spawner:
             ended["dropped"] = dropped
         if entry.timed_out:
             ended["timed_out"] = True
+            ended["term_at"] = _term_at(entry)
         self._send(ended)
 
     def _collapse_log(self, task: Task, size: int, keep: int) -> tuple[int, int, int] | None:
