@@ -432,7 +432,9 @@ def test_another_users_output_reaches_a_terminal_with_its_controls_escaped(
     own = _on_a_terminal(
         [sys.executable, "-m", "gpulayer_tui", "logs", job], shared.served.env, REPO
     )
-    assert own == raw  # one's own output: colours and progress bars as they are
+    # One's own output: its title sequence and the C1 CSI dropped (colours and progress
+    # bars are kept: tests/test_terminal_output.py).
+    assert own == b"abc\x9bd\xe2\x80\xaee\r\n"
 
 
 def test_a_user_cancels_only_its_own_jobs_and_the_engines_user_any(shared: SharedEngine) -> None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # (annotations only: keep `submit` cheap to start)
     from typing import Any
 
     from ..engine.paths import Paths
+    from .terminal_output import OwnOutput
 
 WAIT_SLICE_S = 20.0  # `wait` asks the engine in slices of this (see _wait)
 RESTART_PATIENCE_S = 30.0  # how long `wait` and `logs -f` wait for an engine to be back
@@ -920,7 +921,7 @@ def _logs(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPar
     if args.replica is not None:
         query.append(f"replica={args.replica}")
     out = sys.stdout.buffer
-    safe = _OthersOutput() if _shown_as_text(client, args) else None
+    safe = _output_filter(client, args)
     written = 0
     asked_again = False
     # Following, a quiet stream is asked about after this long: a quiet job, or an engine
@@ -1115,16 +1116,20 @@ def _no_output(client: Client, args: argparse.Namespace) -> int:
     return EXIT_FAILED
 
 
-def _shown_as_text(client: Client, args: argparse.Namespace) -> bool:
-    """Whether ``logs`` writes the job's output with its control characters escaped: on
-    a terminal, for another user's job (``[security] share_logs``), unless ``--raw``.
-    Another user's bytes could otherwise set this terminal's title, clear it or (on some
-    terminals) write its clipboard. One's own output goes as it is (colours, progress
-    bars)."""
+def _output_filter(client: Client, args: argparse.Namespace) -> _OthersOutput | OwnOutput | None:
+    """How ``logs`` writes the job's output on a terminal (``None``: as it is, to a pipe
+    or with ``--raw``). Another user's job (``[security] share_logs``) has its control
+    characters escaped: its bytes could otherwise set this terminal's title, clear it or
+    (on some terminals) write its clipboard. One's own keeps its colours and progress
+    bars, less what would change the terminal's state (see :mod:`.terminal_output`)."""
     if args.raw or not sys.stdout.isatty():
-        return False
+        return None
     owner = client.job(args.job)["job"].get("owner_uid")
-    return owner is not None and owner != os.getuid()
+    if owner is not None and owner != os.getuid():
+        return _OthersOutput()
+    from .terminal_output import OwnOutput
+
+    return OwnOutput()
 
 
 class _OthersOutput:

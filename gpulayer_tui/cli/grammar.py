@@ -548,7 +548,8 @@ def _logs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--raw",
         action="store_true",
-        help="another user's output as it is on a terminal (default: controls escaped)",
+        help="the output as it is on a terminal (default: another user's with its controls "
+        "escaped; one's own less its title, clipboard, screen and mouse sequences)",
     )
 
 
