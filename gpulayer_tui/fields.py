@@ -85,6 +85,10 @@ def _number(field: str, value: object, high: float, unit: str = "") -> float:
 _JOINERS = "\u200c\u200d"  # format characters that emoji and some scripts need: kept
 
 
+VARIATION_SELECTORS = "\ufe0e\ufe0f"
+"""Text and emoji presentation selectors: refused in names (see :func:`check_label`)."""
+
+
 def unsafe_characters(text: str) -> list[str]:
     """The characters of ``text`` a terminal could act on or that change how the rest
     reads: controls (C0, DEL, C1: escapes start there), format characters (bidi overrides
@@ -133,7 +137,7 @@ def default_job_name(program: str, fallback: str) -> str:
             "",
             name,
         )
-    unsafe = set(unsafe_characters(name))
+    unsafe = set(unsafe_characters(name)).union(VARIATION_SELECTORS)
     name = "".join(c for c in name if c not in unsafe).strip()[:NAME_MAX].strip()
     try:
         blank_label("name", name)
@@ -224,43 +228,10 @@ def _escape(c: str) -> str:
     return f"\\u{code:04x}"
 
 
-def cell_width(text: str) -> int:
-    """How many terminal columns ``text`` takes: East Asian wide and full-width characters
-    take two, combining marks and zero-width formatting none (``len`` counts both as
-    one, so tables of such names came out of line and wrapped)."""
-    if text.isascii():
-        return len(text)
-    import unicodedata
-
-    width = 0
-    for c in text:
-        if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me", "Cf"):
-            continue
-        width += 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
-    return width
-
-
-def cut_to_width(text: str, width: int) -> str:
-    """``text`` cut to at most ``width`` columns, ending with "…" where it was cut."""
-    if cell_width(text) <= width:
-        return text
-    room = max(1, width - 1)
-    if text.isascii():
-        return text[:room] + "…"
-    kept: list[str] = []
-    used = 0
-    for c in text:
-        w = cell_width(c)
-        if used + w > room:
-            break
-        kept.append(c)
-        used += w
-    return "".join(kept) + "…"
-
-
-def pad_to_width(text: str, width: int) -> str:
-    """``text`` followed by spaces up to ``width`` columns."""
-    return text + " " * (width - cell_width(text))
+def cut_to_length(text: str, length: int) -> str:
+    """``text`` cut to at most ``length`` characters, ending with "…" where it was cut
+    (the engine's cut for its log and messages, which no table lines up)."""
+    return text if len(text) <= length else text[: max(1, length - 1)] + "…"
 
 
 BLANK_FILLERS = "\u115f\u1160\u3164\uffa0\u034f\u2800"
@@ -315,6 +286,7 @@ def blank_label(field: str, value: str) -> None:
         # ("e1 " and "e1" read alike in every list, and renaming one to the other was
         # said "name e1 -> e1": tester h117)
         raise FieldError(field, f"starts or ends with a space: {value!r}")
+    no_presentation_selectors(field, value)
 
 
 DRAIN_REASON_MAX = 500
@@ -349,6 +321,26 @@ def check_label(field: str, value: object, limit: int = NAME_MAX) -> str:
             f"code points are not allowed: {shown}",
         )
     return value
+
+
+def no_presentation_selectors(field: str, value: str) -> None:
+    """Refuse a label with a presentation selector (U+FE0E, U+FE0F), where a label is
+    given (jobs stored before load). A ❤️ drawn one column wide by tmux 3.3 and two by
+    other terminals and Rich moved the borders of every panel and table the name was in
+    (tester h190).
+
+    Raises:
+        FieldError: Naming the selectors.
+    """
+    selectors = [c for c in VARIATION_SELECTORS if c in value]
+    if selectors:
+        shown = ", ".join(f"U+{ord(c):04X}" for c in selectors)
+        raise FieldError(
+            field,
+            f"emoji presentation selectors are not allowed ({shown}): terminals draw the "
+            "character before one one or two columns wide, and the tables around it shift; "
+            "leave them out (❤ without one shows as itself)",
+        )
 
 
 def check_command(value: object) -> list[str]:

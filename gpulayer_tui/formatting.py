@@ -5,6 +5,7 @@ from __future__ import annotations
 from .fields import (
     CPU_POOL,
     TERMINAL_STATUSES,
+    printable,
     program_name,
     starting_why,
     wait_words,
@@ -303,9 +304,13 @@ def _quoted(word: str) -> str:
 def short_command(command: str) -> str:
     """A command line with its program's directory left out, arguments kept
     (``/opt/conda/envs/x/bin/python3 train.py`` -> ``python3 train.py``): a narrow table
-    spends its width on what tells processes apart."""
+    spends its width on what tells processes apart. On one line: an argument's line
+    break or tab is written as an escape (``\\x0a``), as the CLI writes it; a table cell
+    showed what came before the first line break alone, with no sign of the rest, so a
+    process could hide its arguments from the views one picks a process to kill or adopt
+    in (tester h190)."""
     program, sep, rest = command.partition(" ")
-    return program_name(program) + sep + rest
+    return printable(program_name(program) + sep + rest)
 
 
 def user_name(uid: int) -> str:

@@ -195,13 +195,25 @@ def test_the_jobs_table_keeps_each_reason_whole_and_fits_a_terminal_only() -> No
 
 @pytest.mark.parametrize(
     "name",
-    ["日本語の名前テスト", "e\u0301\u0301\u0301x", "🚀 launch", "名" * 60, "plain"],
+    [
+        "日本語の名前テスト",
+        "e\u0301\u0301\u0301x",
+        "🚀 launch",
+        "名" * 60,
+        "plain",
+        # (an emoji sequence is drawn as one wide character: counted as six, the row's
+        # columns started four left of the header's: tester h190)
+        "\U0001f468\u200d\U0001f469\u200d\U0001f467fam",
+        "👍🏽 ok",
+        "🇫🇷 flag",
+        "\u1100\u1161\u11a8 jamo",
+    ],
 )
 def test_the_jobs_table_lines_up_by_terminal_columns(name: str) -> None:
     # Widths were counted in characters: a wide (CJK, emoji) or combining name pushed its
     # row's columns out of line, and a cut "to the terminal" wrapped all the same.
+    from gpulayer_tui.cells import cell_width
     from gpulayer_tui.cli.format import fit
-    from gpulayer_tui.fields import cell_width
 
     def row(job_id: int, job_name: str) -> dict[str, Any]:
         return {
@@ -232,7 +244,7 @@ def test_the_jobs_table_lines_up_by_terminal_columns(name: str) -> None:
 
 
 def test_cell_width_counts_terminal_columns() -> None:
-    from gpulayer_tui.fields import cell_width, cut_to_width
+    from gpulayer_tui.cells import cell_width, cut_to_width
 
     assert cell_width("abc") == 3
     assert cell_width("日本") == 4
@@ -241,6 +253,22 @@ def test_cell_width_counts_terminal_columns() -> None:
     assert cut_to_width("日本語", 4) == "日…"
     assert cut_to_width("日本語", 6) == "日本語"
     assert cut_to_width("abcdef", 4) == "abc…"
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"
+    assert cut_to_width(family * 3, 5) == family * 2 + "…"  # (never inside a sequence)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["\U0001f468\u200d\U0001f469\u200d\U0001f467fam", "👍🏽x", "🇫🇷", "1\ufe0f\u20e3", "각", "日本"],
+)
+def test_the_cli_counts_columns_as_the_tui_draws_them(text: str) -> None:
+    # The CLI's tables and the TUI's (Rich's) disagreed on emoji sequences: the same name
+    # lined up in one and not in the other (tester h190).
+    from rich.cells import cell_len
+
+    from gpulayer_tui.cells import cell_width
+
+    assert cell_width(text) == cell_len(text)
 
 
 def _drawn(app: Any) -> str:
@@ -272,7 +300,9 @@ async def test_escapes_users_and_processes_wrote_never_reach_the_terminal(
 
     app = await embedded_app("2xA100-80GB")
     engine = app.backend.engine
-    stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", *HAZARDS])  # noqa: ASYNC220
+    # (and a line break: a table cell showed what came before it alone: tester h190)
+    argv = [sys.executable, "-c", "import time; time.sleep(600)", "a\nHID", *HAZARDS]
+    stray = subprocess.Popen(argv)  # noqa: ASYNC220
     try:
         SimLedger(engine.paths.state_dir).hold(1, stray.pid, 20.0)
         odd_dir = tmp_path / "d\x1b[31mRED"
@@ -297,9 +327,11 @@ async def test_escapes_users_and_processes_wrote_never_reach_the_terminal(
             table = app.screen.query_one("ProcessTable")
             await until(pilot, lambda: any(row.pid == stray.pid for row in table.processes))
             look("dashboard")
+            assert "a\\x0aHID \\x1b]0;pwned" in _drawn(app)
             await pilot.press("T")  # the process tree
             await pilot.pause(0.2)
             look("tree")
+            assert "a\\x0aHID \\x1b]0;pwned" in _drawn(app)
             await pilot.press("T", "2")
             await until(pilot, lambda: app.screen.query_one("#jobs-table").row_count == len(ids))
             look("jobs")
@@ -312,7 +344,7 @@ async def test_escapes_users_and_processes_wrote_never_reach_the_terminal(
             await pilot.press("3")
             await until(pilot, lambda: stray.pid in app.screen.query_one("StrayTable").rows_by_pid)
             look("strays")
-            assert "\\x1b[2J \\x9b31m \\u202eRTL" in _drawn(app)  # (as escapes)
+            assert "a\\x0aHID \\x1b]0;pwned\\x07 \\x1b[2J \\x9b31m \\u202eRTL" in _drawn(app)
             await pilot.press("a")
             await until(pilot, lambda: isinstance(app.screen, AdoptScreen))
             look("adopt")
@@ -384,6 +416,14 @@ async def test_a_name_or_project_with_spaces_around_it_is_refused(
     with pytest.raises(SpecError, match="name: starts or ends with a space: 'e1 '"):
         await engine.edit(waiting.id, {"name": "e1 "})
     assert (await engine.submit({"command": ["true"], "name": "e 1"})).name == "e 1"
+    # A presentation selector: tmux 3.3 draws ❤️ one column wide, Rich and other terminals
+    # two, and every border around the name moved (tester h190). Without it, ❤ is taken.
+    for field in ("name", "project"):
+        with pytest.raises(SpecError, match=f"{field}: emoji presentation selectors"):
+            await engine.submit({"command": ["true"], field: "ok\u2764\ufe0fheart"})
+    with pytest.raises(SpecError, match=r"name: emoji presentation selectors .*U\+FE0E"):
+        await engine.edit(waiting.id, {"name": "x\u2764\ufe0e"})
+    assert (await engine.submit({"command": ["true"], "name": "ok\u2764heart"})).name == "ok❤heart"
     await engine.cancel(running.id)
 
 

@@ -338,6 +338,7 @@ def test_api_names_the_field_at_fault_and_refuses_a_body_over_the_cap_unread(
     for reason, why in (
         ("\u001b[31mfan\u001b]0;PWN\u0007", "control characters are not allowed"),
         ("fan\u202e", "invisible formatting characters"),
+        ("fan\u2764\ufe0f", "emoji presentation selectors are not allowed (U+FE0F)"),
         ("x" * 501, "must be at most 500 characters, not 501"),
     ):
         status, data = post(json.dumps({"reason": reason}).encode(), "/v1/domains/gpu0/drain")

@@ -157,7 +157,7 @@ def test_row_header_lines_up_with_rows(width: int) -> None:
 def test_a_row_cell_takes_its_width_in_terminal_columns(name: str, width: int) -> None:
     # Cut and padded by len(), a name of wide characters pushed the row's POWER and
     # SLOTS columns off the screen.
-    from gpulayer_tui.fields import cell_width
+    from gpulayer_tui.cells import cell_width
     from gpulayer_tui.widgets.gpu_panel import _fit
 
     assert cell_width(_fit(name, width)) == width

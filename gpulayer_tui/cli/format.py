@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from ..fields import cell_width, cut_to_width, duration_typed, pad_to_width, printable, wanted_gpus
+from ..cells import cell_width, cut_to_width, pad_to_width
+from ..fields import duration_typed, printable, wanted_gpus
 from ..formatting import (
     SHELL_LINE_MARK,
     argv_text,

@@ -73,6 +73,7 @@ from ..fields import (
     FieldError,
     check_label,
     keys_once,
+    no_presentation_selectors,
     parse_number,
     printable,
     shows_nothing,
@@ -821,6 +822,7 @@ async def drain(request: web.Request) -> web.Response:
         # (escapes went raw into the API's domains and every waiting job's reason: h114)
         try:
             check_label("reason", reason, DRAIN_REASON_MAX)
+            no_presentation_selectors("reason", reason)
         except FieldError as err:
             raise SpecError(str(err), "reason") from None
         if shows_nothing(reason):

@@ -40,7 +40,7 @@ from ..fields import (
     EDIT_WORDS,
     FieldError,
     blank_label,
-    cut_to_width,
+    cut_to_length,
     edit_value,
     status_phrase,
 )
@@ -1575,7 +1575,7 @@ class Engine:
         finally:
             os.close(fd)
         # (cut with a mark: "...signal.signal(signal.SIGTERM,)" read as the command: h97)
-        command = cut_to_width(snapshot.command, 80)
+        command = cut_to_length(snapshot.command, 80)
         what = f"SIG{name.upper().removeprefix('SIG')} sent to pid {pid} ({command})"
         log.warning("%s, asked by uid %s", what, requester_uid)
         return what

@@ -20,7 +20,8 @@ from textual.timer import Timer
 from textual.widgets import Input, Label, Static
 
 from .. import keymap
-from ..fields import cut_to_width, printable
+from ..cells import cut_to_width
+from ..fields import printable
 from ..job_feed import JobView
 from ..key_hold import release_keys
 from ..view import view_of

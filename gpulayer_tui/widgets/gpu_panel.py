@@ -31,7 +31,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from ..fields import cell_width, cut_to_width, pad_to_width
+from ..cells import cell_width, cut_to_width, pad_to_width
 from .memory_bar import BAR_CHAR, MemoryBar
 from .usage_graphs import GraphLine, UsageGraphs
 

@@ -10,6 +10,7 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from .. import keymap
+from ..fields import printable
 from ..formatting import GIB, duration
 from ..wire import GpusJSON
 from .own_keys import OwnKeys
@@ -101,7 +102,8 @@ class StrayTable(OwnKeys, DataTable[Any]):
                 ",".join(str(g) for g in stray["gpus"]),
                 Text(vram, justify="right"),
                 Text(age, justify="right"),
-                Text(stray["command"] or "?"),
+                # (on one line: see formatting.short_command)
+                Text(printable(stray["command"]) or "?"),
                 key=str(stray["pid"]),
             )
         if current in self.rows_by_pid:
