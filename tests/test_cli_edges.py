@@ -135,6 +135,37 @@ def test_wait_for_several_jobs_waits_for_each_and_exits_with_the_worst(engine: S
     engine.cli("cancel", running, "--no-wait")
 
 
+def test_wait_does_not_call_an_end_stored_a_moment_later_a_database_failure(
+    engine: Served, tmp_path: Path
+) -> None:
+    # An end is stored with the next group commit, a moment after it happens: `wait` asked
+    # in that moment said "its database cannot be written" of a database that was fine
+    # (tester h192). Here the moment is stretched: another connection holds the write
+    # lock for a second (the engine's writer waits on it; nothing fails).
+    import sqlite3
+
+    go = tmp_path / "go"
+    job = _submit(engine, "--", "sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done")
+    wait_for(lambda: '"running"' in engine.cli("status", job, "--json").stdout)
+    lock = sqlite3.connect(engine.home / "gpulayer.db", timeout=10, isolation_level=None)
+    try:
+        lock.execute("BEGIN EXCLUSIVE")
+        go.touch()
+        wait_for(lambda: '"completed"' in engine.cli("status", job, "--json").stdout)
+        waiter = subprocess.Popen(
+            [sys.executable, "-m", "gpulayer_tui", "wait", job],
+            env=engine.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        time.sleep(1.0)  # (the lock held: the end stays unstored this long)
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    out, err = waiter.communicate(timeout=30)
+    assert waiter.returncode == 0, (out, err)
+    assert err == "", err
+    assert out.startswith(f"job {job} completed"), out
+
+
 def test_wait_on_a_service_that_restarts_always_says_it_may_never_end(engine: Served) -> None:
     # It waited in silence, for ever (tester h58).
     svc = _submit(engine, "--service", "--gpus", "0", "--no-port", "--", "sleep", "600")
