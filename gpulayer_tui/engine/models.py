@@ -65,8 +65,9 @@ TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
         {JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED, JobStatus.CANCELLED}
     ),
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.FAILED, JobStatus.CANCELLED}),
-    # running -> queued is a service being placed again after it lost a domain (record 000);
-    # batch and adopted jobs never take it.
+    # running -> queued is a service being placed again after it lost a domain (record 000),
+    # or a preemptible batch job preempted and requeued (`requeue`); adopted jobs never
+    # take it.
     JobStatus.RUNNING: frozenset(
         {
             JobStatus.QUEUED,
