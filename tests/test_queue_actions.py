@@ -74,6 +74,20 @@ def test_restart_submits_an_ended_job_again_and_refuses_an_active_one(served: Se
     assert again.returncode == 0, again.stderr
     assert _status(served, again.stdout.strip())["spec"]["depends_on"] == [int(busy_again)]  # type: ignore[index]
     assert served.cli("cancel", busy_again).returncode == 0
+    # So is one that would fail over capacity again: it made a job that failed at once
+    # (tester h192 #5).
+    big = served.cli("submit", "--gpus", "3", "--", "true")
+    assert big.returncode == 1, big.stderr
+    big_id = big.stderr.split("job ")[1].split()[0]
+    jobs_before = served.cli("jobs", "--json").stdout
+    again = served.cli("restart", big_id)
+    assert again.returncode == 2, again
+    assert again.stderr == (
+        f"gpulayer-tui: job {big_id} would fail again at once, over capacity: requested 3 "
+        f"GPUs, but this machine has 1 (submit --like {big_id} with a request this machine can "
+        "run)\n"
+    )
+    assert served.cli("jobs", "--json").stdout == jobs_before  # (no job made)
 
 
 def test_a_second_restart_while_the_first_runs_is_made_and_said(served: Served) -> None:

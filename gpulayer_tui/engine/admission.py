@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .config import LimitsSettings, SnapshotSettings
     from .health import DomainOps
     from .jobqueue import JobQueue, ResolvedDep
-    from .scheduler import Request, Scheduler
+    from .scheduler import Request, Scheduler, Verdict
     from .store import Store
 
 Cancel = Callable[[ActiveJob, str], None]
@@ -238,6 +238,10 @@ class Admission:
                     spec = spec.model_copy(update={"priority": most})
                 self._queue.limits.check_priority(owner_of(owner_uid), spec.priority)
                 request = self._scheduler.request_for(spec)
+                if restart_of is not None:
+                    _refuse_restart_over_capacity(
+                        restart_of, self._scheduler.capacity_verdict(request)
+                    )
                 self._domain_ops.refuse_quarantined_pins(spec.pinned_domains)
             except SpecError as err:
                 prefix = f"job {index + 1} of {len(items)}: " if len(items) > 1 else ""
@@ -570,6 +574,23 @@ def _same_request(key: str, first: str | None, digest: str) -> None:
             f"Idempotency-Key {key!r} was used for a different request; nothing was "
             "stored (send a new key for a new submission)",
             "Idempotency-Key",
+        )
+
+
+def _refuse_restart_over_capacity(job_id: int, verdict: Verdict) -> None:
+    """A restart that could never run on this machine as it is now (its job failed over
+    capacity, and nothing grew since) is refused: it made a new job that failed at once,
+    a junk row in the history, as a restart whose dependency failed is refused (tester
+    h192). One the machine can run now (a GPU back, a config that adds slots) is made.
+
+    Raises:
+        SpecError: Saying why, and what to do instead.
+    """
+    if verdict.possible is False:
+        raise SpecError(
+            f"job {job_id} would fail again at once, over capacity: {verdict.message} "
+            f"(submit --like {job_id} with a request this machine can run)",
+            "job",
         )
 
 
