@@ -246,6 +246,34 @@ def test_cancel_says_the_waiting_jobs_it_takes_with_it(engine: Served) -> None:
     assert "cancels_dependents" not in json.loads(engine.cli("status", x, "--json").stdout)["job"]
 
 
+def test_the_jobs_a_running_cancel_takes_with_it_are_cancelled_at_once(
+    engine: Served, tmp_path: Path
+) -> None:
+    # Said "cancelled too", they read "waiting for job N" for the whole grace period of a
+    # job that ignores SIGTERM (tester h192 #3): it ends cancelled whatever its exit.
+    ready = tmp_path / "trap-set"
+    x = _submit(engine, "--", "sh", "-c", f"trap '' TERM; touch {ready}; sleep 600 & wait; wait")
+    y = _submit(engine, "--after", x, "--", "true")
+    z = _submit(engine, "--after", y, "--", "true")
+    runs_anyway = _submit(engine, "--after-any", x, "--", "true")
+    wait_for(ready.exists)
+    out = engine.cli("cancel", x, "--no-wait")
+    assert out.returncode == 0, out.stderr
+    assert f"jobs {y}, {z} waited" in out.stderr and "cancelled too" in out.stderr, out.stderr
+    stopping = json.loads(engine.cli("status", x, "--json").stdout)["job"]
+    assert stopping["status"] == "running", stopping  # (in its grace period)
+    for job_id, message in ((y, f"dependency job {x} cancelled"),
+                            (z, f"dependency job {y} cancelled")):  # fmt: skip
+        job = json.loads(engine.cli("status", job_id, "--json").stdout)["job"]
+        assert (job["status"], job["message"]) == ("cancelled", message), job
+    assert json.loads(engine.cli("status", runs_anyway, "--json").stdout)["job"]["status"] == (
+        "queued"
+    )
+    assert stopping["pid"]
+    os.killpg(stopping["pid"], signal.SIGKILL)
+    assert engine.cli("wait", runs_anyway, "--timeout", "30").returncode == 0
+
+
 def test_cancel_says_a_stop_under_way_as_such(engine: Served) -> None:
     # --no-wait returns once SIGTERM is sent: that is success, not a process stuck in
     # the kernel; a --timeout that runs out before the SIGKILL is due says that.

@@ -1443,6 +1443,11 @@ class Engine:
             self.book.finish(act, JobStatus.CANCELLED, TerminationReason.CANCELLED, message)
         elif act.job.status is JobStatus.RUNNING:
             self._runners[act.job.kind].stop(act, TerminationReason.CANCELLED, message)
+            if act.job.stop_reason is TerminationReason.CANCELLED:
+                # It ends cancelled whatever its exit: the jobs waiting for it to complete
+                # are cancelled now, in the same commit, as the answer says ("cancelled
+                # too"). They read "waiting for job 79" for its whole grace period (h192).
+                self.queue.cancel_dependents(act.job.id)
 
     async def wait(self, job_id: int, timeout: float | None = None) -> Job:
         """Wait until the job is terminal (and durable); return it.

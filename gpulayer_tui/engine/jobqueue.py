@@ -1529,6 +1529,18 @@ class JobQueue:
                 todo.append(dependent_id)
         return sorted(found)
 
+    def cancel_dependents(self, job_id: int) -> None:
+        """Cancel now the waiting jobs that wait for ``job_id`` to complete (not
+        ``--after-any``): it is being cancelled, and ends cancelled whatever its exit.
+        Theirs follow as each ends (see :meth:`job_ended`)."""
+        for dependent_id in sorted(self._dependents.get(job_id, ())):
+            dependent = self._book.get(dependent_id)
+            waiting = self._waiting_on.get(dependent_id)
+            if dependent is None or waiting is None or waiting.get(job_id) is not False:
+                continue
+            said = f"dependency job {job_id} cancelled"
+            self._book.finish(dependent, JobStatus.CANCELLED, Reason.DEPENDENCY_FAILED, said)
+
     def job_ended(self, act: ActiveJob) -> None:
         """End listener: take the job out of the queue, book its GPU use to its user's
         fair share, and settle its dependents."""
