@@ -25,6 +25,7 @@ from gpulayer_tui.widgets.log_tail import LogTail
 from gpulayer_tui.widgets.process_table import ProcessTable
 from gpulayer_tui.widgets.stray_table import StrayTable
 
+from .conftest import make_config
 from .ui_support import FIXED_NOW, StaticBackend, until
 
 MARKUP_NAME = "[b]oops[/i] [link=x]"
@@ -94,6 +95,48 @@ async def test_cancel_of_another_users_job_is_refused_before_it_is_asked(
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
         await pilot.press("y")
         await until(pilot, lambda: table.job(job["id"])["status"] == "cancelled", "cancelled")
+
+
+async def test_cancel_of_a_job_being_cancelled_says_its_stop_rather_than_asking_again(
+    ui_app: Any, tmp_path: Path
+) -> None:
+    # It asked "It gets SIGTERM, and SIGKILL if it still runs after the grace period." of
+    # a job whose SIGTERM was sent and whose SIGKILL was set (tester h192 #4); its detail
+    # said "SIGKILL after 10 s" for the whole stop.
+    ready = tmp_path / "trap-set"
+    app = await ui_app("1xA100-80GB", config=make_config(engine={"grace_period": 30.0}))
+    job = await app.backend.submit(
+        _spec(f"trap '' TERM; touch {ready}; sleep 600 & wait; wait", gpus=0)
+    )
+    async with app.run_test(size=(140, 40)) as pilot:
+        table = await _jobs_table(pilot, app, job["id"])
+        await until(pilot, ready.exists, "its trap set")
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await pilot.press("y")
+        await until(pilot, lambda: table.job(job["id"]).get("kill_at"), "stopping")
+        app.clear_notifications()
+        await pilot.press("c")
+        said = await until(
+            pilot,
+            lambda: next((n for n in _notes(app) if "being stopped already" in n), None),
+            "its stop, said",
+        )
+        assert f"job {job['id']} is being stopped already: stopping (cancelled" in said, said
+        assert "SIGTERM sent, SIGKILL in " in said, said
+        assert not isinstance(app.screen, ConfirmScreen)
+        app.open_job(job["id"])
+        detail = await until(
+            pilot,
+            lambda: isinstance(app.screen, JobDetailScreen) and app.screen.job and app.screen,
+        )
+        await until(
+            pilot,
+            lambda: "SIGKILL in " in str(detail.query_one("#fields").render()),  # type: ignore[attr-defined]
+            "the countdown in its detail",
+        )
+        os.killpg(int(table.job(job["id"])["pid"]), 9)
+        await until(pilot, lambda: table.job(job["id"])["status"] == "cancelled", "its end")
 
 
 async def test_restart_and_edit_of_another_users_job_are_refused_before_they_are_asked(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, ClassVar
 
@@ -17,7 +18,7 @@ from textual.screen import Screen
 
 from ..backend import BackendError, ConnectionLost
 from ..fields import printable, replicas_said, status_phrase
-from ..formatting import plural, user_text
+from ..formatting import live_message, plural, user_text
 from ..view import view_of
 from ..widgets.job_columns import job_spec
 from ..wire import ACTIVE_STATUSES, ADOPTED_NOT_RUN, JobJSON, JobRowJSON
@@ -112,6 +113,16 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
         # (asked, confirmed, then refused by the engine in a toast: tester h75)
         ui.notify(f"job {job_id} {refused}", title=f"cancel job {job_id}", severity="warning")
         return
+    stopping = _stopping_for(job)
+    if stopping not in ("", "preempted"):
+        # Asked as a fresh cancel ("It gets SIGTERM, and SIGKILL ...") of a job whose
+        # SIGTERM was sent and whose SIGKILL was set (tester h192): a cancel changes
+        # neither, nor how it ends (a timeout's stop stands). What is under way is said.
+        ui.notify(
+            f"job {job_id} is being stopped already: {live_message(job, time.time())}",
+            title=f"cancel job {job_id}",
+        )
+        return
 
     async def cancel() -> None:
         try:
@@ -138,6 +149,12 @@ def ask_to_cancel(screen: Screen[Any], job: JobRowJSON) -> None:
         what = f"It is cancelled on cluster {cluster} (scancel)."
     elif status != "running":
         what = "It has not started yet."
+    elif stopping:
+        # (a cancel wins over a preemption: the job ends, not requeued)
+        what = (
+            f"It is being preempted ({live_message(job, time.time())}); cancelled, it ends "
+            "and does not go back to the queue."
+        )
     elif job.get("kind") == "service":
         # (a service's cancel said nothing of its replicas: 64 of them stop: tester h168)
         count = int(job_spec(job).get("replicas") or 1)
@@ -302,6 +319,21 @@ def ask_to_cancel_many(
             dialog.add_note(note)
 
     _run(ui, say_dependents, "cancel-dependents-marked", exclusive=True)
+
+
+def _stopping_for(job: JobRowJSON) -> str:
+    """Why a running job is being stopped (``cancelled``, ``timeout``, ``preempted``...),
+    ``""`` if it is not: the whole job's ``stop_reason``; a row's message ("stopping
+    (cancelled by user): SIGTERM sent, ...", "stopping (preempted by job 9) ...")."""
+    if job.get("status") != "running" or not job.get("kill_at"):
+        return ""
+    reason = job.get("stop_reason")
+    if isinstance(reason, str) and reason:
+        return reason
+    message = str(job.get("message") or "")
+    if message.startswith("stopping (preempted"):
+        return "preempted"
+    return "stopping"
 
 
 def dependents_note(ids: list[int], rows: dict[int, JobRowJSON], cancelled: int = 1) -> str:

@@ -31,6 +31,7 @@ from ..formatting import (
     SHELL_LINE_MARK,
     dependencies_text,
     duration,
+    live_message,
     placement_words,
     replica_health,
     replica_state,
@@ -275,7 +276,9 @@ def job_fields(job: JobJSON, now: float) -> dict[str, Content]:
         "name": Content.styled(str(job.get("name", "")), "bold"),
         "status": status_value,
         "exit": _or_dash("" if exit_code is None else str(exit_code)),
-        "message": _or_dash(" ".join(str(job.get("message") or "").split())),
+        # (a stop under way counts down to its SIGKILL, as the jobs table says it: the
+        # stored "SIGKILL after 20 s" was said for the whole stop: tester h192)
+        "message": _or_dash(" ".join(live_message(job, now).split())),
         "command": Content(printable(command_line))
         if spec.get("command")
         else Content.assemble(printable(command_line), (SHELL_LINE_MARK, "dim")),
@@ -619,7 +622,7 @@ class JobDetailScreen(SaysWhyKeysAreDimmed, KeepsStylesOnResume, Screen[None]):
             app = view_of(self)
             values = job_fields(self._job, app.clock())
             self.query_one("#fields", FieldList).update(
-                {key: values[key] for key in ("runtime", "replicas")}
+                {key: values[key] for key in ("runtime", "replicas", "message")}
             )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
