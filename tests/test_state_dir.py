@@ -14,7 +14,7 @@ import pytest
 
 from gpulayer_tui.engine.statedir import UnsafeStateDir, check_state_dir
 
-from .conftest import REPO
+from .conftest import REPO, wait_for
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
 
@@ -208,6 +208,13 @@ def test_a_config_file_others_may_write_is_refused_at_start_and_on_reload(tmp_pa
         assert said in answer["error"]
         doctor = server.cli("--config", str(config), "doctor")
         assert doctor.returncode == 1 and said in doctor.stdout, doctor.stdout
+        # Its mode fixed as the refusal says: the watcher applies it (a chmod changes no
+        # byte, and it was taken for a touch: "a reload is due", for ever: tester h193).
+        config.chmod(0o644)
+        applied = f"{config} is valid and applied"
+        wait_for(
+            lambda: applied in server.cli("--config", str(config), "doctor").stdout, timeout=20
+        )
     finally:
         if server.proc is not None:
             server.proc.kill()

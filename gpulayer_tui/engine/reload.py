@@ -69,10 +69,19 @@ _VALUES_UNSAID = frozenset({"notify", "security"})
 may use the engine is not for every reader of its log and events)."""
 
 
-def _read_bytes(path: Path) -> bytes | None:
-    """The file's bytes, or ``None`` where it cannot be read."""
+FileState = tuple[bytes, int, int]
+"""A config file as a reload judges it: its bytes, mode and owner."""
+
+
+def _read_state(path: Path) -> FileState | None:
+    """The file's bytes, mode and owner (those a reload refuses a file for too: a file
+    others may write), or ``None`` where it cannot be read. A ``chmod go-w`` of a file
+    refused for its mode changed no byte, and the watcher took it for a touch: the fix
+    the refusal asked for was never applied (tester h193)."""
     try:
-        return path.read_bytes()
+        with open(path, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            return fh.read(), info.st_mode, info.st_uid
     except OSError:
         return None
 
@@ -301,7 +310,7 @@ class ConfigReloader:
         # The file's bytes as the last reload (or the start) read them: the watcher
         # seeing the same again applies nothing (an edit then `POST /config/reload` was
         # applied, then again by the watcher, "nothing changed": tester h125).
-        self._last_read: bytes | None = _read_bytes(paths.config_file)
+        self._last_read: FileState | None = _read_state(paths.config_file)
         self.changes_handled = 0
         """Settled changes of the file the watcher has handled (applied or not)."""
 
@@ -352,7 +361,7 @@ class ConfigReloader:
                         "was removed" if gone == "absent" else f"is {gone}",
                     )
                     continue
-                if await asyncio.to_thread(_read_bytes, target) == self._last_read:
+                if await asyncio.to_thread(_read_state, target) == self._last_read:
                     self.changes_handled += 1
                     continue  # (read and applied already: by a reload asked for, or a touch)
                 await self.reload(absent_keeps=True)
@@ -369,7 +378,7 @@ class ConfigReloader:
             ``{"applied": bool, "changes": [...]}`` or ``{"applied": False, "error": ...}``.
         """
         source = str(self._paths.config_file)
-        self._last_read = await asyncio.to_thread(_read_bytes, self._paths.config_file)
+        self._last_read = await asyncio.to_thread(_read_state, self._paths.config_file)
         try:
             found = await _load_checked(self._paths.config_file, source)
             if found is None and absent_keeps:
