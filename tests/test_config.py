@@ -202,6 +202,27 @@ def test_load_config_file_errors(tmp_path: Path) -> None:
     path.write_text("[domains.a]\ngpu = 0\nslots = 2\nbogus = 1\n")
     with pytest.raises(ConfigError, match=f"{path}: unknown key 'domains.a.bogus'"):
         load_config(path)
+    # Messages that name the problem (tester h193): a key given twice names its line, a
+    # byte that is not UTF-8 its line and column, a missing key and a short list in words;
+    # a byte order mark (Notepad's) is read past.
+    path.write_text("[cpu]\nslots = 2\nslots = 3\n")
+    with pytest.raises(
+        ConfigError, match="a key or table is given twice, the second time here: slots = 3"
+    ):
+        load_config(path)
+    path.write_bytes(b"[cpu]\nslots = 2\n# caf\xe9\n")
+    with pytest.raises(
+        ConfigError, match=r"not UTF-8 text: invalid continuation byte \(at line 3, column 6\)"
+    ):
+        load_config(path)
+    path.write_text("[domains.a]\nslots = 2\n")
+    with pytest.raises(ConfigError, match=r"domains\.a\.gpu: needed, and not given$"):
+        load_config(path)
+    path.write_text("[notify]\ncommand = []\n")
+    with pytest.raises(ConfigError, match=r"notify\.command: must have at least 1 item, got \[\]$"):
+        load_config(path)
+    path.write_bytes("\ufeff[cpu]\nslots = 3\n".encode())
+    assert load_config(path).cpu.slots == 3
     # A FIFO would block the read (and the engine's start) for ever: refused at once.
     path.unlink()
     os.mkfifo(path)

@@ -84,6 +84,11 @@ async def test_slot_change_applies_live_and_bad_edit_keeps_the_old_config(
     assert "domains.a and domains.b both claim GPU 0" in str(rejected["error"])
     applied = next(e for e in _config_events(paths) if e["outcome"] == "applied")
     assert applied["changes"] == ["cpu: slots 1 -> 2"]
+    # A rejection's event names the field at fault, as the reload API's answer does (h193).
+    paths.config_file.write_text(BASE + "[cpu]\nslotz = 3\n")
+    answer = await engine.config_reload.reload()
+    assert answer["field"] == "cpu.slotz", answer
+    assert _config_events(paths)[-1]["field"] == "cpu.slotz"
     # Every section that changed is said (the event said [] for [logs] and the like).
     paths.config_file.write_text(BASE + "[cpu]\nslots = 2\n[logs]\nmax_bytes = 65536\n")
     assert (await engine.config_reload.reload())["changes"] == [

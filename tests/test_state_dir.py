@@ -365,3 +365,29 @@ def test_a_client_refuses_another_users_state_dir_where_anyone_may_make_one(
         assert plain.returncode == 3 and "no engine is serving" in plain.stderr, plain.stderr
     finally:
         shutil.rmtree(safe)
+
+
+def test_an_engine_started_on_a_broken_config_link_says_the_defaults_apply(
+    tmp_path: Path,
+) -> None:
+    # A dotfile manager's link to a file not there started an engine on the defaults (no
+    # domains, limits or access lists) with no word, where doctor and the watcher warn
+    # (tester h193).
+    from .conftest import Served, kill_jobs_of
+
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    (home / "config.toml").symlink_to(tmp_path / "not-there.toml")
+    server = Served(home)
+    try:
+        server.start("--simulate", "1xA100-80GB")
+        said = (
+            f"gpulayer-tui: warning: the config file {home / 'config.toml'} is a symbolic "
+            f"link to {tmp_path / 'not-there.toml'}, which does not exist: the defaults apply"
+        )
+        assert said in server.log.read_text(), server.log.read_text()
+    finally:
+        if server.proc is not None:
+            server.proc.kill()
+            server.proc.wait(timeout=10)
+        kill_jobs_of(home)

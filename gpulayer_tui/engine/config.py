@@ -82,7 +82,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..fields import CPU_POOL, VRAM_MIN_GB
+from ..fields import CPU_POOL, VRAM_MIN_GB, printable
 from ..wire import TERMINAL_STATUSES
 from .gpus import GpuReading
 from .paths import Paths, resolve_paths
@@ -585,6 +585,8 @@ def _format_validation(err: ValidationError, source: str) -> str:
         where = ".".join(toml_key(p) for p in loc) or "(top level)"
         if item["type"] == "extra_forbidden":
             lines.append(f"{source}: unknown key '{where}'{_did_you_mean(loc)}")
+        elif item["type"] == "missing":  # ("Field required": tester h193)
+            lines.append(f"{source}: {where}: needed, and not given")
         elif item["type"] in ("model_type", "dict_type"):  # (not a class's name)
             table = "[users.NAME]" if loc[:1] == ("users",) else f"[{where}]"
             lines.append(
@@ -718,14 +720,29 @@ def load_config(path: Path) -> Config:
         # Only a regular file: reading a FIFO (or a device) would block the start for ever.
         if not stat.S_ISREG(os.stat(path).st_mode):
             raise ConfigError(f"{path}: not a regular file; the config is a TOML file")
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         return Config()
     except OSError as err:
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    return parse_config_text(_text_of(data, path), str(path))
+
+
+def _text_of(data: bytes, path: Path) -> str:
+    """A config file's bytes as text.
+
+    Raises:
+        ConfigError: They are not UTF-8, naming the line and column (as a TOML error
+            does; a byte offset alone: tester h193).
+    """
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text: {err.reason} at byte {err.start}") from None
-    return parse_config_text(text, str(path))
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 text: {err.reason} (at line {line}, column {column})"
+        ) from None
 
 
 def load_engine_config(path: Path) -> Config | None:
@@ -748,11 +765,22 @@ def load_engine_config(path: Path) -> Config | None:
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
     if data is None:
         return None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text: {err.reason} at byte {err.start}") from None
-    return parse_config_text(text, str(path))
+    return parse_config_text(_text_of(data, path), str(path))
+
+
+def _twice(err: tomllib.TOMLDecodeError, text: str) -> str:
+    """For TOML's "Cannot overwrite a value" or "Cannot declare ... twice": that a key or
+    table is given twice, and the second's line (neither named the key: tester h193)."""
+    said = str(err)
+    if "Cannot overwrite" not in said and "twice" not in said:
+        return ""
+    found = re.search(r"\(at line (\d+), column \d+\)", said)
+    lines = text.splitlines()
+    lineno = int(found.group(1)) if found else 0
+    if not 0 < lineno <= len(lines):
+        return ": a key or table is given twice"
+    shown = printable(lines[lineno - 1].strip()[:80])
+    return f": a key or table is given twice, the second time here: {shown}"
 
 
 def parse_config_text(text: str, source: str = "config") -> Config:
@@ -761,10 +789,14 @@ def parse_config_text(text: str, source: str = "config") -> Config:
     Raises:
         ConfigError: On invalid TOML or invalid keys, naming ``source`` and the key.
     """
+    # A UTF-8 byte order mark (Notepad saves one) is not text: TOML refused the file at
+    # "line 1, column 1" with no word of it (tester h193). Read without it, as the CLI
+    # reads a spec file.
+    text = text.removeprefix("\ufeff")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{source}: not valid TOML: {err}") from None
+        raise ConfigError(f"{source}: not valid TOML: {err}{_twice(err, text)}") from None
     except RecursionError:
         raise ConfigError(f"{source}: not valid TOML: nested too deeply") from None
     return parse_config(data, source)

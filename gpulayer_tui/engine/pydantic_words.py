@@ -33,6 +33,12 @@ def _bound(value: Any) -> str:
     return str(value)
 
 
+def _count(length: object, kind: str) -> str:
+    """``1 item``, ``2 characters`` ("at least 1 items": tester h193)."""
+    unit = "character" if kind.startswith("string") else "item"
+    return f"{length} {unit}" + ("" if length == 1 else "s")
+
+
 def constraint_words(item: Mapping[str, Any]) -> str | None:
     """What a pydantic error ``item`` (one of ``ValidationError.errors()``) asks of its
     value, as ``must be ...``; ``None`` for an error type said otherwise (a type error, a
@@ -53,9 +59,7 @@ def constraint_words(item: Mapping[str, Any]) -> str | None:
     if kind == "finite_number":
         return "must be a finite number"
     if kind in ("string_too_long", "too_long"):
-        unit = "characters" if kind.startswith("string") else "items"
-        return f"must have at most {ctx.get('max_length')} {unit}"
+        return f"must have at most {_count(ctx.get('max_length'), kind)}"
     if kind in ("string_too_short", "too_short"):
-        unit = "characters" if kind.startswith("string") else "items"
-        return f"must have at least {ctx.get('min_length')} {unit}"
+        return f"must have at least {_count(ctx.get('min_length'), kind)}"
     return None

@@ -398,12 +398,13 @@ class ConfigReloader:
                 "would refuse this file): %s",
                 printable("; ".join(line for line in message.splitlines() if line.strip())),
             )
-            self._event("rejected", {"error": message})
-            await self._store.flush()
             refused: dict[str, Any] = {"applied": False, "error": message}
             key = _key_named(message, source)
             if key is not None:  # (errors name their field: tester h71)
                 refused["field"] = key
+            # (the event too: it had the error alone, the API's answer its field: h193)
+            self._event("rejected", {k: v for k, v in refused.items() if k != "applied"})
+            await self._store.flush()
             return refused
         old_ui = self._current().ui
         changes = self._apply(config, plans)

@@ -15,7 +15,7 @@ from ..fields import printable
 from ..unixsock import SocketPath
 from . import launch_client
 from .api import ApiServer
-from .config import ConfigError, Paths
+from .config import ConfigError, Paths, absent_words
 from .engine import Engine
 from .errors import StoreError
 from .lock import EngineBusy, EngineLock
@@ -89,6 +89,15 @@ async def serve(
     loop.add_signal_handler(signal.SIGHUP, hangup)
     gpus = len(engine.scheduler.gpu_domains)
     notice = f" ({engine.no_gpu_notice})" if engine.no_gpu_notice else ""
+    if paths.config_file.is_symlink() and not paths.config_file.exists():
+        # A broken link (a dotfile manager's, an /etc link) started an engine on the
+        # defaults, no domains, limits or access lists, with no word (tester h193).
+        gone = printable(absent_words(paths.config_file))
+        print(
+            f"gpulayer-tui: warning: the config file {paths.config_file} is {gone}: "
+            "the defaults apply",
+            file=sys.stderr,
+        )
     print(
         f"gpulayer-tui engine serving {paths.state_dir} on {paths.socket} "
         f"[{engine.probe.backend}, {gpus} GPU domain{'s' * (gpus != 1)}]{notice}",
