@@ -454,6 +454,14 @@ class GpulayerApp(App[str]):
         if data.get("outcome") == "rejected":
             self.notify(str(data.get("error")), title="config edit rejected", severity="error")
             return
+        if data.get("outcome") == "kept":  # (the file is gone: what runs stays)
+            self.notify(str(data.get("message")), title="config file", severity="warning")
+            return
+        changes = [str(c) for c in data.get("changes") or []]
+        if changes:
+            # (a rejected edit was said, an applied one not at all: only a bar moved; h193)
+            more = f"; and {len(changes) - 6} more" if len(changes) > 6 else ""
+            self.notify("; ".join(changes[:6]) + more, title="config applied")
         # ("ui": [ui] said apart from the engine's changes; an older engine named it among
         # them: "ui.theme: 'a' -> 'b'")
         ui_changed = bool(data.get("ui")) or any(

@@ -336,6 +336,22 @@ async def test_config_edits_reach_the_tui(ui_app: AppFactory) -> None:
         config.write_text("[cpu]\nslots = 0\n")
         await engine.config_reload.reload()
         await until(pilot, lambda: any("config edit rejected" in n for n in _notes(app)))
+        # An applied edit is said too, and a file the watcher finds removed (both went
+        # unsaid: only a bar moved, or the engine's log had it; tester h193).
+        config.write_text("[cpu]\nslots = 3\n")
+        await engine.config_reload.reload()
+        await until(
+            pilot, lambda: any("config applied: cpu: slots 2 -> 3" in n for n in _notes(app))
+        )
+        config.unlink()
+        await until(
+            pilot,
+            lambda: any(
+                f"config file: {config} was removed: the running" in n for n in _notes(app)
+            ),
+            "the removal, said",
+            timeout=15,
+        )
 
 
 async def test_a_paused_queue_is_said_in_the_header(ui_app: AppFactory) -> None:

@@ -354,12 +354,16 @@ class ConfigReloader:
                     continue  # (its next change, the save's end, is on its way)
                 if not target.exists():
                     gone = absent_words(target)
-                    log.warning(
-                        "%s %s: the running configuration stays (SIGHUP or "
-                        "POST /v1/config/reload applies the defaults)",
-                        target,
-                        "was removed" if gone == "absent" else f"is {gone}",
+                    said = (
+                        f"{target} {'was removed' if gone == 'absent' else f'is {gone}'}: the "
+                        "running configuration stays (SIGHUP or POST /v1/config/reload "
+                        "applies the defaults)"
                     )
+                    log.warning("%s", printable(said))
+                    # (told to the TUIs too: in the engine's log alone, nobody at a
+                    # screen knew their file was gone: tester h193)
+                    self._event("kept", {"message": said})
+                    await self._store.flush()
                     continue
                 if await asyncio.to_thread(_read_state, target) == self._last_read:
                     self.changes_handled += 1
