@@ -509,6 +509,9 @@ class GpulayerApp(App[str]):
             try:
                 page = await self.backend.jobs_page(**feed.next_query())
             except BackendError as err:
+                if generation == feed.generation:
+                    feed.unanswered = True
+                    self.mutate_reactive(type(self).job_pages)  # (the count says it)
                 self.notify(str(err), title="jobs", severity="error")
                 return
             if not feed.took(generation, page["jobs"], bool(page.get("more"))):

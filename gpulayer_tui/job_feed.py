@@ -57,6 +57,9 @@ class JobFeed:
         """Pages of this view taken so far."""
         self._before: int | None = None
         self._offset = 0
+        self.unanswered = False
+        """The last ask for a page of this view got no answer (the engine went away): the
+        rows shown are those loaded before, not the view's."""
 
     @property
     def frontier(self) -> int | None:
@@ -67,8 +70,10 @@ class JobFeed:
 
     @property
     def known_more(self) -> bool:
-        """True when the engine said the view has rows beyond those taken."""
-        return self.more and self.pages > 0
+        """True when the engine said the view has rows beyond those taken, or its pages
+        could not be asked for (the count is not the view's: a cleared filter with no
+        engine said "1,500 jobs" of 3,025, as if whole: tester h191)."""
+        return self.more and (self.pages > 0 or self.unanswered)
 
     def show(self, view: JobView) -> bool:
         """Switch to ``view``; True if it differs (its first page is then wanted)."""
@@ -87,6 +92,7 @@ class JobFeed:
         self.pages = 0
         self._before = None
         self._offset = 0
+        self.unanswered = False
 
     def next_query(self) -> dict[str, Any]:
         """Parameters of the next page."""
@@ -104,6 +110,7 @@ class JobFeed:
         changed since it was asked for."""
         if generation != self.generation:
             return False
+        self.unanswered = False
         self.more = more and bool(rows)
         self.pages += 1
         if rows:

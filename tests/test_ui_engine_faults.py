@@ -222,3 +222,39 @@ async def test_a_silent_jobs_output_stops_saying_the_lost_connection_once_read_a
         await until(pilot, lambda: lost not in str(log.border_subtitle), "no longer said", 20)
         served.cli("cancel", str(job_id))
     await backend.close()
+
+
+async def test_a_view_whose_pages_no_engine_answered_is_not_counted_as_whole(
+    served: Served, home: Path, tmp_path: Path
+) -> None:
+    # A filter cleared while no engine answered: the table showed the rows loaded before
+    # (the filter's, the newest page's) and counted them "1,500 jobs", as if the whole
+    # history (tester h191).
+    from textual.widgets import Label
+
+    from gpulayer_tui.job_feed import PAGE
+
+    served.start("--simulate", "1xA100-80GB")
+    lines = tmp_path / "jobs.txt"
+    lines.write_text("true\n" * (PAGE + 20))
+    assert served.cli("submit", "--file", str(lines)).returncode == 0
+    backend = SocketBackend(resolve_paths())
+    app = build_app(backend, refresh_interval=0.05)
+    async with app.run_test(size=(140, 40)) as pilot:
+
+        def count() -> str:
+            return str(app.screen.query_one("#jobs-count", Label).render())
+
+        await pilot.press("2")
+        await until(pilot, lambda: count() == f"{PAGE:,}+ jobs", "the newest page", timeout=20)
+        await pilot.press("slash", *"51", "enter")
+        await until(pilot, lambda: "matching" in count(), "the filtered view")
+        assert served.proc is not None
+        served.proc.kill()
+        served.proc.wait()
+        await until(pilot, lambda: app.connection_problem != "", "the lost engine said")
+        await pilot.press("escape")  # (the filter cleared: its first page is not answered)
+        await until(pilot, lambda: "matching" not in count(), "the whole view")
+        await until(pilot, lambda: count().endswith("+ jobs"), "counted as partial")
+        assert app.job_feed.unanswered
+    await backend.close()
