@@ -994,6 +994,25 @@ def test_the_api_refuses_an_empty_page_a_keep_past_sqlite_and_a_batch_with_more(
     # A negative pid is out of range, not "not a whole number" (tester h171 #6).
     status, body = request(socket_path, "GET", "/v1/processes/-1")
     assert (status, body["error"]) == (400, "pid: must be a process id from 1 to 4194304")
+    # A zombie is said as one, as the adopt and signal routes say it (a bare "no process
+    # with pid Z" beside them: tester h191 #2).
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import os,sys,time; p=os.fork()\nif p==0: os._exit(0)\n"
+         "print(p, flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert parent.stdout is not None
+        zombie = int(parent.stdout.readline())
+        wait_for(lambda: Path(f"/proc/{zombie}/stat").read_text().split(") ")[1][0] == "Z")
+        status, body = request(socket_path, "GET", f"/v1/processes/{zombie}")
+        assert (status, body["error"]) == (
+            404,
+            f"pid {zombie} has exited (a zombie its parent, pid {parent.pid}, has not reaped yet)",
+        )
+    finally:
+        parent.kill()
+        parent.wait()
     status, body = request(socket_path, "POST", "/v1/clean", {"keep": 2**63})
     assert status == 400 and "keep must be a whole number" in body["error"]
     # A key it does not take is named (the typo "older_than" was not: tester h111).

@@ -107,6 +107,7 @@ from .errors import (
 from .events import Subscription
 from .logread import LogRead, LogUnreadable, read_chunk, tail_span
 from .models import Job, JobKind, JobQuery, JobStatus
+from .procs import gone_words
 from .tasks import cancel_and_wait
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -941,8 +942,8 @@ async def process(request: web.Request) -> web.Response:
     info = request.app[ENGINE_KEY].process_info(
         pid, peer_uid(request), requester_pid=creds[0] if creds else None
     )
-    if info is None:
-        return _error(404, f"no process with pid {pid}", "pid")
+    if info is None:  # (a zombie as one, as the adopt and signal routes say: h191)
+        return _error(404, gone_words(pid), "pid")
     return web.json_response(info)
 
 

@@ -128,7 +128,6 @@ def read_cwd(pid: int) -> str:
         return ""
 
 
-@lru_cache(maxsize=256)
 def gone_words(pid: int) -> str:
     """Why ``pid`` is no process to act on: gone, or a zombie its parent has not reaped
     (``ps`` still lists one: "it exited, or never was" read as wrong beside it, h184)."""
