@@ -1013,6 +1013,8 @@ def test_the_api_refuses_an_empty_page_a_keep_past_sqlite_and_a_batch_with_more(
     finally:
         parent.kill()
         parent.wait()
+        assert parent.stdout is not None
+        parent.stdout.close()
     status, body = request(socket_path, "POST", "/v1/clean", {"keep": 2**63})
     assert status == 400 and "keep must be a whole number" in body["error"]
     # A key it does not take is named (the typo "older_than" was not: tester h111).
