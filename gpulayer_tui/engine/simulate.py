@@ -259,7 +259,8 @@ class SimLedger:
         self.save(data)
 
     def set_gpu(self, gpu: int, **fields: Any) -> None:
-        """Override per-GPU fields (utilization, temperature, power_watts, unattributed_gb)."""
+        """Override per-GPU fields (utilization, temperature, power_watts, unattributed_gb,
+        error, failed, lost)."""
         data = self.load()
         data["gpus"].setdefault(str(gpu), {}).update(fields)
         self.save(data)
