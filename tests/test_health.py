@@ -1185,3 +1185,23 @@ def test_a_release_that_leaves_a_drain_says_so() -> None:
     assert drain_said({**under, "previous_drain_reason": "x1"}, "drain") == (
         " (drained under it; reason changed: x1 -> x2; a release drains it again)"
     )
+
+
+def test_a_submission_pinned_to_a_draining_domain_is_taken_with_a_warning(
+    served: Served,
+) -> None:
+    # Taken without a word, it waited as long as the maintenance (tester h194 #6); one
+    # pinned to a quarantined domain is refused instead.
+    served.start("--simulate", "2xA100-80GB")
+    assert served.cli("domain", "drain", "gpu1", "--reason", "fan noisy").returncode == 0
+    pinned = served.cli("submit", "--domain", "gpu1", "--", "true")
+    assert pinned.returncode == 0, pinned.stderr
+    job = pinned.stdout.strip()
+    assert pinned.stderr == (
+        f"gpulayer-tui: warning: job {job} waits for domain gpu1, which is draining (fan "
+        "noisy): it starts once the domain is released (`gpulayer-tui domain release gpu1`)\n"
+    )
+    either = served.cli("submit", "--domain", "gpu0,gpu1", "--", "true")  # (gpu0 takes it)
+    assert either.returncode == 0 and either.stderr == "", either.stderr
+    assert served.cli("domain", "release", "gpu1").returncode == 0
+    assert served.cli("wait", job, "--timeout", "30").returncode == 0

@@ -750,9 +750,16 @@ async def submit(request: web.Request) -> web.Response:
             job = await engine.submit(body, uid, key, await _body_digest(request, key))
             jobs, answer = [job], {"job": _job(job)}
         # ("warnings": taken, but something the submitter should know; absent when none)
-        warning = engine.notifier.unsent_warning(jobs)
-        if warning is not None:
-            answer["warnings"] = [warning]
+        warnings = [
+            said
+            for said in (
+                engine.notifier.unsent_warning(jobs),
+                engine.domain_ops.drained_pins_warning(engine.waiting_pins(jobs)),
+            )
+            if said is not None
+        ]
+        if warnings:
+            answer["warnings"] = warnings
         return web.json_response(answer, status=201)
     finally:
         gate.busy -= 1

@@ -1435,6 +1435,18 @@ class Engine:
             await self.store.flush()
         return act.job
 
+    def waiting_pins(self, jobs: list[Job]) -> list[tuple[int, list[str]]]:
+        """The pinned domains of those of ``jobs`` that wait (to say a drain they wait
+        for: :meth:`.DomainOps.drained_pins_warning`)."""
+        out = []
+        for job in jobs:
+            act = self.book.get(job.id)
+            if act is not None and act.spec is not None and act.job.status is JobStatus.QUEUED:
+                pins = act.spec.pinned_domains
+                if pins:
+                    out.append((job.id, pins))
+        return out
+
     def _cancel(self, act: ActiveJob, message: str) -> None:
         if act.spec is not None and act.spec.cluster is not None:
             self.clusters.stop(act, TerminationReason.CANCELLED, message)

@@ -352,6 +352,31 @@ class DomainOps:
                 "domain",
             )
 
+    def drained_pins_warning(self, jobs: list[tuple[int, list[str]]]) -> str | None:
+        """What a submitter is told of the jobs it just queued whose every pinned domain
+        is draining (``jobs``: each waiting job's id and pins): they wait until a release.
+        Taken without a word, such a job waited as long as the maintenance (tester h194);
+        a quarantined pin is refused instead (:meth:`refuse_quarantined_pins`)."""
+        domains = self._scheduler.domains
+        held: list[int] = []
+        dom = None
+        for job_id, pins in jobs:
+            doms = [domains[p] for p in pins if p in domains]
+            if doms and all(d.state is DomainState.DRAINING for d in doms):
+                held.append(job_id)
+                dom = dom or doms[0]
+        if not held or dom is None:
+            return None
+        shown = ", ".join(map(str, held[:10])) + (
+            f" and {len(held) - 10} more" if len(held) > 10 else ""
+        )
+        which = f"job {shown}" if len(held) == 1 else f"jobs {shown}"
+        verb = "waits" if len(held) == 1 else "wait"
+        return (
+            f"{which} {verb} for domain {dom.name}, which is draining ({dom.state_reason}): "
+            f"it starts once the domain is released (`gpulayer-tui domain release {dom.name}`)"
+        )
+
     # -- operator control ---------------------------------------------------------------------
 
     async def drain(self, name: str, reason: str | None = None) -> DomainJSON:
