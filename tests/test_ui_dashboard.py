@@ -242,6 +242,10 @@ async def test_foreign_process_shows_as_unregistered_everywhere(
         bar = app.screen.query_one("#panel-gpu1", GpuPanel).query_one(MemoryBar)
         await until(pilot, lambda: "unreg 20.0" in bar.legend_text())
         assert "unreg" not in app.screen.query_one("#panel-gpu0").query_one(MemoryBar).legend_text()
+        # Narrower, whole figures, then letters, before bare numbers (four panels at 160
+        # columns read "21.0 50.0 5.0 4.0", not told apart: tester h194).
+        assert bar.legend_text(24) == "own 0 unreg 20 free 60"
+        assert bar.legend_text(16) == "o0 u20 f60"
 
 
 async def test_more_active_jobs_than_a_page_are_counted_by_the_engine(

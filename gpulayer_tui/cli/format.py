@@ -408,7 +408,8 @@ def format_gpus(data: dict[str, Any]) -> str:
                 "" if not vram else gib(vram.get("reserved_extra", 0)),
                 "" if not vram else gib(vram["unregistered"]),
                 "" if not vram else gib(vram["unattributed"]),
-                "" if not vram else gib(vram["free"]),
+                # (free as of that read too: "75.0" of a lost GPU read as live; h194)
+                "" if not vram else f"{gib(vram['free'])}{mark}",
                 dom["state"] + (f" ({'; '.join(notes)})" if notes else ""),
             ]
         )
