@@ -1860,3 +1860,32 @@ def test_a_checkpoint_signal_turned_off_is_said_as_none_sent() -> None:
     assert _section_changes("scheduling", on, off.scheduling) == [
         "scheduling.checkpoint_signal: 'SIGUSR1' -> \"\" (none sent)"
     ]
+
+
+async def test_a_service_down_on_a_gpu_the_driver_lost_is_placed_again_to_wait(
+    make_engine: EngineFactory,
+) -> None:
+    # Its one replica exited on a GPU the driver no longer lists: it backed off in place,
+    # "running 0/1 up", holding that GPU, each wait longer, until another job's end let
+    # it move (tester h194 #1). Down anyway, it is placed again: queued, waiting for a GPU.
+    first = await make_engine("2xA100-80GB")
+    blocker = await first.submit({"command": ["sleep", "600"], "gpus": 1})
+    assert blocker.domains == ["gpu0"]
+    service = await first.submit(
+        {"kind": "service", "command": ["sleep", "600"], "gpus": 1, "port": False}
+    )
+    replica = first.book.get(service.id).job.replicas[0]
+    await eventually(lambda: replica.pid is not None, timeout=20)
+    assert replica.domains == ["gpu1"]
+    await first.stop()
+    second = await make_engine("1xA100-80GB")  # (gpu1 did not come up)
+    job = second.book.get(service.id).job
+    assert job.status is JobStatus.RUNNING and job.replicas[0].pid == replica.pid
+    _kill(job.replicas[0].pid)
+    await eventually(lambda: job.status is JobStatus.QUEUED, timeout=20)
+    waiting = await second.get(service.id)
+    assert "gpu0" in waiting.message and f"job {blocker.id}" in waiting.message, waiting.message
+    await second.cancel(blocker.id)
+    await eventually(lambda: job.status is JobStatus.RUNNING and job.replicas[0].pid, timeout=20)
+    assert job.replicas[0].domains == ["gpu0"]
+    await second.cancel(service.id)

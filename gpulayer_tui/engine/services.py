@@ -1353,7 +1353,7 @@ class ServiceRunner:
             # one is not started there): placed again, as for a lost domain, if the whole
             # service fits elsewhere; else this replica waits, the others running on (it
             # was placed again and failed over capacity, its healthy replicas stopped).
-            if self._fits_now_elsewhere(act):
+            if self._fits_now_elsewhere(act) or self._down_and_placeable(act, index):
                 self.replace(act, gone)
                 return
             step = runtime.off_domain.get(index, replica.backoff_step)
@@ -1406,6 +1406,17 @@ class ServiceRunner:
                 runtime.restart_timers[index] = self.clock.call_later(
                     0, functools.partial(self._restart_replica, job_id, index)
                 )
+
+    def _down_and_placeable(self, act: ActiveJob, index: int) -> bool:
+        """Whether no replica but ``index`` (off its domain) has a process, and the
+        service's spec still resolves: placed again, it stops nothing that serves. Left
+        waiting in place instead, a service on a GPU the driver no longer lists read
+        "running 0/1 up", holding that GPU, and backed off ever longer until another
+        job's end let it move (tester h194); placed again, it is queued ("waiting for a
+        GPU") and starts where one frees."""
+        if act.request is None:
+            return False  # (pinned to a domain the config removed: it waits for it)
+        return not any(r.state.has_process for r in act.job.replicas if r.index != index)
 
     def _fits_now_elsewhere(self, act: ActiveJob) -> bool:
         """Whether the whole service would be placed again now: on the healthy domains it
