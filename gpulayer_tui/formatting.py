@@ -629,7 +629,30 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(
             ("reserved", f"{', '.join(reservation['domains'])} {whose} {reservation['when']}")
         )
-    limits = data.get("limits") or {}
+    limits = data.get("limits")
+    if limits is not None:  # (none for a cluster job's: Slurm places it)
+        rows += _limit_rows(data, limits)
+    if data.get("preempting"):
+        stopped = data["preempting"]
+        rows.append(("preempting", f"{_jobs_word(stopped)} {', '.join(map(str, stopped))}"))
+    coming = data.get("may_preempt")
+    if coming:
+        ids = coming["jobs"]
+        when = "now" if coming["in_s"] <= 0 else f"in {wait_words(coming['in_s'])}"
+        rows.append(
+            (
+                "preempts",
+                f"{_jobs_word(ids)} {', '.join(map(str, ids))} ({when}, once it has waited "
+                "[scheduling] preempt_after, if it still cannot start)",
+            )
+        )
+    return rows
+
+
+def _limit_rows(data: dict[str, Any], limits: dict[str, Any]) -> list[tuple[str, str]]:
+    """A waiting job's user's limits and the fair-share order, as :func:`why_rows` says
+    them."""
+    rows: list[tuple[str, str]] = []
     tables = limits.get("tables") or {}
     by_table: dict[str, list[str]] = {}
     for key in ("max_gpus", "max_vram_gb", "max_queued", "max_priority"):
@@ -656,20 +679,6 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
             for row in order
         )
         rows.append(("fair share", f"{shown} (least recent use first)"))
-    if data.get("preempting"):
-        stopped = data["preempting"]
-        rows.append(("preempting", f"{_jobs_word(stopped)} {', '.join(map(str, stopped))}"))
-    coming = data.get("may_preempt")
-    if coming:
-        ids = coming["jobs"]
-        when = "now" if coming["in_s"] <= 0 else f"in {wait_words(coming['in_s'])}"
-        rows.append(
-            (
-                "preempts",
-                f"{_jobs_word(ids)} {', '.join(map(str, ids))} ({when}, once it has waited "
-                "[scheduling] preempt_after, if it still cannot start)",
-            )
-        )
     return rows
 
 

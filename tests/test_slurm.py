@@ -178,6 +178,15 @@ async def test_pending_reason_in_plain_words_and_cancel_pending_and_running(
     live = engine.book.get(waiting.id).job
     assert live.status is JobStatus.QUEUED
     assert live.message.startswith(f"cluster test job {live.cluster_job_id}: waiting for resources")
+    # `why` (and the TUI's detail) leave this box's limits, fair share and line out: Slurm
+    # places it (they said "limits none; running jobs hold 0 GPU slots": tester h195).
+    from gpulayer_tui.formatting import why_lines
+
+    explained = engine.queue.explain(waiting.id)
+    assert explained["cluster"] == "test" and explained["limits"] is None
+    said = "\n".join(why_lines(explained))
+    assert "waiting for resources" in said
+    assert "limits" not in said and "fair share" not in said and "in line" not in said, said
     await engine.cancel(waiting.id)
     await engine.cancel(hog.id)
     for job in (waiting, hog):

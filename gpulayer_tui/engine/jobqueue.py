@@ -769,6 +769,20 @@ class JobQueue:
                 "start": reserved.start,
                 "when": reserved.when(now),
             }
+        if act.spec is not None and act.spec.cluster is not None:
+            # Slurm places it: this box's limits, fair share, line and domains are none
+            # of its business (its detail said "limits none; running jobs hold 0 GPU
+            # slots" and the fair-share order: tester h195).
+            out.update(
+                cluster=act.spec.cluster,
+                limits=None,
+                fair_share=[],
+                place=None,
+                ahead=[],
+                held_by=[],
+                out_of_service=[],
+                may_preempt=None,
+            )
         return out
 
     def _out_of_service(self, act: ActiveJob) -> list[str]:
