@@ -22,7 +22,7 @@ from gpulayer_tui.engine.engine import Engine
 from gpulayer_tui.engine.errors import StoreError
 from gpulayer_tui.engine.models import JobStatus
 from gpulayer_tui.engine.paths import Paths
-from gpulayer_tui.formatting import why_lines
+from gpulayer_tui.formatting import size_words, why_lines
 
 from .conftest import (
     STEADY_WRITER,
@@ -480,13 +480,14 @@ async def test_clean_removes_old_finished_jobs_and_never_reuses_an_id(
         await engine.wait(jobs[-1].id, timeout=10)
     running = await engine.submit({"command": ["sleep", "600"], "gpus": 0})
     assert all(engine.log_path(j.id).exists() for j in jobs)
+    on_disk = sum(engine.log_path(j.id).stat().st_blocks * 512 for j in jobs[:3])
     done = await engine.retention.clean(None, keep=2)
     assert done.pop("database_bytes_freed") >= 0
     assert done == {
         "jobs": 3,
         "ids": [job.id for job in jobs[:3]],
         "files": 3,
-        "bytes": 6,
+        "bytes": on_disk,
         "snapshots": 0,
         "snapshot_bytes": 0,
         "spared": [],
@@ -649,6 +650,9 @@ def test_clean_from_the_cli(served: Served) -> None:
     assert refused.returncode == 2 and "--older-than DAYS and/or --keep N" in refused.stderr
     # --dry-run says what would go, and removes nothing: the jobs, logs and ids stay.
     logs = sorted(p.name for p in (served.home / "jobs").iterdir())
+    # (the disk space they take, as du counts it: their lengths said 109 KiB of 37 MB of
+    # small logs, tester h196)
+    on_disk = sum((served.home / "jobs" / f"{i}.log").stat().st_blocks * 512 for i in ids[:2])
     preview = served.cli("clean", "--keep", "1", "--dry-run", "--json")
     assert preview.returncode == 0, preview.stderr
     assert json.loads(preview.stdout) == {
@@ -656,7 +660,7 @@ def test_clean_from_the_cli(served: Served) -> None:
         "jobs": 2,
         "ids": [int(ids[0]), int(ids[1])],
         "files": 2,
-        "bytes": len("x\n") + len("xx\n"),
+        "bytes": on_disk,
         "snapshots": 0,
         "snapshot_bytes": 0,
         "spared": [],
@@ -702,7 +706,7 @@ def test_clean_from_the_cli(served: Served) -> None:
         "jobs": 2,
         "ids": [int(ids[0]), int(ids[1])],  # (which, as the dry run says: tester h140)
         "files": 2,
-        "bytes": 5,
+        "bytes": on_disk,
         "snapshots": 0,
         "snapshot_bytes": 0,
         "spared": [],
@@ -712,8 +716,9 @@ def test_clean_from_the_cli(served: Served) -> None:
     }
     listed = json.loads(served.cli("jobs", "--json").stdout)
     assert [j["id"] for j in listed] == [int(ids[-1])]
+    took = served.home.joinpath("jobs", f"{ids[-1]}.log").stat().st_blocks * 512
     said = served.cli("clean", "--keep", "0")
-    assert said.stdout.strip() == "removed 1 finished job and 1 file (4 B in all)"
+    assert said.stdout.strip() == f"removed 1 finished job and 1 file ({size_words(took)} on disk)"
     # Jobs with big environments: the room their rows took goes back to the disk, and
     # the CLI says how much.
     jobs = [
@@ -727,18 +732,20 @@ def test_clean_from_the_cli(served: Served) -> None:
     said = served.cli("clean", "--older-than", "0")
     assert said.returncode == 0, said.stderr
     assert said.stdout.startswith("removed 16 finished jobs that ended before "), said.stdout
-    assert " and 16 files (0 B in all); the database gave back " in said.stdout
+    assert " and 16 files (0 B on disk); the database gave back " in said.stdout
     assert said.stdout.endswith(" MiB\n"), said.stdout
     # What [history] removes is in the engine's log without -v (1,200 jobs and their logs
     # went without a line: tester h123).
+    echoed = []
     for _ in range(3):
-        done = served.cli("submit", "--", "echo", "y").stdout.strip()
-        assert served.cli("wait", done).returncode == 0
+        echoed.append(served.cli("submit", "--", "echo", "y").stdout.strip())
+        assert served.cli("wait", echoed[-1]).returncode == 0
+    on_disk = sum((served.home / "jobs" / f"{i}.log").stat().st_blocks * 512 for i in echoed[:2])
     (served.home / "config.toml").write_text("[history]\nkeep_jobs = 1\n")
     wait_for(lambda: "([history] keep_jobs" in served.log.read_text(), timeout=20)
     assert (
-        "history cleaned ([history] keep_jobs = 1): 2 finished jobs, 2 files (4 bytes) and 0 "
-        "snapshots removed" in served.log.read_text()
+        f"history cleaned ([history] keep_jobs = 1): 2 finished jobs, 2 files ({on_disk} "
+        "bytes) and 0 snapshots removed" in served.log.read_text()
     )
 
 

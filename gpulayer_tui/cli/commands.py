@@ -1861,7 +1861,7 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
         print(
             f"would remove {jobs}"
             + (f" ({'job' if len(ids) == 1 else 'jobs'} {_some_ids(ids)})" if ids else "")
-            + f" and {files} ({size_words(done.get('bytes', 0))} in all)"
+            + f" and {files} ({size_words(done.get('bytes', 0))} on disk)"
             + snapshots
             + kept.replace("; kept", "; would keep")
             + "; nothing was removed"
@@ -1874,7 +1874,7 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
     print(
         f"removed {jobs} and {files}"
         # (what freeing the disk is about: only the dry run said it, tester h123)
-        + (f" ({size_words(took)} in all)" if took is not None and done["files"] else "")
+        + (f" ({size_words(took)} on disk)" if took is not None and done["files"] else "")
         + snapshots
         # (a few pages back is no news: said from a MiB)
         + (f"; the database gave back {size_words(freed)}" if freed >= 1 << 20 else "")

@@ -64,12 +64,19 @@ def _largest(jobs_dir: Path, count: int = 3) -> str:
     return ", ".join(f"{path} ({size / 1024**2:.0f} MiB)" for size, path in big)
 
 
+def _on_disk(path: Path) -> int:
+    """The disk space ``path`` takes (its blocks, as ``du`` counts them; links not
+    followed): what removing it frees. Its length said 109 KiB of 9,400 small logs that
+    took 37 MB (tester h196)."""
+    return path.lstat().st_blocks * 512
+
+
 def _sizes(paths: list[Path]) -> int:
-    """The bytes ``paths`` take (those still there; links not followed)."""
+    """The disk space ``paths`` take (those still there; see :func:`_on_disk`)."""
     total = 0
     for path in paths:
         with contextlib.suppress(OSError):
-            total += path.lstat().st_size
+            total += _on_disk(path)
     return total
 
 
@@ -83,7 +90,7 @@ def _unlink(paths: list[Path]) -> tuple[int, int, list[tuple[Path, str]]]:
     failed: list[tuple[Path, str]] = []
     for path in paths:
         try:
-            took = path.lstat().st_size
+            took = _on_disk(path)
         except OSError:
             took = 0
         try:
@@ -187,8 +194,8 @@ class Retention:
     ) -> dict[str, Any]:
         """Remove finished jobs that ended before ``ended_before`` and/or all but the ``keep``
         finished ones that ended last; return ``{"jobs": n, "ids": [ids], "files": m, "bytes": f,
-        "snapshots": k, "spared": [ids], "database_bytes_freed": b}`` (``f``: what the
-        removed files took; ``k``: snapshot trees removed, with the
+        "snapshots": k, "spared": [ids], "database_bytes_freed": b}`` (``f``: the disk
+        space the removed files took; ``k``: snapshot trees removed, with the
         objects only they held; ``spared``: jobs that matched but were kept, still needed;
         ``b``: what the database file shrank by, its deleted rows' room given back)."""
         jobs = 0
