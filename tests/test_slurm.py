@@ -194,6 +194,30 @@ async def test_pending_reason_in_plain_words_and_cancel_pending_and_running(
         assert ended.status is JobStatus.CANCELLED and ended.message == "cancelled by user"
 
 
+async def test_a_cluster_jobs_runtime_is_slurms(cluster_engine: Any, slurm_conf: str) -> None:
+    # Its start was stamped within the second it was queued, its end Slurm's whole
+    # second: a 3 s job ran "2 s" (tester h195 #3).
+    engine = cluster_engine
+    job = await engine.submit(_spec("sleep 2"))
+    done = await engine.wait(job.id, timeout=60)
+    assert done.status is JobStatus.COMPLETED
+    assert done.started_at is not None and done.ended_at is not None
+    argv = ["sacct", "-c", "-j", str(done.cluster_job_id), "-n", "-X", "-P", "-o", "Elapsed"]
+    said: list[str] = []
+
+    async def accounted() -> bool:
+        said[:] = (await asyncio.to_thread(_slurm, slurm_conf, *argv)).split()
+        return bool(said)
+
+    deadline = time.monotonic() + 30
+    while not await accounted():
+        assert time.monotonic() < deadline, "no accounting record"
+        await asyncio.sleep(0.2)
+    hours, minutes, seconds = map(int, said[0].split(":"))
+    elapsed = hours * 3600 + minutes * 60 + seconds
+    assert abs((done.ended_at - done.started_at) - elapsed) < 0.01, said
+
+
 async def test_an_engine_restart_finds_every_cluster_job_again(
     cluster_engine: Any, make_engine: EngineFactory
 ) -> None:
@@ -433,6 +457,17 @@ async def test_a_silent_controller_loses_no_submission_and_no_cancel(
         await asyncio.sleep(8)
     finally:
         os.kill(pid, 18)  # SIGCONT
+
+    def answering() -> bool:
+        view = engine.gpus()["clusters"][0]
+        return bool(view["answering"]) and view["error"] is None
+
+    # Once it answers, no job still says it does not, and a cancel given meanwhile is
+    # still said (both went for 15 s: tester h195).
+    await eventually(lambda: engine.gpus()["clusters"][0]["answering"], timeout=60)
+    for job_id in (late.id, doomed.id):
+        assert "not answering since" not in message(job_id), message(job_id)
+    assert message(doomed.id) == "ended" or "cancelled by user" in message(doomed.id)
     ended = await engine.wait(pending.id, timeout=90)
     assert ended.status is JobStatus.CANCELLED and ended.message == "cancelled by user"
     assert ended.exit_code is None  # (it never ran: Slurm's 0:0 is no exit status)
@@ -451,11 +486,6 @@ async def test_a_silent_controller_loses_no_submission_and_no_cancel(
     slurm_name = engine.clusters.slurm_name
     assert [state for n, state in names if n == slurm_name(late.id)] == ["COMPLETED"]
     assert "COMPLETED" not in [state for n, state in names if n == slurm_name(doomed.id)]
-
-    def answering() -> bool:
-        view = engine.gpus()["clusters"][0]
-        return bool(view["answering"]) and view["error"] is None
-
     await eventually(answering, timeout=30)  # (at the next poll and partition read)
 
 
@@ -527,6 +557,24 @@ def test_sacct_lines() -> None:
     assert end_of(killed, "")[1:] == (TerminationReason.SIGNAL, "killed by signal 9")
     unknown = SlurmJob("7", "FAILED", "", None, None, None, None)
     assert end_of(unknown, "")[2] == "failed (failed); exit status unknown"  # (not "code None")
+
+
+def test_a_start_moved_to_its_queueing_moves_its_end_as_far() -> None:
+    # Slurm's whole-second start fell before the moment it was queued here (within that
+    # second): the start is the queueing, and the end moves with it, so the runtime is
+    # Slurm's (3 s ran "2 s": tester h195 #3).
+    from gpulayer_tui.engine.cluster_runner import _began, _ended
+    from gpulayer_tui.engine.models import Job, JobKind
+
+    job = Job(id=1, name="x", kind=JobKind.COMMAND, spec={}, priority=0)
+    job.created_at = job.queued_at = 100.7
+    found = SlurmJob("5", "COMPLETED", "", 0, None, 100.0, 103.0)
+    job.started_at = _began(job, found)
+    assert job.started_at == 100.7
+    assert _ended(job, found) == pytest.approx(103.7)
+    later = SlurmJob("5", "COMPLETED", "", 0, None, 102.0, 105.0)  # (started after it)
+    job.started_at = _began(job, later)
+    assert (job.started_at, _ended(job, later)) == (102.0, 105.0)
 
 
 @pytest.mark.parametrize(

@@ -99,6 +99,14 @@ UNSURE_WAIT_S = 15.0
 FORGOTTEN_AFTER_S = 30.0
 
 
+def _stop_said(act: ActiveJob) -> str:
+    """A stop decided for a job still being submitted, as its message ends with it."""
+    job = act.job
+    if job.stop_reason is None:
+        return ""
+    return f": stopping ({job.stop_message}) once it answers"
+
+
 def _began(job: Job, found: SlurmJob) -> float | None:
     """When a cluster job's run began: Slurm's start time, but not before it was queued
     here (Slurm's times are whole seconds, and its clock may run behind ours: a job that
@@ -107,6 +115,20 @@ def _began(job: Job, found: SlurmJob) -> float | None:
         return None
     # (nor after now: a clock ahead of ours put its start in the future)
     return min(time.time(), max(found.start_time, job.queued_at or job.created_at or 0.0))
+
+
+def _ended(job: Job, found: SlurmJob) -> float | None:
+    """When a cluster job's run ended: Slurm's end time, moved as far as its start was
+    (:func:`_began` puts a start within the second it was queued at the queueing, and a
+    3 s job ran "2 s": Slurm's whole-second end less our fractional start; tester h195),
+    so its runtime is Slurm's."""
+    end, start = found.end_time, found.start_time
+    if end is None or not start or job.started_at is None:
+        return end
+    shift = job.started_at - start
+    if not 0 < shift < 1.0:
+        return end
+    return max(end, min(end + shift, time.time()))
 
 
 def _plural(n: int, word: str) -> str:
@@ -394,9 +416,16 @@ class ClusterRunner:
             return
         job.cluster_job_id = cluster_id
         self._tracked[job_id] = name
-        self._book.note(act, f"cluster {name} job {cluster_id}: submitted")
         if job.stop_reason is not None:  # cancelled while it was being submitted
+            # (said: "submitted" alone read as if the cancel was lost: tester h195)
+            self._book.note(
+                act,
+                f"cluster {name} job {cluster_id}: submitted; stopping ({job.stop_message}): "
+                "scancel sent",
+            )
             self._cancel_later(job_id, name, cluster_id)
+        else:
+            self._book.note(act, f"cluster {name} job {cluster_id}: submitted")
 
     def _surely_absent(self, job_id: int, name: str) -> bool:
         """Whether a job the cluster does not list was surely never submitted: no sbatch
@@ -528,9 +557,7 @@ class ClusterRunner:
         self._partitions[name] = part
         self._errors.pop(name, None)
         if self._down_since.pop(name, None) is not None:
-            self._silent_why.pop(name, None)
-            self._up_since[name] = time.monotonic()
-            log.warning("cluster %s answers again", name)
+            self._answers_again(name)
         if not had:
             self._recheck()  # jobs waiting for a verdict on this cluster get one
 
@@ -551,9 +578,7 @@ class ClusterRunner:
             return
         if name in self._down_since:
             del self._down_since[name]
-            self._silent_why.pop(name, None)
-            self._up_since[name] = time.monotonic()
-            log.warning("cluster %s answers again", name)
+            self._answers_again(name)
         seen = {j.job_id: j for j in jobs}
         # Those that left the queue (ended, or forgotten by the controller): their ends
         # from accounting, one sacct call for all of them.
@@ -660,7 +685,7 @@ class ClusterRunner:
             stopped = status is JobStatus.CANCELLED or reason is Reason.TIMEOUT
             if stopped and found.signal is None:  # (a timeout's 0:0 read "exit code 0")
                 code = None
-            self._book.finish(act, status, reason, message, code, ended_at=found.end_time)
+            self._book.finish(act, status, reason, message, code, ended_at=_ended(job, found))
             self._tracked.pop(job.id, None)
             self._deps.pop(job.id, None)
             self._missing.pop(job.id, None)
@@ -680,7 +705,7 @@ class ClusterRunner:
                 # Still "submitting": how the next poll (and a restarted engine, which
                 # looks the job up on the cluster first) knows the decision was taken.
                 if "not answering since" not in act.job.message:
-                    self._book.set_reason(act, f"{SUBMITTING}{name}, {silent}")
+                    self._book.set_reason(act, f"{SUBMITTING}{name}, {silent}{_stop_said(act)}")
                 continue
             said = text
             if act.job.stop_reason is not None:
@@ -695,6 +720,39 @@ class ClusterRunner:
                     self._book.note(act, said)
                 else:
                     self._book.set_reason(act, said)
+
+    def _answers_again(self, name: str) -> None:
+        """The cluster answers again: its jobs still being submitted say what happens
+        now. They said "not answering since ..." for the UNSURE_WAIT_S that a job whose
+        sbatch went unanswered is looked for before it is sent again, and a cancel given
+        meanwhile went unsaid (tester h195)."""
+        self._silent_why.pop(name, None)
+        self._up_since[name] = time.monotonic()
+        log.warning("cluster %s answers again", name)
+        for act in list(self._book):
+            job = act.job
+            if act.spec is None or act.spec.cluster != name or job.status.is_terminal:
+                continue
+            if job.cluster_job_id is not None or not job.message.startswith(SUBMITTING):
+                continue
+            if "not answering since" not in job.message:
+                continue
+            stopping = job.stop_reason is not None
+            if job.id in self._unsure:
+                then = (
+                    f"scancel'd if found, else it ends here ({job.stop_message})"
+                    if stopping
+                    else "sent again if not found"
+                )
+                said = (
+                    f"{SUBMITTING}{name}: it answers again; looked for there (its sbatch went "
+                    f"unanswered) for up to {UNSURE_WAIT_S:g} s: {then}"
+                )
+            else:
+                said = f"{SUBMITTING}{name}: it answers again" + (
+                    f": stopping ({job.stop_message})" if stopping else ""
+                )
+            self._book.set_reason(act, said)
 
     # -- stopping and restarting ----------------------------------------------------------------
 
@@ -722,7 +780,17 @@ class ClusterRunner:
             # message keeps its prefix: it is how the poll knows to look.
             self._book.note(act, f"{SUBMITTING}{name}: stopping ({message}) once it answers")
             return
-        self._book.note(act, f"stopping ({message}): scancel sent to cluster {name}")
+        if name in self._down_since:
+            # (said "scancel sent" while the cluster did not answer: it is sent at the
+            # polls until it is taken; tester h195)
+            since = time.strftime("%H:%M:%S", time.localtime(self._down_since[name]))
+            self._book.note(
+                act,
+                f"stopping ({message}): scancel goes to cluster {name} once it answers (not "
+                f"answering since {since})",
+            )
+        else:
+            self._book.note(act, f"stopping ({message}): scancel sent to cluster {name}")
         if job.cluster_job_id is not None and name is not None:
             self._book.after_commit(
                 functools.partial(self._cancel_later, job.id, name, job.cluster_job_id)
