@@ -177,6 +177,20 @@ def test_edit_changes_a_waiting_job_and_refuses_what_cannot_be(served: Served) -
     detail = json.loads(served.cli("status", later, "--json").stdout)
     edits = [e for e in detail["events"] if e["kind"] == "job.edited"]
     assert edits and "gpus 0 -> 1" in edits[0]["message"], edits
+    # A VRAM figure given to a CPU job makes it a GPU job: said (it went unsaid: h192 #7),
+    # and back again.
+    cpu = served.cli("submit", "--after", "1", "--", "true").stdout.strip()
+    made = served.cli("edit", cpu, "--vram-gb", "20")
+    assert made.stdout.splitlines()[0] == f"job {cpu} edited: vram_gb none -> 20, gpus 0 -> 1"
+    back = served.cli("edit", cpu, "--no-vram")
+    assert back.stdout.splitlines()[0] == f"job {cpu} edited: vram_gb 20 -> none, gpus 1 -> 0"
+    detail = json.loads(served.cli("status", cpu, "--json").stdout)
+    edits = [e["message"] for e in detail["events"] if e["kind"] == "job.edited"]
+    assert edits == [
+        "edited: vram_gb none -> 20, gpus 0 -> 1 (implied: VRAM or a GPU domain asks for a GPU)",
+        "edited: vram_gb 20 -> none, gpus 1 -> 0 (implied: with no VRAM or GPU domain it runs "
+        "in the cpu pool)",
+    ], edits
     # Refused, the job unchanged: more GPUs than the machine has, a field not editable.
     too_big = served.cli("edit", low, "--gpus", "4")
     assert too_big.returncode == 2 and "unable to ever run" in too_big.stderr

@@ -78,6 +78,7 @@ from ..fields import (
     printable,
     shows_nothing,
     too_long,
+    wanted_gpus,
 )
 from ..unixsock import SocketPath
 from .access import (
@@ -1091,6 +1092,10 @@ async def job_edit(request: web.Request) -> web.Response:
     }
     if "name" in fields:  # (as shown: a default name is the program's, not null)
         fields["name"] = [record.name_before, record.name_after]
+    gpus = [wanted_gpus(before), wanted_gpus(after)]
+    if "gpus" not in fields and before and gpus[0] != gpus[1]:
+        # (a VRAM figure given to a CPU job made it a GPU job, unsaid: tester h192)
+        fields["gpus"] = gpus
     return web.json_response({"job": _job(edited), "changed": after != before, "fields": fields})
 
 

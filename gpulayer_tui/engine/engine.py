@@ -43,6 +43,7 @@ from ..fields import (
     cut_to_length,
     edit_value,
     status_phrase,
+    wanted_gpus,
 )
 from ..wire import (
     ADOPTED_NOT_RUN,
@@ -778,6 +779,17 @@ class Engine:
             for key in changes
             if old.get(key) != new.get(key)
         )
+        gpus_before, gpus_after = wanted_gpus(old), wanted_gpus(new)
+        if gpus_before != gpus_after and old.get("gpus") == new.get("gpus"):
+            # A VRAM figure (or a GPU pin) given or taken away makes a CPU job a GPU job
+            # or back: said, it went unsaid ("vram_gb none -> 20" of a job that moved
+            # from the cpu pool to a GPU: tester h192).
+            why = (
+                "implied: VRAM or a GPU domain asks for a GPU"
+                if gpus_after
+                else "implied: with no VRAM or GPU domain it runs in the cpu pool"
+            )
+            said = f"{said}, gpus {gpus_before} -> {gpus_after} ({why})".lstrip(", ")
         record.took(act.job)
         if new == old:
             return act.job  # (asked for what it has: no "edited: nothing changed" entry)
