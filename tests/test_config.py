@@ -317,3 +317,17 @@ def test_config_errors_say_what_is_wrong_in_the_files_words(
     with pytest.raises(ConfigError) as caught:
         parse_config(data)
     assert says in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("host", "taken"),
+    [("999.1.1.1", False), ("10.0.0.256", False), ("1.2.3", False), ("10.0.0.5", True),
+     ("gpu-box.lan", True), ("::1", True), ("node7", True)],
+)  # fmt: skip
+def test_a_services_host_that_looks_like_an_address_must_be_one(host: str, taken: bool) -> None:
+    # (all digits is no host name: "999.1.1.1" was taken as valid: tester h193)
+    if taken:
+        assert parse_config({"services": {"host": host}}).services.host == host
+        return
+    with pytest.raises(ConfigError, match=r"is not an IP address \(four parts from 0 to 255\)"):
+        parse_config({"services": {"host": host}})

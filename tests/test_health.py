@@ -1205,3 +1205,16 @@ def test_a_submission_pinned_to_a_draining_domain_is_taken_with_a_warning(
     assert either.returncode == 0 and either.stderr == "", either.stderr
     assert served.cli("domain", "release", "gpu1").returncode == 0
     assert served.cli("wait", job, "--timeout", "30").returncode == 0
+
+
+async def test_doctor_warns_of_a_notify_command_it_cannot_run(make_engine: EngineFactory) -> None:
+    # Taken as valid, every notification then failed at its job's end (tester h193).
+    engine = await make_engine(config=make_config(notify={"command": ["/nonexistent/cmd"]}))
+    checks = {c["check"]: c for c in await engine.doctor_checks()}
+    assert checks["notify"]["status"] == "warn"
+    assert checks["notify"]["detail"].startswith(
+        "[notify] command: /nonexistent/cmd is not a program this engine can run"
+    )
+    await engine.stop()
+    fine = await make_engine(config=make_config(notify={"command": ["true"]}))
+    assert "notify" not in {c["check"] for c in await fine.doctor_checks()}

@@ -173,6 +173,11 @@ class ServiceSettings(_Strict):
         except ValueError:
             if not _HOSTNAME.fullmatch(value):
                 raise ValueError(f"{value!r} is not an IP address or host name") from None
+            if all(part.isdigit() for part in value.split(".")):
+                # (no host name is all digits: "999.1.1.1" was taken: tester h193)
+                raise ValueError(
+                    f"{value!r} is not an IP address (four parts from 0 to 255) or a host name"
+                ) from None
         return value
 
 

@@ -29,6 +29,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import shutil
 import signal
 import time
 from collections.abc import AsyncGenerator, Callable
@@ -42,6 +43,7 @@ from ..fields import (
     blank_label,
     cut_to_length,
     edit_value,
+    printable,
     status_phrase,
     wanted_gpus,
 )
@@ -589,6 +591,18 @@ class Engine:
                     "detail": f"its keeper process is gone: the {running} job(s) it runs go on, "
                     "but if the launcher dies too their exit statuses are lost; a new launcher "
                     "starts once they have ended",
+                }
+            )
+        command = self.config.notify.command
+        if command and shutil.which(command[0]) is None:
+            # (taken as valid, and every notification failed at its job's end: h193)
+            checks.append(
+                {
+                    "check": "notify",
+                    "status": "warn",
+                    "detail": f"[notify] command: {printable(command[0])} is not a program "
+                    "this engine can run (no such file, or not executable, or not in its "
+                    "PATH): every notification will fail",
                 }
             )
         security = self.config.security
