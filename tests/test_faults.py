@@ -328,6 +328,10 @@ def test_full_disk_refuses_work_with_the_reason_then_recovers(
     out, err = waiter.communicate(timeout=30)
     assert waiter.returncode == 0, (out, err)
     assert out.startswith(f"job {ending_id} completed"), out
+    # It ended while the disk was full: its log may lack what it wrote then, and its end
+    # says so (a program that ignores its write errors completed unsaid: tester h186 #7).
+    ended = json.loads(served.cli("status", ending_id, "--json").stdout)["job"]
+    assert "its log may lack output ('No space left on device')" in ended["message"], ended
     again = served.cli("submit", "--", "true")
     assert again.returncode == 0, again.stderr
     assert served.cli("wait", again.stdout.strip()).returncode == 0

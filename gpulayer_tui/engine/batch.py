@@ -781,8 +781,8 @@ class BatchRunner:
             message += (
                 f" (after {ran:.0f} s, past its {timeout:g} s timeout: no engine ran to stop it)"
             )
-        if failed and learnt_now:
-            note = self._disk.full_note() if self._disk is not None else None
+        if learnt_now and reason is not Reason.LAUNCH_FAILED:
+            note = self._disk.full_note(failed) if self._disk is not None else None
             if note:
                 message = f"{message}; {note}"
         holds = list(act.holds)

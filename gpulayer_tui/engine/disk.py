@@ -81,9 +81,11 @@ class DiskSpace:
                     )
         return self._reason
 
-    def full_note(self) -> str | None:
+    def full_note(self, failed: bool = True) -> str | None:
         """What to add to a failed job's end when its log's disk is (nearly) full, or
-        ``None``.
+        ``None``; with ``failed`` false, to any other end's, only when the disk is full:
+        its log may lack output (a program that ignores its write errors completed with
+        a log cut short and no word of it: tester h186).
 
         A job that fails for a full disk often cannot say so: its own "No space left on
         device" is the write that fails. So the engine says it (read when the job ends).
@@ -97,9 +99,11 @@ class DiskSpace:
         # (19 MiB free of a 20 MiB disk is not full: every failing job there was told its
         # writes failed for want of space.)
         full = free < FULL_MB and free < FULL_SHARE * size
-        if not full and free >= self.min_free_mb:
+        if not full and (free >= self.min_free_mb or not failed):
             return None
         note = f"the disk of its log ({self.path}) had {free:.0f} MiB free as it ended"
+        if full and not failed:
+            return f"{note}: its log may lack output ('No space left on device')"
         if full:
             return f"{note}: a write there may have failed with 'No space left on device'"
         return f"{note}, below [logs] min_free_mb = {self.min_free_mb}"
