@@ -228,6 +228,8 @@ class EventKind(StrEnum):
     DOMAIN = "domain.state"
     CONFIG = "engine.config"
     ENGINE = "engine"
+    """Reserved: no part of this version publishes it (the event stream's tests use it as
+    a kind no client acts on)."""
 
 
 class ReplicaState(StrEnum):
