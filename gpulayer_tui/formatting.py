@@ -629,9 +629,8 @@ def why_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(
             ("reserved", f"{', '.join(reservation['domains'])} {whose} {reservation['when']}")
         )
-    limits = data.get("limits")
-    if limits is not None:  # (none for a cluster job's: Slurm places it)
-        rows += _limit_rows(data, limits)
+    if "limits" not in data or data["limits"] is not None:  # (a cluster job's: null)
+        rows += _limit_rows(data, data.get("limits") or {})
     if data.get("preempting"):
         stopped = data["preempting"]
         rows.append(("preempting", f"{_jobs_word(stopped)} {', '.join(map(str, stopped))}"))
