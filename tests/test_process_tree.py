@@ -71,12 +71,14 @@ def test_a_command_line_that_is_not_utf8_reads_as_its_bytes_escaped() -> None:
 
     from .conftest import wait_for
 
-    argv = [b"py\xff\xfethon", b"-c", b"import time; time.sleep(60)", b"caf\xc3\xa9 \xc3("]
+    # (a carriage return too: psutil read it as a line feed, and the tables said "\x0a"
+    # of a process that held none: tester h197)
+    argv = [b"py\xff\xfethon", b"-c", b"import time; time.sleep(60)", b"caf\xc3\xa9 \xc3(", b"a\rb"]
     proc = subprocess.Popen(argv, executable=sys.executable)
     try:
         wait_for(lambda: "time.sleep" in read_cmdline(proc.pid))
         text = read_cmdline(proc.pid)
-        assert text == "py\\xff\\xfethon -c import time; time.sleep(60) café \\xc3("
+        assert text == "py\\xff\\xfethon -c import time; time.sleep(60) café \\xc3( a\rb"
         json.dumps(text, ensure_ascii=False).encode("utf-8")  # (no lone surrogate)
     finally:
         proc.kill()

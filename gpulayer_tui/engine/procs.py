@@ -73,9 +73,32 @@ def _ticks_of(process: psutil.Process) -> int:
     return round((process.create_time() - psutil.boot_time()) * CLOCK_TICKS)
 
 
+def _argv(process: psutil.Process) -> list[str]:
+    """``process.cmdline()``, with its carriage returns: psutil reads the command line as
+    text with universal newlines, so an argument's ``\r`` came back as ``\n`` (a process
+    was said to hold a line feed it did not: tester h197). Read again as bytes, only when
+    an argument holds a line break, the rare case where the two differ.
+
+    Raises:
+        psutil.Error: As ``cmdline()``.
+    """
+    args = process.cmdline()
+    if any("\n" in arg for arg in args):
+        try:
+            with open(f"/proc/{process.pid}/cmdline", "rb") as fh:
+                raw = fh.read()
+        except OSError:
+            return args
+        words = raw.split(b"\0")
+        if words and not words[-1]:
+            words.pop()
+        return [w.decode("utf-8", "surrogateescape") for w in words] or args
+    return args
+
+
 def _command(process: psutil.Process, limit: int) -> str:
     try:
-        args = process.cmdline()
+        args = _argv(process)
         text = " ".join(args) if args else f"[{process.name()}]"  # kernel threads
     except psutil.Error:
         return ""
@@ -93,7 +116,7 @@ def read_program(pid: int) -> str:
     if process is None:
         return ""
     try:
-        args = process.cmdline()
+        args = _argv(process)
         program = args[0] if args and args[0] else process.name()
     except psutil.Error:
         return ""
