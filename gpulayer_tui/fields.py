@@ -86,7 +86,11 @@ _JOINERS = "\u200c\u200d"  # format characters that emoji and some scripts need:
 
 
 VARIATION_SELECTORS = "\ufe0e\ufe0f"
-"""Text and emoji presentation selectors: refused in names (see :func:`check_label`)."""
+"""Text and emoji presentation selectors: refused in names (see
+:func:`no_presentation_selectors`)."""
+SKIN_TONES = "".join(chr(c) for c in range(0x1F3FB, 0x1F400))
+"""Emoji skin-tone modifiers: tmux 3.3 draws 👍🏽 four columns wide where Rich counts two
+(tester h197); refused in names too."""
 
 
 def unsafe_characters(text: str) -> list[str]:
@@ -137,7 +141,7 @@ def default_job_name(program: str, fallback: str) -> str:
             "",
             name,
         )
-    unsafe = set(unsafe_characters(name)).union(VARIATION_SELECTORS)
+    unsafe = set(unsafe_characters(name)).union(VARIATION_SELECTORS, SKIN_TONES)
     name = "".join(c for c in name if c not in unsafe).strip()[:NAME_MAX].strip()
     try:
         blank_label("name", name)
@@ -324,22 +328,30 @@ def check_label(field: str, value: object, limit: int = NAME_MAX) -> str:
 
 
 def no_presentation_selectors(field: str, value: str) -> None:
-    """Refuse a label with a presentation selector (U+FE0E, U+FE0F), where a label is
-    given (jobs stored before load). A ❤️ drawn one column wide by tmux 3.3 and two by
-    other terminals and Rich moved the borders of every panel and table the name was in
-    (tester h190).
+    """Refuse a label with a presentation selector (U+FE0E, U+FE0F) or a skin-tone
+    modifier (U+1F3FB-U+1F3FF), where a label is given (jobs stored before load). A ❤️
+    drawn one column wide by tmux 3.3 and two by other terminals and Rich moved the
+    borders of every panel and table the name was in (tester h190).
 
     Raises:
         FieldError: Naming the selectors.
     """
-    selectors = [c for c in VARIATION_SELECTORS if c in value]
-    if selectors:
-        shown = ", ".join(f"U+{ord(c):04X}" for c in selectors)
+    found = [c for c in value if c in VARIATION_SELECTORS or c in SKIN_TONES]
+    if found:
+        shown = ", ".join(dict.fromkeys(f"U+{ord(c):04X}" for c in found))
+        kind = (
+            "emoji presentation selectors"
+            if all(c in VARIATION_SELECTORS for c in found)
+            else "emoji skin-tone modifiers and presentation selectors"
+            if any(c in VARIATION_SELECTORS for c in found)
+            else "emoji skin-tone modifiers"
+        )
+        kept = "".join(c for c in value if c not in found)
         raise FieldError(
             field,
-            f"emoji presentation selectors are not allowed ({shown}): terminals draw the "
-            "character before one one or two columns wide, and the tables around it shift; "
-            "leave them out (❤ without one shows as itself)",
+            f"{kind} are not allowed ({shown}): terminals draw the character before one at "
+            "different widths (one, two or four columns), and the tables around it shift; "
+            f"leave them out ({kept!r} shows as meant)",
         )
 
 

@@ -424,6 +424,9 @@ async def test_a_name_or_project_with_spaces_around_it_is_refused(
     with pytest.raises(SpecError, match=r"name: emoji presentation selectors .*U\+FE0E"):
         await engine.edit(waiting.id, {"name": "x\u2764\ufe0e"})
     assert (await engine.submit({"command": ["true"], "name": "ok\u2764heart"})).name == "ok❤heart"
+    # So is a skin-tone modifier: tmux 3.3 draws 👍🏽 four columns wide, Rich two (h197).
+    with pytest.raises(SpecError, match="name: emoji skin-tone modifiers are not allowed"):
+        await engine.submit({"command": ["true"], "name": "\U0001f44d\U0001f3fd"})
     await engine.cancel(running.id)
 
 
