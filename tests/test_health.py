@@ -1198,11 +1198,21 @@ def test_a_submission_pinned_to_a_draining_domain_is_taken_with_a_warning(
     assert pinned.returncode == 0, pinned.stderr
     job = pinned.stdout.strip()
     assert pinned.stderr == (
-        f"gpulayer-tui: warning: job {job} waits for domain gpu1, which is draining (fan "
-        "noisy): it starts once the domain is released (`gpulayer-tui domain release gpu1`)\n"
+        f"gpulayer-tui: warning: job {job} waits for the domains it is pinned to: gpu1 is "
+        "draining (fan noisy): it starts once it is back in service (`gpulayer-tui domain "
+        "release gpu1`)\n"
     )
     either = served.cli("submit", "--domain", "gpu0,gpu1", "--", "true")  # (gpu0 takes it)
     assert either.returncode == 0 and either.stderr == "", either.stderr
+    # Two GPUs on gpu0 and the draining gpu1: it waits for gpu1 too (unsaid: h197), and
+    # its restart says so as its submission does.
+    both = served.cli("submit", "--gpus", "2", "--domain", "gpu0,gpu1", "--", "true")
+    assert both.returncode == 0 and "warning: job " in both.stderr, both.stderr
+    assert "gpu1 is draining (fan noisy): it starts once it is back in service" in both.stderr
+    assert served.cli("cancel", both.stdout.strip()).returncode == 0
+    again = served.cli("restart", both.stdout.strip())
+    assert again.returncode == 0 and "gpu1 is draining (fan noisy)" in again.stderr, again
+    assert served.cli("cancel", again.stdout.strip()).returncode == 0
     assert served.cli("domain", "release", "gpu1").returncode == 0
     assert served.cli("wait", job, "--timeout", "30").returncode == 0
 

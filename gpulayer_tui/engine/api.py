@@ -751,14 +751,8 @@ async def submit(request: web.Request) -> web.Response:
             job = await engine.submit(body, uid, key, await _body_digest(request, key))
             jobs, answer = [job], {"job": _job(job)}
         # ("warnings": taken, but something the submitter should know; absent when none)
-        warnings = [
-            said
-            for said in (
-                engine.notifier.unsent_warning(jobs),
-                engine.domain_ops.drained_pins_warning(engine.waiting_pins(jobs)),
-            )
-            if said is not None
-        ]
+        unsent = engine.notifier.unsent_warning(jobs)
+        warnings = [*([unsent] if unsent is not None else []), *engine.pinned_waits(jobs)]
         if warnings:
             answer["warnings"] = warnings
         return web.json_response(answer, status=201)
@@ -1048,6 +1042,7 @@ async def job_restart(request: web.Request) -> web.Response:
     )
     # ("left_out": dependencies cleaned from the history, which it no longer waits for;
     # "warnings", absent when none: the answer of a submission's kind)
+    warnings += engine.pinned_waits([new])  # (as a submission says it: tester h197)
     answer = {"job": _job(new), "left_out": left_out}
     if warnings:
         answer["warnings"] = warnings

@@ -1461,17 +1461,18 @@ class Engine:
             await self.store.flush()
         return act.job
 
-    def waiting_pins(self, jobs: list[Job]) -> list[tuple[int, list[str]]]:
-        """The pinned domains of those of ``jobs`` that wait (to say a drain they wait
-        for: :meth:`.DomainOps.drained_pins_warning`)."""
-        out = []
+    def pinned_waits(self, jobs: list[Job]) -> list[str]:
+        """What a submitter is told of those of ``jobs`` that wait for a domain they are
+        pinned to to be back in service (:meth:`.DomainOps.pins_out_of_service`)."""
+        waiting = []
         for job in jobs:
             act = self.book.get(job.id)
-            if act is not None and act.spec is not None and act.job.status is JobStatus.QUEUED:
-                pins = act.spec.pinned_domains
-                if pins:
-                    out.append((job.id, pins))
-        return out
+            if act is None or act.spec is None or act.job.status is not JobStatus.QUEUED:
+                continue
+            pins = act.spec.pinned_domains
+            if pins and act.request is not None and act.spec.cluster is None:
+                waiting.append((job.id, pins, act.request.gpus))
+        return self.domain_ops.pins_out_of_service(waiting) if waiting else []
 
     def _cancel(self, act: ActiveJob, message: str) -> None:
         if act.spec is not None and act.spec.cluster is not None:

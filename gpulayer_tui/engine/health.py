@@ -352,30 +352,40 @@ class DomainOps:
                 "domain",
             )
 
-    def drained_pins_warning(self, jobs: list[tuple[int, list[str]]]) -> str | None:
-        """What a submitter is told of the jobs it just queued whose every pinned domain
-        is draining (``jobs``: each waiting job's id and pins): they wait until a release.
-        Taken without a word, such a job waited as long as the maintenance (tester h194);
-        a quarantined pin is refused instead (:meth:`refuse_quarantined_pins`)."""
+    def pins_out_of_service(self, jobs: list[tuple[int, list[str], int]]) -> list[str]:
+        """What a submitter is told of the jobs it just queued that cannot start until a
+        domain they are pinned to is back in service (``jobs``: each waiting job's id, pins
+        and GPUs per placement): fewer of their pins are in service than they need, the
+        rest draining or quarantined. Taken without a word, such a job waited as long as
+        the maintenance (testers h194, h197); one whose every pin is quarantined is
+        refused instead (:meth:`refuse_quarantined_pins`)."""
         domains = self._scheduler.domains
-        held: list[int] = []
-        dom = None
-        for job_id, pins in jobs:
+        said: dict[str, list[int]] = {}  # the words, and the jobs they are said of
+        for job_id, pins, needed in jobs:
             doms = [domains[p] for p in pins if p in domains]
-            if doms and all(d.state is DomainState.DRAINING for d in doms):
-                held.append(job_id)
-                dom = dom or doms[0]
-        if not held or dom is None:
-            return None
-        shown = ", ".join(map(str, held[:10])) + (
-            f" and {len(held) - 10} more" if len(held) > 10 else ""
-        )
-        which = f"job {shown}" if len(held) == 1 else f"jobs {shown}"
-        verb = "waits" if len(held) == 1 else "wait"
-        return (
-            f"{which} {verb} for domain {dom.name}, which is draining ({dom.state_reason}): "
-            f"it starts once the domain is released (`gpulayer-tui domain release {dom.name}`)"
-        )
+            usable = sum(1 for d in doms if d.state is DomainState.IN_SERVICE)
+            out = [d for d in doms if d.state is not DomainState.IN_SERVICE]
+            short = max(1, needed) - usable
+            if not doms or short <= 0 or not out:
+                continue
+            parts = "; ".join(f"{d.name} is {d.state.value} ({d.state_reason})" for d in out)
+            if short >= len(out):
+                once = "it is" if len(out) == 1 else "they are"
+            else:
+                once = f"{short} of them {'is' if short == 1 else 'are'}"
+            words = (
+                f"{parts}: it starts once {once} back in service (`gpulayer-tui domain "
+                f"release {out[0].name}`)"
+            )
+            said.setdefault(words, []).append(job_id)
+        out_said = []
+        for words, ids in said.items():
+            shown = ", ".join(map(str, ids[:10])) + (
+                f" and {len(ids) - 10} more" if len(ids) > 10 else ""
+            )
+            which = f"job {shown} waits" if len(ids) == 1 else f"jobs {shown} wait"
+            out_said.append(f"{which} for the domains it is pinned to: {words}")
+        return out_said
 
     # -- operator control ---------------------------------------------------------------------
 
