@@ -430,6 +430,16 @@ async def test_who_may_snapshot_and_what_a_spec_may_say(
         await engine.submit({"command": ["true"], "gpus": 0, "snapshot": True})
 
 
+def _blocks(path: Path) -> int:
+    """The disk space ``path`` takes, as ``du`` counts it."""
+    return path.lstat().st_blocks * 512
+
+
+def _folder_blocks(tree: Path) -> int:
+    """The disk space of the folders under ``tree`` (not itself)."""
+    return sum(_blocks(p) for p in tree.rglob("*") if p.is_dir() and not p.is_symlink())
+
+
 async def test_clean_removes_a_jobs_tree_and_the_objects_only_it_held(
     make_engine: EngineFactory, tmp_path: Path
 ) -> None:
@@ -445,9 +455,12 @@ async def test_clean_removes_a_jobs_tree_and_the_objects_only_it_held(
     before = {p.name for p in objects.iterdir()}
     assert len(before) == 5
     # What the trees give back is said, the dry run's too (it was left out: tester h156):
-    # the first's own new.txt; the rest the second still links.
+    # the first's own new.txt and its folders, on disk (their lengths said 1.6 KiB of
+    # 1.5 MB: h197); the rest the second still links.
+    first_tree = engine.snapshots.job_tree(first.id)
+    own = _blocks(first_tree / "new.txt") + _folder_blocks(first_tree)
     preview = await engine.retention.preview(None, keep=1)
-    assert preview["snapshot_bytes"] == len("untracked v1\n")
+    assert preview["snapshot_bytes"] == own
     done = await engine.retention.clean(None, keep=1)
     assert done.pop("database_bytes_freed") >= 0
     assert done.pop("bytes") >= 0
@@ -456,7 +469,7 @@ async def test_clean_removes_a_jobs_tree_and_the_objects_only_it_held(
         "jobs": 1,
         "files": 1,
         "snapshots": 1,
-        "snapshot_bytes": len("untracked v1\n"),
+        "snapshot_bytes": own,
         "spared": [],
         "spared_why": {},
         "left": [],
@@ -469,7 +482,7 @@ async def test_clean_removes_a_jobs_tree_and_the_objects_only_it_held(
     assert len(after) == 4 and after < before  # the shared ones stay
     assert all((objects / name).stat().st_nlink == 2 for name in after)
     # The last job goes: its tree and every object with it.
-    whole = sum((kept / f).stat().st_size for f in tree_files(kept))
+    whole = sum(_blocks(kept / f) for f in tree_files(kept)) + _folder_blocks(kept)
     last = await engine.retention.clean(time.time() + 1, None)
     assert last["snapshots"] == 1 and last["snapshot_bytes"] == whole
     assert not kept.exists() and list(objects.iterdir()) == []

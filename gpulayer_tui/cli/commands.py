@@ -1852,7 +1852,7 @@ def _clean(client: Client, args: argparse.Namespace, parser: argparse.ArgumentPa
     tree_bytes = done.get("snapshot_bytes")  # (an older engine leaves it out)
     snapshots = (
         f", {plural(trees, 'snapshot')}"
-        + (f" ({size_words(tree_bytes)})" if tree_bytes is not None else "")
+        + (f" ({size_words(tree_bytes)} on disk)" if tree_bytes is not None else "")
         if trees
         else ""
     )
