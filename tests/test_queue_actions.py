@@ -16,6 +16,7 @@ from gpulayer_tui.engine.errors import SpecError
 from gpulayer_tui.engine.models import JobStatus
 
 from .conftest import EngineFactory, Served
+from .raw_http import request
 
 
 def _status(served: Served, job_id: str) -> dict[str, object]:
@@ -251,6 +252,12 @@ def test_signal_a_stray_gpu_process_and_nothing_else(served: Served, sleeper: in
         assert f"pid {tid} is a thread of process {threaded.pid}: adopt {threaded.pid}" in (
             adopted.stdout + adopted.stderr
         )
+        # What the TUI's adopt dialog asks first says so too (it described the thread as
+        # a process, with its process's command line: tester h197).
+        status, info = request(served.home / "engine.sock", "GET", f"/v1/processes/{tid}")
+        assert status == 200 and info["refused"] == (
+            f"pid {tid} is a thread of process {threaded.pid}: adopt {threaded.pid} instead"
+        ), info
         threaded.kill()
     with subprocess.Popen(["sleep", "60"]) as elsewhere:
         not_gpu = served.cli("signal", str(elsewhere.pid))

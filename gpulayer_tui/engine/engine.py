@@ -1634,6 +1634,7 @@ class Engine:
         snapshot = read_process(pid)
         if snapshot is None:
             return None
+        leader = thread_group_of(pid)
         info: ProcessInfoJSON = {
             "pid": pid,
             "start_ticks": snapshot.start_ticks,
@@ -1660,6 +1661,10 @@ class Engine:
         refused = self.adopter.never_adopted(pid, snapshot) or self.adopter.not_theirs(
             pid, snapshot, requester_uid
         )
+        if leader is not None:
+            # (a thread's id: its process's command line was shown as its own, and the
+            # adoption then refused it; tester h197)
+            refused = f"pid {pid} is a thread of process {leader}: adopt {leader} instead"
         if refused is None and requester_pid is not None:
             # (the TUI's dialog opened for the shell it runs in, each try a failed job: h99)
             asker = runs_the_asker(pid, snapshot, requester_pid, typed=False)
