@@ -244,6 +244,15 @@ def test_cancel_says_the_waiting_jobs_it_takes_with_it(engine: Served) -> None:
     for job_id in (runs_anyway, after_any_of_y):
         assert engine.cli("wait", job_id, "--timeout", "30").returncode == 0
     assert "cancels_dependents" not in json.loads(engine.cli("status", x, "--json").stdout)["job"]
+    # A chain cancelled by two of its ids: the last is said once, of the job asked for it
+    # waited on (it was said twice, once of a job it did not wait on: tester h197).
+    a = _submit(engine, "--", "sleep", "600")
+    b = _submit(engine, "--after", a, "--", "true")
+    c = _submit(engine, "--after", b, "--", "true")
+    out = engine.cli("cancel", "--no-wait", f"{a},{b}")
+    assert out.returncode == 0, out.stderr
+    said = [line for line in out.stderr.splitlines() if "cancelled too" in line]
+    assert said == [f"gpulayer-tui: job {c} waited for job {b} to complete: cancelled too"], said
 
 
 def test_the_jobs_a_running_cancel_takes_with_it_are_cancelled_at_once(

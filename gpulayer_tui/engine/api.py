@@ -1174,6 +1174,7 @@ async def cancel_many(request: web.Request) -> web.Response:
     # ("cancel A B C" of a chain; "C B A" said each cancelled: tester h113). Those lists
     # are transitive, so one that waits on another has fewer of the asked in its own.
     order = sorted(unique, key=lambda j: sum(d in asked for d in waits_on_it[j]))
+    said_of: set[int] = set()  # the dependents said already, of a job asked for
     for count, job_id in enumerate(order, 1):
         if count % 256 == 0:
             await asyncio.sleep(0)
@@ -1192,7 +1193,11 @@ async def cancel_many(request: web.Request) -> web.Response:
         by = user_name(uid) if uid is not None and uid != _owner(job.owner_uid) else None
         # (Those asked for too are answered on their own: a chain cancelled by all its
         # ids named each up to three times, with two causes: tester h111.)
-        dependents = [d for d in waits_on_it[job_id] if d not in asked]
+        # (and each said once, of the job asked for nearest to it, which comes first in
+        # this order: "job 16 waited for job 14" and "... for job 15" of a chain 14 <- 15
+        # <- 16 cancelled as 14 15; tester h197)
+        dependents = [d for d in waits_on_it[job_id] if d not in asked and d not in said_of]
+        said_of.update(dependents)
         try:
             job = await engine.cancel(job_id, by, flush=False)
         except JobNotActive as err:
