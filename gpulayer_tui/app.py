@@ -142,6 +142,7 @@ class GpulayerApp(App[str]):
         self.job_store = JobStore()
         self.active_partial = False  # (not every active job is loaded: see _load_state)
         self.job_feed = JobFeed()
+        self._config_rejected = False  # (the last config event said a rejection)
         self._job_pages: Worker[None] | None = None
         self.gpu_history: dict[int, deque[HistoryPoint]] = {}
         self.config_file = config_file
@@ -452,8 +453,16 @@ class GpulayerApp(App[str]):
 
     def _config_notice(self, data: dict[str, Any]) -> None:
         if data.get("outcome") == "rejected":
+            self._config_rejected = True
             self.notify(str(data.get("error")), title="config edit rejected", severity="error")
             return
+        rejected, self._config_rejected = self._config_rejected, False
+        if data.get("outcome") == "applied" and rejected and not data.get("changes"):
+            # (a chmod that fixed what a rejection named changed nothing in force, and
+            # the rejection was the last word on screen: tester h197)
+            self.notify(
+                "the config file is accepted again (what is in force is unchanged)", title="config"
+            )
         if data.get("outcome") == "kept":  # (the file is gone: what runs stays)
             self.notify(str(data.get("message")), title="config file", severity="warning")
             return

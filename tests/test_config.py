@@ -215,6 +215,9 @@ def test_load_config_file_errors(tmp_path: Path) -> None:
         ConfigError, match=r"not UTF-8 text: invalid continuation byte \(at line 3, column 6\)"
     ):
         load_config(path)
+    path.write_bytes("[cpu]\nslots = 2\n# été".encode() + b"\xff\n")  # (in characters)
+    with pytest.raises(ConfigError, match=r"invalid start byte \(at line 3, column 6\)"):
+        load_config(path)
     path.write_text("[domains.a]\nslots = 2\n")
     with pytest.raises(ConfigError, match=r"domains\.a\.gpu: needed, and not given$"):
         load_config(path)

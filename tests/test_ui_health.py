@@ -336,6 +336,11 @@ async def test_config_edits_reach_the_tui(ui_app: AppFactory) -> None:
         config.write_text("[cpu]\nslots = 0\n")
         await engine.config_reload.reload()
         await until(pilot, lambda: any("config edit rejected" in n for n in _notes(app)))
+        # Put back as it was: accepted again, said (the rejection was the last word on
+        # screen: tester h197).
+        config.write_text('[ui]\ntheme = "gpulayer-light"\n')
+        await engine.config_reload.reload()
+        await until(pilot, lambda: any("accepted again" in n for n in _notes(app)))
         # An applied edit is said too, and a file the watcher finds removed (both went
         # unsaid: only a bar moved, or the engine's log had it; tester h193).
         config.write_text("[cpu]\nslots = 3\n")

@@ -744,7 +744,9 @@ def _text_of(data: bytes, path: Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
-        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        # (in characters, as an editor and TOML's own errors count them, not bytes: h197)
+        before = data[data.rfind(b"\n", 0, err.start) + 1 : err.start]
+        column = len(before.decode("utf-8", "replace")) + 1
         raise ConfigError(
             f"{path}: not UTF-8 text: {err.reason} (at line {line}, column {column})"
         ) from None
