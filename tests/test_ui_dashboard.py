@@ -208,6 +208,10 @@ async def test_a_gpu_whose_reads_fail_shows_its_last_figures_as_stale(ui_app: An
         shown = str(stats.render())
         assert "58C?" in shown and "58°C" not in shown
         assert len(shown) == live_width  # (the bars of the panels stay aligned)
+        # Its memory too: used and free are the last read's (free read as live: h197).
+        bar = panel.query_one(MemoryBar)
+        await until(pilot, lambda: "?" in bar.legend_text(), "the memory's stale mark")
+        assert "free " in bar.legend_text() and bar.legend_text().rstrip(" GiB").endswith("?")
         # Its graph has a gap, not the last figures again (from the events and the engine).
         await until(pilot, lambda: app.gpu_history[1][-1][1:] == (None, None), "a gap")
         assert list(engine.sampler.history[1])[-1].utilization is None

@@ -378,7 +378,7 @@ class GpuPanel(Vertical):
         self.set_class(mark in ("◐", "?"), "-warn")
         bar = self.query_one(MemoryBar)
         bar.legend = self.density != "row"
-        bar.update_vram(self.domain.get("vram"))
+        bar.update_vram(self.domain.get("vram"), self.stale)
         stats = self.query_one("#stats", Static)
         jobs = self.query_one("#jobs", Static)
         graphs = self.query_one("#graphs", UsageGraphs)

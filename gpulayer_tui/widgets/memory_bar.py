@@ -148,16 +148,20 @@ class MemoryBar(Widget):
         self.set_reactive(MemoryBar.legend, legend)
         self.set_class(not legend, "-inline")
         self._vram: dict[str, int] | None = None
+        self._stale = False
 
     def watch_legend(self, legend: bool) -> None:
         self.set_class(not legend, "-inline")
         self.refresh()
 
-    def update_vram(self, vram: Mapping[str, int] | None) -> None:
-        """Show a new VRAM account (the ``vram`` dict of a ``/gpus`` domain, or None)."""
+    def update_vram(self, vram: Mapping[str, int] | None, stale: bool = False) -> None:
+        """Show a new VRAM account (the ``vram`` dict of a ``/gpus`` domain, or None);
+        ``stale``: its GPU's last reads failed, the figures are the last good read's (its
+        used and free figures are marked ``?``, as ``gpus`` marks them: they read as live
+        on a lost GPU, tester h197)."""
         new = None if vram is None else dict(vram)
-        if new != self._vram:
-            self._vram = new
+        if new != self._vram or stale != self._stale:
+            self._vram, self._stale = new, stale
             self.refresh()
 
     @property
@@ -194,7 +198,7 @@ class MemoryBar(Widget):
         vram = self._vram or {}
         used, total = vram.get("used", 0), vram.get("total", 0)
         text = Text(" ")
-        text.append(_gib(used), self._style("figure"))
+        text.append(_gib(used) + ("?" if self._stale else ""), self._style("figure"))
         text.append(f"/{_gib(total)}", self._style("muted"))
         if not compact:
             text.append(" GiB", self._style("muted"))
@@ -233,14 +237,15 @@ class MemoryBar(Widget):
                 colour = self._style("free-label" if part.key == "free" else part.key)
                 if n:
                     text.append(" · " if variant == "long" else " ", self._style("muted"))
+                mark = "?" if self._stale and part.key == "free" else ""
                 if variant == "numbers":
-                    text.append(figure(part.size), colour)
+                    text.append(figure(part.size) + mark, colour)
                     continue
                 word = {"short": part.short, "whole": part.short, "letters": LETTERS[part.key]}
                 text.append(word.get(variant, part.label), colour)
                 if variant != "letters":
                     text.append(" ")
-                text.append(figure(part.size), self._style("figure"))
+                text.append(figure(part.size) + mark, self._style("figure"))
             if variant == "long":
                 text.append(" GiB", self._style("muted"))
             if text.cell_len <= width:
