@@ -7,14 +7,26 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from textual import on
+from textual import events, on
 from textual.actions import parse
+from textual.app import ComposeResult
 from textual.await_complete import AwaitComplete
-from textual.command import CommandPalette, DiscoveryHit, Hit, Hits, Provider
+from textual.command import (
+    CommandInput,
+    CommandList,
+    CommandPalette,
+    DiscoveryHit,
+    Hit,
+    Hits,
+    Provider,
+    SearchIcon,
+)
+from textual.containers import Horizontal, Vertical
 from textual.dom import DOMNode
-from textual.widgets import Button, Input, OptionList
+from textual.widgets import Button, Input, LoadingIndicator, OptionList
 
 from .keymap import APP, SCREEN_TITLES, Key, keys_of
+from .widgets.own_keys import run_own_binding
 
 
 def _offered(node: DOMNode, key: Key) -> bool:
@@ -58,8 +70,32 @@ class KeymapCommands(Provider):
                 yield Hit(score, matcher.highlight(title), run, help=help_text)
 
 
+class OwnKeysCommandInput(CommandInput):
+    """The palette's search line, running its own editing keys as each reaches it (see
+    :class:`~gpulayer_tui.widgets.field_input.FieldInput`): ``ctrl+u`` then ``pause`` in
+    one burst ran the ctrl+u after the letters, and the line came out empty (tester
+    h198)."""
+
+    async def _on_key(self, event: events.Key) -> None:
+        if not await run_own_binding(self, event):
+            await super()._on_key(event)
+
+
 class SafeCommandPalette(CommandPalette):
-    """Textual's command palette, which cannot end the app at any size."""
+    """Textual's command palette, which cannot end the app at any size, and whose search
+    line loses no key typed in a burst."""
+
+    def compose(self) -> ComposeResult:
+        """Textual's own layout, with :class:`OwnKeysCommandInput` for its input."""
+        with Vertical(id="--container"):
+            with Horizontal(id="--input"):
+                yield SearchIcon()
+                yield OwnKeysCommandInput(placeholder=self._placeholder, select_on_focus=False)
+                if not self.run_on_select:
+                    yield Button("\u25b6")
+            with Vertical(id="--results"):
+                yield CommandList()
+                yield LoadingIndicator()
 
     # At a width that leaves its list no column (4 cells), Textual 8's OptionList divides
     # by its content width (a ValueError as it opens): the list is never that narrow.

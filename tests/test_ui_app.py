@@ -163,6 +163,28 @@ async def test_two_enters_read_together_in_the_palette_run_its_command_once() ->
         assert app.theme == "gpulayer-light"
 
 
+async def test_keys_typed_in_one_burst_in_the_palette_apply_in_their_order() -> None:
+    # ctrl+u then "pause" in one read: the letters were typed, then the ctrl+u (a binding,
+    # run once the key had bubbled to the App) cleared them all (tester h198).
+    from textual import events
+    from textual.widgets import Input
+
+    app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("ctrl+p")
+        await until(pilot, lambda: app.screen.id == "--command-palette")
+        await pilot.press(*"drain")
+        line = app.screen.query_one(Input)
+        await until(pilot, lambda: line.value == "drain")
+        for key, char in [("ctrl+u", None), *((c, c) for c in "pause")]:
+            app.post_message(events.Key(key, char))
+        await until(pilot, lambda: line.value == "pause", "the burst in its order")
+        app.post_message(events.Key("backspace", None))
+        app.post_message(events.Key("backspace", None))
+        app.post_message(events.Key("x", "x"))
+        await until(pilot, lambda: line.value == "paux", "backspaces in a burst")
+
+
 async def test_a_screen_shown_again_after_a_theme_switch_has_the_new_theme() -> None:
     # Screens shown again keep their styles unless the app's look changed (KeepsStylesOnResume).
     app = build_app(StaticBackend(n_gpus=2), clock=lambda: FIXED_NOW)
