@@ -432,6 +432,14 @@ async def test_adopted_memory_moves_from_unregistered_to_owned(
     assert queued.status is JobStatus.QUEUED
     assert queued.message == f"waiting for gpu0: slot held by job {job.id}"
     await engine.cancel(queued.id)
+    # A restarted engine's first answer has it owned too: its first sample was read before
+    # the jobs were taken back, and said the memory unregistered (tester h200).
+    await engine.stop()
+    again = await make_engine("1xA100-80GB")
+    first = again.gpus()["domains"][0]
+    assert first["vram"]["unregistered"] == 0 and first["vram"]["owned"] == 20 * GIB, first
+    assert first["processes"][0]["job_id"] == job.id
+    await again.cancel(job.id)
 
 
 async def test_declaring_more_vram_than_is_free_adopts_with_a_warning(

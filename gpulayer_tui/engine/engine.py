@@ -526,6 +526,14 @@ class Engine:
             await self.recovery.restore(active, renamed)
             # (those still running: their time since their record, booked now)
             running = [a.job.id for a in self.book if a.job.status is JobStatus.RUNNING]
+            if running:
+                # The first sample was read before the jobs were taken back: their
+                # processes (an adopted one's children too) were no job's, and the first
+                # answers said their memory unregistered, `why` named them as strays in
+                # the way (tester h200). Read again, now that the jobs are known: the VRAM
+                # account follows it (their usage records see them there, from now).
+                again = await self.sampler.sample_once()
+                self.scheduler.observe(again.result, again.owners, again.info)
             self.usage.book_gaps(running, time.time())
             for dom in self.scheduler.gpu_domains:
                 if dom.state is DomainState.QUARANTINED and dom.holdings:
