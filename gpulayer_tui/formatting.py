@@ -518,7 +518,12 @@ def unobserved_note(usage: UsageJSON) -> str:
     missing = gpu_seconds / gpus  # (booked per GPU held)
     if missing < 1:
         return ""
-    return f"; no readings for {duration(missing)} while no engine ran"
+    # (not "while no engine ran": an engine killed loses the readings it had not saved,
+    # up to [usage] save_interval of them, and 3 s down read "2m31s": tester h201)
+    return (
+        f"; no readings kept for {duration(missing)} (no engine ran, or one was killed "
+        "before it saved them)"
+    )
 
 
 def usage_plot(usage: UsageJSON, width: int = 60, status: str | None = None) -> str:

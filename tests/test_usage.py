@@ -937,4 +937,4 @@ async def test_the_time_before_a_jobs_first_reading_is_not_said_as_no_engine_run
     assert totals["unobserved_seconds"] >= 1.5  # (held, no reading: out of the means)
     assert totals["offline_seconds"] == 0
     assert unobserved_note(usage) == ""
-    assert "while no engine ran" not in usage_plot(usage)
+    assert "no readings kept" not in usage_plot(usage)
