@@ -225,7 +225,7 @@ async def test_a_scale_down_removing_every_replica_left_to_restart_ends_the_roll
     await engine.edit(svc.id, {"replicas": 1})
     await eventually(lambda: len(_live(engine, svc.id).replicas) == 1)
     said = [e for e in await _edited(engine, svc.id) if e.startswith("rolling restart")]
-    assert said[1:] == ["rolling restart done: replicas 1, 2 left removed by a scale-down"]
+    assert said[1:] == ["rolling restart stopped: replicas 1, 2 left removed by a scale-down"]
     await engine.cancel(svc.id)
     await engine.wait(svc.id, timeout=30)
 

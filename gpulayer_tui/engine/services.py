@@ -553,7 +553,8 @@ class ServiceRunner:
             elif removed:
                 # (the replicas it had left went with a scale-down: it ended unsaid, h177)
                 left = replicas_said(removed)
-                said = f"rolling restart done: {left} left removed by a scale-down"
+                # ("done" of a roll cut short read as finished: tester h201)
+                said = f"rolling restart stopped: {left} left removed by a scale-down"
             else:
                 return
             self._book.record(act, EventKind.EDITED, {"message": said})
