@@ -182,6 +182,8 @@ def _short_of_room(domains: list[Domain], snapshot: ProcessSnapshot, vram_gb: fl
         return ""
     need = int(float(vram_gb) * GIB)
     roots: dict[int, tuple[int, int | None]] = {snapshot.pid: (0, snapshot.start_ticks)}
+    short: list[str] = []  # (each GPU short: the first alone was named, tester h200)
+    asked = ""
     for dom in domains:
         account = dom.account  # (replaced whole by the loop, never changed in place)
         if account is None or not dom.is_gpu:
@@ -194,11 +196,14 @@ def _short_of_room(domains: list[Domain], snapshot: ProcessSnapshot, vram_gb: fl
         room = account.free + own
         if need > room:
             asked, has = gib_apart(need, room)
-            return (
-                f"{asked} declared, but {dom.name} had {has} free for it: nothing else "
-                f"starts there until memory frees"
-            )
-    return ""
+            short.append(f"{dom.name} had {has}")
+    if not short:
+        return ""
+    where = "there" if len(short) == 1 else "on them"
+    return (
+        f"{asked} declared, but {' and '.join(short)} free for it: nothing else starts "
+        f"{where} until memory frees"
+    )
 
 
 def read_process(pid: int) -> ProcessSnapshot | None:
