@@ -6,6 +6,7 @@ fewer are stopped and give their GPUs back once their processes are gone.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -23,6 +24,21 @@ from .test_services import ManualClock, _command_env, _http_get, _http_service, 
 R = ReplicaState
 # Ignores SIGTERM: a scale-down's replica stops only at its SIGKILL.
 STUBBORN = ["sh", "-c", "trap '' TERM; sleep 600 & wait; sleep 600"]
+
+
+def _children(pid: int | None) -> list[int]:
+    """The pids whose parent is ``pid`` (from /proc)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b") ", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(name))
+    return found
 
 
 def _live(engine: Engine, job_id: int) -> Any:
@@ -256,6 +272,9 @@ async def test_a_scale_down_outlives_an_engine_restart_and_a_second_waits_for_it
     await eventually(lambda: _live(engine, svc.id).message == "2/2 up on gpu0, gpu1")
     await eventually(lambda: all(r.pid is not None for r in _live(engine, svc.id).replicas))
     kept, removed = (r.pid for r in _live(engine, svc.id).replicas)
+    # (its shell has set its trap once it has started its first sleep: a SIGTERM before
+    # that ended it, and CI under load once found it gone within its grace period)
+    await eventually(lambda: all(_children(pid) for pid in (kept, removed)), timeout=10)
     await engine.edit(svc.id, {"replicas": 1})
     edited_at = time.monotonic()
     assert _live(engine, svc.id).replicas[1].state is R.STOPPING
